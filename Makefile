@@ -1,0 +1,47 @@
+# Lehr — see README.md. Every target works on a fresh machine with Go.
+SHELL := /bin/bash
+GO ?= go
+BIN := $(CURDIR)/bin
+PROTOC_VERSION := 3.21.12
+
+.PHONY: all build run test test-short lint proto bench bench-full clean tools
+
+all: build
+
+build:
+	$(GO) build -o $(BIN)/ ./cmd/...
+
+# run starts the whole system locally on embedded etcd and shows it working.
+run: build
+	$(BIN)/lehr dev
+
+# test runs every test with the race detector, plus brief fuzzing.
+test:
+	./scripts/test.sh
+
+lint:
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	$(GO) vet ./...
+
+# proto regenerates proto/lehrpb from proto/lehr/v1/*.proto. protoc comes from
+# Debian's protobuf-compiler $(PROTOC_VERSION) (installed if missing); the Go
+# plugins are pinned by the tool directives in go.mod.
+proto:
+	@command -v protoc >/dev/null || (apt-get update -qq && apt-get install -y -qq protobuf-compiler)
+	@protoc --version | grep -q '$(PROTOC_VERSION)' || echo "warning: protoc is not $(PROTOC_VERSION); output may differ"
+	$(GO) build -o $(BIN)/protoc-gen-go google.golang.org/protobuf/cmd/protoc-gen-go
+	$(GO) build -o $(BIN)/protoc-gen-go-grpc google.golang.org/grpc/cmd/protoc-gen-go-grpc
+	protoc -I proto \
+		--plugin=protoc-gen-go=$(BIN)/protoc-gen-go --plugin=protoc-gen-go-grpc=$(BIN)/protoc-gen-go-grpc \
+		--go_out=. --go_opt=module=lehr.dev/lehr \
+		--go-grpc_out=. --go-grpc_opt=module=lehr.dev/lehr \
+		proto/lehr/v1/*.proto
+
+bench:
+	./scripts/bench.sh quick
+
+bench-full:
+	./scripts/bench.sh full
+
+clean:
+	rm -rf $(BIN)

@@ -1,0 +1,51 @@
+package apierror
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+func TestRoundTripThroughStatus(t *testing.T) {
+	in := New(codes.FailedPrecondition, ReasonStaleVersion, "base_version", "base 3 is not the latest version").WithLimit("n/a")
+	in.CurrentVersion = 7
+	// What a client sees: only the status, rebuilt from its proto form.
+	wire := status.FromProto(in.GRPCStatus().Proto()).Err()
+	got := FromError(wire)
+	if diff := cmp.Diff(in, got); diff != "" {
+		t.Errorf("round trip (-want +got):\n%s", diff)
+	}
+	if !errors.Is(got, ErrConflict) || !errors.Is(got, ErrPrecondition) {
+		t.Errorf("errors.Is(%v, ErrConflict/ErrPrecondition) = false", got)
+	}
+	if errors.Is(got, ErrNotFound) {
+		t.Errorf("errors.Is(%v, ErrNotFound) = true", got)
+	}
+}
+
+func TestFromErrorOther(t *testing.T) {
+	tests := []struct {
+		err  error
+		want codes.Code
+	}{
+		{status.Error(codes.Unavailable, "etcd down"), codes.Unavailable},
+		{context.DeadlineExceeded, codes.DeadlineExceeded},
+		{fmt.Errorf("wrapped: %w", New(codes.NotFound, ReasonNotFound, "namespace", "no such namespace")), codes.NotFound},
+	}
+	for _, tt := range tests {
+		if got := FromError(tt.err); got.Code != tt.want {
+			t.Errorf("FromError(%v).Code = %v, want %v", tt.err, got.Code, tt.want)
+		}
+	}
+	if FromError(nil) != nil {
+		t.Error("FromError(nil) != nil")
+	}
+	if !FromError(status.Error(codes.Unavailable, "x")).Retryable() {
+		t.Error("Unavailable is not retryable")
+	}
+}

@@ -1,0 +1,103 @@
+// Package names holds the grammar of every name in Lehr: domains, namespaces,
+// zones and property keys. Control validates names before storing anything;
+// agents and consumers validate them again before a name becomes a file path.
+//
+// The grammar (also in docs/design.md, "Names"):
+//
+//	domain     = label                  e.g. "payments"
+//	zone       = label                  e.g. "us-east-1a"
+//	label      = [a-z] ([a-z0-9-]{0,61} [a-z0-9])?      (1–63 bytes)
+//	name       = [a-z0-9] ([a-z0-9._-]{0,126} [a-z0-9])? (1–128 bytes)
+//	namespace  = domain "/" name        e.g. "payments/fraud-rules"
+//	key        = segment ("/" segment)*  at most 256 bytes
+//	segment    = [A-Za-z0-9_] [A-Za-z0-9_.-]*
+//
+// Keys therefore never start with "/" or ".", never contain "..", empty
+// segments or bytes outside ASCII letters, digits, "_", ".", "-" and "/".
+package names
+
+import (
+	"fmt"
+	"regexp"
+	"strings"
+)
+
+// Limits of the grammar.
+const (
+	MaxLabelLen = 63
+	MaxNameLen  = 128
+	MaxKeyLen   = 256
+)
+
+var (
+	labelRE   = regexp.MustCompile(`^[a-z]([a-z0-9-]{0,61}[a-z0-9])?$`)
+	nameRE    = regexp.MustCompile(`^[a-z0-9]([a-z0-9._-]{0,126}[a-z0-9])?$`)
+	segmentRE = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_.-]*$`)
+)
+
+// Error describes why a name is invalid. Field is filled in by callers that
+// know which request field held the name.
+type Error struct {
+	Kind   string // "domain", "namespace", "zone" or "key"
+	Value  string
+	Reason string
+}
+
+func (e *Error) Error() string {
+	return fmt.Sprintf("names: invalid %s %q: %s", e.Kind, e.Value, e.Reason)
+}
+
+func invalid(kind, value, reason string) error {
+	return &Error{Kind: kind, Value: value, Reason: reason}
+}
+
+const labelRule = "want 1-63 bytes of a-z, 0-9 and '-', starting with a letter and not ending with '-'"
+
+// Domain reports whether d is a valid domain name.
+func Domain(d string) error {
+	if !labelRE.MatchString(d) {
+		return invalid("domain", d, labelRule)
+	}
+	return nil
+}
+
+// Zone reports whether z is a valid zone name.
+func Zone(z string) error {
+	if !labelRE.MatchString(z) {
+		return invalid("zone", z, labelRule)
+	}
+	return nil
+}
+
+// Namespace reports whether ns is a valid "domain/name" and returns its parts.
+func Namespace(ns string) (domain, name string, err error) {
+	domain, name, ok := strings.Cut(ns, "/")
+	if !ok {
+		return "", "", invalid("namespace", ns, `want "domain/name"`)
+	}
+	if err := Domain(domain); err != nil {
+		return "", "", invalid("namespace", ns, "domain part: "+labelRule)
+	}
+	if !nameRE.MatchString(name) {
+		return "", "", invalid("namespace", ns,
+			"name part: want 1-128 bytes of a-z, 0-9, '.', '_' and '-', starting and ending with a letter or digit")
+	}
+	return domain, name, nil
+}
+
+// Key reports whether k is a valid property key.
+func Key(k string) error {
+	if k == "" {
+		return invalid("key", k, "empty")
+	}
+	if len(k) > MaxKeyLen {
+		return invalid("key", k, fmt.Sprintf("%d bytes, limit %d", len(k), MaxKeyLen))
+	}
+	for _, seg := range strings.Split(k, "/") {
+		if !segmentRE.MatchString(seg) {
+			return invalid("key", k,
+				"want '/'-separated segments of A-Z, a-z, 0-9, '_', '.', '-', each non-empty and not starting with '.' or '-'")
+		}
+	}
+	return nil
+}
