@@ -158,6 +158,10 @@ type Commit struct {
 	// Author, Message, Source, RollbackOf and TransportIdentity are copied;
 	// the store fills namespace, seq, checksum, parent, create_time and sizes.
 	Info *lehrpb.VersionInfo
+	// RequestID, if set, makes the commit idempotent: when the latest version
+	// was committed with the same RequestID, Commit returns it unchanged
+	// (even if ExpectedLatest no longer matches) instead of a new version.
+	RequestID string
 	// Goals and GoalReason say how goal states follow the commit.
 	Goals      GoalPolicy
 	GoalReason string

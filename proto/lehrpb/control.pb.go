@@ -539,8 +539,12 @@ type PublishRequest struct {
 	Author string `protobuf:"bytes,5,opt,name=author,proto3" json:"author,omitempty"`
 	// If non-zero, publish only if the latest version is still this one.
 	ExpectedVersion uint64 `protobuf:"varint,6,opt,name=expected_version,json=expectedVersion,proto3" json:"expected_version,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// Idempotency token chosen by the client, the same on every retry of one
+	// logical request (the producer client sets it). If the latest version was
+	// committed with this token, it is returned instead of a new version.
+	RequestId     string `protobuf:"bytes,7,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *PublishRequest) Reset() {
@@ -615,6 +619,13 @@ func (x *PublishRequest) GetExpectedVersion() uint64 {
 	return 0
 }
 
+func (x *PublishRequest) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
 type PublishResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Version       *VersionInfo           `protobuf:"bytes,1,opt,name=version,proto3" json:"version,omitempty"`
@@ -667,9 +678,13 @@ type PatchRequest struct {
 	// Properties to add or replace.
 	Set []*Property `protobuf:"bytes,3,rep,name=set,proto3" json:"set,omitempty"`
 	// Keys to remove. Every key must exist in the base version.
-	Delete        []string `protobuf:"bytes,4,rep,name=delete,proto3" json:"delete,omitempty"`
-	Message       string   `protobuf:"bytes,5,opt,name=message,proto3" json:"message,omitempty"`
-	Author        string   `protobuf:"bytes,6,opt,name=author,proto3" json:"author,omitempty"`
+	Delete  []string `protobuf:"bytes,4,rep,name=delete,proto3" json:"delete,omitempty"`
+	Message string   `protobuf:"bytes,5,opt,name=message,proto3" json:"message,omitempty"`
+	Author  string   `protobuf:"bytes,6,opt,name=author,proto3" json:"author,omitempty"`
+	// Idempotency token chosen by the client, the same on every retry of one
+	// logical request (the producer client sets it). If the latest version was
+	// committed with this token, it is returned instead of a new version.
+	RequestId     string `protobuf:"bytes,7,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -742,6 +757,13 @@ func (x *PatchRequest) GetMessage() string {
 func (x *PatchRequest) GetAuthor() string {
 	if x != nil {
 		return x.Author
+	}
+	return ""
+}
+
+func (x *PatchRequest) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
 	}
 	return ""
 }
@@ -1228,8 +1250,12 @@ type RollbackRequest struct {
 	Author    string `protobuf:"bytes,4,opt,name=author,proto3" json:"author,omitempty"`
 	// If non-zero, roll back only if the latest version is still this one.
 	ExpectedVersion uint64 `protobuf:"varint,5,opt,name=expected_version,json=expectedVersion,proto3" json:"expected_version,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// Idempotency token chosen by the client, the same on every retry of one
+	// logical request (the producer client sets it). If the latest version was
+	// committed with this token, it is returned instead of a new version.
+	RequestId     string `protobuf:"bytes,6,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RollbackRequest) Reset() {
@@ -1295,6 +1321,13 @@ func (x *RollbackRequest) GetExpectedVersion() uint64 {
 		return x.ExpectedVersion
 	}
 	return 0
+}
+
+func (x *RollbackRequest) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
 }
 
 type RollbackResponse struct {
@@ -2039,7 +2072,7 @@ const file_lehr_v1_control_proto_rawDesc = "" +
 	"\n" +
 	"namespaces\x18\x01 \x03(\v2\x12.lehr.v1.NamespaceR\n" +
 	"namespaces\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xea\x01\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\x89\x02\n" +
 	"\x0ePublishRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12*\n" +
 	"\x04kind\x18\x02 \x01(\x0e2\x16.lehr.v1.NamespaceKindR\x04kind\x121\n" +
@@ -2048,16 +2081,20 @@ const file_lehr_v1_control_proto_rawDesc = "" +
 	"properties\x12\x18\n" +
 	"\amessage\x18\x04 \x01(\tR\amessage\x12\x16\n" +
 	"\x06author\x18\x05 \x01(\tR\x06author\x12)\n" +
-	"\x10expected_version\x18\x06 \x01(\x04R\x0fexpectedVersion\"A\n" +
+	"\x10expected_version\x18\x06 \x01(\x04R\x0fexpectedVersion\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\a \x01(\tR\trequestId\"A\n" +
 	"\x0fPublishResponse\x12.\n" +
-	"\aversion\x18\x01 \x01(\v2\x14.lehr.v1.VersionInfoR\aversion\"\xbe\x01\n" +
+	"\aversion\x18\x01 \x01(\v2\x14.lehr.v1.VersionInfoR\aversion\"\xdd\x01\n" +
 	"\fPatchRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12!\n" +
 	"\fbase_version\x18\x02 \x01(\x04R\vbaseVersion\x12#\n" +
 	"\x03set\x18\x03 \x03(\v2\x11.lehr.v1.PropertyR\x03set\x12\x16\n" +
 	"\x06delete\x18\x04 \x03(\tR\x06delete\x12\x18\n" +
 	"\amessage\x18\x05 \x01(\tR\amessage\x12\x16\n" +
-	"\x06author\x18\x06 \x01(\tR\x06author\"?\n" +
+	"\x06author\x18\x06 \x01(\tR\x06author\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\a \x01(\tR\trequestId\"?\n" +
 	"\rPatchResponse\x12.\n" +
 	"\aversion\x18\x01 \x01(\v2\x14.lehr.v1.VersionInfoR\aversion\"X\n" +
 	"\n" +
@@ -2097,14 +2134,16 @@ const file_lehr_v1_control_proto_rawDesc = "" +
 	"\fDiffResponse\x12(\n" +
 	"\x04from\x18\x01 \x01(\v2\x14.lehr.v1.VersionInfoR\x04from\x12$\n" +
 	"\x02to\x18\x02 \x01(\v2\x14.lehr.v1.VersionInfoR\x02to\x121\n" +
-	"\achanges\x18\x03 \x03(\v2\x17.lehr.v1.PropertyChangeR\achanges\"\xab\x01\n" +
+	"\achanges\x18\x03 \x03(\v2\x17.lehr.v1.PropertyChangeR\achanges\"\xca\x01\n" +
 	"\x0fRollbackRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x1d\n" +
 	"\n" +
 	"to_version\x18\x02 \x01(\x04R\ttoVersion\x12\x18\n" +
 	"\amessage\x18\x03 \x01(\tR\amessage\x12\x16\n" +
 	"\x06author\x18\x04 \x01(\tR\x06author\x12)\n" +
-	"\x10expected_version\x18\x05 \x01(\x04R\x0fexpectedVersion\"B\n" +
+	"\x10expected_version\x18\x05 \x01(\x04R\x0fexpectedVersion\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x06 \x01(\tR\trequestId\"B\n" +
 	"\x10RollbackResponse\x12.\n" +
 	"\aversion\x18\x01 \x01(\v2\x14.lehr.v1.VersionInfoR\aversion\"'\n" +
 	"\x11CreateZoneRequest\x12\x12\n" +

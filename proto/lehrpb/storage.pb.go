@@ -32,8 +32,10 @@ type VersionRecord struct {
 	// Content-addressed manifest chunks (sha256 hex of the encoded
 	// ManifestChunk), in key order. Together they list every property.
 	ManifestChunks []string `protobuf:"bytes,2,rep,name=manifest_chunks,json=manifestChunks,proto3" json:"manifest_chunks,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// The request_id of the publish that created it, for idempotent retries.
+	RequestId     string `protobuf:"bytes,3,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *VersionRecord) Reset() {
@@ -78,6 +80,13 @@ func (x *VersionRecord) GetManifestChunks() []string {
 		return x.ManifestChunks
 	}
 	return nil
+}
+
+func (x *VersionRecord) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
 }
 
 // ManifestChunk lists a run of properties in key order.
@@ -200,10 +209,12 @@ var File_lehr_v1_storage_proto protoreflect.FileDescriptor
 
 const file_lehr_v1_storage_proto_rawDesc = "" +
 	"\n" +
-	"\x15lehr/v1/storage.proto\x12\alehr.v1\x1a\x13lehr/v1/types.proto\"b\n" +
+	"\x15lehr/v1/storage.proto\x12\alehr.v1\x1a\x13lehr/v1/types.proto\"\x81\x01\n" +
 	"\rVersionRecord\x12(\n" +
 	"\x04info\x18\x01 \x01(\v2\x14.lehr.v1.VersionInfoR\x04info\x12'\n" +
-	"\x0fmanifest_chunks\x18\x02 \x03(\tR\x0emanifestChunks\"A\n" +
+	"\x0fmanifest_chunks\x18\x02 \x03(\tR\x0emanifestChunks\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x03 \x01(\tR\trequestId\"A\n" +
 	"\rManifestChunk\x120\n" +
 	"\aentries\x18\x01 \x03(\v2\x16.lehr.v1.ManifestEntryR\aentries\"w\n" +
 	"\rManifestEntry\x12\x10\n" +
