@@ -2043,6 +2043,347 @@ func (x *FetchDeltaResponse) GetDelete() []string {
 	return nil
 }
 
+// VersionCount is how many agents hold one version of a namespace.
+type VersionCount struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Namespace     string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	Version       uint64                 `protobuf:"varint,2,opt,name=version,proto3" json:"version,omitempty"`
+	Agents        int32                  `protobuf:"varint,3,opt,name=agents,proto3" json:"agents,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *VersionCount) Reset() {
+	*x = VersionCount{}
+	mi := &file_lehr_v1_control_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *VersionCount) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*VersionCount) ProtoMessage() {}
+
+func (x *VersionCount) ProtoReflect() protoreflect.Message {
+	mi := &file_lehr_v1_control_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use VersionCount.ProtoReflect.Descriptor instead.
+func (*VersionCount) Descriptor() ([]byte, []int) {
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{33}
+}
+
+func (x *VersionCount) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *VersionCount) GetVersion() uint64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+func (x *VersionCount) GetAgents() int32 {
+	if x != nil {
+		return x.Agents
+	}
+	return 0
+}
+
+type ReportZoneStatusRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Zone          string                 `protobuf:"bytes,1,opt,name=zone,proto3" json:"zone,omitempty"`
+	DistributorId string                 `protobuf:"bytes,2,opt,name=distributor_id,json=distributorId,proto3" json:"distributor_id,omitempty"`
+	// Agents connected to this distributor.
+	Agents   int32           `protobuf:"varint,3,opt,name=agents,proto3" json:"agents,omitempty"`
+	Versions []*VersionCount `protobuf:"bytes,4,rep,name=versions,proto3" json:"versions,omitempty"`
+	// How long the report stays valid; 0 means 30 s.
+	TtlSeconds    uint32 `protobuf:"varint,5,opt,name=ttl_seconds,json=ttlSeconds,proto3" json:"ttl_seconds,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReportZoneStatusRequest) Reset() {
+	*x = ReportZoneStatusRequest{}
+	mi := &file_lehr_v1_control_proto_msgTypes[34]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReportZoneStatusRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReportZoneStatusRequest) ProtoMessage() {}
+
+func (x *ReportZoneStatusRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_lehr_v1_control_proto_msgTypes[34]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReportZoneStatusRequest.ProtoReflect.Descriptor instead.
+func (*ReportZoneStatusRequest) Descriptor() ([]byte, []int) {
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{34}
+}
+
+func (x *ReportZoneStatusRequest) GetZone() string {
+	if x != nil {
+		return x.Zone
+	}
+	return ""
+}
+
+func (x *ReportZoneStatusRequest) GetDistributorId() string {
+	if x != nil {
+		return x.DistributorId
+	}
+	return ""
+}
+
+func (x *ReportZoneStatusRequest) GetAgents() int32 {
+	if x != nil {
+		return x.Agents
+	}
+	return 0
+}
+
+func (x *ReportZoneStatusRequest) GetVersions() []*VersionCount {
+	if x != nil {
+		return x.Versions
+	}
+	return nil
+}
+
+func (x *ReportZoneStatusRequest) GetTtlSeconds() uint32 {
+	if x != nil {
+		return x.TtlSeconds
+	}
+	return 0
+}
+
+type ReportZoneStatusResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReportZoneStatusResponse) Reset() {
+	*x = ReportZoneStatusResponse{}
+	mi := &file_lehr_v1_control_proto_msgTypes[35]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReportZoneStatusResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReportZoneStatusResponse) ProtoMessage() {}
+
+func (x *ReportZoneStatusResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_lehr_v1_control_proto_msgTypes[35]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReportZoneStatusResponse.ProtoReflect.Descriptor instead.
+func (*ReportZoneStatusResponse) Descriptor() ([]byte, []int) {
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{35}
+}
+
+type GetZoneStatusRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Zone          string                 `protobuf:"bytes,1,opt,name=zone,proto3" json:"zone,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetZoneStatusRequest) Reset() {
+	*x = GetZoneStatusRequest{}
+	mi := &file_lehr_v1_control_proto_msgTypes[36]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetZoneStatusRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetZoneStatusRequest) ProtoMessage() {}
+
+func (x *GetZoneStatusRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_lehr_v1_control_proto_msgTypes[36]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetZoneStatusRequest.ProtoReflect.Descriptor instead.
+func (*GetZoneStatusRequest) Descriptor() ([]byte, []int) {
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{36}
+}
+
+func (x *GetZoneStatusRequest) GetZone() string {
+	if x != nil {
+		return x.Zone
+	}
+	return ""
+}
+
+// DistributorStatus is one distributor's latest report.
+type DistributorStatus struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	DistributorId string                 `protobuf:"bytes,1,opt,name=distributor_id,json=distributorId,proto3" json:"distributor_id,omitempty"`
+	Agents        int32                  `protobuf:"varint,2,opt,name=agents,proto3" json:"agents,omitempty"`
+	Versions      []*VersionCount        `protobuf:"bytes,3,rep,name=versions,proto3" json:"versions,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DistributorStatus) Reset() {
+	*x = DistributorStatus{}
+	mi := &file_lehr_v1_control_proto_msgTypes[37]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DistributorStatus) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DistributorStatus) ProtoMessage() {}
+
+func (x *DistributorStatus) ProtoReflect() protoreflect.Message {
+	mi := &file_lehr_v1_control_proto_msgTypes[37]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DistributorStatus.ProtoReflect.Descriptor instead.
+func (*DistributorStatus) Descriptor() ([]byte, []int) {
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{37}
+}
+
+func (x *DistributorStatus) GetDistributorId() string {
+	if x != nil {
+		return x.DistributorId
+	}
+	return ""
+}
+
+func (x *DistributorStatus) GetAgents() int32 {
+	if x != nil {
+		return x.Agents
+	}
+	return 0
+}
+
+func (x *DistributorStatus) GetVersions() []*VersionCount {
+	if x != nil {
+		return x.Versions
+	}
+	return nil
+}
+
+type GetZoneStatusResponse struct {
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	Zone         string                 `protobuf:"bytes,1,opt,name=zone,proto3" json:"zone,omitempty"`
+	Distributors []*DistributorStatus   `protobuf:"bytes,2,rep,name=distributors,proto3" json:"distributors,omitempty"`
+	// Sum over distributors, per namespace and version.
+	Versions      []*VersionCount `protobuf:"bytes,3,rep,name=versions,proto3" json:"versions,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetZoneStatusResponse) Reset() {
+	*x = GetZoneStatusResponse{}
+	mi := &file_lehr_v1_control_proto_msgTypes[38]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetZoneStatusResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetZoneStatusResponse) ProtoMessage() {}
+
+func (x *GetZoneStatusResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_lehr_v1_control_proto_msgTypes[38]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetZoneStatusResponse.ProtoReflect.Descriptor instead.
+func (*GetZoneStatusResponse) Descriptor() ([]byte, []int) {
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{38}
+}
+
+func (x *GetZoneStatusResponse) GetZone() string {
+	if x != nil {
+		return x.Zone
+	}
+	return ""
+}
+
+func (x *GetZoneStatusResponse) GetDistributors() []*DistributorStatus {
+	if x != nil {
+		return x.Distributors
+	}
+	return nil
+}
+
+func (x *GetZoneStatusResponse) GetVersions() []*VersionCount {
+	if x != nil {
+		return x.Versions
+	}
+	return nil
+}
+
 var File_lehr_v1_control_proto protoreflect.FileDescriptor
 
 const file_lehr_v1_control_proto_rawDesc = "" +
@@ -2192,7 +2533,30 @@ const file_lehr_v1_control_proto_rawDesc = "" +
 	"\x02to\x18\x02 \x01(\v2\x14.lehr.v1.VersionInfoR\x02to\x12*\n" +
 	"\x04kind\x18\x03 \x01(\x0e2\x16.lehr.v1.NamespaceKindR\x04kind\x12#\n" +
 	"\x03set\x18\x04 \x03(\v2\x11.lehr.v1.PropertyR\x03set\x12\x16\n" +
-	"\x06delete\x18\x05 \x03(\tR\x06delete2\x9f\t\n" +
+	"\x06delete\x18\x05 \x03(\tR\x06delete\"^\n" +
+	"\fVersionCount\x12\x1c\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x18\n" +
+	"\aversion\x18\x02 \x01(\x04R\aversion\x12\x16\n" +
+	"\x06agents\x18\x03 \x01(\x05R\x06agents\"\xc0\x01\n" +
+	"\x17ReportZoneStatusRequest\x12\x12\n" +
+	"\x04zone\x18\x01 \x01(\tR\x04zone\x12%\n" +
+	"\x0edistributor_id\x18\x02 \x01(\tR\rdistributorId\x12\x16\n" +
+	"\x06agents\x18\x03 \x01(\x05R\x06agents\x121\n" +
+	"\bversions\x18\x04 \x03(\v2\x15.lehr.v1.VersionCountR\bversions\x12\x1f\n" +
+	"\vttl_seconds\x18\x05 \x01(\rR\n" +
+	"ttlSeconds\"\x1a\n" +
+	"\x18ReportZoneStatusResponse\"*\n" +
+	"\x14GetZoneStatusRequest\x12\x12\n" +
+	"\x04zone\x18\x01 \x01(\tR\x04zone\"\x85\x01\n" +
+	"\x11DistributorStatus\x12%\n" +
+	"\x0edistributor_id\x18\x01 \x01(\tR\rdistributorId\x12\x16\n" +
+	"\x06agents\x18\x02 \x01(\x05R\x06agents\x121\n" +
+	"\bversions\x18\x03 \x03(\v2\x15.lehr.v1.VersionCountR\bversions\"\x9e\x01\n" +
+	"\x15GetZoneStatusResponse\x12\x12\n" +
+	"\x04zone\x18\x01 \x01(\tR\x04zone\x12>\n" +
+	"\fdistributors\x18\x02 \x03(\v2\x1a.lehr.v1.DistributorStatusR\fdistributors\x121\n" +
+	"\bversions\x18\x03 \x03(\v2\x15.lehr.v1.VersionCountR\bversions2\xc8\n" +
+	"\n" +
 	"\aControl\x12=\n" +
 	"\fCreateDomain\x12\x1c.lehr.v1.CreateDomainRequest\x1a\x0f.lehr.v1.Domain\x127\n" +
 	"\tGetDomain\x12\x19.lehr.v1.GetDomainRequest\x1a\x0f.lehr.v1.Domain\x12H\n" +
@@ -2214,7 +2578,9 @@ const file_lehr_v1_control_proto_rawDesc = "" +
 	"WatchGoals\x12\x1a.lehr.v1.WatchGoalsRequest\x1a\x1b.lehr.v1.WatchGoalsResponse0\x01\x12K\n" +
 	"\fFetchVersion\x12\x1c.lehr.v1.FetchVersionRequest\x1a\x1d.lehr.v1.FetchVersionResponse\x12E\n" +
 	"\n" +
-	"FetchDelta\x12\x1a.lehr.v1.FetchDeltaRequest\x1a\x1b.lehr.v1.FetchDeltaResponseB\x1cZ\x1alehr.dev/lehr/proto/lehrpbb\x06proto3"
+	"FetchDelta\x12\x1a.lehr.v1.FetchDeltaRequest\x1a\x1b.lehr.v1.FetchDeltaResponse\x12W\n" +
+	"\x10ReportZoneStatus\x12 .lehr.v1.ReportZoneStatusRequest\x1a!.lehr.v1.ReportZoneStatusResponse\x12N\n" +
+	"\rGetZoneStatus\x12\x1d.lehr.v1.GetZoneStatusRequest\x1a\x1e.lehr.v1.GetZoneStatusResponseB\x1cZ\x1alehr.dev/lehr/proto/lehrpbb\x06proto3"
 
 var (
 	file_lehr_v1_control_proto_rawDescOnce sync.Once
@@ -2229,125 +2595,139 @@ func file_lehr_v1_control_proto_rawDescGZIP() []byte {
 }
 
 var file_lehr_v1_control_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_lehr_v1_control_proto_msgTypes = make([]protoimpl.MessageInfo, 33)
+var file_lehr_v1_control_proto_msgTypes = make([]protoimpl.MessageInfo, 39)
 var file_lehr_v1_control_proto_goTypes = []any{
-	(PropertyChange_Kind)(0),       // 0: lehr.v1.PropertyChange.Kind
-	(GoalEvent_Type)(0),            // 1: lehr.v1.GoalEvent.Type
-	(*CreateDomainRequest)(nil),    // 2: lehr.v1.CreateDomainRequest
-	(*GetDomainRequest)(nil),       // 3: lehr.v1.GetDomainRequest
-	(*ListDomainsRequest)(nil),     // 4: lehr.v1.ListDomainsRequest
-	(*ListDomainsResponse)(nil),    // 5: lehr.v1.ListDomainsResponse
-	(*CreateNamespaceRequest)(nil), // 6: lehr.v1.CreateNamespaceRequest
-	(*GetNamespaceRequest)(nil),    // 7: lehr.v1.GetNamespaceRequest
-	(*ListNamespacesRequest)(nil),  // 8: lehr.v1.ListNamespacesRequest
-	(*ListNamespacesResponse)(nil), // 9: lehr.v1.ListNamespacesResponse
-	(*PublishRequest)(nil),         // 10: lehr.v1.PublishRequest
-	(*PublishResponse)(nil),        // 11: lehr.v1.PublishResponse
-	(*PatchRequest)(nil),           // 12: lehr.v1.PatchRequest
-	(*PatchResponse)(nil),          // 13: lehr.v1.PatchResponse
-	(*GetRequest)(nil),             // 14: lehr.v1.GetRequest
-	(*GetResponse)(nil),            // 15: lehr.v1.GetResponse
-	(*HistoryRequest)(nil),         // 16: lehr.v1.HistoryRequest
-	(*HistoryResponse)(nil),        // 17: lehr.v1.HistoryResponse
-	(*DiffRequest)(nil),            // 18: lehr.v1.DiffRequest
-	(*PropertyChange)(nil),         // 19: lehr.v1.PropertyChange
-	(*DiffResponse)(nil),           // 20: lehr.v1.DiffResponse
-	(*RollbackRequest)(nil),        // 21: lehr.v1.RollbackRequest
-	(*RollbackResponse)(nil),       // 22: lehr.v1.RollbackResponse
-	(*CreateZoneRequest)(nil),      // 23: lehr.v1.CreateZoneRequest
-	(*ListZonesRequest)(nil),       // 24: lehr.v1.ListZonesRequest
-	(*ListZonesResponse)(nil),      // 25: lehr.v1.ListZonesResponse
-	(*GetGoalsRequest)(nil),        // 26: lehr.v1.GetGoalsRequest
-	(*GetGoalsResponse)(nil),       // 27: lehr.v1.GetGoalsResponse
-	(*WatchGoalsRequest)(nil),      // 28: lehr.v1.WatchGoalsRequest
-	(*GoalEvent)(nil),              // 29: lehr.v1.GoalEvent
-	(*WatchGoalsResponse)(nil),     // 30: lehr.v1.WatchGoalsResponse
-	(*FetchVersionRequest)(nil),    // 31: lehr.v1.FetchVersionRequest
-	(*FetchVersionResponse)(nil),   // 32: lehr.v1.FetchVersionResponse
-	(*FetchDeltaRequest)(nil),      // 33: lehr.v1.FetchDeltaRequest
-	(*FetchDeltaResponse)(nil),     // 34: lehr.v1.FetchDeltaResponse
-	(*Domain)(nil),                 // 35: lehr.v1.Domain
-	(*Namespace)(nil),              // 36: lehr.v1.Namespace
-	(NamespaceKind)(0),             // 37: lehr.v1.NamespaceKind
-	(*Property)(nil),               // 38: lehr.v1.Property
-	(*VersionInfo)(nil),            // 39: lehr.v1.VersionInfo
-	(*Zone)(nil),                   // 40: lehr.v1.Zone
-	(*GoalState)(nil),              // 41: lehr.v1.GoalState
+	(PropertyChange_Kind)(0),         // 0: lehr.v1.PropertyChange.Kind
+	(GoalEvent_Type)(0),              // 1: lehr.v1.GoalEvent.Type
+	(*CreateDomainRequest)(nil),      // 2: lehr.v1.CreateDomainRequest
+	(*GetDomainRequest)(nil),         // 3: lehr.v1.GetDomainRequest
+	(*ListDomainsRequest)(nil),       // 4: lehr.v1.ListDomainsRequest
+	(*ListDomainsResponse)(nil),      // 5: lehr.v1.ListDomainsResponse
+	(*CreateNamespaceRequest)(nil),   // 6: lehr.v1.CreateNamespaceRequest
+	(*GetNamespaceRequest)(nil),      // 7: lehr.v1.GetNamespaceRequest
+	(*ListNamespacesRequest)(nil),    // 8: lehr.v1.ListNamespacesRequest
+	(*ListNamespacesResponse)(nil),   // 9: lehr.v1.ListNamespacesResponse
+	(*PublishRequest)(nil),           // 10: lehr.v1.PublishRequest
+	(*PublishResponse)(nil),          // 11: lehr.v1.PublishResponse
+	(*PatchRequest)(nil),             // 12: lehr.v1.PatchRequest
+	(*PatchResponse)(nil),            // 13: lehr.v1.PatchResponse
+	(*GetRequest)(nil),               // 14: lehr.v1.GetRequest
+	(*GetResponse)(nil),              // 15: lehr.v1.GetResponse
+	(*HistoryRequest)(nil),           // 16: lehr.v1.HistoryRequest
+	(*HistoryResponse)(nil),          // 17: lehr.v1.HistoryResponse
+	(*DiffRequest)(nil),              // 18: lehr.v1.DiffRequest
+	(*PropertyChange)(nil),           // 19: lehr.v1.PropertyChange
+	(*DiffResponse)(nil),             // 20: lehr.v1.DiffResponse
+	(*RollbackRequest)(nil),          // 21: lehr.v1.RollbackRequest
+	(*RollbackResponse)(nil),         // 22: lehr.v1.RollbackResponse
+	(*CreateZoneRequest)(nil),        // 23: lehr.v1.CreateZoneRequest
+	(*ListZonesRequest)(nil),         // 24: lehr.v1.ListZonesRequest
+	(*ListZonesResponse)(nil),        // 25: lehr.v1.ListZonesResponse
+	(*GetGoalsRequest)(nil),          // 26: lehr.v1.GetGoalsRequest
+	(*GetGoalsResponse)(nil),         // 27: lehr.v1.GetGoalsResponse
+	(*WatchGoalsRequest)(nil),        // 28: lehr.v1.WatchGoalsRequest
+	(*GoalEvent)(nil),                // 29: lehr.v1.GoalEvent
+	(*WatchGoalsResponse)(nil),       // 30: lehr.v1.WatchGoalsResponse
+	(*FetchVersionRequest)(nil),      // 31: lehr.v1.FetchVersionRequest
+	(*FetchVersionResponse)(nil),     // 32: lehr.v1.FetchVersionResponse
+	(*FetchDeltaRequest)(nil),        // 33: lehr.v1.FetchDeltaRequest
+	(*FetchDeltaResponse)(nil),       // 34: lehr.v1.FetchDeltaResponse
+	(*VersionCount)(nil),             // 35: lehr.v1.VersionCount
+	(*ReportZoneStatusRequest)(nil),  // 36: lehr.v1.ReportZoneStatusRequest
+	(*ReportZoneStatusResponse)(nil), // 37: lehr.v1.ReportZoneStatusResponse
+	(*GetZoneStatusRequest)(nil),     // 38: lehr.v1.GetZoneStatusRequest
+	(*DistributorStatus)(nil),        // 39: lehr.v1.DistributorStatus
+	(*GetZoneStatusResponse)(nil),    // 40: lehr.v1.GetZoneStatusResponse
+	(*Domain)(nil),                   // 41: lehr.v1.Domain
+	(*Namespace)(nil),                // 42: lehr.v1.Namespace
+	(NamespaceKind)(0),               // 43: lehr.v1.NamespaceKind
+	(*Property)(nil),                 // 44: lehr.v1.Property
+	(*VersionInfo)(nil),              // 45: lehr.v1.VersionInfo
+	(*Zone)(nil),                     // 46: lehr.v1.Zone
+	(*GoalState)(nil),                // 47: lehr.v1.GoalState
 }
 var file_lehr_v1_control_proto_depIdxs = []int32{
-	35, // 0: lehr.v1.CreateDomainRequest.domain:type_name -> lehr.v1.Domain
-	35, // 1: lehr.v1.ListDomainsResponse.domains:type_name -> lehr.v1.Domain
-	36, // 2: lehr.v1.CreateNamespaceRequest.namespace:type_name -> lehr.v1.Namespace
-	36, // 3: lehr.v1.ListNamespacesResponse.namespaces:type_name -> lehr.v1.Namespace
-	37, // 4: lehr.v1.PublishRequest.kind:type_name -> lehr.v1.NamespaceKind
-	38, // 5: lehr.v1.PublishRequest.properties:type_name -> lehr.v1.Property
-	39, // 6: lehr.v1.PublishResponse.version:type_name -> lehr.v1.VersionInfo
-	38, // 7: lehr.v1.PatchRequest.set:type_name -> lehr.v1.Property
-	39, // 8: lehr.v1.PatchResponse.version:type_name -> lehr.v1.VersionInfo
-	39, // 9: lehr.v1.GetResponse.version:type_name -> lehr.v1.VersionInfo
-	38, // 10: lehr.v1.GetResponse.properties:type_name -> lehr.v1.Property
-	37, // 11: lehr.v1.GetResponse.kind:type_name -> lehr.v1.NamespaceKind
-	39, // 12: lehr.v1.HistoryResponse.versions:type_name -> lehr.v1.VersionInfo
+	41, // 0: lehr.v1.CreateDomainRequest.domain:type_name -> lehr.v1.Domain
+	41, // 1: lehr.v1.ListDomainsResponse.domains:type_name -> lehr.v1.Domain
+	42, // 2: lehr.v1.CreateNamespaceRequest.namespace:type_name -> lehr.v1.Namespace
+	42, // 3: lehr.v1.ListNamespacesResponse.namespaces:type_name -> lehr.v1.Namespace
+	43, // 4: lehr.v1.PublishRequest.kind:type_name -> lehr.v1.NamespaceKind
+	44, // 5: lehr.v1.PublishRequest.properties:type_name -> lehr.v1.Property
+	45, // 6: lehr.v1.PublishResponse.version:type_name -> lehr.v1.VersionInfo
+	44, // 7: lehr.v1.PatchRequest.set:type_name -> lehr.v1.Property
+	45, // 8: lehr.v1.PatchResponse.version:type_name -> lehr.v1.VersionInfo
+	45, // 9: lehr.v1.GetResponse.version:type_name -> lehr.v1.VersionInfo
+	44, // 10: lehr.v1.GetResponse.properties:type_name -> lehr.v1.Property
+	43, // 11: lehr.v1.GetResponse.kind:type_name -> lehr.v1.NamespaceKind
+	45, // 12: lehr.v1.HistoryResponse.versions:type_name -> lehr.v1.VersionInfo
 	0,  // 13: lehr.v1.PropertyChange.kind:type_name -> lehr.v1.PropertyChange.Kind
-	38, // 14: lehr.v1.PropertyChange.old:type_name -> lehr.v1.Property
-	38, // 15: lehr.v1.PropertyChange.new:type_name -> lehr.v1.Property
-	39, // 16: lehr.v1.DiffResponse.from:type_name -> lehr.v1.VersionInfo
-	39, // 17: lehr.v1.DiffResponse.to:type_name -> lehr.v1.VersionInfo
+	44, // 14: lehr.v1.PropertyChange.old:type_name -> lehr.v1.Property
+	44, // 15: lehr.v1.PropertyChange.new:type_name -> lehr.v1.Property
+	45, // 16: lehr.v1.DiffResponse.from:type_name -> lehr.v1.VersionInfo
+	45, // 17: lehr.v1.DiffResponse.to:type_name -> lehr.v1.VersionInfo
 	19, // 18: lehr.v1.DiffResponse.changes:type_name -> lehr.v1.PropertyChange
-	39, // 19: lehr.v1.RollbackResponse.version:type_name -> lehr.v1.VersionInfo
-	40, // 20: lehr.v1.ListZonesResponse.zones:type_name -> lehr.v1.Zone
-	41, // 21: lehr.v1.GetGoalsResponse.goals:type_name -> lehr.v1.GoalState
+	45, // 19: lehr.v1.RollbackResponse.version:type_name -> lehr.v1.VersionInfo
+	46, // 20: lehr.v1.ListZonesResponse.zones:type_name -> lehr.v1.Zone
+	47, // 21: lehr.v1.GetGoalsResponse.goals:type_name -> lehr.v1.GoalState
 	1,  // 22: lehr.v1.GoalEvent.type:type_name -> lehr.v1.GoalEvent.Type
-	41, // 23: lehr.v1.GoalEvent.goal:type_name -> lehr.v1.GoalState
+	47, // 23: lehr.v1.GoalEvent.goal:type_name -> lehr.v1.GoalState
 	29, // 24: lehr.v1.WatchGoalsResponse.events:type_name -> lehr.v1.GoalEvent
-	39, // 25: lehr.v1.FetchVersionResponse.version:type_name -> lehr.v1.VersionInfo
-	37, // 26: lehr.v1.FetchVersionResponse.kind:type_name -> lehr.v1.NamespaceKind
-	38, // 27: lehr.v1.FetchVersionResponse.properties:type_name -> lehr.v1.Property
-	39, // 28: lehr.v1.FetchDeltaResponse.from:type_name -> lehr.v1.VersionInfo
-	39, // 29: lehr.v1.FetchDeltaResponse.to:type_name -> lehr.v1.VersionInfo
-	37, // 30: lehr.v1.FetchDeltaResponse.kind:type_name -> lehr.v1.NamespaceKind
-	38, // 31: lehr.v1.FetchDeltaResponse.set:type_name -> lehr.v1.Property
-	2,  // 32: lehr.v1.Control.CreateDomain:input_type -> lehr.v1.CreateDomainRequest
-	3,  // 33: lehr.v1.Control.GetDomain:input_type -> lehr.v1.GetDomainRequest
-	4,  // 34: lehr.v1.Control.ListDomains:input_type -> lehr.v1.ListDomainsRequest
-	6,  // 35: lehr.v1.Control.CreateNamespace:input_type -> lehr.v1.CreateNamespaceRequest
-	7,  // 36: lehr.v1.Control.GetNamespace:input_type -> lehr.v1.GetNamespaceRequest
-	8,  // 37: lehr.v1.Control.ListNamespaces:input_type -> lehr.v1.ListNamespacesRequest
-	10, // 38: lehr.v1.Control.Publish:input_type -> lehr.v1.PublishRequest
-	12, // 39: lehr.v1.Control.Patch:input_type -> lehr.v1.PatchRequest
-	14, // 40: lehr.v1.Control.Get:input_type -> lehr.v1.GetRequest
-	16, // 41: lehr.v1.Control.History:input_type -> lehr.v1.HistoryRequest
-	18, // 42: lehr.v1.Control.Diff:input_type -> lehr.v1.DiffRequest
-	21, // 43: lehr.v1.Control.Rollback:input_type -> lehr.v1.RollbackRequest
-	23, // 44: lehr.v1.Control.CreateZone:input_type -> lehr.v1.CreateZoneRequest
-	24, // 45: lehr.v1.Control.ListZones:input_type -> lehr.v1.ListZonesRequest
-	26, // 46: lehr.v1.Control.GetGoals:input_type -> lehr.v1.GetGoalsRequest
-	28, // 47: lehr.v1.Control.WatchGoals:input_type -> lehr.v1.WatchGoalsRequest
-	31, // 48: lehr.v1.Control.FetchVersion:input_type -> lehr.v1.FetchVersionRequest
-	33, // 49: lehr.v1.Control.FetchDelta:input_type -> lehr.v1.FetchDeltaRequest
-	35, // 50: lehr.v1.Control.CreateDomain:output_type -> lehr.v1.Domain
-	35, // 51: lehr.v1.Control.GetDomain:output_type -> lehr.v1.Domain
-	5,  // 52: lehr.v1.Control.ListDomains:output_type -> lehr.v1.ListDomainsResponse
-	36, // 53: lehr.v1.Control.CreateNamespace:output_type -> lehr.v1.Namespace
-	36, // 54: lehr.v1.Control.GetNamespace:output_type -> lehr.v1.Namespace
-	9,  // 55: lehr.v1.Control.ListNamespaces:output_type -> lehr.v1.ListNamespacesResponse
-	11, // 56: lehr.v1.Control.Publish:output_type -> lehr.v1.PublishResponse
-	13, // 57: lehr.v1.Control.Patch:output_type -> lehr.v1.PatchResponse
-	15, // 58: lehr.v1.Control.Get:output_type -> lehr.v1.GetResponse
-	17, // 59: lehr.v1.Control.History:output_type -> lehr.v1.HistoryResponse
-	20, // 60: lehr.v1.Control.Diff:output_type -> lehr.v1.DiffResponse
-	22, // 61: lehr.v1.Control.Rollback:output_type -> lehr.v1.RollbackResponse
-	40, // 62: lehr.v1.Control.CreateZone:output_type -> lehr.v1.Zone
-	25, // 63: lehr.v1.Control.ListZones:output_type -> lehr.v1.ListZonesResponse
-	27, // 64: lehr.v1.Control.GetGoals:output_type -> lehr.v1.GetGoalsResponse
-	30, // 65: lehr.v1.Control.WatchGoals:output_type -> lehr.v1.WatchGoalsResponse
-	32, // 66: lehr.v1.Control.FetchVersion:output_type -> lehr.v1.FetchVersionResponse
-	34, // 67: lehr.v1.Control.FetchDelta:output_type -> lehr.v1.FetchDeltaResponse
-	50, // [50:68] is the sub-list for method output_type
-	32, // [32:50] is the sub-list for method input_type
-	32, // [32:32] is the sub-list for extension type_name
-	32, // [32:32] is the sub-list for extension extendee
-	0,  // [0:32] is the sub-list for field type_name
+	45, // 25: lehr.v1.FetchVersionResponse.version:type_name -> lehr.v1.VersionInfo
+	43, // 26: lehr.v1.FetchVersionResponse.kind:type_name -> lehr.v1.NamespaceKind
+	44, // 27: lehr.v1.FetchVersionResponse.properties:type_name -> lehr.v1.Property
+	45, // 28: lehr.v1.FetchDeltaResponse.from:type_name -> lehr.v1.VersionInfo
+	45, // 29: lehr.v1.FetchDeltaResponse.to:type_name -> lehr.v1.VersionInfo
+	43, // 30: lehr.v1.FetchDeltaResponse.kind:type_name -> lehr.v1.NamespaceKind
+	44, // 31: lehr.v1.FetchDeltaResponse.set:type_name -> lehr.v1.Property
+	35, // 32: lehr.v1.ReportZoneStatusRequest.versions:type_name -> lehr.v1.VersionCount
+	35, // 33: lehr.v1.DistributorStatus.versions:type_name -> lehr.v1.VersionCount
+	39, // 34: lehr.v1.GetZoneStatusResponse.distributors:type_name -> lehr.v1.DistributorStatus
+	35, // 35: lehr.v1.GetZoneStatusResponse.versions:type_name -> lehr.v1.VersionCount
+	2,  // 36: lehr.v1.Control.CreateDomain:input_type -> lehr.v1.CreateDomainRequest
+	3,  // 37: lehr.v1.Control.GetDomain:input_type -> lehr.v1.GetDomainRequest
+	4,  // 38: lehr.v1.Control.ListDomains:input_type -> lehr.v1.ListDomainsRequest
+	6,  // 39: lehr.v1.Control.CreateNamespace:input_type -> lehr.v1.CreateNamespaceRequest
+	7,  // 40: lehr.v1.Control.GetNamespace:input_type -> lehr.v1.GetNamespaceRequest
+	8,  // 41: lehr.v1.Control.ListNamespaces:input_type -> lehr.v1.ListNamespacesRequest
+	10, // 42: lehr.v1.Control.Publish:input_type -> lehr.v1.PublishRequest
+	12, // 43: lehr.v1.Control.Patch:input_type -> lehr.v1.PatchRequest
+	14, // 44: lehr.v1.Control.Get:input_type -> lehr.v1.GetRequest
+	16, // 45: lehr.v1.Control.History:input_type -> lehr.v1.HistoryRequest
+	18, // 46: lehr.v1.Control.Diff:input_type -> lehr.v1.DiffRequest
+	21, // 47: lehr.v1.Control.Rollback:input_type -> lehr.v1.RollbackRequest
+	23, // 48: lehr.v1.Control.CreateZone:input_type -> lehr.v1.CreateZoneRequest
+	24, // 49: lehr.v1.Control.ListZones:input_type -> lehr.v1.ListZonesRequest
+	26, // 50: lehr.v1.Control.GetGoals:input_type -> lehr.v1.GetGoalsRequest
+	28, // 51: lehr.v1.Control.WatchGoals:input_type -> lehr.v1.WatchGoalsRequest
+	31, // 52: lehr.v1.Control.FetchVersion:input_type -> lehr.v1.FetchVersionRequest
+	33, // 53: lehr.v1.Control.FetchDelta:input_type -> lehr.v1.FetchDeltaRequest
+	36, // 54: lehr.v1.Control.ReportZoneStatus:input_type -> lehr.v1.ReportZoneStatusRequest
+	38, // 55: lehr.v1.Control.GetZoneStatus:input_type -> lehr.v1.GetZoneStatusRequest
+	41, // 56: lehr.v1.Control.CreateDomain:output_type -> lehr.v1.Domain
+	41, // 57: lehr.v1.Control.GetDomain:output_type -> lehr.v1.Domain
+	5,  // 58: lehr.v1.Control.ListDomains:output_type -> lehr.v1.ListDomainsResponse
+	42, // 59: lehr.v1.Control.CreateNamespace:output_type -> lehr.v1.Namespace
+	42, // 60: lehr.v1.Control.GetNamespace:output_type -> lehr.v1.Namespace
+	9,  // 61: lehr.v1.Control.ListNamespaces:output_type -> lehr.v1.ListNamespacesResponse
+	11, // 62: lehr.v1.Control.Publish:output_type -> lehr.v1.PublishResponse
+	13, // 63: lehr.v1.Control.Patch:output_type -> lehr.v1.PatchResponse
+	15, // 64: lehr.v1.Control.Get:output_type -> lehr.v1.GetResponse
+	17, // 65: lehr.v1.Control.History:output_type -> lehr.v1.HistoryResponse
+	20, // 66: lehr.v1.Control.Diff:output_type -> lehr.v1.DiffResponse
+	22, // 67: lehr.v1.Control.Rollback:output_type -> lehr.v1.RollbackResponse
+	46, // 68: lehr.v1.Control.CreateZone:output_type -> lehr.v1.Zone
+	25, // 69: lehr.v1.Control.ListZones:output_type -> lehr.v1.ListZonesResponse
+	27, // 70: lehr.v1.Control.GetGoals:output_type -> lehr.v1.GetGoalsResponse
+	30, // 71: lehr.v1.Control.WatchGoals:output_type -> lehr.v1.WatchGoalsResponse
+	32, // 72: lehr.v1.Control.FetchVersion:output_type -> lehr.v1.FetchVersionResponse
+	34, // 73: lehr.v1.Control.FetchDelta:output_type -> lehr.v1.FetchDeltaResponse
+	37, // 74: lehr.v1.Control.ReportZoneStatus:output_type -> lehr.v1.ReportZoneStatusResponse
+	40, // 75: lehr.v1.Control.GetZoneStatus:output_type -> lehr.v1.GetZoneStatusResponse
+	56, // [56:76] is the sub-list for method output_type
+	36, // [36:56] is the sub-list for method input_type
+	36, // [36:36] is the sub-list for extension type_name
+	36, // [36:36] is the sub-list for extension extendee
+	0,  // [0:36] is the sub-list for field type_name
 }
 
 func init() { file_lehr_v1_control_proto_init() }
@@ -2362,7 +2742,7 @@ func file_lehr_v1_control_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lehr_v1_control_proto_rawDesc), len(file_lehr_v1_control_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   33,
+			NumMessages:   39,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -28,24 +28,26 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	Control_CreateDomain_FullMethodName    = "/lehr.v1.Control/CreateDomain"
-	Control_GetDomain_FullMethodName       = "/lehr.v1.Control/GetDomain"
-	Control_ListDomains_FullMethodName     = "/lehr.v1.Control/ListDomains"
-	Control_CreateNamespace_FullMethodName = "/lehr.v1.Control/CreateNamespace"
-	Control_GetNamespace_FullMethodName    = "/lehr.v1.Control/GetNamespace"
-	Control_ListNamespaces_FullMethodName  = "/lehr.v1.Control/ListNamespaces"
-	Control_Publish_FullMethodName         = "/lehr.v1.Control/Publish"
-	Control_Patch_FullMethodName           = "/lehr.v1.Control/Patch"
-	Control_Get_FullMethodName             = "/lehr.v1.Control/Get"
-	Control_History_FullMethodName         = "/lehr.v1.Control/History"
-	Control_Diff_FullMethodName            = "/lehr.v1.Control/Diff"
-	Control_Rollback_FullMethodName        = "/lehr.v1.Control/Rollback"
-	Control_CreateZone_FullMethodName      = "/lehr.v1.Control/CreateZone"
-	Control_ListZones_FullMethodName       = "/lehr.v1.Control/ListZones"
-	Control_GetGoals_FullMethodName        = "/lehr.v1.Control/GetGoals"
-	Control_WatchGoals_FullMethodName      = "/lehr.v1.Control/WatchGoals"
-	Control_FetchVersion_FullMethodName    = "/lehr.v1.Control/FetchVersion"
-	Control_FetchDelta_FullMethodName      = "/lehr.v1.Control/FetchDelta"
+	Control_CreateDomain_FullMethodName     = "/lehr.v1.Control/CreateDomain"
+	Control_GetDomain_FullMethodName        = "/lehr.v1.Control/GetDomain"
+	Control_ListDomains_FullMethodName      = "/lehr.v1.Control/ListDomains"
+	Control_CreateNamespace_FullMethodName  = "/lehr.v1.Control/CreateNamespace"
+	Control_GetNamespace_FullMethodName     = "/lehr.v1.Control/GetNamespace"
+	Control_ListNamespaces_FullMethodName   = "/lehr.v1.Control/ListNamespaces"
+	Control_Publish_FullMethodName          = "/lehr.v1.Control/Publish"
+	Control_Patch_FullMethodName            = "/lehr.v1.Control/Patch"
+	Control_Get_FullMethodName              = "/lehr.v1.Control/Get"
+	Control_History_FullMethodName          = "/lehr.v1.Control/History"
+	Control_Diff_FullMethodName             = "/lehr.v1.Control/Diff"
+	Control_Rollback_FullMethodName         = "/lehr.v1.Control/Rollback"
+	Control_CreateZone_FullMethodName       = "/lehr.v1.Control/CreateZone"
+	Control_ListZones_FullMethodName        = "/lehr.v1.Control/ListZones"
+	Control_GetGoals_FullMethodName         = "/lehr.v1.Control/GetGoals"
+	Control_WatchGoals_FullMethodName       = "/lehr.v1.Control/WatchGoals"
+	Control_FetchVersion_FullMethodName     = "/lehr.v1.Control/FetchVersion"
+	Control_FetchDelta_FullMethodName       = "/lehr.v1.Control/FetchDelta"
+	Control_ReportZoneStatus_FullMethodName = "/lehr.v1.Control/ReportZoneStatus"
+	Control_GetZoneStatus_FullMethodName    = "/lehr.v1.Control/GetZoneStatus"
 )
 
 // ControlClient is the client API for Control service.
@@ -89,6 +91,12 @@ type ControlClient interface {
 	// For distributors: a whole version, or what changed between two.
 	FetchVersion(ctx context.Context, in *FetchVersionRequest, opts ...grpc.CallOption) (*FetchVersionResponse, error)
 	FetchDelta(ctx context.Context, in *FetchDeltaRequest, opts ...grpc.CallOption) (*FetchDeltaResponse, error)
+	// ReportZoneStatus is sent periodically by every distributor: how many of
+	// its agents hold each version of each namespace. Reports expire if not
+	// renewed (three report intervals).
+	ReportZoneStatus(ctx context.Context, in *ReportZoneStatusRequest, opts ...grpc.CallOption) (*ReportZoneStatusResponse, error)
+	// GetZoneStatus aggregates the live reports of a zone's distributors.
+	GetZoneStatus(ctx context.Context, in *GetZoneStatusRequest, opts ...grpc.CallOption) (*GetZoneStatusResponse, error)
 }
 
 type controlClient struct {
@@ -288,6 +296,26 @@ func (c *controlClient) FetchDelta(ctx context.Context, in *FetchDeltaRequest, o
 	return out, nil
 }
 
+func (c *controlClient) ReportZoneStatus(ctx context.Context, in *ReportZoneStatusRequest, opts ...grpc.CallOption) (*ReportZoneStatusResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ReportZoneStatusResponse)
+	err := c.cc.Invoke(ctx, Control_ReportZoneStatus_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *controlClient) GetZoneStatus(ctx context.Context, in *GetZoneStatusRequest, opts ...grpc.CallOption) (*GetZoneStatusResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetZoneStatusResponse)
+	err := c.cc.Invoke(ctx, Control_GetZoneStatus_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ControlServer is the server API for Control service.
 // All implementations must embed UnimplementedControlServer
 // for forward compatibility.
@@ -329,6 +357,12 @@ type ControlServer interface {
 	// For distributors: a whole version, or what changed between two.
 	FetchVersion(context.Context, *FetchVersionRequest) (*FetchVersionResponse, error)
 	FetchDelta(context.Context, *FetchDeltaRequest) (*FetchDeltaResponse, error)
+	// ReportZoneStatus is sent periodically by every distributor: how many of
+	// its agents hold each version of each namespace. Reports expire if not
+	// renewed (three report intervals).
+	ReportZoneStatus(context.Context, *ReportZoneStatusRequest) (*ReportZoneStatusResponse, error)
+	// GetZoneStatus aggregates the live reports of a zone's distributors.
+	GetZoneStatus(context.Context, *GetZoneStatusRequest) (*GetZoneStatusResponse, error)
 	mustEmbedUnimplementedControlServer()
 }
 
@@ -392,6 +426,12 @@ func (UnimplementedControlServer) FetchVersion(context.Context, *FetchVersionReq
 }
 func (UnimplementedControlServer) FetchDelta(context.Context, *FetchDeltaRequest) (*FetchDeltaResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method FetchDelta not implemented")
+}
+func (UnimplementedControlServer) ReportZoneStatus(context.Context, *ReportZoneStatusRequest) (*ReportZoneStatusResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ReportZoneStatus not implemented")
+}
+func (UnimplementedControlServer) GetZoneStatus(context.Context, *GetZoneStatusRequest) (*GetZoneStatusResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetZoneStatus not implemented")
 }
 func (UnimplementedControlServer) mustEmbedUnimplementedControlServer() {}
 func (UnimplementedControlServer) testEmbeddedByValue()                 {}
@@ -731,6 +771,42 @@ func _Control_FetchDelta_Handler(srv interface{}, ctx context.Context, dec func(
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Control_ReportZoneStatus_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ReportZoneStatusRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ControlServer).ReportZoneStatus(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Control_ReportZoneStatus_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ControlServer).ReportZoneStatus(ctx, req.(*ReportZoneStatusRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Control_GetZoneStatus_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetZoneStatusRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ControlServer).GetZoneStatus(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Control_GetZoneStatus_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ControlServer).GetZoneStatus(ctx, req.(*GetZoneStatusRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Control_ServiceDesc is the grpc.ServiceDesc for Control service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -805,6 +881,14 @@ var Control_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "FetchDelta",
 			Handler:    _Control_FetchDelta_Handler,
+		},
+		{
+			MethodName: "ReportZoneStatus",
+			Handler:    _Control_ReportZoneStatus_Handler,
+		},
+		{
+			MethodName: "GetZoneStatus",
+			Handler:    _Control_GetZoneStatus_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{
