@@ -1,0 +1,243 @@
+package producer
+
+import (
+	"context"
+	crand "crypto/rand"
+	"crypto/tls"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"strings"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"lehr.dev/lehr/internal/apierror"
+	"lehr.dev/lehr/proto/lehrpb"
+)
+
+// DefaultAddress is the control plane address used when Options.Address is
+// empty: the default listen address of "lehr control".
+const DefaultAddress = "127.0.0.1:7400"
+
+// DefaultMaxMessageBytes is the default largest gRPC message the client
+// sends or receives. A namespace may hold up to 16 MiB by default; 64 MiB
+// leaves room for domains that raise the cap.
+const DefaultMaxMessageBytes = 64 << 20
+
+// Options configures a Client. The zero value connects to DefaultAddress
+// over plaintext loopback with the default retry policy.
+type Options struct {
+	// Address is the control plane's "host:port"; default DefaultAddress.
+	// A "unix:///path" target is also accepted and counts as local.
+	Address string
+	// TLS configures transport security. nil means plaintext, which New
+	// allows only when Address is a loopback address or a unix socket;
+	// any other address without TLS is refused. Set Certificates for
+	// mutual TLS.
+	TLS *tls.Config
+	// Author is the identity asserted on every write and recorded in
+	// history when the transport carries no authenticated identity
+	// ("lehr --as"). Empty means none.
+	Author string
+	// Retry says how retryable errors are retried. The zero value is the
+	// default policy.
+	Retry RetryPolicy
+	// MaxMessageBytes is the largest gRPC message sent or received; default
+	// DefaultMaxMessageBytes.
+	MaxMessageBytes int
+	// Logger receives retry and watch reconnect logs; default
+	// slog.Default().
+	Logger *slog.Logger
+	// DialOptions are appended to the client's own dial options, e.g. an
+	// interceptor in tests. Most callers leave it nil.
+	DialOptions []grpc.DialOption
+}
+
+// RetryPolicy bounds the retries of one call. Only errors whose Retryable
+// method reports true are retried (unavailable, deadline exceeded at the
+// server, aborted, rate limited); everything else returns at once. Writes
+// keep the same request_id across attempts, so a retry never duplicates a
+// version.
+type RetryPolicy struct {
+	// MaxAttempts is the total number of attempts of one call, including
+	// the first; default 5. 1 disables retries.
+	MaxAttempts int
+	// InitialBackoff is the wait before the first retry; default 100ms.
+	// Each next wait doubles, up to MaxBackoff, and is jittered to a random
+	// duration between half and all of it.
+	InitialBackoff time.Duration
+	// MaxBackoff caps the wait between attempts; default 5s.
+	MaxBackoff time.Duration
+}
+
+func (p RetryPolicy) withDefaults() RetryPolicy {
+	if p.MaxAttempts <= 0 {
+		p.MaxAttempts = 5
+	}
+	if p.InitialBackoff <= 0 {
+		p.InitialBackoff = 100 * time.Millisecond
+	}
+	if p.MaxBackoff <= 0 {
+		p.MaxBackoff = 5 * time.Second
+	}
+	if p.MaxBackoff < p.InitialBackoff {
+		p.MaxBackoff = p.InitialBackoff
+	}
+	return p
+}
+
+// backoff returns the jittered wait before retry number n (0 for the first).
+func (p RetryPolicy) backoff(n int) time.Duration {
+	d := p.InitialBackoff
+	for i := 0; i < n && d < p.MaxBackoff; i++ {
+		d *= 2
+	}
+	d = min(d, p.MaxBackoff)
+	half := d / 2
+	return half + rand.N(d-half+1)
+}
+
+// Client is a connection to the control plane. It is safe for concurrent use.
+// Create it with New and release it with Close.
+type Client struct {
+	opts Options
+	conn *grpc.ClientConn
+	rpc  lehrpb.ControlClient
+	log  *slog.Logger
+
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// New returns a Client for opts.Address. It does not wait for the connection;
+// the first call does, and retries while control is unavailable. New fails
+// if the address is not loopback and opts.TLS is nil.
+func New(opts Options) (*Client, error) {
+	if opts.Address == "" {
+		opts.Address = DefaultAddress
+	}
+	opts.Retry = opts.Retry.withDefaults()
+	if opts.MaxMessageBytes <= 0 {
+		opts.MaxMessageBytes = DefaultMaxMessageBytes
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	var creds credentials.TransportCredentials
+	if opts.TLS != nil {
+		creds = credentials.NewTLS(opts.TLS)
+	} else {
+		local, err := isLocal(opts.Address)
+		if err != nil {
+			return nil, invalidArg("address", "%v", err)
+		}
+		if !local {
+			return nil, invalidArg("address",
+				"refusing plaintext to %s: plaintext is allowed only to a loopback address (127.0.0.1, ::1, localhost) or a unix socket; configure TLS (Options.TLS, or lehr --tls-ca/--tls-cert/--tls-key)",
+				opts.Address)
+		}
+		creds = insecure.NewCredentials()
+	}
+	dopts := []grpc.DialOption{
+		grpc.WithTransportCredentials(creds),
+		grpc.WithDefaultCallOptions(
+			grpc.MaxCallRecvMsgSize(opts.MaxMessageBytes),
+			grpc.MaxCallSendMsgSize(opts.MaxMessageBytes),
+		),
+	}
+	dopts = append(dopts, opts.DialOptions...)
+	conn, err := grpc.NewClient(opts.Address, dopts...)
+	if err != nil {
+		return nil, invalidArg("address", "dial %s: %v", opts.Address, err)
+	}
+	return &Client{
+		opts: opts,
+		conn: conn,
+		rpc:  lehrpb.NewControlClient(conn),
+		log:  opts.Logger.With("control", opts.Address),
+	}, nil
+}
+
+// Close releases the connection. Calls in flight fail with ErrCanceled.
+// Close is idempotent.
+func (c *Client) Close() error {
+	c.closeOnce.Do(func() { c.closeErr = c.conn.Close() })
+	return c.closeErr
+}
+
+// Address returns the control plane address the client dials.
+func (c *Client) Address() string { return c.opts.Address }
+
+// RPC returns the underlying generated client, for calls this package does
+// not wrap. Its errors are raw gRPC statuses; convert them with
+// apierror.FromError.
+func (c *Client) RPC() lehrpb.ControlClient { return c.rpc }
+
+// isLocal reports whether addr is a loopback "host:port" or a unix socket.
+func isLocal(addr string) (bool, error) {
+	if strings.HasPrefix(addr, "unix:") || strings.HasPrefix(addr, "unix-abstract:") {
+		return true, nil
+	}
+	addr = strings.TrimPrefix(addr, "dns:///")
+	addr = strings.TrimPrefix(addr, "passthrough:///")
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false, fmt.Errorf("address %q: want host:port", addr)
+	}
+	if host == "localhost" {
+		return true, nil
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback(), nil
+}
+
+// newRequestID returns a fresh idempotency token: 16 random bytes in hex.
+func newRequestID() string {
+	var b [16]byte
+	_, _ = crand.Read(b[:]) // crypto/rand.Read never fails (Go 1.24+).
+	return hex.EncodeToString(b[:])
+}
+
+// call runs fn until it succeeds, fails with a non-retryable error, runs out
+// of attempts or ctx is done. The returned error wraps an *Error and names
+// what was attempted.
+func (c *Client) call(ctx context.Context, what string, fn func(ctx context.Context) error) error {
+	p := c.opts.Retry
+	var last *Error
+	for attempt := 0; attempt < p.MaxAttempts; attempt++ {
+		if attempt > 0 {
+			wait := p.backoff(attempt - 1)
+			c.log.Debug("retrying", "call", what, "attempt", attempt+1, "wait", wait, "err", last)
+			t := time.NewTimer(wait)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return fmt.Errorf("producer: %s: %w (after %d attempts, last error: %v)", what, apierror.FromError(ctx.Err()), attempt, last)
+			case <-t.C:
+			}
+		}
+		err := fn(ctx)
+		if err == nil {
+			return nil
+		}
+		last = apierror.FromError(err)
+		if ctx.Err() != nil {
+			// The caller gave up; report that, not the transport's view of it.
+			if !errors.Is(last, ErrCanceled) && !errors.Is(last, ErrDeadlineExceeded) {
+				last = apierror.FromError(ctx.Err())
+			}
+			break
+		}
+		if !last.Retryable() {
+			break
+		}
+	}
+	return fmt.Errorf("producer: %s: %w", what, last)
+}
