@@ -1,0 +1,212 @@
+package service
+
+import (
+	"context"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	"lehr.dev/lehr/internal/apierror"
+	"lehr.dev/lehr/internal/names"
+	"lehr.dev/lehr/proto/lehrpb"
+)
+
+// maxDescriptionBytes bounds a domain's description.
+const maxDescriptionBytes = 1024
+
+// CreateDomain registers a tenant with its quotas and ACL.
+//
+// The ACL is stored and returned but NOT enforced yet: anyone who can reach
+// the API may publish to any domain until authentication lands.
+func (s *Service) CreateDomain(ctx context.Context, req *lehrpb.CreateDomainRequest) (_ *lehrpb.Domain, err error) {
+	defer s.track(ctx, "CreateDomain", time.Now(), &err)
+	d := req.GetDomain()
+	if d == nil {
+		return nil, invalid(apierror.ReasonInvalidArgument, "domain", "domain is required")
+	}
+	if err := names.Domain(d.GetName()); err != nil {
+		return nil, nameError("domain.name", err)
+	}
+	if n := len(d.GetDescription()); n > maxDescriptionBytes {
+		return nil, invalid(apierror.ReasonInvalidArgument, "domain.description",
+			"description is %d bytes; at most %d allowed", n, maxDescriptionBytes).WithLimit("%d bytes", maxDescriptionBytes)
+	}
+	if err := checkQuotas(d.GetQuotas()); err != nil {
+		return nil, err
+	}
+	for i, p := range d.GetAcl().GetPublishers() {
+		if p == "" || len(p) > 256 {
+			return nil, invalid(apierror.ReasonInvalidArgument, propField("domain.acl.publishers", i, ""), "an identity must be 1-256 bytes")
+		}
+	}
+	for i, p := range d.GetAcl().GetReaders() {
+		if p == "" || len(p) > 256 {
+			return nil, invalid(apierror.ReasonInvalidArgument, propField("domain.acl.readers", i, ""), "an identity must be 1-256 bytes")
+		}
+	}
+	in := proto.Clone(d).(*lehrpb.Domain)
+	in.CreateTime = nil
+	in.CreatedBy = callerOf(ctx).author("")
+	out, err := s.st.CreateDomain(ctx, in)
+	if err != nil {
+		return nil, withField(s.apiError(ctx, err), "domain.name")
+	}
+	s.log.Info("control: created domain", "domain", out.GetName(), "by", out.GetCreatedBy())
+	return out, nil
+}
+
+// checkQuotas rejects negative quotas; zero means the server default and
+// values above the hard caps are clamped to them when applied.
+func checkQuotas(q *lehrpb.Quotas) error {
+	if q == nil {
+		return nil
+	}
+	neg := func(field string, bad bool) error {
+		if bad {
+			return invalid(apierror.ReasonInvalidArgument, "domain.quotas."+field, "%s must not be negative (0 means the server default)", field)
+		}
+		return nil
+	}
+	for _, c := range []error{
+		neg("max_namespace_bytes", q.GetMaxNamespaceBytes() < 0),
+		neg("max_properties", q.GetMaxProperties() < 0),
+		neg("max_value_bytes", q.GetMaxValueBytes() < 0),
+		neg("publishes_per_second", q.GetPublishesPerSecond() < 0 || q.GetPublishesPerSecond() != q.GetPublishesPerSecond()),
+		neg("publish_burst", q.GetPublishBurst() < 0),
+		neg("outbound_bytes_per_second", q.GetOutboundBytesPerSecond() < 0),
+		neg("max_namespaces", q.GetMaxNamespaces() < 0),
+	} {
+		if c != nil {
+			return c
+		}
+	}
+	return nil
+}
+
+// GetDomain returns a domain.
+func (s *Service) GetDomain(ctx context.Context, req *lehrpb.GetDomainRequest) (_ *lehrpb.Domain, err error) {
+	defer s.track(ctx, "GetDomain", time.Now(), &err)
+	if err := names.Domain(req.GetName()); err != nil {
+		return nil, nameError("name", err)
+	}
+	d, err := s.st.GetDomain(ctx, req.GetName())
+	if err != nil {
+		return nil, withField(s.apiError(ctx, err), "name")
+	}
+	return d, nil
+}
+
+// ListDomains lists domains by name, paged.
+func (s *Service) ListDomains(ctx context.Context, req *lehrpb.ListDomainsRequest) (_ *lehrpb.ListDomainsResponse, err error) {
+	defer s.track(ctx, "ListDomains", time.Now(), &err)
+	size, err := pageSize(req.GetPageSize(), defaultListPage)
+	if err != nil {
+		return nil, err
+	}
+	after, err := listToken("d", req.GetPageToken())
+	if err != nil {
+		return nil, err
+	}
+	ds, err := s.st.ListDomains(ctx, after, size+1)
+	if err != nil {
+		return nil, err
+	}
+	resp := &lehrpb.ListDomainsResponse{Domains: ds}
+	if len(ds) > size {
+		resp.Domains = ds[:size]
+		resp.NextPageToken = encodeToken("d", ds[size-1].GetName())
+	}
+	return resp, nil
+}
+
+// CreateNamespace creates an empty namespace, typically to give it a JSON
+// Schema before the first publish. The schema must build.
+func (s *Service) CreateNamespace(ctx context.Context, req *lehrpb.CreateNamespaceRequest) (_ *lehrpb.Namespace, err error) {
+	defer s.track(ctx, "CreateNamespace", time.Now(), &err)
+	ns := req.GetNamespace()
+	if ns == nil {
+		return nil, invalid(apierror.ReasonInvalidArgument, "namespace", "namespace is required")
+	}
+	dname, _, nerr := names.Namespace(ns.GetName())
+	if nerr != nil {
+		return nil, nameError("namespace.name", nerr)
+	}
+	if err := checkKind("namespace.kind", ns.GetKind()); err != nil {
+		return nil, err
+	}
+	in := &lehrpb.Namespace{Name: ns.GetName(), Kind: ns.GetKind(), JsonSchema: ns.GetJsonSchema()}
+	if in.Kind == lehrpb.NamespaceKind_NAMESPACE_KIND_UNSPECIFIED {
+		in.Kind = s.kind
+	}
+	if _, v := s.registry.For(in); v != nil {
+		return nil, violationError("namespace.json_schema", v)
+	}
+	dom, err := s.domainOf(ctx, dname, "namespace.name")
+	if err != nil {
+		return nil, err
+	}
+	if err := s.checkNamespaceQuota(ctx, dom); err != nil {
+		return nil, withField(s.apiError(ctx, err), "namespace.name")
+	}
+	out, err := s.st.CreateNamespace(ctx, in)
+	if err != nil {
+		return nil, withField(s.apiError(ctx, err), "namespace.name")
+	}
+	s.log.Info("control: created namespace", "namespace", out.GetName(), "kind", out.GetKind().String(),
+		"schema", out.GetJsonSchema() != "")
+	return out, nil
+}
+
+// GetNamespace returns a namespace's head.
+func (s *Service) GetNamespace(ctx context.Context, req *lehrpb.GetNamespaceRequest) (_ *lehrpb.Namespace, err error) {
+	defer s.track(ctx, "GetNamespace", time.Now(), &err)
+	if _, _, err := names.Namespace(req.GetName()); err != nil {
+		return nil, nameError("name", err)
+	}
+	ns, err := s.st.GetNamespace(ctx, req.GetName())
+	if err != nil {
+		return nil, withField(s.apiError(ctx, err), "name")
+	}
+	return ns, nil
+}
+
+// ListNamespaces lists a domain's namespaces by name, paged.
+func (s *Service) ListNamespaces(ctx context.Context, req *lehrpb.ListNamespacesRequest) (_ *lehrpb.ListNamespacesResponse, err error) {
+	defer s.track(ctx, "ListNamespaces", time.Now(), &err)
+	if err := names.Domain(req.GetDomain()); err != nil {
+		return nil, nameError("domain", err)
+	}
+	size, err := pageSize(req.GetPageSize(), defaultListPage)
+	if err != nil {
+		return nil, err
+	}
+	after, err := listToken("n", req.GetPageToken())
+	if err != nil {
+		return nil, err
+	}
+	if _, err := s.domainOf(ctx, req.GetDomain(), "domain"); err != nil {
+		return nil, err
+	}
+	nss, err := s.st.ListNamespaces(ctx, req.GetDomain(), after, size+1)
+	if err != nil {
+		return nil, err
+	}
+	resp := &lehrpb.ListNamespacesResponse{Namespaces: nss}
+	if len(nss) > size {
+		resp.Namespaces = nss[:size]
+		resp.NextPageToken = encodeToken("n", nss[size-1].GetName())
+	}
+	return resp, nil
+}
+
+// listToken decodes a list page token ("" is the first page).
+func listToken(kind, tok string) (string, error) {
+	if tok == "" {
+		return "", nil
+	}
+	after, err := decodeToken(kind, tok)
+	if err != nil || after == "" {
+		return "", invalid(apierror.ReasonInvalidArgument, "page_token", "page_token is not one this API returned for this list")
+	}
+	return after, nil
+}

@@ -1,0 +1,122 @@
+package service
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"lehr.dev/lehr/control/store"
+	"lehr.dev/lehr/control/validate"
+	"lehr.dev/lehr/internal/apierror"
+	"lehr.dev/lehr/internal/names"
+)
+
+// apiError turns any error a handler produced into the one API error type.
+// Errors that are already *apierror.Error pass through; store errors map to
+// their documented codes; a request whose own context ended reports that.
+func (s *Service) apiError(ctx context.Context, err error) *apierror.Error {
+	var ae *apierror.Error
+	if errors.As(err, &ae) {
+		return ae
+	}
+	var nf *store.NotFoundError
+	var ce *store.ConflictError
+	switch {
+	case errors.As(err, &nf):
+		e := apierror.New(codes.NotFound, apierror.ReasonNotFound, "", "%s %q not found", nf.What, nf.Name)
+		if nf.What == "version" && nf.Oldest != 0 {
+			e.Message += fmt.Sprintf(": history keeps versions from %d on", nf.Oldest)
+		}
+		return e
+	case errors.As(err, &ce):
+		return staleError(ce.Namespace, "expected_version", "expected version", ce.Expected, ce.Current)
+	case errors.Is(err, store.ErrAlreadyExists):
+		return apierror.New(codes.AlreadyExists, apierror.ReasonAlreadyExists, "", "%v", err)
+	case errors.Is(err, store.ErrRevisionGone):
+		return apierror.New(codes.OutOfRange, apierror.ReasonRevisionGone, "start_revision",
+			"the requested revision was compacted; restart the watch from revision 0")
+	case errors.Is(err, store.ErrCorrupt):
+		s.log.Error("control: stored content is corrupt", "err", err)
+		return apierror.New(codes.DataLoss, apierror.ReasonInternal, "", "%v", err)
+	case ctx.Err() != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)):
+		// The caller gave up; say so in the caller's terms.
+		return apierror.FromError(ctx.Err())
+	case isUnavailable(err):
+		return apierror.New(codes.Unavailable, apierror.ReasonUnavailable, "",
+			"storage is unavailable, retry with the same request_id: %v", err)
+	}
+	s.log.Error("control: unexpected error", "err", err)
+	return apierror.New(codes.Internal, apierror.ReasonInternal, "", "%v", err)
+}
+
+// isUnavailable reports whether err means etcd could not be reached or could
+// not reach consensus in time: the same request may succeed if retried.
+func isUnavailable(err error) bool {
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, clientv3.ErrNoAvailableEndpoints) {
+		return true
+	}
+	var ee rpctypes.EtcdError
+	if errors.As(err, &ee) {
+		switch ee.Code() {
+		case codes.Unavailable, codes.DeadlineExceeded, codes.Canceled:
+			return true
+		}
+		return errors.Is(err, rpctypes.ErrNotLeader)
+	}
+	if st, ok := status.FromError(err); ok {
+		switch st.Code() {
+		case codes.Unavailable, codes.DeadlineExceeded:
+			return true
+		}
+	}
+	return errors.Is(err, context.Canceled)
+}
+
+// staleError is the conflict error: the stated version is not the latest.
+// what names the stated version, e.g. "base version".
+func staleError(ns, field, what string, stated, current uint64) *apierror.Error {
+	e := apierror.New(codes.FailedPrecondition, apierror.ReasonStaleVersion, field,
+		"%s: %s %d is stale: latest is %d; re-read and retry", ns, what, stated, current)
+	e.CurrentVersion = current
+	return e
+}
+
+// invalid is an InvalidArgument error.
+func invalid(reason, field, format string, args ...any) *apierror.Error {
+	return apierror.New(codes.InvalidArgument, reason, field, format, args...)
+}
+
+// nameError maps a names.Error to an InvalidArgument on field.
+func nameError(field string, err error) *apierror.Error {
+	var ne *names.Error
+	if errors.As(err, &ne) {
+		return invalid(apierror.ReasonInvalidName, field, "invalid %s %q: %s", ne.Kind, ne.Value, ne.Reason)
+	}
+	return invalid(apierror.ReasonInvalidName, field, "%v", err)
+}
+
+// violationError maps a validate.Violation to an API error on field.
+func violationError(field string, v *validate.Violation) *apierror.Error {
+	code := v.Code
+	if code == codes.OK {
+		code = codes.InvalidArgument
+	}
+	e := apierror.New(code, v.Reason, field, "%s", v.Message)
+	e.Limit = v.Limit
+	return e
+}
+
+// propField is the request field of a property: "properties[3].value".
+func propField(list string, i int, sub string) string {
+	f := list + "[" + strconv.Itoa(i) + "]"
+	if sub != "" {
+		f += "." + sub
+	}
+	return f
+}

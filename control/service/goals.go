@@ -1,0 +1,139 @@
+package service
+
+import (
+	"context"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+
+	"lehr.dev/lehr/internal/apierror"
+	"lehr.dev/lehr/internal/names"
+	"lehr.dev/lehr/proto/lehrpb"
+)
+
+// initialBatch bounds the goal states in one initial WatchGoals message.
+const initialBatch = 1000
+
+// CreateZone registers a zone; its goals start at every namespace's latest
+// version.
+func (s *Service) CreateZone(ctx context.Context, req *lehrpb.CreateZoneRequest) (_ *lehrpb.Zone, err error) {
+	defer s.track(ctx, "CreateZone", time.Now(), &err)
+	if err := names.Zone(req.GetName()); err != nil {
+		return nil, nameError("name", err)
+	}
+	z, err := s.st.CreateZone(ctx, req.GetName())
+	if err != nil {
+		return nil, withField(s.apiError(ctx, err), "name")
+	}
+	s.log.Info("control: created zone", "zone", z.GetName())
+	return z, nil
+}
+
+// ListZones lists every registered zone.
+func (s *Service) ListZones(ctx context.Context, req *lehrpb.ListZonesRequest) (_ *lehrpb.ListZonesResponse, err error) {
+	defer s.track(ctx, "ListZones", time.Now(), &err)
+	zs, err := s.st.ListZones(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return &lehrpb.ListZonesResponse{Zones: zs}, nil
+}
+
+// GetGoals returns a zone's goal states, or one namespace's.
+func (s *Service) GetGoals(ctx context.Context, req *lehrpb.GetGoalsRequest) (_ *lehrpb.GetGoalsResponse, err error) {
+	defer s.track(ctx, "GetGoals", time.Now(), &err)
+	if err := names.Zone(req.GetZone()); err != nil {
+		return nil, nameError("zone", err)
+	}
+	if req.GetNamespace() != "" {
+		if _, _, err := names.Namespace(req.GetNamespace()); err != nil {
+			return nil, nameError("namespace", err)
+		}
+	}
+	goals, rev, err := s.st.Goals(ctx, req.GetZone(), req.GetNamespace())
+	if err != nil {
+		return nil, withField(s.apiError(ctx, err), "zone")
+	}
+	return &lehrpb.GetGoalsResponse{Goals: goals, Revision: rev}, nil
+}
+
+// WatchGoals streams a zone's goal states: with start_revision 0 the current
+// state first, then every change. The stream ends when the client cancels,
+// when the service closes (UNAVAILABLE: reconnect elsewhere and resume), or
+// when the revision to resume from was compacted (OUT_OF_RANGE: restart from
+// 0). A slow client delays only its own stream.
+func (s *Service) WatchGoals(req *lehrpb.WatchGoalsRequest, stream grpc.ServerStreamingServer[lehrpb.WatchGoalsResponse]) (err error) {
+	ctx := stream.Context()
+	defer s.track(ctx, "WatchGoals", time.Now(), &err)
+	if err := names.Zone(req.GetZone()); err != nil {
+		return nameError("zone", err)
+	}
+	if req.GetStartRevision() < 0 {
+		return invalid(apierror.ReasonInvalidArgument, "start_revision", "start_revision must be 0 (initial state first) or a revision to resume from")
+	}
+	if req.GetCreateZone() {
+		if err := s.st.EnsureZone(ctx, req.GetZone()); err != nil {
+			return err
+		}
+	}
+	// Stop the watch when the client goes away or the service closes.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		select {
+		case <-s.closing:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+
+	from := req.GetStartRevision()
+	if from == 0 {
+		goals, rev, err := s.st.Goals(ctx, req.GetZone(), "")
+		if err != nil {
+			return withField(s.apiError(ctx, err), "zone")
+		}
+		for i := 0; ; i += initialBatch {
+			end := min(i+initialBatch, len(goals))
+			msg := &lehrpb.WatchGoalsResponse{Revision: rev, Initial: true, InitialComplete: end == len(goals)}
+			for _, g := range goals[i:end] {
+				msg.Events = append(msg.Events, &lehrpb.GoalEvent{Type: lehrpb.GoalEvent_TYPE_PUT, Goal: g})
+			}
+			if err := stream.Send(msg); err != nil {
+				return apierror.FromError(err)
+			}
+			if end == len(goals) {
+				break
+			}
+		}
+		from = rev + 1
+	}
+	for b := range s.st.WatchGoals(ctx, req.GetZone(), from) {
+		if b.Err != nil {
+			return s.watchEnd(stream.Context(), b.Err)
+		}
+		if err := stream.Send(&lehrpb.WatchGoalsResponse{Revision: b.Revision, Events: b.Events}); err != nil {
+			return apierror.FromError(err)
+		}
+	}
+	return s.watchEnd(stream.Context(), nil)
+}
+
+// watchEnd is the error that ends a goal watch: UNAVAILABLE when the service
+// closes, the client's own cancellation, or the watch's error.
+func (s *Service) watchEnd(ctx context.Context, err error) error {
+	select {
+	case <-s.closing:
+		return apierror.New(codes.Unavailable, apierror.ReasonUnavailable, "",
+			"control is shutting down; reconnect and resume from the last revision + 1")
+	default:
+	}
+	if ctx.Err() != nil {
+		return apierror.FromError(ctx.Err())
+	}
+	if err != nil {
+		return err
+	}
+	return apierror.New(codes.Unavailable, apierror.ReasonUnavailable, "", "the goal watch ended; resume from the last revision + 1")
+}

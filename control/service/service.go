@@ -1,0 +1,180 @@
+// Package service implements the Control gRPC API (lehrpb.ControlServer) on
+// top of control/store: it checks every request (names with internal/names,
+// content with control/validate, quotas and rate limits), records who
+// published what and why, and turns every failure into an *apierror.Error
+// naming the request field at fault. Nothing is stored when a request is
+// rejected.
+//
+// Only package control (the daemon) and its tests import service.
+package service
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/VictoriaMetrics/metrics"
+	"google.golang.org/grpc/codes"
+
+	"lehr.dev/lehr/control/store"
+	"lehr.dev/lehr/control/validate"
+	"lehr.dev/lehr/proto/lehrpb"
+)
+
+// GoalPolicy decides what a new version does to zone goal states. It is the
+// seam for the rollout strategist: today every publish moves every zone
+// (store.GoalsAllZones); a strategist returns store.GoalsNone and moves goal
+// states itself through store.SetGoal.
+//
+// ns is the namespace as read before the commit (nil when the publish creates
+// it); source says how the version was produced.
+type GoalPolicy func(ns *lehrpb.Namespace, source lehrpb.VersionSource) store.GoalPolicy
+
+// AllZones is the default GoalPolicy: every publish sets every zone's goal.
+func AllZones(*lehrpb.Namespace, lehrpb.VersionSource) store.GoalPolicy {
+	return store.GoalsAllZones
+}
+
+// Options configures a Service.
+type Options struct {
+	// Store holds the state. Required.
+	Store *store.Store
+	// Logger; default slog.Default().
+	Logger *slog.Logger
+	// Metrics receives the service's metrics; default a private new set
+	// (metrics are then only visible to tests through Service.Metrics).
+	Metrics *metrics.Set
+	// Now returns the current time, for rate limiting; default time.Now.
+	Now func() time.Time
+	// DefaultKind is the kind of a namespace created by a publish that does
+	// not state one; default lehrpb.NamespaceKind_NAMESPACE_KIND_CONFIG.
+	DefaultKind lehrpb.NamespaceKind
+	// GoalPolicy decides how a publish moves goal states; default AllZones.
+	GoalPolicy GoalPolicy
+	// PublishRetries bounds how often a publish without expected_version is
+	// retried when another writer committed in between (last writer wins);
+	// default 8.
+	PublishRetries int
+}
+
+// Service implements lehrpb.ControlServer. Create it with New; it is safe
+// for concurrent use.
+type Service struct {
+	lehrpb.UnimplementedControlServer
+
+	st      *store.Store
+	log     *slog.Logger
+	metrics *metrics.Set
+	now     func() time.Time
+	kind    lehrpb.NamespaceKind
+	goals   GoalPolicy
+	retries int
+
+	limiters limiters
+	registry *validate.Registry
+
+	// closing is closed by Close; long-lived streams end when it is.
+	closeOnce sync.Once
+	closing   chan struct{}
+}
+
+// New returns a Service. It starts nothing.
+func New(opts Options) (*Service, error) {
+	if opts.Store == nil {
+		return nil, errors.New("service: Options.Store is required")
+	}
+	s := &Service{
+		st:      opts.Store,
+		log:     opts.Logger,
+		metrics: opts.Metrics,
+		now:     opts.Now,
+		kind:    opts.DefaultKind,
+		goals:   opts.GoalPolicy,
+		retries: opts.PublishRetries,
+		closing: make(chan struct{}),
+	}
+	if s.log == nil {
+		s.log = slog.Default()
+	}
+	if s.metrics == nil {
+		s.metrics = metrics.NewSet()
+	}
+	if s.now == nil {
+		s.now = time.Now
+	}
+	if s.kind == lehrpb.NamespaceKind_NAMESPACE_KIND_UNSPECIFIED {
+		s.kind = lehrpb.NamespaceKind_NAMESPACE_KIND_CONFIG
+	}
+	if s.goals == nil {
+		s.goals = AllZones
+	}
+	if s.retries <= 0 {
+		s.retries = 8
+	}
+	s.limiters.m = make(map[string]*domainLimiter)
+	s.registry = validate.NewRegistry(validate.Options{})
+	return s, nil
+}
+
+// Metrics returns the set the service records into.
+func (s *Service) Metrics() *metrics.Set { return s.metrics }
+
+// Close ends every open WatchGoals stream with UNAVAILABLE so that a
+// graceful server stop does not wait for them. Unary calls are unaffected.
+// It is idempotent.
+func (s *Service) Close() {
+	s.closeOnce.Do(func() { close(s.closing) })
+}
+
+// track records the duration of one call and, if it failed, the rejection
+// reason. It also guarantees that whatever error a handler returns reaches
+// the client as an *apierror.Error. Use as
+//
+//	defer s.track(ctx, "Publish", time.Now(), &err)
+func (s *Service) track(ctx context.Context, method string, start time.Time, errp *error) {
+	s.metrics.GetOrCreateHistogram(`lehr_control_request_duration_seconds{method="` + method + `"}`).UpdateDuration(start)
+	if *errp == nil {
+		return
+	}
+	e := s.apiError(ctx, *errp)
+	*errp = e
+	if e.Code == codes.Canceled {
+		return // the caller went away; not a rejection
+	}
+	reason := e.Reason
+	if reason == "" {
+		reason = e.Code.String()
+	}
+	s.metrics.GetOrCreateCounter(`lehr_control_rejections_total{reason="` + reason + `"}`).Inc()
+	s.log.Debug("control: request rejected", "method", method, "code", e.Code.String(), "reason", e.Reason, "field", e.Field, "err", e.Message)
+}
+
+// RoundTripObserver returns a store.Options.OnRoundTrip function that
+// records every etcd request in set as lehr_control_etcd_round_trips_total
+// and lehr_control_etcd_duration_seconds, labelled by operation.
+func RoundTripObserver(set *metrics.Set) func(op string, d time.Duration, err error) {
+	return func(op string, d time.Duration, err error) {
+		set.GetOrCreateCounter(`lehr_control_etcd_round_trips_total{op="` + op + `"}`).Inc()
+		set.GetOrCreateHistogram(`lehr_control_etcd_duration_seconds{op="` + op + `"}`).Update(d.Seconds())
+		if err != nil {
+			set.GetOrCreateCounter(`lehr_control_etcd_errors_total{op="` + op + `"}`).Inc()
+		}
+	}
+}
+
+func (s *Service) countPublish(kind string) {
+	s.metrics.GetOrCreateCounter(`lehr_control_publishes_total{kind="` + kind + `"}`).Inc()
+}
+
+// Ready reports whether the store answers; the daemon uses it for the gRPC
+// health service.
+func (s *Service) Ready(ctx context.Context) error {
+	if _, err := s.st.ListZones(ctx); err != nil {
+		return s.apiError(ctx, err)
+	}
+	return nil
+}
+
+var _ lehrpb.ControlServer = (*Service)(nil)
