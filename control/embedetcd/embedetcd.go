@@ -1,0 +1,273 @@
+// Package embedetcd runs etcd inside the current process, for control's
+// default single-member deployment ("one command, no setup") and for tests
+// that need a real etcd, including a multi-member cluster whose members can
+// be stopped and restarted to exercise failover.
+//
+// Only package control, its subpackages and cmd/ binaries that run control
+// import embedetcd; agents and distributors never link etcd.
+package embedetcd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/url"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/server/v3/embed"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+)
+
+// DefaultMaxRequestBytes is etcd's own default request size limit (1.5 MiB).
+// It is kept as the default so that callers writing large values are
+// exercised against the same limit an external etcd enforces.
+const DefaultMaxRequestBytes = embed.DefaultMaxRequestBytes
+
+// autoURL is the URL form that asks Start to pick a free loopback port.
+const autoURL = "http://127.0.0.1:0"
+
+// Options configures Start. Only Dir is required.
+type Options struct {
+	// Dir is the data directory; it is created if missing. Starting again on
+	// the same Dir recovers the data stored there.
+	Dir string
+	// Name is the member name, default "default".
+	Name string
+	// ClientURL and PeerURL are the URLs the member listens on and
+	// advertises. The default "http://127.0.0.1:0" picks a free loopback
+	// port; a URL with port 0 is resolved to a concrete port before etcd
+	// starts, because a member's peer URL must be known to the whole
+	// cluster in advance. If binding a picked port fails (another process
+	// took it in between) Start retries with new ports.
+	ClientURL, PeerURL string
+	// InitialCluster is etcd's --initial-cluster ("m0=http://...,m1=...");
+	// default: this member alone. It is ignored when Dir already holds data.
+	InitialCluster string
+	// ClusterState is "new" (default) or "existing".
+	ClusterState string
+	// Logger receives etcd's own log entries at or above LogLevel; default
+	// slog.Default().
+	Logger *slog.Logger
+	// LogLevel is the lowest etcd log level passed to Logger: "debug",
+	// "info", "warn" or "error" (default). etcd is chatty; raise the
+	// verbosity only when debugging etcd itself.
+	LogLevel string
+	// MaxRequestBytes is the largest client request etcd accepts; default
+	// DefaultMaxRequestBytes (1.5 MiB).
+	MaxRequestBytes uint
+	// UnsafeNoFsync disables fsync of etcd's WAL and database. Data
+	// survives a process restart but not a machine crash: tests only.
+	UnsafeNoFsync bool
+}
+
+// Server is one running embedded etcd member.
+type Server struct {
+	opts      Options // resolved: concrete URLs, defaults applied
+	etcd      *embed.Etcd
+	closeOnce sync.Once
+}
+
+// Start starts an etcd member and waits until it is ready to serve clients
+// (for a new multi-member cluster: until a quorum has formed) or ctx is done.
+// On error nothing is left running.
+func Start(ctx context.Context, opts Options) (*Server, error) {
+	if opts.Dir == "" {
+		return nil, errors.New("embedetcd: Options.Dir is required")
+	}
+	if opts.Name == "" {
+		opts.Name = "default"
+	}
+	if opts.ClientURL == "" {
+		opts.ClientURL = autoURL
+	}
+	if opts.PeerURL == "" {
+		opts.PeerURL = autoURL
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	if opts.MaxRequestBytes == 0 {
+		opts.MaxRequestBytes = DefaultMaxRequestBytes
+	}
+	if opts.ClusterState == "" {
+		opts.ClusterState = embed.ClusterStateFlagNew
+	}
+	if opts.LogLevel == "" {
+		opts.LogLevel = "error"
+	}
+	auto := hasPortZero(opts.ClientURL) || hasPortZero(opts.PeerURL)
+	if auto && opts.InitialCluster != "" && hasPortZero(opts.PeerURL) {
+		return nil, errors.New("embedetcd: Options.PeerURL must have a concrete port when InitialCluster is set")
+	}
+	const attempts = 5
+	var err error
+	for range attempts {
+		resolved := opts
+		if resolved.ClientURL, err = resolvePort(opts.ClientURL); err != nil {
+			return nil, err
+		}
+		if resolved.PeerURL, err = resolvePort(opts.PeerURL); err != nil {
+			return nil, err
+		}
+		var s *Server
+		s, err = start(ctx, resolved)
+		if err == nil {
+			return s, nil
+		}
+		if !auto || !isAddrInUse(err) || ctx.Err() != nil {
+			return nil, err
+		}
+		opts.Logger.Debug("embedetcd: picked port was taken, retrying", "err", err)
+	}
+	return nil, err
+}
+
+func start(ctx context.Context, opts Options) (*Server, error) {
+	curl, err := url.Parse(opts.ClientURL)
+	if err != nil {
+		return nil, fmt.Errorf("embedetcd: parse ClientURL %q: %w", opts.ClientURL, err)
+	}
+	purl, err := url.Parse(opts.PeerURL)
+	if err != nil {
+		return nil, fmt.Errorf("embedetcd: parse PeerURL %q: %w", opts.PeerURL, err)
+	}
+	if err := os.MkdirAll(opts.Dir, 0o700); err != nil {
+		return nil, fmt.Errorf("embedetcd: create data dir: %w", err)
+	}
+	lvl, err := zapcore.ParseLevel(opts.LogLevel)
+	if err != nil {
+		return nil, fmt.Errorf("embedetcd: Options.LogLevel %q: want debug, info, warn or error", opts.LogLevel)
+	}
+
+	cfg := embed.NewConfig()
+	cfg.Name = opts.Name
+	cfg.Dir = opts.Dir
+	cfg.ListenClientUrls = []url.URL{*curl}
+	cfg.AdvertiseClientUrls = []url.URL{*curl}
+	cfg.ListenPeerUrls = []url.URL{*purl}
+	cfg.AdvertisePeerUrls = []url.URL{*purl}
+	cfg.InitialCluster = opts.InitialCluster
+	if cfg.InitialCluster == "" {
+		cfg.InitialCluster = cfg.InitialClusterFromName(opts.Name)
+	}
+	cfg.ClusterState = opts.ClusterState
+	cfg.MaxRequestBytes = opts.MaxRequestBytes
+	cfg.UnsafeNoFsync = opts.UnsafeNoFsync
+	cfg.LogLevel = opts.LogLevel
+	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.New(&slogCore{
+		logger: opts.Logger.With("component", "etcd", "member", opts.Name),
+		level:  lvl,
+	}))
+
+	e, err := embed.StartEtcd(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("embedetcd: start member %s: %w", opts.Name, err)
+	}
+	select {
+	case <-e.Server.ReadyNotify():
+	case err := <-e.Err():
+		e.Close()
+		return nil, fmt.Errorf("embedetcd: member %s failed while starting: %w", opts.Name, err)
+	case <-e.Server.StopNotify():
+		e.Close()
+		return nil, fmt.Errorf("embedetcd: member %s stopped while starting", opts.Name)
+	case <-ctx.Done():
+		e.Close()
+		return nil, fmt.Errorf("embedetcd: wait for member %s to be ready: %w", opts.Name, ctx.Err())
+	}
+	return &Server{opts: opts, etcd: e}, nil
+}
+
+// Endpoints returns the client URLs of the member.
+func (s *Server) Endpoints() []string { return []string{s.opts.ClientURL} }
+
+// PeerURL returns the peer URL of the member.
+func (s *Server) PeerURL() string { return s.opts.PeerURL }
+
+// Dir returns the data directory.
+func (s *Server) Dir() string { return s.opts.Dir }
+
+// Err reports a fatal error of the running member (for example losing its
+// listener). It is closed after Close.
+func (s *Server) Err() <-chan error { return s.etcd.Err() }
+
+// Client returns a new client of this member that the caller must close.
+// ctx bounds the dial only.
+func (s *Server) Client(ctx context.Context) (*clientv3.Client, error) {
+	return NewClient(ctx, s.Endpoints())
+}
+
+// Close stops the member and waits for it to release its data directory
+// and ports. It is idempotent.
+func (s *Server) Close() {
+	s.closeOnce.Do(func() {
+		s.etcd.Close()
+		// Drain errors reported while closing; errc is closed by Close.
+		for range s.etcd.Err() {
+		}
+	})
+}
+
+// NewClient dials etcd at endpoints with Lehr's defaults: the client's own
+// zap logging is off (errors surface as returned errors instead) and the
+// request size limit matches etcd's default. ctx bounds the dial only.
+func NewClient(ctx context.Context, endpoints []string) (*clientv3.Client, error) {
+	cli, err := clientv3.New(clientv3.Config{
+		Endpoints:   endpoints,
+		DialTimeout: 10 * time.Second,
+		Context:     context.WithoutCancel(ctx),
+		Logger:      zap.NewNop(),
+		// Fail over between members quickly; the server keeps a watch
+		// stream alive with its own keepalives too.
+		DialKeepAliveTime:    5 * time.Second,
+		DialKeepAliveTimeout: 5 * time.Second,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("embedetcd: dial %s: %w", strings.Join(endpoints, ","), err)
+	}
+	return cli, nil
+}
+
+func hasPortZero(raw string) bool {
+	u, err := url.Parse(raw)
+	return err == nil && u.Port() == "0"
+}
+
+// resolvePort replaces port 0 in raw with a port that was free a moment ago.
+func resolvePort(raw string) (string, error) {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "", fmt.Errorf("embedetcd: parse URL %q: %w", raw, err)
+	}
+	if u.Port() != "0" {
+		return raw, nil
+	}
+	port, err := freePort(u.Hostname())
+	if err != nil {
+		return "", err
+	}
+	u.Host = net.JoinHostPort(u.Hostname(), strconv.Itoa(port))
+	return u.String(), nil
+}
+
+func freePort(host string) (int, error) {
+	l, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
+	if err != nil {
+		return 0, fmt.Errorf("embedetcd: pick a free port on %s: %w", host, err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+func isAddrInUse(err error) bool {
+	return errors.Is(err, syscall.EADDRINUSE) || strings.Contains(err.Error(), "address already in use")
+}
