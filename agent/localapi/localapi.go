@@ -1,0 +1,368 @@
+// Package localapi serves the agent's local gRPC API (service lehr.v1.Agent,
+// proto/lehr/v1/agent.proto) on a unix socket to consumers on the same host.
+//
+// The package owns the socket (stale-file removal, permissions, cleanup),
+// validates every request (a bad field gets an INVALID_ARGUMENT naming it and
+// changes nothing) and maps errors to gRPC statuses through
+// internal/apierror. What each call means is the Backend's business; the
+// agent implements it.
+//
+// Imported by the agent only.
+package localapi
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+
+	"lehr.dev/lehr/agent/leases"
+	"lehr.dev/lehr/internal/apierror"
+	"lehr.dev/lehr/internal/names"
+	"lehr.dev/lehr/proto/lehrpb"
+)
+
+// Limits on request fields.
+const (
+	MaxClientIDBytes    = 256
+	MaxLeaseIDBytes     = 128
+	MaxReportErrorBytes = 4096
+	MaxKeys             = 10000
+)
+
+// SocketMode is the permission of the socket file: owner and group may
+// connect, others may not.
+const SocketMode fs.FileMode = 0o660
+
+// ErrNotFound is wrapped by Backend errors about a namespace the agent does
+// not hold; it becomes NOT_FOUND.
+var ErrNotFound = errors.New("localapi: not found")
+
+// ErrUnavailable is wrapped by Backend errors about content the agent cannot
+// serve right now (e.g. its cached copy failed verification and a fresh
+// one is on its way); it becomes UNAVAILABLE, which callers may retry.
+var ErrUnavailable = errors.New("localapi: temporarily unavailable")
+
+// ErrInUse is returned by Start when another process serves the socket.
+var ErrInUse = errors.New("localapi: socket in use by a live server")
+
+// Backend gives the API its meaning. Requests reach it validated: names
+// follow internal/names, lease ids are non-empty. Errors wrapping
+// leases.ErrNotFound or ErrNotFound become NOT_FOUND, ErrUnavailable
+// UNAVAILABLE, an *apierror.Error keeps its code, anything else is INTERNAL.
+type Backend interface {
+	Subscribe(ctx context.Context, req *lehrpb.SubscribeRequest) (*lehrpb.SubscribeResponse, error)
+	KeepAlive(ctx context.Context, leaseID string) (ttl time.Duration, err error)
+	Unsubscribe(ctx context.Context, leaseID string) error
+	Get(ctx context.Context, req *lehrpb.AgentGetRequest) (*lehrpb.AgentGetResponse, error)
+	Status(ctx context.Context) (*lehrpb.StatusResponse, error)
+	ReportApply(ctx context.Context, req *lehrpb.ReportApplyRequest) error
+}
+
+// Options configure a Server.
+type Options struct {
+	// Socket is the unix socket path. Required. Its directory is created
+	// (0755) if missing.
+	Socket string
+	// Backend answers the calls. Required.
+	Backend Backend
+	// Logger; nil means slog.Default().
+	Logger *slog.Logger
+}
+
+// Server is the local API server.
+type Server struct {
+	opts Options
+	log  *slog.Logger
+	grpc *grpc.Server
+
+	mu      sync.Mutex
+	started bool
+	closed  bool
+	lis     net.Listener
+	done    chan struct{} // closed when Serve returns
+	err     error
+}
+
+// New returns a server; Start begins serving.
+func New(opts Options) (*Server, error) {
+	if opts.Socket == "" {
+		return nil, errors.New("localapi: Options.Socket is required")
+	}
+	if opts.Backend == nil {
+		return nil, errors.New("localapi: Options.Backend is required")
+	}
+	s := &Server{opts: opts, log: opts.Logger, done: make(chan struct{})}
+	if s.log == nil {
+		s.log = slog.Default()
+	}
+	s.grpc = grpc.NewServer()
+	lehrpb.RegisterAgentServer(s.grpc, &service{b: opts.Backend})
+	return s, nil
+}
+
+// Start listens on the socket and serves in the background. A socket file
+// left by a dead agent is removed; a socket some live process still serves
+// is left alone and Start fails with ErrInUse; any other file at the path
+// is an error.
+func (s *Server) Start() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return errors.New("localapi: server closed")
+	}
+	if s.started {
+		return errors.New("localapi: already started")
+	}
+	path := s.opts.Socket
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return fmt.Errorf("localapi: create socket directory: %w", err)
+	}
+	if err := removeStale(path); err != nil {
+		return err
+	}
+	lis, err := net.Listen("unix", path)
+	if err != nil {
+		return fmt.Errorf("localapi: listen on %s: %w", path, err)
+	}
+	// The listener must not unlink the path on Close if a successor already
+	// replaced it; we remove it ourselves in Close.
+	lis.(*net.UnixListener).SetUnlinkOnClose(false)
+	if err := os.Chmod(path, SocketMode); err != nil {
+		lis.Close()
+		os.Remove(path)
+		return fmt.Errorf("localapi: chmod socket %s: %w", path, err)
+	}
+	s.lis = lis
+	s.started = true
+	go func() {
+		defer close(s.done)
+		err := s.grpc.Serve(lis)
+		if err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+			s.log.Error("local API stopped", "socket", path, "err", err)
+			s.mu.Lock()
+			s.err = err
+			s.mu.Unlock()
+		}
+	}()
+	s.log.Info("local API serving", "socket", path)
+	return nil
+}
+
+func removeStale(path string) error {
+	fi, err := os.Lstat(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("localapi: stat socket %s: %w", path, err)
+	}
+	if fi.Mode().Type() != fs.ModeSocket {
+		return fmt.Errorf("localapi: %s exists and is not a socket (mode %v); refusing to remove it", path, fi.Mode())
+	}
+	c, err := net.DialTimeout("unix", path, time.Second)
+	if err == nil {
+		c.Close()
+		return fmt.Errorf("localapi: %s: %w", path, ErrInUse)
+	}
+	if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("localapi: remove stale socket %s: %w", path, err)
+	}
+	return nil
+}
+
+// Addr returns the socket path.
+func (s *Server) Addr() string { return s.opts.Socket }
+
+// Close stops the server: in-flight calls get up to timeout to finish, then
+// are cut. It removes the socket file and waits for the serving goroutine.
+// It is idempotent.
+func (s *Server) Close(timeout time.Duration) error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		<-s.waitCh()
+		return nil
+	}
+	s.closed = true
+	started := s.started
+	s.mu.Unlock()
+	if !started {
+		return nil
+	}
+	stopped := make(chan struct{})
+	go func() {
+		s.grpc.GracefulStop()
+		close(stopped)
+	}()
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	select {
+	case <-stopped:
+	case <-t.C:
+		s.grpc.Stop()
+		<-stopped
+	}
+	<-s.done
+	if err := os.Remove(s.opts.Socket); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("localapi: remove socket: %w", err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.err
+}
+
+func (s *Server) waitCh() <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.started {
+		c := make(chan struct{})
+		close(c)
+		return c
+	}
+	return s.done
+}
+
+// service adapts Backend to lehrpb.AgentServer, validating requests.
+type service struct {
+	lehrpb.UnimplementedAgentServer
+	b Backend
+}
+
+func invalidArg(field, format string, args ...any) error {
+	return apierror.New(codes.InvalidArgument, apierror.ReasonInvalidArgument, field, format, args...)
+}
+
+func checkNamespace(field, ns string) error {
+	if ns == "" {
+		return apierror.New(codes.InvalidArgument, apierror.ReasonInvalidName, field,
+			`namespace is required: want "domain/name"`)
+	}
+	if _, _, err := names.Namespace(ns); err != nil {
+		return apierror.New(codes.InvalidArgument, apierror.ReasonInvalidName, field, "%v", err)
+	}
+	return nil
+}
+
+func checkLeaseID(id string) error {
+	switch {
+	case id == "":
+		return invalidArg("lease_id", "lease_id is required: use the id Subscribe returned")
+	case len(id) > MaxLeaseIDBytes:
+		return invalidArg("lease_id", "lease_id is %d bytes, at most %d allowed", len(id), MaxLeaseIDBytes)
+	}
+	return nil
+}
+
+// toStatus maps a Backend error to an API error.
+func toStatus(op string, err error) error {
+	if err == nil {
+		return nil
+	}
+	var ae *apierror.Error
+	switch {
+	case errors.As(err, &ae):
+		return ae
+	case errors.Is(err, leases.ErrNotFound):
+		return apierror.New(codes.NotFound, apierror.ReasonNotFound, "lease_id",
+			"%v: subscribe again", err)
+	case errors.Is(err, ErrNotFound):
+		return apierror.New(codes.NotFound, apierror.ReasonNotFound, "namespace", "%v", err)
+	case errors.Is(err, ErrUnavailable):
+		return apierror.New(codes.Unavailable, apierror.ReasonUnavailable, "", "%v", err)
+	case errors.Is(err, context.Canceled):
+		return apierror.New(codes.Canceled, "", "", "%s: %v", op, err)
+	case errors.Is(err, context.DeadlineExceeded):
+		return apierror.New(codes.DeadlineExceeded, "", "", "%s: %v", op, err)
+	}
+	return apierror.New(codes.Internal, apierror.ReasonInternal, "", "%s: %v", op, err)
+}
+
+func (s *service) Subscribe(ctx context.Context, req *lehrpb.SubscribeRequest) (*lehrpb.SubscribeResponse, error) {
+	if err := checkNamespace("namespace", req.GetNamespace()); err != nil {
+		return nil, err
+	}
+	if n := len(req.GetClientId()); n > MaxClientIDBytes {
+		return nil, invalidArg("client_id", "client_id is %d bytes, at most %d allowed", n, MaxClientIDBytes)
+	}
+	if max := uint32(leases.DefaultMaxTTL / time.Second); req.GetTtlSeconds() > max {
+		return nil, invalidArg("ttl_seconds", "ttl_seconds is %d, at most %d allowed (0 means the agent default)",
+			req.GetTtlSeconds(), max)
+	}
+	resp, err := s.b.Subscribe(ctx, req)
+	return resp, toStatus("subscribe", err)
+}
+
+func (s *service) KeepAlive(ctx context.Context, req *lehrpb.KeepAliveRequest) (*lehrpb.KeepAliveResponse, error) {
+	if err := checkLeaseID(req.GetLeaseId()); err != nil {
+		return nil, err
+	}
+	ttl, err := s.b.KeepAlive(ctx, req.GetLeaseId())
+	if err != nil {
+		return nil, toStatus("keep alive", err)
+	}
+	return &lehrpb.KeepAliveResponse{TtlSeconds: uint32(ttl / time.Second)}, nil
+}
+
+func (s *service) Unsubscribe(ctx context.Context, req *lehrpb.UnsubscribeRequest) (*lehrpb.UnsubscribeResponse, error) {
+	if err := checkLeaseID(req.GetLeaseId()); err != nil {
+		return nil, err
+	}
+	if err := s.b.Unsubscribe(ctx, req.GetLeaseId()); err != nil {
+		return nil, toStatus("unsubscribe", err)
+	}
+	return &lehrpb.UnsubscribeResponse{}, nil
+}
+
+func (s *service) Get(ctx context.Context, req *lehrpb.AgentGetRequest) (*lehrpb.AgentGetResponse, error) {
+	if err := checkNamespace("namespace", req.GetNamespace()); err != nil {
+		return nil, err
+	}
+	if n := len(req.GetKeys()); n > MaxKeys {
+		return nil, invalidArg("keys", "%d keys requested, at most %d allowed", n, MaxKeys)
+	}
+	for i, k := range req.GetKeys() {
+		if err := names.Key(k); err != nil {
+			return nil, apierror.New(codes.InvalidArgument, apierror.ReasonInvalidName,
+				fmt.Sprintf("keys[%d]", i), "%v", err)
+		}
+	}
+	resp, err := s.b.Get(ctx, req)
+	return resp, toStatus("get", err)
+}
+
+func (s *service) Status(ctx context.Context, _ *lehrpb.StatusRequest) (*lehrpb.StatusResponse, error) {
+	resp, err := s.b.Status(ctx)
+	return resp, toStatus("status", err)
+}
+
+func (s *service) ReportApply(ctx context.Context, req *lehrpb.ReportApplyRequest) (*lehrpb.ReportApplyResponse, error) {
+	if err := checkLeaseID(req.GetLeaseId()); err != nil {
+		return nil, err
+	}
+	if err := checkNamespace("namespace", req.GetNamespace()); err != nil {
+		return nil, err
+	}
+	if req.GetVersion() == 0 {
+		return nil, invalidArg("version", "version is required: the version the consumer applied or rejected (>= 1)")
+	}
+	if n := len(req.GetError()); n > MaxReportErrorBytes {
+		return nil, invalidArg("error", "error is %d bytes, at most %d allowed", n, MaxReportErrorBytes)
+	}
+	if req.GetOk() && req.GetError() != "" {
+		return nil, invalidArg("error", "error must be empty when ok is true")
+	}
+	if err := s.b.ReportApply(ctx, req); err != nil {
+		return nil, toStatus("report apply", err)
+	}
+	return &lehrpb.ReportApplyResponse{}, nil
+}
