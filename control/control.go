@@ -1,0 +1,480 @@
+// Package control is the Lehr control plane daemon: it serves the Control
+// gRPC API (control/service) over state kept in etcd (control/store), runs
+// the history compactor, and exposes /metrics, /healthz and the gRPC health
+// service. With no etcd endpoints configured it runs a single-member etcd
+// inside the process, in its data directory.
+//
+// Only cmd/lehr (the "lehr control" command) and tests import control.
+package control
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/VictoriaMetrics/metrics"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/keepalive"
+
+	"lehr.dev/lehr/control/embedetcd"
+	"lehr.dev/lehr/control/service"
+	"lehr.dev/lehr/control/store"
+	"lehr.dev/lehr/proto/lehrpb"
+)
+
+// Defaults of Options.
+const (
+	DefaultDataDir         = "./lehr-data"
+	DefaultListen          = "127.0.0.1:7400"
+	DefaultMetricsListen   = "127.0.0.1:7401"
+	DefaultMaxMessageBytes = 64 << 20
+	DefaultCompactInterval = 10 * time.Minute
+	DefaultShutdownTimeout = 10 * time.Second
+)
+
+// healthInterval is how often the gRPC health status is refreshed from etcd.
+const healthInterval = 2 * time.Second
+
+// Options configures a Control. The zero value runs an embedded etcd in
+// ./lehr-data/etcd and serves plaintext gRPC on 127.0.0.1:7400.
+type Options struct {
+	// DataDir holds the embedded etcd's data in DataDir/etcd. Default
+	// DefaultDataDir ("./lehr-data"). Unused when EtcdEndpoints is set.
+	DataDir string
+	// EtcdEndpoints, if set, are the client URLs of an external etcd
+	// cluster to use instead of the embedded one. The same client code
+	// path serves both.
+	EtcdEndpoints []string
+	// Listen is the gRPC address. Default DefaultListen
+	// ("127.0.0.1:7400"); port 0 picks a free port (see Addr). Without
+	// TLS it must be a loopback address: control refuses to serve
+	// plaintext to the network.
+	Listen string
+	// MetricsListen is the HTTP address of /metrics (Prometheus text) and
+	// /healthz. Default DefaultMetricsListen ("127.0.0.1:7401"); "off"
+	// disables the listener. It is plaintext even when gRPC uses TLS.
+	MetricsListen string
+	// TLSCertFile and TLSKeyFile, both or neither, make gRPC use TLS 1.3
+	// with this certificate (create one with "lehr certs"). Default:
+	// plaintext, loopback only.
+	TLSCertFile, TLSKeyFile string
+	// ClientCAFile, if set (TLS only), requires every client to present a
+	// certificate signed by one of these CAs (mutual TLS); the certificate's
+	// common name then becomes the author of what the client publishes.
+	// Default: clients are not authenticated.
+	ClientCAFile string
+	// Retention is the history compaction policy; zero fields take the
+	// store's defaults (keep the last 100 versions and every version younger
+	// than 7 days).
+	Retention store.Retention
+	// CompactInterval is how often history is compacted. Default
+	// DefaultCompactInterval (10 minutes); negative disables compaction.
+	CompactInterval time.Duration
+	// StorePrefix is the prefix of every etcd key. Default "/lehr/".
+	StorePrefix string
+	// Logger; default slog.Default().
+	Logger *slog.Logger
+	// MaxMessageBytes bounds gRPC messages in both directions. Default
+	// DefaultMaxMessageBytes (64 MiB): a namespace may hold 16 MiB, plus
+	// framing.
+	MaxMessageBytes int
+	// ShutdownTimeout bounds the graceful stop: in-flight calls get this
+	// long to finish before they are cut. Default DefaultShutdownTimeout
+	// (10 s).
+	ShutdownTimeout time.Duration
+	// Metrics receives every metric; default a new set owned by Control.
+	Metrics *metrics.Set
+	// GoalPolicy decides how publishes move zone goal states; default
+	// service.AllZones (every publish moves every zone).
+	GoalPolicy service.GoalPolicy
+	// UnsafeNoFsync runs the embedded etcd without fsync: data survives a
+	// process restart but not a machine crash. Tests only. Default false.
+	UnsafeNoFsync bool
+}
+
+// Control is the control plane daemon. Create it with New, start it with
+// Run, stop it by cancelling Run's context or with Close.
+type Control struct {
+	opts    Options
+	log     *slog.Logger
+	metrics *metrics.Set
+	tls     *tls.Config // nil for plaintext
+
+	ready chan struct{}
+
+	mu          sync.Mutex
+	started     bool
+	closed      bool
+	cancel      context.CancelFunc
+	done        chan struct{} // closed when Run returns
+	addr        net.Addr
+	metricsAddr net.Addr
+}
+
+// New checks opts and returns a Control. It reads the TLS files but starts
+// nothing and listens on nothing.
+func New(opts Options) (*Control, error) {
+	if opts.DataDir == "" {
+		opts.DataDir = DefaultDataDir
+	}
+	if opts.Listen == "" {
+		opts.Listen = DefaultListen
+	}
+	if opts.MetricsListen == "" {
+		opts.MetricsListen = DefaultMetricsListen
+	}
+	if opts.MaxMessageBytes <= 0 {
+		opts.MaxMessageBytes = DefaultMaxMessageBytes
+	}
+	if opts.CompactInterval == 0 {
+		opts.CompactInterval = DefaultCompactInterval
+	}
+	if opts.ShutdownTimeout <= 0 {
+		opts.ShutdownTimeout = DefaultShutdownTimeout
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	if opts.Metrics == nil {
+		opts.Metrics = metrics.NewSet()
+	}
+	c := &Control{
+		opts:    opts,
+		log:     opts.Logger,
+		metrics: opts.Metrics,
+		ready:   make(chan struct{}),
+		done:    make(chan struct{}),
+	}
+	if (opts.TLSCertFile == "") != (opts.TLSKeyFile == "") {
+		return nil, errors.New("control: pass both --tls-cert and --tls-key, or neither")
+	}
+	if opts.ClientCAFile != "" && opts.TLSCertFile == "" {
+		return nil, errors.New("control: --client-ca requires --tls-cert and --tls-key")
+	}
+	if opts.TLSCertFile != "" {
+		cfg, err := serverTLS(opts.TLSCertFile, opts.TLSKeyFile, opts.ClientCAFile)
+		if err != nil {
+			return nil, err
+		}
+		c.tls = cfg
+	} else if err := requireLoopback(opts.Listen); err != nil {
+		return nil, err
+	}
+	if opts.MetricsListen != "off" {
+		if _, _, err := net.SplitHostPort(opts.MetricsListen); err != nil {
+			return nil, fmt.Errorf("control: metrics listen address %q: %w", opts.MetricsListen, err)
+		}
+	}
+	return c, nil
+}
+
+// requireLoopback refuses a plaintext listen address that is not loopback.
+func requireLoopback(addr string) error {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("control: listen address %q: %w", addr, err)
+	}
+	if host == "localhost" {
+		return nil
+	}
+	if ip := net.ParseIP(host); ip != nil && ip.IsLoopback() {
+		return nil
+	}
+	return fmt.Errorf("control: refusing to serve plaintext gRPC on %s, which is not a loopback address: "+
+		"pass --tls-cert and --tls-key (create them with \"lehr certs\"), or listen on 127.0.0.1", addr)
+}
+
+// serverTLS builds a TLS 1.3 configuration, with mutual TLS if caFile is set.
+func serverTLS(certFile, keyFile, caFile string) (*tls.Config, error) {
+	cert, err := tls.LoadX509KeyPair(certFile, keyFile)
+	if err != nil {
+		return nil, fmt.Errorf("control: load TLS certificate %s: %w", certFile, err)
+	}
+	cfg := &tls.Config{MinVersion: tls.VersionTLS13, Certificates: []tls.Certificate{cert}}
+	if caFile != "" {
+		pem, err := os.ReadFile(caFile)
+		if err != nil {
+			return nil, fmt.Errorf("control: read client CA %s: %w", caFile, err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("control: client CA %s holds no PEM certificate", caFile)
+		}
+		cfg.ClientCAs = pool
+		cfg.ClientAuth = tls.RequireAndVerifyClientCert
+	}
+	return cfg, nil
+}
+
+// Ready is closed once control serves gRPC (Addr is then valid). It is not
+// closed if Run fails before that.
+func (c *Control) Ready() <-chan struct{} { return c.ready }
+
+// Addr returns the gRPC listen address, or nil before Ready.
+func (c *Control) Addr() net.Addr {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.addr
+}
+
+// MetricsAddr returns the metrics HTTP address, or nil before Ready or when
+// the metrics listener is off.
+func (c *Control) MetricsAddr() net.Addr {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.metricsAddr
+}
+
+// Metrics returns the set control records into.
+func (c *Control) Metrics() *metrics.Set { return c.metrics }
+
+// Close stops a running control and waits until Run has returned. It is
+// idempotent and safe to call before Run (Run then fails at once).
+func (c *Control) Close() {
+	c.mu.Lock()
+	c.closed = true
+	cancel, started := c.cancel, c.started
+	c.mu.Unlock()
+	if cancel != nil {
+		cancel()
+	}
+	if started {
+		<-c.done
+	}
+}
+
+// Run starts etcd (unless external), the gRPC and metrics servers and the
+// compactor, serves until ctx is done or Close is called, then shuts down
+// gracefully and returns. It returns a non-nil error only if something
+// failed; a normal stop returns nil. Run may be called once.
+func (c *Control) Run(ctx context.Context) (err error) {
+	c.mu.Lock()
+	if c.started || c.closed {
+		c.mu.Unlock()
+		return errors.New("control: Run called twice or after Close")
+	}
+	c.started = true
+	ctx, cancel := context.WithCancel(ctx)
+	c.cancel = cancel
+	c.mu.Unlock()
+	defer close(c.done)
+	defer cancel()
+
+	// Storage.
+	endpoints := c.opts.EtcdEndpoints
+	var etcdErr <-chan error
+	if len(endpoints) == 0 {
+		dir := filepath.Join(c.opts.DataDir, "etcd")
+		srv, err := embedetcd.Start(ctx, embedetcd.Options{
+			Dir:           dir,
+			Name:          "lehr",
+			Logger:        c.log,
+			UnsafeNoFsync: c.opts.UnsafeNoFsync,
+		})
+		if err != nil {
+			return fmt.Errorf("control: start embedded etcd in %s: %w", dir, err)
+		}
+		defer srv.Close()
+		endpoints = srv.Endpoints()
+		etcdErr = srv.Err()
+		c.log.Info("control: embedded etcd started", "dir", dir, "endpoints", endpoints)
+	}
+	cli, err := embedetcd.NewClient(ctx, endpoints)
+	if err != nil {
+		return fmt.Errorf("control: %w", err)
+	}
+	defer cli.Close()
+	st := store.New(cli, store.Options{
+		Prefix:      c.opts.StorePrefix,
+		Retention:   c.opts.Retention,
+		Logger:      c.log,
+		OnRoundTrip: service.RoundTripObserver(c.metrics),
+	})
+	svc, err := service.New(service.Options{
+		Store:      st,
+		Logger:     c.log,
+		Metrics:    c.metrics,
+		GoalPolicy: c.opts.GoalPolicy,
+	})
+	if err != nil {
+		return fmt.Errorf("control: %w", err)
+	}
+
+	// Listeners.
+	lis, err := net.Listen("tcp", c.opts.Listen)
+	if err != nil {
+		return fmt.Errorf("control: listen on %s: %w", c.opts.Listen, err)
+	}
+	defer lis.Close()
+	var mlis net.Listener
+	if c.opts.MetricsListen != "off" {
+		mlis, err = net.Listen("tcp", c.opts.MetricsListen)
+		if err != nil {
+			return fmt.Errorf("control: listen for metrics on %s: %w", c.opts.MetricsListen, err)
+		}
+		defer mlis.Close()
+	}
+
+	// Servers.
+	gopts := []grpc.ServerOption{
+		grpc.MaxRecvMsgSize(c.opts.MaxMessageBytes),
+		grpc.MaxSendMsgSize(c.opts.MaxMessageBytes),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
+		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
+	}
+	if c.tls != nil {
+		gopts = append(gopts, grpc.Creds(credentials.NewTLS(c.tls)))
+	}
+	gs := grpc.NewServer(gopts...)
+	lehrpb.RegisterControlServer(gs, svc)
+	hs := health.NewServer()
+	setHealth(hs, healthpb.HealthCheckResponse_NOT_SERVING)
+	healthpb.RegisterHealthServer(gs, hs)
+
+	var hsrv *http.Server
+	if mlis != nil {
+		hsrv = &http.Server{Handler: c.httpHandler(hs), ReadHeaderTimeout: 10 * time.Second}
+	}
+
+	var wg sync.WaitGroup
+	errc := make(chan error, 4)
+	wg.Go(func() {
+		if err := gs.Serve(lis); err != nil {
+			errc <- fmt.Errorf("control: serve gRPC: %w", err)
+		}
+	})
+	if hsrv != nil {
+		wg.Go(func() {
+			if err := hsrv.Serve(mlis); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				errc <- fmt.Errorf("control: serve metrics: %w", err)
+			}
+		})
+	}
+	bgctx, stopBackground := context.WithCancel(ctx)
+	defer stopBackground()
+	if c.opts.CompactInterval > 0 {
+		wg.Go(func() {
+			if err := st.RunCompactor(bgctx, c.opts.CompactInterval); err != nil && bgctx.Err() == nil {
+				c.log.Error("control: compactor stopped", "err", err)
+			}
+		})
+	}
+	wg.Go(func() { c.watchHealth(bgctx, svc, hs) })
+
+	c.mu.Lock()
+	c.addr = lis.Addr()
+	if mlis != nil {
+		c.metricsAddr = mlis.Addr()
+	}
+	c.mu.Unlock()
+	c.log.Info("control: serving", "addr", lis.Addr().String(), "tls", c.tls != nil,
+		"mtls", c.opts.ClientCAFile != "", "metrics", c.opts.MetricsListen, "etcd", endpoints)
+	close(c.ready)
+
+	select {
+	case <-ctx.Done():
+	case err = <-errc:
+	case e, ok := <-etcdErr:
+		if ok && e != nil {
+			err = fmt.Errorf("control: embedded etcd failed: %w", e)
+		}
+	}
+
+	// Shutdown: end watches, stop taking calls, give in-flight ones
+	// ShutdownTimeout to finish, then cut them.
+	c.log.Info("control: shutting down")
+	hs.Shutdown()
+	svc.Close()
+	stopBackground()
+	stopped := make(chan struct{})
+	go func() {
+		gs.GracefulStop()
+		close(stopped)
+	}()
+	timer := time.NewTimer(c.opts.ShutdownTimeout)
+	select {
+	case <-stopped:
+		timer.Stop()
+	case <-timer.C:
+		c.log.Warn("control: graceful stop timed out; closing remaining calls", "timeout", c.opts.ShutdownTimeout)
+		gs.Stop()
+		<-stopped
+	}
+	if hsrv != nil {
+		sctx, scancel := context.WithTimeout(context.WithoutCancel(ctx), c.opts.ShutdownTimeout)
+		if serr := hsrv.Shutdown(sctx); serr != nil {
+			hsrv.Close()
+		}
+		scancel()
+	}
+	wg.Wait()
+	c.log.Info("control: stopped")
+	return err
+}
+
+// httpHandler serves /metrics and /healthz.
+func (c *Control) httpHandler(hs *health.Server) http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /metrics", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+		c.metrics.WritePrometheus(w)
+		metrics.WriteProcessMetrics(w)
+	})
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		resp, err := hs.Check(r.Context(), &healthpb.HealthCheckRequest{Service: lehrpb.Control_ServiceDesc.ServiceName})
+		if err != nil || resp.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+			http.Error(w, "not serving: etcd unreachable", http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "ok")
+	})
+	return mux
+}
+
+// watchHealth sets the gRPC health status from etcd reachability until ctx
+// is done.
+func (c *Control) watchHealth(ctx context.Context, svc *service.Service, hs *health.Server) {
+	serving := false
+	t := time.NewTicker(healthInterval)
+	defer t.Stop()
+	for {
+		cctx, cancel := context.WithTimeout(ctx, healthInterval)
+		err := svc.Ready(cctx)
+		cancel()
+		if ctx.Err() != nil {
+			return
+		}
+		switch {
+		case err == nil && !serving:
+			serving = true
+			setHealth(hs, healthpb.HealthCheckResponse_SERVING)
+			c.log.Info("control: etcd reachable; serving")
+		case err != nil && serving:
+			serving = false
+			setHealth(hs, healthpb.HealthCheckResponse_NOT_SERVING)
+			c.log.Warn("control: etcd unreachable; not serving", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+func setHealth(hs *health.Server, st healthpb.HealthCheckResponse_ServingStatus) {
+	hs.SetServingStatus("", st)
+	hs.SetServingStatus(lehrpb.Control_ServiceDesc.ServiceName, st)
+}
