@@ -4,17 +4,56 @@
 // Every check reports a *Violation saying which key and field, why, and the
 // limit; control turns it into an API error naming the request field.
 //
-// Only package control and its subpackages import validate.
+// Only package control and its subpackages import validate. The policy rule
+// format (Rule, ParseRule, NewRuleEnv, CompileRule) is also what agents and
+// consumers evaluate; it is self-contained in rule.go so it can move to an
+// internal package they may import without changing its contract.
 //
-// SKELETON: signatures and contracts are final; bodies are being filled in.
+// # Limits and status codes
+//
+// The hard caps below are the most any domain quota may allow; ForDomain
+// lowers them to a domain's quotas, never raises them. Codes follow gRPC
+// semantics:
+//
+//   - codes.InvalidArgument: the request is wrong whatever the server's
+//     state — a key breaking the grammar, one value over the per-value cap,
+//     a malformed content type, a value that does not parse as its content
+//     type, a value rejected by the namespace's JSON Schema or policy rules.
+//   - codes.ResourceExhausted: a version would exceed a namespace-wide quota
+//     (total bytes, property count). Whether a patch does depends on what the
+//     namespace already holds, so this is a quota, not a malformed request.
+//
+// # Content types
+//
+// A property's content type is optional ("" means opaque bytes). When set it
+// must be at most MaxContentType bytes and parse with mime.ParseMediaType.
+// The value is then checked against it:
+//
+//   - application/json and any "+json" type: one valid JSON document
+//     (RFC 8259, UTF-8).
+//   - application/yaml, application/x-yaml, text/yaml and any "+yaml" type:
+//     valid YAML that converts to JSON (string map keys).
+//   - any other text/* type: valid UTF-8; a charset parameter, if present,
+//     must be utf-8 or us-ascii.
+//   - everything else: opaque, not inspected.
+//
+// # Policy rules
+//
+// Each property of a policy namespace is one rule, a JSON or YAML document:
+//
+//	{"effect": "allow" | "deny", "condition": "<CEL expression>", "description": "..."}
+//
+// See Rule for the full contract.
 package validate
 
 import (
-	"context"
+	"fmt"
 
 	"google.golang.org/grpc/codes"
 
+	"lehr.dev/lehr/internal/apierror"
 	"lehr.dev/lehr/internal/content"
+	"lehr.dev/lehr/internal/names"
 	"lehr.dev/lehr/proto/lehrpb"
 )
 
@@ -28,7 +67,8 @@ const (
 	MaxContentType    = 128
 )
 
-// Limits are the caps in force for one namespace.
+// Limits are the caps in force for one namespace. A zero or negative field
+// means the hard cap, so the zero Limits equals DefaultLimits.
 type Limits struct {
 	MaxValueBytes     int64
 	MaxNamespaceBytes int64
@@ -41,9 +81,33 @@ func DefaultLimits() Limits {
 }
 
 // ForDomain returns the limits for a domain: its quotas where set and lower
-// than the hard caps, the hard caps otherwise.
+// than the hard caps, the hard caps otherwise. A nil q gives the hard caps.
 func ForDomain(q *lehrpb.Quotas) Limits {
-	return DefaultLimits()
+	l := DefaultLimits()
+	if v := q.GetMaxValueBytes(); v > 0 && v < l.MaxValueBytes {
+		l.MaxValueBytes = v
+	}
+	if v := q.GetMaxNamespaceBytes(); v > 0 && v < l.MaxNamespaceBytes {
+		l.MaxNamespaceBytes = v
+	}
+	if v := int(q.GetMaxProperties()); v > 0 && v < l.MaxProperties {
+		l.MaxProperties = v
+	}
+	return l
+}
+
+// effective replaces unset fields with the hard caps.
+func (l Limits) effective() Limits {
+	if l.MaxValueBytes <= 0 {
+		l.MaxValueBytes = MaxValueBytes
+	}
+	if l.MaxNamespaceBytes <= 0 {
+		l.MaxNamespaceBytes = MaxNamespaceBytes
+	}
+	if l.MaxProperties <= 0 {
+		l.MaxProperties = MaxProperties
+	}
+	return l
 }
 
 // Violation is one reason content was rejected.
@@ -54,7 +118,8 @@ type Violation struct {
 	// Key is the property at fault ("" for namespace-wide violations).
 	Key string
 	// Field is the part of the property at fault: "key", "value",
-	// "content_type", or "" for namespace-wide violations.
+	// "content_type", or "" for namespace-wide violations. For a namespace
+	// whose JSON Schema does not compile it is "json_schema".
 	Field string
 	// Message says what is wrong and what is allowed.
 	Message string
@@ -67,27 +132,47 @@ func (v *Violation) Error() string { return "validate: " + v.Message }
 // Property checks one property on its own: key grammar, value size and
 // content type (JSON and YAML types must parse, text/* must be UTF-8, the
 // media type must be well formed and at most MaxContentType bytes).
+// Checks run in that order and the first failure is returned.
 func Property(p content.Property, l Limits) *Violation {
-	return nil
+	l = l.effective()
+	if err := names.Key(p.Key); err != nil {
+		msg := err.Error()
+		if ne, ok := err.(*names.Error); ok {
+			msg = fmt.Sprintf("invalid key %q: %s", ne.Value, ne.Reason)
+		}
+		return &Violation{
+			Code: codes.InvalidArgument, Reason: apierror.ReasonInvalidName,
+			Key: p.Key, Field: "key", Message: msg,
+		}
+	}
+	if n := int64(len(p.Value)); n > l.MaxValueBytes {
+		return &Violation{
+			Code: codes.InvalidArgument, Reason: apierror.ReasonValueTooLarge,
+			Key: p.Key, Field: "value",
+			Message: fmt.Sprintf("value of %q is %d bytes; a value may be at most %d bytes", p.Key, n, l.MaxValueBytes),
+			Limit:   fmt.Sprintf("%d bytes", l.MaxValueBytes),
+		}
+	}
+	return checkContent(p)
 }
 
-// Snapshot checks a whole version: total size and property count.
+// Snapshot checks a whole version: total size (keys plus values) and
+// property count. It does not check the properties one by one; see Property.
 func Snapshot(s content.Snapshot, l Limits) *Violation {
+	l = l.effective()
+	if n := s.Size(); n > l.MaxNamespaceBytes {
+		return &Violation{
+			Code: codes.ResourceExhausted, Reason: apierror.ReasonNamespaceTooLarge,
+			Message: fmt.Sprintf("the version would hold %d bytes of keys and values; a namespace may hold at most %d bytes", n, l.MaxNamespaceBytes),
+			Limit:   fmt.Sprintf("%d bytes", l.MaxNamespaceBytes),
+		}
+	}
+	if n := s.Len(); n > l.MaxProperties {
+		return &Violation{
+			Code: codes.ResourceExhausted, Reason: apierror.ReasonTooManyProperties,
+			Message: fmt.Sprintf("the version would hold %d properties; a namespace may hold at most %d properties", n, l.MaxProperties),
+			Limit:   fmt.Sprintf("%d properties", l.MaxProperties),
+		}
+	}
 	return nil
-}
-
-// Validator is a namespace-specific check. Validate sees the properties
-// that a publish adds or changes (all of them for a snapshot) and the
-// namespace they belong to.
-type Validator interface {
-	// Name identifies the validator in errors and metrics, e.g. "jsonschema".
-	Name() string
-	Validate(ctx context.Context, ns *lehrpb.Namespace, changed []content.Property) *Violation
-}
-
-// For returns the validators that apply to ns: JSON Schema if the namespace
-// has one, CEL rule compilation for policy namespaces. An invalid schema is
-// a *Violation on field "json_schema".
-func For(ns *lehrpb.Namespace) ([]Validator, *Violation) {
-	return nil, nil
 }

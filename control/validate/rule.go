@@ -1,0 +1,192 @@
+package validate
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"mime"
+	"time"
+
+	"cel.dev/cel-go/cel"
+	"cel.dev/cel-go/common"
+	"sigs.k8s.io/yaml"
+
+	"lehr.dev/lehr/internal/content"
+)
+
+// Effect is what a policy rule decides when its condition holds.
+type Effect string
+
+// Effects of a rule.
+const (
+	EffectAllow Effect = "allow"
+	EffectDeny  Effect = "deny"
+)
+
+// Rule is one rule of a policy namespace. Each property of a policy
+// namespace holds exactly one rule; the property key names the rule. The
+// value is a JSON or YAML document with these fields and no others:
+//
+//	effect       "allow" or "deny" (required)
+//	condition    a CEL expression of type bool (required)
+//	description  free text for operators (optional)
+//
+// The property's content type is application/json (or a "+json" type),
+// application/yaml (or application/x-yaml, text/yaml, a "+yaml" type), or
+// empty, which means "JSON if it parses as JSON, else YAML".
+//
+// The condition is compiled in the environment NewRuleEnv returns: the CEL
+// standard library and three variables,
+//
+//	request    map(string, dyn)  attributes of the request being decided
+//	principal  map(string, dyn)  attributes of the caller
+//	now        timestamp         the time of the decision
+//
+// and its type must be bool (an expression of type dyn, such as
+// request.admin, must be compared explicitly: request.admin == true).
+// How a set of rules combines into a decision (e.g. deny overrides allow) is
+// up to the evaluator; this type fixes only the format of one rule.
+type Rule struct {
+	Effect      Effect `json:"effect"`
+	Condition   string `json:"condition"`
+	Description string `json:"description,omitempty"`
+}
+
+// ParseRule decodes and checks the rule held by p: the document must be
+// JSON or YAML as its content type says, have no unknown fields, an effect
+// of "allow" or "deny" and a non-empty condition. It does not compile the
+// condition; see CompileRule.
+func ParseRule(p content.Property) (Rule, error) {
+	var doc []byte
+	ct := p.ContentType
+	if ct == "" {
+		if json.Valid(p.Value) {
+			doc = p.Value
+		} else {
+			j, err := yaml.YAMLToJSONStrict(p.Value)
+			if err != nil {
+				return Rule{}, fmt.Errorf("rule %q is neither JSON nor YAML (%v); want a document like {\"effect\": \"allow\", \"condition\": \"<CEL expression>\"}", p.Key, err)
+			}
+			doc = j
+		}
+	} else {
+		mediaType, _, err := mime.ParseMediaType(ct)
+		if err != nil {
+			return Rule{}, fmt.Errorf("rule %q: invalid content type %q: %v", p.Key, ct, err)
+		}
+		f := formatOf(mediaType)
+		if f != formatJSON && f != formatYAML {
+			return Rule{}, fmt.Errorf("rule %q has content type %q; policy rules must be %s, %s, or have no content type", p.Key, ct, jsonForms, yamlForms)
+		}
+		j, err := toJSON(f, p.Value)
+		if err != nil {
+			return Rule{}, fmt.Errorf("rule %q: %w", p.Key, err)
+		}
+		doc = j
+	}
+	dec := json.NewDecoder(bytes.NewReader(doc))
+	dec.DisallowUnknownFields()
+	var r Rule
+	if err := dec.Decode(&r); err != nil {
+		return Rule{}, fmt.Errorf("rule %q: %v; want an object with fields effect, condition and optional description", p.Key, err)
+	}
+	switch r.Effect {
+	case EffectAllow, EffectDeny:
+	case "":
+		return Rule{}, fmt.Errorf("rule %q: missing effect; want \"allow\" or \"deny\"", p.Key)
+	default:
+		return Rule{}, fmt.Errorf("rule %q: effect %q; want \"allow\" or \"deny\"", p.Key, r.Effect)
+	}
+	if r.Condition == "" {
+		return Rule{}, fmt.Errorf("rule %q: missing condition; want a CEL expression of type bool over request, principal and now", p.Key)
+	}
+	return r, nil
+}
+
+// NewRuleEnv returns the CEL environment policy conditions compile in: the
+// standard library and the variables request, principal (both
+// map(string, dyn)) and now (timestamp). The environment is safe for
+// concurrent use; build it once and share it.
+func NewRuleEnv() (*cel.Env, error) {
+	env, err := cel.NewEnv(
+		cel.Variable("request", cel.MapType(cel.StringType, cel.DynType)),
+		cel.Variable("principal", cel.MapType(cel.StringType, cel.DynType)),
+		cel.Variable("now", cel.TimestampType),
+	)
+	if err != nil {
+		return nil, fmt.Errorf("validate: build policy rule environment: %w", err)
+	}
+	return env, nil
+}
+
+// MaxRuleCost bounds the runtime cost of evaluating one condition, in CEL
+// cost units (roughly one per operation or per element traversed). An
+// evaluation that exceeds it fails rather than stalling the caller.
+const MaxRuleCost = 1_000_000
+
+// CompiledRule is a rule whose condition is compiled and ready to evaluate.
+// It is safe for concurrent use.
+type CompiledRule struct {
+	Rule
+	// Key is the property key the rule came from.
+	Key     string
+	program cel.Program
+}
+
+// CompileRule compiles r.Condition in env (from NewRuleEnv). key names the
+// rule in error messages. The error text is CEL's, with line, column and a
+// caret under the problem; a condition whose type is not bool is an error.
+func CompileRule(env *cel.Env, key string, r Rule) (*CompiledRule, error) {
+	ast, iss := env.CompileSource(common.NewStringSource(r.Condition, key))
+	if err := iss.Err(); err != nil {
+		return nil, fmt.Errorf("condition of rule %q does not compile: %v", key, err)
+	}
+	if t := ast.OutputType(); !t.IsExactType(cel.BoolType) {
+		return nil, fmt.Errorf("condition of rule %q has type %s, want bool; compare explicitly, e.g. request.flag == true", key, t)
+	}
+	prg, err := env.Program(ast, cel.CostLimit(MaxRuleCost), cel.InterruptCheckFrequency(100))
+	if err != nil {
+		return nil, fmt.Errorf("plan condition of rule %q: %w", key, err)
+	}
+	return &CompiledRule{Rule: r, Key: key, program: prg}, nil
+}
+
+// Input is what a condition sees. Nil maps are treated as empty; a zero Now
+// is passed as the zero time.
+type Input struct {
+	Request   map[string]any
+	Principal map[string]any
+	Now       time.Time
+}
+
+// ErrRuleEval is wrapped by errors evaluating a condition (a missing map
+// key, a type mismatch at runtime, the cost limit, a canceled context).
+var ErrRuleEval = errors.New("validate: evaluate policy rule")
+
+// Matches evaluates the rule's condition on in and reports whether it holds.
+// ctx cancels a long evaluation.
+func (r *CompiledRule) Matches(ctx context.Context, in Input) (bool, error) {
+	vars := map[string]any{
+		"request":   orEmpty(in.Request),
+		"principal": orEmpty(in.Principal),
+		"now":       in.Now,
+	}
+	out, _, err := r.program.ContextEval(ctx, vars)
+	if err != nil {
+		return false, fmt.Errorf("%w %q: %v", ErrRuleEval, r.Key, err)
+	}
+	b, ok := out.Value().(bool)
+	if !ok {
+		return false, fmt.Errorf("%w %q: result %v is not a bool", ErrRuleEval, r.Key, out)
+	}
+	return b, nil
+}
+
+func orEmpty(m map[string]any) map[string]any {
+	if m == nil {
+		return map[string]any{}
+	}
+	return m
+}
