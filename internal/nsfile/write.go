@@ -1,0 +1,217 @@
+package nsfile
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"lehr.dev/lehr/internal/names"
+)
+
+// tempInfix separates a final file name from the random suffix of its
+// temporary file: ".<name>.lehr.tmp-<random>".
+const tempInfix = Ext + ".tmp-"
+
+// Path returns the file of namespace ns under dir: <dir>/<domain>/<name>.lehr.
+// ns must be a valid namespace name (package names), which cannot contain
+// "..", a second "/" or a leading "." — so the path never leaves dir.
+func Path(dir, ns string) (string, error) {
+	domain, name, err := names.Namespace(ns)
+	if err != nil {
+		return "", fmt.Errorf("nsfile: path of namespace: %w", err)
+	}
+	return filepath.Join(dir, domain, name+Ext), nil
+}
+
+// IsTemp reports whether a base file name is a temporary file of Write.
+// Consumers watching a directory ignore such names (and every name that
+// starts with "." or does not end in Ext).
+func IsTemp(base string) bool {
+	return strings.HasPrefix(base, ".") && strings.Contains(base, tempInfix)
+}
+
+// Writer writes namespace files. The zero value is ready to use and makes
+// every write durable.
+type Writer struct {
+	// NoSync skips the fsync of the file and of its directory. The file is
+	// still replaced atomically, but a machine crash may lose the write or
+	// leave the previous version. For benchmarks and tests only.
+	NoSync bool
+	// Perm is the permission of written files. Zero means 0o644, so
+	// consumers running as other users can read them.
+	Perm fs.FileMode
+
+	// beforeRename, when set by tests, runs after the temporary file is
+	// complete and before the rename; an error aborts the write.
+	beforeRename func(tmp string) error
+}
+
+// Write writes f durably to Path(dir, f.Namespace) with a zero Writer.
+func Write(dir string, f File) error { return Writer{}.Write(dir, f) }
+
+// Write writes f to Path(dir, f.Namespace): it encodes into a temporary file
+// in the same directory, fsyncs it, renames it over the final name and
+// fsyncs the directory. A reader opening the final name therefore sees the
+// previous file or the new one, complete. On error the temporary file is
+// removed and the final name is untouched. The <domain> directory is
+// created (0o755) when missing.
+func (w Writer) Write(dir string, f File) (err error) {
+	path, err := Path(dir, f.Namespace)
+	if err != nil {
+		return err
+	}
+	hb, err := f.header() // refuse before creating anything
+	if err != nil {
+		return err
+	}
+	sub := filepath.Dir(path)
+	if err := w.mkdir(dir, sub); err != nil {
+		return err
+	}
+	tmp, err := os.CreateTemp(sub, "."+filepath.Base(path)+".tmp-*")
+	if err != nil {
+		return fmt.Errorf("nsfile: create temporary file for %s: %w", f.Namespace, err)
+	}
+	defer func() {
+		if err != nil {
+			tmp.Close()
+			os.Remove(tmp.Name())
+		}
+	}()
+	if err := encode(tmp, f, hb); err != nil {
+		return fmt.Errorf("nsfile: write %s: %w", tmp.Name(), err)
+	}
+	perm := w.Perm
+	if perm == 0 {
+		perm = 0o644
+	}
+	if err := tmp.Chmod(perm); err != nil {
+		return fmt.Errorf("nsfile: chmod %s: %w", tmp.Name(), err)
+	}
+	if !w.NoSync {
+		if err := tmp.Sync(); err != nil {
+			return fmt.Errorf("nsfile: fsync %s: %w", tmp.Name(), err)
+		}
+	}
+	if err := tmp.Close(); err != nil {
+		return fmt.Errorf("nsfile: close %s: %w", tmp.Name(), err)
+	}
+	if w.beforeRename != nil {
+		if err := w.beforeRename(tmp.Name()); err != nil {
+			return err
+		}
+	}
+	if err := os.Rename(tmp.Name(), path); err != nil {
+		return fmt.Errorf("nsfile: rename %s to %s: %w", tmp.Name(), path, err)
+	}
+	if !w.NoSync {
+		if err := syncDir(sub); err != nil {
+			// The rename happened; the new file is in place but may not
+			// survive a machine crash. Report it without removing anything.
+			return err
+		}
+	}
+	return nil
+}
+
+// mkdir creates sub (a direct child of dir) when missing and makes its
+// entry durable.
+func (w Writer) mkdir(dir, sub string) error {
+	if _, err := os.Stat(sub); err == nil {
+		return nil
+	}
+	if err := os.MkdirAll(sub, 0o755); err != nil {
+		return fmt.Errorf("nsfile: create directory: %w", err)
+	}
+	if w.NoSync {
+		return nil
+	}
+	return syncDir(dir)
+}
+
+// Remove deletes the file of namespace ns under dir, durably unless
+// NoSync. Removing a file that does not exist is not an error.
+func (w Writer) Remove(dir, ns string) error {
+	path, err := Path(dir, ns)
+	if err != nil {
+		return err
+	}
+	if err := os.Remove(path); err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil
+		}
+		return fmt.Errorf("nsfile: remove %s: %w", path, err)
+	}
+	if w.NoSync {
+		return nil
+	}
+	return syncDir(filepath.Dir(path))
+}
+
+// CleanTemp removes temporary files that a crashed writer left in the domain
+// directories under dir and returns how many it removed. Call it before
+// writing, when no other Writer uses dir. A missing dir is not an error.
+func CleanTemp(dir string) (int, error) {
+	domains, err := os.ReadDir(dir)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return 0, nil
+		}
+		return 0, fmt.Errorf("nsfile: clean %s: %w", dir, err)
+	}
+	removed := 0
+	for _, d := range domains {
+		if !d.IsDir() || names.Domain(d.Name()) != nil {
+			continue
+		}
+		sub := filepath.Join(dir, d.Name())
+		entries, err := os.ReadDir(sub)
+		if err != nil {
+			return removed, fmt.Errorf("nsfile: clean %s: %w", sub, err)
+		}
+		for _, e := range entries {
+			if e.Type().IsRegular() && IsTemp(e.Name()) {
+				if err := os.Remove(filepath.Join(sub, e.Name())); err != nil && !errors.Is(err, fs.ErrNotExist) {
+					return removed, fmt.Errorf("nsfile: clean %s: %w", sub, err)
+				}
+				removed++
+			}
+		}
+	}
+	return removed, nil
+}
+
+// Read reads and verifies the file at path (see Decode). Errors name the
+// path; a missing file wraps fs.ErrNotExist.
+func Read(path string) (File, error) {
+	fh, err := os.Open(path)
+	if err != nil {
+		return File{}, fmt.Errorf("nsfile: %w", err)
+	}
+	defer fh.Close()
+	f, err := Decode(fh)
+	if err != nil {
+		var ce *CorruptError
+		if errors.As(err, &ce) {
+			ce.Path = path
+			return File{}, err
+		}
+		return File{}, fmt.Errorf("nsfile: read %s: %w", path, err)
+	}
+	return f, nil
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return fmt.Errorf("nsfile: open directory %s for fsync: %w", dir, err)
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil {
+		return fmt.Errorf("nsfile: fsync directory %s: %w", dir, err)
+	}
+	return nil
+}
