@@ -1,0 +1,95 @@
+package fanout
+
+import (
+	"container/list"
+	"sync"
+)
+
+// memoKey identifies an encoded update: the same namespace, base and goal
+// give the same bytes for every agent.
+type memoKey struct {
+	ns       string
+	snapshot bool
+	base     uint64
+	baseSum  string
+	goal     uint64
+	goalSum  string
+}
+
+type memoEntry struct {
+	key  memoKey
+	once sync.Once
+	data []byte
+	snap bool // the frame is a snapshot (a patch may fall back to one)
+	err  error
+	elem *list.Element
+	size int64
+}
+
+// memo keeps recently encoded update frames so that many agents needing the
+// same update share one encoding (and one Diff). It is bounded by bytes;
+// least recently used entries go first.
+type memo struct {
+	max int64
+
+	mu      sync.Mutex
+	entries map[memoKey]*memoEntry
+	lru     *list.List
+	bytes   int64
+}
+
+func newMemo(max int64) *memo {
+	return &memo{max: max, entries: map[memoKey]*memoEntry{}, lru: list.New()}
+}
+
+// get returns the frame for k and whether it is a snapshot, building it
+// with build at most once while it stays memoised. build runs without the
+// memo's lock held.
+func (m *memo) get(k memoKey, build func() ([]byte, bool, error)) ([]byte, bool, error) {
+	m.mu.Lock()
+	e, ok := m.entries[k]
+	if ok {
+		m.lru.MoveToFront(e.elem)
+	} else {
+		e = &memoEntry{key: k}
+		e.elem = m.lru.PushFront(e)
+		m.entries[k] = e
+	}
+	m.mu.Unlock()
+
+	e.once.Do(func() {
+		e.data, e.snap, e.err = build()
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		if e.err != nil {
+			m.removeLocked(e)
+			return
+		}
+		if m.entries[k] == e {
+			e.size = int64(len(e.data))
+			m.bytes += e.size
+			m.evictLocked()
+		}
+	})
+	return e.data, e.snap, e.err
+}
+
+func (m *memo) removeLocked(e *memoEntry) {
+	if m.entries[e.key] != e {
+		return
+	}
+	delete(m.entries, e.key)
+	m.lru.Remove(e.elem)
+	m.bytes -= e.size
+}
+
+func (m *memo) evictLocked() {
+	for m.bytes > m.max && m.lru.Len() > 1 {
+		e := m.lru.Back().Value.(*memoEntry)
+		m.removeLocked(e)
+	}
+	// A single entry above the bound is dropped too, once used.
+	if m.bytes > m.max && m.lru.Len() == 1 {
+		m.removeLocked(m.lru.Back().Value.(*memoEntry))
+	}
+}

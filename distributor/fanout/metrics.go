@@ -1,0 +1,67 @@
+package fanout
+
+import (
+	"fmt"
+	"strconv"
+	"sync"
+
+	"github.com/VictoriaMetrics/metrics"
+)
+
+// serverMetrics are the fanout's lehr_distributor_* series.
+type serverMetrics struct {
+	set *metrics.Set
+	srv *Server
+
+	pushSnapshot, pushPatch   *metrics.Counter
+	bytesSnapshot, bytesPatch *metrics.Counter
+	acks, refusals, resyncs   *metrics.Counter
+	protocolErrors            *metrics.Counter
+	unavailable               *metrics.Counter
+
+	lagMu sync.Mutex
+	lag   map[string]bool
+}
+
+func newServerMetrics(set *metrics.Set, srv *Server) *serverMetrics {
+	m := &serverMetrics{
+		set:            set,
+		srv:            srv,
+		pushSnapshot:   set.NewCounter(`lehr_distributor_pushes_total{kind="snapshot"}`),
+		pushPatch:      set.NewCounter(`lehr_distributor_pushes_total{kind="patch"}`),
+		bytesSnapshot:  set.NewCounter(`lehr_distributor_bytes_total{kind="snapshot"}`),
+		bytesPatch:     set.NewCounter(`lehr_distributor_bytes_total{kind="patch"}`),
+		acks:           set.NewCounter(`lehr_distributor_acks_total`),
+		refusals:       set.NewCounter(`lehr_distributor_refused_updates_total`),
+		resyncs:        set.NewCounter(`lehr_distributor_resyncs_total`),
+		protocolErrors: set.NewCounter(`lehr_distributor_protocol_errors_total`),
+		unavailable:    set.NewCounter(`lehr_distributor_unavailable_total`),
+		lag:            map[string]bool{},
+	}
+	set.NewGauge(`lehr_distributor_connected_agents`, func() float64 {
+		return float64(len(srv.sessionList()))
+	})
+	return m
+}
+
+// ensureLag registers the lag gauge of ns once.
+func (m *serverMetrics) ensureLag(ns string) {
+	m.lagMu.Lock()
+	defer m.lagMu.Unlock()
+	if m.lag[ns] {
+		return
+	}
+	m.lag[ns] = true
+	name := fmt.Sprintf(`lehr_distributor_namespace_lag{namespace=%s}`, strconv.Quote(ns))
+	m.set.GetOrCreateGauge(name, func() float64 { return float64(m.srv.Lag(ns)) })
+}
+
+func (m *serverMetrics) pushed(snapshot bool, n int) {
+	if snapshot {
+		m.pushSnapshot.Inc()
+		m.bytesSnapshot.Add(n)
+	} else {
+		m.pushPatch.Inc()
+		m.bytesPatch.Add(n)
+	}
+}

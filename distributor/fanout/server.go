@@ -1,0 +1,384 @@
+// Package fanout is the distributor's QUIC side: it accepts agents (mutual
+// TLS 1.3, ALPN from internal/wire), keeps one session per agent with its
+// subscription table (namespace → subscribed, version and checksum held,
+// update in flight), and pushes each goal version to every agent subscribed
+// to its namespace — as a patch from the version the agent holds when that
+// version is available and its checksum matches, otherwise as a snapshot —
+// one Update per unidirectional stream, so a large snapshot of one namespace
+// never blocks a small patch of another.
+//
+// Ordering: per agent and namespace at most one Update is in flight; the next
+// one is computed when it is acknowledged, from the version the agent then
+// holds to the goal of that moment. Versions published in between are
+// skipped (coalesced), never sent out of order.
+//
+// A malformed or unexpected frame closes only that agent's connection, with
+// wire's protocol-violation application error code and a reason.
+//
+// Only package distributor, its subpackages and tests import fanout.
+package fanout
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"net"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/VictoriaMetrics/metrics"
+	"github.com/quic-go/quic-go"
+
+	"lehr.dev/lehr/distributor/versions"
+	"lehr.dev/lehr/internal/names"
+)
+
+// Versions is where the fanout gets the versions agents hold, to compute
+// patches from them. *versions.Cache implements it.
+type Versions interface {
+	// Get returns version seq of ns, from memory or from control.
+	Get(ctx context.Context, ns string, seq uint64) (*versions.Version, error)
+}
+
+// Options configures a Server.
+type Options struct {
+	// Listen is the UDP address to listen on; default "127.0.0.1:7410".
+	// Port 0 picks a free port (see Addr).
+	Listen string
+	// TLS is the server's TLS configuration. Required: QUIC always runs TLS
+	// 1.3. Set ClientCAs and ClientAuth to require agent host certificates
+	// (mutual TLS): the host id an agent announces must then match its
+	// certificate. NextProtos is set to the wire ALPN on a clone.
+	TLS *tls.Config
+	// Zone is the distributor's zone; agents announcing another are
+	// refused. Required.
+	Zone string
+	// DistributorID names this instance in Welcome. Required.
+	DistributorID string
+	// Version is the distributor build string sent in Welcome; optional.
+	Version string
+	// Versions supplies the bases of patches. Required.
+	Versions Versions
+	// Metrics receives the lehr_distributor_* series of the fanout; default
+	// a private set.
+	Metrics *metrics.Set
+	// Logger; default slog.Default().
+	Logger *slog.Logger
+	// HandshakeTimeout bounds the wait for an agent's Hello; default 10s.
+	HandshakeTimeout time.Duration
+	// FetchTimeout bounds fetching an agent's version from control to
+	// compute a patch; on timeout the agent gets a snapshot. Default 5s.
+	FetchTimeout time.Duration
+	// ReportInterval is sent to agents in Welcome; zero leaves the agent's
+	// default.
+	ReportInterval time.Duration
+	// MemoBytes bounds the memo of encoded updates shared by agents that
+	// need the same update (same namespace, base and goal); default 64 MiB.
+	MemoBytes int64
+	// QUIC overrides the QUIC configuration; nil uses defaults suited to
+	// long-lived agent connections (keepalive 10s, idle timeout 30s).
+	QUIC *quic.Config
+}
+
+// Stats are the fanout's counters since it started. Bytes are the payload
+// bytes written on update streams (whole frames).
+type Stats struct {
+	Agents                      int
+	SnapshotPushes, PatchPushes uint64
+	SnapshotBytes, PatchBytes   uint64
+	Acks, Refusals, Resyncs     uint64
+	ProtocolErrors              uint64
+}
+
+// VersionCount is how many connected agents hold one version of a
+// namespace (by their latest acknowledgement or announcement).
+type VersionCount struct {
+	Namespace string
+	Version   uint64
+	Agents    int
+}
+
+// Server accepts agents and pushes updates to them. Create it with Listen.
+type Server struct {
+	opts Options
+	log  *slog.Logger
+	ln   *quic.Listener
+	udp  net.PacketConn
+	met  *serverMetrics
+	memo *memo
+
+	goals atomic.Pointer[map[string]*versions.Version]
+	// goalMu serialises goal writers (SetGoal, ClearGoal).
+	goalMu sync.Mutex
+
+	mu       sync.Mutex
+	sessions map[string]*session // by host id
+	closed   bool
+	closeErr error
+
+	ctx       context.Context
+	cancel    context.CancelFunc
+	wg        sync.WaitGroup
+	closeOnce sync.Once
+	done      chan struct{}
+}
+
+// Listen validates opts and binds the UDP socket; it does not accept yet
+// (see Serve).
+func Listen(opts Options) (*Server, error) {
+	if opts.TLS == nil {
+		return nil, errors.New("fanout: Options.TLS is required (QUIC always runs TLS 1.3)")
+	}
+	if err := names.Zone(opts.Zone); err != nil {
+		return nil, fmt.Errorf("fanout: Options.Zone: %w", err)
+	}
+	if opts.DistributorID == "" {
+		return nil, errors.New("fanout: Options.DistributorID is required")
+	}
+	if opts.Versions == nil {
+		return nil, errors.New("fanout: Options.Versions is required")
+	}
+	if opts.Listen == "" {
+		opts.Listen = "127.0.0.1:7410"
+	}
+	if opts.Metrics == nil {
+		opts.Metrics = metrics.NewSet()
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	if opts.HandshakeTimeout <= 0 {
+		opts.HandshakeTimeout = 10 * time.Second
+	}
+	if opts.FetchTimeout <= 0 {
+		opts.FetchTimeout = 5 * time.Second
+	}
+	if opts.MemoBytes <= 0 {
+		opts.MemoBytes = 64 << 20
+	}
+	qc := opts.QUIC
+	if qc == nil {
+		qc = &quic.Config{
+			KeepAlivePeriod:       10 * time.Second,
+			MaxIdleTimeout:        30 * time.Second,
+			MaxIncomingStreams:    4,
+			MaxIncomingUniStreams: 4,
+		}
+	}
+	tc := serverTLS(opts.TLS)
+	udp, err := net.ListenPacket("udp", opts.Listen)
+	if err != nil {
+		return nil, fmt.Errorf("fanout: listen %s: %w", opts.Listen, err)
+	}
+	ln, err := quic.Listen(udp, tc, qc)
+	if err != nil {
+		udp.Close()
+		return nil, fmt.Errorf("fanout: listen quic %s: %w", opts.Listen, err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	s := &Server{
+		opts:     opts,
+		log:      opts.Logger.With("zone", opts.Zone),
+		ln:       ln,
+		memo:     newMemo(opts.MemoBytes),
+		sessions: map[string]*session{},
+		ctx:      ctx,
+		cancel:   cancel,
+		done:     make(chan struct{}),
+	}
+	empty := map[string]*versions.Version{}
+	s.goals.Store(&empty)
+	s.met = newServerMetrics(opts.Metrics, s)
+	s.udp = udp
+	return s, nil
+}
+
+// Addr is the UDP address the server listens on.
+func (s *Server) Addr() net.Addr { return s.ln.Addr() }
+
+// Serve accepts agents until ctx is done or Close is called, then closes the
+// server and returns nil.
+func (s *Server) Serve(ctx context.Context) error {
+	stop := context.AfterFunc(ctx, func() { s.Close() })
+	defer stop()
+	for {
+		conn, err := s.ln.Accept(s.ctx)
+		if err != nil {
+			if s.ctx.Err() != nil {
+				<-s.done
+				return nil
+			}
+			s.Close()
+			return fmt.Errorf("fanout: accept: %w", err)
+		}
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			s.handle(conn)
+		}()
+	}
+}
+
+// Close stops accepting, says Goodbye to every agent, closes their
+// connections and waits for every goroutine the server started. It is
+// idempotent.
+func (s *Server) Close() error {
+	s.closeOnce.Do(func() {
+		s.mu.Lock()
+		s.closed = true
+		sessions := slices.Collect(maps.Values(s.sessions))
+		s.mu.Unlock()
+		for _, ss := range sessions {
+			ss.goodbye(codeGoingAway, "distributor shutting down")
+		}
+		s.cancel()
+		s.ln.Close()
+		s.wg.Wait()
+		s.udp.Close()
+		close(s.done)
+	})
+	<-s.done
+	return nil
+}
+
+// SetGoal makes v the goal version of its namespace and starts pushing it to
+// every agent subscribed to the namespace.
+func (s *Server) SetGoal(v *versions.Version) {
+	s.goalMu.Lock()
+	old := *s.goals.Load()
+	if cur, ok := old[v.Namespace]; ok && cur.Seq == v.Seq && cur.Checksum == v.Checksum {
+		s.goalMu.Unlock()
+		return
+	}
+	next := maps.Clone(old)
+	next[v.Namespace] = v
+	s.goals.Store(&next)
+	s.goalMu.Unlock()
+	s.met.ensureLag(v.Namespace)
+	s.kickSubscribers(v.Namespace)
+}
+
+// ClearGoal forgets the goal of ns (the zone no longer has one). Agents keep
+// what they hold; subscribers are told the namespace is unavailable.
+func (s *Server) ClearGoal(ns string) {
+	s.goalMu.Lock()
+	old := *s.goals.Load()
+	if _, ok := old[ns]; !ok {
+		s.goalMu.Unlock()
+		return
+	}
+	next := maps.Clone(old)
+	delete(next, ns)
+	s.goals.Store(&next)
+	s.goalMu.Unlock()
+	s.kickSubscribers(ns)
+}
+
+// Goal returns the current goal version of ns.
+func (s *Server) Goal(ns string) (*versions.Version, bool) {
+	v, ok := (*s.goals.Load())[ns]
+	return v, ok
+}
+
+func (s *Server) kickSubscribers(ns string) {
+	for _, ss := range s.sessionList() {
+		if ss.subscribed(ns) {
+			ss.kick()
+		}
+	}
+}
+
+func (s *Server) sessionList() []*session {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Collect(maps.Values(s.sessions))
+}
+
+// Stats returns the fanout's counters.
+func (s *Server) Stats() Stats {
+	return Stats{
+		Agents:         len(s.sessionList()),
+		SnapshotPushes: s.met.pushSnapshot.Get(),
+		PatchPushes:    s.met.pushPatch.Get(),
+		SnapshotBytes:  s.met.bytesSnapshot.Get(),
+		PatchBytes:     s.met.bytesPatch.Get(),
+		Acks:           s.met.acks.Get(),
+		Refusals:       s.met.refusals.Get(),
+		Resyncs:        s.met.resyncs.Get(),
+		ProtocolErrors: s.met.protocolErrors.Get(),
+	}
+}
+
+// Convergence returns the number of connected agents and, for every
+// namespace, how many of them hold each version (subscribed namespaces
+// only), sorted by namespace and version.
+func (s *Server) Convergence() (agents int, counts []VersionCount) {
+	type nv struct {
+		ns  string
+		seq uint64
+	}
+	m := map[nv]int{}
+	sessions := s.sessionList()
+	for _, ss := range sessions {
+		for ns, seq := range ss.held() {
+			m[nv{ns, seq}]++
+		}
+	}
+	for k, n := range m {
+		counts = append(counts, VersionCount{Namespace: k.ns, Version: k.seq, Agents: n})
+	}
+	slices.SortFunc(counts, func(a, b VersionCount) int {
+		if a.Namespace != b.Namespace {
+			if a.Namespace < b.Namespace {
+				return -1
+			}
+			return 1
+		}
+		return int(a.Version) - int(b.Version)
+	})
+	return len(sessions), counts
+}
+
+// Lag is the number of connected agents subscribed to ns that do not hold
+// its goal version.
+func (s *Server) Lag(ns string) int {
+	g, ok := s.Goal(ns)
+	n := 0
+	for _, ss := range s.sessionList() {
+		if seq, sum, sub := ss.holds(ns); sub && (!ok || seq != g.Seq || sum != g.Checksum) {
+			n++
+		}
+	}
+	return n
+}
+
+// register adds a session, replacing (and closing) an older one of the same
+// host. It fails once the server is closed.
+func (s *Server) register(ss *session) bool {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return false
+	}
+	old := s.sessions[ss.host]
+	s.sessions[ss.host] = ss
+	s.mu.Unlock()
+	if old != nil {
+		s.log.Info("agent reconnected; closing its previous connection", "host", ss.host)
+		old.goodbye(codeSuperseded, "a newer connection of this host replaced this one")
+	}
+	return true
+}
+
+func (s *Server) unregister(ss *session) {
+	s.mu.Lock()
+	if s.sessions[ss.host] == ss {
+		delete(s.sessions, ss.host)
+	}
+	s.mu.Unlock()
+}

@@ -1,0 +1,609 @@
+package fanout
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/quic-go/quic-go"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"lehr.dev/lehr/distributor/versions"
+	"lehr.dev/lehr/internal/wire"
+	"lehr.dev/lehr/proto/lehrpb"
+)
+
+// Close codes used by the fanout beyond wire's protocol violations.
+const (
+	codeGoingAway  = wire.CodeShuttingDown
+	codeSuperseded = wire.CodeReplaced
+)
+
+// maxNamespacesPerAgent bounds one agent's subscription table.
+const maxNamespacesPerAgent = 100_000
+
+// refusalBackoff bounds the delay before retrying a namespace whose update
+// an agent refused without asking for a resync.
+const (
+	minRefusalBackoff = 100 * time.Millisecond
+	maxRefusalBackoff = 30 * time.Second
+)
+
+// nsState is what the fanout knows of one namespace on one agent.
+type nsState struct {
+	subscribed bool
+	// have and haveSum are the version the agent holds, from its Hello,
+	// Subscribe, Resync or latest accepted Ack. 0 means nothing.
+	have    uint64
+	haveSum string
+	// sending is the version of the update in flight (0: none). At most one
+	// per namespace, so updates are never reordered.
+	sending uint64
+	// needSnapshot: the next update must be a snapshot (Resync or refusal).
+	needSnapshot bool
+	// refusals counts consecutive refused updates; notBefore delays the next
+	// attempt after one.
+	refusals  int
+	notBefore time.Time
+	// unavailable is the last Unavailable reason sent, to avoid repeats.
+	unavailable lehrpb.UnavailableReason
+}
+
+// session is one connected agent.
+type session struct {
+	srv  *Server
+	conn *quic.Conn
+	ctrl *quic.Stream
+	host string
+	log  *slog.Logger
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	kickc chan struct{}
+
+	writeMu sync.Mutex // serialises control stream writes
+	enc     *wire.Encoder
+
+	mu sync.Mutex
+	ns map[string]*nsState
+}
+
+// handle runs one agent connection to its end.
+func (s *Server) handle(conn *quic.Conn) {
+	log := s.log.With("remote", conn.RemoteAddr().String())
+	ctx, cancel := context.WithCancel(s.ctx)
+	defer cancel()
+
+	hctx, hcancel := context.WithTimeout(ctx, s.opts.HandshakeTimeout)
+	ctrl, err := conn.AcceptStream(hctx)
+	if err != nil {
+		hcancel()
+		if ctx.Err() == nil {
+			log.Info("agent opened no control stream", "err", err)
+			conn.CloseWithError(wire.CodeHandshakeTimeout, "no control stream opened in time")
+		} else {
+			conn.CloseWithError(codeGoingAway, "distributor shutting down")
+		}
+		return
+	}
+	dec := wire.NewDecoder(ctrl, wire.DecoderOptions{Stream: wire.StreamControlFromAgent})
+	stop := context.AfterFunc(hctx, func() { ctrl.CancelRead(wire.StreamCodeCancelled) })
+	msg, err := dec.Decode()
+	stop()
+	hcancel()
+	if err != nil {
+		if hctx.Err() != nil && ctx.Err() == nil {
+			conn.CloseWithError(wire.CodeHandshakeTimeout, "no Hello in time")
+			return
+		}
+		s.protocolError(conn, log, "read Hello", err)
+		return
+	}
+	hello := msg.(*lehrpb.Hello)
+	log = log.With("host", hello.GetHostId())
+
+	if hello.GetZone() != s.opts.Zone {
+		reason := fmt.Sprintf("agent is in zone %q, this distributor serves %q", hello.GetZone(), s.opts.Zone)
+		log.Warn("refusing agent", "reason", reason)
+		conn.CloseWithError(wire.CodeWrongZone, reason)
+		return
+	}
+	version, err := wire.Negotiate(hello)
+	if err != nil {
+		log.Warn("refusing agent", "err", err)
+		conn.CloseWithError(wire.CodeUnsupportedVersion, err.Error())
+		return
+	}
+	if err := checkIdentity(conn.ConnectionState().TLS, hello.GetHostId()); err != nil {
+		log.Warn("refusing agent", "err", err)
+		conn.CloseWithError(wire.CodeUnauthorized, err.Error())
+		return
+	}
+
+	ss := &session{
+		srv:   s,
+		conn:  conn,
+		ctrl:  ctrl,
+		host:  hello.GetHostId(),
+		log:   log,
+		kickc: make(chan struct{}, 1),
+		enc:   wire.NewEncoder(ctrl, wire.Limits{}),
+		ns:    map[string]*nsState{},
+	}
+	ss.ctx, ss.cancel = context.WithCancel(ctx)
+	defer ss.cancel()
+	if err := ss.applyHello(hello); err != nil {
+		s.protocolError(conn, log, "Hello", err)
+		return
+	}
+	welcome := &lehrpb.Welcome{
+		ProtocolVersion:    version,
+		DistributorId:      s.opts.DistributorID,
+		Zone:               s.opts.Zone,
+		DistributorVersion: s.opts.Version,
+		MaxUpdateBytes:     uint64(wire.DefaultMaxUpdateFrame),
+	}
+	if s.opts.ReportInterval > 0 {
+		welcome.ReportInterval = durationpb.New(s.opts.ReportInterval)
+	}
+	if err := ss.send(welcome); err != nil {
+		log.Info("send Welcome", "err", err)
+		conn.CloseWithError(wire.CodeInternalError, "send Welcome failed")
+		return
+	}
+	if !s.register(ss) {
+		ss.goodbye(codeGoingAway, "distributor shutting down")
+		return
+	}
+	defer s.unregister(ss)
+	log.Info("agent connected", "protocol_version", version, "cached", len(hello.GetCached()), "subscriptions", len(hello.GetSubscriptions()))
+
+	ss.wg.Add(2)
+	go func() {
+		defer ss.wg.Done()
+		ss.pushLoop()
+	}()
+	go func() {
+		defer ss.wg.Done()
+		ss.refuseStreams()
+	}()
+	ss.kick()
+	err = ss.readLoop(dec)
+	ss.cancel()
+	ss.wg.Wait()
+	log.Info("agent disconnected", "err", err)
+}
+
+// protocolError closes conn for a frame error, with the code wire assigns
+// (protocol violation, or frame too large) and the error as reason.
+func (s *Server) protocolError(conn *quic.Conn, log *slog.Logger, what string, err error) {
+	var fe *wire.FrameError
+	if !errors.As(err, &fe) {
+		// Not the peer's fault as far as we can tell: the stream broke.
+		log.Info("agent connection ended", "during", what, "err", err)
+		conn.CloseWithError(wire.CodeInternalError, fmt.Sprintf("%s: %v", what, err))
+		return
+	}
+	s.met.protocolErrors.Inc()
+	reason := fmt.Sprintf("%s: %v", what, err)
+	log.Warn("closing agent connection: protocol violation", "err", reason)
+	conn.CloseWithError(wire.CodeFor(err), reason)
+}
+
+// violation closes the session's connection for a semantic protocol error
+// (a well-formed frame that breaks the rules).
+func (ss *session) violation(format string, args ...any) error {
+	reason := fmt.Sprintf(format, args...)
+	ss.srv.met.protocolErrors.Inc()
+	ss.log.Warn("closing agent connection: protocol violation", "err", reason)
+	ss.conn.CloseWithError(wire.CodeProtocolViolation, reason)
+	return errors.New("fanout: protocol violation: " + reason)
+}
+
+func (ss *session) applyHello(h *lehrpb.Hello) error {
+	if n := len(h.GetCached()) + len(h.GetSubscriptions()); n > maxNamespacesPerAgent {
+		return &wire.FrameError{Code: wire.ErrMalformed, Type: wire.FrameHello, Reason: fmt.Sprintf("%d namespaces; at most %d per agent", n, maxNamespacesPerAgent)}
+	}
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	for _, c := range h.GetCached() {
+		ss.ns[c.GetNamespace()] = &nsState{have: c.GetVersion(), haveSum: c.GetChecksum()}
+	}
+	for _, ns := range h.GetSubscriptions() {
+		st := ss.ns[ns]
+		if st == nil {
+			st = &nsState{}
+			ss.ns[ns] = st
+		}
+		st.subscribed = true
+	}
+	return nil
+}
+
+// send writes one frame on the control stream.
+func (ss *session) send(msg proto.Message) error {
+	ss.writeMu.Lock()
+	defer ss.writeMu.Unlock()
+	return ss.enc.Encode(msg)
+}
+
+// goodbye tells the agent why it is being closed, then closes.
+func (ss *session) goodbye(code quic.ApplicationErrorCode, reason string) {
+	// Bound the write (and unblock any writer stuck on flow control) so a
+	// peer that stopped reading cannot hold up a close.
+	_ = ss.ctrl.SetWriteDeadline(time.Now().Add(time.Second))
+	_ = ss.send(&lehrpb.Goodbye{Code: uint64(code), Reason: reason})
+	ss.conn.CloseWithError(code, reason)
+}
+
+func (ss *session) kick() {
+	select {
+	case ss.kickc <- struct{}{}:
+	default:
+	}
+}
+
+func (ss *session) subscribed(ns string) bool {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	st := ss.ns[ns]
+	return st != nil && st.subscribed
+}
+
+// held returns the version held of every subscribed namespace the agent
+// holds something of.
+func (ss *session) held() map[string]uint64 {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	m := make(map[string]uint64, len(ss.ns))
+	for ns, st := range ss.ns {
+		if st.subscribed && st.have != 0 {
+			m[ns] = st.have
+		}
+	}
+	return m
+}
+
+func (ss *session) holds(ns string) (seq uint64, sum string, subscribed bool) {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	st := ss.ns[ns]
+	if st == nil {
+		return 0, "", false
+	}
+	return st.have, st.haveSum, st.subscribed
+}
+
+// readLoop handles control frames until the stream or connection ends.
+func (ss *session) readLoop(dec *wire.Decoder) error {
+	for {
+		msg, err := dec.Decode()
+		if err != nil {
+			if err == io.EOF {
+				ss.conn.CloseWithError(wire.CodeNoError, "control stream closed")
+				return err
+			}
+			if ss.ctx.Err() == nil {
+				ss.srv.protocolError(ss.conn, ss.log, "read control stream", err)
+			}
+			return err
+		}
+		switch m := msg.(type) {
+		case *lehrpb.Subscribe:
+			if err := ss.onSubscribe(m); err != nil {
+				return err
+			}
+		case *lehrpb.Unsubscribe:
+			ss.onUnsubscribe(m)
+		case *lehrpb.Ack:
+			if err := ss.onAck(m); err != nil {
+				return err
+			}
+		case *lehrpb.Resync:
+			if err := ss.onResync(m); err != nil {
+				return err
+			}
+		case *lehrpb.Report:
+			ss.log.Debug("agent report", "namespaces", len(m.GetNamespaces()))
+		case *lehrpb.Ping:
+			if err := ss.send(&lehrpb.Pong{Nonce: m.GetNonce()}); err != nil {
+				return err
+			}
+		case *lehrpb.Pong:
+		case *lehrpb.Goodbye:
+			ss.log.Info("agent said goodbye", "code", wire.CodeName(quic.ApplicationErrorCode(m.GetCode())), "reason", m.GetReason())
+			ss.conn.CloseWithError(wire.CodeNoError, "goodbye")
+			return &wire.GoodbyeError{Code: quic.ApplicationErrorCode(m.GetCode()), Reason: m.GetReason()}
+		}
+	}
+}
+
+func (ss *session) onSubscribe(m *lehrpb.Subscribe) error {
+	ss.mu.Lock()
+	if len(ss.ns)+len(m.GetNamespaces()) > maxNamespacesPerAgent {
+		ss.mu.Unlock()
+		return ss.violation("Subscribe: more than %d namespaces for one agent", maxNamespacesPerAgent)
+	}
+	for _, c := range m.GetNamespaces() {
+		st := ss.ns[c.GetNamespace()]
+		if st == nil {
+			st = &nsState{}
+			ss.ns[c.GetNamespace()] = st
+		}
+		st.subscribed = true
+		st.unavailable = 0
+		if st.sending == 0 {
+			st.have, st.haveSum = c.GetVersion(), c.GetChecksum()
+		}
+	}
+	ss.mu.Unlock()
+	ss.kick()
+	return nil
+}
+
+func (ss *session) onUnsubscribe(m *lehrpb.Unsubscribe) {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	for _, ns := range m.GetNamespaces() {
+		if st := ss.ns[ns]; st != nil {
+			st.subscribed = false
+			st.unavailable = 0
+		}
+	}
+}
+
+func (ss *session) onAck(m *lehrpb.Ack) error {
+	ss.mu.Lock()
+	st := ss.ns[m.GetNamespace()]
+	if st == nil || st.sending == 0 {
+		ss.mu.Unlock()
+		return ss.violation("Ack for %s@%d: no update of that namespace is in flight", m.GetNamespace(), m.GetVersion())
+	}
+	if m.GetOk() && m.GetVersion() != st.sending {
+		sending := st.sending
+		ss.mu.Unlock()
+		return ss.violation("Ack for %s@%d: the update in flight is version %d", m.GetNamespace(), m.GetVersion(), sending)
+	}
+	st.sending = 0
+	if m.GetOk() {
+		st.have, st.haveSum = m.GetVersion(), m.GetChecksum()
+		st.needSnapshot = false
+		st.refusals = 0
+		st.notBefore = time.Time{}
+	} else {
+		// Refused: the next attempt is a snapshot, after a backoff that
+		// grows while the agent keeps refusing.
+		st.needSnapshot = true
+		st.refusals++
+		d := min(minRefusalBackoff<<min(st.refusals-1, 16), maxRefusalBackoff)
+		st.notBefore = time.Now().Add(d)
+		ss.wg.Add(1)
+		go func() {
+			defer ss.wg.Done()
+			t := time.NewTimer(d)
+			defer t.Stop()
+			select {
+			case <-t.C:
+				ss.kick()
+			case <-ss.ctx.Done():
+			}
+		}()
+	}
+	ss.mu.Unlock()
+	if m.GetOk() {
+		ss.srv.met.acks.Inc()
+	} else {
+		ss.srv.met.refusals.Inc()
+		ss.log.Warn("agent refused an update", "namespace", m.GetNamespace(), "version", m.GetVersion(), "err", m.GetError())
+	}
+	ss.kick()
+	return nil
+}
+
+func (ss *session) onResync(m *lehrpb.Resync) error {
+	ss.mu.Lock()
+	st := ss.ns[m.GetNamespace()]
+	if st == nil || !st.subscribed {
+		ss.mu.Unlock()
+		return ss.violation("Resync for %s: not subscribed", m.GetNamespace())
+	}
+	st.needSnapshot = true
+	if st.sending == 0 {
+		st.have, st.haveSum = m.GetHaveVersion(), m.GetHaveChecksum()
+	}
+	// An update in flight stays in flight until its Ack: the snapshot is
+	// sent after it, never alongside, so updates are not reordered.
+	ss.mu.Unlock()
+	ss.srv.met.resyncs.Inc()
+	ss.log.Info("agent asked for a resync", "namespace", m.GetNamespace(), "reason", m.GetReason().String(), "detail", m.GetDetail())
+	ss.kick()
+	return nil
+}
+
+// refuseStreams treats any stream the agent opens after the control stream
+// as a protocol violation: agents never open update streams.
+func (ss *session) refuseStreams() {
+	errc := make(chan string, 2)
+	go func() {
+		if _, err := ss.conn.AcceptUniStream(ss.ctx); err == nil {
+			errc <- "agents must not open unidirectional streams"
+		} else {
+			errc <- ""
+		}
+	}()
+	go func() {
+		if _, err := ss.conn.AcceptStream(ss.ctx); err == nil {
+			errc <- "agents open exactly one bidirectional (control) stream"
+		} else {
+			errc <- ""
+		}
+	}()
+	for range 2 {
+		if reason := <-errc; reason != "" {
+			ss.violation("%s", reason)
+			ss.cancel()
+		}
+	}
+}
+
+// job is one update to push.
+type job struct {
+	ns       string
+	goal     *versions.Version
+	base     uint64
+	baseSum  string
+	snapshot bool
+}
+
+// pushLoop starts pushes whenever kicked, until the session ends.
+func (ss *session) pushLoop() {
+	for {
+		select {
+		case <-ss.ctx.Done():
+			return
+		case <-ss.kickc:
+		}
+		jobs, unavailable := ss.plan()
+		for _, u := range unavailable {
+			if err := ss.send(u); err != nil {
+				ss.log.Info("send Unavailable", "err", err)
+				ss.cancel()
+				return
+			}
+			ss.srv.met.unavailable.Inc()
+		}
+		for _, j := range jobs {
+			ss.wg.Add(1)
+			go func() {
+				defer ss.wg.Done()
+				ss.push(j)
+			}()
+		}
+	}
+}
+
+// plan decides, under the session lock, which namespaces need an update now
+// and marks them in flight.
+func (ss *session) plan() ([]job, []*lehrpb.Unavailable) {
+	goals := *ss.srv.goals.Load()
+	now := time.Now()
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	var jobs []job
+	var unavailable []*lehrpb.Unavailable
+	for ns, st := range ss.ns {
+		if !st.subscribed || st.sending != 0 {
+			continue
+		}
+		g := goals[ns]
+		if g == nil {
+			if st.unavailable != lehrpb.UnavailableReason_UNAVAILABLE_REASON_NOT_FOUND {
+				st.unavailable = lehrpb.UnavailableReason_UNAVAILABLE_REASON_NOT_FOUND
+				unavailable = append(unavailable, &lehrpb.Unavailable{
+					Namespace: ns,
+					Reason:    st.unavailable,
+					Detail:    "this distributor knows no goal state for the namespace in its zone; an update follows if one appears",
+				})
+			}
+			continue
+		}
+		st.unavailable = 0
+		// Whether the agent's version is available here is checked by push;
+		// assume it is when planning.
+		action := wire.Plan(st.have, st.haveSum, g.Seq, g.Checksum, true)
+		if st.needSnapshot {
+			action = wire.SendSnapshot
+		}
+		if action == wire.SendNothing || now.Before(st.notBefore) {
+			continue
+		}
+		st.sending = g.Seq
+		jobs = append(jobs, job{ns: ns, goal: g, base: st.have, baseSum: st.haveSum, snapshot: action == wire.SendSnapshot})
+	}
+	return jobs, unavailable
+}
+
+// push builds one update and writes it on its own stream. A failure to
+// write ends the session: the agent reconnects and announces what it holds.
+func (ss *session) push(j job) {
+	frame, snapshot, err := ss.srv.build(ss.ctx, j)
+	if err != nil {
+		if ss.ctx.Err() != nil {
+			return
+		}
+		ss.log.Error("build update", "namespace", j.ns, "version", j.goal.Seq, "err", err)
+		ss.conn.CloseWithError(wire.CodeInternalError, "distributor failed to build an update")
+		ss.cancel()
+		return
+	}
+	str, err := ss.conn.OpenUniStreamSync(ss.ctx)
+	if err != nil {
+		ss.cancel()
+		return
+	}
+	if _, err := str.Write(frame); err != nil {
+		ss.cancel()
+		return
+	}
+	if err := str.Close(); err != nil {
+		ss.cancel()
+		return
+	}
+	ss.srv.met.pushed(snapshot, len(frame))
+	ss.log.Debug("pushed update", "namespace", j.ns, "version", j.goal.Seq, "snapshot", snapshot, "bytes", len(frame))
+}
+
+// build returns the encoded Update frame for j: a patch from the agent's
+// version when that version is available here (from memory or control) and
+// its checksum matches, otherwise a snapshot. wire.BuildUpdate also falls
+// back to a snapshot when a patch would not be smaller.
+func (s *Server) build(ctx context.Context, j job) (frame []byte, snapshot bool, err error) {
+	g := j.goal
+	to := wire.Version{Seq: g.Seq, Checksum: g.Checksum, Content: g.Content, Info: g.Info}
+	if !j.snapshot {
+		fctx, cancel := context.WithTimeout(ctx, s.opts.FetchTimeout)
+		base, err := s.opts.Versions.Get(fctx, j.ns, j.base)
+		cancel()
+		switch {
+		case err != nil:
+			s.log.Info("agent's version unavailable; sending a snapshot", "namespace", j.ns, "version", j.base, "err", err)
+		case base.Checksum != j.baseSum:
+			s.log.Info("agent's checksum differs; sending a snapshot", "namespace", j.ns, "version", j.base, "agent", j.baseSum, "control", base.Checksum)
+		default:
+			k := memoKey{ns: j.ns, base: base.Seq, baseSum: base.Checksum, goal: g.Seq, goalSum: g.Checksum}
+			frame, snap, err := s.memo.get(k, func() ([]byte, bool, error) {
+				from := &wire.Version{Seq: base.Seq, Checksum: base.Checksum, Content: base.Content}
+				u, err := wire.BuildUpdate(j.ns, g.Kind, from, to)
+				if err != nil {
+					return nil, false, err
+				}
+				b, err := wire.AppendFrame(nil, u, wire.Limits{})
+				return b, u.GetSnapshot(), err
+			})
+			if err != nil {
+				return nil, false, fmt.Errorf("encode update %s@%d..%d: %w", j.ns, base.Seq, g.Seq, err)
+			}
+			return frame, snap, nil
+		}
+	}
+	k := memoKey{ns: j.ns, snapshot: true, goal: g.Seq, goalSum: g.Checksum}
+	frame, _, err = s.memo.get(k, func() ([]byte, bool, error) {
+		u, err := wire.BuildUpdate(j.ns, g.Kind, nil, to)
+		if err != nil {
+			return nil, true, err
+		}
+		b, err := wire.AppendFrame(nil, u, wire.Limits{})
+		return b, true, err
+	})
+	if err != nil {
+		return nil, true, fmt.Errorf("encode snapshot %s@%d: %w", j.ns, g.Seq, err)
+	}
+	return frame, true, nil
+}

@@ -1,0 +1,33 @@
+package fanout
+
+import (
+	"crypto/tls"
+	"errors"
+	"fmt"
+
+	"lehr.dev/lehr/internal/certs"
+	"lehr.dev/lehr/internal/wire"
+)
+
+// serverTLS returns a clone of c restricted to TLS 1.3 and the wire ALPN.
+func serverTLS(c *tls.Config) *tls.Config {
+	tc := c.Clone()
+	tc.MinVersion = tls.VersionTLS13
+	tc.NextProtos = []string{wire.ALPN}
+	return tc
+}
+
+// errIdentity is wrapped by identity check failures.
+var errIdentity = errors.New("fanout: host id does not match the client certificate")
+
+// checkIdentity verifies, when the agent presented a verified certificate,
+// that the host id it announces is the certificate's identity
+// (certs.PeerIdentity). Without one (ClientAuth off) the announced id is
+// taken as is.
+func checkIdentity(state tls.ConnectionState, host string) error {
+	id := certs.PeerIdentity(state)
+	if id == "" || id == host {
+		return nil
+	}
+	return fmt.Errorf("%w: Hello.host_id is %q, the certificate names %q", errIdentity, host, id)
+}

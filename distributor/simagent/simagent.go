@@ -1,0 +1,535 @@
+// Package simagent is a simulated agent for tests and benchmarks: a thin
+// QUIC client that speaks the distributor protocol (internal/wire) — Hello
+// with cached versions and subscriptions, Subscribe, Unsubscribe, Resync —
+// applies every Update with wire.ApplyUpdate, verifies its checksum and acks
+// it, keeping the content in memory.
+//
+// It differs from the real agent (package agent) in everything around the
+// protocol: no disk and no Badger cache, no namespace files, no local gRPC
+// API or consumer leases, no failover between distributors and no
+// reconnection — one Agent is one connection. That makes it cheap enough to
+// run ten thousand in one process (the benchmark harness does) and exact to
+// assert on (every applied update is recorded in order).
+//
+// Tests and bench may import simagent; daemons must not.
+package simagent
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/quic-go/quic-go"
+	"google.golang.org/protobuf/proto"
+
+	"lehr.dev/lehr/internal/content"
+	"lehr.dev/lehr/internal/wire"
+	"lehr.dev/lehr/proto/lehrpb"
+)
+
+// Cached is a namespace the agent holds when it connects.
+type Cached struct {
+	Namespace string
+	Version   uint64
+	Content   content.Snapshot
+	// Checksum announced in Hello; empty means Content.Checksum(). Set it
+	// to something else to simulate a corrupt cache.
+	Checksum string
+}
+
+// Options configures an Agent.
+type Options struct {
+	// Addr is the distributor's UDP address. Required.
+	Addr string
+	// TLS is the client configuration (a host certificate for mutual
+	// TLS). Required; NextProtos is set to the wire ALPN on a clone.
+	TLS *tls.Config
+	// HostID and Zone are announced in Hello. Required.
+	HostID, Zone string
+	// Cached is announced in Hello and becomes the agent's content.
+	Cached []Cached
+	// Subscriptions are the initial subscriptions. Each is announced in
+	// Hello's cached list too (version 0 if not in Cached).
+	Subscriptions []string
+	// ProtocolVersion and MinProtocolVersion are announced in Hello;
+	// zero means wire.ProtocolVersion and wire.MinProtocolVersion.
+	ProtocolVersion, MinProtocolVersion uint32
+	// Logger; default slog.Default().
+	Logger *slog.Logger
+	// QUIC overrides the QUIC configuration; nil means keepalives every
+	// 10s and a 30s idle timeout.
+	QUIC *quic.Config
+}
+
+// Applied records one update the agent applied (or refused).
+type Applied struct {
+	Namespace string
+	// Base is the version held before, Version the version after.
+	Base, Version uint64
+	Snapshot      bool
+	// Bytes is the update frame's size on the wire.
+	Bytes int
+	// Set and Delete are the keys the update set and deleted.
+	Set, Delete []string
+	// Err is set when the update was refused (the agent kept Base).
+	Err error
+}
+
+// Held is what the agent holds of one namespace.
+type Held struct {
+	Version  uint64
+	Checksum string
+	Content  content.Snapshot
+}
+
+// Stats counts the updates an agent received.
+type Stats struct {
+	Updates, Snapshots, Patches, Refused int
+	SnapshotBytes, PatchBytes            int
+	Unavailable                          int
+}
+
+// Agent is one simulated agent connected to one distributor. Its methods
+// are safe for concurrent use.
+type Agent struct {
+	opts    Options
+	log     *slog.Logger
+	conn    *quic.Conn
+	ctrl    *quic.Stream
+	welcome *lehrpb.Welcome
+
+	writeMu sync.Mutex
+	enc     *wire.Encoder
+
+	mu          sync.Mutex
+	held        map[string]Held
+	subscribed  map[string]bool
+	applied     []Applied
+	unavailable map[string]*lehrpb.Unavailable
+	stats       Stats
+	changed     chan struct{} // closed and replaced on every change
+	err         error         // why the connection ended
+
+	wg        sync.WaitGroup
+	done      chan struct{}
+	closeOnce sync.Once
+}
+
+// Dial connects to the distributor, sends Hello and waits for Welcome.
+func Dial(ctx context.Context, opts Options) (*Agent, error) {
+	if opts.Addr == "" || opts.TLS == nil || opts.HostID == "" || opts.Zone == "" {
+		return nil, errors.New("simagent: Options.Addr, TLS, HostID and Zone are required")
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	if opts.ProtocolVersion == 0 {
+		opts.ProtocolVersion = wire.ProtocolVersion
+	}
+	if opts.MinProtocolVersion == 0 {
+		opts.MinProtocolVersion = min(wire.MinProtocolVersion, opts.ProtocolVersion)
+	}
+	qc := opts.QUIC
+	if qc == nil {
+		qc = &quic.Config{KeepAlivePeriod: 10 * time.Second, MaxIdleTimeout: 30 * time.Second, MaxIncomingStreams: -1}
+	}
+	tc := opts.TLS.Clone()
+	tc.NextProtos = []string{wire.ALPN}
+	conn, err := quic.DialAddr(ctx, opts.Addr, tc, qc)
+	if err != nil {
+		return nil, fmt.Errorf("simagent: dial %s: %w", opts.Addr, err)
+	}
+	a := &Agent{
+		opts:        opts,
+		log:         opts.Logger.With("host", opts.HostID),
+		conn:        conn,
+		held:        map[string]Held{},
+		subscribed:  map[string]bool{},
+		unavailable: map[string]*lehrpb.Unavailable{},
+		changed:     make(chan struct{}),
+		done:        make(chan struct{}),
+	}
+	hello := &lehrpb.Hello{
+		ProtocolVersion:    opts.ProtocolVersion,
+		MinProtocolVersion: opts.MinProtocolVersion,
+		HostId:             opts.HostID,
+		Zone:               opts.Zone,
+		AgentVersion:       "simagent",
+	}
+	for _, c := range opts.Cached {
+		sum := c.Checksum
+		if sum == "" && c.Version != 0 {
+			sum = c.Content.Checksum()
+		}
+		a.held[c.Namespace] = Held{Version: c.Version, Checksum: sum, Content: c.Content}
+		hello.Cached = append(hello.Cached, &lehrpb.CachedNamespace{Namespace: c.Namespace, Version: c.Version, Checksum: sum})
+	}
+	for _, ns := range opts.Subscriptions {
+		if _, ok := a.held[ns]; !ok {
+			hello.Cached = append(hello.Cached, &lehrpb.CachedNamespace{Namespace: ns})
+		}
+		a.subscribed[ns] = true
+		hello.Subscriptions = append(hello.Subscriptions, ns)
+	}
+	ctrl, err := conn.OpenStreamSync(ctx)
+	if err != nil {
+		conn.CloseWithError(wire.CodeInternalError, "open control stream")
+		return nil, fmt.Errorf("simagent: open control stream: %w", err)
+	}
+	a.ctrl = ctrl
+	a.enc = wire.NewEncoder(ctrl, wire.Limits{})
+	if err := a.send(hello); err != nil {
+		conn.CloseWithError(wire.CodeInternalError, "send Hello")
+		return nil, fmt.Errorf("simagent: send Hello: %w", err)
+	}
+	dec := wire.NewDecoder(ctrl, wire.DecoderOptions{Stream: wire.StreamControlFromDistributor})
+	stop := context.AfterFunc(ctx, func() { ctrl.CancelRead(wire.StreamCodeCancelled) })
+	msg, err := dec.Decode()
+	stop()
+	if err != nil {
+		conn.CloseWithError(wire.CodeFor(err), "read Welcome")
+		return nil, fmt.Errorf("simagent: read Welcome: %w", connErr(conn, err))
+	}
+	switch m := msg.(type) {
+	case *lehrpb.Goodbye:
+		conn.CloseWithError(wire.CodeNoError, "")
+		return nil, fmt.Errorf("simagent: %w", &wire.GoodbyeError{Code: quic.ApplicationErrorCode(m.GetCode()), Reason: m.GetReason()})
+	case *lehrpb.Welcome:
+		a.welcome = m
+	}
+	a.wg.Add(2)
+	go func() {
+		defer a.wg.Done()
+		a.readControl(dec)
+	}()
+	go func() {
+		defer a.wg.Done()
+		a.acceptUpdates()
+	}()
+	return a, nil
+}
+
+// connErr prefers the connection's close error (which carries the peer's
+// code and reason) over a stream error.
+func connErr(conn *quic.Conn, err error) error {
+	select {
+	case <-conn.Context().Done():
+		if cause := context.Cause(conn.Context()); cause != nil {
+			return cause
+		}
+	default:
+	}
+	return err
+}
+
+// Welcome is the distributor's answer to Hello.
+func (a *Agent) Welcome() *lehrpb.Welcome { return a.welcome }
+
+// HostID is the announced host id.
+func (a *Agent) HostID() string { return a.opts.HostID }
+
+func (a *Agent) send(msg proto.Message) error {
+	a.writeMu.Lock()
+	defer a.writeMu.Unlock()
+	return a.enc.Encode(msg)
+}
+
+// SendRaw writes b as is on the control stream, e.g. a malformed frame.
+func (a *Agent) SendRaw(b []byte) error {
+	a.writeMu.Lock()
+	defer a.writeMu.Unlock()
+	_, err := a.ctrl.Write(b)
+	return err
+}
+
+// Subscribe subscribes to namespaces, announcing what the agent holds of
+// each.
+func (a *Agent) Subscribe(nss ...string) error {
+	m := &lehrpb.Subscribe{}
+	a.mu.Lock()
+	for _, ns := range nss {
+		h := a.held[ns]
+		a.subscribed[ns] = true
+		m.Namespaces = append(m.Namespaces, &lehrpb.CachedNamespace{Namespace: ns, Version: h.Version, Checksum: h.Checksum})
+	}
+	a.mu.Unlock()
+	return a.send(m)
+}
+
+// Unsubscribe drops subscriptions.
+func (a *Agent) Unsubscribe(nss ...string) error {
+	a.mu.Lock()
+	for _, ns := range nss {
+		delete(a.subscribed, ns)
+	}
+	a.mu.Unlock()
+	return a.send(&lehrpb.Unsubscribe{Namespaces: nss})
+}
+
+// Resync asks for a fresh snapshot of ns.
+func (a *Agent) Resync(ns string, reason lehrpb.ResyncReason) error {
+	h, _ := a.Held(ns)
+	return a.send(&lehrpb.Resync{Namespace: ns, HaveVersion: h.Version, HaveChecksum: h.Checksum, Reason: reason})
+}
+
+// Held returns what the agent holds of ns.
+func (a *Agent) Held(ns string) (Held, bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	h, ok := a.held[ns]
+	return h, ok && h.Version != 0
+}
+
+// Cached returns everything the agent holds, ready to be passed as
+// Options.Cached of a reconnecting agent.
+func (a *Agent) Cached() []Cached {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var out []Cached
+	for ns, h := range a.held {
+		if h.Version != 0 {
+			out = append(out, Cached{Namespace: ns, Version: h.Version, Content: h.Content, Checksum: h.Checksum})
+		}
+	}
+	slices.SortFunc(out, func(x, y Cached) int {
+		if x.Namespace < y.Namespace {
+			return -1
+		}
+		if x.Namespace > y.Namespace {
+			return 1
+		}
+		return 0
+	})
+	return out
+}
+
+// Applied returns every update received so far, in the order applied;
+// with ns set, only that namespace's.
+func (a *Agent) Applied(ns string) []Applied {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var out []Applied
+	for _, ap := range a.applied {
+		if ns == "" || ap.Namespace == ns {
+			out = append(out, ap)
+		}
+	}
+	return out
+}
+
+// Unavailable returns the last Unavailable received for ns, if any.
+func (a *Agent) Unavailable(ns string) (*lehrpb.Unavailable, bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	u, ok := a.unavailable[ns]
+	return u, ok
+}
+
+// Stats returns the agent's counters.
+func (a *Agent) Stats() Stats {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.stats
+}
+
+// Done is closed when the connection has ended.
+func (a *Agent) Done() <-chan struct{} { return a.done }
+
+// Err says why the connection ended (nil while it is up). For a close by
+// the distributor it wraps the *quic.ApplicationError with its code and
+// reason; see wire.CloseCode.
+func (a *Agent) Err() error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.err
+}
+
+// Wait blocks until cond, evaluated with the agent's state after every
+// change, returns true, or ctx ends.
+func (a *Agent) Wait(ctx context.Context, cond func(a *Agent) bool) error {
+	for {
+		a.mu.Lock()
+		ch := a.changed
+		a.mu.Unlock()
+		if cond(a) {
+			return nil
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return fmt.Errorf("simagent %s: wait: %w", a.opts.HostID, ctx.Err())
+		}
+	}
+}
+
+// WaitVersion blocks until the agent holds version v (or a later one) of
+// ns, or ctx ends.
+func (a *Agent) WaitVersion(ctx context.Context, ns string, v uint64) error {
+	return a.Wait(ctx, func(a *Agent) bool {
+		h, ok := a.Held(ns)
+		return ok && h.Version >= v
+	})
+}
+
+// Close says Goodbye, closes the connection and waits for the agent's
+// goroutines. It is idempotent.
+func (a *Agent) Close() error {
+	a.closeOnce.Do(func() {
+		_ = a.ctrl.SetWriteDeadline(time.Now().Add(time.Second))
+		_ = a.send(&lehrpb.Goodbye{Code: uint64(wire.CodeNoError), Reason: "simagent closing"})
+		a.conn.CloseWithError(wire.CodeNoError, "simagent closing")
+	})
+	a.wg.Wait()
+	return nil
+}
+
+// Kill drops the connection without a Goodbye (a crash).
+func (a *Agent) Kill() {
+	a.closeOnce.Do(func() { a.conn.CloseWithError(wire.CodeInternalError, "simagent killed") })
+	a.wg.Wait()
+}
+
+func (a *Agent) changedLocked() {
+	close(a.changed)
+	a.changed = make(chan struct{})
+}
+
+func (a *Agent) fail(err error) {
+	a.mu.Lock()
+	if a.err == nil {
+		a.err = connErr(a.conn, err)
+		a.changedLocked()
+	}
+	a.mu.Unlock()
+}
+
+func (a *Agent) readControl(dec *wire.Decoder) {
+	defer func() {
+		<-a.conn.Context().Done()
+		a.fail(context.Cause(a.conn.Context()))
+		a.closeDone()
+	}()
+	for {
+		msg, err := dec.Decode()
+		if err != nil {
+			var fe *wire.FrameError
+			if errors.As(err, &fe) {
+				a.conn.CloseWithError(wire.CodeFor(err), err.Error())
+			} else if err == io.EOF {
+				a.conn.CloseWithError(wire.CodeNoError, "control stream ended")
+			}
+			a.fail(err)
+			return
+		}
+		switch m := msg.(type) {
+		case *lehrpb.Unavailable:
+			a.mu.Lock()
+			a.unavailable[m.GetNamespace()] = m
+			a.stats.Unavailable++
+			a.changedLocked()
+			a.mu.Unlock()
+		case *lehrpb.Ping:
+			_ = a.send(&lehrpb.Pong{Nonce: m.GetNonce()})
+		case *lehrpb.Goodbye:
+			a.fail(&wire.GoodbyeError{Code: quic.ApplicationErrorCode(m.GetCode()), Reason: m.GetReason()})
+			a.conn.CloseWithError(wire.CodeNoError, "")
+			return
+		}
+	}
+}
+
+// closeDone is called once, when readControl ends.
+func (a *Agent) closeDone() { close(a.done) }
+
+func (a *Agent) acceptUpdates() {
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	for {
+		str, err := a.conn.AcceptUniStream(context.Background())
+		if err != nil {
+			return
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			a.handleUpdate(str)
+		}()
+	}
+}
+
+type countingReader struct {
+	r io.Reader
+	n int
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += n
+	return n, err
+}
+
+func (a *Agent) handleUpdate(str *quic.ReceiveStream) {
+	cr := &countingReader{r: str}
+	dec := wire.NewDecoder(cr, wire.DecoderOptions{Stream: wire.StreamUpdate})
+	msg, err := dec.Decode()
+	if err == nil {
+		if _, err2 := dec.Decode(); err2 != io.EOF {
+			err = err2
+			if err == nil {
+				err = errors.New("simagent: a second frame on an update stream")
+			}
+		}
+	}
+	if err != nil {
+		var fe *wire.FrameError
+		if errors.As(err, &fe) {
+			a.conn.CloseWithError(wire.CodeFor(err), "update stream: "+err.Error())
+		}
+		return
+	}
+	u := msg.(*lehrpb.Update)
+	ns := u.GetNamespace()
+	a.mu.Lock()
+	h := a.held[ns]
+	a.mu.Unlock()
+	next, err := wire.ApplyUpdate(h.Content, h.Version, h.Checksum, u)
+	var fe *wire.FrameError
+	if errors.As(err, &fe) {
+		a.conn.CloseWithError(wire.CodeFor(err), "update: "+err.Error())
+		return
+	}
+	rec := Applied{Namespace: ns, Base: h.Version, Version: u.GetVersion(), Snapshot: u.GetSnapshot(), Bytes: cr.n, Err: err, Delete: u.GetDelete()}
+	for _, p := range u.GetSet() {
+		rec.Set = append(rec.Set, p.GetKey())
+	}
+	a.mu.Lock()
+	a.applied = append(a.applied, rec)
+	a.stats.Updates++
+	if u.GetSnapshot() {
+		a.stats.Snapshots++
+		a.stats.SnapshotBytes += cr.n
+	} else {
+		a.stats.Patches++
+		a.stats.PatchBytes += cr.n
+	}
+	if err != nil {
+		a.stats.Refused++
+	} else {
+		a.held[ns] = Held{Version: u.GetVersion(), Checksum: u.GetChecksum(), Content: next}
+	}
+	a.changedLocked()
+	a.mu.Unlock()
+	if err != nil {
+		a.log.Info("refusing update", "namespace", ns, "version", u.GetVersion(), "err", err)
+		_ = a.send(&lehrpb.Ack{Namespace: ns, Version: u.GetVersion(), Checksum: u.GetChecksum(), Ok: false, Error: err.Error()})
+		_ = a.send(&lehrpb.Resync{Namespace: ns, HaveVersion: h.Version, HaveChecksum: h.Checksum, Reason: wire.ResyncReasonFor(err), Detail: err.Error()})
+		return
+	}
+	_ = a.send(&lehrpb.Ack{Namespace: ns, Version: u.GetVersion(), Checksum: u.GetChecksum(), Ok: true})
+}

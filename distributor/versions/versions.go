@@ -1,0 +1,362 @@
+// Package versions is a distributor's bounded in-memory cache of namespace
+// versions. Versions come from control: a version whose predecessor (or any
+// older version of the same namespace) is held is built by fetching the
+// delta with FetchDelta and applying it; otherwise the whole version is
+// fetched with FetchVersion. Every version is checked against its checksum
+// before it is cached or returned, so a version obtained from a Cache is
+// always the exact content control published.
+//
+// # Eviction
+//
+// The cache is bounded by Options.MaxBytes, counted as the content size
+// (keys and values) of every cached version, even though versions built from
+// a delta share unchanged values with their base (the bound is therefore
+// conservative). After each insertion, while the total is over the bound,
+// the least recently used version that is not pinned is dropped. The
+// distributor pins the goal version of each namespace (Pin), so goals are
+// never evicted: if the pinned versions alone exceed the bound they all stay
+// and the cache is over budget until a goal moves. Evicting a version an
+// agent still holds only costs that agent a snapshot instead of a patch (or
+// a refetch from control).
+//
+// Only package distributor and its subpackages import versions.
+package versions
+
+import (
+	"container/list"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+
+	"google.golang.org/grpc"
+
+	"lehr.dev/lehr/internal/content"
+	"lehr.dev/lehr/proto/lehrpb"
+)
+
+// ErrChecksum is wrapped by errors about content from control that does not
+// match its checksum.
+var ErrChecksum = errors.New("versions: content does not match its checksum")
+
+// ErrNotCached is wrapped by Get's error for a version that is not cached
+// when the cache has no Client to fetch it with.
+var ErrNotCached = errors.New("versions: version not cached")
+
+// Client is the part of lehrpb.ControlClient the cache uses.
+type Client interface {
+	FetchVersion(ctx context.Context, in *lehrpb.FetchVersionRequest, opts ...grpc.CallOption) (*lehrpb.FetchVersionResponse, error)
+	FetchDelta(ctx context.Context, in *lehrpb.FetchDeltaRequest, opts ...grpc.CallOption) (*lehrpb.FetchDeltaResponse, error)
+}
+
+// Version is one immutable version of a namespace. Treat every field as
+// read-only.
+type Version struct {
+	Namespace string
+	Seq       uint64
+	Checksum  string
+	Kind      lehrpb.NamespaceKind
+	// Info describes the version as control recorded it.
+	Info    *lehrpb.VersionInfo
+	Content content.Snapshot
+	// size is Content.Size(), cached.
+	size int64
+}
+
+// Size is the bytes of keys and values the version holds.
+func (v *Version) Size() int64 { return v.size }
+
+// Options configures a Cache.
+type Options struct {
+	// Client fetches versions from control. If nil, the cache serves only
+	// what was Put into it and Get fails with ErrNotCached for anything else.
+	Client Client
+	// MaxBytes bounds the cached content (see Eviction in the package
+	// documentation); default 256 MiB.
+	MaxBytes int64
+	// Logger; default slog.Default().
+	Logger *slog.Logger
+}
+
+// Stats describes the cache at one moment.
+type Stats struct {
+	Versions int
+	Bytes    int64
+	Pinned   int
+	// Fetches counts whole versions fetched, Deltas versions built from a
+	// delta, Evictions versions dropped for space, ChecksumErrors content
+	// from control that failed its checksum.
+	Fetches, Deltas, Evictions, ChecksumErrors uint64
+}
+
+type key struct {
+	ns  string
+	seq uint64
+}
+
+type entry struct {
+	v    *Version
+	elem *list.Element // in lru; front is most recent
+}
+
+type call struct {
+	done chan struct{}
+	v    *Version
+	err  error
+}
+
+// Cache holds versions. It is safe for concurrent use.
+type Cache struct {
+	opts Options
+	log  *slog.Logger
+
+	mu       sync.Mutex
+	entries  map[key]*entry
+	byNS     map[string]map[uint64]*entry
+	lru      *list.List // of key
+	pins     map[string]uint64
+	bytes    int64
+	inflight map[key]*call
+	stats    Stats
+}
+
+// New returns an empty cache.
+func New(opts Options) *Cache {
+	if opts.MaxBytes <= 0 {
+		opts.MaxBytes = 256 << 20
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	return &Cache{
+		opts:     opts,
+		log:      opts.Logger,
+		entries:  map[key]*entry{},
+		byNS:     map[string]map[uint64]*entry{},
+		lru:      list.New(),
+		pins:     map[string]uint64{},
+		inflight: map[key]*call{},
+	}
+}
+
+// Pin marks seq as the goal version of ns: it is never evicted until another
+// Pin for ns or Unpin(ns). The version need not be cached yet.
+func (c *Cache) Pin(ns string, seq uint64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.pins[ns] = seq
+	c.evictLocked()
+}
+
+// Unpin removes the pin of ns, if any.
+func (c *Cache) Unpin(ns string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.pins, ns)
+	c.evictLocked()
+}
+
+// Lookup returns a cached version without contacting control, marking it
+// recently used.
+func (c *Cache) Lookup(ns string, seq uint64) (*Version, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e, ok := c.entries[key{ns, seq}]
+	if !ok {
+		return nil, false
+	}
+	c.lru.MoveToFront(e.elem)
+	return e.v, true
+}
+
+// Stats returns current counters.
+func (c *Cache) Stats() Stats {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s := c.stats
+	s.Versions = len(c.entries)
+	s.Bytes = c.bytes
+	s.Pinned = len(c.pins)
+	return s
+}
+
+// Get returns version seq of ns, from memory or else from control: as a
+// delta from the newest cached older version when there is one, otherwise
+// whole. Concurrent Gets of one version share one fetch. The result always
+// matches its checksum; content that does not wraps ErrChecksum (after a
+// delta fails its checksum, one whole fetch is tried before giving up).
+func (c *Cache) Get(ctx context.Context, ns string, seq uint64) (*Version, error) {
+	if seq == 0 {
+		return nil, fmt.Errorf("versions: get %s@0: version must be at least 1", ns)
+	}
+	k := key{ns, seq}
+	c.mu.Lock()
+	if e, ok := c.entries[k]; ok {
+		c.lru.MoveToFront(e.elem)
+		c.mu.Unlock()
+		return e.v, nil
+	}
+	if c.opts.Client == nil {
+		c.mu.Unlock()
+		return nil, fmt.Errorf("get %s@%d: %w", ns, seq, ErrNotCached)
+	}
+	if cl, ok := c.inflight[k]; ok {
+		c.mu.Unlock()
+		select {
+		case <-cl.done:
+			return cl.v, cl.err
+		case <-ctx.Done():
+			return nil, fmt.Errorf("get %s@%d: %w", ns, seq, ctx.Err())
+		}
+	}
+	cl := &call{done: make(chan struct{})}
+	c.inflight[k] = cl
+	base := c.newestBelowLocked(ns, seq)
+	c.mu.Unlock()
+
+	v, err := c.fetch(ctx, ns, seq, base)
+	c.mu.Lock()
+	delete(c.inflight, k)
+	if err == nil {
+		v = c.insertLocked(v)
+	}
+	c.mu.Unlock()
+	cl.v, cl.err = v, err
+	close(cl.done)
+	return v, err
+}
+
+// Put adds a version built elsewhere after checking its checksum.
+func (c *Cache) Put(v *Version) error {
+	if got := v.Content.Checksum(); got != v.Checksum {
+		return fmt.Errorf("put %s@%d: %w: computed %s, stated %s", v.Namespace, v.Seq, ErrChecksum, got, v.Checksum)
+	}
+	v.size = v.Content.Size()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.insertLocked(v)
+	return nil
+}
+
+func (c *Cache) newestBelowLocked(ns string, seq uint64) *Version {
+	var best *Version
+	for s, e := range c.byNS[ns] {
+		if s < seq && (best == nil || s > best.Seq) {
+			best = e.v
+		}
+	}
+	return best
+}
+
+func (c *Cache) fetch(ctx context.Context, ns string, seq uint64, base *Version) (*Version, error) {
+	if base != nil {
+		v, err := c.fetchDelta(ctx, base, seq)
+		if err == nil {
+			return v, nil
+		}
+		if !errors.Is(err, ErrChecksum) {
+			return nil, err
+		}
+		c.log.Warn("delta from control failed its checksum; fetching the whole version", "namespace", ns, "from", base.Seq, "to", seq, "err", err)
+	}
+	return c.fetchWhole(ctx, ns, seq)
+}
+
+func (c *Cache) fetchWhole(ctx context.Context, ns string, seq uint64) (*Version, error) {
+	resp, err := c.opts.Client.FetchVersion(ctx, &lehrpb.FetchVersionRequest{Namespace: ns, Version: seq})
+	if err != nil {
+		return nil, fmt.Errorf("fetch version %s@%d: %w", ns, seq, err)
+	}
+	info := resp.GetVersion()
+	if info.GetSeq() != seq {
+		return nil, fmt.Errorf("fetch version %s@%d: control answered version %d", ns, seq, info.GetSeq())
+	}
+	snap, err := content.New(content.FromProto(resp.GetProperties()))
+	if err != nil {
+		return nil, fmt.Errorf("fetch version %s@%d: %w", ns, seq, err)
+	}
+	v := &Version{Namespace: ns, Seq: seq, Checksum: info.GetChecksum(), Kind: resp.GetKind(), Info: info, Content: snap}
+	if err := c.verify(v); err != nil {
+		return nil, fmt.Errorf("fetch version %s@%d: %w", ns, seq, err)
+	}
+	c.mu.Lock()
+	c.stats.Fetches++
+	c.mu.Unlock()
+	return v, nil
+}
+
+func (c *Cache) fetchDelta(ctx context.Context, base *Version, seq uint64) (*Version, error) {
+	ns := base.Namespace
+	resp, err := c.opts.Client.FetchDelta(ctx, &lehrpb.FetchDeltaRequest{Namespace: ns, From: base.Seq, To: seq})
+	if err != nil {
+		return nil, fmt.Errorf("fetch delta %s@%d..%d: %w", ns, base.Seq, seq, err)
+	}
+	if resp.GetFrom().GetChecksum() != base.Checksum {
+		return nil, fmt.Errorf("fetch delta %s@%d..%d: %w: base is %s here, %s at control", ns, base.Seq, seq, ErrChecksum, base.Checksum, resp.GetFrom().GetChecksum())
+	}
+	info := resp.GetTo()
+	if info.GetSeq() != seq {
+		return nil, fmt.Errorf("fetch delta %s@%d..%d: control answered version %d", ns, base.Seq, seq, info.GetSeq())
+	}
+	snap, err := base.Content.Apply(content.Patch{Set: content.FromProto(resp.GetSet()), Delete: resp.GetDelete()})
+	if err != nil {
+		return nil, fmt.Errorf("fetch delta %s@%d..%d: apply: %w: %w", ns, base.Seq, seq, ErrChecksum, err)
+	}
+	v := &Version{Namespace: ns, Seq: seq, Checksum: info.GetChecksum(), Kind: resp.GetKind(), Info: info, Content: snap}
+	if err := c.verify(v); err != nil {
+		return nil, fmt.Errorf("fetch delta %s@%d..%d: %w", ns, base.Seq, seq, err)
+	}
+	c.mu.Lock()
+	c.stats.Deltas++
+	c.mu.Unlock()
+	return v, nil
+}
+
+func (c *Cache) verify(v *Version) error {
+	if got := v.Content.Checksum(); got != v.Checksum {
+		c.mu.Lock()
+		c.stats.ChecksumErrors++
+		c.mu.Unlock()
+		return fmt.Errorf("%w: computed %s, control states %s", ErrChecksum, got, v.Checksum)
+	}
+	v.size = v.Content.Size()
+	return nil
+}
+
+// insertLocked caches v (or returns the copy already cached) and evicts.
+func (c *Cache) insertLocked(v *Version) *Version {
+	k := key{v.Namespace, v.Seq}
+	if e, ok := c.entries[k]; ok {
+		c.lru.MoveToFront(e.elem)
+		return e.v
+	}
+	e := &entry{v: v, elem: c.lru.PushFront(k)}
+	c.entries[k] = e
+	if c.byNS[k.ns] == nil {
+		c.byNS[k.ns] = map[uint64]*entry{}
+	}
+	c.byNS[k.ns][k.seq] = e
+	c.bytes += v.size
+	c.evictLocked()
+	return v
+}
+
+func (c *Cache) evictLocked() {
+	for el := c.lru.Back(); el != nil && c.bytes > c.opts.MaxBytes; {
+		prev := el.Prev()
+		k := el.Value.(key)
+		if pin, ok := c.pins[k.ns]; !ok || pin != k.seq {
+			e := c.entries[k]
+			c.lru.Remove(el)
+			delete(c.entries, k)
+			delete(c.byNS[k.ns], k.seq)
+			if len(c.byNS[k.ns]) == 0 {
+				delete(c.byNS, k.ns)
+			}
+			c.bytes -= e.v.size
+			c.stats.Evictions++
+		}
+		el = prev
+	}
+}
