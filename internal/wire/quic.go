@@ -1,0 +1,280 @@
+package wire
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+	"time"
+
+	"github.com/quic-go/quic-go"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"lehr.dev/lehr/proto/lehrpb"
+)
+
+// QUIC transport defaults of DefaultQUICConfig.
+const (
+	// DefaultKeepAlivePeriod is how often an idle connection sends a
+	// keepalive packet.
+	DefaultKeepAlivePeriod = 5 * time.Second
+	// DefaultMaxIdleTimeout closes a connection that heard nothing for this
+	// long: how quickly an agent notices a dead distributor and fails over.
+	DefaultMaxIdleTimeout = 20 * time.Second
+	// DefaultHandshakeTimeout bounds the QUIC/TLS handshake.
+	DefaultHandshakeTimeout = 10 * time.Second
+	// DefaultMaxUpdateStreams is how many update streams may be open at
+	// once on one connection (one per namespace in flight).
+	DefaultMaxUpdateStreams = 1024
+)
+
+// DefaultQUICConfig returns the transport configuration both sides use:
+// keepalives every 5 s, a 20 s idle timeout, a 10 s handshake timeout, a
+// few bidirectional streams (the agent opens one) and up to 1024 concurrent
+// unidirectional update streams, with flow-control windows large enough for
+// multi-megabyte snapshots (16 MiB per stream, 64 MiB per connection). The
+// caller may change the returned value.
+func DefaultQUICConfig() *quic.Config {
+	return &quic.Config{
+		HandshakeIdleTimeout:       DefaultHandshakeTimeout,
+		MaxIdleTimeout:             DefaultMaxIdleTimeout,
+		KeepAlivePeriod:            DefaultKeepAlivePeriod,
+		MaxIncomingStreams:         4,
+		MaxIncomingUniStreams:      DefaultMaxUpdateStreams,
+		InitialStreamReceiveWindow: 1 << 20,
+		MaxStreamReceiveWindow:     16 << 20,
+		MaxConnectionReceiveWindow: 64 << 20,
+	}
+}
+
+// TLSConfig returns a copy of base set up for the protocol: TLS 1.3 at
+// least and ALPN "lehr/1". base carries the certificates and, for mutual
+// TLS, ClientAuth and ClientCAs (distributor) or Certificates and RootCAs
+// (agent).
+func TLSConfig(base *tls.Config) *tls.Config {
+	c := base.Clone()
+	if c == nil {
+		c = &tls.Config{}
+	}
+	c.MinVersion = tls.VersionTLS13
+	c.NextProtos = []string{ALPN}
+	return c
+}
+
+// CloseConn closes conn after err with CodeFor(err) and err's text as the
+// reason (shortened to fit a packet). It returns the connection's close
+// error.
+func CloseConn(conn *quic.Conn, err error) error {
+	msg := ""
+	if err != nil {
+		msg = err.Error()
+	}
+	if len(msg) > 512 {
+		msg = msg[:512] + "…"
+	}
+	return conn.CloseWithError(CodeFor(err), msg)
+}
+
+// SendUpdate opens a fresh unidirectional stream on conn, writes u as its
+// only frame and closes the stream. It returns the frame's size in bytes
+// (header and payload). Ending ctx resets the stream with
+// StreamCodeCancelled and returns ctx's error. Delivery is confirmed only by
+// the agent's Ack.
+func SendUpdate(ctx context.Context, conn *quic.Conn, u *lehrpb.Update, lim Limits) (int, error) {
+	frame, err := AppendFrame(nil, u, lim)
+	if err != nil {
+		return 0, fmt.Errorf("wire: send update %s@%d: %w", u.GetNamespace(), u.GetVersion(), err)
+	}
+	s, err := conn.OpenUniStreamSync(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("wire: open update stream for %s@%d: %w", u.GetNamespace(), u.GetVersion(), err)
+	}
+	stop := context.AfterFunc(ctx, func() { s.CancelWrite(StreamCodeCancelled) })
+	defer stop()
+	if _, err := s.Write(frame); err != nil {
+		s.CancelWrite(StreamCodeCancelled)
+		if ctx.Err() != nil {
+			err = context.Cause(ctx)
+		}
+		return 0, fmt.Errorf("wire: send update %s@%d: %w", u.GetNamespace(), u.GetVersion(), err)
+	}
+	if err := s.Close(); err != nil {
+		return 0, fmt.Errorf("wire: close update stream for %s@%d: %w", u.GetNamespace(), u.GetVersion(), err)
+	}
+	return len(frame), nil
+}
+
+// ReadUpdateStream reads the one Update of an update stream and checks the
+// stream ends right after it. On a frame error it abandons the stream with
+// StreamCodeRejected and returns the [*FrameError] (the caller then closes
+// the connection with CloseConn); ending ctx abandons it with
+// StreamCodeCancelled and returns ctx's error. A stream reset by the
+// distributor (a superseded update) gives the *quic.StreamError.
+func ReadUpdateStream(ctx context.Context, s *quic.ReceiveStream, lim Limits) (*lehrpb.Update, error) {
+	stop := context.AfterFunc(ctx, func() { s.CancelRead(StreamCodeCancelled) })
+	defer stop()
+	d := NewDecoder(s, DecoderOptions{Limits: lim, Stream: StreamUpdate})
+	msg, err := d.Decode()
+	if err == nil {
+		if _, err = d.Decode(); err == io.EOF {
+			return msg.(*lehrpb.Update), nil
+		}
+	}
+	if ctx.Err() != nil {
+		return nil, fmt.Errorf("wire: read update stream %d: %w", s.StreamID(), context.Cause(ctx))
+	}
+	var fe *FrameError
+	if errors.As(err, &fe) {
+		s.CancelRead(StreamCodeRejected)
+	}
+	return nil, fmt.Errorf("wire: read update stream %d: %w", s.StreamID(), err)
+}
+
+// ReceiveUpdate accepts the next update stream on conn and reads it. An
+// agent that wants updates read concurrently (it should: a large snapshot
+// must not delay a small patch) accepts streams with conn.AcceptUniStream
+// itself and calls ReadUpdateStream for each in its own goroutine.
+func ReceiveUpdate(ctx context.Context, conn *quic.Conn, lim Limits) (*lehrpb.Update, error) {
+	s, err := conn.AcceptUniStream(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("wire: accept update stream: %w", err)
+	}
+	return ReadUpdateStream(ctx, s, lim)
+}
+
+// Control is the control stream of one connection, from either side. Send
+// may be called from several goroutines; Recv from one goroutine at a time.
+type Control struct {
+	s   *quic.Stream
+	dec *Decoder
+
+	mu  sync.Mutex // serialises Send
+	enc *Encoder
+}
+
+func newControl(s *quic.Stream, lim Limits, reads Stream) *Control {
+	return &Control{
+		s:   s,
+		dec: NewDecoder(s, DecoderOptions{Limits: lim, Stream: reads}),
+		enc: NewEncoder(s, lim),
+	}
+}
+
+// Send writes msg as one frame. An invalid message is refused with a
+// [*FrameError] and nothing is sent.
+func (c *Control) Send(msg proto.Message) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.enc.Encode(msg)
+}
+
+// Recv reads the next frame, enforcing the frame order of this side of the
+// stream. It blocks until a frame arrives, the stream ends (io.EOF) or the
+// connection closes; a [*FrameError] means the peer violated the protocol
+// and the connection should be closed with CloseConn.
+func (c *Control) Recv() (proto.Message, error) {
+	return c.dec.Decode()
+}
+
+// Goodbye sends a Goodbye announcing the code the connection is about to be
+// closed with. The caller closes the connection afterwards (CloseConn or
+// conn.CloseWithError with the same code), ideally after giving the peer a
+// moment to close first so the Goodbye is not lost.
+func (c *Control) Goodbye(code quic.ApplicationErrorCode, reason string, retryAfter time.Duration) error {
+	g := &lehrpb.Goodbye{Code: uint64(code), Reason: reason}
+	if retryAfter > 0 {
+		g.RetryAfter = durationpb.New(retryAfter)
+	}
+	return c.Send(g)
+}
+
+// Close closes the send direction of the stream (the peer reads io.EOF).
+// It does not close the connection.
+func (c *Control) Close() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.s.Close()
+}
+
+// OpenControl is the agent's side of the handshake: it opens the control
+// stream on conn, sends hello and waits for the Welcome. The Welcome's
+// version must be within hello's range. A Goodbye instead of a Welcome
+// gives a [*GoodbyeError]. ctx bounds the wait; on any error the caller
+// closes the connection (CloseConn).
+func OpenControl(ctx context.Context, conn *quic.Conn, hello *lehrpb.Hello, lim Limits) (*Control, *lehrpb.Welcome, error) {
+	if err := Validate(hello); err != nil {
+		return nil, nil, fmt.Errorf("wire: hello: %w", err)
+	}
+	s, err := conn.OpenStreamSync(ctx)
+	if err != nil {
+		return nil, nil, fmt.Errorf("wire: open control stream: %w", err)
+	}
+	c := newControl(s, lim, StreamControlFromDistributor)
+	if err := c.Send(hello); err != nil {
+		return nil, nil, err
+	}
+	msg, err := recvWithin(ctx, c)
+	if err != nil {
+		return nil, nil, fmt.Errorf("wire: wait for Welcome: %w", err)
+	}
+	switch m := msg.(type) {
+	case *lehrpb.Welcome:
+		r := VersionRange{Min: hello.GetMinProtocolVersion(), Max: hello.GetProtocolVersion()}
+		if r.Min == 0 {
+			r.Min = r.Max
+		}
+		if err := r.Accept(m); err != nil {
+			return nil, nil, err
+		}
+		return c, m, nil
+	case *lehrpb.Goodbye:
+		return nil, nil, goodbyeError(m)
+	}
+	return nil, nil, fmt.Errorf("wire: wait for Welcome: got %T", msg) // unreachable: the decoder allows only these two
+}
+
+// AcceptControl is the distributor's side of the handshake: it accepts the
+// control stream on conn and reads the Hello. The caller then checks the
+// agent (identity, zone), calls [Negotiate] and sends a Welcome with
+// Control.Send — or closes the connection with CloseConn. ctx bounds the
+// wait for the stream and the Hello (see CodeHandshakeTimeout).
+func AcceptControl(ctx context.Context, conn *quic.Conn, lim Limits) (*Control, *lehrpb.Hello, error) {
+	s, err := conn.AcceptStream(ctx)
+	if err != nil {
+		return nil, nil, fmt.Errorf("wire: accept control stream: %w", err)
+	}
+	c := newControl(s, lim, StreamControlFromAgent)
+	msg, err := recvWithin(ctx, c)
+	if err != nil {
+		return nil, nil, fmt.Errorf("wire: wait for Hello: %w", err)
+	}
+	return c, msg.(*lehrpb.Hello), nil // the decoder allows only Hello first
+}
+
+// recvWithin reads one frame, giving up when ctx ends.
+func recvWithin(ctx context.Context, c *Control) (proto.Message, error) {
+	stop := context.AfterFunc(ctx, func() { _ = c.s.SetReadDeadline(time.Now()) })
+	msg, err := c.Recv()
+	if !stop() {
+		// The deadline may have been set; clear it for later reads.
+		_ = c.s.SetReadDeadline(time.Time{})
+		if err != nil {
+			return nil, context.Cause(ctx)
+		}
+	}
+	return msg, err
+}
+
+func goodbyeError(g *lehrpb.Goodbye) *GoodbyeError {
+	return &GoodbyeError{
+		Code:       quic.ApplicationErrorCode(g.GetCode()),
+		Reason:     g.GetReason(),
+		RetryAfter: g.GetRetryAfter().AsDuration(),
+	}
+}
+
+// GoodbyeErr converts a received Goodbye into the error it reports.
+func GoodbyeErr(g *lehrpb.Goodbye) error { return goodbyeError(g) }
