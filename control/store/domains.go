@@ -1,0 +1,205 @@
+package store
+
+import (
+	"context"
+	"fmt"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"lehr.dev/lehr/internal/names"
+	"lehr.dev/lehr/proto/lehrpb"
+)
+
+// Listing limits: a limit <= 0 means defaultListLimit, and no call returns
+// more than maxListLimit items.
+const (
+	defaultListLimit = 100
+	maxListLimit     = 1000
+)
+
+func listLimit(limit int) int64 {
+	switch {
+	case limit <= 0:
+		return defaultListLimit
+	case limit > maxListLimit:
+		return maxListLimit
+	}
+	return int64(limit)
+}
+
+// CreateDomain stores d, setting its create_time. ErrAlreadyExists if taken.
+func (s *Store) CreateDomain(ctx context.Context, d *lehrpb.Domain) (*lehrpb.Domain, error) {
+	if err := names.Domain(d.GetName()); err != nil {
+		return nil, fmt.Errorf("store: create domain: %w: %w", ErrInvalid, err)
+	}
+	d = proto.CloneOf(d)
+	d.CreateTime = timestamppb.New(s.opts.Now())
+	b, err := encode(d)
+	if err != nil {
+		return nil, fmt.Errorf("store: create domain %s: %w", d.GetName(), err)
+	}
+	key := s.lay.domain(d.GetName())
+	resp, err := s.txn(ctx,
+		[]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(key), "=", 0)},
+		[]clientv3.Op{clientv3.OpPut(key, string(b))}, nil)
+	if err != nil {
+		return nil, fmt.Errorf("store: create domain %s: %w", d.GetName(), err)
+	}
+	if !resp.Succeeded {
+		return nil, fmt.Errorf("store: create domain %s: %w", d.GetName(), ErrAlreadyExists)
+	}
+	return d, nil
+}
+
+// GetDomain returns a domain or a *NotFoundError.
+func (s *Store) GetDomain(ctx context.Context, name string) (*lehrpb.Domain, error) {
+	if err := names.Domain(name); err != nil {
+		return nil, fmt.Errorf("store: get domain: %w: %w", ErrInvalid, err)
+	}
+	key := s.lay.domain(name)
+	resp, err := s.get(ctx, key)
+	if err != nil {
+		return nil, fmt.Errorf("store: get domain %s: %w", name, err)
+	}
+	if len(resp.Kvs) == 0 {
+		return nil, &NotFoundError{What: "domain", Name: name}
+	}
+	d := new(lehrpb.Domain)
+	if err := decode(key, resp.Kvs[0].Value, d); err != nil {
+		return nil, fmt.Errorf("store: get domain %s: %w", name, err)
+	}
+	return d, nil
+}
+
+// ListDomains returns up to limit domains whose names sort after "after".
+// A limit <= 0 means 100; at most 1000 are returned.
+func (s *Store) ListDomains(ctx context.Context, after string, limit int) ([]*lehrpb.Domain, error) {
+	from := s.lay.domainsPrefix()
+	if after != "" {
+		from = afterKey(s.lay.domain(after))
+	}
+	resp, err := s.get(ctx, from, clientv3.WithRange(prefixEnd(s.lay.domainsPrefix())), clientv3.WithLimit(listLimit(limit)))
+	if err != nil {
+		return nil, fmt.Errorf("store: list domains: %w", err)
+	}
+	out := make([]*lehrpb.Domain, 0, len(resp.Kvs))
+	for _, kv := range resp.Kvs {
+		d := new(lehrpb.Domain)
+		if err := decode(string(kv.Key), kv.Value, d); err != nil {
+			return nil, fmt.Errorf("store: list domains: %w", err)
+		}
+		out = append(out, d)
+	}
+	return out, nil
+}
+
+// CreateNamespace creates an empty namespace (latest_version 0) with the
+// given name, kind and json_schema. The domain must exist (*NotFoundError
+// with What "domain"); ErrAlreadyExists if it exists.
+func (s *Store) CreateNamespace(ctx context.Context, ns *lehrpb.Namespace) (*lehrpb.Namespace, error) {
+	domain, _, err := names.Namespace(ns.GetName())
+	if err != nil {
+		return nil, fmt.Errorf("store: create namespace: %w: %w", ErrInvalid, err)
+	}
+	head := &lehrpb.Namespace{
+		Name:       ns.GetName(),
+		Kind:       ns.GetKind(),
+		JsonSchema: ns.GetJsonSchema(),
+		CreateTime: timestamppb.New(s.opts.Now()),
+	}
+	b, err := encode(head)
+	if err != nil {
+		return nil, fmt.Errorf("store: create namespace %s: %w", ns.GetName(), err)
+	}
+	dkey, nkey := s.lay.domain(domain), s.lay.nsmeta(head.Name)
+	resp, err := s.txn(ctx,
+		[]clientv3.Cmp{
+			clientv3.Compare(clientv3.CreateRevision(dkey), ">", 0),
+			clientv3.Compare(clientv3.CreateRevision(nkey), "=", 0),
+		},
+		[]clientv3.Op{clientv3.OpPut(nkey, string(b))},
+		[]clientv3.Op{clientv3.OpGet(dkey, clientv3.WithCountOnly())})
+	if err != nil {
+		return nil, fmt.Errorf("store: create namespace %s: %w", head.Name, err)
+	}
+	if !resp.Succeeded {
+		if resp.Responses[0].GetResponseRange().Count == 0 {
+			return nil, &NotFoundError{What: "domain", Name: domain}
+		}
+		return nil, fmt.Errorf("store: create namespace %s: %w", head.Name, ErrAlreadyExists)
+	}
+	return head, nil
+}
+
+// GetNamespace returns a namespace's head or a *NotFoundError.
+func (s *Store) GetNamespace(ctx context.Context, name string) (*lehrpb.Namespace, error) {
+	if _, _, err := names.Namespace(name); err != nil {
+		return nil, fmt.Errorf("store: get namespace: %w: %w", ErrInvalid, err)
+	}
+	head, _, _, err := s.head(ctx, name)
+	if err != nil {
+		return nil, fmt.Errorf("store: get namespace %s: %w", name, err)
+	}
+	if head == nil {
+		return nil, &NotFoundError{What: "namespace", Name: name}
+	}
+	return head, nil
+}
+
+// head reads a namespace head: nil if absent, else the head, its mod
+// revision and the revision of the read.
+func (s *Store) head(ctx context.Context, ns string) (*lehrpb.Namespace, int64, int64, error) {
+	key := s.lay.nsmeta(ns)
+	resp, err := s.get(ctx, key)
+	if err != nil {
+		return nil, 0, 0, err
+	}
+	if len(resp.Kvs) == 0 {
+		return nil, 0, resp.Header.Revision, nil
+	}
+	h := new(lehrpb.Namespace)
+	if err := decode(key, resp.Kvs[0].Value, h); err != nil {
+		return nil, 0, 0, err
+	}
+	return h, resp.Kvs[0].ModRevision, resp.Header.Revision, nil
+}
+
+// ListNamespaces returns up to limit namespaces of a domain whose full names
+// sort after "after". A limit <= 0 means 100; at most 1000 are returned.
+func (s *Store) ListNamespaces(ctx context.Context, domain, after string, limit int) ([]*lehrpb.Namespace, error) {
+	if err := names.Domain(domain); err != nil {
+		return nil, fmt.Errorf("store: list namespaces: %w: %w", ErrInvalid, err)
+	}
+	prefix := s.lay.nsmetaDomain(domain)
+	from := prefix
+	if k := afterKey(s.lay.nsmeta(after)); after != "" && k > from {
+		from = k
+	}
+	resp, err := s.get(ctx, from, clientv3.WithRange(prefixEnd(prefix)), clientv3.WithLimit(listLimit(limit)))
+	if err != nil {
+		return nil, fmt.Errorf("store: list namespaces of %s: %w", domain, err)
+	}
+	out := make([]*lehrpb.Namespace, 0, len(resp.Kvs))
+	for _, kv := range resp.Kvs {
+		n := new(lehrpb.Namespace)
+		if err := decode(string(kv.Key), kv.Value, n); err != nil {
+			return nil, fmt.Errorf("store: list namespaces of %s: %w", domain, err)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+// CountNamespaces returns how many namespaces a domain holds.
+func (s *Store) CountNamespaces(ctx context.Context, domain string) (int, error) {
+	if err := names.Domain(domain); err != nil {
+		return 0, fmt.Errorf("store: count namespaces: %w: %w", ErrInvalid, err)
+	}
+	resp, err := s.get(ctx, s.lay.nsmetaDomain(domain), clientv3.WithPrefix(), clientv3.WithCountOnly())
+	if err != nil {
+		return 0, fmt.Errorf("store: count namespaces of %s: %w", domain, err)
+	}
+	return int(resp.Count), nil
+}

@@ -1,0 +1,355 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"lehr.dev/lehr/internal/names"
+	"lehr.dev/lehr/proto/lehrpb"
+)
+
+// ZoneCreatedReason is the reason recorded on the goals CreateZone sets.
+const ZoneCreatedReason = "zone created"
+
+// CreateZone registers a zone and sets its goals to every namespace's latest
+// version, atomically. ErrAlreadyExists if registered.
+//
+// The goals are written first, each batch guarded by the zone still being
+// unregistered, and the zone key last, in a transaction guarded by no
+// namespace head having changed since the heads were read; a head that did
+// change has its goal rewritten and the registration is tried again. Once
+// the zone key exists every commit with GoalsAllZones includes the zone, so
+// no commit can slip between. Until then the zone is not registered:
+// Goals reports it missing. A process that dies midway leaves goals of an
+// unregistered zone behind; the next CreateZone overwrites them.
+func (s *Store) CreateZone(ctx context.Context, zone string) (*lehrpb.Zone, error) {
+	z, created, err := s.createZone(ctx, zone)
+	if err != nil {
+		return nil, err
+	}
+	if !created {
+		return nil, fmt.Errorf("store: create zone %s: %w", zone, ErrAlreadyExists)
+	}
+	return z, nil
+}
+
+// EnsureZone is CreateZone that succeeds if the zone exists.
+func (s *Store) EnsureZone(ctx context.Context, zone string) error {
+	_, _, err := s.createZone(ctx, zone)
+	return err
+}
+
+func (s *Store) createZone(ctx context.Context, zone string) (*lehrpb.Zone, bool, error) {
+	if err := names.Zone(zone); err != nil {
+		return nil, false, fmt.Errorf("store: create zone: %w: %w", ErrInvalid, err)
+	}
+	zkey := s.lay.zone(zone)
+	now := s.opts.Now()
+	z := &lehrpb.Zone{Name: zone, CreateTime: timestamppb.New(now)}
+	zbytes, err := encode(z)
+	if err != nil {
+		return nil, false, fmt.Errorf("store: create zone %s: %w", zone, err)
+	}
+	var written int64 // goals reflect every head with mod revision <= written
+	for range maxCommitAttempts {
+		rs, rev, err := s.readAt(ctx,
+			clientv3.OpGet(zkey),
+			clientv3.OpGet(s.lay.zonesPrefix(), clientv3.WithPrefix(), clientv3.WithCountOnly()),
+			clientv3.OpGet(s.lay.nsmetaPrefix(), clientv3.WithPrefix()))
+		if err != nil {
+			return nil, false, fmt.Errorf("store: create zone %s: %w", zone, err)
+		}
+		if len(rs[0].Kvs) > 0 {
+			old := new(lehrpb.Zone)
+			if err := decode(zkey, rs[0].Kvs[0].Value, old); err != nil {
+				return nil, false, fmt.Errorf("store: create zone %s: %w", zone, err)
+			}
+			return old, false, nil
+		}
+		if rs[1].Count >= MaxZones {
+			return nil, false, fmt.Errorf("store: create zone %s: %w", zone, invalidf("%d zones are registered, the most the store supports", rs[1].Count))
+		}
+		var goals []clientv3.Op
+		for _, kv := range rs[2].Kvs {
+			if kv.ModRevision <= written {
+				continue // its goal is already written and still current
+			}
+			h := new(lehrpb.Namespace)
+			if err := decode(string(kv.Key), kv.Value, h); err != nil {
+				return nil, false, fmt.Errorf("store: create zone %s: %w", zone, err)
+			}
+			if h.GetLatestVersion() == 0 {
+				continue
+			}
+			g, err := encode(&lehrpb.GoalState{
+				Zone: zone, Namespace: h.GetName(), Version: h.GetLatestVersion(), Checksum: h.GetLatestChecksum(),
+				UpdateTime: timestamppb.New(now), Reason: ZoneCreatedReason,
+			})
+			if err != nil {
+				return nil, false, fmt.Errorf("store: create zone %s: %w", zone, err)
+			}
+			goals = append(goals, clientv3.OpPut(s.lay.goal(zone, h.GetName()), string(g)))
+		}
+		unregistered := clientv3.Compare(clientv3.CreateRevision(zkey), "=", 0)
+		register := []clientv3.Cmp{
+			unregistered,
+			clientv3.Compare(clientv3.ModRevision(s.lay.nsmetaPrefix()), "<", rev+1).WithPrefix(),
+		}
+		final := []clientv3.Op{clientv3.OpPut(zkey, string(zbytes))}
+		chunked := len(goals) >= maxOpsPerTxn
+		if !chunked {
+			final = append(final, goals...) // small: all in one transaction
+		} else {
+			for i := 0; i < len(goals); i += maxOpsPerTxn {
+				batch := goals[i:min(i+maxOpsPerTxn, len(goals))]
+				resp, err := s.txn(ctx, []clientv3.Cmp{unregistered}, batch, nil)
+				if err != nil {
+					return nil, false, fmt.Errorf("store: create zone %s: write goals: %w", zone, err)
+				}
+				if !resp.Succeeded {
+					break // registered concurrently; the next round sees it
+				}
+			}
+		}
+		resp, err := s.txn(ctx, register, final, nil)
+		if err != nil {
+			return nil, false, fmt.Errorf("store: create zone %s: %w", zone, err)
+		}
+		if resp.Succeeded {
+			return z, true, nil
+		}
+		if chunked {
+			written = rev
+		}
+	}
+	return nil, false, fmt.Errorf("store: create zone %s: %w after %d attempts", zone, ErrContention, maxCommitAttempts)
+}
+
+// ListZones returns every registered zone.
+func (s *Store) ListZones(ctx context.Context) ([]*lehrpb.Zone, error) {
+	resp, err := s.get(ctx, s.lay.zonesPrefix(), clientv3.WithPrefix())
+	if err != nil {
+		return nil, fmt.Errorf("store: list zones: %w", err)
+	}
+	out := make([]*lehrpb.Zone, 0, len(resp.Kvs))
+	for _, kv := range resp.Kvs {
+		z := new(lehrpb.Zone)
+		if err := decode(string(kv.Key), kv.Value, z); err != nil {
+			return nil, fmt.Errorf("store: list zones: %w", err)
+		}
+		out = append(out, z)
+	}
+	return out, nil
+}
+
+// Goals returns a zone's goal states (one namespace if ns != "") and the
+// etcd revision they were read at. An unregistered zone is a
+// *NotFoundError; a namespace without a goal in the zone yields none.
+// Resume watching with WatchGoals(ctx, zone, rev+1).
+func (s *Store) Goals(ctx context.Context, zone, ns string) ([]*lehrpb.GoalState, int64, error) {
+	if err := names.Zone(zone); err != nil {
+		return nil, 0, fmt.Errorf("store: goals: %w: %w", ErrInvalid, err)
+	}
+	op := clientv3.OpGet(s.lay.goalsZone(zone), clientv3.WithPrefix())
+	if ns != "" {
+		if _, _, err := names.Namespace(ns); err != nil {
+			return nil, 0, fmt.Errorf("store: goals: %w: %w", ErrInvalid, err)
+		}
+		op = clientv3.OpGet(s.lay.goal(zone, ns))
+	}
+	rs, rev, err := s.readAt(ctx, clientv3.OpGet(s.lay.zone(zone), clientv3.WithCountOnly()), op)
+	if err != nil {
+		return nil, 0, fmt.Errorf("store: goals of %s: %w", zone, err)
+	}
+	if rs[0].Count == 0 {
+		return nil, 0, &NotFoundError{What: "zone", Name: zone}
+	}
+	out := make([]*lehrpb.GoalState, 0, len(rs[1].Kvs))
+	for _, kv := range rs[1].Kvs {
+		g := new(lehrpb.GoalState)
+		if err := decode(string(kv.Key), kv.Value, g); err != nil {
+			return nil, 0, fmt.Errorf("store: goals of %s: %w", zone, err)
+		}
+		out = append(out, g)
+	}
+	return out, rev, nil
+}
+
+// SetGoal moves one goal state. The version must exist. This is the seam the
+// rollout strategist uses.
+//
+// The store fills in the checksum (a non-empty g.Checksum must match the
+// version's) and the update time; g.Reason is kept. The goal is written only
+// if the zone is registered and the version still exists at that moment, so
+// it cannot race with compaction removing the version.
+func (s *Store) SetGoal(ctx context.Context, g *lehrpb.GoalState) error {
+	zone, ns, seq := g.GetZone(), g.GetNamespace(), g.GetVersion()
+	if err := names.Zone(zone); err != nil {
+		return fmt.Errorf("store: set goal: %w: %w", ErrInvalid, err)
+	}
+	if _, _, err := names.Namespace(ns); err != nil {
+		return fmt.Errorf("store: set goal: %w: %w", ErrInvalid, err)
+	}
+	if seq == 0 {
+		return fmt.Errorf("store: set goal %s in %s: %w", ns, zone, invalidf("version must be > 0"))
+	}
+	rec, _, err := s.lookup(ctx, ns, seq)
+	if err != nil {
+		return fmt.Errorf("store: set goal %s@%d in %s: %w", ns, seq, zone, err)
+	}
+	sum := rec.GetInfo().GetChecksum()
+	if g.GetChecksum() != "" && g.GetChecksum() != sum {
+		return fmt.Errorf("store: set goal %s@%d in %s: %w", ns, seq, zone,
+			invalidf("checksum %s does not match the version's %s", g.GetChecksum(), sum))
+	}
+	b, err := encode(&lehrpb.GoalState{
+		Zone: zone, Namespace: ns, Version: seq, Checksum: sum,
+		UpdateTime: timestamppb.New(s.opts.Now()), Reason: g.GetReason(),
+	})
+	if err != nil {
+		return fmt.Errorf("store: set goal %s@%d in %s: %w", ns, seq, zone, err)
+	}
+	zkey, vkey := s.lay.zone(zone), s.lay.version(ns, seq)
+	resp, err := s.txn(ctx,
+		[]clientv3.Cmp{
+			clientv3.Compare(clientv3.CreateRevision(zkey), ">", 0),
+			clientv3.Compare(clientv3.CreateRevision(vkey), ">", 0),
+		},
+		[]clientv3.Op{clientv3.OpPut(s.lay.goal(zone, ns), string(b))},
+		[]clientv3.Op{clientv3.OpGet(zkey, clientv3.WithCountOnly())})
+	if err != nil {
+		return fmt.Errorf("store: set goal %s@%d in %s: %w", ns, seq, zone, err)
+	}
+	if !resp.Succeeded {
+		if resp.Responses[0].GetResponseRange().Count == 0 {
+			return &NotFoundError{What: "zone", Name: zone}
+		}
+		// Compacted between the lookup and the write.
+		return &NotFoundError{What: "version", Name: fmt.Sprintf("%s@%d", ns, seq)}
+	}
+	return nil
+}
+
+// GoalBatch is the goal changes of one etcd revision, or a terminal error.
+type GoalBatch struct {
+	Revision int64
+	Events   []*lehrpb.GoalEvent
+	Err      error // ErrRevisionGone, or the watch failing; the channel closes after it
+}
+
+// WatchGoals streams a zone's goal changes from revision fromRev (> 0). The
+// channel is closed when ctx is done or after a batch with Err set. A slow
+// reader delays only itself.
+//
+// The contract in full:
+//   - The caller owns ctx and cancels it to stop the watch; the store's
+//     goroutine then exits and closes the channel. The caller need not drain
+//     the channel after cancelling, but the closed channel is the signal
+//     that the goroutine is gone.
+//   - Batches arrive in revision order, one per etcd revision that changed
+//     a goal of the zone; the first has Revision >= fromRev. Resume after a
+//     batch with WatchGoals(ctx, zone, batch.Revision+1).
+//   - If fromRev was compacted by etcd the only batch has an Err wrapping
+//     ErrRevisionGone: read Goals again and watch from its revision + 1.
+//   - Any other failure (etcd unreachable with no member left to fail over
+//     to, a member losing its leader) ends the stream with a batch whose Err
+//     is set; IsUnavailable tells whether resuming later may help.
+//   - The store buffers nothing beyond one batch: a reader that does not
+//     receive holds up only its own watch, whose events etcd keeps.
+func (s *Store) WatchGoals(ctx context.Context, zone string, fromRev int64) <-chan GoalBatch {
+	ch := make(chan GoalBatch)
+	if err := names.Zone(zone); err != nil {
+		return failedWatch(fmt.Errorf("store: watch goals: %w: %w", ErrInvalid, err))
+	}
+	if fromRev <= 0 {
+		return failedWatch(fmt.Errorf("store: watch goals of %s: %w", zone, invalidf("revision %d: want > 0", fromRev)))
+	}
+	prefix := s.lay.goalsZone(zone)
+	go func() {
+		defer close(ch)
+		wctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		start := time.Now()
+		wch := s.cli.Watch(reqCtx(wctx), prefix, clientv3.WithPrefix(), clientv3.WithRev(fromRev))
+		send := func(b GoalBatch) bool {
+			select {
+			case ch <- b:
+				return true
+			case <-ctx.Done():
+				return false
+			}
+		}
+		fail := func(err error) {
+			s.observe("watch", start, err)
+			send(GoalBatch{Err: err})
+		}
+		for resp := range wch {
+			if resp.CompactRevision != 0 || errors.Is(resp.Err(), rpctypes.ErrCompacted) {
+				fail(fmt.Errorf("store: watch goals of %s from %d (etcd compacted up to %d): %w",
+					zone, fromRev, resp.CompactRevision, ErrRevisionGone))
+				return
+			}
+			if err := resp.Err(); err != nil {
+				fail(fmt.Errorf("store: watch goals of %s: %w", zone, err))
+				return
+			}
+			var b GoalBatch
+			for _, ev := range resp.Events {
+				if b.Revision != 0 && ev.Kv.ModRevision != b.Revision {
+					if !send(b) {
+						return
+					}
+					b = GoalBatch{}
+				}
+				b.Revision = ev.Kv.ModRevision
+				ge, err := s.goalEvent(zone, ev)
+				if err != nil {
+					fail(fmt.Errorf("store: watch goals of %s: %w", zone, err))
+					return
+				}
+				fromRev = b.Revision + 1
+				b.Events = append(b.Events, ge)
+			}
+			if len(b.Events) > 0 && !send(b) {
+				return
+			}
+		}
+		if ctx.Err() != nil {
+			s.observe("watch", start, nil)
+			return
+		}
+		// The client closed the watch without an error (the client itself
+		// was closed).
+		fail(fmt.Errorf("store: watch goals of %s: watch closed by the etcd client", zone))
+	}()
+	return ch
+}
+
+func failedWatch(err error) <-chan GoalBatch {
+	ch := make(chan GoalBatch, 1)
+	ch <- GoalBatch{Err: err}
+	close(ch)
+	return ch
+}
+
+func (s *Store) goalEvent(zone string, ev *clientv3.Event) (*lehrpb.GoalEvent, error) {
+	key := string(ev.Kv.Key)
+	if ev.Type == mvccpb.DELETE {
+		return &lehrpb.GoalEvent{
+			Type: lehrpb.GoalEvent_TYPE_DELETE,
+			Goal: &lehrpb.GoalState{Zone: zone, Namespace: s.lay.nsFromGoal(zone, key)},
+		}, nil
+	}
+	g := new(lehrpb.GoalState)
+	if err := decode(key, ev.Kv.Value, g); err != nil {
+		return nil, err
+	}
+	return &lehrpb.GoalEvent{Type: lehrpb.GoalEvent_TYPE_PUT, Goal: g}, nil
+}

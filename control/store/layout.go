@@ -1,0 +1,74 @@
+package store
+
+import (
+	"fmt"
+	"strings"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// Key layout, all under Options.Prefix (docs/design.md, "Storage in etcd"):
+//
+//	domains/<domain>                          lehrpb.Domain
+//	nsmeta/<domain>/<name>                    lehrpb.Namespace, the head
+//	data/<domain>/<name>/v/<seq %020d>        lehrpb.VersionRecord
+//	data/<domain>/<name>/b/<sha256 hex>       blob: a value or an encoded lehrpb.ManifestChunk
+//	zones/<zone>                              lehrpb.Zone
+//	goals/<zone>/<domain>/<name>              lehrpb.GoalState
+//
+// Names are validated (package names) before they become keys, so no name
+// contains "/" beyond the one in "domain/name" and prefixes never overlap.
+type layout struct{ prefix string }
+
+func (l layout) domainsPrefix() string        { return l.prefix + "domains/" }
+func (l layout) domain(d string) string       { return l.domainsPrefix() + d }
+func (l layout) nsmetaPrefix() string         { return l.prefix + "nsmeta/" }
+func (l layout) nsmetaDomain(d string) string { return l.nsmetaPrefix() + d + "/" }
+func (l layout) nsmeta(ns string) string      { return l.nsmetaPrefix() + ns }
+func (l layout) versionsPrefix(ns string) string {
+	return l.prefix + "data/" + ns + "/v/"
+}
+func (l layout) version(ns string, seq uint64) string {
+	return fmt.Sprintf("%s%020d", l.versionsPrefix(ns), seq)
+}
+func (l layout) blobsPrefix(ns string) string     { return l.prefix + "data/" + ns + "/b/" }
+func (l layout) blob(ns, hash string) string      { return l.blobsPrefix(ns) + hash }
+func (l layout) zonesPrefix() string              { return l.prefix + "zones/" }
+func (l layout) zone(z string) string             { return l.zonesPrefix() + z }
+func (l layout) goalsZone(z string) string        { return l.prefix + "goals/" + z + "/" }
+func (l layout) goal(z, ns string) string         { return l.goalsZone(z) + ns }
+func (l layout) nameFromNsmeta(key string) string { return strings.TrimPrefix(key, l.nsmetaPrefix()) }
+func (l layout) hashFromBlob(ns, key string) string {
+	return strings.TrimPrefix(key, l.blobsPrefix(ns))
+}
+func (l layout) nsFromGoal(zone, key string) string {
+	return strings.TrimPrefix(key, l.goalsZone(zone))
+}
+func (l layout) zoneFromKey(key string) string   { return strings.TrimPrefix(key, l.zonesPrefix()) }
+func (l layout) domainFromKey(key string) string { return strings.TrimPrefix(key, l.domainsPrefix()) }
+func prefixEnd(prefix string) string             { return clientv3.GetPrefixRangeEnd(prefix) }
+func afterKey(key string) string                 { return key + "\x00" }
+
+// Limits that follow from etcd's defaults. An external etcd must not be
+// configured below them: --max-txn-ops 128 and --max-request-bytes 1.5 MiB.
+const (
+	// maxOpsPerTxn bounds the operations (and the comparisons) of one
+	// transaction, below etcd's default --max-txn-ops of 128.
+	maxOpsPerTxn = 100
+	// maxTxnPayload bounds the value bytes written by one staging
+	// transaction, well below etcd's 1.5 MiB default request limit.
+	maxTxnPayload = 1 << 20
+	// MaxBlobBytes is the largest property value the store accepts: one
+	// value is one etcd put. Control's own cap (package validate) is lower.
+	MaxBlobBytes = 1 << 20
+	// MaxZones is the most zones the store registers: a commit sets every
+	// zone's goal in one transaction, which etcd bounds to 128 operations.
+	MaxZones = 96
+	// maxReadBatchBytes bounds the value bytes fetched by one read
+	// transaction when assembling content.
+	maxReadBatchBytes = 8 << 20
+	// chunkTargetBytes caps an encoded manifest chunk. Chunk boundaries are
+	// otherwise chosen from key hashes (see buildManifest), so a change to
+	// one property rewrites one chunk, not every chunk after it.
+	chunkTargetBytes = 256 << 10
+)

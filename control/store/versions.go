@@ -1,0 +1,492 @@
+package store
+
+// Versions and the commit algorithm.
+//
+// A version of a namespace is stored as a small VersionRecord under
+// data/<ns>/v/<seq> that lists content-addressed manifest chunks, which list
+// content-addressed value blobs, all under data/<ns>/b/<sha256>. etcd limits
+// a request to 1.5 MiB by default while a namespace may hold 16 MiB, so a
+// large version takes several requests to write; only the last one makes it
+// visible. Commit runs, in at most maxCommitAttempts rounds:
+//
+//  1. Read the head (nsmeta/<ns>), the domain and, for GoalsAllZones, the
+//     zones, all at one revision R. If c.RequestID is set and the latest
+//     version was committed with the same request id, that version is the
+//     answer: this is a retry of a commit whose response was lost. Otherwise
+//     the latest version must be c.ExpectedLatest (*ConflictError naming the
+//     current one), and a missing namespace needs c.Create and an existing
+//     domain (*NotFoundError).
+//  2. Stage blobs. Every value blob and manifest chunk that the parent (the
+//     latest version at R) does not reference is put, even if it already
+//     exists, in transactions of at most maxTxnPayload bytes. Staged blobs
+//     are invisible: no version refers to them yet.
+//  3. One transaction, guarded by the head's mod revision read at R (or its
+//     absence) and, for GoalsAllZones, by every zones/ key having a mod
+//     revision <= R, puts the VersionRecord (seq latest+1), the new head, and
+//     goals/<zone>/<ns> for every zone read at R. Either all of it becomes
+//     visible or none of it does.
+//
+// If the guard fails the round starts over: a moved latest version then ends
+// in a *ConflictError (or the idempotent answer), while a head touched only
+// by compaction (which rewrites oldest_version) or a new zone simply retries.
+// Staging is redone every round, which is what makes blob GC safe; see
+// compact.go.
+//
+// Reads assemble a version from the record, chunks and values at the single
+// revision the record was read at, so a concurrent compaction cannot tear
+// them, and verify the result against the recorded checksum (ErrCorrupt).
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"lehr.dev/lehr/internal/content"
+	"lehr.dev/lehr/internal/names"
+	"lehr.dev/lehr/proto/lehrpb"
+)
+
+// maxCommitAttempts bounds the optimistic rounds of a Commit that lost only
+// to compaction or zone registration, never to another version.
+const maxCommitAttempts = 16
+
+// maxReadAttempts bounds the retries of a read whose revision etcd
+// compacted while it was being assembled.
+const maxReadAttempts = 4
+
+// GoalPolicy says what a commit does to zone goal states.
+type GoalPolicy int
+
+const (
+	// GoalsAllZones sets every registered zone's goal for the namespace to the
+	// new version in the same transaction as the commit.
+	GoalsAllZones GoalPolicy = iota
+	// GoalsNone leaves goal states alone (a rollout strategist moves them).
+	GoalsNone
+)
+
+// Commit is one new version to store.
+type Commit struct {
+	Namespace string
+	// Create the namespace with Kind if it does not exist (its domain must).
+	// Kind is ignored for an existing namespace.
+	Create bool
+	Kind   lehrpb.NamespaceKind
+	// The commit succeeds only if the namespace's latest version is still
+	// ExpectedLatest (0: no version yet); otherwise *ConflictError.
+	ExpectedLatest uint64
+	// The complete content of the new version.
+	Content content.Snapshot
+	// Author, Message, Source, RollbackOf and TransportIdentity are copied;
+	// the store fills namespace, seq, checksum, parent, create_time and sizes.
+	Info *lehrpb.VersionInfo
+	// RequestID, if set, makes the commit idempotent: when the latest version
+	// was committed with the same RequestID, Commit returns it unchanged
+	// (even if ExpectedLatest no longer matches) instead of a new version.
+	RequestID string
+	// Goals and GoalReason say how goal states follow the commit.
+	Goals      GoalPolicy
+	GoalReason string
+}
+
+// Commit stores a new immutable version atomically: either the version, the
+// namespace head and (per c.Goals) the goal states all change, or nothing
+// visible does. Large content is written in several requests first, each
+// within etcd's request size limit; only the final transaction makes it
+// visible.
+//
+// An error for which IsUnavailable is true leaves it unknown whether the
+// version was committed; retry with the same RequestID.
+func (s *Store) Commit(ctx context.Context, c Commit) (*lehrpb.VersionInfo, error) {
+	domain, _, err := names.Namespace(c.Namespace)
+	if err != nil {
+		return nil, fmt.Errorf("store: commit: %w: %w", ErrInvalid, err)
+	}
+	if c.Goals != GoalsAllZones && c.Goals != GoalsNone {
+		return nil, fmt.Errorf("store: commit %s: %w", c.Namespace, invalidf("unknown goal policy %d", c.Goals))
+	}
+	m, err := buildManifest(c.Content)
+	if err != nil {
+		return nil, fmt.Errorf("store: commit %s: %w", c.Namespace, err)
+	}
+	for range maxCommitAttempts {
+		info, err := s.tryCommit(ctx, c, domain, m)
+		if err != nil {
+			return nil, fmt.Errorf("store: commit %s: %w", c.Namespace, err)
+		}
+		if info != nil {
+			return info, nil
+		}
+		if err := ctx.Err(); err != nil {
+			return nil, fmt.Errorf("store: commit %s: %w", c.Namespace, err)
+		}
+	}
+	return nil, fmt.Errorf("store: commit %s: %w after %d attempts", c.Namespace, ErrContention, maxCommitAttempts)
+}
+
+// tryCommit is one round of the commit algorithm. It returns nil, nil when
+// the final transaction's guard failed and the round should be repeated.
+func (s *Store) tryCommit(ctx context.Context, c Commit, domain string, m *manifest) (*lehrpb.VersionInfo, error) {
+	hkey := s.lay.nsmeta(c.Namespace)
+	ops := []clientv3.Op{
+		clientv3.OpGet(hkey),
+		clientv3.OpGet(s.lay.domain(domain), clientv3.WithCountOnly()),
+	}
+	if c.Goals == GoalsAllZones {
+		ops = append(ops, clientv3.OpGet(s.lay.zonesPrefix(), clientv3.WithPrefix(), clientv3.WithKeysOnly()))
+	}
+	rs, rev, err := s.readAt(ctx, ops...)
+	if err != nil {
+		return nil, err
+	}
+	now := s.opts.Now()
+	var head *lehrpb.Namespace
+	var headMod int64
+	if len(rs[0].Kvs) == 0 {
+		switch {
+		case !c.Create:
+			return nil, &NotFoundError{What: "namespace", Name: c.Namespace}
+		case rs[1].Count == 0:
+			return nil, &NotFoundError{What: "domain", Name: domain}
+		case c.ExpectedLatest != 0:
+			return nil, &ConflictError{Namespace: c.Namespace, Expected: c.ExpectedLatest, Current: 0}
+		}
+		head = &lehrpb.Namespace{Name: c.Namespace, Kind: c.Kind, CreateTime: timestamppb.New(now)}
+	} else {
+		head = new(lehrpb.Namespace)
+		if err := decode(hkey, rs[0].Kvs[0].Value, head); err != nil {
+			return nil, err
+		}
+		headMod = rs[0].Kvs[0].ModRevision
+	}
+	latest := head.GetLatestVersion()
+	var parent *lehrpb.VersionRecord
+	if latest > 0 {
+		if parent, err = s.record(ctx, c.Namespace, latest, rev); err != nil {
+			return nil, err
+		}
+		if parent == nil {
+			return nil, fmt.Errorf("%w: head names version %d, which is missing", ErrCorrupt, latest)
+		}
+		if c.RequestID != "" && parent.GetRequestId() == c.RequestID {
+			return parent.GetInfo(), nil
+		}
+	}
+	if latest != c.ExpectedLatest {
+		return nil, &ConflictError{Namespace: c.Namespace, Expected: c.ExpectedLatest, Current: latest}
+	}
+	var zones []string
+	if c.Goals == GoalsAllZones {
+		for _, kv := range rs[2].Kvs {
+			zones = append(zones, s.lay.zoneFromKey(string(kv.Key)))
+		}
+	}
+
+	if err := s.stage(ctx, c.Namespace, m, parent, rev); err != nil {
+		return nil, err
+	}
+
+	seq := latest + 1
+	in := c.Info
+	info := &lehrpb.VersionInfo{
+		Namespace:         c.Namespace,
+		Seq:               seq,
+		Checksum:          c.Content.Checksum(),
+		Author:            in.GetAuthor(),
+		Message:           in.GetMessage(),
+		CreateTime:        timestamppb.New(now),
+		Parent:            latest,
+		Source:            in.GetSource(),
+		RollbackOf:        in.GetRollbackOf(),
+		SizeBytes:         c.Content.Size(),
+		PropertyCount:     int32(c.Content.Len()),
+		TransportIdentity: in.GetTransportIdentity(),
+	}
+	recBytes, err := encode(&lehrpb.VersionRecord{Info: info, ManifestChunks: m.chunkHashes, RequestId: c.RequestID})
+	if err != nil {
+		return nil, err
+	}
+	newHead := proto.CloneOf(head)
+	newHead.LatestVersion = seq
+	newHead.LatestChecksum = info.Checksum
+	newHead.SizeBytes = info.SizeBytes
+	newHead.PropertyCount = info.PropertyCount
+	if newHead.OldestVersion == 0 {
+		newHead.OldestVersion = seq
+	}
+	headBytes, err := encode(newHead)
+	if err != nil {
+		return nil, err
+	}
+
+	cmps := []clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(hkey), "=", headMod)}
+	if headMod == 0 {
+		cmps[0] = clientv3.Compare(clientv3.CreateRevision(hkey), "=", 0)
+	}
+	then := []clientv3.Op{
+		clientv3.OpPut(s.lay.version(c.Namespace, seq), string(recBytes)),
+		clientv3.OpPut(hkey, string(headBytes)),
+	}
+	if c.Goals == GoalsAllZones {
+		cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(s.lay.zonesPrefix()), "<", rev+1).WithPrefix())
+		for _, z := range zones {
+			g, err := encode(&lehrpb.GoalState{
+				Zone: z, Namespace: c.Namespace, Version: seq, Checksum: info.Checksum,
+				UpdateTime: timestamppb.New(now), Reason: c.GoalReason,
+			})
+			if err != nil {
+				return nil, err
+			}
+			then = append(then, clientv3.OpPut(s.lay.goal(z, c.Namespace), string(g)))
+		}
+	}
+	resp, err := s.txn(ctx, cmps, then, nil)
+	if err != nil {
+		return nil, err
+	}
+	if !resp.Succeeded {
+		s.log.Debug("store: commit guard failed, retrying", "namespace", c.Namespace, "read_revision", rev)
+		return nil, nil
+	}
+	return info, nil
+}
+
+// stage puts every blob of m that parent does not reference, in
+// transactions within etcd's request limits. See the package comment of
+// compact.go for why blobs the parent already has are not re-put and
+// every other blob is, even if it exists.
+func (s *Store) stage(ctx context.Context, ns string, m *manifest, parent *lehrpb.VersionRecord, rev int64) error {
+	parentChunks := make(map[string]bool, len(parent.GetManifestChunks()))
+	for _, h := range parent.GetManifestChunks() {
+		parentChunks[h] = true
+	}
+	ourChunks := make(map[string]bool, len(m.chunkHashes))
+	for _, h := range m.chunkHashes {
+		ourChunks[h] = true
+	}
+	newChunks := 0
+	for _, h := range m.chunkHashes {
+		if !parentChunks[h] {
+			newChunks++
+		}
+	}
+	if newChunks == 0 {
+		return nil // the parent references every blob of m
+	}
+	// Value hashes of the parent chunks we do not share. Values of shared
+	// chunks are referenced by the parent through those chunks.
+	var otherChunks []string
+	for _, h := range parent.GetManifestChunks() {
+		if !ourChunks[h] {
+			otherChunks = append(otherChunks, h)
+		}
+	}
+	parentValues := make(map[string]bool)
+	if len(otherChunks) > 0 {
+		chunks, err := s.readChunks(ctx, ns, otherChunks, rev)
+		if err != nil {
+			return fmt.Errorf("read parent manifest: %w", err)
+		}
+		for _, c := range chunks {
+			for _, e := range c.GetEntries() {
+				parentValues[e.GetValueHash()] = true
+			}
+		}
+	}
+
+	put := make(map[string][]byte)
+	var order []string
+	add := func(h string, b []byte) {
+		if _, ok := put[h]; !ok {
+			put[h] = b
+			order = append(order, h)
+		}
+	}
+	for i, h := range m.chunkHashes {
+		if parentChunks[h] {
+			continue
+		}
+		for _, vh := range m.chunkValues[i] {
+			if !parentValues[vh] {
+				add(vh, m.values[vh])
+			}
+		}
+		add(h, m.chunks[i])
+	}
+
+	var ops []clientv3.Op
+	payload := 0
+	flush := func() error {
+		if len(ops) == 0 {
+			return nil
+		}
+		if _, err := s.txn(ctx, nil, ops, nil); err != nil {
+			return fmt.Errorf("stage %d blobs: %w", len(ops), err)
+		}
+		ops, payload = ops[:0], 0
+		return nil
+	}
+	for _, h := range order {
+		b := put[h]
+		if len(ops) == maxOpsPerTxn || (len(ops) > 0 && payload+len(b) > maxTxnPayload) {
+			if err := flush(); err != nil {
+				return err
+			}
+		}
+		ops = append(ops, clientv3.OpPut(s.lay.blob(ns, h), string(b)))
+		payload += len(b) + len(h)
+	}
+	return flush()
+}
+
+// record reads one VersionRecord at revision rev (0: the current one); nil
+// if there is none.
+func (s *Store) record(ctx context.Context, ns string, seq uint64, rev int64) (*lehrpb.VersionRecord, error) {
+	key := s.lay.version(ns, seq)
+	var opts []clientv3.OpOption
+	if rev > 0 {
+		opts = append(opts, clientv3.WithRev(rev))
+	}
+	resp, err := s.get(ctx, key, opts...)
+	if err != nil {
+		return nil, err
+	}
+	if len(resp.Kvs) == 0 {
+		return nil, nil
+	}
+	rec := new(lehrpb.VersionRecord)
+	if err := decode(key, resp.Kvs[0].Value, rec); err != nil {
+		return nil, err
+	}
+	return rec, nil
+}
+
+// lookup reads the record of version seq (0: the latest) together with
+// the head, and returns the revision they were read at.
+func (s *Store) lookup(ctx context.Context, ns string, seq uint64) (*lehrpb.VersionRecord, int64, error) {
+	if _, _, err := names.Namespace(ns); err != nil {
+		return nil, 0, fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	hkey := s.lay.nsmeta(ns)
+	var head *lehrpb.Namespace
+	var rec *lehrpb.VersionRecord
+	var rev int64
+	if seq == 0 {
+		h, _, r, err := s.head(ctx, ns)
+		if err != nil {
+			return nil, 0, err
+		}
+		if h == nil {
+			return nil, 0, &NotFoundError{What: "namespace", Name: ns}
+		}
+		if h.GetLatestVersion() == 0 {
+			return nil, 0, &NotFoundError{What: "version", Name: ns + "@latest"}
+		}
+		head, seq, rev = h, h.GetLatestVersion(), r
+		if rec, err = s.record(ctx, ns, seq, rev); err != nil {
+			return nil, 0, err
+		}
+		if rec == nil {
+			return nil, 0, fmt.Errorf("%w: head names version %d, which is missing", ErrCorrupt, seq)
+		}
+		return rec, rev, nil
+	}
+	vkey := s.lay.version(ns, seq)
+	rs, rev, err := s.readAt(ctx, clientv3.OpGet(hkey), clientv3.OpGet(vkey))
+	if err != nil {
+		return nil, 0, err
+	}
+	if len(rs[0].Kvs) == 0 {
+		return nil, 0, &NotFoundError{What: "namespace", Name: ns}
+	}
+	if len(rs[1].Kvs) == 0 {
+		head = new(lehrpb.Namespace)
+		if err := decode(hkey, rs[0].Kvs[0].Value, head); err != nil {
+			return nil, 0, err
+		}
+		nf := &NotFoundError{What: "version", Name: fmt.Sprintf("%s@%d", ns, seq)}
+		if seq < head.GetOldestVersion() {
+			nf.Oldest = head.GetOldestVersion()
+		}
+		return nil, 0, nf
+	}
+	rec = new(lehrpb.VersionRecord)
+	if err := decode(vkey, rs[1].Kvs[0].Value, rec); err != nil {
+		return nil, 0, err
+	}
+	return rec, rev, nil
+}
+
+// Version returns a version's metadata; seq 0 means the latest.
+func (s *Store) Version(ctx context.Context, ns string, seq uint64) (*lehrpb.VersionInfo, error) {
+	rec, _, err := s.lookup(ctx, ns, seq)
+	if err != nil {
+		return nil, fmt.Errorf("store: version %s@%d: %w", ns, seq, err)
+	}
+	return rec.GetInfo(), nil
+}
+
+// Content returns a version's metadata and content; seq 0 means the latest.
+// The content is checked against the recorded checksum (ErrCorrupt).
+func (s *Store) Content(ctx context.Context, ns string, seq uint64) (*lehrpb.VersionInfo, content.Snapshot, error) {
+	var err error
+	for range maxReadAttempts {
+		var rec *lehrpb.VersionRecord
+		var rev int64
+		rec, rev, err = s.lookup(ctx, ns, seq)
+		if err != nil {
+			return nil, content.Snapshot{}, fmt.Errorf("store: content %s@%d: %w", ns, seq, err)
+		}
+		var snap content.Snapshot
+		snap, err = s.readContent(ctx, ns, rec, rev)
+		if err == nil {
+			return rec.GetInfo(), snap, nil
+		}
+		// etcd compacted the revision between reading the record and its
+		// blobs: read again at a newer one.
+		if !errors.Is(err, rpctypes.ErrCompacted) {
+			break
+		}
+	}
+	return nil, content.Snapshot{}, fmt.Errorf("store: content %s@%d: %w", ns, seq, err)
+}
+
+// History returns up to limit versions, newest first, with seq < before
+// (before 0 means from the latest). A limit <= 0 means 100; at most 1000
+// are returned. A missing namespace is a *NotFoundError.
+func (s *Store) History(ctx context.Context, ns string, before uint64, limit int) ([]*lehrpb.VersionInfo, error) {
+	if _, _, err := names.Namespace(ns); err != nil {
+		return nil, fmt.Errorf("store: history: %w: %w", ErrInvalid, err)
+	}
+	prefix := s.lay.versionsPrefix(ns)
+	end := prefixEnd(prefix)
+	if before > 0 {
+		end = s.lay.version(ns, before)
+	}
+	rs, _, err := s.readAt(ctx,
+		clientv3.OpGet(s.lay.nsmeta(ns), clientv3.WithCountOnly()),
+		clientv3.OpGet(prefix, clientv3.WithRange(end),
+			clientv3.WithSort(clientv3.SortByKey, clientv3.SortDescend),
+			clientv3.WithLimit(listLimit(limit))))
+	if err != nil {
+		return nil, fmt.Errorf("store: history %s: %w", ns, err)
+	}
+	if rs[0].Count == 0 {
+		return nil, &NotFoundError{What: "namespace", Name: ns}
+	}
+	out := make([]*lehrpb.VersionInfo, 0, len(rs[1].Kvs))
+	for _, kv := range rs[1].Kvs {
+		rec := new(lehrpb.VersionRecord)
+		if err := decode(string(kv.Key), kv.Value, rec); err != nil {
+			return nil, fmt.Errorf("store: history %s: %w", ns, err)
+		}
+		out = append(out, rec.GetInfo())
+	}
+	return slices.Clip(out), nil
+}
