@@ -1,0 +1,580 @@
+// Package distributor is Lehr's zonal fan-out daemon: it watches its zone's
+// goal states from control (distributor/goalwatch), keeps the versions its
+// agents need in a bounded memory cache (distributor/versions), serves agents
+// over QUIC with mutual TLS and pushes each goal to every agent subscribed to
+// its namespace as a patch or a snapshot (distributor/fanout), and reports
+// zone convergence — agents per namespace per version — to control every
+// report interval.
+//
+// Static stability: when control is unreachable a distributor keeps serving
+// the goals and versions it already holds, to connected agents and to new
+// ones, and resumes its goal watch where it stopped once control is back.
+//
+// The command `lehr distributor` (package cmd) wires flags to Options; tests
+// and the bench harness use New directly. Nothing but those imports this
+// package.
+package distributor
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/VictoriaMetrics/metrics"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/keepalive"
+
+	"lehr.dev/lehr/distributor/fanout"
+	"lehr.dev/lehr/distributor/goalwatch"
+	"lehr.dev/lehr/distributor/versions"
+	"lehr.dev/lehr/internal/names"
+	"lehr.dev/lehr/proto/lehrpb"
+)
+
+// Defaults of Options.
+const (
+	DefaultListen         = "127.0.0.1:7410"
+	DefaultCacheBytes     = 256 << 20
+	DefaultReportInterval = 10 * time.Second
+	// maxControlMessage bounds gRPC messages from control (a whole version
+	// of a large namespace).
+	maxControlMessage = 128 << 20
+)
+
+// Options configures a Distributor.
+type Options struct {
+	// Zone served. Required; must satisfy names.Zone.
+	Zone string
+	// ID names this instance to control and agents; default
+	// "<hostname>-<pid>".
+	ID string
+	// ControlAddr is control's gRPC address, "host:port". Required.
+	ControlAddr string
+	// ControlTLS secures the connection to control (a client certificate
+	// for mutual TLS). nil means plaintext, allowed only when ControlAddr
+	// is a loopback address.
+	ControlTLS *tls.Config
+	// Listen is the UDP address agents dial; default DefaultListen. Port 0
+	// picks a free port (see Addr).
+	Listen string
+	// TLS is the QUIC server configuration. Required: QUIC always runs TLS
+	// 1.3. With ClientCAs and ClientAuth set (internal/certs.ServerTLS),
+	// agents must present host certificates and their Hello's host id must
+	// match the certificate.
+	TLS *tls.Config
+	// MetricsListen is the TCP address serving /metrics; "" (the default)
+	// serves none. Metrics are always available from Metrics().
+	MetricsListen string
+	// CacheBytes bounds the in-memory version content; default
+	// DefaultCacheBytes. Goal versions are pinned and never evicted (see
+	// package versions).
+	CacheBytes int64
+	// ReportInterval is how often convergence is reported to control and
+	// how often agents are asked to report; default DefaultReportInterval.
+	ReportInterval time.Duration
+	// Logger; default slog.Default().
+	Logger *slog.Logger
+	// Version is the build string shown to agents; optional.
+	Version string
+}
+
+// Stats is a distributor's state at one moment. The byte counters are the
+// update frames written to agents.
+type Stats struct {
+	fanout.Stats
+	// Goals is the number of namespaces with a goal in the zone; Serving
+	// those whose goal version is in memory and pushed to agents.
+	Goals, Serving int
+	// ControlConnected says whether the goal watch is currently streaming.
+	ControlConnected bool
+	// ControlReconnects counts goal watch reconnections.
+	ControlReconnects uint64
+	// Reports and ReportErrors count ReportZoneStatus calls.
+	Reports, ReportErrors uint64
+	// Cache describes the version cache.
+	Cache versions.Stats
+}
+
+// Distributor is one zonal distributor. Create it with New, start it with
+// Run.
+type Distributor struct {
+	opts  Options
+	log   *slog.Logger
+	set   *metrics.Set
+	conn  *grpc.ClientConn
+	ctl   lehrpb.ControlClient
+	cache *versions.Cache
+	watch *goalwatch.Watcher
+
+	reconnects   *metrics.Counter
+	reports      *metrics.Counter
+	reportErrors *metrics.Counter
+
+	ready     chan struct{}
+	stop      chan struct{}
+	stopOnce  sync.Once
+	done      chan struct{}
+	runCalled bool
+
+	mu          sync.Mutex
+	srv         *fanout.Server
+	metricsAddr net.Addr
+	serving     int
+
+	// dirty holds namespaces whose goal changed and must be (re)synced.
+	dirtyMu sync.Mutex
+	dirty   map[string]bool
+	dirtyc  chan struct{}
+}
+
+// New validates opts and prepares a distributor. It opens no socket and
+// starts no goroutine (the gRPC client to control connects lazily).
+func New(opts Options) (*Distributor, error) {
+	if err := names.Zone(opts.Zone); err != nil {
+		return nil, fmt.Errorf("distributor: Options.Zone: %w", err)
+	}
+	if opts.ControlAddr == "" {
+		return nil, errors.New("distributor: Options.ControlAddr is required")
+	}
+	if opts.TLS == nil {
+		return nil, errors.New("distributor: Options.TLS is required: agents connect over QUIC, which always runs TLS 1.3")
+	}
+	if opts.ControlTLS == nil && !isLoopback(opts.ControlAddr) {
+		return nil, fmt.Errorf("distributor: Options.ControlTLS is nil but control address %s is not loopback: plaintext is only allowed on loopback", opts.ControlAddr)
+	}
+	if opts.ID == "" {
+		host, _ := os.Hostname()
+		if host == "" {
+			host = "distributor"
+		}
+		opts.ID = fmt.Sprintf("%s-%d", host, os.Getpid())
+	}
+	if opts.Listen == "" {
+		opts.Listen = DefaultListen
+	}
+	if opts.CacheBytes <= 0 {
+		opts.CacheBytes = DefaultCacheBytes
+	}
+	if opts.ReportInterval <= 0 {
+		opts.ReportInterval = DefaultReportInterval
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	log := opts.Logger.With("zone", opts.Zone, "distributor", opts.ID)
+
+	creds := insecure.NewCredentials()
+	if opts.ControlTLS != nil {
+		creds = credentials.NewTLS(opts.ControlTLS)
+	}
+	conn, err := grpc.NewClient(opts.ControlAddr,
+		grpc.WithTransportCredentials(creds),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxControlMessage)),
+		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 10 * time.Second, Timeout: 5 * time.Second, PermitWithoutStream: true}),
+	)
+	if err != nil {
+		return nil, fmt.Errorf("distributor: control client for %s: %w", opts.ControlAddr, err)
+	}
+	d := &Distributor{
+		opts:   opts,
+		log:    log,
+		set:    metrics.NewSet(),
+		conn:   conn,
+		ctl:    lehrpb.NewControlClient(conn),
+		ready:  make(chan struct{}),
+		stop:   make(chan struct{}),
+		done:   make(chan struct{}),
+		dirty:  map[string]bool{},
+		dirtyc: make(chan struct{}, 1),
+	}
+	d.cache = versions.New(versions.Options{Client: d.ctl, MaxBytes: opts.CacheBytes, Logger: log})
+	d.watch, err = goalwatch.New(goalwatch.Options{
+		Zone:        opts.Zone,
+		Client:      d.ctl,
+		Logger:      log,
+		OnChange:    d.markDirty,
+		OnReconnect: func() { d.reconnects.Inc() },
+	})
+	if err != nil {
+		conn.Close()
+		return nil, fmt.Errorf("distributor: %w", err)
+	}
+	d.reconnects = d.set.NewCounter("lehr_distributor_control_reconnects_total")
+	d.reports = d.set.NewCounter("lehr_distributor_reports_total")
+	d.reportErrors = d.set.NewCounter("lehr_distributor_report_errors_total")
+	d.set.NewGauge("lehr_distributor_control_connected", func() float64 {
+		if d.watch.Connected() {
+			return 1
+		}
+		return 0
+	})
+	d.set.NewGauge("lehr_distributor_goals", func() float64 { return float64(len(d.watch.Goals())) })
+	d.set.NewGauge("lehr_distributor_cache_bytes", func() float64 { return float64(d.cache.Stats().Bytes) })
+	d.set.NewGauge("lehr_distributor_cache_versions", func() float64 { return float64(d.cache.Stats().Versions) })
+	return d, nil
+}
+
+func isLoopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// Ready is closed once the QUIC listener (and the metrics listener, if
+// any) is bound and agents can connect.
+func (d *Distributor) Ready() <-chan struct{} { return d.ready }
+
+// Addr is the UDP address agents dial; nil before Ready.
+func (d *Distributor) Addr() net.Addr {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.srv == nil {
+		return nil
+	}
+	return d.srv.Addr()
+}
+
+// MetricsAddr is the address serving /metrics; nil before Ready or when
+// MetricsListen is empty.
+func (d *Distributor) MetricsAddr() net.Addr {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.metricsAddr
+}
+
+// Metrics is the distributor's metric set (lehr_distributor_*).
+func (d *Distributor) Metrics() *metrics.Set { return d.set }
+
+// ID is the distributor's instance id.
+func (d *Distributor) ID() string { return d.opts.ID }
+
+// Stats returns the distributor's counters and state.
+func (d *Distributor) Stats() Stats {
+	d.mu.Lock()
+	srv, serving := d.srv, d.serving
+	d.mu.Unlock()
+	var st Stats
+	if srv != nil {
+		st.Stats = srv.Stats()
+	}
+	st.Goals = len(d.watch.Goals())
+	st.Serving = serving
+	st.ControlConnected = d.watch.Connected()
+	st.ControlReconnects = d.reconnects.Get()
+	st.Reports = d.reports.Get()
+	st.ReportErrors = d.reportErrors.Get()
+	st.Cache = d.cache.Stats()
+	return st
+}
+
+// Convergence returns how many agents are connected and how many hold
+// each version of each namespace (what is reported to control).
+func (d *Distributor) Convergence() (agents int, counts []fanout.VersionCount) {
+	d.mu.Lock()
+	srv := d.srv
+	d.mu.Unlock()
+	if srv == nil {
+		return 0, nil
+	}
+	return srv.Convergence()
+}
+
+// Close stops a running distributor and waits until Run has returned. It
+// is idempotent and may be called before, during or after Run.
+func (d *Distributor) Close() {
+	d.stopOnce.Do(func() { close(d.stop) })
+	d.mu.Lock()
+	ran := d.runCalled
+	d.mu.Unlock()
+	if ran {
+		<-d.done
+	} else {
+		d.conn.Close()
+	}
+}
+
+// Run serves until ctx is done or Close is called, then stops everything
+// it started and returns. It returns an error if the listeners cannot be
+// bound or the zone is refused by control; losing control is not an error.
+// Run may be called once.
+func (d *Distributor) Run(ctx context.Context) (err error) {
+	d.mu.Lock()
+	if d.runCalled {
+		d.mu.Unlock()
+		return errors.New("distributor: Run called twice")
+	}
+	d.runCalled = true
+	d.mu.Unlock()
+	defer close(d.done)
+	defer d.conn.Close()
+	select {
+	case <-d.stop:
+		return nil
+	default:
+	}
+
+	srv, err := fanout.Listen(fanout.Options{
+		Listen:         d.opts.Listen,
+		TLS:            d.opts.TLS,
+		Zone:           d.opts.Zone,
+		DistributorID:  d.opts.ID,
+		Version:        d.opts.Version,
+		Versions:       d.cache,
+		Metrics:        d.set,
+		Logger:         d.log,
+		ReportInterval: d.opts.ReportInterval,
+	})
+	if err != nil {
+		return fmt.Errorf("distributor: %w", err)
+	}
+	var hs *http.Server
+	var mln net.Listener
+	if d.opts.MetricsListen != "" {
+		mln, err = net.Listen("tcp", d.opts.MetricsListen)
+		if err != nil {
+			srv.Close()
+			return fmt.Errorf("distributor: metrics listen %s: %w", d.opts.MetricsListen, err)
+		}
+		mux := http.NewServeMux()
+		mux.HandleFunc("/metrics", func(w http.ResponseWriter, _ *http.Request) {
+			w.Header().Set("Content-Type", "text/plain; version=0.0.4")
+			d.set.WritePrometheus(w)
+		})
+		hs = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	}
+	d.mu.Lock()
+	d.srv = srv
+	if mln != nil {
+		d.metricsAddr = mln.Addr()
+	}
+	d.mu.Unlock()
+
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	errc := make(chan error, 4)
+	goAttach := func(name string, f func(context.Context) error) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := f(ctx); err != nil {
+				errc <- fmt.Errorf("distributor: %s: %w", name, err)
+				cancel()
+			}
+		}()
+	}
+	goAttach("serve agents", srv.Serve)
+	goAttach("watch goals", d.watch.Run)
+	goAttach("sync goals", d.syncGoals)
+	goAttach("report", d.report)
+	if hs != nil {
+		goAttach("serve metrics", func(context.Context) error {
+			if err := hs.Serve(mln); !errors.Is(err, http.ErrServerClosed) {
+				return err
+			}
+			return nil
+		})
+	}
+	close(d.ready)
+	d.log.Info("distributor serving", "listen", srv.Addr().String(), "control", d.opts.ControlAddr)
+
+	select {
+	case <-ctx.Done():
+	case <-d.stop:
+	}
+	cancel()
+	srv.Close()
+	if hs != nil {
+		hs.Close()
+	}
+	wg.Wait()
+	close(errc)
+	for e := range errc {
+		err = errors.Join(err, e)
+	}
+	d.log.Info("distributor stopped", "err", err)
+	return err
+}
+
+// markDirty records namespaces whose goal changed; syncGoals picks them up.
+func (d *Distributor) markDirty(nss []string) {
+	d.dirtyMu.Lock()
+	for _, ns := range nss {
+		d.dirty[ns] = true
+	}
+	d.dirtyMu.Unlock()
+	select {
+	case d.dirtyc <- struct{}{}:
+	default:
+	}
+}
+
+func (d *Distributor) takeDirty() []string {
+	d.dirtyMu.Lock()
+	defer d.dirtyMu.Unlock()
+	out := make([]string, 0, len(d.dirty))
+	for ns := range d.dirty {
+		out = append(out, ns)
+	}
+	clear(d.dirty)
+	return out
+}
+
+// syncWorkers bounds concurrent version fetches from control.
+const syncWorkers = 8
+
+// syncGoals makes the fanout's goals follow the watcher's: for each
+// namespace whose goal changed it pins and fetches the goal version and
+// hands it to the fanout. A fetch that fails (control unreachable) is
+// retried with backoff; meanwhile agents keep the previous goal.
+func (d *Distributor) syncGoals(ctx context.Context) error {
+	const minRetry, maxRetry = 200 * time.Millisecond, 10 * time.Second
+	retry := minRetry
+	var timer *time.Timer
+	var timerc <-chan time.Time
+	for {
+		select {
+		case <-ctx.Done():
+			if timer != nil {
+				timer.Stop()
+			}
+			return nil
+		case <-d.dirtyc:
+		case <-timerc:
+			timerc = nil
+		}
+		failed := d.syncBatch(ctx, d.takeDirty())
+		if len(failed) == 0 {
+			retry = minRetry
+			continue
+		}
+		d.markDirtyQuiet(failed)
+		if timerc == nil {
+			timer = time.NewTimer(retry)
+			timerc = timer.C
+			retry = min(retry*2, maxRetry)
+		}
+	}
+}
+
+// markDirtyQuiet re-queues namespaces without waking syncGoals (the retry
+// timer will).
+func (d *Distributor) markDirtyQuiet(nss []string) {
+	d.dirtyMu.Lock()
+	for _, ns := range nss {
+		d.dirty[ns] = true
+	}
+	d.dirtyMu.Unlock()
+}
+
+// syncBatch syncs namespaces with bounded concurrency and returns those
+// that failed.
+func (d *Distributor) syncBatch(ctx context.Context, nss []string) (failed []string) {
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, syncWorkers)
+	for _, ns := range nss {
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			if err := d.syncOne(ctx, ns); err != nil {
+				if ctx.Err() == nil {
+					d.log.Warn("cannot fetch goal version; agents keep the previous one until it can", "namespace", ns, "err", err)
+				}
+				mu.Lock()
+				failed = append(failed, ns)
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	d.mu.Lock()
+	srv := d.srv
+	d.mu.Unlock()
+	n := 0
+	for ns := range d.watch.Goals() {
+		if _, ok := srv.Goal(ns); ok {
+			n++
+		}
+	}
+	d.mu.Lock()
+	d.serving = n
+	d.mu.Unlock()
+	return failed
+}
+
+func (d *Distributor) syncOne(ctx context.Context, ns string) error {
+	d.mu.Lock()
+	srv := d.srv
+	d.mu.Unlock()
+	g, ok := d.watch.Goal(ns)
+	if !ok {
+		srv.ClearGoal(ns)
+		d.cache.Unpin(ns)
+		return nil
+	}
+	if cur, ok := srv.Goal(ns); ok && cur.Seq == g.GetVersion() && cur.Checksum == g.GetChecksum() {
+		return nil
+	}
+	d.cache.Pin(ns, g.GetVersion())
+	fctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	v, err := d.cache.Get(fctx, ns, g.GetVersion())
+	if err != nil {
+		return err
+	}
+	if v.Checksum != g.GetChecksum() {
+		return fmt.Errorf("goal %s@%d: %w: goal says %s, version has %s", ns, g.GetVersion(), versions.ErrChecksum, g.GetChecksum(), v.Checksum)
+	}
+	srv.SetGoal(v)
+	return nil
+}
+
+// report sends ReportZoneStatus every ReportInterval.
+func (d *Distributor) report(ctx context.Context) error {
+	t := time.NewTicker(d.opts.ReportInterval)
+	defer t.Stop()
+	ttl := uint32(max(1, (3*d.opts.ReportInterval+time.Second-1)/time.Second))
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+		agents, counts := d.Convergence()
+		req := &lehrpb.ReportZoneStatusRequest{
+			Zone:          d.opts.Zone,
+			DistributorId: d.opts.ID,
+			Agents:        int32(agents),
+			TtlSeconds:    ttl,
+		}
+		for _, c := range counts {
+			req.Versions = append(req.Versions, &lehrpb.VersionCount{Namespace: c.Namespace, Version: c.Version, Agents: int32(c.Agents)})
+		}
+		rctx, cancel := context.WithTimeout(ctx, d.opts.ReportInterval)
+		_, err := d.ctl.ReportZoneStatus(rctx, req)
+		cancel()
+		d.reports.Inc()
+		if err != nil && ctx.Err() == nil {
+			d.reportErrors.Inc()
+			d.log.Info("report zone status", "err", err)
+		}
+	}
+}
