@@ -1,0 +1,477 @@
+package upstream
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"maps"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/quic-go/quic-go"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"lehr.dev/lehr/internal/wire"
+	"lehr.dev/lehr/proto/lehrpb"
+)
+
+// session is one connection to one distributor.
+type session struct {
+	c    *Client
+	addr string
+	log  *slog.Logger
+	conn *quic.Conn
+	ctl  *wire.Control
+	ctx  context.Context // ends when the session does
+	stop context.CancelCauseFunc
+	wg   sync.WaitGroup
+
+	closeOnce   sync.Once
+	subsChanged chan struct{}   // buffered 1: Client.subs changed
+	sent        map[string]bool // subscriptions the distributor knows; syncSubs only
+
+	mu          sync.Mutex
+	welcome     *lehrpb.Welcome
+	unavailable map[string]string
+	queues      map[string]*nsQueue
+}
+
+// runSession dials addr, runs the connection until it fails or ctx ends,
+// and waits for every goroutine of the session. established reports
+// whether Welcome arrived.
+func (c *Client) runSession(ctx context.Context, addr, lastConnected string) (established bool, err error) {
+	cached := c.opts.Handler.Cached() // before any lock: Handler is called lock-free
+	subs := c.Subscriptions()
+	hello := &lehrpb.Hello{
+		ProtocolVersion:    wire.ProtocolVersion,
+		MinProtocolVersion: wire.MinProtocolVersion,
+		HostId:             c.opts.HostID,
+		Zone:               c.opts.Zone,
+		Labels:             c.opts.Labels,
+		Cached:             cached,
+		Subscriptions:      subs,
+		AgentVersion:       c.opts.AgentVersion,
+	}
+
+	dctx, cancel := context.WithTimeout(ctx, c.opts.HandshakeTimeout)
+	defer cancel()
+	conn, err := quic.DialAddr(dctx, addr, c.tls, c.quic)
+	if err != nil {
+		return false, fmt.Errorf("dial %s: %w", addr, err)
+	}
+	ctl, welcome, err := wire.OpenControl(dctx, conn, hello, wire.Limits{})
+	if err != nil {
+		wire.CloseConn(conn, err)
+		return false, fmt.Errorf("handshake with %s: %w", addr, err)
+	}
+	if welcome.GetZone() != c.opts.Zone {
+		err := fmt.Errorf("distributor %s serves zone %q, agent is in %q", addr, welcome.GetZone(), c.opts.Zone)
+		conn.CloseWithError(wire.CodeWrongZone, err.Error())
+		return false, err
+	}
+	sctx, stop := context.WithCancelCause(ctx)
+	s := &session{
+		c: c, addr: addr, log: c.log.With("distributor", addr),
+		conn: conn, ctl: ctl, ctx: sctx, stop: stop,
+		subsChanged: make(chan struct{}, 1),
+		sent:        map[string]bool{},
+		welcome:     welcome,
+		unavailable: map[string]string{},
+		queues:      map[string]*nsQueue{},
+	}
+	for _, ns := range subs {
+		s.sent[ns] = true
+	}
+	defer s.close()
+	c.mu.Lock()
+	c.sess = s
+	c.mu.Unlock()
+	s.notifySubs() // catch up with changes made during the handshake
+
+	if lastConnected != "" && lastConnected != addr {
+		c.failovers.Inc()
+	}
+	c.connectedVal.Store(1)
+	defer c.connectedVal.Store(0)
+	s.log.Info("connected to distributor", "distributor_id", welcome.GetDistributorId(),
+		"cached", len(cached), "subscriptions", len(subs))
+
+	interval := c.opts.ReportInterval
+	if d := welcome.GetReportInterval(); d != nil && d.AsDuration() > 0 {
+		interval = d.AsDuration()
+	}
+	s.goSession(s.readControl)
+	s.goSession(s.acceptUpdates)
+	s.goSession(func() error { return s.report(interval) })
+	s.goSession(s.syncSubs)
+	<-sctx.Done()
+	return true, context.Cause(sctx)
+}
+
+// goSession runs f; its return ends the session.
+func (s *session) goSession(f func() error) {
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		err := f()
+		if err == nil {
+			err = errors.New("session goroutine ended")
+		}
+		s.fail(err)
+	}()
+}
+
+// fail ends the session because of err, closing the connection with the
+// matching code.
+func (s *session) fail(err error) { s.failCode(wire.CodeFor(err), err) }
+
+func (s *session) failCode(code quic.ApplicationErrorCode, err error) {
+	s.closeOnce.Do(func() {
+		s.stop(err)
+		if _, _, isClose := wire.CloseCode(err); isClose {
+			code = wire.CodeNoError // the connection is closed already
+		}
+		s.conn.CloseWithError(code, truncate(err.Error(), 256))
+	})
+}
+
+// close unpublishes the session, closes the connection and waits for every
+// goroutine it started.
+func (s *session) close() {
+	s.c.mu.Lock()
+	if s.c.sess == s {
+		s.c.sess = nil
+	}
+	s.c.mu.Unlock()
+	s.failCode(wire.CodeNoError, errors.New("agent closing the connection"))
+	s.wg.Wait()
+}
+
+func (s *session) status() Status {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return Status{
+		Distributor:   s.addr,
+		DistributorID: s.welcome.GetDistributorId(),
+		Connected:     true,
+		Unavailable:   maps.Clone(s.unavailable),
+	}
+}
+
+// send writes msg on the control stream. A write error ends the session.
+func (s *session) send(msg proto.Message) {
+	if err := s.ctl.Send(msg); err != nil {
+		s.fail(fmt.Errorf("send to %s: %w", s.addr, err))
+	}
+}
+
+func (s *session) notifySubs() {
+	select {
+	case s.subsChanged <- struct{}{}:
+	default:
+	}
+}
+
+// syncSubs sends Subscribe and Unsubscribe frames whenever the client's
+// subscription set differs from what the distributor was told. One
+// goroutine does it, so frames for one namespace are never reordered.
+func (s *session) syncSubs() error {
+	for {
+		select {
+		case <-s.ctx.Done():
+			return context.Cause(s.ctx)
+		case <-s.subsChanged:
+		}
+		want := s.c.Subscriptions()
+		var add, drop []string
+		for _, ns := range want {
+			if !s.sent[ns] {
+				add = append(add, ns)
+			}
+		}
+		wantSet := map[string]bool{}
+		for _, ns := range want {
+			wantSet[ns] = true
+		}
+		for ns := range s.sent {
+			if !wantSet[ns] {
+				drop = append(drop, ns)
+			}
+		}
+		slices.Sort(drop)
+		if len(drop) > 0 {
+			s.send(&lehrpb.Unsubscribe{Namespaces: drop})
+		}
+		if len(add) > 0 {
+			msg := &lehrpb.Subscribe{}
+			for _, ns := range add {
+				v, sum := s.c.opts.Handler.Held(ns)
+				msg.Namespaces = append(msg.Namespaces, cachedNS(ns, v, sum))
+			}
+			s.send(msg)
+		}
+		s.sent = wantSet
+	}
+}
+
+func goodbyeErr(g *lehrpb.Goodbye) error {
+	return &wire.GoodbyeError{
+		Code:       quic.ApplicationErrorCode(g.GetCode()),
+		Reason:     g.GetReason(),
+		RetryAfter: g.GetRetryAfter().AsDuration(),
+	}
+}
+
+// readControl reads the distributor's control frames after Welcome.
+func (s *session) readControl() error {
+	for {
+		msg, err := s.ctl.Recv()
+		if err == io.EOF {
+			return errors.New("distributor closed the control stream")
+		}
+		if err != nil {
+			return fmt.Errorf("read control stream: %w", err)
+		}
+		switch m := msg.(type) {
+		case *lehrpb.Ping:
+			s.send(&lehrpb.Pong{Nonce: m.GetNonce()})
+		case *lehrpb.Pong:
+		case *lehrpb.Unavailable:
+			s.log.Info("distributor cannot serve namespace", "namespace", m.GetNamespace(),
+				"reason", m.GetReason(), "detail", m.GetDetail())
+			s.mu.Lock()
+			s.unavailable[m.GetNamespace()] = m.GetReason().String()
+			s.mu.Unlock()
+		case *lehrpb.Goodbye:
+			return goodbyeErr(m)
+		}
+	}
+}
+
+// report sends a Report every interval.
+func (s *session) report(interval time.Duration) error {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.ctx.Done():
+			return context.Cause(s.ctx)
+		case <-t.C:
+		}
+		r := s.c.opts.Handler.Report()
+		if r == nil {
+			continue
+		}
+		if r.Time == nil {
+			r.Time = timestamppb.Now()
+		}
+		s.send(r)
+	}
+}
+
+// acceptUpdates accepts update streams and reads each on its own goroutine.
+func (s *session) acceptUpdates() error {
+	for {
+		st, err := s.conn.AcceptUniStream(s.ctx)
+		if err != nil {
+			return fmt.Errorf("accept update stream: %w", err)
+		}
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			if err := s.readUpdate(st); err != nil {
+				s.fail(err)
+			}
+		}()
+	}
+}
+
+// readUpdate reads the one Update of a stream and queues it.
+func (s *session) readUpdate(st *quic.ReceiveStream) error {
+	u, err := wire.ReadUpdateStream(s.ctx, st, wire.Limits{})
+	if err != nil {
+		var fe *wire.FrameError
+		if errors.As(err, &fe) {
+			return err // a protocol violation: the session ends
+		}
+		// A stream the distributor reset (a superseded update) or a
+		// closing connection.
+		s.log.Debug("update stream ended early", "stream", st.StreamID(), "err", err)
+		return nil
+	}
+	n := proto.Size(u)
+	if u.GetSnapshot() {
+		s.c.bytesSnapshot.Add(n)
+	} else {
+		s.c.bytesPatch.Add(n)
+	}
+	if !s.c.Subscribed(u.GetNamespace()) {
+		s.log.Debug("dropping update of an unsubscribed namespace", "namespace", u.GetNamespace(), "version", u.GetVersion())
+		return nil
+	}
+	s.enqueue(u)
+	return nil
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n]
+}
+
+// nsQueue holds the updates of one namespace waiting for its worker.
+type nsQueue struct {
+	pending []*lehrpb.Update
+	running bool
+	wake    chan struct{} // buffered 1: a new update arrived
+}
+
+// enqueue queues u and starts the namespace's worker if none runs.
+func (s *session) enqueue(u *lehrpb.Update) {
+	ns := u.GetNamespace()
+	s.mu.Lock()
+	q := s.queues[ns]
+	if q == nil {
+		q = &nsQueue{wake: make(chan struct{}, 1)}
+		s.queues[ns] = q
+	}
+	q.pending = append(q.pending, u)
+	start := !q.running
+	q.running = true
+	s.mu.Unlock()
+	if start {
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			s.work(ns, q)
+		}()
+		return
+	}
+	select {
+	case q.wake <- struct{}{}:
+	default:
+	}
+}
+
+// work applies the namespace's updates one at a time, lowest version
+// first, until none is left. Patches whose base has not arrived wait up
+// to GapWait for the update that fills the gap.
+func (s *session) work(ns string, q *nsQueue) {
+	var parked []*lehrpb.Update
+	var gapTimer *time.Timer
+	var gapC <-chan time.Time
+	defer func() {
+		if gapTimer != nil {
+			gapTimer.Stop()
+		}
+	}()
+	for {
+		s.mu.Lock()
+		if len(q.pending) == 0 && len(parked) == 0 {
+			q.running = false
+			s.mu.Unlock()
+			return
+		}
+		if len(q.pending) == 0 {
+			s.mu.Unlock()
+			select {
+			case <-s.ctx.Done():
+				return
+			case <-q.wake:
+				s.mu.Lock()
+				q.pending = append(q.pending, parked...)
+				parked = nil
+				s.mu.Unlock()
+			case <-gapC:
+				top := parked[len(parked)-1]
+				parked = nil
+				gapC = nil
+				s.log.Info("patch base never arrived; asking for a snapshot", "namespace", ns,
+					"version", top.GetVersion(), "base", top.GetBaseVersion())
+				v, sum := s.c.opts.Handler.Held(ns)
+				s.send(&lehrpb.Resync{Namespace: ns, HaveVersion: v, HaveChecksum: sum,
+					Reason: lehrpb.ResyncReason_RESYNC_REASON_BASE_MISMATCH,
+					Detail: fmt.Sprintf("patch to %d needs base %d, which did not arrive within %v", top.GetVersion(), top.GetBaseVersion(), s.c.opts.GapWait)})
+			}
+			continue
+		}
+		i := lowest(q.pending)
+		u := q.pending[i]
+		q.pending = slices.Delete(q.pending, i, i+1)
+		s.mu.Unlock()
+		if s.ctx.Err() != nil || !s.c.Subscribed(ns) {
+			continue
+		}
+		res := s.c.opts.Handler.Apply(s.ctx, u)
+		switch res.Outcome {
+		case Applied, Stale:
+			if res.Version > 0 {
+				s.send(&lehrpb.Ack{Namespace: ns, Version: res.Version, Checksum: res.Checksum, Ok: true})
+			}
+			if res.Outcome == Applied && len(parked) > 0 {
+				// The gap may be filled now: retry the parked patches.
+				s.mu.Lock()
+				q.pending = append(q.pending, parked...)
+				s.mu.Unlock()
+				parked = nil
+				gapC = nil
+			}
+		case Gap:
+			parked = append(parked, u)
+			slices.SortFunc(parked, func(a, b *lehrpb.Update) int { return cmpU64(a.GetVersion(), b.GetVersion()) })
+			if gapC == nil {
+				if gapTimer != nil {
+					gapTimer.Stop()
+				}
+				gapTimer = time.NewTimer(s.c.opts.GapWait)
+				gapC = gapTimer.C
+			}
+		case Rejected, Failed:
+			msg := "apply failed"
+			if res.Err != nil {
+				msg = truncate(res.Err.Error(), 1024)
+			}
+			ack := &lehrpb.Ack{Namespace: ns, Ok: false, Error: msg}
+			if res.Version > 0 {
+				ack.Version, ack.Checksum = res.Version, res.Checksum
+			}
+			s.send(ack)
+			if res.Outcome == Rejected {
+				s.send(&lehrpb.Resync{Namespace: ns, HaveVersion: res.Version, HaveChecksum: checksumIf(res.Version, res.Checksum),
+					Reason: res.Reason, Detail: msg})
+			}
+		}
+	}
+}
+
+func checksumIf(v uint64, sum string) string {
+	if v == 0 {
+		return ""
+	}
+	return sum
+}
+
+func lowest(us []*lehrpb.Update) int {
+	best := 0
+	for i, u := range us {
+		if u.GetVersion() < us[best].GetVersion() {
+			best = i
+		}
+	}
+	return best
+}
+
+func cmpU64(a, b uint64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}

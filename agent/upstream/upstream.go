@@ -1,0 +1,408 @@
+// Package upstream is the agent's link to its zone's distributors: one QUIC
+// connection (ALPN "lehr/1", mutual TLS) at a time, failing over across the
+// configured distributors with exponential backoff and full jitter.
+//
+// On every connection the client opens the control stream and sends Hello
+// with what the agent holds of every cached namespace (version and checksum,
+// from Handler.Cached) and its current subscriptions, so the distributor
+// sends only what is missing. It then accepts the distributor's
+// unidirectional update streams concurrently — a large snapshot never
+// blocks a small patch of another namespace — and hands each Update to
+// Handler.Apply, serialised per namespace and lowest version first. It
+// answers every applied update with an Ack, and a refused one with a
+// negative Ack and a Resync so the distributor sends a fresh snapshot.
+//
+// Subscribe and Unsubscribe change the subscription set at any time; when
+// connected they are sent at once, otherwise the next Hello carries them.
+//
+// Imported by the agent only.
+package upstream
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/VictoriaMetrics/metrics"
+	"github.com/quic-go/quic-go"
+
+	"lehr.dev/lehr/internal/wire"
+	"lehr.dev/lehr/proto/lehrpb"
+)
+
+// Defaults for zero Options fields.
+const (
+	DefaultBackoffMin       = 100 * time.Millisecond
+	DefaultBackoffMax       = 10 * time.Second
+	DefaultHandshakeTimeout = 10 * time.Second
+	DefaultReportInterval   = 30 * time.Second
+	DefaultGapWait          = 2 * time.Second
+)
+
+// Outcome is what Handler.Apply did with an Update.
+type Outcome int
+
+const (
+	// Applied: the update is durable; the client sends a positive Ack.
+	Applied Outcome = iota
+	// Stale: the agent already holds this version or a newer one; the
+	// update was dropped and the client acks what the agent holds.
+	Stale
+	// Gap: the update is a patch against a version newer than the one held
+	// (an earlier update is still on its way). The client holds it back
+	// until another update of the namespace arrives, and asks for a Resync
+	// if none does within Options.GapWait.
+	Gap
+	// Rejected: the update cannot be applied to what is held (base or
+	// checksum mismatch, a patch that does not apply, a corrupt cache); the
+	// client sends a negative Ack and a Resync with Result.Reason.
+	Rejected
+	// Failed: a local failure (disk, database); the client sends a negative
+	// Ack and nothing else.
+	Failed
+)
+
+func (o Outcome) String() string {
+	switch o {
+	case Applied:
+		return "applied"
+	case Stale:
+		return "stale"
+	case Gap:
+		return "gap"
+	case Rejected:
+		return "rejected"
+	case Failed:
+		return "failed"
+	}
+	return fmt.Sprintf("outcome %d", int(o))
+}
+
+// Result is Handler.Apply's answer.
+type Result struct {
+	Outcome Outcome
+	// Version and Checksum the agent holds after the call; 0 and "" if
+	// nothing usable.
+	Version  uint64
+	Checksum string
+	// Reason for Rejected.
+	Reason lehrpb.ResyncReason
+	// Err says why for Rejected and Failed.
+	Err error
+}
+
+// Handler is the agent side of the link. Its methods are called from the
+// client's goroutines, never while the client holds a lock.
+type Handler interface {
+	// Cached returns every namespace the agent holds, for Hello.
+	Cached() []*lehrpb.CachedNamespace
+	// Held returns the version and checksum held of ns (0, "" if none).
+	Held(ns string) (version uint64, checksum string)
+	// Apply applies u. Calls for the same namespace never overlap; calls
+	// for different namespaces may.
+	Apply(ctx context.Context, u *lehrpb.Update) Result
+	// Report returns the periodic report, or nil to skip one.
+	Report() *lehrpb.Report
+}
+
+// Options configure a Client.
+type Options struct {
+	// Distributors are the UDP addresses ("host:port") of the zone's
+	// distributors, tried in order, rotating on every loss. Required.
+	Distributors []string
+	// TLS is the client configuration: the host certificate and the CA
+	// that signs distributors. Required. NextProtos is set to the wire
+	// ALPN on a clone.
+	TLS *tls.Config
+	// QUIC configures connections; nil means wire.DefaultQUICConfig().
+	QUIC *quic.Config
+	// HostID and Zone are announced in Hello. Required.
+	HostID, Zone string
+	// Labels are announced in Hello; nil means none.
+	Labels map[string]string
+	// AgentVersion is the build string in Hello; "" is allowed.
+	AgentVersion string
+	// Handler applies updates. Required.
+	Handler Handler
+	// BackoffMin and BackoffMax bound the wait between connection
+	// attempts: attempt n waits a uniformly random time in
+	// [0, min(BackoffMax, BackoffMin·2^n)] ("full jitter"). Zero means
+	// DefaultBackoffMin (100 ms) and DefaultBackoffMax (10 s).
+	BackoffMin, BackoffMax time.Duration
+	// HandshakeTimeout bounds dialing plus Hello/Welcome; zero means
+	// DefaultHandshakeTimeout (10 s).
+	HandshakeTimeout time.Duration
+	// ReportInterval is the default period of Reports when Welcome asks for
+	// none; zero means DefaultReportInterval (30 s).
+	ReportInterval time.Duration
+	// GapWait is how long a patch whose base has not arrived waits before
+	// a Resync; zero means DefaultGapWait (2 s).
+	GapWait time.Duration
+	// Metrics receives the client's metrics (lehr_agent_connected,
+	// lehr_agent_failovers_total, lehr_agent_bytes_received_total{kind});
+	// nil means a private set.
+	Metrics *metrics.Set
+	// Logger; nil means slog.Default().
+	Logger *slog.Logger
+}
+
+// Status describes the link.
+type Status struct {
+	// Distributor is the address of the connected distributor, "" when
+	// disconnected.
+	Distributor   string
+	DistributorID string
+	Connected     bool
+	// Unavailable maps namespaces the distributor said it cannot serve to
+	// its reason, for the current connection.
+	Unavailable map[string]string
+}
+
+// Client is the agent's upstream link.
+type Client struct {
+	opts Options
+	log  *slog.Logger
+	tls  *tls.Config
+	quic *quic.Config
+
+	connected     *metrics.Gauge
+	connectedVal  atomic.Int64
+	failovers     *metrics.Counter
+	bytesSnapshot *metrics.Counter
+	bytesPatch    *metrics.Counter
+
+	mu      sync.Mutex
+	subs    map[string]bool
+	sess    *session // nil when disconnected
+	running bool
+}
+
+// New validates opts and returns a client; Run connects.
+func New(opts Options) (*Client, error) {
+	switch {
+	case len(opts.Distributors) == 0:
+		return nil, errors.New("upstream: Options.Distributors is empty: name at least one distributor address")
+	case opts.TLS == nil:
+		return nil, errors.New("upstream: Options.TLS is required (host certificate and CA)")
+	case opts.HostID == "":
+		return nil, errors.New("upstream: Options.HostID is required")
+	case opts.Zone == "":
+		return nil, errors.New("upstream: Options.Zone is required")
+	case opts.Handler == nil:
+		return nil, errors.New("upstream: Options.Handler is required")
+	}
+	for i, d := range opts.Distributors {
+		if d == "" {
+			return nil, fmt.Errorf("upstream: Options.Distributors[%d] is empty", i)
+		}
+	}
+	if opts.BackoffMin <= 0 {
+		opts.BackoffMin = DefaultBackoffMin
+	}
+	if opts.BackoffMax <= 0 {
+		opts.BackoffMax = DefaultBackoffMax
+	}
+	if opts.BackoffMax < opts.BackoffMin {
+		opts.BackoffMax = opts.BackoffMin
+	}
+	if opts.HandshakeTimeout <= 0 {
+		opts.HandshakeTimeout = DefaultHandshakeTimeout
+	}
+	if opts.ReportInterval <= 0 {
+		opts.ReportInterval = DefaultReportInterval
+	}
+	if opts.GapWait <= 0 {
+		opts.GapWait = DefaultGapWait
+	}
+	c := &Client{opts: opts, log: opts.Logger, subs: map[string]bool{}}
+	if c.log == nil {
+		c.log = slog.Default()
+	}
+	c.tls = opts.TLS.Clone()
+	c.tls.NextProtos = []string{wire.ALPN}
+	if c.tls.MinVersion < tls.VersionTLS13 {
+		c.tls.MinVersion = tls.VersionTLS13
+	}
+	c.quic = opts.QUIC
+	if c.quic == nil {
+		c.quic = wire.DefaultQUICConfig()
+	}
+	set := opts.Metrics
+	if set == nil {
+		set = metrics.NewSet()
+	}
+	c.connected = set.GetOrCreateGauge("lehr_agent_connected", func() float64 { return float64(c.connectedVal.Load()) })
+	c.failovers = set.GetOrCreateCounter("lehr_agent_failovers_total")
+	c.bytesSnapshot = set.GetOrCreateCounter(`lehr_agent_bytes_received_total{kind="snapshot"}`)
+	c.bytesPatch = set.GetOrCreateCounter(`lehr_agent_bytes_received_total{kind="patch"}`)
+	return c, nil
+}
+
+// Subscribe adds namespaces to the subscription set. When connected the
+// distributor is told at once (with what the agent holds of each);
+// otherwise the next Hello carries them.
+func (c *Client) Subscribe(nss ...string) {
+	c.mu.Lock()
+	for _, ns := range nss {
+		c.subs[ns] = true
+	}
+	s := c.sess
+	c.mu.Unlock()
+	if s != nil {
+		s.notifySubs()
+	}
+}
+
+// Unsubscribe removes namespaces from the subscription set. Updates still
+// in flight for them are dropped.
+func (c *Client) Unsubscribe(nss ...string) {
+	c.mu.Lock()
+	for _, ns := range nss {
+		delete(c.subs, ns)
+	}
+	s := c.sess
+	c.mu.Unlock()
+	if s != nil {
+		s.notifySubs()
+	}
+}
+
+// Subscribed reports whether ns is in the subscription set.
+func (c *Client) Subscribed(ns string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.subs[ns]
+}
+
+// Subscriptions returns the subscription set, sorted.
+func (c *Client) Subscriptions() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return sortedKeys(c.subs)
+}
+
+// Resync asks the connected distributor for a fresh snapshot of ns, e.g.
+// after the agent found its cached copy corrupt and dropped it. When
+// disconnected it does nothing: the next Hello announces the cache as it
+// is then, which is enough.
+func (c *Client) Resync(ns string, reason lehrpb.ResyncReason, detail string) {
+	c.mu.Lock()
+	s := c.sess
+	sub := c.subs[ns]
+	c.mu.Unlock()
+	if s == nil || !sub {
+		return
+	}
+	v, sum := c.opts.Handler.Held(ns)
+	s.send(&lehrpb.Resync{Namespace: ns, HaveVersion: v, HaveChecksum: sum, Reason: reason, Detail: detail})
+}
+
+// Status describes the link now.
+func (c *Client) Status() Status {
+	c.mu.Lock()
+	s := c.sess
+	c.mu.Unlock()
+	if s == nil {
+		return Status{}
+	}
+	return s.status()
+}
+
+// Run connects and keeps connecting until ctx ends, then closes the
+// connection and returns nil once every goroutine it started has ended. It
+// returns an error only for misuse (a second concurrent Run).
+func (c *Client) Run(ctx context.Context) error {
+	c.mu.Lock()
+	if c.running {
+		c.mu.Unlock()
+		return errors.New("upstream: Run called twice")
+	}
+	c.running = true
+	c.mu.Unlock()
+
+	n := len(c.opts.Distributors)
+	next := 0
+	attempt := 0
+	lastConnected := ""
+	retryAfter := map[string]time.Time{}
+	for ctx.Err() == nil {
+		addr := c.opts.Distributors[next%n]
+		// Skip a distributor that asked us to stay away, unless all did.
+		for i := 0; i < n; i++ {
+			if time.Now().After(retryAfter[addr]) {
+				break
+			}
+			next++
+			addr = c.opts.Distributors[next%n]
+		}
+		next++
+		established, err := c.runSession(ctx, addr, lastConnected)
+		if ctx.Err() != nil {
+			return nil
+		}
+		var ge *wire.GoodbyeError
+		if errors.As(err, &ge) && ge.RetryAfter > 0 {
+			retryAfter[addr] = time.Now().Add(ge.RetryAfter)
+		}
+		if established {
+			lastConnected = addr
+			attempt = 0
+			c.log.Warn("distributor connection lost; failing over", "distributor", addr, "err", err)
+		} else {
+			c.log.Info("cannot reach distributor", "distributor", addr, "err", err)
+		}
+		if !sleepCtx(ctx, c.backoff(attempt)) {
+			return nil
+		}
+		// A full round of failures backs off further; the first try after
+		// a loss goes to the next distributor almost at once.
+		if !established && next%n == 0 {
+			attempt++
+		}
+	}
+	return nil
+}
+
+// backoff returns a random wait in [0, min(max, min·2^attempt)].
+func (c *Client) backoff(attempt int) time.Duration {
+	ceil := c.opts.BackoffMin
+	for i := 0; i < attempt && ceil < c.opts.BackoffMax; i++ {
+		ceil *= 2
+	}
+	ceil = min(ceil, c.opts.BackoffMax)
+	return rand.N(ceil + 1)
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+func cachedNS(ns string, v uint64, sum string) *lehrpb.CachedNamespace {
+	if v == 0 {
+		sum = ""
+	}
+	return &lehrpb.CachedNamespace{Namespace: ns, Version: v, Checksum: sum}
+}
+
+func sortedKeys(m map[string]bool) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
+}

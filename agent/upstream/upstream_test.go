@@ -1,0 +1,444 @@
+package upstream_test
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"io"
+	"log/slog"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/VictoriaMetrics/metrics"
+
+	"lehr.dev/lehr/agent/upstream"
+	"lehr.dev/lehr/distributor/fanout"
+	"lehr.dev/lehr/distributor/versions"
+	"lehr.dev/lehr/internal/certs"
+	"lehr.dev/lehr/internal/content"
+	"lehr.dev/lehr/internal/wire"
+	"lehr.dev/lehr/proto/lehrpb"
+)
+
+const zone = "zone-a"
+
+func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+// pki issues test certificates.
+type pki struct {
+	dir string
+	ca  *certs.CA
+}
+
+func newPKI(t *testing.T) *pki {
+	dir := t.TempDir()
+	ca, err := certs.NewCA(filepath.Join(dir, "ca"), "test-ca", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &pki{dir: dir, ca: ca}
+}
+
+func (p *pki) tls(t *testing.T, name string, kind certs.Kind) *tls.Config {
+	c, k, err := p.ca.IssueFiles(filepath.Join(p.dir, "leaf"), name, kind, nil, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	caFile := filepath.Join(p.dir, "ca", certs.CACertFile)
+	var tc *tls.Config
+	if kind == certs.Server {
+		tc, err = certs.ServerTLS(c, k, caFile)
+	} else {
+		tc, err = certs.ClientTLS(c, k, caFile, "127.0.0.1")
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tc
+}
+
+// dist is a real distributor fan-out fed from an in-memory version cache.
+type dist struct {
+	srv    *fanout.Server
+	vers   *versions.Cache
+	cancel context.CancelFunc
+	done   chan error
+}
+
+func startDist(t *testing.T, p *pki, id string) *dist {
+	vers := versions.New(versions.Options{Logger: quiet()})
+	srv, err := fanout.Listen(fanout.Options{
+		Listen: "127.0.0.1:0", TLS: p.tls(t, "distributor", certs.Server), Zone: zone,
+		DistributorID: id, Versions: vers, Logger: quiet(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	d := &dist{srv: srv, vers: vers, cancel: cancel, done: make(chan error, 1)}
+	go func() { d.done <- srv.Serve(ctx) }()
+	t.Cleanup(d.stop)
+	return d
+}
+
+func (d *dist) stop() {
+	d.srv.Close()
+	d.cancel()
+	<-d.done
+	d.done <- nil // later stops return at once
+}
+
+func (d *dist) setGoal(t *testing.T, v *versions.Version) {
+	if err := d.vers.Put(v); err != nil {
+		t.Fatal(err)
+	}
+	d.vers.Pin(v.Namespace, v.Seq)
+	d.srv.SetGoal(v)
+}
+
+func version(ns string, seq uint64, props map[string]string) *versions.Version {
+	var ps []content.Property
+	for k, v := range props {
+		ps = append(ps, content.Property{Key: k, Value: []byte(v)})
+	}
+	snap, _ := content.New(ps)
+	return &versions.Version{
+		Namespace: ns, Seq: seq, Checksum: snap.Checksum(), Kind: lehrpb.NamespaceKind_NAMESPACE_KIND_CONFIG,
+		Info: &lehrpb.VersionInfo{Namespace: ns, Seq: seq, Checksum: snap.Checksum()}, Content: snap,
+	}
+}
+
+// memHandler holds namespaces in memory, applying updates with
+// wire.ApplyUpdate, and records every applied version.
+type memHandler struct {
+	mu      sync.Mutex
+	held    map[string]held
+	applied map[string][]uint64
+	seen    map[string]int // updates received per namespace
+}
+
+type held struct {
+	v    uint64
+	sum  string
+	snap content.Snapshot
+}
+
+func newMem() *memHandler {
+	return &memHandler{held: map[string]held{}, applied: map[string][]uint64{}, seen: map[string]int{}}
+}
+
+func (h *memHandler) Cached() []*lehrpb.CachedNamespace {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var out []*lehrpb.CachedNamespace
+	for ns, x := range h.held {
+		out = append(out, &lehrpb.CachedNamespace{Namespace: ns, Version: x.v, Checksum: x.sum})
+	}
+	return out
+}
+
+func (h *memHandler) Held(ns string) (uint64, string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.held[ns].v, h.held[ns].sum
+}
+
+func (h *memHandler) Apply(_ context.Context, u *lehrpb.Update) upstream.Result {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	ns := u.GetNamespace()
+	h.seen[ns]++
+	cur := h.held[ns]
+	res := upstream.Result{Version: cur.v, Checksum: cur.sum}
+	switch {
+	case u.GetVersion() <= cur.v:
+		res.Outcome = upstream.Stale
+		return res
+	case !u.GetSnapshot() && u.GetBaseVersion() > cur.v:
+		res.Outcome = upstream.Gap
+		return res
+	}
+	snap, err := wire.ApplyUpdate(cur.snap, cur.v, cur.sum, u)
+	if err != nil {
+		res.Outcome, res.Reason, res.Err = upstream.Rejected, wire.ResyncReasonFor(err), err
+		return res
+	}
+	h.held[ns] = held{v: u.GetVersion(), sum: u.GetChecksum(), snap: snap}
+	h.applied[ns] = append(h.applied[ns], u.GetVersion())
+	return upstream.Result{Outcome: upstream.Applied, Version: u.GetVersion(), Checksum: u.GetChecksum()}
+}
+
+func (h *memHandler) Report() *lehrpb.Report { return nil }
+
+func (h *memHandler) get(ns string) held {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.held[ns]
+}
+
+func (h *memHandler) appliedVersions(ns string) []uint64 {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return append([]uint64(nil), h.applied[ns]...)
+}
+
+func (h *memHandler) seenCount(ns string) int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.seen[ns]
+}
+
+// corrupt forgets ns, as if the cache had found its copy corrupt.
+func (h *memHandler) forget(ns string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	delete(h.held, ns)
+}
+
+type client struct {
+	c      *upstream.Client
+	set    *metrics.Set
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+func startClient(t *testing.T, p *pki, h upstream.Handler, addrs ...string) *client {
+	set := metrics.NewSet()
+	c, err := upstream.New(upstream.Options{
+		Distributors: addrs, TLS: p.tls(t, "host-1", certs.Client), HostID: "host-1", Zone: zone,
+		Handler: h, BackoffMin: 10 * time.Millisecond, BackoffMax: 200 * time.Millisecond,
+		Metrics: set, Logger: quiet(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cl := &client{c: c, set: set, cancel: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(cl.done)
+		if err := c.Run(ctx); err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	}()
+	t.Cleanup(cl.stop)
+	return cl
+}
+
+func (c *client) stop() {
+	c.cancel()
+	<-c.done
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func waitHeld(t *testing.T, h *memHandler, v *versions.Version) {
+	t.Helper()
+	waitFor(t, fmt.Sprintf("%s@%d", v.Namespace, v.Seq), func() bool {
+		x := h.get(v.Namespace)
+		return x.v == v.Seq && x.sum == v.Checksum && x.snap.Equal(v.Content)
+	})
+}
+
+func counter(set *metrics.Set, name string) uint64 {
+	return set.GetOrCreateCounter(name).Get()
+}
+
+func TestSubscribePatchAndCheapReconnect(t *testing.T) {
+	p := newPKI(t)
+	d := startDist(t, p, "d1")
+	v1 := version("app/cfg", 1, map[string]string{"a": "1", "b": "2"})
+	d.setGoal(t, v1)
+
+	h := newMem()
+	cl := startClient(t, p, h, d.srv.Addr().String())
+	cl.c.Subscribe("app/cfg")
+	waitHeld(t, h, v1)
+	waitFor(t, "connected status", func() bool { return cl.c.Status().Connected })
+	if st := cl.c.Status(); st.Distributor != d.srv.Addr().String() || st.DistributorID != "d1" {
+		t.Errorf("Status = %+v, want distributor %s id d1", st, d.srv.Addr())
+	}
+
+	v2 := version("app/cfg", 2, map[string]string{"a": "1", "b": "3"})
+	d.setGoal(t, v2)
+	waitHeld(t, h, v2)
+	if got := counter(cl.set, `lehr_agent_bytes_received_total{kind="patch"}`); got == 0 {
+		t.Errorf("patch bytes = 0 after a patch")
+	}
+
+	// Reconnect with the same intact state: nothing more is sent.
+	cl.stop()
+	before := d.srv.Stats()
+	cl2 := startClient(t, p, h, d.srv.Addr().String())
+	cl2.c.Subscribe("app/cfg")
+	v3 := version("app/cfg", 3, map[string]string{"a": "9", "b": "3"})
+	d.setGoal(t, v3)
+	waitHeld(t, h, v3)
+	after := d.srv.Stats()
+	if after.SnapshotBytes != before.SnapshotBytes {
+		t.Errorf("snapshot bytes grew from %d to %d on a reconnect with an intact cache", before.SnapshotBytes, after.SnapshotBytes)
+	}
+	if got := counter(cl2.set, `lehr_agent_bytes_received_total{kind="snapshot"}`); got != 0 {
+		t.Errorf("client received %d snapshot bytes after reconnecting with an intact cache, want 0", got)
+	}
+}
+
+func TestResyncAfterForgettingFetchesSnapshot(t *testing.T) {
+	p := newPKI(t)
+	d := startDist(t, p, "d1")
+	v1 := version("app/cfg", 1, map[string]string{"a": "1"})
+	d.setGoal(t, v1)
+	h := newMem()
+	cl := startClient(t, p, h, d.srv.Addr().String())
+	cl.c.Subscribe("app/cfg")
+	waitHeld(t, h, v1)
+
+	h.forget("app/cfg")
+	cl.c.Resync("app/cfg", lehrpb.ResyncReason_RESYNC_REASON_CACHE_CORRUPT, "test")
+	waitHeld(t, h, v1)
+	if got := d.srv.Stats().Resyncs; got == 0 {
+		t.Errorf("distributor counted no Resync")
+	}
+}
+
+func TestPatchOnWrongBaseIsRejectedAndHealed(t *testing.T) {
+	p := newPKI(t)
+	d := startDist(t, p, "d1")
+	v1 := version("app/cfg", 1, map[string]string{"a": "1"})
+	d.setGoal(t, v1)
+	h := newMem()
+	cl := startClient(t, p, h, d.srv.Addr().String())
+	cl.c.Subscribe("app/cfg")
+	waitHeld(t, h, v1)
+
+	// Damage the held content behind the checksum's back: the next patch
+	// applies to the wrong base, fails its checksum and a snapshot heals.
+	h.mu.Lock()
+	bad, _ := content.New([]content.Property{{Key: "a", Value: []byte("rotten")}})
+	x := h.held["app/cfg"]
+	x.snap = bad
+	h.held["app/cfg"] = x
+	h.mu.Unlock()
+
+	v2 := version("app/cfg", 2, map[string]string{"a": "1", "b": "2"})
+	d.setGoal(t, v2)
+	waitHeld(t, h, v2)
+	if got := d.srv.Stats().Refusals; got == 0 {
+		t.Errorf("distributor counted no refused update")
+	}
+}
+
+func TestFailoverToSecondDistributor(t *testing.T) {
+	p := newPKI(t)
+	d1 := startDist(t, p, "d1")
+	d2 := startDist(t, p, "d2")
+	props := map[string]string{}
+	for i := range 20 {
+		props[fmt.Sprintf("k%02d", i)] = "value-of-some-length"
+	}
+	v1 := version("app/cfg", 1, props)
+	d1.setGoal(t, v1)
+	d2.setGoal(t, v1)
+	h := newMem()
+	cl := startClient(t, p, h, d1.srv.Addr().String(), d2.srv.Addr().String())
+	cl.c.Subscribe("app/cfg")
+	waitHeld(t, h, v1)
+	waitFor(t, "connected to d1", func() bool { return cl.c.Status().DistributorID == "d1" })
+
+	d1.stop()
+	waitFor(t, "failover to d2", func() bool { return cl.c.Status().DistributorID == "d2" })
+	props["k00"] = "changed"
+	v2 := version("app/cfg", 2, props)
+	d2.setGoal(t, v2)
+	waitHeld(t, h, v2)
+	if got := counter(cl.set, "lehr_agent_failovers_total"); got != 1 {
+		t.Errorf("failovers = %d, want 1", got)
+	}
+	if got := d2.srv.Stats().SnapshotBytes; got != 0 {
+		t.Errorf("d2 sent %d snapshot bytes to an agent holding the previous version, want 0 (patch only)", got)
+	}
+}
+
+func TestUnsubscribedNamespaceIsNeverRequested(t *testing.T) {
+	p := newPKI(t)
+	d := startDist(t, p, "d1")
+	wanted := version("app/wanted", 1, map[string]string{"a": "1"})
+	other := version("app/other", 1, map[string]string{"a": "1"})
+	d.setGoal(t, wanted)
+	d.setGoal(t, other)
+	h := newMem()
+	cl := startClient(t, p, h, d.srv.Addr().String())
+	cl.c.Subscribe("app/wanted")
+	waitHeld(t, h, wanted)
+	d.setGoal(t, version("app/other", 2, map[string]string{"a": "2"}))
+	w2 := version("app/wanted", 2, map[string]string{"a": "2"})
+	d.setGoal(t, w2)
+	waitHeld(t, h, w2)
+	if n := h.seenCount("app/other"); n != 0 {
+		t.Errorf("received %d updates of a namespace never subscribed to", n)
+	}
+
+	// Unsubscribing stops the flow too.
+	cl.c.Unsubscribe("app/wanted")
+	waitFor(t, "unsubscribe reaches the distributor", func() bool { return d.srv.Lag("app/wanted") == 0 && len(cl.c.Subscriptions()) == 0 })
+}
+
+func TestBurstEndsAtLatestInOrder(t *testing.T) {
+	p := newPKI(t)
+	d := startDist(t, p, "d1")
+	props := map[string]string{"a": "0"}
+	d.setGoal(t, version("app/cfg", 1, props))
+	h := newMem()
+	cl := startClient(t, p, h, d.srv.Addr().String())
+	cl.c.Subscribe("app/cfg")
+	waitFor(t, "first version", func() bool { return h.get("app/cfg").v == 1 })
+	var last *versions.Version
+	for i := 2; i <= 101; i++ {
+		props[fmt.Sprintf("k%d", i%7)] = fmt.Sprint(i)
+		last = version("app/cfg", uint64(i), props)
+		d.setGoal(t, last)
+	}
+	waitHeld(t, h, last)
+	got := h.appliedVersions("app/cfg")
+	for i := 1; i < len(got); i++ {
+		if got[i] <= got[i-1] {
+			t.Fatalf("applied versions out of order: %v", got)
+		}
+	}
+}
+
+func TestOptionsValidation(t *testing.T) {
+	p := newPKI(t)
+	good := upstream.Options{Distributors: []string{"127.0.0.1:1"}, TLS: p.tls(t, "h", certs.Client), HostID: "h", Zone: zone, Handler: newMem()}
+	tests := []struct {
+		name string
+		mod  func(o *upstream.Options)
+	}{
+		{"no distributors", func(o *upstream.Options) { o.Distributors = nil }},
+		{"empty distributor", func(o *upstream.Options) { o.Distributors = []string{""} }},
+		{"no TLS", func(o *upstream.Options) { o.TLS = nil }},
+		{"no host", func(o *upstream.Options) { o.HostID = "" }},
+		{"no zone", func(o *upstream.Options) { o.Zone = "" }},
+		{"no handler", func(o *upstream.Options) { o.Handler = nil }},
+	}
+	for _, tc := range tests {
+		o := good
+		tc.mod(&o)
+		if _, err := upstream.New(o); err == nil {
+			t.Errorf("%s: New succeeded, want an error", tc.name)
+		}
+	}
+	if _, err := upstream.New(good); err != nil {
+		t.Errorf("New(good): %v", err)
+	}
+}
