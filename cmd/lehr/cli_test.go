@@ -1,0 +1,164 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+// runCLI runs lehr in-process and returns its exit code and output.
+func runCLI(t *testing.T, environ map[string]string, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	e := &env{
+		stdin:  strings.NewReader(""),
+		stdout: &out,
+		stderr: &errb,
+		getenv: func(k string) string { return environ[k] },
+	}
+	code = run(context.Background(), args, e)
+	return code, out.String(), errb.String()
+}
+
+func TestDispatchExitCodes(t *testing.T) {
+	tests := []struct {
+		args       []string
+		wantCode   int
+		wantStdout string // substring
+		wantStderr string // substring
+	}{
+		{args: nil, wantCode: exitUsage, wantStderr: "Commands:"},
+		{args: []string{"help"}, wantCode: exitOK, wantStdout: "push       publish a namespace snapshot"},
+		{args: []string{"--help"}, wantCode: exitOK, wantStdout: "Commands:"},
+		{args: []string{"frobnicate"}, wantCode: exitUsage, wantStderr: `unknown command "frobnicate"` + "\nRun 'lehr help'"},
+		{args: []string{"help", "push"}, wantCode: exitOK, wantStdout: "lehr push — publish"},
+		{args: []string{"get", "--bogus"}, wantCode: exitUsage, wantStderr: "lehr get: flag provided but not defined: -bogus\nUsage: lehr get NS"},
+		{args: []string{"get"}, wantCode: exitUsage, wantStderr: "lehr get: missing namespace NS"},
+		{args: []string{"get", "a/b", "c/d"}, wantCode: exitUsage, wantStderr: `unexpected argument "c/d"`},
+		{args: []string{"get", "a/b", "--raw"}, wantCode: exitUsage, wantStderr: "--raw needs exactly one --key"},
+		{args: []string{"get", "a/b", "-o", "yaml"}, wantCode: exitUsage, wantStderr: `-o "yaml": want text or json`},
+		{args: []string{"get", "a/b", "--tls-cert", "c.pem"}, wantCode: exitUsage, wantStderr: "--tls-cert and --tls-key go together"},
+		{args: []string{"push", "a/b"}, wantCode: exitUsage, wantStderr: "missing --file FILE"},
+		{args: []string{"push", "a/b", "--file", "x.json", "--kind", "rules"}, wantCode: exitUsage, wantStderr: `--kind "rules": want config or policy`},
+		{args: []string{"patch", "a/b", "--set", "k=v"}, wantCode: exitUsage, wantStderr: "missing --base N"},
+		{args: []string{"patch", "a/b", "--base", "1", "--set", "k"}, wantCode: exitUsage, wantStderr: `--set "k": want KEY=VALUE`},
+		{args: []string{"patch", "a/b", "--base", "x"}, wantCode: exitUsage, wantStderr: `invalid value "x" for flag -base`},
+		{args: []string{"diff", "a/b", "1"}, wantCode: exitUsage, wantStderr: "missing namespace NS and versions A B"},
+		{args: []string{"diff", "a/b", "1", "two"}, wantCode: exitUsage, wantStderr: `version B "two": want a version number`},
+		{args: []string{"rollback", "a/b"}, wantCode: exitUsage, wantStderr: "missing --to N"},
+		{args: []string{"history", "a/b", "--limit", "-1"}, wantCode: exitUsage, wantStderr: "--limit -1"},
+		{args: []string{"zones"}, wantCode: exitUsage, wantStderr: "missing subcommand: list or create"},
+		{args: []string{"zones", "delete"}, wantCode: exitUsage, wantStderr: `unknown subcommand "delete"`},
+		{args: []string{"domain"}, wantCode: exitUsage, wantStdout: "", wantStderr: "create NAME"},
+		{args: []string{"domain", "rename"}, wantCode: exitUsage, wantStderr: `unknown subcommand "rename"`},
+		{args: []string{"domain", "--help"}, wantCode: exitOK, wantStdout: "Subcommands:"},
+		{args: []string{"domain", "create"}, wantCode: exitUsage, wantStderr: "missing domain NAME"},
+		{args: []string{"control", "--log-level", "loud"}, wantCode: exitUsage, wantStderr: `--log-level "loud"`},
+		{args: []string{"control", "--keep-last", "0"}, wantCode: exitUsage, wantStderr: "--keep-last 0: want 1 or more"},
+		{args: []string{"control", "extra"}, wantCode: exitUsage, wantStderr: `unexpected argument "extra"`},
+		{args: []string{"dev", "--log-format", "xml"}, wantCode: exitUsage, wantStderr: `--log-format "xml"`},
+	}
+	for _, tt := range tests {
+		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
+			code, stdout, stderr := runCLI(t, nil, tt.args...)
+			if code != tt.wantCode {
+				t.Errorf("exit code = %d, want %d\nstdout:\n%s\nstderr:\n%s", code, tt.wantCode, stdout, stderr)
+			}
+			if !strings.Contains(stdout, tt.wantStdout) {
+				t.Errorf("stdout = %q, want it to contain %q", stdout, tt.wantStdout)
+			}
+			if !strings.Contains(stderr, tt.wantStderr) {
+				t.Errorf("stderr = %q, want it to contain %q", stderr, tt.wantStderr)
+			}
+		})
+	}
+}
+
+// Every command's help teaches: summary, a paragraph, flags and examples.
+func TestEveryCommandHasHelp(t *testing.T) {
+	names := [][]string{{"domain", "create"}, {"domain", "get"}, {"domain", "list"}}
+	for _, c := range commands() {
+		if c.name != "help" && c.name != "domain" {
+			names = append(names, []string{c.name})
+		}
+	}
+	for _, n := range names {
+		t.Run(strings.Join(n, " "), func(t *testing.T) {
+			code, stdout, stderr := runCLI(t, nil, append(n, "--help")...)
+			if code != exitOK || stderr != "" {
+				t.Fatalf("--help: exit %d, stderr %q; want 0 and nothing", code, stderr)
+			}
+			for _, want := range []string{"lehr " + strings.Join(n, " ") + " — ", "\nUsage: lehr ", "lags:\n  -", "\nExamples:\n  lehr "} {
+				if !strings.Contains(stdout, want) {
+					t.Errorf("help lacks %q:\n%s", want, stdout)
+				}
+			}
+			if strings.Count(stdout, "\n  lehr ") < 2 {
+				t.Errorf("help has fewer than 2 examples:\n%s", stdout)
+			}
+		})
+	}
+}
+
+func TestParseIntersperses(t *testing.T) {
+	tests := []struct {
+		args     []string
+		wantPos  []string
+		wantMsg  string
+		wantBool bool
+	}{
+		{args: []string{"ns", "--message", "m", "--raw"}, wantPos: []string{"ns"}, wantMsg: "m", wantBool: true},
+		{args: []string{"--message", "m", "ns", "a", "--raw", "b"}, wantPos: []string{"ns", "a", "b"}, wantMsg: "m", wantBool: true},
+		{args: []string{"ns", "--", "--raw", "-x"}, wantPos: []string{"ns", "--raw", "-x"}},
+		{args: []string{"-", "--message=a b"}, wantPos: []string{"-"}, wantMsg: "a b"},
+	}
+	for _, tt := range tests {
+		fs := newFlags("lehr test", doc{})
+		msg := fs.String("message", "", "")
+		b := fs.Bool("raw", false, "")
+		e := &env{stdout: &bytes.Buffer{}, stderr: &bytes.Buffer{}}
+		pos, code, ok := parse(e, fs, tt.args)
+		if !ok {
+			t.Errorf("parse(%q) failed with code %d", tt.args, code)
+			continue
+		}
+		if diff := cmp.Diff(tt.wantPos, pos); diff != "" {
+			t.Errorf("parse(%q) positional mismatch (-want +got):\n%s", tt.args, diff)
+		}
+		if *msg != tt.wantMsg || *b != tt.wantBool {
+			t.Errorf("parse(%q): message %q raw %v, want %q %v", tt.args, *msg, *b, tt.wantMsg, tt.wantBool)
+		}
+	}
+}
+
+func TestClientFlagsFromEnvironment(t *testing.T) {
+	fs := newFlags("lehr test", doc{})
+	e := &env{getenv: func(k string) string {
+		return map[string]string{"LEHR_CONTROL": "127.0.0.1:9999", "LEHR_AS": "carol"}[k]
+	}}
+	cf := addClientFlags(fs, e)
+	if cf.control != "127.0.0.1:9999" || cf.as != "carol" {
+		t.Errorf("defaults from env: control %q as %q, want 127.0.0.1:9999 and carol", cf.control, cf.as)
+	}
+	if err := fs.Parse([]string{"--control", "127.0.0.1:1", "--as", "dave"}); err != nil {
+		t.Fatal(err)
+	}
+	if cf.control != "127.0.0.1:1" || cf.as != "dave" {
+		t.Errorf("flags override env: control %q as %q", cf.control, cf.as)
+	}
+}
+
+func TestPlaintextRefusedOffLoopback(t *testing.T) {
+	code, _, stderr := runCLI(t, nil, "get", "demo/app", "--control", "10.9.8.7:7400")
+	if code != exitError {
+		t.Errorf("exit code = %d, want %d", code, exitError)
+	}
+	for _, want := range []string{"refusing plaintext to 10.9.8.7:7400", "field: address", "--tls-ca"} {
+		if !strings.Contains(stderr, want) {
+			t.Errorf("stderr = %q, want it to contain %q", stderr, want)
+		}
+	}
+}

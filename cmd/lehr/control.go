@@ -1,0 +1,134 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"time"
+
+	"lehr.dev/lehr/control"
+)
+
+func runControl(ctx context.Context, e *env, args []string) int {
+	fs := newFlags("lehr control", doc{
+		usage:   "lehr control [flags]",
+		summary: "run the control plane (gRPC API, embedded or external etcd)",
+		about: `Runs the control plane: the gRPC API producers and distributors talk to,
+/metrics and /healthz over HTTP, and the history compactor. With no flags it
+starts a single-member etcd inside the process, in DATA-DIR/etcd, and serves
+plaintext gRPC on 127.0.0.1:7400: nothing to set up. --etcd-endpoints uses an
+external etcd cluster instead, through the same code path.
+
+Plaintext is served on loopback only; to listen on any other address pass
+--tls-cert and --tls-key (and --client-ca to require client certificates,
+whose common name is then recorded as the author of every change).
+
+History keeps, per namespace, the last --keep-last versions and every version
+younger than --keep-for; older ones are compacted away, except versions that
+are some zone's goal. The latest version is never removed.
+
+Stop it with Ctrl-C or SIGTERM: in-flight calls finish, then it exits.`,
+		examples: []string{
+			"lehr control",
+			"lehr control --data-dir /var/lib/lehr --keep-last 500 --keep-for 720h --log-format json",
+			"lehr control --etcd-endpoints https://etcd-0:2379,https://etcd-1:2379 --listen 0.0.0.0:7400 --tls-cert control.crt --tls-key control.key --client-ca clients.crt",
+		},
+	})
+	var opts control.Options
+	fs.StringVar(&opts.DataDir, "data-dir", control.DefaultDataDir, "`directory` of the embedded etcd's data (unused with --etcd-endpoints)")
+	endpoints := fs.String("etcd-endpoints", "", "comma-separated client `URLs` of an external etcd cluster (default: embedded etcd)")
+	fs.StringVar(&opts.Listen, "listen", control.DefaultListen, "gRPC listen `address`; without TLS it must be loopback")
+	fs.StringVar(&opts.MetricsListen, "metrics-listen", control.DefaultMetricsListen, "HTTP `address` of /metrics and /healthz; \"off\" disables it")
+	fs.StringVar(&opts.TLSCertFile, "tls-cert", "", "server certificate `file` (PEM); enables TLS")
+	fs.StringVar(&opts.TLSKeyFile, "tls-key", "", "server private key `file` (PEM)")
+	fs.StringVar(&opts.ClientCAFile, "client-ca", "", "CA `file` that client certificates must chain to (mutual TLS)")
+	fs.IntVar(&opts.Retention.KeepLast, "keep-last", 100, "keep at least the newest `N` versions of each namespace")
+	fs.DurationVar(&opts.Retention.KeepFor, "keep-for", 7*24*time.Hour, "keep every version younger than this `duration`")
+	fs.DurationVar(&opts.CompactInterval, "compact-interval", control.DefaultCompactInterval, "how often to compact history (`duration`; negative disables)")
+	fs.IntVar(&opts.MaxMessageBytes, "max-message-bytes", control.DefaultMaxMessageBytes, "largest gRPC message in `bytes`")
+	lf := addLogFlags(fs)
+	pos, code, ok := parse(e, fs, args)
+	if !ok {
+		return code
+	}
+	if code, ok := wantArgs(e, fs, pos, 0, "no arguments"); !ok {
+		return code
+	}
+	logger, err := lf.logger(e.stderr)
+	if err != nil {
+		return usageError(e, fs, "%v", err)
+	}
+	if *endpoints != "" {
+		for _, ep := range strings.Split(*endpoints, ",") {
+			if ep = strings.TrimSpace(ep); ep != "" {
+				opts.EtcdEndpoints = append(opts.EtcdEndpoints, ep)
+			}
+		}
+	}
+	if opts.Retention.KeepLast < 1 {
+		return usageError(e, fs, "--keep-last %d: want 1 or more", opts.Retention.KeepLast)
+	}
+	if opts.Retention.KeepFor < 0 {
+		return usageError(e, fs, "--keep-for %v: want 0 or more", opts.Retention.KeepFor)
+	}
+	opts.Logger = logger
+	c, err := control.New(opts)
+	if err != nil {
+		fmt.Fprintf(e.stderr, "lehr control: %v\n", err)
+		return exitError
+	}
+	return serveControl(ctx, e, c, func(addr string) {
+		fmt.Fprintf(e.stderr, "lehr control: serving on %s\n", addr)
+	})
+}
+
+// serveControl runs c until ctx is done, calling onReady (then e.ready) once
+// it serves. It returns the exit code.
+func serveControl(ctx context.Context, e *env, c *control.Control, onReady func(addr string)) int {
+	runErr := make(chan error, 1)
+	go func() { runErr <- c.Run(ctx) }()
+	select {
+	case <-c.Ready():
+		addr := c.Addr().String()
+		onReady(addr)
+		if e.ready != nil {
+			e.ready(addr)
+		}
+	case err := <-runErr:
+		runErr <- err
+	}
+	if err := <-runErr; err != nil {
+		fmt.Fprintf(e.stderr, "lehr control: %v\n", err)
+		return exitError
+	}
+	return exitOK
+}
+
+// logFlags configure the daemon's structured log.
+type logFlags struct {
+	level, format string
+}
+
+func addLogFlags(fs *flags) *logFlags {
+	lf := &logFlags{}
+	fs.StringVar(&lf.level, "log-level", "info", "lowest `level` logged: debug, info, warn or error")
+	fs.StringVar(&lf.format, "log-format", "text", "log `format`: text or json")
+	return lf
+}
+
+func (lf *logFlags) logger(w io.Writer) (*slog.Logger, error) {
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(lf.level)); err != nil {
+		return nil, fmt.Errorf("--log-level %q: want debug, info, warn or error", lf.level)
+	}
+	hopts := &slog.HandlerOptions{Level: level}
+	switch lf.format {
+	case "text":
+		return slog.New(slog.NewTextHandler(w, hopts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(w, hopts)), nil
+	}
+	return nil, fmt.Errorf("--log-format %q: want text or json", lf.format)
+}

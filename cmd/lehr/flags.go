@@ -1,0 +1,257 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"lehr.dev/lehr/client/producer"
+)
+
+// doc is the help text of one command.
+type doc struct {
+	usage    string   // "lehr push NS --file FILE [flags]"
+	summary  string   // one line
+	about    string   // a paragraph or two
+	examples []string // command lines, each with an optional "# comment"
+}
+
+// flags is a command's FlagSet with its help text.
+type flags struct {
+	*flag.FlagSet
+	doc doc
+}
+
+// newFlags returns the flags of a command whose --help prints d.
+func newFlags(name string, d doc) *flags {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
+	return &flags{FlagSet: fs, doc: d}
+}
+
+// printHelp writes the full help of fs.
+func printHelp(w io.Writer, fs *flags) {
+	d := fs.doc
+	fmt.Fprintf(w, "%s — %s\n\nUsage: %s\n\n", fs.Name(), d.summary, d.usage)
+	fmt.Fprintln(w, strings.TrimSpace(d.about))
+	var own, client []*flag.Flag
+	fs.VisitAll(func(f *flag.Flag) {
+		if clientFlagNames[f.Name] {
+			client = append(client, f)
+		} else {
+			own = append(own, f)
+		}
+	})
+	writeFlags(w, "Flags", own)
+	writeFlags(w, "Client flags", client)
+	if len(d.examples) > 0 {
+		fmt.Fprintln(w, "\nExamples:")
+		for _, ex := range d.examples {
+			fmt.Fprintf(w, "  %s\n", ex)
+		}
+	}
+}
+
+// clientFlagNames are the flags addClientFlags defines.
+var clientFlagNames = map[string]bool{
+	"control": true, "as": true, "o": true, "tls-ca": true, "tls-cert": true, "tls-key": true, "timeout": true,
+}
+
+// writeFlags prints a group of flags, GNU style: "--name VALUE", with the
+// usage below and the default when it is not the zero value.
+func writeFlags(w io.Writer, title string, fl []*flag.Flag) {
+	if len(fl) == 0 {
+		return
+	}
+	fmt.Fprintf(w, "\n%s:\n", title)
+	for _, f := range fl {
+		arg, usage := flag.UnquoteUsage(f)
+		dash := "--"
+		if len(f.Name) == 1 {
+			dash = "-"
+		}
+		line := "  " + dash + f.Name
+		if arg != "" {
+			line += " " + arg
+		}
+		switch f.DefValue {
+		case "", "0", "false", "[]":
+		default:
+			usage += fmt.Sprintf(" (default %s)", f.DefValue)
+		}
+		fmt.Fprintf(w, "%s\n      %s\n", line, usage)
+	}
+}
+
+// parse parses args with flags and positional arguments in any order ("--"
+// ends flags). It handles --help and usage errors itself: ok is false when
+// the command should return code at once.
+func parse(e *env, fs *flags, args []string) (pos []string, code int, ok bool) {
+	for {
+		err := fs.Parse(args)
+		if errors.Is(err, flag.ErrHelp) {
+			printHelp(e.stdout, fs)
+			return nil, exitOK, false
+		}
+		if err != nil {
+			return nil, usageError(e, fs, "%v", err), false
+		}
+		rest := fs.Args()
+		if len(rest) == 0 {
+			return pos, exitOK, true
+		}
+		if used := len(args) - len(rest); used > 0 && args[used-1] == "--" {
+			return append(pos, rest...), exitOK, true
+		}
+		pos = append(pos, rest[0])
+		args = rest[1:]
+	}
+}
+
+// usageError reports a command-line mistake and returns exitUsage.
+func usageError(e *env, fs *flags, format string, args ...any) int {
+	fmt.Fprintf(e.stderr, "%s: %s\n", fs.Name(), fmt.Sprintf(format, args...))
+	if fs.doc.usage != "" {
+		fmt.Fprintf(e.stderr, "Usage: %s\n", fs.doc.usage)
+	}
+	fmt.Fprintf(e.stderr, "Run '%s --help' for flags and examples.\n", fs.Name())
+	return exitUsage
+}
+
+// wantArgs checks the number of positional arguments.
+func wantArgs(e *env, fs *flags, pos []string, n int, what string) (int, bool) {
+	if len(pos) != n {
+		if len(pos) < n {
+			return usageError(e, fs, "missing %s", what), false
+		}
+		return usageError(e, fs, "unexpected argument %q (want %s)", pos[n], what), false
+	}
+	return exitOK, true
+}
+
+// stringList is a repeatable string flag.
+type stringList []string
+
+func (s *stringList) String() string     { return strings.Join(*s, ",") }
+func (s *stringList) Set(v string) error { *s = append(*s, v); return nil }
+
+// clientFlags are the flags of every command that talks to control.
+type clientFlags struct {
+	control string
+	as      string
+	output  string
+	tlsCert string
+	tlsKey  string
+	tlsCA   string
+	timeout time.Duration
+}
+
+func addClientFlags(fs *flags, e *env) *clientFlags {
+	cf := &clientFlags{}
+	def := e.env("LEHR_CONTROL")
+	if def == "" {
+		def = producer.DefaultAddress
+	}
+	fs.StringVar(&cf.control, "control", def, "control plane `address` (env LEHR_CONTROL)")
+	fs.StringVar(&cf.as, "as", e.env("LEHR_AS"), "`identity` recorded as the author of changes (env LEHR_AS)")
+	fs.StringVar(&cf.output, "o", "text", "output `format`: text, or json (protojson of the response, for scripts)")
+	fs.StringVar(&cf.tlsCA, "tls-ca", "", "CA certificate `file` to verify control with (enables TLS)")
+	fs.StringVar(&cf.tlsCert, "tls-cert", "", "client certificate `file` for mutual TLS (with --tls-key)")
+	fs.StringVar(&cf.tlsKey, "tls-key", "", "client private key `file` for mutual TLS")
+	fs.DurationVar(&cf.timeout, "timeout", 30*time.Second, "give up after this `duration`")
+	return cf
+}
+
+// check validates the client flags; it returns a usage message or "".
+func (cf *clientFlags) check() string {
+	switch cf.output {
+	case "text", "json":
+	default:
+		return fmt.Sprintf("-o %q: want text or json", cf.output)
+	}
+	if (cf.tlsCert == "") != (cf.tlsKey == "") {
+		return "--tls-cert and --tls-key go together"
+	}
+	if cf.timeout <= 0 {
+		return fmt.Sprintf("--timeout %v: want a positive duration", cf.timeout)
+	}
+	return ""
+}
+
+func (cf *clientFlags) json() bool { return cf.output == "json" }
+
+// tlsConfig builds the TLS configuration, or nil for plaintext.
+func (cf *clientFlags) tlsConfig() (*tls.Config, error) {
+	if cf.tlsCA == "" && cf.tlsCert == "" {
+		return nil, nil
+	}
+	cfg := &tls.Config{MinVersion: tls.VersionTLS12}
+	if cf.tlsCA != "" {
+		pem, err := os.ReadFile(cf.tlsCA)
+		if err != nil {
+			return nil, fmt.Errorf("read --tls-ca: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("--tls-ca %s: no PEM certificates found", cf.tlsCA)
+		}
+		cfg.RootCAs = pool
+	}
+	if cf.tlsCert != "" {
+		cert, err := tls.LoadX509KeyPair(cf.tlsCert, cf.tlsKey)
+		if err != nil {
+			return nil, fmt.Errorf("load --tls-cert/--tls-key: %w", err)
+		}
+		cfg.Certificates = []tls.Certificate{cert}
+	}
+	return cfg, nil
+}
+
+// dial returns a producer client configured by the flags.
+func (cf *clientFlags) dial() (*producer.Client, error) {
+	tc, err := cf.tlsConfig()
+	if err != nil {
+		return nil, err
+	}
+	return producer.New(producer.Options{
+		Address: cf.control,
+		TLS:     tc,
+		Author:  cf.as,
+		Logger:  slog.New(slog.DiscardHandler),
+	})
+}
+
+// connect dials control and bounds ctx by --timeout. The caller closes the
+// client and calls cancel.
+func (cf *clientFlags) connect(ctx context.Context) (*producer.Client, context.Context, context.CancelFunc, error) {
+	c, err := cf.dial()
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, cf.timeout)
+	return c, ctx, cancel, nil
+}
+
+// errCtx returns the errorContext for a command on namespace ns.
+func (cf *clientFlags) errCtx(ns string) errorContext {
+	return errorContext{ns: ns, control: cf.control}
+}
+
+// parseVersion parses a version number argument.
+func parseVersion(what, s string) (uint64, error) {
+	v, err := strconv.ParseUint(s, 10, 64)
+	if err != nil || v == 0 {
+		return 0, fmt.Errorf("%s %q: want a version number (1, 2, …)", what, s)
+	}
+	return v, nil
+}

@@ -1,0 +1,25 @@
+// Command lehr is the one Lehr binary for producers and operators: it runs
+// the control plane ("lehr control"), a local demo ("lehr dev"), and the
+// client commands that publish, read, compare and roll back configuration.
+// Run "lehr help" for the list of commands and "lehr COMMAND --help" for
+// each one's flags and examples.
+package main
+
+import (
+	"context"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], &env{
+		stdin:  os.Stdin,
+		stdout: os.Stdout,
+		stderr: os.Stderr,
+		getenv: os.Getenv,
+	})
+	stop()
+	os.Exit(code)
+}

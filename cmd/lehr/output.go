@@ -1,0 +1,348 @@
+package main
+
+import (
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"regexp"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"unicode"
+	"unicode/utf8"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"lehr.dev/lehr/client/producer"
+	"lehr.dev/lehr/proto/lehrpb"
+)
+
+// printJSON writes m as one protojson object. Bytes fields (property
+// values) are base64, as protojson defines.
+func printJSON(w io.Writer, m proto.Message) error {
+	b, err := protojson.MarshalOptions{Multiline: true, Indent: "  "}.Marshal(m)
+	if err != nil {
+		return fmt.Errorf("encode json: %w", err)
+	}
+	_, err = fmt.Fprintf(w, "%s\n", b)
+	return err
+}
+
+// errorContext helps reportError explain an API error in the terms of the
+// command line.
+type errorContext struct {
+	// ns is the namespace the command acted on, if any.
+	ns string
+	// conflictHint is appended after a conflict, given the latest version.
+	conflictHint func(latest uint64) string
+	// lists maps a request list field ("properties", "set", "delete") to
+	// the keys in request order, so "set[2].value" can name its key.
+	lists map[string][]string
+	// control is the address dialled, for unavailability hints.
+	control string
+}
+
+var indexedField = regexp.MustCompile(`^([a-z_]+)\[(\d+)\]`)
+
+// reportError prints err for a person and returns exitError.
+func reportError(e *env, cmd string, err error, ec errorContext) int {
+	var perr *producer.Error
+	if !errors.As(err, &perr) {
+		fmt.Fprintf(e.stderr, "%s: %v\n", cmd, err)
+		return exitError
+	}
+	msg := perr.Message
+	if msg == "" {
+		msg = perr.Code.String()
+	}
+	fmt.Fprintf(e.stderr, "%s: %s\n", cmd, msg)
+	tw := tabwriter.NewWriter(e.stderr, 0, 0, 1, ' ', 0)
+	code := perr.Code.String()
+	if perr.Reason != "" {
+		code = perr.Reason + " (" + code + ")"
+	}
+	fmt.Fprintf(tw, "  error:\t%s\n", code)
+	if perr.Field != "" {
+		f := perr.Field
+		if m := indexedField.FindStringSubmatch(f); m != nil {
+			i, _ := strconv.Atoi(m[2])
+			if keys := ec.lists[m[1]]; i < len(keys) {
+				f += fmt.Sprintf(" (key %q)", keys[i])
+			}
+		}
+		fmt.Fprintf(tw, "  field:\t%s\n", f)
+	}
+	if perr.Limit != "" {
+		fmt.Fprintf(tw, "  limit:\t%s\n", perr.Limit)
+	}
+	tw.Flush()
+	switch {
+	case errors.Is(perr, producer.ErrConflict) && perr.CurrentVersion != 0:
+		hint := fmt.Sprintf("latest version is %d", perr.CurrentVersion)
+		if ec.conflictHint != nil {
+			hint += "; " + ec.conflictHint(perr.CurrentVersion)
+		}
+		fmt.Fprintf(e.stderr, "  %s\n", hint)
+	case perr.Code == codes.Unavailable:
+		fmt.Fprintf(e.stderr, "  is control running at %s? Start one with 'lehr control' (or 'lehr dev'), or pass --control ADDR.\n", ec.control)
+	case errors.Is(perr, producer.ErrNotFound) && strings.Contains(strings.ToLower(msg), "domain"):
+		fmt.Fprintln(e.stderr, "  create the domain first: lehr domain create NAME")
+	}
+	return exitError
+}
+
+// fmtTime formats a timestamp in UTC, "-" when absent.
+func fmtTime(ts *timestamppb.Timestamp) string {
+	if ts == nil {
+		return "-"
+	}
+	return ts.AsTime().UTC().Format("2006-01-02 15:04:05Z")
+}
+
+// fmtBytes formats a byte count for people.
+func fmtBytes(n int64) string {
+	switch {
+	case n < 1<<10:
+		return fmt.Sprintf("%d B", n)
+	case n < 1<<20:
+		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
+	default:
+		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
+	}
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+// fmtSource says how a version came to be.
+func fmtSource(v *lehrpb.VersionInfo) string {
+	switch v.GetSource() {
+	case lehrpb.VersionSource_VERSION_SOURCE_PATCH:
+		return fmt.Sprintf("patch of %d", v.GetParent())
+	case lehrpb.VersionSource_VERSION_SOURCE_ROLLBACK:
+		return fmt.Sprintf("rollback to %d", v.GetRollbackOf())
+	case lehrpb.VersionSource_VERSION_SOURCE_SNAPSHOT:
+		return "snapshot"
+	}
+	return "-"
+}
+
+func fmtKind(k lehrpb.NamespaceKind) string {
+	switch k {
+	case lehrpb.NamespaceKind_NAMESPACE_KIND_CONFIG:
+		return "config"
+	case lehrpb.NamespaceKind_NAMESPACE_KIND_POLICY:
+		return "policy"
+	}
+	return "-"
+}
+
+// writeVersionHeader prints a version's metadata.
+func writeVersionHeader(w io.Writer, v *lehrpb.VersionInfo) {
+	fmt.Fprintf(w, "%s version %d\n", v.GetNamespace(), v.GetSeq())
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(tw, "  checksum\t%s\n", v.GetChecksum())
+	fmt.Fprintf(tw, "  author\t%s\n", orDash(v.GetAuthor()))
+	if ti := v.GetTransportIdentity(); ti != "" && ti != v.GetAuthor() {
+		fmt.Fprintf(tw, "  via\t%s\n", ti)
+	}
+	fmt.Fprintf(tw, "  time\t%s\n", fmtTime(v.GetCreateTime()))
+	fmt.Fprintf(tw, "  message\t%s\n", orDash(v.GetMessage()))
+	fmt.Fprintf(tw, "  source\t%s\n", fmtSource(v))
+	fmt.Fprintf(tw, "  size\t%d properties, %s\n", v.GetPropertyCount(), fmtBytes(v.GetSizeBytes()))
+	tw.Flush()
+}
+
+// writeVersion prints the output of "lehr get".
+func writeVersion(w io.Writer, v *producer.Version) {
+	writeVersionHeader(w, v.Info)
+	if v.Partial {
+		fmt.Fprintf(w, "  showing %d of them\n", len(v.Properties))
+	}
+	for _, p := range v.Properties {
+		fmt.Fprintf(w, "\n%s  [%s]\n", p.Key, orDash(p.ContentType))
+		writeValue(w, p.Value, "    ")
+	}
+}
+
+// printable reports whether b is UTF-8 text without control characters
+// other than newline, tab and carriage return.
+func printable(b []byte) bool {
+	if !utf8.Valid(b) {
+		return false
+	}
+	for _, r := range string(b) {
+		if unicode.IsControl(r) && r != '\n' && r != '\t' && r != '\r' {
+			return false
+		}
+	}
+	return true
+}
+
+const hexPreview = 32
+
+// writeValue prints a value indented: as text when printable, otherwise its
+// size and a hex preview.
+func writeValue(w io.Writer, b []byte, indent string) {
+	if len(b) == 0 {
+		fmt.Fprintf(w, "%s(empty)\n", indent)
+		return
+	}
+	if !printable(b) {
+		n := min(len(b), hexPreview)
+		more := ""
+		if n < len(b) {
+			more = " …"
+		}
+		fmt.Fprintf(w, "%s(binary, %d bytes) %s%s\n", indent, len(b), hex.EncodeToString(b[:n]), more)
+		return
+	}
+	for _, line := range strings.Split(strings.TrimSuffix(string(b), "\n"), "\n") {
+		fmt.Fprintf(w, "%s%s\n", indent, line)
+	}
+}
+
+// writeHistory prints the output of "lehr history".
+func writeHistory(w io.Writer, versions []*lehrpb.VersionInfo) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "VERSION\tTIME\tAUTHOR\tSOURCE\tSIZE\tCHECKSUM\tMESSAGE")
+	for _, v := range versions {
+		sum := v.GetChecksum()
+		if s, ok := strings.CutPrefix(sum, "sha256:"); ok && len(s) > 12 {
+			sum = s[:12]
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\n", v.GetSeq(), fmtTime(v.GetCreateTime()),
+			orDash(v.GetAuthor()), fmtSource(v), fmtBytes(v.GetSizeBytes()), sum, orDash(oneLine(v.GetMessage())))
+	}
+	tw.Flush()
+}
+
+func oneLine(s string) string {
+	s, _, cut := strings.Cut(s, "\n")
+	if cut {
+		s += " …"
+	}
+	return s
+}
+
+// writeDiff prints the output of "lehr diff": + added, - removed,
+// ~ modified keys with their values.
+func writeDiff(w io.Writer, d *producer.Diff) {
+	fmt.Fprintf(w, "%s: version %d → %d, %d changed %s\n", d.To.GetNamespace(), d.From.GetSeq(), d.To.GetSeq(),
+		len(d.Changes), plural(len(d.Changes), "key", "keys"))
+	for _, c := range d.Changes {
+		switch {
+		case c.Old == nil:
+			fmt.Fprintf(w, "+ %s  [%s]\n", c.Key, orDash(c.New.ContentType))
+			writeValue(w, c.New.Value, "    ")
+		case c.New == nil:
+			fmt.Fprintf(w, "- %s  [%s]\n", c.Key, orDash(c.Old.ContentType))
+			writeValue(w, c.Old.Value, "    ")
+		default:
+			ct := orDash(c.New.ContentType)
+			if c.Old.ContentType != c.New.ContentType {
+				ct = orDash(c.Old.ContentType) + " → " + ct
+			}
+			fmt.Fprintf(w, "~ %s  [%s]\n", c.Key, ct)
+			fmt.Fprintln(w, "  old:")
+			writeValue(w, c.Old.Value, "    ")
+			fmt.Fprintln(w, "  new:")
+			writeValue(w, c.New.Value, "    ")
+		}
+	}
+}
+
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
+}
+
+// writeCommitted prints the result of a write.
+func writeCommitted(w io.Writer, verb string, v *lehrpb.VersionInfo) {
+	fmt.Fprintf(w, "%s %s version %d (%s)\n", verb, v.GetNamespace(), v.GetSeq(), fmtSource(v))
+	fmt.Fprintf(w, "  checksum  %s\n  size      %d properties, %s\n", v.GetChecksum(), v.GetPropertyCount(), fmtBytes(v.GetSizeBytes()))
+}
+
+// writeDomain prints one domain.
+func writeDomain(w io.Writer, d *lehrpb.Domain) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(tw, "name\t%s\n", d.GetName())
+	fmt.Fprintf(tw, "description\t%s\n", orDash(d.GetDescription()))
+	fmt.Fprintf(tw, "created\t%s by %s\n", fmtTime(d.GetCreateTime()), orDash(d.GetCreatedBy()))
+	q := d.GetQuotas()
+	def := func(v int64, f func(int64) string) string {
+		if v == 0 {
+			return "server default"
+		}
+		return f(v)
+	}
+	num := func(v int64) string { return strconv.FormatInt(v, 10) }
+	fmt.Fprintf(tw, "max namespace size\t%s\n", def(q.GetMaxNamespaceBytes(), fmtBytes))
+	fmt.Fprintf(tw, "max value size\t%s\n", def(q.GetMaxValueBytes(), fmtBytes))
+	fmt.Fprintf(tw, "max properties\t%s\n", def(int64(q.GetMaxProperties()), num))
+	fmt.Fprintf(tw, "max namespaces\t%s\n", def(int64(q.GetMaxNamespaces()), num))
+	rate := "server default"
+	if r := q.GetPublishesPerSecond(); r != 0 {
+		rate = strconv.FormatFloat(r, 'g', -1, 64) + "/s"
+		if b := q.GetPublishBurst(); b != 0 {
+			rate += fmt.Sprintf(", burst %d", b)
+		}
+	}
+	fmt.Fprintf(tw, "publish rate\t%s\n", rate)
+	pubs := "anyone (not enforced yet)"
+	if p := d.GetAcl().GetPublishers(); len(p) > 0 {
+		pubs = strings.Join(p, ", ")
+	}
+	fmt.Fprintf(tw, "publishers\t%s\n", pubs)
+	tw.Flush()
+}
+
+// writeDomains prints the output of "lehr domain list".
+func writeDomains(w io.Writer, ds []*lehrpb.Domain) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "NAME\tCREATED\tBY\tDESCRIPTION")
+	for _, d := range ds {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", d.GetName(), fmtTime(d.GetCreateTime()), orDash(d.GetCreatedBy()), orDash(oneLine(d.GetDescription())))
+	}
+	tw.Flush()
+}
+
+// writeZones prints the output of "lehr zones list".
+func writeZones(w io.Writer, zs []*lehrpb.Zone) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "ZONE\tCREATED")
+	for _, z := range zs {
+		fmt.Fprintf(tw, "%s\t%s\n", z.GetName(), fmtTime(z.GetCreateTime()))
+	}
+	tw.Flush()
+}
+
+// writeGoals prints the output of "lehr goals".
+func writeGoals(w io.Writer, zone string, g *lehrpb.GetGoalsResponse) {
+	fmt.Fprintf(w, "zone %s, store revision %d\n", zone, g.GetRevision())
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "NAMESPACE\tVERSION\tCHECKSUM\tUPDATED\tREASON")
+	for _, s := range g.GetGoals() {
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\n", s.GetNamespace(), s.GetVersion(), s.GetChecksum(), fmtTime(s.GetUpdateTime()), orDash(s.GetReason()))
+	}
+	tw.Flush()
+}
+
+// printOrFail prints m as JSON and returns the exit code.
+func printOrFail(e *env, m proto.Message) int {
+	if err := printJSON(e.stdout, m); err != nil {
+		fmt.Fprintf(e.stderr, "lehr: %v\n", err)
+		return exitError
+	}
+	return exitOK
+}

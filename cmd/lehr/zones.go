@@ -1,0 +1,113 @@
+package main
+
+import (
+	"context"
+	"fmt"
+
+	"lehr.dev/lehr/proto/lehrpb"
+)
+
+func runZones(ctx context.Context, e *env, args []string) int {
+	fs := newFlags("lehr zones", doc{
+		usage:   "lehr zones list | lehr zones create NAME [flags]",
+		summary: "list and create zones",
+		about: `A zone is a failure domain served by its own distributors. "list" shows the
+registered zones; "create NAME" registers one (distributors also register
+their zone when they first connect). A new zone's goals start at every
+namespace's latest version.`,
+		examples: []string{
+			"lehr zones list",
+			"lehr zones create us-east-1a",
+		},
+	})
+	cf := addClientFlags(fs, e)
+	pos, code, ok := parse(e, fs, args)
+	if !ok {
+		return code
+	}
+	if len(pos) == 0 {
+		return usageError(e, fs, "missing subcommand: list or create")
+	}
+	if m := cf.check(); m != "" {
+		return usageError(e, fs, "%s", m)
+	}
+	switch pos[0] {
+	case "list":
+		if code, ok := wantArgs(e, fs, pos[1:], 0, "no arguments after list"); !ok {
+			return code
+		}
+	case "create":
+		if code, ok := wantArgs(e, fs, pos[1:], 1, "zone NAME after create"); !ok {
+			return code
+		}
+	default:
+		return usageError(e, fs, "unknown subcommand %q: want list or create", pos[0])
+	}
+	c, ctx, cancel, err := cf.connect(ctx)
+	if err != nil {
+		return reportError(e, fs.Name(), err, cf.errCtx(""))
+	}
+	defer c.Close()
+	defer cancel()
+	if pos[0] == "create" {
+		z, err := c.CreateZone(ctx, pos[1])
+		if err != nil {
+			return reportError(e, fs.Name(), err, cf.errCtx(""))
+		}
+		if cf.json() {
+			return printOrFail(e, z)
+		}
+		fmt.Fprintf(e.stdout, "created zone %s\n", z.GetName())
+		return exitOK
+	}
+	zs, err := c.ListZones(ctx)
+	if err != nil {
+		return reportError(e, fs.Name(), err, cf.errCtx(""))
+	}
+	if cf.json() {
+		return printOrFail(e, &lehrpb.ListZonesResponse{Zones: zs})
+	}
+	writeZones(e.stdout, zs)
+	return exitOK
+}
+
+func runGoals(ctx context.Context, e *env, args []string) int {
+	fs := newFlags("lehr goals", doc{
+		usage:   "lehr goals ZONE [--namespace NS] [flags]",
+		summary: "show the goal states of a zone",
+		about: `Shows, for each namespace, the version zone ZONE should be at (its goal
+state), with the checksum, when the goal last moved and why. Distributors and
+agents converge to these goals.`,
+		examples: []string{
+			"lehr goals us-east-1a",
+			"lehr goals us-east-1a --namespace demo/app -o json",
+		},
+	})
+	cf := addClientFlags(fs, e)
+	ns := fs.String("namespace", "", "show only namespace `NS`")
+	pos, code, ok := parse(e, fs, args)
+	if !ok {
+		return code
+	}
+	if code, ok := wantArgs(e, fs, pos, 1, "ZONE"); !ok {
+		return code
+	}
+	if m := cf.check(); m != "" {
+		return usageError(e, fs, "%s", m)
+	}
+	c, ctx, cancel, err := cf.connect(ctx)
+	if err != nil {
+		return reportError(e, fs.Name(), err, cf.errCtx(*ns))
+	}
+	defer c.Close()
+	defer cancel()
+	g, err := c.GetGoals(ctx, pos[0], *ns)
+	if err != nil {
+		return reportError(e, fs.Name(), err, cf.errCtx(*ns))
+	}
+	if cf.json() {
+		return printOrFail(e, g)
+	}
+	writeGoals(e.stdout, pos[0], g)
+	return exitOK
+}
