@@ -1,0 +1,180 @@
+package consumer
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"lehr.dev/lehr/internal/content"
+	"lehr.dev/lehr/internal/nsfile"
+	"lehr.dev/lehr/proto/lehrpb"
+)
+
+const ns = "demo/app"
+
+func write(t *testing.T, dir string, version uint64, kv ...string) {
+	t.Helper()
+	var props []content.Property
+	for i := 0; i < len(kv); i += 2 {
+		props = append(props, content.Property{Key: kv[i], Value: []byte(kv[i+1])})
+	}
+	snap, err := content.New(props)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := nsfile.FromInfo(&lehrpb.VersionInfo{Namespace: ns, Seq: version, Author: "test"}, lehrpb.NamespaceKind_NAMESPACE_KIND_CONFIG, snap)
+	if err := nsfile.Write(dir, f); err != nil {
+		t.Fatalf("write version %d: %v", version, err)
+	}
+}
+
+// newOffline subscribes with no agent running: the client serves from the
+// files directory and keeps trying to reach the agent.
+func newOffline(t *testing.T, filesDir string) (*Client, *Subscription) {
+	t.Helper()
+	c, err := New(Options{Socket: filepath.Join(t.TempDir(), "absent.sock"), FilesDir: filesDir, RetryInterval: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	s, err := c.Subscribe(ctx, ns)
+	if err != nil {
+		t.Fatalf("Subscribe: %v", err)
+	}
+	return c, s
+}
+
+func next(t *testing.T, s *Subscription, after *View) *View {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	v, err := s.Next(ctx, after)
+	if err != nil {
+		t.Fatalf("Next after version %d: %v", after.Version(), err)
+	}
+	return v
+}
+
+func TestFollowsFilesWithoutAgent(t *testing.T) {
+	files := filepath.Join(t.TempDir(), "files") // does not exist yet
+	_, s := newOffline(t, files)
+	if v := s.View(); v.Version() != 0 || v.Len() != 0 {
+		t.Fatalf("initial view = version %d with %d keys, want empty", v.Version(), v.Len())
+	}
+
+	var mu sync.Mutex
+	var changes []Change
+	s.OnChange(func(ch Change) error {
+		mu.Lock()
+		changes = append(changes, ch)
+		mu.Unlock()
+		return nil
+	})
+
+	// The directory and the file appear later.
+	write(t, files, 1, "a", "1", "b", "2")
+	v1 := next(t, s, s.View())
+	if got, _ := v1.Get("a"); string(got) != "1" || v1.Version() != 1 {
+		t.Fatalf("v1: version %d a=%q", v1.Version(), got)
+	}
+
+	// A patch-like change: exactly the changed keys reach the callback.
+	write(t, files, 2, "a", "1", "b", "20", "c", "3")
+	v2 := next(t, s, v1)
+	waitFor(t, func() bool { mu.Lock(); defer mu.Unlock(); return len(changes) > 0 && changes[len(changes)-1].New.Version() == 2 })
+	mu.Lock()
+	last := changes[len(changes)-1]
+	mu.Unlock()
+	if diff := cmp.Diff([]string{"b", "c"}, last.Changed); diff != "" {
+		t.Errorf("changed keys (-want +got):\n%s", diff)
+	}
+	if last.Old.Version() != 1 && last.Old.Version() != 0 {
+		t.Errorf("change old version = %d", last.Old.Version())
+	}
+
+	// An older version is ignored.
+	write(t, files, 1, "a", "old")
+	// A corrupt file renamed into place is ignored; the view stays at 2.
+	path, _ := nsfile.Path(files, ns)
+	bad := filepath.Join(filepath.Dir(path), ".garbage")
+	if err := os.WriteFile(bad, []byte("LEHR1 not really"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(bad, path); err != nil {
+		t.Fatal(err)
+	}
+	// The directory is removed and recreated with a newer version.
+	if err := os.RemoveAll(filepath.Dir(path)); err != nil {
+		t.Fatal(err)
+	}
+	write(t, files, 3, "a", "3")
+	v3 := next(t, s, v2)
+	if v3.Version() != 3 {
+		t.Fatalf("after recreate: version %d, want 3 (skipping the old and corrupt files)", v3.Version())
+	}
+	if got := s.View().Checksum(); got != v3.Checksum() || got == "" {
+		t.Errorf("view checksum %q, want %q", got, v3.Checksum())
+	}
+}
+
+func TestCallbackPanicsAndErrorsDoNotStopDelivery(t *testing.T) {
+	files := t.TempDir()
+	_, s := newOffline(t, files)
+	var mu sync.Mutex
+	seen := map[uint64]bool{}
+	s.OnChange(func(ch Change) error { panic("boom") })
+	s.OnChange(func(ch Change) error {
+		mu.Lock()
+		seen[ch.New.Version()] = true
+		mu.Unlock()
+		return nil
+	})
+	write(t, files, 1, "k", "v1")
+	waitFor(t, func() bool { mu.Lock(); defer mu.Unlock(); return seen[1] })
+	write(t, files, 2, "k", "v2")
+	waitFor(t, func() bool { mu.Lock(); defer mu.Unlock(); return seen[2] })
+}
+
+func TestSubscribeRejectsBadNames(t *testing.T) {
+	c, err := New(Options{Socket: filepath.Join(t.TempDir(), "x.sock")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	for _, bad := range []string{"", "noslash", "Demo/app", "demo/../etc"} {
+		if _, err := c.Subscribe(context.Background(), bad); err == nil {
+			t.Errorf("Subscribe(%q) succeeded", bad)
+		}
+	}
+}
+
+func TestSubscribeWithoutAgentOrFilesFails(t *testing.T) {
+	c, err := New(Options{Socket: filepath.Join(t.TempDir(), "absent.sock")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if _, err := c.Subscribe(ctx, ns); err == nil {
+		t.Fatal("Subscribe with no agent and no FilesDir succeeded")
+	}
+}
+
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not met within 30s")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}

@@ -1,0 +1,431 @@
+package consumer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/fsnotify/fsnotify"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"lehr.dev/lehr/internal/content"
+	"lehr.dev/lehr/proto/lehrpb"
+)
+
+// Change is what a callback receives: the view before and after, and the
+// keys that differ (added, removed or modified), sorted. Old is an empty
+// view (version 0) for the first content a subscription sees. When versions
+// arrive faster than callbacks run, intermediate versions are skipped: Old
+// is the last view delivered, New the latest.
+type Change struct {
+	Old, New *View
+	Changed  []string
+}
+
+// Subscription follows one namespace. Its methods are safe for concurrent
+// use. Close it (or the Client) to release the lease.
+type Subscription struct {
+	c    *Client
+	ns   string
+	path string // the namespace file; set before start
+	log  *slog.Logger
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	reload chan struct{} // buffered(1): "read the file again"
+
+	mu        sync.Mutex
+	leaseID   string
+	ttl       time.Duration
+	view      *View
+	delivered *View         // last view handed to callbacks
+	updated   chan struct{} // closed and replaced when view changes
+	callbacks map[int]func(Change) error
+	nextCB    int
+	pending   bool // a change awaits delivery
+	wake      chan struct{}
+	closed    bool
+}
+
+func newSubscription(c *Client, ns string) *Subscription {
+	ctx, cancel := context.WithCancel(context.Background())
+	empty := &View{namespace: ns}
+	return &Subscription{
+		c:         c,
+		ns:        ns,
+		log:       c.log.With("namespace", ns),
+		ctx:       ctx,
+		cancel:    cancel,
+		reload:    make(chan struct{}, 1),
+		view:      empty,
+		delivered: empty,
+		updated:   make(chan struct{}),
+		callbacks: map[int]func(Change) error{},
+		wake:      make(chan struct{}, 1),
+	}
+}
+
+// lease asks the agent for a lease on the namespace.
+func (s *Subscription) lease(ctx context.Context) (*lehrpb.SubscribeResponse, error) {
+	return s.c.api.Subscribe(ctx, &lehrpb.SubscribeRequest{
+		Namespace:  s.ns,
+		ClientId:   s.c.opts.ClientID,
+		TtlSeconds: uint32(s.c.opts.LeaseTTL / time.Second),
+	})
+}
+
+func (s *Subscription) setLease(r *lehrpb.SubscribeResponse) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.leaseID = r.GetLeaseId()
+	s.ttl = time.Duration(r.GetTtlSeconds()) * time.Second
+	if s.path == "" {
+		s.path = r.GetPath()
+	}
+}
+
+// start loads the current file and starts the watcher, lease keeper and
+// callback dispatcher goroutines; Close stops and waits for them.
+func (s *Subscription) start() error {
+	if s.path == "" {
+		return fmt.Errorf("consumer: subscribe %s: agent returned no file path", s.ns)
+	}
+	w, err := fsnotify.NewWatcher()
+	if err != nil {
+		return fmt.Errorf("consumer: subscribe %s: file watcher: %w", s.ns, err)
+	}
+	s.load()
+	s.wg.Add(3)
+	go func() { defer s.wg.Done(); s.watch(w) }()
+	go func() { defer s.wg.Done(); s.keepLease() }()
+	go func() { defer s.wg.Done(); s.dispatch() }()
+	return nil
+}
+
+// Namespace returns the subscribed namespace.
+func (s *Subscription) Namespace() string { return s.ns }
+
+// View returns the current view. It never returns nil.
+func (s *Subscription) View() *View {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.view
+}
+
+// OnChange registers fn to be called, in order and never concurrently with
+// other callbacks of this subscription, for every change from now on. If fn
+// returns an error, the agent is told the version was rejected (this feeds
+// canary analysis); the view still moves on. The returned func unregisters.
+func (s *Subscription) OnChange(fn func(Change) error) (cancel func()) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	id := s.nextCB
+	s.nextCB++
+	s.callbacks[id] = fn
+	return func() {
+		s.mu.Lock()
+		delete(s.callbacks, id)
+		s.mu.Unlock()
+	}
+}
+
+// Next blocks until the view is newer than after (pass nil or the empty view
+// to get the first content) and returns it. It returns ctx's error, or
+// ErrClosed once the subscription is closed.
+//
+//	var v *consumer.View
+//	for {
+//		v, err = sub.Next(ctx, v)
+//		if err != nil { return err }
+//		apply(v)
+//	}
+func (s *Subscription) Next(ctx context.Context, after *View) (*View, error) {
+	var have uint64
+	if after != nil {
+		have = after.version
+	}
+	for {
+		s.mu.Lock()
+		v, ch, closed := s.view, s.updated, s.closed
+		s.mu.Unlock()
+		if v.version > have {
+			return v, nil
+		}
+		if closed {
+			return nil, ErrClosed
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+}
+
+// Close releases the lease and stops watching. It is idempotent.
+func (s *Subscription) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	close(s.updated)
+	s.updated = make(chan struct{})
+	lease := s.leaseID
+	s.mu.Unlock()
+
+	s.cancel()
+	s.wg.Wait()
+	s.c.forget(s)
+	if lease != "" {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		if _, err := s.c.api.Unsubscribe(ctx, &lehrpb.UnsubscribeRequest{LeaseId: lease}); err != nil {
+			s.log.Debug("unsubscribe", "err", err)
+		}
+	}
+	return nil
+}
+
+// load reads the file and, if it holds a newer valid version, makes it the
+// current view. A missing file is normal (not arrived yet); an invalid one
+// is logged and ignored, keeping the last good view.
+func (s *Subscription) load() {
+	v, err := readView(s.path)
+	if err != nil {
+		if !errors.Is(err, fs.ErrNotExist) {
+			s.log.Warn("ignoring unreadable namespace file; keeping the last good view", "path", s.path, "err", err)
+		}
+		return
+	}
+	if v.namespace != s.ns {
+		s.log.Warn("ignoring namespace file for another namespace", "path", s.path, "file_namespace", v.namespace)
+		return
+	}
+	s.mu.Lock()
+	if s.closed || v.version <= s.view.version {
+		s.mu.Unlock()
+		return
+	}
+	s.view = v
+	close(s.updated)
+	s.updated = make(chan struct{})
+	s.pending = true
+	s.mu.Unlock()
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (s *Subscription) requestReload() {
+	select {
+	case s.reload <- struct{}{}:
+	default:
+	}
+}
+
+// watch follows the namespace file with fsnotify. It watches the file's
+// directory, or while that does not exist the nearest existing ancestor, so
+// files and directories that appear later (or are recreated) are noticed.
+func (s *Subscription) watch(w *fsnotify.Watcher) {
+	defer w.Close()
+	dir := filepath.Dir(s.path)
+	watched := ""
+	rewatch := func() {
+		target := nearestExisting(dir)
+		if target == watched {
+			return
+		}
+		if watched != "" {
+			_ = w.Remove(watched) // may already be gone with its directory
+		}
+		if err := w.Add(target); err != nil {
+			s.log.Warn("cannot watch directory", "dir", target, "err", err)
+			watched = ""
+			return
+		}
+		watched = target
+	}
+	rewatch()
+	s.load()
+	for {
+		select {
+		case <-s.ctx.Done():
+			return
+		case <-s.reload:
+			rewatch()
+			s.load()
+		case ev, ok := <-w.Events:
+			if !ok {
+				return
+			}
+			switch {
+			case ev.Name == s.path:
+				// Create covers the agent's rename into place.
+				if ev.Has(fsnotify.Create) || ev.Has(fsnotify.Write) {
+					s.load()
+				}
+			case ev.Name == watched || isAncestorOrSelf(ev.Name, dir):
+				// Our directory (or one on the way to it) came or went.
+				rewatch()
+				s.load()
+			}
+		case err, ok := <-w.Errors:
+			if !ok {
+				return
+			}
+			// Overflow: events were lost; re-read to catch up.
+			s.log.Warn("file watch error; re-reading", "err", err)
+			s.load()
+		}
+	}
+}
+
+// keepLease renews the lease at a third of its TTL and takes a new one when
+// the agent forgot it (restarted). While the agent is unreachable it retries
+// every RetryInterval; the view stays as it is.
+func (s *Subscription) keepLease() {
+	retry := s.c.opts.RetryInterval
+	for {
+		s.mu.Lock()
+		lease, ttl := s.leaseID, s.ttl
+		s.mu.Unlock()
+		wait := retry
+		if lease != "" && ttl > 0 {
+			wait = ttl / 3
+		}
+		select {
+		case <-s.ctx.Done():
+			return
+		case <-time.After(wait):
+		}
+		ctx, cancel := context.WithTimeout(s.ctx, 5*time.Second)
+		var err error
+		if lease != "" {
+			_, err = s.c.api.KeepAlive(ctx, &lehrpb.KeepAliveRequest{LeaseId: lease})
+		}
+		if lease == "" || status.Code(err) == codes.NotFound {
+			var r *lehrpb.SubscribeResponse
+			r, err = s.lease(ctx)
+			if err == nil {
+				s.setLease(r)
+				s.log.Info("lease (re)acquired", "lease", r.GetLeaseId())
+				s.requestReload() // the agent may have rewritten the file meanwhile
+			}
+		}
+		cancel()
+		if err != nil && s.ctx.Err() == nil {
+			s.log.Debug("agent unreachable; keeping the last good view", "err", err)
+			s.mu.Lock()
+			s.ttl = 0 // retry at RetryInterval
+			s.mu.Unlock()
+		}
+	}
+}
+
+// dispatch runs callbacks, one change at a time, outside any lock, and
+// reports the outcome to the agent.
+func (s *Subscription) dispatch() {
+	for {
+		select {
+		case <-s.ctx.Done():
+			return
+		case <-s.wake:
+		}
+		s.mu.Lock()
+		if !s.pending {
+			s.mu.Unlock()
+			continue
+		}
+		s.pending = false
+		old, cur := s.delivered, s.view
+		s.delivered = cur
+		cbs := make([]func(Change) error, 0, len(s.callbacks))
+		for id := 0; id < s.nextCB; id++ {
+			if fn, ok := s.callbacks[id]; ok {
+				cbs = append(cbs, fn)
+			}
+		}
+		lease := s.leaseID
+		s.mu.Unlock()
+
+		ch := Change{Old: old, New: cur}
+		for _, c := range content.Changes(old.snap, cur.snap) {
+			ch.Changed = append(ch.Changed, c.Key)
+		}
+		var cbErr error
+		for _, fn := range cbs {
+			if err := callSafely(fn, ch); err != nil && cbErr == nil {
+				cbErr = err
+			}
+		}
+		if cbErr != nil {
+			s.log.Warn("callback rejected version", "version", cur.version, "err", cbErr)
+		}
+		s.report(lease, cur.version, cbErr)
+	}
+}
+
+func (s *Subscription) report(lease string, version uint64, cbErr error) {
+	if lease == "" {
+		return
+	}
+	req := &lehrpb.ReportApplyRequest{LeaseId: lease, Namespace: s.ns, Version: version, Ok: cbErr == nil}
+	if cbErr != nil {
+		req.Error = cbErr.Error()
+	}
+	ctx, cancel := context.WithTimeout(s.ctx, 2*time.Second)
+	defer cancel()
+	if _, err := s.c.api.ReportApply(ctx, req); err != nil {
+		s.log.Debug("report apply", "err", err)
+	}
+}
+
+// callSafely runs a callback, turning a panic into an error so one bad
+// callback cannot kill the dispatcher.
+func callSafely(fn func(Change) error, ch Change) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("consumer: callback panicked: %v", r)
+		}
+	}()
+	return fn(ch)
+}
+
+// nearestExisting returns dir or its nearest existing ancestor.
+func nearestExisting(dir string) string {
+	for {
+		if st, err := os.Stat(dir); err == nil && st.IsDir() {
+			return dir
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return dir
+		}
+		dir = parent
+	}
+}
+
+// isAncestorOrSelf reports whether p is dir or one of its ancestors.
+func isAncestorOrSelf(p, dir string) bool {
+	for {
+		if p == dir {
+			return true
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return false
+		}
+		dir = parent
+	}
+}

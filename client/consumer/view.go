@@ -1,0 +1,83 @@
+package consumer
+
+import (
+	"time"
+
+	"lehr.dev/lehr/internal/content"
+	"lehr.dev/lehr/internal/nsfile"
+	"lehr.dev/lehr/proto/lehrpb"
+)
+
+// View is one immutable, checksum-verified version of a namespace. Byte
+// slices it returns are shared: do not modify them.
+type View struct {
+	namespace string
+	version   uint64
+	checksum  string
+	kind      lehrpb.NamespaceKind
+	author    string
+	message   string
+	created   time.Time
+	snap      content.Snapshot
+}
+
+// Namespace returns "domain/name".
+func (v *View) Namespace() string { return v.namespace }
+
+// Version returns the version number, 0 for the empty view before any
+// content arrived.
+func (v *View) Version() uint64 { return v.version }
+
+// Checksum returns the content checksum ("sha256:…"), "" for the empty view.
+func (v *View) Checksum() string { return v.checksum }
+
+// Kind returns the namespace kind.
+func (v *View) Kind() lehrpb.NamespaceKind { return v.kind }
+
+// Author returns who published the version ("" for the empty view).
+func (v *View) Author() string { return v.author }
+
+// Message returns why the version was published.
+func (v *View) Message() string { return v.message }
+
+// CreateTime returns when the version was published (zero for the empty view).
+func (v *View) CreateTime() time.Time { return v.created }
+
+// Get returns a property's value.
+func (v *View) Get(key string) ([]byte, bool) {
+	p, ok := v.snap.Get(key)
+	return p.Value, ok
+}
+
+// ContentType returns a property's content type ("" if none or absent).
+func (v *View) ContentType(key string) string {
+	p, _ := v.snap.Get(key)
+	return p.ContentType
+}
+
+// Keys returns the keys in order.
+func (v *View) Keys() []string { return v.snap.Keys() }
+
+// Len returns the number of properties.
+func (v *View) Len() int { return v.snap.Len() }
+
+// readView reads and verifies a namespace file.
+func readView(path string) (*View, error) {
+	f, err := nsfile.Read(path)
+	if err != nil {
+		return nil, err
+	}
+	return &View{
+		namespace: f.Namespace,
+		version:   f.Version,
+		checksum:  f.Checksum,
+		kind:      f.Kind,
+		author:    f.Author,
+		message:   f.Message,
+		created:   f.CreateTime,
+		snap:      f.Content,
+	}, nil
+}
+
+// filePath is where the agent writes namespace ns under filesDir.
+func filePath(filesDir, ns string) (string, error) { return nsfile.Path(filesDir, ns) }
