@@ -68,6 +68,15 @@ type Watcher struct {
 	goals     map[string]*lehrpb.GoalState
 	revision  int64 // last revision fully applied; 0 before the first sync
 	connected bool
+	stats     Stats
+}
+
+// Stats counts the watcher's streams.
+type Stats struct {
+	// Streams counts WatchGoals calls; Resumes those that resumed from a
+	// revision; Restarts the times the watch started over from the current
+	// state because its revision was compacted (OUT_OF_RANGE).
+	Streams, Resumes, Restarts int
 }
 
 // New validates opts and returns a Watcher. It starts nothing.
@@ -126,6 +135,13 @@ func (w *Watcher) Revision() int64 {
 	return w.revision
 }
 
+// Stats returns the watcher's counters.
+func (w *Watcher) Stats() Stats {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.stats
+}
+
 // Connected reports whether a watch stream is currently delivering.
 func (w *Watcher) Connected() bool {
 	w.mu.Lock()
@@ -156,6 +172,7 @@ func (w *Watcher) Run(ctx context.Context) error {
 			w.log.Warn("goal watch revision no longer available; restarting from the current state", "revision", w.Revision(), "err", err)
 			w.mu.Lock()
 			w.revision = 0
+			w.stats.Restarts++
 			w.mu.Unlock()
 			delay = w.opts.MinBackoff
 			continue // at once: control is up
@@ -183,10 +200,14 @@ func (w *Watcher) Run(ctx context.Context) error {
 func (w *Watcher) watchOnce(ctx context.Context) (progressed bool, err error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	start := w.Revision()
+	w.mu.Lock()
+	start := w.revision
 	if start > 0 {
 		start++
+		w.stats.Resumes++
 	}
+	w.stats.Streams++
+	w.mu.Unlock()
 	stream, err := w.opts.Client.WatchGoals(ctx, &lehrpb.WatchGoalsRequest{
 		Zone:          w.opts.Zone,
 		StartRevision: start,

@@ -1,0 +1,212 @@
+package goalwatch_test
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"testing"
+	"time"
+
+	"lehr.dev/lehr/control"
+	"lehr.dev/lehr/control/controltest"
+	"lehr.dev/lehr/control/embedetcd"
+	"lehr.dev/lehr/distributor/goalwatch"
+	"lehr.dev/lehr/proto/lehrpb"
+)
+
+const zone = "zone-a"
+
+func ctxT(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func publish(t *testing.T, cl lehrpb.ControlClient, ns, value string) *lehrpb.VersionInfo {
+	t.Helper()
+	resp, err := cl.Publish(ctxT(t), &lehrpb.PublishRequest{Namespace: ns, Properties: []*lehrpb.Property{{Key: "k", Value: []byte(value)}}})
+	if err != nil {
+		t.Fatalf("Publish %s: %v", ns, err)
+	}
+	return resp.GetVersion()
+}
+
+func createDomain(t *testing.T, cl lehrpb.ControlClient, name string) {
+	t.Helper()
+	if _, err := cl.CreateDomain(ctxT(t), &lehrpb.CreateDomainRequest{Domain: &lehrpb.Domain{Name: name}}); err != nil {
+		t.Fatalf("CreateDomain: %v", err)
+	}
+}
+
+// startWatcher runs a watcher against the control at addr until the test
+// ends.
+func startWatcher(t *testing.T, addr string, changed chan<- []string) *goalwatch.Watcher {
+	t.Helper()
+	conn := controltest.Dial(t, addr)
+	w, err := goalwatch.New(goalwatch.Options{
+		Zone:       zone,
+		Client:     lehrpb.NewControlClient(conn),
+		Logger:     slog.New(slog.NewTextHandler(io.Discard, nil)),
+		MinBackoff: 20 * time.Millisecond,
+		MaxBackoff: 200 * time.Millisecond,
+		OnChange: func(nss []string) {
+			if changed != nil {
+				changed <- nss
+			}
+		},
+	})
+	if err != nil {
+		t.Fatalf("goalwatch.New: %v", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	})
+	select {
+	case <-w.Synced():
+	case <-time.After(60 * time.Second):
+		t.Fatal("watcher never synced")
+	}
+	return w
+}
+
+func waitGoal(t *testing.T, w *goalwatch.Watcher, ns string, v *lehrpb.VersionInfo) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		g, ok := w.Goal(ns)
+		if ok && g.GetVersion() == v.GetSeq() && g.GetChecksum() == v.GetChecksum() {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("goal of %s = %v, want version %d", ns, g, v.GetSeq())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func TestInitialStateAndChanges(t *testing.T) {
+	srv := controltest.StartControl(t, control.Options{})
+	createDomain(t, srv.Client, "d")
+	v1 := publish(t, srv.Client, "d/a", "1")
+	changed := make(chan []string, 16)
+	w := startWatcher(t, srv.Addr, changed)
+	waitGoal(t, w, "d/a", v1)
+	if got := <-changed; len(got) != 1 || got[0] != "d/a" {
+		t.Errorf("first OnChange = %v, want [d/a]", got)
+	}
+	v2 := publish(t, srv.Client, "d/b", "x")
+	waitGoal(t, w, "d/b", v2)
+	if got := <-changed; len(got) != 1 || got[0] != "d/b" {
+		t.Errorf("second OnChange = %v, want [d/b]", got)
+	}
+	if got := len(w.Goals()); got != 2 {
+		t.Errorf("Goals() has %d namespaces, want 2", got)
+	}
+	// The zone was registered by the watch (create_zone).
+	zs, err := srv.Client.ListZones(ctxT(t), &lehrpb.ListZonesRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(zs.GetZones()) != 1 || zs.GetZones()[0].GetName() != zone {
+		t.Errorf("zones = %v, want [%s]", zs.GetZones(), zone)
+	}
+}
+
+func TestResumeAfterControlRestart(t *testing.T) {
+	srv := controltest.StartControl(t, control.Options{})
+	createDomain(t, srv.Client, "d")
+	v1 := publish(t, srv.Client, "d/a", "1")
+	w := startWatcher(t, srv.Addr, nil)
+	waitGoal(t, w, "d/a", v1)
+
+	srv.Stop()
+	deadline := time.Now().Add(60 * time.Second)
+	for w.Connected() {
+		if time.Now().After(deadline) {
+			t.Fatal("watcher still connected after control stopped")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	// Static stability: the last known goals stay.
+	waitGoal(t, w, "d/a", v1)
+
+	srv2 := controltest.StartControl(t, control.Options{DataDir: srv.DataDir, Listen: srv.Addr})
+	v2 := publish(t, srv2.Client, "d/a", "2")
+	waitGoal(t, w, "d/a", v2)
+	st := w.Stats()
+	if st.Resumes < 1 || st.Restarts != 0 {
+		t.Errorf("stats = %+v, want at least one resume and no restart", st)
+	}
+}
+
+func TestOutOfRangeRestartsFromCurrentState(t *testing.T) {
+	ctx := ctxT(t)
+	etcd, err := embedetcd.Start(ctx, embedetcd.Options{Dir: t.TempDir(), UnsafeNoFsync: true, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatalf("start etcd: %v", err)
+	}
+	t.Cleanup(etcd.Close)
+	// a serves the watcher; b publishes while a is down.
+	a := controltest.StartControl(t, control.Options{EtcdEndpoints: etcd.Endpoints()})
+	b := controltest.StartControl(t, control.Options{EtcdEndpoints: etcd.Endpoints()})
+	createDomain(t, b.Client, "d")
+	v1 := publish(t, b.Client, "d/a", "1")
+	changed := make(chan []string, 16)
+	w := startWatcher(t, a.Addr, changed)
+	waitGoal(t, w, "d/a", v1)
+	<-changed
+
+	a.Stop()
+	var last *lehrpb.VersionInfo
+	for i := range 5 {
+		last = publish(t, b.Client, "d/a", string(rune('a'+i)))
+	}
+	vb := publish(t, b.Client, "d/b", "new")
+	cl, err := etcd.Client(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	resp, err := cl.Get(ctx, "compact-probe")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cl.Compact(ctx, resp.Header.Revision); err != nil {
+		t.Fatalf("compact: %v", err)
+	}
+
+	a2 := controltest.StartControl(t, control.Options{EtcdEndpoints: etcd.Endpoints(), Listen: a.Addr})
+	_ = a2
+	waitGoal(t, w, "d/a", last)
+	waitGoal(t, w, "d/b", vb)
+	if st := w.Stats(); st.Restarts != 1 {
+		t.Errorf("stats = %+v, want exactly one restart from the current state", st)
+	}
+	// The restart reports both namespaces that changed, once.
+	got := map[string]bool{}
+	for len(got) < 2 {
+		select {
+		case nss := <-changed:
+			for _, ns := range nss {
+				got[ns] = true
+			}
+		case <-time.After(60 * time.Second):
+			t.Fatalf("OnChange reported %v, want d/a and d/b", got)
+		}
+	}
+}
+
+func TestNewRejectsBadOptions(t *testing.T) {
+	if _, err := goalwatch.New(goalwatch.Options{Zone: "Bad Zone!", Client: nil}); err == nil {
+		t.Error("New accepted an invalid zone")
+	}
+	if _, err := goalwatch.New(goalwatch.Options{Zone: zone}); err == nil {
+		t.Error("New accepted a nil Client")
+	}
+}
