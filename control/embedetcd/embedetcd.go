@@ -18,6 +18,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -73,6 +74,7 @@ type Options struct {
 type Server struct {
 	opts      Options // resolved: concrete URLs, defaults applied
 	etcd      *embed.Etcd
+	closing   *atomic.Bool // silences etcd's expected shutdown errors
 	closeOnce sync.Once
 }
 
@@ -163,9 +165,11 @@ func start(ctx context.Context, opts Options) (*Server, error) {
 	cfg.MaxRequestBytes = opts.MaxRequestBytes
 	cfg.UnsafeNoFsync = opts.UnsafeNoFsync
 	cfg.LogLevel = opts.LogLevel
+	closing := new(atomic.Bool)
 	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.New(&slogCore{
-		logger: opts.Logger.With("component", "etcd", "member", opts.Name),
-		level:  lvl,
+		logger:  opts.Logger.With("component", "etcd", "member", opts.Name),
+		level:   lvl,
+		closing: closing,
 	}))
 
 	e, err := embed.StartEtcd(cfg)
@@ -175,16 +179,19 @@ func start(ctx context.Context, opts Options) (*Server, error) {
 	select {
 	case <-e.Server.ReadyNotify():
 	case err := <-e.Err():
+		closing.Store(true)
 		e.Close()
 		return nil, fmt.Errorf("embedetcd: member %s failed while starting: %w", opts.Name, err)
 	case <-e.Server.StopNotify():
+		closing.Store(true)
 		e.Close()
 		return nil, fmt.Errorf("embedetcd: member %s stopped while starting", opts.Name)
 	case <-ctx.Done():
+		closing.Store(true)
 		e.Close()
 		return nil, fmt.Errorf("embedetcd: wait for member %s to be ready: %w", opts.Name, ctx.Err())
 	}
-	return &Server{opts: opts, etcd: e}, nil
+	return &Server{opts: opts, etcd: e, closing: closing}, nil
 }
 
 // Endpoints returns the client URLs of the member.
@@ -210,6 +217,7 @@ func (s *Server) Client(ctx context.Context) (*clientv3.Client, error) {
 // and ports. It is idempotent.
 func (s *Server) Close() {
 	s.closeOnce.Do(func() {
+		s.closing.Store(true)
 		s.etcd.Close()
 		// Drain errors reported while closing; errc is closed by Close.
 		for range s.etcd.Err() {

@@ -3,6 +3,7 @@ package embedetcd
 import (
 	"context"
 	"log/slog"
+	"sync/atomic"
 
 	"go.uber.org/zap/zapcore"
 )
@@ -14,15 +15,20 @@ type slogCore struct {
 	logger *slog.Logger
 	level  zapcore.Level
 	fields []zapcore.Field
+	// closing is set when the member is being closed: etcd then reports its
+	// listeners shutting down as errors, which are expected and logged at
+	// debug level instead.
+	closing *atomic.Bool
 }
 
-func (c *slogCore) Enabled(l zapcore.Level) bool { return l >= c.level }
+func (c *slogCore) Enabled(l zapcore.Level) bool { return l >= c.level && !c.closing.Load() }
 
 func (c *slogCore) With(fields []zapcore.Field) zapcore.Core {
 	return &slogCore{
-		logger: c.logger,
-		level:  c.level,
-		fields: append(append([]zapcore.Field(nil), c.fields...), fields...),
+		logger:  c.logger,
+		level:   c.level,
+		fields:  append(append([]zapcore.Field(nil), c.fields...), fields...),
+		closing: c.closing,
 	}
 }
 
@@ -48,7 +54,11 @@ func (c *slogCore) Write(e zapcore.Entry, fields []zapcore.Field) error {
 	for k, v := range enc.Fields {
 		attrs = append(attrs, slog.Any(k, v))
 	}
-	c.logger.LogAttrs(context.Background(), slogLevel(e.Level), e.Message, attrs...)
+	lvl := slogLevel(e.Level)
+	if c.closing.Load() && lvl > slog.LevelDebug {
+		lvl = slog.LevelDebug
+	}
+	c.logger.LogAttrs(context.Background(), lvl, e.Message, attrs...)
 	return nil
 }
 
