@@ -235,7 +235,7 @@ type Hello struct {
 	// distributor can send only what is missing.
 	Cached []*CachedNamespace `protobuf:"bytes,6,rep,name=cached,proto3" json:"cached,omitempty"`
 	// Namespaces with live consumer leases: the agent's initial subscriptions.
-	// Each must also appear in cached (with version 0 if nothing is cached).
+	// A subscription absent from cached is treated as version 0 (nothing).
 	Subscriptions []string `protobuf:"bytes,7,rep,name=subscriptions,proto3" json:"subscriptions,omitempty"`
 	// Build string of the agent, for logs and status only.
 	AgentVersion string `protobuf:"bytes,8,opt,name=agent_version,json=agentVersion,proto3" json:"agent_version,omitempty"`
