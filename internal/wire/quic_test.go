@@ -575,3 +575,19 @@ func TestSendUpdateRefusesInvalid(t *testing.T) {
 		t.Fatalf("SendUpdate = %v, want ErrMalformed", err)
 	}
 }
+
+func TestWrongALPNRefused(t *testing.T) {
+	pki := newTestPKI(t)
+	addr := startListener(t, pki.server, func(ctx context.Context, conn *quic.Conn) {
+		t.Error("a connection without ALPN lehr/1 was accepted")
+	})
+	client := pki.client.Clone()
+	client.NextProtos = []string{"lehr/0"}
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	conn, err := quic.DialAddr(ctx, addr, client, DefaultQUICConfig())
+	if err == nil {
+		_ = conn.CloseWithError(0, "")
+		t.Fatal("dial with ALPN lehr/0 succeeded")
+	}
+}
