@@ -45,8 +45,8 @@ type Options struct {
 	// Dir is the directory of the Badger database; created if missing.
 	// One Cache at a time may use it (Badger locks it).
 	Dir string
-	// Logger receives the cache's and Badger's warnings and errors. Nil
-	// means slog.Default().
+	// Logger receives the cache's and Badger's warnings and errors (Badger's
+	// info messages at debug level). Nil means slog.Default().
 	Logger *slog.Logger
 	// NoSync makes commits return before their data reaches the disk. The
 	// zero value is durable: every commit is fsynced, so an applied version
@@ -151,7 +151,6 @@ func Open(o Options) (*Cache, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	log = log.With("component", "agent/cache")
 	db, err := badger.Open(badgerOptions(o, log))
 	if err != nil {
 		return nil, fmt.Errorf("cache: open badger in %s: %w", o.Dir, err)

@@ -184,6 +184,27 @@ limits/rps application/json 11 bytes
 	}
 }
 
+// TestDocsShowTheTestedReader checks that the Python code in docs/files.md
+// is the script TestPythonReader runs.
+func TestDocsShowTheTestedReader(t *testing.T) {
+	doc, err := os.ReadFile(filepath.Join("..", "..", "docs", "files.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	script, err := os.ReadFile(filepath.Join("..", "..", "docs", "lehr_read.py"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, block, ok := strings.Cut(string(doc), "```python\n")
+	block, _, ok2 := strings.Cut(block, "```\n")
+	if !ok || !ok2 {
+		t.Fatal("docs/files.md has no ```python block")
+	}
+	if !strings.Contains(string(script), block) {
+		t.Errorf("the Python reader in docs/files.md is not part of docs/lehr_read.py; keep them identical:\n%s", block)
+	}
+}
+
 // TestEveryByteFlipDetected flips each bit-position of every byte of a file
 // (one at a time) and expects an error, never a panic or a silent success.
 func TestEveryByteFlipDetected(t *testing.T) {
