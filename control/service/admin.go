@@ -2,10 +2,13 @@ package service
 
 import (
 	"context"
+	"errors"
 	"time"
 
+	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/proto"
 
+	"lehr.dev/lehr/control/store"
 	"lehr.dev/lehr/internal/apierror"
 	"lehr.dev/lehr/internal/names"
 	"lehr.dev/lehr/proto/lehrpb"
@@ -48,8 +51,11 @@ func (s *Service) CreateDomain(ctx context.Context, req *lehrpb.CreateDomainRequ
 	in.CreateTime = nil
 	in.CreatedBy = callerOf(ctx).author("")
 	out, err := s.st.CreateDomain(ctx, in)
+	if errors.Is(err, store.ErrAlreadyExists) {
+		return nil, apierror.New(codes.AlreadyExists, apierror.ReasonAlreadyExists, "domain.name", "domain %q already exists", in.GetName())
+	}
 	if err != nil {
-		return nil, withField(s.apiError(ctx, err), "domain.name")
+		return nil, err
 	}
 	s.log.Info("control: created domain", "domain", out.GetName(), "by", out.GetCreatedBy())
 	return out, nil
@@ -149,6 +155,9 @@ func (s *Service) CreateNamespace(ctx context.Context, req *lehrpb.CreateNamespa
 		return nil, withField(s.apiError(ctx, err), "namespace.name")
 	}
 	out, err := s.st.CreateNamespace(ctx, in)
+	if errors.Is(err, store.ErrAlreadyExists) {
+		return nil, apierror.New(codes.AlreadyExists, apierror.ReasonAlreadyExists, "namespace.name", "namespace %q already exists", in.GetName())
+	}
 	if err != nil {
 		return nil, withField(s.apiError(ctx, err), "namespace.name")
 	}

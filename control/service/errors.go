@@ -6,10 +6,7 @@ import (
 	"fmt"
 	"strconv"
 
-	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
-	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
 	"lehr.dev/lehr/control/store"
 	"lehr.dev/lehr/control/validate"
@@ -47,35 +44,18 @@ func (s *Service) apiError(ctx context.Context, err error) *apierror.Error {
 	case ctx.Err() != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)):
 		// The caller gave up; say so in the caller's terms.
 		return apierror.FromError(ctx.Err())
-	case isUnavailable(err):
+	case store.IsUnavailable(err) || errors.Is(err, context.Canceled):
+		// Canceled while our caller still waits: the etcd client is
+		// closing under us (shutdown). Either way another try may work.
 		return apierror.New(codes.Unavailable, apierror.ReasonUnavailable, "",
 			"storage is unavailable, retry with the same request_id: %v", err)
+	case errors.Is(err, store.ErrContention):
+		return apierror.New(codes.Aborted, apierror.ReasonUnavailable, "", "%v; retry", err)
+	case errors.Is(err, store.ErrInvalid):
+		return apierror.New(codes.InvalidArgument, apierror.ReasonInvalidArgument, "", "%v", err)
 	}
 	s.log.Error("control: unexpected error", "err", err)
 	return apierror.New(codes.Internal, apierror.ReasonInternal, "", "%v", err)
-}
-
-// isUnavailable reports whether err means etcd could not be reached or could
-// not reach consensus in time: the same request may succeed if retried.
-func isUnavailable(err error) bool {
-	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, clientv3.ErrNoAvailableEndpoints) {
-		return true
-	}
-	var ee rpctypes.EtcdError
-	if errors.As(err, &ee) {
-		switch ee.Code() {
-		case codes.Unavailable, codes.DeadlineExceeded, codes.Canceled:
-			return true
-		}
-		return errors.Is(err, rpctypes.ErrNotLeader)
-	}
-	if st, ok := status.FromError(err); ok {
-		switch st.Code() {
-		case codes.Unavailable, codes.DeadlineExceeded:
-			return true
-		}
-	}
-	return errors.Is(err, context.Canceled)
 }
 
 // staleError is the conflict error: the stated version is not the latest.

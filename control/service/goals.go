@@ -2,11 +2,13 @@ package service
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 
+	"lehr.dev/lehr/control/store"
 	"lehr.dev/lehr/internal/apierror"
 	"lehr.dev/lehr/internal/names"
 	"lehr.dev/lehr/proto/lehrpb"
@@ -23,8 +25,11 @@ func (s *Service) CreateZone(ctx context.Context, req *lehrpb.CreateZoneRequest)
 		return nil, nameError("name", err)
 	}
 	z, err := s.st.CreateZone(ctx, req.GetName())
+	if errors.Is(err, store.ErrAlreadyExists) {
+		return nil, apierror.New(codes.AlreadyExists, apierror.ReasonAlreadyExists, "name", "zone %q already exists", req.GetName())
+	}
 	if err != nil {
-		return nil, withField(s.apiError(ctx, err), "name")
+		return nil, err
 	}
 	s.log.Info("control: created zone", "zone", z.GetName())
 	return z, nil

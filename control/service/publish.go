@@ -393,9 +393,10 @@ func existing(ns *lehrpb.Namespace, create bool) *lehrpb.Namespace {
 	return ns
 }
 
-// withField sets the field of a NotFound error that names none.
+// withField sets the field of a NotFound or AlreadyExists error that names
+// none.
 func withField(e *apierror.Error, field string) *apierror.Error {
-	if e.Field == "" && e.Code == codes.NotFound {
+	if e.Field == "" && (e.Code == codes.NotFound || e.Code == codes.AlreadyExists) {
 		e.Field = field
 	}
 	return e
