@@ -1,0 +1,139 @@
+package control_test
+
+import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"math/big"
+	"net"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+
+	"lehr.dev/lehr/control"
+	"lehr.dev/lehr/control/controltest"
+	"lehr.dev/lehr/proto/lehrpb"
+)
+
+// TestMutualTLSAuthor checks that under mutual TLS the client certificate's
+// common name is the author of a publish, whatever the request asserts.
+func TestMutualTLSAuthor(t *testing.T) {
+	dir := t.TempDir()
+	ca, caKey := newCA(t)
+	serverCert := issue(t, ca, caKey, "control", true)
+	clientCert := issue(t, ca, caKey, "deploy-bot", false)
+	writePEM(t, filepath.Join(dir, "ca.pem"), "CERTIFICATE", ca.Raw)
+	writePEM(t, filepath.Join(dir, "server.pem"), "CERTIFICATE", serverCert.Certificate[0])
+	keyDER, err := x509.MarshalPKCS8PrivateKey(serverCert.PrivateKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	writePEM(t, filepath.Join(dir, "server.key"), "PRIVATE KEY", keyDER)
+
+	pool := x509.NewCertPool()
+	pool.AddCert(ca)
+	creds := credentials.NewTLS(&tls.Config{
+		MinVersion: tls.VersionTLS13, RootCAs: pool, ServerName: "127.0.0.1",
+		Certificates: []tls.Certificate{clientCert},
+	})
+	srv := controltest.StartControl(t, control.Options{
+		// Not loopback-only once TLS is on; still bind loopback in tests.
+		Listen:       "127.0.0.1:0",
+		TLSCertFile:  filepath.Join(dir, "server.pem"),
+		TLSKeyFile:   filepath.Join(dir, "server.key"),
+		ClientCAFile: filepath.Join(dir, "ca.pem"),
+	}, grpc.WithTransportCredentials(creds))
+	cl := srv.Client
+	createDomain(t, cl, "sec", nil)
+	resp, err := cl.Publish(testCtx(t), &lehrpb.PublishRequest{
+		Namespace: "sec/a", Author: "mallory", Properties: []*lehrpb.Property{prop("k", "", "v")},
+	})
+	if err != nil {
+		t.Fatalf("Publish over mTLS: %v", err)
+	}
+	v := resp.GetVersion()
+	if v.GetAuthor() != "deploy-bot" || v.GetTransportIdentity() != "cert:CN=deploy-bot" {
+		t.Errorf("author %q, transport identity %q; want deploy-bot from the client certificate", v.GetAuthor(), v.GetTransportIdentity())
+	}
+	d, err := cl.GetDomain(testCtx(t), &lehrpb.GetDomainRequest{Name: "sec"})
+	if err != nil {
+		t.Fatalf("GetDomain: %v", err)
+	}
+	if d.GetCreatedBy() != "deploy-bot" {
+		t.Errorf("domain created_by = %q, want deploy-bot", d.GetCreatedBy())
+	}
+
+	// A client without a certificate is refused.
+	anon := lehrpb.NewControlClient(controltest.Dial(t, srv.Addr, grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{
+		MinVersion: tls.VersionTLS13, RootCAs: pool, ServerName: "127.0.0.1",
+	}))))
+	if _, err := anon.ListDomains(testCtx(t), &lehrpb.ListDomainsRequest{}); err == nil {
+		t.Errorf("a client without a certificate was served; want the handshake refused")
+	}
+}
+
+func newCA(t *testing.T) (*x509.Certificate, *ecdsa.PrivateKey) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber:          big.NewInt(1),
+		Subject:               pkix.Name{CommonName: "lehr test CA"},
+		NotBefore:             time.Now().Add(-time.Hour),
+		NotAfter:              time.Now().Add(time.Hour),
+		IsCA:                  true,
+		BasicConstraintsValid: true,
+		KeyUsage:              x509.KeyUsageCertSign,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca, err := x509.ParseCertificate(der)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ca, key
+}
+
+func issue(t *testing.T, ca *x509.Certificate, caKey *ecdsa.PrivateKey, cn string, server bool) tls.Certificate {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(time.Now().UnixNano()),
+		Subject:      pkix.Name{CommonName: cn},
+		NotBefore:    time.Now().Add(-time.Hour),
+		NotAfter:     time.Now().Add(time.Hour),
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+	}
+	if server {
+		tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}
+		tmpl.IPAddresses = []net.IP{net.ParseIP("127.0.0.1")}
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
+}
+
+func writePEM(t *testing.T, path, typ string, der []byte) {
+	t.Helper()
+	if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
