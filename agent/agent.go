@@ -1,0 +1,362 @@
+// Package agent is Lehr's per-host agent: it keeps the namespaces local
+// consumers hold leases on current, from the zone's distributors to a
+// Badger cache to one file per namespace, and serves consumers on a unix
+// socket.
+//
+// Life of an agent (Run):
+//
+//  1. Open the cache (DataDir/cache) and list what it holds.
+//  2. Serve the local API (package localapi) — Ready is closed here, before
+//     any distributor has been contacted: consumers are served from disk.
+//  3. Verify every cached namespace once; a corrupt one is dropped so the
+//     distributor sends a fresh snapshot. Bring the files
+//     (DataDir/files/<domain>/<name>.lehr, package internal/nsfile) of the
+//     previous run up to date from the cache and hold their namespaces for
+//     one grace period, so consumers that come back after the restart see
+//     no gap.
+//  4. Connect upstream (package upstream), announcing every cached
+//     namespace's version and checksum so the distributor sends only what
+//     is missing, and subscribing to the namespaces with live leases.
+//
+// Every update is applied to the cache in one transaction whose result is
+// verified against the update's checksum, and only then written to the
+// namespace's file (temp file, fsync, rename): a file only ever holds
+// verified content. A cached copy found corrupt is dropped and fetched
+// again; it never reaches a consumer.
+//
+// Imported by cmd/lehr-agent and cmd/lehr. It must not import control,
+// distributor or etcd (see cmd/lehr-agent's lean-binary test).
+package agent
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/VictoriaMetrics/metrics"
+
+	"lehr.dev/lehr/agent/cache"
+	"lehr.dev/lehr/agent/leases"
+	"lehr.dev/lehr/agent/localapi"
+	"lehr.dev/lehr/agent/upstream"
+	"lehr.dev/lehr/internal/names"
+	"lehr.dev/lehr/internal/nsfile"
+)
+
+// Defaults for zero Options fields.
+const (
+	DefaultLeaseTTL         = leases.DefaultTTL   // 30 s
+	DefaultUnsubscribeGrace = leases.DefaultGrace // 5 min
+	DefaultBackoffMin       = upstream.DefaultBackoffMin
+	DefaultBackoffMax       = upstream.DefaultBackoffMax
+	// DefaultShutdownTimeout bounds a graceful stop of the local API.
+	DefaultShutdownTimeout = 5 * time.Second
+)
+
+// Version is the agent's build string, sent in Hello.
+var Version = "dev"
+
+// Options configure an Agent.
+type Options struct {
+	// HostID identifies the host to distributors; "" means the hostname.
+	// Under mutual TLS it must match the host certificate's name.
+	HostID string
+	// Zone is the agent's zone. Required.
+	Zone string
+	// Labels describe the host (e.g. "role": "canary"); nil means none.
+	Labels map[string]string
+	// Distributors are the UDP addresses of the zone's distributors, in
+	// order of preference. Required.
+	Distributors []string
+	// TLS is the client configuration: the host certificate (the host's
+	// identity) and the CA that signs distributors. Required.
+	TLS *tls.Config
+	// DataDir holds the cache (DataDir/cache) and the namespace files
+	// (DataDir/files). Required; created (0755) if missing.
+	DataDir string
+	// Socket is the local API's unix socket; "" means DataDir/agent.sock.
+	// A stale socket file is removed on start; the socket is mode 0660.
+	Socket string
+	// MetricsListen is a TCP address serving /metrics; "" means none.
+	MetricsListen string
+	// LeaseTTL is the lease TTL granted when a consumer asks for 0; zero
+	// means DefaultLeaseTTL (30 s).
+	LeaseTTL time.Duration
+	// UnsubscribeGrace is how long the upstream subscription and the file
+	// of a namespace are kept after its last lease ends; zero means
+	// DefaultUnsubscribeGrace (5 min), negative means none.
+	UnsubscribeGrace time.Duration
+	// BackoffMin and BackoffMax bound the randomised wait between
+	// connection attempts; zero means 100 ms and 10 s.
+	BackoffMin, BackoffMax time.Duration
+	// Clock times leases; nil means the system clock.
+	Clock leases.Clock
+	// Logger; nil means slog.Default().
+	Logger *slog.Logger
+	// DurableWrites fsyncs the cache and every file before acknowledging;
+	// nil means true. Only tests should turn it off.
+	DurableWrites *bool
+	// Metrics receives the agent's metrics (lehr_agent_*); nil means a
+	// private set, served on MetricsListen if set.
+	Metrics *metrics.Set
+}
+
+// Agent is the per-host agent. Create it with New and start it with Run.
+type Agent struct {
+	opts     Options
+	log      *slog.Logger
+	durable  bool
+	filesDir string
+	met      *agentMetrics
+
+	leases *leases.Table
+	cache  *cache.Cache
+	up     *upstream.Client
+	api    *localapi.Server
+	writer nsfile.Writer
+
+	ready     chan struct{}
+	readyOnce sync.Once
+
+	nsMu  sync.Mutex
+	locks map[string]*sync.Mutex // per-namespace apply/read lock
+	state map[string]*nsState    // what is held, by namespace
+
+	runMu   sync.Mutex
+	running bool
+	cancel  context.CancelFunc
+	done    chan struct{}
+}
+
+// New validates opts and returns an agent; it opens nothing (see Run).
+func New(opts Options) (*Agent, error) {
+	if opts.Zone == "" {
+		return nil, errors.New("agent: Options.Zone is required")
+	}
+	if err := names.Zone(opts.Zone); err != nil {
+		return nil, fmt.Errorf("agent: Options.Zone: %w", err)
+	}
+	if len(opts.Distributors) == 0 {
+		return nil, errors.New("agent: Options.Distributors is empty: name at least one distributor address (host:port)")
+	}
+	for i, d := range opts.Distributors {
+		if _, _, err := net.SplitHostPort(d); err != nil {
+			return nil, fmt.Errorf("agent: Options.Distributors[%d] %q: want host:port: %w", i, d, err)
+		}
+	}
+	if opts.TLS == nil {
+		return nil, errors.New("agent: Options.TLS is required: the host certificate and the CA of the distributors")
+	}
+	if opts.DataDir == "" {
+		return nil, errors.New("agent: Options.DataDir is required")
+	}
+	if opts.HostID == "" {
+		h, err := os.Hostname()
+		if err != nil {
+			return nil, fmt.Errorf("agent: Options.HostID is empty and the hostname is unknown: %w", err)
+		}
+		opts.HostID = h
+	}
+	if opts.Socket == "" {
+		opts.Socket = filepath.Join(opts.DataDir, "agent.sock")
+	}
+	if opts.LeaseTTL < 0 {
+		return nil, fmt.Errorf("agent: Options.LeaseTTL is %v: want >= 0 (0 means %v)", opts.LeaseTTL, DefaultLeaseTTL)
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	if opts.Metrics == nil {
+		opts.Metrics = metrics.NewSet()
+	}
+	a := &Agent{
+		opts:     opts,
+		log:      opts.Logger,
+		durable:  opts.DurableWrites == nil || *opts.DurableWrites,
+		filesDir: filepath.Join(opts.DataDir, "files"),
+		ready:    make(chan struct{}),
+		locks:    map[string]*sync.Mutex{},
+		state:    map[string]*nsState{},
+		done:     make(chan struct{}),
+	}
+	a.writer = nsfile.Writer{NoSync: !a.durable}
+	a.leases = leases.New(leases.Options{Clock: opts.Clock, DefaultTTL: opts.LeaseTTL, Grace: opts.UnsubscribeGrace})
+	a.met = newAgentMetrics(opts.Metrics, a)
+	up, err := upstream.New(upstream.Options{
+		Distributors: opts.Distributors,
+		TLS:          opts.TLS,
+		HostID:       opts.HostID,
+		Zone:         opts.Zone,
+		Labels:       opts.Labels,
+		AgentVersion: Version,
+		Handler:      (*handler)(a),
+		BackoffMin:   opts.BackoffMin,
+		BackoffMax:   opts.BackoffMax,
+		Metrics:      opts.Metrics,
+		Logger:       opts.Logger.With("component", "upstream"),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("agent: %w", err)
+	}
+	a.up = up
+	api, err := localapi.New(localapi.Options{Socket: opts.Socket, Backend: (*backend)(a), Logger: opts.Logger.With("component", "localapi")})
+	if err != nil {
+		return nil, fmt.Errorf("agent: %w", err)
+	}
+	a.api = api
+	return a, nil
+}
+
+// Ready is closed once the local API serves, which happens before any
+// distributor is contacted.
+func (a *Agent) Ready() <-chan struct{} { return a.ready }
+
+// Socket returns the local API's socket path.
+func (a *Agent) Socket() string { return a.opts.Socket }
+
+// FilesDir returns the directory of namespace files.
+func (a *Agent) FilesDir() string { return a.filesDir }
+
+// Metrics returns the agent's metric set.
+func (a *Agent) Metrics() *metrics.Set { return a.opts.Metrics }
+
+// Run starts the agent and blocks until ctx ends or Close is called, then
+// shuts down gracefully: the local API stops (in-flight calls get
+// DefaultShutdownTimeout), the upstream connection closes, the cache is
+// closed. It returns an error if starting fails. Run may be called once.
+func (a *Agent) Run(ctx context.Context) (err error) {
+	a.runMu.Lock()
+	if a.running {
+		a.runMu.Unlock()
+		return errors.New("agent: Run called twice")
+	}
+	a.running = true
+	ctx, a.cancel = context.WithCancel(ctx)
+	a.runMu.Unlock()
+	defer close(a.done)
+	defer a.cancel()
+
+	if err := os.MkdirAll(a.opts.DataDir, 0o755); err != nil {
+		return fmt.Errorf("agent: create data dir: %w", err)
+	}
+	c, err := cache.Open(cache.Options{Dir: filepath.Join(a.opts.DataDir, "cache"), Logger: a.log.With("component", "cache"), NoSync: !a.durable})
+	if err != nil {
+		return fmt.Errorf("agent: %w", err)
+	}
+	a.cache = c
+	defer func() {
+		if cerr := c.Close(); cerr != nil && err == nil {
+			err = fmt.Errorf("agent: close cache: %w", cerr)
+		}
+	}()
+	if err := a.loadState(); err != nil {
+		return err
+	}
+	if err := a.api.Start(); err != nil {
+		return fmt.Errorf("agent: %w", err)
+	}
+	defer a.api.Close(DefaultShutdownTimeout)
+	a.readyOnce.Do(func() { close(a.ready) })
+	a.log.Info("agent ready: serving from cache", "socket", a.opts.Socket, "host", a.opts.HostID,
+		"zone", a.opts.Zone, "cached", len(a.heldList()))
+
+	// Before the first Hello: verify the cache (so Hello never announces a
+	// corrupt copy) and restore the previous run's files.
+	a.scrub()
+	a.restoreFiles()
+
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	if a.opts.MetricsListen != "" {
+		srv, err := a.serveMetrics(&wg)
+		if err != nil {
+			return err
+		}
+		defer srv.Close()
+	}
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		a.up.Run(ctx)
+	}()
+	go func() {
+		defer wg.Done()
+		a.maintain(ctx)
+	}()
+	<-ctx.Done()
+	a.log.Info("agent stopping")
+	return nil
+}
+
+// Close stops a running agent and waits for Run to return. It is
+// idempotent and safe to call before or without Run.
+func (a *Agent) Close() error {
+	a.runMu.Lock()
+	running := a.running
+	cancel := a.cancel
+	if !running {
+		a.running = true // Run after Close must not start
+		a.runMu.Unlock()
+		return nil
+	}
+	a.runMu.Unlock()
+	if cancel != nil {
+		cancel()
+	}
+	<-a.done
+	return nil
+}
+
+func (a *Agent) serveMetrics(wg *sync.WaitGroup) (*http.Server, error) {
+	lis, err := net.Listen("tcp", a.opts.MetricsListen)
+	if err != nil {
+		return nil, fmt.Errorf("agent: listen for metrics on %s: %w", a.opts.MetricsListen, err)
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("/metrics", func(w http.ResponseWriter, _ *http.Request) {
+		a.opts.Metrics.WritePrometheus(w)
+	})
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		if err := srv.Serve(lis); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			a.log.Error("metrics server stopped", "err", err)
+		}
+	}()
+	a.log.Info("serving metrics", "addr", lis.Addr().String())
+	return srv, nil
+}
+
+// maintain expires leases and retries files that could not be written.
+func (a *Agent) maintain(ctx context.Context) {
+	tick := time.NewTicker(a.tickInterval())
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		a.transition(a.leases.Expire())
+		a.retryFiles()
+	}
+}
+
+// tickInterval is how often leases are checked: a tenth of the shortest
+// lease timing, between 10 ms and 1 s.
+func (a *Agent) tickInterval() time.Duration {
+	d := min(a.leases.GrantTTL(0), time.Second*10)
+	if g := a.leases.Grace(); g > 0 {
+		d = min(d, g)
+	}
+	return min(max(d/10, 10*time.Millisecond), time.Second)
+}

@@ -1,0 +1,718 @@
+package agent_test
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	badger "github.com/dgraph-io/badger/v4"
+	"github.com/google/go-cmp/cmp"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"lehr.dev/lehr/agent"
+	"lehr.dev/lehr/control"
+	"lehr.dev/lehr/control/controltest"
+	"lehr.dev/lehr/distributor"
+	"lehr.dev/lehr/internal/apierror"
+	"lehr.dev/lehr/internal/certs"
+	"lehr.dev/lehr/internal/content"
+	"lehr.dev/lehr/internal/nsfile"
+	"lehr.dev/lehr/proto/lehrpb"
+)
+
+const (
+	zone   = "zone-a"
+	domain = "app"
+	host   = "host-1"
+)
+
+// harness runs a real control plane (embedded etcd) and real distributors
+// of one zone on loopback, and agents against them.
+type harness struct {
+	t     *testing.T
+	pkiD  string
+	ca    *certs.CA
+	ctl   *controltest.Server
+	dists []*dist
+}
+
+type dist struct {
+	d    *distributor.Distributor
+	addr string
+	done chan error
+	once sync.Once
+}
+
+func (d *dist) stop(t *testing.T) {
+	d.once.Do(func() {
+		d.d.Close()
+		if err := <-d.done; err != nil {
+			t.Errorf("distributor Run: %v", err)
+		}
+	})
+}
+
+func newHarness(t *testing.T, distributors int) *harness {
+	t.Helper()
+	dir := t.TempDir()
+	ca, err := certs.NewCA(filepath.Join(dir, "ca"), "lehr-test-ca", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := &harness{t: t, pkiD: dir, ca: ca}
+	h.ctl = controltest.StartControl(t, control.Options{})
+	if _, err := h.ctl.Client.CreateDomain(ctx(t), &lehrpb.CreateDomainRequest{Domain: &lehrpb.Domain{Name: domain}}); err != nil {
+		t.Fatalf("CreateDomain: %v", err)
+	}
+	if _, err := h.ctl.Client.CreateZone(ctx(t), &lehrpb.CreateZoneRequest{Name: zone}); err != nil {
+		t.Fatalf("CreateZone: %v", err)
+	}
+	for i := range distributors {
+		h.dists = append(h.dists, h.startDist(fmt.Sprintf("dist-%d", i)))
+	}
+	return h
+}
+
+func (h *harness) tls(name string, kind certs.Kind) *tls.Config {
+	h.t.Helper()
+	c, k, err := h.ca.IssueFiles(filepath.Join(h.pkiD, "leaf"), name, kind, nil, time.Hour)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	caFile := filepath.Join(h.pkiD, "ca", certs.CACertFile)
+	var tc *tls.Config
+	if kind == certs.Server {
+		tc, err = certs.ServerTLS(c, k, caFile)
+	} else {
+		tc, err = certs.ClientTLS(c, k, caFile, "127.0.0.1")
+	}
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return tc
+}
+
+func (h *harness) startDist(id string) *dist {
+	h.t.Helper()
+	d, err := distributor.New(distributor.Options{
+		Zone: zone, ID: id, ControlAddr: h.ctl.Addr, Listen: "127.0.0.1:0",
+		TLS: h.tls("distributor", certs.Server), Logger: controltest.Logger(h.t, slog.LevelError),
+		ReportInterval: time.Second,
+	})
+	if err != nil {
+		h.t.Fatalf("distributor.New: %v", err)
+	}
+	x := &dist{d: d, done: make(chan error, 1)}
+	go func() { x.done <- d.Run(context.Background()) }()
+	h.t.Cleanup(func() { x.stop(h.t) })
+	select {
+	case <-d.Ready():
+	case err := <-x.done:
+		h.t.Fatalf("distributor %s ended before ready: %v", id, err)
+	case <-time.After(60 * time.Second):
+		h.t.Fatalf("distributor %s not ready", id)
+	}
+	x.addr = d.Addr().String()
+	return x
+}
+
+func (h *harness) addrs() []string {
+	var out []string
+	for _, d := range h.dists {
+		out = append(out, d.addr)
+	}
+	return out
+}
+
+// snapshotBytes sums the snapshot bytes every distributor has sent.
+func (h *harness) snapshotBytes() uint64 {
+	var n uint64
+	for _, d := range h.dists {
+		n += d.d.Stats().SnapshotBytes
+	}
+	return n
+}
+
+func (h *harness) publish(ns string, props map[string]string) *lehrpb.VersionInfo {
+	h.t.Helper()
+	var ps []*lehrpb.Property
+	for k, v := range props {
+		ps = append(ps, &lehrpb.Property{Key: k, Value: []byte(v)})
+	}
+	resp, err := h.ctl.Client.Publish(ctx(h.t), &lehrpb.PublishRequest{Namespace: ns, Properties: ps, Message: "test"})
+	if err != nil {
+		h.t.Fatalf("Publish %s: %v", ns, err)
+	}
+	return resp.GetVersion()
+}
+
+func (h *harness) patch(ns string, base uint64, set map[string]string) *lehrpb.VersionInfo {
+	h.t.Helper()
+	var ps []*lehrpb.Property
+	for k, v := range set {
+		ps = append(ps, &lehrpb.Property{Key: k, Value: []byte(v)})
+	}
+	resp, err := h.ctl.Client.Patch(ctx(h.t), &lehrpb.PatchRequest{Namespace: ns, BaseVersion: base, Set: ps})
+	if err != nil {
+		h.t.Fatalf("Patch %s@%d: %v", ns, base, err)
+	}
+	return resp.GetVersion()
+}
+
+// runningAgent is an agent running in the test with a local API client.
+type runningAgent struct {
+	a      *agent.Agent
+	api    lehrpb.AgentClient
+	cancel context.CancelFunc
+	done   chan error
+	once   sync.Once
+}
+
+func (r *runningAgent) stop(t *testing.T) {
+	r.once.Do(func() {
+		r.cancel()
+		if err := <-r.done; err != nil {
+			t.Errorf("agent Run: %v", err)
+		}
+	})
+}
+
+func (h *harness) startAgent(dataDir string, distributors []string, mod ...func(*agent.Options)) *runningAgent {
+	h.t.Helper()
+	durable := false
+	opts := agent.Options{
+		HostID: host, Zone: zone, Distributors: distributors, TLS: h.tls(host, certs.Client),
+		DataDir: dataDir, BackoffMin: 10 * time.Millisecond, BackoffMax: 200 * time.Millisecond,
+		Logger: controltest.Logger(h.t, slog.LevelError), DurableWrites: &durable,
+	}
+	for _, m := range mod {
+		m(&opts)
+	}
+	a, err := agent.New(opts)
+	if err != nil {
+		h.t.Fatalf("agent.New: %v", err)
+	}
+	runCtx, cancel := context.WithCancel(context.Background())
+	r := &runningAgent{a: a, cancel: cancel, done: make(chan error, 1)}
+	go func() { r.done <- a.Run(runCtx) }()
+	h.t.Cleanup(func() { r.stop(h.t) })
+	select {
+	case <-a.Ready():
+	case err := <-r.done:
+		h.t.Fatalf("agent ended before ready: %v", err)
+	case <-time.After(30 * time.Second):
+		h.t.Fatalf("agent not ready")
+	}
+	cc, err := grpc.NewClient("unix://"+a.Socket(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	h.t.Cleanup(func() { cc.Close() })
+	r.api = lehrpb.NewAgentClient(cc)
+	return r
+}
+
+// dataDir returns a data directory whose socket path fits the 108-byte
+// limit of unix socket addresses.
+func dataDir(t *testing.T) string {
+	d, err := os.MkdirTemp("", "ag")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(d) })
+	return d
+}
+
+func ctx(t *testing.T) context.Context {
+	c, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	return c
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func propsOf(s content.Snapshot) map[string]string {
+	m := map[string]string{}
+	for _, p := range s.Props() {
+		m[p.Key] = string(p.Value)
+	}
+	return m
+}
+
+// waitFile waits until the namespace file holds version v with want.
+func waitFile(t *testing.T, path string, v uint64, want map[string]string) {
+	t.Helper()
+	var last string
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		f, err := nsfile.Read(path)
+		if err == nil && f.Version == v {
+			if diff := cmp.Diff(want, propsOf(f.Content)); diff != "" {
+				t.Fatalf("file %s at version %d: content (-want +got):\n%s", path, v, diff)
+			}
+			return
+		}
+		last = fmt.Sprintf("version %d, err %v", f.Version, err)
+		if time.Now().After(deadline) {
+			t.Fatalf("file %s never reached version %d (last: %s)", path, v, last)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func subscribe(t *testing.T, r *runningAgent, ns string) *lehrpb.SubscribeResponse {
+	t.Helper()
+	resp, err := r.api.Subscribe(ctx(t), &lehrpb.SubscribeRequest{Namespace: ns, ClientId: "test@1"})
+	if err != nil {
+		t.Fatalf("Subscribe %s: %v", ns, err)
+	}
+	return resp
+}
+
+func counter(r *runningAgent, name string) uint64 {
+	return r.a.Metrics().GetOrCreateCounter(name).Get()
+}
+
+func TestPublishPatchReachFile(t *testing.T) {
+	h := newHarness(t, 1)
+	ns := domain + "/cfg"
+	v1 := h.publish(ns, map[string]string{"a": "1", "b": "2"})
+	r := h.startAgent(dataDir(t), h.addrs())
+
+	sub := subscribe(t, r, ns)
+	if want, _ := nsfile.Path(r.a.FilesDir(), ns); sub.GetPath() != want {
+		t.Errorf("Subscribe path = %q, want %q", sub.GetPath(), want)
+	}
+	waitFile(t, sub.GetPath(), v1.GetSeq(), map[string]string{"a": "1", "b": "2"})
+
+	v2 := h.patch(ns, v1.GetSeq(), map[string]string{"b": "3", "c": "4"})
+	waitFile(t, sub.GetPath(), v2.GetSeq(), map[string]string{"a": "1", "b": "3", "c": "4"})
+
+	got, err := r.api.Get(ctx(t), &lehrpb.AgentGetRequest{Namespace: ns, Keys: []string{"b"}})
+	if err != nil {
+		t.Fatalf("Get: %v", err)
+	}
+	if got.GetVersion().GetSeq() != v2.GetSeq() || len(got.GetProperties()) != 1 || string(got.GetProperties()[0].GetValue()) != "3" {
+		t.Errorf("Get(b) = %v, want version %d with b=3", got, v2.GetSeq())
+	}
+	st, err := r.api.Status(ctx(t), &lehrpb.StatusRequest{})
+	if err != nil {
+		t.Fatalf("Status: %v", err)
+	}
+	if !st.GetConnected() || st.GetDistributor() != h.dists[0].addr || st.GetHostId() != host || st.GetZone() != zone {
+		t.Errorf("Status = %v, want connected to %s as %s in %s", st, h.dists[0].addr, host, zone)
+	}
+	if len(st.GetNamespaces()) != 1 || st.GetNamespaces()[0].GetVersion() != v2.GetSeq() ||
+		st.GetNamespaces()[0].GetSubscribers() != 1 || !st.GetNamespaces()[0].GetUpstream() {
+		t.Errorf("Status namespaces = %v, want %s@%d with 1 subscriber, upstream", st.GetNamespaces(), ns, v2.GetSeq())
+	}
+	if n := counter(r, `lehr_agent_updates_applied_total{kind="snapshot"}`); n != 1 {
+		t.Errorf("snapshots applied = %d, want 1", n)
+	}
+	if n := counter(r, `lehr_agent_updates_applied_total{kind="patch"}`); n != 1 {
+		t.Errorf("patches applied = %d, want 1", n)
+	}
+	if _, err := r.api.ReportApply(ctx(t), &lehrpb.ReportApplyRequest{LeaseId: sub.GetLeaseId(), Namespace: ns, Version: v2.GetSeq(), Ok: true}); err != nil {
+		t.Fatalf("ReportApply: %v", err)
+	}
+	st, _ = r.api.Status(ctx(t), &lehrpb.StatusRequest{})
+	if got := st.GetNamespaces()[0].GetApplied(); got != 1 {
+		t.Errorf("Status applied = %d after one report, want 1", got)
+	}
+}
+
+func TestRestartServesFromCacheAndResyncsWithoutSnapshot(t *testing.T) {
+	h := newHarness(t, 1)
+	ns := domain + "/cfg"
+	props := map[string]string{}
+	for i := range 50 {
+		props[fmt.Sprintf("k/%02d", i)] = fmt.Sprintf("value-%d-with-some-length", i)
+	}
+	v1 := h.publish(ns, props)
+	dir := dataDir(t)
+	r := h.startAgent(dir, h.addrs())
+	path := subscribe(t, r, ns).GetPath()
+	waitFile(t, path, v1.GetSeq(), props)
+	r.stop(t)
+
+	// No distributor reachable: the agent still serves at once from disk.
+	dead, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadAddr := dead.LocalAddr().String()
+	dead.Close()
+	r = h.startAgent(dir, []string{deadAddr})
+	got, err := r.api.Get(ctx(t), &lehrpb.AgentGetRequest{Namespace: ns})
+	if err != nil {
+		t.Fatalf("Get with no distributor: %v", err)
+	}
+	if got.GetVersion().GetSeq() != v1.GetSeq() || len(got.GetProperties()) != len(props) {
+		t.Errorf("Get with no distributor = version %d with %d properties, want %d with %d",
+			got.GetVersion().GetSeq(), len(got.GetProperties()), v1.GetSeq(), len(props))
+	}
+	if st, _ := r.api.Status(ctx(t), &lehrpb.StatusRequest{}); st.GetConnected() {
+		t.Errorf("Status says connected with no distributor reachable")
+	}
+	waitFile(t, path, v1.GetSeq(), props)
+	r.stop(t)
+
+	// Back to the real distributor: the resync costs no snapshot bytes.
+	before := h.snapshotBytes()
+	r = h.startAgent(dir, h.addrs())
+	subscribe(t, r, ns)
+	props["k/00"] = "changed"
+	v2 := h.patch(ns, v1.GetSeq(), map[string]string{"k/00": "changed"})
+	waitFile(t, path, v2.GetSeq(), props)
+	if after := h.snapshotBytes(); after != before {
+		t.Errorf("distributor snapshot bytes went from %d to %d on a restart with an intact cache, want no change", before, after)
+	}
+	if n := counter(r, `lehr_agent_bytes_received_total{kind="snapshot"}`); n != 0 {
+		t.Errorf("agent received %d snapshot bytes after restart, want 0", n)
+	}
+}
+
+// corruptCache flips the value of every property of ns in the Badger cache
+// of an agent that is not running.
+func corruptCache(t *testing.T, dir, ns string) {
+	t.Helper()
+	db, err := badger.Open(badger.DefaultOptions(filepath.Join(dir, "cache")).WithLogger(nil))
+	if err != nil {
+		t.Fatalf("open cache with Badger: %v", err)
+	}
+	defer db.Close()
+	prefix := []byte("p/" + ns + "/")
+	n := 0
+	err = db.Update(func(txn *badger.Txn) error {
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix, PrefetchValues: true})
+		defer it.Close()
+		type kv struct{ k, v []byte }
+		var kvs []kv
+		for it.Rewind(); it.Valid(); it.Next() {
+			v, err := it.Item().ValueCopy(nil)
+			if err != nil {
+				return err
+			}
+			v[len(v)-1] ^= 0x20 // flip case of the last byte of the value
+			kvs = append(kvs, kv{it.Item().KeyCopy(nil), v})
+		}
+		for _, x := range kvs {
+			if err := txn.Set(x.k, x.v); err != nil {
+				return err
+			}
+			n++
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("corrupt cache: %v", err)
+	}
+	if n == 0 {
+		t.Fatalf("corrupt cache: no property of %s found under %q", ns, prefix)
+	}
+}
+
+func TestCorruptCacheIsRefetchedAndNeverReachesTheFile(t *testing.T) {
+	h := newHarness(t, 1)
+	ns := domain + "/cfg"
+	props := map[string]string{"a": "alpha", "b": "beta"}
+	v1 := h.publish(ns, props)
+	dir := dataDir(t)
+	r := h.startAgent(dir, h.addrs())
+	path := subscribe(t, r, ns).GetPath()
+	waitFile(t, path, v1.GetSeq(), props)
+	r.stop(t)
+
+	corruptCache(t, dir, ns)
+	before := h.snapshotBytes()
+
+	// Watch the file for the rest of the test: it must always verify and
+	// always hold the published content.
+	stopWatch := make(chan struct{})
+	watchErr := make(chan error, 1)
+	go func() {
+		defer close(watchErr)
+		for {
+			select {
+			case <-stopWatch:
+				return
+			default:
+			}
+			f, err := nsfile.Read(path)
+			if err != nil && !errors.Is(err, fs.ErrNotExist) {
+				watchErr <- fmt.Errorf("file unreadable: %w", err)
+				return
+			}
+			if err == nil && !cmp.Equal(propsOf(f.Content), props) {
+				watchErr <- fmt.Errorf("file holds %v, want %v", propsOf(f.Content), props)
+				return
+			}
+			time.Sleep(2 * time.Millisecond)
+		}
+	}()
+
+	r = h.startAgent(dir, h.addrs())
+	subscribe(t, r, ns)
+	waitFor(t, "a fresh snapshot", func() bool { return h.snapshotBytes() > before })
+	waitFor(t, "the namespace re-cached", func() bool {
+		got, err := r.api.Get(ctx(t), &lehrpb.AgentGetRequest{Namespace: ns})
+		return err == nil && got.GetVersion().GetSeq() == v1.GetSeq()
+	})
+	got, err := r.api.Get(ctx(t), &lehrpb.AgentGetRequest{Namespace: ns})
+	if err != nil {
+		t.Fatalf("Get: %v", err)
+	}
+	gotProps := map[string]string{}
+	for _, p := range got.GetProperties() {
+		gotProps[p.GetKey()] = string(p.GetValue())
+	}
+	if diff := cmp.Diff(props, gotProps); diff != "" {
+		t.Errorf("Get after repair (-want +got):\n%s", diff)
+	}
+	if n := counter(r, "lehr_agent_cache_corruptions_total"); n != 1 {
+		t.Errorf("corruptions = %d, want 1", n)
+	}
+	// A later patch lands on the repaired copy.
+	v2 := h.patch(ns, v1.GetSeq(), map[string]string{"a": "ALPHA"})
+	close(stopWatch)
+	if err := <-watchErr; err != nil {
+		t.Fatal(err)
+	}
+	waitFile(t, path, v2.GetSeq(), map[string]string{"a": "ALPHA", "b": "beta"})
+}
+
+func TestFailoverToSecondDistributor(t *testing.T) {
+	h := newHarness(t, 2)
+	ns := domain + "/cfg"
+	props := map[string]string{}
+	for i := range 30 {
+		props[fmt.Sprintf("k%02d", i)] = "some-value"
+	}
+	v1 := h.publish(ns, props)
+	r := h.startAgent(dataDir(t), h.addrs())
+	path := subscribe(t, r, ns).GetPath()
+	waitFile(t, path, v1.GetSeq(), props)
+	st, _ := r.api.Status(ctx(t), &lehrpb.StatusRequest{})
+	if st.GetDistributor() != h.dists[0].addr {
+		t.Fatalf("connected to %q, want the first distributor %s", st.GetDistributor(), h.dists[0].addr)
+	}
+
+	h.dists[0].stop(t)
+	v := v1
+	for i := range 3 {
+		props["k00"] = fmt.Sprint("after-failover-", i)
+		v = h.patch(ns, v.GetSeq(), map[string]string{"k00": props["k00"]})
+		waitFile(t, path, v.GetSeq(), props)
+	}
+	st, _ = r.api.Status(ctx(t), &lehrpb.StatusRequest{})
+	if !st.GetConnected() || st.GetDistributor() != h.dists[1].addr {
+		t.Errorf("after failover: connected=%v to %q, want %s", st.GetConnected(), st.GetDistributor(), h.dists[1].addr)
+	}
+	if n := counter(r, "lehr_agent_failovers_total"); n != 1 {
+		t.Errorf("failovers = %d, want 1", n)
+	}
+	if n := h.dists[1].d.Stats().SnapshotBytes; n != 0 {
+		t.Errorf("second distributor sent %d snapshot bytes to an agent with an intact cache, want 0", n)
+	}
+}
+
+func TestNamespaceWithoutLeaseIsNeverRequested(t *testing.T) {
+	h := newHarness(t, 1)
+	wanted, other := domain+"/wanted", domain+"/other"
+	h.publish(other, map[string]string{"x": "1"})
+	w1 := h.publish(wanted, map[string]string{"a": "1"})
+	r := h.startAgent(dataDir(t), h.addrs())
+	path := subscribe(t, r, wanted).GetPath()
+	waitFile(t, path, w1.GetSeq(), map[string]string{"a": "1"})
+	h.publish(other, map[string]string{"x": "2"})
+	w2 := h.publish(wanted, map[string]string{"a": "2"})
+	waitFile(t, path, w2.GetSeq(), map[string]string{"a": "2"})
+
+	_, err := r.api.Get(ctx(t), &lehrpb.AgentGetRequest{Namespace: other})
+	if e := apierror.FromError(err); e == nil || e.Code != codes.NotFound {
+		t.Errorf("Get(%s) = %v, want NOT_FOUND: it was never subscribed", other, err)
+	}
+	otherPath, _ := nsfile.Path(r.a.FilesDir(), other)
+	if _, err := os.Stat(otherPath); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("file of an unsubscribed namespace exists (stat err %v)", err)
+	}
+	_, counts := h.dists[0].d.Convergence()
+	for _, c := range counts {
+		if c.Namespace == other && c.Agents > 0 {
+			t.Errorf("distributor counts %d agents holding %s", c.Agents, other)
+		}
+	}
+}
+
+func TestBurstOfPatchesEndsAtLatestInOrder(t *testing.T) {
+	h := newHarness(t, 1)
+	ns := domain + "/cfg"
+	props := map[string]string{"n": "0"}
+	v := h.publish(ns, props)
+	r := h.startAgent(dataDir(t), h.addrs())
+	path := subscribe(t, r, ns).GetPath()
+	waitFile(t, path, v.GetSeq(), props)
+
+	// Watch the file: versions never go backwards, and version base+i
+	// holds n=i.
+	baseSeq := v.GetSeq()
+	stop := make(chan struct{})
+	watchErr := make(chan error, 1)
+	go func() {
+		defer close(watchErr)
+		var last uint64
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			f, err := nsfile.Read(path)
+			if err != nil {
+				watchErr <- err
+				return
+			}
+			if f.Version < last {
+				watchErr <- fmt.Errorf("file went from version %d back to %d", last, f.Version)
+				return
+			}
+			if want := fmt.Sprint(f.Version - baseSeq); string(f.Content.Props()[0].Value) != want {
+				watchErr <- fmt.Errorf("file version %d has n=%s, want %s", f.Version, f.Content.Props()[0].Value, want)
+				return
+			}
+			last = f.Version
+			time.Sleep(time.Millisecond)
+		}
+	}()
+	for i := 1; i <= 100; i++ {
+		v = h.patch(ns, v.GetSeq(), map[string]string{"n": fmt.Sprint(i)})
+	}
+	waitFile(t, path, v.GetSeq(), map[string]string{"n": "100"})
+	close(stop)
+	if err := <-watchErr; err != nil {
+		t.Fatal(err)
+	}
+	if v.GetSeq() != baseSeq+100 {
+		t.Fatalf("control made version %d, want %d", v.GetSeq(), baseSeq+100)
+	}
+}
+
+// fakeClock is a lease clock the test moves by hand.
+type fakeClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *fakeClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+}
+
+func TestLeaseExpiryDropsFileAfterGrace(t *testing.T) {
+	h := newHarness(t, 1)
+	ns := domain + "/cfg"
+	v1 := h.publish(ns, map[string]string{"a": "1"})
+	clk := &fakeClock{now: time.Unix(1_000_000, 0)}
+	r := h.startAgent(dataDir(t), h.addrs(), func(o *agent.Options) {
+		o.Clock = clk
+		o.LeaseTTL = 10 * time.Second
+		o.UnsubscribeGrace = time.Minute
+	})
+	sub := subscribe(t, r, ns)
+	waitFile(t, sub.GetPath(), v1.GetSeq(), map[string]string{"a": "1"})
+	if sub.GetTtlSeconds() != 10 {
+		t.Errorf("granted TTL %d, want 10", sub.GetTtlSeconds())
+	}
+
+	clk.Advance(11 * time.Second) // lease expired, grace running
+	_, err := r.api.KeepAlive(ctx(t), &lehrpb.KeepAliveRequest{LeaseId: sub.GetLeaseId()})
+	if e := apierror.FromError(err); e == nil || e.Code != codes.NotFound {
+		t.Errorf("KeepAlive after TTL: %v, want NOT_FOUND", err)
+	}
+	v2 := h.patch(ns, v1.GetSeq(), map[string]string{"a": "2"})
+	waitFile(t, sub.GetPath(), v2.GetSeq(), map[string]string{"a": "2"}) // still subscribed in grace
+
+	clk.Advance(time.Minute)
+	waitFor(t, "file removed after grace", func() bool {
+		_, err := os.Stat(sub.GetPath())
+		return errors.Is(err, fs.ErrNotExist)
+	})
+	waitFor(t, "upstream unsubscribed", func() bool {
+		st, err := r.api.Status(ctx(t), &lehrpb.StatusRequest{})
+		if err != nil {
+			return false
+		}
+		for _, n := range st.GetNamespaces() {
+			if n.GetNamespace() == ns && n.GetUpstream() {
+				return false
+			}
+		}
+		return true
+	})
+	// The cache keeps the version: a new lease rewrites the file at once.
+	sub = subscribe(t, r, ns)
+	if sub.GetVersion() != v2.GetSeq() {
+		t.Errorf("re-Subscribe reports version %d in the file, want %d (from the cache)", sub.GetVersion(), v2.GetSeq())
+	}
+	waitFile(t, sub.GetPath(), v2.GetSeq(), map[string]string{"a": "2"})
+}
+
+func TestOptionsValidation(t *testing.T) {
+	good := agent.Options{Zone: zone, Distributors: []string{"127.0.0.1:7410"}, TLS: &tls.Config{}, DataDir: t.TempDir()}
+	tests := []struct {
+		name string
+		mod  func(*agent.Options)
+	}{
+		{"no zone", func(o *agent.Options) { o.Zone = "" }},
+		{"bad zone", func(o *agent.Options) { o.Zone = "Zone A" }},
+		{"no distributors", func(o *agent.Options) { o.Distributors = nil }},
+		{"bad distributor", func(o *agent.Options) { o.Distributors = []string{"no-port"} }},
+		{"no TLS", func(o *agent.Options) { o.TLS = nil }},
+		{"no data dir", func(o *agent.Options) { o.DataDir = "" }},
+		{"negative TTL", func(o *agent.Options) { o.LeaseTTL = -time.Second }},
+	}
+	for _, tc := range tests {
+		o := good
+		tc.mod(&o)
+		if _, err := agent.New(o); err == nil {
+			t.Errorf("%s: New succeeded, want an error", tc.name)
+		}
+	}
+	a, err := agent.New(good)
+	if err != nil {
+		t.Fatalf("New(good): %v", err)
+	}
+	if want := filepath.Join(good.DataDir, "agent.sock"); a.Socket() != want {
+		t.Errorf("default socket %q, want %q", a.Socket(), want)
+	}
+	if err := a.Close(); err != nil {
+		t.Errorf("Close before Run: %v", err)
+	}
+}

@@ -1,0 +1,182 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"lehr.dev/lehr/agent/cache"
+	"lehr.dev/lehr/agent/leases"
+	"lehr.dev/lehr/agent/localapi"
+	"lehr.dev/lehr/internal/content"
+	"lehr.dev/lehr/internal/nsfile"
+	"lehr.dev/lehr/proto/lehrpb"
+)
+
+// backend is the agent as localapi.Backend.
+type backend Agent
+
+var _ localapi.Backend = (*backend)(nil)
+
+// Subscribe grants a lease. When it is the namespace's first, the agent
+// subscribes upstream and, if the namespace is cached, writes its file
+// before answering, so the consumer finds it at once.
+func (b *backend) Subscribe(_ context.Context, req *lehrpb.SubscribeRequest) (*lehrpb.SubscribeResponse, error) {
+	a := (*Agent)(b)
+	ns := req.GetNamespace()
+	l, trs := a.leases.Subscribe(ns, req.GetClientId(), time.Duration(req.GetTtlSeconds())*time.Second)
+	a.transition(trs)
+	if len(trs) == 0 {
+		// Already wanted: still make sure a file that failed to write is
+		// there now.
+		unlock := a.lock(ns)
+		a.ensureFileLocked(ns)
+		unlock()
+	}
+	path, err := nsfile.Path(a.filesDir, ns)
+	if err != nil {
+		return nil, fmt.Errorf("subscribe %s: %w", ns, err)
+	}
+	resp := &lehrpb.SubscribeResponse{LeaseId: l.ID, TtlSeconds: uint32(l.TTL / time.Second), Path: path}
+	if st := a.get(ns); st.fileVersion > 0 && st.fileVersion == st.version {
+		resp.Version, resp.Checksum = st.version, st.checksum
+	}
+	a.log.Debug("lease granted", "namespace", ns, "client", req.GetClientId(), "ttl", l.TTL)
+	return resp, nil
+}
+
+// KeepAlive renews a lease.
+func (b *backend) KeepAlive(_ context.Context, id string) (time.Duration, error) {
+	l, err := (*Agent)(b).leases.KeepAlive(id)
+	if err != nil {
+		return 0, err
+	}
+	return l.TTL, nil
+}
+
+// Unsubscribe ends a lease.
+func (b *backend) Unsubscribe(_ context.Context, id string) error {
+	a := (*Agent)(b)
+	trs, err := a.leases.Unsubscribe(id)
+	if err != nil {
+		return err
+	}
+	a.transition(trs)
+	return nil
+}
+
+// Get reads a namespace from the cache, verifying it. A corrupt copy is
+// dropped and fetched again; the caller gets UNAVAILABLE meanwhile.
+func (b *backend) Get(_ context.Context, req *lehrpb.AgentGetRequest) (*lehrpb.AgentGetResponse, error) {
+	a := (*Agent)(b)
+	ns := req.GetNamespace()
+	meta, snap, err := a.cache.Get(ns)
+	switch {
+	case errors.Is(err, cache.ErrNotFound):
+		return nil, fmt.Errorf("namespace %s is not cached on this host (subscribe to it first): %w", ns, localapi.ErrNotFound)
+	case errors.Is(err, cache.ErrCorrupt):
+		a.dropCorrupt(ns, err)
+		return nil, fmt.Errorf("namespace %s: cached copy failed verification and is being fetched again: %w", ns, localapi.ErrUnavailable)
+	case err != nil:
+		return nil, fmt.Errorf("read %s: %w", ns, err)
+	}
+	info := meta.Info
+	if info == nil {
+		info = &lehrpb.VersionInfo{Namespace: ns, Seq: meta.Version, Checksum: meta.Checksum}
+	}
+	props := snap.Props()
+	if keys := req.GetKeys(); len(keys) > 0 {
+		props = nil
+		for _, k := range keys {
+			if p, ok := snap.Get(k); ok {
+				props = append(props, p)
+			}
+		}
+	}
+	return &lehrpb.AgentGetResponse{Version: info, Kind: meta.Kind, Properties: content.ToProto(props)}, nil
+}
+
+// Status describes the agent.
+func (b *backend) Status(context.Context) (*lehrpb.StatusResponse, error) {
+	a := (*Agent)(b)
+	up := a.up.Status()
+	resp := &lehrpb.StatusResponse{
+		HostId:      a.opts.HostID,
+		Zone:        a.opts.Zone,
+		Distributor: up.Distributor,
+		Connected:   up.Connected,
+	}
+	if n, err := a.cache.Size(); err == nil {
+		resp.CacheBytes = n
+	}
+	leaseCount := map[string]int{}
+	for _, n := range a.leases.Namespaces() {
+		leaseCount[n.Name] = n.Leases
+	}
+	seen := map[string]bool{}
+	add := func(ns string) {
+		if seen[ns] {
+			return
+		}
+		seen[ns] = true
+		st := a.get(ns)
+		path, _ := nsfile.Path(a.filesDir, ns)
+		s := &lehrpb.NamespaceStatus{
+			Namespace:   ns,
+			Version:     st.version,
+			Checksum:    st.checksum,
+			Subscribers: int32(leaseCount[ns]),
+			Upstream:    a.up.Subscribed(ns),
+			Path:        path,
+		}
+		if st.reportVersion == st.version && st.version > 0 {
+			s.Applied, s.ApplyErrors = int32(len(st.applied)), int32(len(st.rejected))
+		}
+		resp.Namespaces = append(resp.Namespaces, s)
+	}
+	for _, ns := range a.known() {
+		add(ns)
+	}
+	for _, n := range a.leases.Namespaces() {
+		add(n.Name)
+	}
+	return resp, nil
+}
+
+// ReportApply records a consumer's verdict on a version. Only reports for
+// the version the agent holds count; older ones are ignored.
+func (b *backend) ReportApply(_ context.Context, req *lehrpb.ReportApplyRequest) error {
+	a := (*Agent)(b)
+	l, ok := a.leases.Lookup(req.GetLeaseId())
+	if !ok {
+		return fmt.Errorf("report for lease %q: %w", req.GetLeaseId(), leases.ErrNotFound)
+	}
+	ns := req.GetNamespace()
+	if l.Namespace != ns {
+		return fmt.Errorf("lease %q holds %s, not %s: %w", l.ID, l.Namespace, ns, localapi.ErrNotFound)
+	}
+	a.update(ns, func(st *nsState) {
+		if !req.GetOk() {
+			st.callbackErrs++
+		}
+		if req.GetVersion() != st.version {
+			return
+		}
+		if st.reportVersion != st.version {
+			st.reportVersion, st.applied, st.rejected = st.version, map[string]bool{}, map[string]bool{}
+		}
+		if req.GetOk() {
+			st.applied[l.ID] = true
+			delete(st.rejected, l.ID)
+		} else {
+			st.rejected[l.ID] = true
+			delete(st.applied, l.ID)
+		}
+	})
+	if !req.GetOk() {
+		a.log.Warn("consumer rejected a version", "namespace", ns, "version", req.GetVersion(),
+			"client", l.ClientID, "error", req.GetError())
+	}
+	return nil
+}

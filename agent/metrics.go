@@ -1,0 +1,81 @@
+package agent
+
+import (
+	"fmt"
+	"strconv"
+	"sync"
+
+	"github.com/VictoriaMetrics/metrics"
+)
+
+// agentMetrics are the agent's own series. The upstream client adds
+// lehr_agent_connected, lehr_agent_failovers_total and
+// lehr_agent_bytes_received_total{kind} to the same set.
+type agentMetrics struct {
+	set             *metrics.Set
+	appliedSnapshot *metrics.Counter
+	appliedPatch    *metrics.Counter
+	applyErrors     *metrics.Counter
+	corruptions     *metrics.Counter
+
+	mu       sync.Mutex
+	versions map[string]*metrics.Gauge
+}
+
+func newAgentMetrics(set *metrics.Set, a *Agent) *agentMetrics {
+	m := &agentMetrics{
+		set:             set,
+		appliedSnapshot: set.GetOrCreateCounter(`lehr_agent_updates_applied_total{kind="snapshot"}`),
+		appliedPatch:    set.GetOrCreateCounter(`lehr_agent_updates_applied_total{kind="patch"}`),
+		applyErrors:     set.GetOrCreateCounter(`lehr_agent_apply_errors_total`),
+		corruptions:     set.GetOrCreateCounter(`lehr_agent_cache_corruptions_total`),
+		versions:        map[string]*metrics.Gauge{},
+	}
+	set.GetOrCreateGauge(`lehr_agent_cache_bytes`, func() float64 {
+		c := a.cache
+		if c == nil {
+			return 0
+		}
+		n, err := c.Size()
+		if err != nil {
+			return 0
+		}
+		return float64(n)
+	})
+	set.GetOrCreateGauge(`lehr_agent_subscriptions`, func() float64 {
+		if a.up == nil {
+			return 0
+		}
+		return float64(len(a.up.Subscriptions()))
+	})
+	set.GetOrCreateGauge(`lehr_agent_leases`, func() float64 { return float64(a.leases.Len()) })
+	return m
+}
+
+func (m *agentMetrics) applied(snapshot bool) {
+	if snapshot {
+		m.appliedSnapshot.Inc()
+	} else {
+		m.appliedPatch.Inc()
+	}
+}
+
+// setVersion sets lehr_agent_namespace_version{namespace}; 0 removes it.
+func (m *agentMetrics) setVersion(ns string, v uint64) {
+	name := fmt.Sprintf(`lehr_agent_namespace_version{namespace=%s}`, strconv.Quote(ns))
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	g := m.versions[ns]
+	if v == 0 {
+		if g != nil {
+			m.set.UnregisterMetric(name)
+			delete(m.versions, ns)
+		}
+		return
+	}
+	if g == nil {
+		g = m.set.GetOrCreateGauge(name, nil)
+		m.versions[ns] = g
+	}
+	g.Set(float64(v))
+}

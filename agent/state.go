@@ -1,0 +1,258 @@
+package agent
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+
+	"lehr.dev/lehr/agent/cache"
+	"lehr.dev/lehr/agent/leases"
+	"lehr.dev/lehr/internal/names"
+	"lehr.dev/lehr/internal/nsfile"
+	"lehr.dev/lehr/proto/lehrpb"
+)
+
+// nsState is what the agent knows of one namespace it holds or wants.
+type nsState struct {
+	// Held in the cache; version 0 when nothing is.
+	version  uint64
+	checksum string
+	kind     lehrpb.NamespaceKind
+	info     *lehrpb.VersionInfo
+
+	// fileVersion is the version in the namespace's file (0: none);
+	// fileStale says the last write failed and must be retried.
+	fileVersion uint64
+	fileStale   bool
+
+	// Consumer reports for reportVersion.
+	reportVersion uint64
+	applied       map[string]bool // lease ids that applied reportVersion
+	rejected      map[string]bool // lease ids that rejected it
+	applyErrors   uint64          // agent-side apply failures since start
+	callbackErrs  uint64          // consumer rejections since start
+}
+
+// lock returns the namespace's lock, which serialises applying, reading
+// for repair, and file changes of one namespace.
+func (a *Agent) lock(ns string) func() {
+	a.nsMu.Lock()
+	m := a.locks[ns]
+	if m == nil {
+		m = &sync.Mutex{}
+		a.locks[ns] = m
+	}
+	a.nsMu.Unlock()
+	m.Lock()
+	return m.Unlock
+}
+
+// get returns a copy of the state of ns (zero if unknown).
+func (a *Agent) get(ns string) nsState {
+	a.nsMu.Lock()
+	defer a.nsMu.Unlock()
+	if st := a.state[ns]; st != nil {
+		return *st
+	}
+	return nsState{}
+}
+
+// update changes the state of ns under the state lock.
+func (a *Agent) update(ns string, f func(st *nsState)) {
+	a.nsMu.Lock()
+	defer a.nsMu.Unlock()
+	st := a.state[ns]
+	if st == nil {
+		st = &nsState{}
+		a.state[ns] = st
+	}
+	f(st)
+}
+
+// forget removes ns from the state if it holds and wants nothing.
+func (a *Agent) forgetIfIdle(ns string) {
+	a.nsMu.Lock()
+	defer a.nsMu.Unlock()
+	if st := a.state[ns]; st != nil && st.version == 0 && st.fileVersion == 0 && !st.fileStale {
+		delete(a.state, ns)
+	}
+}
+
+// heldList returns every namespace held in the cache, sorted.
+func (a *Agent) heldList() []string {
+	a.nsMu.Lock()
+	defer a.nsMu.Unlock()
+	var out []string
+	for ns, st := range a.state {
+		if st.version > 0 {
+			out = append(out, ns)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// known returns every namespace in the state, sorted.
+func (a *Agent) known() []string {
+	a.nsMu.Lock()
+	defer a.nsMu.Unlock()
+	out := make([]string, 0, len(a.state))
+	for ns := range a.state {
+		out = append(out, ns)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// loadState reads what the cache holds.
+func (a *Agent) loadState() error {
+	list, err := a.cache.List()
+	if err != nil {
+		return fmt.Errorf("agent: list cache: %w", err)
+	}
+	for _, e := range list {
+		a.update(e.Namespace, func(st *nsState) {
+			st.version, st.checksum = e.Version, e.Checksum
+		})
+		a.met.setVersion(e.Namespace, e.Version)
+	}
+	return nil
+}
+
+// scrub reads every cached namespace once, verifying its checksum, and
+// drops the corrupt ones so the distributor sends them afresh. It runs
+// before the first connection, so Hello never announces a corrupt copy.
+func (a *Agent) scrub() {
+	for _, ns := range a.heldList() {
+		unlock := a.lock(ns)
+		meta, _, err := a.cache.Get(ns)
+		if err == nil {
+			a.update(ns, func(st *nsState) { st.kind, st.info = meta.Kind, meta.Info })
+		}
+		unlock()
+		if errors.Is(err, cache.ErrCorrupt) {
+			a.dropCorrupt(ns, err)
+		} else if err != nil && !errors.Is(err, cache.ErrNotFound) {
+			a.log.Warn("cannot read cached namespace", "namespace", ns, "err", err)
+		}
+	}
+}
+
+// restoreFiles brings the files a previous run left up to date with the
+// cache and holds their namespaces for one grace period: consumers of the
+// previous run are expected back. Temporary files of interrupted writes
+// are removed. Files are otherwise trusted: they were written from
+// verified content, and readers verify them.
+func (a *Agent) restoreFiles() {
+	if n, err := nsfile.CleanTemp(a.filesDir); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		a.log.Warn("cannot clean temporary files", "dir", a.filesDir, "err", err)
+	} else if n > 0 {
+		a.log.Info("removed temporary files of interrupted writes", "count", n)
+	}
+	for _, ns := range a.filesOnDisk() {
+		path, _ := nsfile.Path(a.filesDir, ns)
+		f, err := nsfile.Read(path)
+		if err != nil {
+			a.log.Warn("namespace file unreadable; it will be rewritten", "path", path, "err", err)
+		} else {
+			a.update(ns, func(st *nsState) { st.fileVersion = f.Version })
+		}
+		a.transition(a.leases.Hold(ns))
+	}
+}
+
+// filesOnDisk lists the namespaces that have a file in the files directory.
+func (a *Agent) filesOnDisk() []string {
+	var out []string
+	domains, err := os.ReadDir(a.filesDir)
+	if err != nil {
+		if !errors.Is(err, fs.ErrNotExist) {
+			a.log.Warn("cannot list namespace files", "dir", a.filesDir, "err", err)
+		}
+		return nil
+	}
+	for _, d := range domains {
+		if !d.IsDir() || names.Domain(d.Name()) != nil {
+			continue
+		}
+		files, err := os.ReadDir(filepath.Join(a.filesDir, d.Name()))
+		if err != nil {
+			continue
+		}
+		for _, f := range files {
+			name, ok := strings.CutSuffix(f.Name(), nsfile.Ext)
+			if !ok || !f.Type().IsRegular() || nsfile.IsTemp(f.Name()) {
+				continue
+			}
+			ns := d.Name() + "/" + name
+			if _, _, err := names.Namespace(ns); err == nil {
+				out = append(out, ns)
+			}
+		}
+	}
+	return out
+}
+
+// transition acts on lease transitions.
+func (a *Agent) transition(trs []leases.Transition) {
+	for _, tr := range trs {
+		a.sync(tr.Namespace)
+	}
+}
+
+// sync makes the upstream subscription and the file of ns match whether
+// it is wanted now. It is idempotent, so transitions handled out of order
+// by concurrent callers still converge on the lease table's truth.
+func (a *Agent) sync(ns string) {
+	unlock := a.lock(ns)
+	defer unlock()
+	if a.leases.Wanted(ns) {
+		a.up.Subscribe(ns)
+		a.ensureFileLocked(ns)
+		return
+	}
+	a.up.Unsubscribe(ns)
+	if err := a.writer.Remove(a.filesDir, ns); err != nil {
+		a.log.Warn("cannot remove namespace file", "namespace", ns, "err", err)
+	}
+	a.update(ns, func(st *nsState) {
+		st.fileVersion, st.fileStale = 0, false
+		st.reportVersion, st.applied, st.rejected = 0, nil, nil
+	})
+	a.forgetIfIdle(ns)
+}
+
+// ensureFileLocked writes the file of ns from the cache if it is missing,
+// stale or failed to write. The caller holds the namespace's lock.
+func (a *Agent) ensureFileLocked(ns string) {
+	st := a.get(ns)
+	if st.version == 0 || (st.fileVersion == st.version && !st.fileStale) {
+		return
+	}
+	meta, snap, err := a.cache.Get(ns)
+	switch {
+	case errors.Is(err, cache.ErrCorrupt):
+		a.dropCorruptLocked(ns, err)
+		return
+	case err != nil:
+		a.log.Warn("cannot read namespace to write its file", "namespace", ns, "err", err)
+		return
+	}
+	a.writeFileLocked(ns, meta, snap)
+}
+
+// retryFiles rewrites the files whose last write failed.
+func (a *Agent) retryFiles() {
+	for _, ns := range a.known() {
+		if st := a.get(ns); st.fileStale && a.leases.Wanted(ns) {
+			unlock := a.lock(ns)
+			a.ensureFileLocked(ns)
+			unlock()
+		}
+	}
+}
