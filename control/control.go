@@ -10,13 +10,11 @@ package control
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
-	"os"
 	"path/filepath"
 	"sync"
 	"time"
@@ -31,6 +29,7 @@ import (
 	"lehr.dev/lehr/control/embedetcd"
 	"lehr.dev/lehr/control/service"
 	"lehr.dev/lehr/control/store"
+	"lehr.dev/lehr/internal/certs"
 	"lehr.dev/lehr/proto/lehrpb"
 )
 
@@ -196,26 +195,21 @@ func requireLoopback(addr string) error {
 		"pass --tls-cert and --tls-key (create them with \"lehr certs\"), or listen on 127.0.0.1", addr)
 }
 
-// serverTLS builds a TLS 1.3 configuration, with mutual TLS if caFile is set.
+// serverTLS builds a TLS 1.3 configuration, with mutual TLS (the shared
+// internal/certs configuration) if caFile is set.
 func serverTLS(certFile, keyFile, caFile string) (*tls.Config, error) {
+	if caFile != "" {
+		cfg, err := certs.ServerTLS(certFile, keyFile, caFile)
+		if err != nil {
+			return nil, fmt.Errorf("control: %w", err)
+		}
+		return cfg, nil
+	}
 	cert, err := tls.LoadX509KeyPair(certFile, keyFile)
 	if err != nil {
 		return nil, fmt.Errorf("control: load TLS certificate %s: %w", certFile, err)
 	}
-	cfg := &tls.Config{MinVersion: tls.VersionTLS13, Certificates: []tls.Certificate{cert}}
-	if caFile != "" {
-		pem, err := os.ReadFile(caFile)
-		if err != nil {
-			return nil, fmt.Errorf("control: read client CA %s: %w", caFile, err)
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("control: client CA %s holds no PEM certificate", caFile)
-		}
-		cfg.ClientCAs = pool
-		cfg.ClientAuth = tls.RequireAndVerifyClientCert
-	}
-	return cfg, nil
+	return &tls.Config{MinVersion: tls.VersionTLS13, Certificates: []tls.Certificate{cert}}, nil
 }
 
 // Ready is closed once control serves gRPC (Addr is then valid). It is not

@@ -8,6 +8,7 @@ import (
 
 	"lehr.dev/lehr/control/validate"
 	"lehr.dev/lehr/internal/apierror"
+	"lehr.dev/lehr/internal/certs"
 )
 
 // caller is who made a request, for audit.
@@ -30,10 +31,11 @@ func callerOf(ctx context.Context) caller {
 	if p.Addr != nil {
 		c.transport = p.Addr.String()
 	}
-	if ti, ok := p.AuthInfo.(credentials.TLSInfo); ok && len(ti.State.VerifiedChains) > 0 && len(ti.State.VerifiedChains[0]) > 0 {
-		cert := ti.State.VerifiedChains[0][0]
-		c.identity = cert.Subject.CommonName
-		c.transport = "cert:" + cert.Subject.String()
+	if ti, ok := p.AuthInfo.(credentials.TLSInfo); ok {
+		if id := certs.PeerIdentity(ti.State); id != "" {
+			c.identity = id
+			c.transport = "cert:" + ti.State.VerifiedChains[0][0].Subject.String()
+		}
 	}
 	return c
 }
