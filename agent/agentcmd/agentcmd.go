@@ -1,0 +1,213 @@
+// Package agentcmd is the command line of the agent: flags → agent.Options
+// → agent.New → Run until SIGINT or SIGTERM. The lean production binary
+// cmd/lehr-agent and the "lehr agent" subcommand both call Main, so they
+// are the same program with the same flags.
+//
+// Imported by cmd/lehr-agent and cmd/lehr only.
+package agentcmd
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"lehr.dev/lehr/agent"
+	"lehr.dev/lehr/internal/certs"
+)
+
+// Usage is the help text printed above the flag list.
+const Usage = `lehr-agent — the Lehr per-host agent
+
+Keeps the namespaces local consumers subscribe to current: it dials a
+distributor of its zone over QUIC (mutual TLS), caches every version in
+Badger under --data-dir, writes one file per subscribed namespace
+(DATA_DIR/files/<domain>/<name>.lehr, format in docs/files.md) and serves
+consumers on a unix socket (lehr.v1.Agent, proto/lehr/v1/agent.proto).
+It serves from its cache at once on start, before any distributor answers,
+and fails over between the distributors listed.
+
+Usage:
+  lehr-agent --zone ZONE --distributors ADDR[,ADDR...] --ca CA.crt --cert HOST.crt --key HOST.key [flags]
+
+Examples:
+  # A host in zone us-east-1a with two distributors (certificates from
+  # "lehr certs issue"):
+  lehr-agent --zone us-east-1a \
+      --distributors dist-1.internal:7410,dist-2.internal:7410 \
+      --ca /etc/lehr/ca.crt --cert /etc/lehr/host.crt --key /etc/lehr/host.key
+
+  # Local development against "lehr dev" (see "make run"):
+  lehr-agent --zone dev-a --distributors 127.0.0.1:7410 \
+      --ca .lehr/pki/ca/ca.crt --cert .lehr/pki/host.crt --key .lehr/pki/host.key \
+      --data-dir /tmp/lehr-agent --metrics-listen 127.0.0.1:9411
+
+  # Then, on the same host, watch a namespace arrive:
+  lehr watch --socket /tmp/lehr-agent/agent.sock payments/limits
+
+Flags:
+`
+
+// Main runs the agent with args (without the program name) and returns the
+// process exit code: 0 after a clean shutdown, 1 on failure, 2 on bad
+// usage. It stops on SIGINT or SIGTERM, or when ctx ends.
+func Main(ctx context.Context, args []string, stderr io.Writer) int {
+	opts, logOpts, err := parse(args, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "lehr-agent: %v\nRun lehr-agent --help for usage.\n", err)
+		return 2
+	}
+	log := logOpts.logger(stderr)
+	opts.Logger = log
+
+	a, err := agent.New(opts)
+	if err != nil {
+		fmt.Fprintf(stderr, "lehr-agent: %v\n", err)
+		return 2
+	}
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	select {
+	case <-a.Ready():
+		notifySystemd("READY=1\nSTATUS=serving from cache")
+	case err := <-done:
+		return exitErr(stderr, err)
+	}
+	err = <-done
+	notifySystemd("STOPPING=1")
+	return exitErr(stderr, err)
+}
+
+func exitErr(stderr io.Writer, err error) int {
+	if err != nil {
+		fmt.Fprintf(stderr, "lehr-agent: %v\n", err)
+		return 1
+	}
+	return 0
+}
+
+type logOptions struct {
+	level  slog.Level
+	format string
+}
+
+func (l logOptions) logger(w io.Writer) *slog.Logger {
+	ho := &slog.HandlerOptions{Level: l.level}
+	if l.format == "json" {
+		return slog.New(slog.NewJSONHandler(w, ho))
+	}
+	return slog.New(slog.NewTextHandler(w, ho))
+}
+
+// parse turns the command line into agent options.
+func parse(args []string, out io.Writer) (agent.Options, logOptions, error) {
+	fs := flag.NewFlagSet("lehr-agent", flag.ContinueOnError)
+	fs.SetOutput(out)
+	fs.Usage = func() {
+		fmt.Fprint(out, Usage)
+		fs.PrintDefaults()
+	}
+	var (
+		opts         agent.Options
+		lo           logOptions
+		distributors = fs.String("distributors", "", "comma-separated UDP addresses (host:port) of the zone's distributors, in order of preference (required)")
+		labels       = fs.String("labels", "", "host labels as key=value pairs separated by commas, e.g. role=canary,rack=r12")
+		caFile       = fs.String("ca", "", "PEM file of the CA that signs the distributors (required)")
+		certFile     = fs.String("cert", "", "PEM host certificate presented to distributors; its name is the host id (required)")
+		keyFile      = fs.String("key", "", "PEM private key of --cert (required)")
+		serverName   = fs.String("server-name", "", "name the distributors' certificates must carry; empty means the host part of each address")
+		durable      = fs.Bool("durable", true, "fsync the cache and every file before acknowledging (turn off only in tests)")
+		level        = fs.String("log-level", "info", "log level: debug, info, warn or error")
+	)
+	fs.StringVar(&opts.Zone, "zone", "", "zone the host is in, e.g. us-east-1a (required)")
+	fs.StringVar(&opts.DataDir, "data-dir", "/var/lib/lehr/agent", "directory of the cache (DATA_DIR/cache) and the namespace files (DATA_DIR/files)")
+	fs.StringVar(&opts.Socket, "socket", "", "unix socket of the local API; empty means DATA_DIR/agent.sock")
+	fs.StringVar(&opts.HostID, "host-id", "", "host identity announced to distributors; empty means the hostname")
+	fs.StringVar(&opts.MetricsListen, "metrics-listen", "", "TCP address serving /metrics, e.g. 127.0.0.1:9411; empty serves none")
+	fs.DurationVar(&opts.LeaseTTL, "lease-ttl", agent.DefaultLeaseTTL, "lease TTL granted to consumers that ask for the default")
+	fs.DurationVar(&opts.UnsubscribeGrace, "grace", agent.DefaultUnsubscribeGrace, "how long a namespace stays subscribed (and its file kept) after its last lease ends")
+	fs.DurationVar(&opts.BackoffMin, "backoff-min", agent.DefaultBackoffMin, "shortest wait between connection attempts")
+	fs.DurationVar(&opts.BackoffMax, "backoff-max", agent.DefaultBackoffMax, "longest wait between connection attempts")
+	fs.StringVar(&lo.format, "log-format", "text", "log format: text or json")
+	if err := fs.Parse(args); err != nil {
+		return opts, lo, err
+	}
+	if fs.NArg() > 0 {
+		return opts, lo, fmt.Errorf("unexpected argument %q: every setting is a flag", fs.Arg(0))
+	}
+	if err := lo.level.UnmarshalText([]byte(*level)); err != nil {
+		return opts, lo, fmt.Errorf("--log-level %q: want debug, info, warn or error", *level)
+	}
+	if lo.format != "text" && lo.format != "json" {
+		return opts, lo, fmt.Errorf("--log-format %q: want text or json", lo.format)
+	}
+	if opts.Zone == "" {
+		return opts, lo, errors.New("--zone is required")
+	}
+	for _, d := range strings.Split(*distributors, ",") {
+		if d = strings.TrimSpace(d); d != "" {
+			if _, _, err := net.SplitHostPort(d); err != nil {
+				return opts, lo, fmt.Errorf("--distributors: %q is not host:port", d)
+			}
+			opts.Distributors = append(opts.Distributors, d)
+		}
+	}
+	if len(opts.Distributors) == 0 {
+		return opts, lo, errors.New("--distributors is required: at least one host:port")
+	}
+	if *labels != "" {
+		opts.Labels = map[string]string{}
+		for _, kv := range strings.Split(*labels, ",") {
+			k, v, ok := strings.Cut(strings.TrimSpace(kv), "=")
+			if !ok || k == "" {
+				return opts, lo, fmt.Errorf("--labels: %q is not key=value", kv)
+			}
+			opts.Labels[k] = v
+		}
+	}
+	if *caFile == "" || *certFile == "" || *keyFile == "" {
+		return opts, lo, errors.New("--ca, --cert and --key are required: distributors only accept agents with a host certificate")
+	}
+	tc, err := certs.ClientTLS(*certFile, *keyFile, *caFile, *serverName)
+	if err != nil {
+		return opts, lo, err
+	}
+	opts.TLS = tc
+	if opts.DataDir != "" {
+		opts.DataDir = filepath.Clean(opts.DataDir)
+	}
+	opts.DurableWrites = durable
+	return opts, lo, nil
+}
+
+// notifySystemd sends state to systemd's notification socket when the
+// agent runs under Type=notify; it does nothing otherwise.
+func notifySystemd(state string) {
+	path := os.Getenv("NOTIFY_SOCKET")
+	if path == "" {
+		return
+	}
+	if strings.HasPrefix(path, "@") {
+		path = "\x00" + path[1:] // abstract socket
+	}
+	c, err := net.DialTimeout("unixgram", path, time.Second)
+	if err != nil {
+		return
+	}
+	defer c.Close()
+	c.Write([]byte(state))
+}
