@@ -1,0 +1,286 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"lehr.dev/lehr/proto/lehrpb"
+)
+
+// goalVersions maps namespace to goal version.
+func goalVersions(gs []*lehrpb.GoalState) map[string]uint64 {
+	out := map[string]uint64{}
+	for _, g := range gs {
+		out[g.GetNamespace()] = g.GetVersion()
+	}
+	return out
+}
+
+func TestZonesAndGoals(t *testing.T) {
+	s := newTestStore(t, Options{})
+	ctx := testCtx(t)
+	mustDomain(t, s, "d")
+	commit(t, s, Commit{Namespace: "d/a", Create: true, Content: snap(t, "k", "1")})
+	commit(t, s, Commit{Namespace: "d/a", ExpectedLatest: 1, Content: snap(t, "k", "2")})
+	commit(t, s, Commit{Namespace: "d/b", Create: true, Content: snap(t, "k", "1")})
+	if _, err := s.CreateNamespace(ctx, &lehrpb.Namespace{Name: "d/empty"}); err != nil {
+		t.Fatal(err)
+	}
+
+	// A new zone starts at every namespace's latest version.
+	z, err := s.CreateZone(ctx, "zone-a")
+	if err != nil {
+		t.Fatalf("CreateZone: %v", err)
+	}
+	if z.GetName() != "zone-a" {
+		t.Errorf("CreateZone returned %v", z)
+	}
+	if _, err := s.CreateZone(ctx, "zone-a"); !errors.Is(err, ErrAlreadyExists) {
+		t.Errorf("second CreateZone: %v, want ErrAlreadyExists", err)
+	}
+	if err := s.EnsureZone(ctx, "zone-a"); err != nil {
+		t.Errorf("EnsureZone of an existing zone: %v", err)
+	}
+	if err := s.EnsureZone(ctx, "zone-b"); err != nil {
+		t.Errorf("EnsureZone of a new zone: %v", err)
+	}
+	goals, rev, err := s.Goals(ctx, "zone-a", "")
+	if err != nil {
+		t.Fatalf("Goals: %v", err)
+	}
+	if rev <= 0 {
+		t.Errorf("Goals revision = %d, want > 0", rev)
+	}
+	if diff := cmp.Diff(map[string]uint64{"d/a": 2, "d/b": 1}, goalVersions(goals)); diff != "" {
+		t.Errorf("goals after CreateZone (-want +got):\n%s", diff)
+	}
+	for _, g := range goals {
+		if g.GetReason() != ZoneCreatedReason || g.GetZone() != "zone-a" || g.GetChecksum() == "" {
+			t.Errorf("goal %v: want zone-a, reason %q and a checksum", g, ZoneCreatedReason)
+		}
+	}
+
+	// A commit with GoalsAllZones moves every zone.
+	info := commit(t, s, Commit{Namespace: "d/b", ExpectedLatest: 1, Content: snap(t, "k", "2"), GoalReason: "publish"})
+	for _, zone := range []string{"zone-a", "zone-b"} {
+		gs, _, err := s.Goals(ctx, zone, "d/b")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(gs) != 1 || gs[0].GetVersion() != 2 || gs[0].GetChecksum() != info.GetChecksum() || gs[0].GetReason() != "publish" {
+			t.Errorf("goal of d/b in %s = %v, want version 2 reason publish", zone, gs)
+		}
+	}
+	// GoalsNone leaves them alone; SetGoal moves one.
+	commit(t, s, Commit{Namespace: "d/b", ExpectedLatest: 2, Content: snap(t, "k", "3"), Goals: GoalsNone})
+	if gs, _, _ := s.Goals(ctx, "zone-a", "d/b"); len(gs) != 1 || gs[0].GetVersion() != 2 {
+		t.Errorf("after a GoalsNone commit goal = %v, want still 2", gs)
+	}
+	if err := s.SetGoal(ctx, &lehrpb.GoalState{Zone: "zone-a", Namespace: "d/b", Version: 3, Reason: "canary"}); err != nil {
+		t.Fatalf("SetGoal: %v", err)
+	}
+	if gs, _, _ := s.Goals(ctx, "zone-a", "d/b"); len(gs) != 1 || gs[0].GetVersion() != 3 || gs[0].GetReason() != "canary" {
+		t.Errorf("after SetGoal goal = %v, want 3 with reason canary", gs)
+	}
+
+	var nf *NotFoundError
+	if err := s.SetGoal(ctx, &lehrpb.GoalState{Zone: "zone-a", Namespace: "d/b", Version: 9}); !errors.As(err, &nf) || nf.What != "version" {
+		t.Errorf("SetGoal to a missing version: %v, want version not found", err)
+	}
+	if err := s.SetGoal(ctx, &lehrpb.GoalState{Zone: "nozone", Namespace: "d/b", Version: 1}); !errors.As(err, &nf) || nf.What != "zone" {
+		t.Errorf("SetGoal in a missing zone: %v, want zone not found", err)
+	}
+	if err := s.SetGoal(ctx, &lehrpb.GoalState{Zone: "zone-a", Namespace: "d/b", Version: 1, Checksum: "sha256:00"}); !errors.Is(err, ErrInvalid) {
+		t.Errorf("SetGoal with a wrong checksum: %v, want ErrInvalid", err)
+	}
+	if _, _, err := s.Goals(ctx, "nozone", ""); !errors.As(err, &nf) || nf.What != "zone" {
+		t.Errorf("Goals of a missing zone: %v, want zone not found", err)
+	}
+	zones, err := s.ListZones(ctx)
+	if err != nil || len(zones) != 2 {
+		t.Errorf("ListZones = %v, %v; want 2 zones", zones, err)
+	}
+}
+
+// TestCreateZoneManyNamespaces crosses the size where goals no longer fit in
+// the registering transaction.
+func TestCreateZoneManyNamespaces(t *testing.T) {
+	s := newTestStore(t, Options{})
+	ctx := testCtx(t)
+	mustDomain(t, s, "d")
+	const n = maxOpsPerTxn + 20
+	want := map[string]uint64{}
+	for i := range n {
+		ns := fmt.Sprintf("d/ns-%03d", i)
+		commit(t, s, Commit{Namespace: ns, Create: true, Content: snap(t, "k", ns), Goals: GoalsNone})
+		want[ns] = 1
+	}
+	if _, err := s.CreateZone(ctx, "big"); err != nil {
+		t.Fatalf("CreateZone: %v", err)
+	}
+	goals, _, err := s.Goals(ctx, "big", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(want, goalVersions(goals)); diff != "" {
+		t.Errorf("goals (-want +got):\n%s", diff)
+	}
+}
+
+func TestWatchGoals(t *testing.T) {
+	s := newTestStore(t, Options{})
+	ctx := testCtx(t)
+	mustDomain(t, s, "d")
+	if _, err := s.CreateZone(ctx, "z"); err != nil {
+		t.Fatal(err)
+	}
+	commit(t, s, Commit{Namespace: "d/w", Create: true, Content: snap(t, "k", "1")})
+	_, rev, err := s.Goals(ctx, "z", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	wctx, cancel := context.WithCancel(ctx)
+	ch := s.WatchGoals(wctx, "z", rev+1)
+	info := commit(t, s, Commit{Namespace: "d/w", ExpectedLatest: 1, Content: snap(t, "k", "2")})
+	b := recvBatch(t, ch)
+	if b.Err != nil {
+		t.Fatalf("batch error: %v", b.Err)
+	}
+	if len(b.Events) != 1 || b.Events[0].GetType() != lehrpb.GoalEvent_TYPE_PUT ||
+		b.Events[0].GetGoal().GetVersion() != 2 || b.Events[0].GetGoal().GetChecksum() != info.GetChecksum() {
+		t.Fatalf("batch = %v, want one PUT of version 2", b.Events)
+	}
+	if b.Revision <= rev {
+		t.Errorf("batch revision %d, want > %d", b.Revision, rev)
+	}
+	cancel()
+	for range ch { // must close after cancel
+	}
+
+	// Resume after the batch: v3 only, not v2 again.
+	commit(t, s, Commit{Namespace: "d/w", ExpectedLatest: 2, Content: snap(t, "k", "3")})
+	wctx, cancel = context.WithCancel(ctx)
+	defer cancel()
+	ch = s.WatchGoals(wctx, "z", b.Revision+1)
+	b2 := recvBatch(t, ch)
+	if b2.Err != nil || len(b2.Events) != 1 || b2.Events[0].GetGoal().GetVersion() != 3 {
+		t.Fatalf("resumed batch = %+v, want one PUT of version 3", b2)
+	}
+	// A delete shows up as a DELETE event.
+	if _, err := s.cli.Delete(ctx, s.lay.goal("z", "d/w")); err != nil {
+		t.Fatal(err)
+	}
+	b3 := recvBatch(t, ch)
+	if b3.Err != nil || len(b3.Events) != 1 || b3.Events[0].GetType() != lehrpb.GoalEvent_TYPE_DELETE ||
+		b3.Events[0].GetGoal().GetNamespace() != "d/w" || b3.Events[0].GetGoal().GetZone() != "z" {
+		t.Fatalf("batch = %+v, want a DELETE of d/w in z", b3)
+	}
+
+	// After etcd compacts the revision, resuming from it is ErrRevisionGone.
+	cur, err := s.cli.Get(ctx, "anything")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.cli.Compact(ctx, cur.Header.Revision); err != nil {
+		t.Fatalf("etcd compact: %v", err)
+	}
+	gone := recvBatch(t, s.WatchGoals(ctx, "z", rev+1))
+	if !errors.Is(gone.Err, ErrRevisionGone) {
+		t.Errorf("watch from a compacted revision: %v, want ErrRevisionGone", gone.Err)
+	}
+	if bad := recvBatch(t, s.WatchGoals(ctx, "z", 0)); !errors.Is(bad.Err, ErrInvalid) {
+		t.Errorf("watch from revision 0: %v, want ErrInvalid", bad.Err)
+	}
+}
+
+func recvBatch(t *testing.T, ch <-chan GoalBatch) GoalBatch {
+	t.Helper()
+	select {
+	case b, ok := <-ch:
+		if !ok {
+			t.Fatalf("watch channel closed, want a batch")
+		}
+		return b
+	case <-time.After(30 * time.Second):
+		t.Fatalf("no goal batch within 30s")
+	}
+	return GoalBatch{}
+}
+
+func TestDomainsAndNamespaces(t *testing.T) {
+	s := newTestStore(t, Options{})
+	ctx := testCtx(t)
+	for _, d := range []string{"c", "a", "b"} {
+		mustDomain(t, s, d)
+	}
+	if _, err := s.CreateDomain(ctx, &lehrpb.Domain{Name: "a"}); !errors.Is(err, ErrAlreadyExists) {
+		t.Errorf("duplicate CreateDomain: %v, want ErrAlreadyExists", err)
+	}
+	if _, err := s.CreateDomain(ctx, &lehrpb.Domain{Name: "Bad/Name"}); !errors.Is(err, ErrInvalid) {
+		t.Errorf("CreateDomain with a bad name: %v, want ErrInvalid", err)
+	}
+	var nf *NotFoundError
+	if _, err := s.GetDomain(ctx, "zz"); !errors.As(err, &nf) || nf.What != "domain" {
+		t.Errorf("GetDomain(zz): %v, want domain not found", err)
+	}
+	ds, err := s.ListDomains(ctx, "", 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := domainNames(ds); !cmp.Equal(got, []string{"a", "b"}) {
+		t.Errorf("ListDomains(first 2) = %v, want [a b]", got)
+	}
+	ds, err = s.ListDomains(ctx, "b", 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := domainNames(ds); !cmp.Equal(got, []string{"c"}) {
+		t.Errorf("ListDomains(after b) = %v, want [c]", got)
+	}
+
+	for _, n := range []string{"a/x", "a/y", "a/z", "b/x"} {
+		if _, err := s.CreateNamespace(ctx, &lehrpb.Namespace{Name: n, JsonSchema: `{"type":"object"}`}); err != nil {
+			t.Fatalf("CreateNamespace(%s): %v", n, err)
+		}
+	}
+	if _, err := s.CreateNamespace(ctx, &lehrpb.Namespace{Name: "a/x"}); !errors.Is(err, ErrAlreadyExists) {
+		t.Errorf("duplicate CreateNamespace: %v, want ErrAlreadyExists", err)
+	}
+	if _, err := s.CreateNamespace(ctx, &lehrpb.Namespace{Name: "nod/x"}); !errors.As(err, &nf) || nf.What != "domain" {
+		t.Errorf("CreateNamespace in a missing domain: %v, want domain not found", err)
+	}
+	nss, err := s.ListNamespaces(ctx, "a", "a/x", 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, n := range nss {
+		got = append(got, n.GetName())
+		if n.GetJsonSchema() != `{"type":"object"}` || n.GetLatestVersion() != 0 {
+			t.Errorf("namespace %v: want the schema kept and latest 0", n)
+		}
+	}
+	if !cmp.Equal(got, []string{"a/y", "a/z"}) {
+		t.Errorf("ListNamespaces(a, after a/x) = %v, want [a/y a/z]", got)
+	}
+	if n, err := s.CountNamespaces(ctx, "a"); err != nil || n != 3 {
+		t.Errorf("CountNamespaces(a) = %d, %v; want 3", n, err)
+	}
+	if n, err := s.CountNamespaces(ctx, "c"); err != nil || n != 0 {
+		t.Errorf("CountNamespaces(c) = %d, %v; want 0", n, err)
+	}
+}
+
+func domainNames(ds []*lehrpb.Domain) []string {
+	var out []string
+	for _, d := range ds {
+		out = append(out, d.GetName())
+	}
+	return out
+}
