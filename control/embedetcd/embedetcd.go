@@ -65,6 +65,13 @@ type Options struct {
 	// MaxRequestBytes is the largest client request etcd accepts; default
 	// DefaultMaxRequestBytes (1.5 MiB).
 	MaxRequestBytes uint
+	// AutoCompaction is how much MVCC history etcd keeps: it compacts
+	// revisions older than this, periodically. Without it every overwritten
+	// value stays in etcd's database until the backend quota is exhausted.
+	// Watches resuming from a compacted revision fail (the store reports
+	// ErrRevisionGone and watchers restart from the current state).
+	// Default one hour; negative disables auto-compaction.
+	AutoCompaction time.Duration
 	// UnsafeNoFsync disables fsync of etcd's WAL and database. Data
 	// survives a process restart but not a machine crash: tests only.
 	UnsafeNoFsync bool
@@ -105,6 +112,9 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 	}
 	if opts.LogLevel == "" {
 		opts.LogLevel = "error"
+	}
+	if opts.AutoCompaction == 0 {
+		opts.AutoCompaction = time.Hour
 	}
 	auto := hasPortZero(opts.ClientURL) || hasPortZero(opts.PeerURL)
 	if auto && opts.InitialCluster != "" && hasPortZero(opts.PeerURL) {
@@ -164,6 +174,10 @@ func start(ctx context.Context, opts Options) (*Server, error) {
 	cfg.ClusterState = opts.ClusterState
 	cfg.MaxRequestBytes = opts.MaxRequestBytes
 	cfg.UnsafeNoFsync = opts.UnsafeNoFsync
+	if opts.AutoCompaction >= 0 {
+		cfg.AutoCompactionMode = embed.CompactorModePeriodic
+		cfg.AutoCompactionRetention = opts.AutoCompaction.String()
+	}
 	cfg.LogLevel = opts.LogLevel
 	closing := new(atomic.Bool)
 	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.New(&slogCore{
