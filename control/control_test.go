@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"strings"
 	"testing"
@@ -16,6 +17,7 @@ import (
 
 	"lehr.dev/lehr/control"
 	"lehr.dev/lehr/control/controltest"
+	"lehr.dev/lehr/control/embedetcd"
 	"lehr.dev/lehr/internal/apierror"
 	"lehr.dev/lehr/internal/content"
 	"lehr.dev/lehr/proto/lehrpb"
@@ -555,4 +557,86 @@ func TestRefusesPlaintextOnNetwork(t *testing.T) {
 	if _, err := control.New(control.Options{TLSCertFile: "x.pem"}); err == nil {
 		t.Errorf("New with a certificate but no key succeeded; want an error")
 	}
+}
+
+func TestWatchGoalsRevisionGone(t *testing.T) {
+	etcd, err := embedetcd.Start(testCtx(t), embedetcd.Options{Dir: t.TempDir(), Logger: controltest.Logger(t, slog.LevelWarn), UnsafeNoFsync: true})
+	if err != nil {
+		t.Fatalf("embedetcd.Start: %v", err)
+	}
+	t.Cleanup(etcd.Close)
+	srv := controltest.StartControl(t, control.Options{EtcdEndpoints: etcd.Endpoints()})
+	cl := srv.Client
+	createDomain(t, cl, "gone", nil)
+	if _, err := cl.CreateZone(testCtx(t), &lehrpb.CreateZoneRequest{Name: "zone-g"}); err != nil {
+		t.Fatalf("CreateZone: %v", err)
+	}
+	publish(t, cl, "gone/a", prop("k", "", "1"))
+	g, err := cl.GetGoals(testCtx(t), &lehrpb.GetGoalsRequest{Zone: "zone-g"})
+	if err != nil {
+		t.Fatalf("GetGoals: %v", err)
+	}
+	old := g.GetRevision()
+	publish(t, cl, "gone/a", prop("k", "", "2"))
+
+	// Compact etcd's history past the revision a client would resume at.
+	cli, err := etcd.Client(testCtx(t))
+	if err != nil {
+		t.Fatalf("etcd client: %v", err)
+	}
+	defer cli.Close()
+	latest, err := cli.Get(testCtx(t), "any")
+	if err != nil {
+		t.Fatalf("etcd get: %v", err)
+	}
+	if _, err := cli.Compact(testCtx(t), latest.Header.GetRevision()); err != nil {
+		t.Fatalf("etcd compact: %v", err)
+	}
+
+	stream, err := cl.WatchGoals(testCtx(t), &lehrpb.WatchGoalsRequest{Zone: "zone-g", StartRevision: old + 1})
+	if err != nil {
+		t.Fatalf("WatchGoals: %v", err)
+	}
+	_, err = stream.Recv()
+	e := apierror.FromError(err)
+	if e == nil || e.Code != codes.OutOfRange || e.Reason != apierror.ReasonRevisionGone {
+		t.Fatalf("resuming at a compacted revision: %v; want OUT_OF_RANGE REVISION_GONE", err)
+	}
+	// Restarting from 0 works and shows the latest goal.
+	stream, err = cl.WatchGoals(testCtx(t), &lehrpb.WatchGoalsRequest{Zone: "zone-g"})
+	if err != nil {
+		t.Fatalf("WatchGoals from 0: %v", err)
+	}
+	msg, err := stream.Recv()
+	if err != nil {
+		t.Fatalf("Recv: %v", err)
+	}
+	if len(msg.GetEvents()) != 1 || msg.GetEvents()[0].GetGoal().GetVersion() != 2 {
+		t.Errorf("initial state after restart from 0 = %v, want gone/a at 2", msg)
+	}
+}
+
+// TestShutdownEndsWatches checks that stopping control ends open goal
+// watches with UNAVAILABLE instead of waiting for them: with a shutdown
+// timeout of an hour, a watch that held up the graceful stop would hang the
+// test.
+func TestShutdownEndsWatches(t *testing.T) {
+	srv := controltest.StartControl(t, control.Options{ShutdownTimeout: time.Hour})
+	stream, err := srv.Client.WatchGoals(testCtx(t), &lehrpb.WatchGoalsRequest{Zone: "zone-s", CreateZone: true})
+	if err != nil {
+		t.Fatalf("WatchGoals: %v", err)
+	}
+	if _, err := stream.Recv(); err != nil {
+		t.Fatalf("Recv initial: %v", err)
+	}
+	stopped := make(chan struct{})
+	go func() {
+		srv.Control.Close()
+		close(stopped)
+	}()
+	_, err = stream.Recv()
+	if e := apierror.FromError(err); e == nil || e.Code != codes.Unavailable {
+		t.Errorf("watch during shutdown ended with %v; want UNAVAILABLE", err)
+	}
+	<-stopped
 }
