@@ -39,6 +39,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/VictoriaMetrics/metrics"
@@ -118,10 +119,12 @@ type Agent struct {
 	met      *agentMetrics
 
 	leases *leases.Table
-	cache  *cache.Cache
-	up     *upstream.Client
-	api    *localapi.Server
-	writer nsfile.Writer
+	cache  *cache.Cache // set by Run before anything uses it
+	// cacheRef is cache for readers outside Run's goroutines (metrics).
+	cacheRef atomic.Pointer[cache.Cache]
+	up       *upstream.Client
+	api      *localapi.Server
+	writer   nsfile.Writer
 
 	ready     chan struct{}
 	readyOnce sync.Once
@@ -252,6 +255,7 @@ func (a *Agent) Run(ctx context.Context) (err error) {
 		return fmt.Errorf("agent: %w", err)
 	}
 	a.cache = c
+	a.cacheRef.Store(c)
 	defer func() {
 		if cerr := c.Close(); cerr != nil && err == nil {
 			err = fmt.Errorf("agent: close cache: %w", cerr)

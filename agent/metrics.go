@@ -32,7 +32,7 @@ func newAgentMetrics(set *metrics.Set, a *Agent) *agentMetrics {
 		versions:        map[string]*metrics.Gauge{},
 	}
 	set.GetOrCreateGauge(`lehr_agent_cache_bytes`, func() float64 {
-		c := a.cache
+		c := a.cacheRef.Load()
 		if c == nil {
 			return 0
 		}
