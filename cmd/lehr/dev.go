@@ -199,7 +199,7 @@ func devDemo(ctx context.Context, e *env, addr, dir string, say func(string, ...
 	if err := os.WriteFile(sample, []byte(devSample), 0o644); err != nil {
 		return err
 	}
-	say("publishing demo/app from %s:\n%s", sample, devSample)
+	say("publishing demo/app from %s:\n%s", sample, strings.TrimSuffix(devSample, "\n"))
 	if err := step("push", "push", "demo/app", "--file", sample, "--message", "first cut from lehr dev"); err != nil {
 		return err
 	}

@@ -1,0 +1,324 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/encoding/protojson"
+
+	"lehr.dev/lehr/control"
+	"lehr.dev/lehr/control/controltest"
+	"lehr.dev/lehr/proto/lehrpb"
+)
+
+// cli runs lehr commands in-process against one control address.
+type cli struct {
+	t    *testing.T
+	addr string
+}
+
+// run runs lehr args with the client flags appended and stdin as input.
+func (c cli) run(stdin string, args ...string) (code int, stdout, stderr string) {
+	c.t.Helper()
+	var out, errb bytes.Buffer
+	e := &env{stdin: strings.NewReader(stdin), stdout: &out, stderr: &errb, getenv: func(string) string { return "" }}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	args = append(args, "--control", c.addr, "--as", "tester")
+	code = run(ctx, args, e)
+	return code, out.String(), errb.String()
+}
+
+// ok runs lehr and fails the test unless it exits 0.
+func (c cli) ok(args ...string) string {
+	c.t.Helper()
+	code, stdout, stderr := c.run("", args...)
+	if code != exitOK {
+		c.t.Fatalf("lehr %s: exit %d\nstdout:\n%s\nstderr:\n%s", strings.Join(args, " "), code, stdout, stderr)
+	}
+	return stdout
+}
+
+// fails runs lehr, expects exit 1 and returns stderr.
+func (c cli) fails(args ...string) string {
+	c.t.Helper()
+	code, stdout, stderr := c.run("", args...)
+	if code != exitError {
+		c.t.Fatalf("lehr %s: exit %d, want %d\nstdout:\n%s\nstderr:\n%s", strings.Join(args, " "), code, exitError, stdout, stderr)
+	}
+	return stderr
+}
+
+func mustContain(t *testing.T, what, got string, wants ...string) {
+	t.Helper()
+	for _, w := range wants {
+		if !strings.Contains(got, w) {
+			t.Errorf("%s lacks %q:\n%s", what, w, got)
+		}
+	}
+}
+
+func TestCLIRoundTrip(t *testing.T) {
+	srv := controltest.StartControl(t, control.Options{})
+	c := cli{t: t, addr: srv.Addr}
+	dir := t.TempDir()
+	app := filepath.Join(dir, "app.json")
+	if err := os.WriteFile(app, []byte(`{"greeting": "hello", "limits/rps": 100, "features": {"dark_mode": true}}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+
+	mustContain(t, "domain create", c.ok("domain", "create", "demo", "--description", "the demo", "--publisher", "tester"),
+		"created domain demo", "publishers          tester")
+	mustContain(t, "domain list", c.ok("domain", "list"), "demo", "the demo")
+	mustContain(t, "push", c.ok("push", "demo/app", "--file", app, "--message", "first cut"),
+		"published demo/app version 1 (snapshot)", "3 properties")
+	mustContain(t, "get", c.ok("get", "demo/app"),
+		"demo/app version 1\n", "author    tester\n", "message   first cut\n",
+		"features  [application/json]\n    {\"dark_mode\":true}\n",
+		"greeting  [text/plain]\n    hello\n",
+		"limits/rps  [application/json]\n    100\n")
+	mustContain(t, "patch", c.ok("patch", "demo/app", "--base", "1", "--set-json", "limits/rps=250", "--delete", "greeting", "--message", "more headroom"),
+		"patched demo/app version 2 (patch of 1)")
+	mustContain(t, "diff", c.ok("diff", "demo/app", "1", "2"),
+		"version 1 → 2, 2 changed keys", "- greeting  [text/plain]\n    hello\n",
+		"~ limits/rps  [application/json]\n  old:\n    100\n  new:\n    250\n")
+	mustContain(t, "rollback", c.ok("rollback", "demo/app", "--to", "1", "--message", "back out"),
+		"rolled back demo/app version 3 (rollback to 1)")
+	hist := c.ok("history", "demo/app")
+	if !regexp.MustCompile(`(?m)^3 .* tester +rollback to 1 .* back out$`).MatchString(hist) ||
+		!regexp.MustCompile(`(?m)^2 .* tester +patch of 1 .* more headroom$`).MatchString(hist) ||
+		!regexp.MustCompile(`(?m)^1 .* tester +snapshot .* first cut$`).MatchString(hist) {
+		t.Errorf("history lacks versions 3, 2, 1 with author, source and message:\n%s", hist)
+	}
+	if got := c.ok("get", "demo/app", "--key", "limits/rps", "--raw"); got != "100" {
+		t.Errorf("get --raw = %q, want %q (version 3 has version 1's content)", got, "100")
+	}
+	if got := c.ok("get", "demo/app", "--version", "2", "--key", "limits/rps", "--raw"); got != "250" {
+		t.Errorf("get --version 2 --raw = %q, want %q", got, "250")
+	}
+
+	// Standard input, YAML.
+	code, stdout, stderr := c.run("motd: maintenance at 18:00\nlimits:\n  rps: 5\n", "push", "demo/banner", "--file", "-")
+	if code != exitOK {
+		t.Fatalf("push --file - : exit %d\n%s%s", code, stdout, stderr)
+	}
+	mustContain(t, "get banner", c.ok("get", "demo/banner"), "motd  [text/plain]\n    maintenance at 18:00\n", "limits  [application/json]\n    {\"rps\":5}\n")
+
+	// -o json is one protojson object per command.
+	var gr lehrpb.GetResponse
+	if err := protojson.Unmarshal([]byte(c.ok("get", "demo/app", "-o", "json")), &gr); err != nil {
+		t.Fatalf("get -o json does not parse: %v", err)
+	}
+	if gr.GetVersion().GetSeq() != 3 || len(gr.GetProperties()) != 3 || gr.GetVersion().GetRollbackOf() != 1 {
+		t.Errorf("get -o json = %v, want version 3 (rollback to 1) with 3 properties", &gr)
+	}
+	var hr lehrpb.HistoryResponse
+	if err := protojson.Unmarshal([]byte(c.ok("history", "demo/app", "-o", "json", "--limit", "2")), &hr); err != nil {
+		t.Fatalf("history -o json does not parse: %v", err)
+	}
+	if len(hr.GetVersions()) != 2 || hr.GetVersions()[0].GetSeq() != 3 {
+		t.Errorf("history -o json --limit 2 = %v, want versions 3 and 2", &hr)
+	}
+	var dr lehrpb.DiffResponse
+	if err := protojson.Unmarshal([]byte(c.ok("diff", "demo/app", "2", "3", "-o", "json")), &dr); err != nil {
+		t.Fatalf("diff -o json does not parse: %v", err)
+	}
+	if len(dr.GetChanges()) != 2 || dr.GetChanges()[0].GetKind() != lehrpb.PropertyChange_KIND_ADDED {
+		t.Errorf("diff -o json = %v, want greeting added and limits/rps modified", &dr)
+	}
+	var pr lehrpb.PatchResponse
+	if err := protojson.Unmarshal([]byte(c.ok("patch", "demo/app", "--base", "3", "--set", "greeting=hi", "-o", "json")), &pr); err != nil {
+		t.Fatalf("patch -o json does not parse: %v", err)
+	}
+	if pr.GetVersion().GetSeq() != 4 {
+		t.Errorf("patch -o json = %v, want version 4", &pr)
+	}
+
+	// Zones and goals.
+	mustContain(t, "zones create", c.ok("zones", "create", "zone-a"), "created zone zone-a")
+	mustContain(t, "zones list", c.ok("zones", "list"), "zone-a")
+	mustContain(t, "goals", c.ok("goals", "zone-a"), "demo/app     4", "demo/banner  1")
+}
+
+func TestCLIRejections(t *testing.T) {
+	srv := controltest.StartControl(t, control.Options{})
+	c := cli{t: t, addr: srv.Addr}
+	c.ok("domain", "create", "demo")
+	dir := t.TempDir()
+	write := func(name, data string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(data), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	c.ok("push", "demo/app", "--file", write("v1.json", `{"a": 1}`))
+	c.ok("patch", "demo/app", "--base", "1", "--set", "a=2")
+
+	// A stale base names the latest version and how to retry.
+	mustContain(t, "stale patch", c.fails("patch", "demo/app", "--base", "1", "--set", "a=3"),
+		"error: STALE_VERSION (FailedPrecondition)", "field: base_version",
+		"latest version is 2; re-read with `lehr get demo/app` and retry with --base 2")
+	mustContain(t, "stale push", c.fails("push", "demo/app", "--file", write("v2.json", `{"a": 4}`), "--expect-version", "1"),
+		"latest version is 2", "--expect-version 2")
+
+	// Bad keys and values name the field, and the key behind an index.
+	mustContain(t, "bad key", c.fails("push", "demo/app", "--file", write("bad.json", `{"ok": 1, "../etc/passwd": "x"}`)),
+		"error: INVALID_NAME (InvalidArgument)", `field: properties[0].key (key "../etc/passwd")`)
+	big := `{"big": "` + strings.Repeat("x", 600<<10) + `"}`
+	mustContain(t, "big value", c.fails("push", "demo/app", "--file", write("big.json", big)),
+		"VALUE_TOO_LARGE", `field: properties[0].value (key "big")`, "limit: 524288 bytes")
+	mustContain(t, "json content", c.fails("patch", "demo/app", "--base", "2", "--set-file", "cfg=@"+write("cfg.json", `{"a": `)),
+		"INVALID_CONTENT", `field: set[0].value (key "cfg")`)
+	mustContain(t, "unknown domain", c.fails("push", "nosuch/app", "--file", write("v3.json", `{"a": 1}`)),
+		"NotFound", "lehr domain create")
+	mustContain(t, "unknown version", c.fails("get", "demo/app", "--version", "9"), "NotFound", "field:")
+	mustContain(t, "delete missing key", c.fails("patch", "demo/app", "--base", "2", "--delete", "nope"),
+		"MISSING_KEY", `field: delete[0] (key "nope")`)
+	mustContain(t, "empty patch", c.fails("patch", "demo/app", "--base", "2"), "EMPTY_PATCH")
+	mustContain(t, "bad file", c.fails("push", "demo/app", "--file", write("list.yaml", "- a\n")),
+		"list.yaml: top level is a list")
+
+	// Nothing above was stored.
+	if got := c.ok("get", "demo/app", "--key", "a", "--raw"); got != "2" {
+		t.Errorf("after rejections a = %q, want %q", got, "2")
+	}
+	var hr lehrpb.HistoryResponse
+	if err := protojson.Unmarshal([]byte(c.ok("history", "demo/app", "-o", "json")), &hr); err != nil {
+		t.Fatalf("history -o json does not parse: %v", err)
+	}
+	if len(hr.GetVersions()) != 2 || hr.GetVersions()[0].GetSeq() != 2 {
+		t.Errorf("after rejections history = %v, want versions 2 and 1 only", &hr)
+	}
+	if h := c.ok("history", "demo/app"); strings.Count(h, "\n") != 3 {
+		t.Errorf("history has %d lines, want a header and 2 versions:\n%s", strings.Count(h, "\n"), h)
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for one writer and concurrent readers.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func TestDev(t *testing.T) {
+	var stdout, stderr syncBuffer
+	ready := make(chan string, 1)
+	e := &env{
+		stdin: strings.NewReader(""), stdout: &stdout, stderr: &stderr,
+		getenv: func(string) string { return "" },
+		ready:  func(addr string) { ready <- addr },
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan int, 1)
+	go func() {
+		done <- run(ctx, []string{"dev", "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0"}, e)
+	}()
+	var addr string
+	select {
+	case addr = <-ready:
+	case code := <-done:
+		t.Fatalf("lehr dev exited %d before it was ready\nstdout:\n%s\nstderr:\n%s", code, stdout.String(), stderr.String())
+	case <-time.After(120 * time.Second):
+		t.Fatalf("lehr dev not ready after 2 minutes\nstdout:\n%s\nstderr:\n%s", stdout.String(), stderr.String())
+	}
+	out := stdout.String()
+	mustContain(t, "lehr dev output", out,
+		"==> control serving on "+addr,
+		"$ lehr domain create demo",
+		"$ lehr push demo/app --file ",
+		"published demo/app version 1",
+		"$ lehr get demo/app\ndemo/app version 1",
+		"$ lehr patch demo/app --base 1 --set-json limits/rps=250",
+		"patched demo/app version 2",
+		"~ limits/rps  [application/json]\n  old:\n    100\n  new:\n    250\n",
+		"$ lehr history demo/app",
+		"==> ready. From another terminal",
+		"lehr push demo/app --control "+addr+" --file my.json")
+
+	// Another "terminal" pushes a change while dev runs.
+	c := cli{t: t, addr: addr}
+	c.ok("patch", "demo/app", "--base", "2", "--set", "greeting=from the test")
+	if got := c.ok("get", "demo/app", "--key", "greeting", "--raw"); got != "from the test" {
+		t.Errorf("greeting = %q after a patch against lehr dev", got)
+	}
+
+	cancel()
+	select {
+	case code := <-done:
+		if code != exitOK {
+			t.Errorf("lehr dev exit code after Ctrl-C = %d, want 0\nstderr:\n%s", code, stderr.String())
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatal("lehr dev did not stop within a minute of cancellation")
+	}
+	out = stdout.String()
+	mustContain(t, "lehr dev shutdown", out, "==> shutting down", "==> stopped cleanly", "==> removed ")
+	tmp := regexp.MustCompile(`starting control with embedded etcd in (\S+)`).FindStringSubmatch(out)
+	if tmp == nil {
+		t.Fatalf("no data directory in output:\n%s", out)
+	}
+	if _, err := os.Stat(tmp[1]); !os.IsNotExist(err) {
+		t.Errorf("temporary data dir %s still exists after exit (stat: %v)", tmp[1], err)
+	}
+}
+
+func TestControlCommandServesUntilCanceled(t *testing.T) {
+	var stderr syncBuffer
+	ready := make(chan string, 1)
+	e := &env{
+		stdin: strings.NewReader(""), stdout: &bytes.Buffer{}, stderr: &stderr,
+		getenv: func(string) string { return "" },
+		ready:  func(addr string) { ready <- addr },
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan int, 1)
+	dir := t.TempDir()
+	go func() {
+		done <- run(ctx, []string{"control", "--data-dir", dir, "--listen", "127.0.0.1:0", "--metrics-listen", "off", "--log-level", "warn"}, e)
+	}()
+	var addr string
+	select {
+	case addr = <-ready:
+	case code := <-done:
+		t.Fatalf("lehr control exited %d before serving:\n%s", code, stderr.String())
+	case <-time.After(120 * time.Second):
+		t.Fatalf("lehr control not serving after 2 minutes:\n%s", stderr.String())
+	}
+	c := cli{t: t, addr: addr}
+	c.ok("domain", "create", "demo")
+	mustContain(t, "stderr", stderr.String(), "lehr control: serving on "+addr)
+	cancel()
+	select {
+	case code := <-done:
+		if code != exitOK {
+			t.Errorf("lehr control exit code = %d, want 0:\n%s", code, stderr.String())
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatal("lehr control did not stop within a minute")
+	}
+	if _, err := os.Stat(filepath.Join(dir, "etcd")); err != nil {
+		t.Errorf("no etcd data under --data-dir: %v", err)
+	}
+}
