@@ -233,6 +233,9 @@ func TestSnapshotThenPatchWithExactlyTheChangedKeys(t *testing.T) {
 	if diff := cmp.Diff([]string{"k/007"}, got[1].Delete); diff != "" {
 		t.Errorf("patch deleted keys (-want +got):\n%s", diff)
 	}
+	// The distributor counts a push once its stream is closed, which may be
+	// just after the agent applied it.
+	waitFor(t, "push counters", func() bool { st := e.srv.Stats(); return st.SnapshotPushes+st.PatchPushes == 2 })
 	st := e.srv.Stats()
 	if st.SnapshotPushes != 1 || st.PatchPushes != 1 {
 		t.Errorf("stats pushes: snapshot %d patch %d, want 1 and 1", st.SnapshotPushes, st.PatchPushes)

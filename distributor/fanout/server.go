@@ -36,6 +36,7 @@ import (
 
 	"lehr.dev/lehr/distributor/versions"
 	"lehr.dev/lehr/internal/names"
+	"lehr.dev/lehr/internal/wire"
 )
 
 // Versions is where the fanout gets the versions agents hold, to compute
@@ -80,13 +81,14 @@ type Options struct {
 	// MemoBytes bounds the memo of encoded updates shared by agents that
 	// need the same update (same namespace, base and goal); default 64 MiB.
 	MemoBytes int64
-	// QUIC overrides the QUIC configuration; nil uses defaults suited to
-	// long-lived agent connections (keepalive 10s, idle timeout 30s).
+	// QUIC overrides the QUIC configuration; nil means
+	// wire.DefaultQUICConfig().
 	QUIC *quic.Config
 }
 
-// Stats are the fanout's counters since it started. Bytes are the payload
-// bytes written on update streams (whole frames).
+// Stats are the fanout's counters since it started. Bytes are the update
+// frames (header and payload) written on update streams, counted when the
+// write starts.
 type Stats struct {
 	Agents                      int
 	SnapshotPushes, PatchPushes uint64
@@ -163,14 +165,9 @@ func Listen(opts Options) (*Server, error) {
 	}
 	qc := opts.QUIC
 	if qc == nil {
-		qc = &quic.Config{
-			KeepAlivePeriod:       10 * time.Second,
-			MaxIdleTimeout:        30 * time.Second,
-			MaxIncomingStreams:    4,
-			MaxIncomingUniStreams: 4,
-		}
+		qc = wire.DefaultQUICConfig()
 	}
-	tc := serverTLS(opts.TLS)
+	tc := wire.TLSConfig(opts.TLS)
 	udp, err := net.ListenPacket("udp", opts.Listen)
 	if err != nil {
 		return nil, fmt.Errorf("fanout: listen %s: %w", opts.Listen, err)
@@ -216,7 +213,14 @@ func (s *Server) Serve(ctx context.Context) error {
 			s.Close()
 			return fmt.Errorf("fanout: accept: %w", err)
 		}
-		s.wg.Add(1)
+		s.mu.Lock()
+		if s.closed {
+			s.mu.Unlock()
+			conn.CloseWithError(codeGoingAway, "distributor shutting down")
+			continue
+		}
+		s.wg.Add(1) // under mu, so never concurrently with Close's Wait
+		s.mu.Unlock()
 		go func() {
 			defer s.wg.Done()
 			s.handle(conn)

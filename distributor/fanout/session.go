@@ -192,9 +192,9 @@ func (s *Server) protocolError(conn *quic.Conn, log *slog.Logger, what string, e
 		return
 	}
 	s.met.protocolErrors.Inc()
-	reason := fmt.Sprintf("%s: %v", what, err)
-	log.Warn("closing agent connection: protocol violation", "err", reason)
-	conn.CloseWithError(wire.CodeFor(err), reason)
+	err = fmt.Errorf("%s: %w", what, err)
+	log.Warn("closing agent connection: protocol violation", "err", err)
+	wire.CloseConn(conn, err)
 }
 
 // violation closes the session's connection for a semantic protocol error
@@ -548,7 +548,13 @@ func (ss *session) push(j job) {
 		ss.cancel()
 		return
 	}
+	stop := context.AfterFunc(ss.ctx, func() { str.CancelWrite(wire.StreamCodeCancelled) })
+	defer stop()
+	// Counted before writing, so the counters never lag what an agent has
+	// seen (tests compare them right after an agent applied an update).
+	ss.srv.met.pushed(snapshot, len(frame))
 	if _, err := str.Write(frame); err != nil {
+		str.CancelWrite(wire.StreamCodeCancelled)
 		ss.cancel()
 		return
 	}
@@ -556,7 +562,6 @@ func (ss *session) push(j job) {
 		ss.cancel()
 		return
 	}
-	ss.srv.met.pushed(snapshot, len(frame))
 	ss.log.Debug("pushed update", "namespace", j.ns, "version", j.goal.Seq, "snapshot", snapshot, "bytes", len(frame))
 }
 

@@ -6,16 +6,7 @@ import (
 	"fmt"
 
 	"lehr.dev/lehr/internal/certs"
-	"lehr.dev/lehr/internal/wire"
 )
-
-// serverTLS returns a clone of c restricted to TLS 1.3 and the wire ALPN.
-func serverTLS(c *tls.Config) *tls.Config {
-	tc := c.Clone()
-	tc.MinVersion = tls.VersionTLS13
-	tc.NextProtos = []string{wire.ALPN}
-	return tc
-}
 
 // errIdentity is wrapped by identity check failures.
 var errIdentity = errors.New("fanout: host id does not match the client certificate")

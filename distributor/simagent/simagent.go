@@ -62,8 +62,8 @@ type Options struct {
 	ProtocolVersion, MinProtocolVersion uint32
 	// Logger; default slog.Default().
 	Logger *slog.Logger
-	// QUIC overrides the QUIC configuration; nil means keepalives every
-	// 10s and a 30s idle timeout.
+	// QUIC overrides the QUIC configuration; nil means
+	// wire.DefaultQUICConfig().
 	QUIC *quic.Config
 }
 
@@ -137,10 +137,9 @@ func Dial(ctx context.Context, opts Options) (*Agent, error) {
 	}
 	qc := opts.QUIC
 	if qc == nil {
-		qc = &quic.Config{KeepAlivePeriod: 10 * time.Second, MaxIdleTimeout: 30 * time.Second, MaxIncomingStreams: -1}
+		qc = wire.DefaultQUICConfig()
 	}
-	tc := opts.TLS.Clone()
-	tc.NextProtos = []string{wire.ALPN}
+	tc := wire.TLSConfig(opts.TLS)
 	conn, err := quic.DialAddr(ctx, opts.Addr, tc, qc)
 	if err != nil {
 		return nil, fmt.Errorf("simagent: dial %s: %w", opts.Addr, err)
