@@ -29,8 +29,9 @@ type memberConfig struct {
 	name, dir, clientURL, peerURL string
 }
 
-// StartCluster starts an n-member cluster under dir (member i in dir/m<i>)
-// and waits until every member is ready. logger may be nil (slog.Default).
+// StartCluster starts an n-member cluster under dir (member i in
+// dir/a<attempt>/m<i>, a fresh attempt directory for each retry after a
+// picked port was taken) and waits until every member is ready. logger may be nil (slog.Default).
 // Members run with UnsafeNoFsync: a Cluster is for tests.
 func StartCluster(ctx context.Context, dir string, n int, logger *slog.Logger) (*Cluster, error) {
 	if n < 1 {
