@@ -322,3 +322,49 @@ func TestControlCommandServesUntilCanceled(t *testing.T) {
 		t.Errorf("no etcd data under --data-dir: %v", err)
 	}
 }
+
+// waitFor polls cond every 10ms for up to 60s.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func TestGoalsWatch(t *testing.T) {
+	srv := controltest.StartControl(t, control.Options{})
+	c := cli{t: t, addr: srv.Addr}
+	c.ok("domain", "create", "demo")
+	c.ok("zones", "create", "zone-a")
+	dir := t.TempDir()
+	app := filepath.Join(dir, "app.json")
+	if err := os.WriteFile(app, []byte(`{"a": 1}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	c.ok("push", "demo/app", "--file", app)
+
+	var stdout, stderr syncBuffer
+	e := &env{stdin: strings.NewReader(""), stdout: &stdout, stderr: &stderr, getenv: func(string) string { return "" }}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan int, 1)
+	go func() { done <- run(ctx, []string{"goals", "zone-a", "--watch", "--control", srv.Addr}, e) }()
+	waitFor(t, "the initial goal state", func() bool { return strings.Contains(stdout.String(), "watching for changes") })
+	mustContain(t, "initial state", stdout.String(), "current  demo/app -> version 1")
+
+	c.ok("patch", "demo/app", "--base", "1", "--set", "a=2", "--message", "bump")
+	waitFor(t, "the goal change", func() bool { return strings.Contains(stdout.String(), "changed  demo/app -> version 2") })
+	cancel()
+	select {
+	case code := <-done:
+		if code != exitOK {
+			t.Errorf("goals --watch exit code after interrupt = %d, want 0; stderr:\n%s", code, stderr.String())
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatal("goals --watch did not stop after cancellation")
+	}
+}

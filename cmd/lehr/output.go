@@ -346,3 +346,26 @@ func printOrFail(e *env, m proto.Message) int {
 	}
 	return exitOK
 }
+
+// writeGoalEvents prints one goal watch message, one line per event,
+// skipping namespaces other than only (when set).
+func writeGoalEvents(w io.Writer, m *lehrpb.WatchGoalsResponse, only string) {
+	what := "changed"
+	if m.GetInitial() {
+		what = "current"
+	}
+	for _, ev := range m.GetEvents() {
+		g := ev.GetGoal()
+		if only != "" && g.GetNamespace() != only {
+			continue
+		}
+		if ev.GetType() == lehrpb.GoalEvent_TYPE_DELETE {
+			fmt.Fprintf(w, "rev %d  removed  %s\n", m.GetRevision(), g.GetNamespace())
+			continue
+		}
+		fmt.Fprintf(w, "rev %d  %s  %s -> version %d  %s  (%s)\n", m.GetRevision(), what, g.GetNamespace(), g.GetVersion(), g.GetChecksum(), orDash(g.GetReason()))
+	}
+	if m.GetInitialComplete() {
+		fmt.Fprintf(w, "rev %d  watching for changes (Ctrl-C to stop)\n", m.GetRevision())
+	}
+}

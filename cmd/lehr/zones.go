@@ -2,8 +2,10 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
+	"lehr.dev/lehr/client/producer"
 	"lehr.dev/lehr/proto/lehrpb"
 )
 
@@ -73,18 +75,24 @@ namespace's latest version.`,
 
 func runGoals(ctx context.Context, e *env, args []string) int {
 	fs := newFlags("lehr goals", doc{
-		usage:   "lehr goals ZONE [--namespace NS] [flags]",
+		usage:   "lehr goals ZONE [--namespace NS] [--watch] [flags]",
 		summary: "show the goal states of a zone",
 		about: `Shows, for each namespace, the version zone ZONE should be at (its goal
 state), with the checksum, when the goal last moved and why. Distributors and
-agents converge to these goals.`,
+agents converge to these goals.
+
+--watch keeps running and prints every goal change as it happens (one line
+each, or one JSON object per message with -o json) until Ctrl-C; it resumes
+by itself if the connection to control drops. --timeout does not apply.`,
 		examples: []string{
 			"lehr goals us-east-1a",
 			"lehr goals us-east-1a --namespace demo/app -o json",
+			"lehr goals us-east-1a --watch",
 		},
 	})
 	cf := addClientFlags(fs, e)
 	ns := fs.String("namespace", "", "show only namespace `NS`")
+	watch := fs.Bool("watch", false, "print goal changes as they happen, until interrupted")
 	pos, code, ok := parse(e, fs, args)
 	if !ok {
 		return code
@@ -94,6 +102,9 @@ agents converge to these goals.`,
 	}
 	if m := cf.check(); m != "" {
 		return usageError(e, fs, "%s", m)
+	}
+	if *watch {
+		return watchGoals(ctx, e, fs, cf, pos[0], *ns)
 	}
 	c, ctx, cancel, err := cf.connect(ctx)
 	if err != nil {
@@ -110,4 +121,24 @@ agents converge to these goals.`,
 	}
 	writeGoals(e.stdout, pos[0], g)
 	return exitOK
+}
+
+// watchGoals prints a zone's goal changes until ctx is done.
+func watchGoals(ctx context.Context, e *env, fs *flags, cf *clientFlags, zone, ns string) int {
+	c, err := cf.dial()
+	if err != nil {
+		return reportError(e, fs.Name(), err, cf.errCtx(ns))
+	}
+	defer c.Close()
+	err = c.WatchGoals(ctx, zone, func(m *lehrpb.WatchGoalsResponse) error {
+		if cf.json() {
+			return printJSON(e.stdout, m)
+		}
+		writeGoalEvents(e.stdout, m, ns)
+		return nil
+	})
+	if errors.Is(err, producer.ErrCanceled) && ctx.Err() != nil {
+		return exitOK // interrupted, as intended
+	}
+	return reportError(e, fs.Name(), err, cf.errCtx(ns))
 }
