@@ -368,13 +368,24 @@ func TestBurstEndsAtLatestInOrder(t *testing.T) {
 
 func TestNamespaceWithoutSubscriptionIsNeverSent(t *testing.T) {
 	e := newEnv(t)
-	a := e.dial("host-1", simagent.Options{Subscriptions: []string{"d/wanted"}})
+	other := func(v string) map[string]string {
+		p := props(10, "o")
+		p["k/000"] = v
+		return p
+	}
+	o1 := e.publish("d/other", other("1"))
+	// The agent holds d/other in its cache but does not subscribe to it.
+	a := e.dial("host-1", simagent.Options{
+		Cached:        []simagent.Cached{{Namespace: "d/other", Version: o1.Seq, Content: o1.Content}},
+		Subscriptions: []string{"d/wanted"},
+	})
 	w1 := e.publish("d/wanted", props(3, "w1"))
-	e.publish("d/other", props(3, "o1"))
+	e.publish("d/other", other("2"))
 	waitVersion(t, a, "d/wanted", w1)
 	w2 := e.publish("d/wanted", props(3, "w2"))
-	e.publish("d/other", props(3, "o2"))
+	e.publish("d/other", other("3"))
 	waitVersion(t, a, "d/wanted", w2)
+	settled(t, e, a)
 	if got := a.Applied("d/other"); len(got) != 0 {
 		t.Fatalf("unsubscribed namespace was sent: %+v", got)
 	}
@@ -383,20 +394,35 @@ func TestNamespaceWithoutSubscriptionIsNeverSent(t *testing.T) {
 	if err := a.Subscribe("d/other"); err != nil {
 		t.Fatal(err)
 	}
-	o2 := e.latest["d/other"]
-	waitVersion(t, a, "d/other", o2)
+	o3 := e.latest["d/other"]
+	waitVersion(t, a, "d/other", o3)
+	if got := a.Applied("d/other"); len(got) != 1 || got[0].Snapshot || got[0].Base != o1.Seq {
+		t.Errorf("on Subscribe got %+v, want one patch from the cached version %d", got, o1.Seq)
+	}
 	if err := a.Unsubscribe("d/other"); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "unsubscribe processed", func() bool { return e.srv.Lag("d/other") == 0 && !subscribed(e.srv, "d/other") })
-	e.publish("d/other", props(3, "o3"))
+	waitFor(t, "unsubscribe processed", func() bool { return !subscribed(e.srv, "d/other") })
+	e.publish("d/other", other("4"))
 	w3 := e.publish("d/wanted", props(3, "w3"))
 	waitVersion(t, a, "d/wanted", w3)
+	settled(t, e, a)
 	for _, ap := range a.Applied("d/other") {
-		if ap.Version > o2.Seq {
+		if ap.Version > o3.Seq {
 			t.Errorf("after Unsubscribe got %+v", ap)
 		}
 	}
+}
+
+// settled waits until every update pushed so far was acknowledged and the
+// agent applied as many as were pushed (only one agent may be connected).
+func settled(t *testing.T, e *env, a *simagent.Agent) {
+	t.Helper()
+	waitFor(t, "pushes to settle", func() bool {
+		st := e.srv.Stats()
+		n := st.SnapshotPushes + st.PatchPushes
+		return st.Acks+st.Refusals == n && uint64(len(a.Applied(""))) == n
+	})
 }
 
 // subscribed reports whether any agent counts as holding ns.
