@@ -57,7 +57,11 @@ func next(t *testing.T, s *Subscription, after *View) *View {
 	defer cancel()
 	v, err := s.Next(ctx, after)
 	if err != nil {
-		t.Fatalf("Next after version %d: %v", after.Version(), err)
+		var have uint64
+		if after != nil {
+			have = after.Version()
+		}
+		t.Fatalf("Next after version %d: %v", have, err)
 	}
 	return v
 }
@@ -80,7 +84,7 @@ func TestFollowsFilesWithoutAgent(t *testing.T) {
 
 	// The directory and the file appear later.
 	write(t, files, 1, "a", "1", "b", "2")
-	v1 := next(t, s, s.View())
+	v1 := next(t, s, nil)
 	if got, _ := v1.Get("a"); string(got) != "1" || v1.Version() != 1 {
 		t.Fatalf("v1: version %d a=%q", v1.Version(), got)
 	}
@@ -88,7 +92,11 @@ func TestFollowsFilesWithoutAgent(t *testing.T) {
 	// A patch-like change: exactly the changed keys reach the callback.
 	write(t, files, 2, "a", "1", "b", "20", "c", "3")
 	v2 := next(t, s, v1)
-	waitFor(t, func() bool { mu.Lock(); defer mu.Unlock(); return len(changes) > 0 && changes[len(changes)-1].New.Version() == 2 })
+	waitFor(t, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(changes) > 0 && changes[len(changes)-1].New.Version() == 2
+	})
 	mu.Lock()
 	last := changes[len(changes)-1]
 	mu.Unlock()

@@ -237,24 +237,32 @@ func (s *Subscription) requestReload() {
 // watch follows the namespace file with fsnotify. It watches the file's
 // directory, or while that does not exist the nearest existing ancestor, so
 // files and directories that appear later (or are recreated) are noticed.
+// When the watched directory itself is removed or renamed, the watcher is
+// replaced: re-adding the same path to a watcher whose old watch is still
+// being torn down can lose the new watch's events.
 func (s *Subscription) watch(w *fsnotify.Watcher) {
-	defer w.Close()
+	defer func() { w.Close() }()
 	dir := filepath.Dir(s.path)
 	watched := ""
 	rewatch := func() {
-		target := nearestExisting(dir)
-		if target == watched {
-			return
+		// Loop: a deeper directory created between the Stat in
+		// nearestExisting and Add would raise no event on the new watch,
+		// so look again after each Add until nothing changed.
+		for {
+			target := nearestExisting(dir)
+			if target == watched {
+				return
+			}
+			if watched != "" {
+				_ = w.Remove(watched)
+			}
+			if err := w.Add(target); err != nil {
+				s.log.Warn("cannot watch directory", "dir", target, "err", err)
+				watched = ""
+				return
+			}
+			watched = target
 		}
-		if watched != "" {
-			_ = w.Remove(watched) // may already be gone with its directory
-		}
-		if err := w.Add(target); err != nil {
-			s.log.Warn("cannot watch directory", "dir", target, "err", err)
-			watched = ""
-			return
-		}
-		watched = target
 	}
 	rewatch()
 	s.load()
@@ -275,8 +283,18 @@ func (s *Subscription) watch(w *fsnotify.Watcher) {
 				if ev.Has(fsnotify.Create) || ev.Has(fsnotify.Write) {
 					s.load()
 				}
-			case ev.Name == watched || isAncestorOrSelf(ev.Name, dir):
-				// Our directory (or one on the way to it) came or went.
+			case ev.Name == watched && (ev.Has(fsnotify.Remove) || ev.Has(fsnotify.Rename)):
+				nw, err := fsnotify.NewWatcher()
+				if err != nil {
+					s.log.Error("cannot re-create file watcher; the view will not follow the file", "err", err)
+					return
+				}
+				w.Close()
+				w, watched = nw, ""
+				rewatch()
+				s.load()
+			case isAncestorOrSelf(ev.Name, dir):
+				// A directory on the way to ours came or went.
 				rewatch()
 				s.load()
 			}
