@@ -19,10 +19,10 @@ import (
 	"path/filepath"
 	"strings"
 	"syscall"
-	"time"
 
 	"lehr.dev/lehr/agent"
 	"lehr.dev/lehr/internal/certs"
+	"lehr.dev/lehr/internal/sdnotify"
 )
 
 // Usage is the help text printed above the flag list.
@@ -83,12 +83,18 @@ func Main(ctx context.Context, args []string, stderr io.Writer) int {
 	go func() { done <- a.Run(ctx) }()
 	select {
 	case <-a.Ready():
-		notifySystemd("READY=1\nSTATUS=serving from cache")
+		notify(log, sdnotify.Ready+"\nSTATUS=serving from cache")
 	case err := <-done:
 		return exitErr(stderr, err)
 	}
-	err = <-done
-	notifySystemd("STOPPING=1")
+	// Tell systemd as soon as shutdown begins, not once it is over.
+	select {
+	case <-ctx.Done():
+		notify(log, sdnotify.Stopping)
+		err = <-done
+	case err = <-done:
+		notify(log, sdnotify.Stopping)
+	}
 	return exitErr(stderr, err)
 }
 
@@ -194,20 +200,9 @@ func parse(args []string, out io.Writer) (agent.Options, logOptions, error) {
 	return opts, lo, nil
 }
 
-// notifySystemd sends state to systemd's notification socket when the
-// agent runs under Type=notify; it does nothing otherwise.
-func notifySystemd(state string) {
-	path := os.Getenv("NOTIFY_SOCKET")
-	if path == "" {
-		return
+// notify tells systemd about state when the agent runs under Type=notify.
+func notify(log *slog.Logger, state string) {
+	if _, err := sdnotify.Notify(state); err != nil {
+		log.Warn("systemd notification failed", "err", err)
 	}
-	if strings.HasPrefix(path, "@") {
-		path = "\x00" + path[1:] // abstract socket
-	}
-	c, err := net.DialTimeout("unixgram", path, time.Second)
-	if err != nil {
-		return
-	}
-	defer c.Close()
-	c.Write([]byte(state))
 }
