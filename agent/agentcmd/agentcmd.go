@@ -37,18 +37,18 @@ It serves from its cache at once on start, before any distributor answers,
 and fails over between the distributors listed.
 
 Usage:
-  lehr-agent --zone ZONE --distributors ADDR[,ADDR...] --ca CA.crt --cert HOST.crt --key HOST.key [flags]
+  lehr-agent --zone ZONE --distributors ADDR[,ADDR...] --tls-ca CA.crt --tls-cert HOST.crt --tls-key HOST.key [flags]
 
 Examples:
   # A host in zone us-east-1a with two distributors (certificates from
   # "lehr certs issue"):
   lehr-agent --zone us-east-1a \
       --distributors dist-1.internal:7410,dist-2.internal:7410 \
-      --ca /etc/lehr/ca.crt --cert /etc/lehr/host.crt --key /etc/lehr/host.key
+      --tls-ca /etc/lehr/ca.crt --tls-cert /etc/lehr/host.crt --tls-key /etc/lehr/host.key
 
   # Local development against "lehr dev" (see "make run"):
   lehr-agent --zone dev-a --distributors 127.0.0.1:7410 \
-      --ca .lehr/pki/ca/ca.crt --cert .lehr/pki/host.crt --key .lehr/pki/host.key \
+      --tls-ca .lehr/pki/ca/ca.crt --tls-cert .lehr/pki/host.crt --tls-key .lehr/pki/host.key \
       --data-dir /tmp/lehr-agent --metrics-listen 127.0.0.1:9411
 
   # Then, on the same host, watch a namespace arrive:
@@ -132,9 +132,9 @@ func parse(args []string, out io.Writer) (agent.Options, logOptions, error) {
 		lo           logOptions
 		distributors = fs.String("distributors", "", "comma-separated UDP addresses (host:port) of the zone's distributors, in order of preference (required)")
 		labels       = fs.String("labels", "", "host labels as key=value pairs separated by commas, e.g. role=canary,rack=r12")
-		caFile       = fs.String("ca", "", "PEM file of the CA that signs the distributors (required)")
-		certFile     = fs.String("cert", "", "PEM host certificate presented to distributors; its name is the host id (required)")
-		keyFile      = fs.String("key", "", "PEM private key of --cert (required)")
+		caFile       = fs.String("tls-ca", "", "PEM file of the CA that signs the distributors (required)")
+		certFile     = fs.String("tls-cert", "", "PEM host certificate presented to distributors; its name is the host id (required)")
+		keyFile      = fs.String("tls-key", "", "PEM private key of --tls-cert (required)")
 		serverName   = fs.String("server-name", "", "name the distributors' certificates must carry; empty means the host part of each address")
 		durable      = fs.Bool("durable", true, "fsync the cache and every file before acknowledging (turn off only in tests)")
 		level        = fs.String("log-level", "info", "log level: debug, info, warn or error")
@@ -186,7 +186,7 @@ func parse(args []string, out io.Writer) (agent.Options, logOptions, error) {
 		}
 	}
 	if *caFile == "" || *certFile == "" || *keyFile == "" {
-		return opts, lo, errors.New("--ca, --cert and --key are required: distributors only accept agents with a host certificate")
+		return opts, lo, errors.New("--tls-ca, --tls-cert and --tls-key are required: distributors only accept agents with a host certificate")
 	}
 	tc, err := certs.ClientTLS(*certFile, *keyFile, *caFile, *serverName)
 	if err != nil {

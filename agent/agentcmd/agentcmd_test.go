@@ -40,7 +40,7 @@ func TestHelp(t *testing.T) {
 
 func TestParse(t *testing.T) {
 	ca, cert, key := testCerts(t)
-	creds := []string{"--ca", ca, "--cert", cert, "--key", key}
+	creds := []string{"--tls-ca", ca, "--tls-cert", cert, "--tls-key", key}
 	o, _, err := parse(append([]string{"--zone", "zone-a", "--distributors", "127.0.0.1:1, 127.0.0.1:2",
 		"--labels", "role=canary,rack=r1", "--data-dir", "/tmp/x/", "--lease-ttl", "10s"}, creds...), &bytes.Buffer{})
 	if err != nil {
@@ -65,7 +65,7 @@ func TestParse(t *testing.T) {
 		{"no distributors", append([]string{"--zone", "z"}, creds...), "--distributors"},
 		{"bad distributor", append([]string{"--zone", "z", "--distributors", "nohost"}, creds...), "host:port"},
 		{"bad label", append([]string{"--zone", "z", "--distributors", "a:1", "--labels", "x"}, creds...), "--labels"},
-		{"no certs", []string{"--zone", "z", "--distributors", "a:1"}, "--cert"},
+		{"no certs", []string{"--zone", "z", "--distributors", "a:1"}, "--tls-cert"},
 		{"bad level", append([]string{"--zone", "z", "--distributors", "a:1", "--log-level", "loud"}, creds...), "--log-level"},
 		{"stray argument", append([]string{"--zone", "z", "--distributors", "a:1", "extra"}, creds...), "extra"},
 	}
