@@ -15,9 +15,12 @@ import (
 //	data/<domain>/<name>/b/<sha256 hex>       blob: a value or an encoded lehrpb.ManifestChunk
 //	zones/<zone>                              lehrpb.Zone
 //	goals/<zone>/<domain>/<name>              lehrpb.GoalState
+//	zonestatus/<zone>/<distributor_id>        lehrpb.DistributorStatus, under a lease
 //
 // Names are validated (package names) before they become keys, so no name
 // contains "/" beyond the one in "domain/name" and prefixes never overlap.
+// A distributor id is free-form (1 to MaxDistributorIDBytes bytes) but is
+// always the last element of its key. See zonestatus.go for the leases.
 type layout struct{ prefix string }
 
 func (l layout) domainsPrefix() string        { return l.prefix + "domains/" }
@@ -37,6 +40,11 @@ func (l layout) zonesPrefix() string              { return l.prefix + "zones/" }
 func (l layout) zone(z string) string             { return l.zonesPrefix() + z }
 func (l layout) goalsZone(z string) string        { return l.prefix + "goals/" + z + "/" }
 func (l layout) goal(z, ns string) string         { return l.goalsZone(z) + ns }
+func (l layout) zoneStatusPrefix(z string) string { return l.prefix + "zonestatus/" + z + "/" }
+func (l layout) zoneStatus(z, id string) string   { return l.zoneStatusPrefix(z) + id }
+func (l layout) distributorFromZoneStatus(z, key string) string {
+	return strings.TrimPrefix(key, l.zoneStatusPrefix(z))
+}
 func (l layout) nameFromNsmeta(key string) string { return strings.TrimPrefix(key, l.nsmetaPrefix()) }
 func (l layout) hashFromBlob(ns, key string) string {
 	return strings.TrimPrefix(key, l.blobsPrefix(ns))

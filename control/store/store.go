@@ -1,14 +1,15 @@
 // Package store keeps Lehr's control-plane state in etcd through client/v3:
-// domains, namespaces, immutable versions, zones and goal states. It works the
-// same against the embedded single-member etcd and an external cluster.
+// domains, namespaces, immutable versions, zones, goal states and the
+// distributors' zone status reports. It works the same against the embedded
+// single-member etcd and an external cluster.
 //
 // Only package control and its subpackages import store.
 //
 // Every method takes a context and makes a bounded number of etcd requests;
 // there is no cache, so several control processes sharing one etcd see the
 // same state. Writes are optimistic transactions guarded by mod revisions
-// (see versions.go for the commit algorithm and compact.go for history
-// compaction). Errors wrap the sentinels in errors.go; IsUnavailable tells
+// (see versions.go for the commit algorithm, compact.go for history
+// compaction and zonestatus.go for leased status reports). Errors wrap the sentinels in errors.go; IsUnavailable tells
 // a retryable etcd outage from everything else.
 package store
 
@@ -42,7 +43,8 @@ type Options struct {
 	// Logger; default slog.Default().
 	Logger *slog.Logger
 	// OnRoundTrip, if set, is called after every etcd request with the
-	// operation ("get", "txn", "put", "delete", "watch") and its duration.
+	// operation ("get", "txn", "put", "delete", "watch", "lease_grant",
+	// "lease_keepalive", "lease_revoke") and its duration.
 	OnRoundTrip func(op string, d time.Duration, err error)
 }
 
