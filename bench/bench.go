@@ -1,0 +1,187 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"time"
+)
+
+// Profile names a set of sizes: how many repetitions, operations, agents.
+type Profile string
+
+// The profiles.
+const (
+	// Smoke runs every scenario at minimal sizes, in seconds: the
+	// package's own test uses it so the harness cannot rot.
+	Smoke Profile = "smoke"
+	// Quick is "make bench": every scenario, under 5 minutes on 2 cores.
+	Quick Profile = "quick"
+	// Full is "make bench-full": the large sizes (10,000 agents).
+	Full Profile = "full"
+)
+
+// ParseProfile returns the profile named s.
+func ParseProfile(s string) (Profile, error) {
+	switch p := Profile(s); p {
+	case Smoke, Quick, Full:
+		return p, nil
+	}
+	return "", fmt.Errorf("bench: unknown profile %q: want smoke, quick or full", s)
+}
+
+// pick returns the value for profile p.
+func pick[T any](p Profile, smoke, quick, full T) T {
+	switch p {
+	case Smoke:
+		return smoke
+	case Full:
+		return full
+	}
+	return quick
+}
+
+// Env is what a scenario runs with.
+type Env struct {
+	// Profile selects the sizes.
+	Profile Profile
+	// Dir is a scratch directory of the scenario's own, on the same file
+	// system as the run's work directory; removed afterwards.
+	Dir string
+	// OutDir, if not empty, receives artefacts worth keeping (profile
+	// summaries), named after the scenario.
+	OutDir string
+	// Log receives progress and the components' warnings.
+	Log *slog.Logger
+	// Self is the path of an executable that runs a real Lehr agent
+	// when started with the arguments "agent" followed by the agent's
+	// flags (the lehr binary). Empty: scenarios that need a separate agent
+	// process build cmd/lehr-agent into Dir.
+	AgentBinary string
+}
+
+// Scenario is one benchmark.
+type Scenario struct {
+	// Name is short and unique, e.g. "publish"; the -scenario filter
+	// matches it.
+	Name string
+	// Title says in a line what it measures.
+	Title string
+	// Run measures and returns the result. It honours ctx and leaves no
+	// goroutine or process behind.
+	Run func(ctx context.Context, e *Env) (*Result, error)
+}
+
+// Scenarios returns every scenario in run order.
+func Scenarios() []Scenario {
+	return []Scenario{
+		publishScenario(),
+	}
+}
+
+// Options configures RunScenarios.
+type Options struct {
+	// Profile selects the sizes; default Quick.
+	Profile Profile
+	// Filter selects scenarios by name; nil runs every one.
+	Filter *regexp.Regexp
+	// WorkDir is where scratch directories are made; default os.TempDir().
+	// Durable figures depend on its file system.
+	WorkDir string
+	// OutDir receives artefacts (profile summaries); empty keeps none.
+	OutDir string
+	// AgentBinary: see Env.AgentBinary.
+	AgentBinary string
+	// Logger; default a logger that writes warnings to stderr.
+	Logger *slog.Logger
+	// Progress, if not nil, receives each scenario's table as soon as it
+	// has finished.
+	Progress io.Writer
+	// Command is recorded in the Run; default os.Args joined by spaces.
+	Command string
+}
+
+// RunScenarios runs the selected scenarios one after another and returns
+// the run. A failing scenario is recorded in its Result.Error and the run
+// goes on; the error returned is for a run that could not start or was
+// cancelled, or when the filter selects nothing.
+func RunScenarios(ctx context.Context, opts Options) (*Run, error) {
+	if opts.Profile == "" {
+		opts.Profile = Quick
+	}
+	if opts.WorkDir == "" {
+		opts.WorkDir = os.TempDir()
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	}
+	if opts.Command == "" {
+		opts.Command = strings.Join(os.Args, " ")
+	}
+	var sel []Scenario
+	for _, s := range Scenarios() {
+		if opts.Filter == nil || opts.Filter.MatchString(s.Name) {
+			sel = append(sel, s)
+		}
+	}
+	if len(sel) == 0 {
+		return nil, fmt.Errorf("bench: no scenario matches %v", opts.Filter)
+	}
+	root, err := os.MkdirTemp(opts.WorkDir, "lehr-bench-")
+	if err != nil {
+		return nil, fmt.Errorf("bench: create work directory: %w", err)
+	}
+	defer os.RemoveAll(root)
+	run := &Run{
+		Started: time.Now(),
+		Command: opts.Command,
+		Profile: string(opts.Profile),
+		Machine: DescribeMachine(root),
+	}
+	for _, s := range sel {
+		if err := ctx.Err(); err != nil {
+			return run, fmt.Errorf("bench: cancelled before %s: %w", s.Name, err)
+		}
+		dir := filepath.Join(root, s.Name)
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return run, fmt.Errorf("bench: create %s: %w", dir, err)
+		}
+		env := &Env{
+			Profile:     opts.Profile,
+			Dir:         dir,
+			OutDir:      opts.OutDir,
+			Log:         opts.Logger.With("scenario", s.Name),
+			AgentBinary: opts.AgentBinary,
+		}
+		start := time.Now()
+		res, err := s.Run(ctx, env)
+		if res == nil {
+			res = &Result{Title: s.Title}
+		}
+		res.Scenario = s.Name
+		if res.Title == "" {
+			res.Title = s.Title
+		}
+		res.Elapsed = time.Since(start)
+		if err != nil {
+			res.Error = err.Error()
+		}
+		run.Results = append(run.Results, *res)
+		if opts.Progress != nil {
+			PrintResult(opts.Progress, *res)
+			fmt.Fprintln(opts.Progress)
+		}
+		os.RemoveAll(dir)
+		if err != nil && errors.Is(err, context.Canceled) {
+			break
+		}
+	}
+	run.Finished = time.Now()
+	return run, nil
+}

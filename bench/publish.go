@@ -1,0 +1,192 @@
+package bench
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"lehr.dev/lehr/client/producer"
+	"lehr.dev/lehr/control/validate"
+)
+
+// publishParams are the sizes of the publish scenario.
+type publishParams struct {
+	warmup      int // unmeasured publishes per value size
+	reps        int // repetitions
+	opsPerRep   map[int]int
+	concurrency int // publishers of the throughput phase
+	concOps     map[int]int
+}
+
+// publishSizes are the value sizes of issue 2: 1 KiB, 64 KiB and the
+// maximum value size.
+var publishSizes = []int{1 << 10, 64 << 10, validate.MaxValueBytes}
+
+func publishScenario() Scenario {
+	return Scenario{
+		Name:  "publish",
+		Title: "publish latency and throughput through the gRPC API on embedded etcd (issue 2)",
+		Run:   runPublish,
+	}
+}
+
+func runPublish(ctx context.Context, e *Env) (*Result, error) {
+	kib, mid, max := publishSizes[0], publishSizes[1], publishSizes[2]
+	p := pick(e.Profile,
+		publishParams{warmup: 2, reps: 2, concurrency: 2,
+			opsPerRep: map[int]int{kib: 5, mid: 3, max: 2}, concOps: map[int]int{kib: 4, mid: 4, max: 2}},
+		publishParams{warmup: 10, reps: 5, concurrency: 8,
+			opsPerRep: map[int]int{kib: 100, mid: 60, max: 30}, concOps: map[int]int{kib: 160, mid: 80, max: 40}},
+		publishParams{warmup: 20, reps: 7, concurrency: 8,
+			opsPerRep: map[int]int{kib: 200, mid: 100, max: 40}, concOps: map[int]int{kib: 400, mid: 200, max: 80}},
+	)
+	res := &Result{
+		Setup: fmt.Sprintf("control + embedded single-member etcd in-process, fsync ON (durable); producer client over plaintext gRPC on loopback; "+
+			"one property per namespace, a fresh value every publish; one zone (every publish also moves its goal). "+
+			"Latency: one publisher, publishes back to back, %d warm-up then %d repetitions, median of per-repetition percentiles. "+
+			"Throughput: sequential = that publisher's publishes/s; concurrent = %d publishers on separate namespaces.",
+			p.warmup, p.reps, p.concurrency),
+	}
+	rc, err := startControl(ctx, e.Dir, e.Log, false)
+	if err != nil {
+		return res, err
+	}
+	defer rc.close()
+	cl, err := rc.producer(e.Log)
+	if err != nil {
+		return res, err
+	}
+	defer cl.Close()
+
+	for _, size := range publishSizes {
+		ns := fmt.Sprintf("%s/pub-%s", benchDomain, nsLabel(size))
+		val := newValueSource(size)
+		publish := func(ns string) (time.Duration, error) {
+			props := []producer.Property{{Key: "value", Value: val.next()}}
+			start := time.Now()
+			_, err := cl.Publish(ctx, ns, props)
+			return time.Since(start), err
+		}
+		for range p.warmup {
+			if _, err := publish(ns); err != nil {
+				return res, fmt.Errorf("warm-up publish %s: %w", ns, err)
+			}
+		}
+		var sums []Summary
+		var rates []float64
+		for range p.reps {
+			lat := make([]time.Duration, 0, p.opsPerRep[size])
+			start := time.Now()
+			for range p.opsPerRep[size] {
+				d, err := publish(ns)
+				if err != nil {
+					return res, fmt.Errorf("publish %s: %w", ns, err)
+				}
+				lat = append(lat, d)
+			}
+			rates = append(rates, float64(len(lat))/time.Since(start).Seconds())
+			sums = append(sums, Summarize(lat))
+		}
+		conc, err := publishConcurrent(ctx, cl, size, p.concurrency, p.concOps[size], p.reps)
+		if err != nil {
+			return res, err
+		}
+		row := Row{System: "lehr", Case: sizeLabel(size)}
+		s := MedianSummary(sums)
+		row.AddLatency("", s)
+		row.Add("seq ops/s", Median(rates), "ops/s")
+		row.Add(fmt.Sprintf("conc%d ops/s", p.concurrency), conc, "ops/s")
+		row.Add(fmt.Sprintf("conc%d MiB/s", p.concurrency), conc*float64(size)/(1<<20), "MiB/s")
+		row.Add("samples", float64(s.N), "")
+		res.Rows = append(res.Rows, row)
+	}
+	return res, nil
+}
+
+// publishConcurrent runs reps rounds of n publishes of size-byte values
+// spread over c publishers, each on its own namespace, and returns the
+// median publishes/s across rounds. Each publisher warms its namespace up
+// with one unmeasured publish first.
+func publishConcurrent(ctx context.Context, cl *producer.Client, size, c, n, reps int) (float64, error) {
+	nss := make([]string, c)
+	vals := make([]*valueSource, c)
+	for i := range c {
+		nss[i] = fmt.Sprintf("%s/pub-%s-c%d", benchDomain, nsLabel(size), i)
+		vals[i] = newValueSource(size)
+		if _, err := cl.Publish(ctx, nss[i], []producer.Property{{Key: "value", Value: vals[i].next()}}); err != nil {
+			return 0, fmt.Errorf("warm-up publish %s: %w", nss[i], err)
+		}
+	}
+	var rates []float64
+	for range reps {
+		var left atomic.Int64
+		left.Store(int64(n))
+		var wg sync.WaitGroup
+		errs := make(chan error, c)
+		start := time.Now()
+		for i := range c {
+			wg.Go(func() {
+				for left.Add(-1) >= 0 {
+					if _, err := cl.Publish(ctx, nss[i], []producer.Property{{Key: "value", Value: vals[i].next()}}); err != nil {
+						errs <- fmt.Errorf("publish %s: %w", nss[i], err)
+						return
+					}
+				}
+			})
+		}
+		wg.Wait()
+		el := time.Since(start)
+		close(errs)
+		if err := <-errs; err != nil {
+			return 0, err
+		}
+		rates = append(rates, float64(n)/el.Seconds())
+	}
+	return Median(rates), nil
+}
+
+// valueSource produces values of one size, each different from the last:
+// random bytes made once, with a counter in the first eight bytes.
+type valueSource struct {
+	base []byte
+	n    uint64
+}
+
+func newValueSource(size int) *valueSource {
+	b := make([]byte, size)
+	rand.Read(b)
+	return &valueSource{base: b}
+}
+
+// next returns a fresh copy of the value with the next counter.
+func (v *valueSource) next() []byte {
+	v.n++
+	b := append([]byte(nil), v.base...)
+	if len(b) >= 8 {
+		binary.BigEndian.PutUint64(b, v.n)
+	} else {
+		for i := range b {
+			b[i] = byte(v.n >> (8 * i))
+		}
+	}
+	return b
+}
+
+// sizeLabel renders a byte count as "1KiB", "64KiB", "512KiB", "10MiB".
+func sizeLabel(n int) string {
+	switch {
+	case n >= 1<<20 && n%(1<<20) == 0:
+		return fmt.Sprintf("%dMiB", n>>20)
+	case n >= 1<<10 && n%(1<<10) == 0:
+		return fmt.Sprintf("%dKiB", n>>10)
+	}
+	return fmt.Sprintf("%dB", n)
+}
+
+// nsLabel is sizeLabel in lower case, usable in a namespace name.
+func nsLabel(n int) string { return strings.ToLower(sizeLabel(n)) }
