@@ -82,6 +82,7 @@ type Scenario struct {
 func Scenarios() []Scenario {
 	return []Scenario{
 		publishScenario(),
+		e2eScenario(),
 	}
 }
 
