@@ -74,6 +74,7 @@ type Service struct {
 
 	limiters limiters
 	registry *validate.Registry
+	leases   reportLeases // of ReportZoneStatus
 
 	// closing is closed by Close; long-lived streams end when it is.
 	closeOnce sync.Once

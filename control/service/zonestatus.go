@@ -1,0 +1,213 @@
+package service
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"math"
+	"slices"
+	"sync"
+	"time"
+
+	"lehr.dev/lehr/control/store"
+	"lehr.dev/lehr/internal/apierror"
+	"lehr.dev/lehr/internal/names"
+	"lehr.dev/lehr/proto/lehrpb"
+)
+
+// Limits of ReportZoneStatus.
+const (
+	// DefaultReportTTL is how long a report stays valid when the request
+	// says 0.
+	DefaultReportTTL = 30 * time.Second
+	// MaxReportTTLSeconds bounds ttl_seconds: a report must not outlive a
+	// dead distributor for long.
+	MaxReportTTLSeconds = 3600
+	// MaxVersionCounts bounds the version counts of one report. The encoded
+	// report must also fit store.MaxZoneReportBytes.
+	MaxVersionCounts = 100_000
+)
+
+// leaseSweepInterval is how often expired entries leave the lease cache.
+const leaseSweepInterval = time.Minute
+
+// reportLeases caches the etcd lease of each distributor's report so that a
+// report renews the lease of the previous one instead of granting a new one
+// (see control/store/zonestatus.go). A lost entry costs one lease grant.
+type reportLeases struct {
+	mu        sync.Mutex
+	m         map[reportKey]reportLease
+	nextSweep time.Time
+}
+
+type reportKey struct{ zone, id string }
+
+type reportLease struct {
+	lease   store.ReportLease
+	expires time.Time // when etcd drops the lease if it is not renewed
+}
+
+// get returns the cached lease of k, or the zero ReportLease.
+func (r *reportLeases) get(k reportKey) store.ReportLease {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.m[k].lease
+}
+
+// set records the lease of k, or forgets k if l is the zero ReportLease,
+// and drops entries that expired, at most once per leaseSweepInterval.
+func (r *reportLeases) set(k reportKey, l store.ReportLease, now time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.m == nil {
+		r.m = make(map[reportKey]reportLease)
+	}
+	if l.ID == 0 {
+		delete(r.m, k)
+	} else {
+		r.m[k] = reportLease{lease: l, expires: now.Add(l.TTL)}
+	}
+	if now.Before(r.nextSweep) {
+		return
+	}
+	r.nextSweep = now.Add(leaseSweepInterval)
+	for k, e := range r.m {
+		if now.After(e.expires) {
+			delete(r.m, k)
+		}
+	}
+}
+
+// len returns the number of cached leases.
+func (r *reportLeases) len() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.m)
+}
+
+// ReportZoneStatus stores a distributor's report of how many of its agents
+// hold each version, replacing its previous one. The report stays visible
+// to GetZoneStatus (on every control replica) for ttl_seconds (0: 30 s)
+// unless renewed by the next report.
+func (s *Service) ReportZoneStatus(ctx context.Context, req *lehrpb.ReportZoneStatusRequest) (_ *lehrpb.ReportZoneStatusResponse, err error) {
+	defer s.track(ctx, "ReportZoneStatus", time.Now(), &err)
+	if err := checkReport(req); err != nil {
+		return nil, err
+	}
+	ttl := DefaultReportTTL
+	if req.GetTtlSeconds() > 0 {
+		ttl = time.Duration(req.GetTtlSeconds()) * time.Second
+	}
+	st := &lehrpb.DistributorStatus{
+		DistributorId: req.GetDistributorId(),
+		Agents:        req.GetAgents(),
+		Versions:      req.GetVersions(),
+	}
+	k := reportKey{zone: req.GetZone(), id: req.GetDistributorId()}
+	lease, err := s.st.PutZoneStatus(ctx, k.zone, st, ttl, s.leases.get(k))
+	// Even on error the lease returned is the one to try next time (zero
+	// when the zone is unknown).
+	s.leases.set(k, lease, s.now())
+	if errors.Is(err, store.ErrInvalid) {
+		// Everything else was checked above: the report is too large.
+		return nil, invalid(apierror.ReasonInvalidArgument, "versions",
+			"the report is too large to store: %v; report fewer or shorter namespaces", err).
+			WithLimit("%d bytes encoded", store.MaxZoneReportBytes)
+	}
+	if err != nil {
+		return nil, withField(s.apiError(ctx, err), "zone")
+	}
+	s.metrics.GetOrCreateCounter(`lehr_control_zone_reports_total{zone="` + k.zone + `"}`).Inc()
+	return &lehrpb.ReportZoneStatusResponse{}, nil
+}
+
+// checkReport validates a ReportZoneStatusRequest.
+func checkReport(req *lehrpb.ReportZoneStatusRequest) error {
+	if err := names.Zone(req.GetZone()); err != nil {
+		return nameError("zone", err)
+	}
+	switch id := req.GetDistributorId(); {
+	case id == "":
+		return invalid(apierror.ReasonInvalidArgument, "distributor_id", "distributor_id is required")
+	case len(id) > store.MaxDistributorIDBytes:
+		return invalid(apierror.ReasonInvalidArgument, "distributor_id", "distributor_id is %d bytes; at most %d allowed",
+			len(id), store.MaxDistributorIDBytes).WithLimit("%d bytes", store.MaxDistributorIDBytes)
+	}
+	if req.GetAgents() < 0 {
+		return invalid(apierror.ReasonInvalidArgument, "agents", "agents is %d; it must not be negative", req.GetAgents())
+	}
+	if t := req.GetTtlSeconds(); t > MaxReportTTLSeconds {
+		return invalid(apierror.ReasonInvalidArgument, "ttl_seconds", "ttl_seconds is %d; at most %d allowed (0 means %d)",
+			t, MaxReportTTLSeconds, int(DefaultReportTTL/time.Second)).WithLimit("%d seconds", MaxReportTTLSeconds)
+	}
+	vs := req.GetVersions()
+	if len(vs) > MaxVersionCounts {
+		return invalid(apierror.ReasonInvalidArgument, "versions", "the report has %d version counts; at most %d allowed",
+			len(vs), MaxVersionCounts).WithLimit("%d entries", MaxVersionCounts)
+	}
+	type nsVersion struct {
+		ns string
+		v  uint64
+	}
+	seen := make(map[nsVersion]int, len(vs))
+	for i, vc := range vs {
+		if _, _, err := names.Namespace(vc.GetNamespace()); err != nil {
+			return nameError(propField("versions", i, "namespace"), err)
+		}
+		if vc.GetAgents() < 0 {
+			return invalid(apierror.ReasonInvalidArgument, propField("versions", i, "agents"),
+				"agents is %d; it must not be negative", vc.GetAgents())
+		}
+		k := nsVersion{vc.GetNamespace(), vc.GetVersion()}
+		if j, dup := seen[k]; dup {
+			return invalid(apierror.ReasonInvalidArgument, propField("versions", i, ""),
+				"%s version %d is counted twice, in versions[%d] and versions[%d]; send one count per namespace and version",
+				k.ns, k.v, j, i)
+		}
+		seen[k] = i
+	}
+	return nil
+}
+
+// GetZoneStatus returns the live reports of a zone's distributors, sorted
+// by distributor id, and their sum per namespace and version, sorted by
+// namespace and version. NOT_FOUND if the zone is not registered.
+func (s *Service) GetZoneStatus(ctx context.Context, req *lehrpb.GetZoneStatusRequest) (_ *lehrpb.GetZoneStatusResponse, err error) {
+	defer s.track(ctx, "GetZoneStatus", time.Now(), &err)
+	if err := names.Zone(req.GetZone()); err != nil {
+		return nil, nameError("zone", err)
+	}
+	sts, err := s.st.ZoneStatus(ctx, req.GetZone())
+	if err != nil {
+		return nil, withField(s.apiError(ctx, err), "zone")
+	}
+	return &lehrpb.GetZoneStatusResponse{
+		Zone:         req.GetZone(),
+		Distributors: sts,
+		Versions:     sumVersions(sts),
+	}, nil
+}
+
+// sumVersions adds up the version counts of several reports per namespace
+// and version, sorted by namespace, then version. A sum beyond int32 is
+// capped at math.MaxInt32.
+func sumVersions(sts []*lehrpb.DistributorStatus) []*lehrpb.VersionCount {
+	type nsVersion struct {
+		ns string
+		v  uint64
+	}
+	sums := make(map[nsVersion]int64)
+	for _, st := range sts {
+		for _, vc := range st.GetVersions() {
+			sums[nsVersion{vc.GetNamespace(), vc.GetVersion()}] += int64(vc.GetAgents())
+		}
+	}
+	out := make([]*lehrpb.VersionCount, 0, len(sums))
+	for k, n := range sums {
+		out = append(out, &lehrpb.VersionCount{Namespace: k.ns, Version: k.v, Agents: int32(min(n, math.MaxInt32))})
+	}
+	slices.SortFunc(out, func(a, b *lehrpb.VersionCount) int {
+		return cmp.Or(cmp.Compare(a.GetNamespace(), b.GetNamespace()), cmp.Compare(a.GetVersion(), b.GetVersion()))
+	})
+	return out
+}

@@ -1,0 +1,246 @@
+package control_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/testing/protocmp"
+
+	"lehr.dev/lehr/control"
+	"lehr.dev/lehr/control/controltest"
+	"lehr.dev/lehr/internal/apierror"
+	"lehr.dev/lehr/proto/lehrpb"
+)
+
+func vc(ns string, v uint64, agents int32) *lehrpb.VersionCount {
+	return &lehrpb.VersionCount{Namespace: ns, Version: v, Agents: agents}
+}
+
+func reportStatus(t *testing.T, cl lehrpb.ControlClient, req *lehrpb.ReportZoneStatusRequest) {
+	t.Helper()
+	if _, err := cl.ReportZoneStatus(testCtx(t), req); err != nil {
+		t.Fatalf("ReportZoneStatus(%s/%s): %v", req.GetZone(), req.GetDistributorId(), err)
+	}
+}
+
+// waitCond polls cond every 10ms for up to 30s.
+func waitCond(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func TestZoneStatusAggregates(t *testing.T) {
+	srv := controltest.StartControl(t, control.Options{})
+	cl := srv.Client
+	if _, err := cl.CreateZone(testCtx(t), &lehrpb.CreateZoneRequest{Name: "zone-a"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cl.CreateZone(testCtx(t), &lehrpb.CreateZoneRequest{Name: "zone-b"}); err != nil {
+		t.Fatal(err)
+	}
+
+	// A zone without reports.
+	got, err := cl.GetZoneStatus(testCtx(t), &lehrpb.GetZoneStatusRequest{Zone: "zone-a"})
+	if err != nil {
+		t.Fatalf("GetZoneStatus before any report: %v", err)
+	}
+	if diff := cmp.Diff(&lehrpb.GetZoneStatusResponse{Zone: "zone-a"}, got, protocmp.Transform()); diff != "" {
+		t.Errorf("GetZoneStatus before any report (-want +got):\n%s", diff)
+	}
+
+	// An old report of d2 is replaced by its next one.
+	reportStatus(t, cl, &lehrpb.ReportZoneStatusRequest{Zone: "zone-a", DistributorId: "d2", Agents: 9,
+		Versions: []*lehrpb.VersionCount{vc("x/app", 1, 9)}})
+	reportStatus(t, cl, &lehrpb.ReportZoneStatusRequest{Zone: "zone-a", DistributorId: "d2", Agents: 4,
+		Versions: []*lehrpb.VersionCount{vc("x/app", 3, 1), vc("x/app", 2, 3), vc("x/db", 1, 4)}})
+	reportStatus(t, cl, &lehrpb.ReportZoneStatusRequest{Zone: "zone-a", DistributorId: "d1", Agents: 3,
+		Versions: []*lehrpb.VersionCount{vc("x/app", 3, 2), vc("x/app", 0, 1), vc("x/db", 1, 3)}})
+	// Another zone's report does not count.
+	reportStatus(t, cl, &lehrpb.ReportZoneStatusRequest{Zone: "zone-b", DistributorId: "d1", Agents: 100,
+		Versions: []*lehrpb.VersionCount{vc("x/app", 3, 100)}})
+
+	got, err = cl.GetZoneStatus(testCtx(t), &lehrpb.GetZoneStatusRequest{Zone: "zone-a"})
+	if err != nil {
+		t.Fatalf("GetZoneStatus: %v", err)
+	}
+	want := &lehrpb.GetZoneStatusResponse{
+		Zone: "zone-a",
+		Distributors: []*lehrpb.DistributorStatus{
+			{DistributorId: "d1", Agents: 3, Versions: []*lehrpb.VersionCount{vc("x/app", 3, 2), vc("x/app", 0, 1), vc("x/db", 1, 3)}},
+			{DistributorId: "d2", Agents: 4, Versions: []*lehrpb.VersionCount{vc("x/app", 3, 1), vc("x/app", 2, 3), vc("x/db", 1, 4)}},
+		},
+		Versions: []*lehrpb.VersionCount{vc("x/app", 0, 1), vc("x/app", 2, 3), vc("x/app", 3, 3), vc("x/db", 1, 7)},
+	}
+	if diff := cmp.Diff(want, got, protocmp.Transform()); diff != "" {
+		t.Errorf("GetZoneStatus (-want +got):\n%s", diff)
+	}
+
+	// Every replica sees the reports: they live in etcd, not in memory.
+	srv.Stop()
+	srv2 := controltest.StartControl(t, control.Options{DataDir: srv.DataDir})
+	got, err = srv2.Client.GetZoneStatus(testCtx(t), &lehrpb.GetZoneStatusRequest{Zone: "zone-a"})
+	if err != nil {
+		t.Fatalf("GetZoneStatus after a restart: %v", err)
+	}
+	if diff := cmp.Diff(want, got, protocmp.Transform()); diff != "" {
+		t.Errorf("GetZoneStatus after a restart (-want +got):\n%s", diff)
+	}
+
+	// Reports are counted.
+	reportStatus(t, srv2.Client, &lehrpb.ReportZoneStatusRequest{Zone: "zone-a", DistributorId: "d1", Agents: 3})
+	resp, err := http.Get("http://" + srv2.Control.MetricsAddr().String() + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if m := `lehr_control_zone_reports_total{zone="zone-a"} 1`; !strings.Contains(string(body), m) {
+		t.Errorf("/metrics lacks %q", m)
+	}
+}
+
+func TestZoneStatusExpires(t *testing.T) {
+	srv := controltest.StartControl(t, control.Options{})
+	cl := srv.Client
+	if _, err := cl.CreateZone(testCtx(t), &lehrpb.CreateZoneRequest{Name: "zone-a"}); err != nil {
+		t.Fatal(err)
+	}
+	reportStatus(t, cl, &lehrpb.ReportZoneStatusRequest{Zone: "zone-a", DistributorId: "alive", Agents: 1, TtlSeconds: 600})
+	reportStatus(t, cl, &lehrpb.ReportZoneStatusRequest{Zone: "zone-a", DistributorId: "dead", Agents: 2, TtlSeconds: 1,
+		Versions: []*lehrpb.VersionCount{vc("x/app", 1, 2)}})
+	ids := func() string {
+		st, err := cl.GetZoneStatus(testCtx(t), &lehrpb.GetZoneStatusRequest{Zone: "zone-a"})
+		if err != nil {
+			t.Fatalf("GetZoneStatus: %v", err)
+		}
+		var out []string
+		for _, d := range st.GetDistributors() {
+			out = append(out, d.GetDistributorId())
+		}
+		return fmt.Sprintf("%v versions %d", out, len(st.GetVersions()))
+	}
+	if got := ids(); got != "[alive dead] versions 1" {
+		t.Fatalf("before expiry: %s, want [alive dead] versions 1", got)
+	}
+	waitCond(t, "the report with ttl_seconds 1 to expire", func() bool { return ids() == "[alive] versions 0" })
+
+	// A distributor that reports again after its lease expired is back.
+	reportStatus(t, cl, &lehrpb.ReportZoneStatusRequest{Zone: "zone-a", DistributorId: "dead", Agents: 2, TtlSeconds: 1})
+	if got := ids(); got != "[alive dead] versions 0" {
+		t.Errorf("after reporting again: %s, want [alive dead] versions 0", got)
+	}
+}
+
+// TestZoneStatusRejections sends bad reports and checks the error's code,
+// reason and field, and that nothing was stored.
+func TestZoneStatusRejections(t *testing.T) {
+	srv := controltest.StartControl(t, control.Options{})
+	cl := srv.Client
+	if _, err := cl.CreateZone(testCtx(t), &lehrpb.CreateZoneRequest{Name: "zone-a"}); err != nil {
+		t.Fatal(err)
+	}
+	ok := func() *lehrpb.ReportZoneStatusRequest {
+		return &lehrpb.ReportZoneStatusRequest{Zone: "zone-a", DistributorId: "d1", Agents: 2,
+			Versions: []*lehrpb.VersionCount{vc("x/app", 1, 2)}}
+	}
+	with := func(f func(r *lehrpb.ReportZoneStatusRequest)) *lehrpb.ReportZoneStatusRequest {
+		r := ok()
+		f(r)
+		return r
+	}
+	many := make([]*lehrpb.VersionCount, 100_001)
+	for i := range many {
+		many[i] = vc("x/app", uint64(i+1), 1)
+	}
+	// 30,000 distinct long namespaces: within the count limit, beyond what
+	// one etcd request holds.
+	long := make([]*lehrpb.VersionCount, 30_000)
+	for i := range long {
+		long[i] = vc(fmt.Sprintf("x/%s-%05d", strings.Repeat("n", 40), i), 1, 1)
+	}
+	tests := []struct {
+		name   string
+		req    *lehrpb.ReportZoneStatusRequest
+		code   codes.Code
+		reason string
+		field  string
+		limit  string
+	}{
+		{"bad zone", with(func(r *lehrpb.ReportZoneStatusRequest) { r.Zone = "Zone_A" }), codes.InvalidArgument, apierror.ReasonInvalidName, "zone", ""},
+		{"unknown zone", with(func(r *lehrpb.ReportZoneStatusRequest) { r.Zone = "zone-x" }), codes.NotFound, apierror.ReasonNotFound, "zone", ""},
+		{"no distributor id", with(func(r *lehrpb.ReportZoneStatusRequest) { r.DistributorId = "" }), codes.InvalidArgument, apierror.ReasonInvalidArgument, "distributor_id", ""},
+		{"long distributor id", with(func(r *lehrpb.ReportZoneStatusRequest) { r.DistributorId = strings.Repeat("d", 129) }),
+			codes.InvalidArgument, apierror.ReasonInvalidArgument, "distributor_id", "128 bytes"},
+		{"negative agents", with(func(r *lehrpb.ReportZoneStatusRequest) { r.Agents = -1 }), codes.InvalidArgument, apierror.ReasonInvalidArgument, "agents", ""},
+		{"negative count", with(func(r *lehrpb.ReportZoneStatusRequest) { r.Versions = append(r.Versions, vc("x/db", 1, -3)) }),
+			codes.InvalidArgument, apierror.ReasonInvalidArgument, "versions[1].agents", ""},
+		{"bad namespace", with(func(r *lehrpb.ReportZoneStatusRequest) { r.Versions = append(r.Versions, vc("nodomain", 1, 1)) }),
+			codes.InvalidArgument, apierror.ReasonInvalidName, "versions[1].namespace", ""},
+		{"counted twice", with(func(r *lehrpb.ReportZoneStatusRequest) {
+			r.Versions = append(r.Versions, vc("x/db", 1, 1), vc("x/app", 1, 1))
+		}),
+			codes.InvalidArgument, apierror.ReasonInvalidArgument, "versions[2]", ""},
+		{"too many counts", with(func(r *lehrpb.ReportZoneStatusRequest) { r.Versions = many }),
+			codes.InvalidArgument, apierror.ReasonInvalidArgument, "versions", "100000 entries"},
+		{"too many bytes", with(func(r *lehrpb.ReportZoneStatusRequest) { r.Versions = long }),
+			codes.InvalidArgument, apierror.ReasonInvalidArgument, "versions", "1048576 bytes encoded"},
+		{"ttl too long", with(func(r *lehrpb.ReportZoneStatusRequest) { r.TtlSeconds = 3601 }),
+			codes.InvalidArgument, apierror.ReasonInvalidArgument, "ttl_seconds", "3600 seconds"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := cl.ReportZoneStatus(testCtx(t), tc.req)
+			if err == nil {
+				t.Fatalf("call succeeded; want %v %s on %s", tc.code, tc.reason, tc.field)
+			}
+			e := apierror.FromError(err)
+			if e.Code != tc.code || e.Reason != tc.reason || e.Field != tc.field {
+				t.Errorf("got %v %s on %q; want %v %s on %q (error: %v)", e.Code, e.Reason, e.Field, tc.code, tc.reason, tc.field, e)
+			}
+			if tc.limit != "" && e.Limit != tc.limit {
+				t.Errorf("limit = %q, want %q", e.Limit, tc.limit)
+			}
+			if e.Message == "" {
+				t.Errorf("error has no message saying what is wrong")
+			}
+		})
+	}
+	st, err := cl.GetZoneStatus(testCtx(t), &lehrpb.GetZoneStatusRequest{Zone: "zone-a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(st.GetDistributors()) != 0 || len(st.GetVersions()) != 0 {
+		t.Errorf("rejected reports were stored: %v", st)
+	}
+
+	for _, tc := range []struct {
+		zone  string
+		code  codes.Code
+		field string
+	}{
+		{"Zone_A", codes.InvalidArgument, "zone"},
+		{"", codes.InvalidArgument, "zone"},
+		{"zone-x", codes.NotFound, "zone"},
+	} {
+		_, err := cl.GetZoneStatus(testCtx(t), &lehrpb.GetZoneStatusRequest{Zone: tc.zone})
+		if e := apierror.FromError(err); e.Code != tc.code || e.Field != tc.field {
+			t.Errorf("GetZoneStatus(%q) = %v; want %v on %q", tc.zone, err, tc.code, tc.field)
+		}
+	}
+	if _, err := cl.ReportZoneStatus(context.Background(), ok()); err != nil {
+		t.Errorf("a valid report after the rejections: %v", err)
+	}
+}
