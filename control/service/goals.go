@@ -29,7 +29,8 @@ func (s *Service) CreateZone(ctx context.Context, req *lehrpb.CreateZoneRequest)
 		return nil, apierror.New(codes.AlreadyExists, apierror.ReasonAlreadyExists, "name", "zone %q already exists", req.GetName())
 	}
 	if err != nil {
-		return nil, err
+		// ErrInvalid here: the store holds no more zones.
+		return nil, withField(s.apiError(ctx, err), "name")
 	}
 	s.log.Info("control: created zone", "zone", z.GetName())
 	return z, nil
@@ -79,7 +80,7 @@ func (s *Service) WatchGoals(req *lehrpb.WatchGoalsRequest, stream grpc.ServerSt
 	}
 	if req.GetCreateZone() {
 		if err := s.st.EnsureZone(ctx, req.GetZone()); err != nil {
-			return err
+			return withField(s.apiError(ctx, err), "zone")
 		}
 	}
 	// Stop the watch when the client goes away or the service closes.

@@ -75,7 +75,7 @@ func (s *Service) Publish(ctx context.Context, req *lehrpb.PublishRequest) (_ *l
 		GoalReason: "publish",
 	}, req.GetExpectedVersion(), ns.GetLatestVersion())
 	if err != nil {
-		return nil, err
+		return nil, invalidOn(s.apiError(ctx, err), "properties")
 	}
 	s.countPublish("snapshot")
 	s.log.Info("control: published", "namespace", info.GetNamespace(), "version", info.GetSeq(),
@@ -187,7 +187,7 @@ func (s *Service) Patch(ctx context.Context, req *lehrpb.PatchRequest) (_ *lehrp
 		if errors.As(err, &ce) {
 			return nil, staleError(req.GetNamespace(), "base_version", "base version", base, ce.Current)
 		}
-		return nil, err
+		return nil, invalidOn(s.apiError(ctx, err), "set")
 	}
 	s.countPublish("patch")
 	s.log.Info("control: patched", "namespace", info.GetNamespace(), "version", info.GetSeq(), "base", base,
@@ -243,7 +243,7 @@ func (s *Service) Rollback(ctx context.Context, req *lehrpb.RollbackRequest) (_ 
 		GoalReason: fmt.Sprintf("rollback to %d", to),
 	}, req.GetExpectedVersion(), ns.GetLatestVersion())
 	if err != nil {
-		return nil, err
+		return nil, invalidOn(s.apiError(ctx, err), "to_version")
 	}
 	s.countPublish("rollback")
 	s.log.Info("control: rolled back", "namespace", info.GetNamespace(), "version", info.GetSeq(),
@@ -393,10 +393,21 @@ func existing(ns *lehrpb.Namespace, create bool) *lehrpb.Namespace {
 	return ns
 }
 
-// withField sets the field of a NotFound or AlreadyExists error that names
-// none.
+// withField sets the field of a NotFound, AlreadyExists or InvalidArgument
+// error (store.ErrInvalid) that names none. Use it where field names the
+// resource the store call was about.
 func withField(e *apierror.Error, field string) *apierror.Error {
-	if e.Field == "" && (e.Code == codes.NotFound || e.Code == codes.AlreadyExists) {
+	if e.Field == "" && (e.Code == codes.NotFound || e.Code == codes.AlreadyExists || e.Code == codes.InvalidArgument) {
+		e.Field = field
+	}
+	return e
+}
+
+// invalidOn sets the field of an InvalidArgument error (store.ErrInvalid)
+// that names none, leaving other errors alone. Use it where the store
+// rejects content rather than a name, e.g. a value larger than it holds.
+func invalidOn(e *apierror.Error, field string) *apierror.Error {
+	if e.Field == "" && e.Code == codes.InvalidArgument {
 		e.Field = field
 	}
 	return e

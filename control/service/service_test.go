@@ -150,3 +150,27 @@ func TestReportLeasesSweep(t *testing.T) {
 		t.Errorf("len after forgetting b = %d, want 0", n)
 	}
 }
+
+func TestWithFieldAndInvalidOn(t *testing.T) {
+	for _, tc := range []struct {
+		code              codes.Code
+		preset            string
+		withField, onlyIn string
+	}{
+		{codes.InvalidArgument, "", "f", "f"},
+		{codes.NotFound, "", "f", ""},
+		{codes.AlreadyExists, "", "f", ""},
+		{codes.Unavailable, "", "", ""},
+		{codes.Aborted, "", "", ""},
+		{codes.InvalidArgument, "kept", "kept", "kept"},
+	} {
+		e := withField(apierror.New(tc.code, "", tc.preset, "x"), "f")
+		if e.Field != tc.withField {
+			t.Errorf("withField(%v with field %q) set field %q, want %q", tc.code, tc.preset, e.Field, tc.withField)
+		}
+		e = invalidOn(apierror.New(tc.code, "", tc.preset, "x"), "f")
+		if e.Field != tc.onlyIn {
+			t.Errorf("invalidOn(%v with field %q) set field %q, want %q", tc.code, tc.preset, e.Field, tc.onlyIn)
+		}
+	}
+}
