@@ -33,7 +33,7 @@ func TestDispatchExitCodes(t *testing.T) {
 		wantStderr string // substring
 	}{
 		{args: nil, wantCode: exitUsage, wantStderr: "Commands:"},
-		{args: []string{"help"}, wantCode: exitOK, wantStdout: "push       publish a namespace snapshot"},
+		{args: []string{"help"}, wantCode: exitOK, wantStdout: "push          publish a namespace snapshot"},
 		{args: []string{"--help"}, wantCode: exitOK, wantStdout: "Commands:"},
 		{args: []string{"frobnicate"}, wantCode: exitUsage, wantStderr: `unknown command "frobnicate"` + "\nRun 'lehr help'"},
 		{args: []string{"help", "push"}, wantCode: exitOK, wantStdout: "lehr push — publish"},
@@ -52,7 +52,16 @@ func TestDispatchExitCodes(t *testing.T) {
 		{args: []string{"diff", "a/b", "1", "two"}, wantCode: exitUsage, wantStderr: `version B "two": want a version number`},
 		{args: []string{"rollback", "a/b"}, wantCode: exitUsage, wantStderr: "missing --to N"},
 		{args: []string{"history", "a/b", "--limit", "-1"}, wantCode: exitUsage, wantStderr: "--limit -1"},
-		{args: []string{"zones"}, wantCode: exitUsage, wantStderr: "missing subcommand: list or create"},
+		{args: []string{"zones"}, wantCode: exitUsage, wantStderr: "missing subcommand: list, create or status"},
+		{args: []string{"zones", "status"}, wantCode: exitUsage, wantStderr: "missing zone NAME after status"},
+		{args: []string{"watch"}, wantCode: exitUsage, wantStderr: "lehr watch: missing namespace NS"},
+		{args: []string{"watch", "no-slash"}, wantCode: exitUsage, wantStderr: `namespace "no-slash"`},
+		{args: []string{"watch", "demo/app", "-o", "yaml"}, wantCode: exitUsage, wantStderr: `-o "yaml": want text or json`},
+		{args: []string{"distributor", "--zone", "z"}, wantCode: exitUsage, wantStderr: "lehr distributor: --control is required"},
+		{args: []string{"distributor", "--bogus"}, wantCode: exitUsage, wantStderr: "flag provided but not defined: -bogus"},
+		{args: []string{"agent", "--zone", "z"}, wantCode: exitUsage, wantStderr: "--distributors is required"},
+		{args: []string{"help", "distributor"}, wantCode: exitOK, wantStdout: "lehr distributor — the Lehr zonal distributor"},
+		{args: []string{"certs", "--help"}, wantCode: exitOK, wantStdout: "distributor   --kind both"},
 		{args: []string{"zones", "delete"}, wantCode: exitUsage, wantStderr: `unknown subcommand "delete"`},
 		{args: []string{"domain"}, wantCode: exitUsage, wantStdout: "", wantStderr: "create NAME"},
 		{args: []string{"domain", "rename"}, wantCode: exitUsage, wantStderr: `unknown subcommand "rename"`},
@@ -81,9 +90,13 @@ func TestDispatchExitCodes(t *testing.T) {
 
 // Every command's help teaches: summary, a paragraph, flags and examples.
 func TestEveryCommandHasHelp(t *testing.T) {
-	names := [][]string{{"domain", "create"}, {"domain", "get"}, {"domain", "list"}}
+	names := [][]string{{"domain", "create"}, {"domain", "get"}, {"domain", "list"}, {"certs", "init"}, {"certs", "issue"}}
 	for _, c := range commands() {
-		if c.name != "help" && c.name != "domain" {
+		switch c.name {
+		case "help", "domain", "certs":
+		case "agent", "distributor":
+			// Shared with lean binaries; checked by TestDaemonHelp.
+		default:
 			names = append(names, []string{c.name})
 		}
 	}
@@ -100,6 +113,35 @@ func TestEveryCommandHasHelp(t *testing.T) {
 			}
 			if strings.Count(stdout, "\n  lehr ") < 2 {
 				t.Errorf("help has fewer than 2 examples:\n%s", stdout)
+			}
+		})
+	}
+}
+
+// The daemons' help comes from their command packages, shared with the
+// lean binaries: it goes to stdout, with usage, examples and every flag.
+func TestDaemonHelp(t *testing.T) {
+	for _, tt := range []struct {
+		cmd   string
+		flags []string
+	}{
+		{"distributor", []string{"zone", "control", "listen", "metrics-listen", "tls-cert", "tls-key", "tls-ca", "control-tls-cert", "control-tls-key", "control-tls-ca", "control-plaintext", "cache-bytes", "report-interval", "log-level", "log-format"}},
+		{"agent", []string{"zone", "distributors", "data-dir", "socket", "tls-cert", "tls-key", "tls-ca", "metrics-listen", "log-format"}},
+	} {
+		t.Run(tt.cmd, func(t *testing.T) {
+			code, stdout, stderr := runCLI(t, nil, tt.cmd, "--help")
+			if code != exitOK || stderr != "" {
+				t.Fatalf("--help: exit %d, stderr %q; want 0 and nothing", code, stderr)
+			}
+			for _, want := range []string{"Usage:\n", "Examples:\n"} {
+				if !strings.Contains(stdout, want) {
+					t.Errorf("help lacks %q:\n%s", want, stdout)
+				}
+			}
+			for _, f := range tt.flags {
+				if !strings.Contains(stdout, "\n  -"+f+" ") && !strings.Contains(stdout, "\n  -"+f+"\n") {
+					t.Errorf("help does not list -%s:\n%s", f, stdout)
+				}
 			}
 		})
 	}

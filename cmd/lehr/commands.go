@@ -43,7 +43,9 @@ type command struct {
 func commands() []command {
 	return []command{
 		{"control", "run the control plane (gRPC API, embedded or external etcd)", runControl},
-		{"dev", "run a local control plane with a guided demo (make run)", runDev},
+		{"distributor", "run a zonal distributor (QUIC fan-out to agents)", runDistributor},
+		{"agent", "run the per-host agent (same as the lehr-agent binary)", runAgent},
+		{"dev", "run the whole system locally with a guided demo (make run)", runDev},
 		{"domain", "create, show and list domains (tenants owning namespaces)", runDomain},
 		{"push", "publish a namespace snapshot from a JSON or YAML file", runPush},
 		{"patch", "set and delete keys against a base version", runPatch},
@@ -51,8 +53,10 @@ func commands() []command {
 		{"history", "list the versions of a namespace, newest first", runHistory},
 		{"diff", "show what changed between two versions", runDiff},
 		{"rollback", "publish an older version's content as a new version", runRollback},
-		{"zones", "list and create zones", runZones},
+		{"zones", "list, create and show the status of zones", runZones},
 		{"goals", "show the goal states of a zone", runGoals},
+		{"watch", "follow a namespace on this host through the local agent", runWatch},
+		{"certs", "make a development CA and component certificates", runCerts},
 		{"help", "show this list, or a command's help", runHelp},
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"lehr.dev/lehr/control"
+	"lehr.dev/lehr/internal/sdnotify"
 )
 
 func runControl(ctx context.Context, e *env, args []string) int {
@@ -85,25 +86,46 @@ Stop it with Ctrl-C or SIGTERM: in-flight calls finish, then it exits.`,
 }
 
 // serveControl runs c until ctx is done, calling onReady (then e.ready) once
-// it serves. It returns the exit code.
+// it serves. Under systemd (Type=notify) it sends READY=1 once serving and
+// STOPPING=1 as shutdown begins. It returns the exit code.
 func serveControl(ctx context.Context, e *env, c *control.Control, onReady func(addr string)) int {
 	runErr := make(chan error, 1)
 	go func() { runErr <- c.Run(ctx) }()
+	var err error
 	select {
 	case <-c.Ready():
 		addr := c.Addr().String()
+		notify(e, "lehr control", sdnotify.Ready+"\nSTATUS=serving on "+addr)
 		onReady(addr)
 		if e.ready != nil {
 			e.ready(addr)
 		}
-	case err := <-runErr:
-		runErr <- err
+		select {
+		case <-ctx.Done():
+			notify(e, "lehr control", sdnotify.Stopping)
+			err = <-runErr
+		case err = <-runErr:
+			notify(e, "lehr control", sdnotify.Stopping)
+		}
+	case err = <-runErr:
 	}
-	if err := <-runErr; err != nil {
+	if err != nil {
 		fmt.Fprintf(e.stderr, "lehr control: %v\n", err)
 		return exitError
 	}
 	return exitOK
+}
+
+// notify tells systemd about state when running under Type=notify, that is
+// when $NOTIFY_SOCKET is set.
+func notify(e *env, cmd, state string) {
+	path := e.env(sdnotify.EnvSocket)
+	if path == "" {
+		return
+	}
+	if err := sdnotify.Send(path, state); err != nil {
+		fmt.Fprintf(e.stderr, "%s: %v\n", cmd, err)
+	}
 }
 
 // logFlags configure the daemon's structured log.

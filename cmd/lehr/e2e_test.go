@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"net"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -283,12 +284,50 @@ func TestDev(t *testing.T) {
 	}
 }
 
+// notifySocket listens like systemd does for a Type=notify service; the
+// channel carries each notification.
+func notifySocket(t *testing.T) (path string, notes <-chan string) {
+	t.Helper()
+	path = filepath.Join(t.TempDir(), "notify.sock")
+	conn, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: path, Net: "unixgram"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ch := make(chan string, 10)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		buf := make([]byte, 4096)
+		for {
+			n, err := conn.Read(buf)
+			if err != nil {
+				return
+			}
+			ch <- string(buf[:n])
+		}
+	}()
+	t.Cleanup(func() { conn.Close(); <-done })
+	return path, ch
+}
+
+func nextNote(t *testing.T, notes <-chan string) string {
+	t.Helper()
+	select {
+	case m := <-notes:
+		return m
+	case <-time.After(60 * time.Second):
+		t.Fatal("no systemd notification within a minute")
+		return ""
+	}
+}
+
 func TestControlCommandServesUntilCanceled(t *testing.T) {
 	var stderr syncBuffer
 	ready := make(chan string, 1)
+	sock, notes := notifySocket(t)
 	e := &env{
 		stdin: strings.NewReader(""), stdout: &bytes.Buffer{}, stderr: &stderr,
-		getenv: func(string) string { return "" },
+		getenv: func(k string) string { return map[string]string{"NOTIFY_SOCKET": sock}[k] },
 		ready:  func(addr string) { ready <- addr },
 	}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -306,10 +345,16 @@ func TestControlCommandServesUntilCanceled(t *testing.T) {
 	case <-time.After(120 * time.Second):
 		t.Fatalf("lehr control not serving after 2 minutes:\n%s", stderr.String())
 	}
+	if got, want := nextNote(t, notes), "READY=1\nSTATUS=serving on "+addr; got != want {
+		t.Errorf("systemd notification = %q, want %q", got, want)
+	}
 	c := cli{t: t, addr: addr}
 	c.ok("domain", "create", "demo")
 	mustContain(t, "stderr", stderr.String(), "lehr control: serving on "+addr)
 	cancel()
+	if got := nextNote(t, notes); got != "STOPPING=1" {
+		t.Errorf("systemd notification after interrupt = %q, want STOPPING=1", got)
+	}
 	select {
 	case code := <-done:
 		if code != exitOK {

@@ -369,3 +369,59 @@ func writeGoalEvents(w io.Writer, m *lehrpb.WatchGoalsResponse, only string) {
 		fmt.Fprintf(w, "rev %d  watching for changes (Ctrl-C to stop)\n", m.GetRevision())
 	}
 }
+
+// writeZoneStatus prints the output of "lehr zones status": the zone's
+// totals per namespace and version (with the goal when known), then each
+// distributor's own report.
+func writeZoneStatus(w io.Writer, st *lehrpb.GetZoneStatusResponse, goals map[string]uint64, haveGoals bool) {
+	agents := 0
+	for _, d := range st.GetDistributors() {
+		agents += int(d.GetAgents())
+	}
+	fmt.Fprintf(w, "zone %s: %d %s reporting, %d %s connected\n", st.GetZone(),
+		len(st.GetDistributors()), plural(len(st.GetDistributors()), "distributor", "distributors"),
+		agents, plural(agents, "agent", "agents"))
+	if len(st.GetDistributors()) == 0 {
+		fmt.Fprintln(w, "no distributor has reported: is one running with --zone "+st.GetZone()+"?")
+		return
+	}
+	fmt.Fprintln(w)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	if haveGoals {
+		fmt.Fprintln(tw, "NAMESPACE\tVERSION\tAGENTS\tGOAL")
+	} else {
+		fmt.Fprintln(tw, "NAMESPACE\tVERSION\tAGENTS")
+	}
+	for _, v := range st.GetVersions() {
+		if !haveGoals {
+			fmt.Fprintf(tw, "%s\t%d\t%d\n", v.GetNamespace(), v.GetVersion(), v.GetAgents())
+			continue
+		}
+		goal := "-"
+		if gv, ok := goals[v.GetNamespace()]; ok {
+			goal = strconv.FormatUint(gv, 10)
+			if gv == v.GetVersion() {
+				goal += " (at goal)"
+			}
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%s\n", v.GetNamespace(), v.GetVersion(), v.GetAgents(), goal)
+	}
+	tw.Flush()
+	fmt.Fprintln(w)
+	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "DISTRIBUTOR\tAGENTS\tNAMESPACE\tVERSION\tAGENTS")
+	for _, d := range st.GetDistributors() {
+		if len(d.GetVersions()) == 0 {
+			fmt.Fprintf(tw, "%s\t%d\t-\t-\t-\n", d.GetDistributorId(), d.GetAgents())
+			continue
+		}
+		for i, v := range d.GetVersions() {
+			id, n := d.GetDistributorId(), strconv.Itoa(int(d.GetAgents()))
+			if i > 0 {
+				id, n = "", ""
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\n", id, n, v.GetNamespace(), v.GetVersion(), v.GetAgents())
+		}
+	}
+	tw.Flush()
+}

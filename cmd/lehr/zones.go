@@ -5,21 +5,30 @@ import (
 	"errors"
 	"fmt"
 
+	"google.golang.org/grpc/codes"
+
 	"lehr.dev/lehr/client/producer"
+	"lehr.dev/lehr/internal/apierror"
 	"lehr.dev/lehr/proto/lehrpb"
 )
 
 func runZones(ctx context.Context, e *env, args []string) int {
 	fs := newFlags("lehr zones", doc{
-		usage:   "lehr zones list | lehr zones create NAME [flags]",
-		summary: "list and create zones",
+		usage:   "lehr zones list | lehr zones create NAME | lehr zones status NAME [flags]",
+		summary: "list, create and show the status of zones",
 		about: `A zone is a failure domain served by its own distributors. "list" shows the
 registered zones; "create NAME" registers one (distributors also register
 their zone when they first connect). A new zone's goals start at every
-namespace's latest version.`,
+namespace's latest version.
+
+"status NAME" shows what the zone's distributors last reported (every
+--report-interval of theirs): how many agents each serves, and how many
+agents hold which version of each namespace, next to the zone's goal. A
+distributor that stops reporting drops out after its report expires.`,
 		examples: []string{
 			"lehr zones list",
 			"lehr zones create us-east-1a",
+			"lehr zones status us-east-1a",
 		},
 	})
 	cf := addClientFlags(fs, e)
@@ -28,7 +37,7 @@ namespace's latest version.`,
 		return code
 	}
 	if len(pos) == 0 {
-		return usageError(e, fs, "missing subcommand: list or create")
+		return usageError(e, fs, "missing subcommand: list, create or status")
 	}
 	if m := cf.check(); m != "" {
 		return usageError(e, fs, "%s", m)
@@ -38,12 +47,12 @@ namespace's latest version.`,
 		if code, ok := wantArgs(e, fs, pos[1:], 0, "no arguments after list"); !ok {
 			return code
 		}
-	case "create":
-		if code, ok := wantArgs(e, fs, pos[1:], 1, "zone NAME after create"); !ok {
+	case "create", "status":
+		if code, ok := wantArgs(e, fs, pos[1:], 1, "zone NAME after "+pos[0]); !ok {
 			return code
 		}
 	default:
-		return usageError(e, fs, "unknown subcommand %q: want list or create", pos[0])
+		return usageError(e, fs, "unknown subcommand %q: want list, create or status", pos[0])
 	}
 	c, ctx, cancel, err := cf.connect(ctx)
 	if err != nil {
@@ -51,6 +60,9 @@ namespace's latest version.`,
 	}
 	defer c.Close()
 	defer cancel()
+	if pos[0] == "status" {
+		return zoneStatus(ctx, e, fs, cf, c, pos[1])
+	}
 	if pos[0] == "create" {
 		z, err := c.CreateZone(ctx, pos[1])
 		if err != nil {
@@ -141,4 +153,29 @@ func watchGoals(ctx context.Context, e *env, fs *flags, cf *clientFlags, zone, n
 		return exitOK // interrupted, as intended
 	}
 	return reportError(e, fs.Name(), err, cf.errCtx(ns))
+}
+
+// zoneStatus prints "lehr zones status ZONE".
+func zoneStatus(ctx context.Context, e *env, fs *flags, cf *clientFlags, c *producer.Client, zone string) int {
+	st, err := c.RPC().GetZoneStatus(ctx, &lehrpb.GetZoneStatusRequest{Zone: zone})
+	if err != nil {
+		perr := apierror.FromError(err)
+		if perr.Code == codes.Unimplemented {
+			fmt.Fprintf(e.stderr, "%s: control at %s does not implement GetZoneStatus (it is older than this lehr); upgrade control, or use 'lehr goals %s' for the goals alone\n", fs.Name(), cf.control, zone)
+			return exitError
+		}
+		return reportError(e, fs.Name(), fmt.Errorf("zone status %s: %w", zone, perr), cf.errCtx(""))
+	}
+	// The goals give the status meaning ("3 of 4 agents at the goal"); a
+	// failure to read them only drops that column.
+	goals := map[string]uint64{}
+	g, gerr := c.GetGoals(ctx, zone, "")
+	for _, s := range g.GetGoals() {
+		goals[s.GetNamespace()] = s.GetVersion()
+	}
+	if cf.json() {
+		return printOrFail(e, st)
+	}
+	writeZoneStatus(e.stdout, st, goals, gerr == nil)
+	return exitOK
 }
