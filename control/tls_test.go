@@ -17,9 +17,11 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/metadata"
 
 	"lehr.dev/lehr/control"
 	"lehr.dev/lehr/control/controltest"
+	"lehr.dev/lehr/control/service"
 	"lehr.dev/lehr/proto/lehrpb"
 )
 
@@ -52,7 +54,11 @@ func TestMutualTLSAuthor(t *testing.T) {
 		ClientCAFile: filepath.Join(dir, "ca.pem"),
 	}, grpc.WithTransportCredentials(creds))
 	cl := srv.Client
-	createDomain(t, cl, "sec", nil)
+	// The certificate wins over an author asserted in metadata, too.
+	if _, err := cl.CreateDomain(metadata.AppendToOutgoingContext(testCtx(t), service.AuthorMetadataKey, "mallory"),
+		&lehrpb.CreateDomainRequest{Domain: &lehrpb.Domain{Name: "sec"}}); err != nil {
+		t.Fatalf("CreateDomain over mTLS: %v", err)
+	}
 	resp, err := cl.Publish(testCtx(t), &lehrpb.PublishRequest{
 		Namespace: "sec/a", Author: "mallory", Properties: []*lehrpb.Property{prop("k", "", "v")},
 	})

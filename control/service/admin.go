@@ -17,7 +17,10 @@ import (
 // maxDescriptionBytes bounds a domain's description.
 const maxDescriptionBytes = 1024
 
-// CreateDomain registers a tenant with its quotas and ACL.
+// CreateDomain registers a tenant with its quotas and ACL. created_by is
+// the caller's certificate identity under mutual TLS, otherwise the author
+// in the request's gRPC metadata (AuthorMetadataKey), otherwise
+// "anonymous".
 //
 // The ACL is stored and returned but NOT enforced yet: anyone who can reach
 // the API may publish to any domain until authentication lands.
@@ -35,6 +38,9 @@ func (s *Service) CreateDomain(ctx context.Context, req *lehrpb.CreateDomainRequ
 			"description is %d bytes; at most %d allowed", n, maxDescriptionBytes).WithLimit("%d bytes", maxDescriptionBytes)
 	}
 	if err := checkQuotas(d.GetQuotas()); err != nil {
+		return nil, err
+	}
+	if err := checkAudit(ctx, "", ""); err != nil {
 		return nil, err
 	}
 	for i, p := range d.GetAcl().GetPublishers() {

@@ -28,7 +28,7 @@ func (s *Service) Publish(ctx context.Context, req *lehrpb.PublishRequest) (_ *l
 	if err := checkKind("kind", req.GetKind()); err != nil {
 		return nil, err
 	}
-	if err := checkAudit(req.GetAuthor(), req.GetMessage()); err != nil {
+	if err := checkAudit(ctx, req.GetAuthor(), req.GetMessage()); err != nil {
 		return nil, err
 	}
 	dom, err := s.domainOf(ctx, dname, "namespace")
@@ -100,7 +100,7 @@ func (s *Service) Patch(ctx context.Context, req *lehrpb.PatchRequest) (_ *lehrp
 	if len(req.GetSet()) == 0 && len(req.GetDelete()) == 0 {
 		return nil, invalid(apierror.ReasonEmptyPatch, "set", "the patch sets and deletes nothing; give at least one key to set or delete")
 	}
-	if err := checkAudit(req.GetAuthor(), req.GetMessage()); err != nil {
+	if err := checkAudit(ctx, req.GetAuthor(), req.GetMessage()); err != nil {
 		return nil, err
 	}
 	for i, k := range req.GetDelete() {
@@ -208,7 +208,7 @@ func (s *Service) Rollback(ctx context.Context, req *lehrpb.RollbackRequest) (_ 
 	if to == 0 {
 		return nil, invalid(apierror.ReasonInvalidArgument, "to_version", "to_version is required: the version whose content to republish")
 	}
-	if err := checkAudit(req.GetAuthor(), req.GetMessage()); err != nil {
+	if err := checkAudit(ctx, req.GetAuthor(), req.GetMessage()); err != nil {
 		return nil, err
 	}
 	dom, err := s.domainOf(ctx, dname, "namespace")
