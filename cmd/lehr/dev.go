@@ -4,15 +4,21 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
+	"time"
 
+	"lehr.dev/lehr/client/consumer"
 	"lehr.dev/lehr/client/producer"
 	"lehr.dev/lehr/control"
+	"lehr.dev/lehr/internal/devcluster"
+	"lehr.dev/lehr/proto/lehrpb"
 )
 
 // devSample is the namespace "lehr dev" publishes.
@@ -25,28 +31,46 @@ const devSample = `{
 }
 `
 
+// devNamespace is the namespace of the demo.
+const devNamespace = "demo/app"
+
+// devZones are the zones "lehr dev" starts, one distributor and one agent
+// each.
+var devZones = []string{"zone-a", "zone-b"}
+
+// devLandTimeout bounds the wait for a version to reach every zone.
+const devLandTimeout = 60 * time.Second
+
 func runDev(ctx context.Context, e *env, args []string) int {
 	fs := newFlags("lehr dev", doc{
 		usage:   "lehr dev [flags]",
-		summary: "run a local control plane with a guided demo (make run)",
-		about: `Starts a control plane inside this process, on a temporary data directory with
-an embedded etcd, and walks through a round trip: it creates the domain
-"demo", pushes the namespace "demo/app", shows it, patches one key, and shows
-the diff and the history. Then it keeps running so you can push your own
-changes from another terminal, until Ctrl-C; the temporary data is removed on
-exit (pass --data-dir to keep it).
+		summary: "run the whole system locally with a guided demo (make run)",
+		about: `Starts the whole system in this process, on loopback: control on an embedded
+etcd, and two zones (zone-a, zone-b), each with a distributor (QUIC, mutual
+TLS with a development CA made for the run) and an agent (Badger cache,
+namespace files, a unix socket for consumers). A demo consumer per zone
+subscribes to demo/app and prints every callback it gets.
 
-It listens on 127.0.0.1:7400 (metrics on 127.0.0.1:7401), the address every
-client command uses by default; if a port is busy it picks a free one and
-says which.`,
+Then it walks through a round trip with the lehr commands: it creates the
+domain "demo", pushes demo/app, and waits until both zones' consumers have
+it; patches one key and waits again; and shows the diff, the history and a
+zone's status. Then it keeps running, consumers printing every change, so
+you can push your own changes and watch them from another terminal, until
+Ctrl-C stops everything. The temporary data is removed on exit (pass
+--data-dir to keep it).
+
+Control listens on 127.0.0.1:7400 (metrics on 127.0.0.1:7401), the address
+every client command uses by default; if a port is busy it picks a free one
+and says which.`,
 		examples: []string{
 			"lehr dev",
 			"lehr dev --listen 127.0.0.1:7500     # then: lehr get demo/app --control 127.0.0.1:7500",
 			"lehr dev --data-dir ./dev-data        # keep the data between runs",
+			"lehr dev --log-level info             # see what the daemons do",
 		},
 	})
-	listen := fs.String("listen", "", "gRPC `address` (default 127.0.0.1:7400, or a free port if it is busy)")
-	metricsListen := fs.String("metrics-listen", "", "metrics HTTP `address` (default 127.0.0.1:7401, or a free port if it is busy)")
+	listen := fs.String("listen", "", "control's gRPC `address` (default 127.0.0.1:7400, or a free port if it is busy)")
+	metricsListen := fs.String("metrics-listen", "", "control's metrics HTTP `address` (default 127.0.0.1:7401, or a free port if it is busy)")
 	dataDir := fs.String("data-dir", "", "keep the data in this `directory` instead of a temporary one")
 	lf := addLogFlags(fs)
 	lf.level = "warn"
@@ -62,7 +86,11 @@ says which.`,
 	if err != nil {
 		return usageError(e, fs, "%v", err)
 	}
-	say := func(format string, args ...any) { fmt.Fprintf(e.stdout, "==> "+format+"\n", args...) }
+	// Consumers print from their own goroutines: serialise all output.
+	out := &lockedWriter{w: e.stdout}
+	de := *e
+	de.stdout = out
+	say := func(format string, args ...any) { fmt.Fprintf(out, "==> "+format+"\n", args...) }
 
 	dir, temp := *dataDir, *dataDir == ""
 	if temp {
@@ -75,73 +103,93 @@ says which.`,
 			say("removed %s", dir)
 		}()
 	}
-	opts := control.Options{
-		DataDir:       dir,
-		Listen:        pickAddr(*listen, control.DefaultListen, "gRPC", say),
-		MetricsListen: pickAddr(*metricsListen, control.DefaultMetricsListen, "metrics", say),
-		Logger:        logger,
-		// A throwaway directory need not survive a machine crash.
-		UnsafeNoFsync: temp,
-	}
-	c, err := control.New(opts)
-	if err != nil {
-		fmt.Fprintf(e.stderr, "lehr dev: %v\n", err)
-		return exitError
-	}
 	say("starting control with embedded etcd in %s", dir)
-
-	// Run control in the background; the demo talks to it over gRPC like
-	// any client would.
-	runCtx, stopControl := context.WithCancel(ctx)
-	defer stopControl()
-	runErr := make(chan error, 1)
-	go func() { runErr <- c.Run(runCtx) }()
-	select {
-	case <-c.Ready():
-	case err := <-runErr:
+	say("starting zones %s: a distributor (QUIC, mutual TLS) and an agent each", strings.Join(devZones, " and "))
+	started := time.Now()
+	cl, err := devcluster.Start(ctx, devcluster.Options{
+		Dir:                  dir,
+		Zones:                devZones,
+		DistributorsPerZone:  1,
+		AgentsPerZone:        1,
+		Logger:               logger,
+		ControlListen:        pickAddr(*listen, control.DefaultListen, "gRPC", say),
+		ControlMetricsListen: pickAddr(*metricsListen, control.DefaultMetricsListen, "metrics", say),
+		// A throwaway directory need not survive a machine crash.
+		DurableWrites: !temp,
+	})
+	if err != nil {
+		if ctx.Err() != nil {
+			say("interrupted while starting")
+			return exitOK
+		}
 		fmt.Fprintf(e.stderr, "lehr dev: %v\n", err)
 		return exitError
 	}
-	addr := c.Addr().String()
+	addr := cl.ControlAddr()
 	metricsAt := "off"
-	if ma := c.MetricsAddr(); ma != nil {
-		metricsAt = "http://" + ma.String() + "/metrics"
+	if ma := cl.ControlMetricsAddr(); ma != "" {
+		metricsAt = "http://" + ma + "/metrics"
 	}
 	say("control serving on %s (metrics %s)", addr, metricsAt)
+	for _, z := range devZones {
+		for _, d := range cl.Distributors(z) {
+			say("%s: distributor %s on udp %s", z, d.ID, d.Addr())
+		}
+		for _, a := range cl.Agents(z) {
+			say("%s: agent %s, socket %s", z, a.HostID, a.Socket())
+		}
+	}
+	say("all started in %s", time.Since(started).Round(time.Millisecond))
 
-	demoErr := devDemo(ctx, e, addr, dir, say)
+	demoCtx, stopDemo := context.WithCancel(ctx)
+	cons, err := startDevConsumers(demoCtx, cl, out, say)
+	var demoErr error
+	if err != nil {
+		demoErr = err
+	} else {
+		demoErr = devDemo(demoCtx, &de, cl, cons, dir, say)
+	}
 	if demoErr == nil {
 		controlFlag := ""
 		if addr != control.DefaultListen {
 			controlFlag = " --control " + addr
 		}
-		say("ready. From another terminal, try:")
-		fmt.Fprintf(e.stdout, `
-    lehr get demo/app%[1]s
+		latest := uint64(0)
+		if v, err := cl.Producer().GetNamespace(ctx, devNamespace); err == nil {
+			latest = v.GetLatestVersion()
+		}
+		sock := ""
+		if as := cl.Agents(devZones[0]); len(as) > 0 {
+			sock = as[0].Socket()
+		}
+		say("ready. The consumers above keep printing every change. From another terminal, try:")
+		fmt.Fprintf(out, `
+    lehr watch %[2]s --socket %[3]s
+    lehr patch %[2]s%[1]s --base %[4]d --set greeting=hi --message "my change"
     echo '{"greeting": "hi", "limits/rps": 300}' > my.json
-    lehr push demo/app%[1]s --file my.json --message "my change"
-    lehr history demo/app%[1]s
+    lehr push %[2]s%[1]s --file my.json --message "my own snapshot"
+    lehr zones status zone-a%[1]s
+    lehr history %[2]s%[1]s
 
   (lehr is ./bin/lehr after 'make build'.) Press Ctrl-C to stop.
 
-`, controlFlag)
+`, controlFlag, devNamespace, sock, latest)
 		if e.ready != nil {
 			e.ready(addr)
 		}
-		select {
-		case <-ctx.Done():
-		case err := <-runErr:
-			runErr <- err
-		}
+		<-ctx.Done()
 	}
 	say("shutting down")
-	stopControl()
+	stopDemo()
+	for _, c := range cons {
+		c.close()
+	}
 	code = exitOK
-	if err := <-runErr; err != nil {
-		fmt.Fprintf(e.stderr, "lehr dev: control: %v\n", err)
+	if err := cl.Close(); err != nil {
+		fmt.Fprintf(e.stderr, "lehr dev: %v\n", err)
 		code = exitError
 	}
-	if demoErr != nil {
+	if demoErr != nil && ctx.Err() == nil {
 		fmt.Fprintf(e.stderr, "lehr dev: demo: %v\n", demoErr)
 		code = exitError
 	}
@@ -151,25 +199,126 @@ says which.`,
 	return code
 }
 
-// pickAddr returns the address to listen on: the one given, else def if it
-// is free, else a free port on the same host (saying so).
-func pickAddr(given, def, what string, say func(string, ...any)) string {
-	if given != "" {
-		return given
+// lockedWriter serialises writes from several goroutines.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}
+
+// devConsumer is the demo consumer of one zone: it prints its callbacks
+// and remembers the last version they delivered.
+type devConsumer struct {
+	zone   string
+	client *consumer.Client
+	sub    *consumer.Subscription
+
+	mu      sync.Mutex
+	seen    uint64
+	changed chan struct{} // closed and replaced when seen moves
+}
+
+// startDevConsumers subscribes a consumer per zone to the demo namespace,
+// printing every callback to out.
+func startDevConsumers(ctx context.Context, cl *devcluster.Cluster, out io.Writer, say func(string, ...any)) ([]*devConsumer, error) {
+	var cons []*devConsumer
+	for _, z := range devZones {
+		c, err := cl.Consumer(z, 0)
+		if err != nil {
+			return cons, err
+		}
+		sub, err := c.Subscribe(ctx, devNamespace)
+		if err != nil {
+			c.Close()
+			return cons, fmt.Errorf("subscribe to %s in %s: %w", devNamespace, z, err)
+		}
+		dc := &devConsumer{zone: z, client: c, sub: sub, changed: make(chan struct{})}
+		host := cl.Agents(z)[0].HostID
+		sub.OnChange(func(ch consumer.Change) error {
+			fmt.Fprint(out, formatCallback(z, host, ch))
+			dc.mu.Lock()
+			dc.seen = ch.New.Version()
+			close(dc.changed)
+			dc.changed = make(chan struct{})
+			dc.mu.Unlock()
+			return nil
+		})
+		cons = append(cons, dc)
+		say("%s: demo consumer subscribed to %s through agent %s", z, devNamespace, host)
 	}
-	l, err := net.Listen("tcp", def)
-	if err == nil {
-		l.Close()
-		return def
+	return cons, nil
+}
+
+// formatCallback is what a demo consumer prints for one callback.
+func formatCallback(zone, host string, ch consumer.Change) string {
+	var b strings.Builder
+	changes := viewChanges(ch.Old, ch.New)
+	fmt.Fprintf(&b, "    [%s consumer on %s] callback: %s version %d (was %d), %d changed %s\n", zone, host,
+		ch.New.Namespace(), ch.New.Version(), ch.Old.Version(), len(changes), plural(len(changes), "key", "keys"))
+	for i, c := range changes {
+		if i == 8 {
+			fmt.Fprintf(&b, "        … and %d more\n", len(changes)-i)
+			break
+		}
+		switch c.Kind {
+		case "added":
+			fmt.Fprintf(&b, "        + %s = %s\n", c.Key, shortValue(c.New))
+		case "removed":
+			fmt.Fprintf(&b, "        - %s\n", c.Key)
+		default:
+			fmt.Fprintf(&b, "        ~ %s: %s → %s\n", c.Key, shortValue(c.Old), shortValue(c.New))
+		}
 	}
-	host, _, _ := net.SplitHostPort(def)
-	say("%s port %s is busy; using a free port instead", what, def)
-	return net.JoinHostPort(host, "0")
+	return b.String()
+}
+
+// wait blocks until the consumer's callbacks have delivered version v or
+// later.
+func (c *devConsumer) wait(ctx context.Context, v uint64) error {
+	for {
+		c.mu.Lock()
+		seen, ch := c.seen, c.changed
+		c.mu.Unlock()
+		if seen >= v {
+			return nil
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return fmt.Errorf("%s consumer at version %d, waiting for %d: %w", c.zone, seen, v, ctx.Err())
+		}
+	}
+}
+
+func (c *devConsumer) close() {
+	c.sub.Close()
+	c.client.Close()
+}
+
+// waitLanded waits until every zone's consumer has version v, and says so.
+func waitLanded(ctx context.Context, cons []*devConsumer, v uint64, since time.Time, say func(string, ...any)) error {
+	say("waiting for %s version %d to reach the consumers in %s…", devNamespace, v, strings.Join(devZones, " and "))
+	ctx, cancel := context.WithTimeout(ctx, devLandTimeout)
+	defer cancel()
+	for _, c := range cons {
+		if err := c.wait(ctx, v); err != nil {
+			return fmt.Errorf("%s version %d did not land everywhere within %v: %w (rerun with --log-level info to see why)",
+				devNamespace, v, devLandTimeout, err)
+		}
+	}
+	say("%s version %d landed in every zone %s after it was published", devNamespace, v, time.Since(since).Round(time.Millisecond))
+	return nil
 }
 
 // devDemo walks through the round trip, printing each command and its
-// output as a user would see them.
-func devDemo(ctx context.Context, e *env, addr, dir string, say func(string, ...any)) error {
+// output as a user would see them, and waiting for each change to land.
+func devDemo(ctx context.Context, e *env, cl *devcluster.Cluster, cons []*devConsumer, dir string, say func(string, ...any)) error {
+	addr := cl.ControlAddr()
 	client := []string{"--control", addr, "--as", "lehr-dev"}
 	step := func(what string, args ...string) error {
 		fmt.Fprintf(e.stdout, "\n$ lehr %s\n", joinArgs(args))
@@ -178,11 +327,7 @@ func devDemo(ctx context.Context, e *env, addr, dir string, say func(string, ...
 		}
 		return nil
 	}
-	c, err := producer.New(producer.Options{Address: addr, Author: "lehr-dev"})
-	if err != nil {
-		return err
-	}
-	defer c.Close()
+	c := cl.Producer()
 
 	say("creating domain demo")
 	if _, err := c.GetDomain(ctx, "demo"); errors.Is(err, producer.ErrNotFound) {
@@ -199,37 +344,88 @@ func devDemo(ctx context.Context, e *env, addr, dir string, say func(string, ...
 	if err := os.WriteFile(sample, []byte(devSample), 0o644); err != nil {
 		return err
 	}
-	say("publishing demo/app from %s:\n%s", sample, strings.TrimSuffix(devSample, "\n"))
-	if err := step("push", "push", "demo/app", "--file", sample, "--message", "first cut from lehr dev"); err != nil {
+	say("publishing %s from %s:\n%s", devNamespace, sample, strings.TrimSuffix(devSample, "\n"))
+	published := time.Now()
+	if err := step("push", "push", devNamespace, "--file", sample, "--message", "first cut from lehr dev"); err != nil {
 		return err
 	}
-	ns, err := c.GetNamespace(ctx, "demo/app")
+	ns, err := c.GetNamespace(ctx, devNamespace)
 	if err != nil {
 		return err
 	}
 	base := ns.GetLatestVersion()
+	if err := waitLanded(ctx, cons, base, published, say); err != nil {
+		return err
+	}
 
-	say("reading it back")
-	if err := step("get", "get", "demo/app"); err != nil {
+	say("reading it back from control")
+	if err := step("get", "get", devNamespace); err != nil {
 		return err
 	}
 	say("patching one key against version %d", base)
-	if err := step("patch", "patch", "demo/app", "--base", strconv.FormatUint(base, 10),
+	published = time.Now()
+	if err := step("patch", "patch", devNamespace, "--base", strconv.FormatUint(base, 10),
 		"--set-json", "limits/rps=250", "--message", "more headroom"); err != nil {
 		return err
 	}
+	if err := waitLanded(ctx, cons, base+1, published, say); err != nil {
+		return err
+	}
 	say("what changed, and the history")
-	if err := step("diff", "diff", "demo/app", strconv.FormatUint(base, 10), strconv.FormatUint(base+1, 10)); err != nil {
+	if err := step("diff", "diff", devNamespace, strconv.FormatUint(base, 10), strconv.FormatUint(base+1, 10)); err != nil {
 		return err
 	}
-	if err := step("history", "history", "demo/app", "--limit", "5"); err != nil {
+	if err := step("history", "history", devNamespace, "--limit", "5"); err != nil {
 		return err
 	}
-	if zones, err := c.ListZones(ctx); err == nil && len(zones) == 0 {
-		fmt.Fprintln(e.stdout, "\n(no zones yet: distributors register theirs when they connect)")
+	say("what zone-a's distributor reports (agents per version, every second)")
+	waitReported(ctx, c, devZones[0], base+1)
+	if err := step("zone status", "zones", "status", devZones[0]); err != nil {
+		return err
 	}
 	fmt.Fprintln(e.stdout)
 	return nil
+}
+
+// waitReported waits, for a few seconds at most, until zone's distributors
+// report an agent at version v of the demo namespace, so the status shown
+// matches what just landed. Not getting there is not an error: the status
+// is shown as it is.
+func waitReported(ctx context.Context, c *producer.Client, zone string, v uint64) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	for {
+		st, err := c.RPC().GetZoneStatus(ctx, &lehrpb.GetZoneStatusRequest{Zone: zone})
+		if err != nil {
+			return
+		}
+		for _, vc := range st.GetVersions() {
+			if vc.GetNamespace() == devNamespace && vc.GetVersion() == v && vc.GetAgents() > 0 {
+				return
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// pickAddr returns the address to listen on: the one given, else def if it
+// is free, else a free port on the same host (saying so).
+func pickAddr(given, def, what string, say func(string, ...any)) string {
+	if given != "" {
+		return given
+	}
+	l, err := net.Listen("tcp", def)
+	if err == nil {
+		l.Close()
+		return def
+	}
+	host, _, _ := net.SplitHostPort(def)
+	say("%s port %s is busy; using a free port instead", what, def)
+	return net.JoinHostPort(host, "0")
 }
 
 // joinArgs quotes arguments for display.

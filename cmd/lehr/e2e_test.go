@@ -240,28 +240,62 @@ func TestDev(t *testing.T) {
 	case addr = <-ready:
 	case code := <-done:
 		t.Fatalf("lehr dev exited %d before it was ready\nstdout:\n%s\nstderr:\n%s", code, stdout.String(), stderr.String())
-	case <-time.After(120 * time.Second):
-		t.Fatalf("lehr dev not ready after 2 minutes\nstdout:\n%s\nstderr:\n%s", stdout.String(), stderr.String())
+	case <-time.After(180 * time.Second):
+		t.Fatalf("lehr dev not ready after 3 minutes\nstdout:\n%s\nstderr:\n%s", stdout.String(), stderr.String())
 	}
 	out := stdout.String()
 	mustContain(t, "lehr dev output", out,
 		"==> control serving on "+addr,
+		"==> zone-a: distributor zone-a-dist-0 on udp 127.0.0.1:",
+		"==> zone-b: agent zone-b-host-0, socket ",
+		"==> zone-a: demo consumer subscribed to demo/app through agent zone-a-host-0",
+		"==> zone-b: demo consumer subscribed to demo/app through agent zone-b-host-0",
 		"$ lehr domain create demo",
 		"$ lehr push demo/app --file ",
 		"published demo/app version 1",
+		"==> demo/app version 1 landed in every zone",
 		"$ lehr get demo/app\ndemo/app version 1",
 		"$ lehr patch demo/app --base 1 --set-json limits/rps=250",
 		"patched demo/app version 2",
+		"==> demo/app version 2 landed in every zone",
 		"~ limits/rps  [application/json]\n  old:\n    100\n  new:\n    250\n",
 		"$ lehr history demo/app",
-		"==> ready. From another terminal",
-		"lehr push demo/app --control "+addr+" --file my.json")
+		"$ lehr zones status zone-a",
+		"zone zone-a: 1 distributor reporting, 1 agent connected",
+		"==> ready. The consumers above keep printing every change",
+		"lehr push demo/app --control "+addr+" --file my.json",
+		"lehr patch demo/app --control "+addr+" --base 2 --set greeting=hi")
 
-	// Another "terminal" pushes a change while dev runs.
+	// Both zones' consumers called back for the publish (every key new)
+	// and for the patch (exactly the changed key), before it said so.
+	for _, z := range []string{"zone-a", "zone-b"} {
+		prefix := "    [" + z + " consumer on " + z + "-host-0] callback: demo/app "
+		mustContain(t, z+" callbacks", out,
+			prefix+"version 1 (was 0), 5 changed keys\n        + features = {\"dark_mode\":false,\"beta_search\":true}\n        + greeting = hello from lehr\n",
+			prefix+"version 2 (was 1), 1 changed key\n        ~ limits/rps: 100 → 250\n")
+		landed := strings.Index(out, "==> demo/app version 2 landed")
+		if cb := strings.Index(out, prefix+"version 2"); cb < 0 || cb > landed {
+			t.Errorf("%s callback for version 2 at offset %d, after the landed line at %d", z, cb, landed)
+		}
+	}
+	m := regexp.MustCompile(`lehr watch demo/app --socket (\S+)`).FindStringSubmatch(out)
+	if m == nil {
+		t.Fatalf("no lehr watch hint in output:\n%s", out)
+	}
+	if _, err := os.Stat(m[1]); err != nil {
+		t.Errorf("the socket of the watch hint: %v", err)
+	}
+
+	// Another "terminal" pushes a change while dev runs; the consumers
+	// keep printing.
 	c := cli{t: t, addr: addr}
 	c.ok("patch", "demo/app", "--base", "2", "--set", "greeting=from the test")
 	if got := c.ok("get", "demo/app", "--key", "greeting", "--raw"); got != "from the test" {
 		t.Errorf("greeting = %q after a patch against lehr dev", got)
+	}
+	for _, z := range []string{"zone-a", "zone-b"} {
+		want := "    [" + z + " consumer on " + z + "-host-0] callback: demo/app version 3 (was 2), 1 changed key\n        ~ greeting: hello from lehr → from the test\n"
+		waitFor(t, z+" callback for version 3", func() bool { return strings.Contains(stdout.String(), want) })
 	}
 
 	cancel()
@@ -281,6 +315,9 @@ func TestDev(t *testing.T) {
 	}
 	if _, err := os.Stat(tmp[1]); !os.IsNotExist(err) {
 		t.Errorf("temporary data dir %s still exists after exit (stat: %v)", tmp[1], err)
+	}
+	if _, err := os.Stat(m[1]); !os.IsNotExist(err) {
+		t.Errorf("agent socket %s still exists after exit (stat: %v)", m[1], err)
 	}
 }
 
