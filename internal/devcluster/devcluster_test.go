@@ -1,15 +1,21 @@
 package devcluster_test
 
 import (
+	"bytes"
 	"context"
+	"fmt"
+	"io"
 	"log/slog"
+	"net/http"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"lehr.dev/lehr/client/producer"
 	"lehr.dev/lehr/control/controltest"
+	"lehr.dev/lehr/distributor/simagent"
 	"lehr.dev/lehr/internal/devcluster"
 	"lehr.dev/lehr/proto/lehrpb"
 )
@@ -51,8 +57,10 @@ func TestStartAndClose(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	c, err := devcluster.Start(ctx, devcluster.Options{
-		Domains: []string{"demo"},
-		Logger:  controltest.Logger(t, slog.LevelWarn),
+		Domains:              []string{"demo"},
+		Logger:               controltest.Logger(t, slog.LevelWarn),
+		ControlMetricsListen: "127.0.0.1:0",
+		DistributorMetrics:   true,
 	})
 	if err != nil {
 		t.Fatalf("Start: %v", err)
@@ -85,8 +93,46 @@ func TestStartAndClose(t *testing.T) {
 			t.Errorf("agent Status host %q zone %q, want %q %q", st.GetHostId(), st.GetZone(), as[0].HostID, z)
 		}
 	}
-	if _, err := c.Producer().Publish(ctx, "demo/hello", []producer.Property{{Key: "greeting", Value: []byte("hi")}}); err != nil {
+	v, err := c.Producer().Publish(ctx, "demo/hello", []producer.Property{{Key: "greeting", Value: []byte("hi")}})
+	if err != nil {
 		t.Fatalf("Publish: %v", err)
+	}
+
+	// Metrics endpoints answer.
+	metricsURLs := []string{"http://" + c.ControlMetricsAddr() + "/metrics"}
+	for _, z := range c.Zones() {
+		metricsURLs = append(metricsURLs, "http://"+c.Distributors(z)[0].MetricsAddr()+"/metrics")
+	}
+	for _, u := range metricsURLs {
+		resp, err := http.Get(u)
+		if err != nil {
+			t.Errorf("GET %s: %v", u, err)
+			continue
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK || !bytes.Contains(body, []byte("lehr_")) {
+			t.Errorf("GET %s: status %d, %d bytes without lehr_ metrics", u, resp.StatusCode, len(body))
+		}
+	}
+
+	// A simulated agent with a host certificate from HostTLS is accepted
+	// by a distributor (mutual TLS, CN = host id) and receives the version.
+	tlsCfg, err := c.HostTLS("sim-host-1")
+	if err != nil {
+		t.Fatalf("HostTLS: %v", err)
+	}
+	d := c.Distributors(c.Zones()[0])[0]
+	sim, err := simagent.Dial(ctx, simagent.Options{
+		Addr: d.Addr(), TLS: tlsCfg, HostID: "sim-host-1", Zone: d.Zone,
+		Subscriptions: []string{"demo/hello"}, Logger: controltest.Logger(t, slog.LevelWarn),
+	})
+	if err != nil {
+		t.Fatalf("simagent.Dial: %v", err)
+	}
+	defer sim.Close()
+	if err := sim.WaitVersion(ctx, "demo/hello", v.GetSeq()); err != nil {
+		t.Errorf("simulated agent never got demo/hello@%d: %v", v.GetSeq(), err)
 	}
 	if err := c.Close(); err != nil {
 		t.Fatalf("Close: %v", err)
@@ -96,5 +142,106 @@ func TestStartAndClose(t *testing.T) {
 	}
 	if _, err := os.Stat(dir); !os.IsNotExist(err) {
 		t.Errorf("Close left the temporary directory %s behind (stat: %v)", dir, err)
+	}
+}
+
+// TestRestartOnSameDir stops a whole cluster and starts it again on the
+// same directory, as "lehr dev" does between runs: the CA, control's data
+// and the agents' caches are reused, so consumers are served from disk at
+// once and the new distributors send no snapshot. The directory is long
+// enough that sockets must live elsewhere.
+func TestRestartOnSameDir(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	dir := filepath.Join(t.TempDir(), strings.Repeat("long-directory-name-", 4))
+	opts := devcluster.Options{
+		Dir:     dir,
+		Zones:   []string{"zone-a"},
+		Domains: []string{"demo"},
+		Logger:  controltest.Logger(t, slog.LevelWarn),
+	}
+	const ns = "demo/settings"
+
+	c, err := devcluster.Start(ctx, opts)
+	if err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	defer c.Close()
+	a := c.Agents("zone-a")[0]
+	sock := a.Socket()
+	if strings.HasPrefix(sock, dir) || len(sock) > 100 {
+		t.Errorf("socket %s: want a short path outside the long Dir", sock)
+	}
+	// Several properties, so that a one-key patch is smaller than a
+	// snapshot (distributors send whichever is smaller).
+	props := []producer.Property{{Key: "color", Value: []byte("blue")}}
+	for i := range 8 {
+		props = append(props, producer.Property{Key: fmt.Sprintf("other/%d", i), Value: []byte(strings.Repeat("v", 100))})
+	}
+	v1, err := c.Producer().Publish(ctx, ns, props)
+	if err != nil {
+		t.Fatalf("Publish: %v", err)
+	}
+	cl, err := c.Consumer("zone-a", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sub, err := cl.Subscribe(ctx, ns)
+	if err != nil {
+		t.Fatalf("Subscribe: %v", err)
+	}
+	if _, err := sub.Next(ctx, nil); err != nil {
+		t.Fatalf("first version: %v", err)
+	}
+	if err := c.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	if _, err := os.Stat(sock); !os.IsNotExist(err) {
+		t.Errorf("Close left the socket %s (stat: %v)", sock, err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "pki", "ca", "ca.crt")); err != nil {
+		t.Fatalf("Close removed the caller's Dir: %v", err)
+	}
+
+	c, err = devcluster.Start(ctx, opts)
+	if err != nil {
+		t.Fatalf("second Start: %v", err)
+	}
+	defer c.Close()
+	a = c.Agents("zone-a")[0]
+	got, err := a.Local().Get(ctx, &lehrpb.AgentGetRequest{Namespace: ns})
+	if err != nil {
+		t.Fatalf("Get from the cache of the previous run: %v", err)
+	}
+	if got.GetVersion().GetSeq() != v1.GetSeq() {
+		t.Errorf("cached version = %d, want %d", got.GetVersion().GetSeq(), v1.GetSeq())
+	}
+	cl, err = c.Consumer("zone-a", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sub, err = cl.Subscribe(ctx, ns)
+	if err != nil {
+		t.Fatalf("Subscribe: %v", err)
+	}
+	if v, _ := sub.View().Get("color"); string(v) != "blue" {
+		t.Errorf("view right after the second start: color = %q, want blue from disk", v)
+	}
+	v2, err := c.Producer().Patch(ctx, ns, v1.GetSeq(), producer.Patch{Set: []producer.Property{{Key: "color", Value: []byte("green")}}})
+	if err != nil {
+		t.Fatalf("Patch after restart: %v", err)
+	}
+	view, err := sub.Next(ctx, sub.View())
+	for err == nil && view.Version() < v2.GetSeq() {
+		view, err = sub.Next(ctx, view)
+	}
+	if err != nil {
+		t.Fatalf("waiting for v%d: %v", v2.GetSeq(), err)
+	}
+	if v, _ := view.Get("color"); string(v) != "green" {
+		t.Errorf("after the patch: color = %q, want green", v)
+	}
+	if st := c.Distributors("zone-a")[0].Stats(); st.SnapshotBytes != 0 || st.PatchBytes == 0 {
+		t.Errorf("new distributor sent %d snapshot and %d patch bytes; want 0 and some (the agent's cache was intact)", st.SnapshotBytes, st.PatchBytes)
 	}
 }
