@@ -2,13 +2,19 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
+	"log/slog"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+
+	"lehr.dev/lehr/client/producer"
+	"lehr.dev/lehr/control/controltest"
+	"lehr.dev/lehr/internal/devcluster"
 )
 
 // fixedView is a watchView with fixed content.
@@ -116,5 +122,130 @@ func TestShortValue(t *testing.T) {
 		if got := shortValue([]byte(tt.in)); got != tt.want {
 			t.Errorf("shortValue(%q) = %q, want %q", tt.in, got, tt.want)
 		}
+	}
+}
+
+// watchRun is "lehr watch" running in the background.
+type watchRun struct {
+	stdout, stderr syncBuffer
+	cancel         context.CancelFunc
+	done           chan int
+}
+
+func startWatch(t *testing.T, environ map[string]string, args ...string) *watchRun {
+	t.Helper()
+	w := &watchRun{done: make(chan int, 1)}
+	e := &env{stdin: strings.NewReader(""), stdout: &w.stdout, stderr: &w.stderr, getenv: func(k string) string { return environ[k] }}
+	ctx, cancel := context.WithCancel(context.Background())
+	w.cancel = cancel
+	go func() { w.done <- run(ctx, append([]string{"watch"}, args...), e) }()
+	t.Cleanup(func() { w.stop(t) })
+	return w
+}
+
+// waitOutput waits until stdout contains want, failing early if the
+// command ends.
+func (w *watchRun) waitOutput(t *testing.T, want string) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for !strings.Contains(w.stdout.String(), want) {
+		select {
+		case code := <-w.done:
+			w.done <- code
+			t.Fatalf("lehr watch exited %d before printing %q\nstdout:\n%s\nstderr:\n%s", code, want, w.stdout.String(), w.stderr.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("lehr watch did not print %q within a minute\nstdout:\n%s\nstderr:\n%s", want, w.stdout.String(), w.stderr.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// stop interrupts the command and checks that it exits 0.
+func (w *watchRun) stop(t *testing.T) {
+	t.Helper()
+	w.cancel()
+	select {
+	case code := <-w.done:
+		w.done <- code
+		if code != exitOK {
+			t.Errorf("lehr watch exit code after interrupt = %d, want 0\nstderr:\n%s", code, w.stderr.String())
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatal("lehr watch did not stop within a minute of the interrupt")
+	}
+}
+
+// TestWatchAgainstAgent runs "lehr watch" against a real agent fed by a
+// real distributor and control (internal/devcluster).
+func TestWatchAgainstAgent(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cl, err := devcluster.Start(ctx, devcluster.Options{
+		Zones: []string{"zone-w"}, Domains: []string{"demo"}, Logger: controltest.Logger(t, slog.LevelWarn),
+	})
+	if err != nil {
+		t.Fatalf("devcluster.Start: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := cl.Close(); err != nil {
+			t.Errorf("devcluster Close: %v", err)
+		}
+	})
+	ag, err := cl.Agent("zone-w", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	prod := cl.Producer()
+
+	// Before the namespace exists: it says it waits, then prints each
+	// version as it lands.
+	w := startWatch(t, nil, "demo/app", "--socket", ag.Socket())
+	w.waitOutput(t, "waiting for demo/app to arrive at the agent on "+ag.Socket())
+	v1, err := prod.Publish(ctx, "demo/app", []producer.Property{
+		{Key: "greeting", Value: []byte("hello")}, {Key: "limits/rps", Value: []byte("100")},
+	}, producer.WithMessage("first cut"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.waitOutput(t, "demo/app version 1 (was 0), 2 changed keys\n  checksum   "+v1.GetChecksum()+"\n  author     ")
+	w.waitOutput(t, "  message    first cut\n")
+	w.waitOutput(t, "  + greeting = hello\n  + limits/rps = 100\n\n")
+	if _, err := prod.Patch(ctx, "demo/app", 1, producer.Patch{Set: []producer.Property{{Key: "limits/rps", Value: []byte("250")}}, Delete: []string{"greeting"}},
+		producer.WithMessage("more headroom")); err != nil {
+		t.Fatal(err)
+	}
+	w.waitOutput(t, "demo/app version 2 (was 1), 2 changed keys\n")
+	w.waitOutput(t, "  message    more headroom\n")
+	w.waitOutput(t, "  - greeting (was hello)\n  ~ limits/rps: 100 → 250\n\n")
+	w.stop(t)
+
+	// A second watch finds version 2 at once; the socket comes from
+	// LEHR_AGENT_SOCKET; -o json prints one object per version.
+	j := startWatch(t, map[string]string{"LEHR_AGENT_SOCKET": ag.Socket()}, "demo/app", "-o", "json")
+	j.waitOutput(t, "\n")
+	var ev watchEvent
+	if err := json.Unmarshal([]byte(strings.SplitN(j.stdout.String(), "\n", 2)[0]), &ev); err != nil {
+		t.Fatalf("first json line does not parse: %v\n%s", err, j.stdout.String())
+	}
+	want := watchEvent{Namespace: "demo/app", Version: 2, Checksum: ev.Checksum, Author: ev.Author, Message: "more headroom",
+		CreateTime: ev.CreateTime, Initial: true, Changes: []keyChange{{Key: "limits/rps", Kind: "added", New: []byte("250")}}}
+	if diff := cmp.Diff(want, ev); diff != "" || ev.Checksum == "" || ev.CreateTime == "" {
+		t.Errorf("json event mismatch (-want +got):\n%s", diff)
+	}
+	j.stop(t)
+
+	// With the agent down, --files-dir serves what it last wrote; without
+	// it, the command says what to do.
+	if err := ag.Stop(); err != nil {
+		t.Fatalf("stop agent: %v", err)
+	}
+	f := startWatch(t, nil, "demo/app", "--socket", ag.Socket(), "--files-dir", ag.FilesDir())
+	f.waitOutput(t, "demo/app version 2 (current), 1 key\n")
+	f.stop(t)
+	code, stdout, stderr := runCLI(t, nil, "watch", "demo/app", "--socket", ag.Socket(), "--timeout", "5s")
+	if code != exitError || !strings.Contains(stderr, "is the agent running with --socket "+ag.Socket()+"?") {
+		t.Errorf("watch with the agent down: exit %d, stderr %q (stdout %q); want %d and a hint", code, stderr, stdout, exitError)
 	}
 }
