@@ -46,7 +46,8 @@ type Options struct {
 	// Metrics receives the service's metrics; default a private new set
 	// (metrics are then only visible to tests through Service.Metrics).
 	Metrics *metrics.Set
-	// Now returns the current time, for rate limiting; default time.Now.
+	// Now returns the current time, for rate limiting and for expiring the
+	// cached leases of zone status reports; default time.Now.
 	Now func() time.Time
 	// DefaultKind is the kind of a namespace created by a publish that does
 	// not state one; default lehrpb.NamespaceKind_NAMESPACE_KIND_CONFIG.
