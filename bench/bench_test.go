@@ -3,6 +3,7 @@ package bench
 import (
 	"bytes"
 	"context"
+	"os"
 	"regexp"
 	"strings"
 	"testing"
@@ -56,4 +57,13 @@ func TestSmoke(t *testing.T) {
 			t.Logf("\n%s", out.String())
 		})
 	}
+}
+
+// TestMain lets the test binary act as the swarm child process that the
+// fan-out and storm scenarios start.
+func TestMain(m *testing.M) {
+	if os.Getenv(SwarmEnv) == "1" {
+		SwarmMain()
+	}
+	os.Exit(m.Run())
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"os"
 	"path/filepath"
 	"time"
 
@@ -12,6 +11,7 @@ import (
 
 	"lehr.dev/lehr/client/consumer"
 	"lehr.dev/lehr/client/producer"
+	"lehr.dev/lehr/internal/devcluster"
 	"lehr.dev/lehr/internal/nsfile"
 )
 
@@ -40,7 +40,7 @@ func runE2E(ctx context.Context, e *Env) (*Result, error) {
 	p := pick(e.Profile, e2eParams{2, 2, 5}, e2eParams{10, 5, 40}, e2eParams{20, 7, 100})
 	const valueSize = 1 << 10
 	res := &Result{
-		Setup: fmt.Sprintf("one host, one process: control + embedded etcd (fsync on), one distributor (QUIC, mutual TLS), one real agent "+
+		Setup: fmt.Sprintf("one host, one process (internal/devcluster): control + embedded etcd (fsync on), one distributor (QUIC, mutual TLS), one real agent "+
 			"(Badger, durable writes: cache and file fsynced), a consumer (client/consumer: unix-socket lease, fsnotify on the file, OnChange callback). "+
 			"Each sample patches one %s key of a 10-key namespace and waits for the callback before the next. "+
 			"%d warm-up, %d repetitions × %d; times are cumulative from the Patch call.", sizeLabel(valueSize), p.warmup, p.reps, p.perRep),
@@ -56,36 +56,22 @@ func runE2E(ctx context.Context, e *Env) (*Result, error) {
 	events := newEventLog(base, slog.LevelWarn, msgPushed, msgApplied)
 	log := slog.New(events)
 
-	rc, err := startControl(ctx, e.Dir, e.Log, false)
+	cl, err := devcluster.Start(ctx, devcluster.Options{
+		Dir:           filepath.Join(e.Dir, "cluster"),
+		Zones:         []string{benchZone},
+		Domains:       []string{benchDomain},
+		Logger:        log,
+		DurableWrites: true,
+	})
 	if err != nil {
 		return res, err
 	}
-	defer rc.close()
-	pk, err := newPKI(e.Dir)
+	defer cl.Close()
+	prod := cl.Producer()
+	ah, err := cl.Agent(benchZone, 0)
 	if err != nil {
 		return res, err
 	}
-	rd, err := startDistributor(ctx, pk, rc.addr, "dist-1", "127.0.0.1:0", log)
-	if err != nil {
-		return res, err
-	}
-	defer rd.close()
-	sockDir, err := os.MkdirTemp("", "lb")
-	if err != nil {
-		return res, err
-	}
-	defer os.RemoveAll(sockDir)
-	ra, err := startAgent(ctx, pk, "host-1", filepath.Join(e.Dir, "agent"), filepath.Join(sockDir, "agent.sock"), []string{rd.addr()}, log)
-	if err != nil {
-		return res, err
-	}
-	defer ra.close()
-
-	prod, err := rc.producer(e.Log)
-	if err != nil {
-		return res, err
-	}
-	defer prod.Close()
 	ns := benchDomain + "/e2e"
 	vals := newValueSource(valueSize)
 	var props []producer.Property
@@ -96,11 +82,10 @@ func runE2E(ctx context.Context, e *Env) (*Result, error) {
 	if err != nil {
 		return res, fmt.Errorf("publish %s: %w", ns, err)
 	}
-	cons, err := consumer.New(consumer.Options{Socket: ra.a.Socket(), Logger: e.Log})
+	cons, err := cl.Consumer(benchZone, 0)
 	if err != nil {
-		return res, fmt.Errorf("new consumer: %w", err)
+		return res, err
 	}
-	defer cons.Close()
 	sub, err := cons.Subscribe(ctx, ns)
 	if err != nil {
 		return res, fmt.Errorf("subscribe: %w", err)
@@ -138,7 +123,7 @@ func runE2E(ctx context.Context, e *Env) (*Result, error) {
 		return res, err
 	}
 
-	path, err := nsfile.Path(ra.a.FilesDir(), ns)
+	path, err := nsfile.Path(ah.FilesDir(), ns)
 	if err != nil {
 		return res, err
 	}

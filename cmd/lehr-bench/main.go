@@ -23,6 +23,9 @@ import (
 )
 
 func main() {
+	if os.Getenv(bench.SwarmEnv) == "1" {
+		bench.SwarmMain()
+	}
 	if err := run(); err != nil {
 		fmt.Fprintln(os.Stderr, "lehr-bench:", err)
 		os.Exit(1)

@@ -1,0 +1,193 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// collector gathers, per update sequence, when each of n subscribers was
+// first notified and how often.
+type collector struct {
+	n int
+
+	mu      sync.Mutex
+	first   map[uint64][]int64 // seq → unix ns per subscriber, 0 = not yet
+	count   map[uint64][]int32
+	got     map[uint64]int
+	changed chan struct{}
+}
+
+func newCollector(n int) *collector {
+	return &collector{n: n, first: map[uint64][]int64{}, count: map[uint64][]int32{}, got: map[uint64]int{}, changed: make(chan struct{})}
+}
+
+// record notes that subscriber i was notified of seq at t (unix ns).
+func (c *collector) record(i int, seq uint64, t int64) {
+	if i < 0 || i >= c.n {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	f, ok := c.first[seq]
+	if !ok {
+		f = make([]int64, c.n)
+		c.first[seq] = f
+		c.count[seq] = make([]int32, c.n)
+	}
+	c.count[seq][i]++
+	if f[i] == 0 {
+		f[i] = t
+		c.got[seq]++
+		if c.got[seq] == c.n {
+			close(c.changed)
+			c.changed = make(chan struct{})
+		}
+	}
+}
+
+// wait blocks until every subscriber has seen seq, timeout passes (false)
+// or ctx ends.
+func (c *collector) wait(ctx context.Context, seq uint64, timeout time.Duration) (bool, error) {
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	for {
+		c.mu.Lock()
+		done := c.got[seq] == c.n
+		ch := c.changed
+		c.mu.Unlock()
+		if done {
+			return true, nil
+		}
+		select {
+		case <-ch:
+		case <-t.C:
+			return false, nil
+		case <-ctx.Done():
+			return false, ctx.Err()
+		}
+	}
+}
+
+// result returns the latency of every subscriber that saw seq, measured
+// from t0, and how many never saw it (missed) or saw it more than once
+// (duplicated).
+func (c *collector) result(seq uint64, t0 time.Time) (lat []time.Duration, missed, dups int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	f := c.first[seq]
+	for i := range c.n {
+		if f == nil || f[i] == 0 {
+			missed++
+			continue
+		}
+		lat = append(lat, time.Duration(f[i]-t0.UnixNano()))
+		if c.count[seq][i] > 1 {
+			dups++
+		}
+	}
+	return lat, missed, dups
+}
+
+// roundStats accumulates fan-out rounds.
+type roundStats struct {
+	sums             []Summary // per round, over subscribers
+	lasts            []time.Duration
+	rates            []float64 // deliveries per second per round
+	missed, dups     int
+	rounds, complete int
+}
+
+// add records one round: the subscribers' latencies and what was missed.
+func (r *roundStats) add(lat []time.Duration, missed, dups int) {
+	r.rounds++
+	r.missed += missed
+	r.dups += dups
+	if missed == 0 {
+		r.complete++
+	}
+	if len(lat) == 0 {
+		return
+	}
+	s := Summarize(lat)
+	r.sums = append(r.sums, s)
+	r.lasts = append(r.lasts, s.Max)
+	if s.Max > 0 {
+		r.rates = append(r.rates, float64(len(lat))/s.Max.Seconds())
+	}
+}
+
+// row renders the accumulated rounds: medians across rounds of each
+// round's p50/p90/p99 over subscribers, the last subscriber's latency,
+// deliveries/s, and the totals of missed and duplicated deliveries.
+func (r *roundStats) row(system, cs string) Row {
+	row := Row{System: system, Case: cs}
+	s := MedianSummary(r.sums)
+	row.Add("p50", ms(s.P50), "ms")
+	row.Add("p90", ms(s.P90), "ms")
+	row.Add("p99", ms(s.P99), "ms")
+	row.Add("last", ms(MedianDuration(r.lasts)), "ms")
+	row.Add("worst last", ms(maxDuration(r.lasts)), "ms")
+	row.Add("deliveries/s", Median(r.rates), "")
+	row.Add("missed", float64(r.missed), "")
+	row.Add("dup", float64(r.dups), "")
+	row.Add("rounds", float64(r.rounds), "")
+	return row
+}
+
+func maxDuration(v []time.Duration) time.Duration {
+	var m time.Duration
+	for _, d := range v {
+		m = max(m, d)
+	}
+	return m
+}
+
+// procSample is a process's CPU time and resident memory.
+type procSample struct {
+	cpu time.Duration // user + system
+	rss int64         // bytes
+}
+
+// readProc reads /proc/<pid>/stat and /proc/<pid>/status.
+func readProc(pid int) (procSample, error) {
+	var s procSample
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return s, err
+	}
+	// Fields after the command name, which is parenthesised and may hold spaces.
+	rest := string(b[strings.LastIndexByte(string(b), ')')+2:])
+	f := strings.Fields(rest)
+	if len(f) < 13 {
+		return s, fmt.Errorf("short /proc/%d/stat", pid)
+	}
+	ut, _ := strconv.ParseInt(f[11], 10, 64)
+	st, _ := strconv.ParseInt(f[12], 10, 64)
+	const ticks = 100 // USER_HZ on Linux
+	s.cpu = time.Duration(ut+st) * time.Second / ticks
+	st2, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return s, err
+	}
+	for _, line := range strings.Split(string(st2), "\n") {
+		if strings.HasPrefix(line, "VmRSS:") {
+			kb, _ := strconv.ParseInt(strings.Fields(line)[1], 10, 64)
+			s.rss = kb << 10
+		}
+	}
+	return s, nil
+}
+
+// heapInuse returns the Go heap in use after a full collection.
+func heapInuse() int64 {
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return int64(m.HeapInuse)
+}

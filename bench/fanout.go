@@ -1,0 +1,284 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"lehr.dev/lehr/client/producer"
+	"lehr.dev/lehr/internal/devcluster"
+)
+
+func fanoutScenario() Scenario {
+	return Scenario{
+		Name:  "fanout",
+		Title: "publish → applied at N agents on one distributor, its cost, vs etcd watch and NATS KV watch (issue 4 §2, §3, §7)",
+		Run:   runFanout,
+	}
+}
+
+type fanoutParams struct {
+	ns                  []int
+	warmup, reps, perRp int
+}
+
+// fanoutValue is the size of the changed value in every system.
+const fanoutValue = 1 << 10
+
+func runFanout(ctx context.Context, e *Env) (*Result, error) {
+	p := pick(e.Profile,
+		fanoutParams{ns: []int{5}, warmup: 1, reps: 1, perRp: 2},
+		fanoutParams{ns: []int{100, 1000}, warmup: 2, reps: 3, perRp: 5},
+		fanoutParams{ns: []int{100, 1000, 10000}, warmup: 2, reps: 5, perRp: 5},
+	)
+	res := &Result{
+		Setup: fmt.Sprintf("one-key change (a %s value) in a 10-key namespace, %d warm-up updates then %d×%d measured, one at a time (the next starts when every subscriber has it or 60 s passed). "+
+			"Lehr: control + embedded etcd (fsync on) + one distributor in this process; N simulated agents (distributor/simagent: real QUIC + mutual TLS + wire protocol, content in memory, no Badger, no files) in a child process, each its own connection. "+
+			"etcd: embedded etcd (fsync on), N client/v3 clients each with a prefix watch. NATS: embedded nats-server, JetStream file store with sync_always, N connections each with a KV watch (updates only). "+
+			"Latency is from the write call to the subscriber seeing the change; p50/p90/p99 are over subscribers per update, 'last' is the slowest subscriber; figures are medians over updates.", sizeLabel(fanoutValue), p.warmup, p.reps, p.perRp),
+		Notes: []string{
+			"distributor CPU and RSS are of the bench process, which holds control + embedded etcd + the distributor (the agents are in the child): control's share is one watch event and one FetchDelta per update; RSS/heap per agent is (after − before connecting N agents) / N.",
+			"simulated agents report an update when their waiting goroutine observes it applied (in the child process, same clock).",
+		},
+	}
+	maxN := p.ns[len(p.ns)-1]
+	for _, n := range p.ns {
+		lehrRow, extra, err := fanoutLehr(ctx, e, p, n, n == maxN, res)
+		if err != nil {
+			return res, fmt.Errorf("lehr N=%d: %w", n, err)
+		}
+		res.Rows = append(res.Rows, lehrRow, extra)
+		var peerRows []Row
+		for _, mk := range []func() (peer, error){
+			func() (peer, error) {
+				return startEtcdPeer(ctx, filepath.Join(e.Dir, fmt.Sprintf("etcd-%d", n)), e.Log)
+			},
+			func() (peer, error) { return startNATSPeer(ctx, filepath.Join(e.Dir, fmt.Sprintf("nats-%d", n))) },
+		} {
+			pr, err := mk()
+			if err != nil {
+				return res, err
+			}
+			row, err := fanoutPeer(ctx, pr, p, n)
+			pr.close()
+			if err != nil {
+				return res, fmt.Errorf("%s N=%d: %w", pr.name(), n, err)
+			}
+			res.Rows = append(res.Rows, row)
+			peerRows = append(peerRows, row)
+		}
+		for _, pr := range peerRows {
+			res.Rows = append(res.Rows, ratioRow(lehrRow, pr, []string{"p50", "p99", "last"}))
+		}
+		addFanoutTargets(res, n, lehrRow, peerRows)
+	}
+	return res, nil
+}
+
+// ratioRow divides a's metrics by b's.
+func ratioRow(a, b Row, names []string) Row {
+	r := Row{System: a.System + "/" + b.System, Case: b.Case}
+	for _, n := range names {
+		x, ok1 := a.Get(n)
+		y, ok2 := b.Get(n)
+		if ok1 && ok2 && y != 0 {
+			r.Add(n, x/y, "×")
+		}
+	}
+	return r
+}
+
+func addFanoutTargets(res *Result, n int, lehr Row, peers []Row) {
+	p99, _ := lehr.Get("p99")
+	last, _ := lehr.Get("last")
+	missed, _ := lehr.Get("missed")
+	dup, _ := lehr.Get("dup")
+	switch n {
+	case 1000:
+		res.Targets = append(res.Targets,
+			Target{Goal: "N=1000: p99 <= 250 ms", Got: fmt.Sprintf("p99 = %.1f ms", p99), Met: p99 <= 250},
+			Target{Goal: "N=1000: last agent <= 500 ms", Got: fmt.Sprintf("last = %.1f ms", last), Met: last <= 500})
+	case 10000:
+		res.Targets = append(res.Targets,
+			Target{Goal: "N=10000: p99 <= 3 s", Got: fmt.Sprintf("p99 = %.0f ms", p99), Met: p99 <= 3000},
+			Target{Goal: "N=10000: 100% delivered", Got: fmt.Sprintf("missed = %.0f", missed), Met: missed == 0})
+	}
+	res.Targets = append(res.Targets, Target{Goal: fmt.Sprintf("N=%d: no missed or duplicated update", n),
+		Got: fmt.Sprintf("missed = %.0f, duplicated = %.0f", missed, dup), Met: missed == 0 && dup == 0})
+	for _, pr := range peers {
+		pp99, _ := pr.Get("p99")
+		res.Targets = append(res.Targets, Target{Goal: fmt.Sprintf("N=%d: p99 no slower than %s watch (ratio <= 1.0)", n, pr.System),
+			Got: fmt.Sprintf("lehr/%s p99 = %.2f", pr.System, p99/pp99), Met: p99 <= pp99})
+	}
+}
+
+// fanoutLehr measures Lehr at n agents; it returns the latency row and a
+// cost row.
+func fanoutLehr(ctx context.Context, e *Env, p fanoutParams, n int, profile bool, res *Result) (Row, Row, error) {
+	cost := Row{System: "lehr cost", Case: fmt.Sprintf("N=%d", n)}
+	cl, err := devcluster.Start(ctx, devcluster.Options{
+		Dir:           filepath.Join(e.Dir, fmt.Sprintf("fan-%d", n)),
+		Zones:         []string{benchZone},
+		Domains:       []string{benchDomain},
+		AgentsPerZone: -1,
+		Logger:        e.Log,
+		DurableWrites: true,
+	})
+	if err != nil {
+		return Row{}, cost, err
+	}
+	defer cl.Close()
+	dist := cl.Distributors(benchZone)[0]
+	prod := cl.Producer()
+	ns := fmt.Sprintf("%s/fan-%d", benchDomain, n)
+	vals := newValueSource(fanoutValue)
+	var props []producer.Property
+	for i := range 10 {
+		props = append(props, producer.Property{Key: fmt.Sprintf("key%02d", i), Value: vals.next()})
+	}
+	v, err := prod.Publish(ctx, ns, props)
+	if err != nil {
+		return Row{}, cost, err
+	}
+	self := os.Getpid()
+	heap0 := heapInuse()
+	before, _ := readProc(self)
+
+	col := newCollector(n)
+	sw, conn, err := startSwarm(ctx, swarmConfig{
+		Addr: dist.Addr(), CADir: filepath.Join(cl.Dir(), "pki", "ca"), N: n, Prefix: fmt.Sprintf("sim%d", n),
+		Zone: benchZone, Subs: []string{ns}, Parallel: 32,
+	}, func(ev swarmEvent) {
+		if ev.NS == ns && !ev.Refused {
+			col.record(ev.I, ev.Version, ev.T)
+		}
+	})
+	if err != nil {
+		return Row{}, cost, err
+	}
+	defer sw.quit()
+	if conn.Failed > 0 {
+		return Row{}, cost, fmt.Errorf("%d of %d agents failed to connect: %s", conn.Failed, n, conn.Err)
+	}
+	if ok, err := col.wait(ctx, v.GetSeq(), 120*time.Second); !ok || err != nil {
+		return Row{}, cost, fmt.Errorf("initial version not at every agent (err %v)", err)
+	}
+	heap1 := heapInuse()
+	after, _ := readProc(self)
+	cost.Add("connect", float64(conn.ElapsedNS)/1e9, "s")
+	cost.Add("heap/agent", float64(heap1-heap0)/1024/float64(n), "KiB")
+	cost.Add("rss/agent", float64(after.rss-before.rss)/1024/float64(n), "KiB")
+	cost.Add("rss", float64(after.rss)/(1<<20), "MiB")
+
+	base := v.GetSeq()
+	var stats roundStats
+	update := func(i int) (uint64, time.Time, error) {
+		t0 := time.Now()
+		nv, err := prod.Patch(ctx, ns, base, producer.Patch{Set: []producer.Property{{Key: "key00", Value: vals.next()}}})
+		if err != nil {
+			return 0, t0, err
+		}
+		base = nv.GetSeq()
+		return base, t0, nil
+	}
+	for i := range p.warmup {
+		seq, _, err := update(i)
+		if err != nil {
+			return Row{}, cost, err
+		}
+		col.wait(ctx, seq, 60*time.Second)
+	}
+	st0 := dist.Stats()
+	var prof *cpuProfile
+	if profile && e.OutDir != "" {
+		if prof, err = startCPUProfile(e.Dir, "cpu"); err != nil {
+			return Row{}, cost, err
+		}
+	}
+	cpu0, _ := readProc(self)
+	start := time.Now()
+	for i := range p.reps * p.perRp {
+		seq, t0, err := update(i)
+		if err != nil {
+			if prof != nil {
+				prof.stop()
+			}
+			return Row{}, cost, err
+		}
+		if _, err := col.wait(ctx, seq, 60*time.Second); err != nil {
+			return Row{}, cost, err
+		}
+		stats.add(col.result(seq, t0))
+	}
+	elapsed := time.Since(start)
+	cpu1, _ := readProc(self)
+	st1 := dist.Stats()
+	rounds := float64(p.reps * p.perRp)
+	cost.Add("cpu/update", (cpu1.cpu-cpu0.cpu).Seconds()/rounds, "s")
+	cost.Add("cpu util", (cpu1.cpu-cpu0.cpu).Seconds()/elapsed.Seconds(), "cores")
+	cost.Add("patch B/agent", float64(st1.PatchBytes-st0.PatchBytes)/rounds/float64(n), "B")
+	cost.Add("snapshots", float64(st1.SnapshotPushes-st0.SnapshotPushes), "")
+	if prof != nil {
+		path := prof.stop()
+		hdr := fmt.Sprintf("CPU profile of the bench process (control + embedded etcd + distributor; agents in a child) during %d updates to N=%d agents, profile %s.", int(rounds), n, e.Profile)
+		if _, err := topSummary(path, e.OutDir, fmt.Sprintf("fanout-%s-N%d-cpu-top10", e.Profile, n), hdr); err != nil {
+			res.Notes = append(res.Notes, "CPU profile summary unavailable: "+err.Error())
+		}
+		if hp, err := writeHeapProfile(e.Dir, "heap"); err == nil {
+			hdr := fmt.Sprintf("In-use heap of the bench process with N=%d agents connected, profile %s.", n, e.Profile)
+			if _, err := topSummary(hp, e.OutDir, fmt.Sprintf("fanout-%s-N%d-heap-top10", e.Profile, n), hdr, "-sample_index=inuse_space"); err != nil {
+				res.Notes = append(res.Notes, "heap profile summary unavailable: "+err.Error())
+			}
+		}
+	}
+	if n >= 1000 {
+		kib, _ := cost.Get("rss/agent")
+		res.Targets = append(res.Targets, Target{Goal: fmt.Sprintf("N=%d: distributor <= 64 KiB per connected agent (RSS)", n),
+			Got: fmt.Sprintf("%.1f KiB", kib), Met: kib <= 64})
+	}
+	return stats.row("lehr", fmt.Sprintf("N=%d", n)), cost, nil
+}
+
+// fanoutPeer measures a peer at n subscribers.
+func fanoutPeer(ctx context.Context, pr peer, p fanoutParams, n int) (Row, error) {
+	prefix := fmt.Sprintf("/bench/fan-%d/", n)
+	vals := newValueSource(fanoutValue)
+	for i := range 10 {
+		if err := pr.put(ctx, fmt.Sprintf("%skey%02d", prefix, i), vals.next()); err != nil {
+			return Row{}, err
+		}
+	}
+	col := newCollector(n)
+	if err := pr.subscribe(ctx, n, pr.addr(), prefix, func(i int, key string, seq uint64, at time.Time) {
+		col.record(i, seq, at.UnixNano())
+	}); err != nil {
+		return Row{}, err
+	}
+	var stats roundStats
+	update := func() (uint64, time.Time, error) {
+		val := vals.next()
+		t0 := time.Now()
+		err := pr.put(ctx, prefix+"key00", val)
+		return seqOf(val), t0, err
+	}
+	for range p.warmup {
+		seq, _, err := update()
+		if err != nil {
+			return Row{}, err
+		}
+		col.wait(ctx, seq, 60*time.Second)
+	}
+	for range p.reps * p.perRp {
+		seq, t0, err := update()
+		if err != nil {
+			return Row{}, err
+		}
+		if _, err := col.wait(ctx, seq, 60*time.Second); err != nil {
+			return Row{}, err
+		}
+		stats.add(col.result(seq, t0))
+	}
+	return stats.row(pr.name(), fmt.Sprintf("N=%d", n)), nil
+}

@@ -1,0 +1,411 @@
+package bench
+
+// The swarm: simulated agents (distributor/simagent) in a child process, so
+// that the process running the distributor measures only the distributor
+// (and control): its CPU time, RSS and profiles are not mixed with ten
+// thousand QUIC clients'.
+//
+// The parent starts its own executable with SwarmEnv=1 and talks JSON lines:
+// it writes a swarmConfig, then commands ("redial", "stats", "quit"), one
+// per line, to the child's stdin; the child writes swarmEvents to stdout.
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"sync"
+	"time"
+
+	"lehr.dev/lehr/distributor/simagent"
+	"lehr.dev/lehr/internal/certs"
+)
+
+// SwarmEnv is the environment variable that turns a lehr-bench (or bench
+// test) process into a swarm child: main must call SwarmMain when it is
+// "1".
+const SwarmEnv = "LEHR_BENCH_SWARM"
+
+// swarmConfig is the first line the parent sends.
+type swarmConfig struct {
+	Addr   string   `json:"addr"`   // distributor UDP address
+	CADir  string   `json:"ca_dir"` // CA directory (certs.LoadCA) signing host certificates
+	N      int      `json:"n"`      // agents
+	Prefix string   `json:"prefix"` // host ids are Prefix-<i>
+	Zone   string   `json:"zone"`
+	Subs   []string `json:"subs"`
+	// Parallel bounds concurrent dials at start; redial is all at once.
+	Parallel int `json:"parallel"`
+}
+
+// swarmEvent is one line the child writes.
+type swarmEvent struct {
+	Ev string `json:"ev"` // connected, applied, redialed, stats, error
+	// connected, redialed:
+	Connected int    `json:"connected,omitempty"`
+	Failed    int    `json:"failed,omitempty"`
+	Err       string `json:"err,omitempty"`
+	ElapsedNS int64  `json:"elapsed_ns,omitempty"`
+	// applied:
+	I        int    `json:"i,omitempty"`
+	NS       string `json:"ns,omitempty"`
+	Version  uint64 `json:"v,omitempty"`
+	Snapshot bool   `json:"snap,omitempty"`
+	Bytes    int    `json:"bytes,omitempty"`
+	T        int64  `json:"t,omitempty"` // unix ns when the child saw it applied
+	Refused  bool   `json:"refused,omitempty"`
+	// stats (sums over agents of simagent.Stats, current connections only):
+	Stats *simagent.Stats `json:"stats,omitempty"`
+	Alive int             `json:"alive,omitempty"`
+}
+
+// SwarmMain runs the swarm child on stdin and stdout and exits the
+// process. Call it from main (or TestMain) when os.Getenv(SwarmEnv) is "1".
+func SwarmMain() {
+	err := runSwarm(os.Stdin, os.Stdout)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "swarm:", err)
+		os.Exit(1)
+	}
+	os.Exit(0)
+}
+
+type swarmChild struct {
+	cfg  swarmConfig
+	ca   *certs.CA
+	tls  []*tls.Config
+	log  *slog.Logger
+	out  chan swarmEvent
+	ctx  context.Context
+	stop context.CancelFunc
+
+	mu     sync.Mutex
+	agents []*simagent.Agent
+	gen    []int // connection generation per agent
+	wg     sync.WaitGroup
+}
+
+func runSwarm(in io.Reader, out io.Writer) error {
+	rd := bufio.NewReader(in)
+	line, err := rd.ReadBytes('\n')
+	if err != nil {
+		return fmt.Errorf("read config: %w", err)
+	}
+	var cfg swarmConfig
+	if err := json.Unmarshal(line, &cfg); err != nil {
+		return fmt.Errorf("decode config: %w", err)
+	}
+	ca, err := certs.LoadCA(cfg.CADir)
+	if err != nil {
+		return err
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	s := &swarmChild{
+		cfg: cfg, ca: ca, ctx: ctx, stop: stop,
+		log:    slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError})),
+		out:    make(chan swarmEvent, 4096),
+		agents: make([]*simagent.Agent, cfg.N),
+		gen:    make([]int, cfg.N),
+		tls:    make([]*tls.Config, cfg.N),
+	}
+	writerDone := make(chan struct{})
+	go func() {
+		defer close(writerDone)
+		bw := bufio.NewWriterSize(out, 64<<10)
+		enc := json.NewEncoder(bw)
+		for ev := range s.out {
+			enc.Encode(ev)
+			if len(s.out) == 0 {
+				bw.Flush()
+			}
+		}
+		bw.Flush()
+	}()
+	defer func() {
+		close(s.out)
+		<-writerDone
+	}()
+	// Certificates first, so dial timings do not include key generation.
+	for i := range cfg.N {
+		c, k, err := ca.Issue(fmt.Sprintf("%s-%d", cfg.Prefix, i), certs.Client, nil, 24*time.Hour)
+		if err != nil {
+			return err
+		}
+		pair, err := tls.X509KeyPair(c, k)
+		if err != nil {
+			return err
+		}
+		s.tls[i] = &tls.Config{MinVersion: tls.VersionTLS13, Certificates: []tls.Certificate{pair}, RootCAs: ca.Pool(), ServerName: "127.0.0.1"}
+	}
+	s.dialAll(max(cfg.Parallel, 1), false, "connected")
+	for {
+		line, err := rd.ReadString('\n')
+		if err != nil {
+			break
+		}
+		switch cmd := line[:len(line)-1]; cmd {
+		case "redial":
+			s.dialAll(cfg.N, true, "redialed")
+		case "stats":
+			s.out <- s.stats()
+		case "quit":
+			s.closeAll()
+			return nil
+		default:
+			s.out <- swarmEvent{Ev: "error", Err: "unknown command " + cmd}
+		}
+	}
+	s.closeAll()
+	return nil
+}
+
+// dialAll connects every agent, parallel at a time; with cached, each
+// announces what its previous connection held (an intact cache). Each
+// agent is tried up to 3 times.
+func (s *swarmChild) dialAll(parallel int, cached bool, ev string) {
+	start := time.Now()
+	sem := make(chan struct{}, parallel)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	failed, firstErr := 0, ""
+	for i := range s.cfg.N {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			var held []simagent.Cached
+			s.mu.Lock()
+			prev := s.agents[i]
+			s.mu.Unlock()
+			if cached && prev != nil {
+				held = prev.Cached()
+				prev.Kill()
+			}
+			var err error
+			for attempt := range 3 {
+				if attempt > 0 {
+					time.Sleep(time.Duration(attempt) * 200 * time.Millisecond)
+				}
+				var a *simagent.Agent
+				ctx, cancel := context.WithTimeout(s.ctx, 30*time.Second)
+				a, err = simagent.Dial(ctx, simagent.Options{
+					Addr: s.cfg.Addr, TLS: s.tls[i], HostID: fmt.Sprintf("%s-%d", s.cfg.Prefix, i), Zone: s.cfg.Zone,
+					Subscriptions: s.cfg.Subs, Cached: held, Logger: s.log,
+				})
+				cancel()
+				if err == nil {
+					s.mu.Lock()
+					s.agents[i] = a
+					s.gen[i]++
+					s.mu.Unlock()
+					s.wg.Add(1)
+					go s.follow(i, a)
+					return
+				}
+			}
+			mu.Lock()
+			failed++
+			if firstErr == "" {
+				firstErr = err.Error()
+			}
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	s.out <- swarmEvent{Ev: ev, Connected: s.cfg.N - failed, Failed: failed, Err: firstErr, ElapsedNS: time.Since(start).Nanoseconds()}
+}
+
+// follow reports every update agent i applies until its connection ends.
+func (s *swarmChild) follow(i int, a *simagent.Agent) {
+	defer s.wg.Done()
+	seen := 0
+	for {
+		var recs []simagent.Applied
+		err := a.Wait(s.ctx, func(a *simagent.Agent) bool {
+			select {
+			case <-a.Done():
+				return true
+			default:
+			}
+			recs = a.Applied("")
+			return len(recs) > seen
+		})
+		now := time.Now().UnixNano()
+		for _, r := range recs[min(seen, len(recs)):] {
+			s.out <- swarmEvent{Ev: "applied", I: i, NS: r.Namespace, Version: r.Version, Snapshot: r.Snapshot, Bytes: r.Bytes, T: now, Refused: r.Err != nil}
+		}
+		seen = max(seen, len(recs))
+		if err != nil {
+			return
+		}
+		select {
+		case <-a.Done():
+			return
+		default:
+		}
+	}
+}
+
+func (s *swarmChild) stats() swarmEvent {
+	s.mu.Lock()
+	agents := append([]*simagent.Agent(nil), s.agents...)
+	s.mu.Unlock()
+	var sum simagent.Stats
+	alive := 0
+	for _, a := range agents {
+		if a == nil {
+			continue
+		}
+		select {
+		case <-a.Done():
+		default:
+			alive++
+		}
+		st := a.Stats()
+		sum.Updates += st.Updates
+		sum.Snapshots += st.Snapshots
+		sum.Patches += st.Patches
+		sum.Refused += st.Refused
+		sum.SnapshotBytes += st.SnapshotBytes
+		sum.PatchBytes += st.PatchBytes
+		sum.Unavailable += st.Unavailable
+	}
+	return swarmEvent{Ev: "stats", Stats: &sum, Alive: alive}
+}
+
+func (s *swarmChild) closeAll() {
+	s.mu.Lock()
+	agents := append([]*simagent.Agent(nil), s.agents...)
+	s.mu.Unlock()
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 256)
+	for _, a := range agents {
+		if a == nil {
+			continue
+		}
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			a.Close()
+		})
+	}
+	wg.Wait()
+	s.stop()
+	s.wg.Wait()
+}
+
+// swarm is the parent's handle on a swarm child process.
+type swarm struct {
+	cmd    *exec.Cmd
+	stdin  io.WriteCloser
+	events chan swarmEvent
+	pid    int
+	done   chan error
+}
+
+// startSwarm starts a swarm child running cfg and returns once it has
+// reported its initial connections (the "connected" event, returned).
+func startSwarm(ctx context.Context, cfg swarmConfig, onApplied func(swarmEvent)) (*swarm, swarmEvent, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, swarmEvent{}, fmt.Errorf("find own executable: %w", err)
+	}
+	cmd := exec.Command(exe)
+	cmd.Env = append(os.Environ(), SwarmEnv+"=1")
+	cmd.Stderr = os.Stderr
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, swarmEvent{}, err
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, swarmEvent{}, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, swarmEvent{}, fmt.Errorf("start swarm: %w", err)
+	}
+	sw := &swarm{cmd: cmd, stdin: stdin, events: make(chan swarmEvent, 16), pid: cmd.Process.Pid, done: make(chan error, 1)}
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		sc.Buffer(make([]byte, 1<<20), 1<<20)
+		for sc.Scan() {
+			var ev swarmEvent
+			if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
+				continue
+			}
+			if ev.Ev == "applied" {
+				onApplied(ev)
+				continue
+			}
+			sw.events <- ev
+		}
+		close(sw.events)
+		sw.done <- cmd.Wait()
+	}()
+	b, _ := json.Marshal(cfg)
+	if _, err := stdin.Write(append(b, '\n')); err != nil {
+		sw.kill()
+		return nil, swarmEvent{}, fmt.Errorf("configure swarm: %w", err)
+	}
+	ev, err := sw.next(ctx, "connected", 10*time.Minute)
+	if err != nil {
+		sw.kill()
+		return nil, swarmEvent{}, err
+	}
+	return sw, ev, nil
+}
+
+// next waits for the next event of kind ev.
+func (sw *swarm) next(ctx context.Context, ev string, timeout time.Duration) (swarmEvent, error) {
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	for {
+		select {
+		case e, ok := <-sw.events:
+			if !ok {
+				return swarmEvent{}, errors.New("swarm process ended")
+			}
+			if e.Ev == "error" {
+				return e, fmt.Errorf("swarm: %s", e.Err)
+			}
+			if e.Ev == ev {
+				return e, nil
+			}
+		case <-t.C:
+			return swarmEvent{}, fmt.Errorf("swarm: no %q within %v", ev, timeout)
+		case <-ctx.Done():
+			return swarmEvent{}, ctx.Err()
+		}
+	}
+}
+
+// command sends cmd and waits for the event it answers with.
+func (sw *swarm) command(ctx context.Context, cmd, ev string) (swarmEvent, error) {
+	if _, err := io.WriteString(sw.stdin, cmd+"\n"); err != nil {
+		return swarmEvent{}, fmt.Errorf("swarm %s: %w", cmd, err)
+	}
+	return sw.next(ctx, ev, 10*time.Minute)
+}
+
+// quit closes every agent gracefully and waits for the child to exit.
+func (sw *swarm) quit() error {
+	io.WriteString(sw.stdin, "quit\n")
+	sw.stdin.Close()
+	select {
+	case err := <-sw.done:
+		return err
+	case <-time.After(2 * time.Minute):
+		sw.kill()
+		return errors.New("swarm did not exit; killed")
+	}
+}
+
+func (sw *swarm) kill() {
+	sw.cmd.Process.Kill()
+}
