@@ -382,7 +382,7 @@ func writeZoneStatus(w io.Writer, st *lehrpb.GetZoneStatusResponse, goals map[st
 		len(st.GetDistributors()), plural(len(st.GetDistributors()), "distributor", "distributors"),
 		agents, plural(agents, "agent", "agents"))
 	if len(st.GetDistributors()) == 0 {
-		fmt.Fprintln(w, "no distributor has reported: is one running with --zone "+st.GetZone()+"?")
+		fmt.Fprintf(w, "no distributor has reported yet (they report every --report-interval, 10s by default): is one running with --zone %s?\n", st.GetZone())
 		return
 	}
 	fmt.Fprintln(w)

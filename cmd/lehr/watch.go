@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"time"
@@ -62,6 +63,10 @@ per version (values base64, like -o json elsewhere). Ctrl-C stops it.`,
 	}
 	if *timeout <= 0 {
 		return usageError(e, fs, "--timeout %v: want a positive duration", *timeout)
+	}
+	// A relative path would be read as a gRPC authority: make it absolute.
+	if abs, err := filepath.Abs(*socket); err == nil {
+		*socket = abs
 	}
 	c, err := consumer.New(consumer.Options{
 		Socket:   *socket,

@@ -5,6 +5,8 @@ import (
 	"context"
 	"encoding/json"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -222,8 +224,17 @@ func TestWatchAgainstAgent(t *testing.T) {
 	w.stop(t)
 
 	// A second watch finds version 2 at once; the socket comes from
-	// LEHR_AGENT_SOCKET; -o json prints one object per version.
-	j := startWatch(t, map[string]string{"LEHR_AGENT_SOCKET": ag.Socket()}, "demo/app", "-o", "json")
+	// LEHR_AGENT_SOCKET, relative to the working directory; -o json prints
+	// one object per version.
+	wd, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rel, err := filepath.Rel(wd, ag.Socket())
+	if err != nil {
+		t.Fatal(err)
+	}
+	j := startWatch(t, map[string]string{"LEHR_AGENT_SOCKET": rel}, "demo/app", "-o", "json")
 	j.waitOutput(t, "\n")
 	var ev watchEvent
 	if err := json.Unmarshal([]byte(strings.SplitN(j.stdout.String(), "\n", 2)[0]), &ev); err != nil {
