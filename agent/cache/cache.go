@@ -239,7 +239,10 @@ func (c *Cache) RunGC() error {
 	}
 }
 
-// Size returns the bytes the cache occupies on disk (all files in Dir).
+// Size returns the bytes the cache occupies on disk (all files in Dir):
+// the blocks allocated to them where the platform reports it, not their
+// apparent sizes — Badger preallocates its value log and memtable files
+// sparsely, so an almost empty cache is well over 100 MiB by apparent size.
 func (c *Cache) Size() (int64, error) {
 	var total int64
 	err := filepath.WalkDir(c.dir, func(_ string, d fs.DirEntry, err error) error {
@@ -251,7 +254,7 @@ func (c *Cache) Size() (int64, error) {
 		}
 		if d.Type().IsRegular() {
 			if fi, err := d.Info(); err == nil {
-				total += fi.Size()
+				total += diskUsage(fi)
 			}
 		}
 		return nil

@@ -610,3 +610,16 @@ func footprintChild(t *testing.T) {
 	t.Logf("footprint: idle cache with 20 small namespaces: Go heap %+.1f MiB (%.1f -> %.1f), process RSS %+.1f MiB (%.1f -> %.1f)",
 		h1-h0, h0, h1, r1-r0, r0, r1)
 }
+
+// TestSizeOfEmptyCache: Size counts the space the cache uses, not the
+// apparent sizes of Badger's sparsely preallocated files (over 100 MiB).
+func TestSizeOfEmptyCache(t *testing.T) {
+	c := open(t, t.TempDir())
+	sz, err := c.Size()
+	if err != nil {
+		t.Fatalf("Size: %v", err)
+	}
+	if sz > 16<<20 {
+		t.Errorf("Size of an empty cache = %d bytes, want under 16 MiB (allocated space, not apparent size)", sz)
+	}
+}
