@@ -109,7 +109,7 @@ Commands:
 	tw.Flush()
 	fmt.Fprint(w, `
 Start here:
-  lehr dev                                  a local control plane and a demo
+  lehr dev                                  the whole system locally, with a demo
   lehr push demo/app --file app.json        publish from another terminal
   lehr get demo/app                         read it back
 
