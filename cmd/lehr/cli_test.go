@@ -225,3 +225,20 @@ func TestPickAddrAvoidsBusyPort(t *testing.T) {
 		t.Errorf("pickAddr(given) = %q, want the given address", got)
 	}
 }
+
+// The help of the commands that run or inspect the distribution path,
+// as users read it.
+func TestHelpGolden(t *testing.T) {
+	var b strings.Builder
+	for _, args := range [][]string{
+		{"certs", "--help"}, {"certs", "issue", "--help"}, {"watch", "--help"},
+		{"zones", "--help"}, {"distributor", "--help"},
+	} {
+		code, stdout, stderr := runCLI(t, nil, args...)
+		if code != exitOK || stderr != "" {
+			t.Fatalf("lehr %s: exit %d, stderr %q", strings.Join(args, " "), code, stderr)
+		}
+		fmt.Fprintf(&b, "$ lehr %s\n%s\n", strings.Join(args, " "), stdout)
+	}
+	golden(t, "help", []byte(b.String()))
+}

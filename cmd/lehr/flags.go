@@ -45,8 +45,9 @@ func printHelp(w io.Writer, fs *flags) {
 	fmt.Fprintf(w, "%s — %s\n\nUsage: %s\n\n", fs.Name(), d.summary, d.usage)
 	fmt.Fprintln(w, strings.TrimSpace(d.about))
 	var own, client []*flag.Flag
+	isClient := fs.Lookup("control") != nil // a command that talks to control
 	fs.VisitAll(func(f *flag.Flag) {
-		if clientFlagNames[f.Name] {
+		if isClient && clientFlagNames[f.Name] {
 			client = append(client, f)
 		} else {
 			own = append(own, f)
