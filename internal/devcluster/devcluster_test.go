@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -56,6 +57,7 @@ func TestOptionsRejected(t *testing.T) {
 func TestStartAndClose(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
+	goroutines := runtime.NumGoroutine()
 	c, err := devcluster.Start(ctx, devcluster.Options{
 		Domains:              []string{"demo"},
 		Logger:               controltest.Logger(t, slog.LevelWarn),
@@ -130,10 +132,47 @@ func TestStartAndClose(t *testing.T) {
 	if err != nil {
 		t.Fatalf("simagent.Dial: %v", err)
 	}
-	defer sim.Close()
 	if err := sim.WaitVersion(ctx, "demo/hello", v.GetSeq()); err != nil {
 		t.Errorf("simulated agent never got demo/hello@%d: %v", v.GetSeq(), err)
 	}
+	sim.Close()
+
+	// Every daemon stops and starts again.
+	for _, z := range c.Zones() {
+		d, a := c.Distributors(z)[0], c.Agents(z)[0]
+		if err := d.Stop(); err != nil {
+			t.Errorf("stop %s: %v", d.ID, err)
+		}
+		if d.Running() || d.Distributor() != nil {
+			t.Errorf("%s runs after Stop", d.ID)
+		}
+		if err := d.Restart(ctx); err != nil {
+			t.Fatalf("restart %s: %v", d.ID, err)
+		}
+		if err := d.Restart(ctx); err == nil {
+			t.Errorf("restarting running %s: nil error, want one", d.ID)
+		}
+		if err := a.Stop(); err != nil {
+			t.Errorf("stop %s: %v", a.HostID, err)
+		}
+		if err := a.Restart(ctx); err != nil {
+			t.Fatalf("restart %s: %v", a.HostID, err)
+		}
+	}
+	addr := c.ControlAddr()
+	if err := c.StopControl(); err != nil {
+		t.Errorf("StopControl: %v", err)
+	}
+	if err := c.RestartControl(ctx); err != nil {
+		t.Fatalf("RestartControl: %v", err)
+	}
+	if c.ControlAddr() != addr {
+		t.Errorf("control restarted on %s, want %s", c.ControlAddr(), addr)
+	}
+	if _, err := c.Producer().Get(ctx, "demo/hello"); err != nil {
+		t.Errorf("Get after RestartControl: %v", err)
+	}
+
 	if err := c.Close(); err != nil {
 		t.Fatalf("Close: %v", err)
 	}
@@ -142,6 +181,16 @@ func TestStartAndClose(t *testing.T) {
 	}
 	if _, err := os.Stat(dir); !os.IsNotExist(err) {
 		t.Errorf("Close left the temporary directory %s behind (stat: %v)", dir, err)
+	}
+	// Close waited for every goroutine: the count returns to where it was
+	// (library goroutines of closed connections may take a moment to end).
+	deadline := time.Now().Add(30 * time.Second)
+	for runtime.NumGoroutine() > goroutines && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n := runtime.NumGoroutine(); n > goroutines {
+		buf := make([]byte, 1<<20)
+		t.Errorf("%d goroutines after Close, %d before Start; still running:\n%s", n, goroutines, buf[:runtime.Stack(buf, true)])
 	}
 }
 
