@@ -83,6 +83,7 @@ func Scenarios() []Scenario {
 	return []Scenario{
 		publishScenario(),
 		e2eScenario(),
+		wireBytesScenario(),
 		fanoutScenario(),
 	}
 }

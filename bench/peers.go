@@ -162,10 +162,9 @@ type natsPeer struct {
 	kv     jetstream.KeyValue
 	bucket string
 
-	mu       sync.Mutex
-	conns    []*nats.Conn
-	watchers []jetstream.KeyWatcher
-	wg       sync.WaitGroup
+	mu    sync.Mutex
+	conns []*nats.Conn
+	wg    sync.WaitGroup
 }
 
 func startNATSPeer(ctx context.Context, dir string) (*natsPeer, error) {
@@ -248,9 +247,6 @@ func (p *natsPeer) subscribe(ctx context.Context, n int, proxyAddr, prefix strin
 		if err != nil {
 			return fmt.Errorf("nats subscriber %d: watch: %w", i, err)
 		}
-		p.mu.Lock()
-		p.watchers = append(p.watchers, w)
-		p.mu.Unlock()
 		p.wg.Add(1)
 		go func() {
 			defer p.wg.Done()
@@ -267,11 +263,11 @@ func (p *natsPeer) subscribe(ctx context.Context, n int, proxyAddr, prefix strin
 
 func (p *natsPeer) close() {
 	p.mu.Lock()
-	ws, cs := p.watchers, p.conns
+	cs := p.conns
 	p.mu.Unlock()
-	for _, w := range ws {
-		w.Stop()
-	}
+	// Closing a connection ends its watchers' update channels. (Stopping a
+	// watcher first would ask the server to delete its consumer, which waits
+	// out a timeout when the subscriber's relay is already gone.)
 	for _, c := range cs {
 		c.Close()
 	}
