@@ -63,12 +63,11 @@ import (
 	"lehr.dev/lehr/proto/lehrpb"
 )
 
-// Defaults of Options.
-var (
-	// DefaultZones are the zones started when Options.Zones is empty.
-	DefaultZones = []string{"dev-a", "dev-b"}
-)
+// DefaultZones returns the zones started when Options.Zones is empty:
+// dev-a and dev-b.
+func DefaultZones() []string { return []string{"dev-a", "dev-b"} }
 
+// Defaults of Options.
 const (
 	// DefaultControlListen is control's gRPC address when
 	// Options.ControlListen is empty: a free loopback port.
@@ -97,7 +96,7 @@ type Options struct {
 	// new temporary directory, removed by Close. A Dir from an earlier run
 	// is reused as it is (same CA, etcd data and agent caches).
 	Dir string
-	// Zones to start; default DefaultZones. Each must be a valid zone name
+	// Zones to start; default DefaultZones(). Each must be a valid zone name
 	// (internal/names) and appear once.
 	Zones []string
 	// DistributorsPerZone is the number of distributors of each zone;
@@ -289,7 +288,7 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 
 func (o *Options) normalize() error {
 	if len(o.Zones) == 0 {
-		o.Zones = DefaultZones
+		o.Zones = DefaultZones()
 	}
 	seen := map[string]bool{}
 	for i, z := range o.Zones {

@@ -69,7 +69,7 @@ func TestStartAndClose(t *testing.T) {
 	}
 	dir := c.Dir()
 	defer c.Close()
-	if got, want := c.Zones(), devcluster.DefaultZones; strings.Join(got, ",") != strings.Join(want, ",") {
+	if got, want := c.Zones(), devcluster.DefaultZones(); strings.Join(got, ",") != strings.Join(want, ",") {
 		t.Errorf("Zones() = %v, want %v", got, want)
 	}
 	zs, err := c.Producer().ListZones(ctx)
