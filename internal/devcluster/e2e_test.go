@@ -613,6 +613,14 @@ func (e *env) agentRestart(t *testing.T) {
 			}
 		}
 	})
+	// A consumer starting while the agent is down reads the files.
+	early, err := e.consumerOf(t, zoneA, 1).Subscribe(e.ctx, ns)
+	if err != nil {
+		t.Fatalf("Subscribe with the agent down: %v", err)
+	}
+	if v := early.View(); v.Version() != v1.GetSeq() || !cmp.Equal(want1, contentOf(v)) {
+		t.Errorf("consumer started with the agent down sees v%d with %d keys, want v%d from the file", v.Version(), v.Len(), v1.GetSeq())
+	}
 	// A version published while the agent is down: the resync needs it.
 	v2 := e.patch(t, ns, v1.GetSeq(), producer.Patch{Set: props("k", "two")})
 	// With every distributor of the zone down, whatever the restarted
@@ -669,6 +677,7 @@ func (e *env) agentRestart(t *testing.T) {
 		t.Errorf("resync change (-want +got):\n%s", diff)
 	}
 	waitFor(t, "fresh consumer at v2", func() bool { return fresh.View().Version() == v2.GetSeq() })
+	waitFor(t, "consumer started with the agent down at v2", func() bool { return early.View().Version() == v2.GetSeq() })
 	waitFor(t, "zone-a convergence at v2", func() bool { return e.agentsAt(zoneA, ns)[v2.GetSeq()] == 1 })
 	snap, patch := e.sumBytes(zoneA)
 	t.Logf("resync after the restart: %d snapshot bytes, %d patch bytes", snap, patch)
