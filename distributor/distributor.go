@@ -10,9 +10,9 @@
 // the goals and versions it already holds, to connected agents and to new
 // ones, and resumes its goal watch where it stopped once control is back.
 //
-// The command `lehr distributor` (package cmd) wires flags to Options; tests
-// and the bench harness use New directly. Nothing but those imports this
-// package.
+// The command `lehr distributor` (package distributor/distributorcmd) wires
+// flags to Options; tests and the bench harness use New directly. Nothing but
+// those imports this package.
 package distributor
 
 import (

@@ -46,10 +46,11 @@ Examples:
       --distributors dist-1.internal:7410,dist-2.internal:7410 \
       --tls-ca /etc/lehr/ca.crt --tls-cert /etc/lehr/host.crt --tls-key /etc/lehr/host.key
 
-  # Local development against "lehr dev" (see "make run"):
-  lehr-agent --zone dev-a --distributors 127.0.0.1:7410 \
-      --tls-ca .lehr/pki/ca/ca.crt --tls-cert .lehr/pki/host.crt --tls-key .lehr/pki/host.key \
-      --data-dir /tmp/lehr-agent --metrics-listen 127.0.0.1:9411
+  # Local development, against a control and distributor started by hand as
+  # in README.md ("Running the daemons by hand"), certificates in ./pki:
+  lehr-agent --zone zone-a --distributors 127.0.0.1:7410 --host-id host-1 \
+      --tls-ca pki/ca.crt --tls-cert pki/host-1.crt --tls-key pki/host-1.key \
+      --data-dir /tmp/lehr-agent --metrics-listen 127.0.0.1:7421
 
   # Then, on the same host, watch a namespace arrive:
   lehr watch --socket /tmp/lehr-agent/agent.sock payments/limits

@@ -87,6 +87,11 @@ func New(opts Options) (*Client, error) {
 	if opts.Socket == "" {
 		opts.Socket = DefaultSocket
 	}
+	// gRPC's unix resolver wants an absolute path ("unix:///abs"); a
+	// relative one would be read as an authority.
+	if abs, err := filepath.Abs(opts.Socket); err == nil {
+		opts.Socket = abs
+	}
 	if opts.ClientID == "" {
 		opts.ClientID = fmt.Sprintf("%s@%d", filepath.Base(os.Args[0]), os.Getpid())
 	}

@@ -65,6 +65,9 @@ func TestRoundTrip(t *testing.T) {
 	if d.GetCreateTime() == nil {
 		t.Errorf("CreateDomain returned no create_time: %v", d)
 	}
+	if d.GetCreatedBy() != "alice" {
+		t.Errorf("CreateDomain created_by = %q, want the client's Author %q", d.GetCreatedBy(), "alice")
+	}
 	if _, err := c.CreateDomain(ctx, &lehrpb.Domain{Name: "demo"}); !errors.Is(err, producer.ErrAlreadyExists) {
 		t.Errorf("CreateDomain twice: %v, want ErrAlreadyExists", err)
 	}

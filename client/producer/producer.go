@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
 
 	"lehr.dev/lehr/internal/apierror"
 	"lehr.dev/lehr/proto/lehrpb"
@@ -198,6 +199,27 @@ func isLocal(addr string) (bool, error) {
 	return ip != nil && ip.IsLoopback(), nil
 }
 
+// authorMetadataKey is the gRPC metadata key by which the client asserts
+// Options.Author on every call, including those whose request has no author
+// field (CreateDomain). It must equal control/service.AuthorMetadataKey.
+const authorMetadataKey = "lehr-author"
+
+// withAuthor adds the asserted author to ctx's outgoing metadata. gRPC
+// metadata values must be printable ASCII; other authors travel only in
+// the request fields that carry one.
+func (c *Client) withAuthor(ctx context.Context) context.Context {
+	a := c.opts.Author
+	if a == "" {
+		return ctx
+	}
+	for i := 0; i < len(a); i++ {
+		if a[i] < 0x20 || a[i] > 0x7e {
+			return ctx
+		}
+	}
+	return metadata.AppendToOutgoingContext(ctx, authorMetadataKey, a)
+}
+
 // newRequestID returns a fresh idempotency token: 16 random bytes in hex.
 func newRequestID() string {
 	var b [16]byte
@@ -223,7 +245,7 @@ func (c *Client) call(ctx context.Context, what string, fn func(ctx context.Cont
 			case <-t.C:
 			}
 		}
-		err := fn(ctx)
+		err := fn(c.withAuthor(ctx))
 		if err == nil {
 			return nil
 		}
