@@ -71,8 +71,8 @@ Stop it with Ctrl-C or SIGTERM: in-flight calls finish, then it exits.`,
 	if opts.Retention.KeepLast < 1 {
 		return usageError(e, fs, "--keep-last %d: want 1 or more", opts.Retention.KeepLast)
 	}
-	if opts.Retention.KeepFor < 0 {
-		return usageError(e, fs, "--keep-for %v: want 0 or more", opts.Retention.KeepFor)
+	if opts.Retention.KeepFor <= 0 {
+		return usageError(e, fs, "--keep-for %v: want a positive duration, e.g. 168h (versions older than it may be compacted away)", opts.Retention.KeepFor)
 	}
 	opts.Logger = logger
 	c, err := control.New(opts)
