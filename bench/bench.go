@@ -85,6 +85,8 @@ func Scenarios() []Scenario {
 		e2eScenario(),
 		wireBytesScenario(),
 		fanoutScenario(),
+		stormScenario(),
+		footprintScenario(),
 	}
 }
 

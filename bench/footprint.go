@@ -1,0 +1,307 @@
+package bench
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"lehr.dev/lehr/client/producer"
+	"lehr.dev/lehr/internal/devcluster"
+	"lehr.dev/lehr/proto/lehrpb"
+)
+
+func footprintScenario() Scenario {
+	return Scenario{
+		Name:  "footprint",
+		Title: "real agent process: idle RSS and Go heap, RSS under load, cold start to serving cached namespaces (issue 4 §6)",
+		Run:   runFootprint,
+	}
+}
+
+type footprintParams struct {
+	namespaces int
+	load       time.Duration
+}
+
+// gctraceRE matches the heap sizes of a GODEBUG=gctrace=1 line:
+// "… 4->4->2 MB, 5 MB goal …"; the third number is the live heap.
+var gctraceRE = regexp.MustCompile(`(\d+)->(\d+)->(\d+) MB`)
+
+// agentProc is a real lehr-agent process.
+type agentProc struct {
+	cmd  *exec.Cmd
+	done chan error
+
+	mu      sync.Mutex
+	liveMB  int // live heap after the last GC, from gctrace
+	gcCount int
+}
+
+func startAgentProc(bin string, args []string) (*agentProc, error) {
+	cmd := exec.Command(bin, args...)
+	cmd.Env = append(os.Environ(), "GODEBUG=gctrace=1")
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start agent process: %w", err)
+	}
+	ap := &agentProc{cmd: cmd, done: make(chan error, 1)}
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			if m := gctraceRE.FindStringSubmatch(sc.Text()); m != nil {
+				live, _ := strconv.Atoi(m[3])
+				ap.mu.Lock()
+				ap.liveMB, ap.gcCount = live, ap.gcCount+1
+				ap.mu.Unlock()
+			}
+		}
+		io.Copy(io.Discard, stderr)
+		ap.done <- cmd.Wait()
+	}()
+	return ap, nil
+}
+
+func (ap *agentProc) heap() (int, int) {
+	ap.mu.Lock()
+	defer ap.mu.Unlock()
+	return ap.liveMB, ap.gcCount
+}
+
+// stop sends SIGTERM and waits (killing after 30 s).
+func (ap *agentProc) stop() {
+	ap.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-ap.done:
+	case <-time.After(30 * time.Second):
+		ap.cmd.Process.Kill()
+		<-ap.done
+	}
+}
+
+func runFootprint(ctx context.Context, e *Env) (*Result, error) {
+	p := pick(e.Profile, footprintParams{10, time.Second}, footprintParams{100, 5 * time.Second}, footprintParams{100, 20 * time.Second})
+	res := &Result{
+		Setup: fmt.Sprintf("a real lehr-agent process (cmd/lehr-agent, durable writes) against a distributor and control (embedded etcd, fsync on) in the bench process; %d namespaces of 10 × 1 KiB keys; "+
+			"RSS is VmRSS of /proc/<pid>/status; Go heap is the live heap after the agent's last GC as GODEBUG=gctrace=1 prints it (1 MB resolution). "+
+			"Load: one producer patching one key of the namespaces round-robin, back to back, for %v; RSS sampled every 20 ms. Cold start: SIGTERM, then a new process on the same data directory, timed until its local API returns the cached version of every namespace (Get).",
+			p.namespaces, p.load),
+		Notes: []string{"the agent's /metrics has no Go runtime metrics (go_memstats_*), so the heap comes from gctrace; exposing metrics.WriteProcessMetrics there would give an exact figure."},
+	}
+	bin := e.AgentBinary
+	if bin == "" {
+		bin = filepath.Join(e.Dir, "lehr-agent")
+		out, err := exec.CommandContext(ctx, "go", "build", "-o", bin, "lehr.dev/lehr/cmd/lehr-agent").CombinedOutput()
+		if err != nil {
+			return res, fmt.Errorf("build lehr-agent: %w: %s", err, out)
+		}
+	}
+	cl, err := devcluster.Start(ctx, devcluster.Options{
+		Dir: filepath.Join(e.Dir, "cluster"), Zones: []string{benchZone}, Domains: []string{benchDomain},
+		AgentsPerZone: -1, Logger: e.Log, DurableWrites: true,
+	})
+	if err != nil {
+		return res, err
+	}
+	defer cl.Close()
+	const host = "fp-host-0"
+	if _, err := cl.HostTLS(host); err != nil {
+		return res, err
+	}
+	pkiDir := filepath.Join(cl.Dir(), "pki")
+	dataDir := filepath.Join(e.Dir, "agent")
+	sockDir, err := os.MkdirTemp("", "lbfp")
+	if err != nil {
+		return res, err
+	}
+	defer os.RemoveAll(sockDir)
+	sock := filepath.Join(sockDir, "agent.sock")
+	args := []string{
+		"--zone", benchZone, "--distributors", cl.Distributors(benchZone)[0].Addr(),
+		"--tls-ca", cl.CAFile(), "--tls-cert", filepath.Join(pkiDir, host+".crt"), "--tls-key", filepath.Join(pkiDir, host+".key"),
+		"--host-id", host, "--data-dir", dataDir, "--socket", sock, "--lease-ttl", "10m", "--grace", "1h", "--log-level", "warn",
+	}
+
+	prod := cl.Producer()
+	vals := newValueSource(1 << 10)
+	names := make([]string, p.namespaces)
+	latest := make([]uint64, p.namespaces)
+	for i := range names {
+		names[i] = fmt.Sprintf("%s/fp-%03d", benchDomain, i)
+		var props []producer.Property
+		for k := range 10 {
+			props = append(props, producer.Property{Key: fmt.Sprintf("key%02d", k), Value: vals.next()})
+		}
+		v, err := prod.Publish(ctx, names[i], props)
+		if err != nil {
+			return res, err
+		}
+		latest[i] = v.GetSeq()
+	}
+
+	ap, err := startAgentProc(bin, args)
+	if err != nil {
+		return res, err
+	}
+	defer func() { ap.stop() }()
+	// Reconnect fast: the cold start is timed through this connection.
+	conn, err := grpc.NewClient("unix://"+sock, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithConnectParams(grpc.ConnectParams{Backoff: backoff.Config{BaseDelay: 2 * time.Millisecond, Multiplier: 1.2, MaxDelay: 10 * time.Millisecond}, MinConnectTimeout: time.Second}))
+	if err != nil {
+		return res, err
+	}
+	defer conn.Close()
+	api := lehrpb.NewAgentClient(conn)
+	waitFor := func(what string, timeout time.Duration, cond func() bool) error {
+		deadline := time.Now().Add(timeout)
+		for !cond() {
+			if time.Now().After(deadline) {
+				return fmt.Errorf("%s: not within %v", what, timeout)
+			}
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		return nil
+	}
+	status := func() *lehrpb.StatusResponse {
+		c, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
+		st, err := api.Status(c, &lehrpb.StatusRequest{})
+		if err != nil {
+			return nil
+		}
+		return st
+	}
+	if err := waitFor("agent connected", 60*time.Second, func() bool { st := status(); return st != nil && st.GetConnected() }); err != nil {
+		return res, err
+	}
+	time.Sleep(2 * time.Second)
+	idle, _ := readProc(ap.cmd.Process.Pid)
+	idleHeap, _ := ap.heap()
+	res.Rows = append(res.Rows, *(&Row{System: "lehr-agent", Case: "idle, no namespaces"}).
+		Add("rss", float64(idle.rss)/(1<<20), "MiB").Add("go heap", float64(idleHeap), "MiB"))
+
+	// Subscribe to every namespace and wait for all of them.
+	for _, ns := range names {
+		if _, err := api.Subscribe(ctx, &lehrpb.SubscribeRequest{Namespace: ns, ClientId: "lehr-bench", TtlSeconds: 600}); err != nil {
+			return res, fmt.Errorf("subscribe %s: %w", ns, err)
+		}
+	}
+	allAt := func() bool {
+		st := status()
+		if st == nil {
+			return false
+		}
+		have := map[string]uint64{}
+		for _, n := range st.GetNamespaces() {
+			have[n.GetNamespace()] = n.GetVersion()
+		}
+		for i, ns := range names {
+			if have[ns] < latest[i] {
+				return false
+			}
+		}
+		return true
+	}
+	if err := waitFor("every namespace applied", 120*time.Second, allAt); err != nil {
+		return res, err
+	}
+	time.Sleep(2 * time.Second)
+	held, _ := readProc(ap.cmd.Process.Pid)
+	heldHeap, _ := ap.heap()
+	res.Rows = append(res.Rows, *(&Row{System: "lehr-agent", Case: fmt.Sprintf("idle, %d namespaces", p.namespaces)}).
+		Add("rss", float64(held.rss)/(1<<20), "MiB").Add("go heap", float64(heldHeap), "MiB"))
+
+	// Load.
+	var peak int64
+	stopSampler := make(chan struct{})
+	var swg sync.WaitGroup
+	swg.Go(func() {
+		t := time.NewTicker(20 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-stopSampler:
+				return
+			case <-t.C:
+				if s, err := readProc(ap.cmd.Process.Pid); err == nil {
+					peak = max(peak, s.rss)
+				}
+			}
+		}
+	})
+	cpu0, _ := readProc(ap.cmd.Process.Pid)
+	start := time.Now()
+	updates := 0
+	for i := 0; time.Since(start) < p.load; i++ {
+		k := i % len(names)
+		nv, err := prod.Patch(ctx, names[k], latest[k], producer.Patch{Set: []producer.Property{{Key: "key00", Value: vals.next()}}})
+		if err != nil {
+			close(stopSampler)
+			swg.Wait()
+			return res, err
+		}
+		latest[k] = nv.GetSeq()
+		updates++
+	}
+	err = waitFor("load applied", 120*time.Second, allAt)
+	el := time.Since(start)
+	close(stopSampler)
+	swg.Wait()
+	if err != nil {
+		return res, err
+	}
+	cpu1, _ := readProc(ap.cmd.Process.Pid)
+	loadHeap, gcs := ap.heap()
+	res.Rows = append(res.Rows, *(&Row{System: "lehr-agent", Case: fmt.Sprintf("load, %d updates in %.1fs", updates, el.Seconds())}).
+		Add("rss", float64(peak)/(1<<20), "MiB").Add("go heap", float64(loadHeap), "MiB").
+		Add("cpu/update", (cpu1.cpu-cpu0.cpu).Seconds()*1000/float64(updates), "ms").Add("gcs so far", float64(gcs), ""))
+
+	// Cold start.
+	ap.stop()
+	t0 := time.Now()
+	ap2, err := startAgentProc(bin, args)
+	if err != nil {
+		return res, err
+	}
+	ap = ap2
+	served := func() bool {
+		for i, ns := range names {
+			c, cancel := context.WithTimeout(ctx, 2*time.Second)
+			r, err := api.Get(c, &lehrpb.AgentGetRequest{Namespace: ns, Keys: []string{"key00"}})
+			cancel()
+			if err != nil || r.GetVersion().GetSeq() != latest[i] {
+				return false
+			}
+		}
+		return true
+	}
+	if err := waitFor("cold start", 120*time.Second, served); err != nil {
+		return res, err
+	}
+	cold := time.Since(t0)
+	coldRSS, _ := readProc(ap.cmd.Process.Pid)
+	res.Rows = append(res.Rows, *(&Row{System: "lehr-agent", Case: fmt.Sprintf("cold start, %d cached namespaces", p.namespaces)}).
+		Add("rss", float64(coldRSS.rss)/(1<<20), "MiB").Add("to serving", ms(cold), "ms"))
+	res.Targets = append(res.Targets, Target{Goal: "real agent idle RSS <= 32 MiB",
+		Got: fmt.Sprintf("%.1f MiB with no namespace, %.1f MiB holding %d", float64(idle.rss)/(1<<20), float64(held.rss)/(1<<20), p.namespaces),
+		Met: held.rss <= 32<<20})
+	return res, nil
+}

@@ -1,0 +1,212 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"time"
+
+	"lehr.dev/lehr/client/producer"
+	"lehr.dev/lehr/internal/devcluster"
+)
+
+func stormScenario() Scenario {
+	return Scenario{
+		Name:  "storm",
+		Title: "reconnect storm after a distributor restart with intact caches, vs etcd and NATS reconnects (issue 4 §5, §7)",
+		Run:   runStorm,
+	}
+}
+
+func runStorm(ctx context.Context, e *Env) (*Result, error) {
+	ns := pick(e.Profile, []int{5}, []int{100, 1000}, []int{1000, 10000})
+	res := &Result{
+		Setup: "Lehr: control + embedded etcd (fsync on) + one distributor in this process, N simulated agents in a child process connected through a counting UDP relay, all holding the goal version of a 10-key namespace (1 KiB values). " +
+			"The distributor is stopped and restarted on the same address; then every agent redials at once, announcing its intact cache. 'converge' is from the redial to the restarted distributor counting all N agents at the goal version; " +
+			"'payload' is update bytes the distributor sent (snapshots + patches; target 0) and 'updates recv' the updates the agents received on their new connections; 'wire' is UDP bytes per agent both ways during the storm (QUIC + TLS handshake with certificates, Hello/Welcome). " +
+			"etcd / NATS: N subscribers (own connections) through a counting TCP relay, watching the same 10 keys; every relayed connection is cut and one 1 KiB value is written at once; 'converge' is from the cut to every subscriber having that value (reconnect with the client's own backoff + resumed watch), 'wire' both ways per subscriber includes that one change.",
+	}
+	for _, n := range ns {
+		row, err := stormLehr(ctx, e, n)
+		if err != nil {
+			return res, fmt.Errorf("lehr N=%d: %w", n, err)
+		}
+		res.Rows = append(res.Rows, row)
+		conv, _ := row.Get("converge")
+		payload, _ := row.Get("payload")
+		failed, _ := row.Get("failed")
+		res.Targets = append(res.Targets,
+			Target{Goal: fmt.Sprintf("N=%d: reconnect of up-to-date agents sends no payload bytes", n), Got: fmt.Sprintf("%.0f B", payload), Met: payload == 0},
+			Target{Goal: fmt.Sprintf("N=%d: no permanent failures", n), Got: fmt.Sprintf("%.0f failed", failed), Met: failed == 0})
+		if n >= 10000 {
+			res.Targets = append(res.Targets, Target{Goal: "N=10000: storm converged within 15 s", Got: fmt.Sprintf("%.1f s", conv/1000), Met: conv <= 15000})
+		}
+		for _, mk := range []func() (peer, error){
+			func() (peer, error) {
+				return startEtcdPeer(ctx, filepath.Join(e.Dir, fmt.Sprintf("etcd-%d", n)), e.Log)
+			},
+			func() (peer, error) { return startNATSPeer(ctx, filepath.Join(e.Dir, fmt.Sprintf("nats-%d", n))) },
+		} {
+			pr, err := mk()
+			if err != nil {
+				return res, err
+			}
+			prow, err := stormPeer(ctx, pr, n)
+			pr.close()
+			if err != nil {
+				return res, fmt.Errorf("%s N=%d: %w", pr.name(), n, err)
+			}
+			res.Rows = append(res.Rows, prow, ratioRow(row, prow, []string{"converge", "wire/sub"}))
+		}
+	}
+	res.Notes = append(res.Notes, "the Lehr and peer 'converge' figures measure different things by necessity: a Lehr agent's reconnect is observable (Welcome), a watch client's is not, so peers are timed to the first change after the cut; the ratio row is indicative only.")
+	return res, nil
+}
+
+func stormLehr(ctx context.Context, e *Env, n int) (Row, error) {
+	row := Row{System: "lehr", Case: fmt.Sprintf("N=%d", n)}
+	cl, err := devcluster.Start(ctx, devcluster.Options{
+		Dir: filepath.Join(e.Dir, fmt.Sprintf("storm-%d", n)), Zones: []string{benchZone}, Domains: []string{benchDomain},
+		AgentsPerZone: -1, Logger: e.Log, DurableWrites: true,
+	})
+	if err != nil {
+		return row, err
+	}
+	defer cl.Close()
+	dist := cl.Distributors(benchZone)[0]
+	relay, err := newUDPProxy(dist.Addr())
+	if err != nil {
+		return row, err
+	}
+	defer relay.close()
+	nsName := fmt.Sprintf("%s/storm-%d", benchDomain, n)
+	vals := newValueSource(1 << 10)
+	var props []producer.Property
+	for i := range 10 {
+		props = append(props, producer.Property{Key: fmt.Sprintf("key%02d", i), Value: vals.next()})
+	}
+	v, err := cl.Producer().Publish(ctx, nsName, props)
+	if err != nil {
+		return row, err
+	}
+	col := newCollector(n)
+	sw, conn, err := startSwarm(ctx, swarmConfig{
+		Addr: relay.addr(), CADir: filepath.Join(cl.Dir(), "pki", "ca"), N: n, Prefix: fmt.Sprintf("storm%d", n),
+		Zone: benchZone, Subs: []string{nsName}, Parallel: 32,
+	}, func(ev swarmEvent) {
+		if ev.NS == nsName && !ev.Refused {
+			col.record(ev.I, ev.Version, ev.T)
+		}
+	})
+	if err != nil {
+		return row, err
+	}
+	defer sw.quit()
+	if conn.Failed > 0 {
+		return row, fmt.Errorf("%d agents failed to connect: %s", conn.Failed, conn.Err)
+	}
+	if ok, err := col.wait(ctx, v.GetSeq(), 120*time.Second); !ok || err != nil {
+		return row, fmt.Errorf("initial version not at every agent (err %v)", err)
+	}
+	if err := dist.Stop(); err != nil {
+		return row, fmt.Errorf("stop distributor: %w", err)
+	}
+	if err := dist.Restart(ctx); err != nil {
+		return row, fmt.Errorf("restart distributor: %w", err)
+	}
+	// The restarted distributor serves once its goals are synced from control.
+	d0, u0 := relay.snapshot()
+	start := time.Now()
+	redial, err := sw.command(ctx, "redial", "redialed")
+	if err != nil {
+		return row, err
+	}
+	converged := false
+	deadline := time.Now().Add(5 * time.Minute)
+	for time.Now().Before(deadline) {
+		agents, counts := dist.Convergence()
+		at := 0
+		for _, c := range counts {
+			if c.Namespace == nsName && c.Version == v.GetSeq() {
+				at = c.Agents
+			}
+		}
+		if agents == n && at == n {
+			converged = true
+			break
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	conv := time.Since(start)
+	time.Sleep(100 * time.Millisecond)
+	d1, u1 := relay.snapshot()
+	after, err := sw.command(ctx, "stats", "stats")
+	if err != nil {
+		return row, err
+	}
+	st := dist.Stats()
+	if !converged {
+		return row, fmt.Errorf("not converged after %v: %d redial failures (%s)", conv, redial.Failed, redial.Err)
+	}
+	row.Add("converge", ms(conv), "ms")
+	row.Add("redial", float64(redial.ElapsedNS)/1e6, "ms")
+	row.Add("payload", float64(st.SnapshotBytes+st.PatchBytes), "B")
+	row.Add("updates recv", float64(after.Stats.Updates), "")
+	row.Add("wire/sub", float64(d1-d0+u1-u0)/float64(n), "B")
+	row.Add("failed", float64(redial.Failed), "")
+	return row, nil
+}
+
+func stormPeer(ctx context.Context, pr peer, n int) (Row, error) {
+	row := Row{System: pr.name(), Case: fmt.Sprintf("N=%d", n)}
+	prefix := fmt.Sprintf("/bench/storm-%d/", n)
+	vals := newValueSource(1 << 10)
+	for i := range 10 {
+		if err := pr.put(ctx, fmt.Sprintf("%skey%02d", prefix, i), vals.next()); err != nil {
+			return row, err
+		}
+	}
+	relay, err := newTCPProxy(pr.addr())
+	if err != nil {
+		return row, err
+	}
+	defer relay.close()
+	col := newCollector(n)
+	if err := pr.subscribe(ctx, n, relay.addr(), prefix, func(i int, key string, seq uint64, at time.Time) {
+		col.record(i, seq, at.UnixNano())
+	}); err != nil {
+		return row, err
+	}
+	// One change before the cut proves every watch is live.
+	val := vals.next()
+	if err := pr.put(ctx, prefix+"key00", val); err != nil {
+		return row, err
+	}
+	if ok, err := col.wait(ctx, seqOf(val), 120*time.Second); !ok || err != nil {
+		return row, fmt.Errorf("watches not live (err %v)", err)
+	}
+	time.Sleep(100 * time.Millisecond)
+	d0, u0 := relay.snapshot()
+	start := time.Now()
+	relay.cut()
+	val = vals.next()
+	if err := pr.put(ctx, prefix+"key00", val); err != nil {
+		return row, err
+	}
+	ok, err := col.wait(ctx, seqOf(val), 120*time.Second)
+	if err != nil {
+		return row, err
+	}
+	conv := time.Since(start)
+	time.Sleep(100 * time.Millisecond)
+	d1, u1 := relay.snapshot()
+	_, missed, _ := col.result(seqOf(val), start)
+	if !ok {
+		row.Add("converge", -1, "ms")
+	} else {
+		row.Add("converge", ms(conv), "ms")
+	}
+	row.Add("wire/sub", float64(d1-d0+u1-u0)/float64(n), "B")
+	row.Add("failed", float64(missed), "")
+	return row, nil
+}
