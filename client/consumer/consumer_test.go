@@ -186,3 +186,44 @@ func waitFor(t *testing.T, cond func() bool) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// A callback registered after Subscribe, when content is already on disk,
+// first receives the current view; a later callback does too; both then see
+// the next change from their own last view.
+func TestLateCallbacksGetCurrentView(t *testing.T) {
+	files := t.TempDir()
+	write(t, files, 4, "a", "1", "b", "2")
+	_, s := newOffline(t, files)
+	if v := s.View(); v.Version() != 4 {
+		t.Fatalf("view after Subscribe = version %d, want 4 (already on disk)", v.Version())
+	}
+	type seen struct{ old, new uint64 }
+	var mu sync.Mutex
+	got := map[string][]seen{}
+	register := func(name string) {
+		s.OnChange(func(ch Change) error {
+			mu.Lock()
+			got[name] = append(got[name], seen{ch.Old.Version(), ch.New.Version()})
+			mu.Unlock()
+			return nil
+		})
+	}
+	has := func(name string, n int) func() bool {
+		return func() bool { mu.Lock(); defer mu.Unlock(); return len(got[name]) >= n }
+	}
+	register("first")
+	waitFor(t, has("first", 1))
+	register("second")
+	waitFor(t, has("second", 1))
+	write(t, files, 5, "a", "1", "b", "3")
+	waitFor(t, has("first", 2))
+	waitFor(t, has("second", 2))
+	mu.Lock()
+	defer mu.Unlock()
+	want := []seen{{0, 4}, {4, 5}}
+	for _, name := range []string{"first", "second"} {
+		if diff := cmp.Diff(want, got[name], cmp.AllowUnexported(seen{})); diff != "" {
+			t.Errorf("%s callback (old,new) versions (-want +got):\n%s", name, diff)
+		}
+	}
+}

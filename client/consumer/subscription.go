@@ -21,9 +21,9 @@ import (
 
 // Change is what a callback receives: the view before and after, and the
 // keys that differ (added, removed or modified), sorted. Old is an empty
-// view (version 0) for the first content a subscription sees. When versions
+// view (version 0) for the first content a callback sees. When versions
 // arrive faster than callbacks run, intermediate versions are skipped: Old
-// is the last view delivered, New the latest.
+// is the last view delivered to that callback, New the latest.
 type Change struct {
 	Old, New *View
 	Changed  []string
@@ -46,11 +46,10 @@ type Subscription struct {
 	leaseID   string
 	ttl       time.Duration
 	view      *View
-	delivered *View         // last view handed to callbacks
 	updated   chan struct{} // closed and replaced when view changes
-	callbacks map[int]func(Change) error
+	callbacks map[int]*callback
 	nextCB    int
-	pending   bool // a change awaits delivery
+	reported  uint64 // last version reported to the agent
 	wake      chan struct{}
 	closed    bool
 }
@@ -66,9 +65,8 @@ func newSubscription(c *Client, ns string) *Subscription {
 		cancel:    cancel,
 		reload:    make(chan struct{}, 1),
 		view:      empty,
-		delivered: empty,
 		updated:   make(chan struct{}),
-		callbacks: map[int]func(Change) error{},
+		callbacks: map[int]*callback{},
 		wake:      make(chan struct{}, 1),
 	}
 }
@@ -120,8 +118,15 @@ func (s *Subscription) View() *View {
 	return s.view
 }
 
-// OnChange registers fn to be called, in order and never concurrently with
-// other callbacks of this subscription, for every change from now on. If fn
+// callback is a registered OnChange function and the last view it saw.
+type callback struct {
+	fn   func(Change) error
+	seen *View
+}
+
+// OnChange registers fn. It is first called with the current view if there
+// is one (Old is the empty view), then for every later change, in order and
+// never concurrently with other callbacks of this subscription. If fn
 // returns an error, the agent is told the version was rejected (this feeds
 // canary analysis); the view still moves on. The returned func unregisters.
 func (s *Subscription) OnChange(fn func(Change) error) (cancel func()) {
@@ -129,7 +134,8 @@ func (s *Subscription) OnChange(fn func(Change) error) (cancel func()) {
 	defer s.mu.Unlock()
 	id := s.nextCB
 	s.nextCB++
-	s.callbacks[id] = fn
+	s.callbacks[id] = &callback{fn: fn, seen: &View{namespace: s.ns}}
+	s.signal()
 	return func() {
 		s.mu.Lock()
 		delete(s.callbacks, id)
@@ -219,8 +225,12 @@ func (s *Subscription) load() {
 	s.view = v
 	close(s.updated)
 	s.updated = make(chan struct{})
-	s.pending = true
+	s.signal()
 	s.mu.Unlock()
+}
+
+// signal wakes the dispatcher. s.mu must be held or irrelevant.
+func (s *Subscription) signal() {
 	select {
 	case s.wake <- struct{}{}:
 	default:
@@ -351,8 +361,9 @@ func (s *Subscription) keepLease() {
 	}
 }
 
-// dispatch runs callbacks, one change at a time, outside any lock, and
-// reports the outcome to the agent.
+// dispatch runs callbacks outside any lock: each callback that has not seen
+// the current view gets one Change from what it last saw. Then the outcome
+// of a version is reported to the agent, once per version.
 func (s *Subscription) dispatch() {
 	for {
 		select {
@@ -361,36 +372,40 @@ func (s *Subscription) dispatch() {
 		case <-s.wake:
 		}
 		s.mu.Lock()
-		if !s.pending {
-			s.mu.Unlock()
-			continue
+		cur, lease := s.view, s.leaseID
+		type job struct {
+			cb  *callback
+			old *View
 		}
-		s.pending = false
-		old, cur := s.delivered, s.view
-		s.delivered = cur
-		cbs := make([]func(Change) error, 0, len(s.callbacks))
+		var jobs []job
 		for id := 0; id < s.nextCB; id++ {
-			if fn, ok := s.callbacks[id]; ok {
-				cbs = append(cbs, fn)
+			if cb, ok := s.callbacks[id]; ok && cb.seen.version < cur.version {
+				jobs = append(jobs, job{cb, cb.seen})
+				cb.seen = cur
 			}
 		}
-		lease := s.leaseID
+		report := cur.version > s.reported
+		if report {
+			s.reported = cur.version
+		}
 		s.mu.Unlock()
 
-		ch := Change{Old: old, New: cur}
-		for _, c := range content.Changes(old.snap, cur.snap) {
-			ch.Changed = append(ch.Changed, c.Key)
-		}
 		var cbErr error
-		for _, fn := range cbs {
-			if err := callSafely(fn, ch); err != nil && cbErr == nil {
+		for _, j := range jobs {
+			ch := Change{Old: j.old, New: cur}
+			for _, c := range content.Changes(j.old.snap, cur.snap) {
+				ch.Changed = append(ch.Changed, c.Key)
+			}
+			if err := callSafely(j.cb.fn, ch); err != nil && cbErr == nil {
 				cbErr = err
 			}
 		}
 		if cbErr != nil {
 			s.log.Warn("callback rejected version", "version", cur.version, "err", cbErr)
 		}
-		s.report(lease, cur.version, cbErr)
+		if report && cur.version > 0 {
+			s.report(lease, cur.version, cbErr)
+		}
 	}
 }
 
