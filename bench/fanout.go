@@ -39,7 +39,7 @@ func runFanout(ctx context.Context, e *Env) (*Result, error) {
 			"etcd: embedded etcd (fsync on), N client/v3 clients each with a prefix watch. NATS: embedded nats-server, JetStream file store with sync_always, N connections each with a KV watch (updates only). "+
 			"Latency is from the write call to the subscriber seeing the change; p50/p90/p99 are over subscribers per update, 'last' is the slowest subscriber; figures are medians over updates.", sizeLabel(fanoutValue), p.warmup, p.reps, p.perRp),
 		Notes: []string{
-			"distributor CPU and RSS are of the bench process, which holds control + embedded etcd + the distributor (the agents are in the child): control's share is one watch event and one FetchDelta per update; RSS/heap per agent is (after − before connecting N agents) / N.",
+			"distributor CPU and RSS are of the bench process, which holds control + embedded etcd + the distributor (the agents are in the child): control's share is one watch event and one FetchDelta per update; RSS/heap per agent is (after − before connecting N agents) / N, which is noise-dominated (can be negative) at N=100: read it at N >= 1000.",
 			"simulated agents report an update when their waiting goroutine observes it applied (in the child process, same clock).",
 		},
 	}

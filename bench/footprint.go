@@ -300,8 +300,8 @@ func runFootprint(ctx context.Context, e *Env) (*Result, error) {
 	coldRSS, _ := readProc(ap.cmd.Process.Pid)
 	res.Rows = append(res.Rows, *(&Row{System: "lehr-agent", Case: fmt.Sprintf("cold start, %d cached namespaces", p.namespaces)}).
 		Add("rss", float64(coldRSS.rss)/(1<<20), "MiB").Add("to serving", ms(cold), "ms"))
-	res.Targets = append(res.Targets, Target{Goal: "real agent idle RSS <= 32 MiB",
-		Got: fmt.Sprintf("%.1f MiB with no namespace, %.1f MiB holding %d", float64(idle.rss)/(1<<20), float64(held.rss)/(1<<20), p.namespaces),
-		Met: held.rss <= 32<<20})
+	res.Targets = append(res.Targets,
+		Target{Goal: "real agent idle RSS <= 32 MiB (no namespace)", Got: fmt.Sprintf("%.1f MiB", float64(idle.rss)/(1<<20)), Met: idle.rss <= 32<<20},
+		Target{Goal: fmt.Sprintf("real agent idle RSS <= 32 MiB (holding %d namespaces)", p.namespaces), Got: fmt.Sprintf("%.1f MiB", float64(held.rss)/(1<<20)), Met: held.rss <= 32<<20})
 	return res, nil
 }
