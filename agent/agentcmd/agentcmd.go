@@ -22,6 +22,7 @@ import (
 
 	"lehr.dev/lehr/agent"
 	"lehr.dev/lehr/internal/certs"
+	"lehr.dev/lehr/internal/logflags"
 	"lehr.dev/lehr/internal/sdnotify"
 )
 
@@ -70,7 +71,11 @@ func Main(ctx context.Context, args []string, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "lehr-agent: %v\nRun lehr-agent --help for usage.\n", err)
 		return 2
 	}
-	log := logOpts.logger(stderr)
+	log, err := logOpts.Logger(stderr)
+	if err != nil {
+		fmt.Fprintf(stderr, "lehr-agent: %v\n", err)
+		return 2
+	}
 	opts.Logger = log
 
 	a, err := agent.New(opts)
@@ -107,21 +112,8 @@ func exitErr(stderr io.Writer, err error) int {
 	return 0
 }
 
-type logOptions struct {
-	level  slog.Level
-	format string
-}
-
-func (l logOptions) logger(w io.Writer) *slog.Logger {
-	ho := &slog.HandlerOptions{Level: l.level}
-	if l.format == "json" {
-		return slog.New(slog.NewJSONHandler(w, ho))
-	}
-	return slog.New(slog.NewTextHandler(w, ho))
-}
-
 // parse turns the command line into agent options.
-func parse(args []string, out io.Writer) (agent.Options, logOptions, error) {
+func parse(args []string, out io.Writer) (agent.Options, *logflags.Flags, error) {
 	fs := flag.NewFlagSet("lehr-agent", flag.ContinueOnError)
 	fs.SetOutput(out)
 	fs.Usage = func() {
@@ -130,7 +122,6 @@ func parse(args []string, out io.Writer) (agent.Options, logOptions, error) {
 	}
 	var (
 		opts         agent.Options
-		lo           logOptions
 		distributors = fs.String("distributors", "", "comma-separated UDP addresses (host:port) of the zone's distributors, in order of preference (required)")
 		labels       = fs.String("labels", "", "host labels as key=value pairs separated by commas, e.g. role=canary,rack=r12")
 		caFile       = fs.String("tls-ca", "", "PEM file of the CA that signs the distributors (required)")
@@ -138,7 +129,6 @@ func parse(args []string, out io.Writer) (agent.Options, logOptions, error) {
 		keyFile      = fs.String("tls-key", "", "PEM private key of --tls-cert (required)")
 		serverName   = fs.String("server-name", "", "name the distributors' certificates must carry; empty means the host part of each address")
 		durable      = fs.Bool("durable", true, "fsync the cache and every file before acknowledging (turn off only in tests)")
-		level        = fs.String("log-level", "info", "log level: debug, info, warn or error")
 	)
 	fs.StringVar(&opts.Zone, "zone", "", "zone the host is in, e.g. us-east-1a (required)")
 	fs.StringVar(&opts.DataDir, "data-dir", "/var/lib/lehr/agent", "directory of the cache (DATA_DIR/cache) and the namespace files (DATA_DIR/files)")
@@ -149,18 +139,15 @@ func parse(args []string, out io.Writer) (agent.Options, logOptions, error) {
 	fs.DurationVar(&opts.UnsubscribeGrace, "grace", agent.DefaultUnsubscribeGrace, "how long a namespace stays subscribed (and its file kept) after its last lease ends")
 	fs.DurationVar(&opts.BackoffMin, "backoff-min", agent.DefaultBackoffMin, "shortest wait between connection attempts")
 	fs.DurationVar(&opts.BackoffMax, "backoff-max", agent.DefaultBackoffMax, "longest wait between connection attempts")
-	fs.StringVar(&lo.format, "log-format", "text", "log format: text or json")
+	lo := logflags.Register(fs)
 	if err := fs.Parse(args); err != nil {
 		return opts, lo, err
 	}
 	if fs.NArg() > 0 {
 		return opts, lo, fmt.Errorf("unexpected argument %q: every setting is a flag", fs.Arg(0))
 	}
-	if err := lo.level.UnmarshalText([]byte(*level)); err != nil {
-		return opts, lo, fmt.Errorf("--log-level %q: want debug, info, warn or error", *level)
-	}
-	if lo.format != "text" && lo.format != "json" {
-		return opts, lo, fmt.Errorf("--log-format %q: want text or json", lo.format)
+	if err := lo.Validate(); err != nil {
+		return opts, lo, err
 	}
 	if opts.Zone == "" {
 		return opts, lo, errors.New("--zone is required")

@@ -3,12 +3,11 @@ package main
 import (
 	"context"
 	"fmt"
-	"io"
-	"log/slog"
 	"strings"
 	"time"
 
 	"lehr.dev/lehr/control"
+	"lehr.dev/lehr/internal/logflags"
 	"lehr.dev/lehr/internal/sdnotify"
 )
 
@@ -57,7 +56,7 @@ Stop it with Ctrl-C or SIGTERM: in-flight calls finish, then it exits.`,
 	if code, ok := wantArgs(e, fs, pos, 0, "no arguments"); !ok {
 		return code
 	}
-	logger, err := lf.logger(e.stderr)
+	logger, err := lf.Logger(e.stderr)
 	if err != nil {
 		return usageError(e, fs, "%v", err)
 	}
@@ -128,29 +127,5 @@ func notify(e *env, cmd, state string) {
 	}
 }
 
-// logFlags configure the daemon's structured log.
-type logFlags struct {
-	level, format string
-}
-
-func addLogFlags(fs *flags) *logFlags {
-	lf := &logFlags{}
-	fs.StringVar(&lf.level, "log-level", "info", "lowest `level` logged: debug, info, warn or error")
-	fs.StringVar(&lf.format, "log-format", "text", "log `format`: text or json")
-	return lf
-}
-
-func (lf *logFlags) logger(w io.Writer) (*slog.Logger, error) {
-	var level slog.Level
-	if err := level.UnmarshalText([]byte(lf.level)); err != nil {
-		return nil, fmt.Errorf("--log-level %q: want debug, info, warn or error", lf.level)
-	}
-	hopts := &slog.HandlerOptions{Level: level}
-	switch lf.format {
-	case "text":
-		return slog.New(slog.NewTextHandler(w, hopts)), nil
-	case "json":
-		return slog.New(slog.NewJSONHandler(w, hopts)), nil
-	}
-	return nil, fmt.Errorf("--log-format %q: want text or json", lf.format)
-}
+// addLogFlags defines --log-level and --log-format on fs.
+func addLogFlags(fs *flags) *logflags.Flags { return logflags.Register(fs.FlagSet) }

@@ -73,7 +73,7 @@ and says which.`,
 	metricsListen := fs.String("metrics-listen", "", "control's metrics HTTP `address` (default 127.0.0.1:7401, or a free port if it is busy)")
 	dataDir := fs.String("data-dir", "", "keep the data in this `directory` instead of a temporary one")
 	lf := addLogFlags(fs)
-	lf.level = "warn"
+	lf.Level = "warn"
 	fs.Lookup("log-level").DefValue = "warn"
 	pos, code, ok := parse(e, fs, args)
 	if !ok {
@@ -82,7 +82,7 @@ and says which.`,
 	if code, ok := wantArgs(e, fs, pos, 0, "no arguments"); !ok {
 		return code
 	}
-	logger, err := lf.logger(e.stderr)
+	logger, err := lf.Logger(e.stderr)
 	if err != nil {
 		return usageError(e, fs, "%v", err)
 	}

@@ -20,6 +20,7 @@ import (
 
 	"lehr.dev/lehr/distributor"
 	"lehr.dev/lehr/internal/certs"
+	"lehr.dev/lehr/internal/logflags"
 	"lehr.dev/lehr/internal/sdnotify"
 )
 
@@ -74,7 +75,11 @@ func Main(ctx context.Context, args []string, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "lehr distributor: %v\nRun 'lehr distributor --help' for usage.\n", err)
 		return 2
 	}
-	log := lo.logger(stderr)
+	log, err := lo.Logger(stderr)
+	if err != nil {
+		fmt.Fprintf(stderr, "lehr distributor: %v\n", err)
+		return 2
+	}
 	opts.Logger = log
 
 	d, err := distributor.New(opts)
@@ -118,23 +123,10 @@ func notify(log *slog.Logger, state string) {
 	}
 }
 
-type logOptions struct {
-	level  slog.Level
-	format string
-}
-
-func (l logOptions) logger(w io.Writer) *slog.Logger {
-	ho := &slog.HandlerOptions{Level: l.level}
-	if l.format == "json" {
-		return slog.New(slog.NewJSONHandler(w, ho))
-	}
-	return slog.New(slog.NewTextHandler(w, ho))
-}
-
 // parse turns the command line into distributor options. It loads the
 // certificates, so a missing or mismatched file is a usage error here
 // rather than a failure at the first connection.
-func parse(args []string, out io.Writer) (distributor.Options, logOptions, error) {
+func parse(args []string, out io.Writer) (distributor.Options, *logflags.Flags, error) {
 	fs := flag.NewFlagSet("lehr distributor", flag.ContinueOnError)
 	fs.SetOutput(out)
 	fs.Usage = func() {
@@ -142,9 +134,7 @@ func parse(args []string, out io.Writer) (distributor.Options, logOptions, error
 		fs.PrintDefaults()
 	}
 	var (
-		opts  distributor.Options
-		lo    logOptions
-		level = fs.String("log-level", "info", "log level: debug, info, warn or error")
+		opts distributor.Options
 
 		certFile = fs.String("tls-cert", "", "PEM server certificate presented to agents (required)")
 		keyFile  = fs.String("tls-key", "", "PEM private key of --tls-cert (required)")
@@ -163,18 +153,15 @@ func parse(args []string, out io.Writer) (distributor.Options, logOptions, error
 	fs.StringVar(&opts.MetricsListen, "metrics-listen", "", "TCP address serving /metrics, e.g. 127.0.0.1:7411; empty serves none")
 	fs.Int64Var(&opts.CacheBytes, "cache-bytes", distributor.DefaultCacheBytes, "bound in bytes on the version content kept in memory (goal versions are never evicted)")
 	fs.DurationVar(&opts.ReportInterval, "report-interval", distributor.DefaultReportInterval, "how often to report convergence to control and ask agents for reports")
-	fs.StringVar(&lo.format, "log-format", "text", "log format: text or json")
+	lo := logflags.Register(fs)
 	if err := fs.Parse(args); err != nil {
 		return opts, lo, err
 	}
 	if fs.NArg() > 0 {
 		return opts, lo, fmt.Errorf("unexpected argument %q: every setting is a flag", fs.Arg(0))
 	}
-	if err := lo.level.UnmarshalText([]byte(*level)); err != nil {
-		return opts, lo, fmt.Errorf("--log-level %q: want debug, info, warn or error", *level)
-	}
-	if lo.format != "text" && lo.format != "json" {
-		return opts, lo, fmt.Errorf("--log-format %q: want text or json", lo.format)
+	if err := lo.Validate(); err != nil {
+		return opts, lo, err
 	}
 	if opts.Zone == "" {
 		return opts, lo, errors.New("--zone is required")

@@ -74,7 +74,7 @@ func TestParse(t *testing.T) {
 	if err != nil {
 		t.Fatalf("parse: %v", err)
 	}
-	if o.Zone != "zone-a" || o.ID != "d1" || o.Listen != "127.0.0.1:0" || o.CacheBytes != 1<<20 || o.ReportInterval != 3*time.Second || lo.format != "json" {
+	if o.Zone != "zone-a" || o.ID != "d1" || o.Listen != "127.0.0.1:0" || o.CacheBytes != 1<<20 || o.ReportInterval != 3*time.Second || lo.Format != "json" {
 		t.Errorf("parsed options %+v (log %+v): want zone-a, d1, 127.0.0.1:0, 1 MiB, 3s, json", o, lo)
 	}
 	if o.TLS == nil || o.TLS.ClientCAs == nil || len(o.TLS.Certificates) != 1 {
