@@ -3,7 +3,8 @@ package bench
 // The peers Lehr is compared with: etcd watch (embedded etcd, watchers
 // through client/v3) and NATS JetStream KV watch (nats-server embedded as a
 // library, watchers through nats.go). Each subscriber has its own client
-// connection, as each host would, and all subscribers connect through one
+// connection, as each host would (up to 2,000 connections: see
+// watchersPerConn), and all subscribers connect through one
 // counting TCP proxy so their bytes on the wire can be measured.
 
 import (
@@ -105,8 +106,15 @@ func (p *etcdPeer) subscribe(ctx context.Context, n int, proxyAddr, prefix strin
 	if r, err := p.writer.Get(ctx, prefix, clientv3.WithPrefix(), clientv3.WithCountOnly()); err == nil {
 		rev = r.Header.Revision + 1
 	}
+	per := watchersPerConn(n)
+	var c *clientv3.Client
 	for i := range n {
-		c, err := clientv3.New(clientv3.Config{
+		if i%per != 0 {
+			p.watch(wctx, c, i, prefix, rev, ev)
+			continue
+		}
+		var err error
+		c, err = clientv3.New(clientv3.Config{
 			Endpoints:            []string{"http://" + proxyAddr},
 			DialTimeout:          30 * time.Second,
 			DialKeepAliveTime:    30 * time.Second,
@@ -124,19 +132,32 @@ func (p *etcdPeer) subscribe(ctx context.Context, n int, proxyAddr, prefix strin
 		p.mu.Lock()
 		p.subs = append(p.subs, c)
 		p.mu.Unlock()
-		wch := c.Watch(clientv3.WithRequireLeader(wctx), prefix, clientv3.WithPrefix(), clientv3.WithRev(rev))
-		p.wg.Add(1)
-		go func() {
-			defer p.wg.Done()
-			for resp := range wch {
-				now := time.Now()
-				for _, e := range resp.Events {
-					ev(i, string(e.Kv.Key), seqOf(e.Kv.Value), now)
-				}
-			}
-		}()
+		p.watch(wctx, c, i, prefix, rev, ev)
 	}
 	return nil
+}
+
+// watch starts subscriber i's watch on c.
+func (p *etcdPeer) watch(ctx context.Context, c *clientv3.Client, i int, prefix string, rev int64, ev peerEvent) {
+	wch := c.Watch(clientv3.WithRequireLeader(ctx), prefix, clientv3.WithPrefix(), clientv3.WithRev(rev))
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		for resp := range wch {
+			now := time.Now()
+			for _, e := range resp.Events {
+				ev(i, string(e.Kv.Key), seqOf(e.Kv.Value), now)
+			}
+		}
+	}()
+}
+
+// watchersPerConn is how many subscribers share one client connection:
+// one each up to 2,000 subscribers; above, as many as keep the
+// connections at 2,000, because both ends of every connection live in the
+// bench process and 10,000 would exceed its file descriptor limit.
+func watchersPerConn(n int) int {
+	return max(1, (n+1999)/2000)
 }
 
 func (p *etcdPeer) close() {
@@ -227,21 +248,24 @@ func (p *natsPeer) put(ctx context.Context, key string, val []byte) error {
 }
 
 func (p *natsPeer) subscribe(ctx context.Context, n int, proxyAddr, prefix string, ev peerEvent) error {
+	per := watchersPerConn(n)
+	var kv jetstream.KeyValue
 	for i := range n {
-		nc, err := nats.Connect("nats://"+proxyAddr, nats.ReconnectWait(20*time.Millisecond), nats.MaxReconnects(-1), nats.ReconnectJitter(0, 0))
-		if err != nil {
-			return fmt.Errorf("nats subscriber %d: %w", i, err)
-		}
-		p.mu.Lock()
-		p.conns = append(p.conns, nc)
-		p.mu.Unlock()
-		js, err := jetstream.New(nc)
-		if err != nil {
-			return err
-		}
-		kv, err := js.KeyValue(ctx, p.bucket)
-		if err != nil {
-			return fmt.Errorf("nats subscriber %d: bucket: %w", i, err)
+		if i%per == 0 {
+			nc, err := nats.Connect("nats://"+proxyAddr, nats.ReconnectWait(20*time.Millisecond), nats.MaxReconnects(-1), nats.ReconnectJitter(0, 0))
+			if err != nil {
+				return fmt.Errorf("nats subscriber %d: %w", i, err)
+			}
+			p.mu.Lock()
+			p.conns = append(p.conns, nc)
+			p.mu.Unlock()
+			js, err := jetstream.New(nc)
+			if err != nil {
+				return err
+			}
+			if kv, err = js.KeyValue(ctx, p.bucket); err != nil {
+				return fmt.Errorf("nats subscriber %d: bucket: %w", i, err)
+			}
 		}
 		w, err := kv.Watch(context.Background(), natsKey(prefix)+">", jetstream.UpdatesOnly())
 		if err != nil {

@@ -59,6 +59,7 @@ func runStorm(ctx context.Context, e *Env) (*Result, error) {
 			res.Rows = append(res.Rows, prow, ratioRow(row, prow, []string{"converge", "wire/sub"}))
 		}
 	}
+	res.Notes = append(res.Notes, "at N=10000 five etcd/NATS subscribers share each connection (see fanout), so their per-subscriber bytes are per watcher.")
 	res.Notes = append(res.Notes, "the Lehr and peer 'converge' figures measure different things by necessity: a Lehr agent's reconnect is observable (Welcome), a watch client's is not, so peers are timed to the first change after the cut; the ratio row is indicative only.")
 	return res, nil
 }
