@@ -16,10 +16,12 @@ import (
 	"lehr.dev/lehr/proto/lehrpb"
 )
 
-// QUIC transport defaults of DefaultQUICConfig.
+// QUIC transport defaults of ServerQUICConfig and ClientQUICConfig.
 const (
-	// DefaultKeepAlivePeriod is how often an idle connection sends a
-	// keepalive packet.
+	// DefaultKeepAlivePeriod is how often an agent's idle connection sends
+	// a keepalive packet. The distributor sends none of its own: it
+	// acknowledges the agent's, which keeps both idle timers (and any NAT
+	// binding on the way) fresh.
 	DefaultKeepAlivePeriod = 5 * time.Second
 	// DefaultMaxIdleTimeout closes a connection that heard nothing for this
 	// long: how quickly an agent notices a dead distributor and fails over.
@@ -31,23 +33,81 @@ const (
 	DefaultMaxUpdateStreams = 1024
 )
 
-// DefaultQUICConfig returns the transport configuration both sides use:
-// keepalives every 5 s, a 20 s idle timeout, a 10 s handshake timeout, a
-// few bidirectional streams (the agent opens one) and up to 1024 concurrent
-// unidirectional update streams, with flow-control windows large enough for
-// multi-megabyte snapshots (16 MiB per stream, 64 MiB per connection). The
-// caller may change the returned value.
-func DefaultQUICConfig() *quic.Config {
+// Flow-control windows of the two sides. Receive windows bound how much a
+// peer may send ahead of the reader, so they bound the memory one
+// connection can make the receiver buffer, and they do not allocate by
+// themselves (quic-go buffers only the data that actually arrives).
+const (
+	// The distributor receives only control frames (Hello, Subscribe, Ack,
+	// Report…; at most DefaultMaxControlFrame each, usually ~100 B) and
+	// reads them as they arrive: a small window suffices, and with
+	// thousands of agents per distributor it keeps one misbehaving agent
+	// from parking megabytes there. quic-go grows a window towards its
+	// maximum when the reader keeps up, so a 1 MiB Hello still flows.
+	serverStreamWindow        = 64 << 10
+	serverMaxStreamWindow     = 1 << 20
+	serverConnectionWindow    = 64 << 10
+	serverMaxConnectionWindow = 1 << 20
+	// The agent receives updates of up to DefaultMaxUpdateFrame (64 MiB)
+	// on concurrent streams: windows large enough for multi-megabyte
+	// snapshots at LAN speed.
+	clientStreamWindow        = 1 << 20
+	clientMaxStreamWindow     = 16 << 20
+	clientConnectionWindow    = 1536 << 10 // 1.5 × the stream window, as quic-go scales its defaults
+	clientMaxConnectionWindow = 64 << 20
+)
+
+// ServerQUICConfig returns the distributor's transport configuration: a
+// 20 s idle timeout and a 10 s handshake timeout, no keepalives of its own
+// (agents send them), exactly one bidirectional stream per connection (the
+// agent's control stream) and no unidirectional ones — quic-go itself
+// refuses any other stream an agent opens with a stream-limit error — and
+// small receive windows (64 KiB, growing to 1 MiB) since agents send only
+// control frames. The caller may change the returned value.
+func ServerQUICConfig() *quic.Config {
 	return &quic.Config{
-		HandshakeIdleTimeout:       DefaultHandshakeTimeout,
-		MaxIdleTimeout:             DefaultMaxIdleTimeout,
-		KeepAlivePeriod:            DefaultKeepAlivePeriod,
-		MaxIncomingStreams:         4,
-		MaxIncomingUniStreams:      DefaultMaxUpdateStreams,
-		InitialStreamReceiveWindow: 1 << 20,
-		MaxStreamReceiveWindow:     16 << 20,
-		MaxConnectionReceiveWindow: 64 << 20,
+		HandshakeIdleTimeout:           DefaultHandshakeTimeout,
+		MaxIdleTimeout:                 DefaultMaxIdleTimeout,
+		MaxIncomingStreams:             1,
+		MaxIncomingUniStreams:          -1, // none
+		InitialStreamReceiveWindow:     serverStreamWindow,
+		MaxStreamReceiveWindow:         serverMaxStreamWindow,
+		InitialConnectionReceiveWindow: serverConnectionWindow,
+		MaxConnectionReceiveWindow:     serverMaxConnectionWindow,
 	}
+}
+
+// ClientQUICConfig returns the agent's transport configuration:
+// keepalives every 5 s, a 20 s idle timeout, a 10 s handshake timeout, no
+// bidirectional stream opened by the distributor, up to 1024 concurrent
+// unidirectional update streams, and receive windows large enough for
+// multi-megabyte snapshots (1 MiB growing to 16 MiB per stream, 64 MiB per
+// connection). The caller may change the returned value.
+func ClientQUICConfig() *quic.Config {
+	return &quic.Config{
+		HandshakeIdleTimeout:           DefaultHandshakeTimeout,
+		MaxIdleTimeout:                 DefaultMaxIdleTimeout,
+		KeepAlivePeriod:                DefaultKeepAlivePeriod,
+		MaxIncomingStreams:             -1, // distributors open only update streams
+		MaxIncomingUniStreams:          DefaultMaxUpdateStreams,
+		InitialStreamReceiveWindow:     clientStreamWindow,
+		MaxStreamReceiveWindow:         clientMaxStreamWindow,
+		InitialConnectionReceiveWindow: clientConnectionWindow,
+		MaxConnectionReceiveWindow:     clientMaxConnectionWindow,
+	}
+}
+
+// DefaultQUICConfig returns the configuration both sides used before they
+// had their own: ClientQUICConfig but allowing the peer a few
+// bidirectional streams, so it also works for a listener.
+//
+// Deprecated: use ServerQUICConfig for a distributor's listener and
+// ClientQUICConfig for an agent's dialer; one configuration cannot suit
+// both directions.
+func DefaultQUICConfig() *quic.Config {
+	c := ClientQUICConfig()
+	c.MaxIncomingStreams = 4
+	return c
 }
 
 // TLSConfig returns a copy of base set up for the protocol: TLS 1.3 at
@@ -61,6 +121,12 @@ func TLSConfig(base *tls.Config) *tls.Config {
 	}
 	c.MinVersion = tls.VersionTLS13
 	c.NextProtos = []string{ALPN}
+	// No agent keeps a TLS session cache, so a distributor's session
+	// tickets were never used: issuing none saves a ticket's encryption per
+	// handshake and the buffer quic-go keeps for it per connection. Enable
+	// tickets here and ClientSessionCache in the agent together if
+	// resumption is ever wanted (cheaper reconnect storms).
+	c.SessionTicketsDisabled = true
 	return c
 }
 
