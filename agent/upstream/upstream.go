@@ -121,7 +121,7 @@ type Options struct {
 	// that signs distributors. Required. NextProtos is set to the wire
 	// ALPN on a clone.
 	TLS *tls.Config
-	// QUIC configures connections; nil means wire.DefaultQUICConfig().
+	// QUIC configures connections; nil means wire.ClientQUICConfig().
 	QUIC *quic.Config
 	// HostID and Zone are announced in Hello. Required.
 	HostID, Zone string
@@ -232,7 +232,7 @@ func New(opts Options) (*Client, error) {
 	}
 	c.quic = opts.QUIC
 	if c.quic == nil {
-		c.quic = wire.DefaultQUICConfig()
+		c.quic = wire.ClientQUICConfig()
 	}
 	set := opts.Metrics
 	if set == nil {

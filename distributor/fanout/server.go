@@ -82,7 +82,7 @@ type Options struct {
 	// need the same update (same namespace, base and goal); default 64 MiB.
 	MemoBytes int64
 	// QUIC overrides the QUIC configuration; nil means
-	// wire.DefaultQUICConfig().
+	// wire.ServerQUICConfig().
 	QUIC *quic.Config
 }
 
@@ -111,8 +111,13 @@ type Server struct {
 	log  *slog.Logger
 	ln   *quic.Listener
 	udp  net.PacketConn
-	met  *serverMetrics
-	memo *memo
+	// refuseStreams: the QUIC configuration lets an agent open more than
+	// its control stream, so each session watches for (and refuses) more.
+	// With one bidirectional and no unidirectional stream allowed, quic-go
+	// enforces that itself and the session saves three goroutines.
+	refuseStreams bool
+	met           *serverMetrics
+	memo          *memo
 
 	goals atomic.Pointer[map[string]*versions.Version]
 	// goalMu serialises goal writers (SetGoal, ClearGoal).
@@ -165,7 +170,7 @@ func Listen(opts Options) (*Server, error) {
 	}
 	qc := opts.QUIC
 	if qc == nil {
-		qc = wire.DefaultQUICConfig()
+		qc = wire.ServerQUICConfig()
 	}
 	tc := wire.TLSConfig(opts.TLS)
 	udp, err := net.ListenPacket("udp", opts.Listen)
@@ -192,6 +197,7 @@ func Listen(opts Options) (*Server, error) {
 	s.goals.Store(&empty)
 	s.met = newServerMetrics(opts.Metrics, s)
 	s.udp = udp
+	s.refuseStreams = qc.MaxIncomingStreams != 1 || qc.MaxIncomingUniStreams >= 0
 	return s, nil
 }
 
