@@ -1,6 +1,7 @@
 package agent_test
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -19,6 +20,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/testing/protocmp"
 
 	"lehr.dev/lehr/agent"
 	"lehr.dev/lehr/control"
@@ -714,5 +717,67 @@ func TestOptionsValidation(t *testing.T) {
 	}
 	if err := a.Close(); err != nil {
 		t.Errorf("Close before Run: %v", err)
+	}
+}
+
+// TestPatchCarriesVersionInfo: the distributor sends the agent compact
+// patches (wire.CapCompactUpdate) — a one-key change of a 1 KiB value fits
+// the wire budget of 1.1 × changed + 128 B — and the agent still writes
+// who, why and when into the file and serves the whole VersionInfo,
+// refilled from the update and the content, through its local API.
+func TestPatchCarriesVersionInfo(t *testing.T) {
+	h := newHarness(t, 1)
+	ns := domain + "/info"
+	base := map[string]string{"hot": string(make([]byte, 1024))}
+	for i := range 8 {
+		base[fmt.Sprintf("filler/%d", i)] = fmt.Sprint(make([]byte, 2048))
+	}
+	v1 := h.publish(ns, base)
+	r := h.startAgent(dataDir(t), h.addrs())
+	sub := subscribe(t, r, ns)
+	waitFile(t, sub.GetPath(), v1.GetSeq(), base)
+
+	hot := string(bytes.Repeat([]byte("h"), 1024))
+	before := h.dists[0].d.Stats()
+	resp, err := h.ctl.Client.Patch(ctx(t), &lehrpb.PatchRequest{Namespace: ns, BaseVersion: v1.GetSeq(),
+		Set: []*lehrpb.Property{{Key: "hot", Value: []byte(hot)}}, Message: "turn up the heat", Author: "alice"})
+	if err != nil {
+		t.Fatalf("Patch: %v", err)
+	}
+	v2 := resp.GetVersion()
+	base["hot"] = hot
+	waitFile(t, sub.GetPath(), v2.GetSeq(), base)
+
+	after := h.dists[0].d.Stats()
+	if n := after.PatchPushes - before.PatchPushes; n != 1 {
+		t.Fatalf("patch pushes = %d, want 1", n)
+	}
+	changed := len("hot") + len(hot)
+	if got, budget := float64(after.PatchBytes-before.PatchBytes), 1.1*float64(changed)+128; got > budget {
+		t.Errorf("one-key patch frame = %.0f B, want <= 1.1 × %d + 128 = %.1f B", got, changed, budget)
+	}
+
+	f, err := nsfile.Read(sub.GetPath())
+	if err != nil {
+		t.Fatalf("read file: %v", err)
+	}
+	gotFile := []any{f.Namespace, f.Version, f.Checksum, f.Author, f.Message, f.CreateTime.UTC()}
+	wantFile := []any{ns, v2.GetSeq(), v2.GetChecksum(), v2.GetAuthor(), "turn up the heat", v2.GetCreateTime().AsTime()}
+	if diff := cmp.Diff(wantFile, gotFile); diff != "" {
+		t.Errorf("file namespace, version, checksum, author, message, time (-want +got):\n%s", diff)
+	}
+	if v2.GetAuthor() == "" {
+		t.Errorf("control recorded no author for %s@%d", ns, v2.GetSeq())
+	}
+
+	got, err := r.api.Get(ctx(t), &lehrpb.AgentGetRequest{Namespace: ns})
+	if err != nil {
+		t.Fatalf("Get: %v", err)
+	}
+	// transport_identity is an audit detail that stays with control.
+	want := proto.Clone(v2).(*lehrpb.VersionInfo)
+	want.TransportIdentity = ""
+	if diff := cmp.Diff(want, got.GetVersion(), protocmp.Transform()); diff != "" {
+		t.Errorf("Get version info (-want +got):\n%s", diff)
 	}
 }

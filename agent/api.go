@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"time"
 
+	"google.golang.org/protobuf/proto"
+
 	"lehr.dev/lehr/agent/cache"
 	"lehr.dev/lehr/agent/leases"
 	"lehr.dev/lehr/agent/localapi"
@@ -81,10 +83,7 @@ func (b *backend) Get(_ context.Context, req *lehrpb.AgentGetRequest) (*lehrpb.A
 	case err != nil:
 		return nil, fmt.Errorf("read %s: %w", ns, err)
 	}
-	info := meta.Info
-	if info == nil {
-		info = &lehrpb.VersionInfo{Namespace: ns, Seq: meta.Version, Checksum: meta.Checksum}
-	}
+	info := versionInfo(ns, meta, snap)
 	props := snap.Props()
 	if keys := req.GetKeys(); len(keys) > 0 {
 		props = nil
@@ -179,4 +178,29 @@ func (b *backend) ReportApply(_ context.Context, req *lehrpb.ReportApplyRequest)
 			"client", l.ClientID, "error", req.GetError())
 	}
 	return nil
+}
+
+// versionInfo describes the cached version of ns for consumers. A compact
+// Update (wire.CapCompactUpdate) leaves out of its info what the agent
+// knows anyway, so the fields derivable from the cache are filled in here:
+// namespace, seq and checksum from the cache's metadata, size_bytes and
+// property_count from the content. transport_identity stays with control.
+func versionInfo(ns string, meta cache.Meta, snap content.Snapshot) *lehrpb.VersionInfo {
+	info := &lehrpb.VersionInfo{}
+	if meta.Info != nil {
+		info = proto.Clone(meta.Info).(*lehrpb.VersionInfo)
+	}
+	if info.Namespace == "" {
+		info.Namespace = ns
+	}
+	if info.Seq == 0 {
+		info.Seq = meta.Version
+	}
+	if info.Checksum == "" {
+		info.Checksum = meta.Checksum
+	}
+	if info.SizeBytes == 0 && info.PropertyCount == 0 {
+		info.SizeBytes, info.PropertyCount = snap.Size(), int32(snap.Len())
+	}
+	return info
 }

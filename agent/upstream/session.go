@@ -55,6 +55,9 @@ func (c *Client) runSession(ctx context.Context, addr, lastConnected string) (es
 		Cached:             cached,
 		Subscriptions:      subs,
 		AgentVersion:       c.opts.AgentVersion,
+		// Every Update is read with wire.ReadUpdateStream, which accepts
+		// each form wire implements (compact updates included).
+		Capabilities: wire.Capabilities(),
 	}
 
 	dctx, cancel := context.WithTimeout(ctx, c.opts.HandshakeTimeout)

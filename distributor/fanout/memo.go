@@ -14,6 +14,8 @@ type memoKey struct {
 	baseSum  string
 	goal     uint64
 	goalSum  string
+	// compact: the frame is in compact form (wire.CapCompactUpdate).
+	compact bool
 }
 
 type memoEntry struct {

@@ -61,6 +61,8 @@ type session struct {
 	ctrl *quic.Stream
 	host string
 	log  *slog.Logger
+	// compact: the agent accepts compact Updates (wire.CapCompactUpdate).
+	compact bool
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -127,15 +129,17 @@ func (s *Server) handle(conn *quic.Conn) {
 		return
 	}
 
+	caps := wire.CommonCapabilities(hello.GetCapabilities(), wire.Capabilities())
 	ss := &session{
-		srv:   s,
-		conn:  conn,
-		ctrl:  ctrl,
-		host:  hello.GetHostId(),
-		log:   log,
-		kickc: make(chan struct{}, 1),
-		enc:   wire.NewEncoder(ctrl, wire.Limits{}),
-		ns:    map[string]*nsState{},
+		srv:     s,
+		conn:    conn,
+		ctrl:    ctrl,
+		host:    hello.GetHostId(),
+		log:     log,
+		compact: wire.HasCapability(caps, wire.CapCompactUpdate),
+		kickc:   make(chan struct{}, 1),
+		enc:     wire.NewEncoder(ctrl, wire.Limits{}),
+		ns:      map[string]*nsState{},
 	}
 	ss.ctx, ss.cancel = context.WithCancel(ctx)
 	defer ss.cancel()
@@ -149,6 +153,7 @@ func (s *Server) handle(conn *quic.Conn) {
 		Zone:               s.opts.Zone,
 		DistributorVersion: s.opts.Version,
 		MaxUpdateBytes:     uint64(wire.DefaultMaxUpdateFrame),
+		Capabilities:       caps,
 	}
 	if s.opts.ReportInterval > 0 {
 		welcome.ReportInterval = durationpb.New(s.opts.ReportInterval)
@@ -533,7 +538,7 @@ func (ss *session) plan() ([]job, []*lehrpb.Unavailable) {
 // push builds one update and writes it on its own stream. A failure to
 // write ends the session: the agent reconnects and announces what it holds.
 func (ss *session) push(j job) {
-	frame, snapshot, err := ss.srv.build(ss.ctx, j)
+	frame, snapshot, err := ss.srv.build(ss.ctx, j, ss.compact)
 	if err != nil {
 		if ss.ctx.Err() != nil {
 			return
@@ -568,8 +573,9 @@ func (ss *session) push(j job) {
 // build returns the encoded Update frame for j: a patch from the agent's
 // version when that version is available here (from memory or control) and
 // its checksum matches, otherwise a snapshot. wire.BuildUpdate also falls
-// back to a snapshot when a patch would not be smaller.
-func (s *Server) build(ctx context.Context, j job) (frame []byte, snapshot bool, err error) {
+// back to a snapshot when a patch would not be smaller. compact says the
+// agent negotiated wire.CapCompactUpdate.
+func (s *Server) build(ctx context.Context, j job, compact bool) (frame []byte, snapshot bool, err error) {
 	g := j.goal
 	to := wire.Version{Seq: g.Seq, Checksum: g.Checksum, Content: g.Content, Info: g.Info}
 	if !j.snapshot {
@@ -582,14 +588,14 @@ func (s *Server) build(ctx context.Context, j job) (frame []byte, snapshot bool,
 		case base.Checksum != j.baseSum:
 			s.log.Info("agent's checksum differs; sending a snapshot", "namespace", j.ns, "version", j.base, "agent", j.baseSum, "control", base.Checksum)
 		default:
-			k := memoKey{ns: j.ns, base: base.Seq, baseSum: base.Checksum, goal: g.Seq, goalSum: g.Checksum}
+			k := memoKey{ns: j.ns, base: base.Seq, baseSum: base.Checksum, goal: g.Seq, goalSum: g.Checksum, compact: compact}
 			frame, snap, err := s.memo.get(k, func() ([]byte, bool, error) {
 				from := &wire.Version{Seq: base.Seq, Checksum: base.Checksum, Content: base.Content}
 				u, err := wire.BuildUpdate(j.ns, g.Kind, from, to)
 				if err != nil {
 					return nil, false, err
 				}
-				b, err := wire.AppendFrame(nil, u, wire.Limits{})
+				b, err := encodeUpdate(u, compact)
 				return b, u.GetSnapshot(), err
 			})
 			if err != nil {
@@ -598,17 +604,30 @@ func (s *Server) build(ctx context.Context, j job) (frame []byte, snapshot bool,
 			return frame, snap, nil
 		}
 	}
-	k := memoKey{ns: j.ns, snapshot: true, goal: g.Seq, goalSum: g.Checksum}
+	k := memoKey{ns: j.ns, snapshot: true, goal: g.Seq, goalSum: g.Checksum, compact: compact}
 	frame, _, err = s.memo.get(k, func() ([]byte, bool, error) {
 		u, err := wire.BuildUpdate(j.ns, g.Kind, nil, to)
 		if err != nil {
 			return nil, true, err
 		}
-		b, err := wire.AppendFrame(nil, u, wire.Limits{})
+		b, err := encodeUpdate(u, compact)
 		return b, true, err
 	})
 	if err != nil {
 		return nil, true, fmt.Errorf("encode snapshot %s@%d: %w", j.ns, g.Seq, err)
 	}
 	return frame, true, nil
+}
+
+// encodeUpdate encodes u as a frame, in compact form for an agent that
+// negotiated wire.CapCompactUpdate.
+func encodeUpdate(u *lehrpb.Update, compact bool) ([]byte, error) {
+	if compact {
+		c, err := wire.CompactUpdate(u)
+		if err != nil {
+			return nil, err
+		}
+		u = c
+	}
+	return wire.AppendFrame(nil, u, wire.Limits{})
 }

@@ -160,6 +160,9 @@ func Dial(ctx context.Context, opts Options) (*Agent, error) {
 		HostId:             opts.HostID,
 		Zone:               opts.Zone,
 		AgentVersion:       "simagent",
+		// Updates are read with a wire.Decoder, which accepts every form
+		// wire implements (compact updates included), like the real agent.
+		Capabilities: wire.Capabilities(),
 	}
 	for _, c := range opts.Cached {
 		sum := c.Checksum

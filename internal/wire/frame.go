@@ -237,8 +237,9 @@ func (e *Encoder) Encode(msg proto.Message) error {
 }
 
 // ReadFrame reads one frame from r and returns its message, validated
-// (see [Validate]). If maxSize > 0 it bounds every payload; otherwise the
-// default per-type limits apply (1 MiB, 64 MiB for Update).
+// (see [Validate]); an Update is returned in full form ([ExpandUpdate]),
+// whichever form it travelled in. If maxSize > 0 it bounds every payload;
+// otherwise the default per-type limits apply (1 MiB, 64 MiB for Update).
 //
 // ReadFrame reads the header a byte at a time when r is not an
 // io.ByteReader, so it never reads past the frame; wrap r in a
@@ -321,6 +322,13 @@ func readFrame(r io.Reader, br io.ByteReader, lim Limits, allow func(FrameType) 
 	msg := newMessage(t)
 	if err := proto.Unmarshal(payload, msg); err != nil {
 		return nil, &FrameError{Code: ErrMalformed, Type: t, Reason: "payload is not a valid protobuf message", Err: err}
+	}
+	if u, ok := msg.(*lehrpb.Update); ok {
+		// Validates, then fills in the full form (see ExpandUpdate).
+		if err := ExpandUpdate(u); err != nil {
+			return nil, err
+		}
+		return msg, nil
 	}
 	if err := Validate(msg); err != nil {
 		return nil, err
@@ -446,10 +454,11 @@ func NewDecoder(r io.Reader, opts DecoderOptions) *Decoder {
 	return &Decoder{br: br, opts: opts}
 }
 
-// Decode reads the next frame. It returns io.EOF when the stream ends
-// cleanly between frames, a [*FrameError] for protocol errors (including
-// ErrUnexpected for a frame the stream's state does not allow) and the
-// stream's own errors wrapped otherwise.
+// Decode reads the next frame, validated, and an Update in full form as
+// with [ReadFrame]. It returns io.EOF when the stream ends cleanly between
+// frames, a [*FrameError] for protocol errors (including ErrUnexpected for
+// a frame the stream's state does not allow) and the stream's own errors
+// wrapped otherwise.
 func (d *Decoder) Decode() (proto.Message, error) {
 	msg, err := readFrame(d.br, d.br, d.opts.Limits, d.allow)
 	if err != nil {

@@ -20,7 +20,8 @@ import (
 //     error wraps [ErrChecksumMismatch]. This also catches a base whose
 //     content does not match the checksum it was stored with.
 //
-// An invalid Update gives a [*FrameError] (ErrMalformed). Any error means
+// u may be in full or compact form ([CompactUpdate]). An invalid Update
+// gives a [*FrameError] (ErrMalformed). Any error means
 // the agent keeps what it had; [ResyncReasonFor] says which Resync to send.
 func ApplyUpdate(base content.Snapshot, baseVersion uint64, baseChecksum string, u *lehrpb.Update) (content.Snapshot, error) {
 	if err := ValidateUpdate(u); err != nil {
@@ -35,9 +36,9 @@ func ApplyUpdate(base content.Snapshot, baseVersion uint64, baseChecksum string,
 		}
 		out = s
 	} else {
-		if baseVersion != u.GetBaseVersion() || baseChecksum != u.GetBaseChecksum() {
+		if baseVersion != u.GetBaseVersion() || baseChecksum != UpdateBaseChecksum(u) {
 			return content.Snapshot{}, fmt.Errorf("apply patch %s@%d: %w: have version %d (%s), patch needs %d (%s)",
-				ns, v, ErrBaseMismatch, baseVersion, shortSum(baseChecksum), u.GetBaseVersion(), shortSum(u.GetBaseChecksum()))
+				ns, v, ErrBaseMismatch, baseVersion, shortSum(baseChecksum), u.GetBaseVersion(), shortSum(UpdateBaseChecksum(u)))
 		}
 		s, err := base.Apply(content.Patch{Set: content.FromProto(u.GetSet()), Delete: u.GetDelete()})
 		if err != nil {
@@ -48,13 +49,13 @@ func ApplyUpdate(base content.Snapshot, baseVersion uint64, baseChecksum string,
 		}
 		out = s
 	}
-	if got := out.Checksum(); got != u.GetChecksum() {
+	if got := out.Checksum(); got != UpdateChecksum(u) {
 		kind := "patch"
 		if u.GetSnapshot() {
 			kind = "snapshot"
 		}
 		return content.Snapshot{}, fmt.Errorf("apply %s %s@%d: %w: result is %s, update says %s",
-			kind, ns, v, ErrChecksumMismatch, shortSum(got), shortSum(u.GetChecksum()))
+			kind, ns, v, ErrChecksumMismatch, shortSum(got), shortSum(UpdateChecksum(u)))
 	}
 	return out, nil
 }

@@ -65,7 +65,9 @@ func Validate(msg proto.Message) error {
 // ValidateUpdate checks an Update: a valid namespace; version >= 1; a
 // well-formed checksum; for a snapshot, no base and no deletes; for a patch,
 // a base version below version with a well-formed base checksum; every set
-// key present and each key at most once across set and delete.
+// key present and each key at most once across set and delete. A checksum
+// may travel as text, as a raw digest (the compact form, see
+// [CapCompactUpdate]) or both, in which case they must agree.
 func ValidateUpdate(u *lehrpb.Update) error {
 	if err := validateUpdate(u); err != nil {
 		return &FrameError{Code: ErrMalformed, Type: FrameUpdate, Reason: err.Error()}
@@ -83,12 +85,13 @@ func validateUpdate(u *lehrpb.Update) error {
 	if u.GetVersion() == 0 {
 		return fmt.Errorf("field version: must be at least 1")
 	}
-	if err := validateChecksum("checksum", u.GetChecksum()); err != nil {
+	if err := validateChecksumPair("checksum", u.GetChecksum(), u.GetChecksumDigest(), true); err != nil {
 		return err
 	}
 	if u.GetSnapshot() {
-		if u.GetBaseVersion() != 0 || u.GetBaseChecksum() != "" {
-			return fmt.Errorf("fields base_version, base_checksum: must be unset in a snapshot (got %d, %s)", u.GetBaseVersion(), quote(u.GetBaseChecksum()))
+		if u.GetBaseVersion() != 0 || u.GetBaseChecksum() != "" || len(u.GetBaseChecksumDigest()) != 0 {
+			return fmt.Errorf("fields base_version, base_checksum, base_checksum_digest: must be unset in a snapshot (got %d, %s, %d bytes)",
+				u.GetBaseVersion(), quote(u.GetBaseChecksum()), len(u.GetBaseChecksumDigest()))
 		}
 		if len(u.GetDelete()) != 0 {
 			return fmt.Errorf("field delete: must be empty in a snapshot (got %d keys)", len(u.GetDelete()))
@@ -97,7 +100,7 @@ func validateUpdate(u *lehrpb.Update) error {
 		if u.GetBaseVersion() == 0 || u.GetBaseVersion() >= u.GetVersion() {
 			return fmt.Errorf("field base_version: a patch needs 1 <= base_version < version (%d), got %d", u.GetVersion(), u.GetBaseVersion())
 		}
-		if err := validateChecksum("base_checksum", u.GetBaseChecksum()); err != nil {
+		if err := validateChecksumPair("base_checksum", u.GetBaseChecksum(), u.GetBaseChecksumDigest(), true); err != nil {
 			return err
 		}
 	}

@@ -549,22 +549,38 @@ type Update struct {
 	Snapshot bool `protobuf:"varint,3,opt,name=snapshot,proto3" json:"snapshot,omitempty"`
 	// For a patch, the exact version and checksum it applies to; the agent
 	// rejects it (and sends Resync) if it holds anything else. Zero and empty
-	// for a snapshot.
+	// for a snapshot. With the "compact-update" capability the checksum may
+	// travel as base_checksum_digest instead (docs/wire.md, "Compact
+	// updates").
 	BaseVersion  uint64 `protobuf:"varint,4,opt,name=base_version,json=baseVersion,proto3" json:"base_version,omitempty"`
 	BaseChecksum string `protobuf:"bytes,5,opt,name=base_checksum,json=baseChecksum,proto3" json:"base_checksum,omitempty"`
 	// The version this update produces and the checksum of its content. The
 	// agent verifies the checksum after applying and rejects on mismatch.
+	// With the "compact-update" capability the checksum may travel as
+	// checksum_digest instead.
 	Version  uint64 `protobuf:"varint,6,opt,name=version,proto3" json:"version,omitempty"`
 	Checksum string `protobuf:"bytes,7,opt,name=checksum,proto3" json:"checksum,omitempty"`
-	// Who published the version, why and when.
+	// Who published the version, why and when. With the "compact-update"
+	// capability, info omits what the Update already carries (namespace, seq,
+	// checksum) and what the agent recomputes or does not need (size_bytes,
+	// property_count, transport_identity); the receiver fills namespace, seq
+	// and checksum back in from the Update.
 	Info *VersionInfo `protobuf:"bytes,8,opt,name=info,proto3" json:"info,omitempty"`
 	// Properties set (all of them for a snapshot; added or changed ones for a
 	// patch), each key at most once.
 	Set []*Property `protobuf:"bytes,9,rep,name=set,proto3" json:"set,omitempty"`
 	// Keys removed by a patch; each must exist in the base.
-	Delete        []string `protobuf:"bytes,10,rep,name=delete,proto3" json:"delete,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Delete []string `protobuf:"bytes,10,rep,name=delete,proto3" json:"delete,omitempty"`
+	// The result's checksum as the raw 32-byte SHA-256 digest; the text form
+	// is "sha256:" and its 64 lowercase hex digits. Sent only when the
+	// "compact-update" capability was negotiated, in place of checksum;
+	// when both are present they must name the same digest.
+	ChecksumDigest []byte `protobuf:"bytes,11,opt,name=checksum_digest,json=checksumDigest,proto3" json:"checksum_digest,omitempty"`
+	// The patch base's checksum as the raw 32-byte digest, in place of
+	// base_checksum, under the same rules as checksum_digest.
+	BaseChecksumDigest []byte `protobuf:"bytes,12,opt,name=base_checksum_digest,json=baseChecksumDigest,proto3" json:"base_checksum_digest,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *Update) Reset() {
@@ -663,6 +679,20 @@ func (x *Update) GetSet() []*Property {
 func (x *Update) GetDelete() []string {
 	if x != nil {
 		return x.Delete
+	}
+	return nil
+}
+
+func (x *Update) GetChecksumDigest() []byte {
+	if x != nil {
+		return x.ChecksumDigest
+	}
+	return nil
+}
+
+func (x *Update) GetBaseChecksumDigest() []byte {
+	if x != nil {
+		return x.BaseChecksumDigest
 	}
 	return nil
 }
@@ -1238,7 +1268,7 @@ const file_lehr_v1_wire_proto_rawDesc = "" +
 	"\vUnsubscribe\x12\x1e\n" +
 	"\n" +
 	"namespaces\x18\x01 \x03(\tR\n" +
-	"namespaces\"\xd3\x02\n" +
+	"namespaces\"\xae\x03\n" +
 	"\x06Update\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12*\n" +
 	"\x04kind\x18\x02 \x01(\x0e2\x16.lehr.v1.NamespaceKindR\x04kind\x12\x1a\n" +
@@ -1250,7 +1280,9 @@ const file_lehr_v1_wire_proto_rawDesc = "" +
 	"\x04info\x18\b \x01(\v2\x14.lehr.v1.VersionInfoR\x04info\x12#\n" +
 	"\x03set\x18\t \x03(\v2\x11.lehr.v1.PropertyR\x03set\x12\x16\n" +
 	"\x06delete\x18\n" +
-	" \x03(\tR\x06delete\"\x7f\n" +
+	" \x03(\tR\x06delete\x12'\n" +
+	"\x0fchecksum_digest\x18\v \x01(\fR\x0echecksumDigest\x120\n" +
+	"\x14base_checksum_digest\x18\f \x01(\fR\x12baseChecksumDigest\"\x7f\n" +
 	"\x03Ack\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\x04R\aversion\x12\x1a\n" +
