@@ -245,11 +245,33 @@ func (w *Watcher) watchOnce(ctx context.Context) (progressed bool, err error) {
 			w.syncedOnce.Do(func() { close(w.synced) })
 			w.log.Info("goal states synced", "namespaces", len(w.Goals()), "revision", resp.GetRevision())
 		} else {
+			w.logEvents(ctx, resp)
 			changed = w.apply(resp)
 		}
 		if len(changed) > 0 && w.opts.OnChange != nil {
 			w.opts.OnChange(changed)
 		}
+	}
+}
+
+// logEvents logs, at Debug, each goal event of a change message as it
+// arrives (after the initial state), before it is applied: the moment the
+// distributor learns of a new goal. Benchmarks time the
+// control → distributor hop by the record "goal changed" and its
+// attributes namespace, version, checksum (empty for a deletion), deleted
+// and revision.
+func (w *Watcher) logEvents(ctx context.Context, resp *lehrpb.WatchGoalsResponse) {
+	if !w.log.Enabled(ctx, slog.LevelDebug) {
+		return
+	}
+	for _, ev := range resp.GetEvents() {
+		g := ev.GetGoal()
+		w.log.LogAttrs(ctx, slog.LevelDebug, "goal changed",
+			slog.String("namespace", g.GetNamespace()),
+			slog.Uint64("version", g.GetVersion()),
+			slog.String("checksum", g.GetChecksum()),
+			slog.Bool("deleted", ev.GetType() == lehrpb.GoalEvent_TYPE_DELETE),
+			slog.Int64("revision", resp.GetRevision()))
 	}
 }
 

@@ -4,8 +4,11 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"sync"
 	"testing"
 	"time"
+
+	"github.com/google/go-cmp/cmp"
 
 	"lehr.dev/lehr/control"
 	"lehr.dev/lehr/control/controltest"
@@ -42,11 +45,17 @@ func createDomain(t *testing.T, cl lehrpb.ControlClient, name string) {
 // ends.
 func startWatcher(t *testing.T, addr string, changed chan<- []string) *goalwatch.Watcher {
 	t.Helper()
+	return startWatcherLog(t, addr, changed, slog.New(slog.NewTextHandler(io.Discard, nil)))
+}
+
+// startWatcherLog is startWatcher with the watcher's logger.
+func startWatcherLog(t *testing.T, addr string, changed chan<- []string, log *slog.Logger) *goalwatch.Watcher {
+	t.Helper()
 	conn := controltest.Dial(t, addr)
 	w, err := goalwatch.New(goalwatch.Options{
 		Zone:       zone,
 		Client:     lehrpb.NewControlClient(conn),
-		Logger:     slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Logger:     log,
 		MinBackoff: 20 * time.Millisecond,
 		MaxBackoff: 200 * time.Millisecond,
 		OnChange: func(nss []string) {
@@ -208,5 +217,61 @@ func TestNewRejectsBadOptions(t *testing.T) {
 	}
 	if _, err := goalwatch.New(goalwatch.Options{Zone: zone}); err == nil {
 		t.Error("New accepted a nil Client")
+	}
+}
+
+// recorder is a slog.Handler that keeps every record's message and
+// attributes.
+type recorder struct {
+	mu      sync.Mutex
+	records []map[string]any
+}
+
+func (r *recorder) Enabled(context.Context, slog.Level) bool { return true }
+func (r *recorder) WithAttrs([]slog.Attr) slog.Handler       { return r }
+func (r *recorder) WithGroup(string) slog.Handler            { return r }
+func (r *recorder) Handle(_ context.Context, rec slog.Record) error {
+	m := map[string]any{"msg": rec.Message, "level": rec.Level}
+	rec.Attrs(func(a slog.Attr) bool {
+		m[a.Key] = a.Value.Resolve().Any()
+		return true
+	})
+	r.mu.Lock()
+	r.records = append(r.records, m)
+	r.mu.Unlock()
+	return nil
+}
+
+func (r *recorder) find(msg, ns string) (map[string]any, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, m := range r.records {
+		if m["msg"] == msg && m["namespace"] == ns {
+			return m, true
+		}
+	}
+	return nil, false
+}
+
+// TestGoalChangedIsLogged: each goal event after the initial state is
+// logged at Debug as "goal changed" with the namespace, version, checksum
+// and revision, which benchmarks use to time the control → distributor hop.
+func TestGoalChangedIsLogged(t *testing.T) {
+	srv := controltest.StartControl(t, control.Options{})
+	createDomain(t, srv.Client, "d")
+	rec := &recorder{}
+	w := startWatcherLog(t, srv.Addr, nil, slog.New(rec))
+	v := publish(t, srv.Client, "d/a", "1")
+	waitGoal(t, w, "d/a", v)
+	got, ok := rec.find("goal changed", "d/a")
+	if !ok {
+		t.Fatal(`no "goal changed" record for d/a`)
+	}
+	want := map[string]any{
+		"msg": "goal changed", "level": slog.LevelDebug, "namespace": "d/a",
+		"version": v.GetSeq(), "checksum": v.GetChecksum(), "deleted": false, "revision": w.Revision(),
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("goal changed record (-want +got):\n%s", diff)
 	}
 }
