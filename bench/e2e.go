@@ -17,6 +17,7 @@ import (
 
 // Messages of the components' Debug logs the e2e scenario timestamps.
 const (
+	msgGoal    = "goal changed"   // distributor/goalwatch: goal event received from control's watch
 	msgPushed  = "pushed update"  // distributor/fanout: frame written to the agent's stream
 	msgApplied = "update applied" // agent: Badger transaction committed and verified
 )
@@ -34,7 +35,7 @@ type e2eParams struct {
 }
 
 // e2eHops are the rows of the e2e result, in path order.
-var e2eHops = []string{"control ack", "distributor pushed", "agent applied", "file renamed", "callback fired"}
+var e2eHops = []string{"control ack", "distributor received", "distributor pushed", "agent applied", "file renamed", "callback fired"}
 
 func runE2E(ctx context.Context, e *Env) (*Result, error) {
 	p := pick(e.Profile, e2eParams{2, 2, 5}, e2eParams{10, 5, 40}, e2eParams{20, 7, 100})
@@ -45,7 +46,7 @@ func runE2E(ctx context.Context, e *Env) (*Result, error) {
 			"Each sample patches one %s key of a 10-key namespace and waits for the callback before the next. "+
 			"%d warm-up, %d repetitions × %d; times are cumulative from the Patch call.", sizeLabel(valueSize), p.warmup, p.reps, p.perRep),
 		Notes: []string{
-			"hop 'distributor pushed' is when the distributor finished writing the update frame to the agent's QUIC stream (its Debug log 'pushed update'): it includes the goal arriving from control's watch, fetching the delta from control and building the frame. There is no hook or log for the moment the goal reaches the distributor (distributor/goalwatch logs nothing per goal), so that hop is not separated.",
+			"hop 'distributor received' is when the goal event reached the distributor's goal watch (distributor/goalwatch's Debug log 'goal changed'); it can precede 'control ack', which also includes the Patch response's trip back to the producer. Hop 'distributor pushed' is when the distributor finished writing the update frame to the agent's QUIC stream (its Debug log 'pushed update'): the step from 'distributor received' is fetching the delta from control and building and writing the frame.",
 			"hop 'agent applied' is the agent's Debug log 'update applied' (Badger transaction committed, fsynced and verified); 'file renamed' is this harness's own fsnotify watcher seeing the namespace file renamed into place; 'callback fired' is the consumer's OnChange callback starting.",
 		},
 	}
@@ -53,7 +54,7 @@ func runE2E(ctx context.Context, e *Env) (*Result, error) {
 	if e.Log != nil {
 		base = e.Log.Handler()
 	}
-	events := newEventLog(base, slog.LevelWarn, msgPushed, msgApplied)
+	events := newEventLog(base, slog.LevelWarn, msgGoal, msgPushed, msgApplied)
 	log := slog.New(events)
 
 	cl, err := devcluster.Start(ctx, devcluster.Options{
@@ -178,12 +179,13 @@ func runE2E(ctx context.Context, e *Env) (*Result, error) {
 		case <-time.After(5 * time.Second):
 			return nil, fmt.Errorf("no rename event for %s@%d", ns, seq)
 		}
+		tGoal, ok0 := events.at(msgGoal, ns, seq)
 		tPush, ok1 := events.at(msgPushed, ns, seq)
 		tApplied, ok2 := events.at(msgApplied, ns, seq)
-		if !ok1 || !ok2 {
-			return nil, fmt.Errorf("%s@%d: missing debug events (pushed %v, applied %v)", ns, seq, ok1, ok2)
+		if !ok0 || !ok1 || !ok2 {
+			return nil, fmt.Errorf("%s@%d: missing debug events (goal changed %v, pushed %v, applied %v)", ns, seq, ok0, ok1, ok2)
 		}
-		return []time.Duration{tAck.Sub(t0), tPush.Sub(t0), tApplied.Sub(t0), tFile.Sub(t0), tCB.Sub(t0)}, nil
+		return []time.Duration{tAck.Sub(t0), tGoal.Sub(t0), tPush.Sub(t0), tApplied.Sub(t0), tFile.Sub(t0), tCB.Sub(t0)}, nil
 	}
 	for i := range p.warmup {
 		if _, err := one(i); err != nil {
