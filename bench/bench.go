@@ -64,6 +64,9 @@ type Env struct {
 	// flags (the lehr binary). Empty: scenarios that need a separate agent
 	// process build cmd/lehr-agent into Dir.
 	AgentBinary string
+	// StormAgents, if positive, replaces the profile's agent counts of the
+	// storm scenario with this one N.
+	StormAgents int
 }
 
 // Scenario is one benchmark.
@@ -103,6 +106,8 @@ type Options struct {
 	OutDir string
 	// AgentBinary: see Env.AgentBinary.
 	AgentBinary string
+	// StormAgents: see Env.StormAgents.
+	StormAgents int
 	// Logger; default a logger that writes warnings to stderr.
 	Logger *slog.Logger
 	// Progress, if not nil, receives each scenario's table as soon as it
@@ -110,6 +115,10 @@ type Options struct {
 	Progress io.Writer
 	// Command is recorded in the Run; default os.Args joined by spaces.
 	Command string
+	// PeerPlaintext runs the etcd and NATS peers without TLS. The zero
+	// value runs them with TLS 1.3 and verified client certificates, as
+	// Lehr's QUIC always is, so encryption costs the same on both sides.
+	PeerPlaintext bool
 }
 
 // RunScenarios runs the selected scenarios one after another and returns
@@ -148,7 +157,11 @@ func RunScenarios(ctx context.Context, opts Options) (*Run, error) {
 		Command: opts.Command,
 		Profile: string(opts.Profile),
 		Machine: DescribeMachine(root),
+		// PeerTransport records the run's peer security; each row carries
+		// its own too (Row.Transport).
+		PeerTransport: peerTransport(!opts.PeerPlaintext),
 	}
+	ctx = withPeerTLS(ctx, !opts.PeerPlaintext)
 	for _, s := range sel {
 		if err := ctx.Err(); err != nil {
 			return run, fmt.Errorf("bench: cancelled before %s: %w", s.Name, err)
@@ -163,6 +176,7 @@ func RunScenarios(ctx context.Context, opts Options) (*Run, error) {
 			OutDir:      opts.OutDir,
 			Log:         opts.Logger.With("scenario", s.Name),
 			AgentBinary: opts.AgentBinary,
+			StormAgents: opts.StormAgents,
 		}
 		start := time.Now()
 		res, err := s.Run(ctx, env)
@@ -174,6 +188,7 @@ func RunScenarios(ctx context.Context, opts Options) (*Run, error) {
 			res.Title = s.Title
 		}
 		res.Elapsed = time.Since(start)
+		labelTransports(res, run.PeerTransport)
 		if err != nil {
 			res.Error = err.Error()
 		}
@@ -189,4 +204,43 @@ func RunScenarios(ctx context.Context, opts Options) (*Run, error) {
 	}
 	run.Finished = time.Now()
 	return run, nil
+}
+
+// labelTransports sets Row.Transport, where a scenario left it empty, on
+// the rows of a result that compares Lehr with peers: etcd and NATS rows
+// get peer (every peer of the run was started with it), Lehr's rows
+// TransportLehr, and ratio rows ("lehr/etcd") both, as "a vs b". Results
+// without peer rows are left alone: their Lehr rows use other paths
+// (control's gRPC, the agent's local socket).
+func labelTransports(res *Result, peer string) {
+	isPeer := func(sys string) bool { return sys == "etcd" || sys == "nats" }
+	has := false
+	for _, r := range res.Rows {
+		has = has || isPeer(r.System)
+	}
+	if !has {
+		return
+	}
+	of := func(sys string) string {
+		switch {
+		case isPeer(sys):
+			return peer
+		case strings.HasPrefix(sys, "lehr"):
+			return TransportLehr
+		}
+		return ""
+	}
+	for i := range res.Rows {
+		r := &res.Rows[i]
+		if r.Transport != "" {
+			continue
+		}
+		if a, b, ok := strings.Cut(r.System, "/"); ok {
+			if ta, tb := of(a), of(b); ta != "" && tb != "" {
+				r.Transport = ta + " vs " + tb
+			}
+			continue
+		}
+		r.Transport = of(r.System)
+	}
 }

@@ -26,6 +26,10 @@ type Run struct {
 	Profile string `json:"profile"`
 	// Machine describes the host.
 	Machine Machine `json:"machine"`
+	// PeerTransport is how the etcd and NATS peers were reached in this
+	// run: TransportPeerTLS or TransportPeerPlaintext. Empty in runs made
+	// before peers had TLS, which were plaintext.
+	PeerTransport string `json:"peer_transport,omitempty"`
 	// Results holds one entry per scenario run, in run order.
 	Results []Result `json:"results"`
 }
@@ -45,6 +49,12 @@ type Result struct {
 	Targets []Target `json:"targets,omitempty"`
 	// Notes are caveats and approximations a reader must know.
 	Notes []string `json:"notes,omitempty"`
+	// Plots are the file names, relative to the directory of the run's
+	// JSON, of the latency CDF plots drawn from CDFs (WritePlots).
+	Plots []string `json:"plots,omitempty"`
+	// CDFs are the latency samples to plot; not kept in the JSON (the
+	// plots and the rows' percentiles are).
+	CDFs []CDFPlot `json:"-"`
 	// Error is set when the scenario failed; Rows then holds what was
 	// measured before the failure.
 	Error string `json:"error,omitempty"`
@@ -55,9 +65,13 @@ type Result struct {
 // Row is one line of a result table: a system ("lehr", "etcd", "nats") and
 // a case ("1KiB", "N=1000") with its metrics in display order.
 type Row struct {
-	System  string   `json:"system"`
-	Case    string   `json:"case"`
-	Metrics []Metric `json:"metrics"`
+	System string `json:"system"`
+	Case   string `json:"case"`
+	// Transport is how the system's clients were reached, in rows that
+	// compare Lehr with peers: TransportLehr, TransportPeerTLS,
+	// TransportPeerPlaintext, or "a vs b" for a ratio row.
+	Transport string   `json:"transport,omitempty"`
+	Metrics   []Metric `json:"metrics"`
 }
 
 // Metric is one named figure.

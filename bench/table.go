@@ -41,6 +41,10 @@ func PrintResult(w io.Writer, r Result) {
 				}
 			}
 		}
+		withTransport := false
+		for _, row := range r.Rows {
+			withTransport = withTransport || row.Transport != ""
+		}
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 		head := []string{"system", "case"}
 		for _, c := range cols {
@@ -48,6 +52,9 @@ func PrintResult(w io.Writer, r Result) {
 				c += " (" + u + ")"
 			}
 			head = append(head, c)
+		}
+		if withTransport {
+			head = append(head, "transport")
 		}
 		fmt.Fprintln(tw, strings.Join(head, "\t")+"\t")
 		for _, row := range r.Rows {
@@ -58,6 +65,9 @@ func PrintResult(w io.Writer, r Result) {
 				} else {
 					cells = append(cells, "-")
 				}
+			}
+			if withTransport {
+				cells = append(cells, row.Transport)
 			}
 			fmt.Fprintln(tw, strings.Join(cells, "\t")+"\t")
 		}
@@ -72,6 +82,9 @@ func PrintResult(w io.Writer, r Result) {
 	}
 	for _, n := range r.Notes {
 		fmt.Fprintf(w, "   note: %s\n", n)
+	}
+	for _, p := range r.Plots {
+		fmt.Fprintf(w, "   plot: %s\n", p)
 	}
 }
 

@@ -56,7 +56,7 @@ func runWireBytes(ctx context.Context, e *Env) (*Result, error) {
 	res := &Result{
 		Setup: fmt.Sprintf("a namespace of the given size (key 'hot' with a %s value + 512 KiB filler keys); each update replaces the value of 'hot' (%d changed bytes: key + value); %d subscribers per system, 1 warm-up update then %d measured, median reported, per subscriber. "+
 			"Lehr: 'frame' is the update frame the distributor writes (distributor Stats), 'wire' counts UDP payload bytes (whole QUIC packets: headers, AEAD tags, ACKs, the agent's Ack) through a counting UDP relay between the agents and the distributor. "+
-			"etcd and NATS: 'wire' counts TCP payload bytes through a counting TCP relay between the subscribers and the server (gRPC/HTTP2 or NATS protocol, plaintext). "+
+			"etcd and NATS: 'wire' counts TCP payload bytes through a counting TCP relay between the subscribers and the server (gRPC/HTTP2 or NATS protocol, inside TLS 1.3 with client certificates unless the row's transport says plaintext). "+
 			"'as snapshot' is the fraction of updates the distributor sent as a snapshot because it was no larger than the patch (the 1 KiB namespace holds only the changed key). 'down' is server → subscriber, 'up' subscriber → server; the window is from the write to 50 ms after the last subscriber saw the change.",
 			sizeLabel(hotValue), changed, wireSubscribers, p.reps),
 	}
