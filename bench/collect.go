@@ -96,7 +96,8 @@ func (c *collector) result(seq uint64, t0 time.Time) (lat []time.Duration, misse
 
 // roundStats accumulates fan-out rounds.
 type roundStats struct {
-	sums             []Summary // per round, over subscribers
+	sums             []Summary       // per round, over subscribers
+	all              []time.Duration // every latency of every round, for the CDF plot
 	lasts            []time.Duration
 	rates            []float64 // deliveries per second per round
 	missed, dups     int
@@ -114,6 +115,7 @@ func (r *roundStats) add(lat []time.Duration, missed, dups int) {
 	if len(lat) == 0 {
 		return
 	}
+	r.all = append(r.all, lat...)
 	s := Summarize(lat)
 	r.sums = append(r.sums, s)
 	r.lasts = append(r.lasts, s.Max)

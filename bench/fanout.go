@@ -36,7 +36,8 @@ func runFanout(ctx context.Context, e *Env) (*Result, error) {
 	res := &Result{
 		Setup: fmt.Sprintf("one-key change (a %s value) in a 10-key namespace, %d warm-up updates then %d×%d measured, one at a time (the next starts when every subscriber has it or 60 s passed). "+
 			"Lehr: control + embedded etcd (fsync on) + one distributor in this process; N simulated agents (distributor/simagent: real QUIC + mutual TLS + wire protocol, content in memory, no Badger, no files) in a child process, each its own connection. "+
-			"etcd: embedded etcd (fsync on), N client/v3 clients each with a prefix watch. NATS: embedded nats-server, JetStream file store with sync_always, N connections each with a KV watch (updates only). "+
+			"etcd: embedded etcd (fsync on), N client/v3 clients each with a prefix watch. NATS: embedded nats-server, JetStream file store with sync_always, N connections each with a KV watch (updates only; an ordered consumer each, per-stream consumer limit raised to 50,000). "+
+			"Peers run TLS 1.3 with client certificates required and verified (each row's transport says; -peer-tls=false runs them plaintext). "+
 			"Latency is from the write call to the subscriber seeing the change; p50/p90/p99 are over subscribers per update, 'last' is the slowest subscriber; figures are medians over updates.", sizeLabel(fanoutValue), p.warmup, p.reps, p.perRp),
 		Notes: []string{
 			"distributor CPU and RSS are of the bench process, which holds control + embedded etcd + the distributor (the agents are in the child): control's share is one watch event and one FetchDelta per update; RSS/heap per agent is (after − before connecting N agents) / N, which is noise-dominated (can be negative) at N=100: read it at N >= 1000.",
@@ -46,11 +47,16 @@ func runFanout(ctx context.Context, e *Env) (*Result, error) {
 	}
 	maxN := p.ns[len(p.ns)-1]
 	for _, n := range p.ns {
-		lehrRow, extra, err := fanoutLehr(ctx, e, p, n, n == maxN, res)
+		lehrRow, extra, lehrLat, err := fanoutLehr(ctx, e, p, n, n == maxN, res)
 		if err != nil {
 			return res, fmt.Errorf("lehr N=%d: %w", n, err)
 		}
 		res.Rows = append(res.Rows, lehrRow, extra)
+		plot := CDFPlot{
+			Name:   fmt.Sprintf("N%d", n),
+			Title:  fmt.Sprintf("fanout, N=%d: write → subscriber has the change (every subscriber, every measured update)", n),
+			Series: []Series{{Label: "lehr (" + TransportLehr + ")", Samples: lehrLat}},
+		}
 		var peerRows []Row
 		for _, mk := range []func() (peer, error){
 			func() (peer, error) {
@@ -62,14 +68,18 @@ func runFanout(ctx context.Context, e *Env) (*Result, error) {
 			if err != nil {
 				return res, err
 			}
-			row, err := fanoutPeer(ctx, pr, p, n)
+			row, lat, err := fanoutPeer(ctx, pr, p, n)
 			pr.close()
 			if err != nil {
+				res.CDFs = append(res.CDFs, plot)
 				return res, fmt.Errorf("%s N=%d: %w", pr.name(), n, err)
 			}
+			row.Transport = pr.transport()
 			res.Rows = append(res.Rows, row)
 			peerRows = append(peerRows, row)
+			plot.Series = append(plot.Series, Series{Label: pr.name() + " (" + pr.transport() + ")", Samples: lat})
 		}
+		res.CDFs = append(res.CDFs, plot)
 		for _, pr := range peerRows {
 			res.Rows = append(res.Rows, ratioRow(lehrRow, pr, []string{"p50", "p99", "last"}))
 		}
@@ -115,9 +125,9 @@ func addFanoutTargets(res *Result, n int, lehr Row, peers []Row) {
 	}
 }
 
-// fanoutLehr measures Lehr at n agents; it returns the latency row and a
-// cost row.
-func fanoutLehr(ctx context.Context, e *Env, p fanoutParams, n int, profile bool, res *Result) (Row, Row, error) {
+// fanoutLehr measures Lehr at n agents; it returns the latency row, a
+// cost row and every measured latency.
+func fanoutLehr(ctx context.Context, e *Env, p fanoutParams, n int, profile bool, res *Result) (Row, Row, []time.Duration, error) {
 	cost := Row{System: "lehr cost", Case: fmt.Sprintf("N=%d", n)}
 	cl, err := devcluster.Start(ctx, devcluster.Options{
 		Dir:           filepath.Join(e.Dir, fmt.Sprintf("fan-%d", n)),
@@ -128,7 +138,7 @@ func fanoutLehr(ctx context.Context, e *Env, p fanoutParams, n int, profile bool
 		DurableWrites: true,
 	})
 	if err != nil {
-		return Row{}, cost, err
+		return Row{}, cost, nil, err
 	}
 	defer cl.Close()
 	dist := cl.Distributors(benchZone)[0]
@@ -141,7 +151,7 @@ func fanoutLehr(ctx context.Context, e *Env, p fanoutParams, n int, profile bool
 	}
 	v, err := prod.Publish(ctx, ns, props)
 	if err != nil {
-		return Row{}, cost, err
+		return Row{}, cost, nil, err
 	}
 	self := os.Getpid()
 	heap0 := heapInuse()
@@ -157,14 +167,14 @@ func fanoutLehr(ctx context.Context, e *Env, p fanoutParams, n int, profile bool
 		}
 	})
 	if err != nil {
-		return Row{}, cost, err
+		return Row{}, cost, nil, err
 	}
 	defer sw.quit()
 	if conn.Failed > 0 {
-		return Row{}, cost, fmt.Errorf("%d of %d agents failed to connect: %s", conn.Failed, n, conn.Err)
+		return Row{}, cost, nil, fmt.Errorf("%d of %d agents failed to connect: %s", conn.Failed, n, conn.Err)
 	}
 	if ok, err := col.wait(ctx, v.GetSeq(), 120*time.Second); !ok || err != nil {
-		return Row{}, cost, fmt.Errorf("initial version not at every agent (err %v)", err)
+		return Row{}, cost, nil, fmt.Errorf("initial version not at every agent (err %v)", err)
 	}
 	heap1 := heapInuse()
 	after, _ := readProc(self)
@@ -187,7 +197,7 @@ func fanoutLehr(ctx context.Context, e *Env, p fanoutParams, n int, profile bool
 	for i := range p.warmup {
 		seq, _, err := update(i)
 		if err != nil {
-			return Row{}, cost, err
+			return Row{}, cost, nil, err
 		}
 		col.wait(ctx, seq, 60*time.Second)
 	}
@@ -195,7 +205,7 @@ func fanoutLehr(ctx context.Context, e *Env, p fanoutParams, n int, profile bool
 	var prof *cpuProfile
 	if profile && e.OutDir != "" {
 		if prof, err = startCPUProfile(e.Dir, "cpu"); err != nil {
-			return Row{}, cost, err
+			return Row{}, cost, nil, err
 		}
 	}
 	cpu0, _ := readProc(self)
@@ -206,10 +216,10 @@ func fanoutLehr(ctx context.Context, e *Env, p fanoutParams, n int, profile bool
 			if prof != nil {
 				prof.stop()
 			}
-			return Row{}, cost, err
+			return Row{}, cost, nil, err
 		}
 		if _, err := col.wait(ctx, seq, 60*time.Second); err != nil {
-			return Row{}, cost, err
+			return Row{}, cost, nil, err
 		}
 		stats.add(col.result(seq, t0))
 	}
@@ -239,23 +249,24 @@ func fanoutLehr(ctx context.Context, e *Env, p fanoutParams, n int, profile bool
 		res.Targets = append(res.Targets, Target{Goal: fmt.Sprintf("N=%d: distributor <= 64 KiB per connected agent (RSS)", n),
 			Got: fmt.Sprintf("%.1f KiB", kib), Met: kib <= 64})
 	}
-	return stats.row("lehr", fmt.Sprintf("N=%d", n)), cost, nil
+	return stats.row("lehr", fmt.Sprintf("N=%d", n)), cost, stats.all, nil
 }
 
-// fanoutPeer measures a peer at n subscribers.
-func fanoutPeer(ctx context.Context, pr peer, p fanoutParams, n int) (Row, error) {
+// fanoutPeer measures a peer at n subscribers; it returns the latency row
+// and every measured latency.
+func fanoutPeer(ctx context.Context, pr peer, p fanoutParams, n int) (Row, []time.Duration, error) {
 	prefix := fmt.Sprintf("/bench/fan-%d/", n)
 	vals := newValueSource(fanoutValue)
 	for i := range 10 {
 		if err := pr.put(ctx, fmt.Sprintf("%skey%02d", prefix, i), vals.next()); err != nil {
-			return Row{}, err
+			return Row{}, nil, err
 		}
 	}
 	col := newCollector(n)
 	if err := pr.subscribe(ctx, n, pr.addr(), prefix, func(i int, key string, seq uint64, at time.Time) {
 		col.record(i, seq, at.UnixNano())
 	}); err != nil {
-		return Row{}, err
+		return Row{}, nil, err
 	}
 	var stats roundStats
 	update := func() (uint64, time.Time, error) {
@@ -267,19 +278,19 @@ func fanoutPeer(ctx context.Context, pr peer, p fanoutParams, n int) (Row, error
 	for range p.warmup {
 		seq, _, err := update()
 		if err != nil {
-			return Row{}, err
+			return Row{}, nil, err
 		}
 		col.wait(ctx, seq, 60*time.Second)
 	}
 	for range p.reps * p.perRp {
 		seq, t0, err := update()
 		if err != nil {
-			return Row{}, err
+			return Row{}, nil, err
 		}
 		if _, err := col.wait(ctx, seq, 60*time.Second); err != nil {
-			return Row{}, err
+			return Row{}, nil, err
 		}
 		stats.add(col.result(seq, t0))
 	}
-	return stats.row(pr.name(), fmt.Sprintf("N=%d", n)), nil
+	return stats.row(pr.name(), fmt.Sprintf("N=%d", n)), stats.all, nil
 }

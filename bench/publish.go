@@ -63,6 +63,12 @@ func runPublish(ctx context.Context, e *Env) (*Result, error) {
 	}
 	defer cl.Close()
 
+	plot := CDFPlot{Name: "latency", Title: "publish: one publisher, durable publish → control's ack (every measured publish)"}
+	defer func() {
+		if len(plot.Series) > 0 {
+			res.CDFs = append(res.CDFs, plot)
+		}
+	}()
 	for _, size := range publishSizes {
 		ns := fmt.Sprintf("%s/pub-%s", benchDomain, nsLabel(size))
 		val := newValueSource(size)
@@ -79,6 +85,7 @@ func runPublish(ctx context.Context, e *Env) (*Result, error) {
 		}
 		var sums []Summary
 		var rates []float64
+		var all []time.Duration
 		for range p.reps {
 			lat := make([]time.Duration, 0, p.opsPerRep[size])
 			start := time.Now()
@@ -91,7 +98,9 @@ func runPublish(ctx context.Context, e *Env) (*Result, error) {
 			}
 			rates = append(rates, float64(len(lat))/time.Since(start).Seconds())
 			sums = append(sums, Summarize(lat))
+			all = append(all, lat...)
 		}
+		plot.Series = append(plot.Series, Series{Label: "lehr " + sizeLabel(size), Samples: all})
 		conc, err := publishConcurrent(ctx, cl, size, p.concurrency, p.concOps[size], p.reps)
 		if err != nil {
 			return res, err

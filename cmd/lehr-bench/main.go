@@ -1,12 +1,14 @@
 // Command lehr-bench runs Lehr's benchmark scenarios (package bench) and
 // prints a table per scenario on stdout and writes the run as JSON under
-// -out. "make bench" runs it with -quick, "make bench-full" with -full,
+// -out, with a latency CDF plot (SVG) per latency scenario and case next to
+// it, and "<run>-changes.md": the run compared with the previous run of the
+// same profile in -out (also printed). "make bench" runs it with -quick, "make bench-full" with -full,
 // both through scripts/bench.sh, which also raises the socket buffer and
 // file descriptor limits for the run.
 //
 // Usage:
 //
-//	lehr-bench [-quick|-full] [-scenario REGEXP] [-out DIR] [-workdir DIR]
+//	lehr-bench [-quick|-full] [-scenario REGEXP] [-storm-agents N] [-out DIR] [-workdir DIR]
 package main
 
 import (
@@ -41,7 +43,9 @@ func run() error {
 	out := flag.String("out", "bench/results", "directory for the run's JSON file and profile summaries; empty writes none")
 	workdir := flag.String("workdir", "", "directory for scratch data (etcd, Badger, files); its file system sets fsync cost; default the system temp dir")
 	agentBin := flag.String("agent-binary", "", "lehr-agent binary for the agent-process scenarios; default: build cmd/lehr-agent")
+	stormAgents := flag.Int("storm-agents", 0, "run the storm scenario at this one number of agents instead of the profile's")
 	verbose := flag.Bool("v", false, "log the components' info messages to stderr")
+	peerTLS := flag.Bool("peer-tls", true, "run the etcd and NATS peers with TLS 1.3 and verified client certificates, as Lehr's QUIC always is; false runs them plaintext (recorded per row)")
 	flag.Parse()
 
 	if *list {
@@ -80,22 +84,41 @@ func run() error {
 
 	fmt.Printf("lehr-bench: %s profile\n\n", profile)
 	r, err := bench.RunScenarios(ctx, bench.Options{
-		Profile:     profile,
-		Filter:      re,
-		WorkDir:     *workdir,
-		OutDir:      *out,
-		AgentBinary: *agentBin,
-		Logger:      slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level})),
-		Progress:    os.Stdout,
+		Profile:       profile,
+		Filter:        re,
+		WorkDir:       *workdir,
+		OutDir:        *out,
+		AgentBinary:   *agentBin,
+		StormAgents:   *stormAgents,
+		Logger:        slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level})),
+		Progress:      os.Stdout,
+		PeerPlaintext: !*peerTLS,
 	})
 	if r != nil {
 		fmt.Printf("machine: %s\ncommand: %s\n", r.Machine, r.Command)
 		if *out != "" {
+			plots, werr := bench.WritePlots(*out, r)
+			if werr != nil {
+				return werr
+			}
 			path, werr := bench.WriteJSON(*out, r)
 			if werr != nil {
 				return werr
 			}
 			fmt.Println("results:", path)
+			for _, p := range plots {
+				fmt.Println("plot:", p)
+			}
+			fmt.Println()
+			changes, werr := bench.WriteChanges(*out, r, os.Stdout)
+			if werr != nil {
+				return werr
+			}
+			if changes == "" {
+				fmt.Printf("changes: no previous %s run in %s to compare with\n", r.Profile, *out)
+			} else {
+				fmt.Println("\nchanges:", changes)
+			}
 		}
 		for _, res := range r.Results {
 			if res.Error != "" {
