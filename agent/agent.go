@@ -133,10 +133,11 @@ type Agent struct {
 	locks map[string]*sync.Mutex // per-namespace apply/read lock
 	state map[string]*nsState    // what is held, by namespace
 
-	runMu   sync.Mutex
-	running bool
-	cancel  context.CancelFunc
-	done    chan struct{}
+	runMu       sync.Mutex
+	running     bool
+	metricsAddr net.Addr // set once the metrics listener is up
+	cancel      context.CancelFunc
+	done        chan struct{}
 }
 
 // New validates opts and returns an agent; it opens nothing (see Run).
@@ -230,6 +231,14 @@ func (a *Agent) FilesDir() string { return a.filesDir }
 
 // Metrics returns the agent's metric set.
 func (a *Agent) Metrics() *metrics.Set { return a.opts.Metrics }
+
+// MetricsAddr is the address serving /metrics; nil when MetricsListen is
+// empty and until the listener is up (shortly after Ready).
+func (a *Agent) MetricsAddr() net.Addr {
+	a.runMu.Lock()
+	defer a.runMu.Unlock()
+	return a.metricsAddr
+}
 
 // Run starts the agent and blocks until ctx ends or Close is called, then
 // shuts down gracefully: the local API stops (in-flight calls get
@@ -326,7 +335,11 @@ func (a *Agent) serveMetrics(wg *sync.WaitGroup) (*http.Server, error) {
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("/metrics", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; version=0.0.4")
 		a.opts.Metrics.WritePrometheus(w)
+		// go_* and process_* of the whole process (read from the runtime
+		// and /proc; no global metric set is involved).
+		metrics.WriteProcessMetrics(w)
 	})
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	wg.Add(1)
@@ -336,6 +349,9 @@ func (a *Agent) serveMetrics(wg *sync.WaitGroup) (*http.Server, error) {
 			a.log.Error("metrics server stopped", "err", err)
 		}
 	}()
+	a.runMu.Lock()
+	a.metricsAddr = lis.Addr()
+	a.runMu.Unlock()
 	a.log.Info("serving metrics", "addr", lis.Addr().String())
 	return srv, nil
 }

@@ -6,11 +6,14 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"log/slog"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -779,5 +782,28 @@ func TestPatchCarriesVersionInfo(t *testing.T) {
 	want.TransportIdentity = ""
 	if diff := cmp.Diff(want, got.GetVersion(), protocmp.Transform()); diff != "" {
 		t.Errorf("Get version info (-want +got):\n%s", diff)
+	}
+}
+
+// TestMetricsEndpoint: /metrics serves the agent's own set and the
+// process's Go runtime and process metrics.
+func TestMetricsEndpoint(t *testing.T) {
+	h := newHarness(t, 1)
+	r := h.startAgent(dataDir(t), h.addrs(), func(o *agent.Options) { o.MetricsListen = "127.0.0.1:0" })
+	var addr net.Addr
+	waitFor(t, "metrics listener", func() bool { addr = r.a.MetricsAddr(); return addr != nil })
+	resp, err := http.Get("http://" + addr.String() + "/metrics")
+	if err != nil {
+		t.Fatalf("GET /metrics: %v", err)
+	}
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET /metrics: status %d, err %v", resp.StatusCode, err)
+	}
+	for _, want := range []string{"lehr_agent_", "go_goroutines ", "go_memstats_heap_inuse_bytes ", "process_resident_memory_bytes "} {
+		if !strings.Contains(string(body), want) {
+			t.Errorf("/metrics lacks %q", want)
+		}
 	}
 }

@@ -354,6 +354,9 @@ func (d *Distributor) Run(ctx context.Context) (err error) {
 		mux.HandleFunc("/metrics", func(w http.ResponseWriter, _ *http.Request) {
 			w.Header().Set("Content-Type", "text/plain; version=0.0.4")
 			d.set.WritePrometheus(w)
+			// go_* and process_* of the whole process (read from the
+			// runtime and /proc; no global metric set is involved).
+			metrics.WriteProcessMetrics(w)
 		})
 		hs = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	}

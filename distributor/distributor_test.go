@@ -216,6 +216,8 @@ func TestPublishReachesAgentsAndIsReported(t *testing.T) {
 		`lehr_distributor_pushes_total{kind="snapshot"} 1`,
 		`lehr_distributor_namespace_lag{namespace="d/app"} 0`,
 		"lehr_distributor_acks_total 2",
+		"go_goroutines ",
+		"process_resident_memory_bytes ",
 	} {
 		if !strings.Contains(string(body), want) {
 			t.Errorf("/metrics lacks %q", want)
