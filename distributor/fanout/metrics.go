@@ -18,6 +18,7 @@ type serverMetrics struct {
 	acks, refusals, resyncs   *metrics.Counter
 	protocolErrors            *metrics.Counter
 	unavailable               *metrics.Counter
+	refusedHandshakes         *metrics.Counter
 
 	lagMu sync.Mutex
 	lag   map[string]bool
@@ -25,18 +26,19 @@ type serverMetrics struct {
 
 func newServerMetrics(set *metrics.Set, srv *Server) *serverMetrics {
 	m := &serverMetrics{
-		set:            set,
-		srv:            srv,
-		pushSnapshot:   set.NewCounter(`lehr_distributor_pushes_total{kind="snapshot"}`),
-		pushPatch:      set.NewCounter(`lehr_distributor_pushes_total{kind="patch"}`),
-		bytesSnapshot:  set.NewCounter(`lehr_distributor_bytes_total{kind="snapshot"}`),
-		bytesPatch:     set.NewCounter(`lehr_distributor_bytes_total{kind="patch"}`),
-		acks:           set.NewCounter(`lehr_distributor_acks_total`),
-		refusals:       set.NewCounter(`lehr_distributor_refused_updates_total`),
-		resyncs:        set.NewCounter(`lehr_distributor_resyncs_total`),
-		protocolErrors: set.NewCounter(`lehr_distributor_protocol_errors_total`),
-		unavailable:    set.NewCounter(`lehr_distributor_unavailable_total`),
-		lag:            map[string]bool{},
+		set:               set,
+		srv:               srv,
+		pushSnapshot:      set.NewCounter(`lehr_distributor_pushes_total{kind="snapshot"}`),
+		pushPatch:         set.NewCounter(`lehr_distributor_pushes_total{kind="patch"}`),
+		bytesSnapshot:     set.NewCounter(`lehr_distributor_bytes_total{kind="snapshot"}`),
+		bytesPatch:        set.NewCounter(`lehr_distributor_bytes_total{kind="patch"}`),
+		acks:              set.NewCounter(`lehr_distributor_acks_total`),
+		refusals:          set.NewCounter(`lehr_distributor_refused_updates_total`),
+		resyncs:           set.NewCounter(`lehr_distributor_resyncs_total`),
+		protocolErrors:    set.NewCounter(`lehr_distributor_protocol_errors_total`),
+		unavailable:       set.NewCounter(`lehr_distributor_unavailable_total`),
+		refusedHandshakes: set.NewCounter(`lehr_distributor_refused_handshakes_total`),
+		lag:               map[string]bool{},
 	}
 	set.NewGauge(`lehr_distributor_connected_agents`, func() float64 {
 		return float64(len(srv.sessionList()))

@@ -84,7 +84,22 @@ type Options struct {
 	// QUIC overrides the QUIC configuration; nil means
 	// wire.ServerQUICConfig().
 	QUIC *quic.Config
+	// MaxHandshakes bounds the agents being admitted at once: between a
+	// connection's first packet and its Welcome (QUIC and TLS handshake,
+	// control stream, Hello). An attempt beyond it is refused at once with
+	// QUIC's CONNECTION_REFUSED, before any cryptography is spent on it,
+	// and the agent retries after its backoff. Without a bound, a
+	// reconnect storm (every agent of a restarted distributor redialing at
+	// once) slows every handshake at the same time: they miss their
+	// timeouts, are retried and redo the work, and the zone converges
+	// late or never. Default DefaultMaxHandshakes; negative: no bound.
+	MaxHandshakes int
 }
+
+// DefaultMaxHandshakes is the default Options.MaxHandshakes: enough
+// handshakes in flight to keep the cores busy, few enough that each
+// completes in a small fraction of the handshake timeouts.
+const DefaultMaxHandshakes = 128
 
 // Stats are the fanout's counters since it started. Bytes are the update
 // frames (header and payload) written on update streams, counted when the
@@ -95,6 +110,10 @@ type Stats struct {
 	SnapshotBytes, PatchBytes   uint64
 	Acks, Refusals, Resyncs     uint64
 	ProtocolErrors              uint64
+	// RefusedHandshakes counts refusals because Options.MaxHandshakes
+	// agents were being admitted: one per Initial packet of a refused
+	// attempt (a ClientHello may span two).
+	RefusedHandshakes uint64
 }
 
 // VersionCount is how many connected agents hold one version of a
@@ -110,7 +129,10 @@ type Server struct {
 	opts Options
 	log  *slog.Logger
 	ln   *quic.Listener
+	tr   *quic.Transport
 	udp  net.PacketConn
+	// handshakes counts the connections being admitted (see admit).
+	handshakes atomic.Int64
 	// refuseStreams: the QUIC configuration lets an agent open more than
 	// its control stream, so each session watches for (and refuses) more.
 	// With one bidirectional and no unidirectional stream allowed, quic-go
@@ -168,6 +190,9 @@ func Listen(opts Options) (*Server, error) {
 	if opts.MemoBytes <= 0 {
 		opts.MemoBytes = 64 << 20
 	}
+	if opts.MaxHandshakes == 0 {
+		opts.MaxHandshakes = DefaultMaxHandshakes
+	}
 	qc := opts.QUIC
 	if qc == nil {
 		qc = wire.ServerQUICConfig()
@@ -177,16 +202,10 @@ func Listen(opts Options) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("fanout: listen %s: %w", opts.Listen, err)
 	}
-	ln, err := quic.Listen(udp, tc, qc)
-	if err != nil {
-		udp.Close()
-		return nil, fmt.Errorf("fanout: listen quic %s: %w", opts.Listen, err)
-	}
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &Server{
 		opts:     opts,
 		log:      opts.Logger.With("zone", opts.Zone),
-		ln:       ln,
 		memo:     newMemo(opts.MemoBytes),
 		sessions: map[string]*session{},
 		ctx:      ctx,
@@ -198,7 +217,59 @@ func Listen(opts Options) (*Server, error) {
 	s.met = newServerMetrics(opts.Metrics, s)
 	s.udp = udp
 	s.refuseStreams = qc.MaxIncomingStreams != 1 || qc.MaxIncomingUniStreams >= 0
+	s.tr = &quic.Transport{Conn: udp, ConnContext: s.admit}
+	ln, err := s.tr.Listen(tc, qc)
+	if err != nil {
+		cancel()
+		s.tr.Close()
+		udp.Close()
+		return nil, fmt.Errorf("fanout: listen quic %s: %w", opts.Listen, err)
+	}
+	s.ln = ln
 	return s, nil
+}
+
+// errTooManyHandshakes refuses a connection attempt; quic-go answers it
+// with CONNECTION_REFUSED.
+var errTooManyHandshakes = errors.New("fanout: too many agents being admitted at once")
+
+// admission is an admitted connection's place among the
+// Options.MaxHandshakes; release gives it back, once.
+type admission struct {
+	s        *Server
+	released atomic.Bool
+}
+
+func (a *admission) release() {
+	if a.released.CompareAndSwap(false, true) {
+		a.s.handshakes.Add(-1)
+	}
+}
+
+type admissionKey struct{}
+
+// admit is the transport's ConnContext, run on a connection's first
+// packet before any handshake work: it refuses the connection when
+// Options.MaxHandshakes are being admitted already. An admitted
+// connection keeps its place until handle has welcomed or turned it away
+// (see admitted), or until it ends, whichever comes first.
+func (s *Server) admit(ctx context.Context, _ *quic.ClientInfo) (context.Context, error) {
+	n := s.handshakes.Add(1)
+	if limit := s.opts.MaxHandshakes; limit > 0 && n > int64(limit) {
+		s.handshakes.Add(-1)
+		s.met.refusedHandshakes.Inc()
+		return nil, errTooManyHandshakes
+	}
+	a := &admission{s: s}
+	context.AfterFunc(ctx, a.release)
+	return context.WithValue(ctx, admissionKey{}, a), nil
+}
+
+// admitted gives back conn's place among the connections being admitted.
+func admitted(conn *quic.Conn) {
+	if a, ok := conn.Context().Value(admissionKey{}).(*admission); ok {
+		a.release()
+	}
 }
 
 // Addr is the UDP address the server listens on.
@@ -249,6 +320,7 @@ func (s *Server) Close() error {
 		s.cancel()
 		s.ln.Close()
 		s.wg.Wait()
+		s.tr.Close()
 		s.udp.Close()
 		close(s.done)
 	})
@@ -321,6 +393,8 @@ func (s *Server) Stats() Stats {
 		Refusals:       s.met.refusals.Get(),
 		Resyncs:        s.met.resyncs.Get(),
 		ProtocolErrors: s.met.protocolErrors.Get(),
+
+		RefusedHandshakes: s.met.refusedHandshakes.Get(),
 	}
 }
 

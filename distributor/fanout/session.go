@@ -82,6 +82,9 @@ func (s *Server) handle(conn *quic.Conn) {
 	log := s.log.With("remote", conn.RemoteAddr().String())
 	ctx, cancel := context.WithCancel(s.ctx)
 	defer cancel()
+	// The connection stops counting as being admitted once welcomed
+	// (below) or turned away (here).
+	defer admitted(conn)
 
 	hctx, hcancel := context.WithTimeout(ctx, s.opts.HandshakeTimeout)
 	ctrl, err := conn.AcceptStream(hctx)
@@ -168,6 +171,7 @@ func (s *Server) handle(conn *quic.Conn) {
 		return
 	}
 	defer s.unregister(ss)
+	admitted(conn)
 	log.Info("agent connected", "protocol_version", version, "cached", len(hello.GetCached()), "subscriptions", len(hello.GetSubscriptions()))
 
 	ss.wg.Add(2)
