@@ -1,6 +1,7 @@
 package fanout
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -23,6 +24,9 @@ const (
 	codeGoingAway  = wire.CodeShuttingDown
 	codeSuperseded = wire.CodeReplaced
 )
+
+// controlReadBuffer is the read buffer of an agent's control stream.
+const controlReadBuffer = 512
 
 // maxNamespacesPerAgent bounds one agent's subscription table.
 const maxNamespacesPerAgent = 100_000
@@ -98,7 +102,9 @@ func (s *Server) handle(conn *quic.Conn) {
 		}
 		return
 	}
-	dec := wire.NewDecoder(ctrl, wire.DecoderOptions{Stream: wire.StreamControlFromAgent})
+	// Agents send small control frames (an Ack is ~130 B); a small read
+	// buffer saves KiBs per connected agent, and larger payloads bypass it.
+	dec := wire.NewDecoder(bufio.NewReaderSize(ctrl, controlReadBuffer), wire.DecoderOptions{Stream: wire.StreamControlFromAgent})
 	stop := context.AfterFunc(hctx, func() { ctrl.CancelRead(wire.StreamCodeCancelled) })
 	msg, err := dec.Decode()
 	stop()
@@ -174,15 +180,18 @@ func (s *Server) handle(conn *quic.Conn) {
 	admitted(conn)
 	log.Info("agent connected", "protocol_version", version, "cached", len(hello.GetCached()), "subscriptions", len(hello.GetSubscriptions()))
 
-	ss.wg.Add(2)
+	ss.wg.Add(1)
 	go func() {
 		defer ss.wg.Done()
 		ss.pushLoop()
 	}()
-	go func() {
-		defer ss.wg.Done()
-		ss.refuseStreams()
-	}()
+	if s.refuseStreams {
+		ss.wg.Add(1)
+		go func() {
+			defer ss.wg.Done()
+			ss.refuseStreams()
+		}()
+	}
 	ss.kick()
 	err = ss.readLoop(dec)
 	ss.cancel()
@@ -437,7 +446,9 @@ func (ss *session) onResync(m *lehrpb.Resync) error {
 }
 
 // refuseStreams treats any stream the agent opens after the control stream
-// as a protocol violation: agents never open update streams.
+// as a protocol violation: agents never open update streams. It runs only
+// when the QUIC configuration lets agents open such streams at all (see
+// Server.refuseStreams); with wire.ServerQUICConfig quic-go refuses them.
 func (ss *session) refuseStreams() {
 	errc := make(chan string, 2)
 	go func() {

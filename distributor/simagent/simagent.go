@@ -63,7 +63,7 @@ type Options struct {
 	// Logger; default slog.Default().
 	Logger *slog.Logger
 	// QUIC overrides the QUIC configuration; nil means
-	// wire.DefaultQUICConfig().
+	// wire.ClientQUICConfig().
 	QUIC *quic.Config
 }
 
@@ -137,7 +137,7 @@ func Dial(ctx context.Context, opts Options) (*Agent, error) {
 	}
 	qc := opts.QUIC
 	if qc == nil {
-		qc = wire.DefaultQUICConfig()
+		qc = wire.ClientQUICConfig()
 	}
 	tc := wire.TLSConfig(opts.TLS)
 	conn, err := quic.DialAddr(ctx, opts.Addr, tc, qc)
