@@ -7,8 +7,12 @@ import (
 	"time"
 
 	"lehr.dev/lehr/client/producer"
+	"lehr.dev/lehr/distributor/fanout"
 	"lehr.dev/lehr/internal/devcluster"
 )
+
+// stormTimeout bounds the wait for convergence, from the redial.
+const stormTimeout = 3 * time.Minute
 
 func stormScenario() Scenario {
 	return Scenario{
@@ -20,9 +24,12 @@ func stormScenario() Scenario {
 
 func runStorm(ctx context.Context, e *Env) (*Result, error) {
 	ns := pick(e.Profile, []int{5}, []int{100, 1000}, []int{1000, 10000})
+	if e.StormAgents > 0 {
+		ns = []int{e.StormAgents}
+	}
 	res := &Result{
 		Setup: "Lehr: control + embedded etcd (fsync on) + one distributor in this process, N simulated agents in a child process connected through a counting UDP relay, all holding the goal version of a 10-key namespace (1 KiB values). " +
-			"The distributor is stopped and restarted on the same address; then every agent redials at once, announcing its intact cache. 'converge' is from the redial to the restarted distributor counting all N agents at the goal version; " +
+			"The distributor is stopped and restarted on the same address; then every agent redials at once, announcing its intact cache, and from then on behaves like a real agent (agent/upstream): a failed or refused attempt is retried after a fully jittered exponential backoff (100 ms to 10 s), a lost connection is redialed. 'converge' is from the redial to the restarted distributor counting all N agents at the goal version; 'retries' counts failed attempts, 'refused' the Initial packets the distributor refused with CONNECTION_REFUSED because its handshake admission bound (fanout.Options.MaxHandshakes) was reached, 'lost' connections lost after their Welcome; " +
 			"'payload' is update bytes the distributor sent (snapshots + patches; target 0) and 'updates recv' the updates the agents received on their new connections; 'wire' is UDP bytes per agent both ways during the storm (QUIC + TLS handshake with certificates, Hello/Welcome). " +
 			"etcd / NATS: N subscribers (own connections) through a counting TCP relay, watching the same 10 keys; every relayed connection is cut and one 1 KiB value is written at once; 'converge' is from the cut to every subscriber having that value (reconnect with the client's own backoff + resumed watch), 'wire' both ways per subscriber includes that one change.",
 	}
@@ -93,7 +100,7 @@ func stormLehr(ctx context.Context, e *Env, n int) (Row, error) {
 	col := newCollector(n)
 	sw, conn, err := startSwarm(ctx, swarmConfig{
 		Addr: relay.addr(), CADir: filepath.Join(cl.Dir(), "pki", "ca"), N: n, Prefix: fmt.Sprintf("storm%d", n),
-		Zone: benchZone, Subs: []string{nsName}, Parallel: 32,
+		Zone: benchZone, Subs: []string{nsName}, Parallel: 32, RedialTimeout: stormTimeout,
 	}, func(ev swarmEvent) {
 		if ev.NS == nsName && !ev.Refused {
 			col.record(ev.I, ev.Version, ev.T)
@@ -123,10 +130,13 @@ func stormLehr(ctx context.Context, e *Env, n int) (Row, error) {
 		return row, err
 	}
 	converged := false
-	deadline := time.Now().Add(5 * time.Minute)
-	for time.Now().Before(deadline) {
-		agents, counts := dist.Convergence()
-		at := 0
+	agents, at := 0, 0
+	deadline := start.Add(stormTimeout)
+	nextLog := time.Now().Add(10 * time.Second)
+	for {
+		var counts []fanout.VersionCount
+		agents, counts = dist.Convergence()
+		at = 0
 		for _, c := range counts {
 			if c.Namespace == nsName && c.Version == v.GetSeq() {
 				at = c.Agents
@@ -135,6 +145,13 @@ func stormLehr(ctx context.Context, e *Env, n int) (Row, error) {
 		if agents == n && at == n {
 			converged = true
 			break
+		}
+		if time.Now().After(deadline) {
+			break
+		}
+		if time.Now().After(nextLog) {
+			e.Log.Info("storm: waiting for convergence", "n", n, "connected", agents, "at_goal", at, "elapsed", time.Since(start))
+			nextLog = time.Now().Add(10 * time.Second)
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
@@ -147,7 +164,8 @@ func stormLehr(ctx context.Context, e *Env, n int) (Row, error) {
 	}
 	st := dist.Stats()
 	if !converged {
-		return row, fmt.Errorf("not converged after %v: %d redial failures (%s)", conv, redial.Failed, redial.Err)
+		return row, fmt.Errorf("not converged after %v: %d agents not welcomed again, %d failed attempts (first: %s), %d connections lost after their Welcome; the distributor counts %d of %d agents connected, %d at the goal; the swarm has %d connections up, ended ones by reason: %v",
+			conv, redial.Failed, after.Retries, redial.Err, after.Lost, agents, n, at, after.Alive, after.Ended)
 	}
 	row.Add("converge", ms(conv), "ms")
 	row.Add("redial", float64(redial.ElapsedNS)/1e6, "ms")
@@ -155,6 +173,9 @@ func stormLehr(ctx context.Context, e *Env, n int) (Row, error) {
 	row.Add("updates recv", float64(after.Stats.Updates), "")
 	row.Add("wire/sub", float64(d1-d0+u1-u0)/float64(n), "B")
 	row.Add("failed", float64(redial.Failed), "")
+	row.Add("retries", float64(after.Retries), "")
+	row.Add("refused", float64(st.RefusedHandshakes), "")
+	row.Add("lost", float64(after.Lost), "")
 	return row, nil
 }
 

@@ -18,11 +18,14 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math/rand/v2"
 	"os"
 	"os/exec"
 	"sync"
+	"sync/atomic"
 	"time"
 
+	"lehr.dev/lehr/agent/upstream"
 	"lehr.dev/lehr/distributor/simagent"
 	"lehr.dev/lehr/internal/certs"
 )
@@ -42,6 +45,9 @@ type swarmConfig struct {
 	Subs   []string `json:"subs"`
 	// Parallel bounds concurrent dials at start; redial is all at once.
 	Parallel int `json:"parallel"`
+	// RedialTimeout bounds the wait for every agent to be connected again
+	// after "redial"; default 5 minutes.
+	RedialTimeout time.Duration `json:"redial_timeout,omitempty"`
 }
 
 // swarmEvent is one line the child writes.
@@ -52,6 +58,11 @@ type swarmEvent struct {
 	Failed    int    `json:"failed,omitempty"`
 	Err       string `json:"err,omitempty"`
 	ElapsedNS int64  `json:"elapsed_ns,omitempty"`
+	// redialed, stats: failed connection attempts since "redial" (each
+	// followed by a backoff), and connections lost after their Welcome
+	// (each redialed).
+	Retries int `json:"retries,omitempty"`
+	Lost    int `json:"lost,omitempty"`
 	// applied:
 	I        int    `json:"i,omitempty"`
 	NS       string `json:"ns,omitempty"`
@@ -63,6 +74,9 @@ type swarmEvent struct {
 	// stats (sums over agents of simagent.Stats, current connections only):
 	Stats *simagent.Stats `json:"stats,omitempty"`
 	Alive int             `json:"alive,omitempty"`
+	// Ended counts the agents whose connection has ended, by the error
+	// it ended with.
+	Ended map[string]int `json:"ended,omitempty"`
 }
 
 // SwarmMain runs the swarm child on stdin and stdout and exits the
@@ -84,6 +98,14 @@ type swarmChild struct {
 	out  chan swarmEvent
 	ctx  context.Context
 	stop context.CancelFunc
+
+	// keepCtx ends the redial loops (see keep); it is cancelled before the
+	// agents are closed, so that closing them is not mistaken for a lost
+	// connection.
+	keepCtx  context.Context
+	stopKeep context.CancelFunc
+	retries  atomic.Int64
+	lost     atomic.Int64
 
 	mu     sync.Mutex
 	agents []*simagent.Agent
@@ -107,8 +129,10 @@ func runSwarm(in io.Reader, out io.Writer) error {
 	}
 	ctx, stop := context.WithCancel(context.Background())
 	defer stop()
+	keepCtx, stopKeep := context.WithCancel(ctx)
+	defer stopKeep()
 	s := &swarmChild{
-		cfg: cfg, ca: ca, ctx: ctx, stop: stop,
+		cfg: cfg, ca: ca, ctx: ctx, stop: stop, keepCtx: keepCtx, stopKeep: stopKeep,
 		log:    slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError})),
 		out:    make(chan swarmEvent, 4096),
 		agents: make([]*simagent.Agent, cfg.N),
@@ -152,7 +176,7 @@ func runSwarm(in io.Reader, out io.Writer) error {
 		}
 		switch cmd := line[:len(line)-1]; cmd {
 		case "redial":
-			s.dialAll(cfg.N, true, "redialed")
+			s.redialAll()
 		case "stats":
 			s.out <- s.stats()
 		case "quit":
@@ -168,7 +192,8 @@ func runSwarm(in io.Reader, out io.Writer) error {
 
 // dialAll connects every agent, parallel at a time; with cached, each
 // announces what its previous connection held (an intact cache). Each
-// agent is tried up to 3 times.
+// agent is tried up to 3 times. An agent connected this way is not
+// redialed when its connection ends (see redialAll for that).
 func (s *swarmChild) dialAll(parallel int, cached bool, ev string) {
 	start := time.Now()
 	sem := make(chan struct{}, parallel)
@@ -204,8 +229,7 @@ func (s *swarmChild) dialAll(parallel int, cached bool, ev string) {
 					s.agents[i] = a
 					s.gen[i]++
 					s.mu.Unlock()
-					s.wg.Add(1)
-					go s.follow(i, a)
+					s.wg.Go(func() { s.follow(i, a) })
 					return
 				}
 			}
@@ -221,9 +245,152 @@ func (s *swarmChild) dialAll(parallel int, cached bool, ev string) {
 	s.out <- swarmEvent{Ev: ev, Connected: s.cfg.N - failed, Failed: failed, Err: firstErr, ElapsedNS: time.Since(start).Nanoseconds()}
 }
 
-// follow reports every update agent i applies until its connection ends.
+// Reconnection of the swarm's agents after "redial" mirrors the real
+// agent's (agent/upstream): each connection attempt, Dial through Welcome,
+// is bounded by the handshake timeout; a failed attempt is followed by a
+// wait drawn uniformly from [0, min(max, min·2^attempt)] ("full jitter");
+// a connection lost after its Welcome is redialed after at most the
+// minimum backoff, announcing what the lost connection held.
+const (
+	swarmBackoffMin       = upstream.DefaultBackoffMin
+	swarmBackoffMax       = upstream.DefaultBackoffMax
+	swarmHandshakeTimeout = upstream.DefaultHandshakeTimeout
+)
+
+// redialAll kills every agent's connection and has each redial at once,
+// announcing what it held, and keep redialing like a real agent until
+// the swarm quits (see keep). It reports "redialed" once every agent has
+// been welcomed again, or after cfg.RedialTimeout with the agents that
+// have not counted as failed.
+func (s *swarmChild) redialAll() {
+	start := time.Now()
+	s.retries.Store(0)
+	s.lost.Store(0)
+	var connected atomic.Int64
+	all := make(chan struct{})
+	var errMu sync.Mutex
+	firstErr := ""
+	for i := range s.cfg.N {
+		s.wg.Go(func() {
+			s.keep(i, func() {
+				if connected.Add(1) == int64(s.cfg.N) {
+					close(all)
+				}
+			}, func(err error) {
+				errMu.Lock()
+				if firstErr == "" {
+					firstErr = err.Error()
+				}
+				errMu.Unlock()
+			})
+		})
+	}
+	timeout := s.cfg.RedialTimeout
+	if timeout <= 0 {
+		timeout = 5 * time.Minute
+	}
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	select {
+	case <-all:
+	case <-t.C:
+	case <-s.keepCtx.Done():
+	}
+	n := int(connected.Load())
+	errMu.Lock()
+	defer errMu.Unlock()
+	s.out <- swarmEvent{Ev: "redialed", Connected: n, Failed: s.cfg.N - n, Err: firstErr, ElapsedNS: time.Since(start).Nanoseconds(),
+		Retries: int(s.retries.Load()), Lost: int(s.lost.Load())}
+}
+
+// keep runs agent i until the swarm quits: it kills the agent's current
+// connection, then dials, announcing what that connection held, and
+// redials with backoff whenever an attempt fails or the connection ends.
+// welcomed is called after the first successful dial, failed after every
+// failed attempt.
+func (s *swarmChild) keep(i int, welcomed func(), failed func(error)) {
+	s.mu.Lock()
+	prev := s.agents[i]
+	s.mu.Unlock()
+	var held []simagent.Cached
+	if prev != nil {
+		held = prev.Cached()
+		prev.Kill()
+	}
+	first := true
+	attempt := 0
+	for s.keepCtx.Err() == nil {
+		ctx, cancel := context.WithTimeout(s.keepCtx, swarmHandshakeTimeout)
+		a, err := simagent.Dial(ctx, simagent.Options{
+			Addr: s.cfg.Addr, TLS: s.tls[i], HostID: fmt.Sprintf("%s-%d", s.cfg.Prefix, i), Zone: s.cfg.Zone,
+			Subscriptions: s.cfg.Subs, Cached: held, Logger: s.log,
+		})
+		cancel()
+		if err != nil {
+			if s.keepCtx.Err() != nil {
+				return
+			}
+			s.retries.Add(1)
+			failed(err)
+			if !sleepCtx(s.keepCtx, swarmBackoff(attempt)) {
+				return
+			}
+			attempt = min(attempt+1, 30)
+			continue
+		}
+		s.mu.Lock()
+		s.agents[i] = a
+		s.gen[i]++
+		s.mu.Unlock()
+		if s.keepCtx.Err() != nil {
+			// closeAll may have missed it.
+			a.Close()
+			return
+		}
+		if first {
+			first = false
+			welcomed()
+		}
+		attempt = 0
+		s.follow(i, a)
+		if s.keepCtx.Err() != nil {
+			return
+		}
+		s.lost.Add(1)
+		held = a.Cached()
+		if !sleepCtx(s.keepCtx, swarmBackoff(0)) {
+			return
+		}
+	}
+}
+
+// swarmBackoff returns a wait drawn uniformly from
+// [0, min(swarmBackoffMax, swarmBackoffMin·2^attempt)].
+func swarmBackoff(attempt int) time.Duration {
+	ceil := swarmBackoffMin
+	for range attempt {
+		if ceil >= swarmBackoffMax {
+			break
+		}
+		ceil *= 2
+	}
+	return rand.N(min(ceil, swarmBackoffMax) + 1)
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+// follow reports every update agent i applies until its connection ends
+// or the swarm stops.
 func (s *swarmChild) follow(i int, a *simagent.Agent) {
-	defer s.wg.Done()
 	seen := 0
 	for {
 		var recs []simagent.Applied
@@ -258,12 +425,21 @@ func (s *swarmChild) stats() swarmEvent {
 	s.mu.Unlock()
 	var sum simagent.Stats
 	alive := 0
+	var ended map[string]int
 	for _, a := range agents {
 		if a == nil {
 			continue
 		}
 		select {
 		case <-a.Done():
+			if ended == nil {
+				ended = map[string]int{}
+			}
+			reason := "<nil>"
+			if err := a.Err(); err != nil {
+				reason = err.Error()
+			}
+			ended[reason]++
 		default:
 			alive++
 		}
@@ -276,10 +452,11 @@ func (s *swarmChild) stats() swarmEvent {
 		sum.PatchBytes += st.PatchBytes
 		sum.Unavailable += st.Unavailable
 	}
-	return swarmEvent{Ev: "stats", Stats: &sum, Alive: alive}
+	return swarmEvent{Ev: "stats", Stats: &sum, Alive: alive, Ended: ended, Retries: int(s.retries.Load()), Lost: int(s.lost.Load())}
 }
 
 func (s *swarmChild) closeAll() {
+	s.stopKeep()
 	s.mu.Lock()
 	agents := append([]*simagent.Agent(nil), s.agents...)
 	s.mu.Unlock()
