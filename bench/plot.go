@@ -45,7 +45,7 @@ var seriesColors = [...]string{"#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69
 
 // Plot geometry, in SVG user units.
 const (
-	plotW, plotH                = 720, 440
+	plotW, plotH                = 880, 440
 	padL, padR, padTop, padBot  = 64, 24, 40, 108
 	legendRowH, legendSwatchLen = 16, 24
 	minPlotMs                   = 1e-3 // floor of the x axis: 1 µs
@@ -77,8 +77,11 @@ func WriteSVG(w io.Writer, p CDFPlot) error {
 	py := func(f float64) float64 { return padTop + ih*(1-f) }
 
 	fmt.Fprintf(&b, `<?xml version="1.0" encoding="UTF-8"?>`+"\n")
-	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" font-family="sans-serif" font-size="11">`+"\n", plotW, plotH, plotW, plotH)
-	fmt.Fprintf(&b, `<rect width="%d" height="%d" fill="white"/>`+"\n", plotW, plotH)
+	// The legend takes one row per series; rows beyond the third grow the
+	// image.
+	height := plotH + max(0, len(p.Series)-3)*legendRowH
+	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" font-family="sans-serif" font-size="11">`+"\n", plotW, height, plotW, height)
+	fmt.Fprintf(&b, `<rect width="%d" height="%d" fill="white"/>`+"\n", plotW, height)
 	fmt.Fprintf(&b, `<text x="%d" y="22" font-size="13" font-weight="bold">%s</text>`+"\n", padL, xmlText(p.Title))
 
 	// Grid and axes: decades with 2 and 5 between them on x; tenths and the
@@ -146,8 +149,9 @@ func WriteSVG(w io.Writer, p CDFPlot) error {
 	// Legend below the x axis: label, sample count, p50 and p99.
 	b.WriteString(`<g class="legend">` + "\n")
 	for i, s := range p.Series {
-		y := float64(plotH-padBot+48) + float64(i/2)*legendRowH
-		x := float64(padL) + float64(i%2)*iw/2
+		// One entry per row: the entries are long and must not overlap.
+		y := float64(plotH-padBot+48) + float64(i)*legendRowH
+		x := float64(padL)
 		color := seriesColors[i%len(seriesColors)]
 		fmt.Fprintf(&b, `<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="%s" stroke-width="3"/>`, x, y-4, x+legendSwatchLen, y-4, color)
 		text := s.Label + " (no samples)"
