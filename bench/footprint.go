@@ -101,7 +101,7 @@ func runFootprint(ctx context.Context, e *Env) (*Result, error) {
 			"RSS is VmRSS of /proc/<pid>/status; Go heap is the live heap after the agent's last GC as GODEBUG=gctrace=1 prints it (1 MB resolution). "+
 			"Load: one producer patching one key of the namespaces round-robin, back to back, for %v; RSS sampled every 20 ms. Cold start: SIGTERM, then a new process on the same data directory, timed until its local API returns the cached version of every namespace (Get).",
 			p.namespaces, p.load),
-		Notes: []string{"the agent's /metrics has no Go runtime metrics (go_memstats_*), so the heap comes from gctrace; exposing metrics.WriteProcessMetrics there would give an exact figure."},
+		Notes: []string{"the Go heap comes from gctrace (1 MB resolution); the agent's /metrics also serves go_memstats_* (metrics.WriteProcessMetrics) when --metrics-listen is set, which a later harness version could read instead."},
 	}
 	bin := e.AgentBinary
 	if bin == "" {
