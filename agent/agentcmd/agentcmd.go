@@ -12,7 +12,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"os"
 	"os/signal"
@@ -85,22 +84,10 @@ func Main(ctx context.Context, args []string, stderr io.Writer) int {
 	}
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	done := make(chan error, 1)
-	go func() { done <- a.Run(ctx) }()
-	select {
-	case <-a.Ready():
-		notify(log, sdnotify.Ready+"\nSTATUS=serving from cache")
-	case err := <-done:
-		return exitErr(stderr, err)
-	}
-	// Tell systemd as soon as shutdown begins, not once it is over.
-	select {
-	case <-ctx.Done():
-		notify(log, sdnotify.Stopping)
-		err = <-done
-	case err = <-done:
-		notify(log, sdnotify.Stopping)
-	}
+	err = sdnotify.Serve(ctx, a, sdnotify.ServeOptions{
+		Status: func() string { return "serving from cache" },
+		Logger: log,
+	})
 	return exitErr(stderr, err)
 }
 
@@ -186,11 +173,4 @@ func parse(args []string, out io.Writer) (agent.Options, *logflags.Flags, error)
 	}
 	opts.DurableWrites = durable
 	return opts, lo, nil
-}
-
-// notify tells systemd about state when the agent runs under Type=notify.
-func notify(log *slog.Logger, state string) {
-	if _, err := sdnotify.Notify(state); err != nil {
-		log.Warn("systemd notification failed", "err", err)
-	}
 }

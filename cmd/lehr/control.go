@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"strings"
 	"time"
 
@@ -88,43 +89,30 @@ Stop it with Ctrl-C or SIGTERM: in-flight calls finish, then it exits.`,
 // it serves. Under systemd (Type=notify) it sends READY=1 once serving and
 // STOPPING=1 as shutdown begins. It returns the exit code.
 func serveControl(ctx context.Context, e *env, c *control.Control, onReady func(addr string)) int {
-	runErr := make(chan error, 1)
-	go func() { runErr <- c.Run(ctx) }()
-	var err error
-	select {
-	case <-c.Ready():
-		addr := c.Addr().String()
-		notify(e, "lehr control", sdnotify.Ready+"\nSTATUS=serving on "+addr)
-		onReady(addr)
-		if e.ready != nil {
-			e.ready(addr)
-		}
-		select {
-		case <-ctx.Done():
-			notify(e, "lehr control", sdnotify.Stopping)
-			err = <-runErr
-		case err = <-runErr:
-			notify(e, "lehr control", sdnotify.Stopping)
-		}
-	case err = <-runErr:
-	}
+	err := sdnotify.Serve(ctx, c, sdnotify.ServeOptions{
+		Status: func() string { return "serving on " + c.Addr().String() },
+		OnReady: func() {
+			addr := c.Addr().String()
+			onReady(addr)
+			if e.ready != nil {
+				e.ready(addr)
+			}
+		},
+		Send: func(state string) error {
+			// The socket comes from the command's environment (tests
+			// inject it); no socket means not under systemd.
+			if path := e.env(sdnotify.EnvSocket); path != "" {
+				return sdnotify.Send(path, state)
+			}
+			return nil
+		},
+		Logger: slog.New(slog.NewTextHandler(e.stderr, nil)),
+	})
 	if err != nil {
 		fmt.Fprintf(e.stderr, "lehr control: %v\n", err)
 		return exitError
 	}
 	return exitOK
-}
-
-// notify tells systemd about state when running under Type=notify, that is
-// when $NOTIFY_SOCKET is set.
-func notify(e *env, cmd, state string) {
-	path := e.env(sdnotify.EnvSocket)
-	if path == "" {
-		return
-	}
-	if err := sdnotify.Send(path, state); err != nil {
-		fmt.Fprintf(e.stderr, "%s: %v\n", cmd, err)
-	}
 }
 
 // addLogFlags defines --log-level and --log-format on fs.

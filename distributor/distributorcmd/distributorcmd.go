@@ -12,7 +12,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"os"
 	"os/signal"
@@ -89,22 +88,10 @@ func Main(ctx context.Context, args []string, stderr io.Writer) int {
 	}
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	done := make(chan error, 1)
-	go func() { done <- d.Run(ctx) }()
-	select {
-	case <-d.Ready():
-		status := fmt.Sprintf("serving zone %s on %s", opts.Zone, d.Addr())
-		notify(log, sdnotify.Ready+"\nSTATUS="+status)
-	case err := <-done:
-		return exitErr(stderr, err)
-	}
-	select {
-	case <-ctx.Done():
-		notify(log, sdnotify.Stopping)
-		err = <-done
-	case err = <-done:
-		notify(log, sdnotify.Stopping)
-	}
+	err = sdnotify.Serve(ctx, d, sdnotify.ServeOptions{
+		Status: func() string { return fmt.Sprintf("serving zone %s on %s", opts.Zone, d.Addr()) },
+		Logger: log,
+	})
 	return exitErr(stderr, err)
 }
 
@@ -114,13 +101,6 @@ func exitErr(stderr io.Writer, err error) int {
 		return 1
 	}
 	return 0
-}
-
-// notify tells systemd about state when running under Type=notify.
-func notify(log *slog.Logger, state string) {
-	if _, err := sdnotify.Notify(state); err != nil {
-		log.Warn("systemd notification failed", "err", err)
-	}
 }
 
 // parse turns the command line into distributor options. It loads the
