@@ -8,6 +8,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -75,9 +76,14 @@ func (c *fakeClock) Advance(d time.Duration) {
 	c.now = c.now.Add(d)
 }
 
-// testPrefix is a key prefix unique to t.
+// prefixRuns numbers the prefixes handed out, so a test run again in the
+// same process (go test -count=N) starts from empty keys too.
+var prefixRuns atomic.Int64
+
+// testPrefix is a key prefix unique to this run of t.
 func testPrefix(t *testing.T) string {
-	return "/test/" + strings.NewReplacer("/", "_", " ", "_").Replace(t.Name()) + "/"
+	name := strings.NewReplacer("/", "_", " ", "_").Replace(t.Name())
+	return fmt.Sprintf("/test/%s/%d/", name, prefixRuns.Add(1))
 }
 
 // newTestStore returns a Store on the shared etcd under a prefix of its own.
