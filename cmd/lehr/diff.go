@@ -59,24 +59,5 @@ old and new values. A may be newer than B (the diff then shows how to go back).`
 
 // diffProto converts a diff back to its wire form for -o json.
 func diffProto(d *producer.Diff) *lehrpb.DiffResponse {
-	out := &lehrpb.DiffResponse{From: d.From, To: d.To}
-	for _, c := range d.Changes {
-		pc := &lehrpb.PropertyChange{Key: c.Key}
-		switch {
-		case c.Old == nil:
-			pc.Kind = lehrpb.PropertyChange_KIND_ADDED
-		case c.New == nil:
-			pc.Kind = lehrpb.PropertyChange_KIND_REMOVED
-		default:
-			pc.Kind = lehrpb.PropertyChange_KIND_MODIFIED
-		}
-		if c.Old != nil {
-			pc.Old = content.ToProto([]producer.Property{*c.Old})[0]
-		}
-		if c.New != nil {
-			pc.New = content.ToProto([]producer.Property{*c.New})[0]
-		}
-		out.Changes = append(out.Changes, pc)
-	}
-	return out
+	return &lehrpb.DiffResponse{From: d.From, To: d.To, Changes: content.ChangesToProto(d.Changes)}
 }

@@ -118,26 +118,7 @@ func (s *Service) Diff(ctx context.Context, req *lehrpb.DiffRequest) (_ *lehrpb.
 	if err != nil {
 		return nil, err
 	}
-	var changes []*lehrpb.PropertyChange
-	for _, c := range content.Changes(from, to) {
-		pc := &lehrpb.PropertyChange{Key: c.Key}
-		switch {
-		case c.Old == nil:
-			pc.Kind = lehrpb.PropertyChange_KIND_ADDED
-		case c.New == nil:
-			pc.Kind = lehrpb.PropertyChange_KIND_REMOVED
-		default:
-			pc.Kind = lehrpb.PropertyChange_KIND_MODIFIED
-		}
-		if c.Old != nil {
-			pc.Old = content.ToProto([]content.Property{*c.Old})[0]
-		}
-		if c.New != nil {
-			pc.New = content.ToProto([]content.Property{*c.New})[0]
-		}
-		changes = append(changes, pc)
-	}
-	return &lehrpb.DiffResponse{From: fromInfo, To: toInfo, Changes: changes}, nil
+	return &lehrpb.DiffResponse{From: fromInfo, To: toInfo, Changes: content.ChangesToProto(content.Changes(from, to))}, nil
 }
 
 // History lists versions newest first. The page token encodes the sequence

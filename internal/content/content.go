@@ -252,3 +252,27 @@ func ToProto(ps []Property) []*lehrpb.Property {
 	}
 	return out
 }
+
+// ChangesToProto converts changes to their wire form, in the same order.
+func ChangesToProto(changes []Change) []*lehrpb.PropertyChange {
+	out := make([]*lehrpb.PropertyChange, 0, len(changes))
+	for _, c := range changes {
+		pc := &lehrpb.PropertyChange{Key: c.Key}
+		switch {
+		case c.Old == nil:
+			pc.Kind = lehrpb.PropertyChange_KIND_ADDED
+		case c.New == nil:
+			pc.Kind = lehrpb.PropertyChange_KIND_REMOVED
+		default:
+			pc.Kind = lehrpb.PropertyChange_KIND_MODIFIED
+		}
+		if c.Old != nil {
+			pc.Old = ToProto([]Property{*c.Old})[0]
+		}
+		if c.New != nil {
+			pc.New = ToProto([]Property{*c.New})[0]
+		}
+		out = append(out, pc)
+	}
+	return out
+}

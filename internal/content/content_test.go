@@ -119,3 +119,27 @@ func TestChanges(t *testing.T) {
 		t.Errorf("Changes (-want +got):\n%s", diff)
 	}
 }
+
+func TestChangesToProto(t *testing.T) {
+	from := mustNew(t, p("a", "1"), p("b", "2"))
+	to := mustNew(t, p("b", "3"), p("c", "4"))
+	got := ChangesToProto(Changes(from, to))
+	type row struct {
+		Key, Kind, Old, New string
+	}
+	var rows []row
+	for _, pc := range got {
+		rows = append(rows, row{pc.GetKey(), pc.GetKind().String(), string(pc.GetOld().GetValue()), string(pc.GetNew().GetValue())})
+	}
+	want := []row{
+		{"a", "KIND_REMOVED", "1", ""},
+		{"b", "KIND_MODIFIED", "2", "3"},
+		{"c", "KIND_ADDED", "", "4"},
+	}
+	if diff := cmp.Diff(want, rows); diff != "" {
+		t.Errorf("ChangesToProto (-want +got):\n%s", diff)
+	}
+	if got[0].GetNew() != nil || got[2].GetOld() != nil {
+		t.Errorf("absent sides must be nil: %v", got)
+	}
+}
