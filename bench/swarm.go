@@ -18,7 +18,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"math/rand/v2"
 	"os"
 	"os/exec"
 	"sync"
@@ -27,6 +26,7 @@ import (
 
 	"lehr.dev/lehr/agent/upstream"
 	"lehr.dev/lehr/distributor/simagent"
+	"lehr.dev/lehr/internal/backoff"
 	"lehr.dev/lehr/internal/certs"
 )
 
@@ -332,7 +332,7 @@ func (s *swarmChild) keep(i int, welcomed func(), failed func(error)) {
 			}
 			s.retries.Add(1)
 			failed(err)
-			if !sleepCtx(s.keepCtx, swarmBackoff(attempt)) {
+			if !backoff.Sleep(s.keepCtx, swarmBackoff(attempt)) {
 				return
 			}
 			attempt = min(attempt+1, 30)
@@ -358,34 +358,17 @@ func (s *swarmChild) keep(i int, welcomed func(), failed func(error)) {
 		}
 		s.lost.Add(1)
 		held = a.Cached()
-		if !sleepCtx(s.keepCtx, swarmBackoff(0)) {
+		if !backoff.Sleep(s.keepCtx, swarmBackoff(0)) {
 			return
 		}
 	}
 }
 
 // swarmBackoff returns a wait drawn uniformly from
-// [0, min(swarmBackoffMax, swarmBackoffMin·2^attempt)].
+// [0, min(swarmBackoffMax, swarmBackoffMin·2^attempt)], as agent/upstream
+// does.
 func swarmBackoff(attempt int) time.Duration {
-	ceil := swarmBackoffMin
-	for range attempt {
-		if ceil >= swarmBackoffMax {
-			break
-		}
-		ceil *= 2
-	}
-	return rand.N(min(ceil, swarmBackoffMax) + 1)
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
+	return backoff.Policy{Min: swarmBackoffMin, Max: swarmBackoffMax}.Full(attempt)
 }
 
 // follow reports every update agent i applies until its connection ends

@@ -24,7 +24,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -33,6 +32,7 @@ import (
 	"github.com/VictoriaMetrics/metrics"
 	"github.com/quic-go/quic-go"
 
+	"lehr.dev/lehr/internal/backoff"
 	"lehr.dev/lehr/internal/wire"
 	"lehr.dev/lehr/proto/lehrpb"
 )
@@ -358,7 +358,7 @@ func (c *Client) Run(ctx context.Context) error {
 		} else {
 			c.log.Info("cannot reach distributor", "distributor", addr, "err", err)
 		}
-		if !sleepCtx(ctx, c.backoff(attempt)) {
+		if !backoff.Sleep(ctx, c.backoff(attempt)) {
 			return nil
 		}
 		// A full round of failures backs off further; the first try after
@@ -370,25 +370,10 @@ func (c *Client) Run(ctx context.Context) error {
 	return nil
 }
 
-// backoff returns a random wait in [0, min(max, min·2^attempt)].
+// backoff returns a random wait in [0, min(max, min·2^attempt)] (full
+// jitter: a zone's agents reconnecting together spread out).
 func (c *Client) backoff(attempt int) time.Duration {
-	ceil := c.opts.BackoffMin
-	for i := 0; i < attempt && ceil < c.opts.BackoffMax; i++ {
-		ceil *= 2
-	}
-	ceil = min(ceil, c.opts.BackoffMax)
-	return rand.N(ceil + 1)
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
+	return backoff.Policy{Min: c.opts.BackoffMin, Max: c.opts.BackoffMax}.Full(attempt)
 }
 
 func cachedNS(ns string, v uint64, sum string) *lehrpb.CachedNamespace {

@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"net"
 	"strings"
 	"sync"
@@ -20,6 +19,7 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	"lehr.dev/lehr/internal/apierror"
+	"lehr.dev/lehr/internal/backoff"
 	"lehr.dev/lehr/proto/lehrpb"
 )
 
@@ -96,13 +96,7 @@ func (p RetryPolicy) withDefaults() RetryPolicy {
 
 // backoff returns the jittered wait before retry number n (0 for the first).
 func (p RetryPolicy) backoff(n int) time.Duration {
-	d := p.InitialBackoff
-	for i := 0; i < n && d < p.MaxBackoff; i++ {
-		d *= 2
-	}
-	d = min(d, p.MaxBackoff)
-	half := d / 2
-	return half + rand.N(d-half+1)
+	return backoff.Policy{Min: p.InitialBackoff, Max: p.MaxBackoff}.Equal(n)
 }
 
 // Client is a connection to the control plane. It is safe for concurrent use.

@@ -14,7 +14,6 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
-	"math/rand/v2"
 	"slices"
 	"sync"
 	"time"
@@ -23,6 +22,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"lehr.dev/lehr/internal/backoff"
 	"lehr.dev/lehr/internal/names"
 	"lehr.dev/lehr/proto/lehrpb"
 )
@@ -155,7 +155,8 @@ func (w *Watcher) Connected() bool {
 // control rejects as invalid (codes.InvalidArgument), which retrying cannot
 // fix.
 func (w *Watcher) Run(ctx context.Context) error {
-	delay := w.opts.MinBackoff
+	pace := backoff.Policy{Min: w.opts.MinBackoff, Max: w.opts.MaxBackoff}
+	attempt := 0 // failures since the stream last delivered
 	first := true
 	for {
 		if !first && w.opts.OnReconnect != nil {
@@ -174,24 +175,20 @@ func (w *Watcher) Run(ctx context.Context) error {
 			w.revision = 0
 			w.stats.Restarts++
 			w.mu.Unlock()
-			delay = w.opts.MinBackoff
+			attempt = 0
 			continue // at once: control is up
 		case codes.InvalidArgument:
 			return fmt.Errorf("goalwatch: watch zone %s: %w", w.opts.Zone, err)
 		}
 		if progressed {
-			delay = w.opts.MinBackoff
+			attempt = 0
 		}
-		wait := delay/2 + rand.N(delay/2+1)
+		wait := pace.Equal(attempt)
 		w.log.Info("goal watch interrupted; retrying", "err", err, "retry_in", wait)
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		if !backoff.Sleep(ctx, wait) {
 			return nil
-		case <-t.C:
 		}
-		delay = min(delay*2, w.opts.MaxBackoff)
+		attempt++
 	}
 }
 
