@@ -40,12 +40,11 @@ old and new values. A may be newer than B (the diff then shows how to go back).`
 	if err != nil {
 		return usageError(e, fs, "%v", err)
 	}
-	c, ctx, cancel, err := cf.connect(ctx)
+	c, ctx, done, err := cf.connect(ctx)
 	if err != nil {
 		return reportError(e, fs.Name(), err, cf.errCtx(ns))
 	}
-	defer c.Close()
-	defer cancel()
+	defer done()
 	d, err := c.Diff(ctx, ns, a, b)
 	if err != nil {
 		return reportError(e, fs.Name(), err, cf.errCtx(ns))

@@ -87,12 +87,11 @@ authentication lands.`,
 	if len(pubs) > 0 || len(readers) > 0 {
 		d.Acl = &lehrpb.Acl{Publishers: pubs, Readers: readers}
 	}
-	c, ctx, cancel, err := cf.connect(ctx)
+	c, ctx, done, err := cf.connect(ctx)
 	if err != nil {
 		return reportError(e, fs.Name(), err, cf.errCtx(""))
 	}
-	defer c.Close()
-	defer cancel()
+	defer done()
 	out, err := c.CreateDomain(ctx, &d)
 	if err != nil {
 		return reportError(e, fs.Name(), err, cf.errCtx(""))
@@ -123,12 +122,11 @@ func runDomainGet(ctx context.Context, e *env, args []string) int {
 	if msg := cf.check(); msg != "" {
 		return usageError(e, fs, "%s", msg)
 	}
-	c, ctx, cancel, err := cf.connect(ctx)
+	c, ctx, done, err := cf.connect(ctx)
 	if err != nil {
 		return reportError(e, fs.Name(), err, cf.errCtx(""))
 	}
-	defer c.Close()
-	defer cancel()
+	defer done()
 	out, err := c.GetDomain(ctx, pos[0])
 	if err != nil {
 		return reportError(e, fs.Name(), err, cf.errCtx(""))
@@ -158,12 +156,11 @@ func runDomainList(ctx context.Context, e *env, args []string) int {
 	if msg := cf.check(); msg != "" {
 		return usageError(e, fs, "%s", msg)
 	}
-	c, ctx, cancel, err := cf.connect(ctx)
+	c, ctx, done, err := cf.connect(ctx)
 	if err != nil {
 		return reportError(e, fs.Name(), err, cf.errCtx(""))
 	}
-	defer c.Close()
-	defer cancel()
+	defer done()
 	out, err := c.ListDomains(ctx)
 	if err != nil {
 		return reportError(e, fs.Name(), err, cf.errCtx(""))

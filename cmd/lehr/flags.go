@@ -232,15 +232,15 @@ func (cf *clientFlags) dial() (*producer.Client, error) {
 	})
 }
 
-// connect dials control and bounds ctx by --timeout. The caller closes the
-// client and calls cancel.
-func (cf *clientFlags) connect(ctx context.Context) (*producer.Client, context.Context, context.CancelFunc, error) {
-	c, err := cf.dial()
+// connect dials control and bounds ctx by --timeout. The caller defers done,
+// which cancels the context and closes the client.
+func (cf *clientFlags) connect(ctx context.Context) (c *producer.Client, callCtx context.Context, done func(), err error) {
+	c, err = cf.dial()
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	ctx, cancel := context.WithTimeout(ctx, cf.timeout)
-	return c, ctx, cancel, nil
+	callCtx, cancel := context.WithTimeout(ctx, cf.timeout)
+	return c, callCtx, func() { cancel(); c.Close() }, nil
 }
 
 // errCtx returns the errorContext for a command on namespace ns.

@@ -51,12 +51,11 @@ With exactly one --key, --raw prints only that value's bytes, for scripts.`,
 	}
 	ec := cf.errCtx(ns)
 	ec.lists = map[string][]string{"keys": keys}
-	c, ctx, cancel, err := cf.connect(ctx)
+	c, ctx, done, err := cf.connect(ctx)
 	if err != nil {
 		return reportError(e, fs.Name(), err, ec)
 	}
-	defer c.Close()
-	defer cancel()
+	defer done()
 	v, err := c.Get(ctx, ns, opts...)
 	if err != nil {
 		return reportError(e, fs.Name(), err, ec)

@@ -36,12 +36,11 @@ retention policy; versions that are some zone's goal are always kept.`,
 		return usageError(e, fs, "--limit %d: want 0 (all) or more", *limit)
 	}
 	ns := pos[0]
-	c, ctx, cancel, err := cf.connect(ctx)
+	c, ctx, done, err := cf.connect(ctx)
 	if err != nil {
 		return reportError(e, fs.Name(), err, cf.errCtx(ns))
 	}
-	defer c.Close()
-	defer cancel()
+	defer done()
 	var versions []*lehrpb.VersionInfo
 	for v, err := range c.History(ctx, ns) {
 		if err != nil {

@@ -63,12 +63,11 @@ Each flag may be repeated; each key may appear once.`,
 	ec.conflictHint = func(latest uint64) string {
 		return fmt.Sprintf("re-read with `lehr get %s` and retry with --base %d", ns, latest)
 	}
-	c, ctx, cancel, err := cf.connect(ctx)
+	c, ctx, done, err := cf.connect(ctx)
 	if err != nil {
 		return reportError(e, fs.Name(), err, ec)
 	}
-	defer c.Close()
-	defer cancel()
+	defer done()
 	v, err := c.Patch(ctx, ns, *base, p, opts...)
 	if err != nil {
 		return reportError(e, fs.Name(), err, ec)

@@ -72,12 +72,11 @@ people pushing at once cannot silently overwrite each other.`,
 	ec.conflictHint = func(latest uint64) string {
 		return fmt.Sprintf("re-read with `lehr get %s` and retry with --expect-version %d", ns, latest)
 	}
-	c, ctx, cancel, err := cf.connect(ctx)
+	c, ctx, done, err := cf.connect(ctx)
 	if err != nil {
 		return reportError(e, fs.Name(), err, ec)
 	}
-	defer c.Close()
-	defer cancel()
+	defer done()
 	v, err := c.Publish(ctx, ns, props, opts...)
 	if err != nil {
 		return reportError(e, fs.Name(), err, ec)

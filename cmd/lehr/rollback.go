@@ -50,12 +50,11 @@ history; see 'lehr history NS'.`,
 	ec.conflictHint = func(latest uint64) string {
 		return fmt.Sprintf("check `lehr history %s` and retry with --expect-version %d", ns, latest)
 	}
-	c, ctx, cancel, err := cf.connect(ctx)
+	c, ctx, done, err := cf.connect(ctx)
 	if err != nil {
 		return reportError(e, fs.Name(), err, ec)
 	}
-	defer c.Close()
-	defer cancel()
+	defer done()
 	v, err := c.Rollback(ctx, ns, *to, opts...)
 	if err != nil {
 		return reportError(e, fs.Name(), err, ec)

@@ -54,12 +54,11 @@ distributor that stops reporting drops out after its report expires.`,
 	default:
 		return usageError(e, fs, "unknown subcommand %q: want list, create or status", pos[0])
 	}
-	c, ctx, cancel, err := cf.connect(ctx)
+	c, ctx, done, err := cf.connect(ctx)
 	if err != nil {
 		return reportError(e, fs.Name(), err, cf.errCtx(""))
 	}
-	defer c.Close()
-	defer cancel()
+	defer done()
 	if pos[0] == "status" {
 		return zoneStatus(ctx, e, fs, cf, c, pos[1])
 	}
@@ -118,12 +117,11 @@ by itself if the connection to control drops. --timeout does not apply.`,
 	if *watch {
 		return watchGoals(ctx, e, fs, cf, pos[0], *ns)
 	}
-	c, ctx, cancel, err := cf.connect(ctx)
+	c, ctx, done, err := cf.connect(ctx)
 	if err != nil {
 		return reportError(e, fs.Name(), err, cf.errCtx(*ns))
 	}
-	defer c.Close()
-	defer cancel()
+	defer done()
 	g, err := c.GetGoals(ctx, pos[0], *ns)
 	if err != nil {
 		return reportError(e, fs.Name(), err, cf.errCtx(*ns))
