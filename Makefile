@@ -19,9 +19,12 @@ run: build
 test:
 	./scripts/test.sh
 
+# lint checks formatting, vet and that go.mod/go.sum are tidy (every direct
+# dependency listed as direct, nothing unused).
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
+	@$(GO) mod tidy -diff >/dev/null || { echo "go.mod/go.sum are not tidy: run 'go mod tidy' (diff: go mod tidy -diff)"; exit 1; }
 
 # proto regenerates proto/lehrpb from proto/lehr/v1/*.proto. protoc comes from
 # Debian's protobuf-compiler $(PROTOC_VERSION) (installed if missing); the Go
