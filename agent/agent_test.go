@@ -18,6 +18,8 @@ import (
 	"testing"
 	"time"
 
+	"lehr.dev/lehr/testenv/wait"
+
 	badger "github.com/dgraph-io/badger/v4"
 	"github.com/google/go-cmp/cmp"
 	"google.golang.org/grpc"
@@ -246,17 +248,6 @@ func ctx(t *testing.T) context.Context {
 	return c
 }
 
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 func propsOf(s content.Snapshot) map[string]string {
 	m := map[string]string{}
 	for _, p := range s.Props() {
@@ -479,8 +470,8 @@ func TestCorruptCacheIsRefetchedAndNeverReachesTheFile(t *testing.T) {
 
 	r = h.startAgent(dir, h.addrs())
 	subscribe(t, r, ns)
-	waitFor(t, "a fresh snapshot", func() bool { return h.snapshotBytes() > before })
-	waitFor(t, "the namespace re-cached", func() bool {
+	wait.For(t, "a fresh snapshot", func() bool { return h.snapshotBytes() > before })
+	wait.For(t, "the namespace re-cached", func() bool {
 		got, err := r.api.Get(ctx(t), &lehrpb.AgentGetRequest{Namespace: ns})
 		return err == nil && got.GetVersion().GetSeq() == v1.GetSeq()
 	})
@@ -666,11 +657,11 @@ func TestLeaseExpiryDropsFileAfterGrace(t *testing.T) {
 	waitFile(t, sub.GetPath(), v2.GetSeq(), map[string]string{"a": "2"}) // still subscribed in grace
 
 	clk.Advance(time.Minute)
-	waitFor(t, "file removed after grace", func() bool {
+	wait.For(t, "file removed after grace", func() bool {
 		_, err := os.Stat(sub.GetPath())
 		return errors.Is(err, fs.ErrNotExist)
 	})
-	waitFor(t, "upstream unsubscribed", func() bool {
+	wait.For(t, "upstream unsubscribed", func() bool {
 		st, err := r.api.Status(ctx(t), &lehrpb.StatusRequest{})
 		if err != nil {
 			return false
@@ -791,7 +782,7 @@ func TestMetricsEndpoint(t *testing.T) {
 	h := newHarness(t, 1)
 	r := h.startAgent(dataDir(t), h.addrs(), func(o *agent.Options) { o.MetricsListen = "127.0.0.1:0" })
 	var addr net.Addr
-	waitFor(t, "metrics listener", func() bool { addr = r.a.MetricsAddr(); return addr != nil })
+	wait.For(t, "metrics listener", func() bool { addr = r.a.MetricsAddr(); return addr != nil })
 	resp, err := http.Get("http://" + addr.String() + "/metrics")
 	if err != nil {
 		t.Fatalf("GET /metrics: %v", err)

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"lehr.dev/lehr/testenv/wait"
+
 	"github.com/google/go-cmp/cmp"
 	"google.golang.org/grpc/codes"
 
@@ -134,7 +136,7 @@ func publishRetrying(ctx context.Context, cl lehrpb.ControlClient, req *lehrpb.P
 func leader(t *testing.T, c *embedetcd.Cluster) int {
 	t.Helper()
 	var found int
-	waitFor(t, "an etcd leader", func() bool {
+	wait.For(t, "an etcd leader", func() bool {
 		for i, ep := range c.Endpoints() {
 			cli, err := embedetcd.NewClient(testCtx(t), []string{ep})
 			if err != nil {

@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"lehr.dev/lehr/testenv/wait"
+
 	"github.com/google/go-cmp/cmp"
 	"google.golang.org/grpc/codes"
 
@@ -29,7 +31,7 @@ func TestDaemonCompactsHistory(t *testing.T) {
 	for _, v := range []string{"1", "2", "3", "4", "5"} {
 		publish(t, cl, "c/app", prop("k", "", v))
 	}
-	waitCond(t, "the compactor to keep only versions 5 and 4", func() bool {
+	wait.For(t, "the compactor to keep only versions 5 and 4", func() bool {
 		return cmp.Equal(seqs(history(t, cl, "c/app", 0)), []uint64{5, 4})
 	})
 	ns, err := cl.GetNamespace(testCtx(t), &lehrpb.GetNamespaceRequest{Name: "c/app"})

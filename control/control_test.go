@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"lehr.dev/lehr/testenv/wait"
+
 	"github.com/google/go-cmp/cmp"
 	"google.golang.org/grpc/codes"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
@@ -492,12 +494,12 @@ func TestHealthAndMetrics(t *testing.T) {
 	}
 
 	hc := healthpb.NewHealthClient(srv.Conn)
-	waitFor(t, "gRPC health SERVING", func() bool {
+	wait.For(t, "gRPC health SERVING", func() bool {
 		r, err := hc.Check(testCtx(t), &healthpb.HealthCheckRequest{Service: "lehr.v1.Control"})
 		return err == nil && r.GetStatus() == healthpb.HealthCheckResponse_SERVING
 	})
 	base := "http://" + srv.Control.MetricsAddr().String()
-	waitFor(t, "/healthz 200", func() bool {
+	wait.For(t, "/healthz 200", func() bool {
 		code, _ := httpGet(t, base+"/healthz")
 		return code == http.StatusOK
 	})
@@ -528,18 +530,6 @@ func httpGet(t *testing.T, url string) (int, string) {
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
 	return resp.StatusCode, string(b)
-}
-
-// waitFor polls cond every 10ms for up to 30s.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }
 
 func TestRefusesPlaintextOnNetwork(t *testing.T) {

@@ -7,7 +7,8 @@ import (
 	"net/http"
 	"strings"
 	"testing"
-	"time"
+
+	"lehr.dev/lehr/testenv/wait"
 
 	"github.com/google/go-cmp/cmp"
 	"google.golang.org/grpc/codes"
@@ -27,18 +28,6 @@ func reportStatus(t *testing.T, cl lehrpb.ControlClient, req *lehrpb.ReportZoneS
 	t.Helper()
 	if _, err := cl.ReportZoneStatus(testCtx(t), req); err != nil {
 		t.Fatalf("ReportZoneStatus(%s/%s): %v", req.GetZone(), req.GetDistributorId(), err)
-	}
-}
-
-// waitCond polls cond every 10ms for up to 30s.
-func waitCond(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
 	}
 }
 
@@ -135,7 +124,7 @@ func TestZoneStatusExpires(t *testing.T) {
 	if got := ids(); got != "[alive dead] versions 1" {
 		t.Fatalf("before expiry: %s, want [alive dead] versions 1", got)
 	}
-	waitCond(t, "the report with ttl_seconds 1 to expire", func() bool { return ids() == "[alive] versions 0" })
+	wait.For(t, "the report with ttl_seconds 1 to expire", func() bool { return ids() == "[alive] versions 0" })
 
 	// A distributor that reports again after its lease expired is back.
 	reportStatus(t, cl, &lehrpb.ReportZoneStatusRequest{Zone: "zone-a", DistributorId: "dead", Agents: 2, TtlSeconds: 1})

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"lehr.dev/lehr/testenv/wait"
+
 	"github.com/google/go-cmp/cmp"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -125,17 +127,6 @@ func waitVersion(t *testing.T, a *simagent.Agent, ns string, v *lehrpb.VersionIn
 	}
 }
 
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 func setup(t *testing.T, cl lehrpb.ControlClient) {
 	if _, err := cl.CreateDomain(ctxT(t), &lehrpb.CreateDomainRequest{Domain: &lehrpb.Domain{Name: "d"}}); err != nil {
 		t.Fatal(err)
@@ -181,15 +172,15 @@ func TestPublishReachesAgentsAndIsReported(t *testing.T) {
 
 	// Convergence is reported and reaches control.
 	want := []fanout.VersionCount{{Namespace: ns, Version: v2.GetSeq(), Agents: 1}}
-	waitFor(t, "convergence at v2", func() bool {
+	wait.For(t, "convergence at v2", func() bool {
 		agents, counts := d.Convergence()
 		return agents == 1 && cmp.Equal(want, counts)
 	})
-	waitFor(t, "a report", func() bool { return d.Stats().Reports > 0 })
+	wait.For(t, "a report", func() bool { return d.Stats().Reports > 0 })
 	if _, err := srv.Client.GetZoneStatus(ctxT(t), &lehrpb.GetZoneStatusRequest{Zone: zone}); status.Code(err) == codes.Unimplemented {
 		t.Fatal("control answers GetZoneStatus with Unimplemented; the report cannot be checked")
 	} else {
-		waitFor(t, "zone status with the agent at v2", func() bool {
+		wait.For(t, "zone status with the agent at v2", func() bool {
 			st, err := srv.Client.GetZoneStatus(ctxT(t), &lehrpb.GetZoneStatusRequest{Zone: zone})
 			if err != nil {
 				return false
@@ -247,7 +238,7 @@ func TestServesFromMemoryWhileControlIsDown(t *testing.T) {
 	waitVersion(t, a, ns, v1)
 
 	srv.Stop()
-	waitFor(t, "distributor to notice control is gone", func() bool { return !d.Stats().ControlConnected })
+	wait.For(t, "distributor to notice control is gone", func() bool { return !d.Stats().ControlConnected })
 	// A new agent subscribing to a known namespace still gets it.
 	b := dial(t, p, d, "host-2", simagent.Options{Subscriptions: []string{ns}})
 	waitVersion(t, b, ns, v1)

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"lehr.dev/lehr/testenv/wait"
+
 	"github.com/VictoriaMetrics/metrics"
 
 	"lehr.dev/lehr/agent/upstream"
@@ -231,20 +233,9 @@ func (c *client) stop() {
 	<-c.done
 }
 
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 func waitHeld(t *testing.T, h *memHandler, v *versions.Version) {
 	t.Helper()
-	waitFor(t, fmt.Sprintf("%s@%d", v.Namespace, v.Seq), func() bool {
+	wait.For(t, fmt.Sprintf("%s@%d", v.Namespace, v.Seq), func() bool {
 		x := h.get(v.Namespace)
 		return x.v == v.Seq && x.sum == v.Checksum && x.snap.Equal(v.Content)
 	})
@@ -264,7 +255,7 @@ func TestSubscribePatchAndCheapReconnect(t *testing.T) {
 	cl := startClient(t, p, h, d.srv.Addr().String())
 	cl.c.Subscribe("app/cfg")
 	waitHeld(t, h, v1)
-	waitFor(t, "connected status", func() bool { return cl.c.Status().Connected })
+	wait.For(t, "connected status", func() bool { return cl.c.Status().Connected })
 	if st := cl.c.Status(); st.Distributor != d.srv.Addr().String() || st.DistributorID != "d1" {
 		t.Errorf("Status = %+v, want distributor %s id d1", st, d.srv.Addr())
 	}
@@ -353,10 +344,10 @@ func TestFailoverToSecondDistributor(t *testing.T) {
 	cl := startClient(t, p, h, d1.srv.Addr().String(), d2.srv.Addr().String())
 	cl.c.Subscribe("app/cfg")
 	waitHeld(t, h, v1)
-	waitFor(t, "connected to d1", func() bool { return cl.c.Status().DistributorID == "d1" })
+	wait.For(t, "connected to d1", func() bool { return cl.c.Status().DistributorID == "d1" })
 
 	d1.stop()
-	waitFor(t, "failover to d2", func() bool { return cl.c.Status().DistributorID == "d2" })
+	wait.For(t, "failover to d2", func() bool { return cl.c.Status().DistributorID == "d2" })
 	props["k00"] = "changed"
 	v2 := version("app/cfg", 2, props)
 	d2.setGoal(t, v2)
@@ -390,7 +381,7 @@ func TestUnsubscribedNamespaceIsNeverRequested(t *testing.T) {
 
 	// Unsubscribing stops the flow too.
 	cl.c.Unsubscribe("app/wanted")
-	waitFor(t, "unsubscribe reaches the distributor", func() bool { return d.srv.Lag("app/wanted") == 0 && len(cl.c.Subscriptions()) == 0 })
+	wait.For(t, "unsubscribe reaches the distributor", func() bool { return d.srv.Lag("app/wanted") == 0 && len(cl.c.Subscriptions()) == 0 })
 }
 
 func TestBurstEndsAtLatestInOrder(t *testing.T) {
@@ -401,7 +392,7 @@ func TestBurstEndsAtLatestInOrder(t *testing.T) {
 	h := newMem()
 	cl := startClient(t, p, h, d.srv.Addr().String())
 	cl.c.Subscribe("app/cfg")
-	waitFor(t, "first version", func() bool { return h.get("app/cfg").v == 1 })
+	wait.For(t, "first version", func() bool { return h.get("app/cfg").v == 1 })
 	var last *versions.Version
 	for i := 2; i <= 101; i++ {
 		props[fmt.Sprintf("k%d", i%7)] = fmt.Sprint(i)

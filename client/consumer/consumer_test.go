@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"lehr.dev/lehr/testenv/wait"
+
 	"github.com/google/go-cmp/cmp"
 
 	"lehr.dev/lehr/internal/content"
@@ -92,7 +94,7 @@ func TestFollowsFilesWithoutAgent(t *testing.T) {
 	// A patch-like change: exactly the changed keys reach the callback.
 	write(t, files, 2, "a", "1", "b", "20", "c", "3")
 	v2 := next(t, s, v1)
-	waitFor(t, func() bool {
+	wait.For(t, "condition", func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		return len(changes) > 0 && changes[len(changes)-1].New.Version() == 2
@@ -145,9 +147,9 @@ func TestCallbackPanicsAndErrorsDoNotStopDelivery(t *testing.T) {
 		return nil
 	})
 	write(t, files, 1, "k", "v1")
-	waitFor(t, func() bool { mu.Lock(); defer mu.Unlock(); return seen[1] })
+	wait.For(t, "condition", func() bool { mu.Lock(); defer mu.Unlock(); return seen[1] })
 	write(t, files, 2, "k", "v2")
-	waitFor(t, func() bool { mu.Lock(); defer mu.Unlock(); return seen[2] })
+	wait.For(t, "condition", func() bool { mu.Lock(); defer mu.Unlock(); return seen[2] })
 }
 
 func TestSubscribeRejectsBadNames(t *testing.T) {
@@ -176,17 +178,6 @@ func TestSubscribeWithoutAgentOrFilesFails(t *testing.T) {
 	}
 }
 
-func waitFor(t *testing.T, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not met within 30s")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 // A callback registered after Subscribe, when content is already on disk,
 // first receives the current view; a later callback does too; both then see
 // the next change from their own last view.
@@ -212,12 +203,12 @@ func TestLateCallbacksGetCurrentView(t *testing.T) {
 		return func() bool { mu.Lock(); defer mu.Unlock(); return len(got[name]) >= n }
 	}
 	register("first")
-	waitFor(t, has("first", 1))
+	wait.For(t, "first callback #1", has("first", 1))
 	register("second")
-	waitFor(t, has("second", 1))
+	wait.For(t, "second callback #1", has("second", 1))
 	write(t, files, 5, "a", "1", "b", "3")
-	waitFor(t, has("first", 2))
-	waitFor(t, has("second", 2))
+	wait.For(t, "first callback #2", has("first", 2))
+	wait.For(t, "second callback #2", has("second", 2))
 	mu.Lock()
 	defer mu.Unlock()
 	want := []seen{{0, 4}, {4, 5}}

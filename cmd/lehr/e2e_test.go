@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"lehr.dev/lehr/testenv/wait"
+
 	"google.golang.org/protobuf/encoding/protojson"
 
 	"lehr.dev/lehr/control"
@@ -295,7 +297,7 @@ func TestDev(t *testing.T) {
 	}
 	for _, z := range []string{"zone-a", "zone-b"} {
 		want := "    [" + z + " consumer on " + z + "-host-0] callback: demo/app version 3 (was 2), 1 changed key\n        ~ greeting: hello from lehr → from the test\n"
-		waitFor(t, z+" callback for version 3", func() bool { return strings.Contains(stdout.String(), want) })
+		wait.For(t, z+" callback for version 3", func() bool { return strings.Contains(stdout.String(), want) })
 	}
 
 	cancel()
@@ -405,18 +407,6 @@ func TestControlCommandServesUntilCanceled(t *testing.T) {
 	}
 }
 
-// waitFor polls cond every 10ms for up to 60s.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 func TestGoalsWatch(t *testing.T) {
 	srv := controltest.StartControl(t, control.Options{})
 	c := cli{t: t, addr: srv.Addr}
@@ -435,11 +425,11 @@ func TestGoalsWatch(t *testing.T) {
 	defer cancel()
 	done := make(chan int, 1)
 	go func() { done <- run(ctx, []string{"goals", "zone-a", "--watch", "--control", srv.Addr}, e) }()
-	waitFor(t, "the initial goal state", func() bool { return strings.Contains(stdout.String(), "watching for changes") })
+	wait.For(t, "the initial goal state", func() bool { return strings.Contains(stdout.String(), "watching for changes") })
 	mustContain(t, "initial state", stdout.String(), "current  demo/app -> version 1")
 
 	c.ok("patch", "demo/app", "--base", "1", "--set", "a=2", "--message", "bump")
-	waitFor(t, "the goal change", func() bool { return strings.Contains(stdout.String(), "changed  demo/app -> version 2") })
+	wait.For(t, "the goal change", func() bool { return strings.Contains(stdout.String(), "changed  demo/app -> version 2") })
 	cancel()
 	select {
 	case code := <-done:

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"lehr.dev/lehr/testenv/wait"
+
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -134,19 +136,12 @@ func TestClusterSurvivesOneMemberDown(t *testing.T) {
 		t.Helper()
 		// A write racing the loss of the leader may fail; the cluster must
 		// accept it again once a new leader is elected.
-		deadline := time.Now().Add(30 * time.Second)
-		for {
+		wait.Until(t, fmt.Sprintf("Put(%q) to succeed", key), func() error {
 			rctx, rcancel := context.WithTimeout(ctx, 5*time.Second)
+			defer rcancel()
 			_, err := cli.Put(rctx, key, val)
-			rcancel()
-			if err == nil {
-				return
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("Put(%q): %v", key, err)
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
+			return err
+		})
 	}
 	put("before", "1")
 	for i := range 3 {
@@ -164,17 +159,13 @@ func TestClusterSurvivesOneMemberDown(t *testing.T) {
 		t.Fatalf("NewClient(member 0): %v", err)
 	}
 	defer one.Close()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	wait.Until(t, "member 0 to hold the 15 keys written while it was down", func() error {
 		resp, err := one.Get(ctx, "down", clientv3.WithPrefix(), clientv3.WithCountOnly())
 		if err == nil && resp.Count == 15 {
-			break
+			return nil
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("member 0 after restart: count = %v (err %v), want 15", resp, err)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return fmt.Errorf("count = %v (err %v), want 15", resp, err)
+	})
 	if got := mustGet(t, ctx, one, "before"); got != "1" {
 		t.Errorf("Get(before) = %q, want 1", got)
 	}

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"lehr.dev/lehr/testenv/wait"
+
 	"github.com/google/go-cmp/cmp"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/protobuf/testing/protocmp"
@@ -44,18 +46,6 @@ func report(id string, agents int32, kv ...any) *lehrpb.DistributorStatus {
 		})
 	}
 	return st
-}
-
-// waitFor polls cond every 10ms for up to 30s.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }
 
 func TestZoneStatusReusesOneLease(t *testing.T) {
@@ -151,7 +141,7 @@ func TestZoneStatusExpires(t *testing.T) {
 	if got := ids(); !cmp.Equal(got, []string{"dies", "stays"}) {
 		t.Fatalf("distributors before expiry = %v, want [dies stays]", got)
 	}
-	waitFor(t, "the unrenewed report to expire", func() bool { return cmp.Equal(ids(), []string{"stays"}) })
+	wait.For(t, "the unrenewed report to expire", func() bool { return cmp.Equal(ids(), []string{"stays"}) })
 
 	// The distributor comes back with its expired lease: a new one is
 	// granted and the report is live again.

@@ -3,12 +3,15 @@ package distributorcmd
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"net"
 	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"lehr.dev/lehr/testenv/wait"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
@@ -212,17 +215,13 @@ func TestMainServesAndNotifies(t *testing.T) {
 		t.Errorf("first notification %q, want READY=1 with a status naming the zone and address", m)
 	}
 	// The zone appears once the goal watch reached control over mutual TLS.
-	deadline := time.Now().Add(60 * time.Second)
-	for {
+	wait.Until(t, "zone-tls to be registered with control", func() error {
 		zs, err := srv.Client.ListZones(ctx, &lehrpb.ListZonesRequest{})
 		if err == nil && len(zs.GetZones()) == 1 && zs.GetZones()[0].GetName() == "zone-tls" {
-			break
+			return nil
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("zone-tls not registered with control after a minute (last: %v, %v); output:\n%s", zs, err, stderr.String())
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return fmt.Errorf("last: %v, %v; output:\n%s", zs, err, stderr.String())
+	})
 	cancel()
 	if m := receive(t, notes, "STOPPING", &stderr); m != sdnotify.Stopping {
 		t.Errorf("notification after interrupt = %q, want %q", m, sdnotify.Stopping)

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"lehr.dev/lehr/testenv/wait"
+
 	"github.com/quic-go/quic-go"
 
 	"lehr.dev/lehr/distributor/fanout"
@@ -71,7 +73,7 @@ func TestMaxHandshakes(t *testing.T) {
 	// host-a is connected and welcomed: its place is free for host-b.
 	b := dialUntilWelcomed(ctx, t, addr, p, "host-b")
 	defer b.Close()
-	waitFor(t, "both agents connected", func() bool { n, _ := srv.Convergence(); return n == 2 })
+	wait.For(t, "both agents connected", func() bool { n, _ := srv.Convergence(); return n == 2 })
 }
 
 // dialUntilWelcomed dials a simulated agent until it is welcomed or ctx

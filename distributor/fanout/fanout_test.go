@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"lehr.dev/lehr/testenv/wait"
+
 	"github.com/google/go-cmp/cmp"
 
 	"lehr.dev/lehr/distributor/fanout"
@@ -182,18 +184,6 @@ func waitVersion(t *testing.T, a *simagent.Agent, ns string, v *versions.Version
 	}
 }
 
-// waitFor polls cond every 10ms for up to 30s.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 func props(n int, prefix string) map[string]string {
 	m := map[string]string{}
 	for i := range n {
@@ -235,7 +225,7 @@ func TestSnapshotThenPatchWithExactlyTheChangedKeys(t *testing.T) {
 	}
 	// The distributor counts a push once its stream is closed, which may be
 	// just after the agent applied it.
-	waitFor(t, "push counters", func() bool { st := e.srv.Stats(); return st.SnapshotPushes+st.PatchPushes == 2 })
+	wait.For(t, "push counters", func() bool { st := e.srv.Stats(); return st.SnapshotPushes+st.PatchPushes == 2 })
 	st := e.srv.Stats()
 	if st.SnapshotPushes != 1 || st.PatchPushes != 1 {
 		t.Errorf("stats pushes: snapshot %d patch %d, want 1 and 1", st.SnapshotPushes, st.PatchPushes)
@@ -244,7 +234,7 @@ func TestSnapshotThenPatchWithExactlyTheChangedKeys(t *testing.T) {
 	if uint64(as.SnapshotBytes) != st.SnapshotBytes || uint64(as.PatchBytes) != st.PatchBytes {
 		t.Errorf("bytes: agent received snapshot %d patch %d, distributor counted %d and %d", as.SnapshotBytes, as.PatchBytes, st.SnapshotBytes, st.PatchBytes)
 	}
-	waitFor(t, "two acks", func() bool { return e.srv.Stats().Acks == 2 })
+	wait.For(t, "two acks", func() bool { return e.srv.Stats().Acks == 2 })
 }
 
 func TestReconnectWithIntactCacheSendsNoSnapshot(t *testing.T) {
@@ -259,7 +249,7 @@ func TestReconnectWithIntactCacheSendsNoSnapshot(t *testing.T) {
 	before := e.srv.Stats()
 	// Reconnect at the goal: nothing to send at all.
 	b := e.dial("host-1", simagent.Options{Cached: cached, Subscriptions: []string{ns}})
-	waitFor(t, "agent registered at goal", func() bool { return e.srv.Lag(ns) == 0 && e.srv.Stats().Agents == 1 })
+	wait.For(t, "agent registered at goal", func() bool { return e.srv.Lag(ns) == 0 && e.srv.Stats().Agents == 1 })
 	// Then a publish reaches it as a patch.
 	p2 := props(50, "v1")
 	p2["k/001"] = "x"
@@ -296,7 +286,7 @@ func TestReconnectWithWrongChecksumGetsSnapshot(t *testing.T) {
 		Cached:        []simagent.Cached{{Namespace: ns, Version: 1, Content: v1.Content, Checksum: corrupt}},
 		Subscriptions: []string{ns},
 	})
-	waitFor(t, "a snapshot", func() bool { return len(a.Applied(ns)) == 1 })
+	wait.For(t, "a snapshot", func() bool { return len(a.Applied(ns)) == 1 })
 	got := a.Applied(ns)[0]
 	if !got.Snapshot || got.Err != nil {
 		t.Fatalf("update = %+v, want an applied snapshot", got)
@@ -324,7 +314,7 @@ func TestResyncGetsSnapshot(t *testing.T) {
 	if err := a.Resync(ns, lehrpb.ResyncReason_RESYNC_REASON_CACHE_CORRUPT); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "a second snapshot", func() bool { return len(a.Applied(ns)) == 2 })
+	wait.For(t, "a second snapshot", func() bool { return len(a.Applied(ns)) == 2 })
 	if got := a.Applied(ns)[1]; !got.Snapshot || got.Version != 1 {
 		t.Errorf("after Resync got %+v, want a snapshot of version 1", got)
 	}
@@ -402,7 +392,7 @@ func TestNamespaceWithoutSubscriptionIsNeverSent(t *testing.T) {
 	if err := a.Unsubscribe("d/other"); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "unsubscribe processed", func() bool { return !subscribed(e.srv, "d/other") })
+	wait.For(t, "unsubscribe processed", func() bool { return !subscribed(e.srv, "d/other") })
 	e.publish("d/other", other("4"))
 	w3 := e.publish("d/wanted", props(3, "w3"))
 	waitVersion(t, a, "d/wanted", w3)
@@ -418,7 +408,7 @@ func TestNamespaceWithoutSubscriptionIsNeverSent(t *testing.T) {
 // agent applied as many as were pushed (only one agent may be connected).
 func settled(t *testing.T, e *env, a *simagent.Agent) {
 	t.Helper()
-	waitFor(t, "pushes to settle", func() bool {
+	wait.For(t, "pushes to settle", func() bool {
 		st := e.srv.Stats()
 		n := st.SnapshotPushes + st.PatchPushes
 		return st.Acks+st.Refusals == n && uint64(len(a.Applied(""))) == n

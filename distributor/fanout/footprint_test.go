@@ -20,6 +20,8 @@ import (
 	"testing"
 	"time"
 
+	"lehr.dev/lehr/testenv/wait"
+
 	"lehr.dev/lehr/distributor/simagent"
 	"lehr.dev/lehr/internal/certs"
 )
@@ -113,7 +115,7 @@ func TestConnectionFootprint(t *testing.T) {
 	if rep.Err != "" || rep.Connected != n {
 		t.Fatalf("swarm child connected %d of %d agents: %s", rep.Connected, n, rep.Err)
 	}
-	waitFor(t, "every agent registered and holding the goal", func() bool {
+	wait.For(t, "every agent registered and holding the goal", func() bool {
 		return e.srv.Stats().Agents == n && e.srv.Lag(ns) == 0
 	})
 	elapsed := time.Since(start)

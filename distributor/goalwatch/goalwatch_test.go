@@ -2,11 +2,14 @@ package goalwatch_test
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"sync"
 	"testing"
 	"time"
+
+	"lehr.dev/lehr/testenv/wait"
 
 	"github.com/google/go-cmp/cmp"
 
@@ -86,17 +89,13 @@ func startWatcherLog(t *testing.T, addr string, changed chan<- []string, log *sl
 
 func waitGoal(t *testing.T, w *goalwatch.Watcher, ns string, v *lehrpb.VersionInfo) {
 	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for {
+	wait.Until(t, fmt.Sprintf("the goal of %s to be version %d", ns, v.GetSeq()), func() error {
 		g, ok := w.Goal(ns)
 		if ok && g.GetVersion() == v.GetSeq() && g.GetChecksum() == v.GetChecksum() {
-			return
+			return nil
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("goal of %s = %v, want version %d", ns, g, v.GetSeq())
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return fmt.Errorf("goal is %v", g)
+	})
 }
 
 func TestInitialStateAndChanges(t *testing.T) {
@@ -135,13 +134,7 @@ func TestResumeAfterControlRestart(t *testing.T) {
 	waitGoal(t, w, "d/a", v1)
 
 	srv.Stop()
-	deadline := time.Now().Add(60 * time.Second)
-	for w.Connected() {
-		if time.Now().After(deadline) {
-			t.Fatal("watcher still connected after control stopped")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	wait.For(t, "the watcher to notice control stopped", func() bool { return !w.Connected() })
 	// Static stability: the last known goals stay.
 	waitGoal(t, w, "d/a", v1)
 

@@ -22,6 +22,8 @@ import (
 	"testing"
 	"time"
 
+	"lehr.dev/lehr/testenv/wait"
+
 	badger "github.com/dgraph-io/badger/v4"
 	"github.com/google/go-cmp/cmp"
 	"google.golang.org/grpc/codes"
@@ -76,18 +78,6 @@ func TestEndToEnd(t *testing.T) {
 type env struct {
 	c   *devcluster.Cluster
 	ctx context.Context
-}
-
-// waitFor polls cond every 10 ms until it holds, failing after waitTimeout.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(waitTimeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", waitTimeout, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }
 
 // consumerOf returns a consumer client of agent i of zone, closed when the
@@ -145,7 +135,7 @@ func (r *recorder) all() []consumer.Change {
 func (r *recorder) waitChange(t *testing.T, who string, v uint64) consumer.Change {
 	t.Helper()
 	var got consumer.Change
-	waitFor(t, fmt.Sprintf("%s: a callback with version %d", who, v), func() bool {
+	wait.For(t, fmt.Sprintf("%s: a callback with version %d", who, v), func() bool {
 		for _, ch := range r.all() {
 			if ch.New.Version() == v {
 				got = ch
@@ -303,7 +293,7 @@ func (e *env) noSubscriberNoSend(t *testing.T) {
 	r.waitChange(t, "zone-a/0", v1.GetSeq())
 	v2 := e.patch(t, ns, v1.GetSeq(), producer.Patch{Set: props("k", "v2")})
 	r.waitChange(t, "zone-a/0", v2.GetSeq())
-	waitFor(t, "zone-a distributors to count zone-a/0 at v2", func() bool {
+	wait.For(t, "zone-a distributors to count zone-a/0 at v2", func() bool {
 		return cmp.Equal(map[uint64]int{v2.GetSeq(): 1}, e.agentsAt(zoneA, ns))
 	})
 
@@ -351,7 +341,7 @@ func (e *env) callbackError(t *testing.T) {
 		return errors.New("e2e: this configuration is refused")
 	})
 	v1 := e.publish(t, ns, "limit", "-1")
-	waitFor(t, "the agent to count the apply error", func() bool {
+	wait.For(t, "the agent to count the apply error", func() bool {
 		s := nsStatus(e.status(t, a), ns)
 		return s != nil && s.GetVersion() == v1.GetSeq() && s.GetApplyErrors() >= 1
 	})
@@ -396,7 +386,7 @@ func (e *env) burst(t *testing.T) {
 	}
 	last := v.GetSeq()
 	for _, m := range ms {
-		waitFor(t, m.who+" at the last version", func() bool { return m.sub.View().Version() == last })
+		wait.For(t, m.who+" at the last version", func() bool { return m.sub.View().Version() == last })
 		if got, _ := m.sub.View().Get("n"); string(got) != "100" {
 			t.Errorf("%s: n = %q at the last version, want 100", m.who, got)
 		}
@@ -442,7 +432,7 @@ func (e *env) largeNamespacePatch(t *testing.T) {
 	}
 	v1 := e.publish(t, ns, kv...)
 	for i, sub := range subs {
-		waitFor(t, fmt.Sprintf("subscriber %d at v%d", i, v1.GetSeq()), func() bool { return sub.View().Version() == v1.GetSeq() })
+		wait.For(t, fmt.Sprintf("subscriber %d at v%d", i, v1.GetSeq()), func() bool { return sub.View().Version() == v1.GetSeq() })
 	}
 	if n := subs[0].View().Len(); n != nValues {
 		t.Fatalf("view has %d properties, want %d", n, nValues)
@@ -450,13 +440,13 @@ func (e *env) largeNamespacePatch(t *testing.T) {
 	// Every agent acknowledged v1 (convergence counts acks) before the
 	// counters are read.
 	for _, z := range []string{zoneA, zoneB} {
-		waitFor(t, z+" convergence at v1", func() bool { return e.agentsAt(z, ns)[v1.GetSeq()] == 1 })
+		wait.For(t, z+" convergence at v1", func() bool { return e.agentsAt(z, ns)[v1.GetSeq()] == 1 })
 	}
 	snap0, patch0 := e.sumBytes(zoneA, zoneB)
 
 	v2 := e.patch(t, ns, v1.GetSeq(), producer.Patch{Set: props("blob/07", "small now")})
 	for i, sub := range subs {
-		waitFor(t, fmt.Sprintf("subscriber %d at v%d", i, v2.GetSeq()), func() bool { return sub.View().Version() == v2.GetSeq() })
+		wait.For(t, fmt.Sprintf("subscriber %d at v%d", i, v2.GetSeq()), func() bool { return sub.View().Version() == v2.GetSeq() })
 		if got, _ := sub.View().Get("blob/07"); string(got) != "small now" {
 			t.Errorf("subscriber %d: blob/07 = %.20q…, want %q", i, got, "small now")
 		}
@@ -490,7 +480,7 @@ func (e *env) distributorFailover(t *testing.T) {
 	r.waitChange(t, "zone-a/0", v1.GetSeq())
 
 	var killed *devcluster.DistributorHandle
-	waitFor(t, "zone-a/0 connected", func() bool { return e.status(t, a).GetConnected() })
+	wait.For(t, "zone-a/0 connected", func() bool { return e.status(t, a).GetConnected() })
 	addr := e.status(t, a).GetDistributor()
 	for _, d := range e.c.Distributors(zoneA) {
 		if d.Addr() == addr {
@@ -510,7 +500,7 @@ func (e *env) distributorFailover(t *testing.T) {
 			}
 		}
 	})
-	waitFor(t, "zone-a/0 to fail over", func() bool {
+	wait.For(t, "zone-a/0 to fail over", func() bool {
 		st := e.status(t, a)
 		return st.GetConnected() && st.GetDistributor() != addr
 	})
@@ -519,7 +509,7 @@ func (e *env) distributorFailover(t *testing.T) {
 	if got, _ := ch.New.Get("k"); string(got) != "after" {
 		t.Errorf("after failover k = %q, want %q", got, "after")
 	}
-	waitFor(t, "the surviving distributor to count zone-a/0 at v2", func() bool {
+	wait.For(t, "the surviving distributor to count zone-a/0 at v2", func() bool {
 		return e.agentsAt(zoneA, ns)[v2.GetSeq()] == 1
 	})
 
@@ -530,7 +520,7 @@ func (e *env) distributorFailover(t *testing.T) {
 	if killed.Addr() != addr {
 		t.Errorf("restarted %s listens on %s, want %s", killed.ID, killed.Addr(), addr)
 	}
-	waitFor(t, "the restarted distributor to hold every goal", func() bool {
+	wait.For(t, "the restarted distributor to hold every goal", func() bool {
 		st := killed.Stats()
 		return st.Goals > 0 && st.Serving == st.Goals
 	})
@@ -548,7 +538,7 @@ func (e *env) controlDown(t *testing.T) {
 		t.Fatalf("ListNamespaces: %v", err)
 	}
 	for _, d := range e.c.Distributors(zoneB) {
-		waitFor(t, d.ID+" to hold every goal", func() bool {
+		wait.For(t, d.ID+" to hold every goal", func() bool {
 			st := d.Stats()
 			return st.Goals == len(nss) && st.Serving == len(nss)
 		})
@@ -570,7 +560,7 @@ func (e *env) controlDown(t *testing.T) {
 		if err != nil {
 			t.Fatalf("Subscribe: %v", err)
 		}
-		waitFor(t, fmt.Sprintf("zone-b/%d to get %s with control down", i, ns), func() bool {
+		wait.For(t, fmt.Sprintf("zone-b/%d to get %s with control down", i, ns), func() bool {
 			return sub.View().Version() == v1.GetSeq()
 		})
 		if got, _ := sub.View().Get("mode"); string(got) != "stable" {
@@ -578,7 +568,7 @@ func (e *env) controlDown(t *testing.T) {
 		}
 	}
 	for _, d := range e.c.Distributors(zoneB) {
-		waitFor(t, d.ID+" to notice control is gone", func() bool { return !d.Stats().ControlConnected })
+		wait.For(t, d.ID+" to notice control is gone", func() bool { return !d.Stats().ControlConnected })
 	}
 
 	// Control comes back; publishes flow again.
@@ -586,7 +576,7 @@ func (e *env) controlDown(t *testing.T) {
 		t.Fatalf("RestartControl: %v", err)
 	}
 	sub, r := record(t, e.ctx, e.consumerOf(t, zoneA, 1), ns)
-	waitFor(t, "zone-a/1 to get v1", func() bool { return sub.View().Version() == v1.GetSeq() })
+	wait.For(t, "zone-a/1 to get v1", func() bool { return sub.View().Version() == v1.GetSeq() })
 	v2 := e.patch(t, ns, v1.GetSeq(), producer.Patch{Set: props("mode", "moving")})
 	r.waitChange(t, "zone-a/1", v2.GetSeq())
 }
@@ -676,9 +666,9 @@ func (e *env) agentRestart(t *testing.T) {
 	if diff := cmp.Diff([]string{"k"}, ch.Changed); diff != "" {
 		t.Errorf("resync change (-want +got):\n%s", diff)
 	}
-	waitFor(t, "fresh consumer at v2", func() bool { return fresh.View().Version() == v2.GetSeq() })
-	waitFor(t, "consumer started with the agent down at v2", func() bool { return early.View().Version() == v2.GetSeq() })
-	waitFor(t, "zone-a convergence at v2", func() bool { return e.agentsAt(zoneA, ns)[v2.GetSeq()] == 1 })
+	wait.For(t, "fresh consumer at v2", func() bool { return fresh.View().Version() == v2.GetSeq() })
+	wait.For(t, "consumer started with the agent down at v2", func() bool { return early.View().Version() == v2.GetSeq() })
+	wait.For(t, "zone-a convergence at v2", func() bool { return e.agentsAt(zoneA, ns)[v2.GetSeq()] == 1 })
 	snap, patch := e.sumBytes(zoneA)
 	t.Logf("resync after the restart: %d snapshot bytes, %d patch bytes", snap, patch)
 	if snap != 0 {
@@ -745,11 +735,11 @@ func (e *env) corruptCache(t *testing.T) {
 	if err := a.Restart(e.ctx); err != nil {
 		t.Fatalf("restart agent: %v", err)
 	}
-	waitFor(t, "a fresh snapshot from zone-b's distributors", func() bool {
+	wait.For(t, "a fresh snapshot from zone-b's distributors", func() bool {
 		snap, _ := e.sumBytes(zoneB)
 		return snap > snap0
 	})
-	waitFor(t, "the agent to serve v1 again", func() bool {
+	wait.For(t, "the agent to serve v1 again", func() bool {
 		got, err := a.Local().Get(e.ctx, &lehrpb.AgentGetRequest{Namespace: ns})
 		return err == nil && got.GetVersion().GetSeq() == v1.GetSeq()
 	})
@@ -769,7 +759,7 @@ func (e *env) corruptCache(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Subscribe: %v", err)
 	}
-	waitFor(t, "the new consumer at v1", func() bool { return fresh.View().Version() == v1.GetSeq() })
+	wait.For(t, "the new consumer at v1", func() bool { return fresh.View().Version() == v1.GetSeq() })
 	if diff := cmp.Diff(good, contentOf(fresh.View())); diff != "" {
 		t.Errorf("new consumer after repair (-want +got):\n%s", diff)
 	}
