@@ -11,7 +11,7 @@ import (
 
 	"lehr.dev/lehr/client/consumer"
 	"lehr.dev/lehr/client/producer"
-	"lehr.dev/lehr/internal/devcluster"
+	"lehr.dev/lehr/testenv/devcluster"
 	"lehr.dev/lehr/internal/nsfile"
 )
 
@@ -41,7 +41,7 @@ func runE2E(ctx context.Context, e *Env) (*Result, error) {
 	p := pick(e.Profile, e2eParams{2, 2, 5}, e2eParams{10, 5, 40}, e2eParams{20, 7, 100})
 	const valueSize = 1 << 10
 	res := &Result{
-		Setup: fmt.Sprintf("one host, one process (internal/devcluster): control + embedded etcd (fsync on), one distributor (QUIC, mutual TLS), one real agent "+
+		Setup: fmt.Sprintf("one host, one process (testenv/devcluster): control + embedded etcd (fsync on), one distributor (QUIC, mutual TLS), one real agent "+
 			"(Badger, durable writes: cache and file fsynced), a consumer (client/consumer: unix-socket lease, fsnotify on the file, OnChange callback). "+
 			"Each sample patches one %s key of a 10-key namespace and waits for the callback before the next. "+
 			"%d warm-up, %d repetitions × %d; times are cumulative from the Patch call.", sizeLabel(valueSize), p.warmup, p.reps, p.perRep),

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"lehr.dev/lehr/client/producer"
-	"lehr.dev/lehr/internal/devcluster"
+	"lehr.dev/lehr/testenv/devcluster"
 )
 
 func fanoutScenario() Scenario {

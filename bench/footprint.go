@@ -19,7 +19,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"lehr.dev/lehr/client/producer"
-	"lehr.dev/lehr/internal/devcluster"
+	"lehr.dev/lehr/testenv/devcluster"
 	"lehr.dev/lehr/proto/lehrpb"
 )
 

@@ -8,7 +8,7 @@ import (
 
 	"lehr.dev/lehr/client/producer"
 	"lehr.dev/lehr/distributor/fanout"
-	"lehr.dev/lehr/internal/devcluster"
+	"lehr.dev/lehr/testenv/devcluster"
 )
 
 // stormTimeout bounds the wait for convergence, from the redial.

@@ -8,7 +8,7 @@ import (
 
 	"lehr.dev/lehr/client/producer"
 	"lehr.dev/lehr/distributor/simagent"
-	"lehr.dev/lehr/internal/devcluster"
+	"lehr.dev/lehr/testenv/devcluster"
 )
 
 func wireBytesScenario() Scenario {

@@ -17,7 +17,7 @@ import (
 	"lehr.dev/lehr/client/consumer"
 	"lehr.dev/lehr/client/producer"
 	"lehr.dev/lehr/control"
-	"lehr.dev/lehr/internal/devcluster"
+	"lehr.dev/lehr/testenv/devcluster"
 	"lehr.dev/lehr/proto/lehrpb"
 )
 

@@ -16,7 +16,7 @@ import (
 
 	"lehr.dev/lehr/client/producer"
 	"lehr.dev/lehr/control/controltest"
-	"lehr.dev/lehr/internal/devcluster"
+	"lehr.dev/lehr/testenv/devcluster"
 )
 
 // fixedView is a watchView with fixed content.
@@ -180,7 +180,7 @@ func (w *watchRun) stop(t *testing.T) {
 }
 
 // TestWatchAgainstAgent runs "lehr watch" against a real agent fed by a
-// real distributor and control (internal/devcluster).
+// real distributor and control (testenv/devcluster).
 func TestWatchAgainstAgent(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()

@@ -17,8 +17,8 @@ import (
 	"lehr.dev/lehr/client/producer"
 	"lehr.dev/lehr/control/controltest"
 	"lehr.dev/lehr/distributor/simagent"
-	"lehr.dev/lehr/internal/devcluster"
 	"lehr.dev/lehr/proto/lehrpb"
+	"lehr.dev/lehr/testenv/devcluster"
 )
 
 func TestOptionsRejected(t *testing.T) {

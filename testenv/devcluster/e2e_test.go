@@ -32,9 +32,9 @@ import (
 	"lehr.dev/lehr/client/consumer"
 	"lehr.dev/lehr/client/producer"
 	"lehr.dev/lehr/control/controltest"
-	"lehr.dev/lehr/internal/devcluster"
 	"lehr.dev/lehr/internal/nsfile"
 	"lehr.dev/lehr/proto/lehrpb"
+	"lehr.dev/lehr/testenv/devcluster"
 )
 
 const (
