@@ -102,9 +102,10 @@ type Options struct {
 	Clock leases.Clock
 	// Logger; nil means slog.Default().
 	Logger *slog.Logger
-	// DurableWrites fsyncs the cache and every file before acknowledging;
-	// nil means true. Only tests should turn it off.
-	DurableWrites *bool
+	// NoSync skips the fsync of the cache and of every file before an
+	// update is acknowledged: what was applied survives a process restart
+	// but not a machine crash. The zero value is durable; tests only.
+	NoSync bool
 	// Metrics receives the agent's metrics (lehr_agent_*); nil means a
 	// private set, served on MetricsListen if set.
 	Metrics *metrics.Set
@@ -114,7 +115,6 @@ type Options struct {
 type Agent struct {
 	opts     Options
 	log      *slog.Logger
-	durable  bool
 	filesDir string
 	met      *agentMetrics
 
@@ -184,14 +184,13 @@ func New(opts Options) (*Agent, error) {
 	a := &Agent{
 		opts:     opts,
 		log:      opts.Logger,
-		durable:  opts.DurableWrites == nil || *opts.DurableWrites,
 		filesDir: filepath.Join(opts.DataDir, "files"),
 		ready:    make(chan struct{}),
 		locks:    map[string]*sync.Mutex{},
 		state:    map[string]*nsState{},
 		done:     make(chan struct{}),
 	}
-	a.writer = nsfile.Writer{NoSync: !a.durable}
+	a.writer = nsfile.Writer{NoSync: opts.NoSync}
 	a.leases = leases.New(leases.Options{Clock: opts.Clock, DefaultTTL: opts.LeaseTTL, Grace: opts.UnsubscribeGrace})
 	a.met = newAgentMetrics(opts.Metrics, a)
 	up, err := upstream.New(upstream.Options{
@@ -259,7 +258,7 @@ func (a *Agent) Run(ctx context.Context) (err error) {
 	if err := os.MkdirAll(a.opts.DataDir, 0o755); err != nil {
 		return fmt.Errorf("agent: create data dir: %w", err)
 	}
-	c, err := cache.Open(cache.Options{Dir: filepath.Join(a.opts.DataDir, "cache"), Logger: a.log.With("component", "cache"), NoSync: !a.durable})
+	c, err := cache.Open(cache.Options{Dir: filepath.Join(a.opts.DataDir, "cache"), Logger: a.log.With("component", "cache"), NoSync: a.opts.NoSync})
 	if err != nil {
 		return fmt.Errorf("agent: %w", err)
 	}

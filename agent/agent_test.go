@@ -18,8 +18,6 @@ import (
 	"testing"
 	"time"
 
-	"lehr.dev/lehr/testenv/wait"
-
 	badger "github.com/dgraph-io/badger/v4"
 	"github.com/google/go-cmp/cmp"
 	"google.golang.org/grpc"
@@ -33,10 +31,12 @@ import (
 	"lehr.dev/lehr/control/controltest"
 	"lehr.dev/lehr/distributor"
 	"lehr.dev/lehr/internal/apierror"
-	"lehr.dev/lehr/internal/certs"
 	"lehr.dev/lehr/internal/content"
 	"lehr.dev/lehr/internal/nsfile"
+	"lehr.dev/lehr/internal/pki"
+	"lehr.dev/lehr/internal/tlsconfig"
 	"lehr.dev/lehr/proto/lehrpb"
+	"lehr.dev/lehr/testenv/wait"
 )
 
 const (
@@ -50,7 +50,7 @@ const (
 type harness struct {
 	t     *testing.T
 	pkiD  string
-	ca    *certs.CA
+	ca    *pki.CA
 	ctl   *controltest.Server
 	dists []*dist
 }
@@ -74,7 +74,7 @@ func (d *dist) stop(t *testing.T) {
 func newHarness(t *testing.T, distributors int) *harness {
 	t.Helper()
 	dir := t.TempDir()
-	ca, err := certs.NewCA(filepath.Join(dir, "ca"), "lehr-test-ca", time.Hour)
+	ca, err := pki.NewCA(filepath.Join(dir, "ca"), "lehr-test-ca", time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -92,18 +92,18 @@ func newHarness(t *testing.T, distributors int) *harness {
 	return h
 }
 
-func (h *harness) tls(name string, kind certs.Kind) *tls.Config {
+func (h *harness) tls(name string, kind pki.Kind) *tls.Config {
 	h.t.Helper()
 	c, k, err := h.ca.IssueFiles(filepath.Join(h.pkiD, "leaf"), name, kind, nil, time.Hour)
 	if err != nil {
 		h.t.Fatal(err)
 	}
-	caFile := filepath.Join(h.pkiD, "ca", certs.CACertFile)
+	caFile := filepath.Join(h.pkiD, "ca", pki.CACertFile)
 	var tc *tls.Config
-	if kind == certs.Server {
-		tc, err = certs.ServerTLS(c, k, caFile)
+	if kind == pki.Server {
+		tc, err = tlsconfig.Server(c, k, caFile)
 	} else {
-		tc, err = certs.ClientTLS(c, k, caFile, "127.0.0.1")
+		tc, err = tlsconfig.Client(c, k, caFile, "127.0.0.1")
 	}
 	if err != nil {
 		h.t.Fatal(err)
@@ -115,7 +115,7 @@ func (h *harness) startDist(id string) *dist {
 	h.t.Helper()
 	d, err := distributor.New(distributor.Options{
 		Zone: zone, ID: id, ControlAddr: h.ctl.Addr, Listen: "127.0.0.1:0",
-		TLS: h.tls("distributor", certs.Server), Logger: controltest.Logger(h.t, slog.LevelError),
+		TLS: h.tls("distributor", pki.Server), Logger: controltest.Logger(h.t, slog.LevelError),
 		ReportInterval: time.Second,
 	})
 	if err != nil {
@@ -198,11 +198,10 @@ func (r *runningAgent) stop(t *testing.T) {
 
 func (h *harness) startAgent(dataDir string, distributors []string, mod ...func(*agent.Options)) *runningAgent {
 	h.t.Helper()
-	durable := false
 	opts := agent.Options{
-		HostID: host, Zone: zone, Distributors: distributors, TLS: h.tls(host, certs.Client),
+		HostID: host, Zone: zone, Distributors: distributors, TLS: h.tls(host, pki.Client),
 		DataDir: dataDir, BackoffMin: 10 * time.Millisecond, BackoffMax: 200 * time.Millisecond,
-		Logger: controltest.Logger(h.t, slog.LevelError), DurableWrites: &durable,
+		Logger: controltest.Logger(h.t, slog.LevelError), NoSync: true,
 	}
 	for _, m := range mod {
 		m(&opts)

@@ -12,28 +12,28 @@ import (
 	"lehr.dev/lehr/agent"
 	"lehr.dev/lehr/distributor"
 	"lehr.dev/lehr/distributor/simagent"
-	"lehr.dev/lehr/internal/certs"
+	"lehr.dev/lehr/internal/pki"
 )
 
 // startTimeout bounds how long a component may take to become ready.
 const startTimeout = 60 * time.Second
 
-// pki is a throw-away certificate authority for one scenario.
-type pki struct {
-	ca *certs.CA
+// hostPKI is a throw-away certificate authority for one scenario.
+type hostPKI struct {
+	ca *pki.CA
 }
 
-func newPKI(dir string) (*pki, error) {
-	ca, err := certs.NewCA(filepath.Join(dir, "ca"), "lehr-bench-ca", 24*time.Hour)
+func newPKI(dir string) (*hostPKI, error) {
+	ca, err := pki.NewCA(filepath.Join(dir, "ca"), "lehr-bench-ca", 24*time.Hour)
 	if err != nil {
 		return nil, fmt.Errorf("create CA: %w", err)
 	}
-	return &pki{ca: ca}, nil
+	return &hostPKI{ca: ca}, nil
 }
 
 // serverTLS returns a distributor's QUIC server configuration (mutual TLS).
-func (p *pki) serverTLS(name string) (*tls.Config, error) {
-	cert, err := p.pair(name, certs.Server, []string{"127.0.0.1"})
+func (p *hostPKI) serverTLS(name string) (*tls.Config, error) {
+	cert, err := p.pair(name, pki.Server, []string{"127.0.0.1"})
 	if err != nil {
 		return nil, err
 	}
@@ -47,8 +47,8 @@ func (p *pki) serverTLS(name string) (*tls.Config, error) {
 
 // clientTLS returns a host certificate configuration for an agent named
 // host, trusting distributors at 127.0.0.1.
-func (p *pki) clientTLS(host string) (*tls.Config, error) {
-	cert, err := p.pair(host, certs.Client, nil)
+func (p *hostPKI) clientTLS(host string) (*tls.Config, error) {
+	cert, err := p.pair(host, pki.Client, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -60,7 +60,7 @@ func (p *pki) clientTLS(host string) (*tls.Config, error) {
 	}, nil
 }
 
-func (p *pki) pair(name string, kind certs.Kind, hosts []string) (tls.Certificate, error) {
+func (p *hostPKI) pair(name string, kind pki.Kind, hosts []string) (tls.Certificate, error) {
 	c, k, err := p.ca.Issue(name, kind, hosts, 24*time.Hour)
 	if err != nil {
 		return tls.Certificate{}, fmt.Errorf("issue certificate: %w", err)
@@ -84,7 +84,7 @@ type runningDistributor struct {
 // startDistributor starts a distributor of benchZone against control at
 // controlAddr, listening on listen ("127.0.0.1:0" for any port), and waits
 // until it serves.
-func startDistributor(ctx context.Context, p *pki, controlAddr, id, listen string, log *slog.Logger) (*runningDistributor, error) {
+func startDistributor(ctx context.Context, p *hostPKI, controlAddr, id, listen string, log *slog.Logger) (*runningDistributor, error) {
 	tc, err := p.serverTLS(id)
 	if err != nil {
 		return nil, err
@@ -140,23 +140,21 @@ type runningAgent struct {
 // startAgent runs a real agent with durable writes in dataDir, its socket
 // at socket, connected to distributors, and waits until its local API
 // serves.
-func startAgent(ctx context.Context, p *pki, host, dataDir, socket string, distributors []string, log *slog.Logger) (*runningAgent, error) {
+func startAgent(ctx context.Context, p *hostPKI, host, dataDir, socket string, distributors []string, log *slog.Logger) (*runningAgent, error) {
 	tc, err := p.clientTLS(host)
 	if err != nil {
 		return nil, err
 	}
-	durable := true
 	a, err := agent.New(agent.Options{
-		HostID:        host,
-		Zone:          benchZone,
-		Distributors:  distributors,
-		TLS:           tc,
-		DataDir:       dataDir,
-		Socket:        socket,
-		BackoffMin:    10 * time.Millisecond,
-		BackoffMax:    500 * time.Millisecond,
-		Logger:        log.With("component", "agent", "host", host),
-		DurableWrites: &durable,
+		HostID:       host,
+		Zone:         benchZone,
+		Distributors: distributors,
+		TLS:          tc,
+		DataDir:      dataDir,
+		Socket:       socket,
+		BackoffMin:   10 * time.Millisecond,
+		BackoffMax:   500 * time.Millisecond,
+		Logger:       log.With("component", "agent", "host", host),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("new agent: %w", err)
@@ -190,7 +188,7 @@ func (ra *runningAgent) close() error {
 
 // dialSim connects one simulated agent (see package simagent for how it
 // differs from the real agent) to the distributor at addr.
-func dialSim(ctx context.Context, p *pki, addr, host string, subs []string, cached []simagent.Cached, log *slog.Logger) (*simagent.Agent, error) {
+func dialSim(ctx context.Context, p *hostPKI, addr, host string, subs []string, cached []simagent.Cached, log *slog.Logger) (*simagent.Agent, error) {
 	tc, err := p.clientTLS(host)
 	if err != nil {
 		return nil, err

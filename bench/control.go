@@ -41,7 +41,7 @@ func startControl(ctx context.Context, dir string, log *slog.Logger, noFsync boo
 		Listen:        "127.0.0.1:0",
 		MetricsListen: "off",
 		Logger:        log.With("component", "control"),
-		UnsafeNoFsync: noFsync,
+		NoSync:        noFsync,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("new control: %w", err)

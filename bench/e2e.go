@@ -11,8 +11,8 @@ import (
 
 	"lehr.dev/lehr/client/consumer"
 	"lehr.dev/lehr/client/producer"
-	"lehr.dev/lehr/testenv/devcluster"
 	"lehr.dev/lehr/internal/nsfile"
+	"lehr.dev/lehr/testenv/devcluster"
 )
 
 // Messages of the components' Debug logs the e2e scenario timestamps.
@@ -58,11 +58,10 @@ func runE2E(ctx context.Context, e *Env) (*Result, error) {
 	log := slog.New(events)
 
 	cl, err := devcluster.Start(ctx, devcluster.Options{
-		Dir:           filepath.Join(e.Dir, "cluster"),
-		Zones:         []string{benchZone},
-		Domains:       []string{benchDomain},
-		Logger:        log,
-		DurableWrites: true,
+		Dir:     filepath.Join(e.Dir, "cluster"),
+		Zones:   []string{benchZone},
+		Domains: []string{benchDomain},
+		Logger:  log,
 	})
 	if err != nil {
 		return res, err

@@ -135,7 +135,6 @@ func fanoutLehr(ctx context.Context, e *Env, p fanoutParams, n int, profile bool
 		Domains:       []string{benchDomain},
 		AgentsPerZone: -1,
 		Logger:        e.Log,
-		DurableWrites: true,
 	})
 	if err != nil {
 		return Row{}, cost, nil, err

@@ -19,8 +19,8 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"lehr.dev/lehr/client/producer"
-	"lehr.dev/lehr/testenv/devcluster"
 	"lehr.dev/lehr/proto/lehrpb"
+	"lehr.dev/lehr/testenv/devcluster"
 )
 
 func footprintScenario() Scenario {
@@ -113,7 +113,7 @@ func runFootprint(ctx context.Context, e *Env) (*Result, error) {
 	}
 	cl, err := devcluster.Start(ctx, devcluster.Options{
 		Dir: filepath.Join(e.Dir, "cluster"), Zones: []string{benchZone}, Domains: []string{benchDomain},
-		AgentsPerZone: -1, Logger: e.Log, DurableWrites: true,
+		AgentsPerZone: -1, Logger: e.Log,
 	})
 	if err != nil {
 		return res, err

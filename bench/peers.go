@@ -9,7 +9,7 @@ package bench
 //
 // Transport security: Lehr's agents always speak QUIC with mutual TLS 1.3,
 // so by default the peers do the same over TCP: each peer server gets its
-// own CA (internal/certs, ECDSA P-256 like Lehr's), a server certificate
+// own CA (internal/pki, ECDSA P-256 like Lehr's), a server certificate
 // and a client certificate; the server accepts TLS 1.3 only and requires
 // and verifies the client certificate, and every subscriber connection
 // makes its own full handshake presenting it (no session resumption, as
@@ -40,7 +40,8 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
-	"lehr.dev/lehr/internal/certs"
+	"lehr.dev/lehr/internal/pki"
+	"lehr.dev/lehr/internal/tlsconfig"
 )
 
 // Transports recorded in Row.Transport.
@@ -91,22 +92,22 @@ type peerPKI struct {
 
 func newPeerPKI(dir, name string) (*peerPKI, error) {
 	const validity = 24 * time.Hour
-	ca, err := certs.NewCA(filepath.Join(dir, "ca"), name+"-bench-ca", validity)
+	ca, err := pki.NewCA(filepath.Join(dir, "ca"), name+"-bench-ca", validity)
 	if err != nil {
 		return nil, fmt.Errorf("%s CA: %w", name, err)
 	}
-	p := &peerPKI{caFile: filepath.Join(dir, "ca", certs.CACertFile)}
-	if p.certFile, p.keyFile, err = ca.IssueFiles(dir, name+"-server", certs.Both, []string{"127.0.0.1"}, validity); err != nil {
+	p := &peerPKI{caFile: filepath.Join(dir, "ca", pki.CACertFile)}
+	if p.certFile, p.keyFile, err = ca.IssueFiles(dir, name+"-server", pki.Both, []string{"127.0.0.1"}, validity); err != nil {
 		return nil, fmt.Errorf("%s server certificate: %w", name, err)
 	}
-	cliCert, cliKey, err := ca.IssueFiles(dir, name+"-client", certs.Client, nil, validity)
+	cliCert, cliKey, err := ca.IssueFiles(dir, name+"-client", pki.Client, nil, validity)
 	if err != nil {
 		return nil, fmt.Errorf("%s client certificate: %w", name, err)
 	}
-	if p.server, err = certs.ServerTLS(p.certFile, p.keyFile, p.caFile); err != nil {
+	if p.server, err = tlsconfig.Server(p.certFile, p.keyFile, p.caFile); err != nil {
 		return nil, fmt.Errorf("%s: %w", name, err)
 	}
-	if p.client, err = certs.ClientTLS(cliCert, cliKey, p.caFile, "127.0.0.1"); err != nil {
+	if p.client, err = tlsconfig.Client(cliCert, cliKey, p.caFile, "127.0.0.1"); err != nil {
 		return nil, fmt.Errorf("%s: %w", name, err)
 	}
 	return p, nil
@@ -389,7 +390,7 @@ func startNATSPeer(ctx context.Context, dir string) (*natsPeer, error) {
 			return nil, err
 		}
 		p.pki = pki
-		// certs.ServerTLS requires and verifies client certificates
+		// pki.ServerTLS requires and verifies client certificates
 		// (tls.RequireAndVerifyClientCert), which nats-server reports as
 		// tls_verify; TLS 1.3 only.
 		opts.TLSConfig = pki.server.Clone()

@@ -75,7 +75,7 @@ func stormLehr(ctx context.Context, e *Env, n int) (Row, error) {
 	row := Row{System: "lehr", Case: fmt.Sprintf("N=%d", n)}
 	cl, err := devcluster.Start(ctx, devcluster.Options{
 		Dir: filepath.Join(e.Dir, fmt.Sprintf("storm-%d", n)), Zones: []string{benchZone}, Domains: []string{benchDomain},
-		AgentsPerZone: -1, Logger: e.Log, DurableWrites: true,
+		AgentsPerZone: -1, Logger: e.Log,
 	})
 	if err != nil {
 		return row, err

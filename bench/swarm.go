@@ -27,7 +27,7 @@ import (
 	"lehr.dev/lehr/agent/upstream"
 	"lehr.dev/lehr/distributor/simagent"
 	"lehr.dev/lehr/internal/backoff"
-	"lehr.dev/lehr/internal/certs"
+	"lehr.dev/lehr/internal/pki"
 )
 
 // SwarmEnv is the environment variable that turns a lehr-bench (or bench
@@ -38,7 +38,7 @@ const SwarmEnv = "LEHR_BENCH_SWARM"
 // swarmConfig is the first line the parent sends.
 type swarmConfig struct {
 	Addr   string   `json:"addr"`   // distributor UDP address
-	CADir  string   `json:"ca_dir"` // CA directory (certs.LoadCA) signing host certificates
+	CADir  string   `json:"ca_dir"` // CA directory (pki.LoadCA) signing host certificates
 	N      int      `json:"n"`      // agents
 	Prefix string   `json:"prefix"` // host ids are Prefix-<i>
 	Zone   string   `json:"zone"`
@@ -92,7 +92,7 @@ func SwarmMain() {
 
 type swarmChild struct {
 	cfg  swarmConfig
-	ca   *certs.CA
+	ca   *pki.CA
 	tls  []*tls.Config
 	log  *slog.Logger
 	out  chan swarmEvent
@@ -123,7 +123,7 @@ func runSwarm(in io.Reader, out io.Writer) error {
 	if err := json.Unmarshal(line, &cfg); err != nil {
 		return fmt.Errorf("decode config: %w", err)
 	}
-	ca, err := certs.LoadCA(cfg.CADir)
+	ca, err := pki.LoadCA(cfg.CADir)
 	if err != nil {
 		return err
 	}
@@ -158,7 +158,7 @@ func runSwarm(in io.Reader, out io.Writer) error {
 	}()
 	// Certificates first, so dial timings do not include key generation.
 	for i := range cfg.N {
-		c, k, err := ca.Issue(fmt.Sprintf("%s-%d", cfg.Prefix, i), certs.Client, nil, 24*time.Hour)
+		c, k, err := ca.Issue(fmt.Sprintf("%s-%d", cfg.Prefix, i), pki.Client, nil, 24*time.Hour)
 		if err != nil {
 			return err
 		}

@@ -8,8 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"lehr.dev/lehr/testenv/wait"
-
 	"github.com/google/go-cmp/cmp"
 	"google.golang.org/grpc/codes"
 
@@ -18,6 +16,7 @@ import (
 	"lehr.dev/lehr/control/embedetcd"
 	"lehr.dev/lehr/internal/apierror"
 	"lehr.dev/lehr/proto/lehrpb"
+	"lehr.dev/lehr/testenv/wait"
 )
 
 // TestPublishThroughMemberLoss publishes in a loop against control on a

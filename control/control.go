@@ -29,7 +29,7 @@ import (
 	"lehr.dev/lehr/control/embedetcd"
 	"lehr.dev/lehr/control/service"
 	"lehr.dev/lehr/control/store"
-	"lehr.dev/lehr/internal/certs"
+	"lehr.dev/lehr/internal/tlsconfig"
 	"lehr.dev/lehr/proto/lehrpb"
 )
 
@@ -65,15 +65,13 @@ type Options struct {
 	// /healthz. Default DefaultMetricsListen ("127.0.0.1:7401"); "off"
 	// disables the listener. It is plaintext even when gRPC uses TLS.
 	MetricsListen string
-	// TLSCertFile and TLSKeyFile, both or neither, make gRPC use TLS 1.3
-	// with this certificate (create one with "lehr certs"). Default:
-	// plaintext, loopback only.
-	TLSCertFile, TLSKeyFile string
-	// ClientCAFile, if set (TLS only), requires every client to present a
-	// certificate signed by one of these CAs (mutual TLS); the certificate's
-	// common name then becomes the author of what the client publishes.
-	// Default: clients are not authenticated.
-	ClientCAFile string
+	// TLS, if set, makes gRPC use TLS 1.3 with this server configuration
+	// (internal/tlsconfig.Server builds one from PEM files). With ClientCAs
+	// and ClientAuth set it requires every client to present a certificate
+	// (mutual TLS), whose common name then becomes the author of what the
+	// client publishes. nil (the default) serves plaintext, which New
+	// accepts only on a loopback Listen address (ErrPlaintextNotLoopback).
+	TLS *tls.Config
 	// Retention is the history compaction policy; zero fields take the
 	// store's defaults (keep the last 100 versions and every version younger
 	// than 7 days).
@@ -98,9 +96,10 @@ type Options struct {
 	// GoalPolicy decides how publishes move zone goal states; default
 	// service.AllZones (every publish moves every zone).
 	GoalPolicy service.GoalPolicy
-	// UnsafeNoFsync runs the embedded etcd without fsync: data survives a
-	// process restart but not a machine crash. Tests only. Default false.
-	UnsafeNoFsync bool
+	// NoSync runs the embedded etcd without fsync: data survives a process
+	// restart but not a machine crash. The zero value is durable; tests
+	// only.
+	NoSync bool
 }
 
 // Control is the control plane daemon. Create it with New, start it with
@@ -156,20 +155,14 @@ func New(opts Options) (*Control, error) {
 		ready:   make(chan struct{}),
 		done:    make(chan struct{}),
 	}
-	if (opts.TLSCertFile == "") != (opts.TLSKeyFile == "") {
-		return nil, errors.New("control: pass both --tls-cert and --tls-key, or neither")
+	if opts.TLS == nil && !tlsconfig.IsLoopback(opts.Listen) {
+		return nil, fmt.Errorf("control: Options.Listen %q: %w", opts.Listen, ErrPlaintextNotLoopback)
 	}
-	if opts.ClientCAFile != "" && opts.TLSCertFile == "" {
-		return nil, errors.New("control: --client-ca requires --tls-cert and --tls-key")
-	}
-	if opts.TLSCertFile != "" {
-		cfg, err := serverTLS(opts.TLSCertFile, opts.TLSKeyFile, opts.ClientCAFile)
-		if err != nil {
-			return nil, err
+	if opts.TLS != nil {
+		c.tls = opts.TLS.Clone()
+		if c.tls.MinVersion < tls.VersionTLS13 {
+			c.tls.MinVersion = tls.VersionTLS13
 		}
-		c.tls = cfg
-	} else if err := requireLoopback(opts.Listen); err != nil {
-		return nil, err
 	}
 	if opts.MetricsListen != "off" {
 		if _, _, err := net.SplitHostPort(opts.MetricsListen); err != nil {
@@ -179,38 +172,10 @@ func New(opts Options) (*Control, error) {
 	return c, nil
 }
 
-// requireLoopback refuses a plaintext listen address that is not loopback.
-func requireLoopback(addr string) error {
-	host, _, err := net.SplitHostPort(addr)
-	if err != nil {
-		return fmt.Errorf("control: listen address %q: %w", addr, err)
-	}
-	if host == "localhost" {
-		return nil
-	}
-	if ip := net.ParseIP(host); ip != nil && ip.IsLoopback() {
-		return nil
-	}
-	return fmt.Errorf("control: refusing to serve plaintext gRPC on %s, which is not a loopback address: "+
-		"pass --tls-cert and --tls-key (create them with \"lehr certs\"), or listen on 127.0.0.1", addr)
-}
-
-// serverTLS builds a TLS 1.3 configuration, with mutual TLS (the shared
-// internal/certs configuration) if caFile is set.
-func serverTLS(certFile, keyFile, caFile string) (*tls.Config, error) {
-	if caFile != "" {
-		cfg, err := certs.ServerTLS(certFile, keyFile, caFile)
-		if err != nil {
-			return nil, fmt.Errorf("control: %w", err)
-		}
-		return cfg, nil
-	}
-	cert, err := tls.LoadX509KeyPair(certFile, keyFile)
-	if err != nil {
-		return nil, fmt.Errorf("control: load TLS certificate %s: %w", certFile, err)
-	}
-	return &tls.Config{MinVersion: tls.VersionTLS13, Certificates: []tls.Certificate{cert}}, nil
-}
+// ErrPlaintextNotLoopback is returned by New when Options.TLS is nil and
+// Options.Listen is not a loopback address: control never serves
+// plaintext to the network.
+var ErrPlaintextNotLoopback = errors.New("control: plaintext gRPC is served on loopback addresses only; give control a TLS server certificate (Options.TLS) or listen on 127.0.0.1")
 
 // Ready is closed once control serves gRPC (Addr is then valid). It is not
 // closed if Run fails before that.
@@ -272,10 +237,10 @@ func (c *Control) Run(ctx context.Context) (err error) {
 	if len(endpoints) == 0 {
 		dir := filepath.Join(c.opts.DataDir, "etcd")
 		srv, err := embedetcd.Start(ctx, embedetcd.Options{
-			Dir:           dir,
-			Name:          "lehr",
-			Logger:        c.log,
-			UnsafeNoFsync: c.opts.UnsafeNoFsync,
+			Dir:    dir,
+			Name:   "lehr",
+			Logger: c.log,
+			NoSync: c.opts.NoSync,
 		})
 		if err != nil {
 			return fmt.Errorf("control: start embedded etcd in %s: %w", dir, err)
@@ -374,7 +339,7 @@ func (c *Control) Run(ctx context.Context) (err error) {
 	}
 	c.mu.Unlock()
 	c.log.Info("control: serving", "addr", lis.Addr().String(), "tls", c.tls != nil,
-		"mtls", c.opts.ClientCAFile != "", "metrics", c.opts.MetricsListen, "etcd", endpoints)
+		"mtls", c.tls != nil && c.tls.ClientAuth == tls.RequireAndVerifyClientCert, "metrics", c.opts.MetricsListen, "etcd", endpoints)
 	close(c.ready)
 
 	select {

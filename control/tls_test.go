@@ -22,6 +22,7 @@ import (
 	"lehr.dev/lehr/control"
 	"lehr.dev/lehr/control/controltest"
 	"lehr.dev/lehr/control/service"
+	"lehr.dev/lehr/internal/tlsconfig"
 	"lehr.dev/lehr/proto/lehrpb"
 )
 
@@ -40,6 +41,10 @@ func TestMutualTLSAuthor(t *testing.T) {
 	}
 	writePEM(t, filepath.Join(dir, "server.key"), "PRIVATE KEY", keyDER)
 
+	serverTLS, err := tlsconfig.Server(filepath.Join(dir, "server.pem"), filepath.Join(dir, "server.key"), filepath.Join(dir, "ca.pem"))
+	if err != nil {
+		t.Fatal(err)
+	}
 	pool := x509.NewCertPool()
 	pool.AddCert(ca)
 	creds := credentials.NewTLS(&tls.Config{
@@ -48,10 +53,8 @@ func TestMutualTLSAuthor(t *testing.T) {
 	})
 	srv := controltest.StartControl(t, control.Options{
 		// Not loopback-only once TLS is on; still bind loopback in tests.
-		Listen:       "127.0.0.1:0",
-		TLSCertFile:  filepath.Join(dir, "server.pem"),
-		TLSKeyFile:   filepath.Join(dir, "server.key"),
-		ClientCAFile: filepath.Join(dir, "ca.pem"),
+		Listen: "127.0.0.1:0",
+		TLS:    serverTLS,
 	}, grpc.WithTransportCredentials(creds))
 	cl := srv.Client
 	// The certificate wins over an author asserted in metadata, too.

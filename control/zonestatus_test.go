@@ -8,8 +8,6 @@ import (
 	"strings"
 	"testing"
 
-	"lehr.dev/lehr/testenv/wait"
-
 	"github.com/google/go-cmp/cmp"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/testing/protocmp"
@@ -18,6 +16,7 @@ import (
 	"lehr.dev/lehr/control/controltest"
 	"lehr.dev/lehr/internal/apierror"
 	"lehr.dev/lehr/proto/lehrpb"
+	"lehr.dev/lehr/testenv/wait"
 )
 
 func vc(ns string, v uint64, agents int32) *lehrpb.VersionCount {

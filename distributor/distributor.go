@@ -37,6 +37,7 @@ import (
 	"lehr.dev/lehr/distributor/goalwatch"
 	"lehr.dev/lehr/distributor/versions"
 	"lehr.dev/lehr/internal/names"
+	"lehr.dev/lehr/internal/tlsconfig"
 	"lehr.dev/lehr/proto/lehrpb"
 )
 
@@ -67,7 +68,7 @@ type Options struct {
 	// picks a free port (see Addr).
 	Listen string
 	// TLS is the QUIC server configuration. Required: QUIC always runs TLS
-	// 1.3. With ClientCAs and ClientAuth set (internal/certs.ServerTLS),
+	// 1.3. With ClientCAs and ClientAuth set (internal/tlsconfig.Server),
 	// agents must present host certificates and their Hello's host id must
 	// match the certificate.
 	TLS *tls.Config
@@ -148,7 +149,7 @@ func New(opts Options) (*Distributor, error) {
 	if opts.TLS == nil {
 		return nil, errors.New("distributor: Options.TLS is required: agents connect over QUIC, which always runs TLS 1.3")
 	}
-	if opts.ControlTLS == nil && !isLoopback(opts.ControlAddr) {
+	if opts.ControlTLS == nil && !tlsconfig.IsLoopback(opts.ControlAddr) {
 		return nil, fmt.Errorf("distributor: Options.ControlTLS is nil but control address %s is not loopback: plaintext is only allowed on loopback", opts.ControlAddr)
 	}
 	if opts.ID == "" {
@@ -221,18 +222,6 @@ func New(opts Options) (*Distributor, error) {
 	d.set.NewGauge("lehr_distributor_cache_bytes", func() float64 { return float64(d.cache.Stats().Bytes) })
 	d.set.NewGauge("lehr_distributor_cache_versions", func() float64 { return float64(d.cache.Stats().Versions) })
 	return d, nil
-}
-
-func isLoopback(addr string) bool {
-	host, _, err := net.SplitHostPort(addr)
-	if err != nil {
-		return false
-	}
-	if host == "localhost" {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
 }
 
 // Ready is closed once the QUIC listener (and the metrics listener, if

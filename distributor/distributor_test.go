@@ -11,8 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"lehr.dev/lehr/testenv/wait"
-
 	"github.com/google/go-cmp/cmp"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -22,39 +20,41 @@ import (
 	"lehr.dev/lehr/distributor"
 	"lehr.dev/lehr/distributor/fanout"
 	"lehr.dev/lehr/distributor/simagent"
-	"lehr.dev/lehr/internal/certs"
+	"lehr.dev/lehr/internal/pki"
+	"lehr.dev/lehr/internal/tlsconfig"
 	"lehr.dev/lehr/proto/lehrpb"
+	"lehr.dev/lehr/testenv/wait"
 )
 
 const zone = "zone-a"
 
-type pki struct {
+type hostPKI struct {
 	t   *testing.T
 	dir string
-	ca  *certs.CA
+	ca  *pki.CA
 }
 
-func newPKI(t *testing.T) *pki {
+func newPKI(t *testing.T) *hostPKI {
 	dir := t.TempDir()
-	ca, err := certs.NewCA(filepath.Join(dir, "ca"), "lehr-test-ca", 24*time.Hour)
+	ca, err := pki.NewCA(filepath.Join(dir, "ca"), "lehr-test-ca", 24*time.Hour)
 	if err != nil {
 		t.Fatalf("NewCA: %v", err)
 	}
-	return &pki{t: t, dir: dir, ca: ca}
+	return &hostPKI{t: t, dir: dir, ca: ca}
 }
 
-func (p *pki) tls(name string, kind certs.Kind) *tls.Config {
+func (p *hostPKI) tls(name string, kind pki.Kind) *tls.Config {
 	p.t.Helper()
 	c, k, err := p.ca.IssueFiles(filepath.Join(p.dir, "leaf"), name, kind, nil, time.Hour)
 	if err != nil {
 		p.t.Fatal(err)
 	}
-	caFile := filepath.Join(p.dir, "ca", certs.CACertFile)
+	caFile := filepath.Join(p.dir, "ca", pki.CACertFile)
 	var tc *tls.Config
-	if kind == certs.Server {
-		tc, err = certs.ServerTLS(c, k, caFile)
+	if kind == pki.Server {
+		tc, err = tlsconfig.Server(c, k, caFile)
 	} else {
-		tc, err = certs.ClientTLS(c, k, caFile, "127.0.0.1")
+		tc, err = tlsconfig.Client(c, k, caFile, "127.0.0.1")
 	}
 	if err != nil {
 		p.t.Fatal(err)
@@ -71,14 +71,14 @@ func ctxT(t *testing.T) context.Context {
 }
 
 // startDistributor runs a distributor against control at addr.
-func startDistributor(t *testing.T, p *pki, addr string) *distributor.Distributor {
+func startDistributor(t *testing.T, p *hostPKI, addr string) *distributor.Distributor {
 	t.Helper()
 	d, err := distributor.New(distributor.Options{
 		Zone:           zone,
 		ID:             "dist-1",
 		ControlAddr:    addr,
 		Listen:         "127.0.0.1:0",
-		TLS:            p.tls("distributor", certs.Server),
+		TLS:            p.tls("distributor", pki.Server),
 		MetricsListen:  "127.0.0.1:0",
 		ReportInterval: 100 * time.Millisecond,
 		Logger:         quiet(),
@@ -102,10 +102,10 @@ func startDistributor(t *testing.T, p *pki, addr string) *distributor.Distributo
 	return d
 }
 
-func dial(t *testing.T, p *pki, d *distributor.Distributor, host string, opts simagent.Options) *simagent.Agent {
+func dial(t *testing.T, p *hostPKI, d *distributor.Distributor, host string, opts simagent.Options) *simagent.Agent {
 	t.Helper()
 	opts.Addr = d.Addr().String()
-	opts.TLS = p.tls(host, certs.Client)
+	opts.TLS = p.tls(host, pki.Client)
 	opts.HostID = host
 	opts.Zone = zone
 	opts.Logger = quiet()
@@ -262,7 +262,7 @@ func TestServesFromMemoryWhileControlIsDown(t *testing.T) {
 
 func TestNewRejectsBadOptions(t *testing.T) {
 	p := newPKI(t)
-	server := p.tls("distributor", certs.Server)
+	server := p.tls("distributor", pki.Server)
 	tests := []struct {
 		name string
 		opts distributor.Options

@@ -20,9 +20,9 @@ import (
 	"syscall"
 
 	"lehr.dev/lehr/agent"
-	"lehr.dev/lehr/internal/certs"
 	"lehr.dev/lehr/internal/logflags"
 	"lehr.dev/lehr/internal/sdnotify"
+	"lehr.dev/lehr/internal/tlsconfig"
 )
 
 // Usage is the help text printed above the flag list.
@@ -115,7 +115,6 @@ func parse(args []string, out io.Writer) (agent.Options, *logflags.Flags, error)
 		certFile     = fs.String("tls-cert", "", "PEM host certificate presented to distributors; its name is the host id (required)")
 		keyFile      = fs.String("tls-key", "", "PEM private key of --tls-cert (required)")
 		serverName   = fs.String("server-name", "", "name the distributors' certificates must carry; empty means the host part of each address")
-		durable      = fs.Bool("durable", true, "fsync the cache and every file before acknowledging (turn off only in tests)")
 	)
 	fs.StringVar(&opts.Zone, "zone", "", "zone the host is in, e.g. us-east-1a (required)")
 	fs.StringVar(&opts.DataDir, "data-dir", "/var/lib/lehr/agent", "directory of the cache (DATA_DIR/cache) and the namespace files (DATA_DIR/files)")
@@ -125,6 +124,7 @@ func parse(args []string, out io.Writer) (agent.Options, *logflags.Flags, error)
 	fs.DurationVar(&opts.LeaseTTL, "lease-ttl", agent.DefaultLeaseTTL, "lease TTL granted to consumers that ask for the default")
 	fs.DurationVar(&opts.UnsubscribeGrace, "grace", agent.DefaultUnsubscribeGrace, "how long a namespace stays subscribed (and its file kept) after its last lease ends")
 	fs.DurationVar(&opts.BackoffMin, "backoff-min", agent.DefaultBackoffMin, "shortest wait between connection attempts")
+	fs.BoolVar(&opts.NoSync, "no-sync", false, "skip the fsync of the cache and of every file before acknowledging an update (tests only: a machine crash may lose what was applied)")
 	fs.DurationVar(&opts.BackoffMax, "backoff-max", agent.DefaultBackoffMax, "longest wait between connection attempts")
 	lo := logflags.Register(fs)
 	if err := fs.Parse(args); err != nil {
@@ -163,7 +163,7 @@ func parse(args []string, out io.Writer) (agent.Options, *logflags.Flags, error)
 	if *caFile == "" || *certFile == "" || *keyFile == "" {
 		return opts, lo, errors.New("--tls-ca, --tls-cert and --tls-key are required: distributors only accept agents with a host certificate")
 	}
-	tc, err := certs.ClientTLS(*certFile, *keyFile, *caFile, *serverName)
+	tc, err := tlsconfig.Client(*certFile, *keyFile, *caFile, *serverName)
 	if err != nil {
 		return opts, lo, err
 	}
@@ -171,6 +171,5 @@ func parse(args []string, out io.Writer) (agent.Options, *logflags.Flags, error)
 	if opts.DataDir != "" {
 		opts.DataDir = filepath.Clean(opts.DataDir)
 	}
-	opts.DurableWrites = durable
 	return opts, lo, nil
 }

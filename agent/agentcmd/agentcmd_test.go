@@ -10,20 +10,20 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"lehr.dev/lehr/internal/certs"
+	"lehr.dev/lehr/internal/pki"
 )
 
 func testCerts(t *testing.T) (ca, cert, key string) {
 	dir := t.TempDir()
-	c, err := certs.NewCA(filepath.Join(dir, "ca"), "test-ca", time.Hour)
+	c, err := pki.NewCA(filepath.Join(dir, "ca"), "test-ca", time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cert, key, err = c.IssueFiles(filepath.Join(dir, "leaf"), "host-1", certs.Client, nil, time.Hour)
+	cert, key, err = c.IssueFiles(filepath.Join(dir, "leaf"), "host-1", pki.Client, nil, time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return filepath.Join(dir, "ca", certs.CACertFile), cert, key
+	return filepath.Join(dir, "ca", pki.CACertFile), cert, key
 }
 
 func TestHelp(t *testing.T) {
@@ -52,7 +52,7 @@ func TestParse(t *testing.T) {
 	if diff := cmp.Diff(map[string]string{"role": "canary", "rack": "r1"}, o.Labels); diff != "" {
 		t.Errorf("labels (-want +got):\n%s", diff)
 	}
-	if o.DataDir != "/tmp/x" || o.LeaseTTL != 10*time.Second || o.TLS == nil || o.DurableWrites == nil || !*o.DurableWrites {
+	if o.DataDir != "/tmp/x" || o.LeaseTTL != 10*time.Second || o.TLS == nil || o.NoSync {
 		t.Errorf("parsed options %+v: want data dir /tmp/x, TTL 10s, TLS set, durable writes", o)
 	}
 

@@ -11,17 +11,17 @@ import (
 	"testing"
 	"time"
 
-	"lehr.dev/lehr/testenv/wait"
-
 	"github.com/VictoriaMetrics/metrics"
 
 	"lehr.dev/lehr/agent/upstream"
 	"lehr.dev/lehr/distributor/fanout"
 	"lehr.dev/lehr/distributor/versions"
-	"lehr.dev/lehr/internal/certs"
 	"lehr.dev/lehr/internal/content"
+	"lehr.dev/lehr/internal/pki"
+	"lehr.dev/lehr/internal/tlsconfig"
 	"lehr.dev/lehr/internal/wire"
 	"lehr.dev/lehr/proto/lehrpb"
+	"lehr.dev/lehr/testenv/wait"
 )
 
 const zone = "zone-a"
@@ -29,31 +29,31 @@ const zone = "zone-a"
 func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
 // pki issues test certificates.
-type pki struct {
+type hostPKI struct {
 	dir string
-	ca  *certs.CA
+	ca  *pki.CA
 }
 
-func newPKI(t *testing.T) *pki {
+func newPKI(t *testing.T) *hostPKI {
 	dir := t.TempDir()
-	ca, err := certs.NewCA(filepath.Join(dir, "ca"), "test-ca", time.Hour)
+	ca, err := pki.NewCA(filepath.Join(dir, "ca"), "test-ca", time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &pki{dir: dir, ca: ca}
+	return &hostPKI{dir: dir, ca: ca}
 }
 
-func (p *pki) tls(t *testing.T, name string, kind certs.Kind) *tls.Config {
+func (p *hostPKI) tls(t *testing.T, name string, kind pki.Kind) *tls.Config {
 	c, k, err := p.ca.IssueFiles(filepath.Join(p.dir, "leaf"), name, kind, nil, time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}
-	caFile := filepath.Join(p.dir, "ca", certs.CACertFile)
+	caFile := filepath.Join(p.dir, "ca", pki.CACertFile)
 	var tc *tls.Config
-	if kind == certs.Server {
-		tc, err = certs.ServerTLS(c, k, caFile)
+	if kind == pki.Server {
+		tc, err = tlsconfig.Server(c, k, caFile)
 	} else {
-		tc, err = certs.ClientTLS(c, k, caFile, "127.0.0.1")
+		tc, err = tlsconfig.Client(c, k, caFile, "127.0.0.1")
 	}
 	if err != nil {
 		t.Fatal(err)
@@ -69,10 +69,10 @@ type dist struct {
 	done   chan error
 }
 
-func startDist(t *testing.T, p *pki, id string) *dist {
+func startDist(t *testing.T, p *hostPKI, id string) *dist {
 	vers := versions.New(versions.Options{Logger: quiet()})
 	srv, err := fanout.Listen(fanout.Options{
-		Listen: "127.0.0.1:0", TLS: p.tls(t, "distributor", certs.Server), Zone: zone,
+		Listen: "127.0.0.1:0", TLS: p.tls(t, "distributor", pki.Server), Zone: zone,
 		DistributorID: id, Versions: vers, Logger: quiet(),
 	})
 	if err != nil {
@@ -206,10 +206,10 @@ type client struct {
 	done   chan struct{}
 }
 
-func startClient(t *testing.T, p *pki, h upstream.Handler, addrs ...string) *client {
+func startClient(t *testing.T, p *hostPKI, h upstream.Handler, addrs ...string) *client {
 	set := metrics.NewSet()
 	c, err := upstream.New(upstream.Options{
-		Distributors: addrs, TLS: p.tls(t, "host-1", certs.Client), HostID: "host-1", Zone: zone,
+		Distributors: addrs, TLS: p.tls(t, "host-1", pki.Client), HostID: "host-1", Zone: zone,
 		Handler: h, BackoffMin: 10 * time.Millisecond, BackoffMax: 200 * time.Millisecond,
 		Metrics: set, Logger: quiet(),
 	})
@@ -410,7 +410,7 @@ func TestBurstEndsAtLatestInOrder(t *testing.T) {
 
 func TestOptionsValidation(t *testing.T) {
 	p := newPKI(t)
-	good := upstream.Options{Distributors: []string{"127.0.0.1:1"}, TLS: p.tls(t, "h", certs.Client), HostID: "h", Zone: zone, Handler: newMem()}
+	good := upstream.Options{Distributors: []string{"127.0.0.1:1"}, TLS: p.tls(t, "h", pki.Client), HostID: "h", Zone: zone, Handler: newMem()}
 	tests := []struct {
 		name string
 		mod  func(o *upstream.Options)

@@ -8,13 +8,12 @@ import (
 	"testing"
 	"time"
 
-	"lehr.dev/lehr/testenv/wait"
-
 	"github.com/google/go-cmp/cmp"
 
 	"lehr.dev/lehr/internal/content"
 	"lehr.dev/lehr/internal/nsfile"
 	"lehr.dev/lehr/proto/lehrpb"
+	"lehr.dev/lehr/testenv/wait"
 )
 
 const ns = "demo/app"

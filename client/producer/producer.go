@@ -20,6 +20,7 @@ import (
 
 	"lehr.dev/lehr/internal/apierror"
 	"lehr.dev/lehr/internal/backoff"
+	"lehr.dev/lehr/internal/tlsconfig"
 	"lehr.dev/lehr/proto/lehrpb"
 )
 
@@ -182,15 +183,10 @@ func isLocal(addr string) (bool, error) {
 	}
 	addr = strings.TrimPrefix(addr, "dns:///")
 	addr = strings.TrimPrefix(addr, "passthrough:///")
-	host, _, err := net.SplitHostPort(addr)
-	if err != nil {
+	if _, _, err := net.SplitHostPort(addr); err != nil {
 		return false, fmt.Errorf("address %q: want host:port", addr)
 	}
-	if host == "localhost" {
-		return true, nil
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback(), nil
+	return tlsconfig.IsLoopback(addr), nil
 }
 
 // authorMetadataKey is the gRPC metadata key by which the client asserts

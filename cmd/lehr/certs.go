@@ -10,7 +10,7 @@ import (
 	"strings"
 	"time"
 
-	"lehr.dev/lehr/internal/certs"
+	"lehr.dev/lehr/internal/pki"
 )
 
 // Default validities of "lehr certs".
@@ -114,15 +114,15 @@ already it is kept, not replaced, and the command says so.
 	if *validity <= 0 {
 		return usageError(e, fs, "--validity %v: want a positive duration", *validity)
 	}
-	_, err := os.Stat(filepath.Join(*dir, certs.CACertFile))
+	_, err := os.Stat(filepath.Join(*dir, pki.CACertFile))
 	existed := err == nil
-	ca, err := certs.NewCA(*dir, *cn, *validity)
-	if errors.Is(err, certs.ErrInvalid) && !existed {
+	ca, err := pki.NewCA(*dir, *cn, *validity)
+	if errors.Is(err, pki.ErrInvalid) && !existed {
 		return usageError(e, fs, "%v", err)
 	}
 	if err != nil {
 		fmt.Fprintf(e.stderr, "lehr certs init: %v\n", err)
-		if errors.Is(err, certs.ErrIncompleteCA) {
+		if errors.Is(err, pki.ErrIncompleteCA) {
 			fmt.Fprintln(e.stderr, "  remove the leftover file, or restore the missing one, and run it again")
 		}
 		return exitError
@@ -134,7 +134,7 @@ already it is kept, not replaced, and the command says so.
 	fmt.Fprintf(e.stdout, "%s CA %q in %s, valid until %s\n", verb, ca.Cert.Subject.CommonName, *dir,
 		ca.Cert.NotAfter.UTC().Format("2006-01-02"))
 	fmt.Fprintf(e.stdout, "  certificate  %s\n  key          %s (keep it private)\n",
-		filepath.Join(*dir, certs.CACertFile), filepath.Join(*dir, certs.CAKeyFile))
+		filepath.Join(*dir, pki.CACertFile), filepath.Join(*dir, pki.CAKeyFile))
 	fmt.Fprintf(e.stdout, "next: lehr certs issue --dir %s --name NAME --kind server|client|both\n", *dir)
 	return exitOK
 }
@@ -186,18 +186,18 @@ unless --force is given.
 	case *name == "ca":
 		return usageError(e, fs, "--name ca: the CA's own files are ca.crt and ca.key; pick another name")
 	}
-	var k certs.Kind
+	var k pki.Kind
 	switch *kind {
 	case "server":
-		k = certs.Server
+		k = pki.Server
 	case "client":
-		k = certs.Client
+		k = pki.Client
 	case "both":
-		k = certs.Both
+		k = pki.Both
 	default:
 		return usageError(e, fs, "--kind %q: want server, client or both", *kind)
 	}
-	ca, err := certs.LoadCA(*dir)
+	ca, err := pki.LoadCA(*dir)
 	if err != nil {
 		fmt.Fprintf(e.stderr, "lehr certs issue: %v\n", err)
 		if errors.Is(err, os.ErrNotExist) {
@@ -215,7 +215,7 @@ unless --force is given.
 		}
 	}
 	certFile, keyFile, err := ca.IssueFiles(*dir, *name, k, hosts, *validity)
-	if errors.Is(err, certs.ErrInvalid) {
+	if errors.Is(err, pki.ErrInvalid) {
 		return usageError(e, fs, "%v", err)
 	}
 	if err != nil {
@@ -234,6 +234,6 @@ unless --force is given.
 	fmt.Fprintf(e.stdout, "issued %s certificate %q for %s, valid until %s\n", k, *name, strings.Join(shown, ", "),
 		pair.Leaf.NotAfter.UTC().Format("2006-01-02"))
 	fmt.Fprintf(e.stdout, "  certificate  %s\n  key          %s\n  CA           %s\n",
-		certFile, keyFile, filepath.Join(*dir, certs.CACertFile))
+		certFile, keyFile, filepath.Join(*dir, pki.CACertFile))
 	return exitOK
 }

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"lehr.dev/lehr/internal/certs"
+	"lehr.dev/lehr/internal/tlsconfig"
 )
 
 // handshake runs a TLS handshake over loopback TCP and returns the
@@ -45,7 +45,7 @@ func handshake(t *testing.T, srv, cli *tls.Config) (serverSaw, clientSaw string,
 		if _, err := io.ReadFull(tc, b); err == nil {
 			tc.Write(b)
 		}
-		srvDone <- result{id: certs.PeerIdentity(tc.ConnectionState())}
+		srvDone <- result{id: tlsconfig.PeerIdentity(tc.ConnectionState())}
 	}()
 	d := &net.Dialer{Timeout: 30 * time.Second}
 	c, err := tls.DialWithDialer(d, "tcp", l.Addr().String(), cli)
@@ -55,7 +55,7 @@ func handshake(t *testing.T, srv, cli *tls.Config) (serverSaw, clientSaw string,
 	}
 	defer c.Close()
 	c.SetDeadline(time.Now().Add(30 * time.Second))
-	clientSaw = certs.PeerIdentity(c.ConnectionState())
+	clientSaw = tlsconfig.PeerIdentity(c.ConnectionState())
 	// With TLS 1.3 the server verifies the client certificate after the
 	// client's handshake returns: a round trip proves it was accepted.
 	if _, err := c.Write([]byte{1}); err == nil {
@@ -106,14 +106,14 @@ func TestCertsInitIssueHandshake(t *testing.T) {
 	caFile := filepath.Join(dir, "ca.crt")
 	file := func(name, ext string) string { return filepath.Join(dir, name+ext) }
 	server := func(name string) *tls.Config {
-		c, err := certs.ServerTLS(file(name, ".crt"), file(name, ".key"), caFile)
+		c, err := tlsconfig.Server(file(name, ".crt"), file(name, ".key"), caFile)
 		if err != nil {
 			t.Fatal(err)
 		}
 		return c
 	}
 	client := func(name, serverName string) *tls.Config {
-		c, err := certs.ClientTLS(file(name, ".crt"), file(name, ".key"), caFile, serverName)
+		c, err := tlsconfig.Client(file(name, ".crt"), file(name, ".key"), caFile, serverName)
 		if err != nil {
 			t.Fatal(err)
 		}

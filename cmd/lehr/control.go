@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -10,6 +11,7 @@ import (
 	"lehr.dev/lehr/control"
 	"lehr.dev/lehr/internal/logflags"
 	"lehr.dev/lehr/internal/sdnotify"
+	"lehr.dev/lehr/internal/tlsconfig"
 )
 
 func runControl(ctx context.Context, e *env, args []string) int {
@@ -42,9 +44,9 @@ Stop it with Ctrl-C or SIGTERM: in-flight calls finish, then it exits.`,
 	endpoints := fs.String("etcd-endpoints", "", "comma-separated client `URLs` of an external etcd cluster (default: embedded etcd)")
 	fs.StringVar(&opts.Listen, "listen", control.DefaultListen, "gRPC listen `address`; without TLS it must be loopback")
 	fs.StringVar(&opts.MetricsListen, "metrics-listen", control.DefaultMetricsListen, "HTTP `address` of /metrics and /healthz; \"off\" disables it")
-	fs.StringVar(&opts.TLSCertFile, "tls-cert", "", "server certificate `file` (PEM); enables TLS")
-	fs.StringVar(&opts.TLSKeyFile, "tls-key", "", "server private key `file` (PEM)")
-	fs.StringVar(&opts.ClientCAFile, "client-ca", "", "CA `file` that client certificates must chain to (mutual TLS)")
+	certFile := fs.String("tls-cert", "", "server certificate `file` (PEM); enables TLS")
+	keyFile := fs.String("tls-key", "", "server private key `file` (PEM)")
+	clientCA := fs.String("client-ca", "", "CA `file` that client certificates must chain to (mutual TLS)")
 	fs.IntVar(&opts.Retention.KeepLast, "keep-last", 100, "keep at least the newest `N` versions of each namespace")
 	fs.DurationVar(&opts.Retention.KeepFor, "keep-for", 7*24*time.Hour, "keep every version younger than this `duration`")
 	fs.DurationVar(&opts.CompactInterval, "compact-interval", control.DefaultCompactInterval, "how often to compact history (`duration`; negative disables)")
@@ -74,8 +76,23 @@ Stop it with Ctrl-C or SIGTERM: in-flight calls finish, then it exits.`,
 	if opts.Retention.KeepFor <= 0 {
 		return usageError(e, fs, "--keep-for %v: want a positive duration, e.g. 168h (versions older than it may be compacted away)", opts.Retention.KeepFor)
 	}
+	switch {
+	case (*certFile == "") != (*keyFile == ""):
+		return usageError(e, fs, "pass both --tls-cert and --tls-key, or neither")
+	case *clientCA != "" && *certFile == "":
+		return usageError(e, fs, "--client-ca requires --tls-cert and --tls-key")
+	case *certFile != "":
+		if opts.TLS, err = tlsconfig.Server(*certFile, *keyFile, *clientCA); err != nil {
+			fmt.Fprintf(e.stderr, "lehr control: %v\n", err)
+			return exitError
+		}
+	}
 	opts.Logger = logger
 	c, err := control.New(opts)
+	if errors.Is(err, control.ErrPlaintextNotLoopback) {
+		return usageError(e, fs, "refusing to serve plaintext gRPC on %s, which is not a loopback address: "+
+			"pass --tls-cert and --tls-key (create them with \"lehr certs\"), or listen on 127.0.0.1", opts.Listen)
+	}
 	if err != nil {
 		fmt.Fprintf(e.stderr, "lehr control: %v\n", err)
 		return exitError

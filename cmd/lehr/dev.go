@@ -17,8 +17,8 @@ import (
 	"lehr.dev/lehr/client/consumer"
 	"lehr.dev/lehr/client/producer"
 	"lehr.dev/lehr/control"
-	"lehr.dev/lehr/testenv/devcluster"
 	"lehr.dev/lehr/proto/lehrpb"
+	"lehr.dev/lehr/testenv/devcluster"
 )
 
 // devSample is the namespace "lehr dev" publishes.
@@ -115,7 +115,7 @@ and says which.`,
 		ControlListen:        pickAddr(*listen, control.DefaultListen, "gRPC", say),
 		ControlMetricsListen: pickAddr(*metricsListen, control.DefaultMetricsListen, "metrics", say),
 		// A throwaway directory need not survive a machine crash.
-		DurableWrites: !temp,
+		NoSync: temp,
 	})
 	if err != nil {
 		if ctx.Err() != nil {

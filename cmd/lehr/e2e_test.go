@@ -12,13 +12,12 @@ import (
 	"testing"
 	"time"
 
-	"lehr.dev/lehr/testenv/wait"
-
 	"google.golang.org/protobuf/encoding/protojson"
 
 	"lehr.dev/lehr/control"
 	"lehr.dev/lehr/control/controltest"
 	"lehr.dev/lehr/proto/lehrpb"
+	"lehr.dev/lehr/testenv/wait"
 )
 
 // cli runs lehr commands in-process against one control address.

@@ -185,7 +185,8 @@ func TestWatchAgainstAgent(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	cl, err := devcluster.Start(ctx, devcluster.Options{
-		Zones: []string{"zone-w"}, Domains: []string{"demo"}, Logger: controltest.Logger(t, slog.LevelWarn),
+		NoSync: true, // a test cluster need not survive a machine crash
+		Zones:  []string{"zone-w"}, Domains: []string{"demo"}, Logger: controltest.Logger(t, slog.LevelWarn),
 	})
 	if err != nil {
 		t.Fatalf("devcluster.Start: %v", err)

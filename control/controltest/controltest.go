@@ -47,7 +47,7 @@ type Server struct {
 // StartControl starts control with opts and waits until it serves. Zero
 // fields of opts get test-friendly values instead of the daemon defaults:
 // DataDir a t.TempDir(), Listen and MetricsListen "127.0.0.1:0", Logger
-// one that writes warnings and errors to t.Log, UnsafeNoFsync true (only
+// one that writes warnings and errors to t.Log, NoSync true (only
 // when the embedded etcd is used). The server is stopped by t.Cleanup, or
 // earlier by Stop.
 //
@@ -68,7 +68,7 @@ func StartControl(t testing.TB, opts control.Options, dialOpts ...grpc.DialOptio
 		opts.Logger = Logger(t, slog.LevelWarn)
 	}
 	if len(opts.EtcdEndpoints) == 0 {
-		opts.UnsafeNoFsync = true
+		opts.NoSync = true
 	}
 	c, err := control.New(opts)
 	if err != nil {

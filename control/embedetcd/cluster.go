@@ -32,7 +32,7 @@ type memberConfig struct {
 // StartCluster starts an n-member cluster under dir (member i in
 // dir/a<attempt>/m<i>, a fresh attempt directory for each retry after a
 // picked port was taken) and waits until every member is ready. logger may be nil (slog.Default).
-// Members run with UnsafeNoFsync: a Cluster is for tests.
+// Members run with NoSync: a Cluster is for tests.
 func StartCluster(ctx context.Context, dir string, n int, logger *slog.Logger) (*Cluster, error) {
 	if n < 1 {
 		return nil, fmt.Errorf("embedetcd: cluster size %d: want at least 1", n)
@@ -93,7 +93,7 @@ func startCluster(ctx context.Context, dir string, n int, logger *slog.Logger, a
 				InitialCluster: cluster,
 				ClusterState:   embed.ClusterStateFlagNew,
 				Logger:         logger,
-				UnsafeNoFsync:  true,
+				NoSync:         true,
 			})
 			errs[i], c.servers[i] = err, s
 		})
@@ -151,7 +151,7 @@ func (c *Cluster) Restart(ctx context.Context, i int) error {
 		InitialCluster: c.initial,
 		ClusterState:   embed.ClusterStateFlagExisting,
 		Logger:         c.logger,
-		UnsafeNoFsync:  true,
+		NoSync:         true,
 	})
 	if err != nil {
 		return fmt.Errorf("embedetcd: restart member %d: %w", i, err)

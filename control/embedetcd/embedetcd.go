@@ -72,9 +72,10 @@ type Options struct {
 	// ErrRevisionGone and watchers restart from the current state).
 	// Default one hour; negative disables auto-compaction.
 	AutoCompaction time.Duration
-	// UnsafeNoFsync disables fsync of etcd's WAL and database. Data
-	// survives a process restart but not a machine crash: tests only.
-	UnsafeNoFsync bool
+	// NoSync disables fsync of etcd's WAL and database. Data survives a
+	// process restart but not a machine crash. The zero value is durable;
+	// tests only.
+	NoSync bool
 }
 
 // Server is one running embedded etcd member.
@@ -173,7 +174,7 @@ func start(ctx context.Context, opts Options) (*Server, error) {
 	}
 	cfg.ClusterState = opts.ClusterState
 	cfg.MaxRequestBytes = opts.MaxRequestBytes
-	cfg.UnsafeNoFsync = opts.UnsafeNoFsync
+	cfg.UnsafeNoFsync = opts.NoSync
 	if opts.AutoCompaction >= 0 {
 		cfg.AutoCompactionMode = embed.CompactorModePeriodic
 		cfg.AutoCompactionRetention = opts.AutoCompaction.String()

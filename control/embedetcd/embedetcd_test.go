@@ -7,9 +7,9 @@ import (
 	"testing"
 	"time"
 
-	"lehr.dev/lehr/testenv/wait"
-
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"lehr.dev/lehr/testenv/wait"
 )
 
 func testLogger(t *testing.T) *slog.Logger {
@@ -41,7 +41,7 @@ func TestSingleMemberRestartKeepsData(t *testing.T) {
 	defer cancel()
 	dir := t.TempDir()
 
-	s, err := Start(ctx, Options{Dir: dir, Logger: testLogger(t), UnsafeNoFsync: true})
+	s, err := Start(ctx, Options{Dir: dir, Logger: testLogger(t), NoSync: true})
 	if err != nil {
 		t.Fatalf("Start: %v", err)
 	}
@@ -59,7 +59,7 @@ func TestSingleMemberRestartKeepsData(t *testing.T) {
 	s.Close()
 	s.Close() // idempotent
 
-	s2, err := Start(ctx, Options{Dir: dir, Logger: testLogger(t), UnsafeNoFsync: true})
+	s2, err := Start(ctx, Options{Dir: dir, Logger: testLogger(t), NoSync: true})
 	if err != nil {
 		t.Fatalf("Start again on %s: %v", dir, err)
 	}
@@ -77,7 +77,7 @@ func TestSingleMemberRestartKeepsData(t *testing.T) {
 func TestDefaultMaxRequestBytesEnforced(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 	defer cancel()
-	s, err := Start(ctx, Options{Dir: t.TempDir(), Logger: testLogger(t), UnsafeNoFsync: true})
+	s, err := Start(ctx, Options{Dir: t.TempDir(), Logger: testLogger(t), NoSync: true})
 	if err != nil {
 		t.Fatalf("Start: %v", err)
 	}

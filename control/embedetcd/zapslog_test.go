@@ -82,7 +82,7 @@ func TestCloseLogsNoErrors(t *testing.T) {
 	rec := &recorder{}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	s, err := Start(ctx, Options{Dir: t.TempDir(), Logger: slog.New(rec), LogLevel: "debug", UnsafeNoFsync: true})
+	s, err := Start(ctx, Options{Dir: t.TempDir(), Logger: slog.New(rec), LogLevel: "debug", NoSync: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,7 +10,7 @@ import (
 
 	"lehr.dev/lehr/control/validate"
 	"lehr.dev/lehr/internal/apierror"
-	"lehr.dev/lehr/internal/certs"
+	"lehr.dev/lehr/internal/tlsconfig"
 )
 
 // AuthorMetadataKey is the gRPC metadata key by which a client may assert
@@ -47,7 +47,7 @@ func callerOf(ctx context.Context) caller {
 		c.transport = p.Addr.String()
 	}
 	if ti, ok := p.AuthInfo.(credentials.TLSInfo); ok {
-		if id := certs.PeerIdentity(ti.State); id != "" {
+		if id := tlsconfig.PeerIdentity(ti.State); id != "" {
 			c.identity = id
 			c.transport = "cert:" + ti.State.VerifiedChains[0][0].Subject.String()
 		}

@@ -33,7 +33,7 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	srv, err := embedetcd.Start(ctx, embedetcd.Options{Dir: dir, UnsafeNoFsync: true, Logger: quietLogger()})
+	srv, err := embedetcd.Start(ctx, embedetcd.Options{Dir: dir, NoSync: true, Logger: quietLogger()})
 	if err == nil {
 		shared.srv = srv
 		shared.cli, err = embedetcd.NewClient(ctx, srv.Endpoints())

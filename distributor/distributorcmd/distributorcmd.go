@@ -18,9 +18,9 @@ import (
 	"syscall"
 
 	"lehr.dev/lehr/distributor"
-	"lehr.dev/lehr/internal/certs"
 	"lehr.dev/lehr/internal/logflags"
 	"lehr.dev/lehr/internal/sdnotify"
+	"lehr.dev/lehr/internal/tlsconfig"
 )
 
 // Usage is the help text printed above the flag list.
@@ -165,7 +165,7 @@ func parse(args []string, out io.Writer) (distributor.Options, *logflags.Flags, 
 	if *certFile == "" || *keyFile == "" || *caFile == "" {
 		return opts, lo, errors.New("--tls-cert, --tls-key and --tls-ca are required: agents connect with mutual TLS")
 	}
-	opts.TLS, err = certs.ServerTLS(*certFile, *keyFile, *caFile)
+	opts.TLS, err = tlsconfig.Server(*certFile, *keyFile, *caFile)
 	if err != nil {
 		return opts, lo, fmt.Errorf("--tls-cert/--tls-key/--tls-ca: %w", err)
 	}
@@ -183,7 +183,7 @@ func parse(args []string, out io.Writer) (distributor.Options, *logflags.Flags, 
 		return v
 	}
 	serverName := orDefault(*ctlServerName, ctlHost)
-	opts.ControlTLS, err = certs.ClientTLS(orDefault(*ctlCert, *certFile), orDefault(*ctlKey, *keyFile), orDefault(*ctlCA, *caFile), serverName)
+	opts.ControlTLS, err = tlsconfig.Client(orDefault(*ctlCert, *certFile), orDefault(*ctlKey, *keyFile), orDefault(*ctlCA, *caFile), serverName)
 	if err != nil {
 		return opts, lo, fmt.Errorf("TLS to control (--control-tls-*): %w", err)
 	}

@@ -3,6 +3,7 @@ package distributorcmd
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"fmt"
 	"net"
 	"path/filepath"
@@ -11,46 +12,57 @@ import (
 	"testing"
 	"time"
 
-	"lehr.dev/lehr/testenv/wait"
-
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 
 	"lehr.dev/lehr/control"
 	"lehr.dev/lehr/control/controltest"
-	"lehr.dev/lehr/internal/certs"
+	"lehr.dev/lehr/internal/pki"
 	"lehr.dev/lehr/internal/sdnotify"
+	"lehr.dev/lehr/internal/tlsconfig"
 	"lehr.dev/lehr/proto/lehrpb"
+	"lehr.dev/lehr/testenv/wait"
 )
 
-// pki is a test CA with certificates for control, a distributor and a
+// hostPKI is a test CA with certificates for control, a distributor and a
 // control client, as "lehr certs" would make them.
-type pki struct {
+type hostPKI struct {
 	caFile              string
 	ctlCert, ctlKey     string
 	distCert, distKey   string // kind both: server to agents, client of control
 	adminCert, adminKey string
 }
 
-func newPKI(t *testing.T) pki {
+func newPKI(t *testing.T) hostPKI {
 	t.Helper()
 	dir := t.TempDir()
-	ca, err := certs.NewCA(dir, "test-ca", time.Hour)
+	ca, err := pki.NewCA(dir, "test-ca", time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}
-	issue := func(name string, kind certs.Kind) (string, string) {
+	issue := func(name string, kind pki.Kind) (string, string) {
 		c, k, err := ca.IssueFiles(dir, name, kind, nil, time.Hour)
 		if err != nil {
 			t.Fatal(err)
 		}
 		return c, k
 	}
-	p := pki{caFile: filepath.Join(dir, certs.CACertFile)}
-	p.ctlCert, p.ctlKey = issue("control", certs.Server)
-	p.distCert, p.distKey = issue("dist-1", certs.Both)
-	p.adminCert, p.adminKey = issue("admin", certs.Client)
+	p := hostPKI{caFile: filepath.Join(dir, pki.CACertFile)}
+	p.ctlCert, p.ctlKey = issue("control", pki.Server)
+	p.distCert, p.distKey = issue("dist-1", pki.Both)
+	p.adminCert, p.adminKey = issue("admin", pki.Client)
 	return p
+}
+
+// controlTLS is control's server configuration: its certificate, and
+// client certificates of the CA required.
+func (p hostPKI) controlTLS(t *testing.T) *tls.Config {
+	t.Helper()
+	c, err := tlsconfig.Server(p.ctlCert, p.ctlKey, p.caFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
 }
 
 func TestHelp(t *testing.T) {
@@ -195,11 +207,11 @@ func receive(t *testing.T, ch <-chan string, what string, stderr *syncBuffer) st
 // cleanly, saying so, when interrupted.
 func TestMainServesAndNotifies(t *testing.T) {
 	p := newPKI(t)
-	adminTLS, err := certs.ClientTLS(p.adminCert, p.adminKey, p.caFile, "127.0.0.1")
+	adminTLS, err := tlsconfig.Client(p.adminCert, p.adminKey, p.caFile, "127.0.0.1")
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := controltest.StartControl(t, control.Options{TLSCertFile: p.ctlCert, TLSKeyFile: p.ctlKey, ClientCAFile: p.caFile},
+	srv := controltest.StartControl(t, control.Options{TLS: p.controlTLS(t)},
 		grpc.WithTransportCredentials(credentials.NewTLS(adminTLS)))
 	notes := notifySocket(t)
 

@@ -6,14 +6,13 @@ import (
 	"testing"
 	"time"
 
-	"lehr.dev/lehr/testenv/wait"
-
 	"github.com/quic-go/quic-go"
 
 	"lehr.dev/lehr/distributor/fanout"
 	"lehr.dev/lehr/distributor/simagent"
 	"lehr.dev/lehr/distributor/versions"
 	"lehr.dev/lehr/internal/wire"
+	"lehr.dev/lehr/testenv/wait"
 )
 
 // TestMaxHandshakes checks the admission bound that keeps a reconnect storm
@@ -78,7 +77,7 @@ func TestMaxHandshakes(t *testing.T) {
 
 // dialUntilWelcomed dials a simulated agent until it is welcomed or ctx
 // ends, treating CONNECTION_REFUSED as "not yet".
-func dialUntilWelcomed(ctx context.Context, t *testing.T, addr string, p *pki, host string) *simagent.Agent {
+func dialUntilWelcomed(ctx context.Context, t *testing.T, addr string, p *hostPKI, host string) *simagent.Agent {
 	t.Helper()
 	tc := p.client(host)
 	for {

@@ -13,60 +13,60 @@ import (
 	"testing"
 	"time"
 
-	"lehr.dev/lehr/testenv/wait"
-
 	"github.com/google/go-cmp/cmp"
 
 	"lehr.dev/lehr/distributor/fanout"
 	"lehr.dev/lehr/distributor/simagent"
 	"lehr.dev/lehr/distributor/versions"
-	"lehr.dev/lehr/internal/certs"
 	"lehr.dev/lehr/internal/content"
+	"lehr.dev/lehr/internal/pki"
+	"lehr.dev/lehr/internal/tlsconfig"
 	"lehr.dev/lehr/internal/wire"
 	"lehr.dev/lehr/proto/lehrpb"
+	"lehr.dev/lehr/testenv/wait"
 )
 
 const zone = "zone-a"
 
 // pki issues certificates from a test CA.
-type pki struct {
+type hostPKI struct {
 	t   *testing.T
 	dir string
-	ca  *certs.CA
+	ca  *pki.CA
 }
 
-func newPKI(t *testing.T) *pki {
+func newPKI(t *testing.T) *hostPKI {
 	t.Helper()
 	dir := t.TempDir()
-	ca, err := certs.NewCA(filepath.Join(dir, "ca"), "lehr-test-ca", 24*time.Hour)
+	ca, err := pki.NewCA(filepath.Join(dir, "ca"), "lehr-test-ca", 24*time.Hour)
 	if err != nil {
 		t.Fatalf("NewCA: %v", err)
 	}
-	return &pki{t: t, dir: dir, ca: ca}
+	return &hostPKI{t: t, dir: dir, ca: ca}
 }
 
-func (p *pki) caFile() string { return filepath.Join(p.dir, "ca", certs.CACertFile) }
+func (p *hostPKI) caFile() string { return filepath.Join(p.dir, "ca", pki.CACertFile) }
 
-func (p *pki) server() *tls.Config {
+func (p *hostPKI) server() *tls.Config {
 	p.t.Helper()
-	c, k, err := p.ca.IssueFiles(filepath.Join(p.dir, "leaf"), "distributor", certs.Server, nil, time.Hour)
+	c, k, err := p.ca.IssueFiles(filepath.Join(p.dir, "leaf"), "distributor", pki.Server, nil, time.Hour)
 	if err != nil {
 		p.t.Fatalf("issue: %v", err)
 	}
-	tc, err := certs.ServerTLS(c, k, p.caFile())
+	tc, err := tlsconfig.Server(c, k, p.caFile())
 	if err != nil {
 		p.t.Fatalf("ServerTLS: %v", err)
 	}
 	return tc
 }
 
-func (p *pki) client(host string) *tls.Config {
+func (p *hostPKI) client(host string) *tls.Config {
 	p.t.Helper()
-	c, k, err := p.ca.IssueFiles(filepath.Join(p.dir, "leaf"), host, certs.Client, nil, time.Hour)
+	c, k, err := p.ca.IssueFiles(filepath.Join(p.dir, "leaf"), host, pki.Client, nil, time.Hour)
 	if err != nil {
 		p.t.Fatalf("issue: %v", err)
 	}
-	tc, err := certs.ClientTLS(c, k, p.caFile(), "127.0.0.1")
+	tc, err := tlsconfig.Client(c, k, p.caFile(), "127.0.0.1")
 	if err != nil {
 		p.t.Fatalf("ClientTLS: %v", err)
 	}
@@ -76,7 +76,7 @@ func (p *pki) client(host string) *tls.Config {
 // env is a fanout server fed from an in-memory version cache.
 type env struct {
 	t     *testing.T
-	pki   *pki
+	pki   *hostPKI
 	cache *versions.Cache
 	srv   *fanout.Server
 

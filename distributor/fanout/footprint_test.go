@@ -20,10 +20,9 @@ import (
 	"testing"
 	"time"
 
-	"lehr.dev/lehr/testenv/wait"
-
 	"lehr.dev/lehr/distributor/simagent"
-	"lehr.dev/lehr/internal/certs"
+	"lehr.dev/lehr/internal/pki"
+	"lehr.dev/lehr/testenv/wait"
 )
 
 // The footprint measurement: N simulated agents in a child process (so the
@@ -254,14 +253,14 @@ func footprintChild(t *testing.T, raw string) {
 		report(footprintReport{Err: err.Error()})
 		return
 	}
-	ca, err := certs.LoadCA(cfg.CADir)
+	ca, err := pki.LoadCA(cfg.CADir)
 	if err != nil {
 		report(footprintReport{Err: err.Error()})
 		return
 	}
 	tcs := make([]*tls.Config, cfg.N)
 	for i := range cfg.N {
-		c, k, err := ca.Issue(fmt.Sprintf("fp-%d", i), certs.Client, nil, time.Hour)
+		c, k, err := ca.Issue(fmt.Sprintf("fp-%d", i), pki.Client, nil, time.Hour)
 		if err != nil {
 			report(footprintReport{Err: err.Error()})
 			return

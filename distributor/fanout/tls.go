@@ -5,7 +5,7 @@ import (
 	"errors"
 	"fmt"
 
-	"lehr.dev/lehr/internal/certs"
+	"lehr.dev/lehr/internal/tlsconfig"
 )
 
 // errIdentity is wrapped by identity check failures.
@@ -13,10 +13,10 @@ var errIdentity = errors.New("fanout: host id does not match the client certific
 
 // checkIdentity verifies, when the agent presented a verified certificate,
 // that the host id it announces is the certificate's identity
-// (certs.PeerIdentity). Without one (ClientAuth off) the announced id is
+// (pki.PeerIdentity). Without one (ClientAuth off) the announced id is
 // taken as is.
 func checkIdentity(state tls.ConnectionState, host string) error {
-	id := certs.PeerIdentity(state)
+	id := tlsconfig.PeerIdentity(state)
 	if id == "" || id == host {
 		return nil
 	}

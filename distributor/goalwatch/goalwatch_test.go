@@ -9,8 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"lehr.dev/lehr/testenv/wait"
-
 	"github.com/google/go-cmp/cmp"
 
 	"lehr.dev/lehr/control"
@@ -18,6 +16,7 @@ import (
 	"lehr.dev/lehr/control/embedetcd"
 	"lehr.dev/lehr/distributor/goalwatch"
 	"lehr.dev/lehr/proto/lehrpb"
+	"lehr.dev/lehr/testenv/wait"
 )
 
 const zone = "zone-a"
@@ -149,7 +148,7 @@ func TestResumeAfterControlRestart(t *testing.T) {
 
 func TestOutOfRangeRestartsFromCurrentState(t *testing.T) {
 	ctx := ctxT(t)
-	etcd, err := embedetcd.Start(ctx, embedetcd.Options{Dir: t.TempDir(), UnsafeNoFsync: true, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	etcd, err := embedetcd.Start(ctx, embedetcd.Options{Dir: t.TempDir(), NoSync: true, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatalf("start etcd: %v", err)
 	}

@@ -13,7 +13,7 @@ import (
 	"lehr.dev/lehr/agent"
 	"lehr.dev/lehr/distributor"
 	"lehr.dev/lehr/distributor/fanout"
-	"lehr.dev/lehr/internal/certs"
+	"lehr.dev/lehr/internal/pki"
 	"lehr.dev/lehr/proto/lehrpb"
 )
 
@@ -37,7 +37,7 @@ type DistributorHandle struct {
 
 func (c *Cluster) newDistributor(zone string, i int) (*DistributorHandle, error) {
 	id := fmt.Sprintf("%s-dist-%d", zone, i)
-	tlsCfg, err := c.leafTLS(id, certs.Server)
+	tlsCfg, err := c.leafTLS(id, pki.Server)
 	if err != nil {
 		return nil, err
 	}
@@ -188,7 +188,7 @@ type AgentHandle struct {
 
 func (c *Cluster) newAgent(zone string, i int) (*AgentHandle, error) {
 	host := fmt.Sprintf("%s-host-%d", zone, i)
-	tlsCfg, err := c.leafTLS(host, certs.Client)
+	tlsCfg, err := c.leafTLS(host, pki.Client)
 	if err != nil {
 		return nil, err
 	}
@@ -203,7 +203,6 @@ func (c *Cluster) newAgent(zone string, i int) (*AgentHandle, error) {
 	if err != nil {
 		return nil, err
 	}
-	durable := c.opts.DurableWrites
 	h := &AgentHandle{
 		Zone:   zone,
 		HostID: host,
@@ -220,7 +219,7 @@ func (c *Cluster) newAgent(zone string, i int) (*AgentHandle, error) {
 			BackoffMin:       c.opts.AgentBackoffMin,
 			BackoffMax:       c.opts.AgentBackoffMax,
 			Logger:           c.log.With("component", "agent", "host", host),
-			DurableWrites:    &durable,
+			NoSync:           c.opts.NoSync,
 		},
 	}
 	h.local, err = grpc.NewClient("unix://"+sock,

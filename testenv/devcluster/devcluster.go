@@ -58,8 +58,9 @@ import (
 	"lehr.dev/lehr/client/consumer"
 	"lehr.dev/lehr/client/producer"
 	"lehr.dev/lehr/control"
-	"lehr.dev/lehr/internal/certs"
 	"lehr.dev/lehr/internal/names"
+	"lehr.dev/lehr/internal/pki"
+	"lehr.dev/lehr/internal/tlsconfig"
 	"lehr.dev/lehr/proto/lehrpb"
 )
 
@@ -122,11 +123,11 @@ type Options struct {
 	// DistributorMetrics, if true, makes every distributor serve /metrics
 	// on a free loopback port (see DistributorHandle.MetricsAddr).
 	DistributorMetrics bool
-	// DurableWrites makes etcd and the agents fsync what they write, as
-	// in production. Default false: data survives a process restart but
-	// not a machine crash, which is what a development cluster and tests
-	// want.
-	DurableWrites bool
+	// NoSync makes etcd and the agents skip fsync: data survives a process
+	// restart but not a machine crash, which is what throwaway development
+	// clusters and tests want. The zero value is durable, as in
+	// production.
+	NoSync bool
 	// ReportInterval is how often distributors report convergence to
 	// control and ask agents for reports; default DefaultReportInterval.
 	ReportInterval time.Duration
@@ -152,7 +153,7 @@ type Cluster struct {
 	sockDir string // short directory for sockets, removed by Close; "" if unused
 
 	pkiDir string
-	ca     *certs.CA
+	ca     *pki.CA
 	caFile string
 
 	ctl   *controlDaemon
@@ -210,11 +211,11 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 
 	// 1. Certificates.
 	c.pkiDir = filepath.Join(c.dir, "pki")
-	c.ca, err = certs.NewCA(filepath.Join(c.pkiDir, "ca"), "lehr-dev-ca", certValidity)
+	c.ca, err = pki.NewCA(filepath.Join(c.pkiDir, "ca"), "lehr-dev-ca", certValidity)
 	if err != nil {
 		return nil, fmt.Errorf("devcluster: dev CA: %w", err)
 	}
-	c.caFile = filepath.Join(c.pkiDir, "ca", certs.CACertFile)
+	c.caFile = filepath.Join(c.pkiDir, "ca", pki.CACertFile)
 
 	// 2. Control and the producer client.
 	c.ctl = &controlDaemon{
@@ -224,7 +225,7 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 			Listen:          opts.ControlListen,
 			MetricsListen:   opts.ControlMetricsListen,
 			Logger:          c.log.With("component", "control"),
-			UnsafeNoFsync:   !opts.DurableWrites,
+			NoSync:          opts.NoSync,
 			ShutdownTimeout: 5 * time.Second,
 		},
 	}
@@ -359,21 +360,21 @@ func (c *Cluster) CAFile() string { return c.caFile }
 // would use to dial its distributors. Benchmarks use it for simulated
 // agents.
 func (c *Cluster) HostTLS(hostID string) (*tls.Config, error) {
-	return c.leafTLS(hostID, certs.Client)
+	return c.leafTLS(hostID, pki.Client)
 }
 
 // leafTLS issues name's certificate into Dir/pki and loads the TLS
 // configuration of that side.
-func (c *Cluster) leafTLS(name string, kind certs.Kind) (*tls.Config, error) {
+func (c *Cluster) leafTLS(name string, kind pki.Kind) (*tls.Config, error) {
 	cert, key, err := c.ca.IssueFiles(c.pkiDir, name, kind, nil, certValidity)
 	if err != nil {
 		return nil, fmt.Errorf("devcluster: certificate for %s: %w", name, err)
 	}
 	var cfg *tls.Config
-	if kind == certs.Server {
-		cfg, err = certs.ServerTLS(cert, key, c.caFile)
+	if kind == pki.Server {
+		cfg, err = tlsconfig.Server(cert, key, c.caFile)
 	} else {
-		cfg, err = certs.ClientTLS(cert, key, c.caFile, "127.0.0.1")
+		cfg, err = tlsconfig.Client(cert, key, c.caFile, "127.0.0.1")
 	}
 	if err != nil {
 		return nil, fmt.Errorf("devcluster: TLS configuration for %s: %w", name, err)

@@ -59,6 +59,7 @@ func TestStartAndClose(t *testing.T) {
 	defer cancel()
 	goroutines := runtime.NumGoroutine()
 	c, err := devcluster.Start(ctx, devcluster.Options{
+		NoSync:               true, // a test cluster need not survive a machine crash
 		Domains:              []string{"demo"},
 		Logger:               controltest.Logger(t, slog.LevelWarn),
 		ControlMetricsListen: "127.0.0.1:0",
@@ -204,6 +205,7 @@ func TestRestartOnSameDir(t *testing.T) {
 	defer cancel()
 	dir := filepath.Join(t.TempDir(), strings.Repeat("long-directory-name-", 4))
 	opts := devcluster.Options{
+		NoSync:  true, // a test cluster need not survive a machine crash
 		Dir:     dir,
 		Zones:   []string{"zone-a"},
 		Domains: []string{"demo"},

@@ -22,8 +22,6 @@ import (
 	"testing"
 	"time"
 
-	"lehr.dev/lehr/testenv/wait"
-
 	badger "github.com/dgraph-io/badger/v4"
 	"github.com/google/go-cmp/cmp"
 	"google.golang.org/grpc/codes"
@@ -35,6 +33,7 @@ import (
 	"lehr.dev/lehr/internal/nsfile"
 	"lehr.dev/lehr/proto/lehrpb"
 	"lehr.dev/lehr/testenv/devcluster"
+	"lehr.dev/lehr/testenv/wait"
 )
 
 const (
@@ -47,6 +46,7 @@ func TestEndToEnd(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	c, err := devcluster.Start(ctx, devcluster.Options{
+		NoSync:              true, // a test cluster need not survive a machine crash
 		Dir:                 t.TempDir(),
 		Zones:               []string{zoneA, zoneB},
 		DistributorsPerZone: 2,

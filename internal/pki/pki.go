@@ -1,18 +1,17 @@
-// Package certs is Lehr's development PKI for mutual TLS: a small
-// certificate authority kept as two PEM files in a directory, leaf
-// certificates for servers (control, distributors) and clients (agents,
-// distributors dialing control), and the tls.Config both sides use.
+// Package pki is Lehr's small certificate authority for mutual TLS, behind
+// "lehr certs init|issue", "lehr dev" and the test and benchmark harnesses:
+// a CA kept as two PEM files in a directory, and leaf certificates for
+// servers (control, distributors) and clients (agents, distributors
+// dialing control, operators).
 //
 // All keys are ECDSA P-256. Private keys are written PKCS #8 PEM with mode
 // 0600, certificates with mode 0644, each by temp file, fsync and rename so
-// a crash never leaves a torn file. A peer's identity is the CommonName of
-// its verified leaf certificate (PeerIdentity).
+// a crash never leaves a torn file.
 //
-// This is for development, tests and small fleets; production deployments
-// may bring their own CA and only use ServerTLS, ClientTLS and PeerIdentity.
-//
-// Any Lehr package may import certs; it imports nothing of Lehr's.
-package certs
+// It is for development, tests and fleets that want Lehr to issue their
+// certificates; deployments may bring their own CA. Daemons never import
+// pki: they load certificates with internal/tlsconfig.
+package pki
 
 import (
 	"crypto/ecdsa"
@@ -50,10 +49,10 @@ const clockSkew = 5 * time.Minute
 var (
 	// ErrIncompleteCA is returned when a CA directory holds only one of
 	// ca.crt and ca.key.
-	ErrIncompleteCA = errors.New("certs: incomplete CA directory")
+	ErrIncompleteCA = errors.New("pki: incomplete CA directory")
 	// ErrInvalid is returned for a bad argument: name, kind, hosts or
 	// validity.
-	ErrInvalid = errors.New("certs: invalid argument")
+	ErrInvalid = errors.New("pki: invalid argument")
 )
 
 // Kind says what a leaf certificate may be used for.
@@ -393,7 +392,7 @@ func exists(path string) (bool, error) {
 	case errors.Is(err, fs.ErrNotExist):
 		return false, nil
 	}
-	return false, fmt.Errorf("certs: %w", err)
+	return false, fmt.Errorf("pki: %w", err)
 }
 
 // writeFile writes data to path atomically with the given mode: temp file
