@@ -73,7 +73,7 @@ func (b *backend) Unsubscribe(_ context.Context, id string) error {
 func (b *backend) Get(_ context.Context, req *lehrpb.AgentGetRequest) (*lehrpb.AgentGetResponse, error) {
 	a := (*Agent)(b)
 	ns := req.GetNamespace()
-	meta, snap, err := a.cache.Get(ns)
+	v, err := a.cache.Get(ns)
 	switch {
 	case errors.Is(err, cache.ErrNotFound):
 		return nil, fmt.Errorf("namespace %s is not cached on this host (subscribe to it first): %w", ns, localapi.ErrNotFound)
@@ -83,17 +83,16 @@ func (b *backend) Get(_ context.Context, req *lehrpb.AgentGetRequest) (*lehrpb.A
 	case err != nil:
 		return nil, fmt.Errorf("read %s: %w", ns, err)
 	}
-	info := versionInfo(ns, meta, snap)
-	props := snap.Props()
+	props := v.Content.Props()
 	if keys := req.GetKeys(); len(keys) > 0 {
 		props = nil
 		for _, k := range keys {
-			if p, ok := snap.Get(k); ok {
+			if p, ok := v.Content.Get(k); ok {
 				props = append(props, p)
 			}
 		}
 	}
-	return &lehrpb.AgentGetResponse{Version: info, Kind: meta.Kind, Properties: content.ToProto(props)}, nil
+	return &lehrpb.AgentGetResponse{Version: versionInfo(v), Kind: v.Kind, Properties: content.ToProto(props)}, nil
 }
 
 // Status describes the agent.
@@ -185,22 +184,22 @@ func (b *backend) ReportApply(_ context.Context, req *lehrpb.ReportApplyRequest)
 // knows anyway, so the fields derivable from the cache are filled in here:
 // namespace, seq and checksum from the cache's metadata, size_bytes and
 // property_count from the content. transport_identity stays with control.
-func versionInfo(ns string, meta cache.Meta, snap content.Snapshot) *lehrpb.VersionInfo {
+func versionInfo(v content.Version) *lehrpb.VersionInfo {
 	info := &lehrpb.VersionInfo{}
-	if meta.Info != nil {
-		info = proto.Clone(meta.Info).(*lehrpb.VersionInfo)
+	if v.Info != nil {
+		info = proto.Clone(v.Info).(*lehrpb.VersionInfo)
 	}
 	if info.Namespace == "" {
-		info.Namespace = ns
+		info.Namespace = v.Namespace
 	}
 	if info.Seq == 0 {
-		info.Seq = meta.Version
+		info.Seq = v.Seq
 	}
 	if info.Checksum == "" {
-		info.Checksum = meta.Checksum
+		info.Checksum = v.Checksum
 	}
 	if info.SizeBytes == 0 && info.PropertyCount == 0 {
-		info.SizeBytes, info.PropertyCount = snap.Size(), int32(snap.Len())
+		info.SizeBytes, info.PropertyCount = v.Content.Size(), int32(v.Content.Len())
 	}
 	return info
 }

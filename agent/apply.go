@@ -3,7 +3,6 @@ package agent
 import (
 	"context"
 	"errors"
-	"fmt"
 
 	"lehr.dev/lehr/agent/cache"
 	"lehr.dev/lehr/agent/upstream"
@@ -36,113 +35,60 @@ func (h *handler) Held(ns string) (uint64, string) {
 	return st.version, st.checksum
 }
 
-// Apply applies one update: to the cache in one verified transaction, then
-// to the file if the namespace is wanted.
+// Apply applies one update: to the cache, which decides with
+// internal/update and verifies the result in one transaction, then to the
+// file if the namespace is wanted.
 func (h *handler) Apply(ctx context.Context, u *lehrpb.Update) upstream.Result {
 	a := (*Agent)(h)
 	ns := u.GetNamespace()
 	unlock := a.lock(ns)
 	defer unlock()
-	held := a.get(ns)
-	res := upstream.Result{Version: held.version, Checksum: held.checksum}
-	if u.GetVersion() <= held.version {
-		res.Outcome = upstream.Stale
-		return res
-	}
-	if !u.GetSnapshot() {
-		switch {
-		case u.GetBaseVersion() > held.version:
-			res.Outcome = upstream.Gap
-			return res
-		case u.GetBaseVersion() != held.version || u.GetBaseChecksum() != held.checksum:
-			res.Outcome, res.Reason = upstream.Rejected, lehrpb.ResyncReason_RESYNC_REASON_BASE_MISMATCH
-			res.Err = fmt.Errorf("patch %s@%d needs base %d (%s), agent holds %d (%s)",
-				ns, u.GetVersion(), u.GetBaseVersion(), u.GetBaseChecksum(), held.version, held.checksum)
-			a.met.applyErrors.Inc()
-			return res
-		}
-	}
 	if err := ctx.Err(); err != nil {
-		res.Outcome, res.Err = upstream.Failed, err
-		return res
+		held := a.get(ns)
+		return upstream.Result{Outcome: upstream.Failed, Version: held.version, Checksum: held.checksum, Err: err}
 	}
-	meta := cache.Meta{Version: u.GetVersion(), Checksum: u.GetChecksum(), Kind: u.GetKind(), Info: u.GetInfo()}
-	cu, err := cacheUpdate(u)
-	if err != nil {
-		a.met.applyErrors.Inc()
-		res.Outcome, res.Err = upstream.Failed, err
-		return res
-	}
-	snap, err := a.cache.Apply(ns, meta, cu)
-	if errors.Is(err, cache.ErrStale) {
-		res.Outcome = upstream.Stale
-		return res
-	}
-	if err != nil {
-		a.met.applyErrors.Inc()
-		a.update(ns, func(st *nsState) { st.applyErrors++ })
-		res.Err = err
-		switch {
-		case errors.Is(err, cache.ErrCorrupt):
-			a.dropCorruptLocked(ns, err)
-			res.Outcome, res.Reason = upstream.Rejected, lehrpb.ResyncReason_RESYNC_REASON_CACHE_CORRUPT
-			res.Version, res.Checksum = 0, ""
-		case errors.Is(err, cache.ErrBaseMismatch), errors.Is(err, cache.ErrNotFound):
-			res.Outcome, res.Reason = upstream.Rejected, lehrpb.ResyncReason_RESYNC_REASON_BASE_MISMATCH
-		case errors.Is(err, cache.ErrChecksumMismatch):
-			res.Outcome, res.Reason = upstream.Rejected, lehrpb.ResyncReason_RESYNC_REASON_CHECKSUM_MISMATCH
-		case errors.Is(err, content.ErrMissingKey):
-			res.Outcome, res.Reason = upstream.Rejected, lehrpb.ResyncReason_RESYNC_REASON_PATCH_CONFLICT
-		default:
-			res.Outcome = upstream.Failed
+	v, err := a.cache.Apply(u)
+	if err == nil {
+		a.update(ns, func(st *nsState) {
+			st.version, st.checksum, st.kind, st.info = v.Seq, v.Checksum, v.Kind, v.Info
+		})
+		a.met.applied(u.GetSnapshot())
+		a.met.setVersion(ns, v.Seq)
+		a.log.Debug("update applied", "namespace", ns, "version", v.Seq, "snapshot", u.GetSnapshot())
+		if a.leases.Wanted(ns) {
+			a.writeFileLocked(v)
 		}
-		a.log.Warn("update refused", "namespace", ns, "version", u.GetVersion(),
-			"snapshot", u.GetSnapshot(), "outcome", res.Outcome, "err", err)
+		return upstream.Result{Outcome: upstream.Applied, Version: v.Seq, Checksum: v.Checksum}
+	}
+	held := a.get(ns)
+	res := upstream.Result{Version: held.version, Checksum: held.checksum, Err: err}
+	res.Outcome, res.Reason = upstream.OutcomeOf(err)
+	switch {
+	case res.Outcome == upstream.Stale, res.Outcome == upstream.Gap:
+		res.Err = nil
 		return res
+	case errors.Is(err, cache.ErrCorrupt):
+		a.dropCorruptLocked(ns, err)
+		res.Outcome, res.Reason = upstream.Rejected, lehrpb.ResyncReason_RESYNC_REASON_CACHE_CORRUPT
+		res.Version, res.Checksum = 0, ""
 	}
-	a.update(ns, func(st *nsState) {
-		st.version, st.checksum, st.kind, st.info = meta.Version, meta.Checksum, meta.Kind, meta.Info
-	})
-	a.met.applied(u.GetSnapshot())
-	a.met.setVersion(ns, meta.Version)
-	a.log.Debug("update applied", "namespace", ns, "version", meta.Version, "snapshot", u.GetSnapshot())
-	if a.leases.Wanted(ns) {
-		a.writeFileLocked(ns, meta, snap)
-	}
-	res.Outcome, res.Version, res.Checksum = upstream.Applied, meta.Version, meta.Checksum
+	a.met.applyErrors.Inc()
+	a.update(ns, func(st *nsState) { st.applyErrors++ })
+	a.log.Warn("update refused", "namespace", ns, "version", u.GetVersion(),
+		"snapshot", u.GetSnapshot(), "outcome", res.Outcome, "err", err)
 	return res
-}
-
-// cacheUpdate converts a wire update (already validated by the wire
-// decoder) to the cache's form.
-func cacheUpdate(u *lehrpb.Update) (cache.Update, error) {
-	if !u.GetSnapshot() {
-		return cache.PatchUpdate(u.GetBaseVersion(), content.Patch{Set: content.FromProto(u.GetSet()), Delete: u.GetDelete()}), nil
-	}
-	s, err := content.New(content.FromProto(u.GetSet()))
-	if err != nil {
-		return cache.Update{}, fmt.Errorf("snapshot %s@%d: %w", u.GetNamespace(), u.GetVersion(), err)
-	}
-	return cache.SnapshotUpdate(s), nil
 }
 
 // writeFileLocked writes the namespace's file from verified content. A
 // failure is retried by the maintenance loop. The caller holds the lock.
-func (a *Agent) writeFileLocked(ns string, meta cache.Meta, snap content.Snapshot) {
-	f := nsfile.File{Namespace: ns, Version: meta.Version, Kind: meta.Kind, Checksum: meta.Checksum, Content: snap}
-	if info := meta.Info; info != nil {
-		f.Author, f.Message = info.GetAuthor(), info.GetMessage()
-		if ts := info.GetCreateTime(); ts != nil {
-			f.CreateTime = ts.AsTime()
-		}
-	}
-	if err := a.writer.Write(a.filesDir, f); err != nil {
+func (a *Agent) writeFileLocked(v content.Version) {
+	if err := a.writer.Write(a.filesDir, nsfile.FromVersion(v)); err != nil {
 		a.met.applyErrors.Inc()
-		a.log.Error("cannot write namespace file; will retry", "namespace", ns, "version", meta.Version, "err", err)
-		a.update(ns, func(st *nsState) { st.fileStale = true; st.applyErrors++ })
+		a.log.Error("cannot write namespace file; will retry", "namespace", v.Namespace, "version", v.Seq, "err", err)
+		a.update(v.Namespace, func(st *nsState) { st.fileStale = true; st.applyErrors++ })
 		return
 	}
-	a.update(ns, func(st *nsState) { st.fileVersion, st.fileStale = meta.Version, false })
+	a.update(v.Namespace, func(st *nsState) { st.fileVersion, st.fileStale = v.Seq, false })
 }
 
 // dropCorrupt drops a namespace whose cached copy failed verification and
@@ -151,7 +97,7 @@ func (a *Agent) dropCorrupt(ns string, cause error) {
 	unlock := a.lock(ns)
 	defer unlock()
 	// Check again under the lock: an update may have replaced the copy.
-	if _, _, err := a.cache.Get(ns); !errors.Is(err, cache.ErrCorrupt) {
+	if _, err := a.cache.Get(ns); !errors.Is(err, cache.ErrCorrupt) {
 		return
 	}
 	a.dropCorruptLocked(ns, cause)

@@ -130,9 +130,9 @@ func (a *Agent) loadState() error {
 func (a *Agent) scrub() {
 	for _, ns := range a.heldList() {
 		unlock := a.lock(ns)
-		meta, _, err := a.cache.Get(ns)
+		v, err := a.cache.Get(ns)
 		if err == nil {
-			a.update(ns, func(st *nsState) { st.kind, st.info = meta.Kind, meta.Info })
+			a.update(ns, func(st *nsState) { st.kind, st.info = v.Kind, v.Info })
 		}
 		unlock()
 		if errors.Is(err, cache.ErrCorrupt) {
@@ -234,7 +234,7 @@ func (a *Agent) ensureFileLocked(ns string) {
 	if st.version == 0 || (st.fileVersion == st.version && !st.fileStale) {
 		return
 	}
-	meta, snap, err := a.cache.Get(ns)
+	v, err := a.cache.Get(ns)
 	switch {
 	case errors.Is(err, cache.ErrCorrupt):
 		a.dropCorruptLocked(ns, err)
@@ -243,7 +243,7 @@ func (a *Agent) ensureFileLocked(ns string) {
 		a.log.Warn("cannot read namespace to write its file", "namespace", ns, "err", err)
 		return
 	}
-	a.writeFileLocked(ns, meta, snap)
+	a.writeFileLocked(v)
 }
 
 // retryFiles rewrites the files whose last write failed.

@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"lehr.dev/lehr/agent"
+	"lehr.dev/lehr/agent/agenttest"
 	"lehr.dev/lehr/distributor"
-	"lehr.dev/lehr/distributor/simagent"
 	"lehr.dev/lehr/internal/pki"
 )
 
@@ -186,14 +186,14 @@ func (ra *runningAgent) close() error {
 	return ra.closeErr
 }
 
-// dialSim connects one simulated agent (see package simagent for how it
+// dialSim connects one simulated agent (see package agenttest for how it
 // differs from the real agent) to the distributor at addr.
-func dialSim(ctx context.Context, p *hostPKI, addr, host string, subs []string, cached []simagent.Cached, log *slog.Logger) (*simagent.Agent, error) {
+func dialSim(ctx context.Context, p *hostPKI, addr, host string, subs []string, cached []agenttest.Cached, log *slog.Logger) (*agenttest.Agent, error) {
 	tc, err := p.clientTLS(host)
 	if err != nil {
 		return nil, err
 	}
-	a, err := simagent.Dial(ctx, simagent.Options{
+	a, err := agenttest.Dial(ctx, agenttest.Options{
 		Addr: addr, TLS: tc, HostID: host, Zone: benchZone,
 		Subscriptions: subs, Cached: cached, Logger: log,
 	})

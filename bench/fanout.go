@@ -35,7 +35,7 @@ func runFanout(ctx context.Context, e *Env) (*Result, error) {
 	)
 	res := &Result{
 		Setup: fmt.Sprintf("one-key change (a %s value) in a 10-key namespace, %d warm-up updates then %d×%d measured, one at a time (the next starts when every subscriber has it or 60 s passed). "+
-			"Lehr: control + embedded etcd (fsync on) + one distributor in this process; N simulated agents (distributor/simagent: real QUIC + mutual TLS + wire protocol, content in memory, no Badger, no files) in a child process, each its own connection. "+
+			"Lehr: control + embedded etcd (fsync on) + one distributor in this process; N simulated agents (distributor/agenttest: real QUIC + mutual TLS + wire protocol, content in memory, no Badger, no files) in a child process, each its own connection. "+
 			"etcd: embedded etcd (fsync on), N client/v3 clients each with a prefix watch. NATS: embedded nats-server, JetStream file store with sync_always, N connections each with a KV watch (updates only; an ordered consumer each, per-stream consumer limit raised to 50,000). "+
 			"Peers run TLS 1.3 with client certificates required and verified (each row's transport says; -peer-tls=false runs them plaintext). "+
 			"Latency is from the write call to the subscriber seeing the change; p50/p90/p99 are over subscribers per update, 'last' is the slowest subscriber; figures are medians over updates.", sizeLabel(fanoutValue), p.warmup, p.reps, p.perRp),

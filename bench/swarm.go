@@ -1,6 +1,6 @@
 package bench
 
-// The swarm: simulated agents (distributor/simagent) in a child process, so
+// The swarm: simulated agents (distributor/agenttest) in a child process, so
 // that the process running the distributor measures only the distributor
 // (and control): its CPU time, RSS and profiles are not mixed with ten
 // thousand QUIC clients'.
@@ -24,8 +24,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"lehr.dev/lehr/agent/agenttest"
 	"lehr.dev/lehr/agent/upstream"
-	"lehr.dev/lehr/distributor/simagent"
 	"lehr.dev/lehr/internal/backoff"
 	"lehr.dev/lehr/internal/pki"
 )
@@ -71,9 +71,9 @@ type swarmEvent struct {
 	Bytes    int    `json:"bytes,omitempty"`
 	T        int64  `json:"t,omitempty"` // unix ns when the child saw it applied
 	Refused  bool   `json:"refused,omitempty"`
-	// stats (sums over agents of simagent.Stats, current connections only):
-	Stats *simagent.Stats `json:"stats,omitempty"`
-	Alive int             `json:"alive,omitempty"`
+	// stats (sums over agents of agenttest.Stats, current connections only):
+	Stats *agenttest.Stats `json:"stats,omitempty"`
+	Alive int              `json:"alive,omitempty"`
 	// Ended counts the agents whose connection has ended, by the error
 	// it ended with.
 	Ended map[string]int `json:"ended,omitempty"`
@@ -108,7 +108,7 @@ type swarmChild struct {
 	lost     atomic.Int64
 
 	mu     sync.Mutex
-	agents []*simagent.Agent
+	agents []*agenttest.Agent
 	gen    []int // connection generation per agent
 	wg     sync.WaitGroup
 }
@@ -135,7 +135,7 @@ func runSwarm(in io.Reader, out io.Writer) error {
 		cfg: cfg, ca: ca, ctx: ctx, stop: stop, keepCtx: keepCtx, stopKeep: stopKeep,
 		log:    slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError})),
 		out:    make(chan swarmEvent, 4096),
-		agents: make([]*simagent.Agent, cfg.N),
+		agents: make([]*agenttest.Agent, cfg.N),
 		gen:    make([]int, cfg.N),
 		tls:    make([]*tls.Config, cfg.N),
 	}
@@ -204,7 +204,7 @@ func (s *swarmChild) dialAll(parallel int, cached bool, ev string) {
 		sem <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-sem }()
-			var held []simagent.Cached
+			var held []agenttest.Cached
 			s.mu.Lock()
 			prev := s.agents[i]
 			s.mu.Unlock()
@@ -217,9 +217,9 @@ func (s *swarmChild) dialAll(parallel int, cached bool, ev string) {
 				if attempt > 0 {
 					time.Sleep(time.Duration(attempt) * 200 * time.Millisecond)
 				}
-				var a *simagent.Agent
+				var a *agenttest.Agent
 				ctx, cancel := context.WithTimeout(s.ctx, 30*time.Second)
-				a, err = simagent.Dial(ctx, simagent.Options{
+				a, err = agenttest.Dial(ctx, agenttest.Options{
 					Addr: s.cfg.Addr, TLS: s.tls[i], HostID: fmt.Sprintf("%s-%d", s.cfg.Prefix, i), Zone: s.cfg.Zone,
 					Subscriptions: s.cfg.Subs, Cached: held, Logger: s.log,
 				})
@@ -312,7 +312,7 @@ func (s *swarmChild) keep(i int, welcomed func(), failed func(error)) {
 	s.mu.Lock()
 	prev := s.agents[i]
 	s.mu.Unlock()
-	var held []simagent.Cached
+	var held []agenttest.Cached
 	if prev != nil {
 		held = prev.Cached()
 		prev.Kill()
@@ -321,7 +321,7 @@ func (s *swarmChild) keep(i int, welcomed func(), failed func(error)) {
 	attempt := 0
 	for s.keepCtx.Err() == nil {
 		ctx, cancel := context.WithTimeout(s.keepCtx, swarmHandshakeTimeout)
-		a, err := simagent.Dial(ctx, simagent.Options{
+		a, err := agenttest.Dial(ctx, agenttest.Options{
 			Addr: s.cfg.Addr, TLS: s.tls[i], HostID: fmt.Sprintf("%s-%d", s.cfg.Prefix, i), Zone: s.cfg.Zone,
 			Subscriptions: s.cfg.Subs, Cached: held, Logger: s.log,
 		})
@@ -373,11 +373,11 @@ func swarmBackoff(attempt int) time.Duration {
 
 // follow reports every update agent i applies until its connection ends
 // or the swarm stops.
-func (s *swarmChild) follow(i int, a *simagent.Agent) {
+func (s *swarmChild) follow(i int, a *agenttest.Agent) {
 	seen := 0
 	for {
-		var recs []simagent.Applied
-		err := a.Wait(s.ctx, func(a *simagent.Agent) bool {
+		var recs []agenttest.Applied
+		err := a.Wait(s.ctx, func(a *agenttest.Agent) bool {
 			select {
 			case <-a.Done():
 				return true
@@ -404,9 +404,9 @@ func (s *swarmChild) follow(i int, a *simagent.Agent) {
 
 func (s *swarmChild) stats() swarmEvent {
 	s.mu.Lock()
-	agents := append([]*simagent.Agent(nil), s.agents...)
+	agents := append([]*agenttest.Agent(nil), s.agents...)
 	s.mu.Unlock()
-	var sum simagent.Stats
+	var sum agenttest.Stats
 	alive := 0
 	var ended map[string]int
 	for _, a := range agents {
@@ -441,7 +441,7 @@ func (s *swarmChild) stats() swarmEvent {
 func (s *swarmChild) closeAll() {
 	s.stopKeep()
 	s.mu.Lock()
-	agents := append([]*simagent.Agent(nil), s.agents...)
+	agents := append([]*agenttest.Agent(nil), s.agents...)
 	s.mu.Unlock()
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, 256)

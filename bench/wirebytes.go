@@ -6,8 +6,8 @@ import (
 	"path/filepath"
 	"time"
 
+	"lehr.dev/lehr/agent/agenttest"
 	"lehr.dev/lehr/client/producer"
-	"lehr.dev/lehr/distributor/simagent"
 	"lehr.dev/lehr/testenv/devcluster"
 )
 
@@ -131,7 +131,7 @@ func wireLehr(ctx context.Context, e *Env, cl *devcluster.Cluster, dist *devclus
 	if err != nil {
 		return Row{}, err
 	}
-	var agents []*simagent.Agent
+	var agents []*agenttest.Agent
 	defer func() {
 		for _, a := range agents {
 			a.Close()
@@ -143,7 +143,7 @@ func wireLehr(ctx context.Context, e *Env, cl *devcluster.Cluster, dist *devclus
 		if err != nil {
 			return Row{}, err
 		}
-		a, err := simagent.Dial(ctx, simagent.Options{Addr: relay.addr(), TLS: tc, HostID: host, Zone: benchZone, Subscriptions: []string{ns}, Logger: e.Log})
+		a, err := agenttest.Dial(ctx, agenttest.Options{Addr: relay.addr(), TLS: tc, HostID: host, Zone: benchZone, Subscriptions: []string{ns}, Logger: e.Log})
 		if err != nil {
 			return Row{}, err
 		}

@@ -15,11 +15,11 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"lehr.dev/lehr/agent/agenttest"
 	"lehr.dev/lehr/control"
 	"lehr.dev/lehr/control/controltest"
 	"lehr.dev/lehr/distributor"
 	"lehr.dev/lehr/distributor/fanout"
-	"lehr.dev/lehr/distributor/simagent"
 	"lehr.dev/lehr/internal/pki"
 	"lehr.dev/lehr/internal/tlsconfig"
 	"lehr.dev/lehr/proto/lehrpb"
@@ -102,14 +102,14 @@ func startDistributor(t *testing.T, p *hostPKI, addr string) *distributor.Distri
 	return d
 }
 
-func dial(t *testing.T, p *hostPKI, d *distributor.Distributor, host string, opts simagent.Options) *simagent.Agent {
+func dial(t *testing.T, p *hostPKI, d *distributor.Distributor, host string, opts agenttest.Options) *agenttest.Agent {
 	t.Helper()
 	opts.Addr = d.Addr().String()
 	opts.TLS = p.tls(host, pki.Client)
 	opts.HostID = host
 	opts.Zone = zone
 	opts.Logger = quiet()
-	a, err := simagent.Dial(ctxT(t), opts)
+	a, err := agenttest.Dial(ctxT(t), opts)
 	if err != nil {
 		t.Fatalf("dial %s: %v", host, err)
 	}
@@ -117,7 +117,7 @@ func dial(t *testing.T, p *hostPKI, d *distributor.Distributor, host string, opt
 	return a
 }
 
-func waitVersion(t *testing.T, a *simagent.Agent, ns string, v *lehrpb.VersionInfo) {
+func waitVersion(t *testing.T, a *agenttest.Agent, ns string, v *lehrpb.VersionInfo) {
 	t.Helper()
 	if err := a.WaitVersion(ctxT(t), ns, v.GetSeq()); err != nil {
 		t.Fatalf("%s never reached %s@%d: %v", a.HostID(), ns, v.GetSeq(), err)
@@ -153,7 +153,7 @@ func TestPublishReachesAgentsAndIsReported(t *testing.T) {
 	d := startDistributor(t, p, srv.Addr)
 	ns := "d/app"
 	v1 := publish(t, srv.Client, ns, "a", "1", "b", "2", "c", "3")
-	a := dial(t, p, d, "host-1", simagent.Options{Subscriptions: []string{ns}})
+	a := dial(t, p, d, "host-1", agenttest.Options{Subscriptions: []string{ns}})
 	waitVersion(t, a, ns, v1)
 
 	pr, err := srv.Client.Patch(ctxT(t), &lehrpb.PatchRequest{Namespace: ns, BaseVersion: v1.GetSeq(), Set: []*lehrpb.Property{{Key: "b", Value: []byte("two")}}})
@@ -219,7 +219,7 @@ func TestPublishReachesAgentsAndIsReported(t *testing.T) {
 	cached := a.Cached()
 	a.Close()
 	before := d.Stats()
-	b := dial(t, p, d, "host-1", simagent.Options{Cached: cached, Subscriptions: []string{ns}})
+	b := dial(t, p, d, "host-1", agenttest.Options{Cached: cached, Subscriptions: []string{ns}})
 	v3 := publish(t, srv.Client, ns, "a", "1", "b", "two", "c", "three")
 	waitVersion(t, b, ns, v3)
 	if got := d.Stats().SnapshotBytes - before.SnapshotBytes; got != 0 {
@@ -234,13 +234,13 @@ func TestServesFromMemoryWhileControlIsDown(t *testing.T) {
 	d := startDistributor(t, p, srv.Addr)
 	ns := "d/app"
 	v1 := publish(t, srv.Client, ns, "k", "1", "other", "value", "third", "value")
-	a := dial(t, p, d, "host-1", simagent.Options{Subscriptions: []string{ns}})
+	a := dial(t, p, d, "host-1", agenttest.Options{Subscriptions: []string{ns}})
 	waitVersion(t, a, ns, v1)
 
 	srv.Stop()
 	wait.For(t, "distributor to notice control is gone", func() bool { return !d.Stats().ControlConnected })
 	// A new agent subscribing to a known namespace still gets it.
-	b := dial(t, p, d, "host-2", simagent.Options{Subscriptions: []string{ns}})
+	b := dial(t, p, d, "host-2", agenttest.Options{Subscriptions: []string{ns}})
 	waitVersion(t, b, ns, v1)
 
 	// Control comes back: the watch resumes and new versions flow.
@@ -252,7 +252,7 @@ func TestServesFromMemoryWhileControlIsDown(t *testing.T) {
 	if st.ControlReconnects < 1 {
 		t.Errorf("ControlReconnects = %d, want at least 1", st.ControlReconnects)
 	}
-	for _, ag := range []*simagent.Agent{a, b} {
+	for _, ag := range []*agenttest.Agent{a, b} {
 		last := ag.Applied(ns)
 		if l := last[len(last)-1]; l.Snapshot {
 			t.Errorf("%s got v2 as a snapshot, want a patch", ag.HostID())

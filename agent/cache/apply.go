@@ -11,40 +11,9 @@ import (
 
 	"lehr.dev/lehr/internal/content"
 	"lehr.dev/lehr/internal/names"
+	"lehr.dev/lehr/internal/update"
 	"lehr.dev/lehr/proto/lehrpb"
 )
-
-// Meta describes a cached version. An update's Meta describes the version
-// the update produces, in full.
-type Meta struct {
-	// Version is the version's sequence number.
-	Version uint64
-	// Checksum is the canonical checksum of the version's content
-	// ("sha256:" and 64 hex digits); an update is verified against it.
-	Checksum string
-	// Kind of the namespace.
-	Kind lehrpb.NamespaceKind
-	// Info describes the version (author, message, time…); optional.
-	Info *lehrpb.VersionInfo
-}
-
-// Update is a snapshot, which replaces every property, or a patch against
-// the cached version Base. Build one with SnapshotUpdate or PatchUpdate.
-type Update struct {
-	// IsPatch selects Patch and Base; otherwise Snapshot is used.
-	IsPatch  bool
-	Snapshot content.Snapshot
-	Patch    content.Patch
-	Base     uint64
-}
-
-// SnapshotUpdate returns an update that replaces the namespace with s.
-func SnapshotUpdate(s content.Snapshot) Update { return Update{Snapshot: s} }
-
-// PatchUpdate returns an update that applies p to version base.
-func PatchUpdate(base uint64, p content.Patch) Update {
-	return Update{IsPatch: true, Patch: p, Base: base}
-}
 
 func (c *Cache) lockNS(ns string) *sync.Mutex {
 	h := fnv.New32a()
@@ -52,63 +21,71 @@ func (c *Cache) lockNS(ns string) *sync.Mutex {
 	return &c.locks[h.Sum32()%uint32(len(c.locks))]
 }
 
-func validChecksum(s string) bool {
-	hex, ok := strings.CutPrefix(s, "sha256:")
-	return ok && len(hex) == 64 && strings.Trim(hex, "0123456789abcdef") == ""
-}
-
-// Apply applies u to namespace ns, producing the version m, and returns the
-// resulting content. It computes the resulting content and verifies that it
-// hashes to m.Checksum before anything becomes visible: on any error the
-// previously cached version is intact.
+// Apply applies the Update u (as the wire decoder returns it: valid, in
+// full form) to its namespace and returns the version it produces. It
+// decides with update.Check against the cached version (version 0 when the
+// namespace is not cached, or its metadata is unreadable) and computes the
+// content with update.Apply, verified against u's checksum, before
+// anything becomes visible: on any error the previously cached version is
+// intact.
 //
-// A snapshot is accepted when m.Version is at least the cached version
-// (equal rewrites the version, e.g. to repair it); a patch requires the
-// cached version to be u.Base and m.Version to be newer. A patch writes only
-// the keys it sets or deletes, plus the meta, in one transaction. Errors
-// wrap ErrInvalid, ErrChecksumMismatch, ErrNotFound (patch without a cached
-// base), ErrBaseMismatch, ErrStale, ErrCorrupt (the cached base is damaged:
-// drop it and fetch a snapshot) or ErrClosed.
-func (c *Cache) Apply(ns string, m Meta, u Update) (content.Snapshot, error) {
+// A patch writes only the keys it sets or deletes, plus the meta, in one
+// transaction. Errors wrap internal/update's refusals (ErrStale, ErrGap,
+// ErrBaseMismatch, ErrPatchConflict, ErrChecksumMismatch), ErrCorrupt (the
+// cached base is damaged: drop it and fetch a snapshot), ErrInvalid or
+// ErrClosed.
+func (c *Cache) Apply(u *lehrpb.Update) (content.Version, error) {
 	if err := c.enter(); err != nil {
-		return content.Snapshot{}, err
+		return content.Version{}, err
 	}
 	defer c.closeMu.RUnlock()
-	what := "snapshot"
-	if u.IsPatch {
-		what = "patch"
+	ns, what := u.GetNamespace(), "patch"
+	if u.GetSnapshot() {
+		what = "snapshot"
 	}
 	if _, _, err := names.Namespace(ns); err != nil {
-		return content.Snapshot{}, fmt.Errorf("apply %s: %w: %w", what, ErrInvalid, err)
+		return content.Version{}, fmt.Errorf("cache: apply %s: %w: %w", what, ErrInvalid, err)
 	}
-	if !validChecksum(m.Checksum) {
-		return content.Snapshot{}, fmt.Errorf("apply %s to %s@%d: %w: checksum %q, want \"sha256:\" and 64 lowercase hex digits",
-			what, ns, m.Version, ErrInvalid, m.Checksum)
+	if sum := u.GetChecksum(); !validChecksum(sum) {
+		return content.Version{}, fmt.Errorf("cache: apply %s to %s@%d: %w: checksum %q, want \"sha256:\" and 64 lowercase hex digits",
+			what, ns, u.GetVersion(), ErrInvalid, sum)
 	}
 	mu := c.lockNS(ns)
 	mu.Lock()
 	defer mu.Unlock()
 	var (
-		snap content.Snapshot
-		err  error
+		rec record
+		err error
 	)
-	if u.IsPatch {
-		snap, err = c.applyPatch(ns, m, u)
+	if u.GetSnapshot() {
+		rec, err = c.applySnapshot(ns, u)
 	} else {
-		snap, err = c.applySnapshot(ns, m, u.Snapshot)
+		rec, err = c.applyPatch(ns, u)
 	}
 	if err != nil {
-		if errors.Is(err, ErrChecksumMismatch) {
+		if errors.Is(err, update.ErrChecksumMismatch) {
 			c.stats.mismatches.Add(1)
 		}
-		return content.Snapshot{}, fmt.Errorf("cache: apply %s to %s@%d: %w", what, ns, m.Version, err)
+		return content.Version{}, fmt.Errorf("cache: apply %s to %s@%d: %w", what, ns, u.GetVersion(), err)
 	}
-	if u.IsPatch {
-		c.stats.patches.Add(1)
-	} else {
+	if u.GetSnapshot() {
 		c.stats.snapshots.Add(1)
+	} else {
+		c.stats.patches.Add(1)
 	}
-	return snap, nil
+	return rec.version(ns, rec.snap), nil
+}
+
+func validChecksum(s string) bool {
+	hex, ok := strings.CutPrefix(s, "sha256:")
+	return ok && len(hex) == 64 && strings.Trim(hex, "0123456789abcdef") == ""
+}
+
+// newRecord is the record of the version u produces, holding snap in
+// generation gen.
+func newRecord(u *lehrpb.Update, snap content.Snapshot, gen uint64) record {
+	return record{Version: u.GetVersion(), Checksum: u.GetChecksum(), Kind: u.GetKind(), Info: u.GetInfo(),
+		gen: gen, count: uint64(snap.Len()), snap: snap}
 }
 
 func checkKeys(ps []content.Property) error {
@@ -120,79 +97,74 @@ func checkKeys(ps []content.Property) error {
 	return nil
 }
 
-func (c *Cache) applyPatch(ns string, m Meta, u Update) (content.Snapshot, error) {
-	if err := checkKeys(u.Patch.Set); err != nil {
-		return content.Snapshot{}, err
+func (c *Cache) applyPatch(ns string, u *lehrpb.Update) (record, error) {
+	set := content.FromProto(u.GetSet())
+	if err := checkKeys(set); err != nil {
+		return record{}, err
 	}
 	txn := c.db.NewTransaction(true)
 	defer txn.Discard()
 	cur, err := getRecord(txn, ns)
-	if err != nil {
-		return content.Snapshot{}, err
+	switch {
+	case errors.Is(err, ErrNotFound):
+		// Nothing cached: the patch's base has not arrived.
+		return record{}, update.Check(0, "", u)
+	case err != nil:
+		return record{}, err
 	}
-	if cur.Version != u.Base {
-		return content.Snapshot{}, fmt.Errorf("%w: patch base %d, cached %d", ErrBaseMismatch, u.Base, cur.Version)
-	}
-	if m.Version <= cur.Version {
-		return content.Snapshot{}, fmt.Errorf("%w: patch to version %d, cached %d", ErrStale, m.Version, cur.Version)
+	if err := update.Check(cur.Version, cur.Checksum, u); err != nil {
+		return record{}, err
 	}
 	old, err := readGeneration(txn, ns, cur)
 	if err != nil {
 		c.stats.corruptions.Add(1)
-		return content.Snapshot{}, fmt.Errorf("read base %d: %w", cur.Version, err)
+		return record{}, fmt.Errorf("read base %d: %w", cur.Version, err)
 	}
-	next, err := old.Apply(u.Patch)
+	next, err := update.Apply(old, u)
 	if err != nil {
-		return content.Snapshot{}, fmt.Errorf("%w: patch does not apply to version %d: %w", ErrInvalid, cur.Version, err)
+		return record{}, err
 	}
-	if sum := next.Checksum(); sum != m.Checksum {
-		return content.Snapshot{}, fmt.Errorf("%w: patched content hashes to %s, update states %s", ErrChecksumMismatch, sum, m.Checksum)
-	}
-	rec, err := encodeRecord(record{Meta: m, gen: cur.gen, count: uint64(next.Len())})
+	rec := newRecord(u, next, cur.gen)
+	enc, err := encodeRecord(rec)
 	if err != nil {
-		return content.Snapshot{}, err
+		return record{}, err
 	}
 	var keys, bytes uint64
 	err = func() error {
-		for _, p := range u.Patch.Set {
+		for _, p := range set {
 			k, v := propKey(ns, cur.gen, p.Key), encodeValue(p)
 			if err := txn.Set(k, v); err != nil {
 				return err
 			}
 			keys, bytes = keys+1, bytes+uint64(len(k)+len(v))
 		}
-		for _, key := range u.Patch.Delete {
+		for _, key := range u.GetDelete() {
 			if err := txn.Delete(propKey(ns, cur.gen, key)); err != nil {
 				return err
 			}
 			keys++
 		}
-		return txn.Set(metaKey(ns), rec)
+		return txn.Set(metaKey(ns), enc)
 	}()
 	if errors.Is(err, badger.ErrTxnTooBig) {
 		// A patch too large for one transaction is written as the snapshot
 		// it produces, with the same atomicity.
 		txn.Discard()
-		return next, c.writeStaged(ns, &cur, m, next, cur.gen+1)
+		rec.gen = cur.gen + 1
+		return rec, c.writeStaged(ns, &cur, rec)
 	}
 	if err == nil {
 		err = txn.Commit()
 	}
 	if err != nil {
-		return content.Snapshot{}, fmt.Errorf("write patch: %w", err)
+		return record{}, fmt.Errorf("write patch: %w", err)
 	}
 	c.stats.keys.Add(keys + 1)
-	c.stats.bytes.Add(bytes + uint64(len(rec)))
-	return next, nil
+	c.stats.bytes.Add(bytes + uint64(len(enc)))
+	return rec, nil
 }
 
-func (c *Cache) applySnapshot(ns string, m Meta, snap content.Snapshot) (content.Snapshot, error) {
-	if err := checkKeys(snap.Props()); err != nil {
-		return content.Snapshot{}, err
-	}
-	if sum := snap.Checksum(); sum != m.Checksum {
-		return content.Snapshot{}, fmt.Errorf("%w: snapshot hashes to %s, update states %s", ErrChecksumMismatch, sum, m.Checksum)
-	}
+func (c *Cache) applySnapshot(ns string, u *lehrpb.Update) (record, error) {
 	var cur *record
 	err := c.db.View(func(txn *badger.Txn) error {
 		r, err := getRecord(txn, ns)
@@ -201,42 +173,53 @@ func (c *Cache) applySnapshot(ns string, m Meta, snap content.Snapshot) (content
 		}
 		return err
 	})
+	corrupt := errors.Is(err, ErrCorrupt)
 	switch {
 	case err == nil:
-		if m.Version < cur.Version {
-			return content.Snapshot{}, fmt.Errorf("%w: snapshot of version %d, cached %d", ErrStale, m.Version, cur.Version)
+		if err := update.Check(cur.Version, cur.Checksum, u); err != nil {
+			return record{}, err
 		}
-	case errors.Is(err, ErrNotFound):
-	case errors.Is(err, ErrCorrupt):
+	case errors.Is(err, ErrNotFound), corrupt:
+	default:
+		return record{}, err
+	}
+	snap, err := update.Apply(content.Snapshot{}, u)
+	if err != nil {
+		return record{}, err
+	}
+	if err := checkKeys(snap.Props()); err != nil {
+		return record{}, err
+	}
+	if corrupt {
 		// The meta itself is damaged, so its generation is unknown: remove
 		// everything of the namespace, then write the snapshot afresh.
-		c.log.Warn("replacing namespace with corrupt metadata", "namespace", ns, "err", err)
+		c.log.Warn("replacing namespace with corrupt metadata", "namespace", ns)
 		c.stats.corruptions.Add(1)
 		if err := c.dropLocked(ns); err != nil {
-			return content.Snapshot{}, err
+			return record{}, err
 		}
-	default:
-		return content.Snapshot{}, err
 	}
 	gen := uint64(1)
 	if cur != nil {
 		gen = cur.gen + 1
 	}
-	err = c.writeOneTxn(ns, cur, m, snap, gen)
+	rec := newRecord(u, snap, gen)
+	err = c.writeOneTxn(ns, cur, rec)
 	if errors.Is(err, badger.ErrTxnTooBig) {
-		err = c.writeStaged(ns, cur, m, snap, gen)
+		err = c.writeStaged(ns, cur, rec)
 	}
 	if err != nil {
-		return content.Snapshot{}, err
+		return record{}, err
 	}
-	return snap, nil
+	return rec, nil
 }
 
-// writeOneTxn writes snap as generation gen, removes the old generation and
-// flips the meta, all in one transaction. It returns badger.ErrTxnTooBig
-// (having written nothing) when that does not fit.
-func (c *Cache) writeOneTxn(ns string, cur *record, m Meta, snap content.Snapshot, gen uint64) error {
-	rec, err := encodeRecord(record{Meta: m, gen: gen, count: uint64(snap.Len())})
+// writeOneTxn writes rec's content as its generation, removes the old
+// generation and flips the meta, all in one transaction. It returns
+// badger.ErrTxnTooBig (having written nothing) when that does not fit.
+func (c *Cache) writeOneTxn(ns string, cur *record, r record) error {
+	snap, gen := r.snap, r.gen
+	rec, err := encodeRecord(r)
 	if err != nil {
 		return err
 	}
@@ -285,13 +268,14 @@ func (c *Cache) writeOneTxn(ns string, cur *record, m Meta, snap content.Snapsho
 	return nil
 }
 
-// writeStaged writes snap as generation gen in batches nobody reads, then
-// flips the meta to gen in one small transaction, then deletes the old
-// generation. A crash before the flip leaves the old version; after it, the
-// new one. Unreferenced generations are swept by Open.
-func (c *Cache) writeStaged(ns string, cur *record, m Meta, snap content.Snapshot, gen uint64) error {
+// writeStaged writes rec's content as its generation in batches nobody
+// reads, then flips the meta to it in one small transaction, then deletes
+// the old generation. A crash before the flip leaves the old version;
+// after it, the new one. Unreferenced generations are swept by Open.
+func (c *Cache) writeStaged(ns string, cur *record, r record) error {
 	c.stats.staged.Add(1)
-	rec, err := encodeRecord(record{Meta: m, gen: gen, count: uint64(snap.Len())})
+	snap, gen := r.snap, r.gen
+	rec, err := encodeRecord(r)
 	if err != nil {
 		return err
 	}

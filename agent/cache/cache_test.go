@@ -17,6 +17,7 @@ import (
 	"google.golang.org/protobuf/testing/protocmp"
 
 	"lehr.dev/lehr/internal/content"
+	"lehr.dev/lehr/internal/update"
 	"lehr.dev/lehr/proto/lehrpb"
 )
 
@@ -41,15 +42,67 @@ func snap(t testing.TB, ps ...content.Property) content.Snapshot {
 	return s
 }
 
-func metaOf(v uint64, s content.Snapshot) Meta {
-	return Meta{Version: v, Checksum: s.Checksum(), Kind: lehrpb.NamespaceKind_NAMESPACE_KIND_CONFIG,
+// meta is what an update states about the version it produces.
+type meta struct {
+	Version  uint64
+	Checksum string
+	Kind     lehrpb.NamespaceKind
+	Info     *lehrpb.VersionInfo
+}
+
+func metaOf(v uint64, s content.Snapshot) meta {
+	return meta{Version: v, Checksum: s.Checksum(), Kind: lehrpb.NamespaceKind_NAMESPACE_KIND_CONFIG,
 		Info: &lehrpb.VersionInfo{Seq: v, Checksum: s.Checksum(), Author: "test", Message: fmt.Sprintf("v%d", v)}}
+}
+
+func metaOfVersion(v content.Version) meta {
+	return meta{Version: v.Seq, Checksum: v.Checksum, Kind: v.Kind, Info: v.Info}
+}
+
+// testUpdate is a snapshot, or a patch against version base.
+type testUpdate struct {
+	patch   bool
+	snap    content.Snapshot
+	p       content.Patch
+	base    uint64
+	baseSum string // "": the checksum the cache holds for base
+}
+
+func snapshotU(s content.Snapshot) testUpdate { return testUpdate{snap: s} }
+
+func patchU(base uint64, p content.Patch) testUpdate {
+	return testUpdate{patch: true, p: p, base: base}
+}
+
+// apply applies u, stating m, as the wire delivers it: an Update whose
+// patch base checksum, unless set, is the one the cache holds for base
+// (what a distributor that knows the agent's version sends).
+func apply(c *Cache, ns string, m meta, u testUpdate) (content.Snapshot, error) {
+	w := &lehrpb.Update{Namespace: ns, Kind: m.Kind, Version: m.Version, Checksum: m.Checksum, Info: m.Info}
+	if u.patch {
+		w.BaseVersion, w.BaseChecksum = u.base, u.baseSum
+		if w.BaseChecksum == "" {
+			w.BaseChecksum = "sha256:" + strings.Repeat("0", 64)
+			list, _ := c.List()
+			for _, e := range list {
+				if e.Namespace == ns && e.Version == u.base {
+					w.BaseChecksum = e.Checksum
+				}
+			}
+		}
+		w.Set, w.Delete = content.ToProto(u.p.Set), u.p.Delete
+	} else {
+		w.Snapshot = true
+		w.Set = content.ToProto(u.snap.Props())
+	}
+	v, err := c.Apply(w)
+	return v.Content, err
 }
 
 // applySnap applies s as version v and fails the test on error.
 func applySnap(t testing.TB, c *Cache, ns string, v uint64, s content.Snapshot) {
 	t.Helper()
-	got, err := c.Apply(ns, metaOf(v, s), SnapshotUpdate(s))
+	got, err := apply(c, ns, metaOf(v, s), snapshotU(s))
 	if err != nil {
 		t.Fatalf("Apply snapshot %s@%d: %v", ns, v, err)
 	}
@@ -66,11 +119,12 @@ var cmpOpts = cmp.Options{
 // wantCached checks Get against the expected version and content.
 func wantCached(t testing.TB, c *Cache, ns string, v uint64, s content.Snapshot) {
 	t.Helper()
-	m, got, err := c.Get(ns)
+	cv, err := c.Get(ns)
 	if err != nil {
 		t.Fatalf("Get(%s): %v", ns, err)
 	}
-	if diff := cmp.Diff(metaOf(v, s), m, cmpOpts); diff != "" {
+	got := cv.Content
+	if diff := cmp.Diff(metaOf(v, s), metaOfVersion(cv), cmpOpts); diff != "" {
 		t.Errorf("Get(%s) meta (-want +got):\n%s", ns, diff)
 	}
 	if !got.Equal(s) {
@@ -90,7 +144,7 @@ func TestSnapshotThenPatch(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := c.Apply(ns, metaOf(2, v2), PatchUpdate(1, p))
+	got, err := apply(c, ns, metaOf(2, v2), patchU(1, p))
 	if err != nil {
 		t.Fatalf("Apply patch: %v", err)
 	}
@@ -103,8 +157,10 @@ func TestSnapshotThenPatch(t *testing.T) {
 	v3 := snap(t, prop("z", "only"))
 	applySnap(t, c, ns, 3, v3)
 	wantCached(t, c, ns, 3, v3)
-	// Re-applying the same version repairs/rewrites it.
-	applySnap(t, c, ns, 3, v3)
+	// Re-applying the same version is stale: nothing is rewritten.
+	if _, err := apply(c, ns, metaOf(3, v3), snapshotU(v3)); !errors.Is(err, update.ErrStale) {
+		t.Errorf("re-applying version 3: err = %v, want update.ErrStale", err)
+	}
 	wantCached(t, c, ns, 3, v3)
 	// The old generations are gone from disk.
 	if n := countKeys(t, c, nsPropPrefix(ns)); n != 1 {
@@ -119,8 +175,8 @@ func TestSnapshotThenPatch(t *testing.T) {
 		t.Errorf("List (-want +got):\n%s", diff)
 	}
 	st := c.Stats()
-	if st.Snapshots != 3 || st.Patches != 1 {
-		t.Errorf("Stats = %+v, want 3 snapshots and 1 patch", st)
+	if st.Snapshots != 2 || st.Patches != 1 {
+		t.Errorf("Stats = %+v, want 2 snapshots and 1 patch", st)
 	}
 }
 
@@ -147,27 +203,28 @@ func TestRefusedUpdatesChangeNothing(t *testing.T) {
 	tests := []struct {
 		name string
 		ns   string
-		m    Meta
-		u    Update
+		m    meta
+		u    testUpdate
 		want error
 	}{
-		{"patch wrong checksum", ns, Meta{Version: 2, Checksum: wrongSum}, PatchUpdate(1, good), ErrChecksumMismatch},
-		{"patch checksum of base", ns, Meta{Version: 2, Checksum: v1.Checksum()}, PatchUpdate(1, good), ErrChecksumMismatch},
-		{"snapshot wrong checksum", ns, Meta{Version: 2, Checksum: wrongSum}, SnapshotUpdate(v2), ErrChecksumMismatch},
-		{"patch wrong base", ns, metaOf(3, v2), PatchUpdate(2, good), ErrBaseMismatch},
-		{"patch same version", ns, metaOf(1, v2), PatchUpdate(1, good), ErrStale},
-		{"snapshot older", ns, metaOf(0, v2), SnapshotUpdate(v2), ErrStale},
-		{"patch deletes missing key", ns, metaOf(2, v1), PatchUpdate(1, content.Patch{Delete: []string{"nope"}}), ErrInvalid},
-		{"patch bad key", ns, metaOf(2, v1), PatchUpdate(1, content.Patch{Set: []content.Property{prop("../x", "")}}), ErrInvalid},
-		{"patch unknown namespace", "pay/other", metaOf(2, v2), PatchUpdate(1, good), ErrNotFound},
-		{"bad namespace", "../../etc", metaOf(2, v2), SnapshotUpdate(v2), ErrInvalid},
-		{"malformed checksum", ns, Meta{Version: 2, Checksum: "md5:1"}, SnapshotUpdate(v2), ErrInvalid},
+		{"patch wrong checksum", ns, meta{Version: 2, Checksum: wrongSum}, patchU(1, good), update.ErrChecksumMismatch},
+		{"patch checksum of base", ns, meta{Version: 2, Checksum: v1.Checksum()}, patchU(1, good), update.ErrChecksumMismatch},
+		{"snapshot wrong checksum", ns, meta{Version: 2, Checksum: wrongSum}, snapshotU(v2), update.ErrChecksumMismatch},
+		{"patch whose base has not arrived", ns, metaOf(3, v2), patchU(2, good), update.ErrGap},
+		{"patch on another base checksum", ns, metaOf(2, v2), testUpdate{patch: true, p: good, base: 1, baseSum: wrongSum}, update.ErrBaseMismatch},
+		{"snapshot of the cached version", ns, metaOf(1, v1), snapshotU(v1), update.ErrStale},
+		{"snapshot older", ns, metaOf(0, v2), snapshotU(v2), update.ErrStale},
+		{"patch deletes missing key", ns, metaOf(2, v1), patchU(1, content.Patch{Delete: []string{"nope"}}), update.ErrPatchConflict},
+		{"patch bad key", ns, metaOf(2, v1), patchU(1, content.Patch{Set: []content.Property{prop("../x", "")}}), ErrInvalid},
+		{"patch unknown namespace", "pay/other", metaOf(2, v2), patchU(1, good), update.ErrGap},
+		{"bad namespace", "../../etc", metaOf(2, v2), snapshotU(v2), ErrInvalid},
+		{"malformed checksum", ns, meta{Version: 2, Checksum: "md5:1"}, snapshotU(v2), ErrInvalid},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			c := open(t, t.TempDir())
 			applySnap(t, c, ns, 1, v1)
-			_, err := c.Apply(tt.ns, tt.m, tt.u)
+			_, err := apply(c, tt.ns, tt.m, tt.u)
 			if !errors.Is(err, tt.want) {
 				t.Fatalf("Apply: err = %v, want %v", err, tt.want)
 			}
@@ -189,7 +246,7 @@ func TestReopenKeepsEverything(t *testing.T) {
 	applySnap(t, c, "a/one", 4, v1)
 	p := content.Patch{Set: []content.Property{prop("b", "2")}}
 	v2, _ := v1.Apply(p)
-	if _, err := c.Apply("a/one", metaOf(5, v2), PatchUpdate(4, p)); err != nil {
+	if _, err := apply(c, "a/one", metaOf(5, v2), patchU(4, p)); err != nil {
 		t.Fatal(err)
 	}
 	applySnap(t, c, "b/two", 1, snap(t))
@@ -199,7 +256,7 @@ func TestReopenKeepsEverything(t *testing.T) {
 	if err := c.Close(); err != nil {
 		t.Errorf("second Close: %v, want nil", err)
 	}
-	if _, _, err := c.Get("a/one"); !errors.Is(err, ErrClosed) {
+	if _, err := c.Get("a/one"); !errors.Is(err, ErrClosed) {
 		t.Errorf("Get after Close: err = %v, want ErrClosed", err)
 	}
 
@@ -249,7 +306,7 @@ func TestPatchOfLargeNamespaceWritesLittle(t *testing.T) {
 
 	p := content.Patch{Set: []content.Property{prop("blob/0042", "small now")}}
 	v2, _ := v1.Apply(p)
-	if _, err := c.Apply(ns, metaOf(2, v2), PatchUpdate(1, p)); err != nil {
+	if _, err := apply(c, ns, metaOf(2, v2), patchU(1, p)); err != nil {
 		t.Fatal(err)
 	}
 
@@ -323,7 +380,7 @@ func TestStagedSnapshot(t *testing.T) {
 	// A patch on top uses the generation the staged write created.
 	p := content.Patch{Delete: []string{"k/00000"}, Set: []content.Property{prop("k/new", "n")}}
 	v3, _ := v2.Apply(p)
-	if _, err := c.Apply(ns, metaOf(3, v3), PatchUpdate(2, p)); err != nil {
+	if _, err := apply(c, ns, metaOf(3, v3), patchU(2, p)); err != nil {
 		t.Fatal(err)
 	}
 	wantCached(t, c, ns, 3, v3)
@@ -396,18 +453,18 @@ func TestBitRot(t *testing.T) {
 	damaged := bytes.Repeat([]byte("v"), 4<<10)
 	damaged[100] = 'w'
 	corruptWith(propKey(ns, rec.gen, "big"), encodeValue(content.Property{Value: damaged}))
-	if _, _, err := c.Get(ns); !errors.Is(err, ErrCorrupt) {
+	if _, err := c.Get(ns); !errors.Is(err, ErrCorrupt) {
 		t.Fatalf("Get after bit rot: err = %v, want ErrCorrupt", err)
 	}
 	p := content.Patch{Set: []content.Property{prop("a", "2")}}
 	v2, _ := v1.Apply(p)
-	if _, err := c.Apply(ns, metaOf(2, v2), PatchUpdate(1, p)); !errors.Is(err, ErrCorrupt) {
+	if _, err := apply(c, ns, metaOf(2, v2), patchU(1, p)); !errors.Is(err, ErrCorrupt) {
 		t.Fatalf("patch on a corrupt base: err = %v, want ErrCorrupt", err)
 	}
 	if err := c.Drop(ns); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := c.Get(ns); !errors.Is(err, ErrNotFound) {
+	if _, err := c.Get(ns); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("Get after Drop: err = %v, want ErrNotFound", err)
 	}
 	applySnap(t, c, ns, 2, v2)
@@ -420,14 +477,18 @@ func TestBitRot(t *testing.T) {
 		t.Fatal(err)
 	}
 	corruptWith(propKey(ns, rec.gen, "extra"), encodeValue(prop("extra", "")))
-	if _, _, err := c.Get(ns); !errors.Is(err, ErrCorrupt) {
+	if _, err := c.Get(ns); !errors.Is(err, ErrCorrupt) {
 		t.Errorf("Get with an extra key: err = %v, want ErrCorrupt", err)
 	}
-	applySnap(t, c, ns, 2, v2) // a same-version snapshot repairs it
+	// The agent drops a corrupt namespace and fetches a snapshot of it.
+	if err := c.Drop(ns); err != nil {
+		t.Fatal(err)
+	}
+	applySnap(t, c, ns, 2, v2)
 	wantCached(t, c, ns, 2, v2)
 
 	corruptWith(metaKey(ns), []byte{recordFormat, 0xff})
-	if _, _, err := c.Get(ns); !errors.Is(err, ErrCorrupt) {
+	if _, err := c.Get(ns); !errors.Is(err, ErrCorrupt) {
 		t.Errorf("Get with a damaged meta: err = %v, want ErrCorrupt", err)
 	}
 	list, err := c.List()
@@ -500,7 +561,7 @@ func TestConcurrentApply(t *testing.T) {
 		wg.Go(func() {
 			ns := fmt.Sprintf("w%d/ns", w)
 			cur := snap(t, prop("base", fmt.Sprint(w)))
-			if _, err := c.Apply(ns, metaOf(1, cur), SnapshotUpdate(cur)); err != nil {
+			if _, err := apply(c, ns, metaOf(1, cur), snapshotU(cur)); err != nil {
 				t.Errorf("%s: %v", ns, err)
 				return
 			}
@@ -511,12 +572,12 @@ func TestConcurrentApply(t *testing.T) {
 					t.Error(err)
 					return
 				}
-				if _, err := c.Apply(ns, metaOf(uint64(r), next), PatchUpdate(uint64(r-1), p)); err != nil {
+				if _, err := apply(c, ns, metaOf(uint64(r), next), patchU(uint64(r-1), p)); err != nil {
 					t.Errorf("%s round %d: %v", ns, r, err)
 					return
 				}
 				cur = next
-				if _, _, err := c.Get(ns); err != nil {
+				if _, err := c.Get(ns); err != nil {
 					t.Errorf("%s: Get: %v", ns, err)
 				}
 				if _, err := c.List(); err != nil {
@@ -535,7 +596,7 @@ func TestConcurrentApply(t *testing.T) {
 		wins.Go(func() {
 			p := content.Patch{Set: []content.Property{prop("s", fmt.Sprint(i+1))}}
 			next, _ := shared.Apply(p)
-			_, results[i] = c.Apply("shared/ns", metaOf(2, next), PatchUpdate(1, p))
+			_, results[i] = apply(c, "shared/ns", metaOf(2, next), patchU(1, p))
 		})
 	}
 	wg.Wait()
@@ -545,7 +606,7 @@ func TestConcurrentApply(t *testing.T) {
 		switch {
 		case err == nil:
 			ok++
-		case !errors.Is(err, ErrBaseMismatch):
+		case !errors.Is(err, update.ErrBaseMismatch):
 			t.Errorf("concurrent patch of one namespace: err = %v, want nil or ErrBaseMismatch", err)
 		}
 	}
@@ -622,4 +683,25 @@ func TestSizeOfEmptyCache(t *testing.T) {
 	if sz > 16<<20 {
 		t.Errorf("Size of an empty cache = %d bytes, want under 16 MiB (allocated space, not apparent size)", sz)
 	}
+}
+
+// A snapshot of the cached version with another checksum is a repair
+// (e.g. control's store was restored from a backup and version 2 is other
+// content now): it replaces the cached copy, where an equal one is stale.
+func TestSameVersionOtherChecksumIsARepair(t *testing.T) {
+	c := open(t, t.TempDir())
+	const ns = "pay/rules"
+	mine := snap(t, prop("a", "mine"))
+	theirs := snap(t, prop("a", "control's"))
+	applySnap(t, c, ns, 2, mine)
+	applySnap(t, c, ns, 2, theirs)
+	wantCached(t, c, ns, 2, theirs)
+	if n := countKeys(t, c, nsPropPrefix(ns)); n != 1 {
+		t.Errorf("%d property keys stored for %s after the repair, want 1", n, ns)
+	}
+	// A patch cannot repair: it is refused and changes nothing.
+	if _, err := apply(c, ns, metaOf(2, mine), patchU(1, content.Patch{})); !errors.Is(err, update.ErrBaseMismatch) {
+		t.Errorf("patch to the cached version with another checksum: err = %v, want update.ErrBaseMismatch", err)
+	}
+	wantCached(t, c, ns, 2, theirs)
 }

@@ -49,11 +49,22 @@ func parsePropKey(k []byte) (ns string, gen uint64, ok bool) {
 	return parts[0] + "/" + parts[1], gen, true
 }
 
-// record is what the meta key holds: the caller's Meta plus bookkeeping.
+// record is what the meta key holds: the version's identity and metadata,
+// and where its properties are.
 type record struct {
-	Meta
-	gen   uint64 // generation holding the properties
-	count uint64 // number of properties
+	Version  uint64
+	Checksum string
+	Kind     lehrpb.NamespaceKind
+	Info     *lehrpb.VersionInfo
+	gen      uint64 // generation holding the properties
+	count    uint64 // number of properties
+	// snap is the content, when the record was made from it (not stored).
+	snap content.Snapshot
+}
+
+// version is the content.Version rec describes, holding snap.
+func (r record) version(ns string, snap content.Snapshot) content.Version {
+	return content.Version{Namespace: ns, Seq: r.Version, Checksum: r.Checksum, Kind: r.Kind, Info: r.Info, Content: snap}
 }
 
 const recordFormat = 1

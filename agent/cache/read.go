@@ -77,16 +77,16 @@ func readGeneration(txn *badger.Txn, ns string, rec record) (content.Snapshot, e
 	return snap, nil
 }
 
-// Get returns the cached version of ns and its content, verified against
-// its checksum. Errors wrap ErrNotFound, ErrCorrupt (drop the namespace and
+// Get returns the cached version of ns, its content verified against its
+// checksum. Errors wrap ErrNotFound, ErrCorrupt (drop the namespace and
 // fetch a snapshot), ErrInvalid or ErrClosed.
-func (c *Cache) Get(ns string) (Meta, content.Snapshot, error) {
+func (c *Cache) Get(ns string) (content.Version, error) {
 	if err := c.enter(); err != nil {
-		return Meta{}, content.Snapshot{}, err
+		return content.Version{}, err
 	}
 	defer c.closeMu.RUnlock()
 	if _, _, err := names.Namespace(ns); err != nil {
-		return Meta{}, content.Snapshot{}, fmt.Errorf("cache: get: %w: %w", ErrInvalid, err)
+		return content.Version{}, fmt.Errorf("cache: get: %w: %w", ErrInvalid, err)
 	}
 	var (
 		rec  record
@@ -104,9 +104,9 @@ func (c *Cache) Get(ns string) (Meta, content.Snapshot, error) {
 		if errors.Is(err, ErrCorrupt) {
 			c.stats.corruptions.Add(1)
 		}
-		return Meta{}, content.Snapshot{}, fmt.Errorf("cache: get %s: %w", ns, err)
+		return content.Version{}, fmt.Errorf("cache: get %s: %w", ns, err)
 	}
-	return rec.Meta, snap, nil
+	return rec.version(ns, snap), nil
 }
 
 // List returns the version and checksum of every cached namespace, in

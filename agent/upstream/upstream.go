@@ -33,6 +33,7 @@ import (
 	"github.com/quic-go/quic-go"
 
 	"lehr.dev/lehr/internal/backoff"
+	"lehr.dev/lehr/internal/update"
 	"lehr.dev/lehr/internal/wire"
 	"lehr.dev/lehr/proto/lehrpb"
 )
@@ -83,6 +84,23 @@ func (o Outcome) String() string {
 		return "failed"
 	}
 	return fmt.Sprintf("outcome %d", int(o))
+}
+
+// OutcomeOf is the Outcome of an update that internal/update's Check or
+// Apply refused with err, and for Rejected the reason of the Resync: the
+// one mapping from the shared decision to what the link answers. An error
+// not from internal/update (a disk failure) is Failed.
+func OutcomeOf(err error) (Outcome, lehrpb.ResyncReason) {
+	switch {
+	case errors.Is(err, update.ErrStale):
+		return Stale, lehrpb.ResyncReason_RESYNC_REASON_UNSPECIFIED
+	case errors.Is(err, update.ErrGap):
+		return Gap, lehrpb.ResyncReason_RESYNC_REASON_UNSPECIFIED
+	}
+	if r := update.ResyncReason(err); r != lehrpb.ResyncReason_RESYNC_REASON_UNSPECIFIED {
+		return Rejected, r
+	}
+	return Failed, lehrpb.ResyncReason_RESYNC_REASON_UNSPECIFIED
 }
 
 // Result is Handler.Apply's answer.

@@ -19,7 +19,7 @@ import (
 	"lehr.dev/lehr/internal/content"
 	"lehr.dev/lehr/internal/pki"
 	"lehr.dev/lehr/internal/tlsconfig"
-	"lehr.dev/lehr/internal/wire"
+	"lehr.dev/lehr/internal/update"
 	"lehr.dev/lehr/proto/lehrpb"
 	"lehr.dev/lehr/testenv/wait"
 )
@@ -92,7 +92,7 @@ func (d *dist) stop() {
 	d.done <- nil // later stops return at once
 }
 
-func (d *dist) setGoal(t *testing.T, v *versions.Version) {
+func (d *dist) setGoal(t *testing.T, v *content.Version) {
 	if err := d.vers.Put(v); err != nil {
 		t.Fatal(err)
 	}
@@ -100,20 +100,21 @@ func (d *dist) setGoal(t *testing.T, v *versions.Version) {
 	d.srv.SetGoal(v)
 }
 
-func version(ns string, seq uint64, props map[string]string) *versions.Version {
+func version(ns string, seq uint64, props map[string]string) *content.Version {
 	var ps []content.Property
 	for k, v := range props {
 		ps = append(ps, content.Property{Key: k, Value: []byte(v)})
 	}
 	snap, _ := content.New(ps)
-	return &versions.Version{
+	return &content.Version{
 		Namespace: ns, Seq: seq, Checksum: snap.Checksum(), Kind: lehrpb.NamespaceKind_NAMESPACE_KIND_CONFIG,
 		Info: &lehrpb.VersionInfo{Namespace: ns, Seq: seq, Checksum: snap.Checksum()}, Content: snap,
 	}
 }
 
-// memHandler holds namespaces in memory, applying updates with
-// wire.ApplyUpdate, and records every applied version.
+// memHandler holds namespaces in memory, deciding and applying updates
+// with internal/update as the agent does, and records every applied
+// version.
 type memHandler struct {
 	mu      sync.Mutex
 	held    map[string]held
@@ -153,18 +154,15 @@ func (h *memHandler) Apply(_ context.Context, u *lehrpb.Update) upstream.Result 
 	ns := u.GetNamespace()
 	h.seen[ns]++
 	cur := h.held[ns]
-	res := upstream.Result{Version: cur.v, Checksum: cur.sum}
-	switch {
-	case u.GetVersion() <= cur.v:
-		res.Outcome = upstream.Stale
-		return res
-	case !u.GetSnapshot() && u.GetBaseVersion() > cur.v:
-		res.Outcome = upstream.Gap
-		return res
+	// The agent's decision, with the agent's code.
+	err := update.Check(cur.v, cur.sum, u)
+	var snap content.Snapshot
+	if err == nil {
+		snap, err = update.Apply(cur.snap, u)
 	}
-	snap, err := wire.ApplyUpdate(cur.snap, cur.v, cur.sum, u)
 	if err != nil {
-		res.Outcome, res.Reason, res.Err = upstream.Rejected, wire.ResyncReasonFor(err), err
+		res := upstream.Result{Version: cur.v, Checksum: cur.sum, Err: err}
+		res.Outcome, res.Reason = upstream.OutcomeOf(err)
 		return res
 	}
 	h.held[ns] = held{v: u.GetVersion(), sum: u.GetChecksum(), snap: snap}
@@ -233,7 +231,7 @@ func (c *client) stop() {
 	<-c.done
 }
 
-func waitHeld(t *testing.T, h *memHandler, v *versions.Version) {
+func waitHeld(t *testing.T, h *memHandler, v *content.Version) {
 	t.Helper()
 	wait.For(t, fmt.Sprintf("%s@%d", v.Namespace, v.Seq), func() bool {
 		x := h.get(v.Namespace)
@@ -393,7 +391,7 @@ func TestBurstEndsAtLatestInOrder(t *testing.T) {
 	cl := startClient(t, p, h, d.srv.Addr().String())
 	cl.c.Subscribe("app/cfg")
 	wait.For(t, "first version", func() bool { return h.get("app/cfg").v == 1 })
-	var last *versions.Version
+	var last *content.Version
 	for i := 2; i <= 101; i++ {
 		props[fmt.Sprintf("k%d", i%7)] = fmt.Sprint(i)
 		last = version("app/cfg", uint64(i), props)

@@ -28,7 +28,8 @@ func write(t *testing.T, dir string, version uint64, kv ...string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := nsfile.FromInfo(&lehrpb.VersionInfo{Namespace: ns, Seq: version, Author: "test"}, lehrpb.NamespaceKind_NAMESPACE_KIND_CONFIG, snap)
+	f := nsfile.FromVersion(content.Version{Namespace: ns, Seq: version, Checksum: snap.Checksum(), Kind: lehrpb.NamespaceKind_NAMESPACE_KIND_CONFIG,
+		Info: &lehrpb.VersionInfo{Author: "test"}, Content: snap})
 	if err := nsfile.Write(dir, f); err != nil {
 		t.Fatalf("write version %d: %v", version, err)
 	}

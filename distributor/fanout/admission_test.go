@@ -8,8 +8,8 @@ import (
 
 	"github.com/quic-go/quic-go"
 
+	"lehr.dev/lehr/agent/agenttest"
 	"lehr.dev/lehr/distributor/fanout"
-	"lehr.dev/lehr/distributor/simagent"
 	"lehr.dev/lehr/distributor/versions"
 	"lehr.dev/lehr/internal/wire"
 	"lehr.dev/lehr/testenv/wait"
@@ -77,11 +77,11 @@ func TestMaxHandshakes(t *testing.T) {
 
 // dialUntilWelcomed dials a simulated agent until it is welcomed or ctx
 // ends, treating CONNECTION_REFUSED as "not yet".
-func dialUntilWelcomed(ctx context.Context, t *testing.T, addr string, p *hostPKI, host string) *simagent.Agent {
+func dialUntilWelcomed(ctx context.Context, t *testing.T, addr string, p *hostPKI, host string) *agenttest.Agent {
 	t.Helper()
 	tc := p.client(host)
 	for {
-		a, err := simagent.Dial(ctx, simagent.Options{Addr: addr, TLS: tc, HostID: host, Zone: zone, Logger: quietLogger()})
+		a, err := agenttest.Dial(ctx, agenttest.Options{Addr: addr, TLS: tc, HostID: host, Zone: zone, Logger: quietLogger()})
 		if err == nil {
 			return a
 		}

@@ -15,8 +15,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"lehr.dev/lehr/agent/agenttest"
 	"lehr.dev/lehr/distributor/fanout"
-	"lehr.dev/lehr/distributor/simagent"
 	"lehr.dev/lehr/distributor/versions"
 	"lehr.dev/lehr/internal/content"
 	"lehr.dev/lehr/internal/pki"
@@ -81,7 +81,7 @@ type env struct {
 	srv   *fanout.Server
 
 	mu     sync.Mutex
-	latest map[string]*versions.Version
+	latest map[string]*content.Version
 }
 
 func newEnv(t *testing.T) *env {
@@ -107,7 +107,7 @@ func newEnv(t *testing.T) *env {
 			t.Errorf("Serve: %v", err)
 		}
 	})
-	return &env{t: t, pki: p, cache: cache, srv: srv, latest: map[string]*versions.Version{}}
+	return &env{t: t, pki: p, cache: cache, srv: srv, latest: map[string]*content.Version{}}
 }
 
 func quietLogger() *slog.Logger {
@@ -115,7 +115,7 @@ func quietLogger() *slog.Logger {
 }
 
 // publish makes the next version of ns with props and sets it as the goal.
-func (e *env) publish(ns string, props map[string]string) *versions.Version {
+func (e *env) publish(ns string, props map[string]string) *content.Version {
 	e.t.Helper()
 	var ps []content.Property
 	for k, v := range props {
@@ -128,14 +128,14 @@ func (e *env) publish(ns string, props map[string]string) *versions.Version {
 	return e.publishSnap(ns, snap)
 }
 
-func (e *env) publishSnap(ns string, snap content.Snapshot) *versions.Version {
+func (e *env) publishSnap(ns string, snap content.Snapshot) *content.Version {
 	e.t.Helper()
 	e.mu.Lock()
 	var seq uint64 = 1
 	if prev := e.latest[ns]; prev != nil {
 		seq = prev.Seq + 1
 	}
-	v := &versions.Version{
+	v := &content.Version{
 		Namespace: ns, Seq: seq, Checksum: snap.Checksum(), Kind: lehrpb.NamespaceKind_NAMESPACE_KIND_CONFIG,
 		Info:    &lehrpb.VersionInfo{Namespace: ns, Seq: seq, Checksum: snap.Checksum()},
 		Content: snap,
@@ -150,7 +150,7 @@ func (e *env) publishSnap(ns string, snap content.Snapshot) *versions.Version {
 	return v
 }
 
-func (e *env) dial(host string, opts simagent.Options) *simagent.Agent {
+func (e *env) dial(host string, opts agenttest.Options) *agenttest.Agent {
 	e.t.Helper()
 	opts.Addr = e.srv.Addr().String()
 	if opts.TLS == nil {
@@ -163,7 +163,7 @@ func (e *env) dial(host string, opts simagent.Options) *simagent.Agent {
 	opts.Logger = quietLogger()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	a, err := simagent.Dial(ctx, opts)
+	a, err := agenttest.Dial(ctx, opts)
 	if err != nil {
 		e.t.Fatalf("Dial %s: %v", host, err)
 	}
@@ -171,7 +171,7 @@ func (e *env) dial(host string, opts simagent.Options) *simagent.Agent {
 	return a
 }
 
-func waitVersion(t *testing.T, a *simagent.Agent, ns string, v *versions.Version) {
+func waitVersion(t *testing.T, a *agenttest.Agent, ns string, v *content.Version) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -197,7 +197,7 @@ func TestSnapshotThenPatchWithExactlyTheChangedKeys(t *testing.T) {
 	ns := "d/app"
 	p1 := props(20, "v1")
 	v1 := e.publish(ns, p1)
-	a := e.dial("host-1", simagent.Options{Subscriptions: []string{ns}})
+	a := e.dial("host-1", agenttest.Options{Subscriptions: []string{ns}})
 	waitVersion(t, a, ns, v1)
 
 	p2 := props(20, "v1")
@@ -241,14 +241,14 @@ func TestReconnectWithIntactCacheSendsNoSnapshot(t *testing.T) {
 	e := newEnv(t)
 	ns := "d/app"
 	v1 := e.publish(ns, props(50, "v1"))
-	a := e.dial("host-1", simagent.Options{Subscriptions: []string{ns}})
+	a := e.dial("host-1", agenttest.Options{Subscriptions: []string{ns}})
 	waitVersion(t, a, ns, v1)
 	cached := a.Cached()
 	a.Close()
 
 	before := e.srv.Stats()
 	// Reconnect at the goal: nothing to send at all.
-	b := e.dial("host-1", simagent.Options{Cached: cached, Subscriptions: []string{ns}})
+	b := e.dial("host-1", agenttest.Options{Cached: cached, Subscriptions: []string{ns}})
 	wait.For(t, "agent registered at goal", func() bool { return e.srv.Lag(ns) == 0 && e.srv.Stats().Agents == 1 })
 	// Then a publish reaches it as a patch.
 	p2 := props(50, "v1")
@@ -267,7 +267,7 @@ func TestReconnectWithIntactCacheSendsNoSnapshot(t *testing.T) {
 	p3 := props(50, "v1")
 	p3["k/002"] = "y"
 	v3 := e.publish(ns, p3)
-	c := e.dial("host-2", simagent.Options{Cached: cached, Subscriptions: []string{ns}})
+	c := e.dial("host-2", agenttest.Options{Cached: cached, Subscriptions: []string{ns}})
 	waitVersion(t, c, ns, v3)
 	if got := c.Applied(ns); len(got) != 1 || got[0].Snapshot || got[0].Base != 1 {
 		t.Errorf("lagging agent applied %+v, want one patch from version 1", got)
@@ -282,8 +282,8 @@ func TestReconnectWithWrongChecksumGetsSnapshot(t *testing.T) {
 	ns := "d/app"
 	v1 := e.publish(ns, props(10, "v1"))
 	corrupt := content.Snapshot{}.Checksum() // well formed, wrong
-	a := e.dial("host-1", simagent.Options{
-		Cached:        []simagent.Cached{{Namespace: ns, Version: 1, Content: v1.Content, Checksum: corrupt}},
+	a := e.dial("host-1", agenttest.Options{
+		Cached:        []agenttest.Cached{{Namespace: ns, Version: 1, Content: v1.Content, Checksum: corrupt}},
 		Subscriptions: []string{ns},
 	})
 	wait.For(t, "a snapshot", func() bool { return len(a.Applied(ns)) == 1 })
@@ -295,8 +295,8 @@ func TestReconnectWithWrongChecksumGetsSnapshot(t *testing.T) {
 
 	// Same with a corrupt older version: the patch base is unusable.
 	v2 := e.publish(ns, props(10, "v2"))
-	b := e.dial("host-2", simagent.Options{
-		Cached:        []simagent.Cached{{Namespace: ns, Version: 1, Content: v1.Content, Checksum: corrupt}},
+	b := e.dial("host-2", agenttest.Options{
+		Cached:        []agenttest.Cached{{Namespace: ns, Version: 1, Content: v1.Content, Checksum: corrupt}},
 		Subscriptions: []string{ns},
 	})
 	waitVersion(t, b, ns, v2)
@@ -309,7 +309,7 @@ func TestResyncGetsSnapshot(t *testing.T) {
 	e := newEnv(t)
 	ns := "d/app"
 	v1 := e.publish(ns, props(10, "v1"))
-	a := e.dial("host-1", simagent.Options{Subscriptions: []string{ns}})
+	a := e.dial("host-1", agenttest.Options{Subscriptions: []string{ns}})
 	waitVersion(t, a, ns, v1)
 	if err := a.Resync(ns, lehrpb.ResyncReason_RESYNC_REASON_CACHE_CORRUPT); err != nil {
 		t.Fatal(err)
@@ -327,11 +327,11 @@ func TestBurstEndsAtLatestInOrder(t *testing.T) {
 	e := newEnv(t)
 	ns := "d/burst"
 	e.publish(ns, props(30, "v0"))
-	agents := []*simagent.Agent{
-		e.dial("host-1", simagent.Options{Subscriptions: []string{ns}}),
-		e.dial("host-2", simagent.Options{Subscriptions: []string{ns}}),
+	agents := []*agenttest.Agent{
+		e.dial("host-1", agenttest.Options{Subscriptions: []string{ns}}),
+		e.dial("host-2", agenttest.Options{Subscriptions: []string{ns}}),
 	}
-	var last *versions.Version
+	var last *content.Version
 	for i := range 50 {
 		p := props(30, "v0")
 		p[fmt.Sprintf("k/%03d", i%30)] = fmt.Sprintf("burst-%d", i)
@@ -365,8 +365,8 @@ func TestNamespaceWithoutSubscriptionIsNeverSent(t *testing.T) {
 	}
 	o1 := e.publish("d/other", other("1"))
 	// The agent holds d/other in its cache but does not subscribe to it.
-	a := e.dial("host-1", simagent.Options{
-		Cached:        []simagent.Cached{{Namespace: "d/other", Version: o1.Seq, Content: o1.Content}},
+	a := e.dial("host-1", agenttest.Options{
+		Cached:        []agenttest.Cached{{Namespace: "d/other", Version: o1.Seq, Content: o1.Content}},
 		Subscriptions: []string{"d/wanted"},
 	})
 	w1 := e.publish("d/wanted", props(3, "w1"))
@@ -406,7 +406,7 @@ func TestNamespaceWithoutSubscriptionIsNeverSent(t *testing.T) {
 
 // settled waits until every update pushed so far was acknowledged and the
 // agent applied as many as were pushed (only one agent may be connected).
-func settled(t *testing.T, e *env, a *simagent.Agent) {
+func settled(t *testing.T, e *env, a *agenttest.Agent) {
 	t.Helper()
 	wait.For(t, "pushes to settle", func() bool {
 		st := e.srv.Stats()
@@ -429,10 +429,10 @@ func subscribed(s *fanout.Server, ns string) bool {
 func TestUnknownNamespaceIsUnavailableUntilPublished(t *testing.T) {
 	e := newEnv(t)
 	ns := "d/later"
-	a := e.dial("host-1", simagent.Options{Subscriptions: []string{ns}})
+	a := e.dial("host-1", agenttest.Options{Subscriptions: []string{ns}})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := a.Wait(ctx, func(a *simagent.Agent) bool { _, ok := a.Unavailable(ns); return ok }); err != nil {
+	if err := a.Wait(ctx, func(a *agenttest.Agent) bool { _, ok := a.Unavailable(ns); return ok }); err != nil {
 		t.Fatal(err)
 	}
 	u, _ := a.Unavailable(ns)
@@ -457,8 +457,8 @@ func TestMalformedFrameClosesOnlyThatConnection(t *testing.T) {
 			e := newEnv(t)
 			ns := "d/app"
 			v1 := e.publish(ns, props(3, "v1"))
-			good := e.dial("good", simagent.Options{Subscriptions: []string{ns}})
-			bad := e.dial("bad", simagent.Options{Subscriptions: []string{ns}})
+			good := e.dial("good", agenttest.Options{Subscriptions: []string{ns}})
+			bad := e.dial("bad", agenttest.Options{Subscriptions: []string{ns}})
 			waitVersion(t, good, ns, v1)
 			waitVersion(t, bad, ns, v1)
 			if err := bad.SendRaw(tt.frame); err != nil {
@@ -501,24 +501,24 @@ func TestRefusals(t *testing.T) {
 	// Wrong zone.
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	_, err := simagent.Dial(ctx, simagent.Options{Addr: e.srv.Addr().String(), TLS: e.pki.client("h1"), HostID: "h1", Zone: "zone-b", Logger: quietLogger()})
+	_, err := agenttest.Dial(ctx, agenttest.Options{Addr: e.srv.Addr().String(), TLS: e.pki.client("h1"), HostID: "h1", Zone: "zone-b", Logger: quietLogger()})
 	if code, _, _ := wire.CloseCode(err); code != wire.CodeWrongZone {
 		t.Errorf("wrong zone: err %v, want close code %v", err, wire.CodeWrongZone)
 	}
 	// A host id other than the certificate's.
-	_, err = simagent.Dial(ctx, simagent.Options{Addr: e.srv.Addr().String(), TLS: e.pki.client("h2"), HostID: "someone-else", Zone: zone, Logger: quietLogger()})
+	_, err = agenttest.Dial(ctx, agenttest.Options{Addr: e.srv.Addr().String(), TLS: e.pki.client("h2"), HostID: "someone-else", Zone: zone, Logger: quietLogger()})
 	if code, _, _ := wire.CloseCode(err); code != wire.CodeUnauthorized {
 		t.Errorf("identity mismatch: err %v, want close code %v", err, wire.CodeUnauthorized)
 	}
 	// No common protocol version.
-	_, err = simagent.Dial(ctx, simagent.Options{Addr: e.srv.Addr().String(), TLS: e.pki.client("h3"), HostID: "h3", Zone: zone, ProtocolVersion: 9, MinProtocolVersion: 7, Logger: quietLogger()})
+	_, err = agenttest.Dial(ctx, agenttest.Options{Addr: e.srv.Addr().String(), TLS: e.pki.client("h3"), HostID: "h3", Zone: zone, ProtocolVersion: 9, MinProtocolVersion: 7, Logger: quietLogger()})
 	if code, _, _ := wire.CloseCode(err); code != wire.CodeUnsupportedVersion {
 		t.Errorf("version: err %v, want close code %v", err, wire.CodeUnsupportedVersion)
 	}
 	// No client certificate at all: the TLS handshake fails.
 	noCert := e.pki.client("h4").Clone()
 	noCert.Certificates = nil
-	if _, err := simagent.Dial(ctx, simagent.Options{Addr: e.srv.Addr().String(), TLS: noCert, HostID: "h4", Zone: zone, Logger: quietLogger()}); err == nil {
+	if _, err := agenttest.Dial(ctx, agenttest.Options{Addr: e.srv.Addr().String(), TLS: noCert, HostID: "h4", Zone: zone, Logger: quietLogger()}); err == nil {
 		t.Errorf("dial without a client certificate succeeded")
 	}
 	if got := e.srv.Stats().Agents; got != 0 {
@@ -535,8 +535,8 @@ func TestOneKeyPatchToLargeNamespaceIsSmall(t *testing.T) {
 		big[fmt.Sprintf("k/%05d", i)] = val
 	}
 	v1 := e.publish(ns, big)
-	a := e.dial("host-1", simagent.Options{Subscriptions: []string{ns}})
-	b := e.dial("host-2", simagent.Options{Subscriptions: []string{ns}})
+	a := e.dial("host-1", agenttest.Options{Subscriptions: []string{ns}})
+	b := e.dial("host-2", agenttest.Options{Subscriptions: []string{ns}})
 	waitVersion(t, a, ns, v1)
 	waitVersion(t, b, ns, v1)
 	before := e.srv.Stats()
@@ -557,9 +557,9 @@ func TestSupersededConnectionIsClosed(t *testing.T) {
 	e := newEnv(t)
 	ns := "d/app"
 	v1 := e.publish(ns, props(3, "v1"))
-	a := e.dial("host-1", simagent.Options{Subscriptions: []string{ns}})
+	a := e.dial("host-1", agenttest.Options{Subscriptions: []string{ns}})
 	waitVersion(t, a, ns, v1)
-	b := e.dial("host-1", simagent.Options{Cached: a.Cached(), Subscriptions: []string{ns}})
+	b := e.dial("host-1", agenttest.Options{Cached: a.Cached(), Subscriptions: []string{ns}})
 	select {
 	case <-a.Done():
 	case <-time.After(30 * time.Second):

@@ -20,7 +20,7 @@ import (
 	"testing"
 	"time"
 
-	"lehr.dev/lehr/distributor/simagent"
+	"lehr.dev/lehr/agent/agenttest"
 	"lehr.dev/lehr/internal/pki"
 	"lehr.dev/lehr/testenv/wait"
 )
@@ -273,7 +273,7 @@ func footprintChild(t *testing.T, raw string) {
 		tcs[i] = &tls.Config{MinVersion: tls.VersionTLS13, Certificates: []tls.Certificate{pair}, RootCAs: ca.Pool(), ServerName: "127.0.0.1"}
 	}
 	m0 := settledMem()
-	agents := make([]*simagent.Agent, cfg.N)
+	agents := make([]*agenttest.Agent, cfg.N)
 	defer func() {
 		for _, a := range agents {
 			if a != nil {
@@ -291,7 +291,7 @@ func footprintChild(t *testing.T, raw string) {
 			defer func() { <-sem }()
 			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 			defer cancel()
-			a, err := simagent.Dial(ctx, simagent.Options{
+			a, err := agenttest.Dial(ctx, agenttest.Options{
 				Addr: cfg.Addr, TLS: tcs[i], HostID: fmt.Sprintf("fp-%d", i), Zone: zone,
 				Subscriptions: []string{cfg.Namespace}, Logger: quietLogger(),
 			})

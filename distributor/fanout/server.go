@@ -34,7 +34,7 @@ import (
 	"github.com/VictoriaMetrics/metrics"
 	"github.com/quic-go/quic-go"
 
-	"lehr.dev/lehr/distributor/versions"
+	"lehr.dev/lehr/internal/content"
 	"lehr.dev/lehr/internal/names"
 	"lehr.dev/lehr/internal/wire"
 )
@@ -43,7 +43,7 @@ import (
 // patches from them. *versions.Cache implements it.
 type Versions interface {
 	// Get returns version seq of ns, from memory or from control.
-	Get(ctx context.Context, ns string, seq uint64) (*versions.Version, error)
+	Get(ctx context.Context, ns string, seq uint64) (*content.Version, error)
 }
 
 // Options configures a Server.
@@ -141,7 +141,7 @@ type Server struct {
 	met           *serverMetrics
 	memo          *memo
 
-	goals atomic.Pointer[map[string]*versions.Version]
+	goals atomic.Pointer[map[string]*content.Version]
 	// goalMu serialises goal writers (SetGoal, ClearGoal).
 	goalMu sync.Mutex
 
@@ -212,7 +212,7 @@ func Listen(opts Options) (*Server, error) {
 		cancel:   cancel,
 		done:     make(chan struct{}),
 	}
-	empty := map[string]*versions.Version{}
+	empty := map[string]*content.Version{}
 	s.goals.Store(&empty)
 	s.met = newServerMetrics(opts.Metrics, s)
 	s.udp = udp
@@ -330,7 +330,7 @@ func (s *Server) Close() error {
 
 // SetGoal makes v the goal version of its namespace and starts pushing it to
 // every agent subscribed to the namespace.
-func (s *Server) SetGoal(v *versions.Version) {
+func (s *Server) SetGoal(v *content.Version) {
 	s.goalMu.Lock()
 	old := *s.goals.Load()
 	if cur, ok := old[v.Namespace]; ok && cur.Seq == v.Seq && cur.Checksum == v.Checksum {
@@ -362,7 +362,7 @@ func (s *Server) ClearGoal(ns string) {
 }
 
 // Goal returns the current goal version of ns.
-func (s *Server) Goal(ns string) (*versions.Version, bool) {
+func (s *Server) Goal(ns string) (*content.Version, bool) {
 	v, ok := (*s.goals.Load())[ns]
 	return v, ok
 }

@@ -1,7 +1,6 @@
 package fanout
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -14,7 +13,8 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
-	"lehr.dev/lehr/distributor/versions"
+	"lehr.dev/lehr/internal/content"
+	"lehr.dev/lehr/internal/update"
 	"lehr.dev/lehr/internal/wire"
 	"lehr.dev/lehr/proto/lehrpb"
 )
@@ -62,7 +62,7 @@ type nsState struct {
 type session struct {
 	srv  *Server
 	conn *quic.Conn
-	ctrl *quic.Stream
+	ctl  *wire.Control
 	host string
 	log  *slog.Logger
 	// compact: the agent accepts compact Updates (wire.CapCompactUpdate).
@@ -73,9 +73,6 @@ type session struct {
 	wg     sync.WaitGroup
 
 	kickc chan struct{}
-
-	writeMu sync.Mutex // serialises control stream writes
-	enc     *wire.Encoder
 
 	mu sync.Mutex
 	ns map[string]*nsState
@@ -91,33 +88,21 @@ func (s *Server) handle(conn *quic.Conn) {
 	defer admitted(conn)
 
 	hctx, hcancel := context.WithTimeout(ctx, s.opts.HandshakeTimeout)
-	ctrl, err := conn.AcceptStream(hctx)
-	if err != nil {
-		hcancel()
-		if ctx.Err() == nil {
-			log.Info("agent opened no control stream", "err", err)
-			conn.CloseWithError(wire.CodeHandshakeTimeout, "no control stream opened in time")
-		} else {
-			conn.CloseWithError(codeGoingAway, "distributor shutting down")
-		}
-		return
-	}
-	// Agents send small control frames (an Ack is ~130 B); a small read
-	// buffer saves KiBs per connected agent, and larger payloads bypass it.
-	dec := wire.NewDecoder(bufio.NewReaderSize(ctrl, controlReadBuffer), wire.DecoderOptions{Stream: wire.StreamControlFromAgent})
-	stop := context.AfterFunc(hctx, func() { ctrl.CancelRead(wire.StreamCodeCancelled) })
-	msg, err := dec.Decode()
-	stop()
+	ctl, hello, err := wire.AcceptControl(hctx, conn, wire.Limits{})
+	timedOut := hctx.Err() != nil
 	hcancel()
 	if err != nil {
-		if hctx.Err() != nil && ctx.Err() == nil {
-			conn.CloseWithError(wire.CodeHandshakeTimeout, "no Hello in time")
-			return
+		switch {
+		case ctx.Err() != nil:
+			conn.CloseWithError(codeGoingAway, "distributor shutting down")
+		case timedOut:
+			log.Info("agent sent no Hello in time", "err", err)
+			conn.CloseWithError(wire.CodeHandshakeTimeout, "no control stream and Hello in time")
+		default:
+			s.protocolError(conn, log, "read Hello", err)
 		}
-		s.protocolError(conn, log, "read Hello", err)
 		return
 	}
-	hello := msg.(*lehrpb.Hello)
 	log = log.With("host", hello.GetHostId())
 
 	if hello.GetZone() != s.opts.Zone {
@@ -142,12 +127,11 @@ func (s *Server) handle(conn *quic.Conn) {
 	ss := &session{
 		srv:     s,
 		conn:    conn,
-		ctrl:    ctrl,
+		ctl:     ctl,
 		host:    hello.GetHostId(),
 		log:     log,
 		compact: wire.HasCapability(caps, wire.CapCompactUpdate),
 		kickc:   make(chan struct{}, 1),
-		enc:     wire.NewEncoder(ctrl, wire.Limits{}),
 		ns:      map[string]*nsState{},
 	}
 	ss.ctx, ss.cancel = context.WithCancel(ctx)
@@ -193,7 +177,7 @@ func (s *Server) handle(conn *quic.Conn) {
 		}()
 	}
 	ss.kick()
-	err = ss.readLoop(dec)
+	err = ss.readLoop()
 	ss.cancel()
 	ss.wg.Wait()
 	log.Info("agent disconnected", "err", err)
@@ -246,18 +230,11 @@ func (ss *session) applyHello(h *lehrpb.Hello) error {
 }
 
 // send writes one frame on the control stream.
-func (ss *session) send(msg proto.Message) error {
-	ss.writeMu.Lock()
-	defer ss.writeMu.Unlock()
-	return ss.enc.Encode(msg)
-}
+func (ss *session) send(msg proto.Message) error { return ss.ctl.Send(msg) }
 
 // goodbye tells the agent why it is being closed, then closes.
 func (ss *session) goodbye(code quic.ApplicationErrorCode, reason string) {
-	// Bound the write (and unblock any writer stuck on flow control) so a
-	// peer that stopped reading cannot hold up a close.
-	_ = ss.ctrl.SetWriteDeadline(time.Now().Add(time.Second))
-	_ = ss.send(&lehrpb.Goodbye{Code: uint64(code), Reason: reason})
+	_ = ss.ctl.Goodbye(code, reason, 0)
 	ss.conn.CloseWithError(code, reason)
 }
 
@@ -300,9 +277,9 @@ func (ss *session) holds(ns string) (seq uint64, sum string, subscribed bool) {
 }
 
 // readLoop handles control frames until the stream or connection ends.
-func (ss *session) readLoop(dec *wire.Decoder) error {
+func (ss *session) readLoop() error {
 	for {
-		msg, err := dec.Decode()
+		msg, err := ss.ctl.Recv()
 		if err != nil {
 			if err == io.EOF {
 				ss.conn.CloseWithError(wire.CodeNoError, "control stream closed")
@@ -338,7 +315,7 @@ func (ss *session) readLoop(dec *wire.Decoder) error {
 		case *lehrpb.Goodbye:
 			ss.log.Info("agent said goodbye", "code", wire.CodeName(quic.ApplicationErrorCode(m.GetCode())), "reason", m.GetReason())
 			ss.conn.CloseWithError(wire.CodeNoError, "goodbye")
-			return &wire.GoodbyeError{Code: quic.ApplicationErrorCode(m.GetCode()), Reason: m.GetReason()}
+			return wire.GoodbyeErr(m)
 		}
 	}
 }
@@ -476,7 +453,7 @@ func (ss *session) refuseStreams() {
 // job is one update to push.
 type job struct {
 	ns       string
-	goal     *versions.Version
+	goal     *content.Version
 	base     uint64
 	baseSum  string
 	snapshot bool
@@ -537,15 +514,15 @@ func (ss *session) plan() ([]job, []*lehrpb.Unavailable) {
 		st.unavailable = 0
 		// Whether the agent's version is available here is checked by push;
 		// assume it is when planning.
-		action := wire.Plan(st.have, st.haveSum, g.Seq, g.Checksum, true)
+		action := update.Plan(st.have, st.haveSum, g.Seq, g.Checksum, true)
 		if st.needSnapshot {
-			action = wire.SendSnapshot
+			action = update.SendSnapshot
 		}
-		if action == wire.SendNothing || now.Before(st.notBefore) {
+		if action == update.SendNothing || now.Before(st.notBefore) {
 			continue
 		}
 		st.sending = g.Seq
-		jobs = append(jobs, job{ns: ns, goal: g, base: st.have, baseSum: st.haveSum, snapshot: action == wire.SendSnapshot})
+		jobs = append(jobs, job{ns: ns, goal: g, base: st.have, baseSum: st.haveSum, snapshot: action == update.SendSnapshot})
 	}
 	return jobs, unavailable
 }
@@ -563,22 +540,10 @@ func (ss *session) push(j job) {
 		ss.cancel()
 		return
 	}
-	str, err := ss.conn.OpenUniStreamSync(ss.ctx)
-	if err != nil {
-		ss.cancel()
-		return
-	}
-	stop := context.AfterFunc(ss.ctx, func() { str.CancelWrite(wire.StreamCodeCancelled) })
-	defer stop()
 	// Counted before writing, so the counters never lag what an agent has
 	// seen (tests compare them right after an agent applied an update).
 	ss.srv.met.pushed(snapshot, len(frame))
-	if _, err := str.Write(frame); err != nil {
-		str.CancelWrite(wire.StreamCodeCancelled)
-		ss.cancel()
-		return
-	}
-	if err := str.Close(); err != nil {
+	if err := wire.SendUpdate(ss.ctx, ss.conn, frame); err != nil {
 		ss.cancel()
 		return
 	}
@@ -587,12 +552,11 @@ func (ss *session) push(j job) {
 
 // build returns the encoded Update frame for j: a patch from the agent's
 // version when that version is available here (from memory or control) and
-// its checksum matches, otherwise a snapshot. wire.BuildUpdate also falls
+// its checksum matches, otherwise a snapshot. update.Build also falls
 // back to a snapshot when a patch would not be smaller. compact says the
 // agent negotiated wire.CapCompactUpdate.
 func (s *Server) build(ctx context.Context, j job, compact bool) (frame []byte, snapshot bool, err error) {
 	g := j.goal
-	to := wire.Version{Seq: g.Seq, Checksum: g.Checksum, Content: g.Content, Info: g.Info}
 	if !j.snapshot {
 		fctx, cancel := context.WithTimeout(ctx, s.opts.FetchTimeout)
 		base, err := s.opts.Versions.Get(fctx, j.ns, j.base)
@@ -605,8 +569,7 @@ func (s *Server) build(ctx context.Context, j job, compact bool) (frame []byte, 
 		default:
 			k := memoKey{ns: j.ns, base: base.Seq, baseSum: base.Checksum, goal: g.Seq, goalSum: g.Checksum, compact: compact}
 			frame, snap, err := s.memo.get(k, func() ([]byte, bool, error) {
-				from := &wire.Version{Seq: base.Seq, Checksum: base.Checksum, Content: base.Content}
-				u, err := wire.BuildUpdate(j.ns, g.Kind, from, to)
+				u, err := update.Build(base, g)
 				if err != nil {
 					return nil, false, err
 				}
@@ -621,7 +584,7 @@ func (s *Server) build(ctx context.Context, j job, compact bool) (frame []byte, 
 	}
 	k := memoKey{ns: j.ns, snapshot: true, goal: g.Seq, goalSum: g.Checksum, compact: compact}
 	frame, _, err = s.memo.get(k, func() ([]byte, bool, error) {
-		u, err := wire.BuildUpdate(j.ns, g.Kind, nil, to)
+		u, err := update.Build(nil, g)
 		if err != nil {
 			return nil, true, err
 		}

@@ -11,18 +11,18 @@ import (
 )
 
 // version makes version seq of ns holding one property of size bytes.
-func version(t *testing.T, ns string, seq uint64, size int) *versions.Version {
+func version(t *testing.T, ns string, seq uint64, size int) *content.Version {
 	t.Helper()
 	snap, err := content.New([]content.Property{{Key: "k", Value: []byte(strings.Repeat("x", size-1))}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &versions.Version{Namespace: ns, Seq: seq, Checksum: snap.Checksum(), Content: snap}
+	return &content.Version{Namespace: ns, Seq: seq, Checksum: snap.Checksum(), Content: snap}
 }
 
 func TestEvictionKeepsPinnedGoals(t *testing.T) {
 	c := versions.New(versions.Options{MaxBytes: 3000})
-	put := func(v *versions.Version) {
+	put := func(v *content.Version) {
 		t.Helper()
 		if err := c.Put(v); err != nil {
 			t.Fatalf("Put %s@%d: %v", v.Namespace, v.Seq, err)

@@ -50,23 +50,6 @@ type Client interface {
 	FetchDelta(ctx context.Context, in *lehrpb.FetchDeltaRequest, opts ...grpc.CallOption) (*lehrpb.FetchDeltaResponse, error)
 }
 
-// Version is one immutable version of a namespace. Treat every field as
-// read-only.
-type Version struct {
-	Namespace string
-	Seq       uint64
-	Checksum  string
-	Kind      lehrpb.NamespaceKind
-	// Info describes the version as control recorded it.
-	Info    *lehrpb.VersionInfo
-	Content content.Snapshot
-	// size is Content.Size(), cached.
-	size int64
-}
-
-// Size is the bytes of keys and values the version holds.
-func (v *Version) Size() int64 { return v.size }
-
 // Options configures a Cache.
 type Options struct {
 	// Client fetches versions from control. If nil, the cache serves only
@@ -96,13 +79,14 @@ type key struct {
 }
 
 type entry struct {
-	v    *Version
+	v    *content.Version
+	size int64         // v.Content.Size(), counted against MaxBytes
 	elem *list.Element // in lru; front is most recent
 }
 
 type call struct {
 	done chan struct{}
-	v    *Version
+	v    *content.Version
 	err  error
 }
 
@@ -159,7 +143,7 @@ func (c *Cache) Unpin(ns string) {
 
 // Lookup returns a cached version without contacting control, marking it
 // recently used.
-func (c *Cache) Lookup(ns string, seq uint64) (*Version, bool) {
+func (c *Cache) Lookup(ns string, seq uint64) (*content.Version, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	e, ok := c.entries[key{ns, seq}]
@@ -186,7 +170,7 @@ func (c *Cache) Stats() Stats {
 // whole. Concurrent Gets of one version share one fetch. The result always
 // matches its checksum; content that does not wraps ErrChecksum (after a
 // delta fails its checksum, one whole fetch is tried before giving up).
-func (c *Cache) Get(ctx context.Context, ns string, seq uint64) (*Version, error) {
+func (c *Cache) Get(ctx context.Context, ns string, seq uint64) (*content.Version, error) {
 	if seq == 0 {
 		return nil, fmt.Errorf("versions: get %s@0: version must be at least 1", ns)
 	}
@@ -228,19 +212,18 @@ func (c *Cache) Get(ctx context.Context, ns string, seq uint64) (*Version, error
 }
 
 // Put adds a version built elsewhere after checking its checksum.
-func (c *Cache) Put(v *Version) error {
+func (c *Cache) Put(v *content.Version) error {
 	if got := v.Content.Checksum(); got != v.Checksum {
 		return fmt.Errorf("put %s@%d: %w: computed %s, stated %s", v.Namespace, v.Seq, ErrChecksum, got, v.Checksum)
 	}
-	v.size = v.Content.Size()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.insertLocked(v)
 	return nil
 }
 
-func (c *Cache) newestBelowLocked(ns string, seq uint64) *Version {
-	var best *Version
+func (c *Cache) newestBelowLocked(ns string, seq uint64) *content.Version {
+	var best *content.Version
 	for s, e := range c.byNS[ns] {
 		if s < seq && (best == nil || s > best.Seq) {
 			best = e.v
@@ -249,7 +232,7 @@ func (c *Cache) newestBelowLocked(ns string, seq uint64) *Version {
 	return best
 }
 
-func (c *Cache) fetch(ctx context.Context, ns string, seq uint64, base *Version) (*Version, error) {
+func (c *Cache) fetch(ctx context.Context, ns string, seq uint64, base *content.Version) (*content.Version, error) {
 	if base != nil {
 		v, err := c.fetchDelta(ctx, base, seq)
 		if err == nil {
@@ -263,7 +246,7 @@ func (c *Cache) fetch(ctx context.Context, ns string, seq uint64, base *Version)
 	return c.fetchWhole(ctx, ns, seq)
 }
 
-func (c *Cache) fetchWhole(ctx context.Context, ns string, seq uint64) (*Version, error) {
+func (c *Cache) fetchWhole(ctx context.Context, ns string, seq uint64) (*content.Version, error) {
 	resp, err := c.opts.Client.FetchVersion(ctx, &lehrpb.FetchVersionRequest{Namespace: ns, Version: seq})
 	if err != nil {
 		return nil, fmt.Errorf("fetch version %s@%d: %w", ns, seq, err)
@@ -276,7 +259,7 @@ func (c *Cache) fetchWhole(ctx context.Context, ns string, seq uint64) (*Version
 	if err != nil {
 		return nil, fmt.Errorf("fetch version %s@%d: %w", ns, seq, err)
 	}
-	v := &Version{Namespace: ns, Seq: seq, Checksum: info.GetChecksum(), Kind: resp.GetKind(), Info: info, Content: snap}
+	v := &content.Version{Namespace: ns, Seq: seq, Checksum: info.GetChecksum(), Kind: resp.GetKind(), Info: info, Content: snap}
 	if err := c.verify(v); err != nil {
 		return nil, fmt.Errorf("fetch version %s@%d: %w", ns, seq, err)
 	}
@@ -286,7 +269,7 @@ func (c *Cache) fetchWhole(ctx context.Context, ns string, seq uint64) (*Version
 	return v, nil
 }
 
-func (c *Cache) fetchDelta(ctx context.Context, base *Version, seq uint64) (*Version, error) {
+func (c *Cache) fetchDelta(ctx context.Context, base *content.Version, seq uint64) (*content.Version, error) {
 	ns := base.Namespace
 	resp, err := c.opts.Client.FetchDelta(ctx, &lehrpb.FetchDeltaRequest{Namespace: ns, From: base.Seq, To: seq})
 	if err != nil {
@@ -303,7 +286,7 @@ func (c *Cache) fetchDelta(ctx context.Context, base *Version, seq uint64) (*Ver
 	if err != nil {
 		return nil, fmt.Errorf("fetch delta %s@%d..%d: apply: %w: %w", ns, base.Seq, seq, ErrChecksum, err)
 	}
-	v := &Version{Namespace: ns, Seq: seq, Checksum: info.GetChecksum(), Kind: resp.GetKind(), Info: info, Content: snap}
+	v := &content.Version{Namespace: ns, Seq: seq, Checksum: info.GetChecksum(), Kind: resp.GetKind(), Info: info, Content: snap}
 	if err := c.verify(v); err != nil {
 		return nil, fmt.Errorf("fetch delta %s@%d..%d: %w", ns, base.Seq, seq, err)
 	}
@@ -313,31 +296,30 @@ func (c *Cache) fetchDelta(ctx context.Context, base *Version, seq uint64) (*Ver
 	return v, nil
 }
 
-func (c *Cache) verify(v *Version) error {
+func (c *Cache) verify(v *content.Version) error {
 	if got := v.Content.Checksum(); got != v.Checksum {
 		c.mu.Lock()
 		c.stats.ChecksumErrors++
 		c.mu.Unlock()
 		return fmt.Errorf("%w: computed %s, control states %s", ErrChecksum, got, v.Checksum)
 	}
-	v.size = v.Content.Size()
 	return nil
 }
 
 // insertLocked caches v (or returns the copy already cached) and evicts.
-func (c *Cache) insertLocked(v *Version) *Version {
+func (c *Cache) insertLocked(v *content.Version) *content.Version {
 	k := key{v.Namespace, v.Seq}
 	if e, ok := c.entries[k]; ok {
 		c.lru.MoveToFront(e.elem)
 		return e.v
 	}
-	e := &entry{v: v, elem: c.lru.PushFront(k)}
+	e := &entry{v: v, size: v.Content.Size(), elem: c.lru.PushFront(k)}
 	c.entries[k] = e
 	if c.byNS[k.ns] == nil {
 		c.byNS[k.ns] = map[uint64]*entry{}
 	}
 	c.byNS[k.ns][k.seq] = e
-	c.bytes += v.size
+	c.bytes += e.size
 	c.evictLocked()
 	return v
 }
@@ -354,7 +336,7 @@ func (c *Cache) evictLocked() {
 			if len(c.byNS[k.ns]) == 0 {
 				delete(c.byNS, k.ns)
 			}
-			c.bytes -= e.v.size
+			c.bytes -= e.size
 			c.stats.Evictions++
 		}
 		el = prev

@@ -1,7 +1,8 @@
 // Package content is the canonical form of a namespace's properties: an
 // immutable, key-sorted snapshot, its checksum, patches between snapshots and
-// their application. Control, distributors, agents and consumers all use it, so
-// a checksum computed anywhere agrees everywhere.
+// their application, and a version (a snapshot with its identity and
+// metadata). Control, distributors, agents and consumers all use it, so a
+// checksum computed anywhere agrees everywhere.
 //
 // Checksum algorithm (also in docs/wire.md, "Checksums"): SHA-256 over
 //

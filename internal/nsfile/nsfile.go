@@ -88,20 +88,21 @@ type File struct {
 	Content content.Snapshot
 }
 
-// FromInfo returns the File for a version described by info with the given
-// kind and content. Checksum is taken from info, so writing the file
-// verifies that content matches what control published.
-func FromInfo(info *lehrpb.VersionInfo, kind lehrpb.NamespaceKind, snap content.Snapshot) File {
+// FromVersion returns the File of version v: the one conversion from the
+// in-memory form of a version to its file. Checksum is v's, so writing the
+// file verifies that the content matches what control published; author,
+// message and creation time come from v.Info.
+func FromVersion(v content.Version) File {
 	f := File{
-		Namespace: info.GetNamespace(),
-		Version:   info.GetSeq(),
-		Kind:      kind,
-		Checksum:  info.GetChecksum(),
-		Author:    info.GetAuthor(),
-		Message:   info.GetMessage(),
-		Content:   snap,
+		Namespace: v.Namespace,
+		Version:   v.Seq,
+		Kind:      v.Kind,
+		Checksum:  v.Checksum,
+		Author:    v.Info.GetAuthor(),
+		Message:   v.Info.GetMessage(),
+		Content:   v.Content,
 	}
-	if ts := info.GetCreateTime(); ts != nil {
+	if ts := v.Info.GetCreateTime(); ts != nil {
 		f.CreateTime = ts.AsTime()
 	}
 	return f

@@ -172,3 +172,14 @@ func validateChecksumPair(field string, text string, digest []byte, required boo
 	}
 	return nil
 }
+
+// shortSum abbreviates a checksum for error messages.
+func shortSum(s string) string {
+	if s == "" {
+		return "no checksum"
+	}
+	if len(s) > len(ChecksumPrefix)+12 {
+		return s[:len(ChecksumPrefix)+12] + "…"
+	}
+	return s
+}

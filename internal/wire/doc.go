@@ -1,8 +1,11 @@
 // Package wire is the QUIC protocol between a zonal distributor and the
-// per-host agent: its constants, framing, frame-order rules, version
-// negotiation, patch building and application, and thin helpers over
-// quic-go for the two kinds of streams. docs/wire.md is the specification;
-// this package implements the parts both sides share.
+// per-host agent: its constants, framing, message validation, frame-order
+// rules, version and capability negotiation, the compact encoding of
+// updates, error codes, and thin helpers over quic-go for the two kinds of
+// streams. What an Update does to a host's copy of a namespace (building,
+// planning, checking and applying one) is package internal/update.
+// docs/wire.md is the specification; this package implements the parts
+// both sides share.
 //
 // Only the distributor, the agent and their tests (and bench) may import
 // this package; consumers read files and the agent's unix-socket API, never

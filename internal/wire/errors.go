@@ -90,21 +90,9 @@ func frameErr(code FrameErrorCode, t FrameType, format string, args ...any) *Fra
 	return &FrameError{Code: code, Type: t, Reason: fmt.Sprintf(format, args...)}
 }
 
-// Errors of patch application ([ApplyUpdate]). Each calls for a Resync; see
-// [ResyncReasonFor].
-var (
-	// ErrBaseMismatch: a patch names a base version or checksum other than
-	// the one held.
-	ErrBaseMismatch = errors.New("wire: patch base mismatch")
-	// ErrPatchConflict: a patch does not apply to the base (it deletes a key
-	// the base lacks), so the base is not what its checksum claims.
-	ErrPatchConflict = errors.New("wire: patch does not apply")
-	// ErrChecksumMismatch: the content after applying does not have the
-	// update's checksum.
-	ErrChecksumMismatch = errors.New("wire: checksum mismatch")
-	// ErrUnsupportedVersion: no protocol version both sides speak.
-	ErrUnsupportedVersion = errors.New("wire: unsupported protocol version")
-)
+// ErrUnsupportedVersion is wrapped by negotiation errors: no protocol
+// version both sides speak.
+var ErrUnsupportedVersion = errors.New("wire: unsupported protocol version")
 
 // QUIC application error codes, sent in CONNECTION_CLOSE by whichever side
 // closes a connection. They are part of the protocol: never renumber.

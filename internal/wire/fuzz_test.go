@@ -5,13 +5,9 @@ import (
 	"encoding/binary"
 	"errors"
 	"io"
-	"sort"
 	"testing"
 
 	"google.golang.org/protobuf/proto"
-
-	"lehr.dev/lehr/internal/content"
-	"lehr.dev/lehr/proto/lehrpb"
 )
 
 // FuzzReadFrame: arbitrary bytes never make the decoder panic; every error
@@ -81,106 +77,4 @@ func checkDecodeErr(t *testing.T, err error) {
 	if fe != nil && (fe.Code < ErrUnknownType || fe.Code > ErrUnexpected) {
 		t.Fatalf("FrameError with code %d", fe.Code)
 	}
-}
-
-// FuzzApplyUpdate: arbitrary Update bytes applied to a fixed base never
-// panic, never modify the base, fail only with the documented errors, and
-// succeed only with the promised checksum. An update that failed only on
-// its checksum is retried with the checksum of an independent, map-based
-// application and must then succeed with exactly that content.
-func FuzzApplyUpdate(f *testing.F) {
-	base := mustSnap(prop("a", "1"), prop("b", "2"), content.Property{Key: "c/d", ContentType: "application/json", Value: []byte(`{"x":1}`)})
-	const baseVersion = 4
-	baseSum := base.Checksum()
-
-	add := func(u *lehrpb.Update) {
-		b, err := proto.Marshal(u)
-		if err != nil {
-			f.Fatal(err)
-		}
-		f.Add(b)
-	}
-	next := mustSnap(prop("a", "1"), prop("b", "20"), prop("e", "5"), content.Property{Key: "c/d", ContentType: "application/json", Value: []byte(`{"x":1}`)})
-	p, err := BuildUpdate("demo/a", lehrpb.NamespaceKind_NAMESPACE_KIND_CONFIG, &Version{Seq: baseVersion, Content: base}, Version{Seq: 5, Content: next})
-	if err != nil {
-		f.Fatal(err)
-	}
-	add(p)
-	s, err := BuildUpdate("demo/a", lehrpb.NamespaceKind_NAMESPACE_KIND_CONFIG, nil, Version{Seq: 9, Content: next})
-	if err != nil {
-		f.Fatal(err)
-	}
-	add(s)
-	add(&lehrpb.Update{Namespace: "demo/a", BaseVersion: baseVersion, BaseChecksum: baseSum, Version: 5, Checksum: sumEmpty, Delete: []string{"a", "b", "c/d"}})
-	add(&lehrpb.Update{Namespace: "demo/a", BaseVersion: baseVersion, BaseChecksum: baseSum, Version: 5, Checksum: sumEmpty, Delete: []string{"zz"}})
-	add(&lehrpb.Update{Namespace: "demo/a", BaseVersion: 3, BaseChecksum: baseSum, Version: 5, Checksum: sumEmpty})
-	f.Add([]byte{})
-
-	f.Fuzz(func(t *testing.T, data []byte) {
-		u := new(lehrpb.Update)
-		if err := proto.Unmarshal(data, u); err != nil {
-			return
-		}
-		got, err := ApplyUpdate(base, baseVersion, baseSum, u)
-		checkApply(t, u, got, err)
-		if base.Checksum() != baseSum {
-			t.Fatal("ApplyUpdate modified the base")
-		}
-		if !errors.Is(err, ErrChecksumMismatch) {
-			return
-		}
-		want := referenceApply(base, u)
-		u.Checksum = want.Checksum()
-		got, err = ApplyUpdate(base, baseVersion, baseSum, u)
-		if err != nil {
-			t.Fatalf("with the reference checksum: %v", err)
-		}
-		if !got.Equal(want) {
-			t.Fatalf("ApplyUpdate = %v, reference = %v", got.Keys(), want.Keys())
-		}
-	})
-}
-
-func checkApply(t *testing.T, u *lehrpb.Update, got content.Snapshot, err error) {
-	t.Helper()
-	switch {
-	case err == nil:
-		if got.Checksum() != u.GetChecksum() {
-			t.Fatalf("success with checksum %s, update says %s", got.Checksum(), u.GetChecksum())
-		}
-		if !u.GetSnapshot() && (u.GetBaseVersion() != 4) {
-			t.Fatalf("patch for base %d applied to base 4", u.GetBaseVersion())
-		}
-	case errors.Is(err, ErrMalformed), errors.Is(err, ErrBaseMismatch),
-		errors.Is(err, ErrPatchConflict), errors.Is(err, ErrChecksumMismatch):
-	default:
-		t.Fatalf("undocumented error: %v", err)
-	}
-}
-
-// referenceApply applies a valid update with a map, independently of
-// content.Apply.
-func referenceApply(base content.Snapshot, u *lehrpb.Update) content.Snapshot {
-	m := map[string]content.Property{}
-	if !u.GetSnapshot() {
-		for _, p := range base.Props() {
-			m[p.Key] = p
-		}
-	}
-	for _, k := range u.GetDelete() {
-		delete(m, k)
-	}
-	for _, p := range content.FromProto(u.GetSet()) {
-		m[p.Key] = p
-	}
-	props := make([]content.Property, 0, len(m))
-	for _, p := range m {
-		props = append(props, p)
-	}
-	sort.Slice(props, func(i, j int) bool { return props[i].Key < props[j].Key })
-	s, err := content.New(props)
-	if err != nil {
-		panic(err)
-	}
-	return s
 }

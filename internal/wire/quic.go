@@ -1,6 +1,7 @@
 package wire
 
 import (
+	"bufio"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -97,19 +98,6 @@ func ClientQUICConfig() *quic.Config {
 	}
 }
 
-// DefaultQUICConfig returns the configuration both sides used before they
-// had their own: ClientQUICConfig but allowing the peer a few
-// bidirectional streams, so it also works for a listener.
-//
-// Deprecated: use ServerQUICConfig for a distributor's listener and
-// ClientQUICConfig for an agent's dialer; one configuration cannot suit
-// both directions.
-func DefaultQUICConfig() *quic.Config {
-	c := ClientQUICConfig()
-	c.MaxIncomingStreams = 4
-	return c
-}
-
 // TLSConfig returns a copy of base set up for the protocol: TLS 1.3 at
 // least and ALPN "lehr/1". base carries the certificates and, for mutual
 // TLS, ClientAuth and ClientCAs (distributor) or Certificates and RootCAs
@@ -144,19 +132,14 @@ func CloseConn(conn *quic.Conn, err error) error {
 	return conn.CloseWithError(CodeFor(err), msg)
 }
 
-// SendUpdate opens a fresh unidirectional stream on conn, writes u as its
-// only frame and closes the stream. It returns the frame's size in bytes
-// (header and payload). Ending ctx resets the stream with
-// StreamCodeCancelled and returns ctx's error. Delivery is confirmed only by
-// the agent's Ack.
-func SendUpdate(ctx context.Context, conn *quic.Conn, u *lehrpb.Update, lim Limits) (int, error) {
-	frame, err := AppendFrame(nil, u, lim)
-	if err != nil {
-		return 0, fmt.Errorf("wire: send update %s@%d: %w", u.GetNamespace(), u.GetVersion(), err)
-	}
+// SendUpdate opens a fresh unidirectional stream on conn, writes frame —
+// one Update frame, as AppendFrame encodes it — and closes the stream.
+// Ending ctx resets the stream with StreamCodeCancelled and returns ctx's
+// cause. Delivery is confirmed only by the agent's Ack.
+func SendUpdate(ctx context.Context, conn *quic.Conn, frame []byte) error {
 	s, err := conn.OpenUniStreamSync(ctx)
 	if err != nil {
-		return 0, fmt.Errorf("wire: open update stream for %s@%d: %w", u.GetNamespace(), u.GetVersion(), err)
+		return fmt.Errorf("wire: open update stream: %w", err)
 	}
 	stop := context.AfterFunc(ctx, func() { s.CancelWrite(StreamCodeCancelled) })
 	defer stop()
@@ -165,12 +148,12 @@ func SendUpdate(ctx context.Context, conn *quic.Conn, u *lehrpb.Update, lim Limi
 		if ctx.Err() != nil {
 			err = context.Cause(ctx)
 		}
-		return 0, fmt.Errorf("wire: send update %s@%d: %w", u.GetNamespace(), u.GetVersion(), err)
+		return fmt.Errorf("wire: write update stream %d: %w", s.StreamID(), err)
 	}
 	if err := s.Close(); err != nil {
-		return 0, fmt.Errorf("wire: close update stream for %s@%d: %w", u.GetNamespace(), u.GetVersion(), err)
+		return fmt.Errorf("wire: close update stream %d: %w", s.StreamID(), err)
 	}
-	return len(frame), nil
+	return nil
 }
 
 // ReadUpdateStream reads the one Update of an update stream and checks the
@@ -199,18 +182,6 @@ func ReadUpdateStream(ctx context.Context, s *quic.ReceiveStream, lim Limits) (*
 	return nil, fmt.Errorf("wire: read update stream %d: %w", s.StreamID(), err)
 }
 
-// ReceiveUpdate accepts the next update stream on conn and reads it. An
-// agent that wants updates read concurrently (it should: a large snapshot
-// must not delay a small patch) accepts streams with conn.AcceptUniStream
-// itself and calls ReadUpdateStream for each in its own goroutine.
-func ReceiveUpdate(ctx context.Context, conn *quic.Conn, lim Limits) (*lehrpb.Update, error) {
-	s, err := conn.AcceptUniStream(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("wire: accept update stream: %w", err)
-	}
-	return ReadUpdateStream(ctx, s, lim)
-}
-
 // Control is the control stream of one connection, from either side. Send
 // may be called from several goroutines; Recv from one goroutine at a time.
 type Control struct {
@@ -221,10 +192,19 @@ type Control struct {
 	enc *Encoder
 }
 
+// controlReadBuffer is the read buffer of a control stream. Control
+// frames are small (an Ack is ~130 B) and a distributor holds one stream
+// per agent: a small buffer saves KiBs per connected agent, and larger
+// frames bypass it.
+const controlReadBuffer = 512
+
+// goodbyeTimeout bounds the write of a Goodbye.
+const goodbyeTimeout = time.Second
+
 func newControl(s *quic.Stream, lim Limits, reads Stream) *Control {
 	return &Control{
 		s:   s,
-		dec: NewDecoder(s, DecoderOptions{Limits: lim, Stream: reads}),
+		dec: NewDecoder(bufio.NewReaderSize(s, controlReadBuffer), DecoderOptions{Limits: lim, Stream: reads}),
 		enc: NewEncoder(s, lim),
 	}
 }
@@ -248,8 +228,11 @@ func (c *Control) Recv() (proto.Message, error) {
 // Goodbye sends a Goodbye announcing the code the connection is about to be
 // closed with. The caller closes the connection afterwards (CloseConn or
 // conn.CloseWithError with the same code), ideally after giving the peer a
-// moment to close first so the Goodbye is not lost.
+// moment to close first so the Goodbye is not lost. The write is bounded
+// (1 s), and a Send blocked on flow control is unblocked, so a peer that
+// stopped reading cannot hold up a close; later Sends fail.
 func (c *Control) Goodbye(code quic.ApplicationErrorCode, reason string, retryAfter time.Duration) error {
+	_ = c.s.SetWriteDeadline(time.Now().Add(goodbyeTimeout))
 	g := &lehrpb.Goodbye{Code: uint64(code), Reason: reason}
 	if retryAfter > 0 {
 		g.RetryAfter = durationpb.New(retryAfter)

@@ -1,4 +1,4 @@
-package wire
+package wire_test
 
 import (
 	"context"
@@ -18,8 +18,23 @@ import (
 	"github.com/quic-go/quic-go"
 
 	"lehr.dev/lehr/internal/content"
+	"lehr.dev/lehr/internal/update"
+	. "lehr.dev/lehr/internal/wire"
 	"lehr.dev/lehr/proto/lehrpb"
 )
+
+// The tests of this file are an external package so that their two ends
+// decide with internal/update, as the distributor and the agent do.
+
+func prop(k, v string) content.Property { return content.Property{Key: k, Value: []byte(v)} }
+
+func mustSnap(props ...content.Property) content.Snapshot {
+	s, err := content.New(props)
+	if err != nil {
+		panic(err)
+	}
+	return s
+}
 
 const testTimeout = 30 * time.Second
 
@@ -87,7 +102,7 @@ func newTestPKI(t *testing.T) testPKI {
 // every handler.
 func startListener(t *testing.T, tlsConf *tls.Config, handle func(ctx context.Context, conn *quic.Conn)) string {
 	t.Helper()
-	ln, err := quic.ListenAddr("127.0.0.1:0", tlsConf, DefaultQUICConfig())
+	ln, err := quic.ListenAddr("127.0.0.1:0", tlsConf, ServerQUICConfig())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -122,7 +137,7 @@ func dial(t *testing.T, addr string, tlsConf *tls.Config) *quic.Conn {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	defer cancel()
-	conn, err := quic.DialAddr(ctx, addr, tlsConf, DefaultQUICConfig())
+	conn, err := quic.DialAddr(ctx, addr, tlsConf, ClientQUICConfig())
 	if err != nil {
 		t.Fatalf("dial %s: %v", addr, err)
 	}
@@ -132,11 +147,11 @@ func dial(t *testing.T, addr string, tlsConf *tls.Config) *quic.Conn {
 
 // testGoals is the content a test distributor serves, by namespace and
 // version.
-type testGoals map[string][]Version // versions in order; the last is the goal
+type testGoals map[string][]*content.Version // versions in order; the last is the goal
 
-func (g testGoals) find(ns string, seq uint64, sum string) *Version {
-	for i := range g[ns] {
-		if v := &g[ns][i]; v.Seq == seq && v.Content.Checksum() == sum {
+func (g testGoals) find(ns string, seq uint64, sum string) *content.Version {
+	for _, v := range g[ns] {
+		if v.Seq == seq && v.Content.Checksum() == sum {
 			return v
 		}
 	}
@@ -144,14 +159,14 @@ func (g testGoals) find(ns string, seq uint64, sum string) *Version {
 }
 
 // testDistributor is the distributor side of a connection as the real one
-// will do it with this package: handshake, version negotiation, Plan and
-// BuildUpdate from the cached state the agent announced, one stream per
+// does it with this package and internal/update: handshake, version
+// negotiation, update.Plan and update.Build from the cached state the agent announced, one stream per
 // update, acks read from the control stream.
 type testDistributor struct {
 	t      *testing.T
 	goals  testGoals
 	events chan any // *lehrpb.Hello, *lehrpb.Ack, sentUpdate, error
-	more   chan Version
+	more   chan *content.Version
 }
 
 type sentUpdate struct {
@@ -192,14 +207,19 @@ func (d *testDistributor) handle(ctx context.Context, conn *quic.Conn) {
 		base := d.goals.find(ns, haveSeq, haveSum)
 		var u *lehrpb.Update
 		var err error
-		switch Plan(haveSeq, haveSum, goal.Seq, goal.Content.Checksum(), base != nil) {
-		case SendNothing:
+		switch update.Plan(haveSeq, haveSum, goal.Seq, goal.Content.Checksum(), base != nil) {
+		case update.SendNothing:
 			return
-		case SendPatch:
-			u, err = BuildUpdate(ns, lehrpb.NamespaceKind_NAMESPACE_KIND_CONFIG, base, goal)
-		case SendSnapshot:
-			u, err = BuildUpdate(ns, lehrpb.NamespaceKind_NAMESPACE_KIND_CONFIG, nil, goal)
+		case update.SendPatch:
+			u, err = update.Build(base, goal)
+		case update.SendSnapshot:
+			u, err = update.Build(nil, goal)
 		}
+		if err != nil {
+			d.events <- err
+			return
+		}
+		frame, err := AppendFrame(nil, u, Limits{})
 		if err != nil {
 			d.events <- err
 			return
@@ -207,12 +227,11 @@ func (d *testDistributor) handle(ctx context.Context, conn *quic.Conn) {
 		sends.Add(1)
 		go func() { // concurrently: one stream per update
 			defer sends.Done()
-			n, err := SendUpdate(ctx, conn, u, Limits{})
-			if err != nil {
+			if err := SendUpdate(ctx, conn, frame); err != nil {
 				d.events <- err
 				return
 			}
-			d.events <- sentUpdate{ns: ns, snapshot: u.GetSnapshot(), bytes: n}
+			d.events <- sentUpdate{ns: ns, snapshot: u.GetSnapshot(), bytes: len(frame)}
 		}()
 	}
 	for _, ns := range hello.GetSubscriptions() {
@@ -270,17 +289,18 @@ func (d *testDistributor) handle(ctx context.Context, conn *quic.Conn) {
 }
 
 // testAgent is the agent side: handshake with its cache, then every update
-// stream read concurrently, applied to the cache with ApplyUpdate and acked.
+// stream read concurrently, checked and applied to the cache with
+// update.Check and update.Apply, as the agent does, and acked.
 type testAgent struct {
 	conn *quic.Conn
 	ctl  *Control
 	mu   sync.Mutex
-	held map[string]Version
+	held map[string]*content.Version
 	errs chan error
 	done chan struct{}
 }
 
-func startAgent(t *testing.T, conn *quic.Conn, held map[string]Version, subs []string) *testAgent {
+func startAgent(t *testing.T, conn *quic.Conn, held map[string]*content.Version, subs []string) *testAgent {
 	t.Helper()
 	hello := &lehrpb.Hello{ProtocolVersion: ProtocolVersion, MinProtocolVersion: MinProtocolVersion,
 		HostId: "host-1", Zone: "zone-a", Subscriptions: subs, AgentVersion: "test"}
@@ -325,9 +345,16 @@ func (a *testAgent) run() {
 			}
 			a.mu.Lock()
 			have := a.held[u.GetNamespace()]
-			next, err := ApplyUpdate(have.Content, have.Seq, have.Content.Checksum(), u)
+			if have == nil {
+				have = &content.Version{}
+			}
+			err = update.Check(have.Seq, have.Content.Checksum(), u)
+			var next content.Snapshot
 			if err == nil {
-				a.held[u.GetNamespace()] = Version{Seq: u.GetVersion(), Content: next}
+				next, err = update.Apply(have.Content, u)
+			}
+			if err == nil {
+				a.held[u.GetNamespace()] = &content.Version{Namespace: u.GetNamespace(), Seq: u.GetVersion(), Content: next}
 			}
 			a.mu.Unlock()
 			ack := &lehrpb.Ack{Namespace: u.GetNamespace(), Version: u.GetVersion(), Checksum: u.GetChecksum(), Ok: true}
@@ -342,15 +369,18 @@ func (a *testAgent) run() {
 	}
 }
 
-func (a *testAgent) get(ns string) Version {
+func (a *testAgent) get(ns string) content.Version {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return a.held[ns]
+	if v := a.held[ns]; v != nil {
+		return *v
+	}
+	return content.Version{}
 }
 
-// waitFor reads events until want returns true for one, failing on other
+// waitEvent reads events until want returns true for one, failing on other
 // errors and after testTimeout.
-func waitFor(t *testing.T, events <-chan any, what string, want func(any) bool) {
+func waitEvent(t *testing.T, events <-chan any, what string, want func(any) bool) {
 	t.Helper()
 	deadline := time.After(testTimeout)
 	for {
@@ -370,29 +400,29 @@ func waitFor(t *testing.T, events <-chan any, what string, want func(any) bool) 
 
 func TestQUICEndToEnd(t *testing.T) {
 	pki := newTestPKI(t)
-	a1 := Version{Seq: 1, Content: mustSnap(prop("greeting", "hello"), prop("limits/rps", "100"))}
-	a2 := Version{Seq: 2, Content: mustSnap(prop("greeting", "hello"), prop("limits/rps", "250"))}
-	b1 := Version{Seq: 1, Content: mustSnap(prop("flag", "off"), prop("bulk", string(make([]byte, 64<<10))))}
-	b2 := Version{Seq: 2, Content: mustSnap(prop("flag", "on"), prop("bulk", string(make([]byte, 64<<10))))}
+	a1 := &content.Version{Namespace: "demo/a", Seq: 1, Content: mustSnap(prop("greeting", "hello"), prop("limits/rps", "100"))}
+	a2 := &content.Version{Namespace: "demo/a", Seq: 2, Content: mustSnap(prop("greeting", "hello"), prop("limits/rps", "250"))}
+	b1 := &content.Version{Namespace: "demo/b", Seq: 1, Content: mustSnap(prop("flag", "off"), prop("bulk", string(make([]byte, 64<<10))))}
+	b2 := &content.Version{Namespace: "demo/b", Seq: 2, Content: mustSnap(prop("flag", "on"), prop("bulk", string(make([]byte, 64<<10))))}
 	dist := &testDistributor{
 		t:      t,
 		goals:  testGoals{"demo/a": {a1}, "demo/b": {b1, b2}},
 		events: make(chan any, 100),
-		more:   make(chan Version, 1),
+		more:   make(chan *content.Version, 1),
 	}
 	addr := startListener(t, pki.server, dist.handle)
 
 	// Agent A holds demo/b at v1 and nothing of demo/a.
-	agent := startAgent(t, dial(t, addr, pki.client), map[string]Version{"demo/b": b1}, []string{"demo/a", "demo/b"})
+	agent := startAgent(t, dial(t, addr, pki.client), map[string]*content.Version{"demo/b": b1}, []string{"demo/a", "demo/b"})
 
 	var hello *lehrpb.Hello
-	waitFor(t, dist.events, "Hello", func(ev any) bool { hello, _ = ev.(*lehrpb.Hello); return hello != nil })
+	waitEvent(t, dist.events, "Hello", func(ev any) bool { hello, _ = ev.(*lehrpb.Hello); return hello != nil })
 	if len(hello.GetCached()) != 1 || hello.GetCached()[0].GetNamespace() != "demo/b" || hello.GetCached()[0].GetVersion() != 1 {
 		t.Errorf("Hello.cached = %v, want demo/b at 1", hello.GetCached())
 	}
 	sent := map[string]sentUpdate{}
 	acks := map[string]*lehrpb.Ack{}
-	waitFor(t, dist.events, "2 updates sent and acked", func(ev any) bool {
+	waitEvent(t, dist.events, "2 updates sent and acked", func(ev any) bool {
 		switch ev := ev.(type) {
 		case sentUpdate:
 			sent[ev.ns] = ev
@@ -407,7 +437,7 @@ func TestQUICEndToEnd(t *testing.T) {
 	if sent["demo/b"].snapshot || sent["demo/b"].bytes > 1024 {
 		t.Errorf("demo/b (cached at v1) was sent as snapshot=%v of %d bytes, want a small patch", sent["demo/b"].snapshot, sent["demo/b"].bytes)
 	}
-	for ns, want := range map[string]Version{"demo/a": a1, "demo/b": b2} {
+	for ns, want := range map[string]*content.Version{"demo/a": a1, "demo/b": b2} {
 		if ack := acks[ns]; !ack.GetOk() || ack.GetVersion() != want.Seq || ack.GetChecksum() != want.Content.Checksum() {
 			t.Errorf("ack for %s = %v, want ok at %d", ns, ack, want.Seq)
 		}
@@ -420,7 +450,7 @@ func TestQUICEndToEnd(t *testing.T) {
 	badInputs := map[string][]byte{
 		"unknown frame type": {0xee, 0x01, 0x00},
 		"garbage Hello":      {byte(FrameHello), 0x03, 0xff, 0xff, 0xff},
-		"Subscribe first":    frame(FrameSubscribe, mustMarshal(&lehrpb.Subscribe{Namespaces: []*lehrpb.CachedNamespace{{Namespace: "demo/a"}}})),
+		"Subscribe first":    subscribeFrame(t),
 	}
 	for name, in := range badInputs {
 		t.Run(name, func(t *testing.T) {
@@ -434,7 +464,7 @@ func TestQUICEndToEnd(t *testing.T) {
 			if _, err := s.Write(in); err != nil {
 				t.Fatal(err)
 			}
-			waitFor(t, dist.events, "the distributor to see the bad frame", func(ev any) bool {
+			waitEvent(t, dist.events, "the distributor to see the bad frame", func(ev any) bool {
 				err, _ := ev.(error)
 				var fe *FrameError
 				return errors.As(err, &fe)
@@ -454,7 +484,7 @@ func TestQUICEndToEnd(t *testing.T) {
 	// The good connection is unaffected: a new goal arrives as a patch on
 	// a fresh stream and is acked.
 	dist.more <- a2
-	waitFor(t, dist.events, "demo/a v2 acked", func(ev any) bool {
+	waitEvent(t, dist.events, "demo/a v2 acked", func(ev any) bool {
 		if ev, ok := ev.(sentUpdate); ok && ev.ns == "demo/a" && ev.snapshot {
 			t.Errorf("demo/a v2 was sent as a snapshot, want a patch")
 		}
@@ -470,8 +500,8 @@ func TestQUICEndToEnd(t *testing.T) {
 	}
 	// And the listener still accepts new agents, which get only what they
 	// miss: this one holds demo/a at v2 already.
-	agent2 := startAgent(t, dial(t, addr, pki.client), map[string]Version{"demo/a": a2}, []string{"demo/a"})
-	waitFor(t, dist.events, "second agent's Hello", func(ev any) bool { _, ok := ev.(*lehrpb.Hello); return ok })
+	agent2 := startAgent(t, dial(t, addr, pki.client), map[string]*content.Version{"demo/a": a2}, []string{"demo/a"})
+	waitEvent(t, dist.events, "second agent's Hello", func(ev any) bool { _, ok := ev.(*lehrpb.Hello); return ok })
 	if got := agent2.get("demo/a"); got.Seq != 2 {
 		t.Errorf("agent2 holds demo/a at %d, want 2", got.Seq)
 	}
@@ -529,50 +559,49 @@ func TestOpenControlTimeout(t *testing.T) {
 	}
 }
 
+// An update stream carrying a second frame is a protocol violation: the
+// agent's reader refuses it and closes the connection with
+// CodeProtocolViolation.
 func TestReadUpdateStreamRejectsTrailingFrame(t *testing.T) {
 	pki := newTestPKI(t)
-	got := make(chan error, 1)
+	closed := make(chan error, 1)
 	addr := startListener(t, pki.server, func(ctx context.Context, conn *quic.Conn) {
-		_, err := ReceiveUpdate(ctx, conn, Limits{})
-		got <- err
-		_ = CloseConn(conn, err)
+		s, err := conn.OpenUniStreamSync(ctx)
+		if err != nil {
+			closed <- err
+			return
+		}
+		u := &lehrpb.Update{Namespace: "demo/a", Snapshot: true, Version: 1, Checksum: content.Snapshot{}.Checksum()}
+		enc := NewEncoder(s, Limits{})
+		for i := 0; i < 2; i++ {
+			if err := enc.Encode(u); err != nil {
+				closed <- err
+				return
+			}
+		}
+		_ = s.Close()
+		<-conn.Context().Done()
+		closed <- context.Cause(conn.Context())
 	})
 	conn := dial(t, addr, pki.client)
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	defer cancel()
-	s, err := conn.OpenUniStreamSync(ctx)
+	s, err := conn.AcceptUniStream(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	snap := content.Snapshot{}
-	u := &lehrpb.Update{Namespace: "demo/a", Snapshot: true, Version: 1, Checksum: snap.Checksum()}
-	enc := NewEncoder(s, Limits{})
-	for i := 0; i < 2; i++ {
-		if err := enc.Encode(u); err != nil {
-			t.Fatal(err)
-		}
+	_, err = ReadUpdateStream(ctx, s, Limits{})
+	if !errors.Is(err, ErrUnexpected) {
+		t.Fatalf("ReadUpdateStream = %v, want ErrUnexpected", err)
 	}
-	_ = s.Close()
+	_ = CloseConn(conn, err)
 	select {
-	case err := <-got:
-		if !errors.Is(err, ErrUnexpected) {
-			t.Fatalf("ReceiveUpdate = %v, want ErrUnexpected", err)
+	case err := <-closed:
+		if code, _, _ := CloseCode(err); code != CodeProtocolViolation {
+			t.Errorf("distributor saw the connection end with %v, want CodeProtocolViolation", err)
 		}
 	case <-ctx.Done():
 		t.Fatal("timed out")
-	}
-	<-conn.Context().Done()
-	if code, _, _ := CloseCode(context.Cause(conn.Context())); code != CodeProtocolViolation {
-		t.Errorf("closed with %v, want CodeProtocolViolation", context.Cause(conn.Context()))
-	}
-}
-
-func TestSendUpdateRefusesInvalid(t *testing.T) {
-	// Validation happens before any stream is opened, so a nil connection
-	// is never touched.
-	_, err := SendUpdate(context.Background(), nil, &lehrpb.Update{Namespace: "demo/a"}, Limits{})
-	if !errors.Is(err, ErrMalformed) {
-		t.Fatalf("SendUpdate = %v, want ErrMalformed", err)
 	}
 }
 
@@ -585,9 +614,19 @@ func TestWrongALPNRefused(t *testing.T) {
 	client.NextProtos = []string{"lehr/0"}
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	defer cancel()
-	conn, err := quic.DialAddr(ctx, addr, client, DefaultQUICConfig())
+	conn, err := quic.DialAddr(ctx, addr, client, ClientQUICConfig())
 	if err == nil {
 		_ = conn.CloseWithError(0, "")
 		t.Fatal("dial with ALPN lehr/0 succeeded")
 	}
+}
+
+// subscribeFrame is a well-formed Subscribe frame, which may not come
+// before Hello.
+func subscribeFrame(t *testing.T) []byte {
+	b, err := AppendFrame(nil, &lehrpb.Subscribe{Namespaces: []*lehrpb.CachedNamespace{{Namespace: "demo/a"}}}, Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }

@@ -1,4 +1,4 @@
-package wire
+package wire_test
 
 import (
 	"context"
@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"github.com/quic-go/quic-go"
+
+	. "lehr.dev/lehr/internal/wire"
 )
 
 // TestServerAndClientQUICConfigStreamLimits checks, through real quic-go on

@@ -14,9 +14,9 @@ import (
 	"testing"
 	"time"
 
+	"lehr.dev/lehr/agent/agenttest"
 	"lehr.dev/lehr/client/producer"
 	"lehr.dev/lehr/control/controltest"
-	"lehr.dev/lehr/distributor/simagent"
 	"lehr.dev/lehr/proto/lehrpb"
 	"lehr.dev/lehr/testenv/devcluster"
 )
@@ -126,12 +126,12 @@ func TestStartAndClose(t *testing.T) {
 		t.Fatalf("HostTLS: %v", err)
 	}
 	d := c.Distributors(c.Zones()[0])[0]
-	sim, err := simagent.Dial(ctx, simagent.Options{
+	sim, err := agenttest.Dial(ctx, agenttest.Options{
 		Addr: d.Addr(), TLS: tlsCfg, HostID: "sim-host-1", Zone: d.Zone,
 		Subscriptions: []string{"demo/hello"}, Logger: controltest.Logger(t, slog.LevelWarn),
 	})
 	if err != nil {
-		t.Fatalf("simagent.Dial: %v", err)
+		t.Fatalf("agenttest.Dial: %v", err)
 	}
 	if err := sim.WaitVersion(ctx, "demo/hello", v.GetSeq()); err != nil {
 		t.Errorf("simulated agent never got demo/hello@%d: %v", v.GetSeq(), err)

@@ -1,18 +1,24 @@
-// Package simagent is a simulated agent for tests and benchmarks: a thin
+// Package agenttest is a simulated agent for tests and benchmarks: a thin
 // QUIC client that speaks the distributor protocol (internal/wire) — Hello
 // with cached versions and subscriptions, Subscribe, Unsubscribe, Resync —
-// applies every Update with wire.ApplyUpdate, verifies its checksum and acks
-// it, keeping the content in memory.
+// and decides every Update exactly as the real agent does, with
+// update.Check and update.Apply (internal/update): it applies what the agent
+// applies, acknowledges a stale update with what it holds, and refuses what
+// the agent refuses with the same negative Ack and Resync. Content is kept
+// in memory.
 //
-// It differs from the real agent (package agent) in everything around the
-// protocol: no disk and no Badger cache, no namespace files, no local gRPC
-// API or consumer leases, no failover between distributors and no
-// reconnection — one Agent is one connection. That makes it cheap enough to
-// run ten thousand in one process (the benchmark harness does) and exact to
-// assert on (every applied update is recorded in order).
+// It differs from the real agent (package agent) in everything around
+// those decisions: no disk and no Badger cache, no namespace files, no
+// local gRPC API or consumer leases, no failover between distributors and
+// no reconnection — one Agent is one connection; and a patch whose base
+// has not arrived (update.ErrGap) is refused at once, where the agent's
+// upstream link first waits a moment for the missing update. That makes
+// it cheap enough to run ten thousand in one process (the benchmark
+// harness does) and exact to assert on (every update received is recorded
+// in order).
 //
-// Tests and bench may import simagent; daemons must not.
-package simagent
+// Tests and bench may import agenttest; daemons must not.
+package agenttest
 
 import (
 	"context"
@@ -29,6 +35,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"lehr.dev/lehr/internal/content"
+	"lehr.dev/lehr/internal/update"
 	"lehr.dev/lehr/internal/wire"
 	"lehr.dev/lehr/proto/lehrpb"
 )
@@ -67,7 +74,8 @@ type Options struct {
 	QUIC *quic.Config
 }
 
-// Applied records one update the agent applied (or refused).
+// Applied records one update the agent received: applied, stale (already
+// held, acknowledged with what is held) or refused (Err set).
 type Applied struct {
 	Namespace string
 	// Base is the version held before, Version the version after.
@@ -77,6 +85,9 @@ type Applied struct {
 	Bytes int
 	// Set and Delete are the keys the update set and deleted.
 	Set, Delete []string
+	// Stale says the update was not applied because the agent held it or
+	// a newer version already (update.ErrStale).
+	Stale bool
 	// Err is set when the update was refused (the agent kept Base).
 	Err error
 }
@@ -124,7 +135,7 @@ type Agent struct {
 // Dial connects to the distributor, sends Hello and waits for Welcome.
 func Dial(ctx context.Context, opts Options) (*Agent, error) {
 	if opts.Addr == "" || opts.TLS == nil || opts.HostID == "" || opts.Zone == "" {
-		return nil, errors.New("simagent: Options.Addr, TLS, HostID and Zone are required")
+		return nil, errors.New("agenttest: Options.Addr, TLS, HostID and Zone are required")
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
@@ -142,7 +153,7 @@ func Dial(ctx context.Context, opts Options) (*Agent, error) {
 	tc := wire.TLSConfig(opts.TLS)
 	conn, err := quic.DialAddr(ctx, opts.Addr, tc, qc)
 	if err != nil {
-		return nil, fmt.Errorf("simagent: dial %s: %w", opts.Addr, err)
+		return nil, fmt.Errorf("agenttest: dial %s: %w", opts.Addr, err)
 	}
 	a := &Agent{
 		opts:        opts,
@@ -159,7 +170,7 @@ func Dial(ctx context.Context, opts Options) (*Agent, error) {
 		MinProtocolVersion: opts.MinProtocolVersion,
 		HostId:             opts.HostID,
 		Zone:               opts.Zone,
-		AgentVersion:       "simagent",
+		AgentVersion:       "agenttest",
 		// Updates are read with a wire.Decoder, which accepts every form
 		// wire implements (compact updates included), like the real agent.
 		Capabilities: wire.Capabilities(),
@@ -182,13 +193,13 @@ func Dial(ctx context.Context, opts Options) (*Agent, error) {
 	ctrl, err := conn.OpenStreamSync(ctx)
 	if err != nil {
 		conn.CloseWithError(wire.CodeInternalError, "open control stream")
-		return nil, fmt.Errorf("simagent: open control stream: %w", err)
+		return nil, fmt.Errorf("agenttest: open control stream: %w", err)
 	}
 	a.ctrl = ctrl
 	a.enc = wire.NewEncoder(ctrl, wire.Limits{})
 	if err := a.send(hello); err != nil {
 		conn.CloseWithError(wire.CodeInternalError, "send Hello")
-		return nil, fmt.Errorf("simagent: send Hello: %w", err)
+		return nil, fmt.Errorf("agenttest: send Hello: %w", err)
 	}
 	dec := wire.NewDecoder(ctrl, wire.DecoderOptions{Stream: wire.StreamControlFromDistributor})
 	stop := context.AfterFunc(ctx, func() { ctrl.CancelRead(wire.StreamCodeCancelled) })
@@ -196,12 +207,12 @@ func Dial(ctx context.Context, opts Options) (*Agent, error) {
 	stop()
 	if err != nil {
 		conn.CloseWithError(wire.CodeFor(err), "read Welcome")
-		return nil, fmt.Errorf("simagent: read Welcome: %w", connErr(conn, err))
+		return nil, fmt.Errorf("agenttest: read Welcome: %w", connErr(conn, err))
 	}
 	switch m := msg.(type) {
 	case *lehrpb.Goodbye:
 		conn.CloseWithError(wire.CodeNoError, "")
-		return nil, fmt.Errorf("simagent: %w", &wire.GoodbyeError{Code: quic.ApplicationErrorCode(m.GetCode()), Reason: m.GetReason()})
+		return nil, fmt.Errorf("agenttest: %w", &wire.GoodbyeError{Code: quic.ApplicationErrorCode(m.GetCode()), Reason: m.GetReason()})
 	case *lehrpb.Welcome:
 		a.welcome = m
 	}
@@ -365,7 +376,7 @@ func (a *Agent) Wait(ctx context.Context, cond func(a *Agent) bool) error {
 		select {
 		case <-ch:
 		case <-ctx.Done():
-			return fmt.Errorf("simagent %s: wait: %w", a.opts.HostID, ctx.Err())
+			return fmt.Errorf("agenttest %s: wait: %w", a.opts.HostID, ctx.Err())
 		}
 	}
 }
@@ -384,8 +395,8 @@ func (a *Agent) WaitVersion(ctx context.Context, ns string, v uint64) error {
 func (a *Agent) Close() error {
 	a.closeOnce.Do(func() {
 		_ = a.ctrl.SetWriteDeadline(time.Now().Add(time.Second))
-		_ = a.send(&lehrpb.Goodbye{Code: uint64(wire.CodeNoError), Reason: "simagent closing"})
-		a.conn.CloseWithError(wire.CodeNoError, "simagent closing")
+		_ = a.send(&lehrpb.Goodbye{Code: uint64(wire.CodeNoError), Reason: "agenttest closing"})
+		a.conn.CloseWithError(wire.CodeNoError, "agenttest closing")
 	})
 	a.wg.Wait()
 	return nil
@@ -393,7 +404,7 @@ func (a *Agent) Close() error {
 
 // Kill drops the connection without a Goodbye (a crash).
 func (a *Agent) Kill() {
-	a.closeOnce.Do(func() { a.conn.CloseWithError(wire.CodeInternalError, "simagent killed") })
+	a.closeOnce.Do(func() { a.conn.CloseWithError(wire.CodeInternalError, "agenttest killed") })
 	a.wg.Wait()
 }
 
@@ -484,7 +495,7 @@ func (a *Agent) handleUpdate(str *quic.ReceiveStream) {
 		if _, err2 := dec.Decode(); err2 != io.EOF {
 			err = err2
 			if err == nil {
-				err = errors.New("simagent: a second frame on an update stream")
+				err = errors.New("agenttest: a second frame on an update stream")
 			}
 		}
 	}
@@ -500,13 +511,17 @@ func (a *Agent) handleUpdate(str *quic.ReceiveStream) {
 	a.mu.Lock()
 	h := a.held[ns]
 	a.mu.Unlock()
-	next, err := wire.ApplyUpdate(h.Content, h.Version, h.Checksum, u)
-	var fe *wire.FrameError
-	if errors.As(err, &fe) {
-		a.conn.CloseWithError(wire.CodeFor(err), "update: "+err.Error())
-		return
+	// The agent's decision, made by the agent's code (internal/update).
+	err = update.Check(h.Version, h.Checksum, u)
+	var next content.Snapshot
+	if err == nil {
+		next, err = update.Apply(h.Content, u)
 	}
-	rec := Applied{Namespace: ns, Base: h.Version, Version: u.GetVersion(), Snapshot: u.GetSnapshot(), Bytes: cr.n, Err: err, Delete: u.GetDelete()}
+	stale := errors.Is(err, update.ErrStale)
+	rec := Applied{Namespace: ns, Base: h.Version, Version: u.GetVersion(), Snapshot: u.GetSnapshot(), Bytes: cr.n, Delete: u.GetDelete(), Stale: stale}
+	if !stale {
+		rec.Err = err
+	}
 	for _, p := range u.GetSet() {
 		rec.Set = append(rec.Set, p.GetKey())
 	}
@@ -520,18 +535,27 @@ func (a *Agent) handleUpdate(str *quic.ReceiveStream) {
 		a.stats.Patches++
 		a.stats.PatchBytes += cr.n
 	}
-	if err != nil {
-		a.stats.Refused++
-	} else {
+	switch {
+	case err == nil:
 		a.held[ns] = Held{Version: u.GetVersion(), Checksum: u.GetChecksum(), Content: next}
+	case !stale:
+		a.stats.Refused++
 	}
 	a.changedLocked()
 	a.mu.Unlock()
-	if err != nil {
+	switch {
+	case err == nil:
+		_ = a.send(&lehrpb.Ack{Namespace: ns, Version: u.GetVersion(), Checksum: u.GetChecksum(), Ok: true})
+	case stale:
+		// Already held: acknowledge what is held, as the agent does.
+		_ = a.send(&lehrpb.Ack{Namespace: ns, Version: h.Version, Checksum: h.Checksum, Ok: true})
+	default:
 		a.log.Info("refusing update", "namespace", ns, "version", u.GetVersion(), "err", err)
-		_ = a.send(&lehrpb.Ack{Namespace: ns, Version: u.GetVersion(), Checksum: u.GetChecksum(), Ok: false, Error: err.Error()})
-		_ = a.send(&lehrpb.Resync{Namespace: ns, HaveVersion: h.Version, HaveChecksum: h.Checksum, Reason: wire.ResyncReasonFor(err), Detail: err.Error()})
-		return
+		ack := &lehrpb.Ack{Namespace: ns, Ok: false, Error: err.Error()}
+		if h.Version > 0 {
+			ack.Version, ack.Checksum = h.Version, h.Checksum
+		}
+		_ = a.send(ack)
+		_ = a.send(&lehrpb.Resync{Namespace: ns, HaveVersion: h.Version, HaveChecksum: h.Checksum, Reason: update.ResyncReason(err), Detail: err.Error()})
 	}
-	_ = a.send(&lehrpb.Ack{Namespace: ns, Version: u.GetVersion(), Checksum: u.GetChecksum(), Ok: true})
 }

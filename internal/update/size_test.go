@@ -1,4 +1,4 @@
-package wire
+package update
 
 import (
 	"bytes"
@@ -14,13 +14,14 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"lehr.dev/lehr/internal/content"
+	"lehr.dev/lehr/internal/wire"
 	"lehr.dev/lehr/proto/lehrpb"
 )
 
 // oneKeyChange returns a namespace of 64 keys at version 41 and version 42
 // in which only "hot" (a 1 KiB value) changed, with the version metadata
 // control records: the shape of the benchmark's one-key change.
-func oneKeyChange(t *testing.T) (from, to Version, changed int) {
+func oneKeyChange(t *testing.T) (from, to *content.Version, changed int) {
 	t.Helper()
 	var props []content.Property
 	for i := range 64 {
@@ -39,7 +40,9 @@ func oneKeyChange(t *testing.T) (from, to Version, changed int) {
 		SizeBytes: next.Size(), PropertyCount: int32(next.Len()),
 		TransportIdentity: "127.0.0.1:54321",
 	}
-	return Version{Seq: 41, Content: base}, Version{Seq: 42, Content: next, Info: info}, len("hot") + 1024
+	kind := lehrpb.NamespaceKind_NAMESPACE_KIND_CONFIG
+	return &content.Version{Namespace: info.Namespace, Seq: 41, Kind: kind, Content: base},
+		&content.Version{Namespace: info.Namespace, Seq: 42, Kind: kind, Content: next, Info: info}, len("hot") + 1024
 }
 
 // fieldSizes returns the encoded size of each populated field of m,
@@ -67,11 +70,11 @@ func fieldSizes(m proto.Message) []string {
 // -v to see the breakdown.
 func TestUpdateSizeBreakdown(t *testing.T) {
 	from, to, changed := oneKeyChange(t)
-	full, err := BuildUpdate(to.Info.GetNamespace(), lehrpb.NamespaceKind_NAMESPACE_KIND_CONFIG, &from, to)
+	full, err := Build(from, to)
 	if err != nil {
 		t.Fatal(err)
 	}
-	compact, err := CompactUpdate(full)
+	compact, err := wire.CompactUpdate(full)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -79,7 +82,7 @@ func TestUpdateSizeBreakdown(t *testing.T) {
 		name string
 		u    *lehrpb.Update
 	}{{"full form", full}, {"compact form", compact}} {
-		f, err := AppendFrame(nil, c.u, Limits{})
+		f, err := wire.AppendFrame(nil, c.u, wire.Limits{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -91,22 +94,22 @@ func TestUpdateSizeBreakdown(t *testing.T) {
 // TestOneKeyPatchBudget: a one-key change with a 1 KiB value costs at most
 // 1.1 × the changed bytes + 128 B as a whole frame (header included) in
 // compact form, and the frame decodes to the full form, bit for bit what
-// BuildUpdate made except for the info fields the compact form leaves to
+// Build made except for the info fields the compact form leaves to
 // the agent.
 func TestOneKeyPatchBudget(t *testing.T) {
 	from, to, changed := oneKeyChange(t)
-	full, err := BuildUpdate(to.Info.GetNamespace(), lehrpb.NamespaceKind_NAMESPACE_KIND_CONFIG, &from, to)
+	full, err := Build(from, to)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if full.GetSnapshot() {
-		t.Fatal("BuildUpdate made a snapshot, want a patch")
+		t.Fatal("Build made a snapshot, want a patch")
 	}
-	compact, err := CompactUpdate(full)
+	compact, err := wire.CompactUpdate(full)
 	if err != nil {
 		t.Fatal(err)
 	}
-	frame, err := AppendFrame(nil, compact, Limits{})
+	frame, err := wire.AppendFrame(nil, compact, wire.Limits{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -115,9 +118,9 @@ func TestOneKeyPatchBudget(t *testing.T) {
 		t.Errorf("one-key patch frame = %d B, want <= 1.1 × %d + 128 = %.1f B", len(frame), changed, budget)
 	}
 
-	msg, err := ReadFrame(bytes.NewReader(frame), 0)
+	msg, err := wire.ReadFrame(bytes.NewReader(frame), 0)
 	if err != nil {
-		t.Fatalf("ReadFrame(compact frame): %v", err)
+		t.Fatalf("wire.ReadFrame(compact frame): %v", err)
 	}
 	got := msg.(*lehrpb.Update)
 	want := proto.Clone(full).(*lehrpb.Update)
@@ -126,10 +129,12 @@ func TestOneKeyPatchBudget(t *testing.T) {
 	if diff := cmp.Diff(want, got, protocmp.Transform()); diff != "" {
 		t.Errorf("decoded compact Update mismatch (-want +got):\n%s", diff)
 	}
-	if _, err := ApplyUpdate(from.Content, from.Seq, from.Content.Checksum(), got); err != nil {
-		t.Errorf("ApplyUpdate(decoded compact Update) = %v, want nil", err)
-	}
-	if _, err := ApplyUpdate(from.Content, from.Seq, from.Content.Checksum(), compact); err != nil {
-		t.Errorf("ApplyUpdate(compact Update as built) = %v, want nil", err)
+	for name, u := range map[string]*lehrpb.Update{"decoded compact Update": got, "compact Update as built": compact} {
+		if err := Check(from.Seq, from.Content.Checksum(), u); err != nil {
+			t.Errorf("Check(%s) = %v, want nil", name, err)
+		}
+		if _, err := Apply(from.Content, u); err != nil {
+			t.Errorf("Apply(%s) = %v, want nil", name, err)
+		}
 	}
 }
