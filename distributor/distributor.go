@@ -204,6 +204,7 @@ func New(opts Options) (*Distributor, error) {
 		Logger:      log,
 		OnChange:    d.markDirty,
 		OnReconnect: func() { d.reconnects.Inc() },
+		CreateZone:  true,
 	})
 	if err != nil {
 		conn.Close()

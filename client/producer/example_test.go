@@ -100,38 +100,3 @@ func ExampleClient_History() {
 		}
 	}
 }
-
-// Follow a zone's goal states; the watch resumes by itself after a
-// disconnect.
-func ExampleClient_WatchGoals() {
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	c, err := producer.New(producer.Options{})
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer c.Close()
-
-	goals := map[string]uint64{}
-	inInitial := false
-	err = c.WatchGoals(ctx, "us-east-1a", func(m *lehrpb.WatchGoalsResponse) error {
-		if m.GetInitial() && !inInitial {
-			clear(goals) // a fresh initial state replaces what we knew
-			inInitial = true
-		}
-		if !m.GetInitial() || m.GetInitialComplete() {
-			inInitial = false
-		}
-		for _, ev := range m.GetEvents() {
-			if ev.GetType() == lehrpb.GoalEvent_TYPE_DELETE {
-				delete(goals, ev.GetGoal().GetNamespace())
-				continue
-			}
-			goals[ev.GetGoal().GetNamespace()] = ev.GetGoal().GetVersion()
-		}
-		return nil
-	})
-	if err != nil && !errors.Is(err, producer.ErrCanceled) {
-		log.Fatal(err)
-	}
-}

@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"net"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -167,21 +166,6 @@ func TestRoundTrip(t *testing.T) {
 	page, next, err = c.HistoryPage(ctx, "demo/app", 2, next)
 	if err != nil || len(page) != 1 || page[0].GetSeq() != 1 || next != "" {
 		t.Fatalf("HistoryPage(second) = %v, next %q, err %v; want version 1 and no token", page, next, err)
-	}
-
-	fv, err := c.FetchVersion(ctx, "demo/app", 2)
-	if err != nil {
-		t.Fatalf("FetchVersion: %v", err)
-	}
-	if err := fv.Verify(); err != nil {
-		t.Errorf("FetchVersion(2).Verify: %v", err)
-	}
-	delta, err := c.FetchDelta(ctx, "demo/app", 2, 3)
-	if err != nil {
-		t.Fatalf("FetchDelta: %v", err)
-	}
-	if d := cmp.Diff([]string{"greeting", "limits/rps"}, keys(delta.Patch.Set)); d != "" {
-		t.Errorf("FetchDelta(2, 3) set mismatch (-want +got):\n%s", d)
 	}
 
 	ns, err := c.GetNamespace(ctx, "demo/app")
@@ -409,149 +393,5 @@ func TestUnavailableAfterRetries(t *testing.T) {
 	cancel()
 	if _, err := c.ListDomains(ctx); !errors.Is(err, producer.ErrCanceled) {
 		t.Errorf("ListDomains with a canceled context = %v, want ErrCanceled", err)
-	}
-}
-
-// cutStreams fails the first WatchGoals stream with Unavailable right after
-// it has delivered its initial state, as a dropped connection would, and
-// records each stream's start revision.
-type cutStreams struct {
-	mu     sync.Mutex
-	starts []int64
-}
-
-func (c *cutStreams) intercept(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
-	ctx, cancel := context.WithCancel(ctx)
-	cs, err := streamer(ctx, desc, cc, method, opts...)
-	if err != nil {
-		cancel()
-		return nil, err
-	}
-	c.mu.Lock()
-	first := len(c.starts) == 0
-	c.mu.Unlock()
-	return &recordingStream{ClientStream: cs, owner: c, first: first, cancel: cancel}, nil
-}
-
-// recordingStream records the request's start revision, and cuts the first
-// stream after its initial state.
-type recordingStream struct {
-	grpc.ClientStream
-	owner  *cutStreams
-	first  bool
-	cut    bool
-	cancel context.CancelFunc
-}
-
-func (s *recordingStream) SendMsg(m any) error {
-	if r, ok := m.(*lehrpb.WatchGoalsRequest); ok {
-		s.owner.mu.Lock()
-		s.owner.starts = append(s.owner.starts, r.GetStartRevision())
-		s.owner.mu.Unlock()
-	}
-	return s.ClientStream.SendMsg(m)
-}
-
-func (s *recordingStream) RecvMsg(m any) error {
-	if s.cut {
-		s.cancel()
-		return status.Error(codes.Unavailable, "injected: stream cut")
-	}
-	if err := s.ClientStream.RecvMsg(m); err != nil {
-		return err
-	}
-	if r, ok := m.(*lehrpb.WatchGoalsResponse); ok && s.first && r.GetInitialComplete() {
-		s.cut = true
-	}
-	return nil
-}
-
-func TestWatchGoalsResumesAfterDisconnect(t *testing.T) {
-	srv := controltest.StartControl(t, control.Options{})
-	cuts := &cutStreams{}
-	c := newClient(t, srv.Addr, producer.Options{
-		Retry:       producer.RetryPolicy{InitialBackoff: time.Millisecond, MaxBackoff: 10 * time.Millisecond},
-		DialOptions: []grpc.DialOption{grpc.WithStreamInterceptor(cuts.intercept)},
-	})
-	ctx := setup(t, c) // demo/app at version 1
-	if _, err := c.CreateZone(ctx, "zone-a"); err != nil {
-		t.Fatalf("CreateZone: %v", err)
-	}
-
-	type seen struct {
-		initial bool
-		ns      string
-		version uint64
-	}
-	events := make(chan seen, 100)
-	initialDone := make(chan struct{})
-	wctx, stop := context.WithCancel(ctx)
-	watchErr := make(chan error, 1)
-	go func() {
-		once := sync.Once{}
-		watchErr <- c.WatchGoals(wctx, "zone-a", func(m *lehrpb.WatchGoalsResponse) error {
-			for _, ev := range m.GetEvents() {
-				events <- seen{m.GetInitial(), ev.GetGoal().GetNamespace(), ev.GetGoal().GetVersion()}
-			}
-			if m.GetInitialComplete() {
-				once.Do(func() { close(initialDone) })
-			}
-			return nil
-		})
-	}()
-	select {
-	case <-initialDone:
-	case err := <-watchErr:
-		t.Fatalf("WatchGoals ended before its initial state: %v", err)
-	case <-ctx.Done():
-		t.Fatal("no initial state")
-	}
-	if got := <-events; got != (seen{true, "demo/app", 1}) {
-		t.Errorf("initial event = %+v, want demo/app at 1, initial", got)
-	}
-
-	// The first stream is cut now; publish while the watch reconnects.
-	if _, err := c.Patch(ctx, "demo/app", 1, producer.Patch{Set: []producer.Property{jsonP("a", "2")}}); err != nil {
-		t.Fatalf("Patch: %v", err)
-	}
-	select {
-	case got := <-events:
-		if got != (seen{false, "demo/app", 2}) {
-			t.Errorf("event after reconnect = %+v, want a change of demo/app to 2", got)
-		}
-	case err := <-watchErr:
-		t.Fatalf("WatchGoals ended: %v", err)
-	case <-ctx.Done():
-		t.Fatal("no change delivered after the reconnect")
-	}
-	stop()
-	if err := <-watchErr; !errors.Is(err, producer.ErrCanceled) {
-		t.Errorf("WatchGoals after cancel = %v, want ErrCanceled", err)
-	}
-	select {
-	case extra := <-events:
-		t.Errorf("unexpected extra event %+v (a restart from 0 would resend the initial state)", extra)
-	default:
-	}
-	cuts.mu.Lock()
-	defer cuts.mu.Unlock()
-	if len(cuts.starts) < 2 || cuts.starts[0] != 0 || cuts.starts[1] == 0 {
-		t.Errorf("stream start revisions %v: want 0, then a resume revision", cuts.starts)
-	}
-}
-
-// The callback's error ends the watch unchanged.
-func TestWatchGoalsReturnsCallbackError(t *testing.T) {
-	srv := controltest.StartControl(t, control.Options{})
-	c := newClient(t, srv.Addr, producer.Options{})
-	ctx := ctxT(t)
-	stopErr := errors.New("enough")
-	err := c.WatchGoals(ctx, "zone-b", func(*lehrpb.WatchGoalsResponse) error { return stopErr }, producer.WithCreateZone())
-	if err != stopErr {
-		t.Errorf("WatchGoals = %v, want the callback's error", err)
-	}
-	zs, err := c.ListZones(ctx)
-	if err != nil || len(zs) != 1 || !strings.EqualFold(zs[0].GetName(), "zone-b") {
-		t.Errorf("ListZones after WithCreateZone = %v, %v; want [zone-b]", zs, err)
 	}
 }

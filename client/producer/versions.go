@@ -73,16 +73,6 @@ type Diff struct {
 	Changes []Change
 }
 
-// Delta is the patch that turns version From into version To, as
-// distributors fetch it.
-type Delta struct {
-	From, To *lehrpb.VersionInfo
-	Kind     lehrpb.NamespaceKind
-	// Patch.Set holds added and changed properties, Patch.Delete the removed
-	// keys, both sorted by key.
-	Patch Patch
-}
-
 // PublishOption modifies one write: Publish, Patch or Rollback.
 type PublishOption func(*writeOptions)
 
@@ -310,38 +300,4 @@ func (c *Client) Diff(ctx context.Context, ns string, a, b uint64) (*Diff, error
 		d.Changes = append(d.Changes, out)
 	}
 	return d, nil
-}
-
-// FetchVersion reads a whole version (seq 0: the latest), as distributors do.
-func (c *Client) FetchVersion(ctx context.Context, ns string, seq uint64) (*Version, error) {
-	var resp *lehrpb.FetchVersionResponse
-	err := c.call(ctx, fmt.Sprintf("fetch %s@%d", ns, seq), func(ctx context.Context) (err error) {
-		resp, err = c.rpc.FetchVersion(ctx, &lehrpb.FetchVersionRequest{Namespace: ns, Version: seq})
-		return err
-	})
-	if err != nil {
-		return nil, err
-	}
-	return &Version{Info: resp.GetVersion(), Kind: resp.GetKind(), Properties: content.FromProto(resp.GetProperties())}, nil
-}
-
-// FetchDelta returns the patch from version a to version b of ns.
-func (c *Client) FetchDelta(ctx context.Context, ns string, a, b uint64) (*Delta, error) {
-	var resp *lehrpb.FetchDeltaResponse
-	err := c.call(ctx, fmt.Sprintf("fetch delta %s %d..%d", ns, a, b), func(ctx context.Context) (err error) {
-		resp, err = c.rpc.FetchDelta(ctx, &lehrpb.FetchDeltaRequest{Namespace: ns, From: a, To: b})
-		return err
-	})
-	if err != nil {
-		return nil, err
-	}
-	return &Delta{
-		From: resp.GetFrom(),
-		To:   resp.GetTo(),
-		Kind: resp.GetKind(),
-		Patch: Patch{
-			Set:    content.FromProto(resp.GetSet()),
-			Delete: resp.GetDelete(),
-		},
-	}, nil
 }

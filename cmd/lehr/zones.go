@@ -2,12 +2,13 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
+	"log/slog"
 
 	"google.golang.org/grpc/codes"
 
 	"lehr.dev/lehr/client/producer"
+	"lehr.dev/lehr/distributor/goalwatch"
 	"lehr.dev/lehr/internal/apierror"
 	"lehr.dev/lehr/proto/lehrpb"
 )
@@ -140,17 +141,28 @@ func watchGoals(ctx context.Context, e *env, fs *flags, cf *clientFlags, zone, n
 		return reportError(e, fs.Name(), err, cf.errCtx(ns))
 	}
 	defer c.Close()
-	err = c.WatchGoals(ctx, zone, func(m *lehrpb.WatchGoalsResponse) error {
-		if cf.json() {
-			return printJSON(e.stdout, m)
-		}
-		writeGoalEvents(e.stdout, m, ns)
-		return nil
+	// The distributors' resumable watch (reconnects, resumes at the next
+	// revision, restarts from the current state after a compaction), with
+	// every message printed as it arrives.
+	w, err := goalwatch.New(goalwatch.Options{
+		Zone:   zone,
+		Client: c.RPC(),
+		Logger: slog.New(slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
+		OnMessage: func(m *lehrpb.WatchGoalsResponse) {
+			if cf.json() {
+				_ = printJSON(e.stdout, m)
+				return
+			}
+			writeGoalEvents(e.stdout, m, ns)
+		},
 	})
-	if errors.Is(err, producer.ErrCanceled) && ctx.Err() != nil {
-		return exitOK // interrupted, as intended
+	if err != nil {
+		return usageError(e, fs, "%v", err)
 	}
-	return reportError(e, fs.Name(), err, cf.errCtx(ns))
+	if err := w.Run(ctx); err != nil {
+		return reportError(e, fs.Name(), apierror.FromError(err), cf.errCtx(ns))
+	}
+	return exitOK // interrupted, as intended
 }
 
 // zoneStatus prints "lehr zones status ZONE".

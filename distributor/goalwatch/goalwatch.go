@@ -1,11 +1,13 @@
 // Package goalwatch keeps a distributor's view of its zone's goal states: it
 // runs control's WatchGoals stream for one zone (registering the zone on
-// first contact), resumes from the last seen revision + 1 after a
-// disconnect, restarts from a fresh initial state when control answers
-// OUT_OF_RANGE (the revision was compacted), and keeps serving the last known
-// goals while control is unreachable (static stability).
+// first contact, when asked to), resumes from the last seen revision + 1
+// after a disconnect, restarts from a fresh initial state when control
+// answers OUT_OF_RANGE (the revision was compacted), and keeps serving the
+// last known goals while control is unreachable (static stability).
 //
-// Only package distributor and its tests import goalwatch.
+// It is the one resumable goal watch: package distributor runs it, and the
+// lehr CLI's "goals --watch" prints its messages (Options.OnMessage).
+// Nothing else imports goalwatch.
 package goalwatch
 
 import (
@@ -53,6 +55,15 @@ type Options struct {
 	// OnReconnect, if set, is called from Run's goroutine each time the
 	// watcher dials control again after a stream ended (for metrics).
 	OnReconnect func()
+	// OnMessage, if set, is called from Run's goroutine with every message
+	// of the stream as it arrives, before it is applied: the initial state
+	// (Initial set; sent again after a restart from the current state) and
+	// every change. A slow OnMessage delays the watch but loses nothing.
+	OnMessage func(*lehrpb.WatchGoalsResponse)
+	// CreateZone registers the zone with control on first contact, as
+	// distributors do. Without it a zone control does not know ends Run
+	// with an error (codes.NotFound).
+	CreateZone bool
 }
 
 // Watcher holds the goal states of one zone. Create it with New and start it
@@ -152,8 +163,9 @@ func (w *Watcher) Connected() bool {
 // Run watches until ctx is done and then returns nil. Control being
 // unreachable is not an error: Run retries with backoff and jitter while the
 // last known goals stay available. It returns an error only for a request
-// control rejects as invalid (codes.InvalidArgument), which retrying cannot
-// fix.
+// retrying cannot fix: one control rejects as invalid
+// (codes.InvalidArgument), or an unknown zone without Options.CreateZone
+// (codes.NotFound).
 func (w *Watcher) Run(ctx context.Context) error {
 	pace := backoff.Policy{Min: w.opts.MinBackoff, Max: w.opts.MaxBackoff}
 	attempt := 0 // failures since the stream last delivered
@@ -179,6 +191,10 @@ func (w *Watcher) Run(ctx context.Context) error {
 			continue // at once: control is up
 		case codes.InvalidArgument:
 			return fmt.Errorf("goalwatch: watch zone %s: %w", w.opts.Zone, err)
+		case codes.NotFound:
+			if !w.opts.CreateZone {
+				return fmt.Errorf("goalwatch: watch zone %s: %w", w.opts.Zone, err)
+			}
 		}
 		if progressed {
 			attempt = 0
@@ -208,7 +224,7 @@ func (w *Watcher) watchOnce(ctx context.Context) (progressed bool, err error) {
 	stream, err := w.opts.Client.WatchGoals(ctx, &lehrpb.WatchGoalsRequest{
 		Zone:          w.opts.Zone,
 		StartRevision: start,
-		CreateZone:    true,
+		CreateZone:    w.opts.CreateZone,
 	})
 	if err != nil {
 		return false, fmt.Errorf("open watch: %w", err)
@@ -228,6 +244,9 @@ func (w *Watcher) watchOnce(ctx context.Context) (progressed bool, err error) {
 		if !progressed {
 			progressed = true
 			w.setConnected(true)
+		}
+		if w.opts.OnMessage != nil {
+			w.opts.OnMessage(resp)
 		}
 		var changed []string
 		if initial != nil {

@@ -2,6 +2,7 @@ package goalwatch_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -10,6 +11,8 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"lehr.dev/lehr/control"
 	"lehr.dev/lehr/control/controltest"
@@ -60,6 +63,7 @@ func startWatcherLog(t *testing.T, addr string, changed chan<- []string, log *sl
 		Logger:     log,
 		MinBackoff: 20 * time.Millisecond,
 		MaxBackoff: 200 * time.Millisecond,
+		CreateZone: true,
 		OnChange: func(nss []string) {
 			if changed != nil {
 				changed <- nss
@@ -265,5 +269,53 @@ func TestGoalChangedIsLogged(t *testing.T) {
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("goal changed record (-want +got):\n%s", diff)
+	}
+}
+
+// Without CreateZone, watching a zone control does not know ends Run with
+// NotFound instead of retrying forever; with a known zone, OnMessage sees
+// the initial state and then each change as it arrives.
+func TestOnMessageAndUnknownZone(t *testing.T) {
+	srv := controltest.StartControl(t, control.Options{})
+	cl := srv.Client
+	conn := controltest.Dial(t, srv.Addr)
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+
+	w, err := goalwatch.New(goalwatch.Options{Zone: "nowhere", Client: lehrpb.NewControlClient(conn), Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Run(ctxT(t)); status.Code(errors.Unwrap(err)) != codes.NotFound {
+		t.Fatalf("Run on an unknown zone = %v, want an error wrapping NotFound", err)
+	}
+
+	if _, err := cl.CreateZone(ctxT(t), &lehrpb.CreateZoneRequest{Name: "known"}); err != nil {
+		t.Fatal(err)
+	}
+	createDomain(t, cl, "d")
+	v1 := publish(t, cl, "d/a", "1")
+	msgs := make(chan *lehrpb.WatchGoalsResponse, 16)
+	w, err = goalwatch.New(goalwatch.Options{Zone: "known", Client: lehrpb.NewControlClient(conn), Logger: quiet,
+		OnMessage: func(m *lehrpb.WatchGoalsResponse) { msgs <- m }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(ctxT(t))
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	}()
+	first := <-msgs
+	if !first.GetInitial() || !first.GetInitialComplete() || len(first.GetEvents()) != 1 || first.GetEvents()[0].GetGoal().GetVersion() != v1.GetSeq() {
+		t.Fatalf("first message = %v, want the complete initial state with d/a@%d", first, v1.GetSeq())
+	}
+	v2 := publish(t, cl, "d/a", "2")
+	next := <-msgs
+	if next.GetInitial() || len(next.GetEvents()) != 1 || next.GetEvents()[0].GetGoal().GetVersion() != v2.GetSeq() {
+		t.Fatalf("next message = %v, want the change to d/a@%d", next, v2.GetSeq())
 	}
 }
