@@ -15,6 +15,8 @@ import (
 
 	"lehr.dev/lehr/internal/apierror"
 	"lehr.dev/lehr/internal/content"
+	"lehr.dev/lehr/internal/jsonyaml"
+	"lehr.dev/lehr/policy"
 	"lehr.dev/lehr/proto/lehrpb"
 )
 
@@ -109,7 +111,7 @@ func (r *Registry) CompileSchema(text string) error {
 }
 
 func (r *Registry) ruleEnv() (*cel.Env, error) {
-	r.envOnce.Do(func() { r.env, r.envErr = NewRuleEnv() })
+	r.envOnce.Do(func() { r.env, r.envErr = policy.NewEnv() })
 	return r.env, r.envErr
 }
 
@@ -151,7 +153,7 @@ func (r *Registry) schema(text string) (*jsonschema.Schema, error) {
 func compileSchema(text string) (*jsonschema.Schema, error) {
 	doc, err := jsonschema.UnmarshalJSON(strings.NewReader(text))
 	if err != nil {
-		if se := jsonSyntax([]byte(text)); se != nil {
+		if se := jsonyaml.CheckJSON([]byte(text)); se != nil {
 			err = se
 		}
 		return nil, fmt.Errorf("not JSON: %w", err)
@@ -196,8 +198,8 @@ func (v *schemaValidator) Validate(ctx context.Context, ns *lehrpb.Namespace, ch
 		if err != nil {
 			continue // Property reports malformed content types.
 		}
-		f := formatOf(mediaType)
-		if f != formatJSON && f != formatYAML {
+		f := jsonyaml.FormatOf(mediaType)
+		if f != jsonyaml.JSON && f != jsonyaml.YAML {
 			continue
 		}
 		fail := func(reason, format string, args ...any) *Violation {
@@ -206,7 +208,7 @@ func (v *schemaValidator) Validate(ctx context.Context, ns *lehrpb.Namespace, ch
 				Key: p.Key, Field: "value", Message: fmt.Sprintf(format, args...),
 			}
 		}
-		j, err := toJSON(f, p.Value)
+		j, err := jsonyaml.ToJSON(f, p.Value)
 		if err != nil {
 			return fail(apierror.ReasonInvalidContent, "value of %q does not match content type %q: %v", p.Key, p.ContentType, err)
 		}
@@ -264,9 +266,9 @@ func (v *celValidator) Validate(ctx context.Context, ns *lehrpb.Namespace, chang
 		if err := ctx.Err(); err != nil {
 			return canceled(err)
 		}
-		r, err := ParseRule(p)
+		r, err := policy.ParseRule(p)
 		if err == nil {
-			_, err = CompileRule(v.env, p.Key, r)
+			_, err = policy.Compile(v.env, p.Key, r)
 		}
 		if err != nil {
 			return &Violation{

@@ -56,6 +56,7 @@ func TestImportDirection(t *testing.T) {
 		{agent + "/...", []string{control, distributor, testenv, etcd}, "the agent does not link the control plane or etcd"},
 		{distributor + "/...", []string{agent, testenv, etcdServer}, "distributors talk to control over gRPC only"},
 		{control + "/...", []string{agent, distributor, testenv}, "control never links what runs in the zones"},
+		{module + "/policy/...", []string{agent, distributor, control, client, testenv}, "the policy rule model is a leaf shared by control, hosts and clients"},
 	}
 	for _, r := range rules {
 		got := deps(t, r.pkgs)

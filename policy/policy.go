@@ -1,4 +1,12 @@
-package validate
+// Package policy is the rule model of Lehr's policy namespaces: the format
+// of one rule (an effect and a CEL condition), its parsing and compilation
+// in the one CEL environment, and the evaluation of a compiled rule on an
+// input. Control compiles every rule at publish (control/validate); hosts
+// will evaluate the same compiled rules on real traffic.
+//
+// It is a leaf: it imports no role package of Lehr, so control, agents and
+// the client libraries may all import it.
+package policy
 
 import (
 	"bytes"
@@ -14,6 +22,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"lehr.dev/lehr/internal/content"
+	"lehr.dev/lehr/internal/jsonyaml"
 )
 
 // Effect is what a policy rule decides when its condition holds.
@@ -37,7 +46,7 @@ const (
 // application/yaml (or application/x-yaml, text/yaml, a "+yaml" type), or
 // empty, which means "JSON if it parses as JSON, else YAML".
 //
-// The condition is compiled in the environment NewRuleEnv returns: the CEL
+// The condition is compiled in the environment NewEnv returns: the CEL
 // standard library and three variables,
 //
 //	request    map(string, dyn)  attributes of the request being decided
@@ -57,7 +66,7 @@ type Rule struct {
 // ParseRule decodes and checks the rule held by p: the document must be
 // JSON or YAML as its content type says, have no unknown fields, an effect
 // of "allow" or "deny" and a non-empty condition. It does not compile the
-// condition; see CompileRule.
+// condition; see Compile.
 func ParseRule(p content.Property) (Rule, error) {
 	var doc []byte
 	ct := p.ContentType
@@ -76,11 +85,11 @@ func ParseRule(p content.Property) (Rule, error) {
 		if err != nil {
 			return Rule{}, fmt.Errorf("rule %q: invalid content type %q: %v", p.Key, ct, err)
 		}
-		f := formatOf(mediaType)
-		if f != formatJSON && f != formatYAML {
-			return Rule{}, fmt.Errorf("rule %q has content type %q; policy rules must be %s, %s, or have no content type", p.Key, ct, jsonForms, yamlForms)
+		f := jsonyaml.FormatOf(mediaType)
+		if f != jsonyaml.JSON && f != jsonyaml.YAML {
+			return Rule{}, fmt.Errorf("rule %q has content type %q; policy rules must be %s, %s, or have no content type", p.Key, ct, jsonyaml.JSONForms, jsonyaml.YAMLForms)
 		}
-		j, err := toJSON(f, p.Value)
+		j, err := jsonyaml.ToJSON(f, p.Value)
 		if err != nil {
 			return Rule{}, fmt.Errorf("rule %q: %w", p.Key, err)
 		}
@@ -105,26 +114,26 @@ func ParseRule(p content.Property) (Rule, error) {
 	return r, nil
 }
 
-// NewRuleEnv returns the CEL environment policy conditions compile in: the
+// NewEnv returns the CEL environment policy conditions compile in: the
 // standard library and the variables request, principal (both
 // map(string, dyn)) and now (timestamp). The environment is safe for
 // concurrent use; build it once and share it.
-func NewRuleEnv() (*cel.Env, error) {
+func NewEnv() (*cel.Env, error) {
 	env, err := cel.NewEnv(
 		cel.Variable("request", cel.MapType(cel.StringType, cel.DynType)),
 		cel.Variable("principal", cel.MapType(cel.StringType, cel.DynType)),
 		cel.Variable("now", cel.TimestampType),
 	)
 	if err != nil {
-		return nil, fmt.Errorf("validate: build policy rule environment: %w", err)
+		return nil, fmt.Errorf("policy: build the rule environment: %w", err)
 	}
 	return env, nil
 }
 
-// MaxRuleCost bounds the runtime cost of evaluating one condition, in CEL
+// MaxCost bounds the runtime cost of evaluating one condition, in CEL
 // cost units (roughly one per operation or per element traversed). An
 // evaluation that exceeds it fails rather than stalling the caller.
-const MaxRuleCost = 1_000_000
+const MaxCost = 1_000_000
 
 // CompiledRule is a rule whose condition is compiled and ready to evaluate.
 // It is safe for concurrent use.
@@ -135,10 +144,10 @@ type CompiledRule struct {
 	program cel.Program
 }
 
-// CompileRule compiles r.Condition in env (from NewRuleEnv). key names the
+// Compile compiles r.Condition in env (from NewEnv). key names the
 // rule in error messages. The error text is CEL's, with line, column and a
 // caret under the problem; a condition whose type is not bool is an error.
-func CompileRule(env *cel.Env, key string, r Rule) (*CompiledRule, error) {
+func Compile(env *cel.Env, key string, r Rule) (*CompiledRule, error) {
 	ast, iss := env.CompileSource(common.NewStringSource(r.Condition, key))
 	if err := iss.Err(); err != nil {
 		return nil, fmt.Errorf("condition of rule %q does not compile: %v", key, err)
@@ -146,7 +155,7 @@ func CompileRule(env *cel.Env, key string, r Rule) (*CompiledRule, error) {
 	if t := ast.OutputType(); !t.IsExactType(cel.BoolType) {
 		return nil, fmt.Errorf("condition of rule %q has type %s, want bool; compare explicitly, e.g. request.flag == true", key, t)
 	}
-	prg, err := env.Program(ast, cel.CostLimit(MaxRuleCost), cel.InterruptCheckFrequency(100))
+	prg, err := env.Program(ast, cel.CostLimit(MaxCost), cel.InterruptCheckFrequency(100))
 	if err != nil {
 		return nil, fmt.Errorf("plan condition of rule %q: %w", key, err)
 	}
@@ -161,9 +170,9 @@ type Input struct {
 	Now       time.Time
 }
 
-// ErrRuleEval is wrapped by errors evaluating a condition (a missing map
-// key, a type mismatch at runtime, the cost limit, a canceled context).
-var ErrRuleEval = errors.New("validate: evaluate policy rule")
+// ErrEval is wrapped by errors evaluating a condition (a missing map key,
+// a type mismatch at runtime, the cost limit, a canceled context).
+var ErrEval = errors.New("policy: evaluate rule")
 
 // Matches evaluates the rule's condition on in and reports whether it holds.
 // ctx cancels a long evaluation.
@@ -175,11 +184,11 @@ func (r *CompiledRule) Matches(ctx context.Context, in Input) (bool, error) {
 	}
 	out, _, err := r.program.ContextEval(ctx, vars)
 	if err != nil {
-		return false, fmt.Errorf("%w %q: %v", ErrRuleEval, r.Key, err)
+		return false, fmt.Errorf("%w %q: %v", ErrEval, r.Key, err)
 	}
 	b, ok := out.Value().(bool)
 	if !ok {
-		return false, fmt.Errorf("%w %q: result %v is not a bool", ErrRuleEval, r.Key, out)
+		return false, fmt.Errorf("%w %q: result %v is not a bool", ErrEval, r.Key, out)
 	}
 	return b, nil
 }
