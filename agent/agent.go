@@ -48,6 +48,7 @@ import (
 	"lehr.dev/lehr/agent/leases"
 	"lehr.dev/lehr/agent/localapi"
 	"lehr.dev/lehr/agent/upstream"
+	"lehr.dev/lehr/internal/metricshttp"
 	"lehr.dev/lehr/internal/names"
 	"lehr.dev/lehr/internal/nsfile"
 )
@@ -98,8 +99,8 @@ type Options struct {
 	// BackoffMin and BackoffMax bound the randomised wait between
 	// connection attempts; zero means 100 ms and 10 s.
 	BackoffMin, BackoffMax time.Duration
-	// Clock times leases; nil means the system clock.
-	Clock leases.Clock
+	// Now returns the current time, for leases; nil means time.Now.
+	Now func() time.Time
 	// Logger; nil means slog.Default().
 	Logger *slog.Logger
 	// NoSync skips the fsync of the cache and of every file before an
@@ -136,7 +137,7 @@ type Agent struct {
 	runMu       sync.Mutex
 	running     bool
 	metricsAddr net.Addr // set once the metrics listener is up
-	cancel      context.CancelFunc
+	cancel      context.CancelCauseFunc
 	done        chan struct{}
 }
 
@@ -191,7 +192,7 @@ func New(opts Options) (*Agent, error) {
 		done:     make(chan struct{}),
 	}
 	a.writer = nsfile.Writer{NoSync: opts.NoSync}
-	a.leases = leases.New(leases.Options{Clock: opts.Clock, DefaultTTL: opts.LeaseTTL, Grace: opts.UnsubscribeGrace})
+	a.leases = leases.New(leases.Options{Now: opts.Now, DefaultTTL: opts.LeaseTTL, Grace: opts.UnsubscribeGrace})
 	a.met = newAgentMetrics(opts.Metrics, a)
 	up, err := upstream.New(upstream.Options{
 		Distributors: opts.Distributors,
@@ -210,7 +211,8 @@ func New(opts Options) (*Agent, error) {
 		return nil, fmt.Errorf("agent: %w", err)
 	}
 	a.up = up
-	api, err := localapi.New(localapi.Options{Socket: opts.Socket, Backend: (*backend)(a), Logger: opts.Logger.With("component", "localapi")})
+	api, err := localapi.New(localapi.Options{Socket: opts.Socket, Backend: (*backend)(a), Logger: opts.Logger.With("component", "localapi"),
+		ShutdownTimeout: DefaultShutdownTimeout})
 	if err != nil {
 		return nil, fmt.Errorf("agent: %w", err)
 	}
@@ -242,7 +244,8 @@ func (a *Agent) MetricsAddr() net.Addr {
 // Run starts the agent and blocks until ctx ends or Close is called, then
 // shuts down gracefully: the local API stops (in-flight calls get
 // DefaultShutdownTimeout), the upstream connection closes, the cache is
-// closed. It returns an error if starting fails. Run may be called once.
+// closed. It returns an error if starting fails or a part of the agent
+// fails while it runs. Run may be called once.
 func (a *Agent) Run(ctx context.Context) (err error) {
 	a.runMu.Lock()
 	if a.running {
@@ -250,10 +253,10 @@ func (a *Agent) Run(ctx context.Context) (err error) {
 		return errors.New("agent: Run called twice")
 	}
 	a.running = true
-	ctx, a.cancel = context.WithCancel(ctx)
+	ctx, a.cancel = context.WithCancelCause(ctx)
 	a.runMu.Unlock()
 	defer close(a.done)
-	defer a.cancel()
+	defer a.cancel(nil)
 
 	if err := os.MkdirAll(a.opts.DataDir, 0o755); err != nil {
 		return fmt.Errorf("agent: create data dir: %w", err)
@@ -275,7 +278,7 @@ func (a *Agent) Run(ctx context.Context) (err error) {
 	if err := a.api.Start(); err != nil {
 		return fmt.Errorf("agent: %w", err)
 	}
-	defer a.api.Close(DefaultShutdownTimeout)
+	defer a.api.Close()
 	a.readyOnce.Do(func() { close(a.ready) })
 	a.log.Info("agent ready: serving from cache", "socket", a.opts.Socket, "host", a.opts.HostID,
 		"zone", a.opts.Zone, "cached", len(a.heldList()))
@@ -285,6 +288,8 @@ func (a *Agent) Run(ctx context.Context) (err error) {
 	a.scrub()
 	a.restoreFiles()
 
+	// Every goroutine of Run is started with wg.Go and waited for before
+	// Run returns; one that fails ends the agent through ctx's cause.
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	if a.opts.MetricsListen != "" {
@@ -294,17 +299,17 @@ func (a *Agent) Run(ctx context.Context) (err error) {
 		}
 		defer srv.Close()
 	}
-	wg.Add(2)
-	go func() {
-		defer wg.Done()
-		a.up.Run(ctx)
-	}()
-	go func() {
-		defer wg.Done()
-		a.maintain(ctx)
-	}()
+	wg.Go(func() {
+		if err := a.up.Run(ctx); err != nil {
+			a.cancel(fmt.Errorf("agent: upstream: %w", err))
+		}
+	})
+	wg.Go(func() { a.maintain(ctx) })
 	<-ctx.Done()
 	a.log.Info("agent stopping")
+	if err := context.Cause(ctx); !errors.Is(err, context.Canceled) {
+		return err
+	}
 	return nil
 }
 
@@ -321,7 +326,7 @@ func (a *Agent) Close() error {
 	}
 	a.runMu.Unlock()
 	if cancel != nil {
-		cancel()
+		cancel(nil)
 	}
 	<-a.done
 	return nil
@@ -332,22 +337,12 @@ func (a *Agent) serveMetrics(wg *sync.WaitGroup) (*http.Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("agent: listen for metrics on %s: %w", a.opts.MetricsListen, err)
 	}
-	mux := http.NewServeMux()
-	mux.HandleFunc("/metrics", func(w http.ResponseWriter, _ *http.Request) {
-		w.Header().Set("Content-Type", "text/plain; version=0.0.4")
-		a.opts.Metrics.WritePrometheus(w)
-		// go_* and process_* of the whole process (read from the runtime
-		// and /proc; no global metric set is involved).
-		metrics.WriteProcessMetrics(w)
-	})
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
+	srv := metricshttp.Server(a.opts.Metrics, nil)
+	wg.Go(func() {
 		if err := srv.Serve(lis); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			a.log.Error("metrics server stopped", "err", err)
 		}
-	}()
+	})
 	a.runMu.Lock()
 	a.metricsAddr = lis.Addr()
 	a.runMu.Unlock()

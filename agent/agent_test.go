@@ -637,7 +637,7 @@ func TestLeaseExpiryDropsFileAfterGrace(t *testing.T) {
 	v1 := h.publish(ns, map[string]string{"a": "1"})
 	clk := &fakeClock{now: time.Unix(1_000_000, 0)}
 	r := h.startAgent(dataDir(t), h.addrs(), func(o *agent.Options) {
-		o.Clock = clk
+		o.Now = clk.Now
 		o.LeaseTTL = 10 * time.Second
 		o.UnsubscribeGrace = time.Minute
 	})

@@ -32,7 +32,7 @@ func TestPublishThroughMemberLoss(t *testing.T) {
 	if err != nil {
 		t.Fatalf("StartCluster: %v", err)
 	}
-	t.Cleanup(cluster.Close)
+	t.Cleanup(func() { cluster.Close() })
 	srv := controltest.StartControl(t, control.Options{EtcdEndpoints: cluster.Endpoints()})
 	cl := srv.Client
 	createDomain(t, cl, "ha", nil)

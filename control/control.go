@@ -29,6 +29,7 @@ import (
 	"lehr.dev/lehr/control/embedetcd"
 	"lehr.dev/lehr/control/service"
 	"lehr.dev/lehr/control/store"
+	"lehr.dev/lehr/internal/metricshttp"
 	"lehr.dev/lehr/internal/tlsconfig"
 	"lehr.dev/lehr/proto/lehrpb"
 )
@@ -201,7 +202,7 @@ func (c *Control) Metrics() *metrics.Set { return c.metrics }
 
 // Close stops a running control and waits until Run has returned. It is
 // idempotent and safe to call before Run (Run then fails at once).
-func (c *Control) Close() {
+func (c *Control) Close() error {
 	c.mu.Lock()
 	c.closed = true
 	cancel, started := c.cancel, c.started
@@ -212,6 +213,7 @@ func (c *Control) Close() {
 	if started {
 		<-c.done
 	}
+	return nil
 }
 
 // Run starts etcd (unless external), the gRPC and metrics servers and the
@@ -304,7 +306,7 @@ func (c *Control) Run(ctx context.Context) (err error) {
 
 	var hsrv *http.Server
 	if mlis != nil {
-		hsrv = &http.Server{Handler: c.httpHandler(hs), ReadHeaderTimeout: 10 * time.Second}
+		hsrv = metricshttp.Server(c.metrics, map[string]http.Handler{"GET /healthz": healthz(hs)})
 	}
 
 	var wg sync.WaitGroup
@@ -358,10 +360,10 @@ func (c *Control) Run(ctx context.Context) (err error) {
 	svc.Close()
 	stopBackground()
 	stopped := make(chan struct{})
-	go func() {
+	wg.Go(func() {
 		gs.GracefulStop()
 		close(stopped)
-	}()
+	})
 	timer := time.NewTimer(c.opts.ShutdownTimeout)
 	select {
 	case <-stopped:
@@ -383,15 +385,10 @@ func (c *Control) Run(ctx context.Context) (err error) {
 	return err
 }
 
-// httpHandler serves /metrics and /healthz.
-func (c *Control) httpHandler(hs *health.Server) http.Handler {
-	mux := http.NewServeMux()
-	mux.HandleFunc("GET /metrics", func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
-		c.metrics.WritePrometheus(w)
-		metrics.WriteProcessMetrics(w)
-	})
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+// healthz answers "ok" while the gRPC health service says control serves,
+// 503 otherwise.
+func healthz(hs *health.Server) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		resp, err := hs.Check(r.Context(), &healthpb.HealthCheckRequest{Service: lehrpb.Control_ServiceDesc.ServiceName})
 		if err != nil || resp.GetStatus() != healthpb.HealthCheckResponse_SERVING {
 			http.Error(w, "not serving: etcd unreachable", http.StatusServiceUnavailable)
@@ -399,7 +396,6 @@ func (c *Control) httpHandler(hs *health.Server) http.Handler {
 		}
 		fmt.Fprintln(w, "ok")
 	})
-	return mux
 }
 
 // watchHealth sets the gRPC health status from etcd reachability until ctx

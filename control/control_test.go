@@ -551,7 +551,7 @@ func TestWatchGoalsRevisionGone(t *testing.T) {
 	if err != nil {
 		t.Fatalf("embedetcd.Start: %v", err)
 	}
-	t.Cleanup(etcd.Close)
+	t.Cleanup(func() { etcd.Close() })
 	srv := controltest.StartControl(t, control.Options{EtcdEndpoints: etcd.Endpoints()})
 	cl := srv.Client
 	createDomain(t, cl, "gone", nil)

@@ -36,6 +36,8 @@ import (
 	"lehr.dev/lehr/distributor/fanout"
 	"lehr.dev/lehr/distributor/goalwatch"
 	"lehr.dev/lehr/distributor/versions"
+	"lehr.dev/lehr/internal/backoff"
+	"lehr.dev/lehr/internal/metricshttp"
 	"lehr.dev/lehr/internal/names"
 	"lehr.dev/lehr/internal/tlsconfig"
 	"lehr.dev/lehr/proto/lehrpb"
@@ -125,6 +127,7 @@ type Distributor struct {
 	stopOnce  sync.Once
 	done      chan struct{}
 	runCalled bool
+	closed    bool // Close was called
 
 	mu          sync.Mutex
 	srv         *fanout.Server
@@ -286,16 +289,21 @@ func (d *Distributor) Convergence() (agents int, counts []fanout.VersionCount) {
 
 // Close stops a running distributor and waits until Run has returned. It
 // is idempotent and may be called before, during or after Run.
-func (d *Distributor) Close() {
-	d.stopOnce.Do(func() { close(d.stop) })
+func (d *Distributor) Close() error {
 	d.mu.Lock()
 	ran := d.runCalled
+	d.runCalled, d.closed = true, true // Run after Close returns at once
 	d.mu.Unlock()
-	if ran {
-		<-d.done
-	} else {
-		d.conn.Close()
-	}
+	d.stopOnce.Do(func() {
+		close(d.stop)
+		if !ran {
+			// Run, which would have closed it, never will.
+			close(d.done)
+			d.conn.Close()
+		}
+	})
+	<-d.done
+	return nil
 }
 
 // Run serves until ctx is done or Close is called, then stops everything
@@ -304,6 +312,10 @@ func (d *Distributor) Close() {
 // Run may be called once.
 func (d *Distributor) Run(ctx context.Context) (err error) {
 	d.mu.Lock()
+	if d.closed {
+		d.mu.Unlock()
+		return nil
+	}
 	if d.runCalled {
 		d.mu.Unlock()
 		return errors.New("distributor: Run called twice")
@@ -340,15 +352,7 @@ func (d *Distributor) Run(ctx context.Context) (err error) {
 			srv.Close()
 			return fmt.Errorf("distributor: metrics listen %s: %w", d.opts.MetricsListen, err)
 		}
-		mux := http.NewServeMux()
-		mux.HandleFunc("/metrics", func(w http.ResponseWriter, _ *http.Request) {
-			w.Header().Set("Content-Type", "text/plain; version=0.0.4")
-			d.set.WritePrometheus(w)
-			// go_* and process_* of the whole process (read from the
-			// runtime and /proc; no global metric set is involved).
-			metrics.WriteProcessMetrics(w)
-		})
-		hs = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+		hs = metricshttp.Server(d.set, nil)
 	}
 	d.mu.Lock()
 	d.srv = srv
@@ -357,26 +361,24 @@ func (d *Distributor) Run(ctx context.Context) (err error) {
 	}
 	d.mu.Unlock()
 
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
+	// Every part runs in a goroutine started with wg.Go; the first that
+	// fails ends Run through ctx's cause, and Run returns that error.
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
 	var wg sync.WaitGroup
-	errc := make(chan error, 4)
-	goAttach := func(name string, f func(context.Context) error) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+	run := func(name string, f func(context.Context) error) {
+		wg.Go(func() {
 			if err := f(ctx); err != nil {
-				errc <- fmt.Errorf("distributor: %s: %w", name, err)
-				cancel()
+				cancel(fmt.Errorf("distributor: %s: %w", name, err))
 			}
-		}()
+		})
 	}
-	goAttach("serve agents", srv.Serve)
-	goAttach("watch goals", d.watch.Run)
-	goAttach("sync goals", d.syncGoals)
-	goAttach("report", d.report)
+	run("serve agents", srv.Serve)
+	run("watch goals", d.watch.Run)
+	run("sync goals", d.syncGoals)
+	run("report", d.report)
 	if hs != nil {
-		goAttach("serve metrics", func(context.Context) error {
+		run("serve metrics", func(context.Context) error {
 			if err := hs.Serve(mln); !errors.Is(err, http.ErrServerClosed) {
 				return err
 			}
@@ -390,16 +392,15 @@ func (d *Distributor) Run(ctx context.Context) (err error) {
 	case <-ctx.Done():
 	case <-d.stop:
 	}
-	cancel()
+	if cause := context.Cause(ctx); !errors.Is(cause, context.Canceled) {
+		err = cause
+	}
+	cancel(nil)
 	srv.Close()
 	if hs != nil {
 		hs.Close()
 	}
 	wg.Wait()
-	close(errc)
-	for e := range errc {
-		err = errors.Join(err, e)
-	}
 	d.log.Info("distributor stopped", "err", err)
 	return err
 }
@@ -431,13 +432,16 @@ func (d *Distributor) takeDirty() []string {
 // syncWorkers bounds concurrent version fetches from control.
 const syncWorkers = 8
 
+// syncRetry paces the retries of goal versions that could not be fetched
+// (control unreachable): 200 ms, doubling to 10 s, with equal jitter.
+var syncRetry = backoff.Policy{Min: 200 * time.Millisecond, Max: 10 * time.Second}
+
 // syncGoals makes the fanout's goals follow the watcher's: for each
 // namespace whose goal changed it pins and fetches the goal version and
 // hands it to the fanout. A fetch that fails (control unreachable) is
 // retried with backoff; meanwhile agents keep the previous goal.
 func (d *Distributor) syncGoals(ctx context.Context) error {
-	const minRetry, maxRetry = 200 * time.Millisecond, 10 * time.Second
-	retry := minRetry
+	retries := 0 // consecutive failed rounds
 	var timer *time.Timer
 	var timerc <-chan time.Time
 	for {
@@ -453,14 +457,14 @@ func (d *Distributor) syncGoals(ctx context.Context) error {
 		}
 		failed := d.syncBatch(ctx, d.takeDirty())
 		if len(failed) == 0 {
-			retry = minRetry
+			retries = 0
 			continue
 		}
 		d.markDirtyQuiet(failed)
 		if timerc == nil {
-			timer = time.NewTimer(retry)
+			timer = time.NewTimer(syncRetry.Equal(retries))
 			timerc = timer.C
-			retry = min(retry*2, maxRetry)
+			retries++
 		}
 	}
 }
@@ -483,9 +487,7 @@ func (d *Distributor) syncBatch(ctx context.Context, nss []string) (failed []str
 	sem := make(chan struct{}, syncWorkers)
 	for _, ns := range nss {
 		sem <- struct{}{}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			defer func() { <-sem }()
 			if err := d.syncOne(ctx, ns); err != nil {
 				if ctx.Err() == nil {
@@ -495,7 +497,7 @@ func (d *Distributor) syncBatch(ctx context.Context, nss []string) (failed []str
 				failed = append(failed, ns)
 				mu.Unlock()
 			}
-		}()
+		})
 	}
 	wg.Wait()
 	d.mu.Lock()

@@ -216,15 +216,8 @@ func Dial(ctx context.Context, opts Options) (*Agent, error) {
 	case *lehrpb.Welcome:
 		a.welcome = m
 	}
-	a.wg.Add(2)
-	go func() {
-		defer a.wg.Done()
-		a.readControl(dec)
-	}()
-	go func() {
-		defer a.wg.Done()
-		a.acceptUpdates()
-	}()
+	a.wg.Go(func() { a.readControl(dec) })
+	a.wg.Go(a.acceptUpdates)
 	return a, nil
 }
 
@@ -468,11 +461,7 @@ func (a *Agent) acceptUpdates() {
 		if err != nil {
 			return
 		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			a.handleUpdate(str)
-		}()
+		wg.Go(func() { a.handleUpdate(str) })
 	}
 }
 

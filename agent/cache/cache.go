@@ -176,8 +176,7 @@ func Open(o Options) (*Cache, error) {
 		interval = 10 * time.Minute
 	}
 	if interval > 0 {
-		c.wg.Add(1)
-		go c.gcLoop(interval)
+		c.wg.Go(func() { c.gcLoop(interval) })
 	}
 	return c, nil
 }
@@ -212,7 +211,6 @@ func (c *Cache) enter() error {
 }
 
 func (c *Cache) gcLoop(interval time.Duration) {
-	defer c.wg.Done()
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {

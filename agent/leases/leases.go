@@ -7,8 +7,8 @@
 // its keepalives, does not cost an upstream unsubscribe and a full resend.
 //
 // The table holds no timers and starts no goroutines: time comes from an
-// injected Clock and the owner calls Expire periodically. Every mutating
-// method returns the namespace transitions it caused (wanted → unwanted or
+// injected clock (Options.Now) and the owner calls Expire periodically.
+// Every mutating method returns the namespace transitions it caused (wanted → unwanted or
 // the reverse), so the caller acts on them after the table's lock is
 // released; the table never calls out.
 //
@@ -38,21 +38,10 @@ const (
 // ErrNotFound is returned for a lease id that does not exist or has expired.
 var ErrNotFound = errors.New("leases: lease not found or expired")
 
-// Clock tells the time. time.Now satisfies it through SystemClock.
-type Clock interface {
-	Now() time.Time
-}
-
-// SystemClock is the Clock of the wall.
-type SystemClock struct{}
-
-// Now returns time.Now().
-func (SystemClock) Now() time.Time { return time.Now() }
-
 // Options configure a Table. The zero value is usable.
 type Options struct {
-	// Clock tells the time; nil means SystemClock.
-	Clock Clock
+	// Now returns the current time; nil means time.Now.
+	Now func() time.Time
 	// DefaultTTL is granted when a subscriber asks for 0; zero means
 	// DefaultTTL (30 s).
 	DefaultTTL time.Duration
@@ -96,7 +85,7 @@ type nsState struct {
 
 // Table is the lease table. It is safe for concurrent use.
 type Table struct {
-	clock                 Clock
+	now                   func() time.Time
 	defTTL, maxTTL, grace time.Duration
 
 	mu     sync.Mutex
@@ -107,15 +96,15 @@ type Table struct {
 // New returns an empty table.
 func New(opts Options) *Table {
 	t := &Table{
-		clock:  opts.Clock,
+		now:    opts.Now,
 		defTTL: opts.DefaultTTL,
 		maxTTL: opts.MaxTTL,
 		grace:  opts.Grace,
 		leases: map[string]*Lease{},
 		ns:     map[string]*nsState{},
 	}
-	if t.clock == nil {
-		t.clock = SystemClock{}
+	if t.now == nil {
+		t.now = time.Now
 	}
 	if t.defTTL <= 0 {
 		t.defTTL = DefaultTTL
@@ -158,7 +147,7 @@ func (t *Table) Subscribe(ns, clientID string, ttl time.Duration) (Lease, []Tran
 	l := &Lease{ID: newID(), Namespace: ns, ClientID: clientID, TTL: t.GrantTTL(ttl)}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	now := t.clock.Now()
+	now := t.now()
 	l.Expires = now.Add(l.TTL)
 	t.leases[l.ID] = l
 	st, ok := t.ns[ns]
@@ -179,7 +168,7 @@ func (t *Table) KeepAlive(id string) (Lease, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	l, ok := t.leases[id]
-	now := t.clock.Now()
+	now := t.now()
 	if !ok || !now.Before(l.Expires) {
 		return Lease{}, fmt.Errorf("keep alive %q: %w", id, ErrNotFound)
 	}
@@ -192,7 +181,7 @@ func (t *Table) Lookup(id string) (Lease, bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	l, ok := t.leases[id]
-	if !ok || !t.clock.Now().Before(l.Expires) {
+	if !ok || !t.now().Before(l.Expires) {
 		return Lease{}, false
 	}
 	return *l, true
@@ -207,7 +196,7 @@ func (t *Table) Unsubscribe(id string) ([]Transition, error) {
 	if !ok {
 		return nil, fmt.Errorf("unsubscribe %q: %w", id, ErrNotFound)
 	}
-	now := t.clock.Now()
+	now := t.now()
 	t.removeLocked(l, now)
 	return t.sweepLocked(now), nil
 }
@@ -224,7 +213,7 @@ func (t *Table) Hold(ns string) []Transition {
 	if t.grace == 0 {
 		return nil
 	}
-	t.ns[ns] = &nsState{leases: map[string]*Lease{}, until: t.clock.Now().Add(t.grace)}
+	t.ns[ns] = &nsState{leases: map[string]*Lease{}, until: t.now().Add(t.grace)}
 	return []Transition{{Namespace: ns, Wanted: true}}
 }
 
@@ -233,7 +222,7 @@ func (t *Table) Hold(ns string) []Transition {
 func (t *Table) Expire() []Transition {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	now := t.clock.Now()
+	now := t.now()
 	for _, l := range t.leases {
 		if !now.Before(l.Expires) {
 			t.removeLocked(l, now)

@@ -156,7 +156,7 @@ func TestTable(t *testing.T) {
 			if g == 0 {
 				g = grace
 			}
-			tab := New(Options{Clock: clk, DefaultTTL: ttl, Grace: g})
+			tab := New(Options{Now: clk.Now, DefaultTTL: ttl, Grace: g})
 			ids := map[string]string{}
 			for i, s := range tc.steps {
 				var tr []Transition
@@ -236,7 +236,7 @@ func TestDefaults(t *testing.T) {
 
 func TestLookupAndCounts(t *testing.T) {
 	clk := &fakeClock{now: time.Unix(0, 0)}
-	tab := New(Options{Clock: clk, DefaultTTL: 10 * time.Second})
+	tab := New(Options{Now: clk.Now, DefaultTTL: 10 * time.Second})
 	l, _ := tab.Subscribe("d/x", "c1", 0)
 	tab.Subscribe("d/x", "c2", 0)
 	got, ok := tab.Lookup(l.ID)

@@ -77,20 +77,26 @@ type Options struct {
 	Backend Backend
 	// Logger; nil means slog.Default().
 	Logger *slog.Logger
+	// ShutdownTimeout is how long Close lets in-flight calls finish before
+	// cutting them; zero means DefaultShutdownTimeout (5 s).
+	ShutdownTimeout time.Duration
 }
+
+// DefaultShutdownTimeout is the default Options.ShutdownTimeout.
+const DefaultShutdownTimeout = 5 * time.Second
 
 // Server is the local API server.
 type Server struct {
 	opts Options
 	log  *slog.Logger
 	grpc *grpc.Server
+	wg   sync.WaitGroup // the serving goroutine
 
 	mu      sync.Mutex
 	started bool
 	closed  bool
 	lis     net.Listener
-	done    chan struct{} // closed when Serve returns
-	err     error
+	err     error // Serve's error, if it failed
 }
 
 // New returns a server; Start begins serving.
@@ -101,7 +107,10 @@ func New(opts Options) (*Server, error) {
 	if opts.Backend == nil {
 		return nil, errors.New("localapi: Options.Backend is required")
 	}
-	s := &Server{opts: opts, log: opts.Logger, done: make(chan struct{})}
+	if opts.ShutdownTimeout <= 0 {
+		opts.ShutdownTimeout = DefaultShutdownTimeout
+	}
+	s := &Server{opts: opts, log: opts.Logger}
 	if s.log == nil {
 		s.log = slog.Default()
 	}
@@ -144,8 +153,7 @@ func (s *Server) Start() error {
 	}
 	s.lis = lis
 	s.started = true
-	go func() {
-		defer close(s.done)
+	s.wg.Go(func() {
 		err := s.grpc.Serve(lis)
 		if err != nil && !errors.Is(err, grpc.ErrServerStopped) {
 			s.log.Error("local API stopped", "socket", path, "err", err)
@@ -153,7 +161,7 @@ func (s *Server) Start() error {
 			s.err = err
 			s.mu.Unlock()
 		}
-	}()
+	})
 	s.log.Info("local API serving", "socket", path)
 	return nil
 }
@@ -183,53 +191,40 @@ func removeStale(path string) error {
 // Addr returns the socket path.
 func (s *Server) Addr() string { return s.opts.Socket }
 
-// Close stops the server: in-flight calls get up to timeout to finish, then
-// are cut. It removes the socket file and waits for the serving goroutine.
-// It is idempotent.
-func (s *Server) Close(timeout time.Duration) error {
+// Close stops the server: in-flight calls get Options.ShutdownTimeout to
+// finish, then are cut. It removes the socket file, waits for the serving
+// goroutine and returns the error serving failed with, if any. It is
+// idempotent; a later call waits for the first.
+func (s *Server) Close() error {
 	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
-		<-s.waitCh()
-		return nil
-	}
+	first := !s.closed
 	s.closed = true
 	started := s.started
 	s.mu.Unlock()
-	if !started {
-		return nil
+	if first && started {
+		var stop sync.WaitGroup
+		stopped := make(chan struct{})
+		stop.Go(func() {
+			s.grpc.GracefulStop()
+			close(stopped)
+		})
+		t := time.NewTimer(s.opts.ShutdownTimeout)
+		select {
+		case <-stopped:
+		case <-t.C:
+			s.grpc.Stop()
+		}
+		t.Stop()
+		stop.Wait()
+		s.wg.Wait()
+		if err := os.Remove(s.opts.Socket); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("localapi: remove socket: %w", err)
+		}
 	}
-	stopped := make(chan struct{})
-	go func() {
-		s.grpc.GracefulStop()
-		close(stopped)
-	}()
-	t := time.NewTimer(timeout)
-	defer t.Stop()
-	select {
-	case <-stopped:
-	case <-t.C:
-		s.grpc.Stop()
-		<-stopped
-	}
-	<-s.done
-	if err := os.Remove(s.opts.Socket); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return fmt.Errorf("localapi: remove socket: %w", err)
-	}
+	s.wg.Wait()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.err
-}
-
-func (s *Server) waitCh() <-chan struct{} {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if !s.started {
-		c := make(chan struct{})
-		close(c)
-		return c
-	}
-	return s.done
 }
 
 // service adapts Backend to lehrpb.AgentServer, validating requests.

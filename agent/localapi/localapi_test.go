@@ -124,7 +124,7 @@ func startServer(t *testing.T, sock string) (*Server, *tableBackend, lehrpb.Agen
 	if err := s.Start(); err != nil {
 		t.Fatalf("Start: %v", err)
 	}
-	t.Cleanup(func() { s.Close(time.Second) })
+	t.Cleanup(func() { s.Close() })
 	cc, err := grpc.NewClient("unix://"+sock, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
@@ -298,10 +298,10 @@ func TestSocketLifecycle(t *testing.T) {
 		if _, err := c.Status(ctx(t), &lehrpb.StatusRequest{}); err != nil {
 			t.Fatalf("Status over the replaced socket: %v", err)
 		}
-		if err := s.Close(time.Second); err != nil {
+		if err := s.Close(); err != nil {
 			t.Fatalf("Close: %v", err)
 		}
-		if err := s.Close(time.Second); err != nil {
+		if err := s.Close(); err != nil {
 			t.Fatalf("second Close: %v", err)
 		}
 		if _, err := os.Lstat(sock); !errors.Is(err, fs.ErrNotExist) {
@@ -334,7 +334,7 @@ func TestSocketLifecycle(t *testing.T) {
 			t.Fatal(err)
 		}
 		if err := s.Start(); err == nil {
-			s.Close(time.Second)
+			s.Close()
 			t.Fatalf("Start over a regular file succeeded")
 		}
 		if b, err := os.ReadFile(path); err != nil || string(b) != "keep me" {

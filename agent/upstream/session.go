@@ -107,30 +107,24 @@ func (c *Client) runSession(ctx context.Context, addr, lastConnected string) (es
 	if d := welcome.GetReportInterval(); d != nil && d.AsDuration() > 0 {
 		interval = d.AsDuration()
 	}
-	s.goSession(s.readControl)
-	s.goSession(s.acceptUpdates)
-	s.goSession(func() error { return s.report(interval) })
-	s.goSession(s.syncSubs)
+	// Each of these runs for the session's life; the first to return ends
+	// the session with its error.
+	s.wg.Go(func() { s.fail(s.readControl()) })
+	s.wg.Go(func() { s.fail(s.acceptUpdates()) })
+	s.wg.Go(func() { s.fail(s.report(interval)) })
+	s.wg.Go(func() { s.fail(s.syncSubs()) })
 	<-sctx.Done()
 	return true, context.Cause(sctx)
 }
 
-// goSession runs f; its return ends the session.
-func (s *session) goSession(f func() error) {
-	s.wg.Add(1)
-	go func() {
-		defer s.wg.Done()
-		err := f()
-		if err == nil {
-			err = errors.New("session goroutine ended")
-		}
-		s.fail(err)
-	}()
+// fail ends the session because of err (nil: a session goroutine ended
+// without one), closing the connection with the matching code.
+func (s *session) fail(err error) {
+	if err == nil {
+		err = errors.New("session goroutine ended")
+	}
+	s.failCode(wire.CodeFor(err), err)
 }
-
-// fail ends the session because of err, closing the connection with the
-// matching code.
-func (s *session) fail(err error) { s.failCode(wire.CodeFor(err), err) }
 
 func (s *session) failCode(code quic.ApplicationErrorCode, err error) {
 	s.closeOnce.Do(func() {
@@ -283,13 +277,11 @@ func (s *session) acceptUpdates() error {
 		if err != nil {
 			return fmt.Errorf("accept update stream: %w", err)
 		}
-		s.wg.Add(1)
-		go func() {
-			defer s.wg.Done()
+		s.wg.Go(func() {
 			if err := s.readUpdate(st); err != nil {
 				s.fail(err)
 			}
-		}()
+		})
 	}
 }
 
@@ -348,11 +340,7 @@ func (s *session) enqueue(u *lehrpb.Update) {
 	q.running = true
 	s.mu.Unlock()
 	if start {
-		s.wg.Add(1)
-		go func() {
-			defer s.wg.Done()
-			s.work(ns, q)
-		}()
+		s.wg.Go(func() { s.work(ns, q) })
 		return
 	}
 	select {

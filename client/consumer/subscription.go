@@ -101,10 +101,9 @@ func (s *Subscription) start() error {
 		return fmt.Errorf("consumer: subscribe %s: file watcher: %w", s.ns, err)
 	}
 	s.load()
-	s.wg.Add(3)
-	go func() { defer s.wg.Done(); s.watch(w) }()
-	go func() { defer s.wg.Done(); s.keepLease() }()
-	go func() { defer s.wg.Done(); s.dispatch() }()
+	s.wg.Go(func() { s.watch(w) })
+	s.wg.Go(s.keepLease)
+	s.wg.Go(s.dispatch)
 	return nil
 }
 

@@ -167,7 +167,7 @@ func (c *Cluster) Restart(ctx context.Context, i int) error {
 }
 
 // Close stops every member. It is idempotent.
-func (c *Cluster) Close() {
+func (c *Cluster) Close() error {
 	c.mu.Lock()
 	servers := c.servers
 	c.servers = make([]*Server, len(servers))
@@ -175,8 +175,9 @@ func (c *Cluster) Close() {
 	var wg sync.WaitGroup
 	for _, s := range servers {
 		if s != nil {
-			wg.Go(s.Close)
+			wg.Go(func() { s.Close() })
 		}
 	}
 	wg.Wait()
+	return nil
 }

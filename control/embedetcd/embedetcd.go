@@ -230,7 +230,7 @@ func (s *Server) Client(ctx context.Context) (*clientv3.Client, error) {
 
 // Close stops the member and waits for it to release its data directory
 // and ports. It is idempotent.
-func (s *Server) Close() {
+func (s *Server) Close() error {
 	s.closeOnce.Do(func() {
 		s.closing.Store(true)
 		s.etcd.Close()
@@ -238,6 +238,7 @@ func (s *Server) Close() {
 		for range s.etcd.Err() {
 		}
 	})
+	return nil
 }
 
 // NewClient dials etcd at endpoints with Lehr's defaults: the client's own

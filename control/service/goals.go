@@ -86,13 +86,7 @@ func (s *Service) WatchGoals(req *lehrpb.WatchGoalsRequest, stream grpc.ServerSt
 	// Stop the watch when the client goes away or the service closes.
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	go func() {
-		select {
-		case <-s.closing:
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
+	defer context.AfterFunc(s.closing, cancel)()
 
 	from := req.GetStartRevision()
 	if from == 0 {
@@ -129,11 +123,9 @@ func (s *Service) WatchGoals(req *lehrpb.WatchGoalsRequest, stream grpc.ServerSt
 // watchEnd is the error that ends a goal watch: UNAVAILABLE when the service
 // closes, the client's own cancellation, or the watch's error.
 func (s *Service) watchEnd(ctx context.Context, err error) error {
-	select {
-	case <-s.closing:
+	if s.closing.Err() != nil {
 		return apierror.New(codes.Unavailable, apierror.ReasonUnavailable, "",
 			"control is shutting down; reconnect and resume from the last revision + 1")
-	default:
 	}
 	if ctx.Err() != nil {
 		return apierror.FromError(ctx.Err())

@@ -12,7 +12,6 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"sync"
 	"time"
 
 	"github.com/VictoriaMetrics/metrics"
@@ -77,9 +76,9 @@ type Service struct {
 	registry *validate.Registry
 	leases   reportLeases // of ReportZoneStatus
 
-	// closing is closed by Close; long-lived streams end when it is.
-	closeOnce sync.Once
-	closing   chan struct{}
+	// closing ends when Close is called; long-lived streams end with it.
+	closing context.Context
+	close   context.CancelFunc
 }
 
 // New returns a Service. It starts nothing.
@@ -95,8 +94,8 @@ func New(opts Options) (*Service, error) {
 		kind:    opts.DefaultKind,
 		goals:   opts.GoalPolicy,
 		retries: opts.PublishRetries,
-		closing: make(chan struct{}),
 	}
+	s.closing, s.close = context.WithCancel(context.Background())
 	if s.log == nil {
 		s.log = slog.Default()
 	}
@@ -126,8 +125,9 @@ func (s *Service) Metrics() *metrics.Set { return s.metrics }
 // Close ends every open WatchGoals stream with UNAVAILABLE so that a
 // graceful server stop does not wait for them. Unary calls are unaffected.
 // It is idempotent.
-func (s *Service) Close() {
-	s.closeOnce.Do(func() { close(s.closing) })
+func (s *Service) Close() error {
+	s.close()
+	return nil
 }
 
 // track records the duration of one call and, if it failed, the rejection

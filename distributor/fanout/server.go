@@ -84,6 +84,8 @@ type Options struct {
 	// QUIC overrides the QUIC configuration; nil means
 	// wire.ServerQUICConfig().
 	QUIC *quic.Config
+	// Now returns the current time (refusal backoffs); nil means time.Now.
+	Now func() time.Time
 	// MaxHandshakes bounds the agents being admitted at once: between a
 	// connection's first packet and its Welcome (QUIC and TLS handshake,
 	// control stream, Hello). An attempt beyond it is refused at once with
@@ -272,6 +274,14 @@ func admitted(conn *quic.Conn) {
 	}
 }
 
+// now is the server's clock.
+func (s *Server) now() time.Time {
+	if s.opts.Now != nil {
+		return s.opts.Now()
+	}
+	return time.Now()
+}
+
 // Addr is the UDP address the server listens on.
 func (s *Server) Addr() net.Addr { return s.ln.Addr() }
 
@@ -296,12 +306,10 @@ func (s *Server) Serve(ctx context.Context) error {
 			conn.CloseWithError(codeGoingAway, "distributor shutting down")
 			continue
 		}
-		s.wg.Add(1) // under mu, so never concurrently with Close's Wait
+		// Started under mu, so never concurrently with Close's Wait (a
+		// WaitGroup must not grow from zero while it is being waited for).
+		s.wg.Go(func() { s.handle(conn) })
 		s.mu.Unlock()
-		go func() {
-			defer s.wg.Done()
-			s.handle(conn)
-		}()
 	}
 }
 

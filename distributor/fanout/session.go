@@ -13,6 +13,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"lehr.dev/lehr/internal/backoff"
 	"lehr.dev/lehr/internal/content"
 	"lehr.dev/lehr/internal/update"
 	"lehr.dev/lehr/internal/wire"
@@ -31,12 +32,10 @@ const controlReadBuffer = 512
 // maxNamespacesPerAgent bounds one agent's subscription table.
 const maxNamespacesPerAgent = 100_000
 
-// refusalBackoff bounds the delay before retrying a namespace whose update
-// an agent refused without asking for a resync.
-const (
-	minRefusalBackoff = 100 * time.Millisecond
-	maxRefusalBackoff = 30 * time.Second
-)
+// refusalBackoff paces the retries of a namespace whose update an agent
+// refused: 100 ms after the first refusal, doubling up to 30 s while the
+// agent keeps refusing.
+var refusalBackoff = backoff.Policy{Min: 100 * time.Millisecond, Max: 30 * time.Second}
 
 // nsState is what the fanout knows of one namespace on one agent.
 type nsState struct {
@@ -164,17 +163,9 @@ func (s *Server) handle(conn *quic.Conn) {
 	admitted(conn)
 	log.Info("agent connected", "protocol_version", version, "cached", len(hello.GetCached()), "subscriptions", len(hello.GetSubscriptions()))
 
-	ss.wg.Add(1)
-	go func() {
-		defer ss.wg.Done()
-		ss.pushLoop()
-	}()
+	ss.wg.Go(ss.pushLoop)
 	if s.refuseStreams {
-		ss.wg.Add(1)
-		go func() {
-			defer ss.wg.Done()
-			ss.refuseStreams()
-		}()
+		ss.wg.Go(ss.refuseStreams)
 	}
 	ss.kick()
 	err = ss.readLoop()
@@ -374,22 +365,10 @@ func (ss *session) onAck(m *lehrpb.Ack) error {
 		st.notBefore = time.Time{}
 	} else {
 		// Refused: the next attempt is a snapshot, after a backoff that
-		// grows while the agent keeps refusing.
+		// grows while the agent keeps refusing (pushLoop wakes for it).
 		st.needSnapshot = true
 		st.refusals++
-		d := min(minRefusalBackoff<<min(st.refusals-1, 16), maxRefusalBackoff)
-		st.notBefore = time.Now().Add(d)
-		ss.wg.Add(1)
-		go func() {
-			defer ss.wg.Done()
-			t := time.NewTimer(d)
-			defer t.Stop()
-			select {
-			case <-t.C:
-				ss.kick()
-			case <-ss.ctx.Done():
-			}
-		}()
+		st.notBefore = ss.srv.now().Add(refusalBackoff.Ceiling(st.refusals - 1))
 	}
 	ss.mu.Unlock()
 	if m.GetOk() {
@@ -428,20 +407,20 @@ func (ss *session) onResync(m *lehrpb.Resync) error {
 // Server.refuseStreams); with wire.ServerQUICConfig quic-go refuses them.
 func (ss *session) refuseStreams() {
 	errc := make(chan string, 2)
-	go func() {
+	ss.wg.Go(func() {
 		if _, err := ss.conn.AcceptUniStream(ss.ctx); err == nil {
 			errc <- "agents must not open unidirectional streams"
 		} else {
 			errc <- ""
 		}
-	}()
-	go func() {
+	})
+	ss.wg.Go(func() {
 		if _, err := ss.conn.AcceptStream(ss.ctx); err == nil {
 			errc <- "agents open exactly one bidirectional (control) stream"
 		} else {
 			errc <- ""
 		}
-	}()
+	})
 	for range 2 {
 		if reason := <-errc; reason != "" {
 			ss.violation("%s", reason)
@@ -459,15 +438,24 @@ type job struct {
 	snapshot bool
 }
 
-// pushLoop starts pushes whenever kicked, until the session ends.
+// pushLoop starts pushes whenever kicked, and when the earliest backoff
+// of a namespace waiting to be retried ends, until the session ends.
 func (ss *session) pushLoop() {
+	timer := time.NewTimer(time.Hour)
+	timer.Stop() // armed by plan's wake time only
+	defer timer.Stop()
 	for {
 		select {
 		case <-ss.ctx.Done():
 			return
 		case <-ss.kickc:
+		case <-timer.C:
 		}
-		jobs, unavailable := ss.plan()
+		jobs, unavailable, wake := ss.plan()
+		timer.Stop()
+		if !wake.IsZero() {
+			timer.Reset(max(wake.Sub(ss.srv.now()), 0))
+		}
 		for _, u := range unavailable {
 			if err := ss.send(u); err != nil {
 				ss.log.Info("send Unavailable", "err", err)
@@ -477,24 +465,19 @@ func (ss *session) pushLoop() {
 			ss.srv.met.unavailable.Inc()
 		}
 		for _, j := range jobs {
-			ss.wg.Add(1)
-			go func() {
-				defer ss.wg.Done()
-				ss.push(j)
-			}()
+			ss.wg.Go(func() { ss.push(j) })
 		}
 	}
 }
 
 // plan decides, under the session lock, which namespaces need an update now
-// and marks them in flight.
-func (ss *session) plan() ([]job, []*lehrpb.Unavailable) {
+// and marks them in flight. wake is when the earliest namespace held back
+// by a refusal backoff may be retried (zero: none is).
+func (ss *session) plan() (jobs []job, unavailable []*lehrpb.Unavailable, wake time.Time) {
 	goals := *ss.srv.goals.Load()
-	now := time.Now()
+	now := ss.srv.now()
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
-	var jobs []job
-	var unavailable []*lehrpb.Unavailable
 	for ns, st := range ss.ns {
 		if !st.subscribed || st.sending != 0 {
 			continue
@@ -518,13 +501,19 @@ func (ss *session) plan() ([]job, []*lehrpb.Unavailable) {
 		if st.needSnapshot {
 			action = update.SendSnapshot
 		}
-		if action == update.SendNothing || now.Before(st.notBefore) {
+		if action == update.SendNothing {
+			continue
+		}
+		if now.Before(st.notBefore) {
+			if wake.IsZero() || st.notBefore.Before(wake) {
+				wake = st.notBefore
+			}
 			continue
 		}
 		st.sending = g.Seq
 		jobs = append(jobs, job{ns: ns, goal: g, base: st.have, baseSum: st.haveSum, snapshot: action == update.SendSnapshot})
 	}
-	return jobs, unavailable
+	return jobs, unavailable, wake
 }
 
 // push builds one update and writes it on its own stream. A failure to

@@ -156,7 +156,7 @@ func TestOutOfRangeRestartsFromCurrentState(t *testing.T) {
 	if err != nil {
 		t.Fatalf("start etcd: %v", err)
 	}
-	t.Cleanup(etcd.Close)
+	t.Cleanup(func() { etcd.Close() })
 	// a serves the watcher; b publishes while a is down.
 	a := controltest.StartControl(t, control.Options{EtcdEndpoints: etcd.Endpoints()})
 	b := controltest.StartControl(t, control.Options{EtcdEndpoints: etcd.Endpoints()})

@@ -90,23 +90,23 @@ func (k Kind) extKeyUsage() []x509.ExtKeyUsage {
 }
 
 // CA is a certificate authority that signs leaf certificates.
-// Its methods are safe for concurrent use as long as Clock is not changed.
+// Its methods are safe for concurrent use as long as Now is not changed.
 type CA struct {
 	// Cert is the CA certificate.
 	Cert *x509.Certificate
 	// CertPEM is Cert in PEM form, as in ca.crt.
 	CertPEM []byte
-	// Clock returns the current time for NotBefore and NotAfter of issued
+	// Now returns the current time for NotBefore and NotAfter of issued
 	// certificates. Nil means time.Now. Tests set it to mint certificates
 	// that are already expired or not yet valid.
-	Clock func() time.Time
+	Now func() time.Time
 
 	key *ecdsa.PrivateKey
 }
 
 func (ca *CA) now() time.Time {
-	if ca.Clock != nil {
-		return ca.Clock()
+	if ca.Now != nil {
+		return ca.Now()
 	}
 	return time.Now()
 }

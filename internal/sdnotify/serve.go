@@ -3,6 +3,7 @@ package sdnotify
 import (
 	"context"
 	"log/slog"
+	"sync"
 )
 
 // Daemon is a component with the lifecycle every Lehr daemon has: Run
@@ -45,7 +46,9 @@ func Serve(ctx context.Context, d Daemon, opts ServeOptions) error {
 		}
 	}
 	done := make(chan error, 1)
-	go func() { done <- d.Run(ctx) }()
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	wg.Go(func() { done <- d.Run(ctx) })
 	select {
 	case <-d.Ready():
 	case err := <-done:

@@ -154,10 +154,10 @@ func TestMutualTLSRejects(t *testing.T) {
 	serverAsClientCert, serverAsClientKey := issue(t, ca, dir, "server-only", pki.Server, time.Hour)
 
 	past := func() time.Time { return time.Now().Add(-3 * time.Hour) }
-	ca.Clock = past
+	ca.Now = past
 	expiredCliCert, expiredCliKey := issue(t, ca, dir, "expired-agent", pki.Client, time.Hour)
 	expiredSrvCert, expiredSrvKey := issue(t, ca, dir, "expired-control", pki.Server, time.Hour)
-	ca.Clock = nil
+	ca.Now = nil
 
 	goodServer := func() *tls.Config { return mustServer(t, srvCert, srvKey, caFile) }
 	noCert := mustClient(t, cliCert, cliKey, caFile, "127.0.0.1")

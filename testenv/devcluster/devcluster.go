@@ -535,24 +535,25 @@ func (c *Cluster) socketPath(dataDir, hostID string) (string, error) {
 // runner runs one daemon's Run in a goroutine the cluster owns.
 type runner struct {
 	cancel context.CancelFunc
-	done   chan struct{}
-	err    error // Run's result; read after done is closed
+	wg     sync.WaitGroup
+	done   chan struct{} // closed when Run returned
+	err    error         // Run's result; read after done is closed
 }
 
 func goRun(run func(context.Context) error) *runner {
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &runner{cancel: cancel, done: make(chan struct{})}
-	go func() {
+	r.wg.Go(func() {
 		defer close(r.done)
 		r.err = run(ctx)
-	}()
+	})
 	return r
 }
 
 // stop cancels Run and waits for it.
 func (r *runner) stop() error {
 	r.cancel()
-	<-r.done
+	r.wg.Wait()
 	return r.err
 }
 
