@@ -76,14 +76,14 @@ func ParseRule(p content.Property) (Rule, error) {
 		} else {
 			j, err := yaml.YAMLToJSONStrict(p.Value)
 			if err != nil {
-				return Rule{}, fmt.Errorf("rule %q is neither JSON nor YAML (%v); want a document like {\"effect\": \"allow\", \"condition\": \"<CEL expression>\"}", p.Key, err)
+				return Rule{}, fmt.Errorf("rule %q is neither JSON nor YAML (%w); want a document like {\"effect\": \"allow\", \"condition\": \"<CEL expression>\"}", p.Key, err)
 			}
 			doc = j
 		}
 	} else {
 		mediaType, _, err := mime.ParseMediaType(ct)
 		if err != nil {
-			return Rule{}, fmt.Errorf("rule %q: invalid content type %q: %v", p.Key, ct, err)
+			return Rule{}, fmt.Errorf("rule %q: invalid content type %q: %w", p.Key, ct, err)
 		}
 		f := jsonyaml.FormatOf(mediaType)
 		if f != jsonyaml.JSON && f != jsonyaml.YAML {
@@ -99,7 +99,7 @@ func ParseRule(p content.Property) (Rule, error) {
 	dec.DisallowUnknownFields()
 	var r Rule
 	if err := dec.Decode(&r); err != nil {
-		return Rule{}, fmt.Errorf("rule %q: %v; want an object with fields effect, condition and optional description", p.Key, err)
+		return Rule{}, fmt.Errorf("rule %q: %w; want an object with fields effect, condition and optional description", p.Key, err)
 	}
 	switch r.Effect {
 	case EffectAllow, EffectDeny:
@@ -150,7 +150,7 @@ type CompiledRule struct {
 func Compile(env *cel.Env, key string, r Rule) (*CompiledRule, error) {
 	ast, iss := env.CompileSource(common.NewStringSource(r.Condition, key))
 	if err := iss.Err(); err != nil {
-		return nil, fmt.Errorf("condition of rule %q does not compile: %v", key, err)
+		return nil, fmt.Errorf("condition of rule %q does not compile: %w", key, err)
 	}
 	if t := ast.OutputType(); !t.IsExactType(cel.BoolType) {
 		return nil, fmt.Errorf("condition of rule %q has type %s, want bool; compare explicitly, e.g. request.flag == true", key, t)
@@ -184,7 +184,7 @@ func (r *CompiledRule) Matches(ctx context.Context, in Input) (bool, error) {
 	}
 	out, _, err := r.program.ContextEval(ctx, vars)
 	if err != nil {
-		return false, fmt.Errorf("%w %q: %v", ErrEval, r.Key, err)
+		return false, fmt.Errorf("%w %q: %w", ErrEval, r.Key, err)
 	}
 	b, ok := out.Value().(bool)
 	if !ok {

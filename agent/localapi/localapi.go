@@ -243,7 +243,7 @@ func checkNamespace(field, ns string) error {
 			`namespace is required: want "domain/name"`)
 	}
 	if _, _, err := names.Namespace(ns); err != nil {
-		return apierror.New(codes.InvalidArgument, apierror.ReasonInvalidName, field, "%v", err)
+		return apierror.Wrap(err, codes.InvalidArgument, apierror.ReasonInvalidName, field)
 	}
 	return nil
 }
@@ -269,17 +269,17 @@ func toStatus(op string, err error) error {
 		return ae
 	case errors.Is(err, leases.ErrNotFound):
 		return apierror.New(codes.NotFound, apierror.ReasonNotFound, "lease_id",
-			"%v: subscribe again", err)
+			"%v: subscribe again", err).WithCause(err)
 	case errors.Is(err, ErrNotFound):
-		return apierror.New(codes.NotFound, apierror.ReasonNotFound, "namespace", "%v", err)
+		return apierror.Wrap(err, codes.NotFound, apierror.ReasonNotFound, "namespace")
 	case errors.Is(err, ErrUnavailable):
-		return apierror.New(codes.Unavailable, apierror.ReasonUnavailable, "", "%v", err)
+		return apierror.Wrap(err, codes.Unavailable, apierror.ReasonUnavailable, "")
 	case errors.Is(err, context.Canceled):
-		return apierror.New(codes.Canceled, "", "", "%s: %v", op, err)
+		return apierror.New(codes.Canceled, "", "", "%s: %v", op, err).WithCause(err)
 	case errors.Is(err, context.DeadlineExceeded):
-		return apierror.New(codes.DeadlineExceeded, "", "", "%s: %v", op, err)
+		return apierror.New(codes.DeadlineExceeded, "", "", "%s: %v", op, err).WithCause(err)
 	}
-	return apierror.New(codes.Internal, apierror.ReasonInternal, "", "%s: %v", op, err)
+	return apierror.New(codes.Internal, apierror.ReasonInternal, "", "%s: %v", op, err).WithCause(err)
 }
 
 func (s *service) Subscribe(ctx context.Context, req *lehrpb.SubscribeRequest) (*lehrpb.SubscribeResponse, error) {
@@ -327,8 +327,7 @@ func (s *service) Get(ctx context.Context, req *lehrpb.AgentGetRequest) (*lehrpb
 	}
 	for i, k := range req.GetKeys() {
 		if err := names.Key(k); err != nil {
-			return nil, apierror.New(codes.InvalidArgument, apierror.ReasonInvalidName,
-				fmt.Sprintf("keys[%d]", i), "%v", err)
+			return nil, apierror.Wrap(err, codes.InvalidArgument, apierror.ReasonInvalidName, fmt.Sprintf("keys[%d]", i))
 		}
 	}
 	resp, err := s.b.Get(ctx, req)

@@ -132,7 +132,7 @@ func New(opts Options) (*Client, error) {
 	} else {
 		local, err := isLocal(opts.Address)
 		if err != nil {
-			return nil, invalidArg("address", "%v", err)
+			return nil, invalidArg("address", "%v", err).WithCause(err)
 		}
 		if !local {
 			return nil, invalidArg("address",
@@ -151,7 +151,7 @@ func New(opts Options) (*Client, error) {
 	dopts = append(dopts, opts.DialOptions...)
 	conn, err := grpc.NewClient(opts.Address, dopts...)
 	if err != nil {
-		return nil, invalidArg("address", "dial %s: %v", opts.Address, err)
+		return nil, invalidArg("address", "dial %s: %v", opts.Address, err).WithCause(err)
 	}
 	return &Client{
 		opts: opts,

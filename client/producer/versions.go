@@ -57,7 +57,7 @@ func (v *Version) Verify() error {
 	}
 	s, err := content.New(v.Properties)
 	if err != nil {
-		return apierror.New(codes.DataLoss, "", "properties", "%v", err)
+		return apierror.Wrap(err, codes.DataLoss, "", "properties")
 	}
 	if got, want := s.Checksum(), v.Info.GetChecksum(); got != want {
 		return apierror.New(codes.DataLoss, "", "checksum", "%s@%d: content checksum %s, recorded %s",

@@ -34,13 +34,13 @@ func (s *Service) apiError(ctx context.Context, err error) *apierror.Error {
 	case errors.As(err, &ce):
 		return staleError(ce.Namespace, "expected_version", "expected version", ce.Expected, ce.Current)
 	case errors.Is(err, store.ErrAlreadyExists):
-		return apierror.New(codes.AlreadyExists, apierror.ReasonAlreadyExists, "", "%v", err)
+		return apierror.Wrap(err, codes.AlreadyExists, apierror.ReasonAlreadyExists, "")
 	case errors.Is(err, store.ErrRevisionGone):
 		return apierror.New(codes.OutOfRange, apierror.ReasonRevisionGone, "start_revision",
 			"the requested revision was compacted; restart the watch from revision 0")
 	case errors.Is(err, store.ErrCorrupt):
 		s.log.Error("control: stored content is corrupt", "err", err)
-		return apierror.New(codes.DataLoss, apierror.ReasonInternal, "", "%v", err)
+		return apierror.Wrap(err, codes.DataLoss, apierror.ReasonInternal, "")
 	case ctx.Err() != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)):
 		// The caller gave up; say so in the caller's terms.
 		return apierror.FromError(ctx.Err())
@@ -48,14 +48,14 @@ func (s *Service) apiError(ctx context.Context, err error) *apierror.Error {
 		// Canceled while our caller still waits: the etcd client is
 		// closing under us (shutdown). Either way another try may work.
 		return apierror.New(codes.Unavailable, apierror.ReasonUnavailable, "",
-			"storage is unavailable, retry with the same request_id: %v", err)
+			"storage is unavailable, retry with the same request_id: %v", err).WithCause(err)
 	case errors.Is(err, store.ErrContention):
-		return apierror.New(codes.Aborted, apierror.ReasonUnavailable, "", "%v; retry", err)
+		return apierror.New(codes.Aborted, apierror.ReasonUnavailable, "", "%v; retry", err).WithCause(err)
 	case errors.Is(err, store.ErrInvalid):
-		return apierror.New(codes.InvalidArgument, apierror.ReasonInvalidArgument, "", "%v", err)
+		return apierror.Wrap(err, codes.InvalidArgument, apierror.ReasonInvalidArgument, "")
 	}
 	s.log.Error("control: unexpected error", "err", err)
-	return apierror.New(codes.Internal, apierror.ReasonInternal, "", "%v", err)
+	return apierror.Wrap(err, codes.Internal, apierror.ReasonInternal, "")
 }
 
 // staleError is the conflict error: the stated version is not the latest.
@@ -76,9 +76,9 @@ func invalid(reason, field, format string, args ...any) *apierror.Error {
 func nameError(field string, err error) *apierror.Error {
 	var ne *names.Error
 	if errors.As(err, &ne) {
-		return invalid(apierror.ReasonInvalidName, field, "invalid %s %q: %s", ne.Kind, ne.Value, ne.Reason)
+		return invalid(apierror.ReasonInvalidName, field, "invalid %s %q: %s", ne.Kind, ne.Value, ne.Reason).WithCause(err)
 	}
-	return invalid(apierror.ReasonInvalidName, field, "%v", err)
+	return apierror.Wrap(err, codes.InvalidArgument, apierror.ReasonInvalidName, field)
 }
 
 // violationError maps a validate.Violation to an API error on field.

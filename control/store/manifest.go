@@ -194,7 +194,7 @@ func (s *Store) readContent(ctx context.Context, ns string, rec *lehrpb.VersionR
 	}
 	snap, err := content.New(props)
 	if err != nil {
-		return content.Snapshot{}, fmt.Errorf("%w: manifest of %s@%d: %v", ErrCorrupt, ns, rec.GetInfo().GetSeq(), err)
+		return content.Snapshot{}, fmt.Errorf("%w: manifest of %s@%d: %w", ErrCorrupt, ns, rec.GetInfo().GetSeq(), err)
 	}
 	if got, want := snap.Checksum(), rec.GetInfo().GetChecksum(); got != want {
 		return content.Snapshot{}, fmt.Errorf("%w: %s@%d has checksum %s, recorded %s", ErrCorrupt, ns, rec.GetInfo().GetSeq(), got, want)

@@ -134,7 +134,7 @@ func (s *Store) readAt(ctx context.Context, ops ...clientv3.Op) ([]*clientv3.Get
 func encode(m proto.Message) ([]byte, error) {
 	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(m)
 	if err != nil {
-		return nil, fmt.Errorf("%w: encode %s: %v", ErrInvalid, m.ProtoReflect().Descriptor().Name(), err)
+		return nil, fmt.Errorf("%w: encode %s: %w", ErrInvalid, m.ProtoReflect().Descriptor().Name(), err)
 	}
 	return b, nil
 }
@@ -142,7 +142,7 @@ func encode(m proto.Message) ([]byte, error) {
 // decode decodes a stored record; a record that does not decode is corrupt.
 func decode(key string, b []byte, m proto.Message) error {
 	if err := proto.Unmarshal(b, m); err != nil {
-		return fmt.Errorf("%w: decode %s: %v", ErrCorrupt, key, err)
+		return fmt.Errorf("%w: decode %s: %w", ErrCorrupt, key, err)
 	}
 	return nil
 }

@@ -58,6 +58,10 @@ type Error struct {
 	Limit string
 	// CurrentVersion is the namespace's latest version, for ReasonStaleVersion.
 	CurrentVersion uint64
+	// Cause is the error this one was made from, if any. It never travels
+	// over the wire (Message does), but in the process that made the
+	// error it keeps errors.Is and errors.As working through it (Unwrap).
+	Cause error
 }
 
 // Sentinels for errors.Is. An *Error matches a sentinel when the codes are
@@ -79,6 +83,21 @@ var (
 func New(code codes.Code, reason, field, format string, args ...any) *Error {
 	return &Error{Code: code, Reason: reason, Field: field, Message: fmt.Sprintf(format, args...)}
 }
+
+// Wrap returns an error with the given code, reason and field whose
+// Message is err's text and whose Cause is err.
+func Wrap(err error, code codes.Code, reason, field string) *Error {
+	return &Error{Code: code, Reason: reason, Field: field, Message: err.Error(), Cause: err}
+}
+
+// WithCause sets Cause and returns e.
+func (e *Error) WithCause(err error) *Error {
+	e.Cause = err
+	return e
+}
+
+// Unwrap returns Cause.
+func (e *Error) Unwrap() error { return e.Cause }
 
 // WithLimit sets Limit and returns e.
 func (e *Error) WithLimit(format string, args ...any) *Error {

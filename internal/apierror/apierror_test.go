@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -47,5 +48,27 @@ func TestFromErrorOther(t *testing.T) {
 	}
 	if !FromError(status.Error(codes.Unavailable, "x")).Retryable() {
 		t.Error("Unavailable is not retryable")
+	}
+}
+
+// An Error made from another error keeps it reachable for errors.Is and
+// errors.As in the process that made it; the wire form carries only the
+// message.
+func TestCauseUnwraps(t *testing.T) {
+	cause := fmt.Errorf("read meta: %w", os.ErrNotExist)
+	e := Wrap(cause, codes.NotFound, ReasonNotFound, "namespace")
+	if !errors.Is(e, os.ErrNotExist) || !errors.Is(e, ErrNotFound) {
+		t.Errorf("errors.Is through Wrap: cause %v, sentinel %v; want both true", errors.Is(e, os.ErrNotExist), errors.Is(e, ErrNotFound))
+	}
+	if e.Message != cause.Error() {
+		t.Errorf("Message = %q, want the cause's text %q", e.Message, cause.Error())
+	}
+	w := New(codes.Internal, ReasonInternal, "", "get: %v", cause).WithCause(cause)
+	if !errors.Is(fmt.Errorf("outer: %w", w), os.ErrNotExist) {
+		t.Error("errors.Is does not reach WithCause's cause through a wrapping error")
+	}
+	back := FromError(status.ErrorProto(e.GRPCStatus().Proto()))
+	if back.Cause != nil || back.Message != e.Message || back.Reason != e.Reason {
+		t.Errorf("round trip = %+v; want the message and reason, and no cause", back)
 	}
 }
