@@ -50,7 +50,8 @@ func (s *Service) apiError(ctx context.Context, err error) *apierror.Error {
 		return apierror.New(codes.Unavailable, apierror.ReasonUnavailable, "",
 			"storage is unavailable, retry with the same request_id: %v", err).WithCause(err)
 	case errors.Is(err, store.ErrContention):
-		return apierror.New(codes.Aborted, apierror.ReasonUnavailable, "", "%v; retry", err).WithCause(err)
+		return apierror.New(codes.Aborted, apierror.ReasonUnavailable, "",
+			"%v (the namespace changes too often to commit; control already retried, try later)", err).WithCause(err)
 	case errors.Is(err, store.ErrInvalid):
 		return apierror.Wrap(err, codes.InvalidArgument, apierror.ReasonInvalidArgument, "")
 	}

@@ -251,32 +251,22 @@ func (s *Service) Rollback(ctx context.Context, req *lehrpb.RollbackRequest) (_ 
 	return &lehrpb.RollbackResponse{Version: info}, nil
 }
 
-// commitLatest commits c on top of the latest version. With expected != 0
-// the commit is a compare-and-swap against it; otherwise a commit that lost
-// a race to another writer is retried on the new latest (bounded).
+// commitLatest commits c. With expected != 0 the commit is a
+// compare-and-swap against it (a conflict is STALE_VERSION naming the
+// current version); otherwise it goes on top of whatever version is latest
+// (the store's optimistic rounds rebase it; nothing here retries).
 func (s *Service) commitLatest(ctx context.Context, c store.Commit, expected, latest uint64) (*lehrpb.VersionInfo, error) {
-	c.ExpectedLatest = latest
 	if expected != 0 {
 		c.ExpectedLatest = expected
+	} else {
+		c.ExpectedLatest, c.Rebase = latest, true
 	}
-	for attempt := 1; ; attempt++ {
-		info, err := s.st.Commit(ctx, c)
-		var ce *store.ConflictError
-		if !errors.As(err, &ce) {
-			return info, err
-		}
-		if expected != 0 {
-			return nil, staleError(c.Namespace, "expected_version", "expected version", expected, ce.Current)
-		}
-		if attempt >= s.retries {
-			e := apierror.New(codes.Aborted, apierror.ReasonStaleVersion, "",
-				"%s changed %d times while publishing; retry", c.Namespace, attempt)
-			e.CurrentVersion = ce.Current
-			return nil, e
-		}
-		s.log.Debug("control: publish lost a race, retrying", "namespace", c.Namespace, "expected", c.ExpectedLatest, "current", ce.Current)
-		c.ExpectedLatest = ce.Current
+	info, err := s.st.Commit(ctx, c)
+	var ce *store.ConflictError
+	if errors.As(err, &ce) {
+		return nil, staleError(c.Namespace, "expected_version", "expected version", expected, ce.Current)
 	}
+	return info, err
 }
 
 // namespaceForPublish returns the namespace a publish goes to and whether

@@ -53,10 +53,6 @@ type Options struct {
 	DefaultKind lehrpb.NamespaceKind
 	// GoalPolicy decides how a publish moves goal states; default AllZones.
 	GoalPolicy GoalPolicy
-	// PublishRetries bounds how often a publish without expected_version is
-	// retried when another writer committed in between (last writer wins);
-	// default 8.
-	PublishRetries int
 }
 
 // Service implements lehrpb.ControlServer. Create it with New; it is safe
@@ -70,7 +66,6 @@ type Service struct {
 	now     func() time.Time
 	kind    lehrpb.NamespaceKind
 	goals   GoalPolicy
-	retries int
 
 	limiters limiters
 	registry *validate.Registry
@@ -93,7 +88,6 @@ func New(opts Options) (*Service, error) {
 		now:     opts.Now,
 		kind:    opts.DefaultKind,
 		goals:   opts.GoalPolicy,
-		retries: opts.PublishRetries,
 	}
 	s.closing, s.close = context.WithCancel(context.Background())
 	if s.log == nil {
@@ -110,9 +104,6 @@ func New(opts Options) (*Service, error) {
 	}
 	if s.goals == nil {
 		s.goals = AllZones
-	}
-	if s.retries <= 0 {
-		s.retries = 8
 	}
 	s.limiters.m = make(map[string]*domainLimiter)
 	s.registry = validate.NewRegistry(validate.Options{})

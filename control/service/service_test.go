@@ -40,7 +40,7 @@ func TestAPIErrorMapsStoreErrors(t *testing.T) {
 		retryable bool
 	}{
 		{"invalid", fmt.Errorf("store: put: %w: too big", store.ErrInvalid), codes.InvalidArgument, false},
-		{"contention", fmt.Errorf("store: commit x/y: %w after 16 attempts", store.ErrContention), codes.Aborted, true},
+		{"contention", fmt.Errorf("store: commit x/y: %w after 16 attempts", store.ErrContention), codes.Aborted, false},
 		{"not found", &store.NotFoundError{What: "zone", Name: "z"}, codes.NotFound, false},
 		{"already exists", fmt.Errorf("store: create zone z: %w", store.ErrAlreadyExists), codes.AlreadyExists, false},
 		{"unavailable", fmt.Errorf("store: get: %w", context.DeadlineExceeded), codes.Unavailable, true},

@@ -27,8 +27,11 @@ package store
 //     visible or none of it does.
 //
 // If the guard fails the round starts over: a moved latest version then ends
-// in a *ConflictError (or the idempotent answer), while a head touched only
-// by compaction (which rewrites oldest_version) or a new zone simply retries.
+// in a *ConflictError (or the idempotent answer) — unless c.Rebase, which
+// commits on the new latest instead — while a head touched only by
+// compaction (which rewrites oldest_version) or a new zone simply retries.
+// These optimistic rounds are the only retries on the server side of a
+// publish; see docs/design.md, "Retries".
 // Staging is redone every round, which is what makes blob GC safe; see
 // compact.go.
 //
@@ -81,6 +84,12 @@ type Commit struct {
 	// The commit succeeds only if the namespace's latest version is still
 	// ExpectedLatest (0: no version yet); otherwise *ConflictError.
 	ExpectedLatest uint64
+	// Rebase commits on top of whatever version is latest when the final
+	// transaction runs, instead of requiring ExpectedLatest (ignored then):
+	// for content that does not depend on its parent (a snapshot publish, a
+	// rollback). Another writer's commit makes Commit start a new round, as
+	// a guard failure does; it never returns *ConflictError.
+	Rebase bool
 	// The complete content of the new version.
 	Content content.Snapshot
 	// Author, Message, Source, RollbackOf and TransportIdentity are copied;
@@ -154,7 +163,7 @@ func (s *Store) tryCommit(ctx context.Context, c Commit, domain string, m *manif
 			return nil, &NotFoundError{What: "namespace", Name: c.Namespace}
 		case rs[1].Count == 0:
 			return nil, &NotFoundError{What: "domain", Name: domain}
-		case c.ExpectedLatest != 0:
+		case c.ExpectedLatest != 0 && !c.Rebase:
 			return nil, &ConflictError{Namespace: c.Namespace, Expected: c.ExpectedLatest, Current: 0}
 		}
 		head = &lehrpb.Namespace{Name: c.Namespace, Kind: c.Kind, CreateTime: timestamppb.New(now)}
@@ -178,7 +187,7 @@ func (s *Store) tryCommit(ctx context.Context, c Commit, domain string, m *manif
 			return parent.GetInfo(), nil
 		}
 	}
-	if latest != c.ExpectedLatest {
+	if latest != c.ExpectedLatest && !c.Rebase {
 		return nil, &ConflictError{Namespace: c.Namespace, Expected: c.ExpectedLatest, Current: latest}
 	}
 	var zones []string

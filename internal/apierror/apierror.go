@@ -134,10 +134,14 @@ func (e *Error) Is(target error) bool {
 	return t.Code == e.Code && (t.Reason == "" || t.Reason == e.Reason)
 }
 
-// Retryable reports whether the same request may succeed if retried as is.
+// Retryable reports whether the client should retry the same request as
+// is: its outcome is unknown (UNAVAILABLE, DEADLINE_EXCEEDED; a retry with
+// the same request_id is idempotent) or it was rate limited. ABORTED is not:
+// control already retried its optimistic rounds (docs/design.md,
+// "Retries").
 func (e *Error) Retryable() bool {
 	switch e.Code {
-	case codes.Unavailable, codes.DeadlineExceeded, codes.Aborted:
+	case codes.Unavailable, codes.DeadlineExceeded:
 		return true
 	case codes.ResourceExhausted:
 		return e.Reason == ReasonRateLimited
