@@ -258,21 +258,17 @@ func propsOf(s content.Snapshot) map[string]string {
 // waitFile waits until the namespace file holds version v with want.
 func waitFile(t *testing.T, path string, v uint64, want map[string]string) {
 	t.Helper()
-	var last string
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		f, err := nsfile.Read(path)
+	var f nsfile.File
+	wait.Until(t, fmt.Sprintf("file %s to reach version %d", path, v), func() error {
+		var err error
+		f, err = nsfile.Read(path)
 		if err == nil && f.Version == v {
-			if diff := cmp.Diff(want, propsOf(f.Content)); diff != "" {
-				t.Fatalf("file %s at version %d: content (-want +got):\n%s", path, v, diff)
-			}
-			return
+			return nil
 		}
-		last = fmt.Sprintf("version %d, err %v", f.Version, err)
-		if time.Now().After(deadline) {
-			t.Fatalf("file %s never reached version %d (last: %s)", path, v, last)
-		}
-		time.Sleep(10 * time.Millisecond)
+		return fmt.Errorf("last: version %d, err %v", f.Version, err)
+	})
+	if diff := cmp.Diff(want, propsOf(f.Content)); diff != "" {
+		t.Fatalf("file %s at version %d: content (-want +got):\n%s", path, v, diff)
 	}
 }
 

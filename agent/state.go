@@ -38,6 +38,22 @@ type nsState struct {
 	callbackErrs  uint64          // consumer rejections since start
 }
 
+// Locks of the agent, in the order they may be taken (a lock is never
+// acquired while holding one that comes after it):
+//
+//  1. the namespace's lock (lock(ns)): serialises applying an update,
+//     reading for repair, and writing or removing the file of one
+//     namespace; held across calls into the cache and the file writer;
+//  2. inside the cache, cache.closeMu (read) and then one of its striped
+//     per-namespace locks, each held only within one cache call;
+//  3. nsMu: guards locks and state; held only to read or change those
+//     maps (get, update, heldList…), never across a call out.
+//
+// The lease table and the upstream client have their own mutexes, which
+// they never hold while calling back into the agent. A method named
+// …Locked expects its caller to hold the lock the same work would
+// otherwise take — here, the namespace's lock (lock(ns)).
+//
 // lock returns the namespace's lock, which serialises applying, reading
 // for repair, and file changes of one namespace.
 func (a *Agent) lock(ns string) func() {

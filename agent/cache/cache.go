@@ -66,6 +66,8 @@ type Cache struct {
 	log *slog.Logger
 	dir string
 
+	// Lock order: closeMu (read) first, then one stripe of locks. dropLocked
+	// (…Locked) expects its caller to hold the namespace's stripe.
 	locks [64]sync.Mutex // per-namespace update locks, striped by hash
 
 	// closeMu is held for reading by every operation and for writing by
