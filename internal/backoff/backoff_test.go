@@ -3,6 +3,7 @@ package backoff
 import (
 	"context"
 	"testing"
+	"testing/synctest"
 	"time"
 )
 
@@ -55,4 +56,27 @@ func TestSleep(t *testing.T) {
 	if Sleep(ctx, time.Hour) {
 		t.Error("Sleep with a cancelled context reported true")
 	}
+}
+
+// Sleep waits exactly d of (fake) time, or returns early when ctx ends.
+// testing/synctest runs it in a bubble with a fake clock: no real waiting.
+func TestSleepSynctest(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		start := time.Now()
+		if !Sleep(context.Background(), time.Hour) {
+			t.Fatal("Sleep(1h) = false without cancellation")
+		}
+		if got := time.Since(start); got != time.Hour {
+			t.Errorf("Sleep(1h) took %v of bubble time, want exactly 1h", got)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		start = time.Now()
+		if Sleep(ctx, time.Hour) {
+			t.Fatal("Sleep(1h) = true although ctx ended after 1m")
+		}
+		if got := time.Since(start); got != time.Minute {
+			t.Errorf("cancelled Sleep took %v, want 1m", got)
+		}
+	})
 }
