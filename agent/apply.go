@@ -16,19 +16,6 @@ type handler Agent
 
 var _ upstream.Handler = (*handler)(nil)
 
-// Cached lists every namespace in the cache with its version and checksum.
-func (h *handler) Cached() []*lehrpb.CachedNamespace {
-	a := (*Agent)(h)
-	var out []*lehrpb.CachedNamespace
-	for _, ns := range a.heldList() {
-		st := a.get(ns)
-		if st.version > 0 {
-			out = append(out, &lehrpb.CachedNamespace{Namespace: ns, Version: st.version, Checksum: st.checksum})
-		}
-	}
-	return out
-}
-
 // Held returns what the cache holds of ns.
 func (h *handler) Held(ns string) (uint64, string) {
 	st := (*Agent)(h).get(ns)

@@ -1,11 +1,14 @@
 // Package agenttest is a simulated agent for tests and benchmarks: a thin
 // QUIC client that speaks the distributor protocol (internal/wire) — Hello
 // with cached versions and subscriptions, Subscribe, Unsubscribe, Resync —
-// and decides every Update exactly as the real agent does, with
-// update.Check and update.Apply (internal/update): it applies what the agent
-// applies, acknowledges a stale update with what it holds, and refuses what
-// the agent refuses with the same negative Ack and Resync. Content is kept
-// in memory.
+// and decides and answers every Update exactly as the real agent does,
+// with update.Check and update.Apply (internal/update) and upstream.OutcomeOf
+// and upstream.AckFor (agent/upstream): it applies what the agent applies,
+// acknowledges a stale update with what it holds, and refuses what the
+// agent refuses — including an update of a namespace it does not subscribe
+// to — with the same Ack and Resync. Content is kept in memory. Explicit
+// fault hooks (Options.Answer, Options.RejectStreams) let tests play a
+// broken or older agent.
 //
 // It differs from the real agent (package agent) in everything around
 // those decisions: no disk and no Badger cache, no namespace files, no
@@ -34,6 +37,7 @@ import (
 	"github.com/quic-go/quic-go"
 	"google.golang.org/protobuf/proto"
 
+	"lehr.dev/lehr/agent/upstream"
 	"lehr.dev/lehr/internal/content"
 	"lehr.dev/lehr/internal/update"
 	"lehr.dev/lehr/internal/wire"
@@ -72,6 +76,18 @@ type Options struct {
 	// QUIC overrides the QUIC configuration; nil means
 	// wire.ClientQUICConfig().
 	QUIC *quic.Config
+
+	// Faults, for tests of the distributor's defenses against a broken or
+	// older agent; all nil in normal use. They change only what is sent
+	// back, never the decision.
+
+	// Answer, if set, is given each Ack (and Resync, nil when none) the
+	// agent is about to send for u and returns what to send instead: nil
+	// to send nothing.
+	Answer func(u *lehrpb.Update, ack *lehrpb.Ack) *lehrpb.Ack
+	// RejectStreams makes the agent abandon every update stream at once
+	// (STOP_SENDING) instead of reading it.
+	RejectStreams bool
 }
 
 // Applied records one update the agent received: applied, stale (already
@@ -278,6 +294,9 @@ func (a *Agent) Unsubscribe(nss ...string) error {
 	return a.send(&lehrpb.Unsubscribe{Namespaces: nss})
 }
 
+// SendAck sends ack as is (e.g. an answer a fault hook held back).
+func (a *Agent) SendAck(ack *lehrpb.Ack) error { return a.send(ack) }
+
 // Resync asks for a fresh snapshot of ns.
 func (a *Agent) Resync(ns string, reason lehrpb.ResyncReason) error {
 	h, _ := a.Held(ns)
@@ -477,6 +496,10 @@ func (c *countingReader) Read(p []byte) (int, error) {
 }
 
 func (a *Agent) handleUpdate(str *quic.ReceiveStream) {
+	if a.opts.RejectStreams {
+		str.CancelRead(wire.StreamCodeRejected)
+		return
+	}
 	cr := &countingReader{r: str}
 	dec := wire.NewDecoder(cr, wire.DecoderOptions{Stream: wire.StreamUpdate})
 	msg, err := dec.Decode()
@@ -499,16 +522,30 @@ func (a *Agent) handleUpdate(str *quic.ReceiveStream) {
 	ns := u.GetNamespace()
 	a.mu.Lock()
 	h := a.held[ns]
+	subscribed := a.subscribed[ns]
 	a.mu.Unlock()
-	// The agent's decision, made by the agent's code (internal/update).
-	err = update.Check(h.Version, h.Checksum, u)
+	// The agent's decision and answer, made by the agent's code: Check and
+	// Apply (internal/update), OutcomeOf and AckFor (agent/upstream).
 	var next content.Snapshot
-	if err == nil {
-		next, err = update.Apply(h.Content, u)
+	err = errors.New("not subscribed")
+	if subscribed {
+		if err = update.Check(h.Version, h.Checksum, u); err == nil {
+			next, err = update.Apply(h.Content, u)
+		}
 	}
-	stale := errors.Is(err, update.ErrStale)
+	res := upstream.Result{Outcome: upstream.Applied, Version: u.GetVersion(), Checksum: u.GetChecksum()}
+	if err != nil {
+		res = upstream.Result{Version: h.Version, Checksum: h.Checksum, Err: err}
+		if subscribed {
+			// A gap is refused at once; the agent waits GapWait first.
+			res.Outcome, res.Reason = upstream.OutcomeOf(err)
+		} else {
+			res.Outcome = upstream.Failed
+		}
+	}
+	stale := res.Outcome == upstream.Stale
 	rec := Applied{Namespace: ns, Base: h.Version, Version: u.GetVersion(), Snapshot: u.GetSnapshot(), Bytes: cr.n, Delete: u.GetDelete(), Stale: stale}
-	if !stale {
+	if err != nil && !stale {
 		rec.Err = err
 	}
 	for _, p := range u.GetSet() {
@@ -532,19 +569,17 @@ func (a *Agent) handleUpdate(str *quic.ReceiveStream) {
 	}
 	a.changedLocked()
 	a.mu.Unlock()
-	switch {
-	case err == nil:
-		_ = a.send(&lehrpb.Ack{Namespace: ns, Version: u.GetVersion(), Checksum: u.GetChecksum(), Ok: true})
-	case stale:
-		// Already held: acknowledge what is held, as the agent does.
-		_ = a.send(&lehrpb.Ack{Namespace: ns, Version: h.Version, Checksum: h.Checksum, Ok: true})
-	default:
+	if err != nil && !stale {
 		a.log.Info("refusing update", "namespace", ns, "version", u.GetVersion(), "err", err)
-		ack := &lehrpb.Ack{Namespace: ns, Ok: false, Error: err.Error()}
-		if h.Version > 0 {
-			ack.Version, ack.Checksum = h.Version, h.Checksum
-		}
+	}
+	ack := upstream.AckFor(u, res)
+	if a.opts.Answer != nil {
+		ack = a.opts.Answer(u, ack)
+	}
+	if ack != nil {
 		_ = a.send(ack)
-		_ = a.send(&lehrpb.Resync{Namespace: ns, HaveVersion: h.Version, HaveChecksum: h.Checksum, Reason: update.ResyncReason(err), Detail: err.Error()})
+	}
+	if res.Outcome == upstream.Rejected {
+		_ = a.send(&lehrpb.Resync{Namespace: ns, HaveVersion: h.Version, HaveChecksum: h.Checksum, Reason: res.Reason, Detail: err.Error()})
 	}
 }

@@ -44,8 +44,22 @@ type session struct {
 // and waits for every goroutine of the session. established reports
 // whether Welcome arrived.
 func (c *Client) runSession(ctx context.Context, addr, lastConnected string) (established bool, err error) {
-	cached := c.opts.Handler.Cached() // before any lock: Handler is called lock-free
-	subs := c.Subscriptions()
+	// Hello announces the subscriptions with what the agent holds of each,
+	// as many as fit in half a control frame; the rest follow in Subscribe
+	// frames (syncSubs). What the agent holds but does not subscribe to is
+	// not announced: a distributor has no use for it, and it could outgrow
+	// any frame.
+	var cached []*lehrpb.CachedNamespace
+	var subs []string
+	size := 0
+	for _, ns := range c.Subscriptions() {
+		v, sum := c.opts.Handler.Held(ns) // no lock held: Handler is called lock-free
+		e := cachedNS(ns, v, sum)
+		if size += 2*len(ns) + proto.Size(e) + 8; size > frameBudget {
+			break
+		}
+		cached, subs = append(cached, e), append(subs, ns)
+	}
 	hello := &lehrpb.Hello{
 		ProtocolVersion:    wire.ProtocolVersion,
 		MinProtocolVersion: wire.MinProtocolVersion,
@@ -101,7 +115,7 @@ func (c *Client) runSession(ctx context.Context, addr, lastConnected string) (es
 	c.connectedVal.Store(1)
 	defer c.connectedVal.Store(0)
 	s.log.Info("connected to distributor", "distributor_id", welcome.GetDistributorId(),
-		"cached", len(cached), "subscriptions", len(subs))
+		"subscriptions_in_hello", len(subs))
 
 	interval := c.opts.ReportInterval
 	if d := welcome.GetReportInterval(); d != nil && d.AsDuration() > 0 {
@@ -173,9 +187,15 @@ func (s *session) notifySubs() {
 	}
 }
 
+// frameBudget bounds what the agent puts in one Hello, Subscribe or
+// Unsubscribe frame: half the control-frame limit, so no subscription set
+// can make a frame the distributor must refuse.
+const frameBudget = wire.DefaultMaxControlFrame / 2
+
 // syncSubs sends Subscribe and Unsubscribe frames whenever the client's
-// subscription set differs from what the distributor was told. One
-// goroutine does it, so frames for one namespace are never reordered.
+// subscription set differs from what the distributor was told, each frame
+// within frameBudget. One goroutine does it, so frames for one namespace
+// are never reordered.
 func (s *session) syncSubs() error {
 	for {
 		select {
@@ -184,34 +204,51 @@ func (s *session) syncSubs() error {
 		case <-s.subsChanged:
 		}
 		want := s.c.Subscriptions()
-		var add, drop []string
-		for _, ns := range want {
-			if !s.sent[ns] {
-				add = append(add, ns)
-			}
-		}
-		wantSet := map[string]bool{}
+		wantSet := make(map[string]bool, len(want))
 		for _, ns := range want {
 			wantSet[ns] = true
 		}
+		var drop []string
 		for ns := range s.sent {
 			if !wantSet[ns] {
 				drop = append(drop, ns)
 			}
 		}
 		slices.Sort(drop)
-		if len(drop) > 0 {
-			s.send(&lehrpb.Unsubscribe{Namespaces: drop})
-		}
-		if len(add) > 0 {
-			msg := &lehrpb.Subscribe{}
-			for _, ns := range add {
-				v, sum := s.c.opts.Handler.Held(ns)
-				msg.Namespaces = append(msg.Namespaces, cachedNS(ns, v, sum))
+		for len(drop) > 0 {
+			msg, size := &lehrpb.Unsubscribe{}, 0
+			for len(drop) > 0 && (size == 0 || size+len(drop[0])+4 <= frameBudget) {
+				size += len(drop[0]) + 4
+				msg.Namespaces, drop = append(msg.Namespaces, drop[0]), drop[1:]
 			}
 			s.send(msg)
+			for _, ns := range msg.Namespaces {
+				delete(s.sent, ns)
+			}
 		}
-		s.sent = wantSet
+		var add []string
+		for _, ns := range want {
+			if !s.sent[ns] {
+				add = append(add, ns)
+			}
+		}
+		for len(add) > 0 {
+			msg, size := &lehrpb.Subscribe{}, 0
+			for len(add) > 0 {
+				v, sum := s.c.opts.Handler.Held(add[0])
+				e := cachedNS(add[0], v, sum)
+				n := proto.Size(e) + 8
+				if size > 0 && size+n > frameBudget {
+					break
+				}
+				size += n
+				msg.Namespaces, add = append(msg.Namespaces, e), add[1:]
+			}
+			s.send(msg)
+			for _, e := range msg.Namespaces {
+				s.sent[e.GetNamespace()] = true
+			}
+		}
 	}
 }
 
@@ -305,12 +342,25 @@ func (s *session) readUpdate(st *quic.ReceiveStream) error {
 		s.c.bytesPatch.Add(n)
 	}
 	if !s.c.Subscribed(u.GetNamespace()) {
-		s.log.Debug("dropping update of an unsubscribed namespace", "namespace", u.GetNamespace(), "version", u.GetVersion())
+		s.refuseUnsubscribed(u)
 		return nil
 	}
 	s.enqueue(u)
 	return nil
 }
+
+// refuseUnsubscribed answers an update of a namespace the agent does not
+// subscribe to (any more): the distributor may send one that crossed the
+// agent's Unsubscribe.
+func (s *session) refuseUnsubscribed(u *lehrpb.Update) {
+	s.log.Debug("refusing an update of an unsubscribed namespace", "namespace", u.GetNamespace(), "version", u.GetVersion())
+	v, sum := s.c.opts.Handler.Held(u.GetNamespace())
+	s.answer(u, Result{Outcome: Failed, Version: v, Checksum: sum, Err: errors.New("not subscribed")})
+}
+
+// answer sends the Ack for u: every update the agent reads gets exactly
+// one (see AckFor).
+func (s *session) answer(u *lehrpb.Update, res Result) { s.send(AckFor(u, res)) }
 
 func truncate(s string, n int) string {
 	if len(s) <= n {
@@ -380,14 +430,16 @@ func (s *session) work(ns string, q *nsQueue) {
 				s.mu.Unlock()
 			case <-gapC:
 				top := parked[len(parked)-1]
-				parked = nil
-				gapC = nil
 				s.log.Info("patch base never arrived; asking for a snapshot", "namespace", ns,
 					"version", top.GetVersion(), "base", top.GetBaseVersion())
 				v, sum := s.c.opts.Handler.Held(ns)
-				s.send(&lehrpb.Resync{Namespace: ns, HaveVersion: v, HaveChecksum: sum,
-					Reason: lehrpb.ResyncReason_RESYNC_REASON_BASE_MISMATCH,
-					Detail: fmt.Sprintf("patch to %d needs base %d, which did not arrive within %v", top.GetVersion(), top.GetBaseVersion(), s.c.opts.GapWait)})
+				detail := fmt.Sprintf("patch to %d needs base %d, which did not arrive within %v", top.GetVersion(), top.GetBaseVersion(), s.c.opts.GapWait)
+				for _, p := range parked {
+					s.answer(p, Result{Outcome: Rejected, Version: v, Checksum: sum, Err: errors.New(detail)})
+				}
+				parked, gapC = nil, nil
+				s.send(&lehrpb.Resync{Namespace: ns, HaveVersion: v, HaveChecksum: checksumIf(v, sum),
+					Reason: lehrpb.ResyncReason_RESYNC_REASON_BASE_MISMATCH, Detail: detail})
 			}
 			continue
 		}
@@ -395,15 +447,17 @@ func (s *session) work(ns string, q *nsQueue) {
 		u := q.pending[i]
 		q.pending = slices.Delete(q.pending, i, i+1)
 		s.mu.Unlock()
-		if s.ctx.Err() != nil || !s.c.Subscribed(ns) {
+		if s.ctx.Err() != nil {
+			continue // the session is ending; nothing can be answered
+		}
+		if !s.c.Subscribed(ns) {
+			s.refuseUnsubscribed(u)
 			continue
 		}
 		res := s.c.opts.Handler.Apply(s.ctx, u)
 		switch res.Outcome {
 		case Applied, Stale:
-			if res.Version > 0 {
-				s.send(&lehrpb.Ack{Namespace: ns, Version: res.Version, Checksum: res.Checksum, Ok: true})
-			}
+			s.answer(u, res)
 			if res.Outcome == Applied && len(parked) > 0 {
 				// The gap may be filled now: retry the parked patches.
 				s.mu.Lock()
@@ -423,18 +477,14 @@ func (s *session) work(ns string, q *nsQueue) {
 				gapC = gapTimer.C
 			}
 		case Rejected, Failed:
-			msg := "apply failed"
-			if res.Err != nil {
-				msg = truncate(res.Err.Error(), 1024)
-			}
-			ack := &lehrpb.Ack{Namespace: ns, Ok: false, Error: msg}
-			if res.Version > 0 {
-				ack.Version, ack.Checksum = res.Version, res.Checksum
-			}
-			s.send(ack)
+			s.answer(u, res)
 			if res.Outcome == Rejected {
+				detail := "apply failed"
+				if res.Err != nil {
+					detail = truncate(res.Err.Error(), 1024)
+				}
 				s.send(&lehrpb.Resync{Namespace: ns, HaveVersion: res.Version, HaveChecksum: checksumIf(res.Version, res.Checksum),
-					Reason: res.Reason, Detail: msg})
+					Reason: res.Reason, Detail: detail})
 			}
 		}
 	}

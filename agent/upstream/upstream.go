@@ -3,14 +3,20 @@
 // configured distributors with exponential backoff and full jitter.
 //
 // On every connection the client opens the control stream and sends Hello
-// with what the agent holds of every cached namespace (version and checksum,
-// from Handler.Cached) and its current subscriptions, so the distributor
-// sends only what is missing. It then accepts the distributor's
-// unidirectional update streams concurrently — a large snapshot never
-// blocks a small patch of another namespace — and hands each Update to
-// Handler.Apply, serialised per namespace and lowest version first. It
-// answers every applied update with an Ack, and a refused one with a
-// negative Ack and a Resync so the distributor sends a fresh snapshot.
+// with its subscriptions and what the agent holds of each (version and
+// checksum, from Handler.Held), so the distributor sends only what is
+// missing; subscriptions beyond what fits half a control frame follow in
+// Subscribe frames. It then accepts the distributor's unidirectional update
+// streams concurrently — a large snapshot never blocks a small patch of
+// another namespace — and hands each Update to Handler.Apply, serialised
+// per namespace and lowest version first.
+//
+// Every Update read is answered with exactly one Ack naming it
+// (Ack.update_version): positive when applied or already held, negative
+// when refused — with a Resync when a snapshot would help — when its
+// namespace is not subscribed, and when a patch's base has not arrived
+// within GapWait. The distributor therefore never waits for an answer
+// that will not come.
 //
 // Subscribe and Unsubscribe change the subscription set at any time; when
 // connected they are sent at once, otherwise the next Hello carries them.
@@ -103,6 +109,25 @@ func OutcomeOf(err error) (Outcome, lehrpb.ResyncReason) {
 	return Failed, lehrpb.ResyncReason_RESYNC_REASON_UNSPECIFIED
 }
 
+// AckFor is the Ack answering u after res: positive for Applied and Stale
+// (with the version and checksum held), negative with the error otherwise,
+// and naming u (Ack.update_version) so the distributor can match it to the
+// update it has in flight. It is the one place an answer is built; the
+// simulated agent (agent/agenttest) uses it too.
+func AckFor(u *lehrpb.Update, res Result) *lehrpb.Ack {
+	ack := &lehrpb.Ack{Namespace: u.GetNamespace(), UpdateVersion: u.GetVersion(), Ok: res.Outcome == Applied || res.Outcome == Stale}
+	if res.Version > 0 {
+		ack.Version, ack.Checksum = res.Version, res.Checksum
+	}
+	if !ack.Ok {
+		ack.Error = "apply failed"
+		if res.Err != nil {
+			ack.Error = truncate(res.Err.Error(), 1024)
+		}
+	}
+	return ack
+}
+
 // Result is Handler.Apply's answer.
 type Result struct {
 	Outcome Outcome
@@ -119,8 +144,6 @@ type Result struct {
 // Handler is the agent side of the link. Its methods are called from the
 // client's goroutines, never while the client holds a lock.
 type Handler interface {
-	// Cached returns every namespace the agent holds, for Hello.
-	Cached() []*lehrpb.CachedNamespace
 	// Held returns the version and checksum held of ns (0, "" if none).
 	Held(ns string) (version uint64, checksum string)
 	// Apply applies u. Calls for the same namespace never overlap; calls

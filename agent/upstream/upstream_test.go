@@ -132,16 +132,6 @@ func newMem() *memHandler {
 	return &memHandler{held: map[string]held{}, applied: map[string][]uint64{}, seen: map[string]int{}}
 }
 
-func (h *memHandler) Cached() []*lehrpb.CachedNamespace {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	var out []*lehrpb.CachedNamespace
-	for ns, x := range h.held {
-		out = append(out, &lehrpb.CachedNamespace{Namespace: ns, Version: x.v, Checksum: x.sum})
-	}
-	return out
-}
-
 func (h *memHandler) Held(ns string) (uint64, string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()

@@ -702,13 +702,20 @@ func (x *Update) GetBaseChecksumDigest() []byte {
 type Ack struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
 	Namespace string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
-	// The version and checksum the agent now holds.
+	// The version and checksum the agent now holds (zero and empty when it
+	// holds nothing).
 	Version  uint64 `protobuf:"varint,2,opt,name=version,proto3" json:"version,omitempty"`
 	Checksum string `protobuf:"bytes,3,opt,name=checksum,proto3" json:"checksum,omitempty"`
 	// False when the update could not be applied; error says why. A refused
 	// update that needs a fresh snapshot is followed by a Resync.
-	Ok            bool   `protobuf:"varint,4,opt,name=ok,proto3" json:"ok,omitempty"`
-	Error         string `protobuf:"bytes,5,opt,name=error,proto3" json:"error,omitempty"`
+	Ok    bool   `protobuf:"varint,4,opt,name=ok,proto3" json:"ok,omitempty"`
+	Error string `protobuf:"bytes,5,opt,name=error,proto3" json:"error,omitempty"`
+	// The version of the Update this Ack answers (Update.version). An agent
+	// answers every Update it reads, even one it drops (not subscribed any
+	// more) or holds already, so the distributor can match every answer to
+	// the update it has in flight. Zero from an agent older than this field:
+	// the distributor then takes version as the answered one.
+	UpdateVersion uint64 `protobuf:"varint,6,opt,name=update_version,json=updateVersion,proto3" json:"update_version,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -776,6 +783,13 @@ func (x *Ack) GetError() string {
 		return x.Error
 	}
 	return ""
+}
+
+func (x *Ack) GetUpdateVersion() uint64 {
+	if x != nil {
+		return x.UpdateVersion
+	}
+	return 0
 }
 
 // Resync asks for a fresh snapshot of a namespace, agent to distributor. The
@@ -1282,13 +1296,14 @@ const file_lehr_v1_wire_proto_rawDesc = "" +
 	"\x06delete\x18\n" +
 	" \x03(\tR\x06delete\x12'\n" +
 	"\x0fchecksum_digest\x18\v \x01(\fR\x0echecksumDigest\x120\n" +
-	"\x14base_checksum_digest\x18\f \x01(\fR\x12baseChecksumDigest\"\x7f\n" +
+	"\x14base_checksum_digest\x18\f \x01(\fR\x12baseChecksumDigest\"\xa6\x01\n" +
 	"\x03Ack\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\x04R\aversion\x12\x1a\n" +
 	"\bchecksum\x18\x03 \x01(\tR\bchecksum\x12\x0e\n" +
 	"\x02ok\x18\x04 \x01(\bR\x02ok\x12\x14\n" +
-	"\x05error\x18\x05 \x01(\tR\x05error\"\xb5\x01\n" +
+	"\x05error\x18\x05 \x01(\tR\x05error\x12%\n" +
+	"\x0eupdate_version\x18\x06 \x01(\x04R\rupdateVersion\"\xb5\x01\n" +
 	"\x06Resync\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12!\n" +
 	"\fhave_version\x18\x02 \x01(\x04R\vhaveVersion\x12#\n" +
