@@ -84,18 +84,22 @@ type env struct {
 	latest map[string]*content.Version
 }
 
-func newEnv(t *testing.T) *env {
+func newEnv(t *testing.T, mods ...func(*fanout.Options)) *env {
 	t.Helper()
 	p := newPKI(t)
 	cache := versions.New(versions.Options{Logger: quietLogger()})
-	srv, err := fanout.Listen(fanout.Options{
+	opts := fanout.Options{
 		Listen:        "127.0.0.1:0",
 		TLS:           p.server(),
 		Zone:          zone,
 		DistributorID: "dist-test",
 		Versions:      cache,
 		Logger:        quietLogger(),
-	})
+	}
+	for _, m := range mods {
+		m(&opts)
+	}
+	srv, err := fanout.Listen(opts)
 	if err != nil {
 		t.Fatalf("Listen: %v", err)
 	}

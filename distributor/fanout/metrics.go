@@ -19,6 +19,7 @@ type serverMetrics struct {
 	protocolErrors            *metrics.Counter
 	unavailable               *metrics.Counter
 	refusedHandshakes         *metrics.Counter
+	ackTimeouts, strayAcks    *metrics.Counter
 
 	lagMu sync.Mutex
 	lag   map[string]bool
@@ -38,12 +39,24 @@ func newServerMetrics(set *metrics.Set, srv *Server) *serverMetrics {
 		protocolErrors:    set.NewCounter(`lehr_distributor_protocol_errors_total`),
 		unavailable:       set.NewCounter(`lehr_distributor_unavailable_total`),
 		refusedHandshakes: set.NewCounter(`lehr_distributor_refused_handshakes_total`),
+		ackTimeouts:       set.NewCounter(`lehr_distributor_ack_timeouts_total`),
+		strayAcks:         set.NewCounter(`lehr_distributor_stray_acks_total`),
 		lag:               map[string]bool{},
 	}
 	set.NewGauge(`lehr_distributor_connected_agents`, func() float64 {
 		return float64(len(srv.sessionList()))
 	})
 	return m
+}
+
+// dropLag unregisters the lag gauge of ns (its goal is gone).
+func (m *serverMetrics) dropLag(ns string) {
+	m.lagMu.Lock()
+	defer m.lagMu.Unlock()
+	if m.lag[ns] {
+		delete(m.lag, ns)
+		m.set.UnregisterMetric(fmt.Sprintf(`lehr_distributor_namespace_lag{namespace=%s}`, strconv.Quote(ns)))
+	}
 }
 
 // ensureLag registers the lag gauge of ns once.

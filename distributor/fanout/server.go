@@ -84,6 +84,17 @@ type Options struct {
 	// QUIC overrides the QUIC configuration; nil means
 	// wire.ServerQUICConfig().
 	QUIC *quic.Config
+	// AckTimeout is how long an update may stay unanswered after it was
+	// written before the distributor stops waiting for its Ack and plans
+	// the namespace again, as a snapshot; default DefaultAckTimeout. Agents
+	// answer every update they read, so a timeout means the update was
+	// lost with its stream or the agent misbehaves; a late answer is then
+	// ignored.
+	AckTimeout time.Duration
+	// MaxNamespacesPerAgent bounds one agent's live subscriptions (an
+	// unsubscribed namespace is forgotten); default
+	// DefaultMaxNamespacesPerAgent.
+	MaxNamespacesPerAgent int
 	// Now returns the current time (refusal backoffs); nil means time.Now.
 	Now func() time.Time
 	// MaxHandshakes bounds the agents being admitted at once: between a
@@ -97,6 +108,12 @@ type Options struct {
 	// late or never. Default DefaultMaxHandshakes; negative: no bound.
 	MaxHandshakes int
 }
+
+// Defaults of Options.
+const (
+	DefaultAckTimeout            = 30 * time.Second
+	DefaultMaxNamespacesPerAgent = 100_000
+)
 
 // DefaultMaxHandshakes is the default Options.MaxHandshakes: enough
 // handshakes in flight to keep the cores busy, few enough that each
@@ -112,6 +129,8 @@ type Stats struct {
 	SnapshotBytes, PatchBytes   uint64
 	Acks, Refusals, Resyncs     uint64
 	ProtocolErrors              uint64
+	// AckTimeouts counts updates unanswered after Options.AckTimeout.
+	AckTimeouts uint64
 	// RefusedHandshakes counts refusals because Options.MaxHandshakes
 	// agents were being admitted: one per Initial packet of a refused
 	// attempt (a ClientHello may span two).
@@ -194,6 +213,12 @@ func Listen(opts Options) (*Server, error) {
 	}
 	if opts.MaxHandshakes == 0 {
 		opts.MaxHandshakes = DefaultMaxHandshakes
+	}
+	if opts.AckTimeout <= 0 {
+		opts.AckTimeout = DefaultAckTimeout
+	}
+	if opts.MaxNamespacesPerAgent <= 0 {
+		opts.MaxNamespacesPerAgent = DefaultMaxNamespacesPerAgent
 	}
 	qc := opts.QUIC
 	if qc == nil {
@@ -366,6 +391,7 @@ func (s *Server) ClearGoal(ns string) {
 	delete(next, ns)
 	s.goals.Store(&next)
 	s.goalMu.Unlock()
+	s.met.dropLag(ns)
 	s.kickSubscribers(ns)
 }
 
@@ -401,6 +427,7 @@ func (s *Server) Stats() Stats {
 		Refusals:       s.met.refusals.Get(),
 		Resyncs:        s.met.resyncs.Get(),
 		ProtocolErrors: s.met.protocolErrors.Get(),
+		AckTimeouts:    s.met.ackTimeouts.Get(),
 
 		RefusedHandshakes: s.met.refusedHandshakes.Get(),
 	}

@@ -29,24 +29,27 @@ const (
 // controlReadBuffer is the read buffer of an agent's control stream.
 const controlReadBuffer = 512
 
-// maxNamespacesPerAgent bounds one agent's subscription table.
-const maxNamespacesPerAgent = 100_000
-
 // refusalBackoff paces the retries of a namespace whose update an agent
 // refused: 100 ms after the first refusal, doubling up to 30 s while the
 // agent keeps refusing.
 var refusalBackoff = backoff.Policy{Min: 100 * time.Millisecond, Max: 30 * time.Second}
 
-// nsState is what the fanout knows of one namespace on one agent.
+// nsState is what the fanout knows of one namespace on one agent. An entry
+// exists while the agent subscribes to the namespace, or while an update
+// of it is in flight (it is forgotten once that is answered or timed out).
 type nsState struct {
 	subscribed bool
 	// have and haveSum are the version the agent holds, from its Hello,
 	// Subscribe, Resync or latest accepted Ack. 0 means nothing.
 	have    uint64
 	haveSum string
-	// sending is the version of the update in flight (0: none). At most one
-	// per namespace, so updates are never reordered.
-	sending uint64
+	// sending is the version of the update in flight (0: none), sendingSum
+	// its checksum. At most one per namespace, so updates are never
+	// reordered. deadline is when the distributor stops waiting for its
+	// Ack (zero while the update is still being written).
+	sending    uint64
+	sendingSum string
+	deadline   time.Time
 	// needSnapshot: the next update must be a snapshot (Resync or refusal).
 	needSnapshot bool
 	// refusals counts consecutive refused updates; notBefore delays the next
@@ -200,22 +203,22 @@ func (ss *session) violation(format string, args ...any) error {
 	return errors.New("fanout: protocol violation: " + reason)
 }
 
+// applyHello records the agent's subscriptions and what it holds of each.
+// Cached entries of namespaces it does not subscribe to (agents before
+// protocol change of issue 8 announced their whole cache) are ignored.
 func (ss *session) applyHello(h *lehrpb.Hello) error {
-	if n := len(h.GetCached()) + len(h.GetSubscriptions()); n > maxNamespacesPerAgent {
-		return &wire.FrameError{Code: wire.ErrMalformed, Type: wire.FrameHello, Reason: fmt.Sprintf("%d namespaces; at most %d per agent", n, maxNamespacesPerAgent)}
+	if n, limit := len(h.GetSubscriptions()), ss.srv.opts.MaxNamespacesPerAgent; n > limit {
+		return &wire.FrameError{Code: wire.ErrMalformed, Type: wire.FrameHello, Reason: fmt.Sprintf("%d subscriptions; at most %d per agent", n, limit)}
 	}
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
-	for _, c := range h.GetCached() {
-		ss.ns[c.GetNamespace()] = &nsState{have: c.GetVersion(), haveSum: c.GetChecksum()}
-	}
 	for _, ns := range h.GetSubscriptions() {
-		st := ss.ns[ns]
-		if st == nil {
-			st = &nsState{}
-			ss.ns[ns] = st
+		ss.ns[ns] = &nsState{subscribed: true}
+	}
+	for _, c := range h.GetCached() {
+		if st := ss.ns[c.GetNamespace()]; st != nil {
+			st.have, st.haveSum = c.GetVersion(), c.GetChecksum()
 		}
-		st.subscribed = true
 	}
 	return nil
 }
@@ -313,9 +316,9 @@ func (ss *session) readLoop() error {
 
 func (ss *session) onSubscribe(m *lehrpb.Subscribe) error {
 	ss.mu.Lock()
-	if len(ss.ns)+len(m.GetNamespaces()) > maxNamespacesPerAgent {
+	if limit := ss.srv.opts.MaxNamespacesPerAgent; len(ss.ns)+len(m.GetNamespaces()) > limit {
 		ss.mu.Unlock()
-		return ss.violation("Subscribe: more than %d namespaces for one agent", maxNamespacesPerAgent)
+		return ss.violation("Subscribe: more than %d namespaces for one agent", limit)
 	}
 	for _, c := range m.GetNamespaces() {
 		st := ss.ns[c.GetNamespace()]
@@ -334,31 +337,59 @@ func (ss *session) onSubscribe(m *lehrpb.Subscribe) error {
 	return nil
 }
 
+// onUnsubscribe forgets the namespaces, but for those with an update in
+// flight, which are forgotten once it is answered or times out.
 func (ss *session) onUnsubscribe(m *lehrpb.Unsubscribe) {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
 	for _, ns := range m.GetNamespaces() {
 		if st := ss.ns[ns]; st != nil {
 			st.subscribed = false
-			st.unavailable = 0
+			ss.forgetIfIdleLocked(ns, st)
 		}
 	}
 }
 
+// forgetIfIdleLocked drops the entry of ns when the agent neither
+// subscribes to it nor has an update of it in flight.
+func (ss *session) forgetIfIdleLocked(ns string, st *nsState) {
+	if !st.subscribed && st.sending == 0 {
+		delete(ss.ns, ns)
+	}
+}
+
+// onAck matches an Ack to the update in flight it answers. An answer to
+// no update in flight (it came after the update's deadline, or crossed an
+// Unsubscribe) is counted and ignored: with deadlines, late answers are
+// normal, not a protocol violation. A positive Ack for the version sent
+// but with another checksum than the one sent means the agent did not
+// apply it (an agent older than the repair rule calls a repair "stale"):
+// it counts as a refusal, so a repeated one backs off.
 func (ss *session) onAck(m *lehrpb.Ack) error {
+	ns := m.GetNamespace()
 	ss.mu.Lock()
-	st := ss.ns[m.GetNamespace()]
-	if st == nil || st.sending == 0 {
-		ss.mu.Unlock()
-		return ss.violation("Ack for %s@%d: no update of that namespace is in flight", m.GetNamespace(), m.GetVersion())
+	st := ss.ns[ns]
+	var answers bool
+	switch {
+	case st == nil || st.sending == 0:
+	case m.GetUpdateVersion() != 0:
+		answers = m.GetUpdateVersion() == st.sending
+	default: // an agent that does not name the update it answers
+		answers = !m.GetOk() || m.GetVersion() == st.sending
 	}
-	if m.GetOk() && m.GetVersion() != st.sending {
-		sending := st.sending
+	if !answers {
 		ss.mu.Unlock()
-		return ss.violation("Ack for %s@%d: the update in flight is version %d", m.GetNamespace(), m.GetVersion(), sending)
+		ss.srv.met.strayAcks.Inc()
+		ss.log.Debug("ignoring an Ack of no update in flight", "namespace", ns, "update_version", m.GetUpdateVersion(), "version", m.GetVersion(), "ok", m.GetOk())
+		return nil
 	}
-	st.sending = 0
-	if m.GetOk() {
+	sent, sentSum := st.sending, st.sendingSum
+	st.sending, st.sendingSum, st.deadline = 0, "", time.Time{}
+	ok, why := m.GetOk(), m.GetError()
+	if ok && m.GetVersion() == sent && m.GetChecksum() != sentSum {
+		ok, why = false, fmt.Sprintf("acknowledged version %d with checksum %s, not the %s sent", sent, m.GetChecksum(), sentSum)
+	}
+	if ok {
 		st.have, st.haveSum = m.GetVersion(), m.GetChecksum()
 		st.needSnapshot = false
 		st.refusals = 0
@@ -370,23 +401,27 @@ func (ss *session) onAck(m *lehrpb.Ack) error {
 		st.refusals++
 		st.notBefore = ss.srv.now().Add(refusalBackoff.Ceiling(st.refusals - 1))
 	}
+	ss.forgetIfIdleLocked(ns, st)
 	ss.mu.Unlock()
-	if m.GetOk() {
+	if ok {
 		ss.srv.met.acks.Inc()
 	} else {
 		ss.srv.met.refusals.Inc()
-		ss.log.Warn("agent refused an update", "namespace", m.GetNamespace(), "version", m.GetVersion(), "err", m.GetError())
+		ss.log.Warn("agent refused an update", "namespace", ns, "version", sent, "err", why)
 	}
 	ss.kick()
 	return nil
 }
 
+// onResync notes that the agent wants a snapshot. A Resync for a namespace
+// it does not subscribe to (it raced its own Unsubscribe) is ignored.
 func (ss *session) onResync(m *lehrpb.Resync) error {
 	ss.mu.Lock()
 	st := ss.ns[m.GetNamespace()]
 	if st == nil || !st.subscribed {
 		ss.mu.Unlock()
-		return ss.violation("Resync for %s: not subscribed", m.GetNamespace())
+		ss.log.Debug("ignoring a Resync of a namespace not subscribed", "namespace", m.GetNamespace())
+		return nil
 	}
 	st.needSnapshot = true
 	if st.sending == 0 {
@@ -438,8 +473,8 @@ type job struct {
 	snapshot bool
 }
 
-// pushLoop starts pushes whenever kicked, and when the earliest backoff
-// of a namespace waiting to be retried ends, until the session ends.
+// pushLoop starts pushes whenever kicked, and when the earliest refusal
+// backoff or Ack deadline ends, until the session ends.
 func (ss *session) pushLoop() {
 	timer := time.NewTimer(time.Hour)
 	timer.Stop() // armed by plan's wake time only
@@ -471,15 +506,37 @@ func (ss *session) pushLoop() {
 }
 
 // plan decides, under the session lock, which namespaces need an update now
-// and marks them in flight. wake is when the earliest namespace held back
-// by a refusal backoff may be retried (zero: none is).
+// and marks them in flight; it gives up on updates unanswered past their
+// deadline. wake is the next moment plan has something to do: the end of
+// the earliest refusal backoff or Ack deadline (zero: none is pending).
 func (ss *session) plan() (jobs []job, unavailable []*lehrpb.Unavailable, wake time.Time) {
 	goals := *ss.srv.goals.Load()
 	now := ss.srv.now()
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
+	earliest := func(t time.Time) {
+		if wake.IsZero() || t.Before(wake) {
+			wake = t
+		}
+	}
 	for ns, st := range ss.ns {
-		if !st.subscribed || st.sending != 0 {
+		if st.sending != 0 {
+			if st.deadline.IsZero() {
+				continue // being written
+			}
+			if now.Before(st.deadline) {
+				earliest(st.deadline)
+				continue
+			}
+			// Unanswered past its deadline: stop waiting and plan again,
+			// as a snapshot since what the agent holds is unknown.
+			ss.srv.met.ackTimeouts.Inc()
+			ss.log.Warn("update unanswered; planning the namespace again", "namespace", ns, "version", st.sending, "timeout", ss.srv.opts.AckTimeout)
+			st.sending, st.sendingSum, st.deadline = 0, "", time.Time{}
+			st.needSnapshot = true
+			ss.forgetIfIdleLocked(ns, st)
+		}
+		if !st.subscribed {
 			continue
 		}
 		g := goals[ns]
@@ -505,38 +562,51 @@ func (ss *session) plan() (jobs []job, unavailable []*lehrpb.Unavailable, wake t
 			continue
 		}
 		if now.Before(st.notBefore) {
-			if wake.IsZero() || st.notBefore.Before(wake) {
-				wake = st.notBefore
-			}
+			earliest(st.notBefore)
 			continue
 		}
-		st.sending = g.Seq
+		st.sending, st.sendingSum = g.Seq, g.Checksum
 		jobs = append(jobs, job{ns: ns, goal: g, base: st.have, baseSum: st.haveSum, snapshot: action == update.SendSnapshot})
 	}
 	return jobs, unavailable, wake
 }
 
-// push builds one update and writes it on its own stream. A failure to
-// write ends the session: the agent reconnects and announces what it holds.
+// push builds one update and writes it on its own stream, then starts the
+// wait for its Ack (Options.AckTimeout). A failure to build or write ends
+// the session and closes the connection: the agent fails over, reconnects
+// and announces what it holds.
 func (ss *session) push(j job) {
 	frame, snapshot, err := ss.srv.build(ss.ctx, j, ss.compact)
 	if err != nil {
-		if ss.ctx.Err() != nil {
-			return
-		}
-		ss.log.Error("build update", "namespace", j.ns, "version", j.goal.Seq, "err", err)
-		ss.conn.CloseWithError(wire.CodeInternalError, "distributor failed to build an update")
-		ss.cancel()
+		ss.fail("build an update", fmt.Errorf("%s@%d: %w", j.ns, j.goal.Seq, err))
 		return
 	}
 	// Counted before writing, so the counters never lag what an agent has
 	// seen (tests compare them right after an agent applied an update).
 	ss.srv.met.pushed(snapshot, len(frame))
 	if err := wire.SendUpdate(ss.ctx, ss.conn, frame); err != nil {
-		ss.cancel()
+		ss.fail("push an update", fmt.Errorf("%s@%d: %w", j.ns, j.goal.Seq, err))
 		return
 	}
+	ss.mu.Lock()
+	if st := ss.ns[j.ns]; st != nil && st.sending == j.goal.Seq && st.deadline.IsZero() {
+		st.deadline = ss.srv.now().Add(ss.srv.opts.AckTimeout)
+	}
+	ss.mu.Unlock()
+	ss.kick() // pushLoop arms its timer for the deadline
 	ss.log.Debug("pushed update", "namespace", j.ns, "version", j.goal.Seq, "snapshot", snapshot, "bytes", len(frame))
+}
+
+// fail ends the session because doing what failed: it closes the
+// connection, so the read loop ends too and the agent fails over, instead
+// of leaving a connection up on which nothing is pushed any more.
+func (ss *session) fail(doing string, err error) {
+	if ss.ctx.Err() != nil {
+		return // ending already
+	}
+	ss.log.Warn("closing agent connection: cannot "+doing, "err", err)
+	ss.conn.CloseWithError(wire.CodeInternalError, "distributor cannot "+doing)
+	ss.cancel()
 }
 
 // build returns the encoded Update frame for j: a patch from the agent's

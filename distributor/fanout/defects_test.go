@@ -1,0 +1,188 @@
+package fanout_test
+
+import (
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"lehr.dev/lehr/agent/agenttest"
+	"lehr.dev/lehr/distributor/fanout"
+	"lehr.dev/lehr/internal/content"
+	"lehr.dev/lehr/proto/lehrpb"
+	"lehr.dev/lehr/testenv/wait"
+)
+
+// The tests of this file each reproduce a defect found in review (issue 8)
+// and hold the fanout to what must happen instead.
+
+// An update the agent consumes but never answers does not freeze the
+// namespace: after Options.AckTimeout the distributor plans again (a
+// snapshot, as it cannot know what the agent holds), and the late answer,
+// when it comes, is ignored rather than treated as a protocol violation
+// (defect 1).
+func TestUnansweredUpdateIsPlannedAgain(t *testing.T) {
+	e := newEnv(t, func(o *fanout.Options) { o.AckTimeout = 200 * time.Millisecond })
+	ns := "d/app"
+	v1 := e.publish(ns, props(10, "v1"))
+	var first atomic.Bool
+	late := make(chan *lehrpb.Ack, 1)
+	a := e.dial("host-1", agenttest.Options{
+		Subscriptions: []string{ns},
+		Answer: func(u *lehrpb.Update, ack *lehrpb.Ack) *lehrpb.Ack {
+			if first.CompareAndSwap(false, true) {
+				late <- ack // held back: answered after the deadline
+				return nil
+			}
+			return ack
+		},
+	})
+	waitVersion(t, a, ns, v1)
+	wait.For(t, "the distributor to push v1 a second time", func() bool { return len(a.Applied(ns)) >= 2 })
+	if got := e.srv.Stats().AckTimeouts; got == 0 {
+		t.Errorf("AckTimeouts = 0, want the unanswered update counted")
+	}
+	// The held-back answer arrives now, long after its deadline.
+	if err := a.SendAck(<-late); err != nil {
+		t.Fatal(err)
+	}
+	v2 := e.publish(ns, props(10, "v2"))
+	waitVersion(t, a, ns, v2)
+	if err := a.Err(); err != nil {
+		t.Fatalf("connection ended: %v; a late Ack must not be a protocol violation", err)
+	}
+}
+
+// An agent that acknowledges a repair snapshot with the checksum it
+// already had (as agents before the repair rule did: "stale, I hold that
+// version") is not sent the same snapshot again and again: the fanout
+// checks the Ack's checksum against what it sent and backs off (defect 2;
+// review saw 13,000 pushes in 2 s).
+func TestAckWithAnotherChecksumBacksOff(t *testing.T) {
+	e := newEnv(t)
+	ns := "d/app"
+	v1 := e.publish(ns, props(10, "v1"))
+	corrupt := content.Snapshot{}.Checksum()
+	a := e.dial("host-1", agenttest.Options{
+		Cached:        []agenttest.Cached{{Namespace: ns, Version: 1, Content: v1.Content, Checksum: corrupt}},
+		Subscriptions: []string{ns},
+		Answer: func(u *lehrpb.Update, ack *lehrpb.Ack) *lehrpb.Ack {
+			// The old agent's answer: ok, at the version it holds, with
+			// its own checksum.
+			return &lehrpb.Ack{Namespace: u.GetNamespace(), Version: u.GetVersion(), Checksum: corrupt, Ok: true}
+		},
+	})
+	wait.For(t, "the first repair snapshot", func() bool { return len(a.Applied(ns)) >= 1 })
+	time.Sleep(2 * time.Second) // a window to count pushes in, not a wait for an event
+	if n := len(a.Applied(ns)); n > 8 {
+		t.Errorf("%d snapshots pushed in 2 s to an agent that keeps acking another checksum; want a backoff (≤ 8)", n)
+	}
+	if got := e.srv.Stats().Refusals; got == 0 {
+		t.Errorf("Refusals = 0; an Ack naming another checksum than the one sent is a refusal")
+	}
+	if err := a.Err(); err != nil {
+		t.Fatalf("connection ended: %v", err)
+	}
+}
+
+// A Resync for a namespace the agent just unsubscribed from (it raced the
+// Unsubscribe) is ignored; it does not close the connection and with it
+// every other namespace of the host (defect 6).
+func TestResyncOfUnsubscribedNamespaceIsIgnored(t *testing.T) {
+	e := newEnv(t)
+	v1 := e.publish("d/a", props(3, "a"))
+	b1 := e.publish("d/b", props(3, "b"))
+	a := e.dial("host-1", agenttest.Options{Subscriptions: []string{"d/a"}})
+	waitVersion(t, a, "d/a", v1)
+	if err := a.Unsubscribe("d/a"); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Resync("d/a", lehrpb.ResyncReason_RESYNC_REASON_CACHE_CORRUPT); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Subscribe("d/b"); err != nil {
+		t.Fatal(err)
+	}
+	waitVersion(t, a, "d/b", b1)
+	if err := a.Err(); err != nil {
+		t.Fatalf("connection ended: %v", err)
+	}
+}
+
+// A push whose write fails (here: the agent abandons every update stream)
+// ends the session and closes the connection, so the agent notices and
+// fails over; it does not leave a connection that stays up while nothing
+// is pushed on it any more (defect 7).
+func TestPushWriteErrorClosesTheConnection(t *testing.T) {
+	e := newEnv(t)
+	ns := "d/big"
+	big, err := content.New([]content.Property{{Key: "blob", Value: []byte(strings.Repeat("x", 8<<20))}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.publishSnap(ns, big)
+	a := e.dial("host-1", agenttest.Options{Subscriptions: []string{ns}, RejectStreams: true})
+	select {
+	case <-a.Done():
+	case <-time.After(wait.Timeout):
+		t.Fatal("the connection is still up after its push failed")
+	}
+}
+
+// Subscription churn does not grow the session without bound: an
+// unsubscribed namespace is forgotten, so a long-lived agent that keeps
+// subscribing to new namespaces and dropping old ones never reaches the
+// per-agent cap, which counts live subscriptions only (defect 8).
+func TestSubscriptionChurnIsBounded(t *testing.T) {
+	e := newEnv(t, func(o *fanout.Options) { o.MaxNamespacesPerAgent = 4 })
+	a := e.dial("host-1", agenttest.Options{})
+	for i := range 20 {
+		ns := "d/churn-" + string(rune('a'+i))
+		v := e.publish(ns, props(2, ns))
+		if err := a.Subscribe(ns); err != nil {
+			t.Fatal(err)
+		}
+		waitVersion(t, a, ns, v)
+		if err := a.Unsubscribe(ns); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := a.Err(); err != nil {
+		t.Fatalf("connection ended: %v", err)
+	}
+}
+
+// An agent may hold a newer version than the one sent (it got it from
+// another distributor of the zone, ahead of this one): it acknowledges
+// the update as stale with what it holds, and the fanout records that
+// instead of calling it a protocol violation.
+func TestStaleAckWithNewerVersionIsRecorded(t *testing.T) {
+	e := newEnv(t)
+	ns := "d/app"
+	e.publish(ns, props(5, "v1"))
+	v2 := e.publish(ns, props(5, "v2"))
+	var mu sync.Mutex
+	a := e.dial("host-1", agenttest.Options{
+		Subscriptions: []string{ns},
+		Answer: func(u *lehrpb.Update, ack *lehrpb.Ack) *lehrpb.Ack {
+			mu.Lock()
+			defer mu.Unlock()
+			// Claim to hold version 9 already.
+			return &lehrpb.Ack{Namespace: ns, UpdateVersion: u.GetVersion(), Version: 9, Checksum: v2.Checksum, Ok: true}
+		},
+	})
+	wait.For(t, "the push of v2", func() bool { return len(a.Applied(ns)) >= 1 })
+	wait.For(t, "the agent counted at version 9", func() bool {
+		_, counts := e.srv.Convergence()
+		for _, c := range counts {
+			if c.Namespace == ns && c.Version == 9 {
+				return true
+			}
+		}
+		return false
+	})
+	if err := a.Err(); err != nil {
+		t.Fatalf("connection ended: %v", err)
+	}
+}
