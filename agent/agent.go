@@ -61,6 +61,8 @@ const (
 	DefaultBackoffMax       = upstream.DefaultBackoffMax
 	// DefaultShutdownTimeout bounds a graceful stop of the local API.
 	DefaultShutdownTimeout = 5 * time.Second
+	// DefaultCacheRetention is how long an unwanted namespace stays cached.
+	DefaultCacheRetention = 24 * time.Hour
 )
 
 // Version is the agent's build string, sent in Hello.
@@ -96,6 +98,11 @@ type Options struct {
 	// of a namespace are kept after its last lease ends; zero means
 	// DefaultUnsubscribeGrace (5 min), negative means none.
 	UnsubscribeGrace time.Duration
+	// CacheRetention is how long the cache keeps a namespace no lease
+	// wants (after its grace period ended, or since the agent started for
+	// what it found cached) before evicting it; zero means
+	// DefaultCacheRetention (24 h), negative means never.
+	CacheRetention time.Duration
 	// BackoffMin and BackoffMax bound the randomised wait between
 	// connection attempts; zero means 100 ms and 10 s.
 	BackoffMin, BackoffMax time.Duration
@@ -131,8 +138,8 @@ type Agent struct {
 	readyOnce sync.Once
 
 	nsMu  sync.Mutex
-	locks map[string]*sync.Mutex // per-namespace apply/read lock
-	state map[string]*nsState    // what is held, by namespace
+	locks map[string]*nsLock  // per-namespace apply/read lock (see lock)
+	state map[string]*nsState // what is held, by namespace
 
 	runMu       sync.Mutex
 	running     bool
@@ -182,12 +189,15 @@ func New(opts Options) (*Agent, error) {
 	if opts.Metrics == nil {
 		opts.Metrics = metrics.NewSet()
 	}
+	if opts.CacheRetention == 0 {
+		opts.CacheRetention = DefaultCacheRetention
+	}
 	a := &Agent{
 		opts:     opts,
 		log:      opts.Logger,
 		filesDir: filepath.Join(opts.DataDir, "files"),
 		ready:    make(chan struct{}),
-		locks:    map[string]*sync.Mutex{},
+		locks:    map[string]*nsLock{},
 		state:    map[string]*nsState{},
 		done:     make(chan struct{}),
 	}
@@ -362,7 +372,16 @@ func (a *Agent) maintain(ctx context.Context) {
 		}
 		a.transition(a.leases.Expire())
 		a.retryFiles()
+		a.evictUnwanted()
 	}
+}
+
+// now is the agent's clock.
+func (a *Agent) now() time.Time {
+	if a.opts.Now != nil {
+		return a.opts.Now()
+	}
+	return time.Now()
 }
 
 // tickInterval is how often leases are checked: a tenth of the shortest

@@ -17,6 +17,7 @@ type agentMetrics struct {
 	appliedPatch    *metrics.Counter
 	applyErrors     *metrics.Counter
 	corruptions     *metrics.Counter
+	evictions       *metrics.Counter
 
 	mu       sync.Mutex
 	versions map[string]*metrics.Gauge
@@ -29,6 +30,7 @@ func newAgentMetrics(set *metrics.Set, a *Agent) *agentMetrics {
 		appliedPatch:    set.GetOrCreateCounter(`lehr_agent_updates_applied_total{kind="patch"}`),
 		applyErrors:     set.GetOrCreateCounter(`lehr_agent_apply_errors_total`),
 		corruptions:     set.GetOrCreateCounter(`lehr_agent_cache_corruptions_total`),
+		evictions:       set.GetOrCreateCounter(`lehr_agent_cache_evictions_total`),
 		versions:        map[string]*metrics.Gauge{},
 	}
 	set.GetOrCreateGauge(`lehr_agent_cache_bytes`, func() float64 {

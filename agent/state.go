@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"lehr.dev/lehr/agent/cache"
 	"lehr.dev/lehr/agent/leases"
@@ -29,6 +30,11 @@ type nsState struct {
 	// fileStale says the last write failed and must be retried.
 	fileVersion uint64
 	fileStale   bool
+
+	// unwantedSince is when the namespace stopped being wanted (or, for
+	// what the cache held at start, when the agent started); zero while it
+	// is wanted. After Options.CacheRetention it is evicted.
+	unwantedSince time.Time
 
 	// Consumer reports for reportVersion.
 	reportVersion uint64
@@ -54,18 +60,34 @@ type nsState struct {
 // …Locked expects its caller to hold the lock the same work would
 // otherwise take — here, the namespace's lock (lock(ns)).
 //
+// nsLock is a namespace's lock, counted so that it lives only while
+// someone holds or waits for it.
+type nsLock struct {
+	mu   sync.Mutex
+	refs int // holders and waiters; guarded by Agent.nsMu
+}
+
 // lock returns the namespace's lock, which serialises applying, reading
-// for repair, and file changes of one namespace.
+// for repair, and file changes of one namespace; calling the returned
+// function unlocks it.
 func (a *Agent) lock(ns string) func() {
 	a.nsMu.Lock()
-	m := a.locks[ns]
-	if m == nil {
-		m = &sync.Mutex{}
-		a.locks[ns] = m
+	l := a.locks[ns]
+	if l == nil {
+		l = &nsLock{}
+		a.locks[ns] = l
 	}
+	l.refs++
 	a.nsMu.Unlock()
-	m.Lock()
-	return m.Unlock
+	l.mu.Lock()
+	return func() {
+		l.mu.Unlock()
+		a.nsMu.Lock()
+		if l.refs--; l.refs == 0 {
+			delete(a.locks, ns)
+		}
+		a.nsMu.Unlock()
+	}
 }
 
 // get returns a copy of the state of ns (zero if unknown).
@@ -131,9 +153,11 @@ func (a *Agent) loadState() error {
 	if err != nil {
 		return fmt.Errorf("agent: list cache: %w", err)
 	}
+	now := a.now()
 	for _, e := range list {
 		a.update(e.Namespace, func(st *nsState) {
 			st.version, st.checksum = e.Version, e.Checksum
+			st.unwantedSince = now // until a lease or a file wants it
 		})
 		a.met.setVersion(e.Namespace, e.Version)
 	}
@@ -228,6 +252,7 @@ func (a *Agent) sync(ns string) {
 	unlock := a.lock(ns)
 	defer unlock()
 	if a.leases.Wanted(ns) {
+		a.update(ns, func(st *nsState) { st.unwantedSince = time.Time{} })
 		a.up.Subscribe(ns)
 		a.ensureFileLocked(ns)
 		return
@@ -236,11 +261,43 @@ func (a *Agent) sync(ns string) {
 	if err := a.writer.Remove(a.filesDir, ns); err != nil {
 		a.log.Warn("cannot remove namespace file", "namespace", ns, "err", err)
 	}
+	now := a.now()
 	a.update(ns, func(st *nsState) {
 		st.fileVersion, st.fileStale = 0, false
 		st.reportVersion, st.applied, st.rejected = 0, nil, nil
+		st.unwantedSince = now
 	})
 	a.forgetIfIdle(ns)
+}
+
+// evictUnwanted drops from the cache every namespace no lease has wanted
+// for Options.CacheRetention: a consumer that comes back after that costs
+// one snapshot, and the agent holds (and would announce) only what its
+// consumers use.
+func (a *Agent) evictUnwanted() {
+	if a.opts.CacheRetention < 0 {
+		return
+	}
+	cutoff := a.now().Add(-a.opts.CacheRetention)
+	for _, ns := range a.known() {
+		st := a.get(ns)
+		if st.version == 0 || st.unwantedSince.IsZero() || st.unwantedSince.After(cutoff) {
+			continue
+		}
+		unlock := a.lock(ns)
+		if st := a.get(ns); !a.leases.Wanted(ns) && !st.unwantedSince.IsZero() && !st.unwantedSince.After(cutoff) {
+			if err := a.cache.Drop(ns); err != nil {
+				a.log.Warn("cannot evict an unwanted namespace from the cache", "namespace", ns, "err", err)
+			} else {
+				a.update(ns, func(st *nsState) { st.version, st.checksum, st.info = 0, "", nil })
+				a.met.setVersion(ns, 0)
+				a.met.evictions.Inc()
+				a.log.Info("evicted a namespace no consumer wanted", "namespace", ns, "unwanted_since", st.unwantedSince)
+				a.forgetIfIdle(ns)
+			}
+		}
+		unlock()
+	}
 }
 
 // ensureFileLocked writes the file of ns from the cache if it is missing,
