@@ -218,3 +218,46 @@ func TestLateCallbacksGetCurrentView(t *testing.T) {
 		}
 	}
 }
+
+// A file holding the current version with another checksum is a repair
+// (control's store was restored from a backup, and the agent rewrote the
+// version it holds with control's content): the consumer takes it, calls
+// back with the keys that changed, and Next returns it (issue 8, defect 2:
+// the consumer ignored an equal version).
+func TestSameVersionOtherChecksumIsARepair(t *testing.T) {
+	files := t.TempDir()
+	write(t, files, 4, "a", "1", "b", "2")
+	_, s := newOffline(t, files)
+	v := next(t, s, nil)
+	if v.Version() != 4 {
+		t.Fatalf("first view at version %d, want 4", v.Version())
+	}
+	changes := make(chan Change, 4)
+	s.OnChange(func(ch Change) error { changes <- ch; return nil })
+	<-changes // the current view
+
+	write(t, files, 4, "a", "1", "b", "control's")
+	repaired := next(t, s, v)
+	if repaired.Version() != 4 || repaired.Checksum() == v.Checksum() {
+		t.Fatalf("after the repair: version %d checksum %s; want version 4 with a new checksum", repaired.Version(), repaired.Checksum())
+	}
+	if got, _ := repaired.Get("b"); string(got) != "control's" {
+		t.Errorf("repaired view b = %q, want control's", got)
+	}
+	select {
+	case ch := <-changes:
+		if len(ch.Changed) != 1 || ch.Changed[0] != "b" || ch.New.Checksum() != repaired.Checksum() {
+			t.Errorf("repair callback: changed %v, new checksum %s; want [b] and the repaired view", ch.Changed, ch.New.Checksum())
+		}
+	case <-time.After(wait.Timeout):
+		t.Fatal("no callback for the repair")
+	}
+	// An older version never replaces the view, repaired or not.
+	write(t, files, 3, "a", "old")
+	write(t, files, 4, "a", "1", "b", "control's") // unchanged: no callback
+	select {
+	case ch := <-changes:
+		t.Errorf("unexpected callback %+v", ch)
+	case <-time.After(200 * time.Millisecond):
+	}
+}

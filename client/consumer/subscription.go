@@ -23,7 +23,9 @@ import (
 // keys that differ (added, removed or modified), sorted. Old is an empty
 // view (version 0) for the first content a callback sees. When versions
 // arrive faster than callbacks run, intermediate versions are skipped: Old
-// is the last view delivered to that callback, New the latest.
+// is the last view delivered to that callback, New the latest. New has the
+// same version as Old, with another checksum, after a repair: the agent's
+// copy of that version was not control's and was replaced.
 type Change struct {
 	Old, New *View
 	Changed  []string
@@ -49,7 +51,7 @@ type Subscription struct {
 	updated   chan struct{} // closed and replaced when view changes
 	callbacks map[int]*callback
 	nextCB    int
-	reported  uint64 // last version reported to the agent
+	reported  *View // last view reported to the agent; nil: none
 	wake      chan struct{}
 	closed    bool
 }
@@ -142,7 +144,8 @@ func (s *Subscription) OnChange(fn func(Change) error) (cancel func()) {
 	}
 }
 
-// Next blocks until the view is newer than after (pass nil or the empty view
+// Next blocks until the view supersedes after — a newer version, or the
+// same version repaired with another checksum — (pass nil or the empty view
 // to get the first content) and returns it. It returns ctx's error, or
 // ErrClosed once the subscription is closed.
 //
@@ -153,15 +156,11 @@ func (s *Subscription) OnChange(fn func(Change) error) (cancel func()) {
 //		apply(v)
 //	}
 func (s *Subscription) Next(ctx context.Context, after *View) (*View, error) {
-	var have uint64
-	if after != nil {
-		have = after.version
-	}
 	for {
 		s.mu.Lock()
 		v, ch, closed := s.view, s.updated, s.closed
 		s.mu.Unlock()
-		if v.version > have {
+		if v.supersedes(after) {
 			return v, nil
 		}
 		if closed {
@@ -217,7 +216,7 @@ func (s *Subscription) load() {
 		return
 	}
 	s.mu.Lock()
-	if s.closed || v.version <= s.view.version {
+	if s.closed || !v.supersedes(s.view) {
 		s.mu.Unlock()
 		return
 	}
@@ -378,14 +377,14 @@ func (s *Subscription) dispatch() {
 		}
 		var jobs []job
 		for id := 0; id < s.nextCB; id++ {
-			if cb, ok := s.callbacks[id]; ok && cb.seen.version < cur.version {
+			if cb, ok := s.callbacks[id]; ok && cur.supersedes(cb.seen) {
 				jobs = append(jobs, job{cb, cb.seen})
 				cb.seen = cur
 			}
 		}
-		report := cur.version > s.reported
+		report := cur.supersedes(s.reported)
 		if report {
-			s.reported = cur.version
+			s.reported = cur
 		}
 		s.mu.Unlock()
 

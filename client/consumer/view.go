@@ -21,6 +21,17 @@ type View struct {
 	snap      content.Snapshot
 }
 
+// supersedes reports whether v replaces o as the current view: a newer
+// version, or the same version with another checksum — a repair, which the
+// agent writes when its copy of a version turns out not to be control's
+// (docs/wire.md, "Updates and ordering"). A nil o is the empty view.
+func (v *View) supersedes(o *View) bool {
+	if o == nil {
+		return v.version > 0
+	}
+	return v.version > o.version || v.version == o.version && v.version > 0 && v.checksum != o.checksum
+}
+
 // Namespace returns "domain/name".
 func (v *View) Namespace() string { return v.namespace }
 
