@@ -324,6 +324,7 @@ func (d *Distributor) Run(ctx context.Context) (err error) {
 	d.mu.Unlock()
 	defer close(d.done)
 	defer d.conn.Close()
+	defer d.cache.Close()
 	select {
 	case <-d.stop:
 		return nil
@@ -531,7 +532,7 @@ func (d *Distributor) syncOne(ctx context.Context, ns string) error {
 	d.cache.Pin(ns, g.GetVersion())
 	fctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	v, err := d.cache.Get(fctx, ns, g.GetVersion())
+	v, err := d.cache.Get(fctx, ns, g.GetVersion(), g.GetChecksum())
 	if err != nil {
 		return err
 	}

@@ -42,8 +42,9 @@ import (
 // Versions is where the fanout gets the versions agents hold, to compute
 // patches from them. *versions.Cache implements it.
 type Versions interface {
-	// Get returns version seq of ns, from memory or from control.
-	Get(ctx context.Context, ns string, seq uint64) (*content.Version, error)
+	// Get returns version seq of ns with checksum sum, from memory or from
+	// control.
+	Get(ctx context.Context, ns string, seq uint64, sum string) (*content.Version, error)
 }
 
 // Options configures a Server.

@@ -618,7 +618,7 @@ func (s *Server) build(ctx context.Context, j job, compact bool) (frame []byte, 
 	g := j.goal
 	if !j.snapshot {
 		fctx, cancel := context.WithTimeout(ctx, s.opts.FetchTimeout)
-		base, err := s.opts.Versions.Get(fctx, j.ns, j.base)
+		base, err := s.opts.Versions.Get(fctx, j.ns, j.base, j.baseSum)
 		cancel()
 		switch {
 		case err != nil:

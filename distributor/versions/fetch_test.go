@@ -2,90 +2,159 @@ package versions_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
+	"log/slog"
+	"sync"
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
+
 	"lehr.dev/lehr/control"
 	"lehr.dev/lehr/control/controltest"
+	"lehr.dev/lehr/control/store"
 	"lehr.dev/lehr/distributor/versions"
 	"lehr.dev/lehr/internal/content"
 	"lehr.dev/lehr/proto/lehrpb"
+	"lehr.dev/lehr/testenv/wait"
 )
 
-func TestFetchFromControl(t *testing.T) {
-	srv := controltest.StartControl(t, control.Options{})
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	if _, err := srv.Client.CreateDomain(ctx, &lehrpb.CreateDomainRequest{Domain: &lehrpb.Domain{Name: "d"}}); err != nil {
-		t.Fatal(err)
-	}
-	var props []*lehrpb.Property
-	for i := range 100 {
-		props = append(props, &lehrpb.Property{Key: fmt.Sprintf("k/%03d", i), Value: []byte(fmt.Sprint(i))})
-	}
-	pub, err := srv.Client.Publish(ctx, &lehrpb.PublishRequest{Namespace: "d/a", Properties: props})
-	if err != nil {
-		t.Fatal(err)
-	}
-	v1 := pub.GetVersion()
-	patch, err := srv.Client.Patch(ctx, &lehrpb.PatchRequest{
-		Namespace: "d/a", BaseVersion: v1.GetSeq(),
-		Set:    []*lehrpb.Property{{Key: "k/001", Value: []byte("changed")}, {Key: "new", Value: []byte("x")}},
-		Delete: []string{"k/002"},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	v2 := patch.GetVersion()
+// The tests of this file run the cache against a real control plane.
 
-	c := versions.New(versions.Options{Client: srv.Client})
-	got1, err := c.Get(ctx, "d/a", v1.GetSeq())
-	if err != nil {
-		t.Fatalf("Get v1: %v", err)
-	}
-	if got1.Checksum != v1.GetChecksum() || got1.Content.Checksum() != v1.GetChecksum() || got1.Content.Len() != 100 {
-		t.Errorf("v1 = %d props checksum %s, want 100 props checksum %s", got1.Content.Len(), got1.Checksum, v1.GetChecksum())
-	}
-	got2, err := c.Get(ctx, "d/a", v2.GetSeq())
-	if err != nil {
-		t.Fatalf("Get v2: %v", err)
-	}
-	if got2.Content.Checksum() != v2.GetChecksum() {
-		t.Errorf("v2 checksum %s, want %s", got2.Content.Checksum(), v2.GetChecksum())
-	}
-	want, err := srv.Client.Get(ctx, &lehrpb.GetRequest{Namespace: "d/a", Version: v2.GetSeq()})
-	if err != nil {
+func ctxT(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func publishN(t *testing.T, cl lehrpb.ControlClient, ns string, n int) []*lehrpb.VersionInfo {
+	t.Helper()
+	if _, err := cl.CreateDomain(ctxT(t), &lehrpb.CreateDomainRequest{Domain: &lehrpb.Domain{Name: "d"}}); err != nil {
 		t.Fatal(err)
 	}
-	wantSnap, _ := content.New(content.FromProto(want.GetProperties()))
-	if !got2.Content.Equal(wantSnap) {
-		t.Errorf("v2 built from a delta differs from control's v2")
+	var out []*lehrpb.VersionInfo
+	for i := 1; i <= n; i++ {
+		resp, err := cl.Publish(ctxT(t), &lehrpb.PublishRequest{Namespace: ns, Properties: []*lehrpb.Property{
+			{Key: "big", Value: []byte("a value shared by every version, so deltas are small")},
+			{Key: "i", Value: []byte(fmt.Sprint(i))},
+		}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, resp.GetVersion())
 	}
-	st := c.Stats()
-	if st.Fetches != 1 || st.Deltas != 1 || st.ChecksumErrors != 0 {
-		t.Errorf("stats = %+v, want 1 whole fetch and 1 delta", st)
-	}
-	// A second Get is served from memory.
-	if _, err := c.Get(ctx, "d/a", v2.GetSeq()); err != nil {
+	return out
+}
+
+// A goal whose newest cached predecessor was compacted away at control is
+// fetched whole: a delta from a base control no longer has fails with
+// NOT_FOUND, and the cache must not retry that delta forever (issue 8,
+// defect 4).
+func TestDeltaFromACompactedBaseFallsBackToAWholeFetch(t *testing.T) {
+	srv := controltest.StartControl(t, control.Options{
+		Retention:       store.Retention{KeepLast: 1, KeepFor: time.Nanosecond},
+		CompactInterval: 20 * time.Millisecond,
+	})
+	const ns = "d/app"
+	vs := publishN(t, srv.Client, ns, 1)
+	c := versions.New(versions.Options{Client: srv.Client, Logger: quietLogger()})
+	if _, err := c.Get(ctxT(t), ns, 1, vs[0].GetChecksum()); err != nil {
 		t.Fatal(err)
 	}
-	if st2 := c.Stats(); st2.Fetches != st.Fetches || st2.Deltas != st.Deltas {
-		t.Errorf("a cached Get fetched again: %+v", st2)
+	for i := 2; i <= 4; i++ {
+		resp, err := srv.Client.Publish(ctxT(t), &lehrpb.PublishRequest{Namespace: ns, Properties: []*lehrpb.Property{{Key: "i", Value: []byte(fmt.Sprint(i))}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		vs = append(vs, resp.GetVersion())
 	}
-	// A version that does not exist is an error, and nothing is cached.
-	if _, err := c.Get(ctx, "d/a", 99); err == nil {
-		t.Error("Get of a missing version succeeded")
+	wait.For(t, "control to compact version 1 away", func() bool {
+		_, err := srv.Client.FetchVersion(ctxT(t), &lehrpb.FetchVersionRequest{Namespace: ns, Version: 1})
+		return err != nil
+	})
+	v, err := c.Get(ctxT(t), ns, 4, vs[3].GetChecksum())
+	if err != nil {
+		t.Fatalf("Get(%s@4) with base 1 compacted: %v", ns, err)
 	}
-	// Unreachable control: memory still serves, a fetch fails.
-	srv.Stop()
-	if _, err := c.Get(ctx, "d/a", v1.GetSeq()); err != nil {
-		t.Errorf("cached Get with control down: %v", err)
-	}
-	short, cancel2 := context.WithTimeout(ctx, 2*time.Second)
-	defer cancel2()
-	c2 := versions.New(versions.Options{Client: lehrpb.NewControlClient(controltest.Dial(t, srv.Addr))})
-	if _, err := c2.Get(short, "d/a", v1.GetSeq()); err == nil {
-		t.Error("fetch with control down succeeded")
+	if v.Checksum != vs[3].GetChecksum() {
+		t.Errorf("Get returned checksum %s, want %s", v.Checksum, vs[3].GetChecksum())
 	}
 }
+
+// A cached version whose checksum is not the one asked for (control's
+// store was restored from a backup: same number, other content) is not
+// served; the version is fetched again (issue 8, defect 2).
+func TestCachedVersionWithAnotherChecksumIsRefetched(t *testing.T) {
+	srv := controltest.StartControl(t, control.Options{})
+	const ns = "d/app"
+	vs := publishN(t, srv.Client, ns, 3)
+	c := versions.New(versions.Options{Client: srv.Client, Logger: quietLogger()})
+	stale, _ := content.New([]content.Property{{Key: "i", Value: []byte("before the restore")}})
+	if err := c.Put(&content.Version{Namespace: ns, Seq: 3, Checksum: stale.Checksum(), Content: stale}); err != nil {
+		t.Fatal(err)
+	}
+	v, err := c.Get(ctxT(t), ns, 3, vs[2].GetChecksum())
+	if err != nil {
+		t.Fatalf("Get: %v", err)
+	}
+	if v.Checksum != vs[2].GetChecksum() {
+		t.Fatalf("Get served checksum %s from the cache; want control's %s", v.Checksum, vs[2].GetChecksum())
+	}
+	if got, ok := c.Lookup(ns, 3); !ok || got.Checksum != vs[2].GetChecksum() {
+		t.Errorf("the cache keeps %v; want control's version 3", got)
+	}
+}
+
+// gatedClient holds FetchVersion calls until released: a fault wrapper
+// around the real control client.
+type gatedClient struct {
+	versions.Client
+	started chan struct{}
+	release chan struct{}
+	once    sync.Once
+}
+
+func (g *gatedClient) FetchVersion(ctx context.Context, in *lehrpb.FetchVersionRequest, opts ...grpc.CallOption) (*lehrpb.FetchVersionResponse, error) {
+	g.once.Do(func() { close(g.started) })
+	<-g.release
+	return g.Client.FetchVersion(ctx, in, opts...)
+}
+
+// Concurrent Gets share one fetch, and the caller that started it going
+// away (an agent disconnecting) does not fail everyone else's (issue 8,
+// defect 8).
+func TestSharedFetchOutlivesItsFirstCaller(t *testing.T) {
+	srv := controltest.StartControl(t, control.Options{})
+	const ns = "d/app"
+	vs := publishN(t, srv.Client, ns, 1)
+	g := &gatedClient{Client: srv.Client, started: make(chan struct{}), release: make(chan struct{})}
+	c := versions.New(versions.Options{Client: g, Logger: quietLogger()})
+
+	first, cancelFirst := context.WithCancel(ctxT(t))
+	firstErr := make(chan error, 1)
+	go func() {
+		_, err := c.Get(first, ns, 1, vs[0].GetChecksum())
+		firstErr <- err
+	}()
+	<-g.started
+	second := make(chan error, 1)
+	go func() {
+		v, err := c.Get(ctxT(t), ns, 1, vs[0].GetChecksum())
+		if err == nil && v.Checksum != vs[0].GetChecksum() {
+			err = errors.New("wrong version")
+		}
+		second <- err
+	}()
+	cancelFirst()
+	if err := <-firstErr; !errors.Is(err, context.Canceled) {
+		t.Errorf("first Get after its context was cancelled = %v, want context.Canceled", err)
+	}
+	close(g.release)
+	if err := <-second; err != nil {
+		t.Errorf("second Get failed with the first caller's cancellation: %v", err)
+	}
+}
+
+func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }

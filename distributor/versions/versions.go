@@ -29,6 +29,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"time"
 
 	"google.golang.org/grpc"
 
@@ -50,6 +51,9 @@ type Client interface {
 	FetchDelta(ctx context.Context, in *lehrpb.FetchDeltaRequest, opts ...grpc.CallOption) (*lehrpb.FetchDeltaResponse, error)
 }
 
+// DefaultFetchTimeout is the default Options.FetchTimeout.
+const DefaultFetchTimeout = 30 * time.Second
+
 // Options configures a Cache.
 type Options struct {
 	// Client fetches versions from control. If nil, the cache serves only
@@ -58,6 +62,11 @@ type Options struct {
 	// MaxBytes bounds the cached content (see Eviction in the package
 	// documentation); default 256 MiB.
 	MaxBytes int64
+	// FetchTimeout bounds one fetch from control; default
+	// DefaultFetchTimeout. A fetch runs for every Get waiting for it, not
+	// under any one caller's context, so one caller going away does not
+	// fail the others.
+	FetchTimeout time.Duration
 	// Logger; default slog.Default().
 	Logger *slog.Logger
 }
@@ -95,6 +104,11 @@ type Cache struct {
 	opts Options
 	log  *slog.Logger
 
+	// ctx ends when Close is called: fetches in flight stop. wg holds them.
+	ctx   context.Context
+	close context.CancelFunc
+	wg    sync.WaitGroup
+
 	mu       sync.Mutex
 	entries  map[key]*entry
 	byNS     map[string]map[uint64]*entry
@@ -113,7 +127,13 @@ func New(opts Options) *Cache {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
+	if opts.FetchTimeout <= 0 {
+		opts.FetchTimeout = DefaultFetchTimeout
+	}
+	ctx, cancel := context.WithCancel(context.Background())
 	return &Cache{
+		ctx:      ctx,
+		close:    cancel,
 		opts:     opts,
 		log:      opts.Logger,
 		entries:  map[key]*entry{},
@@ -165,50 +185,77 @@ func (c *Cache) Stats() Stats {
 	return s
 }
 
-// Get returns version seq of ns, from memory or else from control: as a
-// delta from the newest cached older version when there is one, otherwise
-// whole. Concurrent Gets of one version share one fetch. The result always
-// matches its checksum; content that does not wraps ErrChecksum (after a
-// delta fails its checksum, one whole fetch is tried before giving up).
-func (c *Cache) Get(ctx context.Context, ns string, seq uint64) (*content.Version, error) {
+// Close stops the fetches in flight (their Gets fail) and waits for them.
+// The cache still serves what it holds. It is idempotent.
+func (c *Cache) Close() error {
+	c.close()
+	c.wg.Wait()
+	return nil
+}
+
+// Get returns version seq of ns with checksum sum ("" accepts any), from
+// memory or else from control: as a delta from the newest cached older
+// version when there is one, otherwise whole. A cached version with
+// another checksum than sum (control's store was restored from a backup:
+// same number, other content) is dropped and fetched again. Concurrent
+// Gets of one version share one fetch, which runs for all of them (bounded
+// by Options.FetchTimeout), not under the context of whichever started it.
+// The result always matches its checksum; content that does not, or a
+// version control holds with another checksum than sum, wraps ErrChecksum.
+// A delta that cannot be had (its base compacted at control, or content
+// that fails its checksum) falls back to one whole fetch.
+func (c *Cache) Get(ctx context.Context, ns string, seq uint64, sum string) (*content.Version, error) {
 	if seq == 0 {
 		return nil, fmt.Errorf("versions: get %s@0: version must be at least 1", ns)
 	}
 	k := key{ns, seq}
 	c.mu.Lock()
 	if e, ok := c.entries[k]; ok {
-		c.lru.MoveToFront(e.elem)
-		c.mu.Unlock()
-		return e.v, nil
+		if sum == "" || e.v.Checksum == sum {
+			c.lru.MoveToFront(e.elem)
+			c.mu.Unlock()
+			return e.v, nil
+		}
+		c.log.Warn("cached version has another checksum than the one asked for; fetching it again",
+			"namespace", ns, "version", seq, "cached", e.v.Checksum, "want", sum)
+		c.removeLocked(k, e)
 	}
 	if c.opts.Client == nil {
 		c.mu.Unlock()
 		return nil, fmt.Errorf("get %s@%d: %w", ns, seq, ErrNotCached)
 	}
-	if cl, ok := c.inflight[k]; ok {
-		c.mu.Unlock()
-		select {
-		case <-cl.done:
-			return cl.v, cl.err
-		case <-ctx.Done():
-			return nil, fmt.Errorf("get %s@%d: %w", ns, seq, ctx.Err())
-		}
+	cl, ok := c.inflight[k]
+	if !ok {
+		cl = &call{done: make(chan struct{})}
+		c.inflight[k] = cl
+		base := c.newestBelowLocked(ns, seq)
+		c.wg.Go(func() {
+			fctx, cancel := context.WithTimeout(c.ctx, c.opts.FetchTimeout)
+			defer cancel()
+			v, err := c.fetch(fctx, ns, seq, base)
+			c.mu.Lock()
+			delete(c.inflight, k)
+			if err == nil {
+				v = c.insertLocked(v)
+			}
+			c.mu.Unlock()
+			cl.v, cl.err = v, err
+			close(cl.done)
+		})
 	}
-	cl := &call{done: make(chan struct{})}
-	c.inflight[k] = cl
-	base := c.newestBelowLocked(ns, seq)
 	c.mu.Unlock()
-
-	v, err := c.fetch(ctx, ns, seq, base)
-	c.mu.Lock()
-	delete(c.inflight, k)
-	if err == nil {
-		v = c.insertLocked(v)
+	select {
+	case <-cl.done:
+	case <-ctx.Done():
+		return nil, fmt.Errorf("get %s@%d: %w", ns, seq, ctx.Err())
 	}
-	c.mu.Unlock()
-	cl.v, cl.err = v, err
-	close(cl.done)
-	return v, err
+	if cl.err != nil {
+		return nil, cl.err
+	}
+	if sum != "" && cl.v.Checksum != sum {
+		return nil, fmt.Errorf("get %s@%d: %w: control holds it with checksum %s, not %s", ns, seq, ErrChecksum, cl.v.Checksum, sum)
+	}
+	return cl.v, nil
 }
 
 // Put adds a version built elsewhere after checking its checksum.
@@ -238,10 +285,12 @@ func (c *Cache) fetch(ctx context.Context, ns string, seq uint64, base *content.
 		if err == nil {
 			return v, nil
 		}
-		if !errors.Is(err, ErrChecksum) {
+		if ctx.Err() != nil {
 			return nil, err
 		}
-		c.log.Warn("delta from control failed its checksum; fetching the whole version", "namespace", ns, "from", base.Seq, "to", seq, "err", err)
+		// The base may be compacted away at control (NOT_FOUND), or the
+		// delta fail its checksum: a whole version needs neither.
+		c.log.Warn("cannot build the version from a delta; fetching it whole", "namespace", ns, "from", base.Seq, "to", seq, "err", err)
 	}
 	return c.fetchWhole(ctx, ns, seq)
 }
@@ -324,19 +373,23 @@ func (c *Cache) insertLocked(v *content.Version) *content.Version {
 	return v
 }
 
+// removeLocked drops the entry e of k.
+func (c *Cache) removeLocked(k key, e *entry) {
+	c.lru.Remove(e.elem)
+	delete(c.entries, k)
+	delete(c.byNS[k.ns], k.seq)
+	if len(c.byNS[k.ns]) == 0 {
+		delete(c.byNS, k.ns)
+	}
+	c.bytes -= e.size
+}
+
 func (c *Cache) evictLocked() {
 	for el := c.lru.Back(); el != nil && c.bytes > c.opts.MaxBytes; {
 		prev := el.Prev()
 		k := el.Value.(key)
 		if pin, ok := c.pins[k.ns]; !ok || pin != k.seq {
-			e := c.entries[k]
-			c.lru.Remove(el)
-			delete(c.entries, k)
-			delete(c.byNS[k.ns], k.seq)
-			if len(c.byNS[k.ns]) == 0 {
-				delete(c.byNS, k.ns)
-			}
-			c.bytes -= e.size
+			c.removeLocked(k, c.entries[k])
 			c.stats.Evictions++
 		}
 		el = prev
