@@ -292,6 +292,21 @@ func TestIdempotentRetry(t *testing.T) {
 	if p1.GetVersion().GetSeq() != 2 || p2.GetVersion().GetSeq() != 2 {
 		t.Errorf("patch and its retry = versions %d and %d, want 2 and 2", p1.GetVersion().GetSeq(), p2.GetVersion().GetSeq())
 	}
+	// Even after another producer published on top, the retries of both
+	// are answered with their own versions and commit nothing (issue 8,
+	// defect 3: before, the publish's retry committed its content again,
+	// reverting the other producer's version, and the patch's retry
+	// answered STALE_VERSION although it had committed).
+	other := publish(t, cl, "idem/a", prop("k", "", "from another producer"))
+	if v, err := cl.Publish(testCtx(t), req); err != nil || v.GetVersion().GetSeq() != 1 {
+		t.Errorf("publish retry after another publish = %v, %v; want its own version 1", v.GetVersion(), err)
+	}
+	if v, err := cl.Patch(testCtx(t), preq); err != nil || v.GetVersion().GetSeq() != 2 {
+		t.Errorf("patch retry after another publish = %v, %v; want its own version 2", v.GetVersion(), err)
+	}
+	if got := seqs(history(t, cl, "idem/a", 0)); !cmp.Equal(got, []uint64{other.GetSeq(), 2, 1}) {
+		t.Errorf("history after the retries = %v, want [%d 2 1]: nothing committed again", got, other.GetSeq())
+	}
 }
 
 func TestRestartKeepsState(t *testing.T) {

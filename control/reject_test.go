@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"math"
+	"strings"
 	"testing"
 
 	"google.golang.org/grpc/codes"
@@ -106,6 +108,16 @@ func TestRejections(t *testing.T) {
 			return err
 		}, codes.InvalidArgument, apierror.ReasonInvalidArgument, "message", "1024 bytes"},
 		{"too many namespaces", pub("few/two", prop("a", "", "1")), codes.ResourceExhausted, apierror.ReasonTooManyNamespaces, "namespace", "1 namespaces"},
+		{"request_id too long", func(ctx context.Context) error {
+			_, err := cl.Publish(ctx, &lehrpb.PublishRequest{Namespace: "bad/ns", RequestId: string(bytes.Repeat([]byte("r"), 2<<20)), Properties: []*lehrpb.Property{prop("a", "", "1")}})
+			return err
+		}, codes.InvalidArgument, apierror.ReasonInvalidArgument, "request_id", "128 bytes"},
+		{"request_id with a control character", patch(&lehrpb.PatchRequest{BaseVersion: 2, RequestId: "abc\n", Set: []*lehrpb.Property{prop("a", "", "9")}}),
+			codes.InvalidArgument, apierror.ReasonInvalidArgument, "request_id", ""},
+		{"NaN quota", func(ctx context.Context) error {
+			_, err := cl.CreateDomain(ctx, &lehrpb.CreateDomainRequest{Domain: &lehrpb.Domain{Name: "nan", Quotas: &lehrpb.Quotas{PublishesPerSecond: math.NaN()}}})
+			return err
+		}, codes.InvalidArgument, apierror.ReasonInvalidArgument, "domain.quotas.publishes_per_second", ""},
 		{"unknown version", func(ctx context.Context) error {
 			_, err := cl.Get(ctx, &lehrpb.GetRequest{Namespace: "bad/ns", Version: 99})
 			return err
@@ -239,5 +251,17 @@ func TestRateLimit(t *testing.T) {
 	createDomain(t, cl, "fast", nil)
 	for i := range 3 {
 		publish(t, cl, "fast/a", prop("k", "", fmt.Sprint(i)))
+	}
+}
+
+// A NaN or infinite quota is refused for what it is, not as "negative"
+// (issue 8, defect 14).
+func TestNaNQuotaMessage(t *testing.T) {
+	srv := controltest.StartControl(t, control.Options{})
+	for _, r := range []float64{math.NaN(), math.Inf(1)} {
+		_, err := srv.Client.CreateDomain(testCtx(t), &lehrpb.CreateDomainRequest{Domain: &lehrpb.Domain{Name: "q", Quotas: &lehrpb.Quotas{PublishesPerSecond: r}}})
+		if e := apierror.FromError(err); e == nil || !strings.Contains(e.Message, "finite number") || strings.Contains(e.Message, "negative") {
+			t.Errorf("publishes_per_second %v: %v; want a message asking for a finite number", r, err)
+		}
 	}
 }

@@ -3,6 +3,7 @@ package service
 import (
 	"context"
 	"errors"
+	"math"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -79,11 +80,15 @@ func checkQuotas(q *lehrpb.Quotas) error {
 		}
 		return nil
 	}
+	if r := q.GetPublishesPerSecond(); math.IsNaN(r) || math.IsInf(r, 0) {
+		return invalid(apierror.ReasonInvalidArgument, "domain.quotas.publishes_per_second",
+			"publishes_per_second is %v; want a finite number >= 0 (0 means the server default)", r)
+	}
 	for _, c := range []error{
 		neg("max_namespace_bytes", q.GetMaxNamespaceBytes() < 0),
 		neg("max_properties", q.GetMaxProperties() < 0),
 		neg("max_value_bytes", q.GetMaxValueBytes() < 0),
-		neg("publishes_per_second", q.GetPublishesPerSecond() < 0 || q.GetPublishesPerSecond() != q.GetPublishesPerSecond()),
+		neg("publishes_per_second", q.GetPublishesPerSecond() < 0),
 		neg("publish_burst", q.GetPublishBurst() < 0),
 		neg("outbound_bytes_per_second", q.GetOutboundBytesPerSecond() < 0),
 		neg("max_namespaces", q.GetMaxNamespaces() < 0),

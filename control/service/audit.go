@@ -73,6 +73,21 @@ func (c caller) author(asserted string) string {
 
 // checkAudit validates a request's author and message fields and the
 // author asserted in its metadata.
+// checkRequestID checks a request_id: at most validate.MaxRequestIDBytes of
+// printable ASCII (it becomes part of a store key).
+func checkRequestID(id string) error {
+	if len(id) > validate.MaxRequestIDBytes {
+		return invalid(apierror.ReasonInvalidArgument, "request_id", "request_id is %d bytes; at most %d allowed (a UUID is 36)", len(id), validate.MaxRequestIDBytes).
+			WithLimit("%d bytes", validate.MaxRequestIDBytes)
+	}
+	for i := 0; i < len(id); i++ {
+		if c := id[i]; c < 0x21 || c > 0x7e {
+			return invalid(apierror.ReasonInvalidArgument, "request_id", "request_id has byte 0x%02x at offset %d; use printable ASCII without spaces, e.g. a UUID", c, i)
+		}
+	}
+	return nil
+}
+
 func checkAudit(ctx context.Context, author, message string) error {
 	if len(author) > validate.MaxAuthorBytes {
 		return invalid(apierror.ReasonInvalidArgument, "author", "author is %d bytes; at most %d allowed", len(author), validate.MaxAuthorBytes).

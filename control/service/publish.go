@@ -31,6 +31,9 @@ func (s *Service) Publish(ctx context.Context, req *lehrpb.PublishRequest) (_ *l
 	if err := checkAudit(ctx, req.GetAuthor(), req.GetMessage()); err != nil {
 		return nil, err
 	}
+	if err := checkRequestID(req.GetRequestId()); err != nil {
+		return nil, err
+	}
 	dom, err := s.domainOf(ctx, dname, "namespace")
 	if err != nil {
 		return nil, err
@@ -103,6 +106,9 @@ func (s *Service) Patch(ctx context.Context, req *lehrpb.PatchRequest) (_ *lehrp
 	if err := checkAudit(ctx, req.GetAuthor(), req.GetMessage()); err != nil {
 		return nil, err
 	}
+	if err := checkRequestID(req.GetRequestId()); err != nil {
+		return nil, err
+	}
 	for i, k := range req.GetDelete() {
 		if err := names.Key(k); err != nil {
 			return nil, nameError(propField("delete", i, ""), err)
@@ -136,8 +142,19 @@ func (s *Service) Patch(ctx context.Context, req *lehrpb.PatchRequest) (_ *lehrp
 		return nil, withField(s.apiError(ctx, err), "namespace")
 	}
 	latest := ns.GetLatestVersion()
-	// A stale base without a request_id cannot be an idempotent retry.
-	if base > latest || (base < latest && req.GetRequestId() == "") {
+	// A stale base with a request_id may be a retry of a patch that did
+	// commit (its response was lost) before other versions came on top:
+	// it is answered with its own version.
+	if base < latest && req.GetRequestId() != "" {
+		info, ok, err := s.st.Request(ctx, req.GetNamespace(), req.GetRequestId())
+		if err != nil {
+			return nil, s.apiError(ctx, err)
+		}
+		if ok {
+			return &lehrpb.PatchResponse{Version: info}, nil
+		}
+	}
+	if base != latest {
 		return nil, staleError(req.GetNamespace(), "base_version", "base version", base, latest)
 	}
 	_, baseSnap, err := s.st.Content(ctx, req.GetNamespace(), base)
@@ -209,6 +226,9 @@ func (s *Service) Rollback(ctx context.Context, req *lehrpb.RollbackRequest) (_ 
 		return nil, invalid(apierror.ReasonInvalidArgument, "to_version", "to_version is required: the version whose content to republish")
 	}
 	if err := checkAudit(ctx, req.GetAuthor(), req.GetMessage()); err != nil {
+		return nil, err
+	}
+	if err := checkRequestID(req.GetRequestId()); err != nil {
 		return nil, err
 	}
 	dom, err := s.domainOf(ctx, dname, "namespace")

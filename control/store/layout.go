@@ -34,6 +34,8 @@ func (l layout) versionsPrefix(ns string) string {
 func (l layout) version(ns string, seq uint64) string {
 	return fmt.Sprintf("%s%020d", l.versionsPrefix(ns), seq)
 }
+func (l layout) requestsPrefix(ns string) string  { return l.prefix + "requests/" + ns + "/" }
+func (l layout) request(ns, id string) string     { return l.requestsPrefix(ns) + id }
 func (l layout) blobsPrefix(ns string) string     { return l.prefix + "data/" + ns + "/b/" }
 func (l layout) blob(ns, hash string) string      { return l.blobsPrefix(ns) + hash }
 func (l layout) zonesPrefix() string              { return l.prefix + "zones/" }

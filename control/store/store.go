@@ -30,6 +30,9 @@ import (
 type Retention struct {
 	KeepLast int           // default 100
 	KeepFor  time.Duration // default 7 days
+	// Requests is how long the version a request_id committed is
+	// remembered for retries of that request; default 24 hours.
+	Requests time.Duration
 }
 
 // Options configures a Store. The zero value is valid.
@@ -55,6 +58,8 @@ type Store struct {
 	opts Options
 	lay  layout
 	log  *slog.Logger
+
+	requests requestLeases // see requests.go
 }
 
 // Defaults of Options.
@@ -62,6 +67,8 @@ const (
 	DefaultPrefix   = "/lehr/"
 	DefaultKeepLast = 100
 	DefaultKeepFor  = 7 * 24 * time.Hour
+	// DefaultRequestRetention is the default Retention.Requests.
+	DefaultRequestRetention = 24 * time.Hour
 )
 
 // New returns a Store using cli, which the caller owns and closes. New makes
@@ -75,6 +82,9 @@ func New(cli *clientv3.Client, opts Options) *Store {
 	}
 	if opts.Retention.KeepLast <= 0 {
 		opts.Retention.KeepLast = DefaultKeepLast
+	}
+	if opts.Retention.Requests <= 0 {
+		opts.Retention.Requests = DefaultRequestRetention
 	}
 	if opts.Retention.KeepFor <= 0 {
 		opts.Retention.KeepFor = DefaultKeepFor

@@ -9,10 +9,10 @@ package store
 // large version takes several requests to write; only the last one makes it
 // visible. Commit runs, in at most maxCommitAttempts rounds:
 //
-//  1. Read the head (nsmeta/<ns>), the domain and, for GoalsAllZones, the
-//     zones, all at one revision R. If c.RequestID is set and the latest
-//     version was committed with the same request id, that version is the
-//     answer: this is a retry of a commit whose response was lost. Otherwise
+//  1. Read the head (nsmeta/<ns>), the domain, the request record of
+//     c.RequestID and, for GoalsAllZones, the zones, all at one revision R.
+//     If the request record exists, the version it names is the answer:
+//     this is a retry of a commit whose response was lost. Otherwise
 //     the latest version must be c.ExpectedLatest (*ConflictError naming the
 //     current one), and a missing namespace needs c.Create and an existing
 //     domain (*NotFoundError).
@@ -22,9 +22,9 @@ package store
 //     are invisible: no version refers to them yet.
 //  3. One transaction, guarded by the head's mod revision read at R (or its
 //     absence) and, for GoalsAllZones, by every zones/ key having a mod
-//     revision <= R, puts the VersionRecord (seq latest+1), the new head, and
-//     goals/<zone>/<ns> for every zone read at R. Either all of it becomes
-//     visible or none of it does.
+//     revision <= R, puts the VersionRecord (seq latest+1), the new head, the
+//     request record, and goals/<zone>/<ns> for every zone read at R. Either
+//     all of it becomes visible or none of it does.
 //
 // If the guard fails the round starts over: a moved latest version then ends
 // in a *ConflictError (or the idempotent answer) — unless c.Rebase, which
@@ -95,9 +95,10 @@ type Commit struct {
 	// Author, Message, Source, RollbackOf and TransportIdentity are copied;
 	// the store fills namespace, seq, checksum, parent, create_time and sizes.
 	Info *lehrpb.VersionInfo
-	// RequestID, if set, makes the commit idempotent: when the latest version
-	// was committed with the same RequestID, Commit returns it unchanged
-	// (even if ExpectedLatest no longer matches) instead of a new version.
+	// RequestID, if set, makes the commit idempotent: when a version was
+	// committed with the same RequestID (within Retention.Requests), Commit
+	// returns it unchanged — even if other versions were committed on top
+	// since, and whatever ExpectedLatest says — instead of a new version.
 	RequestID string
 	// Goals and GoalReason say how goal states follow the commit.
 	Goals      GoalPolicy
@@ -143,9 +144,11 @@ func (s *Store) Commit(ctx context.Context, c Commit) (*lehrpb.VersionInfo, erro
 // the final transaction's guard failed and the round should be repeated.
 func (s *Store) tryCommit(ctx context.Context, c Commit, domain string, m *manifest) (*lehrpb.VersionInfo, error) {
 	hkey := s.lay.nsmeta(c.Namespace)
+	rkey := s.lay.request(c.Namespace, c.RequestID)
 	ops := []clientv3.Op{
 		clientv3.OpGet(hkey),
 		clientv3.OpGet(s.lay.domain(domain), clientv3.WithCountOnly()),
+		clientv3.OpGet(rkey), // empty for an empty request id
 	}
 	if c.Goals == GoalsAllZones {
 		ops = append(ops, clientv3.OpGet(s.lay.zonesPrefix(), clientv3.WithPrefix(), clientv3.WithKeysOnly()))
@@ -153,6 +156,13 @@ func (s *Store) tryCommit(ctx context.Context, c Commit, domain string, m *manif
 	rs, rev, err := s.readAt(ctx, ops...)
 	if err != nil {
 		return nil, err
+	}
+	if c.RequestID != "" && len(rs[2].Kvs) > 0 {
+		rec := new(lehrpb.RequestRecord)
+		if err := decode(rkey, rs[2].Kvs[0].Value, rec); err != nil {
+			return nil, err
+		}
+		return rec.GetInfo(), nil
 	}
 	now := s.opts.Now()
 	var head *lehrpb.Namespace
@@ -192,7 +202,7 @@ func (s *Store) tryCommit(ctx context.Context, c Commit, domain string, m *manif
 	}
 	var zones []string
 	if c.Goals == GoalsAllZones {
-		for _, kv := range rs[2].Kvs {
+		for _, kv := range rs[3].Kvs {
 			zones = append(zones, s.lay.zoneFromKey(string(kv.Key)))
 		}
 	}
@@ -242,6 +252,17 @@ func (s *Store) tryCommit(ctx context.Context, c Commit, domain string, m *manif
 		clientv3.OpPut(s.lay.version(c.Namespace, seq), string(recBytes)),
 		clientv3.OpPut(hkey, string(headBytes)),
 	}
+	var lease clientv3.LeaseID
+	if c.RequestID != "" {
+		reqBytes, err := encode(&lehrpb.RequestRecord{Info: info})
+		if err != nil {
+			return nil, err
+		}
+		if lease, err = s.requestLease(ctx); err != nil {
+			return nil, err
+		}
+		then = append(then, clientv3.OpPut(rkey, string(reqBytes), clientv3.WithLease(lease)))
+	}
 	if c.Goals == GoalsAllZones {
 		cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(s.lay.zonesPrefix()), "<", rev+1).WithPrefix())
 		for _, z := range zones {
@@ -256,6 +277,10 @@ func (s *Store) tryCommit(ctx context.Context, c Commit, domain string, m *manif
 		}
 	}
 	resp, err := s.txn(ctx, cmps, then, nil)
+	if isLeaseGone(err) {
+		s.forgetRequestLease(lease) // revoked under us: a new round grants another
+		return nil, nil
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -278,11 +278,62 @@ func TestIdempotentRequestID(t *testing.T) {
 	if _, err := s.Commit(ctx, c); !errors.Is(err, ErrConflict) {
 		t.Errorf("new request id on a stale base: %v, want ErrConflict", err)
 	}
-	// Once another version is on top, the old request id is just stale.
+	// Once another version is on top, a replay still gets its own answer:
+	// the version it committed (issue 8, defect 3).
 	commit(t, s, Commit{Namespace: "d/idem", ExpectedLatest: 1, Content: snap(t, "k", "v2"), RequestID: "req-3"})
 	c.RequestID = "req-1"
-	if _, err := s.Commit(ctx, c); !errors.Is(err, ErrConflict) {
-		t.Errorf("replay of an overtaken request: %v, want ErrConflict", err)
+	replay := commit(t, s, c)
+	if diff := cmp.Diff(first, replay, protocmp.Transform()); diff != "" {
+		t.Errorf("replay of an overtaken request (-first +replay):\n%s", diff)
+	}
+}
+
+// A producer whose publish committed but whose response was lost retries
+// after another producer published on top. The retry answers its own
+// version and commits nothing: before, it committed a third version with
+// its content, silently reverting the other producer's acknowledged change
+// everywhere; a patch retried the same way answered STALE_VERSION although
+// it had committed (issue 8, defect 3).
+func TestRetryAfterAnotherPublishIsAnsweredWithItsOwnVersion(t *testing.T) {
+	s := newTestStore(t, Options{})
+	ctx := testCtx(t)
+	mustDomain(t, s, "d")
+	const ns = "d/race"
+	a := Commit{Namespace: ns, Create: true, Rebase: true, Content: snap(t, "k", "from A"), RequestID: "producer-a-1"}
+	aInfo := commit(t, s, a) // committed; pretend A never saw the answer
+	bInfo := commit(t, s, Commit{Namespace: ns, Rebase: true, Content: snap(t, "k", "from B"), RequestID: "producer-b-1"})
+
+	retry := commit(t, s, a)
+	if diff := cmp.Diff(aInfo, retry, protocmp.Transform()); diff != "" {
+		t.Errorf("A's retry (-A's commit +retry):\n%s", diff)
+	}
+	head, err := s.GetNamespace(ctx, ns)
+	if err != nil || head.GetLatestVersion() != bInfo.GetSeq() {
+		t.Fatalf("after A's retry: head %v, err %v; want B's version %d still latest", head, err, bInfo.GetSeq())
+	}
+	readBack(t, s, ns, 0, snap(t, "k", "from B"))
+
+	// The same for a patch on a stated base.
+	p := Commit{Namespace: ns, ExpectedLatest: bInfo.GetSeq(), Content: snap(t, "k", "patched by A"), RequestID: "producer-a-2"}
+	pInfo := commit(t, s, p)
+	commit(t, s, Commit{Namespace: ns, ExpectedLatest: pInfo.GetSeq(), Content: snap(t, "k", "B again"), RequestID: "producer-b-2"})
+	pRetry, err := s.Commit(ctx, p)
+	if err != nil {
+		t.Fatalf("patch retry: %v; want its own version %d", err, pInfo.GetSeq())
+	}
+	if pRetry.GetSeq() != pInfo.GetSeq() {
+		t.Errorf("patch retry answered version %d, want %d", pRetry.GetSeq(), pInfo.GetSeq())
+	}
+
+	// The records expire on their own: each is attached to a lease of
+	// Retention.Requests plus at most the ten-minute bucket.
+	resp, err := s.cli.Get(ctx, s.lay.request(ns, "producer-a-1"))
+	if err != nil || len(resp.Kvs) != 1 || resp.Kvs[0].Lease == 0 {
+		t.Fatalf("request record = %v, %v; want one key attached to a lease", resp, err)
+	}
+	ttl, err := s.cli.TimeToLive(ctx, clientv3.LeaseID(resp.Kvs[0].Lease))
+	if want := DefaultRequestRetention + requestBucket; err != nil || time.Duration(ttl.TTL)*time.Second > want || time.Duration(ttl.TTL)*time.Second < DefaultRequestRetention {
+		t.Errorf("request lease TTL = %v s, %v; want between %v and %v", ttl.TTL, err, DefaultRequestRetention, want)
 	}
 }
 

@@ -64,6 +64,7 @@ const (
 	MaxProperties     = 10000
 	MaxMessageBytes   = 1024 // version message
 	MaxAuthorBytes    = 256
+	MaxRequestIDBytes = 128 // request_id: printable ASCII
 	MaxContentType    = 128
 )
 

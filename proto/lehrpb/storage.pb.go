@@ -89,6 +89,56 @@ func (x *VersionRecord) GetRequestId() string {
 	return ""
 }
 
+// RequestRecord remembers the version a publish request (request_id)
+// committed, under requests/<domain>/<name>/<request_id>, written in the
+// commit's own transaction: a retry of the request — even after other
+// versions were committed on top — is answered with this version instead
+// of committing again. Kept for Retention.Requests (by info.create_time),
+// then removed by the compactor.
+type RequestRecord struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Info          *VersionInfo           `protobuf:"bytes,1,opt,name=info,proto3" json:"info,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RequestRecord) Reset() {
+	*x = RequestRecord{}
+	mi := &file_lehr_v1_storage_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RequestRecord) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RequestRecord) ProtoMessage() {}
+
+func (x *RequestRecord) ProtoReflect() protoreflect.Message {
+	mi := &file_lehr_v1_storage_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RequestRecord.ProtoReflect.Descriptor instead.
+func (*RequestRecord) Descriptor() ([]byte, []int) {
+	return file_lehr_v1_storage_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *RequestRecord) GetInfo() *VersionInfo {
+	if x != nil {
+		return x.Info
+	}
+	return nil
+}
+
 // ManifestChunk lists a run of properties in key order.
 type ManifestChunk struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -99,7 +149,7 @@ type ManifestChunk struct {
 
 func (x *ManifestChunk) Reset() {
 	*x = ManifestChunk{}
-	mi := &file_lehr_v1_storage_proto_msgTypes[1]
+	mi := &file_lehr_v1_storage_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -111,7 +161,7 @@ func (x *ManifestChunk) String() string {
 func (*ManifestChunk) ProtoMessage() {}
 
 func (x *ManifestChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_storage_proto_msgTypes[1]
+	mi := &file_lehr_v1_storage_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -124,7 +174,7 @@ func (x *ManifestChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ManifestChunk.ProtoReflect.Descriptor instead.
 func (*ManifestChunk) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_storage_proto_rawDescGZIP(), []int{1}
+	return file_lehr_v1_storage_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *ManifestChunk) GetEntries() []*ManifestEntry {
@@ -149,7 +199,7 @@ type ManifestEntry struct {
 
 func (x *ManifestEntry) Reset() {
 	*x = ManifestEntry{}
-	mi := &file_lehr_v1_storage_proto_msgTypes[2]
+	mi := &file_lehr_v1_storage_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -161,7 +211,7 @@ func (x *ManifestEntry) String() string {
 func (*ManifestEntry) ProtoMessage() {}
 
 func (x *ManifestEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_storage_proto_msgTypes[2]
+	mi := &file_lehr_v1_storage_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -174,7 +224,7 @@ func (x *ManifestEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ManifestEntry.ProtoReflect.Descriptor instead.
 func (*ManifestEntry) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_storage_proto_rawDescGZIP(), []int{2}
+	return file_lehr_v1_storage_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *ManifestEntry) GetKey() string {
@@ -214,7 +264,9 @@ const file_lehr_v1_storage_proto_rawDesc = "" +
 	"\x04info\x18\x01 \x01(\v2\x14.lehr.v1.VersionInfoR\x04info\x12'\n" +
 	"\x0fmanifest_chunks\x18\x02 \x03(\tR\x0emanifestChunks\x12\x1d\n" +
 	"\n" +
-	"request_id\x18\x03 \x01(\tR\trequestId\"A\n" +
+	"request_id\x18\x03 \x01(\tR\trequestId\"9\n" +
+	"\rRequestRecord\x12(\n" +
+	"\x04info\x18\x01 \x01(\v2\x14.lehr.v1.VersionInfoR\x04info\"A\n" +
 	"\rManifestChunk\x120\n" +
 	"\aentries\x18\x01 \x03(\v2\x16.lehr.v1.ManifestEntryR\aentries\"w\n" +
 	"\rManifestEntry\x12\x10\n" +
@@ -236,21 +288,23 @@ func file_lehr_v1_storage_proto_rawDescGZIP() []byte {
 	return file_lehr_v1_storage_proto_rawDescData
 }
 
-var file_lehr_v1_storage_proto_msgTypes = make([]protoimpl.MessageInfo, 3)
+var file_lehr_v1_storage_proto_msgTypes = make([]protoimpl.MessageInfo, 4)
 var file_lehr_v1_storage_proto_goTypes = []any{
 	(*VersionRecord)(nil), // 0: lehr.v1.VersionRecord
-	(*ManifestChunk)(nil), // 1: lehr.v1.ManifestChunk
-	(*ManifestEntry)(nil), // 2: lehr.v1.ManifestEntry
-	(*VersionInfo)(nil),   // 3: lehr.v1.VersionInfo
+	(*RequestRecord)(nil), // 1: lehr.v1.RequestRecord
+	(*ManifestChunk)(nil), // 2: lehr.v1.ManifestChunk
+	(*ManifestEntry)(nil), // 3: lehr.v1.ManifestEntry
+	(*VersionInfo)(nil),   // 4: lehr.v1.VersionInfo
 }
 var file_lehr_v1_storage_proto_depIdxs = []int32{
-	3, // 0: lehr.v1.VersionRecord.info:type_name -> lehr.v1.VersionInfo
-	2, // 1: lehr.v1.ManifestChunk.entries:type_name -> lehr.v1.ManifestEntry
-	2, // [2:2] is the sub-list for method output_type
-	2, // [2:2] is the sub-list for method input_type
-	2, // [2:2] is the sub-list for extension type_name
-	2, // [2:2] is the sub-list for extension extendee
-	0, // [0:2] is the sub-list for field type_name
+	4, // 0: lehr.v1.VersionRecord.info:type_name -> lehr.v1.VersionInfo
+	4, // 1: lehr.v1.RequestRecord.info:type_name -> lehr.v1.VersionInfo
+	3, // 2: lehr.v1.ManifestChunk.entries:type_name -> lehr.v1.ManifestEntry
+	3, // [3:3] is the sub-list for method output_type
+	3, // [3:3] is the sub-list for method input_type
+	3, // [3:3] is the sub-list for extension type_name
+	3, // [3:3] is the sub-list for extension extendee
+	0, // [0:3] is the sub-list for field type_name
 }
 
 func init() { file_lehr_v1_storage_proto_init() }
@@ -265,7 +319,7 @@ func file_lehr_v1_storage_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lehr_v1_storage_proto_rawDesc), len(file_lehr_v1_storage_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   3,
+			NumMessages:   4,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
