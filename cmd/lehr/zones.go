@@ -149,6 +149,9 @@ func watchGoals(ctx context.Context, e *env, fs *flags, cf *clientFlags, zone, n
 		Client: c.RPC(),
 		Logger: slog.New(slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
 		OnMessage: func(m *lehrpb.WatchGoalsResponse) {
+			if len(m.GetEvents()) == 0 && !m.GetInitial() {
+				return // progress: nothing changed
+			}
 			if cf.json() {
 				_ = printJSON(e.stdout, m)
 				return

@@ -36,6 +36,10 @@ const DefaultMaxRequestBytes = embed.DefaultMaxRequestBytes
 // autoURL is the URL form that asks Start to pick a free loopback port.
 const autoURL = "http://127.0.0.1:0"
 
+// DefaultProgressNotifyInterval is the default
+// Options.ProgressNotifyInterval: well within the hourly auto-compaction.
+const DefaultProgressNotifyInterval = time.Minute
+
 // Options configures Start. Only Dir is required.
 type Options struct {
 	// Dir is the data directory; it is created if missing. Starting again on
@@ -72,6 +76,12 @@ type Options struct {
 	// ErrRevisionGone and watchers restart from the current state).
 	// Default one hour; negative disables auto-compaction.
 	AutoCompaction time.Duration
+	// ProgressNotifyInterval is how often etcd tells watchers that asked
+	// for progress notifications how far it has got when nothing they
+	// watch changed; zero means DefaultProgressNotifyInterval (1 minute).
+	// Lehr's goal watches ask, so a quiet zone's resume revision keeps up
+	// with etcd's and a reconnect after a compaction resumes.
+	ProgressNotifyInterval time.Duration
 	// NoSync disables fsync of etcd's WAL and database. Data survives a
 	// process restart but not a machine crash. The zero value is durable;
 	// tests only.
@@ -180,6 +190,10 @@ func start(ctx context.Context, opts Options) (*Server, error) {
 		cfg.AutoCompactionRetention = opts.AutoCompaction.String()
 	}
 	cfg.LogLevel = opts.LogLevel
+	cfg.WatchProgressNotifyInterval = opts.ProgressNotifyInterval
+	if cfg.WatchProgressNotifyInterval <= 0 {
+		cfg.WatchProgressNotifyInterval = DefaultProgressNotifyInterval
+	}
 	closing := new(atomic.Bool)
 	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.New(&slogCore{
 		logger:  opts.Logger.With("component", "etcd", "member", opts.Name),

@@ -237,7 +237,8 @@ func (s *Store) SetGoal(ctx context.Context, g *lehrpb.GoalState) error {
 	return nil
 }
 
-// GoalBatch is the goal changes of one etcd revision, or a terminal error.
+// GoalBatch is the goal changes of one etcd revision, progress (no events:
+// nothing of the zone changed up to Revision), or a terminal error.
 type GoalBatch struct {
 	Revision int64
 	Events   []*lehrpb.GoalEvent
@@ -256,6 +257,9 @@ type GoalBatch struct {
 //   - Batches arrive in revision order, one per etcd revision that changed
 //     a goal of the zone; the first has Revision >= fromRev. Resume after a
 //     batch with WatchGoals(ctx, zone, batch.Revision+1).
+//   - A batch with no events is progress: etcd's periodic notification
+//     that nothing of the zone changed up to Revision. Resuming after it
+//     keeps a quiet zone's resume revision ahead of etcd's compaction.
 //   - If fromRev was compacted by etcd the only batch has an Err wrapping
 //     ErrRevisionGone: read Goals again and watch from its revision + 1.
 //   - Any other failure (etcd unreachable with no member left to fail over
@@ -277,7 +281,7 @@ func (s *Store) WatchGoals(ctx context.Context, zone string, fromRev int64) <-ch
 		wctx, cancel := context.WithCancel(ctx)
 		defer cancel()
 		start := time.Now()
-		wch := s.cli.Watch(reqCtx(wctx), prefix, clientv3.WithPrefix(), clientv3.WithRev(fromRev))
+		wch := s.cli.Watch(reqCtx(wctx), prefix, clientv3.WithPrefix(), clientv3.WithRev(fromRev), clientv3.WithProgressNotify())
 		send := func(b GoalBatch) bool {
 			select {
 			case ch <- b:
@@ -299,6 +303,15 @@ func (s *Store) WatchGoals(ctx context.Context, zone string, fromRev int64) <-ch
 			if err := resp.Err(); err != nil {
 				fail(fmt.Errorf("store: watch goals of %s: %w", zone, err))
 				return
+			}
+			if resp.IsProgressNotify() {
+				if rev := resp.Header.GetRevision(); rev >= fromRev {
+					fromRev = rev + 1
+					if !send(GoalBatch{Revision: rev}) {
+						return
+					}
+				}
+				continue
 			}
 			var b GoalBatch
 			for _, ev := range resp.Events {

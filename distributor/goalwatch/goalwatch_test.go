@@ -319,3 +319,51 @@ func TestOnMessageAndUnknownZone(t *testing.T) {
 		t.Fatalf("next message = %v, want the change to d/a@%d", next, v2.GetSeq())
 	}
 }
+
+// A zone whose goals do not change while the rest of etcd does (zone status
+// reports, other zones, compaction) keeps its resume revision current
+// through etcd's progress notifications, so a reconnect after etcd
+// compacted resumes instead of paying a full restart from the current
+// state (issue 8, defect 9: quiet zones re-synced after every hourly
+// compaction).
+func TestQuietZoneResumesAfterCompaction(t *testing.T) {
+	ctx := ctxT(t)
+	etcd, err := embedetcd.Start(ctx, embedetcd.Options{Dir: t.TempDir(), NoSync: true,
+		ProgressNotifyInterval: 100 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatalf("start etcd: %v", err)
+	}
+	t.Cleanup(func() { etcd.Close() })
+	a := controltest.StartControl(t, control.Options{EtcdEndpoints: etcd.Endpoints()})
+	createDomain(t, a.Client, "d")
+	v1 := publish(t, a.Client, "d/a", "1")
+	w := startWatcher(t, a.Addr, nil)
+	waitGoal(t, w, "d/a", v1)
+
+	// Unrelated writes move etcd's revision on; the zone stays quiet.
+	cl, err := etcd.Client(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	var rev int64
+	for i := range 20 {
+		resp, err := cl.Put(ctx, fmt.Sprintf("/unrelated/%d", i), "x")
+		if err != nil {
+			t.Fatal(err)
+		}
+		rev = resp.Header.Revision
+	}
+	wait.For(t, "the watcher's revision to follow etcd's", func() bool { return w.Revision() >= rev })
+	if _, err := cl.Compact(ctx, rev); err != nil {
+		t.Fatalf("compact: %v", err)
+	}
+
+	a.Stop()
+	a2 := controltest.StartControl(t, control.Options{EtcdEndpoints: etcd.Endpoints(), Listen: a.Addr})
+	v2 := publish(t, a2.Client, "d/a", "2")
+	waitGoal(t, w, "d/a", v2)
+	if st := w.Stats(); st.Restarts != 0 || st.Resumes < 1 {
+		t.Errorf("stats = %+v, want a resume and no restart from the current state", st)
+	}
+}

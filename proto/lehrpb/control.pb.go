@@ -1723,8 +1723,11 @@ func (x *GoalEvent) GetGoal() *GoalState {
 type WatchGoalsResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The store revision of these events; resume with revision + 1.
-	Revision int64        `protobuf:"varint,1,opt,name=revision,proto3" json:"revision,omitempty"`
-	Events   []*GoalEvent `protobuf:"bytes,2,rep,name=events,proto3" json:"events,omitempty"`
+	Revision int64 `protobuf:"varint,1,opt,name=revision,proto3" json:"revision,omitempty"`
+	// No events after the initial state is progress: nothing of the zone
+	// changed up to revision (sent about once a minute), so a quiet zone's
+	// resume revision keeps ahead of the store's compaction.
+	Events []*GoalEvent `protobuf:"bytes,2,rep,name=events,proto3" json:"events,omitempty"`
 	// Events are part of the initial state.
 	Initial bool `protobuf:"varint,3,opt,name=initial,proto3" json:"initial,omitempty"`
 	// The initial state is complete; later messages are changes.
