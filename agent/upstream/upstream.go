@@ -204,6 +204,11 @@ type Status struct {
 	// Unavailable maps namespaces the distributor said it cannot serve to
 	// its reason, for the current connection.
 	Unavailable map[string]string
+	// LastDisconnect is the error that ended the previous connection (nil
+	// before the first ended): a *quic.StatelessResetError when a
+	// restarted distributor reset it, a *quic.IdleTimeoutError when the
+	// distributor went silent, a *wire.GoodbyeError when it said goodbye.
+	LastDisconnect error
 }
 
 // Client is the agent's upstream link.
@@ -219,10 +224,11 @@ type Client struct {
 	bytesSnapshot *metrics.Counter
 	bytesPatch    *metrics.Counter
 
-	mu      sync.Mutex
-	subs    map[string]bool
-	sess    *session // nil when disconnected
-	running bool
+	mu             sync.Mutex
+	subs           map[string]bool
+	sess           *session // nil when disconnected
+	running        bool
+	lastDisconnect error
 }
 
 // New validates opts and returns a client; Run connects.
@@ -348,12 +354,14 @@ func (c *Client) Resync(ns string, reason lehrpb.ResyncReason, detail string) {
 // Status describes the link now.
 func (c *Client) Status() Status {
 	c.mu.Lock()
-	s := c.sess
+	s, last := c.sess, c.lastDisconnect
 	c.mu.Unlock()
-	if s == nil {
-		return Status{}
+	st := Status{}
+	if s != nil {
+		st = s.status()
 	}
-	return s.status()
+	st.LastDisconnect = last
+	return st
 }
 
 // Run connects and keeps connecting until ctx ends, then closes the
@@ -395,6 +403,9 @@ func (c *Client) Run(ctx context.Context) error {
 		if established {
 			lastConnected = addr
 			attempt = 0
+			c.mu.Lock()
+			c.lastDisconnect = err
+			c.mu.Unlock()
 			c.log.Warn("distributor connection lost; failing over", "distributor", addr, "err", err)
 		} else {
 			c.log.Info("cannot reach distributor", "distributor", addr, "err", err)

@@ -70,9 +70,15 @@ type dist struct {
 }
 
 func startDist(t *testing.T, p *hostPKI, id string) *dist {
+	return startDistOn(t, p.tls(t, "distributor", pki.Server), id, "127.0.0.1:0")
+}
+
+// startDistOn starts a distributor fan-out with the given certificate on
+// addr.
+func startDistOn(t *testing.T, tc *tls.Config, id, addr string) *dist {
 	vers := versions.New(versions.Options{Logger: quiet()})
 	srv, err := fanout.Listen(fanout.Options{
-		Listen: "127.0.0.1:0", TLS: p.tls(t, "distributor", pki.Server), Zone: zone,
+		Listen: addr, TLS: tc, Zone: zone,
 		DistributorID: id, Versions: vers, Logger: quiet(),
 	})
 	if err != nil {

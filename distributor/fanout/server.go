@@ -85,6 +85,13 @@ type Options struct {
 	// QUIC overrides the QUIC configuration; nil means
 	// wire.ServerQUICConfig().
 	QUIC *quic.Config
+	// StatelessResetKey is the QUIC stateless-reset key; nil means one
+	// derived from the private key of TLS's certificate, so that a
+	// distributor restarted with the same certificate resets its
+	// predecessor's connections at once and agents fail over without
+	// waiting for an idle timeout. Give distributors sharing a certificate
+	// and an address (behind a load balancer) distinct keys.
+	StatelessResetKey *quic.StatelessResetKey
 	// AckTimeout is how long an update may stay unanswered after it was
 	// written before the distributor stops waiting for its Ack and plans
 	// the namespace again, as a snapshot; default DefaultAckTimeout. Agents
@@ -245,7 +252,11 @@ func Listen(opts Options) (*Server, error) {
 	s.met = newServerMetrics(opts.Metrics, s)
 	s.udp = udp
 	s.refuseStreams = qc.MaxIncomingStreams != 1 || qc.MaxIncomingUniStreams >= 0
-	s.tr = &quic.Transport{Conn: udp, ConnContext: s.admit}
+	key := opts.StatelessResetKey
+	if key == nil {
+		key = resetKey(opts.TLS)
+	}
+	s.tr = &quic.Transport{Conn: udp, ConnContext: s.admit, StatelessResetKey: key}
 	ln, err := s.tr.Listen(tc, qc)
 	if err != nil {
 		cancel()

@@ -22,11 +22,18 @@ const (
 	// DefaultKeepAlivePeriod is how often an agent's idle connection sends
 	// a keepalive packet. The distributor sends none of its own: it
 	// acknowledges the agent's, which keeps both idle timers (and any NAT
-	// binding on the way) fresh.
-	DefaultKeepAlivePeriod = 5 * time.Second
-	// DefaultMaxIdleTimeout closes a connection that heard nothing for this
-	// long: how quickly an agent notices a dead distributor and fails over.
-	DefaultMaxIdleTimeout = 20 * time.Second
+	// binding on the way) fresh. A distributor restarted on the same
+	// address answers the first keepalive after its restart with a
+	// stateless reset, so the agent reconnects within this period.
+	DefaultKeepAlivePeriod = time.Second
+	// DefaultMaxIdleTimeout closes an agent's connection that heard nothing
+	// for this long: how quickly an agent notices a silent distributor (a
+	// crashed host, a partition) and fails over. Three keepalive periods,
+	// so a lost keepalive or acknowledgement or two is not a failover.
+	DefaultMaxIdleTimeout = 3 * time.Second
+	// serverMaxIdleTimeout is the distributor's own idle timeout; the
+	// connection's is the smaller of the two sides', so agents choose.
+	serverMaxIdleTimeout = 20 * time.Second
 	// DefaultHandshakeTimeout bounds the QUIC/TLS handshake.
 	DefaultHandshakeTimeout = 10 * time.Second
 	// DefaultMaxUpdateStreams is how many update streams may be open at
@@ -68,7 +75,7 @@ const (
 func ServerQUICConfig() *quic.Config {
 	return &quic.Config{
 		HandshakeIdleTimeout:           DefaultHandshakeTimeout,
-		MaxIdleTimeout:                 DefaultMaxIdleTimeout,
+		MaxIdleTimeout:                 serverMaxIdleTimeout,
 		MaxIncomingStreams:             1,
 		MaxIncomingUniStreams:          -1, // none
 		InitialStreamReceiveWindow:     serverStreamWindow,

@@ -1,0 +1,128 @@
+package upstream_test
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/quic-go/quic-go"
+
+	"lehr.dev/lehr/internal/pki"
+	"lehr.dev/lehr/internal/tlsconfig"
+	"lehr.dev/lehr/testenv/wait"
+)
+
+// Environment of the distributor child process of
+// TestRestartedDistributorResetsStaleConnections.
+const (
+	envChild   = "LEHR_TEST_DISTRIBUTOR_CHILD" // the address to listen on
+	envCert    = "LEHR_TEST_CERT"
+	envKey     = "LEHR_TEST_KEY"
+	envCA      = "LEHR_TEST_CA"
+	envVersion = "LEHR_TEST_GOAL_VERSION"
+)
+
+// TestDistributorChild is not a test: run as a child process (envChild
+// set), it serves a distributor fan-out with app/cfg at the version of
+// envVersion until it is killed.
+func TestDistributorChild(t *testing.T) {
+	addr := os.Getenv(envChild)
+	if addr == "" {
+		t.Skip("the distributor child process of TestRestartedDistributorResetsStaleConnections")
+	}
+	tc, err := tlsconfig.Server(os.Getenv(envCert), os.Getenv(envKey), os.Getenv(envCA))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := startDistOn(t, tc, "child", addr)
+	v, _ := strconv.ParseUint(os.Getenv(envVersion), 10, 64)
+	d.setGoal(t, version("app/cfg", v, map[string]string{"a": fmt.Sprint(v)}))
+	fmt.Println("serving")
+	select {} // until killed
+}
+
+// startChild runs a distributor on addr in a child process, with the
+// certificate files given, and returns it once it serves.
+func startChild(t *testing.T, addr, cert, key, ca string, goal uint64) *exec.Cmd {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^TestDistributorChild$", "-test.v")
+	cmd.Env = append(os.Environ(), envChild+"="+addr, envCert+"="+cert, envKey+"="+key, envCA+"="+ca, envVersion+"="+fmt.Sprint(goal))
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	serving := make(chan struct{})
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			if sc.Text() == "serving" {
+				close(serving)
+				break
+			}
+		}
+		io.Copy(io.Discard, out)
+	}()
+	select {
+	case <-serving:
+	case <-time.After(wait.Timeout):
+		t.Fatal("the distributor child did not serve")
+	}
+	return cmd
+}
+
+// A distributor killed (kill -9: no goodbye, no CONNECTION_CLOSE) and
+// restarted on the same address with the same certificate resets the
+// agents' stale connections at once — it derives its QUIC stateless-reset
+// key from its certificate's key, so the new process's resets carry the
+// tokens the old one handed out — instead of each agent waiting for its
+// idle timeout before it fails over (issue 8, defect 10: every crash
+// stalled delivery for 20-22 s).
+func TestRestartedDistributorResetsStaleConnections(t *testing.T) {
+	p := newPKI(t)
+	cert, key, err := p.ca.IssueFiles(filepath.Join(p.dir, "leaf"), "distributor", pki.Server, nil, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca := filepath.Join(p.dir, "ca", pki.CACertFile)
+	addr := freeUDPAddr(t)
+	first := startChild(t, addr, cert, key, ca, 1)
+	h := newMem()
+	cl := startClient(t, p, h, addr)
+	cl.c.Subscribe("app/cfg")
+	waitHeld(t, h, version("app/cfg", 1, map[string]string{"a": "1"}))
+
+	if err := first.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	first.Wait()
+	startChild(t, addr, cert, key, ca, 2)
+	waitHeld(t, h, version("app/cfg", 2, map[string]string{"a": "2"}))
+	var reset *quic.StatelessResetError
+	if last := cl.c.Status().LastDisconnect; !errors.As(last, &reset) {
+		t.Errorf("the stale connection ended with %v; want a stateless reset from the restarted distributor", last)
+	}
+}
+
+// freeUDPAddr returns a loopback UDP address nothing listens on now.
+func freeUDPAddr(t *testing.T) string {
+	t.Helper()
+	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pc.Close()
+	return pc.LocalAddr().String()
+}
