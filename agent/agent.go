@@ -271,7 +271,7 @@ func (a *Agent) Run(ctx context.Context) (err error) {
 	if err := os.MkdirAll(a.opts.DataDir, 0o755); err != nil {
 		return fmt.Errorf("agent: create data dir: %w", err)
 	}
-	c, err := cache.Open(cache.Options{Dir: filepath.Join(a.opts.DataDir, "cache"), Logger: a.log.With("component", "cache"), NoSync: a.opts.NoSync})
+	c, err := a.openCache()
 	if err != nil {
 		return fmt.Errorf("agent: %w", err)
 	}
@@ -321,6 +321,28 @@ func (a *Agent) Run(ctx context.Context) (err error) {
 		return err
 	}
 	return nil
+}
+
+// openCache opens the cache; one Badger cannot open is moved aside and an
+// empty one started, since everything in it can be fetched again and the
+// files of the previous run (verified by their readers) keep serving
+// meanwhile.
+func (a *Agent) openCache() (*cache.Cache, error) {
+	dir := filepath.Join(a.opts.DataDir, "cache")
+	opts := cache.Options{Dir: dir, Logger: a.log.With("component", "cache"), NoSync: a.opts.NoSync}
+	c, err := cache.Open(opts)
+	if !errors.Is(err, cache.ErrDamaged) {
+		return c, err
+	}
+	moved, qerr := cache.Quarantine(dir, a.now())
+	if qerr != nil {
+		return nil, fmt.Errorf("%w (and it cannot be moved aside: %w)", err, qerr)
+	}
+	a.met.quarantines.Inc()
+	a.log.Error("the cache is damaged and cannot be opened; moved it aside and starting with an empty one: "+
+		"every namespace is fetched again, and the files of the previous run serve consumers meanwhile",
+		"moved_to", moved, "err", err)
+	return cache.Open(opts)
 }
 
 // Close stops a running agent and waits for Run to return. It is

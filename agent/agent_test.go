@@ -217,6 +217,7 @@ func (h *harness) startAgent(dataDir string, distributors []string, mod ...func(
 	select {
 	case <-a.Ready():
 	case err := <-r.done:
+		r.done <- nil // for stop at cleanup
 		h.t.Fatalf("agent ended before ready: %v", err)
 	case <-time.After(30 * time.Second):
 		h.t.Fatalf("agent not ready")

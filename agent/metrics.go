@@ -18,6 +18,7 @@ type agentMetrics struct {
 	applyErrors     *metrics.Counter
 	corruptions     *metrics.Counter
 	evictions       *metrics.Counter
+	quarantines     *metrics.Counter
 
 	mu       sync.Mutex
 	versions map[string]*metrics.Gauge
@@ -31,6 +32,7 @@ func newAgentMetrics(set *metrics.Set, a *Agent) *agentMetrics {
 		applyErrors:     set.GetOrCreateCounter(`lehr_agent_apply_errors_total`),
 		corruptions:     set.GetOrCreateCounter(`lehr_agent_cache_corruptions_total`),
 		evictions:       set.GetOrCreateCounter(`lehr_agent_cache_evictions_total`),
+		quarantines:     set.GetOrCreateCounter(`lehr_agent_cache_quarantines_total`),
 		versions:        map[string]*metrics.Gauge{},
 	}
 	set.GetOrCreateGauge(`lehr_agent_cache_bytes`, func() float64 {

@@ -31,7 +31,9 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -162,16 +164,9 @@ func Open(o Options) (*Cache, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	db, err := badger.Open(badgerOptions(o, log))
+	c, err := openDB(o, log)
 	if err != nil {
-		return nil, fmt.Errorf("cache: open badger in %s: %w", o.Dir, err)
-	}
-	c := &Cache{db: db, log: log, dir: o.Dir, stop: make(chan struct{})}
-	if n, err := c.sweep(); err != nil {
-		db.Close()
-		return nil, fmt.Errorf("cache: sweep unreferenced generations in %s: %w", o.Dir, err)
-	} else if n > 0 {
-		log.Warn("removed properties of unreferenced generations (interrupted update or drop)", "keys", n)
+		return nil, err
 	}
 	interval := o.ValueLogGCInterval
 	if interval == 0 {
@@ -181,6 +176,72 @@ func Open(o Options) (*Cache, error) {
 		c.wg.Go(func() { c.gcLoop(interval) })
 	}
 	return c, nil
+}
+
+// openDB opens the database and sweeps unreferenced generations,
+// classifying a failure: ErrInUse for another process's lock, the error
+// itself for one that is not the database's (permissions), ErrDamaged for
+// the rest — including a panic of Badger's on a damaged table.
+func openDB(o Options, log *slog.Logger) (c *Cache, err error) {
+	var db *badger.DB
+	defer func() {
+		if p := recover(); p != nil {
+			if db != nil {
+				closeAfterPanic(db)
+			}
+			c, err = nil, fmt.Errorf("cache: open badger in %s: %w: panic: %v", o.Dir, ErrDamaged, p)
+		}
+	}()
+	db, err = badger.Open(badgerOptions(o, log))
+	if err != nil {
+		switch {
+		case strings.Contains(err.Error(), "Cannot acquire directory lock"):
+			err = fmt.Errorf("%w: %w", ErrInUse, err)
+		case errors.Is(err, fs.ErrPermission):
+		default:
+			err = fmt.Errorf("%w: %w", ErrDamaged, err)
+		}
+		return nil, fmt.Errorf("cache: open badger in %s: %w", o.Dir, err)
+	}
+	c = &Cache{db: db, log: log, dir: o.Dir, stop: make(chan struct{})}
+	n, err := c.sweep()
+	if err != nil {
+		db.Close()
+		return nil, fmt.Errorf("cache: sweep unreferenced generations in %s: %w: %w", o.Dir, ErrDamaged, err)
+	}
+	if n > 0 {
+		log.Warn("removed properties of unreferenced generations (interrupted update or drop)", "keys", n)
+	}
+	return c, nil
+}
+
+// closeAfterPanic closes a database that panicked on damaged data, as far
+// as it can: the directory lock must go before the directory is moved.
+func closeAfterPanic(db *badger.DB) {
+	defer func() { _ = recover() }()
+	_ = db.Close()
+}
+
+// Quarantine moves a damaged cache directory aside, to dir +
+// ".damaged-" + now as YYYYMMDDThhmmssZ, so Open can start an empty one
+// there while the old one stays for inspection. Older quarantined copies of
+// dir are removed first: at most one is kept. It returns the new path.
+func Quarantine(dir string, now time.Time) (string, error) {
+	clean := filepath.Clean(dir)
+	old, err := filepath.Glob(clean + ".damaged-*")
+	if err != nil {
+		return "", fmt.Errorf("cache: quarantine %s: %w", dir, err)
+	}
+	for _, p := range old {
+		if err := os.RemoveAll(p); err != nil {
+			return "", fmt.Errorf("cache: remove an older quarantined cache: %w", err)
+		}
+	}
+	to := clean + ".damaged-" + now.UTC().Format("20060102T150405Z")
+	if err := os.Rename(clean, to); err != nil {
+		return "", fmt.Errorf("cache: quarantine %s: %w", dir, err)
+	}
+	return to, nil
 }
 
 // Close stops garbage collection, waits for operations in flight and

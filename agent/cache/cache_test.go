@@ -7,10 +7,12 @@ import (
 	"math/rand/v2"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	badger "github.com/dgraph-io/badger/v4"
 	"github.com/google/go-cmp/cmp"
@@ -704,4 +706,56 @@ func TestSameVersionOtherChecksumIsARepair(t *testing.T) {
 		t.Errorf("patch to the cached version with another checksum: err = %v, want update.ErrBaseMismatch", err)
 	}
 	wantCached(t, c, ns, 2, theirs)
+}
+
+// Open tells a damaged database (which the agent moves aside) from one in
+// use by another process (which it must not touch): a table whose bytes
+// were flipped makes Badger panic while reading it, a manifest fails its
+// checksum; both are ErrDamaged, and a second Open of a live cache is
+// ErrInUse (issue 8, defect 11).
+func TestOpenClassifiesFailures(t *testing.T) {
+	dir := t.TempDir()
+	c := open(t, dir)
+	applySnap(t, c, "d/n", 1, snap(t, prop("a", strings.Repeat("x", 3000)), prop("b", "1")))
+	if _, err := Open(Options{Dir: dir}); !errors.Is(err, ErrInUse) {
+		t.Errorf("second Open of a live cache = %v, want ErrInUse", err)
+	}
+	c.Close()
+	for _, name := range []string{"MANIFEST", "000001.sst"} {
+		d := t.TempDir()
+		entries, err := os.ReadDir(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range entries {
+			b, err := os.ReadFile(filepath.Join(dir, e.Name()))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if e.Name() == name {
+				for i := 20; i < len(b) && i < 400; i++ {
+					b[i] ^= 0xff
+				}
+			}
+			if err := os.WriteFile(filepath.Join(d, e.Name()), b, 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		c, err := Open(Options{Dir: d})
+		if c != nil {
+			c.Close()
+		}
+		if !errors.Is(err, ErrDamaged) {
+			t.Errorf("Open with a damaged %s = %v, want ErrDamaged", name, err)
+		}
+		moved, err := Quarantine(d, time.Date(2026, 11, 23, 10, 0, 0, 0, time.UTC))
+		if err != nil || !strings.HasSuffix(moved, ".damaged-20261123T100000Z") {
+			t.Errorf("Quarantine = %q, %v", moved, err)
+		}
+		if c, err := Open(Options{Dir: d}); err != nil {
+			t.Errorf("Open after Quarantine: %v", err)
+		} else {
+			c.Close()
+		}
+	}
 }

@@ -19,4 +19,10 @@ var (
 	ErrInvalid = errors.New("cache: invalid request")
 	// ErrClosed: the cache was closed.
 	ErrClosed = errors.New("cache: closed")
+	// ErrDamaged: Open could not open the database (a damaged manifest,
+	// value log or table; Badger's own checks failed, or it panicked).
+	// The cache is a cache: move it aside (Quarantine) and start empty.
+	ErrDamaged = errors.New("cache: database damaged")
+	// ErrInUse: another process holds the database's directory lock.
+	ErrInUse = errors.New("cache: database in use by another process")
 )
