@@ -382,10 +382,13 @@ func (a *Agent) serveMetrics(wg *sync.WaitGroup) (*http.Server, error) {
 	return srv, nil
 }
 
-// maintain expires leases and retries files that could not be written.
+// maintain expires leases, retries files that could not be written,
+// checks files are as written (every fileCheckInterval) and evicts what no
+// consumer wants any more.
 func (a *Agent) maintain(ctx context.Context) {
 	tick := time.NewTicker(a.tickInterval())
 	defer tick.Stop()
+	lastCheck := time.Now()
 	for {
 		select {
 		case <-ctx.Done():
@@ -394,6 +397,10 @@ func (a *Agent) maintain(ctx context.Context) {
 		}
 		a.transition(a.leases.Expire())
 		a.retryFiles()
+		if time.Since(lastCheck) >= fileCheckInterval {
+			a.checkFiles()
+			lastCheck = time.Now()
+		}
 		a.evictUnwanted()
 	}
 }

@@ -30,10 +30,11 @@ func (b *backend) Subscribe(_ context.Context, req *lehrpb.SubscribeRequest) (*l
 	l, trs := a.leases.Subscribe(ns, req.GetClientId(), time.Duration(req.GetTtlSeconds())*time.Second)
 	a.transition(trs)
 	if len(trs) == 0 {
-		// Already wanted: still make sure a file that failed to write is
-		// there now.
+		// Already wanted: still make sure the file is there and intact (a
+		// write that failed, a file someone else damaged).
 		unlock := a.lock(ns)
 		a.ensureFileLocked(ns)
+		a.checkFileLocked(ns)
 		unlock()
 	}
 	path, err := nsfile.Path(a.filesDir, ns)

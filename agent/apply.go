@@ -3,6 +3,8 @@ package agent
 import (
 	"context"
 	"errors"
+	"os"
+	"time"
 
 	"lehr.dev/lehr/agent/cache"
 	"lehr.dev/lehr/agent/upstream"
@@ -75,7 +77,14 @@ func (a *Agent) writeFileLocked(v content.Version) {
 		a.update(v.Namespace, func(st *nsState) { st.fileStale = true; st.applyErrors++ })
 		return
 	}
-	a.update(v.Namespace, func(st *nsState) { st.fileVersion, st.fileStale = v.Seq, false })
+	var size int64
+	var mtime time.Time
+	if path, err := nsfile.Path(a.filesDir, v.Namespace); err == nil {
+		if fi, err := os.Stat(path); err == nil {
+			size, mtime = fi.Size(), fi.ModTime()
+		}
+	}
+	a.update(v.Namespace, func(st *nsState) { st.fileVersion, st.fileStale, st.fileSize, st.fileMtime = v.Seq, false, size, mtime })
 }
 
 // dropCorrupt drops a namespace whose cached copy failed verification and

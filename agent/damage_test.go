@@ -66,3 +66,43 @@ func TestDamagedCacheIsQuarantined(t *testing.T) {
 		t.Errorf("data dir holds %v; want the damaged cache kept aside once, as cache.damaged-<time>", moved)
 	}
 }
+
+// A namespace file damaged (or removed) while the agent runs is noticed and
+// written again from the cache, and a consumer that subscribes meanwhile is
+// answered with a file that verifies, instead of waiting for a version the
+// agent holds but never rewrites (issue 8, defect 12).
+func TestDamagedFileIsRewritten(t *testing.T) {
+	h := newHarness(t, 1)
+	ns := domain + "/cfg"
+	props := map[string]string{"a": "alpha", "b": "beta"}
+	v1 := h.publish(ns, props)
+	r := h.startAgent(dataDir(t), h.addrs())
+	path := subscribe(t, r, ns).GetPath()
+	waitFile(t, path, v1.GetSeq(), props)
+
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, b[:len(b)/2], 0o644); err != nil { // torn by someone else
+		t.Fatal(err)
+	}
+	// A new consumer subscribes: it is answered with the version held and
+	// a file that verifies.
+	resp := subscribe(t, r, ns)
+	if resp.GetVersion() != v1.GetSeq() {
+		t.Errorf("Subscribe answered version %d, want %d", resp.GetVersion(), v1.GetSeq())
+	}
+	if f, err := nsfile.Read(path); err != nil || f.Version != v1.GetSeq() {
+		t.Errorf("after Subscribe the file is version %d, err %v; want a verified version %d", f.Version, err, v1.GetSeq())
+	}
+	// Damage it again with nobody subscribing: the agent's own check finds
+	// it.
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+	waitFile(t, path, v1.GetSeq(), props)
+	if got := counter(r, "lehr_agent_file_repairs_total"); got < 2 {
+		t.Errorf("lehr_agent_file_repairs_total = %d, want 2", got)
+	}
+}

@@ -19,6 +19,7 @@ type agentMetrics struct {
 	corruptions     *metrics.Counter
 	evictions       *metrics.Counter
 	quarantines     *metrics.Counter
+	fileRepairs     *metrics.Counter
 
 	mu       sync.Mutex
 	versions map[string]*metrics.Gauge
@@ -33,6 +34,7 @@ func newAgentMetrics(set *metrics.Set, a *Agent) *agentMetrics {
 		corruptions:     set.GetOrCreateCounter(`lehr_agent_cache_corruptions_total`),
 		evictions:       set.GetOrCreateCounter(`lehr_agent_cache_evictions_total`),
 		quarantines:     set.GetOrCreateCounter(`lehr_agent_cache_quarantines_total`),
+		fileRepairs:     set.GetOrCreateCounter(`lehr_agent_file_repairs_total`),
 		versions:        map[string]*metrics.Gauge{},
 	}
 	set.GetOrCreateGauge(`lehr_agent_cache_bytes`, func() float64 {

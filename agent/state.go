@@ -27,9 +27,13 @@ type nsState struct {
 	info     *lehrpb.VersionInfo
 
 	// fileVersion is the version in the namespace's file (0: none);
-	// fileStale says the last write failed and must be retried.
+	// fileStale says the last write failed and must be retried. fileSize
+	// and fileMtime are the file as the agent left it, to notice a file
+	// changed or removed by someone else (checkFileLocked).
 	fileVersion uint64
 	fileStale   bool
+	fileSize    int64
+	fileMtime   time.Time
 
 	// unwantedSince is when the namespace stopped being wanted (or, for
 	// what the cache held at start, when the agent started); zero while it
@@ -255,6 +259,7 @@ func (a *Agent) sync(ns string) {
 		a.update(ns, func(st *nsState) { st.unwantedSince = time.Time{} })
 		a.up.Subscribe(ns)
 		a.ensureFileLocked(ns)
+		a.checkFileLocked(ns)
 		return
 	}
 	a.up.Unsubscribe(ns)
@@ -317,6 +322,53 @@ func (a *Agent) ensureFileLocked(ns string) {
 		return
 	}
 	a.writeFileLocked(v)
+}
+
+// fileCheckInterval is how often the maintenance loop checks that the
+// files of wanted namespaces are still as the agent wrote them.
+const fileCheckInterval = 5 * time.Second
+
+// checkFileLocked writes the file of ns again if it is not as the agent
+// left it and does not hold the version the agent wrote — removed,
+// truncated, overwritten — so consumers never wait on a file the agent
+// holds the content of. A stat finds most changes at no cost; only a
+// changed stat makes it read and verify the file. The caller holds the
+// namespace's lock.
+func (a *Agent) checkFileLocked(ns string) {
+	st := a.get(ns)
+	if st.version == 0 || st.fileVersion == 0 || st.fileStale {
+		return
+	}
+	path, err := nsfile.Path(a.filesDir, ns)
+	if err != nil {
+		return
+	}
+	fi, err := os.Stat(path)
+	if err == nil && fi.Size() == st.fileSize && fi.ModTime().Equal(st.fileMtime) {
+		return
+	}
+	if f, rerr := nsfile.Read(path); rerr == nil && f.Version == st.fileVersion && f.Checksum == st.checksum {
+		a.update(ns, func(st *nsState) { st.fileSize, st.fileMtime = fi.Size(), fi.ModTime() })
+		return // touched, but intact
+	} else if rerr != nil {
+		err = rerr
+	}
+	a.met.fileRepairs.Inc()
+	a.log.Warn("namespace file was changed or removed outside the agent; writing it again", "namespace", ns, "version", st.version, "err", err)
+	a.update(ns, func(st *nsState) { st.fileStale = true })
+	a.ensureFileLocked(ns)
+}
+
+// checkFiles runs checkFileLocked for every wanted namespace.
+func (a *Agent) checkFiles() {
+	for _, ns := range a.known() {
+		if !a.leases.Wanted(ns) {
+			continue
+		}
+		unlock := a.lock(ns)
+		a.checkFileLocked(ns)
+		unlock()
+	}
 }
 
 // retryFiles rewrites the files whose last write failed.
