@@ -19,7 +19,6 @@ import (
 
 	"cel.dev/cel-go/cel"
 	"cel.dev/cel-go/common"
-	"sigs.k8s.io/yaml"
 
 	"lehr.dev/lehr/internal/content"
 	"lehr.dev/lehr/internal/jsonyaml"
@@ -74,7 +73,7 @@ func ParseRule(p content.Property) (Rule, error) {
 		if json.Valid(p.Value) {
 			doc = p.Value
 		} else {
-			j, err := yaml.YAMLToJSONStrict(p.Value)
+			j, err := jsonyaml.YAMLToJSON(p.Value)
 			if err != nil {
 				return Rule{}, fmt.Errorf("rule %q is neither JSON nor YAML (%w); want a document like {\"effect\": \"allow\", \"condition\": \"<CEL expression>\"}", p.Key, err)
 			}

@@ -12,9 +12,8 @@ import (
 	"strings"
 	"unicode/utf8"
 
-	"go.yaml.in/yaml/v3"
-
 	"lehr.dev/lehr/client/producer"
+	"lehr.dev/lehr/internal/jsonyaml"
 )
 
 // Content types the CLI assigns.
@@ -102,153 +101,24 @@ func parseProperties(data []byte, f fileFormat) ([]producer.Property, error) {
 	return props, nil
 }
 
-// parseYAMLObject parses a YAML document whose top level is a mapping. It
-// follows YAML 1.2 (go.yaml.in/yaml/v3): keys are taken literally (a key "n"
-// or "on" is a string, not a boolean) and so are plain scalars other than
-// true, false, null and numbers.
+// parseYAMLObject parses a YAML document whose top level is a mapping
+// (jsonyaml.ParseYAMLObject: YAML 1.2, key order kept, expansion bounded):
+// string scalars become text properties, everything else JSON.
 func parseYAMLObject(data []byte) ([]producer.Property, error) {
-	var doc yaml.Node
-	dec := yaml.NewDecoder(bytes.NewReader(data))
-	if err := dec.Decode(&doc); err != nil {
-		return nil, fmt.Errorf("invalid YAML: %w", err)
+	members, err := jsonyaml.ParseYAMLObject(data)
+	if err != nil {
+		return nil, err
 	}
-	var extra yaml.Node
-	if err := dec.Decode(&extra); err != io.EOF {
-		return nil, errors.New("invalid YAML: more than one document; want one mapping of keys to values")
-	}
-	top := resolveAlias(&doc)
-	if top.Kind == yaml.DocumentNode && len(top.Content) == 1 {
-		top = resolveAlias(top.Content[0])
-	}
-	if top.Kind != yaml.MappingNode {
-		return nil, fmt.Errorf("top level is %s; want a mapping of keys to values, e.g. \"key: value\"", yamlKind(top))
-	}
-	var props []producer.Property
-	seen := map[string]bool{}
-	for i := 0; i+1 < len(top.Content); i += 2 {
-		k, v := resolveAlias(top.Content[i]), resolveAlias(top.Content[i+1])
-		key, err := yamlKey(k)
-		if err != nil {
-			return nil, err
+	props := make([]producer.Property, 0, len(members))
+	for _, m := range members {
+		ct := ctJSON
+		if m.Text {
+			ct = ctText
 		}
-		if seen[key] {
-			return nil, fmt.Errorf("key %q appears twice (line %d)", key, k.Line)
-		}
-		seen[key] = true
-		if v.Kind == yaml.ScalarNode && yamlIsString(v) {
-			props = append(props, producer.Property{Key: key, Value: []byte(v.Value), ContentType: ctText})
-			continue
-		}
-		var buf bytes.Buffer
-		if err := yamlToJSON(&buf, v); err != nil {
-			return nil, fmt.Errorf("value of key %q: %w", key, err)
-		}
-		props = append(props, producer.Property{Key: key, Value: buf.Bytes(), ContentType: ctJSON})
+		props = append(props, producer.Property{Key: m.Key, Value: m.Value, ContentType: ct})
 	}
 	slices.SortFunc(props, func(a, b producer.Property) int { return strings.Compare(a.Key, b.Key) })
 	return props, nil
-}
-
-func resolveAlias(n *yaml.Node) *yaml.Node {
-	for n.Kind == yaml.AliasNode && n.Alias != nil {
-		n = n.Alias
-	}
-	return n
-}
-
-func yamlKind(n *yaml.Node) string {
-	switch n.Kind {
-	case yaml.SequenceNode:
-		return "a list"
-	case yaml.ScalarNode:
-		if n.Tag == "!!null" {
-			return "null"
-		}
-		return "a scalar (" + strings.TrimPrefix(n.Tag, "!!") + ")"
-	case yaml.DocumentNode:
-		return "an empty document"
-	}
-	return "not a mapping"
-}
-
-// yamlKey returns a mapping key as written.
-func yamlKey(k *yaml.Node) (string, error) {
-	if k.Kind != yaml.ScalarNode {
-		return "", fmt.Errorf("line %d: a key must be a scalar, not a list or mapping", k.Line)
-	}
-	if k.Tag == "!!merge" {
-		return "", fmt.Errorf("line %d: merge keys (<<) are not supported; write the keys out", k.Line)
-	}
-	return k.Value, nil
-}
-
-// yamlIsString reports whether a scalar is stored as text: strings,
-// timestamps and anything else that is not null, a boolean or a number.
-func yamlIsString(n *yaml.Node) bool {
-	switch n.Tag {
-	case "!!null", "!!bool", "!!int", "!!float":
-		return false
-	}
-	return true
-}
-
-// yamlToJSON writes n as compact JSON, keeping the order of mapping keys.
-func yamlToJSON(buf *bytes.Buffer, n *yaml.Node) error {
-	n = resolveAlias(n)
-	switch n.Kind {
-	case yaml.MappingNode:
-		buf.WriteByte('{')
-		seen := map[string]bool{}
-		for i := 0; i+1 < len(n.Content); i += 2 {
-			key, err := yamlKey(resolveAlias(n.Content[i]))
-			if err != nil {
-				return err
-			}
-			if seen[key] {
-				return fmt.Errorf("key %q appears twice (line %d)", key, n.Content[i].Line)
-			}
-			seen[key] = true
-			if i > 0 {
-				buf.WriteByte(',')
-			}
-			kb, _ := json.Marshal(key)
-			buf.Write(kb)
-			buf.WriteByte(':')
-			if err := yamlToJSON(buf, n.Content[i+1]); err != nil {
-				return err
-			}
-		}
-		buf.WriteByte('}')
-	case yaml.SequenceNode:
-		buf.WriteByte('[')
-		for i, c := range n.Content {
-			if i > 0 {
-				buf.WriteByte(',')
-			}
-			if err := yamlToJSON(buf, c); err != nil {
-				return err
-			}
-		}
-		buf.WriteByte(']')
-	case yaml.ScalarNode:
-		if yamlIsString(n) {
-			b, _ := json.Marshal(n.Value)
-			buf.Write(b)
-			return nil
-		}
-		var v any
-		if err := n.Decode(&v); err != nil {
-			return fmt.Errorf("line %d: %w", n.Line, err)
-		}
-		b, err := json.Marshal(v)
-		if err != nil {
-			return fmt.Errorf("line %d: %q has no JSON form (%v)", n.Line, n.Value, err)
-		}
-		buf.Write(b)
-	default:
-		return fmt.Errorf("line %d: unsupported YAML node", n.Line)
-	}
-	return nil
 }
 
 // parseJSONObject decodes a top-level JSON object, keeping each value's raw

@@ -19,6 +19,18 @@ func jsonProp(k, v string) producer.Property {
 	return producer.Property{Key: k, Value: []byte(v), ContentType: ctJSON}
 }
 
+// yamlBomb is the 342-byte "billion laughs": nine levels of nine aliases.
+const yamlBomb = `a: &a ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]
+b: &b [*a,*a,*a,*a,*a,*a,*a,*a,*a]
+c: &c [*b,*b,*b,*b,*b,*b,*b,*b,*b]
+d: &d [*c,*c,*c,*c,*c,*c,*c,*c,*c]
+e: &e [*d,*d,*d,*d,*d,*d,*d,*d,*d]
+f: &f [*e,*e,*e,*e,*e,*e,*e,*e,*e]
+g: &g [*f,*f,*f,*f,*f,*f,*f,*f,*f]
+h: &h [*g,*g,*g,*g,*g,*g,*g,*g,*g]
+i: &i [*h,*h,*h,*h,*h,*h,*h,*h,*h]
+`
+
 func TestParseProperties(t *testing.T) {
 	tests := []struct {
 		name    string
@@ -123,6 +135,10 @@ func TestParseProperties(t *testing.T) {
 		{name: "yaml complex key", in: "? [a, b]\n: 1\n", format: formatYAML, wantErr: "a key must be a scalar"},
 		{name: "yaml syntax error", in: "a: [1, 2\n", format: formatYAML, wantErr: "invalid YAML"},
 		{name: "sniff neither", in: "a: [1, 2\n", format: formatSniff, wantErr: "neither valid JSON nor valid YAML"},
+		// A 342-byte "billion laughs" made lehr push grow to 11.9 GB (issue
+		// 8, defect 13); expansion is bounded.
+		{name: "yaml alias bomb", in: yamlBomb, format: formatYAML, wantErr: "aliases expand to more than"},
+		{name: "yaml deep nesting", in: "a: " + strings.Repeat("[", 2000) + strings.Repeat("]", 2000) + "\n", format: formatYAML, wantErr: "nested deeper than"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

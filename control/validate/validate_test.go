@@ -137,7 +137,7 @@ func TestProperty(t *testing.T) {
 		{name: "bad yaml", p: prop("a", "application/yaml", "a: b\n c: d\n"),
 			want: invalidContent("a", "value"), wantIn: []string{"invalid YAML", "line 2", "application/yaml, application/x-yaml, text/yaml"}},
 		{name: "duplicate yaml key", p: prop("a", "text/yaml", "a: 1\na: 2\n"),
-			want: invalidContent("a", "value"), wantIn: []string{`key "a" already set`, "no duplicate keys"}},
+			want: invalidContent("a", "value"), wantIn: []string{`key "a" appears twice (line 2)`, "no duplicate keys"}},
 		{name: "yaml tab indent", p: prop("a", "application/x-yaml", "a:\n\tb: 1\n"),
 			want: invalidContent("a", "value"), wantIn: []string{"invalid YAML"}},
 		{name: "text invalid utf-8", p: prop("a", "text/csv", "ok,\xc3\x28"),

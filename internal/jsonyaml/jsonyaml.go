@@ -13,8 +13,6 @@ import (
 	"fmt"
 	"strings"
 	"unicode/utf8"
-
-	"sigs.k8s.io/yaml"
 )
 
 // Format is how a value is interpreted according to its content type.
@@ -66,9 +64,9 @@ func ToJSON(f Format, v []byte) ([]byte, error) {
 		if !utf8.Valid(v) {
 			return nil, fmt.Errorf("invalid UTF-8 at byte offset %d; %s must be UTF-8 YAML", invalidUTF8(v), YAMLForms)
 		}
-		j, err := yaml.YAMLToJSONStrict(v)
+		j, err := YAMLToJSON(v)
 		if err != nil {
-			return nil, fmt.Errorf("invalid YAML: %s; %s must hold one YAML document with string keys and no duplicate keys", oneLine(err.Error()), YAMLForms)
+			return nil, fmt.Errorf("%s; %s must hold one YAML document (YAML 1.2) with scalar keys, no duplicate keys and no merge keys", oneLine(err.Error()), YAMLForms)
 		}
 		return j, nil
 	case Text:

@@ -46,3 +46,29 @@ func TestToJSON(t *testing.T) {
 		}
 	}
 }
+
+// Control and the CLI read YAML the same way (1.2: "y", "on" and "no" are
+// strings), and within bounds: a 342-byte alias bomb or a deeply nested
+// document is refused at once (issue 8, defect 13).
+func TestYAMLToJSONSemanticsAndBounds(t *testing.T) {
+	got, err := YAMLToJSON([]byte("a: y\nb: [on, no, 1, true, null]\nc: {z: 1, a: 2}\n"))
+	if err != nil || string(got) != `{"a":"y","b":["on","no",1,true,null],"c":{"z":1,"a":2}}` {
+		t.Errorf("YAMLToJSON = %s, %v", got, err)
+	}
+	bomb := "a: &a [x,x,x,x,x,x,x,x,x]\n"
+	for i, prev := 1, "a"; i < 9; i++ {
+		name := string(rune('a' + i))
+		bomb += name + ": &" + name + " [" + strings.Repeat("*"+prev+",", 8) + "*" + prev + "]\n"
+		prev = name
+	}
+	if _, err := YAMLToJSON([]byte(bomb)); err == nil || !strings.Contains(err.Error(), "aliases expand to more than") {
+		t.Errorf("alias bomb: %v, want the expansion bound", err)
+	}
+	deep := "a: " + strings.Repeat("[", MaxYAMLDepth+10) + strings.Repeat("]", MaxYAMLDepth+10)
+	if _, err := YAMLToJSON([]byte(deep)); err == nil || !strings.Contains(err.Error(), "nested deeper than") {
+		t.Errorf("deep nesting: %v, want the depth bound", err)
+	}
+	if got, err := YAMLToJSON(nil); err != nil || string(got) != "null" {
+		t.Errorf("empty document = %s, %v; want null", got, err)
+	}
+}
