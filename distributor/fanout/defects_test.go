@@ -1,15 +1,19 @@
 package fanout_test
 
 import (
+	"context"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/quic-go/quic-go"
+
 	"lehr.dev/lehr/agent/agenttest"
 	"lehr.dev/lehr/distributor/fanout"
 	"lehr.dev/lehr/internal/content"
+	"lehr.dev/lehr/internal/wire"
 	"lehr.dev/lehr/proto/lehrpb"
 	"lehr.dev/lehr/testenv/wait"
 )
@@ -184,5 +188,41 @@ func TestStaleAckWithNewerVersionIsRecorded(t *testing.T) {
 	})
 	if err := a.Err(); err != nil {
 		t.Fatalf("connection ended: %v", err)
+	}
+}
+
+// A malformed first frame (a Hello that does not decode, another frame
+// type) is a protocol violation counted like any other (issue 8, defect 14).
+func TestMalformedHelloIsCounted(t *testing.T) {
+	for name, frame := range map[string][]byte{
+		"garbage Hello": {byte(wire.FrameHello), 0x03, 0xff, 0xff, 0xff},
+		"Ack first":     {byte(wire.FrameAck), 0x00},
+	} {
+		t.Run(name, func(t *testing.T) {
+			e := newEnv(t)
+			ctx, cancel := context.WithTimeout(context.Background(), wait.Timeout)
+			defer cancel()
+			conn, err := quic.DialAddr(ctx, e.srv.Addr().String(), wire.TLSConfig(e.pki.client("raw")), wire.ClientQUICConfig())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.CloseWithError(0, "")
+			s, err := conn.OpenStreamSync(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := s.Write(frame); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case <-conn.Context().Done():
+			case <-ctx.Done():
+				t.Fatal("connection with a malformed Hello not closed")
+			}
+			if code, _, _ := wire.CloseCode(context.Cause(conn.Context())); code != wire.CodeProtocolViolation {
+				t.Errorf("closed with %v, want CodeProtocolViolation", context.Cause(conn.Context()))
+			}
+			wait.For(t, "the violation counted", func() bool { return e.srv.Stats().ProtocolErrors == 1 })
+		})
 	}
 }
