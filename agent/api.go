@@ -27,7 +27,10 @@ var _ localapi.Backend = (*backend)(nil)
 func (b *backend) Subscribe(_ context.Context, req *lehrpb.SubscribeRequest) (*lehrpb.SubscribeResponse, error) {
 	a := (*Agent)(b)
 	ns := req.GetNamespace()
-	l, trs := a.leases.Subscribe(ns, req.GetClientId(), time.Duration(req.GetTtlSeconds())*time.Second)
+	l, trs, err := a.leases.Subscribe(ns, req.GetClientId(), time.Duration(req.GetTtlSeconds())*time.Second)
+	if err != nil {
+		return nil, fmt.Errorf("subscribe %s: %w", ns, err)
+	}
 	a.transition(trs)
 	if len(trs) == 0 {
 		// Already wanted: still make sure the file is there and intact (a

@@ -50,6 +50,32 @@ type Options struct {
 	// Grace is how long a namespace stays wanted after its last lease ends;
 	// zero means DefaultGrace (5 min). Negative means no grace at all.
 	Grace time.Duration
+	// MaxLeasesPerClient bounds the live leases of one client id; zero
+	// means DefaultMaxLeasesPerClient (1,000).
+	MaxLeasesPerClient int
+	// MaxLeases bounds the live leases of all clients; zero means
+	// DefaultMaxLeases (10,000).
+	MaxLeases int
+}
+
+// Default lease caps.
+const (
+	DefaultMaxLeasesPerClient = 1_000
+	DefaultMaxLeases          = 10_000
+)
+
+// TooManyError is Subscribe's refusal beyond a cap: Client's own
+// (MaxLeasesPerClient) or, with Client empty, every client's (MaxLeases).
+type TooManyError struct {
+	Client string
+	Limit  int
+}
+
+func (e *TooManyError) Error() string {
+	if e.Client != "" {
+		return fmt.Sprintf("leases: client %q holds %d leases already, the most one client may; release some (Unsubscribe) or share one subscription per namespace", e.Client, e.Limit)
+	}
+	return fmt.Sprintf("leases: the agent holds %d leases already, the most it grants", e.Limit)
 }
 
 // Lease is one consumer's hold on a namespace.
@@ -87,21 +113,32 @@ type nsState struct {
 type Table struct {
 	now                   func() time.Time
 	defTTL, maxTTL, grace time.Duration
+	maxPerClient, maxAll  int
 
-	mu     sync.Mutex
-	leases map[string]*Lease   // by id
-	ns     map[string]*nsState // wanted namespaces only
+	mu       sync.Mutex
+	leases   map[string]*Lease   // by id
+	ns       map[string]*nsState // wanted namespaces only
+	byClient map[string]int      // live leases per client id
 }
 
 // New returns an empty table.
 func New(opts Options) *Table {
 	t := &Table{
-		now:    opts.Now,
-		defTTL: opts.DefaultTTL,
-		maxTTL: opts.MaxTTL,
-		grace:  opts.Grace,
-		leases: map[string]*Lease{},
-		ns:     map[string]*nsState{},
+		now:          opts.Now,
+		defTTL:       opts.DefaultTTL,
+		maxTTL:       opts.MaxTTL,
+		grace:        opts.Grace,
+		leases:       map[string]*Lease{},
+		ns:           map[string]*nsState{},
+		byClient:     map[string]int{},
+		maxPerClient: opts.MaxLeasesPerClient,
+		maxAll:       opts.MaxLeases,
+	}
+	if t.maxPerClient <= 0 {
+		t.maxPerClient = DefaultMaxLeasesPerClient
+	}
+	if t.maxAll <= 0 {
+		t.maxAll = DefaultMaxLeases
 	}
 	if t.now == nil {
 		t.now = time.Now
@@ -142,11 +179,20 @@ func (t *Table) GrantTTL(ttl time.Duration) time.Duration {
 func (t *Table) Grace() time.Duration { return t.grace }
 
 // Subscribe grants a new lease on ns to clientID. ttl 0 means the default;
-// see GrantTTL. The namespace name is not validated here.
-func (t *Table) Subscribe(ns, clientID string, ttl time.Duration) (Lease, []Transition) {
+// see GrantTTL. The namespace name is not validated here. Beyond
+// MaxLeasesPerClient or MaxLeases it grants nothing and returns a
+// *TooManyError.
+func (t *Table) Subscribe(ns, clientID string, ttl time.Duration) (Lease, []Transition, error) {
 	l := &Lease{ID: newID(), Namespace: ns, ClientID: clientID, TTL: t.GrantTTL(ttl)}
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	switch {
+	case t.byClient[clientID] >= t.maxPerClient:
+		return Lease{}, nil, &TooManyError{Client: clientID, Limit: t.maxPerClient}
+	case len(t.leases) >= t.maxAll:
+		return Lease{}, nil, &TooManyError{Limit: t.maxAll}
+	}
+	t.byClient[clientID]++
 	now := t.now()
 	l.Expires = now.Add(l.TTL)
 	t.leases[l.ID] = l
@@ -159,7 +205,7 @@ func (t *Table) Subscribe(ns, clientID string, ttl time.Duration) (Lease, []Tran
 	}
 	st.leases[l.ID] = l
 	st.until = time.Time{}
-	return *l, tr
+	return *l, tr, nil
 }
 
 // KeepAlive renews lease id for another TTL. It returns ErrNotFound if the
@@ -235,6 +281,9 @@ func (t *Table) Expire() []Transition {
 // period starts at the moment the lease ended.
 func (t *Table) removeLocked(l *Lease, now time.Time) {
 	delete(t.leases, l.ID)
+	if t.byClient[l.ClientID]--; t.byClient[l.ClientID] <= 0 {
+		delete(t.byClient, l.ClientID)
+	}
 	st := t.ns[l.Namespace]
 	if st == nil {
 		return

@@ -2,6 +2,7 @@ package leases
 
 import (
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -164,7 +165,7 @@ func TestTable(t *testing.T) {
 				switch s.op {
 				case "sub":
 					var l Lease
-					l, tr = tab.Subscribe(s.ns, "client-"+s.lease, s.ttl)
+					l, tr, _ = tab.Subscribe(s.ns, "client-"+s.lease, s.ttl)
 					ids[s.lease] = l.ID
 					if want := tab.GrantTTL(s.ttl); l.TTL != want {
 						t.Errorf("step %d: TTL = %v, want %v", i, l.TTL, want)
@@ -237,7 +238,7 @@ func TestDefaults(t *testing.T) {
 func TestLookupAndCounts(t *testing.T) {
 	clk := &fakeClock{now: time.Unix(0, 0)}
 	tab := New(Options{Now: clk.Now, DefaultTTL: 10 * time.Second})
-	l, _ := tab.Subscribe("d/x", "c1", 0)
+	l, _, _ := tab.Subscribe("d/x", "c1", 0)
 	tab.Subscribe("d/x", "c2", 0)
 	got, ok := tab.Lookup(l.ID)
 	if !ok || got.Namespace != "d/x" || got.ClientID != "c1" {
@@ -256,5 +257,34 @@ func TestLookupAndCounts(t *testing.T) {
 	tab.Expire()
 	if got := tab.Len(); got != 0 {
 		t.Errorf("Len() after Expire = %d, want 0", got)
+	}
+}
+
+// One client cannot hold more than MaxLeasesPerClient leases, nor all
+// clients together more than MaxLeases: a misbehaving consumer that
+// subscribes to thousands of namespaces is refused, with the limit, and
+// the others are unaffected (issue 8, defect 14).
+func TestLeaseCaps(t *testing.T) {
+	tab := New(Options{MaxLeasesPerClient: 3, MaxLeases: 5})
+	for i := range 3 {
+		if _, _, err := tab.Subscribe(fmt.Sprintf("d/n%d", i), "greedy", 0); err != nil {
+			t.Fatalf("lease %d of greedy: %v", i, err)
+		}
+	}
+	_, trs, err := tab.Subscribe("d/n9", "greedy", 0)
+	var te *TooManyError
+	if !errors.As(err, &te) || te.Limit != 3 || te.Client != "greedy" || len(trs) != 0 {
+		t.Errorf("fourth lease of one client = %v (transitions %v); want TooManyError with limit 3", err, trs)
+	}
+	for i := range 2 {
+		if _, _, err := tab.Subscribe("d/other", fmt.Sprintf("c%d", i), 0); err != nil {
+			t.Fatalf("other client %d: %v", i, err)
+		}
+	}
+	if _, _, err := tab.Subscribe("d/other", "c9", 0); !errors.As(err, &te) || te.Limit != 5 || te.Client != "" {
+		t.Errorf("lease beyond MaxLeases = %v; want TooManyError with limit 5", err)
+	}
+	if n := tab.Len(); n != 5 {
+		t.Errorf("Len = %d after refusals, want 5", n)
 	}
 }

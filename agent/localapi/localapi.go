@@ -22,8 +22,10 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/net/netutil"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/keepalive"
 
 	"lehr.dev/lehr/agent/leases"
 	"lehr.dev/lehr/internal/apierror"
@@ -80,10 +82,28 @@ type Options struct {
 	// ShutdownTimeout is how long Close lets in-flight calls finish before
 	// cutting them; zero means DefaultShutdownTimeout (5 s).
 	ShutdownTimeout time.Duration
+
+	// MaxConnections bounds the connections served at once; further
+	// clients wait in the socket's backlog until one closes. Zero means
+	// DefaultMaxConnections.
+	MaxConnections int
+	// ConnectTimeout is how long a new connection may take to speak
+	// HTTP/2 before it is closed, so silent connections cannot hold the
+	// slots. Zero means DefaultConnectTimeout.
+	ConnectTimeout time.Duration
+	// IdleTimeout closes a connection with no call in flight for this
+	// long; gRPC clients reconnect transparently on their next call. Zero
+	// means DefaultIdleTimeout.
+	IdleTimeout time.Duration
 }
 
-// DefaultShutdownTimeout is the default Options.ShutdownTimeout.
-const DefaultShutdownTimeout = 5 * time.Second
+// Defaults for Options.
+const (
+	DefaultShutdownTimeout = 5 * time.Second
+	DefaultMaxConnections  = 1024
+	DefaultConnectTimeout  = 10 * time.Second
+	DefaultIdleTimeout     = 5 * time.Minute
+)
 
 // Server is the local API server.
 type Server struct {
@@ -110,11 +130,23 @@ func New(opts Options) (*Server, error) {
 	if opts.ShutdownTimeout <= 0 {
 		opts.ShutdownTimeout = DefaultShutdownTimeout
 	}
+	if opts.MaxConnections <= 0 {
+		opts.MaxConnections = DefaultMaxConnections
+	}
+	if opts.ConnectTimeout <= 0 {
+		opts.ConnectTimeout = DefaultConnectTimeout
+	}
+	if opts.IdleTimeout <= 0 {
+		opts.IdleTimeout = DefaultIdleTimeout
+	}
 	s := &Server{opts: opts, log: opts.Logger}
 	if s.log == nil {
 		s.log = slog.Default()
 	}
-	s.grpc = grpc.NewServer()
+	s.grpc = grpc.NewServer(
+		grpc.ConnectionTimeout(opts.ConnectTimeout),
+		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: opts.IdleTimeout}),
+	)
 	lehrpb.RegisterAgentServer(s.grpc, &service{b: opts.Backend})
 	return s, nil
 }
@@ -154,7 +186,7 @@ func (s *Server) Start() error {
 	s.lis = lis
 	s.started = true
 	s.wg.Go(func() {
-		err := s.grpc.Serve(lis)
+		err := s.grpc.Serve(netutil.LimitListener(lis, s.opts.MaxConnections))
 		if err != nil && !errors.Is(err, grpc.ErrServerStopped) {
 			s.log.Error("local API stopped", "socket", path, "err", err)
 			s.mu.Lock()
@@ -264,9 +296,17 @@ func toStatus(op string, err error) error {
 		return nil
 	}
 	var ae *apierror.Error
+	var tm *leases.TooManyError
 	switch {
 	case errors.As(err, &ae):
 		return ae
+	case errors.As(err, &tm):
+		field := "client_id"
+		if tm.Client == "" {
+			field = ""
+		}
+		return apierror.New(codes.ResourceExhausted, apierror.ReasonTooManyLeases, field, "%v", err).
+			WithLimit("%d leases", tm.Limit).WithCause(err)
 	case errors.Is(err, leases.ErrNotFound):
 		return apierror.New(codes.NotFound, apierror.ReasonNotFound, "lease_id",
 			"%v: subscribe again", err).WithCause(err)

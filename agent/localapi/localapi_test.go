@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"net"
 	"os"
@@ -15,12 +16,14 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/testing/protocmp"
 
 	"lehr.dev/lehr/agent/leases"
 	"lehr.dev/lehr/internal/apierror"
 	"lehr.dev/lehr/proto/lehrpb"
+	"lehr.dev/lehr/testenv/wait"
 )
 
 // tableBackend is a Backend over a real lease table and a fixed set of
@@ -49,7 +52,10 @@ func (b *tableBackend) Calls() int {
 
 func (b *tableBackend) Subscribe(_ context.Context, req *lehrpb.SubscribeRequest) (*lehrpb.SubscribeResponse, error) {
 	b.count()
-	l, _ := b.tab.Subscribe(req.GetNamespace(), req.GetClientId(), time.Duration(req.GetTtlSeconds())*time.Second)
+	l, _, err := b.tab.Subscribe(req.GetNamespace(), req.GetClientId(), time.Duration(req.GetTtlSeconds())*time.Second)
+	if err != nil {
+		return nil, err
+	}
 	return &lehrpb.SubscribeResponse{LeaseId: l.ID, TtlSeconds: uint32(l.TTL / time.Second), Path: "/files/" + req.GetNamespace()}, nil
 }
 
@@ -350,4 +356,66 @@ func TestSocketLifecycle(t *testing.T) {
 			t.Errorf("New without Backend succeeded")
 		}
 	})
+}
+
+// The local API bounds what one local process can hold: a lease beyond the
+// per-client cap is RESOURCE_EXHAUSTED naming the field and the limit,
+// connections that never speak are cut after ConnectTimeout, idle ones
+// after IdleTimeout, and at most MaxConnections are served at once (issue
+// 8, defect 14: one client held 5,000 subscriptions to nonexistent
+// namespaces and 1,000 idle connections with no cutoff).
+func TestLocalClientsAreBounded(t *testing.T) {
+	sock := filepath.Join(shortDir(t), "a.sock")
+	b := &tableBackend{tab: leases.New(leases.Options{MaxLeasesPerClient: 2})}
+	s, err := New(Options{Socket: sock, Backend: b, MaxConnections: 3, ConnectTimeout: 300 * time.Millisecond, IdleTimeout: 300 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	cc, err := grpc.NewClient("unix://"+sock, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	api := lehrpb.NewAgentClient(cc)
+	for _, ns := range []string{"d/a", "d/b"} {
+		if _, err := api.Subscribe(ctx(t), &lehrpb.SubscribeRequest{Namespace: ns, ClientId: "greedy"}); err != nil {
+			t.Fatalf("Subscribe %s: %v", ns, err)
+		}
+	}
+	_, err = api.Subscribe(ctx(t), &lehrpb.SubscribeRequest{Namespace: "d/c", ClientId: "greedy"})
+	if e := apierror.FromError(err); e.Code != codes.ResourceExhausted || e.Reason != apierror.ReasonTooManyLeases || e.Field != "client_id" || e.Limit != "2 leases" {
+		t.Errorf("third lease of one client = %v; want RESOURCE_EXHAUSTED TOO_MANY_LEASES on client_id, limit 2 leases", err)
+	}
+
+	// Idle: the connection that did its calls is closed by the server.
+	wait.For(t, "the idle connection to be closed by the agent", func() bool { return cc.GetState() == connectivity.Idle })
+
+	// Silent: three raw connections that never speak fill the server, and
+	// are cut after ConnectTimeout; a real client is served then.
+	var raws []net.Conn
+	for range 3 {
+		c, err := net.Dial("unix", sock)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		raws = append(raws, c)
+	}
+	for _, c := range raws {
+		c.SetReadDeadline(time.Now().Add(wait.Timeout))
+		if _, err := c.Read(make([]byte, 1)); err == nil {
+			// The server's HTTP/2 preface: keep reading to EOF.
+			_, err = io.Copy(io.Discard, c)
+			if err != nil {
+				t.Errorf("silent connection: %v, want it closed by the server", err)
+			}
+		}
+	}
+	if _, err := api.Status(ctx(t), &lehrpb.StatusRequest{}); err != nil {
+		t.Errorf("Status after the silent connections were cut: %v", err)
+	}
 }

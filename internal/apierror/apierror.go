@@ -44,6 +44,7 @@ const (
 	ReasonUnavailable       = "UNAVAILABLE"   // storage unreachable; retry
 	ReasonRevisionGone      = "REVISION_GONE" // a watch revision was compacted; restart from 0
 	ReasonInternal          = "INTERNAL"
+	ReasonTooManyLeases     = "TOO_MANY_LEASES" // a consumer (or all of them) holds the most leases an agent grants
 )
 
 // Error is a Lehr API error.
