@@ -1,13 +1,12 @@
 package bench
 
 import (
-	"errors"
 	"fmt"
-	"io"
 	"net"
 	"sync"
 	"sync/atomic"
-	"time"
+
+	"lehr.dev/lehr/testenv/faultnet"
 )
 
 // byteCounter counts bytes in each direction through a proxy: down is
@@ -123,118 +122,11 @@ func (p *tcpProxy) close() {
 	p.wg.Wait()
 }
 
-// udpProxy is a counting UDP relay on loopback for QUIC: each client
-// address gets its own upstream socket to target.
-type udpProxy struct {
-	byteCounter
-	pc     net.PacketConn
-	target *net.UDPAddr
-	wg     sync.WaitGroup
-
-	mu      sync.Mutex
-	clients map[string]*net.UDPConn
-	closed  bool
-}
-
-// newUDPProxy listens on 127.0.0.1:0 and relays datagrams to target.
-func newUDPProxy(target string) (*udpProxy, error) {
-	ta, err := net.ResolveUDPAddr("udp", target)
-	if err != nil {
-		return nil, fmt.Errorf("proxy target %s: %w", target, err)
-	}
-	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
-	if err != nil {
-		return nil, fmt.Errorf("proxy listen: %w", err)
-	}
-	setUDPBuffers(pc.(*net.UDPConn))
-	p := &udpProxy{pc: pc, target: ta, clients: map[string]*net.UDPConn{}}
-	p.wg.Add(1)
-	go p.run()
-	return p, nil
-}
-
-func (p *udpProxy) addr() string { return p.pc.LocalAddr().String() }
-
-func (p *udpProxy) run() {
-	defer p.wg.Done()
-	buf := make([]byte, 64<<10)
-	for {
-		n, from, err := p.pc.ReadFrom(buf)
-		if err != nil {
-			return
-		}
-		p.up.Add(int64(n))
-		up, err := p.upstream(from)
-		if err != nil {
-			return
-		}
-		_, _ = up.Write(buf[:n])
-	}
-}
-
-// upstream returns the socket relaying client from's datagrams, creating
-// it (and its reverse relay) on first use.
-func (p *udpProxy) upstream(from net.Addr) (*net.UDPConn, error) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.closed {
-		return nil, errors.New("closed")
-	}
-	if c, ok := p.clients[from.String()]; ok {
-		return c, nil
-	}
-	c, err := net.DialUDP("udp", nil, p.target)
-	if err != nil {
-		return nil, err
-	}
-	setUDPBuffers(c)
-	p.clients[from.String()] = c
-	p.wg.Add(1)
-	go func() {
-		defer p.wg.Done()
-		buf := make([]byte, 64<<10)
-		for {
-			n, err := c.Read(buf)
-			if err != nil {
-				var ne net.Error
-				if errors.As(err, &ne) && ne.Timeout() {
-					continue
-				}
-				if errors.Is(err, net.ErrClosed) || errors.Is(err, io.EOF) {
-					return
-				}
-				// ICMP port unreachable while the target restarts: keep going.
-				time.Sleep(time.Millisecond)
-				continue
-			}
-			p.down.Add(int64(n))
-			_, _ = p.pc.WriteTo(buf[:n], from)
-		}
-	}()
-	return c, nil
-}
-
-// udpRelayBuffer is the socket buffer size the UDP relay asks for, as
-// quic-go does for its own sockets (the kernel caps it at
-// net.core.rmem_max / wmem_max, which scripts/bench.sh raises). With the
-// default buffer (about 200 KiB) the relay's one socket facing every
-// client dropped hundreds of thousands of packets in a 10,000-agent
-// reconnect storm, and the storm measured the relay, not the distributor.
-const udpRelayBuffer = 7 << 20
-
-func setUDPBuffers(c *net.UDPConn) {
-	_ = c.SetReadBuffer(udpRelayBuffer)
-	_ = c.SetWriteBuffer(udpRelayBuffer)
-}
-
-// close stops the proxy and waits for its goroutines. Idempotent.
-func (p *udpProxy) close() {
-	p.mu.Lock()
-	p.closed = true
-	for _, c := range p.clients {
-		c.Close()
-	}
-	p.mu.Unlock()
-	p.pc.Close()
-	p.wg.Wait()
+// relayBytes returns the bytes a QUIC relay passed each way: down is
+// server → client, up client → server (UDP payloads, i.e. whole QUIC
+// packets with their headers and AEAD tags). The benchmarks use
+// testenv/faultnet with no faults as their counting UDP relay.
+func relayBytes(r *faultnet.Relay) (down, up int64) {
+	st := r.Stats()
+	return st.Down.Bytes, st.Up.Bytes
 }

@@ -9,6 +9,7 @@ import (
 	"lehr.dev/lehr/client/producer"
 	"lehr.dev/lehr/distributor/fanout"
 	"lehr.dev/lehr/testenv/devcluster"
+	"lehr.dev/lehr/testenv/faultnet"
 )
 
 // stormTimeout bounds the wait for convergence, from the redial.
@@ -82,11 +83,11 @@ func stormLehr(ctx context.Context, e *Env, n int) (Row, error) {
 	}
 	defer cl.Close()
 	dist := cl.Distributors(benchZone)[0]
-	relay, err := newUDPProxy(dist.Addr())
+	relay, err := faultnet.Listen(dist.Addr(), faultnet.Options{})
 	if err != nil {
 		return row, err
 	}
-	defer relay.close()
+	defer relay.Close()
 	nsName := fmt.Sprintf("%s/storm-%d", benchDomain, n)
 	vals := newValueSource(1 << 10)
 	var props []producer.Property
@@ -99,7 +100,7 @@ func stormLehr(ctx context.Context, e *Env, n int) (Row, error) {
 	}
 	col := newCollector(n)
 	sw, conn, err := startSwarm(ctx, swarmConfig{
-		Addr: relay.addr(), CADir: filepath.Join(cl.Dir(), "pki", "ca"), N: n, Prefix: fmt.Sprintf("storm%d", n),
+		Addr: relay.Addr(), CADir: filepath.Join(cl.Dir(), "pki", "ca"), N: n, Prefix: fmt.Sprintf("storm%d", n),
 		Zone: benchZone, Subs: []string{nsName}, Parallel: 32, RedialTimeout: stormTimeout,
 	}, func(ev swarmEvent) {
 		if ev.NS == nsName && !ev.Refused {
@@ -123,7 +124,7 @@ func stormLehr(ctx context.Context, e *Env, n int) (Row, error) {
 		return row, fmt.Errorf("restart distributor: %w", err)
 	}
 	// The restarted distributor serves once its goals are synced from control.
-	d0, u0 := relay.snapshot()
+	d0, u0 := relayBytes(relay)
 	start := time.Now()
 	redial, err := sw.command(ctx, "redial", "redialed")
 	if err != nil {
@@ -157,7 +158,7 @@ func stormLehr(ctx context.Context, e *Env, n int) (Row, error) {
 	}
 	conv := time.Since(start)
 	time.Sleep(100 * time.Millisecond)
-	d1, u1 := relay.snapshot()
+	d1, u1 := relayBytes(relay)
 	after, err := sw.command(ctx, "stats", "stats")
 	if err != nil {
 		return row, err

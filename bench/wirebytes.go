@@ -9,6 +9,7 @@ import (
 	"lehr.dev/lehr/agent/agenttest"
 	"lehr.dev/lehr/client/producer"
 	"lehr.dev/lehr/testenv/devcluster"
+	"lehr.dev/lehr/testenv/faultnet"
 )
 
 func wireBytesScenario() Scenario {
@@ -70,11 +71,11 @@ func runWireBytes(ctx context.Context, e *Env) (*Result, error) {
 	}
 	defer cl.Close()
 	dist := cl.Distributors(benchZone)[0]
-	relay, err := newUDPProxy(dist.Addr())
+	relay, err := faultnet.Listen(dist.Addr(), faultnet.Options{})
 	if err != nil {
 		return res, err
 	}
-	defer relay.close()
+	defer relay.Close()
 	for _, size := range p.sizes {
 		row, err := wireLehr(ctx, e, cl, dist, relay, size, p.reps)
 		if err != nil {
@@ -123,7 +124,7 @@ func runWireBytes(ctx context.Context, e *Env) (*Result, error) {
 	return res, nil
 }
 
-func wireLehr(ctx context.Context, e *Env, cl *devcluster.Cluster, dist *devcluster.DistributorHandle, relay *udpProxy, size, reps int) (Row, error) {
+func wireLehr(ctx context.Context, e *Env, cl *devcluster.Cluster, dist *devcluster.DistributorHandle, relay *faultnet.Relay, size, reps int) (Row, error) {
 	prod := cl.Producer()
 	ns := fmt.Sprintf("%s/wire-%s", benchDomain, nsLabel(size))
 	vals, fill := newValueSource(hotValue), newValueSource(512<<10)
@@ -143,7 +144,7 @@ func wireLehr(ctx context.Context, e *Env, cl *devcluster.Cluster, dist *devclus
 		if err != nil {
 			return Row{}, err
 		}
-		a, err := agenttest.Dial(ctx, agenttest.Options{Addr: relay.addr(), TLS: tc, HostID: host, Zone: benchZone, Subscriptions: []string{ns}, Logger: e.Log})
+		a, err := agenttest.Dial(ctx, agenttest.Options{Addr: relay.Addr(), TLS: tc, HostID: host, Zone: benchZone, Subscriptions: []string{ns}, Logger: e.Log})
 		if err != nil {
 			return Row{}, err
 		}
@@ -168,7 +169,7 @@ func wireLehr(ctx context.Context, e *Env, cl *devcluster.Cluster, dist *devclus
 	for i := range reps + 1 {
 		time.Sleep(50 * time.Millisecond) // let the previous update's acknowledgements pass
 		st0 := dist.Stats()
-		d0, u0 := relay.snapshot()
+		d0, u0 := relayBytes(relay)
 		nv, err := prod.Patch(ctx, ns, base, producer.Patch{Set: []producer.Property{{Key: "hot", Value: vals.next()}}})
 		if err != nil {
 			return Row{}, err
@@ -179,7 +180,7 @@ func wireLehr(ctx context.Context, e *Env, cl *devcluster.Cluster, dist *devclus
 		}
 		time.Sleep(50 * time.Millisecond)
 		st1 := dist.Stats()
-		d1, u1 := relay.snapshot()
+		d1, u1 := relayBytes(relay)
 		if i == 0 {
 			continue // warm-up
 		}

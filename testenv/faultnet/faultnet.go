@@ -171,7 +171,7 @@ func (r *Relay) readClients() {
 		if err != nil {
 			return
 		}
-		r.up.push(append([]byte(nil), buf[:n]...), func(b []byte) { _, _ = c.Write(b) })
+		r.up.push(buf[:n], func(b []byte) { _, _ = c.Write(b) })
 	}
 }
 
@@ -208,7 +208,7 @@ func (r *Relay) upstream(from net.Addr) (*net.UDPConn, error) {
 				// socket stays usable.
 				continue
 			}
-			r.down.push(append([]byte(nil), buf[:n]...), func(b []byte) { _, _ = r.pc.WriteTo(b, from) })
+			r.down.push(buf[:n], func(b []byte) { _, _ = r.pc.WriteTo(b, from) })
 		}
 	})
 	return c, nil
@@ -252,7 +252,8 @@ func (l *lane) counts() Counts {
 
 func (l *lane) stop() { l.once.Do(func() { close(l.done) }) }
 
-// push applies the faults to one datagram and sends it (now or when due).
+// push applies the faults to one datagram and sends it, now or when due.
+// b is the caller's buffer: push copies it if it holds it back.
 func (l *lane) push(b []byte, send func([]byte)) {
 	l.mu.Lock()
 	f := l.faults
@@ -276,6 +277,7 @@ func (l *lane) push(b []byte, send func([]byte)) {
 		return
 	}
 	now := time.Now()
+	b = append([]byte(nil), b...)
 	for range copies {
 		d := f.Delay
 		if f.Jitter > 0 {
