@@ -38,6 +38,9 @@ func (h *handler) Apply(ctx context.Context, u *lehrpb.Update) upstream.Result {
 	}
 	v, err := a.cache.Apply(u)
 	if err == nil {
+		// Crash point of the kill matrix (testenv/chaos): the cache
+		// committed, the file not written.
+		// gofail: var agentAfterCacheCommit struct{}
 		a.update(ns, func(st *nsState) {
 			st.version, st.checksum, st.kind, st.info = v.Seq, v.Checksum, v.Kind, v.Info
 		})

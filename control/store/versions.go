@@ -210,6 +210,9 @@ func (s *Store) tryCommit(ctx context.Context, c Commit, domain string, m *manif
 	if err := s.stage(ctx, c.Namespace, m, parent, rev); err != nil {
 		return nil, err
 	}
+	// Crash point of the kill matrix (testenv/chaos): blobs staged, the
+	// version transaction not run.
+	// gofail: var storeAfterStage struct{}
 
 	seq := latest + 1
 	in := c.Info
@@ -288,6 +291,10 @@ func (s *Store) tryCommit(ctx context.Context, c Commit, domain string, m *manif
 		s.log.Debug("store: commit guard failed, retrying", "namespace", c.Namespace, "read_revision", rev)
 		return nil, nil
 	}
+	// Crash point of the kill matrix (testenv/chaos): the version
+	// committed, the producer not answered; its retry must get this
+	// version back, not commit another.
+	// gofail: var storeAfterCommit struct{}
 	return info, nil
 }
 

@@ -584,6 +584,16 @@ func (ss *session) push(j job) {
 	// Counted before writing, so the counters never lag what an agent has
 	// seen (tests compare them right after an agent applied an update).
 	ss.srv.met.pushed(snapshot, len(frame))
+	// Crash point of the kill matrix (testenv/chaos): the distributor dies
+	// with half a snapshot written.
+	// gofail: var distributorMidSnapshot struct{}
+	// if snapshot {
+	// 	if s, err := ss.conn.OpenUniStreamSync(ss.ctx); err == nil {
+	// 		_, _ = s.Write(frame[:len(frame)/2])
+	// 	}
+	// 	time.Sleep(100 * time.Millisecond) // let the half leave
+	// 	panic("failpoint distributorMidSnapshot: half a snapshot written")
+	// }
 	if err := wire.SendUpdate(ss.ctx, ss.conn, frame); err != nil {
 		ss.fail("push an update", fmt.Errorf("%s@%d: %w", j.ns, j.goal.Seq, err))
 		return

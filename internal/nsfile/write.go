@@ -99,6 +99,9 @@ func (w Writer) Write(dir string, f File) (err error) {
 	if err := tmp.Close(); err != nil {
 		return fmt.Errorf("nsfile: close %s: %w", tmp.Name(), err)
 	}
+	// Crash point of the kill matrix (testenv/chaos): the temporary file
+	// complete, not renamed into place.
+	// gofail: var nsfileBeforeRename struct{}
 	if w.beforeRename != nil {
 		if err := w.beforeRename(tmp.Name()); err != nil {
 			return err
