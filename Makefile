@@ -4,7 +4,7 @@ GO ?= go
 BIN := $(CURDIR)/bin
 PROTOC_VERSION := 3.21.12
 
-.PHONY: all build run test test-short lint proto bench bench-full clean tools
+.PHONY: all build run test lint proto chaos bench bench-full clean
 
 all: build
 
@@ -39,6 +39,15 @@ proto:
 		--go_out=. --go_opt=module=lehr.dev/lehr \
 		--go-grpc_out=. --go-grpc_opt=module=lehr.dev/lehr \
 		proto/lehr/v1/*.proto
+
+# chaos runs the long kill matrix and the lossy-link run (about 10 minutes):
+# real processes killed with SIGKILL and at crash points (testenv/chaos).
+# "make test" runs a short matrix with fixed seeds. The figures are appended
+# to bench/results/<timestamp>-chaos.md.
+chaos:
+	@mkdir -p bench/results
+	$(GO) test -count=1 -timeout 90m -v -run 'TestKillMatrix|TestLossyLink' ./testenv/chaos \
+		-args -chaos.long -chaos.report $(CURDIR)/bench/results/$$(date -u +%Y%m%dT%H%M%SZ)-chaos.md
 
 bench:
 	./scripts/bench.sh quick
