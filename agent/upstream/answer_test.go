@@ -277,3 +277,71 @@ func TestHelloWithinLimits(t *testing.T) {
 		}
 	}
 }
+
+// A Report stays within the control-frame limit however many namespaces the
+// agent subscribes to: one beyond a frame is sent as several Reports with the
+// same time (issue 8, defect 5).
+func TestReportWithinLimits(t *testing.T) {
+	p := newPKI(t)
+	d := startRawDist(t, p)
+	h := newMem()
+	// 12,000 namespaces with long names and checksums: ~1.3 MB in one Report.
+	const n = 12_000
+	sum := content.Snapshot{}.Checksum()
+	h.report = func() *lehrpb.Report {
+		r := &lehrpb.Report{}
+		for i := range n {
+			r.Namespaces = append(r.Namespaces, &lehrpb.NamespaceReport{
+				Namespace: fmt.Sprintf("domain-with-a-long-name/namespace-number-%06d", i),
+				Version:   7, Checksum: sum, Clients: 3, ClientsApplied: 3,
+			})
+		}
+		return r
+	}
+	c, err := upstream.New(upstream.Options{
+		Distributors: []string{d.addr()}, TLS: p.tls(t, "host-1", pki.Client), HostID: "host-1", Zone: zone,
+		Handler: h, BackoffMin: 10 * time.Millisecond, BackoffMax: 100 * time.Millisecond, Logger: quiet(),
+		ReportInterval: 50 * time.Millisecond,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+
+	// Every namespace reported under one time, with no reconnect meanwhile.
+	var frames []*lehrpb.Report
+	wait.For(t, "one whole report to reach the distributor", func() bool {
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		byTime := map[int64][]*lehrpb.Report{}
+		covered := map[int64]int{}
+		for _, m := range d.got {
+			if r, ok := m.(*lehrpb.Report); ok {
+				at := r.GetTime().AsTime().UnixNano()
+				byTime[at] = append(byTime[at], r)
+				covered[at] += len(r.GetNamespaces())
+			}
+		}
+		for at, k := range covered {
+			if k == n {
+				frames = byTime[at]
+				return true
+			}
+		}
+		return false
+	})
+	if len(frames) < 2 {
+		t.Errorf("the report came in %d frame(s), want it split", len(frames))
+	}
+	for _, r := range frames {
+		if size := proto.Size(r); size > wire.DefaultMaxControlFrame {
+			t.Errorf("a Report frame is %d bytes, over the %d-byte control-frame limit", size, wire.DefaultMaxControlFrame)
+		}
+	}
+	if err := c.Status().LastDisconnect; err != nil {
+		t.Errorf("the connection was lost (%v); no report may cost it", err)
+	}
+}

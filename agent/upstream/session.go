@@ -286,7 +286,8 @@ func (s *session) readControl() error {
 	}
 }
 
-// report sends a Report every interval.
+// report sends a Report every interval, split into frames within
+// frameBudget that share its time.
 func (s *session) report(interval time.Duration) error {
 	t := time.NewTicker(interval)
 	defer t.Stop()
@@ -303,8 +304,35 @@ func (s *session) report(interval time.Duration) error {
 		if r.Time == nil {
 			r.Time = timestamppb.Now()
 		}
-		s.send(r)
+		for _, part := range splitReport(r) {
+			s.send(part)
+		}
 	}
+}
+
+// splitReport cuts r into Reports of at most frameBudget bytes each, every
+// one with r's time and other fields; r itself when it fits.
+func splitReport(r *lehrpb.Report) []*lehrpb.Report {
+	if proto.Size(r) <= frameBudget {
+		return []*lehrpb.Report{r}
+	}
+	head := proto.CloneOf(r)
+	head.Namespaces = nil
+	base := proto.Size(head)
+	var parts []*lehrpb.Report
+	var cur *lehrpb.Report
+	size := 0
+	for _, nr := range r.GetNamespaces() {
+		n := proto.Size(nr) + 8 // tag and length prefix
+		if cur == nil || (len(cur.Namespaces) > 0 && size+n > frameBudget) {
+			cur = proto.CloneOf(head)
+			parts = append(parts, cur)
+			size = base
+		}
+		cur.Namespaces = append(cur.Namespaces, nr)
+		size += n
+	}
+	return parts
 }
 
 // acceptUpdates accepts update streams and reads each on its own goroutine.

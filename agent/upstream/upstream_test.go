@@ -125,7 +125,8 @@ type memHandler struct {
 	mu      sync.Mutex
 	held    map[string]held
 	applied map[string][]uint64
-	seen    map[string]int // updates received per namespace
+	seen    map[string]int        // updates received per namespace
+	report  func() *lehrpb.Report // nil: no reports
 }
 
 type held struct {
@@ -166,7 +167,12 @@ func (h *memHandler) Apply(_ context.Context, u *lehrpb.Update) upstream.Result 
 	return upstream.Result{Outcome: upstream.Applied, Version: u.GetVersion(), Checksum: u.GetChecksum()}
 }
 
-func (h *memHandler) Report() *lehrpb.Report { return nil }
+func (h *memHandler) Report() *lehrpb.Report {
+	if h.report == nil {
+		return nil
+	}
+	return h.report()
+}
 
 func (h *memHandler) get(ns string) held {
 	h.mu.Lock()

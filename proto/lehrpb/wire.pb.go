@@ -972,7 +972,9 @@ func (x *NamespaceReport) GetCallbackErrors() uint64 {
 
 // Report is the agent's periodic status, agent to distributor. Fields will
 // be added (metric summaries for canary analysis, policy-preview counts);
-// a distributor ignores what it does not know.
+// a distributor ignores what it does not know. A report too large for one
+// control frame is sent as several Reports with the same time, each with a
+// part of the namespaces.
 type Report struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Time          *timestamppb.Timestamp `protobuf:"bytes,1,opt,name=time,proto3" json:"time,omitempty"`
