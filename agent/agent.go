@@ -51,6 +51,7 @@ import (
 	"lehr.dev/lehr/internal/metricshttp"
 	"lehr.dev/lehr/internal/names"
 	"lehr.dev/lehr/internal/nsfile"
+	"lehr.dev/lehr/internal/wire"
 )
 
 // Defaults for zero Options fields.
@@ -63,6 +64,9 @@ const (
 	DefaultShutdownTimeout = 5 * time.Second
 	// DefaultCacheRetention is how long an unwanted namespace stays cached.
 	DefaultCacheRetention = 24 * time.Hour
+	// MinSilenceTimeout and MaxSilenceTimeout bound Options.SilenceTimeout.
+	MinSilenceTimeout = 500 * time.Millisecond
+	MaxSilenceTimeout = time.Minute
 )
 
 // Version is the agent's build string, sent in Hello.
@@ -106,6 +110,15 @@ type Options struct {
 	// BackoffMin and BackoffMax bound the randomised wait between
 	// connection attempts; zero means 100 ms and 10 s.
 	BackoffMin, BackoffMax time.Duration
+	// SilenceTimeout is how long the agent hears nothing from its
+	// distributor before it fails over to another; keepalives go every
+	// third of it. Zero means wire.DefaultMaxIdleTimeout (3 s); allowed
+	// MinSilenceTimeout to MaxSilenceTimeout. Shorter fails over sooner
+	// from a crashed host or a partition, at the price of more keepalive
+	// packets and of failovers on links that lose several packets in a
+	// row (a failover itself is cheap: the agent announces its cache and
+	// receives nothing it holds).
+	SilenceTimeout time.Duration
 	// Now returns the current time, for leases; nil means time.Now.
 	Now func() time.Time
 	// Logger; nil means slog.Default().
@@ -192,6 +205,14 @@ func New(opts Options) (*Agent, error) {
 	if opts.CacheRetention == 0 {
 		opts.CacheRetention = DefaultCacheRetention
 	}
+	if opts.SilenceTimeout == 0 {
+		opts.SilenceTimeout = wire.DefaultMaxIdleTimeout
+	}
+	if opts.SilenceTimeout < MinSilenceTimeout || opts.SilenceTimeout > MaxSilenceTimeout {
+		return nil, fmt.Errorf("agent: Options.SilenceTimeout is %v: want %v to %v (0 means %v)", opts.SilenceTimeout, MinSilenceTimeout, MaxSilenceTimeout, wire.DefaultMaxIdleTimeout)
+	}
+	qc := wire.ClientQUICConfig()
+	wire.SetSilenceTimeout(qc, opts.SilenceTimeout)
 	a := &Agent{
 		opts:     opts,
 		log:      opts.Logger,
@@ -214,6 +235,7 @@ func New(opts Options) (*Agent, error) {
 		Handler:      (*handler)(a),
 		BackoffMin:   opts.BackoffMin,
 		BackoffMax:   opts.BackoffMax,
+		QUIC:         qc,
 		Metrics:      opts.Metrics,
 		Logger:       opts.Logger.With("component", "upstream"),
 	})

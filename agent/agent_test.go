@@ -690,6 +690,9 @@ func TestOptionsValidation(t *testing.T) {
 		{"no TLS", func(o *agent.Options) { o.TLS = nil }},
 		{"no data dir", func(o *agent.Options) { o.DataDir = "" }},
 		{"negative TTL", func(o *agent.Options) { o.LeaseTTL = -time.Second }},
+		{"silence timeout too short", func(o *agent.Options) { o.SilenceTimeout = 100 * time.Millisecond }},
+		{"silence timeout too long", func(o *agent.Options) { o.SilenceTimeout = time.Hour }},
+		{"negative silence timeout", func(o *agent.Options) { o.SilenceTimeout = -time.Second }},
 	}
 	for _, tc := range tests {
 		o := good

@@ -148,19 +148,10 @@ func TestEveryUpdateIsAnswered(t *testing.T) {
 	p := newPKI(t)
 	d := startRawDist(t, p)
 	h := newMem()
-	c, err := upstream.New(upstream.Options{
-		Distributors: []string{d.addr()}, TLS: p.tls(t, "host-1", pki.Client), HostID: "host-1", Zone: zone,
-		Handler: h, BackoffMin: 10 * time.Millisecond, BackoffMax: 100 * time.Millisecond,
-		GapWait: 100 * time.Millisecond, Logger: quiet(),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	cl := newClient(t, p, h, func(o *upstream.Options) { o.GapWait = 100 * time.Millisecond }, d.addr())
+	c := cl.c
 	c.Subscribe("app/sub")
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- c.Run(ctx) }()
-	defer func() { cancel(); <-done }()
+	cl.start(t)
 
 	want := func(what, ns string, v uint64, ok bool) *lehrpb.Ack {
 		t.Helper()
@@ -234,18 +225,9 @@ func TestHelloWithinLimits(t *testing.T) {
 	for i := range 12_000 {
 		subs = append(subs, fmt.Sprintf("domain-with-a-long-name/namespace-number-%06d", i))
 	}
-	c, err := upstream.New(upstream.Options{
-		Distributors: []string{d.addr()}, TLS: p.tls(t, "host-1", pki.Client), HostID: "host-1", Zone: zone,
-		Handler: h, BackoffMin: 10 * time.Millisecond, BackoffMax: 100 * time.Millisecond, Logger: quiet(),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	c.Subscribe(subs...)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- c.Run(ctx) }()
-	defer func() { cancel(); <-done }()
+	cl := newClient(t, p, h, nil, d.addr())
+	cl.c.Subscribe(subs...)
+	cl.start(t)
 
 	wait.For(t, "every subscription to reach the distributor", func() bool {
 		d.mu.Lock()
@@ -298,18 +280,9 @@ func TestReportWithinLimits(t *testing.T) {
 		}
 		return r
 	}
-	c, err := upstream.New(upstream.Options{
-		Distributors: []string{d.addr()}, TLS: p.tls(t, "host-1", pki.Client), HostID: "host-1", Zone: zone,
-		Handler: h, BackoffMin: 10 * time.Millisecond, BackoffMax: 100 * time.Millisecond, Logger: quiet(),
-		ReportInterval: 50 * time.Millisecond,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- c.Run(ctx) }()
-	defer func() { cancel(); <-done }()
+	cl := newClient(t, p, h, func(o *upstream.Options) { o.ReportInterval = 50 * time.Millisecond }, d.addr())
+	c := cl.c
+	cl.start(t)
 
 	// Every namespace reported under one time, with no reconnect meanwhile.
 	var frames []*lehrpb.Report

@@ -16,8 +16,11 @@ import (
 
 	"github.com/quic-go/quic-go"
 
+	"lehr.dev/lehr/agent/upstream"
 	"lehr.dev/lehr/internal/pki"
 	"lehr.dev/lehr/internal/tlsconfig"
+	"lehr.dev/lehr/internal/wire"
+	"lehr.dev/lehr/testenv/faultnet"
 	"lehr.dev/lehr/testenv/wait"
 )
 
@@ -125,4 +128,42 @@ func freeUDPAddr(t *testing.T) string {
 	}
 	defer pc.Close()
 	return pc.LocalAddr().String()
+}
+
+// A distributor that goes silent — a black hole: its host crashed or the
+// path is cut, so no reset and no close arrive — is left after the
+// client's silence timeout (the QUIC idle timeout, wire.SetSilenceTimeout),
+// and the agent carries on with another distributor of the zone.
+func TestSilentDistributorIsLeft(t *testing.T) {
+	p := newPKI(t)
+	d1 := startDist(t, p, "d1")
+	d2 := startDist(t, p, "d2")
+	v1 := version("app/cfg", 1, map[string]string{"a": "1"})
+	d1.setGoal(t, v1)
+	d2.setGoal(t, v1)
+	relay, err := faultnet.Listen(d1.srv.Addr().String(), faultnet.Options{Seed: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { relay.Close() })
+
+	qc := wire.ClientQUICConfig()
+	wire.SetSilenceTimeout(qc, time.Second)
+	h := newMem()
+	cl := newClient(t, p, h, func(o *upstream.Options) { o.QUIC = qc }, relay.Addr(), d2.srv.Addr().String())
+	c := cl.c
+	cl.start(t)
+	c.Subscribe("app/cfg")
+	waitHeld(t, h, v1)
+	wait.For(t, "connected to d1", func() bool { return c.Status().DistributorID == "d1" })
+
+	relay.Cut(faultnet.Both, true)
+	wait.For(t, "failover to d2", func() bool { return c.Status().DistributorID == "d2" })
+	var idle *quic.IdleTimeoutError
+	if last := c.Status().LastDisconnect; !errors.As(last, &idle) {
+		t.Errorf("the connection to the silent distributor ended with %v; want the idle (silence) timeout", last)
+	}
+	v2 := version("app/cfg", 2, map[string]string{"a": "2"})
+	d2.setGoal(t, v2)
+	waitHeld(t, h, v2)
 }

@@ -207,25 +207,41 @@ type client struct {
 }
 
 func startClient(t *testing.T, p *hostPKI, h upstream.Handler, addrs ...string) *client {
+	cl := newClient(t, p, h, nil, addrs...)
+	cl.start(t)
+	return cl
+}
+
+// newClient returns a client of the distributors at addrs, not yet
+// running, with the test defaults changed by mod (nil: none).
+func newClient(t *testing.T, p *hostPKI, h upstream.Handler, mod func(*upstream.Options), addrs ...string) *client {
 	set := metrics.NewSet()
-	c, err := upstream.New(upstream.Options{
+	opts := upstream.Options{
 		Distributors: addrs, TLS: p.tls(t, "host-1", pki.Client), HostID: "host-1", Zone: zone,
 		Handler: h, BackoffMin: 10 * time.Millisecond, BackoffMax: 200 * time.Millisecond,
 		Metrics: set, Logger: quiet(),
-	})
+	}
+	if mod != nil {
+		mod(&opts)
+	}
+	c, err := upstream.New(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return &client{c: c, set: set, done: make(chan struct{})}
+}
+
+// start runs the client until the test ends.
+func (cl *client) start(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
-	cl := &client{c: c, set: set, cancel: cancel, done: make(chan struct{})}
+	cl.cancel = cancel
 	go func() {
 		defer close(cl.done)
-		if err := c.Run(ctx); err != nil {
+		if err := cl.c.Run(ctx); err != nil {
 			t.Errorf("Run: %v", err)
 		}
 	}()
 	t.Cleanup(cl.stop)
-	return cl
 }
 
 func (c *client) stop() {
