@@ -40,7 +40,7 @@ proto:
 		--go-grpc_out=. --go-grpc_opt=module=lehr.dev/lehr \
 		proto/lehr/v1/*.proto
 
-# chaos runs the long kill matrix and the lossy-link run (about 10 minutes):
+# chaos runs the long kill matrix and the lossy-link run (about 13 minutes):
 # real processes killed with SIGKILL and at crash points (testenv/chaos).
 # "make test" runs a short matrix with fixed seeds. The figures are appended
 # to bench/results/<timestamp>-chaos.md.

@@ -24,10 +24,17 @@ type Topology struct {
 	Zones int
 	// DistributorsPerZone and AgentsPerZone size each zone.
 	DistributorsPerZone, AgentsPerZone int
+	// SilenceTimeout is the agents' --silence-timeout; zero leaves their
+	// default.
+	SilenceTimeout time.Duration
 }
 
 func (t Topology) String() string {
-	return fmt.Sprintf("%d zone(s) × (%d distributors, %d agents)", t.Zones, t.DistributorsPerZone, t.AgentsPerZone)
+	s := fmt.Sprintf("%d zone(s) × (%d distributors, %d agents)", t.Zones, t.DistributorsPerZone, t.AgentsPerZone)
+	if t.SilenceTimeout > 0 {
+		s += fmt.Sprintf(", agents' silence timeout %v", t.SilenceTimeout)
+	}
+	return s
 }
 
 // Domain is the domain every namespace of the matrix lives in.
@@ -181,11 +188,15 @@ func StartCluster(ctx, run context.Context, opts ClusterOptions) (_ *Cluster, er
 				list = opts.AgentDistributors(zone, i, addrs)
 			}
 			dataDir := filepath.Join(opts.Dir, host)
-			p, err := newProc(run, "agent "+host, opts.Binary, filepath.Join(dataDir, "proc"), []string{
+			args := []string{
 				"agent", "--zone", zone, "--host-id", host, "--distributors", strings.Join(list, ","),
 				"--tls-ca", caFile, "--tls-cert", cert, "--tls-key", key, "--data-dir", dataDir,
 				"--grace", "10m", "--backoff-max", "1s",
-			}, log)
+			}
+			if d := opts.Topology.SilenceTimeout; d > 0 {
+				args = append(args, "--silence-timeout", d.String())
+			}
+			p, err := newProc(run, "agent "+host, opts.Binary, filepath.Join(dataDir, "proc"), args, log)
 			if err != nil {
 				return nil, err
 			}

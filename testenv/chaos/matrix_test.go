@@ -85,14 +85,14 @@ func TestKillMatrix(t *testing.T) {
 	profiles := []profile{
 		{"zones=1", chaos.Config{Topology: chaos.Topology{Zones: 1, DistributorsPerZone: 2, AgentsPerZone: 3},
 			Namespaces: 5, OpsPerNamespace: 30, BigValue: 64 << 10, Think: 200 * time.Millisecond, Seed: 1, Events: 9, FailoverReps: 1}},
-		{"zones=2", chaos.Config{Topology: chaos.Topology{Zones: 2, DistributorsPerZone: 2, AgentsPerZone: 2},
+		{"zones=2", chaos.Config{Topology: chaos.Topology{Zones: 2, DistributorsPerZone: 2, AgentsPerZone: 2, SilenceTimeout: time.Second},
 			Namespaces: 5, OpsPerNamespace: 24, BigValue: 64 << 10, Think: 200 * time.Millisecond, Seed: 2, Events: 9, FailoverReps: 1}},
 	}
 	if *long {
 		profiles = []profile{
 			{"zones=1", chaos.Config{Topology: chaos.Topology{Zones: 1, DistributorsPerZone: 2, AgentsPerZone: 3},
 				Namespaces: 6, OpsPerNamespace: 200, BigValue: 256 << 10, Think: 200 * time.Millisecond, Seed: 11, Events: 40, FailoverReps: 5}},
-			{"zones=2", chaos.Config{Topology: chaos.Topology{Zones: 2, DistributorsPerZone: 2, AgentsPerZone: 3},
+			{"zones=2", chaos.Config{Topology: chaos.Topology{Zones: 2, DistributorsPerZone: 2, AgentsPerZone: 3, SilenceTimeout: time.Second},
 				Namespaces: 6, OpsPerNamespace: 200, BigValue: 256 << 10, Think: 200 * time.Millisecond, Seed: 12, Events: 40, FailoverReps: 5}},
 		}
 	}
