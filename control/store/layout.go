@@ -16,11 +16,13 @@ import (
 //	zones/<zone>                              lehrpb.Zone
 //	goals/<zone>/<domain>/<name>              lehrpb.GoalState
 //	zonestatus/<zone>/<distributor_id>        lehrpb.DistributorStatus, under a lease
+//	requests/<domain>/<name>/<request_id>     lehrpb.RequestRecord, under a lease
 //
 // Names are validated (package names) before they become keys, so no name
 // contains "/" beyond the one in "domain/name" and prefixes never overlap.
 // A distributor id is free-form (1 to MaxDistributorIDBytes bytes) but is
-// always the last element of its key. See zonestatus.go for the leases.
+// always the last element of its key, as is a request id (printable ASCII,
+// checked by the service). See zonestatus.go and requests.go for the leases.
 type layout struct{ prefix string }
 
 func (l layout) domainsPrefix() string        { return l.prefix + "domains/" }
