@@ -97,6 +97,9 @@ type Options struct {
 	// GoalPolicy decides how publishes move zone goal states; default
 	// service.AllZones (every publish moves every zone).
 	GoalPolicy service.GoalPolicy
+	// DefaultRolloutPolicy is the rollout policy of a domain that set
+	// none; nil means rollout.Default() ("lehr dev" uses rollout.Fast()).
+	DefaultRolloutPolicy *lehrpb.RolloutPolicy
 	// NoSync runs the embedded etcd without fsync: data survives a process
 	// restart but not a machine crash. The zero value is durable; tests
 	// only.
@@ -268,6 +271,8 @@ func (c *Control) Run(ctx context.Context) (err error) {
 		Logger:     c.log,
 		Metrics:    c.metrics,
 		GoalPolicy: c.opts.GoalPolicy,
+
+		DefaultRolloutPolicy: c.opts.DefaultRolloutPolicy,
 	})
 	if err != nil {
 		return fmt.Errorf("control: %w", err)

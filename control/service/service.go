@@ -53,6 +53,10 @@ type Options struct {
 	DefaultKind lehrpb.NamespaceKind
 	// GoalPolicy decides how a publish moves goal states; default AllZones.
 	GoalPolicy GoalPolicy
+	// DefaultRolloutPolicy is the rollout policy of a domain that set none;
+	// nil means rollout.Default(). It is not validated against the zones
+	// (they change); the strategist resolves it against those it finds.
+	DefaultRolloutPolicy *lehrpb.RolloutPolicy
 }
 
 // Service implements lehrpb.ControlServer. Create it with New; it is safe
@@ -66,6 +70,8 @@ type Service struct {
 	now     func() time.Time
 	kind    lehrpb.NamespaceKind
 	goals   GoalPolicy
+	// defPolicy is Options.DefaultRolloutPolicy.
+	defPolicy *lehrpb.RolloutPolicy
 
 	limiters limiters
 	registry *validate.Registry
@@ -88,6 +94,8 @@ func New(opts Options) (*Service, error) {
 		now:     opts.Now,
 		kind:    opts.DefaultKind,
 		goals:   opts.GoalPolicy,
+
+		defPolicy: opts.DefaultRolloutPolicy,
 	}
 	s.closing, s.close = context.WithCancel(context.Background())
 	if s.log == nil {

@@ -17,6 +17,10 @@ import (
 //	goals/<zone>/<domain>/<name>              lehrpb.GoalState
 //	zonestatus/<zone>/<distributor_id>        lehrpb.DistributorStatus, under a lease
 //	requests/<domain>/<name>/<request_id>     lehrpb.RequestRecord, under a lease
+//	policies/domain/<domain>                  lehrpb.RolloutPolicyRecord, a domain's default
+//	policies/ns/<domain>/<name>               lehrpb.RolloutPolicyRecord, a namespace's override
+//	policyhist/domain/<domain>/<gen %020d>    lehrpb.RolloutPolicyRecord, every change
+//	policyhist/ns/<domain>/<name>/<gen %020d>
 //
 // Names are validated (package names) before they become keys, so no name
 // contains "/" beyond the one in "domain/name" and prefixes never overlap.
@@ -36,10 +40,26 @@ func (l layout) versionsPrefix(ns string) string {
 func (l layout) version(ns string, seq uint64) string {
 	return fmt.Sprintf("%s%020d", l.versionsPrefix(ns), seq)
 }
-func (l layout) requestsPrefix(ns string) string  { return l.prefix + "requests/" + ns + "/" }
-func (l layout) request(ns, id string) string     { return l.requestsPrefix(ns) + id }
-func (l layout) blobsPrefix(ns string) string     { return l.prefix + "data/" + ns + "/b/" }
-func (l layout) blob(ns, hash string) string      { return l.blobsPrefix(ns) + hash }
+func (l layout) requestsPrefix(ns string) string { return l.prefix + "requests/" + ns + "/" }
+func (l layout) request(ns, id string) string    { return l.requestsPrefix(ns) + id }
+func (l layout) blobsPrefix(ns string) string    { return l.prefix + "data/" + ns + "/b/" }
+func (l layout) blob(ns, hash string) string     { return l.blobsPrefix(ns) + hash }
+
+// policyScopePath is "domain/<d>" or "ns/<d>/<n>": the two kinds of scope
+// under distinct prefixes, so no listing of one overlaps another.
+func policyScopePath(scope string) string {
+	if strings.Contains(scope, "/") {
+		return "ns/" + scope
+	}
+	return "domain/" + scope
+}
+func (l layout) policy(scope string) string { return l.prefix + "policies/" + policyScopePath(scope) }
+func (l layout) policyHistoryPrefix(scope string) string {
+	return l.prefix + "policyhist/" + policyScopePath(scope) + "/"
+}
+func (l layout) policyHistory(scope string, gen uint64) string {
+	return fmt.Sprintf("%s%020d", l.policyHistoryPrefix(scope), gen)
+}
 func (l layout) zonesPrefix() string              { return l.prefix + "zones/" }
 func (l layout) zone(z string) string             { return l.zonesPrefix() + z }
 func (l layout) goalsZone(z string) string        { return l.prefix + "goals/" + z + "/" }

@@ -79,7 +79,7 @@ func (x PropertyChange_Kind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use PropertyChange_Kind.Descriptor instead.
 func (PropertyChange_Kind) EnumDescriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{17, 0}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{23, 0}
 }
 
 type GoalEvent_Type int32
@@ -128,7 +128,371 @@ func (x GoalEvent_Type) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use GoalEvent_Type.Descriptor instead.
 func (GoalEvent_Type) EnumDescriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{27, 0}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{33, 0}
+}
+
+type SetRolloutPolicyRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// "domain" (the domain's default) or "domain/name" (one namespace).
+	Scope  string         `protobuf:"bytes,1,opt,name=scope,proto3" json:"scope,omitempty"`
+	Policy *RolloutPolicy `protobuf:"bytes,2,opt,name=policy,proto3" json:"policy,omitempty"`
+	// Why; recorded with the change.
+	Message string `protobuf:"bytes,3,opt,name=message,proto3" json:"message,omitempty"`
+	// Who asks, as for a publish: recorded, and checked against the domain's
+	// ACL with the transport identity.
+	Author string `protobuf:"bytes,4,opt,name=author,proto3" json:"author,omitempty"`
+	// If non-zero, set only if the scope's generation is still this one
+	// (0: whatever it is). FAILED_PRECONDITION otherwise.
+	ExpectedGeneration uint64 `protobuf:"varint,5,opt,name=expected_generation,json=expectedGeneration,proto3" json:"expected_generation,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
+}
+
+func (x *SetRolloutPolicyRequest) Reset() {
+	*x = SetRolloutPolicyRequest{}
+	mi := &file_lehr_v1_control_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetRolloutPolicyRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetRolloutPolicyRequest) ProtoMessage() {}
+
+func (x *SetRolloutPolicyRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_lehr_v1_control_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetRolloutPolicyRequest.ProtoReflect.Descriptor instead.
+func (*SetRolloutPolicyRequest) Descriptor() ([]byte, []int) {
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *SetRolloutPolicyRequest) GetScope() string {
+	if x != nil {
+		return x.Scope
+	}
+	return ""
+}
+
+func (x *SetRolloutPolicyRequest) GetPolicy() *RolloutPolicy {
+	if x != nil {
+		return x.Policy
+	}
+	return nil
+}
+
+func (x *SetRolloutPolicyRequest) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *SetRolloutPolicyRequest) GetAuthor() string {
+	if x != nil {
+		return x.Author
+	}
+	return ""
+}
+
+func (x *SetRolloutPolicyRequest) GetExpectedGeneration() uint64 {
+	if x != nil {
+		return x.ExpectedGeneration
+	}
+	return 0
+}
+
+type DeleteRolloutPolicyRequest struct {
+	state              protoimpl.MessageState `protogen:"open.v1"`
+	Scope              string                 `protobuf:"bytes,1,opt,name=scope,proto3" json:"scope,omitempty"`
+	Message            string                 `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
+	Author             string                 `protobuf:"bytes,3,opt,name=author,proto3" json:"author,omitempty"`
+	ExpectedGeneration uint64                 `protobuf:"varint,4,opt,name=expected_generation,json=expectedGeneration,proto3" json:"expected_generation,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
+}
+
+func (x *DeleteRolloutPolicyRequest) Reset() {
+	*x = DeleteRolloutPolicyRequest{}
+	mi := &file_lehr_v1_control_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteRolloutPolicyRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteRolloutPolicyRequest) ProtoMessage() {}
+
+func (x *DeleteRolloutPolicyRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_lehr_v1_control_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteRolloutPolicyRequest.ProtoReflect.Descriptor instead.
+func (*DeleteRolloutPolicyRequest) Descriptor() ([]byte, []int) {
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *DeleteRolloutPolicyRequest) GetScope() string {
+	if x != nil {
+		return x.Scope
+	}
+	return ""
+}
+
+func (x *DeleteRolloutPolicyRequest) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *DeleteRolloutPolicyRequest) GetAuthor() string {
+	if x != nil {
+		return x.Author
+	}
+	return ""
+}
+
+func (x *DeleteRolloutPolicyRequest) GetExpectedGeneration() uint64 {
+	if x != nil {
+		return x.ExpectedGeneration
+	}
+	return 0
+}
+
+type GetRolloutPolicyRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// "domain" or "domain/name".
+	Scope         string `protobuf:"bytes,1,opt,name=scope,proto3" json:"scope,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetRolloutPolicyRequest) Reset() {
+	*x = GetRolloutPolicyRequest{}
+	mi := &file_lehr_v1_control_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetRolloutPolicyRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetRolloutPolicyRequest) ProtoMessage() {}
+
+func (x *GetRolloutPolicyRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_lehr_v1_control_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetRolloutPolicyRequest.ProtoReflect.Descriptor instead.
+func (*GetRolloutPolicyRequest) Descriptor() ([]byte, []int) {
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *GetRolloutPolicyRequest) GetScope() string {
+	if x != nil {
+		return x.Scope
+	}
+	return ""
+}
+
+type GetRolloutPolicyResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The scope's own stored policy; absent if none is set.
+	Stored *RolloutPolicyRecord `protobuf:"bytes,1,opt,name=stored,proto3" json:"stored,omitempty"`
+	// The policy in effect for the scope and where it comes from. For a
+	// domain scope the source is DOMAIN or BUILT_IN.
+	Effective     *RolloutPolicy      `protobuf:"bytes,2,opt,name=effective,proto3" json:"effective,omitempty"`
+	Source        RolloutPolicySource `protobuf:"varint,3,opt,name=source,proto3,enum=lehr.v1.RolloutPolicySource" json:"source,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetRolloutPolicyResponse) Reset() {
+	*x = GetRolloutPolicyResponse{}
+	mi := &file_lehr_v1_control_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetRolloutPolicyResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetRolloutPolicyResponse) ProtoMessage() {}
+
+func (x *GetRolloutPolicyResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_lehr_v1_control_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetRolloutPolicyResponse.ProtoReflect.Descriptor instead.
+func (*GetRolloutPolicyResponse) Descriptor() ([]byte, []int) {
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *GetRolloutPolicyResponse) GetStored() *RolloutPolicyRecord {
+	if x != nil {
+		return x.Stored
+	}
+	return nil
+}
+
+func (x *GetRolloutPolicyResponse) GetEffective() *RolloutPolicy {
+	if x != nil {
+		return x.Effective
+	}
+	return nil
+}
+
+func (x *GetRolloutPolicyResponse) GetSource() RolloutPolicySource {
+	if x != nil {
+		return x.Source
+	}
+	return RolloutPolicySource_ROLLOUT_POLICY_SOURCE_UNSPECIFIED
+}
+
+type RolloutPolicyHistoryRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Scope string                 `protobuf:"bytes,1,opt,name=scope,proto3" json:"scope,omitempty"`
+	// At most this many records (0: 100; at most 1000).
+	PageSize int32 `protobuf:"varint,2,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// A generation: list those older than it (0: from the newest).
+	BeforeGeneration uint64 `protobuf:"varint,3,opt,name=before_generation,json=beforeGeneration,proto3" json:"before_generation,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *RolloutPolicyHistoryRequest) Reset() {
+	*x = RolloutPolicyHistoryRequest{}
+	mi := &file_lehr_v1_control_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RolloutPolicyHistoryRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RolloutPolicyHistoryRequest) ProtoMessage() {}
+
+func (x *RolloutPolicyHistoryRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_lehr_v1_control_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RolloutPolicyHistoryRequest.ProtoReflect.Descriptor instead.
+func (*RolloutPolicyHistoryRequest) Descriptor() ([]byte, []int) {
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *RolloutPolicyHistoryRequest) GetScope() string {
+	if x != nil {
+		return x.Scope
+	}
+	return ""
+}
+
+func (x *RolloutPolicyHistoryRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *RolloutPolicyHistoryRequest) GetBeforeGeneration() uint64 {
+	if x != nil {
+		return x.BeforeGeneration
+	}
+	return 0
+}
+
+type RolloutPolicyHistoryResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Records       []*RolloutPolicyRecord `protobuf:"bytes,1,rep,name=records,proto3" json:"records,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RolloutPolicyHistoryResponse) Reset() {
+	*x = RolloutPolicyHistoryResponse{}
+	mi := &file_lehr_v1_control_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RolloutPolicyHistoryResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RolloutPolicyHistoryResponse) ProtoMessage() {}
+
+func (x *RolloutPolicyHistoryResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_lehr_v1_control_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RolloutPolicyHistoryResponse.ProtoReflect.Descriptor instead.
+func (*RolloutPolicyHistoryResponse) Descriptor() ([]byte, []int) {
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *RolloutPolicyHistoryResponse) GetRecords() []*RolloutPolicyRecord {
+	if x != nil {
+		return x.Records
+	}
+	return nil
 }
 
 type CreateDomainRequest struct {
@@ -140,7 +504,7 @@ type CreateDomainRequest struct {
 
 func (x *CreateDomainRequest) Reset() {
 	*x = CreateDomainRequest{}
-	mi := &file_lehr_v1_control_proto_msgTypes[0]
+	mi := &file_lehr_v1_control_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -152,7 +516,7 @@ func (x *CreateDomainRequest) String() string {
 func (*CreateDomainRequest) ProtoMessage() {}
 
 func (x *CreateDomainRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[0]
+	mi := &file_lehr_v1_control_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -165,7 +529,7 @@ func (x *CreateDomainRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateDomainRequest.ProtoReflect.Descriptor instead.
 func (*CreateDomainRequest) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{0}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *CreateDomainRequest) GetDomain() *Domain {
@@ -184,7 +548,7 @@ type GetDomainRequest struct {
 
 func (x *GetDomainRequest) Reset() {
 	*x = GetDomainRequest{}
-	mi := &file_lehr_v1_control_proto_msgTypes[1]
+	mi := &file_lehr_v1_control_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -196,7 +560,7 @@ func (x *GetDomainRequest) String() string {
 func (*GetDomainRequest) ProtoMessage() {}
 
 func (x *GetDomainRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[1]
+	mi := &file_lehr_v1_control_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -209,7 +573,7 @@ func (x *GetDomainRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetDomainRequest.ProtoReflect.Descriptor instead.
 func (*GetDomainRequest) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{1}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *GetDomainRequest) GetName() string {
@@ -229,7 +593,7 @@ type ListDomainsRequest struct {
 
 func (x *ListDomainsRequest) Reset() {
 	*x = ListDomainsRequest{}
-	mi := &file_lehr_v1_control_proto_msgTypes[2]
+	mi := &file_lehr_v1_control_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -241,7 +605,7 @@ func (x *ListDomainsRequest) String() string {
 func (*ListDomainsRequest) ProtoMessage() {}
 
 func (x *ListDomainsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[2]
+	mi := &file_lehr_v1_control_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -254,7 +618,7 @@ func (x *ListDomainsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDomainsRequest.ProtoReflect.Descriptor instead.
 func (*ListDomainsRequest) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{2}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ListDomainsRequest) GetPageSize() int32 {
@@ -281,7 +645,7 @@ type ListDomainsResponse struct {
 
 func (x *ListDomainsResponse) Reset() {
 	*x = ListDomainsResponse{}
-	mi := &file_lehr_v1_control_proto_msgTypes[3]
+	mi := &file_lehr_v1_control_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -293,7 +657,7 @@ func (x *ListDomainsResponse) String() string {
 func (*ListDomainsResponse) ProtoMessage() {}
 
 func (x *ListDomainsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[3]
+	mi := &file_lehr_v1_control_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -306,7 +670,7 @@ func (x *ListDomainsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDomainsResponse.ProtoReflect.Descriptor instead.
 func (*ListDomainsResponse) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{3}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ListDomainsResponse) GetDomains() []*Domain {
@@ -333,7 +697,7 @@ type CreateNamespaceRequest struct {
 
 func (x *CreateNamespaceRequest) Reset() {
 	*x = CreateNamespaceRequest{}
-	mi := &file_lehr_v1_control_proto_msgTypes[4]
+	mi := &file_lehr_v1_control_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -345,7 +709,7 @@ func (x *CreateNamespaceRequest) String() string {
 func (*CreateNamespaceRequest) ProtoMessage() {}
 
 func (x *CreateNamespaceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[4]
+	mi := &file_lehr_v1_control_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -358,7 +722,7 @@ func (x *CreateNamespaceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateNamespaceRequest.ProtoReflect.Descriptor instead.
 func (*CreateNamespaceRequest) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{4}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *CreateNamespaceRequest) GetNamespace() *Namespace {
@@ -377,7 +741,7 @@ type GetNamespaceRequest struct {
 
 func (x *GetNamespaceRequest) Reset() {
 	*x = GetNamespaceRequest{}
-	mi := &file_lehr_v1_control_proto_msgTypes[5]
+	mi := &file_lehr_v1_control_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -389,7 +753,7 @@ func (x *GetNamespaceRequest) String() string {
 func (*GetNamespaceRequest) ProtoMessage() {}
 
 func (x *GetNamespaceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[5]
+	mi := &file_lehr_v1_control_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -402,7 +766,7 @@ func (x *GetNamespaceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetNamespaceRequest.ProtoReflect.Descriptor instead.
 func (*GetNamespaceRequest) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{5}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *GetNamespaceRequest) GetName() string {
@@ -423,7 +787,7 @@ type ListNamespacesRequest struct {
 
 func (x *ListNamespacesRequest) Reset() {
 	*x = ListNamespacesRequest{}
-	mi := &file_lehr_v1_control_proto_msgTypes[6]
+	mi := &file_lehr_v1_control_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -435,7 +799,7 @@ func (x *ListNamespacesRequest) String() string {
 func (*ListNamespacesRequest) ProtoMessage() {}
 
 func (x *ListNamespacesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[6]
+	mi := &file_lehr_v1_control_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -448,7 +812,7 @@ func (x *ListNamespacesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListNamespacesRequest.ProtoReflect.Descriptor instead.
 func (*ListNamespacesRequest) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{6}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ListNamespacesRequest) GetDomain() string {
@@ -482,7 +846,7 @@ type ListNamespacesResponse struct {
 
 func (x *ListNamespacesResponse) Reset() {
 	*x = ListNamespacesResponse{}
-	mi := &file_lehr_v1_control_proto_msgTypes[7]
+	mi := &file_lehr_v1_control_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -494,7 +858,7 @@ func (x *ListNamespacesResponse) String() string {
 func (*ListNamespacesResponse) ProtoMessage() {}
 
 func (x *ListNamespacesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[7]
+	mi := &file_lehr_v1_control_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -507,7 +871,7 @@ func (x *ListNamespacesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListNamespacesResponse.ProtoReflect.Descriptor instead.
 func (*ListNamespacesResponse) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{7}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ListNamespacesResponse) GetNamespaces() []*Namespace {
@@ -549,7 +913,7 @@ type PublishRequest struct {
 
 func (x *PublishRequest) Reset() {
 	*x = PublishRequest{}
-	mi := &file_lehr_v1_control_proto_msgTypes[8]
+	mi := &file_lehr_v1_control_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -561,7 +925,7 @@ func (x *PublishRequest) String() string {
 func (*PublishRequest) ProtoMessage() {}
 
 func (x *PublishRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[8]
+	mi := &file_lehr_v1_control_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -574,7 +938,7 @@ func (x *PublishRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PublishRequest.ProtoReflect.Descriptor instead.
 func (*PublishRequest) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{8}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *PublishRequest) GetNamespace() string {
@@ -635,7 +999,7 @@ type PublishResponse struct {
 
 func (x *PublishResponse) Reset() {
 	*x = PublishResponse{}
-	mi := &file_lehr_v1_control_proto_msgTypes[9]
+	mi := &file_lehr_v1_control_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -647,7 +1011,7 @@ func (x *PublishResponse) String() string {
 func (*PublishResponse) ProtoMessage() {}
 
 func (x *PublishResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[9]
+	mi := &file_lehr_v1_control_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -660,7 +1024,7 @@ func (x *PublishResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PublishResponse.ProtoReflect.Descriptor instead.
 func (*PublishResponse) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{9}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *PublishResponse) GetVersion() *VersionInfo {
@@ -691,7 +1055,7 @@ type PatchRequest struct {
 
 func (x *PatchRequest) Reset() {
 	*x = PatchRequest{}
-	mi := &file_lehr_v1_control_proto_msgTypes[10]
+	mi := &file_lehr_v1_control_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -703,7 +1067,7 @@ func (x *PatchRequest) String() string {
 func (*PatchRequest) ProtoMessage() {}
 
 func (x *PatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[10]
+	mi := &file_lehr_v1_control_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -716,7 +1080,7 @@ func (x *PatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PatchRequest.ProtoReflect.Descriptor instead.
 func (*PatchRequest) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{10}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *PatchRequest) GetNamespace() string {
@@ -777,7 +1141,7 @@ type PatchResponse struct {
 
 func (x *PatchResponse) Reset() {
 	*x = PatchResponse{}
-	mi := &file_lehr_v1_control_proto_msgTypes[11]
+	mi := &file_lehr_v1_control_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -789,7 +1153,7 @@ func (x *PatchResponse) String() string {
 func (*PatchResponse) ProtoMessage() {}
 
 func (x *PatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[11]
+	mi := &file_lehr_v1_control_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -802,7 +1166,7 @@ func (x *PatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PatchResponse.ProtoReflect.Descriptor instead.
 func (*PatchResponse) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{11}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *PatchResponse) GetVersion() *VersionInfo {
@@ -825,7 +1189,7 @@ type GetRequest struct {
 
 func (x *GetRequest) Reset() {
 	*x = GetRequest{}
-	mi := &file_lehr_v1_control_proto_msgTypes[12]
+	mi := &file_lehr_v1_control_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -837,7 +1201,7 @@ func (x *GetRequest) String() string {
 func (*GetRequest) ProtoMessage() {}
 
 func (x *GetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[12]
+	mi := &file_lehr_v1_control_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -850,7 +1214,7 @@ func (x *GetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRequest.ProtoReflect.Descriptor instead.
 func (*GetRequest) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{12}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *GetRequest) GetNamespace() string {
@@ -886,7 +1250,7 @@ type GetResponse struct {
 
 func (x *GetResponse) Reset() {
 	*x = GetResponse{}
-	mi := &file_lehr_v1_control_proto_msgTypes[13]
+	mi := &file_lehr_v1_control_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -898,7 +1262,7 @@ func (x *GetResponse) String() string {
 func (*GetResponse) ProtoMessage() {}
 
 func (x *GetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[13]
+	mi := &file_lehr_v1_control_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -911,7 +1275,7 @@ func (x *GetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetResponse.ProtoReflect.Descriptor instead.
 func (*GetResponse) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{13}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *GetResponse) GetVersion() *VersionInfo {
@@ -947,7 +1311,7 @@ type HistoryRequest struct {
 
 func (x *HistoryRequest) Reset() {
 	*x = HistoryRequest{}
-	mi := &file_lehr_v1_control_proto_msgTypes[14]
+	mi := &file_lehr_v1_control_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -959,7 +1323,7 @@ func (x *HistoryRequest) String() string {
 func (*HistoryRequest) ProtoMessage() {}
 
 func (x *HistoryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[14]
+	mi := &file_lehr_v1_control_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -972,7 +1336,7 @@ func (x *HistoryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HistoryRequest.ProtoReflect.Descriptor instead.
 func (*HistoryRequest) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{14}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *HistoryRequest) GetNamespace() string {
@@ -1007,7 +1371,7 @@ type HistoryResponse struct {
 
 func (x *HistoryResponse) Reset() {
 	*x = HistoryResponse{}
-	mi := &file_lehr_v1_control_proto_msgTypes[15]
+	mi := &file_lehr_v1_control_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1019,7 +1383,7 @@ func (x *HistoryResponse) String() string {
 func (*HistoryResponse) ProtoMessage() {}
 
 func (x *HistoryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[15]
+	mi := &file_lehr_v1_control_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1032,7 +1396,7 @@ func (x *HistoryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HistoryResponse.ProtoReflect.Descriptor instead.
 func (*HistoryResponse) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{15}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *HistoryResponse) GetVersions() []*VersionInfo {
@@ -1060,7 +1424,7 @@ type DiffRequest struct {
 
 func (x *DiffRequest) Reset() {
 	*x = DiffRequest{}
-	mi := &file_lehr_v1_control_proto_msgTypes[16]
+	mi := &file_lehr_v1_control_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1072,7 +1436,7 @@ func (x *DiffRequest) String() string {
 func (*DiffRequest) ProtoMessage() {}
 
 func (x *DiffRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[16]
+	mi := &file_lehr_v1_control_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1085,7 +1449,7 @@ func (x *DiffRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DiffRequest.ProtoReflect.Descriptor instead.
 func (*DiffRequest) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{16}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *DiffRequest) GetNamespace() string {
@@ -1124,7 +1488,7 @@ type PropertyChange struct {
 
 func (x *PropertyChange) Reset() {
 	*x = PropertyChange{}
-	mi := &file_lehr_v1_control_proto_msgTypes[17]
+	mi := &file_lehr_v1_control_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1136,7 +1500,7 @@ func (x *PropertyChange) String() string {
 func (*PropertyChange) ProtoMessage() {}
 
 func (x *PropertyChange) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[17]
+	mi := &file_lehr_v1_control_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1149,7 +1513,7 @@ func (x *PropertyChange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PropertyChange.ProtoReflect.Descriptor instead.
 func (*PropertyChange) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{17}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *PropertyChange) GetKey() string {
@@ -1192,7 +1556,7 @@ type DiffResponse struct {
 
 func (x *DiffResponse) Reset() {
 	*x = DiffResponse{}
-	mi := &file_lehr_v1_control_proto_msgTypes[18]
+	mi := &file_lehr_v1_control_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1204,7 +1568,7 @@ func (x *DiffResponse) String() string {
 func (*DiffResponse) ProtoMessage() {}
 
 func (x *DiffResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[18]
+	mi := &file_lehr_v1_control_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1217,7 +1581,7 @@ func (x *DiffResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DiffResponse.ProtoReflect.Descriptor instead.
 func (*DiffResponse) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{18}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *DiffResponse) GetFrom() *VersionInfo {
@@ -1260,7 +1624,7 @@ type RollbackRequest struct {
 
 func (x *RollbackRequest) Reset() {
 	*x = RollbackRequest{}
-	mi := &file_lehr_v1_control_proto_msgTypes[19]
+	mi := &file_lehr_v1_control_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1272,7 +1636,7 @@ func (x *RollbackRequest) String() string {
 func (*RollbackRequest) ProtoMessage() {}
 
 func (x *RollbackRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[19]
+	mi := &file_lehr_v1_control_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1285,7 +1649,7 @@ func (x *RollbackRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RollbackRequest.ProtoReflect.Descriptor instead.
 func (*RollbackRequest) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{19}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *RollbackRequest) GetNamespace() string {
@@ -1339,7 +1703,7 @@ type RollbackResponse struct {
 
 func (x *RollbackResponse) Reset() {
 	*x = RollbackResponse{}
-	mi := &file_lehr_v1_control_proto_msgTypes[20]
+	mi := &file_lehr_v1_control_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1351,7 +1715,7 @@ func (x *RollbackResponse) String() string {
 func (*RollbackResponse) ProtoMessage() {}
 
 func (x *RollbackResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[20]
+	mi := &file_lehr_v1_control_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1364,7 +1728,7 @@ func (x *RollbackResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RollbackResponse.ProtoReflect.Descriptor instead.
 func (*RollbackResponse) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{20}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *RollbackResponse) GetVersion() *VersionInfo {
@@ -1383,7 +1747,7 @@ type CreateZoneRequest struct {
 
 func (x *CreateZoneRequest) Reset() {
 	*x = CreateZoneRequest{}
-	mi := &file_lehr_v1_control_proto_msgTypes[21]
+	mi := &file_lehr_v1_control_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1395,7 +1759,7 @@ func (x *CreateZoneRequest) String() string {
 func (*CreateZoneRequest) ProtoMessage() {}
 
 func (x *CreateZoneRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[21]
+	mi := &file_lehr_v1_control_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1408,7 +1772,7 @@ func (x *CreateZoneRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateZoneRequest.ProtoReflect.Descriptor instead.
 func (*CreateZoneRequest) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{21}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *CreateZoneRequest) GetName() string {
@@ -1426,7 +1790,7 @@ type ListZonesRequest struct {
 
 func (x *ListZonesRequest) Reset() {
 	*x = ListZonesRequest{}
-	mi := &file_lehr_v1_control_proto_msgTypes[22]
+	mi := &file_lehr_v1_control_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1438,7 +1802,7 @@ func (x *ListZonesRequest) String() string {
 func (*ListZonesRequest) ProtoMessage() {}
 
 func (x *ListZonesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[22]
+	mi := &file_lehr_v1_control_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1451,7 +1815,7 @@ func (x *ListZonesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListZonesRequest.ProtoReflect.Descriptor instead.
 func (*ListZonesRequest) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{22}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{28}
 }
 
 type ListZonesResponse struct {
@@ -1463,7 +1827,7 @@ type ListZonesResponse struct {
 
 func (x *ListZonesResponse) Reset() {
 	*x = ListZonesResponse{}
-	mi := &file_lehr_v1_control_proto_msgTypes[23]
+	mi := &file_lehr_v1_control_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1475,7 +1839,7 @@ func (x *ListZonesResponse) String() string {
 func (*ListZonesResponse) ProtoMessage() {}
 
 func (x *ListZonesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[23]
+	mi := &file_lehr_v1_control_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1488,7 +1852,7 @@ func (x *ListZonesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListZonesResponse.ProtoReflect.Descriptor instead.
 func (*ListZonesResponse) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{23}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ListZonesResponse) GetZones() []*Zone {
@@ -1509,7 +1873,7 @@ type GetGoalsRequest struct {
 
 func (x *GetGoalsRequest) Reset() {
 	*x = GetGoalsRequest{}
-	mi := &file_lehr_v1_control_proto_msgTypes[24]
+	mi := &file_lehr_v1_control_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1521,7 +1885,7 @@ func (x *GetGoalsRequest) String() string {
 func (*GetGoalsRequest) ProtoMessage() {}
 
 func (x *GetGoalsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[24]
+	mi := &file_lehr_v1_control_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1534,7 +1898,7 @@ func (x *GetGoalsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetGoalsRequest.ProtoReflect.Descriptor instead.
 func (*GetGoalsRequest) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{24}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *GetGoalsRequest) GetZone() string {
@@ -1562,7 +1926,7 @@ type GetGoalsResponse struct {
 
 func (x *GetGoalsResponse) Reset() {
 	*x = GetGoalsResponse{}
-	mi := &file_lehr_v1_control_proto_msgTypes[25]
+	mi := &file_lehr_v1_control_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1574,7 +1938,7 @@ func (x *GetGoalsResponse) String() string {
 func (*GetGoalsResponse) ProtoMessage() {}
 
 func (x *GetGoalsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[25]
+	mi := &file_lehr_v1_control_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1587,7 +1951,7 @@ func (x *GetGoalsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetGoalsResponse.ProtoReflect.Descriptor instead.
 func (*GetGoalsResponse) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{25}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *GetGoalsResponse) GetGoals() []*GoalState {
@@ -1617,7 +1981,7 @@ type WatchGoalsRequest struct {
 
 func (x *WatchGoalsRequest) Reset() {
 	*x = WatchGoalsRequest{}
-	mi := &file_lehr_v1_control_proto_msgTypes[26]
+	mi := &file_lehr_v1_control_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1629,7 +1993,7 @@ func (x *WatchGoalsRequest) String() string {
 func (*WatchGoalsRequest) ProtoMessage() {}
 
 func (x *WatchGoalsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[26]
+	mi := &file_lehr_v1_control_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1642,7 +2006,7 @@ func (x *WatchGoalsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchGoalsRequest.ProtoReflect.Descriptor instead.
 func (*WatchGoalsRequest) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{26}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *WatchGoalsRequest) GetZone() string {
@@ -1678,7 +2042,7 @@ type GoalEvent struct {
 
 func (x *GoalEvent) Reset() {
 	*x = GoalEvent{}
-	mi := &file_lehr_v1_control_proto_msgTypes[27]
+	mi := &file_lehr_v1_control_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1690,7 +2054,7 @@ func (x *GoalEvent) String() string {
 func (*GoalEvent) ProtoMessage() {}
 
 func (x *GoalEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[27]
+	mi := &file_lehr_v1_control_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1703,7 +2067,7 @@ func (x *GoalEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GoalEvent.ProtoReflect.Descriptor instead.
 func (*GoalEvent) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{27}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *GoalEvent) GetType() GoalEvent_Type {
@@ -1738,7 +2102,7 @@ type WatchGoalsResponse struct {
 
 func (x *WatchGoalsResponse) Reset() {
 	*x = WatchGoalsResponse{}
-	mi := &file_lehr_v1_control_proto_msgTypes[28]
+	mi := &file_lehr_v1_control_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1750,7 +2114,7 @@ func (x *WatchGoalsResponse) String() string {
 func (*WatchGoalsResponse) ProtoMessage() {}
 
 func (x *WatchGoalsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[28]
+	mi := &file_lehr_v1_control_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1763,7 +2127,7 @@ func (x *WatchGoalsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchGoalsResponse.ProtoReflect.Descriptor instead.
 func (*WatchGoalsResponse) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{28}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *WatchGoalsResponse) GetRevision() int64 {
@@ -1805,7 +2169,7 @@ type FetchVersionRequest struct {
 
 func (x *FetchVersionRequest) Reset() {
 	*x = FetchVersionRequest{}
-	mi := &file_lehr_v1_control_proto_msgTypes[29]
+	mi := &file_lehr_v1_control_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1817,7 +2181,7 @@ func (x *FetchVersionRequest) String() string {
 func (*FetchVersionRequest) ProtoMessage() {}
 
 func (x *FetchVersionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[29]
+	mi := &file_lehr_v1_control_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1830,7 +2194,7 @@ func (x *FetchVersionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchVersionRequest.ProtoReflect.Descriptor instead.
 func (*FetchVersionRequest) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{29}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *FetchVersionRequest) GetNamespace() string {
@@ -1859,7 +2223,7 @@ type FetchVersionResponse struct {
 
 func (x *FetchVersionResponse) Reset() {
 	*x = FetchVersionResponse{}
-	mi := &file_lehr_v1_control_proto_msgTypes[30]
+	mi := &file_lehr_v1_control_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1871,7 +2235,7 @@ func (x *FetchVersionResponse) String() string {
 func (*FetchVersionResponse) ProtoMessage() {}
 
 func (x *FetchVersionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[30]
+	mi := &file_lehr_v1_control_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1884,7 +2248,7 @@ func (x *FetchVersionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchVersionResponse.ProtoReflect.Descriptor instead.
 func (*FetchVersionResponse) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{30}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *FetchVersionResponse) GetVersion() *VersionInfo {
@@ -1919,7 +2283,7 @@ type FetchDeltaRequest struct {
 
 func (x *FetchDeltaRequest) Reset() {
 	*x = FetchDeltaRequest{}
-	mi := &file_lehr_v1_control_proto_msgTypes[31]
+	mi := &file_lehr_v1_control_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1931,7 +2295,7 @@ func (x *FetchDeltaRequest) String() string {
 func (*FetchDeltaRequest) ProtoMessage() {}
 
 func (x *FetchDeltaRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[31]
+	mi := &file_lehr_v1_control_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1944,7 +2308,7 @@ func (x *FetchDeltaRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchDeltaRequest.ProtoReflect.Descriptor instead.
 func (*FetchDeltaRequest) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{31}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *FetchDeltaRequest) GetNamespace() string {
@@ -1983,7 +2347,7 @@ type FetchDeltaResponse struct {
 
 func (x *FetchDeltaResponse) Reset() {
 	*x = FetchDeltaResponse{}
-	mi := &file_lehr_v1_control_proto_msgTypes[32]
+	mi := &file_lehr_v1_control_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1995,7 +2359,7 @@ func (x *FetchDeltaResponse) String() string {
 func (*FetchDeltaResponse) ProtoMessage() {}
 
 func (x *FetchDeltaResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[32]
+	mi := &file_lehr_v1_control_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2008,7 +2372,7 @@ func (x *FetchDeltaResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchDeltaResponse.ProtoReflect.Descriptor instead.
 func (*FetchDeltaResponse) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{32}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *FetchDeltaResponse) GetFrom() *VersionInfo {
@@ -2058,7 +2422,7 @@ type VersionCount struct {
 
 func (x *VersionCount) Reset() {
 	*x = VersionCount{}
-	mi := &file_lehr_v1_control_proto_msgTypes[33]
+	mi := &file_lehr_v1_control_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2070,7 +2434,7 @@ func (x *VersionCount) String() string {
 func (*VersionCount) ProtoMessage() {}
 
 func (x *VersionCount) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[33]
+	mi := &file_lehr_v1_control_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2083,7 +2447,7 @@ func (x *VersionCount) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VersionCount.ProtoReflect.Descriptor instead.
 func (*VersionCount) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{33}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *VersionCount) GetNamespace() string {
@@ -2122,7 +2486,7 @@ type ReportZoneStatusRequest struct {
 
 func (x *ReportZoneStatusRequest) Reset() {
 	*x = ReportZoneStatusRequest{}
-	mi := &file_lehr_v1_control_proto_msgTypes[34]
+	mi := &file_lehr_v1_control_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2134,7 +2498,7 @@ func (x *ReportZoneStatusRequest) String() string {
 func (*ReportZoneStatusRequest) ProtoMessage() {}
 
 func (x *ReportZoneStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[34]
+	mi := &file_lehr_v1_control_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2147,7 +2511,7 @@ func (x *ReportZoneStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportZoneStatusRequest.ProtoReflect.Descriptor instead.
 func (*ReportZoneStatusRequest) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{34}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *ReportZoneStatusRequest) GetZone() string {
@@ -2193,7 +2557,7 @@ type ReportZoneStatusResponse struct {
 
 func (x *ReportZoneStatusResponse) Reset() {
 	*x = ReportZoneStatusResponse{}
-	mi := &file_lehr_v1_control_proto_msgTypes[35]
+	mi := &file_lehr_v1_control_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2205,7 +2569,7 @@ func (x *ReportZoneStatusResponse) String() string {
 func (*ReportZoneStatusResponse) ProtoMessage() {}
 
 func (x *ReportZoneStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[35]
+	mi := &file_lehr_v1_control_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2218,7 +2582,7 @@ func (x *ReportZoneStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportZoneStatusResponse.ProtoReflect.Descriptor instead.
 func (*ReportZoneStatusResponse) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{35}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{41}
 }
 
 type GetZoneStatusRequest struct {
@@ -2230,7 +2594,7 @@ type GetZoneStatusRequest struct {
 
 func (x *GetZoneStatusRequest) Reset() {
 	*x = GetZoneStatusRequest{}
-	mi := &file_lehr_v1_control_proto_msgTypes[36]
+	mi := &file_lehr_v1_control_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2242,7 +2606,7 @@ func (x *GetZoneStatusRequest) String() string {
 func (*GetZoneStatusRequest) ProtoMessage() {}
 
 func (x *GetZoneStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[36]
+	mi := &file_lehr_v1_control_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2255,7 +2619,7 @@ func (x *GetZoneStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetZoneStatusRequest.ProtoReflect.Descriptor instead.
 func (*GetZoneStatusRequest) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{36}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *GetZoneStatusRequest) GetZone() string {
@@ -2277,7 +2641,7 @@ type DistributorStatus struct {
 
 func (x *DistributorStatus) Reset() {
 	*x = DistributorStatus{}
-	mi := &file_lehr_v1_control_proto_msgTypes[37]
+	mi := &file_lehr_v1_control_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2289,7 +2653,7 @@ func (x *DistributorStatus) String() string {
 func (*DistributorStatus) ProtoMessage() {}
 
 func (x *DistributorStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[37]
+	mi := &file_lehr_v1_control_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2302,7 +2666,7 @@ func (x *DistributorStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DistributorStatus.ProtoReflect.Descriptor instead.
 func (*DistributorStatus) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{37}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *DistributorStatus) GetDistributorId() string {
@@ -2338,7 +2702,7 @@ type GetZoneStatusResponse struct {
 
 func (x *GetZoneStatusResponse) Reset() {
 	*x = GetZoneStatusResponse{}
-	mi := &file_lehr_v1_control_proto_msgTypes[38]
+	mi := &file_lehr_v1_control_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2350,7 +2714,7 @@ func (x *GetZoneStatusResponse) String() string {
 func (*GetZoneStatusResponse) ProtoMessage() {}
 
 func (x *GetZoneStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[38]
+	mi := &file_lehr_v1_control_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2363,7 +2727,7 @@ func (x *GetZoneStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetZoneStatusResponse.ProtoReflect.Descriptor instead.
 func (*GetZoneStatusResponse) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{38}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *GetZoneStatusResponse) GetZone() string {
@@ -2391,7 +2755,30 @@ var File_lehr_v1_control_proto protoreflect.FileDescriptor
 
 const file_lehr_v1_control_proto_rawDesc = "" +
 	"\n" +
-	"\x15lehr/v1/control.proto\x12\alehr.v1\x1a\x13lehr/v1/types.proto\">\n" +
+	"\x15lehr/v1/control.proto\x12\alehr.v1\x1a\x15lehr/v1/rollout.proto\x1a\x13lehr/v1/types.proto\"\xc2\x01\n" +
+	"\x17SetRolloutPolicyRequest\x12\x14\n" +
+	"\x05scope\x18\x01 \x01(\tR\x05scope\x12.\n" +
+	"\x06policy\x18\x02 \x01(\v2\x16.lehr.v1.RolloutPolicyR\x06policy\x12\x18\n" +
+	"\amessage\x18\x03 \x01(\tR\amessage\x12\x16\n" +
+	"\x06author\x18\x04 \x01(\tR\x06author\x12/\n" +
+	"\x13expected_generation\x18\x05 \x01(\x04R\x12expectedGeneration\"\x95\x01\n" +
+	"\x1aDeleteRolloutPolicyRequest\x12\x14\n" +
+	"\x05scope\x18\x01 \x01(\tR\x05scope\x12\x18\n" +
+	"\amessage\x18\x02 \x01(\tR\amessage\x12\x16\n" +
+	"\x06author\x18\x03 \x01(\tR\x06author\x12/\n" +
+	"\x13expected_generation\x18\x04 \x01(\x04R\x12expectedGeneration\"/\n" +
+	"\x17GetRolloutPolicyRequest\x12\x14\n" +
+	"\x05scope\x18\x01 \x01(\tR\x05scope\"\xbc\x01\n" +
+	"\x18GetRolloutPolicyResponse\x124\n" +
+	"\x06stored\x18\x01 \x01(\v2\x1c.lehr.v1.RolloutPolicyRecordR\x06stored\x124\n" +
+	"\teffective\x18\x02 \x01(\v2\x16.lehr.v1.RolloutPolicyR\teffective\x124\n" +
+	"\x06source\x18\x03 \x01(\x0e2\x1c.lehr.v1.RolloutPolicySourceR\x06source\"}\n" +
+	"\x1bRolloutPolicyHistoryRequest\x12\x14\n" +
+	"\x05scope\x18\x01 \x01(\tR\x05scope\x12\x1b\n" +
+	"\tpage_size\x18\x02 \x01(\x05R\bpageSize\x12+\n" +
+	"\x11before_generation\x18\x03 \x01(\x04R\x10beforeGeneration\"V\n" +
+	"\x1cRolloutPolicyHistoryResponse\x126\n" +
+	"\arecords\x18\x01 \x03(\v2\x1c.lehr.v1.RolloutPolicyRecordR\arecords\">\n" +
 	"\x13CreateDomainRequest\x12'\n" +
 	"\x06domain\x18\x01 \x01(\v2\x0f.lehr.v1.DomainR\x06domain\"&\n" +
 	"\x10GetDomainRequest\x12\x12\n" +
@@ -2558,8 +2945,7 @@ const file_lehr_v1_control_proto_rawDesc = "" +
 	"\x15GetZoneStatusResponse\x12\x12\n" +
 	"\x04zone\x18\x01 \x01(\tR\x04zone\x12>\n" +
 	"\fdistributors\x18\x02 \x03(\v2\x1a.lehr.v1.DistributorStatusR\fdistributors\x121\n" +
-	"\bversions\x18\x03 \x03(\v2\x15.lehr.v1.VersionCountR\bversions2\xc8\n" +
-	"\n" +
+	"\bversions\x18\x03 \x03(\v2\x15.lehr.v1.VersionCountR\bversions2\xb4\r\n" +
 	"\aControl\x12=\n" +
 	"\fCreateDomain\x12\x1c.lehr.v1.CreateDomainRequest\x1a\x0f.lehr.v1.Domain\x127\n" +
 	"\tGetDomain\x12\x19.lehr.v1.GetDomainRequest\x1a\x0f.lehr.v1.Domain\x12H\n" +
@@ -2583,7 +2969,11 @@ const file_lehr_v1_control_proto_rawDesc = "" +
 	"\n" +
 	"FetchDelta\x12\x1a.lehr.v1.FetchDeltaRequest\x1a\x1b.lehr.v1.FetchDeltaResponse\x12W\n" +
 	"\x10ReportZoneStatus\x12 .lehr.v1.ReportZoneStatusRequest\x1a!.lehr.v1.ReportZoneStatusResponse\x12N\n" +
-	"\rGetZoneStatus\x12\x1d.lehr.v1.GetZoneStatusRequest\x1a\x1e.lehr.v1.GetZoneStatusResponseB\x1cZ\x1alehr.dev/lehr/proto/lehrpbb\x06proto3"
+	"\rGetZoneStatus\x12\x1d.lehr.v1.GetZoneStatusRequest\x1a\x1e.lehr.v1.GetZoneStatusResponse\x12R\n" +
+	"\x10SetRolloutPolicy\x12 .lehr.v1.SetRolloutPolicyRequest\x1a\x1c.lehr.v1.RolloutPolicyRecord\x12X\n" +
+	"\x13DeleteRolloutPolicy\x12#.lehr.v1.DeleteRolloutPolicyRequest\x1a\x1c.lehr.v1.RolloutPolicyRecord\x12W\n" +
+	"\x10GetRolloutPolicy\x12 .lehr.v1.GetRolloutPolicyRequest\x1a!.lehr.v1.GetRolloutPolicyResponse\x12c\n" +
+	"\x14RolloutPolicyHistory\x12$.lehr.v1.RolloutPolicyHistoryRequest\x1a%.lehr.v1.RolloutPolicyHistoryResponseB\x1cZ\x1alehr.dev/lehr/proto/lehrpbb\x06proto3"
 
 var (
 	file_lehr_v1_control_proto_rawDescOnce sync.Once
@@ -2598,139 +2988,161 @@ func file_lehr_v1_control_proto_rawDescGZIP() []byte {
 }
 
 var file_lehr_v1_control_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_lehr_v1_control_proto_msgTypes = make([]protoimpl.MessageInfo, 39)
+var file_lehr_v1_control_proto_msgTypes = make([]protoimpl.MessageInfo, 45)
 var file_lehr_v1_control_proto_goTypes = []any{
-	(PropertyChange_Kind)(0),         // 0: lehr.v1.PropertyChange.Kind
-	(GoalEvent_Type)(0),              // 1: lehr.v1.GoalEvent.Type
-	(*CreateDomainRequest)(nil),      // 2: lehr.v1.CreateDomainRequest
-	(*GetDomainRequest)(nil),         // 3: lehr.v1.GetDomainRequest
-	(*ListDomainsRequest)(nil),       // 4: lehr.v1.ListDomainsRequest
-	(*ListDomainsResponse)(nil),      // 5: lehr.v1.ListDomainsResponse
-	(*CreateNamespaceRequest)(nil),   // 6: lehr.v1.CreateNamespaceRequest
-	(*GetNamespaceRequest)(nil),      // 7: lehr.v1.GetNamespaceRequest
-	(*ListNamespacesRequest)(nil),    // 8: lehr.v1.ListNamespacesRequest
-	(*ListNamespacesResponse)(nil),   // 9: lehr.v1.ListNamespacesResponse
-	(*PublishRequest)(nil),           // 10: lehr.v1.PublishRequest
-	(*PublishResponse)(nil),          // 11: lehr.v1.PublishResponse
-	(*PatchRequest)(nil),             // 12: lehr.v1.PatchRequest
-	(*PatchResponse)(nil),            // 13: lehr.v1.PatchResponse
-	(*GetRequest)(nil),               // 14: lehr.v1.GetRequest
-	(*GetResponse)(nil),              // 15: lehr.v1.GetResponse
-	(*HistoryRequest)(nil),           // 16: lehr.v1.HistoryRequest
-	(*HistoryResponse)(nil),          // 17: lehr.v1.HistoryResponse
-	(*DiffRequest)(nil),              // 18: lehr.v1.DiffRequest
-	(*PropertyChange)(nil),           // 19: lehr.v1.PropertyChange
-	(*DiffResponse)(nil),             // 20: lehr.v1.DiffResponse
-	(*RollbackRequest)(nil),          // 21: lehr.v1.RollbackRequest
-	(*RollbackResponse)(nil),         // 22: lehr.v1.RollbackResponse
-	(*CreateZoneRequest)(nil),        // 23: lehr.v1.CreateZoneRequest
-	(*ListZonesRequest)(nil),         // 24: lehr.v1.ListZonesRequest
-	(*ListZonesResponse)(nil),        // 25: lehr.v1.ListZonesResponse
-	(*GetGoalsRequest)(nil),          // 26: lehr.v1.GetGoalsRequest
-	(*GetGoalsResponse)(nil),         // 27: lehr.v1.GetGoalsResponse
-	(*WatchGoalsRequest)(nil),        // 28: lehr.v1.WatchGoalsRequest
-	(*GoalEvent)(nil),                // 29: lehr.v1.GoalEvent
-	(*WatchGoalsResponse)(nil),       // 30: lehr.v1.WatchGoalsResponse
-	(*FetchVersionRequest)(nil),      // 31: lehr.v1.FetchVersionRequest
-	(*FetchVersionResponse)(nil),     // 32: lehr.v1.FetchVersionResponse
-	(*FetchDeltaRequest)(nil),        // 33: lehr.v1.FetchDeltaRequest
-	(*FetchDeltaResponse)(nil),       // 34: lehr.v1.FetchDeltaResponse
-	(*VersionCount)(nil),             // 35: lehr.v1.VersionCount
-	(*ReportZoneStatusRequest)(nil),  // 36: lehr.v1.ReportZoneStatusRequest
-	(*ReportZoneStatusResponse)(nil), // 37: lehr.v1.ReportZoneStatusResponse
-	(*GetZoneStatusRequest)(nil),     // 38: lehr.v1.GetZoneStatusRequest
-	(*DistributorStatus)(nil),        // 39: lehr.v1.DistributorStatus
-	(*GetZoneStatusResponse)(nil),    // 40: lehr.v1.GetZoneStatusResponse
-	(*Domain)(nil),                   // 41: lehr.v1.Domain
-	(*Namespace)(nil),                // 42: lehr.v1.Namespace
-	(NamespaceKind)(0),               // 43: lehr.v1.NamespaceKind
-	(*Property)(nil),                 // 44: lehr.v1.Property
-	(*VersionInfo)(nil),              // 45: lehr.v1.VersionInfo
-	(*Zone)(nil),                     // 46: lehr.v1.Zone
-	(*GoalState)(nil),                // 47: lehr.v1.GoalState
+	(PropertyChange_Kind)(0),             // 0: lehr.v1.PropertyChange.Kind
+	(GoalEvent_Type)(0),                  // 1: lehr.v1.GoalEvent.Type
+	(*SetRolloutPolicyRequest)(nil),      // 2: lehr.v1.SetRolloutPolicyRequest
+	(*DeleteRolloutPolicyRequest)(nil),   // 3: lehr.v1.DeleteRolloutPolicyRequest
+	(*GetRolloutPolicyRequest)(nil),      // 4: lehr.v1.GetRolloutPolicyRequest
+	(*GetRolloutPolicyResponse)(nil),     // 5: lehr.v1.GetRolloutPolicyResponse
+	(*RolloutPolicyHistoryRequest)(nil),  // 6: lehr.v1.RolloutPolicyHistoryRequest
+	(*RolloutPolicyHistoryResponse)(nil), // 7: lehr.v1.RolloutPolicyHistoryResponse
+	(*CreateDomainRequest)(nil),          // 8: lehr.v1.CreateDomainRequest
+	(*GetDomainRequest)(nil),             // 9: lehr.v1.GetDomainRequest
+	(*ListDomainsRequest)(nil),           // 10: lehr.v1.ListDomainsRequest
+	(*ListDomainsResponse)(nil),          // 11: lehr.v1.ListDomainsResponse
+	(*CreateNamespaceRequest)(nil),       // 12: lehr.v1.CreateNamespaceRequest
+	(*GetNamespaceRequest)(nil),          // 13: lehr.v1.GetNamespaceRequest
+	(*ListNamespacesRequest)(nil),        // 14: lehr.v1.ListNamespacesRequest
+	(*ListNamespacesResponse)(nil),       // 15: lehr.v1.ListNamespacesResponse
+	(*PublishRequest)(nil),               // 16: lehr.v1.PublishRequest
+	(*PublishResponse)(nil),              // 17: lehr.v1.PublishResponse
+	(*PatchRequest)(nil),                 // 18: lehr.v1.PatchRequest
+	(*PatchResponse)(nil),                // 19: lehr.v1.PatchResponse
+	(*GetRequest)(nil),                   // 20: lehr.v1.GetRequest
+	(*GetResponse)(nil),                  // 21: lehr.v1.GetResponse
+	(*HistoryRequest)(nil),               // 22: lehr.v1.HistoryRequest
+	(*HistoryResponse)(nil),              // 23: lehr.v1.HistoryResponse
+	(*DiffRequest)(nil),                  // 24: lehr.v1.DiffRequest
+	(*PropertyChange)(nil),               // 25: lehr.v1.PropertyChange
+	(*DiffResponse)(nil),                 // 26: lehr.v1.DiffResponse
+	(*RollbackRequest)(nil),              // 27: lehr.v1.RollbackRequest
+	(*RollbackResponse)(nil),             // 28: lehr.v1.RollbackResponse
+	(*CreateZoneRequest)(nil),            // 29: lehr.v1.CreateZoneRequest
+	(*ListZonesRequest)(nil),             // 30: lehr.v1.ListZonesRequest
+	(*ListZonesResponse)(nil),            // 31: lehr.v1.ListZonesResponse
+	(*GetGoalsRequest)(nil),              // 32: lehr.v1.GetGoalsRequest
+	(*GetGoalsResponse)(nil),             // 33: lehr.v1.GetGoalsResponse
+	(*WatchGoalsRequest)(nil),            // 34: lehr.v1.WatchGoalsRequest
+	(*GoalEvent)(nil),                    // 35: lehr.v1.GoalEvent
+	(*WatchGoalsResponse)(nil),           // 36: lehr.v1.WatchGoalsResponse
+	(*FetchVersionRequest)(nil),          // 37: lehr.v1.FetchVersionRequest
+	(*FetchVersionResponse)(nil),         // 38: lehr.v1.FetchVersionResponse
+	(*FetchDeltaRequest)(nil),            // 39: lehr.v1.FetchDeltaRequest
+	(*FetchDeltaResponse)(nil),           // 40: lehr.v1.FetchDeltaResponse
+	(*VersionCount)(nil),                 // 41: lehr.v1.VersionCount
+	(*ReportZoneStatusRequest)(nil),      // 42: lehr.v1.ReportZoneStatusRequest
+	(*ReportZoneStatusResponse)(nil),     // 43: lehr.v1.ReportZoneStatusResponse
+	(*GetZoneStatusRequest)(nil),         // 44: lehr.v1.GetZoneStatusRequest
+	(*DistributorStatus)(nil),            // 45: lehr.v1.DistributorStatus
+	(*GetZoneStatusResponse)(nil),        // 46: lehr.v1.GetZoneStatusResponse
+	(*RolloutPolicy)(nil),                // 47: lehr.v1.RolloutPolicy
+	(*RolloutPolicyRecord)(nil),          // 48: lehr.v1.RolloutPolicyRecord
+	(RolloutPolicySource)(0),             // 49: lehr.v1.RolloutPolicySource
+	(*Domain)(nil),                       // 50: lehr.v1.Domain
+	(*Namespace)(nil),                    // 51: lehr.v1.Namespace
+	(NamespaceKind)(0),                   // 52: lehr.v1.NamespaceKind
+	(*Property)(nil),                     // 53: lehr.v1.Property
+	(*VersionInfo)(nil),                  // 54: lehr.v1.VersionInfo
+	(*Zone)(nil),                         // 55: lehr.v1.Zone
+	(*GoalState)(nil),                    // 56: lehr.v1.GoalState
 }
 var file_lehr_v1_control_proto_depIdxs = []int32{
-	41, // 0: lehr.v1.CreateDomainRequest.domain:type_name -> lehr.v1.Domain
-	41, // 1: lehr.v1.ListDomainsResponse.domains:type_name -> lehr.v1.Domain
-	42, // 2: lehr.v1.CreateNamespaceRequest.namespace:type_name -> lehr.v1.Namespace
-	42, // 3: lehr.v1.ListNamespacesResponse.namespaces:type_name -> lehr.v1.Namespace
-	43, // 4: lehr.v1.PublishRequest.kind:type_name -> lehr.v1.NamespaceKind
-	44, // 5: lehr.v1.PublishRequest.properties:type_name -> lehr.v1.Property
-	45, // 6: lehr.v1.PublishResponse.version:type_name -> lehr.v1.VersionInfo
-	44, // 7: lehr.v1.PatchRequest.set:type_name -> lehr.v1.Property
-	45, // 8: lehr.v1.PatchResponse.version:type_name -> lehr.v1.VersionInfo
-	45, // 9: lehr.v1.GetResponse.version:type_name -> lehr.v1.VersionInfo
-	44, // 10: lehr.v1.GetResponse.properties:type_name -> lehr.v1.Property
-	43, // 11: lehr.v1.GetResponse.kind:type_name -> lehr.v1.NamespaceKind
-	45, // 12: lehr.v1.HistoryResponse.versions:type_name -> lehr.v1.VersionInfo
-	0,  // 13: lehr.v1.PropertyChange.kind:type_name -> lehr.v1.PropertyChange.Kind
-	44, // 14: lehr.v1.PropertyChange.old:type_name -> lehr.v1.Property
-	44, // 15: lehr.v1.PropertyChange.new:type_name -> lehr.v1.Property
-	45, // 16: lehr.v1.DiffResponse.from:type_name -> lehr.v1.VersionInfo
-	45, // 17: lehr.v1.DiffResponse.to:type_name -> lehr.v1.VersionInfo
-	19, // 18: lehr.v1.DiffResponse.changes:type_name -> lehr.v1.PropertyChange
-	45, // 19: lehr.v1.RollbackResponse.version:type_name -> lehr.v1.VersionInfo
-	46, // 20: lehr.v1.ListZonesResponse.zones:type_name -> lehr.v1.Zone
-	47, // 21: lehr.v1.GetGoalsResponse.goals:type_name -> lehr.v1.GoalState
-	1,  // 22: lehr.v1.GoalEvent.type:type_name -> lehr.v1.GoalEvent.Type
-	47, // 23: lehr.v1.GoalEvent.goal:type_name -> lehr.v1.GoalState
-	29, // 24: lehr.v1.WatchGoalsResponse.events:type_name -> lehr.v1.GoalEvent
-	45, // 25: lehr.v1.FetchVersionResponse.version:type_name -> lehr.v1.VersionInfo
-	43, // 26: lehr.v1.FetchVersionResponse.kind:type_name -> lehr.v1.NamespaceKind
-	44, // 27: lehr.v1.FetchVersionResponse.properties:type_name -> lehr.v1.Property
-	45, // 28: lehr.v1.FetchDeltaResponse.from:type_name -> lehr.v1.VersionInfo
-	45, // 29: lehr.v1.FetchDeltaResponse.to:type_name -> lehr.v1.VersionInfo
-	43, // 30: lehr.v1.FetchDeltaResponse.kind:type_name -> lehr.v1.NamespaceKind
-	44, // 31: lehr.v1.FetchDeltaResponse.set:type_name -> lehr.v1.Property
-	35, // 32: lehr.v1.ReportZoneStatusRequest.versions:type_name -> lehr.v1.VersionCount
-	35, // 33: lehr.v1.DistributorStatus.versions:type_name -> lehr.v1.VersionCount
-	39, // 34: lehr.v1.GetZoneStatusResponse.distributors:type_name -> lehr.v1.DistributorStatus
-	35, // 35: lehr.v1.GetZoneStatusResponse.versions:type_name -> lehr.v1.VersionCount
-	2,  // 36: lehr.v1.Control.CreateDomain:input_type -> lehr.v1.CreateDomainRequest
-	3,  // 37: lehr.v1.Control.GetDomain:input_type -> lehr.v1.GetDomainRequest
-	4,  // 38: lehr.v1.Control.ListDomains:input_type -> lehr.v1.ListDomainsRequest
-	6,  // 39: lehr.v1.Control.CreateNamespace:input_type -> lehr.v1.CreateNamespaceRequest
-	7,  // 40: lehr.v1.Control.GetNamespace:input_type -> lehr.v1.GetNamespaceRequest
-	8,  // 41: lehr.v1.Control.ListNamespaces:input_type -> lehr.v1.ListNamespacesRequest
-	10, // 42: lehr.v1.Control.Publish:input_type -> lehr.v1.PublishRequest
-	12, // 43: lehr.v1.Control.Patch:input_type -> lehr.v1.PatchRequest
-	14, // 44: lehr.v1.Control.Get:input_type -> lehr.v1.GetRequest
-	16, // 45: lehr.v1.Control.History:input_type -> lehr.v1.HistoryRequest
-	18, // 46: lehr.v1.Control.Diff:input_type -> lehr.v1.DiffRequest
-	21, // 47: lehr.v1.Control.Rollback:input_type -> lehr.v1.RollbackRequest
-	23, // 48: lehr.v1.Control.CreateZone:input_type -> lehr.v1.CreateZoneRequest
-	24, // 49: lehr.v1.Control.ListZones:input_type -> lehr.v1.ListZonesRequest
-	26, // 50: lehr.v1.Control.GetGoals:input_type -> lehr.v1.GetGoalsRequest
-	28, // 51: lehr.v1.Control.WatchGoals:input_type -> lehr.v1.WatchGoalsRequest
-	31, // 52: lehr.v1.Control.FetchVersion:input_type -> lehr.v1.FetchVersionRequest
-	33, // 53: lehr.v1.Control.FetchDelta:input_type -> lehr.v1.FetchDeltaRequest
-	36, // 54: lehr.v1.Control.ReportZoneStatus:input_type -> lehr.v1.ReportZoneStatusRequest
-	38, // 55: lehr.v1.Control.GetZoneStatus:input_type -> lehr.v1.GetZoneStatusRequest
-	41, // 56: lehr.v1.Control.CreateDomain:output_type -> lehr.v1.Domain
-	41, // 57: lehr.v1.Control.GetDomain:output_type -> lehr.v1.Domain
-	5,  // 58: lehr.v1.Control.ListDomains:output_type -> lehr.v1.ListDomainsResponse
-	42, // 59: lehr.v1.Control.CreateNamespace:output_type -> lehr.v1.Namespace
-	42, // 60: lehr.v1.Control.GetNamespace:output_type -> lehr.v1.Namespace
-	9,  // 61: lehr.v1.Control.ListNamespaces:output_type -> lehr.v1.ListNamespacesResponse
-	11, // 62: lehr.v1.Control.Publish:output_type -> lehr.v1.PublishResponse
-	13, // 63: lehr.v1.Control.Patch:output_type -> lehr.v1.PatchResponse
-	15, // 64: lehr.v1.Control.Get:output_type -> lehr.v1.GetResponse
-	17, // 65: lehr.v1.Control.History:output_type -> lehr.v1.HistoryResponse
-	20, // 66: lehr.v1.Control.Diff:output_type -> lehr.v1.DiffResponse
-	22, // 67: lehr.v1.Control.Rollback:output_type -> lehr.v1.RollbackResponse
-	46, // 68: lehr.v1.Control.CreateZone:output_type -> lehr.v1.Zone
-	25, // 69: lehr.v1.Control.ListZones:output_type -> lehr.v1.ListZonesResponse
-	27, // 70: lehr.v1.Control.GetGoals:output_type -> lehr.v1.GetGoalsResponse
-	30, // 71: lehr.v1.Control.WatchGoals:output_type -> lehr.v1.WatchGoalsResponse
-	32, // 72: lehr.v1.Control.FetchVersion:output_type -> lehr.v1.FetchVersionResponse
-	34, // 73: lehr.v1.Control.FetchDelta:output_type -> lehr.v1.FetchDeltaResponse
-	37, // 74: lehr.v1.Control.ReportZoneStatus:output_type -> lehr.v1.ReportZoneStatusResponse
-	40, // 75: lehr.v1.Control.GetZoneStatus:output_type -> lehr.v1.GetZoneStatusResponse
-	56, // [56:76] is the sub-list for method output_type
-	36, // [36:56] is the sub-list for method input_type
-	36, // [36:36] is the sub-list for extension type_name
-	36, // [36:36] is the sub-list for extension extendee
-	0,  // [0:36] is the sub-list for field type_name
+	47, // 0: lehr.v1.SetRolloutPolicyRequest.policy:type_name -> lehr.v1.RolloutPolicy
+	48, // 1: lehr.v1.GetRolloutPolicyResponse.stored:type_name -> lehr.v1.RolloutPolicyRecord
+	47, // 2: lehr.v1.GetRolloutPolicyResponse.effective:type_name -> lehr.v1.RolloutPolicy
+	49, // 3: lehr.v1.GetRolloutPolicyResponse.source:type_name -> lehr.v1.RolloutPolicySource
+	48, // 4: lehr.v1.RolloutPolicyHistoryResponse.records:type_name -> lehr.v1.RolloutPolicyRecord
+	50, // 5: lehr.v1.CreateDomainRequest.domain:type_name -> lehr.v1.Domain
+	50, // 6: lehr.v1.ListDomainsResponse.domains:type_name -> lehr.v1.Domain
+	51, // 7: lehr.v1.CreateNamespaceRequest.namespace:type_name -> lehr.v1.Namespace
+	51, // 8: lehr.v1.ListNamespacesResponse.namespaces:type_name -> lehr.v1.Namespace
+	52, // 9: lehr.v1.PublishRequest.kind:type_name -> lehr.v1.NamespaceKind
+	53, // 10: lehr.v1.PublishRequest.properties:type_name -> lehr.v1.Property
+	54, // 11: lehr.v1.PublishResponse.version:type_name -> lehr.v1.VersionInfo
+	53, // 12: lehr.v1.PatchRequest.set:type_name -> lehr.v1.Property
+	54, // 13: lehr.v1.PatchResponse.version:type_name -> lehr.v1.VersionInfo
+	54, // 14: lehr.v1.GetResponse.version:type_name -> lehr.v1.VersionInfo
+	53, // 15: lehr.v1.GetResponse.properties:type_name -> lehr.v1.Property
+	52, // 16: lehr.v1.GetResponse.kind:type_name -> lehr.v1.NamespaceKind
+	54, // 17: lehr.v1.HistoryResponse.versions:type_name -> lehr.v1.VersionInfo
+	0,  // 18: lehr.v1.PropertyChange.kind:type_name -> lehr.v1.PropertyChange.Kind
+	53, // 19: lehr.v1.PropertyChange.old:type_name -> lehr.v1.Property
+	53, // 20: lehr.v1.PropertyChange.new:type_name -> lehr.v1.Property
+	54, // 21: lehr.v1.DiffResponse.from:type_name -> lehr.v1.VersionInfo
+	54, // 22: lehr.v1.DiffResponse.to:type_name -> lehr.v1.VersionInfo
+	25, // 23: lehr.v1.DiffResponse.changes:type_name -> lehr.v1.PropertyChange
+	54, // 24: lehr.v1.RollbackResponse.version:type_name -> lehr.v1.VersionInfo
+	55, // 25: lehr.v1.ListZonesResponse.zones:type_name -> lehr.v1.Zone
+	56, // 26: lehr.v1.GetGoalsResponse.goals:type_name -> lehr.v1.GoalState
+	1,  // 27: lehr.v1.GoalEvent.type:type_name -> lehr.v1.GoalEvent.Type
+	56, // 28: lehr.v1.GoalEvent.goal:type_name -> lehr.v1.GoalState
+	35, // 29: lehr.v1.WatchGoalsResponse.events:type_name -> lehr.v1.GoalEvent
+	54, // 30: lehr.v1.FetchVersionResponse.version:type_name -> lehr.v1.VersionInfo
+	52, // 31: lehr.v1.FetchVersionResponse.kind:type_name -> lehr.v1.NamespaceKind
+	53, // 32: lehr.v1.FetchVersionResponse.properties:type_name -> lehr.v1.Property
+	54, // 33: lehr.v1.FetchDeltaResponse.from:type_name -> lehr.v1.VersionInfo
+	54, // 34: lehr.v1.FetchDeltaResponse.to:type_name -> lehr.v1.VersionInfo
+	52, // 35: lehr.v1.FetchDeltaResponse.kind:type_name -> lehr.v1.NamespaceKind
+	53, // 36: lehr.v1.FetchDeltaResponse.set:type_name -> lehr.v1.Property
+	41, // 37: lehr.v1.ReportZoneStatusRequest.versions:type_name -> lehr.v1.VersionCount
+	41, // 38: lehr.v1.DistributorStatus.versions:type_name -> lehr.v1.VersionCount
+	45, // 39: lehr.v1.GetZoneStatusResponse.distributors:type_name -> lehr.v1.DistributorStatus
+	41, // 40: lehr.v1.GetZoneStatusResponse.versions:type_name -> lehr.v1.VersionCount
+	8,  // 41: lehr.v1.Control.CreateDomain:input_type -> lehr.v1.CreateDomainRequest
+	9,  // 42: lehr.v1.Control.GetDomain:input_type -> lehr.v1.GetDomainRequest
+	10, // 43: lehr.v1.Control.ListDomains:input_type -> lehr.v1.ListDomainsRequest
+	12, // 44: lehr.v1.Control.CreateNamespace:input_type -> lehr.v1.CreateNamespaceRequest
+	13, // 45: lehr.v1.Control.GetNamespace:input_type -> lehr.v1.GetNamespaceRequest
+	14, // 46: lehr.v1.Control.ListNamespaces:input_type -> lehr.v1.ListNamespacesRequest
+	16, // 47: lehr.v1.Control.Publish:input_type -> lehr.v1.PublishRequest
+	18, // 48: lehr.v1.Control.Patch:input_type -> lehr.v1.PatchRequest
+	20, // 49: lehr.v1.Control.Get:input_type -> lehr.v1.GetRequest
+	22, // 50: lehr.v1.Control.History:input_type -> lehr.v1.HistoryRequest
+	24, // 51: lehr.v1.Control.Diff:input_type -> lehr.v1.DiffRequest
+	27, // 52: lehr.v1.Control.Rollback:input_type -> lehr.v1.RollbackRequest
+	29, // 53: lehr.v1.Control.CreateZone:input_type -> lehr.v1.CreateZoneRequest
+	30, // 54: lehr.v1.Control.ListZones:input_type -> lehr.v1.ListZonesRequest
+	32, // 55: lehr.v1.Control.GetGoals:input_type -> lehr.v1.GetGoalsRequest
+	34, // 56: lehr.v1.Control.WatchGoals:input_type -> lehr.v1.WatchGoalsRequest
+	37, // 57: lehr.v1.Control.FetchVersion:input_type -> lehr.v1.FetchVersionRequest
+	39, // 58: lehr.v1.Control.FetchDelta:input_type -> lehr.v1.FetchDeltaRequest
+	42, // 59: lehr.v1.Control.ReportZoneStatus:input_type -> lehr.v1.ReportZoneStatusRequest
+	44, // 60: lehr.v1.Control.GetZoneStatus:input_type -> lehr.v1.GetZoneStatusRequest
+	2,  // 61: lehr.v1.Control.SetRolloutPolicy:input_type -> lehr.v1.SetRolloutPolicyRequest
+	3,  // 62: lehr.v1.Control.DeleteRolloutPolicy:input_type -> lehr.v1.DeleteRolloutPolicyRequest
+	4,  // 63: lehr.v1.Control.GetRolloutPolicy:input_type -> lehr.v1.GetRolloutPolicyRequest
+	6,  // 64: lehr.v1.Control.RolloutPolicyHistory:input_type -> lehr.v1.RolloutPolicyHistoryRequest
+	50, // 65: lehr.v1.Control.CreateDomain:output_type -> lehr.v1.Domain
+	50, // 66: lehr.v1.Control.GetDomain:output_type -> lehr.v1.Domain
+	11, // 67: lehr.v1.Control.ListDomains:output_type -> lehr.v1.ListDomainsResponse
+	51, // 68: lehr.v1.Control.CreateNamespace:output_type -> lehr.v1.Namespace
+	51, // 69: lehr.v1.Control.GetNamespace:output_type -> lehr.v1.Namespace
+	15, // 70: lehr.v1.Control.ListNamespaces:output_type -> lehr.v1.ListNamespacesResponse
+	17, // 71: lehr.v1.Control.Publish:output_type -> lehr.v1.PublishResponse
+	19, // 72: lehr.v1.Control.Patch:output_type -> lehr.v1.PatchResponse
+	21, // 73: lehr.v1.Control.Get:output_type -> lehr.v1.GetResponse
+	23, // 74: lehr.v1.Control.History:output_type -> lehr.v1.HistoryResponse
+	26, // 75: lehr.v1.Control.Diff:output_type -> lehr.v1.DiffResponse
+	28, // 76: lehr.v1.Control.Rollback:output_type -> lehr.v1.RollbackResponse
+	55, // 77: lehr.v1.Control.CreateZone:output_type -> lehr.v1.Zone
+	31, // 78: lehr.v1.Control.ListZones:output_type -> lehr.v1.ListZonesResponse
+	33, // 79: lehr.v1.Control.GetGoals:output_type -> lehr.v1.GetGoalsResponse
+	36, // 80: lehr.v1.Control.WatchGoals:output_type -> lehr.v1.WatchGoalsResponse
+	38, // 81: lehr.v1.Control.FetchVersion:output_type -> lehr.v1.FetchVersionResponse
+	40, // 82: lehr.v1.Control.FetchDelta:output_type -> lehr.v1.FetchDeltaResponse
+	43, // 83: lehr.v1.Control.ReportZoneStatus:output_type -> lehr.v1.ReportZoneStatusResponse
+	46, // 84: lehr.v1.Control.GetZoneStatus:output_type -> lehr.v1.GetZoneStatusResponse
+	48, // 85: lehr.v1.Control.SetRolloutPolicy:output_type -> lehr.v1.RolloutPolicyRecord
+	48, // 86: lehr.v1.Control.DeleteRolloutPolicy:output_type -> lehr.v1.RolloutPolicyRecord
+	5,  // 87: lehr.v1.Control.GetRolloutPolicy:output_type -> lehr.v1.GetRolloutPolicyResponse
+	7,  // 88: lehr.v1.Control.RolloutPolicyHistory:output_type -> lehr.v1.RolloutPolicyHistoryResponse
+	65, // [65:89] is the sub-list for method output_type
+	41, // [41:65] is the sub-list for method input_type
+	41, // [41:41] is the sub-list for extension type_name
+	41, // [41:41] is the sub-list for extension extendee
+	0,  // [0:41] is the sub-list for field type_name
 }
 
 func init() { file_lehr_v1_control_proto_init() }
@@ -2738,6 +3150,7 @@ func file_lehr_v1_control_proto_init() {
 	if File_lehr_v1_control_proto != nil {
 		return
 	}
+	file_lehr_v1_rollout_proto_init()
 	file_lehr_v1_types_proto_init()
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -2745,7 +3158,7 @@ func file_lehr_v1_control_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lehr_v1_control_proto_rawDesc), len(file_lehr_v1_control_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   39,
+			NumMessages:   45,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

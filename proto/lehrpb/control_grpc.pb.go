@@ -28,26 +28,30 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	Control_CreateDomain_FullMethodName     = "/lehr.v1.Control/CreateDomain"
-	Control_GetDomain_FullMethodName        = "/lehr.v1.Control/GetDomain"
-	Control_ListDomains_FullMethodName      = "/lehr.v1.Control/ListDomains"
-	Control_CreateNamespace_FullMethodName  = "/lehr.v1.Control/CreateNamespace"
-	Control_GetNamespace_FullMethodName     = "/lehr.v1.Control/GetNamespace"
-	Control_ListNamespaces_FullMethodName   = "/lehr.v1.Control/ListNamespaces"
-	Control_Publish_FullMethodName          = "/lehr.v1.Control/Publish"
-	Control_Patch_FullMethodName            = "/lehr.v1.Control/Patch"
-	Control_Get_FullMethodName              = "/lehr.v1.Control/Get"
-	Control_History_FullMethodName          = "/lehr.v1.Control/History"
-	Control_Diff_FullMethodName             = "/lehr.v1.Control/Diff"
-	Control_Rollback_FullMethodName         = "/lehr.v1.Control/Rollback"
-	Control_CreateZone_FullMethodName       = "/lehr.v1.Control/CreateZone"
-	Control_ListZones_FullMethodName        = "/lehr.v1.Control/ListZones"
-	Control_GetGoals_FullMethodName         = "/lehr.v1.Control/GetGoals"
-	Control_WatchGoals_FullMethodName       = "/lehr.v1.Control/WatchGoals"
-	Control_FetchVersion_FullMethodName     = "/lehr.v1.Control/FetchVersion"
-	Control_FetchDelta_FullMethodName       = "/lehr.v1.Control/FetchDelta"
-	Control_ReportZoneStatus_FullMethodName = "/lehr.v1.Control/ReportZoneStatus"
-	Control_GetZoneStatus_FullMethodName    = "/lehr.v1.Control/GetZoneStatus"
+	Control_CreateDomain_FullMethodName         = "/lehr.v1.Control/CreateDomain"
+	Control_GetDomain_FullMethodName            = "/lehr.v1.Control/GetDomain"
+	Control_ListDomains_FullMethodName          = "/lehr.v1.Control/ListDomains"
+	Control_CreateNamespace_FullMethodName      = "/lehr.v1.Control/CreateNamespace"
+	Control_GetNamespace_FullMethodName         = "/lehr.v1.Control/GetNamespace"
+	Control_ListNamespaces_FullMethodName       = "/lehr.v1.Control/ListNamespaces"
+	Control_Publish_FullMethodName              = "/lehr.v1.Control/Publish"
+	Control_Patch_FullMethodName                = "/lehr.v1.Control/Patch"
+	Control_Get_FullMethodName                  = "/lehr.v1.Control/Get"
+	Control_History_FullMethodName              = "/lehr.v1.Control/History"
+	Control_Diff_FullMethodName                 = "/lehr.v1.Control/Diff"
+	Control_Rollback_FullMethodName             = "/lehr.v1.Control/Rollback"
+	Control_CreateZone_FullMethodName           = "/lehr.v1.Control/CreateZone"
+	Control_ListZones_FullMethodName            = "/lehr.v1.Control/ListZones"
+	Control_GetGoals_FullMethodName             = "/lehr.v1.Control/GetGoals"
+	Control_WatchGoals_FullMethodName           = "/lehr.v1.Control/WatchGoals"
+	Control_FetchVersion_FullMethodName         = "/lehr.v1.Control/FetchVersion"
+	Control_FetchDelta_FullMethodName           = "/lehr.v1.Control/FetchDelta"
+	Control_ReportZoneStatus_FullMethodName     = "/lehr.v1.Control/ReportZoneStatus"
+	Control_GetZoneStatus_FullMethodName        = "/lehr.v1.Control/GetZoneStatus"
+	Control_SetRolloutPolicy_FullMethodName     = "/lehr.v1.Control/SetRolloutPolicy"
+	Control_DeleteRolloutPolicy_FullMethodName  = "/lehr.v1.Control/DeleteRolloutPolicy"
+	Control_GetRolloutPolicy_FullMethodName     = "/lehr.v1.Control/GetRolloutPolicy"
+	Control_RolloutPolicyHistory_FullMethodName = "/lehr.v1.Control/RolloutPolicyHistory"
 )
 
 // ControlClient is the client API for Control service.
@@ -97,6 +101,18 @@ type ControlClient interface {
 	ReportZoneStatus(ctx context.Context, in *ReportZoneStatusRequest, opts ...grpc.CallOption) (*ReportZoneStatusResponse, error)
 	// GetZoneStatus aggregates the live reports of a zone's distributors.
 	GetZoneStatus(ctx context.Context, in *GetZoneStatusRequest, opts ...grpc.CallOption) (*GetZoneStatusResponse, error)
+	// Rollout policies: a domain's default and a namespace's override.
+	// SetRolloutPolicy validates the policy against the registered zones and
+	// stores it as the scope's next generation; setting the policy a scope
+	// already has changes nothing and returns the stored record.
+	SetRolloutPolicy(ctx context.Context, in *SetRolloutPolicyRequest, opts ...grpc.CallOption) (*RolloutPolicyRecord, error)
+	// DeleteRolloutPolicy removes a scope's policy (recorded in its history).
+	DeleteRolloutPolicy(ctx context.Context, in *DeleteRolloutPolicyRequest, opts ...grpc.CallOption) (*RolloutPolicyRecord, error)
+	// GetRolloutPolicy returns a scope's stored policy, if any, and the
+	// policy in effect for it.
+	GetRolloutPolicy(ctx context.Context, in *GetRolloutPolicyRequest, opts ...grpc.CallOption) (*GetRolloutPolicyResponse, error)
+	// RolloutPolicyHistory lists a scope's policy changes, newest first.
+	RolloutPolicyHistory(ctx context.Context, in *RolloutPolicyHistoryRequest, opts ...grpc.CallOption) (*RolloutPolicyHistoryResponse, error)
 }
 
 type controlClient struct {
@@ -316,6 +332,46 @@ func (c *controlClient) GetZoneStatus(ctx context.Context, in *GetZoneStatusRequ
 	return out, nil
 }
 
+func (c *controlClient) SetRolloutPolicy(ctx context.Context, in *SetRolloutPolicyRequest, opts ...grpc.CallOption) (*RolloutPolicyRecord, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RolloutPolicyRecord)
+	err := c.cc.Invoke(ctx, Control_SetRolloutPolicy_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *controlClient) DeleteRolloutPolicy(ctx context.Context, in *DeleteRolloutPolicyRequest, opts ...grpc.CallOption) (*RolloutPolicyRecord, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RolloutPolicyRecord)
+	err := c.cc.Invoke(ctx, Control_DeleteRolloutPolicy_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *controlClient) GetRolloutPolicy(ctx context.Context, in *GetRolloutPolicyRequest, opts ...grpc.CallOption) (*GetRolloutPolicyResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetRolloutPolicyResponse)
+	err := c.cc.Invoke(ctx, Control_GetRolloutPolicy_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *controlClient) RolloutPolicyHistory(ctx context.Context, in *RolloutPolicyHistoryRequest, opts ...grpc.CallOption) (*RolloutPolicyHistoryResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RolloutPolicyHistoryResponse)
+	err := c.cc.Invoke(ctx, Control_RolloutPolicyHistory_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ControlServer is the server API for Control service.
 // All implementations must embed UnimplementedControlServer
 // for forward compatibility.
@@ -363,6 +419,18 @@ type ControlServer interface {
 	ReportZoneStatus(context.Context, *ReportZoneStatusRequest) (*ReportZoneStatusResponse, error)
 	// GetZoneStatus aggregates the live reports of a zone's distributors.
 	GetZoneStatus(context.Context, *GetZoneStatusRequest) (*GetZoneStatusResponse, error)
+	// Rollout policies: a domain's default and a namespace's override.
+	// SetRolloutPolicy validates the policy against the registered zones and
+	// stores it as the scope's next generation; setting the policy a scope
+	// already has changes nothing and returns the stored record.
+	SetRolloutPolicy(context.Context, *SetRolloutPolicyRequest) (*RolloutPolicyRecord, error)
+	// DeleteRolloutPolicy removes a scope's policy (recorded in its history).
+	DeleteRolloutPolicy(context.Context, *DeleteRolloutPolicyRequest) (*RolloutPolicyRecord, error)
+	// GetRolloutPolicy returns a scope's stored policy, if any, and the
+	// policy in effect for it.
+	GetRolloutPolicy(context.Context, *GetRolloutPolicyRequest) (*GetRolloutPolicyResponse, error)
+	// RolloutPolicyHistory lists a scope's policy changes, newest first.
+	RolloutPolicyHistory(context.Context, *RolloutPolicyHistoryRequest) (*RolloutPolicyHistoryResponse, error)
 	mustEmbedUnimplementedControlServer()
 }
 
@@ -432,6 +500,18 @@ func (UnimplementedControlServer) ReportZoneStatus(context.Context, *ReportZoneS
 }
 func (UnimplementedControlServer) GetZoneStatus(context.Context, *GetZoneStatusRequest) (*GetZoneStatusResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetZoneStatus not implemented")
+}
+func (UnimplementedControlServer) SetRolloutPolicy(context.Context, *SetRolloutPolicyRequest) (*RolloutPolicyRecord, error) {
+	return nil, status.Error(codes.Unimplemented, "method SetRolloutPolicy not implemented")
+}
+func (UnimplementedControlServer) DeleteRolloutPolicy(context.Context, *DeleteRolloutPolicyRequest) (*RolloutPolicyRecord, error) {
+	return nil, status.Error(codes.Unimplemented, "method DeleteRolloutPolicy not implemented")
+}
+func (UnimplementedControlServer) GetRolloutPolicy(context.Context, *GetRolloutPolicyRequest) (*GetRolloutPolicyResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetRolloutPolicy not implemented")
+}
+func (UnimplementedControlServer) RolloutPolicyHistory(context.Context, *RolloutPolicyHistoryRequest) (*RolloutPolicyHistoryResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method RolloutPolicyHistory not implemented")
 }
 func (UnimplementedControlServer) mustEmbedUnimplementedControlServer() {}
 func (UnimplementedControlServer) testEmbeddedByValue()                 {}
@@ -807,6 +887,78 @@ func _Control_GetZoneStatus_Handler(srv interface{}, ctx context.Context, dec fu
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Control_SetRolloutPolicy_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SetRolloutPolicyRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ControlServer).SetRolloutPolicy(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Control_SetRolloutPolicy_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ControlServer).SetRolloutPolicy(ctx, req.(*SetRolloutPolicyRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Control_DeleteRolloutPolicy_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DeleteRolloutPolicyRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ControlServer).DeleteRolloutPolicy(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Control_DeleteRolloutPolicy_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ControlServer).DeleteRolloutPolicy(ctx, req.(*DeleteRolloutPolicyRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Control_GetRolloutPolicy_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetRolloutPolicyRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ControlServer).GetRolloutPolicy(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Control_GetRolloutPolicy_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ControlServer).GetRolloutPolicy(ctx, req.(*GetRolloutPolicyRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Control_RolloutPolicyHistory_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RolloutPolicyHistoryRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ControlServer).RolloutPolicyHistory(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Control_RolloutPolicyHistory_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ControlServer).RolloutPolicyHistory(ctx, req.(*RolloutPolicyHistoryRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Control_ServiceDesc is the grpc.ServiceDesc for Control service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -889,6 +1041,22 @@ var Control_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "GetZoneStatus",
 			Handler:    _Control_GetZoneStatus_Handler,
+		},
+		{
+			MethodName: "SetRolloutPolicy",
+			Handler:    _Control_SetRolloutPolicy_Handler,
+		},
+		{
+			MethodName: "DeleteRolloutPolicy",
+			Handler:    _Control_DeleteRolloutPolicy_Handler,
+		},
+		{
+			MethodName: "GetRolloutPolicy",
+			Handler:    _Control_GetRolloutPolicy_Handler,
+		},
+		{
+			MethodName: "RolloutPolicyHistory",
+			Handler:    _Control_RolloutPolicyHistory_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -1,0 +1,79 @@
+package main
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/encoding/protojson"
+
+	"lehr.dev/lehr/control"
+	"lehr.dev/lehr/control/controltest"
+	"lehr.dev/lehr/proto/lehrpb"
+)
+
+func TestRolloutPolicyCLI(t *testing.T) {
+	srv := controltest.StartControl(t, control.Options{})
+	c := cli{t: t, addr: srv.Addr}
+	c.ok("domain", "create", "pay")
+	c.ok("zones", "create", "zone-a")
+	c.ok("zones", "create", "zone-b")
+	code, out, errOut := c.run("a: 1\n", "push", "pay/limits", "--file", "-")
+	if code != exitOK {
+		t.Fatalf("push: exit %d\n%s%s", code, out, errOut)
+	}
+
+	mustContain(t, "get before any", c.ok("rollout", "policy", "get", "pay/limits"),
+		"pay/limits has no policy of its own", "in effect: control's built-in default",
+		"canary: 1 host per zone in every zone", "the next 1 zone in name order", "every zone not yet reached")
+
+	policy := `stages:
+  - name: canary
+    canary: {percent: 5, zones: [zone-b]}
+    bake: 90s
+    max_error_ratio: 0.01
+  - name: all
+    zones: {}
+    apply_deadline: 1h30m
+`
+	code, out, errOut = c.run(policy, "rollout", "policy", "set", "pay", "-f", "-", "-m", "slower canary")
+	if code != exitOK {
+		t.Fatalf("policy set: exit %d\n%s%s", code, out, errOut)
+	}
+	mustContain(t, "set", out, "rollout policy of pay at generation 1", "canary: 5% of hosts in zones zone-b", "1m30s", "1h30m0s", "0.01")
+	mustContain(t, "get under the domain's", c.ok("rollout", "policy", "get", "pay/limits"), "in effect: the domain's policy", "canary: 5% of hosts in zones zone-b")
+
+	code, out, errOut = c.run("global_blast: true\n", "rollout", "policy", "set", "pay/limits", "-f", "-", "-m", "incident 42")
+	if code != exitOK {
+		t.Fatalf("policy set global blast: exit %d\n%s%s", code, out, errOut)
+	}
+	mustContain(t, "get override", c.ok("rollout", "policy", "get", "pay/limits"), "has its own policy, generation 1", "incident 42", "global blast: every zone at once")
+	mustContain(t, "delete", c.ok("rollout", "policy", "delete", "pay/limits", "-m", "incident over"), "deleted the rollout policy of pay/limits (generation 2)")
+	hist := c.ok("rollout", "policy", "history", "pay/limits")
+	mustContain(t, "history", hist, "deleted", "incident over", "global blast", "incident 42", "tester")
+
+	var r lehrpb.GetRolloutPolicyResponse
+	if err := protojson.Unmarshal([]byte(c.ok("rollout", "policy", "get", "pay", "-o", "json")), &r); err != nil {
+		t.Fatalf("get -o json does not parse: %v", err)
+	}
+	if r.GetStored().GetGeneration() != 1 || r.GetEffective().GetStages()[0].GetBake().AsDuration() != 90*time.Second {
+		t.Errorf("get -o json = %v; want generation 1 with a 90 s bake", &r)
+	}
+
+	// Bad policies: the field at fault, and nothing changes.
+	for _, tc := range []struct{ name, in, want string }{
+		{"unknown zone", "stages: [{zones: {zones: [zone-x]}}]\n", `stages[0].zones.zones[0]`},
+		{"percent over 100", "stages: [{canary: {percent: 120}}]\n", "at most 100"},
+		{"not a duration", "stages: [{canary: {hosts: 1}, bake: soon}]\n", `stages[0].bake: "soon" is not a duration`},
+		{"unknown field", "stages: [{canary: {hosts: 1}, bak: 10m}]\n", `unknown field "bak"`},
+		{"empty", "", "empty"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			code, _, errOut := c.run(tc.in, "rollout", "policy", "set", "pay", "-f", "-")
+			if code != exitError || !strings.Contains(errOut, tc.want) {
+				t.Errorf("exit %d, stderr %q; want exit %d naming %q", code, errOut, exitError, tc.want)
+			}
+		})
+	}
+	mustContain(t, "unchanged", c.ok("rollout", "policy", "get", "pay"), "generation 1")
+}

@@ -1,0 +1,100 @@
+package rollout_test
+
+import (
+	"errors"
+	"math"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"lehr.dev/lehr/control/rollout"
+	"lehr.dev/lehr/proto/lehrpb"
+)
+
+var fleet = rollout.Fleet{Zones: []string{"zone-a", "zone-b", "zone-c"}, Hosts: map[string]int{"zone-a": 3, "zone-b": 2}}
+
+func canary(c *lehrpb.CanaryTarget) *lehrpb.RolloutStage {
+	return &lehrpb.RolloutStage{Target: &lehrpb.RolloutStage_Canary{Canary: c}}
+}
+
+func zones(z *lehrpb.ZonesTarget) *lehrpb.RolloutStage {
+	return &lehrpb.RolloutStage{Target: &lehrpb.RolloutStage_Zones{Zones: z}}
+}
+
+func policy(stages ...*lehrpb.RolloutStage) *lehrpb.RolloutPolicy {
+	return &lehrpb.RolloutPolicy{Stages: stages}
+}
+
+func with(st *lehrpb.RolloutStage, mod func(*lehrpb.RolloutStage)) *lehrpb.RolloutStage {
+	mod(st)
+	return st
+}
+
+func TestValidate(t *testing.T) {
+	tests := []struct {
+		name      string
+		p         *lehrpb.RolloutPolicy
+		wantField string // "" means valid
+		wantMsg   string
+	}{
+		{"default", rollout.Default(), "", ""},
+		{"fast", rollout.Fast(), "", ""},
+		{"global blast", rollout.GlobalBlast(), "", ""},
+		{"canary percent then two named zones", policy(canary(&lehrpb.CanaryTarget{Percent: 5}), zones(&lehrpb.ZonesTarget{Zones: []string{"zone-b", "zone-a"}})), "", ""},
+		{"a zone by percent then whole", policy(zones(&lehrpb.ZonesTarget{Zones: []string{"zone-a"}, Percent: 10}), zones(&lehrpb.ZonesTarget{Zones: []string{"zone-a"}})), "", ""},
+		{"unknown host count is not checked", policy(canary(&lehrpb.CanaryTarget{Zones: []string{"zone-c"}, Hosts: 50})), "", ""},
+
+		{"nil", nil, "policy", "required"},
+		{"no stages", policy(), "policy.stages", "at least one stage"},
+		{"global blast with stages", &lehrpb.RolloutPolicy{GlobalBlast: true, Stages: rollout.Default().Stages}, "policy.global_blast", "takes no stages"},
+		{"no target", policy(&lehrpb.RolloutStage{Name: "x"}), "policy.stages[0]", "needs a target"},
+		{"unknown zone", policy(zones(&lehrpb.ZonesTarget{Zones: []string{"zone-x"}})), "policy.stages[0].zones.zones[0]", `"zone-x" is not registered`},
+		{"unknown canary zone", policy(canary(&lehrpb.CanaryTarget{Zones: []string{"zone-x"}, Hosts: 1})), "policy.stages[0].canary.zones[0]", "not registered"},
+		{"zone twice in a stage", policy(zones(&lehrpb.ZonesTarget{Zones: []string{"zone-a", "zone-a"}})), "policy.stages[0].zones.zones[1]", "named twice"},
+		{"negative bake", policy(with(canary(&lehrpb.CanaryTarget{Hosts: 1}), func(s *lehrpb.RolloutStage) { s.Bake = durationpb.New(-time.Second) })), "policy.stages[0].bake", "want 0s to 168h0m0s"},
+		{"bake too long", policy(with(canary(&lehrpb.CanaryTarget{Hosts: 1}), func(s *lehrpb.RolloutStage) { s.Bake = durationpb.New(8 * 24 * time.Hour) })), "policy.stages[0].bake", "168h"},
+		{"deadline too long", policy(with(canary(&lehrpb.CanaryTarget{Hosts: 1}), func(s *lehrpb.RolloutStage) { s.ApplyDeadline = durationpb.New(48 * time.Hour) })), "policy.stages[0].apply_deadline", "24h"},
+		{"percent over 100", policy(zones(&lehrpb.ZonesTarget{Percent: 150})), "policy.stages[0].zones.percent", "150; want 0 (meaning 100) to 100"},
+		{"canary percent over 100", policy(canary(&lehrpb.CanaryTarget{Percent: 101})), "policy.stages[0].canary.percent", "more than 0, at most 100"},
+		{"canary NaN percent", policy(canary(&lehrpb.CanaryTarget{Percent: math.NaN()})), "policy.stages[0].canary.percent", "NaN"},
+		{"canary hosts and percent", policy(canary(&lehrpb.CanaryTarget{Hosts: 1, Percent: 5})), "policy.stages[0].canary", "choose one"},
+		{"canary neither", policy(canary(&lehrpb.CanaryTarget{})), "policy.stages[0].canary", "choose hosts"},
+		{"more canary hosts than the zone has", policy(canary(&lehrpb.CanaryTarget{Hosts: 3})), "policy.stages[0].canary.hosts", `zone "zone-b" has 2 host(s)`},
+		{"min hosts above selection", policy(with(canary(&lehrpb.CanaryTarget{Hosts: 1, Zones: []string{"zone-a"}}), func(s *lehrpb.RolloutStage) { s.MinHostsApplied = 2 })), "policy.stages[0].min_hosts_applied", "at most 1"},
+		{"error ratio above 1", policy(with(canary(&lehrpb.CanaryTarget{Hosts: 1}), func(s *lehrpb.RolloutStage) { s.MaxErrorRatio = 1.5 })), "policy.stages[0].max_error_ratio", "want 0 to 1"},
+		{"error ratio NaN", policy(with(canary(&lehrpb.CanaryTarget{Hosts: 1}), func(s *lehrpb.RolloutStage) { s.MaxErrorRatio = math.NaN() })), "policy.stages[0].max_error_ratio", "not a ratio"},
+		{"zones and count", policy(zones(&lehrpb.ZonesTarget{Zones: []string{"zone-a"}, Count: 1})), "policy.stages[0].zones", "both set"},
+		{"count too large", policy(zones(&lehrpb.ZonesTarget{Count: 4})), "policy.stages[0].zones.count", "only 3 zone(s) are left"},
+		{"zone reached twice", policy(zones(&lehrpb.ZonesTarget{Zones: []string{"zone-a"}}), zones(&lehrpb.ZonesTarget{Zones: []string{"zone-a"}})), "policy.stages[1].zones.zones[0]", "already at 100%"},
+		{"nothing left to reach", policy(zones(&lehrpb.ZonesTarget{}), zones(&lehrpb.ZonesTarget{})), "policy.stages[1].zones", "every zone is reached"},
+		{"duplicate names", policy(with(canary(&lehrpb.CanaryTarget{Hosts: 1}), func(s *lehrpb.RolloutStage) { s.Name = "a" }), with(zones(&lehrpb.ZonesTarget{}), func(s *lehrpb.RolloutStage) { s.Name = "a" })), "policy.stages[1].name", "must differ"},
+		{"bad name", policy(with(canary(&lehrpb.CanaryTarget{Hosts: 1}), func(s *lehrpb.RolloutStage) { s.Name = "a/b" })), "policy.stages[0].name", "offset 1"},
+		{"too many stages", policy(func() []*lehrpb.RolloutStage {
+			var out []*lehrpb.RolloutStage
+			for range rollout.MaxStages + 1 {
+				out = append(out, canary(&lehrpb.CanaryTarget{Hosts: 1}))
+			}
+			return out
+		}()...), "policy.stages", "at most 32"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			err := rollout.Validate("policy", tc.p, fleet)
+			if tc.wantField == "" {
+				if err != nil {
+					t.Fatalf("Validate: %v, want nil", err)
+				}
+				return
+			}
+			var fe *rollout.FieldError
+			if !errors.As(err, &fe) {
+				t.Fatalf("Validate: %v, want a *FieldError on %s", err, tc.wantField)
+			}
+			if fe.Field != tc.wantField || !strings.Contains(fe.Message, tc.wantMsg) {
+				t.Errorf("Validate: field %q message %q; want field %q and a message containing %q", fe.Field, fe.Message, tc.wantField, tc.wantMsg)
+			}
+		})
+	}
+}

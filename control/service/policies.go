@@ -1,0 +1,223 @@
+package service
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"time"
+
+	"google.golang.org/grpc/codes"
+
+	"lehr.dev/lehr/control/rollout"
+	"lehr.dev/lehr/control/store"
+	"lehr.dev/lehr/internal/apierror"
+	"lehr.dev/lehr/internal/names"
+	"lehr.dev/lehr/proto/lehrpb"
+)
+
+// checkScope checks a rollout-policy scope: a domain name or a namespace
+// ("domain/name"). It returns the domain.
+func checkScope(scope string) (string, error) {
+	if scope == "" {
+		return "", invalid(apierror.ReasonInvalidArgument, "scope", `scope is required: a domain ("payments") for its default, or a namespace ("payments/limits") for its own policy`)
+	}
+	if !strings.Contains(scope, "/") {
+		if err := names.Domain(scope); err != nil {
+			return "", nameError("scope", err)
+		}
+		return scope, nil
+	}
+	d, _, err := names.Namespace(scope)
+	if err != nil {
+		return "", nameError("scope", err)
+	}
+	return d, nil
+}
+
+// fleet is what policies are validated against: the registered zones and
+// the hosts their distributors report connected now.
+func (s *Service) fleet(ctx context.Context) (rollout.Fleet, error) {
+	zones, err := s.st.ListZones(ctx)
+	if err != nil {
+		return rollout.Fleet{}, err
+	}
+	f := rollout.Fleet{Hosts: map[string]int{}}
+	for _, z := range zones {
+		f.Zones = append(f.Zones, z.GetName())
+		sts, err := s.st.ZoneStatus(ctx, z.GetName())
+		if err != nil {
+			return rollout.Fleet{}, err
+		}
+		if len(sts) == 0 {
+			continue // no live report: unknown, not zero
+		}
+		n := 0
+		for _, st := range sts {
+			n += int(st.GetAgents())
+		}
+		f.Hosts[z.GetName()] = n
+	}
+	return f, nil
+}
+
+// SetRolloutPolicy validates a policy against the registered zones and
+// stores it as its scope's next generation. See the proto for the contract.
+func (s *Service) SetRolloutPolicy(ctx context.Context, req *lehrpb.SetRolloutPolicyRequest) (_ *lehrpb.RolloutPolicyRecord, err error) {
+	defer s.track(ctx, "SetRolloutPolicy", time.Now(), &err)
+	if _, err := checkScope(req.GetScope()); err != nil {
+		return nil, err
+	}
+	if err := checkAudit(ctx, req.GetAuthor(), req.GetMessage()); err != nil {
+		return nil, err
+	}
+	fleet, err := s.fleet(ctx)
+	if err != nil {
+		return nil, s.apiError(ctx, err)
+	}
+	if err := rollout.Validate("policy", req.GetPolicy(), fleet); err != nil {
+		var fe *rollout.FieldError
+		if errors.As(err, &fe) {
+			return nil, invalid(apierror.ReasonInvalidArgument, fe.Field, "%s", fe.Message).WithCause(err)
+		}
+		return nil, s.apiError(ctx, err)
+	}
+	c := callerOf(ctx)
+	rec, err := s.st.PutRolloutPolicy(ctx, req.GetScope(), &lehrpb.RolloutPolicyRecord{
+		Policy:            req.GetPolicy(),
+		Author:            c.author(req.GetAuthor()),
+		TransportIdentity: c.transport,
+		Message:           req.GetMessage(),
+	}, req.GetExpectedGeneration())
+	if err != nil {
+		return nil, s.policyError(ctx, err)
+	}
+	s.log.Info("rollout policy set", "scope", req.GetScope(), "generation", rec.GetGeneration(), "author", rec.GetAuthor())
+	return rec, nil
+}
+
+// DeleteRolloutPolicy removes a scope's policy; the scope falls back to its
+// domain's policy or the built-in default. Deleting a policy already
+// deleted returns the deletion record, so a retry is harmless.
+func (s *Service) DeleteRolloutPolicy(ctx context.Context, req *lehrpb.DeleteRolloutPolicyRequest) (_ *lehrpb.RolloutPolicyRecord, err error) {
+	defer s.track(ctx, "DeleteRolloutPolicy", time.Now(), &err)
+	if _, err := checkScope(req.GetScope()); err != nil {
+		return nil, err
+	}
+	if err := checkAudit(ctx, req.GetAuthor(), req.GetMessage()); err != nil {
+		return nil, err
+	}
+	c := callerOf(ctx)
+	rec, err := s.st.PutRolloutPolicy(ctx, req.GetScope(), &lehrpb.RolloutPolicyRecord{
+		Deleted:           true,
+		Author:            c.author(req.GetAuthor()),
+		TransportIdentity: c.transport,
+		Message:           req.GetMessage(),
+	}, req.GetExpectedGeneration())
+	if err != nil {
+		return nil, s.policyError(ctx, err)
+	}
+	if rec == nil { // nothing to delete: say what is there
+		cur, err := s.st.RolloutPolicy(ctx, req.GetScope())
+		if err != nil {
+			return nil, s.apiError(ctx, err)
+		}
+		if cur == nil {
+			return nil, apierror.New(codes.NotFound, apierror.ReasonNotFound, "scope", "%s has no rollout policy of its own to delete", req.GetScope())
+		}
+		return cur, nil
+	}
+	s.log.Info("rollout policy deleted", "scope", req.GetScope(), "generation", rec.GetGeneration(), "author", rec.GetAuthor())
+	return rec, nil
+}
+
+// GetRolloutPolicy returns a scope's stored policy and the policy in effect.
+func (s *Service) GetRolloutPolicy(ctx context.Context, req *lehrpb.GetRolloutPolicyRequest) (_ *lehrpb.GetRolloutPolicyResponse, err error) {
+	defer s.track(ctx, "GetRolloutPolicy", time.Now(), &err)
+	dname, err := checkScope(req.GetScope())
+	if err != nil {
+		return nil, err
+	}
+	if _, err := s.domainOf(ctx, dname, "scope"); err != nil {
+		return nil, s.apiError(ctx, err)
+	}
+	stored, eff, src, err := s.effectivePolicy(ctx, req.GetScope())
+	if err != nil {
+		return nil, s.apiError(ctx, err)
+	}
+	return &lehrpb.GetRolloutPolicyResponse{Stored: stored, Effective: eff, Source: src}, nil
+}
+
+// effectivePolicy returns the scope's own live record (nil if none) and the
+// policy in effect for it: the namespace's, else its domain's, else the
+// built-in default.
+func (s *Service) effectivePolicy(ctx context.Context, scope string) (*lehrpb.RolloutPolicyRecord, *lehrpb.RolloutPolicy, lehrpb.RolloutPolicySource, error) {
+	live := func(scope string) (*lehrpb.RolloutPolicyRecord, error) {
+		rec, err := s.st.RolloutPolicy(ctx, scope)
+		if err != nil || rec == nil || rec.GetDeleted() {
+			return nil, err
+		}
+		return rec, nil
+	}
+	own, err := live(scope)
+	if err != nil {
+		return nil, nil, 0, err
+	}
+	if d, _, nerr := names.Namespace(scope); nerr == nil {
+		if own != nil {
+			return own, own.GetPolicy(), lehrpb.RolloutPolicySource_ROLLOUT_POLICY_SOURCE_NAMESPACE, nil
+		}
+		dom, err := live(d)
+		if err != nil {
+			return nil, nil, 0, err
+		}
+		if dom != nil {
+			return nil, dom.GetPolicy(), lehrpb.RolloutPolicySource_ROLLOUT_POLICY_SOURCE_DOMAIN, nil
+		}
+	} else if own != nil {
+		return own, own.GetPolicy(), lehrpb.RolloutPolicySource_ROLLOUT_POLICY_SOURCE_DOMAIN, nil
+	}
+	return own, s.defaultPolicy(), lehrpb.RolloutPolicySource_ROLLOUT_POLICY_SOURCE_BUILT_IN, nil
+}
+
+// defaultPolicy is the built-in policy of a domain that set none.
+func (s *Service) defaultPolicy() *lehrpb.RolloutPolicy {
+	if s.defPolicy != nil {
+		return s.defPolicy
+	}
+	return rollout.Default()
+}
+
+// RolloutPolicyHistory lists a scope's policy changes, newest first.
+func (s *Service) RolloutPolicyHistory(ctx context.Context, req *lehrpb.RolloutPolicyHistoryRequest) (_ *lehrpb.RolloutPolicyHistoryResponse, err error) {
+	defer s.track(ctx, "RolloutPolicyHistory", time.Now(), &err)
+	if _, err := checkScope(req.GetScope()); err != nil {
+		return nil, err
+	}
+	if n := req.GetPageSize(); n < 0 {
+		return nil, invalid(apierror.ReasonInvalidArgument, "page_size", "page_size is %d; want 0 (meaning 100) to 1000", n)
+	}
+	recs, err := s.st.RolloutPolicyHistory(ctx, req.GetScope(), req.GetBeforeGeneration(), int(req.GetPageSize()))
+	if err != nil {
+		return nil, s.apiError(ctx, err)
+	}
+	return &lehrpb.RolloutPolicyHistoryResponse{Records: recs}, nil
+}
+
+// policyError maps a store error of a policy change: a stale generation
+// names expected_generation; a missing domain or namespace names scope.
+func (s *Service) policyError(ctx context.Context, err error) error {
+	var ge *store.GenerationError
+	var nf *store.NotFoundError
+	switch {
+	case errors.As(err, &ge):
+		return apierror.New(codes.FailedPrecondition, apierror.ReasonStaleVersion, "expected_generation",
+			"the rollout policy of %s is at generation %d, not %d; re-read it and retry", ge.Scope, ge.Current, ge.Expected)
+	case errors.As(err, &nf):
+		how := "lehr domain create " + nf.Name
+		if nf.What == "namespace" {
+			how = "lehr push " + nf.Name + " FILE"
+		}
+		return apierror.New(codes.NotFound, apierror.ReasonNotFound, "scope", "%s %q does not exist; create it first (%s)", nf.What, nf.Name, how)
+	}
+	return s.apiError(ctx, err)
+}
