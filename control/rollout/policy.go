@@ -3,7 +3,8 @@
 // policy resolves against the registered zones into concrete stages
 // (Resolve), which the strategist walks.
 //
-// Imported by control only.
+// Imported by control, and by testenv/devcluster for the fast policy of
+// "lehr dev".
 package rollout
 
 import (

@@ -58,6 +58,7 @@ import (
 	"lehr.dev/lehr/client/consumer"
 	"lehr.dev/lehr/client/producer"
 	"lehr.dev/lehr/control"
+	"lehr.dev/lehr/control/rollout"
 	"lehr.dev/lehr/internal/names"
 	"lehr.dev/lehr/internal/pki"
 	"lehr.dev/lehr/internal/tlsconfig"
@@ -227,6 +228,8 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 			Logger:          c.log.With("component", "control"),
 			NoSync:          opts.NoSync,
 			ShutdownTimeout: 5 * time.Second,
+			// Bakes of seconds, so a local rollout is watchable.
+			DefaultRolloutPolicy: rollout.Fast(),
 		},
 	}
 	if c.ctl.opts.MetricsListen == "" {
