@@ -37,6 +37,8 @@ import (
 	"lehr.dev/lehr/distributor/goalwatch"
 	"lehr.dev/lehr/distributor/versions"
 	"lehr.dev/lehr/internal/backoff"
+	"lehr.dev/lehr/internal/cohort"
+	"lehr.dev/lehr/internal/content"
 	"lehr.dev/lehr/internal/metricshttp"
 	"lehr.dev/lehr/internal/names"
 	"lehr.dev/lehr/internal/tlsconfig"
@@ -526,20 +528,36 @@ func (d *Distributor) syncOne(ctx context.Context, ns string) error {
 		d.cache.Unpin(ns)
 		return nil
 	}
-	if cur, ok := srv.Goal(ns); ok && cur.Seq == g.GetVersion() && cur.Checksum == g.GetChecksum() {
-		return nil
+	cand := g.GetCandidate()
+	if cand.GetVersion() == 0 {
+		d.cache.Pin(ns, g.GetVersion())
+	} else {
+		d.cache.Pin(ns, g.GetVersion(), cand.GetVersion())
 	}
-	d.cache.Pin(ns, g.GetVersion())
 	fctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	v, err := d.cache.Get(fctx, ns, g.GetVersion(), g.GetChecksum())
+	fetch := func(seq uint64, sum string) (*content.Version, error) {
+		v, err := d.cache.Get(fctx, ns, seq, sum)
+		if err != nil {
+			return nil, err
+		}
+		if v.Checksum != sum {
+			return nil, fmt.Errorf("goal %s@%d: %w: goal says %s, version has %s", ns, seq, versions.ErrChecksum, sum, v.Checksum)
+		}
+		return v, nil
+	}
+	stable, err := fetch(g.GetVersion(), g.GetChecksum())
 	if err != nil {
 		return err
 	}
-	if v.Checksum != g.GetChecksum() {
-		return fmt.Errorf("goal %s@%d: %w: goal says %s, version has %s", ns, g.GetVersion(), versions.ErrChecksum, g.GetChecksum(), v.Checksum)
+	goal := fanout.Goal{Stable: stable}
+	if cand.GetVersion() != 0 {
+		if goal.Candidate, err = fetch(cand.GetVersion(), cand.GetChecksum()); err != nil {
+			return err
+		}
+		goal.Cohort = cohort.Cohort{Hosts: cand.GetHosts(), PerMillion: cand.GetPerMillion(), Salt: cand.GetSalt()}
 	}
-	srv.SetGoal(v)
+	srv.SetGoal(goal) // no change if it is the current goal
 	return nil
 }
 

@@ -103,7 +103,7 @@ func (d *dist) setGoal(t *testing.T, v *content.Version) {
 		t.Fatal(err)
 	}
 	d.vers.Pin(v.Namespace, v.Seq)
-	d.srv.SetGoal(v)
+	d.srv.SetGoal(fanout.Goal{Stable: v})
 }
 
 func version(ns string, seq uint64, props map[string]string) *content.Version {

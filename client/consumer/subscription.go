@@ -31,6 +31,10 @@ type Change struct {
 	Changed  []string
 }
 
+// Rollback reports whether the change is a rollback: the new version
+// republishes an older version's content (New.RollbackOf names it).
+func (c Change) Rollback() bool { return c.New != nil && c.New.RollbackOf() != 0 }
+
 // Subscription follows one namespace. Its methods are safe for concurrent
 // use. Close it (or the Client) to release the lease.
 type Subscription struct {

@@ -18,7 +18,9 @@ type View struct {
 	author    string
 	message   string
 	created   time.Time
-	snap      content.Snapshot
+	// rollbackOf is the older version this one republishes (0: none).
+	rollbackOf uint64
+	snap       content.Snapshot
 }
 
 // supersedes reports whether v replaces o as the current view: a newer
@@ -54,6 +56,12 @@ func (v *View) Message() string { return v.message }
 // CreateTime returns when the version was published (zero for the empty view).
 func (v *View) CreateTime() time.Time { return v.created }
 
+// RollbackOf returns the older version whose content this version
+// republishes — a rollback, by an operator or by a rollout that failed its
+// checks — and 0 for any other version. Versions only move forward: a
+// rollback is a new version with old content.
+func (v *View) RollbackOf() uint64 { return v.rollbackOf }
+
 // Get returns a property's value.
 func (v *View) Get(key string) ([]byte, bool) {
 	p, ok := v.snap.Get(key)
@@ -79,14 +87,15 @@ func readView(path string) (*View, error) {
 		return nil, err
 	}
 	return &View{
-		namespace: f.Namespace,
-		version:   f.Version,
-		checksum:  f.Checksum,
-		kind:      f.Kind,
-		author:    f.Author,
-		message:   f.Message,
-		created:   f.CreateTime,
-		snap:      f.Content,
+		namespace:  f.Namespace,
+		version:    f.Version,
+		checksum:   f.Checksum,
+		kind:       f.Kind,
+		author:     f.Author,
+		message:    f.Message,
+		created:    f.CreateTime,
+		rollbackOf: f.RollbackOf,
+		snap:       f.Content,
 	}, nil
 }
 

@@ -130,6 +130,9 @@ func (s *Store) compactOnce(ctx context.Context, ns string) (removed int, ok boo
 				return 0, false, err
 			}
 			pinned[g.GetVersion()] = true
+			if c := g.GetCandidate().GetVersion(); c != 0 {
+				pinned[c] = true // a rollout's candidate is a goal too
+			}
 			goalCmps = append(goalCmps, clientv3.Compare(clientv3.ModRevision(goalKeys[i]), "=", r.Kvs[0].ModRevision))
 		}
 	}

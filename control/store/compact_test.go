@@ -71,8 +71,9 @@ func TestCompaction(t *testing.T) {
 		commit(t, s, Commit{Namespace: ns, Create: seq == 1, ExpectedLatest: seq - 1, Content: sn, Goals: GoalsNone})
 		clock.Advance(time.Minute)
 	}
-	// Zone z pins v2.
-	if err := s.SetGoal(ctx, &lehrpb.GoalState{Zone: "z", Namespace: ns, Version: 2}); err != nil {
+	// Zone z pins v2, and v4 as a rollout's candidate.
+	if err := s.SetGoal(ctx, &lehrpb.GoalState{Zone: "z", Namespace: ns, Version: 2,
+		Candidate: &lehrpb.CandidateGoal{Version: 4, Hosts: []string{"canary-1"}, Salt: "r"}}); err != nil {
 		t.Fatal(err)
 	}
 
@@ -81,15 +82,15 @@ func TestCompaction(t *testing.T) {
 		t.Fatalf("Compact: %v", err)
 	}
 	// Removable: older than an hour, not among the 3 newest (8, 9, 10),
-	// not the goal of z (2).
-	if removed != 6 {
-		t.Errorf("Compact removed %d versions, want 6 (1, 3, 4, 5, 6, 7)", removed)
+	// not the goal of z (2) nor its candidate (4).
+	if removed != 5 {
+		t.Errorf("Compact removed %d versions, want 5 (1, 3, 5, 6, 7)", removed)
 	}
 	hist, err := s.History(ctx, ns, 0, 100)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, want := seqs(hist), []uint64{10, 9, 8, 2}; !cmp.Equal(got, want) {
+	if got, want := seqs(hist), []uint64{10, 9, 8, 4, 2}; !cmp.Equal(got, want) {
 		t.Errorf("History after compaction = %v, want %v", got, want)
 	}
 	head, err := s.GetNamespace(ctx, ns)
@@ -103,10 +104,10 @@ func TestCompaction(t *testing.T) {
 	if _, _, err := s.Content(ctx, ns, 5); !errors.As(err, &nf) || nf.What != "version" {
 		t.Errorf("Content(5) after compaction: %v, want version not found", err)
 	}
-	for _, seq := range []uint64{2, 8, 9, 10} {
+	for _, seq := range []uint64{2, 4, 8, 9, 10} {
 		readBack(t, s, ns, seq, snaps[seq])
 	}
-	want := wantBlobs(t, snaps[2], snaps[8], snaps[9], snaps[10])
+	want := wantBlobs(t, snaps[2], snaps[4], snaps[8], snaps[9], snaps[10])
 	if diff := cmp.Diff(slices.Sorted(maps.Keys(want)), slices.Sorted(maps.Keys(blobKeys(t, s, ns)))); diff != "" {
 		t.Errorf("blobs after GC (-want +got):\n%s", diff)
 	}
@@ -140,8 +141,8 @@ func TestCompaction(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if removed != 2 {
-		t.Errorf("Compact removed %d, want 2 (v2 and v8)", removed)
+	if removed != 3 {
+		t.Errorf("Compact removed %d, want 3 (v2, v4 and v8)", removed)
 	}
 	hist, _ = s.History(ctx, ns, 0, 100)
 	if got, want := seqs(hist), []uint64{11, 10, 9}; !cmp.Equal(got, want) {

@@ -9,6 +9,7 @@ import (
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"lehr.dev/lehr/internal/names"
@@ -182,13 +183,22 @@ func (s *Store) Goals(ctx context.Context, zone, ns string) ([]*lehrpb.GoalState
 	return out, rev, nil
 }
 
+// Bounds of a goal's candidate cohort.
+const (
+	MaxCohortHosts     = 1000
+	MaxCohortSaltBytes = 128
+)
+
 // SetGoal moves one goal state. The version must exist. This is the seam the
 // rollout strategist uses.
 //
 // The store fills in the checksum (a non-empty g.Checksum must match the
-// version's) and the update time; g.Reason is kept. The goal is written only
-// if the zone is registered and the version still exists at that moment, so
-// it cannot race with compaction removing the version.
+// version's) and the update time; g.Reason is kept. A candidate, if set,
+// must be a newer version than the goal's, with a cohort of at most
+// MaxCohortHosts named hosts and per_million at most 1,000,000; its
+// checksum is filled in the same way. The goal is written only if the zone
+// is registered and the versions still exist at that moment, so it cannot
+// race with compaction removing them.
 func (s *Store) SetGoal(ctx context.Context, g *lehrpb.GoalState) error {
 	zone, ns, seq := g.GetZone(), g.GetNamespace(), g.GetVersion()
 	if err := names.Zone(zone); err != nil {
@@ -209,19 +219,28 @@ func (s *Store) SetGoal(ctx context.Context, g *lehrpb.GoalState) error {
 		return fmt.Errorf("store: set goal %s@%d in %s: %w", ns, seq, zone,
 			invalidf("checksum %s does not match the version's %s", g.GetChecksum(), sum))
 	}
-	b, err := encode(&lehrpb.GoalState{
+	out := &lehrpb.GoalState{
 		Zone: zone, Namespace: ns, Version: seq, Checksum: sum,
 		UpdateTime: timestamppb.New(s.opts.Now()), Reason: g.GetReason(),
-	})
+	}
+	zkey, vkey := s.lay.zone(zone), s.lay.version(ns, seq)
+	cmps := []clientv3.Cmp{
+		clientv3.Compare(clientv3.CreateRevision(zkey), ">", 0),
+		clientv3.Compare(clientv3.CreateRevision(vkey), ">", 0),
+	}
+	if c := g.GetCandidate(); c != nil {
+		cand, err := s.checkCandidate(ctx, ns, seq, c)
+		if err != nil {
+			return fmt.Errorf("store: set goal %s in %s: %w", ns, zone, err)
+		}
+		out.Candidate = cand
+		cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(s.lay.version(ns, cand.GetVersion())), ">", 0))
+	}
+	b, err := encode(out)
 	if err != nil {
 		return fmt.Errorf("store: set goal %s@%d in %s: %w", ns, seq, zone, err)
 	}
-	zkey, vkey := s.lay.zone(zone), s.lay.version(ns, seq)
-	resp, err := s.txn(ctx,
-		[]clientv3.Cmp{
-			clientv3.Compare(clientv3.CreateRevision(zkey), ">", 0),
-			clientv3.Compare(clientv3.CreateRevision(vkey), ">", 0),
-		},
+	resp, err := s.txn(ctx, cmps,
 		[]clientv3.Op{clientv3.OpPut(s.lay.goal(zone, ns), string(b))},
 		[]clientv3.Op{clientv3.OpGet(zkey, clientv3.WithCountOnly())})
 	if err != nil {
@@ -235,6 +254,37 @@ func (s *Store) SetGoal(ctx context.Context, g *lehrpb.GoalState) error {
 		return &NotFoundError{What: "version", Name: fmt.Sprintf("%s@%d", ns, seq)}
 	}
 	return nil
+}
+
+// checkCandidate checks a goal's candidate against the stable version seq
+// and returns it with its checksum filled in.
+func (s *Store) checkCandidate(ctx context.Context, ns string, seq uint64, c *lehrpb.CandidateGoal) (*lehrpb.CandidateGoal, error) {
+	switch {
+	case c.GetVersion() <= seq:
+		return nil, invalidf("candidate version %d is not newer than the goal's version %d", c.GetVersion(), seq)
+	case len(c.GetHosts()) > MaxCohortHosts:
+		return nil, invalidf("candidate names %d hosts; at most %d (use per_million for more)", len(c.GetHosts()), MaxCohortHosts)
+	case c.GetPerMillion() > 1_000_000:
+		return nil, invalidf("candidate per_million is %d; at most 1000000", c.GetPerMillion())
+	case len(c.GetSalt()) > MaxCohortSaltBytes:
+		return nil, invalidf("candidate salt is %d bytes; at most %d", len(c.GetSalt()), MaxCohortSaltBytes)
+	}
+	for i, h := range c.GetHosts() {
+		if h == "" || len(h) > 255 {
+			return nil, invalidf("candidate hosts[%d] is %d bytes; want 1 to 255", i, len(h))
+		}
+	}
+	rec, _, err := s.lookup(ctx, ns, c.GetVersion())
+	if err != nil {
+		return nil, fmt.Errorf("candidate %s@%d: %w", ns, c.GetVersion(), err)
+	}
+	sum := rec.GetInfo().GetChecksum()
+	if c.GetChecksum() != "" && c.GetChecksum() != sum {
+		return nil, invalidf("candidate checksum %s does not match version %d's %s", c.GetChecksum(), c.GetVersion(), sum)
+	}
+	out := proto.CloneOf(c)
+	out.Checksum = sum
+	return out, nil
 }
 
 // GoalBatch is the goal changes of one etcd revision, progress (no events:

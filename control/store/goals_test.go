@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"google.golang.org/protobuf/proto"
 
 	"lehr.dev/lehr/proto/lehrpb"
 )
@@ -283,4 +285,58 @@ func domainNames(ds []*lehrpb.Domain) []string {
 		out = append(out, d.GetName())
 	}
 	return out
+}
+
+// A goal may carry a newer candidate version for a cohort of hosts; the
+// store fills in its checksum and refuses what the distributors could not
+// act on, changing nothing.
+func TestGoalCandidate(t *testing.T) {
+	s := newTestStore(t, Options{})
+	ctx := testCtx(t)
+	mustDomain(t, s, "d")
+	if _, err := s.CreateZone(ctx, "z"); err != nil {
+		t.Fatal(err)
+	}
+	const ns = "d/a"
+	commit(t, s, Commit{Namespace: ns, Create: true, Content: snap(t, "k", "1")})
+	v2 := commit(t, s, Commit{Namespace: ns, ExpectedLatest: 1, Content: snap(t, "k", "2"), Goals: GoalsNone})
+
+	if err := s.SetGoal(ctx, &lehrpb.GoalState{Zone: "z", Namespace: ns, Version: 1, Reason: "canary",
+		Candidate: &lehrpb.CandidateGoal{Version: 2, Hosts: []string{"host-1"}, PerMillion: 50_000, Salt: "r1"}}); err != nil {
+		t.Fatalf("SetGoal with a candidate: %v", err)
+	}
+	goals, _, err := s.Goals(ctx, "z", ns)
+	if err != nil || len(goals) != 1 {
+		t.Fatalf("Goals: %v, %v", goals, err)
+	}
+	c := goals[0].GetCandidate()
+	if goals[0].GetVersion() != 1 || c.GetVersion() != 2 || c.GetChecksum() != v2.GetChecksum() || c.GetPerMillion() != 50_000 || c.GetSalt() != "r1" {
+		t.Errorf("stored goal %v; want version 1 with candidate 2 (checksum filled in)", goals[0])
+	}
+
+	many := make([]string, MaxCohortHosts+1)
+	for i := range many {
+		many[i] = fmt.Sprintf("h%d", i)
+	}
+	for _, tc := range []struct {
+		name string
+		c    *lehrpb.CandidateGoal
+		want string
+	}{
+		{"not newer", &lehrpb.CandidateGoal{Version: 1}, "not newer"},
+		{"unknown version", &lehrpb.CandidateGoal{Version: 9}, "not found"},
+		{"wrong checksum", &lehrpb.CandidateGoal{Version: 2, Checksum: "sha256:00"}, "does not match"},
+		{"too many hosts", &lehrpb.CandidateGoal{Version: 2, Hosts: many}, "at most 1000"},
+		{"empty host", &lehrpb.CandidateGoal{Version: 2, Hosts: []string{""}}, "hosts[0]"},
+		{"over a million", &lehrpb.CandidateGoal{Version: 2, PerMillion: 1_000_001}, "per_million"},
+	} {
+		err := s.SetGoal(ctx, &lehrpb.GoalState{Zone: "z", Namespace: ns, Version: 1, Candidate: tc.c})
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: SetGoal: %v, want an error saying %q", tc.name, err, tc.want)
+		}
+	}
+	after, _, _ := s.Goals(ctx, "z", ns)
+	if !proto.Equal(after[0], goals[0]) {
+		t.Errorf("refused goals changed the stored one: %v, was %v", after[0], goals[0])
+	}
 }

@@ -134,6 +134,29 @@ func (e *env) publish(ns string, props map[string]string) *content.Version {
 
 func (e *env) publishSnap(ns string, snap content.Snapshot) *content.Version {
 	e.t.Helper()
+	v := e.stageSnap(ns, snap)
+	e.cache.Pin(ns, v.Seq)
+	e.srv.SetGoal(fanout.Goal{Stable: v})
+	return v
+}
+
+// stage makes the next version of ns with props, known to the distributor
+// but no goal (yet).
+func (e *env) stage(ns string, props map[string]string) *content.Version {
+	e.t.Helper()
+	var ps []content.Property
+	for k, v := range props {
+		ps = append(ps, content.Property{Key: k, Value: []byte(v)})
+	}
+	snap, err := content.New(ps)
+	if err != nil {
+		e.t.Fatalf("content.New: %v", err)
+	}
+	return e.stageSnap(ns, snap)
+}
+
+func (e *env) stageSnap(ns string, snap content.Snapshot) *content.Version {
+	e.t.Helper()
 	e.mu.Lock()
 	var seq uint64 = 1
 	if prev := e.latest[ns]; prev != nil {
@@ -149,8 +172,6 @@ func (e *env) publishSnap(ns string, snap content.Snapshot) *content.Version {
 	if err := e.cache.Put(v); err != nil {
 		e.t.Fatalf("Put: %v", err)
 	}
-	e.cache.Pin(ns, seq)
-	e.srv.SetGoal(v)
 	return v
 }
 

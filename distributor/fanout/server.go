@@ -34,6 +34,7 @@ import (
 	"github.com/VictoriaMetrics/metrics"
 	"github.com/quic-go/quic-go"
 
+	"lehr.dev/lehr/internal/cohort"
 	"lehr.dev/lehr/internal/content"
 	"lehr.dev/lehr/internal/names"
 	"lehr.dev/lehr/internal/wire"
@@ -170,7 +171,7 @@ type Server struct {
 	met           *serverMetrics
 	memo          *memo
 
-	goals atomic.Pointer[map[string]*content.Version]
+	goals atomic.Pointer[map[string]*Goal]
 	// goalMu serialises goal writers (SetGoal, ClearGoal).
 	goalMu sync.Mutex
 
@@ -247,7 +248,7 @@ func Listen(opts Options) (*Server, error) {
 		cancel:   cancel,
 		done:     make(chan struct{}),
 	}
-	empty := map[string]*content.Version{}
+	empty := map[string]*Goal{}
 	s.goals.Store(&empty)
 	s.met = newServerMetrics(opts.Metrics, s)
 	s.udp = udp
@@ -373,21 +374,50 @@ func (s *Server) Close() error {
 	return nil
 }
 
-// SetGoal makes v the goal version of its namespace and starts pushing it to
-// every agent subscribed to the namespace.
-func (s *Server) SetGoal(v *content.Version) {
+// Goal is what the zone's agents should hold of one namespace: Stable,
+// except the hosts of Cohort, which a rollout is moving to Candidate.
+type Goal struct {
+	Stable *content.Version
+	// Candidate is nil when no rollout is moving hosts; otherwise newer
+	// than Stable.
+	Candidate *content.Version
+	Cohort    cohort.Cohort
+}
+
+// For returns the version host should hold.
+func (g *Goal) For(host string) *content.Version {
+	if g.Candidate != nil && g.Cohort.Has(host) {
+		return g.Candidate
+	}
+	return g.Stable
+}
+
+// equal reports whether g and o make every host hold the same versions.
+func (g *Goal) equal(o *Goal) bool {
+	same := func(a, b *content.Version) bool {
+		return a == nil && b == nil || a != nil && b != nil && a.Seq == b.Seq && a.Checksum == b.Checksum
+	}
+	return same(g.Stable, o.Stable) && same(g.Candidate, o.Candidate) &&
+		(g.Candidate == nil || g.Cohort.Salt == o.Cohort.Salt && g.Cohort.PerMillion == o.Cohort.PerMillion && slices.Equal(g.Cohort.Hosts, o.Cohort.Hosts))
+}
+
+// SetGoal makes g the goal of its namespace (g.Stable's) and starts pushing
+// to every agent subscribed to the namespace that does not hold its
+// version yet. g.Stable is required.
+func (s *Server) SetGoal(g Goal) {
+	ns := g.Stable.Namespace
 	s.goalMu.Lock()
 	old := *s.goals.Load()
-	if cur, ok := old[v.Namespace]; ok && cur.Seq == v.Seq && cur.Checksum == v.Checksum {
+	if cur, ok := old[ns]; ok && cur.equal(&g) {
 		s.goalMu.Unlock()
 		return
 	}
 	next := maps.Clone(old)
-	next[v.Namespace] = v
+	next[ns] = &g
 	s.goals.Store(&next)
 	s.goalMu.Unlock()
-	s.met.ensureLag(v.Namespace)
-	s.kickSubscribers(v.Namespace)
+	s.met.ensureLag(ns)
+	s.kickSubscribers(ns)
 }
 
 // ClearGoal forgets the goal of ns (the zone no longer has one). Agents keep
@@ -407,10 +437,13 @@ func (s *Server) ClearGoal(ns string) {
 	s.kickSubscribers(ns)
 }
 
-// Goal returns the current goal version of ns.
-func (s *Server) Goal(ns string) (*content.Version, bool) {
-	v, ok := (*s.goals.Load())[ns]
-	return v, ok
+// Goal returns the current goal of ns.
+func (s *Server) Goal(ns string) (Goal, bool) {
+	g, ok := (*s.goals.Load())[ns]
+	if !ok {
+		return Goal{}, false
+	}
+	return *g, true
 }
 
 func (s *Server) kickSubscribers(ns string) {
@@ -476,12 +509,20 @@ func (s *Server) Convergence() (agents int, counts []VersionCount) {
 }
 
 // Lag is the number of connected agents subscribed to ns that do not hold
-// its goal version.
+// their goal version (the candidate for the hosts of its cohort).
 func (s *Server) Lag(ns string) int {
 	g, ok := s.Goal(ns)
 	n := 0
 	for _, ss := range s.sessionList() {
-		if seq, sum, sub := ss.holds(ns); sub && (!ok || seq != g.Seq || sum != g.Checksum) {
+		seq, sum, sub := ss.holds(ns)
+		if !sub {
+			continue
+		}
+		if !ok {
+			n++
+			continue
+		}
+		if v := g.For(ss.host); seq != v.Seq || sum != v.Checksum {
 			n++
 		}
 	}

@@ -539,8 +539,8 @@ func (ss *session) plan() (jobs []job, unavailable []*lehrpb.Unavailable, wake t
 		if !st.subscribed {
 			continue
 		}
-		g := goals[ns]
-		if g == nil {
+		goal := goals[ns]
+		if goal == nil {
 			if st.unavailable != lehrpb.UnavailableReason_UNAVAILABLE_REASON_NOT_FOUND {
 				st.unavailable = lehrpb.UnavailableReason_UNAVAILABLE_REASON_NOT_FOUND
 				unavailable = append(unavailable, &lehrpb.Unavailable{
@@ -552,6 +552,7 @@ func (ss *session) plan() (jobs []job, unavailable []*lehrpb.Unavailable, wake t
 			continue
 		}
 		st.unavailable = 0
+		g := goal.For(ss.host)
 		// Whether the agent's version is available here is checked by push;
 		// assume it is when planning.
 		action := update.Plan(st.have, st.haveSum, g.Seq, g.Checksum, true)

@@ -23,6 +23,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	"lehr.dev/lehr/internal/backoff"
 	"lehr.dev/lehr/internal/names"
@@ -346,8 +347,11 @@ func (w *Watcher) apply(resp *lehrpb.WatchGoalsResponse) []string {
 	return slices.Compact(changed)
 }
 
+// sameGoal reports whether two goals make every host hold the same
+// versions: the stable goal and the candidate with its cohort.
 func sameGoal(a, b *lehrpb.GoalState) bool {
-	return a.GetVersion() == b.GetVersion() && a.GetChecksum() == b.GetChecksum()
+	return a.GetVersion() == b.GetVersion() && a.GetChecksum() == b.GetChecksum() &&
+		proto.Equal(a.GetCandidate(), b.GetCandidate())
 }
 
 func (w *Watcher) setConnected(c bool) {

@@ -28,6 +28,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -113,7 +114,7 @@ type Cache struct {
 	entries  map[key]*entry
 	byNS     map[string]map[uint64]*entry
 	lru      *list.List // of key
-	pins     map[string]uint64
+	pins     map[string][]uint64
 	bytes    int64
 	inflight map[key]*call
 	stats    Stats
@@ -139,17 +140,18 @@ func New(opts Options) *Cache {
 		entries:  map[key]*entry{},
 		byNS:     map[string]map[uint64]*entry{},
 		lru:      list.New(),
-		pins:     map[string]uint64{},
+		pins:     map[string][]uint64{},
 		inflight: map[key]*call{},
 	}
 }
 
-// Pin marks seq as the goal version of ns: it is never evicted until another
-// Pin for ns or Unpin(ns). The version need not be cached yet.
-func (c *Cache) Pin(ns string, seq uint64) {
+// Pin marks seqs as the goal versions of ns (the stable goal, and the
+// candidate of a rollout): they are never evicted until another Pin for ns
+// or Unpin(ns). The versions need not be cached yet.
+func (c *Cache) Pin(ns string, seqs ...uint64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.pins[ns] = seq
+	c.pins[ns] = slices.Clone(seqs)
 	c.evictLocked()
 }
 
@@ -388,7 +390,7 @@ func (c *Cache) evictLocked() {
 	for el := c.lru.Back(); el != nil && c.bytes > c.opts.MaxBytes; {
 		prev := el.Prev()
 		k := el.Value.(key)
-		if pin, ok := c.pins[k.ns]; !ok || pin != k.seq {
+		if !slices.Contains(c.pins[k.ns], k.seq) {
 			c.removeLocked(k, c.entries[k])
 			c.stats.Evictions++
 		}

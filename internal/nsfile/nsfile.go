@@ -84,6 +84,9 @@ type File struct {
 	Author     string
 	Message    string
 	CreateTime time.Time
+	// RollbackOf is the older version whose content this version
+	// republishes, 0 when it is not a rollback.
+	RollbackOf uint64
 	// Content holds the properties.
 	Content content.Snapshot
 }
@@ -94,13 +97,14 @@ type File struct {
 // message and creation time come from v.Info.
 func FromVersion(v content.Version) File {
 	f := File{
-		Namespace: v.Namespace,
-		Version:   v.Seq,
-		Kind:      v.Kind,
-		Checksum:  v.Checksum,
-		Author:    v.Info.GetAuthor(),
-		Message:   v.Info.GetMessage(),
-		Content:   v.Content,
+		Namespace:  v.Namespace,
+		Version:    v.Seq,
+		Kind:       v.Kind,
+		Checksum:   v.Checksum,
+		Author:     v.Info.GetAuthor(),
+		Message:    v.Info.GetMessage(),
+		RollbackOf: v.Info.GetRollbackOf(),
+		Content:    v.Content,
 	}
 	if ts := v.Info.GetCreateTime(); ts != nil {
 		f.CreateTime = ts.AsTime()
@@ -120,6 +124,9 @@ type header struct {
 	Author     string `json:"author"`
 	Message    string `json:"message"`
 	CreateTime string `json:"create_time"`
+	// RollbackOf is written only for a rollback: files of other versions
+	// stay byte for byte what format version 1 first defined.
+	RollbackOf uint64 `json:"rollback_of,omitempty"`
 }
 
 // Kind names in the header.
@@ -233,14 +240,15 @@ func (f *File) header() ([]byte, error) {
 		return nil, fmt.Errorf("nsfile: %s@%d: body is %d bytes, limit %d", f.Namespace, f.Version, size, MaxBodyBytes)
 	}
 	h := header{
-		Namespace: f.Namespace,
-		Version:   f.Version,
-		Kind:      kindNames[f.Kind],
-		Checksum:  sum,
-		Count:     int64(f.Content.Len()),
-		BodySize:  size,
-		Author:    f.Author,
-		Message:   f.Message,
+		Namespace:  f.Namespace,
+		Version:    f.Version,
+		Kind:       kindNames[f.Kind],
+		Checksum:   sum,
+		Count:      int64(f.Content.Len()),
+		BodySize:   size,
+		Author:     f.Author,
+		Message:    f.Message,
+		RollbackOf: f.RollbackOf,
 	}
 	if !f.CreateTime.IsZero() {
 		h.CreateTime = f.CreateTime.UTC().Format(time.RFC3339Nano)
@@ -321,11 +329,12 @@ func Decode(r io.Reader) (File, error) {
 	off += int64(len(line)) + 1
 
 	f := File{
-		Namespace: h.Namespace,
-		Version:   h.Version,
-		Checksum:  h.Checksum,
-		Author:    h.Author,
-		Message:   h.Message,
+		Namespace:  h.Namespace,
+		Version:    h.Version,
+		Checksum:   h.Checksum,
+		Author:     h.Author,
+		Message:    h.Message,
+		RollbackOf: h.RollbackOf,
 	}
 	if _, _, err := names.Namespace(h.Namespace); err != nil {
 		return File{}, corrupt(off, "header namespace: %v", err)

@@ -92,6 +92,7 @@ func TestRoundTrip(t *testing.T) {
 				content.Property{Key: "empty", Value: []byte{}},
 			)}},
 		{"10 MiB", File{Namespace: "big/ns", Version: 3, Content: mustSnap(t, big...)}},
+		{"rollback", File{Namespace: "a/b", Version: 7, RollbackOf: 5, Author: "rollout", Message: "canary failed"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

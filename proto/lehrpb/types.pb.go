@@ -700,7 +700,9 @@ func (x *VersionInfo) GetTransportIdentity() string {
 	return ""
 }
 
-// GoalState is the version a namespace should be at in a zone.
+// GoalState is the version a namespace should be at in a zone: version
+// (the stable goal) for every host, except the hosts of the candidate's
+// cohort while a rollout moves them to the candidate version.
 type GoalState struct {
 	state      protoimpl.MessageState `protogen:"open.v1"`
 	Zone       string                 `protobuf:"bytes,1,opt,name=zone,proto3" json:"zone,omitempty"`
@@ -709,7 +711,9 @@ type GoalState struct {
 	Checksum   string                 `protobuf:"bytes,4,opt,name=checksum,proto3" json:"checksum,omitempty"`
 	UpdateTime *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=update_time,json=updateTime,proto3" json:"update_time,omitempty"`
 	// Why the goal moved, e.g. "publish", "rollback to 3".
-	Reason        string `protobuf:"bytes,6,opt,name=reason,proto3" json:"reason,omitempty"`
+	Reason string `protobuf:"bytes,6,opt,name=reason,proto3" json:"reason,omitempty"`
+	// The version a rollout is moving some hosts to; absent when none is.
+	Candidate     *CandidateGoal `protobuf:"bytes,7,opt,name=candidate,proto3" json:"candidate,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -786,6 +790,95 @@ func (x *GoalState) GetReason() string {
 	return ""
 }
 
+func (x *GoalState) GetCandidate() *CandidateGoal {
+	if x != nil {
+		return x.Candidate
+	}
+	return nil
+}
+
+// CandidateGoal is a newer version for a cohort of a zone's hosts: those
+// named in hosts, plus per_million of all hosts chosen by a hash of the
+// salt and the host id (internal/cohort), so every distributor of the zone
+// selects the same hosts without talking to the others.
+type CandidateGoal struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Version  uint64                 `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`
+	Checksum string                 `protobuf:"bytes,2,opt,name=checksum,proto3" json:"checksum,omitempty"`
+	Hosts    []string               `protobuf:"bytes,3,rep,name=hosts,proto3" json:"hosts,omitempty"`
+	// 0 to 1,000,000; 1,000,000 is every host.
+	PerMillion uint32 `protobuf:"varint,4,opt,name=per_million,json=perMillion,proto3" json:"per_million,omitempty"`
+	// Salts the hash (the rollout's id), so each rollout samples afresh.
+	Salt          string `protobuf:"bytes,5,opt,name=salt,proto3" json:"salt,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CandidateGoal) Reset() {
+	*x = CandidateGoal{}
+	mi := &file_lehr_v1_types_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CandidateGoal) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CandidateGoal) ProtoMessage() {}
+
+func (x *CandidateGoal) ProtoReflect() protoreflect.Message {
+	mi := &file_lehr_v1_types_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CandidateGoal.ProtoReflect.Descriptor instead.
+func (*CandidateGoal) Descriptor() ([]byte, []int) {
+	return file_lehr_v1_types_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *CandidateGoal) GetVersion() uint64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+func (x *CandidateGoal) GetChecksum() string {
+	if x != nil {
+		return x.Checksum
+	}
+	return ""
+}
+
+func (x *CandidateGoal) GetHosts() []string {
+	if x != nil {
+		return x.Hosts
+	}
+	return nil
+}
+
+func (x *CandidateGoal) GetPerMillion() uint32 {
+	if x != nil {
+		return x.PerMillion
+	}
+	return 0
+}
+
+func (x *CandidateGoal) GetSalt() string {
+	if x != nil {
+		return x.Salt
+	}
+	return ""
+}
+
 // Zone is a failure domain served by its own distributors.
 type Zone struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -797,7 +890,7 @@ type Zone struct {
 
 func (x *Zone) Reset() {
 	*x = Zone{}
-	mi := &file_lehr_v1_types_proto_msgTypes[7]
+	mi := &file_lehr_v1_types_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -809,7 +902,7 @@ func (x *Zone) String() string {
 func (*Zone) ProtoMessage() {}
 
 func (x *Zone) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_types_proto_msgTypes[7]
+	mi := &file_lehr_v1_types_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -822,7 +915,7 @@ func (x *Zone) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Zone.ProtoReflect.Descriptor instead.
 func (*Zone) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_types_proto_rawDescGZIP(), []int{7}
+	return file_lehr_v1_types_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Zone) GetName() string {
@@ -899,7 +992,7 @@ const file_lehr_v1_types_proto_rawDesc = "" +
 	"size_bytes\x18\n" +
 	" \x01(\x03R\tsizeBytes\x12%\n" +
 	"\x0eproperty_count\x18\v \x01(\x05R\rpropertyCount\x12-\n" +
-	"\x12transport_identity\x18\f \x01(\tR\x11transportIdentity\"\xc8\x01\n" +
+	"\x12transport_identity\x18\f \x01(\tR\x11transportIdentity\"\xfe\x01\n" +
 	"\tGoalState\x12\x12\n" +
 	"\x04zone\x18\x01 \x01(\tR\x04zone\x12\x1c\n" +
 	"\tnamespace\x18\x02 \x01(\tR\tnamespace\x12\x18\n" +
@@ -907,7 +1000,15 @@ const file_lehr_v1_types_proto_rawDesc = "" +
 	"\bchecksum\x18\x04 \x01(\tR\bchecksum\x12;\n" +
 	"\vupdate_time\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"updateTime\x12\x16\n" +
-	"\x06reason\x18\x06 \x01(\tR\x06reason\"W\n" +
+	"\x06reason\x18\x06 \x01(\tR\x06reason\x124\n" +
+	"\tcandidate\x18\a \x01(\v2\x16.lehr.v1.CandidateGoalR\tcandidate\"\x90\x01\n" +
+	"\rCandidateGoal\x12\x18\n" +
+	"\aversion\x18\x01 \x01(\x04R\aversion\x12\x1a\n" +
+	"\bchecksum\x18\x02 \x01(\tR\bchecksum\x12\x14\n" +
+	"\x05hosts\x18\x03 \x03(\tR\x05hosts\x12\x1f\n" +
+	"\vper_million\x18\x04 \x01(\rR\n" +
+	"perMillion\x12\x12\n" +
+	"\x04salt\x18\x05 \x01(\tR\x04salt\"W\n" +
 	"\x04Zone\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12;\n" +
 	"\vcreate_time\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
@@ -935,7 +1036,7 @@ func file_lehr_v1_types_proto_rawDescGZIP() []byte {
 }
 
 var file_lehr_v1_types_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_lehr_v1_types_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
+var file_lehr_v1_types_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
 var file_lehr_v1_types_proto_goTypes = []any{
 	(NamespaceKind)(0),            // 0: lehr.v1.NamespaceKind
 	(VersionSource)(0),            // 1: lehr.v1.VersionSource
@@ -946,24 +1047,26 @@ var file_lehr_v1_types_proto_goTypes = []any{
 	(*Namespace)(nil),             // 6: lehr.v1.Namespace
 	(*VersionInfo)(nil),           // 7: lehr.v1.VersionInfo
 	(*GoalState)(nil),             // 8: lehr.v1.GoalState
-	(*Zone)(nil),                  // 9: lehr.v1.Zone
-	(*timestamppb.Timestamp)(nil), // 10: google.protobuf.Timestamp
+	(*CandidateGoal)(nil),         // 9: lehr.v1.CandidateGoal
+	(*Zone)(nil),                  // 10: lehr.v1.Zone
+	(*timestamppb.Timestamp)(nil), // 11: google.protobuf.Timestamp
 }
 var file_lehr_v1_types_proto_depIdxs = []int32{
 	3,  // 0: lehr.v1.Domain.quotas:type_name -> lehr.v1.Quotas
 	4,  // 1: lehr.v1.Domain.acl:type_name -> lehr.v1.Acl
-	10, // 2: lehr.v1.Domain.create_time:type_name -> google.protobuf.Timestamp
+	11, // 2: lehr.v1.Domain.create_time:type_name -> google.protobuf.Timestamp
 	0,  // 3: lehr.v1.Namespace.kind:type_name -> lehr.v1.NamespaceKind
-	10, // 4: lehr.v1.Namespace.create_time:type_name -> google.protobuf.Timestamp
-	10, // 5: lehr.v1.VersionInfo.create_time:type_name -> google.protobuf.Timestamp
+	11, // 4: lehr.v1.Namespace.create_time:type_name -> google.protobuf.Timestamp
+	11, // 5: lehr.v1.VersionInfo.create_time:type_name -> google.protobuf.Timestamp
 	1,  // 6: lehr.v1.VersionInfo.source:type_name -> lehr.v1.VersionSource
-	10, // 7: lehr.v1.GoalState.update_time:type_name -> google.protobuf.Timestamp
-	10, // 8: lehr.v1.Zone.create_time:type_name -> google.protobuf.Timestamp
-	9,  // [9:9] is the sub-list for method output_type
-	9,  // [9:9] is the sub-list for method input_type
-	9,  // [9:9] is the sub-list for extension type_name
-	9,  // [9:9] is the sub-list for extension extendee
-	0,  // [0:9] is the sub-list for field type_name
+	11, // 7: lehr.v1.GoalState.update_time:type_name -> google.protobuf.Timestamp
+	9,  // 8: lehr.v1.GoalState.candidate:type_name -> lehr.v1.CandidateGoal
+	11, // 9: lehr.v1.Zone.create_time:type_name -> google.protobuf.Timestamp
+	10, // [10:10] is the sub-list for method output_type
+	10, // [10:10] is the sub-list for method input_type
+	10, // [10:10] is the sub-list for extension type_name
+	10, // [10:10] is the sub-list for extension extendee
+	0,  // [0:10] is the sub-list for field type_name
 }
 
 func init() { file_lehr_v1_types_proto_init() }
@@ -977,7 +1080,7 @@ func file_lehr_v1_types_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lehr_v1_types_proto_rawDesc), len(file_lehr_v1_types_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   8,
+			NumMessages:   9,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

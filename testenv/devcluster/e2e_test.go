@@ -66,6 +66,7 @@ func TestEndToEnd(t *testing.T) {
 
 	t.Run("PublishThenPatchReachesCallbacksInTwoZones", e.publishThenPatch)
 	t.Run("NamespaceWithoutSubscriberIsNeverSent", e.noSubscriberNoSend)
+	t.Run("RollbackIsANewVersionTheCallbackNames", e.rollbackCallback)
 	t.Run("CallbackErrorIsReportedToAgent", e.callbackError)
 	t.Run("BurstOf100Patches", e.burst)
 	t.Run("OneKeyPatchToLargeNamespaceCostsThePatch", e.largeNamespacePatch)
@@ -824,5 +825,32 @@ func damage(t *testing.T, dir, ns string) {
 	}
 	if n == 0 {
 		t.Fatalf("damage the cache: no value of %s under %q in %s", ns, prefix, filepath.Base(dir))
+	}
+}
+
+// A rollback reaches consumers as a newer version with the old content, and
+// the callback says it is a rollback and of which version; versions never
+// go backwards.
+func (e *env) rollbackCallback(t *testing.T) {
+	ns := domain + "/rollback"
+	_, rec := record(t, e.ctx, e.consumerOf(t, zoneA, 0), ns)
+	v1 := e.publish(t, ns, "limit", "10")
+	v2 := e.publish(t, ns, "limit", "0")
+	rec.waitChange(t, "zone-a consumer", v2.GetSeq()) // else version 2 may be skipped
+	rb, err := e.c.Producer().Rollback(e.ctx, ns, v1.GetSeq(), producer.WithMessage("bad limit"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ch := rec.waitChange(t, "zone-a consumer", rb.GetSeq())
+	if !ch.Rollback() || ch.New.RollbackOf() != v1.GetSeq() {
+		t.Errorf("rollback callback: Rollback() = %v, RollbackOf() = %d; want true and %d", ch.Rollback(), ch.New.RollbackOf(), v1.GetSeq())
+	}
+	if got := contentOf(ch.New); got["limit"] != "10" || ch.Old.Version() != 2 || !slices.Equal(ch.Changed, []string{"limit"}) {
+		t.Errorf("rollback change: %v from version %d, changed %v; want limit=10 from version 2, changed [limit]", got, ch.Old.Version(), ch.Changed)
+	}
+	for _, c := range rec.all() {
+		if c.New.Version() < rb.GetSeq() && c.Rollback() {
+			t.Errorf("version %d's callback says rollback; only %d is one", c.New.Version(), rb.GetSeq())
+		}
 	}
 }
