@@ -417,7 +417,12 @@ func (a *Agent) maintain(ctx context.Context) {
 			return
 		case <-tick.C:
 		}
-		a.transition(a.leases.Expire())
+		trs, lapsed := a.leases.Expire()
+		a.transition(trs)
+		for _, ns := range lapsed {
+			a.log.Warn("a consumer's lease lapsed without being released (crashed or hung?)", "namespace", ns)
+			a.update(ns, func(st *nsState) { st.leasesExpired++ })
+		}
 		a.retryFiles()
 		if time.Since(lastCheck) >= fileCheckInterval {
 			a.checkFiles()

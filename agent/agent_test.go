@@ -649,6 +649,17 @@ func TestLeaseExpiryDropsFileAfterGrace(t *testing.T) {
 	if e := apierror.FromError(err); e == nil || e.Code != codes.NotFound {
 		t.Errorf("KeepAlive after TTL: %v, want NOT_FOUND", err)
 	}
+	// A lease that lapses (a consumer that crashed) is reported upwards:
+	// the distributor's health summary and host detail show it.
+	wait.For(t, "the lapsed lease in the distributor's health", func() bool {
+		health, hosts := h.dists[0].d.Health()
+		for _, x := range health {
+			if x.GetNamespace() == ns && x.GetLeasesExpired() == 1 {
+				return len(hosts) == 1 && hosts[0].GetReport().GetLeasesExpired() == 1
+			}
+		}
+		return false
+	})
 	v2 := h.patch(ns, v1.GetSeq(), map[string]string{"a": "2"})
 	waitFile(t, sub.GetPath(), v2.GetSeq(), map[string]string{"a": "2"}) // still subscribed in grace
 

@@ -6,6 +6,8 @@ import (
 	"os"
 	"time"
 
+	"google.golang.org/protobuf/types/known/timestamppb"
+
 	"lehr.dev/lehr/agent/cache"
 	"lehr.dev/lehr/agent/upstream"
 	"lehr.dev/lehr/internal/content"
@@ -42,6 +44,9 @@ func (h *handler) Apply(ctx context.Context, u *lehrpb.Update) upstream.Result {
 		// committed, the file not written.
 		// gofail: var agentAfterCacheCommit struct{}
 		a.update(ns, func(st *nsState) {
+			if st.version != v.Seq || st.checksum != v.Checksum {
+				st.appliedAt, st.leasesExpired = a.now(), 0
+			}
 			st.version, st.checksum, st.kind, st.info = v.Seq, v.Checksum, v.Kind, v.Info
 		})
 		a.met.applied(u.GetSnapshot())
@@ -135,6 +140,11 @@ func (h *handler) Report() *lehrpb.Report {
 		}
 		if st.reportVersion == st.version {
 			nr.ClientsApplied = uint32(len(st.applied))
+			nr.ClientsRejected = uint32(len(st.rejected))
+		}
+		nr.LeasesExpired = st.leasesExpired
+		if !st.appliedAt.IsZero() {
+			nr.AppliedTime = timestamppb.New(st.appliedAt)
 		}
 		r.Namespaces = append(r.Namespaces, nr)
 	}

@@ -46,6 +46,11 @@ type nsState struct {
 	rejected      map[string]bool // lease ids that rejected it
 	applyErrors   uint64          // agent-side apply failures since start
 	callbackErrs  uint64          // consumer rejections since start
+
+	// appliedAt is when the agent applied version (zero: before it
+	// started); leasesExpired counts consumer leases that lapsed since.
+	appliedAt     time.Time
+	leasesExpired uint32
 }
 
 // Locks of the agent, in the order they may be taken (a lock is never

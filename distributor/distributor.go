@@ -289,6 +289,18 @@ func (d *Distributor) Convergence() (agents int, counts []fanout.VersionCount) {
 	return srv.Convergence()
 }
 
+// Health returns the consumer health of the namespaces rollouts move and
+// of those in trouble, and per-host detail (fanout.Server.Health).
+func (d *Distributor) Health() ([]*lehrpb.NamespaceHealth, []*lehrpb.HostReport) {
+	d.mu.Lock()
+	srv := d.srv
+	d.mu.Unlock()
+	if srv == nil {
+		return nil, nil
+	}
+	return srv.Health()
+}
+
 // Close stops a running distributor and waits until Run has returned. It
 // is idempotent and may be called before, during or after Run.
 func (d *Distributor) Close() error {
@@ -582,6 +594,7 @@ func (d *Distributor) report(ctx context.Context) error {
 		for _, c := range counts {
 			req.Versions = append(req.Versions, &lehrpb.VersionCount{Namespace: c.Namespace, Version: c.Version, Agents: int32(c.Agents)})
 		}
+		req.Health, req.Hosts = d.Health()
 		rctx, cancel := context.WithTimeout(ctx, d.opts.ReportInterval)
 		_, err := d.ctl.ReportZoneStatus(rctx, req)
 		cancel()

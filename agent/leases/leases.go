@@ -264,17 +264,21 @@ func (t *Table) Hold(ns string) []Transition {
 }
 
 // Expire ends every lease past its TTL and returns the namespaces whose
-// grace period has run out.
-func (t *Table) Expire() []Transition {
+// grace period has run out, and the namespace of every lease it ended (a
+// namespace once per lease): a lease that lapses instead of being released
+// is a consumer that crashed or hung.
+func (t *Table) Expire() (trs []Transition, lapsed []string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	now := t.now()
 	for _, l := range t.leases {
 		if !now.Before(l.Expires) {
 			t.removeLocked(l, now)
+			lapsed = append(lapsed, l.Namespace)
 		}
 	}
-	return t.sweepLocked(now)
+	slices.Sort(lapsed)
+	return t.sweepLocked(now), lapsed
 }
 
 // removeLocked drops l; if it was its namespace's last lease the grace

@@ -177,7 +177,7 @@ func TestTable(t *testing.T) {
 				case "advance":
 					clk.Advance(s.d)
 				case "expire":
-					tr = tab.Expire()
+					tr, _ = tab.Expire()
 				case "hold":
 					tr = tab.Hold(s.ns)
 				default:
@@ -254,7 +254,9 @@ func TestLookupAndCounts(t *testing.T) {
 	if got := tab.Len(); got != 2 {
 		t.Errorf("Len() before Expire = %d, want 2", got)
 	}
-	tab.Expire()
+	if _, lapsed := tab.Expire(); len(lapsed) != 2 {
+		t.Errorf("Expire reported %d lapsed leases, want 2: %v", len(lapsed), lapsed)
+	}
 	if got := tab.Len(); got != 0 {
 		t.Errorf("Len() after Expire = %d, want 0", got)
 	}

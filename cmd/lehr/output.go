@@ -424,4 +424,38 @@ func writeZoneStatus(w io.Writer, st *lehrpb.GetZoneStatusResponse, goals map[st
 		}
 	}
 	tw.Flush()
+	writeHealth(w, st.GetHealth(), st.GetHosts())
+}
+
+// writeHealth prints the consumer health of the namespaces a rollout is
+// moving or whose consumers are in trouble, and the hosts named in it.
+func writeHealth(w io.Writer, health []*lehrpb.NamespaceHealth, hosts []*lehrpb.HostReport) {
+	if len(health) == 0 && len(hosts) == 0 {
+		return
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "consumer health (namespaces a rollout is moving, or whose consumers rejected a version or lost leases):")
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "NAMESPACE\tVERSION\tHOSTS\tAGENTS\tCONSUMERS\tAPPLIED\tREJECTED\tLEASES LAPSED")
+	for _, h := range health {
+		who := "rest"
+		if h.GetCohort() {
+			who = "cohort"
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%d\t%d\t%d\t%d\t%d\n", h.GetNamespace(), h.GetVersion(), who, h.GetAgents(),
+			h.GetConsumers(), h.GetConsumersApplied(), h.GetConsumersRejected(), h.GetLeasesExpired())
+	}
+	tw.Flush()
+	if len(hosts) == 0 {
+		return
+	}
+	fmt.Fprintln(w)
+	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "HOST\tNAMESPACE\tVERSION\tCOHORT\tCONSUMERS\tAPPLIED\tREJECTED\tLEASES LAPSED\tAPPLIED AT")
+	for _, hr := range hosts {
+		r := hr.GetReport()
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%v\t%d\t%d\t%d\t%d\t%s\n", hr.GetHostId(), r.GetNamespace(), r.GetVersion(), hr.GetCohort(),
+			r.GetClients(), r.GetClientsApplied(), r.GetClientsRejected(), r.GetLeasesExpired(), fmtTime(r.GetAppliedTime()))
+	}
+	tw.Flush()
 }

@@ -26,6 +26,8 @@ const (
 	// MaxVersionCounts bounds the version counts of one report. The encoded
 	// report must also fit store.MaxZoneReportBytes.
 	MaxVersionCounts = 100_000
+	// MaxHostReports bounds the per-host detail of one report.
+	MaxHostReports = 1000
 )
 
 // leaseSweepInterval is how often expired entries leave the lease cache.
@@ -102,6 +104,8 @@ func (s *Service) ReportZoneStatus(ctx context.Context, req *lehrpb.ReportZoneSt
 		DistributorId: req.GetDistributorId(),
 		Agents:        req.GetAgents(),
 		Versions:      req.GetVersions(),
+		Health:        req.GetHealth(),
+		Hosts:         req.GetHosts(),
 	}
 	k := reportKey{zone: req.GetZone(), id: req.GetDistributorId()}
 	lease, err := s.st.PutZoneStatus(ctx, k.zone, st, ttl, s.leases.get(k))
@@ -166,6 +170,30 @@ func checkReport(req *lehrpb.ReportZoneStatusRequest) error {
 		}
 		seen[k] = i
 	}
+	if n := len(req.GetHealth()); n > MaxVersionCounts {
+		return invalid(apierror.ReasonInvalidArgument, "health", "the report has %d health entries; at most %d allowed", n, MaxVersionCounts).
+			WithLimit("%d entries", MaxVersionCounts)
+	}
+	for i, h := range req.GetHealth() {
+		if _, _, err := names.Namespace(h.GetNamespace()); err != nil {
+			return nameError(propField("health", i, "namespace"), err)
+		}
+		if h.GetAgents() < 0 {
+			return invalid(apierror.ReasonInvalidArgument, propField("health", i, "agents"), "agents is %d; it must not be negative", h.GetAgents())
+		}
+	}
+	if n := len(req.GetHosts()); n > MaxHostReports {
+		return invalid(apierror.ReasonInvalidArgument, "hosts", "the report has %d host reports; at most %d allowed", n, MaxHostReports).
+			WithLimit("%d entries", MaxHostReports)
+	}
+	for i, h := range req.GetHosts() {
+		if id := h.GetHostId(); id == "" || len(id) > 255 {
+			return invalid(apierror.ReasonInvalidArgument, propField("hosts", i, "host_id"), "host_id is %d bytes; want 1 to 255", len(id))
+		}
+		if _, _, err := names.Namespace(h.GetReport().GetNamespace()); err != nil {
+			return nameError(propField("hosts", i, "report.namespace"), err)
+		}
+	}
 	return nil
 }
 
@@ -181,11 +209,76 @@ func (s *Service) GetZoneStatus(ctx context.Context, req *lehrpb.GetZoneStatusRe
 	if err != nil {
 		return nil, withField(s.apiError(ctx, err), "zone")
 	}
+	health, hosts := sumHealth(sts)
 	return &lehrpb.GetZoneStatusResponse{
 		Zone:         req.GetZone(),
 		Distributors: sts,
 		Versions:     sumVersions(sts),
+		Health:       health,
+		Hosts:        hosts,
 	}, nil
+}
+
+// sumHealth adds up the health entries of several reports per namespace,
+// version and cohort, and gathers their host reports (a host connected to
+// one distributor at a time appears once; if a report still names it after
+// it moved, the newest applied_time wins).
+func sumHealth(sts []*lehrpb.DistributorStatus) ([]*lehrpb.NamespaceHealth, []*lehrpb.HostReport) {
+	type key struct {
+		ns     string
+		v      uint64
+		cohort bool
+	}
+	sums := map[key]*lehrpb.NamespaceHealth{}
+	type hostNS struct{ host, ns string }
+	hosts := map[hostNS]*lehrpb.HostReport{}
+	for _, st := range sts {
+		for _, h := range st.GetHealth() {
+			k := key{h.GetNamespace(), h.GetVersion(), h.GetCohort()}
+			s := sums[k]
+			if s == nil {
+				s = &lehrpb.NamespaceHealth{Namespace: k.ns, Version: k.v, Cohort: k.cohort}
+				sums[k] = s
+			}
+			s.Agents += h.GetAgents()
+			s.Consumers += h.GetConsumers()
+			s.ConsumersApplied += h.GetConsumersApplied()
+			s.ConsumersRejected += h.GetConsumersRejected()
+			s.LeasesExpired += h.GetLeasesExpired()
+		}
+		for _, hr := range st.GetHosts() {
+			k := hostNS{hr.GetHostId(), hr.GetReport().GetNamespace()}
+			if old, ok := hosts[k]; ok && !old.GetReport().GetAppliedTime().AsTime().Before(hr.GetReport().GetAppliedTime().AsTime()) {
+				continue
+			}
+			hosts[k] = hr
+		}
+	}
+	health := make([]*lehrpb.NamespaceHealth, 0, len(sums))
+	for _, s := range sums {
+		health = append(health, s)
+	}
+	slices.SortFunc(health, func(a, b *lehrpb.NamespaceHealth) int {
+		return cmp.Or(cmp.Compare(a.GetNamespace(), b.GetNamespace()), cmp.Compare(a.GetVersion(), b.GetVersion()), boolCmp(a.GetCohort(), b.GetCohort()))
+	})
+	out := make([]*lehrpb.HostReport, 0, len(hosts))
+	for _, h := range hosts {
+		out = append(out, h)
+	}
+	slices.SortFunc(out, func(a, b *lehrpb.HostReport) int {
+		return cmp.Or(cmp.Compare(a.GetHostId(), b.GetHostId()), cmp.Compare(a.GetReport().GetNamespace(), b.GetReport().GetNamespace()))
+	})
+	return health, out
+}
+
+func boolCmp(a, b bool) int {
+	switch {
+	case a == b:
+		return 0
+	case a:
+		return 1
+	}
+	return -1
 }
 
 // sumVersions adds up the version counts of several reports per namespace

@@ -19,6 +19,7 @@
 package fanout
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -27,6 +28,7 @@ import (
 	"maps"
 	"net"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -38,6 +40,7 @@ import (
 	"lehr.dev/lehr/internal/content"
 	"lehr.dev/lehr/internal/names"
 	"lehr.dev/lehr/internal/wire"
+	"lehr.dev/lehr/proto/lehrpb"
 )
 
 // Versions is where the fanout gets the versions agents hold, to compute
@@ -506,6 +509,84 @@ func (s *Server) Convergence() (agents int, counts []VersionCount) {
 		return int(a.Version) - int(b.Version)
 	})
 	return len(sessions), counts
+}
+
+// MaxHostReports bounds the per-host detail of Health.
+const MaxHostReports = 1000
+
+// Health sums the agents' latest reports per namespace, version and cohort
+// (whether the host is in the cohort of the namespace's candidate), for
+// the namespaces a rollout is moving (their goal has a candidate) and those
+// whose consumers rejected a version or lost leases: what rollouts and
+// operators act on, so the report grows with rollouts and trouble, not
+// with the fleet. It also returns per-host detail for hosts named in a
+// candidate's cohort and hosts whose consumers rejected their version or
+// lost leases — at most MaxHostReports, by host id. Both are sorted.
+func (s *Server) Health() (health []*lehrpb.NamespaceHealth, hosts []*lehrpb.HostReport) {
+	type key struct {
+		ns     string
+		seq    uint64
+		cohort bool
+	}
+	goals := *s.goals.Load()
+	sums := map[key]*lehrpb.NamespaceHealth{}
+	for _, ss := range s.sessionList() {
+		for ns, nr := range ss.reports() {
+			g := goals[ns]
+			in := g != nil && g.Candidate != nil && g.Cohort.Has(ss.host)
+			k := key{ns, nr.GetVersion(), in}
+			h := sums[k]
+			if h == nil {
+				h = &lehrpb.NamespaceHealth{Namespace: ns, Version: k.seq, Cohort: in}
+				sums[k] = h
+			}
+			h.Agents++
+			h.Consumers += nr.GetClients()
+			h.ConsumersApplied += nr.GetClientsApplied()
+			h.ConsumersRejected += nr.GetClientsRejected()
+			h.LeasesExpired += nr.GetLeasesExpired()
+			named := in && slices.Contains(g.Cohort.Hosts, ss.host)
+			if named || nr.GetClientsRejected() > 0 || nr.GetLeasesExpired() > 0 {
+				hosts = append(hosts, &lehrpb.HostReport{HostId: ss.host, Cohort: in, Report: nr})
+			}
+		}
+	}
+	trouble := map[string]bool{}
+	for _, h := range sums {
+		if h.GetConsumersRejected() > 0 || h.GetLeasesExpired() > 0 {
+			trouble[h.GetNamespace()] = true
+		}
+	}
+	for _, h := range sums {
+		if g := goals[h.GetNamespace()]; (g != nil && g.Candidate != nil) || trouble[h.GetNamespace()] {
+			health = append(health, h)
+		}
+	}
+	slices.SortFunc(health, func(a, b *lehrpb.NamespaceHealth) int {
+		if c := strings.Compare(a.GetNamespace(), b.GetNamespace()); c != 0 {
+			return c
+		}
+		if c := cmp.Compare(a.GetVersion(), b.GetVersion()); c != 0 {
+			return c
+		}
+		if a.GetCohort() == b.GetCohort() {
+			return 0
+		}
+		if a.GetCohort() {
+			return 1
+		}
+		return -1
+	})
+	slices.SortFunc(hosts, func(a, b *lehrpb.HostReport) int {
+		if c := strings.Compare(a.GetHostId(), b.GetHostId()); c != 0 {
+			return c
+		}
+		return strings.Compare(a.GetReport().GetNamespace(), b.GetReport().GetNamespace())
+	})
+	if len(hosts) > MaxHostReports {
+		hosts = hosts[:MaxHostReports]
+	}
+	return health, hosts
 }
 
 // Lag is the number of connected agents subscribed to ns that do not hold

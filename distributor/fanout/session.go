@@ -58,6 +58,9 @@ type nsState struct {
 	notBefore time.Time
 	// unavailable is the last Unavailable reason sent, to avoid repeats.
 	unavailable lehrpb.UnavailableReason
+	// report is the agent's latest report about the namespace (nil: none
+	// yet); forgotten with the namespace.
+	report *lehrpb.NamespaceReport
 }
 
 // session is one connected agent.
@@ -260,6 +263,32 @@ func (ss *session) held() map[string]uint64 {
 	return m
 }
 
+// onReport keeps the agent's latest report of each namespace it subscribes
+// to. A report split over several frames updates each namespace once.
+func (ss *session) onReport(r *lehrpb.Report) {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	for _, nr := range r.GetNamespaces() {
+		if st := ss.ns[nr.GetNamespace()]; st != nil && st.subscribed {
+			st.report = nr
+		}
+	}
+}
+
+// reports returns the latest report of every subscribed namespace that has
+// one.
+func (ss *session) reports() map[string]*lehrpb.NamespaceReport {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	m := map[string]*lehrpb.NamespaceReport{}
+	for ns, st := range ss.ns {
+		if st.subscribed && st.report != nil {
+			m[ns] = st.report
+		}
+	}
+	return m
+}
+
 func (ss *session) holds(ns string) (seq uint64, sum string, subscribed bool) {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
@@ -300,7 +329,7 @@ func (ss *session) readLoop() error {
 				return err
 			}
 		case *lehrpb.Report:
-			ss.log.Debug("agent report", "namespaces", len(m.GetNamespaces()))
+			ss.onReport(m)
 		case *lehrpb.Ping:
 			if err := ss.send(&lehrpb.Pong{Nonce: m.GetNonce()}); err != nil {
 				return err

@@ -2479,7 +2479,14 @@ type ReportZoneStatusRequest struct {
 	Agents   int32           `protobuf:"varint,3,opt,name=agents,proto3" json:"agents,omitempty"`
 	Versions []*VersionCount `protobuf:"bytes,4,rep,name=versions,proto3" json:"versions,omitempty"`
 	// How long the report stays valid; 0 means 30 s.
-	TtlSeconds    uint32 `protobuf:"varint,5,opt,name=ttl_seconds,json=ttlSeconds,proto3" json:"ttl_seconds,omitempty"`
+	TtlSeconds uint32 `protobuf:"varint,5,opt,name=ttl_seconds,json=ttlSeconds,proto3" json:"ttl_seconds,omitempty"`
+	// Consumer health per namespace, version and cohort, summed over the
+	// agents' latest reports: flat in the number of agents.
+	Health []*NamespaceHealth `protobuf:"bytes,6,rep,name=health,proto3" json:"health,omitempty"`
+	// Per-host detail, only for hosts in a candidate's named cohort (canary
+	// hosts) and hosts whose consumers rejected their version or lost
+	// leases; at most 1000.
+	Hosts         []*HostReport `protobuf:"bytes,7,rep,name=hosts,proto3" json:"hosts,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2549,6 +2556,187 @@ func (x *ReportZoneStatusRequest) GetTtlSeconds() uint32 {
 	return 0
 }
 
+func (x *ReportZoneStatusRequest) GetHealth() []*NamespaceHealth {
+	if x != nil {
+		return x.Health
+	}
+	return nil
+}
+
+func (x *ReportZoneStatusRequest) GetHosts() []*HostReport {
+	if x != nil {
+		return x.Hosts
+	}
+	return nil
+}
+
+// NamespaceHealth sums what the agents holding one version of a namespace
+// report about their consumers.
+type NamespaceHealth struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Namespace string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	Version   uint64                 `protobuf:"varint,2,opt,name=version,proto3" json:"version,omitempty"`
+	// True for the hosts in the cohort of the zone's candidate (the canary
+	// population while a rollout moves it), false for the rest.
+	Cohort bool  `protobuf:"varint,3,opt,name=cohort,proto3" json:"cohort,omitempty"`
+	Agents int32 `protobuf:"varint,4,opt,name=agents,proto3" json:"agents,omitempty"`
+	// Consumers holding leases, those that applied the version, those that
+	// rejected it, and leases that lapsed since the version was applied.
+	Consumers         uint32 `protobuf:"varint,5,opt,name=consumers,proto3" json:"consumers,omitempty"`
+	ConsumersApplied  uint32 `protobuf:"varint,6,opt,name=consumers_applied,json=consumersApplied,proto3" json:"consumers_applied,omitempty"`
+	ConsumersRejected uint32 `protobuf:"varint,7,opt,name=consumers_rejected,json=consumersRejected,proto3" json:"consumers_rejected,omitempty"`
+	LeasesExpired     uint32 `protobuf:"varint,8,opt,name=leases_expired,json=leasesExpired,proto3" json:"leases_expired,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
+}
+
+func (x *NamespaceHealth) Reset() {
+	*x = NamespaceHealth{}
+	mi := &file_lehr_v1_control_proto_msgTypes[41]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NamespaceHealth) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NamespaceHealth) ProtoMessage() {}
+
+func (x *NamespaceHealth) ProtoReflect() protoreflect.Message {
+	mi := &file_lehr_v1_control_proto_msgTypes[41]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NamespaceHealth.ProtoReflect.Descriptor instead.
+func (*NamespaceHealth) Descriptor() ([]byte, []int) {
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{41}
+}
+
+func (x *NamespaceHealth) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *NamespaceHealth) GetVersion() uint64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+func (x *NamespaceHealth) GetCohort() bool {
+	if x != nil {
+		return x.Cohort
+	}
+	return false
+}
+
+func (x *NamespaceHealth) GetAgents() int32 {
+	if x != nil {
+		return x.Agents
+	}
+	return 0
+}
+
+func (x *NamespaceHealth) GetConsumers() uint32 {
+	if x != nil {
+		return x.Consumers
+	}
+	return 0
+}
+
+func (x *NamespaceHealth) GetConsumersApplied() uint32 {
+	if x != nil {
+		return x.ConsumersApplied
+	}
+	return 0
+}
+
+func (x *NamespaceHealth) GetConsumersRejected() uint32 {
+	if x != nil {
+		return x.ConsumersRejected
+	}
+	return 0
+}
+
+func (x *NamespaceHealth) GetLeasesExpired() uint32 {
+	if x != nil {
+		return x.LeasesExpired
+	}
+	return 0
+}
+
+// HostReport is one host's report about one namespace.
+type HostReport struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	HostId        string                 `protobuf:"bytes,1,opt,name=host_id,json=hostId,proto3" json:"host_id,omitempty"`
+	Cohort        bool                   `protobuf:"varint,2,opt,name=cohort,proto3" json:"cohort,omitempty"`
+	Report        *NamespaceReport       `protobuf:"bytes,3,opt,name=report,proto3" json:"report,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HostReport) Reset() {
+	*x = HostReport{}
+	mi := &file_lehr_v1_control_proto_msgTypes[42]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HostReport) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HostReport) ProtoMessage() {}
+
+func (x *HostReport) ProtoReflect() protoreflect.Message {
+	mi := &file_lehr_v1_control_proto_msgTypes[42]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HostReport.ProtoReflect.Descriptor instead.
+func (*HostReport) Descriptor() ([]byte, []int) {
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{42}
+}
+
+func (x *HostReport) GetHostId() string {
+	if x != nil {
+		return x.HostId
+	}
+	return ""
+}
+
+func (x *HostReport) GetCohort() bool {
+	if x != nil {
+		return x.Cohort
+	}
+	return false
+}
+
+func (x *HostReport) GetReport() *NamespaceReport {
+	if x != nil {
+		return x.Report
+	}
+	return nil
+}
+
 type ReportZoneStatusResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -2557,7 +2745,7 @@ type ReportZoneStatusResponse struct {
 
 func (x *ReportZoneStatusResponse) Reset() {
 	*x = ReportZoneStatusResponse{}
-	mi := &file_lehr_v1_control_proto_msgTypes[41]
+	mi := &file_lehr_v1_control_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2569,7 +2757,7 @@ func (x *ReportZoneStatusResponse) String() string {
 func (*ReportZoneStatusResponse) ProtoMessage() {}
 
 func (x *ReportZoneStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[41]
+	mi := &file_lehr_v1_control_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2582,7 +2770,7 @@ func (x *ReportZoneStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportZoneStatusResponse.ProtoReflect.Descriptor instead.
 func (*ReportZoneStatusResponse) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{41}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{43}
 }
 
 type GetZoneStatusRequest struct {
@@ -2594,7 +2782,7 @@ type GetZoneStatusRequest struct {
 
 func (x *GetZoneStatusRequest) Reset() {
 	*x = GetZoneStatusRequest{}
-	mi := &file_lehr_v1_control_proto_msgTypes[42]
+	mi := &file_lehr_v1_control_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2606,7 +2794,7 @@ func (x *GetZoneStatusRequest) String() string {
 func (*GetZoneStatusRequest) ProtoMessage() {}
 
 func (x *GetZoneStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[42]
+	mi := &file_lehr_v1_control_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2619,7 +2807,7 @@ func (x *GetZoneStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetZoneStatusRequest.ProtoReflect.Descriptor instead.
 func (*GetZoneStatusRequest) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{42}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *GetZoneStatusRequest) GetZone() string {
@@ -2635,13 +2823,15 @@ type DistributorStatus struct {
 	DistributorId string                 `protobuf:"bytes,1,opt,name=distributor_id,json=distributorId,proto3" json:"distributor_id,omitempty"`
 	Agents        int32                  `protobuf:"varint,2,opt,name=agents,proto3" json:"agents,omitempty"`
 	Versions      []*VersionCount        `protobuf:"bytes,3,rep,name=versions,proto3" json:"versions,omitempty"`
+	Health        []*NamespaceHealth     `protobuf:"bytes,4,rep,name=health,proto3" json:"health,omitempty"`
+	Hosts         []*HostReport          `protobuf:"bytes,5,rep,name=hosts,proto3" json:"hosts,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *DistributorStatus) Reset() {
 	*x = DistributorStatus{}
-	mi := &file_lehr_v1_control_proto_msgTypes[43]
+	mi := &file_lehr_v1_control_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2653,7 +2843,7 @@ func (x *DistributorStatus) String() string {
 func (*DistributorStatus) ProtoMessage() {}
 
 func (x *DistributorStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[43]
+	mi := &file_lehr_v1_control_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2666,7 +2856,7 @@ func (x *DistributorStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DistributorStatus.ProtoReflect.Descriptor instead.
 func (*DistributorStatus) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{43}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *DistributorStatus) GetDistributorId() string {
@@ -2690,19 +2880,37 @@ func (x *DistributorStatus) GetVersions() []*VersionCount {
 	return nil
 }
 
+func (x *DistributorStatus) GetHealth() []*NamespaceHealth {
+	if x != nil {
+		return x.Health
+	}
+	return nil
+}
+
+func (x *DistributorStatus) GetHosts() []*HostReport {
+	if x != nil {
+		return x.Hosts
+	}
+	return nil
+}
+
 type GetZoneStatusResponse struct {
 	state        protoimpl.MessageState `protogen:"open.v1"`
 	Zone         string                 `protobuf:"bytes,1,opt,name=zone,proto3" json:"zone,omitempty"`
 	Distributors []*DistributorStatus   `protobuf:"bytes,2,rep,name=distributors,proto3" json:"distributors,omitempty"`
 	// Sum over distributors, per namespace and version.
-	Versions      []*VersionCount `protobuf:"bytes,3,rep,name=versions,proto3" json:"versions,omitempty"`
+	Versions []*VersionCount `protobuf:"bytes,3,rep,name=versions,proto3" json:"versions,omitempty"`
+	// Sum over distributors, per namespace, version and cohort.
+	Health []*NamespaceHealth `protobuf:"bytes,4,rep,name=health,proto3" json:"health,omitempty"`
+	// Every distributor's host reports, by host id.
+	Hosts         []*HostReport `protobuf:"bytes,5,rep,name=hosts,proto3" json:"hosts,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *GetZoneStatusResponse) Reset() {
 	*x = GetZoneStatusResponse{}
-	mi := &file_lehr_v1_control_proto_msgTypes[44]
+	mi := &file_lehr_v1_control_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2714,7 +2922,7 @@ func (x *GetZoneStatusResponse) String() string {
 func (*GetZoneStatusResponse) ProtoMessage() {}
 
 func (x *GetZoneStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[44]
+	mi := &file_lehr_v1_control_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2727,7 +2935,7 @@ func (x *GetZoneStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetZoneStatusResponse.ProtoReflect.Descriptor instead.
 func (*GetZoneStatusResponse) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{44}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *GetZoneStatusResponse) GetZone() string {
@@ -2751,11 +2959,25 @@ func (x *GetZoneStatusResponse) GetVersions() []*VersionCount {
 	return nil
 }
 
+func (x *GetZoneStatusResponse) GetHealth() []*NamespaceHealth {
+	if x != nil {
+		return x.Health
+	}
+	return nil
+}
+
+func (x *GetZoneStatusResponse) GetHosts() []*HostReport {
+	if x != nil {
+		return x.Hosts
+	}
+	return nil
+}
+
 var File_lehr_v1_control_proto protoreflect.FileDescriptor
 
 const file_lehr_v1_control_proto_rawDesc = "" +
 	"\n" +
-	"\x15lehr/v1/control.proto\x12\alehr.v1\x1a\x15lehr/v1/rollout.proto\x1a\x13lehr/v1/types.proto\"\xc2\x01\n" +
+	"\x15lehr/v1/control.proto\x12\alehr.v1\x1a\x15lehr/v1/rollout.proto\x1a\x13lehr/v1/types.proto\x1a\x12lehr/v1/wire.proto\"\xc2\x01\n" +
 	"\x17SetRolloutPolicyRequest\x12\x14\n" +
 	"\x05scope\x18\x01 \x01(\tR\x05scope\x12.\n" +
 	"\x06policy\x18\x02 \x01(\v2\x16.lehr.v1.RolloutPolicyR\x06policy\x12\x18\n" +
@@ -2927,25 +3149,45 @@ const file_lehr_v1_control_proto_rawDesc = "" +
 	"\fVersionCount\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\x04R\aversion\x12\x16\n" +
-	"\x06agents\x18\x03 \x01(\x05R\x06agents\"\xc0\x01\n" +
+	"\x06agents\x18\x03 \x01(\x05R\x06agents\"\x9d\x02\n" +
 	"\x17ReportZoneStatusRequest\x12\x12\n" +
 	"\x04zone\x18\x01 \x01(\tR\x04zone\x12%\n" +
 	"\x0edistributor_id\x18\x02 \x01(\tR\rdistributorId\x12\x16\n" +
 	"\x06agents\x18\x03 \x01(\x05R\x06agents\x121\n" +
 	"\bversions\x18\x04 \x03(\v2\x15.lehr.v1.VersionCountR\bversions\x12\x1f\n" +
 	"\vttl_seconds\x18\x05 \x01(\rR\n" +
-	"ttlSeconds\"\x1a\n" +
+	"ttlSeconds\x120\n" +
+	"\x06health\x18\x06 \x03(\v2\x18.lehr.v1.NamespaceHealthR\x06health\x12)\n" +
+	"\x05hosts\x18\a \x03(\v2\x13.lehr.v1.HostReportR\x05hosts\"\x9a\x02\n" +
+	"\x0fNamespaceHealth\x12\x1c\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x18\n" +
+	"\aversion\x18\x02 \x01(\x04R\aversion\x12\x16\n" +
+	"\x06cohort\x18\x03 \x01(\bR\x06cohort\x12\x16\n" +
+	"\x06agents\x18\x04 \x01(\x05R\x06agents\x12\x1c\n" +
+	"\tconsumers\x18\x05 \x01(\rR\tconsumers\x12+\n" +
+	"\x11consumers_applied\x18\x06 \x01(\rR\x10consumersApplied\x12-\n" +
+	"\x12consumers_rejected\x18\a \x01(\rR\x11consumersRejected\x12%\n" +
+	"\x0eleases_expired\x18\b \x01(\rR\rleasesExpired\"o\n" +
+	"\n" +
+	"HostReport\x12\x17\n" +
+	"\ahost_id\x18\x01 \x01(\tR\x06hostId\x12\x16\n" +
+	"\x06cohort\x18\x02 \x01(\bR\x06cohort\x120\n" +
+	"\x06report\x18\x03 \x01(\v2\x18.lehr.v1.NamespaceReportR\x06report\"\x1a\n" +
 	"\x18ReportZoneStatusResponse\"*\n" +
 	"\x14GetZoneStatusRequest\x12\x12\n" +
-	"\x04zone\x18\x01 \x01(\tR\x04zone\"\x85\x01\n" +
+	"\x04zone\x18\x01 \x01(\tR\x04zone\"\xe2\x01\n" +
 	"\x11DistributorStatus\x12%\n" +
 	"\x0edistributor_id\x18\x01 \x01(\tR\rdistributorId\x12\x16\n" +
 	"\x06agents\x18\x02 \x01(\x05R\x06agents\x121\n" +
-	"\bversions\x18\x03 \x03(\v2\x15.lehr.v1.VersionCountR\bversions\"\x9e\x01\n" +
+	"\bversions\x18\x03 \x03(\v2\x15.lehr.v1.VersionCountR\bversions\x120\n" +
+	"\x06health\x18\x04 \x03(\v2\x18.lehr.v1.NamespaceHealthR\x06health\x12)\n" +
+	"\x05hosts\x18\x05 \x03(\v2\x13.lehr.v1.HostReportR\x05hosts\"\xfb\x01\n" +
 	"\x15GetZoneStatusResponse\x12\x12\n" +
 	"\x04zone\x18\x01 \x01(\tR\x04zone\x12>\n" +
 	"\fdistributors\x18\x02 \x03(\v2\x1a.lehr.v1.DistributorStatusR\fdistributors\x121\n" +
-	"\bversions\x18\x03 \x03(\v2\x15.lehr.v1.VersionCountR\bversions2\xb4\r\n" +
+	"\bversions\x18\x03 \x03(\v2\x15.lehr.v1.VersionCountR\bversions\x120\n" +
+	"\x06health\x18\x04 \x03(\v2\x18.lehr.v1.NamespaceHealthR\x06health\x12)\n" +
+	"\x05hosts\x18\x05 \x03(\v2\x13.lehr.v1.HostReportR\x05hosts2\xb4\r\n" +
 	"\aControl\x12=\n" +
 	"\fCreateDomain\x12\x1c.lehr.v1.CreateDomainRequest\x1a\x0f.lehr.v1.Domain\x127\n" +
 	"\tGetDomain\x12\x19.lehr.v1.GetDomainRequest\x1a\x0f.lehr.v1.Domain\x12H\n" +
@@ -2988,7 +3230,7 @@ func file_lehr_v1_control_proto_rawDescGZIP() []byte {
 }
 
 var file_lehr_v1_control_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_lehr_v1_control_proto_msgTypes = make([]protoimpl.MessageInfo, 45)
+var file_lehr_v1_control_proto_msgTypes = make([]protoimpl.MessageInfo, 47)
 var file_lehr_v1_control_proto_goTypes = []any{
 	(PropertyChange_Kind)(0),             // 0: lehr.v1.PropertyChange.Kind
 	(GoalEvent_Type)(0),                  // 1: lehr.v1.GoalEvent.Type
@@ -3033,116 +3275,126 @@ var file_lehr_v1_control_proto_goTypes = []any{
 	(*FetchDeltaResponse)(nil),           // 40: lehr.v1.FetchDeltaResponse
 	(*VersionCount)(nil),                 // 41: lehr.v1.VersionCount
 	(*ReportZoneStatusRequest)(nil),      // 42: lehr.v1.ReportZoneStatusRequest
-	(*ReportZoneStatusResponse)(nil),     // 43: lehr.v1.ReportZoneStatusResponse
-	(*GetZoneStatusRequest)(nil),         // 44: lehr.v1.GetZoneStatusRequest
-	(*DistributorStatus)(nil),            // 45: lehr.v1.DistributorStatus
-	(*GetZoneStatusResponse)(nil),        // 46: lehr.v1.GetZoneStatusResponse
-	(*RolloutPolicy)(nil),                // 47: lehr.v1.RolloutPolicy
-	(*RolloutPolicyRecord)(nil),          // 48: lehr.v1.RolloutPolicyRecord
-	(RolloutPolicySource)(0),             // 49: lehr.v1.RolloutPolicySource
-	(*Domain)(nil),                       // 50: lehr.v1.Domain
-	(*Namespace)(nil),                    // 51: lehr.v1.Namespace
-	(NamespaceKind)(0),                   // 52: lehr.v1.NamespaceKind
-	(*Property)(nil),                     // 53: lehr.v1.Property
-	(*VersionInfo)(nil),                  // 54: lehr.v1.VersionInfo
-	(*Zone)(nil),                         // 55: lehr.v1.Zone
-	(*GoalState)(nil),                    // 56: lehr.v1.GoalState
+	(*NamespaceHealth)(nil),              // 43: lehr.v1.NamespaceHealth
+	(*HostReport)(nil),                   // 44: lehr.v1.HostReport
+	(*ReportZoneStatusResponse)(nil),     // 45: lehr.v1.ReportZoneStatusResponse
+	(*GetZoneStatusRequest)(nil),         // 46: lehr.v1.GetZoneStatusRequest
+	(*DistributorStatus)(nil),            // 47: lehr.v1.DistributorStatus
+	(*GetZoneStatusResponse)(nil),        // 48: lehr.v1.GetZoneStatusResponse
+	(*RolloutPolicy)(nil),                // 49: lehr.v1.RolloutPolicy
+	(*RolloutPolicyRecord)(nil),          // 50: lehr.v1.RolloutPolicyRecord
+	(RolloutPolicySource)(0),             // 51: lehr.v1.RolloutPolicySource
+	(*Domain)(nil),                       // 52: lehr.v1.Domain
+	(*Namespace)(nil),                    // 53: lehr.v1.Namespace
+	(NamespaceKind)(0),                   // 54: lehr.v1.NamespaceKind
+	(*Property)(nil),                     // 55: lehr.v1.Property
+	(*VersionInfo)(nil),                  // 56: lehr.v1.VersionInfo
+	(*Zone)(nil),                         // 57: lehr.v1.Zone
+	(*GoalState)(nil),                    // 58: lehr.v1.GoalState
+	(*NamespaceReport)(nil),              // 59: lehr.v1.NamespaceReport
 }
 var file_lehr_v1_control_proto_depIdxs = []int32{
-	47, // 0: lehr.v1.SetRolloutPolicyRequest.policy:type_name -> lehr.v1.RolloutPolicy
-	48, // 1: lehr.v1.GetRolloutPolicyResponse.stored:type_name -> lehr.v1.RolloutPolicyRecord
-	47, // 2: lehr.v1.GetRolloutPolicyResponse.effective:type_name -> lehr.v1.RolloutPolicy
-	49, // 3: lehr.v1.GetRolloutPolicyResponse.source:type_name -> lehr.v1.RolloutPolicySource
-	48, // 4: lehr.v1.RolloutPolicyHistoryResponse.records:type_name -> lehr.v1.RolloutPolicyRecord
-	50, // 5: lehr.v1.CreateDomainRequest.domain:type_name -> lehr.v1.Domain
-	50, // 6: lehr.v1.ListDomainsResponse.domains:type_name -> lehr.v1.Domain
-	51, // 7: lehr.v1.CreateNamespaceRequest.namespace:type_name -> lehr.v1.Namespace
-	51, // 8: lehr.v1.ListNamespacesResponse.namespaces:type_name -> lehr.v1.Namespace
-	52, // 9: lehr.v1.PublishRequest.kind:type_name -> lehr.v1.NamespaceKind
-	53, // 10: lehr.v1.PublishRequest.properties:type_name -> lehr.v1.Property
-	54, // 11: lehr.v1.PublishResponse.version:type_name -> lehr.v1.VersionInfo
-	53, // 12: lehr.v1.PatchRequest.set:type_name -> lehr.v1.Property
-	54, // 13: lehr.v1.PatchResponse.version:type_name -> lehr.v1.VersionInfo
-	54, // 14: lehr.v1.GetResponse.version:type_name -> lehr.v1.VersionInfo
-	53, // 15: lehr.v1.GetResponse.properties:type_name -> lehr.v1.Property
-	52, // 16: lehr.v1.GetResponse.kind:type_name -> lehr.v1.NamespaceKind
-	54, // 17: lehr.v1.HistoryResponse.versions:type_name -> lehr.v1.VersionInfo
+	49, // 0: lehr.v1.SetRolloutPolicyRequest.policy:type_name -> lehr.v1.RolloutPolicy
+	50, // 1: lehr.v1.GetRolloutPolicyResponse.stored:type_name -> lehr.v1.RolloutPolicyRecord
+	49, // 2: lehr.v1.GetRolloutPolicyResponse.effective:type_name -> lehr.v1.RolloutPolicy
+	51, // 3: lehr.v1.GetRolloutPolicyResponse.source:type_name -> lehr.v1.RolloutPolicySource
+	50, // 4: lehr.v1.RolloutPolicyHistoryResponse.records:type_name -> lehr.v1.RolloutPolicyRecord
+	52, // 5: lehr.v1.CreateDomainRequest.domain:type_name -> lehr.v1.Domain
+	52, // 6: lehr.v1.ListDomainsResponse.domains:type_name -> lehr.v1.Domain
+	53, // 7: lehr.v1.CreateNamespaceRequest.namespace:type_name -> lehr.v1.Namespace
+	53, // 8: lehr.v1.ListNamespacesResponse.namespaces:type_name -> lehr.v1.Namespace
+	54, // 9: lehr.v1.PublishRequest.kind:type_name -> lehr.v1.NamespaceKind
+	55, // 10: lehr.v1.PublishRequest.properties:type_name -> lehr.v1.Property
+	56, // 11: lehr.v1.PublishResponse.version:type_name -> lehr.v1.VersionInfo
+	55, // 12: lehr.v1.PatchRequest.set:type_name -> lehr.v1.Property
+	56, // 13: lehr.v1.PatchResponse.version:type_name -> lehr.v1.VersionInfo
+	56, // 14: lehr.v1.GetResponse.version:type_name -> lehr.v1.VersionInfo
+	55, // 15: lehr.v1.GetResponse.properties:type_name -> lehr.v1.Property
+	54, // 16: lehr.v1.GetResponse.kind:type_name -> lehr.v1.NamespaceKind
+	56, // 17: lehr.v1.HistoryResponse.versions:type_name -> lehr.v1.VersionInfo
 	0,  // 18: lehr.v1.PropertyChange.kind:type_name -> lehr.v1.PropertyChange.Kind
-	53, // 19: lehr.v1.PropertyChange.old:type_name -> lehr.v1.Property
-	53, // 20: lehr.v1.PropertyChange.new:type_name -> lehr.v1.Property
-	54, // 21: lehr.v1.DiffResponse.from:type_name -> lehr.v1.VersionInfo
-	54, // 22: lehr.v1.DiffResponse.to:type_name -> lehr.v1.VersionInfo
+	55, // 19: lehr.v1.PropertyChange.old:type_name -> lehr.v1.Property
+	55, // 20: lehr.v1.PropertyChange.new:type_name -> lehr.v1.Property
+	56, // 21: lehr.v1.DiffResponse.from:type_name -> lehr.v1.VersionInfo
+	56, // 22: lehr.v1.DiffResponse.to:type_name -> lehr.v1.VersionInfo
 	25, // 23: lehr.v1.DiffResponse.changes:type_name -> lehr.v1.PropertyChange
-	54, // 24: lehr.v1.RollbackResponse.version:type_name -> lehr.v1.VersionInfo
-	55, // 25: lehr.v1.ListZonesResponse.zones:type_name -> lehr.v1.Zone
-	56, // 26: lehr.v1.GetGoalsResponse.goals:type_name -> lehr.v1.GoalState
+	56, // 24: lehr.v1.RollbackResponse.version:type_name -> lehr.v1.VersionInfo
+	57, // 25: lehr.v1.ListZonesResponse.zones:type_name -> lehr.v1.Zone
+	58, // 26: lehr.v1.GetGoalsResponse.goals:type_name -> lehr.v1.GoalState
 	1,  // 27: lehr.v1.GoalEvent.type:type_name -> lehr.v1.GoalEvent.Type
-	56, // 28: lehr.v1.GoalEvent.goal:type_name -> lehr.v1.GoalState
+	58, // 28: lehr.v1.GoalEvent.goal:type_name -> lehr.v1.GoalState
 	35, // 29: lehr.v1.WatchGoalsResponse.events:type_name -> lehr.v1.GoalEvent
-	54, // 30: lehr.v1.FetchVersionResponse.version:type_name -> lehr.v1.VersionInfo
-	52, // 31: lehr.v1.FetchVersionResponse.kind:type_name -> lehr.v1.NamespaceKind
-	53, // 32: lehr.v1.FetchVersionResponse.properties:type_name -> lehr.v1.Property
-	54, // 33: lehr.v1.FetchDeltaResponse.from:type_name -> lehr.v1.VersionInfo
-	54, // 34: lehr.v1.FetchDeltaResponse.to:type_name -> lehr.v1.VersionInfo
-	52, // 35: lehr.v1.FetchDeltaResponse.kind:type_name -> lehr.v1.NamespaceKind
-	53, // 36: lehr.v1.FetchDeltaResponse.set:type_name -> lehr.v1.Property
+	56, // 30: lehr.v1.FetchVersionResponse.version:type_name -> lehr.v1.VersionInfo
+	54, // 31: lehr.v1.FetchVersionResponse.kind:type_name -> lehr.v1.NamespaceKind
+	55, // 32: lehr.v1.FetchVersionResponse.properties:type_name -> lehr.v1.Property
+	56, // 33: lehr.v1.FetchDeltaResponse.from:type_name -> lehr.v1.VersionInfo
+	56, // 34: lehr.v1.FetchDeltaResponse.to:type_name -> lehr.v1.VersionInfo
+	54, // 35: lehr.v1.FetchDeltaResponse.kind:type_name -> lehr.v1.NamespaceKind
+	55, // 36: lehr.v1.FetchDeltaResponse.set:type_name -> lehr.v1.Property
 	41, // 37: lehr.v1.ReportZoneStatusRequest.versions:type_name -> lehr.v1.VersionCount
-	41, // 38: lehr.v1.DistributorStatus.versions:type_name -> lehr.v1.VersionCount
-	45, // 39: lehr.v1.GetZoneStatusResponse.distributors:type_name -> lehr.v1.DistributorStatus
-	41, // 40: lehr.v1.GetZoneStatusResponse.versions:type_name -> lehr.v1.VersionCount
-	8,  // 41: lehr.v1.Control.CreateDomain:input_type -> lehr.v1.CreateDomainRequest
-	9,  // 42: lehr.v1.Control.GetDomain:input_type -> lehr.v1.GetDomainRequest
-	10, // 43: lehr.v1.Control.ListDomains:input_type -> lehr.v1.ListDomainsRequest
-	12, // 44: lehr.v1.Control.CreateNamespace:input_type -> lehr.v1.CreateNamespaceRequest
-	13, // 45: lehr.v1.Control.GetNamespace:input_type -> lehr.v1.GetNamespaceRequest
-	14, // 46: lehr.v1.Control.ListNamespaces:input_type -> lehr.v1.ListNamespacesRequest
-	16, // 47: lehr.v1.Control.Publish:input_type -> lehr.v1.PublishRequest
-	18, // 48: lehr.v1.Control.Patch:input_type -> lehr.v1.PatchRequest
-	20, // 49: lehr.v1.Control.Get:input_type -> lehr.v1.GetRequest
-	22, // 50: lehr.v1.Control.History:input_type -> lehr.v1.HistoryRequest
-	24, // 51: lehr.v1.Control.Diff:input_type -> lehr.v1.DiffRequest
-	27, // 52: lehr.v1.Control.Rollback:input_type -> lehr.v1.RollbackRequest
-	29, // 53: lehr.v1.Control.CreateZone:input_type -> lehr.v1.CreateZoneRequest
-	30, // 54: lehr.v1.Control.ListZones:input_type -> lehr.v1.ListZonesRequest
-	32, // 55: lehr.v1.Control.GetGoals:input_type -> lehr.v1.GetGoalsRequest
-	34, // 56: lehr.v1.Control.WatchGoals:input_type -> lehr.v1.WatchGoalsRequest
-	37, // 57: lehr.v1.Control.FetchVersion:input_type -> lehr.v1.FetchVersionRequest
-	39, // 58: lehr.v1.Control.FetchDelta:input_type -> lehr.v1.FetchDeltaRequest
-	42, // 59: lehr.v1.Control.ReportZoneStatus:input_type -> lehr.v1.ReportZoneStatusRequest
-	44, // 60: lehr.v1.Control.GetZoneStatus:input_type -> lehr.v1.GetZoneStatusRequest
-	2,  // 61: lehr.v1.Control.SetRolloutPolicy:input_type -> lehr.v1.SetRolloutPolicyRequest
-	3,  // 62: lehr.v1.Control.DeleteRolloutPolicy:input_type -> lehr.v1.DeleteRolloutPolicyRequest
-	4,  // 63: lehr.v1.Control.GetRolloutPolicy:input_type -> lehr.v1.GetRolloutPolicyRequest
-	6,  // 64: lehr.v1.Control.RolloutPolicyHistory:input_type -> lehr.v1.RolloutPolicyHistoryRequest
-	50, // 65: lehr.v1.Control.CreateDomain:output_type -> lehr.v1.Domain
-	50, // 66: lehr.v1.Control.GetDomain:output_type -> lehr.v1.Domain
-	11, // 67: lehr.v1.Control.ListDomains:output_type -> lehr.v1.ListDomainsResponse
-	51, // 68: lehr.v1.Control.CreateNamespace:output_type -> lehr.v1.Namespace
-	51, // 69: lehr.v1.Control.GetNamespace:output_type -> lehr.v1.Namespace
-	15, // 70: lehr.v1.Control.ListNamespaces:output_type -> lehr.v1.ListNamespacesResponse
-	17, // 71: lehr.v1.Control.Publish:output_type -> lehr.v1.PublishResponse
-	19, // 72: lehr.v1.Control.Patch:output_type -> lehr.v1.PatchResponse
-	21, // 73: lehr.v1.Control.Get:output_type -> lehr.v1.GetResponse
-	23, // 74: lehr.v1.Control.History:output_type -> lehr.v1.HistoryResponse
-	26, // 75: lehr.v1.Control.Diff:output_type -> lehr.v1.DiffResponse
-	28, // 76: lehr.v1.Control.Rollback:output_type -> lehr.v1.RollbackResponse
-	55, // 77: lehr.v1.Control.CreateZone:output_type -> lehr.v1.Zone
-	31, // 78: lehr.v1.Control.ListZones:output_type -> lehr.v1.ListZonesResponse
-	33, // 79: lehr.v1.Control.GetGoals:output_type -> lehr.v1.GetGoalsResponse
-	36, // 80: lehr.v1.Control.WatchGoals:output_type -> lehr.v1.WatchGoalsResponse
-	38, // 81: lehr.v1.Control.FetchVersion:output_type -> lehr.v1.FetchVersionResponse
-	40, // 82: lehr.v1.Control.FetchDelta:output_type -> lehr.v1.FetchDeltaResponse
-	43, // 83: lehr.v1.Control.ReportZoneStatus:output_type -> lehr.v1.ReportZoneStatusResponse
-	46, // 84: lehr.v1.Control.GetZoneStatus:output_type -> lehr.v1.GetZoneStatusResponse
-	48, // 85: lehr.v1.Control.SetRolloutPolicy:output_type -> lehr.v1.RolloutPolicyRecord
-	48, // 86: lehr.v1.Control.DeleteRolloutPolicy:output_type -> lehr.v1.RolloutPolicyRecord
-	5,  // 87: lehr.v1.Control.GetRolloutPolicy:output_type -> lehr.v1.GetRolloutPolicyResponse
-	7,  // 88: lehr.v1.Control.RolloutPolicyHistory:output_type -> lehr.v1.RolloutPolicyHistoryResponse
-	65, // [65:89] is the sub-list for method output_type
-	41, // [41:65] is the sub-list for method input_type
-	41, // [41:41] is the sub-list for extension type_name
-	41, // [41:41] is the sub-list for extension extendee
-	0,  // [0:41] is the sub-list for field type_name
+	43, // 38: lehr.v1.ReportZoneStatusRequest.health:type_name -> lehr.v1.NamespaceHealth
+	44, // 39: lehr.v1.ReportZoneStatusRequest.hosts:type_name -> lehr.v1.HostReport
+	59, // 40: lehr.v1.HostReport.report:type_name -> lehr.v1.NamespaceReport
+	41, // 41: lehr.v1.DistributorStatus.versions:type_name -> lehr.v1.VersionCount
+	43, // 42: lehr.v1.DistributorStatus.health:type_name -> lehr.v1.NamespaceHealth
+	44, // 43: lehr.v1.DistributorStatus.hosts:type_name -> lehr.v1.HostReport
+	47, // 44: lehr.v1.GetZoneStatusResponse.distributors:type_name -> lehr.v1.DistributorStatus
+	41, // 45: lehr.v1.GetZoneStatusResponse.versions:type_name -> lehr.v1.VersionCount
+	43, // 46: lehr.v1.GetZoneStatusResponse.health:type_name -> lehr.v1.NamespaceHealth
+	44, // 47: lehr.v1.GetZoneStatusResponse.hosts:type_name -> lehr.v1.HostReport
+	8,  // 48: lehr.v1.Control.CreateDomain:input_type -> lehr.v1.CreateDomainRequest
+	9,  // 49: lehr.v1.Control.GetDomain:input_type -> lehr.v1.GetDomainRequest
+	10, // 50: lehr.v1.Control.ListDomains:input_type -> lehr.v1.ListDomainsRequest
+	12, // 51: lehr.v1.Control.CreateNamespace:input_type -> lehr.v1.CreateNamespaceRequest
+	13, // 52: lehr.v1.Control.GetNamespace:input_type -> lehr.v1.GetNamespaceRequest
+	14, // 53: lehr.v1.Control.ListNamespaces:input_type -> lehr.v1.ListNamespacesRequest
+	16, // 54: lehr.v1.Control.Publish:input_type -> lehr.v1.PublishRequest
+	18, // 55: lehr.v1.Control.Patch:input_type -> lehr.v1.PatchRequest
+	20, // 56: lehr.v1.Control.Get:input_type -> lehr.v1.GetRequest
+	22, // 57: lehr.v1.Control.History:input_type -> lehr.v1.HistoryRequest
+	24, // 58: lehr.v1.Control.Diff:input_type -> lehr.v1.DiffRequest
+	27, // 59: lehr.v1.Control.Rollback:input_type -> lehr.v1.RollbackRequest
+	29, // 60: lehr.v1.Control.CreateZone:input_type -> lehr.v1.CreateZoneRequest
+	30, // 61: lehr.v1.Control.ListZones:input_type -> lehr.v1.ListZonesRequest
+	32, // 62: lehr.v1.Control.GetGoals:input_type -> lehr.v1.GetGoalsRequest
+	34, // 63: lehr.v1.Control.WatchGoals:input_type -> lehr.v1.WatchGoalsRequest
+	37, // 64: lehr.v1.Control.FetchVersion:input_type -> lehr.v1.FetchVersionRequest
+	39, // 65: lehr.v1.Control.FetchDelta:input_type -> lehr.v1.FetchDeltaRequest
+	42, // 66: lehr.v1.Control.ReportZoneStatus:input_type -> lehr.v1.ReportZoneStatusRequest
+	46, // 67: lehr.v1.Control.GetZoneStatus:input_type -> lehr.v1.GetZoneStatusRequest
+	2,  // 68: lehr.v1.Control.SetRolloutPolicy:input_type -> lehr.v1.SetRolloutPolicyRequest
+	3,  // 69: lehr.v1.Control.DeleteRolloutPolicy:input_type -> lehr.v1.DeleteRolloutPolicyRequest
+	4,  // 70: lehr.v1.Control.GetRolloutPolicy:input_type -> lehr.v1.GetRolloutPolicyRequest
+	6,  // 71: lehr.v1.Control.RolloutPolicyHistory:input_type -> lehr.v1.RolloutPolicyHistoryRequest
+	52, // 72: lehr.v1.Control.CreateDomain:output_type -> lehr.v1.Domain
+	52, // 73: lehr.v1.Control.GetDomain:output_type -> lehr.v1.Domain
+	11, // 74: lehr.v1.Control.ListDomains:output_type -> lehr.v1.ListDomainsResponse
+	53, // 75: lehr.v1.Control.CreateNamespace:output_type -> lehr.v1.Namespace
+	53, // 76: lehr.v1.Control.GetNamespace:output_type -> lehr.v1.Namespace
+	15, // 77: lehr.v1.Control.ListNamespaces:output_type -> lehr.v1.ListNamespacesResponse
+	17, // 78: lehr.v1.Control.Publish:output_type -> lehr.v1.PublishResponse
+	19, // 79: lehr.v1.Control.Patch:output_type -> lehr.v1.PatchResponse
+	21, // 80: lehr.v1.Control.Get:output_type -> lehr.v1.GetResponse
+	23, // 81: lehr.v1.Control.History:output_type -> lehr.v1.HistoryResponse
+	26, // 82: lehr.v1.Control.Diff:output_type -> lehr.v1.DiffResponse
+	28, // 83: lehr.v1.Control.Rollback:output_type -> lehr.v1.RollbackResponse
+	57, // 84: lehr.v1.Control.CreateZone:output_type -> lehr.v1.Zone
+	31, // 85: lehr.v1.Control.ListZones:output_type -> lehr.v1.ListZonesResponse
+	33, // 86: lehr.v1.Control.GetGoals:output_type -> lehr.v1.GetGoalsResponse
+	36, // 87: lehr.v1.Control.WatchGoals:output_type -> lehr.v1.WatchGoalsResponse
+	38, // 88: lehr.v1.Control.FetchVersion:output_type -> lehr.v1.FetchVersionResponse
+	40, // 89: lehr.v1.Control.FetchDelta:output_type -> lehr.v1.FetchDeltaResponse
+	45, // 90: lehr.v1.Control.ReportZoneStatus:output_type -> lehr.v1.ReportZoneStatusResponse
+	48, // 91: lehr.v1.Control.GetZoneStatus:output_type -> lehr.v1.GetZoneStatusResponse
+	50, // 92: lehr.v1.Control.SetRolloutPolicy:output_type -> lehr.v1.RolloutPolicyRecord
+	50, // 93: lehr.v1.Control.DeleteRolloutPolicy:output_type -> lehr.v1.RolloutPolicyRecord
+	5,  // 94: lehr.v1.Control.GetRolloutPolicy:output_type -> lehr.v1.GetRolloutPolicyResponse
+	7,  // 95: lehr.v1.Control.RolloutPolicyHistory:output_type -> lehr.v1.RolloutPolicyHistoryResponse
+	72, // [72:96] is the sub-list for method output_type
+	48, // [48:72] is the sub-list for method input_type
+	48, // [48:48] is the sub-list for extension type_name
+	48, // [48:48] is the sub-list for extension extendee
+	0,  // [0:48] is the sub-list for field type_name
 }
 
 func init() { file_lehr_v1_control_proto_init() }
@@ -3152,13 +3404,14 @@ func file_lehr_v1_control_proto_init() {
 	}
 	file_lehr_v1_rollout_proto_init()
 	file_lehr_v1_types_proto_init()
+	file_lehr_v1_wire_proto_init()
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lehr_v1_control_proto_rawDesc), len(file_lehr_v1_control_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   45,
+			NumMessages:   47,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

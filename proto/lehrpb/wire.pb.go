@@ -887,8 +887,18 @@ type NamespaceReport struct {
 	// agent started.
 	ApplyErrors    uint64 `protobuf:"varint,6,opt,name=apply_errors,json=applyErrors,proto3" json:"apply_errors,omitempty"`
 	CallbackErrors uint64 `protobuf:"varint,7,opt,name=callback_errors,json=callbackErrors,proto3" json:"callback_errors,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// Consumers that reported an error applying the current version (their
+	// callback failed or panicked).
+	ClientsRejected uint32 `protobuf:"varint,8,opt,name=clients_rejected,json=clientsRejected,proto3" json:"clients_rejected,omitempty"`
+	// Consumer leases on the namespace that lapsed without being released
+	// since the agent applied the current version: a consumer that crashed
+	// or hung.
+	LeasesExpired uint32 `protobuf:"varint,9,opt,name=leases_expired,json=leasesExpired,proto3" json:"leases_expired,omitempty"`
+	// When the agent applied the current version (absent when it holds
+	// none, or applied it before it started).
+	AppliedTime   *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=applied_time,json=appliedTime,proto3" json:"applied_time,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *NamespaceReport) Reset() {
@@ -968,6 +978,27 @@ func (x *NamespaceReport) GetCallbackErrors() uint64 {
 		return x.CallbackErrors
 	}
 	return 0
+}
+
+func (x *NamespaceReport) GetClientsRejected() uint32 {
+	if x != nil {
+		return x.ClientsRejected
+	}
+	return 0
+}
+
+func (x *NamespaceReport) GetLeasesExpired() uint32 {
+	if x != nil {
+		return x.LeasesExpired
+	}
+	return 0
+}
+
+func (x *NamespaceReport) GetAppliedTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.AppliedTime
+	}
+	return nil
 }
 
 // Report is the agent's periodic status, agent to distributor. Fields will
@@ -1311,7 +1342,7 @@ const file_lehr_v1_wire_proto_rawDesc = "" +
 	"\fhave_version\x18\x02 \x01(\x04R\vhaveVersion\x12#\n" +
 	"\rhave_checksum\x18\x03 \x01(\tR\fhaveChecksum\x12-\n" +
 	"\x06reason\x18\x04 \x01(\x0e2\x15.lehr.v1.ResyncReasonR\x06reason\x12\x16\n" +
-	"\x06detail\x18\x05 \x01(\tR\x06detail\"\xf4\x01\n" +
+	"\x06detail\x18\x05 \x01(\tR\x06detail\"\x85\x03\n" +
 	"\x0fNamespaceReport\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\x04R\aversion\x12\x1a\n" +
@@ -1319,7 +1350,11 @@ const file_lehr_v1_wire_proto_rawDesc = "" +
 	"\aclients\x18\x04 \x01(\rR\aclients\x12'\n" +
 	"\x0fclients_applied\x18\x05 \x01(\rR\x0eclientsApplied\x12!\n" +
 	"\fapply_errors\x18\x06 \x01(\x04R\vapplyErrors\x12'\n" +
-	"\x0fcallback_errors\x18\a \x01(\x04R\x0ecallbackErrors\"r\n" +
+	"\x0fcallback_errors\x18\a \x01(\x04R\x0ecallbackErrors\x12)\n" +
+	"\x10clients_rejected\x18\b \x01(\rR\x0fclientsRejected\x12%\n" +
+	"\x0eleases_expired\x18\t \x01(\rR\rleasesExpired\x12=\n" +
+	"\fapplied_time\x18\n" +
+	" \x01(\v2\x1a.google.protobuf.TimestampR\vappliedTime\"r\n" +
 	"\x06Report\x12.\n" +
 	"\x04time\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x128\n" +
 	"\n" +
@@ -1397,15 +1432,16 @@ var file_lehr_v1_wire_proto_depIdxs = []int32{
 	19, // 5: lehr.v1.Update.info:type_name -> lehr.v1.VersionInfo
 	20, // 6: lehr.v1.Update.set:type_name -> lehr.v1.Property
 	0,  // 7: lehr.v1.Resync.reason:type_name -> lehr.v1.ResyncReason
-	21, // 8: lehr.v1.Report.time:type_name -> google.protobuf.Timestamp
-	10, // 9: lehr.v1.Report.namespaces:type_name -> lehr.v1.NamespaceReport
-	1,  // 10: lehr.v1.Unavailable.reason:type_name -> lehr.v1.UnavailableReason
-	17, // 11: lehr.v1.Goodbye.retry_after:type_name -> google.protobuf.Duration
-	12, // [12:12] is the sub-list for method output_type
-	12, // [12:12] is the sub-list for method input_type
-	12, // [12:12] is the sub-list for extension type_name
-	12, // [12:12] is the sub-list for extension extendee
-	0,  // [0:12] is the sub-list for field type_name
+	21, // 8: lehr.v1.NamespaceReport.applied_time:type_name -> google.protobuf.Timestamp
+	21, // 9: lehr.v1.Report.time:type_name -> google.protobuf.Timestamp
+	10, // 10: lehr.v1.Report.namespaces:type_name -> lehr.v1.NamespaceReport
+	1,  // 11: lehr.v1.Unavailable.reason:type_name -> lehr.v1.UnavailableReason
+	17, // 12: lehr.v1.Goodbye.retry_after:type_name -> google.protobuf.Duration
+	13, // [13:13] is the sub-list for method output_type
+	13, // [13:13] is the sub-list for method input_type
+	13, // [13:13] is the sub-list for extension type_name
+	13, // [13:13] is the sub-list for extension extendee
+	0,  // [0:13] is the sub-list for field type_name
 }
 
 func init() { file_lehr_v1_wire_proto_init() }

@@ -361,6 +361,34 @@ func (e *env) callbackError(t *testing.T) {
 	if got := sub.View().Version(); got != v1.GetSeq() {
 		t.Errorf("view version after a refused change = %d, want %d (the view moves on)", got, v1.GetSeq())
 	}
+
+	// The rejection travels up: agent report → distributor summary →
+	// control's zone status, with the host named.
+	var st *lehrpb.GetZoneStatusResponse
+	wait.For(t, "zone status to show the rejection", func() bool {
+		st, err = e.c.Producer().RPC().GetZoneStatus(e.ctx, &lehrpb.GetZoneStatusRequest{Zone: zoneB})
+		if err != nil {
+			return false
+		}
+		for _, h := range st.GetHealth() {
+			if h.GetNamespace() == ns && h.GetVersion() == v1.GetSeq() && h.GetConsumersRejected() == 1 {
+				return true
+			}
+		}
+		return false
+	})
+	found := false
+	for _, hr := range st.GetHosts() {
+		if hr.GetHostId() == a.HostID && hr.GetReport().GetNamespace() == ns {
+			found = true
+			if r := hr.GetReport(); r.GetClientsRejected() != 1 || r.GetVersion() != v1.GetSeq() || r.GetAppliedTime() == nil {
+				t.Errorf("host report of %s: %v; want version %d, 1 consumer rejecting, an applied time", a.HostID, r, v1.GetSeq())
+			}
+		}
+	}
+	if !found {
+		t.Errorf("zone status names no host for %s; want %s (its consumer rejected the version): %v", ns, a.HostID, st.GetHosts())
+	}
 }
 
 // burst: 100 patches in a row; every consumer ends at the latest version
