@@ -652,7 +652,7 @@ func TestLeaseExpiryDropsFileAfterGrace(t *testing.T) {
 	// A lease that lapses (a consumer that crashed) is reported upwards:
 	// the distributor's health summary and host detail show it.
 	wait.For(t, "the lapsed lease in the distributor's health", func() bool {
-		health, hosts := h.dists[0].d.Health()
+		health, hosts, _ := h.dists[0].d.Health()
 		for _, x := range health {
 			if x.GetNamespace() == ns && x.GetLeasesExpired() == 1 {
 				return len(hosts) == 1 && hosts[0].GetReport().GetLeasesExpired() == 1

@@ -290,15 +290,17 @@ func (d *Distributor) Convergence() (agents int, counts []fanout.VersionCount) {
 }
 
 // Health returns the consumer health of the namespaces rollouts move and
-// of those in trouble, and per-host detail (fanout.Server.Health).
-func (d *Distributor) Health() ([]*lehrpb.NamespaceHealth, []*lehrpb.HostReport) {
+// of those in trouble, per-host detail (fanout.Server.Health) and the
+// cohort samples candidates ask for (fanout.Server.Samples).
+func (d *Distributor) Health() ([]*lehrpb.NamespaceHealth, []*lehrpb.HostReport, []*lehrpb.CohortSample) {
 	d.mu.Lock()
 	srv := d.srv
 	d.mu.Unlock()
 	if srv == nil {
-		return nil, nil
+		return nil, nil, nil
 	}
-	return srv.Health()
+	h, hosts := srv.Health()
+	return h, hosts, srv.Samples()
 }
 
 // Close stops a running distributor and waits until Run has returned. It
@@ -568,6 +570,7 @@ func (d *Distributor) syncOne(ctx context.Context, ns string) error {
 			return err
 		}
 		goal.Cohort = cohort.Cohort{Hosts: cand.GetHosts(), PerMillion: cand.GetPerMillion(), Salt: cand.GetSalt()}
+		goal.Sample = int(cand.GetSample())
 	}
 	srv.SetGoal(goal) // no change if it is the current goal
 	return nil
@@ -594,7 +597,7 @@ func (d *Distributor) report(ctx context.Context) error {
 		for _, c := range counts {
 			req.Versions = append(req.Versions, &lehrpb.VersionCount{Namespace: c.Namespace, Version: c.Version, Agents: int32(c.Agents)})
 		}
-		req.Health, req.Hosts = d.Health()
+		req.Health, req.Hosts, req.Samples = d.Health()
 		rctx, cancel := context.WithTimeout(ctx, d.opts.ReportInterval)
 		_, err := d.ctl.ReportZoneStatus(rctx, req)
 		cancel()

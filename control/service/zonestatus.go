@@ -106,6 +106,7 @@ func (s *Service) ReportZoneStatus(ctx context.Context, req *lehrpb.ReportZoneSt
 		Versions:      req.GetVersions(),
 		Health:        req.GetHealth(),
 		Hosts:         req.GetHosts(),
+		Samples:       req.GetSamples(),
 	}
 	k := reportKey{zone: req.GetZone(), id: req.GetDistributorId()}
 	lease, err := s.st.PutZoneStatus(ctx, k.zone, st, ttl, s.leases.get(k))
@@ -185,6 +186,17 @@ func checkReport(req *lehrpb.ReportZoneStatusRequest) error {
 	if n := len(req.GetHosts()); n > MaxHostReports {
 		return invalid(apierror.ReasonInvalidArgument, "hosts", "the report has %d host reports; at most %d allowed", n, MaxHostReports).
 			WithLimit("%d entries", MaxHostReports)
+	}
+	if n := len(req.GetSamples()); n > MaxVersionCounts {
+		return invalid(apierror.ReasonInvalidArgument, "samples", "the report has %d samples; at most %d allowed", n, MaxVersionCounts)
+	}
+	for i, smp := range req.GetSamples() {
+		if _, _, err := names.Namespace(smp.GetNamespace()); err != nil {
+			return nameError(propField("samples", i, "namespace"), err)
+		}
+		if n := len(smp.GetHosts()); n > MaxHostReports {
+			return invalid(apierror.ReasonInvalidArgument, propField("samples", i, "hosts"), "%d hosts; at most %d allowed", n, MaxHostReports)
+		}
 	}
 	for i, h := range req.GetHosts() {
 		if id := h.GetHostId(); id == "" || len(id) > 255 {

@@ -52,3 +52,36 @@ func TestCandidateGoesToItsCohortOnly(t *testing.T) {
 		}
 	}
 }
+
+// A candidate that asks for a sample moves nobody yet; the distributor
+// reports its subscribed hosts with the lowest cohort positions, from
+// which control names the canary hosts.
+func TestSampleReportsLowestPositions(t *testing.T) {
+	e := newEnv(t)
+	ns := "d/app"
+	v1 := e.publish(ns, props(3, "v1"))
+	var agents []*agenttest.Agent
+	for _, h := range []string{"host-1", "host-2", "host-3"} {
+		a := e.dial(h, agenttest.Options{Subscriptions: []string{ns}})
+		waitVersion(t, a, ns, v1)
+		agents = append(agents, a)
+	}
+	e.dial("host-4", agenttest.Options{}) // subscribes to nothing: never sampled
+	v2 := e.stage(ns, props(3, "v2"))
+	e.cache.Pin(ns, v1.Seq, v2.Seq)
+	e.srv.SetGoal(fanout.Goal{Stable: v1, Candidate: v2, Cohort: cohort.Cohort{Salt: "rollout-7"}, Sample: 2})
+
+	want := []string{"host-1", "host-2", "host-3"}
+	slices.SortFunc(want, func(a, b string) int {
+		return int(cohort.Position("rollout-7", a)) - int(cohort.Position("rollout-7", b))
+	})
+	got := e.srv.Samples()
+	if len(got) != 1 || got[0].GetNamespace() != ns || got[0].GetSalt() != "rollout-7" || !slices.Equal(got[0].GetHosts(), want[:2]) {
+		t.Errorf("Samples = %v; want %s with hosts %v", got, ns, want[:2])
+	}
+	for _, a := range agents {
+		if h, _ := a.Held(ns); h.Version != v1.Seq {
+			t.Errorf("%s holds version %d while the cohort is empty; want %d", a.HostID(), h.Version, v1.Seq)
+		}
+	}
+}

@@ -385,6 +385,9 @@ type Goal struct {
 	// than Stable.
 	Candidate *content.Version
 	Cohort    cohort.Cohort
+	// Sample asks for the Sample subscribed hosts with the lowest cohort
+	// positions (Samples), from which control names canary hosts.
+	Sample int
 }
 
 // For returns the version host should hold.
@@ -400,7 +403,7 @@ func (g *Goal) equal(o *Goal) bool {
 	same := func(a, b *content.Version) bool {
 		return a == nil && b == nil || a != nil && b != nil && a.Seq == b.Seq && a.Checksum == b.Checksum
 	}
-	return same(g.Stable, o.Stable) && same(g.Candidate, o.Candidate) &&
+	return same(g.Stable, o.Stable) && same(g.Candidate, o.Candidate) && g.Sample == o.Sample &&
 		(g.Candidate == nil || g.Cohort.Salt == o.Cohort.Salt && g.Cohort.PerMillion == o.Cohort.PerMillion && slices.Equal(g.Cohort.Hosts, o.Cohort.Hosts))
 }
 
@@ -587,6 +590,40 @@ func (s *Server) Health() (health []*lehrpb.NamespaceHealth, hosts []*lehrpb.Hos
 		hosts = hosts[:MaxHostReports]
 	}
 	return health, hosts
+}
+
+// MaxSample bounds Goal.Sample.
+const MaxSample = 1000
+
+// Samples returns, for each goal whose candidate asks for a sample, the
+// subscribed hosts with the lowest cohort positions (at most Goal.Sample,
+// itself at most MaxSample), lowest first; sorted by namespace.
+func (s *Server) Samples() []*lehrpb.CohortSample {
+	var out []*lehrpb.CohortSample
+	sessions := s.sessionList()
+	for ns, g := range *s.goals.Load() {
+		if g.Candidate == nil || g.Sample <= 0 {
+			continue
+		}
+		type hp struct {
+			host string
+			pos  uint32
+		}
+		var hosts []hp
+		for _, ss := range sessions {
+			if ss.subscribed(ns) {
+				hosts = append(hosts, hp{ss.host, cohort.Position(g.Cohort.Salt, ss.host)})
+			}
+		}
+		slices.SortFunc(hosts, func(a, b hp) int { return cmp.Or(cmp.Compare(a.pos, b.pos), strings.Compare(a.host, b.host)) })
+		smp := &lehrpb.CohortSample{Namespace: ns, Salt: g.Cohort.Salt}
+		for _, h := range hosts[:min(len(hosts), g.Sample, MaxSample)] {
+			smp.Hosts = append(smp.Hosts, h.host)
+		}
+		out = append(out, smp)
+	}
+	slices.SortFunc(out, func(a, b *lehrpb.CohortSample) int { return strings.Compare(a.GetNamespace(), b.GetNamespace()) })
+	return out
 }
 
 // Lag is the number of connected agents subscribed to ns that do not hold

@@ -2486,7 +2486,10 @@ type ReportZoneStatusRequest struct {
 	// Per-host detail, only for hosts in a candidate's named cohort (canary
 	// hosts) and hosts whose consumers rejected their version or lost
 	// leases; at most 1000.
-	Hosts         []*HostReport `protobuf:"bytes,7,rep,name=hosts,proto3" json:"hosts,omitempty"`
+	Hosts []*HostReport `protobuf:"bytes,7,rep,name=hosts,proto3" json:"hosts,omitempty"`
+	// For each goal whose candidate asks for a sample: the distributor's
+	// subscribed hosts with the lowest cohort positions.
+	Samples       []*CohortSample `protobuf:"bytes,8,rep,name=samples,proto3" json:"samples,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2570,6 +2573,75 @@ func (x *ReportZoneStatusRequest) GetHosts() []*HostReport {
 	return nil
 }
 
+func (x *ReportZoneStatusRequest) GetSamples() []*CohortSample {
+	if x != nil {
+		return x.Samples
+	}
+	return nil
+}
+
+// CohortSample lists a distributor's subscribed hosts of a namespace with
+// the lowest cohort positions for salt, lowest first.
+type CohortSample struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Namespace     string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	Salt          string                 `protobuf:"bytes,2,opt,name=salt,proto3" json:"salt,omitempty"`
+	Hosts         []string               `protobuf:"bytes,3,rep,name=hosts,proto3" json:"hosts,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CohortSample) Reset() {
+	*x = CohortSample{}
+	mi := &file_lehr_v1_control_proto_msgTypes[41]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CohortSample) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CohortSample) ProtoMessage() {}
+
+func (x *CohortSample) ProtoReflect() protoreflect.Message {
+	mi := &file_lehr_v1_control_proto_msgTypes[41]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CohortSample.ProtoReflect.Descriptor instead.
+func (*CohortSample) Descriptor() ([]byte, []int) {
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{41}
+}
+
+func (x *CohortSample) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *CohortSample) GetSalt() string {
+	if x != nil {
+		return x.Salt
+	}
+	return ""
+}
+
+func (x *CohortSample) GetHosts() []string {
+	if x != nil {
+		return x.Hosts
+	}
+	return nil
+}
+
 // NamespaceHealth sums what the agents holding one version of a namespace
 // report about their consumers.
 type NamespaceHealth struct {
@@ -2592,7 +2664,7 @@ type NamespaceHealth struct {
 
 func (x *NamespaceHealth) Reset() {
 	*x = NamespaceHealth{}
-	mi := &file_lehr_v1_control_proto_msgTypes[41]
+	mi := &file_lehr_v1_control_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2604,7 +2676,7 @@ func (x *NamespaceHealth) String() string {
 func (*NamespaceHealth) ProtoMessage() {}
 
 func (x *NamespaceHealth) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[41]
+	mi := &file_lehr_v1_control_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2617,7 +2689,7 @@ func (x *NamespaceHealth) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NamespaceHealth.ProtoReflect.Descriptor instead.
 func (*NamespaceHealth) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{41}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *NamespaceHealth) GetNamespace() string {
@@ -2688,7 +2760,7 @@ type HostReport struct {
 
 func (x *HostReport) Reset() {
 	*x = HostReport{}
-	mi := &file_lehr_v1_control_proto_msgTypes[42]
+	mi := &file_lehr_v1_control_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2700,7 +2772,7 @@ func (x *HostReport) String() string {
 func (*HostReport) ProtoMessage() {}
 
 func (x *HostReport) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[42]
+	mi := &file_lehr_v1_control_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2713,7 +2785,7 @@ func (x *HostReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HostReport.ProtoReflect.Descriptor instead.
 func (*HostReport) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{42}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *HostReport) GetHostId() string {
@@ -2745,7 +2817,7 @@ type ReportZoneStatusResponse struct {
 
 func (x *ReportZoneStatusResponse) Reset() {
 	*x = ReportZoneStatusResponse{}
-	mi := &file_lehr_v1_control_proto_msgTypes[43]
+	mi := &file_lehr_v1_control_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2757,7 +2829,7 @@ func (x *ReportZoneStatusResponse) String() string {
 func (*ReportZoneStatusResponse) ProtoMessage() {}
 
 func (x *ReportZoneStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[43]
+	mi := &file_lehr_v1_control_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2770,7 +2842,7 @@ func (x *ReportZoneStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportZoneStatusResponse.ProtoReflect.Descriptor instead.
 func (*ReportZoneStatusResponse) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{43}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{44}
 }
 
 type GetZoneStatusRequest struct {
@@ -2782,7 +2854,7 @@ type GetZoneStatusRequest struct {
 
 func (x *GetZoneStatusRequest) Reset() {
 	*x = GetZoneStatusRequest{}
-	mi := &file_lehr_v1_control_proto_msgTypes[44]
+	mi := &file_lehr_v1_control_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2794,7 +2866,7 @@ func (x *GetZoneStatusRequest) String() string {
 func (*GetZoneStatusRequest) ProtoMessage() {}
 
 func (x *GetZoneStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[44]
+	mi := &file_lehr_v1_control_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2807,7 +2879,7 @@ func (x *GetZoneStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetZoneStatusRequest.ProtoReflect.Descriptor instead.
 func (*GetZoneStatusRequest) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{44}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *GetZoneStatusRequest) GetZone() string {
@@ -2825,13 +2897,14 @@ type DistributorStatus struct {
 	Versions      []*VersionCount        `protobuf:"bytes,3,rep,name=versions,proto3" json:"versions,omitempty"`
 	Health        []*NamespaceHealth     `protobuf:"bytes,4,rep,name=health,proto3" json:"health,omitempty"`
 	Hosts         []*HostReport          `protobuf:"bytes,5,rep,name=hosts,proto3" json:"hosts,omitempty"`
+	Samples       []*CohortSample        `protobuf:"bytes,6,rep,name=samples,proto3" json:"samples,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *DistributorStatus) Reset() {
 	*x = DistributorStatus{}
-	mi := &file_lehr_v1_control_proto_msgTypes[45]
+	mi := &file_lehr_v1_control_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2843,7 +2916,7 @@ func (x *DistributorStatus) String() string {
 func (*DistributorStatus) ProtoMessage() {}
 
 func (x *DistributorStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[45]
+	mi := &file_lehr_v1_control_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2856,7 +2929,7 @@ func (x *DistributorStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DistributorStatus.ProtoReflect.Descriptor instead.
 func (*DistributorStatus) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{45}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *DistributorStatus) GetDistributorId() string {
@@ -2894,6 +2967,13 @@ func (x *DistributorStatus) GetHosts() []*HostReport {
 	return nil
 }
 
+func (x *DistributorStatus) GetSamples() []*CohortSample {
+	if x != nil {
+		return x.Samples
+	}
+	return nil
+}
+
 type GetZoneStatusResponse struct {
 	state        protoimpl.MessageState `protogen:"open.v1"`
 	Zone         string                 `protobuf:"bytes,1,opt,name=zone,proto3" json:"zone,omitempty"`
@@ -2910,7 +2990,7 @@ type GetZoneStatusResponse struct {
 
 func (x *GetZoneStatusResponse) Reset() {
 	*x = GetZoneStatusResponse{}
-	mi := &file_lehr_v1_control_proto_msgTypes[46]
+	mi := &file_lehr_v1_control_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2922,7 +3002,7 @@ func (x *GetZoneStatusResponse) String() string {
 func (*GetZoneStatusResponse) ProtoMessage() {}
 
 func (x *GetZoneStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[46]
+	mi := &file_lehr_v1_control_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2935,7 +3015,7 @@ func (x *GetZoneStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetZoneStatusResponse.ProtoReflect.Descriptor instead.
 func (*GetZoneStatusResponse) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{46}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *GetZoneStatusResponse) GetZone() string {
@@ -3149,7 +3229,7 @@ const file_lehr_v1_control_proto_rawDesc = "" +
 	"\fVersionCount\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\x04R\aversion\x12\x16\n" +
-	"\x06agents\x18\x03 \x01(\x05R\x06agents\"\x9d\x02\n" +
+	"\x06agents\x18\x03 \x01(\x05R\x06agents\"\xce\x02\n" +
 	"\x17ReportZoneStatusRequest\x12\x12\n" +
 	"\x04zone\x18\x01 \x01(\tR\x04zone\x12%\n" +
 	"\x0edistributor_id\x18\x02 \x01(\tR\rdistributorId\x12\x16\n" +
@@ -3158,7 +3238,12 @@ const file_lehr_v1_control_proto_rawDesc = "" +
 	"\vttl_seconds\x18\x05 \x01(\rR\n" +
 	"ttlSeconds\x120\n" +
 	"\x06health\x18\x06 \x03(\v2\x18.lehr.v1.NamespaceHealthR\x06health\x12)\n" +
-	"\x05hosts\x18\a \x03(\v2\x13.lehr.v1.HostReportR\x05hosts\"\x9a\x02\n" +
+	"\x05hosts\x18\a \x03(\v2\x13.lehr.v1.HostReportR\x05hosts\x12/\n" +
+	"\asamples\x18\b \x03(\v2\x15.lehr.v1.CohortSampleR\asamples\"V\n" +
+	"\fCohortSample\x12\x1c\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x12\n" +
+	"\x04salt\x18\x02 \x01(\tR\x04salt\x12\x14\n" +
+	"\x05hosts\x18\x03 \x03(\tR\x05hosts\"\x9a\x02\n" +
 	"\x0fNamespaceHealth\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\x04R\aversion\x12\x16\n" +
@@ -3175,13 +3260,14 @@ const file_lehr_v1_control_proto_rawDesc = "" +
 	"\x06report\x18\x03 \x01(\v2\x18.lehr.v1.NamespaceReportR\x06report\"\x1a\n" +
 	"\x18ReportZoneStatusResponse\"*\n" +
 	"\x14GetZoneStatusRequest\x12\x12\n" +
-	"\x04zone\x18\x01 \x01(\tR\x04zone\"\xe2\x01\n" +
+	"\x04zone\x18\x01 \x01(\tR\x04zone\"\x93\x02\n" +
 	"\x11DistributorStatus\x12%\n" +
 	"\x0edistributor_id\x18\x01 \x01(\tR\rdistributorId\x12\x16\n" +
 	"\x06agents\x18\x02 \x01(\x05R\x06agents\x121\n" +
 	"\bversions\x18\x03 \x03(\v2\x15.lehr.v1.VersionCountR\bversions\x120\n" +
 	"\x06health\x18\x04 \x03(\v2\x18.lehr.v1.NamespaceHealthR\x06health\x12)\n" +
-	"\x05hosts\x18\x05 \x03(\v2\x13.lehr.v1.HostReportR\x05hosts\"\xfb\x01\n" +
+	"\x05hosts\x18\x05 \x03(\v2\x13.lehr.v1.HostReportR\x05hosts\x12/\n" +
+	"\asamples\x18\x06 \x03(\v2\x15.lehr.v1.CohortSampleR\asamples\"\xfb\x01\n" +
 	"\x15GetZoneStatusResponse\x12\x12\n" +
 	"\x04zone\x18\x01 \x01(\tR\x04zone\x12>\n" +
 	"\fdistributors\x18\x02 \x03(\v2\x1a.lehr.v1.DistributorStatusR\fdistributors\x121\n" +
@@ -3230,7 +3316,7 @@ func file_lehr_v1_control_proto_rawDescGZIP() []byte {
 }
 
 var file_lehr_v1_control_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_lehr_v1_control_proto_msgTypes = make([]protoimpl.MessageInfo, 47)
+var file_lehr_v1_control_proto_msgTypes = make([]protoimpl.MessageInfo, 48)
 var file_lehr_v1_control_proto_goTypes = []any{
 	(PropertyChange_Kind)(0),             // 0: lehr.v1.PropertyChange.Kind
 	(GoalEvent_Type)(0),                  // 1: lehr.v1.GoalEvent.Type
@@ -3275,126 +3361,129 @@ var file_lehr_v1_control_proto_goTypes = []any{
 	(*FetchDeltaResponse)(nil),           // 40: lehr.v1.FetchDeltaResponse
 	(*VersionCount)(nil),                 // 41: lehr.v1.VersionCount
 	(*ReportZoneStatusRequest)(nil),      // 42: lehr.v1.ReportZoneStatusRequest
-	(*NamespaceHealth)(nil),              // 43: lehr.v1.NamespaceHealth
-	(*HostReport)(nil),                   // 44: lehr.v1.HostReport
-	(*ReportZoneStatusResponse)(nil),     // 45: lehr.v1.ReportZoneStatusResponse
-	(*GetZoneStatusRequest)(nil),         // 46: lehr.v1.GetZoneStatusRequest
-	(*DistributorStatus)(nil),            // 47: lehr.v1.DistributorStatus
-	(*GetZoneStatusResponse)(nil),        // 48: lehr.v1.GetZoneStatusResponse
-	(*RolloutPolicy)(nil),                // 49: lehr.v1.RolloutPolicy
-	(*RolloutPolicyRecord)(nil),          // 50: lehr.v1.RolloutPolicyRecord
-	(RolloutPolicySource)(0),             // 51: lehr.v1.RolloutPolicySource
-	(*Domain)(nil),                       // 52: lehr.v1.Domain
-	(*Namespace)(nil),                    // 53: lehr.v1.Namespace
-	(NamespaceKind)(0),                   // 54: lehr.v1.NamespaceKind
-	(*Property)(nil),                     // 55: lehr.v1.Property
-	(*VersionInfo)(nil),                  // 56: lehr.v1.VersionInfo
-	(*Zone)(nil),                         // 57: lehr.v1.Zone
-	(*GoalState)(nil),                    // 58: lehr.v1.GoalState
-	(*NamespaceReport)(nil),              // 59: lehr.v1.NamespaceReport
+	(*CohortSample)(nil),                 // 43: lehr.v1.CohortSample
+	(*NamespaceHealth)(nil),              // 44: lehr.v1.NamespaceHealth
+	(*HostReport)(nil),                   // 45: lehr.v1.HostReport
+	(*ReportZoneStatusResponse)(nil),     // 46: lehr.v1.ReportZoneStatusResponse
+	(*GetZoneStatusRequest)(nil),         // 47: lehr.v1.GetZoneStatusRequest
+	(*DistributorStatus)(nil),            // 48: lehr.v1.DistributorStatus
+	(*GetZoneStatusResponse)(nil),        // 49: lehr.v1.GetZoneStatusResponse
+	(*RolloutPolicy)(nil),                // 50: lehr.v1.RolloutPolicy
+	(*RolloutPolicyRecord)(nil),          // 51: lehr.v1.RolloutPolicyRecord
+	(RolloutPolicySource)(0),             // 52: lehr.v1.RolloutPolicySource
+	(*Domain)(nil),                       // 53: lehr.v1.Domain
+	(*Namespace)(nil),                    // 54: lehr.v1.Namespace
+	(NamespaceKind)(0),                   // 55: lehr.v1.NamespaceKind
+	(*Property)(nil),                     // 56: lehr.v1.Property
+	(*VersionInfo)(nil),                  // 57: lehr.v1.VersionInfo
+	(*Zone)(nil),                         // 58: lehr.v1.Zone
+	(*GoalState)(nil),                    // 59: lehr.v1.GoalState
+	(*NamespaceReport)(nil),              // 60: lehr.v1.NamespaceReport
 }
 var file_lehr_v1_control_proto_depIdxs = []int32{
-	49, // 0: lehr.v1.SetRolloutPolicyRequest.policy:type_name -> lehr.v1.RolloutPolicy
-	50, // 1: lehr.v1.GetRolloutPolicyResponse.stored:type_name -> lehr.v1.RolloutPolicyRecord
-	49, // 2: lehr.v1.GetRolloutPolicyResponse.effective:type_name -> lehr.v1.RolloutPolicy
-	51, // 3: lehr.v1.GetRolloutPolicyResponse.source:type_name -> lehr.v1.RolloutPolicySource
-	50, // 4: lehr.v1.RolloutPolicyHistoryResponse.records:type_name -> lehr.v1.RolloutPolicyRecord
-	52, // 5: lehr.v1.CreateDomainRequest.domain:type_name -> lehr.v1.Domain
-	52, // 6: lehr.v1.ListDomainsResponse.domains:type_name -> lehr.v1.Domain
-	53, // 7: lehr.v1.CreateNamespaceRequest.namespace:type_name -> lehr.v1.Namespace
-	53, // 8: lehr.v1.ListNamespacesResponse.namespaces:type_name -> lehr.v1.Namespace
-	54, // 9: lehr.v1.PublishRequest.kind:type_name -> lehr.v1.NamespaceKind
-	55, // 10: lehr.v1.PublishRequest.properties:type_name -> lehr.v1.Property
-	56, // 11: lehr.v1.PublishResponse.version:type_name -> lehr.v1.VersionInfo
-	55, // 12: lehr.v1.PatchRequest.set:type_name -> lehr.v1.Property
-	56, // 13: lehr.v1.PatchResponse.version:type_name -> lehr.v1.VersionInfo
-	56, // 14: lehr.v1.GetResponse.version:type_name -> lehr.v1.VersionInfo
-	55, // 15: lehr.v1.GetResponse.properties:type_name -> lehr.v1.Property
-	54, // 16: lehr.v1.GetResponse.kind:type_name -> lehr.v1.NamespaceKind
-	56, // 17: lehr.v1.HistoryResponse.versions:type_name -> lehr.v1.VersionInfo
+	50, // 0: lehr.v1.SetRolloutPolicyRequest.policy:type_name -> lehr.v1.RolloutPolicy
+	51, // 1: lehr.v1.GetRolloutPolicyResponse.stored:type_name -> lehr.v1.RolloutPolicyRecord
+	50, // 2: lehr.v1.GetRolloutPolicyResponse.effective:type_name -> lehr.v1.RolloutPolicy
+	52, // 3: lehr.v1.GetRolloutPolicyResponse.source:type_name -> lehr.v1.RolloutPolicySource
+	51, // 4: lehr.v1.RolloutPolicyHistoryResponse.records:type_name -> lehr.v1.RolloutPolicyRecord
+	53, // 5: lehr.v1.CreateDomainRequest.domain:type_name -> lehr.v1.Domain
+	53, // 6: lehr.v1.ListDomainsResponse.domains:type_name -> lehr.v1.Domain
+	54, // 7: lehr.v1.CreateNamespaceRequest.namespace:type_name -> lehr.v1.Namespace
+	54, // 8: lehr.v1.ListNamespacesResponse.namespaces:type_name -> lehr.v1.Namespace
+	55, // 9: lehr.v1.PublishRequest.kind:type_name -> lehr.v1.NamespaceKind
+	56, // 10: lehr.v1.PublishRequest.properties:type_name -> lehr.v1.Property
+	57, // 11: lehr.v1.PublishResponse.version:type_name -> lehr.v1.VersionInfo
+	56, // 12: lehr.v1.PatchRequest.set:type_name -> lehr.v1.Property
+	57, // 13: lehr.v1.PatchResponse.version:type_name -> lehr.v1.VersionInfo
+	57, // 14: lehr.v1.GetResponse.version:type_name -> lehr.v1.VersionInfo
+	56, // 15: lehr.v1.GetResponse.properties:type_name -> lehr.v1.Property
+	55, // 16: lehr.v1.GetResponse.kind:type_name -> lehr.v1.NamespaceKind
+	57, // 17: lehr.v1.HistoryResponse.versions:type_name -> lehr.v1.VersionInfo
 	0,  // 18: lehr.v1.PropertyChange.kind:type_name -> lehr.v1.PropertyChange.Kind
-	55, // 19: lehr.v1.PropertyChange.old:type_name -> lehr.v1.Property
-	55, // 20: lehr.v1.PropertyChange.new:type_name -> lehr.v1.Property
-	56, // 21: lehr.v1.DiffResponse.from:type_name -> lehr.v1.VersionInfo
-	56, // 22: lehr.v1.DiffResponse.to:type_name -> lehr.v1.VersionInfo
+	56, // 19: lehr.v1.PropertyChange.old:type_name -> lehr.v1.Property
+	56, // 20: lehr.v1.PropertyChange.new:type_name -> lehr.v1.Property
+	57, // 21: lehr.v1.DiffResponse.from:type_name -> lehr.v1.VersionInfo
+	57, // 22: lehr.v1.DiffResponse.to:type_name -> lehr.v1.VersionInfo
 	25, // 23: lehr.v1.DiffResponse.changes:type_name -> lehr.v1.PropertyChange
-	56, // 24: lehr.v1.RollbackResponse.version:type_name -> lehr.v1.VersionInfo
-	57, // 25: lehr.v1.ListZonesResponse.zones:type_name -> lehr.v1.Zone
-	58, // 26: lehr.v1.GetGoalsResponse.goals:type_name -> lehr.v1.GoalState
+	57, // 24: lehr.v1.RollbackResponse.version:type_name -> lehr.v1.VersionInfo
+	58, // 25: lehr.v1.ListZonesResponse.zones:type_name -> lehr.v1.Zone
+	59, // 26: lehr.v1.GetGoalsResponse.goals:type_name -> lehr.v1.GoalState
 	1,  // 27: lehr.v1.GoalEvent.type:type_name -> lehr.v1.GoalEvent.Type
-	58, // 28: lehr.v1.GoalEvent.goal:type_name -> lehr.v1.GoalState
+	59, // 28: lehr.v1.GoalEvent.goal:type_name -> lehr.v1.GoalState
 	35, // 29: lehr.v1.WatchGoalsResponse.events:type_name -> lehr.v1.GoalEvent
-	56, // 30: lehr.v1.FetchVersionResponse.version:type_name -> lehr.v1.VersionInfo
-	54, // 31: lehr.v1.FetchVersionResponse.kind:type_name -> lehr.v1.NamespaceKind
-	55, // 32: lehr.v1.FetchVersionResponse.properties:type_name -> lehr.v1.Property
-	56, // 33: lehr.v1.FetchDeltaResponse.from:type_name -> lehr.v1.VersionInfo
-	56, // 34: lehr.v1.FetchDeltaResponse.to:type_name -> lehr.v1.VersionInfo
-	54, // 35: lehr.v1.FetchDeltaResponse.kind:type_name -> lehr.v1.NamespaceKind
-	55, // 36: lehr.v1.FetchDeltaResponse.set:type_name -> lehr.v1.Property
+	57, // 30: lehr.v1.FetchVersionResponse.version:type_name -> lehr.v1.VersionInfo
+	55, // 31: lehr.v1.FetchVersionResponse.kind:type_name -> lehr.v1.NamespaceKind
+	56, // 32: lehr.v1.FetchVersionResponse.properties:type_name -> lehr.v1.Property
+	57, // 33: lehr.v1.FetchDeltaResponse.from:type_name -> lehr.v1.VersionInfo
+	57, // 34: lehr.v1.FetchDeltaResponse.to:type_name -> lehr.v1.VersionInfo
+	55, // 35: lehr.v1.FetchDeltaResponse.kind:type_name -> lehr.v1.NamespaceKind
+	56, // 36: lehr.v1.FetchDeltaResponse.set:type_name -> lehr.v1.Property
 	41, // 37: lehr.v1.ReportZoneStatusRequest.versions:type_name -> lehr.v1.VersionCount
-	43, // 38: lehr.v1.ReportZoneStatusRequest.health:type_name -> lehr.v1.NamespaceHealth
-	44, // 39: lehr.v1.ReportZoneStatusRequest.hosts:type_name -> lehr.v1.HostReport
-	59, // 40: lehr.v1.HostReport.report:type_name -> lehr.v1.NamespaceReport
-	41, // 41: lehr.v1.DistributorStatus.versions:type_name -> lehr.v1.VersionCount
-	43, // 42: lehr.v1.DistributorStatus.health:type_name -> lehr.v1.NamespaceHealth
-	44, // 43: lehr.v1.DistributorStatus.hosts:type_name -> lehr.v1.HostReport
-	47, // 44: lehr.v1.GetZoneStatusResponse.distributors:type_name -> lehr.v1.DistributorStatus
-	41, // 45: lehr.v1.GetZoneStatusResponse.versions:type_name -> lehr.v1.VersionCount
-	43, // 46: lehr.v1.GetZoneStatusResponse.health:type_name -> lehr.v1.NamespaceHealth
-	44, // 47: lehr.v1.GetZoneStatusResponse.hosts:type_name -> lehr.v1.HostReport
-	8,  // 48: lehr.v1.Control.CreateDomain:input_type -> lehr.v1.CreateDomainRequest
-	9,  // 49: lehr.v1.Control.GetDomain:input_type -> lehr.v1.GetDomainRequest
-	10, // 50: lehr.v1.Control.ListDomains:input_type -> lehr.v1.ListDomainsRequest
-	12, // 51: lehr.v1.Control.CreateNamespace:input_type -> lehr.v1.CreateNamespaceRequest
-	13, // 52: lehr.v1.Control.GetNamespace:input_type -> lehr.v1.GetNamespaceRequest
-	14, // 53: lehr.v1.Control.ListNamespaces:input_type -> lehr.v1.ListNamespacesRequest
-	16, // 54: lehr.v1.Control.Publish:input_type -> lehr.v1.PublishRequest
-	18, // 55: lehr.v1.Control.Patch:input_type -> lehr.v1.PatchRequest
-	20, // 56: lehr.v1.Control.Get:input_type -> lehr.v1.GetRequest
-	22, // 57: lehr.v1.Control.History:input_type -> lehr.v1.HistoryRequest
-	24, // 58: lehr.v1.Control.Diff:input_type -> lehr.v1.DiffRequest
-	27, // 59: lehr.v1.Control.Rollback:input_type -> lehr.v1.RollbackRequest
-	29, // 60: lehr.v1.Control.CreateZone:input_type -> lehr.v1.CreateZoneRequest
-	30, // 61: lehr.v1.Control.ListZones:input_type -> lehr.v1.ListZonesRequest
-	32, // 62: lehr.v1.Control.GetGoals:input_type -> lehr.v1.GetGoalsRequest
-	34, // 63: lehr.v1.Control.WatchGoals:input_type -> lehr.v1.WatchGoalsRequest
-	37, // 64: lehr.v1.Control.FetchVersion:input_type -> lehr.v1.FetchVersionRequest
-	39, // 65: lehr.v1.Control.FetchDelta:input_type -> lehr.v1.FetchDeltaRequest
-	42, // 66: lehr.v1.Control.ReportZoneStatus:input_type -> lehr.v1.ReportZoneStatusRequest
-	46, // 67: lehr.v1.Control.GetZoneStatus:input_type -> lehr.v1.GetZoneStatusRequest
-	2,  // 68: lehr.v1.Control.SetRolloutPolicy:input_type -> lehr.v1.SetRolloutPolicyRequest
-	3,  // 69: lehr.v1.Control.DeleteRolloutPolicy:input_type -> lehr.v1.DeleteRolloutPolicyRequest
-	4,  // 70: lehr.v1.Control.GetRolloutPolicy:input_type -> lehr.v1.GetRolloutPolicyRequest
-	6,  // 71: lehr.v1.Control.RolloutPolicyHistory:input_type -> lehr.v1.RolloutPolicyHistoryRequest
-	52, // 72: lehr.v1.Control.CreateDomain:output_type -> lehr.v1.Domain
-	52, // 73: lehr.v1.Control.GetDomain:output_type -> lehr.v1.Domain
-	11, // 74: lehr.v1.Control.ListDomains:output_type -> lehr.v1.ListDomainsResponse
-	53, // 75: lehr.v1.Control.CreateNamespace:output_type -> lehr.v1.Namespace
-	53, // 76: lehr.v1.Control.GetNamespace:output_type -> lehr.v1.Namespace
-	15, // 77: lehr.v1.Control.ListNamespaces:output_type -> lehr.v1.ListNamespacesResponse
-	17, // 78: lehr.v1.Control.Publish:output_type -> lehr.v1.PublishResponse
-	19, // 79: lehr.v1.Control.Patch:output_type -> lehr.v1.PatchResponse
-	21, // 80: lehr.v1.Control.Get:output_type -> lehr.v1.GetResponse
-	23, // 81: lehr.v1.Control.History:output_type -> lehr.v1.HistoryResponse
-	26, // 82: lehr.v1.Control.Diff:output_type -> lehr.v1.DiffResponse
-	28, // 83: lehr.v1.Control.Rollback:output_type -> lehr.v1.RollbackResponse
-	57, // 84: lehr.v1.Control.CreateZone:output_type -> lehr.v1.Zone
-	31, // 85: lehr.v1.Control.ListZones:output_type -> lehr.v1.ListZonesResponse
-	33, // 86: lehr.v1.Control.GetGoals:output_type -> lehr.v1.GetGoalsResponse
-	36, // 87: lehr.v1.Control.WatchGoals:output_type -> lehr.v1.WatchGoalsResponse
-	38, // 88: lehr.v1.Control.FetchVersion:output_type -> lehr.v1.FetchVersionResponse
-	40, // 89: lehr.v1.Control.FetchDelta:output_type -> lehr.v1.FetchDeltaResponse
-	45, // 90: lehr.v1.Control.ReportZoneStatus:output_type -> lehr.v1.ReportZoneStatusResponse
-	48, // 91: lehr.v1.Control.GetZoneStatus:output_type -> lehr.v1.GetZoneStatusResponse
-	50, // 92: lehr.v1.Control.SetRolloutPolicy:output_type -> lehr.v1.RolloutPolicyRecord
-	50, // 93: lehr.v1.Control.DeleteRolloutPolicy:output_type -> lehr.v1.RolloutPolicyRecord
-	5,  // 94: lehr.v1.Control.GetRolloutPolicy:output_type -> lehr.v1.GetRolloutPolicyResponse
-	7,  // 95: lehr.v1.Control.RolloutPolicyHistory:output_type -> lehr.v1.RolloutPolicyHistoryResponse
-	72, // [72:96] is the sub-list for method output_type
-	48, // [48:72] is the sub-list for method input_type
-	48, // [48:48] is the sub-list for extension type_name
-	48, // [48:48] is the sub-list for extension extendee
-	0,  // [0:48] is the sub-list for field type_name
+	44, // 38: lehr.v1.ReportZoneStatusRequest.health:type_name -> lehr.v1.NamespaceHealth
+	45, // 39: lehr.v1.ReportZoneStatusRequest.hosts:type_name -> lehr.v1.HostReport
+	43, // 40: lehr.v1.ReportZoneStatusRequest.samples:type_name -> lehr.v1.CohortSample
+	60, // 41: lehr.v1.HostReport.report:type_name -> lehr.v1.NamespaceReport
+	41, // 42: lehr.v1.DistributorStatus.versions:type_name -> lehr.v1.VersionCount
+	44, // 43: lehr.v1.DistributorStatus.health:type_name -> lehr.v1.NamespaceHealth
+	45, // 44: lehr.v1.DistributorStatus.hosts:type_name -> lehr.v1.HostReport
+	43, // 45: lehr.v1.DistributorStatus.samples:type_name -> lehr.v1.CohortSample
+	48, // 46: lehr.v1.GetZoneStatusResponse.distributors:type_name -> lehr.v1.DistributorStatus
+	41, // 47: lehr.v1.GetZoneStatusResponse.versions:type_name -> lehr.v1.VersionCount
+	44, // 48: lehr.v1.GetZoneStatusResponse.health:type_name -> lehr.v1.NamespaceHealth
+	45, // 49: lehr.v1.GetZoneStatusResponse.hosts:type_name -> lehr.v1.HostReport
+	8,  // 50: lehr.v1.Control.CreateDomain:input_type -> lehr.v1.CreateDomainRequest
+	9,  // 51: lehr.v1.Control.GetDomain:input_type -> lehr.v1.GetDomainRequest
+	10, // 52: lehr.v1.Control.ListDomains:input_type -> lehr.v1.ListDomainsRequest
+	12, // 53: lehr.v1.Control.CreateNamespace:input_type -> lehr.v1.CreateNamespaceRequest
+	13, // 54: lehr.v1.Control.GetNamespace:input_type -> lehr.v1.GetNamespaceRequest
+	14, // 55: lehr.v1.Control.ListNamespaces:input_type -> lehr.v1.ListNamespacesRequest
+	16, // 56: lehr.v1.Control.Publish:input_type -> lehr.v1.PublishRequest
+	18, // 57: lehr.v1.Control.Patch:input_type -> lehr.v1.PatchRequest
+	20, // 58: lehr.v1.Control.Get:input_type -> lehr.v1.GetRequest
+	22, // 59: lehr.v1.Control.History:input_type -> lehr.v1.HistoryRequest
+	24, // 60: lehr.v1.Control.Diff:input_type -> lehr.v1.DiffRequest
+	27, // 61: lehr.v1.Control.Rollback:input_type -> lehr.v1.RollbackRequest
+	29, // 62: lehr.v1.Control.CreateZone:input_type -> lehr.v1.CreateZoneRequest
+	30, // 63: lehr.v1.Control.ListZones:input_type -> lehr.v1.ListZonesRequest
+	32, // 64: lehr.v1.Control.GetGoals:input_type -> lehr.v1.GetGoalsRequest
+	34, // 65: lehr.v1.Control.WatchGoals:input_type -> lehr.v1.WatchGoalsRequest
+	37, // 66: lehr.v1.Control.FetchVersion:input_type -> lehr.v1.FetchVersionRequest
+	39, // 67: lehr.v1.Control.FetchDelta:input_type -> lehr.v1.FetchDeltaRequest
+	42, // 68: lehr.v1.Control.ReportZoneStatus:input_type -> lehr.v1.ReportZoneStatusRequest
+	47, // 69: lehr.v1.Control.GetZoneStatus:input_type -> lehr.v1.GetZoneStatusRequest
+	2,  // 70: lehr.v1.Control.SetRolloutPolicy:input_type -> lehr.v1.SetRolloutPolicyRequest
+	3,  // 71: lehr.v1.Control.DeleteRolloutPolicy:input_type -> lehr.v1.DeleteRolloutPolicyRequest
+	4,  // 72: lehr.v1.Control.GetRolloutPolicy:input_type -> lehr.v1.GetRolloutPolicyRequest
+	6,  // 73: lehr.v1.Control.RolloutPolicyHistory:input_type -> lehr.v1.RolloutPolicyHistoryRequest
+	53, // 74: lehr.v1.Control.CreateDomain:output_type -> lehr.v1.Domain
+	53, // 75: lehr.v1.Control.GetDomain:output_type -> lehr.v1.Domain
+	11, // 76: lehr.v1.Control.ListDomains:output_type -> lehr.v1.ListDomainsResponse
+	54, // 77: lehr.v1.Control.CreateNamespace:output_type -> lehr.v1.Namespace
+	54, // 78: lehr.v1.Control.GetNamespace:output_type -> lehr.v1.Namespace
+	15, // 79: lehr.v1.Control.ListNamespaces:output_type -> lehr.v1.ListNamespacesResponse
+	17, // 80: lehr.v1.Control.Publish:output_type -> lehr.v1.PublishResponse
+	19, // 81: lehr.v1.Control.Patch:output_type -> lehr.v1.PatchResponse
+	21, // 82: lehr.v1.Control.Get:output_type -> lehr.v1.GetResponse
+	23, // 83: lehr.v1.Control.History:output_type -> lehr.v1.HistoryResponse
+	26, // 84: lehr.v1.Control.Diff:output_type -> lehr.v1.DiffResponse
+	28, // 85: lehr.v1.Control.Rollback:output_type -> lehr.v1.RollbackResponse
+	58, // 86: lehr.v1.Control.CreateZone:output_type -> lehr.v1.Zone
+	31, // 87: lehr.v1.Control.ListZones:output_type -> lehr.v1.ListZonesResponse
+	33, // 88: lehr.v1.Control.GetGoals:output_type -> lehr.v1.GetGoalsResponse
+	36, // 89: lehr.v1.Control.WatchGoals:output_type -> lehr.v1.WatchGoalsResponse
+	38, // 90: lehr.v1.Control.FetchVersion:output_type -> lehr.v1.FetchVersionResponse
+	40, // 91: lehr.v1.Control.FetchDelta:output_type -> lehr.v1.FetchDeltaResponse
+	46, // 92: lehr.v1.Control.ReportZoneStatus:output_type -> lehr.v1.ReportZoneStatusResponse
+	49, // 93: lehr.v1.Control.GetZoneStatus:output_type -> lehr.v1.GetZoneStatusResponse
+	51, // 94: lehr.v1.Control.SetRolloutPolicy:output_type -> lehr.v1.RolloutPolicyRecord
+	51, // 95: lehr.v1.Control.DeleteRolloutPolicy:output_type -> lehr.v1.RolloutPolicyRecord
+	5,  // 96: lehr.v1.Control.GetRolloutPolicy:output_type -> lehr.v1.GetRolloutPolicyResponse
+	7,  // 97: lehr.v1.Control.RolloutPolicyHistory:output_type -> lehr.v1.RolloutPolicyHistoryResponse
+	74, // [74:98] is the sub-list for method output_type
+	50, // [50:74] is the sub-list for method input_type
+	50, // [50:50] is the sub-list for extension type_name
+	50, // [50:50] is the sub-list for extension extendee
+	0,  // [0:50] is the sub-list for field type_name
 }
 
 func init() { file_lehr_v1_control_proto_init() }
@@ -3411,7 +3500,7 @@ func file_lehr_v1_control_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lehr_v1_control_proto_rawDesc), len(file_lehr_v1_control_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   47,
+			NumMessages:   48,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -82,6 +82,74 @@ func (RolloutPolicySource) EnumDescriptor() ([]byte, []int) {
 	return file_lehr_v1_rollout_proto_rawDescGZIP(), []int{0}
 }
 
+// RolloutState is where a rollout stands.
+type RolloutState int32
+
+const (
+	RolloutState_ROLLOUT_STATE_UNSPECIFIED RolloutState = 0
+	// Moving through its stages.
+	RolloutState_ROLLOUT_STATE_RUNNING RolloutState = 1
+	// Held by an operator: checks still run, no stage is entered.
+	RolloutState_ROLLOUT_STATE_PAUSED RolloutState = 2
+	// Every zone holds the version.
+	RolloutState_ROLLOUT_STATE_SUCCEEDED RolloutState = 3
+	// A check failed; every host that received the version was rolled back.
+	RolloutState_ROLLOUT_STATE_FAILED RolloutState = 4
+	// A newer publish of the namespace took over (the latest intent wins).
+	RolloutState_ROLLOUT_STATE_SUPERSEDED RolloutState = 5
+	// An operator aborted it; rolled back as for a failure.
+	RolloutState_ROLLOUT_STATE_ABORTED RolloutState = 6
+)
+
+// Enum value maps for RolloutState.
+var (
+	RolloutState_name = map[int32]string{
+		0: "ROLLOUT_STATE_UNSPECIFIED",
+		1: "ROLLOUT_STATE_RUNNING",
+		2: "ROLLOUT_STATE_PAUSED",
+		3: "ROLLOUT_STATE_SUCCEEDED",
+		4: "ROLLOUT_STATE_FAILED",
+		5: "ROLLOUT_STATE_SUPERSEDED",
+		6: "ROLLOUT_STATE_ABORTED",
+	}
+	RolloutState_value = map[string]int32{
+		"ROLLOUT_STATE_UNSPECIFIED": 0,
+		"ROLLOUT_STATE_RUNNING":     1,
+		"ROLLOUT_STATE_PAUSED":      2,
+		"ROLLOUT_STATE_SUCCEEDED":   3,
+		"ROLLOUT_STATE_FAILED":      4,
+		"ROLLOUT_STATE_SUPERSEDED":  5,
+		"ROLLOUT_STATE_ABORTED":     6,
+	}
+)
+
+func (x RolloutState) Enum() *RolloutState {
+	p := new(RolloutState)
+	*p = x
+	return p
+}
+
+func (x RolloutState) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (RolloutState) Descriptor() protoreflect.EnumDescriptor {
+	return file_lehr_v1_rollout_proto_enumTypes[1].Descriptor()
+}
+
+func (RolloutState) Type() protoreflect.EnumType {
+	return &file_lehr_v1_rollout_proto_enumTypes[1]
+}
+
+func (x RolloutState) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use RolloutState.Descriptor instead.
+func (RolloutState) EnumDescriptor() ([]byte, []int) {
+	return file_lehr_v1_rollout_proto_rawDescGZIP(), []int{1}
+}
+
 // RolloutPolicy is an ordered list of stages. A new version moves to the
 // next stage only when the current one has baked and its checks hold.
 // Zones no stage reaches are reached after the last stage, all at once, so
@@ -519,6 +587,367 @@ func (x *RolloutPolicyRecord) GetDeleted() bool {
 	return false
 }
 
+// Rollout is one version's way through the fleet: id "<namespace>@<version>".
+type Rollout struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Id        string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Namespace string                 `protobuf:"bytes,2,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	// The version rolled out and its checksum.
+	Version  uint64 `protobuf:"varint,3,opt,name=version,proto3" json:"version,omitempty"`
+	Checksum string `protobuf:"bytes,4,opt,name=checksum,proto3" json:"checksum,omitempty"`
+	// The last good version when the rollout started: what hosts outside
+	// the cohort keep, and whose content a rollback republishes.
+	BaseVersion      uint64              `protobuf:"varint,5,opt,name=base_version,json=baseVersion,proto3" json:"base_version,omitempty"`
+	Policy           *RolloutPolicy      `protobuf:"bytes,6,opt,name=policy,proto3" json:"policy,omitempty"`
+	PolicySource     RolloutPolicySource `protobuf:"varint,7,opt,name=policy_source,json=policySource,proto3,enum=lehr.v1.RolloutPolicySource" json:"policy_source,omitempty"`
+	PolicyGeneration uint64              `protobuf:"varint,8,opt,name=policy_generation,json=policyGeneration,proto3" json:"policy_generation,omitempty"`
+	State            RolloutState        `protobuf:"varint,9,opt,name=state,proto3,enum=lehr.v1.RolloutState" json:"state,omitempty"`
+	// Index of the current stage in the resolved stages; stages lists their
+	// names as resolved when the rollout started (zones no stage reaches
+	// are in the last one).
+	Stage          int32                  `protobuf:"varint,10,opt,name=stage,proto3" json:"stage,omitempty"`
+	Stages         []string               `protobuf:"bytes,11,rep,name=stages,proto3" json:"stages,omitempty"`
+	StageStartTime *timestamppb.Timestamp `protobuf:"bytes,12,opt,name=stage_start_time,json=stageStartTime,proto3" json:"stage_start_time,omitempty"`
+	// When every host the stage selected held the version (absent before).
+	StageAppliedTime *timestamppb.Timestamp `protobuf:"bytes,13,opt,name=stage_applied_time,json=stageAppliedTime,proto3" json:"stage_applied_time,omitempty"`
+	// Why the rollout waits, failed or ended — in words, with the numbers.
+	Reason string `protobuf:"bytes,14,opt,name=reason,proto3" json:"reason,omitempty"`
+	// Salts the cohort hash: each rollout samples its own hosts.
+	Salt string `protobuf:"bytes,15,opt,name=salt,proto3" json:"salt,omitempty"`
+	// Canary hosts selected, per zone.
+	CanaryHosts []*ZoneHosts `protobuf:"bytes,16,rep,name=canary_hosts,json=canaryHosts,proto3" json:"canary_hosts,omitempty"`
+	// The version that rolled back a failed or aborted rollout.
+	RollbackVersion uint64                 `protobuf:"varint,17,opt,name=rollback_version,json=rollbackVersion,proto3" json:"rollback_version,omitempty"`
+	CreateTime      *timestamppb.Timestamp `protobuf:"bytes,18,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
+	UpdateTime      *timestamppb.Timestamp `protobuf:"bytes,19,opt,name=update_time,json=updateTime,proto3" json:"update_time,omitempty"`
+	// The bake of the current stage is skipped once its hosts applied.
+	Promote       bool `protobuf:"varint,20,opt,name=promote,proto3" json:"promote,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Rollout) Reset() {
+	*x = Rollout{}
+	mi := &file_lehr_v1_rollout_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Rollout) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Rollout) ProtoMessage() {}
+
+func (x *Rollout) ProtoReflect() protoreflect.Message {
+	mi := &file_lehr_v1_rollout_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Rollout.ProtoReflect.Descriptor instead.
+func (*Rollout) Descriptor() ([]byte, []int) {
+	return file_lehr_v1_rollout_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *Rollout) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *Rollout) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *Rollout) GetVersion() uint64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+func (x *Rollout) GetChecksum() string {
+	if x != nil {
+		return x.Checksum
+	}
+	return ""
+}
+
+func (x *Rollout) GetBaseVersion() uint64 {
+	if x != nil {
+		return x.BaseVersion
+	}
+	return 0
+}
+
+func (x *Rollout) GetPolicy() *RolloutPolicy {
+	if x != nil {
+		return x.Policy
+	}
+	return nil
+}
+
+func (x *Rollout) GetPolicySource() RolloutPolicySource {
+	if x != nil {
+		return x.PolicySource
+	}
+	return RolloutPolicySource_ROLLOUT_POLICY_SOURCE_UNSPECIFIED
+}
+
+func (x *Rollout) GetPolicyGeneration() uint64 {
+	if x != nil {
+		return x.PolicyGeneration
+	}
+	return 0
+}
+
+func (x *Rollout) GetState() RolloutState {
+	if x != nil {
+		return x.State
+	}
+	return RolloutState_ROLLOUT_STATE_UNSPECIFIED
+}
+
+func (x *Rollout) GetStage() int32 {
+	if x != nil {
+		return x.Stage
+	}
+	return 0
+}
+
+func (x *Rollout) GetStages() []string {
+	if x != nil {
+		return x.Stages
+	}
+	return nil
+}
+
+func (x *Rollout) GetStageStartTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.StageStartTime
+	}
+	return nil
+}
+
+func (x *Rollout) GetStageAppliedTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.StageAppliedTime
+	}
+	return nil
+}
+
+func (x *Rollout) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *Rollout) GetSalt() string {
+	if x != nil {
+		return x.Salt
+	}
+	return ""
+}
+
+func (x *Rollout) GetCanaryHosts() []*ZoneHosts {
+	if x != nil {
+		return x.CanaryHosts
+	}
+	return nil
+}
+
+func (x *Rollout) GetRollbackVersion() uint64 {
+	if x != nil {
+		return x.RollbackVersion
+	}
+	return 0
+}
+
+func (x *Rollout) GetCreateTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreateTime
+	}
+	return nil
+}
+
+func (x *Rollout) GetUpdateTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.UpdateTime
+	}
+	return nil
+}
+
+func (x *Rollout) GetPromote() bool {
+	if x != nil {
+		return x.Promote
+	}
+	return false
+}
+
+// ZoneHosts names hosts of a zone.
+type ZoneHosts struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Zone          string                 `protobuf:"bytes,1,opt,name=zone,proto3" json:"zone,omitempty"`
+	Hosts         []string               `protobuf:"bytes,2,rep,name=hosts,proto3" json:"hosts,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ZoneHosts) Reset() {
+	*x = ZoneHosts{}
+	mi := &file_lehr_v1_rollout_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ZoneHosts) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ZoneHosts) ProtoMessage() {}
+
+func (x *ZoneHosts) ProtoReflect() protoreflect.Message {
+	mi := &file_lehr_v1_rollout_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ZoneHosts.ProtoReflect.Descriptor instead.
+func (*ZoneHosts) Descriptor() ([]byte, []int) {
+	return file_lehr_v1_rollout_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *ZoneHosts) GetZone() string {
+	if x != nil {
+		return x.Zone
+	}
+	return ""
+}
+
+func (x *ZoneHosts) GetHosts() []string {
+	if x != nil {
+		return x.Hosts
+	}
+	return nil
+}
+
+// RolloutEvent is one entry of a rollout's append-only log: every decision
+// with its reason and the numbers behind it.
+type RolloutEvent struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	RolloutId string                 `protobuf:"bytes,1,opt,name=rollout_id,json=rolloutId,proto3" json:"rollout_id,omitempty"`
+	// 1, 2, 3… within the rollout.
+	Seq  uint64                 `protobuf:"varint,2,opt,name=seq,proto3" json:"seq,omitempty"`
+	Time *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=time,proto3" json:"time,omitempty"`
+	// "started", "stage", "selected", "waiting", "applied", "advanced",
+	// "paused", "resumed", "promoted", "superseded", "failed",
+	// "rolled back", "aborted", "succeeded".
+	Kind    string `protobuf:"bytes,4,opt,name=kind,proto3" json:"kind,omitempty"`
+	Stage   int32  `protobuf:"varint,5,opt,name=stage,proto3" json:"stage,omitempty"`
+	Message string `protobuf:"bytes,6,opt,name=message,proto3" json:"message,omitempty"`
+	// Who asked, for operator actions.
+	Author        string `protobuf:"bytes,7,opt,name=author,proto3" json:"author,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RolloutEvent) Reset() {
+	*x = RolloutEvent{}
+	mi := &file_lehr_v1_rollout_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RolloutEvent) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RolloutEvent) ProtoMessage() {}
+
+func (x *RolloutEvent) ProtoReflect() protoreflect.Message {
+	mi := &file_lehr_v1_rollout_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RolloutEvent.ProtoReflect.Descriptor instead.
+func (*RolloutEvent) Descriptor() ([]byte, []int) {
+	return file_lehr_v1_rollout_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *RolloutEvent) GetRolloutId() string {
+	if x != nil {
+		return x.RolloutId
+	}
+	return ""
+}
+
+func (x *RolloutEvent) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *RolloutEvent) GetTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Time
+	}
+	return nil
+}
+
+func (x *RolloutEvent) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *RolloutEvent) GetStage() int32 {
+	if x != nil {
+		return x.Stage
+	}
+	return 0
+}
+
+func (x *RolloutEvent) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *RolloutEvent) GetAuthor() string {
+	if x != nil {
+		return x.Author
+	}
+	return ""
+}
+
 var File_lehr_v1_rollout_proto protoreflect.FileDescriptor
 
 const file_lehr_v1_rollout_proto_rawDesc = "" +
@@ -555,12 +984,56 @@ const file_lehr_v1_rollout_proto_rawDesc = "" +
 	"\x06author\x18\x05 \x01(\tR\x06author\x12-\n" +
 	"\x12transport_identity\x18\x06 \x01(\tR\x11transportIdentity\x12\x18\n" +
 	"\amessage\x18\a \x01(\tR\amessage\x12\x18\n" +
-	"\adeleted\x18\b \x01(\bR\adeleted*\xa7\x01\n" +
+	"\adeleted\x18\b \x01(\bR\adeleted\"\xbd\x06\n" +
+	"\aRollout\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1c\n" +
+	"\tnamespace\x18\x02 \x01(\tR\tnamespace\x12\x18\n" +
+	"\aversion\x18\x03 \x01(\x04R\aversion\x12\x1a\n" +
+	"\bchecksum\x18\x04 \x01(\tR\bchecksum\x12!\n" +
+	"\fbase_version\x18\x05 \x01(\x04R\vbaseVersion\x12.\n" +
+	"\x06policy\x18\x06 \x01(\v2\x16.lehr.v1.RolloutPolicyR\x06policy\x12A\n" +
+	"\rpolicy_source\x18\a \x01(\x0e2\x1c.lehr.v1.RolloutPolicySourceR\fpolicySource\x12+\n" +
+	"\x11policy_generation\x18\b \x01(\x04R\x10policyGeneration\x12+\n" +
+	"\x05state\x18\t \x01(\x0e2\x15.lehr.v1.RolloutStateR\x05state\x12\x14\n" +
+	"\x05stage\x18\n" +
+	" \x01(\x05R\x05stage\x12\x16\n" +
+	"\x06stages\x18\v \x03(\tR\x06stages\x12D\n" +
+	"\x10stage_start_time\x18\f \x01(\v2\x1a.google.protobuf.TimestampR\x0estageStartTime\x12H\n" +
+	"\x12stage_applied_time\x18\r \x01(\v2\x1a.google.protobuf.TimestampR\x10stageAppliedTime\x12\x16\n" +
+	"\x06reason\x18\x0e \x01(\tR\x06reason\x12\x12\n" +
+	"\x04salt\x18\x0f \x01(\tR\x04salt\x125\n" +
+	"\fcanary_hosts\x18\x10 \x03(\v2\x12.lehr.v1.ZoneHostsR\vcanaryHosts\x12)\n" +
+	"\x10rollback_version\x18\x11 \x01(\x04R\x0frollbackVersion\x12;\n" +
+	"\vcreate_time\x18\x12 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"createTime\x12;\n" +
+	"\vupdate_time\x18\x13 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"updateTime\x12\x18\n" +
+	"\apromote\x18\x14 \x01(\bR\apromote\"5\n" +
+	"\tZoneHosts\x12\x12\n" +
+	"\x04zone\x18\x01 \x01(\tR\x04zone\x12\x14\n" +
+	"\x05hosts\x18\x02 \x03(\tR\x05hosts\"\xcb\x01\n" +
+	"\fRolloutEvent\x12\x1d\n" +
+	"\n" +
+	"rollout_id\x18\x01 \x01(\tR\trolloutId\x12\x10\n" +
+	"\x03seq\x18\x02 \x01(\x04R\x03seq\x12.\n" +
+	"\x04time\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12\x12\n" +
+	"\x04kind\x18\x04 \x01(\tR\x04kind\x12\x14\n" +
+	"\x05stage\x18\x05 \x01(\x05R\x05stage\x12\x18\n" +
+	"\amessage\x18\x06 \x01(\tR\amessage\x12\x16\n" +
+	"\x06author\x18\a \x01(\tR\x06author*\xa7\x01\n" +
 	"\x13RolloutPolicySource\x12%\n" +
 	"!ROLLOUT_POLICY_SOURCE_UNSPECIFIED\x10\x00\x12#\n" +
 	"\x1fROLLOUT_POLICY_SOURCE_NAMESPACE\x10\x01\x12 \n" +
 	"\x1cROLLOUT_POLICY_SOURCE_DOMAIN\x10\x02\x12\"\n" +
-	"\x1eROLLOUT_POLICY_SOURCE_BUILT_IN\x10\x03B\x1cZ\x1alehr.dev/lehr/proto/lehrpbb\x06proto3"
+	"\x1eROLLOUT_POLICY_SOURCE_BUILT_IN\x10\x03*\xd2\x01\n" +
+	"\fRolloutState\x12\x1d\n" +
+	"\x19ROLLOUT_STATE_UNSPECIFIED\x10\x00\x12\x19\n" +
+	"\x15ROLLOUT_STATE_RUNNING\x10\x01\x12\x18\n" +
+	"\x14ROLLOUT_STATE_PAUSED\x10\x02\x12\x1b\n" +
+	"\x17ROLLOUT_STATE_SUCCEEDED\x10\x03\x12\x18\n" +
+	"\x14ROLLOUT_STATE_FAILED\x10\x04\x12\x1c\n" +
+	"\x18ROLLOUT_STATE_SUPERSEDED\x10\x05\x12\x19\n" +
+	"\x15ROLLOUT_STATE_ABORTED\x10\x06B\x1cZ\x1alehr.dev/lehr/proto/lehrpbb\x06proto3"
 
 var (
 	file_lehr_v1_rollout_proto_rawDescOnce sync.Once
@@ -574,31 +1047,44 @@ func file_lehr_v1_rollout_proto_rawDescGZIP() []byte {
 	return file_lehr_v1_rollout_proto_rawDescData
 }
 
-var file_lehr_v1_rollout_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_lehr_v1_rollout_proto_msgTypes = make([]protoimpl.MessageInfo, 5)
+var file_lehr_v1_rollout_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
+var file_lehr_v1_rollout_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
 var file_lehr_v1_rollout_proto_goTypes = []any{
 	(RolloutPolicySource)(0),      // 0: lehr.v1.RolloutPolicySource
-	(*RolloutPolicy)(nil),         // 1: lehr.v1.RolloutPolicy
-	(*RolloutStage)(nil),          // 2: lehr.v1.RolloutStage
-	(*CanaryTarget)(nil),          // 3: lehr.v1.CanaryTarget
-	(*ZonesTarget)(nil),           // 4: lehr.v1.ZonesTarget
-	(*RolloutPolicyRecord)(nil),   // 5: lehr.v1.RolloutPolicyRecord
-	(*durationpb.Duration)(nil),   // 6: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil), // 7: google.protobuf.Timestamp
+	(RolloutState)(0),             // 1: lehr.v1.RolloutState
+	(*RolloutPolicy)(nil),         // 2: lehr.v1.RolloutPolicy
+	(*RolloutStage)(nil),          // 3: lehr.v1.RolloutStage
+	(*CanaryTarget)(nil),          // 4: lehr.v1.CanaryTarget
+	(*ZonesTarget)(nil),           // 5: lehr.v1.ZonesTarget
+	(*RolloutPolicyRecord)(nil),   // 6: lehr.v1.RolloutPolicyRecord
+	(*Rollout)(nil),               // 7: lehr.v1.Rollout
+	(*ZoneHosts)(nil),             // 8: lehr.v1.ZoneHosts
+	(*RolloutEvent)(nil),          // 9: lehr.v1.RolloutEvent
+	(*durationpb.Duration)(nil),   // 10: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil), // 11: google.protobuf.Timestamp
 }
 var file_lehr_v1_rollout_proto_depIdxs = []int32{
-	2, // 0: lehr.v1.RolloutPolicy.stages:type_name -> lehr.v1.RolloutStage
-	3, // 1: lehr.v1.RolloutStage.canary:type_name -> lehr.v1.CanaryTarget
-	4, // 2: lehr.v1.RolloutStage.zones:type_name -> lehr.v1.ZonesTarget
-	6, // 3: lehr.v1.RolloutStage.bake:type_name -> google.protobuf.Duration
-	6, // 4: lehr.v1.RolloutStage.apply_deadline:type_name -> google.protobuf.Duration
-	1, // 5: lehr.v1.RolloutPolicyRecord.policy:type_name -> lehr.v1.RolloutPolicy
-	7, // 6: lehr.v1.RolloutPolicyRecord.update_time:type_name -> google.protobuf.Timestamp
-	7, // [7:7] is the sub-list for method output_type
-	7, // [7:7] is the sub-list for method input_type
-	7, // [7:7] is the sub-list for extension type_name
-	7, // [7:7] is the sub-list for extension extendee
-	0, // [0:7] is the sub-list for field type_name
+	3,  // 0: lehr.v1.RolloutPolicy.stages:type_name -> lehr.v1.RolloutStage
+	4,  // 1: lehr.v1.RolloutStage.canary:type_name -> lehr.v1.CanaryTarget
+	5,  // 2: lehr.v1.RolloutStage.zones:type_name -> lehr.v1.ZonesTarget
+	10, // 3: lehr.v1.RolloutStage.bake:type_name -> google.protobuf.Duration
+	10, // 4: lehr.v1.RolloutStage.apply_deadline:type_name -> google.protobuf.Duration
+	2,  // 5: lehr.v1.RolloutPolicyRecord.policy:type_name -> lehr.v1.RolloutPolicy
+	11, // 6: lehr.v1.RolloutPolicyRecord.update_time:type_name -> google.protobuf.Timestamp
+	2,  // 7: lehr.v1.Rollout.policy:type_name -> lehr.v1.RolloutPolicy
+	0,  // 8: lehr.v1.Rollout.policy_source:type_name -> lehr.v1.RolloutPolicySource
+	1,  // 9: lehr.v1.Rollout.state:type_name -> lehr.v1.RolloutState
+	11, // 10: lehr.v1.Rollout.stage_start_time:type_name -> google.protobuf.Timestamp
+	11, // 11: lehr.v1.Rollout.stage_applied_time:type_name -> google.protobuf.Timestamp
+	8,  // 12: lehr.v1.Rollout.canary_hosts:type_name -> lehr.v1.ZoneHosts
+	11, // 13: lehr.v1.Rollout.create_time:type_name -> google.protobuf.Timestamp
+	11, // 14: lehr.v1.Rollout.update_time:type_name -> google.protobuf.Timestamp
+	11, // 15: lehr.v1.RolloutEvent.time:type_name -> google.protobuf.Timestamp
+	16, // [16:16] is the sub-list for method output_type
+	16, // [16:16] is the sub-list for method input_type
+	16, // [16:16] is the sub-list for extension type_name
+	16, // [16:16] is the sub-list for extension extendee
+	0,  // [0:16] is the sub-list for field type_name
 }
 
 func init() { file_lehr_v1_rollout_proto_init() }
@@ -615,8 +1101,8 @@ func file_lehr_v1_rollout_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lehr_v1_rollout_proto_rawDesc), len(file_lehr_v1_rollout_proto_rawDesc)),
-			NumEnums:      1,
-			NumMessages:   5,
+			NumEnums:      2,
+			NumMessages:   8,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -809,7 +809,12 @@ type CandidateGoal struct {
 	// 0 to 1,000,000; 1,000,000 is every host.
 	PerMillion uint32 `protobuf:"varint,4,opt,name=per_million,json=perMillion,proto3" json:"per_million,omitempty"`
 	// Salts the hash (the rollout's id), so each rollout samples afresh.
-	Salt          string `protobuf:"bytes,5,opt,name=salt,proto3" json:"salt,omitempty"`
+	Salt string `protobuf:"bytes,5,opt,name=salt,proto3" json:"salt,omitempty"`
+	// Asks every distributor of the zone to report its sample subscribed
+	// hosts with the lowest cohort position (internal/cohort.Position with
+	// salt), so control can name exactly that many canary hosts of the
+	// whole zone: the lowest positions over all distributors.
+	Sample        uint32 `protobuf:"varint,6,opt,name=sample,proto3" json:"sample,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -877,6 +882,13 @@ func (x *CandidateGoal) GetSalt() string {
 		return x.Salt
 	}
 	return ""
+}
+
+func (x *CandidateGoal) GetSample() uint32 {
+	if x != nil {
+		return x.Sample
+	}
+	return 0
 }
 
 // Zone is a failure domain served by its own distributors.
@@ -1001,14 +1013,15 @@ const file_lehr_v1_types_proto_rawDesc = "" +
 	"\vupdate_time\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"updateTime\x12\x16\n" +
 	"\x06reason\x18\x06 \x01(\tR\x06reason\x124\n" +
-	"\tcandidate\x18\a \x01(\v2\x16.lehr.v1.CandidateGoalR\tcandidate\"\x90\x01\n" +
+	"\tcandidate\x18\a \x01(\v2\x16.lehr.v1.CandidateGoalR\tcandidate\"\xa8\x01\n" +
 	"\rCandidateGoal\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\x04R\aversion\x12\x1a\n" +
 	"\bchecksum\x18\x02 \x01(\tR\bchecksum\x12\x14\n" +
 	"\x05hosts\x18\x03 \x03(\tR\x05hosts\x12\x1f\n" +
 	"\vper_million\x18\x04 \x01(\rR\n" +
 	"perMillion\x12\x12\n" +
-	"\x04salt\x18\x05 \x01(\tR\x04salt\"W\n" +
+	"\x04salt\x18\x05 \x01(\tR\x04salt\x12\x16\n" +
+	"\x06sample\x18\x06 \x01(\rR\x06sample\"W\n" +
 	"\x04Zone\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12;\n" +
 	"\vcreate_time\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
