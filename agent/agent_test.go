@@ -485,12 +485,13 @@ func TestCorruptCacheIsRefetchedAndNeverReachesTheFile(t *testing.T) {
 	if n := counter(r, "lehr_agent_cache_corruptions_total"); n != 1 {
 		t.Errorf("corruptions = %d, want 1", n)
 	}
-	// A later patch lands on the repaired copy.
-	v2 := h.patch(ns, v1.GetSeq(), map[string]string{"a": "ALPHA"})
+	// The watch ends before the next version, which it would take for
+	// corrupt content. A later patch lands on the repaired copy.
 	close(stopWatch)
 	if err := <-watchErr; err != nil {
 		t.Fatal(err)
 	}
+	v2 := h.patch(ns, v1.GetSeq(), map[string]string{"a": "ALPHA"})
 	waitFile(t, path, v2.GetSeq(), map[string]string{"a": "ALPHA", "b": "beta"})
 }
 
