@@ -27,6 +27,7 @@ import (
 	"google.golang.org/grpc/keepalive"
 
 	"lehr.dev/lehr/control/embedetcd"
+	"lehr.dev/lehr/control/rollout"
 	"lehr.dev/lehr/control/service"
 	"lehr.dev/lehr/control/store"
 	"lehr.dev/lehr/internal/metricshttp"
@@ -100,6 +101,15 @@ type Options struct {
 	// DefaultRolloutPolicy is the rollout policy of a domain that set
 	// none; nil means rollout.Default() ("lehr dev" uses rollout.Fast()).
 	DefaultRolloutPolicy *lehrpb.RolloutPolicy
+	// Rollouts runs the rollout strategist (one replica leads at a time)
+	// and makes publishes progressive: a new version moves zone goals
+	// stage by stage as its rollout policy says (GoalPolicy, unless set,
+	// becomes service.Progressive). Off, every publish moves every zone at
+	// once.
+	Rollouts bool
+	// RolloutInterval is how often the strategist looks at every rollout;
+	// default rollout.DefaultInterval.
+	RolloutInterval time.Duration
 	// NoSync runs the embedded etcd without fsync: data survives a process
 	// restart but not a machine crash. The zero value is durable; tests
 	// only.
@@ -266,11 +276,15 @@ func (c *Control) Run(ctx context.Context) (err error) {
 		Logger:      c.log,
 		OnRoundTrip: service.RoundTripObserver(c.metrics),
 	})
+	goals := c.opts.GoalPolicy
+	if goals == nil && c.opts.Rollouts {
+		goals = service.Progressive
+	}
 	svc, err := service.New(service.Options{
 		Store:      st,
 		Logger:     c.log,
 		Metrics:    c.metrics,
-		GoalPolicy: c.opts.GoalPolicy,
+		GoalPolicy: goals,
 
 		DefaultRolloutPolicy: c.opts.DefaultRolloutPolicy,
 	})
@@ -338,6 +352,21 @@ func (c *Control) Run(ctx context.Context) (err error) {
 		})
 	}
 	wg.Go(func() { c.watchHealth(bgctx, svc, hs) })
+	if c.opts.Rollouts {
+		strat, err := rollout.NewStrategist(rollout.StrategistOptions{
+			Store: st, Client: cli, ElectionKey: st.Prefix() + "strategist", ID: lis.Addr().String(),
+			Interval: c.opts.RolloutInterval, Policy: svc.EffectiveRolloutPolicy,
+			Metrics: c.metrics, Logger: c.log.With("component", "rollout"),
+		})
+		if err != nil {
+			return fmt.Errorf("control: %w", err)
+		}
+		wg.Go(func() {
+			if err := strat.Run(bgctx); err != nil {
+				errc <- fmt.Errorf("control: rollout strategist: %w", err)
+			}
+		})
+	}
 
 	c.mu.Lock()
 	c.addr = lis.Addr()

@@ -45,7 +45,7 @@ type Fleet struct {
 	// Zones are the registered zones.
 	Zones []string
 	// Hosts maps a zone to the hosts its distributors report connected;
-	// a zone absent is not known (no live report) and not checked.
+	// a zone absent, or reporting none, is not checked.
 	Hosts map[string]int
 }
 
@@ -186,7 +186,9 @@ func checkCanary(field string, c *lehrpb.CanaryTarget, known map[string]bool, ho
 		zones = sortedKeys(known)
 	}
 	for _, z := range zones {
-		if n, ok := hosts[z]; ok && int64(c.GetHosts()) > int64(n) {
+		// A zone reporting no host is not checked: its agents may be
+		// between distributors, and a canary stage waits for hosts anyway.
+		if n, ok := hosts[z]; ok && n > 0 && int64(c.GetHosts()) > int64(n) {
 			return fieldErr(field+".hosts", "%d, but zone %q has %d host(s) connected now; want at most %d, or a percent", c.GetHosts(), z, n, n)
 		}
 	}

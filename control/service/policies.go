@@ -179,6 +179,32 @@ func (s *Service) effectivePolicy(ctx context.Context, scope string) (*lehrpb.Ro
 	return own, s.defaultPolicy(), lehrpb.RolloutPolicySource_ROLLOUT_POLICY_SOURCE_BUILT_IN, nil
 }
 
+// EffectiveRolloutPolicy returns the rollout policy in effect for namespace
+// ns, where it comes from and its generation (0 for the built-in one): the
+// strategist's view of the policies.
+func (s *Service) EffectiveRolloutPolicy(ctx context.Context, ns string) (*lehrpb.RolloutPolicy, lehrpb.RolloutPolicySource, uint64, error) {
+	d, _, err := names.Namespace(ns)
+	if err != nil {
+		return nil, 0, 0, err
+	}
+	own, eff, src, err := s.effectivePolicy(ctx, ns)
+	if err != nil {
+		return nil, 0, 0, err
+	}
+	var gen uint64
+	switch src {
+	case lehrpb.RolloutPolicySource_ROLLOUT_POLICY_SOURCE_NAMESPACE:
+		gen = own.GetGeneration()
+	case lehrpb.RolloutPolicySource_ROLLOUT_POLICY_SOURCE_DOMAIN:
+		rec, err := s.st.RolloutPolicy(ctx, d)
+		if err != nil {
+			return nil, 0, 0, err
+		}
+		gen = rec.GetGeneration()
+	}
+	return eff, src, gen, nil
+}
+
 // defaultPolicy is the built-in policy of a domain that set none.
 func (s *Service) defaultPolicy() *lehrpb.RolloutPolicy {
 	if s.defPolicy != nil {

@@ -36,6 +36,17 @@ func AllZones(*lehrpb.Namespace, lehrpb.VersionSource) store.GoalPolicy {
 	return store.GoalsAllZones
 }
 
+// Progressive is the GoalPolicy under the rollout strategist: a
+// namespace's first version and an operator's rollback go to every zone at
+// once (nothing to protect; an emergency), every other version is left to
+// the strategist, which moves goals stage by stage.
+func Progressive(ns *lehrpb.Namespace, source lehrpb.VersionSource) store.GoalPolicy {
+	if ns.GetLatestVersion() == 0 || source == lehrpb.VersionSource_VERSION_SOURCE_ROLLBACK {
+		return store.GoalsAllZones
+	}
+	return store.GoalsNone
+}
+
 // Options configures a Service.
 type Options struct {
 	// Store holds the state. Required.

@@ -21,6 +21,8 @@ import (
 //	policies/ns/<domain>/<name>               lehrpb.RolloutPolicyRecord, a namespace's override
 //	policyhist/domain/<domain>/<gen %020d>    lehrpb.RolloutPolicyRecord, every change
 //	policyhist/ns/<domain>/<name>/<gen %020d>
+//	rollouts/<domain>/<name>/<version %020d>  lehrpb.Rollout
+//	rolloutevents/<domain>/<name>/<version %020d>/<seq %06d>  lehrpb.RolloutEvent
 //
 // Names are validated (package names) before they become keys, so no name
 // contains "/" beyond the one in "domain/name" and prefixes never overlap.
@@ -59,6 +61,17 @@ func (l layout) policyHistoryPrefix(scope string) string {
 }
 func (l layout) policyHistory(scope string, gen uint64) string {
 	return fmt.Sprintf("%s%020d", l.policyHistoryPrefix(scope), gen)
+}
+func (l layout) rolloutsPrefix() string      { return l.prefix + "rollouts/" }
+func (l layout) rolloutsOf(ns string) string { return l.rolloutsPrefix() + ns + "/" }
+func (l layout) rollout(ns string, seq uint64) string {
+	return fmt.Sprintf("%s%020d", l.rolloutsOf(ns), seq)
+}
+func (l layout) rolloutEventsOf(ns string, seq uint64) string {
+	return fmt.Sprintf("%srolloutevents/%s/%020d/", l.prefix, ns, seq)
+}
+func (l layout) rolloutEvent(ns string, seq, n uint64) string {
+	return fmt.Sprintf("%s%06d", l.rolloutEventsOf(ns, seq), n)
 }
 func (l layout) zonesPrefix() string              { return l.prefix + "zones/" }
 func (l layout) zone(z string) string             { return l.zonesPrefix() + z }

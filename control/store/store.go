@@ -125,6 +125,9 @@ func (s *Store) txn(ctx context.Context, cmps []clientv3.Cmp, then, els []client
 	return resp, err
 }
 
+// Prefix returns the prefix of every key the store writes.
+func (s *Store) Prefix() string { return s.lay.prefix }
+
 // readAt reads several keys or ranges at one revision, in one request. The
 // ops must be gets; the responses come back in order.
 func (s *Store) readAt(ctx context.Context, ops ...clientv3.Op) ([]*clientv3.GetResponse, int64, error) {

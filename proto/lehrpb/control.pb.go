@@ -79,7 +79,7 @@ func (x PropertyChange_Kind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use PropertyChange_Kind.Descriptor instead.
 func (PropertyChange_Kind) EnumDescriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{23, 0}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{28, 0}
 }
 
 type GoalEvent_Type int32
@@ -128,7 +128,256 @@ func (x GoalEvent_Type) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use GoalEvent_Type.Descriptor instead.
 func (GoalEvent_Type) EnumDescriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{33, 0}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{38, 0}
+}
+
+type GetRolloutRequest struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Namespace string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	// The version rolled out; 0 means the namespace's latest rollout.
+	Version       uint64 `protobuf:"varint,2,opt,name=version,proto3" json:"version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetRolloutRequest) Reset() {
+	*x = GetRolloutRequest{}
+	mi := &file_lehr_v1_control_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetRolloutRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetRolloutRequest) ProtoMessage() {}
+
+func (x *GetRolloutRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_lehr_v1_control_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetRolloutRequest.ProtoReflect.Descriptor instead.
+func (*GetRolloutRequest) Descriptor() ([]byte, []int) {
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *GetRolloutRequest) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *GetRolloutRequest) GetVersion() uint64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+type ListRolloutsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Only this namespace's rollouts ("" for every namespace).
+	Namespace string `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	// Only running and paused rollouts.
+	ActiveOnly    bool `protobuf:"varint,2,opt,name=active_only,json=activeOnly,proto3" json:"active_only,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListRolloutsRequest) Reset() {
+	*x = ListRolloutsRequest{}
+	mi := &file_lehr_v1_control_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListRolloutsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListRolloutsRequest) ProtoMessage() {}
+
+func (x *ListRolloutsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_lehr_v1_control_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListRolloutsRequest.ProtoReflect.Descriptor instead.
+func (*ListRolloutsRequest) Descriptor() ([]byte, []int) {
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *ListRolloutsRequest) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *ListRolloutsRequest) GetActiveOnly() bool {
+	if x != nil {
+		return x.ActiveOnly
+	}
+	return false
+}
+
+type ListRolloutsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Oldest first within a namespace, namespaces in name order.
+	Rollouts      []*Rollout `protobuf:"bytes,1,rep,name=rollouts,proto3" json:"rollouts,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListRolloutsResponse) Reset() {
+	*x = ListRolloutsResponse{}
+	mi := &file_lehr_v1_control_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListRolloutsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListRolloutsResponse) ProtoMessage() {}
+
+func (x *ListRolloutsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_lehr_v1_control_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListRolloutsResponse.ProtoReflect.Descriptor instead.
+func (*ListRolloutsResponse) Descriptor() ([]byte, []int) {
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *ListRolloutsResponse) GetRollouts() []*Rollout {
+	if x != nil {
+		return x.Rollouts
+	}
+	return nil
+}
+
+type ListRolloutEventsRequest struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Namespace string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	// 0 means the namespace's latest rollout.
+	Version       uint64 `protobuf:"varint,2,opt,name=version,proto3" json:"version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListRolloutEventsRequest) Reset() {
+	*x = ListRolloutEventsRequest{}
+	mi := &file_lehr_v1_control_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListRolloutEventsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListRolloutEventsRequest) ProtoMessage() {}
+
+func (x *ListRolloutEventsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_lehr_v1_control_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListRolloutEventsRequest.ProtoReflect.Descriptor instead.
+func (*ListRolloutEventsRequest) Descriptor() ([]byte, []int) {
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *ListRolloutEventsRequest) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *ListRolloutEventsRequest) GetVersion() uint64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+type ListRolloutEventsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Events        []*RolloutEvent        `protobuf:"bytes,1,rep,name=events,proto3" json:"events,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListRolloutEventsResponse) Reset() {
+	*x = ListRolloutEventsResponse{}
+	mi := &file_lehr_v1_control_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListRolloutEventsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListRolloutEventsResponse) ProtoMessage() {}
+
+func (x *ListRolloutEventsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_lehr_v1_control_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListRolloutEventsResponse.ProtoReflect.Descriptor instead.
+func (*ListRolloutEventsResponse) Descriptor() ([]byte, []int) {
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *ListRolloutEventsResponse) GetEvents() []*RolloutEvent {
+	if x != nil {
+		return x.Events
+	}
+	return nil
 }
 
 type SetRolloutPolicyRequest struct {
@@ -150,7 +399,7 @@ type SetRolloutPolicyRequest struct {
 
 func (x *SetRolloutPolicyRequest) Reset() {
 	*x = SetRolloutPolicyRequest{}
-	mi := &file_lehr_v1_control_proto_msgTypes[0]
+	mi := &file_lehr_v1_control_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -162,7 +411,7 @@ func (x *SetRolloutPolicyRequest) String() string {
 func (*SetRolloutPolicyRequest) ProtoMessage() {}
 
 func (x *SetRolloutPolicyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[0]
+	mi := &file_lehr_v1_control_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -175,7 +424,7 @@ func (x *SetRolloutPolicyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetRolloutPolicyRequest.ProtoReflect.Descriptor instead.
 func (*SetRolloutPolicyRequest) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{0}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *SetRolloutPolicyRequest) GetScope() string {
@@ -225,7 +474,7 @@ type DeleteRolloutPolicyRequest struct {
 
 func (x *DeleteRolloutPolicyRequest) Reset() {
 	*x = DeleteRolloutPolicyRequest{}
-	mi := &file_lehr_v1_control_proto_msgTypes[1]
+	mi := &file_lehr_v1_control_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -237,7 +486,7 @@ func (x *DeleteRolloutPolicyRequest) String() string {
 func (*DeleteRolloutPolicyRequest) ProtoMessage() {}
 
 func (x *DeleteRolloutPolicyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[1]
+	mi := &file_lehr_v1_control_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -250,7 +499,7 @@ func (x *DeleteRolloutPolicyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteRolloutPolicyRequest.ProtoReflect.Descriptor instead.
 func (*DeleteRolloutPolicyRequest) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{1}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *DeleteRolloutPolicyRequest) GetScope() string {
@@ -291,7 +540,7 @@ type GetRolloutPolicyRequest struct {
 
 func (x *GetRolloutPolicyRequest) Reset() {
 	*x = GetRolloutPolicyRequest{}
-	mi := &file_lehr_v1_control_proto_msgTypes[2]
+	mi := &file_lehr_v1_control_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -303,7 +552,7 @@ func (x *GetRolloutPolicyRequest) String() string {
 func (*GetRolloutPolicyRequest) ProtoMessage() {}
 
 func (x *GetRolloutPolicyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[2]
+	mi := &file_lehr_v1_control_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -316,7 +565,7 @@ func (x *GetRolloutPolicyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRolloutPolicyRequest.ProtoReflect.Descriptor instead.
 func (*GetRolloutPolicyRequest) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{2}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *GetRolloutPolicyRequest) GetScope() string {
@@ -340,7 +589,7 @@ type GetRolloutPolicyResponse struct {
 
 func (x *GetRolloutPolicyResponse) Reset() {
 	*x = GetRolloutPolicyResponse{}
-	mi := &file_lehr_v1_control_proto_msgTypes[3]
+	mi := &file_lehr_v1_control_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -352,7 +601,7 @@ func (x *GetRolloutPolicyResponse) String() string {
 func (*GetRolloutPolicyResponse) ProtoMessage() {}
 
 func (x *GetRolloutPolicyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[3]
+	mi := &file_lehr_v1_control_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -365,7 +614,7 @@ func (x *GetRolloutPolicyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRolloutPolicyResponse.ProtoReflect.Descriptor instead.
 func (*GetRolloutPolicyResponse) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{3}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *GetRolloutPolicyResponse) GetStored() *RolloutPolicyRecord {
@@ -402,7 +651,7 @@ type RolloutPolicyHistoryRequest struct {
 
 func (x *RolloutPolicyHistoryRequest) Reset() {
 	*x = RolloutPolicyHistoryRequest{}
-	mi := &file_lehr_v1_control_proto_msgTypes[4]
+	mi := &file_lehr_v1_control_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -414,7 +663,7 @@ func (x *RolloutPolicyHistoryRequest) String() string {
 func (*RolloutPolicyHistoryRequest) ProtoMessage() {}
 
 func (x *RolloutPolicyHistoryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[4]
+	mi := &file_lehr_v1_control_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -427,7 +676,7 @@ func (x *RolloutPolicyHistoryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RolloutPolicyHistoryRequest.ProtoReflect.Descriptor instead.
 func (*RolloutPolicyHistoryRequest) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{4}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *RolloutPolicyHistoryRequest) GetScope() string {
@@ -460,7 +709,7 @@ type RolloutPolicyHistoryResponse struct {
 
 func (x *RolloutPolicyHistoryResponse) Reset() {
 	*x = RolloutPolicyHistoryResponse{}
-	mi := &file_lehr_v1_control_proto_msgTypes[5]
+	mi := &file_lehr_v1_control_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -472,7 +721,7 @@ func (x *RolloutPolicyHistoryResponse) String() string {
 func (*RolloutPolicyHistoryResponse) ProtoMessage() {}
 
 func (x *RolloutPolicyHistoryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[5]
+	mi := &file_lehr_v1_control_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -485,7 +734,7 @@ func (x *RolloutPolicyHistoryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RolloutPolicyHistoryResponse.ProtoReflect.Descriptor instead.
 func (*RolloutPolicyHistoryResponse) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{5}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *RolloutPolicyHistoryResponse) GetRecords() []*RolloutPolicyRecord {
@@ -504,7 +753,7 @@ type CreateDomainRequest struct {
 
 func (x *CreateDomainRequest) Reset() {
 	*x = CreateDomainRequest{}
-	mi := &file_lehr_v1_control_proto_msgTypes[6]
+	mi := &file_lehr_v1_control_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -516,7 +765,7 @@ func (x *CreateDomainRequest) String() string {
 func (*CreateDomainRequest) ProtoMessage() {}
 
 func (x *CreateDomainRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[6]
+	mi := &file_lehr_v1_control_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -529,7 +778,7 @@ func (x *CreateDomainRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateDomainRequest.ProtoReflect.Descriptor instead.
 func (*CreateDomainRequest) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{6}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *CreateDomainRequest) GetDomain() *Domain {
@@ -548,7 +797,7 @@ type GetDomainRequest struct {
 
 func (x *GetDomainRequest) Reset() {
 	*x = GetDomainRequest{}
-	mi := &file_lehr_v1_control_proto_msgTypes[7]
+	mi := &file_lehr_v1_control_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -560,7 +809,7 @@ func (x *GetDomainRequest) String() string {
 func (*GetDomainRequest) ProtoMessage() {}
 
 func (x *GetDomainRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[7]
+	mi := &file_lehr_v1_control_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -573,7 +822,7 @@ func (x *GetDomainRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetDomainRequest.ProtoReflect.Descriptor instead.
 func (*GetDomainRequest) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{7}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *GetDomainRequest) GetName() string {
@@ -593,7 +842,7 @@ type ListDomainsRequest struct {
 
 func (x *ListDomainsRequest) Reset() {
 	*x = ListDomainsRequest{}
-	mi := &file_lehr_v1_control_proto_msgTypes[8]
+	mi := &file_lehr_v1_control_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -605,7 +854,7 @@ func (x *ListDomainsRequest) String() string {
 func (*ListDomainsRequest) ProtoMessage() {}
 
 func (x *ListDomainsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[8]
+	mi := &file_lehr_v1_control_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -618,7 +867,7 @@ func (x *ListDomainsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDomainsRequest.ProtoReflect.Descriptor instead.
 func (*ListDomainsRequest) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{8}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ListDomainsRequest) GetPageSize() int32 {
@@ -645,7 +894,7 @@ type ListDomainsResponse struct {
 
 func (x *ListDomainsResponse) Reset() {
 	*x = ListDomainsResponse{}
-	mi := &file_lehr_v1_control_proto_msgTypes[9]
+	mi := &file_lehr_v1_control_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -657,7 +906,7 @@ func (x *ListDomainsResponse) String() string {
 func (*ListDomainsResponse) ProtoMessage() {}
 
 func (x *ListDomainsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[9]
+	mi := &file_lehr_v1_control_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -670,7 +919,7 @@ func (x *ListDomainsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDomainsResponse.ProtoReflect.Descriptor instead.
 func (*ListDomainsResponse) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{9}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ListDomainsResponse) GetDomains() []*Domain {
@@ -697,7 +946,7 @@ type CreateNamespaceRequest struct {
 
 func (x *CreateNamespaceRequest) Reset() {
 	*x = CreateNamespaceRequest{}
-	mi := &file_lehr_v1_control_proto_msgTypes[10]
+	mi := &file_lehr_v1_control_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -709,7 +958,7 @@ func (x *CreateNamespaceRequest) String() string {
 func (*CreateNamespaceRequest) ProtoMessage() {}
 
 func (x *CreateNamespaceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[10]
+	mi := &file_lehr_v1_control_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -722,7 +971,7 @@ func (x *CreateNamespaceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateNamespaceRequest.ProtoReflect.Descriptor instead.
 func (*CreateNamespaceRequest) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{10}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *CreateNamespaceRequest) GetNamespace() *Namespace {
@@ -741,7 +990,7 @@ type GetNamespaceRequest struct {
 
 func (x *GetNamespaceRequest) Reset() {
 	*x = GetNamespaceRequest{}
-	mi := &file_lehr_v1_control_proto_msgTypes[11]
+	mi := &file_lehr_v1_control_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -753,7 +1002,7 @@ func (x *GetNamespaceRequest) String() string {
 func (*GetNamespaceRequest) ProtoMessage() {}
 
 func (x *GetNamespaceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[11]
+	mi := &file_lehr_v1_control_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -766,7 +1015,7 @@ func (x *GetNamespaceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetNamespaceRequest.ProtoReflect.Descriptor instead.
 func (*GetNamespaceRequest) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{11}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *GetNamespaceRequest) GetName() string {
@@ -787,7 +1036,7 @@ type ListNamespacesRequest struct {
 
 func (x *ListNamespacesRequest) Reset() {
 	*x = ListNamespacesRequest{}
-	mi := &file_lehr_v1_control_proto_msgTypes[12]
+	mi := &file_lehr_v1_control_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -799,7 +1048,7 @@ func (x *ListNamespacesRequest) String() string {
 func (*ListNamespacesRequest) ProtoMessage() {}
 
 func (x *ListNamespacesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[12]
+	mi := &file_lehr_v1_control_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -812,7 +1061,7 @@ func (x *ListNamespacesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListNamespacesRequest.ProtoReflect.Descriptor instead.
 func (*ListNamespacesRequest) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{12}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ListNamespacesRequest) GetDomain() string {
@@ -846,7 +1095,7 @@ type ListNamespacesResponse struct {
 
 func (x *ListNamespacesResponse) Reset() {
 	*x = ListNamespacesResponse{}
-	mi := &file_lehr_v1_control_proto_msgTypes[13]
+	mi := &file_lehr_v1_control_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -858,7 +1107,7 @@ func (x *ListNamespacesResponse) String() string {
 func (*ListNamespacesResponse) ProtoMessage() {}
 
 func (x *ListNamespacesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[13]
+	mi := &file_lehr_v1_control_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -871,7 +1120,7 @@ func (x *ListNamespacesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListNamespacesResponse.ProtoReflect.Descriptor instead.
 func (*ListNamespacesResponse) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{13}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ListNamespacesResponse) GetNamespaces() []*Namespace {
@@ -913,7 +1162,7 @@ type PublishRequest struct {
 
 func (x *PublishRequest) Reset() {
 	*x = PublishRequest{}
-	mi := &file_lehr_v1_control_proto_msgTypes[14]
+	mi := &file_lehr_v1_control_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -925,7 +1174,7 @@ func (x *PublishRequest) String() string {
 func (*PublishRequest) ProtoMessage() {}
 
 func (x *PublishRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[14]
+	mi := &file_lehr_v1_control_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -938,7 +1187,7 @@ func (x *PublishRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PublishRequest.ProtoReflect.Descriptor instead.
 func (*PublishRequest) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{14}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *PublishRequest) GetNamespace() string {
@@ -999,7 +1248,7 @@ type PublishResponse struct {
 
 func (x *PublishResponse) Reset() {
 	*x = PublishResponse{}
-	mi := &file_lehr_v1_control_proto_msgTypes[15]
+	mi := &file_lehr_v1_control_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1011,7 +1260,7 @@ func (x *PublishResponse) String() string {
 func (*PublishResponse) ProtoMessage() {}
 
 func (x *PublishResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[15]
+	mi := &file_lehr_v1_control_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1024,7 +1273,7 @@ func (x *PublishResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PublishResponse.ProtoReflect.Descriptor instead.
 func (*PublishResponse) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{15}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *PublishResponse) GetVersion() *VersionInfo {
@@ -1055,7 +1304,7 @@ type PatchRequest struct {
 
 func (x *PatchRequest) Reset() {
 	*x = PatchRequest{}
-	mi := &file_lehr_v1_control_proto_msgTypes[16]
+	mi := &file_lehr_v1_control_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1067,7 +1316,7 @@ func (x *PatchRequest) String() string {
 func (*PatchRequest) ProtoMessage() {}
 
 func (x *PatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[16]
+	mi := &file_lehr_v1_control_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1080,7 +1329,7 @@ func (x *PatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PatchRequest.ProtoReflect.Descriptor instead.
 func (*PatchRequest) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{16}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *PatchRequest) GetNamespace() string {
@@ -1141,7 +1390,7 @@ type PatchResponse struct {
 
 func (x *PatchResponse) Reset() {
 	*x = PatchResponse{}
-	mi := &file_lehr_v1_control_proto_msgTypes[17]
+	mi := &file_lehr_v1_control_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1153,7 +1402,7 @@ func (x *PatchResponse) String() string {
 func (*PatchResponse) ProtoMessage() {}
 
 func (x *PatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[17]
+	mi := &file_lehr_v1_control_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1166,7 +1415,7 @@ func (x *PatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PatchResponse.ProtoReflect.Descriptor instead.
 func (*PatchResponse) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{17}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *PatchResponse) GetVersion() *VersionInfo {
@@ -1189,7 +1438,7 @@ type GetRequest struct {
 
 func (x *GetRequest) Reset() {
 	*x = GetRequest{}
-	mi := &file_lehr_v1_control_proto_msgTypes[18]
+	mi := &file_lehr_v1_control_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1201,7 +1450,7 @@ func (x *GetRequest) String() string {
 func (*GetRequest) ProtoMessage() {}
 
 func (x *GetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[18]
+	mi := &file_lehr_v1_control_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1214,7 +1463,7 @@ func (x *GetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRequest.ProtoReflect.Descriptor instead.
 func (*GetRequest) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{18}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *GetRequest) GetNamespace() string {
@@ -1250,7 +1499,7 @@ type GetResponse struct {
 
 func (x *GetResponse) Reset() {
 	*x = GetResponse{}
-	mi := &file_lehr_v1_control_proto_msgTypes[19]
+	mi := &file_lehr_v1_control_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1262,7 +1511,7 @@ func (x *GetResponse) String() string {
 func (*GetResponse) ProtoMessage() {}
 
 func (x *GetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[19]
+	mi := &file_lehr_v1_control_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1275,7 +1524,7 @@ func (x *GetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetResponse.ProtoReflect.Descriptor instead.
 func (*GetResponse) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{19}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *GetResponse) GetVersion() *VersionInfo {
@@ -1311,7 +1560,7 @@ type HistoryRequest struct {
 
 func (x *HistoryRequest) Reset() {
 	*x = HistoryRequest{}
-	mi := &file_lehr_v1_control_proto_msgTypes[20]
+	mi := &file_lehr_v1_control_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1323,7 +1572,7 @@ func (x *HistoryRequest) String() string {
 func (*HistoryRequest) ProtoMessage() {}
 
 func (x *HistoryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[20]
+	mi := &file_lehr_v1_control_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1336,7 +1585,7 @@ func (x *HistoryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HistoryRequest.ProtoReflect.Descriptor instead.
 func (*HistoryRequest) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{20}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *HistoryRequest) GetNamespace() string {
@@ -1371,7 +1620,7 @@ type HistoryResponse struct {
 
 func (x *HistoryResponse) Reset() {
 	*x = HistoryResponse{}
-	mi := &file_lehr_v1_control_proto_msgTypes[21]
+	mi := &file_lehr_v1_control_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1383,7 +1632,7 @@ func (x *HistoryResponse) String() string {
 func (*HistoryResponse) ProtoMessage() {}
 
 func (x *HistoryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[21]
+	mi := &file_lehr_v1_control_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1396,7 +1645,7 @@ func (x *HistoryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HistoryResponse.ProtoReflect.Descriptor instead.
 func (*HistoryResponse) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{21}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *HistoryResponse) GetVersions() []*VersionInfo {
@@ -1424,7 +1673,7 @@ type DiffRequest struct {
 
 func (x *DiffRequest) Reset() {
 	*x = DiffRequest{}
-	mi := &file_lehr_v1_control_proto_msgTypes[22]
+	mi := &file_lehr_v1_control_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1436,7 +1685,7 @@ func (x *DiffRequest) String() string {
 func (*DiffRequest) ProtoMessage() {}
 
 func (x *DiffRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[22]
+	mi := &file_lehr_v1_control_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1449,7 +1698,7 @@ func (x *DiffRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DiffRequest.ProtoReflect.Descriptor instead.
 func (*DiffRequest) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{22}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *DiffRequest) GetNamespace() string {
@@ -1488,7 +1737,7 @@ type PropertyChange struct {
 
 func (x *PropertyChange) Reset() {
 	*x = PropertyChange{}
-	mi := &file_lehr_v1_control_proto_msgTypes[23]
+	mi := &file_lehr_v1_control_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1500,7 +1749,7 @@ func (x *PropertyChange) String() string {
 func (*PropertyChange) ProtoMessage() {}
 
 func (x *PropertyChange) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[23]
+	mi := &file_lehr_v1_control_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1513,7 +1762,7 @@ func (x *PropertyChange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PropertyChange.ProtoReflect.Descriptor instead.
 func (*PropertyChange) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{23}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *PropertyChange) GetKey() string {
@@ -1556,7 +1805,7 @@ type DiffResponse struct {
 
 func (x *DiffResponse) Reset() {
 	*x = DiffResponse{}
-	mi := &file_lehr_v1_control_proto_msgTypes[24]
+	mi := &file_lehr_v1_control_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1568,7 +1817,7 @@ func (x *DiffResponse) String() string {
 func (*DiffResponse) ProtoMessage() {}
 
 func (x *DiffResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[24]
+	mi := &file_lehr_v1_control_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1581,7 +1830,7 @@ func (x *DiffResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DiffResponse.ProtoReflect.Descriptor instead.
 func (*DiffResponse) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{24}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *DiffResponse) GetFrom() *VersionInfo {
@@ -1624,7 +1873,7 @@ type RollbackRequest struct {
 
 func (x *RollbackRequest) Reset() {
 	*x = RollbackRequest{}
-	mi := &file_lehr_v1_control_proto_msgTypes[25]
+	mi := &file_lehr_v1_control_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1636,7 +1885,7 @@ func (x *RollbackRequest) String() string {
 func (*RollbackRequest) ProtoMessage() {}
 
 func (x *RollbackRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[25]
+	mi := &file_lehr_v1_control_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1649,7 +1898,7 @@ func (x *RollbackRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RollbackRequest.ProtoReflect.Descriptor instead.
 func (*RollbackRequest) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{25}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *RollbackRequest) GetNamespace() string {
@@ -1703,7 +1952,7 @@ type RollbackResponse struct {
 
 func (x *RollbackResponse) Reset() {
 	*x = RollbackResponse{}
-	mi := &file_lehr_v1_control_proto_msgTypes[26]
+	mi := &file_lehr_v1_control_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1715,7 +1964,7 @@ func (x *RollbackResponse) String() string {
 func (*RollbackResponse) ProtoMessage() {}
 
 func (x *RollbackResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[26]
+	mi := &file_lehr_v1_control_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1728,7 +1977,7 @@ func (x *RollbackResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RollbackResponse.ProtoReflect.Descriptor instead.
 func (*RollbackResponse) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{26}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *RollbackResponse) GetVersion() *VersionInfo {
@@ -1747,7 +1996,7 @@ type CreateZoneRequest struct {
 
 func (x *CreateZoneRequest) Reset() {
 	*x = CreateZoneRequest{}
-	mi := &file_lehr_v1_control_proto_msgTypes[27]
+	mi := &file_lehr_v1_control_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1759,7 +2008,7 @@ func (x *CreateZoneRequest) String() string {
 func (*CreateZoneRequest) ProtoMessage() {}
 
 func (x *CreateZoneRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[27]
+	mi := &file_lehr_v1_control_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1772,7 +2021,7 @@ func (x *CreateZoneRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateZoneRequest.ProtoReflect.Descriptor instead.
 func (*CreateZoneRequest) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{27}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *CreateZoneRequest) GetName() string {
@@ -1790,7 +2039,7 @@ type ListZonesRequest struct {
 
 func (x *ListZonesRequest) Reset() {
 	*x = ListZonesRequest{}
-	mi := &file_lehr_v1_control_proto_msgTypes[28]
+	mi := &file_lehr_v1_control_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1802,7 +2051,7 @@ func (x *ListZonesRequest) String() string {
 func (*ListZonesRequest) ProtoMessage() {}
 
 func (x *ListZonesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[28]
+	mi := &file_lehr_v1_control_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1815,7 +2064,7 @@ func (x *ListZonesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListZonesRequest.ProtoReflect.Descriptor instead.
 func (*ListZonesRequest) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{28}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{33}
 }
 
 type ListZonesResponse struct {
@@ -1827,7 +2076,7 @@ type ListZonesResponse struct {
 
 func (x *ListZonesResponse) Reset() {
 	*x = ListZonesResponse{}
-	mi := &file_lehr_v1_control_proto_msgTypes[29]
+	mi := &file_lehr_v1_control_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1839,7 +2088,7 @@ func (x *ListZonesResponse) String() string {
 func (*ListZonesResponse) ProtoMessage() {}
 
 func (x *ListZonesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[29]
+	mi := &file_lehr_v1_control_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1852,7 +2101,7 @@ func (x *ListZonesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListZonesResponse.ProtoReflect.Descriptor instead.
 func (*ListZonesResponse) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{29}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ListZonesResponse) GetZones() []*Zone {
@@ -1873,7 +2122,7 @@ type GetGoalsRequest struct {
 
 func (x *GetGoalsRequest) Reset() {
 	*x = GetGoalsRequest{}
-	mi := &file_lehr_v1_control_proto_msgTypes[30]
+	mi := &file_lehr_v1_control_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1885,7 +2134,7 @@ func (x *GetGoalsRequest) String() string {
 func (*GetGoalsRequest) ProtoMessage() {}
 
 func (x *GetGoalsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[30]
+	mi := &file_lehr_v1_control_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1898,7 +2147,7 @@ func (x *GetGoalsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetGoalsRequest.ProtoReflect.Descriptor instead.
 func (*GetGoalsRequest) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{30}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *GetGoalsRequest) GetZone() string {
@@ -1926,7 +2175,7 @@ type GetGoalsResponse struct {
 
 func (x *GetGoalsResponse) Reset() {
 	*x = GetGoalsResponse{}
-	mi := &file_lehr_v1_control_proto_msgTypes[31]
+	mi := &file_lehr_v1_control_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1938,7 +2187,7 @@ func (x *GetGoalsResponse) String() string {
 func (*GetGoalsResponse) ProtoMessage() {}
 
 func (x *GetGoalsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[31]
+	mi := &file_lehr_v1_control_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1951,7 +2200,7 @@ func (x *GetGoalsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetGoalsResponse.ProtoReflect.Descriptor instead.
 func (*GetGoalsResponse) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{31}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *GetGoalsResponse) GetGoals() []*GoalState {
@@ -1981,7 +2230,7 @@ type WatchGoalsRequest struct {
 
 func (x *WatchGoalsRequest) Reset() {
 	*x = WatchGoalsRequest{}
-	mi := &file_lehr_v1_control_proto_msgTypes[32]
+	mi := &file_lehr_v1_control_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1993,7 +2242,7 @@ func (x *WatchGoalsRequest) String() string {
 func (*WatchGoalsRequest) ProtoMessage() {}
 
 func (x *WatchGoalsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[32]
+	mi := &file_lehr_v1_control_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2006,7 +2255,7 @@ func (x *WatchGoalsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchGoalsRequest.ProtoReflect.Descriptor instead.
 func (*WatchGoalsRequest) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{32}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *WatchGoalsRequest) GetZone() string {
@@ -2042,7 +2291,7 @@ type GoalEvent struct {
 
 func (x *GoalEvent) Reset() {
 	*x = GoalEvent{}
-	mi := &file_lehr_v1_control_proto_msgTypes[33]
+	mi := &file_lehr_v1_control_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2054,7 +2303,7 @@ func (x *GoalEvent) String() string {
 func (*GoalEvent) ProtoMessage() {}
 
 func (x *GoalEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[33]
+	mi := &file_lehr_v1_control_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2067,7 +2316,7 @@ func (x *GoalEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GoalEvent.ProtoReflect.Descriptor instead.
 func (*GoalEvent) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{33}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *GoalEvent) GetType() GoalEvent_Type {
@@ -2102,7 +2351,7 @@ type WatchGoalsResponse struct {
 
 func (x *WatchGoalsResponse) Reset() {
 	*x = WatchGoalsResponse{}
-	mi := &file_lehr_v1_control_proto_msgTypes[34]
+	mi := &file_lehr_v1_control_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2114,7 +2363,7 @@ func (x *WatchGoalsResponse) String() string {
 func (*WatchGoalsResponse) ProtoMessage() {}
 
 func (x *WatchGoalsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[34]
+	mi := &file_lehr_v1_control_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2127,7 +2376,7 @@ func (x *WatchGoalsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchGoalsResponse.ProtoReflect.Descriptor instead.
 func (*WatchGoalsResponse) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{34}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *WatchGoalsResponse) GetRevision() int64 {
@@ -2169,7 +2418,7 @@ type FetchVersionRequest struct {
 
 func (x *FetchVersionRequest) Reset() {
 	*x = FetchVersionRequest{}
-	mi := &file_lehr_v1_control_proto_msgTypes[35]
+	mi := &file_lehr_v1_control_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2181,7 +2430,7 @@ func (x *FetchVersionRequest) String() string {
 func (*FetchVersionRequest) ProtoMessage() {}
 
 func (x *FetchVersionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[35]
+	mi := &file_lehr_v1_control_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2194,7 +2443,7 @@ func (x *FetchVersionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchVersionRequest.ProtoReflect.Descriptor instead.
 func (*FetchVersionRequest) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{35}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *FetchVersionRequest) GetNamespace() string {
@@ -2223,7 +2472,7 @@ type FetchVersionResponse struct {
 
 func (x *FetchVersionResponse) Reset() {
 	*x = FetchVersionResponse{}
-	mi := &file_lehr_v1_control_proto_msgTypes[36]
+	mi := &file_lehr_v1_control_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2235,7 +2484,7 @@ func (x *FetchVersionResponse) String() string {
 func (*FetchVersionResponse) ProtoMessage() {}
 
 func (x *FetchVersionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[36]
+	mi := &file_lehr_v1_control_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2248,7 +2497,7 @@ func (x *FetchVersionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchVersionResponse.ProtoReflect.Descriptor instead.
 func (*FetchVersionResponse) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{36}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *FetchVersionResponse) GetVersion() *VersionInfo {
@@ -2283,7 +2532,7 @@ type FetchDeltaRequest struct {
 
 func (x *FetchDeltaRequest) Reset() {
 	*x = FetchDeltaRequest{}
-	mi := &file_lehr_v1_control_proto_msgTypes[37]
+	mi := &file_lehr_v1_control_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2295,7 +2544,7 @@ func (x *FetchDeltaRequest) String() string {
 func (*FetchDeltaRequest) ProtoMessage() {}
 
 func (x *FetchDeltaRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[37]
+	mi := &file_lehr_v1_control_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2308,7 +2557,7 @@ func (x *FetchDeltaRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchDeltaRequest.ProtoReflect.Descriptor instead.
 func (*FetchDeltaRequest) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{37}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *FetchDeltaRequest) GetNamespace() string {
@@ -2347,7 +2596,7 @@ type FetchDeltaResponse struct {
 
 func (x *FetchDeltaResponse) Reset() {
 	*x = FetchDeltaResponse{}
-	mi := &file_lehr_v1_control_proto_msgTypes[38]
+	mi := &file_lehr_v1_control_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2359,7 +2608,7 @@ func (x *FetchDeltaResponse) String() string {
 func (*FetchDeltaResponse) ProtoMessage() {}
 
 func (x *FetchDeltaResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[38]
+	mi := &file_lehr_v1_control_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2372,7 +2621,7 @@ func (x *FetchDeltaResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchDeltaResponse.ProtoReflect.Descriptor instead.
 func (*FetchDeltaResponse) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{38}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *FetchDeltaResponse) GetFrom() *VersionInfo {
@@ -2422,7 +2671,7 @@ type VersionCount struct {
 
 func (x *VersionCount) Reset() {
 	*x = VersionCount{}
-	mi := &file_lehr_v1_control_proto_msgTypes[39]
+	mi := &file_lehr_v1_control_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2434,7 +2683,7 @@ func (x *VersionCount) String() string {
 func (*VersionCount) ProtoMessage() {}
 
 func (x *VersionCount) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[39]
+	mi := &file_lehr_v1_control_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2447,7 +2696,7 @@ func (x *VersionCount) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VersionCount.ProtoReflect.Descriptor instead.
 func (*VersionCount) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{39}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *VersionCount) GetNamespace() string {
@@ -2496,7 +2745,7 @@ type ReportZoneStatusRequest struct {
 
 func (x *ReportZoneStatusRequest) Reset() {
 	*x = ReportZoneStatusRequest{}
-	mi := &file_lehr_v1_control_proto_msgTypes[40]
+	mi := &file_lehr_v1_control_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2508,7 +2757,7 @@ func (x *ReportZoneStatusRequest) String() string {
 func (*ReportZoneStatusRequest) ProtoMessage() {}
 
 func (x *ReportZoneStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[40]
+	mi := &file_lehr_v1_control_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2521,7 +2770,7 @@ func (x *ReportZoneStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportZoneStatusRequest.ProtoReflect.Descriptor instead.
 func (*ReportZoneStatusRequest) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{40}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *ReportZoneStatusRequest) GetZone() string {
@@ -2593,7 +2842,7 @@ type CohortSample struct {
 
 func (x *CohortSample) Reset() {
 	*x = CohortSample{}
-	mi := &file_lehr_v1_control_proto_msgTypes[41]
+	mi := &file_lehr_v1_control_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2605,7 +2854,7 @@ func (x *CohortSample) String() string {
 func (*CohortSample) ProtoMessage() {}
 
 func (x *CohortSample) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[41]
+	mi := &file_lehr_v1_control_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2618,7 +2867,7 @@ func (x *CohortSample) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CohortSample.ProtoReflect.Descriptor instead.
 func (*CohortSample) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{41}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *CohortSample) GetNamespace() string {
@@ -2664,7 +2913,7 @@ type NamespaceHealth struct {
 
 func (x *NamespaceHealth) Reset() {
 	*x = NamespaceHealth{}
-	mi := &file_lehr_v1_control_proto_msgTypes[42]
+	mi := &file_lehr_v1_control_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2676,7 +2925,7 @@ func (x *NamespaceHealth) String() string {
 func (*NamespaceHealth) ProtoMessage() {}
 
 func (x *NamespaceHealth) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[42]
+	mi := &file_lehr_v1_control_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2689,7 +2938,7 @@ func (x *NamespaceHealth) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NamespaceHealth.ProtoReflect.Descriptor instead.
 func (*NamespaceHealth) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{42}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *NamespaceHealth) GetNamespace() string {
@@ -2760,7 +3009,7 @@ type HostReport struct {
 
 func (x *HostReport) Reset() {
 	*x = HostReport{}
-	mi := &file_lehr_v1_control_proto_msgTypes[43]
+	mi := &file_lehr_v1_control_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2772,7 +3021,7 @@ func (x *HostReport) String() string {
 func (*HostReport) ProtoMessage() {}
 
 func (x *HostReport) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[43]
+	mi := &file_lehr_v1_control_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2785,7 +3034,7 @@ func (x *HostReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HostReport.ProtoReflect.Descriptor instead.
 func (*HostReport) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{43}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *HostReport) GetHostId() string {
@@ -2817,7 +3066,7 @@ type ReportZoneStatusResponse struct {
 
 func (x *ReportZoneStatusResponse) Reset() {
 	*x = ReportZoneStatusResponse{}
-	mi := &file_lehr_v1_control_proto_msgTypes[44]
+	mi := &file_lehr_v1_control_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2829,7 +3078,7 @@ func (x *ReportZoneStatusResponse) String() string {
 func (*ReportZoneStatusResponse) ProtoMessage() {}
 
 func (x *ReportZoneStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[44]
+	mi := &file_lehr_v1_control_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2842,7 +3091,7 @@ func (x *ReportZoneStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportZoneStatusResponse.ProtoReflect.Descriptor instead.
 func (*ReportZoneStatusResponse) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{44}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{49}
 }
 
 type GetZoneStatusRequest struct {
@@ -2854,7 +3103,7 @@ type GetZoneStatusRequest struct {
 
 func (x *GetZoneStatusRequest) Reset() {
 	*x = GetZoneStatusRequest{}
-	mi := &file_lehr_v1_control_proto_msgTypes[45]
+	mi := &file_lehr_v1_control_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2866,7 +3115,7 @@ func (x *GetZoneStatusRequest) String() string {
 func (*GetZoneStatusRequest) ProtoMessage() {}
 
 func (x *GetZoneStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[45]
+	mi := &file_lehr_v1_control_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2879,7 +3128,7 @@ func (x *GetZoneStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetZoneStatusRequest.ProtoReflect.Descriptor instead.
 func (*GetZoneStatusRequest) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{45}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *GetZoneStatusRequest) GetZone() string {
@@ -2904,7 +3153,7 @@ type DistributorStatus struct {
 
 func (x *DistributorStatus) Reset() {
 	*x = DistributorStatus{}
-	mi := &file_lehr_v1_control_proto_msgTypes[46]
+	mi := &file_lehr_v1_control_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2916,7 +3165,7 @@ func (x *DistributorStatus) String() string {
 func (*DistributorStatus) ProtoMessage() {}
 
 func (x *DistributorStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[46]
+	mi := &file_lehr_v1_control_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2929,7 +3178,7 @@ func (x *DistributorStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DistributorStatus.ProtoReflect.Descriptor instead.
 func (*DistributorStatus) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{46}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *DistributorStatus) GetDistributorId() string {
@@ -2990,7 +3239,7 @@ type GetZoneStatusResponse struct {
 
 func (x *GetZoneStatusResponse) Reset() {
 	*x = GetZoneStatusResponse{}
-	mi := &file_lehr_v1_control_proto_msgTypes[47]
+	mi := &file_lehr_v1_control_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3002,7 +3251,7 @@ func (x *GetZoneStatusResponse) String() string {
 func (*GetZoneStatusResponse) ProtoMessage() {}
 
 func (x *GetZoneStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[47]
+	mi := &file_lehr_v1_control_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3015,7 +3264,7 @@ func (x *GetZoneStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetZoneStatusResponse.ProtoReflect.Descriptor instead.
 func (*GetZoneStatusResponse) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{47}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *GetZoneStatusResponse) GetZone() string {
@@ -3057,7 +3306,21 @@ var File_lehr_v1_control_proto protoreflect.FileDescriptor
 
 const file_lehr_v1_control_proto_rawDesc = "" +
 	"\n" +
-	"\x15lehr/v1/control.proto\x12\alehr.v1\x1a\x15lehr/v1/rollout.proto\x1a\x13lehr/v1/types.proto\x1a\x12lehr/v1/wire.proto\"\xc2\x01\n" +
+	"\x15lehr/v1/control.proto\x12\alehr.v1\x1a\x15lehr/v1/rollout.proto\x1a\x13lehr/v1/types.proto\x1a\x12lehr/v1/wire.proto\"K\n" +
+	"\x11GetRolloutRequest\x12\x1c\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x18\n" +
+	"\aversion\x18\x02 \x01(\x04R\aversion\"T\n" +
+	"\x13ListRolloutsRequest\x12\x1c\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x1f\n" +
+	"\vactive_only\x18\x02 \x01(\bR\n" +
+	"activeOnly\"D\n" +
+	"\x14ListRolloutsResponse\x12,\n" +
+	"\brollouts\x18\x01 \x03(\v2\x10.lehr.v1.RolloutR\brollouts\"R\n" +
+	"\x18ListRolloutEventsRequest\x12\x1c\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x18\n" +
+	"\aversion\x18\x02 \x01(\x04R\aversion\"J\n" +
+	"\x19ListRolloutEventsResponse\x12-\n" +
+	"\x06events\x18\x01 \x03(\v2\x15.lehr.v1.RolloutEventR\x06events\"\xc2\x01\n" +
 	"\x17SetRolloutPolicyRequest\x12\x14\n" +
 	"\x05scope\x18\x01 \x01(\tR\x05scope\x12.\n" +
 	"\x06policy\x18\x02 \x01(\v2\x16.lehr.v1.RolloutPolicyR\x06policy\x12\x18\n" +
@@ -3273,7 +3536,7 @@ const file_lehr_v1_control_proto_rawDesc = "" +
 	"\fdistributors\x18\x02 \x03(\v2\x1a.lehr.v1.DistributorStatusR\fdistributors\x121\n" +
 	"\bversions\x18\x03 \x03(\v2\x15.lehr.v1.VersionCountR\bversions\x120\n" +
 	"\x06health\x18\x04 \x03(\v2\x18.lehr.v1.NamespaceHealthR\x06health\x12)\n" +
-	"\x05hosts\x18\x05 \x03(\v2\x13.lehr.v1.HostReportR\x05hosts2\xb4\r\n" +
+	"\x05hosts\x18\x05 \x03(\v2\x13.lehr.v1.HostReportR\x05hosts2\x99\x0f\n" +
 	"\aControl\x12=\n" +
 	"\fCreateDomain\x12\x1c.lehr.v1.CreateDomainRequest\x1a\x0f.lehr.v1.Domain\x127\n" +
 	"\tGetDomain\x12\x19.lehr.v1.GetDomainRequest\x1a\x0f.lehr.v1.Domain\x12H\n" +
@@ -3301,7 +3564,11 @@ const file_lehr_v1_control_proto_rawDesc = "" +
 	"\x10SetRolloutPolicy\x12 .lehr.v1.SetRolloutPolicyRequest\x1a\x1c.lehr.v1.RolloutPolicyRecord\x12X\n" +
 	"\x13DeleteRolloutPolicy\x12#.lehr.v1.DeleteRolloutPolicyRequest\x1a\x1c.lehr.v1.RolloutPolicyRecord\x12W\n" +
 	"\x10GetRolloutPolicy\x12 .lehr.v1.GetRolloutPolicyRequest\x1a!.lehr.v1.GetRolloutPolicyResponse\x12c\n" +
-	"\x14RolloutPolicyHistory\x12$.lehr.v1.RolloutPolicyHistoryRequest\x1a%.lehr.v1.RolloutPolicyHistoryResponseB\x1cZ\x1alehr.dev/lehr/proto/lehrpbb\x06proto3"
+	"\x14RolloutPolicyHistory\x12$.lehr.v1.RolloutPolicyHistoryRequest\x1a%.lehr.v1.RolloutPolicyHistoryResponse\x12:\n" +
+	"\n" +
+	"GetRollout\x12\x1a.lehr.v1.GetRolloutRequest\x1a\x10.lehr.v1.Rollout\x12K\n" +
+	"\fListRollouts\x12\x1c.lehr.v1.ListRolloutsRequest\x1a\x1d.lehr.v1.ListRolloutsResponse\x12Z\n" +
+	"\x11ListRolloutEvents\x12!.lehr.v1.ListRolloutEventsRequest\x1a\".lehr.v1.ListRolloutEventsResponseB\x1cZ\x1alehr.dev/lehr/proto/lehrpbb\x06proto3"
 
 var (
 	file_lehr_v1_control_proto_rawDescOnce sync.Once
@@ -3316,174 +3583,189 @@ func file_lehr_v1_control_proto_rawDescGZIP() []byte {
 }
 
 var file_lehr_v1_control_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_lehr_v1_control_proto_msgTypes = make([]protoimpl.MessageInfo, 48)
+var file_lehr_v1_control_proto_msgTypes = make([]protoimpl.MessageInfo, 53)
 var file_lehr_v1_control_proto_goTypes = []any{
 	(PropertyChange_Kind)(0),             // 0: lehr.v1.PropertyChange.Kind
 	(GoalEvent_Type)(0),                  // 1: lehr.v1.GoalEvent.Type
-	(*SetRolloutPolicyRequest)(nil),      // 2: lehr.v1.SetRolloutPolicyRequest
-	(*DeleteRolloutPolicyRequest)(nil),   // 3: lehr.v1.DeleteRolloutPolicyRequest
-	(*GetRolloutPolicyRequest)(nil),      // 4: lehr.v1.GetRolloutPolicyRequest
-	(*GetRolloutPolicyResponse)(nil),     // 5: lehr.v1.GetRolloutPolicyResponse
-	(*RolloutPolicyHistoryRequest)(nil),  // 6: lehr.v1.RolloutPolicyHistoryRequest
-	(*RolloutPolicyHistoryResponse)(nil), // 7: lehr.v1.RolloutPolicyHistoryResponse
-	(*CreateDomainRequest)(nil),          // 8: lehr.v1.CreateDomainRequest
-	(*GetDomainRequest)(nil),             // 9: lehr.v1.GetDomainRequest
-	(*ListDomainsRequest)(nil),           // 10: lehr.v1.ListDomainsRequest
-	(*ListDomainsResponse)(nil),          // 11: lehr.v1.ListDomainsResponse
-	(*CreateNamespaceRequest)(nil),       // 12: lehr.v1.CreateNamespaceRequest
-	(*GetNamespaceRequest)(nil),          // 13: lehr.v1.GetNamespaceRequest
-	(*ListNamespacesRequest)(nil),        // 14: lehr.v1.ListNamespacesRequest
-	(*ListNamespacesResponse)(nil),       // 15: lehr.v1.ListNamespacesResponse
-	(*PublishRequest)(nil),               // 16: lehr.v1.PublishRequest
-	(*PublishResponse)(nil),              // 17: lehr.v1.PublishResponse
-	(*PatchRequest)(nil),                 // 18: lehr.v1.PatchRequest
-	(*PatchResponse)(nil),                // 19: lehr.v1.PatchResponse
-	(*GetRequest)(nil),                   // 20: lehr.v1.GetRequest
-	(*GetResponse)(nil),                  // 21: lehr.v1.GetResponse
-	(*HistoryRequest)(nil),               // 22: lehr.v1.HistoryRequest
-	(*HistoryResponse)(nil),              // 23: lehr.v1.HistoryResponse
-	(*DiffRequest)(nil),                  // 24: lehr.v1.DiffRequest
-	(*PropertyChange)(nil),               // 25: lehr.v1.PropertyChange
-	(*DiffResponse)(nil),                 // 26: lehr.v1.DiffResponse
-	(*RollbackRequest)(nil),              // 27: lehr.v1.RollbackRequest
-	(*RollbackResponse)(nil),             // 28: lehr.v1.RollbackResponse
-	(*CreateZoneRequest)(nil),            // 29: lehr.v1.CreateZoneRequest
-	(*ListZonesRequest)(nil),             // 30: lehr.v1.ListZonesRequest
-	(*ListZonesResponse)(nil),            // 31: lehr.v1.ListZonesResponse
-	(*GetGoalsRequest)(nil),              // 32: lehr.v1.GetGoalsRequest
-	(*GetGoalsResponse)(nil),             // 33: lehr.v1.GetGoalsResponse
-	(*WatchGoalsRequest)(nil),            // 34: lehr.v1.WatchGoalsRequest
-	(*GoalEvent)(nil),                    // 35: lehr.v1.GoalEvent
-	(*WatchGoalsResponse)(nil),           // 36: lehr.v1.WatchGoalsResponse
-	(*FetchVersionRequest)(nil),          // 37: lehr.v1.FetchVersionRequest
-	(*FetchVersionResponse)(nil),         // 38: lehr.v1.FetchVersionResponse
-	(*FetchDeltaRequest)(nil),            // 39: lehr.v1.FetchDeltaRequest
-	(*FetchDeltaResponse)(nil),           // 40: lehr.v1.FetchDeltaResponse
-	(*VersionCount)(nil),                 // 41: lehr.v1.VersionCount
-	(*ReportZoneStatusRequest)(nil),      // 42: lehr.v1.ReportZoneStatusRequest
-	(*CohortSample)(nil),                 // 43: lehr.v1.CohortSample
-	(*NamespaceHealth)(nil),              // 44: lehr.v1.NamespaceHealth
-	(*HostReport)(nil),                   // 45: lehr.v1.HostReport
-	(*ReportZoneStatusResponse)(nil),     // 46: lehr.v1.ReportZoneStatusResponse
-	(*GetZoneStatusRequest)(nil),         // 47: lehr.v1.GetZoneStatusRequest
-	(*DistributorStatus)(nil),            // 48: lehr.v1.DistributorStatus
-	(*GetZoneStatusResponse)(nil),        // 49: lehr.v1.GetZoneStatusResponse
-	(*RolloutPolicy)(nil),                // 50: lehr.v1.RolloutPolicy
-	(*RolloutPolicyRecord)(nil),          // 51: lehr.v1.RolloutPolicyRecord
-	(RolloutPolicySource)(0),             // 52: lehr.v1.RolloutPolicySource
-	(*Domain)(nil),                       // 53: lehr.v1.Domain
-	(*Namespace)(nil),                    // 54: lehr.v1.Namespace
-	(NamespaceKind)(0),                   // 55: lehr.v1.NamespaceKind
-	(*Property)(nil),                     // 56: lehr.v1.Property
-	(*VersionInfo)(nil),                  // 57: lehr.v1.VersionInfo
-	(*Zone)(nil),                         // 58: lehr.v1.Zone
-	(*GoalState)(nil),                    // 59: lehr.v1.GoalState
-	(*NamespaceReport)(nil),              // 60: lehr.v1.NamespaceReport
+	(*GetRolloutRequest)(nil),            // 2: lehr.v1.GetRolloutRequest
+	(*ListRolloutsRequest)(nil),          // 3: lehr.v1.ListRolloutsRequest
+	(*ListRolloutsResponse)(nil),         // 4: lehr.v1.ListRolloutsResponse
+	(*ListRolloutEventsRequest)(nil),     // 5: lehr.v1.ListRolloutEventsRequest
+	(*ListRolloutEventsResponse)(nil),    // 6: lehr.v1.ListRolloutEventsResponse
+	(*SetRolloutPolicyRequest)(nil),      // 7: lehr.v1.SetRolloutPolicyRequest
+	(*DeleteRolloutPolicyRequest)(nil),   // 8: lehr.v1.DeleteRolloutPolicyRequest
+	(*GetRolloutPolicyRequest)(nil),      // 9: lehr.v1.GetRolloutPolicyRequest
+	(*GetRolloutPolicyResponse)(nil),     // 10: lehr.v1.GetRolloutPolicyResponse
+	(*RolloutPolicyHistoryRequest)(nil),  // 11: lehr.v1.RolloutPolicyHistoryRequest
+	(*RolloutPolicyHistoryResponse)(nil), // 12: lehr.v1.RolloutPolicyHistoryResponse
+	(*CreateDomainRequest)(nil),          // 13: lehr.v1.CreateDomainRequest
+	(*GetDomainRequest)(nil),             // 14: lehr.v1.GetDomainRequest
+	(*ListDomainsRequest)(nil),           // 15: lehr.v1.ListDomainsRequest
+	(*ListDomainsResponse)(nil),          // 16: lehr.v1.ListDomainsResponse
+	(*CreateNamespaceRequest)(nil),       // 17: lehr.v1.CreateNamespaceRequest
+	(*GetNamespaceRequest)(nil),          // 18: lehr.v1.GetNamespaceRequest
+	(*ListNamespacesRequest)(nil),        // 19: lehr.v1.ListNamespacesRequest
+	(*ListNamespacesResponse)(nil),       // 20: lehr.v1.ListNamespacesResponse
+	(*PublishRequest)(nil),               // 21: lehr.v1.PublishRequest
+	(*PublishResponse)(nil),              // 22: lehr.v1.PublishResponse
+	(*PatchRequest)(nil),                 // 23: lehr.v1.PatchRequest
+	(*PatchResponse)(nil),                // 24: lehr.v1.PatchResponse
+	(*GetRequest)(nil),                   // 25: lehr.v1.GetRequest
+	(*GetResponse)(nil),                  // 26: lehr.v1.GetResponse
+	(*HistoryRequest)(nil),               // 27: lehr.v1.HistoryRequest
+	(*HistoryResponse)(nil),              // 28: lehr.v1.HistoryResponse
+	(*DiffRequest)(nil),                  // 29: lehr.v1.DiffRequest
+	(*PropertyChange)(nil),               // 30: lehr.v1.PropertyChange
+	(*DiffResponse)(nil),                 // 31: lehr.v1.DiffResponse
+	(*RollbackRequest)(nil),              // 32: lehr.v1.RollbackRequest
+	(*RollbackResponse)(nil),             // 33: lehr.v1.RollbackResponse
+	(*CreateZoneRequest)(nil),            // 34: lehr.v1.CreateZoneRequest
+	(*ListZonesRequest)(nil),             // 35: lehr.v1.ListZonesRequest
+	(*ListZonesResponse)(nil),            // 36: lehr.v1.ListZonesResponse
+	(*GetGoalsRequest)(nil),              // 37: lehr.v1.GetGoalsRequest
+	(*GetGoalsResponse)(nil),             // 38: lehr.v1.GetGoalsResponse
+	(*WatchGoalsRequest)(nil),            // 39: lehr.v1.WatchGoalsRequest
+	(*GoalEvent)(nil),                    // 40: lehr.v1.GoalEvent
+	(*WatchGoalsResponse)(nil),           // 41: lehr.v1.WatchGoalsResponse
+	(*FetchVersionRequest)(nil),          // 42: lehr.v1.FetchVersionRequest
+	(*FetchVersionResponse)(nil),         // 43: lehr.v1.FetchVersionResponse
+	(*FetchDeltaRequest)(nil),            // 44: lehr.v1.FetchDeltaRequest
+	(*FetchDeltaResponse)(nil),           // 45: lehr.v1.FetchDeltaResponse
+	(*VersionCount)(nil),                 // 46: lehr.v1.VersionCount
+	(*ReportZoneStatusRequest)(nil),      // 47: lehr.v1.ReportZoneStatusRequest
+	(*CohortSample)(nil),                 // 48: lehr.v1.CohortSample
+	(*NamespaceHealth)(nil),              // 49: lehr.v1.NamespaceHealth
+	(*HostReport)(nil),                   // 50: lehr.v1.HostReport
+	(*ReportZoneStatusResponse)(nil),     // 51: lehr.v1.ReportZoneStatusResponse
+	(*GetZoneStatusRequest)(nil),         // 52: lehr.v1.GetZoneStatusRequest
+	(*DistributorStatus)(nil),            // 53: lehr.v1.DistributorStatus
+	(*GetZoneStatusResponse)(nil),        // 54: lehr.v1.GetZoneStatusResponse
+	(*Rollout)(nil),                      // 55: lehr.v1.Rollout
+	(*RolloutEvent)(nil),                 // 56: lehr.v1.RolloutEvent
+	(*RolloutPolicy)(nil),                // 57: lehr.v1.RolloutPolicy
+	(*RolloutPolicyRecord)(nil),          // 58: lehr.v1.RolloutPolicyRecord
+	(RolloutPolicySource)(0),             // 59: lehr.v1.RolloutPolicySource
+	(*Domain)(nil),                       // 60: lehr.v1.Domain
+	(*Namespace)(nil),                    // 61: lehr.v1.Namespace
+	(NamespaceKind)(0),                   // 62: lehr.v1.NamespaceKind
+	(*Property)(nil),                     // 63: lehr.v1.Property
+	(*VersionInfo)(nil),                  // 64: lehr.v1.VersionInfo
+	(*Zone)(nil),                         // 65: lehr.v1.Zone
+	(*GoalState)(nil),                    // 66: lehr.v1.GoalState
+	(*NamespaceReport)(nil),              // 67: lehr.v1.NamespaceReport
 }
 var file_lehr_v1_control_proto_depIdxs = []int32{
-	50, // 0: lehr.v1.SetRolloutPolicyRequest.policy:type_name -> lehr.v1.RolloutPolicy
-	51, // 1: lehr.v1.GetRolloutPolicyResponse.stored:type_name -> lehr.v1.RolloutPolicyRecord
-	50, // 2: lehr.v1.GetRolloutPolicyResponse.effective:type_name -> lehr.v1.RolloutPolicy
-	52, // 3: lehr.v1.GetRolloutPolicyResponse.source:type_name -> lehr.v1.RolloutPolicySource
-	51, // 4: lehr.v1.RolloutPolicyHistoryResponse.records:type_name -> lehr.v1.RolloutPolicyRecord
-	53, // 5: lehr.v1.CreateDomainRequest.domain:type_name -> lehr.v1.Domain
-	53, // 6: lehr.v1.ListDomainsResponse.domains:type_name -> lehr.v1.Domain
-	54, // 7: lehr.v1.CreateNamespaceRequest.namespace:type_name -> lehr.v1.Namespace
-	54, // 8: lehr.v1.ListNamespacesResponse.namespaces:type_name -> lehr.v1.Namespace
-	55, // 9: lehr.v1.PublishRequest.kind:type_name -> lehr.v1.NamespaceKind
-	56, // 10: lehr.v1.PublishRequest.properties:type_name -> lehr.v1.Property
-	57, // 11: lehr.v1.PublishResponse.version:type_name -> lehr.v1.VersionInfo
-	56, // 12: lehr.v1.PatchRequest.set:type_name -> lehr.v1.Property
-	57, // 13: lehr.v1.PatchResponse.version:type_name -> lehr.v1.VersionInfo
-	57, // 14: lehr.v1.GetResponse.version:type_name -> lehr.v1.VersionInfo
-	56, // 15: lehr.v1.GetResponse.properties:type_name -> lehr.v1.Property
-	55, // 16: lehr.v1.GetResponse.kind:type_name -> lehr.v1.NamespaceKind
-	57, // 17: lehr.v1.HistoryResponse.versions:type_name -> lehr.v1.VersionInfo
-	0,  // 18: lehr.v1.PropertyChange.kind:type_name -> lehr.v1.PropertyChange.Kind
-	56, // 19: lehr.v1.PropertyChange.old:type_name -> lehr.v1.Property
-	56, // 20: lehr.v1.PropertyChange.new:type_name -> lehr.v1.Property
-	57, // 21: lehr.v1.DiffResponse.from:type_name -> lehr.v1.VersionInfo
-	57, // 22: lehr.v1.DiffResponse.to:type_name -> lehr.v1.VersionInfo
-	25, // 23: lehr.v1.DiffResponse.changes:type_name -> lehr.v1.PropertyChange
-	57, // 24: lehr.v1.RollbackResponse.version:type_name -> lehr.v1.VersionInfo
-	58, // 25: lehr.v1.ListZonesResponse.zones:type_name -> lehr.v1.Zone
-	59, // 26: lehr.v1.GetGoalsResponse.goals:type_name -> lehr.v1.GoalState
-	1,  // 27: lehr.v1.GoalEvent.type:type_name -> lehr.v1.GoalEvent.Type
-	59, // 28: lehr.v1.GoalEvent.goal:type_name -> lehr.v1.GoalState
-	35, // 29: lehr.v1.WatchGoalsResponse.events:type_name -> lehr.v1.GoalEvent
-	57, // 30: lehr.v1.FetchVersionResponse.version:type_name -> lehr.v1.VersionInfo
-	55, // 31: lehr.v1.FetchVersionResponse.kind:type_name -> lehr.v1.NamespaceKind
-	56, // 32: lehr.v1.FetchVersionResponse.properties:type_name -> lehr.v1.Property
-	57, // 33: lehr.v1.FetchDeltaResponse.from:type_name -> lehr.v1.VersionInfo
-	57, // 34: lehr.v1.FetchDeltaResponse.to:type_name -> lehr.v1.VersionInfo
-	55, // 35: lehr.v1.FetchDeltaResponse.kind:type_name -> lehr.v1.NamespaceKind
-	56, // 36: lehr.v1.FetchDeltaResponse.set:type_name -> lehr.v1.Property
-	41, // 37: lehr.v1.ReportZoneStatusRequest.versions:type_name -> lehr.v1.VersionCount
-	44, // 38: lehr.v1.ReportZoneStatusRequest.health:type_name -> lehr.v1.NamespaceHealth
-	45, // 39: lehr.v1.ReportZoneStatusRequest.hosts:type_name -> lehr.v1.HostReport
-	43, // 40: lehr.v1.ReportZoneStatusRequest.samples:type_name -> lehr.v1.CohortSample
-	60, // 41: lehr.v1.HostReport.report:type_name -> lehr.v1.NamespaceReport
-	41, // 42: lehr.v1.DistributorStatus.versions:type_name -> lehr.v1.VersionCount
-	44, // 43: lehr.v1.DistributorStatus.health:type_name -> lehr.v1.NamespaceHealth
-	45, // 44: lehr.v1.DistributorStatus.hosts:type_name -> lehr.v1.HostReport
-	43, // 45: lehr.v1.DistributorStatus.samples:type_name -> lehr.v1.CohortSample
-	48, // 46: lehr.v1.GetZoneStatusResponse.distributors:type_name -> lehr.v1.DistributorStatus
-	41, // 47: lehr.v1.GetZoneStatusResponse.versions:type_name -> lehr.v1.VersionCount
-	44, // 48: lehr.v1.GetZoneStatusResponse.health:type_name -> lehr.v1.NamespaceHealth
-	45, // 49: lehr.v1.GetZoneStatusResponse.hosts:type_name -> lehr.v1.HostReport
-	8,  // 50: lehr.v1.Control.CreateDomain:input_type -> lehr.v1.CreateDomainRequest
-	9,  // 51: lehr.v1.Control.GetDomain:input_type -> lehr.v1.GetDomainRequest
-	10, // 52: lehr.v1.Control.ListDomains:input_type -> lehr.v1.ListDomainsRequest
-	12, // 53: lehr.v1.Control.CreateNamespace:input_type -> lehr.v1.CreateNamespaceRequest
-	13, // 54: lehr.v1.Control.GetNamespace:input_type -> lehr.v1.GetNamespaceRequest
-	14, // 55: lehr.v1.Control.ListNamespaces:input_type -> lehr.v1.ListNamespacesRequest
-	16, // 56: lehr.v1.Control.Publish:input_type -> lehr.v1.PublishRequest
-	18, // 57: lehr.v1.Control.Patch:input_type -> lehr.v1.PatchRequest
-	20, // 58: lehr.v1.Control.Get:input_type -> lehr.v1.GetRequest
-	22, // 59: lehr.v1.Control.History:input_type -> lehr.v1.HistoryRequest
-	24, // 60: lehr.v1.Control.Diff:input_type -> lehr.v1.DiffRequest
-	27, // 61: lehr.v1.Control.Rollback:input_type -> lehr.v1.RollbackRequest
-	29, // 62: lehr.v1.Control.CreateZone:input_type -> lehr.v1.CreateZoneRequest
-	30, // 63: lehr.v1.Control.ListZones:input_type -> lehr.v1.ListZonesRequest
-	32, // 64: lehr.v1.Control.GetGoals:input_type -> lehr.v1.GetGoalsRequest
-	34, // 65: lehr.v1.Control.WatchGoals:input_type -> lehr.v1.WatchGoalsRequest
-	37, // 66: lehr.v1.Control.FetchVersion:input_type -> lehr.v1.FetchVersionRequest
-	39, // 67: lehr.v1.Control.FetchDelta:input_type -> lehr.v1.FetchDeltaRequest
-	42, // 68: lehr.v1.Control.ReportZoneStatus:input_type -> lehr.v1.ReportZoneStatusRequest
-	47, // 69: lehr.v1.Control.GetZoneStatus:input_type -> lehr.v1.GetZoneStatusRequest
-	2,  // 70: lehr.v1.Control.SetRolloutPolicy:input_type -> lehr.v1.SetRolloutPolicyRequest
-	3,  // 71: lehr.v1.Control.DeleteRolloutPolicy:input_type -> lehr.v1.DeleteRolloutPolicyRequest
-	4,  // 72: lehr.v1.Control.GetRolloutPolicy:input_type -> lehr.v1.GetRolloutPolicyRequest
-	6,  // 73: lehr.v1.Control.RolloutPolicyHistory:input_type -> lehr.v1.RolloutPolicyHistoryRequest
-	53, // 74: lehr.v1.Control.CreateDomain:output_type -> lehr.v1.Domain
-	53, // 75: lehr.v1.Control.GetDomain:output_type -> lehr.v1.Domain
-	11, // 76: lehr.v1.Control.ListDomains:output_type -> lehr.v1.ListDomainsResponse
-	54, // 77: lehr.v1.Control.CreateNamespace:output_type -> lehr.v1.Namespace
-	54, // 78: lehr.v1.Control.GetNamespace:output_type -> lehr.v1.Namespace
-	15, // 79: lehr.v1.Control.ListNamespaces:output_type -> lehr.v1.ListNamespacesResponse
-	17, // 80: lehr.v1.Control.Publish:output_type -> lehr.v1.PublishResponse
-	19, // 81: lehr.v1.Control.Patch:output_type -> lehr.v1.PatchResponse
-	21, // 82: lehr.v1.Control.Get:output_type -> lehr.v1.GetResponse
-	23, // 83: lehr.v1.Control.History:output_type -> lehr.v1.HistoryResponse
-	26, // 84: lehr.v1.Control.Diff:output_type -> lehr.v1.DiffResponse
-	28, // 85: lehr.v1.Control.Rollback:output_type -> lehr.v1.RollbackResponse
-	58, // 86: lehr.v1.Control.CreateZone:output_type -> lehr.v1.Zone
-	31, // 87: lehr.v1.Control.ListZones:output_type -> lehr.v1.ListZonesResponse
-	33, // 88: lehr.v1.Control.GetGoals:output_type -> lehr.v1.GetGoalsResponse
-	36, // 89: lehr.v1.Control.WatchGoals:output_type -> lehr.v1.WatchGoalsResponse
-	38, // 90: lehr.v1.Control.FetchVersion:output_type -> lehr.v1.FetchVersionResponse
-	40, // 91: lehr.v1.Control.FetchDelta:output_type -> lehr.v1.FetchDeltaResponse
-	46, // 92: lehr.v1.Control.ReportZoneStatus:output_type -> lehr.v1.ReportZoneStatusResponse
-	49, // 93: lehr.v1.Control.GetZoneStatus:output_type -> lehr.v1.GetZoneStatusResponse
-	51, // 94: lehr.v1.Control.SetRolloutPolicy:output_type -> lehr.v1.RolloutPolicyRecord
-	51, // 95: lehr.v1.Control.DeleteRolloutPolicy:output_type -> lehr.v1.RolloutPolicyRecord
-	5,  // 96: lehr.v1.Control.GetRolloutPolicy:output_type -> lehr.v1.GetRolloutPolicyResponse
-	7,  // 97: lehr.v1.Control.RolloutPolicyHistory:output_type -> lehr.v1.RolloutPolicyHistoryResponse
-	74, // [74:98] is the sub-list for method output_type
-	50, // [50:74] is the sub-list for method input_type
-	50, // [50:50] is the sub-list for extension type_name
-	50, // [50:50] is the sub-list for extension extendee
-	0,  // [0:50] is the sub-list for field type_name
+	55, // 0: lehr.v1.ListRolloutsResponse.rollouts:type_name -> lehr.v1.Rollout
+	56, // 1: lehr.v1.ListRolloutEventsResponse.events:type_name -> lehr.v1.RolloutEvent
+	57, // 2: lehr.v1.SetRolloutPolicyRequest.policy:type_name -> lehr.v1.RolloutPolicy
+	58, // 3: lehr.v1.GetRolloutPolicyResponse.stored:type_name -> lehr.v1.RolloutPolicyRecord
+	57, // 4: lehr.v1.GetRolloutPolicyResponse.effective:type_name -> lehr.v1.RolloutPolicy
+	59, // 5: lehr.v1.GetRolloutPolicyResponse.source:type_name -> lehr.v1.RolloutPolicySource
+	58, // 6: lehr.v1.RolloutPolicyHistoryResponse.records:type_name -> lehr.v1.RolloutPolicyRecord
+	60, // 7: lehr.v1.CreateDomainRequest.domain:type_name -> lehr.v1.Domain
+	60, // 8: lehr.v1.ListDomainsResponse.domains:type_name -> lehr.v1.Domain
+	61, // 9: lehr.v1.CreateNamespaceRequest.namespace:type_name -> lehr.v1.Namespace
+	61, // 10: lehr.v1.ListNamespacesResponse.namespaces:type_name -> lehr.v1.Namespace
+	62, // 11: lehr.v1.PublishRequest.kind:type_name -> lehr.v1.NamespaceKind
+	63, // 12: lehr.v1.PublishRequest.properties:type_name -> lehr.v1.Property
+	64, // 13: lehr.v1.PublishResponse.version:type_name -> lehr.v1.VersionInfo
+	63, // 14: lehr.v1.PatchRequest.set:type_name -> lehr.v1.Property
+	64, // 15: lehr.v1.PatchResponse.version:type_name -> lehr.v1.VersionInfo
+	64, // 16: lehr.v1.GetResponse.version:type_name -> lehr.v1.VersionInfo
+	63, // 17: lehr.v1.GetResponse.properties:type_name -> lehr.v1.Property
+	62, // 18: lehr.v1.GetResponse.kind:type_name -> lehr.v1.NamespaceKind
+	64, // 19: lehr.v1.HistoryResponse.versions:type_name -> lehr.v1.VersionInfo
+	0,  // 20: lehr.v1.PropertyChange.kind:type_name -> lehr.v1.PropertyChange.Kind
+	63, // 21: lehr.v1.PropertyChange.old:type_name -> lehr.v1.Property
+	63, // 22: lehr.v1.PropertyChange.new:type_name -> lehr.v1.Property
+	64, // 23: lehr.v1.DiffResponse.from:type_name -> lehr.v1.VersionInfo
+	64, // 24: lehr.v1.DiffResponse.to:type_name -> lehr.v1.VersionInfo
+	30, // 25: lehr.v1.DiffResponse.changes:type_name -> lehr.v1.PropertyChange
+	64, // 26: lehr.v1.RollbackResponse.version:type_name -> lehr.v1.VersionInfo
+	65, // 27: lehr.v1.ListZonesResponse.zones:type_name -> lehr.v1.Zone
+	66, // 28: lehr.v1.GetGoalsResponse.goals:type_name -> lehr.v1.GoalState
+	1,  // 29: lehr.v1.GoalEvent.type:type_name -> lehr.v1.GoalEvent.Type
+	66, // 30: lehr.v1.GoalEvent.goal:type_name -> lehr.v1.GoalState
+	40, // 31: lehr.v1.WatchGoalsResponse.events:type_name -> lehr.v1.GoalEvent
+	64, // 32: lehr.v1.FetchVersionResponse.version:type_name -> lehr.v1.VersionInfo
+	62, // 33: lehr.v1.FetchVersionResponse.kind:type_name -> lehr.v1.NamespaceKind
+	63, // 34: lehr.v1.FetchVersionResponse.properties:type_name -> lehr.v1.Property
+	64, // 35: lehr.v1.FetchDeltaResponse.from:type_name -> lehr.v1.VersionInfo
+	64, // 36: lehr.v1.FetchDeltaResponse.to:type_name -> lehr.v1.VersionInfo
+	62, // 37: lehr.v1.FetchDeltaResponse.kind:type_name -> lehr.v1.NamespaceKind
+	63, // 38: lehr.v1.FetchDeltaResponse.set:type_name -> lehr.v1.Property
+	46, // 39: lehr.v1.ReportZoneStatusRequest.versions:type_name -> lehr.v1.VersionCount
+	49, // 40: lehr.v1.ReportZoneStatusRequest.health:type_name -> lehr.v1.NamespaceHealth
+	50, // 41: lehr.v1.ReportZoneStatusRequest.hosts:type_name -> lehr.v1.HostReport
+	48, // 42: lehr.v1.ReportZoneStatusRequest.samples:type_name -> lehr.v1.CohortSample
+	67, // 43: lehr.v1.HostReport.report:type_name -> lehr.v1.NamespaceReport
+	46, // 44: lehr.v1.DistributorStatus.versions:type_name -> lehr.v1.VersionCount
+	49, // 45: lehr.v1.DistributorStatus.health:type_name -> lehr.v1.NamespaceHealth
+	50, // 46: lehr.v1.DistributorStatus.hosts:type_name -> lehr.v1.HostReport
+	48, // 47: lehr.v1.DistributorStatus.samples:type_name -> lehr.v1.CohortSample
+	53, // 48: lehr.v1.GetZoneStatusResponse.distributors:type_name -> lehr.v1.DistributorStatus
+	46, // 49: lehr.v1.GetZoneStatusResponse.versions:type_name -> lehr.v1.VersionCount
+	49, // 50: lehr.v1.GetZoneStatusResponse.health:type_name -> lehr.v1.NamespaceHealth
+	50, // 51: lehr.v1.GetZoneStatusResponse.hosts:type_name -> lehr.v1.HostReport
+	13, // 52: lehr.v1.Control.CreateDomain:input_type -> lehr.v1.CreateDomainRequest
+	14, // 53: lehr.v1.Control.GetDomain:input_type -> lehr.v1.GetDomainRequest
+	15, // 54: lehr.v1.Control.ListDomains:input_type -> lehr.v1.ListDomainsRequest
+	17, // 55: lehr.v1.Control.CreateNamespace:input_type -> lehr.v1.CreateNamespaceRequest
+	18, // 56: lehr.v1.Control.GetNamespace:input_type -> lehr.v1.GetNamespaceRequest
+	19, // 57: lehr.v1.Control.ListNamespaces:input_type -> lehr.v1.ListNamespacesRequest
+	21, // 58: lehr.v1.Control.Publish:input_type -> lehr.v1.PublishRequest
+	23, // 59: lehr.v1.Control.Patch:input_type -> lehr.v1.PatchRequest
+	25, // 60: lehr.v1.Control.Get:input_type -> lehr.v1.GetRequest
+	27, // 61: lehr.v1.Control.History:input_type -> lehr.v1.HistoryRequest
+	29, // 62: lehr.v1.Control.Diff:input_type -> lehr.v1.DiffRequest
+	32, // 63: lehr.v1.Control.Rollback:input_type -> lehr.v1.RollbackRequest
+	34, // 64: lehr.v1.Control.CreateZone:input_type -> lehr.v1.CreateZoneRequest
+	35, // 65: lehr.v1.Control.ListZones:input_type -> lehr.v1.ListZonesRequest
+	37, // 66: lehr.v1.Control.GetGoals:input_type -> lehr.v1.GetGoalsRequest
+	39, // 67: lehr.v1.Control.WatchGoals:input_type -> lehr.v1.WatchGoalsRequest
+	42, // 68: lehr.v1.Control.FetchVersion:input_type -> lehr.v1.FetchVersionRequest
+	44, // 69: lehr.v1.Control.FetchDelta:input_type -> lehr.v1.FetchDeltaRequest
+	47, // 70: lehr.v1.Control.ReportZoneStatus:input_type -> lehr.v1.ReportZoneStatusRequest
+	52, // 71: lehr.v1.Control.GetZoneStatus:input_type -> lehr.v1.GetZoneStatusRequest
+	7,  // 72: lehr.v1.Control.SetRolloutPolicy:input_type -> lehr.v1.SetRolloutPolicyRequest
+	8,  // 73: lehr.v1.Control.DeleteRolloutPolicy:input_type -> lehr.v1.DeleteRolloutPolicyRequest
+	9,  // 74: lehr.v1.Control.GetRolloutPolicy:input_type -> lehr.v1.GetRolloutPolicyRequest
+	11, // 75: lehr.v1.Control.RolloutPolicyHistory:input_type -> lehr.v1.RolloutPolicyHistoryRequest
+	2,  // 76: lehr.v1.Control.GetRollout:input_type -> lehr.v1.GetRolloutRequest
+	3,  // 77: lehr.v1.Control.ListRollouts:input_type -> lehr.v1.ListRolloutsRequest
+	5,  // 78: lehr.v1.Control.ListRolloutEvents:input_type -> lehr.v1.ListRolloutEventsRequest
+	60, // 79: lehr.v1.Control.CreateDomain:output_type -> lehr.v1.Domain
+	60, // 80: lehr.v1.Control.GetDomain:output_type -> lehr.v1.Domain
+	16, // 81: lehr.v1.Control.ListDomains:output_type -> lehr.v1.ListDomainsResponse
+	61, // 82: lehr.v1.Control.CreateNamespace:output_type -> lehr.v1.Namespace
+	61, // 83: lehr.v1.Control.GetNamespace:output_type -> lehr.v1.Namespace
+	20, // 84: lehr.v1.Control.ListNamespaces:output_type -> lehr.v1.ListNamespacesResponse
+	22, // 85: lehr.v1.Control.Publish:output_type -> lehr.v1.PublishResponse
+	24, // 86: lehr.v1.Control.Patch:output_type -> lehr.v1.PatchResponse
+	26, // 87: lehr.v1.Control.Get:output_type -> lehr.v1.GetResponse
+	28, // 88: lehr.v1.Control.History:output_type -> lehr.v1.HistoryResponse
+	31, // 89: lehr.v1.Control.Diff:output_type -> lehr.v1.DiffResponse
+	33, // 90: lehr.v1.Control.Rollback:output_type -> lehr.v1.RollbackResponse
+	65, // 91: lehr.v1.Control.CreateZone:output_type -> lehr.v1.Zone
+	36, // 92: lehr.v1.Control.ListZones:output_type -> lehr.v1.ListZonesResponse
+	38, // 93: lehr.v1.Control.GetGoals:output_type -> lehr.v1.GetGoalsResponse
+	41, // 94: lehr.v1.Control.WatchGoals:output_type -> lehr.v1.WatchGoalsResponse
+	43, // 95: lehr.v1.Control.FetchVersion:output_type -> lehr.v1.FetchVersionResponse
+	45, // 96: lehr.v1.Control.FetchDelta:output_type -> lehr.v1.FetchDeltaResponse
+	51, // 97: lehr.v1.Control.ReportZoneStatus:output_type -> lehr.v1.ReportZoneStatusResponse
+	54, // 98: lehr.v1.Control.GetZoneStatus:output_type -> lehr.v1.GetZoneStatusResponse
+	58, // 99: lehr.v1.Control.SetRolloutPolicy:output_type -> lehr.v1.RolloutPolicyRecord
+	58, // 100: lehr.v1.Control.DeleteRolloutPolicy:output_type -> lehr.v1.RolloutPolicyRecord
+	10, // 101: lehr.v1.Control.GetRolloutPolicy:output_type -> lehr.v1.GetRolloutPolicyResponse
+	12, // 102: lehr.v1.Control.RolloutPolicyHistory:output_type -> lehr.v1.RolloutPolicyHistoryResponse
+	55, // 103: lehr.v1.Control.GetRollout:output_type -> lehr.v1.Rollout
+	4,  // 104: lehr.v1.Control.ListRollouts:output_type -> lehr.v1.ListRolloutsResponse
+	6,  // 105: lehr.v1.Control.ListRolloutEvents:output_type -> lehr.v1.ListRolloutEventsResponse
+	79, // [79:106] is the sub-list for method output_type
+	52, // [52:79] is the sub-list for method input_type
+	52, // [52:52] is the sub-list for extension type_name
+	52, // [52:52] is the sub-list for extension extendee
+	0,  // [0:52] is the sub-list for field type_name
 }
 
 func init() { file_lehr_v1_control_proto_init() }
@@ -3500,7 +3782,7 @@ func file_lehr_v1_control_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lehr_v1_control_proto_rawDesc), len(file_lehr_v1_control_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   48,
+			NumMessages:   53,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

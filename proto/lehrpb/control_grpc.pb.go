@@ -52,6 +52,9 @@ const (
 	Control_DeleteRolloutPolicy_FullMethodName  = "/lehr.v1.Control/DeleteRolloutPolicy"
 	Control_GetRolloutPolicy_FullMethodName     = "/lehr.v1.Control/GetRolloutPolicy"
 	Control_RolloutPolicyHistory_FullMethodName = "/lehr.v1.Control/RolloutPolicyHistory"
+	Control_GetRollout_FullMethodName           = "/lehr.v1.Control/GetRollout"
+	Control_ListRollouts_FullMethodName         = "/lehr.v1.Control/ListRollouts"
+	Control_ListRolloutEvents_FullMethodName    = "/lehr.v1.Control/ListRolloutEvents"
 )
 
 // ControlClient is the client API for Control service.
@@ -113,6 +116,12 @@ type ControlClient interface {
 	GetRolloutPolicy(ctx context.Context, in *GetRolloutPolicyRequest, opts ...grpc.CallOption) (*GetRolloutPolicyResponse, error)
 	// RolloutPolicyHistory lists a scope's policy changes, newest first.
 	RolloutPolicyHistory(ctx context.Context, in *RolloutPolicyHistoryRequest, opts ...grpc.CallOption) (*RolloutPolicyHistoryResponse, error)
+	// Rollouts (with control's --rollouts): one per version after a
+	// namespace's first, moved by the strategist.
+	GetRollout(ctx context.Context, in *GetRolloutRequest, opts ...grpc.CallOption) (*Rollout, error)
+	ListRollouts(ctx context.Context, in *ListRolloutsRequest, opts ...grpc.CallOption) (*ListRolloutsResponse, error)
+	// ListRolloutEvents returns a rollout's event log, in order.
+	ListRolloutEvents(ctx context.Context, in *ListRolloutEventsRequest, opts ...grpc.CallOption) (*ListRolloutEventsResponse, error)
 }
 
 type controlClient struct {
@@ -372,6 +381,36 @@ func (c *controlClient) RolloutPolicyHistory(ctx context.Context, in *RolloutPol
 	return out, nil
 }
 
+func (c *controlClient) GetRollout(ctx context.Context, in *GetRolloutRequest, opts ...grpc.CallOption) (*Rollout, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(Rollout)
+	err := c.cc.Invoke(ctx, Control_GetRollout_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *controlClient) ListRollouts(ctx context.Context, in *ListRolloutsRequest, opts ...grpc.CallOption) (*ListRolloutsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListRolloutsResponse)
+	err := c.cc.Invoke(ctx, Control_ListRollouts_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *controlClient) ListRolloutEvents(ctx context.Context, in *ListRolloutEventsRequest, opts ...grpc.CallOption) (*ListRolloutEventsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListRolloutEventsResponse)
+	err := c.cc.Invoke(ctx, Control_ListRolloutEvents_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ControlServer is the server API for Control service.
 // All implementations must embed UnimplementedControlServer
 // for forward compatibility.
@@ -431,6 +470,12 @@ type ControlServer interface {
 	GetRolloutPolicy(context.Context, *GetRolloutPolicyRequest) (*GetRolloutPolicyResponse, error)
 	// RolloutPolicyHistory lists a scope's policy changes, newest first.
 	RolloutPolicyHistory(context.Context, *RolloutPolicyHistoryRequest) (*RolloutPolicyHistoryResponse, error)
+	// Rollouts (with control's --rollouts): one per version after a
+	// namespace's first, moved by the strategist.
+	GetRollout(context.Context, *GetRolloutRequest) (*Rollout, error)
+	ListRollouts(context.Context, *ListRolloutsRequest) (*ListRolloutsResponse, error)
+	// ListRolloutEvents returns a rollout's event log, in order.
+	ListRolloutEvents(context.Context, *ListRolloutEventsRequest) (*ListRolloutEventsResponse, error)
 	mustEmbedUnimplementedControlServer()
 }
 
@@ -512,6 +557,15 @@ func (UnimplementedControlServer) GetRolloutPolicy(context.Context, *GetRolloutP
 }
 func (UnimplementedControlServer) RolloutPolicyHistory(context.Context, *RolloutPolicyHistoryRequest) (*RolloutPolicyHistoryResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method RolloutPolicyHistory not implemented")
+}
+func (UnimplementedControlServer) GetRollout(context.Context, *GetRolloutRequest) (*Rollout, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetRollout not implemented")
+}
+func (UnimplementedControlServer) ListRollouts(context.Context, *ListRolloutsRequest) (*ListRolloutsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListRollouts not implemented")
+}
+func (UnimplementedControlServer) ListRolloutEvents(context.Context, *ListRolloutEventsRequest) (*ListRolloutEventsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListRolloutEvents not implemented")
 }
 func (UnimplementedControlServer) mustEmbedUnimplementedControlServer() {}
 func (UnimplementedControlServer) testEmbeddedByValue()                 {}
@@ -959,6 +1013,60 @@ func _Control_RolloutPolicyHistory_Handler(srv interface{}, ctx context.Context,
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Control_GetRollout_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetRolloutRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ControlServer).GetRollout(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Control_GetRollout_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ControlServer).GetRollout(ctx, req.(*GetRolloutRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Control_ListRollouts_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListRolloutsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ControlServer).ListRollouts(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Control_ListRollouts_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ControlServer).ListRollouts(ctx, req.(*ListRolloutsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Control_ListRolloutEvents_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListRolloutEventsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ControlServer).ListRolloutEvents(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Control_ListRolloutEvents_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ControlServer).ListRolloutEvents(ctx, req.(*ListRolloutEventsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Control_ServiceDesc is the grpc.ServiceDesc for Control service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -1057,6 +1165,18 @@ var Control_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "RolloutPolicyHistory",
 			Handler:    _Control_RolloutPolicyHistory_Handler,
+		},
+		{
+			MethodName: "GetRollout",
+			Handler:    _Control_GetRollout_Handler,
+		},
+		{
+			MethodName: "ListRollouts",
+			Handler:    _Control_ListRollouts_Handler,
+		},
+		{
+			MethodName: "ListRolloutEvents",
+			Handler:    _Control_ListRolloutEvents_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

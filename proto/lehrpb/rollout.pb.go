@@ -621,7 +621,9 @@ type Rollout struct {
 	CreateTime      *timestamppb.Timestamp `protobuf:"bytes,18,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
 	UpdateTime      *timestamppb.Timestamp `protobuf:"bytes,19,opt,name=update_time,json=updateTime,proto3" json:"update_time,omitempty"`
 	// The bake of the current stage is skipped once its hosts applied.
-	Promote       bool `protobuf:"varint,20,opt,name=promote,proto3" json:"promote,omitempty"`
+	Promote bool `protobuf:"varint,20,opt,name=promote,proto3" json:"promote,omitempty"`
+	// Events written so far (the last event's seq).
+	EventCount    uint64 `protobuf:"varint,21,opt,name=event_count,json=eventCount,proto3" json:"event_count,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -794,6 +796,13 @@ func (x *Rollout) GetPromote() bool {
 		return x.Promote
 	}
 	return false
+}
+
+func (x *Rollout) GetEventCount() uint64 {
+	if x != nil {
+		return x.EventCount
+	}
+	return 0
 }
 
 // ZoneHosts names hosts of a zone.
@@ -984,7 +993,7 @@ const file_lehr_v1_rollout_proto_rawDesc = "" +
 	"\x06author\x18\x05 \x01(\tR\x06author\x12-\n" +
 	"\x12transport_identity\x18\x06 \x01(\tR\x11transportIdentity\x12\x18\n" +
 	"\amessage\x18\a \x01(\tR\amessage\x12\x18\n" +
-	"\adeleted\x18\b \x01(\bR\adeleted\"\xbd\x06\n" +
+	"\adeleted\x18\b \x01(\bR\adeleted\"\xde\x06\n" +
 	"\aRollout\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1c\n" +
 	"\tnamespace\x18\x02 \x01(\tR\tnamespace\x12\x18\n" +
@@ -1008,7 +1017,9 @@ const file_lehr_v1_rollout_proto_rawDesc = "" +
 	"createTime\x12;\n" +
 	"\vupdate_time\x18\x13 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"updateTime\x12\x18\n" +
-	"\apromote\x18\x14 \x01(\bR\apromote\"5\n" +
+	"\apromote\x18\x14 \x01(\bR\apromote\x12\x1f\n" +
+	"\vevent_count\x18\x15 \x01(\x04R\n" +
+	"eventCount\"5\n" +
 	"\tZoneHosts\x12\x12\n" +
 	"\x04zone\x18\x01 \x01(\tR\x04zone\x12\x14\n" +
 	"\x05hosts\x18\x02 \x03(\tR\x05hosts\"\xcb\x01\n" +

@@ -142,6 +142,10 @@ type Options struct {
 	// StartTimeout bounds the start of each daemon; default
 	// DefaultStartTimeout.
 	StartTimeout time.Duration
+	// Rollouts runs control's rollout strategist (control.Options.Rollouts)
+	// every RolloutInterval (zero: the strategist's default).
+	Rollouts        bool
+	RolloutInterval time.Duration
 }
 
 // Cluster is a running system. Create it with Start, stop it with Close.
@@ -230,6 +234,8 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 			ShutdownTimeout: 5 * time.Second,
 			// Bakes of seconds, so a local rollout is watchable.
 			DefaultRolloutPolicy: rollout.Fast(),
+			Rollouts:             opts.Rollouts,
+			RolloutInterval:      opts.RolloutInterval,
 		},
 	}
 	if c.ctl.opts.MetricsListen == "" {

@@ -1,0 +1,688 @@
+package rollout
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/VictoriaMetrics/metrics"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/v3/concurrency"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"lehr.dev/lehr/control/store"
+	"lehr.dev/lehr/internal/backoff"
+	"lehr.dev/lehr/internal/cohort"
+	"lehr.dev/lehr/proto/lehrpb"
+)
+
+// DefaultInterval is how often the strategist looks at every rollout.
+const DefaultInterval = time.Second
+
+// Author is the author of what the strategist writes: rollback versions and
+// goal moves.
+const Author = "lehr-rollout"
+
+// StrategistOptions configure a Strategist.
+type StrategistOptions struct {
+	// Store and Client reach etcd. Required.
+	Store  *store.Store
+	Client *clientv3.Client
+	// ElectionKey is the etcd key prefix of the election among control
+	// replicas; default store.DefaultPrefix + "strategist".
+	ElectionKey string
+	// ID names this replica in the election; default "control".
+	ID string
+	// Interval between rounds; default DefaultInterval.
+	Interval time.Duration
+	// Policy returns the policy in effect for a namespace and where it
+	// comes from. Required.
+	Policy func(ctx context.Context, ns string) (*lehrpb.RolloutPolicy, lehrpb.RolloutPolicySource, uint64, error)
+	// Metrics receives lehr_control_rollouts{state} and
+	// lehr_control_rollbacks_total; nil means a private set.
+	Metrics *metrics.Set
+	Logger  *slog.Logger
+	// Now returns the current time; nil means time.Now.
+	Now func() time.Time
+}
+
+// Strategist walks every rollout through its stages (Select → Update →
+// Validate) while it leads the election among control replicas: it starts
+// a rollout for each new version, moves goal states stage by stage, reads
+// the evidence distributors report (zone status), and rolls a failing
+// rollout back. Everything it decides is in etcd, written in one guarded
+// transaction per step, so a replica that takes over resumes every rollout
+// where it stood.
+type Strategist struct {
+	opts StrategistOptions
+	log  *slog.Logger
+	met  *metrics.Set
+}
+
+// NewStrategist validates opts; it starts nothing (see Run).
+func NewStrategist(opts StrategistOptions) (*Strategist, error) {
+	switch {
+	case opts.Store == nil:
+		return nil, errors.New("rollout: StrategistOptions.Store is required")
+	case opts.Client == nil:
+		return nil, errors.New("rollout: StrategistOptions.Client is required")
+	case opts.Policy == nil:
+		return nil, errors.New("rollout: StrategistOptions.Policy is required")
+	}
+	if opts.ElectionKey == "" {
+		opts.ElectionKey = store.DefaultPrefix + "strategist"
+	}
+	if opts.ID == "" {
+		opts.ID = "control"
+	}
+	if opts.Interval <= 0 {
+		opts.Interval = DefaultInterval
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	s := &Strategist{opts: opts, log: opts.Logger, met: opts.Metrics}
+	if s.log == nil {
+		s.log = slog.Default()
+	}
+	if s.met == nil {
+		s.met = metrics.NewSet()
+	}
+	return s, nil
+}
+
+var campaignBackoff = backoff.Policy{Min: 200 * time.Millisecond, Max: 5 * time.Second}
+
+// Run campaigns for leadership and, while leading, runs a round every
+// Interval; it campaigns again when it loses its etcd session. It returns
+// nil when ctx ends.
+func (s *Strategist) Run(ctx context.Context) error {
+	for attempt := 0; ; attempt++ {
+		if ctx.Err() != nil {
+			return nil
+		}
+		if err := s.campaign(ctx); err != nil && ctx.Err() == nil {
+			s.log.Warn("rollout strategist: election failed; retrying", "err", err)
+			if !backoff.Sleep(ctx, campaignBackoff.Full(attempt)) {
+				return nil
+			}
+			continue
+		}
+		attempt = 0
+	}
+}
+
+// campaign wins the election, leads until the session or ctx ends, then
+// resigns.
+func (s *Strategist) campaign(ctx context.Context) error {
+	sess, err := concurrency.NewSession(s.opts.Client, concurrency.WithTTL(5), concurrency.WithContext(ctx))
+	if err != nil {
+		return fmt.Errorf("session: %w", err)
+	}
+	defer sess.Close()
+	e := concurrency.NewElection(sess, s.opts.ElectionKey)
+	if err := e.Campaign(ctx, s.opts.ID); err != nil {
+		return fmt.Errorf("campaign: %w", err)
+	}
+	guard := store.Guard{Key: e.Key(), Rev: e.Rev()}
+	s.log.Info("rollout strategist: leading", "id", s.opts.ID)
+	defer func() {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+		_ = e.Resign(rctx)
+		cancel()
+		s.log.Info("rollout strategist: no longer leading", "id", s.opts.ID)
+	}()
+	t := time.NewTicker(s.opts.Interval)
+	defer t.Stop()
+	for {
+		if err := s.Round(ctx, guard); err != nil {
+			if errors.Is(err, store.ErrNotLeader) {
+				return err
+			}
+			if ctx.Err() == nil {
+				s.log.Warn("rollout strategist: round failed; next round retries", "err", err)
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-sess.Done():
+			return errors.New("etcd session lost")
+		case <-t.C:
+		}
+	}
+}
+
+// Round looks at every namespace once: it starts rollouts for new
+// versions and steps every running one. Writes are guarded by g (the zero
+// Guard in tests that run one strategist).
+func (s *Strategist) Round(ctx context.Context, g store.Guard) error {
+	st := s.opts.Store
+	heads, err := st.Heads(ctx)
+	if err != nil {
+		return err
+	}
+	all, err := st.Rollouts(ctx, "")
+	if err != nil {
+		return err
+	}
+	zl, err := st.ListZones(ctx)
+	if err != nil {
+		return err
+	}
+	zones := make([]string, 0, len(zl))
+	for _, z := range zl {
+		zones = append(zones, z.GetName())
+	}
+	slices.Sort(zones)
+	latest := map[string]*lehrpb.Rollout{}
+	states := map[lehrpb.RolloutState]int{}
+	for _, r := range all {
+		if cur := latest[r.GetNamespace()]; cur == nil || cur.GetVersion() < r.GetVersion() {
+			latest[r.GetNamespace()] = r
+		}
+		states[r.GetState()]++
+	}
+	for state, n := range states {
+		s.met.GetOrCreateGauge(fmt.Sprintf(`lehr_control_rollouts{state=%q}`, stateName(state)), nil).Set(float64(n))
+	}
+	var errs []error
+	for _, h := range heads {
+		ns := h.GetName()
+		r := latest[ns]
+		if h.GetLatestVersion() > 1 && (r == nil || r.GetVersion() < h.GetLatestVersion()) {
+			nr, err := s.start(ctx, g, h, r, zones)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("start the rollout of %s@%d: %w", ns, h.GetLatestVersion(), err))
+				continue
+			}
+			if nr != nil {
+				r = nr
+			}
+		}
+		if r != nil && r.GetState() == lehrpb.RolloutState_ROLLOUT_STATE_RUNNING {
+			if err := s.step(ctx, g, r, zones); err != nil {
+				errs = append(errs, fmt.Errorf("step %s: %w", r.GetId(), err))
+			}
+		}
+		if errors.Is(errors.Join(errs...), store.ErrNotLeader) {
+			return store.ErrNotLeader
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func stateName(s lehrpb.RolloutState) string {
+	return strings.ToLower(strings.TrimPrefix(s.String(), "ROLLOUT_STATE_"))
+}
+
+// zoneGoals reads the goal of ns in each zone (nil where it has none).
+func (s *Strategist) zoneGoals(ctx context.Context, ns string, zones []string) (map[string]*lehrpb.GoalState, error) {
+	out := map[string]*lehrpb.GoalState{}
+	for _, z := range zones {
+		gs, _, err := s.opts.Store.Goals(ctx, z, ns)
+		if err != nil {
+			return nil, err
+		}
+		if len(gs) > 0 {
+			out[z] = gs[0]
+		}
+	}
+	return out, nil
+}
+
+// start begins the rollout of h's latest version, superseding prev if it
+// still runs. It returns nil when the version needs none: the service
+// already moved every zone (a rollback by an operator, or a namespace's
+// first version).
+func (s *Strategist) start(ctx context.Context, g store.Guard, h *lehrpb.Namespace, prev *lehrpb.Rollout, zones []string) (*lehrpb.Rollout, error) {
+	st, ns, seq := s.opts.Store, h.GetName(), h.GetLatestVersion()
+	goals, err := s.zoneGoals(ctx, ns, zones)
+	if err != nil {
+		return nil, err
+	}
+	behind := false
+	var base uint64
+	for _, z := range zones {
+		gs := goals[z]
+		if gs == nil || gs.GetVersion() < seq {
+			behind = true
+		}
+		if gs != nil {
+			base = max(base, gs.GetVersion())
+		}
+	}
+	now := s.opts.Now()
+	running := prev != nil && (prev.GetState() == lehrpb.RolloutState_ROLLOUT_STATE_RUNNING || prev.GetState() == lehrpb.RolloutState_ROLLOUT_STATE_PAUSED)
+	if running && seq > prev.GetVersion() {
+		// Our own rollback of prev, committed by a round that ended before
+		// it recorded the failure: finish that round (the commit is
+		// idempotent by request id).
+		info, err := st.Version(ctx, ns, seq)
+		if err != nil {
+			return nil, err
+		}
+		if info.GetSource() == lehrpb.VersionSource_VERSION_SOURCE_ROLLBACK && info.GetAuthor() == Author &&
+			strings.HasPrefix(info.GetMessage(), rollbackMessage(prev.GetVersion(), "")) {
+			return nil, s.fail(ctx, g, proto.CloneOf(prev), zones, now, strings.TrimPrefix(info.GetMessage(), rollbackMessage(prev.GetVersion(), "")))
+		}
+	}
+	if running {
+		// The chain since the last good version is unverified: a rollback
+		// of the new version goes back to where the superseded one started.
+		base = prev.GetBaseVersion()
+		old := proto.CloneOf(prev)
+		old.State = lehrpb.RolloutState_ROLLOUT_STATE_SUPERSEDED
+		old.Reason = fmt.Sprintf("version %d supersedes it (the latest intent wins); hosts that took %d move on with %d's rollout", seq, prev.GetVersion(), seq)
+		old.UpdateTime = timestamppb.New(now)
+		if err := st.PutRollout(ctx, g, store.RolloutStep{Rollout: old, Events: []*lehrpb.RolloutEvent{
+			s.event(old, now, "superseded", old.GetReason(), ""),
+		}}); err != nil {
+			return nil, err
+		}
+		s.log.Info("rollout superseded", "rollout", prev.GetId(), "by", seq)
+	}
+	if !behind || len(zones) == 0 {
+		// Every zone is there already: the service moved them (a rollback
+		// by an operator goes everywhere at once).
+		return nil, nil
+	}
+	policy, src, gen, err := s.opts.Policy(ctx, ns)
+	if err != nil {
+		return nil, err
+	}
+	stages := Resolve(policy, zones)
+	r := &lehrpb.Rollout{
+		Id: store.RolloutID(ns, seq), Namespace: ns, Version: seq, Checksum: h.GetLatestChecksum(),
+		BaseVersion: base, Policy: policy, PolicySource: src, PolicyGeneration: gen,
+		State: lehrpb.RolloutState_ROLLOUT_STATE_RUNNING, Salt: store.RolloutID(ns, seq),
+		CreateTime: timestamppb.New(now),
+	}
+	for _, stg := range stages {
+		r.Stages = append(r.Stages, stg.Name)
+	}
+	what := "policy " + strings.ToLower(strings.TrimPrefix(src.String(), "ROLLOUT_POLICY_SOURCE_"))
+	if gen > 0 {
+		what += fmt.Sprintf(" (generation %d)", gen)
+	}
+	if policy.GetGlobalBlast() {
+		what += ", a GLOBAL BLAST: every zone at once"
+	}
+	started := s.event(r, now, "started", fmt.Sprintf("version %d from base %d under %s: %s", seq, base, what, strings.Join(r.Stages, " → ")), "")
+	return r, s.enter(ctx, g, r, 0, stages, goals, now, started)
+}
+
+// event returns the rollout's next event.
+func (s *Strategist) event(r *lehrpb.Rollout, now time.Time, kind, msg, author string) *lehrpb.RolloutEvent {
+	r.EventCount++
+	return &lehrpb.RolloutEvent{RolloutId: r.GetId(), Seq: r.GetEventCount(), Time: timestamppb.New(now), Kind: kind, Stage: r.GetStage(), Message: msg, Author: author}
+}
+
+// cumulative is what the stages up to i move in each zone.
+type cumulative struct {
+	percent map[string]float64 // of the zone's hosts, by the zones stages and percentage canaries
+	hosts   map[string]int     // canary host counts
+}
+
+func upTo(stages []Stage, i int) cumulative {
+	c := cumulative{percent: map[string]float64{}, hosts: map[string]int{}}
+	for _, st := range stages[:i+1] {
+		for _, t := range st.Targets {
+			c.percent[t.Zone] = max(c.percent[t.Zone], t.Percent)
+			c.hosts[t.Zone] = max(c.hosts[t.Zone], t.Hosts)
+		}
+	}
+	return c
+}
+
+func canaryHosts(r *lehrpb.Rollout, zone string) ([]string, bool) {
+	for _, zh := range r.GetCanaryHosts() {
+		if zh.GetZone() == zone {
+			return zh.GetHosts(), true
+		}
+	}
+	return nil, false
+}
+
+// goalsFor computes every zone's goal at stage i: whole zones hold the
+// version; zones partly moved keep their stable goal with the version as
+// candidate for their cohort; others keep their goal.
+func (s *Strategist) goalsFor(r *lehrpb.Rollout, stages []Stage, i int, cur map[string]*lehrpb.GoalState, now time.Time) []*lehrpb.GoalState {
+	c := upTo(stages, i)
+	reason := fmt.Sprintf("rollout %s: stage %q", r.GetId(), stages[i].Name)
+	var out []*lehrpb.GoalState
+	zones := make([]string, 0, len(c.percent))
+	for z := range c.percent {
+		zones = append(zones, z)
+	}
+	slices.Sort(zones)
+	for _, z := range zones {
+		pct, n := c.percent[z], c.hosts[z]
+		g := &lehrpb.GoalState{Zone: z, Namespace: r.GetNamespace(), UpdateTime: timestamppb.New(now), Reason: reason}
+		if pct >= 100 {
+			g.Version, g.Checksum = r.GetVersion(), r.GetChecksum()
+			out = append(out, g)
+			continue
+		}
+		old := cur[z]
+		if old == nil {
+			continue // no stable goal to keep: the zone is reached whole later
+		}
+		g.Version, g.Checksum = old.GetVersion(), old.GetChecksum()
+		cand := &lehrpb.CandidateGoal{Version: r.GetVersion(), Checksum: r.GetChecksum(), Salt: r.GetSalt(),
+			PerMillion: uint32(math.Ceil(pct * cohort.Million / 100))}
+		if n > 0 {
+			if hosts, ok := canaryHosts(r, z); ok {
+				cand.Hosts = hosts
+			} else {
+				cand.Sample = uint32(n)
+			}
+		}
+		g.Candidate = cand
+		out = append(out, g)
+	}
+	return out
+}
+
+// enter moves r to stage i, writing its goals.
+func (s *Strategist) enter(ctx context.Context, g store.Guard, r *lehrpb.Rollout, i int, stages []Stage, cur map[string]*lehrpb.GoalState, now time.Time, evs ...*lehrpb.RolloutEvent) error {
+	r.Stage = int32(i)
+	r.StageStartTime, r.StageAppliedTime, r.Promote = timestamppb.New(now), nil, false
+	r.Reason = fmt.Sprintf("stage %q: waiting for its hosts to apply version %d", stages[i].Name, r.GetVersion())
+	r.UpdateTime = timestamppb.New(now)
+	evs = append(evs, s.event(r, now, "stage", fmt.Sprintf("entered stage %d/%d %q: %s", i+1, len(stages), stages[i].Name, describe(stages[i])), ""))
+	s.log.Info("rollout stage", "rollout", r.GetId(), "stage", stages[i].Name)
+	return s.opts.Store.PutRollout(ctx, g, store.RolloutStep{Rollout: r, Goals: s.goalsFor(r, stages, i, cur, now), Events: evs})
+}
+
+func describe(st Stage) string {
+	var parts []string
+	for _, t := range st.Targets {
+		switch {
+		case t.Hosts > 0:
+			parts = append(parts, fmt.Sprintf("%d canary host(s) in %s", t.Hosts, t.Zone))
+		case t.Percent >= 100:
+			parts = append(parts, "all of "+t.Zone)
+		default:
+			parts = append(parts, fmt.Sprintf("%g%% of %s", t.Percent, t.Zone))
+		}
+	}
+	return fmt.Sprintf("%s; bake %v, apply within %v", strings.Join(parts, ", "), st.Bake, st.ApplyDeadline)
+}
+
+// evidence is what the zones a rollout has reached report about its
+// version.
+type evidence struct {
+	applied, pending            int // hosts that hold the version / that should and do not yet
+	consumers, rejected, lapsed uint32
+	unsampled                   []string // zones whose canary hosts are not named yet
+	// stale lists zones where hosts subscribe but no distributor reports
+	// the candidate yet: their reports predate the goal.
+	stale                       []string
+	samples                     map[string][]*lehrpb.CohortSample
+	zonesReporting              map[string]int
+	rejectingHosts, lapsedHosts []string
+}
+
+func (s *Strategist) gather(ctx context.Context, r *lehrpb.Rollout, stages []Stage) (evidence, error) {
+	c := upTo(stages, int(r.GetStage()))
+	ev := evidence{samples: map[string][]*lehrpb.CohortSample{}, zonesReporting: map[string]int{}}
+	ns, v := r.GetNamespace(), r.GetVersion()
+	zones := make([]string, 0, len(c.percent))
+	for z := range c.percent {
+		zones = append(zones, z)
+	}
+	slices.Sort(zones)
+	for _, z := range zones {
+		sts, err := s.opts.Store.ZoneStatus(ctx, z)
+		if err != nil {
+			return ev, err
+		}
+		ev.zonesReporting[z] = len(sts)
+		whole := c.percent[z] >= 100
+		if _, named := canaryHosts(r, z); c.hosts[z] > 0 && !named && !whole {
+			ev.unsampled = append(ev.unsampled, z)
+		}
+		subscribed, knows := 0, false
+		for _, d := range sts {
+			for _, vc := range d.GetVersions() {
+				if vc.GetNamespace() == ns {
+					subscribed += int(vc.GetAgents())
+				}
+			}
+			for _, h := range d.GetHealth() {
+				if h.GetNamespace() == ns {
+					knows = true
+				}
+			}
+		}
+		if !whole && subscribed > 0 && !knows {
+			ev.stale = append(ev.stale, z)
+		}
+		for _, d := range sts {
+			if whole {
+				for _, vc := range d.GetVersions() {
+					if vc.GetNamespace() != ns {
+						continue
+					}
+					if vc.GetVersion() >= v {
+						ev.applied += int(vc.GetAgents())
+					} else {
+						ev.pending += int(vc.GetAgents())
+					}
+				}
+			} else {
+				for _, h := range d.GetHealth() {
+					if h.GetNamespace() != ns || !h.GetCohort() {
+						continue
+					}
+					if h.GetVersion() >= v {
+						ev.applied += int(h.GetAgents())
+					} else {
+						ev.pending += int(h.GetAgents())
+					}
+				}
+			}
+			for _, h := range d.GetHealth() {
+				if h.GetNamespace() == ns && h.GetVersion() == v {
+					ev.consumers += h.GetConsumers()
+					ev.rejected += h.GetConsumersRejected()
+					ev.lapsed += h.GetLeasesExpired()
+				}
+			}
+			for _, hr := range d.GetHosts() {
+				rep := hr.GetReport()
+				if rep.GetNamespace() != ns || rep.GetVersion() != v {
+					continue
+				}
+				if rep.GetClientsRejected() > 0 {
+					ev.rejectingHosts = append(ev.rejectingHosts, hr.GetHostId())
+				}
+				if rep.GetLeasesExpired() > 0 {
+					ev.lapsedHosts = append(ev.lapsedHosts, hr.GetHostId())
+				}
+			}
+			for _, smp := range d.GetSamples() {
+				if smp.GetNamespace() == ns && smp.GetSalt() == r.GetSalt() {
+					ev.samples[z] = append(ev.samples[z], smp)
+				}
+			}
+		}
+	}
+	return ev, nil
+}
+
+// step advances a running rollout as far as the evidence allows.
+func (s *Strategist) step(ctx context.Context, g store.Guard, r *lehrpb.Rollout, zones []string) error {
+	r = proto.CloneOf(r)
+	now := s.opts.Now()
+	stages := Resolve(r.GetPolicy(), zones)
+	i := int(r.GetStage())
+	if i >= len(stages) {
+		i = len(stages) - 1
+	}
+	stg := stages[i]
+	ev, err := s.gather(ctx, r, stages)
+	if err != nil {
+		return err
+	}
+	cur, err := s.zoneGoals(ctx, r.GetNamespace(), zones)
+	if err != nil {
+		return err
+	}
+
+	// Select: name the canary hosts of zones whose samples arrived.
+	var evs []*lehrpb.RolloutEvent
+	for _, z := range ev.unsampled {
+		smps := ev.samples[z]
+		if len(smps) == 0 || len(smps) < ev.zonesReporting[z] {
+			continue // not every distributor of the zone has sampled yet
+		}
+		n := upTo(stages, i).hosts[z]
+		var all []string
+		for _, smp := range smps {
+			all = append(all, smp.GetHosts()...)
+		}
+		slices.SortFunc(all, func(a, b string) int {
+			return cmp.Or(cmp.Compare(cohort.Position(r.GetSalt(), a), cohort.Position(r.GetSalt(), b)), strings.Compare(a, b))
+		})
+		all = slices.Compact(all)[:min(n, len(slices.Compact(all)))]
+		r.CanaryHosts = append(r.CanaryHosts, &lehrpb.ZoneHosts{Zone: z, Hosts: all})
+		msg := fmt.Sprintf("canary hosts of %s: %s", z, strings.Join(all, ", "))
+		if len(all) == 0 {
+			msg = fmt.Sprintf("no host of %s subscribes to the namespace: no canary there", z)
+		}
+		evs = append(evs, s.event(r, now, "selected", msg, ""))
+	}
+	if len(evs) > 0 {
+		r.UpdateTime = timestamppb.New(now)
+		return s.opts.Store.PutRollout(ctx, g, store.RolloutStep{Rollout: r, Goals: s.goalsFor(r, stages, i, cur, now), Events: evs})
+	}
+
+	// Validate: the built-in health gates, at any time in a stage.
+	if ev.lapsed > 0 {
+		return s.fail(ctx, g, r, zones, now, fmt.Sprintf("%d consumer lease(s) lapsed on hosts running version %d (%s): consumers crashed or hung", ev.lapsed, r.GetVersion(), strings.Join(ev.lapsedHosts, ", ")))
+	}
+	if ev.consumers > 0 {
+		if ratio := float64(ev.rejected) / float64(ev.consumers); ratio > stg.MaxErrorRatio {
+			return s.fail(ctx, g, r, zones, now, fmt.Sprintf("%d of %d consumers rejected version %d (ratio %.3g, stage %q allows %g) on %s",
+				ev.rejected, ev.consumers, r.GetVersion(), ratio, stg.Name, stg.MaxErrorRatio, strings.Join(ev.rejectingHosts, ", ")))
+		}
+	}
+	started := r.GetStageStartTime().AsTime()
+	if r.GetStageAppliedTime() == nil {
+		settled := len(ev.unsampled) == 0 && len(ev.stale) == 0 && ev.pending == 0
+		nobody := settled && ev.applied == 0 // no host consumes the namespace where the stage reaches
+		if settled && (ev.applied >= stg.MinHostsApplied || nobody) {
+			msg := fmt.Sprintf("%d host(s) hold version %d after %v", ev.applied, r.GetVersion(), now.Sub(started).Round(time.Millisecond))
+			if nobody {
+				msg = "no host the stage reaches consumes the namespace: nothing to wait for or check"
+			}
+			r.StageAppliedTime = timestamppb.New(now)
+			r.Reason = fmt.Sprintf("stage %q: %s; baking %v", stg.Name, msg, stg.Bake)
+			r.UpdateTime = timestamppb.New(now)
+			return s.opts.Store.PutRollout(ctx, g, store.RolloutStep{Rollout: r, Events: []*lehrpb.RolloutEvent{
+				s.event(r, now, "applied", msg, ""),
+			}})
+		}
+		if now.Sub(started) > stg.ApplyDeadline {
+			return s.fail(ctx, g, r, zones, now, fmt.Sprintf("stage %q: after %v, %d host(s) hold version %d and %d do not (at least %d needed)",
+				stg.Name, stg.ApplyDeadline, ev.applied, r.GetVersion(), ev.pending, stg.MinHostsApplied))
+		}
+		reason := fmt.Sprintf("stage %q: waiting for hosts to apply version %d: %d applied, %d pending, at least %d needed; %v left",
+			stg.Name, r.GetVersion(), ev.applied, ev.pending, stg.MinHostsApplied, (stg.ApplyDeadline - now.Sub(started)).Round(time.Second))
+		switch {
+		case len(ev.unsampled) > 0:
+			reason = fmt.Sprintf("stage %q: waiting for the distributors of %s to sample canary hosts", stg.Name, strings.Join(ev.unsampled, ", "))
+		case len(ev.stale) > 0:
+			reason = fmt.Sprintf("stage %q: waiting for the distributors of %s to report on the candidate", stg.Name, strings.Join(ev.stale, ", "))
+		}
+		return s.setReason(ctx, g, r, now, reason)
+	}
+	applied := r.GetStageAppliedTime().AsTime()
+	if !r.GetPromote() && now.Sub(applied) < stg.Bake {
+		return s.setReason(ctx, g, r, now, fmt.Sprintf("stage %q: baking, %v left (%d host(s) hold version %d, %d of %d consumers rejected it)",
+			stg.Name, (stg.Bake-now.Sub(applied)).Round(time.Second), ev.applied, r.GetVersion(), ev.rejected, ev.consumers))
+	}
+	if i+1 < len(stages) {
+		adv := s.event(r, now, "advanced", fmt.Sprintf("stage %q passed: %d host(s) held version %d, %d of %d consumers rejected it", stg.Name, ev.applied, r.GetVersion(), ev.rejected, ev.consumers), "")
+		return s.enter(ctx, g, r, i+1, stages, cur, now, adv)
+	}
+	// The last stage passed: every zone holds the version.
+	r.State = lehrpb.RolloutState_ROLLOUT_STATE_SUCCEEDED
+	r.Reason = fmt.Sprintf("every zone holds version %d", r.GetVersion())
+	r.UpdateTime = timestamppb.New(now)
+	var goals []*lehrpb.GoalState
+	for _, z := range zones {
+		goals = append(goals, &lehrpb.GoalState{Zone: z, Namespace: r.GetNamespace(), Version: r.GetVersion(), Checksum: r.GetChecksum(),
+			UpdateTime: timestamppb.New(now), Reason: fmt.Sprintf("rollout %s succeeded", r.GetId())})
+	}
+	s.log.Info("rollout succeeded", "rollout", r.GetId())
+	return s.opts.Store.PutRollout(ctx, g, store.RolloutStep{Rollout: r, Goals: goals, Events: []*lehrpb.RolloutEvent{
+		s.event(r, now, "succeeded", r.GetReason(), ""),
+	}})
+}
+
+// setReason records why r waits, when that changed.
+func (s *Strategist) setReason(ctx context.Context, g store.Guard, r *lehrpb.Rollout, now time.Time, reason string) error {
+	if reason == r.GetReason() {
+		return nil
+	}
+	r.Reason = reason
+	r.UpdateTime = timestamppb.New(now)
+	return s.opts.Store.PutRollout(ctx, g, store.RolloutStep{Rollout: r})
+}
+
+// fail ends r as FAILED and rolls every zone back: a new version with the
+// base version's content becomes every zone's goal. A rollback that finds
+// a newer publish (the latest intent) leaves the goals to that version's
+// rollout.
+func (s *Strategist) fail(ctx context.Context, g store.Guard, r *lehrpb.Rollout, zones []string, now time.Time, reason string) error {
+	st, ns := s.opts.Store, r.GetNamespace()
+	s.log.Warn("rollout failed; rolling back", "rollout", r.GetId(), "reason", reason)
+	s.met.GetOrCreateCounter(`lehr_control_rollbacks_total`).Inc()
+	r.State = lehrpb.RolloutState_ROLLOUT_STATE_FAILED
+	r.UpdateTime = timestamppb.New(now)
+	evs := []*lehrpb.RolloutEvent{s.event(r, now, "failed", reason, "")}
+	_, snap, err := st.Content(ctx, ns, r.GetBaseVersion())
+	if err != nil {
+		return fmt.Errorf("read base version %d to roll back to: %w", r.GetBaseVersion(), err)
+	}
+	info, err := st.Commit(ctx, store.Commit{
+		Namespace: ns, ExpectedLatest: r.GetVersion(), Content: snap,
+		Info: &lehrpb.VersionInfo{Author: Author, Message: rollbackMessage(r.GetVersion(), reason),
+			Source: lehrpb.VersionSource_VERSION_SOURCE_ROLLBACK, RollbackOf: r.GetBaseVersion()},
+		RequestID: "rollback:" + r.GetId(),
+		Goals:     store.GoalsNone,
+	})
+	var ce *store.ConflictError
+	if errors.As(err, &ce) {
+		r.Reason = reason + fmt.Sprintf("; not rolled back: version %d was published since and rolls out from base %d", ce.Current, r.GetBaseVersion())
+		evs = append(evs, s.event(r, now, "superseded", r.GetReason(), ""))
+		return st.PutRollout(ctx, g, store.RolloutStep{Rollout: r, Events: evs})
+	}
+	if err != nil {
+		return fmt.Errorf("commit the rollback of %s: %w", r.GetId(), err)
+	}
+	r.RollbackVersion = info.GetSeq()
+	r.Reason = reason
+	var goals []*lehrpb.GoalState
+	for _, z := range zones {
+		goals = append(goals, &lehrpb.GoalState{Zone: z, Namespace: ns, Version: info.GetSeq(), Checksum: info.GetChecksum(),
+			UpdateTime: timestamppb.New(now), Reason: fmt.Sprintf("rollback of rollout %s", r.GetId())})
+	}
+	evs = append(evs, s.event(r, now, "rolled back", fmt.Sprintf("version %d republishes version %d's content in every zone", info.GetSeq(), r.GetBaseVersion()), ""))
+	return st.PutRollout(ctx, g, store.RolloutStep{Rollout: r, Goals: goals, Events: evs})
+}
+
+// rollbackMessage is the message of the version that rolls back version v.
+func rollbackMessage(v uint64, reason string) string {
+	return fmt.Sprintf("automatic rollback of version %d: %s", v, reason)
+}

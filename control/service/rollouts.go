@@ -1,0 +1,79 @@
+package service
+
+import (
+	"context"
+	"time"
+
+	"google.golang.org/grpc/codes"
+
+	"lehr.dev/lehr/internal/apierror"
+	"lehr.dev/lehr/internal/names"
+	"lehr.dev/lehr/proto/lehrpb"
+)
+
+// rolloutOf returns the rollout of version seq of ns, or its latest when
+// seq is 0.
+func (s *Service) rolloutOf(ctx context.Context, ns string, seq uint64) (*lehrpb.Rollout, error) {
+	if _, _, err := names.Namespace(ns); err != nil {
+		return nil, nameError("namespace", err)
+	}
+	if seq != 0 {
+		r, err := s.st.Rollout(ctx, ns, seq)
+		if err != nil {
+			return nil, withField(s.apiError(ctx, err), "version")
+		}
+		return r, nil
+	}
+	rs, err := s.st.Rollouts(ctx, ns)
+	if err != nil {
+		return nil, s.apiError(ctx, err)
+	}
+	if len(rs) == 0 {
+		return nil, apierror.New(codes.NotFound, apierror.ReasonNotFound, "namespace",
+			"%s has no rollout: a namespace's first version goes everywhere at once, and control runs rollouts only with --rollouts", ns)
+	}
+	return rs[len(rs)-1], nil
+}
+
+// GetRollout returns one rollout: a version's, or a namespace's latest.
+func (s *Service) GetRollout(ctx context.Context, req *lehrpb.GetRolloutRequest) (_ *lehrpb.Rollout, err error) {
+	defer s.track(ctx, "GetRollout", time.Now(), &err)
+	return s.rolloutOf(ctx, req.GetNamespace(), req.GetVersion())
+}
+
+// ListRollouts lists rollouts of one namespace or of all.
+func (s *Service) ListRollouts(ctx context.Context, req *lehrpb.ListRolloutsRequest) (_ *lehrpb.ListRolloutsResponse, err error) {
+	defer s.track(ctx, "ListRollouts", time.Now(), &err)
+	if ns := req.GetNamespace(); ns != "" {
+		if _, _, err := names.Namespace(ns); err != nil {
+			return nil, nameError("namespace", err)
+		}
+	}
+	rs, err := s.st.Rollouts(ctx, req.GetNamespace())
+	if err != nil {
+		return nil, s.apiError(ctx, err)
+	}
+	out := &lehrpb.ListRolloutsResponse{}
+	for _, r := range rs {
+		st := r.GetState()
+		if req.GetActiveOnly() && st != lehrpb.RolloutState_ROLLOUT_STATE_RUNNING && st != lehrpb.RolloutState_ROLLOUT_STATE_PAUSED {
+			continue
+		}
+		out.Rollouts = append(out.Rollouts, r)
+	}
+	return out, nil
+}
+
+// ListRolloutEvents returns a rollout's event log.
+func (s *Service) ListRolloutEvents(ctx context.Context, req *lehrpb.ListRolloutEventsRequest) (_ *lehrpb.ListRolloutEventsResponse, err error) {
+	defer s.track(ctx, "ListRolloutEvents", time.Now(), &err)
+	r, err := s.rolloutOf(ctx, req.GetNamespace(), req.GetVersion())
+	if err != nil {
+		return nil, err
+	}
+	evs, err := s.st.RolloutEvents(ctx, r.GetNamespace(), r.GetVersion())
+	if err != nil {
+		return nil, s.apiError(ctx, err)
+	}
+	return &lehrpb.ListRolloutEventsResponse{Events: evs}, nil
+}

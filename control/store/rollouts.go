@@ -1,0 +1,200 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"lehr.dev/lehr/internal/names"
+	"lehr.dev/lehr/proto/lehrpb"
+)
+
+// MaxRolloutEvents bounds one rollout's event log; a rollout that would
+// write more keeps its first MaxRolloutEvents-1 and its last event.
+const MaxRolloutEvents = 1000
+
+// Guard makes a write conditional on a key still having the create
+// revision it had: the strategist's election key, so only the leader of
+// the moment writes. The zero Guard guards nothing.
+type Guard struct {
+	Key string
+	Rev int64
+}
+
+// ErrNotLeader is returned when a Guard no longer holds: another
+// strategist leads now. Nothing was written.
+var ErrNotLeader = fmt.Errorf("store: %w: the write's guard no longer holds (another leader)", ErrConflict)
+
+// RolloutStep is what one step of the strategist writes, atomically: the
+// rollout's new state, goal states to move and events to append.
+type RolloutStep struct {
+	Rollout *lehrpb.Rollout
+	// Goals are written as given (checksums filled in by the caller); each
+	// version they name, stable and candidate, must exist.
+	Goals  []*lehrpb.GoalState
+	Events []*lehrpb.RolloutEvent
+}
+
+// PutRollout writes a step in one transaction guarded by g and by the
+// existence of the zones and versions the goals name. It fails with
+// ErrNotLeader when g no longer holds, and with a *NotFoundError when a
+// zone or version is gone (compacted, which goals and candidates prevent,
+// or never there).
+func (s *Store) PutRollout(ctx context.Context, g Guard, step RolloutStep) error {
+	r := step.Rollout
+	if _, _, err := names.Namespace(r.GetNamespace()); err != nil {
+		return fmt.Errorf("store: put rollout: %w: %w", ErrInvalid, err)
+	}
+	var cmps []clientv3.Cmp
+	if g.Key != "" {
+		cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(g.Key), "=", g.Rev))
+	}
+	b, err := encode(r)
+	if err != nil {
+		return fmt.Errorf("store: put rollout %s: %w", r.GetId(), err)
+	}
+	ops := []clientv3.Op{clientv3.OpPut(s.lay.rollout(r.GetNamespace(), r.GetVersion()), string(b))}
+	need := map[string]bool{}
+	for _, gs := range step.Goals {
+		eb, err := encode(gs)
+		if err != nil {
+			return fmt.Errorf("store: put rollout %s: %w", r.GetId(), err)
+		}
+		ops = append(ops, clientv3.OpPut(s.lay.goal(gs.GetZone(), gs.GetNamespace()), string(eb)))
+		need[s.lay.zone(gs.GetZone())] = true
+		need[s.lay.version(gs.GetNamespace(), gs.GetVersion())] = true
+		if c := gs.GetCandidate(); c != nil {
+			need[s.lay.version(gs.GetNamespace(), c.GetVersion())] = true
+		}
+	}
+	for k := range need {
+		cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(k), ">", 0))
+	}
+	for _, ev := range step.Events {
+		eb, err := encode(ev)
+		if err != nil {
+			return fmt.Errorf("store: put rollout %s: %w", r.GetId(), err)
+		}
+		ops = append(ops, clientv3.OpPut(s.lay.rolloutEvent(r.GetNamespace(), r.GetVersion(), ev.GetSeq()), string(eb)))
+	}
+	if len(ops)+len(cmps) > maxOpsPerTxn {
+		return fmt.Errorf("store: put rollout %s: %w", r.GetId(), invalidf("a step of %d writes and %d checks is more than one transaction holds (%d)", len(ops), len(cmps), maxOpsPerTxn))
+	}
+	resp, err := s.txn(ctx, cmps, ops, nil)
+	if err != nil {
+		return fmt.Errorf("store: put rollout %s: %w", r.GetId(), err)
+	}
+	if resp.Succeeded {
+		return nil
+	}
+	if g.Key != "" {
+		gr, err := s.get(ctx, g.Key)
+		if err != nil {
+			return fmt.Errorf("store: put rollout %s: %w", r.GetId(), err)
+		}
+		if len(gr.Kvs) == 0 || gr.Kvs[0].CreateRevision != g.Rev {
+			return fmt.Errorf("store: put rollout %s: %w", r.GetId(), ErrNotLeader)
+		}
+	}
+	return &NotFoundError{What: "zone or version", Name: r.GetId()}
+}
+
+// Rollouts returns the rollouts of ns, oldest first; every namespace's if
+// ns is "".
+func (s *Store) Rollouts(ctx context.Context, ns string) ([]*lehrpb.Rollout, error) {
+	prefix := s.lay.rolloutsPrefix()
+	if ns != "" {
+		if _, _, err := names.Namespace(ns); err != nil {
+			return nil, fmt.Errorf("store: rollouts: %w: %w", ErrInvalid, err)
+		}
+		prefix = s.lay.rolloutsOf(ns)
+	}
+	resp, err := s.get(ctx, prefix, clientv3.WithPrefix())
+	if err != nil {
+		return nil, fmt.Errorf("store: rollouts: %w", err)
+	}
+	out := make([]*lehrpb.Rollout, 0, len(resp.Kvs))
+	for _, kv := range resp.Kvs {
+		r := new(lehrpb.Rollout)
+		if err := decode(string(kv.Key), kv.Value, r); err != nil {
+			return nil, fmt.Errorf("store: rollouts: %w", err)
+		}
+		out = append(out, r)
+	}
+	return out, nil
+}
+
+// Rollout returns the rollout of version seq of ns, or a *NotFoundError.
+func (s *Store) Rollout(ctx context.Context, ns string, seq uint64) (*lehrpb.Rollout, error) {
+	if _, _, err := names.Namespace(ns); err != nil {
+		return nil, fmt.Errorf("store: rollout: %w: %w", ErrInvalid, err)
+	}
+	key := s.lay.rollout(ns, seq)
+	resp, err := s.get(ctx, key)
+	if err != nil {
+		return nil, fmt.Errorf("store: rollout %s@%d: %w", ns, seq, err)
+	}
+	if len(resp.Kvs) == 0 {
+		return nil, &NotFoundError{What: "rollout", Name: fmt.Sprintf("%s@%d", ns, seq)}
+	}
+	r := new(lehrpb.Rollout)
+	if err := decode(key, resp.Kvs[0].Value, r); err != nil {
+		return nil, fmt.Errorf("store: rollout %s@%d: %w", ns, seq, err)
+	}
+	return r, nil
+}
+
+// RolloutEvents returns the event log of the rollout of version seq of ns,
+// in order.
+func (s *Store) RolloutEvents(ctx context.Context, ns string, seq uint64) ([]*lehrpb.RolloutEvent, error) {
+	if _, _, err := names.Namespace(ns); err != nil {
+		return nil, fmt.Errorf("store: rollout events: %w: %w", ErrInvalid, err)
+	}
+	resp, err := s.get(ctx, s.lay.rolloutEventsOf(ns, seq), clientv3.WithPrefix())
+	if err != nil {
+		return nil, fmt.Errorf("store: rollout events %s@%d: %w", ns, seq, err)
+	}
+	out := make([]*lehrpb.RolloutEvent, 0, len(resp.Kvs))
+	for _, kv := range resp.Kvs {
+		ev := new(lehrpb.RolloutEvent)
+		if err := decode(string(kv.Key), kv.Value, ev); err != nil {
+			return nil, fmt.Errorf("store: rollout events %s@%d: %w", ns, seq, err)
+		}
+		out = append(out, ev)
+	}
+	return out, nil
+}
+
+// Heads returns every namespace's head.
+func (s *Store) Heads(ctx context.Context) ([]*lehrpb.Namespace, error) {
+	resp, err := s.get(ctx, s.lay.nsmetaPrefix(), clientv3.WithPrefix())
+	if err != nil {
+		return nil, fmt.Errorf("store: heads: %w", err)
+	}
+	out := make([]*lehrpb.Namespace, 0, len(resp.Kvs))
+	for _, kv := range resp.Kvs {
+		h := new(lehrpb.Namespace)
+		if err := decode(string(kv.Key), kv.Value, h); err != nil {
+			return nil, fmt.Errorf("store: heads: %w", err)
+		}
+		out = append(out, h)
+	}
+	return out, nil
+}
+
+// RolloutID is the id of the rollout of version seq of ns.
+func RolloutID(ns string, seq uint64) string { return fmt.Sprintf("%s@%d", ns, seq) }
+
+// ParseRolloutID splits "<namespace>@<version>".
+func ParseRolloutID(id string) (ns string, seq uint64, err error) {
+	i := strings.LastIndexByte(id, '@')
+	if i < 0 {
+		return "", 0, fmt.Errorf("%w: rollout id %q: want namespace@version, e.g. payments/limits@7", ErrInvalid, id)
+	}
+	if _, err := fmt.Sscanf(id[i+1:], "%d", &seq); err != nil || seq == 0 {
+		return "", 0, fmt.Errorf("%w: rollout id %q: the version after @ must be a number > 0", ErrInvalid, id)
+	}
+	return id[:i], seq, nil
+}
