@@ -20,8 +20,8 @@ import (
 
 func runRollout(ctx context.Context, e *env, args []string) int {
 	fs := newFlags("lehr rollout", doc{
-		usage:   "lehr rollout policy get|set|delete|history SCOPE [flags]",
-		summary: "show and set rollout policies",
+		usage:   "lehr rollout status|events|pause|resume|abort|promote|wait NS | lehr rollout list [NS] | lehr rollout policy get|set|delete|history SCOPE [flags]",
+		summary: "follow and steer rollouts; show and set rollout policies",
 		about: `A rollout policy says how a new version reaches the fleet: an ordered list
 of stages, each moving some hosts (a few canary hosts per zone, whole zones,
 or a percentage of their hosts), baking for a while, and checking health
@@ -30,6 +30,19 @@ stage. SCOPE is a domain ("payments": the default of its namespaces) or a
 namespace ("payments/limits": its own policy, over the domain's). Without
 either, control's built-in default applies: one canary host per zone, then
 the first zone, then the rest.
+
+With control's --rollouts, every version after a namespace's first is a
+rollout that moves through these stages:
+
+  status NS               stage, hosts applied, time left in bake, why it waits
+  events NS               every decision, with the numbers behind it
+  list [NS]               rollouts (--active: running and paused only)
+  pause|resume NS         hold it (checks still run) / let it go on
+  abort NS                end it and roll every host back
+  promote NS              skip the rest of the current stage's bake
+  wait NS                 print progress until it ends; exit 1 unless it succeeded
+
+(--version V picks a rollout other than the namespace's latest.)
 
   policy get SCOPE        the scope's own policy and the one in effect
   policy set SCOPE -f F   set it from a YAML or JSON file (- for stdin)
@@ -67,12 +80,17 @@ history with its author and message.`,
 	msg := fs.String("message", "", "with set and delete: why, recorded in the policy's history")
 	fs.StringVar(msg, "m", "", "short for --message")
 	expect := fs.Uint64("expect-generation", 0, "with set and delete: change only if the policy is still at generation `N`")
+	version := fs.Uint64("version", 0, "the rollout of version `V` (default: the namespace's latest rollout)")
+	active := fs.Bool("active", false, "with list: running and paused rollouts only")
 	pos, code, ok := parse(e, fs, args)
 	if !ok {
 		return code
 	}
-	if len(pos) == 0 || pos[0] != "policy" {
-		return usageError(e, fs, "missing subcommand: policy get|set|delete|history SCOPE")
+	if len(pos) > 0 && pos[0] != "policy" {
+		return runRolloutAction(ctx, e, fs, cf, pos, *version, *active, *msg)
+	}
+	if len(pos) == 0 {
+		return usageError(e, fs, "missing subcommand: status, events, list, pause, resume, abort, promote, wait or policy")
 	}
 	if len(pos) < 2 {
 		return usageError(e, fs, "missing action after policy: get, set, delete or history")
@@ -326,4 +344,162 @@ func writePolicyHistory(w io.Writer, scope string, recs []*lehrpb.RolloutPolicyR
 		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\n", r.GetGeneration(), fmtTime(r.GetUpdateTime()), orDash(r.GetAuthor()), change, oneLine(r.GetMessage()))
 	}
 	tw.Flush()
+}
+
+// runRolloutAction runs the subcommands about rollouts themselves.
+func runRolloutAction(ctx context.Context, e *env, fs *flags, cf *clientFlags, pos []string, version uint64, active bool, msg string) int {
+	sub := pos[0]
+	actions := map[string]lehrpb.RolloutAction{
+		"pause": lehrpb.RolloutAction_ROLLOUT_ACTION_PAUSE, "resume": lehrpb.RolloutAction_ROLLOUT_ACTION_RESUME,
+		"abort": lehrpb.RolloutAction_ROLLOUT_ACTION_ABORT, "promote": lehrpb.RolloutAction_ROLLOUT_ACTION_PROMOTE,
+	}
+	switch _, isAction := actions[sub]; {
+	case sub == "list":
+		if len(pos) > 2 {
+			return usageError(e, fs, "list takes at most one namespace")
+		}
+	case sub == "status" || sub == "events" || sub == "wait" || isAction:
+		if code, ok := wantArgs(e, fs, pos[1:], 1, "a namespace after "+sub); !ok {
+			return code
+		}
+	default:
+		return usageError(e, fs, "unknown subcommand %q: want status, events, list, pause, resume, abort, promote, wait or policy", sub)
+	}
+	if m := cf.check(); m != "" {
+		return usageError(e, fs, "%s", m)
+	}
+	ns := ""
+	if len(pos) > 1 {
+		ns = pos[1]
+	}
+	if sub == "wait" {
+		c, err := cf.dial()
+		if err != nil {
+			return reportError(e, fs.Name(), err, cf.errCtx(ns))
+		}
+		defer c.Close()
+		if version == 0 {
+			r, err := c.GetRollout(ctx, ns, 0)
+			if err != nil {
+				return reportError(e, fs.Name(), err, cf.errCtx(ns))
+			}
+			version = r.GetVersion()
+		}
+		r, err := c.WaitRollout(ctx, ns, version, time.Second, func(r *lehrpb.Rollout) {
+			if !cf.json() {
+				fmt.Fprintf(e.stdout, "%s  %s: %s\n", time.Now().UTC().Format("15:04:05"), stateName(r.GetState()), r.GetReason())
+			}
+		})
+		if err != nil {
+			return reportError(e, fs.Name(), err, cf.errCtx(ns))
+		}
+		if cf.json() {
+			if code := printOrFail(e, r); code != exitOK {
+				return code
+			}
+		}
+		if r.GetState() != lehrpb.RolloutState_ROLLOUT_STATE_SUCCEEDED {
+			return exitError
+		}
+		return exitOK
+	}
+	c, ctx, done, err := cf.connect(ctx)
+	if err != nil {
+		return reportError(e, fs.Name(), err, cf.errCtx(ns))
+	}
+	defer done()
+	switch sub {
+	case "status":
+		r, err := c.GetRollout(ctx, ns, version)
+		if err != nil {
+			return reportError(e, fs.Name(), err, cf.errCtx(ns))
+		}
+		if cf.json() {
+			return printOrFail(e, r)
+		}
+		writeRollout(e.stdout, r)
+	case "events":
+		evs, err := c.RolloutEvents(ctx, ns, version)
+		if err != nil {
+			return reportError(e, fs.Name(), err, cf.errCtx(ns))
+		}
+		if cf.json() {
+			return printOrFail(e, &lehrpb.ListRolloutEventsResponse{Events: evs})
+		}
+		tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "#\tTIME\tSTAGE\tEVENT\tWHO\tDETAIL")
+		for _, ev := range evs {
+			fmt.Fprintf(tw, "%d\t%s\t%d\t%s\t%s\t%s\n", ev.GetSeq(), fmtTime(ev.GetTime()), ev.GetStage()+1, ev.GetKind(), orDash(ev.GetAuthor()), oneLine(ev.GetMessage()))
+		}
+		tw.Flush()
+	case "list":
+		rs, err := c.ListRollouts(ctx, ns, active)
+		if err != nil {
+			return reportError(e, fs.Name(), err, cf.errCtx(ns))
+		}
+		if cf.json() {
+			return printOrFail(e, &lehrpb.ListRolloutsResponse{Rollouts: rs})
+		}
+		if len(rs) == 0 {
+			fmt.Fprintln(e.stdout, "no rollouts")
+			return exitOK
+		}
+		tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "ROLLOUT\tSTATE\tSTAGE\tUPDATED\tREASON")
+		for _, r := range rs {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", r.GetId(), stateName(r.GetState()), stageOf(r), fmtTime(r.GetUpdateTime()), oneLine(r.GetReason()))
+		}
+		tw.Flush()
+	default:
+		r, err := c.UpdateRollout(ctx, ns, version, actions[sub], msg)
+		if err != nil {
+			return reportError(e, fs.Name(), err, cf.errCtx(ns))
+		}
+		if cf.json() {
+			return printOrFail(e, r)
+		}
+		fmt.Fprintf(e.stdout, "asked control to %s rollout %s (now %s); it acts within a second: lehr rollout events %s\n", sub, r.GetId(), stateName(r.GetState()), ns)
+	}
+	return exitOK
+}
+
+func stateName(s lehrpb.RolloutState) string {
+	return strings.ToLower(strings.TrimPrefix(s.String(), "ROLLOUT_STATE_"))
+}
+
+func stageOf(r *lehrpb.Rollout) string {
+	if n := len(r.GetStages()); n > 0 && int(r.GetStage()) < n {
+		return fmt.Sprintf("%d/%d %s", r.GetStage()+1, n, r.GetStages()[r.GetStage()])
+	}
+	return "-"
+}
+
+// writeRollout prints a rollout's status.
+func writeRollout(w io.Writer, r *lehrpb.Rollout) {
+	fmt.Fprintf(w, "rollout %s: %s\n", r.GetId(), strings.ToUpper(stateName(r.GetState())))
+	fmt.Fprintf(w, "  version   %d (from base %d)\n", r.GetVersion(), r.GetBaseVersion())
+	fmt.Fprintf(w, "  policy    %s", strings.ReplaceAll(strings.ToLower(strings.TrimPrefix(r.GetPolicySource().String(), "ROLLOUT_POLICY_SOURCE_")), "_", "-"))
+	if g := r.GetPolicyGeneration(); g > 0 {
+		fmt.Fprintf(w, " (generation %d)", g)
+	}
+	fmt.Fprintln(w)
+	for i, name := range r.GetStages() {
+		mark := " "
+		switch {
+		case int32(i) < r.GetStage() || r.GetState() == lehrpb.RolloutState_ROLLOUT_STATE_SUCCEEDED:
+			mark = "✓"
+		case int32(i) == r.GetStage() && (r.GetState() == lehrpb.RolloutState_ROLLOUT_STATE_RUNNING || r.GetState() == lehrpb.RolloutState_ROLLOUT_STATE_PAUSED):
+			mark = "▶"
+		case int32(i) == r.GetStage():
+			mark = "✗"
+		}
+		fmt.Fprintf(w, "  %s %d. %s\n", mark, i+1, name)
+	}
+	for _, zh := range r.GetCanaryHosts() {
+		fmt.Fprintf(w, "  canary hosts of %s: %s\n", zh.GetZone(), orDash(strings.Join(zh.GetHosts(), ", ")))
+	}
+	if r.GetRollbackVersion() != 0 {
+		fmt.Fprintf(w, "  rolled back by version %d\n", r.GetRollbackVersion())
+	}
+	fmt.Fprintf(w, "  %s\n", r.GetReason())
 }

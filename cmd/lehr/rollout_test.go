@@ -10,6 +10,7 @@ import (
 	"lehr.dev/lehr/control"
 	"lehr.dev/lehr/control/controltest"
 	"lehr.dev/lehr/proto/lehrpb"
+	"lehr.dev/lehr/testenv/wait"
 )
 
 func TestRolloutPolicyCLI(t *testing.T) {
@@ -76,4 +77,54 @@ func TestRolloutPolicyCLI(t *testing.T) {
 		})
 	}
 	mustContain(t, "unchanged", c.ok("rollout", "policy", "get", "pay"), "generation 1")
+}
+
+// The rollout commands against a control running the strategist, with a
+// zone no distributor serves: the rollout waits in its first stage, can be
+// paused, shows why, and is aborted with a rollback.
+func TestRolloutCLI(t *testing.T) {
+	srv := controltest.StartControl(t, control.Options{Rollouts: true, RolloutInterval: 50 * time.Millisecond})
+	c := cli{t: t, addr: srv.Addr}
+	c.ok("domain", "create", "pay")
+	c.ok("zones", "create", "zone-a")
+	for _, in := range []string{"limit: 10\n", "limit: 20\n"} {
+		if code, out, errOut := c.run(in, "push", "pay/limits", "--file", "-"); code != exitOK {
+			t.Fatalf("push: exit %d\n%s%s", code, out, errOut)
+		}
+	}
+	wait.For(t, "the rollout of version 2 to wait for samples", func() bool {
+		code, out, _ := c.run("", "rollout", "status", "pay/limits")
+		return code == exitOK && strings.Contains(out, "waiting for the distributors of zone-a to sample canary hosts")
+	})
+	mustContain(t, "status", c.ok("rollout", "status", "pay/limits"),
+		"rollout pay/limits@2: RUNNING", "version   2 (from base 1)", "policy    built-in", "▶ 1. canary", "  2. first zone")
+	mustContain(t, "list", c.ok("rollout", "list", "--active"), "pay/limits@2", "running", "1/3 canary")
+
+	mustContain(t, "pause", c.ok("rollout", "pause", "pay/limits", "-m", "looking into it"), "asked control to pause rollout pay/limits@2")
+	wait.For(t, "the rollout paused", func() bool {
+		_, out, _ := c.run("", "rollout", "status", "pay/limits")
+		return strings.Contains(out, "PAUSED") && strings.Contains(out, "paused by tester: looking into it")
+	})
+	c.ok("rollout", "resume", "pay/limits")
+	wait.For(t, "the rollout resumed", func() bool {
+		_, out, _ := c.run("", "rollout", "status", "pay/limits")
+		return strings.Contains(out, "RUNNING")
+	})
+	c.ok("rollout", "abort", "pay/limits", "-m", "not today")
+	var r lehrpb.Rollout
+	wait.For(t, "the rollout aborted", func() bool {
+		code, out, _ := c.run("", "rollout", "status", "pay/limits", "-o", "json")
+		return code == exitOK && protojson.Unmarshal([]byte(out), &r) == nil && r.GetState() == lehrpb.RolloutState_ROLLOUT_STATE_ABORTED
+	})
+	if r.GetRollbackVersion() != 3 {
+		t.Errorf("aborted rollout: rollback version %d, want 3 (version 1's content again)", r.GetRollbackVersion())
+	}
+	mustContain(t, "events", c.ok("rollout", "events", "pay/limits"), "started", "stage", "paused", "tester", "looking into it", "resumed", "aborted", "not today", "rolled back")
+	mustContain(t, "get after the rollback", c.ok("get", "pay/limits", "--key", "limit", "--raw"), "10")
+	if code, _, errOut := c.run("", "rollout", "resume", "pay/limits"); code != exitError || !strings.Contains(errOut, "only a running or paused rollout") {
+		t.Errorf("resume of an aborted rollout: exit %d, %q; want exit 1 saying it has ended", code, errOut)
+	}
+	if code, _, errOut := c.run("", "rollout", "status", "pay/nothing"); code != exitError || !strings.Contains(errOut, "has no rollout") {
+		t.Errorf("status of a namespace without rollouts: exit %d, %q", code, errOut)
+	}
 }

@@ -182,18 +182,39 @@ func (s *Strategist) Round(ctx context.Context, g store.Guard) error {
 		zones = append(zones, z.GetName())
 	}
 	slices.Sort(zones)
+	cmds, err := st.RolloutCommands(ctx)
+	if err != nil {
+		return err
+	}
 	latest := map[string]*lehrpb.Rollout{}
+	byID := map[string]*lehrpb.Rollout{}
 	states := map[lehrpb.RolloutState]int{}
 	for _, r := range all {
 		if cur := latest[r.GetNamespace()]; cur == nil || cur.GetVersion() < r.GetVersion() {
 			latest[r.GetNamespace()] = r
 		}
+		byID[r.GetId()] = r
 		states[r.GetState()]++
 	}
 	for state, n := range states {
 		s.met.GetOrCreateGauge(fmt.Sprintf(`lehr_control_rollouts{state=%q}`, stateName(state)), nil).Set(float64(n))
 	}
 	var errs []error
+	// Operator commands first: a pause must hold before the next step.
+	for _, qc := range cmds {
+		r := byID[qc.Command.GetRolloutId()]
+		if r == nil {
+			continue // its rollout is not readable yet; the next round sees it
+		}
+		nr, err := s.command(ctx, g, r, qc, zones)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("carry out %v on %s: %w", qc.Command.GetAction(), r.GetId(), err))
+			continue
+		}
+		if latest[r.GetNamespace()].GetVersion() == nr.GetVersion() {
+			latest[r.GetNamespace()] = nr
+		}
+	}
 	for _, h := range heads {
 		ns := h.GetName()
 		r := latest[ns]
@@ -207,7 +228,7 @@ func (s *Strategist) Round(ctx context.Context, g store.Guard) error {
 				r = nr
 			}
 		}
-		if r != nil && r.GetState() == lehrpb.RolloutState_ROLLOUT_STATE_RUNNING {
+		if r != nil && (r.GetState() == lehrpb.RolloutState_ROLLOUT_STATE_RUNNING || r.GetState() == lehrpb.RolloutState_ROLLOUT_STATE_PAUSED) {
 			if err := s.step(ctx, g, r, zones); err != nil {
 				errs = append(errs, fmt.Errorf("step %s: %w", r.GetId(), err))
 			}
@@ -576,6 +597,9 @@ func (s *Strategist) step(ctx context.Context, g store.Guard, r *lehrpb.Rollout,
 				ev.rejected, ev.consumers, r.GetVersion(), ratio, stg.Name, stg.MaxErrorRatio, strings.Join(ev.rejectingHosts, ", ")))
 		}
 	}
+	if r.GetState() == lehrpb.RolloutState_ROLLOUT_STATE_PAUSED {
+		return nil // checked above; no stage moves while paused
+	}
 	started := r.GetStageStartTime().AsTime()
 	if r.GetStageAppliedTime() == nil {
 		settled := len(ev.unsampled) == 0 && len(ev.stale) == 0 && ev.pending == 0
@@ -640,17 +664,26 @@ func (s *Strategist) setReason(ctx context.Context, g store.Guard, r *lehrpb.Rol
 	return s.opts.Store.PutRollout(ctx, g, store.RolloutStep{Rollout: r})
 }
 
-// fail ends r as FAILED and rolls every zone back: a new version with the
-// base version's content becomes every zone's goal. A rollback that finds
-// a newer publish (the latest intent) leaves the goals to that version's
-// rollout.
+// fail ends r as FAILED on evidence and rolls it back (end).
 func (s *Strategist) fail(ctx context.Context, g store.Guard, r *lehrpb.Rollout, zones []string, now time.Time, reason string) error {
+	return s.end(ctx, g, r, zones, now, lehrpb.RolloutState_ROLLOUT_STATE_FAILED, reason, nil)
+}
+
+// end ends r in state (FAILED, or ABORTED by the operator command done)
+// and rolls every zone back: a new version with the base version's content
+// becomes every zone's goal. A rollback that finds a newer publish (the
+// latest intent) leaves the goals to that version's rollout.
+func (s *Strategist) end(ctx context.Context, g store.Guard, r *lehrpb.Rollout, zones []string, now time.Time, state lehrpb.RolloutState, reason string, done *store.QueuedCommand) error {
 	st, ns := s.opts.Store, r.GetNamespace()
-	s.log.Warn("rollout failed; rolling back", "rollout", r.GetId(), "reason", reason)
-	s.met.GetOrCreateCounter(`lehr_control_rollbacks_total`).Inc()
-	r.State = lehrpb.RolloutState_ROLLOUT_STATE_FAILED
+	s.log.Warn("rollout ended; rolling back", "rollout", r.GetId(), "state", stateName(state), "reason", reason)
+	s.met.GetOrCreateCounter(fmt.Sprintf(`lehr_control_rollbacks_total{reason=%q}`, stateName(state))).Inc()
+	r.State = state
 	r.UpdateTime = timestamppb.New(now)
-	evs := []*lehrpb.RolloutEvent{s.event(r, now, "failed", reason, "")}
+	kind, author := "failed", ""
+	if done != nil {
+		kind, author = "aborted", done.Command.GetAuthor()
+	}
+	evs := []*lehrpb.RolloutEvent{s.event(r, now, kind, reason, author)}
 	_, snap, err := st.Content(ctx, ns, r.GetBaseVersion())
 	if err != nil {
 		return fmt.Errorf("read base version %d to roll back to: %w", r.GetBaseVersion(), err)
@@ -666,7 +699,7 @@ func (s *Strategist) fail(ctx context.Context, g store.Guard, r *lehrpb.Rollout,
 	if errors.As(err, &ce) {
 		r.Reason = reason + fmt.Sprintf("; not rolled back: version %d was published since and rolls out from base %d", ce.Current, r.GetBaseVersion())
 		evs = append(evs, s.event(r, now, "superseded", r.GetReason(), ""))
-		return st.PutRollout(ctx, g, store.RolloutStep{Rollout: r, Events: evs})
+		return st.PutRollout(ctx, g, store.RolloutStep{Rollout: r, Events: evs, Done: done})
 	}
 	if err != nil {
 		return fmt.Errorf("commit the rollback of %s: %w", r.GetId(), err)
@@ -679,10 +712,50 @@ func (s *Strategist) fail(ctx context.Context, g store.Guard, r *lehrpb.Rollout,
 			UpdateTime: timestamppb.New(now), Reason: fmt.Sprintf("rollback of rollout %s", r.GetId())})
 	}
 	evs = append(evs, s.event(r, now, "rolled back", fmt.Sprintf("version %d republishes version %d's content in every zone", info.GetSeq(), r.GetBaseVersion()), ""))
-	return st.PutRollout(ctx, g, store.RolloutStep{Rollout: r, Goals: goals, Events: evs})
+	return st.PutRollout(ctx, g, store.RolloutStep{Rollout: r, Goals: goals, Events: evs, Done: done})
 }
 
 // rollbackMessage is the message of the version that rolls back version v.
 func rollbackMessage(v uint64, reason string) string {
 	return fmt.Sprintf("automatic rollback of version %d: %s", v, reason)
+}
+
+// command carries out an operator's command on r and returns r as it then
+// stands.
+func (s *Strategist) command(ctx context.Context, g store.Guard, r *lehrpb.Rollout, qc store.QueuedCommand, zones []string) (*lehrpb.Rollout, error) {
+	r = proto.CloneOf(r)
+	now := s.opts.Now()
+	c := qc.Command
+	who := c.GetAuthor()
+	why := c.GetMessage()
+	if why != "" {
+		why = ": " + why
+	}
+	active := r.GetState() == lehrpb.RolloutState_ROLLOUT_STATE_RUNNING || r.GetState() == lehrpb.RolloutState_ROLLOUT_STATE_PAUSED
+	var ev *lehrpb.RolloutEvent
+	switch {
+	case !active:
+		ev = s.event(r, now, "ignored", fmt.Sprintf("%v by %s: the rollout is already %s", c.GetAction(), who, stateName(r.GetState())), who)
+	case c.GetAction() == lehrpb.RolloutAction_ROLLOUT_ACTION_ABORT:
+		return r, s.end(ctx, g, r, zones, now, lehrpb.RolloutState_ROLLOUT_STATE_ABORTED, "aborted by "+who+why, &qc)
+	case c.GetAction() == lehrpb.RolloutAction_ROLLOUT_ACTION_PAUSE:
+		r.State = lehrpb.RolloutState_ROLLOUT_STATE_PAUSED
+		r.Reason = "paused by " + who + why
+		ev = s.event(r, now, "paused", r.GetReason(), who)
+	case c.GetAction() == lehrpb.RolloutAction_ROLLOUT_ACTION_RESUME:
+		if r.GetState() == lehrpb.RolloutState_ROLLOUT_STATE_PAUSED && r.GetStageAppliedTime() != nil {
+			r.StageAppliedTime = timestamppb.New(now) // the bake starts over
+		}
+		r.State = lehrpb.RolloutState_ROLLOUT_STATE_RUNNING
+		r.Reason = "resumed by " + who + why
+		ev = s.event(r, now, "resumed", r.GetReason(), who)
+	case c.GetAction() == lehrpb.RolloutAction_ROLLOUT_ACTION_PROMOTE:
+		r.Promote = true
+		ev = s.event(r, now, "promoted", "promoted by "+who+why+": the rest of the stage's bake is skipped once its hosts applied", who)
+	default:
+		ev = s.event(r, now, "ignored", fmt.Sprintf("unknown action %v by %s", c.GetAction(), who), who)
+	}
+	r.UpdateTime = timestamppb.New(now)
+	s.log.Info("rollout command", "rollout", r.GetId(), "action", c.GetAction(), "author", who)
+	return r, s.opts.Store.PutRollout(ctx, g, store.RolloutStep{Rollout: r, Events: []*lehrpb.RolloutEvent{ev}, Done: &qc})
 }

@@ -2,9 +2,11 @@ package service
 
 import (
 	"context"
+	"strings"
 	"time"
 
 	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"lehr.dev/lehr/internal/apierror"
 	"lehr.dev/lehr/internal/names"
@@ -76,4 +78,34 @@ func (s *Service) ListRolloutEvents(ctx context.Context, req *lehrpb.ListRollout
 		return nil, s.apiError(ctx, err)
 	}
 	return &lehrpb.ListRolloutEventsResponse{Events: evs}, nil
+}
+
+// UpdateRollout queues an operator's action for the strategist.
+func (s *Service) UpdateRollout(ctx context.Context, req *lehrpb.UpdateRolloutRequest) (_ *lehrpb.Rollout, err error) {
+	defer s.track(ctx, "UpdateRollout", time.Now(), &err)
+	switch req.GetAction() {
+	case lehrpb.RolloutAction_ROLLOUT_ACTION_PAUSE, lehrpb.RolloutAction_ROLLOUT_ACTION_RESUME,
+		lehrpb.RolloutAction_ROLLOUT_ACTION_ABORT, lehrpb.RolloutAction_ROLLOUT_ACTION_PROMOTE:
+	default:
+		return nil, invalid(apierror.ReasonInvalidArgument, "action", "action %v: want PAUSE, RESUME, ABORT or PROMOTE", req.GetAction())
+	}
+	if err := checkAudit(ctx, req.GetAuthor(), req.GetMessage()); err != nil {
+		return nil, err
+	}
+	r, err := s.rolloutOf(ctx, req.GetNamespace(), req.GetVersion())
+	if err != nil {
+		return nil, err
+	}
+	if st := r.GetState(); st != lehrpb.RolloutState_ROLLOUT_STATE_RUNNING && st != lehrpb.RolloutState_ROLLOUT_STATE_PAUSED {
+		return nil, apierror.New(codes.FailedPrecondition, apierror.ReasonInvalidArgument, "version",
+			"rollout %s is %s: only a running or paused rollout can be changed", r.GetId(), strings.ToLower(strings.TrimPrefix(st.String(), "ROLLOUT_STATE_")))
+	}
+	c := callerOf(ctx)
+	cmd := &lehrpb.RolloutCommand{RolloutId: r.GetId(), Action: req.GetAction(), Author: c.author(req.GetAuthor()),
+		Message: req.GetMessage(), Time: timestamppb.New(s.now())}
+	if err := s.st.QueueRolloutCommand(ctx, r.GetNamespace(), r.GetVersion(), cmd); err != nil {
+		return nil, s.apiError(ctx, err)
+	}
+	s.log.Info("rollout command queued", "rollout", r.GetId(), "action", req.GetAction(), "author", cmd.GetAuthor())
+	return r, nil
 }

@@ -23,6 +23,7 @@ import (
 //	policyhist/ns/<domain>/<name>/<gen %020d>
 //	rollouts/<domain>/<name>/<version %020d>  lehrpb.Rollout
 //	rolloutevents/<domain>/<name>/<version %020d>/<seq %06d>  lehrpb.RolloutEvent
+//	rolloutcmds/<domain>/<name>/<version %020d>  lehrpb.RolloutCommand, until carried out
 //
 // Names are validated (package names) before they become keys, so no name
 // contains "/" beyond the one in "domain/name" and prefixes never overlap.
@@ -72,6 +73,10 @@ func (l layout) rolloutEventsOf(ns string, seq uint64) string {
 }
 func (l layout) rolloutEvent(ns string, seq, n uint64) string {
 	return fmt.Sprintf("%s%06d", l.rolloutEventsOf(ns, seq), n)
+}
+func (l layout) rolloutCommandsPrefix() string { return l.prefix + "rolloutcmds/" }
+func (l layout) rolloutCommand(ns string, seq uint64) string {
+	return fmt.Sprintf("%s%s/%020d", l.rolloutCommandsPrefix(), ns, seq)
 }
 func (l layout) zonesPrefix() string              { return l.prefix + "zones/" }
 func (l layout) zone(z string) string             { return l.zonesPrefix() + z }

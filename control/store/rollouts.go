@@ -35,6 +35,18 @@ type RolloutStep struct {
 	// version they name, stable and candidate, must exist.
 	Goals  []*lehrpb.GoalState
 	Events []*lehrpb.RolloutEvent
+	// Done is the operator command the step carried out; it is removed
+	// unless a newer one replaced it meanwhile.
+	Done *QueuedCommand
+}
+
+// QueuedCommand is an operator command as stored, with the revision that
+// identifies this one.
+type QueuedCommand struct {
+	Namespace string
+	Version   uint64
+	Command   *lehrpb.RolloutCommand
+	ModRev    int64
 }
 
 // PutRollout writes a step in one transaction guarded by g and by the
@@ -78,6 +90,13 @@ func (s *Store) PutRollout(ctx context.Context, g Guard, step RolloutStep) error
 			return fmt.Errorf("store: put rollout %s: %w", r.GetId(), err)
 		}
 		ops = append(ops, clientv3.OpPut(s.lay.rolloutEvent(r.GetNamespace(), r.GetVersion(), ev.GetSeq()), string(eb)))
+	}
+	if d := step.Done; d != nil {
+		key := s.lay.rolloutCommand(d.Namespace, d.Version)
+		// Deleted only if it is still the command carried out.
+		ops = append(ops, clientv3.OpTxn(
+			[]clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(key), "=", d.ModRev)},
+			[]clientv3.Op{clientv3.OpDelete(key)}, nil))
 	}
 	if len(ops)+len(cmps) > maxOpsPerTxn {
 		return fmt.Errorf("store: put rollout %s: %w", r.GetId(), invalidf("a step of %d writes and %d checks is more than one transaction holds (%d)", len(ops), len(cmps), maxOpsPerTxn))
@@ -197,4 +216,47 @@ func ParseRolloutID(id string) (ns string, seq uint64, err error) {
 		return "", 0, fmt.Errorf("%w: rollout id %q: the version after @ must be a number > 0", ErrInvalid, id)
 	}
 	return id[:i], seq, nil
+}
+
+// QueueRolloutCommand stores an operator command for the rollout of
+// version seq of ns, replacing one not yet carried out.
+func (s *Store) QueueRolloutCommand(ctx context.Context, ns string, seq uint64, c *lehrpb.RolloutCommand) error {
+	if _, _, err := names.Namespace(ns); err != nil {
+		return fmt.Errorf("store: queue rollout command: %w: %w", ErrInvalid, err)
+	}
+	b, err := encode(c)
+	if err != nil {
+		return fmt.Errorf("store: queue rollout command %s@%d: %w", ns, seq, err)
+	}
+	rkey := s.lay.rollout(ns, seq)
+	resp, err := s.txn(ctx, []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(rkey), ">", 0)},
+		[]clientv3.Op{clientv3.OpPut(s.lay.rolloutCommand(ns, seq), string(b))}, nil)
+	if err != nil {
+		return fmt.Errorf("store: queue rollout command %s@%d: %w", ns, seq, err)
+	}
+	if !resp.Succeeded {
+		return &NotFoundError{What: "rollout", Name: RolloutID(ns, seq)}
+	}
+	return nil
+}
+
+// RolloutCommands returns every queued operator command.
+func (s *Store) RolloutCommands(ctx context.Context) ([]QueuedCommand, error) {
+	resp, err := s.get(ctx, s.lay.rolloutCommandsPrefix(), clientv3.WithPrefix())
+	if err != nil {
+		return nil, fmt.Errorf("store: rollout commands: %w", err)
+	}
+	out := make([]QueuedCommand, 0, len(resp.Kvs))
+	for _, kv := range resp.Kvs {
+		c := new(lehrpb.RolloutCommand)
+		if err := decode(string(kv.Key), kv.Value, c); err != nil {
+			return nil, fmt.Errorf("store: rollout commands: %w", err)
+		}
+		ns, seq, err := ParseRolloutID(c.GetRolloutId())
+		if err != nil {
+			return nil, fmt.Errorf("store: rollout commands: %s: %w", kv.Key, err)
+		}
+		out = append(out, QueuedCommand{Namespace: ns, Version: seq, Command: c, ModRev: kv.ModRevision})
+	}
+	return out, nil
 }

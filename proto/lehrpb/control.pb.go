@@ -79,7 +79,7 @@ func (x PropertyChange_Kind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use PropertyChange_Kind.Descriptor instead.
 func (PropertyChange_Kind) EnumDescriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{28, 0}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{29, 0}
 }
 
 type GoalEvent_Type int32
@@ -128,7 +128,84 @@ func (x GoalEvent_Type) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use GoalEvent_Type.Descriptor instead.
 func (GoalEvent_Type) EnumDescriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{38, 0}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{39, 0}
+}
+
+type UpdateRolloutRequest struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Namespace string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	// 0 means the namespace's latest rollout.
+	Version       uint64        `protobuf:"varint,2,opt,name=version,proto3" json:"version,omitempty"`
+	Action        RolloutAction `protobuf:"varint,3,opt,name=action,proto3,enum=lehr.v1.RolloutAction" json:"action,omitempty"`
+	Message       string        `protobuf:"bytes,4,opt,name=message,proto3" json:"message,omitempty"`
+	Author        string        `protobuf:"bytes,5,opt,name=author,proto3" json:"author,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UpdateRolloutRequest) Reset() {
+	*x = UpdateRolloutRequest{}
+	mi := &file_lehr_v1_control_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UpdateRolloutRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UpdateRolloutRequest) ProtoMessage() {}
+
+func (x *UpdateRolloutRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_lehr_v1_control_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UpdateRolloutRequest.ProtoReflect.Descriptor instead.
+func (*UpdateRolloutRequest) Descriptor() ([]byte, []int) {
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *UpdateRolloutRequest) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *UpdateRolloutRequest) GetVersion() uint64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+func (x *UpdateRolloutRequest) GetAction() RolloutAction {
+	if x != nil {
+		return x.Action
+	}
+	return RolloutAction_ROLLOUT_ACTION_UNSPECIFIED
+}
+
+func (x *UpdateRolloutRequest) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *UpdateRolloutRequest) GetAuthor() string {
+	if x != nil {
+		return x.Author
+	}
+	return ""
 }
 
 type GetRolloutRequest struct {
@@ -142,7 +219,7 @@ type GetRolloutRequest struct {
 
 func (x *GetRolloutRequest) Reset() {
 	*x = GetRolloutRequest{}
-	mi := &file_lehr_v1_control_proto_msgTypes[0]
+	mi := &file_lehr_v1_control_proto_msgTypes[1]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -154,7 +231,7 @@ func (x *GetRolloutRequest) String() string {
 func (*GetRolloutRequest) ProtoMessage() {}
 
 func (x *GetRolloutRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[0]
+	mi := &file_lehr_v1_control_proto_msgTypes[1]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -167,7 +244,7 @@ func (x *GetRolloutRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRolloutRequest.ProtoReflect.Descriptor instead.
 func (*GetRolloutRequest) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{0}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{1}
 }
 
 func (x *GetRolloutRequest) GetNamespace() string {
@@ -196,7 +273,7 @@ type ListRolloutsRequest struct {
 
 func (x *ListRolloutsRequest) Reset() {
 	*x = ListRolloutsRequest{}
-	mi := &file_lehr_v1_control_proto_msgTypes[1]
+	mi := &file_lehr_v1_control_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -208,7 +285,7 @@ func (x *ListRolloutsRequest) String() string {
 func (*ListRolloutsRequest) ProtoMessage() {}
 
 func (x *ListRolloutsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[1]
+	mi := &file_lehr_v1_control_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -221,7 +298,7 @@ func (x *ListRolloutsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRolloutsRequest.ProtoReflect.Descriptor instead.
 func (*ListRolloutsRequest) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{1}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *ListRolloutsRequest) GetNamespace() string {
@@ -248,7 +325,7 @@ type ListRolloutsResponse struct {
 
 func (x *ListRolloutsResponse) Reset() {
 	*x = ListRolloutsResponse{}
-	mi := &file_lehr_v1_control_proto_msgTypes[2]
+	mi := &file_lehr_v1_control_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -260,7 +337,7 @@ func (x *ListRolloutsResponse) String() string {
 func (*ListRolloutsResponse) ProtoMessage() {}
 
 func (x *ListRolloutsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[2]
+	mi := &file_lehr_v1_control_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -273,7 +350,7 @@ func (x *ListRolloutsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRolloutsResponse.ProtoReflect.Descriptor instead.
 func (*ListRolloutsResponse) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{2}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *ListRolloutsResponse) GetRollouts() []*Rollout {
@@ -294,7 +371,7 @@ type ListRolloutEventsRequest struct {
 
 func (x *ListRolloutEventsRequest) Reset() {
 	*x = ListRolloutEventsRequest{}
-	mi := &file_lehr_v1_control_proto_msgTypes[3]
+	mi := &file_lehr_v1_control_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -306,7 +383,7 @@ func (x *ListRolloutEventsRequest) String() string {
 func (*ListRolloutEventsRequest) ProtoMessage() {}
 
 func (x *ListRolloutEventsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[3]
+	mi := &file_lehr_v1_control_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -319,7 +396,7 @@ func (x *ListRolloutEventsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRolloutEventsRequest.ProtoReflect.Descriptor instead.
 func (*ListRolloutEventsRequest) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{3}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *ListRolloutEventsRequest) GetNamespace() string {
@@ -345,7 +422,7 @@ type ListRolloutEventsResponse struct {
 
 func (x *ListRolloutEventsResponse) Reset() {
 	*x = ListRolloutEventsResponse{}
-	mi := &file_lehr_v1_control_proto_msgTypes[4]
+	mi := &file_lehr_v1_control_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -357,7 +434,7 @@ func (x *ListRolloutEventsResponse) String() string {
 func (*ListRolloutEventsResponse) ProtoMessage() {}
 
 func (x *ListRolloutEventsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[4]
+	mi := &file_lehr_v1_control_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -370,7 +447,7 @@ func (x *ListRolloutEventsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRolloutEventsResponse.ProtoReflect.Descriptor instead.
 func (*ListRolloutEventsResponse) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{4}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *ListRolloutEventsResponse) GetEvents() []*RolloutEvent {
@@ -399,7 +476,7 @@ type SetRolloutPolicyRequest struct {
 
 func (x *SetRolloutPolicyRequest) Reset() {
 	*x = SetRolloutPolicyRequest{}
-	mi := &file_lehr_v1_control_proto_msgTypes[5]
+	mi := &file_lehr_v1_control_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -411,7 +488,7 @@ func (x *SetRolloutPolicyRequest) String() string {
 func (*SetRolloutPolicyRequest) ProtoMessage() {}
 
 func (x *SetRolloutPolicyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[5]
+	mi := &file_lehr_v1_control_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -424,7 +501,7 @@ func (x *SetRolloutPolicyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetRolloutPolicyRequest.ProtoReflect.Descriptor instead.
 func (*SetRolloutPolicyRequest) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{5}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *SetRolloutPolicyRequest) GetScope() string {
@@ -474,7 +551,7 @@ type DeleteRolloutPolicyRequest struct {
 
 func (x *DeleteRolloutPolicyRequest) Reset() {
 	*x = DeleteRolloutPolicyRequest{}
-	mi := &file_lehr_v1_control_proto_msgTypes[6]
+	mi := &file_lehr_v1_control_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -486,7 +563,7 @@ func (x *DeleteRolloutPolicyRequest) String() string {
 func (*DeleteRolloutPolicyRequest) ProtoMessage() {}
 
 func (x *DeleteRolloutPolicyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[6]
+	mi := &file_lehr_v1_control_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -499,7 +576,7 @@ func (x *DeleteRolloutPolicyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteRolloutPolicyRequest.ProtoReflect.Descriptor instead.
 func (*DeleteRolloutPolicyRequest) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{6}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *DeleteRolloutPolicyRequest) GetScope() string {
@@ -540,7 +617,7 @@ type GetRolloutPolicyRequest struct {
 
 func (x *GetRolloutPolicyRequest) Reset() {
 	*x = GetRolloutPolicyRequest{}
-	mi := &file_lehr_v1_control_proto_msgTypes[7]
+	mi := &file_lehr_v1_control_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -552,7 +629,7 @@ func (x *GetRolloutPolicyRequest) String() string {
 func (*GetRolloutPolicyRequest) ProtoMessage() {}
 
 func (x *GetRolloutPolicyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[7]
+	mi := &file_lehr_v1_control_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -565,7 +642,7 @@ func (x *GetRolloutPolicyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRolloutPolicyRequest.ProtoReflect.Descriptor instead.
 func (*GetRolloutPolicyRequest) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{7}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *GetRolloutPolicyRequest) GetScope() string {
@@ -589,7 +666,7 @@ type GetRolloutPolicyResponse struct {
 
 func (x *GetRolloutPolicyResponse) Reset() {
 	*x = GetRolloutPolicyResponse{}
-	mi := &file_lehr_v1_control_proto_msgTypes[8]
+	mi := &file_lehr_v1_control_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -601,7 +678,7 @@ func (x *GetRolloutPolicyResponse) String() string {
 func (*GetRolloutPolicyResponse) ProtoMessage() {}
 
 func (x *GetRolloutPolicyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[8]
+	mi := &file_lehr_v1_control_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -614,7 +691,7 @@ func (x *GetRolloutPolicyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRolloutPolicyResponse.ProtoReflect.Descriptor instead.
 func (*GetRolloutPolicyResponse) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{8}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *GetRolloutPolicyResponse) GetStored() *RolloutPolicyRecord {
@@ -651,7 +728,7 @@ type RolloutPolicyHistoryRequest struct {
 
 func (x *RolloutPolicyHistoryRequest) Reset() {
 	*x = RolloutPolicyHistoryRequest{}
-	mi := &file_lehr_v1_control_proto_msgTypes[9]
+	mi := &file_lehr_v1_control_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -663,7 +740,7 @@ func (x *RolloutPolicyHistoryRequest) String() string {
 func (*RolloutPolicyHistoryRequest) ProtoMessage() {}
 
 func (x *RolloutPolicyHistoryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[9]
+	mi := &file_lehr_v1_control_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -676,7 +753,7 @@ func (x *RolloutPolicyHistoryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RolloutPolicyHistoryRequest.ProtoReflect.Descriptor instead.
 func (*RolloutPolicyHistoryRequest) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{9}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *RolloutPolicyHistoryRequest) GetScope() string {
@@ -709,7 +786,7 @@ type RolloutPolicyHistoryResponse struct {
 
 func (x *RolloutPolicyHistoryResponse) Reset() {
 	*x = RolloutPolicyHistoryResponse{}
-	mi := &file_lehr_v1_control_proto_msgTypes[10]
+	mi := &file_lehr_v1_control_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -721,7 +798,7 @@ func (x *RolloutPolicyHistoryResponse) String() string {
 func (*RolloutPolicyHistoryResponse) ProtoMessage() {}
 
 func (x *RolloutPolicyHistoryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[10]
+	mi := &file_lehr_v1_control_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -734,7 +811,7 @@ func (x *RolloutPolicyHistoryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RolloutPolicyHistoryResponse.ProtoReflect.Descriptor instead.
 func (*RolloutPolicyHistoryResponse) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{10}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *RolloutPolicyHistoryResponse) GetRecords() []*RolloutPolicyRecord {
@@ -753,7 +830,7 @@ type CreateDomainRequest struct {
 
 func (x *CreateDomainRequest) Reset() {
 	*x = CreateDomainRequest{}
-	mi := &file_lehr_v1_control_proto_msgTypes[11]
+	mi := &file_lehr_v1_control_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -765,7 +842,7 @@ func (x *CreateDomainRequest) String() string {
 func (*CreateDomainRequest) ProtoMessage() {}
 
 func (x *CreateDomainRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[11]
+	mi := &file_lehr_v1_control_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -778,7 +855,7 @@ func (x *CreateDomainRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateDomainRequest.ProtoReflect.Descriptor instead.
 func (*CreateDomainRequest) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{11}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *CreateDomainRequest) GetDomain() *Domain {
@@ -797,7 +874,7 @@ type GetDomainRequest struct {
 
 func (x *GetDomainRequest) Reset() {
 	*x = GetDomainRequest{}
-	mi := &file_lehr_v1_control_proto_msgTypes[12]
+	mi := &file_lehr_v1_control_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -809,7 +886,7 @@ func (x *GetDomainRequest) String() string {
 func (*GetDomainRequest) ProtoMessage() {}
 
 func (x *GetDomainRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[12]
+	mi := &file_lehr_v1_control_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -822,7 +899,7 @@ func (x *GetDomainRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetDomainRequest.ProtoReflect.Descriptor instead.
 func (*GetDomainRequest) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{12}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *GetDomainRequest) GetName() string {
@@ -842,7 +919,7 @@ type ListDomainsRequest struct {
 
 func (x *ListDomainsRequest) Reset() {
 	*x = ListDomainsRequest{}
-	mi := &file_lehr_v1_control_proto_msgTypes[13]
+	mi := &file_lehr_v1_control_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -854,7 +931,7 @@ func (x *ListDomainsRequest) String() string {
 func (*ListDomainsRequest) ProtoMessage() {}
 
 func (x *ListDomainsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[13]
+	mi := &file_lehr_v1_control_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -867,7 +944,7 @@ func (x *ListDomainsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDomainsRequest.ProtoReflect.Descriptor instead.
 func (*ListDomainsRequest) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{13}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ListDomainsRequest) GetPageSize() int32 {
@@ -894,7 +971,7 @@ type ListDomainsResponse struct {
 
 func (x *ListDomainsResponse) Reset() {
 	*x = ListDomainsResponse{}
-	mi := &file_lehr_v1_control_proto_msgTypes[14]
+	mi := &file_lehr_v1_control_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -906,7 +983,7 @@ func (x *ListDomainsResponse) String() string {
 func (*ListDomainsResponse) ProtoMessage() {}
 
 func (x *ListDomainsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[14]
+	mi := &file_lehr_v1_control_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -919,7 +996,7 @@ func (x *ListDomainsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDomainsResponse.ProtoReflect.Descriptor instead.
 func (*ListDomainsResponse) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{14}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ListDomainsResponse) GetDomains() []*Domain {
@@ -946,7 +1023,7 @@ type CreateNamespaceRequest struct {
 
 func (x *CreateNamespaceRequest) Reset() {
 	*x = CreateNamespaceRequest{}
-	mi := &file_lehr_v1_control_proto_msgTypes[15]
+	mi := &file_lehr_v1_control_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -958,7 +1035,7 @@ func (x *CreateNamespaceRequest) String() string {
 func (*CreateNamespaceRequest) ProtoMessage() {}
 
 func (x *CreateNamespaceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[15]
+	mi := &file_lehr_v1_control_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -971,7 +1048,7 @@ func (x *CreateNamespaceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateNamespaceRequest.ProtoReflect.Descriptor instead.
 func (*CreateNamespaceRequest) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{15}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *CreateNamespaceRequest) GetNamespace() *Namespace {
@@ -990,7 +1067,7 @@ type GetNamespaceRequest struct {
 
 func (x *GetNamespaceRequest) Reset() {
 	*x = GetNamespaceRequest{}
-	mi := &file_lehr_v1_control_proto_msgTypes[16]
+	mi := &file_lehr_v1_control_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1002,7 +1079,7 @@ func (x *GetNamespaceRequest) String() string {
 func (*GetNamespaceRequest) ProtoMessage() {}
 
 func (x *GetNamespaceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[16]
+	mi := &file_lehr_v1_control_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1015,7 +1092,7 @@ func (x *GetNamespaceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetNamespaceRequest.ProtoReflect.Descriptor instead.
 func (*GetNamespaceRequest) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{16}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *GetNamespaceRequest) GetName() string {
@@ -1036,7 +1113,7 @@ type ListNamespacesRequest struct {
 
 func (x *ListNamespacesRequest) Reset() {
 	*x = ListNamespacesRequest{}
-	mi := &file_lehr_v1_control_proto_msgTypes[17]
+	mi := &file_lehr_v1_control_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1048,7 +1125,7 @@ func (x *ListNamespacesRequest) String() string {
 func (*ListNamespacesRequest) ProtoMessage() {}
 
 func (x *ListNamespacesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[17]
+	mi := &file_lehr_v1_control_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1061,7 +1138,7 @@ func (x *ListNamespacesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListNamespacesRequest.ProtoReflect.Descriptor instead.
 func (*ListNamespacesRequest) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{17}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ListNamespacesRequest) GetDomain() string {
@@ -1095,7 +1172,7 @@ type ListNamespacesResponse struct {
 
 func (x *ListNamespacesResponse) Reset() {
 	*x = ListNamespacesResponse{}
-	mi := &file_lehr_v1_control_proto_msgTypes[18]
+	mi := &file_lehr_v1_control_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1107,7 +1184,7 @@ func (x *ListNamespacesResponse) String() string {
 func (*ListNamespacesResponse) ProtoMessage() {}
 
 func (x *ListNamespacesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[18]
+	mi := &file_lehr_v1_control_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1120,7 +1197,7 @@ func (x *ListNamespacesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListNamespacesResponse.ProtoReflect.Descriptor instead.
 func (*ListNamespacesResponse) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{18}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ListNamespacesResponse) GetNamespaces() []*Namespace {
@@ -1162,7 +1239,7 @@ type PublishRequest struct {
 
 func (x *PublishRequest) Reset() {
 	*x = PublishRequest{}
-	mi := &file_lehr_v1_control_proto_msgTypes[19]
+	mi := &file_lehr_v1_control_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1174,7 +1251,7 @@ func (x *PublishRequest) String() string {
 func (*PublishRequest) ProtoMessage() {}
 
 func (x *PublishRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[19]
+	mi := &file_lehr_v1_control_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1187,7 +1264,7 @@ func (x *PublishRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PublishRequest.ProtoReflect.Descriptor instead.
 func (*PublishRequest) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{19}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *PublishRequest) GetNamespace() string {
@@ -1248,7 +1325,7 @@ type PublishResponse struct {
 
 func (x *PublishResponse) Reset() {
 	*x = PublishResponse{}
-	mi := &file_lehr_v1_control_proto_msgTypes[20]
+	mi := &file_lehr_v1_control_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1260,7 +1337,7 @@ func (x *PublishResponse) String() string {
 func (*PublishResponse) ProtoMessage() {}
 
 func (x *PublishResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[20]
+	mi := &file_lehr_v1_control_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1273,7 +1350,7 @@ func (x *PublishResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PublishResponse.ProtoReflect.Descriptor instead.
 func (*PublishResponse) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{20}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *PublishResponse) GetVersion() *VersionInfo {
@@ -1304,7 +1381,7 @@ type PatchRequest struct {
 
 func (x *PatchRequest) Reset() {
 	*x = PatchRequest{}
-	mi := &file_lehr_v1_control_proto_msgTypes[21]
+	mi := &file_lehr_v1_control_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1316,7 +1393,7 @@ func (x *PatchRequest) String() string {
 func (*PatchRequest) ProtoMessage() {}
 
 func (x *PatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[21]
+	mi := &file_lehr_v1_control_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1329,7 +1406,7 @@ func (x *PatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PatchRequest.ProtoReflect.Descriptor instead.
 func (*PatchRequest) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{21}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *PatchRequest) GetNamespace() string {
@@ -1390,7 +1467,7 @@ type PatchResponse struct {
 
 func (x *PatchResponse) Reset() {
 	*x = PatchResponse{}
-	mi := &file_lehr_v1_control_proto_msgTypes[22]
+	mi := &file_lehr_v1_control_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1402,7 +1479,7 @@ func (x *PatchResponse) String() string {
 func (*PatchResponse) ProtoMessage() {}
 
 func (x *PatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[22]
+	mi := &file_lehr_v1_control_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1415,7 +1492,7 @@ func (x *PatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PatchResponse.ProtoReflect.Descriptor instead.
 func (*PatchResponse) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{22}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *PatchResponse) GetVersion() *VersionInfo {
@@ -1438,7 +1515,7 @@ type GetRequest struct {
 
 func (x *GetRequest) Reset() {
 	*x = GetRequest{}
-	mi := &file_lehr_v1_control_proto_msgTypes[23]
+	mi := &file_lehr_v1_control_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1450,7 +1527,7 @@ func (x *GetRequest) String() string {
 func (*GetRequest) ProtoMessage() {}
 
 func (x *GetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[23]
+	mi := &file_lehr_v1_control_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1463,7 +1540,7 @@ func (x *GetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRequest.ProtoReflect.Descriptor instead.
 func (*GetRequest) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{23}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *GetRequest) GetNamespace() string {
@@ -1499,7 +1576,7 @@ type GetResponse struct {
 
 func (x *GetResponse) Reset() {
 	*x = GetResponse{}
-	mi := &file_lehr_v1_control_proto_msgTypes[24]
+	mi := &file_lehr_v1_control_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1511,7 +1588,7 @@ func (x *GetResponse) String() string {
 func (*GetResponse) ProtoMessage() {}
 
 func (x *GetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[24]
+	mi := &file_lehr_v1_control_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1524,7 +1601,7 @@ func (x *GetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetResponse.ProtoReflect.Descriptor instead.
 func (*GetResponse) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{24}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *GetResponse) GetVersion() *VersionInfo {
@@ -1560,7 +1637,7 @@ type HistoryRequest struct {
 
 func (x *HistoryRequest) Reset() {
 	*x = HistoryRequest{}
-	mi := &file_lehr_v1_control_proto_msgTypes[25]
+	mi := &file_lehr_v1_control_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1572,7 +1649,7 @@ func (x *HistoryRequest) String() string {
 func (*HistoryRequest) ProtoMessage() {}
 
 func (x *HistoryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[25]
+	mi := &file_lehr_v1_control_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1585,7 +1662,7 @@ func (x *HistoryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HistoryRequest.ProtoReflect.Descriptor instead.
 func (*HistoryRequest) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{25}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *HistoryRequest) GetNamespace() string {
@@ -1620,7 +1697,7 @@ type HistoryResponse struct {
 
 func (x *HistoryResponse) Reset() {
 	*x = HistoryResponse{}
-	mi := &file_lehr_v1_control_proto_msgTypes[26]
+	mi := &file_lehr_v1_control_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1632,7 +1709,7 @@ func (x *HistoryResponse) String() string {
 func (*HistoryResponse) ProtoMessage() {}
 
 func (x *HistoryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[26]
+	mi := &file_lehr_v1_control_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1645,7 +1722,7 @@ func (x *HistoryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HistoryResponse.ProtoReflect.Descriptor instead.
 func (*HistoryResponse) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{26}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *HistoryResponse) GetVersions() []*VersionInfo {
@@ -1673,7 +1750,7 @@ type DiffRequest struct {
 
 func (x *DiffRequest) Reset() {
 	*x = DiffRequest{}
-	mi := &file_lehr_v1_control_proto_msgTypes[27]
+	mi := &file_lehr_v1_control_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1685,7 +1762,7 @@ func (x *DiffRequest) String() string {
 func (*DiffRequest) ProtoMessage() {}
 
 func (x *DiffRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[27]
+	mi := &file_lehr_v1_control_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1698,7 +1775,7 @@ func (x *DiffRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DiffRequest.ProtoReflect.Descriptor instead.
 func (*DiffRequest) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{27}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *DiffRequest) GetNamespace() string {
@@ -1737,7 +1814,7 @@ type PropertyChange struct {
 
 func (x *PropertyChange) Reset() {
 	*x = PropertyChange{}
-	mi := &file_lehr_v1_control_proto_msgTypes[28]
+	mi := &file_lehr_v1_control_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1749,7 +1826,7 @@ func (x *PropertyChange) String() string {
 func (*PropertyChange) ProtoMessage() {}
 
 func (x *PropertyChange) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[28]
+	mi := &file_lehr_v1_control_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1762,7 +1839,7 @@ func (x *PropertyChange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PropertyChange.ProtoReflect.Descriptor instead.
 func (*PropertyChange) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{28}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *PropertyChange) GetKey() string {
@@ -1805,7 +1882,7 @@ type DiffResponse struct {
 
 func (x *DiffResponse) Reset() {
 	*x = DiffResponse{}
-	mi := &file_lehr_v1_control_proto_msgTypes[29]
+	mi := &file_lehr_v1_control_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1817,7 +1894,7 @@ func (x *DiffResponse) String() string {
 func (*DiffResponse) ProtoMessage() {}
 
 func (x *DiffResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[29]
+	mi := &file_lehr_v1_control_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1830,7 +1907,7 @@ func (x *DiffResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DiffResponse.ProtoReflect.Descriptor instead.
 func (*DiffResponse) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{29}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *DiffResponse) GetFrom() *VersionInfo {
@@ -1873,7 +1950,7 @@ type RollbackRequest struct {
 
 func (x *RollbackRequest) Reset() {
 	*x = RollbackRequest{}
-	mi := &file_lehr_v1_control_proto_msgTypes[30]
+	mi := &file_lehr_v1_control_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1885,7 +1962,7 @@ func (x *RollbackRequest) String() string {
 func (*RollbackRequest) ProtoMessage() {}
 
 func (x *RollbackRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[30]
+	mi := &file_lehr_v1_control_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1898,7 +1975,7 @@ func (x *RollbackRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RollbackRequest.ProtoReflect.Descriptor instead.
 func (*RollbackRequest) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{30}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *RollbackRequest) GetNamespace() string {
@@ -1952,7 +2029,7 @@ type RollbackResponse struct {
 
 func (x *RollbackResponse) Reset() {
 	*x = RollbackResponse{}
-	mi := &file_lehr_v1_control_proto_msgTypes[31]
+	mi := &file_lehr_v1_control_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1964,7 +2041,7 @@ func (x *RollbackResponse) String() string {
 func (*RollbackResponse) ProtoMessage() {}
 
 func (x *RollbackResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[31]
+	mi := &file_lehr_v1_control_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1977,7 +2054,7 @@ func (x *RollbackResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RollbackResponse.ProtoReflect.Descriptor instead.
 func (*RollbackResponse) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{31}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *RollbackResponse) GetVersion() *VersionInfo {
@@ -1996,7 +2073,7 @@ type CreateZoneRequest struct {
 
 func (x *CreateZoneRequest) Reset() {
 	*x = CreateZoneRequest{}
-	mi := &file_lehr_v1_control_proto_msgTypes[32]
+	mi := &file_lehr_v1_control_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2008,7 +2085,7 @@ func (x *CreateZoneRequest) String() string {
 func (*CreateZoneRequest) ProtoMessage() {}
 
 func (x *CreateZoneRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[32]
+	mi := &file_lehr_v1_control_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2021,7 +2098,7 @@ func (x *CreateZoneRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateZoneRequest.ProtoReflect.Descriptor instead.
 func (*CreateZoneRequest) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{32}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *CreateZoneRequest) GetName() string {
@@ -2039,7 +2116,7 @@ type ListZonesRequest struct {
 
 func (x *ListZonesRequest) Reset() {
 	*x = ListZonesRequest{}
-	mi := &file_lehr_v1_control_proto_msgTypes[33]
+	mi := &file_lehr_v1_control_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2051,7 +2128,7 @@ func (x *ListZonesRequest) String() string {
 func (*ListZonesRequest) ProtoMessage() {}
 
 func (x *ListZonesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[33]
+	mi := &file_lehr_v1_control_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2064,7 +2141,7 @@ func (x *ListZonesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListZonesRequest.ProtoReflect.Descriptor instead.
 func (*ListZonesRequest) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{33}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{34}
 }
 
 type ListZonesResponse struct {
@@ -2076,7 +2153,7 @@ type ListZonesResponse struct {
 
 func (x *ListZonesResponse) Reset() {
 	*x = ListZonesResponse{}
-	mi := &file_lehr_v1_control_proto_msgTypes[34]
+	mi := &file_lehr_v1_control_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2088,7 +2165,7 @@ func (x *ListZonesResponse) String() string {
 func (*ListZonesResponse) ProtoMessage() {}
 
 func (x *ListZonesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[34]
+	mi := &file_lehr_v1_control_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2101,7 +2178,7 @@ func (x *ListZonesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListZonesResponse.ProtoReflect.Descriptor instead.
 func (*ListZonesResponse) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{34}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *ListZonesResponse) GetZones() []*Zone {
@@ -2122,7 +2199,7 @@ type GetGoalsRequest struct {
 
 func (x *GetGoalsRequest) Reset() {
 	*x = GetGoalsRequest{}
-	mi := &file_lehr_v1_control_proto_msgTypes[35]
+	mi := &file_lehr_v1_control_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2134,7 +2211,7 @@ func (x *GetGoalsRequest) String() string {
 func (*GetGoalsRequest) ProtoMessage() {}
 
 func (x *GetGoalsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[35]
+	mi := &file_lehr_v1_control_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2147,7 +2224,7 @@ func (x *GetGoalsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetGoalsRequest.ProtoReflect.Descriptor instead.
 func (*GetGoalsRequest) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{35}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *GetGoalsRequest) GetZone() string {
@@ -2175,7 +2252,7 @@ type GetGoalsResponse struct {
 
 func (x *GetGoalsResponse) Reset() {
 	*x = GetGoalsResponse{}
-	mi := &file_lehr_v1_control_proto_msgTypes[36]
+	mi := &file_lehr_v1_control_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2187,7 +2264,7 @@ func (x *GetGoalsResponse) String() string {
 func (*GetGoalsResponse) ProtoMessage() {}
 
 func (x *GetGoalsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[36]
+	mi := &file_lehr_v1_control_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2200,7 +2277,7 @@ func (x *GetGoalsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetGoalsResponse.ProtoReflect.Descriptor instead.
 func (*GetGoalsResponse) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{36}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *GetGoalsResponse) GetGoals() []*GoalState {
@@ -2230,7 +2307,7 @@ type WatchGoalsRequest struct {
 
 func (x *WatchGoalsRequest) Reset() {
 	*x = WatchGoalsRequest{}
-	mi := &file_lehr_v1_control_proto_msgTypes[37]
+	mi := &file_lehr_v1_control_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2242,7 +2319,7 @@ func (x *WatchGoalsRequest) String() string {
 func (*WatchGoalsRequest) ProtoMessage() {}
 
 func (x *WatchGoalsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[37]
+	mi := &file_lehr_v1_control_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2255,7 +2332,7 @@ func (x *WatchGoalsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchGoalsRequest.ProtoReflect.Descriptor instead.
 func (*WatchGoalsRequest) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{37}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *WatchGoalsRequest) GetZone() string {
@@ -2291,7 +2368,7 @@ type GoalEvent struct {
 
 func (x *GoalEvent) Reset() {
 	*x = GoalEvent{}
-	mi := &file_lehr_v1_control_proto_msgTypes[38]
+	mi := &file_lehr_v1_control_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2303,7 +2380,7 @@ func (x *GoalEvent) String() string {
 func (*GoalEvent) ProtoMessage() {}
 
 func (x *GoalEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[38]
+	mi := &file_lehr_v1_control_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2316,7 +2393,7 @@ func (x *GoalEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GoalEvent.ProtoReflect.Descriptor instead.
 func (*GoalEvent) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{38}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *GoalEvent) GetType() GoalEvent_Type {
@@ -2351,7 +2428,7 @@ type WatchGoalsResponse struct {
 
 func (x *WatchGoalsResponse) Reset() {
 	*x = WatchGoalsResponse{}
-	mi := &file_lehr_v1_control_proto_msgTypes[39]
+	mi := &file_lehr_v1_control_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2363,7 +2440,7 @@ func (x *WatchGoalsResponse) String() string {
 func (*WatchGoalsResponse) ProtoMessage() {}
 
 func (x *WatchGoalsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[39]
+	mi := &file_lehr_v1_control_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2376,7 +2453,7 @@ func (x *WatchGoalsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchGoalsResponse.ProtoReflect.Descriptor instead.
 func (*WatchGoalsResponse) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{39}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *WatchGoalsResponse) GetRevision() int64 {
@@ -2418,7 +2495,7 @@ type FetchVersionRequest struct {
 
 func (x *FetchVersionRequest) Reset() {
 	*x = FetchVersionRequest{}
-	mi := &file_lehr_v1_control_proto_msgTypes[40]
+	mi := &file_lehr_v1_control_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2430,7 +2507,7 @@ func (x *FetchVersionRequest) String() string {
 func (*FetchVersionRequest) ProtoMessage() {}
 
 func (x *FetchVersionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[40]
+	mi := &file_lehr_v1_control_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2443,7 +2520,7 @@ func (x *FetchVersionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchVersionRequest.ProtoReflect.Descriptor instead.
 func (*FetchVersionRequest) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{40}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *FetchVersionRequest) GetNamespace() string {
@@ -2472,7 +2549,7 @@ type FetchVersionResponse struct {
 
 func (x *FetchVersionResponse) Reset() {
 	*x = FetchVersionResponse{}
-	mi := &file_lehr_v1_control_proto_msgTypes[41]
+	mi := &file_lehr_v1_control_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2484,7 +2561,7 @@ func (x *FetchVersionResponse) String() string {
 func (*FetchVersionResponse) ProtoMessage() {}
 
 func (x *FetchVersionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[41]
+	mi := &file_lehr_v1_control_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2497,7 +2574,7 @@ func (x *FetchVersionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchVersionResponse.ProtoReflect.Descriptor instead.
 func (*FetchVersionResponse) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{41}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *FetchVersionResponse) GetVersion() *VersionInfo {
@@ -2532,7 +2609,7 @@ type FetchDeltaRequest struct {
 
 func (x *FetchDeltaRequest) Reset() {
 	*x = FetchDeltaRequest{}
-	mi := &file_lehr_v1_control_proto_msgTypes[42]
+	mi := &file_lehr_v1_control_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2544,7 +2621,7 @@ func (x *FetchDeltaRequest) String() string {
 func (*FetchDeltaRequest) ProtoMessage() {}
 
 func (x *FetchDeltaRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[42]
+	mi := &file_lehr_v1_control_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2557,7 +2634,7 @@ func (x *FetchDeltaRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchDeltaRequest.ProtoReflect.Descriptor instead.
 func (*FetchDeltaRequest) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{42}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *FetchDeltaRequest) GetNamespace() string {
@@ -2596,7 +2673,7 @@ type FetchDeltaResponse struct {
 
 func (x *FetchDeltaResponse) Reset() {
 	*x = FetchDeltaResponse{}
-	mi := &file_lehr_v1_control_proto_msgTypes[43]
+	mi := &file_lehr_v1_control_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2608,7 +2685,7 @@ func (x *FetchDeltaResponse) String() string {
 func (*FetchDeltaResponse) ProtoMessage() {}
 
 func (x *FetchDeltaResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[43]
+	mi := &file_lehr_v1_control_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2621,7 +2698,7 @@ func (x *FetchDeltaResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchDeltaResponse.ProtoReflect.Descriptor instead.
 func (*FetchDeltaResponse) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{43}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *FetchDeltaResponse) GetFrom() *VersionInfo {
@@ -2671,7 +2748,7 @@ type VersionCount struct {
 
 func (x *VersionCount) Reset() {
 	*x = VersionCount{}
-	mi := &file_lehr_v1_control_proto_msgTypes[44]
+	mi := &file_lehr_v1_control_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2683,7 +2760,7 @@ func (x *VersionCount) String() string {
 func (*VersionCount) ProtoMessage() {}
 
 func (x *VersionCount) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[44]
+	mi := &file_lehr_v1_control_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2696,7 +2773,7 @@ func (x *VersionCount) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VersionCount.ProtoReflect.Descriptor instead.
 func (*VersionCount) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{44}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *VersionCount) GetNamespace() string {
@@ -2745,7 +2822,7 @@ type ReportZoneStatusRequest struct {
 
 func (x *ReportZoneStatusRequest) Reset() {
 	*x = ReportZoneStatusRequest{}
-	mi := &file_lehr_v1_control_proto_msgTypes[45]
+	mi := &file_lehr_v1_control_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2757,7 +2834,7 @@ func (x *ReportZoneStatusRequest) String() string {
 func (*ReportZoneStatusRequest) ProtoMessage() {}
 
 func (x *ReportZoneStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[45]
+	mi := &file_lehr_v1_control_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2770,7 +2847,7 @@ func (x *ReportZoneStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportZoneStatusRequest.ProtoReflect.Descriptor instead.
 func (*ReportZoneStatusRequest) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{45}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *ReportZoneStatusRequest) GetZone() string {
@@ -2842,7 +2919,7 @@ type CohortSample struct {
 
 func (x *CohortSample) Reset() {
 	*x = CohortSample{}
-	mi := &file_lehr_v1_control_proto_msgTypes[46]
+	mi := &file_lehr_v1_control_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2854,7 +2931,7 @@ func (x *CohortSample) String() string {
 func (*CohortSample) ProtoMessage() {}
 
 func (x *CohortSample) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[46]
+	mi := &file_lehr_v1_control_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2867,7 +2944,7 @@ func (x *CohortSample) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CohortSample.ProtoReflect.Descriptor instead.
 func (*CohortSample) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{46}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *CohortSample) GetNamespace() string {
@@ -2913,7 +2990,7 @@ type NamespaceHealth struct {
 
 func (x *NamespaceHealth) Reset() {
 	*x = NamespaceHealth{}
-	mi := &file_lehr_v1_control_proto_msgTypes[47]
+	mi := &file_lehr_v1_control_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2925,7 +3002,7 @@ func (x *NamespaceHealth) String() string {
 func (*NamespaceHealth) ProtoMessage() {}
 
 func (x *NamespaceHealth) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[47]
+	mi := &file_lehr_v1_control_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2938,7 +3015,7 @@ func (x *NamespaceHealth) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NamespaceHealth.ProtoReflect.Descriptor instead.
 func (*NamespaceHealth) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{47}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *NamespaceHealth) GetNamespace() string {
@@ -3009,7 +3086,7 @@ type HostReport struct {
 
 func (x *HostReport) Reset() {
 	*x = HostReport{}
-	mi := &file_lehr_v1_control_proto_msgTypes[48]
+	mi := &file_lehr_v1_control_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3021,7 +3098,7 @@ func (x *HostReport) String() string {
 func (*HostReport) ProtoMessage() {}
 
 func (x *HostReport) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[48]
+	mi := &file_lehr_v1_control_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3034,7 +3111,7 @@ func (x *HostReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HostReport.ProtoReflect.Descriptor instead.
 func (*HostReport) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{48}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *HostReport) GetHostId() string {
@@ -3066,7 +3143,7 @@ type ReportZoneStatusResponse struct {
 
 func (x *ReportZoneStatusResponse) Reset() {
 	*x = ReportZoneStatusResponse{}
-	mi := &file_lehr_v1_control_proto_msgTypes[49]
+	mi := &file_lehr_v1_control_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3078,7 +3155,7 @@ func (x *ReportZoneStatusResponse) String() string {
 func (*ReportZoneStatusResponse) ProtoMessage() {}
 
 func (x *ReportZoneStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[49]
+	mi := &file_lehr_v1_control_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3091,7 +3168,7 @@ func (x *ReportZoneStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportZoneStatusResponse.ProtoReflect.Descriptor instead.
 func (*ReportZoneStatusResponse) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{49}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{50}
 }
 
 type GetZoneStatusRequest struct {
@@ -3103,7 +3180,7 @@ type GetZoneStatusRequest struct {
 
 func (x *GetZoneStatusRequest) Reset() {
 	*x = GetZoneStatusRequest{}
-	mi := &file_lehr_v1_control_proto_msgTypes[50]
+	mi := &file_lehr_v1_control_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3115,7 +3192,7 @@ func (x *GetZoneStatusRequest) String() string {
 func (*GetZoneStatusRequest) ProtoMessage() {}
 
 func (x *GetZoneStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[50]
+	mi := &file_lehr_v1_control_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3128,7 +3205,7 @@ func (x *GetZoneStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetZoneStatusRequest.ProtoReflect.Descriptor instead.
 func (*GetZoneStatusRequest) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{50}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *GetZoneStatusRequest) GetZone() string {
@@ -3153,7 +3230,7 @@ type DistributorStatus struct {
 
 func (x *DistributorStatus) Reset() {
 	*x = DistributorStatus{}
-	mi := &file_lehr_v1_control_proto_msgTypes[51]
+	mi := &file_lehr_v1_control_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3165,7 +3242,7 @@ func (x *DistributorStatus) String() string {
 func (*DistributorStatus) ProtoMessage() {}
 
 func (x *DistributorStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[51]
+	mi := &file_lehr_v1_control_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3178,7 +3255,7 @@ func (x *DistributorStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DistributorStatus.ProtoReflect.Descriptor instead.
 func (*DistributorStatus) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{51}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *DistributorStatus) GetDistributorId() string {
@@ -3239,7 +3316,7 @@ type GetZoneStatusResponse struct {
 
 func (x *GetZoneStatusResponse) Reset() {
 	*x = GetZoneStatusResponse{}
-	mi := &file_lehr_v1_control_proto_msgTypes[52]
+	mi := &file_lehr_v1_control_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3251,7 +3328,7 @@ func (x *GetZoneStatusResponse) String() string {
 func (*GetZoneStatusResponse) ProtoMessage() {}
 
 func (x *GetZoneStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[52]
+	mi := &file_lehr_v1_control_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3264,7 +3341,7 @@ func (x *GetZoneStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetZoneStatusResponse.ProtoReflect.Descriptor instead.
 func (*GetZoneStatusResponse) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{52}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *GetZoneStatusResponse) GetZone() string {
@@ -3306,7 +3383,13 @@ var File_lehr_v1_control_proto protoreflect.FileDescriptor
 
 const file_lehr_v1_control_proto_rawDesc = "" +
 	"\n" +
-	"\x15lehr/v1/control.proto\x12\alehr.v1\x1a\x15lehr/v1/rollout.proto\x1a\x13lehr/v1/types.proto\x1a\x12lehr/v1/wire.proto\"K\n" +
+	"\x15lehr/v1/control.proto\x12\alehr.v1\x1a\x15lehr/v1/rollout.proto\x1a\x13lehr/v1/types.proto\x1a\x12lehr/v1/wire.proto\"\xb0\x01\n" +
+	"\x14UpdateRolloutRequest\x12\x1c\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x18\n" +
+	"\aversion\x18\x02 \x01(\x04R\aversion\x12.\n" +
+	"\x06action\x18\x03 \x01(\x0e2\x16.lehr.v1.RolloutActionR\x06action\x12\x18\n" +
+	"\amessage\x18\x04 \x01(\tR\amessage\x12\x16\n" +
+	"\x06author\x18\x05 \x01(\tR\x06author\"K\n" +
 	"\x11GetRolloutRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\x04R\aversion\"T\n" +
@@ -3536,7 +3619,7 @@ const file_lehr_v1_control_proto_rawDesc = "" +
 	"\fdistributors\x18\x02 \x03(\v2\x1a.lehr.v1.DistributorStatusR\fdistributors\x121\n" +
 	"\bversions\x18\x03 \x03(\v2\x15.lehr.v1.VersionCountR\bversions\x120\n" +
 	"\x06health\x18\x04 \x03(\v2\x18.lehr.v1.NamespaceHealthR\x06health\x12)\n" +
-	"\x05hosts\x18\x05 \x03(\v2\x13.lehr.v1.HostReportR\x05hosts2\x99\x0f\n" +
+	"\x05hosts\x18\x05 \x03(\v2\x13.lehr.v1.HostReportR\x05hosts2\xdb\x0f\n" +
 	"\aControl\x12=\n" +
 	"\fCreateDomain\x12\x1c.lehr.v1.CreateDomainRequest\x1a\x0f.lehr.v1.Domain\x127\n" +
 	"\tGetDomain\x12\x19.lehr.v1.GetDomainRequest\x1a\x0f.lehr.v1.Domain\x12H\n" +
@@ -3568,7 +3651,8 @@ const file_lehr_v1_control_proto_rawDesc = "" +
 	"\n" +
 	"GetRollout\x12\x1a.lehr.v1.GetRolloutRequest\x1a\x10.lehr.v1.Rollout\x12K\n" +
 	"\fListRollouts\x12\x1c.lehr.v1.ListRolloutsRequest\x1a\x1d.lehr.v1.ListRolloutsResponse\x12Z\n" +
-	"\x11ListRolloutEvents\x12!.lehr.v1.ListRolloutEventsRequest\x1a\".lehr.v1.ListRolloutEventsResponseB\x1cZ\x1alehr.dev/lehr/proto/lehrpbb\x06proto3"
+	"\x11ListRolloutEvents\x12!.lehr.v1.ListRolloutEventsRequest\x1a\".lehr.v1.ListRolloutEventsResponse\x12@\n" +
+	"\rUpdateRollout\x12\x1d.lehr.v1.UpdateRolloutRequest\x1a\x10.lehr.v1.RolloutB\x1cZ\x1alehr.dev/lehr/proto/lehrpbb\x06proto3"
 
 var (
 	file_lehr_v1_control_proto_rawDescOnce sync.Once
@@ -3583,189 +3667,194 @@ func file_lehr_v1_control_proto_rawDescGZIP() []byte {
 }
 
 var file_lehr_v1_control_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_lehr_v1_control_proto_msgTypes = make([]protoimpl.MessageInfo, 53)
+var file_lehr_v1_control_proto_msgTypes = make([]protoimpl.MessageInfo, 54)
 var file_lehr_v1_control_proto_goTypes = []any{
 	(PropertyChange_Kind)(0),             // 0: lehr.v1.PropertyChange.Kind
 	(GoalEvent_Type)(0),                  // 1: lehr.v1.GoalEvent.Type
-	(*GetRolloutRequest)(nil),            // 2: lehr.v1.GetRolloutRequest
-	(*ListRolloutsRequest)(nil),          // 3: lehr.v1.ListRolloutsRequest
-	(*ListRolloutsResponse)(nil),         // 4: lehr.v1.ListRolloutsResponse
-	(*ListRolloutEventsRequest)(nil),     // 5: lehr.v1.ListRolloutEventsRequest
-	(*ListRolloutEventsResponse)(nil),    // 6: lehr.v1.ListRolloutEventsResponse
-	(*SetRolloutPolicyRequest)(nil),      // 7: lehr.v1.SetRolloutPolicyRequest
-	(*DeleteRolloutPolicyRequest)(nil),   // 8: lehr.v1.DeleteRolloutPolicyRequest
-	(*GetRolloutPolicyRequest)(nil),      // 9: lehr.v1.GetRolloutPolicyRequest
-	(*GetRolloutPolicyResponse)(nil),     // 10: lehr.v1.GetRolloutPolicyResponse
-	(*RolloutPolicyHistoryRequest)(nil),  // 11: lehr.v1.RolloutPolicyHistoryRequest
-	(*RolloutPolicyHistoryResponse)(nil), // 12: lehr.v1.RolloutPolicyHistoryResponse
-	(*CreateDomainRequest)(nil),          // 13: lehr.v1.CreateDomainRequest
-	(*GetDomainRequest)(nil),             // 14: lehr.v1.GetDomainRequest
-	(*ListDomainsRequest)(nil),           // 15: lehr.v1.ListDomainsRequest
-	(*ListDomainsResponse)(nil),          // 16: lehr.v1.ListDomainsResponse
-	(*CreateNamespaceRequest)(nil),       // 17: lehr.v1.CreateNamespaceRequest
-	(*GetNamespaceRequest)(nil),          // 18: lehr.v1.GetNamespaceRequest
-	(*ListNamespacesRequest)(nil),        // 19: lehr.v1.ListNamespacesRequest
-	(*ListNamespacesResponse)(nil),       // 20: lehr.v1.ListNamespacesResponse
-	(*PublishRequest)(nil),               // 21: lehr.v1.PublishRequest
-	(*PublishResponse)(nil),              // 22: lehr.v1.PublishResponse
-	(*PatchRequest)(nil),                 // 23: lehr.v1.PatchRequest
-	(*PatchResponse)(nil),                // 24: lehr.v1.PatchResponse
-	(*GetRequest)(nil),                   // 25: lehr.v1.GetRequest
-	(*GetResponse)(nil),                  // 26: lehr.v1.GetResponse
-	(*HistoryRequest)(nil),               // 27: lehr.v1.HistoryRequest
-	(*HistoryResponse)(nil),              // 28: lehr.v1.HistoryResponse
-	(*DiffRequest)(nil),                  // 29: lehr.v1.DiffRequest
-	(*PropertyChange)(nil),               // 30: lehr.v1.PropertyChange
-	(*DiffResponse)(nil),                 // 31: lehr.v1.DiffResponse
-	(*RollbackRequest)(nil),              // 32: lehr.v1.RollbackRequest
-	(*RollbackResponse)(nil),             // 33: lehr.v1.RollbackResponse
-	(*CreateZoneRequest)(nil),            // 34: lehr.v1.CreateZoneRequest
-	(*ListZonesRequest)(nil),             // 35: lehr.v1.ListZonesRequest
-	(*ListZonesResponse)(nil),            // 36: lehr.v1.ListZonesResponse
-	(*GetGoalsRequest)(nil),              // 37: lehr.v1.GetGoalsRequest
-	(*GetGoalsResponse)(nil),             // 38: lehr.v1.GetGoalsResponse
-	(*WatchGoalsRequest)(nil),            // 39: lehr.v1.WatchGoalsRequest
-	(*GoalEvent)(nil),                    // 40: lehr.v1.GoalEvent
-	(*WatchGoalsResponse)(nil),           // 41: lehr.v1.WatchGoalsResponse
-	(*FetchVersionRequest)(nil),          // 42: lehr.v1.FetchVersionRequest
-	(*FetchVersionResponse)(nil),         // 43: lehr.v1.FetchVersionResponse
-	(*FetchDeltaRequest)(nil),            // 44: lehr.v1.FetchDeltaRequest
-	(*FetchDeltaResponse)(nil),           // 45: lehr.v1.FetchDeltaResponse
-	(*VersionCount)(nil),                 // 46: lehr.v1.VersionCount
-	(*ReportZoneStatusRequest)(nil),      // 47: lehr.v1.ReportZoneStatusRequest
-	(*CohortSample)(nil),                 // 48: lehr.v1.CohortSample
-	(*NamespaceHealth)(nil),              // 49: lehr.v1.NamespaceHealth
-	(*HostReport)(nil),                   // 50: lehr.v1.HostReport
-	(*ReportZoneStatusResponse)(nil),     // 51: lehr.v1.ReportZoneStatusResponse
-	(*GetZoneStatusRequest)(nil),         // 52: lehr.v1.GetZoneStatusRequest
-	(*DistributorStatus)(nil),            // 53: lehr.v1.DistributorStatus
-	(*GetZoneStatusResponse)(nil),        // 54: lehr.v1.GetZoneStatusResponse
-	(*Rollout)(nil),                      // 55: lehr.v1.Rollout
-	(*RolloutEvent)(nil),                 // 56: lehr.v1.RolloutEvent
-	(*RolloutPolicy)(nil),                // 57: lehr.v1.RolloutPolicy
-	(*RolloutPolicyRecord)(nil),          // 58: lehr.v1.RolloutPolicyRecord
-	(RolloutPolicySource)(0),             // 59: lehr.v1.RolloutPolicySource
-	(*Domain)(nil),                       // 60: lehr.v1.Domain
-	(*Namespace)(nil),                    // 61: lehr.v1.Namespace
-	(NamespaceKind)(0),                   // 62: lehr.v1.NamespaceKind
-	(*Property)(nil),                     // 63: lehr.v1.Property
-	(*VersionInfo)(nil),                  // 64: lehr.v1.VersionInfo
-	(*Zone)(nil),                         // 65: lehr.v1.Zone
-	(*GoalState)(nil),                    // 66: lehr.v1.GoalState
-	(*NamespaceReport)(nil),              // 67: lehr.v1.NamespaceReport
+	(*UpdateRolloutRequest)(nil),         // 2: lehr.v1.UpdateRolloutRequest
+	(*GetRolloutRequest)(nil),            // 3: lehr.v1.GetRolloutRequest
+	(*ListRolloutsRequest)(nil),          // 4: lehr.v1.ListRolloutsRequest
+	(*ListRolloutsResponse)(nil),         // 5: lehr.v1.ListRolloutsResponse
+	(*ListRolloutEventsRequest)(nil),     // 6: lehr.v1.ListRolloutEventsRequest
+	(*ListRolloutEventsResponse)(nil),    // 7: lehr.v1.ListRolloutEventsResponse
+	(*SetRolloutPolicyRequest)(nil),      // 8: lehr.v1.SetRolloutPolicyRequest
+	(*DeleteRolloutPolicyRequest)(nil),   // 9: lehr.v1.DeleteRolloutPolicyRequest
+	(*GetRolloutPolicyRequest)(nil),      // 10: lehr.v1.GetRolloutPolicyRequest
+	(*GetRolloutPolicyResponse)(nil),     // 11: lehr.v1.GetRolloutPolicyResponse
+	(*RolloutPolicyHistoryRequest)(nil),  // 12: lehr.v1.RolloutPolicyHistoryRequest
+	(*RolloutPolicyHistoryResponse)(nil), // 13: lehr.v1.RolloutPolicyHistoryResponse
+	(*CreateDomainRequest)(nil),          // 14: lehr.v1.CreateDomainRequest
+	(*GetDomainRequest)(nil),             // 15: lehr.v1.GetDomainRequest
+	(*ListDomainsRequest)(nil),           // 16: lehr.v1.ListDomainsRequest
+	(*ListDomainsResponse)(nil),          // 17: lehr.v1.ListDomainsResponse
+	(*CreateNamespaceRequest)(nil),       // 18: lehr.v1.CreateNamespaceRequest
+	(*GetNamespaceRequest)(nil),          // 19: lehr.v1.GetNamespaceRequest
+	(*ListNamespacesRequest)(nil),        // 20: lehr.v1.ListNamespacesRequest
+	(*ListNamespacesResponse)(nil),       // 21: lehr.v1.ListNamespacesResponse
+	(*PublishRequest)(nil),               // 22: lehr.v1.PublishRequest
+	(*PublishResponse)(nil),              // 23: lehr.v1.PublishResponse
+	(*PatchRequest)(nil),                 // 24: lehr.v1.PatchRequest
+	(*PatchResponse)(nil),                // 25: lehr.v1.PatchResponse
+	(*GetRequest)(nil),                   // 26: lehr.v1.GetRequest
+	(*GetResponse)(nil),                  // 27: lehr.v1.GetResponse
+	(*HistoryRequest)(nil),               // 28: lehr.v1.HistoryRequest
+	(*HistoryResponse)(nil),              // 29: lehr.v1.HistoryResponse
+	(*DiffRequest)(nil),                  // 30: lehr.v1.DiffRequest
+	(*PropertyChange)(nil),               // 31: lehr.v1.PropertyChange
+	(*DiffResponse)(nil),                 // 32: lehr.v1.DiffResponse
+	(*RollbackRequest)(nil),              // 33: lehr.v1.RollbackRequest
+	(*RollbackResponse)(nil),             // 34: lehr.v1.RollbackResponse
+	(*CreateZoneRequest)(nil),            // 35: lehr.v1.CreateZoneRequest
+	(*ListZonesRequest)(nil),             // 36: lehr.v1.ListZonesRequest
+	(*ListZonesResponse)(nil),            // 37: lehr.v1.ListZonesResponse
+	(*GetGoalsRequest)(nil),              // 38: lehr.v1.GetGoalsRequest
+	(*GetGoalsResponse)(nil),             // 39: lehr.v1.GetGoalsResponse
+	(*WatchGoalsRequest)(nil),            // 40: lehr.v1.WatchGoalsRequest
+	(*GoalEvent)(nil),                    // 41: lehr.v1.GoalEvent
+	(*WatchGoalsResponse)(nil),           // 42: lehr.v1.WatchGoalsResponse
+	(*FetchVersionRequest)(nil),          // 43: lehr.v1.FetchVersionRequest
+	(*FetchVersionResponse)(nil),         // 44: lehr.v1.FetchVersionResponse
+	(*FetchDeltaRequest)(nil),            // 45: lehr.v1.FetchDeltaRequest
+	(*FetchDeltaResponse)(nil),           // 46: lehr.v1.FetchDeltaResponse
+	(*VersionCount)(nil),                 // 47: lehr.v1.VersionCount
+	(*ReportZoneStatusRequest)(nil),      // 48: lehr.v1.ReportZoneStatusRequest
+	(*CohortSample)(nil),                 // 49: lehr.v1.CohortSample
+	(*NamespaceHealth)(nil),              // 50: lehr.v1.NamespaceHealth
+	(*HostReport)(nil),                   // 51: lehr.v1.HostReport
+	(*ReportZoneStatusResponse)(nil),     // 52: lehr.v1.ReportZoneStatusResponse
+	(*GetZoneStatusRequest)(nil),         // 53: lehr.v1.GetZoneStatusRequest
+	(*DistributorStatus)(nil),            // 54: lehr.v1.DistributorStatus
+	(*GetZoneStatusResponse)(nil),        // 55: lehr.v1.GetZoneStatusResponse
+	(RolloutAction)(0),                   // 56: lehr.v1.RolloutAction
+	(*Rollout)(nil),                      // 57: lehr.v1.Rollout
+	(*RolloutEvent)(nil),                 // 58: lehr.v1.RolloutEvent
+	(*RolloutPolicy)(nil),                // 59: lehr.v1.RolloutPolicy
+	(*RolloutPolicyRecord)(nil),          // 60: lehr.v1.RolloutPolicyRecord
+	(RolloutPolicySource)(0),             // 61: lehr.v1.RolloutPolicySource
+	(*Domain)(nil),                       // 62: lehr.v1.Domain
+	(*Namespace)(nil),                    // 63: lehr.v1.Namespace
+	(NamespaceKind)(0),                   // 64: lehr.v1.NamespaceKind
+	(*Property)(nil),                     // 65: lehr.v1.Property
+	(*VersionInfo)(nil),                  // 66: lehr.v1.VersionInfo
+	(*Zone)(nil),                         // 67: lehr.v1.Zone
+	(*GoalState)(nil),                    // 68: lehr.v1.GoalState
+	(*NamespaceReport)(nil),              // 69: lehr.v1.NamespaceReport
 }
 var file_lehr_v1_control_proto_depIdxs = []int32{
-	55, // 0: lehr.v1.ListRolloutsResponse.rollouts:type_name -> lehr.v1.Rollout
-	56, // 1: lehr.v1.ListRolloutEventsResponse.events:type_name -> lehr.v1.RolloutEvent
-	57, // 2: lehr.v1.SetRolloutPolicyRequest.policy:type_name -> lehr.v1.RolloutPolicy
-	58, // 3: lehr.v1.GetRolloutPolicyResponse.stored:type_name -> lehr.v1.RolloutPolicyRecord
-	57, // 4: lehr.v1.GetRolloutPolicyResponse.effective:type_name -> lehr.v1.RolloutPolicy
-	59, // 5: lehr.v1.GetRolloutPolicyResponse.source:type_name -> lehr.v1.RolloutPolicySource
-	58, // 6: lehr.v1.RolloutPolicyHistoryResponse.records:type_name -> lehr.v1.RolloutPolicyRecord
-	60, // 7: lehr.v1.CreateDomainRequest.domain:type_name -> lehr.v1.Domain
-	60, // 8: lehr.v1.ListDomainsResponse.domains:type_name -> lehr.v1.Domain
-	61, // 9: lehr.v1.CreateNamespaceRequest.namespace:type_name -> lehr.v1.Namespace
-	61, // 10: lehr.v1.ListNamespacesResponse.namespaces:type_name -> lehr.v1.Namespace
-	62, // 11: lehr.v1.PublishRequest.kind:type_name -> lehr.v1.NamespaceKind
-	63, // 12: lehr.v1.PublishRequest.properties:type_name -> lehr.v1.Property
-	64, // 13: lehr.v1.PublishResponse.version:type_name -> lehr.v1.VersionInfo
-	63, // 14: lehr.v1.PatchRequest.set:type_name -> lehr.v1.Property
-	64, // 15: lehr.v1.PatchResponse.version:type_name -> lehr.v1.VersionInfo
-	64, // 16: lehr.v1.GetResponse.version:type_name -> lehr.v1.VersionInfo
-	63, // 17: lehr.v1.GetResponse.properties:type_name -> lehr.v1.Property
-	62, // 18: lehr.v1.GetResponse.kind:type_name -> lehr.v1.NamespaceKind
-	64, // 19: lehr.v1.HistoryResponse.versions:type_name -> lehr.v1.VersionInfo
-	0,  // 20: lehr.v1.PropertyChange.kind:type_name -> lehr.v1.PropertyChange.Kind
-	63, // 21: lehr.v1.PropertyChange.old:type_name -> lehr.v1.Property
-	63, // 22: lehr.v1.PropertyChange.new:type_name -> lehr.v1.Property
-	64, // 23: lehr.v1.DiffResponse.from:type_name -> lehr.v1.VersionInfo
-	64, // 24: lehr.v1.DiffResponse.to:type_name -> lehr.v1.VersionInfo
-	30, // 25: lehr.v1.DiffResponse.changes:type_name -> lehr.v1.PropertyChange
-	64, // 26: lehr.v1.RollbackResponse.version:type_name -> lehr.v1.VersionInfo
-	65, // 27: lehr.v1.ListZonesResponse.zones:type_name -> lehr.v1.Zone
-	66, // 28: lehr.v1.GetGoalsResponse.goals:type_name -> lehr.v1.GoalState
-	1,  // 29: lehr.v1.GoalEvent.type:type_name -> lehr.v1.GoalEvent.Type
-	66, // 30: lehr.v1.GoalEvent.goal:type_name -> lehr.v1.GoalState
-	40, // 31: lehr.v1.WatchGoalsResponse.events:type_name -> lehr.v1.GoalEvent
-	64, // 32: lehr.v1.FetchVersionResponse.version:type_name -> lehr.v1.VersionInfo
-	62, // 33: lehr.v1.FetchVersionResponse.kind:type_name -> lehr.v1.NamespaceKind
-	63, // 34: lehr.v1.FetchVersionResponse.properties:type_name -> lehr.v1.Property
-	64, // 35: lehr.v1.FetchDeltaResponse.from:type_name -> lehr.v1.VersionInfo
-	64, // 36: lehr.v1.FetchDeltaResponse.to:type_name -> lehr.v1.VersionInfo
-	62, // 37: lehr.v1.FetchDeltaResponse.kind:type_name -> lehr.v1.NamespaceKind
-	63, // 38: lehr.v1.FetchDeltaResponse.set:type_name -> lehr.v1.Property
-	46, // 39: lehr.v1.ReportZoneStatusRequest.versions:type_name -> lehr.v1.VersionCount
-	49, // 40: lehr.v1.ReportZoneStatusRequest.health:type_name -> lehr.v1.NamespaceHealth
-	50, // 41: lehr.v1.ReportZoneStatusRequest.hosts:type_name -> lehr.v1.HostReport
-	48, // 42: lehr.v1.ReportZoneStatusRequest.samples:type_name -> lehr.v1.CohortSample
-	67, // 43: lehr.v1.HostReport.report:type_name -> lehr.v1.NamespaceReport
-	46, // 44: lehr.v1.DistributorStatus.versions:type_name -> lehr.v1.VersionCount
-	49, // 45: lehr.v1.DistributorStatus.health:type_name -> lehr.v1.NamespaceHealth
-	50, // 46: lehr.v1.DistributorStatus.hosts:type_name -> lehr.v1.HostReport
-	48, // 47: lehr.v1.DistributorStatus.samples:type_name -> lehr.v1.CohortSample
-	53, // 48: lehr.v1.GetZoneStatusResponse.distributors:type_name -> lehr.v1.DistributorStatus
-	46, // 49: lehr.v1.GetZoneStatusResponse.versions:type_name -> lehr.v1.VersionCount
-	49, // 50: lehr.v1.GetZoneStatusResponse.health:type_name -> lehr.v1.NamespaceHealth
-	50, // 51: lehr.v1.GetZoneStatusResponse.hosts:type_name -> lehr.v1.HostReport
-	13, // 52: lehr.v1.Control.CreateDomain:input_type -> lehr.v1.CreateDomainRequest
-	14, // 53: lehr.v1.Control.GetDomain:input_type -> lehr.v1.GetDomainRequest
-	15, // 54: lehr.v1.Control.ListDomains:input_type -> lehr.v1.ListDomainsRequest
-	17, // 55: lehr.v1.Control.CreateNamespace:input_type -> lehr.v1.CreateNamespaceRequest
-	18, // 56: lehr.v1.Control.GetNamespace:input_type -> lehr.v1.GetNamespaceRequest
-	19, // 57: lehr.v1.Control.ListNamespaces:input_type -> lehr.v1.ListNamespacesRequest
-	21, // 58: lehr.v1.Control.Publish:input_type -> lehr.v1.PublishRequest
-	23, // 59: lehr.v1.Control.Patch:input_type -> lehr.v1.PatchRequest
-	25, // 60: lehr.v1.Control.Get:input_type -> lehr.v1.GetRequest
-	27, // 61: lehr.v1.Control.History:input_type -> lehr.v1.HistoryRequest
-	29, // 62: lehr.v1.Control.Diff:input_type -> lehr.v1.DiffRequest
-	32, // 63: lehr.v1.Control.Rollback:input_type -> lehr.v1.RollbackRequest
-	34, // 64: lehr.v1.Control.CreateZone:input_type -> lehr.v1.CreateZoneRequest
-	35, // 65: lehr.v1.Control.ListZones:input_type -> lehr.v1.ListZonesRequest
-	37, // 66: lehr.v1.Control.GetGoals:input_type -> lehr.v1.GetGoalsRequest
-	39, // 67: lehr.v1.Control.WatchGoals:input_type -> lehr.v1.WatchGoalsRequest
-	42, // 68: lehr.v1.Control.FetchVersion:input_type -> lehr.v1.FetchVersionRequest
-	44, // 69: lehr.v1.Control.FetchDelta:input_type -> lehr.v1.FetchDeltaRequest
-	47, // 70: lehr.v1.Control.ReportZoneStatus:input_type -> lehr.v1.ReportZoneStatusRequest
-	52, // 71: lehr.v1.Control.GetZoneStatus:input_type -> lehr.v1.GetZoneStatusRequest
-	7,  // 72: lehr.v1.Control.SetRolloutPolicy:input_type -> lehr.v1.SetRolloutPolicyRequest
-	8,  // 73: lehr.v1.Control.DeleteRolloutPolicy:input_type -> lehr.v1.DeleteRolloutPolicyRequest
-	9,  // 74: lehr.v1.Control.GetRolloutPolicy:input_type -> lehr.v1.GetRolloutPolicyRequest
-	11, // 75: lehr.v1.Control.RolloutPolicyHistory:input_type -> lehr.v1.RolloutPolicyHistoryRequest
-	2,  // 76: lehr.v1.Control.GetRollout:input_type -> lehr.v1.GetRolloutRequest
-	3,  // 77: lehr.v1.Control.ListRollouts:input_type -> lehr.v1.ListRolloutsRequest
-	5,  // 78: lehr.v1.Control.ListRolloutEvents:input_type -> lehr.v1.ListRolloutEventsRequest
-	60, // 79: lehr.v1.Control.CreateDomain:output_type -> lehr.v1.Domain
-	60, // 80: lehr.v1.Control.GetDomain:output_type -> lehr.v1.Domain
-	16, // 81: lehr.v1.Control.ListDomains:output_type -> lehr.v1.ListDomainsResponse
-	61, // 82: lehr.v1.Control.CreateNamespace:output_type -> lehr.v1.Namespace
-	61, // 83: lehr.v1.Control.GetNamespace:output_type -> lehr.v1.Namespace
-	20, // 84: lehr.v1.Control.ListNamespaces:output_type -> lehr.v1.ListNamespacesResponse
-	22, // 85: lehr.v1.Control.Publish:output_type -> lehr.v1.PublishResponse
-	24, // 86: lehr.v1.Control.Patch:output_type -> lehr.v1.PatchResponse
-	26, // 87: lehr.v1.Control.Get:output_type -> lehr.v1.GetResponse
-	28, // 88: lehr.v1.Control.History:output_type -> lehr.v1.HistoryResponse
-	31, // 89: lehr.v1.Control.Diff:output_type -> lehr.v1.DiffResponse
-	33, // 90: lehr.v1.Control.Rollback:output_type -> lehr.v1.RollbackResponse
-	65, // 91: lehr.v1.Control.CreateZone:output_type -> lehr.v1.Zone
-	36, // 92: lehr.v1.Control.ListZones:output_type -> lehr.v1.ListZonesResponse
-	38, // 93: lehr.v1.Control.GetGoals:output_type -> lehr.v1.GetGoalsResponse
-	41, // 94: lehr.v1.Control.WatchGoals:output_type -> lehr.v1.WatchGoalsResponse
-	43, // 95: lehr.v1.Control.FetchVersion:output_type -> lehr.v1.FetchVersionResponse
-	45, // 96: lehr.v1.Control.FetchDelta:output_type -> lehr.v1.FetchDeltaResponse
-	51, // 97: lehr.v1.Control.ReportZoneStatus:output_type -> lehr.v1.ReportZoneStatusResponse
-	54, // 98: lehr.v1.Control.GetZoneStatus:output_type -> lehr.v1.GetZoneStatusResponse
-	58, // 99: lehr.v1.Control.SetRolloutPolicy:output_type -> lehr.v1.RolloutPolicyRecord
-	58, // 100: lehr.v1.Control.DeleteRolloutPolicy:output_type -> lehr.v1.RolloutPolicyRecord
-	10, // 101: lehr.v1.Control.GetRolloutPolicy:output_type -> lehr.v1.GetRolloutPolicyResponse
-	12, // 102: lehr.v1.Control.RolloutPolicyHistory:output_type -> lehr.v1.RolloutPolicyHistoryResponse
-	55, // 103: lehr.v1.Control.GetRollout:output_type -> lehr.v1.Rollout
-	4,  // 104: lehr.v1.Control.ListRollouts:output_type -> lehr.v1.ListRolloutsResponse
-	6,  // 105: lehr.v1.Control.ListRolloutEvents:output_type -> lehr.v1.ListRolloutEventsResponse
-	79, // [79:106] is the sub-list for method output_type
-	52, // [52:79] is the sub-list for method input_type
-	52, // [52:52] is the sub-list for extension type_name
-	52, // [52:52] is the sub-list for extension extendee
-	0,  // [0:52] is the sub-list for field type_name
+	56, // 0: lehr.v1.UpdateRolloutRequest.action:type_name -> lehr.v1.RolloutAction
+	57, // 1: lehr.v1.ListRolloutsResponse.rollouts:type_name -> lehr.v1.Rollout
+	58, // 2: lehr.v1.ListRolloutEventsResponse.events:type_name -> lehr.v1.RolloutEvent
+	59, // 3: lehr.v1.SetRolloutPolicyRequest.policy:type_name -> lehr.v1.RolloutPolicy
+	60, // 4: lehr.v1.GetRolloutPolicyResponse.stored:type_name -> lehr.v1.RolloutPolicyRecord
+	59, // 5: lehr.v1.GetRolloutPolicyResponse.effective:type_name -> lehr.v1.RolloutPolicy
+	61, // 6: lehr.v1.GetRolloutPolicyResponse.source:type_name -> lehr.v1.RolloutPolicySource
+	60, // 7: lehr.v1.RolloutPolicyHistoryResponse.records:type_name -> lehr.v1.RolloutPolicyRecord
+	62, // 8: lehr.v1.CreateDomainRequest.domain:type_name -> lehr.v1.Domain
+	62, // 9: lehr.v1.ListDomainsResponse.domains:type_name -> lehr.v1.Domain
+	63, // 10: lehr.v1.CreateNamespaceRequest.namespace:type_name -> lehr.v1.Namespace
+	63, // 11: lehr.v1.ListNamespacesResponse.namespaces:type_name -> lehr.v1.Namespace
+	64, // 12: lehr.v1.PublishRequest.kind:type_name -> lehr.v1.NamespaceKind
+	65, // 13: lehr.v1.PublishRequest.properties:type_name -> lehr.v1.Property
+	66, // 14: lehr.v1.PublishResponse.version:type_name -> lehr.v1.VersionInfo
+	65, // 15: lehr.v1.PatchRequest.set:type_name -> lehr.v1.Property
+	66, // 16: lehr.v1.PatchResponse.version:type_name -> lehr.v1.VersionInfo
+	66, // 17: lehr.v1.GetResponse.version:type_name -> lehr.v1.VersionInfo
+	65, // 18: lehr.v1.GetResponse.properties:type_name -> lehr.v1.Property
+	64, // 19: lehr.v1.GetResponse.kind:type_name -> lehr.v1.NamespaceKind
+	66, // 20: lehr.v1.HistoryResponse.versions:type_name -> lehr.v1.VersionInfo
+	0,  // 21: lehr.v1.PropertyChange.kind:type_name -> lehr.v1.PropertyChange.Kind
+	65, // 22: lehr.v1.PropertyChange.old:type_name -> lehr.v1.Property
+	65, // 23: lehr.v1.PropertyChange.new:type_name -> lehr.v1.Property
+	66, // 24: lehr.v1.DiffResponse.from:type_name -> lehr.v1.VersionInfo
+	66, // 25: lehr.v1.DiffResponse.to:type_name -> lehr.v1.VersionInfo
+	31, // 26: lehr.v1.DiffResponse.changes:type_name -> lehr.v1.PropertyChange
+	66, // 27: lehr.v1.RollbackResponse.version:type_name -> lehr.v1.VersionInfo
+	67, // 28: lehr.v1.ListZonesResponse.zones:type_name -> lehr.v1.Zone
+	68, // 29: lehr.v1.GetGoalsResponse.goals:type_name -> lehr.v1.GoalState
+	1,  // 30: lehr.v1.GoalEvent.type:type_name -> lehr.v1.GoalEvent.Type
+	68, // 31: lehr.v1.GoalEvent.goal:type_name -> lehr.v1.GoalState
+	41, // 32: lehr.v1.WatchGoalsResponse.events:type_name -> lehr.v1.GoalEvent
+	66, // 33: lehr.v1.FetchVersionResponse.version:type_name -> lehr.v1.VersionInfo
+	64, // 34: lehr.v1.FetchVersionResponse.kind:type_name -> lehr.v1.NamespaceKind
+	65, // 35: lehr.v1.FetchVersionResponse.properties:type_name -> lehr.v1.Property
+	66, // 36: lehr.v1.FetchDeltaResponse.from:type_name -> lehr.v1.VersionInfo
+	66, // 37: lehr.v1.FetchDeltaResponse.to:type_name -> lehr.v1.VersionInfo
+	64, // 38: lehr.v1.FetchDeltaResponse.kind:type_name -> lehr.v1.NamespaceKind
+	65, // 39: lehr.v1.FetchDeltaResponse.set:type_name -> lehr.v1.Property
+	47, // 40: lehr.v1.ReportZoneStatusRequest.versions:type_name -> lehr.v1.VersionCount
+	50, // 41: lehr.v1.ReportZoneStatusRequest.health:type_name -> lehr.v1.NamespaceHealth
+	51, // 42: lehr.v1.ReportZoneStatusRequest.hosts:type_name -> lehr.v1.HostReport
+	49, // 43: lehr.v1.ReportZoneStatusRequest.samples:type_name -> lehr.v1.CohortSample
+	69, // 44: lehr.v1.HostReport.report:type_name -> lehr.v1.NamespaceReport
+	47, // 45: lehr.v1.DistributorStatus.versions:type_name -> lehr.v1.VersionCount
+	50, // 46: lehr.v1.DistributorStatus.health:type_name -> lehr.v1.NamespaceHealth
+	51, // 47: lehr.v1.DistributorStatus.hosts:type_name -> lehr.v1.HostReport
+	49, // 48: lehr.v1.DistributorStatus.samples:type_name -> lehr.v1.CohortSample
+	54, // 49: lehr.v1.GetZoneStatusResponse.distributors:type_name -> lehr.v1.DistributorStatus
+	47, // 50: lehr.v1.GetZoneStatusResponse.versions:type_name -> lehr.v1.VersionCount
+	50, // 51: lehr.v1.GetZoneStatusResponse.health:type_name -> lehr.v1.NamespaceHealth
+	51, // 52: lehr.v1.GetZoneStatusResponse.hosts:type_name -> lehr.v1.HostReport
+	14, // 53: lehr.v1.Control.CreateDomain:input_type -> lehr.v1.CreateDomainRequest
+	15, // 54: lehr.v1.Control.GetDomain:input_type -> lehr.v1.GetDomainRequest
+	16, // 55: lehr.v1.Control.ListDomains:input_type -> lehr.v1.ListDomainsRequest
+	18, // 56: lehr.v1.Control.CreateNamespace:input_type -> lehr.v1.CreateNamespaceRequest
+	19, // 57: lehr.v1.Control.GetNamespace:input_type -> lehr.v1.GetNamespaceRequest
+	20, // 58: lehr.v1.Control.ListNamespaces:input_type -> lehr.v1.ListNamespacesRequest
+	22, // 59: lehr.v1.Control.Publish:input_type -> lehr.v1.PublishRequest
+	24, // 60: lehr.v1.Control.Patch:input_type -> lehr.v1.PatchRequest
+	26, // 61: lehr.v1.Control.Get:input_type -> lehr.v1.GetRequest
+	28, // 62: lehr.v1.Control.History:input_type -> lehr.v1.HistoryRequest
+	30, // 63: lehr.v1.Control.Diff:input_type -> lehr.v1.DiffRequest
+	33, // 64: lehr.v1.Control.Rollback:input_type -> lehr.v1.RollbackRequest
+	35, // 65: lehr.v1.Control.CreateZone:input_type -> lehr.v1.CreateZoneRequest
+	36, // 66: lehr.v1.Control.ListZones:input_type -> lehr.v1.ListZonesRequest
+	38, // 67: lehr.v1.Control.GetGoals:input_type -> lehr.v1.GetGoalsRequest
+	40, // 68: lehr.v1.Control.WatchGoals:input_type -> lehr.v1.WatchGoalsRequest
+	43, // 69: lehr.v1.Control.FetchVersion:input_type -> lehr.v1.FetchVersionRequest
+	45, // 70: lehr.v1.Control.FetchDelta:input_type -> lehr.v1.FetchDeltaRequest
+	48, // 71: lehr.v1.Control.ReportZoneStatus:input_type -> lehr.v1.ReportZoneStatusRequest
+	53, // 72: lehr.v1.Control.GetZoneStatus:input_type -> lehr.v1.GetZoneStatusRequest
+	8,  // 73: lehr.v1.Control.SetRolloutPolicy:input_type -> lehr.v1.SetRolloutPolicyRequest
+	9,  // 74: lehr.v1.Control.DeleteRolloutPolicy:input_type -> lehr.v1.DeleteRolloutPolicyRequest
+	10, // 75: lehr.v1.Control.GetRolloutPolicy:input_type -> lehr.v1.GetRolloutPolicyRequest
+	12, // 76: lehr.v1.Control.RolloutPolicyHistory:input_type -> lehr.v1.RolloutPolicyHistoryRequest
+	3,  // 77: lehr.v1.Control.GetRollout:input_type -> lehr.v1.GetRolloutRequest
+	4,  // 78: lehr.v1.Control.ListRollouts:input_type -> lehr.v1.ListRolloutsRequest
+	6,  // 79: lehr.v1.Control.ListRolloutEvents:input_type -> lehr.v1.ListRolloutEventsRequest
+	2,  // 80: lehr.v1.Control.UpdateRollout:input_type -> lehr.v1.UpdateRolloutRequest
+	62, // 81: lehr.v1.Control.CreateDomain:output_type -> lehr.v1.Domain
+	62, // 82: lehr.v1.Control.GetDomain:output_type -> lehr.v1.Domain
+	17, // 83: lehr.v1.Control.ListDomains:output_type -> lehr.v1.ListDomainsResponse
+	63, // 84: lehr.v1.Control.CreateNamespace:output_type -> lehr.v1.Namespace
+	63, // 85: lehr.v1.Control.GetNamespace:output_type -> lehr.v1.Namespace
+	21, // 86: lehr.v1.Control.ListNamespaces:output_type -> lehr.v1.ListNamespacesResponse
+	23, // 87: lehr.v1.Control.Publish:output_type -> lehr.v1.PublishResponse
+	25, // 88: lehr.v1.Control.Patch:output_type -> lehr.v1.PatchResponse
+	27, // 89: lehr.v1.Control.Get:output_type -> lehr.v1.GetResponse
+	29, // 90: lehr.v1.Control.History:output_type -> lehr.v1.HistoryResponse
+	32, // 91: lehr.v1.Control.Diff:output_type -> lehr.v1.DiffResponse
+	34, // 92: lehr.v1.Control.Rollback:output_type -> lehr.v1.RollbackResponse
+	67, // 93: lehr.v1.Control.CreateZone:output_type -> lehr.v1.Zone
+	37, // 94: lehr.v1.Control.ListZones:output_type -> lehr.v1.ListZonesResponse
+	39, // 95: lehr.v1.Control.GetGoals:output_type -> lehr.v1.GetGoalsResponse
+	42, // 96: lehr.v1.Control.WatchGoals:output_type -> lehr.v1.WatchGoalsResponse
+	44, // 97: lehr.v1.Control.FetchVersion:output_type -> lehr.v1.FetchVersionResponse
+	46, // 98: lehr.v1.Control.FetchDelta:output_type -> lehr.v1.FetchDeltaResponse
+	52, // 99: lehr.v1.Control.ReportZoneStatus:output_type -> lehr.v1.ReportZoneStatusResponse
+	55, // 100: lehr.v1.Control.GetZoneStatus:output_type -> lehr.v1.GetZoneStatusResponse
+	60, // 101: lehr.v1.Control.SetRolloutPolicy:output_type -> lehr.v1.RolloutPolicyRecord
+	60, // 102: lehr.v1.Control.DeleteRolloutPolicy:output_type -> lehr.v1.RolloutPolicyRecord
+	11, // 103: lehr.v1.Control.GetRolloutPolicy:output_type -> lehr.v1.GetRolloutPolicyResponse
+	13, // 104: lehr.v1.Control.RolloutPolicyHistory:output_type -> lehr.v1.RolloutPolicyHistoryResponse
+	57, // 105: lehr.v1.Control.GetRollout:output_type -> lehr.v1.Rollout
+	5,  // 106: lehr.v1.Control.ListRollouts:output_type -> lehr.v1.ListRolloutsResponse
+	7,  // 107: lehr.v1.Control.ListRolloutEvents:output_type -> lehr.v1.ListRolloutEventsResponse
+	57, // 108: lehr.v1.Control.UpdateRollout:output_type -> lehr.v1.Rollout
+	81, // [81:109] is the sub-list for method output_type
+	53, // [53:81] is the sub-list for method input_type
+	53, // [53:53] is the sub-list for extension type_name
+	53, // [53:53] is the sub-list for extension extendee
+	0,  // [0:53] is the sub-list for field type_name
 }
 
 func init() { file_lehr_v1_control_proto_init() }
@@ -3782,7 +3871,7 @@ func file_lehr_v1_control_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lehr_v1_control_proto_rawDesc), len(file_lehr_v1_control_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   53,
+			NumMessages:   54,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -55,6 +55,7 @@ const (
 	Control_GetRollout_FullMethodName           = "/lehr.v1.Control/GetRollout"
 	Control_ListRollouts_FullMethodName         = "/lehr.v1.Control/ListRollouts"
 	Control_ListRolloutEvents_FullMethodName    = "/lehr.v1.Control/ListRolloutEvents"
+	Control_UpdateRollout_FullMethodName        = "/lehr.v1.Control/UpdateRollout"
 )
 
 // ControlClient is the client API for Control service.
@@ -122,6 +123,11 @@ type ControlClient interface {
 	ListRollouts(ctx context.Context, in *ListRolloutsRequest, opts ...grpc.CallOption) (*ListRolloutsResponse, error)
 	// ListRolloutEvents returns a rollout's event log, in order.
 	ListRolloutEvents(ctx context.Context, in *ListRolloutEventsRequest, opts ...grpc.CallOption) (*ListRolloutEventsResponse, error)
+	// UpdateRollout asks the strategist to pause, resume, abort or promote
+	// a running or paused rollout; it acts within a round (a second) and
+	// records the author and message in the rollout's events. The response
+	// is the rollout as it stands when the request is queued.
+	UpdateRollout(ctx context.Context, in *UpdateRolloutRequest, opts ...grpc.CallOption) (*Rollout, error)
 }
 
 type controlClient struct {
@@ -411,6 +417,16 @@ func (c *controlClient) ListRolloutEvents(ctx context.Context, in *ListRolloutEv
 	return out, nil
 }
 
+func (c *controlClient) UpdateRollout(ctx context.Context, in *UpdateRolloutRequest, opts ...grpc.CallOption) (*Rollout, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(Rollout)
+	err := c.cc.Invoke(ctx, Control_UpdateRollout_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ControlServer is the server API for Control service.
 // All implementations must embed UnimplementedControlServer
 // for forward compatibility.
@@ -476,6 +492,11 @@ type ControlServer interface {
 	ListRollouts(context.Context, *ListRolloutsRequest) (*ListRolloutsResponse, error)
 	// ListRolloutEvents returns a rollout's event log, in order.
 	ListRolloutEvents(context.Context, *ListRolloutEventsRequest) (*ListRolloutEventsResponse, error)
+	// UpdateRollout asks the strategist to pause, resume, abort or promote
+	// a running or paused rollout; it acts within a round (a second) and
+	// records the author and message in the rollout's events. The response
+	// is the rollout as it stands when the request is queued.
+	UpdateRollout(context.Context, *UpdateRolloutRequest) (*Rollout, error)
 	mustEmbedUnimplementedControlServer()
 }
 
@@ -566,6 +587,9 @@ func (UnimplementedControlServer) ListRollouts(context.Context, *ListRolloutsReq
 }
 func (UnimplementedControlServer) ListRolloutEvents(context.Context, *ListRolloutEventsRequest) (*ListRolloutEventsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListRolloutEvents not implemented")
+}
+func (UnimplementedControlServer) UpdateRollout(context.Context, *UpdateRolloutRequest) (*Rollout, error) {
+	return nil, status.Error(codes.Unimplemented, "method UpdateRollout not implemented")
 }
 func (UnimplementedControlServer) mustEmbedUnimplementedControlServer() {}
 func (UnimplementedControlServer) testEmbeddedByValue()                 {}
@@ -1067,6 +1091,24 @@ func _Control_ListRolloutEvents_Handler(srv interface{}, ctx context.Context, de
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Control_UpdateRollout_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(UpdateRolloutRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ControlServer).UpdateRollout(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Control_UpdateRollout_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ControlServer).UpdateRollout(ctx, req.(*UpdateRolloutRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Control_ServiceDesc is the grpc.ServiceDesc for Control service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -1177,6 +1219,10 @@ var Control_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListRolloutEvents",
 			Handler:    _Control_ListRolloutEvents_Handler,
+		},
+		{
+			MethodName: "UpdateRollout",
+			Handler:    _Control_UpdateRollout_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -150,6 +150,67 @@ func (RolloutState) EnumDescriptor() ([]byte, []int) {
 	return file_lehr_v1_rollout_proto_rawDescGZIP(), []int{1}
 }
 
+// RolloutAction is what an operator asks of a rollout.
+type RolloutAction int32
+
+const (
+	RolloutAction_ROLLOUT_ACTION_UNSPECIFIED RolloutAction = 0
+	// Hold the rollout: checks still run and fail it on evidence, but no
+	// stage is entered.
+	RolloutAction_ROLLOUT_ACTION_PAUSE RolloutAction = 1
+	// Let it go on; a bake interrupted by the pause starts over.
+	RolloutAction_ROLLOUT_ACTION_RESUME RolloutAction = 2
+	// End it and roll every host back, as for a failure.
+	RolloutAction_ROLLOUT_ACTION_ABORT RolloutAction = 3
+	// Skip the rest of the current stage's bake once its hosts applied.
+	RolloutAction_ROLLOUT_ACTION_PROMOTE RolloutAction = 4
+)
+
+// Enum value maps for RolloutAction.
+var (
+	RolloutAction_name = map[int32]string{
+		0: "ROLLOUT_ACTION_UNSPECIFIED",
+		1: "ROLLOUT_ACTION_PAUSE",
+		2: "ROLLOUT_ACTION_RESUME",
+		3: "ROLLOUT_ACTION_ABORT",
+		4: "ROLLOUT_ACTION_PROMOTE",
+	}
+	RolloutAction_value = map[string]int32{
+		"ROLLOUT_ACTION_UNSPECIFIED": 0,
+		"ROLLOUT_ACTION_PAUSE":       1,
+		"ROLLOUT_ACTION_RESUME":      2,
+		"ROLLOUT_ACTION_ABORT":       3,
+		"ROLLOUT_ACTION_PROMOTE":     4,
+	}
+)
+
+func (x RolloutAction) Enum() *RolloutAction {
+	p := new(RolloutAction)
+	*p = x
+	return p
+}
+
+func (x RolloutAction) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (RolloutAction) Descriptor() protoreflect.EnumDescriptor {
+	return file_lehr_v1_rollout_proto_enumTypes[2].Descriptor()
+}
+
+func (RolloutAction) Type() protoreflect.EnumType {
+	return &file_lehr_v1_rollout_proto_enumTypes[2]
+}
+
+func (x RolloutAction) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use RolloutAction.Descriptor instead.
+func (RolloutAction) EnumDescriptor() ([]byte, []int) {
+	return file_lehr_v1_rollout_proto_rawDescGZIP(), []int{2}
+}
+
 // RolloutPolicy is an ordered list of stages. A new version moves to the
 // next stage only when the current one has baked and its checks hold.
 // Zones no stage reaches are reached after the last stage, all at once, so
@@ -805,6 +866,83 @@ func (x *Rollout) GetEventCount() uint64 {
 	return 0
 }
 
+// RolloutCommand is an operator's request, waiting for the strategist.
+type RolloutCommand struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	RolloutId     string                 `protobuf:"bytes,1,opt,name=rollout_id,json=rolloutId,proto3" json:"rollout_id,omitempty"`
+	Action        RolloutAction          `protobuf:"varint,2,opt,name=action,proto3,enum=lehr.v1.RolloutAction" json:"action,omitempty"`
+	Author        string                 `protobuf:"bytes,3,opt,name=author,proto3" json:"author,omitempty"`
+	Message       string                 `protobuf:"bytes,4,opt,name=message,proto3" json:"message,omitempty"`
+	Time          *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=time,proto3" json:"time,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RolloutCommand) Reset() {
+	*x = RolloutCommand{}
+	mi := &file_lehr_v1_rollout_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RolloutCommand) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RolloutCommand) ProtoMessage() {}
+
+func (x *RolloutCommand) ProtoReflect() protoreflect.Message {
+	mi := &file_lehr_v1_rollout_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RolloutCommand.ProtoReflect.Descriptor instead.
+func (*RolloutCommand) Descriptor() ([]byte, []int) {
+	return file_lehr_v1_rollout_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *RolloutCommand) GetRolloutId() string {
+	if x != nil {
+		return x.RolloutId
+	}
+	return ""
+}
+
+func (x *RolloutCommand) GetAction() RolloutAction {
+	if x != nil {
+		return x.Action
+	}
+	return RolloutAction_ROLLOUT_ACTION_UNSPECIFIED
+}
+
+func (x *RolloutCommand) GetAuthor() string {
+	if x != nil {
+		return x.Author
+	}
+	return ""
+}
+
+func (x *RolloutCommand) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *RolloutCommand) GetTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Time
+	}
+	return nil
+}
+
 // ZoneHosts names hosts of a zone.
 type ZoneHosts struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -816,7 +954,7 @@ type ZoneHosts struct {
 
 func (x *ZoneHosts) Reset() {
 	*x = ZoneHosts{}
-	mi := &file_lehr_v1_rollout_proto_msgTypes[6]
+	mi := &file_lehr_v1_rollout_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -828,7 +966,7 @@ func (x *ZoneHosts) String() string {
 func (*ZoneHosts) ProtoMessage() {}
 
 func (x *ZoneHosts) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_rollout_proto_msgTypes[6]
+	mi := &file_lehr_v1_rollout_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -841,7 +979,7 @@ func (x *ZoneHosts) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ZoneHosts.ProtoReflect.Descriptor instead.
 func (*ZoneHosts) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_rollout_proto_rawDescGZIP(), []int{6}
+	return file_lehr_v1_rollout_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ZoneHosts) GetZone() string {
@@ -880,7 +1018,7 @@ type RolloutEvent struct {
 
 func (x *RolloutEvent) Reset() {
 	*x = RolloutEvent{}
-	mi := &file_lehr_v1_rollout_proto_msgTypes[7]
+	mi := &file_lehr_v1_rollout_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -892,7 +1030,7 @@ func (x *RolloutEvent) String() string {
 func (*RolloutEvent) ProtoMessage() {}
 
 func (x *RolloutEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_rollout_proto_msgTypes[7]
+	mi := &file_lehr_v1_rollout_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -905,7 +1043,7 @@ func (x *RolloutEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RolloutEvent.ProtoReflect.Descriptor instead.
 func (*RolloutEvent) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_rollout_proto_rawDescGZIP(), []int{7}
+	return file_lehr_v1_rollout_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *RolloutEvent) GetRolloutId() string {
@@ -1019,7 +1157,14 @@ const file_lehr_v1_rollout_proto_rawDesc = "" +
 	"updateTime\x12\x18\n" +
 	"\apromote\x18\x14 \x01(\bR\apromote\x12\x1f\n" +
 	"\vevent_count\x18\x15 \x01(\x04R\n" +
-	"eventCount\"5\n" +
+	"eventCount\"\xc1\x01\n" +
+	"\x0eRolloutCommand\x12\x1d\n" +
+	"\n" +
+	"rollout_id\x18\x01 \x01(\tR\trolloutId\x12.\n" +
+	"\x06action\x18\x02 \x01(\x0e2\x16.lehr.v1.RolloutActionR\x06action\x12\x16\n" +
+	"\x06author\x18\x03 \x01(\tR\x06author\x12\x18\n" +
+	"\amessage\x18\x04 \x01(\tR\amessage\x12.\n" +
+	"\x04time\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\"5\n" +
 	"\tZoneHosts\x12\x12\n" +
 	"\x04zone\x18\x01 \x01(\tR\x04zone\x12\x14\n" +
 	"\x05hosts\x18\x02 \x03(\tR\x05hosts\"\xcb\x01\n" +
@@ -1044,7 +1189,13 @@ const file_lehr_v1_rollout_proto_rawDesc = "" +
 	"\x17ROLLOUT_STATE_SUCCEEDED\x10\x03\x12\x18\n" +
 	"\x14ROLLOUT_STATE_FAILED\x10\x04\x12\x1c\n" +
 	"\x18ROLLOUT_STATE_SUPERSEDED\x10\x05\x12\x19\n" +
-	"\x15ROLLOUT_STATE_ABORTED\x10\x06B\x1cZ\x1alehr.dev/lehr/proto/lehrpbb\x06proto3"
+	"\x15ROLLOUT_STATE_ABORTED\x10\x06*\x9a\x01\n" +
+	"\rRolloutAction\x12\x1e\n" +
+	"\x1aROLLOUT_ACTION_UNSPECIFIED\x10\x00\x12\x18\n" +
+	"\x14ROLLOUT_ACTION_PAUSE\x10\x01\x12\x19\n" +
+	"\x15ROLLOUT_ACTION_RESUME\x10\x02\x12\x18\n" +
+	"\x14ROLLOUT_ACTION_ABORT\x10\x03\x12\x1a\n" +
+	"\x16ROLLOUT_ACTION_PROMOTE\x10\x04B\x1cZ\x1alehr.dev/lehr/proto/lehrpbb\x06proto3"
 
 var (
 	file_lehr_v1_rollout_proto_rawDescOnce sync.Once
@@ -1058,44 +1209,48 @@ func file_lehr_v1_rollout_proto_rawDescGZIP() []byte {
 	return file_lehr_v1_rollout_proto_rawDescData
 }
 
-var file_lehr_v1_rollout_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_lehr_v1_rollout_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
+var file_lehr_v1_rollout_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
+var file_lehr_v1_rollout_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
 var file_lehr_v1_rollout_proto_goTypes = []any{
 	(RolloutPolicySource)(0),      // 0: lehr.v1.RolloutPolicySource
 	(RolloutState)(0),             // 1: lehr.v1.RolloutState
-	(*RolloutPolicy)(nil),         // 2: lehr.v1.RolloutPolicy
-	(*RolloutStage)(nil),          // 3: lehr.v1.RolloutStage
-	(*CanaryTarget)(nil),          // 4: lehr.v1.CanaryTarget
-	(*ZonesTarget)(nil),           // 5: lehr.v1.ZonesTarget
-	(*RolloutPolicyRecord)(nil),   // 6: lehr.v1.RolloutPolicyRecord
-	(*Rollout)(nil),               // 7: lehr.v1.Rollout
-	(*ZoneHosts)(nil),             // 8: lehr.v1.ZoneHosts
-	(*RolloutEvent)(nil),          // 9: lehr.v1.RolloutEvent
-	(*durationpb.Duration)(nil),   // 10: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil), // 11: google.protobuf.Timestamp
+	(RolloutAction)(0),            // 2: lehr.v1.RolloutAction
+	(*RolloutPolicy)(nil),         // 3: lehr.v1.RolloutPolicy
+	(*RolloutStage)(nil),          // 4: lehr.v1.RolloutStage
+	(*CanaryTarget)(nil),          // 5: lehr.v1.CanaryTarget
+	(*ZonesTarget)(nil),           // 6: lehr.v1.ZonesTarget
+	(*RolloutPolicyRecord)(nil),   // 7: lehr.v1.RolloutPolicyRecord
+	(*Rollout)(nil),               // 8: lehr.v1.Rollout
+	(*RolloutCommand)(nil),        // 9: lehr.v1.RolloutCommand
+	(*ZoneHosts)(nil),             // 10: lehr.v1.ZoneHosts
+	(*RolloutEvent)(nil),          // 11: lehr.v1.RolloutEvent
+	(*durationpb.Duration)(nil),   // 12: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil), // 13: google.protobuf.Timestamp
 }
 var file_lehr_v1_rollout_proto_depIdxs = []int32{
-	3,  // 0: lehr.v1.RolloutPolicy.stages:type_name -> lehr.v1.RolloutStage
-	4,  // 1: lehr.v1.RolloutStage.canary:type_name -> lehr.v1.CanaryTarget
-	5,  // 2: lehr.v1.RolloutStage.zones:type_name -> lehr.v1.ZonesTarget
-	10, // 3: lehr.v1.RolloutStage.bake:type_name -> google.protobuf.Duration
-	10, // 4: lehr.v1.RolloutStage.apply_deadline:type_name -> google.protobuf.Duration
-	2,  // 5: lehr.v1.RolloutPolicyRecord.policy:type_name -> lehr.v1.RolloutPolicy
-	11, // 6: lehr.v1.RolloutPolicyRecord.update_time:type_name -> google.protobuf.Timestamp
-	2,  // 7: lehr.v1.Rollout.policy:type_name -> lehr.v1.RolloutPolicy
+	4,  // 0: lehr.v1.RolloutPolicy.stages:type_name -> lehr.v1.RolloutStage
+	5,  // 1: lehr.v1.RolloutStage.canary:type_name -> lehr.v1.CanaryTarget
+	6,  // 2: lehr.v1.RolloutStage.zones:type_name -> lehr.v1.ZonesTarget
+	12, // 3: lehr.v1.RolloutStage.bake:type_name -> google.protobuf.Duration
+	12, // 4: lehr.v1.RolloutStage.apply_deadline:type_name -> google.protobuf.Duration
+	3,  // 5: lehr.v1.RolloutPolicyRecord.policy:type_name -> lehr.v1.RolloutPolicy
+	13, // 6: lehr.v1.RolloutPolicyRecord.update_time:type_name -> google.protobuf.Timestamp
+	3,  // 7: lehr.v1.Rollout.policy:type_name -> lehr.v1.RolloutPolicy
 	0,  // 8: lehr.v1.Rollout.policy_source:type_name -> lehr.v1.RolloutPolicySource
 	1,  // 9: lehr.v1.Rollout.state:type_name -> lehr.v1.RolloutState
-	11, // 10: lehr.v1.Rollout.stage_start_time:type_name -> google.protobuf.Timestamp
-	11, // 11: lehr.v1.Rollout.stage_applied_time:type_name -> google.protobuf.Timestamp
-	8,  // 12: lehr.v1.Rollout.canary_hosts:type_name -> lehr.v1.ZoneHosts
-	11, // 13: lehr.v1.Rollout.create_time:type_name -> google.protobuf.Timestamp
-	11, // 14: lehr.v1.Rollout.update_time:type_name -> google.protobuf.Timestamp
-	11, // 15: lehr.v1.RolloutEvent.time:type_name -> google.protobuf.Timestamp
-	16, // [16:16] is the sub-list for method output_type
-	16, // [16:16] is the sub-list for method input_type
-	16, // [16:16] is the sub-list for extension type_name
-	16, // [16:16] is the sub-list for extension extendee
-	0,  // [0:16] is the sub-list for field type_name
+	13, // 10: lehr.v1.Rollout.stage_start_time:type_name -> google.protobuf.Timestamp
+	13, // 11: lehr.v1.Rollout.stage_applied_time:type_name -> google.protobuf.Timestamp
+	10, // 12: lehr.v1.Rollout.canary_hosts:type_name -> lehr.v1.ZoneHosts
+	13, // 13: lehr.v1.Rollout.create_time:type_name -> google.protobuf.Timestamp
+	13, // 14: lehr.v1.Rollout.update_time:type_name -> google.protobuf.Timestamp
+	2,  // 15: lehr.v1.RolloutCommand.action:type_name -> lehr.v1.RolloutAction
+	13, // 16: lehr.v1.RolloutCommand.time:type_name -> google.protobuf.Timestamp
+	13, // 17: lehr.v1.RolloutEvent.time:type_name -> google.protobuf.Timestamp
+	18, // [18:18] is the sub-list for method output_type
+	18, // [18:18] is the sub-list for method input_type
+	18, // [18:18] is the sub-list for extension type_name
+	18, // [18:18] is the sub-list for extension extendee
+	0,  // [0:18] is the sub-list for field type_name
 }
 
 func init() { file_lehr_v1_rollout_proto_init() }
@@ -1112,8 +1267,8 @@ func file_lehr_v1_rollout_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lehr_v1_rollout_proto_rawDesc), len(file_lehr_v1_rollout_proto_rawDesc)),
-			NumEnums:      2,
-			NumMessages:   8,
+			NumEnums:      3,
+			NumMessages:   9,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -194,6 +194,33 @@ func TestProgressiveRollout(t *testing.T) {
 		t.Errorf("events of the bad rollout %v; want failed and rolled back", got)
 	}
 	t.Logf("bad rollout: %s", r.GetReason())
+
+	// Promote skips a long bake: with a 10-minute canary bake the rollout
+	// still ends within the test's wait once promoted.
+	canary.Bake = durationpb.New(10 * time.Minute)
+	if _, err := prod.SetRolloutPolicy(ctx, domain, &lehrpb.RolloutPolicy{Stages: []*lehrpb.RolloutStage{canary, first}}, "long canary bake", 0); err != nil {
+		t.Fatal(err)
+	}
+	v5, err := prod.Publish(ctx, ns, props("limit", "30"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	wait.For(t, "the canary stage baking", func() bool {
+		r, err := prod.GetRollout(ctx, ns, v5.GetSeq())
+		return err == nil && r.GetStageAppliedTime() != nil
+	})
+	if _, err := prod.UpdateRollout(ctx, ns, v5.GetSeq(), lehrpb.RolloutAction_ROLLOUT_ACTION_PROMOTE, "looks fine"); err != nil {
+		t.Fatal(err)
+	}
+	wctx, wcancel := context.WithTimeout(ctx, waitTimeout)
+	defer wcancel()
+	r, err = prod.WaitRollout(wctx, ns, v5.GetSeq(), 100*time.Millisecond, nil)
+	if err != nil || r.GetState() != lehrpb.RolloutState_ROLLOUT_STATE_SUCCEEDED {
+		t.Fatalf("promoted rollout: %v, %v; want it succeeded", r, err)
+	}
+	if got := kinds(events(t, ctx, c, ns, v5.GetSeq())); !slices.Contains(got, "promoted") {
+		t.Errorf("events %v lack promoted", got)
+	}
 }
 
 func waitRollout(t *testing.T, ctx context.Context, c *devcluster.Cluster, ns string, v uint64, want lehrpb.RolloutState) *lehrpb.Rollout {
