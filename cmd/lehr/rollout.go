@@ -62,6 +62,8 @@ A policy file (durations as 90s, 10m, 1h30m):
       bake: 30m
     - name: rest
       zones: {}                     # every zone not yet reached
+  freeze_windows:                   # no stage is entered meanwhile
+    - {start: "2026-12-23T00:00:00Z", end: "2027-01-02T00:00:00Z", reason: holidays}
 
 For an emergency, "global_blast: true" (and no stages) moves every zone at
 once; rollouts record it as such. Every change is kept in the scope's
@@ -271,6 +273,7 @@ func writePolicyStatus(w io.Writer, scope string, r *lehrpb.GetRolloutPolicyResp
 func writePolicy(w io.Writer, p *lehrpb.RolloutPolicy) {
 	if p.GetGlobalBlast() {
 		fmt.Fprintln(w, "  global blast: every zone at once, no canary, no bake (emergencies only)")
+		writeFreezeWindows(w, p)
 		return
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
@@ -294,6 +297,13 @@ func writePolicy(w io.Writer, p *lehrpb.RolloutPolicy) {
 	}
 	tw.Flush()
 	fmt.Fprintln(w, "  (zones no stage reaches whole are reached after the last stage)")
+	writeFreezeWindows(w, p)
+}
+
+func writeFreezeWindows(w io.Writer, p *lehrpb.RolloutPolicy) {
+	for _, fw := range p.GetFreezeWindows() {
+		fmt.Fprintf(w, "  frozen %s → %s: %s\n", fw.GetStart().AsTime().UTC().Format(time.RFC3339), fw.GetEnd().AsTime().UTC().Format(time.RFC3339), orDash(fw.GetReason()))
+	}
 }
 
 func fmtTarget(st *lehrpb.RolloutStage) string {

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -126,5 +128,52 @@ func TestRolloutCLI(t *testing.T) {
 	}
 	if code, _, errOut := c.run("", "rollout", "status", "pay/nothing"); code != exitError || !strings.Contains(errOut, "has no rollout") {
 		t.Errorf("status of a namespace without rollouts: exit %d, %q", code, errOut)
+	}
+}
+
+// A freeze window holds a new rollout before its first stage, says until
+// when, and lets it go once closed.
+func TestRolloutWaitsForFreezeWindow(t *testing.T) {
+	srv := controltest.StartControl(t, control.Options{Rollouts: true, RolloutInterval: 50 * time.Millisecond})
+	c := cli{t: t, addr: srv.Addr}
+	c.ok("domain", "create", "pay")
+	c.ok("zones", "create", "zone-a")
+	end := time.Now().Add(3 * time.Second).UTC().Format(time.RFC3339Nano)
+	policy := fmt.Sprintf("stages: [{zones: {}}]\nfreeze_windows: [{start: %q, end: %q, reason: launch day}]\n",
+		time.Now().Add(-time.Minute).UTC().Format(time.RFC3339), end)
+	if code, out, errOut := c.run(policy, "rollout", "policy", "set", "pay", "-f", "-"); code != exitOK {
+		t.Fatalf("policy set: exit %d\n%s%s", code, out, errOut)
+	}
+	mustContain(t, "policy get", c.ok("rollout", "policy", "get", "pay"), "frozen ", "launch day")
+	for _, in := range []string{"limit: 10\n", "limit: 20\n"} {
+		if code, out, errOut := c.run(in, "push", "pay/limits", "--file", "-"); code != exitOK {
+			t.Fatalf("push: exit %d\n%s%s", code, out, errOut)
+		}
+	}
+	wait.For(t, "the rollout frozen", func() bool {
+		_, out, _ := c.run("", "rollout", "status", "pay/limits")
+		return strings.Contains(out, "frozen until") && strings.Contains(out, "(launch day)")
+	})
+	wait.For(t, "the rollout done once the window closed", func() bool {
+		_, out, _ := c.run("", "rollout", "status", "pay/limits")
+		return strings.Contains(out, "SUCCEEDED")
+	})
+	var evs lehrpb.ListRolloutEventsResponse
+	if err := protojson.Unmarshal([]byte(c.ok("rollout", "events", "pay/limits", "-o", "json")), &evs); err != nil {
+		t.Fatal(err)
+	}
+	var kinds []string
+	for _, ev := range evs.GetEvents() {
+		kinds = append(kinds, ev.GetKind())
+	}
+	if want := []string{"started", "frozen", "stage", "applied", "succeeded"}; !slices.Equal(kinds, want) {
+		t.Errorf("events %v, want %v", kinds, want)
+	}
+	for _, ev := range evs.GetEvents() {
+		if ev.GetKind() == "stage" {
+			if endT, _ := time.Parse(time.RFC3339Nano, end); ev.GetTime().AsTime().Before(endT) {
+				t.Errorf("stage entered at %v, before the freeze ended at %v", ev.GetTime().AsTime(), endT)
+			}
+		}
 	}
 }

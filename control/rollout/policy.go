@@ -55,6 +55,9 @@ func Validate(prefix string, p *lehrpb.RolloutPolicy, fleet Fleet) error {
 	if p == nil {
 		return fieldErr(prefix, "a policy is required: a list of stages, or global_blast")
 	}
+	if err := checkFreezeWindows(prefix+".freeze_windows", p.GetFreezeWindows()); err != nil {
+		return err
+	}
 	stages := p.GetStages()
 	if p.GetGlobalBlast() {
 		if len(stages) > 0 {
@@ -256,4 +259,54 @@ func stageName(i int, st *lehrpb.RolloutStage) string {
 		return st.GetName()
 	}
 	return fmt.Sprintf("stage %d", i+1)
+}
+
+// Bounds of freeze windows.
+const (
+	MaxFreezeWindows      = 100
+	MaxFreezeReasonBytes  = 200
+	MaxFreezeWindowLength = 90 * 24 * time.Hour
+)
+
+func checkFreezeWindows(field string, ws []*lehrpb.FreezeWindow) error {
+	if len(ws) > MaxFreezeWindows {
+		return fieldErr(field, "%d windows; at most %d allowed", len(ws), MaxFreezeWindows)
+	}
+	for i, w := range ws {
+		f := fmt.Sprintf("%s[%d]", field, i)
+		if w.GetStart() == nil || w.GetEnd() == nil {
+			return fieldErr(f, "a freeze window needs a start and an end (RFC 3339 times)")
+		}
+		if err := w.GetStart().CheckValid(); err != nil {
+			return fieldErr(f+".start", "not a valid time: %v", err)
+		}
+		if err := w.GetEnd().CheckValid(); err != nil {
+			return fieldErr(f+".end", "not a valid time: %v", err)
+		}
+		start, end := w.GetStart().AsTime(), w.GetEnd().AsTime()
+		if !end.After(start) {
+			return fieldErr(f+".end", "%s is not after start %s", end.Format(time.RFC3339), start.Format(time.RFC3339))
+		}
+		if end.Sub(start) > MaxFreezeWindowLength {
+			return fieldErr(f+".end", "the window lasts %v; at most %v allowed (a longer freeze is a policy without rollouts: pause them)", end.Sub(start), MaxFreezeWindowLength)
+		}
+		if len(w.GetReason()) > MaxFreezeReasonBytes {
+			return fieldErr(f+".reason", "%d bytes; at most %d allowed", len(w.GetReason()), MaxFreezeReasonBytes)
+		}
+	}
+	return nil
+}
+
+// Frozen returns the freeze window of p open at now, if any (the one that
+// ends last, when several are).
+func Frozen(p *lehrpb.RolloutPolicy, now time.Time) (*lehrpb.FreezeWindow, bool) {
+	var open *lehrpb.FreezeWindow
+	for _, w := range p.GetFreezeWindows() {
+		if !now.Before(w.GetStart().AsTime()) && now.Before(w.GetEnd().AsTime()) {
+			if open == nil || w.GetEnd().AsTime().After(open.GetEnd().AsTime()) {
+				open = w
+			}
+		}
+	}
+	return open, open != nil
 }

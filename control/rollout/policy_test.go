@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"lehr.dev/lehr/control/rollout"
 	"lehr.dev/lehr/proto/lehrpb"
@@ -30,6 +31,30 @@ func policy(stages ...*lehrpb.RolloutStage) *lehrpb.RolloutPolicy {
 func with(st *lehrpb.RolloutStage, mod func(*lehrpb.RolloutStage)) *lehrpb.RolloutStage {
 	mod(st)
 	return st
+}
+
+var t0 = time.Date(2026, 12, 23, 0, 0, 0, 0, time.UTC)
+
+func withFreeze(ws ...*lehrpb.FreezeWindow) *lehrpb.RolloutPolicy {
+	p := rollout.Default()
+	p.FreezeWindows = ws
+	return p
+}
+
+func TestFrozen(t *testing.T) {
+	p := withFreeze(
+		&lehrpb.FreezeWindow{Start: timestamppb.New(t0), End: timestamppb.New(t0.Add(2 * time.Hour)), Reason: "a"},
+		&lehrpb.FreezeWindow{Start: timestamppb.New(t0.Add(time.Hour)), End: timestamppb.New(t0.Add(3 * time.Hour)), Reason: "b"},
+	)
+	for _, tc := range []struct {
+		at   time.Duration
+		want string // "" for none
+	}{{-time.Second, ""}, {0, "a"}, {90 * time.Minute, "b"}, {2*time.Hour + 30*time.Minute, "b"}, {3 * time.Hour, ""}} {
+		w, ok := rollout.Frozen(p, t0.Add(tc.at))
+		if got := w.GetReason(); ok != (tc.want != "") || got != tc.want {
+			t.Errorf("Frozen at t0%+v = %q, %v; want %q", tc.at, got, ok, tc.want)
+		}
+	}
 }
 
 func TestValidate(t *testing.T) {
@@ -71,6 +96,11 @@ func TestValidate(t *testing.T) {
 		{"nothing left to reach", policy(zones(&lehrpb.ZonesTarget{}), zones(&lehrpb.ZonesTarget{})), "policy.stages[1].zones", "every zone is reached"},
 		{"duplicate names", policy(with(canary(&lehrpb.CanaryTarget{Hosts: 1}), func(s *lehrpb.RolloutStage) { s.Name = "a" }), with(zones(&lehrpb.ZonesTarget{}), func(s *lehrpb.RolloutStage) { s.Name = "a" })), "policy.stages[1].name", "must differ"},
 		{"bad name", policy(with(canary(&lehrpb.CanaryTarget{Hosts: 1}), func(s *lehrpb.RolloutStage) { s.Name = "a/b" })), "policy.stages[0].name", "offset 1"},
+		{"freeze without an end", withFreeze(&lehrpb.FreezeWindow{Start: timestamppb.New(t0)}), "policy.freeze_windows[0]", "a start and an end"},
+		{"freeze ending before it starts", withFreeze(&lehrpb.FreezeWindow{Start: timestamppb.New(t0), End: timestamppb.New(t0.Add(-time.Hour))}), "policy.freeze_windows[0].end", "is not after start"},
+		{"freeze of a year", withFreeze(&lehrpb.FreezeWindow{Start: timestamppb.New(t0), End: timestamppb.New(t0.Add(365 * 24 * time.Hour))}), "policy.freeze_windows[0].end", "at most 2160h"},
+		{"freeze reason too long", withFreeze(&lehrpb.FreezeWindow{Start: timestamppb.New(t0), End: timestamppb.New(t0.Add(time.Hour)), Reason: strings.Repeat("x", 201)}), "policy.freeze_windows[0].reason", "at most 200"},
+		{"a valid freeze", withFreeze(&lehrpb.FreezeWindow{Start: timestamppb.New(t0), End: timestamppb.New(t0.Add(time.Hour)), Reason: "launch"}), "", ""},
 		{"too many stages", policy(func() []*lehrpb.RolloutStage {
 			var out []*lehrpb.RolloutStage
 			for range rollout.MaxStages + 1 {

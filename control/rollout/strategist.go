@@ -337,7 +337,26 @@ func (s *Strategist) start(ctx context.Context, g store.Guard, h *lehrpb.Namespa
 		what += ", a GLOBAL BLAST: every zone at once"
 	}
 	started := s.event(r, now, "started", fmt.Sprintf("version %d from base %d under %s: %s", seq, base, what, strings.Join(r.Stages, " → ")), "")
+	if w, ok := Frozen(policy, now); ok {
+		// Recorded, not entered: step enters the first stage once the
+		// window closes.
+		return r, s.freeze(ctx, g, r, now, w, fmt.Sprintf("stage %q waits", stages[0].Name), started)
+	}
 	return r, s.enter(ctx, g, r, 0, stages, goals, now, started)
+}
+
+// freeze records that r waits for freeze window w to close, with an event
+// the first time.
+func (s *Strategist) freeze(ctx context.Context, g store.Guard, r *lehrpb.Rollout, now time.Time, w *lehrpb.FreezeWindow, what string, evs ...*lehrpb.RolloutEvent) error {
+	reason := fmt.Sprintf("frozen until %s (%s): %s", w.GetEnd().AsTime().UTC().Format(time.RFC3339), w.GetReason(), what)
+	if reason == r.GetReason() && len(evs) == 0 {
+		return nil
+	}
+	if !strings.HasPrefix(r.GetReason(), "frozen until") {
+		evs = append(evs, s.event(r, now, "frozen", reason, ""))
+	}
+	r.Reason, r.UpdateTime = reason, timestamppb.New(now)
+	return s.opts.Store.PutRollout(ctx, g, store.RolloutStep{Rollout: r, Events: evs})
 }
 
 // event returns the rollout's next event.
@@ -558,6 +577,15 @@ func (s *Strategist) step(ctx context.Context, g store.Guard, r *lehrpb.Rollout,
 	if err != nil {
 		return err
 	}
+	if r.GetStageStartTime() == nil { // started during a freeze
+		if w, ok := Frozen(r.GetPolicy(), now); ok {
+			return s.freeze(ctx, g, r, now, w, fmt.Sprintf("stage %q waits", stg.Name))
+		}
+		if r.GetState() == lehrpb.RolloutState_ROLLOUT_STATE_PAUSED {
+			return nil
+		}
+		return s.enter(ctx, g, r, 0, stages, cur, now)
+	}
 
 	// Select: name the canary hosts of zones whose samples arrived.
 	var evs []*lehrpb.RolloutEvent
@@ -634,6 +662,9 @@ func (s *Strategist) step(ctx context.Context, g store.Guard, r *lehrpb.Rollout,
 	if !r.GetPromote() && now.Sub(applied) < stg.Bake {
 		return s.setReason(ctx, g, r, now, fmt.Sprintf("stage %q: baking, %v left (%d host(s) hold version %d, %d of %d consumers rejected it)",
 			stg.Name, (stg.Bake-now.Sub(applied)).Round(time.Second), ev.applied, r.GetVersion(), ev.rejected, ev.consumers))
+	}
+	if w, ok := Frozen(r.GetPolicy(), now); ok && i+1 < len(stages) {
+		return s.freeze(ctx, g, r, now, w, fmt.Sprintf("stage %q passed; stage %q waits", stg.Name, stages[i+1].Name))
 	}
 	if i+1 < len(stages) {
 		adv := s.event(r, now, "advanced", fmt.Sprintf("stage %q passed: %d host(s) held version %d, %d of %d consumers rejected it", stg.Name, ev.applied, r.GetVersion(), ev.rejected, ev.consumers), "")

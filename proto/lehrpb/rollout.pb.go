@@ -221,7 +221,11 @@ type RolloutPolicy struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	Stages []*RolloutStage        `protobuf:"bytes,1,rep,name=stages,proto3" json:"stages,omitempty"`
 	// Every zone at once, no canary, no bake. Excludes stages.
-	GlobalBlast   bool `protobuf:"varint,2,opt,name=global_blast,json=globalBlast,proto3" json:"global_blast,omitempty"`
+	GlobalBlast bool `protobuf:"varint,2,opt,name=global_blast,json=globalBlast,proto3" json:"global_blast,omitempty"`
+	// While a freeze window is open no rollout under this policy enters a
+	// stage (it waits, saying until when); checks and rollbacks go on.
+	// At most 100.
+	FreezeWindows []*FreezeWindow `protobuf:"bytes,3,rep,name=freeze_windows,json=freezeWindows,proto3" json:"freeze_windows,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -270,6 +274,76 @@ func (x *RolloutPolicy) GetGlobalBlast() bool {
 	return false
 }
 
+func (x *RolloutPolicy) GetFreezeWindows() []*FreezeWindow {
+	if x != nil {
+		return x.FreezeWindows
+	}
+	return nil
+}
+
+// FreezeWindow is a period without rollouts, e.g. a holiday or a launch.
+type FreezeWindow struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Start *timestamppb.Timestamp `protobuf:"bytes,1,opt,name=start,proto3" json:"start,omitempty"`
+	// After start.
+	End *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=end,proto3" json:"end,omitempty"`
+	// Why; shown by rollouts that wait. At most 200 bytes.
+	Reason        string `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FreezeWindow) Reset() {
+	*x = FreezeWindow{}
+	mi := &file_lehr_v1_rollout_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FreezeWindow) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FreezeWindow) ProtoMessage() {}
+
+func (x *FreezeWindow) ProtoReflect() protoreflect.Message {
+	mi := &file_lehr_v1_rollout_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FreezeWindow.ProtoReflect.Descriptor instead.
+func (*FreezeWindow) Descriptor() ([]byte, []int) {
+	return file_lehr_v1_rollout_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *FreezeWindow) GetStart() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Start
+	}
+	return nil
+}
+
+func (x *FreezeWindow) GetEnd() *timestamppb.Timestamp {
+	if x != nil {
+		return x.End
+	}
+	return nil
+}
+
+func (x *FreezeWindow) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
 // RolloutStage selects the hosts that move, how long they bake and what
 // must hold before the rollout advances.
 type RolloutStage struct {
@@ -304,7 +378,7 @@ type RolloutStage struct {
 
 func (x *RolloutStage) Reset() {
 	*x = RolloutStage{}
-	mi := &file_lehr_v1_rollout_proto_msgTypes[1]
+	mi := &file_lehr_v1_rollout_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -316,7 +390,7 @@ func (x *RolloutStage) String() string {
 func (*RolloutStage) ProtoMessage() {}
 
 func (x *RolloutStage) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_rollout_proto_msgTypes[1]
+	mi := &file_lehr_v1_rollout_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -329,7 +403,7 @@ func (x *RolloutStage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RolloutStage.ProtoReflect.Descriptor instead.
 func (*RolloutStage) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_rollout_proto_rawDescGZIP(), []int{1}
+	return file_lehr_v1_rollout_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *RolloutStage) GetName() string {
@@ -427,7 +501,7 @@ type CanaryTarget struct {
 
 func (x *CanaryTarget) Reset() {
 	*x = CanaryTarget{}
-	mi := &file_lehr_v1_rollout_proto_msgTypes[2]
+	mi := &file_lehr_v1_rollout_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -439,7 +513,7 @@ func (x *CanaryTarget) String() string {
 func (*CanaryTarget) ProtoMessage() {}
 
 func (x *CanaryTarget) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_rollout_proto_msgTypes[2]
+	mi := &file_lehr_v1_rollout_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -452,7 +526,7 @@ func (x *CanaryTarget) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CanaryTarget.ProtoReflect.Descriptor instead.
 func (*CanaryTarget) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_rollout_proto_rawDescGZIP(), []int{2}
+	return file_lehr_v1_rollout_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *CanaryTarget) GetZones() []string {
@@ -493,7 +567,7 @@ type ZonesTarget struct {
 
 func (x *ZonesTarget) Reset() {
 	*x = ZonesTarget{}
-	mi := &file_lehr_v1_rollout_proto_msgTypes[3]
+	mi := &file_lehr_v1_rollout_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -505,7 +579,7 @@ func (x *ZonesTarget) String() string {
 func (*ZonesTarget) ProtoMessage() {}
 
 func (x *ZonesTarget) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_rollout_proto_msgTypes[3]
+	mi := &file_lehr_v1_rollout_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -518,7 +592,7 @@ func (x *ZonesTarget) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ZonesTarget.ProtoReflect.Descriptor instead.
 func (*ZonesTarget) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_rollout_proto_rawDescGZIP(), []int{3}
+	return file_lehr_v1_rollout_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *ZonesTarget) GetZones() []string {
@@ -564,7 +638,7 @@ type RolloutPolicyRecord struct {
 
 func (x *RolloutPolicyRecord) Reset() {
 	*x = RolloutPolicyRecord{}
-	mi := &file_lehr_v1_rollout_proto_msgTypes[4]
+	mi := &file_lehr_v1_rollout_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -576,7 +650,7 @@ func (x *RolloutPolicyRecord) String() string {
 func (*RolloutPolicyRecord) ProtoMessage() {}
 
 func (x *RolloutPolicyRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_rollout_proto_msgTypes[4]
+	mi := &file_lehr_v1_rollout_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -589,7 +663,7 @@ func (x *RolloutPolicyRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RolloutPolicyRecord.ProtoReflect.Descriptor instead.
 func (*RolloutPolicyRecord) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_rollout_proto_rawDescGZIP(), []int{4}
+	return file_lehr_v1_rollout_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *RolloutPolicyRecord) GetScope() string {
@@ -691,7 +765,7 @@ type Rollout struct {
 
 func (x *Rollout) Reset() {
 	*x = Rollout{}
-	mi := &file_lehr_v1_rollout_proto_msgTypes[5]
+	mi := &file_lehr_v1_rollout_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -703,7 +777,7 @@ func (x *Rollout) String() string {
 func (*Rollout) ProtoMessage() {}
 
 func (x *Rollout) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_rollout_proto_msgTypes[5]
+	mi := &file_lehr_v1_rollout_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -716,7 +790,7 @@ func (x *Rollout) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Rollout.ProtoReflect.Descriptor instead.
 func (*Rollout) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_rollout_proto_rawDescGZIP(), []int{5}
+	return file_lehr_v1_rollout_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *Rollout) GetId() string {
@@ -880,7 +954,7 @@ type RolloutCommand struct {
 
 func (x *RolloutCommand) Reset() {
 	*x = RolloutCommand{}
-	mi := &file_lehr_v1_rollout_proto_msgTypes[6]
+	mi := &file_lehr_v1_rollout_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -892,7 +966,7 @@ func (x *RolloutCommand) String() string {
 func (*RolloutCommand) ProtoMessage() {}
 
 func (x *RolloutCommand) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_rollout_proto_msgTypes[6]
+	mi := &file_lehr_v1_rollout_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -905,7 +979,7 @@ func (x *RolloutCommand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RolloutCommand.ProtoReflect.Descriptor instead.
 func (*RolloutCommand) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_rollout_proto_rawDescGZIP(), []int{6}
+	return file_lehr_v1_rollout_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *RolloutCommand) GetRolloutId() string {
@@ -954,7 +1028,7 @@ type ZoneHosts struct {
 
 func (x *ZoneHosts) Reset() {
 	*x = ZoneHosts{}
-	mi := &file_lehr_v1_rollout_proto_msgTypes[7]
+	mi := &file_lehr_v1_rollout_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -966,7 +1040,7 @@ func (x *ZoneHosts) String() string {
 func (*ZoneHosts) ProtoMessage() {}
 
 func (x *ZoneHosts) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_rollout_proto_msgTypes[7]
+	mi := &file_lehr_v1_rollout_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -979,7 +1053,7 @@ func (x *ZoneHosts) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ZoneHosts.ProtoReflect.Descriptor instead.
 func (*ZoneHosts) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_rollout_proto_rawDescGZIP(), []int{7}
+	return file_lehr_v1_rollout_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ZoneHosts) GetZone() string {
@@ -1018,7 +1092,7 @@ type RolloutEvent struct {
 
 func (x *RolloutEvent) Reset() {
 	*x = RolloutEvent{}
-	mi := &file_lehr_v1_rollout_proto_msgTypes[8]
+	mi := &file_lehr_v1_rollout_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1030,7 +1104,7 @@ func (x *RolloutEvent) String() string {
 func (*RolloutEvent) ProtoMessage() {}
 
 func (x *RolloutEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_rollout_proto_msgTypes[8]
+	mi := &file_lehr_v1_rollout_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1043,7 +1117,7 @@ func (x *RolloutEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RolloutEvent.ProtoReflect.Descriptor instead.
 func (*RolloutEvent) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_rollout_proto_rawDescGZIP(), []int{8}
+	return file_lehr_v1_rollout_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *RolloutEvent) GetRolloutId() string {
@@ -1099,10 +1173,15 @@ var File_lehr_v1_rollout_proto protoreflect.FileDescriptor
 
 const file_lehr_v1_rollout_proto_rawDesc = "" +
 	"\n" +
-	"\x15lehr/v1/rollout.proto\x12\alehr.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"a\n" +
+	"\x15lehr/v1/rollout.proto\x12\alehr.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x9f\x01\n" +
 	"\rRolloutPolicy\x12-\n" +
 	"\x06stages\x18\x01 \x03(\v2\x15.lehr.v1.RolloutStageR\x06stages\x12!\n" +
-	"\fglobal_blast\x18\x02 \x01(\bR\vglobalBlast\"\xd0\x02\n" +
+	"\fglobal_blast\x18\x02 \x01(\bR\vglobalBlast\x12<\n" +
+	"\x0efreeze_windows\x18\x03 \x03(\v2\x15.lehr.v1.FreezeWindowR\rfreezeWindows\"\x86\x01\n" +
+	"\fFreezeWindow\x120\n" +
+	"\x05start\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x05start\x12,\n" +
+	"\x03end\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x03end\x12\x16\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\"\xd0\x02\n" +
 	"\fRolloutStage\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12/\n" +
 	"\x06canary\x18\x02 \x01(\v2\x15.lehr.v1.CanaryTargetH\x00R\x06canary\x12,\n" +
@@ -1210,47 +1289,51 @@ func file_lehr_v1_rollout_proto_rawDescGZIP() []byte {
 }
 
 var file_lehr_v1_rollout_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_lehr_v1_rollout_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
+var file_lehr_v1_rollout_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
 var file_lehr_v1_rollout_proto_goTypes = []any{
 	(RolloutPolicySource)(0),      // 0: lehr.v1.RolloutPolicySource
 	(RolloutState)(0),             // 1: lehr.v1.RolloutState
 	(RolloutAction)(0),            // 2: lehr.v1.RolloutAction
 	(*RolloutPolicy)(nil),         // 3: lehr.v1.RolloutPolicy
-	(*RolloutStage)(nil),          // 4: lehr.v1.RolloutStage
-	(*CanaryTarget)(nil),          // 5: lehr.v1.CanaryTarget
-	(*ZonesTarget)(nil),           // 6: lehr.v1.ZonesTarget
-	(*RolloutPolicyRecord)(nil),   // 7: lehr.v1.RolloutPolicyRecord
-	(*Rollout)(nil),               // 8: lehr.v1.Rollout
-	(*RolloutCommand)(nil),        // 9: lehr.v1.RolloutCommand
-	(*ZoneHosts)(nil),             // 10: lehr.v1.ZoneHosts
-	(*RolloutEvent)(nil),          // 11: lehr.v1.RolloutEvent
-	(*durationpb.Duration)(nil),   // 12: google.protobuf.Duration
+	(*FreezeWindow)(nil),          // 4: lehr.v1.FreezeWindow
+	(*RolloutStage)(nil),          // 5: lehr.v1.RolloutStage
+	(*CanaryTarget)(nil),          // 6: lehr.v1.CanaryTarget
+	(*ZonesTarget)(nil),           // 7: lehr.v1.ZonesTarget
+	(*RolloutPolicyRecord)(nil),   // 8: lehr.v1.RolloutPolicyRecord
+	(*Rollout)(nil),               // 9: lehr.v1.Rollout
+	(*RolloutCommand)(nil),        // 10: lehr.v1.RolloutCommand
+	(*ZoneHosts)(nil),             // 11: lehr.v1.ZoneHosts
+	(*RolloutEvent)(nil),          // 12: lehr.v1.RolloutEvent
 	(*timestamppb.Timestamp)(nil), // 13: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),   // 14: google.protobuf.Duration
 }
 var file_lehr_v1_rollout_proto_depIdxs = []int32{
-	4,  // 0: lehr.v1.RolloutPolicy.stages:type_name -> lehr.v1.RolloutStage
-	5,  // 1: lehr.v1.RolloutStage.canary:type_name -> lehr.v1.CanaryTarget
-	6,  // 2: lehr.v1.RolloutStage.zones:type_name -> lehr.v1.ZonesTarget
-	12, // 3: lehr.v1.RolloutStage.bake:type_name -> google.protobuf.Duration
-	12, // 4: lehr.v1.RolloutStage.apply_deadline:type_name -> google.protobuf.Duration
-	3,  // 5: lehr.v1.RolloutPolicyRecord.policy:type_name -> lehr.v1.RolloutPolicy
-	13, // 6: lehr.v1.RolloutPolicyRecord.update_time:type_name -> google.protobuf.Timestamp
-	3,  // 7: lehr.v1.Rollout.policy:type_name -> lehr.v1.RolloutPolicy
-	0,  // 8: lehr.v1.Rollout.policy_source:type_name -> lehr.v1.RolloutPolicySource
-	1,  // 9: lehr.v1.Rollout.state:type_name -> lehr.v1.RolloutState
-	13, // 10: lehr.v1.Rollout.stage_start_time:type_name -> google.protobuf.Timestamp
-	13, // 11: lehr.v1.Rollout.stage_applied_time:type_name -> google.protobuf.Timestamp
-	10, // 12: lehr.v1.Rollout.canary_hosts:type_name -> lehr.v1.ZoneHosts
-	13, // 13: lehr.v1.Rollout.create_time:type_name -> google.protobuf.Timestamp
-	13, // 14: lehr.v1.Rollout.update_time:type_name -> google.protobuf.Timestamp
-	2,  // 15: lehr.v1.RolloutCommand.action:type_name -> lehr.v1.RolloutAction
-	13, // 16: lehr.v1.RolloutCommand.time:type_name -> google.protobuf.Timestamp
-	13, // 17: lehr.v1.RolloutEvent.time:type_name -> google.protobuf.Timestamp
-	18, // [18:18] is the sub-list for method output_type
-	18, // [18:18] is the sub-list for method input_type
-	18, // [18:18] is the sub-list for extension type_name
-	18, // [18:18] is the sub-list for extension extendee
-	0,  // [0:18] is the sub-list for field type_name
+	5,  // 0: lehr.v1.RolloutPolicy.stages:type_name -> lehr.v1.RolloutStage
+	4,  // 1: lehr.v1.RolloutPolicy.freeze_windows:type_name -> lehr.v1.FreezeWindow
+	13, // 2: lehr.v1.FreezeWindow.start:type_name -> google.protobuf.Timestamp
+	13, // 3: lehr.v1.FreezeWindow.end:type_name -> google.protobuf.Timestamp
+	6,  // 4: lehr.v1.RolloutStage.canary:type_name -> lehr.v1.CanaryTarget
+	7,  // 5: lehr.v1.RolloutStage.zones:type_name -> lehr.v1.ZonesTarget
+	14, // 6: lehr.v1.RolloutStage.bake:type_name -> google.protobuf.Duration
+	14, // 7: lehr.v1.RolloutStage.apply_deadline:type_name -> google.protobuf.Duration
+	3,  // 8: lehr.v1.RolloutPolicyRecord.policy:type_name -> lehr.v1.RolloutPolicy
+	13, // 9: lehr.v1.RolloutPolicyRecord.update_time:type_name -> google.protobuf.Timestamp
+	3,  // 10: lehr.v1.Rollout.policy:type_name -> lehr.v1.RolloutPolicy
+	0,  // 11: lehr.v1.Rollout.policy_source:type_name -> lehr.v1.RolloutPolicySource
+	1,  // 12: lehr.v1.Rollout.state:type_name -> lehr.v1.RolloutState
+	13, // 13: lehr.v1.Rollout.stage_start_time:type_name -> google.protobuf.Timestamp
+	13, // 14: lehr.v1.Rollout.stage_applied_time:type_name -> google.protobuf.Timestamp
+	11, // 15: lehr.v1.Rollout.canary_hosts:type_name -> lehr.v1.ZoneHosts
+	13, // 16: lehr.v1.Rollout.create_time:type_name -> google.protobuf.Timestamp
+	13, // 17: lehr.v1.Rollout.update_time:type_name -> google.protobuf.Timestamp
+	2,  // 18: lehr.v1.RolloutCommand.action:type_name -> lehr.v1.RolloutAction
+	13, // 19: lehr.v1.RolloutCommand.time:type_name -> google.protobuf.Timestamp
+	13, // 20: lehr.v1.RolloutEvent.time:type_name -> google.protobuf.Timestamp
+	21, // [21:21] is the sub-list for method output_type
+	21, // [21:21] is the sub-list for method input_type
+	21, // [21:21] is the sub-list for extension type_name
+	21, // [21:21] is the sub-list for extension extendee
+	0,  // [0:21] is the sub-list for field type_name
 }
 
 func init() { file_lehr_v1_rollout_proto_init() }
@@ -1258,7 +1341,7 @@ func file_lehr_v1_rollout_proto_init() {
 	if File_lehr_v1_rollout_proto != nil {
 		return
 	}
-	file_lehr_v1_rollout_proto_msgTypes[1].OneofWrappers = []any{
+	file_lehr_v1_rollout_proto_msgTypes[2].OneofWrappers = []any{
 		(*RolloutStage_Canary)(nil),
 		(*RolloutStage_Zones)(nil),
 	}
@@ -1268,7 +1351,7 @@ func file_lehr_v1_rollout_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lehr_v1_rollout_proto_rawDesc), len(file_lehr_v1_rollout_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   9,
+			NumMessages:   10,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
