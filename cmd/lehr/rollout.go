@@ -62,6 +62,7 @@ A policy file (durations as 90s, 10m, 1h30m):
       bake: 30m
     - name: rest
       zones: {}                     # every zone not yet reached
+  max_concurrent: 2                 # rollouts of the domain in a stage at once
   freeze_windows:                   # no stage is entered meanwhile
     - {start: "2026-12-23T00:00:00Z", end: "2027-01-02T00:00:00Z", reason: holidays}
 

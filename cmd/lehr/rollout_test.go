@@ -177,3 +177,46 @@ func TestRolloutWaitsForFreezeWindow(t *testing.T) {
 		}
 	}
 }
+
+// With max_concurrent 1, a domain's second rollout waits, queued, until the
+// first ends.
+func TestRolloutsQueueBehindTheDomainLimit(t *testing.T) {
+	srv := controltest.StartControl(t, control.Options{Rollouts: true, RolloutInterval: 50 * time.Millisecond})
+	c := cli{t: t, addr: srv.Addr}
+	c.ok("domain", "create", "pay")
+	c.ok("zones", "create", "zone-a")
+	if code, out, errOut := c.run("max_concurrent: 1\nstages: [{zones: {}, bake: 2s}]\n", "rollout", "policy", "set", "pay", "-f", "-"); code != exitOK {
+		t.Fatalf("policy set: exit %d\n%s%s", code, out, errOut)
+	}
+	for _, ns := range []string{"pay/a", "pay/b"} {
+		for _, in := range []string{"k: 1\n", "k: 2\n"} {
+			if code, out, errOut := c.run(in, "push", ns, "--file", "-"); code != exitOK {
+				t.Fatalf("push %s: exit %d\n%s%s", ns, code, out, errOut)
+			}
+		}
+	}
+	// pay/a was published first: it goes; pay/b waits for it.
+	wait.For(t, "pay/b queued behind pay/a", func() bool {
+		_, out, _ := c.run("", "rollout", "status", "pay/b")
+		return strings.Contains(out, "queued: 1 rollout(s) of domain pay are in a stage (pay/a@2)")
+	})
+	wait.For(t, "both done", func() bool {
+		_, a, _ := c.run("", "rollout", "status", "pay/a")
+		_, b, _ := c.run("", "rollout", "status", "pay/b")
+		return strings.Contains(a, "SUCCEEDED") && strings.Contains(b, "SUCCEEDED")
+	})
+	ra := new(lehrpb.Rollout)
+	_ = protojson.Unmarshal([]byte(c.ok("rollout", "status", "pay/a", "-o", "json")), ra)
+	evs := new(lehrpb.ListRolloutEventsResponse)
+	_ = protojson.Unmarshal([]byte(c.ok("rollout", "events", "pay/b", "-o", "json")), evs)
+	var kinds []string
+	for _, ev := range evs.GetEvents() {
+		kinds = append(kinds, ev.GetKind())
+		if ev.GetKind() == "stage" && ev.GetTime().AsTime().Before(ra.GetUpdateTime().AsTime()) {
+			t.Errorf("pay/b entered its stage at %v, before pay/a ended at %v", ev.GetTime().AsTime(), ra.GetUpdateTime().AsTime())
+		}
+	}
+	if want := []string{"started", "queued", "stage", "applied", "succeeded"}; !slices.Equal(kinds, want) {
+		t.Errorf("pay/b events %v, want %v", kinds, want)
+	}
+}

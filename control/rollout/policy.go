@@ -58,6 +58,9 @@ func Validate(prefix string, p *lehrpb.RolloutPolicy, fleet Fleet) error {
 	if err := checkFreezeWindows(prefix+".freeze_windows", p.GetFreezeWindows()); err != nil {
 		return err
 	}
+	if n := p.GetMaxConcurrent(); n > MaxConcurrentLimit {
+		return fieldErr(prefix+".max_concurrent", "%d; at most %d allowed (0 means no limit)", n, MaxConcurrentLimit)
+	}
 	stages := p.GetStages()
 	if p.GetGlobalBlast() {
 		if len(stages) > 0 {
@@ -260,6 +263,9 @@ func stageName(i int, st *lehrpb.RolloutStage) string {
 	}
 	return fmt.Sprintf("stage %d", i+1)
 }
+
+// MaxConcurrentLimit bounds RolloutPolicy.max_concurrent.
+const MaxConcurrentLimit = 1000
 
 // Bounds of freeze windows.
 const (

@@ -226,6 +226,7 @@ func (s *Strategist) Round(ctx context.Context, g store.Guard) error {
 			}
 			if nr != nil {
 				r = nr
+				latest[ns] = nr
 			}
 		}
 		if r != nil && (r.GetState() == lehrpb.RolloutState_ROLLOUT_STATE_RUNNING || r.GetState() == lehrpb.RolloutState_ROLLOUT_STATE_PAUSED) {
@@ -236,6 +237,15 @@ func (s *Strategist) Round(ctx context.Context, g store.Guard) error {
 		if errors.Is(errors.Join(errs...), store.ErrNotLeader) {
 			return store.ErrNotLeader
 		}
+	}
+	var active []*lehrpb.Rollout
+	for _, r := range latest {
+		if st := r.GetState(); st == lehrpb.RolloutState_ROLLOUT_STATE_RUNNING || st == lehrpb.RolloutState_ROLLOUT_STATE_PAUSED {
+			active = append(active, r)
+		}
+	}
+	if err := s.admit(ctx, g, active, zones); err != nil {
+		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
 }
@@ -337,12 +347,68 @@ func (s *Strategist) start(ctx context.Context, g store.Guard, h *lehrpb.Namespa
 		what += ", a GLOBAL BLAST: every zone at once"
 	}
 	started := s.event(r, now, "started", fmt.Sprintf("version %d from base %d under %s: %s", seq, base, what, strings.Join(r.Stages, " → ")), "")
-	if w, ok := Frozen(policy, now); ok {
-		// Recorded, not entered: step enters the first stage once the
-		// window closes.
-		return r, s.freeze(ctx, g, r, now, w, fmt.Sprintf("stage %q waits", stages[0].Name), started)
+	if _, frozen := Frozen(policy, now); frozen || policy.GetMaxConcurrent() > 0 {
+		// Recorded, not entered: the round's queue pass enters the first
+		// stage once no freeze window is open and the domain has room.
+		r.Reason = fmt.Sprintf("stage %q waits to be entered", stages[0].Name)
+		r.UpdateTime = timestamppb.New(now)
+		return r, st.PutRollout(ctx, g, store.RolloutStep{Rollout: r, Events: []*lehrpb.RolloutEvent{started}})
 	}
 	return r, s.enter(ctx, g, r, 0, stages, goals, now, started)
+}
+
+// admit enters the first stage of the rollouts waiting for it (started
+// during a freeze, or queued behind their domain's limit), oldest first,
+// while their domain has fewer than its max_concurrent rollouts in a stage.
+func (s *Strategist) admit(ctx context.Context, g store.Guard, active []*lehrpb.Rollout, zones []string) error {
+	now := s.opts.Now()
+	inflight := map[string][]string{}
+	var waiting []*lehrpb.Rollout
+	for _, r := range active {
+		d, _, _ := strings.Cut(r.GetNamespace(), "/")
+		if r.GetStageStartTime() != nil {
+			inflight[d] = append(inflight[d], r.GetId())
+		} else {
+			waiting = append(waiting, r)
+		}
+	}
+	slices.SortFunc(waiting, func(a, b *lehrpb.Rollout) int {
+		return cmp.Or(a.GetCreateTime().AsTime().Compare(b.GetCreateTime().AsTime()), strings.Compare(a.GetId(), b.GetId()))
+	})
+	var errs []error
+	for _, r := range waiting {
+		r = proto.CloneOf(r)
+		d, _, _ := strings.Cut(r.GetNamespace(), "/")
+		stages := Resolve(r.GetPolicy(), zones)
+		var err error
+		w, frozen := Frozen(r.GetPolicy(), now)
+		switch k := int(r.GetPolicy().GetMaxConcurrent()); {
+		case r.GetState() == lehrpb.RolloutState_ROLLOUT_STATE_PAUSED:
+		case frozen:
+			err = s.freeze(ctx, g, r, now, w, fmt.Sprintf("stage %q waits", stages[0].Name))
+		case k > 0 && len(inflight[d]) >= k:
+			reason := fmt.Sprintf("queued: %d rollout(s) of domain %s are in a stage (%s), the most its policy allows; starts when one ends",
+				len(inflight[d]), d, strings.Join(inflight[d], ", "))
+			var evs []*lehrpb.RolloutEvent
+			if !strings.HasPrefix(r.GetReason(), "queued:") {
+				evs = append(evs, s.event(r, now, "queued", reason, ""))
+			}
+			if reason != r.GetReason() {
+				r.Reason, r.UpdateTime = reason, timestamppb.New(now)
+				err = s.opts.Store.PutRollout(ctx, g, store.RolloutStep{Rollout: r, Events: evs})
+			}
+		default:
+			var cur map[string]*lehrpb.GoalState
+			if cur, err = s.zoneGoals(ctx, r.GetNamespace(), zones); err == nil {
+				err = s.enter(ctx, g, r, 0, stages, cur, now)
+				inflight[d] = append(inflight[d], r.GetId())
+			}
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("admit %s: %w", r.GetId(), err))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // freeze records that r waits for freeze window w to close, with an event
@@ -577,14 +643,8 @@ func (s *Strategist) step(ctx context.Context, g store.Guard, r *lehrpb.Rollout,
 	if err != nil {
 		return err
 	}
-	if r.GetStageStartTime() == nil { // started during a freeze
-		if w, ok := Frozen(r.GetPolicy(), now); ok {
-			return s.freeze(ctx, g, r, now, w, fmt.Sprintf("stage %q waits", stg.Name))
-		}
-		if r.GetState() == lehrpb.RolloutState_ROLLOUT_STATE_PAUSED {
-			return nil
-		}
-		return s.enter(ctx, g, r, 0, stages, cur, now)
+	if r.GetStageStartTime() == nil {
+		return nil // not entered yet: admit decides
 	}
 
 	// Select: name the canary hosts of zones whose samples arrived.

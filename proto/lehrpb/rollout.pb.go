@@ -226,6 +226,10 @@ type RolloutPolicy struct {
 	// stage (it waits, saying until when); checks and rollbacks go on.
 	// At most 100.
 	FreezeWindows []*FreezeWindow `protobuf:"bytes,3,rep,name=freeze_windows,json=freezeWindows,proto3" json:"freeze_windows,omitempty"`
+	// At most this many rollouts of the domain are in a stage at once,
+	// counting the one under this policy (0: no limit, at most 1000); the
+	// others wait, oldest publish first.
+	MaxConcurrent uint32 `protobuf:"varint,4,opt,name=max_concurrent,json=maxConcurrent,proto3" json:"max_concurrent,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -279,6 +283,13 @@ func (x *RolloutPolicy) GetFreezeWindows() []*FreezeWindow {
 		return x.FreezeWindows
 	}
 	return nil
+}
+
+func (x *RolloutPolicy) GetMaxConcurrent() uint32 {
+	if x != nil {
+		return x.MaxConcurrent
+	}
+	return 0
 }
 
 // FreezeWindow is a period without rollouts, e.g. a holiday or a launch.
@@ -1173,11 +1184,12 @@ var File_lehr_v1_rollout_proto protoreflect.FileDescriptor
 
 const file_lehr_v1_rollout_proto_rawDesc = "" +
 	"\n" +
-	"\x15lehr/v1/rollout.proto\x12\alehr.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x9f\x01\n" +
+	"\x15lehr/v1/rollout.proto\x12\alehr.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xc6\x01\n" +
 	"\rRolloutPolicy\x12-\n" +
 	"\x06stages\x18\x01 \x03(\v2\x15.lehr.v1.RolloutStageR\x06stages\x12!\n" +
 	"\fglobal_blast\x18\x02 \x01(\bR\vglobalBlast\x12<\n" +
-	"\x0efreeze_windows\x18\x03 \x03(\v2\x15.lehr.v1.FreezeWindowR\rfreezeWindows\"\x86\x01\n" +
+	"\x0efreeze_windows\x18\x03 \x03(\v2\x15.lehr.v1.FreezeWindowR\rfreezeWindows\x12%\n" +
+	"\x0emax_concurrent\x18\x04 \x01(\rR\rmaxConcurrent\"\x86\x01\n" +
 	"\fFreezeWindow\x120\n" +
 	"\x05start\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x05start\x12,\n" +
 	"\x03end\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x03end\x12\x16\n" +
