@@ -56,21 +56,27 @@ func formatOf(path string) fileFormat {
 	return formatSniff
 }
 
-// readPropertiesFile reads path ("-" for r) and parses it.
-func readPropertiesFile(path string, stdin io.Reader) ([]producer.Property, error) {
-	var data []byte
-	var err error
+// readInput reads a file named on the command line, "-" being standard
+// input, and returns its bytes and a name for messages.
+func readInput(path string, stdin io.Reader) (data []byte, name string, err error) {
 	if path == "-" {
 		data, err = io.ReadAll(stdin)
+		name = "standard input"
 	} else {
 		data, err = os.ReadFile(path)
+		name = path
 	}
 	if err != nil {
-		return nil, fmt.Errorf("read %s: %w", path, err)
+		return nil, name, fmt.Errorf("read %s: %w", name, err)
 	}
-	name := path
-	if path == "-" {
-		name = "standard input"
+	return data, name, nil
+}
+
+// readPropertiesFile reads path ("-" for r) and parses it.
+func readPropertiesFile(path string, stdin io.Reader) ([]producer.Property, error) {
+	data, name, err := readInput(path, stdin)
+	if err != nil {
+		return nil, err
 	}
 	props, err := parseProperties(data, formatOf(path))
 	if err != nil {

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -177,19 +176,9 @@ history with its author and message.`,
 // ("10m", "1h30m") as well as protobuf's JSON form ("600s"); unknown
 // fields are errors naming them.
 func readPolicyFile(path string, stdin io.Reader) (*lehrpb.RolloutPolicy, error) {
-	var data []byte
-	var err error
-	if path == "-" {
-		data, err = io.ReadAll(stdin)
-	} else {
-		data, err = os.ReadFile(path)
-	}
+	data, name, err := readInput(path, stdin)
 	if err != nil {
-		return nil, fmt.Errorf("read %s: %w", path, err)
-	}
-	name := path
-	if path == "-" {
-		name = "standard input"
+		return nil, err
 	}
 	p, err := parsePolicy(data)
 	if err != nil {
