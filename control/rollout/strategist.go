@@ -45,8 +45,9 @@ type StrategistOptions struct {
 	// Policy returns the policy in effect for a namespace and where it
 	// comes from. Required.
 	Policy func(ctx context.Context, ns string) (*lehrpb.RolloutPolicy, lehrpb.RolloutPolicySource, uint64, error)
-	// Metrics receives lehr_control_rollouts{state} and
-	// lehr_control_rollbacks_total; nil means a private set.
+	// Metrics receives lehr_control_rollouts{state},
+	// lehr_control_rollbacks_total{reason} and
+	// lehr_control_rollout_stage_seconds; nil means a private set.
 	Metrics *metrics.Set
 	Logger  *slog.Logger
 	// Now returns the current time; nil means time.Now.
@@ -630,6 +631,9 @@ func (s *Strategist) step(ctx context.Context, g store.Guard, r *lehrpb.Rollout,
 	r = proto.CloneOf(r)
 	now := s.opts.Now()
 	stages := Resolve(r.GetPolicy(), zones)
+	if len(stages) == 0 {
+		return nil // no zone registered
+	}
 	i := int(r.GetStage())
 	if i >= len(stages) {
 		i = len(stages) - 1
@@ -726,6 +730,7 @@ func (s *Strategist) step(ctx context.Context, g store.Guard, r *lehrpb.Rollout,
 	if w, ok := Frozen(r.GetPolicy(), now); ok && i+1 < len(stages) {
 		return s.freeze(ctx, g, r, now, w, fmt.Sprintf("stage %q passed; stage %q waits", stg.Name, stages[i+1].Name))
 	}
+	s.met.GetOrCreateHistogram(`lehr_control_rollout_stage_seconds`).Update(now.Sub(started).Seconds())
 	if i+1 < len(stages) {
 		adv := s.event(r, now, "advanced", fmt.Sprintf("stage %q passed: %d host(s) held version %d, %d of %d consumers rejected it", stg.Name, ev.applied, r.GetVersion(), ev.rejected, ev.consumers), "")
 		return s.enter(ctx, g, r, i+1, stages, cur, now, adv)
