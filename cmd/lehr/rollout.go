@@ -39,7 +39,8 @@ rollout that moves through these stages:
   pause|resume NS         hold it (checks still run) / let it go on
   abort NS                end it and roll every host back
   promote NS              skip the rest of the current stage's bake
-  wait NS                 print progress until it ends; exit 1 unless it succeeded
+  wait NS                 print progress until the rollout of the latest version
+                          ends; exit 1 unless it succeeded
 
 (--version V picks a rollout other than the namespace's latest.)
 
@@ -379,11 +380,13 @@ func runRolloutAction(ctx context.Context, e *env, fs *flags, cf *clientFlags, p
 		}
 		defer c.Close()
 		if version == 0 {
-			r, err := c.GetRollout(ctx, ns, 0)
+			// The latest version's rollout, which the strategist may not
+			// have started yet (right after a push).
+			h, err := c.GetNamespace(ctx, ns)
 			if err != nil {
 				return reportError(e, fs.Name(), err, cf.errCtx(ns))
 			}
-			version = r.GetVersion()
+			version = h.GetLatestVersion()
 		}
 		r, err := c.WaitRollout(ctx, ns, version, time.Second, func(r *lehrpb.Rollout) {
 			if !cf.json() {

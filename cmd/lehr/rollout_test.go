@@ -195,11 +195,11 @@ func TestRolloutsQueueBehindTheDomainLimit(t *testing.T) {
 			}
 		}
 	}
-	// pay/a was published first: it goes; pay/b waits for it.
-	wait.For(t, "pay/b queued behind pay/a", func() bool {
-		_, out, _ := c.run("", "rollout", "status", "pay/b")
-		return strings.Contains(out, "queued: 1 rollout(s) of domain pay are in a stage (pay/a@2)")
-	})
+	// lehr rollout wait follows the latest version's rollout to its end.
+	if code, out, errOut := c.run("", "rollout", "wait", "pay/a"); code != exitOK || !strings.Contains(out, "succeeded: every zone holds version 2") {
+		t.Errorf("rollout wait pay/a: exit %d\n%s%s", code, out, errOut)
+	}
+	// pay/a was published first: it went; pay/b waited for it.
 	wait.For(t, "both done", func() bool {
 		_, a, _ := c.run("", "rollout", "status", "pay/a")
 		_, b, _ := c.run("", "rollout", "status", "pay/b")
@@ -218,5 +218,8 @@ func TestRolloutsQueueBehindTheDomainLimit(t *testing.T) {
 	}
 	if want := []string{"started", "queued", "stage", "applied", "succeeded"}; !slices.Equal(kinds, want) {
 		t.Errorf("pay/b events %v, want %v", kinds, want)
+	}
+	if q := evs.GetEvents()[min(1, len(evs.GetEvents())-1)].GetMessage(); !strings.Contains(q, "queued: 1 rollout(s) of domain pay are in a stage (pay/a@2)") {
+		t.Errorf("queued event %q does not name pay/a@2", q)
 	}
 }
