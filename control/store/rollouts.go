@@ -11,10 +11,6 @@ import (
 	"lehr.dev/lehr/proto/lehrpb"
 )
 
-// MaxRolloutEvents bounds one rollout's event log; a rollout that would
-// write more keeps its first MaxRolloutEvents-1 and its last event.
-const MaxRolloutEvents = 1000
-
 // Guard makes a write conditional on a key still having the create
 // revision it had: the strategist's election key, so only the leader of
 // the moment writes. The zero Guard guards nothing.
