@@ -27,16 +27,27 @@ const devSample = `{
   "limits/rps": 100,
   "limits/burst": 20,
   "features": {"dark_mode": false, "beta_search": true},
-  "owners": ["team-app"]
+  "owners": ["team-app"],
+  "demo.error_ratio": 0.01
 }
 `
+
+// devMaxErrorRatio is the demo.error_ratio above which the demo service
+// refuses a configuration: it would fail most of its requests. Its
+// refusal is what the rollout's health gate sees on the canary hosts.
+const devMaxErrorRatio = 0.5
 
 // devNamespace is the namespace of the demo.
 const devNamespace = "demo/app"
 
-// devZones are the zones "lehr dev" starts, one distributor and one agent
-// each.
-var devZones = []string{"zone-a", "zone-b"}
+// devZoneNames names n zones: zone-a, zone-b, …
+func devZoneNames(n int) []string {
+	var out []string
+	for i := range n {
+		out = append(out, fmt.Sprintf("zone-%c", 'a'+i))
+	}
+	return out
+}
 
 // devLandTimeout bounds the wait for a version to reach every zone.
 const devLandTimeout = 60 * time.Second
@@ -46,15 +57,20 @@ func runDev(ctx context.Context, e *env, args []string) int {
 		usage:   "lehr dev [flags]",
 		summary: "run the whole system locally with a guided demo (make run)",
 		about: `Starts the whole system in this process, on loopback: control on an embedded
-etcd, and two zones (zone-a, zone-b), each with a distributor (QUIC, mutual
-TLS with a development CA made for the run) and an agent (Badger cache,
-namespace files, a unix socket for consumers). A demo consumer per zone
-subscribes to demo/app and prints every callback it gets.
+etcd running the rollout strategist, and --zones zones (zone-a, zone-b, …),
+each with a distributor (QUIC, mutual TLS with a development CA made for the
+run) and --hosts-per-zone agents (Badger cache, namespace files, a unix
+socket for consumers). On every host a demo service subscribes to demo/app,
+prints every callback it gets, and refuses a configuration whose
+demo.error_ratio is above 0.5 (it would fail most requests).
 
-Then it walks through a round trip with the lehr commands: it creates the
-domain "demo", pushes demo/app, and waits until both zones' consumers have
-it; patches one key and waits again; and shows the diff, the history and a
-zone's status. Then it keeps running, consumers printing every change, so
+Then it walks through the lehr commands: it creates the domain "demo",
+pushes demo/app (a first version goes everywhere at once) and waits until
+every host has it; patches one key and follows the rollout — one canary
+host per zone, then the first zone, then the rest, with bakes of seconds
+(rollout.Fast); then makes a bad change that the canary hosts refuse, and
+shows it rolled back before any other host saw it; and shows the diff, the
+history and a zone's status. Then it keeps running, consumers printing every change, so
 you can push your own changes and watch them from another terminal, until
 Ctrl-C stops everything. The temporary data is removed on exit (pass
 --data-dir to keep it).
@@ -72,6 +88,8 @@ and says which.`,
 	listen := fs.String("listen", "", "control's gRPC `address` (default 127.0.0.1:7400, or a free port if it is busy)")
 	metricsListen := fs.String("metrics-listen", "", "control's metrics HTTP `address` (default 127.0.0.1:7401, or a free port if it is busy)")
 	dataDir := fs.String("data-dir", "", "keep the data in this `directory` instead of a temporary one")
+	nZones := fs.Int("zones", 2, "number of `zones` (1 to 26)")
+	hostsPerZone := fs.Int("hosts-per-zone", 2, "agents per zone, each with a demo service (1 to 20)")
 	lf := addLogFlags(fs)
 	lf.Level = "warn"
 	fs.Lookup("log-level").DefValue = "warn"
@@ -82,6 +100,13 @@ and says which.`,
 	if code, ok := wantArgs(e, fs, pos, 0, "no arguments"); !ok {
 		return code
 	}
+	if *nZones < 1 || *nZones > 26 {
+		return usageError(e, fs, "--zones %d: want 1 to 26", *nZones)
+	}
+	if *hostsPerZone < 1 || *hostsPerZone > 20 {
+		return usageError(e, fs, "--hosts-per-zone %d: want 1 to 20", *hostsPerZone)
+	}
+	zones := devZoneNames(*nZones)
 	logger, err := lf.Logger(e.stderr)
 	if err != nil {
 		return usageError(e, fs, "%v", err)
@@ -104,13 +129,15 @@ and says which.`,
 		}()
 	}
 	say("starting control with embedded etcd in %s", dir)
-	say("starting zones %s: a distributor (QUIC, mutual TLS) and an agent each", strings.Join(devZones, " and "))
+	say("starting zones %s: a distributor (QUIC, mutual TLS) and %d %s each", strings.Join(zones, ", "), *hostsPerZone, plural(*hostsPerZone, "agent", "agents"))
 	started := time.Now()
 	cl, err := devcluster.Start(ctx, devcluster.Options{
 		Dir:                  dir,
-		Zones:                devZones,
+		Zones:                zones,
 		DistributorsPerZone:  1,
-		AgentsPerZone:        1,
+		AgentsPerZone:        *hostsPerZone,
+		Rollouts:             true,
+		RolloutInterval:      200 * time.Millisecond,
 		Logger:               logger,
 		ControlListen:        pickAddr(*listen, control.DefaultListen, "gRPC", say),
 		ControlMetricsListen: pickAddr(*metricsListen, control.DefaultMetricsListen, "metrics", say),
@@ -131,7 +158,7 @@ and says which.`,
 		metricsAt = "http://" + ma + "/metrics"
 	}
 	say("control serving on %s (metrics %s)", addr, metricsAt)
-	for _, z := range devZones {
+	for _, z := range zones {
 		for _, d := range cl.Distributors(z) {
 			say("%s: distributor %s on udp %s", z, d.ID, d.Addr())
 		}
@@ -142,12 +169,12 @@ and says which.`,
 	say("all started in %s", time.Since(started).Round(time.Millisecond))
 
 	demoCtx, stopDemo := context.WithCancel(ctx)
-	cons, err := startDevConsumers(demoCtx, cl, out, say)
+	cons, err := startDevConsumers(demoCtx, cl, zones, out, say)
 	var demoErr error
 	if err != nil {
 		demoErr = err
 	} else {
-		demoErr = devDemo(demoCtx, &de, cl, cons, dir, say)
+		demoErr = devDemo(demoCtx, &de, cl, cons, zones, dir, say)
 	}
 	if demoErr == nil {
 		controlFlag := ""
@@ -159,7 +186,7 @@ and says which.`,
 			latest = v.GetLatestVersion()
 		}
 		sock := ""
-		if as := cl.Agents(devZones[0]); len(as) > 0 {
+		if as := cl.Agents(zones[0]); len(as) > 0 {
 			sock = as[0].Socket()
 		}
 		say("ready. The consumers above keep printing every change. From another terminal, try:")
@@ -169,6 +196,8 @@ and says which.`,
     echo '{"greeting": "hi", "limits/rps": 300}' > my.json
     lehr push %[2]s%[1]s --file my.json --message "my own snapshot"
     lehr zones status zone-a%[1]s
+    lehr rollout status %[2]s%[1]s
+    lehr rollout events %[2]s%[1]s
     lehr history %[2]s%[1]s
 
   (lehr is ./bin/lehr after 'make build'.) Press Ctrl-C to stop.
@@ -215,6 +244,7 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 // and remembers the last version they delivered.
 type devConsumer struct {
 	zone   string
+	host   string
 	client *consumer.Client
 	sub    *consumer.Subscription
 
@@ -225,41 +255,67 @@ type devConsumer struct {
 
 // startDevConsumers subscribes a consumer per zone to the demo namespace,
 // printing every callback to out.
-func startDevConsumers(ctx context.Context, cl *devcluster.Cluster, out io.Writer, say func(string, ...any)) ([]*devConsumer, error) {
+func startDevConsumers(ctx context.Context, cl *devcluster.Cluster, zones []string, out io.Writer, say func(string, ...any)) ([]*devConsumer, error) {
 	var cons []*devConsumer
-	for _, z := range devZones {
-		c, err := cl.Consumer(z, 0)
-		if err != nil {
-			return cons, err
+	for _, z := range zones {
+		for i, a := range cl.Agents(z) {
+			c, err := cl.Consumer(z, i)
+			if err != nil {
+				return cons, err
+			}
+			sub, err := c.Subscribe(ctx, devNamespace)
+			if err != nil {
+				c.Close()
+				return cons, fmt.Errorf("subscribe to %s in %s: %w", devNamespace, z, err)
+			}
+			host := a.HostID
+			dc := &devConsumer{zone: z, host: host, client: c, sub: sub, changed: make(chan struct{})}
+			sub.OnChange(func(ch consumer.Change) error {
+				fmt.Fprint(out, formatCallback(z, host, ch))
+				dc.mu.Lock()
+				dc.seen = ch.New.Version()
+				close(dc.changed)
+				dc.changed = make(chan struct{})
+				dc.mu.Unlock()
+				return devCheck(ch.New)
+			})
+			cons = append(cons, dc)
+			say("%s: demo service subscribed to %s through agent %s", z, devNamespace, host)
 		}
-		sub, err := c.Subscribe(ctx, devNamespace)
-		if err != nil {
-			c.Close()
-			return cons, fmt.Errorf("subscribe to %s in %s: %w", devNamespace, z, err)
-		}
-		dc := &devConsumer{zone: z, client: c, sub: sub, changed: make(chan struct{})}
-		host := cl.Agents(z)[0].HostID
-		sub.OnChange(func(ch consumer.Change) error {
-			fmt.Fprint(out, formatCallback(z, host, ch))
-			dc.mu.Lock()
-			dc.seen = ch.New.Version()
-			close(dc.changed)
-			dc.changed = make(chan struct{})
-			dc.mu.Unlock()
-			return nil
-		})
-		cons = append(cons, dc)
-		say("%s: demo consumer subscribed to %s through agent %s", z, devNamespace, host)
 	}
 	return cons, nil
+}
+
+// devCheck is the demo service taking a configuration: it refuses one
+// under which it would fail most requests.
+func devCheck(v *consumer.View) error {
+	raw, ok := v.Get("demo.error_ratio")
+	if !ok {
+		return nil
+	}
+	r, err := strconv.ParseFloat(strings.TrimSpace(string(raw)), 64)
+	if err != nil {
+		return fmt.Errorf("demo.error_ratio %q is not a number", raw)
+	}
+	if r > devMaxErrorRatio {
+		return fmt.Errorf("refusing demo.error_ratio %g: it would fail most requests (at most %g)", r, devMaxErrorRatio)
+	}
+	return nil
 }
 
 // formatCallback is what a demo consumer prints for one callback.
 func formatCallback(zone, host string, ch consumer.Change) string {
 	var b strings.Builder
 	changes := viewChanges(ch.Old, ch.New)
-	fmt.Fprintf(&b, "    [%s consumer on %s] callback: %s version %d (was %d), %d changed %s\n", zone, host,
-		ch.New.Namespace(), ch.New.Version(), ch.Old.Version(), len(changes), plural(len(changes), "key", "keys"))
+	rb := ""
+	if ch.Rollback() {
+		rb = fmt.Sprintf(", a rollback to version %d's content", ch.New.RollbackOf())
+	}
+	fmt.Fprintf(&b, "    [%s service on %s] callback: %s version %d (was %d)%s, %d changed %s\n", zone, host,
+		ch.New.Namespace(), ch.New.Version(), ch.Old.Version(), rb, len(changes), plural(len(changes), "key", "keys"))
+	if err := devCheck(ch.New); err != nil {
+		fmt.Fprintf(&b, "        ! %v\n", err)
+	}
 	for i, c := range changes {
 		if i == 8 {
 			fmt.Fprintf(&b, "        … and %d more\n", len(changes)-i)
@@ -290,7 +346,7 @@ func (c *devConsumer) wait(ctx context.Context, v uint64) error {
 		select {
 		case <-ch:
 		case <-ctx.Done():
-			return fmt.Errorf("%s consumer at version %d, waiting for %d: %w", c.zone, seen, v, ctx.Err())
+			return fmt.Errorf("%s service on %s at version %d, waiting for %d: %w", c.zone, c.host, seen, v, ctx.Err())
 		}
 	}
 }
@@ -300,9 +356,10 @@ func (c *devConsumer) close() {
 	c.client.Close()
 }
 
-// waitLanded waits until every zone's consumer has version v, and says so.
+// waitLanded waits until every host's demo service has version v, and
+// says so.
 func waitLanded(ctx context.Context, cons []*devConsumer, v uint64, since time.Time, say func(string, ...any)) error {
-	say("waiting for %s version %d to reach the consumers in %s…", devNamespace, v, strings.Join(devZones, " and "))
+	say("waiting for %s version %d to reach the demo service on every host…", devNamespace, v)
 	ctx, cancel := context.WithTimeout(ctx, devLandTimeout)
 	defer cancel()
 	for _, c := range cons {
@@ -311,13 +368,13 @@ func waitLanded(ctx context.Context, cons []*devConsumer, v uint64, since time.T
 				devNamespace, v, devLandTimeout, err)
 		}
 	}
-	say("%s version %d landed in every zone %s after it was published", devNamespace, v, time.Since(since).Round(time.Millisecond))
+	say("%s version %d landed on every host %s after it was published", devNamespace, v, time.Since(since).Round(time.Millisecond))
 	return nil
 }
 
 // devDemo walks through the round trip, printing each command and its
 // output as a user would see them, and waiting for each change to land.
-func devDemo(ctx context.Context, e *env, cl *devcluster.Cluster, cons []*devConsumer, dir string, say func(string, ...any)) error {
+func devDemo(ctx context.Context, e *env, cl *devcluster.Cluster, cons []*devConsumer, zones []string, dir string, say func(string, ...any)) error {
 	addr := cl.ControlAddr()
 	client := []string{"--control", addr, "--as", "lehr-dev"}
 	step := func(what string, args ...string) error {
@@ -362,13 +419,48 @@ func devDemo(ctx context.Context, e *env, cl *devcluster.Cluster, cons []*devCon
 	if err := step("get", "get", devNamespace); err != nil {
 		return err
 	}
-	say("patching one key against version %d", base)
+	say("a good change: patching one key against version %d; it rolls out stage by stage", base)
 	published = time.Now()
 	if err := step("patch", "patch", devNamespace, "--base", strconv.FormatUint(base, 10),
 		"--set-json", "limits/rps=250", "--message", "more headroom"); err != nil {
 		return err
 	}
+	if err := step("rollout wait", "rollout", "wait", devNamespace); err != nil {
+		return err
+	}
 	if err := waitLanded(ctx, cons, base+1, published, say); err != nil {
+		return err
+	}
+	if err := step("rollout events", "rollout", "events", devNamespace); err != nil {
+		return err
+	}
+
+	say("a bad change: demo.error_ratio 0.9, which the demo service refuses; the canary hosts catch it")
+	bad := base + 2
+	published = time.Now()
+	fmt.Fprintf(e.stdout, "\n$ lehr patch %s --base %d --set-json demo.error_ratio=0.9\n", devNamespace, base+1)
+	if code := run(ctx, []string{"patch", devNamespace, "--base", strconv.FormatUint(base+1, 10), "--set-json", "demo.error_ratio=0.9",
+		"--message", "try a much higher error ratio", "--control", cl.ControlAddr(), "--as", "lehr-dev"}, e); code != exitOK {
+		return fmt.Errorf("patch failed (exit %d)", code)
+	}
+	fmt.Fprintf(e.stdout, "\n$ lehr rollout wait %s\n", devNamespace)
+	if code := run(ctx, []string{"rollout", "wait", devNamespace, "--control", cl.ControlAddr()}, e); code != exitError {
+		return fmt.Errorf("the bad change's rollout did not fail (exit %d)", code)
+	}
+	r, err := c.GetRollout(ctx, devNamespace, bad)
+	if err != nil {
+		return err
+	}
+	if err := waitLanded(ctx, cons, r.GetRollbackVersion(), published, say); err != nil {
+		return err
+	}
+	var saw []string
+	for _, zh := range r.GetCanaryHosts() {
+		saw = append(saw, zh.GetHosts()...)
+	}
+	say("version %d reached only the canary hosts (%s) and was rolled back: every host now runs version %d, version %d's content",
+		bad, strings.Join(saw, ", "), r.GetRollbackVersion(), base+1)
+	if err := step("rollout events", "rollout", "events", devNamespace); err != nil {
 		return err
 	}
 	say("what changed, and the history")
@@ -378,9 +470,9 @@ func devDemo(ctx context.Context, e *env, cl *devcluster.Cluster, cons []*devCon
 	if err := step("history", "history", devNamespace, "--limit", "5"); err != nil {
 		return err
 	}
-	say("what zone-a's distributor reports (agents per version, every second)")
-	waitReported(ctx, c, devZones[0], base+1)
-	if err := step("zone status", "zones", "status", devZones[0]); err != nil {
+	say("what %s's distributor reports (agents per version, every second)", zones[0])
+	waitReported(ctx, c, zones[0], r.GetRollbackVersion())
+	if err := step("zone status", "zones", "status", zones[0]); err != nil {
 		return err
 	}
 	fmt.Fprintln(e.stdout)

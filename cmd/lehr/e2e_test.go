@@ -249,34 +249,53 @@ func TestDev(t *testing.T) {
 		"==> control serving on "+addr,
 		"==> zone-a: distributor zone-a-dist-0 on udp 127.0.0.1:",
 		"==> zone-b: agent zone-b-host-0, socket ",
-		"==> zone-a: demo consumer subscribed to demo/app through agent zone-a-host-0",
-		"==> zone-b: demo consumer subscribed to demo/app through agent zone-b-host-0",
+		"==> zone-a: demo service subscribed to demo/app through agent zone-a-host-0",
+		"==> zone-b: demo service subscribed to demo/app through agent zone-b-host-1",
 		"$ lehr domain create demo",
 		"$ lehr push demo/app --file ",
 		"published demo/app version 1",
-		"==> demo/app version 1 landed in every zone",
+		"==> demo/app version 1 landed on every host",
 		"$ lehr get demo/app\ndemo/app version 1",
 		"$ lehr patch demo/app --base 1 --set-json limits/rps=250",
 		"patched demo/app version 2",
-		"==> demo/app version 2 landed in every zone",
+		"$ lehr rollout wait demo/app",
+		"succeeded: every zone holds version 2",
+		"==> demo/app version 2 landed on every host",
+		"$ lehr patch demo/app --base 2 --set-json demo.error_ratio=0.9",
+		"failed: 2 of 2 consumers rejected version 3",
+		"rolled back  -    version 4 republishes version 2's content in every zone",
+		"==> demo/app version 4 landed on every host",
 		"~ limits/rps  [application/json]\n  old:\n    100\n  new:\n    250\n",
 		"$ lehr history demo/app",
 		"$ lehr zones status zone-a",
-		"zone zone-a: 1 distributor reporting, 1 agent connected",
+		"zone zone-a: 1 distributor reporting, 2 agents connected",
 		"==> ready. The consumers above keep printing every change",
 		"lehr push demo/app --control "+addr+" --file my.json",
-		"lehr patch demo/app --control "+addr+" --base 2 --set greeting=hi")
+		"lehr patch demo/app --control "+addr+" --base 4 --set greeting=hi")
 
-	// Both zones' consumers called back for the publish (every key new)
-	// and for the patch (exactly the changed key), before it said so.
-	for _, z := range []string{"zone-a", "zone-b"} {
-		prefix := "    [" + z + " consumer on " + z + "-host-0] callback: demo/app "
-		mustContain(t, z+" callbacks", out,
-			prefix+"version 1 (was 0), 5 changed keys\n        + features = {\"dark_mode\":false,\"beta_search\":true}\n        + greeting = hello from lehr\n",
+	// Every host's service called back for the publish (every key new)
+	// and for the patch (exactly the changed key), before it said so; the
+	// bad version reached the canary hosts only, and every host ends on
+	// the rollback.
+	r := regexp.MustCompile(`version 3 reached only the canary hosts \((\S+), (\S+)\)`).FindStringSubmatch(out)
+	if r == nil {
+		t.Fatalf("no canary hosts named for the bad version:\n%s", out)
+	}
+	for _, h := range []string{"zone-a-host-0", "zone-a-host-1", "zone-b-host-0", "zone-b-host-1"} {
+		prefix := "    [" + h[:6] + " service on " + h + "] callback: demo/app "
+		mustContain(t, h+" callbacks", out,
+			prefix+"version 1 (was 0), 6 changed keys\n        + demo.error_ratio = 0.01\n        + features = {\"dark_mode\":false,\"beta_search\":true}\n        + greeting = hello from lehr\n",
 			prefix+"version 2 (was 1), 1 changed key\n        ~ limits/rps: 100 → 250\n")
 		landed := strings.Index(out, "==> demo/app version 2 landed")
 		if cb := strings.Index(out, prefix+"version 2"); cb < 0 || cb > landed {
-			t.Errorf("%s callback for version 2 at offset %d, after the landed line at %d", z, cb, landed)
+			t.Errorf("%s callback for version 2 at offset %d, after the landed line at %d", h, cb, landed)
+		}
+		canary := h == r[1] || h == r[2]
+		if got := strings.Contains(out, prefix+"version 3"); got != canary {
+			t.Errorf("%s got the bad version 3: %v; want %v (canaries %s, %s)", h, got, canary, r[1], r[2])
+		}
+		if !strings.Contains(out, prefix+"version 4 (was ") || !strings.Contains(out, "a rollback to version 2's content") {
+			t.Errorf("%s has no rollback callback for version 4", h)
 		}
 	}
 	m := regexp.MustCompile(`lehr watch demo/app --socket (\S+)`).FindStringSubmatch(out)
@@ -290,13 +309,13 @@ func TestDev(t *testing.T) {
 	// Another "terminal" pushes a change while dev runs; the consumers
 	// keep printing.
 	c := cli{t: t, addr: addr}
-	c.ok("patch", "demo/app", "--base", "2", "--set", "greeting=from the test")
+	c.ok("patch", "demo/app", "--base", "4", "--set", "greeting=from the test")
 	if got := c.ok("get", "demo/app", "--key", "greeting", "--raw"); got != "from the test" {
 		t.Errorf("greeting = %q after a patch against lehr dev", got)
 	}
 	for _, z := range []string{"zone-a", "zone-b"} {
-		want := "    [" + z + " consumer on " + z + "-host-0] callback: demo/app version 3 (was 2), 1 changed key\n        ~ greeting: hello from lehr → from the test\n"
-		wait.For(t, z+" callback for version 3", func() bool { return strings.Contains(stdout.String(), want) })
+		want := "    [" + z + " service on " + z + "-host-0] callback: demo/app version 5 (was 4), 1 changed key\n        ~ greeting: hello from lehr → from the test\n"
+		wait.For(t, z+" callback for version 5 (rolled out)", func() bool { return strings.Contains(stdout.String(), want) })
 	}
 
 	cancel()

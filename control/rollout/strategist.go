@@ -340,7 +340,7 @@ func (s *Strategist) start(ctx context.Context, g store.Guard, h *lehrpb.Namespa
 	for _, stg := range stages {
 		r.Stages = append(r.Stages, stg.Name)
 	}
-	what := "policy " + strings.ToLower(strings.TrimPrefix(src.String(), "ROLLOUT_POLICY_SOURCE_"))
+	what := "the " + strings.ReplaceAll(strings.ToLower(strings.TrimPrefix(src.String(), "ROLLOUT_POLICY_SOURCE_")), "_", "-") + " policy"
 	if gen > 0 {
 		what += fmt.Sprintf(" (generation %d)", gen)
 	}
@@ -565,16 +565,39 @@ func (s *Strategist) gather(ctx context.Context, r *lehrpb.Rollout, stages []Sta
 				}
 			}
 			for _, h := range d.GetHealth() {
-				if h.GetNamespace() == ns {
+				if h.GetNamespace() == ns && h.GetCandidate() == v {
 					knows = true
 				}
 			}
 		}
-		if !whole && subscribed > 0 && !knows {
+		named, isNamed := canaryHosts(r, z)
+		byHost := c.percent[z] == 0 && isNamed // a canary of named hosts only
+		if !whole && !byHost && subscribed > 0 && !knows {
 			ev.stale = append(ev.stale, z)
 		}
+		if byHost {
+			// Exactly the named hosts: each must report holding v; one
+			// not reporting yet is pending.
+			held := map[string]uint64{}
+			for _, d := range sts {
+				for _, hr := range d.GetHosts() {
+					if hr.GetReport().GetNamespace() == ns {
+						held[hr.GetHostId()] = max(held[hr.GetHostId()], hr.GetReport().GetVersion())
+					}
+				}
+			}
+			for _, h := range named {
+				if held[h] >= v {
+					ev.applied++
+				} else {
+					ev.pending++
+				}
+			}
+		}
 		for _, d := range sts {
-			if whole {
+			switch {
+			case byHost:
+			case whole:
 				for _, vc := range d.GetVersions() {
 					if vc.GetNamespace() != ns {
 						continue
@@ -585,9 +608,9 @@ func (s *Strategist) gather(ctx context.Context, r *lehrpb.Rollout, stages []Sta
 						ev.pending += int(vc.GetAgents())
 					}
 				}
-			} else {
+			default:
 				for _, h := range d.GetHealth() {
-					if h.GetNamespace() != ns || !h.GetCohort() {
+					if h.GetNamespace() != ns || !h.GetCohort() || h.GetCandidate() != v {
 						continue
 					}
 					if h.GetVersion() >= v {

@@ -237,19 +237,20 @@ func (s *Service) GetZoneStatus(ctx context.Context, req *lehrpb.GetZoneStatusRe
 // it moved, the newest applied_time wins).
 func sumHealth(sts []*lehrpb.DistributorStatus) ([]*lehrpb.NamespaceHealth, []*lehrpb.HostReport) {
 	type key struct {
-		ns     string
-		v      uint64
-		cohort bool
+		ns        string
+		v         uint64
+		cohort    bool
+		candidate uint64
 	}
 	sums := map[key]*lehrpb.NamespaceHealth{}
 	type hostNS struct{ host, ns string }
 	hosts := map[hostNS]*lehrpb.HostReport{}
 	for _, st := range sts {
 		for _, h := range st.GetHealth() {
-			k := key{h.GetNamespace(), h.GetVersion(), h.GetCohort()}
+			k := key{h.GetNamespace(), h.GetVersion(), h.GetCohort(), h.GetCandidate()}
 			s := sums[k]
 			if s == nil {
-				s = &lehrpb.NamespaceHealth{Namespace: k.ns, Version: k.v, Cohort: k.cohort}
+				s = &lehrpb.NamespaceHealth{Namespace: k.ns, Version: k.v, Cohort: k.cohort, Candidate: k.candidate}
 				sums[k] = s
 			}
 			s.Agents += h.GetAgents()
@@ -271,7 +272,8 @@ func sumHealth(sts []*lehrpb.DistributorStatus) ([]*lehrpb.NamespaceHealth, []*l
 		health = append(health, s)
 	}
 	slices.SortFunc(health, func(a, b *lehrpb.NamespaceHealth) int {
-		return cmp.Or(cmp.Compare(a.GetNamespace(), b.GetNamespace()), cmp.Compare(a.GetVersion(), b.GetVersion()), boolCmp(a.GetCohort(), b.GetCohort()))
+		return cmp.Or(cmp.Compare(a.GetNamespace(), b.GetNamespace()), cmp.Compare(a.GetVersion(), b.GetVersion()),
+			boolCmp(a.GetCohort(), b.GetCohort()), cmp.Compare(a.GetCandidate(), b.GetCandidate()))
 	})
 	out := make([]*lehrpb.HostReport, 0, len(hosts))
 	for _, h := range hosts {

@@ -532,6 +532,12 @@ func (s *Server) Health() (health []*lehrpb.NamespaceHealth, hosts []*lehrpb.Hos
 		cohort bool
 	}
 	goals := *s.goals.Load()
+	candidate := func(g *Goal) uint64 {
+		if g == nil || g.Candidate == nil {
+			return 0
+		}
+		return g.Candidate.Seq
+	}
 	sums := map[key]*lehrpb.NamespaceHealth{}
 	for _, ss := range s.sessionList() {
 		for ns, nr := range ss.reports() {
@@ -540,7 +546,7 @@ func (s *Server) Health() (health []*lehrpb.NamespaceHealth, hosts []*lehrpb.Hos
 			k := key{ns, nr.GetVersion(), in}
 			h := sums[k]
 			if h == nil {
-				h = &lehrpb.NamespaceHealth{Namespace: ns, Version: k.seq, Cohort: in}
+				h = &lehrpb.NamespaceHealth{Namespace: ns, Version: k.seq, Cohort: in, Candidate: candidate(g)}
 				sums[k] = h
 			}
 			h.Agents++

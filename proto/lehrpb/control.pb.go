@@ -2984,8 +2984,12 @@ type NamespaceHealth struct {
 	ConsumersApplied  uint32 `protobuf:"varint,6,opt,name=consumers_applied,json=consumersApplied,proto3" json:"consumers_applied,omitempty"`
 	ConsumersRejected uint32 `protobuf:"varint,7,opt,name=consumers_rejected,json=consumersRejected,proto3" json:"consumers_rejected,omitempty"`
 	LeasesExpired     uint32 `protobuf:"varint,8,opt,name=leases_expired,json=leasesExpired,proto3" json:"leases_expired,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// The candidate version cohort refers to (0: the goal had none when
+	// the distributor summed), so a summary taken before the distributor
+	// knew a rollout's candidate is not read as evidence about it.
+	Candidate     uint64 `protobuf:"varint,9,opt,name=candidate,proto3" json:"candidate,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *NamespaceHealth) Reset() {
@@ -3070,6 +3074,13 @@ func (x *NamespaceHealth) GetConsumersRejected() uint32 {
 func (x *NamespaceHealth) GetLeasesExpired() uint32 {
 	if x != nil {
 		return x.LeasesExpired
+	}
+	return 0
+}
+
+func (x *NamespaceHealth) GetCandidate() uint64 {
+	if x != nil {
+		return x.Candidate
 	}
 	return 0
 }
@@ -3589,7 +3600,7 @@ const file_lehr_v1_control_proto_rawDesc = "" +
 	"\fCohortSample\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x12\n" +
 	"\x04salt\x18\x02 \x01(\tR\x04salt\x12\x14\n" +
-	"\x05hosts\x18\x03 \x03(\tR\x05hosts\"\x9a\x02\n" +
+	"\x05hosts\x18\x03 \x03(\tR\x05hosts\"\xb8\x02\n" +
 	"\x0fNamespaceHealth\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\x04R\aversion\x12\x16\n" +
@@ -3598,7 +3609,8 @@ const file_lehr_v1_control_proto_rawDesc = "" +
 	"\tconsumers\x18\x05 \x01(\rR\tconsumers\x12+\n" +
 	"\x11consumers_applied\x18\x06 \x01(\rR\x10consumersApplied\x12-\n" +
 	"\x12consumers_rejected\x18\a \x01(\rR\x11consumersRejected\x12%\n" +
-	"\x0eleases_expired\x18\b \x01(\rR\rleasesExpired\"o\n" +
+	"\x0eleases_expired\x18\b \x01(\rR\rleasesExpired\x12\x1c\n" +
+	"\tcandidate\x18\t \x01(\x04R\tcandidate\"o\n" +
 	"\n" +
 	"HostReport\x12\x17\n" +
 	"\ahost_id\x18\x01 \x01(\tR\x06hostId\x12\x16\n" +
