@@ -96,7 +96,9 @@ type ClusterOptions struct {
 	// from the zone's distributor addresses; nil spreads agents over them
 	// by rotating the list.
 	AgentDistributors func(zone string, i int, dists []string) []string
-	Logger            *slog.Logger
+	// ControlArgs are added to control's command line (e.g. --rollouts).
+	ControlArgs []string
+	Logger      *slog.Logger
 }
 
 // StartCluster starts control, creates the domain and the zones, then
@@ -127,10 +129,10 @@ func StartCluster(ctx, run context.Context, opts ClusterOptions) (_ *Cluster, er
 		return nil, err
 	}
 	c.ControlAddr = fmt.Sprintf("127.0.0.1:%d", port)
-	if c.Control, err = newProc(run, "control", opts.Binary, filepath.Join(opts.Dir, "control"), []string{
+	if c.Control, err = newProc(run, "control", opts.Binary, filepath.Join(opts.Dir, "control"), append([]string{
 		"control", "--data-dir", filepath.Join(opts.Dir, "control", "data"), "--listen", c.ControlAddr,
 		"--metrics-listen", "off", "--keep-last", "1000000", "--compact-interval", "-1s",
-	}, log); err != nil {
+	}, opts.ControlArgs...), log); err != nil {
 		return nil, err
 	}
 	if err := c.Control.Start(ctx); err != nil {
