@@ -90,6 +90,7 @@ func Scenarios() []Scenario {
 		fanoutScenario(),
 		stormScenario(),
 		footprintScenario(),
+		rolloutScenario(),
 	}
 }
 
