@@ -73,7 +73,7 @@ func (s *rolloutSeen) wait(ctx context.Context, v uint64, n int) ([]time.Time, e
 }
 
 func runRollout(ctx context.Context, e *Env) (*Result, error) {
-	p := pick(e.Profile, rolloutParams{1, 2}, rolloutParams{3, 5}, rolloutParams{5, 10})
+	p := pick(e.Profile, rolloutParams{1, 2}, rolloutParams{2, 4}, rolloutParams{5, 10})
 	const zones, hostsPerZone = 2, 2
 	res := &Result{
 		Setup: fmt.Sprintf("one process (testenv/devcluster): control + embedded etcd (fsync on) running the rollout strategist at its defaults "+
