@@ -262,7 +262,8 @@ func TestDev(t *testing.T) {
 		"succeeded: every zone holds version 2",
 		"==> demo/app version 2 landed on every host",
 		"$ lehr patch demo/app --base 2 --set-json demo.error_ratio=0.9",
-		"failed: 2 of 2 consumers rejected version 3",
+		// The gate fails at the first rejection it sees: 1 of 1 or 2 of 2.
+		"consumers rejected version 3 (ratio 1, stage \"canary\" allows 0)",
 		"rolled back  -    version 4 republishes version 2's content in every zone",
 		"==> demo/app version 4 landed on every host",
 		"~ limits/rps  [application/json]\n  old:\n    100\n  new:\n    250\n",
@@ -290,9 +291,11 @@ func TestDev(t *testing.T) {
 		if cb := strings.Index(out, prefix+"version 2"); cb < 0 || cb > landed {
 			t.Errorf("%s callback for version 2 at offset %d, after the landed line at %d", h, cb, landed)
 		}
+		// A canary may or may not have taken version 3 before the first
+		// rejection rolled it back; no other host ever does.
 		canary := h == r[1] || h == r[2]
-		if got := strings.Contains(out, prefix+"version 3"); got != canary {
-			t.Errorf("%s got the bad version 3: %v; want %v (canaries %s, %s)", h, got, canary, r[1], r[2])
+		if strings.Contains(out, prefix+"version 3") && !canary {
+			t.Errorf("%s got the bad version 3, but the canaries are %s and %s", h, r[1], r[2])
 		}
 		if !strings.Contains(out, prefix+"version 4 (was ") || !strings.Contains(out, "a rollback to version 2's content") {
 			t.Errorf("%s has no rollback callback for version 4", h)

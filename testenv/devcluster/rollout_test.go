@@ -179,9 +179,10 @@ func TestProgressiveRollout(t *testing.T) {
 			_, ok := h.got(r.GetRollbackVersion())
 			return ok
 		})
-		_, saw := h.got(v3.GetSeq())
-		if saw != bad[h.id] {
-			t.Errorf("%s saw the bad version %d: %v; want %v (canary: %v)", h.id, v3.GetSeq(), saw, bad[h.id], bad[h.id])
+		// A canary may or may not have taken the bad version before the
+		// first rejection failed the rollout; no other host ever does.
+		if _, saw := h.got(v3.GetSeq()); saw && !bad[h.id] {
+			t.Errorf("%s saw the bad version %d but is not a canary", h.id, v3.GetSeq())
 		}
 		h.mu.Lock()
 		last := h.seen[len(h.seen)-1]
