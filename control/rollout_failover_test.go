@@ -2,6 +2,7 @@ package control_test
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"slices"
 	"testing"
@@ -12,6 +13,7 @@ import (
 	"lehr.dev/lehr/control"
 	"lehr.dev/lehr/control/controltest"
 	"lehr.dev/lehr/control/embedetcd"
+	"lehr.dev/lehr/control/rollout"
 	"lehr.dev/lehr/proto/lehrpb"
 	"lehr.dev/lehr/testenv/wait"
 )
@@ -77,5 +79,45 @@ func TestRolloutSurvivesControlFailover(t *testing.T) {
 		if err != nil || len(g.GetGoals()) != 1 || g.GetGoals()[0].GetVersion() != v2.GetSeq() {
 			t.Errorf("goal of %s: %v, %v; want version %d", z, g, err, v2.GetSeq())
 		}
+	}
+}
+
+// A namespace keeps its newest rollout.KeepRollouts rollouts; older
+// finished ones go with their event logs.
+func TestRolloutHistoryIsBounded(t *testing.T) {
+	ctx := testCtx(t)
+	srv := controltest.StartControl(t, control.Options{Rollouts: true, RolloutInterval: 20 * time.Millisecond})
+	cl := srv.Client
+	createDomain(t, cl, "b", nil)
+	if _, err := cl.CreateZone(ctx, &lehrpb.CreateZoneRequest{Name: "zone-a"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cl.SetRolloutPolicy(ctx, &lehrpb.SetRolloutPolicyRequest{Scope: "b", Policy: &lehrpb.RolloutPolicy{Stages: []*lehrpb.RolloutStage{
+		{Target: &lehrpb.RolloutStage_Zones{Zones: &lehrpb.ZonesTarget{}}},
+	}}}); err != nil {
+		t.Fatal(err)
+	}
+	const n = rollout.KeepRollouts + 5
+	var last *lehrpb.VersionInfo
+	for i := range n + 1 {
+		last = publish(t, cl, "b/ns", prop("k", "", fmt.Sprint(i)))
+		if i == 0 {
+			continue // a first version has no rollout
+		}
+		wait.For(t, fmt.Sprintf("rollout of version %d done", last.GetSeq()), func() bool {
+			r, err := cl.GetRollout(ctx, &lehrpb.GetRolloutRequest{Namespace: "b/ns", Version: last.GetSeq()})
+			return err == nil && r.GetState() == lehrpb.RolloutState_ROLLOUT_STATE_SUCCEEDED
+		})
+	}
+	wait.For(t, "old rollouts pruned", func() bool {
+		rs, err := cl.ListRollouts(ctx, &lehrpb.ListRolloutsRequest{Namespace: "b/ns"})
+		return err == nil && len(rs.GetRollouts()) == rollout.KeepRollouts
+	})
+	rs, _ := cl.ListRollouts(ctx, &lehrpb.ListRolloutsRequest{Namespace: "b/ns"})
+	if got := rs.GetRollouts()[len(rs.GetRollouts())-1].GetVersion(); got != last.GetSeq() {
+		t.Errorf("newest kept rollout is of version %d, want %d", got, last.GetSeq())
+	}
+	if _, err := cl.ListRolloutEvents(ctx, &lehrpb.ListRolloutEventsRequest{Namespace: "b/ns", Version: 2}); err == nil {
+		t.Errorf("the events of pruned rollout 2 are still readable")
 	}
 }

@@ -26,6 +26,10 @@ import (
 // DefaultInterval is how often the strategist looks at every rollout.
 const DefaultInterval = time.Second
 
+// KeepRollouts is how many rollouts of a namespace, with their event logs,
+// the strategist keeps; older finished ones are removed.
+const KeepRollouts = 20
+
 // Author is the author of what the strategist writes: rollback versions and
 // goal moves.
 const Author = "lehr-rollout"
@@ -189,18 +193,35 @@ func (s *Strategist) Round(ctx context.Context, g store.Guard) error {
 	}
 	latest := map[string]*lehrpb.Rollout{}
 	byID := map[string]*lehrpb.Rollout{}
+	byNS := map[string][]*lehrpb.Rollout{} // oldest first, as listed
 	states := map[lehrpb.RolloutState]int{}
 	for _, r := range all {
 		if cur := latest[r.GetNamespace()]; cur == nil || cur.GetVersion() < r.GetVersion() {
 			latest[r.GetNamespace()] = r
 		}
 		byID[r.GetId()] = r
+		byNS[r.GetNamespace()] = append(byNS[r.GetNamespace()], r)
 		states[r.GetState()]++
 	}
-	for state, n := range states {
-		s.met.GetOrCreateGauge(fmt.Sprintf(`lehr_control_rollouts{state=%q}`, stateName(state)), nil).Set(float64(n))
+	for v := range lehrpb.RolloutState_name {
+		if state := lehrpb.RolloutState(v); state != lehrpb.RolloutState_ROLLOUT_STATE_UNSPECIFIED {
+			s.met.GetOrCreateGauge(fmt.Sprintf(`lehr_control_rollouts{state=%q}`, stateName(state)), nil).Set(float64(states[state]))
+		}
 	}
 	var errs []error
+	// Bounded history: a namespace keeps its newest KeepRollouts rollouts
+	// (active ones always).
+	for ns, rs := range byNS {
+		var drop []uint64
+		for _, r := range rs[:max(0, len(rs)-KeepRollouts)] {
+			if st := r.GetState(); st != lehrpb.RolloutState_ROLLOUT_STATE_RUNNING && st != lehrpb.RolloutState_ROLLOUT_STATE_PAUSED {
+				drop = append(drop, r.GetVersion())
+			}
+		}
+		if err := st.PruneRollouts(ctx, g, ns, drop); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	// Operator commands first: a pause must hold before the next step.
 	for _, qc := range cmds {
 		r := byID[qc.Command.GetRolloutId()]

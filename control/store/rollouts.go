@@ -256,3 +256,36 @@ func (s *Store) RolloutCommands(ctx context.Context) ([]QueuedCommand, error) {
 	}
 	return out, nil
 }
+
+// PruneRollouts removes the rollouts of the given versions of ns, with
+// their event logs and any command still queued for them, in one
+// transaction guarded by g.
+func (s *Store) PruneRollouts(ctx context.Context, g Guard, ns string, versions []uint64) error {
+	if _, _, err := names.Namespace(ns); err != nil {
+		return fmt.Errorf("store: prune rollouts: %w: %w", ErrInvalid, err)
+	}
+	if len(versions) == 0 {
+		return nil
+	}
+	var cmps []clientv3.Cmp
+	if g.Key != "" {
+		cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(g.Key), "=", g.Rev))
+	}
+	var ops []clientv3.Op
+	for _, v := range versions {
+		ops = append(ops,
+			clientv3.OpDelete(s.lay.rollout(ns, v)),
+			clientv3.OpDelete(s.lay.rolloutEventsOf(ns, v), clientv3.WithPrefix()),
+			clientv3.OpDelete(s.lay.rolloutCommand(ns, v)))
+	}
+	for i := 0; i < len(ops); i += maxOpsPerTxn - 1 {
+		resp, err := s.txn(ctx, cmps, ops[i:min(i+maxOpsPerTxn-1, len(ops))], nil)
+		if err != nil {
+			return fmt.Errorf("store: prune rollouts of %s: %w", ns, err)
+		}
+		if !resp.Succeeded {
+			return fmt.Errorf("store: prune rollouts of %s: %w", ns, ErrNotLeader)
+		}
+	}
+	return nil
+}
