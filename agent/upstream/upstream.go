@@ -30,6 +30,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -332,7 +333,7 @@ func (c *Client) Subscribed(ns string) bool {
 func (c *Client) Subscriptions() []string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return sortedKeys(c.subs)
+	return slices.Sorted(maps.Keys(c.subs))
 }
 
 // Resync asks the connected distributor for a fresh snapshot of ns, e.g.
@@ -433,13 +434,4 @@ func cachedNS(ns string, v uint64, sum string) *lehrpb.CachedNamespace {
 		sum = ""
 	}
 	return &lehrpb.CachedNamespace{Namespace: ns, Version: v, Checksum: sum}
-}
-
-func sortedKeys(m map[string]bool) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	slices.Sort(out)
-	return out
 }

@@ -9,6 +9,7 @@ package rollout
 
 import (
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 	"time"
@@ -165,7 +166,7 @@ func checkZoneList(field string, zones []string, known map[string]bool) error {
 	seen := map[string]bool{}
 	for i, z := range zones {
 		if !known[z] {
-			return fieldErr(fmt.Sprintf("%s[%d]", field, i), "zone %q is not registered; registered zones: %v", z, sortedKeys(known))
+			return fieldErr(fmt.Sprintf("%s[%d]", field, i), "zone %q is not registered; registered zones: %v", z, slices.Sorted(maps.Keys(known)))
 		}
 		if seen[z] {
 			return fieldErr(fmt.Sprintf("%s[%d]", field, i), "zone %q is named twice", z)
@@ -189,7 +190,7 @@ func checkCanary(field string, c *lehrpb.CanaryTarget, known map[string]bool, ho
 	}
 	zones := c.GetZones()
 	if len(zones) == 0 {
-		zones = sortedKeys(known)
+		zones = slices.Sorted(maps.Keys(known))
 	}
 	for _, z := range zones {
 		// A zone reporting no host is not checked: its agents may be
@@ -220,7 +221,7 @@ func checkZones(field string, t *lehrpb.ZonesTarget, known map[string]bool, reac
 	case len(t.GetZones()) > 0:
 		zones = t.GetZones()
 	default:
-		for _, z := range sortedKeys(known) {
+		for _, z := range slices.Sorted(maps.Keys(known)) {
 			if reached[z] < 100 {
 				zones = append(zones, z)
 			}
@@ -246,15 +247,6 @@ func checkZones(field string, t *lehrpb.ZonesTarget, known map[string]bool, reac
 		reached[z] = pct
 	}
 	return nil
-}
-
-func sortedKeys(m map[string]bool) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	slices.Sort(out)
-	return out
 }
 
 func stageName(i int, st *lehrpb.RolloutStage) string {

@@ -243,6 +243,9 @@ func (s *Strategist) Round(ctx context.Context, g store.Guard) error {
 		if h.GetLatestVersion() > 1 && (r == nil || r.GetVersion() < h.GetLatestVersion()) {
 			nr, err := s.start(ctx, g, h, r, zones)
 			if err != nil {
+				if errors.Is(err, store.ErrNotLeader) {
+					return err
+				}
 				errs = append(errs, fmt.Errorf("start the rollout of %s@%d: %w", ns, h.GetLatestVersion(), err))
 				continue
 			}
@@ -253,11 +256,11 @@ func (s *Strategist) Round(ctx context.Context, g store.Guard) error {
 		}
 		if r != nil && (r.GetState() == lehrpb.RolloutState_ROLLOUT_STATE_RUNNING || r.GetState() == lehrpb.RolloutState_ROLLOUT_STATE_PAUSED) {
 			if err := s.step(ctx, g, r, zones); err != nil {
+				if errors.Is(err, store.ErrNotLeader) {
+					return err
+				}
 				errs = append(errs, fmt.Errorf("step %s: %w", r.GetId(), err))
 			}
-		}
-		if errors.Is(errors.Join(errs...), store.ErrNotLeader) {
-			return store.ErrNotLeader
 		}
 	}
 	var active []*lehrpb.Rollout
@@ -683,16 +686,12 @@ func (s *Strategist) step(ctx context.Context, g store.Guard, r *lehrpb.Rollout,
 		i = len(stages) - 1
 	}
 	stg := stages[i]
+	if r.GetStageStartTime() == nil {
+		return nil // not entered yet: admit decides
+	}
 	ev, err := s.gather(ctx, r, stages)
 	if err != nil {
 		return err
-	}
-	cur, err := s.zoneGoals(ctx, r.GetNamespace(), zones)
-	if err != nil {
-		return err
-	}
-	if r.GetStageStartTime() == nil {
-		return nil // not entered yet: admit decides
 	}
 
 	// Select: name the canary hosts of zones whose samples arrived.
@@ -719,6 +718,10 @@ func (s *Strategist) step(ctx context.Context, g store.Guard, r *lehrpb.Rollout,
 		evs = append(evs, s.event(r, now, "selected", msg, ""))
 	}
 	if len(evs) > 0 {
+		cur, err := s.zoneGoals(ctx, r.GetNamespace(), zones)
+		if err != nil {
+			return err
+		}
 		r.UpdateTime = timestamppb.New(now)
 		return s.opts.Store.PutRollout(ctx, g, store.RolloutStep{Rollout: r, Goals: s.goalsFor(r, stages, i, cur, now), Events: evs})
 	}
@@ -777,6 +780,10 @@ func (s *Strategist) step(ctx context.Context, g store.Guard, r *lehrpb.Rollout,
 	s.met.GetOrCreateHistogram(`lehr_control_rollout_stage_seconds`).Update(now.Sub(started).Seconds())
 	if i+1 < len(stages) {
 		adv := s.event(r, now, "advanced", fmt.Sprintf("stage %q passed: %d host(s) held version %d, %d of %d consumers rejected it", stg.Name, ev.applied, r.GetVersion(), ev.rejected, ev.consumers), "")
+		cur, err := s.zoneGoals(ctx, r.GetNamespace(), zones)
+		if err != nil {
+			return err
+		}
 		return s.enter(ctx, g, r, i+1, stages, cur, now, adv)
 	}
 	// The last stage passed: every zone holds the version.

@@ -81,18 +81,24 @@ func (s *Service) SetRolloutPolicy(ctx context.Context, req *lehrpb.SetRolloutPo
 		}
 		return nil, s.apiError(ctx, err)
 	}
-	c := callerOf(ctx)
-	rec, err := s.st.PutRolloutPolicy(ctx, req.GetScope(), &lehrpb.RolloutPolicyRecord{
-		Policy:            req.GetPolicy(),
-		Author:            c.author(req.GetAuthor()),
-		TransportIdentity: c.transport,
-		Message:           req.GetMessage(),
-	}, req.GetExpectedGeneration())
+	rec, err := s.putPolicy(ctx, req.GetScope(), &lehrpb.RolloutPolicyRecord{Policy: req.GetPolicy()}, req.GetAuthor(), req.GetMessage(), req.GetExpectedGeneration())
 	if err != nil {
-		return nil, s.policyError(ctx, err)
+		return nil, err
 	}
 	s.log.Info("rollout policy set", "scope", req.GetScope(), "generation", rec.GetGeneration(), "author", rec.GetAuthor())
 	return rec, nil
+}
+
+// putPolicy stores rec (a policy or a deletion) with who asked and why,
+// mapping store errors to the API's.
+func (s *Service) putPolicy(ctx context.Context, scope string, rec *lehrpb.RolloutPolicyRecord, author, message string, gen uint64) (*lehrpb.RolloutPolicyRecord, error) {
+	c := callerOf(ctx)
+	rec.Author, rec.TransportIdentity, rec.Message = c.author(author), c.transport, message
+	out, err := s.st.PutRolloutPolicy(ctx, scope, rec, gen)
+	if err != nil {
+		return nil, s.policyError(ctx, err)
+	}
+	return out, nil
 }
 
 // DeleteRolloutPolicy removes a scope's policy; the scope falls back to its
@@ -106,15 +112,9 @@ func (s *Service) DeleteRolloutPolicy(ctx context.Context, req *lehrpb.DeleteRol
 	if err := checkAudit(ctx, req.GetAuthor(), req.GetMessage()); err != nil {
 		return nil, err
 	}
-	c := callerOf(ctx)
-	rec, err := s.st.PutRolloutPolicy(ctx, req.GetScope(), &lehrpb.RolloutPolicyRecord{
-		Deleted:           true,
-		Author:            c.author(req.GetAuthor()),
-		TransportIdentity: c.transport,
-		Message:           req.GetMessage(),
-	}, req.GetExpectedGeneration())
+	rec, err := s.putPolicy(ctx, req.GetScope(), &lehrpb.RolloutPolicyRecord{Deleted: true}, req.GetAuthor(), req.GetMessage(), req.GetExpectedGeneration())
 	if err != nil {
-		return nil, s.policyError(ctx, err)
+		return nil, err
 	}
 	if rec == nil { // nothing to delete: say what is there
 		cur, err := s.st.RolloutPolicy(ctx, req.GetScope())
