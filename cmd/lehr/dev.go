@@ -18,6 +18,7 @@ import (
 	"lehr.dev/lehr/client/producer"
 	"lehr.dev/lehr/control"
 	"lehr.dev/lehr/proto/lehrpb"
+	"lehr.dev/lehr/testenv/demoservice"
 	"lehr.dev/lehr/testenv/devcluster"
 )
 
@@ -28,14 +29,10 @@ const devSample = `{
   "limits/burst": 20,
   "features": {"dark_mode": false, "beta_search": true},
   "owners": ["team-app"],
-  "demo.error_ratio": 0.01
+  "demo.error_ratio": 0.01,
+  "demo.latency_ms": 20
 }
 `
-
-// devMaxErrorRatio is the demo.error_ratio above which the demo service
-// refuses a configuration: it would fail most of its requests. Its
-// refusal is what the rollout's health gate sees on the canary hosts.
-const devMaxErrorRatio = 0.5
 
 // devNamespace is the namespace of the demo.
 const devNamespace = "demo/app"
@@ -61,8 +58,10 @@ etcd running the rollout strategist, and --zones zones (zone-a, zone-b, …),
 each with a distributor (QUIC, mutual TLS with a development CA made for the
 run) and --hosts-per-zone agents (Badger cache, namespace files, a unix
 socket for consumers). On every host a demo service subscribes to demo/app,
-prints every callback it gets, and refuses a configuration whose
-demo.error_ratio is above 0.5 (it would fail most requests).
+prints every callback it gets, serves 100 synthetic requests a second whose
+error ratio and latency follow demo.error_ratio and demo.latency_ms (counted
+on its own /metrics), and refuses a configuration whose demo.error_ratio is
+above 0.5 (it would fail most requests).
 
 Then it walks through the lehr commands: it creates the domain "demo",
 pushes demo/app (a first version goes everywhere at once) and waits until
@@ -240,67 +239,83 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 	return l.w.Write(p)
 }
 
-// devConsumer is the demo consumer of one zone: it prints its callbacks
-// and remembers the last version they delivered.
+// devConsumer is the demo service of one host: it prints its callbacks,
+// remembers the last version they delivered, and serves synthetic traffic
+// shaped by the configuration it holds.
 type devConsumer struct {
-	zone   string
-	host   string
-	client *consumer.Client
-	sub    *consumer.Subscription
+	zone    string
+	host    string
+	client  *consumer.Client
+	sub     *consumer.Subscription
+	svc     *demoservice.Service
+	metrics string // the service's /metrics URL
+	stop    context.CancelFunc
+	wg      sync.WaitGroup // the service's traffic and metrics goroutines
 
 	mu      sync.Mutex
 	seen    uint64
 	changed chan struct{} // closed and replaced when seen moves
 }
 
-// startDevConsumers subscribes a consumer per zone to the demo namespace,
-// printing every callback to out.
+// startDevConsumers starts a demo service on every host, subscribed to the
+// demo namespace through the host's agent, printing every callback to out.
 func startDevConsumers(ctx context.Context, cl *devcluster.Cluster, zones []string, out io.Writer, say func(string, ...any)) ([]*devConsumer, error) {
 	var cons []*devConsumer
+	seed := uint64(0)
 	for _, z := range zones {
 		for i, a := range cl.Agents(z) {
-			c, err := cl.Consumer(z, i)
+			seed++
+			dc, err := startDevConsumer(ctx, cl, z, i, a.HostID, seed, out)
 			if err != nil {
 				return cons, err
 			}
-			sub, err := c.Subscribe(ctx, devNamespace)
-			if err != nil {
-				c.Close()
-				return cons, fmt.Errorf("subscribe to %s in %s: %w", devNamespace, z, err)
-			}
-			host := a.HostID
-			dc := &devConsumer{zone: z, host: host, client: c, sub: sub, changed: make(chan struct{})}
-			sub.OnChange(func(ch consumer.Change) error {
-				fmt.Fprint(out, formatCallback(z, host, ch))
-				dc.mu.Lock()
-				dc.seen = ch.New.Version()
-				close(dc.changed)
-				dc.changed = make(chan struct{})
-				dc.mu.Unlock()
-				return devCheck(ch.New)
-			})
 			cons = append(cons, dc)
-			say("%s: demo service subscribed to %s through agent %s", z, devNamespace, host)
+			say("%s: demo service subscribed to %s through agent %s, metrics on %s", z, devNamespace, a.HostID, dc.metrics)
 		}
 	}
 	return cons, nil
 }
 
-// devCheck is the demo service taking a configuration: it refuses one
-// under which it would fail most requests.
-func devCheck(v *consumer.View) error {
-	raw, ok := v.Get("demo.error_ratio")
-	if !ok {
-		return nil
-	}
-	r, err := strconv.ParseFloat(strings.TrimSpace(string(raw)), 64)
+// startDevConsumer starts the demo service of host (the i-th agent of
+// zone z): its traffic, its metrics endpoint on a loopback port, and its
+// subscription.
+func startDevConsumer(ctx context.Context, cl *devcluster.Cluster, z string, i int, host string, seed uint64, out io.Writer) (*devConsumer, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		return fmt.Errorf("demo.error_ratio %q is not a number", raw)
+		return nil, fmt.Errorf("demo service on %s: metrics listener: %w", host, err)
 	}
-	if r > devMaxErrorRatio {
-		return fmt.Errorf("refusing demo.error_ratio %g: it would fail most requests (at most %g)", r, devMaxErrorRatio)
+	svc := demoservice.New(demoservice.Options{Seed: seed})
+	sctx, stop := context.WithCancel(ctx)
+	dc := &devConsumer{zone: z, host: host, svc: svc, stop: stop, changed: make(chan struct{}),
+		metrics: "http://" + ln.Addr().String() + "/metrics"}
+	dc.wg.Go(func() { svc.Run(sctx) })
+	dc.wg.Go(func() {
+		if err := svc.Serve(sctx, ln); err != nil {
+			fmt.Fprintf(out, "    [%s service on %s] %v\n", z, host, err)
+		}
+	})
+	c, err := cl.Consumer(z, i)
+	if err != nil {
+		dc.close()
+		return nil, err
 	}
-	return nil
+	dc.client = c
+	sub, err := c.Subscribe(ctx, devNamespace)
+	if err != nil {
+		dc.close()
+		return nil, fmt.Errorf("subscribe to %s in %s: %w", devNamespace, z, err)
+	}
+	dc.sub = sub
+	sub.OnChange(func(ch consumer.Change) error {
+		fmt.Fprint(out, formatCallback(z, host, ch))
+		dc.mu.Lock()
+		dc.seen = ch.New.Version()
+		close(dc.changed)
+		dc.changed = make(chan struct{})
+		dc.mu.Unlock()
+		return svc.Take(ch.New)
+	})
+	return dc, nil
 }
 
 // formatCallback is what a demo consumer prints for one callback.
@@ -313,7 +328,7 @@ func formatCallback(zone, host string, ch consumer.Change) string {
 	}
 	fmt.Fprintf(&b, "    [%s service on %s] callback: %s version %d (was %d)%s, %d changed %s\n", zone, host,
 		ch.New.Namespace(), ch.New.Version(), ch.Old.Version(), rb, len(changes), plural(len(changes), "key", "keys"))
-	if err := devCheck(ch.New); err != nil {
+	if _, err := demoservice.Parse(ch.New); err != nil {
 		fmt.Fprintf(&b, "        ! %v\n", err)
 	}
 	for i, c := range changes {
@@ -352,8 +367,14 @@ func (c *devConsumer) wait(ctx context.Context, v uint64) error {
 }
 
 func (c *devConsumer) close() {
-	c.sub.Close()
-	c.client.Close()
+	if c.sub != nil {
+		c.sub.Close()
+	}
+	if c.client != nil {
+		c.client.Close()
+	}
+	c.stop()
+	c.wg.Wait()
 }
 
 // waitLanded waits until every host's demo service has version v, and

@@ -285,7 +285,7 @@ func TestDev(t *testing.T) {
 	for _, h := range []string{"zone-a-host-0", "zone-a-host-1", "zone-b-host-0", "zone-b-host-1"} {
 		prefix := "    [" + h[:6] + " service on " + h + "] callback: demo/app "
 		mustContain(t, h+" callbacks", out,
-			prefix+"version 1 (was 0), 6 changed keys\n        + demo.error_ratio = 0.01\n        + features = {\"dark_mode\":false,\"beta_search\":true}\n        + greeting = hello from lehr\n",
+			prefix+"version 1 (was 0), 7 changed keys\n        + demo.error_ratio = 0.01\n        + demo.latency_ms = 20\n        + features = {\"dark_mode\":false,\"beta_search\":true}\n        + greeting = hello from lehr\n",
 			prefix+"version 2 (was 1), 1 changed key\n        ~ limits/rps: 100 → 250\n")
 		landed := strings.Index(out, "==> demo/app version 2 landed")
 		if cb := strings.Index(out, prefix+"version 2"); cb < 0 || cb > landed {
