@@ -50,7 +50,7 @@ Stop it with Ctrl-C or SIGTERM: in-flight calls finish, then it exits.`,
 	fs.IntVar(&opts.Retention.KeepLast, "keep-last", 100, "keep at least the newest `N` versions of each namespace")
 	fs.DurationVar(&opts.Retention.KeepFor, "keep-for", 7*24*time.Hour, "keep every version younger than this `duration`")
 	fs.DurationVar(&opts.CompactInterval, "compact-interval", control.DefaultCompactInterval, "how often to compact history (`duration`; negative disables)")
-	fs.BoolVar(&opts.Rollouts, "rollouts", false, "run the rollout strategist: a new version reaches zones stage by stage, as its rollout policy says (lehr rollout policy), and is rolled back on evidence; without it every publish moves every zone at once")
+	fs.BoolVar(&opts.Rollouts, "rollouts", true, "run the rollout strategist: a new version reaches zones stage by stage, as its rollout policy says (lehr rollout policy), and is rolled back on evidence; --rollouts=false moves every zone at once on every publish (for test beds of the raw delivery path)")
 	fs.IntVar(&opts.MaxMessageBytes, "max-message-bytes", control.DefaultMaxMessageBytes, "largest gRPC message in `bytes`")
 	lf := addLogFlags(fs)
 	pos, code, ok := parse(e, fs, args)

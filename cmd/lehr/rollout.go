@@ -30,7 +30,7 @@ namespace ("payments/limits": its own policy, over the domain's). Without
 either, control's built-in default applies: one canary host per zone, then
 the first zone, then the rest.
 
-With control's --rollouts, every version after a namespace's first is a
+Unless control runs with --rollouts=false, every version after a namespace's first is a
 rollout that moves through these stages:
 
   status NS               stage, hosts applied, time left in bake, why it waits

@@ -32,7 +32,7 @@ func (s *Service) rolloutOf(ctx context.Context, ns string, seq uint64) (*lehrpb
 	}
 	if len(rs) == 0 {
 		return nil, apierror.New(codes.NotFound, apierror.ReasonNotFound, "namespace",
-			"%s has no rollout: a namespace's first version goes everywhere at once, and control runs rollouts only with --rollouts", ns)
+			"%s has no rollout: a namespace's first version goes everywhere at once, and a control started with --rollouts=false runs none", ns)
 	}
 	return rs[len(rs)-1], nil
 }

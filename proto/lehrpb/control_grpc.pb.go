@@ -117,7 +117,7 @@ type ControlClient interface {
 	GetRolloutPolicy(ctx context.Context, in *GetRolloutPolicyRequest, opts ...grpc.CallOption) (*GetRolloutPolicyResponse, error)
 	// RolloutPolicyHistory lists a scope's policy changes, newest first.
 	RolloutPolicyHistory(ctx context.Context, in *RolloutPolicyHistoryRequest, opts ...grpc.CallOption) (*RolloutPolicyHistoryResponse, error)
-	// Rollouts (with control's --rollouts): one per version after a
+	// Rollouts (unless control runs with --rollouts=false): one per version after a
 	// namespace's first, moved by the strategist.
 	GetRollout(ctx context.Context, in *GetRolloutRequest, opts ...grpc.CallOption) (*Rollout, error)
 	ListRollouts(ctx context.Context, in *ListRolloutsRequest, opts ...grpc.CallOption) (*ListRolloutsResponse, error)
@@ -486,7 +486,7 @@ type ControlServer interface {
 	GetRolloutPolicy(context.Context, *GetRolloutPolicyRequest) (*GetRolloutPolicyResponse, error)
 	// RolloutPolicyHistory lists a scope's policy changes, newest first.
 	RolloutPolicyHistory(context.Context, *RolloutPolicyHistoryRequest) (*RolloutPolicyHistoryResponse, error)
-	// Rollouts (with control's --rollouts): one per version after a
+	// Rollouts (unless control runs with --rollouts=false): one per version after a
 	// namespace's first, moved by the strategist.
 	GetRollout(context.Context, *GetRolloutRequest) (*Rollout, error)
 	ListRollouts(context.Context, *ListRolloutsRequest) (*ListRolloutsResponse, error)

@@ -96,7 +96,7 @@ type ClusterOptions struct {
 	// from the zone's distributor addresses; nil spreads agents over them
 	// by rotating the list.
 	AgentDistributors func(zone string, i int, dists []string) []string
-	// ControlArgs are added to control's command line (e.g. --rollouts).
+	// ControlArgs are added to control's command line (e.g. --rollouts=false).
 	ControlArgs []string
 	Logger      *slog.Logger
 }

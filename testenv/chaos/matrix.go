@@ -99,7 +99,10 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	rep := &Report{Topology: cfg.Topology, Seed: cfg.Seed, Events: map[string]int{}}
 	run, stop := context.WithCancel(ctx)
 	defer stop()
-	cl, err := StartCluster(ctx, run, ClusterOptions{Binary: cfg.Binary, Dir: cfg.Dir, Topology: cfg.Topology, Logger: log})
+	cl, err := StartCluster(ctx, run, ClusterOptions{Binary: cfg.Binary, Dir: cfg.Dir, Topology: cfg.Topology, Logger: log,
+		// The matrix tests the raw delivery path: every publish moves
+		// every zone at once, so convergence is the path's alone.
+		ControlArgs: []string{"--rollouts=false"}})
 	if err != nil {
 		return nil, err
 	}

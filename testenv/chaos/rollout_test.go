@@ -26,7 +26,6 @@ func TestRolloutSurvivesControlKill(t *testing.T) {
 	cl, err := chaos.StartCluster(ctx, ctx, chaos.ClusterOptions{
 		Binary: bin, Dir: runDir(t), Logger: testLogger(t),
 		Topology:    chaos.Topology{Zones: 2, DistributorsPerZone: 1, AgentsPerZone: 1},
-		ControlArgs: []string{"--rollouts"},
 	})
 	if err != nil {
 		t.Fatal(err)
