@@ -13,6 +13,7 @@ import (
 
 	"google.golang.org/protobuf/encoding/protojson"
 
+	"lehr.dev/lehr/control/rollout"
 	"lehr.dev/lehr/internal/jsonyaml"
 	"lehr.dev/lehr/proto/lehrpb"
 )
@@ -65,6 +66,8 @@ A policy file (durations as 90s, 10m, 1h30m):
   max_concurrent: 2                 # rollouts of the domain in a stage at once
   freeze_windows:                   # no stage is entered meanwhile
     - {start: "2026-12-23T00:00:00Z", end: "2027-01-02T00:00:00Z", reason: holidays}
+    - reason: weekend               # every week, local time, DST-aware
+      weekly: {days: [fri], at: "16:00", length: 64h, time_zone: Europe/Berlin}
 
 For an emergency, "global_blast: true" (and no stages) moves every zone at
 once; rollouts record it as such. Every change is kept in the scope's
@@ -188,6 +191,23 @@ func readPolicyFile(path string, stdin io.Reader) (*lehrpb.RolloutPolicy, error)
 	return p, nil
 }
 
+// goDurations rewrites the Go durations ("10m") among m's fields into
+// protobuf's JSON form ("600s").
+func goDurations(m map[string]any, at string, fields ...string) error {
+	for _, f := range fields {
+		s, ok := m[f].(string)
+		if !ok {
+			continue
+		}
+		d, err := time.ParseDuration(s)
+		if err != nil {
+			return fmt.Errorf("%s.%s: %q is not a duration; write e.g. 90s, 10m or 1h30m", at, f, s)
+		}
+		m[f] = strconv.FormatFloat(d.Seconds(), 'f', -1, 64) + "s"
+	}
+	return nil
+}
+
 func parsePolicy(data []byte) (*lehrpb.RolloutPolicy, error) {
 	if strings.TrimSpace(string(data)) == "" {
 		return nil, errors.New("empty; want a policy such as {stages: [{canary: {hosts: 1}, bake: 10m}]}")
@@ -210,16 +230,21 @@ func parsePolicy(data []byte) (*lehrpb.RolloutPolicy, error) {
 			if !ok {
 				continue // protojson names the error
 			}
-			for _, f := range []string{"bake", "apply_deadline", "applyDeadline"} {
-				s, ok := m[f].(string)
-				if !ok {
-					continue
+			if err := goDurations(m, fmt.Sprintf("stages[%d]", i), "bake", "apply_deadline", "applyDeadline"); err != nil {
+				return nil, err
+			}
+		}
+	}
+	if ws, ok := top["freeze_windows"].([]any); ok {
+		for i, w := range ws {
+			m, ok := w.(map[string]any)
+			if !ok {
+				continue
+			}
+			if wk, ok := m["weekly"].(map[string]any); ok {
+				if err := goDurations(wk, fmt.Sprintf("freeze_windows[%d].weekly", i), "length"); err != nil {
+					return nil, err
 				}
-				d, err := time.ParseDuration(s)
-				if err != nil {
-					return nil, fmt.Errorf("stages[%d].%s: %q is not a duration; write e.g. 90s, 10m or 1h30m", i, f, s)
-				}
-				m[f] = strconv.FormatFloat(d.Seconds(), 'f', -1, 64) + "s"
 			}
 		}
 	}
@@ -293,7 +318,7 @@ func writePolicy(w io.Writer, p *lehrpb.RolloutPolicy) {
 
 func writeFreezeWindows(w io.Writer, p *lehrpb.RolloutPolicy) {
 	for _, fw := range p.GetFreezeWindows() {
-		fmt.Fprintf(w, "  frozen %s → %s: %s\n", fw.GetStart().AsTime().UTC().Format(time.RFC3339), fw.GetEnd().AsTime().UTC().Format(time.RFC3339), orDash(fw.GetReason()))
+		fmt.Fprintf(w, "  frozen %s: %s\n", rollout.DescribeFreeze(fw), orDash(fw.GetReason()))
 	}
 }
 

@@ -38,12 +38,16 @@ func TestRolloutPolicyCLI(t *testing.T) {
   - name: all
     zones: {}
     apply_deadline: 1h30m
+freeze_windows:
+  - reason: weekend
+    weekly: {days: [fri, sat], at: "16:00", length: 40h, time_zone: Europe/Berlin}
 `
 	code, out, errOut = c.run(policy, "rollout", "policy", "set", "pay", "-f", "-", "-m", "slower canary")
 	if code != exitOK {
 		t.Fatalf("policy set: exit %d\n%s%s", code, out, errOut)
 	}
-	mustContain(t, "set", out, "rollout policy of pay at generation 1", "canary: 5% of hosts in zones zone-b", "1m30s", "1h30m0s", "0.01")
+	mustContain(t, "set", out, "rollout policy of pay at generation 1", "canary: 5% of hosts in zones zone-b", "1m30s", "1h30m0s", "0.01",
+		"frozen every fri, sat at 16:00 Europe/Berlin for 40h0m0s: weekend")
 	mustContain(t, "get under the domain's", c.ok("rollout", "policy", "get", "pay/limits"), "in effect: the domain's policy", "canary: 5% of hosts in zones zone-b")
 
 	code, out, errOut = c.run("global_blast: true\n", "rollout", "policy", "set", "pay/limits", "-f", "-", "-m", "incident 42")
@@ -70,6 +74,8 @@ func TestRolloutPolicyCLI(t *testing.T) {
 		{"not a duration", "stages: [{canary: {hosts: 1}, bake: soon}]\n", `stages[0].bake: "soon" is not a duration`},
 		{"unknown field", "stages: [{canary: {hosts: 1}, bak: 10m}]\n", `unknown field "bak"`},
 		{"empty", "", "empty"},
+		{"weekly bad day", "stages: [{zones: {}}]\nfreeze_windows: [{weekly: {days: [fry], at: '16:00', length: 2h}}]\n", `field: policy.freeze_windows[0].weekly.days[0]`},
+		{"weekly bad length", "stages: [{zones: {}}]\nfreeze_windows: [{weekly: {days: [fri], at: '16:00', length: two hours}}]\n", `freeze_windows[0].weekly.length: "two hours" is not a duration`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			code, _, errOut := c.run(tc.in, "rollout", "policy", "set", "pay", "-f", "-")
@@ -152,7 +158,7 @@ func TestRolloutWaitsForFreezeWindow(t *testing.T) {
 	}
 	wait.For(t, "the rollout frozen", func() bool {
 		_, out, _ := c.run("", "rollout", "status", "pay/limits")
-		return strings.Contains(out, "frozen until") && strings.Contains(out, "(launch day)")
+		return strings.Contains(out, "frozen until") && strings.Contains(out, "(launch day, ")
 	})
 	wait.For(t, "the rollout done once the window closed", func() bool {
 		_, out, _ := c.run("", "rollout", "status", "pay/limits")

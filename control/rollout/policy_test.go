@@ -50,10 +50,84 @@ func TestFrozen(t *testing.T) {
 		at   time.Duration
 		want string // "" for none
 	}{{-time.Second, ""}, {0, "a"}, {90 * time.Minute, "b"}, {2*time.Hour + 30*time.Minute, "b"}, {3 * time.Hour, ""}} {
-		w, ok := rollout.Frozen(p, t0.Add(tc.at))
+		w, _, ok := rollout.Frozen(p, t0.Add(tc.at))
 		if got := w.GetReason(); ok != (tc.want != "") || got != tc.want {
 			t.Errorf("Frozen at t0%+v = %q, %v; want %q", tc.at, got, ok, tc.want)
 		}
+	}
+}
+
+// weekend is a weekly window: every Friday and Saturday at 16:00 Berlin
+// time, for 40 hours.
+func weekend() *lehrpb.WeeklyWindow {
+	return &lehrpb.WeeklyWindow{Days: []string{"fri", "sat"}, At: "16:00", Length: durationpb.New(40 * time.Hour), TimeZone: "Europe/Berlin"}
+}
+
+func weeklyWith(mod func(*lehrpb.WeeklyWindow)) *lehrpb.WeeklyWindow {
+	w := weekend()
+	mod(w)
+	return w
+}
+
+// TestFrozenWeekly checks weekly windows against the wall clock of their
+// zone, across the switch to summer time in Berlin (Sunday 28 March 2027,
+// 02:00 → 03:00) and with overlapping openings.
+func TestFrozenWeekly(t *testing.T) {
+	berlin, err := time.LoadLocation("Europe/Berlin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := func(y int, m time.Month, d, h, min int) time.Time { return time.Date(y, m, d, h, min, 0, 0, berlin) }
+	p := withFreeze(&lehrpb.FreezeWindow{Weekly: weekend(), Reason: "weekend"})
+	night := withFreeze(&lehrpb.FreezeWindow{Reason: "night", Weekly: &lehrpb.WeeklyWindow{
+		Days: []string{"sun"}, At: "02:30", Length: durationpb.New(time.Hour), TimeZone: "Europe/Berlin"}})
+	long := withFreeze(&lehrpb.FreezeWindow{Reason: "long", Weekly: &lehrpb.WeeklyWindow{
+		Days: []string{"mon"}, At: "12:00", Length: durationpb.New(6*24*time.Hour + 23*time.Hour)}})
+	for _, tc := range []struct {
+		name      string
+		p         *lehrpb.RolloutPolicy
+		now       time.Time
+		wantUntil time.Time // zero: not frozen
+	}{
+		{"thursday evening", p, at(2027, 3, 25, 20, 0), time.Time{}},
+		{"friday before it opens", p, at(2027, 3, 26, 15, 59), time.Time{}},
+		// A length is elapsed time: Friday 16:00 CET plus 40 hours is Sunday
+		// 08:00 CET, which is 09:00 CEST once the clock went forward at
+		// 02:00. Saturday's opening (overlapping) runs to Monday 09:00 CEST:
+		// the later end wins once it is open.
+		{"friday as it opens", p, at(2027, 3, 26, 16, 0), at(2027, 3, 28, 9, 0)},
+		{"saturday afternoon", p, at(2027, 3, 27, 15, 0), at(2027, 3, 28, 9, 0)},
+		{"saturday evening", p, at(2027, 3, 27, 17, 0), at(2027, 3, 29, 9, 0)},
+		{"across the DST switch", p, at(2027, 3, 29, 8, 30), at(2027, 3, 29, 9, 0)},
+		{"monday after it closed", p, at(2027, 3, 29, 9, 0), time.Time{}},
+		// 02:30 does not exist on 28 March 2027 in Berlin: the opening moves
+		// to 03:30 CEST (time.Date's normalisation), open for an hour.
+		{"skipped hour, before", night, at(2027, 3, 28, 1, 59), time.Time{}},
+		{"skipped hour, opened late", night, at(2027, 3, 28, 3, 45), at(2027, 3, 28, 4, 30)},
+		{"normal sunday", night, at(2027, 4, 4, 2, 45), at(2027, 4, 4, 3, 30)},
+		// A window that opened six days and 22 hours ago (UTC).
+		{"six days old", long, time.Date(2027, 1, 11, 10, 0, 0, 0, time.UTC), time.Date(2027, 1, 11, 11, 0, 0, 0, time.UTC)},
+		{"closed an hour before the next", long, time.Date(2027, 1, 11, 11, 30, 0, 0, time.UTC), time.Time{}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if err := rollout.Validate("policy", tc.p, fleet); err != nil {
+				t.Fatalf("Validate: %v", err)
+			}
+			_, until, ok := rollout.Frozen(tc.p, tc.now)
+			if ok != !tc.wantUntil.IsZero() || !until.Equal(tc.wantUntil) {
+				t.Errorf("Frozen at %v = until %v, %v; want until %v", tc.now, until, ok, tc.wantUntil)
+			}
+		})
+	}
+}
+
+func TestDescribeFreeze(t *testing.T) {
+	if got, want := rollout.DescribeFreeze(&lehrpb.FreezeWindow{Weekly: weekend()}), "every fri, sat at 16:00 Europe/Berlin for 40h0m0s"; got != want {
+		t.Errorf("DescribeFreeze(weekly) = %q, want %q", got, want)
+	}
+	once := &lehrpb.FreezeWindow{Start: timestamppb.New(t0), End: timestamppb.New(t0.Add(time.Hour))}
+	if got, want := rollout.DescribeFreeze(once), "2026-12-23T00:00:00Z → 2026-12-23T01:00:00Z"; got != want {
+		t.Errorf("DescribeFreeze(once) = %q, want %q", got, want)
 	}
 }
 
@@ -100,6 +174,16 @@ func TestValidate(t *testing.T) {
 		{"freeze ending before it starts", withFreeze(&lehrpb.FreezeWindow{Start: timestamppb.New(t0), End: timestamppb.New(t0.Add(-time.Hour))}), "policy.freeze_windows[0].end", "is not after start"},
 		{"freeze of a year", withFreeze(&lehrpb.FreezeWindow{Start: timestamppb.New(t0), End: timestamppb.New(t0.Add(365 * 24 * time.Hour))}), "policy.freeze_windows[0].end", "at most 2160h"},
 		{"freeze reason too long", withFreeze(&lehrpb.FreezeWindow{Start: timestamppb.New(t0), End: timestamppb.New(t0.Add(time.Hour)), Reason: strings.Repeat("x", 201)}), "policy.freeze_windows[0].reason", "at most 200"},
+		{"weekly and a start", withFreeze(&lehrpb.FreezeWindow{Start: timestamppb.New(t0), End: timestamppb.New(t0.Add(time.Hour)), Weekly: weekend()}), "policy.freeze_windows[0]", "not both"},
+		{"weekly without days", withFreeze(&lehrpb.FreezeWindow{Weekly: weeklyWith(func(w *lehrpb.WeeklyWindow) { w.Days = nil })}), "policy.freeze_windows[0].weekly.days", "at least one day"},
+		{"weekly bad day", withFreeze(&lehrpb.FreezeWindow{Weekly: weeklyWith(func(w *lehrpb.WeeklyWindow) { w.Days = []string{"fri", "friday"} })}), "policy.freeze_windows[0].weekly.days[1]", `"friday" is not a day; want mon, tue`},
+		{"weekly day twice", withFreeze(&lehrpb.FreezeWindow{Weekly: weeklyWith(func(w *lehrpb.WeeklyWindow) { w.Days = []string{"fri", "FRI"} })}), "policy.freeze_windows[0].weekly.days[1]", "listed twice"},
+		{"weekly bad time", withFreeze(&lehrpb.FreezeWindow{Weekly: weeklyWith(func(w *lehrpb.WeeklyWindow) { w.At = "4pm" })}), "policy.freeze_windows[0].weekly.at", "HH:MM"},
+		{"weekly 25 o'clock", withFreeze(&lehrpb.FreezeWindow{Weekly: weeklyWith(func(w *lehrpb.WeeklyWindow) { w.At = "25:00" })}), "policy.freeze_windows[0].weekly.at", "HH:MM"},
+		{"weekly without length", withFreeze(&lehrpb.FreezeWindow{Weekly: weeklyWith(func(w *lehrpb.WeeklyWindow) { w.Length = nil })}), "policy.freeze_windows[0].weekly.length", "required"},
+		{"weekly a whole week", withFreeze(&lehrpb.FreezeWindow{Weekly: weeklyWith(func(w *lehrpb.WeeklyWindow) { w.Length = durationpb.New(7 * 24 * time.Hour) })}), "policy.freeze_windows[0].weekly.length", "under 168h"},
+		{"weekly unknown zone", withFreeze(&lehrpb.FreezeWindow{Weekly: weeklyWith(func(w *lehrpb.WeeklyWindow) { w.TimeZone = "Mars/Olympus" })}), "policy.freeze_windows[0].weekly.time_zone", "not an IANA time zone"},
+		{"a valid weekly freeze", withFreeze(&lehrpb.FreezeWindow{Weekly: weekend(), Reason: "weekend"}), "", ""},
 		{"a valid freeze", withFreeze(&lehrpb.FreezeWindow{Start: timestamppb.New(t0), End: timestamppb.New(t0.Add(time.Hour)), Reason: "launch"}), "", ""},
 		{"too many stages", policy(func() []*lehrpb.RolloutStage {
 			var out []*lehrpb.RolloutStage

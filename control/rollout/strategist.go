@@ -372,7 +372,7 @@ func (s *Strategist) start(ctx context.Context, g store.Guard, h *lehrpb.Namespa
 		what += ", a GLOBAL BLAST: every zone at once"
 	}
 	started := s.event(r, now, "started", fmt.Sprintf("version %d from base %d under %s: %s", seq, base, what, strings.Join(r.Stages, " → ")), "")
-	if _, frozen := Frozen(policy, now); frozen || policy.GetMaxConcurrent() > 0 {
+	if _, _, frozen := Frozen(policy, now); frozen || policy.GetMaxConcurrent() > 0 {
 		// Recorded, not entered: the round's queue pass enters the first
 		// stage once no freeze window is open and the domain has room.
 		r.Reason = fmt.Sprintf("stage %q waits to be entered", stages[0].Name)
@@ -406,11 +406,11 @@ func (s *Strategist) admit(ctx context.Context, g store.Guard, active []*lehrpb.
 		d, _, _ := strings.Cut(r.GetNamespace(), "/")
 		stages := Resolve(r.GetPolicy(), zones)
 		var err error
-		w, frozen := Frozen(r.GetPolicy(), now)
+		w, until, frozen := Frozen(r.GetPolicy(), now)
 		switch k := int(r.GetPolicy().GetMaxConcurrent()); {
 		case r.GetState() == lehrpb.RolloutState_ROLLOUT_STATE_PAUSED:
 		case frozen:
-			err = s.freeze(ctx, g, r, now, w, fmt.Sprintf("stage %q waits", stages[0].Name))
+			err = s.freeze(ctx, g, r, now, w, until, fmt.Sprintf("stage %q waits", stages[0].Name))
 		case k > 0 && len(inflight[d]) >= k:
 			reason := fmt.Sprintf("queued: %d rollout(s) of domain %s are in a stage (%s), the most its policy allows; starts when one ends",
 				len(inflight[d]), d, strings.Join(inflight[d], ", "))
@@ -436,10 +436,14 @@ func (s *Strategist) admit(ctx context.Context, g store.Guard, active []*lehrpb.
 	return errors.Join(errs...)
 }
 
-// freeze records that r waits for freeze window w to close, with an event
-// the first time.
-func (s *Strategist) freeze(ctx context.Context, g store.Guard, r *lehrpb.Rollout, now time.Time, w *lehrpb.FreezeWindow, what string, evs ...*lehrpb.RolloutEvent) error {
-	reason := fmt.Sprintf("frozen until %s (%s): %s", w.GetEnd().AsTime().UTC().Format(time.RFC3339), w.GetReason(), what)
+// freeze records that r waits for freeze window w to close at until, with
+// an event the first time.
+func (s *Strategist) freeze(ctx context.Context, g store.Guard, r *lehrpb.Rollout, now time.Time, w *lehrpb.FreezeWindow, until time.Time, what string, evs ...*lehrpb.RolloutEvent) error {
+	why := DescribeFreeze(w)
+	if w.GetReason() != "" {
+		why = w.GetReason() + ", " + why
+	}
+	reason := fmt.Sprintf("frozen until %s (%s): %s", until.UTC().Format(time.RFC3339), why, what)
 	if reason == r.GetReason() && len(evs) == 0 {
 		return nil
 	}
@@ -774,8 +778,8 @@ func (s *Strategist) step(ctx context.Context, g store.Guard, r *lehrpb.Rollout,
 		return s.setReason(ctx, g, r, now, fmt.Sprintf("stage %q: baking, %v left (%d host(s) hold version %d, %d of %d consumers rejected it)",
 			stg.Name, (stg.Bake-now.Sub(applied)).Round(time.Second), ev.applied, r.GetVersion(), ev.rejected, ev.consumers))
 	}
-	if w, ok := Frozen(r.GetPolicy(), now); ok && i+1 < len(stages) {
-		return s.freeze(ctx, g, r, now, w, fmt.Sprintf("stage %q passed; stage %q waits", stg.Name, stages[i+1].Name))
+	if w, until, ok := Frozen(r.GetPolicy(), now); ok && i+1 < len(stages) {
+		return s.freeze(ctx, g, r, now, w, until, fmt.Sprintf("stage %q passed; stage %q waits", stg.Name, stages[i+1].Name))
 	}
 	s.met.GetOrCreateHistogram(`lehr_control_rollout_stage_seconds`).Update(now.Sub(started).Seconds())
 	if i+1 < len(stages) {

@@ -293,13 +293,18 @@ func (x *RolloutPolicy) GetMaxConcurrent() uint32 {
 }
 
 // FreezeWindow is a period without rollouts, e.g. a holiday or a launch.
+// Either a single period (start and end) or one that recurs every week
+// (weekly), never both.
 type FreezeWindow struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Start *timestamppb.Timestamp `protobuf:"bytes,1,opt,name=start,proto3" json:"start,omitempty"`
-	// After start.
+	// After start; at most 90 days after it.
 	End *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=end,proto3" json:"end,omitempty"`
 	// Why; shown by rollouts that wait. At most 200 bytes.
-	Reason        string `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	Reason string `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	// A window that opens every week, e.g. Friday 16:00 Europe/Berlin for
+	// 64 hours (the weekend). Excludes start and end.
+	Weekly        *WeeklyWindow `protobuf:"bytes,4,opt,name=weekly,proto3" json:"weekly,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -355,6 +360,90 @@ func (x *FreezeWindow) GetReason() string {
 	return ""
 }
 
+func (x *FreezeWindow) GetWeekly() *WeeklyWindow {
+	if x != nil {
+		return x.Weekly
+	}
+	return nil
+}
+
+// WeeklyWindow opens on each of days at local time at in time_zone and
+// stays open for length. Control embeds the time-zone database, so every
+// replica computes the same openings; daylight-saving changes move the
+// opening with the wall clock (a window opening at 02:30 on the day the
+// clock skips that hour opens at 03:30).
+type WeeklyWindow struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Days it opens: "mon" … "sun" (at least one, no repeats).
+	Days []string `protobuf:"bytes,1,rep,name=days,proto3" json:"days,omitempty"`
+	// Local opening time, "HH:MM" (24-hour clock).
+	At string `protobuf:"bytes,2,opt,name=at,proto3" json:"at,omitempty"`
+	// How long it stays open: above 0 and under 7 days.
+	Length *durationpb.Duration `protobuf:"bytes,3,opt,name=length,proto3" json:"length,omitempty"`
+	// IANA time zone, e.g. "Europe/Berlin"; "" means UTC.
+	TimeZone      string `protobuf:"bytes,4,opt,name=time_zone,json=timeZone,proto3" json:"time_zone,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WeeklyWindow) Reset() {
+	*x = WeeklyWindow{}
+	mi := &file_lehr_v1_rollout_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WeeklyWindow) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WeeklyWindow) ProtoMessage() {}
+
+func (x *WeeklyWindow) ProtoReflect() protoreflect.Message {
+	mi := &file_lehr_v1_rollout_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WeeklyWindow.ProtoReflect.Descriptor instead.
+func (*WeeklyWindow) Descriptor() ([]byte, []int) {
+	return file_lehr_v1_rollout_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *WeeklyWindow) GetDays() []string {
+	if x != nil {
+		return x.Days
+	}
+	return nil
+}
+
+func (x *WeeklyWindow) GetAt() string {
+	if x != nil {
+		return x.At
+	}
+	return ""
+}
+
+func (x *WeeklyWindow) GetLength() *durationpb.Duration {
+	if x != nil {
+		return x.Length
+	}
+	return nil
+}
+
+func (x *WeeklyWindow) GetTimeZone() string {
+	if x != nil {
+		return x.TimeZone
+	}
+	return ""
+}
+
 // RolloutStage selects the hosts that move, how long they bake and what
 // must hold before the rollout advances.
 type RolloutStage struct {
@@ -389,7 +478,7 @@ type RolloutStage struct {
 
 func (x *RolloutStage) Reset() {
 	*x = RolloutStage{}
-	mi := &file_lehr_v1_rollout_proto_msgTypes[2]
+	mi := &file_lehr_v1_rollout_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -401,7 +490,7 @@ func (x *RolloutStage) String() string {
 func (*RolloutStage) ProtoMessage() {}
 
 func (x *RolloutStage) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_rollout_proto_msgTypes[2]
+	mi := &file_lehr_v1_rollout_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -414,7 +503,7 @@ func (x *RolloutStage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RolloutStage.ProtoReflect.Descriptor instead.
 func (*RolloutStage) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_rollout_proto_rawDescGZIP(), []int{2}
+	return file_lehr_v1_rollout_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *RolloutStage) GetName() string {
@@ -512,7 +601,7 @@ type CanaryTarget struct {
 
 func (x *CanaryTarget) Reset() {
 	*x = CanaryTarget{}
-	mi := &file_lehr_v1_rollout_proto_msgTypes[3]
+	mi := &file_lehr_v1_rollout_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -524,7 +613,7 @@ func (x *CanaryTarget) String() string {
 func (*CanaryTarget) ProtoMessage() {}
 
 func (x *CanaryTarget) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_rollout_proto_msgTypes[3]
+	mi := &file_lehr_v1_rollout_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -537,7 +626,7 @@ func (x *CanaryTarget) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CanaryTarget.ProtoReflect.Descriptor instead.
 func (*CanaryTarget) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_rollout_proto_rawDescGZIP(), []int{3}
+	return file_lehr_v1_rollout_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *CanaryTarget) GetZones() []string {
@@ -578,7 +667,7 @@ type ZonesTarget struct {
 
 func (x *ZonesTarget) Reset() {
 	*x = ZonesTarget{}
-	mi := &file_lehr_v1_rollout_proto_msgTypes[4]
+	mi := &file_lehr_v1_rollout_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -590,7 +679,7 @@ func (x *ZonesTarget) String() string {
 func (*ZonesTarget) ProtoMessage() {}
 
 func (x *ZonesTarget) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_rollout_proto_msgTypes[4]
+	mi := &file_lehr_v1_rollout_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -603,7 +692,7 @@ func (x *ZonesTarget) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ZonesTarget.ProtoReflect.Descriptor instead.
 func (*ZonesTarget) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_rollout_proto_rawDescGZIP(), []int{4}
+	return file_lehr_v1_rollout_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *ZonesTarget) GetZones() []string {
@@ -649,7 +738,7 @@ type RolloutPolicyRecord struct {
 
 func (x *RolloutPolicyRecord) Reset() {
 	*x = RolloutPolicyRecord{}
-	mi := &file_lehr_v1_rollout_proto_msgTypes[5]
+	mi := &file_lehr_v1_rollout_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -661,7 +750,7 @@ func (x *RolloutPolicyRecord) String() string {
 func (*RolloutPolicyRecord) ProtoMessage() {}
 
 func (x *RolloutPolicyRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_rollout_proto_msgTypes[5]
+	mi := &file_lehr_v1_rollout_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -674,7 +763,7 @@ func (x *RolloutPolicyRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RolloutPolicyRecord.ProtoReflect.Descriptor instead.
 func (*RolloutPolicyRecord) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_rollout_proto_rawDescGZIP(), []int{5}
+	return file_lehr_v1_rollout_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *RolloutPolicyRecord) GetScope() string {
@@ -776,7 +865,7 @@ type Rollout struct {
 
 func (x *Rollout) Reset() {
 	*x = Rollout{}
-	mi := &file_lehr_v1_rollout_proto_msgTypes[6]
+	mi := &file_lehr_v1_rollout_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -788,7 +877,7 @@ func (x *Rollout) String() string {
 func (*Rollout) ProtoMessage() {}
 
 func (x *Rollout) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_rollout_proto_msgTypes[6]
+	mi := &file_lehr_v1_rollout_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -801,7 +890,7 @@ func (x *Rollout) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Rollout.ProtoReflect.Descriptor instead.
 func (*Rollout) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_rollout_proto_rawDescGZIP(), []int{6}
+	return file_lehr_v1_rollout_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *Rollout) GetId() string {
@@ -965,7 +1054,7 @@ type RolloutCommand struct {
 
 func (x *RolloutCommand) Reset() {
 	*x = RolloutCommand{}
-	mi := &file_lehr_v1_rollout_proto_msgTypes[7]
+	mi := &file_lehr_v1_rollout_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -977,7 +1066,7 @@ func (x *RolloutCommand) String() string {
 func (*RolloutCommand) ProtoMessage() {}
 
 func (x *RolloutCommand) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_rollout_proto_msgTypes[7]
+	mi := &file_lehr_v1_rollout_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -990,7 +1079,7 @@ func (x *RolloutCommand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RolloutCommand.ProtoReflect.Descriptor instead.
 func (*RolloutCommand) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_rollout_proto_rawDescGZIP(), []int{7}
+	return file_lehr_v1_rollout_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *RolloutCommand) GetRolloutId() string {
@@ -1039,7 +1128,7 @@ type ZoneHosts struct {
 
 func (x *ZoneHosts) Reset() {
 	*x = ZoneHosts{}
-	mi := &file_lehr_v1_rollout_proto_msgTypes[8]
+	mi := &file_lehr_v1_rollout_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1051,7 +1140,7 @@ func (x *ZoneHosts) String() string {
 func (*ZoneHosts) ProtoMessage() {}
 
 func (x *ZoneHosts) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_rollout_proto_msgTypes[8]
+	mi := &file_lehr_v1_rollout_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1064,7 +1153,7 @@ func (x *ZoneHosts) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ZoneHosts.ProtoReflect.Descriptor instead.
 func (*ZoneHosts) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_rollout_proto_rawDescGZIP(), []int{8}
+	return file_lehr_v1_rollout_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ZoneHosts) GetZone() string {
@@ -1103,7 +1192,7 @@ type RolloutEvent struct {
 
 func (x *RolloutEvent) Reset() {
 	*x = RolloutEvent{}
-	mi := &file_lehr_v1_rollout_proto_msgTypes[9]
+	mi := &file_lehr_v1_rollout_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1115,7 +1204,7 @@ func (x *RolloutEvent) String() string {
 func (*RolloutEvent) ProtoMessage() {}
 
 func (x *RolloutEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_rollout_proto_msgTypes[9]
+	mi := &file_lehr_v1_rollout_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1128,7 +1217,7 @@ func (x *RolloutEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RolloutEvent.ProtoReflect.Descriptor instead.
 func (*RolloutEvent) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_rollout_proto_rawDescGZIP(), []int{9}
+	return file_lehr_v1_rollout_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *RolloutEvent) GetRolloutId() string {
@@ -1189,11 +1278,17 @@ const file_lehr_v1_rollout_proto_rawDesc = "" +
 	"\x06stages\x18\x01 \x03(\v2\x15.lehr.v1.RolloutStageR\x06stages\x12!\n" +
 	"\fglobal_blast\x18\x02 \x01(\bR\vglobalBlast\x12<\n" +
 	"\x0efreeze_windows\x18\x03 \x03(\v2\x15.lehr.v1.FreezeWindowR\rfreezeWindows\x12%\n" +
-	"\x0emax_concurrent\x18\x04 \x01(\rR\rmaxConcurrent\"\x86\x01\n" +
+	"\x0emax_concurrent\x18\x04 \x01(\rR\rmaxConcurrent\"\xb5\x01\n" +
 	"\fFreezeWindow\x120\n" +
 	"\x05start\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x05start\x12,\n" +
 	"\x03end\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x03end\x12\x16\n" +
-	"\x06reason\x18\x03 \x01(\tR\x06reason\"\xd0\x02\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\x12-\n" +
+	"\x06weekly\x18\x04 \x01(\v2\x15.lehr.v1.WeeklyWindowR\x06weekly\"\x82\x01\n" +
+	"\fWeeklyWindow\x12\x12\n" +
+	"\x04days\x18\x01 \x03(\tR\x04days\x12\x0e\n" +
+	"\x02at\x18\x02 \x01(\tR\x02at\x121\n" +
+	"\x06length\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\x06length\x12\x1b\n" +
+	"\ttime_zone\x18\x04 \x01(\tR\btimeZone\"\xd0\x02\n" +
 	"\fRolloutStage\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12/\n" +
 	"\x06canary\x18\x02 \x01(\v2\x15.lehr.v1.CanaryTargetH\x00R\x06canary\x12,\n" +
@@ -1301,51 +1396,54 @@ func file_lehr_v1_rollout_proto_rawDescGZIP() []byte {
 }
 
 var file_lehr_v1_rollout_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_lehr_v1_rollout_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
+var file_lehr_v1_rollout_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
 var file_lehr_v1_rollout_proto_goTypes = []any{
 	(RolloutPolicySource)(0),      // 0: lehr.v1.RolloutPolicySource
 	(RolloutState)(0),             // 1: lehr.v1.RolloutState
 	(RolloutAction)(0),            // 2: lehr.v1.RolloutAction
 	(*RolloutPolicy)(nil),         // 3: lehr.v1.RolloutPolicy
 	(*FreezeWindow)(nil),          // 4: lehr.v1.FreezeWindow
-	(*RolloutStage)(nil),          // 5: lehr.v1.RolloutStage
-	(*CanaryTarget)(nil),          // 6: lehr.v1.CanaryTarget
-	(*ZonesTarget)(nil),           // 7: lehr.v1.ZonesTarget
-	(*RolloutPolicyRecord)(nil),   // 8: lehr.v1.RolloutPolicyRecord
-	(*Rollout)(nil),               // 9: lehr.v1.Rollout
-	(*RolloutCommand)(nil),        // 10: lehr.v1.RolloutCommand
-	(*ZoneHosts)(nil),             // 11: lehr.v1.ZoneHosts
-	(*RolloutEvent)(nil),          // 12: lehr.v1.RolloutEvent
-	(*timestamppb.Timestamp)(nil), // 13: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),   // 14: google.protobuf.Duration
+	(*WeeklyWindow)(nil),          // 5: lehr.v1.WeeklyWindow
+	(*RolloutStage)(nil),          // 6: lehr.v1.RolloutStage
+	(*CanaryTarget)(nil),          // 7: lehr.v1.CanaryTarget
+	(*ZonesTarget)(nil),           // 8: lehr.v1.ZonesTarget
+	(*RolloutPolicyRecord)(nil),   // 9: lehr.v1.RolloutPolicyRecord
+	(*Rollout)(nil),               // 10: lehr.v1.Rollout
+	(*RolloutCommand)(nil),        // 11: lehr.v1.RolloutCommand
+	(*ZoneHosts)(nil),             // 12: lehr.v1.ZoneHosts
+	(*RolloutEvent)(nil),          // 13: lehr.v1.RolloutEvent
+	(*timestamppb.Timestamp)(nil), // 14: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),   // 15: google.protobuf.Duration
 }
 var file_lehr_v1_rollout_proto_depIdxs = []int32{
-	5,  // 0: lehr.v1.RolloutPolicy.stages:type_name -> lehr.v1.RolloutStage
+	6,  // 0: lehr.v1.RolloutPolicy.stages:type_name -> lehr.v1.RolloutStage
 	4,  // 1: lehr.v1.RolloutPolicy.freeze_windows:type_name -> lehr.v1.FreezeWindow
-	13, // 2: lehr.v1.FreezeWindow.start:type_name -> google.protobuf.Timestamp
-	13, // 3: lehr.v1.FreezeWindow.end:type_name -> google.protobuf.Timestamp
-	6,  // 4: lehr.v1.RolloutStage.canary:type_name -> lehr.v1.CanaryTarget
-	7,  // 5: lehr.v1.RolloutStage.zones:type_name -> lehr.v1.ZonesTarget
-	14, // 6: lehr.v1.RolloutStage.bake:type_name -> google.protobuf.Duration
-	14, // 7: lehr.v1.RolloutStage.apply_deadline:type_name -> google.protobuf.Duration
-	3,  // 8: lehr.v1.RolloutPolicyRecord.policy:type_name -> lehr.v1.RolloutPolicy
-	13, // 9: lehr.v1.RolloutPolicyRecord.update_time:type_name -> google.protobuf.Timestamp
-	3,  // 10: lehr.v1.Rollout.policy:type_name -> lehr.v1.RolloutPolicy
-	0,  // 11: lehr.v1.Rollout.policy_source:type_name -> lehr.v1.RolloutPolicySource
-	1,  // 12: lehr.v1.Rollout.state:type_name -> lehr.v1.RolloutState
-	13, // 13: lehr.v1.Rollout.stage_start_time:type_name -> google.protobuf.Timestamp
-	13, // 14: lehr.v1.Rollout.stage_applied_time:type_name -> google.protobuf.Timestamp
-	11, // 15: lehr.v1.Rollout.canary_hosts:type_name -> lehr.v1.ZoneHosts
-	13, // 16: lehr.v1.Rollout.create_time:type_name -> google.protobuf.Timestamp
-	13, // 17: lehr.v1.Rollout.update_time:type_name -> google.protobuf.Timestamp
-	2,  // 18: lehr.v1.RolloutCommand.action:type_name -> lehr.v1.RolloutAction
-	13, // 19: lehr.v1.RolloutCommand.time:type_name -> google.protobuf.Timestamp
-	13, // 20: lehr.v1.RolloutEvent.time:type_name -> google.protobuf.Timestamp
-	21, // [21:21] is the sub-list for method output_type
-	21, // [21:21] is the sub-list for method input_type
-	21, // [21:21] is the sub-list for extension type_name
-	21, // [21:21] is the sub-list for extension extendee
-	0,  // [0:21] is the sub-list for field type_name
+	14, // 2: lehr.v1.FreezeWindow.start:type_name -> google.protobuf.Timestamp
+	14, // 3: lehr.v1.FreezeWindow.end:type_name -> google.protobuf.Timestamp
+	5,  // 4: lehr.v1.FreezeWindow.weekly:type_name -> lehr.v1.WeeklyWindow
+	15, // 5: lehr.v1.WeeklyWindow.length:type_name -> google.protobuf.Duration
+	7,  // 6: lehr.v1.RolloutStage.canary:type_name -> lehr.v1.CanaryTarget
+	8,  // 7: lehr.v1.RolloutStage.zones:type_name -> lehr.v1.ZonesTarget
+	15, // 8: lehr.v1.RolloutStage.bake:type_name -> google.protobuf.Duration
+	15, // 9: lehr.v1.RolloutStage.apply_deadline:type_name -> google.protobuf.Duration
+	3,  // 10: lehr.v1.RolloutPolicyRecord.policy:type_name -> lehr.v1.RolloutPolicy
+	14, // 11: lehr.v1.RolloutPolicyRecord.update_time:type_name -> google.protobuf.Timestamp
+	3,  // 12: lehr.v1.Rollout.policy:type_name -> lehr.v1.RolloutPolicy
+	0,  // 13: lehr.v1.Rollout.policy_source:type_name -> lehr.v1.RolloutPolicySource
+	1,  // 14: lehr.v1.Rollout.state:type_name -> lehr.v1.RolloutState
+	14, // 15: lehr.v1.Rollout.stage_start_time:type_name -> google.protobuf.Timestamp
+	14, // 16: lehr.v1.Rollout.stage_applied_time:type_name -> google.protobuf.Timestamp
+	12, // 17: lehr.v1.Rollout.canary_hosts:type_name -> lehr.v1.ZoneHosts
+	14, // 18: lehr.v1.Rollout.create_time:type_name -> google.protobuf.Timestamp
+	14, // 19: lehr.v1.Rollout.update_time:type_name -> google.protobuf.Timestamp
+	2,  // 20: lehr.v1.RolloutCommand.action:type_name -> lehr.v1.RolloutAction
+	14, // 21: lehr.v1.RolloutCommand.time:type_name -> google.protobuf.Timestamp
+	14, // 22: lehr.v1.RolloutEvent.time:type_name -> google.protobuf.Timestamp
+	23, // [23:23] is the sub-list for method output_type
+	23, // [23:23] is the sub-list for method input_type
+	23, // [23:23] is the sub-list for extension type_name
+	23, // [23:23] is the sub-list for extension extendee
+	0,  // [0:23] is the sub-list for field type_name
 }
 
 func init() { file_lehr_v1_rollout_proto_init() }
@@ -1353,7 +1451,7 @@ func file_lehr_v1_rollout_proto_init() {
 	if File_lehr_v1_rollout_proto != nil {
 		return
 	}
-	file_lehr_v1_rollout_proto_msgTypes[2].OneofWrappers = []any{
+	file_lehr_v1_rollout_proto_msgTypes[3].OneofWrappers = []any{
 		(*RolloutStage_Canary)(nil),
 		(*RolloutStage_Zones)(nil),
 	}
@@ -1363,7 +1461,7 @@ func file_lehr_v1_rollout_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lehr_v1_rollout_proto_rawDesc), len(file_lehr_v1_rollout_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   10,
+			NumMessages:   11,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
