@@ -19,10 +19,15 @@ import (
 // the text checksums.
 const CapCompactUpdate = "compact-update"
 
+// CapSignals is the capability under which a distributor may ask an agent
+// for its per-interval signals (SignalsRequest) and the agent answers
+// (Signals): frame types an older peer does not know.
+const CapSignals = "signals"
+
 // Capabilities returns the optional features this package implements: what
 // an agent offers in Hello.capabilities and what a distributor supports
 // when it answers with [CommonCapabilities]. The result is a new slice.
-func Capabilities() []string { return []string{CapCompactUpdate} }
+func Capabilities() []string { return []string{CapCompactUpdate, CapSignals} }
 
 // HasCapability reports whether the capability list caps (normally
 // Welcome.capabilities, the negotiated set) contains c.

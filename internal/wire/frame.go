@@ -31,10 +31,13 @@ const (
 	FramePing        FrameType = 10 // lehrpb.Ping, either way
 	FramePong        FrameType = 11 // lehrpb.Pong, either way
 	FrameUnavailable FrameType = 12 // lehrpb.Unavailable, distributor → agent
+	// The next two only on a connection that negotiated CapSignals.
+	FrameSignalsRequest FrameType = 13 // lehrpb.SignalsRequest, distributor → agent
+	FrameSignals        FrameType = 14 // lehrpb.Signals, agent → distributor
 )
 
 // maxFrameType is the highest known FrameType.
-const maxFrameType = FrameUnavailable
+const maxFrameType = FrameSignals
 
 var frameTypeNames = [...]string{
 	FrameHello:       "Hello",
@@ -49,6 +52,9 @@ var frameTypeNames = [...]string{
 	FramePing:        "Ping",
 	FramePong:        "Pong",
 	FrameUnavailable: "Unavailable",
+
+	FrameSignalsRequest: "SignalsRequest",
+	FrameSignals:        "Signals",
 }
 
 // Known reports whether t is a frame type of this protocol version.
@@ -89,6 +95,10 @@ func newMessage(t FrameType) proto.Message {
 		return new(lehrpb.Pong)
 	case FrameUnavailable:
 		return new(lehrpb.Unavailable)
+	case FrameSignalsRequest:
+		return new(lehrpb.SignalsRequest)
+	case FrameSignals:
+		return new(lehrpb.Signals)
 	}
 	return nil
 }
@@ -121,6 +131,10 @@ func TypeOf(msg proto.Message) (FrameType, bool) {
 		return FramePong, true
 	case *lehrpb.Unavailable:
 		return FrameUnavailable, true
+	case *lehrpb.SignalsRequest:
+		return FrameSignalsRequest, true
+	case *lehrpb.Signals:
+		return FrameSignals, true
 	}
 	return 0, false
 }
@@ -496,20 +510,20 @@ func (d *Decoder) allow(t FrameType) error {
 			ok, want = t == FrameHello, "Hello first"
 		} else {
 			switch t {
-			case FrameSubscribe, FrameUnsubscribe, FrameAck, FrameResync, FrameReport, FramePing, FramePong, FrameGoodbye:
+			case FrameSubscribe, FrameUnsubscribe, FrameAck, FrameResync, FrameReport, FrameSignals, FramePing, FramePong, FrameGoodbye:
 				ok = true
 			}
-			want = "Subscribe, Unsubscribe, Ack, Resync, Report, Ping, Pong or Goodbye after Hello"
+			want = "Subscribe, Unsubscribe, Ack, Resync, Report, Signals, Ping, Pong or Goodbye after Hello"
 		}
 	case StreamControlFromDistributor:
 		if first {
 			ok, want = t == FrameWelcome || t == FrameGoodbye, "Welcome or Goodbye first"
 		} else {
 			switch t {
-			case FrameUnavailable, FramePing, FramePong, FrameGoodbye:
+			case FrameUnavailable, FrameSignalsRequest, FramePing, FramePong, FrameGoodbye:
 				ok = true
 			}
-			want = "Unavailable, Ping, Pong or Goodbye after Welcome"
+			want = "Unavailable, SignalsRequest, Ping, Pong or Goodbye after Welcome"
 		}
 	case StreamUpdate:
 		ok, want = t == FrameUpdate, "one Update"

@@ -57,13 +57,18 @@ func sampleMessages() map[FrameType]proto.Message {
 			Set:    []*lehrpb.Property{{Key: "b", Value: []byte("2"), ContentType: "text/plain"}},
 			Delete: []string{"a"},
 		},
-		FrameAck:         &lehrpb.Ack{Namespace: "demo/a", Version: 4, Checksum: sumEmpty, Ok: true},
-		FrameResync:      &lehrpb.Resync{Namespace: "demo/a", HaveVersion: 3, HaveChecksum: sumA, Reason: lehrpb.ResyncReason_RESYNC_REASON_CHECKSUM_MISMATCH, Detail: "x"},
-		FrameReport:      &lehrpb.Report{Time: timestamppb.New(time.Unix(1700000000, 0)), Namespaces: []*lehrpb.NamespaceReport{{Namespace: "demo/a", Version: 4, Checksum: sumEmpty, Clients: 2, ClientsApplied: 1, ApplyErrors: 3}}},
-		FrameGoodbye:     &lehrpb.Goodbye{Code: uint64(CodeShuttingDown), Reason: "draining", RetryAfter: durationpb.New(time.Minute)},
-		FramePing:        &lehrpb.Ping{Nonce: 42},
-		FramePong:        &lehrpb.Pong{Nonce: 42},
-		FrameUnavailable: &lehrpb.Unavailable{Namespace: "demo/z", Reason: lehrpb.UnavailableReason_UNAVAILABLE_REASON_NOT_FOUND, Detail: "no goal state in zone-a"},
+		FrameAck:            &lehrpb.Ack{Namespace: "demo/a", Version: 4, Checksum: sumEmpty, Ok: true},
+		FrameResync:         &lehrpb.Resync{Namespace: "demo/a", HaveVersion: 3, HaveChecksum: sumA, Reason: lehrpb.ResyncReason_RESYNC_REASON_CHECKSUM_MISMATCH, Detail: "x"},
+		FrameReport:         &lehrpb.Report{Time: timestamppb.New(time.Unix(1700000000, 0)), Namespaces: []*lehrpb.NamespaceReport{{Namespace: "demo/a", Version: 4, Checksum: sumEmpty, Clients: 2, ClientsApplied: 1, ApplyErrors: 3}}},
+		FrameGoodbye:        &lehrpb.Goodbye{Code: uint64(CodeShuttingDown), Reason: "draining", RetryAfter: durationpb.New(time.Minute)},
+		FramePing:           &lehrpb.Ping{Nonce: 42},
+		FramePong:           &lehrpb.Pong{Nonce: 42},
+		FrameUnavailable:    &lehrpb.Unavailable{Namespace: "demo/z", Reason: lehrpb.UnavailableReason_UNAVAILABLE_REASON_NOT_FOUND, Detail: "no goal state in zone-a"},
+		FrameSignalsRequest: &lehrpb.SignalsRequest{Namespaces: []*lehrpb.SignalsWanted{{Namespace: "demo/a", Since: 1700000000}}},
+		FrameSignals: &lehrpb.Signals{Namespaces: []*lehrpb.NamespaceSignals{{
+			Namespace: "demo/a", IntervalSeconds: 10, First: 1700000000, Versions: []uint64{3, 4},
+			Series: []*lehrpb.SignalSeries{{Name: "requests", Values: []float64{1000, 990}}, {Name: "request_errors", Values: []float64{1, 12}}},
+		}}},
 	}
 }
 
@@ -315,13 +320,15 @@ func TestDecoderStreamRules(t *testing.T) {
 		okCount int
 		wantErr FrameErrorCode
 	}{
-		{"agent control: full session", StreamControlFromAgent, []FrameType{FrameHello, FrameSubscribe, FrameAck, FrameResync, FrameReport, FramePing, FramePong, FrameUnsubscribe, FrameGoodbye}, 9, 0},
+		{"agent control: full session", StreamControlFromAgent, []FrameType{FrameHello, FrameSubscribe, FrameAck, FrameResync, FrameReport, FrameSignals, FramePing, FramePong, FrameUnsubscribe, FrameGoodbye}, 10, 0},
+		{"agent control: SignalsRequest not allowed", StreamControlFromAgent, []FrameType{FrameHello, FrameSignalsRequest}, 1, ErrUnexpected},
 		{"agent control: must start with Hello", StreamControlFromAgent, []FrameType{FrameSubscribe}, 0, ErrUnexpected},
 		{"agent control: second Hello", StreamControlFromAgent, []FrameType{FrameHello, FrameHello}, 1, ErrUnexpected},
 		{"agent control: Update not allowed", StreamControlFromAgent, []FrameType{FrameHello, FrameUpdate}, 1, ErrUnexpected},
 		{"agent control: Welcome not allowed", StreamControlFromAgent, []FrameType{FrameHello, FrameWelcome}, 1, ErrUnexpected},
 		{"agent control: nothing after Goodbye", StreamControlFromAgent, []FrameType{FrameHello, FrameGoodbye, FramePing}, 2, ErrUnexpected},
-		{"distributor control: full session", StreamControlFromDistributor, []FrameType{FrameWelcome, FrameUnavailable, FramePing, FramePong, FrameGoodbye}, 5, 0},
+		{"distributor control: full session", StreamControlFromDistributor, []FrameType{FrameWelcome, FrameUnavailable, FrameSignalsRequest, FramePing, FramePong, FrameGoodbye}, 6, 0},
+		{"distributor control: Signals not allowed", StreamControlFromDistributor, []FrameType{FrameWelcome, FrameSignals}, 1, ErrUnexpected},
 		{"distributor control: refused", StreamControlFromDistributor, []FrameType{FrameGoodbye}, 1, 0},
 		{"distributor control: must start with Welcome", StreamControlFromDistributor, []FrameType{FrameUnavailable}, 0, ErrUnexpected},
 		{"distributor control: Ack not allowed", StreamControlFromDistributor, []FrameType{FrameWelcome, FrameAck}, 1, ErrUnexpected},

@@ -53,6 +53,10 @@ func Validate(msg proto.Message) error {
 		}
 	case *lehrpb.Unavailable:
 		err = validateNamespace("namespace", m.GetNamespace())
+	case *lehrpb.SignalsRequest:
+		err = validateSignalsRequest(m)
+	case *lehrpb.Signals:
+		err = validateSignals(m)
 	case *lehrpb.Goodbye, *lehrpb.Ping, *lehrpb.Pong:
 		// Nothing is required.
 	}
@@ -288,4 +292,47 @@ func quote(s string) string {
 		return fmt.Sprintf("%q... (%d bytes)", s[:80], len(s))
 	}
 	return fmt.Sprintf("%q", s)
+}
+
+// MaxSignalsWanted bounds SignalsRequest.namespaces.
+const MaxSignalsWanted = 64
+
+func validateSignalsRequest(m *lehrpb.SignalsRequest) error {
+	if n := len(m.GetNamespaces()); n > MaxSignalsWanted {
+		return fmt.Errorf("namespaces: %d; at most %d in one request", n, MaxSignalsWanted)
+	}
+	for i, w := range m.GetNamespaces() {
+		if err := validateNamespace(fmt.Sprintf("namespaces[%d].namespace", i), w.GetNamespace()); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// validateSignals checks that every namespace's series are as long as its
+// versions, on a positive interval with an aligned start.
+func validateSignals(m *lehrpb.Signals) error {
+	for i, ns := range m.GetNamespaces() {
+		f := fmt.Sprintf("namespaces[%d]", i)
+		if err := validateNamespace(f+".namespace", ns.GetNamespace()); err != nil {
+			return err
+		}
+		iv := int64(ns.GetIntervalSeconds())
+		if iv <= 0 {
+			return fmt.Errorf("%s.interval_seconds: 0; want at least 1", f)
+		}
+		if ns.GetFirst()%iv != 0 {
+			return fmt.Errorf("%s.first: %d is not a multiple of interval_seconds %d", f, ns.GetFirst(), iv)
+		}
+		n := len(ns.GetVersions())
+		for j, sr := range ns.GetSeries() {
+			if sr.GetName() == "" {
+				return fmt.Errorf("%s.series[%d].name: empty", f, j)
+			}
+			if len(sr.GetValues()) != n {
+				return fmt.Errorf("%s.series[%d] (%s): %d values for %d intervals", f, j, sr.GetName(), len(sr.GetValues()), n)
+			}
+		}
+	}
+	return nil
 }

@@ -1278,6 +1278,300 @@ func (x *Pong) GetNonce() uint64 {
 	return 0
 }
 
+// SignalsRequest asks an agent for the per-interval signals it keeps about
+// namespaces (docs/design.md, "Local signals"), distributor to agent, only
+// on a connection that negotiated the "signals" capability. A distributor
+// asks the hosts a canary analysis watches — a candidate's cohort and the
+// control hosts of its analysis sample — once per report interval, each
+// time from the first interval it does not have yet; the agent answers
+// with one Signals frame.
+type SignalsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// At most 64.
+	Namespaces    []*SignalsWanted `protobuf:"bytes,1,rep,name=namespaces,proto3" json:"namespaces,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SignalsRequest) Reset() {
+	*x = SignalsRequest{}
+	mi := &file_lehr_v1_wire_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SignalsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SignalsRequest) ProtoMessage() {}
+
+func (x *SignalsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_lehr_v1_wire_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SignalsRequest.ProtoReflect.Descriptor instead.
+func (*SignalsRequest) Descriptor() ([]byte, []int) {
+	return file_lehr_v1_wire_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *SignalsRequest) GetNamespaces() []*SignalsWanted {
+	if x != nil {
+		return x.Namespaces
+	}
+	return nil
+}
+
+// SignalsWanted names one namespace of a SignalsRequest.
+type SignalsWanted struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Namespace string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	// Start of the first interval wanted, Unix seconds; earlier intervals
+	// are not sent, and intervals the agent no longer keeps cannot be.
+	Since         int64 `protobuf:"varint,2,opt,name=since,proto3" json:"since,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SignalsWanted) Reset() {
+	*x = SignalsWanted{}
+	mi := &file_lehr_v1_wire_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SignalsWanted) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SignalsWanted) ProtoMessage() {}
+
+func (x *SignalsWanted) ProtoReflect() protoreflect.Message {
+	mi := &file_lehr_v1_wire_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SignalsWanted.ProtoReflect.Descriptor instead.
+func (*SignalsWanted) Descriptor() ([]byte, []int) {
+	return file_lehr_v1_wire_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *SignalsWanted) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *SignalsWanted) GetSince() int64 {
+	if x != nil {
+		return x.Since
+	}
+	return 0
+}
+
+// Signals answers a SignalsRequest, agent to distributor: for each
+// namespace asked for that the agent keeps signals of, the intervals from
+// the one asked for to the last complete one. The frame stays within half
+// the control-frame limit; the oldest intervals are left out to fit.
+type Signals struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Namespaces    []*NamespaceSignals    `protobuf:"bytes,1,rep,name=namespaces,proto3" json:"namespaces,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Signals) Reset() {
+	*x = Signals{}
+	mi := &file_lehr_v1_wire_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Signals) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Signals) ProtoMessage() {}
+
+func (x *Signals) ProtoReflect() protoreflect.Message {
+	mi := &file_lehr_v1_wire_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Signals.ProtoReflect.Descriptor instead.
+func (*Signals) Descriptor() ([]byte, []int) {
+	return file_lehr_v1_wire_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *Signals) GetNamespaces() []*NamespaceSignals {
+	if x != nil {
+		return x.Namespaces
+	}
+	return nil
+}
+
+// NamespaceSignals is one host's per-interval signals about one namespace:
+// one value per interval per series, intervals aligned to the Unix epoch so
+// every host's interval i covers the same time.
+type NamespaceSignals struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Namespace string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	// Length of an interval in seconds.
+	IntervalSeconds uint32 `protobuf:"varint,2,opt,name=interval_seconds,json=intervalSeconds,proto3" json:"interval_seconds,omitempty"`
+	// Start of the first interval, Unix seconds (a multiple of
+	// interval_seconds).
+	First int64 `protobuf:"varint,3,opt,name=first,proto3" json:"first,omitempty"`
+	// The version the host held during each interval (0: none); as long as
+	// every series.
+	Versions []uint64 `protobuf:"varint,4,rep,packed,name=versions,proto3" json:"versions,omitempty"`
+	// One series per metric (the canary package's metric names). Counters
+	// are per-interval increments; NaN marks an interval without a value.
+	Series        []*SignalSeries `protobuf:"bytes,5,rep,name=series,proto3" json:"series,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NamespaceSignals) Reset() {
+	*x = NamespaceSignals{}
+	mi := &file_lehr_v1_wire_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NamespaceSignals) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NamespaceSignals) ProtoMessage() {}
+
+func (x *NamespaceSignals) ProtoReflect() protoreflect.Message {
+	mi := &file_lehr_v1_wire_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NamespaceSignals.ProtoReflect.Descriptor instead.
+func (*NamespaceSignals) Descriptor() ([]byte, []int) {
+	return file_lehr_v1_wire_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *NamespaceSignals) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *NamespaceSignals) GetIntervalSeconds() uint32 {
+	if x != nil {
+		return x.IntervalSeconds
+	}
+	return 0
+}
+
+func (x *NamespaceSignals) GetFirst() int64 {
+	if x != nil {
+		return x.First
+	}
+	return 0
+}
+
+func (x *NamespaceSignals) GetVersions() []uint64 {
+	if x != nil {
+		return x.Versions
+	}
+	return nil
+}
+
+func (x *NamespaceSignals) GetSeries() []*SignalSeries {
+	if x != nil {
+		return x.Series
+	}
+	return nil
+}
+
+// SignalSeries is one metric's values, one per interval.
+type SignalSeries struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Values        []float64              `protobuf:"fixed64,2,rep,packed,name=values,proto3" json:"values,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SignalSeries) Reset() {
+	*x = SignalSeries{}
+	mi := &file_lehr_v1_wire_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SignalSeries) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SignalSeries) ProtoMessage() {}
+
+func (x *SignalSeries) ProtoReflect() protoreflect.Message {
+	mi := &file_lehr_v1_wire_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SignalSeries.ProtoReflect.Descriptor instead.
+func (*SignalSeries) Descriptor() ([]byte, []int) {
+	return file_lehr_v1_wire_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *SignalSeries) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *SignalSeries) GetValues() []float64 {
+	if x != nil {
+		return x.Values
+	}
+	return nil
+}
+
 var File_lehr_v1_wire_proto protoreflect.FileDescriptor
 
 const file_lehr_v1_wire_proto_rawDesc = "" +
@@ -1372,7 +1666,27 @@ const file_lehr_v1_wire_proto_rawDesc = "" +
 	"\x04Ping\x12\x14\n" +
 	"\x05nonce\x18\x01 \x01(\x04R\x05nonce\"\x1c\n" +
 	"\x04Pong\x12\x14\n" +
-	"\x05nonce\x18\x01 \x01(\x04R\x05nonce*\xb6\x01\n" +
+	"\x05nonce\x18\x01 \x01(\x04R\x05nonce\"H\n" +
+	"\x0eSignalsRequest\x126\n" +
+	"\n" +
+	"namespaces\x18\x01 \x03(\v2\x16.lehr.v1.SignalsWantedR\n" +
+	"namespaces\"C\n" +
+	"\rSignalsWanted\x12\x1c\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x14\n" +
+	"\x05since\x18\x02 \x01(\x03R\x05since\"D\n" +
+	"\aSignals\x129\n" +
+	"\n" +
+	"namespaces\x18\x01 \x03(\v2\x19.lehr.v1.NamespaceSignalsR\n" +
+	"namespaces\"\xbc\x01\n" +
+	"\x10NamespaceSignals\x12\x1c\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12)\n" +
+	"\x10interval_seconds\x18\x02 \x01(\rR\x0fintervalSeconds\x12\x14\n" +
+	"\x05first\x18\x03 \x01(\x03R\x05first\x12\x1a\n" +
+	"\bversions\x18\x04 \x03(\x04R\bversions\x12-\n" +
+	"\x06series\x18\x05 \x03(\v2\x15.lehr.v1.SignalSeriesR\x06series\":\n" +
+	"\fSignalSeries\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
+	"\x06values\x18\x02 \x03(\x01R\x06values*\xb6\x01\n" +
 	"\fResyncReason\x12\x1d\n" +
 	"\x19RESYNC_REASON_UNSPECIFIED\x10\x00\x12\x1f\n" +
 	"\x1bRESYNC_REASON_BASE_MISMATCH\x10\x01\x12#\n" +
@@ -1398,7 +1712,7 @@ func file_lehr_v1_wire_proto_rawDescGZIP() []byte {
 }
 
 var file_lehr_v1_wire_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_lehr_v1_wire_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
+var file_lehr_v1_wire_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
 var file_lehr_v1_wire_proto_goTypes = []any{
 	(ResyncReason)(0),             // 0: lehr.v1.ResyncReason
 	(UnavailableReason)(0),        // 1: lehr.v1.UnavailableReason
@@ -1416,32 +1730,40 @@ var file_lehr_v1_wire_proto_goTypes = []any{
 	(*Goodbye)(nil),               // 13: lehr.v1.Goodbye
 	(*Ping)(nil),                  // 14: lehr.v1.Ping
 	(*Pong)(nil),                  // 15: lehr.v1.Pong
-	nil,                           // 16: lehr.v1.Hello.LabelsEntry
-	(*durationpb.Duration)(nil),   // 17: google.protobuf.Duration
-	(NamespaceKind)(0),            // 18: lehr.v1.NamespaceKind
-	(*VersionInfo)(nil),           // 19: lehr.v1.VersionInfo
-	(*Property)(nil),              // 20: lehr.v1.Property
-	(*timestamppb.Timestamp)(nil), // 21: google.protobuf.Timestamp
+	(*SignalsRequest)(nil),        // 16: lehr.v1.SignalsRequest
+	(*SignalsWanted)(nil),         // 17: lehr.v1.SignalsWanted
+	(*Signals)(nil),               // 18: lehr.v1.Signals
+	(*NamespaceSignals)(nil),      // 19: lehr.v1.NamespaceSignals
+	(*SignalSeries)(nil),          // 20: lehr.v1.SignalSeries
+	nil,                           // 21: lehr.v1.Hello.LabelsEntry
+	(*durationpb.Duration)(nil),   // 22: google.protobuf.Duration
+	(NamespaceKind)(0),            // 23: lehr.v1.NamespaceKind
+	(*VersionInfo)(nil),           // 24: lehr.v1.VersionInfo
+	(*Property)(nil),              // 25: lehr.v1.Property
+	(*timestamppb.Timestamp)(nil), // 26: google.protobuf.Timestamp
 }
 var file_lehr_v1_wire_proto_depIdxs = []int32{
-	16, // 0: lehr.v1.Hello.labels:type_name -> lehr.v1.Hello.LabelsEntry
+	21, // 0: lehr.v1.Hello.labels:type_name -> lehr.v1.Hello.LabelsEntry
 	2,  // 1: lehr.v1.Hello.cached:type_name -> lehr.v1.CachedNamespace
-	17, // 2: lehr.v1.Welcome.report_interval:type_name -> google.protobuf.Duration
+	22, // 2: lehr.v1.Welcome.report_interval:type_name -> google.protobuf.Duration
 	2,  // 3: lehr.v1.Subscribe.namespaces:type_name -> lehr.v1.CachedNamespace
-	18, // 4: lehr.v1.Update.kind:type_name -> lehr.v1.NamespaceKind
-	19, // 5: lehr.v1.Update.info:type_name -> lehr.v1.VersionInfo
-	20, // 6: lehr.v1.Update.set:type_name -> lehr.v1.Property
+	23, // 4: lehr.v1.Update.kind:type_name -> lehr.v1.NamespaceKind
+	24, // 5: lehr.v1.Update.info:type_name -> lehr.v1.VersionInfo
+	25, // 6: lehr.v1.Update.set:type_name -> lehr.v1.Property
 	0,  // 7: lehr.v1.Resync.reason:type_name -> lehr.v1.ResyncReason
-	21, // 8: lehr.v1.NamespaceReport.applied_time:type_name -> google.protobuf.Timestamp
-	21, // 9: lehr.v1.Report.time:type_name -> google.protobuf.Timestamp
+	26, // 8: lehr.v1.NamespaceReport.applied_time:type_name -> google.protobuf.Timestamp
+	26, // 9: lehr.v1.Report.time:type_name -> google.protobuf.Timestamp
 	10, // 10: lehr.v1.Report.namespaces:type_name -> lehr.v1.NamespaceReport
 	1,  // 11: lehr.v1.Unavailable.reason:type_name -> lehr.v1.UnavailableReason
-	17, // 12: lehr.v1.Goodbye.retry_after:type_name -> google.protobuf.Duration
-	13, // [13:13] is the sub-list for method output_type
-	13, // [13:13] is the sub-list for method input_type
-	13, // [13:13] is the sub-list for extension type_name
-	13, // [13:13] is the sub-list for extension extendee
-	0,  // [0:13] is the sub-list for field type_name
+	22, // 12: lehr.v1.Goodbye.retry_after:type_name -> google.protobuf.Duration
+	17, // 13: lehr.v1.SignalsRequest.namespaces:type_name -> lehr.v1.SignalsWanted
+	19, // 14: lehr.v1.Signals.namespaces:type_name -> lehr.v1.NamespaceSignals
+	20, // 15: lehr.v1.NamespaceSignals.series:type_name -> lehr.v1.SignalSeries
+	16, // [16:16] is the sub-list for method output_type
+	16, // [16:16] is the sub-list for method input_type
+	16, // [16:16] is the sub-list for extension type_name
+	16, // [16:16] is the sub-list for extension extendee
+	0,  // [0:16] is the sub-list for field type_name
 }
 
 func init() { file_lehr_v1_wire_proto_init() }
@@ -1456,7 +1778,7 @@ func file_lehr_v1_wire_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lehr_v1_wire_proto_rawDesc), len(file_lehr_v1_wire_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   15,
+			NumMessages:   20,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
