@@ -303,6 +303,22 @@ func (d *Distributor) Health() ([]*lehrpb.NamespaceHealth, []*lehrpb.HostReport,
 	return h, hosts, srv.Samples()
 }
 
+// Signals returns the signals kept of the hosts canary analyses watch
+// (fanout.Server.Signals), then asks those hosts for their newest
+// intervals (fanout.Server.RequestSignals): the answers arrive before the
+// next call.
+func (d *Distributor) Signals(now time.Time) []*lehrpb.HostSignals {
+	d.mu.Lock()
+	srv := d.srv
+	d.mu.Unlock()
+	if srv == nil {
+		return nil
+	}
+	out := srv.Signals()
+	srv.RequestSignals(now)
+	return out
+}
+
 // Close stops a running distributor and waits until Run has returned. It
 // is idempotent and may be called before, during or after Run.
 func (d *Distributor) Close() error {
@@ -571,6 +587,7 @@ func (d *Distributor) syncOne(ctx context.Context, ns string) error {
 		}
 		goal.Cohort = cohort.Cohort{Hosts: cand.GetHosts(), PerMillion: cand.GetPerMillion(), Salt: cand.GetSalt()}
 		goal.Sample = int(cand.GetSample())
+		goal.Analysis = int(cand.GetAnalysis())
 	}
 	srv.SetGoal(goal) // no change if it is the current goal
 	return nil
@@ -598,6 +615,7 @@ func (d *Distributor) report(ctx context.Context) error {
 			req.Versions = append(req.Versions, &lehrpb.VersionCount{Namespace: c.Namespace, Version: c.Version, Agents: int32(c.Agents)})
 		}
 		req.Health, req.Hosts, req.Samples = d.Health()
+		req.Signals = d.Signals(time.Now())
 		rctx, cancel := context.WithTimeout(ctx, d.opts.ReportInterval)
 		_, err := d.ctl.ReportZoneStatus(rctx, req)
 		cancel()

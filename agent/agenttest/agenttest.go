@@ -39,6 +39,7 @@ import (
 
 	"lehr.dev/lehr/agent/upstream"
 	"lehr.dev/lehr/internal/content"
+	"lehr.dev/lehr/internal/signals"
 	"lehr.dev/lehr/internal/update"
 	"lehr.dev/lehr/internal/wire"
 	"lehr.dev/lehr/proto/lehrpb"
@@ -76,6 +77,11 @@ type Options struct {
 	// QUIC overrides the QUIC configuration; nil means
 	// wire.ClientQUICConfig().
 	QUIC *quic.Config
+	// Signals, if set, is what the agent keeps of its per-interval signals
+	// of a namespace (nil: none); a SignalsRequest is answered from it
+	// with the real agent's rules (internal/signals.Answer). Nil answers
+	// every request with no namespaces.
+	Signals func(ns string) *lehrpb.NamespaceSignals
 
 	// Faults, for tests of the distributor's defenses against a broken or
 	// older agent; all nil in normal use. They change only what is sent
@@ -461,6 +467,12 @@ func (a *Agent) readControl(dec *wire.Decoder) {
 			a.mu.Unlock()
 		case *lehrpb.Ping:
 			_ = a.send(&lehrpb.Pong{Nonce: m.GetNonce()})
+		case *lehrpb.SignalsRequest:
+			get := func(string) *lehrpb.NamespaceSignals { return nil }
+			if a.opts.Signals != nil {
+				get = a.opts.Signals
+			}
+			_ = a.send(signals.Answer(m, get, wire.DefaultMaxControlFrame/2))
 		case *lehrpb.Goodbye:
 			a.fail(&wire.GoodbyeError{Code: quic.ApplicationErrorCode(m.GetCode()), Reason: m.GetReason()})
 			a.conn.CloseWithError(wire.CodeNoError, "")

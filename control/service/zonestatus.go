@@ -12,6 +12,7 @@ import (
 	"lehr.dev/lehr/control/store"
 	"lehr.dev/lehr/internal/apierror"
 	"lehr.dev/lehr/internal/names"
+	"lehr.dev/lehr/internal/signals"
 	"lehr.dev/lehr/proto/lehrpb"
 )
 
@@ -107,6 +108,7 @@ func (s *Service) ReportZoneStatus(ctx context.Context, req *lehrpb.ReportZoneSt
 		Health:        req.GetHealth(),
 		Hosts:         req.GetHosts(),
 		Samples:       req.GetSamples(),
+		Signals:       req.GetSignals(),
 	}
 	k := reportKey{zone: req.GetZone(), id: req.GetDistributorId()}
 	lease, err := s.st.PutZoneStatus(ctx, k.zone, st, ttl, s.leases.get(k))
@@ -196,6 +198,22 @@ func checkReport(req *lehrpb.ReportZoneStatusRequest) error {
 		}
 		if n := len(smp.GetHosts()); n > MaxHostReports {
 			return invalid(apierror.ReasonInvalidArgument, propField("samples", i, "hosts"), "%d hosts; at most %d allowed", n, MaxHostReports)
+		}
+	}
+	if n := len(req.GetSignals()); n > MaxHostReports {
+		return invalid(apierror.ReasonInvalidArgument, "signals", "the report has %d host signals; at most %d allowed", n, MaxHostReports).
+			WithLimit("%d entries", MaxHostReports)
+	}
+	for i, h := range req.GetSignals() {
+		if id := h.GetHostId(); id == "" || len(id) > 255 {
+			return invalid(apierror.ReasonInvalidArgument, propField("signals", i, "host_id"), "host_id is %d bytes; want 1 to 255", len(id))
+		}
+		if _, _, err := names.Namespace(h.GetSignals().GetNamespace()); err != nil {
+			return nameError(propField("signals", i, "signals.namespace"), err)
+		}
+		// The same rules as on the wire, where the distributor got them.
+		if err := signals.Validate(propField("signals", i, "signals"), h.GetSignals()); err != nil {
+			return invalid(apierror.ReasonInvalidArgument, propField("signals", i, "signals"), "%v", err)
 		}
 	}
 	for i, h := range req.GetHosts() {

@@ -388,6 +388,10 @@ type Goal struct {
 	// Sample asks for the Sample subscribed hosts with the lowest cohort
 	// positions (Samples), from which control names canary hosts.
 	Sample int
+	// Analysis asks to watch, for canary analysis, up to Analysis hosts in
+	// the cohort and as many outside it, lowest cohort positions first
+	// (RequestSignals, Signals); at most MaxAnalysis.
+	Analysis int
 }
 
 // For returns the version host should hold.
@@ -403,7 +407,7 @@ func (g *Goal) equal(o *Goal) bool {
 	same := func(a, b *content.Version) bool {
 		return a == nil && b == nil || a != nil && b != nil && a.Seq == b.Seq && a.Checksum == b.Checksum
 	}
-	return same(g.Stable, o.Stable) && same(g.Candidate, o.Candidate) && g.Sample == o.Sample &&
+	return same(g.Stable, o.Stable) && same(g.Candidate, o.Candidate) && g.Sample == o.Sample && g.Analysis == o.Analysis &&
 		(g.Candidate == nil || g.Cohort.Salt == o.Cohort.Salt && g.Cohort.PerMillion == o.Cohort.PerMillion && slices.Equal(g.Cohort.Hosts, o.Cohort.Hosts))
 }
 

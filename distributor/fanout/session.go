@@ -61,6 +61,9 @@ type nsState struct {
 	// report is the agent's latest report about the namespace (nil: none
 	// yet); forgotten with the namespace.
 	report *lehrpb.NamespaceReport
+	// signals is what the agent sent of its per-interval signals while a
+	// canary analysis watches it (signals.go); nil otherwise.
+	signals *lehrpb.NamespaceSignals
 }
 
 // session is one connected agent.
@@ -72,6 +75,8 @@ type session struct {
 	log  *slog.Logger
 	// compact: the agent accepts compact Updates (wire.CapCompactUpdate).
 	compact bool
+	// signalsCap: the agent answers SignalsRequest (wire.CapSignals).
+	signalsCap bool
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -130,14 +135,15 @@ func (s *Server) handle(conn *quic.Conn) {
 
 	caps := wire.CommonCapabilities(hello.GetCapabilities(), wire.Capabilities())
 	ss := &session{
-		srv:     s,
-		conn:    conn,
-		ctl:     ctl,
-		host:    hello.GetHostId(),
-		log:     log,
-		compact: wire.HasCapability(caps, wire.CapCompactUpdate),
-		kickc:   make(chan struct{}, 1),
-		ns:      map[string]*nsState{},
+		srv:        s,
+		conn:       conn,
+		ctl:        ctl,
+		host:       hello.GetHostId(),
+		log:        log,
+		compact:    wire.HasCapability(caps, wire.CapCompactUpdate),
+		signalsCap: wire.HasCapability(caps, wire.CapSignals),
+		kickc:      make(chan struct{}, 1),
+		ns:         map[string]*nsState{},
 	}
 	ss.ctx, ss.cancel = context.WithCancel(ctx)
 	defer ss.cancel()
@@ -330,6 +336,8 @@ func (ss *session) readLoop() error {
 			}
 		case *lehrpb.Report:
 			ss.onReport(m)
+		case *lehrpb.Signals:
+			ss.onSignals(m)
 		case *lehrpb.Ping:
 			if err := ss.send(&lehrpb.Pong{Nonce: m.GetNonce()}); err != nil {
 				return err

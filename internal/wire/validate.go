@@ -7,6 +7,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"lehr.dev/lehr/internal/names"
+	"lehr.dev/lehr/internal/signals"
 	"lehr.dev/lehr/proto/lehrpb"
 )
 
@@ -309,29 +310,14 @@ func validateSignalsRequest(m *lehrpb.SignalsRequest) error {
 	return nil
 }
 
-// validateSignals checks that every namespace's series are as long as its
-// versions, on a positive interval with an aligned start.
 func validateSignals(m *lehrpb.Signals) error {
 	for i, ns := range m.GetNamespaces() {
 		f := fmt.Sprintf("namespaces[%d]", i)
 		if err := validateNamespace(f+".namespace", ns.GetNamespace()); err != nil {
 			return err
 		}
-		iv := int64(ns.GetIntervalSeconds())
-		if iv <= 0 {
-			return fmt.Errorf("%s.interval_seconds: 0; want at least 1", f)
-		}
-		if ns.GetFirst()%iv != 0 {
-			return fmt.Errorf("%s.first: %d is not a multiple of interval_seconds %d", f, ns.GetFirst(), iv)
-		}
-		n := len(ns.GetVersions())
-		for j, sr := range ns.GetSeries() {
-			if sr.GetName() == "" {
-				return fmt.Errorf("%s.series[%d].name: empty", f, j)
-			}
-			if len(sr.GetValues()) != n {
-				return fmt.Errorf("%s.series[%d] (%s): %d values for %d intervals", f, j, sr.GetName(), len(sr.GetValues()), n)
-			}
+		if err := signals.Validate(f, ns); err != nil {
+			return err
 		}
 	}
 	return nil

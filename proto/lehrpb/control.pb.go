@@ -2815,7 +2815,11 @@ type ReportZoneStatusRequest struct {
 	Hosts []*HostReport `protobuf:"bytes,7,rep,name=hosts,proto3" json:"hosts,omitempty"`
 	// For each goal whose candidate asks for a sample: the distributor's
 	// subscribed hosts with the lowest cohort positions.
-	Samples       []*CohortSample `protobuf:"bytes,8,rep,name=samples,proto3" json:"samples,omitempty"`
+	Samples []*CohortSample `protobuf:"bytes,8,rep,name=samples,proto3" json:"samples,omitempty"`
+	// The per-interval signals of the hosts candidates ask to watch for
+	// canary analysis (CandidateGoal.analysis), by host and namespace; at
+	// most 512 KiB in all.
+	Signals       []*HostSignals `protobuf:"bytes,9,rep,name=signals,proto3" json:"signals,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2906,6 +2910,77 @@ func (x *ReportZoneStatusRequest) GetSamples() []*CohortSample {
 	return nil
 }
 
+func (x *ReportZoneStatusRequest) GetSignals() []*HostSignals {
+	if x != nil {
+		return x.Signals
+	}
+	return nil
+}
+
+// HostSignals is what one watched host reported of its per-interval
+// signals about one namespace.
+type HostSignals struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	HostId string                 `protobuf:"bytes,1,opt,name=host_id,json=hostId,proto3" json:"host_id,omitempty"`
+	// In the cohort of the namespace's candidate (a canary host), or not (a
+	// control host).
+	Cohort        bool              `protobuf:"varint,2,opt,name=cohort,proto3" json:"cohort,omitempty"`
+	Signals       *NamespaceSignals `protobuf:"bytes,3,opt,name=signals,proto3" json:"signals,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HostSignals) Reset() {
+	*x = HostSignals{}
+	mi := &file_lehr_v1_control_proto_msgTypes[47]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HostSignals) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HostSignals) ProtoMessage() {}
+
+func (x *HostSignals) ProtoReflect() protoreflect.Message {
+	mi := &file_lehr_v1_control_proto_msgTypes[47]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HostSignals.ProtoReflect.Descriptor instead.
+func (*HostSignals) Descriptor() ([]byte, []int) {
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{47}
+}
+
+func (x *HostSignals) GetHostId() string {
+	if x != nil {
+		return x.HostId
+	}
+	return ""
+}
+
+func (x *HostSignals) GetCohort() bool {
+	if x != nil {
+		return x.Cohort
+	}
+	return false
+}
+
+func (x *HostSignals) GetSignals() *NamespaceSignals {
+	if x != nil {
+		return x.Signals
+	}
+	return nil
+}
+
 // CohortSample lists a distributor's subscribed hosts of a namespace with
 // the lowest cohort positions for salt, lowest first.
 type CohortSample struct {
@@ -2919,7 +2994,7 @@ type CohortSample struct {
 
 func (x *CohortSample) Reset() {
 	*x = CohortSample{}
-	mi := &file_lehr_v1_control_proto_msgTypes[47]
+	mi := &file_lehr_v1_control_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2931,7 +3006,7 @@ func (x *CohortSample) String() string {
 func (*CohortSample) ProtoMessage() {}
 
 func (x *CohortSample) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[47]
+	mi := &file_lehr_v1_control_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2944,7 +3019,7 @@ func (x *CohortSample) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CohortSample.ProtoReflect.Descriptor instead.
 func (*CohortSample) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{47}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *CohortSample) GetNamespace() string {
@@ -2994,7 +3069,7 @@ type NamespaceHealth struct {
 
 func (x *NamespaceHealth) Reset() {
 	*x = NamespaceHealth{}
-	mi := &file_lehr_v1_control_proto_msgTypes[48]
+	mi := &file_lehr_v1_control_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3006,7 +3081,7 @@ func (x *NamespaceHealth) String() string {
 func (*NamespaceHealth) ProtoMessage() {}
 
 func (x *NamespaceHealth) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[48]
+	mi := &file_lehr_v1_control_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3019,7 +3094,7 @@ func (x *NamespaceHealth) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NamespaceHealth.ProtoReflect.Descriptor instead.
 func (*NamespaceHealth) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{48}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *NamespaceHealth) GetNamespace() string {
@@ -3097,7 +3172,7 @@ type HostReport struct {
 
 func (x *HostReport) Reset() {
 	*x = HostReport{}
-	mi := &file_lehr_v1_control_proto_msgTypes[49]
+	mi := &file_lehr_v1_control_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3109,7 +3184,7 @@ func (x *HostReport) String() string {
 func (*HostReport) ProtoMessage() {}
 
 func (x *HostReport) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[49]
+	mi := &file_lehr_v1_control_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3122,7 +3197,7 @@ func (x *HostReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HostReport.ProtoReflect.Descriptor instead.
 func (*HostReport) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{49}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *HostReport) GetHostId() string {
@@ -3154,7 +3229,7 @@ type ReportZoneStatusResponse struct {
 
 func (x *ReportZoneStatusResponse) Reset() {
 	*x = ReportZoneStatusResponse{}
-	mi := &file_lehr_v1_control_proto_msgTypes[50]
+	mi := &file_lehr_v1_control_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3166,7 +3241,7 @@ func (x *ReportZoneStatusResponse) String() string {
 func (*ReportZoneStatusResponse) ProtoMessage() {}
 
 func (x *ReportZoneStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[50]
+	mi := &file_lehr_v1_control_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3179,7 +3254,7 @@ func (x *ReportZoneStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportZoneStatusResponse.ProtoReflect.Descriptor instead.
 func (*ReportZoneStatusResponse) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{50}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{51}
 }
 
 type GetZoneStatusRequest struct {
@@ -3191,7 +3266,7 @@ type GetZoneStatusRequest struct {
 
 func (x *GetZoneStatusRequest) Reset() {
 	*x = GetZoneStatusRequest{}
-	mi := &file_lehr_v1_control_proto_msgTypes[51]
+	mi := &file_lehr_v1_control_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3203,7 +3278,7 @@ func (x *GetZoneStatusRequest) String() string {
 func (*GetZoneStatusRequest) ProtoMessage() {}
 
 func (x *GetZoneStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[51]
+	mi := &file_lehr_v1_control_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3216,7 +3291,7 @@ func (x *GetZoneStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetZoneStatusRequest.ProtoReflect.Descriptor instead.
 func (*GetZoneStatusRequest) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{51}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *GetZoneStatusRequest) GetZone() string {
@@ -3235,13 +3310,14 @@ type DistributorStatus struct {
 	Health        []*NamespaceHealth     `protobuf:"bytes,4,rep,name=health,proto3" json:"health,omitempty"`
 	Hosts         []*HostReport          `protobuf:"bytes,5,rep,name=hosts,proto3" json:"hosts,omitempty"`
 	Samples       []*CohortSample        `protobuf:"bytes,6,rep,name=samples,proto3" json:"samples,omitempty"`
+	Signals       []*HostSignals         `protobuf:"bytes,7,rep,name=signals,proto3" json:"signals,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *DistributorStatus) Reset() {
 	*x = DistributorStatus{}
-	mi := &file_lehr_v1_control_proto_msgTypes[52]
+	mi := &file_lehr_v1_control_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3253,7 +3329,7 @@ func (x *DistributorStatus) String() string {
 func (*DistributorStatus) ProtoMessage() {}
 
 func (x *DistributorStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[52]
+	mi := &file_lehr_v1_control_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3266,7 +3342,7 @@ func (x *DistributorStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DistributorStatus.ProtoReflect.Descriptor instead.
 func (*DistributorStatus) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{52}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *DistributorStatus) GetDistributorId() string {
@@ -3311,6 +3387,13 @@ func (x *DistributorStatus) GetSamples() []*CohortSample {
 	return nil
 }
 
+func (x *DistributorStatus) GetSignals() []*HostSignals {
+	if x != nil {
+		return x.Signals
+	}
+	return nil
+}
+
 type GetZoneStatusResponse struct {
 	state        protoimpl.MessageState `protogen:"open.v1"`
 	Zone         string                 `protobuf:"bytes,1,opt,name=zone,proto3" json:"zone,omitempty"`
@@ -3327,7 +3410,7 @@ type GetZoneStatusResponse struct {
 
 func (x *GetZoneStatusResponse) Reset() {
 	*x = GetZoneStatusResponse{}
-	mi := &file_lehr_v1_control_proto_msgTypes[53]
+	mi := &file_lehr_v1_control_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3339,7 +3422,7 @@ func (x *GetZoneStatusResponse) String() string {
 func (*GetZoneStatusResponse) ProtoMessage() {}
 
 func (x *GetZoneStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[53]
+	mi := &file_lehr_v1_control_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3352,7 +3435,7 @@ func (x *GetZoneStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetZoneStatusResponse.ProtoReflect.Descriptor instead.
 func (*GetZoneStatusResponse) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{53}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *GetZoneStatusResponse) GetZone() string {
@@ -3586,7 +3669,7 @@ const file_lehr_v1_control_proto_rawDesc = "" +
 	"\fVersionCount\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\x04R\aversion\x12\x16\n" +
-	"\x06agents\x18\x03 \x01(\x05R\x06agents\"\xce\x02\n" +
+	"\x06agents\x18\x03 \x01(\x05R\x06agents\"\xfe\x02\n" +
 	"\x17ReportZoneStatusRequest\x12\x12\n" +
 	"\x04zone\x18\x01 \x01(\tR\x04zone\x12%\n" +
 	"\x0edistributor_id\x18\x02 \x01(\tR\rdistributorId\x12\x16\n" +
@@ -3596,7 +3679,12 @@ const file_lehr_v1_control_proto_rawDesc = "" +
 	"ttlSeconds\x120\n" +
 	"\x06health\x18\x06 \x03(\v2\x18.lehr.v1.NamespaceHealthR\x06health\x12)\n" +
 	"\x05hosts\x18\a \x03(\v2\x13.lehr.v1.HostReportR\x05hosts\x12/\n" +
-	"\asamples\x18\b \x03(\v2\x15.lehr.v1.CohortSampleR\asamples\"V\n" +
+	"\asamples\x18\b \x03(\v2\x15.lehr.v1.CohortSampleR\asamples\x12.\n" +
+	"\asignals\x18\t \x03(\v2\x14.lehr.v1.HostSignalsR\asignals\"s\n" +
+	"\vHostSignals\x12\x17\n" +
+	"\ahost_id\x18\x01 \x01(\tR\x06hostId\x12\x16\n" +
+	"\x06cohort\x18\x02 \x01(\bR\x06cohort\x123\n" +
+	"\asignals\x18\x03 \x01(\v2\x19.lehr.v1.NamespaceSignalsR\asignals\"V\n" +
 	"\fCohortSample\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x12\n" +
 	"\x04salt\x18\x02 \x01(\tR\x04salt\x12\x14\n" +
@@ -3618,14 +3706,15 @@ const file_lehr_v1_control_proto_rawDesc = "" +
 	"\x06report\x18\x03 \x01(\v2\x18.lehr.v1.NamespaceReportR\x06report\"\x1a\n" +
 	"\x18ReportZoneStatusResponse\"*\n" +
 	"\x14GetZoneStatusRequest\x12\x12\n" +
-	"\x04zone\x18\x01 \x01(\tR\x04zone\"\x93\x02\n" +
+	"\x04zone\x18\x01 \x01(\tR\x04zone\"\xc3\x02\n" +
 	"\x11DistributorStatus\x12%\n" +
 	"\x0edistributor_id\x18\x01 \x01(\tR\rdistributorId\x12\x16\n" +
 	"\x06agents\x18\x02 \x01(\x05R\x06agents\x121\n" +
 	"\bversions\x18\x03 \x03(\v2\x15.lehr.v1.VersionCountR\bversions\x120\n" +
 	"\x06health\x18\x04 \x03(\v2\x18.lehr.v1.NamespaceHealthR\x06health\x12)\n" +
 	"\x05hosts\x18\x05 \x03(\v2\x13.lehr.v1.HostReportR\x05hosts\x12/\n" +
-	"\asamples\x18\x06 \x03(\v2\x15.lehr.v1.CohortSampleR\asamples\"\xfb\x01\n" +
+	"\asamples\x18\x06 \x03(\v2\x15.lehr.v1.CohortSampleR\asamples\x12.\n" +
+	"\asignals\x18\a \x03(\v2\x14.lehr.v1.HostSignalsR\asignals\"\xfb\x01\n" +
 	"\x15GetZoneStatusResponse\x12\x12\n" +
 	"\x04zone\x18\x01 \x01(\tR\x04zone\x12>\n" +
 	"\fdistributors\x18\x02 \x03(\v2\x1a.lehr.v1.DistributorStatusR\fdistributors\x121\n" +
@@ -3679,7 +3768,7 @@ func file_lehr_v1_control_proto_rawDescGZIP() []byte {
 }
 
 var file_lehr_v1_control_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_lehr_v1_control_proto_msgTypes = make([]protoimpl.MessageInfo, 54)
+var file_lehr_v1_control_proto_msgTypes = make([]protoimpl.MessageInfo, 55)
 var file_lehr_v1_control_proto_goTypes = []any{
 	(PropertyChange_Kind)(0),             // 0: lehr.v1.PropertyChange.Kind
 	(GoalEvent_Type)(0),                  // 1: lehr.v1.GoalEvent.Type
@@ -3730,143 +3819,148 @@ var file_lehr_v1_control_proto_goTypes = []any{
 	(*FetchDeltaResponse)(nil),           // 46: lehr.v1.FetchDeltaResponse
 	(*VersionCount)(nil),                 // 47: lehr.v1.VersionCount
 	(*ReportZoneStatusRequest)(nil),      // 48: lehr.v1.ReportZoneStatusRequest
-	(*CohortSample)(nil),                 // 49: lehr.v1.CohortSample
-	(*NamespaceHealth)(nil),              // 50: lehr.v1.NamespaceHealth
-	(*HostReport)(nil),                   // 51: lehr.v1.HostReport
-	(*ReportZoneStatusResponse)(nil),     // 52: lehr.v1.ReportZoneStatusResponse
-	(*GetZoneStatusRequest)(nil),         // 53: lehr.v1.GetZoneStatusRequest
-	(*DistributorStatus)(nil),            // 54: lehr.v1.DistributorStatus
-	(*GetZoneStatusResponse)(nil),        // 55: lehr.v1.GetZoneStatusResponse
-	(RolloutAction)(0),                   // 56: lehr.v1.RolloutAction
-	(*Rollout)(nil),                      // 57: lehr.v1.Rollout
-	(*RolloutEvent)(nil),                 // 58: lehr.v1.RolloutEvent
-	(*RolloutPolicy)(nil),                // 59: lehr.v1.RolloutPolicy
-	(*RolloutPolicyRecord)(nil),          // 60: lehr.v1.RolloutPolicyRecord
-	(RolloutPolicySource)(0),             // 61: lehr.v1.RolloutPolicySource
-	(*Domain)(nil),                       // 62: lehr.v1.Domain
-	(*Namespace)(nil),                    // 63: lehr.v1.Namespace
-	(NamespaceKind)(0),                   // 64: lehr.v1.NamespaceKind
-	(*Property)(nil),                     // 65: lehr.v1.Property
-	(*VersionInfo)(nil),                  // 66: lehr.v1.VersionInfo
-	(*Zone)(nil),                         // 67: lehr.v1.Zone
-	(*GoalState)(nil),                    // 68: lehr.v1.GoalState
-	(*NamespaceReport)(nil),              // 69: lehr.v1.NamespaceReport
+	(*HostSignals)(nil),                  // 49: lehr.v1.HostSignals
+	(*CohortSample)(nil),                 // 50: lehr.v1.CohortSample
+	(*NamespaceHealth)(nil),              // 51: lehr.v1.NamespaceHealth
+	(*HostReport)(nil),                   // 52: lehr.v1.HostReport
+	(*ReportZoneStatusResponse)(nil),     // 53: lehr.v1.ReportZoneStatusResponse
+	(*GetZoneStatusRequest)(nil),         // 54: lehr.v1.GetZoneStatusRequest
+	(*DistributorStatus)(nil),            // 55: lehr.v1.DistributorStatus
+	(*GetZoneStatusResponse)(nil),        // 56: lehr.v1.GetZoneStatusResponse
+	(RolloutAction)(0),                   // 57: lehr.v1.RolloutAction
+	(*Rollout)(nil),                      // 58: lehr.v1.Rollout
+	(*RolloutEvent)(nil),                 // 59: lehr.v1.RolloutEvent
+	(*RolloutPolicy)(nil),                // 60: lehr.v1.RolloutPolicy
+	(*RolloutPolicyRecord)(nil),          // 61: lehr.v1.RolloutPolicyRecord
+	(RolloutPolicySource)(0),             // 62: lehr.v1.RolloutPolicySource
+	(*Domain)(nil),                       // 63: lehr.v1.Domain
+	(*Namespace)(nil),                    // 64: lehr.v1.Namespace
+	(NamespaceKind)(0),                   // 65: lehr.v1.NamespaceKind
+	(*Property)(nil),                     // 66: lehr.v1.Property
+	(*VersionInfo)(nil),                  // 67: lehr.v1.VersionInfo
+	(*Zone)(nil),                         // 68: lehr.v1.Zone
+	(*GoalState)(nil),                    // 69: lehr.v1.GoalState
+	(*NamespaceSignals)(nil),             // 70: lehr.v1.NamespaceSignals
+	(*NamespaceReport)(nil),              // 71: lehr.v1.NamespaceReport
 }
 var file_lehr_v1_control_proto_depIdxs = []int32{
-	56, // 0: lehr.v1.UpdateRolloutRequest.action:type_name -> lehr.v1.RolloutAction
-	57, // 1: lehr.v1.ListRolloutsResponse.rollouts:type_name -> lehr.v1.Rollout
-	58, // 2: lehr.v1.ListRolloutEventsResponse.events:type_name -> lehr.v1.RolloutEvent
-	59, // 3: lehr.v1.SetRolloutPolicyRequest.policy:type_name -> lehr.v1.RolloutPolicy
-	60, // 4: lehr.v1.GetRolloutPolicyResponse.stored:type_name -> lehr.v1.RolloutPolicyRecord
-	59, // 5: lehr.v1.GetRolloutPolicyResponse.effective:type_name -> lehr.v1.RolloutPolicy
-	61, // 6: lehr.v1.GetRolloutPolicyResponse.source:type_name -> lehr.v1.RolloutPolicySource
-	60, // 7: lehr.v1.RolloutPolicyHistoryResponse.records:type_name -> lehr.v1.RolloutPolicyRecord
-	62, // 8: lehr.v1.CreateDomainRequest.domain:type_name -> lehr.v1.Domain
-	62, // 9: lehr.v1.ListDomainsResponse.domains:type_name -> lehr.v1.Domain
-	63, // 10: lehr.v1.CreateNamespaceRequest.namespace:type_name -> lehr.v1.Namespace
-	63, // 11: lehr.v1.ListNamespacesResponse.namespaces:type_name -> lehr.v1.Namespace
-	64, // 12: lehr.v1.PublishRequest.kind:type_name -> lehr.v1.NamespaceKind
-	65, // 13: lehr.v1.PublishRequest.properties:type_name -> lehr.v1.Property
-	66, // 14: lehr.v1.PublishResponse.version:type_name -> lehr.v1.VersionInfo
-	65, // 15: lehr.v1.PatchRequest.set:type_name -> lehr.v1.Property
-	66, // 16: lehr.v1.PatchResponse.version:type_name -> lehr.v1.VersionInfo
-	66, // 17: lehr.v1.GetResponse.version:type_name -> lehr.v1.VersionInfo
-	65, // 18: lehr.v1.GetResponse.properties:type_name -> lehr.v1.Property
-	64, // 19: lehr.v1.GetResponse.kind:type_name -> lehr.v1.NamespaceKind
-	66, // 20: lehr.v1.HistoryResponse.versions:type_name -> lehr.v1.VersionInfo
+	57, // 0: lehr.v1.UpdateRolloutRequest.action:type_name -> lehr.v1.RolloutAction
+	58, // 1: lehr.v1.ListRolloutsResponse.rollouts:type_name -> lehr.v1.Rollout
+	59, // 2: lehr.v1.ListRolloutEventsResponse.events:type_name -> lehr.v1.RolloutEvent
+	60, // 3: lehr.v1.SetRolloutPolicyRequest.policy:type_name -> lehr.v1.RolloutPolicy
+	61, // 4: lehr.v1.GetRolloutPolicyResponse.stored:type_name -> lehr.v1.RolloutPolicyRecord
+	60, // 5: lehr.v1.GetRolloutPolicyResponse.effective:type_name -> lehr.v1.RolloutPolicy
+	62, // 6: lehr.v1.GetRolloutPolicyResponse.source:type_name -> lehr.v1.RolloutPolicySource
+	61, // 7: lehr.v1.RolloutPolicyHistoryResponse.records:type_name -> lehr.v1.RolloutPolicyRecord
+	63, // 8: lehr.v1.CreateDomainRequest.domain:type_name -> lehr.v1.Domain
+	63, // 9: lehr.v1.ListDomainsResponse.domains:type_name -> lehr.v1.Domain
+	64, // 10: lehr.v1.CreateNamespaceRequest.namespace:type_name -> lehr.v1.Namespace
+	64, // 11: lehr.v1.ListNamespacesResponse.namespaces:type_name -> lehr.v1.Namespace
+	65, // 12: lehr.v1.PublishRequest.kind:type_name -> lehr.v1.NamespaceKind
+	66, // 13: lehr.v1.PublishRequest.properties:type_name -> lehr.v1.Property
+	67, // 14: lehr.v1.PublishResponse.version:type_name -> lehr.v1.VersionInfo
+	66, // 15: lehr.v1.PatchRequest.set:type_name -> lehr.v1.Property
+	67, // 16: lehr.v1.PatchResponse.version:type_name -> lehr.v1.VersionInfo
+	67, // 17: lehr.v1.GetResponse.version:type_name -> lehr.v1.VersionInfo
+	66, // 18: lehr.v1.GetResponse.properties:type_name -> lehr.v1.Property
+	65, // 19: lehr.v1.GetResponse.kind:type_name -> lehr.v1.NamespaceKind
+	67, // 20: lehr.v1.HistoryResponse.versions:type_name -> lehr.v1.VersionInfo
 	0,  // 21: lehr.v1.PropertyChange.kind:type_name -> lehr.v1.PropertyChange.Kind
-	65, // 22: lehr.v1.PropertyChange.old:type_name -> lehr.v1.Property
-	65, // 23: lehr.v1.PropertyChange.new:type_name -> lehr.v1.Property
-	66, // 24: lehr.v1.DiffResponse.from:type_name -> lehr.v1.VersionInfo
-	66, // 25: lehr.v1.DiffResponse.to:type_name -> lehr.v1.VersionInfo
+	66, // 22: lehr.v1.PropertyChange.old:type_name -> lehr.v1.Property
+	66, // 23: lehr.v1.PropertyChange.new:type_name -> lehr.v1.Property
+	67, // 24: lehr.v1.DiffResponse.from:type_name -> lehr.v1.VersionInfo
+	67, // 25: lehr.v1.DiffResponse.to:type_name -> lehr.v1.VersionInfo
 	31, // 26: lehr.v1.DiffResponse.changes:type_name -> lehr.v1.PropertyChange
-	66, // 27: lehr.v1.RollbackResponse.version:type_name -> lehr.v1.VersionInfo
-	67, // 28: lehr.v1.ListZonesResponse.zones:type_name -> lehr.v1.Zone
-	68, // 29: lehr.v1.GetGoalsResponse.goals:type_name -> lehr.v1.GoalState
+	67, // 27: lehr.v1.RollbackResponse.version:type_name -> lehr.v1.VersionInfo
+	68, // 28: lehr.v1.ListZonesResponse.zones:type_name -> lehr.v1.Zone
+	69, // 29: lehr.v1.GetGoalsResponse.goals:type_name -> lehr.v1.GoalState
 	1,  // 30: lehr.v1.GoalEvent.type:type_name -> lehr.v1.GoalEvent.Type
-	68, // 31: lehr.v1.GoalEvent.goal:type_name -> lehr.v1.GoalState
+	69, // 31: lehr.v1.GoalEvent.goal:type_name -> lehr.v1.GoalState
 	41, // 32: lehr.v1.WatchGoalsResponse.events:type_name -> lehr.v1.GoalEvent
-	66, // 33: lehr.v1.FetchVersionResponse.version:type_name -> lehr.v1.VersionInfo
-	64, // 34: lehr.v1.FetchVersionResponse.kind:type_name -> lehr.v1.NamespaceKind
-	65, // 35: lehr.v1.FetchVersionResponse.properties:type_name -> lehr.v1.Property
-	66, // 36: lehr.v1.FetchDeltaResponse.from:type_name -> lehr.v1.VersionInfo
-	66, // 37: lehr.v1.FetchDeltaResponse.to:type_name -> lehr.v1.VersionInfo
-	64, // 38: lehr.v1.FetchDeltaResponse.kind:type_name -> lehr.v1.NamespaceKind
-	65, // 39: lehr.v1.FetchDeltaResponse.set:type_name -> lehr.v1.Property
+	67, // 33: lehr.v1.FetchVersionResponse.version:type_name -> lehr.v1.VersionInfo
+	65, // 34: lehr.v1.FetchVersionResponse.kind:type_name -> lehr.v1.NamespaceKind
+	66, // 35: lehr.v1.FetchVersionResponse.properties:type_name -> lehr.v1.Property
+	67, // 36: lehr.v1.FetchDeltaResponse.from:type_name -> lehr.v1.VersionInfo
+	67, // 37: lehr.v1.FetchDeltaResponse.to:type_name -> lehr.v1.VersionInfo
+	65, // 38: lehr.v1.FetchDeltaResponse.kind:type_name -> lehr.v1.NamespaceKind
+	66, // 39: lehr.v1.FetchDeltaResponse.set:type_name -> lehr.v1.Property
 	47, // 40: lehr.v1.ReportZoneStatusRequest.versions:type_name -> lehr.v1.VersionCount
-	50, // 41: lehr.v1.ReportZoneStatusRequest.health:type_name -> lehr.v1.NamespaceHealth
-	51, // 42: lehr.v1.ReportZoneStatusRequest.hosts:type_name -> lehr.v1.HostReport
-	49, // 43: lehr.v1.ReportZoneStatusRequest.samples:type_name -> lehr.v1.CohortSample
-	69, // 44: lehr.v1.HostReport.report:type_name -> lehr.v1.NamespaceReport
-	47, // 45: lehr.v1.DistributorStatus.versions:type_name -> lehr.v1.VersionCount
-	50, // 46: lehr.v1.DistributorStatus.health:type_name -> lehr.v1.NamespaceHealth
-	51, // 47: lehr.v1.DistributorStatus.hosts:type_name -> lehr.v1.HostReport
-	49, // 48: lehr.v1.DistributorStatus.samples:type_name -> lehr.v1.CohortSample
-	54, // 49: lehr.v1.GetZoneStatusResponse.distributors:type_name -> lehr.v1.DistributorStatus
-	47, // 50: lehr.v1.GetZoneStatusResponse.versions:type_name -> lehr.v1.VersionCount
-	50, // 51: lehr.v1.GetZoneStatusResponse.health:type_name -> lehr.v1.NamespaceHealth
-	51, // 52: lehr.v1.GetZoneStatusResponse.hosts:type_name -> lehr.v1.HostReport
-	14, // 53: lehr.v1.Control.CreateDomain:input_type -> lehr.v1.CreateDomainRequest
-	15, // 54: lehr.v1.Control.GetDomain:input_type -> lehr.v1.GetDomainRequest
-	16, // 55: lehr.v1.Control.ListDomains:input_type -> lehr.v1.ListDomainsRequest
-	18, // 56: lehr.v1.Control.CreateNamespace:input_type -> lehr.v1.CreateNamespaceRequest
-	19, // 57: lehr.v1.Control.GetNamespace:input_type -> lehr.v1.GetNamespaceRequest
-	20, // 58: lehr.v1.Control.ListNamespaces:input_type -> lehr.v1.ListNamespacesRequest
-	22, // 59: lehr.v1.Control.Publish:input_type -> lehr.v1.PublishRequest
-	24, // 60: lehr.v1.Control.Patch:input_type -> lehr.v1.PatchRequest
-	26, // 61: lehr.v1.Control.Get:input_type -> lehr.v1.GetRequest
-	28, // 62: lehr.v1.Control.History:input_type -> lehr.v1.HistoryRequest
-	30, // 63: lehr.v1.Control.Diff:input_type -> lehr.v1.DiffRequest
-	33, // 64: lehr.v1.Control.Rollback:input_type -> lehr.v1.RollbackRequest
-	35, // 65: lehr.v1.Control.CreateZone:input_type -> lehr.v1.CreateZoneRequest
-	36, // 66: lehr.v1.Control.ListZones:input_type -> lehr.v1.ListZonesRequest
-	38, // 67: lehr.v1.Control.GetGoals:input_type -> lehr.v1.GetGoalsRequest
-	40, // 68: lehr.v1.Control.WatchGoals:input_type -> lehr.v1.WatchGoalsRequest
-	43, // 69: lehr.v1.Control.FetchVersion:input_type -> lehr.v1.FetchVersionRequest
-	45, // 70: lehr.v1.Control.FetchDelta:input_type -> lehr.v1.FetchDeltaRequest
-	48, // 71: lehr.v1.Control.ReportZoneStatus:input_type -> lehr.v1.ReportZoneStatusRequest
-	53, // 72: lehr.v1.Control.GetZoneStatus:input_type -> lehr.v1.GetZoneStatusRequest
-	8,  // 73: lehr.v1.Control.SetRolloutPolicy:input_type -> lehr.v1.SetRolloutPolicyRequest
-	9,  // 74: lehr.v1.Control.DeleteRolloutPolicy:input_type -> lehr.v1.DeleteRolloutPolicyRequest
-	10, // 75: lehr.v1.Control.GetRolloutPolicy:input_type -> lehr.v1.GetRolloutPolicyRequest
-	12, // 76: lehr.v1.Control.RolloutPolicyHistory:input_type -> lehr.v1.RolloutPolicyHistoryRequest
-	3,  // 77: lehr.v1.Control.GetRollout:input_type -> lehr.v1.GetRolloutRequest
-	4,  // 78: lehr.v1.Control.ListRollouts:input_type -> lehr.v1.ListRolloutsRequest
-	6,  // 79: lehr.v1.Control.ListRolloutEvents:input_type -> lehr.v1.ListRolloutEventsRequest
-	2,  // 80: lehr.v1.Control.UpdateRollout:input_type -> lehr.v1.UpdateRolloutRequest
-	62, // 81: lehr.v1.Control.CreateDomain:output_type -> lehr.v1.Domain
-	62, // 82: lehr.v1.Control.GetDomain:output_type -> lehr.v1.Domain
-	17, // 83: lehr.v1.Control.ListDomains:output_type -> lehr.v1.ListDomainsResponse
-	63, // 84: lehr.v1.Control.CreateNamespace:output_type -> lehr.v1.Namespace
-	63, // 85: lehr.v1.Control.GetNamespace:output_type -> lehr.v1.Namespace
-	21, // 86: lehr.v1.Control.ListNamespaces:output_type -> lehr.v1.ListNamespacesResponse
-	23, // 87: lehr.v1.Control.Publish:output_type -> lehr.v1.PublishResponse
-	25, // 88: lehr.v1.Control.Patch:output_type -> lehr.v1.PatchResponse
-	27, // 89: lehr.v1.Control.Get:output_type -> lehr.v1.GetResponse
-	29, // 90: lehr.v1.Control.History:output_type -> lehr.v1.HistoryResponse
-	32, // 91: lehr.v1.Control.Diff:output_type -> lehr.v1.DiffResponse
-	34, // 92: lehr.v1.Control.Rollback:output_type -> lehr.v1.RollbackResponse
-	67, // 93: lehr.v1.Control.CreateZone:output_type -> lehr.v1.Zone
-	37, // 94: lehr.v1.Control.ListZones:output_type -> lehr.v1.ListZonesResponse
-	39, // 95: lehr.v1.Control.GetGoals:output_type -> lehr.v1.GetGoalsResponse
-	42, // 96: lehr.v1.Control.WatchGoals:output_type -> lehr.v1.WatchGoalsResponse
-	44, // 97: lehr.v1.Control.FetchVersion:output_type -> lehr.v1.FetchVersionResponse
-	46, // 98: lehr.v1.Control.FetchDelta:output_type -> lehr.v1.FetchDeltaResponse
-	52, // 99: lehr.v1.Control.ReportZoneStatus:output_type -> lehr.v1.ReportZoneStatusResponse
-	55, // 100: lehr.v1.Control.GetZoneStatus:output_type -> lehr.v1.GetZoneStatusResponse
-	60, // 101: lehr.v1.Control.SetRolloutPolicy:output_type -> lehr.v1.RolloutPolicyRecord
-	60, // 102: lehr.v1.Control.DeleteRolloutPolicy:output_type -> lehr.v1.RolloutPolicyRecord
-	11, // 103: lehr.v1.Control.GetRolloutPolicy:output_type -> lehr.v1.GetRolloutPolicyResponse
-	13, // 104: lehr.v1.Control.RolloutPolicyHistory:output_type -> lehr.v1.RolloutPolicyHistoryResponse
-	57, // 105: lehr.v1.Control.GetRollout:output_type -> lehr.v1.Rollout
-	5,  // 106: lehr.v1.Control.ListRollouts:output_type -> lehr.v1.ListRolloutsResponse
-	7,  // 107: lehr.v1.Control.ListRolloutEvents:output_type -> lehr.v1.ListRolloutEventsResponse
-	57, // 108: lehr.v1.Control.UpdateRollout:output_type -> lehr.v1.Rollout
-	81, // [81:109] is the sub-list for method output_type
-	53, // [53:81] is the sub-list for method input_type
-	53, // [53:53] is the sub-list for extension type_name
-	53, // [53:53] is the sub-list for extension extendee
-	0,  // [0:53] is the sub-list for field type_name
+	51, // 41: lehr.v1.ReportZoneStatusRequest.health:type_name -> lehr.v1.NamespaceHealth
+	52, // 42: lehr.v1.ReportZoneStatusRequest.hosts:type_name -> lehr.v1.HostReport
+	50, // 43: lehr.v1.ReportZoneStatusRequest.samples:type_name -> lehr.v1.CohortSample
+	49, // 44: lehr.v1.ReportZoneStatusRequest.signals:type_name -> lehr.v1.HostSignals
+	70, // 45: lehr.v1.HostSignals.signals:type_name -> lehr.v1.NamespaceSignals
+	71, // 46: lehr.v1.HostReport.report:type_name -> lehr.v1.NamespaceReport
+	47, // 47: lehr.v1.DistributorStatus.versions:type_name -> lehr.v1.VersionCount
+	51, // 48: lehr.v1.DistributorStatus.health:type_name -> lehr.v1.NamespaceHealth
+	52, // 49: lehr.v1.DistributorStatus.hosts:type_name -> lehr.v1.HostReport
+	50, // 50: lehr.v1.DistributorStatus.samples:type_name -> lehr.v1.CohortSample
+	49, // 51: lehr.v1.DistributorStatus.signals:type_name -> lehr.v1.HostSignals
+	55, // 52: lehr.v1.GetZoneStatusResponse.distributors:type_name -> lehr.v1.DistributorStatus
+	47, // 53: lehr.v1.GetZoneStatusResponse.versions:type_name -> lehr.v1.VersionCount
+	51, // 54: lehr.v1.GetZoneStatusResponse.health:type_name -> lehr.v1.NamespaceHealth
+	52, // 55: lehr.v1.GetZoneStatusResponse.hosts:type_name -> lehr.v1.HostReport
+	14, // 56: lehr.v1.Control.CreateDomain:input_type -> lehr.v1.CreateDomainRequest
+	15, // 57: lehr.v1.Control.GetDomain:input_type -> lehr.v1.GetDomainRequest
+	16, // 58: lehr.v1.Control.ListDomains:input_type -> lehr.v1.ListDomainsRequest
+	18, // 59: lehr.v1.Control.CreateNamespace:input_type -> lehr.v1.CreateNamespaceRequest
+	19, // 60: lehr.v1.Control.GetNamespace:input_type -> lehr.v1.GetNamespaceRequest
+	20, // 61: lehr.v1.Control.ListNamespaces:input_type -> lehr.v1.ListNamespacesRequest
+	22, // 62: lehr.v1.Control.Publish:input_type -> lehr.v1.PublishRequest
+	24, // 63: lehr.v1.Control.Patch:input_type -> lehr.v1.PatchRequest
+	26, // 64: lehr.v1.Control.Get:input_type -> lehr.v1.GetRequest
+	28, // 65: lehr.v1.Control.History:input_type -> lehr.v1.HistoryRequest
+	30, // 66: lehr.v1.Control.Diff:input_type -> lehr.v1.DiffRequest
+	33, // 67: lehr.v1.Control.Rollback:input_type -> lehr.v1.RollbackRequest
+	35, // 68: lehr.v1.Control.CreateZone:input_type -> lehr.v1.CreateZoneRequest
+	36, // 69: lehr.v1.Control.ListZones:input_type -> lehr.v1.ListZonesRequest
+	38, // 70: lehr.v1.Control.GetGoals:input_type -> lehr.v1.GetGoalsRequest
+	40, // 71: lehr.v1.Control.WatchGoals:input_type -> lehr.v1.WatchGoalsRequest
+	43, // 72: lehr.v1.Control.FetchVersion:input_type -> lehr.v1.FetchVersionRequest
+	45, // 73: lehr.v1.Control.FetchDelta:input_type -> lehr.v1.FetchDeltaRequest
+	48, // 74: lehr.v1.Control.ReportZoneStatus:input_type -> lehr.v1.ReportZoneStatusRequest
+	54, // 75: lehr.v1.Control.GetZoneStatus:input_type -> lehr.v1.GetZoneStatusRequest
+	8,  // 76: lehr.v1.Control.SetRolloutPolicy:input_type -> lehr.v1.SetRolloutPolicyRequest
+	9,  // 77: lehr.v1.Control.DeleteRolloutPolicy:input_type -> lehr.v1.DeleteRolloutPolicyRequest
+	10, // 78: lehr.v1.Control.GetRolloutPolicy:input_type -> lehr.v1.GetRolloutPolicyRequest
+	12, // 79: lehr.v1.Control.RolloutPolicyHistory:input_type -> lehr.v1.RolloutPolicyHistoryRequest
+	3,  // 80: lehr.v1.Control.GetRollout:input_type -> lehr.v1.GetRolloutRequest
+	4,  // 81: lehr.v1.Control.ListRollouts:input_type -> lehr.v1.ListRolloutsRequest
+	6,  // 82: lehr.v1.Control.ListRolloutEvents:input_type -> lehr.v1.ListRolloutEventsRequest
+	2,  // 83: lehr.v1.Control.UpdateRollout:input_type -> lehr.v1.UpdateRolloutRequest
+	63, // 84: lehr.v1.Control.CreateDomain:output_type -> lehr.v1.Domain
+	63, // 85: lehr.v1.Control.GetDomain:output_type -> lehr.v1.Domain
+	17, // 86: lehr.v1.Control.ListDomains:output_type -> lehr.v1.ListDomainsResponse
+	64, // 87: lehr.v1.Control.CreateNamespace:output_type -> lehr.v1.Namespace
+	64, // 88: lehr.v1.Control.GetNamespace:output_type -> lehr.v1.Namespace
+	21, // 89: lehr.v1.Control.ListNamespaces:output_type -> lehr.v1.ListNamespacesResponse
+	23, // 90: lehr.v1.Control.Publish:output_type -> lehr.v1.PublishResponse
+	25, // 91: lehr.v1.Control.Patch:output_type -> lehr.v1.PatchResponse
+	27, // 92: lehr.v1.Control.Get:output_type -> lehr.v1.GetResponse
+	29, // 93: lehr.v1.Control.History:output_type -> lehr.v1.HistoryResponse
+	32, // 94: lehr.v1.Control.Diff:output_type -> lehr.v1.DiffResponse
+	34, // 95: lehr.v1.Control.Rollback:output_type -> lehr.v1.RollbackResponse
+	68, // 96: lehr.v1.Control.CreateZone:output_type -> lehr.v1.Zone
+	37, // 97: lehr.v1.Control.ListZones:output_type -> lehr.v1.ListZonesResponse
+	39, // 98: lehr.v1.Control.GetGoals:output_type -> lehr.v1.GetGoalsResponse
+	42, // 99: lehr.v1.Control.WatchGoals:output_type -> lehr.v1.WatchGoalsResponse
+	44, // 100: lehr.v1.Control.FetchVersion:output_type -> lehr.v1.FetchVersionResponse
+	46, // 101: lehr.v1.Control.FetchDelta:output_type -> lehr.v1.FetchDeltaResponse
+	53, // 102: lehr.v1.Control.ReportZoneStatus:output_type -> lehr.v1.ReportZoneStatusResponse
+	56, // 103: lehr.v1.Control.GetZoneStatus:output_type -> lehr.v1.GetZoneStatusResponse
+	61, // 104: lehr.v1.Control.SetRolloutPolicy:output_type -> lehr.v1.RolloutPolicyRecord
+	61, // 105: lehr.v1.Control.DeleteRolloutPolicy:output_type -> lehr.v1.RolloutPolicyRecord
+	11, // 106: lehr.v1.Control.GetRolloutPolicy:output_type -> lehr.v1.GetRolloutPolicyResponse
+	13, // 107: lehr.v1.Control.RolloutPolicyHistory:output_type -> lehr.v1.RolloutPolicyHistoryResponse
+	58, // 108: lehr.v1.Control.GetRollout:output_type -> lehr.v1.Rollout
+	5,  // 109: lehr.v1.Control.ListRollouts:output_type -> lehr.v1.ListRolloutsResponse
+	7,  // 110: lehr.v1.Control.ListRolloutEvents:output_type -> lehr.v1.ListRolloutEventsResponse
+	58, // 111: lehr.v1.Control.UpdateRollout:output_type -> lehr.v1.Rollout
+	84, // [84:112] is the sub-list for method output_type
+	56, // [56:84] is the sub-list for method input_type
+	56, // [56:56] is the sub-list for extension type_name
+	56, // [56:56] is the sub-list for extension extendee
+	0,  // [0:56] is the sub-list for field type_name
 }
 
 func init() { file_lehr_v1_control_proto_init() }
@@ -3883,7 +3977,7 @@ func file_lehr_v1_control_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lehr_v1_control_proto_rawDesc), len(file_lehr_v1_control_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   54,
+			NumMessages:   55,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -814,7 +814,13 @@ type CandidateGoal struct {
 	// hosts with the lowest cohort position (internal/cohort.Position with
 	// salt), so control can name exactly that many canary hosts of the
 	// whole zone: the lowest positions over all distributors.
-	Sample        uint32 `protobuf:"varint,6,opt,name=sample,proto3" json:"sample,omitempty"`
+	Sample uint32 `protobuf:"varint,6,opt,name=sample,proto3" json:"sample,omitempty"`
+	// Asks every distributor of the zone to watch, for canary analysis, its
+	// subscribed hosts in the cohort and as many outside it, the lowest
+	// cohort positions first, at most analysis of each (at most 100): to
+	// fetch their per-interval signals (wire SignalsRequest) and report them
+	// with zone status (HostSignals). 0: no analysis.
+	Analysis      uint32 `protobuf:"varint,7,opt,name=analysis,proto3" json:"analysis,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -887,6 +893,13 @@ func (x *CandidateGoal) GetSalt() string {
 func (x *CandidateGoal) GetSample() uint32 {
 	if x != nil {
 		return x.Sample
+	}
+	return 0
+}
+
+func (x *CandidateGoal) GetAnalysis() uint32 {
+	if x != nil {
+		return x.Analysis
 	}
 	return 0
 }
@@ -1013,7 +1026,7 @@ const file_lehr_v1_types_proto_rawDesc = "" +
 	"\vupdate_time\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"updateTime\x12\x16\n" +
 	"\x06reason\x18\x06 \x01(\tR\x06reason\x124\n" +
-	"\tcandidate\x18\a \x01(\v2\x16.lehr.v1.CandidateGoalR\tcandidate\"\xa8\x01\n" +
+	"\tcandidate\x18\a \x01(\v2\x16.lehr.v1.CandidateGoalR\tcandidate\"\xc4\x01\n" +
 	"\rCandidateGoal\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\x04R\aversion\x12\x1a\n" +
 	"\bchecksum\x18\x02 \x01(\tR\bchecksum\x12\x14\n" +
@@ -1021,7 +1034,8 @@ const file_lehr_v1_types_proto_rawDesc = "" +
 	"\vper_million\x18\x04 \x01(\rR\n" +
 	"perMillion\x12\x12\n" +
 	"\x04salt\x18\x05 \x01(\tR\x04salt\x12\x16\n" +
-	"\x06sample\x18\x06 \x01(\rR\x06sample\"W\n" +
+	"\x06sample\x18\x06 \x01(\rR\x06sample\x12\x1a\n" +
+	"\banalysis\x18\a \x01(\rR\banalysis\"W\n" +
 	"\x04Zone\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12;\n" +
 	"\vcreate_time\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
