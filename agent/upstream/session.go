@@ -15,6 +15,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"lehr.dev/lehr/internal/signals"
 	"lehr.dev/lehr/internal/wire"
 	"lehr.dev/lehr/proto/lehrpb"
 )
@@ -280,6 +281,8 @@ func (s *session) readControl() error {
 			s.mu.Lock()
 			s.unavailable[m.GetNamespace()] = m.GetReason().String()
 			s.mu.Unlock()
+		case *lehrpb.SignalsRequest:
+			s.send(signals.Answer(m, s.c.opts.Handler.Signals, frameBudget))
 		case *lehrpb.Goodbye:
 			return goodbyeErr(m)
 		}

@@ -152,6 +152,11 @@ type Handler interface {
 	Apply(ctx context.Context, u *lehrpb.Update) Result
 	// Report returns the periodic report, or nil to skip one.
 	Report() *lehrpb.Report
+	// Signals returns the per-interval signals kept of ns, complete
+	// intervals only, or nil when none are kept; the result is the
+	// caller's. A distributor's SignalsRequest is answered from it
+	// (internal/signals.Answer).
+	Signals(ns string) *lehrpb.NamespaceSignals
 }
 
 // Options configure a Client.

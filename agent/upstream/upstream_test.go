@@ -167,6 +167,9 @@ func (h *memHandler) Apply(_ context.Context, u *lehrpb.Update) upstream.Result 
 	return upstream.Result{Outcome: upstream.Applied, Version: u.GetVersion(), Checksum: u.GetChecksum()}
 }
 
+// Signals keeps none: the in-memory handler has no local signals.
+func (*memHandler) Signals(string) *lehrpb.NamespaceSignals { return nil }
+
 func (h *memHandler) Report() *lehrpb.Report {
 	if h.report == nil {
 		return nil

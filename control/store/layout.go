@@ -24,6 +24,7 @@ import (
 //	rollouts/<domain>/<name>/<version %020d>  lehrpb.Rollout
 //	rolloutevents/<domain>/<name>/<version %020d>/<seq %06d>  lehrpb.RolloutEvent
 //	rolloutcmds/<domain>/<name>/<version %020d>  lehrpb.RolloutCommand, until carried out
+//	evaluations/<domain>/<name>/<version %020d>/<evaluation name>  lehrpb.CanaryEvaluation
 //
 // Names are validated (package names) before they become keys, so no name
 // contains "/" beyond the one in "domain/name" and prefixes never overlap.
@@ -73,6 +74,14 @@ func (l layout) rolloutEventsOf(ns string, seq uint64) string {
 }
 func (l layout) rolloutEvent(ns string, seq, n uint64) string {
 	return fmt.Sprintf("%s%06d", l.rolloutEventsOf(ns, seq), n)
+}
+func (l layout) evaluationsPrefix() string      { return l.prefix + "evaluations/" }
+func (l layout) evaluationsNS(ns string) string { return l.evaluationsPrefix() + ns + "/" }
+func (l layout) evaluationsOf(ns string, seq uint64) string {
+	return fmt.Sprintf("%s%020d/", l.evaluationsNS(ns), seq)
+}
+func (l layout) evaluation(ns string, seq uint64, name string) string {
+	return l.evaluationsOf(ns, seq) + name
 }
 func (l layout) rolloutCommandsPrefix() string { return l.prefix + "rolloutcmds/" }
 func (l layout) rolloutCommand(ns string, seq uint64) string {

@@ -258,7 +258,8 @@ func (s *Store) RolloutCommands(ctx context.Context) ([]QueuedCommand, error) {
 }
 
 // PruneRollouts removes the rollouts of the given versions of ns, with
-// their event logs and any command still queued for them, in one
+// their event logs, their canary evaluations and any command still queued
+// for them, in one
 // transaction guarded by g.
 func (s *Store) PruneRollouts(ctx context.Context, g Guard, ns string, versions []uint64) error {
 	if _, _, err := names.Namespace(ns); err != nil {
@@ -276,7 +277,8 @@ func (s *Store) PruneRollouts(ctx context.Context, g Guard, ns string, versions 
 		ops = append(ops,
 			clientv3.OpDelete(s.lay.rollout(ns, v)),
 			clientv3.OpDelete(s.lay.rolloutEventsOf(ns, v), clientv3.WithPrefix()),
-			clientv3.OpDelete(s.lay.rolloutCommand(ns, v)))
+			clientv3.OpDelete(s.lay.rolloutCommand(ns, v)),
+			clientv3.OpDelete(s.lay.evaluationsOf(ns, v), clientv3.WithPrefix()))
 	}
 	for i := 0; i < len(ops); i += maxOpsPerTxn - 1 {
 		resp, err := s.txn(ctx, cmps, ops[i:min(i+maxOpsPerTxn-1, len(ops))], nil)

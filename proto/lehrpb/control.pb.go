@@ -3477,7 +3477,7 @@ var File_lehr_v1_control_proto protoreflect.FileDescriptor
 
 const file_lehr_v1_control_proto_rawDesc = "" +
 	"\n" +
-	"\x15lehr/v1/control.proto\x12\alehr.v1\x1a\x15lehr/v1/rollout.proto\x1a\x13lehr/v1/types.proto\x1a\x12lehr/v1/wire.proto\"\xb0\x01\n" +
+	"\x15lehr/v1/control.proto\x12\alehr.v1\x1a\x14lehr/v1/canary.proto\x1a\x15lehr/v1/rollout.proto\x1a\x13lehr/v1/types.proto\x1a\x12lehr/v1/wire.proto\"\xb0\x01\n" +
 	"\x14UpdateRolloutRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\x04R\aversion\x12.\n" +
@@ -3720,7 +3720,7 @@ const file_lehr_v1_control_proto_rawDesc = "" +
 	"\fdistributors\x18\x02 \x03(\v2\x1a.lehr.v1.DistributorStatusR\fdistributors\x121\n" +
 	"\bversions\x18\x03 \x03(\v2\x15.lehr.v1.VersionCountR\bversions\x120\n" +
 	"\x06health\x18\x04 \x03(\v2\x18.lehr.v1.NamespaceHealthR\x06health\x12)\n" +
-	"\x05hosts\x18\x05 \x03(\v2\x13.lehr.v1.HostReportR\x05hosts2\xdb\x0f\n" +
+	"\x05hosts\x18\x05 \x03(\v2\x13.lehr.v1.HostReportR\x05hosts2\xdb\x11\n" +
 	"\aControl\x12=\n" +
 	"\fCreateDomain\x12\x1c.lehr.v1.CreateDomainRequest\x1a\x0f.lehr.v1.Domain\x127\n" +
 	"\tGetDomain\x12\x19.lehr.v1.GetDomainRequest\x1a\x0f.lehr.v1.Domain\x12H\n" +
@@ -3753,7 +3753,10 @@ const file_lehr_v1_control_proto_rawDesc = "" +
 	"GetRollout\x12\x1a.lehr.v1.GetRolloutRequest\x1a\x10.lehr.v1.Rollout\x12K\n" +
 	"\fListRollouts\x12\x1c.lehr.v1.ListRolloutsRequest\x1a\x1d.lehr.v1.ListRolloutsResponse\x12Z\n" +
 	"\x11ListRolloutEvents\x12!.lehr.v1.ListRolloutEventsRequest\x1a\".lehr.v1.ListRolloutEventsResponse\x12@\n" +
-	"\rUpdateRollout\x12\x1d.lehr.v1.UpdateRolloutRequest\x1a\x10.lehr.v1.RolloutB\x1cZ\x1alehr.dev/lehr/proto/lehrpbb\x06proto3"
+	"\rUpdateRollout\x12\x1d.lehr.v1.UpdateRolloutRequest\x1a\x10.lehr.v1.Rollout\x12?\n" +
+	"\bEvaluate\x12\x18.lehr.v1.EvaluateRequest\x1a\x19.lehr.v1.CanaryEvaluation\x12U\n" +
+	"\x13GetCanaryEvaluation\x12#.lehr.v1.GetCanaryEvaluationRequest\x1a\x19.lehr.v1.CanaryEvaluation\x12f\n" +
+	"\x15ListCanaryEvaluations\x12%.lehr.v1.ListCanaryEvaluationsRequest\x1a&.lehr.v1.ListCanaryEvaluationsResponseB\x1cZ\x1alehr.dev/lehr/proto/lehrpbb\x06proto3"
 
 var (
 	file_lehr_v1_control_proto_rawDescOnce sync.Once
@@ -3770,78 +3773,83 @@ func file_lehr_v1_control_proto_rawDescGZIP() []byte {
 var file_lehr_v1_control_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
 var file_lehr_v1_control_proto_msgTypes = make([]protoimpl.MessageInfo, 55)
 var file_lehr_v1_control_proto_goTypes = []any{
-	(PropertyChange_Kind)(0),             // 0: lehr.v1.PropertyChange.Kind
-	(GoalEvent_Type)(0),                  // 1: lehr.v1.GoalEvent.Type
-	(*UpdateRolloutRequest)(nil),         // 2: lehr.v1.UpdateRolloutRequest
-	(*GetRolloutRequest)(nil),            // 3: lehr.v1.GetRolloutRequest
-	(*ListRolloutsRequest)(nil),          // 4: lehr.v1.ListRolloutsRequest
-	(*ListRolloutsResponse)(nil),         // 5: lehr.v1.ListRolloutsResponse
-	(*ListRolloutEventsRequest)(nil),     // 6: lehr.v1.ListRolloutEventsRequest
-	(*ListRolloutEventsResponse)(nil),    // 7: lehr.v1.ListRolloutEventsResponse
-	(*SetRolloutPolicyRequest)(nil),      // 8: lehr.v1.SetRolloutPolicyRequest
-	(*DeleteRolloutPolicyRequest)(nil),   // 9: lehr.v1.DeleteRolloutPolicyRequest
-	(*GetRolloutPolicyRequest)(nil),      // 10: lehr.v1.GetRolloutPolicyRequest
-	(*GetRolloutPolicyResponse)(nil),     // 11: lehr.v1.GetRolloutPolicyResponse
-	(*RolloutPolicyHistoryRequest)(nil),  // 12: lehr.v1.RolloutPolicyHistoryRequest
-	(*RolloutPolicyHistoryResponse)(nil), // 13: lehr.v1.RolloutPolicyHistoryResponse
-	(*CreateDomainRequest)(nil),          // 14: lehr.v1.CreateDomainRequest
-	(*GetDomainRequest)(nil),             // 15: lehr.v1.GetDomainRequest
-	(*ListDomainsRequest)(nil),           // 16: lehr.v1.ListDomainsRequest
-	(*ListDomainsResponse)(nil),          // 17: lehr.v1.ListDomainsResponse
-	(*CreateNamespaceRequest)(nil),       // 18: lehr.v1.CreateNamespaceRequest
-	(*GetNamespaceRequest)(nil),          // 19: lehr.v1.GetNamespaceRequest
-	(*ListNamespacesRequest)(nil),        // 20: lehr.v1.ListNamespacesRequest
-	(*ListNamespacesResponse)(nil),       // 21: lehr.v1.ListNamespacesResponse
-	(*PublishRequest)(nil),               // 22: lehr.v1.PublishRequest
-	(*PublishResponse)(nil),              // 23: lehr.v1.PublishResponse
-	(*PatchRequest)(nil),                 // 24: lehr.v1.PatchRequest
-	(*PatchResponse)(nil),                // 25: lehr.v1.PatchResponse
-	(*GetRequest)(nil),                   // 26: lehr.v1.GetRequest
-	(*GetResponse)(nil),                  // 27: lehr.v1.GetResponse
-	(*HistoryRequest)(nil),               // 28: lehr.v1.HistoryRequest
-	(*HistoryResponse)(nil),              // 29: lehr.v1.HistoryResponse
-	(*DiffRequest)(nil),                  // 30: lehr.v1.DiffRequest
-	(*PropertyChange)(nil),               // 31: lehr.v1.PropertyChange
-	(*DiffResponse)(nil),                 // 32: lehr.v1.DiffResponse
-	(*RollbackRequest)(nil),              // 33: lehr.v1.RollbackRequest
-	(*RollbackResponse)(nil),             // 34: lehr.v1.RollbackResponse
-	(*CreateZoneRequest)(nil),            // 35: lehr.v1.CreateZoneRequest
-	(*ListZonesRequest)(nil),             // 36: lehr.v1.ListZonesRequest
-	(*ListZonesResponse)(nil),            // 37: lehr.v1.ListZonesResponse
-	(*GetGoalsRequest)(nil),              // 38: lehr.v1.GetGoalsRequest
-	(*GetGoalsResponse)(nil),             // 39: lehr.v1.GetGoalsResponse
-	(*WatchGoalsRequest)(nil),            // 40: lehr.v1.WatchGoalsRequest
-	(*GoalEvent)(nil),                    // 41: lehr.v1.GoalEvent
-	(*WatchGoalsResponse)(nil),           // 42: lehr.v1.WatchGoalsResponse
-	(*FetchVersionRequest)(nil),          // 43: lehr.v1.FetchVersionRequest
-	(*FetchVersionResponse)(nil),         // 44: lehr.v1.FetchVersionResponse
-	(*FetchDeltaRequest)(nil),            // 45: lehr.v1.FetchDeltaRequest
-	(*FetchDeltaResponse)(nil),           // 46: lehr.v1.FetchDeltaResponse
-	(*VersionCount)(nil),                 // 47: lehr.v1.VersionCount
-	(*ReportZoneStatusRequest)(nil),      // 48: lehr.v1.ReportZoneStatusRequest
-	(*HostSignals)(nil),                  // 49: lehr.v1.HostSignals
-	(*CohortSample)(nil),                 // 50: lehr.v1.CohortSample
-	(*NamespaceHealth)(nil),              // 51: lehr.v1.NamespaceHealth
-	(*HostReport)(nil),                   // 52: lehr.v1.HostReport
-	(*ReportZoneStatusResponse)(nil),     // 53: lehr.v1.ReportZoneStatusResponse
-	(*GetZoneStatusRequest)(nil),         // 54: lehr.v1.GetZoneStatusRequest
-	(*DistributorStatus)(nil),            // 55: lehr.v1.DistributorStatus
-	(*GetZoneStatusResponse)(nil),        // 56: lehr.v1.GetZoneStatusResponse
-	(RolloutAction)(0),                   // 57: lehr.v1.RolloutAction
-	(*Rollout)(nil),                      // 58: lehr.v1.Rollout
-	(*RolloutEvent)(nil),                 // 59: lehr.v1.RolloutEvent
-	(*RolloutPolicy)(nil),                // 60: lehr.v1.RolloutPolicy
-	(*RolloutPolicyRecord)(nil),          // 61: lehr.v1.RolloutPolicyRecord
-	(RolloutPolicySource)(0),             // 62: lehr.v1.RolloutPolicySource
-	(*Domain)(nil),                       // 63: lehr.v1.Domain
-	(*Namespace)(nil),                    // 64: lehr.v1.Namespace
-	(NamespaceKind)(0),                   // 65: lehr.v1.NamespaceKind
-	(*Property)(nil),                     // 66: lehr.v1.Property
-	(*VersionInfo)(nil),                  // 67: lehr.v1.VersionInfo
-	(*Zone)(nil),                         // 68: lehr.v1.Zone
-	(*GoalState)(nil),                    // 69: lehr.v1.GoalState
-	(*NamespaceSignals)(nil),             // 70: lehr.v1.NamespaceSignals
-	(*NamespaceReport)(nil),              // 71: lehr.v1.NamespaceReport
+	(PropertyChange_Kind)(0),              // 0: lehr.v1.PropertyChange.Kind
+	(GoalEvent_Type)(0),                   // 1: lehr.v1.GoalEvent.Type
+	(*UpdateRolloutRequest)(nil),          // 2: lehr.v1.UpdateRolloutRequest
+	(*GetRolloutRequest)(nil),             // 3: lehr.v1.GetRolloutRequest
+	(*ListRolloutsRequest)(nil),           // 4: lehr.v1.ListRolloutsRequest
+	(*ListRolloutsResponse)(nil),          // 5: lehr.v1.ListRolloutsResponse
+	(*ListRolloutEventsRequest)(nil),      // 6: lehr.v1.ListRolloutEventsRequest
+	(*ListRolloutEventsResponse)(nil),     // 7: lehr.v1.ListRolloutEventsResponse
+	(*SetRolloutPolicyRequest)(nil),       // 8: lehr.v1.SetRolloutPolicyRequest
+	(*DeleteRolloutPolicyRequest)(nil),    // 9: lehr.v1.DeleteRolloutPolicyRequest
+	(*GetRolloutPolicyRequest)(nil),       // 10: lehr.v1.GetRolloutPolicyRequest
+	(*GetRolloutPolicyResponse)(nil),      // 11: lehr.v1.GetRolloutPolicyResponse
+	(*RolloutPolicyHistoryRequest)(nil),   // 12: lehr.v1.RolloutPolicyHistoryRequest
+	(*RolloutPolicyHistoryResponse)(nil),  // 13: lehr.v1.RolloutPolicyHistoryResponse
+	(*CreateDomainRequest)(nil),           // 14: lehr.v1.CreateDomainRequest
+	(*GetDomainRequest)(nil),              // 15: lehr.v1.GetDomainRequest
+	(*ListDomainsRequest)(nil),            // 16: lehr.v1.ListDomainsRequest
+	(*ListDomainsResponse)(nil),           // 17: lehr.v1.ListDomainsResponse
+	(*CreateNamespaceRequest)(nil),        // 18: lehr.v1.CreateNamespaceRequest
+	(*GetNamespaceRequest)(nil),           // 19: lehr.v1.GetNamespaceRequest
+	(*ListNamespacesRequest)(nil),         // 20: lehr.v1.ListNamespacesRequest
+	(*ListNamespacesResponse)(nil),        // 21: lehr.v1.ListNamespacesResponse
+	(*PublishRequest)(nil),                // 22: lehr.v1.PublishRequest
+	(*PublishResponse)(nil),               // 23: lehr.v1.PublishResponse
+	(*PatchRequest)(nil),                  // 24: lehr.v1.PatchRequest
+	(*PatchResponse)(nil),                 // 25: lehr.v1.PatchResponse
+	(*GetRequest)(nil),                    // 26: lehr.v1.GetRequest
+	(*GetResponse)(nil),                   // 27: lehr.v1.GetResponse
+	(*HistoryRequest)(nil),                // 28: lehr.v1.HistoryRequest
+	(*HistoryResponse)(nil),               // 29: lehr.v1.HistoryResponse
+	(*DiffRequest)(nil),                   // 30: lehr.v1.DiffRequest
+	(*PropertyChange)(nil),                // 31: lehr.v1.PropertyChange
+	(*DiffResponse)(nil),                  // 32: lehr.v1.DiffResponse
+	(*RollbackRequest)(nil),               // 33: lehr.v1.RollbackRequest
+	(*RollbackResponse)(nil),              // 34: lehr.v1.RollbackResponse
+	(*CreateZoneRequest)(nil),             // 35: lehr.v1.CreateZoneRequest
+	(*ListZonesRequest)(nil),              // 36: lehr.v1.ListZonesRequest
+	(*ListZonesResponse)(nil),             // 37: lehr.v1.ListZonesResponse
+	(*GetGoalsRequest)(nil),               // 38: lehr.v1.GetGoalsRequest
+	(*GetGoalsResponse)(nil),              // 39: lehr.v1.GetGoalsResponse
+	(*WatchGoalsRequest)(nil),             // 40: lehr.v1.WatchGoalsRequest
+	(*GoalEvent)(nil),                     // 41: lehr.v1.GoalEvent
+	(*WatchGoalsResponse)(nil),            // 42: lehr.v1.WatchGoalsResponse
+	(*FetchVersionRequest)(nil),           // 43: lehr.v1.FetchVersionRequest
+	(*FetchVersionResponse)(nil),          // 44: lehr.v1.FetchVersionResponse
+	(*FetchDeltaRequest)(nil),             // 45: lehr.v1.FetchDeltaRequest
+	(*FetchDeltaResponse)(nil),            // 46: lehr.v1.FetchDeltaResponse
+	(*VersionCount)(nil),                  // 47: lehr.v1.VersionCount
+	(*ReportZoneStatusRequest)(nil),       // 48: lehr.v1.ReportZoneStatusRequest
+	(*HostSignals)(nil),                   // 49: lehr.v1.HostSignals
+	(*CohortSample)(nil),                  // 50: lehr.v1.CohortSample
+	(*NamespaceHealth)(nil),               // 51: lehr.v1.NamespaceHealth
+	(*HostReport)(nil),                    // 52: lehr.v1.HostReport
+	(*ReportZoneStatusResponse)(nil),      // 53: lehr.v1.ReportZoneStatusResponse
+	(*GetZoneStatusRequest)(nil),          // 54: lehr.v1.GetZoneStatusRequest
+	(*DistributorStatus)(nil),             // 55: lehr.v1.DistributorStatus
+	(*GetZoneStatusResponse)(nil),         // 56: lehr.v1.GetZoneStatusResponse
+	(RolloutAction)(0),                    // 57: lehr.v1.RolloutAction
+	(*Rollout)(nil),                       // 58: lehr.v1.Rollout
+	(*RolloutEvent)(nil),                  // 59: lehr.v1.RolloutEvent
+	(*RolloutPolicy)(nil),                 // 60: lehr.v1.RolloutPolicy
+	(*RolloutPolicyRecord)(nil),           // 61: lehr.v1.RolloutPolicyRecord
+	(RolloutPolicySource)(0),              // 62: lehr.v1.RolloutPolicySource
+	(*Domain)(nil),                        // 63: lehr.v1.Domain
+	(*Namespace)(nil),                     // 64: lehr.v1.Namespace
+	(NamespaceKind)(0),                    // 65: lehr.v1.NamespaceKind
+	(*Property)(nil),                      // 66: lehr.v1.Property
+	(*VersionInfo)(nil),                   // 67: lehr.v1.VersionInfo
+	(*Zone)(nil),                          // 68: lehr.v1.Zone
+	(*GoalState)(nil),                     // 69: lehr.v1.GoalState
+	(*NamespaceSignals)(nil),              // 70: lehr.v1.NamespaceSignals
+	(*NamespaceReport)(nil),               // 71: lehr.v1.NamespaceReport
+	(*EvaluateRequest)(nil),               // 72: lehr.v1.EvaluateRequest
+	(*GetCanaryEvaluationRequest)(nil),    // 73: lehr.v1.GetCanaryEvaluationRequest
+	(*ListCanaryEvaluationsRequest)(nil),  // 74: lehr.v1.ListCanaryEvaluationsRequest
+	(*CanaryEvaluation)(nil),              // 75: lehr.v1.CanaryEvaluation
+	(*ListCanaryEvaluationsResponse)(nil), // 76: lehr.v1.ListCanaryEvaluationsResponse
 }
 var file_lehr_v1_control_proto_depIdxs = []int32{
 	57, // 0: lehr.v1.UpdateRolloutRequest.action:type_name -> lehr.v1.RolloutAction
@@ -3928,36 +3936,42 @@ var file_lehr_v1_control_proto_depIdxs = []int32{
 	4,  // 81: lehr.v1.Control.ListRollouts:input_type -> lehr.v1.ListRolloutsRequest
 	6,  // 82: lehr.v1.Control.ListRolloutEvents:input_type -> lehr.v1.ListRolloutEventsRequest
 	2,  // 83: lehr.v1.Control.UpdateRollout:input_type -> lehr.v1.UpdateRolloutRequest
-	63, // 84: lehr.v1.Control.CreateDomain:output_type -> lehr.v1.Domain
-	63, // 85: lehr.v1.Control.GetDomain:output_type -> lehr.v1.Domain
-	17, // 86: lehr.v1.Control.ListDomains:output_type -> lehr.v1.ListDomainsResponse
-	64, // 87: lehr.v1.Control.CreateNamespace:output_type -> lehr.v1.Namespace
-	64, // 88: lehr.v1.Control.GetNamespace:output_type -> lehr.v1.Namespace
-	21, // 89: lehr.v1.Control.ListNamespaces:output_type -> lehr.v1.ListNamespacesResponse
-	23, // 90: lehr.v1.Control.Publish:output_type -> lehr.v1.PublishResponse
-	25, // 91: lehr.v1.Control.Patch:output_type -> lehr.v1.PatchResponse
-	27, // 92: lehr.v1.Control.Get:output_type -> lehr.v1.GetResponse
-	29, // 93: lehr.v1.Control.History:output_type -> lehr.v1.HistoryResponse
-	32, // 94: lehr.v1.Control.Diff:output_type -> lehr.v1.DiffResponse
-	34, // 95: lehr.v1.Control.Rollback:output_type -> lehr.v1.RollbackResponse
-	68, // 96: lehr.v1.Control.CreateZone:output_type -> lehr.v1.Zone
-	37, // 97: lehr.v1.Control.ListZones:output_type -> lehr.v1.ListZonesResponse
-	39, // 98: lehr.v1.Control.GetGoals:output_type -> lehr.v1.GetGoalsResponse
-	42, // 99: lehr.v1.Control.WatchGoals:output_type -> lehr.v1.WatchGoalsResponse
-	44, // 100: lehr.v1.Control.FetchVersion:output_type -> lehr.v1.FetchVersionResponse
-	46, // 101: lehr.v1.Control.FetchDelta:output_type -> lehr.v1.FetchDeltaResponse
-	53, // 102: lehr.v1.Control.ReportZoneStatus:output_type -> lehr.v1.ReportZoneStatusResponse
-	56, // 103: lehr.v1.Control.GetZoneStatus:output_type -> lehr.v1.GetZoneStatusResponse
-	61, // 104: lehr.v1.Control.SetRolloutPolicy:output_type -> lehr.v1.RolloutPolicyRecord
-	61, // 105: lehr.v1.Control.DeleteRolloutPolicy:output_type -> lehr.v1.RolloutPolicyRecord
-	11, // 106: lehr.v1.Control.GetRolloutPolicy:output_type -> lehr.v1.GetRolloutPolicyResponse
-	13, // 107: lehr.v1.Control.RolloutPolicyHistory:output_type -> lehr.v1.RolloutPolicyHistoryResponse
-	58, // 108: lehr.v1.Control.GetRollout:output_type -> lehr.v1.Rollout
-	5,  // 109: lehr.v1.Control.ListRollouts:output_type -> lehr.v1.ListRolloutsResponse
-	7,  // 110: lehr.v1.Control.ListRolloutEvents:output_type -> lehr.v1.ListRolloutEventsResponse
-	58, // 111: lehr.v1.Control.UpdateRollout:output_type -> lehr.v1.Rollout
-	84, // [84:112] is the sub-list for method output_type
-	56, // [56:84] is the sub-list for method input_type
+	72, // 84: lehr.v1.Control.Evaluate:input_type -> lehr.v1.EvaluateRequest
+	73, // 85: lehr.v1.Control.GetCanaryEvaluation:input_type -> lehr.v1.GetCanaryEvaluationRequest
+	74, // 86: lehr.v1.Control.ListCanaryEvaluations:input_type -> lehr.v1.ListCanaryEvaluationsRequest
+	63, // 87: lehr.v1.Control.CreateDomain:output_type -> lehr.v1.Domain
+	63, // 88: lehr.v1.Control.GetDomain:output_type -> lehr.v1.Domain
+	17, // 89: lehr.v1.Control.ListDomains:output_type -> lehr.v1.ListDomainsResponse
+	64, // 90: lehr.v1.Control.CreateNamespace:output_type -> lehr.v1.Namespace
+	64, // 91: lehr.v1.Control.GetNamespace:output_type -> lehr.v1.Namespace
+	21, // 92: lehr.v1.Control.ListNamespaces:output_type -> lehr.v1.ListNamespacesResponse
+	23, // 93: lehr.v1.Control.Publish:output_type -> lehr.v1.PublishResponse
+	25, // 94: lehr.v1.Control.Patch:output_type -> lehr.v1.PatchResponse
+	27, // 95: lehr.v1.Control.Get:output_type -> lehr.v1.GetResponse
+	29, // 96: lehr.v1.Control.History:output_type -> lehr.v1.HistoryResponse
+	32, // 97: lehr.v1.Control.Diff:output_type -> lehr.v1.DiffResponse
+	34, // 98: lehr.v1.Control.Rollback:output_type -> lehr.v1.RollbackResponse
+	68, // 99: lehr.v1.Control.CreateZone:output_type -> lehr.v1.Zone
+	37, // 100: lehr.v1.Control.ListZones:output_type -> lehr.v1.ListZonesResponse
+	39, // 101: lehr.v1.Control.GetGoals:output_type -> lehr.v1.GetGoalsResponse
+	42, // 102: lehr.v1.Control.WatchGoals:output_type -> lehr.v1.WatchGoalsResponse
+	44, // 103: lehr.v1.Control.FetchVersion:output_type -> lehr.v1.FetchVersionResponse
+	46, // 104: lehr.v1.Control.FetchDelta:output_type -> lehr.v1.FetchDeltaResponse
+	53, // 105: lehr.v1.Control.ReportZoneStatus:output_type -> lehr.v1.ReportZoneStatusResponse
+	56, // 106: lehr.v1.Control.GetZoneStatus:output_type -> lehr.v1.GetZoneStatusResponse
+	61, // 107: lehr.v1.Control.SetRolloutPolicy:output_type -> lehr.v1.RolloutPolicyRecord
+	61, // 108: lehr.v1.Control.DeleteRolloutPolicy:output_type -> lehr.v1.RolloutPolicyRecord
+	11, // 109: lehr.v1.Control.GetRolloutPolicy:output_type -> lehr.v1.GetRolloutPolicyResponse
+	13, // 110: lehr.v1.Control.RolloutPolicyHistory:output_type -> lehr.v1.RolloutPolicyHistoryResponse
+	58, // 111: lehr.v1.Control.GetRollout:output_type -> lehr.v1.Rollout
+	5,  // 112: lehr.v1.Control.ListRollouts:output_type -> lehr.v1.ListRolloutsResponse
+	7,  // 113: lehr.v1.Control.ListRolloutEvents:output_type -> lehr.v1.ListRolloutEventsResponse
+	58, // 114: lehr.v1.Control.UpdateRollout:output_type -> lehr.v1.Rollout
+	75, // 115: lehr.v1.Control.Evaluate:output_type -> lehr.v1.CanaryEvaluation
+	75, // 116: lehr.v1.Control.GetCanaryEvaluation:output_type -> lehr.v1.CanaryEvaluation
+	76, // 117: lehr.v1.Control.ListCanaryEvaluations:output_type -> lehr.v1.ListCanaryEvaluationsResponse
+	87, // [87:118] is the sub-list for method output_type
+	56, // [56:87] is the sub-list for method input_type
 	56, // [56:56] is the sub-list for extension type_name
 	56, // [56:56] is the sub-list for extension extendee
 	0,  // [0:56] is the sub-list for field type_name
@@ -3968,6 +3982,7 @@ func file_lehr_v1_control_proto_init() {
 	if File_lehr_v1_control_proto != nil {
 		return
 	}
+	file_lehr_v1_canary_proto_init()
 	file_lehr_v1_rollout_proto_init()
 	file_lehr_v1_types_proto_init()
 	file_lehr_v1_wire_proto_init()

@@ -28,34 +28,37 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	Control_CreateDomain_FullMethodName         = "/lehr.v1.Control/CreateDomain"
-	Control_GetDomain_FullMethodName            = "/lehr.v1.Control/GetDomain"
-	Control_ListDomains_FullMethodName          = "/lehr.v1.Control/ListDomains"
-	Control_CreateNamespace_FullMethodName      = "/lehr.v1.Control/CreateNamespace"
-	Control_GetNamespace_FullMethodName         = "/lehr.v1.Control/GetNamespace"
-	Control_ListNamespaces_FullMethodName       = "/lehr.v1.Control/ListNamespaces"
-	Control_Publish_FullMethodName              = "/lehr.v1.Control/Publish"
-	Control_Patch_FullMethodName                = "/lehr.v1.Control/Patch"
-	Control_Get_FullMethodName                  = "/lehr.v1.Control/Get"
-	Control_History_FullMethodName              = "/lehr.v1.Control/History"
-	Control_Diff_FullMethodName                 = "/lehr.v1.Control/Diff"
-	Control_Rollback_FullMethodName             = "/lehr.v1.Control/Rollback"
-	Control_CreateZone_FullMethodName           = "/lehr.v1.Control/CreateZone"
-	Control_ListZones_FullMethodName            = "/lehr.v1.Control/ListZones"
-	Control_GetGoals_FullMethodName             = "/lehr.v1.Control/GetGoals"
-	Control_WatchGoals_FullMethodName           = "/lehr.v1.Control/WatchGoals"
-	Control_FetchVersion_FullMethodName         = "/lehr.v1.Control/FetchVersion"
-	Control_FetchDelta_FullMethodName           = "/lehr.v1.Control/FetchDelta"
-	Control_ReportZoneStatus_FullMethodName     = "/lehr.v1.Control/ReportZoneStatus"
-	Control_GetZoneStatus_FullMethodName        = "/lehr.v1.Control/GetZoneStatus"
-	Control_SetRolloutPolicy_FullMethodName     = "/lehr.v1.Control/SetRolloutPolicy"
-	Control_DeleteRolloutPolicy_FullMethodName  = "/lehr.v1.Control/DeleteRolloutPolicy"
-	Control_GetRolloutPolicy_FullMethodName     = "/lehr.v1.Control/GetRolloutPolicy"
-	Control_RolloutPolicyHistory_FullMethodName = "/lehr.v1.Control/RolloutPolicyHistory"
-	Control_GetRollout_FullMethodName           = "/lehr.v1.Control/GetRollout"
-	Control_ListRollouts_FullMethodName         = "/lehr.v1.Control/ListRollouts"
-	Control_ListRolloutEvents_FullMethodName    = "/lehr.v1.Control/ListRolloutEvents"
-	Control_UpdateRollout_FullMethodName        = "/lehr.v1.Control/UpdateRollout"
+	Control_CreateDomain_FullMethodName          = "/lehr.v1.Control/CreateDomain"
+	Control_GetDomain_FullMethodName             = "/lehr.v1.Control/GetDomain"
+	Control_ListDomains_FullMethodName           = "/lehr.v1.Control/ListDomains"
+	Control_CreateNamespace_FullMethodName       = "/lehr.v1.Control/CreateNamespace"
+	Control_GetNamespace_FullMethodName          = "/lehr.v1.Control/GetNamespace"
+	Control_ListNamespaces_FullMethodName        = "/lehr.v1.Control/ListNamespaces"
+	Control_Publish_FullMethodName               = "/lehr.v1.Control/Publish"
+	Control_Patch_FullMethodName                 = "/lehr.v1.Control/Patch"
+	Control_Get_FullMethodName                   = "/lehr.v1.Control/Get"
+	Control_History_FullMethodName               = "/lehr.v1.Control/History"
+	Control_Diff_FullMethodName                  = "/lehr.v1.Control/Diff"
+	Control_Rollback_FullMethodName              = "/lehr.v1.Control/Rollback"
+	Control_CreateZone_FullMethodName            = "/lehr.v1.Control/CreateZone"
+	Control_ListZones_FullMethodName             = "/lehr.v1.Control/ListZones"
+	Control_GetGoals_FullMethodName              = "/lehr.v1.Control/GetGoals"
+	Control_WatchGoals_FullMethodName            = "/lehr.v1.Control/WatchGoals"
+	Control_FetchVersion_FullMethodName          = "/lehr.v1.Control/FetchVersion"
+	Control_FetchDelta_FullMethodName            = "/lehr.v1.Control/FetchDelta"
+	Control_ReportZoneStatus_FullMethodName      = "/lehr.v1.Control/ReportZoneStatus"
+	Control_GetZoneStatus_FullMethodName         = "/lehr.v1.Control/GetZoneStatus"
+	Control_SetRolloutPolicy_FullMethodName      = "/lehr.v1.Control/SetRolloutPolicy"
+	Control_DeleteRolloutPolicy_FullMethodName   = "/lehr.v1.Control/DeleteRolloutPolicy"
+	Control_GetRolloutPolicy_FullMethodName      = "/lehr.v1.Control/GetRolloutPolicy"
+	Control_RolloutPolicyHistory_FullMethodName  = "/lehr.v1.Control/RolloutPolicyHistory"
+	Control_GetRollout_FullMethodName            = "/lehr.v1.Control/GetRollout"
+	Control_ListRollouts_FullMethodName          = "/lehr.v1.Control/ListRollouts"
+	Control_ListRolloutEvents_FullMethodName     = "/lehr.v1.Control/ListRolloutEvents"
+	Control_UpdateRollout_FullMethodName         = "/lehr.v1.Control/UpdateRollout"
+	Control_Evaluate_FullMethodName              = "/lehr.v1.Control/Evaluate"
+	Control_GetCanaryEvaluation_FullMethodName   = "/lehr.v1.Control/GetCanaryEvaluation"
+	Control_ListCanaryEvaluations_FullMethodName = "/lehr.v1.Control/ListCanaryEvaluations"
 )
 
 // ControlClient is the client API for Control service.
@@ -128,6 +131,16 @@ type ControlClient interface {
 	// records the author and message in the rollout's events. The response
 	// is the rollout as it stands when the request is queued.
 	UpdateRollout(ctx context.Context, in *UpdateRolloutRequest, opts ...grpc.CallOption) (*Rollout, error)
+	// Canary analysis (docs/canary.md). Evaluate starts an evaluation and
+	// returns it at once (RUNNING); the leading strategist judges it at each
+	// look of its bake until it is DONE. Evaluating an id that exists
+	// returns that evaluation unchanged (idempotent). A rollout's canary
+	// stage starts one of its own.
+	Evaluate(ctx context.Context, in *EvaluateRequest, opts ...grpc.CallOption) (*CanaryEvaluation, error)
+	// GetCanaryEvaluation returns an evaluation; with wait, only once it is
+	// DONE (or at the call's deadline, as it stands). Idempotent.
+	GetCanaryEvaluation(ctx context.Context, in *GetCanaryEvaluationRequest, opts ...grpc.CallOption) (*CanaryEvaluation, error)
+	ListCanaryEvaluations(ctx context.Context, in *ListCanaryEvaluationsRequest, opts ...grpc.CallOption) (*ListCanaryEvaluationsResponse, error)
 }
 
 type controlClient struct {
@@ -427,6 +440,36 @@ func (c *controlClient) UpdateRollout(ctx context.Context, in *UpdateRolloutRequ
 	return out, nil
 }
 
+func (c *controlClient) Evaluate(ctx context.Context, in *EvaluateRequest, opts ...grpc.CallOption) (*CanaryEvaluation, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CanaryEvaluation)
+	err := c.cc.Invoke(ctx, Control_Evaluate_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *controlClient) GetCanaryEvaluation(ctx context.Context, in *GetCanaryEvaluationRequest, opts ...grpc.CallOption) (*CanaryEvaluation, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CanaryEvaluation)
+	err := c.cc.Invoke(ctx, Control_GetCanaryEvaluation_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *controlClient) ListCanaryEvaluations(ctx context.Context, in *ListCanaryEvaluationsRequest, opts ...grpc.CallOption) (*ListCanaryEvaluationsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListCanaryEvaluationsResponse)
+	err := c.cc.Invoke(ctx, Control_ListCanaryEvaluations_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ControlServer is the server API for Control service.
 // All implementations must embed UnimplementedControlServer
 // for forward compatibility.
@@ -497,6 +540,16 @@ type ControlServer interface {
 	// records the author and message in the rollout's events. The response
 	// is the rollout as it stands when the request is queued.
 	UpdateRollout(context.Context, *UpdateRolloutRequest) (*Rollout, error)
+	// Canary analysis (docs/canary.md). Evaluate starts an evaluation and
+	// returns it at once (RUNNING); the leading strategist judges it at each
+	// look of its bake until it is DONE. Evaluating an id that exists
+	// returns that evaluation unchanged (idempotent). A rollout's canary
+	// stage starts one of its own.
+	Evaluate(context.Context, *EvaluateRequest) (*CanaryEvaluation, error)
+	// GetCanaryEvaluation returns an evaluation; with wait, only once it is
+	// DONE (or at the call's deadline, as it stands). Idempotent.
+	GetCanaryEvaluation(context.Context, *GetCanaryEvaluationRequest) (*CanaryEvaluation, error)
+	ListCanaryEvaluations(context.Context, *ListCanaryEvaluationsRequest) (*ListCanaryEvaluationsResponse, error)
 	mustEmbedUnimplementedControlServer()
 }
 
@@ -590,6 +643,15 @@ func (UnimplementedControlServer) ListRolloutEvents(context.Context, *ListRollou
 }
 func (UnimplementedControlServer) UpdateRollout(context.Context, *UpdateRolloutRequest) (*Rollout, error) {
 	return nil, status.Error(codes.Unimplemented, "method UpdateRollout not implemented")
+}
+func (UnimplementedControlServer) Evaluate(context.Context, *EvaluateRequest) (*CanaryEvaluation, error) {
+	return nil, status.Error(codes.Unimplemented, "method Evaluate not implemented")
+}
+func (UnimplementedControlServer) GetCanaryEvaluation(context.Context, *GetCanaryEvaluationRequest) (*CanaryEvaluation, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetCanaryEvaluation not implemented")
+}
+func (UnimplementedControlServer) ListCanaryEvaluations(context.Context, *ListCanaryEvaluationsRequest) (*ListCanaryEvaluationsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListCanaryEvaluations not implemented")
 }
 func (UnimplementedControlServer) mustEmbedUnimplementedControlServer() {}
 func (UnimplementedControlServer) testEmbeddedByValue()                 {}
@@ -1109,6 +1171,60 @@ func _Control_UpdateRollout_Handler(srv interface{}, ctx context.Context, dec fu
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Control_Evaluate_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(EvaluateRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ControlServer).Evaluate(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Control_Evaluate_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ControlServer).Evaluate(ctx, req.(*EvaluateRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Control_GetCanaryEvaluation_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetCanaryEvaluationRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ControlServer).GetCanaryEvaluation(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Control_GetCanaryEvaluation_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ControlServer).GetCanaryEvaluation(ctx, req.(*GetCanaryEvaluationRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Control_ListCanaryEvaluations_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListCanaryEvaluationsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ControlServer).ListCanaryEvaluations(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Control_ListCanaryEvaluations_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ControlServer).ListCanaryEvaluations(ctx, req.(*ListCanaryEvaluationsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Control_ServiceDesc is the grpc.ServiceDesc for Control service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -1223,6 +1339,18 @@ var Control_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "UpdateRollout",
 			Handler:    _Control_UpdateRollout_Handler,
+		},
+		{
+			MethodName: "Evaluate",
+			Handler:    _Control_Evaluate_Handler,
+		},
+		{
+			MethodName: "GetCanaryEvaluation",
+			Handler:    _Control_GetCanaryEvaluation_Handler,
+		},
+		{
+			MethodName: "ListCanaryEvaluations",
+			Handler:    _Control_ListCanaryEvaluations_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

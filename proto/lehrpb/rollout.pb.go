@@ -472,6 +472,11 @@ type RolloutStage struct {
 	// Largest allowed ratio of consumer apply and callback errors to
 	// consumers on the stage's hosts, 0 to 1. 0 means none allowed.
 	MaxErrorRatio float64 `protobuf:"fixed64,7,opt,name=max_error_ratio,json=maxErrorRatio,proto3" json:"max_error_ratio,omitempty"`
+	// Canary analysis of a canary stage (on by default there; ignored by a
+	// zones stage): the canary hosts against control hosts, judged at looks
+	// over the bake — FAIL rolls back, PASS lets the stage pass after its
+	// bake, NONE follows analysis.on_no_verdict.
+	Analysis      *CanaryAnalysis `protobuf:"bytes,8,opt,name=analysis,proto3" json:"analysis,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -564,6 +569,13 @@ func (x *RolloutStage) GetMaxErrorRatio() float64 {
 		return x.MaxErrorRatio
 	}
 	return 0
+}
+
+func (x *RolloutStage) GetAnalysis() *CanaryAnalysis {
+	if x != nil {
+		return x.Analysis
+	}
+	return nil
 }
 
 type isRolloutStage_Target interface {
@@ -858,7 +870,9 @@ type Rollout struct {
 	// The bake of the current stage is skipped once its hosts applied.
 	Promote bool `protobuf:"varint,20,opt,name=promote,proto3" json:"promote,omitempty"`
 	// Events written so far (the last event's seq).
-	EventCount    uint64 `protobuf:"varint,21,opt,name=event_count,json=eventCount,proto3" json:"event_count,omitempty"`
+	EventCount uint64 `protobuf:"varint,21,opt,name=event_count,json=eventCount,proto3" json:"event_count,omitempty"`
+	// The canary evaluation of the current stage ("" for none).
+	EvaluationId  string `protobuf:"bytes,22,opt,name=evaluation_id,json=evaluationId,proto3" json:"evaluation_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1038,6 +1052,13 @@ func (x *Rollout) GetEventCount() uint64 {
 		return x.EventCount
 	}
 	return 0
+}
+
+func (x *Rollout) GetEvaluationId() string {
+	if x != nil {
+		return x.EvaluationId
+	}
+	return ""
 }
 
 // RolloutCommand is an operator's request, waiting for the strategist.
@@ -1273,7 +1294,7 @@ var File_lehr_v1_rollout_proto protoreflect.FileDescriptor
 
 const file_lehr_v1_rollout_proto_rawDesc = "" +
 	"\n" +
-	"\x15lehr/v1/rollout.proto\x12\alehr.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xc6\x01\n" +
+	"\x15lehr/v1/rollout.proto\x12\alehr.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x14lehr/v1/canary.proto\"\xc6\x01\n" +
 	"\rRolloutPolicy\x12-\n" +
 	"\x06stages\x18\x01 \x03(\v2\x15.lehr.v1.RolloutStageR\x06stages\x12!\n" +
 	"\fglobal_blast\x18\x02 \x01(\bR\vglobalBlast\x12<\n" +
@@ -1288,7 +1309,7 @@ const file_lehr_v1_rollout_proto_rawDesc = "" +
 	"\x04days\x18\x01 \x03(\tR\x04days\x12\x0e\n" +
 	"\x02at\x18\x02 \x01(\tR\x02at\x121\n" +
 	"\x06length\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\x06length\x12\x1b\n" +
-	"\ttime_zone\x18\x04 \x01(\tR\btimeZone\"\xd0\x02\n" +
+	"\ttime_zone\x18\x04 \x01(\tR\btimeZone\"\x85\x03\n" +
 	"\fRolloutStage\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12/\n" +
 	"\x06canary\x18\x02 \x01(\v2\x15.lehr.v1.CanaryTargetH\x00R\x06canary\x12,\n" +
@@ -1296,7 +1317,8 @@ const file_lehr_v1_rollout_proto_rawDesc = "" +
 	"\x04bake\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\x04bake\x12@\n" +
 	"\x0eapply_deadline\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\rapplyDeadline\x12*\n" +
 	"\x11min_hosts_applied\x18\x06 \x01(\rR\x0fminHostsApplied\x12&\n" +
-	"\x0fmax_error_ratio\x18\a \x01(\x01R\rmaxErrorRatioB\b\n" +
+	"\x0fmax_error_ratio\x18\a \x01(\x01R\rmaxErrorRatio\x123\n" +
+	"\banalysis\x18\b \x01(\v2\x17.lehr.v1.CanaryAnalysisR\banalysisB\b\n" +
 	"\x06target\"T\n" +
 	"\fCanaryTarget\x12\x14\n" +
 	"\x05zones\x18\x01 \x03(\tR\x05zones\x12\x14\n" +
@@ -1317,7 +1339,7 @@ const file_lehr_v1_rollout_proto_rawDesc = "" +
 	"\x06author\x18\x05 \x01(\tR\x06author\x12-\n" +
 	"\x12transport_identity\x18\x06 \x01(\tR\x11transportIdentity\x12\x18\n" +
 	"\amessage\x18\a \x01(\tR\amessage\x12\x18\n" +
-	"\adeleted\x18\b \x01(\bR\adeleted\"\xde\x06\n" +
+	"\adeleted\x18\b \x01(\bR\adeleted\"\x83\a\n" +
 	"\aRollout\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1c\n" +
 	"\tnamespace\x18\x02 \x01(\tR\tnamespace\x12\x18\n" +
@@ -1343,7 +1365,8 @@ const file_lehr_v1_rollout_proto_rawDesc = "" +
 	"updateTime\x12\x18\n" +
 	"\apromote\x18\x14 \x01(\bR\apromote\x12\x1f\n" +
 	"\vevent_count\x18\x15 \x01(\x04R\n" +
-	"eventCount\"\xc1\x01\n" +
+	"eventCount\x12#\n" +
+	"\revaluation_id\x18\x16 \x01(\tR\fevaluationId\"\xc1\x01\n" +
 	"\x0eRolloutCommand\x12\x1d\n" +
 	"\n" +
 	"rollout_id\x18\x01 \x01(\tR\trolloutId\x12.\n" +
@@ -1414,6 +1437,7 @@ var file_lehr_v1_rollout_proto_goTypes = []any{
 	(*RolloutEvent)(nil),          // 13: lehr.v1.RolloutEvent
 	(*timestamppb.Timestamp)(nil), // 14: google.protobuf.Timestamp
 	(*durationpb.Duration)(nil),   // 15: google.protobuf.Duration
+	(*CanaryAnalysis)(nil),        // 16: lehr.v1.CanaryAnalysis
 }
 var file_lehr_v1_rollout_proto_depIdxs = []int32{
 	6,  // 0: lehr.v1.RolloutPolicy.stages:type_name -> lehr.v1.RolloutStage
@@ -1426,24 +1450,25 @@ var file_lehr_v1_rollout_proto_depIdxs = []int32{
 	8,  // 7: lehr.v1.RolloutStage.zones:type_name -> lehr.v1.ZonesTarget
 	15, // 8: lehr.v1.RolloutStage.bake:type_name -> google.protobuf.Duration
 	15, // 9: lehr.v1.RolloutStage.apply_deadline:type_name -> google.protobuf.Duration
-	3,  // 10: lehr.v1.RolloutPolicyRecord.policy:type_name -> lehr.v1.RolloutPolicy
-	14, // 11: lehr.v1.RolloutPolicyRecord.update_time:type_name -> google.protobuf.Timestamp
-	3,  // 12: lehr.v1.Rollout.policy:type_name -> lehr.v1.RolloutPolicy
-	0,  // 13: lehr.v1.Rollout.policy_source:type_name -> lehr.v1.RolloutPolicySource
-	1,  // 14: lehr.v1.Rollout.state:type_name -> lehr.v1.RolloutState
-	14, // 15: lehr.v1.Rollout.stage_start_time:type_name -> google.protobuf.Timestamp
-	14, // 16: lehr.v1.Rollout.stage_applied_time:type_name -> google.protobuf.Timestamp
-	12, // 17: lehr.v1.Rollout.canary_hosts:type_name -> lehr.v1.ZoneHosts
-	14, // 18: lehr.v1.Rollout.create_time:type_name -> google.protobuf.Timestamp
-	14, // 19: lehr.v1.Rollout.update_time:type_name -> google.protobuf.Timestamp
-	2,  // 20: lehr.v1.RolloutCommand.action:type_name -> lehr.v1.RolloutAction
-	14, // 21: lehr.v1.RolloutCommand.time:type_name -> google.protobuf.Timestamp
-	14, // 22: lehr.v1.RolloutEvent.time:type_name -> google.protobuf.Timestamp
-	23, // [23:23] is the sub-list for method output_type
-	23, // [23:23] is the sub-list for method input_type
-	23, // [23:23] is the sub-list for extension type_name
-	23, // [23:23] is the sub-list for extension extendee
-	0,  // [0:23] is the sub-list for field type_name
+	16, // 10: lehr.v1.RolloutStage.analysis:type_name -> lehr.v1.CanaryAnalysis
+	3,  // 11: lehr.v1.RolloutPolicyRecord.policy:type_name -> lehr.v1.RolloutPolicy
+	14, // 12: lehr.v1.RolloutPolicyRecord.update_time:type_name -> google.protobuf.Timestamp
+	3,  // 13: lehr.v1.Rollout.policy:type_name -> lehr.v1.RolloutPolicy
+	0,  // 14: lehr.v1.Rollout.policy_source:type_name -> lehr.v1.RolloutPolicySource
+	1,  // 15: lehr.v1.Rollout.state:type_name -> lehr.v1.RolloutState
+	14, // 16: lehr.v1.Rollout.stage_start_time:type_name -> google.protobuf.Timestamp
+	14, // 17: lehr.v1.Rollout.stage_applied_time:type_name -> google.protobuf.Timestamp
+	12, // 18: lehr.v1.Rollout.canary_hosts:type_name -> lehr.v1.ZoneHosts
+	14, // 19: lehr.v1.Rollout.create_time:type_name -> google.protobuf.Timestamp
+	14, // 20: lehr.v1.Rollout.update_time:type_name -> google.protobuf.Timestamp
+	2,  // 21: lehr.v1.RolloutCommand.action:type_name -> lehr.v1.RolloutAction
+	14, // 22: lehr.v1.RolloutCommand.time:type_name -> google.protobuf.Timestamp
+	14, // 23: lehr.v1.RolloutEvent.time:type_name -> google.protobuf.Timestamp
+	24, // [24:24] is the sub-list for method output_type
+	24, // [24:24] is the sub-list for method input_type
+	24, // [24:24] is the sub-list for extension type_name
+	24, // [24:24] is the sub-list for extension extendee
+	0,  // [0:24] is the sub-list for field type_name
 }
 
 func init() { file_lehr_v1_rollout_proto_init() }
@@ -1451,6 +1476,7 @@ func file_lehr_v1_rollout_proto_init() {
 	if File_lehr_v1_rollout_proto != nil {
 		return
 	}
+	file_lehr_v1_canary_proto_init()
 	file_lehr_v1_rollout_proto_msgTypes[3].OneofWrappers = []any{
 		(*RolloutStage_Canary)(nil),
 		(*RolloutStage_Zones)(nil),
