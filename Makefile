@@ -19,12 +19,14 @@ run: build
 test:
 	./scripts/test.sh
 
-# lint checks formatting, vet and that go.mod/go.sum are tidy (every direct
-# dependency listed as direct, nothing unused).
+# lint checks formatting, vet, that go.mod/go.sum are tidy (every direct
+# dependency listed as direct, nothing unused) and that no tracked file is
+# over 2 MiB (a binary built in the tree once made a submission too big).
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	@$(GO) mod tidy -diff >/dev/null || { echo "go.mod/go.sum are not tidy: run 'go mod tidy' (diff: go mod tidy -diff)"; exit 1; }
+	@big=$$(git ls-files -z | xargs -0 -r du -k 2>/dev/null | awk '$$1 > 2048 {print $$2}'); if [ -n "$$big" ]; then echo "tracked files over 2 MiB (a built binary? build into ./bin, which is ignored):"; echo "$$big"; exit 1; fi
 
 # proto regenerates proto/lehrpb from proto/lehr/v1/*.proto. protoc comes from
 # Debian's protobuf-compiler $(PROTOC_VERSION) (installed if missing); the Go
