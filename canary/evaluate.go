@@ -1,0 +1,440 @@
+package canary
+
+import (
+	"fmt"
+	"math"
+	"strings"
+
+	"gonum.org/v1/gonum/stat/distuv"
+)
+
+// evaluation is one check at one look: everything but the verdict, which
+// needs the look's threshold (known once every check has said how many
+// tests it runs).
+type evaluation struct {
+	check  Check
+	kind   Kind
+	result CheckResult
+	lack   string // why there is no verdict, if there is none
+	tests  []test // the statistical tests run
+	aa     []test // the same tests on control halves, aligned with tests
+	bound  string // set when a canary host broke the check's Max
+	quiet  string // set when no host had any event: passes without a test
+}
+
+// test is one comparison of canary hosts' changes with control hosts'.
+type test struct {
+	name                        string
+	effect, stat, df, p         float64
+	canaryChange, controlChange float64 // mean per-host change, in the test's scale
+}
+
+func evaluate(p prepared, in Input, end int) *evaluation {
+	c := p.check
+	e := &evaluation{check: c, result: CheckResult{Name: c.Name}}
+	c0 := in.ChangeIndex
+	qualified := func(hs []hostSeries) []hostSeries {
+		var out []hostSeries
+		for _, h := range hs {
+			if count(h.num, 0, c0) >= minBefore && count(h.num, c0, end) >= 1 {
+				out = append(out, hostSeries{h.host, series{h.num[:end], h.den[:end]}})
+			}
+		}
+		return out
+	}
+	canary, control := qualified(p.canary), qualified(p.control)
+	e.result.CanaryHosts, e.result.ControlHosts = len(canary), len(control)
+	all := append(append([]series(nil), seriesOf(canary)...), seriesOf(control)...)
+	e.kind = inferKind(c, all)
+	e.result.CanaryBefore, e.result.CanaryAfter = levels(canary, 0, c0, end)
+	e.result.ControlBefore, e.result.ControlAfter = levels(control, 0, c0, end)
+	e.checkBound(canary, c0, end)
+	switch {
+	case len(canary) == 0:
+		e.lack = fmt.Sprintf("no canary host reported %s for %d intervals before the change and 1 after", c.describe(), minBefore)
+		return e
+	case len(control) < 2:
+		e.lack = fmt.Sprintf("%d control host(s) reported %s for %d intervals before the change and 1 after; at least 2 are needed", len(control), c.describe(), minBefore)
+		return e
+	case e.kind != KindValue && allZero(all):
+		e.quiet = fmt.Sprintf("no host had any %s before or after the change", c.describe())
+		return e
+	}
+
+	sc := newScale(e.kind, all)
+	z := func(hs []hostSeries) [][]float64 {
+		out := make([][]float64, len(hs))
+		for i, h := range hs {
+			out[i] = sc.transform(h.series)
+		}
+		return out
+	}
+	zc, zk := z(canary), z(control)
+	// Residuals against the control hosts' median interval by interval take
+	// out what every host shares (traffic, incidents) before estimating
+	// autocorrelation and spread.
+	ref := make([]float64, end)
+	col := make([]float64, len(zk))
+	for t := range ref {
+		for i := range zk {
+			col[i] = zk[i][t]
+		}
+		ref[t] = median(col)
+	}
+	resid := func(zs [][]float64) [][]float64 {
+		for _, r := range zs {
+			for t := range r {
+				r[t] -= ref[t]
+			}
+		}
+		return zs
+	}
+	rc, rk := resid(zc), resid(zk)
+	phi := lag1(rk, c0)
+	level := func(rs [][]float64) (shifts, floors []float64) {
+		for _, r := range rs {
+			valid := make([]bool, len(r))
+			for t, x := range r {
+				valid[t] = !math.IsNaN(x)
+			}
+			w, ok := shiftWeights(valid, c0, phi)
+			if !ok {
+				continue
+			}
+			shifts = append(shifts, dot(w, r))
+			floors = append(floors, sc.noise*sumSquares(w))
+		}
+		return shifts, floors
+	}
+	sC, fC := level(rc)
+	sK, fK := level(rk)
+	off := sc.tolerance(c.Tolerance, c.Direction, e.result.ControlAfter)
+	name := fmt.Sprintf("level shift on the %s scale, AR(1)-adjusted (φ = %.2f), canary vs control hosts' changes, t on control hosts' spread", sc.name, phi)
+	if lt, ok := compare(name, sC, sK, fC, fK, c.Direction, off); ok {
+		if e.kind != KindValue {
+			// Few events make the normal approximation overconfident: the
+			// level test is no stronger than an exact test of the canary
+			// hosts' share of every event.
+			lt.p = max(lt.p, exactShare(canary, control, c0, end, e.kind, c.Direction, c.Tolerance))
+		}
+		e.tests = append(e.tests, lt)
+		e.result.CanaryWorse = worse(sC, sK, c.Direction)
+		if len(sK) >= 4 {
+			a, b, fa, fb := halves(sK, fK)
+			at, _ := compare(name, a, b, fa, fb, c.Direction, off)
+			e.aa = append(e.aa, at)
+		}
+	}
+	if e.kind == KindValue {
+		spread := func(rs [][]float64) (ratios, floors []float64) {
+			for _, r := range rs {
+				sb, nb := innovationSpread(r, 0, c0, phi)
+				sa, na := innovationSpread(r, c0, end, phi)
+				if math.IsNaN(sb) || math.IsNaN(sa) {
+					continue
+				}
+				ratios = append(ratios, math.Log((sa+1e-9)/(sb+1e-9)))
+				floors = append(floors, 1/(2*float64(nb-1))+1/(2*float64(na-1)))
+			}
+			return ratios, floors
+		}
+		vC, gC := spread(rc)
+		vK, gK := spread(rk)
+		name := fmt.Sprintf("spread: log ratio of the AR(1) innovations' size after vs before (%s scale, φ = %.2f), canary vs control hosts, t on control hosts' spread", sc.name, phi)
+		if st, ok := compare(name, vC, vK, gC, gK, Increase, 0); ok {
+			e.tests = append(e.tests, st)
+			if len(vK) >= 4 {
+				a, b, fa, fb := halves(vK, gK)
+				at, _ := compare(name, a, b, fa, fb, Increase, 0)
+				e.aa = append(e.aa, at)
+			}
+		}
+	}
+	if len(e.tests) == 0 {
+		e.lack = fmt.Sprintf("the hosts' %s has too few consecutive intervals with data to estimate a change", c.describe())
+	}
+	return e
+}
+
+// compare tests whether the canary hosts' per-host changes xc are worse
+// (in direction d, by more than off) than the control hosts' xk. The
+// variance of one host's change is the control hosts' sample variance,
+// floored by the mean of each host's floor (what independent events alone
+// would give) so a control population without any variation cannot make
+// any canary move significant. t on len(xk) − 1 degrees of freedom.
+func compare(name string, xc, xk, fc, fk []float64, d Direction, off float64) (test, bool) {
+	if len(xc) == 0 || len(xk) < 2 {
+		return test{}, false
+	}
+	mc, _ := meanVar(xc)
+	mk, vk := meanVar(xk)
+	mfc, _ := meanVar(fc)
+	mfk, _ := meanVar(fk)
+	se := math.Sqrt(max(vk*(1/float64(len(xc))+1/float64(len(xk))), mfc/float64(len(xc))+mfk/float64(len(xk))))
+	t := test{name: name, canaryChange: mc, controlChange: mk, df: float64(len(xk) - 1)}
+	t.effect = mc - mk
+	switch d {
+	case Decrease:
+		t.stat = (-t.effect - off) / se
+	case Either:
+		t.stat = (math.Abs(t.effect) - off) / se
+	default:
+		t.stat = (t.effect - off) / se
+	}
+	if se == 0 {
+		t.stat = 0
+		if t.effect != 0 {
+			t.stat = math.Inf(1)
+		}
+	}
+	t.p = tailP(t.stat, t.df, d == Either)
+	return t, true
+}
+
+// exactShare returns the p-value of the canary hosts' events after the
+// change under the hypothesis that every event of every host, before and
+// after, fell on each host-interval in proportion to its exposure
+// (intervals for a count, the denominator for a proportion): binomial,
+// exact, one- or two-sided by d, the canary's share raised by tol.
+func exactShare(canary, control []hostSeries, c, end int, k Kind, d Direction, tol float64) float64 {
+	var x, total, exposed, exposure float64
+	add := func(hs []hostSeries, isCanary bool) {
+		for _, h := range hs {
+			for t := 0; t < end; t++ {
+				if math.IsNaN(h.num[t]) {
+					continue
+				}
+				e := 1.0
+				if k == KindProportion {
+					e = h.den[t]
+				}
+				total += h.num[t]
+				exposure += e
+				if isCanary && t >= c {
+					x += h.num[t]
+					exposed += e
+				}
+			}
+		}
+	}
+	add(canary, true)
+	add(control, false)
+	if exposure == 0 || total == 0 {
+		return 1
+	}
+	p0 := exposed / exposure
+	if d == Decrease {
+		p0 *= max(0, 1-tol)
+	} else {
+		p0 = p0 * (1 + tol) / (1 + p0*tol)
+	}
+	b := distuv.Binomial{N: math.Round(total), P: min(p0, 1)}
+	up := 1.0
+	if x >= 1 {
+		up = b.Survival(math.Round(x) - 1)
+	}
+	down := b.CDF(math.Round(x))
+	switch d {
+	case Decrease:
+		return down
+	case Either:
+		return min(1, 2*min(up, down))
+	}
+	return up
+}
+
+// halves splits the control hosts' values into two alternating halves for
+// an A/A comparison.
+func halves(x, f []float64) (a, b, fa, fb []float64) {
+	for i := range x {
+		if i%2 == 0 {
+			a, fa = append(a, x[i]), append(fa, f[i])
+		} else {
+			b, fb = append(b, x[i]), append(fb, f[i])
+		}
+	}
+	return a, b, fa, fb
+}
+
+// worse counts canary changes worse than every control change.
+func worse(xc, xk []float64, d Direction) int {
+	sign := 1.0
+	if d == Decrease {
+		sign = -1
+	}
+	var n int
+	for _, x := range xc {
+		all := true
+		for _, k := range xk {
+			if d == Either {
+				all = all && math.Abs(x) > math.Abs(k)
+			} else {
+				all = all && sign*x > sign*k
+			}
+		}
+		if all {
+			n++
+		}
+	}
+	return n
+}
+
+// checkBound records the first canary host above the check's Max over the
+// intervals after the change.
+func (e *evaluation) checkBound(canary []hostSeries, from, to int) {
+	if e.check.Max == nil {
+		return
+	}
+	for _, h := range canary {
+		if v := level(h.series, from, to); v > *e.check.Max {
+			e.bound = fmt.Sprintf("canary host %s had %s of %s after the change, above the bound %s", h.host, e.check.describe(), e.format(v), e.format(*e.check.Max))
+			return
+		}
+	}
+}
+
+// finish gives e its verdict at threshold thr and explains it.
+func (e *evaluation) finish(thr float64) CheckResult {
+	r := e.result
+	r.Threshold = thr
+	r.P = math.NaN()
+	if len(e.tests) > 0 {
+		best := 0
+		for i, t := range e.tests {
+			if t.p < e.tests[best].p {
+				best = i
+			}
+		}
+		t := e.tests[best]
+		r.Test, r.Effect, r.Statistic, r.DF, r.P = t.name, t.effect, t.stat, t.df, t.p
+		if best < len(e.aa) {
+			a := e.aa[best]
+			r.AA = &CheckResult{Name: e.check.Name + " (A/A)", Verdict: Pass, Test: a.name, Effect: a.effect, Statistic: a.stat, DF: a.df, P: a.p, Threshold: thr,
+				ControlHosts: int(a.df) + 1, Explanation: fmt.Sprintf("control hosts split in two halves: p = %.3g", a.p)}
+			if a.p < thr {
+				r.AA.Verdict = Fail
+			}
+		}
+	}
+	moved := e.moved()
+	switch {
+	case e.bound != "":
+		r.Verdict = Fail
+		r.Explanation = e.bound + "."
+	case e.lack != "":
+		r.Verdict = None
+		r.Explanation = e.lack + "."
+	case e.quiet != "":
+		r.Verdict = Pass
+		r.Explanation = e.quiet + ": nothing to compare."
+	case r.P < thr && r.AA != nil && r.AA.Verdict == Fail:
+		r.Verdict = None
+		r.Explanation = fmt.Sprintf("%s (p = %.3g, below the %.3g this look allows), but two halves of the control hosts differ from each other as much (A/A p = %.3g): the control population is not uniform enough to trust the comparison.", moved, r.P, thr, r.AA.P)
+	case r.P < thr:
+		r.Verdict = Fail
+		r.Explanation = fmt.Sprintf("%s: %s. A difference this large happens by chance with p = %.3g, below the %.3g this look allows.", moved, e.why(), r.P, thr)
+	default:
+		r.Verdict = Pass
+		r.Explanation = fmt.Sprintf("%s: within what the control hosts vary by (p = %.3g; a failure needs p below %.3g).", moved, r.P, thr)
+	}
+	return r
+}
+
+// moved describes what the check's metric did on both populations.
+func (e *evaluation) moved() string {
+	r := e.result
+	return fmt.Sprintf("%s went from %s to %s on %d canary host(s) and from %s to %s on %d control host(s)",
+		e.check.describe(), e.format(r.CanaryBefore), e.format(r.CanaryAfter), r.CanaryHosts,
+		e.format(r.ControlBefore), e.format(r.ControlAfter), r.ControlHosts)
+}
+
+// why says which test found the canary worse.
+func (e *evaluation) why() string {
+	if strings.HasPrefix(e.result.Test, "spread") {
+		return "its interval-to-interval swings grew more on the canary hosts than on the control hosts"
+	}
+	w := "rose"
+	switch e.check.Direction {
+	case Decrease:
+		w = "fell"
+	case Either:
+		w = "moved"
+	}
+	s := fmt.Sprintf("it %s more on the canary hosts than on the control hosts, each host compared with itself before the change", w)
+	if e.check.Tolerance > 0 {
+		s += fmt.Sprintf(", beyond the %.3g %% tolerance", 100*e.check.Tolerance)
+	}
+	if e.result.CanaryWorse > 0 {
+		s += fmt.Sprintf("; %d canary host(s) changed more than every control host", e.result.CanaryWorse)
+	}
+	return s
+}
+
+// format prints a value in the check's unit.
+func (e *evaluation) format(x float64) string {
+	switch {
+	case math.IsNaN(x):
+		return "no data"
+	case e.kind == KindProportion:
+		return fmt.Sprintf("%.3g %%", 100*x)
+	case e.kind == KindCount:
+		return fmt.Sprintf("%.3g per interval", x)
+	}
+	return fmt.Sprintf("%.4g", x)
+}
+
+func seriesOf(hs []hostSeries) []series {
+	out := make([]series, len(hs))
+	for i, h := range hs {
+		out[i] = h.series
+	}
+	return out
+}
+
+// count returns the intervals of xs[from:to] with data.
+func count(xs []float64, from, to int) int {
+	n := 0
+	for _, x := range xs[from:min(to, len(xs))] {
+		if !math.IsNaN(x) {
+			n++
+		}
+	}
+	return n
+}
+
+func allZero(all []series) bool {
+	for _, s := range all {
+		for _, x := range s.num {
+			if !math.IsNaN(x) && x != 0 {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// level returns a host's value over [from, to): Σ numerator / Σ
+// denominator (for a plain metric, its mean per interval).
+func level(s series, from, to int) float64 {
+	var num, den float64
+	for t := from; t < to; t++ {
+		if !math.IsNaN(s.num[t]) {
+			num += s.num[t]
+			den += s.den[t]
+		}
+	}
+	if den == 0 {
+		return math.NaN()
+	}
+	return num / den
+}
+
+// levels returns the medians across hosts of their levels before
+// [0, c) and after [c, end).
+func levels(hs []hostSeries, from, c, end int) (before, after float64) {
+	b, a := make([]float64, len(hs)), make([]float64, len(hs))
+	for i, h := range hs {
+		b[i], a[i] = level(h.series, from, c), level(h.series, c, end)
+	}
+	return median(b), median(a)
+}
