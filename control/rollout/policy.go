@@ -8,6 +8,7 @@
 package rollout
 
 import (
+	"errors"
 	"fmt"
 	"maps"
 	"math"
@@ -16,6 +17,7 @@ import (
 
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"lehr.dev/lehr/control/evaluation"
 	"lehr.dev/lehr/proto/lehrpb"
 )
 
@@ -95,6 +97,13 @@ func Validate(prefix string, p *lehrpb.RolloutPolicy, fleet Fleet) error {
 			return err
 		}
 		if err := checkDuration(f+".apply_deadline", st.GetApplyDeadline(), 0, MaxApplyDeadline); err != nil {
+			return err
+		}
+		if err := evaluation.CheckAnalysis(f+".analysis", st.GetAnalysis()); err != nil {
+			var fe *evaluation.FieldError
+			if errors.As(err, &fe) {
+				return fieldErr(fe.Field, "%s", fe.Message)
+			}
 			return err
 		}
 		if r := st.GetMaxErrorRatio(); math.IsNaN(r) || r < 0 || r > 1 {

@@ -59,6 +59,9 @@ type Stage struct {
 	ApplyDeadline   time.Duration
 	MinHostsApplied int
 	MaxErrorRatio   float64
+	// Analysis is the canary analysis of a canary stage (nil for a zones
+	// stage, or when the policy turned it off).
+	Analysis *lehrpb.CanaryAnalysis
 }
 
 // Resolve turns a valid policy into its stages against zones, in order.
@@ -83,6 +86,12 @@ func Resolve(p *lehrpb.RolloutPolicy, zones []string) []Stage {
 		switch t := st.GetTarget().(type) {
 		case *lehrpb.RolloutStage_Canary:
 			s.Canary = true
+			if a := st.GetAnalysis(); !a.GetDisabled() {
+				s.Analysis = a
+				if a == nil {
+					s.Analysis = &lehrpb.CanaryAnalysis{}
+				}
+			}
 			if s.MinHostsApplied == 0 {
 				s.MinHostsApplied = 1
 			}

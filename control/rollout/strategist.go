@@ -17,6 +17,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"lehr.dev/lehr/control/evaluation"
 	"lehr.dev/lehr/control/store"
 	"lehr.dev/lehr/internal/backoff"
 	"lehr.dev/lehr/internal/cohort"
@@ -56,6 +57,10 @@ type StrategistOptions struct {
 	Logger  *slog.Logger
 	// Now returns the current time; nil means time.Now.
 	Now func() time.Time
+	// Evaluations runs canary analyses: canary stages are judged by it,
+	// and the leader steps every running evaluation each round. Nil
+	// means one on Store with this strategist's clock and logger.
+	Evaluations *evaluation.Service
 }
 
 // Strategist walks every rollout through its stages (Select → Update →
@@ -96,6 +101,13 @@ func NewStrategist(opts StrategistOptions) (*Strategist, error) {
 	s := &Strategist{opts: opts, log: opts.Logger, met: opts.Metrics}
 	if s.log == nil {
 		s.log = slog.Default()
+	}
+	if s.opts.Evaluations == nil {
+		evs, err := evaluation.New(evaluation.Options{Store: opts.Store, Now: opts.Now, Logger: s.log})
+		if err != nil {
+			return nil, err
+		}
+		s.opts.Evaluations = evs
 	}
 	if s.met == nil {
 		s.met = metrics.NewSet()
@@ -221,6 +233,14 @@ func (s *Strategist) Round(ctx context.Context, g store.Guard) error {
 		if err := st.PruneRollouts(ctx, g, ns, drop); err != nil {
 			errs = append(errs, err)
 		}
+	}
+	// Canary evaluations: a look of each running one, before the rollouts
+	// they validate read them.
+	if err := s.opts.Evaluations.StepAll(ctx, g); err != nil {
+		if errors.Is(err, store.ErrNotLeader) {
+			return err
+		}
+		errs = append(errs, err)
 	}
 	// Operator commands first: a pause must hold before the next step.
 	for _, qc := range cmds {
@@ -520,6 +540,9 @@ func (s *Strategist) goalsFor(r *lehrpb.Rollout, stages []Stage, i int, cur map[
 				cand.Sample = uint32(n)
 			}
 		}
+		if a := stages[i].Analysis; a != nil && stages[i].Bake > 0 {
+			cand.Analysis = uint32(cmp.Or(int(a.GetControlHosts()), evaluation.DefaultControlHosts))
+		}
 		g.Candidate = cand
 		out = append(out, g)
 	}
@@ -740,6 +763,17 @@ func (s *Strategist) step(ctx context.Context, g store.Guard, r *lehrpb.Rollout,
 				ev.rejected, ev.consumers, r.GetVersion(), ratio, stg.Name, stg.MaxErrorRatio, strings.Join(ev.rejectingHosts, ", ")))
 		}
 	}
+	// Validate: the canary analysis of a canary stage, once its hosts
+	// applied; a FAIL at any look rolls back.
+	var cev *lehrpb.CanaryEvaluation
+	if stg.Analysis != nil && stg.Bake > 0 && r.GetStageAppliedTime() != nil && ev.applied > 0 {
+		if cev, err = s.analysis(ctx, g, r, i, stg, zones, now); err != nil {
+			return err
+		}
+		if cev.GetResult().GetVerdict() == lehrpb.CanaryVerdict_CANARY_VERDICT_FAIL {
+			return s.fail(ctx, g, r, zones, now, "canary analysis "+cev.GetId()+": "+evaluation.Explain(cev))
+		}
+	}
 	if r.GetState() == lehrpb.RolloutState_ROLLOUT_STATE_PAUSED {
 		return nil // checked above; no stage moves while paused
 	}
@@ -775,15 +809,40 @@ func (s *Strategist) step(ctx context.Context, g store.Guard, r *lehrpb.Rollout,
 	}
 	applied := r.GetStageAppliedTime().AsTime()
 	if !r.GetPromote() && now.Sub(applied) < stg.Bake {
-		return s.setReason(ctx, g, r, now, fmt.Sprintf("stage %q: baking, %v left (%d host(s) hold version %d, %d of %d consumers rejected it)",
-			stg.Name, (stg.Bake-now.Sub(applied)).Round(time.Second), ev.applied, r.GetVersion(), ev.rejected, ev.consumers))
+		return s.setReason(ctx, g, r, now, fmt.Sprintf("stage %q: baking, %v left (%d host(s) hold version %d, %d of %d consumers rejected it)%s",
+			stg.Name, (stg.Bake-now.Sub(applied)).Round(time.Second), ev.applied, r.GetVersion(), ev.rejected, ev.consumers, analysisNote(cev)))
+	}
+	verdictNote := ""
+	if cev != nil && !r.GetPromote() {
+		res := cev.GetResult()
+		done := cev.GetState() == lehrpb.CanaryEvaluationState_CANARY_EVALUATION_STATE_DONE
+		grace := max(AnalysisGrace, stg.Bake/2)
+		switch {
+		case done && res.GetVerdict() == lehrpb.CanaryVerdict_CANARY_VERDICT_PASS:
+			verdictNote = "; canary analysis PASS"
+		case !done && now.Sub(applied) < stg.Bake+grace:
+			return s.setReason(ctx, g, r, now, fmt.Sprintf("stage %q: baked; waiting for the canary analysis's last look (%v at most)%s",
+				stg.Name, (stg.Bake+grace-now.Sub(applied)).Round(time.Second), analysisNote(cev)))
+		default: // no verdict: NONE at the last look, or no last look in time
+			why := res.GetReason()
+			if !done {
+				why = fmt.Sprintf("its last look did not come within %v of the bake's end (%s)", grace, orNone(why))
+			}
+			switch stg.Analysis.GetOnNoVerdict() {
+			case evaluation.OnNoVerdictFail:
+				return s.fail(ctx, g, r, zones, now, fmt.Sprintf("canary analysis %s gave no verdict (%s) and the policy says fail", cev.GetId(), why))
+			case evaluation.OnNoVerdictWait:
+				return s.setReason(ctx, g, r, now, fmt.Sprintf("stage %q: baked, but the canary analysis gave no verdict (%s); the policy says wait: promote or abort the rollout", stg.Name, why))
+			}
+			verdictNote = "; canary analysis gave no verdict (" + why + "), and the policy says proceed"
+		}
 	}
 	if w, until, ok := Frozen(r.GetPolicy(), now); ok && i+1 < len(stages) {
 		return s.freeze(ctx, g, r, now, w, until, fmt.Sprintf("stage %q passed; stage %q waits", stg.Name, stages[i+1].Name))
 	}
 	s.met.GetOrCreateHistogram(`lehr_control_rollout_stage_seconds`).Update(now.Sub(started).Seconds())
 	if i+1 < len(stages) {
-		adv := s.event(r, now, "advanced", fmt.Sprintf("stage %q passed: %d host(s) held version %d, %d of %d consumers rejected it", stg.Name, ev.applied, r.GetVersion(), ev.rejected, ev.consumers), "")
+		adv := s.event(r, now, "advanced", fmt.Sprintf("stage %q passed: %d host(s) held version %d, %d of %d consumers rejected it%s", stg.Name, ev.applied, r.GetVersion(), ev.rejected, ev.consumers, verdictNote), "")
 		cur, err := s.zoneGoals(ctx, r.GetNamespace(), zones)
 		if err != nil {
 			return err

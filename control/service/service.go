@@ -17,6 +17,7 @@ import (
 	"github.com/VictoriaMetrics/metrics"
 	"google.golang.org/grpc/codes"
 
+	"lehr.dev/lehr/control/evaluation"
 	"lehr.dev/lehr/control/store"
 	"lehr.dev/lehr/control/validate"
 	"lehr.dev/lehr/proto/lehrpb"
@@ -86,6 +87,7 @@ type Service struct {
 
 	limiters limiters
 	registry *validate.Registry
+	evals    *evaluation.Service
 	leases   reportLeases // of ReportZoneStatus
 
 	// closing ends when Close is called; long-lived streams end with it.
@@ -126,6 +128,11 @@ func New(opts Options) (*Service, error) {
 	}
 	s.limiters.m = make(map[string]*domainLimiter)
 	s.registry = validate.NewRegistry(validate.Options{})
+	evals, err := evaluation.New(evaluation.Options{Store: s.st, Now: s.now, Logger: s.log})
+	if err != nil {
+		return nil, err
+	}
+	s.evals = evals
 	return s, nil
 }
 

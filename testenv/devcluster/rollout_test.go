@@ -73,6 +73,8 @@ func TestProgressiveRollout(t *testing.T) {
 	}
 	canary := stage("canary", 2*time.Second)
 	canary.Target = &lehrpb.RolloutStage_Canary{Canary: &lehrpb.CanaryTarget{Hosts: 1}}
+	// The built-in gates decide here; TestCanaryAnalysis covers the judge.
+	canary.Analysis = &lehrpb.CanaryAnalysis{Disabled: true}
 	first := stage("first zone", time.Second)
 	first.Target = &lehrpb.RolloutStage_Zones{Zones: &lehrpb.ZonesTarget{Count: 1}}
 	if _, err := prod.SetRolloutPolicy(ctx, domain, &lehrpb.RolloutPolicy{Stages: []*lehrpb.RolloutStage{canary, first}}, "test policy", 0); err != nil {

@@ -1,0 +1,518 @@
+// Package evaluation is control's canary-evaluation service: it turns the
+// per-interval signals that distributors report of the hosts a canary
+// analysis watches (zone status, lehrpb.HostSignals) into the input of the
+// canary judge (package canary), judges each evaluation at the looks of
+// its bake, and keeps the result in etcd, so a control restart resumes an
+// evaluation where it stood. The rollout strategist runs it: Step is
+// called by the leading replica only, with its leadership guard.
+//
+// Imported by control and control/rollout.
+package evaluation
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"slices"
+	"strings"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"lehr.dev/lehr/canary"
+	"lehr.dev/lehr/control/store"
+	"lehr.dev/lehr/internal/signals"
+	"lehr.dev/lehr/proto/lehrpb"
+)
+
+// Defaults and bounds of an analysis (lehrpb.CanaryAnalysis).
+const (
+	DefaultControlHosts = 20
+	MaxControlHosts     = 100
+	DefaultAlpha        = 0.01
+	MaxAlpha            = 0.2
+	MaxChecks           = 32
+	// Looks is the number of looks spread over an evaluation's bake.
+	Looks = 4
+	// BeforeIntervals is how many intervals before the change are judged
+	// (at most: a host may have fewer).
+	BeforeIntervals = 60
+)
+
+// The values of CanaryAnalysis.on_no_verdict.
+const (
+	OnNoVerdictProceed = "proceed"
+	OnNoVerdictFail    = "fail"
+	OnNoVerdictWait    = "wait"
+)
+
+// Store is what the service keeps evaluations in and reads zone status
+// from (*store.Store).
+type Store interface {
+	ZoneStatus(ctx context.Context, zone string) ([]*lehrpb.DistributorStatus, error)
+	CreateEvaluation(ctx context.Context, ev *lehrpb.CanaryEvaluation) (*lehrpb.CanaryEvaluation, bool, error)
+	PutEvaluation(ctx context.Context, g store.Guard, ev *lehrpb.CanaryEvaluation) error
+	Evaluation(ctx context.Context, id string) (*lehrpb.CanaryEvaluation, error)
+	Evaluations(ctx context.Context, ns string) ([]*lehrpb.CanaryEvaluation, error)
+}
+
+// Options configure a Service.
+type Options struct {
+	// Store is required.
+	Store Store
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+	// Logger; nil means slog.Default().
+	Logger *slog.Logger
+}
+
+// Service runs canary evaluations. Its methods are safe for concurrent
+// use.
+type Service struct {
+	st  Store
+	now func() time.Time
+	log *slog.Logger
+}
+
+// New returns a service. It starts nothing.
+func New(opts Options) (*Service, error) {
+	if opts.Store == nil {
+		return nil, errors.New("evaluation: Options.Store is required")
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	return &Service{st: opts.Store, now: opts.Now, log: opts.Logger}, nil
+}
+
+// FieldError says which field of a request or analysis is wrong and why.
+type FieldError struct {
+	Field, Message string
+}
+
+func (e *FieldError) Error() string { return e.Field + ": " + e.Message }
+
+func fieldErr(field, format string, args ...any) *FieldError {
+	return &FieldError{Field: field, Message: fmt.Sprintf(format, args...)}
+}
+
+// CheckAnalysis validates an analysis configuration under prefix (e.g.
+// "policy.stages[0].analysis"): bounds, and every check as the judge
+// would take it.
+func CheckAnalysis(prefix string, a *lehrpb.CanaryAnalysis) error {
+	if a == nil {
+		return nil
+	}
+	if n := a.GetControlHosts(); n > MaxControlHosts {
+		return fieldErr(prefix+".control_hosts", "%d; at most %d (0 means %d)", n, MaxControlHosts, DefaultControlHosts)
+	}
+	if al := a.GetAlpha(); math.IsNaN(al) || al < 0 || al > MaxAlpha {
+		return fieldErr(prefix+".alpha", "%v; want 0 to %v (0 means %v)", al, MaxAlpha, DefaultAlpha)
+	}
+	switch a.GetOnNoVerdict() {
+	case "", OnNoVerdictProceed, OnNoVerdictFail, OnNoVerdictWait:
+	default:
+		return fieldErr(prefix+".on_no_verdict", "%q; want %s, %s or %s", a.GetOnNoVerdict(), OnNoVerdictProceed, OnNoVerdictFail, OnNoVerdictWait)
+	}
+	if n := len(a.GetChecks()); n > MaxChecks {
+		return fieldErr(prefix+".checks", "%d checks; at most %d", n, MaxChecks)
+	}
+	if _, err := Checks(a.GetChecks()); err != nil {
+		var fe *FieldError
+		if errors.As(err, &fe) {
+			fe.Field = prefix + "." + fe.Field
+			return fe
+		}
+		return err
+	}
+	return nil
+}
+
+// Checks converts checks to the judge's. Nil for none (the defaults).
+func Checks(cs []*lehrpb.CanaryCheck) ([]canary.Check, error) {
+	var out []canary.Check
+	seen := map[string]bool{}
+	for i, c := range cs {
+		f := fmt.Sprintf("checks[%d]", i)
+		if c.GetName() == "" || len(c.GetName()) > 63 {
+			return nil, fieldErr(f+".name", "%d bytes; want 1 to 63", len(c.GetName()))
+		}
+		if seen[c.GetName()] {
+			return nil, fieldErr(f+".name", "%q is used by an earlier check", c.GetName())
+		}
+		seen[c.GetName()] = true
+		k := canary.Check{Name: c.GetName(), Metric: c.GetMetric(), Tolerance: c.GetTolerance()}
+		if r := c.GetRatio(); r != nil {
+			k.Ratio = &canary.Ratio{Numerator: r.GetNumerator(), Denominator: r.GetDenominator()}
+		}
+		if (k.Metric == "") == (k.Ratio == nil) {
+			return nil, fieldErr(f, "set exactly one of metric and ratio")
+		}
+		if k.Ratio != nil && (k.Ratio.Numerator == "" || k.Ratio.Denominator == "") {
+			return nil, fieldErr(f+".ratio", "both numerator and denominator are required")
+		}
+		if d := c.GetDirection(); d != "" {
+			if err := k.Direction.UnmarshalText([]byte(d)); err != nil {
+				return nil, fieldErr(f+".direction", "%q; want increase, decrease or either", d)
+			}
+		}
+		if kd := c.GetKind(); kd != "" {
+			if err := k.Kind.UnmarshalText([]byte(kd)); err != nil {
+				return nil, fieldErr(f+".kind", "%q; want auto, count, proportion or value", kd)
+			}
+		}
+		if t := k.Tolerance; math.IsNaN(t) || math.IsInf(t, 0) || t < 0 {
+			return nil, fieldErr(f+".tolerance", "%v; want a number ≥ 0", t)
+		}
+		if c.Max != nil {
+			m := c.GetMax()
+			if math.IsNaN(m) || math.IsInf(m, 0) {
+				return nil, fieldErr(f+".max", "%v is not a number", m)
+			}
+			k.Max = &m
+		}
+		out = append(out, k)
+	}
+	return out, nil
+}
+
+// Create starts ev (validated, RUNNING) unless an evaluation with its id
+// exists, and returns the one stored.
+func (s *Service) Create(ctx context.Context, ev *lehrpb.CanaryEvaluation) (*lehrpb.CanaryEvaluation, error) {
+	if err := CheckAnalysis("config", ev.GetConfig()); err != nil {
+		return nil, err
+	}
+	if len(ev.GetTrials()) == 0 {
+		return nil, fieldErr("trials", "at least one trial (a zone's canary hosts) is required")
+	}
+	for i, t := range ev.GetTrials() {
+		if t.GetZone() == "" {
+			return nil, fieldErr(fmt.Sprintf("trials[%d].zone", i), "required")
+		}
+	}
+	if ev.GetChangeTime() == nil {
+		return nil, fieldErr("change_time", "required: when the canary hosts held the version")
+	}
+	if b := ev.GetBake().AsDuration(); b <= 0 || b > 7*24*time.Hour {
+		return nil, fieldErr("bake", "%v; want above 0, at most 7 days", b)
+	}
+	ev = proto.CloneOf(ev)
+	now := timestamppb.New(s.now())
+	ev.State, ev.CreateTime, ev.UpdateTime, ev.Result = lehrpb.CanaryEvaluationState_CANARY_EVALUATION_STATE_RUNNING, now, now, nil
+	got, _, err := s.st.CreateEvaluation(ctx, ev)
+	return got, err
+}
+
+// Get returns evaluation id; with wait, it polls until the evaluation is
+// DONE or ctx ends (then it returns the evaluation as it stands).
+func (s *Service) Get(ctx context.Context, id string, wait bool) (*lehrpb.CanaryEvaluation, error) {
+	for {
+		ev, err := s.st.Evaluation(ctx, id)
+		if err != nil || !wait || ev.GetState() == lehrpb.CanaryEvaluationState_CANARY_EVALUATION_STATE_DONE {
+			return ev, err
+		}
+		select {
+		case <-ctx.Done():
+			return ev, nil
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}
+
+// List returns the evaluations of ns ("" for all).
+func (s *Service) List(ctx context.Context, ns string) ([]*lehrpb.CanaryEvaluation, error) {
+	return s.st.Evaluations(ctx, ns)
+}
+
+// StepAll judges every RUNNING evaluation whose look is due; the leader
+// calls it each round. It stops at the first lost-leadership error.
+func (s *Service) StepAll(ctx context.Context, g store.Guard) error {
+	evs, err := s.st.Evaluations(ctx, "")
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, ev := range evs {
+		if ev.GetState() != lehrpb.CanaryEvaluationState_CANARY_EVALUATION_STATE_RUNNING {
+			continue
+		}
+		if _, err := s.Step(ctx, g, ev); err != nil {
+			if errors.Is(err, store.ErrNotLeader) {
+				return err
+			}
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Step judges ev with the data the zones report now and stores the result
+// when it changed: a FAIL, or the last look of the bake, makes it DONE.
+// It returns the evaluation as stored.
+func (s *Service) Step(ctx context.Context, g store.Guard, ev *lehrpb.CanaryEvaluation) (*lehrpb.CanaryEvaluation, error) {
+	if ev.GetState() != lehrpb.CanaryEvaluationState_CANARY_EVALUATION_STATE_RUNNING {
+		return ev, nil
+	}
+	data, err := s.gather(ctx, ev)
+	if err != nil {
+		return ev, fmt.Errorf("evaluation %s: %w", ev.GetId(), err)
+	}
+	res := Judge(ev, data, s.now())
+	if sameResult(ev.GetResult(), res) {
+		return ev, nil
+	}
+	ev = proto.CloneOf(ev)
+	ev.Result, ev.UpdateTime = res, timestamppb.New(s.now())
+	if res.GetVerdict() == lehrpb.CanaryVerdict_CANARY_VERDICT_FAIL || res.GetLooks() > 0 && res.GetLook() >= res.GetLooks() {
+		ev.State = lehrpb.CanaryEvaluationState_CANARY_EVALUATION_STATE_DONE
+	}
+	if err := s.st.PutEvaluation(ctx, g, ev); err != nil {
+		return ev, err
+	}
+	s.log.Info("canary evaluation", "id", ev.GetId(), "verdict", verdictName(res.GetVerdict()), "look", res.GetLook(), "of", res.GetLooks(), "reason", res.GetReason())
+	return ev, nil
+}
+
+// sameResult reports whether two results say the same thing (their time
+// aside), so an unchanged judgement is not written again.
+func sameResult(a, b *lehrpb.CanaryResult) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	a, b = proto.CloneOf(a), proto.CloneOf(b)
+	a.Time, b.Time = nil, nil
+	return proto.Equal(a, b)
+}
+
+// Data is an evaluation's signals: per trial zone, the watched hosts'.
+type Data map[string][]*lehrpb.HostSignals
+
+func (s *Service) gather(ctx context.Context, ev *lehrpb.CanaryEvaluation) (Data, error) {
+	d := Data{}
+	for _, t := range ev.GetTrials() {
+		if _, ok := d[t.GetZone()]; ok {
+			continue
+		}
+		sts, err := s.st.ZoneStatus(ctx, t.GetZone())
+		if err != nil {
+			return nil, err
+		}
+		var hs []*lehrpb.HostSignals
+		for _, st := range sts {
+			for _, h := range st.GetSignals() {
+				if h.GetSignals().GetNamespace() == ev.GetNamespace() {
+					hs = append(hs, h)
+				}
+			}
+		}
+		d[t.GetZone()] = hs
+	}
+	return d, nil
+}
+
+// Judge judges ev on data at now: the input as Input builds it, at the
+// look now reaches. Pure: the same evaluation and data give the same
+// result.
+func Judge(ev *lehrpb.CanaryEvaluation, data Data, now time.Time) *lehrpb.CanaryResult {
+	res := &lehrpb.CanaryResult{Time: timestamppb.New(now), Looks: Looks}
+	in, opts, err := Input(ev, data)
+	if err != nil {
+		res.Verdict, res.Reason = lehrpb.CanaryVerdict_CANARY_VERDICT_NONE, err.Error()
+		return res
+	}
+	res.IntervalSeconds = uint32(in.Interval / time.Second)
+	res.CanaryHosts, res.ControlHosts = int32(len(in.Canary)), int32(len(in.Control))
+	out, err := canary.Judge(in, opts)
+	if err != nil {
+		res.Verdict, res.Reason = lehrpb.CanaryVerdict_CANARY_VERDICT_NONE, "the judge refused the data: "+err.Error()
+		return res
+	}
+	res.Verdict, res.Reason = verdict(out.Verdict), out.Reason
+	res.Look, res.Looks, res.AfterIntervals = int32(out.Look), int32(out.Looks), int32(out.AfterIntervals)
+	for _, c := range out.Checks {
+		res.Checks = append(res.Checks, checkResult(c))
+	}
+	return res
+}
+
+// Input builds the judge's input of ev from data: canary hosts are the
+// trials' named ones or, if none are named, the watched hosts in the
+// candidate's cohort; control hosts the trials' named ones or, if none are
+// named, the watched hosts outside the cohort (at most control_hosts per
+// zone). Every zone's hosts are pooled, keyed "zone/host". Intervals are
+// aligned on the first interval that starts at or after change_time (the
+// change index), from at most BeforeIntervals before it to the newest any
+// host reported. A canary host's intervals that do not match its side of
+// the change — before it, already at the version (it moved early); after
+// it, not at the version — are missing, never mixed in.
+func Input(ev *lehrpb.CanaryEvaluation, data Data) (canary.Input, canary.Options, error) {
+	checks, err := Checks(ev.GetConfig().GetChecks())
+	if err != nil {
+		return canary.Input{}, canary.Options{}, err
+	}
+	nControl := int(ev.GetConfig().GetControlHosts())
+	if nControl == 0 {
+		nControl = DefaultControlHosts
+	}
+	type host struct {
+		key    string
+		canary bool
+		sig    *lehrpb.NamespaceSignals
+	}
+	var hosts []host
+	iv := int64(0)
+	for _, t := range ev.GetTrials() {
+		z := t.GetZone()
+		byHost := map[string]*lehrpb.HostSignals{}
+		for _, h := range data[z] {
+			byHost[h.GetHostId()] = h
+		}
+		canaries := t.GetCanaryHosts()
+		if len(canaries) == 0 {
+			for _, h := range data[z] {
+				if h.GetCohort() {
+					canaries = append(canaries, h.GetHostId())
+				}
+			}
+		}
+		for _, c := range canaries {
+			if h := byHost[c]; h != nil {
+				hosts = append(hosts, host{z + "/" + c, true, h.GetSignals()})
+			}
+		}
+		controls := t.GetControlHosts()
+		if len(controls) == 0 {
+			for _, h := range data[z] {
+				if !h.GetCohort() && !slices.Contains(canaries, h.GetHostId()) && len(controls) < nControl {
+					controls = append(controls, h.GetHostId())
+				}
+			}
+		}
+		for _, c := range controls {
+			if h := byHost[c]; h != nil {
+				hosts = append(hosts, host{z + "/" + c, false, h.GetSignals()})
+			}
+		}
+	}
+	for _, h := range hosts {
+		if iv == 0 {
+			iv = int64(h.sig.GetIntervalSeconds())
+		}
+	}
+	if iv <= 0 {
+		return canary.Input{}, canary.Options{}, errors.New("no canary or control host has reported signals yet (the zones' distributors report them every report interval once a rollout watches the hosts)")
+	}
+	change := ev.GetChangeTime().AsTime().Unix()
+	changeStart := (change + iv - 1) / iv * iv
+	earliest, last := changeStart, changeStart
+	for _, h := range hosts {
+		if int64(h.sig.GetIntervalSeconds()) == iv {
+			earliest = min(earliest, h.sig.GetFirst())
+			last = max(last, signals.End(h.sig))
+		}
+	}
+	first := max(changeStart-BeforeIntervals*iv, earliest)
+	n := int((last - first) / iv)
+	in := canary.Input{
+		Interval:    time.Duration(iv) * time.Second,
+		ChangeIndex: int((changeStart - first) / iv),
+		Canary:      map[string]map[string][]float64{},
+		Control:     map[string]map[string][]float64{},
+		Checks:      checks,
+	}
+	for _, h := range hosts {
+		if int64(h.sig.GetIntervalSeconds()) != iv {
+			continue
+		}
+		series := map[string][]float64{}
+		off := int((h.sig.GetFirst() - first) / iv)
+		for _, sr := range h.sig.GetSeries() {
+			vals := make([]float64, n)
+			for i := range vals {
+				vals[i] = math.NaN()
+			}
+			for j, v := range sr.GetValues() {
+				i := off + j
+				if i < 0 || i >= n {
+					continue
+				}
+				if h.canary {
+					at := h.sig.GetVersions()[j] == ev.GetVersion()
+					if i < in.ChangeIndex && at || i >= in.ChangeIndex && !at {
+						continue
+					}
+				}
+				vals[i] = v
+			}
+			series[sr.GetName()] = vals
+		}
+		if h.canary {
+			in.Canary[h.key] = series
+		} else {
+			in.Control[h.key] = series
+		}
+	}
+	bake := int((ev.GetBake().AsDuration().Milliseconds()/1000 + iv - 1) / iv)
+	opts := canary.Options{Alpha: ev.GetConfig().GetAlpha(), BakeIntervals: max(1, bake), Looks: Looks}
+	return in, opts, nil
+}
+
+func verdict(v canary.Verdict) lehrpb.CanaryVerdict {
+	switch v {
+	case canary.Pass:
+		return lehrpb.CanaryVerdict_CANARY_VERDICT_PASS
+	case canary.Fail:
+		return lehrpb.CanaryVerdict_CANARY_VERDICT_FAIL
+	}
+	return lehrpb.CanaryVerdict_CANARY_VERDICT_NONE
+}
+
+func verdictName(v lehrpb.CanaryVerdict) string {
+	return strings.TrimPrefix(v.String(), "CANARY_VERDICT_")
+}
+
+// finite maps NaN and infinities to 0 for the wire (protobuf JSON cannot
+// carry them); the explanation says what was missing.
+func finite(x float64) float64 {
+	if math.IsNaN(x) || math.IsInf(x, 0) {
+		return 0
+	}
+	return x
+}
+
+func checkResult(c canary.CheckResult) *lehrpb.CanaryCheckResult {
+	out := &lehrpb.CanaryCheckResult{
+		Name: c.Name, Verdict: verdict(c.Verdict), Explanation: c.Explanation, Test: c.Test,
+		CanaryBefore: finite(c.CanaryBefore), CanaryAfter: finite(c.CanaryAfter),
+		ControlBefore: finite(c.ControlBefore), ControlAfter: finite(c.ControlAfter),
+		CanaryHosts: int32(c.CanaryHosts), ControlHosts: int32(c.ControlHosts), CanaryWorse: int32(c.CanaryWorse),
+		Effect: finite(c.Effect), Statistic: finite(c.Statistic), Df: finite(c.DF), P: finite(c.P), Threshold: finite(c.Threshold),
+	}
+	if c.AA != nil {
+		out.Aa = checkResult(*c.AA)
+	}
+	return out
+}
+
+// Explain says in a few lines why ev's latest result is what it is: the
+// verdict and reason, then every check that did not pass.
+func Explain(ev *lehrpb.CanaryEvaluation) string {
+	res := ev.GetResult()
+	if res == nil {
+		return "no look yet"
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s at look %d of %d: %s", verdictName(res.GetVerdict()), res.GetLook(), res.GetLooks(), res.GetReason())
+	for _, c := range res.GetChecks() {
+		if c.GetVerdict() == lehrpb.CanaryVerdict_CANARY_VERDICT_FAIL {
+			fmt.Fprintf(&b, "; %s: %s", c.GetName(), c.GetExplanation())
+		}
+	}
+	return b.String()
+}

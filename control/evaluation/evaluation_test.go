@@ -1,0 +1,117 @@
+package evaluation_test
+
+import (
+	"maps"
+	"math"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"lehr.dev/lehr/canary"
+	"lehr.dev/lehr/canary/scenario"
+	"lehr.dev/lehr/control/evaluation"
+	"lehr.dev/lehr/proto/lehrpb"
+)
+
+const (
+	iv      = 10 // seconds per interval
+	version = 7
+)
+
+// reported turns a generated fleet into what the distributors of one zone
+// report: each host's signals from t0, the canary hosts at the version
+// from the change on, everyone else at version 6.
+func reported(in canary.Input, t0 int64) evaluation.Data {
+	var hs []*lehrpb.HostSignals
+	add := func(hosts map[string]map[string][]float64, cohort bool) {
+		for _, h := range slices.Sorted(maps.Keys(hosts)) {
+			sig := &lehrpb.NamespaceSignals{Namespace: "d/ns", IntervalSeconds: iv, First: t0}
+			for _, m := range slices.Sorted(maps.Keys(hosts[h])) {
+				sig.Series = append(sig.Series, &lehrpb.SignalSeries{Name: m, Values: hosts[h][m]})
+			}
+			for i := range hosts[h][canary.MetricRequests] {
+				v := uint64(version - 1)
+				if cohort && i >= in.ChangeIndex {
+					v = version
+				}
+				sig.Versions = append(sig.Versions, v)
+			}
+			hs = append(hs, &lehrpb.HostSignals{HostId: h, Cohort: cohort, Signals: sig})
+		}
+	}
+	add(in.Canary, true)
+	add(in.Control, false)
+	return evaluation.Data{"zone-a": hs}
+}
+
+func TestJudgeReportedSignals(t *testing.T) {
+	const t0 = 1_800_000_000 // a multiple of iv
+	bake := 30 * iv * time.Second
+	for _, tc := range []struct {
+		name    string
+		change  scenario.Change
+		changed int64 // change time after the change interval's start, seconds
+		want    lehrpb.CanaryVerdict
+		explain string
+	}{
+		{"good change passes", scenario.Good, 0, lehrpb.CanaryVerdict_CANARY_VERDICT_PASS, "passed at the last look"},
+		{"error ratio ×5 fails", scenario.ErrorRatioX5, 0, lehrpb.CanaryVerdict_CANARY_VERDICT_FAIL, `"error ratio"`},
+		{"latency +50 % fails with the change mid-interval", scenario.LatencyUp50, -3, lehrpb.CanaryVerdict_CANARY_VERDICT_FAIL, `"latency"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			in := scenario.Generate(scenario.DefaultSpec(tc.change, 2, 0.5), 3)
+			data := reported(in, t0)
+			ev := &lehrpb.CanaryEvaluation{
+				Id: "d/ns@7/stage-1", Namespace: "d/ns", Version: version,
+				Trials:     []*lehrpb.CanaryTrial{{Zone: "zone-a"}},
+				Config:     &lehrpb.CanaryAnalysis{},
+				ChangeTime: timestamppb.New(time.Unix(t0+int64(in.ChangeIndex)*iv+tc.changed, 0)),
+				Bake:       durationpb.New(bake),
+			}
+			res := evaluation.Judge(ev, data, time.Unix(t0+int64(len(in.Canary["canary-00"][canary.MetricRequests]))*iv, 0))
+			if res.GetVerdict() != tc.want || !strings.Contains(res.GetReason(), tc.explain) {
+				t.Fatalf("verdict %v: %s; want %v mentioning %s", res.GetVerdict(), res.GetReason(), tc.want, tc.explain)
+			}
+			if res.GetCanaryHosts() != 2 || res.GetControlHosts() != 20 || res.GetLooks() != evaluation.Looks {
+				t.Errorf("hosts %d canary, %d control, %d looks; want 2, 20, %d", res.GetCanaryHosts(), res.GetControlHosts(), res.GetLooks(), evaluation.Looks)
+			}
+			for _, c := range res.GetChecks() {
+				for _, x := range []float64{c.GetP(), c.GetStatistic(), c.GetCanaryAfter()} {
+					if math.IsNaN(x) || math.IsInf(x, 0) {
+						t.Errorf("check %s carries %v: the wire cannot", c.GetName(), x)
+					}
+				}
+			}
+		})
+	}
+}
+
+// A canary host that reports the new version before the change (it moved
+// early) or the old one after it has those intervals left out, never mixed
+// into the wrong side.
+func TestInputDropsIntervalsOnTheWrongSide(t *testing.T) {
+	in := scenario.Generate(scenario.DefaultSpec(scenario.Good, 1, 0), 1)
+	data := reported(in, 0)
+	sig := data["zone-a"][0].GetSignals()
+	sig.Versions[in.ChangeIndex-1] = version // early
+	sig.Versions[in.ChangeIndex+2] = 3       // not at the version after the change
+	ev := &lehrpb.CanaryEvaluation{Namespace: "d/ns", Version: version, Trials: []*lehrpb.CanaryTrial{{Zone: "zone-a"}},
+		ChangeTime: timestamppb.New(time.Unix(int64(in.ChangeIndex)*iv, 0)), Bake: durationpb.New(time.Minute)}
+	got, _, err := evaluation.Input(ev, data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reqs := got.Canary["zone-a/canary-00"][canary.MetricRequests]
+	for i, want := range map[int]bool{got.ChangeIndex - 1: true, got.ChangeIndex + 2: true, got.ChangeIndex: false, got.ChangeIndex - 2: false} {
+		if math.IsNaN(reqs[i]) != want {
+			t.Errorf("interval %d (change at %d): NaN = %v; want %v", i, got.ChangeIndex, math.IsNaN(reqs[i]), want)
+		}
+	}
+	if len(got.Control) != 20 {
+		t.Errorf("%d control hosts; want 20", len(got.Control))
+	}
+}
