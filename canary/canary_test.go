@@ -257,3 +257,41 @@ func TestJudgeRates(t *testing.T) {
 		}
 	}
 }
+
+func TestInputFileRoundTrip(t *testing.T) {
+	in := scenario.Generate(scenario.DefaultSpec(scenario.LatencyUp50, 2, 0.5), 9)
+	in.Canary["canary-00"][canary.MetricRequests][4] = math.NaN()
+	bound := 0.2
+	in.Checks = []canary.Check{{Name: "slow", Ratio: &canary.Ratio{Numerator: canary.MetricRequestSeconds, Denominator: canary.MetricRequestLatencyCount}, Kind: canary.KindValue, Tolerance: 0.1, Max: &bound}}
+	var b strings.Builder
+	if err := canary.EncodeInput(&b, in); err != nil {
+		t.Fatal(err)
+	}
+	got, err := canary.DecodeInput(strings.NewReader(b.String()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, _ := canary.Judge(in, canary.Options{})
+	res, _ := canary.Judge(got, canary.Options{})
+	if res.Verdict != canary.Fail || res.Reason != want.Reason {
+		t.Fatalf("judged from the file: %v %s; from memory: %v %s", res.Verdict, res.Reason, want.Verdict, want.Reason)
+	}
+	if !math.IsNaN(got.Canary["canary-00"][canary.MetricRequests][4]) || got.Interval != in.Interval || *got.Checks[0].Max != bound {
+		t.Errorf("the file lost a NaN, the interval or a bound")
+	}
+	j, err := res.MarshalJSON()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{`"verdict":"FAIL"`, `"name":"slow"`, `"threshold":`} {
+		if !strings.Contains(string(j), want) {
+			t.Errorf("JSON %s lacks %s", j, want)
+		}
+	}
+	if _, err := canary.DecodeInput(strings.NewReader(`{"change_idx": 3}`)); err == nil || !strings.Contains(err.Error(), "change_idx") {
+		t.Errorf("a misspelt field: %v; want an error naming it", err)
+	}
+	if _, err := canary.DecodeInput(strings.NewReader(`{"checks": [{"name": "x", "metric": "y", "direction": "up"}]}`)); err == nil || !strings.Contains(err.Error(), "increase") {
+		t.Errorf("a bad direction: %v; want an error listing the choices", err)
+	}
+}

@@ -54,6 +54,7 @@ func commands() []command {
 		{"diff", "show what changed between two versions", runDiff},
 		{"rollback", "publish an older version's content as a new version", runRollback},
 		{"rollout", "show and set rollout policies (how a new version reaches the fleet)", runRollout},
+		{"canary", "show canary evaluations; judge and generate canary data", runCanary},
 		{"zones", "list, create and show the status of zones", runZones},
 		{"goals", "show the goal states of a zone", runGoals},
 		{"watch", "follow a namespace on this host through the local agent", runWatch},

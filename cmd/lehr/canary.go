@@ -1,0 +1,207 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"lehr.dev/lehr/canary"
+	"lehr.dev/lehr/canary/scenario"
+	"lehr.dev/lehr/proto/lehrpb"
+)
+
+// Exit codes of "lehr canary judge" beyond the usual ones.
+const (
+	exitCanaryFail = 3 // the judge found the canary worse
+	exitCanaryNone = 4 // the judge had not enough data for a verdict
+)
+
+func runCanary(ctx context.Context, e *env, args []string) int {
+	fs := newFlags("lehr canary", doc{
+		usage:   "lehr canary judge --input FILE [--bake N] [--looks N] [--alpha A] | lehr canary generate SCENARIO | lehr canary show ID [--wait] | lehr canary list [NS]",
+		summary: "judge canary data, and show the canary evaluations of rollouts",
+		about: `A canary evaluation compares hosts that took a change (canary) with hosts that
+did not (control), check by check, and says PASS, FAIL or NONE (not enough data)
+with an explanation per check. Control runs one for every canary stage of a
+rollout; docs/canary.md explains the statistics.
+
+Subcommands:
+  show ID                 one evaluation with every check's explanation and numbers
+                          (--wait: block until it is done)
+  list [NS]               evaluations, newest last
+  judge --input FILE      run the judge on a file of per-host series (the format is in
+                          docs/canary.md; - reads standard input); exit status 0 PASS,
+                          3 FAIL, 4 NONE, 1 unreadable input
+  generate SCENARIO       write a seeded synthetic fleet in judge's input format:
+                          good, error-ratio-x5, new-errors, latency-up-50, crash-loop,
+                          latency-variance-x4 or slow-mode-30`,
+		examples: []string{
+			"lehr canary list payments/limits",
+			"lehr canary show payments/limits@42/stage-1 --wait",
+			"lehr canary generate latency-up-50 --canaries 2 --phi 0.8 > fleet.json",
+			"lehr canary judge --input fleet.json --bake 30",
+			"lehr canary judge --input fleet.json -o json | jq -r .verdict",
+		},
+	})
+	cf := addClientFlags(fs, e)
+	input := fs.String("input", "", "with judge: JSON `file` of per-host series; - reads standard input")
+	bake := fs.Int("bake", 0, "with judge: the planned bake in `intervals` after the change (0: judge what is there, once)")
+	looks := fs.Int("looks", 0, "with judge: looks over the bake (0: 4)")
+	alpha := fs.Float64("alpha", 0, "with judge: false-failure rate allowed per judgement (0: 0.01)")
+	wait := fs.Bool("wait", false, "with show: wait until the evaluation is done")
+	seed := fs.Uint64("seed", 1, "with generate: random `seed`")
+	canaries := fs.Int("canaries", 1, "with generate: canary hosts")
+	controls := fs.Int("controls", 20, "with generate: control hosts")
+	phi := fs.Float64("phi", 0.5, "with generate: autocorrelation of each host's noise, 0 to 0.95")
+	pos, code, ok := parse(e, fs, args)
+	if !ok {
+		return code
+	}
+	if len(pos) == 0 {
+		return usageError(e, fs, "missing subcommand: show, list, judge or generate")
+	}
+	if m := cf.check(); m != "" {
+		return usageError(e, fs, "%s", m)
+	}
+	switch sub := pos[0]; sub {
+	case "judge":
+		if len(pos) > 1 {
+			return usageError(e, fs, "judge takes no arguments; give the data with --input FILE")
+		}
+		if *input == "" {
+			return usageError(e, fs, "judge needs --input FILE (or - for standard input)")
+		}
+		return canaryJudge(e, fs.Name(), *input, canary.Options{BakeIntervals: *bake, Looks: *looks, Alpha: *alpha}, cf.json())
+	case "generate":
+		if code, ok := wantArgs(e, fs, pos[1:], 1, "a scenario after generate"); !ok {
+			return code
+		}
+		ch, ok := scenarioByName(pos[1])
+		if !ok {
+			return usageError(e, fs, "unknown scenario %q: want one of %s", pos[1], strings.Join(scenarioNames(), ", "))
+		}
+		if *canaries < 1 || *controls < 2 || !(*phi >= 0 && *phi <= 0.95) {
+			return usageError(e, fs, "--canaries at least 1, --controls at least 2, --phi from 0 to 0.95")
+		}
+		s := scenario.DefaultSpec(ch, *canaries, *phi)
+		s.Control = *controls
+		if err := canary.EncodeInput(e.stdout, scenario.Generate(s, *seed)); err != nil {
+			fmt.Fprintf(e.stderr, "%s: %v\n", fs.Name(), err)
+			return exitError
+		}
+		return exitOK
+	case "show", "list":
+		if sub == "show" {
+			if code, ok := wantArgs(e, fs, pos[1:], 1, "an evaluation ID (NS@VERSION/NAME) after show"); !ok {
+				return code
+			}
+		} else if len(pos) > 2 {
+			return usageError(e, fs, "list takes at most one namespace")
+		}
+		c, ctx, done, err := cf.connect(ctx)
+		if err != nil {
+			return reportError(e, fs.Name(), err, cf.errCtx(""))
+		}
+		defer done()
+		if sub == "show" {
+			ev, err := c.CanaryEvaluation(ctx, pos[1], *wait)
+			if err != nil {
+				return reportError(e, fs.Name(), err, cf.errCtx(""))
+			}
+			if cf.json() {
+				return printOrFail(e, ev)
+			}
+			writeEvaluation(e.stdout, ev)
+			return exitOK
+		}
+		ns := ""
+		if len(pos) > 1 {
+			ns = pos[1]
+		}
+		evs, err := c.CanaryEvaluations(ctx, ns)
+		if err != nil {
+			return reportError(e, fs.Name(), err, cf.errCtx(ns))
+		}
+		if cf.json() {
+			return printOrFail(e, &lehrpb.ListCanaryEvaluationsResponse{Evaluations: evs})
+		}
+		writeEvaluations(e.stdout, evs)
+		return exitOK
+	default:
+		return usageError(e, fs, "unknown subcommand %q: want show, list, judge or generate", sub)
+	}
+}
+
+// canaryJudge judges the input file and prints the result; the exit
+// status carries the verdict.
+func canaryJudge(e *env, cmd, file string, opts canary.Options, asJSON bool) int {
+	var r io.Reader = e.stdin
+	if file != "-" {
+		f, err := os.Open(file)
+		if err != nil {
+			fmt.Fprintf(e.stderr, "%s: %v\n", cmd, err)
+			return exitError
+		}
+		defer f.Close()
+		r = f
+	}
+	in, err := canary.DecodeInput(r)
+	if err != nil {
+		fmt.Fprintf(e.stderr, "%s: %s: %v\n", cmd, file, err)
+		return exitError
+	}
+	res, err := canary.Judge(in, opts)
+	if err != nil {
+		fmt.Fprintf(e.stderr, "%s: %s: %v\n", cmd, file, err)
+		return exitError
+	}
+	if asJSON {
+		b, err := json.MarshalIndent(res, "", "  ")
+		if err != nil {
+			fmt.Fprintf(e.stderr, "%s: %v\n", cmd, err)
+			return exitError
+		}
+		fmt.Fprintf(e.stdout, "%s\n", b)
+	} else {
+		fmt.Fprintf(e.stdout, "%s (%d canary, %d control host(s)): %s\n", res.Verdict, len(in.Canary), len(in.Control), res.Reason)
+		for _, c := range res.Checks {
+			fmt.Fprintf(e.stdout, "  %-5s %s: %s\n", c.Verdict, c.Name, c.Explanation)
+			if c.Test != "" {
+				fmt.Fprintf(e.stdout, "        %s; effect %.3g, statistic %.3g on %.3g df, p %.3g (needed < %.3g)\n",
+					c.Test, c.Effect, c.Statistic, c.DF, c.P, c.Threshold)
+			}
+		}
+	}
+	switch res.Verdict {
+	case canary.Fail:
+		return exitCanaryFail
+	case canary.None:
+		return exitCanaryNone
+	}
+	return exitOK
+}
+
+// scenarioName is a change's name on the command line.
+func scenarioName(c scenario.Change) string {
+	return [...]string{"good", "error-ratio-x5", "new-errors", "latency-up-50", "crash-loop", "latency-variance-x4", "slow-mode-30"}[c]
+}
+
+func scenarioNames() []string {
+	var out []string
+	for _, c := range scenario.Changes {
+		out = append(out, scenarioName(c))
+	}
+	return out
+}
+
+func scenarioByName(s string) (scenario.Change, bool) {
+	for _, c := range scenario.Changes {
+		if scenarioName(c) == s {
+			return c, true
+		}
+	}
+	return 0, false
+}

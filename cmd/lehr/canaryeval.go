@@ -1,0 +1,82 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+
+	"lehr.dev/lehr/proto/lehrpb"
+)
+
+// Output of "lehr canary show" and "lehr canary list": the evaluations
+// control runs for rollouts' canary stages (and for Evaluate calls).
+
+func verdictWord(v lehrpb.CanaryVerdict) string {
+	if v == lehrpb.CanaryVerdict_CANARY_VERDICT_UNSPECIFIED {
+		return "-"
+	}
+	return strings.TrimPrefix(v.String(), "CANARY_VERDICT_")
+}
+
+func evalState(s lehrpb.CanaryEvaluationState) string {
+	return strings.ToLower(strings.TrimPrefix(s.String(), "CANARY_EVALUATION_STATE_"))
+}
+
+// writeEvaluation prints one evaluation: what it compares, its latest
+// look, and every check with its explanation.
+func writeEvaluation(w io.Writer, ev *lehrpb.CanaryEvaluation) {
+	res := ev.GetResult()
+	fmt.Fprintf(w, "evaluation %s (%s)\n", ev.GetId(), evalState(ev.GetState()))
+	if ev.GetRolloutId() != "" {
+		fmt.Fprintf(w, "  validates rollout %s\n", ev.GetRolloutId())
+	}
+	fmt.Fprintf(w, "  change at %s, bake %v\n", fmtTime(ev.GetChangeTime()), ev.GetBake().AsDuration())
+	for _, t := range ev.GetTrials() {
+		canaries, controls := "the watched cohort hosts", "the watched hosts outside the cohort"
+		if len(t.GetCanaryHosts()) > 0 {
+			canaries = strings.Join(t.GetCanaryHosts(), ", ")
+		}
+		if len(t.GetControlHosts()) > 0 {
+			controls = strings.Join(t.GetControlHosts(), ", ")
+		}
+		fmt.Fprintf(w, "  %s: canary %s; control %s\n", t.GetZone(), canaries, controls)
+	}
+	if res == nil {
+		fmt.Fprintln(w, "  no look yet")
+		return
+	}
+	fmt.Fprintf(w, "  verdict %s at look %d of %d (%d interval(s) of %ds after the change; %d canary and %d control host(s) with data): %s\n",
+		verdictWord(res.GetVerdict()), res.GetLook(), res.GetLooks(), res.GetAfterIntervals(), res.GetIntervalSeconds(),
+		res.GetCanaryHosts(), res.GetControlHosts(), res.GetReason())
+	for _, c := range res.GetChecks() {
+		fmt.Fprintf(w, "  %-5s %s: %s\n", verdictWord(c.GetVerdict()), c.GetName(), c.GetExplanation())
+		if c.GetTest() != "" {
+			fmt.Fprintf(w, "        %s; effect %.3g, statistic %.3g on %.3g df, p %.3g (needed < %.3g)\n",
+				c.GetTest(), c.GetEffect(), c.GetStatistic(), c.GetDf(), c.GetP(), c.GetThreshold())
+		}
+		if aa := c.GetAa(); aa != nil {
+			fmt.Fprintf(w, "        A/A (control against control): %s\n", verdictWord(aa.GetVerdict()))
+		}
+	}
+}
+
+// writeEvaluations prints one line per evaluation.
+func writeEvaluations(w io.Writer, evs []*lehrpb.CanaryEvaluation) {
+	if len(evs) == 0 {
+		fmt.Fprintln(w, "no canary evaluations")
+		return
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tSTATE\tVERDICT\tLOOK\tUPDATED\tREASON")
+	for _, ev := range evs {
+		res := ev.GetResult()
+		look := "-"
+		if res != nil {
+			look = fmt.Sprintf("%d/%d", res.GetLook(), res.GetLooks())
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", ev.GetId(), evalState(ev.GetState()), verdictWord(res.GetVerdict()), look,
+			fmtTime(ev.GetUpdateTime()), oneLine(res.GetReason()))
+	}
+	tw.Flush()
+}
