@@ -4,7 +4,7 @@ GO ?= go
 BIN := $(CURDIR)/bin
 PROTOC_VERSION := 3.21.12
 
-.PHONY: all build run test lint proto chaos bench bench-full clean
+.PHONY: all build run test lint proto chaos bench bench-full bench-canary clean
 
 all: build
 
@@ -56,6 +56,10 @@ bench:
 
 bench-full:
 	./scripts/bench.sh full
+
+# The canary judges on 192,000 seeded fleets (issue 10): no cluster, CPU only.
+bench-canary:
+	./scripts/bench.sh full -scenario '^canary$$'
 
 clean:
 	rm -rf $(BIN)

@@ -91,6 +91,7 @@ func Scenarios() []Scenario {
 		stormScenario(),
 		footprintScenario(),
 		rolloutScenario(),
+		canaryScenario(),
 	}
 }
 

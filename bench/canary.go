@@ -1,0 +1,247 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"runtime"
+	"sync"
+
+	"github.com/aclements/go-moremath/stats"
+
+	"lehr.dev/lehr/canary"
+	"lehr.dev/lehr/canary/scenario"
+)
+
+func canaryScenario() Scenario {
+	return Scenario{
+		Name:  "canary",
+		Title: "canary judges on seeded realistic fleets: bad changes caught, good changes failed — Lehr vs a Kayenta-style Mann-Whitney judge (issue 10)",
+		Run:   runCanaryBench,
+	}
+}
+
+var (
+	canaryPhis     = []float64{0, 0.5, 0.8, 0.95}
+	canaryCanaries = []int{1, 3, 10}
+	canarySpreads  = []float64{0.1, 0.3}
+)
+
+// canaryCell is one kind of fleet: a change, an autocorrelation, a number
+// of canary hosts, and whether the fleet serves without errors.
+type canaryCell struct {
+	change   scenario.Change
+	phi      float64
+	canaries int
+	zero     bool
+	spread   float64 // host-to-host log-sd
+}
+
+// canaryTally counts failures of both judges over a cell's fleets.
+type canaryTally struct {
+	fleets, lehr, kayenta int
+}
+
+func runCanaryBench(ctx context.Context, e *Env) (*Result, error) {
+	seeds := pick(e.Profile, 5, 100, 1000)
+	var cells []canaryCell
+	for _, ch := range scenario.Changes {
+		for _, phi := range canaryPhis {
+			for _, n := range canaryCanaries {
+				for _, sp := range canarySpreads {
+					cells = append(cells, canaryCell{ch, phi, n, false, sp})
+					if ch == scenario.Good {
+						cells = append(cells, canaryCell{ch, phi, n, true, sp})
+					}
+				}
+			}
+		}
+	}
+	tallies := make([]canaryTally, len(cells))
+	work := make(chan int)
+	var wg sync.WaitGroup
+	var firstErr error
+	var errOnce sync.Once
+	for range runtime.GOMAXPROCS(0) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range work {
+				t, err := judgeCell(cells[i], seeds)
+				if err != nil {
+					errOnce.Do(func() { firstErr = err })
+				}
+				tallies[i] = t
+			}
+		}()
+	}
+	for i := range cells {
+		if ctx.Err() != nil {
+			break
+		}
+		work <- i
+	}
+	close(work)
+	wg.Wait()
+	if firstErr != nil {
+		return nil, firstErr
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+
+	res := &Result{
+		Setup: fmt.Sprintf("%d seeded fleets per cell (canary/scenario): 20 control hosts, 60 intervals before the change and a 30-interval bake, "+
+			"host-to-host differences of log-sd 0.1 or 0.3 (error ratios twice that), AR(1) noise per host at φ ∈ {0, 0.5, 0.8, 0.95}, a shared traffic trend and (half the fleets) a fleet-wide incident, "+
+			"1, 3 or 10 canary hosts; good changes also on zero-error fleets. Lehr: canary.Judge with the default checks, 4 looks over the bake, α = 0.01 per judgement "+
+			"(the verdict a rollout polling every interval would get). Kayenta-style: per metric (error ratio, latency, requests, restarts), the canary hosts' and the "+
+			"control hosts' aggregate series over the bake compared by a two-sided Mann-Whitney U test at 95 %% confidence (Kayenta's default), failing in the bad "+
+			"direction; a fleet fails if any metric fails; judged once at the end of the bake.", seeds),
+	}
+	sum := func(judge string, keep func(canaryCell) bool) (fails, fleets int) {
+		for i, c := range cells {
+			if keep(c) {
+				fleets += tallies[i].fleets
+				if judge == "lehr" {
+					fails += tallies[i].lehr
+				} else {
+					fails += tallies[i].kayenta
+				}
+			}
+		}
+		return fails, fleets
+	}
+	pct := func(f, n int) float64 {
+		if n == 0 {
+			return math.NaN()
+		}
+		return 100 * float64(f) / float64(n)
+	}
+	for _, judge := range []string{"lehr", "kayenta-style"} {
+		for _, ch := range scenario.Changes {
+			for _, zero := range []bool{false, true} {
+				if zero && ch != scenario.Good {
+					continue
+				}
+				name := ch.String()
+				if zero {
+					name += " (zero-error fleet)"
+				}
+				row := Row{System: judge, Case: name}
+				for _, phi := range canaryPhis {
+					f, n := sum(judge, func(c canaryCell) bool { return c.change == ch && c.zero == zero && c.phi == phi })
+					row.Add(fmt.Sprintf("failed φ=%.2g", phi), pct(f, n), "%")
+				}
+				for _, k := range canaryCanaries {
+					f, n := sum(judge, func(c canaryCell) bool { return c.change == ch && c.zero == zero && c.canaries == k })
+					row.Add(fmt.Sprintf("failed %d canary", k), pct(f, n), "%")
+				}
+				f, n := sum(judge, func(c canaryCell) bool { return c.change == ch && c.zero == zero })
+				row.Add("failed", pct(f, n), "%")
+				res.Rows = append(res.Rows, row)
+			}
+		}
+		for _, sp := range canarySpreads {
+			bf, bn := sum(judge, func(c canaryCell) bool { return c.change != scenario.Good && c.spread == sp })
+			gf, gn := sum(judge, func(c canaryCell) bool { return c.change == scenario.Good && c.spread == sp })
+			row := Row{System: judge, Case: fmt.Sprintf("overall, host spread %.1f", sp)}
+			row.Add("bad caught", pct(bf, bn), "%").Add("good failed", pct(gf, gn), "%").Add("fleets", float64(bn+gn), "")
+			res.Rows = append(res.Rows, row)
+		}
+		bf, bn := sum(judge, func(c canaryCell) bool { return c.change != scenario.Good })
+		gf, gn := sum(judge, func(c canaryCell) bool { return c.change == scenario.Good })
+		row := Row{System: judge, Case: "overall"}
+		row.Add("bad caught", pct(bf, bn), "%").Add("good failed", pct(gf, gn), "%").Add("fleets", float64(bn+gn), "")
+		res.Rows = append(res.Rows, row)
+		if judge == "lehr" {
+			res.Targets = append(res.Targets,
+				Target{Goal: "bad changes caught ≥ 95 %", Got: fmt.Sprintf("%.1f %% of %d", pct(bf, bn), bn), Met: pct(bf, bn) >= 95},
+				Target{Goal: "good changes failed ≤ 1 %", Got: fmt.Sprintf("%.2f %% of %d", pct(gf, gn), gn), Met: pct(gf, gn) <= 1})
+		}
+	}
+	res.Notes = append(res.Notes,
+		"The fleets come from our own generator (canary/scenario); the numbers say how the judges behave on it, not on every fleet. `lehr canary generate` writes any of them for inspection.",
+		"The Kayenta-style judge is ours, written from Kayenta's documented method (Mann-Whitney on time points, canary vs baseline); it gets the whole control population as its baseline, which is less noisy than Kayenta's usual equal-sized baseline cluster.")
+	return res, nil
+}
+
+func judgeCell(c canaryCell, seeds int) (canaryTally, error) {
+	t := canaryTally{fleets: seeds}
+	for seed := range seeds {
+		s := scenario.DefaultSpec(c.change, c.canaries, c.phi)
+		s.ZeroErrors, s.HostSpread = c.zero, c.spread
+		in := scenario.Generate(s, uint64(seed)+uint64(1000*c.canaries)+uint64(100000*int(c.change))+uint64(1e7*c.phi)+uint64(1e9*c.spread))
+		r, err := canary.Judge(in, canary.Options{BakeIntervals: s.After})
+		if err != nil {
+			return t, fmt.Errorf("canary bench: %v: %w", c.change, err)
+		}
+		if r.Verdict == canary.Fail {
+			t.lehr++
+		}
+		if kayentaStyleFails(in) {
+			t.kayenta++
+		}
+	}
+	return t, nil
+}
+
+// kayentaStyleFails judges in as Kayenta's Mann-Whitney classifier would
+// with canary and baseline server groups: per metric, one aggregate value
+// per interval for each group over the intervals after the change, the
+// two samples compared as independent points.
+func kayentaStyleFails(in canary.Input) bool {
+	type metric struct {
+		num, den  string
+		higherBad bool
+	}
+	for _, m := range []metric{
+		{canary.MetricRequestErrors, canary.MetricRequests, true},
+		{canary.MetricRequestSeconds, canary.MetricRequestLatencyCount, true},
+		{canary.MetricRequests, "", false},
+		{canary.MetricProcessRestarts, "", true},
+	} {
+		a, b := groupSeries(in.Canary, m.num, m.den, in.ChangeIndex), groupSeries(in.Control, m.num, m.den, in.ChangeIndex)
+		if len(a) == 0 || len(b) == 0 {
+			continue
+		}
+		r, err := stats.MannWhitneyUTest(a, b, stats.LocationDiffers)
+		if err != nil || r.P >= 0.05 {
+			continue // includes identical samples (all zero): no difference
+		}
+		if up := stats.Mean(a) > stats.Mean(b); up == m.higherBad {
+			return true
+		}
+	}
+	return false
+}
+
+// groupSeries aggregates a group of hosts interval by interval from index
+// from on: Σ num / Σ den, or the mean of num per host without den.
+func groupSeries(hosts map[string]map[string][]float64, num, den string, from int) []float64 {
+	var out []float64
+	for t := from; ; t++ {
+		var n, d float64
+		var any, more bool
+		for _, ms := range hosts {
+			v := ms[num]
+			if t >= len(v) {
+				continue
+			}
+			more = true
+			if math.IsNaN(v[t]) {
+				continue
+			}
+			w := 1.0
+			if den != "" {
+				w = ms[den][t]
+			}
+			n, d, any = n+v[t], d+w, true
+		}
+		if !more {
+			return out
+		}
+		if any && d > 0 {
+			out = append(out, n/d)
+		}
+	}
+}
