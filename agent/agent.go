@@ -48,6 +48,7 @@ import (
 	"lehr.dev/lehr/agent/leases"
 	"lehr.dev/lehr/agent/localapi"
 	"lehr.dev/lehr/agent/upstream"
+	"lehr.dev/lehr/canary"
 	"lehr.dev/lehr/internal/metricshttp"
 	"lehr.dev/lehr/internal/names"
 	"lehr.dev/lehr/internal/nsfile"
@@ -119,6 +120,11 @@ type Options struct {
 	// row (a failover itself is cheap: the agent announces its cache and
 	// receives nothing it holds).
 	SilenceTimeout time.Duration
+	// SignalsInterval is the length of the intervals of the signals the
+	// agent keeps for canary analysis (a whole number of seconds, aligned
+	// on the Unix epoch so every host's intervals line up), and how often
+	// it scrapes consumers' metrics endpoints. Zero means 10 s.
+	SignalsInterval time.Duration
 	// Now returns the current time, for leases; nil means time.Now.
 	Now func() time.Time
 	// Logger; nil means slog.Default().
@@ -146,6 +152,7 @@ type Agent struct {
 	up       *upstream.Client
 	api      *localapi.Server
 	writer   nsfile.Writer
+	sig      *signals
 
 	ready     chan struct{}
 	readyOnce sync.Once
@@ -193,6 +200,9 @@ func New(opts Options) (*Agent, error) {
 	if opts.Socket == "" {
 		opts.Socket = filepath.Join(opts.DataDir, "agent.sock")
 	}
+	if iv := opts.SignalsInterval; iv != 0 && (iv < time.Second || iv%time.Second != 0 || iv > time.Hour) {
+		return nil, fmt.Errorf("agent: Options.SignalsInterval is %v: want whole seconds from 1s to 1h (0 means 10s)", iv)
+	}
 	if opts.LeaseTTL < 0 {
 		return nil, fmt.Errorf("agent: Options.LeaseTTL is %v: want >= 0 (0 means %v)", opts.LeaseTTL, DefaultLeaseTTL)
 	}
@@ -223,6 +233,7 @@ func New(opts Options) (*Agent, error) {
 		done:     make(chan struct{}),
 	}
 	a.writer = nsfile.Writer{NoSync: opts.NoSync}
+	a.sig = newSignals(opts.SignalsInterval, a.now)
 	a.leases = leases.New(leases.Options{Now: opts.Now, DefaultTTL: opts.LeaseTTL, Grace: opts.UnsubscribeGrace})
 	a.met = newAgentMetrics(opts.Metrics, a)
 	up, err := upstream.New(upstream.Options{
@@ -337,6 +348,7 @@ func (a *Agent) Run(ctx context.Context) (err error) {
 		}
 	})
 	wg.Go(func() { a.maintain(ctx) })
+	wg.Go(func() { a.scrapeLoop(ctx) })
 	<-ctx.Done()
 	a.log.Info("agent stopping")
 	if err := context.Cause(ctx); !errors.Is(err, context.Canceled) {
@@ -422,6 +434,7 @@ func (a *Agent) maintain(ctx context.Context) {
 		for _, ns := range lapsed {
 			a.log.Warn("a consumer's lease lapsed without being released (crashed or hung?)", "namespace", ns)
 			a.update(ns, func(st *nsState) { st.leasesExpired++ })
+			a.sig.store.Add(ns, canary.MetricLeaseLosses, 1)
 		}
 		a.retryFiles()
 		if time.Since(lastCheck) >= fileCheckInterval {

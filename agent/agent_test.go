@@ -9,10 +9,12 @@ import (
 	"io"
 	"io/fs"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -27,6 +29,7 @@ import (
 	"google.golang.org/protobuf/testing/protocmp"
 
 	"lehr.dev/lehr/agent"
+	"lehr.dev/lehr/canary"
 	"lehr.dev/lehr/control"
 	"lehr.dev/lehr/control/controltest"
 	"lehr.dev/lehr/distributor"
@@ -34,8 +37,10 @@ import (
 	"lehr.dev/lehr/internal/content"
 	"lehr.dev/lehr/internal/nsfile"
 	"lehr.dev/lehr/internal/pki"
+	"lehr.dev/lehr/internal/signals"
 	"lehr.dev/lehr/internal/tlsconfig"
 	"lehr.dev/lehr/proto/lehrpb"
+	"lehr.dev/lehr/testenv/demoservice"
 	"lehr.dev/lehr/testenv/wait"
 )
 
@@ -808,4 +813,72 @@ func TestMetricsEndpoint(t *testing.T) {
 			t.Errorf("/metrics lacks %q", want)
 		}
 	}
+}
+
+// The agent keeps per-interval signals of a namespace its consumer holds:
+// the version held, the consumer's reports, and the requests its declared
+// metrics endpoint (a real demo service) served — what a distributor gets
+// when it asks for them.
+func TestSignals(t *testing.T) {
+	h := newHarness(t, 1)
+	ns := domain + "/sig"
+	v1 := h.publish(ns, map[string]string{"a": "1"})
+	r := h.startAgent(dataDir(t), h.addrs(), func(o *agent.Options) { o.SignalsInterval = time.Second })
+
+	svcCtx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	svc := demoservice.New(demoservice.Options{})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go svc.Serve(svcCtx, ln)
+	go svc.Run(svcCtx)
+
+	sub, err := r.api.Subscribe(ctx(t), &lehrpb.SubscribeRequest{Namespace: ns, ClientId: "demo@1", MetricsUrl: "http://" + ln.Addr().String() + "/metrics"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFile(t, sub.GetPath(), v1.GetSeq(), map[string]string{"a": "1"})
+	if _, err := r.api.ReportApply(ctx(t), &lehrpb.ReportApplyRequest{LeaseId: sub.GetLeaseId(), Namespace: ns, Version: v1.GetSeq(), Ok: true, CallbackSeconds: 0.25}); err != nil {
+		t.Fatal(err)
+	}
+	var sig *lehrpb.NamespaceSignals
+	wait.For(t, "an interval at version 1", func() bool {
+		resp, err := r.api.Signals(ctx(t), &lehrpb.AgentSignalsRequest{Namespace: ns})
+		return err == nil && slices.Contains(resp.GetSignals().GetVersions(), v1.GetSeq())
+	})
+	v2 := h.patch(ns, v1.GetSeq(), map[string]string{"a": "2"})
+	waitFile(t, sub.GetPath(), v2.GetSeq(), map[string]string{"a": "2"})
+
+	sum := func(name string) (s float64) {
+		for _, sr := range sig.GetSeries() {
+			if sr.GetName() == name {
+				for _, v := range sr.GetValues() {
+					if !math.IsNaN(v) {
+						s += v
+					}
+				}
+			}
+		}
+		return s
+	}
+	wait.For(t, "signals with requests, the report and version 2", func() bool {
+		resp, err := r.api.Signals(ctx(t), &lehrpb.AgentSignalsRequest{Namespace: ns})
+		if err != nil {
+			t.Fatal(err)
+		}
+		sig = resp.GetSignals()
+		return sum(canary.MetricRequests) > 0 && sum(canary.MetricConsumerApplies) == 1 && slices.Contains(sig.GetVersions(), v2.GetSeq())
+	})
+	if got := sum(canary.MetricCallbackSeconds); got != 0.25 {
+		t.Errorf("callback seconds %v; want 0.25", got)
+	}
+	if sig.GetIntervalSeconds() != 1 || sig.GetFirst()%1 != 0 || !slices.Contains(sig.GetVersions(), v1.GetSeq()) {
+		t.Errorf("interval %d, versions %v; want 1 s intervals holding %d then %d", sig.GetIntervalSeconds(), sig.GetVersions(), v1.GetSeq(), v2.GetSeq())
+	}
+	if err := signals.Validate("signals", sig); err != nil {
+		t.Errorf("the agent's signals are not valid on the wire: %v", err)
+	}
+	wait.For(t, "a scrape counted", func() bool { return counter(r, `lehr_agent_scrapes_total{result="ok"}`) > 0 })
 }

@@ -32,6 +32,7 @@ func (b *backend) Subscribe(_ context.Context, req *lehrpb.SubscribeRequest) (*l
 		return nil, fmt.Errorf("subscribe %s: %w", ns, err)
 	}
 	a.transition(trs)
+	a.sig.lease(l.ID, ns, req.GetMetricsUrl())
 	if len(trs) == 0 {
 		// Already wanted: still make sure the file is there and intact (a
 		// write that failed, a file someone else damaged).
@@ -158,6 +159,7 @@ func (b *backend) ReportApply(_ context.Context, req *lehrpb.ReportApplyRequest)
 	if l.Namespace != ns {
 		return fmt.Errorf("lease %q holds %s, not %s: %w", l.ID, l.Namespace, ns, localapi.ErrNotFound)
 	}
+	current, appliedAt := false, time.Time{}
 	a.update(ns, func(st *nsState) {
 		if !req.GetOk() {
 			st.callbackErrs++
@@ -165,6 +167,7 @@ func (b *backend) ReportApply(_ context.Context, req *lehrpb.ReportApplyRequest)
 		if req.GetVersion() != st.version {
 			return
 		}
+		current, appliedAt = true, st.appliedAt
 		if st.reportVersion != st.version {
 			st.reportVersion, st.applied, st.rejected = st.version, map[string]bool{}, map[string]bool{}
 		}
@@ -176,6 +179,9 @@ func (b *backend) ReportApply(_ context.Context, req *lehrpb.ReportApplyRequest)
 			delete(st.applied, l.ID)
 		}
 	})
+	if current {
+		a.reportSignals(ns, req, appliedAt)
+	}
 	if !req.GetOk() {
 		a.log.Warn("consumer rejected a version", "namespace", ns, "version", req.GetVersion(),
 			"client", l.ClientID, "error", req.GetError())

@@ -51,6 +51,7 @@ func (h *handler) Apply(ctx context.Context, u *lehrpb.Update) upstream.Result {
 		})
 		a.met.applied(u.GetSnapshot())
 		a.met.setVersion(ns, v.Seq)
+		a.sig.store.SetVersion(ns, v.Seq)
 		a.log.Debug("update applied", "namespace", ns, "version", v.Seq, "snapshot", u.GetSnapshot())
 		if a.leases.Wanted(ns) {
 			a.writeFileLocked(v)
@@ -115,6 +116,7 @@ func (a *Agent) dropCorruptLocked(ns string, cause error) {
 	}
 	a.update(ns, func(st *nsState) { st.version, st.checksum, st.info = 0, "", nil })
 	a.met.setVersion(ns, 0)
+	a.sig.store.SetVersion(ns, 0)
 	a.up.Resync(ns, lehrpb.ResyncReason_RESYNC_REASON_CACHE_CORRUPT, cause.Error())
 }
 

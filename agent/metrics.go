@@ -20,6 +20,8 @@ type agentMetrics struct {
 	evictions       *metrics.Counter
 	quarantines     *metrics.Counter
 	fileRepairs     *metrics.Counter
+	scrapesOK       *metrics.Counter
+	scrapesFailed   *metrics.Counter
 
 	mu       sync.Mutex
 	versions map[string]*metrics.Gauge
@@ -35,6 +37,8 @@ func newAgentMetrics(set *metrics.Set, a *Agent) *agentMetrics {
 		evictions:       set.GetOrCreateCounter(`lehr_agent_cache_evictions_total`),
 		quarantines:     set.GetOrCreateCounter(`lehr_agent_cache_quarantines_total`),
 		fileRepairs:     set.GetOrCreateCounter(`lehr_agent_file_repairs_total`),
+		scrapesOK:       set.GetOrCreateCounter(`lehr_agent_scrapes_total{result="ok"}`),
+		scrapesFailed:   set.GetOrCreateCounter(`lehr_agent_scrapes_total{result="failed"}`),
 		versions:        map[string]*metrics.Gauge{},
 	}
 	set.GetOrCreateGauge(`lehr_agent_cache_bytes`, func() float64 {
@@ -55,7 +59,14 @@ func newAgentMetrics(set *metrics.Set, a *Agent) *agentMetrics {
 		return float64(len(a.up.Subscriptions()))
 	})
 	set.GetOrCreateGauge(`lehr_agent_leases`, func() float64 { return float64(a.leases.Len()) })
+	set.GetOrCreateGauge(`lehr_agent_signal_namespaces`, func() float64 { return float64(a.sig.store.Namespaces()) })
 	return m
+}
+
+// scrapes counts scrapes of consumers' metrics endpoints.
+func (m *agentMetrics) scrapes(ok, failed int) {
+	m.scrapesOK.Add(ok)
+	m.scrapesFailed.Add(failed)
 }
 
 func (m *agentMetrics) applied(snapshot bool) {

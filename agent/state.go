@@ -262,12 +262,14 @@ func (a *Agent) sync(ns string) {
 	defer unlock()
 	if a.leases.Wanted(ns) {
 		a.update(ns, func(st *nsState) { st.unwantedSince = time.Time{} })
+		a.sig.store.Hold(ns, a.get(ns).version)
 		a.up.Subscribe(ns)
 		a.ensureFileLocked(ns)
 		a.checkFileLocked(ns)
 		return
 	}
 	a.up.Unsubscribe(ns)
+	a.sig.store.Release(ns)
 	if err := a.writer.Remove(a.filesDir, ns); err != nil {
 		a.log.Warn("cannot remove namespace file", "namespace", ns, "err", err)
 	}

@@ -18,6 +18,7 @@ import (
 	"path/filepath"
 	"strings"
 	"syscall"
+	"time"
 
 	"lehr.dev/lehr/agent"
 	"lehr.dev/lehr/internal/logflags"
@@ -126,6 +127,7 @@ func parse(args []string, out io.Writer) (agent.Options, *logflags.Flags, error)
 	fs.DurationVar(&opts.UnsubscribeGrace, "grace", agent.DefaultUnsubscribeGrace, "how long a namespace stays subscribed (and its file kept) after its last lease ends")
 	fs.DurationVar(&opts.CacheRetention, "cache-retention", agent.DefaultCacheRetention, "how long the cache keeps a namespace no consumer has wanted since (after the grace); a consumer asking within it is served at once; negative keeps it forever")
 	fs.DurationVar(&opts.SilenceTimeout, "silence-timeout", wire.DefaultMaxIdleTimeout, "fail over to another distributor after hearing nothing from the connected one for this long (keepalives every third of it); 500ms to 1m. Lower fails over sooner, but more often on lossy links")
+	fs.DurationVar(&opts.SignalsInterval, "signals-interval", 10*time.Second, "interval of the signals kept per namespace for canary analysis, and of scraping consumers' metrics endpoints; whole seconds")
 	fs.DurationVar(&opts.BackoffMin, "backoff-min", agent.DefaultBackoffMin, "shortest wait between connection attempts")
 	fs.BoolVar(&opts.NoSync, "no-sync", false, "skip the fsync of the cache and of every file before acknowledging an update (tests only: a machine crash may lose what was applied)")
 	fs.DurationVar(&opts.BackoffMax, "backoff-max", agent.DefaultBackoffMax, "longest wait between connection attempts")

@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"math"
 	"net"
 	"os"
 	"path/filepath"
@@ -27,6 +28,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/keepalive"
 
+	"lehr.dev/lehr/agent/collect"
 	"lehr.dev/lehr/agent/leases"
 	"lehr.dev/lehr/internal/apierror"
 	"lehr.dev/lehr/internal/names"
@@ -68,6 +70,8 @@ type Backend interface {
 	Get(ctx context.Context, req *lehrpb.AgentGetRequest) (*lehrpb.AgentGetResponse, error)
 	Status(ctx context.Context) (*lehrpb.StatusResponse, error)
 	ReportApply(ctx context.Context, req *lehrpb.ReportApplyRequest) error
+	// Signals returns the signals kept of a namespace, nil for none.
+	Signals(ctx context.Context, ns string) (*lehrpb.NamespaceSignals, error)
 }
 
 // Options configure a Server.
@@ -333,6 +337,11 @@ func (s *service) Subscribe(ctx context.Context, req *lehrpb.SubscribeRequest) (
 		return nil, invalidArg("ttl_seconds", "ttl_seconds is %d, at most %d allowed (0 means the agent default)",
 			req.GetTtlSeconds(), max)
 	}
+	if u := req.GetMetricsUrl(); u != "" {
+		if err := collect.CheckURL(u); err != nil {
+			return nil, invalidArg("metrics_url", "%v", err)
+		}
+	}
 	resp, err := s.b.Subscribe(ctx, req)
 	return resp, toStatus("subscribe", err)
 }
@@ -395,8 +404,25 @@ func (s *service) ReportApply(ctx context.Context, req *lehrpb.ReportApplyReques
 	if req.GetOk() && req.GetError() != "" {
 		return nil, invalidArg("error", "error must be empty when ok is true")
 	}
+	if d := req.GetCallbackSeconds(); !(d >= 0) || math.IsInf(d, 0) {
+		return nil, invalidArg("callback_seconds", "callback_seconds is %v; want a finite number of seconds >= 0", d)
+	}
+	if req.GetOk() && req.GetPanicked() {
+		return nil, invalidArg("panicked", "a callback that panicked did not apply: ok must be false")
+	}
 	if err := s.b.ReportApply(ctx, req); err != nil {
 		return nil, toStatus("report apply", err)
 	}
 	return &lehrpb.ReportApplyResponse{}, nil
+}
+
+func (s *service) Signals(ctx context.Context, req *lehrpb.AgentSignalsRequest) (*lehrpb.AgentSignalsResponse, error) {
+	if err := checkNamespace("namespace", req.GetNamespace()); err != nil {
+		return nil, err
+	}
+	sig, err := s.b.Signals(ctx, req.GetNamespace())
+	if err != nil {
+		return nil, toStatus("signals", err)
+	}
+	return &lehrpb.AgentSignalsResponse{Signals: sig}, nil
 }

@@ -101,6 +101,11 @@ func (b *tableBackend) ReportApply(_ context.Context, req *lehrpb.ReportApplyReq
 	return nil
 }
 
+func (b *tableBackend) Signals(context.Context, string) (*lehrpb.NamespaceSignals, error) {
+	b.count()
+	return nil, nil
+}
+
 // shortDir returns a temporary directory short enough for a unix socket
 // path (108 bytes on Linux), removed at the end of the test.
 func shortDir(t *testing.T) string {
@@ -261,6 +266,22 @@ func TestInvalidRequests(t *testing.T) {
 			_, err := c.ReportApply(ctx(t), &lehrpb.ReportApplyRequest{LeaseId: "l", Namespace: "d/x", Version: 1, Ok: true, Error: "boom"})
 			return err
 		}, "error"},
+		{"subscribe remote metrics url", func() error {
+			_, err := c.Subscribe(ctx(t), &lehrpb.SubscribeRequest{Namespace: "d/x", MetricsUrl: "http://10.1.2.3:9100/metrics"})
+			return err
+		}, "metrics_url"},
+		{"report negative callback time", func() error {
+			_, err := c.ReportApply(ctx(t), &lehrpb.ReportApplyRequest{LeaseId: "l", Namespace: "d/x", Version: 1, CallbackSeconds: -1})
+			return err
+		}, "callback_seconds"},
+		{"report ok but panicked", func() error {
+			_, err := c.ReportApply(ctx(t), &lehrpb.ReportApplyRequest{LeaseId: "l", Namespace: "d/x", Version: 1, Ok: true, Panicked: true})
+			return err
+		}, "panicked"},
+		{"signals bad namespace", func() error {
+			_, err := c.Signals(ctx(t), &lehrpb.AgentSignalsRequest{Namespace: "nope"})
+			return err
+		}, "namespace"},
 		{"report bad namespace", func() error {
 			_, err := c.ReportApply(ctx(t), &lehrpb.ReportApplyRequest{LeaseId: "l", Namespace: "D/X", Version: 1})
 			return err

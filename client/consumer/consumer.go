@@ -55,6 +55,13 @@ type Options struct {
 	ClientID string
 	// LeaseTTL is the lease duration to ask for; 0 lets the agent choose.
 	LeaseTTL time.Duration
+	// MetricsURL is this process's Prometheus endpoint, e.g.
+	// "http://127.0.0.1:9100/metrics" (a loopback address with a port),
+	// or "" for none. The agent scrapes it while the process holds a
+	// subscription and compares the standard request, error, latency and
+	// restart figures before and after a change reaches the host (canary
+	// analysis, docs/canary.md). Default: $LEHR_METRICS_URL.
+	MetricsURL string
 	// FilesDir, if set, is the agent's files directory (its data dir +
 	// "/files"). It lets Subscribe serve the last file written even when the
 	// agent is unreachable at start; without it, Subscribe needs the agent.
@@ -91,6 +98,9 @@ func New(opts Options) (*Client, error) {
 	// relative one would be read as an authority.
 	if abs, err := filepath.Abs(opts.Socket); err == nil {
 		opts.Socket = abs
+	}
+	if opts.MetricsURL == "" {
+		opts.MetricsURL = os.Getenv("LEHR_METRICS_URL")
 	}
 	if opts.ClientID == "" {
 		opts.ClientID = fmt.Sprintf("%s@%d", filepath.Base(os.Args[0]), os.Getpid())

@@ -82,6 +82,7 @@ func (s *Subscription) lease(ctx context.Context) (*lehrpb.SubscribeResponse, er
 	return s.c.api.Subscribe(ctx, &lehrpb.SubscribeRequest{
 		Namespace:  s.ns,
 		ClientId:   s.c.opts.ClientID,
+		MetricsUrl: s.c.opts.MetricsURL,
 		TtlSeconds: uint32(s.c.opts.LeaseTTL / time.Second),
 	})
 }
@@ -392,32 +393,44 @@ func (s *Subscription) dispatch() {
 		}
 		s.mu.Unlock()
 
-		var cbErr error
+		var out outcome
 		for _, j := range jobs {
 			ch := Change{Old: j.old, New: cur}
 			for _, c := range content.Changes(j.old.snap, cur.snap) {
 				ch.Changed = append(ch.Changed, c.Key)
 			}
-			if err := callSafely(j.cb.fn, ch); err != nil && cbErr == nil {
-				cbErr = err
+			start := time.Now()
+			panicked, err := callSafely(j.cb.fn, ch)
+			out.seconds += time.Since(start).Seconds()
+			out.panicked = out.panicked || panicked
+			if err != nil && out.err == nil {
+				out.err = err
 			}
 		}
-		if cbErr != nil {
-			s.log.Warn("callback rejected version", "version", cur.version, "err", cbErr)
+		if out.err != nil {
+			s.log.Warn("callback rejected version", "version", cur.version, "err", out.err)
 		}
 		if report && cur.version > 0 {
-			s.report(lease, cur.version, cbErr)
+			s.report(lease, cur.version, out)
 		}
 	}
 }
 
-func (s *Subscription) report(lease string, version uint64, cbErr error) {
+// outcome is how a version went with this subscription's callbacks.
+type outcome struct {
+	err      error   // the first callback error
+	panicked bool    // a callback panicked
+	seconds  float64 // time spent in callbacks
+}
+
+func (s *Subscription) report(lease string, version uint64, out outcome) {
 	if lease == "" {
 		return
 	}
-	req := &lehrpb.ReportApplyRequest{LeaseId: lease, Namespace: s.ns, Version: version, Ok: cbErr == nil}
-	if cbErr != nil {
-		req.Error = cbErr.Error()
+	req := &lehrpb.ReportApplyRequest{LeaseId: lease, Namespace: s.ns, Version: version, Ok: out.err == nil,
+		CallbackSeconds: out.seconds, Panicked: out.panicked}
+	if out.err != nil {
+		req.Error = out.err.Error()
 	}
 	ctx, cancel := context.WithTimeout(s.ctx, 2*time.Second)
 	defer cancel()
@@ -428,13 +441,13 @@ func (s *Subscription) report(lease string, version uint64, cbErr error) {
 
 // callSafely runs a callback, turning a panic into an error so one bad
 // callback cannot kill the dispatcher.
-func callSafely(fn func(Change) error, ch Change) (err error) {
+func callSafely(fn func(Change) error, ch Change) (panicked bool, err error) {
 	defer func() {
 		if r := recover(); r != nil {
-			err = fmt.Errorf("consumer: callback panicked: %v", r)
+			panicked, err = true, fmt.Errorf("consumer: callback panicked: %v", r)
 		}
 	}()
-	return fn(ch)
+	return false, fn(ch)
 }
 
 // nearestExisting returns dir or its nearest existing ancestor.

@@ -33,7 +33,12 @@ type SubscribeRequest struct {
 	// Identifies the consumer process in status and reports, e.g. "api@pid".
 	ClientId string `protobuf:"bytes,2,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
 	// Requested lease TTL in seconds; 0 means the agent default (30 s).
-	TtlSeconds    uint32 `protobuf:"varint,3,opt,name=ttl_seconds,json=ttlSeconds,proto3" json:"ttl_seconds,omitempty"`
+	TtlSeconds uint32 `protobuf:"varint,3,opt,name=ttl_seconds,json=ttlSeconds,proto3" json:"ttl_seconds,omitempty"`
+	// The consumer process's Prometheus endpoint, "" for none: an http URL
+	// on a loopback address with a port. The agent scrapes it every signals
+	// interval while the lease lives and keeps the standard request, error,
+	// latency and restart figures for canary analysis.
+	MetricsUrl    string `protobuf:"bytes,4,opt,name=metrics_url,json=metricsUrl,proto3" json:"metrics_url,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -87,6 +92,13 @@ func (x *SubscribeRequest) GetTtlSeconds() uint32 {
 		return x.TtlSeconds
 	}
 	return 0
+}
+
+func (x *SubscribeRequest) GetMetricsUrl() string {
+	if x != nil {
+		return x.MetricsUrl
+	}
+	return ""
 }
 
 type SubscribeResponse struct {
@@ -681,7 +693,11 @@ type ReportApplyRequest struct {
 	Version   uint64                 `protobuf:"varint,3,opt,name=version,proto3" json:"version,omitempty"`
 	Ok        bool                   `protobuf:"varint,4,opt,name=ok,proto3" json:"ok,omitempty"`
 	// Why the consumer rejected the version, when !ok.
-	Error         string `protobuf:"bytes,5,opt,name=error,proto3" json:"error,omitempty"`
+	Error string `protobuf:"bytes,5,opt,name=error,proto3" json:"error,omitempty"`
+	// Seconds the consumer's callbacks took for this version.
+	CallbackSeconds float64 `protobuf:"fixed64,6,opt,name=callback_seconds,json=callbackSeconds,proto3" json:"callback_seconds,omitempty"`
+	// A callback panicked (the library recovered; ok is then false).
+	Panicked      bool `protobuf:"varint,7,opt,name=panicked,proto3" json:"panicked,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -751,6 +767,110 @@ func (x *ReportApplyRequest) GetError() string {
 	return ""
 }
 
+func (x *ReportApplyRequest) GetCallbackSeconds() float64 {
+	if x != nil {
+		return x.CallbackSeconds
+	}
+	return 0
+}
+
+func (x *ReportApplyRequest) GetPanicked() bool {
+	if x != nil {
+		return x.Panicked
+	}
+	return false
+}
+
+type AgentSignalsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Namespace     string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AgentSignalsRequest) Reset() {
+	*x = AgentSignalsRequest{}
+	mi := &file_lehr_v1_agent_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AgentSignalsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AgentSignalsRequest) ProtoMessage() {}
+
+func (x *AgentSignalsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_lehr_v1_agent_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AgentSignalsRequest.ProtoReflect.Descriptor instead.
+func (*AgentSignalsRequest) Descriptor() ([]byte, []int) {
+	return file_lehr_v1_agent_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *AgentSignalsRequest) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+type AgentSignalsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Completed intervals only; absent when the agent keeps none for the
+	// namespace (not held, or held for less than one interval).
+	Signals       *NamespaceSignals `protobuf:"bytes,1,opt,name=signals,proto3" json:"signals,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AgentSignalsResponse) Reset() {
+	*x = AgentSignalsResponse{}
+	mi := &file_lehr_v1_agent_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AgentSignalsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AgentSignalsResponse) ProtoMessage() {}
+
+func (x *AgentSignalsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_lehr_v1_agent_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AgentSignalsResponse.ProtoReflect.Descriptor instead.
+func (*AgentSignalsResponse) Descriptor() ([]byte, []int) {
+	return file_lehr_v1_agent_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *AgentSignalsResponse) GetSignals() *NamespaceSignals {
+	if x != nil {
+		return x.Signals
+	}
+	return nil
+}
+
 type ReportApplyResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -759,7 +879,7 @@ type ReportApplyResponse struct {
 
 func (x *ReportApplyResponse) Reset() {
 	*x = ReportApplyResponse{}
-	mi := &file_lehr_v1_agent_proto_msgTypes[12]
+	mi := &file_lehr_v1_agent_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -771,7 +891,7 @@ func (x *ReportApplyResponse) String() string {
 func (*ReportApplyResponse) ProtoMessage() {}
 
 func (x *ReportApplyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_agent_proto_msgTypes[12]
+	mi := &file_lehr_v1_agent_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -784,19 +904,21 @@ func (x *ReportApplyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportApplyResponse.ProtoReflect.Descriptor instead.
 func (*ReportApplyResponse) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_agent_proto_rawDescGZIP(), []int{12}
+	return file_lehr_v1_agent_proto_rawDescGZIP(), []int{14}
 }
 
 var File_lehr_v1_agent_proto protoreflect.FileDescriptor
 
 const file_lehr_v1_agent_proto_rawDesc = "" +
 	"\n" +
-	"\x13lehr/v1/agent.proto\x12\alehr.v1\x1a\x13lehr/v1/types.proto\"n\n" +
+	"\x13lehr/v1/agent.proto\x12\alehr.v1\x1a\x13lehr/v1/types.proto\x1a\x12lehr/v1/wire.proto\"\x8f\x01\n" +
 	"\x10SubscribeRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x1b\n" +
 	"\tclient_id\x18\x02 \x01(\tR\bclientId\x12\x1f\n" +
 	"\vttl_seconds\x18\x03 \x01(\rR\n" +
-	"ttlSeconds\"\x99\x01\n" +
+	"ttlSeconds\x12\x1f\n" +
+	"\vmetrics_url\x18\x04 \x01(\tR\n" +
+	"metricsUrl\"\x99\x01\n" +
 	"\x11SubscribeResponse\x12\x19\n" +
 	"\blease_id\x18\x01 \x01(\tR\aleaseId\x12\x1f\n" +
 	"\vttl_seconds\x18\x02 \x01(\rR\n" +
@@ -840,21 +962,28 @@ const file_lehr_v1_agent_proto_rawDesc = "" +
 	"namespaces\x18\x05 \x03(\v2\x18.lehr.v1.NamespaceStatusR\n" +
 	"namespaces\x12\x1f\n" +
 	"\vcache_bytes\x18\x06 \x01(\x03R\n" +
-	"cacheBytes\"\x8d\x01\n" +
+	"cacheBytes\"\xd4\x01\n" +
 	"\x12ReportApplyRequest\x12\x19\n" +
 	"\blease_id\x18\x01 \x01(\tR\aleaseId\x12\x1c\n" +
 	"\tnamespace\x18\x02 \x01(\tR\tnamespace\x12\x18\n" +
 	"\aversion\x18\x03 \x01(\x04R\aversion\x12\x0e\n" +
 	"\x02ok\x18\x04 \x01(\bR\x02ok\x12\x14\n" +
-	"\x05error\x18\x05 \x01(\tR\x05error\"\x15\n" +
-	"\x13ReportApplyResponse2\x9a\x03\n" +
+	"\x05error\x18\x05 \x01(\tR\x05error\x12)\n" +
+	"\x10callback_seconds\x18\x06 \x01(\x01R\x0fcallbackSeconds\x12\x1a\n" +
+	"\bpanicked\x18\a \x01(\bR\bpanicked\"3\n" +
+	"\x13AgentSignalsRequest\x12\x1c\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\"K\n" +
+	"\x14AgentSignalsResponse\x123\n" +
+	"\asignals\x18\x01 \x01(\v2\x19.lehr.v1.NamespaceSignalsR\asignals\"\x15\n" +
+	"\x13ReportApplyResponse2\xe2\x03\n" +
 	"\x05Agent\x12B\n" +
 	"\tSubscribe\x12\x19.lehr.v1.SubscribeRequest\x1a\x1a.lehr.v1.SubscribeResponse\x12B\n" +
 	"\tKeepAlive\x12\x19.lehr.v1.KeepAliveRequest\x1a\x1a.lehr.v1.KeepAliveResponse\x12H\n" +
 	"\vUnsubscribe\x12\x1b.lehr.v1.UnsubscribeRequest\x1a\x1c.lehr.v1.UnsubscribeResponse\x12:\n" +
 	"\x03Get\x12\x18.lehr.v1.AgentGetRequest\x1a\x19.lehr.v1.AgentGetResponse\x129\n" +
 	"\x06Status\x12\x16.lehr.v1.StatusRequest\x1a\x17.lehr.v1.StatusResponse\x12H\n" +
-	"\vReportApply\x12\x1b.lehr.v1.ReportApplyRequest\x1a\x1c.lehr.v1.ReportApplyResponseB\x1cZ\x1alehr.dev/lehr/proto/lehrpbb\x06proto3"
+	"\vReportApply\x12\x1b.lehr.v1.ReportApplyRequest\x1a\x1c.lehr.v1.ReportApplyResponse\x12F\n" +
+	"\aSignals\x12\x1c.lehr.v1.AgentSignalsRequest\x1a\x1d.lehr.v1.AgentSignalsResponseB\x1cZ\x1alehr.dev/lehr/proto/lehrpbb\x06proto3"
 
 var (
 	file_lehr_v1_agent_proto_rawDescOnce sync.Once
@@ -868,47 +997,53 @@ func file_lehr_v1_agent_proto_rawDescGZIP() []byte {
 	return file_lehr_v1_agent_proto_rawDescData
 }
 
-var file_lehr_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
+var file_lehr_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
 var file_lehr_v1_agent_proto_goTypes = []any{
-	(*SubscribeRequest)(nil),    // 0: lehr.v1.SubscribeRequest
-	(*SubscribeResponse)(nil),   // 1: lehr.v1.SubscribeResponse
-	(*KeepAliveRequest)(nil),    // 2: lehr.v1.KeepAliveRequest
-	(*KeepAliveResponse)(nil),   // 3: lehr.v1.KeepAliveResponse
-	(*UnsubscribeRequest)(nil),  // 4: lehr.v1.UnsubscribeRequest
-	(*UnsubscribeResponse)(nil), // 5: lehr.v1.UnsubscribeResponse
-	(*AgentGetRequest)(nil),     // 6: lehr.v1.AgentGetRequest
-	(*AgentGetResponse)(nil),    // 7: lehr.v1.AgentGetResponse
-	(*StatusRequest)(nil),       // 8: lehr.v1.StatusRequest
-	(*NamespaceStatus)(nil),     // 9: lehr.v1.NamespaceStatus
-	(*StatusResponse)(nil),      // 10: lehr.v1.StatusResponse
-	(*ReportApplyRequest)(nil),  // 11: lehr.v1.ReportApplyRequest
-	(*ReportApplyResponse)(nil), // 12: lehr.v1.ReportApplyResponse
-	(*VersionInfo)(nil),         // 13: lehr.v1.VersionInfo
-	(NamespaceKind)(0),          // 14: lehr.v1.NamespaceKind
-	(*Property)(nil),            // 15: lehr.v1.Property
+	(*SubscribeRequest)(nil),     // 0: lehr.v1.SubscribeRequest
+	(*SubscribeResponse)(nil),    // 1: lehr.v1.SubscribeResponse
+	(*KeepAliveRequest)(nil),     // 2: lehr.v1.KeepAliveRequest
+	(*KeepAliveResponse)(nil),    // 3: lehr.v1.KeepAliveResponse
+	(*UnsubscribeRequest)(nil),   // 4: lehr.v1.UnsubscribeRequest
+	(*UnsubscribeResponse)(nil),  // 5: lehr.v1.UnsubscribeResponse
+	(*AgentGetRequest)(nil),      // 6: lehr.v1.AgentGetRequest
+	(*AgentGetResponse)(nil),     // 7: lehr.v1.AgentGetResponse
+	(*StatusRequest)(nil),        // 8: lehr.v1.StatusRequest
+	(*NamespaceStatus)(nil),      // 9: lehr.v1.NamespaceStatus
+	(*StatusResponse)(nil),       // 10: lehr.v1.StatusResponse
+	(*ReportApplyRequest)(nil),   // 11: lehr.v1.ReportApplyRequest
+	(*AgentSignalsRequest)(nil),  // 12: lehr.v1.AgentSignalsRequest
+	(*AgentSignalsResponse)(nil), // 13: lehr.v1.AgentSignalsResponse
+	(*ReportApplyResponse)(nil),  // 14: lehr.v1.ReportApplyResponse
+	(*VersionInfo)(nil),          // 15: lehr.v1.VersionInfo
+	(NamespaceKind)(0),           // 16: lehr.v1.NamespaceKind
+	(*Property)(nil),             // 17: lehr.v1.Property
+	(*NamespaceSignals)(nil),     // 18: lehr.v1.NamespaceSignals
 }
 var file_lehr_v1_agent_proto_depIdxs = []int32{
-	13, // 0: lehr.v1.AgentGetResponse.version:type_name -> lehr.v1.VersionInfo
-	14, // 1: lehr.v1.AgentGetResponse.kind:type_name -> lehr.v1.NamespaceKind
-	15, // 2: lehr.v1.AgentGetResponse.properties:type_name -> lehr.v1.Property
+	15, // 0: lehr.v1.AgentGetResponse.version:type_name -> lehr.v1.VersionInfo
+	16, // 1: lehr.v1.AgentGetResponse.kind:type_name -> lehr.v1.NamespaceKind
+	17, // 2: lehr.v1.AgentGetResponse.properties:type_name -> lehr.v1.Property
 	9,  // 3: lehr.v1.StatusResponse.namespaces:type_name -> lehr.v1.NamespaceStatus
-	0,  // 4: lehr.v1.Agent.Subscribe:input_type -> lehr.v1.SubscribeRequest
-	2,  // 5: lehr.v1.Agent.KeepAlive:input_type -> lehr.v1.KeepAliveRequest
-	4,  // 6: lehr.v1.Agent.Unsubscribe:input_type -> lehr.v1.UnsubscribeRequest
-	6,  // 7: lehr.v1.Agent.Get:input_type -> lehr.v1.AgentGetRequest
-	8,  // 8: lehr.v1.Agent.Status:input_type -> lehr.v1.StatusRequest
-	11, // 9: lehr.v1.Agent.ReportApply:input_type -> lehr.v1.ReportApplyRequest
-	1,  // 10: lehr.v1.Agent.Subscribe:output_type -> lehr.v1.SubscribeResponse
-	3,  // 11: lehr.v1.Agent.KeepAlive:output_type -> lehr.v1.KeepAliveResponse
-	5,  // 12: lehr.v1.Agent.Unsubscribe:output_type -> lehr.v1.UnsubscribeResponse
-	7,  // 13: lehr.v1.Agent.Get:output_type -> lehr.v1.AgentGetResponse
-	10, // 14: lehr.v1.Agent.Status:output_type -> lehr.v1.StatusResponse
-	12, // 15: lehr.v1.Agent.ReportApply:output_type -> lehr.v1.ReportApplyResponse
-	10, // [10:16] is the sub-list for method output_type
-	4,  // [4:10] is the sub-list for method input_type
-	4,  // [4:4] is the sub-list for extension type_name
-	4,  // [4:4] is the sub-list for extension extendee
-	0,  // [0:4] is the sub-list for field type_name
+	18, // 4: lehr.v1.AgentSignalsResponse.signals:type_name -> lehr.v1.NamespaceSignals
+	0,  // 5: lehr.v1.Agent.Subscribe:input_type -> lehr.v1.SubscribeRequest
+	2,  // 6: lehr.v1.Agent.KeepAlive:input_type -> lehr.v1.KeepAliveRequest
+	4,  // 7: lehr.v1.Agent.Unsubscribe:input_type -> lehr.v1.UnsubscribeRequest
+	6,  // 8: lehr.v1.Agent.Get:input_type -> lehr.v1.AgentGetRequest
+	8,  // 9: lehr.v1.Agent.Status:input_type -> lehr.v1.StatusRequest
+	11, // 10: lehr.v1.Agent.ReportApply:input_type -> lehr.v1.ReportApplyRequest
+	12, // 11: lehr.v1.Agent.Signals:input_type -> lehr.v1.AgentSignalsRequest
+	1,  // 12: lehr.v1.Agent.Subscribe:output_type -> lehr.v1.SubscribeResponse
+	3,  // 13: lehr.v1.Agent.KeepAlive:output_type -> lehr.v1.KeepAliveResponse
+	5,  // 14: lehr.v1.Agent.Unsubscribe:output_type -> lehr.v1.UnsubscribeResponse
+	7,  // 15: lehr.v1.Agent.Get:output_type -> lehr.v1.AgentGetResponse
+	10, // 16: lehr.v1.Agent.Status:output_type -> lehr.v1.StatusResponse
+	14, // 17: lehr.v1.Agent.ReportApply:output_type -> lehr.v1.ReportApplyResponse
+	13, // 18: lehr.v1.Agent.Signals:output_type -> lehr.v1.AgentSignalsResponse
+	12, // [12:19] is the sub-list for method output_type
+	5,  // [5:12] is the sub-list for method input_type
+	5,  // [5:5] is the sub-list for extension type_name
+	5,  // [5:5] is the sub-list for extension extendee
+	0,  // [0:5] is the sub-list for field type_name
 }
 
 func init() { file_lehr_v1_agent_proto_init() }
@@ -917,13 +1052,14 @@ func file_lehr_v1_agent_proto_init() {
 		return
 	}
 	file_lehr_v1_types_proto_init()
+	file_lehr_v1_wire_proto_init()
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lehr_v1_agent_proto_rawDesc), len(file_lehr_v1_agent_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   13,
+			NumMessages:   15,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -30,6 +30,7 @@ const (
 	Agent_Get_FullMethodName         = "/lehr.v1.Agent/Get"
 	Agent_Status_FullMethodName      = "/lehr.v1.Agent/Status"
 	Agent_ReportApply_FullMethodName = "/lehr.v1.Agent/ReportApply"
+	Agent_Signals_FullMethodName     = "/lehr.v1.Agent/Signals"
 )
 
 // AgentClient is the client API for Agent service.
@@ -54,6 +55,9 @@ type AgentClient interface {
 	// ReportApply tells the agent how a consumer fared with a version: applied,
 	// or rejected by its callback. Feeds canary checks.
 	ReportApply(ctx context.Context, in *ReportApplyRequest, opts ...grpc.CallOption) (*ReportApplyResponse, error)
+	// Signals returns the per-interval signals the agent keeps of a
+	// namespace for canary analysis (what it sends a distributor that asks).
+	Signals(ctx context.Context, in *AgentSignalsRequest, opts ...grpc.CallOption) (*AgentSignalsResponse, error)
 }
 
 type agentClient struct {
@@ -124,6 +128,16 @@ func (c *agentClient) ReportApply(ctx context.Context, in *ReportApplyRequest, o
 	return out, nil
 }
 
+func (c *agentClient) Signals(ctx context.Context, in *AgentSignalsRequest, opts ...grpc.CallOption) (*AgentSignalsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(AgentSignalsResponse)
+	err := c.cc.Invoke(ctx, Agent_Signals_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AgentServer is the server API for Agent service.
 // All implementations must embed UnimplementedAgentServer
 // for forward compatibility.
@@ -146,6 +160,9 @@ type AgentServer interface {
 	// ReportApply tells the agent how a consumer fared with a version: applied,
 	// or rejected by its callback. Feeds canary checks.
 	ReportApply(context.Context, *ReportApplyRequest) (*ReportApplyResponse, error)
+	// Signals returns the per-interval signals the agent keeps of a
+	// namespace for canary analysis (what it sends a distributor that asks).
+	Signals(context.Context, *AgentSignalsRequest) (*AgentSignalsResponse, error)
 	mustEmbedUnimplementedAgentServer()
 }
 
@@ -173,6 +190,9 @@ func (UnimplementedAgentServer) Status(context.Context, *StatusRequest) (*Status
 }
 func (UnimplementedAgentServer) ReportApply(context.Context, *ReportApplyRequest) (*ReportApplyResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ReportApply not implemented")
+}
+func (UnimplementedAgentServer) Signals(context.Context, *AgentSignalsRequest) (*AgentSignalsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Signals not implemented")
 }
 func (UnimplementedAgentServer) mustEmbedUnimplementedAgentServer() {}
 func (UnimplementedAgentServer) testEmbeddedByValue()               {}
@@ -303,6 +323,24 @@ func _Agent_ReportApply_Handler(srv interface{}, ctx context.Context, dec func(i
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Agent_Signals_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(AgentSignalsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AgentServer).Signals(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Agent_Signals_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AgentServer).Signals(ctx, req.(*AgentSignalsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Agent_ServiceDesc is the grpc.ServiceDesc for Agent service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -333,6 +371,10 @@ var Agent_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ReportApply",
 			Handler:    _Agent_ReportApply_Handler,
+		},
+		{
+			MethodName: "Signals",
+			Handler:    _Agent_Signals_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
