@@ -60,16 +60,18 @@ run) and --hosts-per-zone agents (Badger cache, namespace files, a unix
 socket for consumers). On every host a demo service subscribes to demo/app,
 prints every callback it gets, serves 100 synthetic requests a second whose
 error ratio and latency follow demo.error_ratio and demo.latency_ms (counted
-on its own /metrics), and refuses a configuration whose demo.error_ratio is
-above 0.5 (it would fail most requests).
+on its own /metrics, which its agent scrapes every second for canary
+analysis), and refuses a configuration whose demo.error_ratio is above 0.5
+(it would fail most requests).
 
 Then it walks through the lehr commands: it creates the domain "demo",
 pushes demo/app (a first version goes everywhere at once) and waits until
 every host has it; patches one key and follows the rollout — one canary
-host per zone, then the first zone, then the rest, with bakes of seconds
-(rollout.Fast); then makes a bad change that the canary hosts refuse, and
-shows it rolled back before any other host saw it; and shows the diff, the
-history and a zone's status. Then it keeps running, consumers printing every change, so
+host per zone, judged by canary analysis against the other hosts, then the
+first zone, then the rest, with bakes of seconds (rollout.Fast); then makes
+a bad change the services accept but fail a fifth of their requests under,
+shows the canary analysis catch it and the change rolled back before any
+other host saw it; and shows the diff, the history and a zone's status. Then it keeps running, consumers printing every change, so
 you can push your own changes and watch them from another terminal, until
 Ctrl-C stops everything. The temporary data is removed on exit (pass
 --data-dir to keep it).
@@ -88,7 +90,7 @@ and says which.`,
 	metricsListen := fs.String("metrics-listen", "", "control's metrics HTTP `address` (default 127.0.0.1:7401, or a free port if it is busy)")
 	dataDir := fs.String("data-dir", "", "keep the data in this `directory` instead of a temporary one")
 	nZones := fs.Int("zones", 2, "number of `zones` (1 to 26)")
-	hostsPerZone := fs.Int("hosts-per-zone", 2, "agents per zone, each with a demo service (1 to 20)")
+	hostsPerZone := fs.Int("hosts-per-zone", 4, "agents per zone, each with a demo service (1 to 20)")
 	lf := addLogFlags(fs)
 	lf.Level = "warn"
 	fs.Lookup("log-level").DefValue = "warn"
@@ -294,7 +296,7 @@ func startDevConsumer(ctx context.Context, cl *devcluster.Cluster, z string, i i
 			fmt.Fprintf(out, "    [%s service on %s] %v\n", z, host, err)
 		}
 	})
-	c, err := cl.Consumer(z, i)
+	c, err := cl.Consumer(z, i, func(o *consumer.Options) { o.MetricsURL = dc.metrics })
 	if err != nil {
 		dc.close()
 		return nil, err
@@ -436,6 +438,9 @@ func devDemo(ctx context.Context, e *env, cl *devcluster.Cluster, cons []*devCon
 		return err
 	}
 
+	if err := waitHistory(ctx, cl, zones, say); err != nil {
+		return err
+	}
 	say("reading it back from control")
 	if err := step("get", "get", devNamespace); err != nil {
 		return err
@@ -455,13 +460,17 @@ func devDemo(ctx context.Context, e *env, cl *devcluster.Cluster, cons []*devCon
 	if err := step("rollout events", "rollout", "events", devNamespace); err != nil {
 		return err
 	}
+	say("the canary analysis that let it through: the canary hosts against the others, check by check")
+	if err := step("canary show", "canary", "show", fmt.Sprintf("%s@%d/stage-1", devNamespace, base+1)); err != nil {
+		return err
+	}
 
-	say("a bad change: demo.error_ratio 0.9, which the demo service refuses; the canary hosts catch it")
+	say("a bad change: demo.error_ratio 0.2 — the services accept it, then fail a fifth of their requests; the canary analysis catches it")
 	bad := base + 2
 	published = time.Now()
-	fmt.Fprintf(e.stdout, "\n$ lehr patch %s --base %d --set-json demo.error_ratio=0.9\n", devNamespace, base+1)
-	if code := run(ctx, []string{"patch", devNamespace, "--base", strconv.FormatUint(base+1, 10), "--set-json", "demo.error_ratio=0.9",
-		"--message", "try a much higher error ratio", "--control", cl.ControlAddr(), "--as", "lehr-dev"}, e); code != exitOK {
+	fmt.Fprintf(e.stdout, "\n$ lehr patch %s --base %d --set-json demo.error_ratio=0.2\n", devNamespace, base+1)
+	if code := run(ctx, []string{"patch", devNamespace, "--base", strconv.FormatUint(base+1, 10), "--set-json", "demo.error_ratio=0.2",
+		"--message", "try a higher error ratio", "--control", cl.ControlAddr(), "--as", "lehr-dev"}, e); code != exitOK {
 		return fmt.Errorf("patch failed (exit %d)", code)
 	}
 	fmt.Fprintf(e.stdout, "\n$ lehr rollout wait %s\n", devNamespace)
@@ -484,6 +493,9 @@ func devDemo(ctx context.Context, e *env, cl *devcluster.Cluster, cons []*devCon
 	if err := step("rollout events", "rollout", "events", devNamespace); err != nil {
 		return err
 	}
+	if err := step("canary show", "canary", "show", fmt.Sprintf("%s@%d/stage-1", devNamespace, bad)); err != nil {
+		return err
+	}
 	say("what changed, and the history")
 	if err := step("diff", "diff", devNamespace, strconv.FormatUint(base, 10), strconv.FormatUint(base+1, 10)); err != nil {
 		return err
@@ -498,6 +510,49 @@ func devDemo(ctx context.Context, e *env, cl *devcluster.Cluster, cons []*devCon
 	}
 	fmt.Fprintln(e.stdout)
 	return nil
+}
+
+// devHistory is how many intervals of requests every agent keeps of its
+// demo service before the first change: the "before" of canary analysis.
+const devHistory = 5
+
+// waitHistory waits until every agent keeps devHistory intervals of its
+// demo service's requests.
+func waitHistory(ctx context.Context, cl *devcluster.Cluster, zones []string, say func(string, ...any)) error {
+	say("letting every agent keep %d seconds of its demo service's metrics: canary analysis compares each host with itself before a change", devHistory)
+	ctx, cancel := context.WithTimeout(ctx, devLandTimeout)
+	defer cancel()
+	for _, z := range zones {
+		for _, a := range cl.Agents(z) {
+			for {
+				resp, err := a.Local().Signals(ctx, &lehrpb.AgentSignalsRequest{Namespace: devNamespace})
+				if err == nil && countPositive(resp.GetSignals(), "requests") >= devHistory {
+					break
+				}
+				select {
+				case <-ctx.Done():
+					return fmt.Errorf("agent %s kept fewer than %d intervals of requests within %v: %w", a.HostID, devHistory, devLandTimeout, ctx.Err())
+				case <-time.After(200 * time.Millisecond):
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// countPositive counts the intervals of a series above zero.
+func countPositive(s *lehrpb.NamespaceSignals, name string) int {
+	n := 0
+	for _, sr := range s.GetSeries() {
+		if sr.GetName() == name {
+			for _, v := range sr.GetValues() {
+				if v > 0 {
+					n++
+				}
+			}
+		}
+	}
+	return n
 }
 
 // waitReported waits, for a few seconds at most, until zone's distributors

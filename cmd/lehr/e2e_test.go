@@ -250,7 +250,7 @@ func TestDev(t *testing.T) {
 		"==> zone-a: distributor zone-a-dist-0 on udp 127.0.0.1:",
 		"==> zone-b: agent zone-b-host-0, socket ",
 		"==> zone-a: demo service subscribed to demo/app through agent zone-a-host-0",
-		"==> zone-b: demo service subscribed to demo/app through agent zone-b-host-1",
+		"==> zone-b: demo service subscribed to demo/app through agent zone-b-host-3",
 		"$ lehr domain create demo",
 		"$ lehr push demo/app --file ",
 		"published demo/app version 1",
@@ -261,15 +261,18 @@ func TestDev(t *testing.T) {
 		"$ lehr rollout wait demo/app",
 		"succeeded: every zone holds version 2",
 		"==> demo/app version 2 landed on every host",
-		"$ lehr patch demo/app --base 2 --set-json demo.error_ratio=0.9",
-		// The gate fails at the first rejection it sees: 1 of 1 or 2 of 2.
-		"consumers rejected version 3 (ratio 1, stage \"canary\" allows 0)",
+		"$ lehr canary show demo/app@2/stage-1",
+		"verdict PASS at look 4 of 4",
+		"$ lehr patch demo/app --base 2 --set-json demo.error_ratio=0.2",
+		"failed: canary analysis demo/app@3/stage-1: FAIL at look ",
+		"$ lehr canary show demo/app@3/stage-1",
+		"FAIL  error ratio: request_errors/requests went from ",
 		"rolled back  -    version 4 republishes version 2's content in every zone",
 		"==> demo/app version 4 landed on every host",
 		"~ limits/rps  [application/json]\n  old:\n    100\n  new:\n    250\n",
 		"$ lehr history demo/app",
 		"$ lehr zones status zone-a",
-		"zone zone-a: 1 distributor reporting, 2 agents connected",
+		"zone zone-a: 1 distributor reporting, 4 agents connected",
 		"==> ready. The consumers above keep printing every change",
 		"lehr push demo/app --control "+addr+" --file my.json",
 		"lehr patch demo/app --control "+addr+" --base 4 --set greeting=hi")
@@ -282,7 +285,7 @@ func TestDev(t *testing.T) {
 	if r == nil {
 		t.Fatalf("no canary hosts named for the bad version:\n%s", out)
 	}
-	for _, h := range []string{"zone-a-host-0", "zone-a-host-1", "zone-b-host-0", "zone-b-host-1"} {
+	for _, h := range []string{"zone-a-host-0", "zone-a-host-1", "zone-a-host-2", "zone-a-host-3", "zone-b-host-0", "zone-b-host-1", "zone-b-host-2", "zone-b-host-3"} {
 		prefix := "    [" + h[:6] + " service on " + h + "] callback: demo/app "
 		mustContain(t, h+" callbacks", out,
 			prefix+"version 1 (was 0), 7 changed keys\n        + demo.error_ratio = 0.01\n        + demo.latency_ms = 20\n        + features = {\"dark_mode\":false,\"beta_search\":true}\n        + greeting = hello from lehr\n",
@@ -291,8 +294,7 @@ func TestDev(t *testing.T) {
 		if cb := strings.Index(out, prefix+"version 2"); cb < 0 || cb > landed {
 			t.Errorf("%s callback for version 2 at offset %d, after the landed line at %d", h, cb, landed)
 		}
-		// A canary may or may not have taken version 3 before the first
-		// rejection rolled it back; no other host ever does.
+		// Only the canary hosts ever take the bad version 3.
 		canary := h == r[1] || h == r[2]
 		if strings.Contains(out, prefix+"version 3") && !canary {
 			t.Errorf("%s got the bad version 3, but the canaries are %s and %s", h, r[1], r[2])

@@ -22,10 +22,12 @@ func Default() *lehrpb.RolloutPolicy {
 	}}
 }
 
-// Fast is Default with bakes of seconds, for "lehr dev" and demos.
+// Fast is Default with bakes of seconds, for "lehr dev" and demos (whose
+// agents keep signals of 1 s intervals, so an 8 s canary bake gives the
+// canary analysis 8 intervals to judge).
 func Fast() *lehrpb.RolloutPolicy {
 	p := Default()
-	p.Stages[0].Bake = durationpb.New(5 * time.Second)
+	p.Stages[0].Bake = durationpb.New(8 * time.Second)
 	p.Stages[1].Bake = durationpb.New(5 * time.Second)
 	return p
 }

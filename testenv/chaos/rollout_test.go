@@ -25,7 +25,7 @@ func TestRolloutSurvivesControlKill(t *testing.T) {
 	defer cancel()
 	cl, err := chaos.StartCluster(ctx, ctx, chaos.ClusterOptions{
 		Binary: bin, Dir: runDir(t), Logger: testLogger(t),
-		Topology:    chaos.Topology{Zones: 2, DistributorsPerZone: 1, AgentsPerZone: 1},
+		Topology: chaos.Topology{Zones: 2, DistributorsPerZone: 1, AgentsPerZone: 1},
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -218,6 +218,7 @@ func (c *Cluster) newAgent(zone string, i int) (*AgentHandle, error) {
 			UnsubscribeGrace: c.opts.UnsubscribeGrace,
 			BackoffMin:       c.opts.AgentBackoffMin,
 			BackoffMax:       c.opts.AgentBackoffMax,
+			SignalsInterval:  c.opts.SignalsInterval,
 			Logger:           c.log.With("component", "agent", "host", host),
 			NoSync:           c.opts.NoSync,
 		},

@@ -139,6 +139,9 @@ type Options struct {
 	// agent's connection attempts; zero means 20 ms and 500 ms, so that
 	// failover is quick on loopback.
 	AgentBackoffMin, AgentBackoffMax time.Duration
+	// SignalsInterval is the agents' signals interval (canary analysis);
+	// default 1 s, so analyses of bakes of seconds have data.
+	SignalsInterval time.Duration
 	// StartTimeout bounds the start of each daemon; default
 	// DefaultStartTimeout.
 	StartTimeout time.Duration
@@ -339,6 +342,9 @@ func (o *Options) normalize() error {
 	if o.AgentBackoffMin <= 0 {
 		o.AgentBackoffMin = 20 * time.Millisecond
 	}
+	if o.SignalsInterval <= 0 {
+		o.SignalsInterval = time.Second
+	}
 	if o.AgentBackoffMax <= 0 {
 		o.AgentBackoffMax = 500 * time.Millisecond
 	}
@@ -443,9 +449,9 @@ func (c *Cluster) Agent(zone string, i int) (*AgentHandle, error) {
 
 // Consumer returns a new consumer client (client/consumer) bound to the
 // socket and files directory of agent i of zone, with a 200 ms retry
-// interval. Close closes it if the caller has not; closing it earlier is
-// fine.
-func (c *Cluster) Consumer(zone string, i int) (*consumer.Client, error) {
+// interval, adjusted by mod (a metrics URL, say). Close closes it if the
+// caller has not; closing it earlier is fine.
+func (c *Cluster) Consumer(zone string, i int, mod ...func(*consumer.Options)) (*consumer.Client, error) {
 	a, err := c.Agent(zone, i)
 	if err != nil {
 		return nil, err
@@ -455,13 +461,17 @@ func (c *Cluster) Consumer(zone string, i int) (*consumer.Client, error) {
 	if c.closed {
 		return nil, errors.New("devcluster: cluster closed")
 	}
-	cl, err := consumer.New(consumer.Options{
+	copts := consumer.Options{
 		Socket:        a.Socket(),
 		FilesDir:      a.FilesDir(),
 		ClientID:      fmt.Sprintf("devcluster-%s-%d", a.HostID, len(c.consumers)),
 		RetryInterval: 200 * time.Millisecond,
 		Logger:        c.log.With("component", "consumer", "host", a.HostID),
-	})
+	}
+	for _, m := range mod {
+		m(&copts)
+	}
+	cl, err := consumer.New(copts)
 	if err != nil {
 		return nil, fmt.Errorf("devcluster: consumer of %s: %w", a.HostID, err)
 	}

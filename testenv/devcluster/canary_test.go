@@ -1,0 +1,170 @@
+package devcluster_test
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"lehr.dev/lehr/client/consumer"
+	"lehr.dev/lehr/control/controltest"
+	"lehr.dev/lehr/proto/lehrpb"
+	"lehr.dev/lehr/testenv/demoservice"
+	"lehr.dev/lehr/testenv/devcluster"
+	"lehr.dev/lehr/testenv/wait"
+)
+
+// Canary analysis end to end: every host runs a demo service whose
+// metrics endpoint its agent scrapes; a change the services accept but
+// serve a fifth of their requests badly under is caught by the canary
+// analysis on the canary hosts and rolled back, with the failing check's
+// explanation; a harmless change passes it.
+func TestCanaryAnalysis(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	// 5 hosts per zone: 1 canary and 4 control hosts each, so the judge has
+	// 8 control hosts to learn how much hosts' changes vary.
+	c, err := devcluster.Start(ctx, devcluster.Options{
+		NoSync: true, Dir: t.TempDir(), Zones: []string{zoneA, zoneB},
+		AgentsPerZone: 5, Domains: []string{domain},
+		ReportInterval: 200 * time.Millisecond, Rollouts: true, RolloutInterval: 100 * time.Millisecond,
+		Logger: controltest.Logger(t, slog.LevelError),
+	})
+	if err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := c.Close(); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	})
+	prod := c.Producer()
+	ns := domain + "/svc"
+	canary := &lehrpb.RolloutStage{Name: "canary", Bake: durationpb.New(8 * time.Second), ApplyDeadline: durationpb.New(time.Minute),
+		Target:   &lehrpb.RolloutStage_Canary{Canary: &lehrpb.CanaryTarget{Hosts: 1}},
+		Analysis: &lehrpb.CanaryAnalysis{Alpha: 0.001}}
+	if _, err := prod.SetRolloutPolicy(ctx, domain, &lehrpb.RolloutPolicy{Stages: []*lehrpb.RolloutStage{canary}}, "test policy", 0); err != nil {
+		t.Fatal(err)
+	}
+
+	svcCtx, stopSvcs := context.WithCancel(ctx)
+	defer stopSvcs()
+	var agents []*devcluster.AgentHandle
+	for _, z := range []string{zoneA, zoneB} {
+		for i := range 5 {
+			svc := demoservice.New(demoservice.Options{Seed: uint64(len(agents))})
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			go svc.Serve(svcCtx, ln)
+			go svc.Run(svcCtx)
+			cl, err := c.Consumer(z, i, func(o *consumer.Options) { o.MetricsURL = "http://" + ln.Addr().String() + "/metrics" })
+			if err != nil {
+				t.Fatal(err)
+			}
+			sub, err := cl.Subscribe(ctx, ns)
+			if err != nil {
+				t.Fatal(err)
+			}
+			sub.OnChange(func(ch consumer.Change) error { return svc.Take(ch.New) })
+			a, _ := c.Agent(z, i)
+			agents = append(agents, a)
+		}
+	}
+	v1, err := prod.Publish(ctx, ns, props(demoservice.KeyErrorRatio, "0.01", demoservice.KeyLatencyMS, "20", "limit", "1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Each host's history before the change: a few scraped intervals.
+	for _, a := range agents {
+		wait.For(t, a.HostID+" keeping 5 intervals of requests", func() bool {
+			resp, err := a.Local().Signals(ctx, &lehrpb.AgentSignalsRequest{Namespace: ns})
+			if err != nil {
+				return false
+			}
+			n := 0
+			for _, sr := range resp.GetSignals().GetSeries() {
+				if sr.GetName() == "requests" {
+					for _, v := range sr.GetValues() {
+						if v > 0 {
+							n++
+						}
+					}
+				}
+			}
+			return n >= 5
+		})
+	}
+	if v1.GetSeq() != 1 {
+		t.Fatalf("first version %d", v1.GetSeq())
+	}
+
+	good, err := prod.Publish(ctx, ns, props(demoservice.KeyErrorRatio, "0.01", demoservice.KeyLatencyMS, "20", "limit", "2"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitRollout(t, ctx, c, ns, good.GetSeq(), lehrpb.RolloutState_ROLLOUT_STATE_SUCCEEDED)
+	ev := evaluation(t, ctx, prod.RPC(), ns, good.GetSeq())
+	if ev.GetResult().GetVerdict() != lehrpb.CanaryVerdict_CANARY_VERDICT_PASS {
+		t.Errorf("the harmless change's analysis: %s", dump(ev))
+	}
+
+	bad, err := prod.Publish(ctx, ns, props(demoservice.KeyErrorRatio, "0.2", demoservice.KeyLatencyMS, "20", "limit", "2"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var r *lehrpb.Rollout
+	wait.For(t, "the bad change's rollout ending", func() bool {
+		r, err = prod.GetRollout(ctx, ns, bad.GetSeq())
+		return err == nil && (r.GetState() == lehrpb.RolloutState_ROLLOUT_STATE_FAILED || r.GetState() == lehrpb.RolloutState_ROLLOUT_STATE_SUCCEEDED)
+	})
+	ev = evaluation(t, ctx, prod.RPC(), ns, bad.GetSeq())
+	if r.GetState() != lehrpb.RolloutState_ROLLOUT_STATE_FAILED || ev.GetResult().GetVerdict() != lehrpb.CanaryVerdict_CANARY_VERDICT_FAIL {
+		t.Fatalf("the bad change's rollout %v (%s); its analysis: %s", r.GetState(), r.GetReason(), dump(ev))
+	}
+	var failed *lehrpb.CanaryCheckResult
+	for _, ch := range ev.GetResult().GetChecks() {
+		if ch.GetName() == "error ratio" {
+			failed = ch
+		}
+	}
+	if failed.GetVerdict() != lehrpb.CanaryVerdict_CANARY_VERDICT_FAIL || !strings.Contains(failed.GetExplanation(), "rose more on the canary hosts") {
+		t.Errorf("error ratio check: %s", dump(ev))
+	}
+	if !strings.Contains(r.GetReason(), "canary analysis "+ev.GetId()) || !strings.Contains(r.GetReason(), "error ratio") {
+		t.Errorf("the rollout's reason does not explain the failure: %s", r.GetReason())
+	}
+	if r.GetRollbackVersion() == 0 {
+		t.Errorf("the failed rollout rolled nothing back: %v", r)
+	}
+}
+
+func evaluation(t *testing.T, ctx context.Context, rpc lehrpb.ControlClient, ns string, v uint64) *lehrpb.CanaryEvaluation {
+	t.Helper()
+	resp, err := rpc.ListCanaryEvaluations(ctx, &lehrpb.ListCanaryEvaluationsRequest{Namespace: ns})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ev := range resp.GetEvaluations() {
+		if ev.GetVersion() == v {
+			return ev
+		}
+	}
+	t.Fatalf("no canary evaluation of %s@%d among %d", ns, v, len(resp.GetEvaluations()))
+	return nil
+}
+
+func dump(ev *lehrpb.CanaryEvaluation) string {
+	b, _ := protojson.Marshal(ev)
+	var v any
+	_ = json.Unmarshal(b, &v)
+	out, _ := json.MarshalIndent(v, "", "  ")
+	return string(out)
+}
