@@ -175,7 +175,12 @@ type CheckResult struct {
 	// freedom, P its one- or two-sided p-value, Threshold the p-value this
 	// look needed to fail.
 	Effect, Statistic, DF, P, Threshold float64
-	// AA is the same check run control against control; nil when there were
-	// too few control hosts to split.
-	AA *CheckResult
+	// AA is the same check run control against control (two alternating
+	// halves of the control hosts); nil with fewer than 4 control hosts.
+	// Its AASplits and AADiffer say how many random halvings of the
+	// control hosts were compared and how many differed at p < 0.05: the
+	// check's observed A/A false-failure rate at that level, about 5 %
+	// when the control hosts are alike.
+	AA                 *CheckResult
+	AASplits, AADiffer int
 }

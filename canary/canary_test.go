@@ -110,6 +110,7 @@ func TestJudgeVerdicts(t *testing.T) {
 		explains string
 	}{
 		{"identical hosts pass", func() canary.Input { return fleet(1, 10, 40) }, canary.Options{}, canary.Pass, "latency", "within what the control hosts vary by"},
+		{"the A/A calibration is shown", func() canary.Input { return fleet(1, 10, 40) }, canary.Options{}, canary.Pass, "latency", "of 20 random halvings of the control hosts differ at p < 0.05"},
 		{"latency doubled fails", func() canary.Input {
 			in := fleet(1, 10, 40)
 			for t := 20; t < 40; t++ {
@@ -147,6 +148,11 @@ func TestJudgeVerdicts(t *testing.T) {
 			return in
 		}, canary.Options{}, canary.None, "", ""},
 		{"before the last look no pass", func() canary.Input { return fleet(1, 10, 40) }, canary.Options{BakeIntervals: 40}, canary.None, "latency", ""},
+		{"a metric nobody reports gives no verdict", func() canary.Input {
+			in := fleet(1, 5, 40)
+			in.Checks = []canary.Check{{Name: "queue depth", Metric: "queue_depth"}}
+			return in
+		}, canary.Options{}, canary.None, "queue depth", "no canary host reported queue_depth"},
 		{"quiet counts pass without a test", func() canary.Input {
 			in := fleet(1, 5, 40)
 			in.Checks = []canary.Check{{Name: "errors", Metric: canary.MetricRequestErrors}}

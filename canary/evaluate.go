@@ -3,6 +3,7 @@ package canary
 import (
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"strings"
 
 	"gonum.org/v1/gonum/stat/distuv"
@@ -17,7 +18,6 @@ type evaluation struct {
 	result CheckResult
 	lack   string // why there is no verdict, if there is none
 	tests  []test // the statistical tests run
-	aa     []test // the same tests on control halves, aligned with tests
 	bound  string // set when a canary host broke the check's Max
 	quiet  string // set when no host had any event: passes without a test
 }
@@ -27,6 +27,46 @@ type test struct {
 	name                        string
 	effect, stat, df, p         float64
 	canaryChange, controlChange float64 // mean per-host change, in the test's scale
+	// aa is the same test on two alternating halves of the control hosts
+	// (nil with fewer than 4); aaSplits random halvings of them were
+	// compared too, aaDiffer of which differed at p < 0.05.
+	aa                 *test
+	aaSplits, aaDiffer int
+}
+
+// aaSplits is how many random halvings of the control hosts calibrate a
+// test (A/A).
+const aaSplits = 20
+
+// calibrate runs t's comparison control against control: on alternating
+// halves, and on aaSplits random halvings (seeded, so a judgement is
+// reproducible), counting those that differ at p < 0.05 — about 1 in 20
+// when the control hosts are alike.
+func (t *test) calibrate(xk, fk []float64, d Direction, off float64) {
+	if len(xk) < 4 {
+		return
+	}
+	a, b, fa, fb := halves(xk, fk)
+	aa, _ := compare(t.name, a, b, fa, fb, d, off)
+	t.aa = &aa
+	rng := rand.New(rand.NewPCG(uint64(len(xk)), 0xaa))
+	idx := make([]int, len(xk))
+	for i := range idx {
+		idx[i] = i
+	}
+	for range aaSplits {
+		rng.Shuffle(len(idx), func(i, j int) { idx[i], idx[j] = idx[j], idx[i] })
+		x, f := make([]float64, len(xk)), make([]float64, len(xk))
+		for i, k := range idx {
+			x[i], f[i] = xk[k], fk[k]
+		}
+		h := len(x) / 2
+		r, _ := compare(t.name, x[:h], x[h:], f[:h], f[h:], d, off)
+		t.aaSplits++
+		if r.p < 0.05 {
+			t.aaDiffer++
+		}
+	}
 }
 
 func evaluate(p prepared, in Input, end int) *evaluation {
@@ -117,13 +157,9 @@ func evaluate(p prepared, in Input, end int) *evaluation {
 			// hosts' share of every event.
 			lt.p = max(lt.p, exactShare(canary, control, c0, end, e.kind, c.Direction, c.Tolerance))
 		}
+		lt.calibrate(sK, fK, c.Direction, off)
 		e.tests = append(e.tests, lt)
 		e.result.CanaryWorse = worse(sC, sK, c.Direction)
-		if len(sK) >= 4 {
-			a, b, fa, fb := halves(sK, fK)
-			at, _ := compare(name, a, b, fa, fb, c.Direction, off)
-			e.aa = append(e.aa, at)
-		}
 	}
 	if e.kind == KindValue {
 		spread := func(rs [][]float64) (ratios, floors []float64) {
@@ -142,12 +178,8 @@ func evaluate(p prepared, in Input, end int) *evaluation {
 		vK, gK := spread(rk)
 		name := fmt.Sprintf("spread: log ratio of the AR(1) innovations' size after vs before (%s scale, φ = %.2f), canary vs control hosts, t on control hosts' spread", sc.name, phi)
 		if st, ok := compare(name, vC, vK, gC, gK, Increase, 0); ok {
+			st.calibrate(vK, gK, Increase, 0)
 			e.tests = append(e.tests, st)
-			if len(vK) >= 4 {
-				a, b, fa, fb := halves(vK, gK)
-				at, _ := compare(name, a, b, fa, fb, Increase, 0)
-				e.aa = append(e.aa, at)
-			}
 		}
 	}
 	if len(e.tests) == 0 {
@@ -307,10 +339,11 @@ func (e *evaluation) finish(thr float64) CheckResult {
 		}
 		t := e.tests[best]
 		r.Test, r.Effect, r.Statistic, r.DF, r.P = t.name, t.effect, t.stat, t.df, t.p
-		if best < len(e.aa) {
-			a := e.aa[best]
+		if a := t.aa; a != nil {
 			r.AA = &CheckResult{Name: e.check.Name + " (A/A)", Verdict: Pass, Test: a.name, Effect: a.effect, Statistic: a.stat, DF: a.df, P: a.p, Threshold: thr,
-				ControlHosts: int(a.df) + 1, Explanation: fmt.Sprintf("control hosts split in two halves: p = %.3g", a.p)}
+				ControlHosts: int(a.df) + 1, AASplits: t.aaSplits, AADiffer: t.aaDiffer,
+				Explanation: fmt.Sprintf("the control hosts against each other: alternating halves p = %.3g; %d of %d random halvings differ at p < 0.05 (about 1 expected when the control hosts are alike)",
+					a.p, t.aaDiffer, t.aaSplits)}
 			if a.p < thr {
 				r.AA.Verdict = Fail
 			}
@@ -336,6 +369,10 @@ func (e *evaluation) finish(thr float64) CheckResult {
 	default:
 		r.Verdict = Pass
 		r.Explanation = fmt.Sprintf("%s: within what the control hosts vary by (p = %.3g; a failure needs p below %.3g).", moved, r.P, thr)
+	}
+	if a := r.AA; a != nil && e.lack == "" && e.quiet == "" {
+		r.Explanation += fmt.Sprintf(" Control against control, %d of %d random halvings of the control hosts differ at p < 0.05 (about %d expected).",
+			a.AADiffer, a.AASplits, (a.AASplits+10)/20)
 	}
 	return r
 }

@@ -13,7 +13,7 @@ import (
 // EncodeInput (what "lehr canary judge --input" reads; docs/canary.md):
 //
 //	{
-//	  "interval": "10s",
+//	  "interval_seconds": 10,
 //	  "change_index": 60,
 //	  "canary":  {"host-1": {"requests": [1000, 998, null, …], …}, …},
 //	  "control": {"host-9": {…}, …},
@@ -25,11 +25,11 @@ import (
 // null is an interval without data; "checks" may be left out for the
 // default checks.
 type fileInput struct {
-	Interval    string                           `json:"interval,omitempty"`
-	ChangeIndex int                              `json:"change_index"`
-	Canary      map[string]map[string][]*float64 `json:"canary"`
-	Control     map[string]map[string][]*float64 `json:"control"`
-	Checks      []fileCheck                      `json:"checks,omitempty"`
+	IntervalSeconds int                              `json:"interval_seconds,omitempty"`
+	ChangeIndex     int                              `json:"change_index"`
+	Canary          map[string]map[string][]*float64 `json:"canary"`
+	Control         map[string]map[string][]*float64 `json:"control"`
+	Checks          []fileCheck                      `json:"checks,omitempty"`
 }
 
 type fileCheck struct {
@@ -56,14 +56,10 @@ func DecodeInput(r io.Reader) (Input, error) {
 	if err := dec.Decode(&f); err != nil {
 		return Input{}, fmt.Errorf("canary input: %w", err)
 	}
-	in := Input{ChangeIndex: f.ChangeIndex}
-	if f.Interval != "" {
-		d, err := time.ParseDuration(f.Interval)
-		if err != nil || d < 0 {
-			return Input{}, fmt.Errorf("canary input: interval: %q is not a duration like \"10s\"", f.Interval)
-		}
-		in.Interval = d
+	if f.IntervalSeconds < 0 {
+		return Input{}, fmt.Errorf("canary input: interval_seconds: %d; want the interval's length in seconds (or leave it out)", f.IntervalSeconds)
 	}
+	in := Input{ChangeIndex: f.ChangeIndex, Interval: time.Duration(f.IntervalSeconds) * time.Second}
 	in.Canary, in.Control = fromFile(f.Canary), fromFile(f.Control)
 	for _, c := range f.Checks {
 		k := Check{Name: c.Name, Metric: c.Metric, Direction: c.Direction, Kind: c.Kind, Tolerance: c.Tolerance, Max: c.Max}
@@ -78,9 +74,7 @@ func DecodeInput(r io.Reader) (Input, error) {
 // EncodeInput writes in in its JSON file format.
 func EncodeInput(w io.Writer, in Input) error {
 	f := fileInput{ChangeIndex: in.ChangeIndex, Canary: toFile(in.Canary), Control: toFile(in.Control)}
-	if in.Interval > 0 {
-		f.Interval = in.Interval.String()
-	}
+	f.IntervalSeconds = int(in.Interval / time.Second)
 	for _, c := range in.Checks {
 		fc := fileCheck{Name: c.Name, Metric: c.Metric, Direction: c.Direction, Kind: c.Kind, Tolerance: c.Tolerance, Max: c.Max}
 		if c.Ratio != nil {
@@ -155,6 +149,8 @@ type jsonCheck struct {
 	P             number     `json:"p"`
 	Threshold     number     `json:"threshold"`
 	AA            *jsonCheck `json:"aa,omitempty"`
+	AASplits      int        `json:"aa_splits,omitempty"`
+	AADiffer      int        `json:"aa_differ,omitempty"`
 }
 
 func toJSONCheck(c CheckResult) *jsonCheck {
@@ -162,7 +158,8 @@ func toJSONCheck(c CheckResult) *jsonCheck {
 		CanaryBefore: number(c.CanaryBefore), CanaryAfter: number(c.CanaryAfter),
 		ControlBefore: number(c.ControlBefore), ControlAfter: number(c.ControlAfter),
 		CanaryHosts: c.CanaryHosts, ControlHosts: c.ControlHosts, CanaryWorse: c.CanaryWorse,
-		Effect: number(c.Effect), Statistic: number(c.Statistic), DF: number(c.DF), P: number(c.P), Threshold: number(c.Threshold)}
+		Effect: number(c.Effect), Statistic: number(c.Statistic), DF: number(c.DF), P: number(c.P), Threshold: number(c.Threshold),
+		AASplits: c.AASplits, AADiffer: c.AADiffer}
 	if c.AA != nil {
 		j.AA = toJSONCheck(*c.AA)
 	}

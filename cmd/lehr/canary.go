@@ -173,6 +173,10 @@ func canaryJudge(e *env, cmd, file string, opts canary.Options, asJSON bool) int
 				fmt.Fprintf(e.stdout, "        %s; effect %.3g, statistic %.3g on %.3g df, p %.3g (needed < %.3g)\n",
 					c.Test, c.Effect, c.Statistic, c.DF, c.P, c.Threshold)
 			}
+			if aa := c.AA; aa != nil {
+				fmt.Fprintf(e.stdout, "        A/A (control against control): %s, p %.3g; %d of %d random halvings differ at p < 0.05 (about 1 expected)\n",
+					aa.Verdict, aa.P, aa.AADiffer, aa.AASplits)
+			}
 		}
 	}
 	switch res.Verdict {

@@ -56,7 +56,8 @@ func writeEvaluation(w io.Writer, ev *lehrpb.CanaryEvaluation) {
 				c.GetTest(), c.GetEffect(), c.GetStatistic(), c.GetDf(), c.GetP(), c.GetThreshold())
 		}
 		if aa := c.GetAa(); aa != nil {
-			fmt.Fprintf(w, "        A/A (control against control): %s\n", verdictWord(aa.GetVerdict()))
+			fmt.Fprintf(w, "        A/A (control against control): %s, p %.3g; %d of %d random halvings differ at p < 0.05 (about 1 expected)\n",
+				verdictWord(aa.GetVerdict()), aa.GetP(), aa.GetAaDiffer(), aa.GetAaSplits())
 		}
 	}
 }

@@ -493,6 +493,7 @@ func checkResult(c canary.CheckResult) *lehrpb.CanaryCheckResult {
 		ControlBefore: finite(c.ControlBefore), ControlAfter: finite(c.ControlAfter),
 		CanaryHosts: int32(c.CanaryHosts), ControlHosts: int32(c.ControlHosts), CanaryWorse: int32(c.CanaryWorse),
 		Effect: finite(c.Effect), Statistic: finite(c.Statistic), Df: finite(c.DF), P: finite(c.P), Threshold: finite(c.Threshold),
+		AaSplits: int32(c.AASplits), AaDiffer: int32(c.AADiffer),
 	}
 	if c.AA != nil {
 		out.Aa = checkResult(*c.AA)

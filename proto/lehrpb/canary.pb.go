@@ -729,7 +729,13 @@ type CanaryCheckResult struct {
 	Threshold   float64 `protobuf:"fixed64,16,opt,name=threshold,proto3" json:"threshold,omitempty"`
 	// The same check run control against control (a deterministic split of
 	// the control hosts); absent when there were too few to split.
-	Aa            *CanaryCheckResult `protobuf:"bytes,17,opt,name=aa,proto3" json:"aa,omitempty"`
+	Aa *CanaryCheckResult `protobuf:"bytes,17,opt,name=aa,proto3" json:"aa,omitempty"`
+	// In aa: how many random halvings of the control hosts were compared
+	// control against control, and how many differed at p < 0.05 — the
+	// check's observed A/A false-failure rate at that level (about 1 in 20
+	// when the control hosts are alike).
+	AaSplits      int32 `protobuf:"varint,18,opt,name=aa_splits,json=aaSplits,proto3" json:"aa_splits,omitempty"`
+	AaDiffer      int32 `protobuf:"varint,19,opt,name=aa_differ,json=aaDiffer,proto3" json:"aa_differ,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -881,6 +887,20 @@ func (x *CanaryCheckResult) GetAa() *CanaryCheckResult {
 		return x.Aa
 	}
 	return nil
+}
+
+func (x *CanaryCheckResult) GetAaSplits() int32 {
+	if x != nil {
+		return x.AaSplits
+	}
+	return 0
+}
+
+func (x *CanaryCheckResult) GetAaDiffer() int32 {
+	if x != nil {
+		return x.AaDiffer
+	}
+	return 0
 }
 
 type EvaluateRequest struct {
@@ -1175,7 +1195,7 @@ const file_lehr_v1_canary_proto_rawDesc = "" +
 	"\rcontrol_hosts\x18\b \x01(\x05R\fcontrolHosts\x122\n" +
 	"\x06checks\x18\t \x03(\v2\x1a.lehr.v1.CanaryCheckResultR\x06checks\x12.\n" +
 	"\x04time\x18\n" +
-	" \x01(\v2\x1a.google.protobuf.TimestampR\x04time\"\xac\x04\n" +
+	" \x01(\v2\x1a.google.protobuf.TimestampR\x04time\"\xe6\x04\n" +
 	"\x11CanaryCheckResult\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x120\n" +
 	"\averdict\x18\x02 \x01(\x0e2\x16.lehr.v1.CanaryVerdictR\averdict\x12 \n" +
@@ -1194,7 +1214,9 @@ const file_lehr_v1_canary_proto_rawDesc = "" +
 	"\x02df\x18\x0e \x01(\x01R\x02df\x12\f\n" +
 	"\x01p\x18\x0f \x01(\x01R\x01p\x12\x1c\n" +
 	"\tthreshold\x18\x10 \x01(\x01R\tthreshold\x12*\n" +
-	"\x02aa\x18\x11 \x01(\v2\x1a.lehr.v1.CanaryCheckResultR\x02aa\"\xa8\x02\n" +
+	"\x02aa\x18\x11 \x01(\v2\x1a.lehr.v1.CanaryCheckResultR\x02aa\x12\x1b\n" +
+	"\taa_splits\x18\x12 \x01(\x05R\baaSplits\x12\x1b\n" +
+	"\taa_differ\x18\x13 \x01(\x05R\baaDiffer\"\xa8\x02\n" +
 	"\x0fEvaluateRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1c\n" +
 	"\tnamespace\x18\x02 \x01(\tR\tnamespace\x12\x18\n" +
