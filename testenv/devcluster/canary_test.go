@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"lehr.dev/lehr/client/consumer"
@@ -143,6 +144,27 @@ func TestCanaryAnalysis(t *testing.T) {
 	}
 	if r.GetRollbackVersion() == 0 {
 		t.Errorf("the failed rollout rolled nothing back: %v", r)
+	}
+
+	// The evaluation is data: read again (waiting, it is done) it is the
+	// same; started again under its name it is the same one.
+	got, err := prod.CanaryEvaluation(ctx, ev.GetId(), true)
+	if err != nil || got.GetState() != lehrpb.CanaryEvaluationState_CANARY_EVALUATION_STATE_DONE || !proto.Equal(got, ev) {
+		t.Errorf("GetCanaryEvaluation(%s, wait): %v, %v; want the stored, done evaluation", ev.GetId(), got, err)
+	}
+	req := &lehrpb.EvaluateRequest{Name: "replay", Namespace: ns, Version: bad.GetSeq(), Trials: ev.GetTrials(),
+		ChangeTime: ev.GetChangeTime(), Bake: ev.GetBake()}
+	first, err := prod.Evaluate(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := prod.Evaluate(ctx, req)
+	if err != nil || first.GetId() != ns+"@3/replay" || !proto.Equal(first.GetCreateTime(), again.GetCreateTime()) {
+		t.Errorf("Evaluate twice: %v then %v (%v); want one evaluation %s@3/replay", first, again, err, ns)
+	}
+	req.Name, req.Trials = "no-trials", nil
+	if _, err := prod.Evaluate(ctx, req); err == nil || !strings.Contains(err.Error(), "trials") {
+		t.Errorf("Evaluate without trials: %v; want an error naming trials", err)
 	}
 }
 
