@@ -247,6 +247,7 @@ func TestJudgeRates(t *testing.T) {
 		{scenario.LatencyUp50, 1, 0.95, n * 95 / 100, n},
 		{scenario.CrashLoop, 1, 0.5, n * 95 / 100, n},
 		{scenario.SlowMode30, 3, 0.8, n * 95 / 100, n},
+		{scenario.LatencyVarX4, 10, 0.5, n * 95 / 100, n},
 	} {
 		fails := 0
 		for seed := range n {

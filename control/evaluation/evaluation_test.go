@@ -1,6 +1,7 @@
 package evaluation_test
 
 import (
+	"errors"
 	"maps"
 	"math"
 	"slices"
@@ -113,5 +114,54 @@ func TestInputDropsIntervalsOnTheWrongSide(t *testing.T) {
 	}
 	if len(got.Control) != 20 {
 		t.Errorf("%d control hosts; want 20", len(got.Control))
+	}
+}
+
+func TestCheckAnalysis(t *testing.T) {
+	bound := 0.05
+	nan := math.NaN()
+	check := func(mod func(c *lehrpb.CanaryCheck)) *lehrpb.CanaryAnalysis {
+		c := &lehrpb.CanaryCheck{Name: "errors", Ratio: &lehrpb.CanaryRatio{Numerator: "request_errors", Denominator: "requests"},
+			Direction: "increase", Kind: "proportion", Tolerance: 0.1, Max: &bound}
+		mod(c)
+		return &lehrpb.CanaryAnalysis{Checks: []*lehrpb.CanaryCheck{c}}
+	}
+	for _, tc := range []struct {
+		name  string
+		a     *lehrpb.CanaryAnalysis
+		field string // "" for valid
+	}{
+		{"none", nil, ""},
+		{"defaults", &lehrpb.CanaryAnalysis{}, ""},
+		{"a full check", check(func(*lehrpb.CanaryCheck) {}), ""},
+		{"alpha above the bound", &lehrpb.CanaryAnalysis{Alpha: 0.9}, "analysis.alpha"},
+		{"unknown on_no_verdict", &lehrpb.CanaryAnalysis{OnNoVerdict: "shrug"}, "analysis.on_no_verdict"},
+		{"too many control hosts", &lehrpb.CanaryAnalysis{ControlHosts: 1 << 20}, "analysis.control_hosts"},
+		{"check without a name", check(func(c *lehrpb.CanaryCheck) { c.Name = "" }), "analysis.checks[0].name"},
+		{"metric and ratio", check(func(c *lehrpb.CanaryCheck) { c.Metric = "requests" }), "analysis.checks[0]"},
+		{"half a ratio", check(func(c *lehrpb.CanaryCheck) { c.Ratio.Denominator = "" }), "analysis.checks[0].ratio"},
+		{"unknown direction", check(func(c *lehrpb.CanaryCheck) { c.Direction = "up" }), "analysis.checks[0].direction"},
+		{"unknown kind", check(func(c *lehrpb.CanaryCheck) { c.Kind = "ratio" }), "analysis.checks[0].kind"},
+		{"negative tolerance", check(func(c *lehrpb.CanaryCheck) { c.Tolerance = -1 }), "analysis.checks[0].tolerance"},
+		{"bound not a number", check(func(c *lehrpb.CanaryCheck) { c.Max = &nan }), "analysis.checks[0].max"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := evaluation.CheckAnalysis("analysis", tc.a)
+			if tc.field == "" {
+				if err != nil {
+					t.Fatalf("CheckAnalysis: %v", err)
+				}
+				return
+			}
+			var fe *evaluation.FieldError
+			if !errors.As(err, &fe) || fe.Field != tc.field {
+				t.Fatalf("CheckAnalysis: %v; want an error on %s", err, tc.field)
+			}
+		})
+	}
+	// A valid check reaches the judge as written.
+	cs, err := evaluation.Checks(check(func(*lehrpb.CanaryCheck) {}).GetChecks())
+	if err != nil || len(cs) != 1 || cs[0].Kind != canary.KindProportion || cs[0].Direction != canary.Increase || *cs[0].Max != bound || cs[0].Tolerance != 0.1 {
+		t.Errorf("Checks = %+v, %v", cs, err)
 	}
 }
