@@ -54,8 +54,8 @@ const (
 //
 // and its type must be bool (an expression of type dyn, such as
 // request.admin, must be compared explicitly: request.admin == true).
-// How a set of rules combines into a decision (e.g. deny overrides allow) is
-// up to the evaluator; this type fixes only the format of one rule.
+// A Set combines the rules of a namespace into decisions (deny overrides
+// allow; no match denies).
 type Rule struct {
 	Effect      Effect `json:"effect"`
 	Condition   string `json:"condition"`
@@ -154,7 +154,9 @@ func Compile(env *cel.Env, key string, r Rule) (*CompiledRule, error) {
 	if t := ast.OutputType(); !t.IsExactType(cel.BoolType) {
 		return nil, fmt.Errorf("condition of rule %q has type %s, want bool; compare explicitly, e.g. request.flag == true", key, t)
 	}
-	prg, err := env.Program(ast, cel.CostLimit(MaxCost), cel.InterruptCheckFrequency(100))
+	// OptOptimize folds constants at plan time (a literal list in an "in"
+	// becomes a set lookup): the rule is planned once and evaluated often.
+	prg, err := env.Program(ast, cel.CostLimit(MaxCost), cel.InterruptCheckFrequency(100), cel.EvalOptions(cel.OptOptimize))
 	if err != nil {
 		return nil, fmt.Errorf("plan condition of rule %q: %w", key, err)
 	}
@@ -176,20 +178,11 @@ var ErrEval = errors.New("policy: evaluate rule")
 // Matches evaluates the rule's condition on in and reports whether it holds.
 // ctx cancels a long evaluation.
 func (r *CompiledRule) Matches(ctx context.Context, in Input) (bool, error) {
-	vars := map[string]any{
+	return r.matches(ctx, map[string]any{
 		"request":   orEmpty(in.Request),
 		"principal": orEmpty(in.Principal),
 		"now":       in.Now,
-	}
-	out, _, err := r.program.ContextEval(ctx, vars)
-	if err != nil {
-		return false, fmt.Errorf("%w %q: %w", ErrEval, r.Key, err)
-	}
-	b, ok := out.Value().(bool)
-	if !ok {
-		return false, fmt.Errorf("%w %q: result %v is not a bool", ErrEval, r.Key, out)
-	}
-	return b, nil
+	})
 }
 
 func orEmpty(m map[string]any) map[string]any {

@@ -35,10 +35,12 @@ import (
 	"sync"
 	"time"
 
+	"cel.dev/cel-go/cel"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
 	"lehr.dev/lehr/internal/names"
+	"lehr.dev/lehr/policy"
 	"lehr.dev/lehr/proto/lehrpb"
 )
 
@@ -76,9 +78,12 @@ type Options struct {
 // Client is a connection to the local agent. It is safe for concurrent use.
 type Client struct {
 	opts Options
-	conn *grpc.ClientConn
-	api  lehrpb.AgentClient
-	log  *slog.Logger
+	// policyEnv builds the CEL environment of policy rules once, on the
+	// first Evaluate (it costs milliseconds).
+	policyEnv func() (*cel.Env, error)
+	conn      *grpc.ClientConn
+	api       lehrpb.AgentClient
+	log       *slog.Logger
 
 	mu     sync.Mutex
 	subs   map[*Subscription]struct{}
@@ -116,11 +121,12 @@ func New(opts Options) (*Client, error) {
 		return nil, fmt.Errorf("consumer: agent socket %s: %w", opts.Socket, err)
 	}
 	return &Client{
-		opts: opts,
-		conn: conn,
-		api:  lehrpb.NewAgentClient(conn),
-		log:  opts.Logger.With("component", "lehr-consumer"),
-		subs: map[*Subscription]struct{}{},
+		opts:      opts,
+		policyEnv: sync.OnceValues(policy.NewEnv),
+		conn:      conn,
+		api:       lehrpb.NewAgentClient(conn),
+		log:       opts.Logger.With("component", "lehr-consumer"),
+		subs:      map[*Subscription]struct{}{},
 	}, nil
 }
 

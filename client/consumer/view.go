@@ -21,6 +21,8 @@ type View struct {
 	// rollbackOf is the older version this one republishes (0: none).
 	rollbackOf uint64
 	snap       content.Snapshot
+	// policy is snap's rules compiled, for Evaluate.
+	policy compiled
 }
 
 // supersedes reports whether v replaces o as the current view: a newer
