@@ -263,13 +263,19 @@ func (s *Service) Step(ctx context.Context, g store.Guard, ev *lehrpb.CanaryEval
 	if err != nil {
 		return ev, fmt.Errorf("evaluation %s: %w", ev.GetId(), err)
 	}
-	res := Judge(ev, data, s.now())
-	if sameResult(ev.GetResult(), res) {
+	now := s.now()
+	res := Judge(ev, data, now)
+	final := res.GetVerdict() == lehrpb.CanaryVerdict_CANARY_VERDICT_FAIL || res.GetLooks() > 0 && res.GetLook() >= res.GetLooks()
+	late := !final && now.After(GiveUpTime(ev))
+	if late {
+		res.Reason = fmt.Sprintf("gave up at %s without the bake's last look: %s", GiveUpTime(ev).UTC().Format(time.RFC3339), res.GetReason())
+	}
+	if !late && sameResult(ev.GetResult(), res) {
 		return ev, nil
 	}
 	ev = proto.CloneOf(ev)
-	ev.Result, ev.UpdateTime = res, timestamppb.New(s.now())
-	if res.GetVerdict() == lehrpb.CanaryVerdict_CANARY_VERDICT_FAIL || res.GetLooks() > 0 && res.GetLook() >= res.GetLooks() {
+	ev.Result, ev.UpdateTime = res, timestamppb.New(now)
+	if final || late {
 		ev.State = lehrpb.CanaryEvaluationState_CANARY_EVALUATION_STATE_DONE
 	}
 	if err := s.st.PutEvaluation(ctx, g, ev); err != nil {
@@ -277,6 +283,15 @@ func (s *Service) Step(ctx context.Context, g store.Guard, ev *lehrpb.CanaryEval
 	}
 	s.log.Info("canary evaluation", "id", ev.GetId(), "verdict", verdictName(res.GetVerdict()), "look", res.GetLook(), "of", res.GetLooks(), "reason", res.GetReason())
 	return ev, nil
+}
+
+// GiveUpTime is when a RUNNING evaluation stops waiting for data and ends
+// DONE with what it has (NONE, typically: the hosts stopped reporting, or
+// nobody watches them): the end of its bake plus the bake again, at least
+// 5 minutes, so no evaluation is judged forever.
+func GiveUpTime(ev *lehrpb.CanaryEvaluation) time.Time {
+	bake := ev.GetBake().AsDuration()
+	return ev.GetChangeTime().AsTime().Add(bake + max(bake, 5*time.Minute))
 }
 
 // sameResult reports whether two results say the same thing (their time

@@ -165,3 +165,21 @@ func TestCheckAnalysis(t *testing.T) {
 		t.Errorf("Checks = %+v, %v", cs, err)
 	}
 }
+
+// An evaluation whose data never comes is given up after its bake plus
+// the bake again (at least 5 minutes), so none is judged forever.
+func TestGiveUpTime(t *testing.T) {
+	change := time.Unix(1_800_000_000, 0)
+	for _, tc := range []struct {
+		bake time.Duration
+		want time.Time
+	}{
+		{10 * time.Second, change.Add(10*time.Second + 5*time.Minute)},
+		{time.Hour, change.Add(2 * time.Hour)},
+	} {
+		ev := &lehrpb.CanaryEvaluation{ChangeTime: timestamppb.New(change), Bake: durationpb.New(tc.bake)}
+		if got := evaluation.GiveUpTime(ev); !got.Equal(tc.want) {
+			t.Errorf("bake %v: gives up at %v; want %v", tc.bake, got, tc.want)
+		}
+	}
+}
