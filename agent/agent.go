@@ -89,11 +89,19 @@ type Options struct {
 	// identity) and the CA that signs distributors. Required.
 	TLS *tls.Config
 	// DataDir holds the cache (DataDir/cache) and the namespace files
-	// (DataDir/files). Required; created (0755) if missing.
+	// (DataDir/files). Required; created if missing. The agent makes it
+	// mode 0710 (its group may pass through to the files, not list the
+	// cache) and the files directory 0750, the files 0640.
 	DataDir string
 	// Socket is the local API's unix socket; "" means DataDir/agent.sock.
 	// A stale socket file is removed on start; the socket is mode 0660.
 	Socket string
+	// ConsumerGid, when not 0, is the group of the consumers: the data
+	// directory, the files directory, the namespace files and the socket
+	// are given to it, so its members read the files and use the socket
+	// and nobody else can. 0 keeps the agent's own group (with systemd,
+	// the unit's Group=).
+	ConsumerGid int
 	// MetricsListen is a TCP address serving /metrics; "" means none.
 	MetricsListen string
 	// LeaseTTL is the lease TTL granted when a consumer asks for 0; zero
@@ -203,6 +211,9 @@ func New(opts Options) (*Agent, error) {
 	if iv := opts.SignalsInterval; iv != 0 && (iv < time.Second || iv%time.Second != 0 || iv > time.Hour) {
 		return nil, fmt.Errorf("agent: Options.SignalsInterval is %v: want whole seconds from 1s to 1h (0 means 10s)", iv)
 	}
+	if opts.ConsumerGid < 0 {
+		return nil, fmt.Errorf("agent: Options.ConsumerGid is %d: want a group id (0 keeps the agent's own group)", opts.ConsumerGid)
+	}
 	if opts.LeaseTTL < 0 {
 		return nil, fmt.Errorf("agent: Options.LeaseTTL is %v: want >= 0 (0 means %v)", opts.LeaseTTL, DefaultLeaseTTL)
 	}
@@ -232,7 +243,7 @@ func New(opts Options) (*Agent, error) {
 		state:    map[string]*nsState{},
 		done:     make(chan struct{}),
 	}
-	a.writer = nsfile.Writer{NoSync: opts.NoSync}
+	a.writer = nsfile.Writer{NoSync: opts.NoSync, Gid: opts.ConsumerGid}
 	a.sig = newSignals(opts.SignalsInterval, a.now)
 	a.leases = leases.New(leases.Options{Now: opts.Now, DefaultTTL: opts.LeaseTTL, Grace: opts.UnsubscribeGrace})
 	a.met = newAgentMetrics(opts.Metrics, a)
@@ -255,7 +266,7 @@ func New(opts Options) (*Agent, error) {
 	}
 	a.up = up
 	api, err := localapi.New(localapi.Options{Socket: opts.Socket, Backend: (*backend)(a), Logger: opts.Logger.With("component", "localapi"),
-		ShutdownTimeout: DefaultShutdownTimeout})
+		ShutdownTimeout: DefaultShutdownTimeout, Gid: opts.ConsumerGid})
 	if err != nil {
 		return nil, fmt.Errorf("agent: %w", err)
 	}
@@ -301,8 +312,8 @@ func (a *Agent) Run(ctx context.Context) (err error) {
 	defer close(a.done)
 	defer a.cancel(nil)
 
-	if err := os.MkdirAll(a.opts.DataDir, 0o755); err != nil {
-		return fmt.Errorf("agent: create data dir: %w", err)
+	if err := a.makeDirs(); err != nil {
+		return err
 	}
 	c, err := a.openCache()
 	if err != nil {
@@ -353,6 +364,28 @@ func (a *Agent) Run(ctx context.Context) (err error) {
 	a.log.Info("agent stopping")
 	if err := context.Cause(ctx); !errors.Is(err, context.Canceled) {
 		return err
+	}
+	return nil
+}
+
+// makeDirs creates the data directory (0710: the consumers' group passes
+// through, lists nothing) and the files directory (0750), with the
+// consumers' group when one is set.
+func (a *Agent) makeDirs() error {
+	dir := a.opts.DataDir
+	if err := os.MkdirAll(dir, 0o710); err != nil {
+		return fmt.Errorf("agent: create data dir: %w", err)
+	}
+	if err := os.Chmod(dir, 0o710); err != nil {
+		return fmt.Errorf("agent: data dir: %w", err)
+	}
+	if gid := a.opts.ConsumerGid; gid != 0 {
+		if err := os.Chown(dir, -1, gid); err != nil {
+			return fmt.Errorf("agent: give data dir %s to group %d: %w", dir, gid, err)
+		}
+	}
+	if err := a.writer.MkdirAll(a.filesDir); err != nil {
+		return fmt.Errorf("agent: %w", err)
 	}
 	return nil
 }

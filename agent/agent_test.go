@@ -17,6 +17,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -710,6 +711,8 @@ func TestOptionsValidation(t *testing.T) {
 		{"silence timeout too short", func(o *agent.Options) { o.SilenceTimeout = 100 * time.Millisecond }},
 		{"silence timeout too long", func(o *agent.Options) { o.SilenceTimeout = time.Hour }},
 		{"negative silence timeout", func(o *agent.Options) { o.SilenceTimeout = -time.Second }},
+		{"negative consumer group", func(o *agent.Options) { o.ConsumerGid = -1 }},
+		{"signals interval not whole seconds", func(o *agent.Options) { o.SignalsInterval = 1500 * time.Millisecond }},
 	}
 	for _, tc := range tests {
 		o := good
@@ -881,4 +884,44 @@ func TestSignals(t *testing.T) {
 		t.Errorf("the agent's signals are not valid on the wire: %v", err)
 	}
 	wait.For(t, "a scrape counted", func() bool { return counter(r, `lehr_agent_scrapes_total{result="ok"}`) > 0 })
+}
+
+// Who may read what: the data directory lets the consumers' group pass
+// through (0710), the files directory is 0750 and the files 0640 — only
+// the agent's user and the consumers' group read configuration — and the
+// socket and every file belong to the consumers' group when one is set
+// (checked as root, the only user who may give a file to any group).
+func TestFilePermissions(t *testing.T) {
+	h := newHarness(t, 1)
+	ns := domain + "/secret"
+	v1 := h.publish(ns, map[string]string{"password": "hunter2"})
+	gid := 0
+	if os.Geteuid() == 0 {
+		gid = 4242
+	}
+	dir := dataDir(t)
+	r := h.startAgent(dir, h.addrs(), func(o *agent.Options) { o.ConsumerGid = gid })
+	sub := subscribe(t, r, ns)
+	waitFile(t, sub.GetPath(), v1.GetSeq(), map[string]string{"password": "hunter2"})
+	for _, tc := range []struct {
+		path string
+		mode fs.FileMode
+	}{
+		{dir, 0o710},
+		{r.a.FilesDir(), 0o750},
+		{filepath.Dir(sub.GetPath()), 0o750},
+		{sub.GetPath(), 0o640},
+		{r.a.Socket(), 0o660},
+	} {
+		fi, err := os.Stat(tc.path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fi.Mode().Perm() != tc.mode {
+			t.Errorf("%s: mode %v; want %v", tc.path, fi.Mode().Perm(), tc.mode)
+		}
+		if got := fi.Sys().(*syscall.Stat_t).Gid; gid != 0 && got != uint32(gid) {
+			t.Errorf("%s: group %d; want the consumers' group %d", tc.path, got, gid)
+		}
+	}
 }

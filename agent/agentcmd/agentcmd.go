@@ -15,7 +15,9 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"os/user"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -117,6 +119,7 @@ func parse(args []string, out io.Writer) (agent.Options, *logflags.Flags, error)
 		certFile     = fs.String("tls-cert", "", "PEM host certificate presented to distributors; its name is the host id (required)")
 		keyFile      = fs.String("tls-key", "", "PEM private key of --tls-cert (required)")
 		serverName   = fs.String("server-name", "", "name the distributors' certificates must carry; empty means the host part of each address")
+		group        = fs.String("consumer-group", "", "group (name or id) of the services that read this host's namespaces: the namespace files (0640), their directories and the socket (0660) are given to it; empty keeps the agent's own group")
 	)
 	fs.StringVar(&opts.Zone, "zone", "", "zone the host is in, e.g. us-east-1a (required)")
 	fs.StringVar(&opts.DataDir, "data-dir", "/var/lib/lehr/agent", "directory of the cache (DATA_DIR/cache) and the namespace files (DATA_DIR/files)")
@@ -165,6 +168,13 @@ func parse(args []string, out io.Writer) (agent.Options, *logflags.Flags, error)
 			opts.Labels[k] = v
 		}
 	}
+	if *group != "" {
+		gid, err := lookupGroup(*group)
+		if err != nil {
+			return opts, lo, fmt.Errorf("--consumer-group: %w", err)
+		}
+		opts.ConsumerGid = gid
+	}
 	if *caFile == "" || *certFile == "" || *keyFile == "" {
 		return opts, lo, errors.New("--tls-ca, --tls-cert and --tls-key are required: distributors only accept agents with a host certificate")
 	}
@@ -177,4 +187,25 @@ func parse(args []string, out io.Writer) (agent.Options, *logflags.Flags, error)
 		opts.DataDir = filepath.Clean(opts.DataDir)
 	}
 	return opts, lo, nil
+}
+
+// lookupGroup returns the id of a group given by name or number.
+func lookupGroup(name string) (int, error) {
+	g, err := user.LookupGroup(name)
+	if err != nil {
+		if _, nerr := strconv.Atoi(name); nerr != nil {
+			return 0, fmt.Errorf("no group %q on this host: %w", name, err)
+		}
+		if g, err = user.LookupGroupId(name); err != nil {
+			return 0, fmt.Errorf("no group with id %s on this host: %w", name, err)
+		}
+	}
+	gid, err := strconv.Atoi(g.Gid)
+	if err != nil {
+		return 0, fmt.Errorf("group %q has id %q, not a number", name, g.Gid)
+	}
+	if gid == 0 {
+		return 0, fmt.Errorf("group %q is the root group; name the consumers' group", name)
+	}
+	return gid, nil
 }

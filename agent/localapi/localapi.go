@@ -83,6 +83,10 @@ type Options struct {
 	Backend Backend
 	// Logger; nil means slog.Default().
 	Logger *slog.Logger
+	// Gid, when not 0, is the group the socket is given to (the consumers'
+	// group): the socket is mode 0660, so its group may connect. 0 keeps
+	// the group it is created with.
+	Gid int
 	// ShutdownTimeout is how long Close lets in-flight calls finish before
 	// cutting them; zero means DefaultShutdownTimeout (5 s).
 	ShutdownTimeout time.Duration
@@ -186,6 +190,13 @@ func (s *Server) Start() error {
 		lis.Close()
 		os.Remove(path)
 		return fmt.Errorf("localapi: chmod socket %s: %w", path, err)
+	}
+	if s.opts.Gid != 0 {
+		if err := os.Chown(path, -1, s.opts.Gid); err != nil {
+			lis.Close()
+			os.Remove(path)
+			return fmt.Errorf("localapi: give socket %s to group %d: %w", path, s.opts.Gid, err)
+		}
 	}
 	s.lis = lis
 	s.started = true

@@ -40,9 +40,17 @@ type Writer struct {
 	// still replaced atomically, but a machine crash may lose the write or
 	// leave the previous version. For benchmarks and tests only.
 	NoSync bool
-	// Perm is the permission of written files. Zero means 0o644, so
-	// consumers running as other users can read them.
+	// Perm is the permission of written files. Zero means 0o640: the
+	// agent's user and group read them, nobody else (configuration holds
+	// secrets); consumers read them as members of the group.
 	Perm fs.FileMode
+	// DirPerm is the permission of the <domain> directories. Zero means
+	// 0o750.
+	DirPerm fs.FileMode
+	// Gid, when not 0, is the group given to written files and created
+	// directories (the consumers' group); 0 keeps the group they are
+	// created with (the writer's). The root group cannot be chosen.
+	Gid int
 
 	// beforeRename, when set by tests, runs after the temporary file is
 	// complete and before the rename; an error aborts the write.
@@ -57,7 +65,7 @@ func Write(dir string, f File) error { return Writer{}.Write(dir, f) }
 // fsyncs the directory. A reader opening the final name therefore sees the
 // previous file or the new one, complete. On error the temporary file is
 // removed and the final name is untouched. The <domain> directory is
-// created (0o755) when missing.
+// created (DirPerm) when missing.
 func (w Writer) Write(dir string, f File) (err error) {
 	path, err := Path(dir, f.Namespace)
 	if err != nil {
@@ -86,10 +94,15 @@ func (w Writer) Write(dir string, f File) (err error) {
 	}
 	perm := w.Perm
 	if perm == 0 {
-		perm = 0o644
+		perm = 0o640
 	}
 	if err := tmp.Chmod(perm); err != nil {
 		return fmt.Errorf("nsfile: chmod %s: %w", tmp.Name(), err)
+	}
+	if w.Gid != 0 {
+		if err := tmp.Chown(-1, w.Gid); err != nil {
+			return fmt.Errorf("nsfile: give %s to group %d: %w", tmp.Name(), w.Gid, err)
+		}
 	}
 	if !w.NoSync {
 		if err := tmp.Sync(); err != nil {
@@ -126,13 +139,35 @@ func (w Writer) mkdir(dir, sub string) error {
 	if _, err := os.Stat(sub); err == nil {
 		return nil
 	}
-	if err := os.MkdirAll(sub, 0o755); err != nil {
-		return fmt.Errorf("nsfile: create directory: %w", err)
+	if err := w.MkdirAll(sub); err != nil {
+		return err
 	}
 	if w.NoSync {
 		return nil
 	}
 	return syncDir(dir)
+}
+
+// MkdirAll creates dir and any missing parents with DirPerm (whatever the
+// umask) and, when Gid is set, gives dir to the group. The agent creates
+// its files directory with it.
+func (w Writer) MkdirAll(dir string) error {
+	perm := w.DirPerm
+	if perm == 0 {
+		perm = 0o750
+	}
+	if err := os.MkdirAll(dir, perm); err != nil {
+		return fmt.Errorf("nsfile: create directory: %w", err)
+	}
+	if err := os.Chmod(dir, perm); err != nil {
+		return fmt.Errorf("nsfile: chmod %s: %w", dir, err)
+	}
+	if w.Gid != 0 {
+		if err := os.Chown(dir, -1, w.Gid); err != nil {
+			return fmt.Errorf("nsfile: give %s to group %d: %w", dir, w.Gid, err)
+		}
+	}
+	return nil
 }
 
 // Remove deletes the file of namespace ns under dir, durably unless
