@@ -3,7 +3,6 @@ package devcluster_test
 import (
 	"context"
 	"encoding/json"
-	"log/slog"
 	"net"
 	"strings"
 	"testing"
@@ -14,7 +13,6 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"lehr.dev/lehr/client/consumer"
-	"lehr.dev/lehr/control/controltest"
 	"lehr.dev/lehr/proto/lehrpb"
 	"lehr.dev/lehr/testenv/demoservice"
 	"lehr.dev/lehr/testenv/devcluster"
@@ -31,20 +29,7 @@ func TestCanaryAnalysis(t *testing.T) {
 	defer cancel()
 	// 5 hosts per zone: 1 canary and 4 control hosts each, so the judge has
 	// 8 control hosts to learn how much hosts' changes vary.
-	c, err := devcluster.Start(ctx, devcluster.Options{
-		NoSync: true, Dir: t.TempDir(), Zones: []string{zoneA, zoneB},
-		AgentsPerZone: 5, Domains: []string{domain},
-		ReportInterval: 200 * time.Millisecond, Rollouts: true, RolloutInterval: 100 * time.Millisecond,
-		Logger: controltest.Logger(t, slog.LevelError),
-	})
-	if err != nil {
-		t.Fatalf("Start: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := c.Close(); err != nil {
-			t.Errorf("Close: %v", err)
-		}
-	})
+	c := startRollouts(t, ctx, 5)
 	prod := c.Producer()
 	ns := domain + "/svc"
 	canary := &lehrpb.RolloutStage{Name: "canary", Bake: durationpb.New(8 * time.Second), ApplyDeadline: durationpb.New(time.Minute),

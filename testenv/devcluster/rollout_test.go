@@ -52,20 +52,7 @@ func (h *host) got(v uint64) (time.Time, bool) {
 func TestProgressiveRollout(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	c, err := devcluster.Start(ctx, devcluster.Options{
-		NoSync: true, Dir: t.TempDir(), Zones: []string{zoneA, zoneB},
-		AgentsPerZone: 3, Domains: []string{domain},
-		ReportInterval: 200 * time.Millisecond, Rollouts: true, RolloutInterval: 100 * time.Millisecond,
-		Logger: controltest.Logger(t, slog.LevelError),
-	})
-	if err != nil {
-		t.Fatalf("Start: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := c.Close(); err != nil {
-			t.Errorf("Close: %v", err)
-		}
-	})
+	c := startRollouts(t, ctx, 3)
 	prod := c.Producer()
 	ns := domain + "/limits"
 	stage := func(name string, bake time.Duration) *lehrpb.RolloutStage {
@@ -224,6 +211,28 @@ func TestProgressiveRollout(t *testing.T) {
 	if got := kinds(events(t, ctx, c, ns, v5.GetSeq())); !slices.Contains(got, "promoted") {
 		t.Errorf("events %v lack promoted", got)
 	}
+}
+
+// startRollouts starts two zones of agents hosts each, with the rollout
+// strategist deciding every 100 ms on reports every 200 ms, closed at the
+// end of the test.
+func startRollouts(t *testing.T, ctx context.Context, agents int) *devcluster.Cluster {
+	t.Helper()
+	c, err := devcluster.Start(ctx, devcluster.Options{
+		NoSync: true, Dir: t.TempDir(), Zones: []string{zoneA, zoneB},
+		AgentsPerZone: agents, Domains: []string{domain},
+		ReportInterval: 200 * time.Millisecond, Rollouts: true, RolloutInterval: 100 * time.Millisecond,
+		Logger: controltest.Logger(t, slog.LevelError),
+	})
+	if err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := c.Close(); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	})
+	return c
 }
 
 func waitRollout(t *testing.T, ctx context.Context, c *devcluster.Cluster, ns string, v uint64, want lehrpb.RolloutState) *lehrpb.Rollout {
