@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"mime"
+	"strings"
 	"time"
 
 	"cel.dev/cel-go/cel"
@@ -40,6 +41,9 @@ const (
 //	effect       "allow" or "deny" (required)
 //	condition    a CEL expression of type bool (required)
 //	description  free text for operators (optional)
+//	sensitive    input fields the rule reads that decision logs must never
+//	             show, as paths "request.<key>[.<key>...]" or
+//	             "principal.<key>..." (optional; see Mask)
 //
 // The property's content type is application/json (or a "+json" type),
 // application/yaml (or application/x-yaml, text/yaml, a "+yaml" type), or
@@ -55,11 +59,13 @@ const (
 // and its type must be bool (an expression of type dyn, such as
 // request.admin, must be compared explicitly: request.admin == true).
 // A Set combines the rules of a namespace into decisions (deny overrides
-// allow; no match denies).
+// allow; no match denies; no rules at all is the no-op policy, which
+// allows).
 type Rule struct {
-	Effect      Effect `json:"effect"`
-	Condition   string `json:"condition"`
-	Description string `json:"description,omitempty"`
+	Effect      Effect   `json:"effect"`
+	Condition   string   `json:"condition"`
+	Description string   `json:"description,omitempty"`
+	Sensitive   []string `json:"sensitive,omitempty"`
 }
 
 // ParseRule decodes and checks the rule held by p: the document must be
@@ -110,7 +116,27 @@ func ParseRule(p content.Property) (Rule, error) {
 	if r.Condition == "" {
 		return Rule{}, fmt.Errorf("rule %q: missing condition; want a CEL expression of type bool over request, principal and now", p.Key)
 	}
+	for i, path := range r.Sensitive {
+		if err := checkPath(path); err != nil {
+			return Rule{}, fmt.Errorf("rule %q: sensitive[%d]: %w", p.Key, i, err)
+		}
+	}
 	return r, nil
+}
+
+// checkPath checks a sensitive-field path: "request" or "principal", then
+// one or more non-empty map keys, separated by dots.
+func checkPath(path string) error {
+	root, rest, ok := strings.Cut(path, ".")
+	if !ok || (root != "request" && root != "principal") {
+		return fmt.Errorf("path %q: want \"request.<key>\" or \"principal.<key>\" (keys of nested maps separated by dots)", path)
+	}
+	for _, k := range strings.Split(rest, ".") {
+		if k == "" {
+			return fmt.Errorf("path %q has an empty key", path)
+		}
+	}
+	return nil
 }
 
 // NewEnv returns the CEL environment policy conditions compile in: the

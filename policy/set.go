@@ -30,8 +30,14 @@ func (d Decision) Allowed() bool { return d.Effect == EffectAllow }
 // condition holds allows; otherwise the default denies. A condition that
 // fails to evaluate (a missing key, a type mismatch, the cost limit) fails
 // closed: the decision is deny by that rule, with the error.
+//
+// A Set with no rules is the no-op policy: it allows everything, with no
+// rule named. It is what a policy is before it has rules (the live side of
+// previewing a new policy) and what previewing a deletion compares with
+// (AIP-236).
 type Set struct {
 	deny, allow []*CompiledRule
+	sensitive   []string
 }
 
 // CompileSet parses and compiles every property of a policy namespace's
@@ -48,6 +54,7 @@ func CompileSet(env *cel.Env, props []content.Property) (*Set, error) {
 		if err != nil {
 			return nil, err
 		}
+		s.sensitive = append(s.sensitive, r.Sensitive...)
 		if r.Effect == EffectDeny {
 			s.deny = append(s.deny, c)
 		} else {
@@ -60,9 +67,16 @@ func CompileSet(env *cel.Env, props []content.Property) (*Set, error) {
 // Len returns the number of rules.
 func (s *Set) Len() int { return len(s.deny) + len(s.allow) }
 
+// Sensitive returns the input paths the set's rules mark sensitive, in
+// rule order, possibly with repeats. See Mask.
+func (s *Set) Sensitive() []string { return s.sensitive }
+
 // Evaluate decides for in. The error, if any, wraps ErrEval and the
 // decision is then deny by the rule that failed.
 func (s *Set) Evaluate(ctx context.Context, in Input) (Decision, error) {
+	if s.Len() == 0 {
+		return Decision{Effect: EffectAllow}, nil
+	}
 	act, err := cel.NewActivation(map[string]any{
 		"request":   orEmpty(in.Request),
 		"principal": orEmpty(in.Principal),

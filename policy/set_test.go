@@ -91,3 +91,41 @@ func BenchmarkEvaluate(b *testing.B) {
 		})
 	}
 }
+
+// TestNoOpSetAllows: a policy with no rules is the no-op policy (AIP-236's
+// live side of a new policy, and the experiment side of a deletion).
+func TestNoOpSetAllows(t *testing.T) {
+	env, err := NewEnv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	set, err := CompileSet(env, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := set.Evaluate(context.Background(), Input{Request: map[string]any{"anything": 1}})
+	if err != nil || got != (Decision{Effect: EffectAllow}) {
+		t.Errorf("no-op Evaluate = %+v, %v; want allow by no rule", got, err)
+	}
+}
+
+func TestSensitivePaths(t *testing.T) {
+	env, err := NewEnv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ok := content.Property{Key: "cards", Value: []byte(`{"effect": "deny", "condition": "request.card.number.startsWith(\"4\")", "sensitive": ["request.card.number", "principal.token"]}`)}
+	set, err := CompileSet(env, []content.Property{ok, rule("all", "allow", "true")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := set.Sensitive(); len(got) != 2 || got[0] != "request.card.number" || got[1] != "principal.token" {
+		t.Errorf("Sensitive = %q", got)
+	}
+	for _, bad := range []string{`"card"`, `"request"`, `"header.x"`, `"request..x"`, `"request.x."`} {
+		p := content.Property{Key: "r", Value: []byte(`{"effect": "deny", "condition": "true", "sensitive": [` + bad + `]}`)}
+		if _, err := ParseRule(p); err == nil || !strings.Contains(err.Error(), "sensitive[0]") {
+			t.Errorf("sensitive %s: error %v; want one naming sensitive[0]", bad, err)
+		}
+	}
+}

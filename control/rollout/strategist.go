@@ -21,6 +21,7 @@ import (
 	"lehr.dev/lehr/control/store"
 	"lehr.dev/lehr/internal/backoff"
 	"lehr.dev/lehr/internal/cohort"
+	"lehr.dev/lehr/internal/names"
 	"lehr.dev/lehr/proto/lehrpb"
 )
 
@@ -186,6 +187,9 @@ func (s *Strategist) Round(ctx context.Context, g store.Guard) error {
 	if err != nil {
 		return err
 	}
+	// Preview namespaces carry experiments that are never enforced; every
+	// version of one goes to every zone at once (control/service).
+	heads = slices.DeleteFunc(heads, func(h *lehrpb.Namespace) bool { return names.IsPreview(h.GetName()) })
 	all, err := st.Rollouts(ctx, "")
 	if err != nil {
 		return err

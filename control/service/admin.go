@@ -148,6 +148,9 @@ func (s *Service) CreateNamespace(ctx context.Context, req *lehrpb.CreateNamespa
 	if nerr != nil {
 		return nil, nameError("namespace.name", nerr)
 	}
+	if err := userNamespace("namespace.name", ns.GetName()); err != nil {
+		return nil, err
+	}
 	if err := checkKind("namespace.kind", ns.GetKind()); err != nil {
 		return nil, err
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 
 	"google.golang.org/grpc/codes"
 
@@ -80,6 +81,17 @@ func nameError(field string, err error) *apierror.Error {
 		return invalid(apierror.ReasonInvalidName, field, "invalid %s %q: %s", ne.Kind, ne.Value, ne.Reason).WithCause(err)
 	}
 	return apierror.Wrap(err, codes.InvalidArgument, apierror.ReasonInvalidName, field)
+}
+
+// userNamespace refuses a write to a preview namespace, which control
+// alone writes from a policy's experiments.
+func userNamespace(field, ns string) error {
+	if names.IsPreview(ns) {
+		return invalid(apierror.ReasonInvalidName, field,
+			"namespace %q ends with %q: such names are reserved for the experiments of policy %q, which control writes (see docs/preview.md); choose another name",
+			ns, names.PreviewSuffix, strings.TrimSuffix(ns, names.PreviewSuffix))
+	}
+	return nil
 }
 
 // violationError maps a validate.Violation to an API error on field.

@@ -25,6 +25,9 @@ func (s *Service) Publish(ctx context.Context, req *lehrpb.PublishRequest) (_ *l
 	if nerr != nil {
 		return nil, nameError("namespace", nerr)
 	}
+	if err := userNamespace("namespace", req.GetNamespace()); err != nil {
+		return nil, err
+	}
 	if err := checkKind("kind", req.GetKind()); err != nil {
 		return nil, err
 	}
@@ -94,6 +97,9 @@ func (s *Service) Patch(ctx context.Context, req *lehrpb.PatchRequest) (_ *lehrp
 	dname, _, nerr := names.Namespace(req.GetNamespace())
 	if nerr != nil {
 		return nil, nameError("namespace", nerr)
+	}
+	if err := userNamespace("namespace", req.GetNamespace()); err != nil {
+		return nil, err
 	}
 	base := req.GetBaseVersion()
 	if base == 0 {
@@ -220,6 +226,9 @@ func (s *Service) Rollback(ctx context.Context, req *lehrpb.RollbackRequest) (_ 
 	dname, _, nerr := names.Namespace(req.GetNamespace())
 	if nerr != nil {
 		return nil, nameError("namespace", nerr)
+	}
+	if err := userNamespace("namespace", req.GetNamespace()); err != nil {
+		return nil, err
 	}
 	to := req.GetToVersion()
 	if to == 0 {

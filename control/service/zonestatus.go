@@ -109,6 +109,7 @@ func (s *Service) ReportZoneStatus(ctx context.Context, req *lehrpb.ReportZoneSt
 		Hosts:         req.GetHosts(),
 		Samples:       req.GetSamples(),
 		Signals:       req.GetSignals(),
+		Preview:       req.GetPreview(),
 	}
 	k := reportKey{zone: req.GetZone(), id: req.GetDistributorId()}
 	lease, err := s.st.PutZoneStatus(ctx, k.zone, st, ttl, s.leases.get(k))

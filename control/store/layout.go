@@ -25,6 +25,7 @@ import (
 //	rolloutevents/<domain>/<name>/<version %020d>/<seq %06d>  lehrpb.RolloutEvent
 //	rolloutcmds/<domain>/<name>/<version %020d>  lehrpb.RolloutCommand, until carried out
 //	evaluations/<domain>/<name>/<version %020d>/<evaluation name>  lehrpb.CanaryEvaluation
+//	experiments/<domain>/<name>/<experiment id>  lehrpb.PolicyExperiment
 //
 // Names are validated (package names) before they become keys, so no name
 // contains "/" beyond the one in "domain/name" and prefixes never overlap.
@@ -83,7 +84,9 @@ func (l layout) evaluationsOf(ns string, seq uint64) string {
 func (l layout) evaluation(ns string, seq uint64, name string) string {
 	return l.evaluationsOf(ns, seq) + name
 }
-func (l layout) rolloutCommandsPrefix() string { return l.prefix + "rolloutcmds/" }
+func (l layout) experimentsOf(ns string) string  { return l.prefix + "experiments/" + ns + "/" }
+func (l layout) experiment(ns, id string) string { return l.experimentsOf(ns) + id }
+func (l layout) rolloutCommandsPrefix() string   { return l.prefix + "rolloutcmds/" }
 func (l layout) rolloutCommand(ns string, seq uint64) string {
 	return fmt.Sprintf("%s%s/%020d", l.rolloutCommandsPrefix(), ns, seq)
 }

@@ -103,6 +103,19 @@ type Commit struct {
 	// Goals and GoalReason say how goal states follow the commit.
 	Goals      GoalPolicy
 	GoalReason string
+	// Experiment, if set, names an experiment of the namespace to delete in
+	// the version's own transaction (a policy experiment's commit), which
+	// then also requires the experiment's record to be still at
+	// Experiment.ModRevision: the new version and the deletion become
+	// visible together or not at all. A record that is gone is a
+	// *NotFoundError; one that changed wraps ErrConflict.
+	Experiment *ExperimentRef
+}
+
+// ExperimentRef names an experiment record at a mod revision.
+type ExperimentRef struct {
+	ID          string
+	ModRevision int64
 }
 
 // Commit stores a new immutable version atomically: either the version, the
@@ -153,9 +166,22 @@ func (s *Store) tryCommit(ctx context.Context, c Commit, domain string, m *manif
 	if c.Goals == GoalsAllZones {
 		ops = append(ops, clientv3.OpGet(s.lay.zonesPrefix(), clientv3.WithPrefix(), clientv3.WithKeysOnly()))
 	}
+	var ekey string
+	if c.Experiment != nil {
+		ekey = s.lay.experiment(c.Namespace, c.Experiment.ID)
+		ops = append(ops, clientv3.OpGet(ekey, clientv3.WithKeysOnly()))
+	}
 	rs, rev, err := s.readAt(ctx, ops...)
 	if err != nil {
 		return nil, err
+	}
+	if c.Experiment != nil {
+		switch kvs := rs[len(rs)-1].Kvs; {
+		case len(kvs) == 0:
+			return nil, &NotFoundError{What: "experiment", Name: c.Namespace + "/" + c.Experiment.ID}
+		case kvs[0].ModRevision != c.Experiment.ModRevision:
+			return nil, fmt.Errorf("experiment %s/%s changed concurrently: %w", c.Namespace, c.Experiment.ID, ErrConflict)
+		}
 	}
 	if c.RequestID != "" && len(rs[2].Kvs) > 0 {
 		rec := new(lehrpb.RequestRecord)
@@ -254,6 +280,10 @@ func (s *Store) tryCommit(ctx context.Context, c Commit, domain string, m *manif
 	then := []clientv3.Op{
 		clientv3.OpPut(s.lay.version(c.Namespace, seq), string(recBytes)),
 		clientv3.OpPut(hkey, string(headBytes)),
+	}
+	if c.Experiment != nil {
+		cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(ekey), "=", c.Experiment.ModRevision))
+		then = append(then, clientv3.OpDelete(ekey))
 	}
 	var lease clientv3.LeaseID
 	if c.RequestID != "" {

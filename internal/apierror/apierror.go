@@ -24,27 +24,30 @@ const Domain = "lehr.dev"
 
 // Reasons: machine-readable, stable, append-only.
 const (
-	ReasonInvalidArgument   = "INVALID_ARGUMENT"    // a malformed field
-	ReasonInvalidName       = "INVALID_NAME"        // a domain, namespace, zone or key breaks the grammar
-	ReasonInvalidContent    = "INVALID_CONTENT"     // a value does not match its content type
-	ReasonValidationFailed  = "VALIDATION_FAILED"   // a namespace validator (JSON Schema, CEL) rejected it
-	ReasonDuplicateKey      = "DUPLICATE_KEY"       // a key appears twice in one request
-	ReasonMissingKey        = "MISSING_KEY"         // a deleted or requested key does not exist
-	ReasonEmptyPatch        = "EMPTY_PATCH"         // a patch that sets and deletes nothing
-	ReasonValueTooLarge     = "VALUE_TOO_LARGE"     // one value over the cap
-	ReasonNamespaceTooLarge = "NAMESPACE_TOO_LARGE" // a version over the namespace size cap
-	ReasonTooManyProperties = "TOO_MANY_PROPERTIES"
-	ReasonTooManyNamespaces = "TOO_MANY_NAMESPACES"
-	ReasonRateLimited       = "RATE_LIMITED"
-	ReasonStaleVersion      = "STALE_VERSION" // a base or expected version is not the latest
-	ReasonKindMismatch      = "KIND_MISMATCH"
-	ReasonNotFound          = "NOT_FOUND"
-	ReasonAlreadyExists     = "ALREADY_EXISTS"
-	ReasonPermissionDenied  = "PERMISSION_DENIED"
-	ReasonUnavailable       = "UNAVAILABLE"   // storage unreachable; retry
-	ReasonRevisionGone      = "REVISION_GONE" // a watch revision was compacted; restart from 0
-	ReasonInternal          = "INTERNAL"
-	ReasonTooManyLeases     = "TOO_MANY_LEASES" // a consumer (or all of them) holds the most leases an agent grants
+	ReasonInvalidArgument    = "INVALID_ARGUMENT"    // a malformed field
+	ReasonInvalidName        = "INVALID_NAME"        // a domain, namespace, zone or key breaks the grammar
+	ReasonInvalidContent     = "INVALID_CONTENT"     // a value does not match its content type
+	ReasonValidationFailed   = "VALIDATION_FAILED"   // a namespace validator (JSON Schema, CEL) rejected it
+	ReasonDuplicateKey       = "DUPLICATE_KEY"       // a key appears twice in one request
+	ReasonMissingKey         = "MISSING_KEY"         // a deleted or requested key does not exist
+	ReasonEmptyPatch         = "EMPTY_PATCH"         // a patch that sets and deletes nothing
+	ReasonValueTooLarge      = "VALUE_TOO_LARGE"     // one value over the cap
+	ReasonNamespaceTooLarge  = "NAMESPACE_TOO_LARGE" // a version over the namespace size cap
+	ReasonTooManyProperties  = "TOO_MANY_PROPERTIES"
+	ReasonTooManyNamespaces  = "TOO_MANY_NAMESPACES"
+	ReasonRateLimited        = "RATE_LIMITED"
+	ReasonStaleVersion       = "STALE_VERSION" // a base or expected version is not the latest
+	ReasonKindMismatch       = "KIND_MISMATCH"
+	ReasonNotFound           = "NOT_FOUND"
+	ReasonAlreadyExists      = "ALREADY_EXISTS"
+	ReasonPermissionDenied   = "PERMISSION_DENIED"
+	ReasonUnavailable        = "UNAVAILABLE"   // storage unreachable; retry
+	ReasonRevisionGone       = "REVISION_GONE" // a watch revision was compacted; restart from 0
+	ReasonInternal           = "INTERNAL"
+	ReasonTooManyLeases      = "TOO_MANY_LEASES"      // a consumer (or all of them) holds the most leases an agent grants
+	ReasonTooManyExperiments = "TOO_MANY_EXPERIMENTS" // a policy has the most experiments it may have
+	ReasonEtagMismatch       = "ETAG_MISMATCH"        // a stated etag is not the resource's current one
+	ReasonPreviewGate        = "PREVIEW_GATE"         // a commit's gate on preview counts is not met
 )
 
 // Error is a Lehr API error.

@@ -101,3 +101,25 @@ func Key(k string) error {
 	}
 	return nil
 }
+
+// PreviewSuffix ends the name of a policy namespace's preview namespace,
+// which control alone writes (docs/preview.md): the experiments being
+// previewed of "payments/firewall" travel in "payments/firewall--preview".
+const PreviewSuffix = "--preview"
+
+// Preview returns the preview namespace of policy namespace ns. It may be
+// too long to be valid when ns's name is within len(PreviewSuffix) bytes
+// of MaxNameLen; check it with Namespace.
+func Preview(ns string) string { return ns + PreviewSuffix }
+
+// IsPreview reports whether ns is a preview namespace.
+func IsPreview(ns string) bool { return strings.HasSuffix(ns, PreviewSuffix) }
+
+// Experiment reports whether id is a valid policy experiment id (the last
+// segment of an experiment's name): a label, like a domain.
+func Experiment(id string) error {
+	if !labelRE.MatchString(id) {
+		return invalid("experiment id", id, labelRule)
+	}
+	return nil
+}

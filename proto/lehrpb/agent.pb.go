@@ -26,6 +26,104 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+type ReportPreviewRequest struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	LeaseId string                 `protobuf:"bytes,1,opt,name=lease_id,json=leaseId,proto3" json:"lease_id,omitempty"`
+	// The policy namespace.
+	Namespace string `protobuf:"bytes,2,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	// Increments since the previous report; zone is ignored.
+	Counts        []*HostPreviewCounts `protobuf:"bytes,3,rep,name=counts,proto3" json:"counts,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReportPreviewRequest) Reset() {
+	*x = ReportPreviewRequest{}
+	mi := &file_lehr_v1_agent_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReportPreviewRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReportPreviewRequest) ProtoMessage() {}
+
+func (x *ReportPreviewRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_lehr_v1_agent_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReportPreviewRequest.ProtoReflect.Descriptor instead.
+func (*ReportPreviewRequest) Descriptor() ([]byte, []int) {
+	return file_lehr_v1_agent_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *ReportPreviewRequest) GetLeaseId() string {
+	if x != nil {
+		return x.LeaseId
+	}
+	return ""
+}
+
+func (x *ReportPreviewRequest) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *ReportPreviewRequest) GetCounts() []*HostPreviewCounts {
+	if x != nil {
+		return x.Counts
+	}
+	return nil
+}
+
+type ReportPreviewResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReportPreviewResponse) Reset() {
+	*x = ReportPreviewResponse{}
+	mi := &file_lehr_v1_agent_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReportPreviewResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReportPreviewResponse) ProtoMessage() {}
+
+func (x *ReportPreviewResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_lehr_v1_agent_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReportPreviewResponse.ProtoReflect.Descriptor instead.
+func (*ReportPreviewResponse) Descriptor() ([]byte, []int) {
+	return file_lehr_v1_agent_proto_rawDescGZIP(), []int{1}
+}
+
 type SubscribeRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// "domain/name".
@@ -45,7 +143,7 @@ type SubscribeRequest struct {
 
 func (x *SubscribeRequest) Reset() {
 	*x = SubscribeRequest{}
-	mi := &file_lehr_v1_agent_proto_msgTypes[0]
+	mi := &file_lehr_v1_agent_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -57,7 +155,7 @@ func (x *SubscribeRequest) String() string {
 func (*SubscribeRequest) ProtoMessage() {}
 
 func (x *SubscribeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_agent_proto_msgTypes[0]
+	mi := &file_lehr_v1_agent_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -70,7 +168,7 @@ func (x *SubscribeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubscribeRequest.ProtoReflect.Descriptor instead.
 func (*SubscribeRequest) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_agent_proto_rawDescGZIP(), []int{0}
+	return file_lehr_v1_agent_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *SubscribeRequest) GetNamespace() string {
@@ -117,7 +215,7 @@ type SubscribeResponse struct {
 
 func (x *SubscribeResponse) Reset() {
 	*x = SubscribeResponse{}
-	mi := &file_lehr_v1_agent_proto_msgTypes[1]
+	mi := &file_lehr_v1_agent_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -129,7 +227,7 @@ func (x *SubscribeResponse) String() string {
 func (*SubscribeResponse) ProtoMessage() {}
 
 func (x *SubscribeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_agent_proto_msgTypes[1]
+	mi := &file_lehr_v1_agent_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -142,7 +240,7 @@ func (x *SubscribeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubscribeResponse.ProtoReflect.Descriptor instead.
 func (*SubscribeResponse) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_agent_proto_rawDescGZIP(), []int{1}
+	return file_lehr_v1_agent_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *SubscribeResponse) GetLeaseId() string {
@@ -189,7 +287,7 @@ type KeepAliveRequest struct {
 
 func (x *KeepAliveRequest) Reset() {
 	*x = KeepAliveRequest{}
-	mi := &file_lehr_v1_agent_proto_msgTypes[2]
+	mi := &file_lehr_v1_agent_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -201,7 +299,7 @@ func (x *KeepAliveRequest) String() string {
 func (*KeepAliveRequest) ProtoMessage() {}
 
 func (x *KeepAliveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_agent_proto_msgTypes[2]
+	mi := &file_lehr_v1_agent_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -214,7 +312,7 @@ func (x *KeepAliveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeepAliveRequest.ProtoReflect.Descriptor instead.
 func (*KeepAliveRequest) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_agent_proto_rawDescGZIP(), []int{2}
+	return file_lehr_v1_agent_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *KeepAliveRequest) GetLeaseId() string {
@@ -233,7 +331,7 @@ type KeepAliveResponse struct {
 
 func (x *KeepAliveResponse) Reset() {
 	*x = KeepAliveResponse{}
-	mi := &file_lehr_v1_agent_proto_msgTypes[3]
+	mi := &file_lehr_v1_agent_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -245,7 +343,7 @@ func (x *KeepAliveResponse) String() string {
 func (*KeepAliveResponse) ProtoMessage() {}
 
 func (x *KeepAliveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_agent_proto_msgTypes[3]
+	mi := &file_lehr_v1_agent_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -258,7 +356,7 @@ func (x *KeepAliveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeepAliveResponse.ProtoReflect.Descriptor instead.
 func (*KeepAliveResponse) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_agent_proto_rawDescGZIP(), []int{3}
+	return file_lehr_v1_agent_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *KeepAliveResponse) GetTtlSeconds() uint32 {
@@ -277,7 +375,7 @@ type UnsubscribeRequest struct {
 
 func (x *UnsubscribeRequest) Reset() {
 	*x = UnsubscribeRequest{}
-	mi := &file_lehr_v1_agent_proto_msgTypes[4]
+	mi := &file_lehr_v1_agent_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -289,7 +387,7 @@ func (x *UnsubscribeRequest) String() string {
 func (*UnsubscribeRequest) ProtoMessage() {}
 
 func (x *UnsubscribeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_agent_proto_msgTypes[4]
+	mi := &file_lehr_v1_agent_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -302,7 +400,7 @@ func (x *UnsubscribeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnsubscribeRequest.ProtoReflect.Descriptor instead.
 func (*UnsubscribeRequest) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_agent_proto_rawDescGZIP(), []int{4}
+	return file_lehr_v1_agent_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *UnsubscribeRequest) GetLeaseId() string {
@@ -320,7 +418,7 @@ type UnsubscribeResponse struct {
 
 func (x *UnsubscribeResponse) Reset() {
 	*x = UnsubscribeResponse{}
-	mi := &file_lehr_v1_agent_proto_msgTypes[5]
+	mi := &file_lehr_v1_agent_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -332,7 +430,7 @@ func (x *UnsubscribeResponse) String() string {
 func (*UnsubscribeResponse) ProtoMessage() {}
 
 func (x *UnsubscribeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_agent_proto_msgTypes[5]
+	mi := &file_lehr_v1_agent_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -345,7 +443,7 @@ func (x *UnsubscribeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnsubscribeResponse.ProtoReflect.Descriptor instead.
 func (*UnsubscribeResponse) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_agent_proto_rawDescGZIP(), []int{5}
+	return file_lehr_v1_agent_proto_rawDescGZIP(), []int{7}
 }
 
 type AgentGetRequest struct {
@@ -359,7 +457,7 @@ type AgentGetRequest struct {
 
 func (x *AgentGetRequest) Reset() {
 	*x = AgentGetRequest{}
-	mi := &file_lehr_v1_agent_proto_msgTypes[6]
+	mi := &file_lehr_v1_agent_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -371,7 +469,7 @@ func (x *AgentGetRequest) String() string {
 func (*AgentGetRequest) ProtoMessage() {}
 
 func (x *AgentGetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_agent_proto_msgTypes[6]
+	mi := &file_lehr_v1_agent_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -384,7 +482,7 @@ func (x *AgentGetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AgentGetRequest.ProtoReflect.Descriptor instead.
 func (*AgentGetRequest) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_agent_proto_rawDescGZIP(), []int{6}
+	return file_lehr_v1_agent_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *AgentGetRequest) GetNamespace() string {
@@ -412,7 +510,7 @@ type AgentGetResponse struct {
 
 func (x *AgentGetResponse) Reset() {
 	*x = AgentGetResponse{}
-	mi := &file_lehr_v1_agent_proto_msgTypes[7]
+	mi := &file_lehr_v1_agent_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -424,7 +522,7 @@ func (x *AgentGetResponse) String() string {
 func (*AgentGetResponse) ProtoMessage() {}
 
 func (x *AgentGetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_agent_proto_msgTypes[7]
+	mi := &file_lehr_v1_agent_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -437,7 +535,7 @@ func (x *AgentGetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AgentGetResponse.ProtoReflect.Descriptor instead.
 func (*AgentGetResponse) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_agent_proto_rawDescGZIP(), []int{7}
+	return file_lehr_v1_agent_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *AgentGetResponse) GetVersion() *VersionInfo {
@@ -469,7 +567,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_lehr_v1_agent_proto_msgTypes[8]
+	mi := &file_lehr_v1_agent_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -481,7 +579,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_agent_proto_msgTypes[8]
+	mi := &file_lehr_v1_agent_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -494,7 +592,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_agent_proto_rawDescGZIP(), []int{8}
+	return file_lehr_v1_agent_proto_rawDescGZIP(), []int{10}
 }
 
 // NamespaceStatus is one namespace the agent holds or wants.
@@ -517,7 +615,7 @@ type NamespaceStatus struct {
 
 func (x *NamespaceStatus) Reset() {
 	*x = NamespaceStatus{}
-	mi := &file_lehr_v1_agent_proto_msgTypes[9]
+	mi := &file_lehr_v1_agent_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -529,7 +627,7 @@ func (x *NamespaceStatus) String() string {
 func (*NamespaceStatus) ProtoMessage() {}
 
 func (x *NamespaceStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_agent_proto_msgTypes[9]
+	mi := &file_lehr_v1_agent_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -542,7 +640,7 @@ func (x *NamespaceStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NamespaceStatus.ProtoReflect.Descriptor instead.
 func (*NamespaceStatus) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_agent_proto_rawDescGZIP(), []int{9}
+	return file_lehr_v1_agent_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *NamespaceStatus) GetNamespace() string {
@@ -616,7 +714,7 @@ type StatusResponse struct {
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_lehr_v1_agent_proto_msgTypes[10]
+	mi := &file_lehr_v1_agent_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -628,7 +726,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_agent_proto_msgTypes[10]
+	mi := &file_lehr_v1_agent_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -641,7 +739,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_agent_proto_rawDescGZIP(), []int{10}
+	return file_lehr_v1_agent_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *StatusResponse) GetHostId() string {
@@ -704,7 +802,7 @@ type ReportApplyRequest struct {
 
 func (x *ReportApplyRequest) Reset() {
 	*x = ReportApplyRequest{}
-	mi := &file_lehr_v1_agent_proto_msgTypes[11]
+	mi := &file_lehr_v1_agent_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -716,7 +814,7 @@ func (x *ReportApplyRequest) String() string {
 func (*ReportApplyRequest) ProtoMessage() {}
 
 func (x *ReportApplyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_agent_proto_msgTypes[11]
+	mi := &file_lehr_v1_agent_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -729,7 +827,7 @@ func (x *ReportApplyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportApplyRequest.ProtoReflect.Descriptor instead.
 func (*ReportApplyRequest) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_agent_proto_rawDescGZIP(), []int{11}
+	return file_lehr_v1_agent_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ReportApplyRequest) GetLeaseId() string {
@@ -790,7 +888,7 @@ type AgentSignalsRequest struct {
 
 func (x *AgentSignalsRequest) Reset() {
 	*x = AgentSignalsRequest{}
-	mi := &file_lehr_v1_agent_proto_msgTypes[12]
+	mi := &file_lehr_v1_agent_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -802,7 +900,7 @@ func (x *AgentSignalsRequest) String() string {
 func (*AgentSignalsRequest) ProtoMessage() {}
 
 func (x *AgentSignalsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_agent_proto_msgTypes[12]
+	mi := &file_lehr_v1_agent_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -815,7 +913,7 @@ func (x *AgentSignalsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AgentSignalsRequest.ProtoReflect.Descriptor instead.
 func (*AgentSignalsRequest) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_agent_proto_rawDescGZIP(), []int{12}
+	return file_lehr_v1_agent_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *AgentSignalsRequest) GetNamespace() string {
@@ -836,7 +934,7 @@ type AgentSignalsResponse struct {
 
 func (x *AgentSignalsResponse) Reset() {
 	*x = AgentSignalsResponse{}
-	mi := &file_lehr_v1_agent_proto_msgTypes[13]
+	mi := &file_lehr_v1_agent_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -848,7 +946,7 @@ func (x *AgentSignalsResponse) String() string {
 func (*AgentSignalsResponse) ProtoMessage() {}
 
 func (x *AgentSignalsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_agent_proto_msgTypes[13]
+	mi := &file_lehr_v1_agent_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -861,7 +959,7 @@ func (x *AgentSignalsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AgentSignalsResponse.ProtoReflect.Descriptor instead.
 func (*AgentSignalsResponse) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_agent_proto_rawDescGZIP(), []int{13}
+	return file_lehr_v1_agent_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *AgentSignalsResponse) GetSignals() *NamespaceSignals {
@@ -879,7 +977,7 @@ type ReportApplyResponse struct {
 
 func (x *ReportApplyResponse) Reset() {
 	*x = ReportApplyResponse{}
-	mi := &file_lehr_v1_agent_proto_msgTypes[14]
+	mi := &file_lehr_v1_agent_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -891,7 +989,7 @@ func (x *ReportApplyResponse) String() string {
 func (*ReportApplyResponse) ProtoMessage() {}
 
 func (x *ReportApplyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_agent_proto_msgTypes[14]
+	mi := &file_lehr_v1_agent_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -904,14 +1002,19 @@ func (x *ReportApplyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportApplyResponse.ProtoReflect.Descriptor instead.
 func (*ReportApplyResponse) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_agent_proto_rawDescGZIP(), []int{14}
+	return file_lehr_v1_agent_proto_rawDescGZIP(), []int{16}
 }
 
 var File_lehr_v1_agent_proto protoreflect.FileDescriptor
 
 const file_lehr_v1_agent_proto_rawDesc = "" +
 	"\n" +
-	"\x13lehr/v1/agent.proto\x12\alehr.v1\x1a\x13lehr/v1/types.proto\x1a\x12lehr/v1/wire.proto\"\x8f\x01\n" +
+	"\x13lehr/v1/agent.proto\x12\alehr.v1\x1a\x15lehr/v1/preview.proto\x1a\x13lehr/v1/types.proto\x1a\x12lehr/v1/wire.proto\"\x83\x01\n" +
+	"\x14ReportPreviewRequest\x12\x19\n" +
+	"\blease_id\x18\x01 \x01(\tR\aleaseId\x12\x1c\n" +
+	"\tnamespace\x18\x02 \x01(\tR\tnamespace\x122\n" +
+	"\x06counts\x18\x03 \x03(\v2\x1a.lehr.v1.HostPreviewCountsR\x06counts\"\x17\n" +
+	"\x15ReportPreviewResponse\"\x8f\x01\n" +
 	"\x10SubscribeRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x1b\n" +
 	"\tclient_id\x18\x02 \x01(\tR\bclientId\x12\x1f\n" +
@@ -975,7 +1078,7 @@ const file_lehr_v1_agent_proto_rawDesc = "" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\"K\n" +
 	"\x14AgentSignalsResponse\x123\n" +
 	"\asignals\x18\x01 \x01(\v2\x19.lehr.v1.NamespaceSignalsR\asignals\"\x15\n" +
-	"\x13ReportApplyResponse2\xe2\x03\n" +
+	"\x13ReportApplyResponse2\xb2\x04\n" +
 	"\x05Agent\x12B\n" +
 	"\tSubscribe\x12\x19.lehr.v1.SubscribeRequest\x1a\x1a.lehr.v1.SubscribeResponse\x12B\n" +
 	"\tKeepAlive\x12\x19.lehr.v1.KeepAliveRequest\x1a\x1a.lehr.v1.KeepAliveResponse\x12H\n" +
@@ -983,7 +1086,8 @@ const file_lehr_v1_agent_proto_rawDesc = "" +
 	"\x03Get\x12\x18.lehr.v1.AgentGetRequest\x1a\x19.lehr.v1.AgentGetResponse\x129\n" +
 	"\x06Status\x12\x16.lehr.v1.StatusRequest\x1a\x17.lehr.v1.StatusResponse\x12H\n" +
 	"\vReportApply\x12\x1b.lehr.v1.ReportApplyRequest\x1a\x1c.lehr.v1.ReportApplyResponse\x12F\n" +
-	"\aSignals\x12\x1c.lehr.v1.AgentSignalsRequest\x1a\x1d.lehr.v1.AgentSignalsResponseB\x1cZ\x1alehr.dev/lehr/proto/lehrpbb\x06proto3"
+	"\aSignals\x12\x1c.lehr.v1.AgentSignalsRequest\x1a\x1d.lehr.v1.AgentSignalsResponse\x12N\n" +
+	"\rReportPreview\x12\x1d.lehr.v1.ReportPreviewRequest\x1a\x1e.lehr.v1.ReportPreviewResponseB\x1cZ\x1alehr.dev/lehr/proto/lehrpbb\x06proto3"
 
 var (
 	file_lehr_v1_agent_proto_rawDescOnce sync.Once
@@ -997,53 +1101,59 @@ func file_lehr_v1_agent_proto_rawDescGZIP() []byte {
 	return file_lehr_v1_agent_proto_rawDescData
 }
 
-var file_lehr_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
+var file_lehr_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
 var file_lehr_v1_agent_proto_goTypes = []any{
-	(*SubscribeRequest)(nil),     // 0: lehr.v1.SubscribeRequest
-	(*SubscribeResponse)(nil),    // 1: lehr.v1.SubscribeResponse
-	(*KeepAliveRequest)(nil),     // 2: lehr.v1.KeepAliveRequest
-	(*KeepAliveResponse)(nil),    // 3: lehr.v1.KeepAliveResponse
-	(*UnsubscribeRequest)(nil),   // 4: lehr.v1.UnsubscribeRequest
-	(*UnsubscribeResponse)(nil),  // 5: lehr.v1.UnsubscribeResponse
-	(*AgentGetRequest)(nil),      // 6: lehr.v1.AgentGetRequest
-	(*AgentGetResponse)(nil),     // 7: lehr.v1.AgentGetResponse
-	(*StatusRequest)(nil),        // 8: lehr.v1.StatusRequest
-	(*NamespaceStatus)(nil),      // 9: lehr.v1.NamespaceStatus
-	(*StatusResponse)(nil),       // 10: lehr.v1.StatusResponse
-	(*ReportApplyRequest)(nil),   // 11: lehr.v1.ReportApplyRequest
-	(*AgentSignalsRequest)(nil),  // 12: lehr.v1.AgentSignalsRequest
-	(*AgentSignalsResponse)(nil), // 13: lehr.v1.AgentSignalsResponse
-	(*ReportApplyResponse)(nil),  // 14: lehr.v1.ReportApplyResponse
-	(*VersionInfo)(nil),          // 15: lehr.v1.VersionInfo
-	(NamespaceKind)(0),           // 16: lehr.v1.NamespaceKind
-	(*Property)(nil),             // 17: lehr.v1.Property
-	(*NamespaceSignals)(nil),     // 18: lehr.v1.NamespaceSignals
+	(*ReportPreviewRequest)(nil),  // 0: lehr.v1.ReportPreviewRequest
+	(*ReportPreviewResponse)(nil), // 1: lehr.v1.ReportPreviewResponse
+	(*SubscribeRequest)(nil),      // 2: lehr.v1.SubscribeRequest
+	(*SubscribeResponse)(nil),     // 3: lehr.v1.SubscribeResponse
+	(*KeepAliveRequest)(nil),      // 4: lehr.v1.KeepAliveRequest
+	(*KeepAliveResponse)(nil),     // 5: lehr.v1.KeepAliveResponse
+	(*UnsubscribeRequest)(nil),    // 6: lehr.v1.UnsubscribeRequest
+	(*UnsubscribeResponse)(nil),   // 7: lehr.v1.UnsubscribeResponse
+	(*AgentGetRequest)(nil),       // 8: lehr.v1.AgentGetRequest
+	(*AgentGetResponse)(nil),      // 9: lehr.v1.AgentGetResponse
+	(*StatusRequest)(nil),         // 10: lehr.v1.StatusRequest
+	(*NamespaceStatus)(nil),       // 11: lehr.v1.NamespaceStatus
+	(*StatusResponse)(nil),        // 12: lehr.v1.StatusResponse
+	(*ReportApplyRequest)(nil),    // 13: lehr.v1.ReportApplyRequest
+	(*AgentSignalsRequest)(nil),   // 14: lehr.v1.AgentSignalsRequest
+	(*AgentSignalsResponse)(nil),  // 15: lehr.v1.AgentSignalsResponse
+	(*ReportApplyResponse)(nil),   // 16: lehr.v1.ReportApplyResponse
+	(*HostPreviewCounts)(nil),     // 17: lehr.v1.HostPreviewCounts
+	(*VersionInfo)(nil),           // 18: lehr.v1.VersionInfo
+	(NamespaceKind)(0),            // 19: lehr.v1.NamespaceKind
+	(*Property)(nil),              // 20: lehr.v1.Property
+	(*NamespaceSignals)(nil),      // 21: lehr.v1.NamespaceSignals
 }
 var file_lehr_v1_agent_proto_depIdxs = []int32{
-	15, // 0: lehr.v1.AgentGetResponse.version:type_name -> lehr.v1.VersionInfo
-	16, // 1: lehr.v1.AgentGetResponse.kind:type_name -> lehr.v1.NamespaceKind
-	17, // 2: lehr.v1.AgentGetResponse.properties:type_name -> lehr.v1.Property
-	9,  // 3: lehr.v1.StatusResponse.namespaces:type_name -> lehr.v1.NamespaceStatus
-	18, // 4: lehr.v1.AgentSignalsResponse.signals:type_name -> lehr.v1.NamespaceSignals
-	0,  // 5: lehr.v1.Agent.Subscribe:input_type -> lehr.v1.SubscribeRequest
-	2,  // 6: lehr.v1.Agent.KeepAlive:input_type -> lehr.v1.KeepAliveRequest
-	4,  // 7: lehr.v1.Agent.Unsubscribe:input_type -> lehr.v1.UnsubscribeRequest
-	6,  // 8: lehr.v1.Agent.Get:input_type -> lehr.v1.AgentGetRequest
-	8,  // 9: lehr.v1.Agent.Status:input_type -> lehr.v1.StatusRequest
-	11, // 10: lehr.v1.Agent.ReportApply:input_type -> lehr.v1.ReportApplyRequest
-	12, // 11: lehr.v1.Agent.Signals:input_type -> lehr.v1.AgentSignalsRequest
-	1,  // 12: lehr.v1.Agent.Subscribe:output_type -> lehr.v1.SubscribeResponse
-	3,  // 13: lehr.v1.Agent.KeepAlive:output_type -> lehr.v1.KeepAliveResponse
-	5,  // 14: lehr.v1.Agent.Unsubscribe:output_type -> lehr.v1.UnsubscribeResponse
-	7,  // 15: lehr.v1.Agent.Get:output_type -> lehr.v1.AgentGetResponse
-	10, // 16: lehr.v1.Agent.Status:output_type -> lehr.v1.StatusResponse
-	14, // 17: lehr.v1.Agent.ReportApply:output_type -> lehr.v1.ReportApplyResponse
-	13, // 18: lehr.v1.Agent.Signals:output_type -> lehr.v1.AgentSignalsResponse
-	12, // [12:19] is the sub-list for method output_type
-	5,  // [5:12] is the sub-list for method input_type
-	5,  // [5:5] is the sub-list for extension type_name
-	5,  // [5:5] is the sub-list for extension extendee
-	0,  // [0:5] is the sub-list for field type_name
+	17, // 0: lehr.v1.ReportPreviewRequest.counts:type_name -> lehr.v1.HostPreviewCounts
+	18, // 1: lehr.v1.AgentGetResponse.version:type_name -> lehr.v1.VersionInfo
+	19, // 2: lehr.v1.AgentGetResponse.kind:type_name -> lehr.v1.NamespaceKind
+	20, // 3: lehr.v1.AgentGetResponse.properties:type_name -> lehr.v1.Property
+	11, // 4: lehr.v1.StatusResponse.namespaces:type_name -> lehr.v1.NamespaceStatus
+	21, // 5: lehr.v1.AgentSignalsResponse.signals:type_name -> lehr.v1.NamespaceSignals
+	2,  // 6: lehr.v1.Agent.Subscribe:input_type -> lehr.v1.SubscribeRequest
+	4,  // 7: lehr.v1.Agent.KeepAlive:input_type -> lehr.v1.KeepAliveRequest
+	6,  // 8: lehr.v1.Agent.Unsubscribe:input_type -> lehr.v1.UnsubscribeRequest
+	8,  // 9: lehr.v1.Agent.Get:input_type -> lehr.v1.AgentGetRequest
+	10, // 10: lehr.v1.Agent.Status:input_type -> lehr.v1.StatusRequest
+	13, // 11: lehr.v1.Agent.ReportApply:input_type -> lehr.v1.ReportApplyRequest
+	14, // 12: lehr.v1.Agent.Signals:input_type -> lehr.v1.AgentSignalsRequest
+	0,  // 13: lehr.v1.Agent.ReportPreview:input_type -> lehr.v1.ReportPreviewRequest
+	3,  // 14: lehr.v1.Agent.Subscribe:output_type -> lehr.v1.SubscribeResponse
+	5,  // 15: lehr.v1.Agent.KeepAlive:output_type -> lehr.v1.KeepAliveResponse
+	7,  // 16: lehr.v1.Agent.Unsubscribe:output_type -> lehr.v1.UnsubscribeResponse
+	9,  // 17: lehr.v1.Agent.Get:output_type -> lehr.v1.AgentGetResponse
+	12, // 18: lehr.v1.Agent.Status:output_type -> lehr.v1.StatusResponse
+	16, // 19: lehr.v1.Agent.ReportApply:output_type -> lehr.v1.ReportApplyResponse
+	15, // 20: lehr.v1.Agent.Signals:output_type -> lehr.v1.AgentSignalsResponse
+	1,  // 21: lehr.v1.Agent.ReportPreview:output_type -> lehr.v1.ReportPreviewResponse
+	14, // [14:22] is the sub-list for method output_type
+	6,  // [6:14] is the sub-list for method input_type
+	6,  // [6:6] is the sub-list for extension type_name
+	6,  // [6:6] is the sub-list for extension extendee
+	0,  // [0:6] is the sub-list for field type_name
 }
 
 func init() { file_lehr_v1_agent_proto_init() }
@@ -1051,6 +1161,7 @@ func file_lehr_v1_agent_proto_init() {
 	if File_lehr_v1_agent_proto != nil {
 		return
 	}
+	file_lehr_v1_preview_proto_init()
 	file_lehr_v1_types_proto_init()
 	file_lehr_v1_wire_proto_init()
 	type x struct{}
@@ -1059,7 +1170,7 @@ func file_lehr_v1_agent_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lehr_v1_agent_proto_rawDesc), len(file_lehr_v1_agent_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   15,
+			NumMessages:   17,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -24,13 +24,14 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	Agent_Subscribe_FullMethodName   = "/lehr.v1.Agent/Subscribe"
-	Agent_KeepAlive_FullMethodName   = "/lehr.v1.Agent/KeepAlive"
-	Agent_Unsubscribe_FullMethodName = "/lehr.v1.Agent/Unsubscribe"
-	Agent_Get_FullMethodName         = "/lehr.v1.Agent/Get"
-	Agent_Status_FullMethodName      = "/lehr.v1.Agent/Status"
-	Agent_ReportApply_FullMethodName = "/lehr.v1.Agent/ReportApply"
-	Agent_Signals_FullMethodName     = "/lehr.v1.Agent/Signals"
+	Agent_Subscribe_FullMethodName     = "/lehr.v1.Agent/Subscribe"
+	Agent_KeepAlive_FullMethodName     = "/lehr.v1.Agent/KeepAlive"
+	Agent_Unsubscribe_FullMethodName   = "/lehr.v1.Agent/Unsubscribe"
+	Agent_Get_FullMethodName           = "/lehr.v1.Agent/Get"
+	Agent_Status_FullMethodName        = "/lehr.v1.Agent/Status"
+	Agent_ReportApply_FullMethodName   = "/lehr.v1.Agent/ReportApply"
+	Agent_Signals_FullMethodName       = "/lehr.v1.Agent/Signals"
+	Agent_ReportPreview_FullMethodName = "/lehr.v1.Agent/ReportPreview"
 )
 
 // AgentClient is the client API for Agent service.
@@ -58,6 +59,10 @@ type AgentClient interface {
 	// Signals returns the per-interval signals the agent keeps of a
 	// namespace for canary analysis (what it sends a distributor that asks).
 	Signals(ctx context.Context, in *AgentSignalsRequest, opts ...grpc.CallOption) (*AgentSignalsResponse, error)
+	// ReportPreview adds a consumer's policy-preview decision counts (since
+	// its previous report) to the agent's totals for the namespace, which go
+	// up in the agent's Report.
+	ReportPreview(ctx context.Context, in *ReportPreviewRequest, opts ...grpc.CallOption) (*ReportPreviewResponse, error)
 }
 
 type agentClient struct {
@@ -138,6 +143,16 @@ func (c *agentClient) Signals(ctx context.Context, in *AgentSignalsRequest, opts
 	return out, nil
 }
 
+func (c *agentClient) ReportPreview(ctx context.Context, in *ReportPreviewRequest, opts ...grpc.CallOption) (*ReportPreviewResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ReportPreviewResponse)
+	err := c.cc.Invoke(ctx, Agent_ReportPreview_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AgentServer is the server API for Agent service.
 // All implementations must embed UnimplementedAgentServer
 // for forward compatibility.
@@ -163,6 +178,10 @@ type AgentServer interface {
 	// Signals returns the per-interval signals the agent keeps of a
 	// namespace for canary analysis (what it sends a distributor that asks).
 	Signals(context.Context, *AgentSignalsRequest) (*AgentSignalsResponse, error)
+	// ReportPreview adds a consumer's policy-preview decision counts (since
+	// its previous report) to the agent's totals for the namespace, which go
+	// up in the agent's Report.
+	ReportPreview(context.Context, *ReportPreviewRequest) (*ReportPreviewResponse, error)
 	mustEmbedUnimplementedAgentServer()
 }
 
@@ -193,6 +212,9 @@ func (UnimplementedAgentServer) ReportApply(context.Context, *ReportApplyRequest
 }
 func (UnimplementedAgentServer) Signals(context.Context, *AgentSignalsRequest) (*AgentSignalsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Signals not implemented")
+}
+func (UnimplementedAgentServer) ReportPreview(context.Context, *ReportPreviewRequest) (*ReportPreviewResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ReportPreview not implemented")
 }
 func (UnimplementedAgentServer) mustEmbedUnimplementedAgentServer() {}
 func (UnimplementedAgentServer) testEmbeddedByValue()               {}
@@ -341,6 +363,24 @@ func _Agent_Signals_Handler(srv interface{}, ctx context.Context, dec func(inter
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Agent_ReportPreview_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ReportPreviewRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AgentServer).ReportPreview(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Agent_ReportPreview_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AgentServer).ReportPreview(ctx, req.(*ReportPreviewRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Agent_ServiceDesc is the grpc.ServiceDesc for Agent service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -375,6 +415,10 @@ var Agent_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Signals",
 			Handler:    _Agent_Signals_Handler,
+		},
+		{
+			MethodName: "ReportPreview",
+			Handler:    _Agent_ReportPreview_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -16,6 +16,7 @@
 package lehrpb
 
 import (
+	longrunningpb "cloud.google.com/go/longrunning/autogen/longrunningpb"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	reflect "reflect"
@@ -2819,7 +2820,10 @@ type ReportZoneStatusRequest struct {
 	// The per-interval signals of the hosts candidates ask to watch for
 	// canary analysis (CandidateGoal.analysis), by host and namespace; at
 	// most 512 KiB in all.
-	Signals       []*HostSignals `protobuf:"bytes,9,rep,name=signals,proto3" json:"signals,omitempty"`
+	Signals []*HostSignals `protobuf:"bytes,9,rep,name=signals,proto3" json:"signals,omitempty"`
+	// Policy-preview decision counts per namespace, summed over the agents'
+	// latest reports.
+	Preview       []*NamespacePreviewCounts `protobuf:"bytes,10,rep,name=preview,proto3" json:"preview,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2917,6 +2921,66 @@ func (x *ReportZoneStatusRequest) GetSignals() []*HostSignals {
 	return nil
 }
 
+func (x *ReportZoneStatusRequest) GetPreview() []*NamespacePreviewCounts {
+	if x != nil {
+		return x.Preview
+	}
+	return nil
+}
+
+// NamespacePreviewCounts is the preview counts of one policy namespace.
+type NamespacePreviewCounts struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Namespace     string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	Counts        []*HostPreviewCounts   `protobuf:"bytes,2,rep,name=counts,proto3" json:"counts,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NamespacePreviewCounts) Reset() {
+	*x = NamespacePreviewCounts{}
+	mi := &file_lehr_v1_control_proto_msgTypes[47]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NamespacePreviewCounts) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NamespacePreviewCounts) ProtoMessage() {}
+
+func (x *NamespacePreviewCounts) ProtoReflect() protoreflect.Message {
+	mi := &file_lehr_v1_control_proto_msgTypes[47]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NamespacePreviewCounts.ProtoReflect.Descriptor instead.
+func (*NamespacePreviewCounts) Descriptor() ([]byte, []int) {
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{47}
+}
+
+func (x *NamespacePreviewCounts) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *NamespacePreviewCounts) GetCounts() []*HostPreviewCounts {
+	if x != nil {
+		return x.Counts
+	}
+	return nil
+}
+
 // HostSignals is what one watched host reported of its per-interval
 // signals about one namespace.
 type HostSignals struct {
@@ -2932,7 +2996,7 @@ type HostSignals struct {
 
 func (x *HostSignals) Reset() {
 	*x = HostSignals{}
-	mi := &file_lehr_v1_control_proto_msgTypes[47]
+	mi := &file_lehr_v1_control_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2944,7 +3008,7 @@ func (x *HostSignals) String() string {
 func (*HostSignals) ProtoMessage() {}
 
 func (x *HostSignals) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[47]
+	mi := &file_lehr_v1_control_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2957,7 +3021,7 @@ func (x *HostSignals) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HostSignals.ProtoReflect.Descriptor instead.
 func (*HostSignals) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{47}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *HostSignals) GetHostId() string {
@@ -2994,7 +3058,7 @@ type CohortSample struct {
 
 func (x *CohortSample) Reset() {
 	*x = CohortSample{}
-	mi := &file_lehr_v1_control_proto_msgTypes[48]
+	mi := &file_lehr_v1_control_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3006,7 +3070,7 @@ func (x *CohortSample) String() string {
 func (*CohortSample) ProtoMessage() {}
 
 func (x *CohortSample) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[48]
+	mi := &file_lehr_v1_control_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3019,7 +3083,7 @@ func (x *CohortSample) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CohortSample.ProtoReflect.Descriptor instead.
 func (*CohortSample) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{48}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *CohortSample) GetNamespace() string {
@@ -3069,7 +3133,7 @@ type NamespaceHealth struct {
 
 func (x *NamespaceHealth) Reset() {
 	*x = NamespaceHealth{}
-	mi := &file_lehr_v1_control_proto_msgTypes[49]
+	mi := &file_lehr_v1_control_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3081,7 +3145,7 @@ func (x *NamespaceHealth) String() string {
 func (*NamespaceHealth) ProtoMessage() {}
 
 func (x *NamespaceHealth) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[49]
+	mi := &file_lehr_v1_control_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3094,7 +3158,7 @@ func (x *NamespaceHealth) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NamespaceHealth.ProtoReflect.Descriptor instead.
 func (*NamespaceHealth) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{49}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *NamespaceHealth) GetNamespace() string {
@@ -3172,7 +3236,7 @@ type HostReport struct {
 
 func (x *HostReport) Reset() {
 	*x = HostReport{}
-	mi := &file_lehr_v1_control_proto_msgTypes[50]
+	mi := &file_lehr_v1_control_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3184,7 +3248,7 @@ func (x *HostReport) String() string {
 func (*HostReport) ProtoMessage() {}
 
 func (x *HostReport) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[50]
+	mi := &file_lehr_v1_control_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3197,7 +3261,7 @@ func (x *HostReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HostReport.ProtoReflect.Descriptor instead.
 func (*HostReport) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{50}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *HostReport) GetHostId() string {
@@ -3229,7 +3293,7 @@ type ReportZoneStatusResponse struct {
 
 func (x *ReportZoneStatusResponse) Reset() {
 	*x = ReportZoneStatusResponse{}
-	mi := &file_lehr_v1_control_proto_msgTypes[51]
+	mi := &file_lehr_v1_control_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3241,7 +3305,7 @@ func (x *ReportZoneStatusResponse) String() string {
 func (*ReportZoneStatusResponse) ProtoMessage() {}
 
 func (x *ReportZoneStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[51]
+	mi := &file_lehr_v1_control_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3254,7 +3318,7 @@ func (x *ReportZoneStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportZoneStatusResponse.ProtoReflect.Descriptor instead.
 func (*ReportZoneStatusResponse) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{51}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{52}
 }
 
 type GetZoneStatusRequest struct {
@@ -3266,7 +3330,7 @@ type GetZoneStatusRequest struct {
 
 func (x *GetZoneStatusRequest) Reset() {
 	*x = GetZoneStatusRequest{}
-	mi := &file_lehr_v1_control_proto_msgTypes[52]
+	mi := &file_lehr_v1_control_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3278,7 +3342,7 @@ func (x *GetZoneStatusRequest) String() string {
 func (*GetZoneStatusRequest) ProtoMessage() {}
 
 func (x *GetZoneStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[52]
+	mi := &file_lehr_v1_control_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3291,7 +3355,7 @@ func (x *GetZoneStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetZoneStatusRequest.ProtoReflect.Descriptor instead.
 func (*GetZoneStatusRequest) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{52}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *GetZoneStatusRequest) GetZone() string {
@@ -3303,21 +3367,22 @@ func (x *GetZoneStatusRequest) GetZone() string {
 
 // DistributorStatus is one distributor's latest report.
 type DistributorStatus struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	DistributorId string                 `protobuf:"bytes,1,opt,name=distributor_id,json=distributorId,proto3" json:"distributor_id,omitempty"`
-	Agents        int32                  `protobuf:"varint,2,opt,name=agents,proto3" json:"agents,omitempty"`
-	Versions      []*VersionCount        `protobuf:"bytes,3,rep,name=versions,proto3" json:"versions,omitempty"`
-	Health        []*NamespaceHealth     `protobuf:"bytes,4,rep,name=health,proto3" json:"health,omitempty"`
-	Hosts         []*HostReport          `protobuf:"bytes,5,rep,name=hosts,proto3" json:"hosts,omitempty"`
-	Samples       []*CohortSample        `protobuf:"bytes,6,rep,name=samples,proto3" json:"samples,omitempty"`
-	Signals       []*HostSignals         `protobuf:"bytes,7,rep,name=signals,proto3" json:"signals,omitempty"`
+	state         protoimpl.MessageState    `protogen:"open.v1"`
+	DistributorId string                    `protobuf:"bytes,1,opt,name=distributor_id,json=distributorId,proto3" json:"distributor_id,omitempty"`
+	Agents        int32                     `protobuf:"varint,2,opt,name=agents,proto3" json:"agents,omitempty"`
+	Versions      []*VersionCount           `protobuf:"bytes,3,rep,name=versions,proto3" json:"versions,omitempty"`
+	Health        []*NamespaceHealth        `protobuf:"bytes,4,rep,name=health,proto3" json:"health,omitempty"`
+	Hosts         []*HostReport             `protobuf:"bytes,5,rep,name=hosts,proto3" json:"hosts,omitempty"`
+	Samples       []*CohortSample           `protobuf:"bytes,6,rep,name=samples,proto3" json:"samples,omitempty"`
+	Signals       []*HostSignals            `protobuf:"bytes,7,rep,name=signals,proto3" json:"signals,omitempty"`
+	Preview       []*NamespacePreviewCounts `protobuf:"bytes,8,rep,name=preview,proto3" json:"preview,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *DistributorStatus) Reset() {
 	*x = DistributorStatus{}
-	mi := &file_lehr_v1_control_proto_msgTypes[53]
+	mi := &file_lehr_v1_control_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3329,7 +3394,7 @@ func (x *DistributorStatus) String() string {
 func (*DistributorStatus) ProtoMessage() {}
 
 func (x *DistributorStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[53]
+	mi := &file_lehr_v1_control_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3342,7 +3407,7 @@ func (x *DistributorStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DistributorStatus.ProtoReflect.Descriptor instead.
 func (*DistributorStatus) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{53}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *DistributorStatus) GetDistributorId() string {
@@ -3394,6 +3459,13 @@ func (x *DistributorStatus) GetSignals() []*HostSignals {
 	return nil
 }
 
+func (x *DistributorStatus) GetPreview() []*NamespacePreviewCounts {
+	if x != nil {
+		return x.Preview
+	}
+	return nil
+}
+
 type GetZoneStatusResponse struct {
 	state        protoimpl.MessageState `protogen:"open.v1"`
 	Zone         string                 `protobuf:"bytes,1,opt,name=zone,proto3" json:"zone,omitempty"`
@@ -3410,7 +3482,7 @@ type GetZoneStatusResponse struct {
 
 func (x *GetZoneStatusResponse) Reset() {
 	*x = GetZoneStatusResponse{}
-	mi := &file_lehr_v1_control_proto_msgTypes[54]
+	mi := &file_lehr_v1_control_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3422,7 +3494,7 @@ func (x *GetZoneStatusResponse) String() string {
 func (*GetZoneStatusResponse) ProtoMessage() {}
 
 func (x *GetZoneStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[54]
+	mi := &file_lehr_v1_control_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3435,7 +3507,7 @@ func (x *GetZoneStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetZoneStatusResponse.ProtoReflect.Descriptor instead.
 func (*GetZoneStatusResponse) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{54}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *GetZoneStatusResponse) GetZone() string {
@@ -3477,7 +3549,7 @@ var File_lehr_v1_control_proto protoreflect.FileDescriptor
 
 const file_lehr_v1_control_proto_rawDesc = "" +
 	"\n" +
-	"\x15lehr/v1/control.proto\x12\alehr.v1\x1a\x14lehr/v1/canary.proto\x1a\x15lehr/v1/rollout.proto\x1a\x13lehr/v1/types.proto\x1a\x12lehr/v1/wire.proto\"\xb0\x01\n" +
+	"\x15lehr/v1/control.proto\x12\alehr.v1\x1a#google/longrunning/operations.proto\x1a\x14lehr/v1/canary.proto\x1a\x15lehr/v1/preview.proto\x1a\x15lehr/v1/rollout.proto\x1a\x13lehr/v1/types.proto\x1a\x12lehr/v1/wire.proto\"\xb0\x01\n" +
 	"\x14UpdateRolloutRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\x04R\aversion\x12.\n" +
@@ -3669,7 +3741,7 @@ const file_lehr_v1_control_proto_rawDesc = "" +
 	"\fVersionCount\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\x04R\aversion\x12\x16\n" +
-	"\x06agents\x18\x03 \x01(\x05R\x06agents\"\xfe\x02\n" +
+	"\x06agents\x18\x03 \x01(\x05R\x06agents\"\xb9\x03\n" +
 	"\x17ReportZoneStatusRequest\x12\x12\n" +
 	"\x04zone\x18\x01 \x01(\tR\x04zone\x12%\n" +
 	"\x0edistributor_id\x18\x02 \x01(\tR\rdistributorId\x12\x16\n" +
@@ -3680,7 +3752,12 @@ const file_lehr_v1_control_proto_rawDesc = "" +
 	"\x06health\x18\x06 \x03(\v2\x18.lehr.v1.NamespaceHealthR\x06health\x12)\n" +
 	"\x05hosts\x18\a \x03(\v2\x13.lehr.v1.HostReportR\x05hosts\x12/\n" +
 	"\asamples\x18\b \x03(\v2\x15.lehr.v1.CohortSampleR\asamples\x12.\n" +
-	"\asignals\x18\t \x03(\v2\x14.lehr.v1.HostSignalsR\asignals\"s\n" +
+	"\asignals\x18\t \x03(\v2\x14.lehr.v1.HostSignalsR\asignals\x129\n" +
+	"\apreview\x18\n" +
+	" \x03(\v2\x1f.lehr.v1.NamespacePreviewCountsR\apreview\"j\n" +
+	"\x16NamespacePreviewCounts\x12\x1c\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x122\n" +
+	"\x06counts\x18\x02 \x03(\v2\x1a.lehr.v1.HostPreviewCountsR\x06counts\"s\n" +
 	"\vHostSignals\x12\x17\n" +
 	"\ahost_id\x18\x01 \x01(\tR\x06hostId\x12\x16\n" +
 	"\x06cohort\x18\x02 \x01(\bR\x06cohort\x123\n" +
@@ -3706,7 +3783,7 @@ const file_lehr_v1_control_proto_rawDesc = "" +
 	"\x06report\x18\x03 \x01(\v2\x18.lehr.v1.NamespaceReportR\x06report\"\x1a\n" +
 	"\x18ReportZoneStatusResponse\"*\n" +
 	"\x14GetZoneStatusRequest\x12\x12\n" +
-	"\x04zone\x18\x01 \x01(\tR\x04zone\"\xc3\x02\n" +
+	"\x04zone\x18\x01 \x01(\tR\x04zone\"\xfe\x02\n" +
 	"\x11DistributorStatus\x12%\n" +
 	"\x0edistributor_id\x18\x01 \x01(\tR\rdistributorId\x12\x16\n" +
 	"\x06agents\x18\x02 \x01(\x05R\x06agents\x121\n" +
@@ -3714,13 +3791,14 @@ const file_lehr_v1_control_proto_rawDesc = "" +
 	"\x06health\x18\x04 \x03(\v2\x18.lehr.v1.NamespaceHealthR\x06health\x12)\n" +
 	"\x05hosts\x18\x05 \x03(\v2\x13.lehr.v1.HostReportR\x05hosts\x12/\n" +
 	"\asamples\x18\x06 \x03(\v2\x15.lehr.v1.CohortSampleR\asamples\x12.\n" +
-	"\asignals\x18\a \x03(\v2\x14.lehr.v1.HostSignalsR\asignals\"\xfb\x01\n" +
+	"\asignals\x18\a \x03(\v2\x14.lehr.v1.HostSignalsR\asignals\x129\n" +
+	"\apreview\x18\b \x03(\v2\x1f.lehr.v1.NamespacePreviewCountsR\apreview\"\xfb\x01\n" +
 	"\x15GetZoneStatusResponse\x12\x12\n" +
 	"\x04zone\x18\x01 \x01(\tR\x04zone\x12>\n" +
 	"\fdistributors\x18\x02 \x03(\v2\x1a.lehr.v1.DistributorStatusR\fdistributors\x121\n" +
 	"\bversions\x18\x03 \x03(\v2\x15.lehr.v1.VersionCountR\bversions\x120\n" +
 	"\x06health\x18\x04 \x03(\v2\x18.lehr.v1.NamespaceHealthR\x06health\x12)\n" +
-	"\x05hosts\x18\x05 \x03(\v2\x13.lehr.v1.HostReportR\x05hosts2\xdb\x11\n" +
+	"\x05hosts\x18\x05 \x03(\v2\x13.lehr.v1.HostReportR\x05hosts2\x98\x19\n" +
 	"\aControl\x12=\n" +
 	"\fCreateDomain\x12\x1c.lehr.v1.CreateDomainRequest\x1a\x0f.lehr.v1.Domain\x127\n" +
 	"\tGetDomain\x12\x19.lehr.v1.GetDomainRequest\x1a\x0f.lehr.v1.Domain\x12H\n" +
@@ -3756,7 +3834,17 @@ const file_lehr_v1_control_proto_rawDesc = "" +
 	"\rUpdateRollout\x12\x1d.lehr.v1.UpdateRolloutRequest\x1a\x10.lehr.v1.Rollout\x12?\n" +
 	"\bEvaluate\x12\x18.lehr.v1.EvaluateRequest\x1a\x19.lehr.v1.CanaryEvaluation\x12U\n" +
 	"\x13GetCanaryEvaluation\x12#.lehr.v1.GetCanaryEvaluationRequest\x1a\x19.lehr.v1.CanaryEvaluation\x12f\n" +
-	"\x15ListCanaryEvaluations\x12%.lehr.v1.ListCanaryEvaluationsRequest\x1a&.lehr.v1.ListCanaryEvaluationsResponseB\x1cZ\x1alehr.dev/lehr/proto/lehrpbb\x06proto3"
+	"\x15ListCanaryEvaluations\x12%.lehr.v1.ListCanaryEvaluationsRequest\x1a&.lehr.v1.ListCanaryEvaluationsResponse\x127\n" +
+	"\tGetPolicy\x12\x19.lehr.v1.GetPolicyRequest\x1a\x0f.lehr.v1.Policy\x12_\n" +
+	"\x16CreatePolicyExperiment\x12&.lehr.v1.CreatePolicyExperimentRequest\x1a\x1d.google.longrunning.Operation\x12_\n" +
+	"\x16UpdatePolicyExperiment\x12&.lehr.v1.UpdatePolicyExperimentRequest\x1a\x1d.google.longrunning.Operation\x12U\n" +
+	"\x13GetPolicyExperiment\x12#.lehr.v1.GetPolicyExperimentRequest\x1a\x19.lehr.v1.PolicyExperiment\x12f\n" +
+	"\x15ListPolicyExperiments\x12%.lehr.v1.ListPolicyExperimentsRequest\x1a&.lehr.v1.ListPolicyExperimentsResponse\x12_\n" +
+	"\x16DeletePolicyExperiment\x12&.lehr.v1.DeletePolicyExperimentRequest\x1a\x1d.google.longrunning.Operation\x12k\n" +
+	"\x1cStartPreviewPolicyExperiment\x12,.lehr.v1.StartPreviewPolicyExperimentRequest\x1a\x1d.google.longrunning.Operation\x12i\n" +
+	"\x1bStopPreviewPolicyExperiment\x12+.lehr.v1.StopPreviewPolicyExperimentRequest\x1a\x1d.google.longrunning.Operation\x12_\n" +
+	"\x16CommitPolicyExperiment\x12&.lehr.v1.CommitPolicyExperimentRequest\x1a\x1d.google.longrunning.Operation\x12g\n" +
+	"\x19GetPolicyExperimentCounts\x12).lehr.v1.GetPolicyExperimentCountsRequest\x1a\x1f.lehr.v1.PolicyExperimentCountsB\x1cZ\x1alehr.dev/lehr/proto/lehrpbb\x06proto3"
 
 var (
 	file_lehr_v1_control_proto_rawDescOnce sync.Once
@@ -3771,210 +3859,250 @@ func file_lehr_v1_control_proto_rawDescGZIP() []byte {
 }
 
 var file_lehr_v1_control_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_lehr_v1_control_proto_msgTypes = make([]protoimpl.MessageInfo, 55)
+var file_lehr_v1_control_proto_msgTypes = make([]protoimpl.MessageInfo, 56)
 var file_lehr_v1_control_proto_goTypes = []any{
-	(PropertyChange_Kind)(0),              // 0: lehr.v1.PropertyChange.Kind
-	(GoalEvent_Type)(0),                   // 1: lehr.v1.GoalEvent.Type
-	(*UpdateRolloutRequest)(nil),          // 2: lehr.v1.UpdateRolloutRequest
-	(*GetRolloutRequest)(nil),             // 3: lehr.v1.GetRolloutRequest
-	(*ListRolloutsRequest)(nil),           // 4: lehr.v1.ListRolloutsRequest
-	(*ListRolloutsResponse)(nil),          // 5: lehr.v1.ListRolloutsResponse
-	(*ListRolloutEventsRequest)(nil),      // 6: lehr.v1.ListRolloutEventsRequest
-	(*ListRolloutEventsResponse)(nil),     // 7: lehr.v1.ListRolloutEventsResponse
-	(*SetRolloutPolicyRequest)(nil),       // 8: lehr.v1.SetRolloutPolicyRequest
-	(*DeleteRolloutPolicyRequest)(nil),    // 9: lehr.v1.DeleteRolloutPolicyRequest
-	(*GetRolloutPolicyRequest)(nil),       // 10: lehr.v1.GetRolloutPolicyRequest
-	(*GetRolloutPolicyResponse)(nil),      // 11: lehr.v1.GetRolloutPolicyResponse
-	(*RolloutPolicyHistoryRequest)(nil),   // 12: lehr.v1.RolloutPolicyHistoryRequest
-	(*RolloutPolicyHistoryResponse)(nil),  // 13: lehr.v1.RolloutPolicyHistoryResponse
-	(*CreateDomainRequest)(nil),           // 14: lehr.v1.CreateDomainRequest
-	(*GetDomainRequest)(nil),              // 15: lehr.v1.GetDomainRequest
-	(*ListDomainsRequest)(nil),            // 16: lehr.v1.ListDomainsRequest
-	(*ListDomainsResponse)(nil),           // 17: lehr.v1.ListDomainsResponse
-	(*CreateNamespaceRequest)(nil),        // 18: lehr.v1.CreateNamespaceRequest
-	(*GetNamespaceRequest)(nil),           // 19: lehr.v1.GetNamespaceRequest
-	(*ListNamespacesRequest)(nil),         // 20: lehr.v1.ListNamespacesRequest
-	(*ListNamespacesResponse)(nil),        // 21: lehr.v1.ListNamespacesResponse
-	(*PublishRequest)(nil),                // 22: lehr.v1.PublishRequest
-	(*PublishResponse)(nil),               // 23: lehr.v1.PublishResponse
-	(*PatchRequest)(nil),                  // 24: lehr.v1.PatchRequest
-	(*PatchResponse)(nil),                 // 25: lehr.v1.PatchResponse
-	(*GetRequest)(nil),                    // 26: lehr.v1.GetRequest
-	(*GetResponse)(nil),                   // 27: lehr.v1.GetResponse
-	(*HistoryRequest)(nil),                // 28: lehr.v1.HistoryRequest
-	(*HistoryResponse)(nil),               // 29: lehr.v1.HistoryResponse
-	(*DiffRequest)(nil),                   // 30: lehr.v1.DiffRequest
-	(*PropertyChange)(nil),                // 31: lehr.v1.PropertyChange
-	(*DiffResponse)(nil),                  // 32: lehr.v1.DiffResponse
-	(*RollbackRequest)(nil),               // 33: lehr.v1.RollbackRequest
-	(*RollbackResponse)(nil),              // 34: lehr.v1.RollbackResponse
-	(*CreateZoneRequest)(nil),             // 35: lehr.v1.CreateZoneRequest
-	(*ListZonesRequest)(nil),              // 36: lehr.v1.ListZonesRequest
-	(*ListZonesResponse)(nil),             // 37: lehr.v1.ListZonesResponse
-	(*GetGoalsRequest)(nil),               // 38: lehr.v1.GetGoalsRequest
-	(*GetGoalsResponse)(nil),              // 39: lehr.v1.GetGoalsResponse
-	(*WatchGoalsRequest)(nil),             // 40: lehr.v1.WatchGoalsRequest
-	(*GoalEvent)(nil),                     // 41: lehr.v1.GoalEvent
-	(*WatchGoalsResponse)(nil),            // 42: lehr.v1.WatchGoalsResponse
-	(*FetchVersionRequest)(nil),           // 43: lehr.v1.FetchVersionRequest
-	(*FetchVersionResponse)(nil),          // 44: lehr.v1.FetchVersionResponse
-	(*FetchDeltaRequest)(nil),             // 45: lehr.v1.FetchDeltaRequest
-	(*FetchDeltaResponse)(nil),            // 46: lehr.v1.FetchDeltaResponse
-	(*VersionCount)(nil),                  // 47: lehr.v1.VersionCount
-	(*ReportZoneStatusRequest)(nil),       // 48: lehr.v1.ReportZoneStatusRequest
-	(*HostSignals)(nil),                   // 49: lehr.v1.HostSignals
-	(*CohortSample)(nil),                  // 50: lehr.v1.CohortSample
-	(*NamespaceHealth)(nil),               // 51: lehr.v1.NamespaceHealth
-	(*HostReport)(nil),                    // 52: lehr.v1.HostReport
-	(*ReportZoneStatusResponse)(nil),      // 53: lehr.v1.ReportZoneStatusResponse
-	(*GetZoneStatusRequest)(nil),          // 54: lehr.v1.GetZoneStatusRequest
-	(*DistributorStatus)(nil),             // 55: lehr.v1.DistributorStatus
-	(*GetZoneStatusResponse)(nil),         // 56: lehr.v1.GetZoneStatusResponse
-	(RolloutAction)(0),                    // 57: lehr.v1.RolloutAction
-	(*Rollout)(nil),                       // 58: lehr.v1.Rollout
-	(*RolloutEvent)(nil),                  // 59: lehr.v1.RolloutEvent
-	(*RolloutPolicy)(nil),                 // 60: lehr.v1.RolloutPolicy
-	(*RolloutPolicyRecord)(nil),           // 61: lehr.v1.RolloutPolicyRecord
-	(RolloutPolicySource)(0),              // 62: lehr.v1.RolloutPolicySource
-	(*Domain)(nil),                        // 63: lehr.v1.Domain
-	(*Namespace)(nil),                     // 64: lehr.v1.Namespace
-	(NamespaceKind)(0),                    // 65: lehr.v1.NamespaceKind
-	(*Property)(nil),                      // 66: lehr.v1.Property
-	(*VersionInfo)(nil),                   // 67: lehr.v1.VersionInfo
-	(*Zone)(nil),                          // 68: lehr.v1.Zone
-	(*GoalState)(nil),                     // 69: lehr.v1.GoalState
-	(*NamespaceSignals)(nil),              // 70: lehr.v1.NamespaceSignals
-	(*NamespaceReport)(nil),               // 71: lehr.v1.NamespaceReport
-	(*EvaluateRequest)(nil),               // 72: lehr.v1.EvaluateRequest
-	(*GetCanaryEvaluationRequest)(nil),    // 73: lehr.v1.GetCanaryEvaluationRequest
-	(*ListCanaryEvaluationsRequest)(nil),  // 74: lehr.v1.ListCanaryEvaluationsRequest
-	(*CanaryEvaluation)(nil),              // 75: lehr.v1.CanaryEvaluation
-	(*ListCanaryEvaluationsResponse)(nil), // 76: lehr.v1.ListCanaryEvaluationsResponse
+	(PropertyChange_Kind)(0),                    // 0: lehr.v1.PropertyChange.Kind
+	(GoalEvent_Type)(0),                         // 1: lehr.v1.GoalEvent.Type
+	(*UpdateRolloutRequest)(nil),                // 2: lehr.v1.UpdateRolloutRequest
+	(*GetRolloutRequest)(nil),                   // 3: lehr.v1.GetRolloutRequest
+	(*ListRolloutsRequest)(nil),                 // 4: lehr.v1.ListRolloutsRequest
+	(*ListRolloutsResponse)(nil),                // 5: lehr.v1.ListRolloutsResponse
+	(*ListRolloutEventsRequest)(nil),            // 6: lehr.v1.ListRolloutEventsRequest
+	(*ListRolloutEventsResponse)(nil),           // 7: lehr.v1.ListRolloutEventsResponse
+	(*SetRolloutPolicyRequest)(nil),             // 8: lehr.v1.SetRolloutPolicyRequest
+	(*DeleteRolloutPolicyRequest)(nil),          // 9: lehr.v1.DeleteRolloutPolicyRequest
+	(*GetRolloutPolicyRequest)(nil),             // 10: lehr.v1.GetRolloutPolicyRequest
+	(*GetRolloutPolicyResponse)(nil),            // 11: lehr.v1.GetRolloutPolicyResponse
+	(*RolloutPolicyHistoryRequest)(nil),         // 12: lehr.v1.RolloutPolicyHistoryRequest
+	(*RolloutPolicyHistoryResponse)(nil),        // 13: lehr.v1.RolloutPolicyHistoryResponse
+	(*CreateDomainRequest)(nil),                 // 14: lehr.v1.CreateDomainRequest
+	(*GetDomainRequest)(nil),                    // 15: lehr.v1.GetDomainRequest
+	(*ListDomainsRequest)(nil),                  // 16: lehr.v1.ListDomainsRequest
+	(*ListDomainsResponse)(nil),                 // 17: lehr.v1.ListDomainsResponse
+	(*CreateNamespaceRequest)(nil),              // 18: lehr.v1.CreateNamespaceRequest
+	(*GetNamespaceRequest)(nil),                 // 19: lehr.v1.GetNamespaceRequest
+	(*ListNamespacesRequest)(nil),               // 20: lehr.v1.ListNamespacesRequest
+	(*ListNamespacesResponse)(nil),              // 21: lehr.v1.ListNamespacesResponse
+	(*PublishRequest)(nil),                      // 22: lehr.v1.PublishRequest
+	(*PublishResponse)(nil),                     // 23: lehr.v1.PublishResponse
+	(*PatchRequest)(nil),                        // 24: lehr.v1.PatchRequest
+	(*PatchResponse)(nil),                       // 25: lehr.v1.PatchResponse
+	(*GetRequest)(nil),                          // 26: lehr.v1.GetRequest
+	(*GetResponse)(nil),                         // 27: lehr.v1.GetResponse
+	(*HistoryRequest)(nil),                      // 28: lehr.v1.HistoryRequest
+	(*HistoryResponse)(nil),                     // 29: lehr.v1.HistoryResponse
+	(*DiffRequest)(nil),                         // 30: lehr.v1.DiffRequest
+	(*PropertyChange)(nil),                      // 31: lehr.v1.PropertyChange
+	(*DiffResponse)(nil),                        // 32: lehr.v1.DiffResponse
+	(*RollbackRequest)(nil),                     // 33: lehr.v1.RollbackRequest
+	(*RollbackResponse)(nil),                    // 34: lehr.v1.RollbackResponse
+	(*CreateZoneRequest)(nil),                   // 35: lehr.v1.CreateZoneRequest
+	(*ListZonesRequest)(nil),                    // 36: lehr.v1.ListZonesRequest
+	(*ListZonesResponse)(nil),                   // 37: lehr.v1.ListZonesResponse
+	(*GetGoalsRequest)(nil),                     // 38: lehr.v1.GetGoalsRequest
+	(*GetGoalsResponse)(nil),                    // 39: lehr.v1.GetGoalsResponse
+	(*WatchGoalsRequest)(nil),                   // 40: lehr.v1.WatchGoalsRequest
+	(*GoalEvent)(nil),                           // 41: lehr.v1.GoalEvent
+	(*WatchGoalsResponse)(nil),                  // 42: lehr.v1.WatchGoalsResponse
+	(*FetchVersionRequest)(nil),                 // 43: lehr.v1.FetchVersionRequest
+	(*FetchVersionResponse)(nil),                // 44: lehr.v1.FetchVersionResponse
+	(*FetchDeltaRequest)(nil),                   // 45: lehr.v1.FetchDeltaRequest
+	(*FetchDeltaResponse)(nil),                  // 46: lehr.v1.FetchDeltaResponse
+	(*VersionCount)(nil),                        // 47: lehr.v1.VersionCount
+	(*ReportZoneStatusRequest)(nil),             // 48: lehr.v1.ReportZoneStatusRequest
+	(*NamespacePreviewCounts)(nil),              // 49: lehr.v1.NamespacePreviewCounts
+	(*HostSignals)(nil),                         // 50: lehr.v1.HostSignals
+	(*CohortSample)(nil),                        // 51: lehr.v1.CohortSample
+	(*NamespaceHealth)(nil),                     // 52: lehr.v1.NamespaceHealth
+	(*HostReport)(nil),                          // 53: lehr.v1.HostReport
+	(*ReportZoneStatusResponse)(nil),            // 54: lehr.v1.ReportZoneStatusResponse
+	(*GetZoneStatusRequest)(nil),                // 55: lehr.v1.GetZoneStatusRequest
+	(*DistributorStatus)(nil),                   // 56: lehr.v1.DistributorStatus
+	(*GetZoneStatusResponse)(nil),               // 57: lehr.v1.GetZoneStatusResponse
+	(RolloutAction)(0),                          // 58: lehr.v1.RolloutAction
+	(*Rollout)(nil),                             // 59: lehr.v1.Rollout
+	(*RolloutEvent)(nil),                        // 60: lehr.v1.RolloutEvent
+	(*RolloutPolicy)(nil),                       // 61: lehr.v1.RolloutPolicy
+	(*RolloutPolicyRecord)(nil),                 // 62: lehr.v1.RolloutPolicyRecord
+	(RolloutPolicySource)(0),                    // 63: lehr.v1.RolloutPolicySource
+	(*Domain)(nil),                              // 64: lehr.v1.Domain
+	(*Namespace)(nil),                           // 65: lehr.v1.Namespace
+	(NamespaceKind)(0),                          // 66: lehr.v1.NamespaceKind
+	(*Property)(nil),                            // 67: lehr.v1.Property
+	(*VersionInfo)(nil),                         // 68: lehr.v1.VersionInfo
+	(*Zone)(nil),                                // 69: lehr.v1.Zone
+	(*GoalState)(nil),                           // 70: lehr.v1.GoalState
+	(*HostPreviewCounts)(nil),                   // 71: lehr.v1.HostPreviewCounts
+	(*NamespaceSignals)(nil),                    // 72: lehr.v1.NamespaceSignals
+	(*NamespaceReport)(nil),                     // 73: lehr.v1.NamespaceReport
+	(*EvaluateRequest)(nil),                     // 74: lehr.v1.EvaluateRequest
+	(*GetCanaryEvaluationRequest)(nil),          // 75: lehr.v1.GetCanaryEvaluationRequest
+	(*ListCanaryEvaluationsRequest)(nil),        // 76: lehr.v1.ListCanaryEvaluationsRequest
+	(*GetPolicyRequest)(nil),                    // 77: lehr.v1.GetPolicyRequest
+	(*CreatePolicyExperimentRequest)(nil),       // 78: lehr.v1.CreatePolicyExperimentRequest
+	(*UpdatePolicyExperimentRequest)(nil),       // 79: lehr.v1.UpdatePolicyExperimentRequest
+	(*GetPolicyExperimentRequest)(nil),          // 80: lehr.v1.GetPolicyExperimentRequest
+	(*ListPolicyExperimentsRequest)(nil),        // 81: lehr.v1.ListPolicyExperimentsRequest
+	(*DeletePolicyExperimentRequest)(nil),       // 82: lehr.v1.DeletePolicyExperimentRequest
+	(*StartPreviewPolicyExperimentRequest)(nil), // 83: lehr.v1.StartPreviewPolicyExperimentRequest
+	(*StopPreviewPolicyExperimentRequest)(nil),  // 84: lehr.v1.StopPreviewPolicyExperimentRequest
+	(*CommitPolicyExperimentRequest)(nil),       // 85: lehr.v1.CommitPolicyExperimentRequest
+	(*GetPolicyExperimentCountsRequest)(nil),    // 86: lehr.v1.GetPolicyExperimentCountsRequest
+	(*CanaryEvaluation)(nil),                    // 87: lehr.v1.CanaryEvaluation
+	(*ListCanaryEvaluationsResponse)(nil),       // 88: lehr.v1.ListCanaryEvaluationsResponse
+	(*Policy)(nil),                              // 89: lehr.v1.Policy
+	(*longrunningpb.Operation)(nil),             // 90: google.longrunning.Operation
+	(*PolicyExperiment)(nil),                    // 91: lehr.v1.PolicyExperiment
+	(*ListPolicyExperimentsResponse)(nil),       // 92: lehr.v1.ListPolicyExperimentsResponse
+	(*PolicyExperimentCounts)(nil),              // 93: lehr.v1.PolicyExperimentCounts
 }
 var file_lehr_v1_control_proto_depIdxs = []int32{
-	57, // 0: lehr.v1.UpdateRolloutRequest.action:type_name -> lehr.v1.RolloutAction
-	58, // 1: lehr.v1.ListRolloutsResponse.rollouts:type_name -> lehr.v1.Rollout
-	59, // 2: lehr.v1.ListRolloutEventsResponse.events:type_name -> lehr.v1.RolloutEvent
-	60, // 3: lehr.v1.SetRolloutPolicyRequest.policy:type_name -> lehr.v1.RolloutPolicy
-	61, // 4: lehr.v1.GetRolloutPolicyResponse.stored:type_name -> lehr.v1.RolloutPolicyRecord
-	60, // 5: lehr.v1.GetRolloutPolicyResponse.effective:type_name -> lehr.v1.RolloutPolicy
-	62, // 6: lehr.v1.GetRolloutPolicyResponse.source:type_name -> lehr.v1.RolloutPolicySource
-	61, // 7: lehr.v1.RolloutPolicyHistoryResponse.records:type_name -> lehr.v1.RolloutPolicyRecord
-	63, // 8: lehr.v1.CreateDomainRequest.domain:type_name -> lehr.v1.Domain
-	63, // 9: lehr.v1.ListDomainsResponse.domains:type_name -> lehr.v1.Domain
-	64, // 10: lehr.v1.CreateNamespaceRequest.namespace:type_name -> lehr.v1.Namespace
-	64, // 11: lehr.v1.ListNamespacesResponse.namespaces:type_name -> lehr.v1.Namespace
-	65, // 12: lehr.v1.PublishRequest.kind:type_name -> lehr.v1.NamespaceKind
-	66, // 13: lehr.v1.PublishRequest.properties:type_name -> lehr.v1.Property
-	67, // 14: lehr.v1.PublishResponse.version:type_name -> lehr.v1.VersionInfo
-	66, // 15: lehr.v1.PatchRequest.set:type_name -> lehr.v1.Property
-	67, // 16: lehr.v1.PatchResponse.version:type_name -> lehr.v1.VersionInfo
-	67, // 17: lehr.v1.GetResponse.version:type_name -> lehr.v1.VersionInfo
-	66, // 18: lehr.v1.GetResponse.properties:type_name -> lehr.v1.Property
-	65, // 19: lehr.v1.GetResponse.kind:type_name -> lehr.v1.NamespaceKind
-	67, // 20: lehr.v1.HistoryResponse.versions:type_name -> lehr.v1.VersionInfo
-	0,  // 21: lehr.v1.PropertyChange.kind:type_name -> lehr.v1.PropertyChange.Kind
-	66, // 22: lehr.v1.PropertyChange.old:type_name -> lehr.v1.Property
-	66, // 23: lehr.v1.PropertyChange.new:type_name -> lehr.v1.Property
-	67, // 24: lehr.v1.DiffResponse.from:type_name -> lehr.v1.VersionInfo
-	67, // 25: lehr.v1.DiffResponse.to:type_name -> lehr.v1.VersionInfo
-	31, // 26: lehr.v1.DiffResponse.changes:type_name -> lehr.v1.PropertyChange
-	67, // 27: lehr.v1.RollbackResponse.version:type_name -> lehr.v1.VersionInfo
-	68, // 28: lehr.v1.ListZonesResponse.zones:type_name -> lehr.v1.Zone
-	69, // 29: lehr.v1.GetGoalsResponse.goals:type_name -> lehr.v1.GoalState
-	1,  // 30: lehr.v1.GoalEvent.type:type_name -> lehr.v1.GoalEvent.Type
-	69, // 31: lehr.v1.GoalEvent.goal:type_name -> lehr.v1.GoalState
-	41, // 32: lehr.v1.WatchGoalsResponse.events:type_name -> lehr.v1.GoalEvent
-	67, // 33: lehr.v1.FetchVersionResponse.version:type_name -> lehr.v1.VersionInfo
-	65, // 34: lehr.v1.FetchVersionResponse.kind:type_name -> lehr.v1.NamespaceKind
-	66, // 35: lehr.v1.FetchVersionResponse.properties:type_name -> lehr.v1.Property
-	67, // 36: lehr.v1.FetchDeltaResponse.from:type_name -> lehr.v1.VersionInfo
-	67, // 37: lehr.v1.FetchDeltaResponse.to:type_name -> lehr.v1.VersionInfo
-	65, // 38: lehr.v1.FetchDeltaResponse.kind:type_name -> lehr.v1.NamespaceKind
-	66, // 39: lehr.v1.FetchDeltaResponse.set:type_name -> lehr.v1.Property
-	47, // 40: lehr.v1.ReportZoneStatusRequest.versions:type_name -> lehr.v1.VersionCount
-	51, // 41: lehr.v1.ReportZoneStatusRequest.health:type_name -> lehr.v1.NamespaceHealth
-	52, // 42: lehr.v1.ReportZoneStatusRequest.hosts:type_name -> lehr.v1.HostReport
-	50, // 43: lehr.v1.ReportZoneStatusRequest.samples:type_name -> lehr.v1.CohortSample
-	49, // 44: lehr.v1.ReportZoneStatusRequest.signals:type_name -> lehr.v1.HostSignals
-	70, // 45: lehr.v1.HostSignals.signals:type_name -> lehr.v1.NamespaceSignals
-	71, // 46: lehr.v1.HostReport.report:type_name -> lehr.v1.NamespaceReport
-	47, // 47: lehr.v1.DistributorStatus.versions:type_name -> lehr.v1.VersionCount
-	51, // 48: lehr.v1.DistributorStatus.health:type_name -> lehr.v1.NamespaceHealth
-	52, // 49: lehr.v1.DistributorStatus.hosts:type_name -> lehr.v1.HostReport
-	50, // 50: lehr.v1.DistributorStatus.samples:type_name -> lehr.v1.CohortSample
-	49, // 51: lehr.v1.DistributorStatus.signals:type_name -> lehr.v1.HostSignals
-	55, // 52: lehr.v1.GetZoneStatusResponse.distributors:type_name -> lehr.v1.DistributorStatus
-	47, // 53: lehr.v1.GetZoneStatusResponse.versions:type_name -> lehr.v1.VersionCount
-	51, // 54: lehr.v1.GetZoneStatusResponse.health:type_name -> lehr.v1.NamespaceHealth
-	52, // 55: lehr.v1.GetZoneStatusResponse.hosts:type_name -> lehr.v1.HostReport
-	14, // 56: lehr.v1.Control.CreateDomain:input_type -> lehr.v1.CreateDomainRequest
-	15, // 57: lehr.v1.Control.GetDomain:input_type -> lehr.v1.GetDomainRequest
-	16, // 58: lehr.v1.Control.ListDomains:input_type -> lehr.v1.ListDomainsRequest
-	18, // 59: lehr.v1.Control.CreateNamespace:input_type -> lehr.v1.CreateNamespaceRequest
-	19, // 60: lehr.v1.Control.GetNamespace:input_type -> lehr.v1.GetNamespaceRequest
-	20, // 61: lehr.v1.Control.ListNamespaces:input_type -> lehr.v1.ListNamespacesRequest
-	22, // 62: lehr.v1.Control.Publish:input_type -> lehr.v1.PublishRequest
-	24, // 63: lehr.v1.Control.Patch:input_type -> lehr.v1.PatchRequest
-	26, // 64: lehr.v1.Control.Get:input_type -> lehr.v1.GetRequest
-	28, // 65: lehr.v1.Control.History:input_type -> lehr.v1.HistoryRequest
-	30, // 66: lehr.v1.Control.Diff:input_type -> lehr.v1.DiffRequest
-	33, // 67: lehr.v1.Control.Rollback:input_type -> lehr.v1.RollbackRequest
-	35, // 68: lehr.v1.Control.CreateZone:input_type -> lehr.v1.CreateZoneRequest
-	36, // 69: lehr.v1.Control.ListZones:input_type -> lehr.v1.ListZonesRequest
-	38, // 70: lehr.v1.Control.GetGoals:input_type -> lehr.v1.GetGoalsRequest
-	40, // 71: lehr.v1.Control.WatchGoals:input_type -> lehr.v1.WatchGoalsRequest
-	43, // 72: lehr.v1.Control.FetchVersion:input_type -> lehr.v1.FetchVersionRequest
-	45, // 73: lehr.v1.Control.FetchDelta:input_type -> lehr.v1.FetchDeltaRequest
-	48, // 74: lehr.v1.Control.ReportZoneStatus:input_type -> lehr.v1.ReportZoneStatusRequest
-	54, // 75: lehr.v1.Control.GetZoneStatus:input_type -> lehr.v1.GetZoneStatusRequest
-	8,  // 76: lehr.v1.Control.SetRolloutPolicy:input_type -> lehr.v1.SetRolloutPolicyRequest
-	9,  // 77: lehr.v1.Control.DeleteRolloutPolicy:input_type -> lehr.v1.DeleteRolloutPolicyRequest
-	10, // 78: lehr.v1.Control.GetRolloutPolicy:input_type -> lehr.v1.GetRolloutPolicyRequest
-	12, // 79: lehr.v1.Control.RolloutPolicyHistory:input_type -> lehr.v1.RolloutPolicyHistoryRequest
-	3,  // 80: lehr.v1.Control.GetRollout:input_type -> lehr.v1.GetRolloutRequest
-	4,  // 81: lehr.v1.Control.ListRollouts:input_type -> lehr.v1.ListRolloutsRequest
-	6,  // 82: lehr.v1.Control.ListRolloutEvents:input_type -> lehr.v1.ListRolloutEventsRequest
-	2,  // 83: lehr.v1.Control.UpdateRollout:input_type -> lehr.v1.UpdateRolloutRequest
-	72, // 84: lehr.v1.Control.Evaluate:input_type -> lehr.v1.EvaluateRequest
-	73, // 85: lehr.v1.Control.GetCanaryEvaluation:input_type -> lehr.v1.GetCanaryEvaluationRequest
-	74, // 86: lehr.v1.Control.ListCanaryEvaluations:input_type -> lehr.v1.ListCanaryEvaluationsRequest
-	63, // 87: lehr.v1.Control.CreateDomain:output_type -> lehr.v1.Domain
-	63, // 88: lehr.v1.Control.GetDomain:output_type -> lehr.v1.Domain
-	17, // 89: lehr.v1.Control.ListDomains:output_type -> lehr.v1.ListDomainsResponse
-	64, // 90: lehr.v1.Control.CreateNamespace:output_type -> lehr.v1.Namespace
-	64, // 91: lehr.v1.Control.GetNamespace:output_type -> lehr.v1.Namespace
-	21, // 92: lehr.v1.Control.ListNamespaces:output_type -> lehr.v1.ListNamespacesResponse
-	23, // 93: lehr.v1.Control.Publish:output_type -> lehr.v1.PublishResponse
-	25, // 94: lehr.v1.Control.Patch:output_type -> lehr.v1.PatchResponse
-	27, // 95: lehr.v1.Control.Get:output_type -> lehr.v1.GetResponse
-	29, // 96: lehr.v1.Control.History:output_type -> lehr.v1.HistoryResponse
-	32, // 97: lehr.v1.Control.Diff:output_type -> lehr.v1.DiffResponse
-	34, // 98: lehr.v1.Control.Rollback:output_type -> lehr.v1.RollbackResponse
-	68, // 99: lehr.v1.Control.CreateZone:output_type -> lehr.v1.Zone
-	37, // 100: lehr.v1.Control.ListZones:output_type -> lehr.v1.ListZonesResponse
-	39, // 101: lehr.v1.Control.GetGoals:output_type -> lehr.v1.GetGoalsResponse
-	42, // 102: lehr.v1.Control.WatchGoals:output_type -> lehr.v1.WatchGoalsResponse
-	44, // 103: lehr.v1.Control.FetchVersion:output_type -> lehr.v1.FetchVersionResponse
-	46, // 104: lehr.v1.Control.FetchDelta:output_type -> lehr.v1.FetchDeltaResponse
-	53, // 105: lehr.v1.Control.ReportZoneStatus:output_type -> lehr.v1.ReportZoneStatusResponse
-	56, // 106: lehr.v1.Control.GetZoneStatus:output_type -> lehr.v1.GetZoneStatusResponse
-	61, // 107: lehr.v1.Control.SetRolloutPolicy:output_type -> lehr.v1.RolloutPolicyRecord
-	61, // 108: lehr.v1.Control.DeleteRolloutPolicy:output_type -> lehr.v1.RolloutPolicyRecord
-	11, // 109: lehr.v1.Control.GetRolloutPolicy:output_type -> lehr.v1.GetRolloutPolicyResponse
-	13, // 110: lehr.v1.Control.RolloutPolicyHistory:output_type -> lehr.v1.RolloutPolicyHistoryResponse
-	58, // 111: lehr.v1.Control.GetRollout:output_type -> lehr.v1.Rollout
-	5,  // 112: lehr.v1.Control.ListRollouts:output_type -> lehr.v1.ListRolloutsResponse
-	7,  // 113: lehr.v1.Control.ListRolloutEvents:output_type -> lehr.v1.ListRolloutEventsResponse
-	58, // 114: lehr.v1.Control.UpdateRollout:output_type -> lehr.v1.Rollout
-	75, // 115: lehr.v1.Control.Evaluate:output_type -> lehr.v1.CanaryEvaluation
-	75, // 116: lehr.v1.Control.GetCanaryEvaluation:output_type -> lehr.v1.CanaryEvaluation
-	76, // 117: lehr.v1.Control.ListCanaryEvaluations:output_type -> lehr.v1.ListCanaryEvaluationsResponse
-	87, // [87:118] is the sub-list for method output_type
-	56, // [56:87] is the sub-list for method input_type
-	56, // [56:56] is the sub-list for extension type_name
-	56, // [56:56] is the sub-list for extension extendee
-	0,  // [0:56] is the sub-list for field type_name
+	58,  // 0: lehr.v1.UpdateRolloutRequest.action:type_name -> lehr.v1.RolloutAction
+	59,  // 1: lehr.v1.ListRolloutsResponse.rollouts:type_name -> lehr.v1.Rollout
+	60,  // 2: lehr.v1.ListRolloutEventsResponse.events:type_name -> lehr.v1.RolloutEvent
+	61,  // 3: lehr.v1.SetRolloutPolicyRequest.policy:type_name -> lehr.v1.RolloutPolicy
+	62,  // 4: lehr.v1.GetRolloutPolicyResponse.stored:type_name -> lehr.v1.RolloutPolicyRecord
+	61,  // 5: lehr.v1.GetRolloutPolicyResponse.effective:type_name -> lehr.v1.RolloutPolicy
+	63,  // 6: lehr.v1.GetRolloutPolicyResponse.source:type_name -> lehr.v1.RolloutPolicySource
+	62,  // 7: lehr.v1.RolloutPolicyHistoryResponse.records:type_name -> lehr.v1.RolloutPolicyRecord
+	64,  // 8: lehr.v1.CreateDomainRequest.domain:type_name -> lehr.v1.Domain
+	64,  // 9: lehr.v1.ListDomainsResponse.domains:type_name -> lehr.v1.Domain
+	65,  // 10: lehr.v1.CreateNamespaceRequest.namespace:type_name -> lehr.v1.Namespace
+	65,  // 11: lehr.v1.ListNamespacesResponse.namespaces:type_name -> lehr.v1.Namespace
+	66,  // 12: lehr.v1.PublishRequest.kind:type_name -> lehr.v1.NamespaceKind
+	67,  // 13: lehr.v1.PublishRequest.properties:type_name -> lehr.v1.Property
+	68,  // 14: lehr.v1.PublishResponse.version:type_name -> lehr.v1.VersionInfo
+	67,  // 15: lehr.v1.PatchRequest.set:type_name -> lehr.v1.Property
+	68,  // 16: lehr.v1.PatchResponse.version:type_name -> lehr.v1.VersionInfo
+	68,  // 17: lehr.v1.GetResponse.version:type_name -> lehr.v1.VersionInfo
+	67,  // 18: lehr.v1.GetResponse.properties:type_name -> lehr.v1.Property
+	66,  // 19: lehr.v1.GetResponse.kind:type_name -> lehr.v1.NamespaceKind
+	68,  // 20: lehr.v1.HistoryResponse.versions:type_name -> lehr.v1.VersionInfo
+	0,   // 21: lehr.v1.PropertyChange.kind:type_name -> lehr.v1.PropertyChange.Kind
+	67,  // 22: lehr.v1.PropertyChange.old:type_name -> lehr.v1.Property
+	67,  // 23: lehr.v1.PropertyChange.new:type_name -> lehr.v1.Property
+	68,  // 24: lehr.v1.DiffResponse.from:type_name -> lehr.v1.VersionInfo
+	68,  // 25: lehr.v1.DiffResponse.to:type_name -> lehr.v1.VersionInfo
+	31,  // 26: lehr.v1.DiffResponse.changes:type_name -> lehr.v1.PropertyChange
+	68,  // 27: lehr.v1.RollbackResponse.version:type_name -> lehr.v1.VersionInfo
+	69,  // 28: lehr.v1.ListZonesResponse.zones:type_name -> lehr.v1.Zone
+	70,  // 29: lehr.v1.GetGoalsResponse.goals:type_name -> lehr.v1.GoalState
+	1,   // 30: lehr.v1.GoalEvent.type:type_name -> lehr.v1.GoalEvent.Type
+	70,  // 31: lehr.v1.GoalEvent.goal:type_name -> lehr.v1.GoalState
+	41,  // 32: lehr.v1.WatchGoalsResponse.events:type_name -> lehr.v1.GoalEvent
+	68,  // 33: lehr.v1.FetchVersionResponse.version:type_name -> lehr.v1.VersionInfo
+	66,  // 34: lehr.v1.FetchVersionResponse.kind:type_name -> lehr.v1.NamespaceKind
+	67,  // 35: lehr.v1.FetchVersionResponse.properties:type_name -> lehr.v1.Property
+	68,  // 36: lehr.v1.FetchDeltaResponse.from:type_name -> lehr.v1.VersionInfo
+	68,  // 37: lehr.v1.FetchDeltaResponse.to:type_name -> lehr.v1.VersionInfo
+	66,  // 38: lehr.v1.FetchDeltaResponse.kind:type_name -> lehr.v1.NamespaceKind
+	67,  // 39: lehr.v1.FetchDeltaResponse.set:type_name -> lehr.v1.Property
+	47,  // 40: lehr.v1.ReportZoneStatusRequest.versions:type_name -> lehr.v1.VersionCount
+	52,  // 41: lehr.v1.ReportZoneStatusRequest.health:type_name -> lehr.v1.NamespaceHealth
+	53,  // 42: lehr.v1.ReportZoneStatusRequest.hosts:type_name -> lehr.v1.HostReport
+	51,  // 43: lehr.v1.ReportZoneStatusRequest.samples:type_name -> lehr.v1.CohortSample
+	50,  // 44: lehr.v1.ReportZoneStatusRequest.signals:type_name -> lehr.v1.HostSignals
+	49,  // 45: lehr.v1.ReportZoneStatusRequest.preview:type_name -> lehr.v1.NamespacePreviewCounts
+	71,  // 46: lehr.v1.NamespacePreviewCounts.counts:type_name -> lehr.v1.HostPreviewCounts
+	72,  // 47: lehr.v1.HostSignals.signals:type_name -> lehr.v1.NamespaceSignals
+	73,  // 48: lehr.v1.HostReport.report:type_name -> lehr.v1.NamespaceReport
+	47,  // 49: lehr.v1.DistributorStatus.versions:type_name -> lehr.v1.VersionCount
+	52,  // 50: lehr.v1.DistributorStatus.health:type_name -> lehr.v1.NamespaceHealth
+	53,  // 51: lehr.v1.DistributorStatus.hosts:type_name -> lehr.v1.HostReport
+	51,  // 52: lehr.v1.DistributorStatus.samples:type_name -> lehr.v1.CohortSample
+	50,  // 53: lehr.v1.DistributorStatus.signals:type_name -> lehr.v1.HostSignals
+	49,  // 54: lehr.v1.DistributorStatus.preview:type_name -> lehr.v1.NamespacePreviewCounts
+	56,  // 55: lehr.v1.GetZoneStatusResponse.distributors:type_name -> lehr.v1.DistributorStatus
+	47,  // 56: lehr.v1.GetZoneStatusResponse.versions:type_name -> lehr.v1.VersionCount
+	52,  // 57: lehr.v1.GetZoneStatusResponse.health:type_name -> lehr.v1.NamespaceHealth
+	53,  // 58: lehr.v1.GetZoneStatusResponse.hosts:type_name -> lehr.v1.HostReport
+	14,  // 59: lehr.v1.Control.CreateDomain:input_type -> lehr.v1.CreateDomainRequest
+	15,  // 60: lehr.v1.Control.GetDomain:input_type -> lehr.v1.GetDomainRequest
+	16,  // 61: lehr.v1.Control.ListDomains:input_type -> lehr.v1.ListDomainsRequest
+	18,  // 62: lehr.v1.Control.CreateNamespace:input_type -> lehr.v1.CreateNamespaceRequest
+	19,  // 63: lehr.v1.Control.GetNamespace:input_type -> lehr.v1.GetNamespaceRequest
+	20,  // 64: lehr.v1.Control.ListNamespaces:input_type -> lehr.v1.ListNamespacesRequest
+	22,  // 65: lehr.v1.Control.Publish:input_type -> lehr.v1.PublishRequest
+	24,  // 66: lehr.v1.Control.Patch:input_type -> lehr.v1.PatchRequest
+	26,  // 67: lehr.v1.Control.Get:input_type -> lehr.v1.GetRequest
+	28,  // 68: lehr.v1.Control.History:input_type -> lehr.v1.HistoryRequest
+	30,  // 69: lehr.v1.Control.Diff:input_type -> lehr.v1.DiffRequest
+	33,  // 70: lehr.v1.Control.Rollback:input_type -> lehr.v1.RollbackRequest
+	35,  // 71: lehr.v1.Control.CreateZone:input_type -> lehr.v1.CreateZoneRequest
+	36,  // 72: lehr.v1.Control.ListZones:input_type -> lehr.v1.ListZonesRequest
+	38,  // 73: lehr.v1.Control.GetGoals:input_type -> lehr.v1.GetGoalsRequest
+	40,  // 74: lehr.v1.Control.WatchGoals:input_type -> lehr.v1.WatchGoalsRequest
+	43,  // 75: lehr.v1.Control.FetchVersion:input_type -> lehr.v1.FetchVersionRequest
+	45,  // 76: lehr.v1.Control.FetchDelta:input_type -> lehr.v1.FetchDeltaRequest
+	48,  // 77: lehr.v1.Control.ReportZoneStatus:input_type -> lehr.v1.ReportZoneStatusRequest
+	55,  // 78: lehr.v1.Control.GetZoneStatus:input_type -> lehr.v1.GetZoneStatusRequest
+	8,   // 79: lehr.v1.Control.SetRolloutPolicy:input_type -> lehr.v1.SetRolloutPolicyRequest
+	9,   // 80: lehr.v1.Control.DeleteRolloutPolicy:input_type -> lehr.v1.DeleteRolloutPolicyRequest
+	10,  // 81: lehr.v1.Control.GetRolloutPolicy:input_type -> lehr.v1.GetRolloutPolicyRequest
+	12,  // 82: lehr.v1.Control.RolloutPolicyHistory:input_type -> lehr.v1.RolloutPolicyHistoryRequest
+	3,   // 83: lehr.v1.Control.GetRollout:input_type -> lehr.v1.GetRolloutRequest
+	4,   // 84: lehr.v1.Control.ListRollouts:input_type -> lehr.v1.ListRolloutsRequest
+	6,   // 85: lehr.v1.Control.ListRolloutEvents:input_type -> lehr.v1.ListRolloutEventsRequest
+	2,   // 86: lehr.v1.Control.UpdateRollout:input_type -> lehr.v1.UpdateRolloutRequest
+	74,  // 87: lehr.v1.Control.Evaluate:input_type -> lehr.v1.EvaluateRequest
+	75,  // 88: lehr.v1.Control.GetCanaryEvaluation:input_type -> lehr.v1.GetCanaryEvaluationRequest
+	76,  // 89: lehr.v1.Control.ListCanaryEvaluations:input_type -> lehr.v1.ListCanaryEvaluationsRequest
+	77,  // 90: lehr.v1.Control.GetPolicy:input_type -> lehr.v1.GetPolicyRequest
+	78,  // 91: lehr.v1.Control.CreatePolicyExperiment:input_type -> lehr.v1.CreatePolicyExperimentRequest
+	79,  // 92: lehr.v1.Control.UpdatePolicyExperiment:input_type -> lehr.v1.UpdatePolicyExperimentRequest
+	80,  // 93: lehr.v1.Control.GetPolicyExperiment:input_type -> lehr.v1.GetPolicyExperimentRequest
+	81,  // 94: lehr.v1.Control.ListPolicyExperiments:input_type -> lehr.v1.ListPolicyExperimentsRequest
+	82,  // 95: lehr.v1.Control.DeletePolicyExperiment:input_type -> lehr.v1.DeletePolicyExperimentRequest
+	83,  // 96: lehr.v1.Control.StartPreviewPolicyExperiment:input_type -> lehr.v1.StartPreviewPolicyExperimentRequest
+	84,  // 97: lehr.v1.Control.StopPreviewPolicyExperiment:input_type -> lehr.v1.StopPreviewPolicyExperimentRequest
+	85,  // 98: lehr.v1.Control.CommitPolicyExperiment:input_type -> lehr.v1.CommitPolicyExperimentRequest
+	86,  // 99: lehr.v1.Control.GetPolicyExperimentCounts:input_type -> lehr.v1.GetPolicyExperimentCountsRequest
+	64,  // 100: lehr.v1.Control.CreateDomain:output_type -> lehr.v1.Domain
+	64,  // 101: lehr.v1.Control.GetDomain:output_type -> lehr.v1.Domain
+	17,  // 102: lehr.v1.Control.ListDomains:output_type -> lehr.v1.ListDomainsResponse
+	65,  // 103: lehr.v1.Control.CreateNamespace:output_type -> lehr.v1.Namespace
+	65,  // 104: lehr.v1.Control.GetNamespace:output_type -> lehr.v1.Namespace
+	21,  // 105: lehr.v1.Control.ListNamespaces:output_type -> lehr.v1.ListNamespacesResponse
+	23,  // 106: lehr.v1.Control.Publish:output_type -> lehr.v1.PublishResponse
+	25,  // 107: lehr.v1.Control.Patch:output_type -> lehr.v1.PatchResponse
+	27,  // 108: lehr.v1.Control.Get:output_type -> lehr.v1.GetResponse
+	29,  // 109: lehr.v1.Control.History:output_type -> lehr.v1.HistoryResponse
+	32,  // 110: lehr.v1.Control.Diff:output_type -> lehr.v1.DiffResponse
+	34,  // 111: lehr.v1.Control.Rollback:output_type -> lehr.v1.RollbackResponse
+	69,  // 112: lehr.v1.Control.CreateZone:output_type -> lehr.v1.Zone
+	37,  // 113: lehr.v1.Control.ListZones:output_type -> lehr.v1.ListZonesResponse
+	39,  // 114: lehr.v1.Control.GetGoals:output_type -> lehr.v1.GetGoalsResponse
+	42,  // 115: lehr.v1.Control.WatchGoals:output_type -> lehr.v1.WatchGoalsResponse
+	44,  // 116: lehr.v1.Control.FetchVersion:output_type -> lehr.v1.FetchVersionResponse
+	46,  // 117: lehr.v1.Control.FetchDelta:output_type -> lehr.v1.FetchDeltaResponse
+	54,  // 118: lehr.v1.Control.ReportZoneStatus:output_type -> lehr.v1.ReportZoneStatusResponse
+	57,  // 119: lehr.v1.Control.GetZoneStatus:output_type -> lehr.v1.GetZoneStatusResponse
+	62,  // 120: lehr.v1.Control.SetRolloutPolicy:output_type -> lehr.v1.RolloutPolicyRecord
+	62,  // 121: lehr.v1.Control.DeleteRolloutPolicy:output_type -> lehr.v1.RolloutPolicyRecord
+	11,  // 122: lehr.v1.Control.GetRolloutPolicy:output_type -> lehr.v1.GetRolloutPolicyResponse
+	13,  // 123: lehr.v1.Control.RolloutPolicyHistory:output_type -> lehr.v1.RolloutPolicyHistoryResponse
+	59,  // 124: lehr.v1.Control.GetRollout:output_type -> lehr.v1.Rollout
+	5,   // 125: lehr.v1.Control.ListRollouts:output_type -> lehr.v1.ListRolloutsResponse
+	7,   // 126: lehr.v1.Control.ListRolloutEvents:output_type -> lehr.v1.ListRolloutEventsResponse
+	59,  // 127: lehr.v1.Control.UpdateRollout:output_type -> lehr.v1.Rollout
+	87,  // 128: lehr.v1.Control.Evaluate:output_type -> lehr.v1.CanaryEvaluation
+	87,  // 129: lehr.v1.Control.GetCanaryEvaluation:output_type -> lehr.v1.CanaryEvaluation
+	88,  // 130: lehr.v1.Control.ListCanaryEvaluations:output_type -> lehr.v1.ListCanaryEvaluationsResponse
+	89,  // 131: lehr.v1.Control.GetPolicy:output_type -> lehr.v1.Policy
+	90,  // 132: lehr.v1.Control.CreatePolicyExperiment:output_type -> google.longrunning.Operation
+	90,  // 133: lehr.v1.Control.UpdatePolicyExperiment:output_type -> google.longrunning.Operation
+	91,  // 134: lehr.v1.Control.GetPolicyExperiment:output_type -> lehr.v1.PolicyExperiment
+	92,  // 135: lehr.v1.Control.ListPolicyExperiments:output_type -> lehr.v1.ListPolicyExperimentsResponse
+	90,  // 136: lehr.v1.Control.DeletePolicyExperiment:output_type -> google.longrunning.Operation
+	90,  // 137: lehr.v1.Control.StartPreviewPolicyExperiment:output_type -> google.longrunning.Operation
+	90,  // 138: lehr.v1.Control.StopPreviewPolicyExperiment:output_type -> google.longrunning.Operation
+	90,  // 139: lehr.v1.Control.CommitPolicyExperiment:output_type -> google.longrunning.Operation
+	93,  // 140: lehr.v1.Control.GetPolicyExperimentCounts:output_type -> lehr.v1.PolicyExperimentCounts
+	100, // [100:141] is the sub-list for method output_type
+	59,  // [59:100] is the sub-list for method input_type
+	59,  // [59:59] is the sub-list for extension type_name
+	59,  // [59:59] is the sub-list for extension extendee
+	0,   // [0:59] is the sub-list for field type_name
 }
 
 func init() { file_lehr_v1_control_proto_init() }
@@ -3983,6 +4111,7 @@ func file_lehr_v1_control_proto_init() {
 		return
 	}
 	file_lehr_v1_canary_proto_init()
+	file_lehr_v1_preview_proto_init()
 	file_lehr_v1_rollout_proto_init()
 	file_lehr_v1_types_proto_init()
 	file_lehr_v1_wire_proto_init()
@@ -3992,7 +4121,7 @@ func file_lehr_v1_control_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lehr_v1_control_proto_rawDesc), len(file_lehr_v1_control_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   55,
+			NumMessages:   56,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

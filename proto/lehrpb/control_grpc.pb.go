@@ -16,6 +16,7 @@
 package lehrpb
 
 import (
+	longrunningpb "cloud.google.com/go/longrunning/autogen/longrunningpb"
 	context "context"
 	grpc "google.golang.org/grpc"
 	codes "google.golang.org/grpc/codes"
@@ -28,37 +29,47 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	Control_CreateDomain_FullMethodName          = "/lehr.v1.Control/CreateDomain"
-	Control_GetDomain_FullMethodName             = "/lehr.v1.Control/GetDomain"
-	Control_ListDomains_FullMethodName           = "/lehr.v1.Control/ListDomains"
-	Control_CreateNamespace_FullMethodName       = "/lehr.v1.Control/CreateNamespace"
-	Control_GetNamespace_FullMethodName          = "/lehr.v1.Control/GetNamespace"
-	Control_ListNamespaces_FullMethodName        = "/lehr.v1.Control/ListNamespaces"
-	Control_Publish_FullMethodName               = "/lehr.v1.Control/Publish"
-	Control_Patch_FullMethodName                 = "/lehr.v1.Control/Patch"
-	Control_Get_FullMethodName                   = "/lehr.v1.Control/Get"
-	Control_History_FullMethodName               = "/lehr.v1.Control/History"
-	Control_Diff_FullMethodName                  = "/lehr.v1.Control/Diff"
-	Control_Rollback_FullMethodName              = "/lehr.v1.Control/Rollback"
-	Control_CreateZone_FullMethodName            = "/lehr.v1.Control/CreateZone"
-	Control_ListZones_FullMethodName             = "/lehr.v1.Control/ListZones"
-	Control_GetGoals_FullMethodName              = "/lehr.v1.Control/GetGoals"
-	Control_WatchGoals_FullMethodName            = "/lehr.v1.Control/WatchGoals"
-	Control_FetchVersion_FullMethodName          = "/lehr.v1.Control/FetchVersion"
-	Control_FetchDelta_FullMethodName            = "/lehr.v1.Control/FetchDelta"
-	Control_ReportZoneStatus_FullMethodName      = "/lehr.v1.Control/ReportZoneStatus"
-	Control_GetZoneStatus_FullMethodName         = "/lehr.v1.Control/GetZoneStatus"
-	Control_SetRolloutPolicy_FullMethodName      = "/lehr.v1.Control/SetRolloutPolicy"
-	Control_DeleteRolloutPolicy_FullMethodName   = "/lehr.v1.Control/DeleteRolloutPolicy"
-	Control_GetRolloutPolicy_FullMethodName      = "/lehr.v1.Control/GetRolloutPolicy"
-	Control_RolloutPolicyHistory_FullMethodName  = "/lehr.v1.Control/RolloutPolicyHistory"
-	Control_GetRollout_FullMethodName            = "/lehr.v1.Control/GetRollout"
-	Control_ListRollouts_FullMethodName          = "/lehr.v1.Control/ListRollouts"
-	Control_ListRolloutEvents_FullMethodName     = "/lehr.v1.Control/ListRolloutEvents"
-	Control_UpdateRollout_FullMethodName         = "/lehr.v1.Control/UpdateRollout"
-	Control_Evaluate_FullMethodName              = "/lehr.v1.Control/Evaluate"
-	Control_GetCanaryEvaluation_FullMethodName   = "/lehr.v1.Control/GetCanaryEvaluation"
-	Control_ListCanaryEvaluations_FullMethodName = "/lehr.v1.Control/ListCanaryEvaluations"
+	Control_CreateDomain_FullMethodName                 = "/lehr.v1.Control/CreateDomain"
+	Control_GetDomain_FullMethodName                    = "/lehr.v1.Control/GetDomain"
+	Control_ListDomains_FullMethodName                  = "/lehr.v1.Control/ListDomains"
+	Control_CreateNamespace_FullMethodName              = "/lehr.v1.Control/CreateNamespace"
+	Control_GetNamespace_FullMethodName                 = "/lehr.v1.Control/GetNamespace"
+	Control_ListNamespaces_FullMethodName               = "/lehr.v1.Control/ListNamespaces"
+	Control_Publish_FullMethodName                      = "/lehr.v1.Control/Publish"
+	Control_Patch_FullMethodName                        = "/lehr.v1.Control/Patch"
+	Control_Get_FullMethodName                          = "/lehr.v1.Control/Get"
+	Control_History_FullMethodName                      = "/lehr.v1.Control/History"
+	Control_Diff_FullMethodName                         = "/lehr.v1.Control/Diff"
+	Control_Rollback_FullMethodName                     = "/lehr.v1.Control/Rollback"
+	Control_CreateZone_FullMethodName                   = "/lehr.v1.Control/CreateZone"
+	Control_ListZones_FullMethodName                    = "/lehr.v1.Control/ListZones"
+	Control_GetGoals_FullMethodName                     = "/lehr.v1.Control/GetGoals"
+	Control_WatchGoals_FullMethodName                   = "/lehr.v1.Control/WatchGoals"
+	Control_FetchVersion_FullMethodName                 = "/lehr.v1.Control/FetchVersion"
+	Control_FetchDelta_FullMethodName                   = "/lehr.v1.Control/FetchDelta"
+	Control_ReportZoneStatus_FullMethodName             = "/lehr.v1.Control/ReportZoneStatus"
+	Control_GetZoneStatus_FullMethodName                = "/lehr.v1.Control/GetZoneStatus"
+	Control_SetRolloutPolicy_FullMethodName             = "/lehr.v1.Control/SetRolloutPolicy"
+	Control_DeleteRolloutPolicy_FullMethodName          = "/lehr.v1.Control/DeleteRolloutPolicy"
+	Control_GetRolloutPolicy_FullMethodName             = "/lehr.v1.Control/GetRolloutPolicy"
+	Control_RolloutPolicyHistory_FullMethodName         = "/lehr.v1.Control/RolloutPolicyHistory"
+	Control_GetRollout_FullMethodName                   = "/lehr.v1.Control/GetRollout"
+	Control_ListRollouts_FullMethodName                 = "/lehr.v1.Control/ListRollouts"
+	Control_ListRolloutEvents_FullMethodName            = "/lehr.v1.Control/ListRolloutEvents"
+	Control_UpdateRollout_FullMethodName                = "/lehr.v1.Control/UpdateRollout"
+	Control_Evaluate_FullMethodName                     = "/lehr.v1.Control/Evaluate"
+	Control_GetCanaryEvaluation_FullMethodName          = "/lehr.v1.Control/GetCanaryEvaluation"
+	Control_ListCanaryEvaluations_FullMethodName        = "/lehr.v1.Control/ListCanaryEvaluations"
+	Control_GetPolicy_FullMethodName                    = "/lehr.v1.Control/GetPolicy"
+	Control_CreatePolicyExperiment_FullMethodName       = "/lehr.v1.Control/CreatePolicyExperiment"
+	Control_UpdatePolicyExperiment_FullMethodName       = "/lehr.v1.Control/UpdatePolicyExperiment"
+	Control_GetPolicyExperiment_FullMethodName          = "/lehr.v1.Control/GetPolicyExperiment"
+	Control_ListPolicyExperiments_FullMethodName        = "/lehr.v1.Control/ListPolicyExperiments"
+	Control_DeletePolicyExperiment_FullMethodName       = "/lehr.v1.Control/DeletePolicyExperiment"
+	Control_StartPreviewPolicyExperiment_FullMethodName = "/lehr.v1.Control/StartPreviewPolicyExperiment"
+	Control_StopPreviewPolicyExperiment_FullMethodName  = "/lehr.v1.Control/StopPreviewPolicyExperiment"
+	Control_CommitPolicyExperiment_FullMethodName       = "/lehr.v1.Control/CommitPolicyExperiment"
+	Control_GetPolicyExperimentCounts_FullMethodName    = "/lehr.v1.Control/GetPolicyExperimentCounts"
 )
 
 // ControlClient is the client API for Control service.
@@ -141,6 +152,30 @@ type ControlClient interface {
 	// DONE (or at the call's deadline, as it stands). Idempotent.
 	GetCanaryEvaluation(ctx context.Context, in *GetCanaryEvaluationRequest, opts ...grpc.CallOption) (*CanaryEvaluation, error)
 	ListCanaryEvaluations(ctx context.Context, in *ListCanaryEvaluationsRequest, opts ...grpc.CallOption) (*ListCanaryEvaluationsResponse, error)
+	// Policy preview (AIP-236; preview.proto, docs/preview.md). GetPolicy
+	// returns a policy namespace's live rules and etag.
+	GetPolicy(ctx context.Context, in *GetPolicyRequest, opts ...grpc.CallOption) (*Policy, error)
+	// At most MaxExperimentsPerPolicy (5) experiments per policy.
+	// Response PolicyExperiment, metadata CreatePolicyExperimentMetadata.
+	CreatePolicyExperiment(ctx context.Context, in *CreatePolicyExperimentRequest, opts ...grpc.CallOption) (*longrunningpb.Operation, error)
+	// Updating an ACTIVE experiment suspends it. Response PolicyExperiment.
+	UpdatePolicyExperiment(ctx context.Context, in *UpdatePolicyExperimentRequest, opts ...grpc.CallOption) (*longrunningpb.Operation, error)
+	GetPolicyExperiment(ctx context.Context, in *GetPolicyExperimentRequest, opts ...grpc.CallOption) (*PolicyExperiment, error)
+	ListPolicyExperiments(ctx context.Context, in *ListPolicyExperimentsRequest, opts ...grpc.CallOption) (*ListPolicyExperimentsResponse, error)
+	// Response PolicyExperiment (as it was).
+	DeletePolicyExperiment(ctx context.Context, in *DeletePolicyExperimentRequest, opts ...grpc.CallOption) (*longrunningpb.Operation, error)
+	// Starts previewing: hosts evaluate the experiment beside the live
+	// policy, log and count. Response PolicyExperiment.
+	StartPreviewPolicyExperiment(ctx context.Context, in *StartPreviewPolicyExperimentRequest, opts ...grpc.CallOption) (*longrunningpb.Operation, error)
+	// Stops previewing. Response PolicyExperiment.
+	StopPreviewPolicyExperiment(ctx context.Context, in *StopPreviewPolicyExperimentRequest, opts ...grpc.CallOption) (*longrunningpb.Operation, error)
+	// Copies the experiment's rules into the live policy as its next version
+	// and deletes the experiment, in one etcd transaction; the version then
+	// rolls out by the namespace's rollout policy. Response
+	// google.protobuf.Empty, metadata CommitPolicyExperimentMetadata.
+	CommitPolicyExperiment(ctx context.Context, in *CommitPolicyExperimentRequest, opts ...grpc.CallOption) (*longrunningpb.Operation, error)
+	// The decisions hosts counted for an experiment, per zone and in all.
+	GetPolicyExperimentCounts(ctx context.Context, in *GetPolicyExperimentCountsRequest, opts ...grpc.CallOption) (*PolicyExperimentCounts, error)
 }
 
 type controlClient struct {
@@ -470,6 +505,106 @@ func (c *controlClient) ListCanaryEvaluations(ctx context.Context, in *ListCanar
 	return out, nil
 }
 
+func (c *controlClient) GetPolicy(ctx context.Context, in *GetPolicyRequest, opts ...grpc.CallOption) (*Policy, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(Policy)
+	err := c.cc.Invoke(ctx, Control_GetPolicy_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *controlClient) CreatePolicyExperiment(ctx context.Context, in *CreatePolicyExperimentRequest, opts ...grpc.CallOption) (*longrunningpb.Operation, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(longrunningpb.Operation)
+	err := c.cc.Invoke(ctx, Control_CreatePolicyExperiment_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *controlClient) UpdatePolicyExperiment(ctx context.Context, in *UpdatePolicyExperimentRequest, opts ...grpc.CallOption) (*longrunningpb.Operation, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(longrunningpb.Operation)
+	err := c.cc.Invoke(ctx, Control_UpdatePolicyExperiment_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *controlClient) GetPolicyExperiment(ctx context.Context, in *GetPolicyExperimentRequest, opts ...grpc.CallOption) (*PolicyExperiment, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(PolicyExperiment)
+	err := c.cc.Invoke(ctx, Control_GetPolicyExperiment_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *controlClient) ListPolicyExperiments(ctx context.Context, in *ListPolicyExperimentsRequest, opts ...grpc.CallOption) (*ListPolicyExperimentsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListPolicyExperimentsResponse)
+	err := c.cc.Invoke(ctx, Control_ListPolicyExperiments_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *controlClient) DeletePolicyExperiment(ctx context.Context, in *DeletePolicyExperimentRequest, opts ...grpc.CallOption) (*longrunningpb.Operation, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(longrunningpb.Operation)
+	err := c.cc.Invoke(ctx, Control_DeletePolicyExperiment_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *controlClient) StartPreviewPolicyExperiment(ctx context.Context, in *StartPreviewPolicyExperimentRequest, opts ...grpc.CallOption) (*longrunningpb.Operation, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(longrunningpb.Operation)
+	err := c.cc.Invoke(ctx, Control_StartPreviewPolicyExperiment_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *controlClient) StopPreviewPolicyExperiment(ctx context.Context, in *StopPreviewPolicyExperimentRequest, opts ...grpc.CallOption) (*longrunningpb.Operation, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(longrunningpb.Operation)
+	err := c.cc.Invoke(ctx, Control_StopPreviewPolicyExperiment_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *controlClient) CommitPolicyExperiment(ctx context.Context, in *CommitPolicyExperimentRequest, opts ...grpc.CallOption) (*longrunningpb.Operation, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(longrunningpb.Operation)
+	err := c.cc.Invoke(ctx, Control_CommitPolicyExperiment_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *controlClient) GetPolicyExperimentCounts(ctx context.Context, in *GetPolicyExperimentCountsRequest, opts ...grpc.CallOption) (*PolicyExperimentCounts, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(PolicyExperimentCounts)
+	err := c.cc.Invoke(ctx, Control_GetPolicyExperimentCounts_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ControlServer is the server API for Control service.
 // All implementations must embed UnimplementedControlServer
 // for forward compatibility.
@@ -550,6 +685,30 @@ type ControlServer interface {
 	// DONE (or at the call's deadline, as it stands). Idempotent.
 	GetCanaryEvaluation(context.Context, *GetCanaryEvaluationRequest) (*CanaryEvaluation, error)
 	ListCanaryEvaluations(context.Context, *ListCanaryEvaluationsRequest) (*ListCanaryEvaluationsResponse, error)
+	// Policy preview (AIP-236; preview.proto, docs/preview.md). GetPolicy
+	// returns a policy namespace's live rules and etag.
+	GetPolicy(context.Context, *GetPolicyRequest) (*Policy, error)
+	// At most MaxExperimentsPerPolicy (5) experiments per policy.
+	// Response PolicyExperiment, metadata CreatePolicyExperimentMetadata.
+	CreatePolicyExperiment(context.Context, *CreatePolicyExperimentRequest) (*longrunningpb.Operation, error)
+	// Updating an ACTIVE experiment suspends it. Response PolicyExperiment.
+	UpdatePolicyExperiment(context.Context, *UpdatePolicyExperimentRequest) (*longrunningpb.Operation, error)
+	GetPolicyExperiment(context.Context, *GetPolicyExperimentRequest) (*PolicyExperiment, error)
+	ListPolicyExperiments(context.Context, *ListPolicyExperimentsRequest) (*ListPolicyExperimentsResponse, error)
+	// Response PolicyExperiment (as it was).
+	DeletePolicyExperiment(context.Context, *DeletePolicyExperimentRequest) (*longrunningpb.Operation, error)
+	// Starts previewing: hosts evaluate the experiment beside the live
+	// policy, log and count. Response PolicyExperiment.
+	StartPreviewPolicyExperiment(context.Context, *StartPreviewPolicyExperimentRequest) (*longrunningpb.Operation, error)
+	// Stops previewing. Response PolicyExperiment.
+	StopPreviewPolicyExperiment(context.Context, *StopPreviewPolicyExperimentRequest) (*longrunningpb.Operation, error)
+	// Copies the experiment's rules into the live policy as its next version
+	// and deletes the experiment, in one etcd transaction; the version then
+	// rolls out by the namespace's rollout policy. Response
+	// google.protobuf.Empty, metadata CommitPolicyExperimentMetadata.
+	CommitPolicyExperiment(context.Context, *CommitPolicyExperimentRequest) (*longrunningpb.Operation, error)
+	// The decisions hosts counted for an experiment, per zone and in all.
+	GetPolicyExperimentCounts(context.Context, *GetPolicyExperimentCountsRequest) (*PolicyExperimentCounts, error)
 	mustEmbedUnimplementedControlServer()
 }
 
@@ -652,6 +811,36 @@ func (UnimplementedControlServer) GetCanaryEvaluation(context.Context, *GetCanar
 }
 func (UnimplementedControlServer) ListCanaryEvaluations(context.Context, *ListCanaryEvaluationsRequest) (*ListCanaryEvaluationsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListCanaryEvaluations not implemented")
+}
+func (UnimplementedControlServer) GetPolicy(context.Context, *GetPolicyRequest) (*Policy, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetPolicy not implemented")
+}
+func (UnimplementedControlServer) CreatePolicyExperiment(context.Context, *CreatePolicyExperimentRequest) (*longrunningpb.Operation, error) {
+	return nil, status.Error(codes.Unimplemented, "method CreatePolicyExperiment not implemented")
+}
+func (UnimplementedControlServer) UpdatePolicyExperiment(context.Context, *UpdatePolicyExperimentRequest) (*longrunningpb.Operation, error) {
+	return nil, status.Error(codes.Unimplemented, "method UpdatePolicyExperiment not implemented")
+}
+func (UnimplementedControlServer) GetPolicyExperiment(context.Context, *GetPolicyExperimentRequest) (*PolicyExperiment, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetPolicyExperiment not implemented")
+}
+func (UnimplementedControlServer) ListPolicyExperiments(context.Context, *ListPolicyExperimentsRequest) (*ListPolicyExperimentsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListPolicyExperiments not implemented")
+}
+func (UnimplementedControlServer) DeletePolicyExperiment(context.Context, *DeletePolicyExperimentRequest) (*longrunningpb.Operation, error) {
+	return nil, status.Error(codes.Unimplemented, "method DeletePolicyExperiment not implemented")
+}
+func (UnimplementedControlServer) StartPreviewPolicyExperiment(context.Context, *StartPreviewPolicyExperimentRequest) (*longrunningpb.Operation, error) {
+	return nil, status.Error(codes.Unimplemented, "method StartPreviewPolicyExperiment not implemented")
+}
+func (UnimplementedControlServer) StopPreviewPolicyExperiment(context.Context, *StopPreviewPolicyExperimentRequest) (*longrunningpb.Operation, error) {
+	return nil, status.Error(codes.Unimplemented, "method StopPreviewPolicyExperiment not implemented")
+}
+func (UnimplementedControlServer) CommitPolicyExperiment(context.Context, *CommitPolicyExperimentRequest) (*longrunningpb.Operation, error) {
+	return nil, status.Error(codes.Unimplemented, "method CommitPolicyExperiment not implemented")
+}
+func (UnimplementedControlServer) GetPolicyExperimentCounts(context.Context, *GetPolicyExperimentCountsRequest) (*PolicyExperimentCounts, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetPolicyExperimentCounts not implemented")
 }
 func (UnimplementedControlServer) mustEmbedUnimplementedControlServer() {}
 func (UnimplementedControlServer) testEmbeddedByValue()                 {}
@@ -1225,6 +1414,186 @@ func _Control_ListCanaryEvaluations_Handler(srv interface{}, ctx context.Context
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Control_GetPolicy_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetPolicyRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ControlServer).GetPolicy(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Control_GetPolicy_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ControlServer).GetPolicy(ctx, req.(*GetPolicyRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Control_CreatePolicyExperiment_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CreatePolicyExperimentRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ControlServer).CreatePolicyExperiment(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Control_CreatePolicyExperiment_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ControlServer).CreatePolicyExperiment(ctx, req.(*CreatePolicyExperimentRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Control_UpdatePolicyExperiment_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(UpdatePolicyExperimentRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ControlServer).UpdatePolicyExperiment(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Control_UpdatePolicyExperiment_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ControlServer).UpdatePolicyExperiment(ctx, req.(*UpdatePolicyExperimentRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Control_GetPolicyExperiment_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetPolicyExperimentRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ControlServer).GetPolicyExperiment(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Control_GetPolicyExperiment_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ControlServer).GetPolicyExperiment(ctx, req.(*GetPolicyExperimentRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Control_ListPolicyExperiments_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListPolicyExperimentsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ControlServer).ListPolicyExperiments(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Control_ListPolicyExperiments_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ControlServer).ListPolicyExperiments(ctx, req.(*ListPolicyExperimentsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Control_DeletePolicyExperiment_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DeletePolicyExperimentRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ControlServer).DeletePolicyExperiment(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Control_DeletePolicyExperiment_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ControlServer).DeletePolicyExperiment(ctx, req.(*DeletePolicyExperimentRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Control_StartPreviewPolicyExperiment_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(StartPreviewPolicyExperimentRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ControlServer).StartPreviewPolicyExperiment(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Control_StartPreviewPolicyExperiment_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ControlServer).StartPreviewPolicyExperiment(ctx, req.(*StartPreviewPolicyExperimentRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Control_StopPreviewPolicyExperiment_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(StopPreviewPolicyExperimentRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ControlServer).StopPreviewPolicyExperiment(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Control_StopPreviewPolicyExperiment_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ControlServer).StopPreviewPolicyExperiment(ctx, req.(*StopPreviewPolicyExperimentRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Control_CommitPolicyExperiment_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CommitPolicyExperimentRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ControlServer).CommitPolicyExperiment(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Control_CommitPolicyExperiment_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ControlServer).CommitPolicyExperiment(ctx, req.(*CommitPolicyExperimentRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Control_GetPolicyExperimentCounts_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetPolicyExperimentCountsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ControlServer).GetPolicyExperimentCounts(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Control_GetPolicyExperimentCounts_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ControlServer).GetPolicyExperimentCounts(ctx, req.(*GetPolicyExperimentCountsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Control_ServiceDesc is the grpc.ServiceDesc for Control service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -1351,6 +1720,46 @@ var Control_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListCanaryEvaluations",
 			Handler:    _Control_ListCanaryEvaluations_Handler,
+		},
+		{
+			MethodName: "GetPolicy",
+			Handler:    _Control_GetPolicy_Handler,
+		},
+		{
+			MethodName: "CreatePolicyExperiment",
+			Handler:    _Control_CreatePolicyExperiment_Handler,
+		},
+		{
+			MethodName: "UpdatePolicyExperiment",
+			Handler:    _Control_UpdatePolicyExperiment_Handler,
+		},
+		{
+			MethodName: "GetPolicyExperiment",
+			Handler:    _Control_GetPolicyExperiment_Handler,
+		},
+		{
+			MethodName: "ListPolicyExperiments",
+			Handler:    _Control_ListPolicyExperiments_Handler,
+		},
+		{
+			MethodName: "DeletePolicyExperiment",
+			Handler:    _Control_DeletePolicyExperiment_Handler,
+		},
+		{
+			MethodName: "StartPreviewPolicyExperiment",
+			Handler:    _Control_StartPreviewPolicyExperiment_Handler,
+		},
+		{
+			MethodName: "StopPreviewPolicyExperiment",
+			Handler:    _Control_StopPreviewPolicyExperiment_Handler,
+		},
+		{
+			MethodName: "CommitPolicyExperiment",
+			Handler:    _Control_CommitPolicyExperiment_Handler,
+		},
+		{
+			MethodName: "GetPolicyExperimentCounts",
+			Handler:    _Control_GetPolicyExperimentCounts_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -896,7 +896,11 @@ type NamespaceReport struct {
 	LeasesExpired uint32 `protobuf:"varint,9,opt,name=leases_expired,json=leasesExpired,proto3" json:"leases_expired,omitempty"`
 	// When the agent applied the current version (absent when it holds
 	// none, or applied it before it started).
-	AppliedTime   *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=applied_time,json=appliedTime,proto3" json:"applied_time,omitempty"`
+	AppliedTime *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=applied_time,json=appliedTime,proto3" json:"applied_time,omitempty"`
+	// Policy-preview decisions the host's consumers counted since the agent
+	// started, per experiment and configuration pair (policy namespaces
+	// with an active experiment only).
+	Preview       []*HostPreviewCounts `protobuf:"bytes,11,rep,name=preview,proto3" json:"preview,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -997,6 +1001,13 @@ func (x *NamespaceReport) GetLeasesExpired() uint32 {
 func (x *NamespaceReport) GetAppliedTime() *timestamppb.Timestamp {
 	if x != nil {
 		return x.AppliedTime
+	}
+	return nil
+}
+
+func (x *NamespaceReport) GetPreview() []*HostPreviewCounts {
+	if x != nil {
+		return x.Preview
 	}
 	return nil
 }
@@ -1576,7 +1587,7 @@ var File_lehr_v1_wire_proto protoreflect.FileDescriptor
 
 const file_lehr_v1_wire_proto_rawDesc = "" +
 	"\n" +
-	"\x12lehr/v1/wire.proto\x12\alehr.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x13lehr/v1/types.proto\"e\n" +
+	"\x12lehr/v1/wire.proto\x12\alehr.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x15lehr/v1/preview.proto\x1a\x13lehr/v1/types.proto\"e\n" +
 	"\x0fCachedNamespace\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\x04R\aversion\x12\x1a\n" +
@@ -1636,7 +1647,7 @@ const file_lehr_v1_wire_proto_rawDesc = "" +
 	"\fhave_version\x18\x02 \x01(\x04R\vhaveVersion\x12#\n" +
 	"\rhave_checksum\x18\x03 \x01(\tR\fhaveChecksum\x12-\n" +
 	"\x06reason\x18\x04 \x01(\x0e2\x15.lehr.v1.ResyncReasonR\x06reason\x12\x16\n" +
-	"\x06detail\x18\x05 \x01(\tR\x06detail\"\x85\x03\n" +
+	"\x06detail\x18\x05 \x01(\tR\x06detail\"\xbb\x03\n" +
 	"\x0fNamespaceReport\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\x04R\aversion\x12\x1a\n" +
@@ -1648,7 +1659,8 @@ const file_lehr_v1_wire_proto_rawDesc = "" +
 	"\x10clients_rejected\x18\b \x01(\rR\x0fclientsRejected\x12%\n" +
 	"\x0eleases_expired\x18\t \x01(\rR\rleasesExpired\x12=\n" +
 	"\fapplied_time\x18\n" +
-	" \x01(\v2\x1a.google.protobuf.TimestampR\vappliedTime\"r\n" +
+	" \x01(\v2\x1a.google.protobuf.TimestampR\vappliedTime\x124\n" +
+	"\apreview\x18\v \x03(\v2\x1a.lehr.v1.HostPreviewCountsR\apreview\"r\n" +
 	"\x06Report\x12.\n" +
 	"\x04time\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x128\n" +
 	"\n" +
@@ -1741,6 +1753,7 @@ var file_lehr_v1_wire_proto_goTypes = []any{
 	(*VersionInfo)(nil),           // 24: lehr.v1.VersionInfo
 	(*Property)(nil),              // 25: lehr.v1.Property
 	(*timestamppb.Timestamp)(nil), // 26: google.protobuf.Timestamp
+	(*HostPreviewCounts)(nil),     // 27: lehr.v1.HostPreviewCounts
 }
 var file_lehr_v1_wire_proto_depIdxs = []int32{
 	21, // 0: lehr.v1.Hello.labels:type_name -> lehr.v1.Hello.LabelsEntry
@@ -1752,18 +1765,19 @@ var file_lehr_v1_wire_proto_depIdxs = []int32{
 	25, // 6: lehr.v1.Update.set:type_name -> lehr.v1.Property
 	0,  // 7: lehr.v1.Resync.reason:type_name -> lehr.v1.ResyncReason
 	26, // 8: lehr.v1.NamespaceReport.applied_time:type_name -> google.protobuf.Timestamp
-	26, // 9: lehr.v1.Report.time:type_name -> google.protobuf.Timestamp
-	10, // 10: lehr.v1.Report.namespaces:type_name -> lehr.v1.NamespaceReport
-	1,  // 11: lehr.v1.Unavailable.reason:type_name -> lehr.v1.UnavailableReason
-	22, // 12: lehr.v1.Goodbye.retry_after:type_name -> google.protobuf.Duration
-	17, // 13: lehr.v1.SignalsRequest.namespaces:type_name -> lehr.v1.SignalsWanted
-	19, // 14: lehr.v1.Signals.namespaces:type_name -> lehr.v1.NamespaceSignals
-	20, // 15: lehr.v1.NamespaceSignals.series:type_name -> lehr.v1.SignalSeries
-	16, // [16:16] is the sub-list for method output_type
-	16, // [16:16] is the sub-list for method input_type
-	16, // [16:16] is the sub-list for extension type_name
-	16, // [16:16] is the sub-list for extension extendee
-	0,  // [0:16] is the sub-list for field type_name
+	27, // 9: lehr.v1.NamespaceReport.preview:type_name -> lehr.v1.HostPreviewCounts
+	26, // 10: lehr.v1.Report.time:type_name -> google.protobuf.Timestamp
+	10, // 11: lehr.v1.Report.namespaces:type_name -> lehr.v1.NamespaceReport
+	1,  // 12: lehr.v1.Unavailable.reason:type_name -> lehr.v1.UnavailableReason
+	22, // 13: lehr.v1.Goodbye.retry_after:type_name -> google.protobuf.Duration
+	17, // 14: lehr.v1.SignalsRequest.namespaces:type_name -> lehr.v1.SignalsWanted
+	19, // 15: lehr.v1.Signals.namespaces:type_name -> lehr.v1.NamespaceSignals
+	20, // 16: lehr.v1.NamespaceSignals.series:type_name -> lehr.v1.SignalSeries
+	17, // [17:17] is the sub-list for method output_type
+	17, // [17:17] is the sub-list for method input_type
+	17, // [17:17] is the sub-list for extension type_name
+	17, // [17:17] is the sub-list for extension extendee
+	0,  // [0:17] is the sub-list for field type_name
 }
 
 func init() { file_lehr_v1_wire_proto_init() }
@@ -1771,6 +1785,7 @@ func file_lehr_v1_wire_proto_init() {
 	if File_lehr_v1_wire_proto != nil {
 		return
 	}
+	file_lehr_v1_preview_proto_init()
 	file_lehr_v1_types_proto_init()
 	type x struct{}
 	out := protoimpl.TypeBuilder{

@@ -1,0 +1,520 @@
+package control_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"testing"
+	"time"
+
+	"cloud.google.com/go/longrunning/autogen/longrunningpb"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/emptypb"
+
+	"lehr.dev/lehr/control"
+	"lehr.dev/lehr/control/controltest"
+	"lehr.dev/lehr/control/service"
+	"lehr.dev/lehr/internal/apierror"
+	"lehr.dev/lehr/proto/lehrpb"
+)
+
+const (
+	livePolicy = "domains/shop/policies/fw"
+	liveNS     = "shop/fw"
+)
+
+func ruleProp(key, effect, cond string) *lehrpb.Property {
+	return prop(key, "application/json", fmt.Sprintf(`{"effect": %q, "condition": %q}`, effect, cond))
+}
+
+// opResponse checks that op is a completed operation of this API and
+// unpacks its response into into and its metadata into meta.
+func opResponse(t *testing.T, op *longrunningpb.Operation, into, meta proto.Message) {
+	t.Helper()
+	if !op.GetDone() || op.GetName() == "" {
+		t.Fatalf("operation %v: want a named operation, done", op)
+	}
+	if err := op.GetResponse().UnmarshalTo(into); err != nil {
+		t.Fatalf("operation response: %v (want %T)", err, into)
+	}
+	if err := op.GetMetadata().UnmarshalTo(meta); err != nil {
+		t.Fatalf("operation metadata: %v (want %T)", err, meta)
+	}
+}
+
+func wantAPIError(t *testing.T, what string, err error, code codes.Code, field string) {
+	t.Helper()
+	e := apierror.FromError(err)
+	if err == nil || e.Code != code || (field != "" && e.Field != field) {
+		t.Fatalf("%s: %v; want %v on field %q", what, err, code, field)
+	}
+}
+
+type previewEnv struct {
+	t  *testing.T
+	cl lehrpb.ControlClient
+}
+
+func newPreviewEnv(t *testing.T, rules ...*lehrpb.Property) previewEnv {
+	srv := controltest.StartControl(t, control.Options{})
+	createDomain(t, srv.Client, "shop", nil)
+	if _, err := srv.Client.Publish(testCtx(t), &lehrpb.PublishRequest{
+		Namespace: liveNS, Kind: lehrpb.NamespaceKind_NAMESPACE_KIND_POLICY, Properties: rules, Message: "live",
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return previewEnv{t: t, cl: srv.Client}
+}
+
+func (p previewEnv) create(id string, rules ...*lehrpb.Property) *lehrpb.PolicyExperiment {
+	p.t.Helper()
+	op, err := p.cl.CreatePolicyExperiment(testCtx(p.t), &lehrpb.CreatePolicyExperimentRequest{
+		Parent: livePolicy, PolicyExperimentId: id,
+		PolicyExperiment: &lehrpb.PolicyExperiment{Policy: &lehrpb.Policy{Name: livePolicy, Rules: rules}},
+	})
+	if err != nil {
+		p.t.Fatalf("CreatePolicyExperiment(%s): %v", id, err)
+	}
+	e := new(lehrpb.PolicyExperiment)
+	opResponse(p.t, op, e, new(lehrpb.CreatePolicyExperimentMetadata))
+	return e
+}
+
+func (p previewEnv) get(id string) *lehrpb.PolicyExperiment {
+	p.t.Helper()
+	e, err := p.cl.GetPolicyExperiment(testCtx(p.t), &lehrpb.GetPolicyExperimentRequest{Name: livePolicy + "/experiments/" + id})
+	if err != nil {
+		p.t.Fatalf("GetPolicyExperiment(%s): %v", id, err)
+	}
+	return e
+}
+
+func (p previewEnv) start(id string) *lehrpb.PolicyExperiment {
+	p.t.Helper()
+	op, err := p.cl.StartPreviewPolicyExperiment(testCtx(p.t), &lehrpb.StartPreviewPolicyExperimentRequest{Name: livePolicy + "/experiments/" + id})
+	if err != nil {
+		p.t.Fatalf("StartPreview(%s): %v", id, err)
+	}
+	e := new(lehrpb.PolicyExperiment)
+	opResponse(p.t, op, e, new(lehrpb.StartPreviewPolicyExperimentMetadata))
+	return e
+}
+
+func (p previewEnv) stop(id string) *lehrpb.PolicyExperiment {
+	p.t.Helper()
+	op, err := p.cl.StopPreviewPolicyExperiment(testCtx(p.t), &lehrpb.StopPreviewPolicyExperimentRequest{Name: livePolicy + "/experiments/" + id})
+	if err != nil {
+		p.t.Fatalf("StopPreview(%s): %v", id, err)
+	}
+	e := new(lehrpb.PolicyExperiment)
+	opResponse(p.t, op, e, new(lehrpb.StopPreviewPolicyExperimentMetadata))
+	return e
+}
+
+// previewed returns the experiments the hosts are sent: the preview
+// namespace's properties, decoded.
+func (p previewEnv) previewed() map[string]map[string]any {
+	p.t.Helper()
+	resp, err := p.cl.Get(testCtx(p.t), &lehrpb.GetRequest{Namespace: liveNS + "--preview"})
+	if err != nil && apierror.FromError(err).Code == codes.NotFound {
+		return nil
+	}
+	if err != nil {
+		p.t.Fatalf("Get preview namespace: %v", err)
+	}
+	out := map[string]map[string]any{}
+	for _, pr := range resp.GetProperties() {
+		var doc map[string]any
+		if err := json.Unmarshal(pr.GetValue(), &doc); err != nil {
+			p.t.Fatalf("preview property %s: %v", pr.GetKey(), err)
+		}
+		out[pr.GetKey()] = doc
+	}
+	return out
+}
+
+func (p previewEnv) live() *lehrpb.Policy {
+	p.t.Helper()
+	pol, err := p.cl.GetPolicy(testCtx(p.t), &lehrpb.GetPolicyRequest{Name: livePolicy})
+	if err != nil {
+		p.t.Fatalf("GetPolicy: %v", err)
+	}
+	return pol
+}
+
+// TestAIP236 checks every "must" of AIP-236 (policy preview) against the
+// real gRPC API and etcd, one subtest per rule, named after it.
+func TestAIP236(t *testing.T) {
+	allowAll := ruleProp("all", "allow", "true")
+	denyEU := ruleProp("eu", "deny", `request.region == "eu"`)
+
+	t.Run("experiment_has_name_and_etag", func(t *testing.T) {
+		p := newPreviewEnv(t, allowAll)
+		e := p.create("e1", allowAll, denyEU)
+		if e.GetName() != livePolicy+"/experiments/e1" || e.GetEtag() == "" {
+			t.Errorf("created %v; want name %s/experiments/e1 and an etag", e, livePolicy)
+		}
+	})
+
+	t.Run("embedded_policy_named_as_live_policy", func(t *testing.T) {
+		p := newPreviewEnv(t, allowAll)
+		e := p.create("e1", denyEU)
+		if e.GetPolicy().GetName() != livePolicy {
+			t.Errorf("policy.name = %q; want the live policy's %q", e.GetPolicy().GetName(), livePolicy)
+		}
+		_, err := p.cl.CreatePolicyExperiment(testCtx(t), &lehrpb.CreatePolicyExperimentRequest{
+			Parent: livePolicy, PolicyExperimentId: "e2",
+			PolicyExperiment: &lehrpb.PolicyExperiment{Policy: &lehrpb.Policy{Name: "domains/shop/policies/other"}},
+		})
+		wantAPIError(t, "create with another policy's name", err, codes.InvalidArgument, "policy_experiment.policy.name")
+	})
+
+	t.Run("annotations_store_arbitrary_data", func(t *testing.T) {
+		p := newPreviewEnv(t, allowAll)
+		op, err := p.cl.CreatePolicyExperiment(testCtx(t), &lehrpb.CreatePolicyExperimentRequest{
+			Parent: livePolicy, PolicyExperimentId: "e1",
+			PolicyExperiment: &lehrpb.PolicyExperiment{Policy: &lehrpb.Policy{Name: livePolicy}, Annotations: map[string]string{"ticket": "SEC-12"}},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		e := new(lehrpb.PolicyExperiment)
+		opResponse(t, op, e, new(lehrpb.CreatePolicyExperimentMetadata))
+		if p.get("e1").GetAnnotations()["ticket"] != "SEC-12" {
+			t.Errorf("annotations not stored: %v", p.get("e1"))
+		}
+	})
+
+	t.Run("create_more_than_once_creates_multiple_experiments", func(t *testing.T) {
+		p := newPreviewEnv(t, allowAll)
+		p.create("e1", denyEU)
+		p.create("e2", denyEU)
+		resp, err := p.cl.ListPolicyExperiments(testCtx(t), &lehrpb.ListPolicyExperimentsRequest{Parent: livePolicy})
+		if err != nil || len(resp.GetPolicyExperiments()) != 2 {
+			t.Errorf("List: %v, %v; want 2 experiments", resp, err)
+		}
+	})
+
+	t.Run("cap_on_experiments_is_enforced", func(t *testing.T) {
+		p := newPreviewEnv(t, allowAll)
+		for i := range service.MaxExperimentsPerPolicy {
+			p.create(fmt.Sprintf("e%d", i), denyEU)
+		}
+		_, err := p.cl.CreatePolicyExperiment(testCtx(t), &lehrpb.CreatePolicyExperimentRequest{
+			Parent: livePolicy, PolicyExperimentId: "one-more",
+			PolicyExperiment: &lehrpb.PolicyExperiment{Policy: &lehrpb.Policy{Name: livePolicy}},
+		})
+		wantAPIError(t, "create beyond the cap", err, codes.ResourceExhausted, "parent")
+	})
+
+	t.Run("preview_metadata_absent_until_first_start", func(t *testing.T) {
+		p := newPreviewEnv(t, allowAll)
+		op, err := p.cl.CreatePolicyExperiment(testCtx(t), &lehrpb.CreatePolicyExperimentRequest{
+			Parent: livePolicy, PolicyExperimentId: "e1",
+			PolicyExperiment: &lehrpb.PolicyExperiment{
+				Policy: &lehrpb.Policy{Name: livePolicy},
+				// Output only: ignored.
+				PreviewMetadata: &lehrpb.PolicyPreviewMetadata{State: lehrpb.PolicyPreviewMetadata_ACTIVE, LogPrefix: "mine"},
+			},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		e := new(lehrpb.PolicyExperiment)
+		opResponse(t, op, e, new(lehrpb.CreatePolicyExperimentMetadata))
+		if e.GetPreviewMetadata() != nil || p.get("e1").GetPreviewMetadata() != nil {
+			t.Errorf("preview_metadata before any start: %v; want absent", p.get("e1").GetPreviewMetadata())
+		}
+		if p.previewed()["e1"] != nil {
+			t.Error("an experiment never started is sent to hosts")
+		}
+	})
+
+	t.Run("start_preview_sets_active_log_prefix_and_start_time", func(t *testing.T) {
+		p := newPreviewEnv(t, allowAll)
+		p.create("e1", denyEU)
+		before := time.Now().Add(-time.Second)
+		e := p.start("e1")
+		md := e.GetPreviewMetadata()
+		if md.GetState() != lehrpb.PolicyPreviewMetadata_ACTIVE || md.GetLogPrefix() != service.LogPrefix ||
+			md.GetStartTime().AsTime().Before(before) || md.GetStopTime() != nil {
+			t.Fatalf("after StartPreview: %v; want ACTIVE, log_prefix %q, start_time now, no stop_time", md, service.LogPrefix)
+		}
+		if !proto.Equal(p.get("e1").GetPreviewMetadata(), md) {
+			t.Errorf("stored %v, returned %v", p.get("e1").GetPreviewMetadata(), md)
+		}
+		doc := p.previewed()["e1"]
+		if doc == nil || doc["etag"] != e.GetEtag() || doc["log_prefix"] != service.LogPrefix {
+			t.Errorf("hosts are sent %v; want the experiment with its etag and log prefix", doc)
+		}
+		// start_time is updated every time the state becomes ACTIVE.
+		p.stop("e1")
+		again := p.start("e1")
+		if !again.GetPreviewMetadata().GetStartTime().AsTime().After(md.GetStartTime().AsTime()) {
+			t.Errorf("start_time after a second start: %v; want later than %v", again.GetPreviewMetadata().GetStartTime().AsTime(), md.GetStartTime().AsTime())
+		}
+	})
+
+	t.Run("stop_preview_sets_suspended_and_stop_time", func(t *testing.T) {
+		p := newPreviewEnv(t, allowAll)
+		p.create("e1", denyEU)
+		started := p.start("e1")
+		e := p.stop("e1")
+		md := e.GetPreviewMetadata()
+		if md.GetState() != lehrpb.PolicyPreviewMetadata_SUSPENDED || md.GetStopTime() == nil ||
+			md.GetStopTime().AsTime().Before(started.GetPreviewMetadata().GetStartTime().AsTime()) ||
+			md.GetLogPrefix() != service.LogPrefix {
+			t.Fatalf("after StopPreview: %v; want SUSPENDED with stop_time now", md)
+		}
+		if p.previewed()["e1"] != nil {
+			t.Error("a stopped experiment is still sent to hosts")
+		}
+	})
+
+	t.Run("create_is_long_running_with_experiment_response", func(t *testing.T) {
+		p := newPreviewEnv(t, allowAll)
+		op, err := p.cl.CreatePolicyExperiment(testCtx(t), &lehrpb.CreatePolicyExperimentRequest{
+			Parent: livePolicy, PolicyExperimentId: "e1", PolicyExperiment: &lehrpb.PolicyExperiment{Policy: &lehrpb.Policy{Name: livePolicy}},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		e, md := new(lehrpb.PolicyExperiment), new(lehrpb.CreatePolicyExperimentMetadata)
+		opResponse(t, op, e, md)
+		if md.GetTarget() != e.GetName() || md.GetEndTime() == nil {
+			t.Errorf("metadata %v; want target %s and an end time", md, e.GetName())
+		}
+	})
+
+	t.Run("preview_new_policy_with_noop_live_policy", func(t *testing.T) {
+		p := newPreviewEnv(t) // the live policy has no rules: the no-op policy
+		if r := p.live().GetRules(); len(r) != 0 {
+			t.Fatalf("live rules %v; want none", r)
+		}
+		p.create("new", denyEU, allowAll)
+		p.start("new")
+		if doc := p.previewed()["new"]; doc == nil || len(doc["rules"].([]any)) != 2 {
+			t.Errorf("hosts are sent %v; want the new policy's 2 rules", doc)
+		}
+	})
+
+	t.Run("preview_update_with_full_live_payload", func(t *testing.T) {
+		p := newPreviewEnv(t, allowAll)
+		live := p.live()
+		e := p.create("upd", append(live.GetRules(), denyEU)...)
+		if e.GetPolicy().GetName() != live.GetName() || len(e.GetPolicy().GetRules()) != 2 {
+			t.Errorf("experiment policy %v; want the live payload plus one rule", e.GetPolicy())
+		}
+	})
+
+	t.Run("preview_delete_with_noop_rules", func(t *testing.T) {
+		p := newPreviewEnv(t, allowAll, denyEU)
+		p.create("del") // no rules: previews the deletion of the live policy
+		p.start("del")
+		if doc := p.previewed()["del"]; doc == nil || len(doc["rules"].([]any)) != 0 {
+			t.Errorf("hosts are sent %v; want the experiment with no rules", doc)
+		}
+	})
+
+	t.Run("update_is_long_running_and_policy_name_never_changes", func(t *testing.T) {
+		p := newPreviewEnv(t, allowAll)
+		e := p.create("e1", denyEU)
+		op, err := p.cl.UpdatePolicyExperiment(testCtx(t), &lehrpb.UpdatePolicyExperimentRequest{
+			PolicyExperiment: &lehrpb.PolicyExperiment{Name: e.GetName(), Policy: &lehrpb.Policy{Name: livePolicy, Rules: []*lehrpb.Property{allowAll}}},
+			UpdateMask:       []string{"policy"},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		up := new(lehrpb.PolicyExperiment)
+		opResponse(t, op, up, new(lehrpb.UpdatePolicyExperimentMetadata))
+		if up.GetEtag() == e.GetEtag() || len(up.GetPolicy().GetRules()) != 1 || up.GetPolicy().GetRules()[0].GetKey() != "all" {
+			t.Errorf("updated %v; want the new rules and a new etag", up)
+		}
+		_, err = p.cl.UpdatePolicyExperiment(testCtx(t), &lehrpb.UpdatePolicyExperimentRequest{
+			PolicyExperiment: &lehrpb.PolicyExperiment{Name: e.GetName(), Policy: &lehrpb.Policy{Name: "domains/shop/policies/renamed"}},
+		})
+		wantAPIError(t, "update renaming the policy", err, codes.InvalidArgument, "policy_experiment.policy.name")
+		if got := p.get("e1"); !proto.Equal(got, up) {
+			t.Errorf("a refused update changed the experiment: %v", got)
+		}
+	})
+
+	t.Run("update_of_active_experiment_suspends_it", func(t *testing.T) {
+		p := newPreviewEnv(t, allowAll)
+		e := p.create("e1", denyEU)
+		p.start("e1")
+		op, err := p.cl.UpdatePolicyExperiment(testCtx(t), &lehrpb.UpdatePolicyExperimentRequest{
+			PolicyExperiment: &lehrpb.PolicyExperiment{Name: e.GetName(), Annotations: map[string]string{"v": "2"}},
+			UpdateMask:       []string{"annotations"},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		up := new(lehrpb.PolicyExperiment)
+		opResponse(t, op, up, new(lehrpb.UpdatePolicyExperimentMetadata))
+		if up.GetPreviewMetadata().GetState() != lehrpb.PolicyPreviewMetadata_SUSPENDED || up.GetPreviewMetadata().GetStopTime() == nil {
+			t.Errorf("after updating an ACTIVE experiment: %v; want SUSPENDED with a stop time", up.GetPreviewMetadata())
+		}
+		if p.previewed()["e1"] != nil {
+			t.Error("the suspended experiment is still sent to hosts")
+		}
+	})
+
+	t.Run("get_is_included", func(t *testing.T) {
+		p := newPreviewEnv(t, allowAll)
+		e := p.create("e1", denyEU)
+		if got := p.get("e1"); !proto.Equal(got, e) {
+			t.Errorf("Get = %v; want %v", got, e)
+		}
+		_, err := p.cl.GetPolicyExperiment(testCtx(t), &lehrpb.GetPolicyExperimentRequest{Name: livePolicy + "/experiments/nope"})
+		wantAPIError(t, "Get of a missing experiment", err, codes.NotFound, "name")
+	})
+
+	t.Run("list_filters_on_preview_metadata_state", func(t *testing.T) {
+		p := newPreviewEnv(t, allowAll)
+		p.create("a", denyEU)
+		p.create("b", denyEU)
+		p.create("c", denyEU)
+		p.start("b")
+		p.start("c")
+		p.stop("c")
+		for _, tc := range []struct {
+			filter string
+			want   []string
+		}{
+			{"preview_metadata.state = ACTIVE", []string{"b"}},
+			{"preview_metadata.state = SUSPENDED", []string{"c"}},
+			{"NOT preview_metadata.state = ACTIVE", []string{"a", "c"}},
+			{"", []string{"a", "b", "c"}},
+		} {
+			resp, err := p.cl.ListPolicyExperiments(testCtx(t), &lehrpb.ListPolicyExperimentsRequest{Parent: livePolicy, Filter: tc.filter})
+			if err != nil {
+				t.Fatalf("List(%q): %v", tc.filter, err)
+			}
+			var got []string
+			for _, e := range resp.GetPolicyExperiments() {
+				got = append(got, e.GetName()[len(livePolicy+"/experiments/"):])
+			}
+			if fmt.Sprint(got) != fmt.Sprint(tc.want) {
+				t.Errorf("List(%q) = %v; want %v", tc.filter, got, tc.want)
+			}
+		}
+		_, err := p.cl.ListPolicyExperiments(testCtx(t), &lehrpb.ListPolicyExperimentsRequest{Parent: livePolicy, Filter: "preview_metadata.state = RUNNING"})
+		wantAPIError(t, "List with a bad filter", err, codes.InvalidArgument, "filter")
+	})
+
+	t.Run("delete_is_long_running_with_experiment_response", func(t *testing.T) {
+		p := newPreviewEnv(t, allowAll)
+		e := p.create("e1", denyEU)
+		p.start("e1")
+		op, err := p.cl.DeletePolicyExperiment(testCtx(t), &lehrpb.DeletePolicyExperimentRequest{Name: e.GetName()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		del := new(lehrpb.PolicyExperiment)
+		opResponse(t, op, del, new(lehrpb.DeletePolicyExperimentMetadata))
+		if del.GetName() != e.GetName() {
+			t.Errorf("delete response %v; want the deleted experiment", del)
+		}
+		if p.previewed()["e1"] != nil {
+			t.Error("a deleted experiment is still sent to hosts")
+		}
+		_, err = p.cl.GetPolicyExperiment(testCtx(t), &lehrpb.GetPolicyExperimentRequest{Name: e.GetName()})
+		wantAPIError(t, "Get after delete", err, codes.NotFound, "name")
+	})
+
+	t.Run("commit_copies_policy_to_live_and_deletes_experiment_atomically", func(t *testing.T) {
+		p := newPreviewEnv(t, allowAll)
+		e := p.create("e1", allowAll, denyEU)
+		p.start("e1")
+		op, err := p.cl.CommitPolicyExperiment(testCtx(t), &lehrpb.CommitPolicyExperimentRequest{Name: e.GetName(), Etag: e.GetEtag(), ParentEtag: "v1"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		md := new(lehrpb.CommitPolicyExperimentMetadata)
+		opResponse(t, op, new(emptypb.Empty), md)
+		live := p.live()
+		if live.GetEtag() != "v2" || len(live.GetRules()) != 2 || md.GetVersion().GetSeq() != 2 {
+			t.Errorf("live after commit: %v (metadata %v); want version 2 with the experiment's 2 rules", live, md)
+		}
+		if p.previewed()["e1"] != nil {
+			t.Error("a committed experiment is still sent to hosts")
+		}
+	})
+
+	t.Run("commit_without_etag_fails", func(t *testing.T) {
+		p := newPreviewEnv(t, allowAll)
+		e := p.create("e1", denyEU)
+		_, err := p.cl.CommitPolicyExperiment(testCtx(t), &lehrpb.CommitPolicyExperimentRequest{Name: e.GetName()})
+		wantAPIError(t, "commit without etag", err, codes.InvalidArgument, "etag")
+		if p.live().GetEtag() != "v1" {
+			t.Error("a refused commit changed the live policy")
+		}
+	})
+
+	t.Run("failed_commit_keeps_previewing_and_live_policy", func(t *testing.T) {
+		p := newPreviewEnv(t, allowAll)
+		e := p.create("e1", denyEU)
+		p.start("e1")
+		for _, tc := range []struct {
+			name  string
+			req   *lehrpb.CommitPolicyExperimentRequest
+			field string
+		}{
+			{"wrong etag", &lehrpb.CommitPolicyExperimentRequest{Name: e.GetName(), Etag: "0123456789abcdef"}, "etag"},
+			{"stale parent_etag", &lehrpb.CommitPolicyExperimentRequest{Name: e.GetName(), Etag: e.GetEtag(), ParentEtag: "v0"}, "parent_etag"},
+		} {
+			_, err := p.cl.CommitPolicyExperiment(testCtx(t), tc.req)
+			wantAPIError(t, tc.name, err, codes.Aborted, tc.field)
+		}
+		_, err := p.cl.CommitPolicyExperiment(testCtx(t), &lehrpb.CommitPolicyExperimentRequest{Name: e.GetName(), Etag: e.GetEtag(), MinEvaluations: 10})
+		wantAPIError(t, "commit gated on evaluations never made", err, codes.FailedPrecondition, "min_evaluations")
+		if p.live().GetEtag() != "v1" {
+			t.Error("a failed commit changed the live policy")
+		}
+		if got := p.get("e1").GetPreviewMetadata().GetState(); got != lehrpb.PolicyPreviewMetadata_ACTIVE {
+			t.Errorf("state after failed commits: %v; want ACTIVE (previewing must not stop)", got)
+		}
+		if p.previewed()["e1"] == nil {
+			t.Error("after failed commits the experiment is no longer sent to hosts")
+		}
+	})
+
+	t.Run("commit_in_any_state", func(t *testing.T) {
+		p := newPreviewEnv(t, allowAll)
+		never := p.create("never", denyEU) // no preview_metadata
+		stopped := p.create("stopped", denyEU)
+		p.start("stopped")
+		p.stop("stopped")
+		for i, e := range []*lehrpb.PolicyExperiment{never, p.get("stopped")} {
+			if _, err := p.cl.CommitPolicyExperiment(testCtx(t), &lehrpb.CommitPolicyExperimentRequest{Name: e.GetName(), Etag: e.GetEtag()}); err != nil {
+				t.Errorf("commit %s: %v", e.GetName(), err)
+			}
+			if got := p.live().GetEtag(); got != fmt.Sprintf("v%d", i+2) {
+				t.Errorf("live etag after commit %d: %s", i+1, got)
+			}
+		}
+		_ = stopped
+	})
+
+	t.Run("commit_twice_is_not_found", func(t *testing.T) {
+		p := newPreviewEnv(t, allowAll)
+		e := p.create("e1", denyEU)
+		req := &lehrpb.CommitPolicyExperimentRequest{Name: e.GetName(), Etag: e.GetEtag()}
+		if _, err := p.cl.CommitPolicyExperiment(testCtx(t), req); err != nil {
+			t.Fatal(err)
+		}
+		_, err := p.cl.CommitPolicyExperiment(testCtx(t), req)
+		wantAPIError(t, "second commit", err, codes.NotFound, "name")
+	})
+
+	t.Run("preview_namespaces_are_written_by_control_only", func(t *testing.T) {
+		p := newPreviewEnv(t, allowAll)
+		_, err := p.cl.Publish(testCtx(t), &lehrpb.PublishRequest{Namespace: liveNS + "--preview", Properties: []*lehrpb.Property{prop("x", "", "1")}})
+		wantAPIError(t, "publish to a preview namespace", err, codes.InvalidArgument, "namespace")
+		if r := apierror.FromError(err).Reason; r != apierror.ReasonInvalidName {
+			t.Errorf("reason %s; want %s", r, apierror.ReasonInvalidName)
+		}
+	})
+}

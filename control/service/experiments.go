@@ -1,0 +1,871 @@
+package service
+
+// Policy preview (AIP-236): experiments of a policy namespace. See
+// proto/lehr/v1/preview.proto for the contract and docs/preview.md for the
+// design: experiments live in etcd (control/store, experiments.go); the
+// active ones are mirrored into the policy's preview namespace
+// ("<ns>--preview", one property per experiment), which reaches every host
+// through the ordinary distribution path; hosts evaluate them beside the
+// live rules and count; Commit makes an experiment's rules the live
+// policy's next version and deletes the experiment in one transaction.
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"cloud.google.com/go/longrunning/autogen/longrunningpb"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
+	"google.golang.org/protobuf/types/known/emptypb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"lehr.dev/lehr/control/store"
+	"lehr.dev/lehr/control/validate"
+	"lehr.dev/lehr/internal/apierror"
+	"lehr.dev/lehr/internal/content"
+	"lehr.dev/lehr/internal/names"
+	"lehr.dev/lehr/policy"
+	"lehr.dev/lehr/proto/lehrpb"
+)
+
+// MaxExperimentsPerPolicy is the cap on experiments per live policy
+// (AIP-236 asks for a documented cap).
+const MaxExperimentsPerPolicy = 5
+
+// defaultExperimentPage is ListPolicyExperiments' page size when none is asked.
+const defaultExperimentPage = 100
+
+// LogPrefix begins every decision log line of a preview: the AIP's
+// predefined constant for Lehr's Policy type.
+const LogPrefix = "PolicyPreviewLog"
+
+// Limits of an experiment's annotations.
+const (
+	maxAnnotations      = 64
+	maxAnnotationKey    = 63
+	maxAnnotationsBytes = 4 << 10
+)
+
+// policyNamePrefix and the segments of resource names.
+const (
+	policyNamePrefix   = "domains/"
+	policiesSegment    = "/policies/"
+	experimentsSegment = "/experiments/"
+)
+
+// PolicyName returns the resource name of policy namespace ns
+// ("payments/fw" → "domains/payments/policies/fw").
+func PolicyName(ns string) string {
+	d, n, _ := strings.Cut(ns, "/")
+	return policyNamePrefix + d + policiesSegment + n
+}
+
+// ExperimentName returns the resource name of experiment id of ns.
+func ExperimentName(ns, id string) string { return PolicyName(ns) + experimentsSegment + id }
+
+// parsePolicyName maps "domains/{d}/policies/{p}" to the namespace "d/p".
+func parsePolicyName(field, name string) (string, error) {
+	rest, ok := strings.CutPrefix(name, policyNamePrefix)
+	d, p, ok2 := strings.Cut(rest, policiesSegment)
+	if name == "" {
+		return "", invalid(apierror.ReasonInvalidArgument, field, `%s is required: a policy's name, "domains/{domain}/policies/{policy}"`, field)
+	}
+	if !ok || !ok2 {
+		return "", invalid(apierror.ReasonInvalidName, field, `%q is not a policy name; want "domains/{domain}/policies/{policy}" (the policy namespace "{domain}/{policy}")`, name)
+	}
+	ns := d + "/" + p
+	if _, _, err := names.Namespace(ns); err != nil {
+		return "", nameError(field, err)
+	}
+	if names.IsPreview(ns) {
+		return "", userNamespace(field, ns)
+	}
+	return ns, nil
+}
+
+// parseExperimentName maps "domains/{d}/policies/{p}/experiments/{e}" to
+// the namespace "d/p" and the id "e".
+func parseExperimentName(field, name string) (ns, id string, err error) {
+	if name == "" {
+		return "", "", invalid(apierror.ReasonInvalidArgument, field, `%s is required: "domains/{domain}/policies/{policy}/experiments/{experiment}"`, field)
+	}
+	parent, id, ok := strings.Cut(name, experimentsSegment)
+	if !ok {
+		return "", "", invalid(apierror.ReasonInvalidName, field, `%q is not an experiment name; want "domains/{domain}/policies/{policy}/experiments/{experiment}"`, name)
+	}
+	if ns, err = parsePolicyName(field, parent); err != nil {
+		return "", "", err
+	}
+	if err := names.Experiment(id); err != nil {
+		return "", "", nameError(field, err)
+	}
+	return ns, id, nil
+}
+
+// policyHead reads ns's head and checks it is a policy namespace.
+func (s *Service) policyHead(ctx context.Context, field, ns string) (*lehrpb.Namespace, error) {
+	head, err := s.st.GetNamespace(ctx, ns)
+	if err != nil {
+		e := withField(s.apiError(ctx, err), field)
+		if e.Code == codes.NotFound {
+			e.Message += "; to preview a new policy, publish it first with no rules (the no-op policy: kind policy, no properties)"
+		}
+		return nil, e
+	}
+	if head.GetKind() != lehrpb.NamespaceKind_NAMESPACE_KIND_POLICY {
+		return nil, apierror.New(codes.FailedPrecondition, apierror.ReasonKindMismatch, field,
+			"namespace %s is of kind %s; experiments exist only under policy namespaces", ns, head.GetKind())
+	}
+	if _, _, err := names.Namespace(names.Preview(ns)); err != nil {
+		return nil, invalid(apierror.ReasonInvalidName, field,
+			"policy %s has a name too long to preview: its preview namespace %q would exceed %d bytes", ns, names.Preview(ns), names.MaxNameLen)
+	}
+	return head, nil
+}
+
+// liveEtag is the etag of a policy's live version.
+func liveEtag(seq uint64) string { return "v" + strconv.FormatUint(seq, 10) }
+
+// experimentEtag is a digest of what an experiment configures: its rules
+// and annotations.
+func experimentEtag(e *lehrpb.PolicyExperiment) string {
+	b, _ := proto.MarshalOptions{Deterministic: true}.Marshal(&lehrpb.PolicyExperiment{
+		Policy: &lehrpb.Policy{Rules: e.GetPolicy().GetRules()}, Annotations: e.GetAnnotations(),
+	})
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:8])
+}
+
+// checkExperimentPolicy checks an experiment's policy: its name is the
+// live policy's and its rules are what a publish to ns would accept.
+func (s *Service) checkExperimentPolicy(ctx context.Context, field string, head *lehrpb.Namespace, p *lehrpb.Policy) ([]content.Property, error) {
+	want := PolicyName(head.GetName())
+	switch {
+	case p == nil:
+		return nil, invalid(apierror.ReasonInvalidArgument, field, "%s is required: the policy under test, named %q (no rules previews a deletion)", field, want)
+	case p.GetName() == "":
+		return nil, invalid(apierror.ReasonInvalidArgument, field+".name", "%s.name is required: the live policy's name, %q", field, want)
+	case p.GetName() != want:
+		return nil, invalid(apierror.ReasonInvalidArgument, field+".name", "%s.name is %q; an experiment's policy is named as the live policy, %q, and that name never changes", field, p.GetName(), want)
+	}
+	d, _, _ := strings.Cut(head.GetName(), "/")
+	dom, err := s.domainOf(ctx, d, field+".name")
+	if err != nil {
+		return nil, err
+	}
+	limits := validate.ForDomain(dom.GetQuotas())
+	props, err := checkProps(field+".rules", p.GetRules(), limits)
+	if err != nil {
+		return nil, err
+	}
+	snap, err := content.New(props)
+	if err != nil {
+		return nil, fmt.Errorf("build snapshot: %w", err) // unreachable: checkProps rejects duplicates
+	}
+	if v := validate.Snapshot(snap, limits); v != nil {
+		return nil, violationError(field+".rules", v)
+	}
+	if err := s.runValidators(ctx, head, props, keyFields(field+".rules", props)); err != nil {
+		return nil, err
+	}
+	return props, nil
+}
+
+// checkAnnotations checks an experiment's annotations.
+func checkAnnotations(field string, a map[string]string) error {
+	if len(a) > maxAnnotations {
+		return invalid(apierror.ReasonInvalidArgument, field, "%d annotations; at most %d allowed", len(a), maxAnnotations).WithLimit("%d entries", maxAnnotations)
+	}
+	total := 0
+	for k, v := range a {
+		switch {
+		case k == "" || len(k) > maxAnnotationKey:
+			return invalid(apierror.ReasonInvalidArgument, field, "annotation key %q: want 1 to %d bytes", k, maxAnnotationKey)
+		case !utf8.ValidString(k) || !utf8.ValidString(v):
+			return invalid(apierror.ReasonInvalidArgument, field, "annotation %q is not valid UTF-8", k)
+		}
+		total += len(k) + len(v)
+	}
+	if total > maxAnnotationsBytes {
+		return invalid(apierror.ReasonInvalidArgument, field, "annotations hold %d bytes; at most %d allowed", total, maxAnnotationsBytes).WithLimit("%d bytes", maxAnnotationsBytes)
+	}
+	return nil
+}
+
+// operation wraps a completed operation's response and metadata. Every
+// operation of this API is done when returned (preview.proto).
+func operation(meta, resp proto.Message) (*longrunningpb.Operation, error) {
+	var id [8]byte
+	rand.Read(id[:])
+	m, err := anypb.New(meta)
+	if err != nil {
+		return nil, fmt.Errorf("operation metadata: %w", err)
+	}
+	r, err := anypb.New(resp)
+	if err != nil {
+		return nil, fmt.Errorf("operation response: %w", err)
+	}
+	return &longrunningpb.Operation{
+		Name:     "operations/" + hex.EncodeToString(id[:]),
+		Metadata: m,
+		Done:     true,
+		Result:   &longrunningpb.Operation_Response{Response: r},
+	}, nil
+}
+
+// GetPolicy returns a policy namespace's live rules and etag.
+func (s *Service) GetPolicy(ctx context.Context, req *lehrpb.GetPolicyRequest) (_ *lehrpb.Policy, err error) {
+	defer s.track(ctx, "GetPolicy", time.Now(), &err)
+	ns, err := parsePolicyName("name", req.GetName())
+	if err != nil {
+		return nil, err
+	}
+	head, err := s.policyHead(ctx, "name", ns)
+	if err != nil {
+		return nil, err
+	}
+	info, snap, err := s.st.Content(ctx, ns, head.GetLatestVersion())
+	if err != nil {
+		return nil, s.apiError(ctx, err)
+	}
+	return &lehrpb.Policy{Name: req.GetName(), Rules: content.ToProto(snap.Props()), Etag: liveEtag(info.GetSeq())}, nil
+}
+
+// CreatePolicyExperiment stores a new experiment (SUSPENDED in effect: no
+// preview_metadata until the first StartPreview).
+func (s *Service) CreatePolicyExperiment(ctx context.Context, req *lehrpb.CreatePolicyExperimentRequest) (_ *longrunningpb.Operation, err error) {
+	defer s.track(ctx, "CreatePolicyExperiment", time.Now(), &err)
+	start := s.now()
+	ns, err := parsePolicyName("parent", req.GetParent())
+	if err != nil {
+		return nil, err
+	}
+	id := req.GetPolicyExperimentId()
+	if id == "" {
+		return nil, invalid(apierror.ReasonInvalidArgument, "policy_experiment_id", "policy_experiment_id is required: the experiment's id, e.g. \"deny-eu\"")
+	}
+	if err := names.Experiment(id); err != nil {
+		return nil, nameError("policy_experiment_id", err)
+	}
+	in := req.GetPolicyExperiment()
+	if in == nil {
+		return nil, invalid(apierror.ReasonInvalidArgument, "policy_experiment", "policy_experiment is required")
+	}
+	if err := checkAudit(ctx, "", ""); err != nil {
+		return nil, err
+	}
+	head, err := s.policyHead(ctx, "parent", ns)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := s.checkExperimentPolicy(ctx, "policy_experiment.policy", head, in.GetPolicy()); err != nil {
+		return nil, err
+	}
+	if err := checkAnnotations("policy_experiment.annotations", in.GetAnnotations()); err != nil {
+		return nil, err
+	}
+	now := timestamppb.New(s.now())
+	e := &lehrpb.PolicyExperiment{
+		Name:        ExperimentName(ns, id),
+		Policy:      &lehrpb.Policy{Name: PolicyName(ns), Rules: in.GetPolicy().GetRules()},
+		Annotations: in.GetAnnotations(),
+		CreateTime:  now,
+		UpdateTime:  now,
+		Author:      callerOf(ctx).author(""),
+	}
+	e.Etag = experimentEtag(e)
+	if _, err := s.st.CreateExperiment(ctx, ns, id, e, MaxExperimentsPerPolicy); err != nil {
+		var ce *store.ExperimentCapError
+		if errors.As(err, &ce) {
+			return nil, apierror.New(codes.ResourceExhausted, apierror.ReasonTooManyExperiments, "parent",
+				"policy %s has %d experiments, the most a policy may have; delete or commit one first", ns, ce.Cap).
+				WithLimit("%d experiments", ce.Cap)
+		}
+		return nil, withField(s.apiError(ctx, err), "policy_experiment_id")
+	}
+	s.log.Info("control: created policy experiment", "experiment", e.GetName(), "etag", e.GetEtag(), "author", e.GetAuthor())
+	return operation(&lehrpb.CreatePolicyExperimentMetadata{
+		CreateTime: timestamppb.New(start), EndTime: timestamppb.New(s.now()), Target: e.GetName(),
+	}, e)
+}
+
+// GetPolicyExperiment returns an experiment.
+func (s *Service) GetPolicyExperiment(ctx context.Context, req *lehrpb.GetPolicyExperimentRequest) (_ *lehrpb.PolicyExperiment, err error) {
+	defer s.track(ctx, "GetPolicyExperiment", time.Now(), &err)
+	ns, id, err := parseExperimentName("name", req.GetName())
+	if err != nil {
+		return nil, err
+	}
+	e, err := s.st.Experiment(ctx, ns, id)
+	if err != nil {
+		return nil, withField(s.apiError(ctx, err), "name")
+	}
+	return e.PolicyExperiment, nil
+}
+
+// ListPolicyExperiments lists a policy's experiments by id, filtered.
+func (s *Service) ListPolicyExperiments(ctx context.Context, req *lehrpb.ListPolicyExperimentsRequest) (_ *lehrpb.ListPolicyExperimentsResponse, err error) {
+	defer s.track(ctx, "ListPolicyExperiments", time.Now(), &err)
+	ns, err := parsePolicyName("parent", req.GetParent())
+	if err != nil {
+		return nil, err
+	}
+	size, err := pageSize(req.GetPageSize(), defaultExperimentPage)
+	if err != nil {
+		return nil, err
+	}
+	match, err := parseExperimentFilter(req.GetFilter())
+	if err != nil {
+		return nil, err
+	}
+	st, err := s.st.Experiments(ctx, ns, names.Preview(ns))
+	if err != nil {
+		return nil, s.apiError(ctx, err)
+	}
+	out := &lehrpb.ListPolicyExperimentsResponse{}
+	for _, e := range st.Experiments {
+		if e.ID <= req.GetPageToken() {
+			continue
+		}
+		if !match(e.PolicyExperiment) {
+			continue
+		}
+		if len(out.PolicyExperiments) == size {
+			out.NextPageToken = out.PolicyExperiments[size-1].GetName()[strings.LastIndex(out.PolicyExperiments[size-1].GetName(), "/")+1:]
+			break
+		}
+		out.PolicyExperiments = append(out.PolicyExperiments, e.PolicyExperiment)
+	}
+	return out, nil
+}
+
+// checkEtag refuses a stated etag that is not the experiment's.
+func checkEtag(field, stated string, e *store.StoredExperiment) error {
+	if stated != "" && stated != e.GetEtag() {
+		return apierror.New(codes.Aborted, apierror.ReasonEtagMismatch, field,
+			"%s %q is not the experiment's current etag %q: it changed since you read it; get it again and retry", field, stated, e.GetEtag())
+	}
+	return nil
+}
+
+// UpdatePolicyExperiment replaces an experiment's policy and/or
+// annotations. An ACTIVE experiment becomes SUSPENDED (AIP-236).
+func (s *Service) UpdatePolicyExperiment(ctx context.Context, req *lehrpb.UpdatePolicyExperimentRequest) (_ *longrunningpb.Operation, err error) {
+	defer s.track(ctx, "UpdatePolicyExperiment", time.Now(), &err)
+	start := s.now()
+	in := req.GetPolicyExperiment()
+	if in == nil {
+		return nil, invalid(apierror.ReasonInvalidArgument, "policy_experiment", "policy_experiment is required")
+	}
+	ns, id, err := parseExperimentName("policy_experiment.name", in.GetName())
+	if err != nil {
+		return nil, err
+	}
+	var setPolicy, setAnnotations bool
+	for i, p := range req.GetUpdateMask() {
+		switch p {
+		case "*":
+			setPolicy, setAnnotations = true, true
+		case "policy", "policy.rules":
+			setPolicy = true
+		case "annotations":
+			setAnnotations = true
+		default:
+			return nil, invalid(apierror.ReasonInvalidArgument, propField("update_mask", i, ""),
+				"cannot update %q; the fields an update may replace are policy (or policy.rules) and annotations", p)
+		}
+	}
+	if len(req.GetUpdateMask()) == 0 {
+		setPolicy, setAnnotations = true, true
+	}
+	if err := checkAudit(ctx, "", ""); err != nil {
+		return nil, err
+	}
+	head, err := s.policyHead(ctx, "policy_experiment.name", ns)
+	if err != nil {
+		return nil, err
+	}
+	cur, err := s.st.Experiment(ctx, ns, id)
+	if err != nil {
+		return nil, withField(s.apiError(ctx, err), "policy_experiment.name")
+	}
+	if err := checkEtag("etag", req.GetEtag(), cur); err != nil {
+		return nil, err
+	}
+	next := proto.CloneOf(cur.PolicyExperiment)
+	if setPolicy {
+		if _, err := s.checkExperimentPolicy(ctx, "policy_experiment.policy", head, in.GetPolicy()); err != nil {
+			return nil, err
+		}
+		next.Policy = &lehrpb.Policy{Name: PolicyName(ns), Rules: in.GetPolicy().GetRules()}
+	}
+	if setAnnotations {
+		if err := checkAnnotations("policy_experiment.annotations", in.GetAnnotations()); err != nil {
+			return nil, err
+		}
+		next.Annotations = in.GetAnnotations()
+	}
+	now := s.now()
+	next.UpdateTime = timestamppb.New(now)
+	next.Author = callerOf(ctx).author("")
+	next.Etag = experimentEtag(next)
+	wasActive := next.GetPreviewMetadata().GetState() == lehrpb.PolicyPreviewMetadata_ACTIVE
+	if wasActive {
+		next.PreviewMetadata.State = lehrpb.PolicyPreviewMetadata_SUSPENDED
+		next.PreviewMetadata.StopTime = timestamppb.New(now)
+	}
+	if _, err := s.st.PutExperiment(ctx, ns, id, next, cur.ModRevision); err != nil {
+		return nil, s.experimentWriteError(ctx, err)
+	}
+	if wasActive {
+		if err := s.syncPreview(ctx, ns); err != nil {
+			return nil, err
+		}
+	}
+	s.log.Info("control: updated policy experiment", "experiment", next.GetName(), "etag", next.GetEtag(), "suspended", wasActive)
+	return operation(&lehrpb.UpdatePolicyExperimentMetadata{
+		CreateTime: timestamppb.New(start), EndTime: timestamppb.New(s.now()), Target: next.GetName(),
+	}, next)
+}
+
+// experimentWriteError maps a guarded experiment write that lost a race.
+func (s *Service) experimentWriteError(ctx context.Context, err error) error {
+	if errors.Is(err, store.ErrConflict) {
+		return apierror.New(codes.Aborted, apierror.ReasonEtagMismatch, "",
+			"the experiment changed while this call ran; get it again and retry").WithCause(err)
+	}
+	return s.apiError(ctx, err)
+}
+
+// DeletePolicyExperiment deletes an experiment (and stops previewing it).
+func (s *Service) DeletePolicyExperiment(ctx context.Context, req *lehrpb.DeletePolicyExperimentRequest) (_ *longrunningpb.Operation, err error) {
+	defer s.track(ctx, "DeletePolicyExperiment", time.Now(), &err)
+	start := s.now()
+	ns, id, err := parseExperimentName("name", req.GetName())
+	if err != nil {
+		return nil, err
+	}
+	cur, err := s.st.Experiment(ctx, ns, id)
+	if err != nil {
+		return nil, withField(s.apiError(ctx, err), "name")
+	}
+	if err := checkEtag("etag", req.GetEtag(), cur); err != nil {
+		return nil, err
+	}
+	if err := s.st.DeleteExperiment(ctx, ns, id, cur.ModRevision); err != nil {
+		return nil, s.experimentWriteError(ctx, err)
+	}
+	if cur.GetPreviewMetadata().GetState() == lehrpb.PolicyPreviewMetadata_ACTIVE {
+		if err := s.syncPreview(ctx, ns); err != nil {
+			return nil, err
+		}
+	}
+	s.log.Info("control: deleted policy experiment", "experiment", cur.GetName(), "author", callerOf(ctx).author(""))
+	return operation(&lehrpb.DeletePolicyExperimentMetadata{
+		CreateTime: timestamppb.New(start), EndTime: timestamppb.New(s.now()), Target: cur.GetName(),
+	}, cur.PolicyExperiment)
+}
+
+// StartPreviewPolicyExperiment sets preview_metadata to ACTIVE with the
+// log prefix and start_time now, and sends the experiment to the hosts.
+func (s *Service) StartPreviewPolicyExperiment(ctx context.Context, req *lehrpb.StartPreviewPolicyExperimentRequest) (_ *longrunningpb.Operation, err error) {
+	defer s.track(ctx, "StartPreviewPolicyExperiment", time.Now(), &err)
+	start := s.now()
+	e, err := s.setPreview(ctx, req.GetName(), true)
+	if err != nil {
+		return nil, err
+	}
+	return operation(&lehrpb.StartPreviewPolicyExperimentMetadata{
+		CreateTime: timestamppb.New(start), EndTime: timestamppb.New(s.now()), Target: e.GetName(),
+	}, e)
+}
+
+// StopPreviewPolicyExperiment sets preview_metadata to SUSPENDED with
+// stop_time now, and withdraws the experiment from the hosts.
+func (s *Service) StopPreviewPolicyExperiment(ctx context.Context, req *lehrpb.StopPreviewPolicyExperimentRequest) (_ *longrunningpb.Operation, err error) {
+	defer s.track(ctx, "StopPreviewPolicyExperiment", time.Now(), &err)
+	start := s.now()
+	e, err := s.setPreview(ctx, req.GetName(), false)
+	if err != nil {
+		return nil, err
+	}
+	return operation(&lehrpb.StopPreviewPolicyExperimentMetadata{
+		CreateTime: timestamppb.New(start), EndTime: timestamppb.New(s.now()), Target: e.GetName(),
+	}, e)
+}
+
+// setPreview starts (active) or stops previewing an experiment, exactly as
+// AIP-236 says: start sets state ACTIVE, log_prefix and start_time (every
+// time); stop sets state SUSPENDED and stop_time. Then the preview
+// namespace follows.
+func (s *Service) setPreview(ctx context.Context, name string, active bool) (*lehrpb.PolicyExperiment, error) {
+	ns, id, err := parseExperimentName("name", name)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkAudit(ctx, "", ""); err != nil {
+		return nil, err
+	}
+	if _, err := s.policyHead(ctx, "name", ns); err != nil {
+		return nil, err
+	}
+	cur, err := s.st.Experiment(ctx, ns, id)
+	if err != nil {
+		return nil, withField(s.apiError(ctx, err), "name")
+	}
+	next := proto.CloneOf(cur.PolicyExperiment)
+	md := next.GetPreviewMetadata()
+	if md == nil {
+		md = &lehrpb.PolicyPreviewMetadata{}
+		next.PreviewMetadata = md
+	}
+	now := timestamppb.New(s.now())
+	if active {
+		md.State, md.LogPrefix, md.StartTime = lehrpb.PolicyPreviewMetadata_ACTIVE, LogPrefix, now
+	} else {
+		md.State, md.StopTime = lehrpb.PolicyPreviewMetadata_SUSPENDED, now
+	}
+	if _, err := s.st.PutExperiment(ctx, ns, id, next, cur.ModRevision); err != nil {
+		return nil, s.experimentWriteError(ctx, err)
+	}
+	if err := s.syncPreview(ctx, ns); err != nil {
+		return nil, err
+	}
+	s.log.Info("control: policy preview", "experiment", next.GetName(), "etag", next.GetEtag(), "state", md.GetState().String())
+	return next, nil
+}
+
+// previewDoc is an active experiment as hosts receive it: the JSON value
+// of its property in the preview namespace (docs/files.md).
+type previewDoc struct {
+	Name      string        `json:"name"`
+	Etag      string        `json:"etag"`
+	LogPrefix string        `json:"log_prefix"`
+	Rules     []previewRule `json:"rules"`
+}
+
+type previewRule struct {
+	Key  string      `json:"key"`
+	Rule policy.Rule `json:"rule"`
+}
+
+// previewContent builds the preview namespace's content from a policy's
+// experiments: one property per ACTIVE experiment, keyed by its id.
+func previewContent(exps []*store.StoredExperiment) (content.Snapshot, error) {
+	var props []content.Property
+	for _, e := range exps {
+		md := e.GetPreviewMetadata()
+		if md.GetState() != lehrpb.PolicyPreviewMetadata_ACTIVE {
+			continue
+		}
+		doc := previewDoc{Name: e.GetName(), Etag: e.GetEtag(), LogPrefix: md.GetLogPrefix(), Rules: []previewRule{}}
+		for _, p := range content.FromProto(e.GetPolicy().GetRules()) {
+			r, err := policy.ParseRule(p)
+			if err != nil {
+				return content.Snapshot{}, fmt.Errorf("experiment %s: %w", e.GetName(), err) // checked when stored
+			}
+			doc.Rules = append(doc.Rules, previewRule{Key: p.Key, Rule: r})
+		}
+		b, err := json.Marshal(doc)
+		if err != nil {
+			return content.Snapshot{}, err
+		}
+		props = append(props, content.Property{Key: e.ID, Value: b, ContentType: "application/json"})
+	}
+	return content.New(props)
+}
+
+// maxPreviewSyncs bounds the rounds of syncPreview lost to concurrent
+// experiment changes.
+const maxPreviewSyncs = 8
+
+// syncPreview makes the preview namespace of ns hold exactly its ACTIVE
+// experiments. It reads the experiments and the preview namespace's
+// latest version at one revision and commits on that version only, so of
+// concurrent syncs the last to commit has read every change before it;
+// one that loses retries. Every version goes to every zone at once
+// (previews are never enforced; the strategist leaves preview namespaces
+// alone).
+func (s *Service) syncPreview(ctx context.Context, ns string) error {
+	pns := names.Preview(ns)
+	for range maxPreviewSyncs {
+		st, err := s.st.Experiments(ctx, ns, pns)
+		if err != nil {
+			return s.previewSyncError(ctx, ns, err)
+		}
+		snap, err := previewContent(st.Experiments)
+		if err != nil {
+			return s.previewSyncError(ctx, ns, err)
+		}
+		if st.PreviewLatest > 0 {
+			info, err := s.st.Version(ctx, pns, st.PreviewLatest)
+			if err != nil {
+				return s.previewSyncError(ctx, ns, err)
+			}
+			if info.GetChecksum() == snap.Checksum() {
+				return nil
+			}
+		}
+		_, err = s.st.Commit(ctx, store.Commit{
+			Namespace:      pns,
+			Create:         st.PreviewLatest == 0,
+			Kind:           lehrpb.NamespaceKind_NAMESPACE_KIND_CONFIG,
+			ExpectedLatest: st.PreviewLatest,
+			Content:        snap,
+			Info: &lehrpb.VersionInfo{
+				Author:  "control",
+				Message: fmt.Sprintf("preview of %s: %d active experiments", ns, snap.Len()),
+				Source:  lehrpb.VersionSource_VERSION_SOURCE_SNAPSHOT,
+			},
+			Goals:      store.GoalsAllZones,
+			GoalReason: "preview",
+		})
+		if errors.Is(err, store.ErrConflict) {
+			continue
+		}
+		if err != nil {
+			return s.previewSyncError(ctx, ns, err)
+		}
+		return nil
+	}
+	return s.previewSyncError(ctx, ns, store.ErrContention)
+}
+
+// previewSyncError says the experiment changed but the hosts were not
+// told yet.
+func (s *Service) previewSyncError(ctx context.Context, ns string, err error) error {
+	e := s.apiError(ctx, err)
+	e.Message = fmt.Sprintf("the experiment was changed, but sending %s's active experiments to the hosts failed: %s; any later start, stop, update or delete of an experiment of this policy sends them", ns, e.Message)
+	return e
+}
+
+// CommitPolicyExperiment makes an experiment's rules the live policy's
+// next version and deletes the experiment, atomically.
+func (s *Service) CommitPolicyExperiment(ctx context.Context, req *lehrpb.CommitPolicyExperimentRequest) (_ *longrunningpb.Operation, err error) {
+	defer s.track(ctx, "CommitPolicyExperiment", time.Now(), &err)
+	start := s.now()
+	ns, id, err := parseExperimentName("name", req.GetName())
+	if err != nil {
+		return nil, err
+	}
+	if req.GetEtag() == "" {
+		return nil, invalid(apierror.ReasonInvalidArgument, "etag",
+			"etag is required: the etag of the experiment version you mean to commit (GetPolicyExperiment returns it), so that a version changed since you reviewed it is never committed")
+	}
+	if m := req.GetMaxDisagreement(); m < 0 || m > 1 {
+		return nil, invalid(apierror.ReasonInvalidArgument, "max_disagreement", "max_disagreement is %g; want a share between 0 and 1 (0: no bound)", m)
+	}
+	if err := checkAudit(ctx, "", req.GetMessage()); err != nil {
+		return nil, err
+	}
+	head, err := s.policyHead(ctx, "name", ns)
+	if err != nil {
+		return nil, err
+	}
+	cur, err := s.st.Experiment(ctx, ns, id)
+	if err != nil {
+		return nil, withField(s.apiError(ctx, err), "name")
+	}
+	if err := checkEtag("etag", req.GetEtag(), cur); err != nil {
+		return nil, err
+	}
+	latest := head.GetLatestVersion()
+	if pe := req.GetParentEtag(); pe != "" && pe != liveEtag(latest) {
+		return nil, apierror.New(codes.Aborted, apierror.ReasonEtagMismatch, "parent_etag",
+			"parent_etag %q is not the live policy's etag %q: the live policy changed since; review the experiment against it and retry", pe, liveEtag(latest))
+	}
+	if err := s.commitGate(ctx, req, ns, cur); err != nil {
+		return nil, err
+	}
+	props, err := s.checkExperimentPolicy(ctx, "name", head, cur.GetPolicy())
+	if err != nil {
+		return nil, err
+	}
+	snap, err := content.New(props)
+	if err != nil {
+		return nil, fmt.Errorf("build snapshot: %w", err)
+	}
+	d, _, _ := strings.Cut(ns, "/")
+	dom, err := s.domainOf(ctx, d, "name")
+	if err != nil {
+		return nil, err
+	}
+	if err := s.allowPublish(dom); err != nil {
+		return nil, err
+	}
+	msg := req.GetMessage()
+	if msg == "" {
+		msg = fmt.Sprintf("commit policy experiment %s (etag %s)", id, cur.GetEtag())
+	}
+	c := callerOf(ctx)
+	info, err := s.st.Commit(ctx, store.Commit{
+		Namespace:      ns,
+		Kind:           head.GetKind(),
+		ExpectedLatest: latest,
+		// Without parent_etag the experiment replaces whatever is live.
+		Rebase:  req.GetParentEtag() == "",
+		Content: snap,
+		Info: &lehrpb.VersionInfo{
+			Author:            c.author(""),
+			Message:           msg,
+			Source:            lehrpb.VersionSource_VERSION_SOURCE_SNAPSHOT,
+			TransportIdentity: c.transport,
+		},
+		Goals:      s.goals(head, lehrpb.VersionSource_VERSION_SOURCE_SNAPSHOT),
+		GoalReason: "commit experiment " + id,
+		Experiment: &store.ExperimentRef{ID: id, ModRevision: cur.ModRevision},
+	})
+	var ce *store.ConflictError
+	switch {
+	case errors.As(err, &ce):
+		return nil, apierror.New(codes.Aborted, apierror.ReasonEtagMismatch, "parent_etag",
+			"parent_etag %q is not the live policy's etag %q: the live policy changed while committing; nothing was committed", req.GetParentEtag(), liveEtag(ce.Current))
+	case errors.Is(err, store.ErrConflict):
+		return nil, s.experimentWriteError(ctx, err)
+	case err != nil:
+		return nil, withField(s.apiError(ctx, err), "name")
+	}
+	s.countPublish("experiment")
+	s.log.Info("control: committed policy experiment", "experiment", cur.GetName(), "etag", cur.GetEtag(),
+		"namespace", ns, "version", info.GetSeq(), "author", info.GetAuthor())
+	if cur.GetPreviewMetadata().GetState() == lehrpb.PolicyPreviewMetadata_ACTIVE {
+		if err := s.syncPreview(ctx, ns); err != nil {
+			// Committed; the hosts keep previewing the committed rules
+			// until the next sync. Not an error of the commit.
+			s.log.Warn("control: committed, but withdrawing the experiment from the hosts failed", "experiment", cur.GetName(), "err", err)
+		}
+	}
+	return operation(&lehrpb.CommitPolicyExperimentMetadata{
+		CreateTime: timestamppb.New(start), EndTime: timestamppb.New(s.now()), Target: cur.GetName(), Version: info,
+	}, &emptypb.Empty{})
+}
+
+// commitGate refuses a commit the hosts' counts do not support yet
+// (min_evaluations, max_disagreement).
+func (s *Service) commitGate(ctx context.Context, req *lehrpb.CommitPolicyExperimentRequest, ns string, e *store.StoredExperiment) error {
+	if req.GetMinEvaluations() == 0 && req.GetMaxDisagreement() == 0 {
+		return nil
+	}
+	counts, err := s.previewCounts(ctx, ns, e)
+	if err != nil {
+		return err
+	}
+	var total, disagree uint64
+	for _, c := range counts.GetTotals() {
+		if c.GetExperimentEtag() != e.GetEtag() {
+			continue
+		}
+		total += c.GetAllowAllow() + c.GetDenyDeny() + c.GetAllowDeny() + c.GetDenyAllow()
+		disagree += c.GetAllowDeny() + c.GetDenyAllow()
+	}
+	if total < req.GetMinEvaluations() {
+		return apierror.New(codes.FailedPrecondition, apierror.ReasonPreviewGate, "min_evaluations",
+			"hosts have evaluated experiment etag %s %d times; the commit asks for at least %d: keep previewing (is it ACTIVE? `lehr policy experiment counts`)",
+			e.GetEtag(), total, req.GetMinEvaluations()).WithLimit("%d evaluations", req.GetMinEvaluations())
+	}
+	if m := req.GetMaxDisagreement(); m > 0 {
+		if total == 0 {
+			return apierror.New(codes.FailedPrecondition, apierror.ReasonPreviewGate, "max_disagreement",
+				"hosts have not evaluated experiment etag %s yet, so its disagreement is unknown; start previewing it and wait for traffic", e.GetEtag())
+		}
+		if share := float64(disagree) / float64(total); share > m {
+			return apierror.New(codes.FailedPrecondition, apierror.ReasonPreviewGate, "max_disagreement",
+				"experiment etag %s disagreed with the live policy on %d of %d decisions (%.4g%%); the commit allows at most %.4g%%",
+				e.GetEtag(), disagree, total, 100*share, 100*m).WithLimit("%g", m)
+		}
+	}
+	return nil
+}
+
+// GetPolicyExperimentCounts sums the hosts' counts for an experiment.
+func (s *Service) GetPolicyExperimentCounts(ctx context.Context, req *lehrpb.GetPolicyExperimentCountsRequest) (_ *lehrpb.PolicyExperimentCounts, err error) {
+	defer s.track(ctx, "GetPolicyExperimentCounts", time.Now(), &err)
+	ns, id, err := parseExperimentName("name", req.GetName())
+	if err != nil {
+		return nil, err
+	}
+	e, err := s.st.Experiment(ctx, ns, id)
+	if err != nil {
+		return nil, withField(s.apiError(ctx, err), "name")
+	}
+	return s.previewCounts(ctx, ns, e)
+}
+
+// previewCounts sums the distributors' latest reports, per zone and
+// configuration pair, for experiment e of ns.
+func (s *Service) previewCounts(ctx context.Context, ns string, e *store.StoredExperiment) (*lehrpb.PolicyExperimentCounts, error) {
+	zones, err := s.st.ListZones(ctx)
+	if err != nil {
+		return nil, s.apiError(ctx, err)
+	}
+	type pair struct{ zone, live, exp string }
+	sums := map[pair]*lehrpb.PreviewCounts{}
+	add := func(k pair, c *lehrpb.PreviewCounts) {
+		t := sums[k]
+		if t == nil {
+			t = &lehrpb.PreviewCounts{Zone: k.zone, LiveEtag: k.live, ExperimentEtag: k.exp}
+			sums[k] = t
+		}
+		t.AllowAllow += c.GetAllowAllow()
+		t.DenyDeny += c.GetDenyDeny()
+		t.AllowDeny += c.GetAllowDeny()
+		t.DenyAllow += c.GetDenyAllow()
+		t.ExperimentErrors += c.GetExperimentErrors()
+	}
+	for _, z := range zones {
+		sts, err := s.st.ZoneStatus(ctx, z.GetName())
+		if err != nil {
+			return nil, s.apiError(ctx, err)
+		}
+		for _, st := range sts {
+			for _, np := range st.GetPreview() {
+				if np.GetNamespace() != ns {
+					continue
+				}
+				for _, hc := range np.GetCounts() {
+					if hc.GetExperiment() != e.ID {
+						continue
+					}
+					c := hc.GetCounts()
+					add(pair{z.GetName(), c.GetLiveEtag(), c.GetExperimentEtag()}, c)
+					add(pair{"", c.GetLiveEtag(), c.GetExperimentEtag()}, c)
+				}
+			}
+		}
+	}
+	out := &lehrpb.PolicyExperimentCounts{Name: e.GetName(), Etag: e.GetEtag()}
+	for k, c := range sums {
+		if k.zone == "" {
+			out.Totals = append(out.Totals, c)
+		} else {
+			out.Zones = append(out.Zones, c)
+		}
+	}
+	order := func(a, b *lehrpb.PreviewCounts) int {
+		return cmpStrings(a.GetZone(), b.GetZone(), a.GetLiveEtag(), b.GetLiveEtag(), a.GetExperimentEtag(), b.GetExperimentEtag())
+	}
+	slices.SortFunc(out.Zones, order)
+	slices.SortFunc(out.Totals, order)
+	return out, nil
+}
+
+// cmpStrings compares pairs of strings in order: (a0, b0), then (a1, b1)...
+func cmpStrings(ab ...string) int {
+	for i := 0; i+1 < len(ab); i += 2 {
+		if c := strings.Compare(ab[i], ab[i+1]); c != 0 {
+			return c
+		}
+	}
+	return 0
+}
