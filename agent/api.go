@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"google.golang.org/protobuf/proto"
@@ -212,4 +213,55 @@ func versionInfo(v content.Version) *lehrpb.VersionInfo {
 		info.SizeBytes, info.PropertyCount = v.Content.Size(), int32(v.Content.Len())
 	}
 	return info
+}
+
+// maxPreviewPairs bounds the preview counts the agent keeps per
+// namespace: (experiment, live etag, experiment etag) triples.
+const maxPreviewPairs = 64
+
+// ReportPreview adds a consumer's policy-preview counts to the
+// namespace's totals, which go up in every Report.
+func (b *backend) ReportPreview(_ context.Context, req *lehrpb.ReportPreviewRequest) error {
+	a := (*Agent)(b)
+	l, ok := a.leases.Lookup(req.GetLeaseId())
+	if !ok {
+		return fmt.Errorf("preview report for lease %q: %w", req.GetLeaseId(), leases.ErrNotFound)
+	}
+	ns := req.GetNamespace()
+	if l.Namespace != ns {
+		return fmt.Errorf("lease %q holds %s, not %s: %w", l.ID, l.Namespace, ns, localapi.ErrNotFound)
+	}
+	a.update(ns, func(st *nsState) {
+		// Copy on write: a Report may hold the previous slice and entries
+		// (get copies nsState shallowly).
+		next := slices.Clone(st.preview)
+		for _, in := range req.GetCounts() {
+			c := in.GetCounts()
+			i := slices.IndexFunc(next, func(h *lehrpb.HostPreviewCounts) bool {
+				return h.GetExperiment() == in.GetExperiment() && h.GetCounts().GetLiveEtag() == c.GetLiveEtag() &&
+					h.GetCounts().GetExperimentEtag() == c.GetExperimentEtag()
+			})
+			var t *lehrpb.HostPreviewCounts
+			if i < 0 {
+				if len(next) == maxPreviewPairs {
+					next = next[1:]
+				}
+				t = &lehrpb.HostPreviewCounts{Experiment: in.GetExperiment(), Counts: &lehrpb.PreviewCounts{
+					LiveEtag: c.GetLiveEtag(), ExperimentEtag: c.GetExperimentEtag(),
+				}}
+				next = append(next, t)
+			} else {
+				t = proto.CloneOf(next[i])
+				next[i] = t
+			}
+			t.Counts.AllowAllow += c.GetAllowAllow()
+			t.Counts.DenyDeny += c.GetDenyDeny()
+			t.Counts.AllowDeny += c.GetAllowDeny()
+			t.Counts.DenyAllow += c.GetDenyAllow()
+			t.Counts.ExperimentErrors += c.GetExperimentErrors()
+		}
+		st.preview = next
+	})
+	a.met.previewReports.Inc()
+	return nil
 }

@@ -145,6 +145,7 @@ func (h *handler) Report() *lehrpb.Report {
 			nr.ClientsRejected = uint32(len(st.rejected))
 		}
 		nr.LeasesExpired = st.leasesExpired
+		nr.Preview = st.preview // never modified in place (ReportPreview)
 		if !st.appliedAt.IsZero() {
 			nr.AppliedTime = timestamppb.New(st.appliedAt)
 		}

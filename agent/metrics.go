@@ -22,6 +22,7 @@ type agentMetrics struct {
 	fileRepairs     *metrics.Counter
 	scrapesOK       *metrics.Counter
 	scrapesFailed   *metrics.Counter
+	previewReports  *metrics.Counter
 
 	mu       sync.Mutex
 	versions map[string]*metrics.Gauge
@@ -39,6 +40,7 @@ func newAgentMetrics(set *metrics.Set, a *Agent) *agentMetrics {
 		fileRepairs:     set.GetOrCreateCounter(`lehr_agent_file_repairs_total`),
 		scrapesOK:       set.GetOrCreateCounter(`lehr_agent_scrapes_total{result="ok"}`),
 		scrapesFailed:   set.GetOrCreateCounter(`lehr_agent_scrapes_total{result="failed"}`),
+		previewReports:  set.GetOrCreateCounter(`lehr_agent_preview_reports_total`),
 		versions:        map[string]*metrics.Gauge{},
 	}
 	set.GetOrCreateGauge(`lehr_agent_cache_bytes`, func() float64 {

@@ -47,6 +47,11 @@ type nsState struct {
 	applyErrors   uint64          // agent-side apply failures since start
 	callbackErrs  uint64          // consumer rejections since start
 
+	// preview holds the policy-preview counts consumers reported since the
+	// agent started, by experiment and etag pair, oldest pair first; at
+	// most maxPreviewPairs (the oldest is dropped).
+	preview []*lehrpb.HostPreviewCounts
+
 	// appliedAt is when the agent applied version (zero: before it
 	// started); leasesExpired counts consumer leases that lapsed since.
 	appliedAt     time.Time

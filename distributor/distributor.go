@@ -303,6 +303,18 @@ func (d *Distributor) Health() ([]*lehrpb.NamespaceHealth, []*lehrpb.HostReport,
 	return h, hosts, srv.Samples()
 }
 
+// Preview returns the policy-preview counts of the connected agents,
+// summed (fanout.Server.Preview).
+func (d *Distributor) Preview() []*lehrpb.NamespacePreviewCounts {
+	d.mu.Lock()
+	srv := d.srv
+	d.mu.Unlock()
+	if srv == nil {
+		return nil
+	}
+	return srv.Preview()
+}
+
 // Signals returns the signals kept of the hosts canary analyses watch
 // (fanout.Server.Signals), then asks those hosts for their newest
 // intervals (fanout.Server.RequestSignals): the answers arrive before the
@@ -616,6 +628,7 @@ func (d *Distributor) report(ctx context.Context) error {
 		}
 		req.Health, req.Hosts, req.Samples = d.Health()
 		req.Signals = d.Signals(time.Now())
+		req.Preview = d.Preview()
 		rctx, cancel := context.WithTimeout(ctx, d.opts.ReportInterval)
 		_, err := d.ctl.ReportZoneStatus(rctx, req)
 		cancel()

@@ -54,14 +54,19 @@ func CompileSet(env *cel.Env, props []content.Property) (*Set, error) {
 		if err != nil {
 			return nil, err
 		}
-		s.sensitive = append(s.sensitive, r.Sensitive...)
-		if r.Effect == EffectDeny {
-			s.deny = append(s.deny, c)
-		} else {
-			s.allow = append(s.allow, c)
-		}
+		s.add(c)
 	}
 	return s, nil
+}
+
+// add appends a compiled rule (rules are added in key order).
+func (s *Set) add(c *CompiledRule) {
+	s.sensitive = append(s.sensitive, c.Sensitive...)
+	if c.Effect == EffectDeny {
+		s.deny = append(s.deny, c)
+	} else {
+		s.allow = append(s.allow, c)
+	}
 }
 
 // Len returns the number of rules.

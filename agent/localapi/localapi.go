@@ -72,7 +72,15 @@ type Backend interface {
 	ReportApply(ctx context.Context, req *lehrpb.ReportApplyRequest) error
 	// Signals returns the signals kept of a namespace, nil for none.
 	Signals(ctx context.Context, ns string) (*lehrpb.NamespaceSignals, error)
+	// ReportPreview adds a consumer's policy-preview counts.
+	ReportPreview(ctx context.Context, req *lehrpb.ReportPreviewRequest) error
 }
+
+// Bounds of a ReportPreview request.
+const (
+	MaxPreviewCounts    = 64
+	MaxPreviewEtagBytes = 64
+)
 
 // Options configure a Server.
 type Options struct {
@@ -436,4 +444,35 @@ func (s *service) Signals(ctx context.Context, req *lehrpb.AgentSignalsRequest) 
 		return nil, toStatus("signals", err)
 	}
 	return &lehrpb.AgentSignalsResponse{Signals: sig}, nil
+}
+
+func (s *service) ReportPreview(ctx context.Context, req *lehrpb.ReportPreviewRequest) (*lehrpb.ReportPreviewResponse, error) {
+	if err := checkLeaseID(req.GetLeaseId()); err != nil {
+		return nil, err
+	}
+	if err := checkNamespace("namespace", req.GetNamespace()); err != nil {
+		return nil, err
+	}
+	if n := len(req.GetCounts()); n > MaxPreviewCounts {
+		return nil, invalidArg("counts", "%d counts; at most %d allowed (one per experiment and pair of etags)", n, MaxPreviewCounts)
+	}
+	for i, c := range req.GetCounts() {
+		field := fmt.Sprintf("counts[%d]", i)
+		if err := names.Experiment(c.GetExperiment()); err != nil {
+			return nil, invalidArg(field+".experiment", "%v", err)
+		}
+		pc := c.GetCounts()
+		if pc == nil {
+			return nil, invalidArg(field+".counts", "counts is required")
+		}
+		for _, f := range []struct{ name, etag string }{{"live_etag", pc.GetLiveEtag()}, {"experiment_etag", pc.GetExperimentEtag()}} {
+			if f.etag == "" || len(f.etag) > MaxPreviewEtagBytes {
+				return nil, invalidArg(field+".counts."+f.name, "%s is %d bytes; want 1 to %d", f.name, len(f.etag), MaxPreviewEtagBytes)
+			}
+		}
+	}
+	if err := s.b.ReportPreview(ctx, req); err != nil {
+		return nil, toStatus("report preview", err)
+	}
+	return &lehrpb.ReportPreviewResponse{}, nil
 }

@@ -106,6 +106,11 @@ func (b *tableBackend) Signals(context.Context, string) (*lehrpb.NamespaceSignal
 	return nil, nil
 }
 
+func (b *tableBackend) ReportPreview(context.Context, *lehrpb.ReportPreviewRequest) error {
+	b.count()
+	return nil
+}
+
 // shortDir returns a temporary directory short enough for a unix socket
 // path (108 bytes on Linux), removed at the end of the test.
 func shortDir(t *testing.T) string {
@@ -286,6 +291,24 @@ func TestInvalidRequests(t *testing.T) {
 			_, err := c.ReportApply(ctx(t), &lehrpb.ReportApplyRequest{LeaseId: "l", Namespace: "D/X", Version: 1})
 			return err
 		}, "namespace"},
+		{"preview bad experiment id", func() error {
+			_, err := c.ReportPreview(ctx(t), &lehrpb.ReportPreviewRequest{LeaseId: "l", Namespace: "d/x", Counts: []*lehrpb.HostPreviewCounts{
+				{Experiment: "Bad/Id", Counts: &lehrpb.PreviewCounts{LiveEtag: "v1", ExperimentEtag: "e"}}}})
+			return err
+		}, "counts[0].experiment"},
+		{"preview without counts", func() error {
+			_, err := c.ReportPreview(ctx(t), &lehrpb.ReportPreviewRequest{LeaseId: "l", Namespace: "d/x", Counts: []*lehrpb.HostPreviewCounts{{Experiment: "e1"}}})
+			return err
+		}, "counts[0].counts"},
+		{"preview without an experiment etag", func() error {
+			_, err := c.ReportPreview(ctx(t), &lehrpb.ReportPreviewRequest{LeaseId: "l", Namespace: "d/x", Counts: []*lehrpb.HostPreviewCounts{
+				{Experiment: "e1", Counts: &lehrpb.PreviewCounts{LiveEtag: "v1"}}}})
+			return err
+		}, "counts[0].counts.experiment_etag"},
+		{"preview without a lease", func() error {
+			_, err := c.ReportPreview(ctx(t), &lehrpb.ReportPreviewRequest{Namespace: "d/x"})
+			return err
+		}, "lease_id"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

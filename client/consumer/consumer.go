@@ -29,6 +29,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -73,6 +74,21 @@ type Options struct {
 	RetryInterval time.Duration
 	// Logger; default slog.Default().
 	Logger *slog.Logger
+
+	// Policy preview (docs/preview.md). Evaluate on a policy subscription
+	// also evaluates the experiments being previewed, unless
+	// DisablePreview.
+	DisablePreview bool
+	// DecisionLog receives the preview's decision log lines, each the
+	// experiment's log prefix ("PolicyPreviewLog"), a space and a JSON
+	// object, one line per write. Default os.Stderr.
+	DecisionLog io.Writer
+	// PreviewSample logs one agreement in PreviewSample (disagreements
+	// are all logged); 0 means DefaultPreviewSample, negative logs none.
+	PreviewSample int
+	// PreviewReportInterval is how often the decision counts go to the
+	// agent; 0 means DefaultPreviewReportInterval.
+	PreviewReportInterval time.Duration
 }
 
 // Client is a connection to the local agent. It is safe for concurrent use.
@@ -115,6 +131,15 @@ func New(opts Options) (*Client, error) {
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
+	}
+	if opts.DecisionLog == nil {
+		opts.DecisionLog = os.Stderr
+	}
+	if opts.PreviewSample == 0 {
+		opts.PreviewSample = DefaultPreviewSample
+	}
+	if opts.PreviewReportInterval <= 0 {
+		opts.PreviewReportInterval = DefaultPreviewReportInterval
 	}
 	conn, err := grpc.NewClient("unix://"+opts.Socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {

@@ -31,6 +31,12 @@ type compiled struct {
 // on the first Evaluate after it arrived. A rule that fails to evaluate
 // fails closed: the decision is deny, with the error (wrapping
 // policy.ErrEval). Safe for concurrent use.
+//
+// The experiments being previewed for the policy (docs/preview.md) are
+// evaluated on the same input, never enforced: each result is counted
+// against the live one and disagreements are logged to
+// Options.DecisionLog. The first Evaluate starts following the policy's
+// preview namespace; experiments apply from when it arrives.
 func (s *Subscription) Evaluate(ctx context.Context, in policy.Input) (policy.Decision, error) {
 	v := s.View()
 	deny := policy.Decision{Effect: policy.EffectDeny}
@@ -44,7 +50,11 @@ func (s *Subscription) Evaluate(ctx context.Context, in policy.Input) (policy.De
 	if err != nil {
 		return deny, fmt.Errorf("consumer: %s version %d: %w", s.ns, v.Version(), err)
 	}
-	return set.Evaluate(ctx, in)
+	d, err := set.Evaluate(ctx, in)
+	if p := s.previewer(); p != nil {
+		p.shadow(ctx, v, set, d, in)
+	}
+	return d, err
 }
 
 // policySet returns the view's rules compiled in the environment env

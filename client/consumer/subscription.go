@@ -58,6 +58,23 @@ type Subscription struct {
 	reported  *View // last view reported to the agent; nil: none
 	wake      chan struct{}
 	closed    bool
+
+	// previewOnce starts preview, the shadow evaluation of a policy
+	// subscription's experiments, on the first Evaluate.
+	previewOnce sync.Once
+	preview     *preview
+}
+
+// goIfOpen runs fn in a goroutine Close waits for, unless the subscription
+// is closed; it reports whether it did.
+func (s *Subscription) goIfOpen(fn func()) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return false
+	}
+	s.wg.Go(fn)
+	return true
 }
 
 func newSubscription(c *Client, ns string) *Subscription {

@@ -23,6 +23,9 @@ type View struct {
 	snap       content.Snapshot
 	// policy is snap's rules compiled, for Evaluate.
 	policy compiled
+	// shadow is a preview namespace's experiments compiled, for the
+	// policy subscription that follows it.
+	shadow shadowSet
 }
 
 // supersedes reports whether v replaces o as the current view: a newer

@@ -546,20 +546,6 @@ func (s *Service) setPreview(ctx context.Context, name string, active bool) (*le
 	return next, nil
 }
 
-// previewDoc is an active experiment as hosts receive it: the JSON value
-// of its property in the preview namespace (docs/files.md).
-type previewDoc struct {
-	Name      string        `json:"name"`
-	Etag      string        `json:"etag"`
-	LogPrefix string        `json:"log_prefix"`
-	Rules     []previewRule `json:"rules"`
-}
-
-type previewRule struct {
-	Key  string      `json:"key"`
-	Rule policy.Rule `json:"rule"`
-}
-
 // previewContent builds the preview namespace's content from a policy's
 // experiments: one property per ACTIVE experiment, keyed by its id.
 func previewContent(exps []*store.StoredExperiment) (content.Snapshot, error) {
@@ -569,13 +555,13 @@ func previewContent(exps []*store.StoredExperiment) (content.Snapshot, error) {
 		if md.GetState() != lehrpb.PolicyPreviewMetadata_ACTIVE {
 			continue
 		}
-		doc := previewDoc{Name: e.GetName(), Etag: e.GetEtag(), LogPrefix: md.GetLogPrefix(), Rules: []previewRule{}}
+		doc := policy.Experiment{Name: e.GetName(), Etag: e.GetEtag(), LogPrefix: md.GetLogPrefix(), Rules: []policy.ExperimentRule{}}
 		for _, p := range content.FromProto(e.GetPolicy().GetRules()) {
 			r, err := policy.ParseRule(p)
 			if err != nil {
 				return content.Snapshot{}, fmt.Errorf("experiment %s: %w", e.GetName(), err) // checked when stored
 			}
-			doc.Rules = append(doc.Rules, previewRule{Key: p.Key, Rule: r})
+			doc.Rules = append(doc.Rules, policy.ExperimentRule{Key: p.Key, Rule: r})
 		}
 		b, err := json.Marshal(doc)
 		if err != nil {

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"slices"
 	"sync"
@@ -29,6 +30,8 @@ const (
 	MaxVersionCounts = 100_000
 	// MaxHostReports bounds the per-host detail of one report.
 	MaxHostReports = 1000
+	// MaxPreviewCounts bounds the policy-preview counts of one report.
+	MaxPreviewCounts = 1000
 )
 
 // leaseSweepInterval is how often expired entries leave the lease cache.
@@ -223,6 +226,21 @@ func checkReport(req *lehrpb.ReportZoneStatusRequest) error {
 		}
 		if _, _, err := names.Namespace(h.GetReport().GetNamespace()); err != nil {
 			return nameError(propField("hosts", i, "report.namespace"), err)
+		}
+	}
+	n := 0
+	for i, p := range req.GetPreview() {
+		if _, _, err := names.Namespace(p.GetNamespace()); err != nil {
+			return nameError(propField("preview", i, "namespace"), err)
+		}
+		for j, c := range p.GetCounts() {
+			if err := names.Experiment(c.GetExperiment()); err != nil {
+				return nameError(propField("preview", i, fmt.Sprintf("counts[%d].experiment", j)), err)
+			}
+		}
+		if n += len(p.GetCounts()); n > MaxPreviewCounts {
+			return invalid(apierror.ReasonInvalidArgument, "preview", "the report has more than %d preview counts", MaxPreviewCounts).
+				WithLimit("%d entries", MaxPreviewCounts)
 		}
 	}
 	return nil

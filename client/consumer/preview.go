@@ -1,0 +1,312 @@
+package consumer
+
+// Policy preview at the host (docs/preview.md): a policy subscription that
+// is asked to decide also follows the policy's preview namespace, which
+// holds the experiments being previewed. Every Evaluate decides with the
+// live rules (enforced) and with each experiment's rules (never
+// enforced), counts the pair of results exactly, and writes a decision
+// log line for every disagreement and a sample of agreements. The counts
+// go to the agent, which sends them up with its reports.
+
+import (
+	"context"
+	"encoding/json"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"cel.dev/cel-go/cel"
+
+	"lehr.dev/lehr/internal/names"
+	"lehr.dev/lehr/policy"
+	"lehr.dev/lehr/proto/lehrpb"
+)
+
+// Defaults of the preview options.
+const (
+	DefaultPreviewSample         = 100
+	DefaultPreviewReportInterval = 5 * time.Second
+)
+
+// shadowExp is one experiment of a preview view, compiled.
+type shadowExp struct {
+	id  string
+	exp policy.Experiment
+	set *policy.Set
+}
+
+// shadowSet is a preview view's experiments, compiled once.
+type shadowSet struct {
+	once sync.Once
+	exps []shadowExp
+}
+
+// experiments returns the view's experiments compiled in env's
+// environment. An experiment that does not parse or compile is logged
+// once and left out (it cannot be previewed; the live decision is
+// unaffected).
+func (v *View) experiments(env func() (*cel.Env, error), p *preview) []shadowExp {
+	v.shadow.once.Do(func() {
+		e, err := env()
+		if err != nil {
+			p.s.log.Error("policy preview: no rule environment", "err", err)
+			return
+		}
+		for _, prop := range v.snap.Props() {
+			exp, set, err := policy.ParseExperiment(e, prop)
+			if err != nil {
+				p.s.log.Error("policy preview: experiment left out", "preview_version", v.version, "err", err)
+				continue
+			}
+			v.shadow.exps = append(v.shadow.exps, shadowExp{id: prop.Key, exp: exp, set: set})
+		}
+	})
+	return v.shadow.exps
+}
+
+// countKey identifies a pair of configurations of one experiment.
+type countKey struct {
+	experiment string // the experiment's id
+	live       string // the live policy's etag, "v<version>"
+	etag       string // the experiment's etag
+}
+
+// counter holds exact counts for one countKey.
+type counter struct {
+	allowAllow, denyDeny, allowDeny, denyAllow, errs atomic.Uint64
+}
+
+func (c *counter) snapshot() [5]uint64 {
+	return [5]uint64{c.allowAllow.Load(), c.denyDeny.Load(), c.allowDeny.Load(), c.denyAllow.Load(), c.errs.Load()}
+}
+
+// preview is a policy subscription's shadow evaluation.
+type preview struct {
+	s   *Subscription // the policy subscription
+	sub atomic.Pointer[Subscription]
+
+	counts     sync.Map // countKey → *counter
+	agreements atomic.Uint64
+	logMu      sync.Mutex
+
+	reportMu sync.Mutex
+	reported map[countKey][5]uint64
+}
+
+// previewer returns the subscription's preview, starting it on first use;
+// nil when previews are disabled, the subscription is closed, or its
+// namespace is not (yet known to be) a policy namespace.
+func (s *Subscription) previewer() *preview {
+	if s.c.opts.DisablePreview || s.View().Kind() != lehrpb.NamespaceKind_NAMESPACE_KIND_POLICY {
+		return nil
+	}
+	s.previewOnce.Do(func() {
+		p := &preview{s: s, reported: map[countKey][5]uint64{}}
+		if s.goIfOpen(p.run) {
+			s.preview = p
+		}
+	})
+	return s.preview
+}
+
+// run subscribes to the preview namespace, reports counts every report
+// interval and, when the subscription closes, reports the last counts and
+// closes the preview subscription.
+func (p *preview) run() {
+	s := p.s
+	pns := names.Preview(s.ns)
+	defer func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		p.report(ctx)
+		if sub := p.sub.Load(); sub != nil {
+			sub.Close()
+		}
+	}()
+	for {
+		sub, err := s.c.Subscribe(s.ctx, pns)
+		if err == nil {
+			p.sub.Store(sub)
+			break
+		}
+		s.log.Debug("policy preview: subscribe to the preview namespace", "preview", pns, "err", err)
+		select {
+		case <-s.ctx.Done():
+			return
+		case <-time.After(s.c.opts.RetryInterval):
+		}
+	}
+	t := time.NewTicker(s.c.opts.PreviewReportInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.ctx.Done():
+			return
+		case <-t.C:
+			p.report(s.ctx)
+		}
+	}
+}
+
+// shadow evaluates in with every experiment of the current preview view
+// and counts and logs each against the live decision.
+func (p *preview) shadow(ctx context.Context, live *View, liveSet *policy.Set, ld policy.Decision, in policy.Input) {
+	sub := p.sub.Load()
+	if sub == nil {
+		return
+	}
+	pv := sub.View()
+	if pv.Version() == 0 || pv.snap.Len() == 0 {
+		return
+	}
+	liveEtag := "v" + strconv.FormatUint(live.Version(), 10)
+	for _, x := range pv.experiments(p.s.c.policyEnv, p) {
+		ed, err := x.set.Evaluate(ctx, in)
+		k := countKey{experiment: x.id, live: liveEtag, etag: x.exp.Etag}
+		c, ok := p.counts.Load(k)
+		if !ok {
+			c, _ = p.counts.LoadOrStore(k, new(counter))
+		}
+		ctr := c.(*counter)
+		if err != nil {
+			ctr.errs.Add(1)
+		}
+		agree := ld.Allowed() == ed.Allowed()
+		switch {
+		case ld.Allowed() && ed.Allowed():
+			ctr.allowAllow.Add(1)
+		case !ld.Allowed() && !ed.Allowed():
+			ctr.denyDeny.Add(1)
+		case ld.Allowed():
+			ctr.allowDeny.Add(1)
+		default:
+			ctr.denyAllow.Add(1)
+		}
+		if agree {
+			n := p.s.c.opts.PreviewSample
+			if n <= 0 || p.agreements.Add(1)%uint64(n) != 1%uint64(n) {
+				continue
+			}
+		}
+		p.log(live, liveSet, ld, x, ed, err, agree, in)
+	}
+}
+
+// logLine is a decision log line's JSON, after the log prefix.
+type logLine struct {
+	Time             time.Time      `json:"time"`
+	Policy           string         `json:"policy"`
+	Experiment       string         `json:"experiment"`
+	LiveEtag         string         `json:"live_etag"`
+	ExperimentEtag   string         `json:"experiment_etag"`
+	Live             decisionJSON   `json:"live"`
+	ExperimentResult decisionJSON   `json:"experiment_result"`
+	Agree            bool           `json:"agree"`
+	Input            map[string]any `json:"input"`
+}
+
+type decisionJSON struct {
+	Effect policy.Effect `json:"effect"`
+	Rule   string        `json:"rule,omitempty"`
+	Error  string        `json:"error,omitempty"`
+}
+
+// log writes one decision log line: the experiment's log prefix, a space
+// and a JSON object with both etags, both results and the input with every
+// path either policy marks sensitive masked.
+func (p *preview) log(live *View, liveSet *policy.Set, ld policy.Decision, x shadowExp, ed policy.Decision, eerr error, agree bool, in policy.Input) {
+	sensitive := append(append([]string(nil), liveSet.Sensitive()...), x.set.Sensitive()...)
+	line := logLine{
+		Time:             time.Now().UTC(),
+		Policy:           p.s.ns,
+		Experiment:       x.exp.Name,
+		LiveEtag:         "v" + strconv.FormatUint(live.Version(), 10),
+		ExperimentEtag:   x.exp.Etag,
+		Live:             decisionJSON{Effect: ld.Effect, Rule: ld.Rule},
+		ExperimentResult: decisionJSON{Effect: ed.Effect, Rule: ed.Rule},
+		Agree:            agree,
+		Input:            policy.Mask(in, sensitive),
+	}
+	if eerr != nil {
+		line.ExperimentResult.Error = eerr.Error()
+	}
+	b, err := json.Marshal(line)
+	if err != nil {
+		// An input value JSON cannot encode: log without the input.
+		line.Input = map[string]any{"unencodable": err.Error()}
+		b, _ = json.Marshal(line)
+	}
+	prefix := x.exp.LogPrefix
+	if prefix == "" {
+		prefix = "PolicyPreviewLog"
+	}
+	out := make([]byte, 0, len(prefix)+len(b)+2)
+	out = append(append(append(append(out, prefix...), ' '), b...), '\n')
+	p.logMu.Lock()
+	defer p.logMu.Unlock()
+	if _, err := p.s.c.opts.DecisionLog.Write(out); err != nil {
+		p.s.log.Debug("policy preview: write decision log", "err", err)
+	}
+}
+
+// report sends the counts added since the last successful report to the
+// agent.
+func (p *preview) report(ctx context.Context) {
+	p.reportMu.Lock()
+	defer p.reportMu.Unlock()
+	var req lehrpb.ReportPreviewRequest
+	now := map[countKey][5]uint64{}
+	p.counts.Range(func(k, v any) bool {
+		key, cur := k.(countKey), v.(*counter).snapshot()
+		now[key] = cur
+		prev := p.reported[key]
+		var d [5]uint64
+		changed := false
+		for i := range cur {
+			d[i] = cur[i] - prev[i]
+			changed = changed || d[i] != 0
+		}
+		if changed {
+			req.Counts = append(req.Counts, &lehrpb.HostPreviewCounts{Experiment: key.experiment, Counts: &lehrpb.PreviewCounts{
+				LiveEtag: key.live, ExperimentEtag: key.etag,
+				AllowAllow: d[0], DenyDeny: d[1], AllowDeny: d[2], DenyAllow: d[3], ExperimentErrors: d[4],
+			}})
+		}
+		return true
+	})
+	if len(req.Counts) == 0 {
+		return
+	}
+	p.s.mu.Lock()
+	req.LeaseId = p.s.leaseID
+	p.s.mu.Unlock()
+	req.Namespace = p.s.ns
+	if _, err := p.s.c.api.ReportPreview(ctx, &req); err != nil {
+		p.s.log.Debug("policy preview: report counts (kept for the next report)", "err", err)
+		return
+	}
+	p.reported = now
+}
+
+// Previewing returns the resource names of the experiments this policy
+// subscription evaluates beside the live rules now, sorted by id; none
+// until the policy's preview namespace reached the host. It starts
+// following the preview namespace if Evaluate has not yet (unless
+// Options.DisablePreview), so a service may call it at start to have
+// experiments ready before its first decision.
+func (s *Subscription) Previewing() []string {
+	p := s.previewer()
+	if p == nil {
+		return nil
+	}
+	sub := p.sub.Load()
+	if sub == nil {
+		return nil
+	}
+	var out []string
+	for _, x := range sub.View().experiments(s.c.policyEnv, p) {
+		out = append(out, x.exp.Name)
+	}
+	return out
+}
