@@ -55,6 +55,7 @@ func commands() []command {
 		{"rollback", "publish an older version's content as a new version", runRollback},
 		{"rollout", "show and set rollout policies (how a new version reaches the fleet)", runRollout},
 		{"canary", "show canary evaluations; judge and generate canary data", runCanary},
+		{"policy", "show and test policies; preview changes to them as experiments (AIP-236)", runPolicy},
 		{"zones", "list, create and show the status of zones", runZones},
 		{"goals", "show the goal states of a zone", runGoals},
 		{"watch", "follow a namespace on this host through the local agent", runWatch},

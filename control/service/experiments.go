@@ -57,27 +57,17 @@ const (
 	maxAnnotationsBytes = 4 << 10
 )
 
-// policyNamePrefix and the segments of resource names.
-const (
-	policyNamePrefix   = "domains/"
-	policiesSegment    = "/policies/"
-	experimentsSegment = "/experiments/"
-)
-
 // PolicyName returns the resource name of policy namespace ns
 // ("payments/fw" → "domains/payments/policies/fw").
-func PolicyName(ns string) string {
-	d, n, _ := strings.Cut(ns, "/")
-	return policyNamePrefix + d + policiesSegment + n
-}
+func PolicyName(ns string) string { return names.PolicyResource(ns) }
 
 // ExperimentName returns the resource name of experiment id of ns.
-func ExperimentName(ns, id string) string { return PolicyName(ns) + experimentsSegment + id }
+func ExperimentName(ns, id string) string { return names.ExperimentResource(ns, id) }
 
 // parsePolicyName maps "domains/{d}/policies/{p}" to the namespace "d/p".
 func parsePolicyName(field, name string) (string, error) {
-	rest, ok := strings.CutPrefix(name, policyNamePrefix)
-	d, p, ok2 := strings.Cut(rest, policiesSegment)
+	rest, ok := strings.CutPrefix(name, names.PolicyResourcePrefix)
+	d, p, ok2 := strings.Cut(rest, names.PoliciesSegment)
 	if name == "" {
 		return "", invalid(apierror.ReasonInvalidArgument, field, `%s is required: a policy's name, "domains/{domain}/policies/{policy}"`, field)
 	}
@@ -100,7 +90,7 @@ func parseExperimentName(field, name string) (ns, id string, err error) {
 	if name == "" {
 		return "", "", invalid(apierror.ReasonInvalidArgument, field, `%s is required: "domains/{domain}/policies/{policy}/experiments/{experiment}"`, field)
 	}
-	parent, id, ok := strings.Cut(name, experimentsSegment)
+	parent, id, ok := strings.Cut(name, names.ExperimentsSegment)
 	if !ok {
 		return "", "", invalid(apierror.ReasonInvalidName, field, `%q is not an experiment name; want "domains/{domain}/policies/{policy}/experiments/{experiment}"`, name)
 	}

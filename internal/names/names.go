@@ -123,3 +123,21 @@ func Experiment(id string) error {
 	}
 	return nil
 }
+
+// Resource names of the policy-preview API (AIP-236; docs/preview.md):
+// policy namespace "{domain}/{policy}" is "domains/{domain}/policies/{policy}",
+// its experiment {id} "domains/{domain}/policies/{policy}/experiments/{id}".
+const (
+	PolicyResourcePrefix = "domains/"
+	PoliciesSegment      = "/policies/"
+	ExperimentsSegment   = "/experiments/"
+)
+
+// PolicyResource returns the resource name of policy namespace ns.
+func PolicyResource(ns string) string {
+	d, n, _ := strings.Cut(ns, "/")
+	return PolicyResourcePrefix + d + PoliciesSegment + n
+}
+
+// ExperimentResource returns the resource name of experiment id of ns.
+func ExperimentResource(ns, id string) string { return PolicyResource(ns) + ExperimentsSegment + id }

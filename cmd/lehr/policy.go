@@ -1,0 +1,509 @@
+package main
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"io"
+	"maps"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+
+	"lehr.dev/lehr/internal/content"
+	"lehr.dev/lehr/policy"
+	"lehr.dev/lehr/proto/lehrpb"
+)
+
+func runPolicy(ctx context.Context, e *env, args []string) int {
+	fs := newFlags("lehr policy", doc{
+		usage:   "lehr policy get NS | lehr policy eval NS --input JSON | lehr policy experiment create|update|get|list|delete|start|stop|commit|counts NS [ID] [flags]",
+		summary: "show and test policy namespaces; preview changes to them as experiments",
+		about: `A policy namespace holds rules ({"effect": "allow"|"deny", "condition": CEL,
+"sensitive": [input paths kept out of logs]}); services decide with them
+through the consumer library (deny overrides allow; no match denies; no rules
+at all allows). docs/preview.md walks through previewing a change.
+
+  get NS                        the live rules and their etag ("v" + version)
+  eval NS --input JSON          decide for one input with the live rules, here
+                                (--experiment ID: with the experiment's too)
+
+An experiment is a new configuration of a policy, evaluated beside the live
+rules on real traffic at every host that consumes the policy, never enforced
+(AIP-236). At most 5 per policy.
+
+  experiment create NS ID -f RULES   RULES: a JSON or YAML object of rules by key,
+                                     like a push file; an empty object previews
+                                     deleting the policy
+  experiment update NS ID [-f RULES] [--annotation K=V]... [--etag E]
+                                     (suspends an active experiment)
+  experiment get NS ID
+  experiment list NS [--active | --filter F]
+  experiment delete NS ID [--etag E]
+  experiment start|stop NS ID        hosts start or stop evaluating it; each
+                                     disagreement is logged by the service as a
+                                     "PolicyPreviewLog {...}" line
+  experiment counts NS ID            live → experiment decisions hosts counted,
+                                     per zone and in all
+  experiment commit NS ID --etag E [--parent-etag P]
+                                     [--min-evaluations N] [--max-disagreement R]
+                                     make it the live policy (a new version that
+                                     rolls out by the rollout policy) and delete it
+
+-o json prints the resources with the API's field names (preview_metadata,
+log_prefix, start_time...) and rule values as JSON.`,
+		examples: []string{
+			"lehr policy get shop/fw",
+			`lehr policy eval shop/fw --input '{"principal": {"user": "eve"}}'`,
+			"lehr policy experiment create shop/fw deny-eve -f rules.yaml",
+			"lehr policy experiment start shop/fw deny-eve",
+			"lehr policy experiment counts shop/fw deny-eve",
+			"lehr policy experiment list shop/fw --active -o json",
+			"lehr policy experiment commit shop/fw deny-eve --etag 33ffa2f5422b9f6a --parent-etag v1 --max-disagreement 0.3",
+		},
+	})
+	cf := addClientFlags(fs, e)
+	file := fs.String("file", "", "with create and update: JSON or YAML `file` of rules by key; - reads standard input")
+	fs.StringVar(file, "f", "", "short for --file")
+	var annotations stringList
+	fs.Var(&annotations, "annotation", "with create and update: an annotation `key=value` (repeatable)")
+	etag := fs.String("etag", "", "with update, delete: change only if the experiment's etag is still `E`; with commit: required")
+	parentEtag := fs.String("parent-etag", "", "with commit: replace the live policy only if its etag is still `P`")
+	minEval := fs.Uint64("min-evaluations", 0, "with commit: refuse while hosts counted fewer than `N` decisions")
+	maxDis := fs.Float64("max-disagreement", 0, "with commit: refuse while the experiment disagreed on more than share `R` (0 to 1) of decisions")
+	msg := fs.String("message", "", "with commit: why, recorded in the version's history")
+	fs.StringVar(msg, "m", "", "short for --message")
+	filter := fs.String("filter", "", "with list: an AIP-160 `filter`, e.g. 'preview_metadata.state = ACTIVE'")
+	active := fs.Bool("active", false, "with list: only experiments being previewed")
+	input := fs.String("input", "", "with eval: the `JSON` input, {\"request\": {...}, \"principal\": {...}, \"now\": RFC 3339}")
+	experiment := fs.String("experiment", "", "with eval: also decide with experiment `ID`")
+	pos, code, ok := parse(e, fs, args)
+	if !ok {
+		return code
+	}
+	if m := cf.check(); m != "" {
+		return usageError(e, fs, "%s", m)
+	}
+	if len(pos) == 0 {
+		return usageError(e, fs, "missing subcommand: get, eval or experiment")
+	}
+	switch pos[0] {
+	case "get", "eval":
+		if code, ok := wantArgs(e, fs, pos[1:], 1, "a policy namespace NS after "+pos[0]); !ok {
+			return code
+		}
+		if pos[0] == "eval" && *input == "" {
+			return usageError(e, fs, "eval needs --input JSON")
+		}
+	case "experiment":
+		if len(pos) < 2 {
+			return usageError(e, fs, "missing action after experiment: create, update, get, list, delete, start, stop, commit or counts")
+		}
+		switch act := pos[1]; act {
+		case "list":
+			if code, ok := wantArgs(e, fs, pos[2:], 1, "a policy namespace NS after experiment list"); !ok {
+				return code
+			}
+			if *active && *filter != "" {
+				return usageError(e, fs, "give --active or --filter, not both")
+			}
+		case "create", "update", "get", "delete", "start", "stop", "commit", "counts":
+			if code, ok := wantArgs(e, fs, pos[2:], 2, "a policy namespace NS and an experiment ID after experiment "+act); !ok {
+				return code
+			}
+			if act == "create" && *file == "" {
+				return usageError(e, fs, "experiment create needs --file RULES (an empty object {} previews deleting the policy)")
+			}
+			if act == "commit" && *etag == "" {
+				return usageError(e, fs, "experiment commit needs --etag E: the etag of the experiment you reviewed ('lehr policy experiment get' shows it)")
+			}
+			if act == "update" && *file == "" && len(annotations) == 0 {
+				return usageError(e, fs, "experiment update needs --file RULES and/or --annotation K=V")
+			}
+		default:
+			return usageError(e, fs, "unknown action %q after experiment: want create, update, get, list, delete, start, stop, commit or counts", act)
+		}
+	default:
+		return usageError(e, fs, "unknown subcommand %q: want get, eval or experiment", pos[0])
+	}
+	var rules []content.Property
+	if *file != "" {
+		props, err := readPropertiesFile(*file, e.stdin)
+		if err != nil {
+			fmt.Fprintf(e.stderr, "%s: %v\n", fs.Name(), err)
+			return exitError
+		}
+		rules = props
+	}
+	var ann map[string]string
+	for _, a := range annotations {
+		k, v, err := splitAssign("annotation", a)
+		if err != nil {
+			return usageError(e, fs, "%v", err)
+		}
+		if ann == nil {
+			ann = map[string]string{}
+		}
+		ann[k] = v
+	}
+	var in policy.Input
+	if *input != "" {
+		var err error
+		if in, err = parsePolicyInput(*input); err != nil {
+			return usageError(e, fs, "--input: %v", err)
+		}
+	}
+
+	c, ctx, done, err := cf.connect(ctx)
+	if err != nil {
+		return reportError(e, fs.Name(), err, cf.errCtx(""))
+	}
+	defer done()
+	ns := pos[1]
+	fail := func(err error) int { return reportError(e, fs.Name(), err, cf.errCtx(ns)) }
+	switch pos[0] {
+	case "get":
+		p, err := c.GetPolicy(ctx, ns)
+		if err != nil {
+			return fail(err)
+		}
+		if cf.json() {
+			return printResource(e, p)
+		}
+		fmt.Fprintf(e.stdout, "policy %s (%s), etag %s\n", ns, p.GetName(), p.GetEtag())
+		writeRules(e.stdout, p.GetRules())
+		return exitOK
+	case "eval":
+		p, err := c.GetPolicy(ctx, ns)
+		if err != nil {
+			return fail(err)
+		}
+		var exp *lehrpb.PolicyExperiment
+		if *experiment != "" {
+			if exp, err = c.Experiment(ctx, ns, *experiment); err != nil {
+				return fail(err)
+			}
+		}
+		return evalPolicy(ctx, e, fs.Name(), p, exp, in, cf.json())
+	}
+	ns, act := pos[2], pos[1]
+	id := ""
+	if len(pos) > 3 {
+		id = pos[3]
+	}
+	var exp *lehrpb.PolicyExperiment
+	switch act {
+	case "list":
+		f := *filter
+		if *active {
+			f = "preview_metadata.state = ACTIVE"
+		}
+		exps, err := c.Experiments(ctx, ns, f)
+		if err != nil {
+			return fail(err)
+		}
+		if cf.json() {
+			return printResource(e, &lehrpb.ListPolicyExperimentsResponse{PolicyExperiments: exps})
+		}
+		writeExperiments(e.stdout, exps)
+		return exitOK
+	case "counts":
+		counts, err := c.ExperimentCounts(ctx, ns, id)
+		if err != nil {
+			return fail(err)
+		}
+		if cf.json() {
+			return printResource(e, counts)
+		}
+		writeCounts(e.stdout, counts)
+		return exitOK
+	case "commit":
+		v, err := c.CommitExperiment(ctx, ns, id, &lehrpb.CommitPolicyExperimentRequest{
+			Etag: *etag, ParentEtag: *parentEtag, MinEvaluations: *minEval, MaxDisagreement: *maxDis, Message: *msg,
+		})
+		if err != nil {
+			return fail(err)
+		}
+		if cf.json() {
+			return printResource(e, v)
+		}
+		fmt.Fprintf(e.stdout, "committed experiment %s: %s is now at version %d (etag v%d); the experiment is deleted\n", id, ns, v.GetSeq(), v.GetSeq())
+		fmt.Fprintf(e.stdout, "follow its rollout: lehr rollout status %s\n", ns)
+		return exitOK
+	case "create":
+		exp, err = c.CreateExperiment(ctx, ns, id, rules, ann)
+	case "update":
+		exp, err = c.UpdateExperiment(ctx, ns, id, *file != "", rules, ann, *etag)
+	case "get":
+		exp, err = c.Experiment(ctx, ns, id)
+	case "delete":
+		exp, err = c.DeleteExperiment(ctx, ns, id, *etag)
+	case "start", "stop":
+		exp, err = c.StartPreview(ctx, ns, id, act == "start")
+	}
+	if err != nil {
+		return fail(err)
+	}
+	if cf.json() {
+		return printResource(e, exp)
+	}
+	switch act {
+	case "delete":
+		fmt.Fprintf(e.stdout, "deleted experiment %s\n", exp.GetName())
+	default:
+		writeExperiment(e.stdout, exp)
+	}
+	return exitOK
+}
+
+// parsePolicyInput reads eval's --input.
+func parsePolicyInput(s string) (policy.Input, error) {
+	var raw struct {
+		Request   map[string]any `json:"request"`
+		Principal map[string]any `json:"principal"`
+		Now       string         `json:"now"`
+	}
+	dec := json.NewDecoder(strings.NewReader(s))
+	dec.DisallowUnknownFields()
+	dec.UseNumber()
+	if err := dec.Decode(&raw); err != nil {
+		return policy.Input{}, fmt.Errorf("%w; want {\"request\": {...}, \"principal\": {...}, \"now\": \"2026-01-02T15:04:05Z\"} (all optional)", err)
+	}
+	in := policy.Input{Request: numbers(raw.Request), Principal: numbers(raw.Principal), Now: time.Now()}
+	if raw.Now != "" {
+		t, err := time.Parse(time.RFC3339, raw.Now)
+		if err != nil {
+			return policy.Input{}, fmt.Errorf("now: %w; want RFC 3339, e.g. 2026-01-02T15:04:05Z", err)
+		}
+		in.Now = t
+	}
+	return in, nil
+}
+
+// numbers turns json.Numbers into int64 where they are integers, float64
+// otherwise, so CEL sees 3 as an int and 0.5 as a double.
+func numbers(m map[string]any) map[string]any {
+	for k, v := range m {
+		switch x := v.(type) {
+		case json.Number:
+			if i, err := x.Int64(); err == nil {
+				m[k] = i
+			} else if f, err := x.Float64(); err == nil {
+				m[k] = f
+			}
+		case map[string]any:
+			m[k] = numbers(x)
+		}
+	}
+	return m
+}
+
+// evalPolicy decides for in with p's rules and, if exp is set, with the
+// experiment's, and prints both.
+func evalPolicy(ctx context.Context, e *env, cmd string, p *lehrpb.Policy, exp *lehrpb.PolicyExperiment, in policy.Input, asJSON bool) int {
+	env, err := policy.NewEnv()
+	if err != nil {
+		fmt.Fprintf(e.stderr, "%s: %v\n", cmd, err)
+		return exitError
+	}
+	type result struct {
+		Of     string        `json:"of"`
+		Etag   string        `json:"etag"`
+		Effect policy.Effect `json:"effect"`
+		Rule   string        `json:"rule,omitempty"`
+		Error  string        `json:"error,omitempty"`
+	}
+	decide := func(of, etag string, rules []*lehrpb.Property) (result, error) {
+		set, err := policy.CompileSet(env, content.FromProto(rules))
+		if err != nil {
+			return result{}, err
+		}
+		d, err := set.Evaluate(ctx, in)
+		r := result{Of: of, Etag: etag, Effect: d.Effect, Rule: d.Rule}
+		if err != nil {
+			r.Error = err.Error()
+		}
+		return r, nil
+	}
+	var out []result
+	r, err := decide("live", p.GetEtag(), p.GetRules())
+	if err != nil {
+		fmt.Fprintf(e.stderr, "%s: the live policy: %v\n", cmd, err)
+		return exitError
+	}
+	out = append(out, r)
+	if exp != nil {
+		r, err := decide(exp.GetName(), exp.GetEtag(), exp.GetPolicy().GetRules())
+		if err != nil {
+			fmt.Fprintf(e.stderr, "%s: experiment: %v\n", cmd, err)
+			return exitError
+		}
+		out = append(out, r)
+	}
+	if asJSON {
+		b, _ := json.MarshalIndent(out, "", "  ")
+		fmt.Fprintf(e.stdout, "%s\n", b)
+		return exitOK
+	}
+	tw := tabwriter.NewWriter(e.stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "POLICY\tETAG\tDECISION\tRULE")
+	for _, r := range out {
+		dec := string(r.Effect)
+		if r.Error != "" {
+			dec += " (error: " + oneLine(r.Error) + ")"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", r.Of, r.Etag, dec, orDash(r.Rule))
+	}
+	tw.Flush()
+	return exitOK
+}
+
+// printResource prints m as JSON with the API's (snake_case) field names
+// and every rule value that is JSON embedded as JSON, text as a string.
+func printResource(e *env, m proto.Message) int {
+	b, err := protojson.MarshalOptions{UseProtoNames: true}.Marshal(m)
+	if err != nil {
+		fmt.Fprintf(e.stderr, "lehr: encode json: %v\n", err)
+		return exitError
+	}
+	var doc any
+	if err := json.Unmarshal(b, &doc); err != nil {
+		fmt.Fprintf(e.stderr, "lehr: encode json: %v\n", err)
+		return exitError
+	}
+	readableRules(doc)
+	out, _ := json.MarshalIndent(doc, "", "  ")
+	fmt.Fprintf(e.stdout, "%s\n", out)
+	return exitOK
+}
+
+// readableRules replaces the base64 "value" of every object under a
+// "rules" list with the JSON document or text it holds.
+func readableRules(doc any) {
+	switch x := doc.(type) {
+	case map[string]any:
+		for k, v := range x {
+			if list, ok := v.([]any); ok && k == "rules" {
+				for _, r := range list {
+					rm, ok := r.(map[string]any)
+					if !ok {
+						continue
+					}
+					s, _ := rm["value"].(string)
+					raw, err := base64.StdEncoding.DecodeString(s)
+					if err != nil {
+						continue
+					}
+					var j any
+					if json.Unmarshal(raw, &j) == nil {
+						rm["value"] = j
+					} else if printable(raw) {
+						rm["value"] = string(raw)
+					}
+				}
+				continue
+			}
+			readableRules(v)
+		}
+	case []any:
+		for _, v := range x {
+			readableRules(v)
+		}
+	}
+}
+
+// writeRules prints rules one per line: key, effect and condition.
+func writeRules(w io.Writer, rules []*lehrpb.Property) {
+	if len(rules) == 0 {
+		fmt.Fprintln(w, "  (no rules: the no-op policy, which allows everything)")
+		return
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "  RULE\tEFFECT\tCONDITION")
+	for _, p := range content.FromProto(rules) {
+		r, err := policy.ParseRule(p)
+		if err != nil {
+			fmt.Fprintf(tw, "  %s\t?\t%s\n", p.Key, oneLine(err.Error()))
+			continue
+		}
+		fmt.Fprintf(tw, "  %s\t%s\t%s\n", p.Key, r.Effect, oneLine(r.Condition))
+	}
+	tw.Flush()
+}
+
+func previewState(e *lehrpb.PolicyExperiment) string {
+	md := e.GetPreviewMetadata()
+	if md == nil {
+		return "never previewed"
+	}
+	switch md.GetState() {
+	case lehrpb.PolicyPreviewMetadata_ACTIVE:
+		return "ACTIVE since " + fmtTime(md.GetStartTime())
+	case lehrpb.PolicyPreviewMetadata_SUSPENDED:
+		return "SUSPENDED since " + fmtTime(md.GetStopTime())
+	}
+	return md.GetState().String()
+}
+
+// writeExperiment prints one experiment.
+func writeExperiment(w io.Writer, e *lehrpb.PolicyExperiment) {
+	fmt.Fprintf(w, "experiment %s\n", e.GetName())
+	fmt.Fprintf(w, "  etag:     %s\n", e.GetEtag())
+	fmt.Fprintf(w, "  preview:  %s", previewState(e))
+	if p := e.GetPreviewMetadata().GetLogPrefix(); p != "" {
+		fmt.Fprintf(w, " (log lines begin %q)", p)
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintf(w, "  changed:  %s by %s\n", fmtTime(e.GetUpdateTime()), orDash(e.GetAuthor()))
+	for _, k := range slices.Sorted(maps.Keys(e.GetAnnotations())) {
+		fmt.Fprintf(w, "  annotation %s=%s\n", k, e.GetAnnotations()[k])
+	}
+	writeRules(w, e.GetPolicy().GetRules())
+}
+
+// writeExperiments prints a list of experiments.
+func writeExperiments(w io.Writer, exps []*lehrpb.PolicyExperiment) {
+	if len(exps) == 0 {
+		fmt.Fprintln(w, "no experiments")
+		return
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "EXPERIMENT\tETAG\tRULES\tPREVIEW")
+	for _, e := range exps {
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\n", e.GetName(), e.GetEtag(), len(e.GetPolicy().GetRules()), previewState(e))
+	}
+	tw.Flush()
+}
+
+// writeCounts prints an experiment's counts: per zone, then in all.
+func writeCounts(w io.Writer, c *lehrpb.PolicyExperimentCounts) {
+	fmt.Fprintf(w, "experiment %s (etag now %s): decisions counted at hosts, live → experiment\n", c.GetName(), c.GetEtag())
+	if len(c.GetTotals()) == 0 {
+		fmt.Fprintln(w, "no decisions counted yet (is it previewing? do the hosts' services call Evaluate?)")
+		return
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "ZONE\tLIVE\tEXPERIMENT\tALLOW→ALLOW\tDENY→DENY\tALLOW→DENY\tDENY→ALLOW\tDISAGREE\tERRORS")
+	row := func(zone string, p *lehrpb.PreviewCounts) {
+		total := p.GetAllowAllow() + p.GetDenyDeny() + p.GetAllowDeny() + p.GetDenyAllow()
+		dis := p.GetAllowDeny() + p.GetDenyAllow()
+		share := "-"
+		if total > 0 {
+			share = fmt.Sprintf("%.2f%%", 100*float64(dis)/float64(total))
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%d\t%s\t%d\n", zone, p.GetLiveEtag(), p.GetExperimentEtag(),
+			p.GetAllowAllow(), p.GetDenyDeny(), p.GetAllowDeny(), p.GetDenyAllow(), share, p.GetExperimentErrors())
+	}
+	for _, z := range c.GetZones() {
+		row(z.GetZone(), z)
+	}
+	for _, t := range c.GetTotals() {
+		row("(all)", t)
+	}
+	tw.Flush()
+}

@@ -1,0 +1,79 @@
+package main
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"lehr.dev/lehr/control"
+	"lehr.dev/lehr/control/controltest"
+)
+
+// The policy preview workflow from the command line, as docs/preview.md
+// tells it: create, start, list active, counts, a refused commit, commit;
+// -o json with the API's field names and readable rule values.
+func TestPolicyExperimentCLI(t *testing.T) {
+	srv := controltest.StartControl(t, control.Options{})
+	c := cli{t: t, addr: srv.Addr}
+	c.ok("domain", "create", "shop")
+	live := `{"all": {"effect": "allow", "condition": "true"}}`
+	if code, out, errOut := c.run(live, "push", "shop/fw", "--kind", "policy", "--file", "-"); code != exitOK {
+		t.Fatalf("push: exit %d\n%s%s", code, out, errOut)
+	}
+	mustContain(t, "policy get", c.ok("policy", "get", "shop/fw"), "etag v1", "all", "allow", "true")
+
+	rules := "all: {effect: allow, condition: 'true'}\neve: {effect: deny, condition: 'principal.user == \"eve\"', sensitive: [principal.token]}\n"
+	code, out, errOut := c.run(rules, "policy", "experiment", "create", "shop/fw", "deny-eve", "-f", "-", "--annotation", "ticket=SEC-1")
+	if code != exitOK {
+		t.Fatalf("experiment create: exit %d\n%s%s", code, out, errOut)
+	}
+	mustContain(t, "create", out, "experiment domains/shop/policies/fw/experiments/deny-eve", "never previewed", "annotation ticket=SEC-1", "eve", "deny")
+
+	mustContain(t, "start", c.ok("policy", "experiment", "start", "shop/fw", "deny-eve"), "ACTIVE since", `log lines begin "PolicyPreviewLog"`)
+	mustContain(t, "list active", c.ok("policy", "experiment", "list", "shop/fw", "--active"), "deny-eve", "ACTIVE")
+
+	var got struct {
+		Name            string `json:"name"`
+		Etag            string `json:"etag"`
+		PreviewMetadata struct {
+			State     string `json:"state"`
+			LogPrefix string `json:"log_prefix"`
+			StartTime string `json:"start_time"`
+		} `json:"preview_metadata"`
+		Policy struct {
+			Rules []struct {
+				Key   string         `json:"key"`
+				Value map[string]any `json:"value"`
+			} `json:"rules"`
+		} `json:"policy"`
+	}
+	if err := json.Unmarshal([]byte(c.ok("policy", "experiment", "get", "shop/fw", "deny-eve", "-o", "json")), &got); err != nil {
+		t.Fatal(err)
+	}
+	if got.PreviewMetadata.State != "ACTIVE" || got.PreviewMetadata.LogPrefix != "PolicyPreviewLog" || got.PreviewMetadata.StartTime == "" ||
+		len(got.Policy.Rules) != 2 || got.Policy.Rules[1].Value["effect"] != "deny" {
+		t.Errorf("get -o json = %+v; want preview_metadata.state ACTIVE, log_prefix, start_time, rules as JSON", got)
+	}
+
+	mustContain(t, "eval", c.ok("policy", "eval", "shop/fw", "--input", `{"principal": {"user": "eve"}}`, "--experiment", "deny-eve"),
+		"live", "v1", "allow", "deny-eve", got.Etag, "deny", "eve")
+	mustContain(t, "counts", c.ok("policy", "experiment", "counts", "shop/fw", "deny-eve"), "no decisions counted yet")
+
+	mustContain(t, "commit without etag", func() string {
+		code, _, stderr := c.run("", "policy", "experiment", "commit", "shop/fw", "deny-eve")
+		if code != exitUsage {
+			t.Errorf("commit without --etag: exit %d", code)
+		}
+		return stderr
+	}(), "needs --etag")
+	mustContain(t, "commit with a stale etag", c.fails("policy", "experiment", "commit", "shop/fw", "deny-eve", "--etag", "0000"), "etag", "changed since you read it")
+	mustContain(t, "commit gated", c.fails("policy", "experiment", "commit", "shop/fw", "deny-eve", "--etag", got.Etag, "--min-evaluations", "10"),
+		"evaluated experiment etag", "0 times", "at least 10")
+	mustContain(t, "commit", c.ok("policy", "experiment", "commit", "shop/fw", "deny-eve", "--etag", got.Etag, "--parent-etag", "v1"),
+		"shop/fw is now at version 2", "lehr rollout status shop/fw")
+	mustContain(t, "commit twice", c.fails("policy", "experiment", "commit", "shop/fw", "deny-eve", "--etag", got.Etag), "not found")
+	if out := c.ok("policy", "get", "shop/fw"); !strings.Contains(out, "etag v2") || !strings.Contains(out, "eve") {
+		t.Errorf("live policy after commit:\n%s", out)
+	}
+	mustContain(t, "list after", c.ok("policy", "experiment", "list", "shop/fw"), "no experiments")
+}
