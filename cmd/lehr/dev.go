@@ -17,6 +17,7 @@ import (
 	"lehr.dev/lehr/client/consumer"
 	"lehr.dev/lehr/client/producer"
 	"lehr.dev/lehr/control"
+	"lehr.dev/lehr/policy"
 	"lehr.dev/lehr/proto/lehrpb"
 	"lehr.dev/lehr/testenv/demoservice"
 	"lehr.dev/lehr/testenv/devcluster"
@@ -36,6 +37,36 @@ const devSample = `{
 
 // devNamespace is the namespace of the demo.
 const devNamespace = "demo/app"
+
+// devPolicy is the demo's policy namespace: who may call the demo
+// services. Every demo service decides with it for its callers, and the
+// tour previews a stricter version (docs/preview.md).
+const devPolicy = "demo/access"
+
+// devPolicyRules are devPolicy's first version; devExperimentRules the
+// experiment the tour previews and commits.
+const (
+	devPolicyRules = `all:
+  effect: allow
+  condition: "true"
+  description: every caller may, unless another rule denies
+blocked:
+  effect: deny
+  condition: principal.user == "mallory"
+  sensitive: [principal.token]
+`
+	devExperimentRules = devPolicyRules + `contractors:
+  effect: deny
+  condition: principal.user.startsWith("c-")
+  description: contractors lose access
+`
+)
+
+// devCallers are the users the demo services see, in turn.
+var devCallers = []string{"ana", "ben", "c-eve", "mallory", "dan", "c-fay", "gus", "hal"}
+
+// devDecisionInterval is how often each demo service decides for a caller.
+const devDecisionInterval = 50 * time.Millisecond
 
 // devZoneNames names n zones: zone-a, zone-b, …
 func devZoneNames(n int) []string {
@@ -170,7 +201,16 @@ and says which.`,
 	say("all started in %s", time.Since(started).Round(time.Millisecond))
 
 	demoCtx, stopDemo := context.WithCancel(ctx)
-	cons, err := startDevConsumers(demoCtx, cl, zones, out, say)
+	decisionsPath := filepath.Join(dir, "decisions.log")
+	decisions, err := os.OpenFile(decisionsPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		fmt.Fprintf(e.stderr, "lehr dev: %v\n", err)
+		stopDemo()
+		return exitError
+	}
+	defer decisions.Close()
+	say("the demo services' policy-preview decision logs go to %s", decisionsPath)
+	cons, err := startDevConsumers(demoCtx, cl, zones, out, decisions, say)
 	var demoErr error
 	if err != nil {
 		demoErr = err
@@ -200,10 +240,11 @@ and says which.`,
     lehr rollout status %[2]s%[1]s
     lehr rollout events %[2]s%[1]s
     lehr history %[2]s%[1]s
+    lehr policy experiment list %[5]s%[1]s     (docs/preview.md: preview a policy change)
 
   (lehr is ./bin/lehr after 'make build'.) Press Ctrl-C to stop.
 
-`, controlFlag, devNamespace, sock, latest)
+`, controlFlag, devNamespace, sock, latest, devPolicy)
 		if e.ready != nil {
 			e.ready(addr)
 		}
@@ -249,6 +290,7 @@ type devConsumer struct {
 	host    string
 	client  *consumer.Client
 	sub     *consumer.Subscription
+	access  *consumer.Subscription // devPolicy
 	svc     *demoservice.Service
 	metrics string // the service's /metrics URL
 	stop    context.CancelFunc
@@ -261,13 +303,13 @@ type devConsumer struct {
 
 // startDevConsumers starts a demo service on every host, subscribed to the
 // demo namespace through the host's agent, printing every callback to out.
-func startDevConsumers(ctx context.Context, cl *devcluster.Cluster, zones []string, out io.Writer, say func(string, ...any)) ([]*devConsumer, error) {
+func startDevConsumers(ctx context.Context, cl *devcluster.Cluster, zones []string, out, decisions io.Writer, say func(string, ...any)) ([]*devConsumer, error) {
 	var cons []*devConsumer
 	seed := uint64(0)
 	for _, z := range zones {
 		for i, a := range cl.Agents(z) {
 			seed++
-			dc, err := startDevConsumer(ctx, cl, z, i, a.HostID, seed, out)
+			dc, err := startDevConsumer(ctx, cl, z, i, a.HostID, seed, out, decisions)
 			if err != nil {
 				return cons, err
 			}
@@ -281,7 +323,7 @@ func startDevConsumers(ctx context.Context, cl *devcluster.Cluster, zones []stri
 // startDevConsumer starts the demo service of host (the i-th agent of
 // zone z): its traffic, its metrics endpoint on a loopback port, and its
 // subscription.
-func startDevConsumer(ctx context.Context, cl *devcluster.Cluster, z string, i int, host string, seed uint64, out io.Writer) (*devConsumer, error) {
+func startDevConsumer(ctx context.Context, cl *devcluster.Cluster, z string, i int, host string, seed uint64, out, decisions io.Writer) (*devConsumer, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, fmt.Errorf("demo service on %s: metrics listener: %w", host, err)
@@ -296,7 +338,9 @@ func startDevConsumer(ctx context.Context, cl *devcluster.Cluster, z string, i i
 			fmt.Fprintf(out, "    [%s service on %s] %v\n", z, host, err)
 		}
 	})
-	c, err := cl.Consumer(z, i, func(o *consumer.Options) { o.MetricsURL = dc.metrics })
+	c, err := cl.Consumer(z, i, func(o *consumer.Options) {
+		o.MetricsURL, o.DecisionLog, o.PreviewReportInterval = dc.metrics, decisions, time.Second
+	})
 	if err != nil {
 		dc.close()
 		return nil, err
@@ -308,6 +352,11 @@ func startDevConsumer(ctx context.Context, cl *devcluster.Cluster, z string, i i
 		return nil, fmt.Errorf("subscribe to %s in %s: %w", devNamespace, z, err)
 	}
 	dc.sub = sub
+	if dc.access, err = c.Subscribe(ctx, devPolicy); err != nil {
+		dc.close()
+		return nil, fmt.Errorf("subscribe to %s in %s: %w", devPolicy, z, err)
+	}
+	dc.wg.Go(func() { decideCallers(sctx, dc.access, int(seed)) })
 	sub.OnChange(func(ch consumer.Change) error {
 		fmt.Fprint(out, formatCallback(z, host, ch))
 		dc.mu.Lock()
@@ -318,6 +367,30 @@ func startDevConsumer(ctx context.Context, cl *devcluster.Cluster, z string, i i
 		return svc.Take(ch.New)
 	})
 	return dc, nil
+}
+
+// decideCallers is the demo service's access check: every
+// devDecisionInterval it decides, with devPolicy, for the next caller of
+// devCallers (starting at offset), as a service would for each request.
+// The decisions themselves are not used: the demo serves everyone; what
+// matters is that the policy and its experiments are evaluated on traffic.
+func decideCallers(ctx context.Context, sub *consumer.Subscription, offset int) {
+	t := time.NewTicker(devDecisionInterval)
+	defer t.Stop()
+	for i := offset; ; i++ {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		user := devCallers[i%len(devCallers)]
+		// No version yet is ErrNoPolicy: nothing to decide with.
+		sub.Evaluate(ctx, policy.Input{
+			Principal: map[string]any{"user": user, "token": "tok-" + user},
+			Request:   map[string]any{"path": "/app"},
+			Now:       time.Now(),
+		})
+	}
 }
 
 // formatCallback is what a demo consumer prints for one callback.
@@ -496,6 +569,9 @@ func devDemo(ctx context.Context, e *env, cl *devcluster.Cluster, cons []*devCon
 	if err := step("canary show", "canary", "show", fmt.Sprintf("%s@%d/stage-1", devNamespace, bad)); err != nil {
 		return err
 	}
+	if err := devPreview(ctx, e, cl, dir, step, say); err != nil {
+		return err
+	}
 	say("what changed, and the history")
 	if err := step("diff", "diff", devNamespace, strconv.FormatUint(base, 10), strconv.FormatUint(base+1, 10)); err != nil {
 		return err
@@ -511,6 +587,79 @@ func devDemo(ctx context.Context, e *env, cl *devcluster.Cluster, cons []*devCon
 	fmt.Fprintln(e.stdout)
 	return nil
 }
+
+// devPreview is the policy-preview part of the tour (docs/preview.md):
+// the demo services decide who may call them with devPolicy; a stricter
+// version is previewed on their traffic as an experiment, its counts
+// shown, and committed.
+func devPreview(ctx context.Context, e *env, cl *devcluster.Cluster, dir string, step func(string, ...string) error, say func(string, ...any)) error {
+	c := cl.Producer()
+	live := filepath.Join(dir, "demo-access.yaml")
+	exp := filepath.Join(dir, "demo-access-experiment.yaml")
+	if err := os.WriteFile(live, []byte(devPolicyRules), 0o644); err != nil {
+		return err
+	}
+	if err := os.WriteFile(exp, []byte(devExperimentRules), 0o644); err != nil {
+		return err
+	}
+	say("policy preview: every demo service decides with %s who may call it (%d decisions a second per host)", devPolicy, int(time.Second/devDecisionInterval))
+	if ns, err := c.GetNamespace(ctx, devPolicy); err == nil {
+		fmt.Fprintf(e.stdout, "%s exists already at version %d\n", devPolicy, ns.GetLatestVersion())
+	} else if err := step("push policy", "push", devPolicy, "--kind", "policy", "--file", live, "--message", "who may call the demo"); err != nil {
+		return err
+	}
+	say("a stricter version, previewed first: contractors (c-*) would lose access")
+	const id = "no-contractors"
+	if _, err := c.Experiment(ctx, devPolicy, id); err == nil {
+		if _, err := c.DeleteExperiment(ctx, devPolicy, id, ""); err != nil {
+			return err
+		}
+	}
+	if err := step("experiment create", "policy", "experiment", "create", devPolicy, id, "--file", exp); err != nil {
+		return err
+	}
+	if err := step("experiment start", "policy", "experiment", "start", devPolicy, id); err != nil {
+		return err
+	}
+	say("the hosts evaluate it beside the live rules and count; waiting for %d decisions…", devPreviewDecisions)
+	x, err := c.Experiment(ctx, devPolicy, id)
+	if err != nil {
+		return err
+	}
+	wctx, cancel := context.WithTimeout(ctx, devLandTimeout)
+	defer cancel()
+	for {
+		counts, err := c.ExperimentCounts(wctx, devPolicy, id)
+		if err != nil {
+			return err
+		}
+		var n uint64
+		for _, t := range counts.GetTotals() {
+			n += t.GetAllowAllow() + t.GetDenyDeny() + t.GetAllowDeny() + t.GetDenyAllow()
+		}
+		if n >= devPreviewDecisions {
+			break
+		}
+		select {
+		case <-wctx.Done():
+			return fmt.Errorf("the hosts counted %d decisions of %s in %s: %w", n, id, devLandTimeout, wctx.Err())
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+	if err := step("experiment counts", "policy", "experiment", "counts", devPolicy, id); err != nil {
+		return err
+	}
+	say("a quarter of the callers would be denied, as intended: commit it with the etag reviewed (%s); it rolls out like any change", x.GetEtag())
+	if err := step("experiment commit", "policy", "experiment", "commit", devPolicy, id, "--etag", x.GetEtag(),
+		"--min-evaluations", strconv.Itoa(devPreviewDecisions), "--max-disagreement", "0.3", "--message", "no contractors"); err != nil {
+		return err
+	}
+	return step("rollout wait", "rollout", "wait", devPolicy)
+}
+
+// devPreviewDecisions is how many decisions the tour waits for before it
+// shows an experiment's counts.
+const devPreviewDecisions = 200
 
 // devHistory is how many intervals of requests every agent keeps of its
 // demo service before the first change: the "before" of canary analysis.
