@@ -14,6 +14,7 @@ import (
 	"lehr.dev/lehr/agent/localapi"
 	"lehr.dev/lehr/internal/content"
 	"lehr.dev/lehr/internal/nsfile"
+	"lehr.dev/lehr/policy"
 	"lehr.dev/lehr/proto/lehrpb"
 )
 
@@ -254,11 +255,7 @@ func (b *backend) ReportPreview(_ context.Context, req *lehrpb.ReportPreviewRequ
 				t = proto.CloneOf(next[i])
 				next[i] = t
 			}
-			t.Counts.AllowAllow += c.GetAllowAllow()
-			t.Counts.DenyDeny += c.GetDenyDeny()
-			t.Counts.AllowDeny += c.GetAllowDeny()
-			t.Counts.DenyAllow += c.GetDenyAllow()
-			t.Counts.ExperimentErrors += c.GetExperimentErrors()
+			policy.AddCounts(t.Counts, c)
 		}
 		st.preview = next
 	})

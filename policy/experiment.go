@@ -7,6 +7,7 @@ import (
 	"cel.dev/cel-go/cel"
 
 	"lehr.dev/lehr/internal/content"
+	"lehr.dev/lehr/proto/lehrpb"
 )
 
 // Experiment is a policy experiment being previewed, as hosts receive it:
@@ -47,4 +48,21 @@ func ParseExperiment(env *cel.Env, p content.Property) (Experiment, *Set, error)
 		s.add(c)
 	}
 	return e, s, nil
+}
+
+// AddCounts adds src's decision counts to dst's (the etags are left
+// alone). Agents, distributors and control sum preview counts with it.
+func AddCounts(dst, src *lehrpb.PreviewCounts) {
+	dst.AllowAllow += src.GetAllowAllow()
+	dst.DenyDeny += src.GetDenyDeny()
+	dst.AllowDeny += src.GetAllowDeny()
+	dst.DenyAllow += src.GetDenyAllow()
+	dst.ExperimentErrors += src.GetExperimentErrors()
+}
+
+// Decisions returns the decisions c counts, and how many of them the
+// experiment disagreed with the live policy on.
+func Decisions(c *lehrpb.PreviewCounts) (total, disagree uint64) {
+	disagree = c.GetAllowDeny() + c.GetDenyAllow()
+	return c.GetAllowAllow() + c.GetDenyDeny() + disagree, disagree
 }

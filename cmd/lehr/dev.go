@@ -635,7 +635,8 @@ func devPreview(ctx context.Context, e *env, cl *devcluster.Cluster, dir string,
 		}
 		var n uint64
 		for _, t := range counts.GetTotals() {
-			n += t.GetAllowAllow() + t.GetDenyDeny() + t.GetAllowDeny() + t.GetDenyAllow()
+			d, _ := policy.Decisions(t)
+			n += d
 		}
 		if n >= devPreviewDecisions {
 			break

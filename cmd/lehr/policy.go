@@ -490,8 +490,7 @@ func writeCounts(w io.Writer, c *lehrpb.PolicyExperimentCounts) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "ZONE\tLIVE\tEXPERIMENT\tALLOW→ALLOW\tDENY→DENY\tALLOW→DENY\tDENY→ALLOW\tDISAGREE\tERRORS")
 	row := func(zone string, p *lehrpb.PreviewCounts) {
-		total := p.GetAllowAllow() + p.GetDenyDeny() + p.GetAllowDeny() + p.GetDenyAllow()
-		dis := p.GetAllowDeny() + p.GetDenyAllow()
+		total, dis := policy.Decisions(p)
 		share := "-"
 		if total > 0 {
 			share = fmt.Sprintf("%.2f%%", 100*float64(dis)/float64(total))

@@ -340,6 +340,23 @@ func (s *Service) ListPolicyExperiments(ctx context.Context, req *lehrpb.ListPol
 	return out, nil
 }
 
+// experimentFor reads a policy's head and one of its experiments, checking
+// a stated etag; field names the request field of the experiment's name.
+func (s *Service) experimentFor(ctx context.Context, field, ns, id, etag string) (*lehrpb.Namespace, *store.StoredExperiment, error) {
+	head, err := s.policyHead(ctx, field, ns)
+	if err != nil {
+		return nil, nil, err
+	}
+	cur, err := s.st.Experiment(ctx, ns, id)
+	if err != nil {
+		return nil, nil, withField(s.apiError(ctx, err), field)
+	}
+	if err := checkEtag("etag", etag, cur); err != nil {
+		return nil, nil, err
+	}
+	return head, cur, nil
+}
+
 // checkEtag refuses a stated etag that is not the experiment's.
 func checkEtag(field, stated string, e *store.StoredExperiment) error {
 	if stated != "" && stated != e.GetEtag() {
@@ -382,15 +399,8 @@ func (s *Service) UpdatePolicyExperiment(ctx context.Context, req *lehrpb.Update
 	if err := checkAudit(ctx, "", ""); err != nil {
 		return nil, err
 	}
-	head, err := s.policyHead(ctx, "policy_experiment.name", ns)
+	head, cur, err := s.experimentFor(ctx, "policy_experiment.name", ns, id, req.GetEtag())
 	if err != nil {
-		return nil, err
-	}
-	cur, err := s.st.Experiment(ctx, ns, id)
-	if err != nil {
-		return nil, withField(s.apiError(ctx, err), "policy_experiment.name")
-	}
-	if err := checkEtag("etag", req.GetEtag(), cur); err != nil {
 		return nil, err
 	}
 	next := proto.CloneOf(cur.PolicyExperiment)
@@ -507,12 +517,9 @@ func (s *Service) setPreview(ctx context.Context, name string, active bool) (*le
 	if err := checkAudit(ctx, "", ""); err != nil {
 		return nil, err
 	}
-	if _, err := s.policyHead(ctx, "name", ns); err != nil {
-		return nil, err
-	}
-	cur, err := s.st.Experiment(ctx, ns, id)
+	_, cur, err := s.experimentFor(ctx, "name", ns, id, "")
 	if err != nil {
-		return nil, withField(s.apiError(ctx, err), "name")
+		return nil, err
 	}
 	next := proto.CloneOf(cur.PolicyExperiment)
 	md := next.GetPreviewMetadata()
@@ -645,15 +652,8 @@ func (s *Service) CommitPolicyExperiment(ctx context.Context, req *lehrpb.Commit
 	if err := checkAudit(ctx, "", req.GetMessage()); err != nil {
 		return nil, err
 	}
-	head, err := s.policyHead(ctx, "name", ns)
+	head, cur, err := s.experimentFor(ctx, "name", ns, id, req.GetEtag())
 	if err != nil {
-		return nil, err
-	}
-	cur, err := s.st.Experiment(ctx, ns, id)
-	if err != nil {
-		return nil, withField(s.apiError(ctx, err), "name")
-	}
-	if err := checkEtag("etag", req.GetEtag(), cur); err != nil {
 		return nil, err
 	}
 	latest := head.GetLatestVersion()
@@ -742,8 +742,9 @@ func (s *Service) commitGate(ctx context.Context, req *lehrpb.CommitPolicyExperi
 		if c.GetExperimentEtag() != e.GetEtag() {
 			continue
 		}
-		total += c.GetAllowAllow() + c.GetDenyDeny() + c.GetAllowDeny() + c.GetDenyAllow()
-		disagree += c.GetAllowDeny() + c.GetDenyAllow()
+		n, d := policy.Decisions(c)
+		total += n
+		disagree += d
 	}
 	if total < req.GetMinEvaluations() {
 		return apierror.New(codes.FailedPrecondition, apierror.ReasonPreviewGate, "min_evaluations",
@@ -793,11 +794,7 @@ func (s *Service) previewCounts(ctx context.Context, ns string, e *store.StoredE
 			t = &lehrpb.PreviewCounts{Zone: k.zone, LiveEtag: k.live, ExperimentEtag: k.exp}
 			sums[k] = t
 		}
-		t.AllowAllow += c.GetAllowAllow()
-		t.DenyDeny += c.GetDenyDeny()
-		t.AllowDeny += c.GetAllowDeny()
-		t.DenyAllow += c.GetDenyAllow()
-		t.ExperimentErrors += c.GetExperimentErrors()
+		policy.AddCounts(t, c)
 	}
 	for _, z := range zones {
 		sts, err := s.st.ZoneStatus(ctx, z.GetName())

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 
+	"lehr.dev/lehr/policy"
 	"lehr.dev/lehr/proto/lehrpb"
 )
 
@@ -33,11 +34,7 @@ func (s *Server) Preview() []*lehrpb.NamespacePreviewCounts {
 					t = &lehrpb.PreviewCounts{LiveEtag: k.live, ExperimentEtag: k.etag}
 					sums[k] = t
 				}
-				t.AllowAllow += c.GetAllowAllow()
-				t.DenyDeny += c.GetDenyDeny()
-				t.AllowDeny += c.GetAllowDeny()
-				t.DenyAllow += c.GetDenyAllow()
-				t.ExperimentErrors += c.GetExperimentErrors()
+				policy.AddCounts(t, c)
 			}
 		}
 	}
