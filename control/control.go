@@ -256,6 +256,9 @@ func (c *Control) Run(ctx context.Context) (err error) {
 			Name:   "lehr",
 			Logger: c.log,
 			NoSync: c.opts.NoSync,
+			// Unix sockets in a 0700 directory: no other local user can
+			// reach /lehr/* (docs/operations.md, "Security model").
+			Private: true,
 		})
 		if err != nil {
 			return fmt.Errorf("control: start embedded etcd in %s: %w", dir, err)

@@ -11,10 +11,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"net"
 	"net/url"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -22,10 +24,13 @@ import (
 	"syscall"
 	"time"
 
+	"go.etcd.io/etcd/client/pkg/v3/transport"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
+
+	"lehr.dev/lehr/internal/pki"
 )
 
 // DefaultMaxRequestBytes is etcd's own default request size limit (1.5 MiB).
@@ -86,11 +91,31 @@ type Options struct {
 	// process restart but not a machine crash. The zero value is durable;
 	// tests only.
 	NoSync bool
+	// Private makes the member reachable only through unix sockets in a
+	// directory only this process's user may enter (mode 0700): Dir +
+	// ".sock", or, when that path is too long for a socket, a fresh
+	// directory under the system's temporary directory that Close removes.
+	// ClientURL and PeerURL are ignored: the client API is a unix socket
+	// there, and the peer API (which etcd cannot serve on a filesystem
+	// socket) a loopback port that requires TLS with a client certificate
+	// from a CA made for the member and kept in that directory, so nobody
+	// can connect to it. A loopback TCP port is open to every local user;
+	// control's embedded etcd runs private so that no other user of the
+	// machine can read or write its keys.
+	Private bool
+
+	// peerTLS is the peer TLS of a Private member.
+	peerTLS *transport.TLSInfo
 }
+
+// maxSocketPath bounds a unix socket path (108 bytes on Linux, 104 on
+// some BSDs, with room for the terminating NUL).
+const maxSocketPath = 100
 
 // Server is one running embedded etcd member.
 type Server struct {
 	opts      Options // resolved: concrete URLs, defaults applied
+	tempDir   string  // a Private member's socket directory to remove, if temporary
 	etcd      *embed.Etcd
 	closing   *atomic.Bool // silences etcd's expected shutdown errors
 	closeOnce sync.Once
@@ -127,6 +152,9 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 	if opts.AutoCompaction == 0 {
 		opts.AutoCompaction = time.Hour
 	}
+	if opts.Private {
+		return startPrivate(ctx, opts)
+	}
 	auto := hasPortZero(opts.ClientURL) || hasPortZero(opts.PeerURL)
 	if auto && opts.InitialCluster != "" && hasPortZero(opts.PeerURL) {
 		return nil, errors.New("embedetcd: Options.PeerURL must have a concrete port when InitialCluster is set")
@@ -154,6 +182,69 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 	return nil, err
 }
 
+// startPrivate starts a member on unix sockets in a 0700 directory.
+func startPrivate(ctx context.Context, opts Options) (*Server, error) {
+	dir, temp := opts.Dir+".sock", ""
+	if len(dir)+len("/client") > maxSocketPath {
+		t, err := os.MkdirTemp("", "lehr-etcd-")
+		if err != nil {
+			return nil, fmt.Errorf("embedetcd: socket directory: %w", err)
+		}
+		dir, temp = t, t
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("embedetcd: socket directory: %w", err)
+	}
+	// An existing directory may have been made with other modes.
+	if err := os.Chmod(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("embedetcd: socket directory: %w", err)
+	}
+	client := filepath.Join(dir, "client")
+	// A socket a crash left behind would fail the listen.
+	if err := os.Remove(client); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("embedetcd: remove stale socket: %w", err)
+	}
+	fail := func(err error) (*Server, error) {
+		if temp != "" {
+			os.RemoveAll(temp)
+		}
+		return nil, err
+	}
+	tlsDir := filepath.Join(dir, "peer-tls")
+	ca, err := pki.NewCA(tlsDir, "lehr-etcd-peers-"+opts.Name, peerTLSValidity)
+	if err != nil {
+		return fail(fmt.Errorf("embedetcd: peer CA: %w", err))
+	}
+	certFile, keyFile, err := ca.IssueFiles(tlsDir, "peer", pki.Both, []string{"127.0.0.1"}, peerTLSValidity)
+	if err != nil {
+		return fail(fmt.Errorf("embedetcd: peer certificate: %w", err))
+	}
+	opts.peerTLS = &transport.TLSInfo{
+		CertFile: certFile, KeyFile: keyFile, TrustedCAFile: filepath.Join(tlsDir, pki.CACertFile),
+		ClientCertAuth: true,
+	}
+	opts.ClientURL = "unix://" + client
+	const attempts = 5
+	for range attempts {
+		if opts.PeerURL, err = resolvePort("https://127.0.0.1:0"); err != nil {
+			return fail(err)
+		}
+		var s *Server
+		if s, err = start(ctx, opts); err == nil {
+			s.tempDir = temp
+			return s, nil
+		}
+		if !isAddrInUse(err) || ctx.Err() != nil {
+			break
+		}
+	}
+	return fail(err)
+}
+
+// peerTLSValidity is how long a private member's peer certificates last;
+// they are made again when missing, and only this member uses them.
+const peerTLSValidity = 10 * 365 * 24 * time.Hour
+
 func start(ctx context.Context, opts Options) (*Server, error) {
 	curl, err := url.Parse(opts.ClientURL)
 	if err != nil {
@@ -178,6 +269,9 @@ func start(ctx context.Context, opts Options) (*Server, error) {
 	cfg.AdvertiseClientUrls = []url.URL{*curl}
 	cfg.ListenPeerUrls = []url.URL{*purl}
 	cfg.AdvertisePeerUrls = []url.URL{*purl}
+	if opts.peerTLS != nil {
+		cfg.PeerTLSInfo = *opts.peerTLS
+	}
 	cfg.InitialCluster = opts.InitialCluster
 	if cfg.InitialCluster == "" {
 		cfg.InitialCluster = cfg.InitialClusterFromName(opts.Name)
@@ -250,6 +344,9 @@ func (s *Server) Close() error {
 		s.etcd.Close()
 		// Drain errors reported while closing; errc is closed by Close.
 		for range s.etcd.Err() {
+		}
+		if s.tempDir != "" {
+			os.RemoveAll(s.tempDir)
 		}
 	})
 	return nil

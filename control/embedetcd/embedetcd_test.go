@@ -2,8 +2,14 @@ package embedetcd
 
 import (
 	"context"
+	"crypto/tls"
+	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -171,5 +177,78 @@ func TestClusterSurvivesOneMemberDown(t *testing.T) {
 	}
 	if err := c.Restart(ctx, 0); err == nil {
 		t.Errorf("Restart of a running member succeeded, want error")
+	}
+}
+
+// A private member listens on unix sockets in a directory only its user
+// may enter, survives a restart over the sockets the previous run left,
+// and falls back to a private temporary directory when the path is too
+// long for a socket (issue 12: the embedded etcd was a loopback TCP port
+// any local user could read and write).
+func TestPrivateMemberListensOnUnixSocketsOnly(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		dir  func(t *testing.T) string
+	}{
+		{"short path", func(t *testing.T) string { return filepath.Join(t.TempDir(), "etcd") }},
+		{"path too long for a socket", func(t *testing.T) string {
+			return filepath.Join(t.TempDir(), strings.Repeat("d", 60), strings.Repeat("e", 40), "etcd")
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+			defer cancel()
+			dir := tc.dir(t)
+			var sockDir string
+			for round := range 2 {
+				s, err := Start(ctx, Options{Dir: dir, Logger: testLogger(t), NoSync: true, Private: true})
+				if err != nil {
+					t.Fatalf("Start (round %d): %v", round, err)
+				}
+				eps := s.Endpoints()
+				if len(eps) != 1 || !strings.HasPrefix(eps[0], "unix://") {
+					t.Errorf("a private member serves clients on %v; want a unix socket only", eps)
+				}
+				// The peer port takes no connection without a
+				// certificate of the member's own CA.
+				peer := strings.TrimPrefix(s.PeerURL(), "https://")
+				conn, err := tls.Dial("tcp", peer, &tls.Config{InsecureSkipVerify: true})
+				if err == nil {
+					_, err = conn.Write([]byte("GET /members HTTP/1.1\r\nHost: x\r\n\r\n"))
+					if err == nil {
+						_, err = conn.Read(make([]byte, 1))
+					}
+					conn.Close()
+				}
+				if err == nil {
+					t.Errorf("the peer port %s answered a client without a certificate", peer)
+				}
+				sockDir = filepath.Dir(strings.TrimPrefix(eps[0], "unix://"))
+				fi, err := os.Stat(sockDir)
+				if err != nil || fi.Mode().Perm() != 0o700 {
+					t.Errorf("socket directory %s: %v, %v; want mode 0700", sockDir, fi.Mode(), err)
+				}
+				if di, err := os.Stat(dir); err != nil || di.Mode().Perm() != 0o700 {
+					t.Errorf("data directory %s: %v; want mode 0700", dir, err)
+				}
+				cli, err := s.Client(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, err := cli.Put(ctx, "k", fmt.Sprint(round)); err != nil {
+					t.Fatalf("Put over the socket: %v", err)
+				}
+				if got := mustGet(t, ctx, cli, "k"); got != fmt.Sprint(round) {
+					t.Errorf("Get = %q", got)
+				}
+				cli.Close()
+				s.Close()
+			}
+			if len(dir)+len(".sock/client") > maxSocketPath {
+				if _, err := os.Stat(sockDir); !errors.Is(err, fs.ErrNotExist) {
+					t.Errorf("temporary socket directory %s left after Close: %v", sockDir, err)
+				}
+			}
+		})
 	}
 }
