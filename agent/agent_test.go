@@ -12,6 +12,7 @@ import (
 	"math"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -100,7 +101,11 @@ func newHarness(t *testing.T, distributors int) *harness {
 
 func (h *harness) tls(name string, kind pki.Kind) *tls.Config {
 	h.t.Helper()
-	c, k, err := h.ca.IssueFiles(filepath.Join(h.pkiD, "leaf"), name, kind, nil, time.Hour)
+	var id *url.URL
+	if kind == pki.Client {
+		id = tlsconfig.Identity{Role: tlsconfig.RoleHost, Zone: zone, Name: name}.URI()
+	}
+	c, k, err := h.ca.IssueURIFiles(filepath.Join(h.pkiD, "leaf"), name, kind, nil, id, time.Hour)
 	if err != nil {
 		h.t.Fatal(err)
 	}

@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"fmt"
 	"log/slog"
+	"net/url"
 	"path/filepath"
 	"sync"
 	"time"
@@ -13,6 +14,7 @@ import (
 	"lehr.dev/lehr/agent/agenttest"
 	"lehr.dev/lehr/distributor"
 	"lehr.dev/lehr/internal/pki"
+	"lehr.dev/lehr/internal/tlsconfig"
 )
 
 // startTimeout bounds how long a component may take to become ready.
@@ -33,7 +35,7 @@ func newPKI(dir string) (*hostPKI, error) {
 
 // serverTLS returns a distributor's QUIC server configuration (mutual TLS).
 func (p *hostPKI) serverTLS(name string) (*tls.Config, error) {
-	cert, err := p.pair(name, pki.Server, []string{"127.0.0.1"})
+	cert, err := p.pair(name, pki.Server, []string{"127.0.0.1"}, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -48,7 +50,7 @@ func (p *hostPKI) serverTLS(name string) (*tls.Config, error) {
 // clientTLS returns a host certificate configuration for an agent named
 // host, trusting distributors at 127.0.0.1.
 func (p *hostPKI) clientTLS(host string) (*tls.Config, error) {
-	cert, err := p.pair(host, pki.Client, nil)
+	cert, err := p.pair(host, pki.Client, nil, tlsconfig.Identity{Role: tlsconfig.RoleHost, Zone: benchZone, Name: host}.URI())
 	if err != nil {
 		return nil, err
 	}
@@ -60,8 +62,8 @@ func (p *hostPKI) clientTLS(host string) (*tls.Config, error) {
 	}, nil
 }
 
-func (p *hostPKI) pair(name string, kind pki.Kind, hosts []string) (tls.Certificate, error) {
-	c, k, err := p.ca.Issue(name, kind, hosts, 24*time.Hour)
+func (p *hostPKI) pair(name string, kind pki.Kind, hosts []string, id *url.URL) (tls.Certificate, error) {
+	c, k, err := p.ca.IssueURI(name, kind, hosts, id, 24*time.Hour)
 	if err != nil {
 		return tls.Certificate{}, fmt.Errorf("issue certificate: %w", err)
 	}

@@ -120,7 +120,7 @@ func runFootprint(ctx context.Context, e *Env) (*Result, error) {
 	}
 	defer cl.Close()
 	const host = "fp-host-0"
-	if _, err := cl.HostTLS(host); err != nil {
+	if _, err := cl.HostTLS(benchZone, host); err != nil {
 		return res, err
 	}
 	pkiDir := filepath.Join(cl.Dir(), "pki")

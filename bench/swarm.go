@@ -28,6 +28,7 @@ import (
 	"lehr.dev/lehr/agent/upstream"
 	"lehr.dev/lehr/internal/backoff"
 	"lehr.dev/lehr/internal/pki"
+	"lehr.dev/lehr/internal/tlsconfig"
 )
 
 // SwarmEnv is the environment variable that turns a lehr-bench (or bench
@@ -158,7 +159,8 @@ func runSwarm(in io.Reader, out io.Writer) error {
 	}()
 	// Certificates first, so dial timings do not include key generation.
 	for i := range cfg.N {
-		c, k, err := ca.Issue(fmt.Sprintf("%s-%d", cfg.Prefix, i), pki.Client, nil, 24*time.Hour)
+		host := fmt.Sprintf("%s-%d", cfg.Prefix, i)
+		c, k, err := ca.IssueURI(host, pki.Client, nil, tlsconfig.Identity{Role: tlsconfig.RoleHost, Zone: cfg.Zone, Name: host}.URI(), 24*time.Hour)
 		if err != nil {
 			return err
 		}

@@ -140,7 +140,7 @@ func wireLehr(ctx context.Context, e *Env, cl *devcluster.Cluster, dist *devclus
 	}()
 	for i := range wireSubscribers {
 		host := fmt.Sprintf("wire-%s-%d", nsLabel(size), i)
-		tc, err := cl.HostTLS(host)
+		tc, err := cl.HostTLS(benchZone, host)
 		if err != nil {
 			return Row{}, err
 		}

@@ -10,18 +10,22 @@ import (
 	"encoding/pem"
 	"math/big"
 	"net"
+	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/metadata"
 
 	"lehr.dev/lehr/control"
 	"lehr.dev/lehr/control/controltest"
 	"lehr.dev/lehr/control/service"
+	"lehr.dev/lehr/internal/apierror"
 	"lehr.dev/lehr/internal/tlsconfig"
 	"lehr.dev/lehr/proto/lehrpb"
 )
@@ -117,6 +121,17 @@ func newCA(t *testing.T) (*x509.Certificate, *ecdsa.PrivateKey) {
 
 func issue(t *testing.T, ca *x509.Certificate, caKey *ecdsa.PrivateKey, cn string, server bool) tls.Certificate {
 	t.Helper()
+	var id *url.URL
+	if !server {
+		id = tlsconfig.Identity{Role: tlsconfig.RoleUser, Name: cn}.URI()
+	}
+	return issueID(t, ca, caKey, cn, server, id)
+}
+
+// issueID issues a certificate with CommonName cn and, if id is set, that
+// identity URI SAN.
+func issueID(t *testing.T, ca *x509.Certificate, caKey *ecdsa.PrivateKey, cn string, server bool, id *url.URL) tls.Certificate {
+	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		t.Fatal(err)
@@ -133,6 +148,9 @@ func issue(t *testing.T, ca *x509.Certificate, caKey *ecdsa.PrivateKey, cn strin
 		tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}
 		tmpl.IPAddresses = []net.IP{net.ParseIP("127.0.0.1")}
 	}
+	if id != nil {
+		tmpl.URIs = []*url.URL{id}
+	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
 	if err != nil {
 		t.Fatal(err)
@@ -144,5 +162,95 @@ func writePEM(t *testing.T, path, typ string, der []byte) {
 	t.Helper()
 	if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// Who may call what (issue 12): the control API decides from the client
+// certificate's Lehr identity. A host certificate calls nothing, a
+// distributor only the distribution methods for its own zone, a user
+// everything but ReportZoneStatus, a certificate without a Lehr identity
+// nothing — each refusal PERMISSION_DENIED naming the identity.
+func TestRolesFromClientCertificates(t *testing.T) {
+	dir := t.TempDir()
+	ca, caKey := newCA(t)
+	serverCert := issue(t, ca, caKey, "control", true)
+	writePEM(t, filepath.Join(dir, "ca.pem"), "CERTIFICATE", ca.Raw)
+	writePEM(t, filepath.Join(dir, "server.pem"), "CERTIFICATE", serverCert.Certificate[0])
+	keyDER, err := x509.MarshalPKCS8PrivateKey(serverCert.PrivateKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	writePEM(t, filepath.Join(dir, "server.key"), "PRIVATE KEY", keyDER)
+	serverTLS, err := tlsconfig.Server(filepath.Join(dir, "server.pem"), filepath.Join(dir, "server.key"), filepath.Join(dir, "ca.pem"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AddCert(ca)
+	admin := issue(t, ca, caKey, "admin", false)
+	srv := controltest.StartControl(t, control.Options{Listen: "127.0.0.1:0", TLS: serverTLS},
+		grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{MinVersion: tls.VersionTLS13, RootCAs: pool, ServerName: "127.0.0.1", Certificates: []tls.Certificate{admin}})))
+	createDomain(t, srv.Client, "pay", nil)
+	if _, err := srv.Client.CreateZone(testCtx(t), &lehrpb.CreateZoneRequest{Name: "zone-a"}); err != nil {
+		t.Fatal(err)
+	}
+	client := func(cn string, id *url.URL) lehrpb.ControlClient {
+		cert := issueID(t, ca, caKey, cn, false, id)
+		return lehrpb.NewControlClient(controltest.Dial(t, srv.Addr, grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{
+			MinVersion: tls.VersionTLS13, RootCAs: pool, ServerName: "127.0.0.1", Certificates: []tls.Certificate{cert},
+		}))))
+	}
+	callers := map[string]lehrpb.ControlClient{
+		"user":          client("alice", tlsconfig.Identity{Role: tlsconfig.RoleUser, Name: "alice"}.URI()),
+		"host":          client("web-1", tlsconfig.Identity{Role: tlsconfig.RoleHost, Zone: "zone-a", Name: "web-1"}.URI()),
+		"distributor-a": client("dist-a", tlsconfig.Identity{Role: tlsconfig.RoleDistributor, Zone: "zone-a", Name: "dist-a"}.URI()),
+		"distributor-b": client("dist-b", tlsconfig.Identity{Role: tlsconfig.RoleDistributor, Zone: "zone-b", Name: "dist-b"}.URI()),
+		"no identity":   client("legacy", nil),
+	}
+	actions := map[string]func(cl lehrpb.ControlClient) error{
+		"publish": func(cl lehrpb.ControlClient) error {
+			_, err := cl.Publish(testCtx(t), &lehrpb.PublishRequest{Namespace: "pay/x", Properties: []*lehrpb.Property{prop("k", "", "v")}})
+			return err
+		},
+		"list domains": func(cl lehrpb.ControlClient) error {
+			_, err := cl.ListDomains(testCtx(t), &lehrpb.ListDomainsRequest{})
+			return err
+		},
+		"report zone-a": func(cl lehrpb.ControlClient) error {
+			_, err := cl.ReportZoneStatus(testCtx(t), &lehrpb.ReportZoneStatusRequest{Zone: "zone-a", DistributorId: "d"})
+			return err
+		},
+		"goals of zone-a": func(cl lehrpb.ControlClient) error {
+			_, err := cl.GetGoals(testCtx(t), &lehrpb.GetGoalsRequest{Zone: "zone-a"})
+			return err
+		},
+		"watch goals of zone-a": func(cl lehrpb.ControlClient) error {
+			st, err := cl.WatchGoals(testCtx(t), &lehrpb.WatchGoalsRequest{Zone: "zone-a"})
+			if err != nil {
+				return err
+			}
+			_, err = st.Recv()
+			return err
+		},
+	}
+	allowed := map[string][]string{
+		"user":          {"publish", "list domains", "goals of zone-a", "watch goals of zone-a"},
+		"distributor-a": {"report zone-a", "goals of zone-a", "watch goals of zone-a"},
+	}
+	for who, cl := range callers {
+		for what, call := range actions {
+			t.Run(who+"/"+what, func(t *testing.T) {
+				err := call(cl)
+				if slices.Contains(allowed[who], what) {
+					if err != nil {
+						t.Errorf("refused: %v", err)
+					}
+					return
+				}
+				if e := apierror.FromError(err); err == nil || e.Code != codes.PermissionDenied || e.Message == "" {
+					t.Errorf("err %v; want PERMISSION_DENIED saying why", err)
+				}
+			})
+		}
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -45,7 +46,7 @@ func newPKI(t *testing.T) *hostPKI {
 
 func (p *hostPKI) tls(name string, kind pki.Kind) *tls.Config {
 	p.t.Helper()
-	c, k, err := p.ca.IssueFiles(filepath.Join(p.dir, "leaf"), name, kind, nil, time.Hour)
+	c, k, err := p.ca.IssueURIFiles(filepath.Join(p.dir, "leaf"), name, kind, nil, identityOf(name, kind), time.Hour)
 	if err != nil {
 		p.t.Fatal(err)
 	}
@@ -281,4 +282,13 @@ func TestNewRejectsBadOptions(t *testing.T) {
 			}
 		})
 	}
+}
+
+// identityOf is the Lehr identity a test certificate carries: a host's in
+// zone for a client, none for a server.
+func identityOf(name string, kind pki.Kind) *url.URL {
+	if kind != pki.Client {
+		return nil
+	}
+	return tlsconfig.Identity{Role: tlsconfig.RoleHost, Zone: zone, Name: name}.URI()
 }

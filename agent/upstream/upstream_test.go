@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/url"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -44,7 +45,11 @@ func newPKI(t *testing.T) *hostPKI {
 }
 
 func (p *hostPKI) tls(t *testing.T, name string, kind pki.Kind) *tls.Config {
-	c, k, err := p.ca.IssueFiles(filepath.Join(p.dir, "leaf"), name, kind, nil, time.Hour)
+	var id *url.URL
+	if kind == pki.Client {
+		id = tlsconfig.Identity{Role: tlsconfig.RoleHost, Zone: zone, Name: name}.URI()
+	}
+	c, k, err := p.ca.IssueURIFiles(filepath.Join(p.dir, "leaf"), name, kind, nil, id, time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}

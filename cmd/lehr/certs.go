@@ -5,12 +5,14 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
 	"time"
 
 	"lehr.dev/lehr/internal/pki"
+	"lehr.dev/lehr/internal/tlsconfig"
 )
 
 // Default validities of "lehr certs".
@@ -22,21 +24,29 @@ const (
 // certsAbout explains which component needs which certificate; both
 // subcommands' help and "lehr certs --help" print it.
 const certsAbout = `Which component needs which certificate (all signed by the one CA; every
-component trusts it with --tls-ca, or --client-ca for control):
+component trusts it with --tls-ca, or --client-ca for control). --role writes
+the holder's Lehr identity into the certificate (a URI SAN such as
+spiffe://lehr/host/zone-a/web-17), which decides what it may do
+(docs/operations.md, "Security model"); --role sets --kind:
 
-  control       --kind server, with --host set to every name and address
-                clients dial. Clients are verified when control runs with
-                --client-ca CA.crt.
-  distributor   --kind both: a server certificate for the agents' QUIC
-                connections and a client certificate for its connection to
-                control (it is a client of control). --host as for control.
-  agent (host)  --kind client, with --name set to the host id: the
-                certificate's common name is the host's identity, and
-                distributors refuse an agent whose announced host id
-                (--host-id, default the hostname) differs from it.
-  lehr CLI      --kind client, when control requires client certificates:
-                pass it with --tls-cert/--tls-key/--tls-ca; its common name is
-                recorded as the author of every change.`
+  control       --role control (server), with --host set to every name and
+                address clients dial. Clients are verified when control runs
+                with --client-ca CA.crt.
+  distributor   --role distributor --zone Z (both: a server certificate for
+                the agents' QUIC connections and a client certificate for its
+                connection to control). It may serve only zone Z and call
+                only the distribution methods of control. --host as for
+                control.
+  agent (host)  --role host --zone Z, with --name set to the host id: a
+                distributor of zone Z accepts it as that host only (the
+                announced --host-id must be the name); other zones, and
+                control, refuse it.
+  lehr CLI      --role user, when control requires client certificates: pass
+                it with --tls-cert/--tls-key/--tls-ca; its name is recorded as
+                the author of every change.
+
+A certificate without --role has no Lehr identity: distributors and control
+(with --client-ca) refuse it.`
 
 func runCerts(ctx context.Context, e *env, args []string) int {
 	subs := []command{
@@ -141,7 +151,7 @@ already it is kept, not replaced, and the command says so.
 
 func runCertsIssue(ctx context.Context, e *env, args []string) int {
 	fs := newFlags("lehr certs issue", doc{
-		usage:   "lehr certs issue --dir DIR --name NAME --kind server|client|both [--host H ...] [flags]",
+		usage:   "lehr certs issue --dir DIR --name NAME --role host|distributor|user|control [--zone Z] [--host H ...] [flags]",
 		summary: "issue a certificate signed by the CA",
 		about: `Signs a certificate with the CA in DIR (see "lehr certs init") and writes
 DIR/NAME.crt and DIR/NAME.key (mode 0600). NAME is the certificate's common
@@ -154,15 +164,17 @@ unless --force is given.
 
 ` + certsAbout,
 		examples: []string{
-			"lehr certs issue --dir pki --name control --kind server --host control.example.net --host 10.0.0.5",
-			"lehr certs issue --dir pki --name distributor --kind both --host dist-a1.example.net",
-			"lehr certs issue --dir pki --name web-17 --kind client        # agent on host web-17",
-			"lehr certs issue --dir pki --name alice --kind client         # an operator's lehr CLI",
+			"lehr certs issue --dir pki --name control --role control --host control.example.net --host 10.0.0.5",
+			"lehr certs issue --dir pki --name dist-a1 --role distributor --zone zone-a --host dist-a1.example.net",
+			"lehr certs issue --dir pki --name web-17 --role host --zone zone-a   # agent on host web-17",
+			"lehr certs issue --dir pki --name alice --role user                  # an operator's lehr CLI",
 		},
 	})
 	dir := fs.String("dir", "", "`directory` of the CA; the certificate is written there (required)")
 	name := fs.String("name", "", "common `name`: the component's identity, and the file names (required)")
-	kind := fs.String("kind", "", "what the certificate is for: `server`, client or both (required)")
+	kind := fs.String("kind", "", "what the certificate is for: `server`, client or both (set by --role)")
+	role := fs.String("role", "", "the holder's Lehr `role`: host, distributor, user or control")
+	zone := fs.String("zone", "", "with --role host or distributor: the holder's `zone`")
 	var hosts stringList
 	fs.Var(&hosts, "host", "DNS name or IP `address` the server is reached at (repeatable; default 127.0.0.1, ::1, localhost)")
 	validity := fs.Duration("validity", defaultLeafValidity, "how long the certificate is valid (`duration`)")
@@ -179,12 +191,27 @@ unless --force is given.
 		return usageError(e, fs, "missing --dir DIR")
 	case *name == "":
 		return usageError(e, fs, "missing --name NAME")
-	case *kind == "":
-		return usageError(e, fs, "missing --kind: want server, client or both")
+	case *kind == "" && *role == "":
+		return usageError(e, fs, "missing --role: want host, distributor, user or control (or --kind for a certificate without a Lehr identity)")
 	case *validity <= 0:
 		return usageError(e, fs, "--validity %v: want a positive duration", *validity)
 	case *name == "ca":
 		return usageError(e, fs, "--name ca: the CA's own files are ca.crt and ca.key; pick another name")
+	}
+	var uri *url.URL
+	if *role != "" {
+		id := tlsconfig.Identity{Role: *role, Zone: *zone, Name: *name}
+		if err := id.Check(); err != nil {
+			return usageError(e, fs, "--role %s --zone %q --name %q: %v", *role, *zone, *name, err)
+		}
+		uri = id.URI()
+		want := map[string]string{tlsconfig.RoleHost: "client", tlsconfig.RoleDistributor: "both", tlsconfig.RoleUser: "client", tlsconfig.RoleControl: "server"}[*role]
+		if *kind != "" && *kind != want {
+			return usageError(e, fs, "--kind %s contradicts --role %s, which is a %s certificate; leave --kind out", *kind, *role, want)
+		}
+		*kind = want
+	} else if *zone != "" {
+		return usageError(e, fs, "--zone goes with --role host or --role distributor")
 	}
 	var k pki.Kind
 	switch *kind {
@@ -214,7 +241,7 @@ unless --force is given.
 			}
 		}
 	}
-	certFile, keyFile, err := ca.IssueFiles(*dir, *name, k, hosts, *validity)
+	certFile, keyFile, err := ca.IssueURIFiles(*dir, *name, k, hosts, uri, *validity)
 	if errors.Is(err, pki.ErrInvalid) {
 		return usageError(e, fs, "%v", err)
 	}
@@ -233,6 +260,11 @@ unless --force is given.
 	}
 	fmt.Fprintf(e.stdout, "issued %s certificate %q for %s, valid until %s\n", k, *name, strings.Join(shown, ", "),
 		pair.Leaf.NotAfter.UTC().Format("2006-01-02"))
+	if uri != nil {
+		fmt.Fprintf(e.stdout, "  identity     %s\n", uri)
+	} else {
+		fmt.Fprintf(e.stdout, "  identity     none (no --role): distributors and control refuse it as a Lehr component\n")
+	}
 	fmt.Fprintf(e.stdout, "  certificate  %s\n  key          %s\n  CA           %s\n",
 		certFile, keyFile, filepath.Join(*dir, pki.CACertFile))
 	return exitOK

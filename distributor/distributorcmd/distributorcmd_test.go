@@ -6,6 +6,7 @@ import (
 	"crypto/tls"
 	"fmt"
 	"net"
+	"net/url"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -40,17 +41,17 @@ func newPKI(t *testing.T) hostPKI {
 	if err != nil {
 		t.Fatal(err)
 	}
-	issue := func(name string, kind pki.Kind) (string, string) {
-		c, k, err := ca.IssueFiles(dir, name, kind, nil, time.Hour)
+	issue := func(name string, kind pki.Kind, id *url.URL) (string, string) {
+		c, k, err := ca.IssueURIFiles(dir, name, kind, nil, id, time.Hour)
 		if err != nil {
 			t.Fatal(err)
 		}
 		return c, k
 	}
 	p := hostPKI{caFile: filepath.Join(dir, pki.CACertFile)}
-	p.ctlCert, p.ctlKey = issue("control", pki.Server)
-	p.distCert, p.distKey = issue("dist-1", pki.Both)
-	p.adminCert, p.adminKey = issue("admin", pki.Client)
+	p.ctlCert, p.ctlKey = issue("control", pki.Server, tlsconfig.Identity{Role: tlsconfig.RoleControl, Name: "control"}.URI())
+	p.distCert, p.distKey = issue("dist-1", pki.Both, tlsconfig.Identity{Role: tlsconfig.RoleDistributor, Zone: "zone-tls", Name: "dist-1"}.URI())
+	p.adminCert, p.adminKey = issue("admin", pki.Client, tlsconfig.Identity{Role: tlsconfig.RoleUser, Name: "admin"}.URI())
 	return p
 }
 

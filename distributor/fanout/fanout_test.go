@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/url"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -62,7 +63,14 @@ func (p *hostPKI) server() *tls.Config {
 
 func (p *hostPKI) client(host string) *tls.Config {
 	p.t.Helper()
-	c, k, err := p.ca.IssueFiles(filepath.Join(p.dir, "leaf"), host, pki.Client, nil, time.Hour)
+	return p.clientWith(host, pki.Client, tlsconfig.Identity{Role: tlsconfig.RoleHost, Zone: zone, Name: host}.URI())
+}
+
+// clientWith is a client configuration whose certificate has CommonName
+// name, kind and identity URI id (nil: none).
+func (p *hostPKI) clientWith(name string, kind pki.Kind, id *url.URL) *tls.Config {
+	p.t.Helper()
+	c, k, err := p.ca.IssueURIFiles(filepath.Join(p.dir, "leaf"), name, kind, nil, id, time.Hour)
 	if err != nil {
 		p.t.Fatalf("issue: %v", err)
 	}
@@ -539,6 +547,24 @@ func TestRefusals(t *testing.T) {
 	_, err = agenttest.Dial(ctx, agenttest.Options{Addr: e.srv.Addr().String(), TLS: e.pki.client("h3"), HostID: "h3", Zone: zone, ProtocolVersion: 9, MinProtocolVersion: 7, Logger: quietLogger()})
 	if code, _, _ := wire.CloseCode(err); code != wire.CodeUnsupportedVersion {
 		t.Errorf("version: err %v, want close code %v", err, wire.CodeUnsupportedVersion)
+	}
+	// Certificates the CA issued for something other than a host of this
+	// zone (issue 12, the probe's findings): each is refused whatever host
+	// id the agent announces.
+	for _, tc := range []struct {
+		name string
+		id   *url.URL // nil: no Lehr identity, a CommonName only
+	}{
+		{"a host of another zone", tlsconfig.Identity{Role: tlsconfig.RoleHost, Zone: "zone-b", Name: "h5"}.URI()},
+		{"a distributor", tlsconfig.Identity{Role: tlsconfig.RoleDistributor, Zone: zone, Name: "h5"}.URI()},
+		{"an operator", tlsconfig.Identity{Role: tlsconfig.RoleUser, Name: "h5"}.URI()},
+		{"no Lehr identity", nil},
+	} {
+		tls := e.pki.clientWith("h5", pki.Client, tc.id)
+		_, err = agenttest.Dial(ctx, agenttest.Options{Addr: e.srv.Addr().String(), TLS: tls, HostID: "h5", Zone: zone, Logger: quietLogger()})
+		if code, _, _ := wire.CloseCode(err); code != wire.CodeUnauthorized {
+			t.Errorf("the certificate of %s: err %v, want close code %v", tc.name, err, wire.CodeUnauthorized)
+		}
 	}
 	// No client certificate at all: the TLS handshake fails.
 	noCert := e.pki.client("h4").Clone()

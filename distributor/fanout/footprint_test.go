@@ -22,6 +22,7 @@ import (
 
 	"lehr.dev/lehr/agent/agenttest"
 	"lehr.dev/lehr/internal/pki"
+	"lehr.dev/lehr/internal/tlsconfig"
 	"lehr.dev/lehr/testenv/wait"
 )
 
@@ -260,7 +261,7 @@ func footprintChild(t *testing.T, raw string) {
 	}
 	tcs := make([]*tls.Config, cfg.N)
 	for i := range cfg.N {
-		c, k, err := ca.Issue(fmt.Sprintf("fp-%d", i), pki.Client, nil, time.Hour)
+		c, k, err := ca.IssueURI(fmt.Sprintf("fp-%d", i), pki.Client, nil, tlsconfig.Identity{Role: tlsconfig.RoleHost, Zone: zone, Name: fmt.Sprintf("fp-%d", i)}.URI(), time.Hour)
 		if err != nil {
 			report(footprintReport{Err: err.Error()})
 			return

@@ -127,7 +127,7 @@ func (s *Server) handle(conn *quic.Conn) {
 		conn.CloseWithError(wire.CodeUnsupportedVersion, err.Error())
 		return
 	}
-	if err := checkIdentity(conn.ConnectionState().TLS, hello.GetHostId()); err != nil {
+	if err := checkIdentity(conn.ConnectionState().TLS, s.opts.Zone, hello.GetHostId()); err != nil {
 		log.Warn("refusing agent", "err", err)
 		conn.CloseWithError(wire.CodeUnauthorized, err.Error())
 		return

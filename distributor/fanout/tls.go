@@ -13,18 +13,33 @@ import (
 )
 
 // errIdentity is wrapped by identity check failures.
-var errIdentity = errors.New("fanout: host id does not match the client certificate")
+var errIdentity = errors.New("fanout: the client certificate does not allow this agent")
 
-// checkIdentity verifies, when the agent presented a verified certificate,
-// that the host id it announces is the certificate's identity
-// (tlsconfig.PeerIdentity). Without one (ClientAuth off) the announced id is
-// taken as is.
-func checkIdentity(state tls.ConnectionState, host string) error {
-	id := tlsconfig.PeerIdentity(state)
-	if id == "" || id == host {
+// checkIdentity verifies, when the agent presented a verified certificate
+// (mutual TLS), that it is a host's certificate for this zone naming the
+// host id the agent announces (docs/operations.md, "Security model"): a
+// certificate without a Lehr identity, a distributor's or a user's, or a
+// host's of another zone is refused. Without a client certificate
+// (ClientAuth off, loopback test beds) the announced id is taken as is.
+func checkIdentity(state tls.ConnectionState, zone, host string) error {
+	if len(state.VerifiedChains) == 0 {
 		return nil
 	}
-	return fmt.Errorf("%w: Hello.host_id is %q, the certificate names %q", errIdentity, host, id)
+	id, ok, err := tlsconfig.PeerRole(state)
+	switch {
+	case err != nil:
+		return fmt.Errorf("%w: %w", errIdentity, err)
+	case !ok:
+		return fmt.Errorf("%w: the certificate (CN %q) carries no Lehr identity; issue the host's with 'lehr certs issue --role host --zone %s --name %s'",
+			errIdentity, tlsconfig.PeerIdentity(state), zone, host)
+	case id.Role != tlsconfig.RoleHost:
+		return fmt.Errorf("%w: the certificate is a %s's (%s), not a host's", errIdentity, id.Role, id)
+	case id.Zone != zone:
+		return fmt.Errorf("%w: the certificate is host %s's in zone %q; this distributor serves %q", errIdentity, id.Name, id.Zone, zone)
+	case id.Name != host:
+		return fmt.Errorf("%w: Hello.host_id is %q, the certificate names host %q", errIdentity, host, id.Name)
+	}
+	return nil
 }
 
 // resetKey derives the QUIC stateless-reset key from the private key of the

@@ -25,6 +25,7 @@ import (
 	"io/fs"
 	"math/big"
 	"net"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -234,6 +235,13 @@ var defaultHosts = []string{"127.0.0.1", "::1", "localhost"}
 // name must be 1 to MaxNameLen bytes of ASCII letters, digits, '.', '_',
 // '-' and '@', so it is also a safe file name and a readable identity.
 func (ca *CA) Issue(name string, kind Kind, hosts []string, validity time.Duration) (certPEM, keyPEM []byte, err error) {
+	return ca.IssueURI(name, kind, hosts, nil, validity)
+}
+
+// IssueURI is Issue with a URI SAN: the identity URI of Lehr's roles
+// (tlsconfig.Identity.URI), which distributors and control read to know
+// what the holder may do. A nil uri adds none.
+func (ca *CA) IssueURI(name string, kind Kind, hosts []string, uri *url.URL, validity time.Duration) (certPEM, keyPEM []byte, err error) {
 	if err := checkName(name); err != nil {
 		return nil, nil, fmt.Errorf("issue %q: %w", name, err)
 	}
@@ -282,6 +290,9 @@ func (ca *CA) Issue(name string, kind Kind, hosts []string, validity time.Durati
 		IPAddresses:           ips,
 		DNSNames:              dns,
 	}
+	if uri != nil {
+		tmpl.URIs = []*url.URL{uri}
+	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.Cert, &key.PublicKey, ca.key)
 	if err != nil {
 		return nil, nil, fmt.Errorf("issue %q: sign certificate: %w", name, err)
@@ -297,7 +308,12 @@ func (ca *CA) Issue(name string, kind Kind, hosts []string, validity time.Durati
 // name.crt (mode 0644) and name.key (mode 0600), creating dir with mode
 // 0700 if missing. It returns the two paths.
 func (ca *CA) IssueFiles(dir, name string, kind Kind, hosts []string, validity time.Duration) (certFile, keyFile string, err error) {
-	certPEM, keyPEM, err := ca.Issue(name, kind, hosts, validity)
+	return ca.IssueURIFiles(dir, name, kind, hosts, nil, validity)
+}
+
+// IssueURIFiles is IssueFiles with a URI SAN (IssueURI).
+func (ca *CA) IssueURIFiles(dir, name string, kind Kind, hosts []string, uri *url.URL, validity time.Duration) (certFile, keyFile string, err error) {
+	certPEM, keyPEM, err := ca.IssueURI(name, kind, hosts, uri, validity)
 	if err != nil {
 		return "", "", err
 	}

@@ -15,6 +15,7 @@ import (
 
 	"lehr.dev/lehr/client/producer"
 	"lehr.dev/lehr/internal/pki"
+	"lehr.dev/lehr/internal/tlsconfig"
 	"lehr.dev/lehr/proto/lehrpb"
 )
 
@@ -120,8 +121,8 @@ func StartCluster(ctx, run context.Context, opts ClusterOptions) (_ *Cluster, er
 		return nil, err
 	}
 	caFile := filepath.Join(opts.Dir, "pki", pki.CACertFile)
-	issue := func(name string, kind pki.Kind) (string, string, error) {
-		return ca.IssueFiles(filepath.Join(opts.Dir, "pki"), name, kind, []string{"127.0.0.1"}, 24*time.Hour)
+	issue := func(id tlsconfig.Identity, kind pki.Kind) (string, string, error) {
+		return ca.IssueURIFiles(filepath.Join(opts.Dir, "pki"), id.Name, kind, []string{"127.0.0.1"}, id.URI(), 24*time.Hour)
 	}
 
 	port, err := freeTCPPort()
@@ -160,7 +161,7 @@ func StartCluster(ctx, run context.Context, opts ClusterOptions) (_ *Cluster, er
 		var addrs []string
 		for i := range topo.DistributorsPerZone {
 			id := fmt.Sprintf("%s-d%d", zone, i)
-			cert, key, err := issue(id, pki.Both)
+			cert, key, err := issue(tlsconfig.Identity{Role: tlsconfig.RoleDistributor, Zone: zone, Name: id}, pki.Both)
 			if err != nil {
 				return nil, err
 			}
@@ -181,7 +182,7 @@ func StartCluster(ctx, run context.Context, opts ClusterOptions) (_ *Cluster, er
 		}
 		for i := range topo.AgentsPerZone {
 			host := fmt.Sprintf("%s-h%d", zone, i)
-			cert, key, err := issue(host, pki.Client)
+			cert, key, err := issue(tlsconfig.Identity{Role: tlsconfig.RoleHost, Zone: zone, Name: host}, pki.Client)
 			if err != nil {
 				return nil, err
 			}

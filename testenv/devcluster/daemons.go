@@ -14,6 +14,7 @@ import (
 	"lehr.dev/lehr/distributor"
 	"lehr.dev/lehr/distributor/fanout"
 	"lehr.dev/lehr/internal/pki"
+	"lehr.dev/lehr/internal/tlsconfig"
 	"lehr.dev/lehr/proto/lehrpb"
 )
 
@@ -37,7 +38,7 @@ type DistributorHandle struct {
 
 func (c *Cluster) newDistributor(zone string, i int) (*DistributorHandle, error) {
 	id := fmt.Sprintf("%s-dist-%d", zone, i)
-	tlsCfg, err := c.leafTLS(id, pki.Server)
+	tlsCfg, err := c.leafTLS(id, pki.Server, tlsconfig.Identity{Role: tlsconfig.RoleDistributor, Zone: zone, Name: id}.URI())
 	if err != nil {
 		return nil, err
 	}
@@ -188,7 +189,7 @@ type AgentHandle struct {
 
 func (c *Cluster) newAgent(zone string, i int) (*AgentHandle, error) {
 	host := fmt.Sprintf("%s-host-%d", zone, i)
-	tlsCfg, err := c.leafTLS(host, pki.Client)
+	tlsCfg, err := c.HostTLS(zone, host)
 	if err != nil {
 		return nil, err
 	}

@@ -46,6 +46,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -370,18 +371,18 @@ func (c *Cluster) Dir() string { return c.dir }
 // the cluster.
 func (c *Cluster) CAFile() string { return c.caFile }
 
-// HostTLS issues a host (client) certificate with CommonName hostID from
-// the dev CA and returns the TLS configuration an agent of this cluster
-// would use to dial its distributors. Benchmarks use it for simulated
-// agents.
-func (c *Cluster) HostTLS(hostID string) (*tls.Config, error) {
-	return c.leafTLS(hostID, pki.Client)
+// HostTLS issues a host certificate for hostID in zone from the dev CA
+// (tlsconfig.Identity, role host) and returns the TLS configuration an
+// agent of this cluster would use to dial its distributors. Benchmarks use
+// it for simulated agents.
+func (c *Cluster) HostTLS(zone, hostID string) (*tls.Config, error) {
+	return c.leafTLS(hostID, pki.Client, tlsconfig.Identity{Role: tlsconfig.RoleHost, Zone: zone, Name: hostID}.URI())
 }
 
 // leafTLS issues name's certificate into Dir/pki and loads the TLS
 // configuration of that side.
-func (c *Cluster) leafTLS(name string, kind pki.Kind) (*tls.Config, error) {
-	cert, key, err := c.ca.IssueFiles(c.pkiDir, name, kind, nil, certValidity)
+func (c *Cluster) leafTLS(name string, kind pki.Kind, id *url.URL) (*tls.Config, error) {
+	cert, key, err := c.ca.IssueURIFiles(c.pkiDir, name, kind, nil, id, certValidity)
 	if err != nil {
 		return nil, fmt.Errorf("devcluster: certificate for %s: %w", name, err)
 	}

@@ -120,8 +120,9 @@ func TestStartAndClose(t *testing.T) {
 	}
 
 	// A simulated agent with a host certificate from HostTLS is accepted
-	// by a distributor (mutual TLS, CN = host id) and receives the version.
-	tlsCfg, err := c.HostTLS("sim-host-1")
+	// by a distributor of its zone (mutual TLS, a host identity) and receives
+	// the version.
+	tlsCfg, err := c.HostTLS(c.Zones()[0], "sim-host-1")
 	if err != nil {
 		t.Fatalf("HostTLS: %v", err)
 	}
