@@ -103,7 +103,16 @@ func TestRestartedDistributorResetsStaleConnections(t *testing.T) {
 	addr := freeUDPAddr(t)
 	first := startChild(t, addr, cert, key, ca, 1)
 	h := newMem()
-	cl := startClient(t, p, h, addr)
+	// A silence timeout far beyond the restart: only the restarted
+	// distributor's stateless reset can end the stale connection in time,
+	// however long the restart takes on a loaded machine (keepalives
+	// still go out every second and meet the new process).
+	cl := newClient(t, p, h, func(o *upstream.Options) {
+		o.QUIC = wire.ClientQUICConfig()
+		wire.SetSilenceTimeout(o.QUIC, time.Minute)
+		o.QUIC.KeepAlivePeriod = time.Second
+	}, addr)
+	cl.start(t)
 	cl.c.Subscribe("app/cfg")
 	waitHeld(t, h, version("app/cfg", 1, map[string]string{"a": "1"}))
 

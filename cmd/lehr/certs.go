@@ -80,13 +80,13 @@ the same properties instead.
 
 Subcommands:
   init    create a CA in --dir (kept if one is there already)
-  issue   issue --name NAME --kind server|client|both [--host H ...]
+  issue   issue --name NAME --role host|distributor|user|control [--zone Z] [--host H ...]
 
 Examples:
   lehr certs init --dir pki
-  lehr certs issue --dir pki --name control --kind server --host control.example.net
-  lehr certs issue --dir pki --name distributor --kind both --host dist-a1.example.net
-  lehr certs issue --dir pki --name web-17 --kind client      # the agent on host web-17
+  lehr certs issue --dir pki --name control --role control --host control.example.net
+  lehr certs issue --dir pki --name dist-a1 --role distributor --zone zone-a --host dist-a1.example.net
+  lehr certs issue --dir pki --name web-17 --role host --zone zone-a   # the agent on host web-17
 
 Run 'lehr certs SUBCOMMAND --help' for flags.
 `, certsAbout)

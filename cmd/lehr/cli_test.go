@@ -64,7 +64,7 @@ func TestDispatchExitCodes(t *testing.T) {
 		{args: []string{"distributor", "--bogus"}, wantCode: exitUsage, wantStderr: "flag provided but not defined: -bogus"},
 		{args: []string{"agent", "--zone", "z"}, wantCode: exitUsage, wantStderr: "--distributors is required"},
 		{args: []string{"help", "distributor"}, wantCode: exitOK, wantStdout: "lehr distributor — the Lehr zonal distributor"},
-		{args: []string{"certs", "--help"}, wantCode: exitOK, wantStdout: "distributor   --kind both"},
+		{args: []string{"certs", "--help"}, wantCode: exitOK, wantStdout: "distributor   --role distributor --zone Z"},
 		{args: []string{"zones", "delete"}, wantCode: exitUsage, wantStderr: `unknown subcommand "delete"`},
 		{args: []string{"domain"}, wantCode: exitUsage, wantStdout: "", wantStderr: "create NAME"},
 		{args: []string{"domain", "rename"}, wantCode: exitUsage, wantStderr: `unknown subcommand "rename"`},
