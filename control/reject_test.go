@@ -4,14 +4,17 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"log/slog"
 	"math"
 	"strings"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc/codes"
 
 	"lehr.dev/lehr/control"
 	"lehr.dev/lehr/control/controltest"
+	"lehr.dev/lehr/control/embedetcd"
 	"lehr.dev/lehr/internal/apierror"
 	"lehr.dev/lehr/proto/lehrpb"
 )
@@ -251,6 +254,37 @@ func TestRateLimit(t *testing.T) {
 	createDomain(t, cl, "fast", nil)
 	for i := range 3 {
 		publish(t, cl, "fast/a", prop("k", "", fmt.Sprint(i)))
+	}
+}
+
+// The publish rate of a domain holds across control replicas (issue 12,
+// the probe's finding: two replicas allowed twice the rate): two replicas
+// on one etcd draw on one budget, so burst 2 admits two publishes in all,
+// not two through each.
+func TestRateLimitAcrossReplicas(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	etcd, err := embedetcd.StartCluster(ctx, t.TempDir(), 1, controltest.Logger(t, slog.LevelError))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { etcd.Close() })
+	a := controltest.StartControl(t, control.Options{EtcdEndpoints: etcd.Endpoints()})
+	b := controltest.StartControl(t, control.Options{EtcdEndpoints: etcd.Endpoints()})
+	createDomain(t, a.Client, "slow", &lehrpb.Quotas{PublishesPerSecond: 0.0001, PublishBurst: 2})
+	accepted := 0
+	for i := range 6 {
+		cl := []lehrpb.ControlClient{a.Client, b.Client}[i%2]
+		_, err := cl.Publish(testCtx(t), &lehrpb.PublishRequest{Namespace: "slow/a", Properties: []*lehrpb.Property{prop("k", "", fmt.Sprint(i))}})
+		switch e := apierror.FromError(err); {
+		case err == nil:
+			accepted++
+		case e.Code != codes.ResourceExhausted || e.Reason != apierror.ReasonRateLimited:
+			t.Fatalf("publish %d: %v; want success or RATE_LIMITED", i, err)
+		}
+	}
+	if accepted != 2 {
+		t.Errorf("%d of 6 publishes through two replicas accepted; the domain's burst is 2 in all", accepted)
 	}
 }
 

@@ -677,7 +677,7 @@ func (s *Service) CommitPolicyExperiment(ctx context.Context, req *lehrpb.Commit
 	if err != nil {
 		return nil, err
 	}
-	if err := s.allowPublish(dom); err != nil {
+	if err := s.allowPublish(ctx, dom); err != nil {
 		return nil, err
 	}
 	msg := req.GetMessage()

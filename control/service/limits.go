@@ -3,9 +3,8 @@ package service
 import (
 	"context"
 	"math"
-	"sync"
+	"time"
 
-	"golang.org/x/time/rate"
 	"google.golang.org/grpc/codes"
 
 	"lehr.dev/lehr/internal/apierror"
@@ -13,23 +12,11 @@ import (
 	"lehr.dev/lehr/proto/lehrpb"
 )
 
-// limiters holds one publish rate limiter per domain. The limits of one
-// control process: several replicas each allow the domain's rate.
-type limiters struct {
-	mu sync.Mutex
-	m  map[string]*domainLimiter
-}
-
-type domainLimiter struct {
-	perSecond float64
-	burst     int
-	lim       *rate.Limiter
-}
-
-// allowPublish takes one publish token from the domain's limiter and
+// allowPublish takes one publish token from the domain's budget, shared
+// by every control replica through etcd (store.TakePublishToken), and
 // returns ResourceExhausted/RATE_LIMITED if there is none. A domain without
-// publishes_per_second is not limited.
-func (s *Service) allowPublish(d *lehrpb.Domain) error {
+// publishes_per_second is not limited and costs nothing.
+func (s *Service) allowPublish(ctx context.Context, d *lehrpb.Domain) error {
 	q := d.GetQuotas()
 	perSecond := q.GetPublishesPerSecond()
 	if perSecond <= 0 {
@@ -39,20 +26,17 @@ func (s *Service) allowPublish(d *lehrpb.Domain) error {
 	if burst <= 0 {
 		burst = max(1, int(math.Ceil(perSecond)))
 	}
-	now := s.now()
-	s.limiters.mu.Lock()
-	l := s.limiters.m[d.GetName()]
-	if l == nil || l.perSecond != perSecond || l.burst != burst {
-		l = &domainLimiter{perSecond: perSecond, burst: burst, lim: rate.NewLimiter(rate.Limit(perSecond), burst)}
-		s.limiters.m[d.GetName()] = l
+	ok, wait, err := s.st.TakePublishToken(ctx, d.GetName(), perSecond, burst, s.now())
+	if err != nil {
+		return s.apiError(ctx, err)
 	}
-	ok := l.lim.AllowN(now, 1)
-	s.limiters.mu.Unlock()
 	if ok {
 		return nil
 	}
+	s.metrics.GetOrCreateCounter(`lehr_control_publishes_throttled_total{domain="` + d.GetName() + `"}`).Inc()
 	return apierror.New(codes.ResourceExhausted, apierror.ReasonRateLimited, "",
-		"domain %s allows %g publishes per second (burst %d); retry later", d.GetName(), perSecond, burst).
+		"domain %s allows %g publishes per second (burst %d) across all control replicas; the next is due in %v, retry then",
+		d.GetName(), perSecond, burst, wait.Round(time.Millisecond)).
 		WithLimit("%g/s burst %d", perSecond, burst)
 }
 

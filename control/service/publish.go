@@ -61,7 +61,7 @@ func (s *Service) Publish(ctx context.Context, req *lehrpb.PublishRequest) (_ *l
 	if err := s.runValidators(ctx, ns, props, fieldOf); err != nil {
 		return nil, err
 	}
-	if err := s.allowPublish(dom); err != nil {
+	if err := s.allowPublish(ctx, dom); err != nil {
 		return nil, err
 	}
 	c := callerOf(ctx)
@@ -186,7 +186,7 @@ func (s *Service) Patch(ctx context.Context, req *lehrpb.PatchRequest) (_ *lehrp
 	if err := s.runValidators(ctx, ns, set, keyFields("set", set)); err != nil {
 		return nil, err
 	}
-	if err := s.allowPublish(dom); err != nil {
+	if err := s.allowPublish(ctx, dom); err != nil {
 		return nil, err
 	}
 	c := callerOf(ctx)
@@ -252,7 +252,7 @@ func (s *Service) Rollback(ctx context.Context, req *lehrpb.RollbackRequest) (_ 
 	if err != nil {
 		return nil, withField(s.apiError(ctx, err), "to_version")
 	}
-	if err := s.allowPublish(dom); err != nil {
+	if err := s.allowPublish(ctx, dom); err != nil {
 		return nil, err
 	}
 	c := callerOf(ctx)

@@ -85,7 +85,6 @@ type Service struct {
 	// defPolicy is Options.DefaultRolloutPolicy.
 	defPolicy *lehrpb.RolloutPolicy
 
-	limiters limiters
 	registry *validate.Registry
 	evals    *evaluation.Service
 	leases   reportLeases // of ReportZoneStatus
@@ -126,7 +125,6 @@ func New(opts Options) (*Service, error) {
 	if s.goals == nil {
 		s.goals = AllZones
 	}
-	s.limiters.m = make(map[string]*domainLimiter)
 	s.registry = validate.NewRegistry(validate.Options{})
 	evals, err := evaluation.New(evaluation.Options{Store: s.st, Now: s.now, Logger: s.log})
 	if err != nil {

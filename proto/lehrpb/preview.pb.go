@@ -524,8 +524,9 @@ type ListPolicyExperimentsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// "domains/{domain}/policies/{policy}".
 	Parent string `protobuf:"bytes,1,opt,name=parent,proto3" json:"parent,omitempty"`
-	// At most 100; 0 means 100.
-	PageSize  int32  `protobuf:"varint,2,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// At most 1000; 0 means 100.
+	PageSize int32 `protobuf:"varint,2,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// next_page_token of the previous page.
 	PageToken string `protobuf:"bytes,3,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
 	// An AIP-160 filter over name, etag, annotations and preview_metadata,
 	// e.g. "preview_metadata.state = ACTIVE".

@@ -12,6 +12,7 @@ package lehrpb
 import (
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
+	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	reflect "reflect"
 	sync "sync"
 	unsafe "unsafe"
@@ -255,11 +256,67 @@ func (x *ManifestEntry) GetSize() int64 {
 	return 0
 }
 
+// PublishBudget is a domain's publish token bucket, kept at
+// budgets/<domain> so that every control replica draws on the same budget
+// (control/store, budgets.go).
+type PublishBudget struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Tokens left at time, at most the domain's burst.
+	Tokens        float64                `protobuf:"fixed64,1,opt,name=tokens,proto3" json:"tokens,omitempty"`
+	Time          *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=time,proto3" json:"time,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PublishBudget) Reset() {
+	*x = PublishBudget{}
+	mi := &file_lehr_v1_storage_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PublishBudget) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PublishBudget) ProtoMessage() {}
+
+func (x *PublishBudget) ProtoReflect() protoreflect.Message {
+	mi := &file_lehr_v1_storage_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PublishBudget.ProtoReflect.Descriptor instead.
+func (*PublishBudget) Descriptor() ([]byte, []int) {
+	return file_lehr_v1_storage_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *PublishBudget) GetTokens() float64 {
+	if x != nil {
+		return x.Tokens
+	}
+	return 0
+}
+
+func (x *PublishBudget) GetTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Time
+	}
+	return nil
+}
+
 var File_lehr_v1_storage_proto protoreflect.FileDescriptor
 
 const file_lehr_v1_storage_proto_rawDesc = "" +
 	"\n" +
-	"\x15lehr/v1/storage.proto\x12\alehr.v1\x1a\x13lehr/v1/types.proto\"\x81\x01\n" +
+	"\x15lehr/v1/storage.proto\x12\alehr.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x13lehr/v1/types.proto\"\x81\x01\n" +
 	"\rVersionRecord\x12(\n" +
 	"\x04info\x18\x01 \x01(\v2\x14.lehr.v1.VersionInfoR\x04info\x12'\n" +
 	"\x0fmanifest_chunks\x18\x02 \x03(\tR\x0emanifestChunks\x12\x1d\n" +
@@ -274,7 +331,10 @@ const file_lehr_v1_storage_proto_rawDesc = "" +
 	"\fcontent_type\x18\x02 \x01(\tR\vcontentType\x12\x1d\n" +
 	"\n" +
 	"value_hash\x18\x03 \x01(\tR\tvalueHash\x12\x12\n" +
-	"\x04size\x18\x04 \x01(\x03R\x04sizeB\x1cZ\x1alehr.dev/lehr/proto/lehrpbb\x06proto3"
+	"\x04size\x18\x04 \x01(\x03R\x04size\"W\n" +
+	"\rPublishBudget\x12\x16\n" +
+	"\x06tokens\x18\x01 \x01(\x01R\x06tokens\x12.\n" +
+	"\x04time\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x04timeB\x1cZ\x1alehr.dev/lehr/proto/lehrpbb\x06proto3"
 
 var (
 	file_lehr_v1_storage_proto_rawDescOnce sync.Once
@@ -288,23 +348,26 @@ func file_lehr_v1_storage_proto_rawDescGZIP() []byte {
 	return file_lehr_v1_storage_proto_rawDescData
 }
 
-var file_lehr_v1_storage_proto_msgTypes = make([]protoimpl.MessageInfo, 4)
+var file_lehr_v1_storage_proto_msgTypes = make([]protoimpl.MessageInfo, 5)
 var file_lehr_v1_storage_proto_goTypes = []any{
-	(*VersionRecord)(nil), // 0: lehr.v1.VersionRecord
-	(*RequestRecord)(nil), // 1: lehr.v1.RequestRecord
-	(*ManifestChunk)(nil), // 2: lehr.v1.ManifestChunk
-	(*ManifestEntry)(nil), // 3: lehr.v1.ManifestEntry
-	(*VersionInfo)(nil),   // 4: lehr.v1.VersionInfo
+	(*VersionRecord)(nil),         // 0: lehr.v1.VersionRecord
+	(*RequestRecord)(nil),         // 1: lehr.v1.RequestRecord
+	(*ManifestChunk)(nil),         // 2: lehr.v1.ManifestChunk
+	(*ManifestEntry)(nil),         // 3: lehr.v1.ManifestEntry
+	(*PublishBudget)(nil),         // 4: lehr.v1.PublishBudget
+	(*VersionInfo)(nil),           // 5: lehr.v1.VersionInfo
+	(*timestamppb.Timestamp)(nil), // 6: google.protobuf.Timestamp
 }
 var file_lehr_v1_storage_proto_depIdxs = []int32{
-	4, // 0: lehr.v1.VersionRecord.info:type_name -> lehr.v1.VersionInfo
-	4, // 1: lehr.v1.RequestRecord.info:type_name -> lehr.v1.VersionInfo
+	5, // 0: lehr.v1.VersionRecord.info:type_name -> lehr.v1.VersionInfo
+	5, // 1: lehr.v1.RequestRecord.info:type_name -> lehr.v1.VersionInfo
 	3, // 2: lehr.v1.ManifestChunk.entries:type_name -> lehr.v1.ManifestEntry
-	3, // [3:3] is the sub-list for method output_type
-	3, // [3:3] is the sub-list for method input_type
-	3, // [3:3] is the sub-list for extension type_name
-	3, // [3:3] is the sub-list for extension extendee
-	0, // [0:3] is the sub-list for field type_name
+	6, // 3: lehr.v1.PublishBudget.time:type_name -> google.protobuf.Timestamp
+	4, // [4:4] is the sub-list for method output_type
+	4, // [4:4] is the sub-list for method input_type
+	4, // [4:4] is the sub-list for extension type_name
+	4, // [4:4] is the sub-list for extension extendee
+	0, // [0:4] is the sub-list for field type_name
 }
 
 func init() { file_lehr_v1_storage_proto_init() }
@@ -319,7 +382,7 @@ func file_lehr_v1_storage_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lehr_v1_storage_proto_rawDesc), len(file_lehr_v1_storage_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   4,
+			NumMessages:   5,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
