@@ -316,8 +316,9 @@ func (c *Control) Run(ctx context.Context) (err error) {
 		grpc.MaxSendMsgSize(c.opts.MaxMessageBytes),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
-		// Who may call what, from the client certificate's Lehr identity.
-		grpc.ChainUnaryInterceptor(service.UnaryAuthorizer),
+		// Every mutating call into the audit log, refused ones too; who may
+		// call what, from the client certificate's Lehr identity.
+		grpc.ChainUnaryInterceptor(svc.AuditInterceptor, service.UnaryAuthorizer),
 		grpc.ChainStreamInterceptor(service.StreamAuthorizer),
 	}
 	if c.tls != nil {

@@ -33,6 +33,8 @@ type Retention struct {
 	// Requests is how long the version a request_id committed is
 	// remembered for retries of that request; default 24 hours.
 	Requests time.Duration
+	// Audit is how long audit records are kept; default 90 days.
+	Audit time.Duration
 }
 
 // Options configures a Store. The zero value is valid.
@@ -60,6 +62,7 @@ type Store struct {
 	log  *slog.Logger
 
 	requests requestLeases // see requests.go
+	audit    requestLeases // see audit.go
 }
 
 // Defaults of Options.
@@ -69,6 +72,8 @@ const (
 	DefaultKeepFor  = 7 * 24 * time.Hour
 	// DefaultRequestRetention is the default Retention.Requests.
 	DefaultRequestRetention = 24 * time.Hour
+	// DefaultAuditRetention is the default Retention.Audit.
+	DefaultAuditRetention = 90 * 24 * time.Hour
 )
 
 // New returns a Store using cli, which the caller owns and closes. New makes
@@ -85,6 +90,9 @@ func New(cli *clientv3.Client, opts Options) *Store {
 	}
 	if opts.Retention.Requests <= 0 {
 		opts.Retention.Requests = DefaultRequestRetention
+	}
+	if opts.Retention.Audit <= 0 {
+		opts.Retention.Audit = DefaultAuditRetention
 	}
 	if opts.Retention.KeepFor <= 0 {
 		opts.Retention.KeepFor = DefaultKeepFor

@@ -19,6 +19,7 @@ import (
 	longrunningpb "cloud.google.com/go/longrunning/autogen/longrunningpb"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
+	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	reflect "reflect"
 	sync "sync"
 	unsafe "unsafe"
@@ -80,7 +81,7 @@ func (x PropertyChange_Kind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use PropertyChange_Kind.Descriptor instead.
 func (PropertyChange_Kind) EnumDescriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{29, 0}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{32, 0}
 }
 
 type GoalEvent_Type int32
@@ -129,7 +130,258 @@ func (x GoalEvent_Type) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use GoalEvent_Type.Descriptor instead.
 func (GoalEvent_Type) EnumDescriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{39, 0}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{42, 0}
+}
+
+// AuditRecord is one mutating call to control, as it ended. Records are
+// append-only and kept for control's --audit-retention (default 90 days).
+type AuditRecord struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Time  *timestamppb.Timestamp `protobuf:"bytes,1,opt,name=time,proto3" json:"time,omitempty"`
+	// Who: the caller's author (the client certificate's identity with
+	// mutual TLS, else what the request or its metadata asserted), and how
+	// it connected.
+	Author            string `protobuf:"bytes,2,opt,name=author,proto3" json:"author,omitempty"`
+	TransportIdentity string `protobuf:"bytes,3,opt,name=transport_identity,json=transportIdentity,proto3" json:"transport_identity,omitempty"`
+	// What: the method ("Publish", "UpdateRollout", …), its target (a
+	// namespace, domain, zone, scope or experiment name) and that target's
+	// domain ("" for zones).
+	Method string `protobuf:"bytes,4,opt,name=method,proto3" json:"method,omitempty"`
+	Target string `protobuf:"bytes,5,opt,name=target,proto3" json:"target,omitempty"`
+	Domain string `protobuf:"bytes,6,opt,name=domain,proto3" json:"domain,omitempty"`
+	// The version a call created, if any.
+	Version uint64 `protobuf:"varint,7,opt,name=version,proto3" json:"version,omitempty"`
+	// Why: the request's message, if it has one.
+	Message string `protobuf:"bytes,8,opt,name=message,proto3" json:"message,omitempty"`
+	// The result: "OK" or the gRPC code, and the error's message.
+	Code          string `protobuf:"bytes,9,opt,name=code,proto3" json:"code,omitempty"`
+	Error         string `protobuf:"bytes,10,opt,name=error,proto3" json:"error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AuditRecord) Reset() {
+	*x = AuditRecord{}
+	mi := &file_lehr_v1_control_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AuditRecord) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AuditRecord) ProtoMessage() {}
+
+func (x *AuditRecord) ProtoReflect() protoreflect.Message {
+	mi := &file_lehr_v1_control_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AuditRecord.ProtoReflect.Descriptor instead.
+func (*AuditRecord) Descriptor() ([]byte, []int) {
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *AuditRecord) GetTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Time
+	}
+	return nil
+}
+
+func (x *AuditRecord) GetAuthor() string {
+	if x != nil {
+		return x.Author
+	}
+	return ""
+}
+
+func (x *AuditRecord) GetTransportIdentity() string {
+	if x != nil {
+		return x.TransportIdentity
+	}
+	return ""
+}
+
+func (x *AuditRecord) GetMethod() string {
+	if x != nil {
+		return x.Method
+	}
+	return ""
+}
+
+func (x *AuditRecord) GetTarget() string {
+	if x != nil {
+		return x.Target
+	}
+	return ""
+}
+
+func (x *AuditRecord) GetDomain() string {
+	if x != nil {
+		return x.Domain
+	}
+	return ""
+}
+
+func (x *AuditRecord) GetVersion() uint64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+func (x *AuditRecord) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *AuditRecord) GetCode() string {
+	if x != nil {
+		return x.Code
+	}
+	return ""
+}
+
+func (x *AuditRecord) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+type ListAuditRecordsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Only records of this domain ("" for all).
+	Domain string `protobuf:"bytes,1,opt,name=domain,proto3" json:"domain,omitempty"`
+	// Only records at or after this time (absent: from the oldest kept).
+	Since *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=since,proto3" json:"since,omitempty"`
+	// At most 1000; 0 means 100.
+	PageSize int32 `protobuf:"varint,3,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// next_page_token of the previous page.
+	PageToken     string `protobuf:"bytes,4,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListAuditRecordsRequest) Reset() {
+	*x = ListAuditRecordsRequest{}
+	mi := &file_lehr_v1_control_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListAuditRecordsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListAuditRecordsRequest) ProtoMessage() {}
+
+func (x *ListAuditRecordsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_lehr_v1_control_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListAuditRecordsRequest.ProtoReflect.Descriptor instead.
+func (*ListAuditRecordsRequest) Descriptor() ([]byte, []int) {
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *ListAuditRecordsRequest) GetDomain() string {
+	if x != nil {
+		return x.Domain
+	}
+	return ""
+}
+
+func (x *ListAuditRecordsRequest) GetSince() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Since
+	}
+	return nil
+}
+
+func (x *ListAuditRecordsRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListAuditRecordsRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+type ListAuditRecordsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Records       []*AuditRecord         `protobuf:"bytes,1,rep,name=records,proto3" json:"records,omitempty"`
+	NextPageToken string                 `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListAuditRecordsResponse) Reset() {
+	*x = ListAuditRecordsResponse{}
+	mi := &file_lehr_v1_control_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListAuditRecordsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListAuditRecordsResponse) ProtoMessage() {}
+
+func (x *ListAuditRecordsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_lehr_v1_control_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListAuditRecordsResponse.ProtoReflect.Descriptor instead.
+func (*ListAuditRecordsResponse) Descriptor() ([]byte, []int) {
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *ListAuditRecordsResponse) GetRecords() []*AuditRecord {
+	if x != nil {
+		return x.Records
+	}
+	return nil
+}
+
+func (x *ListAuditRecordsResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
 }
 
 type UpdateRolloutRequest struct {
@@ -146,7 +398,7 @@ type UpdateRolloutRequest struct {
 
 func (x *UpdateRolloutRequest) Reset() {
 	*x = UpdateRolloutRequest{}
-	mi := &file_lehr_v1_control_proto_msgTypes[0]
+	mi := &file_lehr_v1_control_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -158,7 +410,7 @@ func (x *UpdateRolloutRequest) String() string {
 func (*UpdateRolloutRequest) ProtoMessage() {}
 
 func (x *UpdateRolloutRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[0]
+	mi := &file_lehr_v1_control_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -171,7 +423,7 @@ func (x *UpdateRolloutRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateRolloutRequest.ProtoReflect.Descriptor instead.
 func (*UpdateRolloutRequest) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{0}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *UpdateRolloutRequest) GetNamespace() string {
@@ -220,7 +472,7 @@ type GetRolloutRequest struct {
 
 func (x *GetRolloutRequest) Reset() {
 	*x = GetRolloutRequest{}
-	mi := &file_lehr_v1_control_proto_msgTypes[1]
+	mi := &file_lehr_v1_control_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -232,7 +484,7 @@ func (x *GetRolloutRequest) String() string {
 func (*GetRolloutRequest) ProtoMessage() {}
 
 func (x *GetRolloutRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[1]
+	mi := &file_lehr_v1_control_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -245,7 +497,7 @@ func (x *GetRolloutRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRolloutRequest.ProtoReflect.Descriptor instead.
 func (*GetRolloutRequest) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{1}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *GetRolloutRequest) GetNamespace() string {
@@ -274,7 +526,7 @@ type ListRolloutsRequest struct {
 
 func (x *ListRolloutsRequest) Reset() {
 	*x = ListRolloutsRequest{}
-	mi := &file_lehr_v1_control_proto_msgTypes[2]
+	mi := &file_lehr_v1_control_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -286,7 +538,7 @@ func (x *ListRolloutsRequest) String() string {
 func (*ListRolloutsRequest) ProtoMessage() {}
 
 func (x *ListRolloutsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[2]
+	mi := &file_lehr_v1_control_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -299,7 +551,7 @@ func (x *ListRolloutsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRolloutsRequest.ProtoReflect.Descriptor instead.
 func (*ListRolloutsRequest) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{2}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *ListRolloutsRequest) GetNamespace() string {
@@ -326,7 +578,7 @@ type ListRolloutsResponse struct {
 
 func (x *ListRolloutsResponse) Reset() {
 	*x = ListRolloutsResponse{}
-	mi := &file_lehr_v1_control_proto_msgTypes[3]
+	mi := &file_lehr_v1_control_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -338,7 +590,7 @@ func (x *ListRolloutsResponse) String() string {
 func (*ListRolloutsResponse) ProtoMessage() {}
 
 func (x *ListRolloutsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[3]
+	mi := &file_lehr_v1_control_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -351,7 +603,7 @@ func (x *ListRolloutsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRolloutsResponse.ProtoReflect.Descriptor instead.
 func (*ListRolloutsResponse) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{3}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *ListRolloutsResponse) GetRollouts() []*Rollout {
@@ -372,7 +624,7 @@ type ListRolloutEventsRequest struct {
 
 func (x *ListRolloutEventsRequest) Reset() {
 	*x = ListRolloutEventsRequest{}
-	mi := &file_lehr_v1_control_proto_msgTypes[4]
+	mi := &file_lehr_v1_control_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -384,7 +636,7 @@ func (x *ListRolloutEventsRequest) String() string {
 func (*ListRolloutEventsRequest) ProtoMessage() {}
 
 func (x *ListRolloutEventsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[4]
+	mi := &file_lehr_v1_control_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -397,7 +649,7 @@ func (x *ListRolloutEventsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRolloutEventsRequest.ProtoReflect.Descriptor instead.
 func (*ListRolloutEventsRequest) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{4}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ListRolloutEventsRequest) GetNamespace() string {
@@ -423,7 +675,7 @@ type ListRolloutEventsResponse struct {
 
 func (x *ListRolloutEventsResponse) Reset() {
 	*x = ListRolloutEventsResponse{}
-	mi := &file_lehr_v1_control_proto_msgTypes[5]
+	mi := &file_lehr_v1_control_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -435,7 +687,7 @@ func (x *ListRolloutEventsResponse) String() string {
 func (*ListRolloutEventsResponse) ProtoMessage() {}
 
 func (x *ListRolloutEventsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[5]
+	mi := &file_lehr_v1_control_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -448,7 +700,7 @@ func (x *ListRolloutEventsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRolloutEventsResponse.ProtoReflect.Descriptor instead.
 func (*ListRolloutEventsResponse) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{5}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ListRolloutEventsResponse) GetEvents() []*RolloutEvent {
@@ -477,7 +729,7 @@ type SetRolloutPolicyRequest struct {
 
 func (x *SetRolloutPolicyRequest) Reset() {
 	*x = SetRolloutPolicyRequest{}
-	mi := &file_lehr_v1_control_proto_msgTypes[6]
+	mi := &file_lehr_v1_control_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -489,7 +741,7 @@ func (x *SetRolloutPolicyRequest) String() string {
 func (*SetRolloutPolicyRequest) ProtoMessage() {}
 
 func (x *SetRolloutPolicyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[6]
+	mi := &file_lehr_v1_control_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -502,7 +754,7 @@ func (x *SetRolloutPolicyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetRolloutPolicyRequest.ProtoReflect.Descriptor instead.
 func (*SetRolloutPolicyRequest) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{6}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *SetRolloutPolicyRequest) GetScope() string {
@@ -552,7 +804,7 @@ type DeleteRolloutPolicyRequest struct {
 
 func (x *DeleteRolloutPolicyRequest) Reset() {
 	*x = DeleteRolloutPolicyRequest{}
-	mi := &file_lehr_v1_control_proto_msgTypes[7]
+	mi := &file_lehr_v1_control_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -564,7 +816,7 @@ func (x *DeleteRolloutPolicyRequest) String() string {
 func (*DeleteRolloutPolicyRequest) ProtoMessage() {}
 
 func (x *DeleteRolloutPolicyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[7]
+	mi := &file_lehr_v1_control_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -577,7 +829,7 @@ func (x *DeleteRolloutPolicyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteRolloutPolicyRequest.ProtoReflect.Descriptor instead.
 func (*DeleteRolloutPolicyRequest) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{7}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *DeleteRolloutPolicyRequest) GetScope() string {
@@ -618,7 +870,7 @@ type GetRolloutPolicyRequest struct {
 
 func (x *GetRolloutPolicyRequest) Reset() {
 	*x = GetRolloutPolicyRequest{}
-	mi := &file_lehr_v1_control_proto_msgTypes[8]
+	mi := &file_lehr_v1_control_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -630,7 +882,7 @@ func (x *GetRolloutPolicyRequest) String() string {
 func (*GetRolloutPolicyRequest) ProtoMessage() {}
 
 func (x *GetRolloutPolicyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[8]
+	mi := &file_lehr_v1_control_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -643,7 +895,7 @@ func (x *GetRolloutPolicyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRolloutPolicyRequest.ProtoReflect.Descriptor instead.
 func (*GetRolloutPolicyRequest) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{8}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *GetRolloutPolicyRequest) GetScope() string {
@@ -667,7 +919,7 @@ type GetRolloutPolicyResponse struct {
 
 func (x *GetRolloutPolicyResponse) Reset() {
 	*x = GetRolloutPolicyResponse{}
-	mi := &file_lehr_v1_control_proto_msgTypes[9]
+	mi := &file_lehr_v1_control_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -679,7 +931,7 @@ func (x *GetRolloutPolicyResponse) String() string {
 func (*GetRolloutPolicyResponse) ProtoMessage() {}
 
 func (x *GetRolloutPolicyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[9]
+	mi := &file_lehr_v1_control_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -692,7 +944,7 @@ func (x *GetRolloutPolicyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRolloutPolicyResponse.ProtoReflect.Descriptor instead.
 func (*GetRolloutPolicyResponse) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{9}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *GetRolloutPolicyResponse) GetStored() *RolloutPolicyRecord {
@@ -729,7 +981,7 @@ type RolloutPolicyHistoryRequest struct {
 
 func (x *RolloutPolicyHistoryRequest) Reset() {
 	*x = RolloutPolicyHistoryRequest{}
-	mi := &file_lehr_v1_control_proto_msgTypes[10]
+	mi := &file_lehr_v1_control_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -741,7 +993,7 @@ func (x *RolloutPolicyHistoryRequest) String() string {
 func (*RolloutPolicyHistoryRequest) ProtoMessage() {}
 
 func (x *RolloutPolicyHistoryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[10]
+	mi := &file_lehr_v1_control_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -754,7 +1006,7 @@ func (x *RolloutPolicyHistoryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RolloutPolicyHistoryRequest.ProtoReflect.Descriptor instead.
 func (*RolloutPolicyHistoryRequest) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{10}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *RolloutPolicyHistoryRequest) GetScope() string {
@@ -787,7 +1039,7 @@ type RolloutPolicyHistoryResponse struct {
 
 func (x *RolloutPolicyHistoryResponse) Reset() {
 	*x = RolloutPolicyHistoryResponse{}
-	mi := &file_lehr_v1_control_proto_msgTypes[11]
+	mi := &file_lehr_v1_control_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -799,7 +1051,7 @@ func (x *RolloutPolicyHistoryResponse) String() string {
 func (*RolloutPolicyHistoryResponse) ProtoMessage() {}
 
 func (x *RolloutPolicyHistoryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[11]
+	mi := &file_lehr_v1_control_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -812,7 +1064,7 @@ func (x *RolloutPolicyHistoryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RolloutPolicyHistoryResponse.ProtoReflect.Descriptor instead.
 func (*RolloutPolicyHistoryResponse) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{11}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *RolloutPolicyHistoryResponse) GetRecords() []*RolloutPolicyRecord {
@@ -831,7 +1083,7 @@ type CreateDomainRequest struct {
 
 func (x *CreateDomainRequest) Reset() {
 	*x = CreateDomainRequest{}
-	mi := &file_lehr_v1_control_proto_msgTypes[12]
+	mi := &file_lehr_v1_control_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -843,7 +1095,7 @@ func (x *CreateDomainRequest) String() string {
 func (*CreateDomainRequest) ProtoMessage() {}
 
 func (x *CreateDomainRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[12]
+	mi := &file_lehr_v1_control_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -856,7 +1108,7 @@ func (x *CreateDomainRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateDomainRequest.ProtoReflect.Descriptor instead.
 func (*CreateDomainRequest) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{12}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *CreateDomainRequest) GetDomain() *Domain {
@@ -875,7 +1127,7 @@ type GetDomainRequest struct {
 
 func (x *GetDomainRequest) Reset() {
 	*x = GetDomainRequest{}
-	mi := &file_lehr_v1_control_proto_msgTypes[13]
+	mi := &file_lehr_v1_control_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -887,7 +1139,7 @@ func (x *GetDomainRequest) String() string {
 func (*GetDomainRequest) ProtoMessage() {}
 
 func (x *GetDomainRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[13]
+	mi := &file_lehr_v1_control_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -900,7 +1152,7 @@ func (x *GetDomainRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetDomainRequest.ProtoReflect.Descriptor instead.
 func (*GetDomainRequest) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{13}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *GetDomainRequest) GetName() string {
@@ -920,7 +1172,7 @@ type ListDomainsRequest struct {
 
 func (x *ListDomainsRequest) Reset() {
 	*x = ListDomainsRequest{}
-	mi := &file_lehr_v1_control_proto_msgTypes[14]
+	mi := &file_lehr_v1_control_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -932,7 +1184,7 @@ func (x *ListDomainsRequest) String() string {
 func (*ListDomainsRequest) ProtoMessage() {}
 
 func (x *ListDomainsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[14]
+	mi := &file_lehr_v1_control_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -945,7 +1197,7 @@ func (x *ListDomainsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDomainsRequest.ProtoReflect.Descriptor instead.
 func (*ListDomainsRequest) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{14}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ListDomainsRequest) GetPageSize() int32 {
@@ -972,7 +1224,7 @@ type ListDomainsResponse struct {
 
 func (x *ListDomainsResponse) Reset() {
 	*x = ListDomainsResponse{}
-	mi := &file_lehr_v1_control_proto_msgTypes[15]
+	mi := &file_lehr_v1_control_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -984,7 +1236,7 @@ func (x *ListDomainsResponse) String() string {
 func (*ListDomainsResponse) ProtoMessage() {}
 
 func (x *ListDomainsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[15]
+	mi := &file_lehr_v1_control_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -997,7 +1249,7 @@ func (x *ListDomainsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDomainsResponse.ProtoReflect.Descriptor instead.
 func (*ListDomainsResponse) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{15}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ListDomainsResponse) GetDomains() []*Domain {
@@ -1024,7 +1276,7 @@ type CreateNamespaceRequest struct {
 
 func (x *CreateNamespaceRequest) Reset() {
 	*x = CreateNamespaceRequest{}
-	mi := &file_lehr_v1_control_proto_msgTypes[16]
+	mi := &file_lehr_v1_control_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1036,7 +1288,7 @@ func (x *CreateNamespaceRequest) String() string {
 func (*CreateNamespaceRequest) ProtoMessage() {}
 
 func (x *CreateNamespaceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[16]
+	mi := &file_lehr_v1_control_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1049,7 +1301,7 @@ func (x *CreateNamespaceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateNamespaceRequest.ProtoReflect.Descriptor instead.
 func (*CreateNamespaceRequest) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{16}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *CreateNamespaceRequest) GetNamespace() *Namespace {
@@ -1068,7 +1320,7 @@ type GetNamespaceRequest struct {
 
 func (x *GetNamespaceRequest) Reset() {
 	*x = GetNamespaceRequest{}
-	mi := &file_lehr_v1_control_proto_msgTypes[17]
+	mi := &file_lehr_v1_control_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1080,7 +1332,7 @@ func (x *GetNamespaceRequest) String() string {
 func (*GetNamespaceRequest) ProtoMessage() {}
 
 func (x *GetNamespaceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[17]
+	mi := &file_lehr_v1_control_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1093,7 +1345,7 @@ func (x *GetNamespaceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetNamespaceRequest.ProtoReflect.Descriptor instead.
 func (*GetNamespaceRequest) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{17}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *GetNamespaceRequest) GetName() string {
@@ -1114,7 +1366,7 @@ type ListNamespacesRequest struct {
 
 func (x *ListNamespacesRequest) Reset() {
 	*x = ListNamespacesRequest{}
-	mi := &file_lehr_v1_control_proto_msgTypes[18]
+	mi := &file_lehr_v1_control_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1126,7 +1378,7 @@ func (x *ListNamespacesRequest) String() string {
 func (*ListNamespacesRequest) ProtoMessage() {}
 
 func (x *ListNamespacesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[18]
+	mi := &file_lehr_v1_control_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1139,7 +1391,7 @@ func (x *ListNamespacesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListNamespacesRequest.ProtoReflect.Descriptor instead.
 func (*ListNamespacesRequest) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{18}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ListNamespacesRequest) GetDomain() string {
@@ -1173,7 +1425,7 @@ type ListNamespacesResponse struct {
 
 func (x *ListNamespacesResponse) Reset() {
 	*x = ListNamespacesResponse{}
-	mi := &file_lehr_v1_control_proto_msgTypes[19]
+	mi := &file_lehr_v1_control_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1185,7 +1437,7 @@ func (x *ListNamespacesResponse) String() string {
 func (*ListNamespacesResponse) ProtoMessage() {}
 
 func (x *ListNamespacesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[19]
+	mi := &file_lehr_v1_control_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1198,7 +1450,7 @@ func (x *ListNamespacesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListNamespacesResponse.ProtoReflect.Descriptor instead.
 func (*ListNamespacesResponse) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{19}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ListNamespacesResponse) GetNamespaces() []*Namespace {
@@ -1240,7 +1492,7 @@ type PublishRequest struct {
 
 func (x *PublishRequest) Reset() {
 	*x = PublishRequest{}
-	mi := &file_lehr_v1_control_proto_msgTypes[20]
+	mi := &file_lehr_v1_control_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1252,7 +1504,7 @@ func (x *PublishRequest) String() string {
 func (*PublishRequest) ProtoMessage() {}
 
 func (x *PublishRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[20]
+	mi := &file_lehr_v1_control_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1265,7 +1517,7 @@ func (x *PublishRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PublishRequest.ProtoReflect.Descriptor instead.
 func (*PublishRequest) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{20}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *PublishRequest) GetNamespace() string {
@@ -1326,7 +1578,7 @@ type PublishResponse struct {
 
 func (x *PublishResponse) Reset() {
 	*x = PublishResponse{}
-	mi := &file_lehr_v1_control_proto_msgTypes[21]
+	mi := &file_lehr_v1_control_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1338,7 +1590,7 @@ func (x *PublishResponse) String() string {
 func (*PublishResponse) ProtoMessage() {}
 
 func (x *PublishResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[21]
+	mi := &file_lehr_v1_control_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1351,7 +1603,7 @@ func (x *PublishResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PublishResponse.ProtoReflect.Descriptor instead.
 func (*PublishResponse) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{21}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *PublishResponse) GetVersion() *VersionInfo {
@@ -1382,7 +1634,7 @@ type PatchRequest struct {
 
 func (x *PatchRequest) Reset() {
 	*x = PatchRequest{}
-	mi := &file_lehr_v1_control_proto_msgTypes[22]
+	mi := &file_lehr_v1_control_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1394,7 +1646,7 @@ func (x *PatchRequest) String() string {
 func (*PatchRequest) ProtoMessage() {}
 
 func (x *PatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[22]
+	mi := &file_lehr_v1_control_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1407,7 +1659,7 @@ func (x *PatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PatchRequest.ProtoReflect.Descriptor instead.
 func (*PatchRequest) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{22}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *PatchRequest) GetNamespace() string {
@@ -1468,7 +1720,7 @@ type PatchResponse struct {
 
 func (x *PatchResponse) Reset() {
 	*x = PatchResponse{}
-	mi := &file_lehr_v1_control_proto_msgTypes[23]
+	mi := &file_lehr_v1_control_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1480,7 +1732,7 @@ func (x *PatchResponse) String() string {
 func (*PatchResponse) ProtoMessage() {}
 
 func (x *PatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[23]
+	mi := &file_lehr_v1_control_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1493,7 +1745,7 @@ func (x *PatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PatchResponse.ProtoReflect.Descriptor instead.
 func (*PatchResponse) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{23}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *PatchResponse) GetVersion() *VersionInfo {
@@ -1516,7 +1768,7 @@ type GetRequest struct {
 
 func (x *GetRequest) Reset() {
 	*x = GetRequest{}
-	mi := &file_lehr_v1_control_proto_msgTypes[24]
+	mi := &file_lehr_v1_control_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1528,7 +1780,7 @@ func (x *GetRequest) String() string {
 func (*GetRequest) ProtoMessage() {}
 
 func (x *GetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[24]
+	mi := &file_lehr_v1_control_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1541,7 +1793,7 @@ func (x *GetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRequest.ProtoReflect.Descriptor instead.
 func (*GetRequest) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{24}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *GetRequest) GetNamespace() string {
@@ -1577,7 +1829,7 @@ type GetResponse struct {
 
 func (x *GetResponse) Reset() {
 	*x = GetResponse{}
-	mi := &file_lehr_v1_control_proto_msgTypes[25]
+	mi := &file_lehr_v1_control_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1589,7 +1841,7 @@ func (x *GetResponse) String() string {
 func (*GetResponse) ProtoMessage() {}
 
 func (x *GetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[25]
+	mi := &file_lehr_v1_control_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1602,7 +1854,7 @@ func (x *GetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetResponse.ProtoReflect.Descriptor instead.
 func (*GetResponse) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{25}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *GetResponse) GetVersion() *VersionInfo {
@@ -1638,7 +1890,7 @@ type HistoryRequest struct {
 
 func (x *HistoryRequest) Reset() {
 	*x = HistoryRequest{}
-	mi := &file_lehr_v1_control_proto_msgTypes[26]
+	mi := &file_lehr_v1_control_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1650,7 +1902,7 @@ func (x *HistoryRequest) String() string {
 func (*HistoryRequest) ProtoMessage() {}
 
 func (x *HistoryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[26]
+	mi := &file_lehr_v1_control_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1663,7 +1915,7 @@ func (x *HistoryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HistoryRequest.ProtoReflect.Descriptor instead.
 func (*HistoryRequest) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{26}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *HistoryRequest) GetNamespace() string {
@@ -1698,7 +1950,7 @@ type HistoryResponse struct {
 
 func (x *HistoryResponse) Reset() {
 	*x = HistoryResponse{}
-	mi := &file_lehr_v1_control_proto_msgTypes[27]
+	mi := &file_lehr_v1_control_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1710,7 +1962,7 @@ func (x *HistoryResponse) String() string {
 func (*HistoryResponse) ProtoMessage() {}
 
 func (x *HistoryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[27]
+	mi := &file_lehr_v1_control_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1723,7 +1975,7 @@ func (x *HistoryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HistoryResponse.ProtoReflect.Descriptor instead.
 func (*HistoryResponse) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{27}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *HistoryResponse) GetVersions() []*VersionInfo {
@@ -1751,7 +2003,7 @@ type DiffRequest struct {
 
 func (x *DiffRequest) Reset() {
 	*x = DiffRequest{}
-	mi := &file_lehr_v1_control_proto_msgTypes[28]
+	mi := &file_lehr_v1_control_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1763,7 +2015,7 @@ func (x *DiffRequest) String() string {
 func (*DiffRequest) ProtoMessage() {}
 
 func (x *DiffRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[28]
+	mi := &file_lehr_v1_control_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1776,7 +2028,7 @@ func (x *DiffRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DiffRequest.ProtoReflect.Descriptor instead.
 func (*DiffRequest) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{28}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *DiffRequest) GetNamespace() string {
@@ -1815,7 +2067,7 @@ type PropertyChange struct {
 
 func (x *PropertyChange) Reset() {
 	*x = PropertyChange{}
-	mi := &file_lehr_v1_control_proto_msgTypes[29]
+	mi := &file_lehr_v1_control_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1827,7 +2079,7 @@ func (x *PropertyChange) String() string {
 func (*PropertyChange) ProtoMessage() {}
 
 func (x *PropertyChange) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[29]
+	mi := &file_lehr_v1_control_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1840,7 +2092,7 @@ func (x *PropertyChange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PropertyChange.ProtoReflect.Descriptor instead.
 func (*PropertyChange) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{29}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *PropertyChange) GetKey() string {
@@ -1883,7 +2135,7 @@ type DiffResponse struct {
 
 func (x *DiffResponse) Reset() {
 	*x = DiffResponse{}
-	mi := &file_lehr_v1_control_proto_msgTypes[30]
+	mi := &file_lehr_v1_control_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1895,7 +2147,7 @@ func (x *DiffResponse) String() string {
 func (*DiffResponse) ProtoMessage() {}
 
 func (x *DiffResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[30]
+	mi := &file_lehr_v1_control_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1908,7 +2160,7 @@ func (x *DiffResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DiffResponse.ProtoReflect.Descriptor instead.
 func (*DiffResponse) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{30}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *DiffResponse) GetFrom() *VersionInfo {
@@ -1951,7 +2203,7 @@ type RollbackRequest struct {
 
 func (x *RollbackRequest) Reset() {
 	*x = RollbackRequest{}
-	mi := &file_lehr_v1_control_proto_msgTypes[31]
+	mi := &file_lehr_v1_control_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1963,7 +2215,7 @@ func (x *RollbackRequest) String() string {
 func (*RollbackRequest) ProtoMessage() {}
 
 func (x *RollbackRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[31]
+	mi := &file_lehr_v1_control_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1976,7 +2228,7 @@ func (x *RollbackRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RollbackRequest.ProtoReflect.Descriptor instead.
 func (*RollbackRequest) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{31}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *RollbackRequest) GetNamespace() string {
@@ -2030,7 +2282,7 @@ type RollbackResponse struct {
 
 func (x *RollbackResponse) Reset() {
 	*x = RollbackResponse{}
-	mi := &file_lehr_v1_control_proto_msgTypes[32]
+	mi := &file_lehr_v1_control_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2042,7 +2294,7 @@ func (x *RollbackResponse) String() string {
 func (*RollbackResponse) ProtoMessage() {}
 
 func (x *RollbackResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[32]
+	mi := &file_lehr_v1_control_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2055,7 +2307,7 @@ func (x *RollbackResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RollbackResponse.ProtoReflect.Descriptor instead.
 func (*RollbackResponse) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{32}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *RollbackResponse) GetVersion() *VersionInfo {
@@ -2074,7 +2326,7 @@ type CreateZoneRequest struct {
 
 func (x *CreateZoneRequest) Reset() {
 	*x = CreateZoneRequest{}
-	mi := &file_lehr_v1_control_proto_msgTypes[33]
+	mi := &file_lehr_v1_control_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2086,7 +2338,7 @@ func (x *CreateZoneRequest) String() string {
 func (*CreateZoneRequest) ProtoMessage() {}
 
 func (x *CreateZoneRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[33]
+	mi := &file_lehr_v1_control_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2099,7 +2351,7 @@ func (x *CreateZoneRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateZoneRequest.ProtoReflect.Descriptor instead.
 func (*CreateZoneRequest) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{33}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *CreateZoneRequest) GetName() string {
@@ -2117,7 +2369,7 @@ type ListZonesRequest struct {
 
 func (x *ListZonesRequest) Reset() {
 	*x = ListZonesRequest{}
-	mi := &file_lehr_v1_control_proto_msgTypes[34]
+	mi := &file_lehr_v1_control_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2129,7 +2381,7 @@ func (x *ListZonesRequest) String() string {
 func (*ListZonesRequest) ProtoMessage() {}
 
 func (x *ListZonesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[34]
+	mi := &file_lehr_v1_control_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2142,7 +2394,7 @@ func (x *ListZonesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListZonesRequest.ProtoReflect.Descriptor instead.
 func (*ListZonesRequest) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{34}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{37}
 }
 
 type ListZonesResponse struct {
@@ -2154,7 +2406,7 @@ type ListZonesResponse struct {
 
 func (x *ListZonesResponse) Reset() {
 	*x = ListZonesResponse{}
-	mi := &file_lehr_v1_control_proto_msgTypes[35]
+	mi := &file_lehr_v1_control_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2166,7 +2418,7 @@ func (x *ListZonesResponse) String() string {
 func (*ListZonesResponse) ProtoMessage() {}
 
 func (x *ListZonesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[35]
+	mi := &file_lehr_v1_control_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2179,7 +2431,7 @@ func (x *ListZonesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListZonesResponse.ProtoReflect.Descriptor instead.
 func (*ListZonesResponse) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{35}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *ListZonesResponse) GetZones() []*Zone {
@@ -2200,7 +2452,7 @@ type GetGoalsRequest struct {
 
 func (x *GetGoalsRequest) Reset() {
 	*x = GetGoalsRequest{}
-	mi := &file_lehr_v1_control_proto_msgTypes[36]
+	mi := &file_lehr_v1_control_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2212,7 +2464,7 @@ func (x *GetGoalsRequest) String() string {
 func (*GetGoalsRequest) ProtoMessage() {}
 
 func (x *GetGoalsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[36]
+	mi := &file_lehr_v1_control_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2225,7 +2477,7 @@ func (x *GetGoalsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetGoalsRequest.ProtoReflect.Descriptor instead.
 func (*GetGoalsRequest) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{36}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *GetGoalsRequest) GetZone() string {
@@ -2253,7 +2505,7 @@ type GetGoalsResponse struct {
 
 func (x *GetGoalsResponse) Reset() {
 	*x = GetGoalsResponse{}
-	mi := &file_lehr_v1_control_proto_msgTypes[37]
+	mi := &file_lehr_v1_control_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2265,7 +2517,7 @@ func (x *GetGoalsResponse) String() string {
 func (*GetGoalsResponse) ProtoMessage() {}
 
 func (x *GetGoalsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[37]
+	mi := &file_lehr_v1_control_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2278,7 +2530,7 @@ func (x *GetGoalsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetGoalsResponse.ProtoReflect.Descriptor instead.
 func (*GetGoalsResponse) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{37}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *GetGoalsResponse) GetGoals() []*GoalState {
@@ -2308,7 +2560,7 @@ type WatchGoalsRequest struct {
 
 func (x *WatchGoalsRequest) Reset() {
 	*x = WatchGoalsRequest{}
-	mi := &file_lehr_v1_control_proto_msgTypes[38]
+	mi := &file_lehr_v1_control_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2320,7 +2572,7 @@ func (x *WatchGoalsRequest) String() string {
 func (*WatchGoalsRequest) ProtoMessage() {}
 
 func (x *WatchGoalsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[38]
+	mi := &file_lehr_v1_control_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2333,7 +2585,7 @@ func (x *WatchGoalsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchGoalsRequest.ProtoReflect.Descriptor instead.
 func (*WatchGoalsRequest) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{38}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *WatchGoalsRequest) GetZone() string {
@@ -2369,7 +2621,7 @@ type GoalEvent struct {
 
 func (x *GoalEvent) Reset() {
 	*x = GoalEvent{}
-	mi := &file_lehr_v1_control_proto_msgTypes[39]
+	mi := &file_lehr_v1_control_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2381,7 +2633,7 @@ func (x *GoalEvent) String() string {
 func (*GoalEvent) ProtoMessage() {}
 
 func (x *GoalEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[39]
+	mi := &file_lehr_v1_control_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2394,7 +2646,7 @@ func (x *GoalEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GoalEvent.ProtoReflect.Descriptor instead.
 func (*GoalEvent) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{39}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *GoalEvent) GetType() GoalEvent_Type {
@@ -2429,7 +2681,7 @@ type WatchGoalsResponse struct {
 
 func (x *WatchGoalsResponse) Reset() {
 	*x = WatchGoalsResponse{}
-	mi := &file_lehr_v1_control_proto_msgTypes[40]
+	mi := &file_lehr_v1_control_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2441,7 +2693,7 @@ func (x *WatchGoalsResponse) String() string {
 func (*WatchGoalsResponse) ProtoMessage() {}
 
 func (x *WatchGoalsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[40]
+	mi := &file_lehr_v1_control_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2454,7 +2706,7 @@ func (x *WatchGoalsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchGoalsResponse.ProtoReflect.Descriptor instead.
 func (*WatchGoalsResponse) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{40}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *WatchGoalsResponse) GetRevision() int64 {
@@ -2496,7 +2748,7 @@ type FetchVersionRequest struct {
 
 func (x *FetchVersionRequest) Reset() {
 	*x = FetchVersionRequest{}
-	mi := &file_lehr_v1_control_proto_msgTypes[41]
+	mi := &file_lehr_v1_control_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2508,7 +2760,7 @@ func (x *FetchVersionRequest) String() string {
 func (*FetchVersionRequest) ProtoMessage() {}
 
 func (x *FetchVersionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[41]
+	mi := &file_lehr_v1_control_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2521,7 +2773,7 @@ func (x *FetchVersionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchVersionRequest.ProtoReflect.Descriptor instead.
 func (*FetchVersionRequest) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{41}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *FetchVersionRequest) GetNamespace() string {
@@ -2550,7 +2802,7 @@ type FetchVersionResponse struct {
 
 func (x *FetchVersionResponse) Reset() {
 	*x = FetchVersionResponse{}
-	mi := &file_lehr_v1_control_proto_msgTypes[42]
+	mi := &file_lehr_v1_control_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2562,7 +2814,7 @@ func (x *FetchVersionResponse) String() string {
 func (*FetchVersionResponse) ProtoMessage() {}
 
 func (x *FetchVersionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[42]
+	mi := &file_lehr_v1_control_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2575,7 +2827,7 @@ func (x *FetchVersionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchVersionResponse.ProtoReflect.Descriptor instead.
 func (*FetchVersionResponse) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{42}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *FetchVersionResponse) GetVersion() *VersionInfo {
@@ -2610,7 +2862,7 @@ type FetchDeltaRequest struct {
 
 func (x *FetchDeltaRequest) Reset() {
 	*x = FetchDeltaRequest{}
-	mi := &file_lehr_v1_control_proto_msgTypes[43]
+	mi := &file_lehr_v1_control_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2622,7 +2874,7 @@ func (x *FetchDeltaRequest) String() string {
 func (*FetchDeltaRequest) ProtoMessage() {}
 
 func (x *FetchDeltaRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[43]
+	mi := &file_lehr_v1_control_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2635,7 +2887,7 @@ func (x *FetchDeltaRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchDeltaRequest.ProtoReflect.Descriptor instead.
 func (*FetchDeltaRequest) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{43}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *FetchDeltaRequest) GetNamespace() string {
@@ -2674,7 +2926,7 @@ type FetchDeltaResponse struct {
 
 func (x *FetchDeltaResponse) Reset() {
 	*x = FetchDeltaResponse{}
-	mi := &file_lehr_v1_control_proto_msgTypes[44]
+	mi := &file_lehr_v1_control_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2686,7 +2938,7 @@ func (x *FetchDeltaResponse) String() string {
 func (*FetchDeltaResponse) ProtoMessage() {}
 
 func (x *FetchDeltaResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[44]
+	mi := &file_lehr_v1_control_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2699,7 +2951,7 @@ func (x *FetchDeltaResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchDeltaResponse.ProtoReflect.Descriptor instead.
 func (*FetchDeltaResponse) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{44}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *FetchDeltaResponse) GetFrom() *VersionInfo {
@@ -2749,7 +3001,7 @@ type VersionCount struct {
 
 func (x *VersionCount) Reset() {
 	*x = VersionCount{}
-	mi := &file_lehr_v1_control_proto_msgTypes[45]
+	mi := &file_lehr_v1_control_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2761,7 +3013,7 @@ func (x *VersionCount) String() string {
 func (*VersionCount) ProtoMessage() {}
 
 func (x *VersionCount) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[45]
+	mi := &file_lehr_v1_control_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2774,7 +3026,7 @@ func (x *VersionCount) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VersionCount.ProtoReflect.Descriptor instead.
 func (*VersionCount) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{45}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *VersionCount) GetNamespace() string {
@@ -2830,7 +3082,7 @@ type ReportZoneStatusRequest struct {
 
 func (x *ReportZoneStatusRequest) Reset() {
 	*x = ReportZoneStatusRequest{}
-	mi := &file_lehr_v1_control_proto_msgTypes[46]
+	mi := &file_lehr_v1_control_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2842,7 +3094,7 @@ func (x *ReportZoneStatusRequest) String() string {
 func (*ReportZoneStatusRequest) ProtoMessage() {}
 
 func (x *ReportZoneStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[46]
+	mi := &file_lehr_v1_control_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2855,7 +3107,7 @@ func (x *ReportZoneStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportZoneStatusRequest.ProtoReflect.Descriptor instead.
 func (*ReportZoneStatusRequest) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{46}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *ReportZoneStatusRequest) GetZone() string {
@@ -2939,7 +3191,7 @@ type NamespacePreviewCounts struct {
 
 func (x *NamespacePreviewCounts) Reset() {
 	*x = NamespacePreviewCounts{}
-	mi := &file_lehr_v1_control_proto_msgTypes[47]
+	mi := &file_lehr_v1_control_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2951,7 +3203,7 @@ func (x *NamespacePreviewCounts) String() string {
 func (*NamespacePreviewCounts) ProtoMessage() {}
 
 func (x *NamespacePreviewCounts) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[47]
+	mi := &file_lehr_v1_control_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2964,7 +3216,7 @@ func (x *NamespacePreviewCounts) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NamespacePreviewCounts.ProtoReflect.Descriptor instead.
 func (*NamespacePreviewCounts) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{47}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *NamespacePreviewCounts) GetNamespace() string {
@@ -2996,7 +3248,7 @@ type HostSignals struct {
 
 func (x *HostSignals) Reset() {
 	*x = HostSignals{}
-	mi := &file_lehr_v1_control_proto_msgTypes[48]
+	mi := &file_lehr_v1_control_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3008,7 +3260,7 @@ func (x *HostSignals) String() string {
 func (*HostSignals) ProtoMessage() {}
 
 func (x *HostSignals) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[48]
+	mi := &file_lehr_v1_control_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3021,7 +3273,7 @@ func (x *HostSignals) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HostSignals.ProtoReflect.Descriptor instead.
 func (*HostSignals) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{48}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *HostSignals) GetHostId() string {
@@ -3058,7 +3310,7 @@ type CohortSample struct {
 
 func (x *CohortSample) Reset() {
 	*x = CohortSample{}
-	mi := &file_lehr_v1_control_proto_msgTypes[49]
+	mi := &file_lehr_v1_control_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3070,7 +3322,7 @@ func (x *CohortSample) String() string {
 func (*CohortSample) ProtoMessage() {}
 
 func (x *CohortSample) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[49]
+	mi := &file_lehr_v1_control_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3083,7 +3335,7 @@ func (x *CohortSample) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CohortSample.ProtoReflect.Descriptor instead.
 func (*CohortSample) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{49}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *CohortSample) GetNamespace() string {
@@ -3133,7 +3385,7 @@ type NamespaceHealth struct {
 
 func (x *NamespaceHealth) Reset() {
 	*x = NamespaceHealth{}
-	mi := &file_lehr_v1_control_proto_msgTypes[50]
+	mi := &file_lehr_v1_control_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3145,7 +3397,7 @@ func (x *NamespaceHealth) String() string {
 func (*NamespaceHealth) ProtoMessage() {}
 
 func (x *NamespaceHealth) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[50]
+	mi := &file_lehr_v1_control_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3158,7 +3410,7 @@ func (x *NamespaceHealth) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NamespaceHealth.ProtoReflect.Descriptor instead.
 func (*NamespaceHealth) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{50}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *NamespaceHealth) GetNamespace() string {
@@ -3236,7 +3488,7 @@ type HostReport struct {
 
 func (x *HostReport) Reset() {
 	*x = HostReport{}
-	mi := &file_lehr_v1_control_proto_msgTypes[51]
+	mi := &file_lehr_v1_control_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3248,7 +3500,7 @@ func (x *HostReport) String() string {
 func (*HostReport) ProtoMessage() {}
 
 func (x *HostReport) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[51]
+	mi := &file_lehr_v1_control_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3261,7 +3513,7 @@ func (x *HostReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HostReport.ProtoReflect.Descriptor instead.
 func (*HostReport) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{51}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *HostReport) GetHostId() string {
@@ -3293,7 +3545,7 @@ type ReportZoneStatusResponse struct {
 
 func (x *ReportZoneStatusResponse) Reset() {
 	*x = ReportZoneStatusResponse{}
-	mi := &file_lehr_v1_control_proto_msgTypes[52]
+	mi := &file_lehr_v1_control_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3305,7 +3557,7 @@ func (x *ReportZoneStatusResponse) String() string {
 func (*ReportZoneStatusResponse) ProtoMessage() {}
 
 func (x *ReportZoneStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[52]
+	mi := &file_lehr_v1_control_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3318,7 +3570,7 @@ func (x *ReportZoneStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportZoneStatusResponse.ProtoReflect.Descriptor instead.
 func (*ReportZoneStatusResponse) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{52}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{55}
 }
 
 type GetZoneStatusRequest struct {
@@ -3330,7 +3582,7 @@ type GetZoneStatusRequest struct {
 
 func (x *GetZoneStatusRequest) Reset() {
 	*x = GetZoneStatusRequest{}
-	mi := &file_lehr_v1_control_proto_msgTypes[53]
+	mi := &file_lehr_v1_control_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3342,7 +3594,7 @@ func (x *GetZoneStatusRequest) String() string {
 func (*GetZoneStatusRequest) ProtoMessage() {}
 
 func (x *GetZoneStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[53]
+	mi := &file_lehr_v1_control_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3355,7 +3607,7 @@ func (x *GetZoneStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetZoneStatusRequest.ProtoReflect.Descriptor instead.
 func (*GetZoneStatusRequest) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{53}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *GetZoneStatusRequest) GetZone() string {
@@ -3382,7 +3634,7 @@ type DistributorStatus struct {
 
 func (x *DistributorStatus) Reset() {
 	*x = DistributorStatus{}
-	mi := &file_lehr_v1_control_proto_msgTypes[54]
+	mi := &file_lehr_v1_control_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3394,7 +3646,7 @@ func (x *DistributorStatus) String() string {
 func (*DistributorStatus) ProtoMessage() {}
 
 func (x *DistributorStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[54]
+	mi := &file_lehr_v1_control_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3407,7 +3659,7 @@ func (x *DistributorStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DistributorStatus.ProtoReflect.Descriptor instead.
 func (*DistributorStatus) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{54}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *DistributorStatus) GetDistributorId() string {
@@ -3482,7 +3734,7 @@ type GetZoneStatusResponse struct {
 
 func (x *GetZoneStatusResponse) Reset() {
 	*x = GetZoneStatusResponse{}
-	mi := &file_lehr_v1_control_proto_msgTypes[55]
+	mi := &file_lehr_v1_control_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3494,7 +3746,7 @@ func (x *GetZoneStatusResponse) String() string {
 func (*GetZoneStatusResponse) ProtoMessage() {}
 
 func (x *GetZoneStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[55]
+	mi := &file_lehr_v1_control_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3507,7 +3759,7 @@ func (x *GetZoneStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetZoneStatusResponse.ProtoReflect.Descriptor instead.
 func (*GetZoneStatusResponse) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{55}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *GetZoneStatusResponse) GetZone() string {
@@ -3549,7 +3801,28 @@ var File_lehr_v1_control_proto protoreflect.FileDescriptor
 
 const file_lehr_v1_control_proto_rawDesc = "" +
 	"\n" +
-	"\x15lehr/v1/control.proto\x12\alehr.v1\x1a#google/longrunning/operations.proto\x1a\x14lehr/v1/canary.proto\x1a\x15lehr/v1/preview.proto\x1a\x15lehr/v1/rollout.proto\x1a\x13lehr/v1/types.proto\x1a\x12lehr/v1/wire.proto\"\xb0\x01\n" +
+	"\x15lehr/v1/control.proto\x12\alehr.v1\x1a#google/longrunning/operations.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x14lehr/v1/canary.proto\x1a\x15lehr/v1/preview.proto\x1a\x15lehr/v1/rollout.proto\x1a\x13lehr/v1/types.proto\x1a\x12lehr/v1/wire.proto\"\xaa\x02\n" +
+	"\vAuditRecord\x12.\n" +
+	"\x04time\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12\x16\n" +
+	"\x06author\x18\x02 \x01(\tR\x06author\x12-\n" +
+	"\x12transport_identity\x18\x03 \x01(\tR\x11transportIdentity\x12\x16\n" +
+	"\x06method\x18\x04 \x01(\tR\x06method\x12\x16\n" +
+	"\x06target\x18\x05 \x01(\tR\x06target\x12\x16\n" +
+	"\x06domain\x18\x06 \x01(\tR\x06domain\x12\x18\n" +
+	"\aversion\x18\a \x01(\x04R\aversion\x12\x18\n" +
+	"\amessage\x18\b \x01(\tR\amessage\x12\x12\n" +
+	"\x04code\x18\t \x01(\tR\x04code\x12\x14\n" +
+	"\x05error\x18\n" +
+	" \x01(\tR\x05error\"\x9f\x01\n" +
+	"\x17ListAuditRecordsRequest\x12\x16\n" +
+	"\x06domain\x18\x01 \x01(\tR\x06domain\x120\n" +
+	"\x05since\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x05since\x12\x1b\n" +
+	"\tpage_size\x18\x03 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x04 \x01(\tR\tpageToken\"r\n" +
+	"\x18ListAuditRecordsResponse\x12.\n" +
+	"\arecords\x18\x01 \x03(\v2\x14.lehr.v1.AuditRecordR\arecords\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xb0\x01\n" +
 	"\x14UpdateRolloutRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\x04R\aversion\x12.\n" +
@@ -3798,7 +4071,7 @@ const file_lehr_v1_control_proto_rawDesc = "" +
 	"\fdistributors\x18\x02 \x03(\v2\x1a.lehr.v1.DistributorStatusR\fdistributors\x121\n" +
 	"\bversions\x18\x03 \x03(\v2\x15.lehr.v1.VersionCountR\bversions\x120\n" +
 	"\x06health\x18\x04 \x03(\v2\x18.lehr.v1.NamespaceHealthR\x06health\x12)\n" +
-	"\x05hosts\x18\x05 \x03(\v2\x13.lehr.v1.HostReportR\x05hosts2\x98\x19\n" +
+	"\x05hosts\x18\x05 \x03(\v2\x13.lehr.v1.HostReportR\x05hosts2\xf1\x19\n" +
 	"\aControl\x12=\n" +
 	"\fCreateDomain\x12\x1c.lehr.v1.CreateDomainRequest\x1a\x0f.lehr.v1.Domain\x127\n" +
 	"\tGetDomain\x12\x19.lehr.v1.GetDomainRequest\x1a\x0f.lehr.v1.Domain\x12H\n" +
@@ -3844,7 +4117,8 @@ const file_lehr_v1_control_proto_rawDesc = "" +
 	"\x1cStartPreviewPolicyExperiment\x12,.lehr.v1.StartPreviewPolicyExperimentRequest\x1a\x1d.google.longrunning.Operation\x12i\n" +
 	"\x1bStopPreviewPolicyExperiment\x12+.lehr.v1.StopPreviewPolicyExperimentRequest\x1a\x1d.google.longrunning.Operation\x12_\n" +
 	"\x16CommitPolicyExperiment\x12&.lehr.v1.CommitPolicyExperimentRequest\x1a\x1d.google.longrunning.Operation\x12g\n" +
-	"\x19GetPolicyExperimentCounts\x12).lehr.v1.GetPolicyExperimentCountsRequest\x1a\x1f.lehr.v1.PolicyExperimentCountsB\x1cZ\x1alehr.dev/lehr/proto/lehrpbb\x06proto3"
+	"\x19GetPolicyExperimentCounts\x12).lehr.v1.GetPolicyExperimentCountsRequest\x1a\x1f.lehr.v1.PolicyExperimentCounts\x12W\n" +
+	"\x10ListAuditRecords\x12 .lehr.v1.ListAuditRecordsRequest\x1a!.lehr.v1.ListAuditRecordsResponseB\x1cZ\x1alehr.dev/lehr/proto/lehrpbb\x06proto3"
 
 var (
 	file_lehr_v1_control_proto_rawDescOnce sync.Once
@@ -3859,250 +4133,259 @@ func file_lehr_v1_control_proto_rawDescGZIP() []byte {
 }
 
 var file_lehr_v1_control_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_lehr_v1_control_proto_msgTypes = make([]protoimpl.MessageInfo, 56)
+var file_lehr_v1_control_proto_msgTypes = make([]protoimpl.MessageInfo, 59)
 var file_lehr_v1_control_proto_goTypes = []any{
 	(PropertyChange_Kind)(0),                    // 0: lehr.v1.PropertyChange.Kind
 	(GoalEvent_Type)(0),                         // 1: lehr.v1.GoalEvent.Type
-	(*UpdateRolloutRequest)(nil),                // 2: lehr.v1.UpdateRolloutRequest
-	(*GetRolloutRequest)(nil),                   // 3: lehr.v1.GetRolloutRequest
-	(*ListRolloutsRequest)(nil),                 // 4: lehr.v1.ListRolloutsRequest
-	(*ListRolloutsResponse)(nil),                // 5: lehr.v1.ListRolloutsResponse
-	(*ListRolloutEventsRequest)(nil),            // 6: lehr.v1.ListRolloutEventsRequest
-	(*ListRolloutEventsResponse)(nil),           // 7: lehr.v1.ListRolloutEventsResponse
-	(*SetRolloutPolicyRequest)(nil),             // 8: lehr.v1.SetRolloutPolicyRequest
-	(*DeleteRolloutPolicyRequest)(nil),          // 9: lehr.v1.DeleteRolloutPolicyRequest
-	(*GetRolloutPolicyRequest)(nil),             // 10: lehr.v1.GetRolloutPolicyRequest
-	(*GetRolloutPolicyResponse)(nil),            // 11: lehr.v1.GetRolloutPolicyResponse
-	(*RolloutPolicyHistoryRequest)(nil),         // 12: lehr.v1.RolloutPolicyHistoryRequest
-	(*RolloutPolicyHistoryResponse)(nil),        // 13: lehr.v1.RolloutPolicyHistoryResponse
-	(*CreateDomainRequest)(nil),                 // 14: lehr.v1.CreateDomainRequest
-	(*GetDomainRequest)(nil),                    // 15: lehr.v1.GetDomainRequest
-	(*ListDomainsRequest)(nil),                  // 16: lehr.v1.ListDomainsRequest
-	(*ListDomainsResponse)(nil),                 // 17: lehr.v1.ListDomainsResponse
-	(*CreateNamespaceRequest)(nil),              // 18: lehr.v1.CreateNamespaceRequest
-	(*GetNamespaceRequest)(nil),                 // 19: lehr.v1.GetNamespaceRequest
-	(*ListNamespacesRequest)(nil),               // 20: lehr.v1.ListNamespacesRequest
-	(*ListNamespacesResponse)(nil),              // 21: lehr.v1.ListNamespacesResponse
-	(*PublishRequest)(nil),                      // 22: lehr.v1.PublishRequest
-	(*PublishResponse)(nil),                     // 23: lehr.v1.PublishResponse
-	(*PatchRequest)(nil),                        // 24: lehr.v1.PatchRequest
-	(*PatchResponse)(nil),                       // 25: lehr.v1.PatchResponse
-	(*GetRequest)(nil),                          // 26: lehr.v1.GetRequest
-	(*GetResponse)(nil),                         // 27: lehr.v1.GetResponse
-	(*HistoryRequest)(nil),                      // 28: lehr.v1.HistoryRequest
-	(*HistoryResponse)(nil),                     // 29: lehr.v1.HistoryResponse
-	(*DiffRequest)(nil),                         // 30: lehr.v1.DiffRequest
-	(*PropertyChange)(nil),                      // 31: lehr.v1.PropertyChange
-	(*DiffResponse)(nil),                        // 32: lehr.v1.DiffResponse
-	(*RollbackRequest)(nil),                     // 33: lehr.v1.RollbackRequest
-	(*RollbackResponse)(nil),                    // 34: lehr.v1.RollbackResponse
-	(*CreateZoneRequest)(nil),                   // 35: lehr.v1.CreateZoneRequest
-	(*ListZonesRequest)(nil),                    // 36: lehr.v1.ListZonesRequest
-	(*ListZonesResponse)(nil),                   // 37: lehr.v1.ListZonesResponse
-	(*GetGoalsRequest)(nil),                     // 38: lehr.v1.GetGoalsRequest
-	(*GetGoalsResponse)(nil),                    // 39: lehr.v1.GetGoalsResponse
-	(*WatchGoalsRequest)(nil),                   // 40: lehr.v1.WatchGoalsRequest
-	(*GoalEvent)(nil),                           // 41: lehr.v1.GoalEvent
-	(*WatchGoalsResponse)(nil),                  // 42: lehr.v1.WatchGoalsResponse
-	(*FetchVersionRequest)(nil),                 // 43: lehr.v1.FetchVersionRequest
-	(*FetchVersionResponse)(nil),                // 44: lehr.v1.FetchVersionResponse
-	(*FetchDeltaRequest)(nil),                   // 45: lehr.v1.FetchDeltaRequest
-	(*FetchDeltaResponse)(nil),                  // 46: lehr.v1.FetchDeltaResponse
-	(*VersionCount)(nil),                        // 47: lehr.v1.VersionCount
-	(*ReportZoneStatusRequest)(nil),             // 48: lehr.v1.ReportZoneStatusRequest
-	(*NamespacePreviewCounts)(nil),              // 49: lehr.v1.NamespacePreviewCounts
-	(*HostSignals)(nil),                         // 50: lehr.v1.HostSignals
-	(*CohortSample)(nil),                        // 51: lehr.v1.CohortSample
-	(*NamespaceHealth)(nil),                     // 52: lehr.v1.NamespaceHealth
-	(*HostReport)(nil),                          // 53: lehr.v1.HostReport
-	(*ReportZoneStatusResponse)(nil),            // 54: lehr.v1.ReportZoneStatusResponse
-	(*GetZoneStatusRequest)(nil),                // 55: lehr.v1.GetZoneStatusRequest
-	(*DistributorStatus)(nil),                   // 56: lehr.v1.DistributorStatus
-	(*GetZoneStatusResponse)(nil),               // 57: lehr.v1.GetZoneStatusResponse
-	(RolloutAction)(0),                          // 58: lehr.v1.RolloutAction
-	(*Rollout)(nil),                             // 59: lehr.v1.Rollout
-	(*RolloutEvent)(nil),                        // 60: lehr.v1.RolloutEvent
-	(*RolloutPolicy)(nil),                       // 61: lehr.v1.RolloutPolicy
-	(*RolloutPolicyRecord)(nil),                 // 62: lehr.v1.RolloutPolicyRecord
-	(RolloutPolicySource)(0),                    // 63: lehr.v1.RolloutPolicySource
-	(*Domain)(nil),                              // 64: lehr.v1.Domain
-	(*Namespace)(nil),                           // 65: lehr.v1.Namespace
-	(NamespaceKind)(0),                          // 66: lehr.v1.NamespaceKind
-	(*Property)(nil),                            // 67: lehr.v1.Property
-	(*VersionInfo)(nil),                         // 68: lehr.v1.VersionInfo
-	(*Zone)(nil),                                // 69: lehr.v1.Zone
-	(*GoalState)(nil),                           // 70: lehr.v1.GoalState
-	(*HostPreviewCounts)(nil),                   // 71: lehr.v1.HostPreviewCounts
-	(*NamespaceSignals)(nil),                    // 72: lehr.v1.NamespaceSignals
-	(*NamespaceReport)(nil),                     // 73: lehr.v1.NamespaceReport
-	(*EvaluateRequest)(nil),                     // 74: lehr.v1.EvaluateRequest
-	(*GetCanaryEvaluationRequest)(nil),          // 75: lehr.v1.GetCanaryEvaluationRequest
-	(*ListCanaryEvaluationsRequest)(nil),        // 76: lehr.v1.ListCanaryEvaluationsRequest
-	(*GetPolicyRequest)(nil),                    // 77: lehr.v1.GetPolicyRequest
-	(*CreatePolicyExperimentRequest)(nil),       // 78: lehr.v1.CreatePolicyExperimentRequest
-	(*UpdatePolicyExperimentRequest)(nil),       // 79: lehr.v1.UpdatePolicyExperimentRequest
-	(*GetPolicyExperimentRequest)(nil),          // 80: lehr.v1.GetPolicyExperimentRequest
-	(*ListPolicyExperimentsRequest)(nil),        // 81: lehr.v1.ListPolicyExperimentsRequest
-	(*DeletePolicyExperimentRequest)(nil),       // 82: lehr.v1.DeletePolicyExperimentRequest
-	(*StartPreviewPolicyExperimentRequest)(nil), // 83: lehr.v1.StartPreviewPolicyExperimentRequest
-	(*StopPreviewPolicyExperimentRequest)(nil),  // 84: lehr.v1.StopPreviewPolicyExperimentRequest
-	(*CommitPolicyExperimentRequest)(nil),       // 85: lehr.v1.CommitPolicyExperimentRequest
-	(*GetPolicyExperimentCountsRequest)(nil),    // 86: lehr.v1.GetPolicyExperimentCountsRequest
-	(*CanaryEvaluation)(nil),                    // 87: lehr.v1.CanaryEvaluation
-	(*ListCanaryEvaluationsResponse)(nil),       // 88: lehr.v1.ListCanaryEvaluationsResponse
-	(*Policy)(nil),                              // 89: lehr.v1.Policy
-	(*longrunningpb.Operation)(nil),             // 90: google.longrunning.Operation
-	(*PolicyExperiment)(nil),                    // 91: lehr.v1.PolicyExperiment
-	(*ListPolicyExperimentsResponse)(nil),       // 92: lehr.v1.ListPolicyExperimentsResponse
-	(*PolicyExperimentCounts)(nil),              // 93: lehr.v1.PolicyExperimentCounts
+	(*AuditRecord)(nil),                         // 2: lehr.v1.AuditRecord
+	(*ListAuditRecordsRequest)(nil),             // 3: lehr.v1.ListAuditRecordsRequest
+	(*ListAuditRecordsResponse)(nil),            // 4: lehr.v1.ListAuditRecordsResponse
+	(*UpdateRolloutRequest)(nil),                // 5: lehr.v1.UpdateRolloutRequest
+	(*GetRolloutRequest)(nil),                   // 6: lehr.v1.GetRolloutRequest
+	(*ListRolloutsRequest)(nil),                 // 7: lehr.v1.ListRolloutsRequest
+	(*ListRolloutsResponse)(nil),                // 8: lehr.v1.ListRolloutsResponse
+	(*ListRolloutEventsRequest)(nil),            // 9: lehr.v1.ListRolloutEventsRequest
+	(*ListRolloutEventsResponse)(nil),           // 10: lehr.v1.ListRolloutEventsResponse
+	(*SetRolloutPolicyRequest)(nil),             // 11: lehr.v1.SetRolloutPolicyRequest
+	(*DeleteRolloutPolicyRequest)(nil),          // 12: lehr.v1.DeleteRolloutPolicyRequest
+	(*GetRolloutPolicyRequest)(nil),             // 13: lehr.v1.GetRolloutPolicyRequest
+	(*GetRolloutPolicyResponse)(nil),            // 14: lehr.v1.GetRolloutPolicyResponse
+	(*RolloutPolicyHistoryRequest)(nil),         // 15: lehr.v1.RolloutPolicyHistoryRequest
+	(*RolloutPolicyHistoryResponse)(nil),        // 16: lehr.v1.RolloutPolicyHistoryResponse
+	(*CreateDomainRequest)(nil),                 // 17: lehr.v1.CreateDomainRequest
+	(*GetDomainRequest)(nil),                    // 18: lehr.v1.GetDomainRequest
+	(*ListDomainsRequest)(nil),                  // 19: lehr.v1.ListDomainsRequest
+	(*ListDomainsResponse)(nil),                 // 20: lehr.v1.ListDomainsResponse
+	(*CreateNamespaceRequest)(nil),              // 21: lehr.v1.CreateNamespaceRequest
+	(*GetNamespaceRequest)(nil),                 // 22: lehr.v1.GetNamespaceRequest
+	(*ListNamespacesRequest)(nil),               // 23: lehr.v1.ListNamespacesRequest
+	(*ListNamespacesResponse)(nil),              // 24: lehr.v1.ListNamespacesResponse
+	(*PublishRequest)(nil),                      // 25: lehr.v1.PublishRequest
+	(*PublishResponse)(nil),                     // 26: lehr.v1.PublishResponse
+	(*PatchRequest)(nil),                        // 27: lehr.v1.PatchRequest
+	(*PatchResponse)(nil),                       // 28: lehr.v1.PatchResponse
+	(*GetRequest)(nil),                          // 29: lehr.v1.GetRequest
+	(*GetResponse)(nil),                         // 30: lehr.v1.GetResponse
+	(*HistoryRequest)(nil),                      // 31: lehr.v1.HistoryRequest
+	(*HistoryResponse)(nil),                     // 32: lehr.v1.HistoryResponse
+	(*DiffRequest)(nil),                         // 33: lehr.v1.DiffRequest
+	(*PropertyChange)(nil),                      // 34: lehr.v1.PropertyChange
+	(*DiffResponse)(nil),                        // 35: lehr.v1.DiffResponse
+	(*RollbackRequest)(nil),                     // 36: lehr.v1.RollbackRequest
+	(*RollbackResponse)(nil),                    // 37: lehr.v1.RollbackResponse
+	(*CreateZoneRequest)(nil),                   // 38: lehr.v1.CreateZoneRequest
+	(*ListZonesRequest)(nil),                    // 39: lehr.v1.ListZonesRequest
+	(*ListZonesResponse)(nil),                   // 40: lehr.v1.ListZonesResponse
+	(*GetGoalsRequest)(nil),                     // 41: lehr.v1.GetGoalsRequest
+	(*GetGoalsResponse)(nil),                    // 42: lehr.v1.GetGoalsResponse
+	(*WatchGoalsRequest)(nil),                   // 43: lehr.v1.WatchGoalsRequest
+	(*GoalEvent)(nil),                           // 44: lehr.v1.GoalEvent
+	(*WatchGoalsResponse)(nil),                  // 45: lehr.v1.WatchGoalsResponse
+	(*FetchVersionRequest)(nil),                 // 46: lehr.v1.FetchVersionRequest
+	(*FetchVersionResponse)(nil),                // 47: lehr.v1.FetchVersionResponse
+	(*FetchDeltaRequest)(nil),                   // 48: lehr.v1.FetchDeltaRequest
+	(*FetchDeltaResponse)(nil),                  // 49: lehr.v1.FetchDeltaResponse
+	(*VersionCount)(nil),                        // 50: lehr.v1.VersionCount
+	(*ReportZoneStatusRequest)(nil),             // 51: lehr.v1.ReportZoneStatusRequest
+	(*NamespacePreviewCounts)(nil),              // 52: lehr.v1.NamespacePreviewCounts
+	(*HostSignals)(nil),                         // 53: lehr.v1.HostSignals
+	(*CohortSample)(nil),                        // 54: lehr.v1.CohortSample
+	(*NamespaceHealth)(nil),                     // 55: lehr.v1.NamespaceHealth
+	(*HostReport)(nil),                          // 56: lehr.v1.HostReport
+	(*ReportZoneStatusResponse)(nil),            // 57: lehr.v1.ReportZoneStatusResponse
+	(*GetZoneStatusRequest)(nil),                // 58: lehr.v1.GetZoneStatusRequest
+	(*DistributorStatus)(nil),                   // 59: lehr.v1.DistributorStatus
+	(*GetZoneStatusResponse)(nil),               // 60: lehr.v1.GetZoneStatusResponse
+	(*timestamppb.Timestamp)(nil),               // 61: google.protobuf.Timestamp
+	(RolloutAction)(0),                          // 62: lehr.v1.RolloutAction
+	(*Rollout)(nil),                             // 63: lehr.v1.Rollout
+	(*RolloutEvent)(nil),                        // 64: lehr.v1.RolloutEvent
+	(*RolloutPolicy)(nil),                       // 65: lehr.v1.RolloutPolicy
+	(*RolloutPolicyRecord)(nil),                 // 66: lehr.v1.RolloutPolicyRecord
+	(RolloutPolicySource)(0),                    // 67: lehr.v1.RolloutPolicySource
+	(*Domain)(nil),                              // 68: lehr.v1.Domain
+	(*Namespace)(nil),                           // 69: lehr.v1.Namespace
+	(NamespaceKind)(0),                          // 70: lehr.v1.NamespaceKind
+	(*Property)(nil),                            // 71: lehr.v1.Property
+	(*VersionInfo)(nil),                         // 72: lehr.v1.VersionInfo
+	(*Zone)(nil),                                // 73: lehr.v1.Zone
+	(*GoalState)(nil),                           // 74: lehr.v1.GoalState
+	(*HostPreviewCounts)(nil),                   // 75: lehr.v1.HostPreviewCounts
+	(*NamespaceSignals)(nil),                    // 76: lehr.v1.NamespaceSignals
+	(*NamespaceReport)(nil),                     // 77: lehr.v1.NamespaceReport
+	(*EvaluateRequest)(nil),                     // 78: lehr.v1.EvaluateRequest
+	(*GetCanaryEvaluationRequest)(nil),          // 79: lehr.v1.GetCanaryEvaluationRequest
+	(*ListCanaryEvaluationsRequest)(nil),        // 80: lehr.v1.ListCanaryEvaluationsRequest
+	(*GetPolicyRequest)(nil),                    // 81: lehr.v1.GetPolicyRequest
+	(*CreatePolicyExperimentRequest)(nil),       // 82: lehr.v1.CreatePolicyExperimentRequest
+	(*UpdatePolicyExperimentRequest)(nil),       // 83: lehr.v1.UpdatePolicyExperimentRequest
+	(*GetPolicyExperimentRequest)(nil),          // 84: lehr.v1.GetPolicyExperimentRequest
+	(*ListPolicyExperimentsRequest)(nil),        // 85: lehr.v1.ListPolicyExperimentsRequest
+	(*DeletePolicyExperimentRequest)(nil),       // 86: lehr.v1.DeletePolicyExperimentRequest
+	(*StartPreviewPolicyExperimentRequest)(nil), // 87: lehr.v1.StartPreviewPolicyExperimentRequest
+	(*StopPreviewPolicyExperimentRequest)(nil),  // 88: lehr.v1.StopPreviewPolicyExperimentRequest
+	(*CommitPolicyExperimentRequest)(nil),       // 89: lehr.v1.CommitPolicyExperimentRequest
+	(*GetPolicyExperimentCountsRequest)(nil),    // 90: lehr.v1.GetPolicyExperimentCountsRequest
+	(*CanaryEvaluation)(nil),                    // 91: lehr.v1.CanaryEvaluation
+	(*ListCanaryEvaluationsResponse)(nil),       // 92: lehr.v1.ListCanaryEvaluationsResponse
+	(*Policy)(nil),                              // 93: lehr.v1.Policy
+	(*longrunningpb.Operation)(nil),             // 94: google.longrunning.Operation
+	(*PolicyExperiment)(nil),                    // 95: lehr.v1.PolicyExperiment
+	(*ListPolicyExperimentsResponse)(nil),       // 96: lehr.v1.ListPolicyExperimentsResponse
+	(*PolicyExperimentCounts)(nil),              // 97: lehr.v1.PolicyExperimentCounts
 }
 var file_lehr_v1_control_proto_depIdxs = []int32{
-	58,  // 0: lehr.v1.UpdateRolloutRequest.action:type_name -> lehr.v1.RolloutAction
-	59,  // 1: lehr.v1.ListRolloutsResponse.rollouts:type_name -> lehr.v1.Rollout
-	60,  // 2: lehr.v1.ListRolloutEventsResponse.events:type_name -> lehr.v1.RolloutEvent
-	61,  // 3: lehr.v1.SetRolloutPolicyRequest.policy:type_name -> lehr.v1.RolloutPolicy
-	62,  // 4: lehr.v1.GetRolloutPolicyResponse.stored:type_name -> lehr.v1.RolloutPolicyRecord
-	61,  // 5: lehr.v1.GetRolloutPolicyResponse.effective:type_name -> lehr.v1.RolloutPolicy
-	63,  // 6: lehr.v1.GetRolloutPolicyResponse.source:type_name -> lehr.v1.RolloutPolicySource
-	62,  // 7: lehr.v1.RolloutPolicyHistoryResponse.records:type_name -> lehr.v1.RolloutPolicyRecord
-	64,  // 8: lehr.v1.CreateDomainRequest.domain:type_name -> lehr.v1.Domain
-	64,  // 9: lehr.v1.ListDomainsResponse.domains:type_name -> lehr.v1.Domain
-	65,  // 10: lehr.v1.CreateNamespaceRequest.namespace:type_name -> lehr.v1.Namespace
-	65,  // 11: lehr.v1.ListNamespacesResponse.namespaces:type_name -> lehr.v1.Namespace
-	66,  // 12: lehr.v1.PublishRequest.kind:type_name -> lehr.v1.NamespaceKind
-	67,  // 13: lehr.v1.PublishRequest.properties:type_name -> lehr.v1.Property
-	68,  // 14: lehr.v1.PublishResponse.version:type_name -> lehr.v1.VersionInfo
-	67,  // 15: lehr.v1.PatchRequest.set:type_name -> lehr.v1.Property
-	68,  // 16: lehr.v1.PatchResponse.version:type_name -> lehr.v1.VersionInfo
-	68,  // 17: lehr.v1.GetResponse.version:type_name -> lehr.v1.VersionInfo
-	67,  // 18: lehr.v1.GetResponse.properties:type_name -> lehr.v1.Property
-	66,  // 19: lehr.v1.GetResponse.kind:type_name -> lehr.v1.NamespaceKind
-	68,  // 20: lehr.v1.HistoryResponse.versions:type_name -> lehr.v1.VersionInfo
-	0,   // 21: lehr.v1.PropertyChange.kind:type_name -> lehr.v1.PropertyChange.Kind
-	67,  // 22: lehr.v1.PropertyChange.old:type_name -> lehr.v1.Property
-	67,  // 23: lehr.v1.PropertyChange.new:type_name -> lehr.v1.Property
-	68,  // 24: lehr.v1.DiffResponse.from:type_name -> lehr.v1.VersionInfo
-	68,  // 25: lehr.v1.DiffResponse.to:type_name -> lehr.v1.VersionInfo
-	31,  // 26: lehr.v1.DiffResponse.changes:type_name -> lehr.v1.PropertyChange
-	68,  // 27: lehr.v1.RollbackResponse.version:type_name -> lehr.v1.VersionInfo
-	69,  // 28: lehr.v1.ListZonesResponse.zones:type_name -> lehr.v1.Zone
-	70,  // 29: lehr.v1.GetGoalsResponse.goals:type_name -> lehr.v1.GoalState
-	1,   // 30: lehr.v1.GoalEvent.type:type_name -> lehr.v1.GoalEvent.Type
-	70,  // 31: lehr.v1.GoalEvent.goal:type_name -> lehr.v1.GoalState
-	41,  // 32: lehr.v1.WatchGoalsResponse.events:type_name -> lehr.v1.GoalEvent
-	68,  // 33: lehr.v1.FetchVersionResponse.version:type_name -> lehr.v1.VersionInfo
-	66,  // 34: lehr.v1.FetchVersionResponse.kind:type_name -> lehr.v1.NamespaceKind
-	67,  // 35: lehr.v1.FetchVersionResponse.properties:type_name -> lehr.v1.Property
-	68,  // 36: lehr.v1.FetchDeltaResponse.from:type_name -> lehr.v1.VersionInfo
-	68,  // 37: lehr.v1.FetchDeltaResponse.to:type_name -> lehr.v1.VersionInfo
-	66,  // 38: lehr.v1.FetchDeltaResponse.kind:type_name -> lehr.v1.NamespaceKind
-	67,  // 39: lehr.v1.FetchDeltaResponse.set:type_name -> lehr.v1.Property
-	47,  // 40: lehr.v1.ReportZoneStatusRequest.versions:type_name -> lehr.v1.VersionCount
-	52,  // 41: lehr.v1.ReportZoneStatusRequest.health:type_name -> lehr.v1.NamespaceHealth
-	53,  // 42: lehr.v1.ReportZoneStatusRequest.hosts:type_name -> lehr.v1.HostReport
-	51,  // 43: lehr.v1.ReportZoneStatusRequest.samples:type_name -> lehr.v1.CohortSample
-	50,  // 44: lehr.v1.ReportZoneStatusRequest.signals:type_name -> lehr.v1.HostSignals
-	49,  // 45: lehr.v1.ReportZoneStatusRequest.preview:type_name -> lehr.v1.NamespacePreviewCounts
-	71,  // 46: lehr.v1.NamespacePreviewCounts.counts:type_name -> lehr.v1.HostPreviewCounts
-	72,  // 47: lehr.v1.HostSignals.signals:type_name -> lehr.v1.NamespaceSignals
-	73,  // 48: lehr.v1.HostReport.report:type_name -> lehr.v1.NamespaceReport
-	47,  // 49: lehr.v1.DistributorStatus.versions:type_name -> lehr.v1.VersionCount
-	52,  // 50: lehr.v1.DistributorStatus.health:type_name -> lehr.v1.NamespaceHealth
-	53,  // 51: lehr.v1.DistributorStatus.hosts:type_name -> lehr.v1.HostReport
-	51,  // 52: lehr.v1.DistributorStatus.samples:type_name -> lehr.v1.CohortSample
-	50,  // 53: lehr.v1.DistributorStatus.signals:type_name -> lehr.v1.HostSignals
-	49,  // 54: lehr.v1.DistributorStatus.preview:type_name -> lehr.v1.NamespacePreviewCounts
-	56,  // 55: lehr.v1.GetZoneStatusResponse.distributors:type_name -> lehr.v1.DistributorStatus
-	47,  // 56: lehr.v1.GetZoneStatusResponse.versions:type_name -> lehr.v1.VersionCount
-	52,  // 57: lehr.v1.GetZoneStatusResponse.health:type_name -> lehr.v1.NamespaceHealth
-	53,  // 58: lehr.v1.GetZoneStatusResponse.hosts:type_name -> lehr.v1.HostReport
-	14,  // 59: lehr.v1.Control.CreateDomain:input_type -> lehr.v1.CreateDomainRequest
-	15,  // 60: lehr.v1.Control.GetDomain:input_type -> lehr.v1.GetDomainRequest
-	16,  // 61: lehr.v1.Control.ListDomains:input_type -> lehr.v1.ListDomainsRequest
-	18,  // 62: lehr.v1.Control.CreateNamespace:input_type -> lehr.v1.CreateNamespaceRequest
-	19,  // 63: lehr.v1.Control.GetNamespace:input_type -> lehr.v1.GetNamespaceRequest
-	20,  // 64: lehr.v1.Control.ListNamespaces:input_type -> lehr.v1.ListNamespacesRequest
-	22,  // 65: lehr.v1.Control.Publish:input_type -> lehr.v1.PublishRequest
-	24,  // 66: lehr.v1.Control.Patch:input_type -> lehr.v1.PatchRequest
-	26,  // 67: lehr.v1.Control.Get:input_type -> lehr.v1.GetRequest
-	28,  // 68: lehr.v1.Control.History:input_type -> lehr.v1.HistoryRequest
-	30,  // 69: lehr.v1.Control.Diff:input_type -> lehr.v1.DiffRequest
-	33,  // 70: lehr.v1.Control.Rollback:input_type -> lehr.v1.RollbackRequest
-	35,  // 71: lehr.v1.Control.CreateZone:input_type -> lehr.v1.CreateZoneRequest
-	36,  // 72: lehr.v1.Control.ListZones:input_type -> lehr.v1.ListZonesRequest
-	38,  // 73: lehr.v1.Control.GetGoals:input_type -> lehr.v1.GetGoalsRequest
-	40,  // 74: lehr.v1.Control.WatchGoals:input_type -> lehr.v1.WatchGoalsRequest
-	43,  // 75: lehr.v1.Control.FetchVersion:input_type -> lehr.v1.FetchVersionRequest
-	45,  // 76: lehr.v1.Control.FetchDelta:input_type -> lehr.v1.FetchDeltaRequest
-	48,  // 77: lehr.v1.Control.ReportZoneStatus:input_type -> lehr.v1.ReportZoneStatusRequest
-	55,  // 78: lehr.v1.Control.GetZoneStatus:input_type -> lehr.v1.GetZoneStatusRequest
-	8,   // 79: lehr.v1.Control.SetRolloutPolicy:input_type -> lehr.v1.SetRolloutPolicyRequest
-	9,   // 80: lehr.v1.Control.DeleteRolloutPolicy:input_type -> lehr.v1.DeleteRolloutPolicyRequest
-	10,  // 81: lehr.v1.Control.GetRolloutPolicy:input_type -> lehr.v1.GetRolloutPolicyRequest
-	12,  // 82: lehr.v1.Control.RolloutPolicyHistory:input_type -> lehr.v1.RolloutPolicyHistoryRequest
-	3,   // 83: lehr.v1.Control.GetRollout:input_type -> lehr.v1.GetRolloutRequest
-	4,   // 84: lehr.v1.Control.ListRollouts:input_type -> lehr.v1.ListRolloutsRequest
-	6,   // 85: lehr.v1.Control.ListRolloutEvents:input_type -> lehr.v1.ListRolloutEventsRequest
-	2,   // 86: lehr.v1.Control.UpdateRollout:input_type -> lehr.v1.UpdateRolloutRequest
-	74,  // 87: lehr.v1.Control.Evaluate:input_type -> lehr.v1.EvaluateRequest
-	75,  // 88: lehr.v1.Control.GetCanaryEvaluation:input_type -> lehr.v1.GetCanaryEvaluationRequest
-	76,  // 89: lehr.v1.Control.ListCanaryEvaluations:input_type -> lehr.v1.ListCanaryEvaluationsRequest
-	77,  // 90: lehr.v1.Control.GetPolicy:input_type -> lehr.v1.GetPolicyRequest
-	78,  // 91: lehr.v1.Control.CreatePolicyExperiment:input_type -> lehr.v1.CreatePolicyExperimentRequest
-	79,  // 92: lehr.v1.Control.UpdatePolicyExperiment:input_type -> lehr.v1.UpdatePolicyExperimentRequest
-	80,  // 93: lehr.v1.Control.GetPolicyExperiment:input_type -> lehr.v1.GetPolicyExperimentRequest
-	81,  // 94: lehr.v1.Control.ListPolicyExperiments:input_type -> lehr.v1.ListPolicyExperimentsRequest
-	82,  // 95: lehr.v1.Control.DeletePolicyExperiment:input_type -> lehr.v1.DeletePolicyExperimentRequest
-	83,  // 96: lehr.v1.Control.StartPreviewPolicyExperiment:input_type -> lehr.v1.StartPreviewPolicyExperimentRequest
-	84,  // 97: lehr.v1.Control.StopPreviewPolicyExperiment:input_type -> lehr.v1.StopPreviewPolicyExperimentRequest
-	85,  // 98: lehr.v1.Control.CommitPolicyExperiment:input_type -> lehr.v1.CommitPolicyExperimentRequest
-	86,  // 99: lehr.v1.Control.GetPolicyExperimentCounts:input_type -> lehr.v1.GetPolicyExperimentCountsRequest
-	64,  // 100: lehr.v1.Control.CreateDomain:output_type -> lehr.v1.Domain
-	64,  // 101: lehr.v1.Control.GetDomain:output_type -> lehr.v1.Domain
-	17,  // 102: lehr.v1.Control.ListDomains:output_type -> lehr.v1.ListDomainsResponse
-	65,  // 103: lehr.v1.Control.CreateNamespace:output_type -> lehr.v1.Namespace
-	65,  // 104: lehr.v1.Control.GetNamespace:output_type -> lehr.v1.Namespace
-	21,  // 105: lehr.v1.Control.ListNamespaces:output_type -> lehr.v1.ListNamespacesResponse
-	23,  // 106: lehr.v1.Control.Publish:output_type -> lehr.v1.PublishResponse
-	25,  // 107: lehr.v1.Control.Patch:output_type -> lehr.v1.PatchResponse
-	27,  // 108: lehr.v1.Control.Get:output_type -> lehr.v1.GetResponse
-	29,  // 109: lehr.v1.Control.History:output_type -> lehr.v1.HistoryResponse
-	32,  // 110: lehr.v1.Control.Diff:output_type -> lehr.v1.DiffResponse
-	34,  // 111: lehr.v1.Control.Rollback:output_type -> lehr.v1.RollbackResponse
-	69,  // 112: lehr.v1.Control.CreateZone:output_type -> lehr.v1.Zone
-	37,  // 113: lehr.v1.Control.ListZones:output_type -> lehr.v1.ListZonesResponse
-	39,  // 114: lehr.v1.Control.GetGoals:output_type -> lehr.v1.GetGoalsResponse
-	42,  // 115: lehr.v1.Control.WatchGoals:output_type -> lehr.v1.WatchGoalsResponse
-	44,  // 116: lehr.v1.Control.FetchVersion:output_type -> lehr.v1.FetchVersionResponse
-	46,  // 117: lehr.v1.Control.FetchDelta:output_type -> lehr.v1.FetchDeltaResponse
-	54,  // 118: lehr.v1.Control.ReportZoneStatus:output_type -> lehr.v1.ReportZoneStatusResponse
-	57,  // 119: lehr.v1.Control.GetZoneStatus:output_type -> lehr.v1.GetZoneStatusResponse
-	62,  // 120: lehr.v1.Control.SetRolloutPolicy:output_type -> lehr.v1.RolloutPolicyRecord
-	62,  // 121: lehr.v1.Control.DeleteRolloutPolicy:output_type -> lehr.v1.RolloutPolicyRecord
-	11,  // 122: lehr.v1.Control.GetRolloutPolicy:output_type -> lehr.v1.GetRolloutPolicyResponse
-	13,  // 123: lehr.v1.Control.RolloutPolicyHistory:output_type -> lehr.v1.RolloutPolicyHistoryResponse
-	59,  // 124: lehr.v1.Control.GetRollout:output_type -> lehr.v1.Rollout
-	5,   // 125: lehr.v1.Control.ListRollouts:output_type -> lehr.v1.ListRolloutsResponse
-	7,   // 126: lehr.v1.Control.ListRolloutEvents:output_type -> lehr.v1.ListRolloutEventsResponse
-	59,  // 127: lehr.v1.Control.UpdateRollout:output_type -> lehr.v1.Rollout
-	87,  // 128: lehr.v1.Control.Evaluate:output_type -> lehr.v1.CanaryEvaluation
-	87,  // 129: lehr.v1.Control.GetCanaryEvaluation:output_type -> lehr.v1.CanaryEvaluation
-	88,  // 130: lehr.v1.Control.ListCanaryEvaluations:output_type -> lehr.v1.ListCanaryEvaluationsResponse
-	89,  // 131: lehr.v1.Control.GetPolicy:output_type -> lehr.v1.Policy
-	90,  // 132: lehr.v1.Control.CreatePolicyExperiment:output_type -> google.longrunning.Operation
-	90,  // 133: lehr.v1.Control.UpdatePolicyExperiment:output_type -> google.longrunning.Operation
-	91,  // 134: lehr.v1.Control.GetPolicyExperiment:output_type -> lehr.v1.PolicyExperiment
-	92,  // 135: lehr.v1.Control.ListPolicyExperiments:output_type -> lehr.v1.ListPolicyExperimentsResponse
-	90,  // 136: lehr.v1.Control.DeletePolicyExperiment:output_type -> google.longrunning.Operation
-	90,  // 137: lehr.v1.Control.StartPreviewPolicyExperiment:output_type -> google.longrunning.Operation
-	90,  // 138: lehr.v1.Control.StopPreviewPolicyExperiment:output_type -> google.longrunning.Operation
-	90,  // 139: lehr.v1.Control.CommitPolicyExperiment:output_type -> google.longrunning.Operation
-	93,  // 140: lehr.v1.Control.GetPolicyExperimentCounts:output_type -> lehr.v1.PolicyExperimentCounts
-	100, // [100:141] is the sub-list for method output_type
-	59,  // [59:100] is the sub-list for method input_type
-	59,  // [59:59] is the sub-list for extension type_name
-	59,  // [59:59] is the sub-list for extension extendee
-	0,   // [0:59] is the sub-list for field type_name
+	61,  // 0: lehr.v1.AuditRecord.time:type_name -> google.protobuf.Timestamp
+	61,  // 1: lehr.v1.ListAuditRecordsRequest.since:type_name -> google.protobuf.Timestamp
+	2,   // 2: lehr.v1.ListAuditRecordsResponse.records:type_name -> lehr.v1.AuditRecord
+	62,  // 3: lehr.v1.UpdateRolloutRequest.action:type_name -> lehr.v1.RolloutAction
+	63,  // 4: lehr.v1.ListRolloutsResponse.rollouts:type_name -> lehr.v1.Rollout
+	64,  // 5: lehr.v1.ListRolloutEventsResponse.events:type_name -> lehr.v1.RolloutEvent
+	65,  // 6: lehr.v1.SetRolloutPolicyRequest.policy:type_name -> lehr.v1.RolloutPolicy
+	66,  // 7: lehr.v1.GetRolloutPolicyResponse.stored:type_name -> lehr.v1.RolloutPolicyRecord
+	65,  // 8: lehr.v1.GetRolloutPolicyResponse.effective:type_name -> lehr.v1.RolloutPolicy
+	67,  // 9: lehr.v1.GetRolloutPolicyResponse.source:type_name -> lehr.v1.RolloutPolicySource
+	66,  // 10: lehr.v1.RolloutPolicyHistoryResponse.records:type_name -> lehr.v1.RolloutPolicyRecord
+	68,  // 11: lehr.v1.CreateDomainRequest.domain:type_name -> lehr.v1.Domain
+	68,  // 12: lehr.v1.ListDomainsResponse.domains:type_name -> lehr.v1.Domain
+	69,  // 13: lehr.v1.CreateNamespaceRequest.namespace:type_name -> lehr.v1.Namespace
+	69,  // 14: lehr.v1.ListNamespacesResponse.namespaces:type_name -> lehr.v1.Namespace
+	70,  // 15: lehr.v1.PublishRequest.kind:type_name -> lehr.v1.NamespaceKind
+	71,  // 16: lehr.v1.PublishRequest.properties:type_name -> lehr.v1.Property
+	72,  // 17: lehr.v1.PublishResponse.version:type_name -> lehr.v1.VersionInfo
+	71,  // 18: lehr.v1.PatchRequest.set:type_name -> lehr.v1.Property
+	72,  // 19: lehr.v1.PatchResponse.version:type_name -> lehr.v1.VersionInfo
+	72,  // 20: lehr.v1.GetResponse.version:type_name -> lehr.v1.VersionInfo
+	71,  // 21: lehr.v1.GetResponse.properties:type_name -> lehr.v1.Property
+	70,  // 22: lehr.v1.GetResponse.kind:type_name -> lehr.v1.NamespaceKind
+	72,  // 23: lehr.v1.HistoryResponse.versions:type_name -> lehr.v1.VersionInfo
+	0,   // 24: lehr.v1.PropertyChange.kind:type_name -> lehr.v1.PropertyChange.Kind
+	71,  // 25: lehr.v1.PropertyChange.old:type_name -> lehr.v1.Property
+	71,  // 26: lehr.v1.PropertyChange.new:type_name -> lehr.v1.Property
+	72,  // 27: lehr.v1.DiffResponse.from:type_name -> lehr.v1.VersionInfo
+	72,  // 28: lehr.v1.DiffResponse.to:type_name -> lehr.v1.VersionInfo
+	34,  // 29: lehr.v1.DiffResponse.changes:type_name -> lehr.v1.PropertyChange
+	72,  // 30: lehr.v1.RollbackResponse.version:type_name -> lehr.v1.VersionInfo
+	73,  // 31: lehr.v1.ListZonesResponse.zones:type_name -> lehr.v1.Zone
+	74,  // 32: lehr.v1.GetGoalsResponse.goals:type_name -> lehr.v1.GoalState
+	1,   // 33: lehr.v1.GoalEvent.type:type_name -> lehr.v1.GoalEvent.Type
+	74,  // 34: lehr.v1.GoalEvent.goal:type_name -> lehr.v1.GoalState
+	44,  // 35: lehr.v1.WatchGoalsResponse.events:type_name -> lehr.v1.GoalEvent
+	72,  // 36: lehr.v1.FetchVersionResponse.version:type_name -> lehr.v1.VersionInfo
+	70,  // 37: lehr.v1.FetchVersionResponse.kind:type_name -> lehr.v1.NamespaceKind
+	71,  // 38: lehr.v1.FetchVersionResponse.properties:type_name -> lehr.v1.Property
+	72,  // 39: lehr.v1.FetchDeltaResponse.from:type_name -> lehr.v1.VersionInfo
+	72,  // 40: lehr.v1.FetchDeltaResponse.to:type_name -> lehr.v1.VersionInfo
+	70,  // 41: lehr.v1.FetchDeltaResponse.kind:type_name -> lehr.v1.NamespaceKind
+	71,  // 42: lehr.v1.FetchDeltaResponse.set:type_name -> lehr.v1.Property
+	50,  // 43: lehr.v1.ReportZoneStatusRequest.versions:type_name -> lehr.v1.VersionCount
+	55,  // 44: lehr.v1.ReportZoneStatusRequest.health:type_name -> lehr.v1.NamespaceHealth
+	56,  // 45: lehr.v1.ReportZoneStatusRequest.hosts:type_name -> lehr.v1.HostReport
+	54,  // 46: lehr.v1.ReportZoneStatusRequest.samples:type_name -> lehr.v1.CohortSample
+	53,  // 47: lehr.v1.ReportZoneStatusRequest.signals:type_name -> lehr.v1.HostSignals
+	52,  // 48: lehr.v1.ReportZoneStatusRequest.preview:type_name -> lehr.v1.NamespacePreviewCounts
+	75,  // 49: lehr.v1.NamespacePreviewCounts.counts:type_name -> lehr.v1.HostPreviewCounts
+	76,  // 50: lehr.v1.HostSignals.signals:type_name -> lehr.v1.NamespaceSignals
+	77,  // 51: lehr.v1.HostReport.report:type_name -> lehr.v1.NamespaceReport
+	50,  // 52: lehr.v1.DistributorStatus.versions:type_name -> lehr.v1.VersionCount
+	55,  // 53: lehr.v1.DistributorStatus.health:type_name -> lehr.v1.NamespaceHealth
+	56,  // 54: lehr.v1.DistributorStatus.hosts:type_name -> lehr.v1.HostReport
+	54,  // 55: lehr.v1.DistributorStatus.samples:type_name -> lehr.v1.CohortSample
+	53,  // 56: lehr.v1.DistributorStatus.signals:type_name -> lehr.v1.HostSignals
+	52,  // 57: lehr.v1.DistributorStatus.preview:type_name -> lehr.v1.NamespacePreviewCounts
+	59,  // 58: lehr.v1.GetZoneStatusResponse.distributors:type_name -> lehr.v1.DistributorStatus
+	50,  // 59: lehr.v1.GetZoneStatusResponse.versions:type_name -> lehr.v1.VersionCount
+	55,  // 60: lehr.v1.GetZoneStatusResponse.health:type_name -> lehr.v1.NamespaceHealth
+	56,  // 61: lehr.v1.GetZoneStatusResponse.hosts:type_name -> lehr.v1.HostReport
+	17,  // 62: lehr.v1.Control.CreateDomain:input_type -> lehr.v1.CreateDomainRequest
+	18,  // 63: lehr.v1.Control.GetDomain:input_type -> lehr.v1.GetDomainRequest
+	19,  // 64: lehr.v1.Control.ListDomains:input_type -> lehr.v1.ListDomainsRequest
+	21,  // 65: lehr.v1.Control.CreateNamespace:input_type -> lehr.v1.CreateNamespaceRequest
+	22,  // 66: lehr.v1.Control.GetNamespace:input_type -> lehr.v1.GetNamespaceRequest
+	23,  // 67: lehr.v1.Control.ListNamespaces:input_type -> lehr.v1.ListNamespacesRequest
+	25,  // 68: lehr.v1.Control.Publish:input_type -> lehr.v1.PublishRequest
+	27,  // 69: lehr.v1.Control.Patch:input_type -> lehr.v1.PatchRequest
+	29,  // 70: lehr.v1.Control.Get:input_type -> lehr.v1.GetRequest
+	31,  // 71: lehr.v1.Control.History:input_type -> lehr.v1.HistoryRequest
+	33,  // 72: lehr.v1.Control.Diff:input_type -> lehr.v1.DiffRequest
+	36,  // 73: lehr.v1.Control.Rollback:input_type -> lehr.v1.RollbackRequest
+	38,  // 74: lehr.v1.Control.CreateZone:input_type -> lehr.v1.CreateZoneRequest
+	39,  // 75: lehr.v1.Control.ListZones:input_type -> lehr.v1.ListZonesRequest
+	41,  // 76: lehr.v1.Control.GetGoals:input_type -> lehr.v1.GetGoalsRequest
+	43,  // 77: lehr.v1.Control.WatchGoals:input_type -> lehr.v1.WatchGoalsRequest
+	46,  // 78: lehr.v1.Control.FetchVersion:input_type -> lehr.v1.FetchVersionRequest
+	48,  // 79: lehr.v1.Control.FetchDelta:input_type -> lehr.v1.FetchDeltaRequest
+	51,  // 80: lehr.v1.Control.ReportZoneStatus:input_type -> lehr.v1.ReportZoneStatusRequest
+	58,  // 81: lehr.v1.Control.GetZoneStatus:input_type -> lehr.v1.GetZoneStatusRequest
+	11,  // 82: lehr.v1.Control.SetRolloutPolicy:input_type -> lehr.v1.SetRolloutPolicyRequest
+	12,  // 83: lehr.v1.Control.DeleteRolloutPolicy:input_type -> lehr.v1.DeleteRolloutPolicyRequest
+	13,  // 84: lehr.v1.Control.GetRolloutPolicy:input_type -> lehr.v1.GetRolloutPolicyRequest
+	15,  // 85: lehr.v1.Control.RolloutPolicyHistory:input_type -> lehr.v1.RolloutPolicyHistoryRequest
+	6,   // 86: lehr.v1.Control.GetRollout:input_type -> lehr.v1.GetRolloutRequest
+	7,   // 87: lehr.v1.Control.ListRollouts:input_type -> lehr.v1.ListRolloutsRequest
+	9,   // 88: lehr.v1.Control.ListRolloutEvents:input_type -> lehr.v1.ListRolloutEventsRequest
+	5,   // 89: lehr.v1.Control.UpdateRollout:input_type -> lehr.v1.UpdateRolloutRequest
+	78,  // 90: lehr.v1.Control.Evaluate:input_type -> lehr.v1.EvaluateRequest
+	79,  // 91: lehr.v1.Control.GetCanaryEvaluation:input_type -> lehr.v1.GetCanaryEvaluationRequest
+	80,  // 92: lehr.v1.Control.ListCanaryEvaluations:input_type -> lehr.v1.ListCanaryEvaluationsRequest
+	81,  // 93: lehr.v1.Control.GetPolicy:input_type -> lehr.v1.GetPolicyRequest
+	82,  // 94: lehr.v1.Control.CreatePolicyExperiment:input_type -> lehr.v1.CreatePolicyExperimentRequest
+	83,  // 95: lehr.v1.Control.UpdatePolicyExperiment:input_type -> lehr.v1.UpdatePolicyExperimentRequest
+	84,  // 96: lehr.v1.Control.GetPolicyExperiment:input_type -> lehr.v1.GetPolicyExperimentRequest
+	85,  // 97: lehr.v1.Control.ListPolicyExperiments:input_type -> lehr.v1.ListPolicyExperimentsRequest
+	86,  // 98: lehr.v1.Control.DeletePolicyExperiment:input_type -> lehr.v1.DeletePolicyExperimentRequest
+	87,  // 99: lehr.v1.Control.StartPreviewPolicyExperiment:input_type -> lehr.v1.StartPreviewPolicyExperimentRequest
+	88,  // 100: lehr.v1.Control.StopPreviewPolicyExperiment:input_type -> lehr.v1.StopPreviewPolicyExperimentRequest
+	89,  // 101: lehr.v1.Control.CommitPolicyExperiment:input_type -> lehr.v1.CommitPolicyExperimentRequest
+	90,  // 102: lehr.v1.Control.GetPolicyExperimentCounts:input_type -> lehr.v1.GetPolicyExperimentCountsRequest
+	3,   // 103: lehr.v1.Control.ListAuditRecords:input_type -> lehr.v1.ListAuditRecordsRequest
+	68,  // 104: lehr.v1.Control.CreateDomain:output_type -> lehr.v1.Domain
+	68,  // 105: lehr.v1.Control.GetDomain:output_type -> lehr.v1.Domain
+	20,  // 106: lehr.v1.Control.ListDomains:output_type -> lehr.v1.ListDomainsResponse
+	69,  // 107: lehr.v1.Control.CreateNamespace:output_type -> lehr.v1.Namespace
+	69,  // 108: lehr.v1.Control.GetNamespace:output_type -> lehr.v1.Namespace
+	24,  // 109: lehr.v1.Control.ListNamespaces:output_type -> lehr.v1.ListNamespacesResponse
+	26,  // 110: lehr.v1.Control.Publish:output_type -> lehr.v1.PublishResponse
+	28,  // 111: lehr.v1.Control.Patch:output_type -> lehr.v1.PatchResponse
+	30,  // 112: lehr.v1.Control.Get:output_type -> lehr.v1.GetResponse
+	32,  // 113: lehr.v1.Control.History:output_type -> lehr.v1.HistoryResponse
+	35,  // 114: lehr.v1.Control.Diff:output_type -> lehr.v1.DiffResponse
+	37,  // 115: lehr.v1.Control.Rollback:output_type -> lehr.v1.RollbackResponse
+	73,  // 116: lehr.v1.Control.CreateZone:output_type -> lehr.v1.Zone
+	40,  // 117: lehr.v1.Control.ListZones:output_type -> lehr.v1.ListZonesResponse
+	42,  // 118: lehr.v1.Control.GetGoals:output_type -> lehr.v1.GetGoalsResponse
+	45,  // 119: lehr.v1.Control.WatchGoals:output_type -> lehr.v1.WatchGoalsResponse
+	47,  // 120: lehr.v1.Control.FetchVersion:output_type -> lehr.v1.FetchVersionResponse
+	49,  // 121: lehr.v1.Control.FetchDelta:output_type -> lehr.v1.FetchDeltaResponse
+	57,  // 122: lehr.v1.Control.ReportZoneStatus:output_type -> lehr.v1.ReportZoneStatusResponse
+	60,  // 123: lehr.v1.Control.GetZoneStatus:output_type -> lehr.v1.GetZoneStatusResponse
+	66,  // 124: lehr.v1.Control.SetRolloutPolicy:output_type -> lehr.v1.RolloutPolicyRecord
+	66,  // 125: lehr.v1.Control.DeleteRolloutPolicy:output_type -> lehr.v1.RolloutPolicyRecord
+	14,  // 126: lehr.v1.Control.GetRolloutPolicy:output_type -> lehr.v1.GetRolloutPolicyResponse
+	16,  // 127: lehr.v1.Control.RolloutPolicyHistory:output_type -> lehr.v1.RolloutPolicyHistoryResponse
+	63,  // 128: lehr.v1.Control.GetRollout:output_type -> lehr.v1.Rollout
+	8,   // 129: lehr.v1.Control.ListRollouts:output_type -> lehr.v1.ListRolloutsResponse
+	10,  // 130: lehr.v1.Control.ListRolloutEvents:output_type -> lehr.v1.ListRolloutEventsResponse
+	63,  // 131: lehr.v1.Control.UpdateRollout:output_type -> lehr.v1.Rollout
+	91,  // 132: lehr.v1.Control.Evaluate:output_type -> lehr.v1.CanaryEvaluation
+	91,  // 133: lehr.v1.Control.GetCanaryEvaluation:output_type -> lehr.v1.CanaryEvaluation
+	92,  // 134: lehr.v1.Control.ListCanaryEvaluations:output_type -> lehr.v1.ListCanaryEvaluationsResponse
+	93,  // 135: lehr.v1.Control.GetPolicy:output_type -> lehr.v1.Policy
+	94,  // 136: lehr.v1.Control.CreatePolicyExperiment:output_type -> google.longrunning.Operation
+	94,  // 137: lehr.v1.Control.UpdatePolicyExperiment:output_type -> google.longrunning.Operation
+	95,  // 138: lehr.v1.Control.GetPolicyExperiment:output_type -> lehr.v1.PolicyExperiment
+	96,  // 139: lehr.v1.Control.ListPolicyExperiments:output_type -> lehr.v1.ListPolicyExperimentsResponse
+	94,  // 140: lehr.v1.Control.DeletePolicyExperiment:output_type -> google.longrunning.Operation
+	94,  // 141: lehr.v1.Control.StartPreviewPolicyExperiment:output_type -> google.longrunning.Operation
+	94,  // 142: lehr.v1.Control.StopPreviewPolicyExperiment:output_type -> google.longrunning.Operation
+	94,  // 143: lehr.v1.Control.CommitPolicyExperiment:output_type -> google.longrunning.Operation
+	97,  // 144: lehr.v1.Control.GetPolicyExperimentCounts:output_type -> lehr.v1.PolicyExperimentCounts
+	4,   // 145: lehr.v1.Control.ListAuditRecords:output_type -> lehr.v1.ListAuditRecordsResponse
+	104, // [104:146] is the sub-list for method output_type
+	62,  // [62:104] is the sub-list for method input_type
+	62,  // [62:62] is the sub-list for extension type_name
+	62,  // [62:62] is the sub-list for extension extendee
+	0,   // [0:62] is the sub-list for field type_name
 }
 
 func init() { file_lehr_v1_control_proto_init() }
@@ -4121,7 +4404,7 @@ func file_lehr_v1_control_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lehr_v1_control_proto_rawDesc), len(file_lehr_v1_control_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   56,
+			NumMessages:   59,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -70,6 +70,7 @@ const (
 	Control_StopPreviewPolicyExperiment_FullMethodName  = "/lehr.v1.Control/StopPreviewPolicyExperiment"
 	Control_CommitPolicyExperiment_FullMethodName       = "/lehr.v1.Control/CommitPolicyExperiment"
 	Control_GetPolicyExperimentCounts_FullMethodName    = "/lehr.v1.Control/GetPolicyExperimentCounts"
+	Control_ListAuditRecords_FullMethodName             = "/lehr.v1.Control/ListAuditRecords"
 )
 
 // ControlClient is the client API for Control service.
@@ -176,6 +177,9 @@ type ControlClient interface {
 	CommitPolicyExperiment(ctx context.Context, in *CommitPolicyExperimentRequest, opts ...grpc.CallOption) (*longrunningpb.Operation, error)
 	// The decisions hosts counted for an experiment, per zone and in all.
 	GetPolicyExperimentCounts(ctx context.Context, in *GetPolicyExperimentCountsRequest, opts ...grpc.CallOption) (*PolicyExperimentCounts, error)
+	// The audit log: every mutating call, oldest first (docs/operations.md,
+	// "Audit log").
+	ListAuditRecords(ctx context.Context, in *ListAuditRecordsRequest, opts ...grpc.CallOption) (*ListAuditRecordsResponse, error)
 }
 
 type controlClient struct {
@@ -605,6 +609,16 @@ func (c *controlClient) GetPolicyExperimentCounts(ctx context.Context, in *GetPo
 	return out, nil
 }
 
+func (c *controlClient) ListAuditRecords(ctx context.Context, in *ListAuditRecordsRequest, opts ...grpc.CallOption) (*ListAuditRecordsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListAuditRecordsResponse)
+	err := c.cc.Invoke(ctx, Control_ListAuditRecords_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ControlServer is the server API for Control service.
 // All implementations must embed UnimplementedControlServer
 // for forward compatibility.
@@ -709,6 +723,9 @@ type ControlServer interface {
 	CommitPolicyExperiment(context.Context, *CommitPolicyExperimentRequest) (*longrunningpb.Operation, error)
 	// The decisions hosts counted for an experiment, per zone and in all.
 	GetPolicyExperimentCounts(context.Context, *GetPolicyExperimentCountsRequest) (*PolicyExperimentCounts, error)
+	// The audit log: every mutating call, oldest first (docs/operations.md,
+	// "Audit log").
+	ListAuditRecords(context.Context, *ListAuditRecordsRequest) (*ListAuditRecordsResponse, error)
 	mustEmbedUnimplementedControlServer()
 }
 
@@ -841,6 +858,9 @@ func (UnimplementedControlServer) CommitPolicyExperiment(context.Context, *Commi
 }
 func (UnimplementedControlServer) GetPolicyExperimentCounts(context.Context, *GetPolicyExperimentCountsRequest) (*PolicyExperimentCounts, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetPolicyExperimentCounts not implemented")
+}
+func (UnimplementedControlServer) ListAuditRecords(context.Context, *ListAuditRecordsRequest) (*ListAuditRecordsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListAuditRecords not implemented")
 }
 func (UnimplementedControlServer) mustEmbedUnimplementedControlServer() {}
 func (UnimplementedControlServer) testEmbeddedByValue()                 {}
@@ -1594,6 +1614,24 @@ func _Control_GetPolicyExperimentCounts_Handler(srv interface{}, ctx context.Con
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Control_ListAuditRecords_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListAuditRecordsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ControlServer).ListAuditRecords(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Control_ListAuditRecords_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ControlServer).ListAuditRecords(ctx, req.(*ListAuditRecordsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Control_ServiceDesc is the grpc.ServiceDesc for Control service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -1760,6 +1798,10 @@ var Control_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "GetPolicyExperimentCounts",
 			Handler:    _Control_GetPolicyExperimentCounts_Handler,
+		},
+		{
+			MethodName: "ListAuditRecords",
+			Handler:    _Control_ListAuditRecords_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

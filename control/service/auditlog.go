@@ -1,0 +1,158 @@
+package service
+
+import (
+	"context"
+	"path"
+	"strings"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"lehr.dev/lehr/internal/apierror"
+	"lehr.dev/lehr/internal/names"
+	"lehr.dev/lehr/proto/lehrpb"
+)
+
+// auditedMethods are the mutating methods of the control API: each call
+// is recorded in the audit log as it ends, refused or not. Distributors'
+// ReportZoneStatus (a heartbeat) and reads are not.
+var auditedMethods = map[string]bool{
+	"CreateDomain": true, "CreateNamespace": true, "CreateZone": true,
+	"Publish": true, "Patch": true, "Rollback": true,
+	"SetRolloutPolicy": true, "DeleteRolloutPolicy": true, "UpdateRollout": true,
+	"Evaluate":               true,
+	"CreatePolicyExperiment": true, "UpdatePolicyExperiment": true, "DeletePolicyExperiment": true,
+	"StartPreviewPolicyExperiment": true, "StopPreviewPolicyExperiment": true, "CommitPolicyExperiment": true,
+}
+
+// AuditInterceptor records every call to a mutating method in the audit
+// log (store.AppendAudit) once the handler returns: who, what, the target
+// and its domain, the version created, the request's message and the
+// result. A record that cannot be written is logged; the call's own
+// result is returned either way.
+func (s *Service) AuditInterceptor(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	method := path.Base(info.FullMethod)
+	if !auditedMethods[method] {
+		return handler(ctx, req)
+	}
+	resp, err := handler(ctx, req)
+	rec := &lehrpb.AuditRecord{Time: timestamppb.New(s.now()), Method: method, Code: "OK"}
+	if m, ok := req.(proto.Message); ok {
+		rec.Target, rec.Message = auditTarget(m.ProtoReflect())
+		c := callerOf(ctx)
+		rec.Author, rec.TransportIdentity = c.author(stringField(m.ProtoReflect(), "author")), c.transport
+	}
+	rec.Domain = domainOfTarget(rec.GetTarget(), method)
+	if m, ok := resp.(proto.Message); ok && err == nil {
+		rec.Version = versionOf(m.ProtoReflect())
+	}
+	if err != nil {
+		e := apierror.FromError(err)
+		rec.Code, rec.Error = codeName(e.Code.String()), e.Message
+		if e.Reason != "" {
+			rec.Error = e.Reason + ": " + e.Message
+		}
+	}
+	// The record is written even when the caller gave up.
+	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if aerr := s.st.AppendAudit(actx, rec); aerr != nil {
+		s.metrics.GetOrCreateCounter(`lehr_control_audit_errors_total`).Inc()
+		s.log.Error("control: audit record not written", "method", method, "target", rec.GetTarget(), "err", aerr)
+	}
+	return resp, err
+}
+
+// auditTarget finds what a request acts on, and its message: the first of
+// the fields namespace, name, scope, parent, zone, or the name of an
+// embedded domain, namespace or policy_experiment.
+func auditTarget(m protoreflect.Message) (target, message string) {
+	message = stringField(m, "message")
+	for _, f := range []string{"namespace", "name", "scope", "parent", "zone"} {
+		if v := stringField(m, f); v != "" {
+			return v, message
+		}
+	}
+	for _, f := range []string{"domain", "namespace", "policy_experiment"} {
+		fd := m.Descriptor().Fields().ByName(protoreflect.Name(f))
+		if fd != nil && fd.Message() != nil && m.Has(fd) {
+			if v := stringField(m.Get(fd).Message(), "name"); v != "" {
+				return v, message
+			}
+		}
+	}
+	return "", message
+}
+
+// stringField returns m's string field name, "" when there is none.
+func stringField(m protoreflect.Message, name string) string {
+	fd := m.Descriptor().Fields().ByName(protoreflect.Name(name))
+	if fd == nil || fd.Kind() != protoreflect.StringKind || fd.IsList() {
+		return ""
+	}
+	return m.Get(fd).String()
+}
+
+// versionOf returns the seq of a response's version field, if it has one.
+func versionOf(m protoreflect.Message) uint64 {
+	fd := m.Descriptor().Fields().ByName("version")
+	if fd == nil || fd.Message() == nil || fd.Message().FullName() != "lehr.v1.VersionInfo" || !m.Has(fd) {
+		return 0
+	}
+	return m.Get(fd).Message().Interface().(*lehrpb.VersionInfo).GetSeq()
+}
+
+// domainOfTarget returns the domain a target belongs to: the first part
+// of a namespace, the domain of a resource name "domains/{d}/…", a domain
+// itself, or "" (zones).
+func domainOfTarget(target, method string) string {
+	switch {
+	case method == "CreateZone" || target == "":
+		return ""
+	case strings.HasPrefix(target, names.PolicyResourcePrefix):
+		d, _, _ := strings.Cut(strings.TrimPrefix(target, names.PolicyResourcePrefix), "/")
+		return d
+	}
+	d, _, _ := strings.Cut(target, "/")
+	d, _, _ = strings.Cut(d, "@") // evaluation ids "ns@v/name"
+	return d
+}
+
+// ListAuditRecords returns audit records, oldest first. See the proto.
+func (s *Service) ListAuditRecords(ctx context.Context, req *lehrpb.ListAuditRecordsRequest) (_ *lehrpb.ListAuditRecordsResponse, err error) {
+	defer s.track(ctx, "ListAuditRecords", time.Now(), &err)
+	if d := req.GetDomain(); d != "" {
+		if err := names.Domain(d); err != nil {
+			return nil, nameError("domain", err)
+		}
+	}
+	size, err := pageSize(req.GetPageSize(), defaultExperimentPage)
+	if err != nil {
+		return nil, err
+	}
+	var since time.Time
+	if req.GetSince() != nil {
+		since = req.GetSince().AsTime()
+	}
+	recs, next, err := s.st.AuditRecords(ctx, req.GetDomain(), since, req.GetPageToken(), size)
+	if err != nil {
+		return nil, s.apiError(ctx, err)
+	}
+	return &lehrpb.ListAuditRecordsResponse{Records: recs, NextPageToken: next}, nil
+}
+
+// codeName turns a gRPC code's Go name ("FailedPrecondition") into its
+// canonical name ("FAILED_PRECONDITION").
+func codeName(goName string) string {
+	var b strings.Builder
+	for i, r := range goName {
+		if i > 0 && r >= 'A' && r <= 'Z' && goName != "OK" {
+			b.WriteByte('_')
+		}
+		b.WriteRune(r)
+	}
+	return strings.ToUpper(b.String())
+}

@@ -1,0 +1,115 @@
+package store
+
+// The audit log: one record per mutating call under
+// audit/<unix nanoseconds>-<random>, so keys sort by time. Records are
+// written once and never changed; each is attached to a lease of
+// Retention.Audit (granted once an hour per control process and shared by
+// that hour's records), so etcd removes them when their time is up.
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"lehr.dev/lehr/proto/lehrpb"
+)
+
+// auditBucket is how long one audit lease is shared.
+const auditBucket = time.Hour
+
+// auditLease returns the lease audit records are attached to now.
+func (s *Store) auditLease(ctx context.Context) (clientv3.LeaseID, error) {
+	a := &s.audit
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.id != 0 && time.Since(a.granted) < auditBucket {
+		return a.id, nil
+	}
+	ttl := s.opts.Retention.Audit + auditBucket
+	start := time.Now()
+	resp, err := s.cli.Grant(reqCtx(ctx), int64((ttl+time.Second-1)/time.Second))
+	s.observe("lease grant", start, err)
+	if err != nil {
+		return 0, fmt.Errorf("grant the audit lease: %w", err)
+	}
+	a.id, a.granted = resp.ID, start
+	return a.id, nil
+}
+
+// AppendAudit stores rec, at rec.Time (which must be set).
+func (s *Store) AppendAudit(ctx context.Context, rec *lehrpb.AuditRecord) error {
+	var r [4]byte
+	rand.Read(r[:])
+	key := fmt.Sprintf("%s%020d-%s", s.lay.auditPrefix(), rec.GetTime().AsTime().UnixNano(), hex.EncodeToString(r[:]))
+	b, err := encode(rec)
+	if err != nil {
+		return err
+	}
+	for range 2 {
+		lease, err := s.auditLease(ctx)
+		if err != nil {
+			return fmt.Errorf("store: audit: %w", err)
+		}
+		start := time.Now()
+		_, err = s.cli.Put(reqCtx(ctx), key, string(b), clientv3.WithLease(lease))
+		s.observe("put", start, err)
+		if isLeaseGone(err) {
+			s.audit.mu.Lock()
+			if s.audit.id == lease {
+				s.audit.id = 0
+			}
+			s.audit.mu.Unlock()
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("store: audit: %w", err)
+		}
+		return nil
+	}
+	return fmt.Errorf("store: audit: the audit lease keeps vanishing")
+}
+
+// AuditRecords returns up to limit records at or after since, after the key
+// token (from a previous page; "" for the first), of domain ("" for all),
+// oldest first, and the token of the next page ("" when there is none).
+// Records are read in batches so a filter that matches few scans all.
+func (s *Store) AuditRecords(ctx context.Context, domain string, since time.Time, token string, limit int) ([]*lehrpb.AuditRecord, string, error) {
+	prefix := s.lay.auditPrefix()
+	from := fmt.Sprintf("%s%020d", prefix, max(since.UnixNano(), 0))
+	if token != "" {
+		if t := prefix + token + "\x00"; t > from {
+			from = t
+		}
+	}
+	end := prefixEnd(prefix)
+	var out []*lehrpb.AuditRecord
+	last := ""
+	for {
+		resp, err := s.get(ctx, from, clientv3.WithRange(end), clientv3.WithLimit(500))
+		if err != nil {
+			return nil, "", fmt.Errorf("store: read the audit log: %w", err)
+		}
+		for _, kv := range resp.Kvs {
+			rec := new(lehrpb.AuditRecord)
+			if err := decode(string(kv.Key), kv.Value, rec); err != nil {
+				return nil, "", err
+			}
+			if domain != "" && rec.GetDomain() != domain {
+				continue
+			}
+			if len(out) == limit {
+				return out, last[len(prefix):], nil
+			}
+			out = append(out, rec)
+			last = string(kv.Key)
+		}
+		if !resp.More || len(resp.Kvs) == 0 {
+			return out, "", nil
+		}
+		from = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
+	}
+}
