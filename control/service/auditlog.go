@@ -4,6 +4,7 @@ import (
 	"context"
 	"path"
 	"strings"
+	"sync"
 	"time"
 
 	"google.golang.org/grpc"
@@ -56,14 +57,137 @@ func (s *Service) AuditInterceptor(ctx context.Context, req any, info *grpc.Unar
 			rec.Error = e.Reason + ": " + e.Message
 		}
 	}
-	// The record is written even when the caller gave up.
-	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-	defer cancel()
-	if aerr := s.st.AppendAudit(actx, rec); aerr != nil {
-		s.metrics.GetOrCreateCounter(`lehr_control_audit_errors_total`).Inc()
-		s.log.Error("control: audit record not written", "method", method, "target", rec.GetTarget(), "err", aerr)
-	}
+	s.audit.add(s, rec)
 	return resp, err
+}
+
+// Bounds of the audit writer.
+const (
+	// maxAuditQueue is how many records may wait for the writer; a call
+	// that finds it full writes its record itself (backpressure, no loss).
+	maxAuditQueue = 10_000
+	// auditWriteTimeout bounds one batch's write.
+	auditWriteTimeout = 10 * time.Second
+)
+
+// auditWriter writes audit records in the background, in batches of one
+// etcd transaction each, so that a mutating call does not wait for one
+// more etcd commit. Its goroutine starts with the first record and ends
+// with Service.Close, which writes what is queued first. A record queued
+// when the process dies is lost (the version records keep author and
+// message of every version either way).
+type auditWriter struct {
+	once    sync.Once
+	mu      sync.Mutex
+	queue   []*lehrpb.AuditRecord
+	waiters []chan struct{} // closed once everything queued before them is written
+	wake    chan struct{}   // buffered(1)
+	done    chan struct{}   // closed when the goroutine has ended
+}
+
+// add queues rec, starting the writer on first use.
+func (a *auditWriter) add(s *Service, rec *lehrpb.AuditRecord) {
+	a.start(s)
+	a.mu.Lock()
+	// A full queue, or a call still running after Close stopped the
+	// writer: the caller writes its own record.
+	if len(a.queue) >= maxAuditQueue || s.closing.Err() != nil {
+		a.mu.Unlock()
+		s.writeAudit([]*lehrpb.AuditRecord{rec})
+		return
+	}
+	a.queue = append(a.queue, rec)
+	a.mu.Unlock()
+	a.signal()
+}
+
+func (a *auditWriter) start(s *Service) {
+	a.once.Do(func() {
+		a.mu.Lock()
+		a.wake, a.done = make(chan struct{}, 1), make(chan struct{})
+		a.mu.Unlock()
+		go a.run(s)
+	})
+}
+
+func (a *auditWriter) signal() {
+	select {
+	case a.wake <- struct{}{}:
+	default:
+	}
+}
+
+// sync waits until every record queued before it is written (or ctx ends).
+func (a *auditWriter) sync(ctx context.Context, s *Service) error {
+	if s.closing.Err() != nil {
+		return nil // the writer has written what it will; later records are written by their callers
+	}
+	a.start(s)
+	ch := make(chan struct{})
+	a.mu.Lock()
+	a.waiters = append(a.waiters, ch)
+	a.mu.Unlock()
+	a.signal()
+	select {
+	case <-ch:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// run writes batches until the service closes, then writes what is left.
+func (a *auditWriter) run(s *Service) {
+	defer close(a.done)
+	for {
+		select {
+		case <-a.wake:
+		case <-s.closing.Done():
+		}
+		a.mu.Lock()
+		batch, waiters := a.queue, a.waiters
+		a.queue, a.waiters = nil, nil
+		a.mu.Unlock()
+		if len(batch) > 0 {
+			s.writeAudit(batch)
+		}
+		for _, w := range waiters {
+			close(w)
+		}
+		if s.closing.Err() != nil {
+			a.mu.Lock()
+			left := len(a.queue)
+			a.mu.Unlock()
+			if left == 0 {
+				return
+			}
+		}
+	}
+}
+
+// writeAudit stores records, logging and counting a failure.
+func (s *Service) writeAudit(recs []*lehrpb.AuditRecord) {
+	ctx, cancel := context.WithTimeout(context.Background(), auditWriteTimeout)
+	defer cancel()
+	if err := s.st.AppendAudit(ctx, recs...); err != nil {
+		s.metrics.GetOrCreateCounter(`lehr_control_audit_errors_total`).Add(len(recs))
+		s.log.Error("control: audit records not written", "records", len(recs), "first_method", recs[0].GetMethod(), "err", err)
+	}
+}
+
+// closeAudit waits for the writer to write what is queued (at most
+// auditWriteTimeout).
+func (a *auditWriter) close() {
+	a.mu.Lock()
+	started := a.done != nil
+	a.mu.Unlock()
+	if !started {
+		return
+	}
+	select {
+	case <-a.done:
+	case <-time.After(auditWriteTimeout):
+	}
 }
 
 // auditTarget finds what a request acts on, and its message: the first of
@@ -132,6 +256,10 @@ func (s *Service) ListAuditRecords(ctx context.Context, req *lehrpb.ListAuditRec
 	size, err := pageSize(req.GetPageSize(), defaultExperimentPage)
 	if err != nil {
 		return nil, err
+	}
+	// This replica's own records first, so a caller reads its writes.
+	if err := s.audit.sync(ctx, s); err != nil {
+		return nil, s.apiError(ctx, err)
 	}
 	var since time.Time
 	if req.GetSince() != nil {

@@ -92,6 +92,8 @@ type Service struct {
 	// closing ends when Close is called; long-lived streams end with it.
 	closing context.Context
 	close   context.CancelFunc
+
+	audit auditWriter // the audit log's background writer (auditlog.go)
 }
 
 // New returns a Service. It starts nothing.
@@ -142,6 +144,7 @@ func (s *Service) Metrics() *metrics.Set { return s.metrics }
 // It is idempotent.
 func (s *Service) Close() error {
 	s.close()
+	s.audit.close()
 	return nil
 }
 

@@ -40,37 +40,51 @@ func (s *Store) auditLease(ctx context.Context) (clientv3.LeaseID, error) {
 	return a.id, nil
 }
 
-// AppendAudit stores rec, at rec.Time (which must be set).
-func (s *Store) AppendAudit(ctx context.Context, rec *lehrpb.AuditRecord) error {
-	var r [4]byte
-	rand.Read(r[:])
-	key := fmt.Sprintf("%s%020d-%s", s.lay.auditPrefix(), rec.GetTime().AsTime().UnixNano(), hex.EncodeToString(r[:]))
-	b, err := encode(rec)
-	if err != nil {
-		return err
-	}
-	for range 2 {
-		lease, err := s.auditLease(ctx)
-		if err != nil {
-			return fmt.Errorf("store: audit: %w", err)
-		}
-		start := time.Now()
-		_, err = s.cli.Put(reqCtx(ctx), key, string(b), clientv3.WithLease(lease))
-		s.observe("put", start, err)
-		if isLeaseGone(err) {
-			s.audit.mu.Lock()
-			if s.audit.id == lease {
-				s.audit.id = 0
+// AppendAudit stores recs (each at its Time, which must be set), up to
+// maxOpsPerTxn in one transaction.
+func (s *Store) AppendAudit(ctx context.Context, recs ...*lehrpb.AuditRecord) error {
+	ops := make([]clientv3.Op, 0, len(recs))
+	for len(recs) > 0 {
+		n := min(len(recs), maxOpsPerTxn)
+		batch := recs[:n]
+		recs = recs[n:]
+		var written bool
+		for range 2 {
+			lease, err := s.auditLease(ctx)
+			if err != nil {
+				return fmt.Errorf("store: audit: %w", err)
 			}
-			s.audit.mu.Unlock()
-			continue
+			ops = ops[:0]
+			for _, rec := range batch {
+				var r [4]byte
+				rand.Read(r[:])
+				key := fmt.Sprintf("%s%020d-%s", s.lay.auditPrefix(), rec.GetTime().AsTime().UnixNano(), hex.EncodeToString(r[:]))
+				b, err := encode(rec)
+				if err != nil {
+					return err
+				}
+				ops = append(ops, clientv3.OpPut(key, string(b), clientv3.WithLease(lease)))
+			}
+			_, err = s.txn(ctx, nil, ops, nil)
+			if isLeaseGone(err) {
+				s.audit.mu.Lock()
+				if s.audit.id == lease {
+					s.audit.id = 0
+				}
+				s.audit.mu.Unlock()
+				continue
+			}
+			if err != nil {
+				return fmt.Errorf("store: audit: %w", err)
+			}
+			written = true
+			break
 		}
-		if err != nil {
-			return fmt.Errorf("store: audit: %w", err)
+		if !written {
+			return fmt.Errorf("store: audit: the audit lease keeps vanishing")
 		}
-		return nil
 	}
-	return fmt.Errorf("store: audit: the audit lease keeps vanishing")
+	return nil
 }
 
 // AuditRecords returns up to limit records at or after since, after the key
