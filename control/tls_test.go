@@ -33,24 +33,8 @@ import (
 // TestMutualTLSAuthor checks that under mutual TLS the client certificate's
 // common name is the author of a publish, whatever the request asserts.
 func TestMutualTLSAuthor(t *testing.T) {
-	dir := t.TempDir()
-	ca, caKey := newCA(t)
-	serverCert := issue(t, ca, caKey, "control", true)
+	ca, caKey, serverTLS, pool := mtlsSetup(t)
 	clientCert := issue(t, ca, caKey, "deploy-bot", false)
-	writePEM(t, filepath.Join(dir, "ca.pem"), "CERTIFICATE", ca.Raw)
-	writePEM(t, filepath.Join(dir, "server.pem"), "CERTIFICATE", serverCert.Certificate[0])
-	keyDER, err := x509.MarshalPKCS8PrivateKey(serverCert.PrivateKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	writePEM(t, filepath.Join(dir, "server.key"), "PRIVATE KEY", keyDER)
-
-	serverTLS, err := tlsconfig.Server(filepath.Join(dir, "server.pem"), filepath.Join(dir, "server.key"), filepath.Join(dir, "ca.pem"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	pool := x509.NewCertPool()
-	pool.AddCert(ca)
 	creds := credentials.NewTLS(&tls.Config{
 		MinVersion: tls.VersionTLS13, RootCAs: pool, ServerName: "127.0.0.1",
 		Certificates: []tls.Certificate{clientCert},
@@ -91,6 +75,29 @@ func TestMutualTLSAuthor(t *testing.T) {
 	if _, err := anon.ListDomains(testCtx(t), &lehrpb.ListDomainsRequest{}); err == nil {
 		t.Errorf("a client without a certificate was served; want the handshake refused")
 	}
+}
+
+// mtlsSetup makes a CA and control's server configuration requiring
+// client certificates of it, and the pool clients trust control with.
+func mtlsSetup(t *testing.T) (*x509.Certificate, *ecdsa.PrivateKey, *tls.Config, *x509.CertPool) {
+	t.Helper()
+	dir := t.TempDir()
+	ca, caKey := newCA(t)
+	serverCert := issue(t, ca, caKey, "control", true)
+	writePEM(t, filepath.Join(dir, "ca.pem"), "CERTIFICATE", ca.Raw)
+	writePEM(t, filepath.Join(dir, "server.pem"), "CERTIFICATE", serverCert.Certificate[0])
+	keyDER, err := x509.MarshalPKCS8PrivateKey(serverCert.PrivateKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	writePEM(t, filepath.Join(dir, "server.key"), "PRIVATE KEY", keyDER)
+	serverTLS, err := tlsconfig.Server(filepath.Join(dir, "server.pem"), filepath.Join(dir, "server.key"), filepath.Join(dir, "ca.pem"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AddCert(ca)
+	return ca, caKey, serverTLS, pool
 }
 
 func newCA(t *testing.T) (*x509.Certificate, *ecdsa.PrivateKey) {
@@ -171,22 +178,7 @@ func writePEM(t *testing.T, path, typ string, der []byte) {
 // everything but ReportZoneStatus, a certificate without a Lehr identity
 // nothing — each refusal PERMISSION_DENIED naming the identity.
 func TestRolesFromClientCertificates(t *testing.T) {
-	dir := t.TempDir()
-	ca, caKey := newCA(t)
-	serverCert := issue(t, ca, caKey, "control", true)
-	writePEM(t, filepath.Join(dir, "ca.pem"), "CERTIFICATE", ca.Raw)
-	writePEM(t, filepath.Join(dir, "server.pem"), "CERTIFICATE", serverCert.Certificate[0])
-	keyDER, err := x509.MarshalPKCS8PrivateKey(serverCert.PrivateKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	writePEM(t, filepath.Join(dir, "server.key"), "PRIVATE KEY", keyDER)
-	serverTLS, err := tlsconfig.Server(filepath.Join(dir, "server.pem"), filepath.Join(dir, "server.key"), filepath.Join(dir, "ca.pem"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	pool := x509.NewCertPool()
-	pool.AddCert(ca)
+	ca, caKey, serverTLS, pool := mtlsSetup(t)
 	admin := issue(t, ca, caKey, "admin", false)
 	srv := controltest.StartControl(t, control.Options{Listen: "127.0.0.1:0", TLS: serverTLS},
 		grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{MinVersion: tls.VersionTLS13, RootCAs: pool, ServerName: "127.0.0.1", Certificates: []tls.Certificate{admin}})))

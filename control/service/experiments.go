@@ -154,17 +154,9 @@ func (s *Service) checkExperimentPolicy(ctx context.Context, field string, head 
 	if err != nil {
 		return nil, err
 	}
-	limits := validate.ForDomain(dom.GetQuotas())
-	props, err := checkProps(field+".rules", p.GetRules(), limits)
+	props, _, err := checkSnapshot(field+".rules", p.GetRules(), validate.ForDomain(dom.GetQuotas()))
 	if err != nil {
 		return nil, err
-	}
-	snap, err := content.New(props)
-	if err != nil {
-		return nil, fmt.Errorf("build snapshot: %w", err) // unreachable: checkProps rejects duplicates
-	}
-	if v := validate.Snapshot(snap, limits); v != nil {
-		return nil, violationError(field+".rules", v)
 	}
 	if err := s.runValidators(ctx, head, props, keyFields(field+".rules", props)); err != nil {
 		return nil, err

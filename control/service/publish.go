@@ -41,17 +41,9 @@ func (s *Service) Publish(ctx context.Context, req *lehrpb.PublishRequest) (_ *l
 	if err != nil {
 		return nil, err
 	}
-	limits := validate.ForDomain(dom.GetQuotas())
-	props, err := checkProps("properties", req.GetProperties(), limits)
+	props, snap, err := checkSnapshot("properties", req.GetProperties(), validate.ForDomain(dom.GetQuotas()))
 	if err != nil {
 		return nil, err
-	}
-	snap, err := content.New(props)
-	if err != nil {
-		return nil, fmt.Errorf("build snapshot: %w", err) // unreachable: checkProps rejects duplicates
-	}
-	if v := validate.Snapshot(snap, limits); v != nil {
-		return nil, violationError("properties", v)
 	}
 	ns, create, err := s.namespaceForPublish(ctx, dom, req.GetNamespace(), req.GetKind())
 	if err != nil {
@@ -373,6 +365,24 @@ func checkProps(list string, ps []*lehrpb.Property, l validate.Limits) ([]conten
 		first[p.Key] = i
 	}
 	return props, nil
+}
+
+// checkSnapshot checks the properties of a complete version given in
+// list (checkProps) and the version they make against the domain's
+// limits, and returns both.
+func checkSnapshot(list string, ps []*lehrpb.Property, limits validate.Limits) ([]content.Property, content.Snapshot, error) {
+	props, err := checkProps(list, ps, limits)
+	if err != nil {
+		return nil, content.Snapshot{}, err
+	}
+	snap, err := content.New(props)
+	if err != nil {
+		return nil, content.Snapshot{}, fmt.Errorf("build snapshot: %w", err) // unreachable: checkProps rejects duplicates
+	}
+	if v := validate.Snapshot(snap, limits); v != nil {
+		return nil, content.Snapshot{}, violationError(list, v)
+	}
+	return props, snap, nil
 }
 
 // checkKind rejects values outside the NamespaceKind enum.

@@ -23,21 +23,7 @@ const auditBucket = time.Hour
 
 // auditLease returns the lease audit records are attached to now.
 func (s *Store) auditLease(ctx context.Context) (clientv3.LeaseID, error) {
-	a := &s.audit
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if a.id != 0 && time.Since(a.granted) < auditBucket {
-		return a.id, nil
-	}
-	ttl := s.opts.Retention.Audit + auditBucket
-	start := time.Now()
-	resp, err := s.cli.Grant(reqCtx(ctx), int64((ttl+time.Second-1)/time.Second))
-	s.observe("lease grant", start, err)
-	if err != nil {
-		return 0, fmt.Errorf("grant the audit lease: %w", err)
-	}
-	a.id, a.granted = resp.ID, start
-	return a.id, nil
+	return s.lease(ctx, &s.audit, auditBucket, s.opts.Retention.Audit+auditBucket, "audit")
 }
 
 // AppendAudit stores recs (each at its Time, which must be set), up to
@@ -67,11 +53,7 @@ func (s *Store) AppendAudit(ctx context.Context, recs ...*lehrpb.AuditRecord) er
 			}
 			_, err = s.txn(ctx, nil, ops, nil)
 			if isLeaseGone(err) {
-				s.audit.mu.Lock()
-				if s.audit.id == lease {
-					s.audit.id = 0
-				}
-				s.audit.mu.Unlock()
+				s.audit.forget(lease)
 				continue
 			}
 			if err != nil {

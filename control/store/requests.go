@@ -21,42 +21,49 @@ import (
 // bucket per control process.
 const requestBucket = 10 * time.Minute
 
-// requestLeases hands out the lease of the current bucket.
-type requestLeases struct {
+// leaseBucket hands out the lease that records written during one bucket
+// of time share: request records (requestBucket) and audit records
+// (auditBucket, audit.go).
+type leaseBucket struct {
 	mu      sync.Mutex
 	id      clientv3.LeaseID
 	granted time.Time // monotonic; zero: none
 }
 
-// requestLease returns the lease request records are attached to now,
-// granting a new one when the bucket ran out.
-func (s *Store) requestLease(ctx context.Context) (clientv3.LeaseID, error) {
-	r := &s.requests
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.id != 0 && time.Since(r.granted) < requestBucket {
-		return r.id, nil
+// lease returns b's current lease, granting one with ttl when the bucket
+// ran out. what names the records in errors.
+func (s *Store) lease(ctx context.Context, b *leaseBucket, bucket, ttl time.Duration, what string) (clientv3.LeaseID, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.id != 0 && time.Since(b.granted) < bucket {
+		return b.id, nil
 	}
-	ttl := s.opts.Retention.Requests + requestBucket
 	start := time.Now()
 	resp, err := s.cli.Grant(reqCtx(ctx), int64((ttl+time.Second-1)/time.Second))
 	s.observe("lease grant", start, err)
 	if err != nil {
-		return 0, fmt.Errorf("grant the request lease: %w", err)
+		return 0, fmt.Errorf("grant the %s lease: %w", what, err)
 	}
-	r.id, r.granted = resp.ID, start
-	return r.id, nil
+	b.id, b.granted = resp.ID, start
+	return b.id, nil
 }
 
-// forgetRequestLease drops the current lease (etcd no longer has it).
-func (s *Store) forgetRequestLease(id clientv3.LeaseID) {
-	r := &s.requests
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.id == id {
-		r.id = 0
+// forget drops b's lease if it is id (etcd no longer has it).
+func (b *leaseBucket) forget(id clientv3.LeaseID) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.id == id {
+		b.id = 0
 	}
 }
+
+// requestLease returns the lease request records are attached to now.
+func (s *Store) requestLease(ctx context.Context) (clientv3.LeaseID, error) {
+	return s.lease(ctx, &s.requests, requestBucket, s.opts.Retention.Requests+requestBucket, "request")
+}
+
+// forgetRequestLease drops the current request lease (etcd no longer has it).
+func (s *Store) forgetRequestLease(id clientv3.LeaseID) { s.requests.forget(id) }
 
 // isLeaseGone reports whether err says a lease does not exist (revoked or
 // expired under us).

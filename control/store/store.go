@@ -61,8 +61,8 @@ type Store struct {
 	lay  layout
 	log  *slog.Logger
 
-	requests requestLeases // see requests.go
-	audit    requestLeases // see audit.go
+	requests leaseBucket // see requests.go
+	audit    leaseBucket // see audit.go
 }
 
 // Defaults of Options.
