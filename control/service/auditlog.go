@@ -77,22 +77,25 @@ const (
 // when the process dies is lost (the version records keep author and
 // message of every version either way).
 type auditWriter struct {
-	once    sync.Once
+	wg      sync.WaitGroup // the writer goroutine
 	mu      sync.Mutex
+	started bool // the writer runs (or ran)
+	closed  bool // close was called: nothing starts any more
 	queue   []*lehrpb.AuditRecord
 	waiters []chan struct{} // closed once everything queued before them is written
 	wake    chan struct{}   // buffered(1)
-	done    chan struct{}   // closed when the goroutine has ended
 }
 
 // add queues rec, starting the writer on first use.
 func (a *auditWriter) add(s *Service, rec *lehrpb.AuditRecord) {
-	a.start(s)
+	if !a.start(s) {
+		s.writeAudit([]*lehrpb.AuditRecord{rec}) // a call still running after Close
+		return
+	}
 	a.mu.Lock()
-	// A full queue, or a call still running after Close stopped the
-	// writer: the caller writes its own record.
-	if len(a.queue) >= maxAuditQueue || s.closing.Err() != nil {
+	if a.closed || len(a.queue) >= maxAuditQueue {
 		a.mu.Unlock()
+		// Closed meanwhile, or backpressure: the caller writes its own.
 		s.writeAudit([]*lehrpb.AuditRecord{rec})
 		return
 	}
@@ -101,13 +104,19 @@ func (a *auditWriter) add(s *Service, rec *lehrpb.AuditRecord) {
 	a.signal()
 }
 
-func (a *auditWriter) start(s *Service) {
-	a.once.Do(func() {
-		a.mu.Lock()
-		a.wake, a.done = make(chan struct{}, 1), make(chan struct{})
-		a.mu.Unlock()
-		go a.run(s)
-	})
+// start starts the writer if it is not running; false once close was
+// called.
+func (a *auditWriter) start(s *Service) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.closed {
+		return false
+	}
+	if !a.started {
+		a.started, a.wake = true, make(chan struct{}, 1)
+		a.wg.Go(func() { a.run(s) })
+	}
+	return true
 }
 
 func (a *auditWriter) signal() {
@@ -119,10 +128,9 @@ func (a *auditWriter) signal() {
 
 // sync waits until every record queued before it is written (or ctx ends).
 func (a *auditWriter) sync(ctx context.Context, s *Service) error {
-	if s.closing.Err() != nil {
-		return nil // the writer has written what it will; later records are written by their callers
+	if !a.start(s) {
+		return nil // closed: later records are written by their callers
 	}
-	a.start(s)
 	ch := make(chan struct{})
 	a.mu.Lock()
 	a.waiters = append(a.waiters, ch)
@@ -136,16 +144,11 @@ func (a *auditWriter) sync(ctx context.Context, s *Service) error {
 	}
 }
 
-// run writes batches until the service closes, then writes what is left.
+// run writes batches until close, then writes what is left.
 func (a *auditWriter) run(s *Service) {
-	defer close(a.done)
-	for {
-		select {
-		case <-a.wake:
-		case <-s.closing.Done():
-		}
+	for range a.wake {
 		a.mu.Lock()
-		batch, waiters := a.queue, a.waiters
+		batch, waiters, closed := a.queue, a.waiters, a.closed
 		a.queue, a.waiters = nil, nil
 		a.mu.Unlock()
 		if len(batch) > 0 {
@@ -154,13 +157,10 @@ func (a *auditWriter) run(s *Service) {
 		for _, w := range waiters {
 			close(w)
 		}
-		if s.closing.Err() != nil {
-			a.mu.Lock()
-			left := len(a.queue)
-			a.mu.Unlock()
-			if left == 0 {
-				return
-			}
+		if closed {
+			// Nothing is queued after closed is set (add writes its own
+			// record then), so the queue is empty for good.
+			return
 		}
 	}
 }
@@ -175,19 +175,17 @@ func (s *Service) writeAudit(recs []*lehrpb.AuditRecord) {
 	}
 }
 
-// closeAudit waits for the writer to write what is queued (at most
-// auditWriteTimeout).
+// close waits for the writer to write what is queued; each batch's write
+// is bounded by auditWriteTimeout.
 func (a *auditWriter) close() {
 	a.mu.Lock()
-	started := a.done != nil
+	a.closed = true
+	started := a.started
 	a.mu.Unlock()
-	if !started {
-		return
+	if started {
+		a.signal()
 	}
-	select {
-	case <-a.done:
-	case <-time.After(auditWriteTimeout):
-	}
+	a.wg.Wait()
 }
 
 // auditTarget finds what a request acts on, and its message: the first of
