@@ -3,8 +3,6 @@ package agent
 import (
 	"context"
 	"errors"
-	"os"
-	"time"
 
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -80,20 +78,19 @@ func (h *handler) Apply(ctx context.Context, u *lehrpb.Update) upstream.Result {
 // writeFileLocked writes the namespace's file from verified content. A
 // failure is retried by the maintenance loop. The caller holds the lock.
 func (a *Agent) writeFileLocked(v content.Version) {
-	if err := a.writer.Write(a.filesDir, nsfile.FromVersion(v)); err != nil {
+	// The stat of the file as written, not of whatever is at the path a
+	// moment later: a file changed right after it appeared must still be
+	// noticed (checkFileLocked).
+	fi, err := a.writer.WriteStat(a.filesDir, nsfile.FromVersion(v))
+	if err != nil {
 		a.met.applyErrors.Inc()
 		a.log.Error("cannot write namespace file; will retry", "namespace", v.Namespace, "version", v.Seq, "err", err)
 		a.update(v.Namespace, func(st *nsState) { st.fileStale = true; st.applyErrors++ })
 		return
 	}
-	var size int64
-	var mtime time.Time
-	if path, err := nsfile.Path(a.filesDir, v.Namespace); err == nil {
-		if fi, err := os.Stat(path); err == nil {
-			size, mtime = fi.Size(), fi.ModTime()
-		}
-	}
-	a.update(v.Namespace, func(st *nsState) { st.fileVersion, st.fileStale, st.fileSize, st.fileMtime = v.Seq, false, size, mtime })
+	a.update(v.Namespace, func(st *nsState) {
+		st.fileVersion, st.fileStale, st.fileSize, st.fileMtime = v.Seq, false, fi.Size(), fi.ModTime()
+	})
 }
 
 // dropCorrupt drops a namespace whose cached copy failed verification and

@@ -539,3 +539,33 @@ func TestWriteGivesFilesToGroup(t *testing.T) {
 		}
 	}
 }
+
+// WriteStat reports the file as written — the size and modification time
+// the renamed file has — so a writer can tell its own file from one
+// changed after it appeared (the agent's file check).
+func TestWriteStatIsTheWrittenFile(t *testing.T) {
+	dir := t.TempDir()
+	v := sample(t)
+	fi, err := Writer{}.WriteStat(dir, v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path, _ := Path(dir, v.Namespace)
+	got, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi.Size() != got.Size() || !fi.ModTime().Equal(got.ModTime()) {
+		t.Errorf("WriteStat = size %d, mtime %v; the file has %d, %v", fi.Size(), fi.ModTime(), got.Size(), got.ModTime())
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, b[:len(b)/2], 0o644); err != nil { // torn by someone else at once
+		t.Fatal(err)
+	}
+	if now, err := os.Stat(path); err != nil || now.Size() == fi.Size() {
+		t.Errorf("the torn file (%v, %v) looks like the written one", now, err)
+	}
+}

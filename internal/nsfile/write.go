@@ -66,22 +66,32 @@ func Write(dir string, f File) error { return Writer{}.Write(dir, f) }
 // previous file or the new one, complete. On error the temporary file is
 // removed and the final name is untouched. The <domain> directory is
 // created (DirPerm) when missing.
-func (w Writer) Write(dir string, f File) (err error) {
+func (w Writer) Write(dir string, f File) error {
+	_, err := w.WriteStat(dir, f)
+	return err
+}
+
+// WriteStat writes f like Write and returns the written file's size and
+// modification time as they were before it was renamed into place (a
+// rename keeps both): what the writer left, even if someone changes the
+// file the moment it appears. On an error after the rename (the directory
+// fsync) the information is returned with the error.
+func (w Writer) WriteStat(dir string, f File) (fi os.FileInfo, err error) {
 	path, err := Path(dir, f.Namespace)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	hb, err := f.header() // refuse before creating anything
 	if err != nil {
-		return err
+		return nil, err
 	}
 	sub := filepath.Dir(path)
 	if err := w.mkdir(dir, sub); err != nil {
-		return err
+		return nil, err
 	}
 	tmp, err := os.CreateTemp(sub, "."+filepath.Base(path)+".tmp-*")
 	if err != nil {
-		return fmt.Errorf("nsfile: create temporary file for %s: %w", f.Namespace, err)
+		return nil, fmt.Errorf("nsfile: create temporary file for %s: %w", f.Namespace, err)
 	}
 	defer func() {
 		if err != nil {
@@ -90,47 +100,50 @@ func (w Writer) Write(dir string, f File) (err error) {
 		}
 	}()
 	if err := encode(tmp, f, hb); err != nil {
-		return fmt.Errorf("nsfile: write %s: %w", tmp.Name(), err)
+		return nil, fmt.Errorf("nsfile: write %s: %w", tmp.Name(), err)
 	}
 	perm := w.Perm
 	if perm == 0 {
 		perm = 0o640
 	}
 	if err := tmp.Chmod(perm); err != nil {
-		return fmt.Errorf("nsfile: chmod %s: %w", tmp.Name(), err)
+		return nil, fmt.Errorf("nsfile: chmod %s: %w", tmp.Name(), err)
 	}
 	if w.Gid != 0 {
 		if err := tmp.Chown(-1, w.Gid); err != nil {
-			return fmt.Errorf("nsfile: give %s to group %d: %w", tmp.Name(), w.Gid, err)
+			return nil, fmt.Errorf("nsfile: give %s to group %d: %w", tmp.Name(), w.Gid, err)
 		}
 	}
 	if !w.NoSync {
 		if err := tmp.Sync(); err != nil {
-			return fmt.Errorf("nsfile: fsync %s: %w", tmp.Name(), err)
+			return nil, fmt.Errorf("nsfile: fsync %s: %w", tmp.Name(), err)
 		}
 	}
+	if fi, err = tmp.Stat(); err != nil {
+		return nil, fmt.Errorf("nsfile: stat %s: %w", tmp.Name(), err)
+	}
 	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("nsfile: close %s: %w", tmp.Name(), err)
+		return nil, fmt.Errorf("nsfile: close %s: %w", tmp.Name(), err)
 	}
 	// Crash point of the kill matrix (testenv/chaos): the temporary file
 	// complete, not renamed into place.
 	// gofail: var nsfileBeforeRename struct{}
 	if w.beforeRename != nil {
 		if err := w.beforeRename(tmp.Name()); err != nil {
-			return err
+			return nil, err
 		}
 	}
 	if err := os.Rename(tmp.Name(), path); err != nil {
-		return fmt.Errorf("nsfile: rename %s to %s: %w", tmp.Name(), path, err)
+		return nil, fmt.Errorf("nsfile: rename %s to %s: %w", tmp.Name(), path, err)
 	}
 	if !w.NoSync {
 		if err := syncDir(sub); err != nil {
 			// The rename happened; the new file is in place but may not
 			// survive a machine crash. Report it without removing anything.
-			return err
+			return fi, err
 		}
 	}
-	return nil
+	return fi, nil
 }
 
 // mkdir creates sub (a direct child of dir) when missing and makes its
