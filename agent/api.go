@@ -138,6 +138,7 @@ func (b *backend) Status(context.Context) (*lehrpb.StatusResponse, error) {
 		if st.reportVersion == st.version && st.version > 0 {
 			s.Applied, s.ApplyErrors = int32(len(st.applied)), int32(len(st.rejected))
 		}
+		s.HostChecks = a.hostChecksOf(ns)
 		resp.Namespaces = append(resp.Namespaces, s)
 	}
 	for _, ns := range a.known() {

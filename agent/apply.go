@@ -143,6 +143,7 @@ func (h *handler) Report() *lehrpb.Report {
 		}
 		nr.LeasesExpired = st.leasesExpired
 		nr.Preview = st.preview // never modified in place (ReportPreview)
+		nr.HostChecks = a.hostChecksOf(ns)
 		if !st.appliedAt.IsZero() {
 			nr.AppliedTime = timestamppb.New(st.appliedAt)
 		}

@@ -62,6 +62,7 @@ func newAgentMetrics(set *metrics.Set, a *Agent) *agentMetrics {
 	})
 	set.GetOrCreateGauge(`lehr_agent_leases`, func() float64 { return float64(a.leases.Len()) })
 	set.GetOrCreateGauge(`lehr_agent_signal_namespaces`, func() float64 { return float64(a.sig.store.Namespaces()) })
+	set.GetOrCreateGauge(`lehr_agent_host_checks_failing`, func() float64 { return float64(a.sig.host.failingCount()) })
 	return m
 }
 

@@ -19,13 +19,16 @@ type signals struct {
 
 	mu      sync.Mutex
 	targets map[string]collect.Target // by lease id
+
+	host hostChecks
 }
 
 func newSignals(interval time.Duration, now func() time.Time) *signals {
 	st := collect.NewStore(collect.Options{Interval: interval, Now: now})
 	// A scrape that takes a quarter of the interval is abandoned, so one
 	// hung endpoint cannot hold up the others for long.
-	return &signals{store: st, scraper: collect.NewScraper(st, max(st.Interval()/4, 250*time.Millisecond)), targets: map[string]collect.Target{}}
+	return &signals{store: st, scraper: collect.NewScraper(st, max(st.Interval()/4, 250*time.Millisecond)), targets: map[string]collect.Target{},
+		host: hostChecks{checks: map[string][]canary.Check{}, judged: map[string]judged{}}}
 }
 
 // lease records the metrics endpoint a lease declared ("" for none).
@@ -87,10 +90,13 @@ func (a *Agent) reportSignals(ns string, req *lehrpb.ReportApplyRequest, applied
 	st.Add(ns, canary.MetricCallbackSeconds, req.GetCallbackSeconds())
 }
 
-// Signals answers a distributor's SignalsRequest for ns
-// (upstream.Handler): the completed intervals the agent keeps.
-func (h *handler) Signals(ns string) *lehrpb.NamespaceSignals {
-	return (*Agent)(h).sig.store.Signals(ns)
+// Signals answers a distributor's SignalsRequest for a namespace
+// (upstream.Handler): the completed intervals the agent keeps. The
+// request's checks become the namespace's host-level checks.
+func (h *handler) Signals(w *lehrpb.SignalsWanted) *lehrpb.NamespaceSignals {
+	a := (*Agent)(h)
+	a.wantChecks(w)
+	return a.sig.store.Signals(w.GetNamespace())
 }
 
 // Signals answers the local API's Signals call.

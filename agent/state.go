@@ -275,6 +275,7 @@ func (a *Agent) sync(ns string) {
 	}
 	a.up.Unsubscribe(ns)
 	a.sig.store.Release(ns)
+	a.sig.host.release(ns)
 	if err := a.writer.Remove(a.filesDir, ns); err != nil {
 		a.log.Warn("cannot remove namespace file", "namespace", ns, "err", err)
 	}

@@ -37,9 +37,11 @@ type canaryCell struct {
 	spread   float64 // host-to-host log-sd
 }
 
-// canaryTally counts failures of both judges over a cell's fleets.
+// canaryTally counts failures of each judge over a cell's fleets: Lehr's
+// population judge, its host-level checks (a fleet fails when any canary
+// host's own check fails) and the Kayenta-style judge.
 type canaryTally struct {
-	fleets, lehr, kayenta int
+	fleets, lehr, host, kayenta int
 }
 
 func runCanaryBench(ctx context.Context, e *Env) (*Result, error) {
@@ -94,7 +96,9 @@ func runCanaryBench(ctx context.Context, e *Env) (*Result, error) {
 		Setup: fmt.Sprintf("%d seeded fleets per cell (canary/scenario): 20 control hosts, 60 intervals before the change and a 30-interval bake, "+
 			"host-to-host differences of log-sd 0.1 or 0.3 (error ratios twice that), AR(1) noise per host at φ ∈ {0, 0.5, 0.8, 0.95}, a shared traffic trend and (half the fleets) a fleet-wide incident, "+
 			"1, 3 or 10 canary hosts; good changes also on zero-error fleets. Lehr: canary.Judge with the default checks, 4 looks over the bake, α = 0.01 per judgement "+
-			"(the verdict a rollout polling every interval would get). Kayenta-style: per metric (error ratio, latency, requests, restarts), the canary hosts' and the "+
+			"(the verdict a rollout polling every interval would get). Lehr host-level: what the agents judge locally, canary.JudgeHost on each canary host alone "+
+			"(its own 60 intervals before against the bake, no control hosts, one look per interval, α = 0.001 per host), the fleet failing if any canary host fails: "+
+			"evidence shown beside the verdict, never deciding it. Kayenta-style: per metric (error ratio, latency, requests, restarts), the canary hosts' and the "+
 			"control hosts' aggregate series over the bake compared by a two-sided Mann-Whitney U test at 95 %% confidence (Kayenta's default), failing in the bad "+
 			"direction; a fleet fails if any metric fails; judged once at the end of the bake.", seeds),
 	}
@@ -102,9 +106,12 @@ func runCanaryBench(ctx context.Context, e *Env) (*Result, error) {
 		for i, c := range cells {
 			if keep(c) {
 				fleets += tallies[i].fleets
-				if judge == "lehr" {
+				switch judge {
+				case "lehr":
 					fails += tallies[i].lehr
-				} else {
+				case "lehr host-level":
+					fails += tallies[i].host
+				default:
 					fails += tallies[i].kayenta
 				}
 			}
@@ -117,7 +124,7 @@ func runCanaryBench(ctx context.Context, e *Env) (*Result, error) {
 		}
 		return 100 * float64(f) / float64(n)
 	}
-	for _, judge := range []string{"lehr", "kayenta-style"} {
+	for _, judge := range []string{"lehr", "lehr host-level", "kayenta-style"} {
 		for _, ch := range scenario.Changes {
 			for _, zero := range []bool{false, true} {
 				if zero && ch != scenario.Good {
@@ -161,6 +168,7 @@ func runCanaryBench(ctx context.Context, e *Env) (*Result, error) {
 	}
 	res.Notes = append(res.Notes,
 		"The fleets come from our own generator (canary/scenario); the numbers say how the judges behave on it, not on every fleet. `lehr canary generate` writes any of them for inspection.",
+		"Host-level checks cannot tell a canary host's change from a fleet-wide incident that hits it at the same time, and with 10 canary hosts the chance that one of them fails alone adds up: their false failures are the price of judging without control hosts, which is why they are evidence beside the population verdict and never decide a rollout (docs/canary.md, \"Host-level checks\").",
 		"The Kayenta-style judge is ours, written from Kayenta's documented method (Mann-Whitney on time points, canary vs baseline); it gets the whole control population as its baseline, which is less noisy than Kayenta's usual equal-sized baseline cluster.")
 	return res, nil
 }
@@ -177,6 +185,16 @@ func judgeCell(c canaryCell, seeds int) (canaryTally, error) {
 		}
 		if r.Verdict == canary.Fail {
 			t.lehr++
+		}
+		for _, ms := range in.Canary {
+			h, err := canary.JudgeHost(canary.HostInput{Interval: in.Interval, ChangeIndex: in.ChangeIndex, Metrics: ms}, canary.HostOptions{BakeIntervals: s.After})
+			if err != nil {
+				return t, fmt.Errorf("canary bench, host-level: %v: %w", c.change, err)
+			}
+			if h.Verdict == canary.Fail {
+				t.host++
+				break
+			}
 		}
 		if kayentaStyleFails(in) {
 			t.kayenta++

@@ -600,6 +600,7 @@ func (d *Distributor) syncOne(ctx context.Context, ns string) error {
 		goal.Cohort = cohort.Cohort{Hosts: cand.GetHosts(), PerMillion: cand.GetPerMillion(), Salt: cand.GetSalt()}
 		goal.Sample = int(cand.GetSample())
 		goal.Analysis = int(cand.GetAnalysis())
+		goal.Checks = cand.GetChecks()
 	}
 	srv.SetGoal(goal) // no change if it is the current goal
 	return nil

@@ -78,10 +78,11 @@ type Options struct {
 	// wire.ClientQUICConfig().
 	QUIC *quic.Config
 	// Signals, if set, is what the agent keeps of its per-interval signals
-	// of a namespace (nil: none); a SignalsRequest is answered from it
-	// with the real agent's rules (internal/signals.Answer). Nil answers
-	// every request with no namespaces.
-	Signals func(ns string) *lehrpb.NamespaceSignals
+	// of the namespace a SignalsRequest asks for (nil: none); the request
+	// is answered from it with the real agent's rules
+	// (internal/signals.Answer). Nil answers every request with no
+	// namespaces.
+	Signals func(w *lehrpb.SignalsWanted) *lehrpb.NamespaceSignals
 
 	// Faults, for tests of the distributor's defenses against a broken or
 	// older agent; all nil in normal use. They change only what is sent
@@ -468,7 +469,7 @@ func (a *Agent) readControl(dec *wire.Decoder) {
 		case *lehrpb.Ping:
 			_ = a.send(&lehrpb.Pong{Nonce: m.GetNonce()})
 		case *lehrpb.SignalsRequest:
-			get := func(string) *lehrpb.NamespaceSignals { return nil }
+			get := func(*lehrpb.SignalsWanted) *lehrpb.NamespaceSignals { return nil }
 			if a.opts.Signals != nil {
 				get = a.opts.Signals
 			}

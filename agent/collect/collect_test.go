@@ -202,3 +202,40 @@ func TestScraperDemoService(t *testing.T) {
 		t.Errorf("requests %v; want 40 after the reset", r)
 	}
 }
+
+// LastChange finds the latest version change among the completed
+// intervals: the interval it happened in is neither side, intervals that
+// held neither version are left out, and a first install is no change.
+func TestLastChange(t *testing.T) {
+	c := &clock{t: time.Unix(1_800_000_000, 0)}
+	s := collect.NewStore(collect.Options{Interval: 10 * time.Second, Now: c.now})
+	s.Hold("d/ns", 0)
+	step := func(v uint64, rejections float64) {
+		if v != 0 {
+			s.SetVersion("d/ns", v)
+		}
+		s.Add("d/ns", canary.MetricConsumerRejections, rejections)
+		c.add(10 * time.Second)
+	}
+	step(0, 0)
+	step(1, 0) // first install during interval 1
+	if _, ok := s.LastChange("d/ns"); ok {
+		t.Fatal("a first install counted as a change")
+	}
+	step(1, 1)
+	step(2, 2) // interval 3: held 2 at its end (a change from 1, then back below)
+	step(3, 3) // interval 4
+	step(3, 4)
+	step(3, 5)
+	ch, ok := s.LastChange("d/ns")
+	if !ok {
+		t.Fatal("no change found")
+	}
+	if ch.Version != 3 || ch.Previous != 2 || ch.Index != 5 || ch.Time != time.Unix(1_800_000_050, 0) || ch.Interval != 10*time.Second {
+		t.Fatalf("change %+v; want 2 → 3 at index 5, 1800000050", ch)
+	}
+	got := fmt.Sprint(ch.Metrics[canary.MetricConsumerRejections])
+	if want := "[NaN NaN NaN 2 NaN 4 5]"; got != want {
+		t.Errorf("rejections around the change %s; want %s (only version 2's interval before, the change's own interval out)", got, want)
+	}
+}

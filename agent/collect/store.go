@@ -218,3 +218,60 @@ func fill(metric string) float64 {
 	}
 	return 0
 }
+
+// Change is a namespace's latest version change within the completed
+// intervals a store keeps (intervals i−1 and i held different versions:
+// the change happened during interval i), with the series around it: the input of a
+// host-level canary judgement (canary.JudgeHost).
+type Change struct {
+	// Version is the version held since the change, Previous the one held
+	// just before it (never 0).
+	Version, Previous uint64
+	// Time is the start of the first interval after the change (the
+	// interval the change happened in is neither: its values are NaN).
+	Time time.Time
+	// Index is that interval's index in Metrics (possibly one past the
+	// last, when the change happened in the last completed interval).
+	Index int
+	// Interval is the length of one interval.
+	Interval time.Duration
+	// Metrics holds every series over the completed intervals; intervals
+	// before the change that held another version than Previous are NaN,
+	// so only Previous is compared with Version.
+	Metrics map[string][]float64
+}
+
+// LastChange returns ns's latest version change among its completed
+// intervals. ok is false when there is none, or it was from holding
+// nothing (a first install has no "before" to compare with).
+func (s *Store) LastChange(ns string) (c Change, ok bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	t := s.advance(ns)
+	if t == nil {
+		return Change{}, false
+	}
+	n := len(t.versions) - 1 // completed intervals
+	idx := -1
+	for i := n - 1; i > 0; i-- {
+		if t.versions[i] != t.versions[i-1] {
+			idx = i
+			break
+		}
+	}
+	if idx < 0 || t.versions[idx-1] == 0 || t.versions[idx] == 0 {
+		return Change{}, false
+	}
+	c = Change{Version: t.versions[idx], Previous: t.versions[idx-1], Index: idx + 1, Interval: s.Interval(),
+		Time: time.Unix(t.first+int64(idx+1)*s.iv, 0), Metrics: make(map[string][]float64, len(t.series))}
+	for name, v := range t.series {
+		vals := slices.Clone(v[:n])
+		for i := range idx + 1 {
+			if i == idx || t.versions[i] != c.Previous {
+				vals[i] = math.NaN()
+			}
+		}
+		c.Metrics[name] = vals
+	}
+	return c, true
+}

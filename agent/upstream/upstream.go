@@ -152,11 +152,12 @@ type Handler interface {
 	Apply(ctx context.Context, u *lehrpb.Update) Result
 	// Report returns the periodic report, or nil to skip one.
 	Report() *lehrpb.Report
-	// Signals returns the per-interval signals kept of ns, complete
-	// intervals only, or nil when none are kept; the result is the
-	// caller's. A distributor's SignalsRequest is answered from it
-	// (internal/signals.Answer).
-	Signals(ns string) *lehrpb.NamespaceSignals
+	// Signals returns the per-interval signals kept of the namespace w
+	// asks for, complete intervals only, or nil when none are kept; the
+	// result is the caller's. A distributor's SignalsRequest is answered
+	// from it (internal/signals.Answer); w also carries the checks of the
+	// analysis watching the host.
+	Signals(w *lehrpb.SignalsWanted) *lehrpb.NamespaceSignals
 }
 
 // Options configure a Client.

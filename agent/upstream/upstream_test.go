@@ -173,7 +173,7 @@ func (h *memHandler) Apply(_ context.Context, u *lehrpb.Update) upstream.Result 
 }
 
 // Signals keeps none: the in-memory handler has no local signals.
-func (*memHandler) Signals(string) *lehrpb.NamespaceSignals { return nil }
+func (*memHandler) Signals(*lehrpb.SignalsWanted) *lehrpb.NamespaceSignals { return nil }
 
 func (h *memHandler) Report() *lehrpb.Report {
 	if h.report == nil {

@@ -60,6 +60,16 @@ func writeEvaluation(w io.Writer, ev *lehrpb.CanaryEvaluation) {
 				verdictWord(aa.GetVerdict()), aa.GetP(), aa.GetAaDiffer(), aa.GetAaSplits())
 		}
 	}
+	if hcs := res.GetHostChecks(); len(hcs) > 0 {
+		fmt.Fprintln(w, "  host-level checks (each canary host against its own history; evidence, not the verdict):")
+		for _, h := range hcs {
+			fmt.Fprintf(w, "    %s: failed on %d of %d canary host(s)", h.GetName(), h.GetFailed(), h.GetHosts())
+			if h.GetFailed() > 0 {
+				fmt.Fprintf(w, " (%s): %s", strings.Join(h.GetFailedHosts(), ", "), h.GetExplanation())
+			}
+			fmt.Fprintln(w)
+		}
+	}
 }
 
 // writeEvaluations prints one line per evaluation.

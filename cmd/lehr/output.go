@@ -299,11 +299,20 @@ func writeDomain(w io.Writer, d *lehrpb.Domain) {
 		}
 	}
 	fmt.Fprintf(tw, "publish rate\t%s\n", rate)
-	pubs := "anyone (not enforced yet)"
-	if p := d.GetAcl().GetPublishers(); len(p) > 0 {
-		pubs = strings.Join(p, ", ")
+	acl := d.GetAcl()
+	list := func(l []string, empty string) string {
+		if len(l) == 0 {
+			return empty
+		}
+		return strings.Join(l, ", ")
 	}
-	fmt.Fprintf(tw, "publishers\t%s\n", pubs)
+	others := "the admins only"
+	if len(acl.GetAdmins()) == 0 {
+		others = "-"
+	}
+	fmt.Fprintf(tw, "admins\t%s\n", list(acl.GetAdmins(), "none: an open domain, every user may do everything"))
+	fmt.Fprintf(tw, "publishers\t%s\n", list(acl.GetPublishers(), others))
+	fmt.Fprintf(tw, "operators\t%s\n", list(acl.GetOperators(), others))
 	tw.Flush()
 }
 
@@ -451,11 +460,36 @@ func writeHealth(w io.Writer, health []*lehrpb.NamespaceHealth, hosts []*lehrpb.
 	}
 	fmt.Fprintln(w)
 	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "HOST\tNAMESPACE\tVERSION\tCOHORT\tCONSUMERS\tAPPLIED\tREJECTED\tLEASES LAPSED\tAPPLIED AT")
+	fmt.Fprintln(tw, "HOST\tNAMESPACE\tVERSION\tCOHORT\tCONSUMERS\tAPPLIED\tREJECTED\tLEASES LAPSED\tAPPLIED AT\tHOST CHECKS")
+	var failing []*lehrpb.HostReport
 	for _, hr := range hosts {
 		r := hr.GetReport()
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%v\t%d\t%d\t%d\t%d\t%s\n", hr.GetHostId(), r.GetNamespace(), r.GetVersion(), hr.GetCohort(),
-			r.GetClients(), r.GetClientsApplied(), r.GetClientsRejected(), r.GetLeasesExpired(), fmtTime(r.GetAppliedTime()))
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%v\t%d\t%d\t%d\t%d\t%s\t%s\n", hr.GetHostId(), r.GetNamespace(), r.GetVersion(), hr.GetCohort(),
+			r.GetClients(), r.GetClientsApplied(), r.GetClientsRejected(), r.GetLeasesExpired(), fmtTime(r.GetAppliedTime()), hostChecksWord(r.GetHostChecks()))
+		if r.GetHostChecks().GetVerdict() == lehrpb.CanaryVerdict_CANARY_VERDICT_FAIL {
+			failing = append(failing, hr)
+		}
 	}
 	tw.Flush()
+	if len(failing) > 0 {
+		fmt.Fprintln(w, "\nhost-level canary checks failing (each host against its own history before its change):")
+	}
+	for _, hr := range failing {
+		hc := hr.GetReport().GetHostChecks()
+		fmt.Fprintf(w, "%s, %s %d → %d: %s\n", hr.GetHostId(), hr.GetReport().GetNamespace(), hc.GetPreviousVersion(), hc.GetVersion(), hc.GetReason())
+		for _, c := range hc.GetChecks() {
+			if c.GetVerdict() == lehrpb.CanaryVerdict_CANARY_VERDICT_FAIL {
+				fmt.Fprintf(w, "  %s: %s\n", c.GetName(), c.GetExplanation())
+			}
+		}
+	}
+}
+
+// hostChecksWord sums a host's host-level canary checks in a table cell:
+// "-" when it reports none, else the verdict and the change it judges.
+func hostChecksWord(hc *lehrpb.HostChecks) string {
+	if hc == nil {
+		return "-"
+	}
+	return fmt.Sprintf("%s (%d→%d, look %d/%d)", verdictWord(hc.GetVerdict()), hc.GetPreviousVersion(), hc.GetVersion(), hc.GetLook(), hc.GetLooks())
 }

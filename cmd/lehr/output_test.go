@@ -113,7 +113,7 @@ func TestWriteMiscGolden(t *testing.T) {
 	d := &lehrpb.Domain{
 		Name: "payments", Description: "payment limits", CreateTime: ts(0), CreatedBy: "alice",
 		Quotas: &lehrpb.Quotas{MaxNamespaceBytes: 1 << 20, MaxProperties: 50, PublishesPerSecond: 2.5, PublishBurst: 5},
-		Acl:    &lehrpb.Acl{Publishers: []string{"alice", "ci"}},
+		Acl:    &lehrpb.Acl{Publishers: []string{"alice", "ci"}, Admins: []string{"alice"}},
 	}
 	fmt.Fprintln(&b)
 	writeDomain(&b, d)

@@ -31,6 +31,20 @@ func TestWriteZoneStatusGolden(t *testing.T) {
 	writeZoneStatus(&b, st, nil, false)
 	b.WriteString("--- nobody reporting\n")
 	writeZoneStatus(&b, &lehrpb.GetZoneStatusResponse{Zone: "zone-b"}, nil, true)
+	b.WriteString("--- a host failing its host-level checks\n")
+	hc := &lehrpb.HostChecks{Version: 3, PreviousVersion: 2, Verdict: lehrpb.CanaryVerdict_CANARY_VERDICT_FAIL, Look: 4, Looks: 30,
+		Reason: `check "error ratio" failed at look 4 of 30 (4 interval(s) after the change): the host got worse than it was before the change`,
+		Checks: []*lehrpb.HostCheckResult{
+			{Name: "error ratio", Verdict: lehrpb.CanaryVerdict_CANARY_VERDICT_FAIL, Before: 0.009, After: 0.4,
+				Explanation: "request_errors/requests went from 0.9 % before the change to 40 % after on this host: a change this large happens by chance with p = 1e-12, below the 3e-07 this look allows (the host compared with its own history; the whole fleet may have moved too)."},
+			{Name: "throughput", Verdict: lehrpb.CanaryVerdict_CANARY_VERDICT_PASS},
+		}}
+	st.Health = []*lehrpb.NamespaceHealth{{Namespace: "demo/app", Version: 3, Agents: 1, Consumers: 1, ConsumersApplied: 1}}
+	st.Hosts = []*lehrpb.HostReport{
+		{HostId: "host-1", Report: &lehrpb.NamespaceReport{Namespace: "demo/app", Version: 3, Clients: 1, ClientsApplied: 1, HostChecks: hc}},
+		{HostId: "host-2", Cohort: true, Report: &lehrpb.NamespaceReport{Namespace: "demo/app", Version: 2, Clients: 1, ClientsApplied: 1}},
+	}
+	writeZoneStatus(&b, st, goals, true)
 	golden(t, "zone-status", b.Bytes())
 }
 

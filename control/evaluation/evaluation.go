@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math"
 	"slices"
 	"strings"
@@ -92,11 +93,7 @@ func New(opts Options) (*Service, error) {
 }
 
 // FieldError says which field of a request or analysis is wrong and why.
-type FieldError struct {
-	Field, Message string
-}
-
-func (e *FieldError) Error() string { return e.Field + ": " + e.Message }
+type FieldError = signals.FieldError
 
 func fieldErr(field, format string, args ...any) *FieldError {
 	return &FieldError{Field: field, Message: fmt.Sprintf(format, args...)}
@@ -123,7 +120,7 @@ func CheckAnalysis(prefix string, a *lehrpb.CanaryAnalysis) error {
 	if n := len(a.GetChecks()); n > MaxChecks {
 		return fieldErr(prefix+".checks", "%d checks; at most %d", n, MaxChecks)
 	}
-	if _, err := Checks(a.GetChecks()); err != nil {
+	if _, err := signals.Checks(a.GetChecks()); err != nil {
 		var fe *FieldError
 		if errors.As(err, &fe) {
 			fe.Field = prefix + "." + fe.Field
@@ -132,54 +129,6 @@ func CheckAnalysis(prefix string, a *lehrpb.CanaryAnalysis) error {
 		return err
 	}
 	return nil
-}
-
-// Checks converts checks to the judge's. Nil for none (the defaults).
-func Checks(cs []*lehrpb.CanaryCheck) ([]canary.Check, error) {
-	var out []canary.Check
-	seen := map[string]bool{}
-	for i, c := range cs {
-		f := fmt.Sprintf("checks[%d]", i)
-		if c.GetName() == "" || len(c.GetName()) > 63 {
-			return nil, fieldErr(f+".name", "%d bytes; want 1 to 63", len(c.GetName()))
-		}
-		if seen[c.GetName()] {
-			return nil, fieldErr(f+".name", "%q is used by an earlier check", c.GetName())
-		}
-		seen[c.GetName()] = true
-		k := canary.Check{Name: c.GetName(), Metric: c.GetMetric(), Tolerance: c.GetTolerance()}
-		if r := c.GetRatio(); r != nil {
-			k.Ratio = &canary.Ratio{Numerator: r.GetNumerator(), Denominator: r.GetDenominator()}
-		}
-		if (k.Metric == "") == (k.Ratio == nil) {
-			return nil, fieldErr(f, "set exactly one of metric and ratio")
-		}
-		if k.Ratio != nil && (k.Ratio.Numerator == "" || k.Ratio.Denominator == "") {
-			return nil, fieldErr(f+".ratio", "both numerator and denominator are required")
-		}
-		if d := c.GetDirection(); d != "" {
-			if err := k.Direction.UnmarshalText([]byte(d)); err != nil {
-				return nil, fieldErr(f+".direction", "%q; want increase, decrease or either", d)
-			}
-		}
-		if kd := c.GetKind(); kd != "" {
-			if err := k.Kind.UnmarshalText([]byte(kd)); err != nil {
-				return nil, fieldErr(f+".kind", "%q; want auto, count, proportion or value", kd)
-			}
-		}
-		if t := k.Tolerance; math.IsNaN(t) || math.IsInf(t, 0) || t < 0 {
-			return nil, fieldErr(f+".tolerance", "%v; want a number ≥ 0", t)
-		}
-		if c.Max != nil {
-			m := c.GetMax()
-			if math.IsNaN(m) || math.IsInf(m, 0) {
-				return nil, fieldErr(f+".max", "%v is not a number", m)
-			}
-			k.Max = &m
-		}
-		out = append(out, k)
-	}
-	return out, nil
 }
 
 // Create starts ev (validated, RUNNING) unless an evaluation with its id
@@ -259,12 +208,13 @@ func (s *Service) Step(ctx context.Context, g store.Guard, ev *lehrpb.CanaryEval
 	if ev.GetState() != lehrpb.CanaryEvaluationState_CANARY_EVALUATION_STATE_RUNNING {
 		return ev, nil
 	}
-	data, err := s.gather(ctx, ev)
+	data, reports, err := s.gather(ctx, ev)
 	if err != nil {
 		return ev, fmt.Errorf("evaluation %s: %w", ev.GetId(), err)
 	}
 	now := s.now()
 	res := Judge(ev, data, now)
+	res.HostChecks = HostChecks(ev, reports)
 	final := res.GetVerdict() == lehrpb.CanaryVerdict_CANARY_VERDICT_FAIL || res.GetLooks() > 0 && res.GetLook() >= res.GetLooks()
 	late := !final && now.After(GiveUpTime(ev))
 	if late {
@@ -308,27 +258,81 @@ func sameResult(a, b *lehrpb.CanaryResult) bool {
 // Data is an evaluation's signals: per trial zone, the watched hosts'.
 type Data map[string][]*lehrpb.HostSignals
 
-func (s *Service) gather(ctx context.Context, ev *lehrpb.CanaryEvaluation) (Data, error) {
-	d := Data{}
+// Reports is the distributors' per-host reports of an evaluation's
+// namespace: per trial zone, by host id.
+type Reports map[string]map[string]*lehrpb.NamespaceReport
+
+func (s *Service) gather(ctx context.Context, ev *lehrpb.CanaryEvaluation) (Data, Reports, error) {
+	d, r := Data{}, Reports{}
 	for _, t := range ev.GetTrials() {
 		if _, ok := d[t.GetZone()]; ok {
 			continue
 		}
 		sts, err := s.st.ZoneStatus(ctx, t.GetZone())
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		var hs []*lehrpb.HostSignals
+		byHost := map[string]*lehrpb.NamespaceReport{}
 		for _, st := range sts {
 			for _, h := range st.GetSignals() {
 				if h.GetSignals().GetNamespace() == ev.GetNamespace() {
 					hs = append(hs, h)
 				}
 			}
+			for _, h := range st.GetHosts() {
+				if h.GetReport().GetNamespace() == ev.GetNamespace() {
+					byHost[h.GetHostId()] = h.GetReport()
+				}
+			}
 		}
-		d[t.GetZone()] = hs
+		d[t.GetZone()], r[t.GetZone()] = hs, byHost
 	}
-	return d, nil
+	return d, r, nil
+}
+
+// maxFailedHosts bounds CanaryHostCheck.failed_hosts.
+const maxFailedHosts = 10
+
+// HostChecks sums the host-level checks that ev's canary hosts — the
+// trials' named ones, or every host whose report is about ev's version
+// when a trial names none — reported of ev's version, per check, in the
+// order first seen. Pure.
+func HostChecks(ev *lehrpb.CanaryEvaluation, reports Reports) []*lehrpb.CanaryHostCheck {
+	var out []*lehrpb.CanaryHostCheck
+	byName := map[string]*lehrpb.CanaryHostCheck{}
+	for _, t := range ev.GetTrials() {
+		z := t.GetZone()
+		hosts := t.GetCanaryHosts()
+		if len(hosts) == 0 {
+			hosts = slices.Sorted(maps.Keys(reports[z]))
+		}
+		for _, h := range hosts {
+			hc := reports[z][h].GetHostChecks()
+			if hc.GetVersion() != ev.GetVersion() || hc.GetVersion() == 0 {
+				continue
+			}
+			for _, c := range hc.GetChecks() {
+				sum := byName[c.GetName()]
+				if sum == nil {
+					sum = &lehrpb.CanaryHostCheck{Name: c.GetName()}
+					byName[c.GetName()] = sum
+					out = append(out, sum)
+				}
+				sum.Hosts++
+				if c.GetVerdict() != lehrpb.CanaryVerdict_CANARY_VERDICT_FAIL {
+					continue
+				}
+				if sum.Failed++; len(sum.FailedHosts) < maxFailedHosts {
+					sum.FailedHosts = append(sum.FailedHosts, z+"/"+h)
+				}
+				if sum.Explanation == "" {
+					sum.Explanation = z + "/" + h + ": " + c.GetExplanation()
+				}
+			}
+		}
+	}
+	return out
 }
 
 // Judge judges ev on data at now: the input as Input builds it, at the
@@ -348,7 +352,7 @@ func Judge(ev *lehrpb.CanaryEvaluation, data Data, now time.Time) *lehrpb.Canary
 		res.Verdict, res.Reason = lehrpb.CanaryVerdict_CANARY_VERDICT_NONE, "the judge refused the data: "+err.Error()
 		return res
 	}
-	res.Verdict, res.Reason = verdict(out.Verdict), out.Reason
+	res.Verdict, res.Reason = signals.Verdict(out.Verdict), out.Reason
 	res.Look, res.Looks, res.AfterIntervals = int32(out.Look), int32(out.Looks), int32(out.AfterIntervals)
 	for _, c := range out.Checks {
 		res.Checks = append(res.Checks, checkResult(c))
@@ -367,7 +371,7 @@ func Judge(ev *lehrpb.CanaryEvaluation, data Data, now time.Time) *lehrpb.Canary
 // the change — before it, already at the version (it moved early); after
 // it, not at the version — are missing, never mixed in.
 func Input(ev *lehrpb.CanaryEvaluation, data Data) (canary.Input, canary.Options, error) {
-	checks, err := Checks(ev.GetConfig().GetChecks())
+	checks, err := signals.Checks(ev.GetConfig().GetChecks())
 	if err != nil {
 		return canary.Input{}, canary.Options{}, err
 	}
@@ -478,36 +482,17 @@ func Input(ev *lehrpb.CanaryEvaluation, data Data) (canary.Input, canary.Options
 	return in, opts, nil
 }
 
-func verdict(v canary.Verdict) lehrpb.CanaryVerdict {
-	switch v {
-	case canary.Pass:
-		return lehrpb.CanaryVerdict_CANARY_VERDICT_PASS
-	case canary.Fail:
-		return lehrpb.CanaryVerdict_CANARY_VERDICT_FAIL
-	}
-	return lehrpb.CanaryVerdict_CANARY_VERDICT_NONE
-}
-
 func verdictName(v lehrpb.CanaryVerdict) string {
 	return strings.TrimPrefix(v.String(), "CANARY_VERDICT_")
 }
 
-// finite maps NaN and infinities to 0 for the wire (protobuf JSON cannot
-// carry them); the explanation says what was missing.
-func finite(x float64) float64 {
-	if math.IsNaN(x) || math.IsInf(x, 0) {
-		return 0
-	}
-	return x
-}
-
 func checkResult(c canary.CheckResult) *lehrpb.CanaryCheckResult {
 	out := &lehrpb.CanaryCheckResult{
-		Name: c.Name, Verdict: verdict(c.Verdict), Explanation: c.Explanation, Test: c.Test,
-		CanaryBefore: finite(c.CanaryBefore), CanaryAfter: finite(c.CanaryAfter),
-		ControlBefore: finite(c.ControlBefore), ControlAfter: finite(c.ControlAfter),
+		Name: c.Name, Verdict: signals.Verdict(c.Verdict), Explanation: c.Explanation, Test: c.Test,
+		CanaryBefore: signals.Finite(c.CanaryBefore), CanaryAfter: signals.Finite(c.CanaryAfter),
+		ControlBefore: signals.Finite(c.ControlBefore), ControlAfter: signals.Finite(c.ControlAfter),
 		CanaryHosts: int32(c.CanaryHosts), ControlHosts: int32(c.ControlHosts), CanaryWorse: int32(c.CanaryWorse),
-		Effect: finite(c.Effect), Statistic: finite(c.Statistic), Df: finite(c.DF), P: finite(c.P), Threshold: finite(c.Threshold),
+		Effect: signals.Finite(c.Effect), Statistic: signals.Finite(c.Statistic), Df: signals.Finite(c.DF), P: signals.Finite(c.P), Threshold: signals.Finite(c.Threshold),
 		AaSplits: int32(c.AASplits), AaDiffer: int32(c.AADiffer),
 	}
 	if c.AA != nil {
@@ -528,6 +513,11 @@ func Explain(ev *lehrpb.CanaryEvaluation) string {
 	for _, c := range res.GetChecks() {
 		if c.GetVerdict() == lehrpb.CanaryVerdict_CANARY_VERDICT_FAIL {
 			fmt.Fprintf(&b, "; %s: %s", c.GetName(), c.GetExplanation())
+		}
+	}
+	for _, h := range res.GetHostChecks() {
+		if h.GetFailed() > 0 {
+			fmt.Fprintf(&b, "; host-level %s failed on %d of the %d canary host(s) that reported it, each against its own history (%s)", h.GetName(), h.GetFailed(), h.GetHosts(), h.GetExplanation())
 		}
 	}
 	return b.String()

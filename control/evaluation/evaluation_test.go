@@ -15,6 +15,7 @@ import (
 	"lehr.dev/lehr/canary"
 	"lehr.dev/lehr/canary/scenario"
 	"lehr.dev/lehr/control/evaluation"
+	"lehr.dev/lehr/internal/signals"
 	"lehr.dev/lehr/proto/lehrpb"
 )
 
@@ -160,7 +161,7 @@ func TestCheckAnalysis(t *testing.T) {
 		})
 	}
 	// A valid check reaches the judge as written.
-	cs, err := evaluation.Checks(check(func(*lehrpb.CanaryCheck) {}).GetChecks())
+	cs, err := signals.Checks(check(func(*lehrpb.CanaryCheck) {}).GetChecks())
 	if err != nil || len(cs) != 1 || cs[0].Kind != canary.KindProportion || cs[0].Direction != canary.Increase || *cs[0].Max != bound || cs[0].Tolerance != 0.1 {
 		t.Errorf("Checks = %+v, %v", cs, err)
 	}
@@ -181,5 +182,40 @@ func TestGiveUpTime(t *testing.T) {
 		if got := evaluation.GiveUpTime(ev); !got.Equal(tc.want) {
 			t.Errorf("bake %v: gives up at %v; want %v", tc.bake, got, tc.want)
 		}
+	}
+}
+
+// HostChecks sums the canary hosts' own host-level checks of the
+// evaluated version per check; other versions' and control hosts' reports
+// do not count, and Explain names a check that failed on canary hosts.
+func TestHostChecks(t *testing.T) {
+	fail, pass := lehrpb.CanaryVerdict_CANARY_VERDICT_FAIL, lehrpb.CanaryVerdict_CANARY_VERDICT_PASS
+	report := func(v uint64, errs lehrpb.CanaryVerdict) *lehrpb.NamespaceReport {
+		return &lehrpb.NamespaceReport{Namespace: "d/app", Version: v, HostChecks: &lehrpb.HostChecks{Version: v, PreviousVersion: v - 1, Verdict: errs,
+			Checks: []*lehrpb.HostCheckResult{{Name: "error ratio", Verdict: errs, Explanation: "rose on this host"}, {Name: "crashes", Verdict: pass}}}}
+	}
+	ev := &lehrpb.CanaryEvaluation{Namespace: "d/app", Version: 7, Trials: []*lehrpb.CanaryTrial{
+		{Zone: "zone-a", CanaryHosts: []string{"a1", "a2", "a3"}},
+		{Zone: "zone-b"}, // no named hosts: every reporting host with checks of version 7
+	}}
+	reports := evaluation.Reports{
+		"zone-a": {"a1": report(7, fail), "a2": report(7, pass), "a3": report(6, fail), "a9": report(7, fail)},
+		"zone-b": {"b1": report(7, fail), "b2": report(5, fail)},
+	}
+	got := evaluation.HostChecks(ev, reports)
+	if len(got) != 2 {
+		t.Fatalf("host checks %v; want error ratio and crashes", got)
+	}
+	errs := got[0]
+	if errs.GetName() != "error ratio" || errs.GetHosts() != 3 || errs.GetFailed() != 2 ||
+		!slices.Equal(errs.GetFailedHosts(), []string{"zone-a/a1", "zone-b/b1"}) || errs.GetExplanation() != "zone-a/a1: rose on this host" {
+		t.Errorf("error ratio: %v; want failed on zone-a/a1 and zone-b/b1 of 3 hosts (a3 reports another version, a9 is not a canary host)", errs)
+	}
+	if c := got[1]; c.GetName() != "crashes" || c.GetHosts() != 3 || c.GetFailed() != 0 {
+		t.Errorf("crashes: %v; want passed on 3 hosts", c)
+	}
+	ev.Result = &lehrpb.CanaryResult{Verdict: pass, Looks: 4, Look: 4, HostChecks: got}
+	if s := evaluation.Explain(ev); !strings.Contains(s, "host-level error ratio failed on 2 of the 3 canary host(s)") {
+		t.Errorf("Explain: %s; want the host-level failure named", s)
 	}
 }

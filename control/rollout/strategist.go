@@ -546,6 +546,7 @@ func (s *Strategist) goalsFor(r *lehrpb.Rollout, stages []Stage, i int, cur map[
 		}
 		if a := stages[i].Analysis; a != nil && stages[i].Bake > 0 {
 			cand.Analysis = uint32(cmp.Or(int(a.GetControlHosts()), evaluation.DefaultControlHosts))
+			cand.Checks = a.GetChecks()
 		}
 		g.Candidate = cand
 		out = append(out, g)

@@ -35,6 +35,7 @@ import (
 
 	"github.com/VictoriaMetrics/metrics"
 	"github.com/quic-go/quic-go"
+	"google.golang.org/protobuf/proto"
 
 	"lehr.dev/lehr/internal/cohort"
 	"lehr.dev/lehr/internal/content"
@@ -392,6 +393,9 @@ type Goal struct {
 	// the cohort and as many outside it, lowest cohort positions first
 	// (RequestSignals, Signals); at most MaxAnalysis.
 	Analysis int
+	// Checks are the analysis's checks (nil: the defaults), passed to the
+	// watched hosts for their host-level checks. Not modified.
+	Checks []*lehrpb.CanaryCheck
 }
 
 // For returns the version host should hold.
@@ -408,6 +412,7 @@ func (g *Goal) equal(o *Goal) bool {
 		return a == nil && b == nil || a != nil && b != nil && a.Seq == b.Seq && a.Checksum == b.Checksum
 	}
 	return same(g.Stable, o.Stable) && same(g.Candidate, o.Candidate) && g.Sample == o.Sample && g.Analysis == o.Analysis &&
+		slices.EqualFunc(g.Checks, o.Checks, func(a, b *lehrpb.CanaryCheck) bool { return proto.Equal(a, b) }) &&
 		(g.Candidate == nil || g.Cohort.Salt == o.Cohort.Salt && g.Cohort.PerMillion == o.Cohort.PerMillion && slices.Equal(g.Cohort.Hosts, o.Cohort.Hosts))
 }
 
@@ -527,8 +532,8 @@ const MaxHostReports = 1000
 // whose consumers rejected a version or lost leases: what rollouts and
 // operators act on, so the report grows with rollouts and trouble, not
 // with the fleet. It also returns per-host detail for hosts named in a
-// candidate's cohort and hosts whose consumers rejected their version or
-// lost leases — at most MaxHostReports, by host id. Both are sorted.
+// candidate's cohort or watched in it by a canary analysis, hosts whose consumers rejected their version or
+// lost leases, and hosts whose host-level canary checks failed — at most MaxHostReports, by host id. Both are sorted.
 func (s *Server) Health() (health []*lehrpb.NamespaceHealth, hosts []*lehrpb.HostReport) {
 	type key struct {
 		ns     string
@@ -541,6 +546,15 @@ func (s *Server) Health() (health []*lehrpb.NamespaceHealth, hosts []*lehrpb.Hos
 			return 0
 		}
 		return g.Candidate.Seq
+	}
+	// Canary hosts a canary analysis watches send their detail too: their
+	// host-level checks go to the evaluation.
+	type hostNS struct{ host, ns string }
+	watchedCanary := map[hostNS]bool{}
+	for _, w := range s.watchedHosts() {
+		if w.cohort {
+			watchedCanary[hostNS{w.ss.host, w.ns}] = true
+		}
 	}
 	sums := map[key]*lehrpb.NamespaceHealth{}
 	for _, ss := range s.sessionList() {
@@ -558,8 +572,9 @@ func (s *Server) Health() (health []*lehrpb.NamespaceHealth, hosts []*lehrpb.Hos
 			h.ConsumersApplied += nr.GetClientsApplied()
 			h.ConsumersRejected += nr.GetClientsRejected()
 			h.LeasesExpired += nr.GetLeasesExpired()
-			named := in && slices.Contains(g.Cohort.Hosts, ss.host)
-			if named || nr.GetClientsRejected() > 0 || nr.GetLeasesExpired() > 0 {
+			named := in && slices.Contains(g.Cohort.Hosts, ss.host) || watchedCanary[hostNS{ss.host, ns}]
+			failing := nr.GetHostChecks().GetVerdict() == lehrpb.CanaryVerdict_CANARY_VERDICT_FAIL
+			if named || failing || nr.GetClientsRejected() > 0 || nr.GetLeasesExpired() > 0 {
 				hosts = append(hosts, &lehrpb.HostReport{HostId: ss.host, Cohort: in, Report: nr})
 			}
 		}

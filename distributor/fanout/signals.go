@@ -37,6 +37,7 @@ type watched struct {
 	ss     *session
 	ns     string
 	cohort bool
+	checks []*lehrpb.CanaryCheck
 }
 
 // watchedHosts returns what every candidate's analysis watches.
@@ -70,7 +71,7 @@ func (s *Server) watchedHosts() []watched {
 			default:
 				continue
 			}
-			out = append(out, watched{h.ss, ns, h.in})
+			out = append(out, watched{h.ss, ns, h.in, g.Checks})
 		}
 	}
 	return out
@@ -92,7 +93,7 @@ func (s *Server) RequestSignals(now time.Time) {
 		if !w.ss.signalsCap {
 			continue
 		}
-		want[w.ss] = append(want[w.ss], &lehrpb.SignalsWanted{Namespace: w.ns, Since: w.ss.signalsSince(w.ns, now)})
+		want[w.ss] = append(want[w.ss], &lehrpb.SignalsWanted{Namespace: w.ns, Since: w.ss.signalsSince(w.ns, now), Checks: w.checks})
 	}
 	for _, ss := range s.sessionList() {
 		ss.dropSignalsExcept(keep[ss])

@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/protobuf/proto"
+
 	"lehr.dev/lehr/agent/agenttest"
 	"lehr.dev/lehr/distributor/fanout"
 	"lehr.dev/lehr/internal/cohort"
@@ -14,9 +16,14 @@ import (
 
 // hostSignals is a simulated agent's store: 10-second intervals whose
 // "requests" value is the interval's index since the epoch, so any piece
-// says where it came from.
-func hostSignals(now time.Time) func(ns string) *lehrpb.NamespaceSignals {
-	return func(ns string) *lehrpb.NamespaceSignals {
+// says where it came from. Each request's checks are sent on checks.
+func hostSignals(now time.Time, checks chan<- []*lehrpb.CanaryCheck) func(w *lehrpb.SignalsWanted) *lehrpb.NamespaceSignals {
+	return func(w *lehrpb.SignalsWanted) *lehrpb.NamespaceSignals {
+		select {
+		case checks <- w.GetChecks():
+		default:
+		}
+		ns := w.GetNamespace()
 		const iv = 10
 		last := now.Unix()/iv*iv - iv // the last complete interval
 		first := last - 89*iv         // 90 intervals kept
@@ -41,8 +48,9 @@ func TestAnalysisWatchesCohortAndControlHosts(t *testing.T) {
 	v1 := e.publish(ns, props(3, "v1"))
 	now := time.Now()
 	hosts := []string{"host-1", "host-2", "host-3", "host-4", "host-5"}
+	checks := make(chan []*lehrpb.CanaryCheck, 100)
 	for _, h := range hosts {
-		a := e.dial(h, agenttest.Options{Subscriptions: []string{ns}, Signals: hostSignals(now)})
+		a := e.dial(h, agenttest.Options{Subscriptions: []string{ns}, Signals: hostSignals(now, checks)})
 		waitVersion(t, a, ns, v1)
 	}
 	v2 := e.stage(ns, props(3, "v2"))
@@ -52,7 +60,10 @@ func TestAnalysisWatchesCohortAndControlHosts(t *testing.T) {
 	const salt = "rollout-9"
 	others := slices.Clone(hosts[1:])
 	slices.SortFunc(others, func(a, b string) int { return int(cohort.Position(salt, a)) - int(cohort.Position(salt, b)) })
-	e.srv.SetGoal(fanout.Goal{Stable: v1, Candidate: v2, Cohort: cohort.Cohort{Hosts: []string{"host-1"}, Salt: salt}, Analysis: 2})
+	bound := 0.05
+	errRatio := &lehrpb.CanaryCheck{Name: "errors", Ratio: &lehrpb.CanaryRatio{Numerator: "request_errors", Denominator: "requests"}, Max: &bound}
+	e.srv.SetGoal(fanout.Goal{Stable: v1, Candidate: v2, Cohort: cohort.Cohort{Hosts: []string{"host-1"}, Salt: salt}, Analysis: 2,
+		Checks: []*lehrpb.CanaryCheck{errRatio}})
 
 	var got []*lehrpb.HostSignals
 	wait.For(t, "the watched hosts' signals", func() bool {
@@ -80,6 +91,13 @@ func TestAnalysisWatchesCohortAndControlHosts(t *testing.T) {
 	want := []hc{{"host-1", true}, {others[0], false}, {others[1], false}}
 	if !slices.Equal(seen, want) {
 		t.Errorf("watched %v, want %v (the canary first, then the two lowest positions)", seen, want)
+	}
+	// Every request carries the analysis's checks, for the hosts'
+	// host-level checks.
+	for range 3 {
+		if cs := <-checks; len(cs) != 1 || !proto.Equal(cs[0], errRatio) {
+			t.Errorf("a SignalsRequest carried checks %v; want the analysis's %v", cs, errRatio)
+		}
 	}
 
 	// The analysis ends: nothing is watched or kept.

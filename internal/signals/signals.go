@@ -100,13 +100,13 @@ func Trim(s *lehrpb.NamespaceSignals, limit int) *lehrpb.NamespaceSignals {
 
 // Answer builds an agent's answer to req: for each namespace asked for
 // that get knows (get returns nil otherwise), its intervals from the one
-// asked for on. The answer's encoding stays within maxBytes: while it is
+// asked for on. get is called once per namespace asked for. The answer's encoding stays within maxBytes: while it is
 // larger, every namespace loses the older half of its intervals. get's
 // results may be modified.
-func Answer(req *lehrpb.SignalsRequest, get func(ns string) *lehrpb.NamespaceSignals, maxBytes int) *lehrpb.Signals {
+func Answer(req *lehrpb.SignalsRequest, get func(w *lehrpb.SignalsWanted) *lehrpb.NamespaceSignals, maxBytes int) *lehrpb.Signals {
 	out := &lehrpb.Signals{}
 	for _, w := range req.GetNamespaces() {
-		s := get(w.GetNamespace())
+		s := get(w)
 		if s == nil {
 			continue
 		}

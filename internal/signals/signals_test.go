@@ -96,7 +96,8 @@ func TestAnswer(t *testing.T) {
 		}
 		return sig(0, vs, xs...)
 	}
-	get := func(ns string) *lehrpb.NamespaceSignals {
+	get := func(w *lehrpb.SignalsWanted) *lehrpb.NamespaceSignals {
+		ns := w.GetNamespace()
 		if ns == "demo/a" {
 			return long()
 		}

@@ -607,8 +607,11 @@ type NamespaceStatus struct {
 	Upstream bool   `protobuf:"varint,5,opt,name=upstream,proto3" json:"upstream,omitempty"`
 	Path     string `protobuf:"bytes,6,opt,name=path,proto3" json:"path,omitempty"`
 	// Apply reports from consumers for the current version.
-	Applied       int32 `protobuf:"varint,7,opt,name=applied,proto3" json:"applied,omitempty"`
-	ApplyErrors   int32 `protobuf:"varint,8,opt,name=apply_errors,json=applyErrors,proto3" json:"apply_errors,omitempty"`
+	Applied     int32 `protobuf:"varint,7,opt,name=applied,proto3" json:"applied,omitempty"`
+	ApplyErrors int32 `protobuf:"varint,8,opt,name=apply_errors,json=applyErrors,proto3" json:"apply_errors,omitempty"`
+	// The host-level canary checks of the agent's latest change of the
+	// namespace (as in its Report; absent when there is none to report).
+	HostChecks    *HostChecks `protobuf:"bytes,9,opt,name=host_checks,json=hostChecks,proto3" json:"host_checks,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -697,6 +700,13 @@ func (x *NamespaceStatus) GetApplyErrors() int32 {
 		return x.ApplyErrors
 	}
 	return 0
+}
+
+func (x *NamespaceStatus) GetHostChecks() *HostChecks {
+	if x != nil {
+		return x.HostChecks
+	}
+	return nil
 }
 
 type StatusResponse struct {
@@ -1046,7 +1056,7 @@ const file_lehr_v1_agent_proto_rawDesc = "" +
 	"\n" +
 	"properties\x18\x03 \x03(\v2\x11.lehr.v1.PropertyR\n" +
 	"properties\"\x0f\n" +
-	"\rStatusRequest\"\xf4\x01\n" +
+	"\rStatusRequest\"\xaa\x02\n" +
 	"\x0fNamespaceStatus\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\x04R\aversion\x12\x1a\n" +
@@ -1055,7 +1065,9 @@ const file_lehr_v1_agent_proto_rawDesc = "" +
 	"\bupstream\x18\x05 \x01(\bR\bupstream\x12\x12\n" +
 	"\x04path\x18\x06 \x01(\tR\x04path\x12\x18\n" +
 	"\aapplied\x18\a \x01(\x05R\aapplied\x12!\n" +
-	"\fapply_errors\x18\b \x01(\x05R\vapplyErrors\"\xd8\x01\n" +
+	"\fapply_errors\x18\b \x01(\x05R\vapplyErrors\x124\n" +
+	"\vhost_checks\x18\t \x01(\v2\x13.lehr.v1.HostChecksR\n" +
+	"hostChecks\"\xd8\x01\n" +
 	"\x0eStatusResponse\x12\x17\n" +
 	"\ahost_id\x18\x01 \x01(\tR\x06hostId\x12\x12\n" +
 	"\x04zone\x18\x02 \x01(\tR\x04zone\x12 \n" +
@@ -1124,36 +1136,38 @@ var file_lehr_v1_agent_proto_goTypes = []any{
 	(*VersionInfo)(nil),           // 18: lehr.v1.VersionInfo
 	(NamespaceKind)(0),            // 19: lehr.v1.NamespaceKind
 	(*Property)(nil),              // 20: lehr.v1.Property
-	(*NamespaceSignals)(nil),      // 21: lehr.v1.NamespaceSignals
+	(*HostChecks)(nil),            // 21: lehr.v1.HostChecks
+	(*NamespaceSignals)(nil),      // 22: lehr.v1.NamespaceSignals
 }
 var file_lehr_v1_agent_proto_depIdxs = []int32{
 	17, // 0: lehr.v1.ReportPreviewRequest.counts:type_name -> lehr.v1.HostPreviewCounts
 	18, // 1: lehr.v1.AgentGetResponse.version:type_name -> lehr.v1.VersionInfo
 	19, // 2: lehr.v1.AgentGetResponse.kind:type_name -> lehr.v1.NamespaceKind
 	20, // 3: lehr.v1.AgentGetResponse.properties:type_name -> lehr.v1.Property
-	11, // 4: lehr.v1.StatusResponse.namespaces:type_name -> lehr.v1.NamespaceStatus
-	21, // 5: lehr.v1.AgentSignalsResponse.signals:type_name -> lehr.v1.NamespaceSignals
-	2,  // 6: lehr.v1.Agent.Subscribe:input_type -> lehr.v1.SubscribeRequest
-	4,  // 7: lehr.v1.Agent.KeepAlive:input_type -> lehr.v1.KeepAliveRequest
-	6,  // 8: lehr.v1.Agent.Unsubscribe:input_type -> lehr.v1.UnsubscribeRequest
-	8,  // 9: lehr.v1.Agent.Get:input_type -> lehr.v1.AgentGetRequest
-	10, // 10: lehr.v1.Agent.Status:input_type -> lehr.v1.StatusRequest
-	13, // 11: lehr.v1.Agent.ReportApply:input_type -> lehr.v1.ReportApplyRequest
-	14, // 12: lehr.v1.Agent.Signals:input_type -> lehr.v1.AgentSignalsRequest
-	0,  // 13: lehr.v1.Agent.ReportPreview:input_type -> lehr.v1.ReportPreviewRequest
-	3,  // 14: lehr.v1.Agent.Subscribe:output_type -> lehr.v1.SubscribeResponse
-	5,  // 15: lehr.v1.Agent.KeepAlive:output_type -> lehr.v1.KeepAliveResponse
-	7,  // 16: lehr.v1.Agent.Unsubscribe:output_type -> lehr.v1.UnsubscribeResponse
-	9,  // 17: lehr.v1.Agent.Get:output_type -> lehr.v1.AgentGetResponse
-	12, // 18: lehr.v1.Agent.Status:output_type -> lehr.v1.StatusResponse
-	16, // 19: lehr.v1.Agent.ReportApply:output_type -> lehr.v1.ReportApplyResponse
-	15, // 20: lehr.v1.Agent.Signals:output_type -> lehr.v1.AgentSignalsResponse
-	1,  // 21: lehr.v1.Agent.ReportPreview:output_type -> lehr.v1.ReportPreviewResponse
-	14, // [14:22] is the sub-list for method output_type
-	6,  // [6:14] is the sub-list for method input_type
-	6,  // [6:6] is the sub-list for extension type_name
-	6,  // [6:6] is the sub-list for extension extendee
-	0,  // [0:6] is the sub-list for field type_name
+	21, // 4: lehr.v1.NamespaceStatus.host_checks:type_name -> lehr.v1.HostChecks
+	11, // 5: lehr.v1.StatusResponse.namespaces:type_name -> lehr.v1.NamespaceStatus
+	22, // 6: lehr.v1.AgentSignalsResponse.signals:type_name -> lehr.v1.NamespaceSignals
+	2,  // 7: lehr.v1.Agent.Subscribe:input_type -> lehr.v1.SubscribeRequest
+	4,  // 8: lehr.v1.Agent.KeepAlive:input_type -> lehr.v1.KeepAliveRequest
+	6,  // 9: lehr.v1.Agent.Unsubscribe:input_type -> lehr.v1.UnsubscribeRequest
+	8,  // 10: lehr.v1.Agent.Get:input_type -> lehr.v1.AgentGetRequest
+	10, // 11: lehr.v1.Agent.Status:input_type -> lehr.v1.StatusRequest
+	13, // 12: lehr.v1.Agent.ReportApply:input_type -> lehr.v1.ReportApplyRequest
+	14, // 13: lehr.v1.Agent.Signals:input_type -> lehr.v1.AgentSignalsRequest
+	0,  // 14: lehr.v1.Agent.ReportPreview:input_type -> lehr.v1.ReportPreviewRequest
+	3,  // 15: lehr.v1.Agent.Subscribe:output_type -> lehr.v1.SubscribeResponse
+	5,  // 16: lehr.v1.Agent.KeepAlive:output_type -> lehr.v1.KeepAliveResponse
+	7,  // 17: lehr.v1.Agent.Unsubscribe:output_type -> lehr.v1.UnsubscribeResponse
+	9,  // 18: lehr.v1.Agent.Get:output_type -> lehr.v1.AgentGetResponse
+	12, // 19: lehr.v1.Agent.Status:output_type -> lehr.v1.StatusResponse
+	16, // 20: lehr.v1.Agent.ReportApply:output_type -> lehr.v1.ReportApplyResponse
+	15, // 21: lehr.v1.Agent.Signals:output_type -> lehr.v1.AgentSignalsResponse
+	1,  // 22: lehr.v1.Agent.ReportPreview:output_type -> lehr.v1.ReportPreviewResponse
+	15, // [15:23] is the sub-list for method output_type
+	7,  // [7:15] is the sub-list for method input_type
+	7,  // [7:7] is the sub-list for extension type_name
+	7,  // [7:7] is the sub-list for extension extendee
+	0,  // [0:7] is the sub-list for field type_name
 }
 
 func init() { file_lehr_v1_agent_proto_init() }

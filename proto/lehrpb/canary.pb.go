@@ -599,8 +599,13 @@ type CanaryResult struct {
 	ControlHosts    int32                  `protobuf:"varint,8,opt,name=control_hosts,json=controlHosts,proto3" json:"control_hosts,omitempty"`
 	Checks          []*CanaryCheckResult   `protobuf:"bytes,9,rep,name=checks,proto3" json:"checks,omitempty"`
 	Time            *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=time,proto3" json:"time,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// The canary hosts' own host-level checks of the version (each host
+	// against its own history, wire HostChecks), per check: evidence shown
+	// beside the verdict, never deciding it (docs/canary.md, "Host-level
+	// checks").
+	HostChecks    []*CanaryHostCheck `protobuf:"bytes,11,rep,name=host_checks,json=hostChecks,proto3" json:"host_checks,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *CanaryResult) Reset() {
@@ -703,6 +708,94 @@ func (x *CanaryResult) GetTime() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *CanaryResult) GetHostChecks() []*CanaryHostCheck {
+	if x != nil {
+		return x.HostChecks
+	}
+	return nil
+}
+
+// CanaryHostCheck sums one host-level check over the canary hosts that
+// reported it for the evaluated version.
+type CanaryHostCheck struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// Canary hosts that reported the check, and those whose check failed.
+	Hosts  int32 `protobuf:"varint,2,opt,name=hosts,proto3" json:"hosts,omitempty"`
+	Failed int32 `protobuf:"varint,3,opt,name=failed,proto3" json:"failed,omitempty"`
+	// The failing hosts ("zone/host"), at most 10.
+	FailedHosts []string `protobuf:"bytes,4,rep,name=failed_hosts,json=failedHosts,proto3" json:"failed_hosts,omitempty"`
+	// The first failing host's explanation.
+	Explanation   string `protobuf:"bytes,5,opt,name=explanation,proto3" json:"explanation,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CanaryHostCheck) Reset() {
+	*x = CanaryHostCheck{}
+	mi := &file_lehr_v1_canary_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CanaryHostCheck) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CanaryHostCheck) ProtoMessage() {}
+
+func (x *CanaryHostCheck) ProtoReflect() protoreflect.Message {
+	mi := &file_lehr_v1_canary_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CanaryHostCheck.ProtoReflect.Descriptor instead.
+func (*CanaryHostCheck) Descriptor() ([]byte, []int) {
+	return file_lehr_v1_canary_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *CanaryHostCheck) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *CanaryHostCheck) GetHosts() int32 {
+	if x != nil {
+		return x.Hosts
+	}
+	return 0
+}
+
+func (x *CanaryHostCheck) GetFailed() int32 {
+	if x != nil {
+		return x.Failed
+	}
+	return 0
+}
+
+func (x *CanaryHostCheck) GetFailedHosts() []string {
+	if x != nil {
+		return x.FailedHosts
+	}
+	return nil
+}
+
+func (x *CanaryHostCheck) GetExplanation() string {
+	if x != nil {
+		return x.Explanation
+	}
+	return ""
+}
+
 // CanaryCheckResult is one check's outcome with the numbers behind it
 // (package canary, CheckResult).
 type CanaryCheckResult struct {
@@ -742,7 +835,7 @@ type CanaryCheckResult struct {
 
 func (x *CanaryCheckResult) Reset() {
 	*x = CanaryCheckResult{}
-	mi := &file_lehr_v1_canary_proto_msgTypes[6]
+	mi := &file_lehr_v1_canary_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -754,7 +847,7 @@ func (x *CanaryCheckResult) String() string {
 func (*CanaryCheckResult) ProtoMessage() {}
 
 func (x *CanaryCheckResult) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_canary_proto_msgTypes[6]
+	mi := &file_lehr_v1_canary_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -767,7 +860,7 @@ func (x *CanaryCheckResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CanaryCheckResult.ProtoReflect.Descriptor instead.
 func (*CanaryCheckResult) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_canary_proto_rawDescGZIP(), []int{6}
+	return file_lehr_v1_canary_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *CanaryCheckResult) GetName() string {
@@ -920,7 +1013,7 @@ type EvaluateRequest struct {
 
 func (x *EvaluateRequest) Reset() {
 	*x = EvaluateRequest{}
-	mi := &file_lehr_v1_canary_proto_msgTypes[7]
+	mi := &file_lehr_v1_canary_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -932,7 +1025,7 @@ func (x *EvaluateRequest) String() string {
 func (*EvaluateRequest) ProtoMessage() {}
 
 func (x *EvaluateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_canary_proto_msgTypes[7]
+	mi := &file_lehr_v1_canary_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -945,7 +1038,7 @@ func (x *EvaluateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EvaluateRequest.ProtoReflect.Descriptor instead.
 func (*EvaluateRequest) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_canary_proto_rawDescGZIP(), []int{7}
+	return file_lehr_v1_canary_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *EvaluateRequest) GetName() string {
@@ -1008,7 +1101,7 @@ type GetCanaryEvaluationRequest struct {
 
 func (x *GetCanaryEvaluationRequest) Reset() {
 	*x = GetCanaryEvaluationRequest{}
-	mi := &file_lehr_v1_canary_proto_msgTypes[8]
+	mi := &file_lehr_v1_canary_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1020,7 +1113,7 @@ func (x *GetCanaryEvaluationRequest) String() string {
 func (*GetCanaryEvaluationRequest) ProtoMessage() {}
 
 func (x *GetCanaryEvaluationRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_canary_proto_msgTypes[8]
+	mi := &file_lehr_v1_canary_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1033,7 +1126,7 @@ func (x *GetCanaryEvaluationRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetCanaryEvaluationRequest.ProtoReflect.Descriptor instead.
 func (*GetCanaryEvaluationRequest) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_canary_proto_rawDescGZIP(), []int{8}
+	return file_lehr_v1_canary_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *GetCanaryEvaluationRequest) GetId() string {
@@ -1060,7 +1153,7 @@ type ListCanaryEvaluationsRequest struct {
 
 func (x *ListCanaryEvaluationsRequest) Reset() {
 	*x = ListCanaryEvaluationsRequest{}
-	mi := &file_lehr_v1_canary_proto_msgTypes[9]
+	mi := &file_lehr_v1_canary_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1072,7 +1165,7 @@ func (x *ListCanaryEvaluationsRequest) String() string {
 func (*ListCanaryEvaluationsRequest) ProtoMessage() {}
 
 func (x *ListCanaryEvaluationsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_canary_proto_msgTypes[9]
+	mi := &file_lehr_v1_canary_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1085,7 +1178,7 @@ func (x *ListCanaryEvaluationsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCanaryEvaluationsRequest.ProtoReflect.Descriptor instead.
 func (*ListCanaryEvaluationsRequest) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_canary_proto_rawDescGZIP(), []int{9}
+	return file_lehr_v1_canary_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ListCanaryEvaluationsRequest) GetNamespace() string {
@@ -1104,7 +1197,7 @@ type ListCanaryEvaluationsResponse struct {
 
 func (x *ListCanaryEvaluationsResponse) Reset() {
 	*x = ListCanaryEvaluationsResponse{}
-	mi := &file_lehr_v1_canary_proto_msgTypes[10]
+	mi := &file_lehr_v1_canary_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1116,7 +1209,7 @@ func (x *ListCanaryEvaluationsResponse) String() string {
 func (*ListCanaryEvaluationsResponse) ProtoMessage() {}
 
 func (x *ListCanaryEvaluationsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_canary_proto_msgTypes[10]
+	mi := &file_lehr_v1_canary_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1129,7 +1222,7 @@ func (x *ListCanaryEvaluationsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCanaryEvaluationsResponse.ProtoReflect.Descriptor instead.
 func (*ListCanaryEvaluationsResponse) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_canary_proto_rawDescGZIP(), []int{10}
+	return file_lehr_v1_canary_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ListCanaryEvaluationsResponse) GetEvaluations() []*CanaryEvaluation {
@@ -1183,7 +1276,7 @@ const file_lehr_v1_canary_proto_rawDesc = "" +
 	"\vcreate_time\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"createTime\x12;\n" +
 	"\vupdate_time\x18\f \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"updateTime\"\x82\x03\n" +
+	"updateTime\"\xbd\x03\n" +
 	"\fCanaryResult\x120\n" +
 	"\averdict\x18\x01 \x01(\x0e2\x16.lehr.v1.CanaryVerdictR\averdict\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\x12\x12\n" +
@@ -1195,7 +1288,15 @@ const file_lehr_v1_canary_proto_rawDesc = "" +
 	"\rcontrol_hosts\x18\b \x01(\x05R\fcontrolHosts\x122\n" +
 	"\x06checks\x18\t \x03(\v2\x1a.lehr.v1.CanaryCheckResultR\x06checks\x12.\n" +
 	"\x04time\x18\n" +
-	" \x01(\v2\x1a.google.protobuf.TimestampR\x04time\"\xe6\x04\n" +
+	" \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x129\n" +
+	"\vhost_checks\x18\v \x03(\v2\x18.lehr.v1.CanaryHostCheckR\n" +
+	"hostChecks\"\x98\x01\n" +
+	"\x0fCanaryHostCheck\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
+	"\x05hosts\x18\x02 \x01(\x05R\x05hosts\x12\x16\n" +
+	"\x06failed\x18\x03 \x01(\x05R\x06failed\x12!\n" +
+	"\ffailed_hosts\x18\x04 \x03(\tR\vfailedHosts\x12 \n" +
+	"\vexplanation\x18\x05 \x01(\tR\vexplanation\"\xe6\x04\n" +
 	"\x11CanaryCheckResult\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x120\n" +
 	"\averdict\x18\x02 \x01(\x0e2\x16.lehr.v1.CanaryVerdictR\averdict\x12 \n" +
@@ -1256,7 +1357,7 @@ func file_lehr_v1_canary_proto_rawDescGZIP() []byte {
 }
 
 var file_lehr_v1_canary_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_lehr_v1_canary_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
+var file_lehr_v1_canary_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
 var file_lehr_v1_canary_proto_goTypes = []any{
 	(CanaryVerdict)(0),                    // 0: lehr.v1.CanaryVerdict
 	(CanaryEvaluationState)(0),            // 1: lehr.v1.CanaryEvaluationState
@@ -1266,40 +1367,42 @@ var file_lehr_v1_canary_proto_goTypes = []any{
 	(*CanaryTrial)(nil),                   // 5: lehr.v1.CanaryTrial
 	(*CanaryEvaluation)(nil),              // 6: lehr.v1.CanaryEvaluation
 	(*CanaryResult)(nil),                  // 7: lehr.v1.CanaryResult
-	(*CanaryCheckResult)(nil),             // 8: lehr.v1.CanaryCheckResult
-	(*EvaluateRequest)(nil),               // 9: lehr.v1.EvaluateRequest
-	(*GetCanaryEvaluationRequest)(nil),    // 10: lehr.v1.GetCanaryEvaluationRequest
-	(*ListCanaryEvaluationsRequest)(nil),  // 11: lehr.v1.ListCanaryEvaluationsRequest
-	(*ListCanaryEvaluationsResponse)(nil), // 12: lehr.v1.ListCanaryEvaluationsResponse
-	(*timestamppb.Timestamp)(nil),         // 13: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),           // 14: google.protobuf.Duration
+	(*CanaryHostCheck)(nil),               // 8: lehr.v1.CanaryHostCheck
+	(*CanaryCheckResult)(nil),             // 9: lehr.v1.CanaryCheckResult
+	(*EvaluateRequest)(nil),               // 10: lehr.v1.EvaluateRequest
+	(*GetCanaryEvaluationRequest)(nil),    // 11: lehr.v1.GetCanaryEvaluationRequest
+	(*ListCanaryEvaluationsRequest)(nil),  // 12: lehr.v1.ListCanaryEvaluationsRequest
+	(*ListCanaryEvaluationsResponse)(nil), // 13: lehr.v1.ListCanaryEvaluationsResponse
+	(*timestamppb.Timestamp)(nil),         // 14: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),           // 15: google.protobuf.Duration
 }
 var file_lehr_v1_canary_proto_depIdxs = []int32{
 	3,  // 0: lehr.v1.CanaryAnalysis.checks:type_name -> lehr.v1.CanaryCheck
 	4,  // 1: lehr.v1.CanaryCheck.ratio:type_name -> lehr.v1.CanaryRatio
 	5,  // 2: lehr.v1.CanaryEvaluation.trials:type_name -> lehr.v1.CanaryTrial
 	2,  // 3: lehr.v1.CanaryEvaluation.config:type_name -> lehr.v1.CanaryAnalysis
-	13, // 4: lehr.v1.CanaryEvaluation.change_time:type_name -> google.protobuf.Timestamp
-	14, // 5: lehr.v1.CanaryEvaluation.bake:type_name -> google.protobuf.Duration
+	14, // 4: lehr.v1.CanaryEvaluation.change_time:type_name -> google.protobuf.Timestamp
+	15, // 5: lehr.v1.CanaryEvaluation.bake:type_name -> google.protobuf.Duration
 	1,  // 6: lehr.v1.CanaryEvaluation.state:type_name -> lehr.v1.CanaryEvaluationState
 	7,  // 7: lehr.v1.CanaryEvaluation.result:type_name -> lehr.v1.CanaryResult
-	13, // 8: lehr.v1.CanaryEvaluation.create_time:type_name -> google.protobuf.Timestamp
-	13, // 9: lehr.v1.CanaryEvaluation.update_time:type_name -> google.protobuf.Timestamp
+	14, // 8: lehr.v1.CanaryEvaluation.create_time:type_name -> google.protobuf.Timestamp
+	14, // 9: lehr.v1.CanaryEvaluation.update_time:type_name -> google.protobuf.Timestamp
 	0,  // 10: lehr.v1.CanaryResult.verdict:type_name -> lehr.v1.CanaryVerdict
-	8,  // 11: lehr.v1.CanaryResult.checks:type_name -> lehr.v1.CanaryCheckResult
-	13, // 12: lehr.v1.CanaryResult.time:type_name -> google.protobuf.Timestamp
-	0,  // 13: lehr.v1.CanaryCheckResult.verdict:type_name -> lehr.v1.CanaryVerdict
-	8,  // 14: lehr.v1.CanaryCheckResult.aa:type_name -> lehr.v1.CanaryCheckResult
-	5,  // 15: lehr.v1.EvaluateRequest.trials:type_name -> lehr.v1.CanaryTrial
-	2,  // 16: lehr.v1.EvaluateRequest.config:type_name -> lehr.v1.CanaryAnalysis
-	13, // 17: lehr.v1.EvaluateRequest.change_time:type_name -> google.protobuf.Timestamp
-	14, // 18: lehr.v1.EvaluateRequest.bake:type_name -> google.protobuf.Duration
-	6,  // 19: lehr.v1.ListCanaryEvaluationsResponse.evaluations:type_name -> lehr.v1.CanaryEvaluation
-	20, // [20:20] is the sub-list for method output_type
-	20, // [20:20] is the sub-list for method input_type
-	20, // [20:20] is the sub-list for extension type_name
-	20, // [20:20] is the sub-list for extension extendee
-	0,  // [0:20] is the sub-list for field type_name
+	9,  // 11: lehr.v1.CanaryResult.checks:type_name -> lehr.v1.CanaryCheckResult
+	14, // 12: lehr.v1.CanaryResult.time:type_name -> google.protobuf.Timestamp
+	8,  // 13: lehr.v1.CanaryResult.host_checks:type_name -> lehr.v1.CanaryHostCheck
+	0,  // 14: lehr.v1.CanaryCheckResult.verdict:type_name -> lehr.v1.CanaryVerdict
+	9,  // 15: lehr.v1.CanaryCheckResult.aa:type_name -> lehr.v1.CanaryCheckResult
+	5,  // 16: lehr.v1.EvaluateRequest.trials:type_name -> lehr.v1.CanaryTrial
+	2,  // 17: lehr.v1.EvaluateRequest.config:type_name -> lehr.v1.CanaryAnalysis
+	14, // 18: lehr.v1.EvaluateRequest.change_time:type_name -> google.protobuf.Timestamp
+	15, // 19: lehr.v1.EvaluateRequest.bake:type_name -> google.protobuf.Duration
+	6,  // 20: lehr.v1.ListCanaryEvaluationsResponse.evaluations:type_name -> lehr.v1.CanaryEvaluation
+	21, // [21:21] is the sub-list for method output_type
+	21, // [21:21] is the sub-list for method input_type
+	21, // [21:21] is the sub-list for extension type_name
+	21, // [21:21] is the sub-list for extension extendee
+	0,  // [0:21] is the sub-list for field type_name
 }
 
 func init() { file_lehr_v1_canary_proto_init() }
@@ -1314,7 +1417,7 @@ func file_lehr_v1_canary_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lehr_v1_canary_proto_rawDesc), len(file_lehr_v1_canary_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   11,
+			NumMessages:   12,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

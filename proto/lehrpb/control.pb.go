@@ -19,6 +19,7 @@ import (
 	longrunningpb "cloud.google.com/go/longrunning/autogen/longrunningpb"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
+	fieldmaskpb "google.golang.org/protobuf/types/known/fieldmaskpb"
 	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	reflect "reflect"
 	sync "sync"
@@ -81,7 +82,7 @@ func (x PropertyChange_Kind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use PropertyChange_Kind.Descriptor instead.
 func (PropertyChange_Kind) EnumDescriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{32, 0}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{33, 0}
 }
 
 type GoalEvent_Type int32
@@ -130,7 +131,7 @@ func (x GoalEvent_Type) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use GoalEvent_Type.Descriptor instead.
 func (GoalEvent_Type) EnumDescriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{42, 0}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{43, 0}
 }
 
 // AuditRecord is one mutating call to control, as it ended. Records are
@@ -1118,6 +1119,61 @@ func (x *CreateDomainRequest) GetDomain() *Domain {
 	return nil
 }
 
+type UpdateDomainRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The domain's name and the new values of the fields update_mask names.
+	Domain *Domain `protobuf:"bytes,1,opt,name=domain,proto3" json:"domain,omitempty"`
+	// Required: "description", "quotas" and/or "acl"; each replaces the
+	// whole field.
+	UpdateMask    *fieldmaskpb.FieldMask `protobuf:"bytes,2,opt,name=update_mask,json=updateMask,proto3" json:"update_mask,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UpdateDomainRequest) Reset() {
+	*x = UpdateDomainRequest{}
+	mi := &file_lehr_v1_control_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UpdateDomainRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UpdateDomainRequest) ProtoMessage() {}
+
+func (x *UpdateDomainRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_lehr_v1_control_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UpdateDomainRequest.ProtoReflect.Descriptor instead.
+func (*UpdateDomainRequest) Descriptor() ([]byte, []int) {
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *UpdateDomainRequest) GetDomain() *Domain {
+	if x != nil {
+		return x.Domain
+	}
+	return nil
+}
+
+func (x *UpdateDomainRequest) GetUpdateMask() *fieldmaskpb.FieldMask {
+	if x != nil {
+		return x.UpdateMask
+	}
+	return nil
+}
+
 type GetDomainRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
@@ -1127,7 +1183,7 @@ type GetDomainRequest struct {
 
 func (x *GetDomainRequest) Reset() {
 	*x = GetDomainRequest{}
-	mi := &file_lehr_v1_control_proto_msgTypes[16]
+	mi := &file_lehr_v1_control_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1139,7 +1195,7 @@ func (x *GetDomainRequest) String() string {
 func (*GetDomainRequest) ProtoMessage() {}
 
 func (x *GetDomainRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[16]
+	mi := &file_lehr_v1_control_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1152,7 +1208,7 @@ func (x *GetDomainRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetDomainRequest.ProtoReflect.Descriptor instead.
 func (*GetDomainRequest) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{16}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *GetDomainRequest) GetName() string {
@@ -1172,7 +1228,7 @@ type ListDomainsRequest struct {
 
 func (x *ListDomainsRequest) Reset() {
 	*x = ListDomainsRequest{}
-	mi := &file_lehr_v1_control_proto_msgTypes[17]
+	mi := &file_lehr_v1_control_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1184,7 +1240,7 @@ func (x *ListDomainsRequest) String() string {
 func (*ListDomainsRequest) ProtoMessage() {}
 
 func (x *ListDomainsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[17]
+	mi := &file_lehr_v1_control_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1197,7 +1253,7 @@ func (x *ListDomainsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDomainsRequest.ProtoReflect.Descriptor instead.
 func (*ListDomainsRequest) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{17}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ListDomainsRequest) GetPageSize() int32 {
@@ -1224,7 +1280,7 @@ type ListDomainsResponse struct {
 
 func (x *ListDomainsResponse) Reset() {
 	*x = ListDomainsResponse{}
-	mi := &file_lehr_v1_control_proto_msgTypes[18]
+	mi := &file_lehr_v1_control_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1236,7 +1292,7 @@ func (x *ListDomainsResponse) String() string {
 func (*ListDomainsResponse) ProtoMessage() {}
 
 func (x *ListDomainsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[18]
+	mi := &file_lehr_v1_control_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1249,7 +1305,7 @@ func (x *ListDomainsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDomainsResponse.ProtoReflect.Descriptor instead.
 func (*ListDomainsResponse) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{18}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ListDomainsResponse) GetDomains() []*Domain {
@@ -1276,7 +1332,7 @@ type CreateNamespaceRequest struct {
 
 func (x *CreateNamespaceRequest) Reset() {
 	*x = CreateNamespaceRequest{}
-	mi := &file_lehr_v1_control_proto_msgTypes[19]
+	mi := &file_lehr_v1_control_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1288,7 +1344,7 @@ func (x *CreateNamespaceRequest) String() string {
 func (*CreateNamespaceRequest) ProtoMessage() {}
 
 func (x *CreateNamespaceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[19]
+	mi := &file_lehr_v1_control_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1301,7 +1357,7 @@ func (x *CreateNamespaceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateNamespaceRequest.ProtoReflect.Descriptor instead.
 func (*CreateNamespaceRequest) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{19}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *CreateNamespaceRequest) GetNamespace() *Namespace {
@@ -1320,7 +1376,7 @@ type GetNamespaceRequest struct {
 
 func (x *GetNamespaceRequest) Reset() {
 	*x = GetNamespaceRequest{}
-	mi := &file_lehr_v1_control_proto_msgTypes[20]
+	mi := &file_lehr_v1_control_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1332,7 +1388,7 @@ func (x *GetNamespaceRequest) String() string {
 func (*GetNamespaceRequest) ProtoMessage() {}
 
 func (x *GetNamespaceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[20]
+	mi := &file_lehr_v1_control_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1345,7 +1401,7 @@ func (x *GetNamespaceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetNamespaceRequest.ProtoReflect.Descriptor instead.
 func (*GetNamespaceRequest) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{20}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *GetNamespaceRequest) GetName() string {
@@ -1366,7 +1422,7 @@ type ListNamespacesRequest struct {
 
 func (x *ListNamespacesRequest) Reset() {
 	*x = ListNamespacesRequest{}
-	mi := &file_lehr_v1_control_proto_msgTypes[21]
+	mi := &file_lehr_v1_control_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1378,7 +1434,7 @@ func (x *ListNamespacesRequest) String() string {
 func (*ListNamespacesRequest) ProtoMessage() {}
 
 func (x *ListNamespacesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[21]
+	mi := &file_lehr_v1_control_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1391,7 +1447,7 @@ func (x *ListNamespacesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListNamespacesRequest.ProtoReflect.Descriptor instead.
 func (*ListNamespacesRequest) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{21}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ListNamespacesRequest) GetDomain() string {
@@ -1425,7 +1481,7 @@ type ListNamespacesResponse struct {
 
 func (x *ListNamespacesResponse) Reset() {
 	*x = ListNamespacesResponse{}
-	mi := &file_lehr_v1_control_proto_msgTypes[22]
+	mi := &file_lehr_v1_control_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1437,7 +1493,7 @@ func (x *ListNamespacesResponse) String() string {
 func (*ListNamespacesResponse) ProtoMessage() {}
 
 func (x *ListNamespacesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[22]
+	mi := &file_lehr_v1_control_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1450,7 +1506,7 @@ func (x *ListNamespacesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListNamespacesResponse.ProtoReflect.Descriptor instead.
 func (*ListNamespacesResponse) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{22}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ListNamespacesResponse) GetNamespaces() []*Namespace {
@@ -1492,7 +1548,7 @@ type PublishRequest struct {
 
 func (x *PublishRequest) Reset() {
 	*x = PublishRequest{}
-	mi := &file_lehr_v1_control_proto_msgTypes[23]
+	mi := &file_lehr_v1_control_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1504,7 +1560,7 @@ func (x *PublishRequest) String() string {
 func (*PublishRequest) ProtoMessage() {}
 
 func (x *PublishRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[23]
+	mi := &file_lehr_v1_control_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1517,7 +1573,7 @@ func (x *PublishRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PublishRequest.ProtoReflect.Descriptor instead.
 func (*PublishRequest) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{23}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *PublishRequest) GetNamespace() string {
@@ -1578,7 +1634,7 @@ type PublishResponse struct {
 
 func (x *PublishResponse) Reset() {
 	*x = PublishResponse{}
-	mi := &file_lehr_v1_control_proto_msgTypes[24]
+	mi := &file_lehr_v1_control_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1590,7 +1646,7 @@ func (x *PublishResponse) String() string {
 func (*PublishResponse) ProtoMessage() {}
 
 func (x *PublishResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[24]
+	mi := &file_lehr_v1_control_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1603,7 +1659,7 @@ func (x *PublishResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PublishResponse.ProtoReflect.Descriptor instead.
 func (*PublishResponse) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{24}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *PublishResponse) GetVersion() *VersionInfo {
@@ -1634,7 +1690,7 @@ type PatchRequest struct {
 
 func (x *PatchRequest) Reset() {
 	*x = PatchRequest{}
-	mi := &file_lehr_v1_control_proto_msgTypes[25]
+	mi := &file_lehr_v1_control_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1646,7 +1702,7 @@ func (x *PatchRequest) String() string {
 func (*PatchRequest) ProtoMessage() {}
 
 func (x *PatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[25]
+	mi := &file_lehr_v1_control_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1659,7 +1715,7 @@ func (x *PatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PatchRequest.ProtoReflect.Descriptor instead.
 func (*PatchRequest) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{25}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *PatchRequest) GetNamespace() string {
@@ -1720,7 +1776,7 @@ type PatchResponse struct {
 
 func (x *PatchResponse) Reset() {
 	*x = PatchResponse{}
-	mi := &file_lehr_v1_control_proto_msgTypes[26]
+	mi := &file_lehr_v1_control_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1732,7 +1788,7 @@ func (x *PatchResponse) String() string {
 func (*PatchResponse) ProtoMessage() {}
 
 func (x *PatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[26]
+	mi := &file_lehr_v1_control_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1745,7 +1801,7 @@ func (x *PatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PatchResponse.ProtoReflect.Descriptor instead.
 func (*PatchResponse) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{26}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *PatchResponse) GetVersion() *VersionInfo {
@@ -1768,7 +1824,7 @@ type GetRequest struct {
 
 func (x *GetRequest) Reset() {
 	*x = GetRequest{}
-	mi := &file_lehr_v1_control_proto_msgTypes[27]
+	mi := &file_lehr_v1_control_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1780,7 +1836,7 @@ func (x *GetRequest) String() string {
 func (*GetRequest) ProtoMessage() {}
 
 func (x *GetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[27]
+	mi := &file_lehr_v1_control_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1793,7 +1849,7 @@ func (x *GetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRequest.ProtoReflect.Descriptor instead.
 func (*GetRequest) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{27}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *GetRequest) GetNamespace() string {
@@ -1829,7 +1885,7 @@ type GetResponse struct {
 
 func (x *GetResponse) Reset() {
 	*x = GetResponse{}
-	mi := &file_lehr_v1_control_proto_msgTypes[28]
+	mi := &file_lehr_v1_control_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1841,7 +1897,7 @@ func (x *GetResponse) String() string {
 func (*GetResponse) ProtoMessage() {}
 
 func (x *GetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[28]
+	mi := &file_lehr_v1_control_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1854,7 +1910,7 @@ func (x *GetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetResponse.ProtoReflect.Descriptor instead.
 func (*GetResponse) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{28}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *GetResponse) GetVersion() *VersionInfo {
@@ -1890,7 +1946,7 @@ type HistoryRequest struct {
 
 func (x *HistoryRequest) Reset() {
 	*x = HistoryRequest{}
-	mi := &file_lehr_v1_control_proto_msgTypes[29]
+	mi := &file_lehr_v1_control_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1902,7 +1958,7 @@ func (x *HistoryRequest) String() string {
 func (*HistoryRequest) ProtoMessage() {}
 
 func (x *HistoryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[29]
+	mi := &file_lehr_v1_control_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1915,7 +1971,7 @@ func (x *HistoryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HistoryRequest.ProtoReflect.Descriptor instead.
 func (*HistoryRequest) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{29}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *HistoryRequest) GetNamespace() string {
@@ -1950,7 +2006,7 @@ type HistoryResponse struct {
 
 func (x *HistoryResponse) Reset() {
 	*x = HistoryResponse{}
-	mi := &file_lehr_v1_control_proto_msgTypes[30]
+	mi := &file_lehr_v1_control_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1962,7 +2018,7 @@ func (x *HistoryResponse) String() string {
 func (*HistoryResponse) ProtoMessage() {}
 
 func (x *HistoryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[30]
+	mi := &file_lehr_v1_control_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1975,7 +2031,7 @@ func (x *HistoryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HistoryResponse.ProtoReflect.Descriptor instead.
 func (*HistoryResponse) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{30}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *HistoryResponse) GetVersions() []*VersionInfo {
@@ -2003,7 +2059,7 @@ type DiffRequest struct {
 
 func (x *DiffRequest) Reset() {
 	*x = DiffRequest{}
-	mi := &file_lehr_v1_control_proto_msgTypes[31]
+	mi := &file_lehr_v1_control_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2015,7 +2071,7 @@ func (x *DiffRequest) String() string {
 func (*DiffRequest) ProtoMessage() {}
 
 func (x *DiffRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[31]
+	mi := &file_lehr_v1_control_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2028,7 +2084,7 @@ func (x *DiffRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DiffRequest.ProtoReflect.Descriptor instead.
 func (*DiffRequest) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{31}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *DiffRequest) GetNamespace() string {
@@ -2067,7 +2123,7 @@ type PropertyChange struct {
 
 func (x *PropertyChange) Reset() {
 	*x = PropertyChange{}
-	mi := &file_lehr_v1_control_proto_msgTypes[32]
+	mi := &file_lehr_v1_control_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2079,7 +2135,7 @@ func (x *PropertyChange) String() string {
 func (*PropertyChange) ProtoMessage() {}
 
 func (x *PropertyChange) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[32]
+	mi := &file_lehr_v1_control_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2092,7 +2148,7 @@ func (x *PropertyChange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PropertyChange.ProtoReflect.Descriptor instead.
 func (*PropertyChange) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{32}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *PropertyChange) GetKey() string {
@@ -2135,7 +2191,7 @@ type DiffResponse struct {
 
 func (x *DiffResponse) Reset() {
 	*x = DiffResponse{}
-	mi := &file_lehr_v1_control_proto_msgTypes[33]
+	mi := &file_lehr_v1_control_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2147,7 +2203,7 @@ func (x *DiffResponse) String() string {
 func (*DiffResponse) ProtoMessage() {}
 
 func (x *DiffResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[33]
+	mi := &file_lehr_v1_control_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2160,7 +2216,7 @@ func (x *DiffResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DiffResponse.ProtoReflect.Descriptor instead.
 func (*DiffResponse) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{33}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *DiffResponse) GetFrom() *VersionInfo {
@@ -2203,7 +2259,7 @@ type RollbackRequest struct {
 
 func (x *RollbackRequest) Reset() {
 	*x = RollbackRequest{}
-	mi := &file_lehr_v1_control_proto_msgTypes[34]
+	mi := &file_lehr_v1_control_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2215,7 +2271,7 @@ func (x *RollbackRequest) String() string {
 func (*RollbackRequest) ProtoMessage() {}
 
 func (x *RollbackRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[34]
+	mi := &file_lehr_v1_control_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2228,7 +2284,7 @@ func (x *RollbackRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RollbackRequest.ProtoReflect.Descriptor instead.
 func (*RollbackRequest) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{34}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *RollbackRequest) GetNamespace() string {
@@ -2282,7 +2338,7 @@ type RollbackResponse struct {
 
 func (x *RollbackResponse) Reset() {
 	*x = RollbackResponse{}
-	mi := &file_lehr_v1_control_proto_msgTypes[35]
+	mi := &file_lehr_v1_control_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2294,7 +2350,7 @@ func (x *RollbackResponse) String() string {
 func (*RollbackResponse) ProtoMessage() {}
 
 func (x *RollbackResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[35]
+	mi := &file_lehr_v1_control_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2307,7 +2363,7 @@ func (x *RollbackResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RollbackResponse.ProtoReflect.Descriptor instead.
 func (*RollbackResponse) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{35}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *RollbackResponse) GetVersion() *VersionInfo {
@@ -2326,7 +2382,7 @@ type CreateZoneRequest struct {
 
 func (x *CreateZoneRequest) Reset() {
 	*x = CreateZoneRequest{}
-	mi := &file_lehr_v1_control_proto_msgTypes[36]
+	mi := &file_lehr_v1_control_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2338,7 +2394,7 @@ func (x *CreateZoneRequest) String() string {
 func (*CreateZoneRequest) ProtoMessage() {}
 
 func (x *CreateZoneRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[36]
+	mi := &file_lehr_v1_control_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2351,7 +2407,7 @@ func (x *CreateZoneRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateZoneRequest.ProtoReflect.Descriptor instead.
 func (*CreateZoneRequest) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{36}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *CreateZoneRequest) GetName() string {
@@ -2369,7 +2425,7 @@ type ListZonesRequest struct {
 
 func (x *ListZonesRequest) Reset() {
 	*x = ListZonesRequest{}
-	mi := &file_lehr_v1_control_proto_msgTypes[37]
+	mi := &file_lehr_v1_control_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2381,7 +2437,7 @@ func (x *ListZonesRequest) String() string {
 func (*ListZonesRequest) ProtoMessage() {}
 
 func (x *ListZonesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[37]
+	mi := &file_lehr_v1_control_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2394,7 +2450,7 @@ func (x *ListZonesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListZonesRequest.ProtoReflect.Descriptor instead.
 func (*ListZonesRequest) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{37}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{38}
 }
 
 type ListZonesResponse struct {
@@ -2406,7 +2462,7 @@ type ListZonesResponse struct {
 
 func (x *ListZonesResponse) Reset() {
 	*x = ListZonesResponse{}
-	mi := &file_lehr_v1_control_proto_msgTypes[38]
+	mi := &file_lehr_v1_control_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2418,7 +2474,7 @@ func (x *ListZonesResponse) String() string {
 func (*ListZonesResponse) ProtoMessage() {}
 
 func (x *ListZonesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[38]
+	mi := &file_lehr_v1_control_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2431,7 +2487,7 @@ func (x *ListZonesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListZonesResponse.ProtoReflect.Descriptor instead.
 func (*ListZonesResponse) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{38}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *ListZonesResponse) GetZones() []*Zone {
@@ -2452,7 +2508,7 @@ type GetGoalsRequest struct {
 
 func (x *GetGoalsRequest) Reset() {
 	*x = GetGoalsRequest{}
-	mi := &file_lehr_v1_control_proto_msgTypes[39]
+	mi := &file_lehr_v1_control_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2464,7 +2520,7 @@ func (x *GetGoalsRequest) String() string {
 func (*GetGoalsRequest) ProtoMessage() {}
 
 func (x *GetGoalsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[39]
+	mi := &file_lehr_v1_control_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2477,7 +2533,7 @@ func (x *GetGoalsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetGoalsRequest.ProtoReflect.Descriptor instead.
 func (*GetGoalsRequest) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{39}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *GetGoalsRequest) GetZone() string {
@@ -2505,7 +2561,7 @@ type GetGoalsResponse struct {
 
 func (x *GetGoalsResponse) Reset() {
 	*x = GetGoalsResponse{}
-	mi := &file_lehr_v1_control_proto_msgTypes[40]
+	mi := &file_lehr_v1_control_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2517,7 +2573,7 @@ func (x *GetGoalsResponse) String() string {
 func (*GetGoalsResponse) ProtoMessage() {}
 
 func (x *GetGoalsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[40]
+	mi := &file_lehr_v1_control_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2530,7 +2586,7 @@ func (x *GetGoalsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetGoalsResponse.ProtoReflect.Descriptor instead.
 func (*GetGoalsResponse) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{40}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *GetGoalsResponse) GetGoals() []*GoalState {
@@ -2560,7 +2616,7 @@ type WatchGoalsRequest struct {
 
 func (x *WatchGoalsRequest) Reset() {
 	*x = WatchGoalsRequest{}
-	mi := &file_lehr_v1_control_proto_msgTypes[41]
+	mi := &file_lehr_v1_control_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2572,7 +2628,7 @@ func (x *WatchGoalsRequest) String() string {
 func (*WatchGoalsRequest) ProtoMessage() {}
 
 func (x *WatchGoalsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[41]
+	mi := &file_lehr_v1_control_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2585,7 +2641,7 @@ func (x *WatchGoalsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchGoalsRequest.ProtoReflect.Descriptor instead.
 func (*WatchGoalsRequest) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{41}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *WatchGoalsRequest) GetZone() string {
@@ -2621,7 +2677,7 @@ type GoalEvent struct {
 
 func (x *GoalEvent) Reset() {
 	*x = GoalEvent{}
-	mi := &file_lehr_v1_control_proto_msgTypes[42]
+	mi := &file_lehr_v1_control_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2633,7 +2689,7 @@ func (x *GoalEvent) String() string {
 func (*GoalEvent) ProtoMessage() {}
 
 func (x *GoalEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[42]
+	mi := &file_lehr_v1_control_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2646,7 +2702,7 @@ func (x *GoalEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GoalEvent.ProtoReflect.Descriptor instead.
 func (*GoalEvent) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{42}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *GoalEvent) GetType() GoalEvent_Type {
@@ -2681,7 +2737,7 @@ type WatchGoalsResponse struct {
 
 func (x *WatchGoalsResponse) Reset() {
 	*x = WatchGoalsResponse{}
-	mi := &file_lehr_v1_control_proto_msgTypes[43]
+	mi := &file_lehr_v1_control_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2693,7 +2749,7 @@ func (x *WatchGoalsResponse) String() string {
 func (*WatchGoalsResponse) ProtoMessage() {}
 
 func (x *WatchGoalsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[43]
+	mi := &file_lehr_v1_control_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2706,7 +2762,7 @@ func (x *WatchGoalsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchGoalsResponse.ProtoReflect.Descriptor instead.
 func (*WatchGoalsResponse) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{43}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *WatchGoalsResponse) GetRevision() int64 {
@@ -2748,7 +2804,7 @@ type FetchVersionRequest struct {
 
 func (x *FetchVersionRequest) Reset() {
 	*x = FetchVersionRequest{}
-	mi := &file_lehr_v1_control_proto_msgTypes[44]
+	mi := &file_lehr_v1_control_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2760,7 +2816,7 @@ func (x *FetchVersionRequest) String() string {
 func (*FetchVersionRequest) ProtoMessage() {}
 
 func (x *FetchVersionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[44]
+	mi := &file_lehr_v1_control_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2773,7 +2829,7 @@ func (x *FetchVersionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchVersionRequest.ProtoReflect.Descriptor instead.
 func (*FetchVersionRequest) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{44}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *FetchVersionRequest) GetNamespace() string {
@@ -2802,7 +2858,7 @@ type FetchVersionResponse struct {
 
 func (x *FetchVersionResponse) Reset() {
 	*x = FetchVersionResponse{}
-	mi := &file_lehr_v1_control_proto_msgTypes[45]
+	mi := &file_lehr_v1_control_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2814,7 +2870,7 @@ func (x *FetchVersionResponse) String() string {
 func (*FetchVersionResponse) ProtoMessage() {}
 
 func (x *FetchVersionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[45]
+	mi := &file_lehr_v1_control_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2827,7 +2883,7 @@ func (x *FetchVersionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchVersionResponse.ProtoReflect.Descriptor instead.
 func (*FetchVersionResponse) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{45}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *FetchVersionResponse) GetVersion() *VersionInfo {
@@ -2862,7 +2918,7 @@ type FetchDeltaRequest struct {
 
 func (x *FetchDeltaRequest) Reset() {
 	*x = FetchDeltaRequest{}
-	mi := &file_lehr_v1_control_proto_msgTypes[46]
+	mi := &file_lehr_v1_control_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2874,7 +2930,7 @@ func (x *FetchDeltaRequest) String() string {
 func (*FetchDeltaRequest) ProtoMessage() {}
 
 func (x *FetchDeltaRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[46]
+	mi := &file_lehr_v1_control_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2887,7 +2943,7 @@ func (x *FetchDeltaRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchDeltaRequest.ProtoReflect.Descriptor instead.
 func (*FetchDeltaRequest) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{46}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *FetchDeltaRequest) GetNamespace() string {
@@ -2926,7 +2982,7 @@ type FetchDeltaResponse struct {
 
 func (x *FetchDeltaResponse) Reset() {
 	*x = FetchDeltaResponse{}
-	mi := &file_lehr_v1_control_proto_msgTypes[47]
+	mi := &file_lehr_v1_control_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2938,7 +2994,7 @@ func (x *FetchDeltaResponse) String() string {
 func (*FetchDeltaResponse) ProtoMessage() {}
 
 func (x *FetchDeltaResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[47]
+	mi := &file_lehr_v1_control_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2951,7 +3007,7 @@ func (x *FetchDeltaResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchDeltaResponse.ProtoReflect.Descriptor instead.
 func (*FetchDeltaResponse) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{47}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *FetchDeltaResponse) GetFrom() *VersionInfo {
@@ -3001,7 +3057,7 @@ type VersionCount struct {
 
 func (x *VersionCount) Reset() {
 	*x = VersionCount{}
-	mi := &file_lehr_v1_control_proto_msgTypes[48]
+	mi := &file_lehr_v1_control_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3013,7 +3069,7 @@ func (x *VersionCount) String() string {
 func (*VersionCount) ProtoMessage() {}
 
 func (x *VersionCount) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[48]
+	mi := &file_lehr_v1_control_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3026,7 +3082,7 @@ func (x *VersionCount) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VersionCount.ProtoReflect.Descriptor instead.
 func (*VersionCount) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{48}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *VersionCount) GetNamespace() string {
@@ -3063,8 +3119,8 @@ type ReportZoneStatusRequest struct {
 	// agents' latest reports: flat in the number of agents.
 	Health []*NamespaceHealth `protobuf:"bytes,6,rep,name=health,proto3" json:"health,omitempty"`
 	// Per-host detail, only for hosts in a candidate's named cohort (canary
-	// hosts) and hosts whose consumers rejected their version or lost
-	// leases; at most 1000.
+	// hosts), hosts whose consumers rejected their version or lost leases
+	// and hosts whose host-level canary checks failed; at most 1000.
 	Hosts []*HostReport `protobuf:"bytes,7,rep,name=hosts,proto3" json:"hosts,omitempty"`
 	// For each goal whose candidate asks for a sample: the distributor's
 	// subscribed hosts with the lowest cohort positions.
@@ -3082,7 +3138,7 @@ type ReportZoneStatusRequest struct {
 
 func (x *ReportZoneStatusRequest) Reset() {
 	*x = ReportZoneStatusRequest{}
-	mi := &file_lehr_v1_control_proto_msgTypes[49]
+	mi := &file_lehr_v1_control_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3094,7 +3150,7 @@ func (x *ReportZoneStatusRequest) String() string {
 func (*ReportZoneStatusRequest) ProtoMessage() {}
 
 func (x *ReportZoneStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[49]
+	mi := &file_lehr_v1_control_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3107,7 +3163,7 @@ func (x *ReportZoneStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportZoneStatusRequest.ProtoReflect.Descriptor instead.
 func (*ReportZoneStatusRequest) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{49}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *ReportZoneStatusRequest) GetZone() string {
@@ -3191,7 +3247,7 @@ type NamespacePreviewCounts struct {
 
 func (x *NamespacePreviewCounts) Reset() {
 	*x = NamespacePreviewCounts{}
-	mi := &file_lehr_v1_control_proto_msgTypes[50]
+	mi := &file_lehr_v1_control_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3203,7 +3259,7 @@ func (x *NamespacePreviewCounts) String() string {
 func (*NamespacePreviewCounts) ProtoMessage() {}
 
 func (x *NamespacePreviewCounts) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[50]
+	mi := &file_lehr_v1_control_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3216,7 +3272,7 @@ func (x *NamespacePreviewCounts) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NamespacePreviewCounts.ProtoReflect.Descriptor instead.
 func (*NamespacePreviewCounts) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{50}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *NamespacePreviewCounts) GetNamespace() string {
@@ -3248,7 +3304,7 @@ type HostSignals struct {
 
 func (x *HostSignals) Reset() {
 	*x = HostSignals{}
-	mi := &file_lehr_v1_control_proto_msgTypes[51]
+	mi := &file_lehr_v1_control_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3260,7 +3316,7 @@ func (x *HostSignals) String() string {
 func (*HostSignals) ProtoMessage() {}
 
 func (x *HostSignals) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[51]
+	mi := &file_lehr_v1_control_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3273,7 +3329,7 @@ func (x *HostSignals) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HostSignals.ProtoReflect.Descriptor instead.
 func (*HostSignals) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{51}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *HostSignals) GetHostId() string {
@@ -3310,7 +3366,7 @@ type CohortSample struct {
 
 func (x *CohortSample) Reset() {
 	*x = CohortSample{}
-	mi := &file_lehr_v1_control_proto_msgTypes[52]
+	mi := &file_lehr_v1_control_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3322,7 +3378,7 @@ func (x *CohortSample) String() string {
 func (*CohortSample) ProtoMessage() {}
 
 func (x *CohortSample) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[52]
+	mi := &file_lehr_v1_control_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3335,7 +3391,7 @@ func (x *CohortSample) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CohortSample.ProtoReflect.Descriptor instead.
 func (*CohortSample) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{52}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *CohortSample) GetNamespace() string {
@@ -3385,7 +3441,7 @@ type NamespaceHealth struct {
 
 func (x *NamespaceHealth) Reset() {
 	*x = NamespaceHealth{}
-	mi := &file_lehr_v1_control_proto_msgTypes[53]
+	mi := &file_lehr_v1_control_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3397,7 +3453,7 @@ func (x *NamespaceHealth) String() string {
 func (*NamespaceHealth) ProtoMessage() {}
 
 func (x *NamespaceHealth) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[53]
+	mi := &file_lehr_v1_control_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3410,7 +3466,7 @@ func (x *NamespaceHealth) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NamespaceHealth.ProtoReflect.Descriptor instead.
 func (*NamespaceHealth) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{53}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *NamespaceHealth) GetNamespace() string {
@@ -3488,7 +3544,7 @@ type HostReport struct {
 
 func (x *HostReport) Reset() {
 	*x = HostReport{}
-	mi := &file_lehr_v1_control_proto_msgTypes[54]
+	mi := &file_lehr_v1_control_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3500,7 +3556,7 @@ func (x *HostReport) String() string {
 func (*HostReport) ProtoMessage() {}
 
 func (x *HostReport) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[54]
+	mi := &file_lehr_v1_control_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3513,7 +3569,7 @@ func (x *HostReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HostReport.ProtoReflect.Descriptor instead.
 func (*HostReport) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{54}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *HostReport) GetHostId() string {
@@ -3545,7 +3601,7 @@ type ReportZoneStatusResponse struct {
 
 func (x *ReportZoneStatusResponse) Reset() {
 	*x = ReportZoneStatusResponse{}
-	mi := &file_lehr_v1_control_proto_msgTypes[55]
+	mi := &file_lehr_v1_control_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3557,7 +3613,7 @@ func (x *ReportZoneStatusResponse) String() string {
 func (*ReportZoneStatusResponse) ProtoMessage() {}
 
 func (x *ReportZoneStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[55]
+	mi := &file_lehr_v1_control_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3570,7 +3626,7 @@ func (x *ReportZoneStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportZoneStatusResponse.ProtoReflect.Descriptor instead.
 func (*ReportZoneStatusResponse) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{55}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{56}
 }
 
 type GetZoneStatusRequest struct {
@@ -3582,7 +3638,7 @@ type GetZoneStatusRequest struct {
 
 func (x *GetZoneStatusRequest) Reset() {
 	*x = GetZoneStatusRequest{}
-	mi := &file_lehr_v1_control_proto_msgTypes[56]
+	mi := &file_lehr_v1_control_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3594,7 +3650,7 @@ func (x *GetZoneStatusRequest) String() string {
 func (*GetZoneStatusRequest) ProtoMessage() {}
 
 func (x *GetZoneStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[56]
+	mi := &file_lehr_v1_control_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3607,7 +3663,7 @@ func (x *GetZoneStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetZoneStatusRequest.ProtoReflect.Descriptor instead.
 func (*GetZoneStatusRequest) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{56}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *GetZoneStatusRequest) GetZone() string {
@@ -3634,7 +3690,7 @@ type DistributorStatus struct {
 
 func (x *DistributorStatus) Reset() {
 	*x = DistributorStatus{}
-	mi := &file_lehr_v1_control_proto_msgTypes[57]
+	mi := &file_lehr_v1_control_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3646,7 +3702,7 @@ func (x *DistributorStatus) String() string {
 func (*DistributorStatus) ProtoMessage() {}
 
 func (x *DistributorStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[57]
+	mi := &file_lehr_v1_control_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3659,7 +3715,7 @@ func (x *DistributorStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DistributorStatus.ProtoReflect.Descriptor instead.
 func (*DistributorStatus) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{57}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *DistributorStatus) GetDistributorId() string {
@@ -3734,7 +3790,7 @@ type GetZoneStatusResponse struct {
 
 func (x *GetZoneStatusResponse) Reset() {
 	*x = GetZoneStatusResponse{}
-	mi := &file_lehr_v1_control_proto_msgTypes[58]
+	mi := &file_lehr_v1_control_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3746,7 +3802,7 @@ func (x *GetZoneStatusResponse) String() string {
 func (*GetZoneStatusResponse) ProtoMessage() {}
 
 func (x *GetZoneStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[58]
+	mi := &file_lehr_v1_control_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3759,7 +3815,7 @@ func (x *GetZoneStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetZoneStatusResponse.ProtoReflect.Descriptor instead.
 func (*GetZoneStatusResponse) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{58}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *GetZoneStatusResponse) GetZone() string {
@@ -3801,7 +3857,7 @@ var File_lehr_v1_control_proto protoreflect.FileDescriptor
 
 const file_lehr_v1_control_proto_rawDesc = "" +
 	"\n" +
-	"\x15lehr/v1/control.proto\x12\alehr.v1\x1a#google/longrunning/operations.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x14lehr/v1/canary.proto\x1a\x15lehr/v1/preview.proto\x1a\x15lehr/v1/rollout.proto\x1a\x13lehr/v1/types.proto\x1a\x12lehr/v1/wire.proto\"\xaa\x02\n" +
+	"\x15lehr/v1/control.proto\x12\alehr.v1\x1a#google/longrunning/operations.proto\x1a google/protobuf/field_mask.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x14lehr/v1/canary.proto\x1a\x15lehr/v1/preview.proto\x1a\x15lehr/v1/rollout.proto\x1a\x13lehr/v1/types.proto\x1a\x12lehr/v1/wire.proto\"\xaa\x02\n" +
 	"\vAuditRecord\x12.\n" +
 	"\x04time\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12\x16\n" +
 	"\x06author\x18\x02 \x01(\tR\x06author\x12-\n" +
@@ -3867,7 +3923,11 @@ const file_lehr_v1_control_proto_rawDesc = "" +
 	"\x1cRolloutPolicyHistoryResponse\x126\n" +
 	"\arecords\x18\x01 \x03(\v2\x1c.lehr.v1.RolloutPolicyRecordR\arecords\">\n" +
 	"\x13CreateDomainRequest\x12'\n" +
-	"\x06domain\x18\x01 \x01(\v2\x0f.lehr.v1.DomainR\x06domain\"&\n" +
+	"\x06domain\x18\x01 \x01(\v2\x0f.lehr.v1.DomainR\x06domain\"{\n" +
+	"\x13UpdateDomainRequest\x12'\n" +
+	"\x06domain\x18\x01 \x01(\v2\x0f.lehr.v1.DomainR\x06domain\x12;\n" +
+	"\vupdate_mask\x18\x02 \x01(\v2\x1a.google.protobuf.FieldMaskR\n" +
+	"updateMask\"&\n" +
 	"\x10GetDomainRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\"P\n" +
 	"\x12ListDomainsRequest\x12\x1b\n" +
@@ -4071,11 +4131,12 @@ const file_lehr_v1_control_proto_rawDesc = "" +
 	"\fdistributors\x18\x02 \x03(\v2\x1a.lehr.v1.DistributorStatusR\fdistributors\x121\n" +
 	"\bversions\x18\x03 \x03(\v2\x15.lehr.v1.VersionCountR\bversions\x120\n" +
 	"\x06health\x18\x04 \x03(\v2\x18.lehr.v1.NamespaceHealthR\x06health\x12)\n" +
-	"\x05hosts\x18\x05 \x03(\v2\x13.lehr.v1.HostReportR\x05hosts2\xf1\x19\n" +
+	"\x05hosts\x18\x05 \x03(\v2\x13.lehr.v1.HostReportR\x05hosts2\xb0\x1a\n" +
 	"\aControl\x12=\n" +
 	"\fCreateDomain\x12\x1c.lehr.v1.CreateDomainRequest\x1a\x0f.lehr.v1.Domain\x127\n" +
 	"\tGetDomain\x12\x19.lehr.v1.GetDomainRequest\x1a\x0f.lehr.v1.Domain\x12H\n" +
-	"\vListDomains\x12\x1b.lehr.v1.ListDomainsRequest\x1a\x1c.lehr.v1.ListDomainsResponse\x12F\n" +
+	"\vListDomains\x12\x1b.lehr.v1.ListDomainsRequest\x1a\x1c.lehr.v1.ListDomainsResponse\x12=\n" +
+	"\fUpdateDomain\x12\x1c.lehr.v1.UpdateDomainRequest\x1a\x0f.lehr.v1.Domain\x12F\n" +
 	"\x0fCreateNamespace\x12\x1f.lehr.v1.CreateNamespaceRequest\x1a\x12.lehr.v1.Namespace\x12@\n" +
 	"\fGetNamespace\x12\x1c.lehr.v1.GetNamespaceRequest\x1a\x12.lehr.v1.Namespace\x12Q\n" +
 	"\x0eListNamespaces\x12\x1e.lehr.v1.ListNamespacesRequest\x1a\x1f.lehr.v1.ListNamespacesResponse\x12<\n" +
@@ -4133,7 +4194,7 @@ func file_lehr_v1_control_proto_rawDescGZIP() []byte {
 }
 
 var file_lehr_v1_control_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_lehr_v1_control_proto_msgTypes = make([]protoimpl.MessageInfo, 59)
+var file_lehr_v1_control_proto_msgTypes = make([]protoimpl.MessageInfo, 60)
 var file_lehr_v1_control_proto_goTypes = []any{
 	(PropertyChange_Kind)(0),                    // 0: lehr.v1.PropertyChange.Kind
 	(GoalEvent_Type)(0),                         // 1: lehr.v1.GoalEvent.Type
@@ -4153,239 +4214,245 @@ var file_lehr_v1_control_proto_goTypes = []any{
 	(*RolloutPolicyHistoryRequest)(nil),         // 15: lehr.v1.RolloutPolicyHistoryRequest
 	(*RolloutPolicyHistoryResponse)(nil),        // 16: lehr.v1.RolloutPolicyHistoryResponse
 	(*CreateDomainRequest)(nil),                 // 17: lehr.v1.CreateDomainRequest
-	(*GetDomainRequest)(nil),                    // 18: lehr.v1.GetDomainRequest
-	(*ListDomainsRequest)(nil),                  // 19: lehr.v1.ListDomainsRequest
-	(*ListDomainsResponse)(nil),                 // 20: lehr.v1.ListDomainsResponse
-	(*CreateNamespaceRequest)(nil),              // 21: lehr.v1.CreateNamespaceRequest
-	(*GetNamespaceRequest)(nil),                 // 22: lehr.v1.GetNamespaceRequest
-	(*ListNamespacesRequest)(nil),               // 23: lehr.v1.ListNamespacesRequest
-	(*ListNamespacesResponse)(nil),              // 24: lehr.v1.ListNamespacesResponse
-	(*PublishRequest)(nil),                      // 25: lehr.v1.PublishRequest
-	(*PublishResponse)(nil),                     // 26: lehr.v1.PublishResponse
-	(*PatchRequest)(nil),                        // 27: lehr.v1.PatchRequest
-	(*PatchResponse)(nil),                       // 28: lehr.v1.PatchResponse
-	(*GetRequest)(nil),                          // 29: lehr.v1.GetRequest
-	(*GetResponse)(nil),                         // 30: lehr.v1.GetResponse
-	(*HistoryRequest)(nil),                      // 31: lehr.v1.HistoryRequest
-	(*HistoryResponse)(nil),                     // 32: lehr.v1.HistoryResponse
-	(*DiffRequest)(nil),                         // 33: lehr.v1.DiffRequest
-	(*PropertyChange)(nil),                      // 34: lehr.v1.PropertyChange
-	(*DiffResponse)(nil),                        // 35: lehr.v1.DiffResponse
-	(*RollbackRequest)(nil),                     // 36: lehr.v1.RollbackRequest
-	(*RollbackResponse)(nil),                    // 37: lehr.v1.RollbackResponse
-	(*CreateZoneRequest)(nil),                   // 38: lehr.v1.CreateZoneRequest
-	(*ListZonesRequest)(nil),                    // 39: lehr.v1.ListZonesRequest
-	(*ListZonesResponse)(nil),                   // 40: lehr.v1.ListZonesResponse
-	(*GetGoalsRequest)(nil),                     // 41: lehr.v1.GetGoalsRequest
-	(*GetGoalsResponse)(nil),                    // 42: lehr.v1.GetGoalsResponse
-	(*WatchGoalsRequest)(nil),                   // 43: lehr.v1.WatchGoalsRequest
-	(*GoalEvent)(nil),                           // 44: lehr.v1.GoalEvent
-	(*WatchGoalsResponse)(nil),                  // 45: lehr.v1.WatchGoalsResponse
-	(*FetchVersionRequest)(nil),                 // 46: lehr.v1.FetchVersionRequest
-	(*FetchVersionResponse)(nil),                // 47: lehr.v1.FetchVersionResponse
-	(*FetchDeltaRequest)(nil),                   // 48: lehr.v1.FetchDeltaRequest
-	(*FetchDeltaResponse)(nil),                  // 49: lehr.v1.FetchDeltaResponse
-	(*VersionCount)(nil),                        // 50: lehr.v1.VersionCount
-	(*ReportZoneStatusRequest)(nil),             // 51: lehr.v1.ReportZoneStatusRequest
-	(*NamespacePreviewCounts)(nil),              // 52: lehr.v1.NamespacePreviewCounts
-	(*HostSignals)(nil),                         // 53: lehr.v1.HostSignals
-	(*CohortSample)(nil),                        // 54: lehr.v1.CohortSample
-	(*NamespaceHealth)(nil),                     // 55: lehr.v1.NamespaceHealth
-	(*HostReport)(nil),                          // 56: lehr.v1.HostReport
-	(*ReportZoneStatusResponse)(nil),            // 57: lehr.v1.ReportZoneStatusResponse
-	(*GetZoneStatusRequest)(nil),                // 58: lehr.v1.GetZoneStatusRequest
-	(*DistributorStatus)(nil),                   // 59: lehr.v1.DistributorStatus
-	(*GetZoneStatusResponse)(nil),               // 60: lehr.v1.GetZoneStatusResponse
-	(*timestamppb.Timestamp)(nil),               // 61: google.protobuf.Timestamp
-	(RolloutAction)(0),                          // 62: lehr.v1.RolloutAction
-	(*Rollout)(nil),                             // 63: lehr.v1.Rollout
-	(*RolloutEvent)(nil),                        // 64: lehr.v1.RolloutEvent
-	(*RolloutPolicy)(nil),                       // 65: lehr.v1.RolloutPolicy
-	(*RolloutPolicyRecord)(nil),                 // 66: lehr.v1.RolloutPolicyRecord
-	(RolloutPolicySource)(0),                    // 67: lehr.v1.RolloutPolicySource
-	(*Domain)(nil),                              // 68: lehr.v1.Domain
-	(*Namespace)(nil),                           // 69: lehr.v1.Namespace
-	(NamespaceKind)(0),                          // 70: lehr.v1.NamespaceKind
-	(*Property)(nil),                            // 71: lehr.v1.Property
-	(*VersionInfo)(nil),                         // 72: lehr.v1.VersionInfo
-	(*Zone)(nil),                                // 73: lehr.v1.Zone
-	(*GoalState)(nil),                           // 74: lehr.v1.GoalState
-	(*HostPreviewCounts)(nil),                   // 75: lehr.v1.HostPreviewCounts
-	(*NamespaceSignals)(nil),                    // 76: lehr.v1.NamespaceSignals
-	(*NamespaceReport)(nil),                     // 77: lehr.v1.NamespaceReport
-	(*EvaluateRequest)(nil),                     // 78: lehr.v1.EvaluateRequest
-	(*GetCanaryEvaluationRequest)(nil),          // 79: lehr.v1.GetCanaryEvaluationRequest
-	(*ListCanaryEvaluationsRequest)(nil),        // 80: lehr.v1.ListCanaryEvaluationsRequest
-	(*GetPolicyRequest)(nil),                    // 81: lehr.v1.GetPolicyRequest
-	(*CreatePolicyExperimentRequest)(nil),       // 82: lehr.v1.CreatePolicyExperimentRequest
-	(*UpdatePolicyExperimentRequest)(nil),       // 83: lehr.v1.UpdatePolicyExperimentRequest
-	(*GetPolicyExperimentRequest)(nil),          // 84: lehr.v1.GetPolicyExperimentRequest
-	(*ListPolicyExperimentsRequest)(nil),        // 85: lehr.v1.ListPolicyExperimentsRequest
-	(*DeletePolicyExperimentRequest)(nil),       // 86: lehr.v1.DeletePolicyExperimentRequest
-	(*StartPreviewPolicyExperimentRequest)(nil), // 87: lehr.v1.StartPreviewPolicyExperimentRequest
-	(*StopPreviewPolicyExperimentRequest)(nil),  // 88: lehr.v1.StopPreviewPolicyExperimentRequest
-	(*CommitPolicyExperimentRequest)(nil),       // 89: lehr.v1.CommitPolicyExperimentRequest
-	(*GetPolicyExperimentCountsRequest)(nil),    // 90: lehr.v1.GetPolicyExperimentCountsRequest
-	(*CanaryEvaluation)(nil),                    // 91: lehr.v1.CanaryEvaluation
-	(*ListCanaryEvaluationsResponse)(nil),       // 92: lehr.v1.ListCanaryEvaluationsResponse
-	(*Policy)(nil),                              // 93: lehr.v1.Policy
-	(*longrunningpb.Operation)(nil),             // 94: google.longrunning.Operation
-	(*PolicyExperiment)(nil),                    // 95: lehr.v1.PolicyExperiment
-	(*ListPolicyExperimentsResponse)(nil),       // 96: lehr.v1.ListPolicyExperimentsResponse
-	(*PolicyExperimentCounts)(nil),              // 97: lehr.v1.PolicyExperimentCounts
+	(*UpdateDomainRequest)(nil),                 // 18: lehr.v1.UpdateDomainRequest
+	(*GetDomainRequest)(nil),                    // 19: lehr.v1.GetDomainRequest
+	(*ListDomainsRequest)(nil),                  // 20: lehr.v1.ListDomainsRequest
+	(*ListDomainsResponse)(nil),                 // 21: lehr.v1.ListDomainsResponse
+	(*CreateNamespaceRequest)(nil),              // 22: lehr.v1.CreateNamespaceRequest
+	(*GetNamespaceRequest)(nil),                 // 23: lehr.v1.GetNamespaceRequest
+	(*ListNamespacesRequest)(nil),               // 24: lehr.v1.ListNamespacesRequest
+	(*ListNamespacesResponse)(nil),              // 25: lehr.v1.ListNamespacesResponse
+	(*PublishRequest)(nil),                      // 26: lehr.v1.PublishRequest
+	(*PublishResponse)(nil),                     // 27: lehr.v1.PublishResponse
+	(*PatchRequest)(nil),                        // 28: lehr.v1.PatchRequest
+	(*PatchResponse)(nil),                       // 29: lehr.v1.PatchResponse
+	(*GetRequest)(nil),                          // 30: lehr.v1.GetRequest
+	(*GetResponse)(nil),                         // 31: lehr.v1.GetResponse
+	(*HistoryRequest)(nil),                      // 32: lehr.v1.HistoryRequest
+	(*HistoryResponse)(nil),                     // 33: lehr.v1.HistoryResponse
+	(*DiffRequest)(nil),                         // 34: lehr.v1.DiffRequest
+	(*PropertyChange)(nil),                      // 35: lehr.v1.PropertyChange
+	(*DiffResponse)(nil),                        // 36: lehr.v1.DiffResponse
+	(*RollbackRequest)(nil),                     // 37: lehr.v1.RollbackRequest
+	(*RollbackResponse)(nil),                    // 38: lehr.v1.RollbackResponse
+	(*CreateZoneRequest)(nil),                   // 39: lehr.v1.CreateZoneRequest
+	(*ListZonesRequest)(nil),                    // 40: lehr.v1.ListZonesRequest
+	(*ListZonesResponse)(nil),                   // 41: lehr.v1.ListZonesResponse
+	(*GetGoalsRequest)(nil),                     // 42: lehr.v1.GetGoalsRequest
+	(*GetGoalsResponse)(nil),                    // 43: lehr.v1.GetGoalsResponse
+	(*WatchGoalsRequest)(nil),                   // 44: lehr.v1.WatchGoalsRequest
+	(*GoalEvent)(nil),                           // 45: lehr.v1.GoalEvent
+	(*WatchGoalsResponse)(nil),                  // 46: lehr.v1.WatchGoalsResponse
+	(*FetchVersionRequest)(nil),                 // 47: lehr.v1.FetchVersionRequest
+	(*FetchVersionResponse)(nil),                // 48: lehr.v1.FetchVersionResponse
+	(*FetchDeltaRequest)(nil),                   // 49: lehr.v1.FetchDeltaRequest
+	(*FetchDeltaResponse)(nil),                  // 50: lehr.v1.FetchDeltaResponse
+	(*VersionCount)(nil),                        // 51: lehr.v1.VersionCount
+	(*ReportZoneStatusRequest)(nil),             // 52: lehr.v1.ReportZoneStatusRequest
+	(*NamespacePreviewCounts)(nil),              // 53: lehr.v1.NamespacePreviewCounts
+	(*HostSignals)(nil),                         // 54: lehr.v1.HostSignals
+	(*CohortSample)(nil),                        // 55: lehr.v1.CohortSample
+	(*NamespaceHealth)(nil),                     // 56: lehr.v1.NamespaceHealth
+	(*HostReport)(nil),                          // 57: lehr.v1.HostReport
+	(*ReportZoneStatusResponse)(nil),            // 58: lehr.v1.ReportZoneStatusResponse
+	(*GetZoneStatusRequest)(nil),                // 59: lehr.v1.GetZoneStatusRequest
+	(*DistributorStatus)(nil),                   // 60: lehr.v1.DistributorStatus
+	(*GetZoneStatusResponse)(nil),               // 61: lehr.v1.GetZoneStatusResponse
+	(*timestamppb.Timestamp)(nil),               // 62: google.protobuf.Timestamp
+	(RolloutAction)(0),                          // 63: lehr.v1.RolloutAction
+	(*Rollout)(nil),                             // 64: lehr.v1.Rollout
+	(*RolloutEvent)(nil),                        // 65: lehr.v1.RolloutEvent
+	(*RolloutPolicy)(nil),                       // 66: lehr.v1.RolloutPolicy
+	(*RolloutPolicyRecord)(nil),                 // 67: lehr.v1.RolloutPolicyRecord
+	(RolloutPolicySource)(0),                    // 68: lehr.v1.RolloutPolicySource
+	(*Domain)(nil),                              // 69: lehr.v1.Domain
+	(*fieldmaskpb.FieldMask)(nil),               // 70: google.protobuf.FieldMask
+	(*Namespace)(nil),                           // 71: lehr.v1.Namespace
+	(NamespaceKind)(0),                          // 72: lehr.v1.NamespaceKind
+	(*Property)(nil),                            // 73: lehr.v1.Property
+	(*VersionInfo)(nil),                         // 74: lehr.v1.VersionInfo
+	(*Zone)(nil),                                // 75: lehr.v1.Zone
+	(*GoalState)(nil),                           // 76: lehr.v1.GoalState
+	(*HostPreviewCounts)(nil),                   // 77: lehr.v1.HostPreviewCounts
+	(*NamespaceSignals)(nil),                    // 78: lehr.v1.NamespaceSignals
+	(*NamespaceReport)(nil),                     // 79: lehr.v1.NamespaceReport
+	(*EvaluateRequest)(nil),                     // 80: lehr.v1.EvaluateRequest
+	(*GetCanaryEvaluationRequest)(nil),          // 81: lehr.v1.GetCanaryEvaluationRequest
+	(*ListCanaryEvaluationsRequest)(nil),        // 82: lehr.v1.ListCanaryEvaluationsRequest
+	(*GetPolicyRequest)(nil),                    // 83: lehr.v1.GetPolicyRequest
+	(*CreatePolicyExperimentRequest)(nil),       // 84: lehr.v1.CreatePolicyExperimentRequest
+	(*UpdatePolicyExperimentRequest)(nil),       // 85: lehr.v1.UpdatePolicyExperimentRequest
+	(*GetPolicyExperimentRequest)(nil),          // 86: lehr.v1.GetPolicyExperimentRequest
+	(*ListPolicyExperimentsRequest)(nil),        // 87: lehr.v1.ListPolicyExperimentsRequest
+	(*DeletePolicyExperimentRequest)(nil),       // 88: lehr.v1.DeletePolicyExperimentRequest
+	(*StartPreviewPolicyExperimentRequest)(nil), // 89: lehr.v1.StartPreviewPolicyExperimentRequest
+	(*StopPreviewPolicyExperimentRequest)(nil),  // 90: lehr.v1.StopPreviewPolicyExperimentRequest
+	(*CommitPolicyExperimentRequest)(nil),       // 91: lehr.v1.CommitPolicyExperimentRequest
+	(*GetPolicyExperimentCountsRequest)(nil),    // 92: lehr.v1.GetPolicyExperimentCountsRequest
+	(*CanaryEvaluation)(nil),                    // 93: lehr.v1.CanaryEvaluation
+	(*ListCanaryEvaluationsResponse)(nil),       // 94: lehr.v1.ListCanaryEvaluationsResponse
+	(*Policy)(nil),                              // 95: lehr.v1.Policy
+	(*longrunningpb.Operation)(nil),             // 96: google.longrunning.Operation
+	(*PolicyExperiment)(nil),                    // 97: lehr.v1.PolicyExperiment
+	(*ListPolicyExperimentsResponse)(nil),       // 98: lehr.v1.ListPolicyExperimentsResponse
+	(*PolicyExperimentCounts)(nil),              // 99: lehr.v1.PolicyExperimentCounts
 }
 var file_lehr_v1_control_proto_depIdxs = []int32{
-	61,  // 0: lehr.v1.AuditRecord.time:type_name -> google.protobuf.Timestamp
-	61,  // 1: lehr.v1.ListAuditRecordsRequest.since:type_name -> google.protobuf.Timestamp
+	62,  // 0: lehr.v1.AuditRecord.time:type_name -> google.protobuf.Timestamp
+	62,  // 1: lehr.v1.ListAuditRecordsRequest.since:type_name -> google.protobuf.Timestamp
 	2,   // 2: lehr.v1.ListAuditRecordsResponse.records:type_name -> lehr.v1.AuditRecord
-	62,  // 3: lehr.v1.UpdateRolloutRequest.action:type_name -> lehr.v1.RolloutAction
-	63,  // 4: lehr.v1.ListRolloutsResponse.rollouts:type_name -> lehr.v1.Rollout
-	64,  // 5: lehr.v1.ListRolloutEventsResponse.events:type_name -> lehr.v1.RolloutEvent
-	65,  // 6: lehr.v1.SetRolloutPolicyRequest.policy:type_name -> lehr.v1.RolloutPolicy
-	66,  // 7: lehr.v1.GetRolloutPolicyResponse.stored:type_name -> lehr.v1.RolloutPolicyRecord
-	65,  // 8: lehr.v1.GetRolloutPolicyResponse.effective:type_name -> lehr.v1.RolloutPolicy
-	67,  // 9: lehr.v1.GetRolloutPolicyResponse.source:type_name -> lehr.v1.RolloutPolicySource
-	66,  // 10: lehr.v1.RolloutPolicyHistoryResponse.records:type_name -> lehr.v1.RolloutPolicyRecord
-	68,  // 11: lehr.v1.CreateDomainRequest.domain:type_name -> lehr.v1.Domain
-	68,  // 12: lehr.v1.ListDomainsResponse.domains:type_name -> lehr.v1.Domain
-	69,  // 13: lehr.v1.CreateNamespaceRequest.namespace:type_name -> lehr.v1.Namespace
-	69,  // 14: lehr.v1.ListNamespacesResponse.namespaces:type_name -> lehr.v1.Namespace
-	70,  // 15: lehr.v1.PublishRequest.kind:type_name -> lehr.v1.NamespaceKind
-	71,  // 16: lehr.v1.PublishRequest.properties:type_name -> lehr.v1.Property
-	72,  // 17: lehr.v1.PublishResponse.version:type_name -> lehr.v1.VersionInfo
-	71,  // 18: lehr.v1.PatchRequest.set:type_name -> lehr.v1.Property
-	72,  // 19: lehr.v1.PatchResponse.version:type_name -> lehr.v1.VersionInfo
-	72,  // 20: lehr.v1.GetResponse.version:type_name -> lehr.v1.VersionInfo
-	71,  // 21: lehr.v1.GetResponse.properties:type_name -> lehr.v1.Property
-	70,  // 22: lehr.v1.GetResponse.kind:type_name -> lehr.v1.NamespaceKind
-	72,  // 23: lehr.v1.HistoryResponse.versions:type_name -> lehr.v1.VersionInfo
-	0,   // 24: lehr.v1.PropertyChange.kind:type_name -> lehr.v1.PropertyChange.Kind
-	71,  // 25: lehr.v1.PropertyChange.old:type_name -> lehr.v1.Property
-	71,  // 26: lehr.v1.PropertyChange.new:type_name -> lehr.v1.Property
-	72,  // 27: lehr.v1.DiffResponse.from:type_name -> lehr.v1.VersionInfo
-	72,  // 28: lehr.v1.DiffResponse.to:type_name -> lehr.v1.VersionInfo
-	34,  // 29: lehr.v1.DiffResponse.changes:type_name -> lehr.v1.PropertyChange
-	72,  // 30: lehr.v1.RollbackResponse.version:type_name -> lehr.v1.VersionInfo
-	73,  // 31: lehr.v1.ListZonesResponse.zones:type_name -> lehr.v1.Zone
-	74,  // 32: lehr.v1.GetGoalsResponse.goals:type_name -> lehr.v1.GoalState
-	1,   // 33: lehr.v1.GoalEvent.type:type_name -> lehr.v1.GoalEvent.Type
-	74,  // 34: lehr.v1.GoalEvent.goal:type_name -> lehr.v1.GoalState
-	44,  // 35: lehr.v1.WatchGoalsResponse.events:type_name -> lehr.v1.GoalEvent
-	72,  // 36: lehr.v1.FetchVersionResponse.version:type_name -> lehr.v1.VersionInfo
-	70,  // 37: lehr.v1.FetchVersionResponse.kind:type_name -> lehr.v1.NamespaceKind
-	71,  // 38: lehr.v1.FetchVersionResponse.properties:type_name -> lehr.v1.Property
-	72,  // 39: lehr.v1.FetchDeltaResponse.from:type_name -> lehr.v1.VersionInfo
-	72,  // 40: lehr.v1.FetchDeltaResponse.to:type_name -> lehr.v1.VersionInfo
-	70,  // 41: lehr.v1.FetchDeltaResponse.kind:type_name -> lehr.v1.NamespaceKind
-	71,  // 42: lehr.v1.FetchDeltaResponse.set:type_name -> lehr.v1.Property
-	50,  // 43: lehr.v1.ReportZoneStatusRequest.versions:type_name -> lehr.v1.VersionCount
-	55,  // 44: lehr.v1.ReportZoneStatusRequest.health:type_name -> lehr.v1.NamespaceHealth
-	56,  // 45: lehr.v1.ReportZoneStatusRequest.hosts:type_name -> lehr.v1.HostReport
-	54,  // 46: lehr.v1.ReportZoneStatusRequest.samples:type_name -> lehr.v1.CohortSample
-	53,  // 47: lehr.v1.ReportZoneStatusRequest.signals:type_name -> lehr.v1.HostSignals
-	52,  // 48: lehr.v1.ReportZoneStatusRequest.preview:type_name -> lehr.v1.NamespacePreviewCounts
-	75,  // 49: lehr.v1.NamespacePreviewCounts.counts:type_name -> lehr.v1.HostPreviewCounts
-	76,  // 50: lehr.v1.HostSignals.signals:type_name -> lehr.v1.NamespaceSignals
-	77,  // 51: lehr.v1.HostReport.report:type_name -> lehr.v1.NamespaceReport
-	50,  // 52: lehr.v1.DistributorStatus.versions:type_name -> lehr.v1.VersionCount
-	55,  // 53: lehr.v1.DistributorStatus.health:type_name -> lehr.v1.NamespaceHealth
-	56,  // 54: lehr.v1.DistributorStatus.hosts:type_name -> lehr.v1.HostReport
-	54,  // 55: lehr.v1.DistributorStatus.samples:type_name -> lehr.v1.CohortSample
-	53,  // 56: lehr.v1.DistributorStatus.signals:type_name -> lehr.v1.HostSignals
-	52,  // 57: lehr.v1.DistributorStatus.preview:type_name -> lehr.v1.NamespacePreviewCounts
-	59,  // 58: lehr.v1.GetZoneStatusResponse.distributors:type_name -> lehr.v1.DistributorStatus
-	50,  // 59: lehr.v1.GetZoneStatusResponse.versions:type_name -> lehr.v1.VersionCount
-	55,  // 60: lehr.v1.GetZoneStatusResponse.health:type_name -> lehr.v1.NamespaceHealth
-	56,  // 61: lehr.v1.GetZoneStatusResponse.hosts:type_name -> lehr.v1.HostReport
-	17,  // 62: lehr.v1.Control.CreateDomain:input_type -> lehr.v1.CreateDomainRequest
-	18,  // 63: lehr.v1.Control.GetDomain:input_type -> lehr.v1.GetDomainRequest
-	19,  // 64: lehr.v1.Control.ListDomains:input_type -> lehr.v1.ListDomainsRequest
-	21,  // 65: lehr.v1.Control.CreateNamespace:input_type -> lehr.v1.CreateNamespaceRequest
-	22,  // 66: lehr.v1.Control.GetNamespace:input_type -> lehr.v1.GetNamespaceRequest
-	23,  // 67: lehr.v1.Control.ListNamespaces:input_type -> lehr.v1.ListNamespacesRequest
-	25,  // 68: lehr.v1.Control.Publish:input_type -> lehr.v1.PublishRequest
-	27,  // 69: lehr.v1.Control.Patch:input_type -> lehr.v1.PatchRequest
-	29,  // 70: lehr.v1.Control.Get:input_type -> lehr.v1.GetRequest
-	31,  // 71: lehr.v1.Control.History:input_type -> lehr.v1.HistoryRequest
-	33,  // 72: lehr.v1.Control.Diff:input_type -> lehr.v1.DiffRequest
-	36,  // 73: lehr.v1.Control.Rollback:input_type -> lehr.v1.RollbackRequest
-	38,  // 74: lehr.v1.Control.CreateZone:input_type -> lehr.v1.CreateZoneRequest
-	39,  // 75: lehr.v1.Control.ListZones:input_type -> lehr.v1.ListZonesRequest
-	41,  // 76: lehr.v1.Control.GetGoals:input_type -> lehr.v1.GetGoalsRequest
-	43,  // 77: lehr.v1.Control.WatchGoals:input_type -> lehr.v1.WatchGoalsRequest
-	46,  // 78: lehr.v1.Control.FetchVersion:input_type -> lehr.v1.FetchVersionRequest
-	48,  // 79: lehr.v1.Control.FetchDelta:input_type -> lehr.v1.FetchDeltaRequest
-	51,  // 80: lehr.v1.Control.ReportZoneStatus:input_type -> lehr.v1.ReportZoneStatusRequest
-	58,  // 81: lehr.v1.Control.GetZoneStatus:input_type -> lehr.v1.GetZoneStatusRequest
-	11,  // 82: lehr.v1.Control.SetRolloutPolicy:input_type -> lehr.v1.SetRolloutPolicyRequest
-	12,  // 83: lehr.v1.Control.DeleteRolloutPolicy:input_type -> lehr.v1.DeleteRolloutPolicyRequest
-	13,  // 84: lehr.v1.Control.GetRolloutPolicy:input_type -> lehr.v1.GetRolloutPolicyRequest
-	15,  // 85: lehr.v1.Control.RolloutPolicyHistory:input_type -> lehr.v1.RolloutPolicyHistoryRequest
-	6,   // 86: lehr.v1.Control.GetRollout:input_type -> lehr.v1.GetRolloutRequest
-	7,   // 87: lehr.v1.Control.ListRollouts:input_type -> lehr.v1.ListRolloutsRequest
-	9,   // 88: lehr.v1.Control.ListRolloutEvents:input_type -> lehr.v1.ListRolloutEventsRequest
-	5,   // 89: lehr.v1.Control.UpdateRollout:input_type -> lehr.v1.UpdateRolloutRequest
-	78,  // 90: lehr.v1.Control.Evaluate:input_type -> lehr.v1.EvaluateRequest
-	79,  // 91: lehr.v1.Control.GetCanaryEvaluation:input_type -> lehr.v1.GetCanaryEvaluationRequest
-	80,  // 92: lehr.v1.Control.ListCanaryEvaluations:input_type -> lehr.v1.ListCanaryEvaluationsRequest
-	81,  // 93: lehr.v1.Control.GetPolicy:input_type -> lehr.v1.GetPolicyRequest
-	82,  // 94: lehr.v1.Control.CreatePolicyExperiment:input_type -> lehr.v1.CreatePolicyExperimentRequest
-	83,  // 95: lehr.v1.Control.UpdatePolicyExperiment:input_type -> lehr.v1.UpdatePolicyExperimentRequest
-	84,  // 96: lehr.v1.Control.GetPolicyExperiment:input_type -> lehr.v1.GetPolicyExperimentRequest
-	85,  // 97: lehr.v1.Control.ListPolicyExperiments:input_type -> lehr.v1.ListPolicyExperimentsRequest
-	86,  // 98: lehr.v1.Control.DeletePolicyExperiment:input_type -> lehr.v1.DeletePolicyExperimentRequest
-	87,  // 99: lehr.v1.Control.StartPreviewPolicyExperiment:input_type -> lehr.v1.StartPreviewPolicyExperimentRequest
-	88,  // 100: lehr.v1.Control.StopPreviewPolicyExperiment:input_type -> lehr.v1.StopPreviewPolicyExperimentRequest
-	89,  // 101: lehr.v1.Control.CommitPolicyExperiment:input_type -> lehr.v1.CommitPolicyExperimentRequest
-	90,  // 102: lehr.v1.Control.GetPolicyExperimentCounts:input_type -> lehr.v1.GetPolicyExperimentCountsRequest
-	3,   // 103: lehr.v1.Control.ListAuditRecords:input_type -> lehr.v1.ListAuditRecordsRequest
-	68,  // 104: lehr.v1.Control.CreateDomain:output_type -> lehr.v1.Domain
-	68,  // 105: lehr.v1.Control.GetDomain:output_type -> lehr.v1.Domain
-	20,  // 106: lehr.v1.Control.ListDomains:output_type -> lehr.v1.ListDomainsResponse
-	69,  // 107: lehr.v1.Control.CreateNamespace:output_type -> lehr.v1.Namespace
-	69,  // 108: lehr.v1.Control.GetNamespace:output_type -> lehr.v1.Namespace
-	24,  // 109: lehr.v1.Control.ListNamespaces:output_type -> lehr.v1.ListNamespacesResponse
-	26,  // 110: lehr.v1.Control.Publish:output_type -> lehr.v1.PublishResponse
-	28,  // 111: lehr.v1.Control.Patch:output_type -> lehr.v1.PatchResponse
-	30,  // 112: lehr.v1.Control.Get:output_type -> lehr.v1.GetResponse
-	32,  // 113: lehr.v1.Control.History:output_type -> lehr.v1.HistoryResponse
-	35,  // 114: lehr.v1.Control.Diff:output_type -> lehr.v1.DiffResponse
-	37,  // 115: lehr.v1.Control.Rollback:output_type -> lehr.v1.RollbackResponse
-	73,  // 116: lehr.v1.Control.CreateZone:output_type -> lehr.v1.Zone
-	40,  // 117: lehr.v1.Control.ListZones:output_type -> lehr.v1.ListZonesResponse
-	42,  // 118: lehr.v1.Control.GetGoals:output_type -> lehr.v1.GetGoalsResponse
-	45,  // 119: lehr.v1.Control.WatchGoals:output_type -> lehr.v1.WatchGoalsResponse
-	47,  // 120: lehr.v1.Control.FetchVersion:output_type -> lehr.v1.FetchVersionResponse
-	49,  // 121: lehr.v1.Control.FetchDelta:output_type -> lehr.v1.FetchDeltaResponse
-	57,  // 122: lehr.v1.Control.ReportZoneStatus:output_type -> lehr.v1.ReportZoneStatusResponse
-	60,  // 123: lehr.v1.Control.GetZoneStatus:output_type -> lehr.v1.GetZoneStatusResponse
-	66,  // 124: lehr.v1.Control.SetRolloutPolicy:output_type -> lehr.v1.RolloutPolicyRecord
-	66,  // 125: lehr.v1.Control.DeleteRolloutPolicy:output_type -> lehr.v1.RolloutPolicyRecord
-	14,  // 126: lehr.v1.Control.GetRolloutPolicy:output_type -> lehr.v1.GetRolloutPolicyResponse
-	16,  // 127: lehr.v1.Control.RolloutPolicyHistory:output_type -> lehr.v1.RolloutPolicyHistoryResponse
-	63,  // 128: lehr.v1.Control.GetRollout:output_type -> lehr.v1.Rollout
-	8,   // 129: lehr.v1.Control.ListRollouts:output_type -> lehr.v1.ListRolloutsResponse
-	10,  // 130: lehr.v1.Control.ListRolloutEvents:output_type -> lehr.v1.ListRolloutEventsResponse
-	63,  // 131: lehr.v1.Control.UpdateRollout:output_type -> lehr.v1.Rollout
-	91,  // 132: lehr.v1.Control.Evaluate:output_type -> lehr.v1.CanaryEvaluation
-	91,  // 133: lehr.v1.Control.GetCanaryEvaluation:output_type -> lehr.v1.CanaryEvaluation
-	92,  // 134: lehr.v1.Control.ListCanaryEvaluations:output_type -> lehr.v1.ListCanaryEvaluationsResponse
-	93,  // 135: lehr.v1.Control.GetPolicy:output_type -> lehr.v1.Policy
-	94,  // 136: lehr.v1.Control.CreatePolicyExperiment:output_type -> google.longrunning.Operation
-	94,  // 137: lehr.v1.Control.UpdatePolicyExperiment:output_type -> google.longrunning.Operation
-	95,  // 138: lehr.v1.Control.GetPolicyExperiment:output_type -> lehr.v1.PolicyExperiment
-	96,  // 139: lehr.v1.Control.ListPolicyExperiments:output_type -> lehr.v1.ListPolicyExperimentsResponse
-	94,  // 140: lehr.v1.Control.DeletePolicyExperiment:output_type -> google.longrunning.Operation
-	94,  // 141: lehr.v1.Control.StartPreviewPolicyExperiment:output_type -> google.longrunning.Operation
-	94,  // 142: lehr.v1.Control.StopPreviewPolicyExperiment:output_type -> google.longrunning.Operation
-	94,  // 143: lehr.v1.Control.CommitPolicyExperiment:output_type -> google.longrunning.Operation
-	97,  // 144: lehr.v1.Control.GetPolicyExperimentCounts:output_type -> lehr.v1.PolicyExperimentCounts
-	4,   // 145: lehr.v1.Control.ListAuditRecords:output_type -> lehr.v1.ListAuditRecordsResponse
-	104, // [104:146] is the sub-list for method output_type
-	62,  // [62:104] is the sub-list for method input_type
-	62,  // [62:62] is the sub-list for extension type_name
-	62,  // [62:62] is the sub-list for extension extendee
-	0,   // [0:62] is the sub-list for field type_name
+	63,  // 3: lehr.v1.UpdateRolloutRequest.action:type_name -> lehr.v1.RolloutAction
+	64,  // 4: lehr.v1.ListRolloutsResponse.rollouts:type_name -> lehr.v1.Rollout
+	65,  // 5: lehr.v1.ListRolloutEventsResponse.events:type_name -> lehr.v1.RolloutEvent
+	66,  // 6: lehr.v1.SetRolloutPolicyRequest.policy:type_name -> lehr.v1.RolloutPolicy
+	67,  // 7: lehr.v1.GetRolloutPolicyResponse.stored:type_name -> lehr.v1.RolloutPolicyRecord
+	66,  // 8: lehr.v1.GetRolloutPolicyResponse.effective:type_name -> lehr.v1.RolloutPolicy
+	68,  // 9: lehr.v1.GetRolloutPolicyResponse.source:type_name -> lehr.v1.RolloutPolicySource
+	67,  // 10: lehr.v1.RolloutPolicyHistoryResponse.records:type_name -> lehr.v1.RolloutPolicyRecord
+	69,  // 11: lehr.v1.CreateDomainRequest.domain:type_name -> lehr.v1.Domain
+	69,  // 12: lehr.v1.UpdateDomainRequest.domain:type_name -> lehr.v1.Domain
+	70,  // 13: lehr.v1.UpdateDomainRequest.update_mask:type_name -> google.protobuf.FieldMask
+	69,  // 14: lehr.v1.ListDomainsResponse.domains:type_name -> lehr.v1.Domain
+	71,  // 15: lehr.v1.CreateNamespaceRequest.namespace:type_name -> lehr.v1.Namespace
+	71,  // 16: lehr.v1.ListNamespacesResponse.namespaces:type_name -> lehr.v1.Namespace
+	72,  // 17: lehr.v1.PublishRequest.kind:type_name -> lehr.v1.NamespaceKind
+	73,  // 18: lehr.v1.PublishRequest.properties:type_name -> lehr.v1.Property
+	74,  // 19: lehr.v1.PublishResponse.version:type_name -> lehr.v1.VersionInfo
+	73,  // 20: lehr.v1.PatchRequest.set:type_name -> lehr.v1.Property
+	74,  // 21: lehr.v1.PatchResponse.version:type_name -> lehr.v1.VersionInfo
+	74,  // 22: lehr.v1.GetResponse.version:type_name -> lehr.v1.VersionInfo
+	73,  // 23: lehr.v1.GetResponse.properties:type_name -> lehr.v1.Property
+	72,  // 24: lehr.v1.GetResponse.kind:type_name -> lehr.v1.NamespaceKind
+	74,  // 25: lehr.v1.HistoryResponse.versions:type_name -> lehr.v1.VersionInfo
+	0,   // 26: lehr.v1.PropertyChange.kind:type_name -> lehr.v1.PropertyChange.Kind
+	73,  // 27: lehr.v1.PropertyChange.old:type_name -> lehr.v1.Property
+	73,  // 28: lehr.v1.PropertyChange.new:type_name -> lehr.v1.Property
+	74,  // 29: lehr.v1.DiffResponse.from:type_name -> lehr.v1.VersionInfo
+	74,  // 30: lehr.v1.DiffResponse.to:type_name -> lehr.v1.VersionInfo
+	35,  // 31: lehr.v1.DiffResponse.changes:type_name -> lehr.v1.PropertyChange
+	74,  // 32: lehr.v1.RollbackResponse.version:type_name -> lehr.v1.VersionInfo
+	75,  // 33: lehr.v1.ListZonesResponse.zones:type_name -> lehr.v1.Zone
+	76,  // 34: lehr.v1.GetGoalsResponse.goals:type_name -> lehr.v1.GoalState
+	1,   // 35: lehr.v1.GoalEvent.type:type_name -> lehr.v1.GoalEvent.Type
+	76,  // 36: lehr.v1.GoalEvent.goal:type_name -> lehr.v1.GoalState
+	45,  // 37: lehr.v1.WatchGoalsResponse.events:type_name -> lehr.v1.GoalEvent
+	74,  // 38: lehr.v1.FetchVersionResponse.version:type_name -> lehr.v1.VersionInfo
+	72,  // 39: lehr.v1.FetchVersionResponse.kind:type_name -> lehr.v1.NamespaceKind
+	73,  // 40: lehr.v1.FetchVersionResponse.properties:type_name -> lehr.v1.Property
+	74,  // 41: lehr.v1.FetchDeltaResponse.from:type_name -> lehr.v1.VersionInfo
+	74,  // 42: lehr.v1.FetchDeltaResponse.to:type_name -> lehr.v1.VersionInfo
+	72,  // 43: lehr.v1.FetchDeltaResponse.kind:type_name -> lehr.v1.NamespaceKind
+	73,  // 44: lehr.v1.FetchDeltaResponse.set:type_name -> lehr.v1.Property
+	51,  // 45: lehr.v1.ReportZoneStatusRequest.versions:type_name -> lehr.v1.VersionCount
+	56,  // 46: lehr.v1.ReportZoneStatusRequest.health:type_name -> lehr.v1.NamespaceHealth
+	57,  // 47: lehr.v1.ReportZoneStatusRequest.hosts:type_name -> lehr.v1.HostReport
+	55,  // 48: lehr.v1.ReportZoneStatusRequest.samples:type_name -> lehr.v1.CohortSample
+	54,  // 49: lehr.v1.ReportZoneStatusRequest.signals:type_name -> lehr.v1.HostSignals
+	53,  // 50: lehr.v1.ReportZoneStatusRequest.preview:type_name -> lehr.v1.NamespacePreviewCounts
+	77,  // 51: lehr.v1.NamespacePreviewCounts.counts:type_name -> lehr.v1.HostPreviewCounts
+	78,  // 52: lehr.v1.HostSignals.signals:type_name -> lehr.v1.NamespaceSignals
+	79,  // 53: lehr.v1.HostReport.report:type_name -> lehr.v1.NamespaceReport
+	51,  // 54: lehr.v1.DistributorStatus.versions:type_name -> lehr.v1.VersionCount
+	56,  // 55: lehr.v1.DistributorStatus.health:type_name -> lehr.v1.NamespaceHealth
+	57,  // 56: lehr.v1.DistributorStatus.hosts:type_name -> lehr.v1.HostReport
+	55,  // 57: lehr.v1.DistributorStatus.samples:type_name -> lehr.v1.CohortSample
+	54,  // 58: lehr.v1.DistributorStatus.signals:type_name -> lehr.v1.HostSignals
+	53,  // 59: lehr.v1.DistributorStatus.preview:type_name -> lehr.v1.NamespacePreviewCounts
+	60,  // 60: lehr.v1.GetZoneStatusResponse.distributors:type_name -> lehr.v1.DistributorStatus
+	51,  // 61: lehr.v1.GetZoneStatusResponse.versions:type_name -> lehr.v1.VersionCount
+	56,  // 62: lehr.v1.GetZoneStatusResponse.health:type_name -> lehr.v1.NamespaceHealth
+	57,  // 63: lehr.v1.GetZoneStatusResponse.hosts:type_name -> lehr.v1.HostReport
+	17,  // 64: lehr.v1.Control.CreateDomain:input_type -> lehr.v1.CreateDomainRequest
+	19,  // 65: lehr.v1.Control.GetDomain:input_type -> lehr.v1.GetDomainRequest
+	20,  // 66: lehr.v1.Control.ListDomains:input_type -> lehr.v1.ListDomainsRequest
+	18,  // 67: lehr.v1.Control.UpdateDomain:input_type -> lehr.v1.UpdateDomainRequest
+	22,  // 68: lehr.v1.Control.CreateNamespace:input_type -> lehr.v1.CreateNamespaceRequest
+	23,  // 69: lehr.v1.Control.GetNamespace:input_type -> lehr.v1.GetNamespaceRequest
+	24,  // 70: lehr.v1.Control.ListNamespaces:input_type -> lehr.v1.ListNamespacesRequest
+	26,  // 71: lehr.v1.Control.Publish:input_type -> lehr.v1.PublishRequest
+	28,  // 72: lehr.v1.Control.Patch:input_type -> lehr.v1.PatchRequest
+	30,  // 73: lehr.v1.Control.Get:input_type -> lehr.v1.GetRequest
+	32,  // 74: lehr.v1.Control.History:input_type -> lehr.v1.HistoryRequest
+	34,  // 75: lehr.v1.Control.Diff:input_type -> lehr.v1.DiffRequest
+	37,  // 76: lehr.v1.Control.Rollback:input_type -> lehr.v1.RollbackRequest
+	39,  // 77: lehr.v1.Control.CreateZone:input_type -> lehr.v1.CreateZoneRequest
+	40,  // 78: lehr.v1.Control.ListZones:input_type -> lehr.v1.ListZonesRequest
+	42,  // 79: lehr.v1.Control.GetGoals:input_type -> lehr.v1.GetGoalsRequest
+	44,  // 80: lehr.v1.Control.WatchGoals:input_type -> lehr.v1.WatchGoalsRequest
+	47,  // 81: lehr.v1.Control.FetchVersion:input_type -> lehr.v1.FetchVersionRequest
+	49,  // 82: lehr.v1.Control.FetchDelta:input_type -> lehr.v1.FetchDeltaRequest
+	52,  // 83: lehr.v1.Control.ReportZoneStatus:input_type -> lehr.v1.ReportZoneStatusRequest
+	59,  // 84: lehr.v1.Control.GetZoneStatus:input_type -> lehr.v1.GetZoneStatusRequest
+	11,  // 85: lehr.v1.Control.SetRolloutPolicy:input_type -> lehr.v1.SetRolloutPolicyRequest
+	12,  // 86: lehr.v1.Control.DeleteRolloutPolicy:input_type -> lehr.v1.DeleteRolloutPolicyRequest
+	13,  // 87: lehr.v1.Control.GetRolloutPolicy:input_type -> lehr.v1.GetRolloutPolicyRequest
+	15,  // 88: lehr.v1.Control.RolloutPolicyHistory:input_type -> lehr.v1.RolloutPolicyHistoryRequest
+	6,   // 89: lehr.v1.Control.GetRollout:input_type -> lehr.v1.GetRolloutRequest
+	7,   // 90: lehr.v1.Control.ListRollouts:input_type -> lehr.v1.ListRolloutsRequest
+	9,   // 91: lehr.v1.Control.ListRolloutEvents:input_type -> lehr.v1.ListRolloutEventsRequest
+	5,   // 92: lehr.v1.Control.UpdateRollout:input_type -> lehr.v1.UpdateRolloutRequest
+	80,  // 93: lehr.v1.Control.Evaluate:input_type -> lehr.v1.EvaluateRequest
+	81,  // 94: lehr.v1.Control.GetCanaryEvaluation:input_type -> lehr.v1.GetCanaryEvaluationRequest
+	82,  // 95: lehr.v1.Control.ListCanaryEvaluations:input_type -> lehr.v1.ListCanaryEvaluationsRequest
+	83,  // 96: lehr.v1.Control.GetPolicy:input_type -> lehr.v1.GetPolicyRequest
+	84,  // 97: lehr.v1.Control.CreatePolicyExperiment:input_type -> lehr.v1.CreatePolicyExperimentRequest
+	85,  // 98: lehr.v1.Control.UpdatePolicyExperiment:input_type -> lehr.v1.UpdatePolicyExperimentRequest
+	86,  // 99: lehr.v1.Control.GetPolicyExperiment:input_type -> lehr.v1.GetPolicyExperimentRequest
+	87,  // 100: lehr.v1.Control.ListPolicyExperiments:input_type -> lehr.v1.ListPolicyExperimentsRequest
+	88,  // 101: lehr.v1.Control.DeletePolicyExperiment:input_type -> lehr.v1.DeletePolicyExperimentRequest
+	89,  // 102: lehr.v1.Control.StartPreviewPolicyExperiment:input_type -> lehr.v1.StartPreviewPolicyExperimentRequest
+	90,  // 103: lehr.v1.Control.StopPreviewPolicyExperiment:input_type -> lehr.v1.StopPreviewPolicyExperimentRequest
+	91,  // 104: lehr.v1.Control.CommitPolicyExperiment:input_type -> lehr.v1.CommitPolicyExperimentRequest
+	92,  // 105: lehr.v1.Control.GetPolicyExperimentCounts:input_type -> lehr.v1.GetPolicyExperimentCountsRequest
+	3,   // 106: lehr.v1.Control.ListAuditRecords:input_type -> lehr.v1.ListAuditRecordsRequest
+	69,  // 107: lehr.v1.Control.CreateDomain:output_type -> lehr.v1.Domain
+	69,  // 108: lehr.v1.Control.GetDomain:output_type -> lehr.v1.Domain
+	21,  // 109: lehr.v1.Control.ListDomains:output_type -> lehr.v1.ListDomainsResponse
+	69,  // 110: lehr.v1.Control.UpdateDomain:output_type -> lehr.v1.Domain
+	71,  // 111: lehr.v1.Control.CreateNamespace:output_type -> lehr.v1.Namespace
+	71,  // 112: lehr.v1.Control.GetNamespace:output_type -> lehr.v1.Namespace
+	25,  // 113: lehr.v1.Control.ListNamespaces:output_type -> lehr.v1.ListNamespacesResponse
+	27,  // 114: lehr.v1.Control.Publish:output_type -> lehr.v1.PublishResponse
+	29,  // 115: lehr.v1.Control.Patch:output_type -> lehr.v1.PatchResponse
+	31,  // 116: lehr.v1.Control.Get:output_type -> lehr.v1.GetResponse
+	33,  // 117: lehr.v1.Control.History:output_type -> lehr.v1.HistoryResponse
+	36,  // 118: lehr.v1.Control.Diff:output_type -> lehr.v1.DiffResponse
+	38,  // 119: lehr.v1.Control.Rollback:output_type -> lehr.v1.RollbackResponse
+	75,  // 120: lehr.v1.Control.CreateZone:output_type -> lehr.v1.Zone
+	41,  // 121: lehr.v1.Control.ListZones:output_type -> lehr.v1.ListZonesResponse
+	43,  // 122: lehr.v1.Control.GetGoals:output_type -> lehr.v1.GetGoalsResponse
+	46,  // 123: lehr.v1.Control.WatchGoals:output_type -> lehr.v1.WatchGoalsResponse
+	48,  // 124: lehr.v1.Control.FetchVersion:output_type -> lehr.v1.FetchVersionResponse
+	50,  // 125: lehr.v1.Control.FetchDelta:output_type -> lehr.v1.FetchDeltaResponse
+	58,  // 126: lehr.v1.Control.ReportZoneStatus:output_type -> lehr.v1.ReportZoneStatusResponse
+	61,  // 127: lehr.v1.Control.GetZoneStatus:output_type -> lehr.v1.GetZoneStatusResponse
+	67,  // 128: lehr.v1.Control.SetRolloutPolicy:output_type -> lehr.v1.RolloutPolicyRecord
+	67,  // 129: lehr.v1.Control.DeleteRolloutPolicy:output_type -> lehr.v1.RolloutPolicyRecord
+	14,  // 130: lehr.v1.Control.GetRolloutPolicy:output_type -> lehr.v1.GetRolloutPolicyResponse
+	16,  // 131: lehr.v1.Control.RolloutPolicyHistory:output_type -> lehr.v1.RolloutPolicyHistoryResponse
+	64,  // 132: lehr.v1.Control.GetRollout:output_type -> lehr.v1.Rollout
+	8,   // 133: lehr.v1.Control.ListRollouts:output_type -> lehr.v1.ListRolloutsResponse
+	10,  // 134: lehr.v1.Control.ListRolloutEvents:output_type -> lehr.v1.ListRolloutEventsResponse
+	64,  // 135: lehr.v1.Control.UpdateRollout:output_type -> lehr.v1.Rollout
+	93,  // 136: lehr.v1.Control.Evaluate:output_type -> lehr.v1.CanaryEvaluation
+	93,  // 137: lehr.v1.Control.GetCanaryEvaluation:output_type -> lehr.v1.CanaryEvaluation
+	94,  // 138: lehr.v1.Control.ListCanaryEvaluations:output_type -> lehr.v1.ListCanaryEvaluationsResponse
+	95,  // 139: lehr.v1.Control.GetPolicy:output_type -> lehr.v1.Policy
+	96,  // 140: lehr.v1.Control.CreatePolicyExperiment:output_type -> google.longrunning.Operation
+	96,  // 141: lehr.v1.Control.UpdatePolicyExperiment:output_type -> google.longrunning.Operation
+	97,  // 142: lehr.v1.Control.GetPolicyExperiment:output_type -> lehr.v1.PolicyExperiment
+	98,  // 143: lehr.v1.Control.ListPolicyExperiments:output_type -> lehr.v1.ListPolicyExperimentsResponse
+	96,  // 144: lehr.v1.Control.DeletePolicyExperiment:output_type -> google.longrunning.Operation
+	96,  // 145: lehr.v1.Control.StartPreviewPolicyExperiment:output_type -> google.longrunning.Operation
+	96,  // 146: lehr.v1.Control.StopPreviewPolicyExperiment:output_type -> google.longrunning.Operation
+	96,  // 147: lehr.v1.Control.CommitPolicyExperiment:output_type -> google.longrunning.Operation
+	99,  // 148: lehr.v1.Control.GetPolicyExperimentCounts:output_type -> lehr.v1.PolicyExperimentCounts
+	4,   // 149: lehr.v1.Control.ListAuditRecords:output_type -> lehr.v1.ListAuditRecordsResponse
+	107, // [107:150] is the sub-list for method output_type
+	64,  // [64:107] is the sub-list for method input_type
+	64,  // [64:64] is the sub-list for extension type_name
+	64,  // [64:64] is the sub-list for extension extendee
+	0,   // [0:64] is the sub-list for field type_name
 }
 
 func init() { file_lehr_v1_control_proto_init() }
@@ -4404,7 +4471,7 @@ func file_lehr_v1_control_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lehr_v1_control_proto_rawDesc), len(file_lehr_v1_control_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   59,
+			NumMessages:   60,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

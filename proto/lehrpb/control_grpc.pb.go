@@ -32,6 +32,7 @@ const (
 	Control_CreateDomain_FullMethodName                 = "/lehr.v1.Control/CreateDomain"
 	Control_GetDomain_FullMethodName                    = "/lehr.v1.Control/GetDomain"
 	Control_ListDomains_FullMethodName                  = "/lehr.v1.Control/ListDomains"
+	Control_UpdateDomain_FullMethodName                 = "/lehr.v1.Control/UpdateDomain"
 	Control_CreateNamespace_FullMethodName              = "/lehr.v1.Control/CreateNamespace"
 	Control_GetNamespace_FullMethodName                 = "/lehr.v1.Control/GetNamespace"
 	Control_ListNamespaces_FullMethodName               = "/lehr.v1.Control/ListNamespaces"
@@ -83,6 +84,9 @@ type ControlClient interface {
 	CreateDomain(ctx context.Context, in *CreateDomainRequest, opts ...grpc.CallOption) (*Domain, error)
 	GetDomain(ctx context.Context, in *GetDomainRequest, opts ...grpc.CallOption) (*Domain, error)
 	ListDomains(ctx context.Context, in *ListDomainsRequest, opts ...grpc.CallOption) (*ListDomainsResponse, error)
+	// UpdateDomain changes the fields of a domain that update_mask names
+	// ("description", "quotas", "acl"); only the domain's admins may.
+	UpdateDomain(ctx context.Context, in *UpdateDomainRequest, opts ...grpc.CallOption) (*Domain, error)
 	// Namespaces. Publishing to a namespace that does not exist creates it
 	// inside an existing domain; CreateNamespace exists to set a schema first.
 	CreateNamespace(ctx context.Context, in *CreateNamespaceRequest, opts ...grpc.CallOption) (*Namespace, error)
@@ -214,6 +218,16 @@ func (c *controlClient) ListDomains(ctx context.Context, in *ListDomainsRequest,
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(ListDomainsResponse)
 	err := c.cc.Invoke(ctx, Control_ListDomains_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *controlClient) UpdateDomain(ctx context.Context, in *UpdateDomainRequest, opts ...grpc.CallOption) (*Domain, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(Domain)
+	err := c.cc.Invoke(ctx, Control_UpdateDomain_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -629,6 +643,9 @@ type ControlServer interface {
 	CreateDomain(context.Context, *CreateDomainRequest) (*Domain, error)
 	GetDomain(context.Context, *GetDomainRequest) (*Domain, error)
 	ListDomains(context.Context, *ListDomainsRequest) (*ListDomainsResponse, error)
+	// UpdateDomain changes the fields of a domain that update_mask names
+	// ("description", "quotas", "acl"); only the domain's admins may.
+	UpdateDomain(context.Context, *UpdateDomainRequest) (*Domain, error)
 	// Namespaces. Publishing to a namespace that does not exist creates it
 	// inside an existing domain; CreateNamespace exists to set a schema first.
 	CreateNamespace(context.Context, *CreateNamespaceRequest) (*Namespace, error)
@@ -744,6 +761,9 @@ func (UnimplementedControlServer) GetDomain(context.Context, *GetDomainRequest) 
 }
 func (UnimplementedControlServer) ListDomains(context.Context, *ListDomainsRequest) (*ListDomainsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListDomains not implemented")
+}
+func (UnimplementedControlServer) UpdateDomain(context.Context, *UpdateDomainRequest) (*Domain, error) {
+	return nil, status.Error(codes.Unimplemented, "method UpdateDomain not implemented")
 }
 func (UnimplementedControlServer) CreateNamespace(context.Context, *CreateNamespaceRequest) (*Namespace, error) {
 	return nil, status.Error(codes.Unimplemented, "method CreateNamespace not implemented")
@@ -933,6 +953,24 @@ func _Control_ListDomains_Handler(srv interface{}, ctx context.Context, dec func
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(ControlServer).ListDomains(ctx, req.(*ListDomainsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Control_UpdateDomain_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(UpdateDomainRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ControlServer).UpdateDomain(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Control_UpdateDomain_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ControlServer).UpdateDomain(ctx, req.(*UpdateDomainRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -1650,6 +1688,10 @@ var Control_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListDomains",
 			Handler:    _Control_ListDomains_Handler,
+		},
+		{
+			MethodName: "UpdateDomain",
+			Handler:    _Control_UpdateDomain_Handler,
 		},
 		{
 			MethodName: "CreateNamespace",

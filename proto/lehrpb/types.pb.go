@@ -299,12 +299,28 @@ func (x *Quotas) GetMaxNamespaces() int32 {
 	return 0
 }
 
-// Acl lists the identities allowed to act on a domain. An empty list means
-// "anyone who can reach the API" until authentication is enforced.
+// Acl says who may act on a domain (docs/operations.md, "Security model").
+// Entries name users: the <name> of a client certificate's identity
+// spiffe://lehr/user/<name> (lehr certs issue --role user). Control enforces
+// the lists for callers with such a certificate; a caller control cannot
+// identify (plaintext loopback, lehr dev) is not checked.
 type Acl struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Publishers    []string               `protobuf:"bytes,1,rep,name=publishers,proto3" json:"publishers,omitempty"`
-	Readers       []string               `protobuf:"bytes,2,rep,name=readers,proto3" json:"readers,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// May publish: CreateNamespace, Publish, Patch, Rollback. Empty: the
+	// admins only.
+	Publishers []string `protobuf:"bytes,1,rep,name=publishers,proto3" json:"publishers,omitempty"`
+	// Reserved for the zones and hosts that may receive the domain's
+	// namespaces; not enforced yet (every host of every zone may).
+	Readers []string `protobuf:"bytes,2,rep,name=readers,proto3" json:"readers,omitempty"`
+	// May operate: rollout policies and rollouts (SetRolloutPolicy,
+	// DeleteRolloutPolicy, UpdateRollout), canary evaluations (Evaluate)
+	// and policy experiments (create, update, delete, start, stop,
+	// commit). Empty: the admins only.
+	Operators []string `protobuf:"bytes,3,rep,name=operators,proto3" json:"operators,omitempty"`
+	// May change the domain (UpdateDomain) and do all of the above. Empty:
+	// an open domain, where every user may do everything. A user who
+	// creates a domain without admins becomes its admin.
+	Admins        []string `protobuf:"bytes,4,rep,name=admins,proto3" json:"admins,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -349,6 +365,20 @@ func (x *Acl) GetPublishers() []string {
 func (x *Acl) GetReaders() []string {
 	if x != nil {
 		return x.Readers
+	}
+	return nil
+}
+
+func (x *Acl) GetOperators() []string {
+	if x != nil {
+		return x.Operators
+	}
+	return nil
+}
+
+func (x *Acl) GetAdmins() []string {
+	if x != nil {
+		return x.Admins
 	}
 	return nil
 }
@@ -820,7 +850,10 @@ type CandidateGoal struct {
 	// cohort positions first, at most analysis of each (at most 100): to
 	// fetch their per-interval signals (wire SignalsRequest) and report them
 	// with zone status (HostSignals). 0: no analysis.
-	Analysis      uint32 `protobuf:"varint,7,opt,name=analysis,proto3" json:"analysis,omitempty"`
+	Analysis uint32 `protobuf:"varint,7,opt,name=analysis,proto3" json:"analysis,omitempty"`
+	// The checks of the analysis (empty: the defaults), which the
+	// distributors pass to the hosts they watch for their host-level checks.
+	Checks        []*CanaryCheck `protobuf:"bytes,8,rep,name=checks,proto3" json:"checks,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -904,6 +937,13 @@ func (x *CandidateGoal) GetAnalysis() uint32 {
 	return 0
 }
 
+func (x *CandidateGoal) GetChecks() []*CanaryCheck {
+	if x != nil {
+		return x.Checks
+	}
+	return nil
+}
+
 // Zone is a failure domain served by its own distributors.
 type Zone struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -961,7 +1001,7 @@ var File_lehr_v1_types_proto protoreflect.FileDescriptor
 
 const file_lehr_v1_types_proto_rawDesc = "" +
 	"\n" +
-	"\x13lehr/v1/types.proto\x12\alehr.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"U\n" +
+	"\x13lehr/v1/types.proto\x12\alehr.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x14lehr/v1/canary.proto\"U\n" +
 	"\bProperty\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\fR\x05value\x12!\n" +
@@ -973,12 +1013,14 @@ const file_lehr_v1_types_proto_rawDesc = "" +
 	"\x14publishes_per_second\x18\x04 \x01(\x01R\x12publishesPerSecond\x12#\n" +
 	"\rpublish_burst\x18\x05 \x01(\x05R\fpublishBurst\x129\n" +
 	"\x19outbound_bytes_per_second\x18\x06 \x01(\x03R\x16outboundBytesPerSecond\x12%\n" +
-	"\x0emax_namespaces\x18\a \x01(\x05R\rmaxNamespaces\"?\n" +
+	"\x0emax_namespaces\x18\a \x01(\x05R\rmaxNamespaces\"u\n" +
 	"\x03Acl\x12\x1e\n" +
 	"\n" +
 	"publishers\x18\x01 \x03(\tR\n" +
 	"publishers\x12\x18\n" +
-	"\areaders\x18\x02 \x03(\tR\areaders\"\xe3\x01\n" +
+	"\areaders\x18\x02 \x03(\tR\areaders\x12\x1c\n" +
+	"\toperators\x18\x03 \x03(\tR\toperators\x12\x16\n" +
+	"\x06admins\x18\x04 \x03(\tR\x06admins\"\xe3\x01\n" +
 	"\x06Domain\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12 \n" +
 	"\vdescription\x18\x02 \x01(\tR\vdescription\x12'\n" +
@@ -1026,7 +1068,7 @@ const file_lehr_v1_types_proto_rawDesc = "" +
 	"\vupdate_time\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"updateTime\x12\x16\n" +
 	"\x06reason\x18\x06 \x01(\tR\x06reason\x124\n" +
-	"\tcandidate\x18\a \x01(\v2\x16.lehr.v1.CandidateGoalR\tcandidate\"\xc4\x01\n" +
+	"\tcandidate\x18\a \x01(\v2\x16.lehr.v1.CandidateGoalR\tcandidate\"\xf2\x01\n" +
 	"\rCandidateGoal\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\x04R\aversion\x12\x1a\n" +
 	"\bchecksum\x18\x02 \x01(\tR\bchecksum\x12\x14\n" +
@@ -1035,7 +1077,8 @@ const file_lehr_v1_types_proto_rawDesc = "" +
 	"perMillion\x12\x12\n" +
 	"\x04salt\x18\x05 \x01(\tR\x04salt\x12\x16\n" +
 	"\x06sample\x18\x06 \x01(\rR\x06sample\x12\x1a\n" +
-	"\banalysis\x18\a \x01(\rR\banalysis\"W\n" +
+	"\banalysis\x18\a \x01(\rR\banalysis\x12,\n" +
+	"\x06checks\x18\b \x03(\v2\x14.lehr.v1.CanaryCheckR\x06checks\"W\n" +
 	"\x04Zone\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12;\n" +
 	"\vcreate_time\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
@@ -1077,6 +1120,7 @@ var file_lehr_v1_types_proto_goTypes = []any{
 	(*CandidateGoal)(nil),         // 9: lehr.v1.CandidateGoal
 	(*Zone)(nil),                  // 10: lehr.v1.Zone
 	(*timestamppb.Timestamp)(nil), // 11: google.protobuf.Timestamp
+	(*CanaryCheck)(nil),           // 12: lehr.v1.CanaryCheck
 }
 var file_lehr_v1_types_proto_depIdxs = []int32{
 	3,  // 0: lehr.v1.Domain.quotas:type_name -> lehr.v1.Quotas
@@ -1088,12 +1132,13 @@ var file_lehr_v1_types_proto_depIdxs = []int32{
 	1,  // 6: lehr.v1.VersionInfo.source:type_name -> lehr.v1.VersionSource
 	11, // 7: lehr.v1.GoalState.update_time:type_name -> google.protobuf.Timestamp
 	9,  // 8: lehr.v1.GoalState.candidate:type_name -> lehr.v1.CandidateGoal
-	11, // 9: lehr.v1.Zone.create_time:type_name -> google.protobuf.Timestamp
-	10, // [10:10] is the sub-list for method output_type
-	10, // [10:10] is the sub-list for method input_type
-	10, // [10:10] is the sub-list for extension type_name
-	10, // [10:10] is the sub-list for extension extendee
-	0,  // [0:10] is the sub-list for field type_name
+	12, // 9: lehr.v1.CandidateGoal.checks:type_name -> lehr.v1.CanaryCheck
+	11, // 10: lehr.v1.Zone.create_time:type_name -> google.protobuf.Timestamp
+	11, // [11:11] is the sub-list for method output_type
+	11, // [11:11] is the sub-list for method input_type
+	11, // [11:11] is the sub-list for extension type_name
+	11, // [11:11] is the sub-list for extension extendee
+	0,  // [0:11] is the sub-list for field type_name
 }
 
 func init() { file_lehr_v1_types_proto_init() }
@@ -1101,6 +1146,7 @@ func file_lehr_v1_types_proto_init() {
 	if File_lehr_v1_types_proto != nil {
 		return
 	}
+	file_lehr_v1_canary_proto_init()
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{

@@ -900,7 +900,11 @@ type NamespaceReport struct {
 	// Policy-preview decisions the host's consumers counted since the agent
 	// started, per experiment and configuration pair (policy namespaces
 	// with an active experiment only).
-	Preview       []*HostPreviewCounts `protobuf:"bytes,11,rep,name=preview,proto3" json:"preview,omitempty"`
+	Preview []*HostPreviewCounts `protobuf:"bytes,11,rep,name=preview,proto3" json:"preview,omitempty"`
+	// The host-level canary checks of the agent's latest change of the
+	// namespace: the host against its own history (absent when the agent
+	// has not changed its version lately, or lacks the history).
+	HostChecks    *HostChecks `protobuf:"bytes,12,opt,name=host_checks,json=hostChecks,proto3" json:"host_checks,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1012,9 +1016,227 @@ func (x *NamespaceReport) GetPreview() []*HostPreviewCounts {
 	return nil
 }
 
-// Report is the agent's periodic status, agent to distributor. Fields will
-// be added (metric summaries for canary analysis, policy-preview counts);
-// a distributor ignores what it does not know. A report too large for one
+func (x *NamespaceReport) GetHostChecks() *HostChecks {
+	if x != nil {
+		return x.HostChecks
+	}
+	return nil
+}
+
+// HostChecks is an agent's host-level canary checks of one namespace: the
+// host compared with its own intervals before and after its latest
+// version change, every interval for a while after it (package canary,
+// JudgeHost; docs/canary.md, "Host-level checks"). Evidence beside the
+// population judgement at control, which a host alone cannot replace: it
+// cannot tell its change from what the whole fleet went through.
+type HostChecks struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The version the host changed to, and the one it held before.
+	Version         uint64 `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`
+	PreviousVersion uint64 `protobuf:"varint,2,opt,name=previous_version,json=previousVersion,proto3" json:"previous_version,omitempty"`
+	// Start of the first interval after the change.
+	ChangeTime     *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=change_time,json=changeTime,proto3" json:"change_time,omitempty"`
+	Verdict        CanaryVerdict          `protobuf:"varint,4,opt,name=verdict,proto3,enum=lehr.v1.CanaryVerdict" json:"verdict,omitempty"`
+	Reason         string                 `protobuf:"bytes,5,opt,name=reason,proto3" json:"reason,omitempty"`
+	Look           int32                  `protobuf:"varint,6,opt,name=look,proto3" json:"look,omitempty"`
+	Looks          int32                  `protobuf:"varint,7,opt,name=looks,proto3" json:"looks,omitempty"`
+	AfterIntervals int32                  `protobuf:"varint,8,opt,name=after_intervals,json=afterIntervals,proto3" json:"after_intervals,omitempty"`
+	Checks         []*HostCheckResult     `protobuf:"bytes,9,rep,name=checks,proto3" json:"checks,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *HostChecks) Reset() {
+	*x = HostChecks{}
+	mi := &file_lehr_v1_wire_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HostChecks) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HostChecks) ProtoMessage() {}
+
+func (x *HostChecks) ProtoReflect() protoreflect.Message {
+	mi := &file_lehr_v1_wire_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HostChecks.ProtoReflect.Descriptor instead.
+func (*HostChecks) Descriptor() ([]byte, []int) {
+	return file_lehr_v1_wire_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *HostChecks) GetVersion() uint64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+func (x *HostChecks) GetPreviousVersion() uint64 {
+	if x != nil {
+		return x.PreviousVersion
+	}
+	return 0
+}
+
+func (x *HostChecks) GetChangeTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ChangeTime
+	}
+	return nil
+}
+
+func (x *HostChecks) GetVerdict() CanaryVerdict {
+	if x != nil {
+		return x.Verdict
+	}
+	return CanaryVerdict_CANARY_VERDICT_UNSPECIFIED
+}
+
+func (x *HostChecks) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *HostChecks) GetLook() int32 {
+	if x != nil {
+		return x.Look
+	}
+	return 0
+}
+
+func (x *HostChecks) GetLooks() int32 {
+	if x != nil {
+		return x.Looks
+	}
+	return 0
+}
+
+func (x *HostChecks) GetAfterIntervals() int32 {
+	if x != nil {
+		return x.AfterIntervals
+	}
+	return 0
+}
+
+func (x *HostChecks) GetChecks() []*HostCheckResult {
+	if x != nil {
+		return x.Checks
+	}
+	return nil
+}
+
+// HostCheckResult is one host-level check. explanation is sent for checks
+// that did not pass only, to keep reports compact.
+type HostCheckResult struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Name        string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Verdict     CanaryVerdict          `protobuf:"varint,2,opt,name=verdict,proto3,enum=lehr.v1.CanaryVerdict" json:"verdict,omitempty"`
+	Explanation string                 `protobuf:"bytes,3,opt,name=explanation,proto3" json:"explanation,omitempty"`
+	// The host's level before and after the change, in the check's unit.
+	Before        float64 `protobuf:"fixed64,4,opt,name=before,proto3" json:"before,omitempty"`
+	After         float64 `protobuf:"fixed64,5,opt,name=after,proto3" json:"after,omitempty"`
+	P             float64 `protobuf:"fixed64,6,opt,name=p,proto3" json:"p,omitempty"`
+	Threshold     float64 `protobuf:"fixed64,7,opt,name=threshold,proto3" json:"threshold,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HostCheckResult) Reset() {
+	*x = HostCheckResult{}
+	mi := &file_lehr_v1_wire_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HostCheckResult) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HostCheckResult) ProtoMessage() {}
+
+func (x *HostCheckResult) ProtoReflect() protoreflect.Message {
+	mi := &file_lehr_v1_wire_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HostCheckResult.ProtoReflect.Descriptor instead.
+func (*HostCheckResult) Descriptor() ([]byte, []int) {
+	return file_lehr_v1_wire_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *HostCheckResult) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *HostCheckResult) GetVerdict() CanaryVerdict {
+	if x != nil {
+		return x.Verdict
+	}
+	return CanaryVerdict_CANARY_VERDICT_UNSPECIFIED
+}
+
+func (x *HostCheckResult) GetExplanation() string {
+	if x != nil {
+		return x.Explanation
+	}
+	return ""
+}
+
+func (x *HostCheckResult) GetBefore() float64 {
+	if x != nil {
+		return x.Before
+	}
+	return 0
+}
+
+func (x *HostCheckResult) GetAfter() float64 {
+	if x != nil {
+		return x.After
+	}
+	return 0
+}
+
+func (x *HostCheckResult) GetP() float64 {
+	if x != nil {
+		return x.P
+	}
+	return 0
+}
+
+func (x *HostCheckResult) GetThreshold() float64 {
+	if x != nil {
+		return x.Threshold
+	}
+	return 0
+}
+
+// Report is the agent's periodic status, agent to distributor: consumer
+// health, policy-preview counts and host-level canary checks per
+// namespace; a distributor ignores fields it does not know. A report too large for one
 // control frame is sent as several Reports with the same time, each with a
 // part of the namespaces.
 type Report struct {
@@ -1027,7 +1249,7 @@ type Report struct {
 
 func (x *Report) Reset() {
 	*x = Report{}
-	mi := &file_lehr_v1_wire_proto_msgTypes[9]
+	mi := &file_lehr_v1_wire_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1039,7 +1261,7 @@ func (x *Report) String() string {
 func (*Report) ProtoMessage() {}
 
 func (x *Report) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_wire_proto_msgTypes[9]
+	mi := &file_lehr_v1_wire_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1052,7 +1274,7 @@ func (x *Report) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Report.ProtoReflect.Descriptor instead.
 func (*Report) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_wire_proto_rawDescGZIP(), []int{9}
+	return file_lehr_v1_wire_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Report) GetTime() *timestamppb.Timestamp {
@@ -1082,7 +1304,7 @@ type Unavailable struct {
 
 func (x *Unavailable) Reset() {
 	*x = Unavailable{}
-	mi := &file_lehr_v1_wire_proto_msgTypes[10]
+	mi := &file_lehr_v1_wire_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1094,7 +1316,7 @@ func (x *Unavailable) String() string {
 func (*Unavailable) ProtoMessage() {}
 
 func (x *Unavailable) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_wire_proto_msgTypes[10]
+	mi := &file_lehr_v1_wire_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1107,7 +1329,7 @@ func (x *Unavailable) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Unavailable.ProtoReflect.Descriptor instead.
 func (*Unavailable) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_wire_proto_rawDescGZIP(), []int{10}
+	return file_lehr_v1_wire_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Unavailable) GetNamespace() string {
@@ -1149,7 +1371,7 @@ type Goodbye struct {
 
 func (x *Goodbye) Reset() {
 	*x = Goodbye{}
-	mi := &file_lehr_v1_wire_proto_msgTypes[11]
+	mi := &file_lehr_v1_wire_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1161,7 +1383,7 @@ func (x *Goodbye) String() string {
 func (*Goodbye) ProtoMessage() {}
 
 func (x *Goodbye) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_wire_proto_msgTypes[11]
+	mi := &file_lehr_v1_wire_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1174,7 +1396,7 @@ func (x *Goodbye) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Goodbye.ProtoReflect.Descriptor instead.
 func (*Goodbye) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_wire_proto_rawDescGZIP(), []int{11}
+	return file_lehr_v1_wire_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Goodbye) GetCode() uint64 {
@@ -1209,7 +1431,7 @@ type Ping struct {
 
 func (x *Ping) Reset() {
 	*x = Ping{}
-	mi := &file_lehr_v1_wire_proto_msgTypes[12]
+	mi := &file_lehr_v1_wire_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1221,7 +1443,7 @@ func (x *Ping) String() string {
 func (*Ping) ProtoMessage() {}
 
 func (x *Ping) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_wire_proto_msgTypes[12]
+	mi := &file_lehr_v1_wire_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1234,7 +1456,7 @@ func (x *Ping) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ping.ProtoReflect.Descriptor instead.
 func (*Ping) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_wire_proto_rawDescGZIP(), []int{12}
+	return file_lehr_v1_wire_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *Ping) GetNonce() uint64 {
@@ -1254,7 +1476,7 @@ type Pong struct {
 
 func (x *Pong) Reset() {
 	*x = Pong{}
-	mi := &file_lehr_v1_wire_proto_msgTypes[13]
+	mi := &file_lehr_v1_wire_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1266,7 +1488,7 @@ func (x *Pong) String() string {
 func (*Pong) ProtoMessage() {}
 
 func (x *Pong) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_wire_proto_msgTypes[13]
+	mi := &file_lehr_v1_wire_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1279,7 +1501,7 @@ func (x *Pong) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Pong.ProtoReflect.Descriptor instead.
 func (*Pong) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_wire_proto_rawDescGZIP(), []int{13}
+	return file_lehr_v1_wire_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Pong) GetNonce() uint64 {
@@ -1306,7 +1528,7 @@ type SignalsRequest struct {
 
 func (x *SignalsRequest) Reset() {
 	*x = SignalsRequest{}
-	mi := &file_lehr_v1_wire_proto_msgTypes[14]
+	mi := &file_lehr_v1_wire_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1318,7 +1540,7 @@ func (x *SignalsRequest) String() string {
 func (*SignalsRequest) ProtoMessage() {}
 
 func (x *SignalsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_wire_proto_msgTypes[14]
+	mi := &file_lehr_v1_wire_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1331,7 +1553,7 @@ func (x *SignalsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SignalsRequest.ProtoReflect.Descriptor instead.
 func (*SignalsRequest) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_wire_proto_rawDescGZIP(), []int{14}
+	return file_lehr_v1_wire_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *SignalsRequest) GetNamespaces() []*SignalsWanted {
@@ -1347,14 +1569,18 @@ type SignalsWanted struct {
 	Namespace string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
 	// Start of the first interval wanted, Unix seconds; earlier intervals
 	// are not sent, and intervals the agent no longer keeps cannot be.
-	Since         int64 `protobuf:"varint,2,opt,name=since,proto3" json:"since,omitempty"`
+	Since int64 `protobuf:"varint,2,opt,name=since,proto3" json:"since,omitempty"`
+	// The checks of the candidate's canary analysis (empty: the defaults),
+	// which the agent also runs on the host against its own history
+	// (HostChecks). At most 32.
+	Checks        []*CanaryCheck `protobuf:"bytes,3,rep,name=checks,proto3" json:"checks,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *SignalsWanted) Reset() {
 	*x = SignalsWanted{}
-	mi := &file_lehr_v1_wire_proto_msgTypes[15]
+	mi := &file_lehr_v1_wire_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1366,7 +1592,7 @@ func (x *SignalsWanted) String() string {
 func (*SignalsWanted) ProtoMessage() {}
 
 func (x *SignalsWanted) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_wire_proto_msgTypes[15]
+	mi := &file_lehr_v1_wire_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1379,7 +1605,7 @@ func (x *SignalsWanted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SignalsWanted.ProtoReflect.Descriptor instead.
 func (*SignalsWanted) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_wire_proto_rawDescGZIP(), []int{15}
+	return file_lehr_v1_wire_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *SignalsWanted) GetNamespace() string {
@@ -1396,6 +1622,13 @@ func (x *SignalsWanted) GetSince() int64 {
 	return 0
 }
 
+func (x *SignalsWanted) GetChecks() []*CanaryCheck {
+	if x != nil {
+		return x.Checks
+	}
+	return nil
+}
+
 // Signals answers a SignalsRequest, agent to distributor: for each
 // namespace asked for that the agent keeps signals of, the intervals from
 // the one asked for to the last complete one. The frame stays within half
@@ -1409,7 +1642,7 @@ type Signals struct {
 
 func (x *Signals) Reset() {
 	*x = Signals{}
-	mi := &file_lehr_v1_wire_proto_msgTypes[16]
+	mi := &file_lehr_v1_wire_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1421,7 +1654,7 @@ func (x *Signals) String() string {
 func (*Signals) ProtoMessage() {}
 
 func (x *Signals) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_wire_proto_msgTypes[16]
+	mi := &file_lehr_v1_wire_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1434,7 +1667,7 @@ func (x *Signals) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Signals.ProtoReflect.Descriptor instead.
 func (*Signals) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_wire_proto_rawDescGZIP(), []int{16}
+	return file_lehr_v1_wire_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *Signals) GetNamespaces() []*NamespaceSignals {
@@ -1467,7 +1700,7 @@ type NamespaceSignals struct {
 
 func (x *NamespaceSignals) Reset() {
 	*x = NamespaceSignals{}
-	mi := &file_lehr_v1_wire_proto_msgTypes[17]
+	mi := &file_lehr_v1_wire_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1479,7 +1712,7 @@ func (x *NamespaceSignals) String() string {
 func (*NamespaceSignals) ProtoMessage() {}
 
 func (x *NamespaceSignals) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_wire_proto_msgTypes[17]
+	mi := &file_lehr_v1_wire_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1492,7 +1725,7 @@ func (x *NamespaceSignals) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NamespaceSignals.ProtoReflect.Descriptor instead.
 func (*NamespaceSignals) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_wire_proto_rawDescGZIP(), []int{17}
+	return file_lehr_v1_wire_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *NamespaceSignals) GetNamespace() string {
@@ -1541,7 +1774,7 @@ type SignalSeries struct {
 
 func (x *SignalSeries) Reset() {
 	*x = SignalSeries{}
-	mi := &file_lehr_v1_wire_proto_msgTypes[18]
+	mi := &file_lehr_v1_wire_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1553,7 +1786,7 @@ func (x *SignalSeries) String() string {
 func (*SignalSeries) ProtoMessage() {}
 
 func (x *SignalSeries) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_wire_proto_msgTypes[18]
+	mi := &file_lehr_v1_wire_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1566,7 +1799,7 @@ func (x *SignalSeries) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SignalSeries.ProtoReflect.Descriptor instead.
 func (*SignalSeries) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_wire_proto_rawDescGZIP(), []int{18}
+	return file_lehr_v1_wire_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *SignalSeries) GetName() string {
@@ -1587,7 +1820,7 @@ var File_lehr_v1_wire_proto protoreflect.FileDescriptor
 
 const file_lehr_v1_wire_proto_rawDesc = "" +
 	"\n" +
-	"\x12lehr/v1/wire.proto\x12\alehr.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x15lehr/v1/preview.proto\x1a\x13lehr/v1/types.proto\"e\n" +
+	"\x12lehr/v1/wire.proto\x12\alehr.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x14lehr/v1/canary.proto\x1a\x15lehr/v1/preview.proto\x1a\x13lehr/v1/types.proto\"e\n" +
 	"\x0fCachedNamespace\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\x04R\aversion\x12\x1a\n" +
@@ -1647,7 +1880,7 @@ const file_lehr_v1_wire_proto_rawDesc = "" +
 	"\fhave_version\x18\x02 \x01(\x04R\vhaveVersion\x12#\n" +
 	"\rhave_checksum\x18\x03 \x01(\tR\fhaveChecksum\x12-\n" +
 	"\x06reason\x18\x04 \x01(\x0e2\x15.lehr.v1.ResyncReasonR\x06reason\x12\x16\n" +
-	"\x06detail\x18\x05 \x01(\tR\x06detail\"\xbb\x03\n" +
+	"\x06detail\x18\x05 \x01(\tR\x06detail\"\xf1\x03\n" +
 	"\x0fNamespaceReport\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\x04R\aversion\x12\x1a\n" +
@@ -1660,7 +1893,29 @@ const file_lehr_v1_wire_proto_rawDesc = "" +
 	"\x0eleases_expired\x18\t \x01(\rR\rleasesExpired\x12=\n" +
 	"\fapplied_time\x18\n" +
 	" \x01(\v2\x1a.google.protobuf.TimestampR\vappliedTime\x124\n" +
-	"\apreview\x18\v \x03(\v2\x1a.lehr.v1.HostPreviewCountsR\apreview\"r\n" +
+	"\apreview\x18\v \x03(\v2\x1a.lehr.v1.HostPreviewCountsR\apreview\x124\n" +
+	"\vhost_checks\x18\f \x01(\v2\x13.lehr.v1.HostChecksR\n" +
+	"hostChecks\"\xdd\x02\n" +
+	"\n" +
+	"HostChecks\x12\x18\n" +
+	"\aversion\x18\x01 \x01(\x04R\aversion\x12)\n" +
+	"\x10previous_version\x18\x02 \x01(\x04R\x0fpreviousVersion\x12;\n" +
+	"\vchange_time\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"changeTime\x120\n" +
+	"\averdict\x18\x04 \x01(\x0e2\x16.lehr.v1.CanaryVerdictR\averdict\x12\x16\n" +
+	"\x06reason\x18\x05 \x01(\tR\x06reason\x12\x12\n" +
+	"\x04look\x18\x06 \x01(\x05R\x04look\x12\x14\n" +
+	"\x05looks\x18\a \x01(\x05R\x05looks\x12'\n" +
+	"\x0fafter_intervals\x18\b \x01(\x05R\x0eafterIntervals\x120\n" +
+	"\x06checks\x18\t \x03(\v2\x18.lehr.v1.HostCheckResultR\x06checks\"\xd3\x01\n" +
+	"\x0fHostCheckResult\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x120\n" +
+	"\averdict\x18\x02 \x01(\x0e2\x16.lehr.v1.CanaryVerdictR\averdict\x12 \n" +
+	"\vexplanation\x18\x03 \x01(\tR\vexplanation\x12\x16\n" +
+	"\x06before\x18\x04 \x01(\x01R\x06before\x12\x14\n" +
+	"\x05after\x18\x05 \x01(\x01R\x05after\x12\f\n" +
+	"\x01p\x18\x06 \x01(\x01R\x01p\x12\x1c\n" +
+	"\tthreshold\x18\a \x01(\x01R\tthreshold\"r\n" +
 	"\x06Report\x12.\n" +
 	"\x04time\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x128\n" +
 	"\n" +
@@ -1682,10 +1937,11 @@ const file_lehr_v1_wire_proto_rawDesc = "" +
 	"\x0eSignalsRequest\x126\n" +
 	"\n" +
 	"namespaces\x18\x01 \x03(\v2\x16.lehr.v1.SignalsWantedR\n" +
-	"namespaces\"C\n" +
+	"namespaces\"q\n" +
 	"\rSignalsWanted\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x14\n" +
-	"\x05since\x18\x02 \x01(\x03R\x05since\"D\n" +
+	"\x05since\x18\x02 \x01(\x03R\x05since\x12,\n" +
+	"\x06checks\x18\x03 \x03(\v2\x14.lehr.v1.CanaryCheckR\x06checks\"D\n" +
 	"\aSignals\x129\n" +
 	"\n" +
 	"namespaces\x18\x01 \x03(\v2\x19.lehr.v1.NamespaceSignalsR\n" +
@@ -1724,7 +1980,7 @@ func file_lehr_v1_wire_proto_rawDescGZIP() []byte {
 }
 
 var file_lehr_v1_wire_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_lehr_v1_wire_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
+var file_lehr_v1_wire_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
 var file_lehr_v1_wire_proto_goTypes = []any{
 	(ResyncReason)(0),             // 0: lehr.v1.ResyncReason
 	(UnavailableReason)(0),        // 1: lehr.v1.UnavailableReason
@@ -1737,47 +1993,57 @@ var file_lehr_v1_wire_proto_goTypes = []any{
 	(*Ack)(nil),                   // 8: lehr.v1.Ack
 	(*Resync)(nil),                // 9: lehr.v1.Resync
 	(*NamespaceReport)(nil),       // 10: lehr.v1.NamespaceReport
-	(*Report)(nil),                // 11: lehr.v1.Report
-	(*Unavailable)(nil),           // 12: lehr.v1.Unavailable
-	(*Goodbye)(nil),               // 13: lehr.v1.Goodbye
-	(*Ping)(nil),                  // 14: lehr.v1.Ping
-	(*Pong)(nil),                  // 15: lehr.v1.Pong
-	(*SignalsRequest)(nil),        // 16: lehr.v1.SignalsRequest
-	(*SignalsWanted)(nil),         // 17: lehr.v1.SignalsWanted
-	(*Signals)(nil),               // 18: lehr.v1.Signals
-	(*NamespaceSignals)(nil),      // 19: lehr.v1.NamespaceSignals
-	(*SignalSeries)(nil),          // 20: lehr.v1.SignalSeries
-	nil,                           // 21: lehr.v1.Hello.LabelsEntry
-	(*durationpb.Duration)(nil),   // 22: google.protobuf.Duration
-	(NamespaceKind)(0),            // 23: lehr.v1.NamespaceKind
-	(*VersionInfo)(nil),           // 24: lehr.v1.VersionInfo
-	(*Property)(nil),              // 25: lehr.v1.Property
-	(*timestamppb.Timestamp)(nil), // 26: google.protobuf.Timestamp
-	(*HostPreviewCounts)(nil),     // 27: lehr.v1.HostPreviewCounts
+	(*HostChecks)(nil),            // 11: lehr.v1.HostChecks
+	(*HostCheckResult)(nil),       // 12: lehr.v1.HostCheckResult
+	(*Report)(nil),                // 13: lehr.v1.Report
+	(*Unavailable)(nil),           // 14: lehr.v1.Unavailable
+	(*Goodbye)(nil),               // 15: lehr.v1.Goodbye
+	(*Ping)(nil),                  // 16: lehr.v1.Ping
+	(*Pong)(nil),                  // 17: lehr.v1.Pong
+	(*SignalsRequest)(nil),        // 18: lehr.v1.SignalsRequest
+	(*SignalsWanted)(nil),         // 19: lehr.v1.SignalsWanted
+	(*Signals)(nil),               // 20: lehr.v1.Signals
+	(*NamespaceSignals)(nil),      // 21: lehr.v1.NamespaceSignals
+	(*SignalSeries)(nil),          // 22: lehr.v1.SignalSeries
+	nil,                           // 23: lehr.v1.Hello.LabelsEntry
+	(*durationpb.Duration)(nil),   // 24: google.protobuf.Duration
+	(NamespaceKind)(0),            // 25: lehr.v1.NamespaceKind
+	(*VersionInfo)(nil),           // 26: lehr.v1.VersionInfo
+	(*Property)(nil),              // 27: lehr.v1.Property
+	(*timestamppb.Timestamp)(nil), // 28: google.protobuf.Timestamp
+	(*HostPreviewCounts)(nil),     // 29: lehr.v1.HostPreviewCounts
+	(CanaryVerdict)(0),            // 30: lehr.v1.CanaryVerdict
+	(*CanaryCheck)(nil),           // 31: lehr.v1.CanaryCheck
 }
 var file_lehr_v1_wire_proto_depIdxs = []int32{
-	21, // 0: lehr.v1.Hello.labels:type_name -> lehr.v1.Hello.LabelsEntry
+	23, // 0: lehr.v1.Hello.labels:type_name -> lehr.v1.Hello.LabelsEntry
 	2,  // 1: lehr.v1.Hello.cached:type_name -> lehr.v1.CachedNamespace
-	22, // 2: lehr.v1.Welcome.report_interval:type_name -> google.protobuf.Duration
+	24, // 2: lehr.v1.Welcome.report_interval:type_name -> google.protobuf.Duration
 	2,  // 3: lehr.v1.Subscribe.namespaces:type_name -> lehr.v1.CachedNamespace
-	23, // 4: lehr.v1.Update.kind:type_name -> lehr.v1.NamespaceKind
-	24, // 5: lehr.v1.Update.info:type_name -> lehr.v1.VersionInfo
-	25, // 6: lehr.v1.Update.set:type_name -> lehr.v1.Property
+	25, // 4: lehr.v1.Update.kind:type_name -> lehr.v1.NamespaceKind
+	26, // 5: lehr.v1.Update.info:type_name -> lehr.v1.VersionInfo
+	27, // 6: lehr.v1.Update.set:type_name -> lehr.v1.Property
 	0,  // 7: lehr.v1.Resync.reason:type_name -> lehr.v1.ResyncReason
-	26, // 8: lehr.v1.NamespaceReport.applied_time:type_name -> google.protobuf.Timestamp
-	27, // 9: lehr.v1.NamespaceReport.preview:type_name -> lehr.v1.HostPreviewCounts
-	26, // 10: lehr.v1.Report.time:type_name -> google.protobuf.Timestamp
-	10, // 11: lehr.v1.Report.namespaces:type_name -> lehr.v1.NamespaceReport
-	1,  // 12: lehr.v1.Unavailable.reason:type_name -> lehr.v1.UnavailableReason
-	22, // 13: lehr.v1.Goodbye.retry_after:type_name -> google.protobuf.Duration
-	17, // 14: lehr.v1.SignalsRequest.namespaces:type_name -> lehr.v1.SignalsWanted
-	19, // 15: lehr.v1.Signals.namespaces:type_name -> lehr.v1.NamespaceSignals
-	20, // 16: lehr.v1.NamespaceSignals.series:type_name -> lehr.v1.SignalSeries
-	17, // [17:17] is the sub-list for method output_type
-	17, // [17:17] is the sub-list for method input_type
-	17, // [17:17] is the sub-list for extension type_name
-	17, // [17:17] is the sub-list for extension extendee
-	0,  // [0:17] is the sub-list for field type_name
+	28, // 8: lehr.v1.NamespaceReport.applied_time:type_name -> google.protobuf.Timestamp
+	29, // 9: lehr.v1.NamespaceReport.preview:type_name -> lehr.v1.HostPreviewCounts
+	11, // 10: lehr.v1.NamespaceReport.host_checks:type_name -> lehr.v1.HostChecks
+	28, // 11: lehr.v1.HostChecks.change_time:type_name -> google.protobuf.Timestamp
+	30, // 12: lehr.v1.HostChecks.verdict:type_name -> lehr.v1.CanaryVerdict
+	12, // 13: lehr.v1.HostChecks.checks:type_name -> lehr.v1.HostCheckResult
+	30, // 14: lehr.v1.HostCheckResult.verdict:type_name -> lehr.v1.CanaryVerdict
+	28, // 15: lehr.v1.Report.time:type_name -> google.protobuf.Timestamp
+	10, // 16: lehr.v1.Report.namespaces:type_name -> lehr.v1.NamespaceReport
+	1,  // 17: lehr.v1.Unavailable.reason:type_name -> lehr.v1.UnavailableReason
+	24, // 18: lehr.v1.Goodbye.retry_after:type_name -> google.protobuf.Duration
+	19, // 19: lehr.v1.SignalsRequest.namespaces:type_name -> lehr.v1.SignalsWanted
+	31, // 20: lehr.v1.SignalsWanted.checks:type_name -> lehr.v1.CanaryCheck
+	21, // 21: lehr.v1.Signals.namespaces:type_name -> lehr.v1.NamespaceSignals
+	22, // 22: lehr.v1.NamespaceSignals.series:type_name -> lehr.v1.SignalSeries
+	23, // [23:23] is the sub-list for method output_type
+	23, // [23:23] is the sub-list for method input_type
+	23, // [23:23] is the sub-list for extension type_name
+	23, // [23:23] is the sub-list for extension extendee
+	0,  // [0:23] is the sub-list for field type_name
 }
 
 func init() { file_lehr_v1_wire_proto_init() }
@@ -1785,6 +2051,7 @@ func file_lehr_v1_wire_proto_init() {
 	if File_lehr_v1_wire_proto != nil {
 		return
 	}
+	file_lehr_v1_canary_proto_init()
 	file_lehr_v1_preview_proto_init()
 	file_lehr_v1_types_proto_init()
 	type x struct{}
@@ -1793,7 +2060,7 @@ func file_lehr_v1_wire_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lehr_v1_wire_proto_rawDesc), len(file_lehr_v1_wire_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   20,
+			NumMessages:   22,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
