@@ -317,8 +317,9 @@ func (c *Control) Run(ctx context.Context) (err error) {
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
 		// Every mutating call into the audit log, refused ones too; who may
-		// call what, from the client certificate's Lehr identity.
-		grpc.ChainUnaryInterceptor(svc.AuditInterceptor, service.UnaryAuthorizer),
+		// call what, from the client certificate's Lehr identity (roles,
+		// then the target domain's ACL).
+		grpc.ChainUnaryInterceptor(svc.AuditInterceptor, service.UnaryAuthorizer, svc.ACLInterceptor),
 		grpc.ChainStreamInterceptor(service.StreamAuthorizer),
 	}
 	if c.tls != nil {

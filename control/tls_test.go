@@ -182,7 +182,9 @@ func TestRolesFromClientCertificates(t *testing.T) {
 	admin := issue(t, ca, caKey, "admin", false)
 	srv := controltest.StartControl(t, control.Options{Listen: "127.0.0.1:0", TLS: serverTLS},
 		grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{MinVersion: tls.VersionTLS13, RootCAs: pool, ServerName: "127.0.0.1", Certificates: []tls.Certificate{admin}})))
-	createDomain(t, srv.Client, "pay", nil)
+	if _, err := srv.Client.CreateDomain(testCtx(t), &lehrpb.CreateDomainRequest{Domain: &lehrpb.Domain{Name: "pay", Acl: &lehrpb.Acl{Publishers: []string{"alice"}}}}); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := srv.Client.CreateZone(testCtx(t), &lehrpb.CreateZoneRequest{Name: "zone-a"}); err != nil {
 		t.Fatal(err)
 	}

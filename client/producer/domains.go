@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 
+	"google.golang.org/protobuf/types/known/fieldmaskpb"
+
 	"lehr.dev/lehr/proto/lehrpb"
 )
 
@@ -16,6 +18,18 @@ func (c *Client) CreateDomain(ctx context.Context, d *lehrpb.Domain) (*lehrpb.Do
 	var out *lehrpb.Domain
 	err := c.call(ctx, "create domain "+d.GetName(), func(ctx context.Context) (err error) {
 		out, err = c.rpc.CreateDomain(ctx, &lehrpb.CreateDomainRequest{Domain: d})
+		return err
+	})
+	return out, err
+}
+
+// UpdateDomain replaces the fields of domain d.Name that paths name
+// ("description", "quotas", "acl") with d's. Only the domain's admins may
+// (lehrpb.Acl).
+func (c *Client) UpdateDomain(ctx context.Context, d *lehrpb.Domain, paths ...string) (*lehrpb.Domain, error) {
+	var out *lehrpb.Domain
+	err := c.call(ctx, "update domain "+d.GetName(), func(ctx context.Context) (err error) {
+		out, err = c.rpc.UpdateDomain(ctx, &lehrpb.UpdateDomainRequest{Domain: d, UpdateMask: &fieldmaskpb.FieldMask{Paths: paths}})
 		return err
 	})
 	return out, err

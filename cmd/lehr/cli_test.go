@@ -94,7 +94,7 @@ func TestDispatchExitCodes(t *testing.T) {
 
 // Every command's help teaches: summary, a paragraph, flags and examples.
 func TestEveryCommandHasHelp(t *testing.T) {
-	names := [][]string{{"domain", "create"}, {"domain", "get"}, {"domain", "list"}, {"certs", "init"}, {"certs", "issue"}}
+	names := [][]string{{"domain", "create"}, {"domain", "get"}, {"domain", "update"}, {"domain", "list"}, {"certs", "init"}, {"certs", "issue"}}
 	for _, c := range commands() {
 		switch c.name {
 		case "help", "domain", "certs":

@@ -2,7 +2,11 @@ package main
 
 import (
 	"context"
+	"flag"
 	"fmt"
+	"strings"
+
+	"google.golang.org/protobuf/proto"
 
 	"lehr.dev/lehr/proto/lehrpb"
 )
@@ -11,6 +15,7 @@ func runDomain(ctx context.Context, e *env, args []string) int {
 	subs := []command{
 		{"create", "create a domain", runDomainCreate},
 		{"get", "show a domain", runDomainGet},
+		{"update", "change a domain's description, quotas or ACL", runDomainUpdate},
 		{"list", "list domains", runDomainList},
 	}
 	if len(args) > 0 {
@@ -28,15 +33,17 @@ func runDomain(ctx context.Context, e *env, args []string) int {
 	}
 	fmt.Fprint(w, `lehr domain — create, show and list domains
 
-Usage: lehr domain create|get|list [ARGS] [FLAGS]
+Usage: lehr domain create|get|update|list [ARGS] [FLAGS]
 
 A domain is a tenant (a product, a team): it owns namespaces ("DOMAIN/NAME"),
-carries quotas (namespace size, property count, publish rate) and lists who
-may publish. Create a domain before publishing to its namespaces.
+carries quotas (namespace size, property count, publish rate) and an ACL of
+who may publish, operate rollouts and experiments, and administer it.
+Create a domain before publishing to its namespaces.
 
 Subcommands:
-  create NAME   create a domain, optionally with quotas and publishers
-  get NAME      show a domain's quotas and publishers
+  create NAME   create a domain, optionally with quotas and an ACL
+  get NAME      show a domain's quotas and ACL
+  update NAME   change a domain's description, quotas or ACL (its admins only)
   list          list every domain
 
 Run 'lehr domain SUBCOMMAND --help' for flags and examples.
@@ -50,19 +57,26 @@ func runDomainCreate(ctx context.Context, e *env, args []string) int {
 		summary: "create a domain",
 		about: `Creates a domain: a tenant that owns namespaces named "NAME/...". A domain
 name is 1-63 bytes of a-z, 0-9 and '-', starting with a letter. Quotas left at
-0 take the server defaults (see docs/design.md, "Limits"). Publishers list the
-identities allowed to publish; the list is recorded now and enforced once
-authentication lands.`,
+0 take the server defaults (see docs/design.md, "Limits").
+
+The ACL names users (the <name> of a client certificate's identity
+spiffe://lehr/user/<name>, from 'lehr certs issue --role user'): admins may do
+everything and change the domain; publishers may publish, patch and roll
+back; operators may run rollouts, canary evaluations and policy experiments.
+Control enforces it for callers with such a certificate (docs/operations.md,
+"Security model"). Created over mutual TLS without --admin, the domain's
+admin is you; created without any admin (plaintext loopback, lehr dev) it
+is open: every user may do everything until an admin is set.`,
 		examples: []string{
 			"lehr domain create payments",
-			`lehr domain create payments --description "payment service limits" --publisher alice --publisher ci`,
+			`lehr domain create payments --description "payment service limits" --admin alice --publisher ci --operator oncall`,
 			"lehr domain create search --max-namespace-bytes 1048576 --publishes-per-second 2",
 		},
 	})
 	cf := addClientFlags(fs, e)
 	var d lehrpb.Domain
 	q := &lehrpb.Quotas{}
-	var pubs, readers stringList
+	var pubs, readers, operators, admins stringList
 	fs.StringVar(&d.Description, "description", "", "what the domain is for")
 	fs.Int64Var(&q.MaxNamespaceBytes, "max-namespace-bytes", 0, "largest `bytes` of keys and values in one version of a namespace (0: server default)")
 	fs.Int64Var(&q.MaxValueBytes, "max-value-bytes", 0, "largest value in `bytes` (0: server default)")
@@ -70,8 +84,10 @@ authentication lands.`,
 	maxNS := fs.Int("max-namespaces", 0, "most namespaces in the domain (0: server default)")
 	fs.Float64Var(&q.PublishesPerSecond, "publishes-per-second", 0, "sustained publish `rate` for the domain (0: server default)")
 	burst := fs.Int("publish-burst", 0, "burst `size` for --publishes-per-second (0: server default)")
-	fs.Var(&pubs, "publisher", "`identity` allowed to publish (repeatable)")
-	fs.Var(&readers, "reader", "`identity` allowed to read (repeatable)")
+	fs.Var(&pubs, "publisher", "`user` allowed to publish, patch and roll back (repeatable)")
+	fs.Var(&operators, "operator", "`user` allowed to run rollouts, canary evaluations and policy experiments (repeatable)")
+	fs.Var(&admins, "admin", "`user` allowed to do everything and change the domain (repeatable)")
+	fs.Var(&readers, "reader", "recorded, not enforced yet: a zone or host meant to receive the domain (repeatable)")
 	pos, code, ok := parse(e, fs, args)
 	if !ok {
 		return code
@@ -84,8 +100,8 @@ authentication lands.`,
 	}
 	q.MaxProperties, q.MaxNamespaces, q.PublishBurst = int32(*maxProps), int32(*maxNS), int32(*burst)
 	d.Name, d.Quotas = pos[0], q
-	if len(pubs) > 0 || len(readers) > 0 {
-		d.Acl = &lehrpb.Acl{Publishers: pubs, Readers: readers}
+	if len(pubs) > 0 || len(readers) > 0 || len(operators) > 0 || len(admins) > 0 {
+		d.Acl = &lehrpb.Acl{Publishers: pubs, Readers: readers, Operators: operators, Admins: admins}
 	}
 	c, ctx, done, err := cf.connect(ctx)
 	if err != nil {
@@ -170,4 +186,93 @@ func runDomainList(ctx context.Context, e *env, args []string) int {
 	}
 	writeDomains(e.stdout, out)
 	return exitOK
+}
+
+func runDomainUpdate(ctx context.Context, e *env, args []string) int {
+	fs := newFlags("lehr domain update", doc{
+		usage:   "lehr domain update NAME [--description D] [--publishers U,…] [--operators U,…] [--admins U,…] [flags]",
+		summary: "change a domain's description or ACL",
+		about: `Changes what the flags given name and keeps the rest: each ACL flag replaces
+its whole list with a comma-separated list of users ("" empties it). Only the
+domain's admins may (an open domain, without admins: every user). An empty
+admins list opens the domain to every user.`,
+		examples: []string{
+			"lehr domain update payments --publishers alice,ci",
+			`lehr domain update payments --operators oncall --description "payment limits"`,
+			`lehr domain update payments --admins alice,bob`,
+		},
+	})
+	cf := addClientFlags(fs, e)
+	desc := fs.String("description", "", "what the domain is for")
+	pubs := fs.String("publishers", "", "comma-separated `users` allowed to publish, patch and roll back")
+	ops := fs.String("operators", "", "comma-separated `users` allowed to run rollouts, canary evaluations and policy experiments")
+	admins := fs.String("admins", "", "comma-separated `users` allowed to do everything and change the domain")
+	pos, code, ok := parse(e, fs, args)
+	if !ok {
+		return code
+	}
+	if code, ok := wantArgs(e, fs, pos, 1, "domain NAME"); !ok {
+		return code
+	}
+	if msg := cf.check(); msg != "" {
+		return usageError(e, fs, "%s", msg)
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if !set["description"] && !set["publishers"] && !set["operators"] && !set["admins"] {
+		return usageError(e, fs, "nothing to change: give --description, --publishers, --operators or --admins")
+	}
+	c, ctx, done, err := cf.connect(ctx)
+	if err != nil {
+		return reportError(e, fs.Name(), err, cf.errCtx(""))
+	}
+	defer done()
+	d := &lehrpb.Domain{Name: pos[0], Description: *desc}
+	var paths []string
+	if set["description"] {
+		paths = append(paths, "description")
+	}
+	if set["publishers"] || set["operators"] || set["admins"] {
+		// The ACL is replaced whole: start from the current one.
+		cur, err := c.GetDomain(ctx, pos[0])
+		if err != nil {
+			return reportError(e, fs.Name(), err, cf.errCtx(""))
+		}
+		acl := proto.CloneOf(cur.GetAcl())
+		if acl == nil {
+			acl = &lehrpb.Acl{}
+		}
+		for _, l := range []struct {
+			flag string
+			val  *string
+			list *[]string
+		}{{"publishers", pubs, &acl.Publishers}, {"operators", ops, &acl.Operators}, {"admins", admins, &acl.Admins}} {
+			if set[l.flag] {
+				*l.list = splitList(*l.val)
+			}
+		}
+		d.Acl = acl
+		paths = append(paths, "acl")
+	}
+	out, err := c.UpdateDomain(ctx, d, paths...)
+	if err != nil {
+		return reportError(e, fs.Name(), err, cf.errCtx(""))
+	}
+	if cf.json() {
+		return printOrFail(e, out)
+	}
+	fmt.Fprintf(e.stdout, "updated domain %s\n", out.GetName())
+	writeDomain(e.stdout, out)
+	return exitOK
+}
+
+// splitList splits a comma-separated list, dropping empty entries.
+func splitList(s string) []string {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
 }

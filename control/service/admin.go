@@ -3,6 +3,7 @@ package service
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"time"
 
@@ -44,19 +45,20 @@ func (s *Service) CreateDomain(ctx context.Context, req *lehrpb.CreateDomainRequ
 	if err := checkAudit(ctx, "", ""); err != nil {
 		return nil, err
 	}
-	for i, p := range d.GetAcl().GetPublishers() {
-		if p == "" || len(p) > 256 {
-			return nil, invalid(apierror.ReasonInvalidArgument, propField("domain.acl.publishers", i, ""), "an identity must be 1-256 bytes")
-		}
-	}
-	for i, p := range d.GetAcl().GetReaders() {
-		if p == "" || len(p) > 256 {
-			return nil, invalid(apierror.ReasonInvalidArgument, propField("domain.acl.readers", i, ""), "an identity must be 1-256 bytes")
-		}
+	if err := checkACL("domain.acl", d.GetAcl()); err != nil {
+		return nil, err
 	}
 	in := proto.Clone(d).(*lehrpb.Domain)
 	in.CreateTime = nil
 	in.CreatedBy = callerOf(ctx).author("")
+	// A user who creates a domain without admins administers it: a domain
+	// made over mutual TLS is never open by accident.
+	if user, ok := userOf(ctx); ok && len(in.GetAcl().GetAdmins()) == 0 {
+		if in.Acl == nil {
+			in.Acl = &lehrpb.Acl{}
+		}
+		in.Acl.Admins = []string{user}
+	}
 	out, err := s.st.CreateDomain(ctx, in)
 	if errors.Is(err, store.ErrAlreadyExists) {
 		return nil, apierror.New(codes.AlreadyExists, apierror.ReasonAlreadyExists, "domain.name", "domain %q already exists", in.GetName())
@@ -98,6 +100,60 @@ func checkQuotas(q *lehrpb.Quotas) error {
 		}
 	}
 	return nil
+}
+
+// UpdateDomain replaces the fields of a domain its update mask names. The
+// ACL interceptor has let only the domain's admins through.
+func (s *Service) UpdateDomain(ctx context.Context, req *lehrpb.UpdateDomainRequest) (_ *lehrpb.Domain, err error) {
+	defer s.track(ctx, "UpdateDomain", time.Now(), &err)
+	d := req.GetDomain()
+	if err := names.Domain(d.GetName()); err != nil {
+		return nil, nameError("domain.name", err)
+	}
+	paths := req.GetUpdateMask().GetPaths()
+	if len(paths) == 0 {
+		return nil, invalid(apierror.ReasonInvalidArgument, "update_mask", "update_mask is required: name the fields to replace, of description, quotas and acl")
+	}
+	for i, p := range paths {
+		switch p {
+		case "description":
+			if n := len(d.GetDescription()); n > maxDescriptionBytes {
+				return nil, invalid(apierror.ReasonInvalidArgument, "domain.description",
+					"description is %d bytes; at most %d allowed", n, maxDescriptionBytes).WithLimit("%d bytes", maxDescriptionBytes)
+			}
+		case "quotas":
+			if err := checkQuotas(d.GetQuotas()); err != nil {
+				return nil, err
+			}
+		case "acl":
+			if err := checkACL("domain.acl", d.GetAcl()); err != nil {
+				return nil, err
+			}
+		default:
+			return nil, invalid(apierror.ReasonInvalidArgument, fmt.Sprintf("update_mask.paths[%d]", i), "%q cannot be updated; want description, quotas or acl", p)
+		}
+	}
+	if err := checkAudit(ctx, "", ""); err != nil {
+		return nil, err
+	}
+	out, err := s.st.UpdateDomain(ctx, d.GetName(), func(cur *lehrpb.Domain) error {
+		for _, p := range paths {
+			switch p {
+			case "description":
+				cur.Description = d.GetDescription()
+			case "quotas":
+				cur.Quotas = proto.CloneOf(d.GetQuotas())
+			case "acl":
+				cur.Acl = proto.CloneOf(d.GetAcl())
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, withField(s.apiError(ctx, err), "domain.name")
+	}
+	s.log.Info("control: updated domain", "domain", out.GetName(), "fields", paths, "by", callerOf(ctx).author(""))
+	return out, nil
 }
 
 // GetDomain returns a domain.

@@ -21,7 +21,7 @@ import (
 // is recorded in the audit log as it ends, refused or not. Distributors'
 // ReportZoneStatus (a heartbeat) and reads are not.
 var auditedMethods = map[string]bool{
-	"CreateDomain": true, "CreateNamespace": true, "CreateZone": true,
+	"CreateDomain": true, "UpdateDomain": true, "CreateNamespace": true, "CreateZone": true,
 	"Publish": true, "Patch": true, "Rollback": true,
 	"SetRolloutPolicy": true, "DeleteRolloutPolicy": true, "UpdateRollout": true,
 	"Evaluate":               true,

@@ -1,0 +1,168 @@
+package service
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path"
+	"slices"
+	"strings"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/peer"
+	"google.golang.org/protobuf/proto"
+
+	"lehr.dev/lehr/control/store"
+	"lehr.dev/lehr/internal/apierror"
+	"lehr.dev/lehr/internal/tlsconfig"
+	"lehr.dev/lehr/proto/lehrpb"
+)
+
+// Domain ACLs (lehrpb.Acl; docs/operations.md, "Security model"). Every
+// mutating call on a domain needs the caller's user name in the list of
+// its action — or in the admins, who may do everything — unless the
+// domain has no admins (an open domain). Reads are open to every user.
+
+// aclAction is what a mutating call does to a domain, and which ACL list
+// allows it.
+type aclAction int
+
+const (
+	actPublish aclAction = iota + 1
+	actOperate
+	actAdminister
+)
+
+// aclActions maps the mutating methods that act on a domain to their
+// action. CreateDomain (no domain yet) and CreateZone (fleet-wide) are
+// open to every user; so is a rollout policy of the global scope.
+var aclActions = map[string]aclAction{
+	"CreateNamespace": actPublish, "Publish": actPublish, "Patch": actPublish, "Rollback": actPublish,
+	"SetRolloutPolicy": actOperate, "DeleteRolloutPolicy": actOperate, "UpdateRollout": actOperate, "Evaluate": actOperate,
+	"CreatePolicyExperiment": actOperate, "UpdatePolicyExperiment": actOperate, "DeletePolicyExperiment": actOperate,
+	"StartPreviewPolicyExperiment": actOperate, "StopPreviewPolicyExperiment": actOperate, "CommitPolicyExperiment": actOperate,
+	"UpdateDomain": actAdminister,
+}
+
+// list returns the ACL list of a, and its field name.
+func (a aclAction) list(acl *lehrpb.Acl) (entries []string, field string) {
+	switch a {
+	case actPublish:
+		return acl.GetPublishers(), "acl.publishers"
+	case actOperate:
+		return acl.GetOperators(), "acl.operators"
+	}
+	return nil, ""
+}
+
+// userOf returns the user name of the caller's verified Lehr identity:
+// ok is false for a caller control cannot identify (no verified client
+// certificate: plaintext loopback, in-process) and for a control replica,
+// neither of which the ACL checks. UnaryAuthorizer has refused every other
+// role and identity-less certificates before this runs.
+func userOf(ctx context.Context) (name string, ok bool) {
+	p, found := peer.FromContext(ctx)
+	if !found {
+		return "", false
+	}
+	ti, isTLS := p.AuthInfo.(credentials.TLSInfo)
+	if !isTLS {
+		return "", false
+	}
+	id, has, err := tlsconfig.PeerRole(ti.State)
+	if err != nil || !has || id.Role != tlsconfig.RoleUser {
+		return "", false
+	}
+	return id.Name, true
+}
+
+// ACLInterceptor enforces domain ACLs on the mutating calls of
+// identified users: it reads the target's domain and refuses with
+// PERMISSION_DENIED, naming the user, the call and the ACL list that would
+// allow it, a caller in none of the lists the call needs. A domain that
+// does not exist is left to the handler (NOT_FOUND).
+func (s *Service) ACLInterceptor(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	method := path.Base(info.FullMethod)
+	act, mutating := aclActions[method]
+	user, identified := userOf(ctx)
+	m, isMsg := req.(proto.Message)
+	if !mutating || !identified || !isMsg {
+		return handler(ctx, req)
+	}
+	target, _ := auditTarget(m.ProtoReflect())
+	dname := domainOfTarget(target, method)
+	if dname == "" {
+		return handler(ctx, req)
+	}
+	d, err := s.st.GetDomain(ctx, dname)
+	var nf *store.NotFoundError
+	switch {
+	case errors.As(err, &nf) || errors.Is(err, store.ErrInvalid):
+		return handler(ctx, req)
+	case err != nil:
+		return nil, s.apiError(ctx, err)
+	}
+	if err := allowed(d, user, act, method); err != nil {
+		s.metrics.GetOrCreateCounter(fmt.Sprintf(`lehr_control_acl_denials_total{domain=%q}`, dname)).Inc()
+		return nil, err
+	}
+	return handler(ctx, req)
+}
+
+// allowed decides whether user may make call (of action act) on d.
+func allowed(d *lehrpb.Domain, user string, act aclAction, call string) error {
+	acl := d.GetAcl()
+	admins := acl.GetAdmins()
+	if len(admins) == 0 || slices.Contains(admins, user) {
+		return nil
+	}
+	entries, field := act.list(acl)
+	if slices.Contains(entries, user) {
+		return nil
+	}
+	need := "acl.admins"
+	if field != "" {
+		need = field + " (or acl.admins)"
+	}
+	return apierror.New(codes.PermissionDenied, apierror.ReasonPermissionDenied, field,
+		"user %q may not call %s on domain %q: that needs %q in the domain's %s; its admins (%s) can add it with 'lehr domain update %s --%s …'",
+		user, call, d.GetName(), user, need, strings.Join(admins, ", "), d.GetName(), flagOf(act))
+}
+
+// flagOf names the lehr domain update flag that edits act's list.
+func flagOf(act aclAction) string {
+	switch act {
+	case actPublish:
+		return "publishers"
+	case actOperate:
+		return "operators"
+	}
+	return "admins"
+}
+
+// checkACL validates an ACL under prefix ("domain.acl"): every entry a
+// user name of an identity (tlsconfig), none twice in a list.
+func checkACL(prefix string, acl *lehrpb.Acl) error {
+	for _, l := range []struct {
+		field   string
+		entries []string
+	}{{"publishers", acl.GetPublishers()}, {"operators", acl.GetOperators()}, {"admins", acl.GetAdmins()}, {"readers", acl.GetReaders()}} {
+		seen := map[string]bool{}
+		for i, e := range l.entries {
+			f := fmt.Sprintf("%s.%s[%d]", prefix, l.field, i)
+			if err := (tlsconfig.Identity{Role: tlsconfig.RoleUser, Name: e}).Check(); err != nil && l.field != "readers" {
+				return invalid(apierror.ReasonInvalidArgument, f, "%q is not a user name: 1-64 bytes of letters, digits, '.', '_', '@' and '-' (the <name> of spiffe://lehr/user/<name>)", e)
+			}
+			if l.field == "readers" && (e == "" || len(e) > 256) {
+				return invalid(apierror.ReasonInvalidArgument, f, "an entry must be 1-256 bytes")
+			}
+			if seen[e] {
+				return invalid(apierror.ReasonInvalidArgument, f, "%q is listed twice", e)
+			}
+			seen[e] = true
+		}
+	}
+	return nil
+}
