@@ -52,6 +52,7 @@ import (
 	"lehr.dev/lehr/internal/metricshttp"
 	"lehr.dev/lehr/internal/names"
 	"lehr.dev/lehr/internal/nsfile"
+	"lehr.dev/lehr/internal/signing"
 	"lehr.dev/lehr/internal/wire"
 )
 
@@ -102,6 +103,12 @@ type Options struct {
 	// and nobody else can. 0 keeps the agent's own group (with systemd,
 	// the unit's Group=).
 	ConsumerGid int
+	// TrustedKeys, if set, are the public keys of control's signing keys:
+	// every update must carry a signature one of them made over its
+	// namespace, version, checksum, author and time, or it is refused and
+	// the distributor that sent it dropped (upstream.Options.Verifier).
+	// Nil accepts unsigned versions.
+	TrustedKeys *signing.Verifier
 	// MetricsListen is a TCP address serving /metrics; "" means none.
 	MetricsListen string
 	// LeaseTTL is the lease TTL granted when a consumer asks for 0; zero
@@ -255,6 +262,7 @@ func New(opts Options) (*Agent, error) {
 		Labels:       opts.Labels,
 		AgentVersion: Version,
 		Handler:      (*handler)(a),
+		Verifier:     opts.TrustedKeys,
 		BackoffMin:   opts.BackoffMin,
 		BackoffMax:   opts.BackoffMax,
 		QUIC:         qc,

@@ -144,6 +144,7 @@ func (h *handler) Report() *lehrpb.Report {
 		nr.LeasesExpired = st.leasesExpired
 		nr.Preview = st.preview // never modified in place (ReportPreview)
 		nr.HostChecks = a.hostChecksOf(ns)
+		nr.UntrustedUpdates = a.up.Untrusted(ns)
 		if !st.appliedAt.IsZero() {
 			nr.AppliedTime = timestamppb.New(st.appliedAt)
 		}

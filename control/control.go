@@ -9,13 +9,16 @@ package control
 
 import (
 	"context"
+	"crypto/ed25519"
 	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -31,6 +34,7 @@ import (
 	"lehr.dev/lehr/control/service"
 	"lehr.dev/lehr/control/store"
 	"lehr.dev/lehr/internal/metricshttp"
+	"lehr.dev/lehr/internal/signing"
 	"lehr.dev/lehr/internal/tlsconfig"
 	"lehr.dev/lehr/proto/lehrpb"
 )
@@ -51,9 +55,16 @@ const healthInterval = 2 * time.Second
 // Options configures a Control. The zero value runs an embedded etcd in
 // ./lehr-data/etcd and serves plaintext gRPC on 127.0.0.1:7400.
 type Options struct {
-	// DataDir holds the embedded etcd's data in DataDir/etcd. Default
-	// DefaultDataDir ("./lehr-data"). Unused when EtcdEndpoints is set.
+	// DataDir holds the embedded etcd's data in DataDir/etcd (unless
+	// EtcdEndpoints is set) and, by default, the signing key. Default
+	// DefaultDataDir ("./lehr-data").
 	DataDir string
+	// SigningKey is the ed25519 private key that signs every version
+	// (internal/signing; PEM PKCS #8, mode 0600). Default
+	// DataDir/signing.key, created on first start. Its public key is
+	// written beside it (.pub instead of .key) for agents to trust
+	// (lehr-agent --trusted-keys). "off" signs nothing.
+	SigningKey string
 	// EtcdEndpoints, if set, are the client URLs of an external etcd
 	// cluster to use instead of the embedded one. The same client code
 	// path serves both.
@@ -133,6 +144,7 @@ type Control struct {
 	done        chan struct{} // closed when Run returns
 	addr        net.Addr
 	metricsAddr net.Addr
+	signingPub  ed25519.PublicKey // see signer
 }
 
 // New checks opts and returns a Control. It reads the TLS files but starts
@@ -273,11 +285,16 @@ func (c *Control) Run(ctx context.Context) (err error) {
 		return fmt.Errorf("control: %w", err)
 	}
 	defer cli.Close()
+	signer, err := c.signer()
+	if err != nil {
+		return fmt.Errorf("control: %w", err)
+	}
 	st := store.New(cli, store.Options{
 		Prefix:      c.opts.StorePrefix,
 		Retention:   c.opts.Retention,
 		Logger:      c.log,
 		OnRoundTrip: service.RoundTripObserver(c.metrics),
+		Signer:      signer,
 	})
 	goals := c.opts.GoalPolicy
 	if goals == nil && c.opts.Rollouts {
@@ -474,4 +491,42 @@ func (c *Control) watchHealth(ctx context.Context, svc *service.Service, hs *hea
 func setHealth(hs *health.Server, st healthpb.HealthCheckResponse_ServingStatus) {
 	hs.SetServingStatus("", st)
 	hs.SetServingStatus(lehrpb.Control_ServiceDesc.ServiceName, st)
+}
+
+// signer loads (or creates) the signing key and writes its public key
+// beside it; nil with SigningKey "off".
+func (c *Control) signer() (*signing.Signer, error) {
+	path := c.opts.SigningKey
+	switch path {
+	case "off":
+		c.log.Warn("control: signing is off: agents that trust keys will refuse every version")
+		return nil, nil
+	case "":
+		path = filepath.Join(c.opts.DataDir, "signing.key")
+	}
+	s, created, err := signing.LoadOrCreate(path)
+	if err != nil {
+		return nil, err
+	}
+	pub, err := signing.EncodePublic(s.Public())
+	if err != nil {
+		return nil, err
+	}
+	pubPath := strings.TrimSuffix(path, ".key") + ".pub"
+	if err := os.WriteFile(pubPath, pub, 0o644); err != nil {
+		return nil, fmt.Errorf("write the signing public key: %w", err)
+	}
+	c.mu.Lock()
+	c.signingPub = s.Public()
+	c.mu.Unlock()
+	c.log.Info("control: signing versions", "key", s.KeyID(), "created", created, "public_key", pubPath)
+	return s, nil
+}
+
+// SigningPublicKey returns the public key of the key control signs with,
+// nil before Run has loaded it or with signing off.
+func (c *Control) SigningPublicKey() ed25519.PublicKey {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.signingPub
 }

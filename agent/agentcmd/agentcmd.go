@@ -25,6 +25,7 @@ import (
 	"lehr.dev/lehr/agent"
 	"lehr.dev/lehr/internal/logflags"
 	"lehr.dev/lehr/internal/sdnotify"
+	"lehr.dev/lehr/internal/signing"
 	"lehr.dev/lehr/internal/tlsconfig"
 	"lehr.dev/lehr/internal/wire"
 )
@@ -119,6 +120,7 @@ func parse(args []string, out io.Writer) (agent.Options, *logflags.Flags, error)
 		certFile     = fs.String("tls-cert", "", "PEM host certificate presented to distributors; its name is the host id (required)")
 		keyFile      = fs.String("tls-key", "", "PEM private key of --tls-cert (required)")
 		serverName   = fs.String("server-name", "", "name the distributors' certificates must carry; empty means the host part of each address")
+		trusted      = fs.String("trusted-keys", "", "PEM file of control's signing public keys (control writes DATA-DIR/signing.pub): every version must be signed by one of them, or it is refused and the distributor that sent it dropped; empty accepts unsigned versions")
 		group        = fs.String("consumer-group", "", "group (name or id) of the services that read this host's namespaces: the namespace files (0640), their directories and the socket (0660) are given to it; empty keeps the agent's own group")
 	)
 	fs.StringVar(&opts.Zone, "zone", "", "zone the host is in, e.g. us-east-1a (required)")
@@ -174,6 +176,13 @@ func parse(args []string, out io.Writer) (agent.Options, *logflags.Flags, error)
 			return opts, lo, fmt.Errorf("--consumer-group: %w", err)
 		}
 		opts.ConsumerGid = gid
+	}
+	if *trusted != "" {
+		v, err := signing.LoadVerifier(*trusted)
+		if err != nil {
+			return opts, lo, fmt.Errorf("--trusted-keys: %w", err)
+		}
+		opts.TrustedKeys = v
 	}
 	if *caFile == "" || *certFile == "" || *keyFile == "" {
 		return opts, lo, errors.New("--tls-ca, --tls-cert and --tls-key are required: distributors only accept agents with a host certificate")

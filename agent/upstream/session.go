@@ -485,6 +485,21 @@ func (s *session) work(ns string, q *nsQueue) {
 			s.refuseUnsubscribed(u)
 			continue
 		}
+		if err := s.verify(u); err != nil {
+			s.c.untrusted.Inc()
+			s.c.mu.Lock()
+			if s.c.untrustedBy == nil {
+				s.c.untrustedBy = map[string]uint64{}
+			}
+			s.c.untrustedBy[ns]++
+			s.c.mu.Unlock()
+			s.log.Error("refusing an update whose signature does not verify; dropping this distributor for another", "namespace", ns,
+				"version", u.GetVersion(), "err", err)
+			v, sum := s.c.opts.Handler.Held(ns)
+			s.answer(u, Result{Outcome: Failed, Version: v, Checksum: sum, Err: err})
+			s.failCode(wire.CodeUntrusted, fmt.Errorf("distributor %s sent an untrusted update: %w", s.addr, err))
+			return
+		}
 		res := s.c.opts.Handler.Apply(s.ctx, u)
 		switch res.Outcome {
 		case Applied, Stale:
@@ -546,4 +561,21 @@ func cmpU64(a, b uint64) int {
 		return 1
 	}
 	return 0
+}
+
+// verify checks u's signature with the client's Verifier (nil: nothing to
+// check). What is verified is the Update itself — its namespace, version
+// and checksum, with the author and time of its info — so a distributor
+// cannot pair a valid signature with other content.
+func (s *session) verify(u *lehrpb.Update) error {
+	v := s.c.opts.Verifier
+	if v == nil {
+		return nil
+	}
+	info := proto.CloneOf(u.GetInfo())
+	if info == nil {
+		info = &lehrpb.VersionInfo{}
+	}
+	info.Namespace, info.Seq, info.Checksum = u.GetNamespace(), u.GetVersion(), wire.UpdateChecksum(u)
+	return v.Verify(info)
 }

@@ -40,6 +40,7 @@ import (
 	"github.com/quic-go/quic-go"
 
 	"lehr.dev/lehr/internal/backoff"
+	"lehr.dev/lehr/internal/signing"
 	"lehr.dev/lehr/internal/update"
 	"lehr.dev/lehr/internal/wire"
 	"lehr.dev/lehr/proto/lehrpb"
@@ -193,9 +194,17 @@ type Options struct {
 	// GapWait is how long a patch whose base has not arrived waits before
 	// a Resync; zero means DefaultGapWait (2 s).
 	GapWait time.Duration
+	// Verifier, if set, checks every update's signature before the
+	// Handler sees it (internal/signing): an update that is unsigned,
+	// signed by a key it does not trust, or whose namespace, version,
+	// checksum, author or time differ from what control signed is refused
+	// (a negative Ack, lehr_agent_untrusted_updates_total, an error in the
+	// log) and the client drops the distributor that sent it
+	// (wire.CodeUntrusted) for the next. Nil accepts unsigned updates.
+	Verifier *signing.Verifier
 	// Metrics receives the client's metrics (lehr_agent_connected,
-	// lehr_agent_failovers_total, lehr_agent_bytes_received_total{kind});
-	// nil means a private set.
+	// lehr_agent_failovers_total, lehr_agent_bytes_received_total{kind},
+	// lehr_agent_untrusted_updates_total); nil means a private set.
 	Metrics *metrics.Set
 	// Logger; nil means slog.Default().
 	Logger *slog.Logger
@@ -228,6 +237,8 @@ type Client struct {
 	connected     *metrics.Gauge
 	connectedVal  atomic.Int64
 	failovers     *metrics.Counter
+	untrusted     *metrics.Counter
+	untrustedBy   map[string]uint64 // by namespace, under mu
 	bytesSnapshot *metrics.Counter
 	bytesPatch    *metrics.Counter
 
@@ -294,6 +305,7 @@ func New(opts Options) (*Client, error) {
 	}
 	c.connected = set.GetOrCreateGauge("lehr_agent_connected", func() float64 { return float64(c.connectedVal.Load()) })
 	c.failovers = set.GetOrCreateCounter("lehr_agent_failovers_total")
+	c.untrusted = set.GetOrCreateCounter("lehr_agent_untrusted_updates_total")
 	c.bytesSnapshot = set.GetOrCreateCounter(`lehr_agent_bytes_received_total{kind="snapshot"}`)
 	c.bytesPatch = set.GetOrCreateCounter(`lehr_agent_bytes_received_total{kind="patch"}`)
 	return c, nil
@@ -440,4 +452,12 @@ func cachedNS(ns string, v uint64, sum string) *lehrpb.CachedNamespace {
 		sum = ""
 	}
 	return &lehrpb.CachedNamespace{Namespace: ns, Version: v, Checksum: sum}
+}
+
+// Untrusted returns how many updates of ns the client refused because
+// their signature did not verify (Options.Verifier).
+func (c *Client) Untrusted(ns string) uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.untrustedBy[ns]
 }

@@ -29,6 +29,13 @@ Plaintext is served on loopback only; to listen on any other address pass
 --tls-cert and --tls-key (and --client-ca to require client certificates,
 whose common name is then recorded as the author of every change).
 
+Every version is signed with an ed25519 key (--signing-key, by default
+DATA-DIR/signing.key, made on first start); its public key is written beside
+it (signing.pub). Give that file to every agent (lehr-agent --trusted-keys)
+and agents refuse any version control did not sign, whatever a distributor
+sends. With several replicas, each signs with its own key: agents trust all
+of them (concatenate the .pub files).
+
 History keeps, per namespace, the last --keep-last versions and every version
 younger than --keep-for; older ones are compacted away, except versions that
 are some zone's goal. The latest version is never removed.
@@ -41,7 +48,8 @@ Stop it with Ctrl-C or SIGTERM: in-flight calls finish, then it exits.`,
 		},
 	})
 	var opts control.Options
-	fs.StringVar(&opts.DataDir, "data-dir", control.DefaultDataDir, "`directory` of the embedded etcd's data (unused with --etcd-endpoints)")
+	fs.StringVar(&opts.DataDir, "data-dir", control.DefaultDataDir, "`directory` of the embedded etcd's data (unless --etcd-endpoints) and the signing key")
+	fs.StringVar(&opts.SigningKey, "signing-key", "", "ed25519 private key `file` (PEM, mode 0600) that signs every version; default DATA-DIR/signing.key, created if missing; \"off\" signs nothing")
 	endpoints := fs.String("etcd-endpoints", "", "comma-separated client `URLs` of an external etcd cluster (default: embedded etcd)")
 	fs.StringVar(&opts.Listen, "listen", control.DefaultListen, "gRPC listen `address`; without TLS it must be loopback")
 	fs.StringVar(&opts.MetricsListen, "metrics-listen", control.DefaultMetricsListen, "HTTP `address` of /metrics and /healthz; \"off\" disables it")

@@ -471,6 +471,12 @@ func writeHealth(w io.Writer, health []*lehrpb.NamespaceHealth, hosts []*lehrpb.
 		}
 	}
 	tw.Flush()
+	for _, hr := range hosts {
+		if n := hr.GetReport().GetUntrustedUpdates(); n > 0 {
+			fmt.Fprintf(w, "%s, %s: refused %d update(s) whose signature did not verify (a distributor altering content, or control signing with a key the agent does not trust)\n",
+				hr.GetHostId(), hr.GetReport().GetNamespace(), n)
+		}
+	}
 	if len(failing) > 0 {
 		fmt.Fprintln(w, "\nhost-level canary checks failing (each host against its own history before its change):")
 	}

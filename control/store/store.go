@@ -22,6 +22,8 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/protobuf/proto"
+
+	"lehr.dev/lehr/internal/signing"
 )
 
 // Retention is the history compaction policy. A version is removed only when
@@ -51,6 +53,9 @@ type Options struct {
 	// operation ("get", "txn", "put", "delete", "watch", "lease_grant",
 	// "lease_keepalive", "lease_revoke") and its duration.
 	OnRoundTrip func(op string, d time.Duration, err error)
+	// Signer, if set, signs every version Commit creates
+	// (internal/signing); nil leaves versions unsigned.
+	Signer *signing.Signer
 }
 
 // Store is the etcd-backed state of the control plane. It is safe for

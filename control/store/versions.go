@@ -256,6 +256,9 @@ func (s *Store) tryCommit(ctx context.Context, c Commit, domain string, m *manif
 		PropertyCount:     int32(c.Content.Len()),
 		TransportIdentity: in.GetTransportIdentity(),
 	}
+	if s.opts.Signer != nil {
+		s.opts.Signer.Sign(info)
+	}
 	recBytes, err := encode(&lehrpb.VersionRecord{Info: info, ManifestChunks: m.chunkHashes, RequestId: c.RequestID})
 	if err != nil {
 		return nil, err

@@ -532,8 +532,10 @@ const MaxHostReports = 1000
 // whose consumers rejected a version or lost leases: what rollouts and
 // operators act on, so the report grows with rollouts and trouble, not
 // with the fleet. It also returns per-host detail for hosts named in a
-// candidate's cohort or watched in it by a canary analysis, hosts whose consumers rejected their version or
-// lost leases, and hosts whose host-level canary checks failed — at most MaxHostReports, by host id. Both are sorted.
+// candidate's cohort or watched in it by a canary analysis, hosts whose
+// consumers rejected their version or lost leases, hosts whose host-level
+// canary checks failed, and hosts that refused updates whose signature did
+// not verify — at most MaxHostReports, by host id. Both are sorted.
 func (s *Server) Health() (health []*lehrpb.NamespaceHealth, hosts []*lehrpb.HostReport) {
 	type key struct {
 		ns     string
@@ -574,7 +576,7 @@ func (s *Server) Health() (health []*lehrpb.NamespaceHealth, hosts []*lehrpb.Hos
 			h.LeasesExpired += nr.GetLeasesExpired()
 			named := in && slices.Contains(g.Cohort.Hosts, ss.host) || watchedCanary[hostNS{ss.host, ns}]
 			failing := nr.GetHostChecks().GetVerdict() == lehrpb.CanaryVerdict_CANARY_VERDICT_FAIL
-			if named || failing || nr.GetClientsRejected() > 0 || nr.GetLeasesExpired() > 0 {
+			if named || failing || nr.GetUntrustedUpdates() > 0 || nr.GetClientsRejected() > 0 || nr.GetLeasesExpired() > 0 {
 				hosts = append(hosts, &lehrpb.HostReport{HostId: ss.host, Cohort: in, Report: nr})
 			}
 		}

@@ -39,6 +39,8 @@ import (
 	"strings"
 	"time"
 
+	"google.golang.org/protobuf/types/known/timestamppb"
+
 	"lehr.dev/lehr/internal/content"
 	"lehr.dev/lehr/internal/names"
 	"lehr.dev/lehr/proto/lehrpb"
@@ -87,8 +89,23 @@ type File struct {
 	// RollbackOf is the older version whose content this version
 	// republishes, 0 when it is not a rollback.
 	RollbackOf uint64
+	// Signature and SignatureKeyID are control's signature of the version
+	// (internal/signing) and its key's id; empty when unsigned.
+	Signature      []byte
+	SignatureKeyID string
 	// Content holds the properties.
 	Content content.Snapshot
+}
+
+// Info returns what f says of its version, in the form control signed it:
+// verify it with internal/signing's Verifier.
+func (f File) Info() *lehrpb.VersionInfo {
+	info := &lehrpb.VersionInfo{Namespace: f.Namespace, Seq: f.Version, Checksum: f.Checksum, Author: f.Author, Message: f.Message,
+		RollbackOf: f.RollbackOf, Signature: f.Signature, SignatureKeyId: f.SignatureKeyID}
+	if !f.CreateTime.IsZero() {
+		info.CreateTime = timestamppb.New(f.CreateTime)
+	}
+	return info
 }
 
 // FromVersion returns the File of version v: the one conversion from the
@@ -105,6 +122,9 @@ func FromVersion(v content.Version) File {
 		Message:    v.Info.GetMessage(),
 		RollbackOf: v.Info.GetRollbackOf(),
 		Content:    v.Content,
+
+		Signature:      v.Info.GetSignature(),
+		SignatureKeyID: v.Info.GetSignatureKeyId(),
 	}
 	if ts := v.Info.GetCreateTime(); ts != nil {
 		f.CreateTime = ts.AsTime()
@@ -127,6 +147,10 @@ type header struct {
 	// RollbackOf is written only for a rollback: files of other versions
 	// stay byte for byte what format version 1 first defined.
 	RollbackOf uint64 `json:"rollback_of,omitempty"`
+	// Signature (base64) and SignatureKeyID are written only for a signed
+	// version, likewise.
+	Signature      []byte `json:"signature,omitempty"`
+	SignatureKeyID string `json:"signature_key_id,omitempty"`
 }
 
 // Kind names in the header.
@@ -249,6 +273,9 @@ func (f *File) header() ([]byte, error) {
 		Author:     f.Author,
 		Message:    f.Message,
 		RollbackOf: f.RollbackOf,
+
+		Signature:      f.Signature,
+		SignatureKeyID: f.SignatureKeyID,
 	}
 	if !f.CreateTime.IsZero() {
 		h.CreateTime = f.CreateTime.UTC().Format(time.RFC3339Nano)
@@ -335,6 +362,9 @@ func Decode(r io.Reader) (File, error) {
 		Author:     h.Author,
 		Message:    h.Message,
 		RollbackOf: h.RollbackOf,
+
+		Signature:      h.Signature,
+		SignatureKeyID: h.SignatureKeyID,
 	}
 	if _, _, err := names.Namespace(h.Namespace); err != nil {
 		return File{}, corrupt(off, "header namespace: %v", err)

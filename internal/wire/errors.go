@@ -124,6 +124,9 @@ const (
 	// CodeReplaced: a newer connection from the same host_id replaced this
 	// one.
 	CodeReplaced quic.ApplicationErrorCode = 0xa
+	// CodeUntrusted: the distributor sent a version whose signature does
+	// not verify against the agent's trusted keys; the agent fails over.
+	CodeUntrusted quic.ApplicationErrorCode = 0xb
 )
 
 var codeNames = map[quic.ApplicationErrorCode]string{

@@ -612,8 +612,15 @@ type VersionInfo struct {
 	// Transport-level identity of the caller (peer address, or certificate
 	// subject under mutual TLS), recorded for audit.
 	TransportIdentity string `protobuf:"bytes,12,opt,name=transport_identity,json=transportIdentity,proto3" json:"transport_identity,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// Control's ed25519 signature of the version (internal/signing.Payload:
+	// namespace, seq, checksum, author, create_time) and the id of the key
+	// that made it; empty when control signs nothing. Agents with trusted
+	// keys refuse a version whose signature does not verify (docs/files.md,
+	// "Signatures").
+	Signature      []byte `protobuf:"bytes,13,opt,name=signature,proto3" json:"signature,omitempty"`
+	SignatureKeyId string `protobuf:"bytes,14,opt,name=signature_key_id,json=signatureKeyId,proto3" json:"signature_key_id,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *VersionInfo) Reset() {
@@ -726,6 +733,20 @@ func (x *VersionInfo) GetPropertyCount() int32 {
 func (x *VersionInfo) GetTransportIdentity() string {
 	if x != nil {
 		return x.TransportIdentity
+	}
+	return ""
+}
+
+func (x *VersionInfo) GetSignature() []byte {
+	if x != nil {
+		return x.Signature
+	}
+	return nil
+}
+
+func (x *VersionInfo) GetSignatureKeyId() string {
+	if x != nil {
+		return x.SignatureKeyId
 	}
 	return ""
 }
@@ -1042,7 +1063,7 @@ const file_lehr_v1_types_proto_rawDesc = "" +
 	"\x0eoldest_version\x18\a \x01(\x04R\roldestVersion\x12\x1d\n" +
 	"\n" +
 	"size_bytes\x18\b \x01(\x03R\tsizeBytes\x12%\n" +
-	"\x0eproperty_count\x18\t \x01(\x05R\rpropertyCount\"\xa6\x03\n" +
+	"\x0eproperty_count\x18\t \x01(\x05R\rpropertyCount\"\xee\x03\n" +
 	"\vVersionInfo\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x10\n" +
 	"\x03seq\x18\x02 \x01(\x04R\x03seq\x12\x1a\n" +
@@ -1059,7 +1080,9 @@ const file_lehr_v1_types_proto_rawDesc = "" +
 	"size_bytes\x18\n" +
 	" \x01(\x03R\tsizeBytes\x12%\n" +
 	"\x0eproperty_count\x18\v \x01(\x05R\rpropertyCount\x12-\n" +
-	"\x12transport_identity\x18\f \x01(\tR\x11transportIdentity\"\xfe\x01\n" +
+	"\x12transport_identity\x18\f \x01(\tR\x11transportIdentity\x12\x1c\n" +
+	"\tsignature\x18\r \x01(\fR\tsignature\x12(\n" +
+	"\x10signature_key_id\x18\x0e \x01(\tR\x0esignatureKeyId\"\xfe\x01\n" +
 	"\tGoalState\x12\x12\n" +
 	"\x04zone\x18\x01 \x01(\tR\x04zone\x12\x1c\n" +
 	"\tnamespace\x18\x02 \x01(\tR\tnamespace\x12\x18\n" +

@@ -904,9 +904,13 @@ type NamespaceReport struct {
 	// The host-level canary checks of the agent's latest change of the
 	// namespace: the host against its own history (absent when the agent
 	// has not changed its version lately, or lacks the history).
-	HostChecks    *HostChecks `protobuf:"bytes,12,opt,name=host_checks,json=hostChecks,proto3" json:"host_checks,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	HostChecks *HostChecks `protobuf:"bytes,12,opt,name=host_checks,json=hostChecks,proto3" json:"host_checks,omitempty"`
+	// Updates of the namespace the agent refused since it started because
+	// their signature did not verify against its trusted keys (a tampering
+	// distributor, or control signing with a key the agent does not trust).
+	UntrustedUpdates uint64 `protobuf:"varint,13,opt,name=untrusted_updates,json=untrustedUpdates,proto3" json:"untrusted_updates,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *NamespaceReport) Reset() {
@@ -1021,6 +1025,13 @@ func (x *NamespaceReport) GetHostChecks() *HostChecks {
 		return x.HostChecks
 	}
 	return nil
+}
+
+func (x *NamespaceReport) GetUntrustedUpdates() uint64 {
+	if x != nil {
+		return x.UntrustedUpdates
+	}
+	return 0
 }
 
 // HostChecks is an agent's host-level canary checks of one namespace: the
@@ -1880,7 +1891,7 @@ const file_lehr_v1_wire_proto_rawDesc = "" +
 	"\fhave_version\x18\x02 \x01(\x04R\vhaveVersion\x12#\n" +
 	"\rhave_checksum\x18\x03 \x01(\tR\fhaveChecksum\x12-\n" +
 	"\x06reason\x18\x04 \x01(\x0e2\x15.lehr.v1.ResyncReasonR\x06reason\x12\x16\n" +
-	"\x06detail\x18\x05 \x01(\tR\x06detail\"\xf1\x03\n" +
+	"\x06detail\x18\x05 \x01(\tR\x06detail\"\x9e\x04\n" +
 	"\x0fNamespaceReport\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\x04R\aversion\x12\x1a\n" +
@@ -1895,7 +1906,8 @@ const file_lehr_v1_wire_proto_rawDesc = "" +
 	" \x01(\v2\x1a.google.protobuf.TimestampR\vappliedTime\x124\n" +
 	"\apreview\x18\v \x03(\v2\x1a.lehr.v1.HostPreviewCountsR\apreview\x124\n" +
 	"\vhost_checks\x18\f \x01(\v2\x13.lehr.v1.HostChecksR\n" +
-	"hostChecks\"\xdd\x02\n" +
+	"hostChecks\x12+\n" +
+	"\x11untrusted_updates\x18\r \x01(\x04R\x10untrustedUpdates\"\xdd\x02\n" +
 	"\n" +
 	"HostChecks\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\x04R\aversion\x12)\n" +

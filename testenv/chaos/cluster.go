@@ -195,6 +195,9 @@ func StartCluster(ctx, run context.Context, opts ClusterOptions) (_ *Cluster, er
 				"agent", "--zone", zone, "--host-id", host, "--distributors", strings.Join(list, ","),
 				"--tls-ca", caFile, "--tls-cert", cert, "--tls-key", key, "--data-dir", dataDir,
 				"--grace", "10m", "--backoff-max", "1s",
+				// Every version checked against control's key: the kill
+				// matrix runs with end-to-end signing on.
+				"--trusted-keys", filepath.Join(opts.Dir, "control", "data", "signing.pub"),
 			}
 			if d := opts.Topology.SilenceTimeout; d > 0 {
 				args = append(args, "--silence-timeout", d.String())

@@ -220,6 +220,7 @@ func (c *Cluster) newAgent(zone string, i int) (*AgentHandle, error) {
 			BackoffMin:       c.opts.AgentBackoffMin,
 			BackoffMax:       c.opts.AgentBackoffMax,
 			SignalsInterval:  c.opts.SignalsInterval,
+			TrustedKeys:      c.trusted,
 			Logger:           c.log.With("component", "agent", "host", host),
 			NoSync:           c.opts.NoSync,
 		},

@@ -62,6 +62,7 @@ import (
 	"lehr.dev/lehr/control/rollout"
 	"lehr.dev/lehr/internal/names"
 	"lehr.dev/lehr/internal/pki"
+	"lehr.dev/lehr/internal/signing"
 	"lehr.dev/lehr/internal/tlsconfig"
 	"lehr.dev/lehr/proto/lehrpb"
 )
@@ -164,6 +165,9 @@ type Cluster struct {
 	pkiDir string
 	ca     *pki.CA
 	caFile string
+	// trusted holds control's signing key, which every agent checks each
+	// version against.
+	trusted *signing.Verifier
 
 	ctl   *controlDaemon
 	prod  *producer.Client
@@ -226,7 +230,14 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 	}
 	c.caFile = filepath.Join(c.pkiDir, "ca", pki.CACertFile)
 
-	// 2. Control and the producer client.
+	// 2. Control and the producer client. Control's signing key is made
+	// first, so every agent trusts it from its start (control loads the
+	// same file).
+	signer, _, err := signing.LoadOrCreate(filepath.Join(c.dir, "control", "signing.key"))
+	if err != nil {
+		return nil, fmt.Errorf("devcluster: signing key: %w", err)
+	}
+	c.trusted = signing.NewVerifier(signer.Public())
 	c.ctl = &controlDaemon{
 		c: c,
 		opts: control.Options{

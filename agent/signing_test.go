@@ -1,0 +1,138 @@
+package agent_test
+
+import (
+	"context"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"google.golang.org/protobuf/proto"
+
+	"lehr.dev/lehr/agent"
+	"lehr.dev/lehr/control/controltest"
+	"lehr.dev/lehr/distributor/fanout"
+	"lehr.dev/lehr/distributor/versions"
+	"lehr.dev/lehr/internal/content"
+	"lehr.dev/lehr/internal/nsfile"
+	"lehr.dev/lehr/internal/pki"
+	"lehr.dev/lehr/internal/signing"
+	"lehr.dev/lehr/proto/lehrpb"
+	"lehr.dev/lehr/testenv/wait"
+)
+
+// A distributor that alters what control published — the content with a
+// recomputed checksum, the author, or the version number, each keeping
+// control's signature — is refused by an agent that trusts control's key:
+// the altered version is never applied or written, the refusal is
+// counted and reported, and the agent fails over to an honest
+// distributor. The namespace file carries the signature, which a reader
+// verifies.
+func TestTamperingDistributorIsRefused(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		tamper func(v *content.Version)
+	}{
+		{"content", func(v *content.Version) {
+			snap, err := content.New([]content.Property{{Key: "limit", Value: []byte("999999")}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			v.Content, v.Checksum = snap, snap.Checksum()
+			v.Info.Checksum = v.Checksum
+		}},
+		{"author", func(v *content.Version) { v.Info.Author = "mallory" }},
+		{"version", func(v *content.Version) { v.Seq += 10; v.Info.Seq = v.Seq }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t, 1)
+			ns := domain + "/signed"
+			v1 := h.publish(ns, map[string]string{"limit": "100"})
+
+			// The tampering distributor: a real fan-out server, fed the
+			// version control signed, altered.
+			resp, err := h.ctl.Client.FetchVersion(ctx(t), &lehrpb.FetchVersionRequest{Namespace: ns, Version: v1.GetSeq()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			snap, err := content.New(content.FromProto(resp.GetProperties()))
+			if err != nil {
+				t.Fatal(err)
+			}
+			bad := &content.Version{Namespace: ns, Seq: v1.GetSeq(), Checksum: snap.Checksum(), Kind: resp.GetKind(), Info: proto.CloneOf(resp.GetVersion()), Content: snap}
+			tc.tamper(bad)
+			vers := versions.New(versions.Options{})
+			if err := vers.Put(bad); err != nil {
+				t.Fatal(err)
+			}
+			vers.Pin(ns, bad.Seq)
+			evil, err := fanout.Listen(fanout.Options{Listen: "127.0.0.1:0", TLS: h.tls("distributor", pki.Server), Zone: zone, DistributorID: "evil", Versions: vers,
+				Logger: controltest.Logger(t, slog.LevelError)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			evilCtx, stopEvil := context.WithCancel(context.Background())
+			evilDone := make(chan error, 1)
+			go func() { evilDone <- evil.Serve(evilCtx) }()
+			t.Cleanup(func() { evil.Close(); stopEvil(); <-evilDone })
+			evil.SetGoal(fanout.Goal{Stable: bad})
+
+			trusted := signing.NewVerifier(h.ctl.Control.SigningPublicKey())
+			r := h.startAgent(dataDir(t), append([]string{evil.Addr().String()}, h.addrs()...), func(o *agent.Options) { o.TrustedKeys = trusted })
+			sub := subscribe(t, r, ns)
+			waitFile(t, sub.GetPath(), v1.GetSeq(), map[string]string{"limit": "100"})
+			if got := counter(r, "lehr_agent_untrusted_updates_total"); got == 0 {
+				t.Errorf("lehr_agent_untrusted_updates_total = 0; the tampered update was never refused (did the agent reach the evil distributor first?)")
+			}
+			if got := counter(r, "lehr_agent_failovers_total"); got == 0 {
+				t.Errorf("no failover counted")
+			}
+			file, err := nsfile.Read(sub.GetPath())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := trusted.Verify(file.Info()); err != nil {
+				t.Errorf("the namespace file's signature: %v", err)
+			}
+			if p, _ := file.Content.Get("limit"); file.Author == "mallory" || strings.Contains(string(p.Value), "999999") {
+				t.Errorf("the tampered version was served: %+v", file)
+			}
+			wait.For(t, "the refusal in the agent's report", func() bool {
+				st, err := h.ctl.Client.GetZoneStatus(ctx(t), &lehrpb.GetZoneStatusRequest{Zone: zone})
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, hr := range st.GetHosts() {
+					if hr.GetHostId() == host && hr.GetReport().GetNamespace() == ns && hr.GetReport().GetUntrustedUpdates() > 0 {
+						return true
+					}
+				}
+				return false
+			})
+		})
+	}
+}
+
+// An agent refuses a version signed by a key it does not trust (a key
+// revoked from its trusted keys, or another control's): the version never
+// reaches its file.
+func TestUntrustedKeyIsRefused(t *testing.T) {
+	h := newHarness(t, 1)
+	trusted := signing.NewVerifier(h.ctl.Control.SigningPublicKey())
+	if len(trusted.KeyIDs()) != 1 {
+		t.Fatalf("control signs with %v", trusted.KeyIDs())
+	}
+	unsigned := signing.NewVerifier() // trusts no key: control's is unknown
+	ns := domain + "/strict"
+	v1 := h.publish(ns, map[string]string{"a": "1"})
+	r := h.startAgent(dataDir(t), h.addrs(), func(o *agent.Options) { o.TrustedKeys = unsigned })
+	sub := subscribe(t, r, ns)
+	wait.For(t, "the update refused", func() bool { return counter(r, "lehr_agent_untrusted_updates_total") > 0 })
+	if _, err := os.Stat(sub.GetPath()); !os.IsNotExist(err) {
+		t.Errorf("a namespace file exists for an untrusted version %d: %v", v1.GetSeq(), err)
+	}
+	if _, err := os.Stat(filepath.Join(h.ctl.DataDir, "signing.pub")); err != nil {
+		t.Errorf("control did not write its public key: %v", err)
+	}
+}

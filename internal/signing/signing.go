@@ -1,0 +1,241 @@
+// Package signing is Lehr's end-to-end signature of versions: control
+// signs what a version is — namespace, sequence number, content checksum,
+// author and creation time — with an ed25519 key only it holds, and
+// agents (and consumers, in any language, from the namespace file's
+// header) check it against the public keys they trust, so a distributor
+// or anything else on the way cannot change content, author or version
+// unnoticed (docs/files.md, "Signatures"; docs/operations.md, "Security
+// model").
+//
+// A leaf: imported by control/store (signing), agent (verifying) and
+// internal/nsfile (carrying the signature).
+package signing
+
+import (
+	"crypto/ed25519"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/x509"
+	"encoding/hex"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"time"
+
+	"lehr.dev/lehr/proto/lehrpb"
+)
+
+// PayloadPrefix starts every signed payload; a new payload layout changes
+// it.
+const PayloadPrefix = "lehr-version-v1\n"
+
+// Payload returns the bytes a version's signature covers: PayloadPrefix,
+// then namespace, seq (decimal), checksum, author and creation time (Unix
+// nanoseconds, decimal), each as a netstring ("<length>:<bytes>,"), so no
+// value can be read as another.
+func Payload(namespace string, seq uint64, checksum, author string, created time.Time) []byte {
+	b := []byte(PayloadPrefix)
+	for _, f := range []string{namespace, strconv.FormatUint(seq, 10), checksum, author, strconv.FormatInt(created.UnixNano(), 10)} {
+		b = strconv.AppendInt(b, int64(len(f)), 10)
+		b = append(b, ':')
+		b = append(b, f...)
+		b = append(b, ',')
+	}
+	return b
+}
+
+// payloadOf is the payload of info.
+func payloadOf(info *lehrpb.VersionInfo) []byte {
+	return Payload(info.GetNamespace(), info.GetSeq(), info.GetChecksum(), info.GetAuthor(), info.GetCreateTime().AsTime())
+}
+
+// KeyID names a public key: "ed25519:" and the first 8 bytes of its
+// SHA-256 in hex.
+func KeyID(pub ed25519.PublicKey) string {
+	h := sha256.Sum256(pub)
+	return "ed25519:" + hex.EncodeToString(h[:8])
+}
+
+// Signer signs versions with one private key. Safe for concurrent use.
+type Signer struct {
+	key ed25519.PrivateKey
+	id  string
+}
+
+// NewSigner returns a signer of key.
+func NewSigner(key ed25519.PrivateKey) *Signer {
+	return &Signer{key: key, id: KeyID(key.Public().(ed25519.PublicKey))}
+}
+
+// LoadOrCreate reads the private key at path (PEM, PKCS #8), creating a new
+// one there (mode 0600, its directory 0700 if missing) when there is no
+// file. created says it did.
+func LoadOrCreate(path string) (s *Signer, created bool, err error) {
+	s, err = Load(path)
+	if !errors.Is(err, os.ErrNotExist) {
+		return s, false, err
+	}
+	_, key, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		return nil, false, fmt.Errorf("signing: generate key: %w", err)
+	}
+	der, err := x509.MarshalPKCS8PrivateKey(key)
+	if err != nil {
+		return nil, false, fmt.Errorf("signing: encode key: %w", err)
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return nil, false, fmt.Errorf("signing: %w", err)
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return nil, false, fmt.Errorf("signing: create key: %w", err)
+	}
+	if err := errors.Join(pem.Encode(f, &pem.Block{Type: "PRIVATE KEY", Bytes: der}), f.Sync(), f.Close()); err != nil {
+		os.Remove(path)
+		return nil, false, fmt.Errorf("signing: write key %s: %w", path, err)
+	}
+	return NewSigner(key), true, nil
+}
+
+// Load reads the private key at path (PEM, PKCS #8, ed25519). A file
+// others may read is refused: the key is what makes a version Lehr's.
+func Load(path string) (*Signer, error) {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return nil, fmt.Errorf("signing: %w", err)
+	}
+	if fi.Mode().Perm()&0o077 != 0 {
+		return nil, fmt.Errorf("signing: key %s has mode %v; it must be readable by its owner only (chmod 600 %s)", path, fi.Mode().Perm(), path)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("signing: %w", err)
+	}
+	blk, _ := pem.Decode(b)
+	if blk == nil || blk.Type != "PRIVATE KEY" {
+		return nil, fmt.Errorf("signing: %s: want a PEM \"PRIVATE KEY\" block (PKCS #8)", path)
+	}
+	k, err := x509.ParsePKCS8PrivateKey(blk.Bytes)
+	if err != nil {
+		return nil, fmt.Errorf("signing: %s: %w", path, err)
+	}
+	key, ok := k.(ed25519.PrivateKey)
+	if !ok {
+		return nil, fmt.Errorf("signing: %s: a %T key; want ed25519", path, k)
+	}
+	return NewSigner(key), nil
+}
+
+// KeyID returns the signer's key id.
+func (s *Signer) KeyID() string { return s.id }
+
+// Public returns the signer's public key.
+func (s *Signer) Public() ed25519.PublicKey { return s.key.Public().(ed25519.PublicKey) }
+
+// Sign sets info's signature and key id.
+func (s *Signer) Sign(info *lehrpb.VersionInfo) {
+	info.Signature = ed25519.Sign(s.key, payloadOf(info))
+	info.SignatureKeyId = s.id
+}
+
+// EncodePublic returns keys as PEM "PUBLIC KEY" blocks (PKIX), the format
+// of a trusted-keys file.
+func EncodePublic(keys ...ed25519.PublicKey) ([]byte, error) {
+	var out []byte
+	for _, k := range keys {
+		der, err := x509.MarshalPKIXPublicKey(k)
+		if err != nil {
+			return nil, fmt.Errorf("signing: encode public key: %w", err)
+		}
+		out = append(out, pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: der})...)
+	}
+	return out, nil
+}
+
+// Errors of Verify, wrapped with the details.
+var (
+	ErrUnsigned     = errors.New("signing: the version is not signed")
+	ErrUnknownKey   = errors.New("signing: signed by a key that is not trusted")
+	ErrBadSignature = errors.New("signing: the signature does not match the version")
+)
+
+// Verifier checks versions against a set of trusted public keys (several
+// during a key rotation, or one per control replica). Safe for concurrent
+// use; immutable.
+type Verifier struct {
+	keys map[string]ed25519.PublicKey
+}
+
+// NewVerifier trusts keys.
+func NewVerifier(keys ...ed25519.PublicKey) *Verifier {
+	v := &Verifier{keys: map[string]ed25519.PublicKey{}}
+	for _, k := range keys {
+		v.keys[KeyID(k)] = k
+	}
+	return v
+}
+
+// LoadVerifier trusts the public keys of the file at path: PEM "PUBLIC
+// KEY" blocks (PKIX, ed25519), at least one.
+func LoadVerifier(path string) (*Verifier, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("signing: trusted keys: %w", err)
+	}
+	var keys []ed25519.PublicKey
+	for n := 1; ; n++ {
+		var blk *pem.Block
+		blk, b = pem.Decode(b)
+		if blk == nil {
+			break
+		}
+		if blk.Type != "PUBLIC KEY" {
+			return nil, fmt.Errorf("signing: %s: block %d is %q; want \"PUBLIC KEY\"", path, n, blk.Type)
+		}
+		k, err := x509.ParsePKIXPublicKey(blk.Bytes)
+		if err != nil {
+			return nil, fmt.Errorf("signing: %s: block %d: %w", path, n, err)
+		}
+		pub, ok := k.(ed25519.PublicKey)
+		if !ok {
+			return nil, fmt.Errorf("signing: %s: block %d is a %T key; want ed25519", path, n, k)
+		}
+		keys = append(keys, pub)
+	}
+	if len(keys) == 0 {
+		return nil, fmt.Errorf("signing: %s holds no PEM \"PUBLIC KEY\" block; copy control's signing.pub there", path)
+	}
+	return NewVerifier(keys...), nil
+}
+
+// KeyIDs returns the trusted keys' ids, sorted.
+func (v *Verifier) KeyIDs() []string {
+	ids := make([]string, 0, len(v.keys))
+	for id := range v.keys {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	return ids
+}
+
+// Verify checks info's signature: ErrUnsigned, ErrUnknownKey or
+// ErrBadSignature (wrapped, naming the version and key) when it does not
+// hold.
+func (v *Verifier) Verify(info *lehrpb.VersionInfo) error {
+	what := fmt.Sprintf("%s@%d", info.GetNamespace(), info.GetSeq())
+	if len(info.GetSignature()) == 0 {
+		return fmt.Errorf("%s: %w", what, ErrUnsigned)
+	}
+	k, ok := v.keys[info.GetSignatureKeyId()]
+	if !ok {
+		return fmt.Errorf("%s: %w: %q (trusted: %v)", what, ErrUnknownKey, info.GetSignatureKeyId(), v.KeyIDs())
+	}
+	if !ed25519.Verify(k, payloadOf(info), info.GetSignature()) {
+		return fmt.Errorf("%s (key %s): %w: its namespace, version, checksum, author or time was changed after control signed it", what, info.GetSignatureKeyId(), ErrBadSignature)
+	}
+	return nil
+}
