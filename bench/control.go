@@ -42,6 +42,7 @@ func startControl(ctx context.Context, dir string, log *slog.Logger, noFsync boo
 		MetricsListen: "off",
 		Logger:        log.With("component", "control"),
 		NoSync:        noFsync,
+		DevMode:       true, // the bench publishes over plaintext loopback
 	})
 	if err != nil {
 		return nil, fmt.Errorf("new control: %w", err)

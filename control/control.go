@@ -25,6 +25,7 @@ import (
 	"github.com/VictoriaMetrics/metrics"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
@@ -34,6 +35,7 @@ import (
 	"lehr.dev/lehr/control/service"
 	"lehr.dev/lehr/control/store"
 	"lehr.dev/lehr/internal/metricshttp"
+	"lehr.dev/lehr/internal/peercred"
 	"lehr.dev/lehr/internal/signing"
 	"lehr.dev/lehr/internal/tlsconfig"
 	"lehr.dev/lehr/proto/lehrpb"
@@ -74,6 +76,18 @@ type Options struct {
 	// TLS it must be a loopback address: control refuses to serve
 	// plaintext to the network.
 	Listen string
+	// Socket, if set, is a unix socket control also serves the API on, in
+	// plaintext, for callers on this host: each is the user its uid names
+	// (internal/peercred; SO_PEERCRED), with a user's rights under the
+	// domain ACLs, whatever it asserts as author. The socket is mode 0666
+	// (its directory decides who reaches it); a stale one is replaced.
+	Socket string
+	// DevMode lets callers control cannot identify — plaintext TCP on
+	// loopback, TLS without a client certificate — change anything under
+	// any author they assert ("lehr --as"). Off (the default), they may
+	// only read: changes come over Socket, or with a client certificate.
+	// For lehr dev and test beds.
+	DevMode bool
 	// MetricsListen is the HTTP address of /metrics (Prometheus text) and
 	// /healthz. Default DefaultMetricsListen ("127.0.0.1:7401"); "off"
 	// disables the listener. It is plaintext even when gRPC uses TLS.
@@ -318,6 +332,13 @@ func (c *Control) Run(ctx context.Context) (err error) {
 		return fmt.Errorf("control: listen on %s: %w", c.opts.Listen, err)
 	}
 	defer lis.Close()
+	var ulis net.Listener
+	if c.opts.Socket != "" {
+		if ulis, err = listenSocket(c.opts.Socket); err != nil {
+			return fmt.Errorf("control: %w", err)
+		}
+		defer ulis.Close()
+	}
 	var mlis net.Listener
 	if c.opts.MetricsListen != "off" {
 		mlis, err = net.Listen("tcp", c.opts.MetricsListen)
@@ -328,6 +349,7 @@ func (c *Control) Run(ctx context.Context) (err error) {
 	}
 
 	// Servers.
+	authz := service.Authorizer{DevMode: c.opts.DevMode}
 	gopts := []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(c.opts.MaxMessageBytes),
 		grpc.MaxSendMsgSize(c.opts.MaxMessageBytes),
@@ -336,12 +358,16 @@ func (c *Control) Run(ctx context.Context) (err error) {
 		// Every mutating call into the audit log, refused ones too; who may
 		// call what, from the client certificate's Lehr identity (roles,
 		// then the target domain's ACL).
-		grpc.ChainUnaryInterceptor(svc.AuditInterceptor, service.UnaryAuthorizer, svc.ACLInterceptor),
-		grpc.ChainStreamInterceptor(service.StreamAuthorizer),
+		grpc.ChainUnaryInterceptor(svc.AuditInterceptor, authz.Unary, svc.ACLInterceptor),
+		grpc.ChainStreamInterceptor(authz.Stream),
 	}
+	// TCP connections get TLS (or plaintext); unix socket connections the
+	// peer's credentials instead.
+	creds := insecure.NewCredentials()
 	if c.tls != nil {
-		gopts = append(gopts, grpc.Creds(credentials.NewTLS(c.tls)))
+		creds = credentials.NewTLS(c.tls)
 	}
+	gopts = append(gopts, grpc.Creds(peercred.Credentials{TransportCredentials: creds}))
 	gs := grpc.NewServer(gopts...)
 	lehrpb.RegisterControlServer(gs, svc)
 	hs := health.NewServer()
@@ -360,6 +386,13 @@ func (c *Control) Run(ctx context.Context) (err error) {
 			errc <- fmt.Errorf("control: serve gRPC: %w", err)
 		}
 	})
+	if ulis != nil {
+		wg.Go(func() {
+			if err := gs.Serve(ulis); err != nil {
+				errc <- fmt.Errorf("control: serve gRPC on %s: %w", c.opts.Socket, err)
+			}
+		})
+	}
 	if hsrv != nil {
 		wg.Go(func() {
 			if err := hsrv.Serve(mlis); err != nil && !errors.Is(err, http.ErrServerClosed) {
@@ -399,7 +432,7 @@ func (c *Control) Run(ctx context.Context) (err error) {
 		c.metricsAddr = mlis.Addr()
 	}
 	c.mu.Unlock()
-	c.log.Info("control: serving", "addr", lis.Addr().String(), "tls", c.tls != nil,
+	c.log.Info("control: serving", "addr", lis.Addr().String(), "socket", c.opts.Socket, "dev_mode", c.opts.DevMode, "tls", c.tls != nil,
 		"mtls", c.tls != nil && c.tls.ClientAuth == tls.RequireAndVerifyClientCert, "metrics", c.opts.MetricsListen, "etcd", endpoints)
 	close(c.ready)
 
@@ -529,4 +562,31 @@ func (c *Control) SigningPublicKey() ed25519.PublicKey {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.signingPub
+}
+
+// listenSocket listens on the unix socket at path, replacing a stale
+// socket file (never another kind of file), mode 0666: who may connect is
+// decided by the directory, and who connected by the kernel's peer
+// credentials.
+func listenSocket(path string) (net.Listener, error) {
+	if fi, err := os.Lstat(path); err == nil {
+		if fi.Mode()&os.ModeSocket == 0 {
+			return nil, fmt.Errorf("socket %s: a file that is not a socket is in the way; remove it or choose another --socket", path)
+		}
+		if err := os.Remove(path); err != nil {
+			return nil, fmt.Errorf("socket %s: remove the stale socket: %w", path, err)
+		}
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return nil, fmt.Errorf("socket %s: %w", path, err)
+	}
+	l, err := net.Listen("unix", path)
+	if err != nil {
+		return nil, fmt.Errorf("socket %s: %w (a socket path is at most 107 bytes)", path, err)
+	}
+	if err := os.Chmod(path, 0o666); err != nil {
+		l.Close()
+		return nil, fmt.Errorf("socket %s: %w", path, err)
+	}
+	return l, nil
 }

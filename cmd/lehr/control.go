@@ -27,7 +27,13 @@ external etcd cluster instead, through the same code path.
 
 Plaintext is served on loopback only; to listen on any other address pass
 --tls-cert and --tls-key (and --client-ca to require client certificates,
-whose common name is then recorded as the author of every change).
+whose identity is then the author of every change, checked against the
+domains' ACLs). Callers control cannot identify — plaintext TCP, TLS without
+a client certificate — may only read. On one host, --socket serves the API on
+a unix socket too, where each caller is the local user its uid names (the
+kernel says so, not the caller): 'lehr --control unix:///run/lehr-control/control.sock
+push …'. --dev lets unidentified callers change anything under any --as, for
+development only ('lehr dev' runs so).
 
 Every version is signed with an ed25519 key (--signing-key, by default
 DATA-DIR/signing.key, made on first start); its public key is written beside
@@ -43,7 +49,7 @@ are some zone's goal. The latest version is never removed.
 Stop it with Ctrl-C or SIGTERM: in-flight calls finish, then it exits.`,
 		examples: []string{
 			"lehr control",
-			"lehr control --data-dir /var/lib/lehr --keep-last 500 --keep-for 720h --log-format json",
+			"lehr control --data-dir /var/lib/lehr --socket /run/lehr-control/control.sock --keep-last 500 --keep-for 720h --log-format json",
 			"lehr control --etcd-endpoints https://etcd-0:2379,https://etcd-1:2379 --listen 0.0.0.0:7400 --tls-cert control.crt --tls-key control.key --client-ca clients.crt",
 		},
 	})
@@ -52,6 +58,8 @@ Stop it with Ctrl-C or SIGTERM: in-flight calls finish, then it exits.`,
 	fs.StringVar(&opts.SigningKey, "signing-key", "", "ed25519 private key `file` (PEM, mode 0600) that signs every version; default DATA-DIR/signing.key, created if missing; \"off\" signs nothing")
 	endpoints := fs.String("etcd-endpoints", "", "comma-separated client `URLs` of an external etcd cluster (default: embedded etcd)")
 	fs.StringVar(&opts.Listen, "listen", control.DefaultListen, "gRPC listen `address`; without TLS it must be loopback")
+	fs.StringVar(&opts.Socket, "socket", "", "also serve the API on this unix socket `path` (mode 0666), where each caller acts as its local user (SO_PEERCRED)")
+	fs.BoolVar(&opts.DevMode, "dev", false, "development only: callers control cannot identify (plaintext loopback, TLS without a client certificate) may change anything under any --as; off, they may only read")
 	fs.StringVar(&opts.MetricsListen, "metrics-listen", control.DefaultMetricsListen, "HTTP `address` of /metrics and /healthz; \"off\" disables it")
 	certFile := fs.String("tls-cert", "", "server certificate `file` (PEM); enables TLS")
 	keyFile := fs.String("tls-key", "", "server private key `file` (PEM)")

@@ -5,6 +5,7 @@ import (
 	"context"
 	"net"
 	"os"
+	"os/user"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -403,8 +404,10 @@ func TestControlCommandServesUntilCanceled(t *testing.T) {
 	defer cancel()
 	done := make(chan int, 1)
 	dir := t.TempDir()
+	sockPath := filepath.Join(dir, "control.sock")
 	go func() {
-		done <- run(ctx, []string{"control", "--data-dir", dir, "--listen", "127.0.0.1:0", "--metrics-listen", "off", "--log-level", "warn"}, e)
+		done <- run(ctx, []string{"control", "--data-dir", dir, "--listen", "127.0.0.1:0", "--metrics-listen", "off", "--log-level", "warn",
+			"--socket", sockPath}, e)
 	}()
 	var addr string
 	select {
@@ -417,8 +420,19 @@ func TestControlCommandServesUntilCanceled(t *testing.T) {
 	if got, want := nextNote(t, notes), "READY=1\nSTATUS=serving on "+addr; got != want {
 		t.Errorf("systemd notification = %q, want %q", got, want)
 	}
+	// Without --dev, plaintext loopback callers only read: control
+	// cannot tell who they are. On the socket each caller is its local
+	// user, whatever --as says.
 	c := cli{t: t, addr: addr}
-	c.ok("domain", "create", "demo")
+	mustContain(t, "a change over plaintext TCP", c.fails("domain", "create", "demo"), "may only read", "unix", "--dev")
+	c.ok("domain", "list")
+	local := cli{t: t, addr: "unix://" + sockPath}
+	local.ok("domain", "create", "demo", "--as", "mallory")
+	me, err := user.Current()
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustContain(t, "the domain's creator and admin", local.ok("domain", "get", "demo"), "by "+me.Username, "admins              "+me.Username)
 	mustContain(t, "stderr", stderr.String(), "lehr control: serving on "+addr)
 	cancel()
 	if got := nextNote(t, notes); got != "STOPPING=1" {

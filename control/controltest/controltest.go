@@ -48,8 +48,10 @@ type Server struct {
 // fields of opts get test-friendly values instead of the daemon defaults:
 // DataDir a t.TempDir(), Listen and MetricsListen "127.0.0.1:0", Logger
 // one that writes warnings and errors to t.Log, NoSync true (only
-// when the embedded etcd is used). The server is stopped by t.Cleanup, or
-// earlier by Stop.
+// when the embedded etcd is used). DevMode is always on: tests change
+// things over plaintext loopback under asserted authors (a test of the
+// secure default uses control.New). The server is stopped by t.Cleanup,
+// or earlier by Stop.
 //
 // Conn is dialled with dialOpts, or plaintext if there are none (pass
 // grpc.WithTransportCredentials for a control started with TLS).
@@ -70,6 +72,7 @@ func StartControl(t testing.TB, opts control.Options, dialOpts ...grpc.DialOptio
 	if len(opts.EtcdEndpoints) == 0 {
 		opts.NoSync = true
 	}
+	opts.DevMode = true
 	c, err := control.New(opts)
 	if err != nil {
 		t.Fatalf("control.New: %v", err)

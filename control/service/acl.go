@@ -16,6 +16,7 @@ import (
 
 	"lehr.dev/lehr/control/store"
 	"lehr.dev/lehr/internal/apierror"
+	"lehr.dev/lehr/internal/peercred"
 	"lehr.dev/lehr/internal/tlsconfig"
 	"lehr.dev/lehr/proto/lehrpb"
 )
@@ -57,12 +58,16 @@ func (a aclAction) list(acl *lehrpb.Acl) (entries []string, field string) {
 	return nil, ""
 }
 
-// userOf returns the user name of the caller's verified Lehr identity:
-// ok is false for a caller control cannot identify (no verified client
-// certificate: plaintext loopback, in-process) and for a control replica,
-// neither of which the ACL checks. UnaryAuthorizer has refused every other
-// role and identity-less certificates before this runs.
+// userOf returns the user name of the caller: its verified Lehr identity,
+// or the local user of a caller on the unix socket. ok is false for a
+// caller control cannot identify (plaintext TCP, in-process) and for a
+// control replica, neither of which the ACL checks. The Authorizer has
+// refused every other role and identity-less certificates before this
+// runs.
 func userOf(ctx context.Context) (name string, ok bool) {
+	if pc, ok := peercred.FromContext(ctx); ok {
+		return pc.User, true
+	}
 	p, found := peer.FromContext(ctx)
 	if !found {
 		return "", false

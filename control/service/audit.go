@@ -10,6 +10,7 @@ import (
 
 	"lehr.dev/lehr/control/validate"
 	"lehr.dev/lehr/internal/apierror"
+	"lehr.dev/lehr/internal/peercred"
 	"lehr.dev/lehr/internal/tlsconfig"
 )
 
@@ -45,6 +46,10 @@ func callerOf(ctx context.Context) caller {
 	}
 	if p.Addr != nil {
 		c.transport = p.Addr.String()
+	}
+	if pc, ok := p.AuthInfo.(peercred.Info); ok {
+		c.identity, c.transport = pc.User, pc.String()
+		return c
 	}
 	if ti, ok := p.AuthInfo.(credentials.TLSInfo); ok {
 		if id := tlsconfig.PeerIdentity(ti.State); id != "" {

@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/peer"
 
 	"lehr.dev/lehr/internal/apierror"
+	"lehr.dev/lehr/internal/peercred"
 	"lehr.dev/lehr/internal/tlsconfig"
 )
 
@@ -24,8 +25,11 @@ import (
 //   - a host may call nothing: agents talk to distributors, never to control;
 //   - a verified certificate without a Lehr identity is refused.
 //
-// A caller without a certificate (plaintext on loopback, or TLS without
-// --client-ca) is not checked here.
+// A caller on control's unix socket is the user its uid names
+// (internal/peercred), with a user's rights. A caller control cannot
+// identify — plaintext TCP on loopback, TLS without a client certificate —
+// may only read, unless control runs in dev mode, where it may do
+// anything under any asserted author (lehr dev, test beds).
 
 // distributionMethods are what distributors call.
 var distributionMethods = map[string]bool{
@@ -39,23 +43,44 @@ var distributionMethods = map[string]bool{
 // zoned is a request that names a zone.
 type zoned interface{ GetZone() string }
 
+// Authorizer applies the rules above to every call.
+type Authorizer struct {
+	// DevMode lets callers control cannot identify change anything.
+	DevMode bool
+}
+
+// writes are the methods an unidentified caller may not call outside dev
+// mode: the mutating ones, and the distributors' zone reports.
+func writes(method string) bool { return auditedMethods[method] || method == "ReportZoneStatus" }
+
 // authorize decides whether the caller of ctx may call the Control method
 // fullMethod with req (nil for a stream whose request is not read yet).
-func authorize(ctx context.Context, fullMethod string, req any) error {
+func (a Authorizer) authorize(ctx context.Context, fullMethod string, req any) error {
 	method := path.Base(fullMethod)
+	deny := func(format string, args ...any) error {
+		return apierror.New(codes.PermissionDenied, apierror.ReasonPermissionDenied, "", format, args...)
+	}
 	p, ok := peer.FromContext(ctx)
 	if !ok {
+		return nil // in-process
+	}
+	if pc, ok := p.AuthInfo.(peercred.Info); ok {
+		if method == "ReportZoneStatus" {
+			return deny("local user %s: only distributors report zone status", pc.User)
+		}
 		return nil
 	}
 	ti, ok := p.AuthInfo.(credentials.TLSInfo)
 	if !ok || len(ti.State.VerifiedChains) == 0 {
+		if !a.DevMode && writes(method) {
+			return deny("%s: control cannot tell who this caller is (plaintext, or TLS without a client certificate), so it may only read. "+
+				"Connect over control's unix socket (lehr --control unix:///path/to/control.sock: you act as your local user) or with a client certificate "+
+				"(lehr certs issue --role user); 'lehr dev' and 'lehr control --dev' allow unidentified changes for development", method)
+		}
 		return nil
 	}
 	id, ok, err := tlsconfig.PeerRole(ti.State)
 	cn := tlsconfig.PeerIdentity(ti.State)
-	deny := func(format string, args ...any) error {
-		return apierror.New(codes.PermissionDenied, apierror.ReasonPermissionDenied, "", format, args...)
-	}
 	switch {
 	case err != nil:
 		return deny("client certificate %q: %v", cn, err)
@@ -80,28 +105,29 @@ func authorize(ctx context.Context, fullMethod string, req any) error {
 	return nil
 }
 
-// UnaryAuthorizer is the gRPC interceptor that applies authorize to every
-// unary call.
-func UnaryAuthorizer(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-	if err := authorize(ctx, info.FullMethod, req); err != nil {
+// Unary is the gRPC interceptor that applies the rules to every unary
+// call.
+func (a Authorizer) Unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	if err := a.authorize(ctx, info.FullMethod, req); err != nil {
 		return nil, err
 	}
 	return handler(ctx, req)
 }
 
-// StreamAuthorizer applies authorize to every stream: to the caller when
-// the stream opens, and to its first request message when it arrives.
-func StreamAuthorizer(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-	if err := authorize(ss.Context(), info.FullMethod, nil); err != nil {
+// Stream applies the rules to every stream: to the caller when the stream
+// opens, and to its first request message when it arrives.
+func (a Authorizer) Stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+	if err := a.authorize(ss.Context(), info.FullMethod, nil); err != nil {
 		return err
 	}
-	return handler(srv, &authorizedStream{ServerStream: ss, method: info.FullMethod})
+	return handler(srv, &authorizedStream{ServerStream: ss, method: info.FullMethod, a: a})
 }
 
 // authorizedStream checks the first message the client sends.
 type authorizedStream struct {
 	grpc.ServerStream
 	method  string
+	a       Authorizer
 	checked bool
 }
 
@@ -111,7 +137,7 @@ func (s *authorizedStream) RecvMsg(m any) error {
 	}
 	if !s.checked {
 		s.checked = true
-		if err := authorize(s.Context(), s.method, m); err != nil {
+		if err := s.a.authorize(s.Context(), s.method, m); err != nil {
 			return err
 		}
 	}

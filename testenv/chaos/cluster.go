@@ -133,6 +133,7 @@ func StartCluster(ctx, run context.Context, opts ClusterOptions) (_ *Cluster, er
 	if c.Control, err = newProc(run, "control", opts.Binary, filepath.Join(opts.Dir, "control"), append([]string{
 		"control", "--data-dir", filepath.Join(opts.Dir, "control", "data"), "--listen", c.ControlAddr,
 		"--metrics-listen", "off", "--keep-last", "1000000", "--compact-interval", "-1s",
+		"--dev", // the workload and the distributors talk plaintext on loopback
 	}, opts.ControlArgs...), log); err != nil {
 		return nil, err
 	}

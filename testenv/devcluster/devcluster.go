@@ -247,6 +247,10 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 			Logger:          c.log.With("component", "control"),
 			NoSync:          opts.NoSync,
 			ShutdownTimeout: 5 * time.Second,
+			// A development cluster: plaintext loopback callers (the
+			// producer client, lehr commands, distributors) may change
+			// things under the author they assert.
+			DevMode: true,
 			// Bakes of seconds, so a local rollout is watchable.
 			DefaultRolloutPolicy: rollout.Fast(),
 			Rollouts:             opts.Rollouts,
