@@ -157,6 +157,8 @@ func TestDomainACL(t *testing.T) {
 		{&lehrpb.UpdateDomainRequest{Domain: &lehrpb.Domain{Name: "pay", Acl: &lehrpb.Acl{Admins: []string{"a b"}}}, UpdateMask: &fieldmaskpb.FieldMask{Paths: []string{"acl"}}}, "domain.acl.admins[0]"},
 		{&lehrpb.UpdateDomainRequest{Domain: &lehrpb.Domain{Name: "pay", Acl: &lehrpb.Acl{Publishers: []string{"x", "x"}}}, UpdateMask: &fieldmaskpb.FieldMask{Paths: []string{"acl"}}}, "domain.acl.publishers[1]"},
 		{&lehrpb.UpdateDomainRequest{Domain: &lehrpb.Domain{Name: "nope"}, UpdateMask: &fieldmaskpb.FieldMask{Paths: []string{"description"}}}, "domain.name"},
+		{&lehrpb.UpdateDomainRequest{Domain: &lehrpb.Domain{Name: "pay", Acl: &lehrpb.Acl{Readers: []string{"zone-a", "Zone B"}}}, UpdateMask: &fieldmaskpb.FieldMask{Paths: []string{"acl"}}}, "domain.acl.readers[1]"},
+		{&lehrpb.UpdateDomainRequest{Domain: &lehrpb.Domain{Name: "pay", Acl: &lehrpb.Acl{Readers: []string{"zone-a/bad host"}}}, UpdateMask: &fieldmaskpb.FieldMask{Paths: []string{"acl"}}}, "domain.acl.readers[0]"},
 	} {
 		_, err := eve.UpdateDomain(testCtx(t), tc.req)
 		if e := apierror.FromError(err); e == nil || e.Field != tc.want {

@@ -50,6 +50,7 @@ const (
 	DefaultListen         = "127.0.0.1:7410"
 	DefaultCacheBytes     = 256 << 20
 	DefaultReportInterval = 10 * time.Second
+	DefaultDomainRefresh  = 30 * time.Second
 	// maxControlMessage bounds gRPC messages from control (a whole version
 	// of a large namespace).
 	maxControlMessage = 128 << 20
@@ -86,6 +87,11 @@ type Options struct {
 	// ReportInterval is how often convergence is reported to control and
 	// how often agents are asked to report; default DefaultReportInterval.
 	ReportInterval time.Duration
+	// DomainRefresh is how often the policies of the domains the zone's
+	// goals name (acl.readers, quotas.outbound_bytes_per_second) are read
+	// again from control; default DefaultDomainRefresh. A domain is read
+	// before its first namespace is served.
+	DomainRefresh time.Duration
 	// Logger; default slog.Default().
 	Logger *slog.Logger
 	// Version is the build string shown to agents; optional.
@@ -136,6 +142,10 @@ type Distributor struct {
 	metricsAddr net.Addr
 	serving     int
 
+	// domains are the policies of the domains served (domains.go).
+	domainMu sync.Mutex
+	domains  map[string]fanout.DomainPolicy
+
 	// dirty holds namespaces whose goal changed and must be (re)synced.
 	dirtyMu sync.Mutex
 	dirty   map[string]bool
@@ -169,6 +179,9 @@ func New(opts Options) (*Distributor, error) {
 	}
 	if opts.CacheBytes <= 0 {
 		opts.CacheBytes = DefaultCacheBytes
+	}
+	if opts.DomainRefresh <= 0 {
+		opts.DomainRefresh = DefaultDomainRefresh
 	}
 	if opts.ReportInterval <= 0 {
 		opts.ReportInterval = DefaultReportInterval
@@ -422,6 +435,7 @@ func (d *Distributor) Run(ctx context.Context) (err error) {
 	run("watch goals", d.watch.Run)
 	run("sync goals", d.syncGoals)
 	run("report", d.report)
+	run("refresh domains", d.refreshDomains)
 	if hs != nil {
 		run("serve metrics", func(context.Context) error {
 			if err := hs.Serve(mln); !errors.Is(err, http.ErrServerClosed) {
@@ -590,6 +604,10 @@ func (d *Distributor) syncOne(ctx context.Context, ns string) error {
 	}
 	stable, err := fetch(g.GetVersion(), g.GetChecksum())
 	if err != nil {
+		return err
+	}
+	// Who may read it, and at what rate, is known before anyone is served.
+	if err := d.ensureDomain(fctx, ns); err != nil {
 		return err
 	}
 	goal := fanout.Goal{Stable: stable}

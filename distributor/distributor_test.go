@@ -15,6 +15,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/fieldmaskpb"
 
 	"lehr.dev/lehr/agent/agenttest"
 	"lehr.dev/lehr/control"
@@ -291,4 +292,46 @@ func identityOf(name string, kind pki.Kind) *url.URL {
 		return nil
 	}
 	return tlsconfig.Identity{Role: tlsconfig.RoleHost, Zone: zone, Name: name}.URI()
+}
+
+// The distributor reads a domain's readers from control before serving
+// its namespaces and again every DomainRefresh: a host outside them is
+// told FORBIDDEN and sent nothing; after an admin names it, it is served.
+func TestDomainReadersFromControl(t *testing.T) {
+	srv := controltest.StartControl(t, control.Options{})
+	if _, err := srv.Client.CreateDomain(ctxT(t), &lehrpb.CreateDomainRequest{Domain: &lehrpb.Domain{Name: "d",
+		Acl: &lehrpb.Acl{Readers: []string{zone + "/host-1"}}}}); err != nil {
+		t.Fatal(err)
+	}
+	p := newPKI(t)
+	d, err := distributor.New(distributor.Options{Zone: zone, ID: "dist-1", ControlAddr: srv.Addr, Listen: "127.0.0.1:0",
+		TLS: p.tls("distributor", pki.Server), DomainRefresh: 200 * time.Millisecond, Logger: quiet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- d.Run(context.Background()) }()
+	t.Cleanup(func() { d.Close(); <-done })
+	select {
+	case <-d.Ready():
+	case err := <-done:
+		t.Fatalf("Run ended early: %v", err)
+	}
+	ns := "d/secret"
+	v1 := publish(t, srv.Client, ns, "k", "v")
+	in := dial(t, p, d, "host-1", agenttest.Options{Subscriptions: []string{ns}})
+	out := dial(t, p, d, "host-2", agenttest.Options{Subscriptions: []string{ns}})
+	waitVersion(t, in, ns, v1)
+	wait.For(t, "host-2 told FORBIDDEN", func() bool {
+		u, ok := out.Unavailable(ns)
+		return ok && u.GetReason() == lehrpb.UnavailableReason_UNAVAILABLE_REASON_FORBIDDEN
+	})
+	if got := out.Applied(ns); len(got) != 0 {
+		t.Fatalf("host-2 received %v", got)
+	}
+	if _, err := srv.Client.UpdateDomain(ctxT(t), &lehrpb.UpdateDomainRequest{Domain: &lehrpb.Domain{Name: "d",
+		Acl: &lehrpb.Acl{Readers: []string{zone + "/host-1", zone + "/host-2"}}}, UpdateMask: &fieldmaskpb.FieldMask{Paths: []string{"acl"}}}); err != nil {
+		t.Fatal(err)
+	}
+	waitVersion(t, out, ns, v1)
 }

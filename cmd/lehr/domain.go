@@ -84,10 +84,11 @@ is open: every user may do everything until an admin is set.`,
 	maxNS := fs.Int("max-namespaces", 0, "most namespaces in the domain (0: server default)")
 	fs.Float64Var(&q.PublishesPerSecond, "publishes-per-second", 0, "sustained publish `rate` for the domain (0: server default)")
 	burst := fs.Int("publish-burst", 0, "burst `size` for --publishes-per-second (0: server default)")
+	fs.Int64Var(&q.OutboundBytesPerSecond, "outbound-bytes-per-second", 0, "update `bytes` per second each distributor may send of the domain (0: no limit)")
 	fs.Var(&pubs, "publisher", "`user` allowed to publish, patch and roll back (repeatable)")
 	fs.Var(&operators, "operator", "`user` allowed to run rollouts, canary evaluations and policy experiments (repeatable)")
 	fs.Var(&admins, "admin", "`user` allowed to do everything and change the domain (repeatable)")
-	fs.Var(&readers, "reader", "recorded, not enforced yet: a zone or host meant to receive the domain (repeatable)")
+	fs.Var(&readers, "reader", "a zone, or zone/host, that may receive the domain's namespaces; none: every host (repeatable)")
 	pos, code, ok := parse(e, fs, args)
 	if !ok {
 		return code
@@ -207,6 +208,8 @@ admins list opens the domain to every user.`,
 	pubs := fs.String("publishers", "", "comma-separated `users` allowed to publish, patch and roll back")
 	ops := fs.String("operators", "", "comma-separated `users` allowed to run rollouts, canary evaluations and policy experiments")
 	admins := fs.String("admins", "", "comma-separated `users` allowed to do everything and change the domain")
+	readers := fs.String("readers", "", "comma-separated `zones` or zone/host entries that may receive the domain's namespaces (\"\": every host)")
+	outbound := fs.Int64("outbound-bytes-per-second", 0, "update `bytes` per second each distributor may send of the domain (0: no limit)")
 	pos, code, ok := parse(e, fs, args)
 	if !ok {
 		return code
@@ -219,8 +222,8 @@ admins list opens the domain to every user.`,
 	}
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-	if !set["description"] && !set["publishers"] && !set["operators"] && !set["admins"] {
-		return usageError(e, fs, "nothing to change: give --description, --publishers, --operators or --admins")
+	if !set["description"] && !set["publishers"] && !set["operators"] && !set["admins"] && !set["readers"] && !set["outbound-bytes-per-second"] {
+		return usageError(e, fs, "nothing to change: give --description, --publishers, --operators, --admins, --readers or --outbound-bytes-per-second")
 	}
 	c, ctx, done, err := cf.connect(ctx)
 	if err != nil {
@@ -232,12 +235,24 @@ admins list opens the domain to every user.`,
 	if set["description"] {
 		paths = append(paths, "description")
 	}
-	if set["publishers"] || set["operators"] || set["admins"] {
-		// The ACL is replaced whole: start from the current one.
-		cur, err := c.GetDomain(ctx, pos[0])
-		if err != nil {
+	var cur *lehrpb.Domain
+	if set["publishers"] || set["operators"] || set["admins"] || set["readers"] || set["outbound-bytes-per-second"] {
+		// The ACL and the quotas are replaced whole: start from the
+		// current ones.
+		if cur, err = c.GetDomain(ctx, pos[0]); err != nil {
 			return reportError(e, fs.Name(), err, cf.errCtx(""))
 		}
+	}
+	if set["outbound-bytes-per-second"] {
+		q := proto.CloneOf(cur.GetQuotas())
+		if q == nil {
+			q = &lehrpb.Quotas{}
+		}
+		q.OutboundBytesPerSecond = *outbound
+		d.Quotas = q
+		paths = append(paths, "quotas")
+	}
+	if set["publishers"] || set["operators"] || set["admins"] || set["readers"] {
 		acl := proto.CloneOf(cur.GetAcl())
 		if acl == nil {
 			acl = &lehrpb.Acl{}
@@ -246,7 +261,7 @@ admins list opens the domain to every user.`,
 			flag string
 			val  *string
 			list *[]string
-		}{{"publishers", pubs, &acl.Publishers}, {"operators", ops, &acl.Operators}, {"admins", admins, &acl.Admins}} {
+		}{{"publishers", pubs, &acl.Publishers}, {"operators", ops, &acl.Operators}, {"admins", admins, &acl.Admins}, {"readers", readers, &acl.Readers}} {
 			if set[l.flag] {
 				*l.list = splitList(*l.val)
 			}

@@ -299,6 +299,9 @@ func writeDomain(w io.Writer, d *lehrpb.Domain) {
 		}
 	}
 	fmt.Fprintf(tw, "publish rate\t%s\n", rate)
+	if b := q.GetOutboundBytesPerSecond(); b > 0 {
+		fmt.Fprintf(tw, "outbound per distributor\t%s/s\n", fmtBytes(b))
+	}
 	acl := d.GetAcl()
 	list := func(l []string, empty string) string {
 		if len(l) == 0 {
@@ -313,6 +316,9 @@ func writeDomain(w io.Writer, d *lehrpb.Domain) {
 	fmt.Fprintf(tw, "admins\t%s\n", list(acl.GetAdmins(), "none: an open domain, every user may do everything"))
 	fmt.Fprintf(tw, "publishers\t%s\n", list(acl.GetPublishers(), others))
 	fmt.Fprintf(tw, "operators\t%s\n", list(acl.GetOperators(), others))
+	if r := acl.GetReaders(); len(r) > 0 {
+		fmt.Fprintf(tw, "readers\t%s\n", list(r, ""))
+	}
 	tw.Flush()
 }
 

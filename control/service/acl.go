@@ -16,6 +16,7 @@ import (
 
 	"lehr.dev/lehr/control/store"
 	"lehr.dev/lehr/internal/apierror"
+	"lehr.dev/lehr/internal/names"
 	"lehr.dev/lehr/internal/peercred"
 	"lehr.dev/lehr/internal/tlsconfig"
 	"lehr.dev/lehr/proto/lehrpb"
@@ -157,16 +158,32 @@ func checkACL(prefix string, acl *lehrpb.Acl) error {
 		seen := map[string]bool{}
 		for i, e := range l.entries {
 			f := fmt.Sprintf("%s.%s[%d]", prefix, l.field, i)
-			if err := (tlsconfig.Identity{Role: tlsconfig.RoleUser, Name: e}).Check(); err != nil && l.field != "readers" {
+			if l.field == "readers" {
+				if err := checkReader(e); err != nil {
+					return invalid(apierror.ReasonInvalidArgument, f, "%q: %v", e, err)
+				}
+			} else if err := (tlsconfig.Identity{Role: tlsconfig.RoleUser, Name: e}).Check(); err != nil {
 				return invalid(apierror.ReasonInvalidArgument, f, "%q is not a user name: 1-64 bytes of letters, digits, '.', '_', '@' and '-' (the <name> of spiffe://lehr/user/<name>)", e)
-			}
-			if l.field == "readers" && (e == "" || len(e) > 256) {
-				return invalid(apierror.ReasonInvalidArgument, f, "an entry must be 1-256 bytes")
 			}
 			if seen[e] {
 				return invalid(apierror.ReasonInvalidArgument, f, "%q is listed twice", e)
 			}
 			seen[e] = true
+		}
+	}
+	return nil
+}
+
+// checkReader checks an acl.readers entry: a zone, or "zone/host" with a
+// host id as host certificates carry it.
+func checkReader(e string) error {
+	zone, host, isHost := strings.Cut(e, "/")
+	if err := names.Zone(zone); err != nil {
+		return fmt.Errorf("want a zone or zone/host: %w", err)
+	}
+	if isHost {
+		if err := (tlsconfig.Identity{Role: tlsconfig.RoleHost, Zone: zone, Name: host}).Check(); err != nil {
+			return fmt.Errorf("want a zone or zone/host: %w", err)
 		}
 	}
 	return nil

@@ -33,6 +33,7 @@ import (
 
 // distributionMethods are what distributors call.
 var distributionMethods = map[string]bool{
+	"GetDomain":        true, // readers and outbound limits (fanout.DomainPolicy)
 	"WatchGoals":       true,
 	"GetGoals":         true,
 	"FetchVersion":     true,
@@ -92,7 +93,7 @@ func (a Authorizer) authorize(ctx context.Context, fullMethod string, req any) e
 		return deny("%s is a host: hosts talk to their zone's distributors, never to control (%s refused)", id, method)
 	case tlsconfig.RoleDistributor:
 		if !distributionMethods[method] {
-			return deny("%s is a distributor: distributors may call only WatchGoals, GetGoals, FetchVersion, FetchDelta and ReportZoneStatus, not %s; use a user certificate ('lehr certs issue --role user')", id, method)
+			return deny("%s is a distributor: distributors may call only WatchGoals, GetGoals, GetDomain, FetchVersion, FetchDelta and ReportZoneStatus, not %s; use a user certificate ('lehr certs issue --role user')", id, method)
 		}
 		if z, ok := req.(zoned); ok && z.GetZone() != id.Zone {
 			return deny("%s serves zone %q; it may not call %s for zone %q", id, id.Zone, method, z.GetZone())

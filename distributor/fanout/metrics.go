@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strconv"
 	"sync"
+	"time"
 
 	"github.com/VictoriaMetrics/metrics"
 )
@@ -79,4 +80,12 @@ func (m *serverMetrics) pushed(snapshot bool, n int) {
 		m.pushPatch.Inc()
 		m.bytesPatch.Add(n)
 	}
+}
+
+// throttled counts a push of domain that waited for its outbound limit,
+// and how long (lehr_distributor_throttled_pushes_total{domain},
+// lehr_distributor_throttled_seconds_total{domain}).
+func (m *serverMetrics) throttled(domain string, waited time.Duration) {
+	m.set.GetOrCreateCounter(fmt.Sprintf(`lehr_distributor_throttled_pushes_total{domain=%q}`, domain)).Inc()
+	m.set.GetOrCreateFloatCounter(fmt.Sprintf(`lehr_distributor_throttled_seconds_total{domain=%q}`, domain)).Add(waited.Seconds())
 }

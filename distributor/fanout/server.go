@@ -35,6 +35,7 @@ import (
 
 	"github.com/VictoriaMetrics/metrics"
 	"github.com/quic-go/quic-go"
+	"golang.org/x/time/rate"
 	"google.golang.org/protobuf/proto"
 
 	"lehr.dev/lehr/internal/cohort"
@@ -179,6 +180,12 @@ type Server struct {
 	// goalMu serialises goal writers (SetGoal, ClearGoal).
 	goalMu sync.Mutex
 
+	// domainMu guards the domain policies (SetDomains) and the outbound
+	// limiters they make.
+	domainMu sync.Mutex
+	domains  map[string]DomainPolicy
+	limiters map[string]*rate.Limiter
+
 	mu       sync.Mutex
 	sessions map[string]*session // by host id
 	closed   bool
@@ -248,6 +255,7 @@ func Listen(opts Options) (*Server, error) {
 		log:      opts.Logger.With("zone", opts.Zone),
 		memo:     newMemo(opts.MemoBytes),
 		sessions: map[string]*session{},
+		limiters: map[string]*rate.Limiter{},
 		ctx:      ctx,
 		cancel:   cancel,
 		done:     make(chan struct{}),

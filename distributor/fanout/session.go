@@ -588,6 +588,14 @@ func (ss *session) plan() (jobs []job, unavailable []*lehrpb.Unavailable, wake t
 			}
 			continue
 		}
+		if why := ss.srv.forbidden(ns, ss.host); why != "" {
+			if st.unavailable != lehrpb.UnavailableReason_UNAVAILABLE_REASON_FORBIDDEN {
+				st.unavailable = lehrpb.UnavailableReason_UNAVAILABLE_REASON_FORBIDDEN
+				unavailable = append(unavailable, &lehrpb.Unavailable{Namespace: ns, Reason: st.unavailable,
+					Detail: why + ": this host may not receive the namespace; it keeps what it holds"})
+			}
+			continue
+		}
 		st.unavailable = 0
 		g := goal.For(ss.host)
 		// Whether the agent's version is available here is checked by push;
@@ -632,6 +640,11 @@ func (ss *session) push(j job) {
 	// 	time.Sleep(100 * time.Millisecond) // let the half leave
 	// 	panic("failpoint distributorMidSnapshot: half a snapshot written")
 	// }
+	// The domain's outbound limit: only this push waits (each runs in its
+	// own goroutine); the Ack deadline starts once it is written.
+	if err := ss.srv.throttle(ss.ctx, j.ns, len(frame)); err != nil {
+		return // the session is ending
+	}
 	if err := wire.SendUpdate(ss.ctx, ss.conn, frame); err != nil {
 		ss.fail("push an update", fmt.Errorf("%s@%d: %w", j.ns, j.goal.Seq, err))
 		return

@@ -211,8 +211,9 @@ type Quotas struct {
 	PublishesPerSecond float64 `protobuf:"fixed64,4,opt,name=publishes_per_second,json=publishesPerSecond,proto3" json:"publishes_per_second,omitempty"`
 	// Burst size for publishes_per_second.
 	PublishBurst int32 `protobuf:"varint,5,opt,name=publish_burst,json=publishBurst,proto3" json:"publish_burst,omitempty"`
-	// Outbound bytes per second a zone may spend on this domain (enforced by
-	// distributors).
+	// Update bytes per second each distributor may send of this domain's
+	// namespaces, over all its agents (a zone with N distributors: up to N
+	// times it); 0: no limit. A push over it waits; other domains' do not.
 	OutboundBytesPerSecond int64 `protobuf:"varint,6,opt,name=outbound_bytes_per_second,json=outboundBytesPerSecond,proto3" json:"outbound_bytes_per_second,omitempty"`
 	// Maximum number of namespaces in the domain.
 	MaxNamespaces int32 `protobuf:"varint,7,opt,name=max_namespaces,json=maxNamespaces,proto3" json:"max_namespaces,omitempty"`
@@ -309,8 +310,9 @@ type Acl struct {
 	// May publish: CreateNamespace, Publish, Patch, Rollback. Empty: the
 	// admins only.
 	Publishers []string `protobuf:"bytes,1,rep,name=publishers,proto3" json:"publishers,omitempty"`
-	// Reserved for the zones and hosts that may receive the domain's
-	// namespaces; not enforced yet (every host of every zone may).
+	// The zones ("zone") and hosts ("zone/host") that may receive the
+	// domain's namespaces; empty: every host. Distributors enforce it: a
+	// host outside it gets UNAVAILABLE_REASON_FORBIDDEN.
 	Readers []string `protobuf:"bytes,2,rep,name=readers,proto3" json:"readers,omitempty"`
 	// May operate: rollout policies and rollouts (SetRolloutPolicy,
 	// DeleteRolloutPolicy, UpdateRollout), canary evaluations (Evaluate)

@@ -1,0 +1,125 @@
+package fanout
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+	"time"
+
+	"golang.org/x/time/rate"
+
+	"lehr.dev/lehr/internal/names"
+	"lehr.dev/lehr/proto/lehrpb"
+)
+
+// DomainPolicy is what a domain's settings ask of the distributors
+// (lehrpb.Domain: acl.readers, quotas.outbound_bytes_per_second).
+type DomainPolicy struct {
+	// Readers, when not empty, are the zones ("zone") and hosts
+	// ("zone/host") that may receive the domain's namespaces; any other
+	// host subscribing gets UNAVAILABLE_REASON_FORBIDDEN and nothing of
+	// the domain.
+	Readers []string
+	// OutboundBytesPerSecond, when above 0, bounds the update bytes of the
+	// domain's namespaces this distributor sends per second, over all its
+	// agents: a push that would exceed it waits, and only it — pushes of
+	// other domains and to other namespaces go on.
+	OutboundBytesPerSecond int64
+}
+
+// PolicyOf returns a domain's policy.
+func PolicyOf(d *lehrpb.Domain) DomainPolicy {
+	return DomainPolicy{Readers: d.GetAcl().GetReaders(), OutboundBytesPerSecond: d.GetQuotas().GetOutboundBytesPerSecond()}
+}
+
+// mayRead reports whether host of zone may receive the domain's namespaces.
+func (p DomainPolicy) mayRead(zone, host string) bool {
+	return len(p.Readers) == 0 || slices.Contains(p.Readers, zone) || slices.Contains(p.Readers, zone+"/"+host)
+}
+
+// SetDomains replaces the domain policies (by domain name; a domain
+// without one has no readers list and no outbound limit) and makes every
+// session plan again, so a host a change forbids is told, and one it
+// allows again is served.
+func (s *Server) SetDomains(policies map[string]DomainPolicy) {
+	s.domainMu.Lock()
+	s.domains = policies
+	for d, l := range s.limiters {
+		if p, ok := policies[d]; !ok || p.OutboundBytesPerSecond <= 0 {
+			delete(s.limiters, d)
+		} else if l.Limit() != rate.Limit(p.OutboundBytesPerSecond) {
+			l.SetLimit(rate.Limit(p.OutboundBytesPerSecond))
+			l.SetBurst(burstOf(p.OutboundBytesPerSecond))
+		}
+	}
+	for d, p := range policies {
+		if _, ok := s.limiters[d]; !ok && p.OutboundBytesPerSecond > 0 {
+			s.limiters[d] = rate.NewLimiter(rate.Limit(p.OutboundBytesPerSecond), burstOf(p.OutboundBytesPerSecond))
+		}
+	}
+	s.domainMu.Unlock()
+	for _, ss := range s.sessionList() {
+		ss.kick()
+	}
+}
+
+// burstOf is a limiter's burst: a second's worth, at least 64 KiB so a
+// small update never waits behind its own size.
+func burstOf(perSecond int64) int {
+	return int(min(max(perSecond, 64<<10), math.MaxInt32))
+}
+
+// policy returns the policy of ns's domain.
+func (s *Server) policy(ns string) DomainPolicy {
+	d, _, _ := names.Namespace(ns)
+	s.domainMu.Lock()
+	defer s.domainMu.Unlock()
+	return s.domains[d]
+}
+
+// forbidden returns why host may not receive ns, "" if it may.
+func (s *Server) forbidden(ns, host string) string {
+	p := s.policy(ns)
+	if p.mayRead(s.opts.Zone, host) {
+		return ""
+	}
+	d, _, _ := names.Namespace(ns)
+	return fmt.Sprintf("domain %s's acl.readers (%s) include neither zone %s nor host %s/%s", d, strings.Join(p.Readers, ", "), s.opts.Zone, s.opts.Zone, host)
+}
+
+// throttle waits until the outbound limit of ns's domain allows n more
+// bytes; at once without a limit. It fails only when ctx ends.
+func (s *Server) throttle(ctx context.Context, ns string, n int) error {
+	d, _, _ := names.Namespace(ns)
+	s.domainMu.Lock()
+	l := s.limiters[d]
+	s.domainMu.Unlock()
+	if l == nil {
+		return nil
+	}
+	start := s.now()
+	waited := false
+	for n > 0 {
+		k := min(n, l.Burst())
+		now := s.now()
+		r := l.ReserveN(now, k) // k ≤ burst: always OK
+		if delay := r.DelayFrom(now); delay > 0 {
+			waited = true
+			t := time.NewTimer(delay)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				r.Cancel()
+				return ctx.Err()
+			case <-t.C:
+			}
+		}
+		n -= k
+	}
+	if waited {
+		s.met.throttled(d, s.now().Sub(start))
+	}
+	return nil
+}
