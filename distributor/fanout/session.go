@@ -640,6 +640,7 @@ func (ss *session) push(j job) {
 	// 	time.Sleep(100 * time.Millisecond) // let the half leave
 	// 	panic("failpoint distributorMidSnapshot: half a snapshot written")
 	// }
+
 	// The domain's outbound limit: only this push waits (each runs in its
 	// own goroutine); the Ack deadline starts once it is written.
 	if err := ss.srv.throttle(ss.ctx, j.ns, len(frame)); err != nil {
