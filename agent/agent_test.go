@@ -838,17 +838,8 @@ func TestSignals(t *testing.T) {
 	v1 := h.publish(ns, map[string]string{"a": "1"})
 	r := h.startAgent(dataDir(t), h.addrs(), func(o *agent.Options) { o.SignalsInterval = time.Second })
 
-	svcCtx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	svc := demoservice.New(demoservice.Options{})
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go svc.Serve(svcCtx, ln)
-	go svc.Run(svcCtx)
-
-	sub, err := r.api.Subscribe(ctx(t), &lehrpb.SubscribeRequest{Namespace: ns, ClientId: "demo@1", MetricsUrl: "http://" + ln.Addr().String() + "/metrics"})
+	_, metricsURL := startDemo(t, demoservice.Options{})
+	sub, err := r.api.Subscribe(ctx(t), &lehrpb.SubscribeRequest{Namespace: ns, ClientId: "demo@1", MetricsUrl: metricsURL})
 	if err != nil {
 		t.Fatal(err)
 	}

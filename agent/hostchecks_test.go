@@ -34,19 +34,11 @@ func TestHostChecks(t *testing.T) {
 	v1 := h.publish(ns, good)
 	r := h.startAgent(dataDir(t), h.addrs(), func(o *agent.Options) { o.SignalsInterval = time.Second })
 
-	svcCtx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	svc := demoservice.New(demoservice.Options{Rate: 200})
+	svc, metricsURL := startDemo(t, demoservice.Options{Rate: 200})
 	if err := svc.Take(good); err != nil {
 		t.Fatal(err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go svc.Serve(svcCtx, ln)
-	go svc.Run(svcCtx)
-	sub, err := r.api.Subscribe(ctx(t), &lehrpb.SubscribeRequest{Namespace: ns, ClientId: "demo@1", MetricsUrl: "http://" + ln.Addr().String() + "/metrics"})
+	sub, err := r.api.Subscribe(ctx(t), &lehrpb.SubscribeRequest{Namespace: ns, ClientId: "demo@1", MetricsUrl: metricsURL})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -132,4 +124,20 @@ func status(t *testing.T, r *runningAgent, ns string) *lehrpb.NamespaceStatus {
 	}
 	t.Fatalf("status lacks %s: %v", ns, st)
 	return nil
+}
+
+// startDemo runs a demo service with synthetic traffic until the test
+// ends and returns it with its metrics endpoint's URL.
+func startDemo(t *testing.T, opts demoservice.Options) (*demoservice.Service, string) {
+	t.Helper()
+	svcCtx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	svc := demoservice.New(opts)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go svc.Serve(svcCtx, ln)
+	go svc.Run(svcCtx)
+	return svc, "http://" + ln.Addr().String() + "/metrics"
 }

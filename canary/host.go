@@ -160,31 +160,15 @@ func judgeHostLook(in HostInput, checks []Check, n int, lp lookPlan) HostResult 
 		tests += len(evals[i].tests)
 	}
 	thr := lp.alpha / float64(max(1, tests))
-	res := HostResult{Look: lp.look, Looks: lp.looks, AfterIntervals: lp.after, Verdict: Pass}
-	var failed, lacking []string
+	res := HostResult{Look: lp.look, Looks: lp.looks, AfterIntervals: lp.after}
+	var names []string
+	var verdicts []Verdict
 	for _, e := range evals {
 		cr := e.finish(thr)
 		res.Checks = append(res.Checks, cr)
-		switch cr.Verdict {
-		case Fail:
-			failed = append(failed, cr.Name)
-		case None:
-			lacking = append(lacking, cr.Name)
-		}
+		names, verdicts = append(names, cr.Name), append(verdicts, cr.Verdict)
 	}
-	switch {
-	case len(failed) > 0:
-		res.Verdict = Fail
-		res.Reason = fmt.Sprintf("%s failed at look %d of %d (%d interval(s) after the change): the host got worse than it was before the change", list(failed, "check"), lp.look, lp.looks, lp.after)
-	case len(lacking) > 0:
-		res.Verdict = None
-		res.Reason = fmt.Sprintf("%s lacked data at look %d of %d: see their explanations", list(lacking, "check"), lp.look, lp.looks)
-	case !lp.final:
-		res.Verdict = None
-		res.Reason = fmt.Sprintf("no check failed at look %d of %d (%d interval(s) after the change); a pass needs the last look", lp.look, lp.looks, lp.after)
-	default:
-		res.Reason = fmt.Sprintf("all %d check(s) passed at the last look (%d interval(s) after the change)", len(evals), lp.after)
-	}
+	res.Verdict, res.Reason = lp.verdict(names, verdicts, "the host got worse than it was before the change")
 	return res
 }
 

@@ -205,32 +205,40 @@ func judgeLook(prep []prepared, in Input, lp lookPlan) Result {
 		tests += len(evals[i].tests)
 	}
 	thr := lp.alpha / float64(max(1, tests))
-	res := Result{Look: lp.look, Looks: lp.looks, AfterIntervals: lp.after, Verdict: Pass}
-	var failed, lacking []string
+	res := Result{Look: lp.look, Looks: lp.looks, AfterIntervals: lp.after}
+	var names []string
+	var verdicts []Verdict
 	for _, e := range evals {
 		cr := e.finish(thr)
 		res.Checks = append(res.Checks, cr)
-		switch cr.Verdict {
+		names, verdicts = append(names, cr.Name), append(verdicts, cr.Verdict)
+	}
+	res.Verdict, res.Reason = lp.verdict(names, verdicts, "the canary hosts got worse than the control hosts")
+	return res
+}
+
+// verdict combines the checks' verdicts at this look: Fail if any failed
+// (worse says how), else None if any lacked data or the last look is still
+// to come, else Pass; and the sentence saying why.
+func (lp lookPlan) verdict(names []string, verdicts []Verdict, worse string) (Verdict, string) {
+	var failed, lacking []string
+	for i, v := range verdicts {
+		switch v {
 		case Fail:
-			failed = append(failed, cr.Name)
+			failed = append(failed, names[i])
 		case None:
-			lacking = append(lacking, cr.Name)
+			lacking = append(lacking, names[i])
 		}
 	}
 	switch {
 	case len(failed) > 0:
-		res.Verdict = Fail
-		res.Reason = fmt.Sprintf("%s failed at look %d of %d (%d interval(s) after the change): the canary hosts got worse than the control hosts", list(failed, "check"), lp.look, lp.looks, lp.after)
+		return Fail, fmt.Sprintf("%s failed at look %d of %d (%d interval(s) after the change): %s", list(failed, "check"), lp.look, lp.looks, lp.after, worse)
 	case len(lacking) > 0:
-		res.Verdict = None
-		res.Reason = fmt.Sprintf("%s lacked data at look %d of %d: see their explanations", list(lacking, "check"), lp.look, lp.looks)
+		return None, fmt.Sprintf("%s lacked data at look %d of %d: see their explanations", list(lacking, "check"), lp.look, lp.looks)
 	case !lp.final:
-		res.Verdict = None
-		res.Reason = fmt.Sprintf("no check failed at look %d of %d (%d interval(s) after the change); a pass needs the last look", lp.look, lp.looks, lp.after)
-	default:
-		res.Reason = fmt.Sprintf("all %d check(s) passed at the last look (%d interval(s) after the change)", len(evals), lp.after)
+		return None, fmt.Sprintf("no check failed at look %d of %d (%d interval(s) after the change); a pass needs the last look", lp.look, lp.looks, lp.after)
 	}
-	return res
+	return Pass, fmt.Sprintf("all %d check(s) passed at the last look (%d interval(s) after the change)", len(verdicts), lp.after)
 }
 
 // list names checks: `check "a"` or `checks "a", "b"`.
