@@ -174,3 +174,23 @@ func TestDomainACL(t *testing.T) {
 		t.Errorf("pat publishing to eve's domain: %v; want PERMISSION_DENIED", err)
 	}
 }
+
+// With fleet admins set, only they create zones; without, every user.
+func TestFleetAdminsCreateZones(t *testing.T) {
+	ca, caKey, serverTLS, pool := mtlsSetup(t)
+	cert := func(name string) []tls.Certificate {
+		return []tls.Certificate{issueID(t, ca, caKey, name, false, tlsconfig.Identity{Role: tlsconfig.RoleUser, Name: name}.URI())}
+	}
+	srv := controltest.StartControl(t, control.Options{Listen: "127.0.0.1:0", TLS: serverTLS, FleetAdmins: []string{"ops"}},
+		grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{MinVersion: tls.VersionTLS13, RootCAs: pool, ServerName: "127.0.0.1", Certificates: cert("ops")})))
+	eve := lehrpb.NewControlClient(controltest.Dial(t, srv.Addr, grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{
+		MinVersion: tls.VersionTLS13, RootCAs: pool, ServerName: "127.0.0.1", Certificates: cert("eve")}))))
+	_, err := eve.CreateZone(testCtx(t), &lehrpb.CreateZoneRequest{Name: "zone-x"})
+	if e := apierror.FromError(err); e == nil || e.Code != codes.PermissionDenied || !strings.Contains(e.Message, "fleet admins (ops)") {
+		t.Errorf("eve creating a zone: %v; want PERMISSION_DENIED naming the fleet admins", err)
+	}
+	if _, err := srv.Client.CreateZone(testCtx(t), &lehrpb.CreateZoneRequest{Name: "zone-x"}); err != nil {
+		t.Errorf("a fleet admin creating a zone: %v", err)
+	}
+}
+

@@ -82,6 +82,9 @@ type Options struct {
 	// domain ACLs, whatever it asserts as author. The socket is mode 0666
 	// (its directory decides who reaches it); a stale one is replaced.
 	Socket string
+	// FleetAdmins, if set, are the only users who may make fleet-wide
+	// changes (create zones); empty lets every user.
+	FleetAdmins []string
 	// DevMode lets callers control cannot identify — plaintext TCP on
 	// loopback, TLS without a client certificate — change anything under
 	// any author they assert ("lehr --as"). Off (the default), they may
@@ -321,6 +324,7 @@ func (c *Control) Run(ctx context.Context) (err error) {
 		GoalPolicy: goals,
 
 		DefaultRolloutPolicy: c.opts.DefaultRolloutPolicy,
+		FleetAdmins:          c.opts.FleetAdmins,
 	})
 	if err != nil {
 		return fmt.Errorf("control: %w", err)

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
 	"time"
 
 	"lehr.dev/lehr/control"
@@ -59,6 +58,7 @@ Stop it with Ctrl-C or SIGTERM: in-flight calls finish, then it exits.`,
 	endpoints := fs.String("etcd-endpoints", "", "comma-separated client `URLs` of an external etcd cluster (default: embedded etcd)")
 	fs.StringVar(&opts.Listen, "listen", control.DefaultListen, "gRPC listen `address`; without TLS it must be loopback")
 	fs.StringVar(&opts.Socket, "socket", "", "also serve the API on this unix socket `path` (mode 0666), where each caller acts as its local user (SO_PEERCRED)")
+	fleetAdmins := fs.String("fleet-admins", "", "comma-separated `users` who alone may make fleet-wide changes (create zones); empty: every user")
 	fs.BoolVar(&opts.DevMode, "dev", false, "development only: callers control cannot identify (plaintext loopback, TLS without a client certificate) may change anything under any --as; off, they may only read")
 	fs.StringVar(&opts.MetricsListen, "metrics-listen", control.DefaultMetricsListen, "HTTP `address` of /metrics and /healthz; \"off\" disables it")
 	certFile := fs.String("tls-cert", "", "server certificate `file` (PEM); enables TLS")
@@ -82,13 +82,8 @@ Stop it with Ctrl-C or SIGTERM: in-flight calls finish, then it exits.`,
 	if err != nil {
 		return usageError(e, fs, "%v", err)
 	}
-	if *endpoints != "" {
-		for _, ep := range strings.Split(*endpoints, ",") {
-			if ep = strings.TrimSpace(ep); ep != "" {
-				opts.EtcdEndpoints = append(opts.EtcdEndpoints, ep)
-			}
-		}
-	}
+	opts.EtcdEndpoints = splitList(*endpoints)
+	opts.FleetAdmins = splitList(*fleetAdmins)
 	if opts.Retention.KeepLast < 1 {
 		return usageError(e, fs, "--keep-last %d: want 1 or more", opts.Retention.KeepLast)
 	}

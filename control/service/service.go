@@ -69,6 +69,9 @@ type Options struct {
 	// nil means rollout.Default(). It is not validated against the zones
 	// (they change); the strategist resolves it against those it finds.
 	DefaultRolloutPolicy *lehrpb.RolloutPolicy
+	// FleetAdmins, if set, are the only users who may make fleet-wide
+	// changes (CreateZone); empty lets every user.
+	FleetAdmins []string
 }
 
 // Service implements lehrpb.ControlServer. Create it with New; it is safe
@@ -84,6 +87,8 @@ type Service struct {
 	goals   GoalPolicy
 	// defPolicy is Options.DefaultRolloutPolicy.
 	defPolicy *lehrpb.RolloutPolicy
+	// fleetAdmins is Options.FleetAdmins.
+	fleetAdmins []string
 
 	registry *validate.Registry
 	evals    *evaluation.Service
@@ -109,7 +114,8 @@ func New(opts Options) (*Service, error) {
 		kind:    opts.DefaultKind,
 		goals:   opts.GoalPolicy,
 
-		defPolicy: opts.DefaultRolloutPolicy,
+		defPolicy:   opts.DefaultRolloutPolicy,
+		fleetAdmins: opts.FleetAdmins,
 	}
 	s.closing, s.close = context.WithCancel(context.Background())
 	if s.log == nil {
