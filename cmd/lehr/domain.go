@@ -85,6 +85,7 @@ is open: every user may do everything until an admin is set.`,
 	fs.Float64Var(&q.PublishesPerSecond, "publishes-per-second", 0, "sustained publish `rate` for the domain (0: server default)")
 	burst := fs.Int("publish-burst", 0, "burst `size` for --publishes-per-second (0: server default)")
 	fs.Int64Var(&q.OutboundBytesPerSecond, "outbound-bytes-per-second", 0, "update `bytes` per second each distributor may send of the domain (0: no limit)")
+	maxSubs := fs.Int("max-subscriptions", 0, "most subscriptions (host × namespace) each distributor serves of the domain (0: no limit)")
 	fs.Var(&pubs, "publisher", "`user` allowed to publish, patch and roll back (repeatable)")
 	fs.Var(&operators, "operator", "`user` allowed to run rollouts, canary evaluations and policy experiments (repeatable)")
 	fs.Var(&admins, "admin", "`user` allowed to do everything and change the domain (repeatable)")
@@ -99,7 +100,7 @@ is open: every user may do everything until an admin is set.`,
 	if msg := cf.check(); msg != "" {
 		return usageError(e, fs, "%s", msg)
 	}
-	q.MaxProperties, q.MaxNamespaces, q.PublishBurst = int32(*maxProps), int32(*maxNS), int32(*burst)
+	q.MaxProperties, q.MaxNamespaces, q.PublishBurst, q.MaxSubscriptions = int32(*maxProps), int32(*maxNS), int32(*burst), int32(*maxSubs)
 	d.Name, d.Quotas = pos[0], q
 	if len(pubs) > 0 || len(readers) > 0 || len(operators) > 0 || len(admins) > 0 {
 		d.Acl = &lehrpb.Acl{Publishers: pubs, Readers: readers, Operators: operators, Admins: admins}

@@ -302,6 +302,9 @@ func writeDomain(w io.Writer, d *lehrpb.Domain) {
 	if b := q.GetOutboundBytesPerSecond(); b > 0 {
 		fmt.Fprintf(tw, "outbound per distributor\t%s/s\n", fmtBytes(b))
 	}
+	if n := q.GetMaxSubscriptions(); n > 0 {
+		fmt.Fprintf(tw, "subscriptions per distributor\t%d at most\n", n)
+	}
 	acl := d.GetAcl()
 	list := func(l []string, empty string) string {
 		if len(l) == 0 {

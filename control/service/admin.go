@@ -93,6 +93,7 @@ func checkQuotas(q *lehrpb.Quotas) error {
 		neg("publishes_per_second", q.GetPublishesPerSecond() < 0),
 		neg("publish_burst", q.GetPublishBurst() < 0),
 		neg("outbound_bytes_per_second", q.GetOutboundBytesPerSecond() < 0),
+		neg("max_subscriptions", q.GetMaxSubscriptions() < 0),
 		neg("max_namespaces", q.GetMaxNamespaces() < 0),
 	} {
 		if c != nil {

@@ -27,11 +27,17 @@ type DomainPolicy struct {
 	// agents: a push that would exceed it waits, and only it — pushes of
 	// other domains and to other namespaces go on.
 	OutboundBytesPerSecond int64
+	// MaxSubscriptions, when above 0, bounds the subscriptions (host ×
+	// namespace) to the domain this distributor serves: one beyond it is
+	// told UNAVAILABLE_REASON_OVER_QUOTA until another ends. Lowering it
+	// ends none already served.
+	MaxSubscriptions int
 }
 
 // PolicyOf returns a domain's policy.
 func PolicyOf(d *lehrpb.Domain) DomainPolicy {
-	return DomainPolicy{Readers: d.GetAcl().GetReaders(), OutboundBytesPerSecond: d.GetQuotas().GetOutboundBytesPerSecond()}
+	return DomainPolicy{Readers: d.GetAcl().GetReaders(), OutboundBytesPerSecond: d.GetQuotas().GetOutboundBytesPerSecond(),
+		MaxSubscriptions: int(d.GetQuotas().GetMaxSubscriptions())}
 }
 
 // mayRead reports whether host of zone may receive the domain's namespaces.
@@ -122,4 +128,36 @@ func (s *Server) throttle(ctx context.Context, ns string, n int) error {
 		s.met.throttled(d, s.now().Sub(start))
 	}
 	return nil
+}
+
+// admitSub counts a subscription to ns against its domain's quota; false
+// with the reason when the quota is reached.
+func (s *Server) admitSub(ns string) (ok bool, why string) {
+	d, _, _ := names.Namespace(ns)
+	s.domainMu.Lock()
+	defer s.domainMu.Unlock()
+	if limit := s.domains[d].MaxSubscriptions; limit > 0 && s.subs[d] >= limit {
+		return false, fmt.Sprintf("domain %s has %d subscriptions at this distributor, its quota (quotas.max_subscriptions); served when one ends", d, s.subs[d])
+	}
+	s.subs[d]++
+	return true, ""
+}
+
+// releaseSub uncounts an admitted subscription to ns, and makes the sessions
+// waiting for room plan again.
+func (s *Server) releaseSub(ns string) {
+	d, _, _ := names.Namespace(ns)
+	s.domainMu.Lock()
+	if s.subs[d] > 0 {
+		s.subs[d]--
+	}
+	waiting := s.domains[d].MaxSubscriptions > 0
+	s.domainMu.Unlock()
+	if waiting {
+		for _, ss := range s.sessionList() {
+			if ss.overQuota(d) {
+				ss.kick()
+			}
+		}
+	}
 }

@@ -106,3 +106,31 @@ func TestOutboundLimitPerDomain(t *testing.T) {
 	}
 	t.Logf("domain a: %d bytes to %d agents in %v (limit %d B/s)", sent, len(agents), elapsed.Round(time.Millisecond), limit)
 }
+
+// A domain's subscription quota: subscriptions beyond it are told
+// OVER_QUOTA and sent nothing; when one ends, a waiting one is served.
+func TestSubscriptionQuota(t *testing.T) {
+	e := newEnv(t)
+	e.srv.SetDomains(map[string]fanout.DomainPolicy{"d": {MaxSubscriptions: 2}})
+	ns := "d/x"
+	v1 := e.publish(ns, props(2, "v1"))
+	a := e.dial("host-1", agenttest.Options{Subscriptions: []string{ns}})
+	b := e.dial("host-2", agenttest.Options{Subscriptions: []string{ns}})
+	waitVersion(t, a, ns, v1)
+	waitVersion(t, b, ns, v1)
+	c := e.dial("host-3", agenttest.Options{Subscriptions: []string{ns, "other/y"}})
+	wait.For(t, "host-3 told OVER_QUOTA", func() bool {
+		u, ok := c.Unavailable(ns)
+		return ok && u.GetReason() == lehrpb.UnavailableReason_UNAVAILABLE_REASON_OVER_QUOTA
+	})
+	if got := c.Applied(ns); len(got) != 0 {
+		t.Fatalf("host-3 received %v beyond the quota", got)
+	}
+	if err := a.Unsubscribe(ns); err != nil {
+		t.Fatal(err)
+	}
+	waitVersion(t, c, ns, v1)
+	b.Close() // a session's end frees its subscriptions too
+	d := e.dial("host-4", agenttest.Options{Subscriptions: []string{ns}})
+	waitVersion(t, d, ns, v1)
+}

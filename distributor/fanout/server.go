@@ -185,6 +185,7 @@ type Server struct {
 	domainMu sync.Mutex
 	domains  map[string]DomainPolicy
 	limiters map[string]*rate.Limiter
+	subs     map[string]int // admitted subscriptions by domain (admitSub)
 
 	mu       sync.Mutex
 	sessions map[string]*session // by host id
@@ -256,6 +257,7 @@ func Listen(opts Options) (*Server, error) {
 		memo:     newMemo(opts.MemoBytes),
 		sessions: map[string]*session{},
 		limiters: map[string]*rate.Limiter{},
+		subs:     map[string]int{},
 		ctx:      ctx,
 		cancel:   cancel,
 		done:     make(chan struct{}),

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
@@ -58,6 +59,9 @@ type nsState struct {
 	notBefore time.Time
 	// unavailable is the last Unavailable reason sent, to avoid repeats.
 	unavailable lehrpb.UnavailableReason
+	// admitted: the subscription counts against its domain's quota
+	// (Server.admitSub); released when it ends.
+	admitted bool
 	// report is the agent's latest report about the namespace (nil: none
 	// yet); forgotten with the namespace.
 	report *lehrpb.NamespaceReport
@@ -183,6 +187,7 @@ func (s *Server) handle(conn *quic.Conn) {
 	err = ss.readLoop()
 	ss.cancel()
 	ss.wg.Wait()
+	ss.releaseAll()
 	log.Info("agent disconnected", "err", err)
 }
 
@@ -375,16 +380,55 @@ func (ss *session) onSubscribe(m *lehrpb.Subscribe) error {
 }
 
 // onUnsubscribe forgets the namespaces, but for those with an update in
-// flight, which are forgotten once it is answered or times out.
+// flight, which are forgotten once it is answered or times out; their
+// subscriptions no longer count against their domains' quotas.
 func (ss *session) onUnsubscribe(m *lehrpb.Unsubscribe) {
+	var released []string
 	ss.mu.Lock()
-	defer ss.mu.Unlock()
 	for _, ns := range m.GetNamespaces() {
 		if st := ss.ns[ns]; st != nil {
 			st.subscribed = false
+			if st.admitted {
+				st.admitted = false
+				released = append(released, ns)
+			}
 			ss.forgetIfIdleLocked(ns, st)
 		}
 	}
+	ss.mu.Unlock()
+	for _, ns := range released {
+		ss.srv.releaseSub(ns)
+	}
+}
+
+// releaseAll uncounts every subscription the session holds; called once
+// it has ended.
+func (ss *session) releaseAll() {
+	ss.mu.Lock()
+	var released []string
+	for ns, st := range ss.ns {
+		if st.admitted {
+			st.admitted = false
+			released = append(released, ns)
+		}
+	}
+	ss.mu.Unlock()
+	for _, ns := range released {
+		ss.srv.releaseSub(ns)
+	}
+}
+
+// overQuota reports whether the session waits for room in domain d's
+// subscription quota.
+func (ss *session) overQuota(d string) bool {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	for ns, st := range ss.ns {
+		if st.unavailable == lehrpb.UnavailableReason_UNAVAILABLE_REASON_OVER_QUOTA && strings.HasPrefix(ns, d+"/") {
+			return true
+		}
+	}
+	return false
 }
 
 // forgetIfIdleLocked drops the entry of ns when the agent neither
@@ -595,6 +639,17 @@ func (ss *session) plan() (jobs []job, unavailable []*lehrpb.Unavailable, wake t
 					Detail: why + ": this host may not receive the namespace; it keeps what it holds"})
 			}
 			continue
+		}
+		if !st.admitted {
+			ok, why := ss.srv.admitSub(ns)
+			if !ok {
+				if st.unavailable != lehrpb.UnavailableReason_UNAVAILABLE_REASON_OVER_QUOTA {
+					st.unavailable = lehrpb.UnavailableReason_UNAVAILABLE_REASON_OVER_QUOTA
+					unavailable = append(unavailable, &lehrpb.Unavailable{Namespace: ns, Reason: st.unavailable, Detail: why})
+				}
+				continue
+			}
+			st.admitted = true
 		}
 		st.unavailable = 0
 		g := goal.For(ss.host)

@@ -217,8 +217,12 @@ type Quotas struct {
 	OutboundBytesPerSecond int64 `protobuf:"varint,6,opt,name=outbound_bytes_per_second,json=outboundBytesPerSecond,proto3" json:"outbound_bytes_per_second,omitempty"`
 	// Maximum number of namespaces in the domain.
 	MaxNamespaces int32 `protobuf:"varint,7,opt,name=max_namespaces,json=maxNamespaces,proto3" json:"max_namespaces,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// Subscriptions (a host's subscription to one namespace) each
+	// distributor serves of the domain's namespaces; 0: no limit. One
+	// beyond it gets UNAVAILABLE_REASON_OVER_QUOTA until another ends.
+	MaxSubscriptions int32 `protobuf:"varint,8,opt,name=max_subscriptions,json=maxSubscriptions,proto3" json:"max_subscriptions,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *Quotas) Reset() {
@@ -296,6 +300,13 @@ func (x *Quotas) GetOutboundBytesPerSecond() int64 {
 func (x *Quotas) GetMaxNamespaces() int32 {
 	if x != nil {
 		return x.MaxNamespaces
+	}
+	return 0
+}
+
+func (x *Quotas) GetMaxSubscriptions() int32 {
+	if x != nil {
+		return x.MaxSubscriptions
 	}
 	return 0
 }
@@ -1028,7 +1039,7 @@ const file_lehr_v1_types_proto_rawDesc = "" +
 	"\bProperty\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\fR\x05value\x12!\n" +
-	"\fcontent_type\x18\x03 \x01(\tR\vcontentType\"\xc0\x02\n" +
+	"\fcontent_type\x18\x03 \x01(\tR\vcontentType\"\xed\x02\n" +
 	"\x06Quotas\x12.\n" +
 	"\x13max_namespace_bytes\x18\x01 \x01(\x03R\x11maxNamespaceBytes\x12%\n" +
 	"\x0emax_properties\x18\x02 \x01(\x05R\rmaxProperties\x12&\n" +
@@ -1036,7 +1047,8 @@ const file_lehr_v1_types_proto_rawDesc = "" +
 	"\x14publishes_per_second\x18\x04 \x01(\x01R\x12publishesPerSecond\x12#\n" +
 	"\rpublish_burst\x18\x05 \x01(\x05R\fpublishBurst\x129\n" +
 	"\x19outbound_bytes_per_second\x18\x06 \x01(\x03R\x16outboundBytesPerSecond\x12%\n" +
-	"\x0emax_namespaces\x18\a \x01(\x05R\rmaxNamespaces\"u\n" +
+	"\x0emax_namespaces\x18\a \x01(\x05R\rmaxNamespaces\x12+\n" +
+	"\x11max_subscriptions\x18\b \x01(\x05R\x10maxSubscriptions\"u\n" +
 	"\x03Acl\x12\x1e\n" +
 	"\n" +
 	"publishers\x18\x01 \x03(\tR\n" +

@@ -107,6 +107,9 @@ const (
 	// The distributor has the goal but not the content yet (control is
 	// unreachable). An Update follows when it can.
 	UnavailableReason_UNAVAILABLE_REASON_NOT_READY UnavailableReason = 3
+	// The domain's subscriptions at this distributor are at its quota
+	// (quotas.max_subscriptions). An Update follows when one ends.
+	UnavailableReason_UNAVAILABLE_REASON_OVER_QUOTA UnavailableReason = 4
 )
 
 // Enum value maps for UnavailableReason.
@@ -116,12 +119,14 @@ var (
 		1: "UNAVAILABLE_REASON_NOT_FOUND",
 		2: "UNAVAILABLE_REASON_FORBIDDEN",
 		3: "UNAVAILABLE_REASON_NOT_READY",
+		4: "UNAVAILABLE_REASON_OVER_QUOTA",
 	}
 	UnavailableReason_value = map[string]int32{
 		"UNAVAILABLE_REASON_UNSPECIFIED": 0,
 		"UNAVAILABLE_REASON_NOT_FOUND":   1,
 		"UNAVAILABLE_REASON_FORBIDDEN":   2,
 		"UNAVAILABLE_REASON_NOT_READY":   3,
+		"UNAVAILABLE_REASON_OVER_QUOTA":  4,
 	}
 )
 
@@ -1972,12 +1977,13 @@ const file_lehr_v1_wire_proto_rawDesc = "" +
 	"\x1bRESYNC_REASON_BASE_MISMATCH\x10\x01\x12#\n" +
 	"\x1fRESYNC_REASON_CHECKSUM_MISMATCH\x10\x02\x12\x1f\n" +
 	"\x1bRESYNC_REASON_CACHE_CORRUPT\x10\x03\x12 \n" +
-	"\x1cRESYNC_REASON_PATCH_CONFLICT\x10\x04*\x9d\x01\n" +
+	"\x1cRESYNC_REASON_PATCH_CONFLICT\x10\x04*\xc0\x01\n" +
 	"\x11UnavailableReason\x12\"\n" +
 	"\x1eUNAVAILABLE_REASON_UNSPECIFIED\x10\x00\x12 \n" +
 	"\x1cUNAVAILABLE_REASON_NOT_FOUND\x10\x01\x12 \n" +
 	"\x1cUNAVAILABLE_REASON_FORBIDDEN\x10\x02\x12 \n" +
-	"\x1cUNAVAILABLE_REASON_NOT_READY\x10\x03B\x1cZ\x1alehr.dev/lehr/proto/lehrpbb\x06proto3"
+	"\x1cUNAVAILABLE_REASON_NOT_READY\x10\x03\x12!\n" +
+	"\x1dUNAVAILABLE_REASON_OVER_QUOTA\x10\x04B\x1cZ\x1alehr.dev/lehr/proto/lehrpbb\x06proto3"
 
 var (
 	file_lehr_v1_wire_proto_rawDescOnce sync.Once
