@@ -140,3 +140,27 @@ func TestLoadVerifierRefusesBadFiles(t *testing.T) {
 		}
 	}
 }
+
+// What signing costs: control signs once per version, every agent verifies
+// once per update (bench/RESULTS.md, "Signing").
+func BenchmarkSign(b *testing.B) {
+	_, key, _ := ed25519.GenerateKey(rand.Reader)
+	s := signing.NewSigner(key)
+	info := version()
+	for b.Loop() {
+		s.Sign(info)
+	}
+}
+
+func BenchmarkVerify(b *testing.B) {
+	_, key, _ := ed25519.GenerateKey(rand.Reader)
+	s := signing.NewSigner(key)
+	v := signing.NewVerifier(s.Public())
+	info := version()
+	s.Sign(info)
+	for b.Loop() {
+		if err := v.Verify(info); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
