@@ -92,6 +92,7 @@ func Scenarios() []Scenario {
 		footprintScenario(),
 		rolloutScenario(),
 		canaryScenario(),
+		isolationScenario(),
 	}
 }
 
