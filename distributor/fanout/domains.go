@@ -3,6 +3,7 @@ package fanout
 import (
 	"context"
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 	"strings"
@@ -10,7 +11,6 @@ import (
 
 	"golang.org/x/time/rate"
 
-	"lehr.dev/lehr/internal/names"
 	"lehr.dev/lehr/proto/lehrpb"
 )
 
@@ -50,8 +50,9 @@ func (p DomainPolicy) mayRead(zone, host string) bool {
 // session plan again, so a host a change forbids is told, and one it
 // allows again is served.
 func (s *Server) SetDomains(policies map[string]DomainPolicy) {
+	policies = maps.Clone(policies)
 	s.domainMu.Lock()
-	s.domains = policies
+	s.domains.Store(&policies)
 	for d, l := range s.limiters {
 		if p, ok := policies[d]; !ok || p.OutboundBytesPerSecond <= 0 {
 			delete(s.limiters, d)
@@ -77,12 +78,19 @@ func burstOf(perSecond int64) int {
 	return int(min(max(perSecond, 64<<10), math.MaxInt32))
 }
 
-// policy returns the policy of ns's domain.
+// policy returns the policy of ns's domain, without a lock: it is on
+// every session's plan.
 func (s *Server) policy(ns string) DomainPolicy {
-	d, _, _ := names.Namespace(ns)
-	s.domainMu.Lock()
-	defer s.domainMu.Unlock()
-	return s.domains[d]
+	if m := s.domains.Load(); m != nil {
+		return (*m)[domainOf(ns)]
+	}
+	return DomainPolicy{}
+}
+
+// domainOf returns the domain of a (valid) namespace name.
+func domainOf(ns string) string {
+	d, _, _ := strings.Cut(ns, "/")
+	return d
 }
 
 // forbidden returns why host may not receive ns, "" if it may.
@@ -91,14 +99,14 @@ func (s *Server) forbidden(ns, host string) string {
 	if p.mayRead(s.opts.Zone, host) {
 		return ""
 	}
-	d, _, _ := names.Namespace(ns)
+	d := domainOf(ns)
 	return fmt.Sprintf("domain %s's acl.readers (%s) include neither zone %s nor host %s/%s", d, strings.Join(p.Readers, ", "), s.opts.Zone, s.opts.Zone, host)
 }
 
 // throttle waits until the outbound limit of ns's domain allows n more
 // bytes; at once without a limit. It fails only when ctx ends.
 func (s *Server) throttle(ctx context.Context, ns string, n int) error {
-	d, _, _ := names.Namespace(ns)
+	d := domainOf(ns)
 	s.domainMu.Lock()
 	l := s.limiters[d]
 	s.domainMu.Unlock()
@@ -133,10 +141,11 @@ func (s *Server) throttle(ctx context.Context, ns string, n int) error {
 // admitSub counts a subscription to ns against its domain's quota; false
 // with the reason when the quota is reached.
 func (s *Server) admitSub(ns string) (ok bool, why string) {
-	d, _, _ := names.Namespace(ns)
+	d := domainOf(ns)
+	limit := s.policy(ns).MaxSubscriptions
 	s.domainMu.Lock()
 	defer s.domainMu.Unlock()
-	if limit := s.domains[d].MaxSubscriptions; limit > 0 && s.subs[d] >= limit {
+	if limit > 0 && s.subs[d] >= limit {
 		return false, fmt.Sprintf("domain %s has %d subscriptions at this distributor, its quota (quotas.max_subscriptions); served when one ends", d, s.subs[d])
 	}
 	s.subs[d]++
@@ -146,13 +155,13 @@ func (s *Server) admitSub(ns string) (ok bool, why string) {
 // releaseSub uncounts an admitted subscription to ns, and makes the sessions
 // waiting for room plan again.
 func (s *Server) releaseSub(ns string) {
-	d, _, _ := names.Namespace(ns)
+	d := domainOf(ns)
 	s.domainMu.Lock()
 	if s.subs[d] > 0 {
 		s.subs[d]--
 	}
-	waiting := s.domains[d].MaxSubscriptions > 0
 	s.domainMu.Unlock()
+	waiting := s.policy(ns).MaxSubscriptions > 0
 	if waiting {
 		for _, ss := range s.sessionList() {
 			if ss.overQuota(d) {

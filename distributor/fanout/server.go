@@ -180,10 +180,12 @@ type Server struct {
 	// goalMu serialises goal writers (SetGoal, ClearGoal).
 	goalMu sync.Mutex
 
-	// domainMu guards the domain policies (SetDomains) and the outbound
-	// limiters they make.
+	// domains are the domain policies (SetDomains), an immutable map
+	// read by every session's plan without a lock.
+	domains atomic.Pointer[map[string]DomainPolicy]
+	// domainMu serialises SetDomains and guards the outbound limiters and
+	// the subscription counts.
 	domainMu sync.Mutex
-	domains  map[string]DomainPolicy
 	limiters map[string]*rate.Limiter
 	subs     map[string]int // admitted subscriptions by domain (admitSub)
 
