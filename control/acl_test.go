@@ -193,4 +193,3 @@ func TestFleetAdminsCreateZones(t *testing.T) {
 		t.Errorf("a fleet admin creating a zone: %v", err)
 	}
 }
-
