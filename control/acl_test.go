@@ -1,21 +1,17 @@
 package control_test
 
 import (
-	"crypto/tls"
 	"fmt"
 	"slices"
 	"strings"
 	"testing"
 
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials"
 	"google.golang.org/protobuf/types/known/fieldmaskpb"
 
 	"lehr.dev/lehr/control"
 	"lehr.dev/lehr/control/controltest"
 	"lehr.dev/lehr/internal/apierror"
-	"lehr.dev/lehr/internal/tlsconfig"
 	"lehr.dev/lehr/proto/lehrpb"
 )
 
@@ -27,14 +23,9 @@ import (
 // admins is open to every user.
 func TestDomainACL(t *testing.T) {
 	ca, caKey, serverTLS, pool := mtlsSetup(t)
-	aliceCert := issueID(t, ca, caKey, "alice", false, tlsconfig.Identity{Role: tlsconfig.RoleUser, Name: "alice"}.URI())
-	srv := controltest.StartControl(t, control.Options{Listen: "127.0.0.1:0", TLS: serverTLS},
-		grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{MinVersion: tls.VersionTLS13, RootCAs: pool, ServerName: "127.0.0.1", Certificates: []tls.Certificate{aliceCert}})))
+	srv := controltest.StartControl(t, control.Options{Listen: "127.0.0.1:0", TLS: serverTLS}, mtlsDial(pool, userCert(t, ca, caKey, "alice")))
 	dial := func(name string) lehrpb.ControlClient {
-		cert := issueID(t, ca, caKey, name, false, tlsconfig.Identity{Role: tlsconfig.RoleUser, Name: name}.URI())
-		return lehrpb.NewControlClient(controltest.Dial(t, srv.Addr, grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{
-			MinVersion: tls.VersionTLS13, RootCAs: pool, ServerName: "127.0.0.1", Certificates: []tls.Certificate{cert},
-		}))))
+		return lehrpb.NewControlClient(controltest.Dial(t, srv.Addr, mtlsDial(pool, userCert(t, ca, caKey, name))))
 	}
 	alice := srv.Client
 	d, err := alice.CreateDomain(testCtx(t), &lehrpb.CreateDomainRequest{Domain: &lehrpb.Domain{Name: "pay",
@@ -178,13 +169,9 @@ func TestDomainACL(t *testing.T) {
 // With fleet admins set, only they create zones; without, every user.
 func TestFleetAdminsCreateZones(t *testing.T) {
 	ca, caKey, serverTLS, pool := mtlsSetup(t)
-	cert := func(name string) []tls.Certificate {
-		return []tls.Certificate{issueID(t, ca, caKey, name, false, tlsconfig.Identity{Role: tlsconfig.RoleUser, Name: name}.URI())}
-	}
 	srv := controltest.StartControl(t, control.Options{Listen: "127.0.0.1:0", TLS: serverTLS, FleetAdmins: []string{"ops"}},
-		grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{MinVersion: tls.VersionTLS13, RootCAs: pool, ServerName: "127.0.0.1", Certificates: cert("ops")})))
-	eve := lehrpb.NewControlClient(controltest.Dial(t, srv.Addr, grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{
-		MinVersion: tls.VersionTLS13, RootCAs: pool, ServerName: "127.0.0.1", Certificates: cert("eve")}))))
+		mtlsDial(pool, userCert(t, ca, caKey, "ops")))
+	eve := lehrpb.NewControlClient(controltest.Dial(t, srv.Addr, mtlsDial(pool, userCert(t, ca, caKey, "eve"))))
 	_, err := eve.CreateZone(testCtx(t), &lehrpb.CreateZoneRequest{Name: "zone-x"})
 	if e := apierror.FromError(err); e == nil || e.Code != codes.PermissionDenied || !strings.Contains(e.Message, "fleet admins (ops)") {
 		t.Errorf("eve creating a zone: %v; want PERMISSION_DENIED naming the fleet admins", err)

@@ -35,15 +35,11 @@ import (
 func TestMutualTLSAuthor(t *testing.T) {
 	ca, caKey, serverTLS, pool := mtlsSetup(t)
 	clientCert := issue(t, ca, caKey, "deploy-bot", false)
-	creds := credentials.NewTLS(&tls.Config{
-		MinVersion: tls.VersionTLS13, RootCAs: pool, ServerName: "127.0.0.1",
-		Certificates: []tls.Certificate{clientCert},
-	})
 	srv := controltest.StartControl(t, control.Options{
 		// Not loopback-only once TLS is on; still bind loopback in tests.
 		Listen: "127.0.0.1:0",
 		TLS:    serverTLS,
-	}, grpc.WithTransportCredentials(creds))
+	}, mtlsDial(pool, clientCert))
 	cl := srv.Client
 	// The certificate wins over an author asserted in metadata, too.
 	if _, err := cl.CreateDomain(metadata.AppendToOutgoingContext(testCtx(t), service.AuthorMetadataKey, "mallory"),
@@ -69,9 +65,7 @@ func TestMutualTLSAuthor(t *testing.T) {
 	}
 
 	// A client without a certificate is refused.
-	anon := lehrpb.NewControlClient(controltest.Dial(t, srv.Addr, grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{
-		MinVersion: tls.VersionTLS13, RootCAs: pool, ServerName: "127.0.0.1",
-	}))))
+	anon := lehrpb.NewControlClient(controltest.Dial(t, srv.Addr, mtlsDial(pool)))
 	if _, err := anon.ListDomains(testCtx(t), &lehrpb.ListDomainsRequest{}); err == nil {
 		t.Errorf("a client without a certificate was served; want the handshake refused")
 	}
@@ -98,6 +92,21 @@ func mtlsSetup(t *testing.T) (*x509.Certificate, *ecdsa.PrivateKey, *tls.Config,
 	pool := x509.NewCertPool()
 	pool.AddCert(ca)
 	return ca, caKey, serverTLS, pool
+}
+
+// mtlsDial is the dial option of a TLS 1.3 client of control trusting
+// pool and presenting certs (none: a client without a certificate).
+func mtlsDial(pool *x509.CertPool, certs ...tls.Certificate) grpc.DialOption {
+	return grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{
+		MinVersion: tls.VersionTLS13, RootCAs: pool, ServerName: "127.0.0.1", Certificates: certs,
+	}))
+}
+
+// userCert issues a client certificate for user name (identity
+// spiffe://lehr/user/<name>).
+func userCert(t *testing.T, ca *x509.Certificate, caKey *ecdsa.PrivateKey, name string) tls.Certificate {
+	t.Helper()
+	return issueID(t, ca, caKey, name, false, tlsconfig.Identity{Role: tlsconfig.RoleUser, Name: name}.URI())
 }
 
 func newCA(t *testing.T) (*x509.Certificate, *ecdsa.PrivateKey) {
@@ -180,8 +189,7 @@ func writePEM(t *testing.T, path, typ string, der []byte) {
 func TestRolesFromClientCertificates(t *testing.T) {
 	ca, caKey, serverTLS, pool := mtlsSetup(t)
 	admin := issue(t, ca, caKey, "admin", false)
-	srv := controltest.StartControl(t, control.Options{Listen: "127.0.0.1:0", TLS: serverTLS},
-		grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{MinVersion: tls.VersionTLS13, RootCAs: pool, ServerName: "127.0.0.1", Certificates: []tls.Certificate{admin}})))
+	srv := controltest.StartControl(t, control.Options{Listen: "127.0.0.1:0", TLS: serverTLS}, mtlsDial(pool, admin))
 	if _, err := srv.Client.CreateDomain(testCtx(t), &lehrpb.CreateDomainRequest{Domain: &lehrpb.Domain{Name: "pay", Acl: &lehrpb.Acl{Publishers: []string{"alice"}}}}); err != nil {
 		t.Fatal(err)
 	}
@@ -189,10 +197,7 @@ func TestRolesFromClientCertificates(t *testing.T) {
 		t.Fatal(err)
 	}
 	client := func(cn string, id *url.URL) lehrpb.ControlClient {
-		cert := issueID(t, ca, caKey, cn, false, id)
-		return lehrpb.NewControlClient(controltest.Dial(t, srv.Addr, grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{
-			MinVersion: tls.VersionTLS13, RootCAs: pool, ServerName: "127.0.0.1", Certificates: []tls.Certificate{cert},
-		}))))
+		return lehrpb.NewControlClient(controltest.Dial(t, srv.Addr, mtlsDial(pool, issueID(t, ca, caKey, cn, false, id))))
 	}
 	callers := map[string]lehrpb.ControlClient{
 		"user":          client("alice", tlsconfig.Identity{Role: tlsconfig.RoleUser, Name: "alice"}.URI()),
