@@ -69,6 +69,10 @@ func TestDomainACL(t *testing.T) {
 			_, err := cl.CreatePolicyExperiment(testCtx(t), &lehrpb.CreatePolicyExperimentRequest{Parent: "domains/pay/policies/authz", PolicyExperimentId: "e1"})
 			return err
 		}},
+		{"delete policy", "acl.publishers", func(cl lehrpb.ControlClient) error {
+			_, err := cl.DeletePolicy(testCtx(t), &lehrpb.DeletePolicyRequest{Name: "domains/pay/policies/authz"})
+			return err
+		}},
 		{"update domain", "", func(cl lehrpb.ControlClient) error {
 			_, err := cl.UpdateDomain(testCtx(t), &lehrpb.UpdateDomainRequest{Domain: &lehrpb.Domain{Name: "pay", Description: "limits"},
 				UpdateMask: &fieldmaskpb.FieldMask{Paths: []string{"description"}}})
@@ -80,8 +84,8 @@ func TestDomainACL(t *testing.T) {
 		}},
 	}
 	allowed := map[string][]string{
-		"alice": {"publish", "patch", "rollback", "create namespace", "delete rollout policy", "create experiment", "update domain", "get domain"},
-		"pat":   {"publish", "patch", "rollback", "create namespace", "get domain"},
+		"alice": {"publish", "patch", "rollback", "create namespace", "delete policy", "delete rollout policy", "create experiment", "update domain", "get domain"},
+		"pat":   {"publish", "patch", "rollback", "create namespace", "delete policy", "get domain"},
 		"oscar": {"delete rollout policy", "create experiment", "get domain"},
 		"eve":   {"get domain"},
 	}

@@ -509,6 +509,75 @@ func TestAIP236(t *testing.T) {
 		wantAPIError(t, "second commit", err, codes.NotFound, "name")
 	})
 
+	t.Run("cascading_delete_of_live_policy_deletes_all_experiments", func(t *testing.T) {
+		p := newPreviewEnv(t, allowAll, denyEU)
+		p.create("e1", denyEU)
+		p.create("e2")
+		p.start("e1")
+		if len(p.previewed()) != 1 {
+			t.Fatalf("previewed %v before the delete; want e1", p.previewed())
+		}
+		op, err := p.cl.DeletePolicy(testCtx(t), &lehrpb.DeletePolicyRequest{Name: livePolicy, Etag: "v1", Message: "retire"})
+		if err != nil {
+			t.Fatalf("DeletePolicy: %v", err)
+		}
+		md := new(lehrpb.DeletePolicyMetadata)
+		opResponse(t, op, new(emptypb.Empty), md)
+		if got := md.GetDeletedExperiments(); len(got) != 2 || got[0] != livePolicy+"/experiments/e1" || got[1] != livePolicy+"/experiments/e2" {
+			t.Errorf("deleted_experiments %v; want e1 and e2", got)
+		}
+		if v := md.GetVersion(); v.GetSeq() != 2 || v.GetPropertyCount() != 0 || v.GetMessage() != "retire" {
+			t.Errorf("version %v; want 2, the no-op policy (no rules), message retire", v)
+		}
+		for _, id := range []string{"e1", "e2"} {
+			_, err := p.cl.GetPolicyExperiment(testCtx(t), &lehrpb.GetPolicyExperimentRequest{Name: livePolicy + "/experiments/" + id})
+			wantAPIError(t, "get "+id+" after the policy's deletion", err, codes.NotFound, "")
+		}
+		resp, err := p.cl.ListPolicyExperiments(testCtx(t), &lehrpb.ListPolicyExperimentsRequest{Parent: livePolicy})
+		if err != nil || len(resp.GetPolicyExperiments()) != 0 {
+			t.Errorf("List after the deletion: %v, %v; want none", resp, err)
+		}
+		if got := p.previewed(); len(got) != 0 {
+			t.Errorf("hosts still sent experiments %v after the deletion", got)
+		}
+		_, err = p.cl.GetPolicy(testCtx(t), &lehrpb.GetPolicyRequest{Name: livePolicy})
+		wantAPIError(t, "GetPolicy of a deleted policy", err, codes.NotFound, "name")
+		_, err = p.cl.CreatePolicyExperiment(testCtx(t), &lehrpb.CreatePolicyExperimentRequest{
+			Parent: livePolicy, PolicyExperimentId: "e3",
+			PolicyExperiment: &lehrpb.PolicyExperiment{Policy: &lehrpb.Policy{Name: livePolicy}},
+		})
+		wantAPIError(t, "create under a deleted policy", err, codes.NotFound, "parent")
+		_, err = p.cl.DeletePolicy(testCtx(t), &lehrpb.DeletePolicyRequest{Name: livePolicy})
+		wantAPIError(t, "delete twice", err, codes.NotFound, "name")
+
+		// Publishing rules creates it again, without the old experiments.
+		if _, err := p.cl.Publish(testCtx(t), &lehrpb.PublishRequest{Namespace: liveNS, Properties: []*lehrpb.Property{allowAll}}); err != nil {
+			t.Fatal(err)
+		}
+		if pol := p.live(); pol.GetEtag() != "v3" || len(pol.GetRules()) != 1 {
+			t.Errorf("after publishing again: %v; want v3 with one rule", pol)
+		}
+		p.create("e1", denyEU)
+	})
+
+	t.Run("failed_delete_of_live_policy_changes_nothing", func(t *testing.T) {
+		p := newPreviewEnv(t, allowAll)
+		p.create("e1", denyEU)
+		p.start("e1")
+		_, err := p.cl.DeletePolicy(testCtx(t), &lehrpb.DeletePolicyRequest{Name: livePolicy, Etag: "v0"})
+		wantAPIError(t, "delete with a stale etag", err, codes.Aborted, "etag")
+		_, err = p.cl.DeletePolicy(testCtx(t), &lehrpb.DeletePolicyRequest{Name: "domains/shop/policies/none"})
+		wantAPIError(t, "delete of a missing policy", err, codes.NotFound, "name")
+		_, err = p.cl.DeletePolicy(testCtx(t), &lehrpb.DeletePolicyRequest{Name: "shop/fw"})
+		wantAPIError(t, "delete by namespace name", err, codes.InvalidArgument, "name")
+		if pol := p.live(); pol.GetEtag() != "v1" {
+			t.Errorf("live policy %v after failed deletes; want v1", pol)
+		}
+		if p.get("e1").GetPreviewMetadata().GetState() != lehrpb.PolicyPreviewMetadata_ACTIVE || len(p.previewed()) != 1 {
+			t.Errorf("e1 %v, previewed %v; want it still ACTIVE and previewed", p.get("e1"), p.previewed())
+		}
+	})
+
 	t.Run("preview_namespaces_are_written_by_control_only", func(t *testing.T) {
 		p := newPreviewEnv(t, allowAll)
 		_, err := p.cl.Publish(testCtx(t), &lehrpb.PublishRequest{Namespace: liveNS + "--preview", Properties: []*lehrpb.Property{prop("x", "", "1")}})

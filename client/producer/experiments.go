@@ -178,6 +178,26 @@ func (c *Client) CommitExperiment(ctx context.Context, ns, id string, req *lehrp
 	return md.GetVersion(), err
 }
 
+// DeletePolicy deletes the live policy of namespace ns and, in the same
+// step, every experiment of it: its next version is the no-op policy. A
+// non-empty etag ("v{version}") deletes only if it is still the live
+// policy's. It returns the operation's metadata: the new version and the
+// deleted experiments.
+func (c *Client) DeletePolicy(ctx context.Context, ns, etag, message string) (*lehrpb.DeletePolicyMetadata, error) {
+	md := new(lehrpb.DeletePolicyMetadata)
+	err := c.call(ctx, "delete policy "+ns, func(ctx context.Context) error {
+		op, err := c.rpc.DeletePolicy(ctx, &lehrpb.DeletePolicyRequest{Name: PolicyName(ns), Etag: etag, Message: message})
+		if err != nil {
+			return err
+		}
+		if st := op.GetError(); st != nil {
+			return fmt.Errorf("operation %s failed: %s", op.GetName(), st.GetMessage())
+		}
+		return op.GetMetadata().UnmarshalTo(md)
+	})
+	return md, err
+}
+
 // ExperimentCounts returns the decisions hosts counted for an experiment.
 func (c *Client) ExperimentCounts(ctx context.Context, ns, id string) (*lehrpb.PolicyExperimentCounts, error) {
 	var out *lehrpb.PolicyExperimentCounts

@@ -22,7 +22,7 @@ import (
 
 func runPolicy(ctx context.Context, e *env, args []string) int {
 	fs := newFlags("lehr policy", doc{
-		usage:   "lehr policy get NS | lehr policy eval NS --input JSON | lehr policy experiment create|update|get|list|delete|start|stop|commit|counts NS [ID] [flags]",
+		usage:   "lehr policy get NS | lehr policy eval NS --input JSON | lehr policy delete NS [--etag vN] | lehr policy experiment create|update|get|list|delete|start|stop|commit|counts NS [ID] [flags]",
 		summary: "show and test policy namespaces; preview changes to them as experiments",
 		about: `A policy namespace holds rules ({"effect": "allow"|"deny", "condition": CEL,
 "sensitive": [input paths kept out of logs]}); services decide with them
@@ -32,6 +32,11 @@ at all allows). docs/preview.md walks through previewing a change.
   get NS                        the live rules and their etag ("v" + version)
   eval NS --input JSON          decide for one input with the live rules, here
                                 (--experiment ID: with the experiment's too)
+  delete NS [--etag vN]         delete the live policy and, with it, every
+                                experiment of it (one step): its next version
+                                is the no-op policy (allows everything) and
+                                rolls out by the rollout policy; publishing
+                                rules (or rolling back) creates it again
 
 An experiment is a new configuration of a policy, evaluated beside the live
 rules on real traffic at every host that consumes the policy, never enforced
@@ -65,6 +70,7 @@ log_prefix, start_time...) and rule values as JSON.`,
 			"lehr policy experiment counts shop/fw deny-eve",
 			"lehr policy experiment list shop/fw --active -o json",
 			"lehr policy experiment commit shop/fw deny-eve --etag 33ffa2f5422b9f6a --parent-etag v1 --max-disagreement 0.3",
+			"lehr policy delete shop/fw --etag v7 -m 'replaced by shop/fw2'",
 		},
 	})
 	cf := addClientFlags(fs, e)
@@ -72,11 +78,11 @@ log_prefix, start_time...) and rule values as JSON.`,
 	fs.StringVar(file, "f", "", "short for --file")
 	var annotations stringList
 	fs.Var(&annotations, "annotation", "with create and update: an annotation `key=value` (repeatable)")
-	etag := fs.String("etag", "", "with update, delete: change only if the experiment's etag is still `E`; with commit: required")
+	etag := fs.String("etag", "", "with experiment update, delete: change only if the experiment's etag is still `E`; with commit: required; with policy delete: delete only if the live etag is still E")
 	parentEtag := fs.String("parent-etag", "", "with commit: replace the live policy only if its etag is still `P`")
 	minEval := fs.Uint64("min-evaluations", 0, "with commit: refuse while hosts counted fewer than `N` decisions")
 	maxDis := fs.Float64("max-disagreement", 0, "with commit: refuse while the experiment disagreed on more than share `R` (0 to 1) of decisions")
-	msg := fs.String("message", "", "with commit: why, recorded in the version's history")
+	msg := fs.String("message", "", "with commit and delete: why, recorded in the version's history")
 	fs.StringVar(msg, "m", "", "short for --message")
 	filter := fs.String("filter", "", "with list: an AIP-160 `filter`, e.g. 'preview_metadata.state = ACTIVE'")
 	active := fs.Bool("active", false, "with list: only experiments being previewed")
@@ -90,10 +96,10 @@ log_prefix, start_time...) and rule values as JSON.`,
 		return usageError(e, fs, "%s", m)
 	}
 	if len(pos) == 0 {
-		return usageError(e, fs, "missing subcommand: get, eval or experiment")
+		return usageError(e, fs, "missing subcommand: get, eval, delete or experiment")
 	}
 	switch pos[0] {
-	case "get", "eval":
+	case "get", "eval", "delete":
 		if code, ok := wantArgs(e, fs, pos[1:], 1, "a policy namespace NS after "+pos[0]); !ok {
 			return code
 		}
@@ -129,7 +135,7 @@ log_prefix, start_time...) and rule values as JSON.`,
 			return usageError(e, fs, "unknown action %q after experiment: want create, update, get, list, delete, start, stop, commit or counts", act)
 		}
 	default:
-		return usageError(e, fs, "unknown subcommand %q: want get, eval or experiment", pos[0])
+		return usageError(e, fs, "unknown subcommand %q: want get, eval, delete or experiment", pos[0])
 	}
 	var rules []content.Property
 	if *file != "" {
@@ -177,6 +183,21 @@ log_prefix, start_time...) and rule values as JSON.`,
 		}
 		fmt.Fprintf(e.stdout, "policy %s (%s), etag %s\n", ns, p.GetName(), p.GetEtag())
 		writeRules(e.stdout, p.GetRules())
+		return exitOK
+	case "delete":
+		md, err := c.DeletePolicy(ctx, ns, *etag, *msg)
+		if err != nil {
+			return fail(err)
+		}
+		if cf.json() {
+			return printResource(e, md)
+		}
+		v := md.GetVersion()
+		fmt.Fprintf(e.stdout, "deleted policy %s: version %d is the no-op policy (allows everything)", ns, v.GetSeq())
+		if n := len(md.GetDeletedExperiments()); n > 0 {
+			fmt.Fprintf(e.stdout, "; deleted its %d experiments: %s", n, strings.Join(md.GetDeletedExperiments(), ", "))
+		}
+		fmt.Fprintf(e.stdout, "\nfollow its rollout: lehr rollout status %s; undo: lehr rollback %s --to %d\n", ns, ns, v.GetParent())
 		return exitOK
 	case "eval":
 		p, err := c.GetPolicy(ctx, ns)

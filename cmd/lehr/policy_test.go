@@ -76,4 +76,25 @@ func TestPolicyExperimentCLI(t *testing.T) {
 		t.Errorf("live policy after commit:\n%s", out)
 	}
 	mustContain(t, "list after", c.ok("policy", "experiment", "list", "shop/fw"), "no experiments")
+
+	// Deleting the live policy deletes its experiments with it.
+	if code, out, errOut := c.run(rules, "policy", "experiment", "create", "shop/fw", "later", "-f", "-"); code != exitOK {
+		t.Fatalf("create later: exit %d\n%s%s", code, out, errOut)
+	}
+	mustContain(t, "delete with a stale etag", c.fails("policy", "delete", "shop/fw", "--etag", "v1"), "not the live policy's etag", "nothing was deleted")
+	var md struct {
+		Version struct {
+			Seq string `json:"seq"`
+		} `json:"version"`
+		DeletedExperiments []string `json:"deleted_experiments"`
+	}
+	if err := json.Unmarshal([]byte(c.ok("policy", "delete", "shop/fw", "--etag", "v2", "-m", "retire", "-o", "json")), &md); err != nil {
+		t.Fatal(err)
+	}
+	if md.Version.Seq != "3" || len(md.DeletedExperiments) != 1 || md.DeletedExperiments[0] != "domains/shop/policies/fw/experiments/later" {
+		t.Errorf("delete -o json: %+v; want version 3 and the experiment later", md)
+	}
+	mustContain(t, "get after delete", c.fails("policy", "get", "shop/fw"), "was deleted", "creates it again")
+	mustContain(t, "rollback undoes the delete", c.ok("rollback", "shop/fw", "--to", "2"), "4")
+	mustContain(t, "get after the rollback", c.ok("policy", "get", "shop/fw"), "etag v4", "eve")
 }

@@ -42,7 +42,7 @@ const (
 // (fleet-wide) to the fleet admins (Options.FleetAdmins; every user
 // without them).
 var aclActions = map[string]aclAction{
-	"CreateNamespace": actPublish, "Publish": actPublish, "Patch": actPublish, "Rollback": actPublish,
+	"CreateNamespace": actPublish, "Publish": actPublish, "Patch": actPublish, "Rollback": actPublish, "DeletePolicy": actPublish,
 	"SetRolloutPolicy": actOperate, "DeleteRolloutPolicy": actOperate, "UpdateRollout": actOperate, "Evaluate": actOperate,
 	"CreatePolicyExperiment": actOperate, "UpdatePolicyExperiment": actOperate, "DeletePolicyExperiment": actOperate,
 	"StartPreviewPolicyExperiment": actOperate, "StopPreviewPolicyExperiment": actOperate, "CommitPolicyExperiment": actOperate,

@@ -27,6 +27,7 @@ var auditedMethods = map[string]bool{
 	"Evaluate":               true,
 	"CreatePolicyExperiment": true, "UpdatePolicyExperiment": true, "DeletePolicyExperiment": true,
 	"StartPreviewPolicyExperiment": true, "StopPreviewPolicyExperiment": true, "CommitPolicyExperiment": true,
+	"DeletePolicy": true,
 }
 
 // AuditInterceptor records every call to a mutating method in the audit

@@ -117,6 +117,11 @@ func (s *Service) policyHead(ctx context.Context, field, ns string) (*lehrpb.Nam
 		return nil, apierror.New(codes.FailedPrecondition, apierror.ReasonKindMismatch, field,
 			"namespace %s is of kind %s; experiments exist only under policy namespaces", ns, head.GetKind())
 	}
+	if dt := head.GetDeleteTime(); dt != nil {
+		return nil, apierror.New(codes.NotFound, apierror.ReasonNotFound, field,
+			"policy %s was deleted at %s (version %d is the no-op policy); publishing rules to it, or rolling back to a version before, creates it again",
+			ns, dt.AsTime().UTC().Format(time.RFC3339), head.GetLatestVersion())
+	}
 	if _, _, err := names.Namespace(names.Preview(ns)); err != nil {
 		return nil, invalid(apierror.ReasonInvalidName, field,
 			"policy %s has a name too long to preview: its preview namespace %q would exceed %d bytes", ns, names.Preview(ns), names.MaxNameLen)
@@ -716,6 +721,89 @@ func (s *Service) CommitPolicyExperiment(ctx context.Context, req *lehrpb.Commit
 	}
 	return operation(&lehrpb.CommitPolicyExperimentMetadata{
 		CreateTime: timestamppb.New(start), EndTime: timestamppb.New(s.now()), Target: cur.GetName(), Version: info,
+	}, &emptypb.Empty{})
+}
+
+// DeletePolicy deletes a live policy: its next version is the no-op
+// policy, its experiments are deleted and it is marked deleted, in one
+// transaction (AIP-236's cascade), and the hosts stop previewing them.
+func (s *Service) DeletePolicy(ctx context.Context, req *lehrpb.DeletePolicyRequest) (_ *longrunningpb.Operation, err error) {
+	defer s.track(ctx, "DeletePolicy", time.Now(), &err)
+	start := s.now()
+	ns, err := parsePolicyName("name", req.GetName())
+	if err != nil {
+		return nil, err
+	}
+	if err := checkAudit(ctx, "", req.GetMessage()); err != nil {
+		return nil, err
+	}
+	head, err := s.policyHead(ctx, "name", ns)
+	if err != nil {
+		return nil, err
+	}
+	latest := head.GetLatestVersion()
+	if e := req.GetEtag(); e != "" && e != liveEtag(latest) {
+		return nil, apierror.New(codes.Aborted, apierror.ReasonEtagMismatch, "etag",
+			"etag %q is not the live policy's etag %q: the live policy changed since you read it; nothing was deleted", e, liveEtag(latest))
+	}
+	d, _, _ := strings.Cut(ns, "/")
+	dom, err := s.domainOf(ctx, d, "name")
+	if err != nil {
+		return nil, err
+	}
+	if err := s.allowPublish(ctx, dom); err != nil {
+		return nil, err
+	}
+	noop, err := content.New(nil)
+	if err != nil {
+		return nil, fmt.Errorf("build the no-op policy: %w", err)
+	}
+	msg := req.GetMessage()
+	if msg == "" {
+		msg = "delete policy"
+	}
+	c := callerOf(ctx)
+	var deleted []string
+	info, err := s.st.Commit(ctx, store.Commit{
+		Namespace:      ns,
+		Kind:           head.GetKind(),
+		ExpectedLatest: latest,
+		// Without etag the deletion replaces whatever is live.
+		Rebase:  req.GetEtag() == "",
+		Content: noop,
+		Info: &lehrpb.VersionInfo{
+			Author:            c.author(""),
+			Message:           msg,
+			Source:            lehrpb.VersionSource_VERSION_SOURCE_SNAPSHOT,
+			TransportIdentity: c.transport,
+		},
+		Goals:        s.goals(head, lehrpb.VersionSource_VERSION_SOURCE_SNAPSHOT),
+		GoalReason:   "delete policy",
+		DeletePolicy: true,
+		Deleted:      &deleted,
+	})
+	var ce *store.ConflictError
+	switch {
+	case errors.As(err, &ce):
+		return nil, apierror.New(codes.Aborted, apierror.ReasonEtagMismatch, "etag",
+			"etag %q is not the live policy's etag %q: the live policy changed while deleting; nothing was deleted", req.GetEtag(), liveEtag(ce.Current))
+	case err != nil:
+		return nil, withField(s.apiError(ctx, err), "name")
+	}
+	s.countPublish("delete")
+	expNames := make([]string, len(deleted))
+	for i, id := range deleted {
+		expNames[i] = ExperimentName(ns, id)
+	}
+	s.log.Info("control: deleted policy", "namespace", ns, "version", info.GetSeq(), "experiments", len(deleted), "author", info.GetAuthor())
+	if err := s.syncPreview(ctx, ns); err != nil {
+		// Deleted; the hosts keep previewing the deleted experiments until
+		// the next sync. Not an error of the deletion.
+		s.log.Warn("control: deleted policy, but withdrawing its experiments from the hosts failed", "namespace", ns, "err", err)
+	}
+	return operation(&lehrpb.DeletePolicyMetadata{
+		CreateTime: timestamppb.New(start), EndTime: timestamppb.New(s.now()), Target: req.GetName(),
+		Version: info, DeletedExperiments: expNames,
 	}, &emptypb.Empty{})
 }
 

@@ -39,9 +39,10 @@ func (e *ExperimentCapError) Unwrap() error { return ErrInvalid }
 // CreateExperiment stores a new experiment id of namespace ns, unless one
 // with that id exists (ErrAlreadyExists), the namespace does not
 // (*NotFoundError), or ns has maxPerPolicy experiments already
-// (*ExperimentCapError). Concurrent creates cannot exceed the cap: the
-// transaction fails if any experiment of ns changed since they were
-// counted, and is retried.
+// (*ExperimentCapError), or the policy is deleted (*NotFoundError).
+// Concurrent creates cannot exceed the cap, nor outlive a concurrent
+// DeletePolicy commit: the transaction fails if any experiment of ns or
+// its head changed since they were read, and is retried.
 func (s *Store) CreateExperiment(ctx context.Context, ns, id string, e *lehrpb.PolicyExperiment, maxPerPolicy int) (*StoredExperiment, error) {
 	b, err := encode(e)
 	if err != nil {
@@ -49,14 +50,22 @@ func (s *Store) CreateExperiment(ctx context.Context, ns, id string, e *lehrpb.P
 	}
 	key, prefix := s.lay.experiment(ns, id), s.lay.experimentsOf(ns)
 	for range maxCommitAttempts {
+		hkey := s.lay.nsmeta(ns)
 		rs, rev, err := s.readAt(ctx,
-			clientv3.OpGet(s.lay.nsmeta(ns), clientv3.WithCountOnly()),
+			clientv3.OpGet(hkey),
 			clientv3.OpGet(prefix, clientv3.WithPrefix(), clientv3.WithKeysOnly()))
 		if err != nil {
 			return nil, fmt.Errorf("store: create experiment %s/%s: %w", ns, id, err)
 		}
-		if rs[0].Count == 0 {
+		if len(rs[0].Kvs) == 0 {
 			return nil, &NotFoundError{What: "namespace", Name: ns}
+		}
+		head := new(lehrpb.Namespace)
+		if err := decode(hkey, rs[0].Kvs[0].Value, head); err != nil {
+			return nil, err
+		}
+		if head.GetDeleteTime() != nil {
+			return nil, &NotFoundError{What: "policy", Name: ns}
 		}
 		for _, kv := range rs[1].Kvs {
 			if string(kv.Key) == key {
@@ -67,6 +76,7 @@ func (s *Store) CreateExperiment(ctx context.Context, ns, id string, e *lehrpb.P
 			return nil, &ExperimentCapError{Namespace: ns, Cap: maxPerPolicy}
 		}
 		resp, err := s.txn(ctx, []clientv3.Cmp{
+			clientv3.Compare(clientv3.ModRevision(hkey), "=", rs[0].Kvs[0].ModRevision),
 			clientv3.Compare(clientv3.ModRevision(prefix), "<", rev+1).WithPrefix(),
 			clientv3.Compare(clientv3.CreateRevision(key), "=", 0),
 		}, []clientv3.Op{clientv3.OpPut(key, string(b))}, nil)

@@ -124,3 +124,55 @@ func TestCommitDeletesExperimentAtomically(t *testing.T) {
 		t.Errorf("second commit of the same experiment: %v; want *NotFoundError for the experiment", err)
 	}
 }
+
+// TestDeletePolicyCascades: a DeletePolicy commit deletes every experiment
+// in its own transaction, experiments created concurrently with it never
+// outlive it, and the next commit makes the policy live again.
+func TestDeletePolicyCascades(t *testing.T) {
+	s := newTestStore(t, Options{})
+	ctx := testCtx(t)
+	mustDomain(t, s, "payments")
+	const ns = "payments/fw"
+	commit(t, s, Commit{Namespace: ns, Create: true, Kind: lehrpb.NamespaceKind_NAMESPACE_KIND_POLICY, Content: snap(t, "k", "v")})
+	for _, id := range []string{"a", "b"} {
+		if _, err := s.CreateExperiment(ctx, ns, id, &lehrpb.PolicyExperiment{Name: id}, 5); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Creates racing the deletion: each either lands before it (and is
+	// deleted by it) or is refused after it.
+	var wg sync.WaitGroup
+	for i := range 4 {
+		wg.Go(func() {
+			id := fmt.Sprintf("race%d", i)
+			_, err := s.CreateExperiment(ctx, ns, id, &lehrpb.PolicyExperiment{Name: id}, 5)
+			if err != nil && !errors.As(err, new(*NotFoundError)) && !errors.As(err, new(*ExperimentCapError)) {
+				t.Errorf("create %s: %v", id, err)
+			}
+		})
+	}
+	var deleted []string
+	info := commit(t, s, Commit{Namespace: ns, ExpectedLatest: 1, Content: snap(t), DeletePolicy: true, Deleted: &deleted})
+	wg.Wait()
+	if len(deleted) < 2 || deleted[0] != "a" || deleted[1] != "b" {
+		t.Errorf("deleted %v; want a, b and whichever racing creates landed first", deleted)
+	}
+	st, err := s.Experiments(ctx, ns, ns+"--preview")
+	if err != nil || len(st.Experiments) != 0 {
+		t.Errorf("experiments after the deletion: %+v, %v; want none", st.Experiments, err)
+	}
+	head, err := s.GetNamespace(ctx, ns)
+	if err != nil || head.GetDeleteTime() == nil || head.GetLatestVersion() != info.GetSeq() || head.GetPropertyCount() != 0 {
+		t.Fatalf("head %v, %v; want deleted at version %d with no rules", head, err, info.GetSeq())
+	}
+	if _, err := s.CreateExperiment(ctx, ns, "c", &lehrpb.PolicyExperiment{Name: "c"}, 5); !errors.As(err, new(*NotFoundError)) {
+		t.Errorf("create under the deleted policy: %v; want *NotFoundError", err)
+	}
+	commit(t, s, Commit{Namespace: ns, ExpectedLatest: info.GetSeq(), Content: snap(t, "k", "v")})
+	if head, err := s.GetNamespace(ctx, ns); err != nil || head.GetDeleteTime() != nil {
+		t.Errorf("head after a publish: %v, %v; want live again (no delete_time)", head, err)
+	}
+	if _, err := s.CreateExperiment(ctx, ns, "c", &lehrpb.PolicyExperiment{Name: "c"}, 5); err != nil {
+		t.Errorf("create after the policy is live again: %v", err)
+	}
+}

@@ -110,6 +110,16 @@ type Commit struct {
 	// visible together or not at all. A record that is gone is a
 	// *NotFoundError; one that changed wraps ErrConflict.
 	Experiment *ExperimentRef
+	// DeletePolicy marks the namespace deleted (Namespace.delete_time) and
+	// deletes every experiment of it in the version's own transaction,
+	// which then also requires the experiments to be as they were read:
+	// the policy's deletion (AIP-236's cascade) is one atomic step. The
+	// deleted experiments' ids are in Deleted. Any commit without it
+	// clears delete_time.
+	DeletePolicy bool
+	// Deleted receives, if not nil, the ids of the experiments a
+	// DeletePolicy commit deleted.
+	Deleted *[]string
 }
 
 // ExperimentRef names an experiment record at a mod revision.
@@ -171,9 +181,21 @@ func (s *Store) tryCommit(ctx context.Context, c Commit, domain string, m *manif
 		ekey = s.lay.experiment(c.Namespace, c.Experiment.ID)
 		ops = append(ops, clientv3.OpGet(ekey, clientv3.WithKeysOnly()))
 	}
+	var xprefix string
+	if c.DeletePolicy {
+		xprefix = s.lay.experimentsOf(c.Namespace)
+		ops = append(ops, clientv3.OpGet(xprefix, clientv3.WithPrefix(), clientv3.WithKeysOnly()))
+	}
 	rs, rev, err := s.readAt(ctx, ops...)
 	if err != nil {
 		return nil, err
+	}
+	var deleted []string
+	if c.DeletePolicy {
+		for _, kv := range rs[len(rs)-1].Kvs {
+			deleted = append(deleted, string(kv.Key[len(xprefix):]))
+		}
+		rs = rs[:len(rs)-1]
 	}
 	if c.Experiment != nil {
 		switch kvs := rs[len(rs)-1].Kvs; {
@@ -271,6 +293,10 @@ func (s *Store) tryCommit(ctx context.Context, c Commit, domain string, m *manif
 	if newHead.OldestVersion == 0 {
 		newHead.OldestVersion = seq
 	}
+	newHead.DeleteTime = nil
+	if c.DeletePolicy {
+		newHead.DeleteTime = timestamppb.New(now)
+	}
 	headBytes, err := encode(newHead)
 	if err != nil {
 		return nil, err
@@ -287,6 +313,10 @@ func (s *Store) tryCommit(ctx context.Context, c Commit, domain string, m *manif
 	if c.Experiment != nil {
 		cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(ekey), "=", c.Experiment.ModRevision))
 		then = append(then, clientv3.OpDelete(ekey))
+	}
+	if c.DeletePolicy {
+		cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(xprefix), "<", rev+1).WithPrefix())
+		then = append(then, clientv3.OpDelete(xprefix, clientv3.WithPrefix()))
 	}
 	var lease clientv3.LeaseID
 	if c.RequestID != "" {
@@ -328,6 +358,10 @@ func (s *Store) tryCommit(ctx context.Context, c Commit, domain string, m *manif
 	// committed, the producer not answered; its retry must get this
 	// version back, not commit another.
 	// gofail: var storeAfterCommit struct{}
+
+	if c.Deleted != nil {
+		*c.Deleted = deleted
+	}
 	return info, nil
 }
 

@@ -4131,7 +4131,7 @@ const file_lehr_v1_control_proto_rawDesc = "" +
 	"\fdistributors\x18\x02 \x03(\v2\x1a.lehr.v1.DistributorStatusR\fdistributors\x121\n" +
 	"\bversions\x18\x03 \x03(\v2\x15.lehr.v1.VersionCountR\bversions\x120\n" +
 	"\x06health\x18\x04 \x03(\v2\x18.lehr.v1.NamespaceHealthR\x06health\x12)\n" +
-	"\x05hosts\x18\x05 \x03(\v2\x13.lehr.v1.HostReportR\x05hosts2\xb0\x1a\n" +
+	"\x05hosts\x18\x05 \x03(\v2\x13.lehr.v1.HostReportR\x05hosts2\xfd\x1a\n" +
 	"\aControl\x12=\n" +
 	"\fCreateDomain\x12\x1c.lehr.v1.CreateDomainRequest\x1a\x0f.lehr.v1.Domain\x127\n" +
 	"\tGetDomain\x12\x19.lehr.v1.GetDomainRequest\x1a\x0f.lehr.v1.Domain\x12H\n" +
@@ -4177,7 +4177,8 @@ const file_lehr_v1_control_proto_rawDesc = "" +
 	"\x16DeletePolicyExperiment\x12&.lehr.v1.DeletePolicyExperimentRequest\x1a\x1d.google.longrunning.Operation\x12k\n" +
 	"\x1cStartPreviewPolicyExperiment\x12,.lehr.v1.StartPreviewPolicyExperimentRequest\x1a\x1d.google.longrunning.Operation\x12i\n" +
 	"\x1bStopPreviewPolicyExperiment\x12+.lehr.v1.StopPreviewPolicyExperimentRequest\x1a\x1d.google.longrunning.Operation\x12_\n" +
-	"\x16CommitPolicyExperiment\x12&.lehr.v1.CommitPolicyExperimentRequest\x1a\x1d.google.longrunning.Operation\x12g\n" +
+	"\x16CommitPolicyExperiment\x12&.lehr.v1.CommitPolicyExperimentRequest\x1a\x1d.google.longrunning.Operation\x12K\n" +
+	"\fDeletePolicy\x12\x1c.lehr.v1.DeletePolicyRequest\x1a\x1d.google.longrunning.Operation\x12g\n" +
 	"\x19GetPolicyExperimentCounts\x12).lehr.v1.GetPolicyExperimentCountsRequest\x1a\x1f.lehr.v1.PolicyExperimentCounts\x12W\n" +
 	"\x10ListAuditRecords\x12 .lehr.v1.ListAuditRecordsRequest\x1a!.lehr.v1.ListAuditRecordsResponseB\x1cZ\x1alehr.dev/lehr/proto/lehrpbb\x06proto3"
 
@@ -4288,14 +4289,15 @@ var file_lehr_v1_control_proto_goTypes = []any{
 	(*StartPreviewPolicyExperimentRequest)(nil), // 89: lehr.v1.StartPreviewPolicyExperimentRequest
 	(*StopPreviewPolicyExperimentRequest)(nil),  // 90: lehr.v1.StopPreviewPolicyExperimentRequest
 	(*CommitPolicyExperimentRequest)(nil),       // 91: lehr.v1.CommitPolicyExperimentRequest
-	(*GetPolicyExperimentCountsRequest)(nil),    // 92: lehr.v1.GetPolicyExperimentCountsRequest
-	(*CanaryEvaluation)(nil),                    // 93: lehr.v1.CanaryEvaluation
-	(*ListCanaryEvaluationsResponse)(nil),       // 94: lehr.v1.ListCanaryEvaluationsResponse
-	(*Policy)(nil),                              // 95: lehr.v1.Policy
-	(*longrunningpb.Operation)(nil),             // 96: google.longrunning.Operation
-	(*PolicyExperiment)(nil),                    // 97: lehr.v1.PolicyExperiment
-	(*ListPolicyExperimentsResponse)(nil),       // 98: lehr.v1.ListPolicyExperimentsResponse
-	(*PolicyExperimentCounts)(nil),              // 99: lehr.v1.PolicyExperimentCounts
+	(*DeletePolicyRequest)(nil),                 // 92: lehr.v1.DeletePolicyRequest
+	(*GetPolicyExperimentCountsRequest)(nil),    // 93: lehr.v1.GetPolicyExperimentCountsRequest
+	(*CanaryEvaluation)(nil),                    // 94: lehr.v1.CanaryEvaluation
+	(*ListCanaryEvaluationsResponse)(nil),       // 95: lehr.v1.ListCanaryEvaluationsResponse
+	(*Policy)(nil),                              // 96: lehr.v1.Policy
+	(*longrunningpb.Operation)(nil),             // 97: google.longrunning.Operation
+	(*PolicyExperiment)(nil),                    // 98: lehr.v1.PolicyExperiment
+	(*ListPolicyExperimentsResponse)(nil),       // 99: lehr.v1.ListPolicyExperimentsResponse
+	(*PolicyExperimentCounts)(nil),              // 100: lehr.v1.PolicyExperimentCounts
 }
 var file_lehr_v1_control_proto_depIdxs = []int32{
 	62,  // 0: lehr.v1.AuditRecord.time:type_name -> google.protobuf.Timestamp
@@ -4403,53 +4405,55 @@ var file_lehr_v1_control_proto_depIdxs = []int32{
 	89,  // 102: lehr.v1.Control.StartPreviewPolicyExperiment:input_type -> lehr.v1.StartPreviewPolicyExperimentRequest
 	90,  // 103: lehr.v1.Control.StopPreviewPolicyExperiment:input_type -> lehr.v1.StopPreviewPolicyExperimentRequest
 	91,  // 104: lehr.v1.Control.CommitPolicyExperiment:input_type -> lehr.v1.CommitPolicyExperimentRequest
-	92,  // 105: lehr.v1.Control.GetPolicyExperimentCounts:input_type -> lehr.v1.GetPolicyExperimentCountsRequest
-	3,   // 106: lehr.v1.Control.ListAuditRecords:input_type -> lehr.v1.ListAuditRecordsRequest
-	69,  // 107: lehr.v1.Control.CreateDomain:output_type -> lehr.v1.Domain
-	69,  // 108: lehr.v1.Control.GetDomain:output_type -> lehr.v1.Domain
-	21,  // 109: lehr.v1.Control.ListDomains:output_type -> lehr.v1.ListDomainsResponse
-	69,  // 110: lehr.v1.Control.UpdateDomain:output_type -> lehr.v1.Domain
-	71,  // 111: lehr.v1.Control.CreateNamespace:output_type -> lehr.v1.Namespace
-	71,  // 112: lehr.v1.Control.GetNamespace:output_type -> lehr.v1.Namespace
-	25,  // 113: lehr.v1.Control.ListNamespaces:output_type -> lehr.v1.ListNamespacesResponse
-	27,  // 114: lehr.v1.Control.Publish:output_type -> lehr.v1.PublishResponse
-	29,  // 115: lehr.v1.Control.Patch:output_type -> lehr.v1.PatchResponse
-	31,  // 116: lehr.v1.Control.Get:output_type -> lehr.v1.GetResponse
-	33,  // 117: lehr.v1.Control.History:output_type -> lehr.v1.HistoryResponse
-	36,  // 118: lehr.v1.Control.Diff:output_type -> lehr.v1.DiffResponse
-	38,  // 119: lehr.v1.Control.Rollback:output_type -> lehr.v1.RollbackResponse
-	75,  // 120: lehr.v1.Control.CreateZone:output_type -> lehr.v1.Zone
-	41,  // 121: lehr.v1.Control.ListZones:output_type -> lehr.v1.ListZonesResponse
-	43,  // 122: lehr.v1.Control.GetGoals:output_type -> lehr.v1.GetGoalsResponse
-	46,  // 123: lehr.v1.Control.WatchGoals:output_type -> lehr.v1.WatchGoalsResponse
-	48,  // 124: lehr.v1.Control.FetchVersion:output_type -> lehr.v1.FetchVersionResponse
-	50,  // 125: lehr.v1.Control.FetchDelta:output_type -> lehr.v1.FetchDeltaResponse
-	58,  // 126: lehr.v1.Control.ReportZoneStatus:output_type -> lehr.v1.ReportZoneStatusResponse
-	61,  // 127: lehr.v1.Control.GetZoneStatus:output_type -> lehr.v1.GetZoneStatusResponse
-	67,  // 128: lehr.v1.Control.SetRolloutPolicy:output_type -> lehr.v1.RolloutPolicyRecord
-	67,  // 129: lehr.v1.Control.DeleteRolloutPolicy:output_type -> lehr.v1.RolloutPolicyRecord
-	14,  // 130: lehr.v1.Control.GetRolloutPolicy:output_type -> lehr.v1.GetRolloutPolicyResponse
-	16,  // 131: lehr.v1.Control.RolloutPolicyHistory:output_type -> lehr.v1.RolloutPolicyHistoryResponse
-	64,  // 132: lehr.v1.Control.GetRollout:output_type -> lehr.v1.Rollout
-	8,   // 133: lehr.v1.Control.ListRollouts:output_type -> lehr.v1.ListRolloutsResponse
-	10,  // 134: lehr.v1.Control.ListRolloutEvents:output_type -> lehr.v1.ListRolloutEventsResponse
-	64,  // 135: lehr.v1.Control.UpdateRollout:output_type -> lehr.v1.Rollout
-	93,  // 136: lehr.v1.Control.Evaluate:output_type -> lehr.v1.CanaryEvaluation
-	93,  // 137: lehr.v1.Control.GetCanaryEvaluation:output_type -> lehr.v1.CanaryEvaluation
-	94,  // 138: lehr.v1.Control.ListCanaryEvaluations:output_type -> lehr.v1.ListCanaryEvaluationsResponse
-	95,  // 139: lehr.v1.Control.GetPolicy:output_type -> lehr.v1.Policy
-	96,  // 140: lehr.v1.Control.CreatePolicyExperiment:output_type -> google.longrunning.Operation
-	96,  // 141: lehr.v1.Control.UpdatePolicyExperiment:output_type -> google.longrunning.Operation
-	97,  // 142: lehr.v1.Control.GetPolicyExperiment:output_type -> lehr.v1.PolicyExperiment
-	98,  // 143: lehr.v1.Control.ListPolicyExperiments:output_type -> lehr.v1.ListPolicyExperimentsResponse
-	96,  // 144: lehr.v1.Control.DeletePolicyExperiment:output_type -> google.longrunning.Operation
-	96,  // 145: lehr.v1.Control.StartPreviewPolicyExperiment:output_type -> google.longrunning.Operation
-	96,  // 146: lehr.v1.Control.StopPreviewPolicyExperiment:output_type -> google.longrunning.Operation
-	96,  // 147: lehr.v1.Control.CommitPolicyExperiment:output_type -> google.longrunning.Operation
-	99,  // 148: lehr.v1.Control.GetPolicyExperimentCounts:output_type -> lehr.v1.PolicyExperimentCounts
-	4,   // 149: lehr.v1.Control.ListAuditRecords:output_type -> lehr.v1.ListAuditRecordsResponse
-	107, // [107:150] is the sub-list for method output_type
-	64,  // [64:107] is the sub-list for method input_type
+	92,  // 105: lehr.v1.Control.DeletePolicy:input_type -> lehr.v1.DeletePolicyRequest
+	93,  // 106: lehr.v1.Control.GetPolicyExperimentCounts:input_type -> lehr.v1.GetPolicyExperimentCountsRequest
+	3,   // 107: lehr.v1.Control.ListAuditRecords:input_type -> lehr.v1.ListAuditRecordsRequest
+	69,  // 108: lehr.v1.Control.CreateDomain:output_type -> lehr.v1.Domain
+	69,  // 109: lehr.v1.Control.GetDomain:output_type -> lehr.v1.Domain
+	21,  // 110: lehr.v1.Control.ListDomains:output_type -> lehr.v1.ListDomainsResponse
+	69,  // 111: lehr.v1.Control.UpdateDomain:output_type -> lehr.v1.Domain
+	71,  // 112: lehr.v1.Control.CreateNamespace:output_type -> lehr.v1.Namespace
+	71,  // 113: lehr.v1.Control.GetNamespace:output_type -> lehr.v1.Namespace
+	25,  // 114: lehr.v1.Control.ListNamespaces:output_type -> lehr.v1.ListNamespacesResponse
+	27,  // 115: lehr.v1.Control.Publish:output_type -> lehr.v1.PublishResponse
+	29,  // 116: lehr.v1.Control.Patch:output_type -> lehr.v1.PatchResponse
+	31,  // 117: lehr.v1.Control.Get:output_type -> lehr.v1.GetResponse
+	33,  // 118: lehr.v1.Control.History:output_type -> lehr.v1.HistoryResponse
+	36,  // 119: lehr.v1.Control.Diff:output_type -> lehr.v1.DiffResponse
+	38,  // 120: lehr.v1.Control.Rollback:output_type -> lehr.v1.RollbackResponse
+	75,  // 121: lehr.v1.Control.CreateZone:output_type -> lehr.v1.Zone
+	41,  // 122: lehr.v1.Control.ListZones:output_type -> lehr.v1.ListZonesResponse
+	43,  // 123: lehr.v1.Control.GetGoals:output_type -> lehr.v1.GetGoalsResponse
+	46,  // 124: lehr.v1.Control.WatchGoals:output_type -> lehr.v1.WatchGoalsResponse
+	48,  // 125: lehr.v1.Control.FetchVersion:output_type -> lehr.v1.FetchVersionResponse
+	50,  // 126: lehr.v1.Control.FetchDelta:output_type -> lehr.v1.FetchDeltaResponse
+	58,  // 127: lehr.v1.Control.ReportZoneStatus:output_type -> lehr.v1.ReportZoneStatusResponse
+	61,  // 128: lehr.v1.Control.GetZoneStatus:output_type -> lehr.v1.GetZoneStatusResponse
+	67,  // 129: lehr.v1.Control.SetRolloutPolicy:output_type -> lehr.v1.RolloutPolicyRecord
+	67,  // 130: lehr.v1.Control.DeleteRolloutPolicy:output_type -> lehr.v1.RolloutPolicyRecord
+	14,  // 131: lehr.v1.Control.GetRolloutPolicy:output_type -> lehr.v1.GetRolloutPolicyResponse
+	16,  // 132: lehr.v1.Control.RolloutPolicyHistory:output_type -> lehr.v1.RolloutPolicyHistoryResponse
+	64,  // 133: lehr.v1.Control.GetRollout:output_type -> lehr.v1.Rollout
+	8,   // 134: lehr.v1.Control.ListRollouts:output_type -> lehr.v1.ListRolloutsResponse
+	10,  // 135: lehr.v1.Control.ListRolloutEvents:output_type -> lehr.v1.ListRolloutEventsResponse
+	64,  // 136: lehr.v1.Control.UpdateRollout:output_type -> lehr.v1.Rollout
+	94,  // 137: lehr.v1.Control.Evaluate:output_type -> lehr.v1.CanaryEvaluation
+	94,  // 138: lehr.v1.Control.GetCanaryEvaluation:output_type -> lehr.v1.CanaryEvaluation
+	95,  // 139: lehr.v1.Control.ListCanaryEvaluations:output_type -> lehr.v1.ListCanaryEvaluationsResponse
+	96,  // 140: lehr.v1.Control.GetPolicy:output_type -> lehr.v1.Policy
+	97,  // 141: lehr.v1.Control.CreatePolicyExperiment:output_type -> google.longrunning.Operation
+	97,  // 142: lehr.v1.Control.UpdatePolicyExperiment:output_type -> google.longrunning.Operation
+	98,  // 143: lehr.v1.Control.GetPolicyExperiment:output_type -> lehr.v1.PolicyExperiment
+	99,  // 144: lehr.v1.Control.ListPolicyExperiments:output_type -> lehr.v1.ListPolicyExperimentsResponse
+	97,  // 145: lehr.v1.Control.DeletePolicyExperiment:output_type -> google.longrunning.Operation
+	97,  // 146: lehr.v1.Control.StartPreviewPolicyExperiment:output_type -> google.longrunning.Operation
+	97,  // 147: lehr.v1.Control.StopPreviewPolicyExperiment:output_type -> google.longrunning.Operation
+	97,  // 148: lehr.v1.Control.CommitPolicyExperiment:output_type -> google.longrunning.Operation
+	97,  // 149: lehr.v1.Control.DeletePolicy:output_type -> google.longrunning.Operation
+	100, // 150: lehr.v1.Control.GetPolicyExperimentCounts:output_type -> lehr.v1.PolicyExperimentCounts
+	4,   // 151: lehr.v1.Control.ListAuditRecords:output_type -> lehr.v1.ListAuditRecordsResponse
+	108, // [108:152] is the sub-list for method output_type
+	64,  // [64:108] is the sub-list for method input_type
 	64,  // [64:64] is the sub-list for extension type_name
 	64,  // [64:64] is the sub-list for extension extendee
 	0,   // [0:64] is the sub-list for field type_name

@@ -70,6 +70,7 @@ const (
 	Control_StartPreviewPolicyExperiment_FullMethodName = "/lehr.v1.Control/StartPreviewPolicyExperiment"
 	Control_StopPreviewPolicyExperiment_FullMethodName  = "/lehr.v1.Control/StopPreviewPolicyExperiment"
 	Control_CommitPolicyExperiment_FullMethodName       = "/lehr.v1.Control/CommitPolicyExperiment"
+	Control_DeletePolicy_FullMethodName                 = "/lehr.v1.Control/DeletePolicy"
 	Control_GetPolicyExperimentCounts_FullMethodName    = "/lehr.v1.Control/GetPolicyExperimentCounts"
 	Control_ListAuditRecords_FullMethodName             = "/lehr.v1.Control/ListAuditRecords"
 )
@@ -179,6 +180,14 @@ type ControlClient interface {
 	// rolls out by the namespace's rollout policy. Response
 	// google.protobuf.Empty, metadata CommitPolicyExperimentMetadata.
 	CommitPolicyExperiment(ctx context.Context, in *CommitPolicyExperimentRequest, opts ...grpc.CallOption) (*longrunningpb.Operation, error)
+	// Deletes a live policy (AIP-236's cascade): in one etcd transaction its
+	// next version becomes the no-op policy (no rules: every decision
+	// allows), every experiment of it is deleted and the namespace is marked
+	// deleted, so GetPolicy and the experiment calls answer NOT_FOUND until
+	// the next publish creates it again. The version rolls out by the
+	// namespace's rollout policy. Response google.protobuf.Empty, metadata
+	// DeletePolicyMetadata.
+	DeletePolicy(ctx context.Context, in *DeletePolicyRequest, opts ...grpc.CallOption) (*longrunningpb.Operation, error)
 	// The decisions hosts counted for an experiment, per zone and in all.
 	GetPolicyExperimentCounts(ctx context.Context, in *GetPolicyExperimentCountsRequest, opts ...grpc.CallOption) (*PolicyExperimentCounts, error)
 	// The audit log: every mutating call, oldest first (docs/operations.md,
@@ -613,6 +622,16 @@ func (c *controlClient) CommitPolicyExperiment(ctx context.Context, in *CommitPo
 	return out, nil
 }
 
+func (c *controlClient) DeletePolicy(ctx context.Context, in *DeletePolicyRequest, opts ...grpc.CallOption) (*longrunningpb.Operation, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(longrunningpb.Operation)
+	err := c.cc.Invoke(ctx, Control_DeletePolicy_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *controlClient) GetPolicyExperimentCounts(ctx context.Context, in *GetPolicyExperimentCountsRequest, opts ...grpc.CallOption) (*PolicyExperimentCounts, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(PolicyExperimentCounts)
@@ -738,6 +757,14 @@ type ControlServer interface {
 	// rolls out by the namespace's rollout policy. Response
 	// google.protobuf.Empty, metadata CommitPolicyExperimentMetadata.
 	CommitPolicyExperiment(context.Context, *CommitPolicyExperimentRequest) (*longrunningpb.Operation, error)
+	// Deletes a live policy (AIP-236's cascade): in one etcd transaction its
+	// next version becomes the no-op policy (no rules: every decision
+	// allows), every experiment of it is deleted and the namespace is marked
+	// deleted, so GetPolicy and the experiment calls answer NOT_FOUND until
+	// the next publish creates it again. The version rolls out by the
+	// namespace's rollout policy. Response google.protobuf.Empty, metadata
+	// DeletePolicyMetadata.
+	DeletePolicy(context.Context, *DeletePolicyRequest) (*longrunningpb.Operation, error)
 	// The decisions hosts counted for an experiment, per zone and in all.
 	GetPolicyExperimentCounts(context.Context, *GetPolicyExperimentCountsRequest) (*PolicyExperimentCounts, error)
 	// The audit log: every mutating call, oldest first (docs/operations.md,
@@ -875,6 +902,9 @@ func (UnimplementedControlServer) StopPreviewPolicyExperiment(context.Context, *
 }
 func (UnimplementedControlServer) CommitPolicyExperiment(context.Context, *CommitPolicyExperimentRequest) (*longrunningpb.Operation, error) {
 	return nil, status.Error(codes.Unimplemented, "method CommitPolicyExperiment not implemented")
+}
+func (UnimplementedControlServer) DeletePolicy(context.Context, *DeletePolicyRequest) (*longrunningpb.Operation, error) {
+	return nil, status.Error(codes.Unimplemented, "method DeletePolicy not implemented")
 }
 func (UnimplementedControlServer) GetPolicyExperimentCounts(context.Context, *GetPolicyExperimentCountsRequest) (*PolicyExperimentCounts, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetPolicyExperimentCounts not implemented")
@@ -1634,6 +1664,24 @@ func _Control_CommitPolicyExperiment_Handler(srv interface{}, ctx context.Contex
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Control_DeletePolicy_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DeletePolicyRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ControlServer).DeletePolicy(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Control_DeletePolicy_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ControlServer).DeletePolicy(ctx, req.(*DeletePolicyRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _Control_GetPolicyExperimentCounts_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(GetPolicyExperimentCountsRequest)
 	if err := dec(in); err != nil {
@@ -1836,6 +1884,10 @@ var Control_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "CommitPolicyExperiment",
 			Handler:    _Control_CommitPolicyExperiment_Handler,
+		},
+		{
+			MethodName: "DeletePolicy",
+			Handler:    _Control_DeletePolicy_Handler,
 		},
 		{
 			MethodName: "GetPolicyExperimentCounts",

@@ -1253,6 +1253,148 @@ func (x *CommitPolicyExperimentMetadata) GetVersion() *VersionInfo {
 	return nil
 }
 
+type DeletePolicyRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// "domains/{domain}/policies/{policy}".
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// Optional: the live policy's etag ("v{version}"); the delete succeeds
+	// only if it is still the live one (ABORTED otherwise).
+	Etag string `protobuf:"bytes,2,opt,name=etag,proto3" json:"etag,omitempty"`
+	// Why, for the version's history.
+	Message       string `protobuf:"bytes,3,opt,name=message,proto3" json:"message,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeletePolicyRequest) Reset() {
+	*x = DeletePolicyRequest{}
+	mi := &file_lehr_v1_preview_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeletePolicyRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeletePolicyRequest) ProtoMessage() {}
+
+func (x *DeletePolicyRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_lehr_v1_preview_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeletePolicyRequest.ProtoReflect.Descriptor instead.
+func (*DeletePolicyRequest) Descriptor() ([]byte, []int) {
+	return file_lehr_v1_preview_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *DeletePolicyRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *DeletePolicyRequest) GetEtag() string {
+	if x != nil {
+		return x.Etag
+	}
+	return ""
+}
+
+func (x *DeletePolicyRequest) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+type DeletePolicyMetadata struct {
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	CreateTime *timestamppb.Timestamp `protobuf:"bytes,1,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
+	EndTime    *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=end_time,json=endTime,proto3" json:"end_time,omitempty"`
+	Target     string                 `protobuf:"bytes,3,opt,name=target,proto3" json:"target,omitempty"`
+	// The version that made the policy the no-op policy.
+	Version *VersionInfo `protobuf:"bytes,4,opt,name=version,proto3" json:"version,omitempty"`
+	// The experiments deleted with it, by name.
+	DeletedExperiments []string `protobuf:"bytes,5,rep,name=deleted_experiments,json=deletedExperiments,proto3" json:"deleted_experiments,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
+}
+
+func (x *DeletePolicyMetadata) Reset() {
+	*x = DeletePolicyMetadata{}
+	mi := &file_lehr_v1_preview_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeletePolicyMetadata) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeletePolicyMetadata) ProtoMessage() {}
+
+func (x *DeletePolicyMetadata) ProtoReflect() protoreflect.Message {
+	mi := &file_lehr_v1_preview_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeletePolicyMetadata.ProtoReflect.Descriptor instead.
+func (*DeletePolicyMetadata) Descriptor() ([]byte, []int) {
+	return file_lehr_v1_preview_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *DeletePolicyMetadata) GetCreateTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreateTime
+	}
+	return nil
+}
+
+func (x *DeletePolicyMetadata) GetEndTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.EndTime
+	}
+	return nil
+}
+
+func (x *DeletePolicyMetadata) GetTarget() string {
+	if x != nil {
+		return x.Target
+	}
+	return ""
+}
+
+func (x *DeletePolicyMetadata) GetVersion() *VersionInfo {
+	if x != nil {
+		return x.Version
+	}
+	return nil
+}
+
+func (x *DeletePolicyMetadata) GetDeletedExperiments() []string {
+	if x != nil {
+		return x.DeletedExperiments
+	}
+	return nil
+}
+
 type GetPolicyRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// "domains/{domain}/policies/{policy}".
@@ -1263,7 +1405,7 @@ type GetPolicyRequest struct {
 
 func (x *GetPolicyRequest) Reset() {
 	*x = GetPolicyRequest{}
-	mi := &file_lehr_v1_preview_proto_msgTypes[18]
+	mi := &file_lehr_v1_preview_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1275,7 +1417,7 @@ func (x *GetPolicyRequest) String() string {
 func (*GetPolicyRequest) ProtoMessage() {}
 
 func (x *GetPolicyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_preview_proto_msgTypes[18]
+	mi := &file_lehr_v1_preview_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1288,7 +1430,7 @@ func (x *GetPolicyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPolicyRequest.ProtoReflect.Descriptor instead.
 func (*GetPolicyRequest) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_preview_proto_rawDescGZIP(), []int{18}
+	return file_lehr_v1_preview_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *GetPolicyRequest) GetName() string {
@@ -1307,7 +1449,7 @@ type GetPolicyExperimentCountsRequest struct {
 
 func (x *GetPolicyExperimentCountsRequest) Reset() {
 	*x = GetPolicyExperimentCountsRequest{}
-	mi := &file_lehr_v1_preview_proto_msgTypes[19]
+	mi := &file_lehr_v1_preview_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1319,7 +1461,7 @@ func (x *GetPolicyExperimentCountsRequest) String() string {
 func (*GetPolicyExperimentCountsRequest) ProtoMessage() {}
 
 func (x *GetPolicyExperimentCountsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_preview_proto_msgTypes[19]
+	mi := &file_lehr_v1_preview_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1332,7 +1474,7 @@ func (x *GetPolicyExperimentCountsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPolicyExperimentCountsRequest.ProtoReflect.Descriptor instead.
 func (*GetPolicyExperimentCountsRequest) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_preview_proto_rawDescGZIP(), []int{19}
+	return file_lehr_v1_preview_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *GetPolicyExperimentCountsRequest) GetName() string {
@@ -1364,7 +1506,7 @@ type PreviewCounts struct {
 
 func (x *PreviewCounts) Reset() {
 	*x = PreviewCounts{}
-	mi := &file_lehr_v1_preview_proto_msgTypes[20]
+	mi := &file_lehr_v1_preview_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1376,7 +1518,7 @@ func (x *PreviewCounts) String() string {
 func (*PreviewCounts) ProtoMessage() {}
 
 func (x *PreviewCounts) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_preview_proto_msgTypes[20]
+	mi := &file_lehr_v1_preview_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1389,7 +1531,7 @@ func (x *PreviewCounts) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PreviewCounts.ProtoReflect.Descriptor instead.
 func (*PreviewCounts) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_preview_proto_rawDescGZIP(), []int{20}
+	return file_lehr_v1_preview_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *PreviewCounts) GetZone() string {
@@ -1462,7 +1604,7 @@ type PolicyExperimentCounts struct {
 
 func (x *PolicyExperimentCounts) Reset() {
 	*x = PolicyExperimentCounts{}
-	mi := &file_lehr_v1_preview_proto_msgTypes[21]
+	mi := &file_lehr_v1_preview_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1474,7 +1616,7 @@ func (x *PolicyExperimentCounts) String() string {
 func (*PolicyExperimentCounts) ProtoMessage() {}
 
 func (x *PolicyExperimentCounts) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_preview_proto_msgTypes[21]
+	mi := &file_lehr_v1_preview_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1487,7 +1629,7 @@ func (x *PolicyExperimentCounts) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PolicyExperimentCounts.ProtoReflect.Descriptor instead.
 func (*PolicyExperimentCounts) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_preview_proto_rawDescGZIP(), []int{21}
+	return file_lehr_v1_preview_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *PolicyExperimentCounts) GetName() string {
@@ -1534,7 +1676,7 @@ type PreviewExperiment struct {
 
 func (x *PreviewExperiment) Reset() {
 	*x = PreviewExperiment{}
-	mi := &file_lehr_v1_preview_proto_msgTypes[22]
+	mi := &file_lehr_v1_preview_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1546,7 +1688,7 @@ func (x *PreviewExperiment) String() string {
 func (*PreviewExperiment) ProtoMessage() {}
 
 func (x *PreviewExperiment) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_preview_proto_msgTypes[22]
+	mi := &file_lehr_v1_preview_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1559,7 +1701,7 @@ func (x *PreviewExperiment) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PreviewExperiment.ProtoReflect.Descriptor instead.
 func (*PreviewExperiment) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_preview_proto_rawDescGZIP(), []int{22}
+	return file_lehr_v1_preview_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *PreviewExperiment) GetName() string {
@@ -1604,7 +1746,7 @@ type HostPreviewCounts struct {
 
 func (x *HostPreviewCounts) Reset() {
 	*x = HostPreviewCounts{}
-	mi := &file_lehr_v1_preview_proto_msgTypes[23]
+	mi := &file_lehr_v1_preview_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1616,7 +1758,7 @@ func (x *HostPreviewCounts) String() string {
 func (*HostPreviewCounts) ProtoMessage() {}
 
 func (x *HostPreviewCounts) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_preview_proto_msgTypes[23]
+	mi := &file_lehr_v1_preview_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1629,7 +1771,7 @@ func (x *HostPreviewCounts) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HostPreviewCounts.ProtoReflect.Descriptor instead.
 func (*HostPreviewCounts) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_preview_proto_rawDescGZIP(), []int{23}
+	return file_lehr_v1_preview_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *HostPreviewCounts) GetExperiment() string {
@@ -1746,7 +1888,18 @@ const file_lehr_v1_preview_proto_rawDesc = "" +
 	"createTime\x125\n" +
 	"\bend_time\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\aendTime\x12\x16\n" +
 	"\x06target\x18\x03 \x01(\tR\x06target\x12.\n" +
-	"\aversion\x18\x04 \x01(\v2\x14.lehr.v1.VersionInfoR\aversion\"&\n" +
+	"\aversion\x18\x04 \x01(\v2\x14.lehr.v1.VersionInfoR\aversion\"W\n" +
+	"\x13DeletePolicyRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
+	"\x04etag\x18\x02 \x01(\tR\x04etag\x12\x18\n" +
+	"\amessage\x18\x03 \x01(\tR\amessage\"\x83\x02\n" +
+	"\x14DeletePolicyMetadata\x12;\n" +
+	"\vcreate_time\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"createTime\x125\n" +
+	"\bend_time\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\aendTime\x12\x16\n" +
+	"\x06target\x18\x03 \x01(\tR\x06target\x12.\n" +
+	"\aversion\x18\x04 \x01(\v2\x14.lehr.v1.VersionInfoR\aversion\x12/\n" +
+	"\x13deleted_experiments\x18\x05 \x03(\tR\x12deletedExperiments\"&\n" +
 	"\x10GetPolicyRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\"6\n" +
 	" GetPolicyExperimentCountsRequest\x12\x12\n" +
@@ -1793,7 +1946,7 @@ func file_lehr_v1_preview_proto_rawDescGZIP() []byte {
 }
 
 var file_lehr_v1_preview_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_lehr_v1_preview_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
+var file_lehr_v1_preview_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
 var file_lehr_v1_preview_proto_goTypes = []any{
 	(PolicyPreviewMetadata_State)(0),             // 0: lehr.v1.PolicyPreviewMetadata.State
 	(*Policy)(nil),                               // 1: lehr.v1.Policy
@@ -1814,52 +1967,57 @@ var file_lehr_v1_preview_proto_goTypes = []any{
 	(*StartPreviewPolicyExperimentMetadata)(nil), // 16: lehr.v1.StartPreviewPolicyExperimentMetadata
 	(*StopPreviewPolicyExperimentMetadata)(nil),  // 17: lehr.v1.StopPreviewPolicyExperimentMetadata
 	(*CommitPolicyExperimentMetadata)(nil),       // 18: lehr.v1.CommitPolicyExperimentMetadata
-	(*GetPolicyRequest)(nil),                     // 19: lehr.v1.GetPolicyRequest
-	(*GetPolicyExperimentCountsRequest)(nil),     // 20: lehr.v1.GetPolicyExperimentCountsRequest
-	(*PreviewCounts)(nil),                        // 21: lehr.v1.PreviewCounts
-	(*PolicyExperimentCounts)(nil),               // 22: lehr.v1.PolicyExperimentCounts
-	(*PreviewExperiment)(nil),                    // 23: lehr.v1.PreviewExperiment
-	(*HostPreviewCounts)(nil),                    // 24: lehr.v1.HostPreviewCounts
-	nil,                                          // 25: lehr.v1.PolicyExperiment.AnnotationsEntry
-	(*Property)(nil),                             // 26: lehr.v1.Property
-	(*timestamppb.Timestamp)(nil),                // 27: google.protobuf.Timestamp
-	(*VersionInfo)(nil),                          // 28: lehr.v1.VersionInfo
+	(*DeletePolicyRequest)(nil),                  // 19: lehr.v1.DeletePolicyRequest
+	(*DeletePolicyMetadata)(nil),                 // 20: lehr.v1.DeletePolicyMetadata
+	(*GetPolicyRequest)(nil),                     // 21: lehr.v1.GetPolicyRequest
+	(*GetPolicyExperimentCountsRequest)(nil),     // 22: lehr.v1.GetPolicyExperimentCountsRequest
+	(*PreviewCounts)(nil),                        // 23: lehr.v1.PreviewCounts
+	(*PolicyExperimentCounts)(nil),               // 24: lehr.v1.PolicyExperimentCounts
+	(*PreviewExperiment)(nil),                    // 25: lehr.v1.PreviewExperiment
+	(*HostPreviewCounts)(nil),                    // 26: lehr.v1.HostPreviewCounts
+	nil,                                          // 27: lehr.v1.PolicyExperiment.AnnotationsEntry
+	(*Property)(nil),                             // 28: lehr.v1.Property
+	(*timestamppb.Timestamp)(nil),                // 29: google.protobuf.Timestamp
+	(*VersionInfo)(nil),                          // 30: lehr.v1.VersionInfo
 }
 var file_lehr_v1_preview_proto_depIdxs = []int32{
-	26, // 0: lehr.v1.Policy.rules:type_name -> lehr.v1.Property
+	28, // 0: lehr.v1.Policy.rules:type_name -> lehr.v1.Property
 	1,  // 1: lehr.v1.PolicyExperiment.policy:type_name -> lehr.v1.Policy
 	3,  // 2: lehr.v1.PolicyExperiment.preview_metadata:type_name -> lehr.v1.PolicyPreviewMetadata
-	25, // 3: lehr.v1.PolicyExperiment.annotations:type_name -> lehr.v1.PolicyExperiment.AnnotationsEntry
-	27, // 4: lehr.v1.PolicyExperiment.create_time:type_name -> google.protobuf.Timestamp
-	27, // 5: lehr.v1.PolicyExperiment.update_time:type_name -> google.protobuf.Timestamp
+	27, // 3: lehr.v1.PolicyExperiment.annotations:type_name -> lehr.v1.PolicyExperiment.AnnotationsEntry
+	29, // 4: lehr.v1.PolicyExperiment.create_time:type_name -> google.protobuf.Timestamp
+	29, // 5: lehr.v1.PolicyExperiment.update_time:type_name -> google.protobuf.Timestamp
 	0,  // 6: lehr.v1.PolicyPreviewMetadata.state:type_name -> lehr.v1.PolicyPreviewMetadata.State
-	27, // 7: lehr.v1.PolicyPreviewMetadata.start_time:type_name -> google.protobuf.Timestamp
-	27, // 8: lehr.v1.PolicyPreviewMetadata.stop_time:type_name -> google.protobuf.Timestamp
+	29, // 7: lehr.v1.PolicyPreviewMetadata.start_time:type_name -> google.protobuf.Timestamp
+	29, // 8: lehr.v1.PolicyPreviewMetadata.stop_time:type_name -> google.protobuf.Timestamp
 	2,  // 9: lehr.v1.CreatePolicyExperimentRequest.policy_experiment:type_name -> lehr.v1.PolicyExperiment
 	2,  // 10: lehr.v1.UpdatePolicyExperimentRequest.policy_experiment:type_name -> lehr.v1.PolicyExperiment
 	2,  // 11: lehr.v1.ListPolicyExperimentsResponse.policy_experiments:type_name -> lehr.v1.PolicyExperiment
-	27, // 12: lehr.v1.CreatePolicyExperimentMetadata.create_time:type_name -> google.protobuf.Timestamp
-	27, // 13: lehr.v1.CreatePolicyExperimentMetadata.end_time:type_name -> google.protobuf.Timestamp
-	27, // 14: lehr.v1.UpdatePolicyExperimentMetadata.create_time:type_name -> google.protobuf.Timestamp
-	27, // 15: lehr.v1.UpdatePolicyExperimentMetadata.end_time:type_name -> google.protobuf.Timestamp
-	27, // 16: lehr.v1.DeletePolicyExperimentMetadata.create_time:type_name -> google.protobuf.Timestamp
-	27, // 17: lehr.v1.DeletePolicyExperimentMetadata.end_time:type_name -> google.protobuf.Timestamp
-	27, // 18: lehr.v1.StartPreviewPolicyExperimentMetadata.create_time:type_name -> google.protobuf.Timestamp
-	27, // 19: lehr.v1.StartPreviewPolicyExperimentMetadata.end_time:type_name -> google.protobuf.Timestamp
-	27, // 20: lehr.v1.StopPreviewPolicyExperimentMetadata.create_time:type_name -> google.protobuf.Timestamp
-	27, // 21: lehr.v1.StopPreviewPolicyExperimentMetadata.end_time:type_name -> google.protobuf.Timestamp
-	27, // 22: lehr.v1.CommitPolicyExperimentMetadata.create_time:type_name -> google.protobuf.Timestamp
-	27, // 23: lehr.v1.CommitPolicyExperimentMetadata.end_time:type_name -> google.protobuf.Timestamp
-	28, // 24: lehr.v1.CommitPolicyExperimentMetadata.version:type_name -> lehr.v1.VersionInfo
-	21, // 25: lehr.v1.PolicyExperimentCounts.zones:type_name -> lehr.v1.PreviewCounts
-	21, // 26: lehr.v1.PolicyExperimentCounts.totals:type_name -> lehr.v1.PreviewCounts
-	26, // 27: lehr.v1.PreviewExperiment.rules:type_name -> lehr.v1.Property
-	21, // 28: lehr.v1.HostPreviewCounts.counts:type_name -> lehr.v1.PreviewCounts
-	29, // [29:29] is the sub-list for method output_type
-	29, // [29:29] is the sub-list for method input_type
-	29, // [29:29] is the sub-list for extension type_name
-	29, // [29:29] is the sub-list for extension extendee
-	0,  // [0:29] is the sub-list for field type_name
+	29, // 12: lehr.v1.CreatePolicyExperimentMetadata.create_time:type_name -> google.protobuf.Timestamp
+	29, // 13: lehr.v1.CreatePolicyExperimentMetadata.end_time:type_name -> google.protobuf.Timestamp
+	29, // 14: lehr.v1.UpdatePolicyExperimentMetadata.create_time:type_name -> google.protobuf.Timestamp
+	29, // 15: lehr.v1.UpdatePolicyExperimentMetadata.end_time:type_name -> google.protobuf.Timestamp
+	29, // 16: lehr.v1.DeletePolicyExperimentMetadata.create_time:type_name -> google.protobuf.Timestamp
+	29, // 17: lehr.v1.DeletePolicyExperimentMetadata.end_time:type_name -> google.protobuf.Timestamp
+	29, // 18: lehr.v1.StartPreviewPolicyExperimentMetadata.create_time:type_name -> google.protobuf.Timestamp
+	29, // 19: lehr.v1.StartPreviewPolicyExperimentMetadata.end_time:type_name -> google.protobuf.Timestamp
+	29, // 20: lehr.v1.StopPreviewPolicyExperimentMetadata.create_time:type_name -> google.protobuf.Timestamp
+	29, // 21: lehr.v1.StopPreviewPolicyExperimentMetadata.end_time:type_name -> google.protobuf.Timestamp
+	29, // 22: lehr.v1.CommitPolicyExperimentMetadata.create_time:type_name -> google.protobuf.Timestamp
+	29, // 23: lehr.v1.CommitPolicyExperimentMetadata.end_time:type_name -> google.protobuf.Timestamp
+	30, // 24: lehr.v1.CommitPolicyExperimentMetadata.version:type_name -> lehr.v1.VersionInfo
+	29, // 25: lehr.v1.DeletePolicyMetadata.create_time:type_name -> google.protobuf.Timestamp
+	29, // 26: lehr.v1.DeletePolicyMetadata.end_time:type_name -> google.protobuf.Timestamp
+	30, // 27: lehr.v1.DeletePolicyMetadata.version:type_name -> lehr.v1.VersionInfo
+	23, // 28: lehr.v1.PolicyExperimentCounts.zones:type_name -> lehr.v1.PreviewCounts
+	23, // 29: lehr.v1.PolicyExperimentCounts.totals:type_name -> lehr.v1.PreviewCounts
+	28, // 30: lehr.v1.PreviewExperiment.rules:type_name -> lehr.v1.Property
+	23, // 31: lehr.v1.HostPreviewCounts.counts:type_name -> lehr.v1.PreviewCounts
+	32, // [32:32] is the sub-list for method output_type
+	32, // [32:32] is the sub-list for method input_type
+	32, // [32:32] is the sub-list for extension type_name
+	32, // [32:32] is the sub-list for extension extendee
+	0,  // [0:32] is the sub-list for field type_name
 }
 
 func init() { file_lehr_v1_preview_proto_init() }
@@ -1874,7 +2032,7 @@ func file_lehr_v1_preview_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lehr_v1_preview_proto_rawDesc), len(file_lehr_v1_preview_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   25,
+			NumMessages:   27,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

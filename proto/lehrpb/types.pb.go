@@ -501,6 +501,10 @@ type Namespace struct {
 	// Size and property count of the latest version.
 	SizeBytes     int64 `protobuf:"varint,8,opt,name=size_bytes,json=sizeBytes,proto3" json:"size_bytes,omitempty"`
 	PropertyCount int32 `protobuf:"varint,9,opt,name=property_count,json=propertyCount,proto3" json:"property_count,omitempty"`
+	// Set while the namespace is a deleted policy (DeletePolicy): its latest
+	// version is the no-op policy and it has no experiments. The next
+	// publish clears it and the policy is live again.
+	DeleteTime    *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=delete_time,json=deleteTime,proto3" json:"delete_time,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -596,6 +600,13 @@ func (x *Namespace) GetPropertyCount() int32 {
 		return x.PropertyCount
 	}
 	return 0
+}
+
+func (x *Namespace) GetDeleteTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.DeleteTime
+	}
+	return nil
 }
 
 // VersionInfo describes one immutable version (incarnation) of a namespace.
@@ -1064,7 +1075,7 @@ const file_lehr_v1_types_proto_rawDesc = "" +
 	"\vcreate_time\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"createTime\x12\x1d\n" +
 	"\n" +
-	"created_by\x18\x06 \x01(\tR\tcreatedBy\"\xe6\x02\n" +
+	"created_by\x18\x06 \x01(\tR\tcreatedBy\"\xa3\x03\n" +
 	"\tNamespace\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12*\n" +
 	"\x04kind\x18\x02 \x01(\x0e2\x16.lehr.v1.NamespaceKindR\x04kind\x12%\n" +
@@ -1077,7 +1088,10 @@ const file_lehr_v1_types_proto_rawDesc = "" +
 	"\x0eoldest_version\x18\a \x01(\x04R\roldestVersion\x12\x1d\n" +
 	"\n" +
 	"size_bytes\x18\b \x01(\x03R\tsizeBytes\x12%\n" +
-	"\x0eproperty_count\x18\t \x01(\x05R\rpropertyCount\"\xee\x03\n" +
+	"\x0eproperty_count\x18\t \x01(\x05R\rpropertyCount\x12;\n" +
+	"\vdelete_time\x18\n" +
+	" \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"deleteTime\"\xee\x03\n" +
 	"\vVersionInfo\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x10\n" +
 	"\x03seq\x18\x02 \x01(\x04R\x03seq\x12\x1a\n" +
@@ -1165,17 +1179,18 @@ var file_lehr_v1_types_proto_depIdxs = []int32{
 	11, // 2: lehr.v1.Domain.create_time:type_name -> google.protobuf.Timestamp
 	0,  // 3: lehr.v1.Namespace.kind:type_name -> lehr.v1.NamespaceKind
 	11, // 4: lehr.v1.Namespace.create_time:type_name -> google.protobuf.Timestamp
-	11, // 5: lehr.v1.VersionInfo.create_time:type_name -> google.protobuf.Timestamp
-	1,  // 6: lehr.v1.VersionInfo.source:type_name -> lehr.v1.VersionSource
-	11, // 7: lehr.v1.GoalState.update_time:type_name -> google.protobuf.Timestamp
-	9,  // 8: lehr.v1.GoalState.candidate:type_name -> lehr.v1.CandidateGoal
-	12, // 9: lehr.v1.CandidateGoal.checks:type_name -> lehr.v1.CanaryCheck
-	11, // 10: lehr.v1.Zone.create_time:type_name -> google.protobuf.Timestamp
-	11, // [11:11] is the sub-list for method output_type
-	11, // [11:11] is the sub-list for method input_type
-	11, // [11:11] is the sub-list for extension type_name
-	11, // [11:11] is the sub-list for extension extendee
-	0,  // [0:11] is the sub-list for field type_name
+	11, // 5: lehr.v1.Namespace.delete_time:type_name -> google.protobuf.Timestamp
+	11, // 6: lehr.v1.VersionInfo.create_time:type_name -> google.protobuf.Timestamp
+	1,  // 7: lehr.v1.VersionInfo.source:type_name -> lehr.v1.VersionSource
+	11, // 8: lehr.v1.GoalState.update_time:type_name -> google.protobuf.Timestamp
+	9,  // 9: lehr.v1.GoalState.candidate:type_name -> lehr.v1.CandidateGoal
+	12, // 10: lehr.v1.CandidateGoal.checks:type_name -> lehr.v1.CanaryCheck
+	11, // 11: lehr.v1.Zone.create_time:type_name -> google.protobuf.Timestamp
+	12, // [12:12] is the sub-list for method output_type
+	12, // [12:12] is the sub-list for method input_type
+	12, // [12:12] is the sub-list for extension type_name
+	12, // [12:12] is the sub-list for extension extendee
+	0,  // [0:12] is the sub-list for field type_name
 }
 
 func init() { file_lehr_v1_types_proto_init() }

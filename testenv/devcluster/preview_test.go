@@ -231,6 +231,38 @@ func TestPolicyPreview(t *testing.T) {
 	if _, err := rpc.GetPolicyExperiment(ctx, &lehrpb.GetPolicyExperimentRequest{Name: exp.GetName()}); apierror.FromError(err).Code != codes.NotFound {
 		t.Errorf("the committed experiment: %v; want NOT_FOUND", err)
 	}
+
+	// Deleting the live policy deletes its previewing experiment with it;
+	// the no-op version rolls out like any other and hosts stop previewing.
+	op, err = rpc.CreatePolicyExperiment(ctx, &lehrpb.CreatePolicyExperimentRequest{
+		Parent: policyName, PolicyExperimentId: "again",
+		PolicyExperiment: &lehrpb.PolicyExperiment{Policy: &lehrpb.Policy{Name: policyName}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rpc.StartPreviewPolicyExperiment(ctx, &lehrpb.StartPreviewPolicyExperimentRequest{Name: policyName + "/experiments/again"}); err != nil {
+		t.Fatal(err)
+	}
+	for _, h := range hosts {
+		wait.For(t, h.name+" previewing the second experiment", func() bool { return len(h.sub.Previewing()) == 1 })
+	}
+	op, err = rpc.DeletePolicy(ctx, &lehrpb.DeletePolicyRequest{Name: policyName, Etag: "v2"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dmd := new(lehrpb.DeletePolicyMetadata)
+	if err := op.GetMetadata().UnmarshalTo(dmd); err != nil || dmd.GetVersion().GetSeq() != 3 || len(dmd.GetDeletedExperiments()) != 1 {
+		t.Fatalf("delete metadata %v, %v; want version 3 and one experiment deleted", dmd, err)
+	}
+	waitRollout(t, ctx, c, ns, 3, lehrpb.RolloutState_ROLLOUT_STATE_SUCCEEDED)
+	for _, h := range hosts {
+		wait.For(t, h.name+" deciding with the no-op policy", func() bool {
+			d, err := h.sub.Evaluate(ctx, policy.Input{Principal: map[string]any{"user": "eve"}})
+			return err == nil && d.Allowed() && d.Rule == ""
+		})
+		wait.For(t, h.name+" no longer previewing", func() bool { return len(h.sub.Previewing()) == 0 })
+	}
 }
 
 // waitCounts waits until control's totals for experiment name are want.
