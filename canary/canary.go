@@ -30,6 +30,11 @@ const (
 	MetricRequestSeconds      = "request_seconds"       // total seconds of requests measured for latency
 	MetricRequestLatencyCount = "request_latency_count" // requests measured for latency
 	MetricProcessRestarts     = "process_restarts"      // process restarts seen (start time moved or counters reset)
+
+	// Decisions of a policy namespace's live rules, counted by the consumer
+	// library's Evaluate (0 when nothing was decided).
+	MetricPolicyDecisions = "policy_decisions" // live decisions made
+	MetricPolicyDenies    = "policy_denies"    // of them, denials
 )
 
 // Verdict is the outcome of a check or of a whole judgement.
@@ -103,6 +108,14 @@ type Check struct {
 	// the change exceeds it (for a ratio: the ratio over the whole after
 	// window) fails the check whatever the control does. Nil means no bound.
 	Max *float64
+	// Expected is the change the canary hosts are expected to show against
+	// the control hosts, in the check's unit (for a ratio, as a ratio):
+	// what a preview measured, such as a committed policy experiment's
+	// extra deny share (PolicyCheck). The judge asks whether the canary
+	// hosts moved by something other than Expected, by more than
+	// Tolerance: with Direction Either, too little is as wrong as too much.
+	// Zero means no change is expected.
+	Expected float64
 }
 
 // Input is one judgement's data: per-host series of a canary population and
@@ -122,6 +135,10 @@ type Input struct {
 	// Checks are the checks to run. Nil means DefaultChecks() restricted to
 	// the metrics some host reports.
 	Checks []Check
+	// Extra are checks run beside Checks (or the defaults), whatever those
+	// are: what one change adds, such as PolicyCheck for a committed
+	// policy experiment.
+	Extra []Check
 }
 
 // Options tunes a judgement. The zero value is valid.

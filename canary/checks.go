@@ -23,6 +23,31 @@ func DefaultChecks() []Check {
 	}
 }
 
+// PolicyCheckName names the check PolicyCheck returns.
+const PolicyCheckName = "policy deny ratio"
+
+// PolicyCheckTolerance is PolicyCheck's relative tolerance: the canary
+// hosts' deny ratio may differ from what the preview predicted by a
+// quarter of the control hosts' ratio before a significant difference
+// fails, because the canary hosts' traffic is a sample of the fleet's the
+// preview measured, not the same requests.
+const PolicyCheckTolerance = 0.25
+
+// PolicyCheck is the check a committed policy experiment's rollout adds:
+// the share of live decisions that deny, expected to move on the canary
+// hosts by expected (the experiment's deny share minus the live policy's,
+// as measured by the preview) and by nothing else, in either direction.
+func PolicyCheck(expected float64) Check {
+	return Check{
+		Name:      PolicyCheckName,
+		Ratio:     &Ratio{Numerator: MetricPolicyDenies, Denominator: MetricPolicyDecisions},
+		Kind:      KindProportion,
+		Direction: Either,
+		Tolerance: PolicyCheckTolerance,
+		Expected:  expected,
+	}
+}
+
 // metrics returns the metric names c reads.
 func (c Check) metrics() []string {
 	if c.Ratio != nil {
@@ -60,6 +85,10 @@ func validateChecks(cs []Check) error {
 			return fmt.Errorf("%s.tolerance (%s): %v; want a finite number ≥ 0 (0.1 allows 10 %% worse)", at, c.Name, c.Tolerance)
 		case c.Max != nil && (math.IsNaN(*c.Max) || math.IsInf(*c.Max, 0)):
 			return fmt.Errorf("%s.max (%s): %v; want a finite bound", at, c.Name, *c.Max)
+		case math.IsNaN(c.Expected) || math.IsInf(c.Expected, 0):
+			return fmt.Errorf("%s.expected (%s): %v; want a finite change (0: none expected)", at, c.Name, c.Expected)
+		case c.Kind == KindProportion && (c.Expected < -1 || c.Expected > 1):
+			return fmt.Errorf("%s.expected (%s): %v; a proportion can move by -1 to 1", at, c.Name, c.Expected)
 		}
 		seen[c.Name] = true
 	}

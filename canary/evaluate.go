@@ -148,10 +148,26 @@ func evaluate(p prepared, in Input, end int) *evaluation {
 	}
 	sC, fC := level(rc)
 	sK, fK := level(rk)
-	off := sc.tolerance(c.Tolerance, c.Direction, e.result.ControlAfter)
+	at := e.result.ControlAfter
 	name := fmt.Sprintf("level shift on the %s scale, AR(1)-adjusted (φ = %.2f), canary vs control hosts' changes, t on control hosts' spread", sc.name, phi)
+	if c.Expected != 0 {
+		// The canary hosts are expected to move by c.Expected more than the
+		// control hosts: judge what they moved beyond that, on the scale,
+		// at the level the control hosts have and the canary hosts should.
+		want := sc.expectedShift(c.Expected, at)
+		if math.IsNaN(want) {
+			e.lack = fmt.Sprintf("the expected change of %s takes %s from the control hosts' %s to a level its scale does not have", e.format(c.Expected), c.describe(), e.format(at))
+			return e
+		}
+		for i := range sC {
+			sC[i] -= want
+		}
+		at += c.Expected
+		name += fmt.Sprintf(", less the expected change of %+.4g (%+.4g on the scale)", c.Expected, want)
+	}
+	off := sc.tolerance(c.Tolerance, c.Direction, at)
 	if lt, ok := compare(name, sC, sK, fC, fK, c.Direction, off); ok {
-		if e.kind != KindValue {
+		if e.kind != KindValue && c.Expected == 0 {
 			// Few events make the normal approximation overconfident: the
 			// level test is no stronger than an exact test of the canary
 			// hosts' share of every event.
@@ -220,6 +236,17 @@ func compare(name string, xc, xk, fc, fk []float64, d Direction, off float64) (t
 		}
 	}
 	t.p = tailP(t.stat, t.df, d == Either)
+	if d == Either && off > 0 {
+		// Either way, beyond off: under the least favourable truth (a move
+		// of exactly off) the estimate lands this far out on its side, or
+		// as far out on the other. (A two-sided p of the shifted statistic
+		// would call an estimate well inside the tolerance significant.)
+		far := math.Inf(1)
+		if se > 0 {
+			far = (math.Abs(t.effect) + off) / se
+		}
+		t.p = min(1, tailP(t.stat, t.df, false)+tailP(far, t.df, false))
+	}
 	return t, true
 }
 
@@ -350,6 +377,9 @@ func (e *evaluation) finish(thr float64) CheckResult {
 		}
 	}
 	moved := e.moved()
+	if x := e.check.Expected; x != 0 {
+		moved += fmt.Sprintf(" (expected on the canary hosts: %s against the control hosts)", e.formatChange(x))
+	}
 	switch {
 	case e.bound != "":
 		r.Verdict = Fail
@@ -398,6 +428,9 @@ func (e *evaluation) why() string {
 		w = "moved"
 	}
 	s := fmt.Sprintf("it %s more on the canary hosts than on the control hosts, each host compared with itself before the change", w)
+	if x := e.check.Expected; x != 0 {
+		s = fmt.Sprintf("it %s on the canary hosts by something other than the expected %s against the control hosts, each host compared with itself before the change", w, e.formatChange(x))
+	}
 	if e.check.Tolerance > 0 {
 		s += fmt.Sprintf(", beyond the %.3g %% tolerance", 100*e.check.Tolerance)
 	}
@@ -418,6 +451,15 @@ func (e *evaluation) format(x float64) string {
 		return fmt.Sprintf("%.3g per interval", x)
 	}
 	return fmt.Sprintf("%.4g", x)
+}
+
+// formatChange formats a change in the check's unit, signed: a
+// proportion's in percentage points.
+func (e *evaluation) formatChange(x float64) string {
+	if e.kind == KindProportion {
+		return fmt.Sprintf("%+.3g percentage points", 100*x)
+	}
+	return fmt.Sprintf("%+.4g", x)
 }
 
 func seriesOf(hs []hostSeries) []series {

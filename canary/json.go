@@ -40,6 +40,7 @@ type fileCheck struct {
 	Kind      Kind       `json:"kind"`
 	Tolerance float64    `json:"tolerance,omitempty"`
 	Max       *float64   `json:"max,omitempty"`
+	Expected  float64    `json:"expected,omitempty"`
 }
 
 type fileRatio struct {
@@ -62,7 +63,7 @@ func DecodeInput(r io.Reader) (Input, error) {
 	in := Input{ChangeIndex: f.ChangeIndex, Interval: time.Duration(f.IntervalSeconds) * time.Second}
 	in.Canary, in.Control = fromFile(f.Canary), fromFile(f.Control)
 	for _, c := range f.Checks {
-		k := Check{Name: c.Name, Metric: c.Metric, Direction: c.Direction, Kind: c.Kind, Tolerance: c.Tolerance, Max: c.Max}
+		k := Check{Name: c.Name, Metric: c.Metric, Direction: c.Direction, Kind: c.Kind, Tolerance: c.Tolerance, Max: c.Max, Expected: c.Expected}
 		if c.Ratio != nil {
 			k.Ratio = &Ratio{Numerator: c.Ratio.Numerator, Denominator: c.Ratio.Denominator}
 		}
@@ -76,7 +77,7 @@ func EncodeInput(w io.Writer, in Input) error {
 	f := fileInput{ChangeIndex: in.ChangeIndex, Canary: toFile(in.Canary), Control: toFile(in.Control)}
 	f.IntervalSeconds = int(in.Interval / time.Second)
 	for _, c := range in.Checks {
-		fc := fileCheck{Name: c.Name, Metric: c.Metric, Direction: c.Direction, Kind: c.Kind, Tolerance: c.Tolerance, Max: c.Max}
+		fc := fileCheck{Name: c.Name, Metric: c.Metric, Direction: c.Direction, Kind: c.Kind, Tolerance: c.Tolerance, Max: c.Max, Expected: c.Expected}
 		if c.Ratio != nil {
 			fc.Ratio = &fileRatio{c.Ratio.Numerator, c.Ratio.Denominator}
 		}

@@ -40,6 +40,9 @@ func Judge(in Input, opts Options) (Result, error) {
 	if checks == nil {
 		checks = in.reportedDefaults()
 	}
+	if len(in.Extra) > 0 {
+		checks = append(slices.Clip(checks), in.Extra...)
+	}
 	if err := validateChecks(checks); err != nil {
 		return Result{}, err
 	}

@@ -98,3 +98,16 @@ func (s scale) tolerance(tol float64, d Direction, at float64) float64 {
 	}
 	return s.of(at*(1+tol)) - s.of(at)
 }
+
+// expectedShift converts a change expected in the check's unit into a
+// shift on the scale, starting from level at (the control hosts' level
+// after the change; 0 when unknown).
+func (s scale) expectedShift(expected, at float64) float64 {
+	if math.IsNaN(at) {
+		at = 0
+	}
+	if s.kind == KindProportion {
+		at = min(max(at, 0), 1)
+	}
+	return s.of(at+expected) - s.of(at)
+}
