@@ -12,6 +12,7 @@ import (
 	"lehr.dev/lehr/agent/cache"
 	"lehr.dev/lehr/agent/leases"
 	"lehr.dev/lehr/agent/localapi"
+	"lehr.dev/lehr/canary"
 	"lehr.dev/lehr/internal/content"
 	"lehr.dev/lehr/internal/nsfile"
 	"lehr.dev/lehr/policy"
@@ -222,7 +223,8 @@ func versionInfo(v content.Version) *lehrpb.VersionInfo {
 const maxPreviewPairs = 64
 
 // ReportPreview adds a consumer's policy-preview counts to the
-// namespace's totals, which go up in every Report.
+// namespace's totals, which go up in every Report, and its live decisions
+// to the namespace's signals.
 func (b *backend) ReportPreview(_ context.Context, req *lehrpb.ReportPreviewRequest) error {
 	a := (*Agent)(b)
 	l, ok := a.leases.Lookup(req.GetLeaseId())
@@ -260,6 +262,10 @@ func (b *backend) ReportPreview(_ context.Context, req *lehrpb.ReportPreviewRequ
 		}
 		st.preview = next
 	})
+	if d := req.GetLiveDecisions(); d > 0 {
+		a.sig.store.Add(ns, canary.MetricPolicyDecisions, float64(d))
+		a.sig.store.Add(ns, canary.MetricPolicyDenies, float64(req.GetLiveDenies()))
+	}
 	a.met.previewReports.Inc()
 	return nil
 }

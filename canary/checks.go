@@ -33,6 +33,12 @@ const PolicyCheckName = "policy deny ratio"
 // preview measured, not the same requests.
 const PolicyCheckTolerance = 0.25
 
+// PolicyCheckMinDecisions is the fewest decisions of an experiment the
+// hosts must have counted for its commit's rollout to expect their change
+// of the deny share (PolicyCheck): fewer say too little of what the canary
+// hosts' traffic will do.
+const PolicyCheckMinDecisions = 100
+
 // PolicyCheck is the check a committed policy experiment's rollout adds:
 // the share of live decisions that deny, expected to move on the canary
 // hosts by expected (the experiment's deny share minus the live policy's,

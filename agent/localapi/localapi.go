@@ -453,6 +453,9 @@ func (s *service) ReportPreview(ctx context.Context, req *lehrpb.ReportPreviewRe
 	if err := checkNamespace("namespace", req.GetNamespace()); err != nil {
 		return nil, err
 	}
+	if d, n := req.GetLiveDenies(), req.GetLiveDecisions(); d > n {
+		return nil, invalidArg("live_denies", "%d denials of %d live decisions; denials are a part of the decisions", d, n)
+	}
 	if n := len(req.GetCounts()); n > MaxPreviewCounts {
 		return nil, invalidArg("counts", "%d counts; at most %d allowed (one per experiment and pair of etags)", n, MaxPreviewCounts)
 	}

@@ -305,6 +305,10 @@ func TestInvalidRequests(t *testing.T) {
 				{Experiment: "e1", Counts: &lehrpb.PreviewCounts{LiveEtag: "v1"}}}})
 			return err
 		}, "counts[0].counts.experiment_etag"},
+		{"preview with more denials than decisions", func() error {
+			_, err := c.ReportPreview(ctx(t), &lehrpb.ReportPreviewRequest{LeaseId: "l", Namespace: "d/x", LiveDecisions: 3, LiveDenies: 4})
+			return err
+		}, "live_denies"},
 		{"preview without a lease", func() error {
 			_, err := c.ReportPreview(ctx(t), &lehrpb.ReportPreviewRequest{Namespace: "d/x"})
 			return err

@@ -90,8 +90,24 @@ type preview struct {
 	agreements atomic.Uint64
 	logMu      sync.Mutex
 
+	// Live decisions, whatever the experiments said: the agent's
+	// policy_decisions (both) and policy_denies signals. Counted apart, so
+	// a report's denials never outnumber its decisions.
+	allows, denies atomic.Uint64
+
 	reportMu sync.Mutex
 	reported map[countKey][5]uint64
+	// The live counts as of the last successful report.
+	reportedAllows, reportedDenies uint64
+}
+
+// count counts a live decision.
+func (p *preview) count(d policy.Decision) {
+	if d.Allowed() {
+		p.allows.Add(1)
+	} else {
+		p.denies.Add(1)
+	}
 }
 
 // previewer returns the subscription's preview, starting it on first use;
@@ -251,7 +267,7 @@ func (p *preview) log(live *View, liveSet *policy.Set, ld policy.Decision, x sha
 }
 
 // report sends the counts added since the last successful report to the
-// agent.
+// agent: the experiments' and the live decisions'.
 func (p *preview) report(ctx context.Context) {
 	p.reportMu.Lock()
 	defer p.reportMu.Unlock()
@@ -275,7 +291,10 @@ func (p *preview) report(ctx context.Context) {
 		}
 		return true
 	})
-	if len(req.Counts) == 0 {
+	allows, denies := p.allows.Load(), p.denies.Load()
+	req.LiveDenies = denies - p.reportedDenies
+	req.LiveDecisions = allows - p.reportedAllows + req.LiveDenies
+	if len(req.Counts) == 0 && req.LiveDecisions == 0 {
 		return
 	}
 	p.s.mu.Lock()
@@ -287,6 +306,7 @@ func (p *preview) report(ctx context.Context) {
 		return
 	}
 	p.reported = now
+	p.reportedAllows, p.reportedDenies = allows, denies
 }
 
 // Previewing returns the resource names of the experiments this policy

@@ -114,6 +114,9 @@ func TestShadowEvaluation(t *testing.T) {
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("counts = %v; want %v", got, want)
 	}
+	if a, d := p.allows.Load(), p.denies.Load(); a != 6 || d != 0 {
+		t.Errorf("live decisions counted: %d allowed, %d denied; want 6 and 0", a, d)
+	}
 	lines := strings.Split(strings.TrimSpace(log.String()), "\n")
 	if len(lines) != 9 { // 3 eve disagreements with strict, 6 with broken; agreements not sampled
 		t.Fatalf("%d decision log lines; want 9:\n%s", len(lines), log.String())

@@ -160,8 +160,9 @@ func (c *Client) StartPreview(ctx context.Context, ns, id string, start bool) (*
 }
 
 // CommitExperiment makes an experiment the live policy (req.Name is set
-// from ns and id) and returns the live policy's new version.
-func (c *Client) CommitExperiment(ctx context.Context, ns, id string, req *lehrpb.CommitPolicyExperimentRequest) (*lehrpb.VersionInfo, error) {
+// from ns and id) and returns the operation's metadata: the live policy's
+// new version and the deny share change its canary analysis expects.
+func (c *Client) CommitExperiment(ctx context.Context, ns, id string, req *lehrpb.CommitPolicyExperimentRequest) (*lehrpb.CommitPolicyExperimentMetadata, error) {
 	r := proto.CloneOf(req)
 	r.Name = ExperimentName(ns, id)
 	md := new(lehrpb.CommitPolicyExperimentMetadata)
@@ -175,7 +176,7 @@ func (c *Client) CommitExperiment(ctx context.Context, ns, id string, req *lehrp
 		}
 		return op.GetMetadata().UnmarshalTo(md)
 	})
-	return md.GetVersion(), err
+	return md, err
 }
 
 // DeletePolicy deletes the live policy of namespace ns and, in the same

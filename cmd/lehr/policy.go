@@ -15,6 +15,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
+	"lehr.dev/lehr/canary"
 	"lehr.dev/lehr/internal/content"
 	"lehr.dev/lehr/policy"
 	"lehr.dev/lehr/proto/lehrpb"
@@ -244,16 +245,23 @@ log_prefix, start_time...) and rule values as JSON.`,
 		writeCounts(e.stdout, counts)
 		return exitOK
 	case "commit":
-		v, err := c.CommitExperiment(ctx, ns, id, &lehrpb.CommitPolicyExperimentRequest{
+		md, err := c.CommitExperiment(ctx, ns, id, &lehrpb.CommitPolicyExperimentRequest{
 			Etag: *etag, ParentEtag: *parentEtag, MinEvaluations: *minEval, MaxDisagreement: *maxDis, Message: *msg,
 		})
 		if err != nil {
 			return fail(err)
 		}
 		if cf.json() {
-			return printResource(e, v)
+			return printResource(e, md)
 		}
+		v := md.GetVersion()
 		fmt.Fprintf(e.stdout, "committed experiment %s: %s is now at version %d (etag v%d); the experiment is deleted\n", id, ns, v.GetSeq(), v.GetSeq())
+		if md.ExpectedDenyChange != nil {
+			fmt.Fprintf(e.stdout, "its canary analysis expects the share of denied decisions to change by %+.3g percentage points on the canary hosts, as previewed (check %q)\n",
+				100*md.GetExpectedDenyChange(), canary.PolicyCheckName)
+		} else {
+			fmt.Fprintf(e.stdout, "the hosts counted fewer than %d decisions of it: its canary analysis expects no particular change of the deny share\n", canary.PolicyCheckMinDecisions)
+		}
 		fmt.Fprintf(e.stdout, "follow its rollout: lehr rollout status %s\n", ns)
 		return exitOK
 	case "create":

@@ -137,6 +137,13 @@ func (s *Service) Create(ctx context.Context, ev *lehrpb.CanaryEvaluation) (*leh
 	if err := CheckAnalysis("config", ev.GetConfig()); err != nil {
 		return nil, err
 	}
+	if _, err := signals.Checks(ev.GetExpectedChecks()); err != nil {
+		var fe *FieldError
+		if errors.As(err, &fe) {
+			fe.Field = "expected_" + fe.Field // "expected_checks[i]…"
+		}
+		return nil, err
+	}
 	if len(ev.GetTrials()) == 0 {
 		return nil, fieldErr("trials", "at least one trial (a zone's canary hosts) is required")
 	}
@@ -375,6 +382,10 @@ func Input(ev *lehrpb.CanaryEvaluation, data Data) (canary.Input, canary.Options
 	if err != nil {
 		return canary.Input{}, canary.Options{}, err
 	}
+	extra, err := signals.Checks(ev.GetExpectedChecks())
+	if err != nil {
+		return canary.Input{}, canary.Options{}, fmt.Errorf("expected_checks: %w", err)
+	}
 	nControl := int(ev.GetConfig().GetControlHosts())
 	if nControl == 0 {
 		nControl = DefaultControlHosts
@@ -444,6 +455,7 @@ func Input(ev *lehrpb.CanaryEvaluation, data Data) (canary.Input, canary.Options
 		Canary:      map[string]map[string][]float64{},
 		Control:     map[string]map[string][]float64{},
 		Checks:      checks,
+		Extra:       extra,
 	}
 	for _, h := range hosts {
 		if int64(h.sig.GetIntervalSeconds()) != iv {

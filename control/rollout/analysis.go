@@ -48,6 +48,7 @@ func (s *Strategist) analysis(ctx context.Context, g store.Guard, r *lehrpb.Roll
 	cev, err := evs.Create(ctx, &lehrpb.CanaryEvaluation{
 		Id: id, Namespace: r.GetNamespace(), Version: r.GetVersion(), Trials: trials, Config: stg.Analysis,
 		ChangeTime: r.GetStageAppliedTime(), Bake: durationpb.New(stg.Bake), RolloutId: r.GetId(),
+		ExpectedChecks: r.GetExpectedChecks(),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("start canary analysis %s: %w", id, err)

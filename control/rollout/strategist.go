@@ -379,11 +379,15 @@ func (s *Strategist) start(ctx context.Context, g store.Guard, h *lehrpb.Namespa
 		return nil, err
 	}
 	stages := Resolve(policy, zones)
+	expected, err := st.ExpectedChecks(ctx, ns, seq)
+	if err != nil {
+		return nil, err
+	}
 	r := &lehrpb.Rollout{
 		Id: store.RolloutID(ns, seq), Namespace: ns, Version: seq, Checksum: h.GetLatestChecksum(),
 		BaseVersion: base, Policy: policy, PolicySource: src, PolicyGeneration: gen,
 		State: lehrpb.RolloutState_ROLLOUT_STATE_RUNNING, Salt: store.RolloutID(ns, seq),
-		CreateTime: timestamppb.New(now),
+		CreateTime: timestamppb.New(now), ExpectedChecks: expected,
 	}
 	for _, stg := range stages {
 		r.Stages = append(r.Stages, stg.Name)

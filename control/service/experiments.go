@@ -30,11 +30,13 @@ import (
 	"google.golang.org/protobuf/types/known/emptypb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"lehr.dev/lehr/canary"
 	"lehr.dev/lehr/control/store"
 	"lehr.dev/lehr/control/validate"
 	"lehr.dev/lehr/internal/apierror"
 	"lehr.dev/lehr/internal/content"
 	"lehr.dev/lehr/internal/names"
+	"lehr.dev/lehr/internal/signals"
 	"lehr.dev/lehr/policy"
 	"lehr.dev/lehr/proto/lehrpb"
 )
@@ -658,8 +660,17 @@ func (s *Service) CommitPolicyExperiment(ctx context.Context, req *lehrpb.Commit
 		return nil, apierror.New(codes.Aborted, apierror.ReasonEtagMismatch, "parent_etag",
 			"parent_etag %q is not the live policy's etag %q: the live policy changed since; review the experiment against it and retry", pe, liveEtag(latest))
 	}
-	if err := s.commitGate(ctx, req, ns, cur); err != nil {
+	counts, err := s.previewCounts(ctx, ns, cur)
+	if err != nil {
 		return nil, err
+	}
+	if err := commitGate(req, cur, counts); err != nil {
+		return nil, err
+	}
+	var expected []*lehrpb.CanaryCheck
+	change, n := expectedDenyChange(cur, counts)
+	if n >= canary.PolicyCheckMinDecisions {
+		expected = append(expected, signals.CheckProto(canary.PolicyCheck(change)))
 	}
 	props, err := s.checkExperimentPolicy(ctx, "name", head, cur.GetPolicy())
 	if err != nil {
@@ -695,9 +706,10 @@ func (s *Service) CommitPolicyExperiment(ctx context.Context, req *lehrpb.Commit
 			Source:            lehrpb.VersionSource_VERSION_SOURCE_SNAPSHOT,
 			TransportIdentity: c.transport,
 		},
-		Goals:      s.goals(head, lehrpb.VersionSource_VERSION_SOURCE_SNAPSHOT),
-		GoalReason: "commit experiment " + id,
-		Experiment: &store.ExperimentRef{ID: id, ModRevision: cur.ModRevision},
+		Goals:          s.goals(head, lehrpb.VersionSource_VERSION_SOURCE_SNAPSHOT),
+		GoalReason:     "commit experiment " + id,
+		Experiment:     &store.ExperimentRef{ID: id, ModRevision: cur.ModRevision},
+		ExpectedChecks: expected,
 	})
 	var ce *store.ConflictError
 	switch {
@@ -719,9 +731,34 @@ func (s *Service) CommitPolicyExperiment(ctx context.Context, req *lehrpb.Commit
 			s.log.Warn("control: committed, but withdrawing the experiment from the hosts failed", "experiment", cur.GetName(), "err", err)
 		}
 	}
-	return operation(&lehrpb.CommitPolicyExperimentMetadata{
+	md := &lehrpb.CommitPolicyExperimentMetadata{
 		CreateTime: timestamppb.New(start), EndTime: timestamppb.New(s.now()), Target: cur.GetName(), Version: info,
-	}, &emptypb.Empty{})
+	}
+	if len(expected) > 0 {
+		md.ExpectedDenyChange = &change
+	}
+	return operation(md, &emptypb.Empty{})
+}
+
+// expectedDenyChange returns how much the share of decisions that deny
+// changes from the live policy to experiment e, over every decision the
+// hosts counted for e's etag (allow→deny less deny→allow, over them all),
+// and how many decisions that is.
+func expectedDenyChange(e *store.StoredExperiment, counts *lehrpb.PolicyExperimentCounts) (float64, uint64) {
+	var total, more, fewer uint64
+	for _, c := range counts.GetTotals() {
+		if c.GetExperimentEtag() != e.GetEtag() {
+			continue
+		}
+		n, _ := policy.Decisions(c)
+		total += n
+		more += c.GetAllowDeny()
+		fewer += c.GetDenyAllow()
+	}
+	if total == 0 {
+		return 0, 0
+	}
+	return (float64(more) - float64(fewer)) / float64(total), total
 }
 
 // DeletePolicy deletes a live policy: its next version is the no-op
@@ -809,13 +846,9 @@ func (s *Service) DeletePolicy(ctx context.Context, req *lehrpb.DeletePolicyRequ
 
 // commitGate refuses a commit the hosts' counts do not support yet
 // (min_evaluations, max_disagreement).
-func (s *Service) commitGate(ctx context.Context, req *lehrpb.CommitPolicyExperimentRequest, ns string, e *store.StoredExperiment) error {
+func commitGate(req *lehrpb.CommitPolicyExperimentRequest, e *store.StoredExperiment, counts *lehrpb.PolicyExperimentCounts) error {
 	if req.GetMinEvaluations() == 0 && req.GetMaxDisagreement() == 0 {
 		return nil
-	}
-	counts, err := s.previewCounts(ctx, ns, e)
-	if err != nil {
-		return err
 	}
 	var total, disagree uint64
 	for _, c := range counts.GetTotals() {

@@ -120,6 +120,9 @@ type Commit struct {
 	// Deleted receives, if not nil, the ids of the experiments a
 	// DeletePolicy commit deleted.
 	Deleted *[]string
+	// ExpectedChecks are kept with the version for its rollout's canary
+	// analyses (ExpectedChecks): what the version is meant to change.
+	ExpectedChecks []*lehrpb.CanaryCheck
 }
 
 // ExperimentRef names an experiment record at a mod revision.
@@ -281,7 +284,7 @@ func (s *Store) tryCommit(ctx context.Context, c Commit, domain string, m *manif
 	if s.opts.Signer != nil {
 		s.opts.Signer.Sign(info)
 	}
-	recBytes, err := encode(&lehrpb.VersionRecord{Info: info, ManifestChunks: m.chunkHashes, RequestId: c.RequestID})
+	recBytes, err := encode(&lehrpb.VersionRecord{Info: info, ManifestChunks: m.chunkHashes, RequestId: c.RequestID, ExpectedChecks: c.ExpectedChecks})
 	if err != nil {
 		return nil, err
 	}
@@ -538,6 +541,16 @@ func (s *Store) Version(ctx context.Context, ns string, seq uint64) (*lehrpb.Ver
 		return nil, fmt.Errorf("store: version %s@%d: %w", ns, seq, err)
 	}
 	return rec.GetInfo(), nil
+}
+
+// ExpectedChecks returns the checks a version was committed with for its
+// rollout's canary analyses (Commit.ExpectedChecks); none for most.
+func (s *Store) ExpectedChecks(ctx context.Context, ns string, seq uint64) ([]*lehrpb.CanaryCheck, error) {
+	rec, _, err := s.lookup(ctx, ns, seq)
+	if err != nil {
+		return nil, fmt.Errorf("store: version %s@%d: %w", ns, seq, err)
+	}
+	return rec.GetExpectedChecks(), nil
 }
 
 // Content returns a version's metadata and content; seq 0 means the latest.

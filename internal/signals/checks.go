@@ -68,6 +68,10 @@ func Checks(cs []*lehrpb.CanaryCheck) ([]canary.Check, error) {
 			}
 			k.Max = &m
 		}
+		if x := c.GetExpected(); math.IsNaN(x) || math.IsInf(x, 0) {
+			return nil, fieldErr(f+".expected", "%v is not a number", x)
+		}
+		k.Expected = c.GetExpected()
 		out = append(out, k)
 	}
 	return out, nil
@@ -91,4 +95,17 @@ func Finite(x float64) float64 {
 		return 0
 	}
 	return x
+}
+
+// CheckProto is the wire's form of a judge's check (the inverse of
+// Checks for one check).
+func CheckProto(c canary.Check) *lehrpb.CanaryCheck {
+	out := &lehrpb.CanaryCheck{
+		Name: c.Name, Metric: c.Metric, Direction: c.Direction.String(), Kind: c.Kind.String(),
+		Tolerance: c.Tolerance, Max: c.Max, Expected: c.Expected,
+	}
+	if r := c.Ratio; r != nil {
+		out.Ratio = &lehrpb.CanaryRatio{Numerator: r.Numerator, Denominator: r.Denominator}
+	}
+	return out
 }

@@ -9,6 +9,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/testing/protocmp"
 
+	"lehr.dev/lehr/canary"
 	"lehr.dev/lehr/proto/lehrpb"
 )
 
@@ -121,5 +122,26 @@ func TestAnswer(t *testing.T) {
 	s := small.GetNamespaces()[0]
 	if last := s.GetSeries()[0].GetValues()[len(s.GetVersions())-1]; last != 999 || End(s) != 10000 {
 		t.Errorf("a trimmed answer ends at %d with %v; want the newest interval (999) kept", End(s), last)
+	}
+}
+
+// TestCheckProtoRoundTrip: a judge's check survives the wire, expected
+// change included.
+func TestCheckProtoRoundTrip(t *testing.T) {
+	m := 0.5
+	for _, c := range []canary.Check{
+		canary.PolicyCheck(0.25),
+		{Name: "errors", Metric: "request_errors", Direction: canary.Decrease, Kind: canary.KindCount, Tolerance: 0.1, Max: &m},
+	} {
+		got, err := Checks([]*lehrpb.CanaryCheck{CheckProto(c)})
+		if err != nil || len(got) != 1 {
+			t.Fatalf("round trip of %+v: %+v, %v", c, got, err)
+		}
+		if d := cmp.Diff(c, got[0]); d != "" {
+			t.Errorf("round trip of %s (-sent +received):\n%s", c.Name, d)
+		}
+	}
+	if _, err := Checks([]*lehrpb.CanaryCheck{{Name: "x", Metric: "x", Expected: math.NaN()}}); err == nil || !strings.Contains(err.Error(), "expected") {
+		t.Errorf("NaN expected: %v; want an error naming expected", err)
 	}
 }

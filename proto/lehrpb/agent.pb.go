@@ -32,7 +32,13 @@ type ReportPreviewRequest struct {
 	// The policy namespace.
 	Namespace string `protobuf:"bytes,2,opt,name=namespace,proto3" json:"namespace,omitempty"`
 	// Increments since the previous report; zone is ignored.
-	Counts        []*HostPreviewCounts `protobuf:"bytes,3,rep,name=counts,proto3" json:"counts,omitempty"`
+	Counts []*HostPreviewCounts `protobuf:"bytes,3,rep,name=counts,proto3" json:"counts,omitempty"`
+	// Decisions the live rules made since the previous report, and of them
+	// denials (whatever the experiments said): the agent's
+	// policy_decisions and policy_denies signals, which a committed
+	// experiment's canary analysis reads (canary.PolicyCheck).
+	LiveDecisions uint64 `protobuf:"varint,4,opt,name=live_decisions,json=liveDecisions,proto3" json:"live_decisions,omitempty"`
+	LiveDenies    uint64 `protobuf:"varint,5,opt,name=live_denies,json=liveDenies,proto3" json:"live_denies,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -86,6 +92,20 @@ func (x *ReportPreviewRequest) GetCounts() []*HostPreviewCounts {
 		return x.Counts
 	}
 	return nil
+}
+
+func (x *ReportPreviewRequest) GetLiveDecisions() uint64 {
+	if x != nil {
+		return x.LiveDecisions
+	}
+	return 0
+}
+
+func (x *ReportPreviewRequest) GetLiveDenies() uint64 {
+	if x != nil {
+		return x.LiveDenies
+	}
+	return 0
 }
 
 type ReportPreviewResponse struct {
@@ -1019,11 +1039,14 @@ var File_lehr_v1_agent_proto protoreflect.FileDescriptor
 
 const file_lehr_v1_agent_proto_rawDesc = "" +
 	"\n" +
-	"\x13lehr/v1/agent.proto\x12\alehr.v1\x1a\x15lehr/v1/preview.proto\x1a\x13lehr/v1/types.proto\x1a\x12lehr/v1/wire.proto\"\x83\x01\n" +
+	"\x13lehr/v1/agent.proto\x12\alehr.v1\x1a\x15lehr/v1/preview.proto\x1a\x13lehr/v1/types.proto\x1a\x12lehr/v1/wire.proto\"\xcb\x01\n" +
 	"\x14ReportPreviewRequest\x12\x19\n" +
 	"\blease_id\x18\x01 \x01(\tR\aleaseId\x12\x1c\n" +
 	"\tnamespace\x18\x02 \x01(\tR\tnamespace\x122\n" +
-	"\x06counts\x18\x03 \x03(\v2\x1a.lehr.v1.HostPreviewCountsR\x06counts\"\x17\n" +
+	"\x06counts\x18\x03 \x03(\v2\x1a.lehr.v1.HostPreviewCountsR\x06counts\x12%\n" +
+	"\x0elive_decisions\x18\x04 \x01(\x04R\rliveDecisions\x12\x1f\n" +
+	"\vlive_denies\x18\x05 \x01(\x04R\n" +
+	"liveDenies\"\x17\n" +
 	"\x15ReportPreviewResponse\"\x8f\x01\n" +
 	"\x10SubscribeRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x1b\n" +

@@ -238,7 +238,11 @@ type CanaryCheck struct {
 	// Relative change tolerated before a significant move fails, ≥ 0.
 	Tolerance float64 `protobuf:"fixed64,6,opt,name=tolerance,proto3" json:"tolerance,omitempty"`
 	// An absolute bound on a canary host's value after the change.
-	Max           *float64 `protobuf:"fixed64,7,opt,name=max,proto3,oneof" json:"max,omitempty"`
+	Max *float64 `protobuf:"fixed64,7,opt,name=max,proto3,oneof" json:"max,omitempty"`
+	// The change the canary hosts are expected to show against the control
+	// hosts, in the check's unit (a ratio as a ratio); 0: none. The check
+	// fails on a move other than this (canary.Check.Expected).
+	Expected      float64 `protobuf:"fixed64,8,opt,name=expected,proto3" json:"expected,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -318,6 +322,13 @@ func (x *CanaryCheck) GetTolerance() float64 {
 func (x *CanaryCheck) GetMax() float64 {
 	if x != nil && x.Max != nil {
 		return *x.Max
+	}
+	return 0
+}
+
+func (x *CanaryCheck) GetExpected() float64 {
+	if x != nil {
+		return x.Expected
 	}
 	return 0
 }
@@ -463,11 +474,14 @@ type CanaryEvaluation struct {
 	// The latest look's result; final once state is DONE.
 	Result *CanaryResult `protobuf:"bytes,9,opt,name=result,proto3" json:"result,omitempty"`
 	// The rollout it validates ("" for a standalone evaluation).
-	RolloutId     string                 `protobuf:"bytes,10,opt,name=rollout_id,json=rolloutId,proto3" json:"rollout_id,omitempty"`
-	CreateTime    *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
-	UpdateTime    *timestamppb.Timestamp `protobuf:"bytes,12,opt,name=update_time,json=updateTime,proto3" json:"update_time,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	RolloutId  string                 `protobuf:"bytes,10,opt,name=rollout_id,json=rolloutId,proto3" json:"rollout_id,omitempty"`
+	CreateTime *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
+	UpdateTime *timestamppb.Timestamp `protobuf:"bytes,12,opt,name=update_time,json=updateTime,proto3" json:"update_time,omitempty"`
+	// Checks run beside config's checks (or the defaults): what the
+	// version is meant to change (Rollout.expected_checks).
+	ExpectedChecks []*CanaryCheck `protobuf:"bytes,13,rep,name=expected_checks,json=expectedChecks,proto3" json:"expected_checks,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *CanaryEvaluation) Reset() {
@@ -580,6 +594,13 @@ func (x *CanaryEvaluation) GetCreateTime() *timestamppb.Timestamp {
 func (x *CanaryEvaluation) GetUpdateTime() *timestamppb.Timestamp {
 	if x != nil {
 		return x.UpdateTime
+	}
+	return nil
+}
+
+func (x *CanaryEvaluation) GetExpectedChecks() []*CanaryCheck {
+	if x != nil {
+		return x.ExpectedChecks
 	}
 	return nil
 }
@@ -1242,7 +1263,7 @@ const file_lehr_v1_canary_proto_rawDesc = "" +
 	"\rcontrol_hosts\x18\x02 \x01(\rR\fcontrolHosts\x12,\n" +
 	"\x06checks\x18\x03 \x03(\v2\x14.lehr.v1.CanaryCheckR\x06checks\x12\x14\n" +
 	"\x05alpha\x18\x04 \x01(\x01R\x05alpha\x12\"\n" +
-	"\ron_no_verdict\x18\x05 \x01(\tR\vonNoVerdict\"\xd4\x01\n" +
+	"\ron_no_verdict\x18\x05 \x01(\tR\vonNoVerdict\"\xf0\x01\n" +
 	"\vCanaryCheck\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
 	"\x06metric\x18\x02 \x01(\tR\x06metric\x12*\n" +
@@ -1250,7 +1271,8 @@ const file_lehr_v1_canary_proto_rawDesc = "" +
 	"\tdirection\x18\x04 \x01(\tR\tdirection\x12\x12\n" +
 	"\x04kind\x18\x05 \x01(\tR\x04kind\x12\x1c\n" +
 	"\ttolerance\x18\x06 \x01(\x01R\ttolerance\x12\x15\n" +
-	"\x03max\x18\a \x01(\x01H\x00R\x03max\x88\x01\x01B\x06\n" +
+	"\x03max\x18\a \x01(\x01H\x00R\x03max\x88\x01\x01\x12\x1a\n" +
+	"\bexpected\x18\b \x01(\x01R\bexpectedB\x06\n" +
 	"\x04_max\"M\n" +
 	"\vCanaryRatio\x12\x1c\n" +
 	"\tnumerator\x18\x01 \x01(\tR\tnumerator\x12 \n" +
@@ -1258,7 +1280,7 @@ const file_lehr_v1_canary_proto_rawDesc = "" +
 	"\vCanaryTrial\x12\x12\n" +
 	"\x04zone\x18\x01 \x01(\tR\x04zone\x12!\n" +
 	"\fcanary_hosts\x18\x02 \x03(\tR\vcanaryHosts\x12#\n" +
-	"\rcontrol_hosts\x18\x03 \x03(\tR\fcontrolHosts\"\xa3\x04\n" +
+	"\rcontrol_hosts\x18\x03 \x03(\tR\fcontrolHosts\"\xe2\x04\n" +
 	"\x10CanaryEvaluation\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1c\n" +
 	"\tnamespace\x18\x02 \x01(\tR\tnamespace\x12\x18\n" +
@@ -1276,7 +1298,8 @@ const file_lehr_v1_canary_proto_rawDesc = "" +
 	"\vcreate_time\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"createTime\x12;\n" +
 	"\vupdate_time\x18\f \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"updateTime\"\xbd\x03\n" +
+	"updateTime\x12=\n" +
+	"\x0fexpected_checks\x18\r \x03(\v2\x14.lehr.v1.CanaryCheckR\x0eexpectedChecks\"\xbd\x03\n" +
 	"\fCanaryResult\x120\n" +
 	"\averdict\x18\x01 \x01(\x0e2\x16.lehr.v1.CanaryVerdictR\averdict\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\x12\x12\n" +
@@ -1387,22 +1410,23 @@ var file_lehr_v1_canary_proto_depIdxs = []int32{
 	7,  // 7: lehr.v1.CanaryEvaluation.result:type_name -> lehr.v1.CanaryResult
 	14, // 8: lehr.v1.CanaryEvaluation.create_time:type_name -> google.protobuf.Timestamp
 	14, // 9: lehr.v1.CanaryEvaluation.update_time:type_name -> google.protobuf.Timestamp
-	0,  // 10: lehr.v1.CanaryResult.verdict:type_name -> lehr.v1.CanaryVerdict
-	9,  // 11: lehr.v1.CanaryResult.checks:type_name -> lehr.v1.CanaryCheckResult
-	14, // 12: lehr.v1.CanaryResult.time:type_name -> google.protobuf.Timestamp
-	8,  // 13: lehr.v1.CanaryResult.host_checks:type_name -> lehr.v1.CanaryHostCheck
-	0,  // 14: lehr.v1.CanaryCheckResult.verdict:type_name -> lehr.v1.CanaryVerdict
-	9,  // 15: lehr.v1.CanaryCheckResult.aa:type_name -> lehr.v1.CanaryCheckResult
-	5,  // 16: lehr.v1.EvaluateRequest.trials:type_name -> lehr.v1.CanaryTrial
-	2,  // 17: lehr.v1.EvaluateRequest.config:type_name -> lehr.v1.CanaryAnalysis
-	14, // 18: lehr.v1.EvaluateRequest.change_time:type_name -> google.protobuf.Timestamp
-	15, // 19: lehr.v1.EvaluateRequest.bake:type_name -> google.protobuf.Duration
-	6,  // 20: lehr.v1.ListCanaryEvaluationsResponse.evaluations:type_name -> lehr.v1.CanaryEvaluation
-	21, // [21:21] is the sub-list for method output_type
-	21, // [21:21] is the sub-list for method input_type
-	21, // [21:21] is the sub-list for extension type_name
-	21, // [21:21] is the sub-list for extension extendee
-	0,  // [0:21] is the sub-list for field type_name
+	3,  // 10: lehr.v1.CanaryEvaluation.expected_checks:type_name -> lehr.v1.CanaryCheck
+	0,  // 11: lehr.v1.CanaryResult.verdict:type_name -> lehr.v1.CanaryVerdict
+	9,  // 12: lehr.v1.CanaryResult.checks:type_name -> lehr.v1.CanaryCheckResult
+	14, // 13: lehr.v1.CanaryResult.time:type_name -> google.protobuf.Timestamp
+	8,  // 14: lehr.v1.CanaryResult.host_checks:type_name -> lehr.v1.CanaryHostCheck
+	0,  // 15: lehr.v1.CanaryCheckResult.verdict:type_name -> lehr.v1.CanaryVerdict
+	9,  // 16: lehr.v1.CanaryCheckResult.aa:type_name -> lehr.v1.CanaryCheckResult
+	5,  // 17: lehr.v1.EvaluateRequest.trials:type_name -> lehr.v1.CanaryTrial
+	2,  // 18: lehr.v1.EvaluateRequest.config:type_name -> lehr.v1.CanaryAnalysis
+	14, // 19: lehr.v1.EvaluateRequest.change_time:type_name -> google.protobuf.Timestamp
+	15, // 20: lehr.v1.EvaluateRequest.bake:type_name -> google.protobuf.Duration
+	6,  // 21: lehr.v1.ListCanaryEvaluationsResponse.evaluations:type_name -> lehr.v1.CanaryEvaluation
+	22, // [22:22] is the sub-list for method output_type
+	22, // [22:22] is the sub-list for method input_type
+	22, // [22:22] is the sub-list for extension type_name
+	22, // [22:22] is the sub-list for extension extendee
+	0,  // [0:22] is the sub-list for field type_name
 }
 
 func init() { file_lehr_v1_canary_proto_init() }

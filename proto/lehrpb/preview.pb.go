@@ -1190,9 +1190,15 @@ type CommitPolicyExperimentMetadata struct {
 	EndTime    *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=end_time,json=endTime,proto3" json:"end_time,omitempty"`
 	Target     string                 `protobuf:"bytes,3,opt,name=target,proto3" json:"target,omitempty"`
 	// The live policy's new version.
-	Version       *VersionInfo `protobuf:"bytes,4,opt,name=version,proto3" json:"version,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Version *VersionInfo `protobuf:"bytes,4,opt,name=version,proto3" json:"version,omitempty"`
+	// The change of the share of decisions that deny which the version's
+	// canary analysis expects on the canary hosts (check "policy deny
+	// ratio"): what the hosts counted for this experiment version, the
+	// experiment's deny share minus the live policy's. Absent when they
+	// counted fewer than 100 decisions, too few to expect anything.
+	ExpectedDenyChange *float64 `protobuf:"fixed64,5,opt,name=expected_deny_change,json=expectedDenyChange,proto3,oneof" json:"expected_deny_change,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *CommitPolicyExperimentMetadata) Reset() {
@@ -1251,6 +1257,13 @@ func (x *CommitPolicyExperimentMetadata) GetVersion() *VersionInfo {
 		return x.Version
 	}
 	return nil
+}
+
+func (x *CommitPolicyExperimentMetadata) GetExpectedDenyChange() float64 {
+	if x != nil && x.ExpectedDenyChange != nil {
+		return *x.ExpectedDenyChange
+	}
+	return 0
 }
 
 type DeletePolicyRequest struct {
@@ -1882,13 +1895,15 @@ const file_lehr_v1_preview_proto_rawDesc = "" +
 	"\vcreate_time\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"createTime\x125\n" +
 	"\bend_time\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\aendTime\x12\x16\n" +
-	"\x06target\x18\x03 \x01(\tR\x06target\"\xdc\x01\n" +
+	"\x06target\x18\x03 \x01(\tR\x06target\"\xac\x02\n" +
 	"\x1eCommitPolicyExperimentMetadata\x12;\n" +
 	"\vcreate_time\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"createTime\x125\n" +
 	"\bend_time\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\aendTime\x12\x16\n" +
 	"\x06target\x18\x03 \x01(\tR\x06target\x12.\n" +
-	"\aversion\x18\x04 \x01(\v2\x14.lehr.v1.VersionInfoR\aversion\"W\n" +
+	"\aversion\x18\x04 \x01(\v2\x14.lehr.v1.VersionInfoR\aversion\x125\n" +
+	"\x14expected_deny_change\x18\x05 \x01(\x01H\x00R\x12expectedDenyChange\x88\x01\x01B\x17\n" +
+	"\x15_expected_deny_change\"W\n" +
 	"\x13DeletePolicyRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
 	"\x04etag\x18\x02 \x01(\tR\x04etag\x12\x18\n" +
@@ -2026,6 +2041,7 @@ func file_lehr_v1_preview_proto_init() {
 		return
 	}
 	file_lehr_v1_types_proto_init()
+	file_lehr_v1_preview_proto_msgTypes[17].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{

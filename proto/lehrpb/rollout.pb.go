@@ -872,9 +872,14 @@ type Rollout struct {
 	// Events written so far (the last event's seq).
 	EventCount uint64 `protobuf:"varint,21,opt,name=event_count,json=eventCount,proto3" json:"event_count,omitempty"`
 	// The canary evaluation of the current stage ("" for none).
-	EvaluationId  string `protobuf:"bytes,22,opt,name=evaluation_id,json=evaluationId,proto3" json:"evaluation_id,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	EvaluationId string `protobuf:"bytes,22,opt,name=evaluation_id,json=evaluationId,proto3" json:"evaluation_id,omitempty"`
+	// Checks every stage's canary analysis runs beside its configured ones,
+	// because this version is meant to move what they read: a committed
+	// policy experiment's deny share (canary.PolicyCheck), from the version's
+	// record.
+	ExpectedChecks []*CanaryCheck `protobuf:"bytes,23,rep,name=expected_checks,json=expectedChecks,proto3" json:"expected_checks,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *Rollout) Reset() {
@@ -1059,6 +1064,13 @@ func (x *Rollout) GetEvaluationId() string {
 		return x.EvaluationId
 	}
 	return ""
+}
+
+func (x *Rollout) GetExpectedChecks() []*CanaryCheck {
+	if x != nil {
+		return x.ExpectedChecks
+	}
+	return nil
 }
 
 // RolloutCommand is an operator's request, waiting for the strategist.
@@ -1339,7 +1351,7 @@ const file_lehr_v1_rollout_proto_rawDesc = "" +
 	"\x06author\x18\x05 \x01(\tR\x06author\x12-\n" +
 	"\x12transport_identity\x18\x06 \x01(\tR\x11transportIdentity\x12\x18\n" +
 	"\amessage\x18\a \x01(\tR\amessage\x12\x18\n" +
-	"\adeleted\x18\b \x01(\bR\adeleted\"\x83\a\n" +
+	"\adeleted\x18\b \x01(\bR\adeleted\"\xc2\a\n" +
 	"\aRollout\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1c\n" +
 	"\tnamespace\x18\x02 \x01(\tR\tnamespace\x12\x18\n" +
@@ -1366,7 +1378,8 @@ const file_lehr_v1_rollout_proto_rawDesc = "" +
 	"\apromote\x18\x14 \x01(\bR\apromote\x12\x1f\n" +
 	"\vevent_count\x18\x15 \x01(\x04R\n" +
 	"eventCount\x12#\n" +
-	"\revaluation_id\x18\x16 \x01(\tR\fevaluationId\"\xc1\x01\n" +
+	"\revaluation_id\x18\x16 \x01(\tR\fevaluationId\x12=\n" +
+	"\x0fexpected_checks\x18\x17 \x03(\v2\x14.lehr.v1.CanaryCheckR\x0eexpectedChecks\"\xc1\x01\n" +
 	"\x0eRolloutCommand\x12\x1d\n" +
 	"\n" +
 	"rollout_id\x18\x01 \x01(\tR\trolloutId\x12.\n" +
@@ -1438,6 +1451,7 @@ var file_lehr_v1_rollout_proto_goTypes = []any{
 	(*timestamppb.Timestamp)(nil), // 14: google.protobuf.Timestamp
 	(*durationpb.Duration)(nil),   // 15: google.protobuf.Duration
 	(*CanaryAnalysis)(nil),        // 16: lehr.v1.CanaryAnalysis
+	(*CanaryCheck)(nil),           // 17: lehr.v1.CanaryCheck
 }
 var file_lehr_v1_rollout_proto_depIdxs = []int32{
 	6,  // 0: lehr.v1.RolloutPolicy.stages:type_name -> lehr.v1.RolloutStage
@@ -1461,14 +1475,15 @@ var file_lehr_v1_rollout_proto_depIdxs = []int32{
 	12, // 18: lehr.v1.Rollout.canary_hosts:type_name -> lehr.v1.ZoneHosts
 	14, // 19: lehr.v1.Rollout.create_time:type_name -> google.protobuf.Timestamp
 	14, // 20: lehr.v1.Rollout.update_time:type_name -> google.protobuf.Timestamp
-	2,  // 21: lehr.v1.RolloutCommand.action:type_name -> lehr.v1.RolloutAction
-	14, // 22: lehr.v1.RolloutCommand.time:type_name -> google.protobuf.Timestamp
-	14, // 23: lehr.v1.RolloutEvent.time:type_name -> google.protobuf.Timestamp
-	24, // [24:24] is the sub-list for method output_type
-	24, // [24:24] is the sub-list for method input_type
-	24, // [24:24] is the sub-list for extension type_name
-	24, // [24:24] is the sub-list for extension extendee
-	0,  // [0:24] is the sub-list for field type_name
+	17, // 21: lehr.v1.Rollout.expected_checks:type_name -> lehr.v1.CanaryCheck
+	2,  // 22: lehr.v1.RolloutCommand.action:type_name -> lehr.v1.RolloutAction
+	14, // 23: lehr.v1.RolloutCommand.time:type_name -> google.protobuf.Timestamp
+	14, // 24: lehr.v1.RolloutEvent.time:type_name -> google.protobuf.Timestamp
+	25, // [25:25] is the sub-list for method output_type
+	25, // [25:25] is the sub-list for method input_type
+	25, // [25:25] is the sub-list for extension type_name
+	25, // [25:25] is the sub-list for extension extendee
+	0,  // [0:25] is the sub-list for field type_name
 }
 
 func init() { file_lehr_v1_rollout_proto_init() }

@@ -34,9 +34,12 @@ type VersionRecord struct {
 	// ManifestChunk), in key order. Together they list every property.
 	ManifestChunks []string `protobuf:"bytes,2,rep,name=manifest_chunks,json=manifestChunks,proto3" json:"manifest_chunks,omitempty"`
 	// The request_id of the publish that created it, for idempotent retries.
-	RequestId     string `protobuf:"bytes,3,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	RequestId string `protobuf:"bytes,3,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	// Checks its rollout's canary analyses add (Rollout.expected_checks): a
+	// committed policy experiment's measured change of the deny share.
+	ExpectedChecks []*CanaryCheck `protobuf:"bytes,4,rep,name=expected_checks,json=expectedChecks,proto3" json:"expected_checks,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *VersionRecord) Reset() {
@@ -88,6 +91,13 @@ func (x *VersionRecord) GetRequestId() string {
 		return x.RequestId
 	}
 	return ""
+}
+
+func (x *VersionRecord) GetExpectedChecks() []*CanaryCheck {
+	if x != nil {
+		return x.ExpectedChecks
+	}
+	return nil
 }
 
 // RequestRecord remembers the version a publish request (request_id)
@@ -316,12 +326,13 @@ var File_lehr_v1_storage_proto protoreflect.FileDescriptor
 
 const file_lehr_v1_storage_proto_rawDesc = "" +
 	"\n" +
-	"\x15lehr/v1/storage.proto\x12\alehr.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x13lehr/v1/types.proto\"\x81\x01\n" +
+	"\x15lehr/v1/storage.proto\x12\alehr.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x14lehr/v1/canary.proto\x1a\x13lehr/v1/types.proto\"\xc0\x01\n" +
 	"\rVersionRecord\x12(\n" +
 	"\x04info\x18\x01 \x01(\v2\x14.lehr.v1.VersionInfoR\x04info\x12'\n" +
 	"\x0fmanifest_chunks\x18\x02 \x03(\tR\x0emanifestChunks\x12\x1d\n" +
 	"\n" +
-	"request_id\x18\x03 \x01(\tR\trequestId\"9\n" +
+	"request_id\x18\x03 \x01(\tR\trequestId\x12=\n" +
+	"\x0fexpected_checks\x18\x04 \x03(\v2\x14.lehr.v1.CanaryCheckR\x0eexpectedChecks\"9\n" +
 	"\rRequestRecord\x12(\n" +
 	"\x04info\x18\x01 \x01(\v2\x14.lehr.v1.VersionInfoR\x04info\"A\n" +
 	"\rManifestChunk\x120\n" +
@@ -356,18 +367,20 @@ var file_lehr_v1_storage_proto_goTypes = []any{
 	(*ManifestEntry)(nil),         // 3: lehr.v1.ManifestEntry
 	(*PublishBudget)(nil),         // 4: lehr.v1.PublishBudget
 	(*VersionInfo)(nil),           // 5: lehr.v1.VersionInfo
-	(*timestamppb.Timestamp)(nil), // 6: google.protobuf.Timestamp
+	(*CanaryCheck)(nil),           // 6: lehr.v1.CanaryCheck
+	(*timestamppb.Timestamp)(nil), // 7: google.protobuf.Timestamp
 }
 var file_lehr_v1_storage_proto_depIdxs = []int32{
 	5, // 0: lehr.v1.VersionRecord.info:type_name -> lehr.v1.VersionInfo
-	5, // 1: lehr.v1.RequestRecord.info:type_name -> lehr.v1.VersionInfo
-	3, // 2: lehr.v1.ManifestChunk.entries:type_name -> lehr.v1.ManifestEntry
-	6, // 3: lehr.v1.PublishBudget.time:type_name -> google.protobuf.Timestamp
-	4, // [4:4] is the sub-list for method output_type
-	4, // [4:4] is the sub-list for method input_type
-	4, // [4:4] is the sub-list for extension type_name
-	4, // [4:4] is the sub-list for extension extendee
-	0, // [0:4] is the sub-list for field type_name
+	6, // 1: lehr.v1.VersionRecord.expected_checks:type_name -> lehr.v1.CanaryCheck
+	5, // 2: lehr.v1.RequestRecord.info:type_name -> lehr.v1.VersionInfo
+	3, // 3: lehr.v1.ManifestChunk.entries:type_name -> lehr.v1.ManifestEntry
+	7, // 4: lehr.v1.PublishBudget.time:type_name -> google.protobuf.Timestamp
+	5, // [5:5] is the sub-list for method output_type
+	5, // [5:5] is the sub-list for method input_type
+	5, // [5:5] is the sub-list for extension type_name
+	5, // [5:5] is the sub-list for extension extendee
+	0, // [0:5] is the sub-list for field type_name
 }
 
 func init() { file_lehr_v1_storage_proto_init() }
@@ -375,6 +388,7 @@ func file_lehr_v1_storage_proto_init() {
 	if File_lehr_v1_storage_proto != nil {
 		return
 	}
+	file_lehr_v1_canary_proto_init()
 	file_lehr_v1_types_proto_init()
 	type x struct{}
 	out := protoimpl.TypeBuilder{
