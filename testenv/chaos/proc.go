@@ -7,11 +7,13 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -421,22 +423,72 @@ func (p *Proc) Close(grace time.Duration) {
 	p.wg.Wait()
 }
 
+// Ports are handed out below the kernel's ephemeral range: a port taken
+// from that range ("127.0.0.1:0") is free when picked, but every outgoing
+// connection of every process on the machine draws from the same range, so
+// one may take it before the daemon binds it ("address already in use").
+// Below the range only another listener can, and within this process
+// ports are never handed out twice.
+var ports struct {
+	sync.Mutex
+	given map[int]bool
+	rng   *rand.Rand
+}
+
+// portRange is where ports are picked: the 12,000 ports below the
+// ephemeral range (/proc/sys/net/ipv4/ip_local_port_range), or 20000 to
+// 31999 when it cannot be read.
+func portRange() (lo, hi int) {
+	lo, hi = 20000, 32000
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return lo, hi
+	}
+	f := strings.Fields(string(b))
+	if len(f) != 2 {
+		return lo, hi
+	}
+	eph, err := strconv.Atoi(f[0])
+	if err != nil || eph < 13024 {
+		return lo, hi
+	}
+	return eph - 12000, eph
+}
+
+// freePort returns a port below the ephemeral range that bind accepts now
+// and was not handed out before.
+func freePort(bind func(addr string) (io.Closer, error)) (int, error) {
+	ports.Lock()
+	defer ports.Unlock()
+	if ports.given == nil {
+		ports.given = map[int]bool{}
+		ports.rng = rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), uint64(os.Getpid())))
+	}
+	lo, hi := portRange()
+	var last error
+	for range 200 {
+		p := lo + ports.rng.IntN(hi-lo)
+		if ports.given[p] {
+			continue
+		}
+		c, err := bind(fmt.Sprintf("127.0.0.1:%d", p))
+		if err != nil {
+			last = err
+			continue
+		}
+		c.Close()
+		ports.given[p] = true
+		return p, nil
+	}
+	return 0, fmt.Errorf("chaos: no free loopback port in [%d, %d) after 200 tries: %v", lo, hi, last)
+}
+
 // freeTCPPort returns a loopback TCP port free at the time of the call.
 func freeTCPPort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
+	return freePort(func(addr string) (io.Closer, error) { return net.Listen("tcp", addr) })
 }
 
 // freeUDPPort returns a loopback UDP port free at the time of the call.
 func freeUDPPort() (int, error) {
-	c, err := net.ListenPacket("udp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer c.Close()
-	return c.LocalAddr().(*net.UDPAddr).Port, nil
+	return freePort(func(addr string) (io.Closer, error) { return net.ListenPacket("udp", addr) })
 }
