@@ -136,3 +136,106 @@ func TestUntrustedKeyIsRefused(t *testing.T) {
 		t.Errorf("control did not write its public key: %v", err)
 	}
 }
+
+// A distributor that delivers genuine, control-signed versions, but not
+// what control decided for the host, is refused by an agent that
+// verifies: each update must come with a goal signed by control that
+// names its version for this host in this zone. Control's own key signs
+// the test's goals: what is wrong with them is only what they say.
+func TestGoalTamperingIsRefused(t *testing.T) {
+	// Each case: control with version 1 and 2 of ns (the zone's goal at 2),
+	// and the goal proof a distributor sends with version 2, made from
+	// the zone's genuine goal g or signed with control's key sign.
+	type env struct {
+		v1, v2  *lehrpb.VersionInfo
+		genuine *lehrpb.GoalState
+		sign    func(g *lehrpb.GoalState) *lehrpb.GoalState
+	}
+	goalOf := func(e env, zone string, stable, candidate *lehrpb.VersionInfo, hosts ...string) *lehrpb.GoalState {
+		g := &lehrpb.GoalState{Zone: zone, Namespace: stable.GetNamespace(), Version: stable.GetSeq(), Checksum: stable.GetChecksum()}
+		if candidate != nil {
+			g.Candidate = &lehrpb.CandidateGoal{Version: candidate.GetSeq(), Checksum: candidate.GetChecksum(), Hosts: hosts, Salt: "r2"}
+		}
+		return e.sign(g)
+	}
+	for _, tc := range []struct {
+		name  string
+		proof func(e env) *lehrpb.GoalState
+		ok    bool
+	}{
+		{"the zone's genuine goal", func(e env) *lehrpb.GoalState { return signing.GoalProof(e.genuine) }, true},
+		{"a candidate for this host", func(e env) *lehrpb.GoalState { return goalOf(e, zone, e.v1, e.v2, host) }, true},
+		{"no goal", func(env) *lehrpb.GoalState { return nil }, false},
+		{"a genuine goal altered", func(e env) *lehrpb.GoalState {
+			p := signing.GoalProof(e.genuine)
+			p.Candidate = &lehrpb.CandidateGoal{Version: e.v2.GetSeq(), Checksum: e.v2.GetChecksum(), Hosts: []string{host}}
+			p.Version, p.Checksum = e.v1.GetSeq(), e.v1.GetChecksum()
+			return p
+		}, false},
+		{"another zone's goal", func(e env) *lehrpb.GoalState { return goalOf(e, "zone-b", e.v2, nil) }, false},
+		{"a candidate for other hosts", func(e env) *lehrpb.GoalState { return goalOf(e, zone, e.v1, e.v2, "host-9") }, false},
+		{"a goal naming another version", func(e env) *lehrpb.GoalState { return goalOf(e, zone, e.v1, nil) }, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t, 0)
+			ns := domain + "/goals"
+			e := env{v1: h.publish(ns, map[string]string{"limit": "100"}), v2: h.publish(ns, map[string]string{"limit": "200"})}
+			genuine, err := h.ctl.Client.GetGoals(ctx(t), &lehrpb.GetGoalsRequest{Zone: zone, Namespace: ns})
+			if err != nil || len(genuine.GetGoals()) != 1 || genuine.GetGoals()[0].GetVersion() != e.v2.GetSeq() {
+				t.Fatalf("GetGoals: %v, %v; want the zone's goal at version 2", genuine, err)
+			}
+			e.genuine = genuine.GetGoals()[0]
+			ctlKey, err := signing.Load(filepath.Join(h.ctl.DataDir, "signing.key"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			e.sign = func(g *lehrpb.GoalState) *lehrpb.GoalState {
+				g.UpdateTime = e.genuine.GetUpdateTime()
+				ctlKey.SignGoal(g)
+				return signing.GoalProof(g)
+			}
+
+			// The distributor: a real fan-out server with control's genuine
+			// version 2, and the goal proof of the case.
+			resp, err := h.ctl.Client.FetchVersion(ctx(t), &lehrpb.FetchVersionRequest{Namespace: ns, Version: e.v2.GetSeq()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			snap, err := content.New(content.FromProto(resp.GetProperties()))
+			if err != nil {
+				t.Fatal(err)
+			}
+			v := &content.Version{Namespace: ns, Seq: e.v2.GetSeq(), Checksum: snap.Checksum(), Kind: resp.GetKind(), Info: resp.GetVersion(), Content: snap}
+			vers := versions.New(versions.Options{})
+			if err := vers.Put(v); err != nil {
+				t.Fatal(err)
+			}
+			vers.Pin(ns, v.Seq)
+			dist, err := fanout.Listen(fanout.Options{Listen: "127.0.0.1:0", TLS: h.tls("distributor", pki.Server), Zone: zone, DistributorID: "goals", Versions: vers,
+				Logger: controltest.Logger(t, slog.LevelError)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			dctx, stop := context.WithCancel(context.Background())
+			done := make(chan error, 1)
+			go func() { done <- dist.Serve(dctx) }()
+			t.Cleanup(func() { dist.Close(); stop(); <-done })
+			dist.SetGoal(fanout.Goal{Stable: v, Proof: tc.proof(e)})
+
+			trusted := signing.NewVerifier(h.ctl.Control.SigningPublicKey())
+			r := h.startAgent(dataDir(t), []string{dist.Addr().String()}, func(o *agent.Options) { o.TrustedKeys = trusted })
+			sub := subscribe(t, r, ns)
+			if tc.ok {
+				waitFile(t, sub.GetPath(), e.v2.GetSeq(), map[string]string{"limit": "200"})
+				if got := counter(r, "lehr_agent_untrusted_updates_total"); got != 0 {
+					t.Errorf("lehr_agent_untrusted_updates_total = %v for an update its goal names", got)
+				}
+				return
+			}
+			wait.For(t, "the update refused", func() bool { return counter(r, "lehr_agent_untrusted_updates_total") > 0 })
+			if _, err := os.Stat(sub.GetPath()); !os.IsNotExist(err) {
+				t.Errorf("a namespace file exists for an update no signed goal named for this host: %v", err)
+			}
+		})
+	}
+}

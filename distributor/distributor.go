@@ -41,6 +41,7 @@ import (
 	"lehr.dev/lehr/internal/content"
 	"lehr.dev/lehr/internal/metricshttp"
 	"lehr.dev/lehr/internal/names"
+	"lehr.dev/lehr/internal/signing"
 	"lehr.dev/lehr/internal/tlsconfig"
 	"lehr.dev/lehr/proto/lehrpb"
 )
@@ -611,6 +612,9 @@ func (d *Distributor) syncOne(ctx context.Context, ns string) error {
 		return err
 	}
 	goal := fanout.Goal{Stable: stable}
+	if len(g.GetSignature()) > 0 {
+		goal.Proof = signing.GoalProof(g)
+	}
 	if cand.GetVersion() != 0 {
 		if goal.Candidate, err = fetch(cand.GetVersion(), cand.GetChecksum()); err != nil {
 			return err

@@ -195,8 +195,10 @@ func Dial(ctx context.Context, opts Options) (*Agent, error) {
 		Zone:               opts.Zone,
 		AgentVersion:       "agenttest",
 		// Updates are read with a wire.Decoder, which accepts every form
-		// wire implements (compact updates included), like the real agent.
-		Capabilities: wire.Capabilities(),
+		// wire implements (compact updates included), like the real agent;
+		// like a real agent that does not verify, it does not ask for
+		// signed goals.
+		Capabilities: slices.DeleteFunc(wire.Capabilities(), func(c string) bool { return c == wire.CapSignedGoals }),
 	}
 	for _, c := range opts.Cached {
 		sum := c.Checksum

@@ -71,8 +71,9 @@ func (c *Client) runSession(ctx context.Context, addr, lastConnected string) (es
 		Subscriptions:      subs,
 		AgentVersion:       c.opts.AgentVersion,
 		// Every Update is read with wire.ReadUpdateStream, which accepts
-		// each form wire implements (compact updates included).
-		Capabilities: wire.Capabilities(),
+		// each form wire implements (compact updates included); signed
+		// goals are asked for only when they are checked.
+		Capabilities: c.capabilities(),
 	}
 
 	dctx, cancel := context.WithTimeout(ctx, c.opts.HandshakeTimeout)
@@ -89,6 +90,11 @@ func (c *Client) runSession(ctx context.Context, addr, lastConnected string) (es
 	if welcome.GetZone() != c.opts.Zone {
 		err := fmt.Errorf("distributor %s serves zone %q, agent is in %q", addr, welcome.GetZone(), c.opts.Zone)
 		conn.CloseWithError(wire.CodeWrongZone, err.Error())
+		return false, err
+	}
+	if c.opts.Verifier != nil && !wire.HasCapability(welcome.GetCapabilities(), wire.CapSignedGoals) {
+		err := fmt.Errorf("distributor %s does not send signed goals (capability %q), and this agent verifies what it applies (--trusted-keys): upgrade the distributor", addr, wire.CapSignedGoals)
+		conn.CloseWithError(wire.CodeUntrusted, err.Error())
 		return false, err
 	}
 	sctx, stop := context.WithCancelCause(ctx)
@@ -493,7 +499,7 @@ func (s *session) work(ns string, q *nsQueue) {
 			}
 			s.c.untrustedBy[ns]++
 			s.c.mu.Unlock()
-			s.log.Error("refusing an update whose signature does not verify; dropping this distributor for another", "namespace", ns,
+			s.log.Error("refusing an update that does not verify (its signature, or the signed goal that should name it for this host); dropping this distributor for another", "namespace", ns,
 				"version", u.GetVersion(), "err", err)
 			v, sum := s.c.opts.Handler.Held(ns)
 			s.answer(u, Result{Outcome: Failed, Version: v, Checksum: sum, Err: err})
@@ -563,10 +569,14 @@ func cmpU64(a, b uint64) int {
 	return 0
 }
 
-// verify checks u's signature with the client's Verifier (nil: nothing to
-// check). What is verified is the Update itself — its namespace, version
+// verify checks u with the client's Verifier (nil: nothing to check):
+// the version's signature over the Update itself — its namespace, version
 // and checksum, with the author and time of its info — so a distributor
-// cannot pair a valid signature with other content.
+// cannot pair a valid signature with other content; then that the signed
+// goal that came with it names this version for this host in this zone,
+// so a distributor cannot deliver what control did not decide for the
+// host (a candidate outside its cohort, a version its zone's goal does not
+// name).
 func (s *session) verify(u *lehrpb.Update) error {
 	v := s.c.opts.Verifier
 	if v == nil {
@@ -577,5 +587,8 @@ func (s *session) verify(u *lehrpb.Update) error {
 		info = &lehrpb.VersionInfo{}
 	}
 	info.Namespace, info.Seq, info.Checksum = u.GetNamespace(), u.GetVersion(), wire.UpdateChecksum(u)
-	return v.Verify(info)
+	if err := v.Verify(info); err != nil {
+		return err
+	}
+	return v.VerifyGoal(u.GetGoal(), s.c.opts.Zone, s.c.opts.HostID, info.Namespace, info.Seq, info.Checksum)
 }

@@ -197,10 +197,13 @@ type Options struct {
 	// Verifier, if set, checks every update's signature before the
 	// Handler sees it (internal/signing): an update that is unsigned,
 	// signed by a key it does not trust, or whose namespace, version,
-	// checksum, author or time differ from what control signed is refused
-	// (a negative Ack, lehr_agent_untrusted_updates_total, an error in the
-	// log) and the client drops the distributor that sent it
-	// (wire.CodeUntrusted) for the next. Nil accepts unsigned updates.
+	// checksum, author or time differ from what control signed — or that
+	// comes without a signed goal of Zone naming its version for HostID
+	// (wire.CapSignedGoals) — is refused (a negative Ack,
+	// lehr_agent_untrusted_updates_total, an error in the log) and the
+	// client drops the distributor that sent it (wire.CodeUntrusted) for
+	// the next; so is a distributor that does not send signed goals. Nil
+	// accepts unsigned updates.
 	Verifier *signing.Verifier
 	// Metrics receives the client's metrics (lehr_agent_connected,
 	// lehr_agent_failovers_total, lehr_agent_bytes_received_total{kind},
@@ -208,6 +211,16 @@ type Options struct {
 	Metrics *metrics.Set
 	// Logger; nil means slog.Default().
 	Logger *slog.Logger
+}
+
+// capabilities returns what the client offers in Hello: every capability
+// wire implements, except signed goals when it does not verify them.
+func (c *Client) capabilities() []string {
+	caps := wire.Capabilities()
+	if c.opts.Verifier == nil {
+		caps = slices.DeleteFunc(caps, func(s string) bool { return s == wire.CapSignedGoals })
+	}
+	return caps
 }
 
 // Status describes the link.

@@ -89,7 +89,7 @@ func (s *Store) createZone(ctx context.Context, zone string) (*lehrpb.Zone, bool
 			if h.GetLatestVersion() == 0 {
 				continue
 			}
-			g, err := encode(&lehrpb.GoalState{
+			g, err := s.encodeGoal(&lehrpb.GoalState{
 				Zone: zone, Namespace: h.GetName(), Version: h.GetLatestVersion(), Checksum: h.GetLatestChecksum(),
 				UpdateTime: timestamppb.New(now), Reason: ZoneCreatedReason,
 			})
@@ -236,7 +236,7 @@ func (s *Store) SetGoal(ctx context.Context, g *lehrpb.GoalState) error {
 		out.Candidate = cand
 		cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(s.lay.version(ns, cand.GetVersion())), ">", 0))
 	}
-	b, err := encode(out)
+	b, err := s.encodeGoal(out)
 	if err != nil {
 		return fmt.Errorf("store: set goal %s@%d in %s: %w", ns, seq, zone, err)
 	}
@@ -254,6 +254,16 @@ func (s *Store) SetGoal(ctx context.Context, g *lehrpb.GoalState) error {
 		return &NotFoundError{What: "version", Name: fmt.Sprintf("%s@%d", ns, seq)}
 	}
 	return nil
+}
+
+// encodeGoal encodes g for etcd, signed by Options.Signer when there is
+// one (internal/signing.GoalPayload); g itself is not modified.
+func (s *Store) encodeGoal(g *lehrpb.GoalState) ([]byte, error) {
+	if s.opts.Signer != nil {
+		g = proto.CloneOf(g)
+		s.opts.Signer.SignGoal(g)
+	}
+	return encode(g)
 }
 
 // checkCandidate checks a goal's candidate against the stable version seq

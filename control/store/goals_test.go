@@ -2,6 +2,8 @@ package store
 
 import (
 	"context"
+	"crypto/ed25519"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"strings"
@@ -11,6 +13,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"google.golang.org/protobuf/proto"
 
+	"lehr.dev/lehr/internal/signing"
 	"lehr.dev/lehr/proto/lehrpb"
 )
 
@@ -339,4 +342,44 @@ func TestGoalCandidate(t *testing.T) {
 	if !proto.Equal(after[0], goals[0]) {
 		t.Errorf("refused goals changed the stored one: %v, was %v", after[0], goals[0])
 	}
+}
+
+// TestGoalsAreSigned: with a Signer, a commit, a new zone and SetGoal
+// write their goals signed (a rollout step goes through the same
+// encodeGoal), and the signature sanctions what the goal names.
+func TestGoalsAreSigned(t *testing.T) {
+	pub, key, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := newTestStore(t, Options{Signer: signing.NewSigner(key)})
+	v := signing.NewVerifier(pub)
+	ctx := testCtx(t)
+	mustDomain(t, s, "d")
+	if _, err := s.CreateZone(ctx, "z"); err != nil {
+		t.Fatal(err)
+	}
+	const ns = "d/a"
+	v1 := commit(t, s, Commit{Namespace: ns, Create: true, Content: snap(t, "k", "1")})
+	verify := func(zone, host string, seq uint64, sum string) {
+		t.Helper()
+		goals, _, err := s.Goals(ctx, zone, ns)
+		if err != nil || len(goals) != 1 {
+			t.Fatalf("Goals(%s): %v, %v", zone, goals, err)
+		}
+		if err := v.VerifyGoal(signing.GoalProof(goals[0]), zone, host, ns, seq, sum); err != nil {
+			t.Errorf("goal %v: %v", goals[0], err)
+		}
+	}
+	verify("z", "h", 1, v1.GetChecksum()) // Commit
+	if _, err := s.CreateZone(ctx, "y"); err != nil {
+		t.Fatal(err)
+	}
+	verify("y", "h", 1, v1.GetChecksum()) // a new zone
+	v2 := commit(t, s, Commit{Namespace: ns, ExpectedLatest: 1, Content: snap(t, "k", "2"), Goals: GoalsNone})
+	if err := s.SetGoal(ctx, &lehrpb.GoalState{Zone: "z", Namespace: ns, Version: 1,
+		Candidate: &lehrpb.CandidateGoal{Version: 2, Hosts: []string{"canary-1"}}}); err != nil {
+		t.Fatal(err)
+	}
+	verify("z", "canary-1", 2, v2.GetChecksum()) // SetGoal
 }

@@ -66,7 +66,7 @@ func (s *Store) PutRollout(ctx context.Context, g Guard, step RolloutStep) error
 	ops := []clientv3.Op{clientv3.OpPut(s.lay.rollout(r.GetNamespace(), r.GetVersion()), string(b))}
 	need := map[string]bool{}
 	for _, gs := range step.Goals {
-		eb, err := encode(gs)
+		eb, err := s.encodeGoal(gs)
 		if err != nil {
 			return fmt.Errorf("store: put rollout %s: %w", r.GetId(), err)
 		}

@@ -53,8 +53,8 @@ type Options struct {
 	// operation ("get", "txn", "put", "delete", "watch", "lease_grant",
 	// "lease_keepalive", "lease_revoke") and its duration.
 	OnRoundTrip func(op string, d time.Duration, err error)
-	// Signer, if set, signs every version Commit creates
-	// (internal/signing); nil leaves versions unsigned.
+	// Signer, if set, signs every version Commit creates and every goal
+	// state written (internal/signing); nil leaves both unsigned.
 	Signer *signing.Signer
 }
 

@@ -335,7 +335,7 @@ func (s *Store) tryCommit(ctx context.Context, c Commit, domain string, m *manif
 	if c.Goals == GoalsAllZones {
 		cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(s.lay.zonesPrefix()), "<", rev+1).WithPrefix())
 		for _, z := range zones {
-			g, err := encode(&lehrpb.GoalState{
+			g, err := s.encodeGoal(&lehrpb.GoalState{
 				Zone: z, Namespace: c.Namespace, Version: seq, Checksum: info.Checksum,
 				UpdateTime: timestamppb.New(now), Reason: c.GoalReason,
 			})

@@ -16,6 +16,9 @@ type memoKey struct {
 	goalSum  string
 	// compact: the frame is in compact form (wire.CapCompactUpdate).
 	compact bool
+	// proof is the signature of the signed goal the frame carries
+	// (wire.CapSignedGoals), "" for none.
+	proof string
 }
 
 type memoEntry struct {

@@ -19,6 +19,7 @@
 package fanout
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"crypto/tls"
@@ -408,6 +409,11 @@ type Goal struct {
 	// Checks are the analysis's checks (nil: the defaults), passed to the
 	// watched hosts for their host-level checks. Not modified.
 	Checks []*lehrpb.CanaryCheck
+	// Proof is control's signed goal state this goal was made from, with
+	// its signed fields only (internal/signing.GoalProof), sent with every
+	// update to agents that verify (wire.CapSignedGoals); nil when control
+	// does not sign. Not modified.
+	Proof *lehrpb.GoalState
 }
 
 // For returns the version host should hold.
@@ -424,6 +430,7 @@ func (g *Goal) equal(o *Goal) bool {
 		return a == nil && b == nil || a != nil && b != nil && a.Seq == b.Seq && a.Checksum == b.Checksum
 	}
 	return same(g.Stable, o.Stable) && same(g.Candidate, o.Candidate) && g.Sample == o.Sample && g.Analysis == o.Analysis &&
+		bytes.Equal(g.Proof.GetSignature(), o.Proof.GetSignature()) &&
 		slices.EqualFunc(g.Checks, o.Checks, func(a, b *lehrpb.CanaryCheck) bool { return proto.Equal(a, b) }) &&
 		(g.Candidate == nil || g.Cohort.Salt == o.Cohort.Salt && g.Cohort.PerMillion == o.Cohort.PerMillion && slices.Equal(g.Cohort.Hosts, o.Cohort.Hosts))
 }

@@ -81,6 +81,9 @@ type session struct {
 	compact bool
 	// signalsCap: the agent answers SignalsRequest (wire.CapSignals).
 	signalsCap bool
+	// signedGoals: the agent wants the signed goal with every Update
+	// (wire.CapSignedGoals).
+	signedGoals bool
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -139,15 +142,16 @@ func (s *Server) handle(conn *quic.Conn) {
 
 	caps := wire.CommonCapabilities(hello.GetCapabilities(), wire.Capabilities())
 	ss := &session{
-		srv:        s,
-		conn:       conn,
-		ctl:        ctl,
-		host:       hello.GetHostId(),
-		log:        log,
-		compact:    wire.HasCapability(caps, wire.CapCompactUpdate),
-		signalsCap: wire.HasCapability(caps, wire.CapSignals),
-		kickc:      make(chan struct{}, 1),
-		ns:         map[string]*nsState{},
+		srv:         s,
+		conn:        conn,
+		ctl:         ctl,
+		host:        hello.GetHostId(),
+		log:         log,
+		compact:     wire.HasCapability(caps, wire.CapCompactUpdate),
+		signalsCap:  wire.HasCapability(caps, wire.CapSignals),
+		signedGoals: wire.HasCapability(caps, wire.CapSignedGoals),
+		kickc:       make(chan struct{}, 1),
+		ns:          map[string]*nsState{},
 	}
 	ss.ctx, ss.cancel = context.WithCancel(ctx)
 	defer ss.cancel()
@@ -552,6 +556,9 @@ type job struct {
 	base     uint64
 	baseSum  string
 	snapshot bool
+	// proof is the signed goal naming goal for the agent's host, sent
+	// with the update (wire.CapSignedGoals); nil for none.
+	proof *lehrpb.GoalState
 }
 
 // pushLoop starts pushes whenever kicked, and when the earliest refusal
@@ -667,7 +674,11 @@ func (ss *session) plan() (jobs []job, unavailable []*lehrpb.Unavailable, wake t
 			continue
 		}
 		st.sending, st.sendingSum = g.Seq, g.Checksum
-		jobs = append(jobs, job{ns: ns, goal: g, base: st.have, baseSum: st.haveSum, snapshot: action == update.SendSnapshot})
+		j := job{ns: ns, goal: g, base: st.have, baseSum: st.haveSum, snapshot: action == update.SendSnapshot}
+		if ss.signedGoals {
+			j.proof = goal.Proof
+		}
+		jobs = append(jobs, j)
 	}
 	return jobs, unavailable, wake
 }
@@ -743,12 +754,13 @@ func (s *Server) build(ctx context.Context, j job, compact bool) (frame []byte, 
 		case base.Checksum != j.baseSum:
 			s.log.Info("agent's checksum differs; sending a snapshot", "namespace", j.ns, "version", j.base, "agent", j.baseSum, "control", base.Checksum)
 		default:
-			k := memoKey{ns: j.ns, base: base.Seq, baseSum: base.Checksum, goal: g.Seq, goalSum: g.Checksum, compact: compact}
+			k := memoKey{ns: j.ns, base: base.Seq, baseSum: base.Checksum, goal: g.Seq, goalSum: g.Checksum, compact: compact, proof: string(j.proof.GetSignature())}
 			frame, snap, err := s.memo.get(k, func() ([]byte, bool, error) {
 				u, err := update.Build(base, g)
 				if err != nil {
 					return nil, false, err
 				}
+				u.Goal = j.proof
 				b, err := encodeUpdate(u, compact)
 				return b, u.GetSnapshot(), err
 			})
@@ -758,12 +770,13 @@ func (s *Server) build(ctx context.Context, j job, compact bool) (frame []byte, 
 			return frame, snap, nil
 		}
 	}
-	k := memoKey{ns: j.ns, snapshot: true, goal: g.Seq, goalSum: g.Checksum, compact: compact}
+	k := memoKey{ns: j.ns, snapshot: true, goal: g.Seq, goalSum: g.Checksum, compact: compact, proof: string(j.proof.GetSignature())}
 	frame, _, err = s.memo.get(k, func() ([]byte, bool, error) {
 		u, err := update.Build(nil, g)
 		if err != nil {
 			return nil, true, err
 		}
+		u.Goal = j.proof
 		b, err := encodeUpdate(u, compact)
 		return b, true, err
 	})

@@ -7,8 +7,13 @@
 // unnoticed (docs/files.md, "Signatures"; docs/operations.md, "Security
 // model").
 //
-// A leaf: imported by control/store (signing), agent (verifying) and
-// internal/nsfile (carrying the signature).
+// Goals are signed too (goal.go): which version each host of a zone should
+// hold, so a distributor cannot deliver a signed version control did not
+// decide for the host.
+//
+// A leaf: imported by control/store (signing), the distributor (carrying
+// goal proofs), agent (verifying) and internal/nsfile (carrying the
+// version signature).
 package signing
 
 import (

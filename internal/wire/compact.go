@@ -24,10 +24,18 @@ const CapCompactUpdate = "compact-update"
 // (Signals): frame types an older peer does not know.
 const CapSignals = "signals"
 
+// CapSignedGoals is the capability under which a distributor sends with
+// every Update the signed goal that names its version for the agent's
+// host (Update.goal). An agent offers it when it verifies signatures: it
+// then refuses updates without a goal, and a distributor that does not
+// speak it.
+const CapSignedGoals = "signed-goals"
+
 // Capabilities returns the optional features this package implements: what
-// an agent offers in Hello.capabilities and what a distributor supports
-// when it answers with [CommonCapabilities]. The result is a new slice.
-func Capabilities() []string { return []string{CapCompactUpdate, CapSignals} }
+// a distributor supports when it answers with [CommonCapabilities], and
+// what an agent offers in Hello.capabilities (without CapSignedGoals when
+// it does not verify). The result is a new slice.
+func Capabilities() []string { return []string{CapCompactUpdate, CapSignals, CapSignedGoals} }
 
 // HasCapability reports whether the capability list caps (normally
 // Welcome.capabilities, the negotiated set) contains c.
@@ -63,6 +71,7 @@ func CompactUpdate(u *lehrpb.Update) (*lehrpb.Update, error) {
 		ChecksumDigest: sum,
 		Set:            u.GetSet(),
 		Delete:         u.GetDelete(),
+		Goal:           u.GetGoal(), // signed as it is
 	}
 	if !u.GetSnapshot() {
 		if c.BaseChecksumDigest, err = parseChecksum("base_checksum", UpdateBaseChecksum(u)); err != nil {

@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 
+	"google.golang.org/protobuf/proto"
+
 	"lehr.dev/lehr/internal/content"
 	"lehr.dev/lehr/proto/lehrpb"
 )
@@ -75,5 +77,19 @@ func TestCapabilities(t *testing.T) {
 	}
 	if got := CommonCapabilities(nil, Capabilities()); HasCapability(got, CapCompactUpdate) {
 		t.Errorf("common capabilities with an agent offering none = %v, want none", got)
+	}
+}
+
+// The signed goal travels in a compact Update unchanged: a changed byte
+// would break its signature.
+func TestCompactUpdateKeepsGoal(t *testing.T) {
+	next := mustSnap(prop("a", "2"))
+	g := &lehrpb.GoalState{Zone: "z", Namespace: "demo/a", Version: 2, Checksum: next.Checksum(), Signature: []byte("sig"), SignatureKeyId: "ed25519:00"}
+	c, err := CompactUpdate(&lehrpb.Update{Namespace: "demo/a", Snapshot: true, Version: 2, Checksum: next.Checksum(), Set: content.ToProto(next.Props()), Goal: g})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !proto.Equal(c.GetGoal(), g) {
+		t.Errorf("compact update's goal %v; want %v", c.GetGoal(), g)
 	}
 }

@@ -788,9 +788,17 @@ type GoalState struct {
 	// Why the goal moved, e.g. "publish", "rollback to 3".
 	Reason string `protobuf:"bytes,6,opt,name=reason,proto3" json:"reason,omitempty"`
 	// The version a rollout is moving some hosts to; absent when none is.
-	Candidate     *CandidateGoal `protobuf:"bytes,7,opt,name=candidate,proto3" json:"candidate,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Candidate *CandidateGoal `protobuf:"bytes,7,opt,name=candidate,proto3" json:"candidate,omitempty"`
+	// Control's ed25519 signature of the goal (internal/signing.GoalPayload:
+	// zone, namespace, version, checksum, update_time and the candidate's
+	// version, checksum, hosts, per_million and salt; not reason, nor the
+	// candidate's sample, analysis or checks), and the key's id. Agents that
+	// verify apply only the versions a signed goal of their zone names for
+	// them (docs/operations.md, "Signed goals").
+	Signature      []byte `protobuf:"bytes,8,opt,name=signature,proto3" json:"signature,omitempty"`
+	SignatureKeyId string `protobuf:"bytes,9,opt,name=signature_key_id,json=signatureKeyId,proto3" json:"signature_key_id,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *GoalState) Reset() {
@@ -870,6 +878,20 @@ func (x *GoalState) GetCandidate() *CandidateGoal {
 		return x.Candidate
 	}
 	return nil
+}
+
+func (x *GoalState) GetSignature() []byte {
+	if x != nil {
+		return x.Signature
+	}
+	return nil
+}
+
+func (x *GoalState) GetSignatureKeyId() string {
+	if x != nil {
+		return x.SignatureKeyId
+	}
+	return ""
 }
 
 // CandidateGoal is a newer version for a cohort of a zone's hosts: those
@@ -1110,7 +1132,7 @@ const file_lehr_v1_types_proto_rawDesc = "" +
 	"\x0eproperty_count\x18\v \x01(\x05R\rpropertyCount\x12-\n" +
 	"\x12transport_identity\x18\f \x01(\tR\x11transportIdentity\x12\x1c\n" +
 	"\tsignature\x18\r \x01(\fR\tsignature\x12(\n" +
-	"\x10signature_key_id\x18\x0e \x01(\tR\x0esignatureKeyId\"\xfe\x01\n" +
+	"\x10signature_key_id\x18\x0e \x01(\tR\x0esignatureKeyId\"\xc6\x02\n" +
 	"\tGoalState\x12\x12\n" +
 	"\x04zone\x18\x01 \x01(\tR\x04zone\x12\x1c\n" +
 	"\tnamespace\x18\x02 \x01(\tR\tnamespace\x12\x18\n" +
@@ -1119,7 +1141,9 @@ const file_lehr_v1_types_proto_rawDesc = "" +
 	"\vupdate_time\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"updateTime\x12\x16\n" +
 	"\x06reason\x18\x06 \x01(\tR\x06reason\x124\n" +
-	"\tcandidate\x18\a \x01(\v2\x16.lehr.v1.CandidateGoalR\tcandidate\"\xf2\x01\n" +
+	"\tcandidate\x18\a \x01(\v2\x16.lehr.v1.CandidateGoalR\tcandidate\x12\x1c\n" +
+	"\tsignature\x18\b \x01(\fR\tsignature\x12(\n" +
+	"\x10signature_key_id\x18\t \x01(\tR\x0esignatureKeyId\"\xf2\x01\n" +
 	"\rCandidateGoal\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\x04R\aversion\x12\x1a\n" +
 	"\bchecksum\x18\x02 \x01(\tR\bchecksum\x12\x14\n" +

@@ -584,8 +584,14 @@ type Update struct {
 	// The patch base's checksum as the raw 32-byte digest, in place of
 	// base_checksum, under the same rules as checksum_digest.
 	BaseChecksumDigest []byte `protobuf:"bytes,12,opt,name=base_checksum_digest,json=baseChecksumDigest,proto3" json:"base_checksum_digest,omitempty"`
-	unknownFields      protoimpl.UnknownFields
-	sizeCache          protoimpl.SizeCache
+	// With the "signed-goals" capability: the signed goal state of the
+	// agent's zone that names this update's version for this host — as the
+	// zone's version, or as the candidate of a cohort the host is in — with
+	// only its signed fields (internal/signing.GoalProof). An agent that
+	// verifies refuses an update without one.
+	Goal          *GoalState `protobuf:"bytes,13,opt,name=goal,proto3" json:"goal,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Update) Reset() {
@@ -698,6 +704,13 @@ func (x *Update) GetChecksumDigest() []byte {
 func (x *Update) GetBaseChecksumDigest() []byte {
 	if x != nil {
 		return x.BaseChecksumDigest
+	}
+	return nil
+}
+
+func (x *Update) GetGoal() *GoalState {
+	if x != nil {
+		return x.Goal
 	}
 	return nil
 }
@@ -1869,7 +1882,7 @@ const file_lehr_v1_wire_proto_rawDesc = "" +
 	"\vUnsubscribe\x12\x1e\n" +
 	"\n" +
 	"namespaces\x18\x01 \x03(\tR\n" +
-	"namespaces\"\xae\x03\n" +
+	"namespaces\"\xd6\x03\n" +
 	"\x06Update\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12*\n" +
 	"\x04kind\x18\x02 \x01(\x0e2\x16.lehr.v1.NamespaceKindR\x04kind\x12\x1a\n" +
@@ -1883,7 +1896,8 @@ const file_lehr_v1_wire_proto_rawDesc = "" +
 	"\x06delete\x18\n" +
 	" \x03(\tR\x06delete\x12'\n" +
 	"\x0fchecksum_digest\x18\v \x01(\fR\x0echecksumDigest\x120\n" +
-	"\x14base_checksum_digest\x18\f \x01(\fR\x12baseChecksumDigest\"\xa6\x01\n" +
+	"\x14base_checksum_digest\x18\f \x01(\fR\x12baseChecksumDigest\x12&\n" +
+	"\x04goal\x18\r \x01(\v2\x12.lehr.v1.GoalStateR\x04goal\"\xa6\x01\n" +
 	"\x03Ack\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\x04R\aversion\x12\x1a\n" +
@@ -2028,10 +2042,11 @@ var file_lehr_v1_wire_proto_goTypes = []any{
 	(NamespaceKind)(0),            // 25: lehr.v1.NamespaceKind
 	(*VersionInfo)(nil),           // 26: lehr.v1.VersionInfo
 	(*Property)(nil),              // 27: lehr.v1.Property
-	(*timestamppb.Timestamp)(nil), // 28: google.protobuf.Timestamp
-	(*HostPreviewCounts)(nil),     // 29: lehr.v1.HostPreviewCounts
-	(CanaryVerdict)(0),            // 30: lehr.v1.CanaryVerdict
-	(*CanaryCheck)(nil),           // 31: lehr.v1.CanaryCheck
+	(*GoalState)(nil),             // 28: lehr.v1.GoalState
+	(*timestamppb.Timestamp)(nil), // 29: google.protobuf.Timestamp
+	(*HostPreviewCounts)(nil),     // 30: lehr.v1.HostPreviewCounts
+	(CanaryVerdict)(0),            // 31: lehr.v1.CanaryVerdict
+	(*CanaryCheck)(nil),           // 32: lehr.v1.CanaryCheck
 }
 var file_lehr_v1_wire_proto_depIdxs = []int32{
 	23, // 0: lehr.v1.Hello.labels:type_name -> lehr.v1.Hello.LabelsEntry
@@ -2041,27 +2056,28 @@ var file_lehr_v1_wire_proto_depIdxs = []int32{
 	25, // 4: lehr.v1.Update.kind:type_name -> lehr.v1.NamespaceKind
 	26, // 5: lehr.v1.Update.info:type_name -> lehr.v1.VersionInfo
 	27, // 6: lehr.v1.Update.set:type_name -> lehr.v1.Property
-	0,  // 7: lehr.v1.Resync.reason:type_name -> lehr.v1.ResyncReason
-	28, // 8: lehr.v1.NamespaceReport.applied_time:type_name -> google.protobuf.Timestamp
-	29, // 9: lehr.v1.NamespaceReport.preview:type_name -> lehr.v1.HostPreviewCounts
-	11, // 10: lehr.v1.NamespaceReport.host_checks:type_name -> lehr.v1.HostChecks
-	28, // 11: lehr.v1.HostChecks.change_time:type_name -> google.protobuf.Timestamp
-	30, // 12: lehr.v1.HostChecks.verdict:type_name -> lehr.v1.CanaryVerdict
-	12, // 13: lehr.v1.HostChecks.checks:type_name -> lehr.v1.HostCheckResult
-	30, // 14: lehr.v1.HostCheckResult.verdict:type_name -> lehr.v1.CanaryVerdict
-	28, // 15: lehr.v1.Report.time:type_name -> google.protobuf.Timestamp
-	10, // 16: lehr.v1.Report.namespaces:type_name -> lehr.v1.NamespaceReport
-	1,  // 17: lehr.v1.Unavailable.reason:type_name -> lehr.v1.UnavailableReason
-	24, // 18: lehr.v1.Goodbye.retry_after:type_name -> google.protobuf.Duration
-	19, // 19: lehr.v1.SignalsRequest.namespaces:type_name -> lehr.v1.SignalsWanted
-	31, // 20: lehr.v1.SignalsWanted.checks:type_name -> lehr.v1.CanaryCheck
-	21, // 21: lehr.v1.Signals.namespaces:type_name -> lehr.v1.NamespaceSignals
-	22, // 22: lehr.v1.NamespaceSignals.series:type_name -> lehr.v1.SignalSeries
-	23, // [23:23] is the sub-list for method output_type
-	23, // [23:23] is the sub-list for method input_type
-	23, // [23:23] is the sub-list for extension type_name
-	23, // [23:23] is the sub-list for extension extendee
-	0,  // [0:23] is the sub-list for field type_name
+	28, // 7: lehr.v1.Update.goal:type_name -> lehr.v1.GoalState
+	0,  // 8: lehr.v1.Resync.reason:type_name -> lehr.v1.ResyncReason
+	29, // 9: lehr.v1.NamespaceReport.applied_time:type_name -> google.protobuf.Timestamp
+	30, // 10: lehr.v1.NamespaceReport.preview:type_name -> lehr.v1.HostPreviewCounts
+	11, // 11: lehr.v1.NamespaceReport.host_checks:type_name -> lehr.v1.HostChecks
+	29, // 12: lehr.v1.HostChecks.change_time:type_name -> google.protobuf.Timestamp
+	31, // 13: lehr.v1.HostChecks.verdict:type_name -> lehr.v1.CanaryVerdict
+	12, // 14: lehr.v1.HostChecks.checks:type_name -> lehr.v1.HostCheckResult
+	31, // 15: lehr.v1.HostCheckResult.verdict:type_name -> lehr.v1.CanaryVerdict
+	29, // 16: lehr.v1.Report.time:type_name -> google.protobuf.Timestamp
+	10, // 17: lehr.v1.Report.namespaces:type_name -> lehr.v1.NamespaceReport
+	1,  // 18: lehr.v1.Unavailable.reason:type_name -> lehr.v1.UnavailableReason
+	24, // 19: lehr.v1.Goodbye.retry_after:type_name -> google.protobuf.Duration
+	19, // 20: lehr.v1.SignalsRequest.namespaces:type_name -> lehr.v1.SignalsWanted
+	32, // 21: lehr.v1.SignalsWanted.checks:type_name -> lehr.v1.CanaryCheck
+	21, // 22: lehr.v1.Signals.namespaces:type_name -> lehr.v1.NamespaceSignals
+	22, // 23: lehr.v1.NamespaceSignals.series:type_name -> lehr.v1.SignalSeries
+	24, // [24:24] is the sub-list for method output_type
+	24, // [24:24] is the sub-list for method input_type
+	24, // [24:24] is the sub-list for extension type_name
+	24, // [24:24] is the sub-list for extension extendee
+	0,  // [0:24] is the sub-list for field type_name
 }
 
 func init() { file_lehr_v1_wire_proto_init() }
