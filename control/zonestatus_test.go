@@ -59,6 +59,18 @@ func TestZoneStatusAggregates(t *testing.T) {
 	// Another zone's report does not count.
 	reportStatus(t, cl, &lehrpb.ReportZoneStatusRequest{Zone: "zone-b", DistributorId: "d1", Agents: 100,
 		Versions: []*lehrpb.VersionCount{vc("x/app", 3, 100)}})
+	// Each answer counts the zone's live reporters: the distributors the
+	// zone's per-domain quotas are split between.
+	for zone, want := range map[string]int32{"zone-a": 2, "zone-b": 1} {
+		resp, err := cl.ReportZoneStatus(testCtx(t), &lehrpb.ReportZoneStatusRequest{Zone: zone, DistributorId: "d1", Agents: 3})
+		if err != nil || resp.GetDistributors() != want {
+			t.Errorf("ReportZoneStatus(%s) = %v, %v; want %d distributors", zone, resp, err, want)
+		}
+	}
+	reportStatus(t, cl, &lehrpb.ReportZoneStatusRequest{Zone: "zone-a", DistributorId: "d1", Agents: 3,
+		Versions: []*lehrpb.VersionCount{vc("x/app", 3, 2), vc("x/app", 0, 1), vc("x/db", 1, 3)}})
+	reportStatus(t, cl, &lehrpb.ReportZoneStatusRequest{Zone: "zone-b", DistributorId: "d1", Agents: 100,
+		Versions: []*lehrpb.VersionCount{vc("x/app", 3, 100)}})
 
 	got, err = cl.GetZoneStatus(testCtx(t), &lehrpb.GetZoneStatusRequest{Zone: "zone-a"})
 	if err != nil {

@@ -25,6 +25,7 @@ import (
 	"net/http"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/VictoriaMetrics/metrics"
@@ -130,6 +131,9 @@ type Distributor struct {
 	reconnects   *metrics.Counter
 	reports      *metrics.Counter
 	reportErrors *metrics.Counter
+	// zoneDistributors is the zone's distributors as control last counted
+	// them (0 before its first answer): the share of per-zone quotas.
+	zoneDistributors atomic.Int64
 
 	ready     chan struct{}
 	stop      chan struct{}
@@ -239,6 +243,7 @@ func New(opts Options) (*Distributor, error) {
 		return 0
 	})
 	d.set.NewGauge("lehr_distributor_goals", func() float64 { return float64(len(d.watch.Goals())) })
+	d.set.NewGauge("lehr_distributor_zone_distributors", func() float64 { return float64(d.zoneDistributors.Load()) })
 	d.set.NewGauge("lehr_distributor_cache_bytes", func() float64 { return float64(d.cache.Stats().Bytes) })
 	d.set.NewGauge("lehr_distributor_cache_versions", func() float64 { return float64(d.cache.Stats().Versions) })
 	return d, nil
@@ -653,12 +658,24 @@ func (d *Distributor) report(ctx context.Context) error {
 		req.Signals = d.Signals(time.Now())
 		req.Preview = d.Preview()
 		rctx, cancel := context.WithTimeout(ctx, d.opts.ReportInterval)
-		_, err := d.ctl.ReportZoneStatus(rctx, req)
+		resp, err := d.ctl.ReportZoneStatus(rctx, req)
 		cancel()
 		d.reports.Inc()
 		if err != nil && ctx.Err() == nil {
 			d.reportErrors.Inc()
 			d.log.Info("report zone status", "err", err)
+		}
+		if n := int(resp.GetDistributors()); n > 0 {
+			// The zone's per-domain quotas, split between its live
+			// distributors; until control counts them, this one keeps the
+			// last share (at first, the whole quota).
+			d.zoneDistributors.Store(int64(n))
+			d.mu.Lock()
+			srv := d.srv
+			d.mu.Unlock()
+			if srv != nil {
+				srv.SetShare(n)
+			}
 		}
 	}
 }

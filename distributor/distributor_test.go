@@ -335,3 +335,42 @@ func TestDomainReadersFromControl(t *testing.T) {
 	}
 	waitVersion(t, out, ns, v1)
 }
+
+// A domain's subscription quota is the zone's: control counts the zone's
+// distributors in its answer to their reports, and each serves its share.
+func TestQuotaSplitAcrossTheZone(t *testing.T) {
+	srv := controltest.StartControl(t, control.Options{})
+	if _, err := srv.Client.CreateDomain(ctxT(t), &lehrpb.CreateDomainRequest{Domain: &lehrpb.Domain{Name: "d",
+		Quotas: &lehrpb.Quotas{MaxSubscriptions: 2}}}); err != nil {
+		t.Fatal(err)
+	}
+	p := newPKI(t)
+	var ds []*distributor.Distributor
+	for _, id := range []string{"dist-1", "dist-2"} {
+		d, err := distributor.New(distributor.Options{Zone: zone, ID: id, ControlAddr: srv.Addr, Listen: "127.0.0.1:0",
+			TLS: p.tls("distributor", pki.Server), ReportInterval: 100 * time.Millisecond, Logger: quiet()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan error, 1)
+		go func() { done <- d.Run(context.Background()) }()
+		t.Cleanup(func() { d.Close(); <-done })
+		<-d.Ready()
+		ds = append(ds, d)
+	}
+	for _, d := range ds {
+		g := d.Metrics().GetOrCreateGauge("lehr_distributor_zone_distributors", nil)
+		wait.For(t, "both distributors counted", func() bool { return g.Get() == 2 })
+	}
+	ns := "d/x"
+	v1 := publish(t, srv.Client, ns, "k", "v")
+	a := dial(t, p, ds[0], "host-1", agenttest.Options{Subscriptions: []string{ns}})
+	waitVersion(t, a, ns, v1)
+	b := dial(t, p, ds[0], "host-2", agenttest.Options{Subscriptions: []string{ns}})
+	wait.For(t, "host-2 told OVER_QUOTA: dist-1's share is one of two", func() bool {
+		u, ok := b.Unavailable(ns)
+		return ok && u.GetReason() == lehrpb.UnavailableReason_UNAVAILABLE_REASON_OVER_QUOTA
+	})
+	c := dial(t, p, ds[1], "host-3", agenttest.Options{Subscriptions: []string{ns}})
+	waitVersion(t, c, ns, v1)
+}

@@ -84,8 +84,8 @@ is open: every user may do everything until an admin is set.`,
 	maxNS := fs.Int("max-namespaces", 0, "most namespaces in the domain (0: server default)")
 	fs.Float64Var(&q.PublishesPerSecond, "publishes-per-second", 0, "sustained publish `rate` for the domain (0: server default)")
 	burst := fs.Int("publish-burst", 0, "burst `size` for --publishes-per-second (0: server default)")
-	fs.Int64Var(&q.OutboundBytesPerSecond, "outbound-bytes-per-second", 0, "update `bytes` per second each distributor may send of the domain (0: no limit)")
-	maxSubs := fs.Int("max-subscriptions", 0, "most subscriptions (host × namespace) each distributor serves of the domain (0: no limit)")
+	fs.Int64Var(&q.OutboundBytesPerSecond, "outbound-bytes-per-second", 0, "update `bytes` per second the distributors of a zone may send of the domain, split between them (0: no limit)")
+	maxSubs := fs.Int("max-subscriptions", 0, "most subscriptions (host × namespace) the distributors of a zone serve of the domain, split between them (0: no limit)")
 	fs.Var(&pubs, "publisher", "`user` allowed to publish, patch and roll back (repeatable)")
 	fs.Var(&operators, "operator", "`user` allowed to run rollouts, canary evaluations and policy experiments (repeatable)")
 	fs.Var(&admins, "admin", "`user` allowed to do everything and change the domain (repeatable)")
@@ -210,7 +210,7 @@ admins list opens the domain to every user.`,
 	ops := fs.String("operators", "", "comma-separated `users` allowed to run rollouts, canary evaluations and policy experiments")
 	admins := fs.String("admins", "", "comma-separated `users` allowed to do everything and change the domain")
 	readers := fs.String("readers", "", "comma-separated `zones` or zone/host entries that may receive the domain's namespaces (\"\": every host)")
-	outbound := fs.Int64("outbound-bytes-per-second", 0, "update `bytes` per second each distributor may send of the domain (0: no limit)")
+	outbound := fs.Int64("outbound-bytes-per-second", 0, "update `bytes` per second the distributors of a zone may send of the domain, split between them (0: no limit)")
 	pos, code, ok := parse(e, fs, args)
 	if !ok {
 		return code

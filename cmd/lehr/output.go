@@ -300,10 +300,10 @@ func writeDomain(w io.Writer, d *lehrpb.Domain) {
 	}
 	fmt.Fprintf(tw, "publish rate\t%s\n", rate)
 	if b := q.GetOutboundBytesPerSecond(); b > 0 {
-		fmt.Fprintf(tw, "outbound per distributor\t%s/s\n", fmtBytes(b))
+		fmt.Fprintf(tw, "outbound per zone\t%s/s\n", fmtBytes(b))
 	}
 	if n := q.GetMaxSubscriptions(); n > 0 {
-		fmt.Fprintf(tw, "subscriptions per distributor\t%d at most\n", n)
+		fmt.Fprintf(tw, "subscriptions per zone\t%d at most\n", n)
 	}
 	acl := d.GetAcl()
 	list := func(l []string, empty string) string {

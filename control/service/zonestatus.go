@@ -129,7 +129,12 @@ func (s *Service) ReportZoneStatus(ctx context.Context, req *lehrpb.ReportZoneSt
 		return nil, withField(s.apiError(ctx, err), "zone")
 	}
 	s.metrics.GetOrCreateCounter(`lehr_control_zone_reports_total{zone="` + k.zone + `"}`).Inc()
-	return &lehrpb.ReportZoneStatusResponse{}, nil
+	n, err := s.st.ZoneReporters(ctx, k.zone)
+	if err != nil {
+		// Stored; the count is a hint the distributor keeps from before.
+		s.log.Warn("control: counting a zone's distributors", "zone", k.zone, "err", err)
+	}
+	return &lehrpb.ReportZoneStatusResponse{Distributors: int32(n)}, nil
 }
 
 // checkReport validates a ReportZoneStatusRequest.

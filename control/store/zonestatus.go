@@ -180,6 +180,19 @@ func (s *Store) ZoneStatus(ctx context.Context, zone string) ([]*lehrpb.Distribu
 	return out, nil
 }
 
+// ZoneReporters returns how many distributors of zone have a live report
+// (their lease has not expired).
+func (s *Store) ZoneReporters(ctx context.Context, zone string) (int, error) {
+	if err := names.Zone(zone); err != nil {
+		return 0, fmt.Errorf("store: zone reporters: %w: %w", ErrInvalid, err)
+	}
+	resp, err := s.get(ctx, s.lay.zoneStatusPrefix(zone), clientv3.WithPrefix(), clientv3.WithCountOnly())
+	if err != nil {
+		return 0, fmt.Errorf("store: zone reporters %s: %w", zone, err)
+	}
+	return int(resp.Count), nil
+}
+
 // grant is one LeaseGrant request.
 func (s *Store) grant(ctx context.Context, secs int64) (*clientv3.LeaseGrantResponse, error) {
 	start := time.Now()

@@ -23,15 +23,35 @@ type DomainPolicy struct {
 	// the domain.
 	Readers []string
 	// OutboundBytesPerSecond, when above 0, bounds the update bytes of the
-	// domain's namespaces this distributor sends per second, over all its
-	// agents: a push that would exceed it waits, and only it — pushes of
-	// other domains and to other namespaces go on.
+	// domain's namespaces the zone's distributors send per second, over
+	// all their agents; this one sends its share (SetShare): a push that
+	// would exceed it waits, and only it — pushes of other domains and to
+	// other namespaces go on.
 	OutboundBytesPerSecond int64
 	// MaxSubscriptions, when above 0, bounds the subscriptions (host ×
-	// namespace) to the domain this distributor serves: one beyond it is
-	// told UNAVAILABLE_REASON_OVER_QUOTA until another ends. Lowering it
-	// ends none already served.
+	// namespace) to the domain the zone's distributors serve; this one
+	// serves its share (SetShare), at least one: one beyond it is told
+	// UNAVAILABLE_REASON_OVER_QUOTA until another ends. Lowering it ends
+	// none already served.
 	MaxSubscriptions int
+}
+
+// outbound is this distributor's part of the domain's outbound limit
+// when the zone's distributors are share (0: no limit).
+func (p DomainPolicy) outbound(share int) int64 {
+	if p.OutboundBytesPerSecond <= 0 {
+		return 0
+	}
+	return max(1, p.OutboundBytesPerSecond/int64(share))
+}
+
+// subscriptions is this distributor's part of the domain's subscription
+// quota when the zone's distributors are share (0: no quota).
+func (p DomainPolicy) subscriptions(share int) int {
+	if p.MaxSubscriptions <= 0 {
+		return 0
+	}
+	return max(1, p.MaxSubscriptions/share)
 }
 
 // PolicyOf returns a domain's policy.
@@ -53,22 +73,51 @@ func (s *Server) SetDomains(policies map[string]DomainPolicy) {
 	policies = maps.Clone(policies)
 	s.domainMu.Lock()
 	s.domains.Store(&policies)
-	for d, l := range s.limiters {
-		if p, ok := policies[d]; !ok || p.OutboundBytesPerSecond <= 0 {
-			delete(s.limiters, d)
-		} else if l.Limit() != rate.Limit(p.OutboundBytesPerSecond) {
-			l.SetLimit(rate.Limit(p.OutboundBytesPerSecond))
-			l.SetBurst(burstOf(p.OutboundBytesPerSecond))
-		}
-	}
-	for d, p := range policies {
-		if _, ok := s.limiters[d]; !ok && p.OutboundBytesPerSecond > 0 {
-			s.limiters[d] = rate.NewLimiter(rate.Limit(p.OutboundBytesPerSecond), burstOf(p.OutboundBytesPerSecond))
-		}
-	}
+	s.applyLimitsLocked()
 	s.domainMu.Unlock()
 	for _, ss := range s.sessionList() {
 		ss.kick()
+	}
+}
+
+// SetShare says how many distributors the zone has (control counts their
+// live reports; this one included): the domains' per-zone quotas are
+// split evenly between them. n below 1 is taken as 1, the default.
+func (s *Server) SetShare(n int) {
+	n = max(n, 1)
+	s.domainMu.Lock()
+	if s.share == n {
+		s.domainMu.Unlock()
+		return
+	}
+	s.share = n
+	s.applyLimitsLocked()
+	s.domainMu.Unlock()
+	s.log.Info("splitting the domains' per-zone quotas", "distributors", n)
+	for _, ss := range s.sessionList() {
+		ss.kick()
+	}
+}
+
+// applyLimitsLocked makes the outbound limiters those of the domains'
+// policies at the current share. s.domainMu is held.
+func (s *Server) applyLimitsLocked() {
+	var policies map[string]DomainPolicy
+	if m := s.domains.Load(); m != nil {
+		policies = *m
+	}
+	for d, l := range s.limiters {
+		if out := policies[d].outbound(s.share); out == 0 {
+			delete(s.limiters, d)
+		} else if l.Limit() != rate.Limit(out) {
+			l.SetLimit(rate.Limit(out))
+			l.SetBurst(burstOf(out))
+		}
+	}
+	for d, p := range policies {
+		if out := p.outbound(s.share); out > 0 && s.limiters[d] == nil {
+			s.limiters[d] = rate.NewLimiter(rate.Limit(out), burstOf(out))
+		}
 	}
 }
 
@@ -142,11 +191,12 @@ func (s *Server) throttle(ctx context.Context, ns string, n int) error {
 // with the reason when the quota is reached.
 func (s *Server) admitSub(ns string) (ok bool, why string) {
 	d := domainOf(ns)
-	limit := s.policy(ns).MaxSubscriptions
+	p := s.policy(ns)
 	s.domainMu.Lock()
 	defer s.domainMu.Unlock()
-	if limit > 0 && s.subs[d] >= limit {
-		return false, fmt.Sprintf("domain %s has %d subscriptions at this distributor, its quota (quotas.max_subscriptions); served when one ends", d, s.subs[d])
+	if limit := p.subscriptions(s.share); limit > 0 && s.subs[d] >= limit {
+		return false, fmt.Sprintf("domain %s has %d subscriptions at this distributor, its share of the zone's quota (quotas.max_subscriptions %d over %d distributors); served when one ends",
+			d, s.subs[d], p.MaxSubscriptions, s.share)
 	}
 	s.subs[d]++
 	return true, ""

@@ -134,3 +134,26 @@ func TestSubscriptionQuota(t *testing.T) {
 	d := e.dial("host-4", agenttest.Options{Subscriptions: []string{ns}})
 	waitVersion(t, d, ns, v1)
 }
+
+// A domain's quotas are per zone: with the zone's distributors counted by
+// control (SetShare), each serves its share of the subscriptions, and
+// serves more when the zone has fewer distributors.
+func TestQuotasSplitBetweenDistributors(t *testing.T) {
+	e := newEnv(t)
+	e.srv.SetDomains(map[string]fanout.DomainPolicy{"d": {MaxSubscriptions: 4}})
+	e.srv.SetShare(2)
+	ns := "d/x"
+	v1 := e.publish(ns, props(2, "v1"))
+	a := e.dial("host-1", agenttest.Options{Subscriptions: []string{ns}})
+	b := e.dial("host-2", agenttest.Options{Subscriptions: []string{ns}})
+	waitVersion(t, a, ns, v1)
+	waitVersion(t, b, ns, v1)
+	c := e.dial("host-3", agenttest.Options{Subscriptions: []string{ns}})
+	wait.For(t, "host-3 told OVER_QUOTA at a half share", func() bool {
+		u, ok := c.Unavailable(ns)
+		return ok && u.GetReason() == lehrpb.UnavailableReason_UNAVAILABLE_REASON_OVER_QUOTA &&
+			strings.Contains(u.GetDetail(), "max_subscriptions 4 over 2 distributors")
+	})
+	e.srv.SetShare(1) // the other distributor is gone
+	waitVersion(t, c, ns, v1)
+}

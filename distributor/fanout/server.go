@@ -184,11 +184,14 @@ type Server struct {
 	// domains are the domain policies (SetDomains), an immutable map
 	// read by every session's plan without a lock.
 	domains atomic.Pointer[map[string]DomainPolicy]
-	// domainMu serialises SetDomains and guards the outbound limiters and
-	// the subscription counts.
+	// domainMu serialises SetDomains and SetShare and guards the outbound
+	// limiters, the subscription counts and the share.
 	domainMu sync.Mutex
 	limiters map[string]*rate.Limiter
 	subs     map[string]int // admitted subscriptions by domain (admitSub)
+	// share is the number of the zone's distributors the per-zone quotas
+	// are split between (SetShare); at least 1.
+	share int
 
 	mu       sync.Mutex
 	sessions map[string]*session // by host id
@@ -260,6 +263,7 @@ func Listen(opts Options) (*Server, error) {
 		memo:     newMemo(opts.MemoBytes),
 		sessions: map[string]*session{},
 		limiters: map[string]*rate.Limiter{},
+		share:    1,
 		subs:     map[string]int{},
 		ctx:      ctx,
 		cancel:   cancel,

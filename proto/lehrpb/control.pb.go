@@ -3594,7 +3594,12 @@ func (x *HostReport) GetReport() *NamespaceReport {
 }
 
 type ReportZoneStatusResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The distributors of the zone with a live report at control, this one
+	// included (0 when control could not count them): each divides its
+	// domains' per-zone quotas (outbound bytes per second, subscriptions)
+	// by it, so the zone's distributors together stay within them.
+	Distributors  int32 `protobuf:"varint,1,opt,name=distributors,proto3" json:"distributors,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3627,6 +3632,13 @@ func (x *ReportZoneStatusResponse) ProtoReflect() protoreflect.Message {
 // Deprecated: Use ReportZoneStatusResponse.ProtoReflect.Descriptor instead.
 func (*ReportZoneStatusResponse) Descriptor() ([]byte, []int) {
 	return file_lehr_v1_control_proto_rawDescGZIP(), []int{56}
+}
+
+func (x *ReportZoneStatusResponse) GetDistributors() int32 {
+	if x != nil {
+		return x.Distributors
+	}
+	return 0
 }
 
 type GetZoneStatusRequest struct {
@@ -4113,8 +4125,9 @@ const file_lehr_v1_control_proto_rawDesc = "" +
 	"HostReport\x12\x17\n" +
 	"\ahost_id\x18\x01 \x01(\tR\x06hostId\x12\x16\n" +
 	"\x06cohort\x18\x02 \x01(\bR\x06cohort\x120\n" +
-	"\x06report\x18\x03 \x01(\v2\x18.lehr.v1.NamespaceReportR\x06report\"\x1a\n" +
-	"\x18ReportZoneStatusResponse\"*\n" +
+	"\x06report\x18\x03 \x01(\v2\x18.lehr.v1.NamespaceReportR\x06report\">\n" +
+	"\x18ReportZoneStatusResponse\x12\"\n" +
+	"\fdistributors\x18\x01 \x01(\x05R\fdistributors\"*\n" +
 	"\x14GetZoneStatusRequest\x12\x12\n" +
 	"\x04zone\x18\x01 \x01(\tR\x04zone\"\xfe\x02\n" +
 	"\x11DistributorStatus\x12%\n" +

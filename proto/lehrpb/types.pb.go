@@ -211,15 +211,18 @@ type Quotas struct {
 	PublishesPerSecond float64 `protobuf:"fixed64,4,opt,name=publishes_per_second,json=publishesPerSecond,proto3" json:"publishes_per_second,omitempty"`
 	// Burst size for publishes_per_second.
 	PublishBurst int32 `protobuf:"varint,5,opt,name=publish_burst,json=publishBurst,proto3" json:"publish_burst,omitempty"`
-	// Update bytes per second each distributor may send of this domain's
-	// namespaces, over all its agents (a zone with N distributors: up to N
-	// times it); 0: no limit. A push over it waits; other domains' do not.
+	// Update bytes per second a zone's distributors may send of this
+	// domain's namespaces, over all their agents: each sends its share, the
+	// limit divided by the zone's distributors with a live report at
+	// control (ReportZoneStatusResponse.distributors); 0: no limit. A push
+	// over it waits; other domains' do not.
 	OutboundBytesPerSecond int64 `protobuf:"varint,6,opt,name=outbound_bytes_per_second,json=outboundBytesPerSecond,proto3" json:"outbound_bytes_per_second,omitempty"`
 	// Maximum number of namespaces in the domain.
 	MaxNamespaces int32 `protobuf:"varint,7,opt,name=max_namespaces,json=maxNamespaces,proto3" json:"max_namespaces,omitempty"`
-	// Subscriptions (a host's subscription to one namespace) each
-	// distributor serves of the domain's namespaces; 0: no limit. One
-	// beyond it gets UNAVAILABLE_REASON_OVER_QUOTA until another ends.
+	// Subscriptions (a host's subscription to one namespace) a zone's
+	// distributors serve of the domain's namespaces, each its share (as for
+	// outbound_bytes_per_second; at least one); 0: no limit. One beyond
+	// it gets UNAVAILABLE_REASON_OVER_QUOTA until another ends.
 	MaxSubscriptions int32 `protobuf:"varint,8,opt,name=max_subscriptions,json=maxSubscriptions,proto3" json:"max_subscriptions,omitempty"`
 	unknownFields    protoimpl.UnknownFields
 	sizeCache        protoimpl.SizeCache
