@@ -124,6 +124,13 @@ const (
 	// maxTxnPayload bounds the value bytes written by one staging
 	// transaction, well below etcd's 1.5 MiB default request limit.
 	maxTxnPayload = 1 << 20
+	// maxInlineOps and maxInlineBytes bound the blobs a commit writes in
+	// its version transaction instead of staging them first (a small
+	// change: one durable commit instead of two), and maxInlineTxnOps the
+	// operations of that transaction with them (etcd allows 128).
+	maxInlineOps    = 16
+	maxInlineBytes  = 32 << 10
+	maxInlineTxnOps = 120
 	// MaxBlobBytes is the largest property value the store accepts: one
 	// value is one etcd put. Control's own cap (package validate) is lower.
 	MaxBlobBytes = 1 << 20

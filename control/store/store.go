@@ -53,6 +53,10 @@ type Options struct {
 	// operation ("get", "txn", "put", "delete", "watch", "lease_grant",
 	// "lease_keepalive", "lease_revoke") and its duration.
 	OnRoundTrip func(op string, d time.Duration, err error)
+	// ContentCacheBytes bounds the memory of versions' content kept for
+	// Content (contentcache.go); 0 means DefaultContentCacheBytes, a
+	// negative value keeps none.
+	ContentCacheBytes int64
 	// Signer, if set, signs every version Commit creates and every goal
 	// state written (internal/signing); nil leaves both unsigned.
 	Signer *signing.Signer
@@ -68,6 +72,7 @@ type Store struct {
 
 	requests leaseBucket // see requests.go
 	audit    leaseBucket // see audit.go
+	contents *contentCache
 }
 
 // Defaults of Options.
@@ -108,7 +113,14 @@ func New(cli *clientv3.Client, opts Options) *Store {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	return &Store{cli: cli, opts: opts, lay: layout{prefix: opts.Prefix}, log: opts.Logger}
+	s := &Store{cli: cli, opts: opts, lay: layout{prefix: opts.Prefix}, log: opts.Logger}
+	switch {
+	case opts.ContentCacheBytes == 0:
+		s.contents = newContentCache(DefaultContentCacheBytes)
+	case opts.ContentCacheBytes > 0:
+		s.contents = newContentCache(opts.ContentCacheBytes)
+	}
+	return s
 }
 
 // reqCtx marks a request so that an etcd member cut off from its leader

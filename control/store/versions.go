@@ -258,7 +258,8 @@ func (s *Store) tryCommit(ctx context.Context, c Commit, domain string, m *manif
 		}
 	}
 
-	if err := s.stage(ctx, c.Namespace, m, parent, rev); err != nil {
+	inline, err := s.stage(ctx, c.Namespace, m, parent, rev)
+	if err != nil {
 		return nil, err
 	}
 	// Crash point of the kill matrix (testenv/chaos): blobs staged, the
@@ -345,6 +346,16 @@ func (s *Store) tryCommit(ctx context.Context, c Commit, domain string, m *manif
 			then = append(then, clientv3.OpPut(s.lay.goal(z, c.Namespace), string(g)))
 		}
 	}
+	if len(then)+len(inline) > maxInlineTxnOps {
+		// Many zones' goals: the blobs go in their own transaction first.
+		if _, err := s.txn(ctx, nil, inline, nil); err != nil {
+			return nil, fmt.Errorf("stage %d blobs: %w", len(inline), err)
+		}
+		inline = nil
+	}
+	// The blobs of a small change are written by the version's own
+	// transaction: one durable etcd commit per publish.
+	then = append(inline, then...)
 	resp, err := s.txn(ctx, cmps, then, nil)
 	if isLeaseGone(err) {
 		s.forgetRequestLease(lease) // revoked under us: a new round grants another
@@ -365,14 +376,17 @@ func (s *Store) tryCommit(ctx context.Context, c Commit, domain string, m *manif
 	if c.Deleted != nil {
 		*c.Deleted = deleted
 	}
+	s.contents.put(c.Namespace, seq, c.Content)
 	return info, nil
 }
 
 // stage puts every blob of m that parent does not reference, in
-// transactions within etcd's request limits. See the package comment of
+// transactions within etcd's request limits — or, when they are few and
+// small (maxInlineOps, maxInlineBytes), returns their puts for the
+// version's own transaction to write. See the package comment of
 // compact.go for why blobs the parent already has are not re-put and
 // every other blob is, even if it exists.
-func (s *Store) stage(ctx context.Context, ns string, m *manifest, parent *lehrpb.VersionRecord, rev int64) error {
+func (s *Store) stage(ctx context.Context, ns string, m *manifest, parent *lehrpb.VersionRecord, rev int64) (inline []clientv3.Op, err error) {
 	parentChunks := make(map[string]bool, len(parent.GetManifestChunks()))
 	for _, h := range parent.GetManifestChunks() {
 		parentChunks[h] = true
@@ -388,7 +402,7 @@ func (s *Store) stage(ctx context.Context, ns string, m *manifest, parent *lehrp
 		}
 	}
 	if newChunks == 0 {
-		return nil // the parent references every blob of m
+		return nil, nil // the parent references every blob of m
 	}
 	// Value hashes of the parent chunks we do not share. Values of shared
 	// chunks are referenced by the parent through those chunks.
@@ -402,7 +416,7 @@ func (s *Store) stage(ctx context.Context, ns string, m *manifest, parent *lehrp
 	if len(otherChunks) > 0 {
 		chunks, err := s.readChunks(ctx, ns, otherChunks, rev)
 		if err != nil {
-			return fmt.Errorf("read parent manifest: %w", err)
+			return nil, fmt.Errorf("read parent manifest: %w", err)
 		}
 		for _, c := range chunks {
 			for _, e := range c.GetEntries() {
@@ -431,6 +445,17 @@ func (s *Store) stage(ctx context.Context, ns string, m *manifest, parent *lehrp
 		add(h, m.chunks[i])
 	}
 
+	total := 0
+	for _, h := range order {
+		total += len(put[h]) + len(h)
+	}
+	if len(order) <= maxInlineOps && total <= maxInlineBytes {
+		for _, h := range order {
+			inline = append(inline, clientv3.OpPut(s.lay.blob(ns, h), string(put[h])))
+		}
+		return inline, nil
+	}
+
 	var ops []clientv3.Op
 	payload := 0
 	flush := func() error {
@@ -447,13 +472,13 @@ func (s *Store) stage(ctx context.Context, ns string, m *manifest, parent *lehrp
 		b := put[h]
 		if len(ops) == maxOpsPerTxn || (len(ops) > 0 && payload+len(b) > maxTxnPayload) {
 			if err := flush(); err != nil {
-				return err
+				return nil, err
 			}
 		}
 		ops = append(ops, clientv3.OpPut(s.lay.blob(ns, h), string(b)))
 		payload += len(b) + len(h)
 	}
-	return flush()
+	return nil, flush()
 }
 
 // record reads one VersionRecord at revision rev (0: the current one); nil
@@ -564,9 +589,13 @@ func (s *Store) Content(ctx context.Context, ns string, seq uint64) (*lehrpb.Ver
 		if err != nil {
 			return nil, content.Snapshot{}, fmt.Errorf("store: content %s@%d: %w", ns, seq, err)
 		}
+		if snap, ok := s.contents.get(ns, rec.GetInfo().GetSeq(), rec.GetInfo().GetChecksum()); ok {
+			return rec.GetInfo(), snap, nil
+		}
 		var snap content.Snapshot
 		snap, err = s.readContent(ctx, ns, rec, rev)
 		if err == nil {
+			s.contents.put(ns, rec.GetInfo().GetSeq(), snap)
 			return rec.GetInfo(), snap, nil
 		}
 		// etcd compacted the revision between reading the record and its

@@ -1,0 +1,90 @@
+package store
+
+import (
+	"container/list"
+	"sync"
+
+	"lehr.dev/lehr/internal/content"
+)
+
+// DefaultContentCacheBytes is the default Options.ContentCacheBytes.
+const DefaultContentCacheBytes = 64 << 20
+
+// contentCache keeps the content of recently committed or read versions,
+// least recently used first out, bounded by bytes. Versions are
+// immutable, so an entry is valid as long as the version exists; Content
+// still reads the version's record first (one etcd read), so a version
+// compacted away is not found, and uses the entry only if the record's
+// checksum is the entry's. It spares the reads of the manifest and blobs —
+// most of what a distributor's FetchDelta of the latest change costs.
+type contentCache struct {
+	max int64
+
+	mu    sync.Mutex
+	bytes int64
+	lru   *list.List // of *cacheEntry, most recent at the front
+	m     map[cacheKey]*list.Element
+}
+
+type cacheKey struct {
+	ns  string
+	seq uint64
+}
+
+type cacheEntry struct {
+	key  cacheKey
+	sum  string
+	snap content.Snapshot
+	size int64
+}
+
+func newContentCache(max int64) *contentCache {
+	return &contentCache{max: max, lru: list.New(), m: map[cacheKey]*list.Element{}}
+}
+
+// get returns the content of ns@seq if it is cached with checksum sum.
+func (c *contentCache) get(ns string, seq uint64, sum string) (content.Snapshot, bool) {
+	if c == nil {
+		return content.Snapshot{}, false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	el, ok := c.m[cacheKey{ns, seq}]
+	if !ok {
+		return content.Snapshot{}, false
+	}
+	e := el.Value.(*cacheEntry)
+	if e.sum != sum {
+		return content.Snapshot{}, false
+	}
+	c.lru.MoveToFront(el)
+	return e.snap, true
+}
+
+// put caches snap as the content of ns@seq; content larger than a
+// quarter of the cache is not kept.
+func (c *contentCache) put(ns string, seq uint64, snap content.Snapshot) {
+	if c == nil {
+		return
+	}
+	size := snap.Size() + int64(64*snap.Len()) + 128
+	if size > c.max/4 {
+		return
+	}
+	k := cacheKey{ns, seq}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if el, ok := c.m[k]; ok {
+		c.lru.MoveToFront(el)
+		return
+	}
+	c.m[k] = c.lru.PushFront(&cacheEntry{key: k, sum: snap.Checksum(), snap: snap, size: size})
+	c.bytes += size
+	for c.bytes > c.max {
+		el := c.lru.Back()
+		e := el.Value.(*cacheEntry)
+		c.lru.Remove(el)
+		delete(c.m, e.key)
+		c.bytes -= e.size
+	}
+}

@@ -1,0 +1,87 @@
+package store
+
+import (
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// Content of a version this store committed (or read before) comes from
+// memory after one read of its record; without the cache the manifest and
+// blobs are read too. Either way the content is the same.
+func TestContentCache(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		bytes    int64
+		maxReads int64
+	}{
+		{"cached", 0, 1},
+		{"no cache", -1, 100},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var reads atomic.Int64
+			s := newTestStore(t, Options{ContentCacheBytes: tc.bytes, OnRoundTrip: func(op string, _ time.Duration, _ error) {
+				if op == "get" || op == "txn" {
+					reads.Add(1)
+				}
+			}})
+			ctx := testCtx(t)
+			mustDomain(t, s, "d")
+			want := snap(t, "a", "1", "b", "2")
+			v := commit(t, s, Commit{Namespace: "d/x", Create: true, Content: want})
+			reads.Store(0)
+			info, got, err := s.Content(ctx, "d/x", v.GetSeq())
+			if err != nil || info.GetChecksum() != want.Checksum() || got.Checksum() != want.Checksum() {
+				t.Fatalf("Content = %v, %v, %v; want version 1 with checksum %s", info, got.Checksum(), err, want.Checksum())
+			}
+			n := reads.Load()
+			if tc.bytes >= 0 && n > tc.maxReads {
+				t.Errorf("%d etcd reads for a committed version's content; want at most %d (its record)", n, tc.maxReads)
+			}
+			if tc.bytes < 0 && n < 2 {
+				t.Errorf("%d etcd reads without the cache; the manifest and blobs were not read", n)
+			}
+		})
+	}
+}
+
+// A small change is one durable etcd write — its blobs go in the version's
+// own transaction; a large one stages its blobs first. Each write
+// transaction is one etcd revision.
+func TestSmallCommitIsOneTransaction(t *testing.T) {
+	s := newTestStore(t, Options{})
+	ctx := testCtx(t)
+	mustDomain(t, s, "d")
+	if _, err := s.CreateZone(ctx, "z"); err != nil {
+		t.Fatal(err)
+	}
+	revision := func() int64 {
+		resp, err := s.cli.Get(ctx, "rev-probe")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.Header.Revision
+	}
+	big := make([]byte, maxInlineBytes)
+	for _, tc := range []struct {
+		name  string
+		value string
+		want  int64
+	}{
+		{"small", "1", 1},
+		{"large", string(big), 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ns := "d/" + tc.name
+			commit(t, s, Commit{Namespace: ns, Create: true, Content: snap(t, "k", "0")})
+			before := revision()
+			v := commit(t, s, Commit{Namespace: ns, ExpectedLatest: 1, Content: snap(t, "k", tc.value)})
+			if got := revision() - before; got != tc.want {
+				t.Errorf("%d write transactions for a %d-byte change; want %d", got, len(tc.value), tc.want)
+			}
+			if _, got, err := s.Content(ctx, ns, v.GetSeq()); err != nil || got.Checksum() != v.GetChecksum() {
+				t.Errorf("Content: %v, %v", got, err)
+			}
+		})
+	}
+}
