@@ -16,7 +16,10 @@ const DefaultContentCacheBytes = 64 << 20
 // still reads the version's record first (one etcd read), so a version
 // compacted away is not found, and uses the entry only if the record's
 // checksum is the entry's. It spares the reads of the manifest and blobs —
-// most of what a distributor's FetchDelta of the latest change costs.
+// most of what a distributor's FetchDelta of the latest change costs. A
+// cached version is served as it was committed even if etcd's copy of its
+// blobs rotted since; a reader without the entry (another replica, this
+// one after a restart or an eviction) finds the damage (ErrCorrupt).
 type contentCache struct {
 	max int64
 
