@@ -114,3 +114,30 @@ func TestVerifyGoal(t *testing.T) {
 		t.Errorf("unsigned fields changed the proof")
 	}
 }
+
+// What signed goals cost: control signs each goal it writes, an agent
+// verifies the goal with every update (bench/RESULTS.md, "Signing"), and
+// the proof adds its encoded size to every update frame.
+func BenchmarkSignGoal(b *testing.B) {
+	_, key, _ := ed25519.GenerateKey(rand.Reader)
+	s := signing.NewSigner(key)
+	g := goal()
+	for b.Loop() {
+		s.SignGoal(g)
+	}
+}
+
+func BenchmarkVerifyGoal(b *testing.B) {
+	pub, key, _ := ed25519.GenerateKey(rand.Reader)
+	s := signing.NewSigner(key)
+	v := signing.NewVerifier(pub)
+	g := goal()
+	s.SignGoal(g)
+	p := signing.GoalProof(g)
+	b.ReportMetric(float64(proto.Size(p)), "proof-bytes")
+	for b.Loop() {
+		if err := v.VerifyGoal(p, "zone-a", "host-2", "pay/limits", 8, sum("08")); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
