@@ -8,7 +8,13 @@ import (
 )
 
 // DefaultContentCacheBytes is the default Options.ContentCacheBytes.
-const DefaultContentCacheBytes = 64 << 20
+const DefaultContentCacheBytes = 32 << 20
+
+// maxCachedContent is the largest content the cache keeps: holding large
+// values in memory costs a busy control more than reading them again
+// (bench/RESULTS.md, "Publish → callback, issue 13": with 512 KiB versions
+// kept, 8 concurrent publishers lost a fifth of their throughput).
+const maxCachedContent = 256 << 10
 
 // contentCache keeps the content of recently committed or read versions,
 // least recently used first out, bounded by bytes. Versions are
@@ -64,14 +70,15 @@ func (c *contentCache) get(ns string, seq uint64, sum string) (content.Snapshot,
 	return e.snap, true
 }
 
-// put caches snap as the content of ns@seq; content larger than a
-// quarter of the cache is not kept.
-func (c *contentCache) put(ns string, seq uint64, snap content.Snapshot) {
+// put caches snap, whose checksum is sum, as the content of ns@seq;
+// content larger than maxCachedContent or a quarter of the cache is not
+// kept.
+func (c *contentCache) put(ns string, seq uint64, sum string, snap content.Snapshot) {
 	if c == nil {
 		return
 	}
 	size := snap.Size() + int64(64*snap.Len()) + 128
-	if size > c.max/4 {
+	if snap.Size() > maxCachedContent || size > c.max/4 {
 		return
 	}
 	k := cacheKey{ns, seq}
@@ -81,7 +88,7 @@ func (c *contentCache) put(ns string, seq uint64, snap content.Snapshot) {
 		c.lru.MoveToFront(el)
 		return
 	}
-	c.m[k] = c.lru.PushFront(&cacheEntry{key: k, sum: snap.Checksum(), snap: snap, size: size})
+	c.m[k] = c.lru.PushFront(&cacheEntry{key: k, sum: sum, snap: snap, size: size})
 	c.bytes += size
 	for c.bytes > c.max {
 		el := c.lru.Back()

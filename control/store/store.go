@@ -53,9 +53,9 @@ type Options struct {
 	// operation ("get", "txn", "put", "delete", "watch", "lease_grant",
 	// "lease_keepalive", "lease_revoke") and its duration.
 	OnRoundTrip func(op string, d time.Duration, err error)
-	// ContentCacheBytes bounds the memory of versions' content kept for
-	// Content (contentcache.go); 0 means DefaultContentCacheBytes, a
-	// negative value keeps none.
+	// ContentCacheBytes bounds the memory of versions' content (each at
+	// most 256 KiB) kept for Content (contentcache.go); 0 means
+	// DefaultContentCacheBytes (32 MiB), a negative value keeps none.
 	ContentCacheBytes int64
 	// Signer, if set, signs every version Commit creates and every goal
 	// state written (internal/signing); nil leaves both unsigned.

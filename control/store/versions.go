@@ -376,7 +376,7 @@ func (s *Store) tryCommit(ctx context.Context, c Commit, domain string, m *manif
 	if c.Deleted != nil {
 		*c.Deleted = deleted
 	}
-	s.contents.put(c.Namespace, seq, c.Content)
+	s.contents.put(c.Namespace, seq, info.Checksum, c.Content)
 	return info, nil
 }
 
@@ -595,7 +595,7 @@ func (s *Store) Content(ctx context.Context, ns string, seq uint64) (*lehrpb.Ver
 		var snap content.Snapshot
 		snap, err = s.readContent(ctx, ns, rec, rev)
 		if err == nil {
-			s.contents.put(ns, rec.GetInfo().GetSeq(), snap)
+			s.contents.put(ns, rec.GetInfo().GetSeq(), rec.GetInfo().GetChecksum(), snap)
 			return rec.GetInfo(), snap, nil
 		}
 		// etcd compacted the revision between reading the record and its
