@@ -52,31 +52,9 @@ func TestTamperingDistributorIsRefused(t *testing.T) {
 
 			// The tampering distributor: a real fan-out server, fed the
 			// version control signed, altered.
-			resp, err := h.ctl.Client.FetchVersion(ctx(t), &lehrpb.FetchVersionRequest{Namespace: ns, Version: v1.GetSeq()})
-			if err != nil {
-				t.Fatal(err)
-			}
-			snap, err := content.New(content.FromProto(resp.GetProperties()))
-			if err != nil {
-				t.Fatal(err)
-			}
-			bad := &content.Version{Namespace: ns, Seq: v1.GetSeq(), Checksum: snap.Checksum(), Kind: resp.GetKind(), Info: proto.CloneOf(resp.GetVersion()), Content: snap}
+			bad := fetchVersion(t, h, ns, v1.GetSeq())
 			tc.tamper(bad)
-			vers := versions.New(versions.Options{})
-			if err := vers.Put(bad); err != nil {
-				t.Fatal(err)
-			}
-			vers.Pin(ns, bad.Seq)
-			evil, err := fanout.Listen(fanout.Options{Listen: "127.0.0.1:0", TLS: h.tls("distributor", pki.Server), Zone: zone, DistributorID: "evil", Versions: vers,
-				Logger: controltest.Logger(t, slog.LevelError)})
-			if err != nil {
-				t.Fatal(err)
-			}
-			evilCtx, stopEvil := context.WithCancel(context.Background())
-			evilDone := make(chan error, 1)
-			go func() { evilDone <- evil.Serve(evilCtx) }()
-			t.Cleanup(func() { evil.Close(); stopEvil(); <-evilDone })
-			evil.SetGoal(fanout.Goal{Stable: bad})
+			evil := serveVersion(t, h, "evil", bad, nil)
 
 			trusted := signing.NewVerifier(h.ctl.Control.SigningPublicKey())
 			r := h.startAgent(dataDir(t), append([]string{evil.Addr().String()}, h.addrs()...), func(o *agent.Options) { o.TrustedKeys = trusted })
@@ -135,6 +113,44 @@ func TestUntrustedKeyIsRefused(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(h.ctl.DataDir, "signing.pub")); err != nil {
 		t.Errorf("control did not write its public key: %v", err)
 	}
+}
+
+// fetchVersion reads version seq of ns from control as a distributor
+// would, signature included.
+func fetchVersion(t *testing.T, h *harness, ns string, seq uint64) *content.Version {
+	t.Helper()
+	resp, err := h.ctl.Client.FetchVersion(ctx(t), &lehrpb.FetchVersionRequest{Namespace: ns, Version: seq})
+	if err != nil {
+		t.Fatal(err)
+	}
+	snap, err := content.New(content.FromProto(resp.GetProperties()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &content.Version{Namespace: ns, Seq: seq, Checksum: snap.Checksum(), Kind: resp.GetKind(), Info: proto.CloneOf(resp.GetVersion()), Content: snap}
+}
+
+// serveVersion runs a real fan-out server of the test's zone that serves v
+// as the goal of its namespace, with proof as its signed goal (nil: none),
+// until the test ends.
+func serveVersion(t *testing.T, h *harness, id string, v *content.Version, proof *lehrpb.GoalState) *fanout.Server {
+	t.Helper()
+	vers := versions.New(versions.Options{})
+	if err := vers.Put(v); err != nil {
+		t.Fatal(err)
+	}
+	vers.Pin(v.Namespace, v.Seq)
+	srv, err := fanout.Listen(fanout.Options{Listen: "127.0.0.1:0", TLS: h.tls("distributor", pki.Server), Zone: zone, DistributorID: id, Versions: vers,
+		Logger: controltest.Logger(t, slog.LevelError)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sctx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(sctx) }()
+	t.Cleanup(func() { srv.Close(); stop(); <-done })
+	srv.SetGoal(fanout.Goal{Stable: v, Proof: proof})
+	return srv
 }
 
 // A distributor that delivers genuine, control-signed versions, but not
@@ -197,30 +213,7 @@ func TestGoalTamperingIsRefused(t *testing.T) {
 
 			// The distributor: a real fan-out server with control's genuine
 			// version 2, and the goal proof of the case.
-			resp, err := h.ctl.Client.FetchVersion(ctx(t), &lehrpb.FetchVersionRequest{Namespace: ns, Version: e.v2.GetSeq()})
-			if err != nil {
-				t.Fatal(err)
-			}
-			snap, err := content.New(content.FromProto(resp.GetProperties()))
-			if err != nil {
-				t.Fatal(err)
-			}
-			v := &content.Version{Namespace: ns, Seq: e.v2.GetSeq(), Checksum: snap.Checksum(), Kind: resp.GetKind(), Info: resp.GetVersion(), Content: snap}
-			vers := versions.New(versions.Options{})
-			if err := vers.Put(v); err != nil {
-				t.Fatal(err)
-			}
-			vers.Pin(ns, v.Seq)
-			dist, err := fanout.Listen(fanout.Options{Listen: "127.0.0.1:0", TLS: h.tls("distributor", pki.Server), Zone: zone, DistributorID: "goals", Versions: vers,
-				Logger: controltest.Logger(t, slog.LevelError)})
-			if err != nil {
-				t.Fatal(err)
-			}
-			dctx, stop := context.WithCancel(context.Background())
-			done := make(chan error, 1)
-			go func() { done <- dist.Serve(dctx) }()
-			t.Cleanup(func() { dist.Close(); stop(); <-done })
-			dist.SetGoal(fanout.Goal{Stable: v, Proof: tc.proof(e)})
+			dist := serveVersion(t, h, "goals", fetchVersion(t, h, ns, e.v2.GetSeq()), tc.proof(e))
 
 			trusted := signing.NewVerifier(h.ctl.Control.SigningPublicKey())
 			r := h.startAgent(dataDir(t), []string{dist.Addr().String()}, func(o *agent.Options) { o.TrustedKeys = trusted })

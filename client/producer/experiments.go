@@ -35,6 +35,15 @@ func unpack(op *longrunningpb.Operation, into proto.Message) error {
 	return op.GetResponse().UnmarshalTo(into)
 }
 
+// unpackMetadata unpacks a complete operation's metadata, for the calls
+// whose response is Empty and whose result is in the metadata.
+func unpackMetadata(op *longrunningpb.Operation, into proto.Message) error {
+	if st := op.GetError(); st != nil {
+		return fmt.Errorf("operation %s failed: %s", op.GetName(), st.GetMessage())
+	}
+	return op.GetMetadata().UnmarshalTo(into)
+}
+
 // GetPolicy returns policy namespace ns's live rules and etag.
 func (c *Client) GetPolicy(ctx context.Context, ns string) (*lehrpb.Policy, error) {
 	var out *lehrpb.Policy
@@ -171,10 +180,7 @@ func (c *Client) CommitExperiment(ctx context.Context, ns, id string, req *lehrp
 		if err != nil {
 			return err
 		}
-		if st := op.GetError(); st != nil {
-			return fmt.Errorf("operation %s failed: %s", op.GetName(), st.GetMessage())
-		}
-		return op.GetMetadata().UnmarshalTo(md)
+		return unpackMetadata(op, md)
 	})
 	return md, err
 }
@@ -191,10 +197,7 @@ func (c *Client) DeletePolicy(ctx context.Context, ns, etag, message string) (*l
 		if err != nil {
 			return err
 		}
-		if st := op.GetError(); st != nil {
-			return fmt.Errorf("operation %s failed: %s", op.GetName(), st.GetMessage())
-		}
-		return op.GetMetadata().UnmarshalTo(md)
+		return unpackMetadata(op, md)
 	})
 	return md, err
 }
