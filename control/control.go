@@ -313,6 +313,11 @@ func (c *Control) Run(ctx context.Context) (err error) {
 		OnRoundTrip: service.RoundTripObserver(c.metrics),
 		Signer:      signer,
 	})
+	if n, err := st.SignUnsignedGoals(ctx); err != nil {
+		return fmt.Errorf("control: %w", err)
+	} else if n > 0 {
+		c.log.Info("control: signed goal states written without a signature (by an earlier release)", "goals", n)
+	}
 	goals := c.opts.GoalPolicy
 	if goals == nil && c.opts.Rollouts {
 		goals = service.Progressive

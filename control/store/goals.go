@@ -256,6 +256,45 @@ func (s *Store) SetGoal(ctx context.Context, g *lehrpb.GoalState) error {
 	return nil
 }
 
+// SignUnsignedGoals signs every goal state written without a signature
+// (by a control of an earlier release, or one without a key) with
+// Options.Signer, each in a transaction guarded by its mod revision so a
+// goal changed meanwhile is left to its writer, and returns how many it
+// signed. Without a Signer it does nothing.
+func (s *Store) SignUnsignedGoals(ctx context.Context) (int, error) {
+	if s.opts.Signer == nil {
+		return 0, nil
+	}
+	prefix := s.lay.prefix + "goals/"
+	resp, err := s.get(ctx, prefix, clientv3.WithPrefix())
+	if err != nil {
+		return 0, fmt.Errorf("store: sign goals: %w", err)
+	}
+	n := 0
+	for _, kv := range resp.Kvs {
+		g := new(lehrpb.GoalState)
+		if err := decode(string(kv.Key), kv.Value, g); err != nil {
+			return n, err
+		}
+		if len(g.GetSignature()) > 0 {
+			continue
+		}
+		b, err := s.encodeGoal(g)
+		if err != nil {
+			return n, err
+		}
+		tr, err := s.txn(ctx, []clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(string(kv.Key)), "=", kv.ModRevision)},
+			[]clientv3.Op{clientv3.OpPut(string(kv.Key), string(b))}, nil)
+		if err != nil {
+			return n, fmt.Errorf("store: sign goal %s: %w", kv.Key, err)
+		}
+		if tr.Succeeded {
+			n++
+		}
+	}
+	return n, nil
+}
+
 // encodeGoal encodes g for etcd, signed by Options.Signer when there is
 // one (internal/signing.GoalPayload); g itself is not modified.
 func (s *Store) encodeGoal(g *lehrpb.GoalState) ([]byte, error) {

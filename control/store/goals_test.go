@@ -383,3 +383,35 @@ func TestGoalsAreSigned(t *testing.T) {
 	}
 	verify("z", "canary-1", 2, v2.GetChecksum()) // SetGoal
 }
+
+// Goals written unsigned (by a control of an earlier release) are signed
+// once by a control that has a key, leaving their content as it was.
+func TestSignUnsignedGoals(t *testing.T) {
+	prefix := testPrefix(t)
+	old := newTestStore(t, Options{Prefix: prefix})
+	ctx := testCtx(t)
+	mustDomain(t, old, "d")
+	if _, err := old.CreateZone(ctx, "z"); err != nil {
+		t.Fatal(err)
+	}
+	v1 := commit(t, old, Commit{Namespace: "d/a", Create: true, Content: snap(t, "k", "1")})
+	pub, key, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := newTestStore(t, Options{Prefix: prefix, Signer: signing.NewSigner(key)})
+	n, err := s.SignUnsignedGoals(ctx)
+	if err != nil || n != 1 {
+		t.Fatalf("SignUnsignedGoals = %d, %v; want 1 goal signed", n, err)
+	}
+	goals, _, err := s.Goals(ctx, "z", "d/a")
+	if err != nil || len(goals) != 1 {
+		t.Fatalf("Goals: %v, %v", goals, err)
+	}
+	if err := signing.NewVerifier(pub).VerifyGoal(signing.GoalProof(goals[0]), "z", "h", "d/a", 1, v1.GetChecksum()); err != nil {
+		t.Errorf("the goal after signing: %v", err)
+	}
+	if n, err := s.SignUnsignedGoals(ctx); err != nil || n != 0 {
+		t.Errorf("a second pass signed %d, %v; want none", n, err)
+	}
+}
