@@ -256,41 +256,61 @@ func (s *Store) SetGoal(ctx context.Context, g *lehrpb.GoalState) error {
 	return nil
 }
 
+// signGoalsPage is how many goal states SignUnsignedGoals reads at once.
+const signGoalsPage = 1000
+
 // SignUnsignedGoals signs every goal state written without a signature
-// (by a control of an earlier release, or one without a key) with
-// Options.Signer, each in a transaction guarded by its mod revision so a
-// goal changed meanwhile is left to its writer, and returns how many it
-// signed. Without a Signer it does nothing.
+// (by a control of an earlier release) with Options.Signer, each in a
+// transaction guarded by its mod revision so a goal changed meanwhile is
+// left to its writer, and returns how many it signed. It reads the goals
+// a page at a time and runs once per store: a marker key records that it
+// finished, and later calls return at once. Without a Signer it does
+// nothing.
 func (s *Store) SignUnsignedGoals(ctx context.Context) (int, error) {
 	if s.opts.Signer == nil {
 		return 0, nil
 	}
-	prefix := s.lay.prefix + "goals/"
-	resp, err := s.get(ctx, prefix, clientv3.WithPrefix())
+	done, err := s.get(ctx, s.lay.goalsSigned(), clientv3.WithCountOnly())
 	if err != nil {
 		return 0, fmt.Errorf("store: sign goals: %w", err)
 	}
-	n := 0
-	for _, kv := range resp.Kvs {
-		g := new(lehrpb.GoalState)
-		if err := decode(string(kv.Key), kv.Value, g); err != nil {
-			return n, err
-		}
-		if len(g.GetSignature()) > 0 {
-			continue
-		}
-		b, err := s.encodeGoal(g)
+	if done.Count > 0 {
+		return 0, nil
+	}
+	n, from, end := 0, s.lay.goalsPrefix(), prefixEnd(s.lay.goalsPrefix())
+	for {
+		resp, err := s.get(ctx, from, clientv3.WithRange(end), clientv3.WithLimit(signGoalsPage))
 		if err != nil {
-			return n, err
+			return n, fmt.Errorf("store: sign goals: %w", err)
 		}
-		tr, err := s.txn(ctx, []clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(string(kv.Key)), "=", kv.ModRevision)},
-			[]clientv3.Op{clientv3.OpPut(string(kv.Key), string(b))}, nil)
-		if err != nil {
-			return n, fmt.Errorf("store: sign goal %s: %w", kv.Key, err)
+		for _, kv := range resp.Kvs {
+			g := new(lehrpb.GoalState)
+			if err := decode(string(kv.Key), kv.Value, g); err != nil {
+				return n, err
+			}
+			if len(g.GetSignature()) > 0 {
+				continue
+			}
+			b, err := s.encodeGoal(g)
+			if err != nil {
+				return n, err
+			}
+			tr, err := s.txn(ctx, []clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(string(kv.Key)), "=", kv.ModRevision)},
+				[]clientv3.Op{clientv3.OpPut(string(kv.Key), string(b))}, nil)
+			if err != nil {
+				return n, fmt.Errorf("store: sign goal %s: %w", kv.Key, err)
+			}
+			if tr.Succeeded {
+				n++
+			}
 		}
-		if tr.Succeeded {
-			n++
+		if !resp.More || len(resp.Kvs) == 0 {
+			break
 		}
+		from = afterKey(string(resp.Kvs[len(resp.Kvs)-1].Key))
+	}
+	if _, err := s.txn(ctx, nil, []clientv3.Op{clientv3.OpPut(s.lay.goalsSigned(), s.opts.Now().UTC().Format(time.RFC3339))}, nil); err != nil {
+		return n, fmt.Errorf("store: sign goals: %w", err)
 	}
 	return n, nil
 }

@@ -385,33 +385,43 @@ func TestGoalsAreSigned(t *testing.T) {
 }
 
 // Goals written unsigned (by a control of an earlier release) are signed
-// once by a control that has a key, leaving their content as it was.
+// once by a control that has a key, leaving their content as it was; the
+// pass runs once per store.
 func TestSignUnsignedGoals(t *testing.T) {
 	prefix := testPrefix(t)
 	old := newTestStore(t, Options{Prefix: prefix})
 	ctx := testCtx(t)
 	mustDomain(t, old, "d")
-	if _, err := old.CreateZone(ctx, "z"); err != nil {
-		t.Fatal(err)
+	for _, z := range []string{"y", "z"} {
+		if _, err := old.CreateZone(ctx, z); err != nil {
+			t.Fatal(err)
+		}
 	}
-	v1 := commit(t, old, Commit{Namespace: "d/a", Create: true, Content: snap(t, "k", "1")})
+	sums := map[string]string{}
+	for _, ns := range []string{"d/a", "d/b"} {
+		sums[ns] = commit(t, old, Commit{Namespace: ns, Create: true, Content: snap(t, "k", ns)}).GetChecksum()
+	}
 	pub, key, err := ed25519.GenerateKey(rand.Reader)
 	if err != nil {
 		t.Fatal(err)
 	}
 	s := newTestStore(t, Options{Prefix: prefix, Signer: signing.NewSigner(key)})
 	n, err := s.SignUnsignedGoals(ctx)
-	if err != nil || n != 1 {
-		t.Fatalf("SignUnsignedGoals = %d, %v; want 1 goal signed", n, err)
+	if err != nil || n != 4 {
+		t.Fatalf("SignUnsignedGoals = %d, %v; want 4 goals signed (2 zones × 2 namespaces)", n, err)
 	}
-	goals, _, err := s.Goals(ctx, "z", "d/a")
-	if err != nil || len(goals) != 1 {
-		t.Fatalf("Goals: %v, %v", goals, err)
-	}
-	if err := signing.NewVerifier(pub).VerifyGoal(signing.GoalProof(goals[0]), "z", "h", "d/a", 1, v1.GetChecksum()); err != nil {
-		t.Errorf("the goal after signing: %v", err)
+	for _, z := range []string{"y", "z"} {
+		for ns, sum := range sums {
+			goals, _, err := s.Goals(ctx, z, ns)
+			if err != nil || len(goals) != 1 {
+				t.Fatalf("Goals(%s, %s): %v, %v", z, ns, goals, err)
+			}
+			if err := signing.NewVerifier(pub).VerifyGoal(signing.GoalProof(goals[0]), z, "h", ns, 1, sum); err != nil {
+				t.Errorf("goal of %s in %s after signing: %v", ns, z, err)
+			}
+		}
 	}
 	if n, err := s.SignUnsignedGoals(ctx); err != nil || n != 0 {
-		t.Errorf("a second pass signed %d, %v; want none", n, err)
+		t.Errorf("a second pass signed %d, %v; want none (it ran already)", n, err)
 	}
 }

@@ -96,7 +96,9 @@ func (l layout) rolloutCommand(ns string, seq uint64) string {
 }
 func (l layout) zonesPrefix() string              { return l.prefix + "zones/" }
 func (l layout) zone(z string) string             { return l.zonesPrefix() + z }
-func (l layout) goalsZone(z string) string        { return l.prefix + "goals/" + z + "/" }
+func (l layout) goalsPrefix() string              { return l.prefix + "goals/" }
+func (l layout) goalsZone(z string) string        { return l.goalsPrefix() + z + "/" }
+func (l layout) goalsSigned() string              { return l.prefix + "migrations/goals-signed" }
 func (l layout) goal(z, ns string) string         { return l.goalsZone(z) + ns }
 func (l layout) zoneStatusPrefix(z string) string { return l.prefix + "zonestatus/" + z + "/" }
 func (l layout) zoneStatus(z, id string) string   { return l.zoneStatusPrefix(z) + id }
