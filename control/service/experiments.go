@@ -745,20 +745,24 @@ func (s *Service) CommitPolicyExperiment(ctx context.Context, req *lehrpb.Commit
 // hosts counted for e's etag (allow→deny less deny→allow, over them all),
 // and how many decisions that is.
 func expectedDenyChange(e *store.StoredExperiment, counts *lehrpb.PolicyExperimentCounts) (float64, uint64) {
-	var total, more, fewer uint64
-	for _, c := range counts.GetTotals() {
-		if c.GetExperimentEtag() != e.GetEtag() {
-			continue
-		}
-		n, _ := policy.Decisions(c)
-		total += n
-		more += c.GetAllowDeny()
-		fewer += c.GetDenyAllow()
-	}
+	sum := etagTotals(e, counts)
+	total, _ := policy.Decisions(sum)
 	if total == 0 {
 		return 0, 0
 	}
-	return (float64(more) - float64(fewer)) / float64(total), total
+	return (float64(sum.GetAllowDeny()) - float64(sum.GetDenyAllow())) / float64(total), total
+}
+
+// etagTotals sums the hosts' counts of experiment e's current etag, over
+// every zone and live etag.
+func etagTotals(e *store.StoredExperiment, counts *lehrpb.PolicyExperimentCounts) *lehrpb.PreviewCounts {
+	sum := &lehrpb.PreviewCounts{ExperimentEtag: e.GetEtag()}
+	for _, c := range counts.GetTotals() {
+		if c.GetExperimentEtag() == e.GetEtag() {
+			policy.AddCounts(sum, c)
+		}
+	}
+	return sum
 }
 
 // DeletePolicy deletes a live policy: its next version is the no-op
@@ -850,15 +854,7 @@ func commitGate(req *lehrpb.CommitPolicyExperimentRequest, e *store.StoredExperi
 	if req.GetMinEvaluations() == 0 && req.GetMaxDisagreement() == 0 {
 		return nil
 	}
-	var total, disagree uint64
-	for _, c := range counts.GetTotals() {
-		if c.GetExperimentEtag() != e.GetEtag() {
-			continue
-		}
-		n, d := policy.Decisions(c)
-		total += n
-		disagree += d
-	}
+	total, disagree := policy.Decisions(etagTotals(e, counts))
 	if total < req.GetMinEvaluations() {
 		return apierror.New(codes.FailedPrecondition, apierror.ReasonPreviewGate, "min_evaluations",
 			"hosts have evaluated experiment etag %s %d times; the commit asks for at least %d: keep previewing (is it ACTIVE? `lehr policy experiment counts`)",
