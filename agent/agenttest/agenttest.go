@@ -60,7 +60,9 @@ type Options struct {
 	// Addr is the distributor's UDP address. Required.
 	Addr string
 	// TLS is the client configuration (a host certificate for mutual
-	// TLS). Required; NextProtos is set to the wire ALPN on a clone.
+	// TLS). Required; wire.ClientTLSConfig is applied to a clone, so to
+	// resume TLS sessions across dials as the real agent does, pass the
+	// same wire.ClientTLSConfig result to every Dial of one agent.
 	TLS *tls.Config
 	// HostID and Zone are announced in Hello. Required.
 	HostID, Zone string
@@ -173,7 +175,7 @@ func Dial(ctx context.Context, opts Options) (*Agent, error) {
 	if qc == nil {
 		qc = wire.ClientQUICConfig()
 	}
-	tc := wire.TLSConfig(opts.TLS)
+	tc := wire.ClientTLSConfig(opts.TLS)
 	conn, err := quic.DialAddr(ctx, opts.Addr, tc, qc)
 	if err != nil {
 		return nil, fmt.Errorf("agenttest: dial %s: %w", opts.Addr, err)
@@ -484,8 +486,14 @@ func (a *Agent) readControl(dec *wire.Decoder) {
 	}
 }
 
-// closeDone is called once, when readControl ends.
-func (a *Agent) closeDone() { close(a.done) }
+// closeDone is called once, when readControl ends. It wakes Wait, whose
+// condition may look at Done: fail woke it before done was closed.
+func (a *Agent) closeDone() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	close(a.done)
+	a.changedLocked()
+}
 
 func (a *Agent) acceptUpdates() {
 	var wg sync.WaitGroup
