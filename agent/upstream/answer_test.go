@@ -34,7 +34,7 @@ type rawDist struct {
 
 func startRawDist(t *testing.T, p *hostPKI) *rawDist {
 	t.Helper()
-	ln, err := quic.ListenAddr("127.0.0.1:0", wire.TLSConfig(p.tls(t, "distributor", pki.Server)), wire.ServerQUICConfig())
+	ln, err := quic.ListenAddr("127.0.0.1:0", wire.ServerTLSConfig(p.tls(t, "distributor", pki.Server)), wire.ServerQUICConfig())
 	if err != nil {
 		t.Fatal(err)
 	}

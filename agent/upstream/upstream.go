@@ -167,8 +167,8 @@ type Options struct {
 	// distributors, tried in order, rotating on every loss. Required.
 	Distributors []string
 	// TLS is the client configuration: the host certificate and the CA
-	// that signs distributors. Required. NextProtos is set to the wire
-	// ALPN on a clone.
+	// that signs distributors. Required. wire.ClientTLSConfig is applied
+	// to a clone (ALPN, TLS 1.3, a session cache to resume with).
 	TLS *tls.Config
 	// QUIC configures connections; nil means wire.ClientQUICConfig().
 	QUIC *quic.Config
@@ -303,11 +303,9 @@ func New(opts Options) (*Client, error) {
 	if c.log == nil {
 		c.log = slog.Default()
 	}
-	c.tls = opts.TLS.Clone()
-	c.tls.NextProtos = []string{wire.ALPN}
-	if c.tls.MinVersion < tls.VersionTLS13 {
-		c.tls.MinVersion = tls.VersionTLS13
-	}
+	// One config, and so one TLS session cache, for the client's life: a
+	// reconnect resumes the last session with that distributor.
+	c.tls = wire.ClientTLSConfig(opts.TLS)
 	c.quic = opts.QUIC
 	if c.quic == nil {
 		c.quic = wire.ClientQUICConfig()

@@ -308,6 +308,36 @@ func TestSubscribePatchAndCheapReconnect(t *testing.T) {
 	}
 }
 
+// TestReconnectResumesTLSSession: the agent keeps its TLS session across
+// reconnects, so reconnecting to a restarted distributor (the reconnect
+// storm's case) resumes it instead of a full handshake with certificates.
+func TestReconnectResumesTLSSession(t *testing.T) {
+	p := newPKI(t)
+	tc := p.tls(t, "distributor", pki.Server)
+	first := startDistOn(t, tc, "d1", "127.0.0.1:0")
+	addr := first.srv.Addr().String()
+	v1 := version("app/cfg", 1, map[string]string{"a": "1"})
+	first.setGoal(t, v1)
+	h := newMem()
+	cl := startClient(t, p, h, addr)
+	cl.c.Subscribe("app/cfg")
+	// The session ticket comes right after the handshake, before the
+	// update.
+	waitHeld(t, h, v1)
+	if st := first.srv.Stats(); st.Handshakes != 1 || st.ResumedHandshakes != 0 {
+		t.Fatalf("first connection: %d full and %d resumed handshakes, want 1 full", st.Handshakes, st.ResumedHandshakes)
+	}
+
+	first.stop()
+	restarted := startDistOn(t, tc, "d1", addr)
+	v2 := version("app/cfg", 2, map[string]string{"a": "2"})
+	restarted.setGoal(t, v2)
+	waitHeld(t, h, v2)
+	if st := restarted.srv.Stats(); st.Handshakes != 0 || st.ResumedHandshakes != 1 {
+		t.Errorf("reconnect to the restarted distributor: %d full and %d resumed handshakes, want 1 resumed", st.Handshakes, st.ResumedHandshakes)
+	}
+}
+
 func TestResyncAfterForgettingFetchesSnapshot(t *testing.T) {
 	p := newPKI(t)
 	d := startDist(t, p, "d1")

@@ -49,11 +49,11 @@ func TestMaxHandshakes(t *testing.T) {
 	defer cancel()
 
 	// A completed QUIC handshake without a control stream holds the place.
-	held, err := quic.DialAddr(ctx, addr, wire.TLSConfig(p.client("held")), wire.ClientQUICConfig())
+	held, err := quic.DialAddr(ctx, addr, wire.ClientTLSConfig(p.client("held")), wire.ClientQUICConfig())
 	if err != nil {
 		t.Fatalf("dial the connection that holds the place: %v", err)
 	}
-	_, err = quic.DialAddr(ctx, addr, wire.TLSConfig(p.client("refused")), wire.ClientQUICConfig())
+	_, err = quic.DialAddr(ctx, addr, wire.ClientTLSConfig(p.client("refused")), wire.ClientQUICConfig())
 	var te *quic.TransportError
 	if !errors.As(err, &te) || te.ErrorCode != quic.ConnectionRefused {
 		t.Fatalf("second dial while one is being admitted: got error %v, want CONNECTION_REFUSED", err)

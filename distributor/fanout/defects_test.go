@@ -202,7 +202,7 @@ func TestMalformedHelloIsCounted(t *testing.T) {
 			e := newEnv(t)
 			ctx, cancel := context.WithTimeout(context.Background(), wait.Timeout)
 			defer cancel()
-			conn, err := quic.DialAddr(ctx, e.srv.Addr().String(), wire.TLSConfig(e.pki.client("raw")), wire.ClientQUICConfig())
+			conn, err := quic.DialAddr(ctx, e.srv.Addr().String(), wire.ClientTLSConfig(e.pki.client("raw")), wire.ClientQUICConfig())
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -20,6 +20,8 @@ type serverMetrics struct {
 	protocolErrors            *metrics.Counter
 	unavailable               *metrics.Counter
 	refusedHandshakes         *metrics.Counter
+	handshakes                *metrics.Counter // completed, full
+	resumedHandshakes         *metrics.Counter // completed, TLS session resumed
 	ackTimeouts, strayAcks    *metrics.Counter
 
 	lagMu sync.Mutex
@@ -40,12 +42,17 @@ func newServerMetrics(set *metrics.Set, srv *Server) *serverMetrics {
 		protocolErrors:    set.NewCounter(`lehr_distributor_protocol_errors_total`),
 		unavailable:       set.NewCounter(`lehr_distributor_unavailable_total`),
 		refusedHandshakes: set.NewCounter(`lehr_distributor_refused_handshakes_total`),
+		handshakes:        set.NewCounter(`lehr_distributor_handshakes_total{tls="full"}`),
+		resumedHandshakes: set.NewCounter(`lehr_distributor_handshakes_total{tls="resumed"}`),
 		ackTimeouts:       set.NewCounter(`lehr_distributor_ack_timeouts_total`),
 		strayAcks:         set.NewCounter(`lehr_distributor_stray_acks_total`),
 		lag:               map[string]bool{},
 	}
 	set.NewGauge(`lehr_distributor_connected_agents`, func() float64 {
 		return float64(len(srv.sessionList()))
+	})
+	set.NewGauge(`lehr_distributor_admitting_agents`, func() float64 {
+		return float64(srv.handshakes.Load())
 	})
 	return m
 }

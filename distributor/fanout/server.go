@@ -150,6 +150,12 @@ type Stats struct {
 	// agents were being admitted: one per Initial packet of a refused
 	// attempt (a ClientHello may span two).
 	RefusedHandshakes uint64
+	// Admitting is the number of connections being admitted now (see
+	// Options.MaxHandshakes).
+	Admitting int
+	// Handshakes and ResumedHandshakes count completed QUIC handshakes,
+	// full and resuming a TLS session (wire.ServerTLSConfig).
+	Handshakes, ResumedHandshakes uint64
 }
 
 // VersionCount is how many connected agents hold one version of a
@@ -251,7 +257,7 @@ func Listen(opts Options) (*Server, error) {
 	if qc == nil {
 		qc = wire.ServerQUICConfig()
 	}
-	tc := wire.TLSConfig(opts.TLS)
+	tc := wire.ServerTLSConfig(opts.TLS)
 	udp, err := net.ListenPacket("udp", opts.Listen)
 	if err != nil {
 		return nil, fmt.Errorf("fanout: listen %s: %w", opts.Listen, err)
@@ -513,6 +519,9 @@ func (s *Server) Stats() Stats {
 		AckTimeouts:    s.met.ackTimeouts.Get(),
 
 		RefusedHandshakes: s.met.refusedHandshakes.Get(),
+		Admitting:         int(s.handshakes.Load()),
+		Handshakes:        s.met.handshakes.Get(),
+		ResumedHandshakes: s.met.resumedHandshakes.Get(),
 	}
 }
 

@@ -103,6 +103,11 @@ func (s *Server) handle(conn *quic.Conn) {
 	// The connection stops counting as being admitted once welcomed
 	// (below) or turned away (here).
 	defer admitted(conn)
+	if conn.ConnectionState().TLS.DidResume {
+		s.met.resumedHandshakes.Inc()
+	} else {
+		s.met.handshakes.Inc()
+	}
 
 	hctx, hcancel := context.WithTimeout(ctx, s.opts.HandshakeTimeout)
 	ctl, hello, err := wire.AcceptControl(hctx, conn, wire.Limits{})

@@ -2,14 +2,14 @@ package fanout
 
 import (
 	"crypto/rand"
-	"crypto/sha256"
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 
 	"github.com/quic-go/quic-go"
+
 	"lehr.dev/lehr/internal/tlsconfig"
+	"lehr.dev/lehr/internal/wire"
 )
 
 // errIdentity is wrapped by identity check failures.
@@ -51,16 +51,11 @@ func checkIdentity(state tls.ConnectionState, zone, host string) error {
 // certificate, or with a key that does not marshal, gets a random key
 // (resets then only help within one process).
 func resetKey(cfg *tls.Config) *quic.StatelessResetKey {
-	var key quic.StatelessResetKey
-	if cfg != nil && len(cfg.Certificates) > 0 && cfg.Certificates[0].PrivateKey != nil {
-		if der, err := x509.MarshalPKCS8PrivateKey(cfg.Certificates[0].PrivateKey); err == nil {
-			h := sha256.New()
-			h.Write([]byte("lehr distributor QUIC stateless reset key v1\x00"))
-			h.Write(der)
-			copy(key[:], h.Sum(nil))
-			return &key
-		}
+	if k, ok := wire.KeyFromCertificate(cfg, "lehr distributor QUIC stateless reset key v1"); ok {
+		key := quic.StatelessResetKey(k)
+		return &key
 	}
+	var key quic.StatelessResetKey
 	if _, err := rand.Read(key[:]); err != nil {
 		panic(fmt.Sprintf("fanout: no randomness for a reset key: %v", err))
 	}

@@ -3,7 +3,9 @@ package wire
 import (
 	"bufio"
 	"context"
+	"crypto/sha256"
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -113,23 +115,131 @@ func SetSilenceTimeout(c *quic.Config, d time.Duration) {
 	c.KeepAlivePeriod = d / 3
 }
 
-// TLSConfig returns a copy of base set up for the protocol: TLS 1.3 at
-// least and ALPN "lehr/1". base carries the certificates and, for mutual
-// TLS, ClientAuth and ClientCAs (distributor) or Certificates and RootCAs
-// (agent).
-func TLSConfig(base *tls.Config) *tls.Config {
+// ServerTLSConfig returns a copy of base set up for the distributor's side
+// of the protocol: TLS 1.3 at least, ALPN "lehr/1", and TLS 1.3 session
+// tickets an agent can resume with (see ClientTLSConfig). base carries the
+// certificate and, for mutual TLS, ClientAuth and ClientCAs.
+//
+// Resumption skips the certificates and their signatures — a third of a
+// handshake's work at both ends, which bounds how fast a reconnect storm
+// converges — and keeps the ephemeral key exchange (psk_dhe_ke), so the
+// traffic keys stay forward secret; no early data is ever accepted. The
+// session-ticket keys are derived from the first certificate's private key
+// (HKDF-SHA256), so tickets survive a restart of the distributor (the
+// moment every agent reconnects at once) with no key file of its own, and
+// whoever can read a ticket key could as well impersonate the distributor
+// with its private key. A new key (a renewed certificate) invalidates every
+// ticket: the next connection is a full handshake. (A base without a
+// private key — a GetCertificate callback — keeps crypto/tls's own keys,
+// which do not survive a restart.) On resumption
+// crypto/tls still checks the client certificate's expiry and its chain
+// against the ClientCAs of now; a ticket lives at most 7 days.
+func ServerTLSConfig(base *tls.Config) *tls.Config {
+	c := protocolTLS(base)
+	c.SessionTicketsDisabled = false
+	if key, ok := KeyFromCertificate(c, sessionTicketKeyLabel); ok {
+		c.SetSessionTicketKeys([][32]byte{key})
+	}
+	return c
+}
+
+// sessionTicketKeyLabel is the session-ticket key's label for
+// KeyFromCertificate: changing it invalidates every ticket issued before.
+const sessionTicketKeyLabel = "lehr distributor TLS session ticket key v1"
+
+// KeyFromCertificate derives a 32-byte key for label from the private key
+// of cfg's first certificate: SHA-256 of the label, a zero byte and the
+// key's PKCS #8 encoding. A distributor restarted with the same
+// certificate derives the same keys (its QUIC stateless-reset key, its
+// session-ticket key); ok is false when cfg has no usable private key.
+func KeyFromCertificate(cfg *tls.Config, label string) (key [32]byte, ok bool) {
+	if cfg == nil || len(cfg.Certificates) == 0 || cfg.Certificates[0].PrivateKey == nil {
+		return key, false
+	}
+	der, err := x509.MarshalPKCS8PrivateKey(cfg.Certificates[0].PrivateKey)
+	if err != nil {
+		return key, false
+	}
+	h := sha256.New()
+	h.Write([]byte(label))
+	h.Write([]byte{0})
+	h.Write(der)
+	return [32]byte(h.Sum(nil)), true
+}
+
+// ClientSessions is how many distributors' TLS sessions an agent keeps to
+// resume with (ClientTLSConfig).
+const ClientSessions = 16
+
+// ClientTLSConfig returns a copy of base set up for the agent's side of the
+// protocol: TLS 1.3 at least, ALPN "lehr/1", and a cache of TLS sessions
+// (ClientSessions) so that a reconnect resumes the session of the last
+// connection to that distributor (see ServerTLSConfig). base carries the
+// client certificate and RootCAs. A base with a ClientSessionCache keeps
+// it: make the config once per agent, not per dial, or no session is ever
+// resumed.
+func ClientTLSConfig(base *tls.Config) *tls.Config {
+	c := protocolTLS(base)
+	c.SessionTicketsDisabled = false
+	if c.ClientSessionCache == nil {
+		c.ClientSessionCache = newSessionCache(ClientSessions)
+	}
+	return c
+}
+
+// sessionDropAfter is how many failed handshakes in a row a cached session
+// survives (sessionCache).
+const sessionDropAfter = 8
+
+// sessionCache is an LRU cache of TLS sessions that keeps a session through
+// a few failed handshakes. crypto/tls drops the session after any
+// handshake that offered it fails — so that a corrupt one cannot fail
+// every later handshake — but a distributor in a reconnect storm refuses
+// most first attempts (fanout's admission bound), or they time out, and
+// dropping the session then made most agents' eventual handshake a full
+// one: a storm of 3,000 agents resumed only 781 sessions. A session is
+// dropped after sessionDropAfter failures in a row instead; a new ticket
+// (every completed handshake brings one) starts the count again.
+type sessionCache struct {
+	lru tls.ClientSessionCache
+
+	mu       sync.Mutex
+	failures map[string]int
+}
+
+func newSessionCache(n int) *sessionCache {
+	return &sessionCache{lru: tls.NewLRUClientSessionCache(n), failures: map[string]int{}}
+}
+
+// Get implements tls.ClientSessionCache.
+func (c *sessionCache) Get(key string) (*tls.ClientSessionState, bool) { return c.lru.Get(key) }
+
+// Put implements tls.ClientSessionCache: cs nil is crypto/tls dropping the
+// session after a failed handshake.
+func (c *sessionCache) Put(key string, cs *tls.ClientSessionState) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if cs != nil {
+		delete(c.failures, key)
+		c.lru.Put(key, cs)
+		return
+	}
+	c.failures[key]++
+	if c.failures[key] >= sessionDropAfter {
+		delete(c.failures, key)
+		c.lru.Put(key, nil)
+	}
+}
+
+// protocolTLS returns a copy of base with what both sides need: TLS 1.3 at
+// least and ALPN "lehr/1".
+func protocolTLS(base *tls.Config) *tls.Config {
 	c := base.Clone()
 	if c == nil {
 		c = &tls.Config{}
 	}
-	c.MinVersion = tls.VersionTLS13
+	c.MinVersion = max(c.MinVersion, tls.VersionTLS13)
 	c.NextProtos = []string{ALPN}
-	// No agent keeps a TLS session cache, so a distributor's session
-	// tickets were never used: issuing none saves a ticket's encryption per
-	// handshake and the buffer quic-go keeps for it per connection. Enable
-	// tickets here and ClientSessionCache in the agent together if
-	// resumption is ever wanted (cheaper reconnect storms).
-	c.SessionTicketsDisabled = true
 	return c
 }
 

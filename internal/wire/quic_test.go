@@ -43,9 +43,13 @@ const testTimeout = 30 * time.Second
 // mutually authenticated.
 type testPKI struct {
 	server, client *tls.Config
+	// serverBase is server before ServerTLSConfig.
+	serverBase *tls.Config
+	// leaf issues another certificate from the test CA.
+	leaf func(serial int64, cn string, usage x509.ExtKeyUsage) tls.Certificate
 }
 
-func newTestPKI(t *testing.T) testPKI {
+func newTestPKI(t testing.TB) testPKI {
 	t.Helper()
 	newKey := func() *ecdsa.PrivateKey {
 		k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
@@ -85,12 +89,13 @@ func newTestPKI(t *testing.T) testPKI {
 		}
 		return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: k}
 	}
+	serverBase := &tls.Config{
+		Certificates: []tls.Certificate{leaf(2, "distributor", x509.ExtKeyUsageServerAuth)},
+		ClientCAs:    pool, ClientAuth: tls.RequireAndVerifyClientCert,
+	}
 	return testPKI{
-		server: TLSConfig(&tls.Config{
-			Certificates: []tls.Certificate{leaf(2, "distributor", x509.ExtKeyUsageServerAuth)},
-			ClientCAs:    pool, ClientAuth: tls.RequireAndVerifyClientCert,
-		}),
-		client: TLSConfig(&tls.Config{
+		server: ServerTLSConfig(serverBase), serverBase: serverBase, leaf: leaf,
+		client: ClientTLSConfig(&tls.Config{
 			Certificates: []tls.Certificate{leaf(3, "host-1", x509.ExtKeyUsageClientAuth)},
 			RootCAs:      pool,
 		}),
@@ -100,7 +105,7 @@ func newTestPKI(t *testing.T) testPKI {
 // startListener serves QUIC on loopback and runs handle for every
 // connection until the test ends; cleanup closes everything and waits for
 // every handler.
-func startListener(t *testing.T, tlsConf *tls.Config, handle func(ctx context.Context, conn *quic.Conn)) string {
+func startListener(t testing.TB, tlsConf *tls.Config, handle func(ctx context.Context, conn *quic.Conn)) string {
 	t.Helper()
 	ln, err := quic.ListenAddr("127.0.0.1:0", tlsConf, ServerQUICConfig())
 	if err != nil {

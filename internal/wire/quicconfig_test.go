@@ -3,8 +3,8 @@ package wire_test
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"io"
-	"sync"
 	"testing"
 
 	"github.com/quic-go/quic-go"
@@ -76,65 +76,132 @@ func TestServerAndClientQUICConfigStreamLimits(t *testing.T) {
 	}
 }
 
-// TestTLSConfigIssuesNoSessionTickets: a client that would resume a session
-// cannot, because a distributor's TLSConfig issues no tickets.
-func TestTLSConfigIssuesNoSessionTickets(t *testing.T) {
+// TestSessionResumption: an agent's reconnect resumes its TLS session —
+// also with a restarted distributor, whose ticket key is derived from its
+// private key — and the distributor still sees the agent's certificate; a
+// distributor with another key, or one that no longer trusts the agent's
+// CA, does not resume it.
+func TestSessionResumption(t *testing.T) {
 	pki := newTestPKI(t)
-	ln, err := quic.ListenAddr("127.0.0.1:0", pki.server, ServerQUICConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
-	var wg sync.WaitGroup
-	defer func() {
-		cancel()
-		ln.Close()
-		wg.Wait()
-	}()
-	wg.Go(func() {
-		for {
-			conn, err := ln.Accept(ctx)
-			if err != nil {
-				return
-			}
-			wg.Go(func() {
-				defer conn.CloseWithError(CodeNoError, "")
+	defer cancel()
+	otherKey := pki.serverBase.Clone()
+	otherKey.Certificates = []tls.Certificate{pki.leaf(9, "distributor", x509.ExtKeyUsageServerAuth)}
+	otherCA := pki.serverBase.Clone()
+	otherCA.ClientCAs = x509.NewCertPool()
+
+	// One agent's config, kept across its dials as the agent keeps it.
+	client := ClientTLSConfig(pki.client)
+	for _, tc := range []struct {
+		name       string
+		server     *tls.Config // before ServerTLSConfig
+		wantResume bool
+		wantFail   bool
+	}{
+		{name: "first connection: full handshake", server: pki.serverBase},
+		{name: "reconnect resumes", server: pki.serverBase, wantResume: true},
+		{name: "restarted distributor resumes", server: pki.serverBase, wantResume: true},
+		{name: "another distributor key: full handshake", server: otherKey},
+		// The cache keeps one session per server name: the other key's.
+		{name: "back to the first key: full handshake", server: pki.serverBase},
+		{name: "agent's CA no longer trusted: refused", server: otherCA, wantFail: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			// A listener of its own each time: a restart for the
+			// distributor's TLS state.
+			sc := ServerTLSConfig(tc.server)
+			peers := make(chan string, 1)
+			addr := startListener(t, sc, func(ctx context.Context, conn *quic.Conn) {
+				// What the distributor's identity check reads
+				// (fanout.checkIdentity): the verified chains, also of
+				// a resumed session.
+				st := conn.ConnectionState().TLS
+				if len(st.VerifiedChains) > 0 {
+					peers <- st.VerifiedChains[0][0].Subject.CommonName
+				}
 				s, err := conn.AcceptStream(ctx)
 				if err != nil {
 					return
 				}
 				var b [1]byte
 				if _, err := io.ReadFull(s, b[:]); err == nil {
-					s.Write(b[:])
+					_, _ = s.Write(b[:])
 				}
 				<-ctx.Done()
 			})
+			conn, err := quic.DialAddr(ctx, addr, client, ClientQUICConfig())
+			if tc.wantFail {
+				// The client may finish its side before the server
+				// checks the client certificate: the server then closes.
+				if err == nil {
+					select {
+					case <-conn.Context().Done():
+					case <-ctx.Done():
+						t.Fatal("connection still up, want the handshake refused")
+					}
+				}
+				select {
+				case cn := <-peers:
+					t.Errorf("distributor accepted client %q, want it refused", cn)
+				default:
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.CloseWithError(CodeNoError, "")
+			// The server sends its ticket right after the handshake,
+			// before any stream data: after an echo it has arrived.
+			s, err := conn.OpenStreamSync(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := s.Write([]byte{7}); err != nil {
+				t.Fatal(err)
+			}
+			var b [1]byte
+			if _, err := io.ReadFull(s, b[:]); err != nil {
+				t.Fatal(err)
+			}
+			if got := conn.ConnectionState().TLS.DidResume; got != tc.wantResume {
+				t.Errorf("DidResume = %v, want %v", got, tc.wantResume)
+			}
+			select {
+			case cn := <-peers:
+				if cn != "host-1" {
+					t.Errorf("distributor saw client certificate %q, want host-1", cn)
+				}
+			default:
+				t.Error("distributor saw no verified client certificate")
+			}
+		})
+	}
+}
+
+// TestSessionCacheKeepsSessionsThroughFailures: crypto/tls drops a session
+// after any failed handshake that offered it; the agent's cache keeps it
+// through a few (a refused attempt in a reconnect storm) and drops it after
+// as many failures in a row as a corrupt session would cause.
+func TestSessionCacheKeepsSessionsThroughFailures(t *testing.T) {
+	c := ClientTLSConfig(&tls.Config{}).ClientSessionCache
+	s1, s2 := &tls.ClientSessionState{}, &tls.ClientSessionState{}
+	c.Put("d1", s1)
+	for i := range SessionDropAfter - 1 {
+		c.Put("d1", nil) // a failed handshake
+		if got, ok := c.Get("d1"); !ok || got != s1 {
+			t.Fatalf("after %d failures: Get = %p, %v, want the session kept", i+1, got, ok)
 		}
-	})
-	tc := pki.client.Clone()
-	tc.SessionTicketsDisabled = false
-	tc.ClientSessionCache = tls.NewLRUClientSessionCache(4)
-	for i := range 2 {
-		conn, err := quic.DialAddr(ctx, ln.Addr().String(), tc, ClientQUICConfig())
-		if err != nil {
-			t.Fatalf("dial #%d: %v", i+1, err)
-		}
-		// A server sends its ticket right after the handshake, before
-		// any stream data: after an echo, any ticket has arrived.
-		s, err := conn.OpenStreamSync(ctx)
-		if err != nil {
-			t.Fatalf("open stream: %v", err)
-		}
-		var b [1]byte
-		if _, err := s.Write([]byte{7}); err != nil {
-			t.Fatalf("write: %v", err)
-		}
-		if _, err := io.ReadFull(s, b[:]); err != nil {
-			t.Fatalf("read echo: %v", err)
-		}
-		if conn.ConnectionState().TLS.DidResume {
-			t.Errorf("connection #%d resumed a TLS session, want full handshakes only", i+1)
-		}
-		conn.CloseWithError(CodeNoError, "")
+	}
+	c.Put("d1", s2) // a handshake succeeded: its new ticket
+	for range SessionDropAfter - 1 {
+		c.Put("d1", nil)
+	}
+	if got, _ := c.Get("d1"); got != s2 {
+		t.Fatalf("Get = %p, want the new session, kept: a new ticket starts the count again", got)
+	}
+	c.Put("d1", nil)
+	if got, ok := c.Get("d1"); ok {
+		t.Fatalf("after %d failures in a row: Get = %p, want the session dropped", SessionDropAfter, got)
 	}
 }

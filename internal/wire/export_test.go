@@ -1,0 +1,4 @@
+package wire
+
+// SessionDropAfter is sessionDropAfter, for the external tests.
+const SessionDropAfter = sessionDropAfter
