@@ -19,7 +19,11 @@ type cpuProfile struct {
 
 // startCPUProfile starts profiling into dir/name.pprof.
 func startCPUProfile(dir, name string) (*cpuProfile, error) {
-	path := filepath.Join(dir, name+".pprof")
+	return startCPUProfileFile(filepath.Join(dir, name+".pprof"))
+}
+
+// startCPUProfileFile starts profiling into the file at path.
+func startCPUProfileFile(path string) (*cpuProfile, error) {
 	f, err := os.Create(path)
 	if err != nil {
 		return nil, err

@@ -29,12 +29,17 @@ import (
 	"lehr.dev/lehr/internal/backoff"
 	"lehr.dev/lehr/internal/pki"
 	"lehr.dev/lehr/internal/tlsconfig"
+	"lehr.dev/lehr/internal/wire"
 )
 
 // SwarmEnv is the environment variable that turns a lehr-bench (or bench
 // test) process into a swarm child: main must call SwarmMain when it is
 // "1".
 const SwarmEnv = "LEHR_BENCH_SWARM"
+
+// SwarmCPUProfileEnv, when set, makes each swarm child write a CPU profile
+// of its run to the variable's value followed by "-" and its process ID.
+const SwarmCPUProfileEnv = "LEHR_BENCH_SWARM_CPUPROFILE"
 
 // swarmConfig is the first line the parent sends.
 type swarmConfig struct {
@@ -83,12 +88,22 @@ type swarmEvent struct {
 // SwarmMain runs the swarm child on stdin and stdout and exits the
 // process. Call it from main (or TestMain) when os.Getenv(SwarmEnv) is "1".
 func SwarmMain() {
-	err := runSwarm(os.Stdin, os.Stdout)
-	if err != nil {
+	if err := swarmMain(); err != nil {
 		fmt.Fprintln(os.Stderr, "swarm:", err)
 		os.Exit(1)
 	}
 	os.Exit(0)
+}
+
+func swarmMain() error {
+	if path := os.Getenv(SwarmCPUProfileEnv); path != "" {
+		p, err := startCPUProfileFile(fmt.Sprintf("%s-%d", path, os.Getpid()))
+		if err != nil {
+			return err
+		}
+		defer p.stop()
+	}
+	return runSwarm(os.Stdin, os.Stdout)
 }
 
 type swarmChild struct {
@@ -168,7 +183,9 @@ func runSwarm(in io.Reader, out io.Writer) error {
 		if err != nil {
 			return err
 		}
-		s.tls[i] = &tls.Config{MinVersion: tls.VersionTLS13, Certificates: []tls.Certificate{pair}, RootCAs: ca.Pool(), ServerName: "127.0.0.1"}
+		// Made once per agent, as the real agent makes it once
+		// (agent/upstream): its TLS session cache lives across redials.
+		s.tls[i] = wire.ClientTLSConfig(&tls.Config{Certificates: []tls.Certificate{pair}, RootCAs: ca.Pool(), ServerName: "127.0.0.1"})
 	}
 	s.dialAll(max(cfg.Parallel, 1), false, "connected")
 	for {

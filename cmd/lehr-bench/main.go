@@ -8,7 +8,7 @@
 //
 // Usage:
 //
-//	lehr-bench [-quick|-full] [-scenario REGEXP] [-storm-agents N] [-out DIR] [-workdir DIR]
+//	lehr-bench [-quick|-full] [-scenario REGEXP] [-storm-agents N] [-out DIR] [-workdir DIR] [-cpuprofile FILE]
 package main
 
 import (
@@ -19,6 +19,7 @@ import (
 	"os"
 	"os/signal"
 	"regexp"
+	"runtime/pprof"
 	"syscall"
 
 	"lehr.dev/lehr/bench"
@@ -45,6 +46,7 @@ func run() error {
 	agentBin := flag.String("agent-binary", "", "lehr-agent binary for the agent-process scenarios; default: build cmd/lehr-agent")
 	stormAgents := flag.Int("storm-agents", 0, "run the storm scenario at this one number of agents instead of the profile's")
 	verbose := flag.Bool("v", false, "log the components' info messages to stderr")
+	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file, and one of each swarm child (the simulated agents) to FILE.swarm-PID; read them with go tool pprof (not with the fanout scenario, which profiles its busiest case itself)")
 	peerTLS := flag.Bool("peer-tls", true, "run the etcd and NATS peers with TLS 1.3 and verified client certificates, as Lehr's QUIC always is; false runs them plaintext (recorded per row)")
 	flag.Parse()
 
@@ -81,6 +83,22 @@ func run() error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			return fmt.Errorf("-cpuprofile: %w", err)
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return fmt.Errorf("-cpuprofile: %w", err)
+		}
+		defer pprof.StopCPUProfile()
+		// Swarm children inherit the environment.
+		if err := os.Setenv(bench.SwarmCPUProfileEnv, *cpuProfile+".swarm"); err != nil {
+			return err
+		}
+	}
 
 	fmt.Printf("lehr-bench: %s profile\n\n", profile)
 	r, err := bench.RunScenarios(ctx, bench.Options{
