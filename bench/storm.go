@@ -136,14 +136,21 @@ func stormLehr(ctx context.Context, e *Env, n int) (Row, error) {
 	self := os.Getpid()
 	cpu0, _ := readProc(self)
 	start := time.Now()
-	redial, err := sw.command(ctx, "redial", "redialed")
-	if err != nil {
-		return row, err
+	// The redial command answers once every agent is welcomed again;
+	// meanwhile the loop below watches the distributor.
+	type redialed struct {
+		ev  swarmEvent
+		err error
 	}
+	redialc := make(chan redialed, 1)
+	go func() {
+		ev, err := sw.command(ctx, "redial", "redialed")
+		redialc <- redialed{ev, err}
+	}()
 	converged := false
 	agents, at := 0, 0
 	deadline := start.Add(stormTimeout)
-	nextLog := time.Now().Add(10 * time.Second)
+	nextLog := time.Now().Add(time.Second)
 	for {
 		// Polled every 20 ms, and the per-version counts (a scan of every
 		// session under its lock) only once every agent is connected: a
@@ -168,8 +175,11 @@ func stormLehr(ctx context.Context, e *Env, n int) (Row, error) {
 			break
 		}
 		if time.Now().After(nextLog) {
-			e.Log.Info("storm: waiting for convergence", "n", n, "connected", agents, "at_goal", at, "admitting", dist.Stats().Admitting, "elapsed", time.Since(start))
-			nextLog = time.Now().Add(10 * time.Second)
+			// Every second: how the storm progresses (lehr-bench -v).
+			st := dist.Stats()
+			e.Log.Info("storm: waiting for convergence", "n", n, "connected", agents, "admitting", st.Admitting,
+				"handshakes", st.Handshakes+st.ResumedHandshakes, "refused", st.RefusedHandshakes, "elapsed", time.Since(start).Round(time.Millisecond))
+			nextLog = time.Now().Add(time.Second)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -181,6 +191,16 @@ func stormLehr(ctx context.Context, e *Env, n int) (Row, error) {
 		if _, err := topSummary(path, e.OutDir, fmt.Sprintf("storm-%s-N%d-cpu-top10", e.Profile, n), hdr); err != nil {
 			e.Log.Warn("storm: CPU profile summary unavailable", "err", err)
 		}
+	}
+	var redial swarmEvent
+	select {
+	case r := <-redialc:
+		if r.err != nil {
+			return row, r.err
+		}
+		redial = r.ev
+	case <-ctx.Done():
+		return row, ctx.Err()
 	}
 	time.Sleep(100 * time.Millisecond)
 	d1, u1 := relayBytes(relay)
