@@ -120,20 +120,20 @@ func SetSilenceTimeout(c *quic.Config, d time.Duration) {
 // tickets an agent can resume with (see ClientTLSConfig). base carries the
 // certificate and, for mutual TLS, ClientAuth and ClientCAs.
 //
-// Resumption skips the certificates and their signatures — a third of a
-// handshake's work at both ends, which bounds how fast a reconnect storm
-// converges — and keeps the ephemeral key exchange (psk_dhe_ke), so the
-// traffic keys stay forward secret; no early data is ever accepted. The
-// session-ticket keys are derived from the first certificate's private key
-// (HKDF-SHA256), so tickets survive a restart of the distributor (the
-// moment every agent reconnects at once) with no key file of its own, and
-// whoever can read a ticket key could as well impersonate the distributor
-// with its private key. A new key (a renewed certificate) invalidates every
-// ticket: the next connection is a full handshake. (A base without a
-// private key — a GetCertificate callback — keeps crypto/tls's own keys,
-// which do not survive a restart.) On resumption
-// crypto/tls still checks the client certificate's expiry and its chain
-// against the ClientCAs of now; a ticket lives at most 7 days.
+// Resumption skips the certificates and their signatures — a quarter of a
+// handshake's CPU at both ends (BenchmarkHandshake) — and keeps the
+// ephemeral key exchange (psk_dhe_ke), so the traffic keys stay forward
+// secret; no early data is ever accepted. The session-ticket key is
+// derived from the first certificate's private key (KeyFromCertificate),
+// so tickets survive a restart of the distributor (the moment every agent
+// reconnects at once) with no key file of its own, and whoever could read
+// a ticket key could as well impersonate the distributor with its private
+// key. A new key (a renewed certificate) invalidates every ticket: the next
+// connection is a full handshake. (A base without a private key — a
+// GetCertificate callback — keeps crypto/tls's own keys, which do not
+// survive a restart.) On resumption crypto/tls still checks the client
+// certificate's expiry and its chain against the ClientCAs of now; a
+// ticket lives at most 7 days.
 func ServerTLSConfig(base *tls.Config) *tls.Config {
 	c := protocolTLS(base)
 	c.SessionTicketsDisabled = false
