@@ -20,7 +20,7 @@ type serverMetrics struct {
 	protocolErrors            *metrics.Counter
 	unavailable               *metrics.Counter
 	refusedHandshakes         *metrics.Counter
-	handshakes                *metrics.Counter // completed, full
+	fullHandshakes            *metrics.Counter // completed, full
 	resumedHandshakes         *metrics.Counter // completed, TLS session resumed
 	ackTimeouts, strayAcks    *metrics.Counter
 
@@ -42,7 +42,7 @@ func newServerMetrics(set *metrics.Set, srv *Server) *serverMetrics {
 		protocolErrors:    set.NewCounter(`lehr_distributor_protocol_errors_total`),
 		unavailable:       set.NewCounter(`lehr_distributor_unavailable_total`),
 		refusedHandshakes: set.NewCounter(`lehr_distributor_refused_handshakes_total`),
-		handshakes:        set.NewCounter(`lehr_distributor_handshakes_total{tls="full"}`),
+		fullHandshakes:    set.NewCounter(`lehr_distributor_handshakes_total{tls="full"}`),
 		resumedHandshakes: set.NewCounter(`lehr_distributor_handshakes_total{tls="resumed"}`),
 		ackTimeouts:       set.NewCounter(`lehr_distributor_ack_timeouts_total`),
 		strayAcks:         set.NewCounter(`lehr_distributor_stray_acks_total`),

@@ -520,7 +520,7 @@ func (s *Server) Stats() Stats {
 
 		RefusedHandshakes: s.met.refusedHandshakes.Get(),
 		Admitting:         int(s.handshakes.Load()),
-		Handshakes:        s.met.handshakes.Get(),
+		Handshakes:        s.met.fullHandshakes.Get(),
 		ResumedHandshakes: s.met.resumedHandshakes.Get(),
 	}
 }

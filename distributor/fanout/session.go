@@ -106,7 +106,7 @@ func (s *Server) handle(conn *quic.Conn) {
 	if conn.ConnectionState().TLS.DidResume {
 		s.met.resumedHandshakes.Inc()
 	} else {
-		s.met.handshakes.Inc()
+		s.met.fullHandshakes.Inc()
 	}
 
 	hctx, hcancel := context.WithTimeout(ctx, s.opts.HandshakeTimeout)

@@ -167,13 +167,13 @@ func KeyFromCertificate(cfg *tls.Config, label string) (key [32]byte, ok bool) {
 	return [32]byte(h.Sum(nil)), true
 }
 
-// ClientSessions is how many distributors' TLS sessions an agent keeps to
+// clientSessions is how many distributors' TLS sessions an agent keeps to
 // resume with (ClientTLSConfig).
-const ClientSessions = 16
+const clientSessions = 16
 
 // ClientTLSConfig returns a copy of base set up for the agent's side of the
 // protocol: TLS 1.3 at least, ALPN "lehr/1", and a cache of TLS sessions
-// (ClientSessions) so that a reconnect resumes the session of the last
+// (clientSessions) so that a reconnect resumes the session of the last
 // connection to that distributor (see ServerTLSConfig). base carries the
 // client certificate and RootCAs. A base with a ClientSessionCache keeps
 // it: make the config once per agent, not per dial, or no session is ever
@@ -182,7 +182,7 @@ func ClientTLSConfig(base *tls.Config) *tls.Config {
 	c := protocolTLS(base)
 	c.SessionTicketsDisabled = false
 	if c.ClientSessionCache == nil {
-		c.ClientSessionCache = newSessionCache(ClientSessions)
+		c.ClientSessionCache = newSessionCache(clientSessions)
 	}
 	return c
 }
