@@ -244,6 +244,16 @@ func fanoutLehr(ctx context.Context, e *Env, p fanoutParams, n int, profile bool
 	cost.Add("cpu/update net", ((cpu1.cpu-cpu0.cpu).Seconds()-idleCores*elapsed.Seconds())/rounds, "s")
 	cost.Add("patch B/agent", float64(st1.PatchBytes-st0.PatchBytes)/rounds/float64(n), "B")
 	cost.Add("snapshots", float64(st1.SnapshotPushes-st0.SnapshotPushes), "")
+	// The simulated agents redial a lost connection as the real agent
+	// does; a loss shows as a late or missed delivery above, and here.
+	sst, err := sw.command(ctx, "stats", "stats")
+	if err != nil {
+		return Row{}, cost, nil, err
+	}
+	cost.Add("lost", float64(sst.Lost), "")
+	if sst.Lost > 0 {
+		res.Notes = append(res.Notes, fmt.Sprintf("N=%d: %d agent connections were lost after their Welcome and redialed (by error: %v).", n, sst.Lost, sst.LostBy))
+	}
 	if prof != nil {
 		path := prof.stop()
 		hdr := fmt.Sprintf("CPU profile of the bench process (control + embedded etcd + distributor; agents in a child) during %d updates to N=%d agents, profile %s.", int(rounds), n, e.Profile)

@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"os"
 	"os/exec"
 	"sync"
@@ -64,9 +65,9 @@ type swarmEvent struct {
 	Failed    int    `json:"failed,omitempty"`
 	Err       string `json:"err,omitempty"`
 	ElapsedNS int64  `json:"elapsed_ns,omitempty"`
-	// redialed, stats: failed connection attempts since "redial" (each
-	// followed by a backoff), and connections lost after their Welcome
-	// (each redialed).
+	// redialed, stats: failed connection attempts since the swarm started
+	// or its last "redial" (each followed by a backoff), and connections
+	// lost after their Welcome (each redialed) since then.
 	Retries int `json:"retries,omitempty"`
 	Lost    int `json:"lost,omitempty"`
 	// applied:
@@ -81,8 +82,10 @@ type swarmEvent struct {
 	Stats *agenttest.Stats `json:"stats,omitempty"`
 	Alive int              `json:"alive,omitempty"`
 	// Ended counts the agents whose connection has ended, by the error
-	// it ended with.
-	Ended map[string]int `json:"ended,omitempty"`
+	// it ended with; LostBy counts the connections counted in Lost
+	// likewise.
+	Ended  map[string]int `json:"ended,omitempty"`
+	LostBy map[string]int `json:"lost_by,omitempty"`
 }
 
 // SwarmMain runs the swarm child on stdin and stdout and exits the
@@ -125,7 +128,13 @@ type swarmChild struct {
 
 	mu     sync.Mutex
 	agents []*agenttest.Agent
-	gen    []int // connection generation per agent
+	// owner is, per agent, the number of the keep loop that runs it; a
+	// loop whose number is no longer there stops (redialAll takes every
+	// agent over).
+	owner []int
+	// lostBy counts the connections lost after their Welcome by the error
+	// they ended with.
+	lostBy map[string]int
 	wg     sync.WaitGroup
 }
 
@@ -152,7 +161,8 @@ func runSwarm(in io.Reader, out io.Writer) error {
 		log:    slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError})),
 		out:    make(chan swarmEvent, 4096),
 		agents: make([]*agenttest.Agent, cfg.N),
-		gen:    make([]int, cfg.N),
+		owner:  make([]int, cfg.N),
+		lostBy: map[string]int{},
 		tls:    make([]*tls.Config, cfg.N),
 	}
 	writerDone := make(chan struct{})
@@ -187,7 +197,7 @@ func runSwarm(in io.Reader, out io.Writer) error {
 		// (agent/upstream): its TLS session cache lives across redials.
 		s.tls[i] = wire.ClientTLSConfig(&tls.Config{Certificates: []tls.Certificate{pair}, RootCAs: ca.Pool(), ServerName: "127.0.0.1"})
 	}
-	s.dialAll(max(cfg.Parallel, 1), false, "connected")
+	s.dialAll(max(cfg.Parallel, 1))
 	for {
 		line, err := rd.ReadString('\n')
 		if err != nil {
@@ -209,11 +219,11 @@ func runSwarm(in io.Reader, out io.Writer) error {
 	return nil
 }
 
-// dialAll connects every agent, parallel at a time; with cached, each
-// announces what its previous connection held (an intact cache). Each
-// agent is tried up to 3 times. An agent connected this way is not
-// redialed when its connection ends (see redialAll for that).
-func (s *swarmChild) dialAll(parallel int, cached bool, ev string) {
+// dialAll connects every agent, parallel at a time, and reports
+// "connected". Each agent is tried up to 3 times; once connected it is
+// kept as the real agent keeps its connection (see keep): redialed when
+// the connection ends, announcing what it held.
+func (s *swarmChild) dialAll(parallel int) {
 	start := time.Now()
 	sem := make(chan struct{}, parallel)
 	var wg sync.WaitGroup
@@ -223,14 +233,6 @@ func (s *swarmChild) dialAll(parallel int, cached bool, ev string) {
 		sem <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-sem }()
-			var held []agenttest.Cached
-			s.mu.Lock()
-			prev := s.agents[i]
-			s.mu.Unlock()
-			if cached && prev != nil {
-				held = prev.Cached()
-				prev.Kill()
-			}
 			var err error
 			for attempt := range 3 {
 				if attempt > 0 {
@@ -240,15 +242,16 @@ func (s *swarmChild) dialAll(parallel int, cached bool, ev string) {
 				ctx, cancel := context.WithTimeout(s.ctx, 30*time.Second)
 				a, err = agenttest.Dial(ctx, agenttest.Options{
 					Addr: s.cfg.Addr, TLS: s.tls[i], HostID: fmt.Sprintf("%s-%d", s.cfg.Prefix, i), Zone: s.cfg.Zone,
-					Subscriptions: s.cfg.Subs, Cached: held, Logger: s.log,
+					Subscriptions: s.cfg.Subs, Logger: s.log,
 				})
 				cancel()
 				if err == nil {
 					s.mu.Lock()
+					s.owner[i]++
+					me := s.owner[i]
 					s.agents[i] = a
-					s.gen[i]++
 					s.mu.Unlock()
-					s.wg.Go(func() { s.follow(i, a) })
+					s.wg.Go(func() { s.keep(i, me, a, nil, func() {}, func(error) {}) })
 					return
 				}
 			}
@@ -261,7 +264,7 @@ func (s *swarmChild) dialAll(parallel int, cached bool, ev string) {
 		})
 	}
 	wg.Wait()
-	s.out <- swarmEvent{Ev: ev, Connected: s.cfg.N - failed, Failed: failed, Err: firstErr, ElapsedNS: time.Since(start).Nanoseconds()}
+	s.out <- swarmEvent{Ev: "connected", Connected: s.cfg.N - failed, Failed: failed, Err: firstErr, ElapsedNS: time.Since(start).Nanoseconds()}
 }
 
 // Reconnection of the swarm's agents after "redial" mirrors the real
@@ -285,13 +288,26 @@ func (s *swarmChild) redialAll() {
 	start := time.Now()
 	s.retries.Store(0)
 	s.lost.Store(0)
+	s.mu.Lock()
+	clear(s.lostBy)
+	s.mu.Unlock()
 	var connected atomic.Int64
 	all := make(chan struct{})
 	var errMu sync.Mutex
 	firstErr := ""
 	for i := range s.cfg.N {
 		s.wg.Go(func() {
-			s.keep(i, func() {
+			s.mu.Lock()
+			s.owner[i]++
+			me := s.owner[i]
+			prev := s.agents[i]
+			s.mu.Unlock()
+			var held []agenttest.Cached
+			if prev != nil {
+				held = prev.Cached()
+				prev.Kill()
+			}
+			s.keep(i, me, nil, held, func() {
 				if connected.Add(1) == int64(s.cfg.N) {
 					close(all)
 				}
@@ -322,61 +338,72 @@ func (s *swarmChild) redialAll() {
 		Retries: int(s.retries.Load()), Lost: int(s.lost.Load())}
 }
 
-// keep runs agent i until the swarm quits: it kills the agent's current
-// connection, then dials, announcing what that connection held, and
-// redials with backoff whenever an attempt fails or the connection ends.
-// welcomed is called after the first successful dial, failed after every
-// failed attempt.
-func (s *swarmChild) keep(i int, welcomed func(), failed func(error)) {
-	s.mu.Lock()
-	prev := s.agents[i]
-	s.mu.Unlock()
-	var held []agenttest.Cached
-	if prev != nil {
-		held = prev.Cached()
-		prev.Kill()
-	}
+// keep runs agent i until the swarm quits or another keep takes the agent
+// over (owner[i] is no longer me): it follows a, the agent's connection,
+// if a is not nil, else dials announcing held; and it redials with
+// backoff whenever an attempt fails or the connection ends, announcing
+// what the lost connection held. welcomed is called after the first
+// successful dial, failed after every failed attempt.
+func (s *swarmChild) keep(i, me int, a *agenttest.Agent, held []agenttest.Cached, welcomed func(), failed func(error)) {
 	first := true
 	attempt := 0
 	for s.keepCtx.Err() == nil {
-		ctx, cancel := context.WithTimeout(s.keepCtx, swarmHandshakeTimeout)
-		a, err := agenttest.Dial(ctx, agenttest.Options{
-			Addr: s.cfg.Addr, TLS: s.tls[i], HostID: fmt.Sprintf("%s-%d", s.cfg.Prefix, i), Zone: s.cfg.Zone,
-			Subscriptions: s.cfg.Subs, Cached: held, Logger: s.log,
-		})
-		cancel()
-		if err != nil {
+		if a == nil {
+			ctx, cancel := context.WithTimeout(s.keepCtx, swarmHandshakeTimeout)
+			var err error
+			a, err = agenttest.Dial(ctx, agenttest.Options{
+				Addr: s.cfg.Addr, TLS: s.tls[i], HostID: fmt.Sprintf("%s-%d", s.cfg.Prefix, i), Zone: s.cfg.Zone,
+				Subscriptions: s.cfg.Subs, Cached: held, Logger: s.log,
+			})
+			cancel()
+			if err != nil {
+				if s.keepCtx.Err() != nil {
+					return
+				}
+				s.retries.Add(1)
+				failed(err)
+				if !backoff.Sleep(s.keepCtx, swarmBackoff(attempt)) {
+					return
+				}
+				attempt = min(attempt+1, 30)
+				continue
+			}
+			s.mu.Lock()
+			if s.owner[i] != me {
+				s.mu.Unlock()
+				a.Kill()
+				return
+			}
+			s.agents[i] = a
+			s.mu.Unlock()
 			if s.keepCtx.Err() != nil {
+				// closeAll may have missed it.
+				a.Close()
 				return
 			}
-			s.retries.Add(1)
-			failed(err)
-			if !backoff.Sleep(s.keepCtx, swarmBackoff(attempt)) {
-				return
+			if first {
+				first = false
+				welcomed()
 			}
-			attempt = min(attempt+1, 30)
-			continue
-		}
-		s.mu.Lock()
-		s.agents[i] = a
-		s.gen[i]++
-		s.mu.Unlock()
-		if s.keepCtx.Err() != nil {
-			// closeAll may have missed it.
-			a.Close()
-			return
-		}
-		if first {
-			first = false
-			welcomed()
 		}
 		attempt = 0
 		s.follow(i, a)
-		if s.keepCtx.Err() != nil {
+		s.mu.Lock()
+		mine := s.owner[i] == me
+		s.mu.Unlock()
+		if s.keepCtx.Err() != nil || !mine {
 			return
 		}
 		s.lost.Add(1)
+		reason := "<nil>"
+		if err := a.Err(); err != nil {
+			reason = err.Error()
+		}
+		s.mu.Lock()
+		s.lostBy[reason]++
+		s.mu.Unlock()
 		held = a.Cached()
+		a = nil
 		if !backoff.Sleep(s.keepCtx, swarmBackoff(0)) {
 			return
 		}
@@ -424,6 +451,7 @@ func (s *swarmChild) follow(i int, a *agenttest.Agent) {
 func (s *swarmChild) stats() swarmEvent {
 	s.mu.Lock()
 	agents := append([]*agenttest.Agent(nil), s.agents...)
+	lostBy := maps.Clone(s.lostBy)
 	s.mu.Unlock()
 	var sum agenttest.Stats
 	alive := 0
@@ -454,7 +482,7 @@ func (s *swarmChild) stats() swarmEvent {
 		sum.PatchBytes += st.PatchBytes
 		sum.Unavailable += st.Unavailable
 	}
-	return swarmEvent{Ev: "stats", Stats: &sum, Alive: alive, Ended: ended, Retries: int(s.retries.Load()), Lost: int(s.lost.Load())}
+	return swarmEvent{Ev: "stats", Stats: &sum, Alive: alive, Ended: ended, LostBy: lostBy, Retries: int(s.retries.Load()), Lost: int(s.lost.Load())}
 }
 
 func (s *swarmChild) closeAll() {
