@@ -421,6 +421,86 @@ func TestConcurrentPatchesFromSameBase(t *testing.T) {
 	}
 }
 
+// A watch that asks for deltas gets, with each goal event after the
+// initial state, the small change from the replaced goal's version to the
+// new one, equal to what FetchDelta answers; a large change, the initial
+// state and a watch that does not ask get none.
+func TestWatchGoalsDeltas(t *testing.T) {
+	srv := controltest.StartControl(t, control.Options{})
+	cl := srv.Client
+	createDomain(t, cl, "w", nil)
+	v1 := publish(t, cl, "w/a", prop("k", "", "1"), prop("x", "", "1"))
+	ctx, cancel := context.WithCancel(testCtx(t))
+	defer cancel()
+	watch := func(deltas bool) func() *lehrpb.GoalEvent {
+		stream, err := cl.WatchGoals(ctx, &lehrpb.WatchGoalsRequest{Zone: "zone-w", CreateZone: true, Deltas: deltas})
+		if err != nil {
+			t.Fatalf("WatchGoals: %v", err)
+		}
+		return func() *lehrpb.GoalEvent {
+			t.Helper()
+			for {
+				msg, err := stream.Recv()
+				if err != nil {
+					t.Fatalf("Recv: %v", err)
+				}
+				if len(msg.GetEvents()) == 0 {
+					continue // progress
+				}
+				if len(msg.GetEvents()) != 1 {
+					t.Fatalf("message %v: want one event", msg)
+				}
+				return msg.GetEvents()[0]
+			}
+		}
+	}
+	next, plain := watch(true), watch(false)
+	if ev := next(); ev.GetDelta() != nil {
+		t.Errorf("initial event carries a delta: %v", ev.GetDelta())
+	}
+	plain()
+
+	big := strings.Repeat("v", 40<<10)
+	prev := v1
+	for _, tc := range []struct {
+		name  string
+		props []*lehrpb.Property
+		want  bool // a delta
+	}{
+		{"one key changed", []*lehrpb.Property{prop("k", "", "2"), prop("x", "", "1")}, true},
+		{"one key deleted", []*lehrpb.Property{prop("k", "", "2")}, true},
+		{"40 KiB changed", []*lehrpb.Property{prop("k", "", big)}, false},
+		{"a small change of a large version", []*lehrpb.Property{prop("k", "", "3")}, true},
+		{"unchanged", []*lehrpb.Property{prop("k", "", "3")}, true},
+	} {
+		v := publish(t, cl, "w/a", tc.props...)
+		ev := next()
+		if ev.GetGoal().GetVersion() != v.GetSeq() {
+			t.Fatalf("%s: event for version %d, want %d", tc.name, ev.GetGoal().GetVersion(), v.GetSeq())
+		}
+		if p := plain(); p.GetDelta() != nil {
+			t.Errorf("%s: a watch that did not ask for deltas got one", tc.name)
+		}
+		d := ev.GetDelta()
+		if !tc.want {
+			if d != nil {
+				t.Errorf("%s: delta %v, want none", tc.name, d)
+			}
+			prev = v
+			continue
+		}
+		want, err := cl.FetchDelta(testCtx(t), &lehrpb.FetchDeltaRequest{Namespace: "w/a", From: prev.GetSeq(), To: v.GetSeq()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want.Kind = lehrpb.NamespaceKind_NAMESPACE_KIND_UNSPECIFIED // not sent: a namespace's kind never changes
+		if diff := cmp.Diff(want, d, protocmp.Transform()); diff != "" {
+			t.Errorf("%s: delta differs from FetchDelta's (-want +got):\n%s", tc.name, diff)
+		}
+		prev = v
+	}
+}
+
 func TestWatchGoals(t *testing.T) {
 	srv := controltest.StartControl(t, control.Options{})
 	cl := srv.Client
@@ -587,9 +667,12 @@ func TestWatchGoalsRevisionGone(t *testing.T) {
 		t.Fatalf("etcd client: %v", err)
 	}
 	defer cli.Close()
-	latest, err := cli.Get(testCtx(t), "any")
+	// A write after the publish, so that the compaction also removes the
+	// publish's own revision (a small publish is one revision, old + 1):
+	// revisions below the compaction's are gone.
+	latest, err := cli.Put(testCtx(t), "unrelated", "x")
 	if err != nil {
-		t.Fatalf("etcd get: %v", err)
+		t.Fatalf("etcd put: %v", err)
 	}
 	if _, err := cli.Compact(testCtx(t), latest.Header.GetRevision()); err != nil {
 		t.Fatalf("etcd compact: %v", err)

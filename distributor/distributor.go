@@ -227,7 +227,9 @@ func New(opts Options) (*Distributor, error) {
 		Logger:      log,
 		OnChange:    d.markDirty,
 		OnReconnect: func() { d.reconnects.Inc() },
+		OnMessage:   d.offerDeltas,
 		CreateZone:  true,
+		Deltas:      true,
 	})
 	if err != nil {
 		conn.Close()
@@ -246,6 +248,16 @@ func New(opts Options) (*Distributor, error) {
 	d.set.NewGauge("lehr_distributor_zone_distributors", func() float64 { return float64(d.zoneDistributors.Load()) })
 	d.set.NewGauge("lehr_distributor_cache_bytes", func() float64 { return float64(d.cache.Stats().Bytes) })
 	d.set.NewGauge("lehr_distributor_cache_versions", func() float64 { return float64(d.cache.Stats().Versions) })
+	for _, src := range []struct {
+		name string
+		n    func(versions.Stats) uint64
+	}{
+		{"fetch", func(s versions.Stats) uint64 { return s.Fetches }},
+		{"fetched_delta", func(s versions.Stats) uint64 { return s.Deltas }},
+		{"goal_event_delta", func(s versions.Stats) uint64 { return s.Offered }},
+	} {
+		d.set.NewGauge(`lehr_distributor_versions_built_total{from="`+src.name+`"}`, func() float64 { return float64(src.n(d.cache.Stats())) })
+	}
 	return d, nil
 }
 
@@ -471,6 +483,21 @@ func (d *Distributor) Run(ctx context.Context) (err error) {
 }
 
 // markDirty records namespaces whose goal changed; syncGoals picks them up.
+// offerDeltas gives the version cache the small changes control sent
+// with goal events, before the watcher applies them and the goals' new
+// versions are fetched (syncGoals): those built here need no call to
+// control.
+func (d *Distributor) offerDeltas(m *lehrpb.WatchGoalsResponse) {
+	for _, ev := range m.GetEvents() {
+		if ev.GetDelta() == nil {
+			continue
+		}
+		if err := d.cache.Offer(ev.GetGoal().GetNamespace(), ev.GetDelta()); err != nil {
+			d.log.Warn("cannot build a version from the change sent with its goal; fetching it instead", "namespace", ev.GetGoal().GetNamespace(), "err", err)
+		}
+	}
+}
+
 func (d *Distributor) markDirty(nss []string) {
 	d.dirtyMu.Lock()
 	for _, ns := range nss {

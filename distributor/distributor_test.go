@@ -171,6 +171,11 @@ func TestPublishReachesAgentsAndIsReported(t *testing.T) {
 	if diff := cmp.Diff([]string{"b"}, applied[1].Set); diff != "" || len(applied[1].Delete) != 0 {
 		t.Errorf("patch keys (-want +got):\n%s deletes %v", diff, applied[1].Delete)
 	}
+	// v2 was built from the change control sent with its goal event, not
+	// fetched: one call to control fewer on the way to the agents.
+	if st := d.Stats().Cache; st.Offered != 1 || st.Deltas != 0 || st.Fetches != 1 {
+		t.Errorf("version cache: %d built from goal events, %d from fetched deltas, %d fetched whole; want 1, 0, 1 (v1)", st.Offered, st.Deltas, st.Fetches)
+	}
 
 	// Convergence is reported and reaches control.
 	want := []fanout.VersionCount{{Namespace: ns, Version: v2.GetSeq(), Agents: 1}}
@@ -209,6 +214,8 @@ func TestPublishReachesAgentsAndIsReported(t *testing.T) {
 		`lehr_distributor_pushes_total{kind="snapshot"} 1`,
 		`lehr_distributor_namespace_lag{namespace="d/app"} 0`,
 		"lehr_distributor_acks_total 2",
+		`lehr_distributor_versions_built_total{from="goal_event_delta"} 1`,
+		`lehr_distributor_versions_built_total{from="fetch"} 1`,
 		"go_goroutines ",
 		"process_resident_memory_bytes ",
 	} {

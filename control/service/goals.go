@@ -113,6 +113,11 @@ func (s *Service) WatchGoals(req *lehrpb.WatchGoalsRequest, stream grpc.ServerSt
 		if b.Err != nil {
 			return s.watchEnd(stream.Context(), b.Err)
 		}
+		if req.GetDeltas() {
+			for i, ev := range b.Events {
+				ev.Delta = s.deltas.forGoal(ctx, s.st, b.Previous[i], ev)
+			}
+		}
 		if err := stream.Send(&lehrpb.WatchGoalsResponse{Revision: b.Revision, Events: b.Events}); err != nil {
 			return apierror.FromError(err)
 		}

@@ -99,6 +99,8 @@ type Service struct {
 	close   context.CancelFunc
 
 	audit auditWriter // the audit log's background writer (auditlog.go)
+
+	deltas goalDeltas // sent with goal events (WatchGoals)
 }
 
 // New returns a Service. It starts nothing.

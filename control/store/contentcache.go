@@ -5,6 +5,7 @@ import (
 	"sync"
 
 	"lehr.dev/lehr/internal/content"
+	"lehr.dev/lehr/proto/lehrpb"
 )
 
 // DefaultContentCacheBytes is the default Options.ContentCacheBytes.
@@ -26,6 +27,8 @@ const maxCachedContent = 256 << 10
 // cached version is served as it was committed even if etcd's copy of its
 // blobs rotted since; a reader without the entry (another replica, this
 // one after a restart or an eviction) finds the damage (ErrCorrupt).
+// CachedContent serves an entry without the record's read, to a caller
+// that knows the checksum from a record read elsewhere (a goal).
 type contentCache struct {
 	max int64
 
@@ -42,7 +45,7 @@ type cacheKey struct {
 
 type cacheEntry struct {
 	key  cacheKey
-	sum  string
+	info *lehrpb.VersionInfo // its checksum is the entry's
 	snap content.Snapshot
 	size int64
 }
@@ -51,29 +54,30 @@ func newContentCache(max int64) *contentCache {
 	return &contentCache{max: max, lru: list.New(), m: map[cacheKey]*list.Element{}}
 }
 
-// get returns the content of ns@seq if it is cached with checksum sum.
-func (c *contentCache) get(ns string, seq uint64, sum string) (content.Snapshot, bool) {
+// get returns the record and content of ns@seq if it is cached with
+// checksum sum.
+func (c *contentCache) get(ns string, seq uint64, sum string) (*lehrpb.VersionInfo, content.Snapshot, bool) {
 	if c == nil {
-		return content.Snapshot{}, false
+		return nil, content.Snapshot{}, false
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	el, ok := c.m[cacheKey{ns, seq}]
 	if !ok {
-		return content.Snapshot{}, false
+		return nil, content.Snapshot{}, false
 	}
 	e := el.Value.(*cacheEntry)
-	if e.sum != sum {
-		return content.Snapshot{}, false
+	if e.info.GetChecksum() != sum {
+		return nil, content.Snapshot{}, false
 	}
 	c.lru.MoveToFront(el)
-	return e.snap, true
+	return e.info, e.snap, true
 }
 
-// put caches snap, whose checksum is sum, as the content of ns@seq;
-// content larger than maxCachedContent or a quarter of the cache is not
-// kept.
-func (c *contentCache) put(ns string, seq uint64, sum string, snap content.Snapshot) {
+// put caches snap as the content of the version info describes (ns,
+// info's seq and checksum); content larger than maxCachedContent or a
+// quarter of the cache is not kept. info must not be changed afterwards.
+func (c *contentCache) put(ns string, info *lehrpb.VersionInfo, snap content.Snapshot) {
 	if c == nil {
 		return
 	}
@@ -81,14 +85,14 @@ func (c *contentCache) put(ns string, seq uint64, sum string, snap content.Snaps
 	if snap.Size() > maxCachedContent || size > c.max/4 {
 		return
 	}
-	k := cacheKey{ns, seq}
+	k := cacheKey{ns, info.GetSeq()}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if el, ok := c.m[k]; ok {
 		c.lru.MoveToFront(el)
 		return
 	}
-	c.m[k] = c.lru.PushFront(&cacheEntry{key: k, sum: sum, snap: snap, size: size})
+	c.m[k] = c.lru.PushFront(&cacheEntry{key: k, info: info, snap: snap, size: size})
 	c.bytes += size
 	for c.bytes > c.max {
 		el := c.lru.Back()

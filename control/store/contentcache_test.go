@@ -4,6 +4,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"google.golang.org/protobuf/proto"
 )
 
 // Content of a version this store committed (or read before) comes from
@@ -40,6 +42,20 @@ func TestContentCache(t *testing.T) {
 			}
 			if tc.bytes < 0 && n < 2 {
 				t.Errorf("%d etcd reads without the cache; the manifest and blobs were not read", n)
+			}
+
+			// CachedContent reads nothing when the content is in memory,
+			// and never a blob.
+			reads.Store(0)
+			cinfo, csnap, ok := s.CachedContent(ctx, "d/x", v.GetSeq(), v.GetChecksum())
+			if n := reads.Load(); ok != (tc.bytes >= 0) || ok && (n != 0 || !proto.Equal(cinfo, v) || csnap.Checksum() != want.Checksum()) {
+				t.Errorf("CachedContent = %v, %v, %v after %d etcd reads; want the committed version (and no read) only with the cache", cinfo, csnap.Checksum(), ok, n)
+			}
+			if _, _, ok := s.CachedContent(ctx, "d/x", v.GetSeq(), snap(t, "a", "other").Checksum()); ok {
+				t.Error("CachedContent with another checksum than the version's: ok")
+			}
+			if n := reads.Load(); n > 2 {
+				t.Errorf("CachedContent read etcd %d times; want at most one record read per miss", n)
 			}
 		})
 	}

@@ -361,6 +361,10 @@ func (s *Store) checkCandidate(ctx context.Context, ns string, seq uint64, c *le
 type GoalBatch struct {
 	Revision int64
 	Events   []*lehrpb.GoalEvent
+	// Previous holds, for each event of Events, the goal state it
+	// replaced: nil for a new goal, for a delete, or when etcd no longer
+	// had it.
+	Previous []*lehrpb.GoalState
 	Err      error // ErrRevisionGone, or the watch failing; the channel closes after it
 }
 
@@ -400,7 +404,7 @@ func (s *Store) WatchGoals(ctx context.Context, zone string, fromRev int64) <-ch
 		wctx, cancel := context.WithCancel(ctx)
 		defer cancel()
 		start := time.Now()
-		wch := s.cli.Watch(reqCtx(wctx), prefix, clientv3.WithPrefix(), clientv3.WithRev(fromRev), clientv3.WithProgressNotify())
+		wch := s.cli.Watch(reqCtx(wctx), prefix, clientv3.WithPrefix(), clientv3.WithRev(fromRev), clientv3.WithProgressNotify(), clientv3.WithPrevKV())
 		send := func(b GoalBatch) bool {
 			select {
 			case ch <- b:
@@ -441,13 +445,14 @@ func (s *Store) WatchGoals(ctx context.Context, zone string, fromRev int64) <-ch
 					b = GoalBatch{}
 				}
 				b.Revision = ev.Kv.ModRevision
-				ge, err := s.goalEvent(zone, ev)
+				ge, prev, err := s.goalEvent(zone, ev)
 				if err != nil {
 					fail(fmt.Errorf("store: watch goals of %s: %w", zone, err))
 					return
 				}
 				fromRev = b.Revision + 1
 				b.Events = append(b.Events, ge)
+				b.Previous = append(b.Previous, prev)
 			}
 			if len(b.Events) > 0 && !send(b) {
 				return
@@ -471,17 +476,24 @@ func failedWatch(err error) <-chan GoalBatch {
 	return ch
 }
 
-func (s *Store) goalEvent(zone string, ev *clientv3.Event) (*lehrpb.GoalEvent, error) {
+func (s *Store) goalEvent(zone string, ev *clientv3.Event) (*lehrpb.GoalEvent, *lehrpb.GoalState, error) {
 	key := string(ev.Kv.Key)
 	if ev.Type == mvccpb.DELETE {
 		return &lehrpb.GoalEvent{
 			Type: lehrpb.GoalEvent_TYPE_DELETE,
 			Goal: &lehrpb.GoalState{Zone: zone, Namespace: s.lay.nsFromGoal(zone, key)},
-		}, nil
+		}, nil, nil
 	}
 	g := new(lehrpb.GoalState)
 	if err := decode(key, ev.Kv.Value, g); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return &lehrpb.GoalEvent{Type: lehrpb.GoalEvent_TYPE_PUT, Goal: g}, nil
+	var prev *lehrpb.GoalState
+	if ev.PrevKv != nil {
+		prev = new(lehrpb.GoalState)
+		if err := decode(key, ev.PrevKv.Value, prev); err != nil {
+			return nil, nil, err
+		}
+	}
+	return &lehrpb.GoalEvent{Type: lehrpb.GoalEvent_TYPE_PUT, Goal: g}, prev, nil
 }

@@ -376,7 +376,7 @@ func (s *Store) tryCommit(ctx context.Context, c Commit, domain string, m *manif
 	if c.Deleted != nil {
 		*c.Deleted = deleted
 	}
-	s.contents.put(c.Namespace, seq, info.Checksum, c.Content)
+	s.contents.put(c.Namespace, info, c.Content)
 	return info, nil
 }
 
@@ -589,13 +589,13 @@ func (s *Store) Content(ctx context.Context, ns string, seq uint64) (*lehrpb.Ver
 		if err != nil {
 			return nil, content.Snapshot{}, fmt.Errorf("store: content %s@%d: %w", ns, seq, err)
 		}
-		if snap, ok := s.contents.get(ns, rec.GetInfo().GetSeq(), rec.GetInfo().GetChecksum()); ok {
-			return rec.GetInfo(), snap, nil
+		if info, snap, ok := s.contents.get(ns, rec.GetInfo().GetSeq(), rec.GetInfo().GetChecksum()); ok {
+			return info, snap, nil
 		}
 		var snap content.Snapshot
 		snap, err = s.readContent(ctx, ns, rec, rev)
 		if err == nil {
-			s.contents.put(ns, rec.GetInfo().GetSeq(), rec.GetInfo().GetChecksum(), snap)
+			s.contents.put(ns, rec.GetInfo(), snap)
 			return rec.GetInfo(), snap, nil
 		}
 		// etcd compacted the revision between reading the record and its
@@ -605,6 +605,25 @@ func (s *Store) Content(ctx context.Context, ns string, seq uint64) (*lehrpb.Ver
 		}
 	}
 	return nil, content.Snapshot{}, fmt.Errorf("store: content %s@%d: %w", ns, seq, err)
+}
+
+// CachedContent returns the record and content of ns@seq if this control
+// holds its content in memory with checksum sum (see Content), reading no
+// blob: on a miss it reads the version's record, once, and looks again,
+// because the commit that wrote a version puts it in memory only after
+// etcd answered, and a watch event of the same commit can overtake that.
+// ok is false when the content is not in memory, or the record is not
+// found or names another checksum. It is for a caller that knows the
+// checksum from a record it read (a goal); others use Content.
+func (s *Store) CachedContent(ctx context.Context, ns string, seq uint64, sum string) (info *lehrpb.VersionInfo, snap content.Snapshot, ok bool) {
+	if info, snap, ok := s.contents.get(ns, seq, sum); ok {
+		return info, snap, true
+	}
+	rec, _, err := s.lookup(ctx, ns, seq)
+	if err != nil || rec.GetInfo().GetChecksum() != sum {
+		return nil, content.Snapshot{}, false
+	}
+	return s.contents.get(ns, seq, sum)
 }
 
 // History returns up to limit versions, newest first, with seq < before

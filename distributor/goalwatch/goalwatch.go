@@ -65,6 +65,10 @@ type Options struct {
 	// distributors do. Without it a zone control does not know ends Run
 	// with an error (codes.NotFound).
 	CreateZone bool
+	// Deltas asks control to send small changes with the goal events
+	// that make them (GoalEvent.delta), for OnMessage; distributors set it
+	// and build the new versions from them.
+	Deltas bool
 }
 
 // Watcher holds the goal states of one zone. Create it with New and start it
@@ -226,6 +230,7 @@ func (w *Watcher) watchOnce(ctx context.Context) (progressed bool, err error) {
 		Zone:          w.opts.Zone,
 		StartRevision: start,
 		CreateZone:    w.opts.CreateZone,
+		Deltas:        w.opts.Deltas,
 	})
 	if err != nil {
 		return false, fmt.Errorf("open watch: %w", err)

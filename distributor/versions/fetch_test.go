@@ -158,3 +158,61 @@ func TestSharedFetchOutlivesItsFirstCaller(t *testing.T) {
 }
 
 func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+// A delta control sends with a goal event builds the new version from the
+// cached base when it applies and verifies; anything else caches nothing
+// and leaves the version to be fetched.
+func TestOffer(t *testing.T) {
+	srv := controltest.StartControl(t, control.Options{})
+	const ns = "d/app"
+	vs := publishN(t, srv.Client, ns, 3)
+	c := versions.New(versions.Options{Client: srv.Client, Logger: quietLogger()})
+	t.Cleanup(func() { c.Close() })
+	base, err := c.Get(ctxT(t), ns, 1, vs[0].GetChecksum())
+	if err != nil {
+		t.Fatal(err)
+	}
+	delta := func(from, to uint64) *lehrpb.FetchDeltaResponse {
+		d, err := srv.Client.FetchDelta(ctxT(t), &lehrpb.FetchDeltaRequest{Namespace: ns, From: from, To: to})
+		if err != nil {
+			t.Fatal(err)
+		}
+		d.Kind = lehrpb.NamespaceKind_NAMESPACE_KIND_UNSPECIFIED // as sent with a goal event
+		return d
+	}
+	tampered := delta(1, 2)
+	tampered.Set[0].Value = []byte("not what control published")
+	otherBase := delta(1, 2)
+	otherBase.From.Checksum = vs[1].GetChecksum()
+
+	for _, tc := range []struct {
+		name    string
+		d       *lehrpb.FetchDeltaResponse
+		wantErr bool
+		cached  bool // version d.to is cached afterwards
+		offered uint64
+	}{
+		{"base not cached", delta(2, 3), false, false, 0},
+		{"base cached with another checksum", otherBase, false, false, 0},
+		{"content that fails its checksum", tampered, true, false, 0},
+		{"applies", delta(1, 2), false, true, 1},
+		{"already cached", delta(1, 2), false, true, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := c.Offer(ns, tc.d)
+			if (err != nil) != tc.wantErr || tc.wantErr && !errors.Is(err, versions.ErrChecksum) {
+				t.Errorf("Offer: %v; want an error: %v (ErrChecksum)", err, tc.wantErr)
+			}
+			v, ok := c.Lookup(ns, tc.d.GetTo().GetSeq())
+			if ok != tc.cached {
+				t.Fatalf("version %d cached: %v, want %v", tc.d.GetTo().GetSeq(), ok, tc.cached)
+			}
+			if ok && (v.Checksum != tc.d.GetTo().GetChecksum() || v.Kind != base.Kind) {
+				t.Errorf("built %s kind %v, want %s kind %v", v.Checksum, v.Kind, tc.d.GetTo().GetChecksum(), base.Kind)
+			}
+			if st := c.Stats(); st.Offered != tc.offered || st.Deltas != 0 || st.Fetches != 1 {
+				t.Errorf("stats %+v: want %d offered, no delta fetched, one version fetched whole", st, tc.offered)
+			}
+		})
+	}
+}

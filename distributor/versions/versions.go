@@ -78,9 +78,10 @@ type Stats struct {
 	Bytes    int64
 	Pinned   int
 	// Fetches counts whole versions fetched, Deltas versions built from a
-	// delta, Evictions versions dropped for space, ChecksumErrors content
-	// from control that failed its checksum.
-	Fetches, Deltas, Evictions, ChecksumErrors uint64
+	// delta fetched, Offered versions built from a delta control sent with
+	// a goal event (Offer), Evictions versions dropped for space,
+	// ChecksumErrors content from control that failed its checksum.
+	Fetches, Deltas, Offered, Evictions, ChecksumErrors uint64
 }
 
 type key struct {
@@ -326,24 +327,68 @@ func (c *Cache) fetchDelta(ctx context.Context, base *content.Version, seq uint6
 	if err != nil {
 		return nil, fmt.Errorf("fetch delta %s@%d..%d: %w", ns, base.Seq, seq, err)
 	}
-	if resp.GetFrom().GetChecksum() != base.Checksum {
-		return nil, fmt.Errorf("fetch delta %s@%d..%d: %w: base is %s here, %s at control", ns, base.Seq, seq, ErrChecksum, base.Checksum, resp.GetFrom().GetChecksum())
+	if got := resp.GetTo().GetSeq(); got != seq {
+		return nil, fmt.Errorf("fetch delta %s@%d..%d: control answered version %d", ns, base.Seq, seq, got)
 	}
-	info := resp.GetTo()
-	if info.GetSeq() != seq {
-		return nil, fmt.Errorf("fetch delta %s@%d..%d: control answered version %d", ns, base.Seq, seq, info.GetSeq())
-	}
-	snap, err := base.Content.Apply(content.Patch{Set: content.FromProto(resp.GetSet()), Delete: resp.GetDelete()})
+	v, err := c.applyDelta(base, resp)
 	if err != nil {
-		return nil, fmt.Errorf("fetch delta %s@%d..%d: apply: %w: %w", ns, base.Seq, seq, ErrChecksum, err)
-	}
-	v := &content.Version{Namespace: ns, Seq: seq, Checksum: info.GetChecksum(), Kind: resp.GetKind(), Info: info, Content: snap}
-	if err := c.verify(v); err != nil {
 		return nil, fmt.Errorf("fetch delta %s@%d..%d: %w", ns, base.Seq, seq, err)
 	}
 	c.mu.Lock()
 	c.stats.Deltas++
 	c.mu.Unlock()
+	return v, nil
+}
+
+// Offer builds the version a delta control sent unasked (with a goal
+// event: lehrpb.GoalEvent.delta) leads to, when its "from" version is
+// cached with the delta's checksum, and caches it; a later Get of it then
+// needs no call to control. It does nothing when the version is cached
+// already or its base is not, and returns an error (nothing cached) when
+// the delta does not apply or the result fails its checksum.
+func (c *Cache) Offer(ns string, d *lehrpb.FetchDeltaResponse) error {
+	from, to := d.GetFrom(), d.GetTo()
+	c.mu.Lock()
+	if e, ok := c.entries[key{ns, to.GetSeq()}]; ok && e.v.Checksum == to.GetChecksum() {
+		c.mu.Unlock()
+		return nil
+	}
+	e, ok := c.entries[key{ns, from.GetSeq()}]
+	c.mu.Unlock()
+	if !ok || e.v.Checksum != from.GetChecksum() || to.GetSeq() == 0 {
+		return nil
+	}
+	v, err := c.applyDelta(e.v, d)
+	if err != nil {
+		return fmt.Errorf("offered delta %s@%d..%d: %w", ns, from.GetSeq(), to.GetSeq(), err)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.insertLocked(v)
+	c.stats.Offered++
+	return nil
+}
+
+// applyDelta builds the version d leads to from base, and verifies it. A
+// delta without a kind (one sent with a goal event) keeps base's: a
+// namespace's kind never changes.
+func (c *Cache) applyDelta(base *content.Version, d *lehrpb.FetchDeltaResponse) (*content.Version, error) {
+	if got := d.GetFrom().GetChecksum(); got != base.Checksum {
+		return nil, fmt.Errorf("%w: base is %s here, %s at control", ErrChecksum, base.Checksum, got)
+	}
+	snap, err := base.Content.Apply(content.Patch{Set: content.FromProto(d.GetSet()), Delete: d.GetDelete()})
+	if err != nil {
+		return nil, fmt.Errorf("apply: %w: %w", ErrChecksum, err)
+	}
+	kind := d.GetKind()
+	if kind == lehrpb.NamespaceKind_NAMESPACE_KIND_UNSPECIFIED {
+		kind = base.Kind
+	}
+	info := d.GetTo()
+	v := &content.Version{Namespace: base.Namespace, Seq: info.GetSeq(), Checksum: info.GetChecksum(), Kind: kind, Info: info, Content: snap}
+	if err := c.verify(v); err != nil {
+		return nil, err
+	}
 	return v, nil
 }
 

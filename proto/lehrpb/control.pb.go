@@ -2609,7 +2609,11 @@ type WatchGoalsRequest struct {
 	// 0: send the current state first. Otherwise resume at this revision.
 	StartRevision int64 `protobuf:"varint,2,opt,name=start_revision,json=startRevision,proto3" json:"start_revision,omitempty"`
 	// Register the zone if it does not exist yet (distributors set this).
-	CreateZone    bool `protobuf:"varint,3,opt,name=create_zone,json=createZone,proto3" json:"create_zone,omitempty"`
+	CreateZone bool `protobuf:"varint,3,opt,name=create_zone,json=createZone,proto3" json:"create_zone,omitempty"`
+	// Send small changes with the goal events that make them
+	// (GoalEvent.delta; distributors set this). A control that predates the
+	// field sends none.
+	Deltas        bool `protobuf:"varint,4,opt,name=deltas,proto3" json:"deltas,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2665,12 +2669,28 @@ func (x *WatchGoalsRequest) GetCreateZone() bool {
 	return false
 }
 
+func (x *WatchGoalsRequest) GetDeltas() bool {
+	if x != nil {
+		return x.Deltas
+	}
+	return false
+}
+
 // GoalEvent is one change of a goal state.
 type GoalEvent struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Type  GoalEvent_Type         `protobuf:"varint,1,opt,name=type,proto3,enum=lehr.v1.GoalEvent_Type" json:"type,omitempty"`
 	// For TYPE_DELETE only zone and namespace are set.
-	Goal          *GoalState `protobuf:"bytes,2,opt,name=goal,proto3" json:"goal,omitempty"`
+	Goal *GoalState `protobuf:"bytes,2,opt,name=goal,proto3" json:"goal,omitempty"`
+	// For TYPE_PUT after the initial state, when control has both versions'
+	// content in memory and the change is small: the change from the
+	// replaced goal's version to the version this goal names that the
+	// replaced one did not (its version, else its candidate's), as
+	// FetchDelta would answer it (kind unset: a namespace's kind never
+	// changes). A distributor holding the "from" version builds the new one
+	// from it, verified against its checksum, without calling FetchDelta;
+	// one without it, or an older distributor, ignores it.
+	Delta         *FetchDeltaResponse `protobuf:"bytes,3,opt,name=delta,proto3" json:"delta,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2715,6 +2735,13 @@ func (x *GoalEvent) GetType() GoalEvent_Type {
 func (x *GoalEvent) GetGoal() *GoalState {
 	if x != nil {
 		return x.Goal
+	}
+	return nil
+}
+
+func (x *GoalEvent) GetDelta() *FetchDeltaResponse {
+	if x != nil {
+		return x.Delta
 	}
 	return nil
 }
@@ -4046,15 +4073,17 @@ const file_lehr_v1_control_proto_rawDesc = "" +
 	"\tnamespace\x18\x02 \x01(\tR\tnamespace\"X\n" +
 	"\x10GetGoalsResponse\x12(\n" +
 	"\x05goals\x18\x01 \x03(\v2\x12.lehr.v1.GoalStateR\x05goals\x12\x1a\n" +
-	"\brevision\x18\x02 \x01(\x03R\brevision\"o\n" +
+	"\brevision\x18\x02 \x01(\x03R\brevision\"\x87\x01\n" +
 	"\x11WatchGoalsRequest\x12\x12\n" +
 	"\x04zone\x18\x01 \x01(\tR\x04zone\x12%\n" +
 	"\x0estart_revision\x18\x02 \x01(\x03R\rstartRevision\x12\x1f\n" +
 	"\vcreate_zone\x18\x03 \x01(\bR\n" +
-	"createZone\"\x9d\x01\n" +
+	"createZone\x12\x16\n" +
+	"\x06deltas\x18\x04 \x01(\bR\x06deltas\"\xd0\x01\n" +
 	"\tGoalEvent\x12+\n" +
 	"\x04type\x18\x01 \x01(\x0e2\x17.lehr.v1.GoalEvent.TypeR\x04type\x12&\n" +
-	"\x04goal\x18\x02 \x01(\v2\x12.lehr.v1.GoalStateR\x04goal\";\n" +
+	"\x04goal\x18\x02 \x01(\v2\x12.lehr.v1.GoalStateR\x04goal\x121\n" +
+	"\x05delta\x18\x03 \x01(\v2\x1b.lehr.v1.FetchDeltaResponseR\x05delta\";\n" +
 	"\x04Type\x12\x14\n" +
 	"\x10TYPE_UNSPECIFIED\x10\x00\x12\f\n" +
 	"\bTYPE_PUT\x10\x01\x12\x0f\n" +
@@ -4350,126 +4379,127 @@ var file_lehr_v1_control_proto_depIdxs = []int32{
 	76,  // 34: lehr.v1.GetGoalsResponse.goals:type_name -> lehr.v1.GoalState
 	1,   // 35: lehr.v1.GoalEvent.type:type_name -> lehr.v1.GoalEvent.Type
 	76,  // 36: lehr.v1.GoalEvent.goal:type_name -> lehr.v1.GoalState
-	45,  // 37: lehr.v1.WatchGoalsResponse.events:type_name -> lehr.v1.GoalEvent
-	74,  // 38: lehr.v1.FetchVersionResponse.version:type_name -> lehr.v1.VersionInfo
-	72,  // 39: lehr.v1.FetchVersionResponse.kind:type_name -> lehr.v1.NamespaceKind
-	73,  // 40: lehr.v1.FetchVersionResponse.properties:type_name -> lehr.v1.Property
-	74,  // 41: lehr.v1.FetchDeltaResponse.from:type_name -> lehr.v1.VersionInfo
-	74,  // 42: lehr.v1.FetchDeltaResponse.to:type_name -> lehr.v1.VersionInfo
-	72,  // 43: lehr.v1.FetchDeltaResponse.kind:type_name -> lehr.v1.NamespaceKind
-	73,  // 44: lehr.v1.FetchDeltaResponse.set:type_name -> lehr.v1.Property
-	51,  // 45: lehr.v1.ReportZoneStatusRequest.versions:type_name -> lehr.v1.VersionCount
-	56,  // 46: lehr.v1.ReportZoneStatusRequest.health:type_name -> lehr.v1.NamespaceHealth
-	57,  // 47: lehr.v1.ReportZoneStatusRequest.hosts:type_name -> lehr.v1.HostReport
-	55,  // 48: lehr.v1.ReportZoneStatusRequest.samples:type_name -> lehr.v1.CohortSample
-	54,  // 49: lehr.v1.ReportZoneStatusRequest.signals:type_name -> lehr.v1.HostSignals
-	53,  // 50: lehr.v1.ReportZoneStatusRequest.preview:type_name -> lehr.v1.NamespacePreviewCounts
-	77,  // 51: lehr.v1.NamespacePreviewCounts.counts:type_name -> lehr.v1.HostPreviewCounts
-	78,  // 52: lehr.v1.HostSignals.signals:type_name -> lehr.v1.NamespaceSignals
-	79,  // 53: lehr.v1.HostReport.report:type_name -> lehr.v1.NamespaceReport
-	51,  // 54: lehr.v1.DistributorStatus.versions:type_name -> lehr.v1.VersionCount
-	56,  // 55: lehr.v1.DistributorStatus.health:type_name -> lehr.v1.NamespaceHealth
-	57,  // 56: lehr.v1.DistributorStatus.hosts:type_name -> lehr.v1.HostReport
-	55,  // 57: lehr.v1.DistributorStatus.samples:type_name -> lehr.v1.CohortSample
-	54,  // 58: lehr.v1.DistributorStatus.signals:type_name -> lehr.v1.HostSignals
-	53,  // 59: lehr.v1.DistributorStatus.preview:type_name -> lehr.v1.NamespacePreviewCounts
-	60,  // 60: lehr.v1.GetZoneStatusResponse.distributors:type_name -> lehr.v1.DistributorStatus
-	51,  // 61: lehr.v1.GetZoneStatusResponse.versions:type_name -> lehr.v1.VersionCount
-	56,  // 62: lehr.v1.GetZoneStatusResponse.health:type_name -> lehr.v1.NamespaceHealth
-	57,  // 63: lehr.v1.GetZoneStatusResponse.hosts:type_name -> lehr.v1.HostReport
-	17,  // 64: lehr.v1.Control.CreateDomain:input_type -> lehr.v1.CreateDomainRequest
-	19,  // 65: lehr.v1.Control.GetDomain:input_type -> lehr.v1.GetDomainRequest
-	20,  // 66: lehr.v1.Control.ListDomains:input_type -> lehr.v1.ListDomainsRequest
-	18,  // 67: lehr.v1.Control.UpdateDomain:input_type -> lehr.v1.UpdateDomainRequest
-	22,  // 68: lehr.v1.Control.CreateNamespace:input_type -> lehr.v1.CreateNamespaceRequest
-	23,  // 69: lehr.v1.Control.GetNamespace:input_type -> lehr.v1.GetNamespaceRequest
-	24,  // 70: lehr.v1.Control.ListNamespaces:input_type -> lehr.v1.ListNamespacesRequest
-	26,  // 71: lehr.v1.Control.Publish:input_type -> lehr.v1.PublishRequest
-	28,  // 72: lehr.v1.Control.Patch:input_type -> lehr.v1.PatchRequest
-	30,  // 73: lehr.v1.Control.Get:input_type -> lehr.v1.GetRequest
-	32,  // 74: lehr.v1.Control.History:input_type -> lehr.v1.HistoryRequest
-	34,  // 75: lehr.v1.Control.Diff:input_type -> lehr.v1.DiffRequest
-	37,  // 76: lehr.v1.Control.Rollback:input_type -> lehr.v1.RollbackRequest
-	39,  // 77: lehr.v1.Control.CreateZone:input_type -> lehr.v1.CreateZoneRequest
-	40,  // 78: lehr.v1.Control.ListZones:input_type -> lehr.v1.ListZonesRequest
-	42,  // 79: lehr.v1.Control.GetGoals:input_type -> lehr.v1.GetGoalsRequest
-	44,  // 80: lehr.v1.Control.WatchGoals:input_type -> lehr.v1.WatchGoalsRequest
-	47,  // 81: lehr.v1.Control.FetchVersion:input_type -> lehr.v1.FetchVersionRequest
-	49,  // 82: lehr.v1.Control.FetchDelta:input_type -> lehr.v1.FetchDeltaRequest
-	52,  // 83: lehr.v1.Control.ReportZoneStatus:input_type -> lehr.v1.ReportZoneStatusRequest
-	59,  // 84: lehr.v1.Control.GetZoneStatus:input_type -> lehr.v1.GetZoneStatusRequest
-	11,  // 85: lehr.v1.Control.SetRolloutPolicy:input_type -> lehr.v1.SetRolloutPolicyRequest
-	12,  // 86: lehr.v1.Control.DeleteRolloutPolicy:input_type -> lehr.v1.DeleteRolloutPolicyRequest
-	13,  // 87: lehr.v1.Control.GetRolloutPolicy:input_type -> lehr.v1.GetRolloutPolicyRequest
-	15,  // 88: lehr.v1.Control.RolloutPolicyHistory:input_type -> lehr.v1.RolloutPolicyHistoryRequest
-	6,   // 89: lehr.v1.Control.GetRollout:input_type -> lehr.v1.GetRolloutRequest
-	7,   // 90: lehr.v1.Control.ListRollouts:input_type -> lehr.v1.ListRolloutsRequest
-	9,   // 91: lehr.v1.Control.ListRolloutEvents:input_type -> lehr.v1.ListRolloutEventsRequest
-	5,   // 92: lehr.v1.Control.UpdateRollout:input_type -> lehr.v1.UpdateRolloutRequest
-	80,  // 93: lehr.v1.Control.Evaluate:input_type -> lehr.v1.EvaluateRequest
-	81,  // 94: lehr.v1.Control.GetCanaryEvaluation:input_type -> lehr.v1.GetCanaryEvaluationRequest
-	82,  // 95: lehr.v1.Control.ListCanaryEvaluations:input_type -> lehr.v1.ListCanaryEvaluationsRequest
-	83,  // 96: lehr.v1.Control.GetPolicy:input_type -> lehr.v1.GetPolicyRequest
-	84,  // 97: lehr.v1.Control.CreatePolicyExperiment:input_type -> lehr.v1.CreatePolicyExperimentRequest
-	85,  // 98: lehr.v1.Control.UpdatePolicyExperiment:input_type -> lehr.v1.UpdatePolicyExperimentRequest
-	86,  // 99: lehr.v1.Control.GetPolicyExperiment:input_type -> lehr.v1.GetPolicyExperimentRequest
-	87,  // 100: lehr.v1.Control.ListPolicyExperiments:input_type -> lehr.v1.ListPolicyExperimentsRequest
-	88,  // 101: lehr.v1.Control.DeletePolicyExperiment:input_type -> lehr.v1.DeletePolicyExperimentRequest
-	89,  // 102: lehr.v1.Control.StartPreviewPolicyExperiment:input_type -> lehr.v1.StartPreviewPolicyExperimentRequest
-	90,  // 103: lehr.v1.Control.StopPreviewPolicyExperiment:input_type -> lehr.v1.StopPreviewPolicyExperimentRequest
-	91,  // 104: lehr.v1.Control.CommitPolicyExperiment:input_type -> lehr.v1.CommitPolicyExperimentRequest
-	92,  // 105: lehr.v1.Control.DeletePolicy:input_type -> lehr.v1.DeletePolicyRequest
-	93,  // 106: lehr.v1.Control.GetPolicyExperimentCounts:input_type -> lehr.v1.GetPolicyExperimentCountsRequest
-	3,   // 107: lehr.v1.Control.ListAuditRecords:input_type -> lehr.v1.ListAuditRecordsRequest
-	69,  // 108: lehr.v1.Control.CreateDomain:output_type -> lehr.v1.Domain
-	69,  // 109: lehr.v1.Control.GetDomain:output_type -> lehr.v1.Domain
-	21,  // 110: lehr.v1.Control.ListDomains:output_type -> lehr.v1.ListDomainsResponse
-	69,  // 111: lehr.v1.Control.UpdateDomain:output_type -> lehr.v1.Domain
-	71,  // 112: lehr.v1.Control.CreateNamespace:output_type -> lehr.v1.Namespace
-	71,  // 113: lehr.v1.Control.GetNamespace:output_type -> lehr.v1.Namespace
-	25,  // 114: lehr.v1.Control.ListNamespaces:output_type -> lehr.v1.ListNamespacesResponse
-	27,  // 115: lehr.v1.Control.Publish:output_type -> lehr.v1.PublishResponse
-	29,  // 116: lehr.v1.Control.Patch:output_type -> lehr.v1.PatchResponse
-	31,  // 117: lehr.v1.Control.Get:output_type -> lehr.v1.GetResponse
-	33,  // 118: lehr.v1.Control.History:output_type -> lehr.v1.HistoryResponse
-	36,  // 119: lehr.v1.Control.Diff:output_type -> lehr.v1.DiffResponse
-	38,  // 120: lehr.v1.Control.Rollback:output_type -> lehr.v1.RollbackResponse
-	75,  // 121: lehr.v1.Control.CreateZone:output_type -> lehr.v1.Zone
-	41,  // 122: lehr.v1.Control.ListZones:output_type -> lehr.v1.ListZonesResponse
-	43,  // 123: lehr.v1.Control.GetGoals:output_type -> lehr.v1.GetGoalsResponse
-	46,  // 124: lehr.v1.Control.WatchGoals:output_type -> lehr.v1.WatchGoalsResponse
-	48,  // 125: lehr.v1.Control.FetchVersion:output_type -> lehr.v1.FetchVersionResponse
-	50,  // 126: lehr.v1.Control.FetchDelta:output_type -> lehr.v1.FetchDeltaResponse
-	58,  // 127: lehr.v1.Control.ReportZoneStatus:output_type -> lehr.v1.ReportZoneStatusResponse
-	61,  // 128: lehr.v1.Control.GetZoneStatus:output_type -> lehr.v1.GetZoneStatusResponse
-	67,  // 129: lehr.v1.Control.SetRolloutPolicy:output_type -> lehr.v1.RolloutPolicyRecord
-	67,  // 130: lehr.v1.Control.DeleteRolloutPolicy:output_type -> lehr.v1.RolloutPolicyRecord
-	14,  // 131: lehr.v1.Control.GetRolloutPolicy:output_type -> lehr.v1.GetRolloutPolicyResponse
-	16,  // 132: lehr.v1.Control.RolloutPolicyHistory:output_type -> lehr.v1.RolloutPolicyHistoryResponse
-	64,  // 133: lehr.v1.Control.GetRollout:output_type -> lehr.v1.Rollout
-	8,   // 134: lehr.v1.Control.ListRollouts:output_type -> lehr.v1.ListRolloutsResponse
-	10,  // 135: lehr.v1.Control.ListRolloutEvents:output_type -> lehr.v1.ListRolloutEventsResponse
-	64,  // 136: lehr.v1.Control.UpdateRollout:output_type -> lehr.v1.Rollout
-	94,  // 137: lehr.v1.Control.Evaluate:output_type -> lehr.v1.CanaryEvaluation
-	94,  // 138: lehr.v1.Control.GetCanaryEvaluation:output_type -> lehr.v1.CanaryEvaluation
-	95,  // 139: lehr.v1.Control.ListCanaryEvaluations:output_type -> lehr.v1.ListCanaryEvaluationsResponse
-	96,  // 140: lehr.v1.Control.GetPolicy:output_type -> lehr.v1.Policy
-	97,  // 141: lehr.v1.Control.CreatePolicyExperiment:output_type -> google.longrunning.Operation
-	97,  // 142: lehr.v1.Control.UpdatePolicyExperiment:output_type -> google.longrunning.Operation
-	98,  // 143: lehr.v1.Control.GetPolicyExperiment:output_type -> lehr.v1.PolicyExperiment
-	99,  // 144: lehr.v1.Control.ListPolicyExperiments:output_type -> lehr.v1.ListPolicyExperimentsResponse
-	97,  // 145: lehr.v1.Control.DeletePolicyExperiment:output_type -> google.longrunning.Operation
-	97,  // 146: lehr.v1.Control.StartPreviewPolicyExperiment:output_type -> google.longrunning.Operation
-	97,  // 147: lehr.v1.Control.StopPreviewPolicyExperiment:output_type -> google.longrunning.Operation
-	97,  // 148: lehr.v1.Control.CommitPolicyExperiment:output_type -> google.longrunning.Operation
-	97,  // 149: lehr.v1.Control.DeletePolicy:output_type -> google.longrunning.Operation
-	100, // 150: lehr.v1.Control.GetPolicyExperimentCounts:output_type -> lehr.v1.PolicyExperimentCounts
-	4,   // 151: lehr.v1.Control.ListAuditRecords:output_type -> lehr.v1.ListAuditRecordsResponse
-	108, // [108:152] is the sub-list for method output_type
-	64,  // [64:108] is the sub-list for method input_type
-	64,  // [64:64] is the sub-list for extension type_name
-	64,  // [64:64] is the sub-list for extension extendee
-	0,   // [0:64] is the sub-list for field type_name
+	50,  // 37: lehr.v1.GoalEvent.delta:type_name -> lehr.v1.FetchDeltaResponse
+	45,  // 38: lehr.v1.WatchGoalsResponse.events:type_name -> lehr.v1.GoalEvent
+	74,  // 39: lehr.v1.FetchVersionResponse.version:type_name -> lehr.v1.VersionInfo
+	72,  // 40: lehr.v1.FetchVersionResponse.kind:type_name -> lehr.v1.NamespaceKind
+	73,  // 41: lehr.v1.FetchVersionResponse.properties:type_name -> lehr.v1.Property
+	74,  // 42: lehr.v1.FetchDeltaResponse.from:type_name -> lehr.v1.VersionInfo
+	74,  // 43: lehr.v1.FetchDeltaResponse.to:type_name -> lehr.v1.VersionInfo
+	72,  // 44: lehr.v1.FetchDeltaResponse.kind:type_name -> lehr.v1.NamespaceKind
+	73,  // 45: lehr.v1.FetchDeltaResponse.set:type_name -> lehr.v1.Property
+	51,  // 46: lehr.v1.ReportZoneStatusRequest.versions:type_name -> lehr.v1.VersionCount
+	56,  // 47: lehr.v1.ReportZoneStatusRequest.health:type_name -> lehr.v1.NamespaceHealth
+	57,  // 48: lehr.v1.ReportZoneStatusRequest.hosts:type_name -> lehr.v1.HostReport
+	55,  // 49: lehr.v1.ReportZoneStatusRequest.samples:type_name -> lehr.v1.CohortSample
+	54,  // 50: lehr.v1.ReportZoneStatusRequest.signals:type_name -> lehr.v1.HostSignals
+	53,  // 51: lehr.v1.ReportZoneStatusRequest.preview:type_name -> lehr.v1.NamespacePreviewCounts
+	77,  // 52: lehr.v1.NamespacePreviewCounts.counts:type_name -> lehr.v1.HostPreviewCounts
+	78,  // 53: lehr.v1.HostSignals.signals:type_name -> lehr.v1.NamespaceSignals
+	79,  // 54: lehr.v1.HostReport.report:type_name -> lehr.v1.NamespaceReport
+	51,  // 55: lehr.v1.DistributorStatus.versions:type_name -> lehr.v1.VersionCount
+	56,  // 56: lehr.v1.DistributorStatus.health:type_name -> lehr.v1.NamespaceHealth
+	57,  // 57: lehr.v1.DistributorStatus.hosts:type_name -> lehr.v1.HostReport
+	55,  // 58: lehr.v1.DistributorStatus.samples:type_name -> lehr.v1.CohortSample
+	54,  // 59: lehr.v1.DistributorStatus.signals:type_name -> lehr.v1.HostSignals
+	53,  // 60: lehr.v1.DistributorStatus.preview:type_name -> lehr.v1.NamespacePreviewCounts
+	60,  // 61: lehr.v1.GetZoneStatusResponse.distributors:type_name -> lehr.v1.DistributorStatus
+	51,  // 62: lehr.v1.GetZoneStatusResponse.versions:type_name -> lehr.v1.VersionCount
+	56,  // 63: lehr.v1.GetZoneStatusResponse.health:type_name -> lehr.v1.NamespaceHealth
+	57,  // 64: lehr.v1.GetZoneStatusResponse.hosts:type_name -> lehr.v1.HostReport
+	17,  // 65: lehr.v1.Control.CreateDomain:input_type -> lehr.v1.CreateDomainRequest
+	19,  // 66: lehr.v1.Control.GetDomain:input_type -> lehr.v1.GetDomainRequest
+	20,  // 67: lehr.v1.Control.ListDomains:input_type -> lehr.v1.ListDomainsRequest
+	18,  // 68: lehr.v1.Control.UpdateDomain:input_type -> lehr.v1.UpdateDomainRequest
+	22,  // 69: lehr.v1.Control.CreateNamespace:input_type -> lehr.v1.CreateNamespaceRequest
+	23,  // 70: lehr.v1.Control.GetNamespace:input_type -> lehr.v1.GetNamespaceRequest
+	24,  // 71: lehr.v1.Control.ListNamespaces:input_type -> lehr.v1.ListNamespacesRequest
+	26,  // 72: lehr.v1.Control.Publish:input_type -> lehr.v1.PublishRequest
+	28,  // 73: lehr.v1.Control.Patch:input_type -> lehr.v1.PatchRequest
+	30,  // 74: lehr.v1.Control.Get:input_type -> lehr.v1.GetRequest
+	32,  // 75: lehr.v1.Control.History:input_type -> lehr.v1.HistoryRequest
+	34,  // 76: lehr.v1.Control.Diff:input_type -> lehr.v1.DiffRequest
+	37,  // 77: lehr.v1.Control.Rollback:input_type -> lehr.v1.RollbackRequest
+	39,  // 78: lehr.v1.Control.CreateZone:input_type -> lehr.v1.CreateZoneRequest
+	40,  // 79: lehr.v1.Control.ListZones:input_type -> lehr.v1.ListZonesRequest
+	42,  // 80: lehr.v1.Control.GetGoals:input_type -> lehr.v1.GetGoalsRequest
+	44,  // 81: lehr.v1.Control.WatchGoals:input_type -> lehr.v1.WatchGoalsRequest
+	47,  // 82: lehr.v1.Control.FetchVersion:input_type -> lehr.v1.FetchVersionRequest
+	49,  // 83: lehr.v1.Control.FetchDelta:input_type -> lehr.v1.FetchDeltaRequest
+	52,  // 84: lehr.v1.Control.ReportZoneStatus:input_type -> lehr.v1.ReportZoneStatusRequest
+	59,  // 85: lehr.v1.Control.GetZoneStatus:input_type -> lehr.v1.GetZoneStatusRequest
+	11,  // 86: lehr.v1.Control.SetRolloutPolicy:input_type -> lehr.v1.SetRolloutPolicyRequest
+	12,  // 87: lehr.v1.Control.DeleteRolloutPolicy:input_type -> lehr.v1.DeleteRolloutPolicyRequest
+	13,  // 88: lehr.v1.Control.GetRolloutPolicy:input_type -> lehr.v1.GetRolloutPolicyRequest
+	15,  // 89: lehr.v1.Control.RolloutPolicyHistory:input_type -> lehr.v1.RolloutPolicyHistoryRequest
+	6,   // 90: lehr.v1.Control.GetRollout:input_type -> lehr.v1.GetRolloutRequest
+	7,   // 91: lehr.v1.Control.ListRollouts:input_type -> lehr.v1.ListRolloutsRequest
+	9,   // 92: lehr.v1.Control.ListRolloutEvents:input_type -> lehr.v1.ListRolloutEventsRequest
+	5,   // 93: lehr.v1.Control.UpdateRollout:input_type -> lehr.v1.UpdateRolloutRequest
+	80,  // 94: lehr.v1.Control.Evaluate:input_type -> lehr.v1.EvaluateRequest
+	81,  // 95: lehr.v1.Control.GetCanaryEvaluation:input_type -> lehr.v1.GetCanaryEvaluationRequest
+	82,  // 96: lehr.v1.Control.ListCanaryEvaluations:input_type -> lehr.v1.ListCanaryEvaluationsRequest
+	83,  // 97: lehr.v1.Control.GetPolicy:input_type -> lehr.v1.GetPolicyRequest
+	84,  // 98: lehr.v1.Control.CreatePolicyExperiment:input_type -> lehr.v1.CreatePolicyExperimentRequest
+	85,  // 99: lehr.v1.Control.UpdatePolicyExperiment:input_type -> lehr.v1.UpdatePolicyExperimentRequest
+	86,  // 100: lehr.v1.Control.GetPolicyExperiment:input_type -> lehr.v1.GetPolicyExperimentRequest
+	87,  // 101: lehr.v1.Control.ListPolicyExperiments:input_type -> lehr.v1.ListPolicyExperimentsRequest
+	88,  // 102: lehr.v1.Control.DeletePolicyExperiment:input_type -> lehr.v1.DeletePolicyExperimentRequest
+	89,  // 103: lehr.v1.Control.StartPreviewPolicyExperiment:input_type -> lehr.v1.StartPreviewPolicyExperimentRequest
+	90,  // 104: lehr.v1.Control.StopPreviewPolicyExperiment:input_type -> lehr.v1.StopPreviewPolicyExperimentRequest
+	91,  // 105: lehr.v1.Control.CommitPolicyExperiment:input_type -> lehr.v1.CommitPolicyExperimentRequest
+	92,  // 106: lehr.v1.Control.DeletePolicy:input_type -> lehr.v1.DeletePolicyRequest
+	93,  // 107: lehr.v1.Control.GetPolicyExperimentCounts:input_type -> lehr.v1.GetPolicyExperimentCountsRequest
+	3,   // 108: lehr.v1.Control.ListAuditRecords:input_type -> lehr.v1.ListAuditRecordsRequest
+	69,  // 109: lehr.v1.Control.CreateDomain:output_type -> lehr.v1.Domain
+	69,  // 110: lehr.v1.Control.GetDomain:output_type -> lehr.v1.Domain
+	21,  // 111: lehr.v1.Control.ListDomains:output_type -> lehr.v1.ListDomainsResponse
+	69,  // 112: lehr.v1.Control.UpdateDomain:output_type -> lehr.v1.Domain
+	71,  // 113: lehr.v1.Control.CreateNamespace:output_type -> lehr.v1.Namespace
+	71,  // 114: lehr.v1.Control.GetNamespace:output_type -> lehr.v1.Namespace
+	25,  // 115: lehr.v1.Control.ListNamespaces:output_type -> lehr.v1.ListNamespacesResponse
+	27,  // 116: lehr.v1.Control.Publish:output_type -> lehr.v1.PublishResponse
+	29,  // 117: lehr.v1.Control.Patch:output_type -> lehr.v1.PatchResponse
+	31,  // 118: lehr.v1.Control.Get:output_type -> lehr.v1.GetResponse
+	33,  // 119: lehr.v1.Control.History:output_type -> lehr.v1.HistoryResponse
+	36,  // 120: lehr.v1.Control.Diff:output_type -> lehr.v1.DiffResponse
+	38,  // 121: lehr.v1.Control.Rollback:output_type -> lehr.v1.RollbackResponse
+	75,  // 122: lehr.v1.Control.CreateZone:output_type -> lehr.v1.Zone
+	41,  // 123: lehr.v1.Control.ListZones:output_type -> lehr.v1.ListZonesResponse
+	43,  // 124: lehr.v1.Control.GetGoals:output_type -> lehr.v1.GetGoalsResponse
+	46,  // 125: lehr.v1.Control.WatchGoals:output_type -> lehr.v1.WatchGoalsResponse
+	48,  // 126: lehr.v1.Control.FetchVersion:output_type -> lehr.v1.FetchVersionResponse
+	50,  // 127: lehr.v1.Control.FetchDelta:output_type -> lehr.v1.FetchDeltaResponse
+	58,  // 128: lehr.v1.Control.ReportZoneStatus:output_type -> lehr.v1.ReportZoneStatusResponse
+	61,  // 129: lehr.v1.Control.GetZoneStatus:output_type -> lehr.v1.GetZoneStatusResponse
+	67,  // 130: lehr.v1.Control.SetRolloutPolicy:output_type -> lehr.v1.RolloutPolicyRecord
+	67,  // 131: lehr.v1.Control.DeleteRolloutPolicy:output_type -> lehr.v1.RolloutPolicyRecord
+	14,  // 132: lehr.v1.Control.GetRolloutPolicy:output_type -> lehr.v1.GetRolloutPolicyResponse
+	16,  // 133: lehr.v1.Control.RolloutPolicyHistory:output_type -> lehr.v1.RolloutPolicyHistoryResponse
+	64,  // 134: lehr.v1.Control.GetRollout:output_type -> lehr.v1.Rollout
+	8,   // 135: lehr.v1.Control.ListRollouts:output_type -> lehr.v1.ListRolloutsResponse
+	10,  // 136: lehr.v1.Control.ListRolloutEvents:output_type -> lehr.v1.ListRolloutEventsResponse
+	64,  // 137: lehr.v1.Control.UpdateRollout:output_type -> lehr.v1.Rollout
+	94,  // 138: lehr.v1.Control.Evaluate:output_type -> lehr.v1.CanaryEvaluation
+	94,  // 139: lehr.v1.Control.GetCanaryEvaluation:output_type -> lehr.v1.CanaryEvaluation
+	95,  // 140: lehr.v1.Control.ListCanaryEvaluations:output_type -> lehr.v1.ListCanaryEvaluationsResponse
+	96,  // 141: lehr.v1.Control.GetPolicy:output_type -> lehr.v1.Policy
+	97,  // 142: lehr.v1.Control.CreatePolicyExperiment:output_type -> google.longrunning.Operation
+	97,  // 143: lehr.v1.Control.UpdatePolicyExperiment:output_type -> google.longrunning.Operation
+	98,  // 144: lehr.v1.Control.GetPolicyExperiment:output_type -> lehr.v1.PolicyExperiment
+	99,  // 145: lehr.v1.Control.ListPolicyExperiments:output_type -> lehr.v1.ListPolicyExperimentsResponse
+	97,  // 146: lehr.v1.Control.DeletePolicyExperiment:output_type -> google.longrunning.Operation
+	97,  // 147: lehr.v1.Control.StartPreviewPolicyExperiment:output_type -> google.longrunning.Operation
+	97,  // 148: lehr.v1.Control.StopPreviewPolicyExperiment:output_type -> google.longrunning.Operation
+	97,  // 149: lehr.v1.Control.CommitPolicyExperiment:output_type -> google.longrunning.Operation
+	97,  // 150: lehr.v1.Control.DeletePolicy:output_type -> google.longrunning.Operation
+	100, // 151: lehr.v1.Control.GetPolicyExperimentCounts:output_type -> lehr.v1.PolicyExperimentCounts
+	4,   // 152: lehr.v1.Control.ListAuditRecords:output_type -> lehr.v1.ListAuditRecordsResponse
+	109, // [109:153] is the sub-list for method output_type
+	65,  // [65:109] is the sub-list for method input_type
+	65,  // [65:65] is the sub-list for extension type_name
+	65,  // [65:65] is the sub-list for extension extendee
+	0,   // [0:65] is the sub-list for field type_name
 }
 
 func init() { file_lehr_v1_control_proto_init() }
