@@ -46,7 +46,7 @@ func runE2E(ctx context.Context, e *Env) (*Result, error) {
 			"Each sample patches one %s key of a 10-key namespace and waits for the callback before the next. "+
 			"%d warm-up, %d repetitions × %d; times are cumulative from the Patch call.", sizeLabel(valueSize), p.warmup, p.reps, p.perRep),
 		Notes: []string{
-			"hop 'distributor received' is when the goal event reached the distributor's goal watch (distributor/goalwatch's Debug log 'goal changed'); it can precede 'control ack', which also includes the Patch response's trip back to the producer. Hop 'distributor pushed' is when the distributor finished writing the update frame to the agent's QUIC stream (its Debug log 'pushed update'): the step from 'distributor received' is fetching the delta from control and building and writing the frame.",
+			"hop 'distributor received' is when the goal event reached the distributor's goal watch (distributor/goalwatch's Debug log 'goal changed'); it can precede 'control ack', which also includes the Patch response's trip back to the producer. Hop 'distributor pushed' is when the distributor finished writing the update frame to the agent's QUIC stream (its Debug log 'pushed update'): the step from 'distributor received' is building the version from the change sent with the goal event (or, when it came without one, fetching the delta from control) and building and writing the frame.",
 			"hop 'agent applied' is the agent's Debug log 'update applied' (Badger transaction committed, fsynced and verified); 'file renamed' is this harness's own fsnotify watcher seeing the namespace file renamed into place; 'callback fired' is the consumer's OnChange callback starting.",
 		},
 	}
