@@ -162,7 +162,7 @@ func fanoutLehr(ctx context.Context, e *Env, p fanoutParams, n int, profile bool
 	col := newCollector(n)
 	sw, conn, err := startSwarm(ctx, swarmConfig{
 		Addr: dist.Addr(), CADir: filepath.Join(cl.Dir(), "pki", "ca"), N: n, Prefix: fmt.Sprintf("sim%d", n),
-		Zone: benchZone, Subs: []string{ns}, Parallel: 32,
+		Zone: benchZone, Subs: []string{ns}, Parallel: 32, Keep: true,
 	}, func(ev swarmEvent) {
 		if ev.NS == ns && !ev.Refused {
 			col.record(ev.I, ev.Version, ev.T)

@@ -156,8 +156,11 @@ func runRollout(ctx context.Context, e *Env) (*Result, error) {
 			all = append(all, last.Sub(start))
 			// The rollout has ended once every host has the version; wait
 			// for the record to say so, so the next sample starts clean.
-			if _, err := prod.WaitRollout(ctx, ns, v.GetSeq(), 100*time.Millisecond, nil); err != nil {
-				return nil, nil, err
+			wctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+			r, err := prod.WaitRollout(wctx, ns, v.GetSeq(), 100*time.Millisecond, nil)
+			cancel()
+			if err != nil {
+				return nil, nil, fmt.Errorf("every host applied %s@%d but its rollout did not end within 2 minutes (last seen: %v): %w", ns, v.GetSeq(), r, err)
 			}
 		}
 		return canary, all, nil

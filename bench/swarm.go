@@ -55,6 +55,12 @@ type swarmConfig struct {
 	// RedialTimeout bounds the wait for every agent to be connected again
 	// after "redial"; default 5 minutes.
 	RedialTimeout time.Duration `json:"redial_timeout,omitempty"`
+	// Keep makes the agents connected at the start redial a lost
+	// connection as the real agent does (the fan-out). Without it they
+	// stay down until "redial" (the storm, which times every agent's
+	// reconnection from one moment: agents redialing on their own while
+	// the distributor restarts would be an unmeasured storm before it).
+	Keep bool `json:"keep,omitempty"`
 }
 
 // swarmEvent is one line the child writes.
@@ -220,9 +226,9 @@ func runSwarm(in io.Reader, out io.Writer) error {
 }
 
 // dialAll connects every agent, parallel at a time, and reports
-// "connected". Each agent is tried up to 3 times; once connected it is
-// kept as the real agent keeps its connection (see keep): redialed when
-// the connection ends, announcing what it held.
+// "connected". Each agent is tried up to 3 times; once connected, with
+// cfg.Keep, it is kept as the real agent keeps its connection (see keep):
+// redialed when the connection ends, announcing what it held.
 func (s *swarmChild) dialAll(parallel int) {
 	start := time.Now()
 	sem := make(chan struct{}, parallel)
@@ -251,7 +257,11 @@ func (s *swarmChild) dialAll(parallel int) {
 					me := s.owner[i]
 					s.agents[i] = a
 					s.mu.Unlock()
-					s.wg.Go(func() { s.keep(i, me, a, nil, func() {}, func(error) {}) })
+					if s.cfg.Keep {
+						s.wg.Go(func() { s.keep(i, me, a, nil, func() {}, func(error) {}) })
+					} else {
+						s.wg.Go(func() { s.follow(i, a) })
+					}
 					return
 				}
 			}
@@ -342,13 +352,21 @@ func (s *swarmChild) redialAll() {
 // over (owner[i] is no longer me): it follows a, the agent's connection,
 // if a is not nil, else dials announcing held; and it redials with
 // backoff whenever an attempt fails or the connection ends, announcing
-// what the lost connection held. welcomed is called after the first
-// successful dial, failed after every failed attempt.
+// what the lost connection held. A loop taken over stops before its next
+// attempt, and kills the connection of an attempt that succeeded after
+// the takeover. welcomed is called after the first successful dial,
+// failed after every failed attempt.
 func (s *swarmChild) keep(i, me int, a *agenttest.Agent, held []agenttest.Cached, welcomed func(), failed func(error)) {
 	first := true
 	attempt := 0
 	for s.keepCtx.Err() == nil {
 		if a == nil {
+			s.mu.Lock()
+			mine := s.owner[i] == me
+			s.mu.Unlock()
+			if !mine {
+				return
+			}
 			ctx, cancel := context.WithTimeout(s.keepCtx, swarmHandshakeTimeout)
 			var err error
 			a, err = agenttest.Dial(ctx, agenttest.Options{

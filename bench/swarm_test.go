@@ -12,11 +12,11 @@ import (
 	"lehr.dev/lehr/testenv/devcluster"
 )
 
-// TestSwarmRedialsLostConnections: the swarm's simulated agents redial a
-// connection they lose, as the real agent does, however they were first
-// connected. They once did not (only after "redial"), so an agent whose
-// connection ended during the fan-out never received another update and
-// every later update waited out its limit.
+// TestSwarmRedialsLostConnections: with Keep (the fan-out), the swarm's
+// simulated agents redial a connection they lose, as the real agent does.
+// They once did not (only after "redial"), so an agent whose connection
+// ended during the fan-out never received another update and every later
+// update waited out its limit.
 func TestSwarmRedialsLostConnections(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a real control plane, distributor and swarm process")
@@ -41,7 +41,7 @@ func TestSwarmRedialsLostConnections(t *testing.T) {
 	col := newCollector(n)
 	sw, conn, err := startSwarm(ctx, swarmConfig{
 		Addr: dist.Addr(), CADir: filepath.Join(cl.Dir(), "pki", "ca"), N: n, Prefix: "swarmtest",
-		Zone: benchZone, Subs: []string{ns}, Parallel: n,
+		Zone: benchZone, Subs: []string{ns}, Parallel: n, Keep: true,
 	}, func(ev swarmEvent) {
 		if ev.NS == ns && !ev.Refused {
 			col.record(ev.I, ev.Version, ev.T)
