@@ -376,7 +376,8 @@ func (s *Store) tryCommit(ctx context.Context, c Commit, domain string, m *manif
 	if c.Deleted != nil {
 		*c.Deleted = deleted
 	}
-	s.contents.put(c.Namespace, info, c.Content)
+	// A copy: the caller owns info, readers of the cache share theirs.
+	s.contents.put(c.Namespace, proto.CloneOf(info), c.Content)
 	return info, nil
 }
 
@@ -589,13 +590,13 @@ func (s *Store) Content(ctx context.Context, ns string, seq uint64) (*lehrpb.Ver
 		if err != nil {
 			return nil, content.Snapshot{}, fmt.Errorf("store: content %s@%d: %w", ns, seq, err)
 		}
-		if info, snap, ok := s.contents.get(ns, rec.GetInfo().GetSeq(), rec.GetInfo().GetChecksum()); ok {
-			return info, snap, nil
+		if _, snap, ok := s.contents.get(ns, rec.GetInfo().GetSeq(), rec.GetInfo().GetChecksum()); ok {
+			return rec.GetInfo(), snap, nil
 		}
 		var snap content.Snapshot
 		snap, err = s.readContent(ctx, ns, rec, rev)
 		if err == nil {
-			s.contents.put(ns, rec.GetInfo(), snap)
+			s.contents.put(ns, proto.CloneOf(rec.GetInfo()), snap)
 			return rec.GetInfo(), snap, nil
 		}
 		// etcd compacted the revision between reading the record and its
@@ -614,7 +615,8 @@ func (s *Store) Content(ctx context.Context, ns string, seq uint64) (*lehrpb.Ver
 // etcd answered, and a watch event of the same commit can overtake that.
 // ok is false when the content is not in memory, or the record is not
 // found or names another checksum. It is for a caller that knows the
-// checksum from a record it read (a goal); others use Content.
+// checksum from a record it read (a goal); others use Content. The
+// caller must not change info: it is shared.
 func (s *Store) CachedContent(ctx context.Context, ns string, seq uint64, sum string) (info *lehrpb.VersionInfo, snap content.Snapshot, ok bool) {
 	if info, snap, ok := s.contents.get(ns, seq, sum); ok {
 		return info, snap, true
