@@ -73,33 +73,15 @@ func runPublish(ctx context.Context, e *Env) (*Result, error) {
 	for _, size := range publishSizes {
 		ns := fmt.Sprintf("%s/pub-%s", benchDomain, nsLabel(size))
 		val := newValueSource(size)
-		publish := func(ns string) (time.Duration, error) {
+		publish := func() (time.Duration, error) {
 			props := []producer.Property{{Key: "value", Value: val.next()}}
 			start := time.Now()
 			_, err := cl.Publish(ctx, ns, props)
 			return time.Since(start), err
 		}
-		for range p.warmup {
-			if _, err := publish(ns); err != nil {
-				return res, fmt.Errorf("warm-up publish %s: %w", ns, err)
-			}
-		}
-		var sums []Summary
-		var rates []float64
-		var all []time.Duration
-		for range p.reps {
-			lat := make([]time.Duration, 0, p.opsPerRep[size])
-			start := time.Now()
-			for range p.opsPerRep[size] {
-				d, err := publish(ns)
-				if err != nil {
-					return res, fmt.Errorf("publish %s: %w", ns, err)
-				}
-				lat = append(lat, d)
-			}
-			rates = append(rates, float64(len(lat))/time.Since(start).Seconds())
-			sums = append(sums, Summarize(lat))
-			all = append(all, lat...)
+		sums, rates, all, err := timeSequential(p.warmup, p.reps, p.opsPerRep[size], publish)
+		if err != nil {
+			return res, fmt.Errorf("publish %s: %w", ns, err)
 		}
 		plot.Series = append(plot.Series, Series{Label: "lehr " + sizeLabel(size), Samples: all})
 		conc, err := publishConcurrent(ctx, cl, size, p.concurrency, p.concOps[size], p.reps)
@@ -150,27 +132,41 @@ func etcdCommitFloor(ctx context.Context, e *Env, p publishParams, size int) (Ro
 		err := peer.put(ctx, "floor/value", val.next())
 		return time.Since(start), err
 	}
-	for range p.warmup {
-		if _, err := put(); err != nil {
-			return row, fmt.Errorf("etcd warm-up put: %w", err)
-		}
-	}
-	var sums []Summary
-	for range p.reps {
-		lat := make([]time.Duration, 0, p.opsPerRep[size])
-		for range p.opsPerRep[size] {
-			d, err := put()
-			if err != nil {
-				return row, fmt.Errorf("etcd put: %w", err)
-			}
-			lat = append(lat, d)
-		}
-		sums = append(sums, Summarize(lat))
+	sums, _, _, err := timeSequential(p.warmup, p.reps, p.opsPerRep[size], put)
+	if err != nil {
+		return row, fmt.Errorf("etcd put: %w", err)
 	}
 	s := MedianSummary(sums)
 	row.AddLatency("", s)
 	row.Add("samples", float64(s.N), "")
 	return row, nil
+}
+
+// timeSequential runs op warmup times unmeasured, then reps repetitions
+// of n, one after the other, and returns each repetition's summary and
+// operations per second, and every measured latency. An error of op ends
+// it, saying whether it was a warm-up.
+func timeSequential(warmup, reps, n int, op func() (time.Duration, error)) (sums []Summary, rates []float64, all []time.Duration, err error) {
+	for range warmup {
+		if _, err := op(); err != nil {
+			return nil, nil, nil, fmt.Errorf("warm-up: %w", err)
+		}
+	}
+	for range reps {
+		lat := make([]time.Duration, 0, n)
+		start := time.Now()
+		for range n {
+			d, err := op()
+			if err != nil {
+				return nil, nil, nil, err
+			}
+			lat = append(lat, d)
+		}
+		rates = append(rates, float64(len(lat))/time.Since(start).Seconds())
+		sums = append(sums, Summarize(lat))
+		all = append(all, lat...)
+	}
+	return sums, rates, all, nil
 }
 
 // publishConcurrent runs reps rounds of n publishes of size-byte values
