@@ -2,6 +2,7 @@ package store
 
 import (
 	"container/list"
+	"context"
 	"sync"
 
 	"lehr.dev/lehr/internal/content"
@@ -28,7 +29,8 @@ const maxCachedContent = 256 << 10
 // blobs rotted since; a reader without the entry (another replica, this
 // one after a restart or an eviction) finds the damage (ErrCorrupt).
 // CachedContent serves an entry without the record's read, to a caller
-// that knows the checksum from a record read elsewhere (a goal).
+// that knows the checksum from a record read elsewhere (a goal), and waits
+// for a commit of this process that wrote the record to put the entry.
 type contentCache struct {
 	max int64
 
@@ -36,6 +38,17 @@ type contentCache struct {
 	bytes int64
 	lru   *list.List // of *cacheEntry, most recent at the front
 	m     map[cacheKey]*list.Element
+	// committing holds the versions this process is committing, from
+	// before their transaction until their content is put (or the
+	// transaction failed): see committing and await.
+	committing map[cacheKey]*commitInFlight
+}
+
+// commitInFlight is one version being committed by refs commits of this
+// process (rivals of one number); done closes once none is left.
+type commitInFlight struct {
+	refs int
+	done chan struct{}
 }
 
 type cacheKey struct {
@@ -51,7 +64,55 @@ type cacheEntry struct {
 }
 
 func newContentCache(max int64) *contentCache {
-	return &contentCache{max: max, lru: list.New(), m: map[cacheKey]*list.Element{}}
+	return &contentCache{max: max, lru: list.New(), m: map[cacheKey]*list.Element{}, committing: map[cacheKey]*commitInFlight{}}
+}
+
+// commit notes that this process is about to commit ns@seq; the returned
+// function, called once the commit put the content or failed, ends that.
+func (c *contentCache) commit(ns string, seq uint64) (done func()) {
+	if c == nil {
+		return func() {}
+	}
+	k := cacheKey{ns, seq}
+	c.mu.Lock()
+	f := c.committing[k]
+	if f == nil {
+		f = &commitInFlight{done: make(chan struct{})}
+		c.committing[k] = f
+	}
+	f.refs++
+	c.mu.Unlock()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			c.mu.Lock()
+			defer c.mu.Unlock()
+			if f.refs--; f.refs == 0 {
+				close(f.done)
+				delete(c.committing, k)
+			}
+		})
+	}
+}
+
+// await returns once no commit of ns@seq by this process is in flight, or
+// ctx ends: a reader that saw the version's record written by this
+// process's commit then finds its content, which the commit puts only
+// after etcd answered.
+func (c *contentCache) await(ctx context.Context, ns string, seq uint64) {
+	if c == nil {
+		return
+	}
+	c.mu.Lock()
+	f := c.committing[cacheKey{ns, seq}]
+	c.mu.Unlock()
+	if f == nil {
+		return
+	}
+	select {
+	case <-f.done:
+	case <-ctx.Done():
+	}
 }
 
 // get returns the record and content of ns@seq if it is cached with

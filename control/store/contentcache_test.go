@@ -1,11 +1,14 @@
 package store
 
 import (
+	"context"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"google.golang.org/protobuf/proto"
+
+	"lehr.dev/lehr/proto/lehrpb"
 )
 
 // Content of a version this store committed (or read before) comes from
@@ -99,5 +102,50 @@ func TestSmallCommitIsOneTransaction(t *testing.T) {
 				t.Errorf("Content: %v, %v", got, err)
 			}
 		})
+	}
+}
+
+// A reader that saw the record of a version this process is committing
+// waits for the commit to put its content (the goal watch's event can
+// overtake the commit's return): await returns once every commit of that
+// number in flight is done, or its context ends.
+func TestContentCacheAwaitsCommits(t *testing.T) {
+	c := newContentCache(1 << 20)
+	s := snap(t, "a", "1")
+	info := &lehrpb.VersionInfo{Namespace: "d/x", Seq: 1, Checksum: s.Checksum()}
+	awaited := func(ctx context.Context) <-chan struct{} {
+		ch := make(chan struct{})
+		go func() { c.await(ctx, "d/x", 1); close(ch) }()
+		return ch
+	}
+	wait := func(ch <-chan struct{}, what string) {
+		t.Helper()
+		select {
+		case <-ch:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("await did not return %s", what)
+		}
+	}
+	wait(awaited(context.Background()), "with no commit in flight")
+
+	done1, done2 := c.commit("d/x", 1), c.commit("d/x", 1) // rivals of one number
+	ctx, cancel := context.WithCancel(context.Background())
+	gaveUp := awaited(ctx)
+	cancel()
+	wait(gaveUp, "when its context ended")
+
+	ch := awaited(context.Background())
+	c.put("d/x", info, s)
+	done1()
+	done1() // a second call changes nothing
+	select {
+	case <-ch:
+		t.Fatal("await returned while a rival commit of the number is still in flight")
+	default:
+	}
+	done2()
+	wait(ch, "after every commit was done")
+	if _, got, ok := c.get("d/x", 1, s.Checksum()); !ok || got.Checksum() != s.Checksum() {
+		t.Errorf("get after the commit: ok %v", ok)
 	}
 }

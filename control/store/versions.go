@@ -44,6 +44,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"time"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -267,6 +268,9 @@ func (s *Store) tryCommit(ctx context.Context, c Commit, domain string, m *manif
 	// gofail: var storeAfterStage struct{}
 
 	seq := latest + 1
+	// Readers that see this version's record before its content is put
+	// (CachedContent, from the goal watch) wait for the put.
+	defer s.contents.commit(c.Namespace, seq)()
 	in := c.Info
 	info := &lehrpb.VersionInfo{
 		Namespace:         c.Namespace,
@@ -610,9 +614,10 @@ func (s *Store) Content(ctx context.Context, ns string, seq uint64) (*lehrpb.Ver
 
 // CachedContent returns the record and content of ns@seq if this control
 // holds its content in memory with checksum sum (see Content), reading no
-// blob: on a miss it reads the version's record, once, and looks again,
-// because the commit that wrote a version puts it in memory only after
-// etcd answered, and a watch event of the same commit can overtake that.
+// blob: on a miss it reads the version's record, once, and — the record
+// being there — waits for a commit of this control still putting it in
+// memory (a commit does so only after etcd answered, and a watch event of
+// the same commit can overtake that), then looks again.
 // ok is false when the content is not in memory, or the record is not
 // found or names another checksum. It is for a caller that knows the
 // checksum from a record it read (a goal); others use Content. The
@@ -625,6 +630,9 @@ func (s *Store) CachedContent(ctx context.Context, ns string, seq uint64, sum st
 	if err != nil || rec.GetInfo().GetChecksum() != sum {
 		return nil, content.Snapshot{}, false
 	}
+	actx, cancel := context.WithTimeout(ctx, time.Second) // the put follows etcd's answer at once
+	defer cancel()
+	s.contents.await(actx, ns, seq)
 	return s.contents.get(ns, seq, sum)
 }
 
