@@ -60,8 +60,35 @@ type cacheEntry struct {
 	key  cacheKey
 	info *lehrpb.VersionInfo // its checksum is the entry's
 	snap content.Snapshot
-	size int64
+	// stored is how the version is stored, when this process committed
+	// it; nil for a version it read.
+	stored *storedVersion
+	size   int64
 }
+
+// storedVersion is how a version is stored in etcd, as far as the next commit of
+// its namespace needs it of its parent: the manifest chunks of its record,
+// the value hashes each chunk lists, and the request id it was committed
+// with. Kept for versions this process committed, it spares that commit
+// reading the parent's record and chunks.
+type storedVersion struct {
+	chunks      []string
+	chunkValues map[string][]string // by chunk hash
+	requestID   string
+}
+
+// storedOf returns how m is stored, committed with request id requestID.
+func storedOf(m *manifest, requestID string) *storedVersion {
+	l := &storedVersion{chunks: m.chunkHashes, chunkValues: make(map[string][]string, len(m.chunkHashes)), requestID: requestID}
+	for i, h := range m.chunkHashes {
+		l.chunkValues[h] = m.chunkValues[i]
+	}
+	return l
+}
+
+// storedBytes estimates what a storedVersion of a version of n properties holds:
+// a hex value hash and its string header per property.
+func storedBytes(n int) int64 { return int64(n) * 80 }
 
 func newContentCache(max int64) *contentCache {
 	return &contentCache{max: max, lru: list.New(), m: map[cacheKey]*list.Element{}, committing: map[cacheKey]*commitInFlight{}}
@@ -115,6 +142,26 @@ func (c *contentCache) await(ctx context.Context, ns string, seq uint64) {
 	}
 }
 
+// committed returns the record and storedVersion of ns@seq if this
+// process committed it with checksum sum and it is still cached.
+func (c *contentCache) committed(ns string, seq uint64, sum string) (*lehrpb.VersionInfo, *storedVersion, bool) {
+	if c == nil || sum == "" {
+		return nil, nil, false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	el, ok := c.m[cacheKey{ns, seq}]
+	if !ok {
+		return nil, nil, false
+	}
+	e := el.Value.(*cacheEntry)
+	if e.info.GetChecksum() != sum || e.stored == nil {
+		return nil, nil, false
+	}
+	c.lru.MoveToFront(el)
+	return e.info, e.stored, true
+}
+
 // get returns the record and content of ns@seq if it is cached with
 // checksum sum.
 func (c *contentCache) get(ns string, seq uint64, sum string) (*lehrpb.VersionInfo, content.Snapshot, bool) {
@@ -136,13 +183,18 @@ func (c *contentCache) get(ns string, seq uint64, sum string) (*lehrpb.VersionIn
 }
 
 // put caches snap as the content of the version info describes (ns,
-// info's seq and checksum); content larger than maxCachedContent or a
-// quarter of the cache is not kept. info must not be changed afterwards.
-func (c *contentCache) put(ns string, info *lehrpb.VersionInfo, snap content.Snapshot) {
+// info's seq and checksum), and stored, if not nil, as how it is stored
+// (a version this process committed); content larger than
+// maxCachedContent or a quarter of the cache is not kept. info and stored
+// must not be changed afterwards.
+func (c *contentCache) put(ns string, info *lehrpb.VersionInfo, snap content.Snapshot, stored *storedVersion) {
 	if c == nil {
 		return
 	}
 	size := snap.Size() + int64(64*snap.Len()) + 128
+	if stored != nil {
+		size += storedBytes(snap.Len())
+	}
 	if snap.Size() > maxCachedContent || size > c.max/4 {
 		return
 	}
@@ -151,10 +203,24 @@ func (c *contentCache) put(ns string, info *lehrpb.VersionInfo, snap content.Sna
 	defer c.mu.Unlock()
 	if el, ok := c.m[k]; ok {
 		c.lru.MoveToFront(el)
+		// A reader may have cached the version between its commit's
+		// transaction and this put.
+		if e := el.Value.(*cacheEntry); e.stored == nil && stored != nil && e.info.GetChecksum() == info.GetChecksum() {
+			e.stored = stored
+			e.size += storedBytes(snap.Len())
+			c.bytes += storedBytes(snap.Len())
+			c.evictLocked()
+		}
 		return
 	}
-	c.m[k] = c.lru.PushFront(&cacheEntry{key: k, info: info, snap: snap, size: size})
+	c.m[k] = c.lru.PushFront(&cacheEntry{key: k, info: info, snap: snap, stored: stored, size: size})
 	c.bytes += size
+	c.evictLocked()
+}
+
+// evictLocked drops the least recently used entries until the cache is
+// within its bound.
+func (c *contentCache) evictLocked() {
 	for c.bytes > c.max {
 		el := c.lru.Back()
 		e := el.Value.(*cacheEntry)

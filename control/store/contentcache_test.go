@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -135,7 +136,7 @@ func TestContentCacheAwaitsCommits(t *testing.T) {
 	wait(gaveUp, "when its context ended")
 
 	ch := awaited(context.Background())
-	c.put("d/x", info, s)
+	c.put("d/x", info, s, nil)
 	done1()
 	done1() // a second call changes nothing
 	select {
@@ -147,5 +148,50 @@ func TestContentCacheAwaitsCommits(t *testing.T) {
 	wait(ch, "after every commit was done")
 	if _, got, ok := c.get("d/x", 1, s.Checksum()); !ok || got.Checksum() != s.Checksum() {
 		t.Errorf("get after the commit: ok %v", ok)
+	}
+}
+
+// A commit on top of a version this process committed reads nothing of
+// that parent (its manifest is kept with its content): one read of the
+// head and one write, whatever the namespace's size; a store that did not
+// commit the parent reads its record and chunks, and writes the same.
+func TestCommitOnOwnParentIsOneReadOneWrite(t *testing.T) {
+	ctx := testCtx(t)
+	var rounds []string
+	s := newTestStore(t, Options{OnRoundTrip: func(op string, _ time.Duration, _ error) { rounds = append(rounds, op) }})
+	mustDomain(t, s, "d")
+	if _, err := s.CreateZone(ctx, "z"); err != nil {
+		t.Fatal(err)
+	}
+	kv := []string{}
+	for i := range 300 { // several manifest chunks
+		kv = append(kv, fmt.Sprintf("k%03d", i), fmt.Sprintf("v%d", i))
+	}
+	commit(t, s, Commit{Namespace: "d/n", Create: true, Content: snap(t, kv...), Goals: GoalsAllZones})
+	kv[1] = "changed"
+	rounds = nil
+	v2 := commit(t, s, Commit{Namespace: "d/n", ExpectedLatest: 1, Content: snap(t, kv...), Goals: GoalsAllZones})
+	if want := []string{"txn", "txn"}; fmt.Sprint(rounds) != fmt.Sprint(want) {
+		t.Errorf("commit on this store's own parent made etcd requests %v; want %v (read, then write)", rounds, want)
+	}
+
+	// Another store (another control, or this one restarted) reads the
+	// parent's record and the chunk that changed, and commits the same.
+	var other []string
+	s2 := New(s.cli, Options{Prefix: s.opts.Prefix, Logger: quietLogger(), OnRoundTrip: func(op string, _ time.Duration, _ error) { other = append(other, op) }})
+	kv[3] = "changed too"
+	v3, err := s2.Commit(ctx, Commit{Namespace: "d/n", ExpectedLatest: 2, Content: snap(t, kv...), Goals: GoalsAllZones})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(other) <= len(rounds) {
+		t.Errorf("a store without the parent made %v; want more than %v (the parent's record and chunks)", other, rounds)
+	}
+	for _, st := range []*Store{s, New(s.cli, Options{Prefix: s.opts.Prefix, Logger: quietLogger()})} {
+		for _, v := range []*lehrpb.VersionInfo{v2, v3} {
+			if _, got, err := st.Content(ctx, "d/n", v.GetSeq()); err != nil || got.Checksum() != v.GetChecksum() {
+				t.Errorf("Content(%d): %v, %v", v.GetSeq(), got.Checksum(), err)
+			}
+		}
 	}
 }

@@ -192,6 +192,36 @@ func (s *Store) GetNamespace(ctx context.Context, name string) (*lehrpb.Namespac
 	return head, nil
 }
 
+// DomainAndNamespace reads a namespace and its domain in one request: the
+// domain (a *NotFoundError if there is none) and the namespace, nil if
+// there is none. A publish needs both before it commits.
+func (s *Store) DomainAndNamespace(ctx context.Context, ns string) (*lehrpb.Domain, *lehrpb.Namespace, error) {
+	domain, _, err := names.Namespace(ns)
+	if err != nil {
+		return nil, nil, fmt.Errorf("store: get namespace: %w: %w", ErrInvalid, err)
+	}
+	dkey, hkey := s.lay.domain(domain), s.lay.nsmeta(ns)
+	rs, _, err := s.readAt(ctx, clientv3.OpGet(dkey), clientv3.OpGet(hkey))
+	if err != nil {
+		return nil, nil, fmt.Errorf("store: get namespace %s: %w", ns, err)
+	}
+	if len(rs[0].Kvs) == 0 {
+		return nil, nil, &NotFoundError{What: "domain", Name: domain}
+	}
+	d := new(lehrpb.Domain)
+	if err := decode(dkey, rs[0].Kvs[0].Value, d); err != nil {
+		return nil, nil, fmt.Errorf("store: get domain %s: %w", domain, err)
+	}
+	if len(rs[1].Kvs) == 0 {
+		return d, nil, nil
+	}
+	h := new(lehrpb.Namespace)
+	if err := decode(hkey, rs[1].Kvs[0].Value, h); err != nil {
+		return nil, nil, fmt.Errorf("store: get namespace %s: %w", ns, err)
+	}
+	return d, h, nil
+}
+
 // head reads a namespace head: nil if absent, else the head, its mod
 // revision and the revision of the read.
 func (s *Store) head(ctx context.Context, ns string) (*lehrpb.Namespace, int64, int64, error) {

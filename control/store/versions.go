@@ -152,8 +152,19 @@ func (s *Store) Commit(ctx context.Context, c Commit) (*lehrpb.VersionInfo, erro
 	if err != nil {
 		return nil, fmt.Errorf("store: commit %s: %w", c.Namespace, err)
 	}
-	for range maxCommitAttempts {
-		info, err := s.tryCommit(ctx, c, domain, m)
+	for attempt := range maxCommitAttempts {
+		// The first round reads without a quorum (serializable): its
+		// transaction's guards make a commit on stale reads impossible,
+		// and a linearizable read waits behind etcd's raft loop, which may
+		// be busy syncing another write. Anything but a commit — an error,
+		// a conflict, a failed guard — is decided by a round that reads
+		// with one.
+		quorum := attempt > 0
+		info, err := s.tryCommit(ctx, c, domain, m, quorum)
+		var txnErr *versionTxnError
+		if err != nil && !quorum && !errors.As(err, &txnErr) {
+			continue
+		}
 		if err != nil {
 			return nil, fmt.Errorf("store: commit %s: %w", c.Namespace, err)
 		}
@@ -167,28 +178,43 @@ func (s *Store) Commit(ctx context.Context, c Commit) (*lehrpb.VersionInfo, erro
 	return nil, fmt.Errorf("store: commit %s: %w after %d attempts", c.Namespace, ErrContention, maxCommitAttempts)
 }
 
+// versionTxnError is the failure of a commit's final transaction, which
+// may have committed all the same (an etcd timeout): unlike the failures
+// of its reads, Commit never retries it.
+type versionTxnError struct{ err error }
+
+func (e *versionTxnError) Error() string { return e.err.Error() }
+func (e *versionTxnError) Unwrap() error { return e.err }
+
 // tryCommit is one round of the commit algorithm. It returns nil, nil when
 // the final transaction's guard failed and the round should be repeated.
-func (s *Store) tryCommit(ctx context.Context, c Commit, domain string, m *manifest) (*lehrpb.VersionInfo, error) {
+// quorum false reads without a quorum (see Commit).
+func (s *Store) tryCommit(ctx context.Context, c Commit, domain string, m *manifest, quorum bool) (*lehrpb.VersionInfo, error) {
+	get := func(key string, opts ...clientv3.OpOption) clientv3.Op {
+		if !quorum {
+			opts = append(opts, clientv3.WithSerializable())
+		}
+		return clientv3.OpGet(key, opts...)
+	}
 	hkey := s.lay.nsmeta(c.Namespace)
 	rkey := s.lay.request(c.Namespace, c.RequestID)
 	ops := []clientv3.Op{
-		clientv3.OpGet(hkey),
-		clientv3.OpGet(s.lay.domain(domain), clientv3.WithCountOnly()),
-		clientv3.OpGet(rkey), // empty for an empty request id
+		get(hkey),
+		get(s.lay.domain(domain), clientv3.WithCountOnly()),
+		get(rkey), // empty for an empty request id
 	}
 	if c.Goals == GoalsAllZones {
-		ops = append(ops, clientv3.OpGet(s.lay.zonesPrefix(), clientv3.WithPrefix(), clientv3.WithKeysOnly()))
+		ops = append(ops, get(s.lay.zonesPrefix(), clientv3.WithPrefix(), clientv3.WithKeysOnly()))
 	}
 	var ekey string
 	if c.Experiment != nil {
 		ekey = s.lay.experiment(c.Namespace, c.Experiment.ID)
-		ops = append(ops, clientv3.OpGet(ekey, clientv3.WithKeysOnly()))
+		ops = append(ops, get(ekey, clientv3.WithKeysOnly()))
 	}
 	var xprefix string
 	if c.DeletePolicy {
 		xprefix = s.lay.experimentsOf(c.Namespace)
-		ops = append(ops, clientv3.OpGet(xprefix, clientv3.WithPrefix(), clientv3.WithKeysOnly()))
+		ops = append(ops, get(xprefix, clientv3.WithPrefix(), clientv3.WithKeysOnly()))
 	}
 	rs, rev, err := s.readAt(ctx, ops...)
 	if err != nil {
@@ -237,16 +263,25 @@ func (s *Store) tryCommit(ctx context.Context, c Commit, domain string, m *manif
 		headMod = rs[0].Kvs[0].ModRevision
 	}
 	latest := head.GetLatestVersion()
-	var parent *lehrpb.VersionRecord
+	var parent *storedVersion
 	if latest > 0 {
-		if parent, err = s.record(ctx, c.Namespace, latest, rev); err != nil {
-			return nil, err
+		// The parent as this process committed it, if it did and still
+		// holds it; else as its record says.
+		pinfo, stored, ok := s.contents.committed(c.Namespace, latest, head.GetLatestChecksum())
+		if ok {
+			parent = stored
+		} else {
+			rec, err := s.record(ctx, c.Namespace, latest, rev)
+			if err != nil {
+				return nil, err
+			}
+			if rec == nil {
+				return nil, fmt.Errorf("%w: head names version %d, which is missing", ErrCorrupt, latest)
+			}
+			pinfo, parent = rec.GetInfo(), &storedVersion{chunks: rec.GetManifestChunks(), requestID: rec.GetRequestId()}
 		}
-		if parent == nil {
-			return nil, fmt.Errorf("%w: head names version %d, which is missing", ErrCorrupt, latest)
-		}
-		if c.RequestID != "" && parent.GetRequestId() == c.RequestID {
-			return parent.GetInfo(), nil
+		if c.RequestID != "" && parent.requestID == c.RequestID {
+			return proto.CloneOf(pinfo), nil
 		}
 	}
 	if latest != c.ExpectedLatest && !c.Rebase {
@@ -366,7 +401,8 @@ func (s *Store) tryCommit(ctx context.Context, c Commit, domain string, m *manif
 		return nil, nil
 	}
 	if err != nil {
-		return nil, err
+		// It may have committed: never retried by Commit.
+		return nil, &versionTxnError{err}
 	}
 	if !resp.Succeeded {
 		s.log.Debug("store: commit guard failed, retrying", "namespace", c.Namespace, "read_revision", rev)
@@ -381,7 +417,7 @@ func (s *Store) tryCommit(ctx context.Context, c Commit, domain string, m *manif
 		*c.Deleted = deleted
 	}
 	// A copy: the caller owns info, readers of the cache share theirs.
-	s.contents.put(c.Namespace, proto.CloneOf(info), c.Content)
+	s.contents.put(c.Namespace, proto.CloneOf(info), c.Content, storedOf(m, c.RequestID))
 	return info, nil
 }
 
@@ -391,9 +427,13 @@ func (s *Store) tryCommit(ctx context.Context, c Commit, domain string, m *manif
 // version's own transaction to write. See the package comment of
 // compact.go for why blobs the parent already has are not re-put and
 // every other blob is, even if it exists.
-func (s *Store) stage(ctx context.Context, ns string, m *manifest, parent *lehrpb.VersionRecord, rev int64) (inline []clientv3.Op, err error) {
-	parentChunks := make(map[string]bool, len(parent.GetManifestChunks()))
-	for _, h := range parent.GetManifestChunks() {
+func (s *Store) stage(ctx context.Context, ns string, m *manifest, parent *storedVersion, rev int64) (inline []clientv3.Op, err error) {
+	var pchunks []string
+	if parent != nil {
+		pchunks = parent.chunks
+	}
+	parentChunks := make(map[string]bool, len(pchunks))
+	for _, h := range pchunks {
 		parentChunks[h] = true
 	}
 	ourChunks := make(map[string]bool, len(m.chunkHashes))
@@ -412,13 +452,19 @@ func (s *Store) stage(ctx context.Context, ns string, m *manifest, parent *lehrp
 	// Value hashes of the parent chunks we do not share. Values of shared
 	// chunks are referenced by the parent through those chunks.
 	var otherChunks []string
-	for _, h := range parent.GetManifestChunks() {
+	for _, h := range pchunks {
 		if !ourChunks[h] {
 			otherChunks = append(otherChunks, h)
 		}
 	}
 	parentValues := make(map[string]bool)
-	if len(otherChunks) > 0 {
+	if len(otherChunks) > 0 && parent.chunkValues != nil {
+		for _, h := range otherChunks {
+			for _, vh := range parent.chunkValues[h] {
+				parentValues[vh] = true
+			}
+		}
+	} else if len(otherChunks) > 0 {
 		chunks, err := s.readChunks(ctx, ns, otherChunks, rev)
 		if err != nil {
 			return nil, fmt.Errorf("read parent manifest: %w", err)
@@ -600,7 +646,7 @@ func (s *Store) Content(ctx context.Context, ns string, seq uint64) (*lehrpb.Ver
 		var snap content.Snapshot
 		snap, err = s.readContent(ctx, ns, rec, rev)
 		if err == nil {
-			s.contents.put(ns, proto.CloneOf(rec.GetInfo()), snap)
+			s.contents.put(ns, proto.CloneOf(rec.GetInfo()), snap, nil)
 			return rec.GetInfo(), snap, nil
 		}
 		// etcd compacted the revision between reading the record and its
