@@ -69,6 +69,13 @@ const (
 	maxAuditQueue = 10_000
 	// auditWriteTimeout bounds one batch's write.
 	auditWriteTimeout = 10 * time.Second
+	// auditLinger is how long the writer gathers records after the first
+	// of a batch: a burst of calls costs one etcd commit for its records,
+	// and a producer publishing back to back does not find the audit
+	// write of its previous publish syncing etcd's log in front of its
+	// next commit (bench/RESULTS.md, "Publish, issue 13"). A reader of the
+	// log (ListAuditRecords) and Close do not wait for it.
+	auditLinger = 20 * time.Millisecond
 )
 
 // auditWriter writes audit records in the background, in batches of one
@@ -84,7 +91,8 @@ type auditWriter struct {
 	closed  bool // close was called: nothing starts any more
 	queue   []*lehrpb.AuditRecord
 	waiters []chan struct{} // closed once everything queued before them is written
-	wake    chan struct{}   // buffered(1)
+	wake    chan struct{}   // buffered(1): a record was queued
+	flush   chan struct{}   // buffered(1): a waiter or close wants the queue written now
 }
 
 // add queues rec, starting the writer on first use.
@@ -114,15 +122,18 @@ func (a *auditWriter) start(s *Service) bool {
 		return false
 	}
 	if !a.started {
-		a.started, a.wake = true, make(chan struct{}, 1)
+		a.started, a.wake, a.flush = true, make(chan struct{}, 1), make(chan struct{}, 1)
 		a.wg.Go(func() { a.run(s) })
 	}
 	return true
 }
 
-func (a *auditWriter) signal() {
+func (a *auditWriter) signal() { notify(a.wake) }
+
+// notify wakes the writer through ch without blocking.
+func notify(ch chan struct{}) {
 	select {
-	case a.wake <- struct{}{}:
+	case ch <- struct{}{}:
 	default:
 	}
 }
@@ -136,6 +147,7 @@ func (a *auditWriter) sync(ctx context.Context, s *Service) error {
 	a.mu.Lock()
 	a.waiters = append(a.waiters, ch)
 	a.mu.Unlock()
+	notify(a.flush)
 	a.signal()
 	select {
 	case <-ch:
@@ -145,9 +157,19 @@ func (a *auditWriter) sync(ctx context.Context, s *Service) error {
 	}
 }
 
-// run writes batches until close, then writes what is left.
+// run writes batches until close, then writes what is left. A batch is
+// what was queued auditLinger after its first record, or when a waiter or
+// close asked for it.
 func (a *auditWriter) run(s *Service) {
+	linger := time.NewTimer(auditLinger)
+	linger.Stop()
 	for range a.wake {
+		linger.Reset(auditLinger)
+		select {
+		case <-linger.C:
+		case <-a.flush:
+			linger.Stop()
+		}
 		a.mu.Lock()
 		batch, waiters, closed := a.queue, a.waiters, a.closed
 		a.queue, a.waiters = nil, nil
@@ -184,6 +206,7 @@ func (a *auditWriter) close() {
 	started := a.started
 	a.mu.Unlock()
 	if started {
+		notify(a.flush)
 		a.signal()
 	}
 	a.wg.Wait()

@@ -21,7 +21,7 @@ import (
 // loses a race is retried against the new latest version.
 func (s *Service) Publish(ctx context.Context, req *lehrpb.PublishRequest) (_ *lehrpb.PublishResponse, err error) {
 	defer s.track(ctx, "Publish", time.Now(), &err)
-	dname, _, nerr := names.Namespace(req.GetNamespace())
+	_, _, nerr := names.Namespace(req.GetNamespace())
 	if nerr != nil {
 		return nil, nameError("namespace", nerr)
 	}
@@ -37,7 +37,7 @@ func (s *Service) Publish(ctx context.Context, req *lehrpb.PublishRequest) (_ *l
 	if err := checkRequestID(req.GetRequestId()); err != nil {
 		return nil, err
 	}
-	dom, err := s.domainOf(ctx, dname, "namespace")
+	dom, found, err := s.domainAndNamespace(ctx, req.GetNamespace(), "namespace")
 	if err != nil {
 		return nil, err
 	}
@@ -45,7 +45,7 @@ func (s *Service) Publish(ctx context.Context, req *lehrpb.PublishRequest) (_ *l
 	if err != nil {
 		return nil, err
 	}
-	ns, create, err := s.namespaceForPublish(ctx, dom, req.GetNamespace(), req.GetKind())
+	ns, create, err := s.namespaceForPublish(ctx, dom, found, req.GetNamespace(), req.GetKind())
 	if err != nil {
 		return nil, err
 	}
@@ -86,7 +86,7 @@ func (s *Service) Publish(ctx context.Context, req *lehrpb.PublishRequest) (_ *l
 // the latest; the patch is never merged onto a newer version.
 func (s *Service) Patch(ctx context.Context, req *lehrpb.PatchRequest) (_ *lehrpb.PatchResponse, err error) {
 	defer s.track(ctx, "Patch", time.Now(), &err)
-	dname, _, nerr := names.Namespace(req.GetNamespace())
+	_, _, nerr := names.Namespace(req.GetNamespace())
 	if nerr != nil {
 		return nil, nameError("namespace", nerr)
 	}
@@ -126,7 +126,7 @@ func (s *Service) Patch(ctx context.Context, req *lehrpb.PatchRequest) (_ *lehrp
 		}
 		seen[k] = true
 	}
-	dom, err := s.domainOf(ctx, dname, "namespace")
+	dom, ns, err := s.domainAndNamespace(ctx, req.GetNamespace(), "namespace")
 	if err != nil {
 		return nil, err
 	}
@@ -135,9 +135,8 @@ func (s *Service) Patch(ctx context.Context, req *lehrpb.PatchRequest) (_ *lehrp
 	if err != nil {
 		return nil, err
 	}
-	ns, err := s.st.GetNamespace(ctx, req.GetNamespace())
-	if err != nil {
-		return nil, withField(s.apiError(ctx, err), "namespace")
+	if ns == nil {
+		return nil, withField(s.apiError(ctx, &store.NotFoundError{What: "namespace", Name: req.GetNamespace()}), "namespace")
 	}
 	latest := ns.GetLatestVersion()
 	// A stale base with a request_id may be a retry of a patch that did
@@ -215,7 +214,7 @@ func (s *Service) Patch(ctx context.Context, req *lehrpb.PatchRequest) (_ *lehrp
 // a rollback must not be blocked by a quota lowered since.
 func (s *Service) Rollback(ctx context.Context, req *lehrpb.RollbackRequest) (_ *lehrpb.RollbackResponse, err error) {
 	defer s.track(ctx, "Rollback", time.Now(), &err)
-	dname, _, nerr := names.Namespace(req.GetNamespace())
+	_, _, nerr := names.Namespace(req.GetNamespace())
 	if nerr != nil {
 		return nil, nameError("namespace", nerr)
 	}
@@ -232,13 +231,12 @@ func (s *Service) Rollback(ctx context.Context, req *lehrpb.RollbackRequest) (_ 
 	if err := checkRequestID(req.GetRequestId()); err != nil {
 		return nil, err
 	}
-	dom, err := s.domainOf(ctx, dname, "namespace")
+	dom, ns, err := s.domainAndNamespace(ctx, req.GetNamespace(), "namespace")
 	if err != nil {
 		return nil, err
 	}
-	ns, err := s.st.GetNamespace(ctx, req.GetNamespace())
-	if err != nil {
-		return nil, withField(s.apiError(ctx, err), "namespace")
+	if ns == nil {
+		return nil, withField(s.apiError(ctx, &store.NotFoundError{What: "namespace", Name: req.GetNamespace()}), "namespace")
 	}
 	_, snap, err := s.st.Content(ctx, req.GetNamespace(), to)
 	if err != nil {
@@ -293,11 +291,8 @@ func (s *Service) commitLatest(ctx context.Context, c store.Commit, expected, la
 // namespaceForPublish returns the namespace a publish goes to and whether
 // the publish must create it. A new namespace counts against the domain's
 // max_namespaces quota.
-func (s *Service) namespaceForPublish(ctx context.Context, dom *lehrpb.Domain, name string, kind lehrpb.NamespaceKind) (*lehrpb.Namespace, bool, error) {
-	ns, err := s.st.GetNamespace(ctx, name)
-	var nf *store.NotFoundError
-	switch {
-	case errors.As(err, &nf):
+func (s *Service) namespaceForPublish(ctx context.Context, dom *lehrpb.Domain, ns *lehrpb.Namespace, name string, kind lehrpb.NamespaceKind) (*lehrpb.Namespace, bool, error) {
+	if ns == nil {
 		if err := s.checkNamespaceQuota(ctx, dom); err != nil {
 			return nil, false, err
 		}
@@ -305,8 +300,6 @@ func (s *Service) namespaceForPublish(ctx context.Context, dom *lehrpb.Domain, n
 			kind = s.kind
 		}
 		return &lehrpb.Namespace{Name: name, Kind: kind}, true, nil
-	case err != nil:
-		return nil, false, err
 	}
 	if kind != lehrpb.NamespaceKind_NAMESPACE_KIND_UNSPECIFIED && kind != ns.GetKind() {
 		return nil, false, apierror.New(codes.FailedPrecondition, apierror.ReasonKindMismatch, "kind",
@@ -335,13 +328,29 @@ func (s *Service) checkNamespaceQuota(ctx context.Context, dom *lehrpb.Domain) e
 	return nil
 }
 
+// domainAndNamespace reads namespace name (nil if absent) and its domain,
+// in one etcd request; a missing domain is NOT_FOUND on field.
+func (s *Service) domainAndNamespace(ctx context.Context, name, field string) (*lehrpb.Domain, *lehrpb.Namespace, error) {
+	d, ns, err := s.st.DomainAndNamespace(ctx, name)
+	var nf *store.NotFoundError
+	if errors.As(err, &nf) {
+		return nil, nil, domainNotFound(nf.Name, field)
+	}
+	return d, ns, err
+}
+
+// domainNotFound is the error for a missing domain, on field.
+func domainNotFound(name, field string) error {
+	return apierror.New(codes.NotFound, apierror.ReasonNotFound, field,
+		"domain %q does not exist; create it first (lehr domain create %s)", name, name)
+}
+
 // domainOf reads a domain, reporting a missing one on field.
 func (s *Service) domainOf(ctx context.Context, name, field string) (*lehrpb.Domain, error) {
 	d, err := s.st.GetDomain(ctx, name)
 	var nf *store.NotFoundError
 	if errors.As(err, &nf) {
-		return nil, apierror.New(codes.NotFound, apierror.ReasonNotFound, field,
-			"domain %q does not exist; create it first (lehr domain create %s)", name, name)
+		return nil, domainNotFound(name, field)
 	}
 	return d, err
 }
