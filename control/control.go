@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/VictoriaMetrics/metrics"
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
@@ -278,6 +279,7 @@ func (c *Control) Run(ctx context.Context) (err error) {
 	// Storage.
 	endpoints := c.opts.EtcdEndpoints
 	var etcdErr <-chan error
+	var cli *clientv3.Client
 	if len(endpoints) == 0 {
 		dir := filepath.Join(c.opts.DataDir, "etcd")
 		srv, err := embedetcd.Start(ctx, embedetcd.Options{
@@ -296,10 +298,13 @@ func (c *Control) Run(ctx context.Context) (err error) {
 		endpoints = srv.Endpoints()
 		etcdErr = srv.Err()
 		c.log.Info("control: embedded etcd started", "dir", dir, "endpoints", endpoints)
-	}
-	cli, err := embedetcd.NewClient(ctx, endpoints)
-	if err != nil {
-		return fmt.Errorf("control: %w", err)
+		// The member is in this process: call it directly.
+		cli = srv.InProcessClient()
+	} else {
+		var err error
+		if cli, err = embedetcd.NewClient(ctx, endpoints); err != nil {
+			return fmt.Errorf("control: %w", err)
+		}
 	}
 	defer cli.Close()
 	signer, err := c.signer()

@@ -27,6 +27,7 @@ import (
 	"go.etcd.io/etcd/client/pkg/v3/transport"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
+	"go.etcd.io/etcd/server/v3/etcdserver/api/v3client"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
@@ -335,6 +336,14 @@ func (s *Server) Err() <-chan error { return s.etcd.Err() }
 func (s *Server) Client(ctx context.Context) (*clientv3.Client, error) {
 	return NewClient(ctx, s.Endpoints())
 }
+
+// InProcessClient returns a client that calls the member directly, in
+// this process, through etcd's own server interfaces (v3client): no
+// socket, no HTTP/2 framing, no encoding of requests. It reads and writes
+// exactly as a client of Client does, only with less latency: control's
+// publishes make several etcd requests in a row (bench/RESULTS.md,
+// "Publish, issue 13"). The caller must Close it before the member.
+func (s *Server) InProcessClient() *clientv3.Client { return v3client.New(s.etcd.Server) }
 
 // Close stops the member and waits for it to release its data directory
 // and ports. It is idempotent.

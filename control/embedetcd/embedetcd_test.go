@@ -252,3 +252,72 @@ func TestPrivateMemberListensOnUnixSocketsOnly(t *testing.T) {
 		})
 	}
 }
+
+// The in-process client is the same store as a socket client's: writes,
+// reads, leases and watches (with previous values, as control's goal watch
+// asks) seen from either side.
+func TestInProcessClientSharesTheMember(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	defer cancel()
+	s, err := Start(ctx, Options{Dir: t.TempDir(), Logger: testLogger(t), NoSync: true, Private: true})
+	if err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	defer s.Close()
+	sock, err := s.Client(ctx)
+	if err != nil {
+		t.Fatalf("Client: %v", err)
+	}
+	defer sock.Close()
+	in := s.InProcessClient()
+	defer in.Close()
+
+	wch := in.Watch(ctx, "w/", clientv3.WithPrefix(), clientv3.WithPrevKV())
+	if _, err := sock.Put(ctx, "w/a", "1"); err != nil {
+		t.Fatalf("Put through the socket: %v", err)
+	}
+	if _, err := in.Txn(ctx).If(clientv3.Compare(clientv3.Value("w/a"), "=", "1")).Then(clientv3.OpPut("w/a", "2")).Commit(); err != nil {
+		t.Fatalf("Txn in process: %v", err)
+	}
+	if got := mustGet(t, ctx, sock, "w/a"); got != "2" {
+		t.Errorf("socket client reads %q after the in-process write, want 2", got)
+	}
+	if resp, err := in.Get(ctx, "w/a", clientv3.WithSerializable()); err != nil || string(resp.Kvs[0].Value) != "2" {
+		t.Errorf("serializable in-process Get = %v, %v; want 2", resp, err)
+	}
+	var seen []string
+	for len(seen) < 2 {
+		select {
+		case wr := <-wch:
+			if err := wr.Err(); err != nil {
+				t.Fatalf("watch: %v", err)
+			}
+			for _, ev := range wr.Events {
+				prev := ""
+				if ev.PrevKv != nil {
+					prev = string(ev.PrevKv.Value)
+				}
+				seen = append(seen, prev+">"+string(ev.Kv.Value))
+			}
+		case <-ctx.Done():
+			t.Fatalf("watch saw %v, want two events", seen)
+		}
+	}
+	if want := []string{">1", "1>2"}; fmt.Sprint(seen) != fmt.Sprint(want) {
+		t.Errorf("watch events %v, want %v", seen, want)
+	}
+
+	lease, err := in.Grant(ctx, 60)
+	if err != nil {
+		t.Fatalf("Grant in process: %v", err)
+	}
+	if _, err := in.Put(ctx, "l", "x", clientv3.WithLease(lease.ID)); err != nil {
+		t.Fatalf("Put with lease: %v", err)
+	}
+	if _, err := sock.Revoke(ctx, lease.ID); err != nil {
+		t.Fatalf("Revoke through the socket: %v", err)
+	}
+	if resp, err := in.Get(ctx, "l"); err != nil || len(resp.Kvs) != 0 {
+		t.Errorf("key of a revoked lease: %v, %v; want gone", resp, err)
+	}
+}
