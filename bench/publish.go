@@ -11,6 +11,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/server/v3/etcdserver/api/v3client"
+
 	"lehr.dev/lehr/client/producer"
 	"lehr.dev/lehr/control/validate"
 )
@@ -97,16 +100,16 @@ func runPublish(ctx context.Context, e *Env) (*Result, error) {
 		row.Add("samples", float64(s.N), "")
 		res.Rows = append(res.Rows, row)
 	}
-	floor, err := etcdCommitFloor(ctx, e, p, kib)
+	floors, err := etcdCommitFloors(ctx, e, p, kib)
 	if err != nil {
 		return res, err
 	}
-	res.Rows = append(res.Rows, floor)
+	res.Rows = append(res.Rows, floors...)
 	lehr, _ := res.Rows[0].Get("p50")
-	etcd, _ := floor.Get("p50")
+	etcd, _ := floors[len(floors)-1].Get("p50")
 	res.Targets = append(res.Targets, Target{Goal: "1 KiB publish p50 <= one etcd commit + 0.5 ms (issue 13)",
-		Got: fmt.Sprintf("publish p50 = %.2f ms, one etcd commit p50 = %.2f ms", lehr, etcd), Met: lehr <= etcd+0.5})
-	res.Notes = append(res.Notes, "etcd commit: the floor of the publish target, a 1 KiB Put to an embedded single-member etcd started for it in this process (fsync on, the same disk), over a plaintext client on loopback, timed like the publishes.")
+		Got: fmt.Sprintf("publish p50 = %.2f ms, one etcd commit in process p50 = %.2f ms", lehr, etcd), Met: lehr <= etcd+0.5})
+	res.Notes = append(res.Notes, "etcd commit: the floor of the publish target, a 1 KiB Put to an embedded single-member etcd started for it in this process (fsync on, the same disk), timed like the publishes: once by a client over plaintext gRPC on loopback, as a user of etcd would write, and once by an in-process client (etcd's v3client), as control reaches its embedded etcd; the target is held to the second, the lower.")
 	return res, nil
 }
 
@@ -115,31 +118,46 @@ func runPublish(ctx context.Context, e *Env) (*Result, error) {
 // loopback.
 const transportLoopbackGRPC = "grpc, plaintext loopback"
 
-// etcdCommitFloor times one durable etcd commit of a size-byte value, the
+// transportInProcess labels the floor measured through etcd's in-process
+// client, as control reaches its embedded etcd.
+const transportInProcess = "in-process (etcd v3client)"
+
+// etcdCommitFloors times one durable etcd commit of a size-byte value, the
 // floor a publish is held to: a Put to an embedded etcd like control's,
-// with as many warm-up and measured operations as the publishes of size.
-func etcdCommitFloor(ctx context.Context, e *Env, p publishParams, size int) (Row, error) {
-	row := Row{System: "etcd", Case: sizeLabel(size) + " commit", Transport: transportLoopbackGRPC}
-	ctx = withPeerTLS(ctx, false) // control reaches its embedded etcd over plaintext loopback
+// with as many warm-up and measured operations as the publishes of size,
+// by a client over loopback and then by an in-process client (the row the
+// target uses, last).
+func etcdCommitFloors(ctx context.Context, e *Env, p publishParams, size int) ([]Row, error) {
+	ctx = withPeerTLS(ctx, false) // plaintext, as control's own etcd
 	peer, err := startEtcdPeer(ctx, filepath.Join(e.Dir, "etcd-floor"), e.Log)
 	if err != nil {
-		return row, err
+		return nil, err
 	}
 	defer peer.close()
-	val := newValueSource(size)
-	put := func() (time.Duration, error) {
-		start := time.Now()
-		err := peer.put(ctx, "floor/value", val.next())
-		return time.Since(start), err
+	in := v3client.New(peer.e.Server)
+	defer in.Close()
+	var rows []Row
+	for _, c := range []struct {
+		transport string
+		cli       *clientv3.Client
+	}{{transportLoopbackGRPC, peer.writer}, {transportInProcess, in}} {
+		val := newValueSource(size)
+		put := func() (time.Duration, error) {
+			start := time.Now()
+			_, err := c.cli.Put(ctx, "floor/value", string(val.next()))
+			return time.Since(start), err
+		}
+		sums, _, _, err := timeSequential(p.warmup, p.reps, p.opsPerRep[size], put)
+		if err != nil {
+			return nil, fmt.Errorf("etcd put (%s): %w", c.transport, err)
+		}
+		row := Row{System: "etcd", Case: sizeLabel(size) + " commit", Transport: c.transport}
+		s := MedianSummary(sums)
+		row.AddLatency("", s)
+		row.Add("samples", float64(s.N), "")
+		rows = append(rows, row)
 	}
-	sums, _, _, err := timeSequential(p.warmup, p.reps, p.opsPerRep[size], put)
-	if err != nil {
-		return row, fmt.Errorf("etcd put: %w", err)
-	}
-	s := MedianSummary(sums)
-	row.AddLatency("", s)
-	row.Add("samples", float64(s.N), "")
-	return row, nil
+	return rows, nil
 }
 
 // timeSequential runs op warmup times unmeasured, then reps repetitions
