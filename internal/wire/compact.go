@@ -31,11 +31,18 @@ const CapSignals = "signals"
 // speak it.
 const CapSignedGoals = "signed-goals"
 
+// CapRedialSpread is the capability under which a distributor updates the
+// redial spread its Welcome gave (Advice): a frame type an older agent
+// does not know. The Welcome's own redial_spread needs no capability.
+const CapRedialSpread = "redial-spread"
+
 // Capabilities returns the optional features this package implements: what
 // a distributor supports when it answers with [CommonCapabilities], and
 // what an agent offers in Hello.capabilities (without CapSignedGoals when
 // it does not verify). The result is a new slice.
-func Capabilities() []string { return []string{CapCompactUpdate, CapSignals, CapSignedGoals} }
+func Capabilities() []string {
+	return []string{CapCompactUpdate, CapSignals, CapSignedGoals, CapRedialSpread}
+}
 
 // HasCapability reports whether the capability list caps (normally
 // Welcome.capabilities, the negotiated set) contains c.

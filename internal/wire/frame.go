@@ -34,10 +34,12 @@ const (
 	// The next two only on a connection that negotiated CapSignals.
 	FrameSignalsRequest FrameType = 13 // lehrpb.SignalsRequest, distributor → agent
 	FrameSignals        FrameType = 14 // lehrpb.Signals, agent → distributor
+	// Only on a connection that negotiated CapRedialSpread.
+	FrameAdvice FrameType = 15 // lehrpb.Advice, distributor → agent
 )
 
 // maxFrameType is the highest known FrameType.
-const maxFrameType = FrameSignals
+const maxFrameType = FrameAdvice
 
 var frameTypeNames = [...]string{
 	FrameHello:       "Hello",
@@ -55,6 +57,7 @@ var frameTypeNames = [...]string{
 
 	FrameSignalsRequest: "SignalsRequest",
 	FrameSignals:        "Signals",
+	FrameAdvice:         "Advice",
 }
 
 // Known reports whether t is a frame type of this protocol version.
@@ -99,6 +102,8 @@ func newMessage(t FrameType) proto.Message {
 		return new(lehrpb.SignalsRequest)
 	case FrameSignals:
 		return new(lehrpb.Signals)
+	case FrameAdvice:
+		return new(lehrpb.Advice)
 	}
 	return nil
 }
@@ -135,6 +140,8 @@ func TypeOf(msg proto.Message) (FrameType, bool) {
 		return FrameSignalsRequest, true
 	case *lehrpb.Signals:
 		return FrameSignals, true
+	case *lehrpb.Advice:
+		return FrameAdvice, true
 	}
 	return 0, false
 }
@@ -520,10 +527,10 @@ func (d *Decoder) allow(t FrameType) error {
 			ok, want = t == FrameWelcome || t == FrameGoodbye, "Welcome or Goodbye first"
 		} else {
 			switch t {
-			case FrameUnavailable, FrameSignalsRequest, FramePing, FramePong, FrameGoodbye:
+			case FrameUnavailable, FrameSignalsRequest, FrameAdvice, FramePing, FramePong, FrameGoodbye:
 				ok = true
 			}
-			want = "Unavailable, SignalsRequest, Ping, Pong or Goodbye after Welcome"
+			want = "Unavailable, SignalsRequest, Advice, Ping, Pong or Goodbye after Welcome"
 		}
 	case StreamUpdate:
 		ok, want = t == FrameUpdate, "one Update"

@@ -47,6 +47,7 @@ func sampleMessages() map[FrameType]proto.Message {
 		FrameWelcome: &lehrpb.Welcome{
 			ProtocolVersion: 1, DistributorId: "dist-1", Zone: "zone-a", Capabilities: []string{},
 			DistributorVersion: "v0.1.0", ReportInterval: durationpb.New(30 * time.Second), MaxUpdateBytes: 64 << 20,
+			RedialSpread: durationpb.New(12 * time.Second),
 		},
 		FrameSubscribe:   &lehrpb.Subscribe{Namespaces: []*lehrpb.CachedNamespace{{Namespace: "demo/c"}, {Namespace: "demo/d", Version: 9, Checksum: sumEmpty}}},
 		FrameUnsubscribe: &lehrpb.Unsubscribe{Namespaces: []string{"demo/c"}},
@@ -69,6 +70,7 @@ func sampleMessages() map[FrameType]proto.Message {
 			Namespace: "demo/a", IntervalSeconds: 10, First: 1700000000, Versions: []uint64{3, 4},
 			Series: []*lehrpb.SignalSeries{{Name: "requests", Values: []float64{1000, 990}}, {Name: "request_errors", Values: []float64{1, 12}}},
 		}}},
+		FrameAdvice: &lehrpb.Advice{RedialSpread: durationpb.New(20 * time.Second)},
 	}
 }
 
@@ -289,6 +291,10 @@ func TestEncoderRefuses(t *testing.T) {
 		{"over update limit", big, Limits{MaxUpdateFrame: 1000}, ErrFrameTooLarge},
 		{"control limit does not apply to update", big, Limits{MaxControlFrame: 1000}, 0},
 		{"over control limit", &lehrpb.Unavailable{Namespace: "demo/a", Detail: strings.Repeat("x", 2000)}, Limits{MaxControlFrame: 1000}, ErrFrameTooLarge},
+		{"negative redial spread", &lehrpb.Advice{RedialSpread: durationpb.New(-time.Second)}, Limits{}, ErrMalformed},
+		{"redial spread over its bound", &lehrpb.Advice{RedialSpread: durationpb.New(MaxRedialSpread + time.Second)}, Limits{}, ErrMalformed},
+		{"welcome with a negative redial spread", &lehrpb.Welcome{ProtocolVersion: 1, Zone: "zone-a", RedialSpread: durationpb.New(-time.Second)}, Limits{}, ErrMalformed},
+		{"no redial spread", &lehrpb.Advice{}, Limits{}, 0},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -3,8 +3,10 @@ package wire
 import (
 	"fmt"
 	"strings"
+	"time"
 
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	"lehr.dev/lehr/internal/names"
 	"lehr.dev/lehr/internal/signals"
@@ -54,6 +56,8 @@ func Validate(msg proto.Message) error {
 		}
 	case *lehrpb.Unavailable:
 		err = validateNamespace("namespace", m.GetNamespace())
+	case *lehrpb.Advice:
+		err = validateRedialSpread(m.GetRedialSpread())
 	case *lehrpb.SignalsRequest:
 		err = validateSignalsRequest(m)
 	case *lehrpb.Signals:
@@ -169,6 +173,21 @@ func validateWelcome(w *lehrpb.Welcome) error {
 		if err := d.CheckValid(); err != nil || d.AsDuration() < 0 {
 			return fmt.Errorf("field report_interval: must be a valid non-negative duration")
 		}
+	}
+	return validateRedialSpread(w.GetRedialSpread())
+}
+
+// MaxRedialSpread bounds Welcome.redial_spread and Advice.redial_spread:
+// an agent never waits longer than this to redial after losing its
+// connection.
+const MaxRedialSpread = 10 * time.Minute
+
+func validateRedialSpread(d *durationpb.Duration) error {
+	if d == nil {
+		return nil
+	}
+	if err := d.CheckValid(); err != nil || d.AsDuration() < 0 || d.AsDuration() > MaxRedialSpread {
+		return fmt.Errorf("field redial_spread: must be a valid duration from 0 to %v", MaxRedialSpread)
 	}
 	return nil
 }

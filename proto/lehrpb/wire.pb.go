@@ -365,8 +365,16 @@ type Welcome struct {
 	// Largest Update payload the distributor will send, so the agent can
 	// check its own limit; zero means the default (64 MiB).
 	MaxUpdateBytes uint64 `protobuf:"varint,7,opt,name=max_update_bytes,json=maxUpdateBytes,proto3" json:"max_update_bytes,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// How long this distributor's agents should spread their redials over
+	// after losing the connection (a restart of the distributor drops every
+	// agent at once): each waits a random time in [0, redial_spread) before
+	// its first attempt. Sized to the agents connected and the rate at which
+	// the distributor admits them; updated by Advice under the
+	// "redial-spread" capability. Zero: redial after the agent's own
+	// minimum backoff. Older agents ignore it.
+	RedialSpread  *durationpb.Duration `protobuf:"bytes,8,opt,name=redial_spread,json=redialSpread,proto3" json:"redial_spread,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Welcome) Reset() {
@@ -446,6 +454,13 @@ func (x *Welcome) GetMaxUpdateBytes() uint64 {
 		return x.MaxUpdateBytes
 	}
 	return 0
+}
+
+func (x *Welcome) GetRedialSpread() *durationpb.Duration {
+	if x != nil {
+		return x.RedialSpread
+	}
+	return nil
 }
 
 // Subscribe asks for namespaces, agent to distributor. The agent sends it
@@ -1320,6 +1335,55 @@ func (x *Report) GetNamespaces() []*NamespaceReport {
 	return nil
 }
 
+// Advice updates what the Welcome told the agent, distributor to agent, on
+// a connection that negotiated the "redial-spread" capability: sent when
+// the distributor's agents grew or shrank enough to change it (at most
+// once a second).
+type Advice struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// As Welcome.redial_spread; replaces the last value the agent was given.
+	RedialSpread  *durationpb.Duration `protobuf:"bytes,1,opt,name=redial_spread,json=redialSpread,proto3" json:"redial_spread,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Advice) Reset() {
+	*x = Advice{}
+	mi := &file_lehr_v1_wire_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Advice) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Advice) ProtoMessage() {}
+
+func (x *Advice) ProtoReflect() protoreflect.Message {
+	mi := &file_lehr_v1_wire_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Advice.ProtoReflect.Descriptor instead.
+func (*Advice) Descriptor() ([]byte, []int) {
+	return file_lehr_v1_wire_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *Advice) GetRedialSpread() *durationpb.Duration {
+	if x != nil {
+		return x.RedialSpread
+	}
+	return nil
+}
+
 // Unavailable says a subscribed namespace cannot be served now, distributor
 // to agent. The subscription stays; the agent keeps serving its cache.
 type Unavailable struct {
@@ -1333,7 +1397,7 @@ type Unavailable struct {
 
 func (x *Unavailable) Reset() {
 	*x = Unavailable{}
-	mi := &file_lehr_v1_wire_proto_msgTypes[12]
+	mi := &file_lehr_v1_wire_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1345,7 +1409,7 @@ func (x *Unavailable) String() string {
 func (*Unavailable) ProtoMessage() {}
 
 func (x *Unavailable) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_wire_proto_msgTypes[12]
+	mi := &file_lehr_v1_wire_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1358,7 +1422,7 @@ func (x *Unavailable) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Unavailable.ProtoReflect.Descriptor instead.
 func (*Unavailable) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_wire_proto_rawDescGZIP(), []int{12}
+	return file_lehr_v1_wire_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Unavailable) GetNamespace() string {
@@ -1400,7 +1464,7 @@ type Goodbye struct {
 
 func (x *Goodbye) Reset() {
 	*x = Goodbye{}
-	mi := &file_lehr_v1_wire_proto_msgTypes[13]
+	mi := &file_lehr_v1_wire_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1412,7 +1476,7 @@ func (x *Goodbye) String() string {
 func (*Goodbye) ProtoMessage() {}
 
 func (x *Goodbye) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_wire_proto_msgTypes[13]
+	mi := &file_lehr_v1_wire_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1425,7 +1489,7 @@ func (x *Goodbye) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Goodbye.ProtoReflect.Descriptor instead.
 func (*Goodbye) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_wire_proto_rawDescGZIP(), []int{13}
+	return file_lehr_v1_wire_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *Goodbye) GetCode() uint64 {
@@ -1460,7 +1524,7 @@ type Ping struct {
 
 func (x *Ping) Reset() {
 	*x = Ping{}
-	mi := &file_lehr_v1_wire_proto_msgTypes[14]
+	mi := &file_lehr_v1_wire_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1472,7 +1536,7 @@ func (x *Ping) String() string {
 func (*Ping) ProtoMessage() {}
 
 func (x *Ping) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_wire_proto_msgTypes[14]
+	mi := &file_lehr_v1_wire_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1485,7 +1549,7 @@ func (x *Ping) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ping.ProtoReflect.Descriptor instead.
 func (*Ping) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_wire_proto_rawDescGZIP(), []int{14}
+	return file_lehr_v1_wire_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Ping) GetNonce() uint64 {
@@ -1505,7 +1569,7 @@ type Pong struct {
 
 func (x *Pong) Reset() {
 	*x = Pong{}
-	mi := &file_lehr_v1_wire_proto_msgTypes[15]
+	mi := &file_lehr_v1_wire_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1517,7 +1581,7 @@ func (x *Pong) String() string {
 func (*Pong) ProtoMessage() {}
 
 func (x *Pong) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_wire_proto_msgTypes[15]
+	mi := &file_lehr_v1_wire_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1530,7 +1594,7 @@ func (x *Pong) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Pong.ProtoReflect.Descriptor instead.
 func (*Pong) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_wire_proto_rawDescGZIP(), []int{15}
+	return file_lehr_v1_wire_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *Pong) GetNonce() uint64 {
@@ -1557,7 +1621,7 @@ type SignalsRequest struct {
 
 func (x *SignalsRequest) Reset() {
 	*x = SignalsRequest{}
-	mi := &file_lehr_v1_wire_proto_msgTypes[16]
+	mi := &file_lehr_v1_wire_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1569,7 +1633,7 @@ func (x *SignalsRequest) String() string {
 func (*SignalsRequest) ProtoMessage() {}
 
 func (x *SignalsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_wire_proto_msgTypes[16]
+	mi := &file_lehr_v1_wire_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1582,7 +1646,7 @@ func (x *SignalsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SignalsRequest.ProtoReflect.Descriptor instead.
 func (*SignalsRequest) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_wire_proto_rawDescGZIP(), []int{16}
+	return file_lehr_v1_wire_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *SignalsRequest) GetNamespaces() []*SignalsWanted {
@@ -1609,7 +1673,7 @@ type SignalsWanted struct {
 
 func (x *SignalsWanted) Reset() {
 	*x = SignalsWanted{}
-	mi := &file_lehr_v1_wire_proto_msgTypes[17]
+	mi := &file_lehr_v1_wire_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1621,7 +1685,7 @@ func (x *SignalsWanted) String() string {
 func (*SignalsWanted) ProtoMessage() {}
 
 func (x *SignalsWanted) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_wire_proto_msgTypes[17]
+	mi := &file_lehr_v1_wire_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1634,7 +1698,7 @@ func (x *SignalsWanted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SignalsWanted.ProtoReflect.Descriptor instead.
 func (*SignalsWanted) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_wire_proto_rawDescGZIP(), []int{17}
+	return file_lehr_v1_wire_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *SignalsWanted) GetNamespace() string {
@@ -1671,7 +1735,7 @@ type Signals struct {
 
 func (x *Signals) Reset() {
 	*x = Signals{}
-	mi := &file_lehr_v1_wire_proto_msgTypes[18]
+	mi := &file_lehr_v1_wire_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1683,7 +1747,7 @@ func (x *Signals) String() string {
 func (*Signals) ProtoMessage() {}
 
 func (x *Signals) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_wire_proto_msgTypes[18]
+	mi := &file_lehr_v1_wire_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1696,7 +1760,7 @@ func (x *Signals) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Signals.ProtoReflect.Descriptor instead.
 func (*Signals) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_wire_proto_rawDescGZIP(), []int{18}
+	return file_lehr_v1_wire_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *Signals) GetNamespaces() []*NamespaceSignals {
@@ -1729,7 +1793,7 @@ type NamespaceSignals struct {
 
 func (x *NamespaceSignals) Reset() {
 	*x = NamespaceSignals{}
-	mi := &file_lehr_v1_wire_proto_msgTypes[19]
+	mi := &file_lehr_v1_wire_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1741,7 +1805,7 @@ func (x *NamespaceSignals) String() string {
 func (*NamespaceSignals) ProtoMessage() {}
 
 func (x *NamespaceSignals) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_wire_proto_msgTypes[19]
+	mi := &file_lehr_v1_wire_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1754,7 +1818,7 @@ func (x *NamespaceSignals) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NamespaceSignals.ProtoReflect.Descriptor instead.
 func (*NamespaceSignals) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_wire_proto_rawDescGZIP(), []int{19}
+	return file_lehr_v1_wire_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *NamespaceSignals) GetNamespace() string {
@@ -1803,7 +1867,7 @@ type SignalSeries struct {
 
 func (x *SignalSeries) Reset() {
 	*x = SignalSeries{}
-	mi := &file_lehr_v1_wire_proto_msgTypes[20]
+	mi := &file_lehr_v1_wire_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1815,7 +1879,7 @@ func (x *SignalSeries) String() string {
 func (*SignalSeries) ProtoMessage() {}
 
 func (x *SignalSeries) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_wire_proto_msgTypes[20]
+	mi := &file_lehr_v1_wire_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1828,7 +1892,7 @@ func (x *SignalSeries) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SignalSeries.ProtoReflect.Descriptor instead.
 func (*SignalSeries) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_wire_proto_rawDescGZIP(), []int{20}
+	return file_lehr_v1_wire_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *SignalSeries) GetName() string {
@@ -1866,7 +1930,7 @@ const file_lehr_v1_wire_proto_rawDesc = "" +
 	"\fcapabilities\x18\t \x03(\tR\fcapabilities\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xb2\x02\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xf2\x02\n" +
 	"\aWelcome\x12)\n" +
 	"\x10protocol_version\x18\x01 \x01(\rR\x0fprotocolVersion\x12%\n" +
 	"\x0edistributor_id\x18\x02 \x01(\tR\rdistributorId\x12\x12\n" +
@@ -1874,7 +1938,8 @@ const file_lehr_v1_wire_proto_rawDesc = "" +
 	"\fcapabilities\x18\x04 \x03(\tR\fcapabilities\x12/\n" +
 	"\x13distributor_version\x18\x05 \x01(\tR\x12distributorVersion\x12B\n" +
 	"\x0freport_interval\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\x0ereportInterval\x12(\n" +
-	"\x10max_update_bytes\x18\a \x01(\x04R\x0emaxUpdateBytes\"E\n" +
+	"\x10max_update_bytes\x18\a \x01(\x04R\x0emaxUpdateBytes\x12>\n" +
+	"\rredial_spread\x18\b \x01(\v2\x19.google.protobuf.DurationR\fredialSpread\"E\n" +
 	"\tSubscribe\x128\n" +
 	"\n" +
 	"namespaces\x18\x01 \x03(\v2\x18.lehr.v1.CachedNamespaceR\n" +
@@ -1951,7 +2016,9 @@ const file_lehr_v1_wire_proto_rawDesc = "" +
 	"\x04time\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x128\n" +
 	"\n" +
 	"namespaces\x18\x02 \x03(\v2\x18.lehr.v1.NamespaceReportR\n" +
-	"namespaces\"w\n" +
+	"namespaces\"H\n" +
+	"\x06Advice\x12>\n" +
+	"\rredial_spread\x18\x01 \x01(\v2\x19.google.protobuf.DurationR\fredialSpread\"w\n" +
 	"\vUnavailable\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x122\n" +
 	"\x06reason\x18\x02 \x01(\x0e2\x1a.lehr.v1.UnavailableReasonR\x06reason\x12\x16\n" +
@@ -2012,7 +2079,7 @@ func file_lehr_v1_wire_proto_rawDescGZIP() []byte {
 }
 
 var file_lehr_v1_wire_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_lehr_v1_wire_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
+var file_lehr_v1_wire_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
 var file_lehr_v1_wire_proto_goTypes = []any{
 	(ResyncReason)(0),             // 0: lehr.v1.ResyncReason
 	(UnavailableReason)(0),        // 1: lehr.v1.UnavailableReason
@@ -2028,56 +2095,59 @@ var file_lehr_v1_wire_proto_goTypes = []any{
 	(*HostChecks)(nil),            // 11: lehr.v1.HostChecks
 	(*HostCheckResult)(nil),       // 12: lehr.v1.HostCheckResult
 	(*Report)(nil),                // 13: lehr.v1.Report
-	(*Unavailable)(nil),           // 14: lehr.v1.Unavailable
-	(*Goodbye)(nil),               // 15: lehr.v1.Goodbye
-	(*Ping)(nil),                  // 16: lehr.v1.Ping
-	(*Pong)(nil),                  // 17: lehr.v1.Pong
-	(*SignalsRequest)(nil),        // 18: lehr.v1.SignalsRequest
-	(*SignalsWanted)(nil),         // 19: lehr.v1.SignalsWanted
-	(*Signals)(nil),               // 20: lehr.v1.Signals
-	(*NamespaceSignals)(nil),      // 21: lehr.v1.NamespaceSignals
-	(*SignalSeries)(nil),          // 22: lehr.v1.SignalSeries
-	nil,                           // 23: lehr.v1.Hello.LabelsEntry
-	(*durationpb.Duration)(nil),   // 24: google.protobuf.Duration
-	(NamespaceKind)(0),            // 25: lehr.v1.NamespaceKind
-	(*VersionInfo)(nil),           // 26: lehr.v1.VersionInfo
-	(*Property)(nil),              // 27: lehr.v1.Property
-	(*GoalState)(nil),             // 28: lehr.v1.GoalState
-	(*timestamppb.Timestamp)(nil), // 29: google.protobuf.Timestamp
-	(*HostPreviewCounts)(nil),     // 30: lehr.v1.HostPreviewCounts
-	(CanaryVerdict)(0),            // 31: lehr.v1.CanaryVerdict
-	(*CanaryCheck)(nil),           // 32: lehr.v1.CanaryCheck
+	(*Advice)(nil),                // 14: lehr.v1.Advice
+	(*Unavailable)(nil),           // 15: lehr.v1.Unavailable
+	(*Goodbye)(nil),               // 16: lehr.v1.Goodbye
+	(*Ping)(nil),                  // 17: lehr.v1.Ping
+	(*Pong)(nil),                  // 18: lehr.v1.Pong
+	(*SignalsRequest)(nil),        // 19: lehr.v1.SignalsRequest
+	(*SignalsWanted)(nil),         // 20: lehr.v1.SignalsWanted
+	(*Signals)(nil),               // 21: lehr.v1.Signals
+	(*NamespaceSignals)(nil),      // 22: lehr.v1.NamespaceSignals
+	(*SignalSeries)(nil),          // 23: lehr.v1.SignalSeries
+	nil,                           // 24: lehr.v1.Hello.LabelsEntry
+	(*durationpb.Duration)(nil),   // 25: google.protobuf.Duration
+	(NamespaceKind)(0),            // 26: lehr.v1.NamespaceKind
+	(*VersionInfo)(nil),           // 27: lehr.v1.VersionInfo
+	(*Property)(nil),              // 28: lehr.v1.Property
+	(*GoalState)(nil),             // 29: lehr.v1.GoalState
+	(*timestamppb.Timestamp)(nil), // 30: google.protobuf.Timestamp
+	(*HostPreviewCounts)(nil),     // 31: lehr.v1.HostPreviewCounts
+	(CanaryVerdict)(0),            // 32: lehr.v1.CanaryVerdict
+	(*CanaryCheck)(nil),           // 33: lehr.v1.CanaryCheck
 }
 var file_lehr_v1_wire_proto_depIdxs = []int32{
-	23, // 0: lehr.v1.Hello.labels:type_name -> lehr.v1.Hello.LabelsEntry
+	24, // 0: lehr.v1.Hello.labels:type_name -> lehr.v1.Hello.LabelsEntry
 	2,  // 1: lehr.v1.Hello.cached:type_name -> lehr.v1.CachedNamespace
-	24, // 2: lehr.v1.Welcome.report_interval:type_name -> google.protobuf.Duration
-	2,  // 3: lehr.v1.Subscribe.namespaces:type_name -> lehr.v1.CachedNamespace
-	25, // 4: lehr.v1.Update.kind:type_name -> lehr.v1.NamespaceKind
-	26, // 5: lehr.v1.Update.info:type_name -> lehr.v1.VersionInfo
-	27, // 6: lehr.v1.Update.set:type_name -> lehr.v1.Property
-	28, // 7: lehr.v1.Update.goal:type_name -> lehr.v1.GoalState
-	0,  // 8: lehr.v1.Resync.reason:type_name -> lehr.v1.ResyncReason
-	29, // 9: lehr.v1.NamespaceReport.applied_time:type_name -> google.protobuf.Timestamp
-	30, // 10: lehr.v1.NamespaceReport.preview:type_name -> lehr.v1.HostPreviewCounts
-	11, // 11: lehr.v1.NamespaceReport.host_checks:type_name -> lehr.v1.HostChecks
-	29, // 12: lehr.v1.HostChecks.change_time:type_name -> google.protobuf.Timestamp
-	31, // 13: lehr.v1.HostChecks.verdict:type_name -> lehr.v1.CanaryVerdict
-	12, // 14: lehr.v1.HostChecks.checks:type_name -> lehr.v1.HostCheckResult
-	31, // 15: lehr.v1.HostCheckResult.verdict:type_name -> lehr.v1.CanaryVerdict
-	29, // 16: lehr.v1.Report.time:type_name -> google.protobuf.Timestamp
-	10, // 17: lehr.v1.Report.namespaces:type_name -> lehr.v1.NamespaceReport
-	1,  // 18: lehr.v1.Unavailable.reason:type_name -> lehr.v1.UnavailableReason
-	24, // 19: lehr.v1.Goodbye.retry_after:type_name -> google.protobuf.Duration
-	19, // 20: lehr.v1.SignalsRequest.namespaces:type_name -> lehr.v1.SignalsWanted
-	32, // 21: lehr.v1.SignalsWanted.checks:type_name -> lehr.v1.CanaryCheck
-	21, // 22: lehr.v1.Signals.namespaces:type_name -> lehr.v1.NamespaceSignals
-	22, // 23: lehr.v1.NamespaceSignals.series:type_name -> lehr.v1.SignalSeries
-	24, // [24:24] is the sub-list for method output_type
-	24, // [24:24] is the sub-list for method input_type
-	24, // [24:24] is the sub-list for extension type_name
-	24, // [24:24] is the sub-list for extension extendee
-	0,  // [0:24] is the sub-list for field type_name
+	25, // 2: lehr.v1.Welcome.report_interval:type_name -> google.protobuf.Duration
+	25, // 3: lehr.v1.Welcome.redial_spread:type_name -> google.protobuf.Duration
+	2,  // 4: lehr.v1.Subscribe.namespaces:type_name -> lehr.v1.CachedNamespace
+	26, // 5: lehr.v1.Update.kind:type_name -> lehr.v1.NamespaceKind
+	27, // 6: lehr.v1.Update.info:type_name -> lehr.v1.VersionInfo
+	28, // 7: lehr.v1.Update.set:type_name -> lehr.v1.Property
+	29, // 8: lehr.v1.Update.goal:type_name -> lehr.v1.GoalState
+	0,  // 9: lehr.v1.Resync.reason:type_name -> lehr.v1.ResyncReason
+	30, // 10: lehr.v1.NamespaceReport.applied_time:type_name -> google.protobuf.Timestamp
+	31, // 11: lehr.v1.NamespaceReport.preview:type_name -> lehr.v1.HostPreviewCounts
+	11, // 12: lehr.v1.NamespaceReport.host_checks:type_name -> lehr.v1.HostChecks
+	30, // 13: lehr.v1.HostChecks.change_time:type_name -> google.protobuf.Timestamp
+	32, // 14: lehr.v1.HostChecks.verdict:type_name -> lehr.v1.CanaryVerdict
+	12, // 15: lehr.v1.HostChecks.checks:type_name -> lehr.v1.HostCheckResult
+	32, // 16: lehr.v1.HostCheckResult.verdict:type_name -> lehr.v1.CanaryVerdict
+	30, // 17: lehr.v1.Report.time:type_name -> google.protobuf.Timestamp
+	10, // 18: lehr.v1.Report.namespaces:type_name -> lehr.v1.NamespaceReport
+	25, // 19: lehr.v1.Advice.redial_spread:type_name -> google.protobuf.Duration
+	1,  // 20: lehr.v1.Unavailable.reason:type_name -> lehr.v1.UnavailableReason
+	25, // 21: lehr.v1.Goodbye.retry_after:type_name -> google.protobuf.Duration
+	20, // 22: lehr.v1.SignalsRequest.namespaces:type_name -> lehr.v1.SignalsWanted
+	33, // 23: lehr.v1.SignalsWanted.checks:type_name -> lehr.v1.CanaryCheck
+	22, // 24: lehr.v1.Signals.namespaces:type_name -> lehr.v1.NamespaceSignals
+	23, // 25: lehr.v1.NamespaceSignals.series:type_name -> lehr.v1.SignalSeries
+	26, // [26:26] is the sub-list for method output_type
+	26, // [26:26] is the sub-list for method input_type
+	26, // [26:26] is the sub-list for extension type_name
+	26, // [26:26] is the sub-list for extension extendee
+	0,  // [0:26] is the sub-list for field type_name
 }
 
 func init() { file_lehr_v1_wire_proto_init() }
@@ -2094,7 +2164,7 @@ func file_lehr_v1_wire_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lehr_v1_wire_proto_rawDesc), len(file_lehr_v1_wire_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   22,
+			NumMessages:   23,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
