@@ -89,6 +89,11 @@ type Options struct {
 	// ReportInterval is how often convergence is reported to control and
 	// how often agents are asked to report; default DefaultReportInterval.
 	ReportInterval time.Duration
+	// RedialRate is fanout.Options.RedialRate: the agents per second this
+	// distributor admits after a restart, which sizes the redial spread
+	// its agents are told; zero means fanout.DefaultRedialRate, negative
+	// no spread.
+	RedialRate float64
 	// DomainRefresh is how often the policies of the domains the zone's
 	// goals name (acl.readers, quotas.outbound_bytes_per_second) are read
 	// again from control; default DefaultDomainRefresh. A domain is read
@@ -416,6 +421,7 @@ func (d *Distributor) Run(ctx context.Context) (err error) {
 		Metrics:        d.set,
 		Logger:         d.log,
 		ReportInterval: d.opts.ReportInterval,
+		RedialRate:     d.opts.RedialRate,
 	})
 	if err != nil {
 		return fmt.Errorf("distributor: %w", err)

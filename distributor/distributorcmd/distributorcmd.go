@@ -18,6 +18,7 @@ import (
 	"syscall"
 
 	"lehr.dev/lehr/distributor"
+	"lehr.dev/lehr/distributor/fanout"
 	"lehr.dev/lehr/internal/logflags"
 	"lehr.dev/lehr/internal/sdnotify"
 	"lehr.dev/lehr/internal/tlsconfig"
@@ -133,6 +134,7 @@ func parse(args []string, out io.Writer) (distributor.Options, *logflags.Flags, 
 	fs.StringVar(&opts.MetricsListen, "metrics-listen", "", "TCP address serving /metrics, e.g. 127.0.0.1:7411; empty serves none")
 	fs.Int64Var(&opts.CacheBytes, "cache-bytes", distributor.DefaultCacheBytes, "bound in bytes on the version content kept in memory (goal versions are never evicted)")
 	fs.DurationVar(&opts.ReportInterval, "report-interval", distributor.DefaultReportInterval, "how often to report convergence to control and ask agents for reports")
+	fs.Float64Var(&opts.RedialRate, "redial-rate", fanout.DefaultRedialRate, "agents per second this distributor can admit after a restart: agents spread their redials over (connected agents / this rate) seconds instead of all coming back at once; measure it on your hardware (docs/operations.md); negative: no spread")
 	lo := logflags.Register(fs)
 	if err := fs.Parse(args); err != nil {
 		return opts, lo, err

@@ -23,6 +23,7 @@ type serverMetrics struct {
 	fullHandshakes            *metrics.Counter // completed, full
 	resumedHandshakes         *metrics.Counter // completed, TLS session resumed
 	ackTimeouts, strayAcks    *metrics.Counter
+	advice                    *metrics.Counter
 
 	lagMu sync.Mutex
 	lag   map[string]bool
@@ -46,6 +47,7 @@ func newServerMetrics(set *metrics.Set, srv *Server) *serverMetrics {
 		resumedHandshakes: set.NewCounter(`lehr_distributor_handshakes_total{tls="resumed"}`),
 		ackTimeouts:       set.NewCounter(`lehr_distributor_ack_timeouts_total`),
 		strayAcks:         set.NewCounter(`lehr_distributor_stray_acks_total`),
+		advice:            set.NewCounter(`lehr_distributor_redial_advice_total`),
 		lag:               map[string]bool{},
 	}
 	set.NewGauge(`lehr_distributor_connected_agents`, func() float64 {
@@ -53,6 +55,9 @@ func newServerMetrics(set *metrics.Set, srv *Server) *serverMetrics {
 	})
 	set.NewGauge(`lehr_distributor_admitting_agents`, func() float64 {
 		return float64(srv.handshakes.Load())
+	})
+	set.NewGauge(`lehr_distributor_redial_spread_seconds`, func() float64 {
+		return srv.redialSpread(len(srv.sessionList())).Seconds()
 	})
 	return m
 }

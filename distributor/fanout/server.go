@@ -122,6 +122,14 @@ type Options struct {
 	// timeouts, are retried and redo the work, and the zone converges
 	// late or never. Default DefaultMaxHandshakes; negative: no bound.
 	MaxHandshakes int
+	// RedialRate is the rate, in agents per second, at which this
+	// distributor can admit its agents again after they all lost their
+	// connection at once (its restart): it sizes the redial spread agents
+	// are told (Welcome.redial_spread, Advice; docs/wire.md), the agents
+	// connected over RedialRate, so that they come back at about that rate
+	// instead of all at once. Default DefaultRedialRate; negative: no
+	// spread (agents redial after their own minimum backoff).
+	RedialRate float64
 }
 
 // Defaults of Options.
@@ -253,6 +261,9 @@ func Listen(opts Options) (*Server, error) {
 	if opts.MaxNamespacesPerAgent <= 0 {
 		opts.MaxNamespacesPerAgent = DefaultMaxNamespacesPerAgent
 	}
+	if opts.RedialRate == 0 {
+		opts.RedialRate = DefaultRedialRate
+	}
 	qc := opts.QUIC
 	if qc == nil {
 		qc = wire.ServerQUICConfig()
@@ -355,6 +366,11 @@ func (s *Server) Addr() net.Addr { return s.ln.Addr() }
 func (s *Server) Serve(ctx context.Context) error {
 	stop := context.AfterFunc(ctx, func() { s.Close() })
 	defer stop()
+	s.mu.Lock()
+	if !s.closed {
+		s.wg.Go(s.adviseLoop)
+	}
+	s.mu.Unlock()
 	for {
 		conn, err := s.ln.Accept(s.ctx)
 		if err != nil {

@@ -84,6 +84,8 @@ type session struct {
 	// signedGoals: the agent wants the signed goal with every Update
 	// (wire.CapSignedGoals).
 	signedGoals bool
+	// redialCap: the agent takes Advice (wire.CapRedialSpread).
+	redialCap bool
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -93,6 +95,10 @@ type session struct {
 
 	mu sync.Mutex
 	ns map[string]*nsState
+	// advised is the redial spread the agent was last told; advise says
+	// an Advice with it is due (redial.go).
+	advised time.Duration
+	advise  bool
 }
 
 // handle runs one agent connection to its end.
@@ -155,6 +161,7 @@ func (s *Server) handle(conn *quic.Conn) {
 		compact:     wire.HasCapability(caps, wire.CapCompactUpdate),
 		signalsCap:  wire.HasCapability(caps, wire.CapSignals),
 		signedGoals: wire.HasCapability(caps, wire.CapSignedGoals),
+		redialCap:   wire.HasCapability(caps, wire.CapRedialSpread),
 		kickc:       make(chan struct{}, 1),
 		ns:          map[string]*nsState{},
 	}
@@ -175,6 +182,10 @@ func (s *Server) handle(conn *quic.Conn) {
 	if s.opts.ReportInterval > 0 {
 		welcome.ReportInterval = durationpb.New(s.opts.ReportInterval)
 	}
+	// The spread for the agents connected with this one; adviseLoop
+	// updates it as their number changes.
+	ss.advised = s.redialSpread(len(s.sessionList()) + 1)
+	welcome.RedialSpread = durationpb.New(ss.advised)
 	if err := ss.send(welcome); err != nil {
 		log.Info("send Welcome", "err", err)
 		conn.CloseWithError(wire.CodeInternalError, "send Welcome failed")
@@ -591,6 +602,14 @@ func (ss *session) pushLoop() {
 				return
 			}
 			ss.srv.met.unavailable.Inc()
+		}
+		if a := ss.takeAdvice(); a != nil {
+			if err := ss.send(a); err != nil {
+				ss.log.Info("send Advice", "err", err)
+				ss.cancel()
+				return
+			}
+			ss.srv.met.advice.Inc()
 		}
 		for _, j := range jobs {
 			ss.wg.Go(func() { ss.push(j) })
