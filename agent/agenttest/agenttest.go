@@ -30,6 +30,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"slices"
 	"sync"
 	"time"
@@ -79,6 +80,10 @@ type Options struct {
 	// QUIC overrides the QUIC configuration; nil means
 	// wire.ClientQUICConfig().
 	QUIC *quic.Config
+	// PacketConn, if set, is the socket the agent dials over instead of
+	// one of its own (a harness counting the agent's bytes). The caller
+	// owns it: it closes it once the agent's connection ended.
+	PacketConn net.PacketConn
 	// Signals, if set, is what the agent keeps of its per-interval signals
 	// of the namespace a SignalsRequest asks for (nil: none); the request
 	// is answered from it with the real agent's rules
@@ -151,6 +156,10 @@ type Agent struct {
 	stats       Stats
 	changed     chan struct{} // closed and replaced on every change
 	err         error         // why the connection ended
+	// redialSpread is the spread the distributor advised (Welcome,
+	// Advice); adviceCount counts the Advice frames.
+	redialSpread time.Duration
+	adviceCount  int
 
 	wg        sync.WaitGroup
 	done      chan struct{}
@@ -176,7 +185,16 @@ func Dial(ctx context.Context, opts Options) (*Agent, error) {
 		qc = wire.ClientQUICConfig()
 	}
 	tc := wire.ClientTLSConfig(opts.TLS)
-	conn, err := quic.DialAddr(ctx, opts.Addr, tc, qc)
+	var conn *quic.Conn
+	var err error
+	if opts.PacketConn != nil {
+		var addr *net.UDPAddr
+		if addr, err = net.ResolveUDPAddr("udp", opts.Addr); err == nil {
+			conn, err = quic.Dial(ctx, opts.PacketConn, addr, tc, qc)
+		}
+	} else {
+		conn, err = quic.DialAddr(ctx, opts.Addr, tc, qc)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("agenttest: dial %s: %w", opts.Addr, err)
 	}
@@ -242,6 +260,7 @@ func Dial(ctx context.Context, opts Options) (*Agent, error) {
 		return nil, fmt.Errorf("agenttest: %w", &wire.GoodbyeError{Code: quic.ApplicationErrorCode(m.GetCode()), Reason: m.GetReason()})
 	case *lehrpb.Welcome:
 		a.welcome = m
+		a.redialSpread = m.GetRedialSpread().AsDuration()
 	}
 	a.wg.Go(func() { a.readControl(dec) })
 	a.wg.Go(a.acceptUpdates)
@@ -263,6 +282,15 @@ func connErr(conn *quic.Conn, err error) error {
 
 // Welcome is the distributor's answer to Hello.
 func (a *Agent) Welcome() *lehrpb.Welcome { return a.welcome }
+
+// RedialSpread returns the redial spread the distributor advised last
+// (Welcome.redial_spread, then Advice) and how many Advice frames came.
+// An agent that lost its connection waits upstream.RedialDelay of it.
+func (a *Agent) RedialSpread() (time.Duration, int) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.redialSpread, a.adviceCount
+}
 
 // HostID is the announced host id.
 func (a *Agent) HostID() string { return a.opts.HostID }
@@ -472,6 +500,12 @@ func (a *Agent) readControl(dec *wire.Decoder) {
 			a.mu.Unlock()
 		case *lehrpb.Ping:
 			_ = a.send(&lehrpb.Pong{Nonce: m.GetNonce()})
+		case *lehrpb.Advice:
+			a.mu.Lock()
+			a.redialSpread = m.GetRedialSpread().AsDuration()
+			a.adviceCount++
+			a.changedLocked()
+			a.mu.Unlock()
 		case *lehrpb.SignalsRequest:
 			get := func(*lehrpb.SignalsWanted) *lehrpb.NamespaceSignals { return nil }
 			if a.opts.Signals != nil {

@@ -97,6 +97,7 @@ func (c *Client) runSession(ctx context.Context, addr, lastConnected string) (es
 		conn.CloseWithError(wire.CodeUntrusted, err.Error())
 		return false, err
 	}
+	c.setRedialSpread(welcome.GetRedialSpread())
 	sctx, stop := context.WithCancelCause(ctx)
 	s := &session{
 		c: c, addr: addr, log: c.log.With("distributor", addr),
@@ -289,6 +290,8 @@ func (s *session) readControl() error {
 			s.mu.Unlock()
 		case *lehrpb.SignalsRequest:
 			s.send(signals.Answer(m, s.c.opts.Handler.Signals, frameBudget))
+		case *lehrpb.Advice:
+			s.c.setRedialSpread(m.GetRedialSpread())
 		case *lehrpb.Goodbye:
 			return goodbyeErr(m)
 		}

@@ -31,6 +31,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"math/rand/v2"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -38,6 +39,7 @@ import (
 
 	"github.com/VictoriaMetrics/metrics"
 	"github.com/quic-go/quic-go"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	"lehr.dev/lehr/internal/backoff"
 	"lehr.dev/lehr/internal/signing"
@@ -238,6 +240,12 @@ type Status struct {
 	// restarted distributor reset it, a *quic.IdleTimeoutError when the
 	// distributor went silent, a *wire.GoodbyeError when it said goodbye.
 	LastDisconnect error
+	// RedialSpread is the redial spread the current or last distributor
+	// advised (Welcome.redial_spread, Advice; see RedialDelay).
+	RedialSpread time.Duration
+	// NextAttempt is when the client dials next while disconnected (zero
+	// while connected or dialing).
+	NextAttempt time.Time
 }
 
 // Client is the agent's upstream link.
@@ -260,6 +268,10 @@ type Client struct {
 	sess           *session // nil when disconnected
 	running        bool
 	lastDisconnect error
+	// redialSpread is the spread the current or last distributor advised
+	// (Welcome.redial_spread, Advice): see RedialDelay.
+	redialSpread time.Duration
+	nextAttempt  time.Time // Status.NextAttempt
 }
 
 // New validates opts and returns a client; Run connects.
@@ -384,13 +396,13 @@ func (c *Client) Resync(ns string, reason lehrpb.ResyncReason, detail string) {
 // Status describes the link now.
 func (c *Client) Status() Status {
 	c.mu.Lock()
-	s, last := c.sess, c.lastDisconnect
+	s, last, spread, next := c.sess, c.lastDisconnect, c.redialSpread, c.nextAttempt
 	c.mu.Unlock()
 	st := Status{}
 	if s != nil {
 		st = s.status()
 	}
-	st.LastDisconnect = last
+	st.LastDisconnect, st.RedialSpread, st.NextAttempt = last, spread, next
 	return st
 }
 
@@ -430,17 +442,26 @@ func (c *Client) Run(ctx context.Context) error {
 		if errors.As(err, &ge) && ge.RetryAfter > 0 {
 			retryAfter[addr] = time.Now().Add(ge.RetryAfter)
 		}
+		wait := c.backoff(attempt)
 		if established {
 			lastConnected = addr
 			attempt = 0
 			c.mu.Lock()
 			c.lastDisconnect = err
+			wait = RedialDelay(c.redialSpread, c.backoff(0))
 			c.mu.Unlock()
-			c.log.Warn("distributor connection lost; failing over", "distributor", addr, "err", err)
+			c.log.Warn("distributor connection lost; failing over", "distributor", addr, "err", err, "redial_in", wait)
 		} else {
 			c.log.Info("cannot reach distributor", "distributor", addr, "err", err)
 		}
-		if !backoff.Sleep(ctx, c.backoff(attempt)) {
+		c.mu.Lock()
+		c.nextAttempt = time.Now().Add(wait)
+		c.mu.Unlock()
+		ok := backoff.Sleep(ctx, wait)
+		c.mu.Lock()
+		c.nextAttempt = time.Time{}
+		c.mu.Unlock()
+		if !ok {
 			return nil
 		}
 		// A full round of failures backs off further; the first try after
@@ -450,6 +471,27 @@ func (c *Client) Run(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// RedialDelay is how long an agent waits before its first redial after
+// losing an established connection whose distributor advised spread
+// (Welcome.redial_spread, Advice): a time drawn uniformly from [0,
+// spread), so that the agents a distributor restart drops at once come
+// back at the rate it can admit them, or, with no spread advised,
+// minBackoff (the agent's minimum backoff, jittered). The simulated
+// agents of bench's reconnect storm wait the same.
+func RedialDelay(spread, minBackoff time.Duration) time.Duration {
+	if spread <= 0 {
+		return minBackoff
+	}
+	return rand.N(spread)
+}
+
+// setRedialSpread records the spread a distributor advised.
+func (c *Client) setRedialSpread(d *durationpb.Duration) {
+	c.mu.Lock()
+	c.redialSpread = min(max(d.AsDuration(), 0), wire.MaxRedialSpread)
+	c.mu.Unlock()
 }
 
 // backoff returns a random wait in [0, min(max, min·2^attempt)] (full

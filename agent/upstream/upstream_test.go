@@ -79,13 +79,17 @@ func startDist(t *testing.T, p *hostPKI, id string) *dist {
 }
 
 // startDistOn starts a distributor fan-out with the given certificate on
-// addr.
-func startDistOn(t *testing.T, tc *tls.Config, id, addr string) *dist {
+// addr; mods change its options.
+func startDistOn(t *testing.T, tc *tls.Config, id, addr string, mods ...func(*fanout.Options)) *dist {
 	vers := versions.New(versions.Options{Logger: quiet()})
-	srv, err := fanout.Listen(fanout.Options{
+	opts := fanout.Options{
 		Listen: addr, TLS: tc, Zone: zone,
 		DistributorID: id, Versions: vers, Logger: quiet(),
-	})
+	}
+	for _, m := range mods {
+		m(&opts)
+	}
+	srv, err := fanout.Listen(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -485,5 +489,44 @@ func TestOptionsValidation(t *testing.T) {
 	}
 	if _, err := upstream.New(good); err != nil {
 		t.Errorf("New(good): %v", err)
+	}
+}
+
+// An agent that lost its connection waits within the redial spread its
+// distributor advised before it redials, so that the agents a restart
+// drops come back at the rate the distributor can admit them.
+func TestRedialWaitsWithinTheAdvisedSpread(t *testing.T) {
+	p := newPKI(t)
+	const spread = 10 * time.Minute
+	// One agent at 1/600 agents per second: a spread of 10 minutes.
+	d := startDistOn(t, p.tls(t, "distributor", pki.Server), "d1", "127.0.0.1:0", func(o *fanout.Options) { o.RedialRate = 1.0 / 600 })
+	v1 := version("app/cfg", 1, map[string]string{"k": "v"})
+	d.setGoal(t, v1)
+	h := newMem()
+	cl := startClient(t, p, h, d.srv.Addr().String())
+	cl.c.Subscribe("app/cfg")
+	waitHeld(t, h, v1)
+	if got := cl.c.Status().RedialSpread; got != spread {
+		t.Fatalf("RedialSpread = %v after Welcome, want %v", got, spread)
+	}
+	lost := time.Now()
+	d.stop()
+	wait.For(t, "a redial scheduled", func() bool { return !cl.c.Status().NextAttempt.IsZero() })
+	if in := cl.c.Status().NextAttempt.Sub(lost); in > spread+time.Minute {
+		t.Errorf("next attempt in %v, want within the spread of %v", in, spread)
+	}
+	for _, tc := range []struct {
+		spread, minBackoff time.Duration
+		max                time.Duration
+	}{
+		{0, 70 * time.Millisecond, 70 * time.Millisecond},
+		{-time.Second, 70 * time.Millisecond, 70 * time.Millisecond},
+		{time.Second, 70 * time.Millisecond, time.Second - 1},
+	} {
+		for range 100 {
+			if got := upstream.RedialDelay(tc.spread, tc.minBackoff); got < 0 || got > tc.max {
+				t.Fatalf("RedialDelay(%v, %v) = %v, want within [0, %v]", tc.spread, tc.minBackoff, got, tc.max)
+			}
+		}
 	}
 }
