@@ -10,7 +10,6 @@ import (
 	"lehr.dev/lehr/client/producer"
 	"lehr.dev/lehr/distributor/fanout"
 	"lehr.dev/lehr/testenv/devcluster"
-	"lehr.dev/lehr/testenv/faultnet"
 )
 
 // stormTimeout bounds the wait for convergence, from the redial.
@@ -30,9 +29,9 @@ func runStorm(ctx context.Context, e *Env) (*Result, error) {
 		ns = []int{e.StormAgents}
 	}
 	res := &Result{
-		Setup: "Lehr: control + embedded etcd (fsync on) + one distributor in this process, N simulated agents in a child process connected through a counting UDP relay, all holding the goal version of a 10-key namespace (1 KiB values). " +
-			"The distributor is stopped and restarted on the same address; then every agent redials at once, announcing its intact cache, and from then on behaves like a real agent (agent/upstream): a failed or refused attempt is retried after a fully jittered exponential backoff (100 ms to 10 s), a lost connection is redialed. 'converge' is from the redial to the restarted distributor counting all N agents at the goal version; 'retries' counts failed attempts, 'refused' the Initial packets the distributor refused with CONNECTION_REFUSED because its handshake admission bound (fanout.Options.MaxHandshakes) was reached, 'lost' connections lost after their Welcome; " +
-			"'payload' is update bytes the distributor sent (snapshots + patches; target 0) and 'updates recv' the updates the agents received on their new connections; 'wire' is UDP bytes per agent both ways during the storm (QUIC + TLS handshake with certificates, Hello/Welcome). " +
+		Setup: "Lehr: control + embedded etcd (fsync on) + one distributor in this process, N simulated agents in a child process (each on its own socket, which counts its bytes), all holding the goal version of a 10-key namespace (1 KiB values). " +
+			"The distributor is stopped and restarted on the same address; then every agent loses its connection at once and behaves like a real agent (agent/upstream): it redials after a random time within the redial spread its distributor advised (connected agents / fanout.DefaultRedialRate), announcing its intact cache; a failed or refused attempt is retried after a fully jittered exponential backoff (100 ms to 10 s), a lost connection is redialed. 'converge' is from the redial to the restarted distributor counting all N agents at the goal version; 'retries' counts failed attempts, 'refused' the Initial packets the distributor refused with CONNECTION_REFUSED because its handshake admission bound (fanout.Options.MaxHandshakes) was reached, 'lost' connections lost after their Welcome; " +
+			"'payload' is update bytes the distributor sent (snapshots + patches; target 0) and 'updates recv' the updates the agents received on their new connections; 'wire' is UDP bytes per agent both ways during the storm (QUIC + TLS handshake, Hello/Welcome), counted at the agents' sockets. " +
 			"etcd / NATS: N subscribers (own connections) through a counting TCP relay, watching the same 10 keys; every relayed connection is cut and one 1 KiB value is written at once; 'converge' is from the cut to every subscriber having that value (reconnect with the client's own backoff + resumed watch), 'wire' both ways per subscriber includes that one change.",
 	}
 	for _, n := range ns {
@@ -84,11 +83,6 @@ func stormLehr(ctx context.Context, e *Env, n int) (Row, error) {
 	}
 	defer cl.Close()
 	dist := cl.Distributors(benchZone)[0]
-	relay, err := faultnet.Listen(dist.Addr(), faultnet.Options{})
-	if err != nil {
-		return row, err
-	}
-	defer relay.Close()
 	nsName := fmt.Sprintf("%s/storm-%d", benchDomain, n)
 	vals := newValueSource(1 << 10)
 	var props []producer.Property
@@ -101,8 +95,8 @@ func stormLehr(ctx context.Context, e *Env, n int) (Row, error) {
 	}
 	col := newCollector(n)
 	sw, conn, err := startSwarm(ctx, swarmConfig{
-		Addr: relay.Addr(), CADir: filepath.Join(cl.Dir(), "pki", "ca"), N: n, Prefix: fmt.Sprintf("storm%d", n),
-		Zone: benchZone, Subs: []string{nsName}, Parallel: 32, RedialTimeout: stormTimeout,
+		Addr: dist.Addr(), CADir: filepath.Join(cl.Dir(), "pki", "ca"), N: n, Prefix: fmt.Sprintf("storm%d", n),
+		Zone: benchZone, Subs: []string{nsName}, Parallel: 32, RedialTimeout: stormTimeout, CountBytes: true,
 	}, func(ev swarmEvent) {
 		if ev.NS == nsName && !ev.Refused {
 			col.record(ev.I, ev.Version, ev.T)
@@ -125,7 +119,10 @@ func stormLehr(ctx context.Context, e *Env, n int) (Row, error) {
 		return row, fmt.Errorf("restart distributor: %w", err)
 	}
 	// The restarted distributor serves once its goals are synced from control.
-	d0, u0 := relayBytes(relay)
+	before, err := sw.command(ctx, "stats", "stats")
+	if err != nil {
+		return row, err
+	}
 	var prof *cpuProfile
 	if e.OutDir != "" {
 		if prof, err = startCPUProfile(e.Dir, fmt.Sprintf("storm-%d", n)); err != nil {
@@ -187,7 +184,7 @@ func stormLehr(ctx context.Context, e *Env, n int) (Row, error) {
 	cpu1, _ := readProc(self)
 	if prof != nil {
 		path := prof.stop()
-		hdr := fmt.Sprintf("CPU profile of the bench process (control + embedded etcd + the restarted distributor + the counting UDP relay; agents in a child) from the redial of N=%d agents to convergence (%v), profile %s.", n, conv.Round(time.Millisecond), e.Profile)
+		hdr := fmt.Sprintf("CPU profile of the bench process (control + embedded etcd + the restarted distributor; agents in a child) from the redial of N=%d agents to convergence (%v), profile %s.", n, conv.Round(time.Millisecond), e.Profile)
 		if _, err := topSummary(path, e.OutDir, fmt.Sprintf("storm-%s-N%d-cpu-top10", e.Profile, n), hdr); err != nil {
 			e.Log.Warn("storm: CPU profile summary unavailable", "err", err)
 		}
@@ -203,7 +200,6 @@ func stormLehr(ctx context.Context, e *Env, n int) (Row, error) {
 		return row, ctx.Err()
 	}
 	time.Sleep(100 * time.Millisecond)
-	d1, u1 := relayBytes(relay)
 	after, err := sw.command(ctx, "stats", "stats")
 	if err != nil {
 		return row, err
@@ -217,7 +213,7 @@ func stormLehr(ctx context.Context, e *Env, n int) (Row, error) {
 	row.Add("redial", float64(redial.ElapsedNS)/1e6, "ms")
 	row.Add("payload", float64(st.SnapshotBytes+st.PatchBytes), "B")
 	row.Add("updates recv", float64(after.Stats.Updates), "")
-	row.Add("wire/sub", float64(d1-d0+u1-u0)/float64(n), "B")
+	row.Add("wire/sub", float64(after.WireIn-before.WireIn+after.WireOut-before.WireOut)/float64(n), "B")
 	row.Add("failed", float64(redial.Failed), "")
 	row.Add("retries", float64(after.Retries), "")
 	row.Add("refused", float64(st.RefusedHandshakes), "")

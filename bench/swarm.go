@@ -19,6 +19,7 @@ import (
 	"io"
 	"log/slog"
 	"maps"
+	"net"
 	"os"
 	"os/exec"
 	"sync"
@@ -50,7 +51,8 @@ type swarmConfig struct {
 	Prefix string   `json:"prefix"` // host ids are Prefix-<i>
 	Zone   string   `json:"zone"`
 	Subs   []string `json:"subs"`
-	// Parallel bounds concurrent dials at start; redial is all at once.
+	// Parallel bounds concurrent dials at start; after "redial" each agent
+	// waits its redial delay (upstream.RedialDelay).
 	Parallel int `json:"parallel"`
 	// RedialTimeout bounds the wait for every agent to be connected again
 	// after "redial"; default 5 minutes.
@@ -61,6 +63,11 @@ type swarmConfig struct {
 	// reconnection from one moment: agents redialing on their own while
 	// the distributor restarts would be an unmeasured storm before it).
 	Keep bool `json:"keep,omitempty"`
+	// CountBytes makes every agent dial over a socket of the swarm's that
+	// counts the UDP bytes it sends and receives (stats: WireIn, WireOut):
+	// the storm's wire cost, measured where the agents are, with no relay
+	// in the distributor's process.
+	CountBytes bool `json:"count_bytes,omitempty"`
 }
 
 // swarmEvent is one line the child writes.
@@ -92,6 +99,10 @@ type swarmEvent struct {
 	// likewise.
 	Ended  map[string]int `json:"ended,omitempty"`
 	LostBy map[string]int `json:"lost_by,omitempty"`
+	// WireIn and WireOut are the UDP payload bytes every agent received
+	// and sent since the swarm started (cfg.CountBytes).
+	WireIn  int64 `json:"wire_in,omitempty"`
+	WireOut int64 `json:"wire_out,omitempty"`
 }
 
 // SwarmMain runs the swarm child on stdin and stdout and exits the
@@ -131,6 +142,8 @@ type swarmChild struct {
 	stopKeep context.CancelFunc
 	retries  atomic.Int64
 	lost     atomic.Int64
+	// wireIn and wireOut count the agents' UDP bytes (cfg.CountBytes).
+	wireIn, wireOut atomic.Int64
 
 	mu     sync.Mutex
 	agents []*agenttest.Agent
@@ -225,6 +238,51 @@ func runSwarm(in io.Reader, out io.Writer) error {
 	return nil
 }
 
+// dial connects agent i announcing held, over a counting socket of its
+// own with cfg.CountBytes (closed once the connection ended).
+func (s *swarmChild) dial(ctx context.Context, i int, held []agenttest.Cached) (*agenttest.Agent, error) {
+	opts := agenttest.Options{
+		Addr: s.cfg.Addr, TLS: s.tls[i], HostID: fmt.Sprintf("%s-%d", s.cfg.Prefix, i), Zone: s.cfg.Zone,
+		Subscriptions: s.cfg.Subs, Cached: held, Logger: s.log,
+	}
+	if !s.cfg.CountBytes {
+		return agenttest.Dial(ctx, opts)
+	}
+	pc, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		return nil, err
+	}
+	opts.PacketConn = &countingConn{PacketConn: pc, in: &s.wireIn, out: &s.wireOut}
+	a, err := agenttest.Dial(ctx, opts)
+	if err != nil {
+		pc.Close()
+		return nil, err
+	}
+	go func() {
+		<-a.Done()
+		pc.Close()
+	}()
+	return a, nil
+}
+
+// countingConn counts the bytes a socket sends and receives.
+type countingConn struct {
+	net.PacketConn
+	in, out *atomic.Int64
+}
+
+func (c *countingConn) ReadFrom(p []byte) (int, net.Addr, error) {
+	n, addr, err := c.PacketConn.ReadFrom(p)
+	c.in.Add(int64(n))
+	return n, addr, err
+}
+
+func (c *countingConn) WriteTo(p []byte, addr net.Addr) (int, error) {
+	n, err := c.PacketConn.WriteTo(p, addr)
+	c.out.Add(int64(n))
+	return n, err
+}
+
 // dialAll connects every agent, parallel at a time, and reports
 // "connected". Each agent is tried up to 3 times; once connected, with
 // cfg.Keep, it is kept as the real agent keeps its connection (see keep):
@@ -246,10 +304,7 @@ func (s *swarmChild) dialAll(parallel int) {
 				}
 				var a *agenttest.Agent
 				ctx, cancel := context.WithTimeout(s.ctx, 30*time.Second)
-				a, err = agenttest.Dial(ctx, agenttest.Options{
-					Addr: s.cfg.Addr, TLS: s.tls[i], HostID: fmt.Sprintf("%s-%d", s.cfg.Prefix, i), Zone: s.cfg.Zone,
-					Subscriptions: s.cfg.Subs, Logger: s.log,
-				})
+				a, err = s.dial(ctx, i, nil)
 				cancel()
 				if err == nil {
 					s.mu.Lock()
@@ -281,16 +336,18 @@ func (s *swarmChild) dialAll(parallel int) {
 // agent's (agent/upstream): each connection attempt, Dial through Welcome,
 // is bounded by the handshake timeout; a failed attempt is followed by a
 // wait drawn uniformly from [0, min(max, min·2^attempt)] ("full jitter");
-// a connection lost after its Welcome is redialed after at most the
-// minimum backoff, announcing what the lost connection held.
+// a connection lost after its Welcome is redialed after
+// upstream.RedialDelay of the redial spread the distributor advised,
+// announcing what the lost connection held.
 const (
 	swarmBackoffMin       = upstream.DefaultBackoffMin
 	swarmBackoffMax       = upstream.DefaultBackoffMax
 	swarmHandshakeTimeout = upstream.DefaultHandshakeTimeout
 )
 
-// redialAll kills every agent's connection and has each redial at once,
-// announcing what it held, and keep redialing like a real agent until
+// redialAll kills every agent's connection at once (as a distributor
+// restart does) and has each redial as the real agent would — after
+// upstream.RedialDelay of its advised spread — announcing what it held, and keep redialing like a real agent until
 // the swarm quits (see keep). It reports "redialed" once every agent has
 // been welcomed again, or after cfg.RedialTimeout with the agents that
 // have not counted as failed.
@@ -316,6 +373,12 @@ func (s *swarmChild) redialAll() {
 			if prev != nil {
 				held = prev.Cached()
 				prev.Kill()
+				// The agent lost its connection: it waits as the real
+				// agent does before its first redial.
+				spread, _ := prev.RedialSpread()
+				if !backoff.Sleep(s.keepCtx, upstream.RedialDelay(spread, swarmBackoff(0))) {
+					return
+				}
 			}
 			s.keep(i, me, nil, held, func() {
 				if connected.Add(1) == int64(s.cfg.N) {
@@ -369,10 +432,7 @@ func (s *swarmChild) keep(i, me int, a *agenttest.Agent, held []agenttest.Cached
 			}
 			ctx, cancel := context.WithTimeout(s.keepCtx, swarmHandshakeTimeout)
 			var err error
-			a, err = agenttest.Dial(ctx, agenttest.Options{
-				Addr: s.cfg.Addr, TLS: s.tls[i], HostID: fmt.Sprintf("%s-%d", s.cfg.Prefix, i), Zone: s.cfg.Zone,
-				Subscriptions: s.cfg.Subs, Cached: held, Logger: s.log,
-			})
+			a, err = s.dial(ctx, i, held)
 			cancel()
 			if err != nil {
 				if s.keepCtx.Err() != nil {
@@ -421,8 +481,9 @@ func (s *swarmChild) keep(i, me int, a *agenttest.Agent, held []agenttest.Cached
 		s.lostBy[reason]++
 		s.mu.Unlock()
 		held = a.Cached()
+		spread, _ := a.RedialSpread()
 		a = nil
-		if !backoff.Sleep(s.keepCtx, swarmBackoff(0)) {
+		if !backoff.Sleep(s.keepCtx, upstream.RedialDelay(spread, swarmBackoff(0))) {
 			return
 		}
 	}
@@ -500,7 +561,8 @@ func (s *swarmChild) stats() swarmEvent {
 		sum.PatchBytes += st.PatchBytes
 		sum.Unavailable += st.Unavailable
 	}
-	return swarmEvent{Ev: "stats", Stats: &sum, Alive: alive, Ended: ended, LostBy: lostBy, Retries: int(s.retries.Load()), Lost: int(s.lost.Load())}
+	return swarmEvent{Ev: "stats", Stats: &sum, Alive: alive, Ended: ended, LostBy: lostBy, Retries: int(s.retries.Load()), Lost: int(s.lost.Load()),
+		WireIn: s.wireIn.Load(), WireOut: s.wireOut.Load()}
 }
 
 func (s *swarmChild) closeAll() {
