@@ -31,12 +31,12 @@ const zone = "zone-a"
 
 // pki issues certificates from a test CA.
 type hostPKI struct {
-	t   *testing.T
+	t   testing.TB
 	dir string
 	ca  *pki.CA
 }
 
-func newPKI(t *testing.T) *hostPKI {
+func newPKI(t testing.TB) *hostPKI {
 	t.Helper()
 	dir := t.TempDir()
 	ca, err := pki.NewCA(filepath.Join(dir, "ca"), "lehr-test-ca", 24*time.Hour)
@@ -83,7 +83,7 @@ func (p *hostPKI) clientWith(name string, kind pki.Kind, id *url.URL) *tls.Confi
 
 // env is a fanout server fed from an in-memory version cache.
 type env struct {
-	t     *testing.T
+	t     testing.TB
 	pki   *hostPKI
 	cache *versions.Cache
 	srv   *fanout.Server
@@ -92,7 +92,7 @@ type env struct {
 	latest map[string]*content.Version
 }
 
-func newEnv(t *testing.T, mods ...func(*fanout.Options)) *env {
+func newEnv(t testing.TB, mods ...func(*fanout.Options)) *env {
 	t.Helper()
 	p := newPKI(t)
 	cache := versions.New(versions.Options{Logger: quietLogger()})
@@ -204,7 +204,7 @@ func (e *env) dial(host string, opts agenttest.Options) *agenttest.Agent {
 	return a
 }
 
-func waitVersion(t *testing.T, a *agenttest.Agent, ns string, v *content.Version) {
+func waitVersion(t testing.TB, a *agenttest.Agent, ns string, v *content.Version) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
