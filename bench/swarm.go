@@ -376,7 +376,7 @@ func (s *swarmChild) redialAll() {
 				// The agent lost its connection: it waits as the real
 				// agent does before its first redial.
 				spread, _ := prev.RedialSpread()
-				if !backoff.Sleep(s.keepCtx, upstream.RedialDelay(spread, swarmBackoff(0))) {
+				if !backoff.Sleep(s.keepCtx, upstream.RedialDelay(prev.Err(), spread, swarmBackoff(0))) {
 					return
 				}
 			}
@@ -482,8 +482,9 @@ func (s *swarmChild) keep(i, me int, a *agenttest.Agent, held []agenttest.Cached
 		s.mu.Unlock()
 		held = a.Cached()
 		spread, _ := a.RedialSpread()
+		cause := a.Err()
 		a = nil
-		if !backoff.Sleep(s.keepCtx, upstream.RedialDelay(spread, swarmBackoff(0))) {
+		if !backoff.Sleep(s.keepCtx, upstream.RedialDelay(cause, spread, swarmBackoff(0))) {
 			return
 		}
 	}

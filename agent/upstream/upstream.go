@@ -448,7 +448,7 @@ func (c *Client) Run(ctx context.Context) error {
 			attempt = 0
 			c.mu.Lock()
 			c.lastDisconnect = err
-			wait = RedialDelay(c.redialSpread, c.backoff(0))
+			wait = RedialDelay(err, c.redialSpread, c.backoff(0))
 			c.mu.Unlock()
 			c.log.Warn("distributor connection lost; failing over", "distributor", addr, "err", err, "redial_in", wait)
 		} else {
@@ -474,17 +474,37 @@ func (c *Client) Run(ctx context.Context) error {
 }
 
 // RedialDelay is how long an agent waits before its first redial after
-// losing an established connection whose distributor advised spread
-// (Welcome.redial_spread, Advice): a time drawn uniformly from [0,
-// spread), so that the agents a distributor restart drops at once come
-// back at the rate it can admit them, or, with no spread advised,
-// minBackoff (the agent's minimum backoff, jittered). The simulated
-// agents of bench's reconnect storm wait the same.
-func RedialDelay(spread, minBackoff time.Duration) time.Duration {
-	if spread <= 0 {
+// losing an established connection, for the reason cause, whose
+// distributor advised spread (Welcome.redial_spread, Advice). When cause
+// says the distributor ended every connection — it said it is shutting
+// down, or reset the connection after a restart (DistributorWide) — the
+// wait is drawn uniformly from [0, spread), so that its agents come back
+// at the rate it can admit them instead of all at once; otherwise (the
+// link went silent, or this connection alone was closed) and with no
+// spread, it is minBackoff (the agent's minimum backoff, jittered). The
+// simulated agents of bench's reconnect storm wait the same.
+func RedialDelay(cause error, spread, minBackoff time.Duration) time.Duration {
+	if spread <= 0 || !DistributorWide(cause) {
 		return minBackoff
 	}
 	return rand.N(spread)
+}
+
+// DistributorWide reports whether a connection ended for a reason that
+// ends every connection of its distributor at once: a Goodbye or close
+// with wire.CodeShuttingDown, or a QUIC stateless reset (the distributor
+// restarted and no longer knows the connection).
+func DistributorWide(cause error) bool {
+	var reset *quic.StatelessResetError
+	if errors.As(cause, &reset) {
+		return true
+	}
+	var bye *wire.GoodbyeError
+	if errors.As(cause, &bye) {
+		return bye.Code == wire.CodeShuttingDown
+	}
+	var app *quic.ApplicationError
+	return errors.As(cause, &app) && app.Remote && app.ErrorCode == wire.CodeShuttingDown
 }
 
 // setRedialSpread records the spread a distributor advised.

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/VictoriaMetrics/metrics"
+	"github.com/quic-go/quic-go"
 
 	"lehr.dev/lehr/agent/upstream"
 	"lehr.dev/lehr/distributor/fanout"
@@ -21,6 +22,7 @@ import (
 	"lehr.dev/lehr/internal/pki"
 	"lehr.dev/lehr/internal/tlsconfig"
 	"lehr.dev/lehr/internal/update"
+	"lehr.dev/lehr/internal/wire"
 	"lehr.dev/lehr/proto/lehrpb"
 	"lehr.dev/lehr/testenv/wait"
 )
@@ -515,17 +517,31 @@ func TestRedialWaitsWithinTheAdvisedSpread(t *testing.T) {
 	if in := cl.c.Status().NextAttempt.Sub(lost); in > spread+time.Minute {
 		t.Errorf("next attempt in %v, want within the spread of %v", in, spread)
 	}
+	if err := cl.c.Status().LastDisconnect; !upstream.DistributorWide(err) {
+		t.Errorf("a distributor's shutdown ended the connection with %v: not distributor-wide", err)
+	}
+
+	const minBackoff = 70 * time.Millisecond
+	shutdown := &wire.GoodbyeError{Code: wire.CodeShuttingDown}
 	for _, tc := range []struct {
-		spread, minBackoff time.Duration
-		max                time.Duration
+		name   string
+		cause  error
+		spread time.Duration
+		max    time.Duration
 	}{
-		{0, 70 * time.Millisecond, 70 * time.Millisecond},
-		{-time.Second, 70 * time.Millisecond, 70 * time.Millisecond},
-		{time.Second, 70 * time.Millisecond, time.Second - 1},
+		{"no spread", shutdown, 0, minBackoff},
+		{"negative spread", shutdown, -time.Second, minBackoff},
+		{"shutdown", shutdown, time.Second, time.Second - 1},
+		{"stateless reset", &quic.StatelessResetError{}, time.Second, time.Second - 1},
+		{"closed: shutting down", &quic.ApplicationError{Remote: true, ErrorCode: wire.CodeShuttingDown}, time.Second, time.Second - 1},
+		// This connection alone ended: redial at once.
+		{"replaced", &wire.GoodbyeError{Code: wire.CodeReplaced}, time.Minute, minBackoff},
+		{"silent", &quic.IdleTimeoutError{}, time.Minute, minBackoff},
+		{"closed by the agent", &quic.ApplicationError{Remote: false, ErrorCode: wire.CodeShuttingDown}, time.Minute, minBackoff},
 	} {
 		for range 100 {
-			if got := upstream.RedialDelay(tc.spread, tc.minBackoff); got < 0 || got > tc.max {
-				t.Fatalf("RedialDelay(%v, %v) = %v, want within [0, %v]", tc.spread, tc.minBackoff, got, tc.max)
+			if got := upstream.RedialDelay(tc.cause, tc.spread, minBackoff); got < 0 || got > tc.max {
+				t.Fatalf("%s: RedialDelay = %v, want within [0, %v]", tc.name, got, tc.max)
 			}
 		}
 	}
