@@ -312,11 +312,12 @@ func (c *Control) Run(ctx context.Context) (err error) {
 		return fmt.Errorf("control: %w", err)
 	}
 	st := store.New(cli, store.Options{
-		Prefix:      c.opts.StorePrefix,
-		Retention:   c.opts.Retention,
-		Logger:      c.log,
-		OnRoundTrip: service.RoundTripObserver(c.metrics),
-		Signer:      signer,
+		SingleMember: len(c.opts.EtcdEndpoints) == 0,
+		Prefix:       c.opts.StorePrefix,
+		Retention:    c.opts.Retention,
+		Logger:       c.log,
+		OnRoundTrip:  service.RoundTripObserver(c.metrics),
+		Signer:       signer,
 	})
 	if n, err := st.SignUnsignedGoals(ctx); err != nil {
 		return fmt.Errorf("control: %w", err)

@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync/atomic"
 	"testing"
@@ -193,5 +194,34 @@ func TestCommitOnOwnParentIsOneReadOneWrite(t *testing.T) {
 				t.Errorf("Content(%d): %v, %v", v.GetSeq(), got.Checksum(), err)
 			}
 		}
+	}
+}
+
+// DomainAndNamespace reads both in one request, with or without a quorum
+// round (SingleMember), and sees what was just written either way.
+func TestDomainAndNamespace(t *testing.T) {
+	ctx := testCtx(t)
+	for _, single := range []bool{false, true} {
+		t.Run(fmt.Sprintf("single=%v", single), func(t *testing.T) {
+			var rounds int
+			s := newTestStore(t, Options{SingleMember: single, OnRoundTrip: func(string, time.Duration, error) { rounds++ }})
+			if _, _, err := s.DomainAndNamespace(ctx, "d/n"); !errors.Is(err, ErrNotFound) {
+				t.Fatalf("no domain: %v, want not found", err)
+			}
+			mustDomain(t, s, "d")
+			d, ns, err := s.DomainAndNamespace(ctx, "d/n")
+			if err != nil || d.GetName() != "d" || ns != nil {
+				t.Fatalf("domain, no namespace: %v, %v, %v", d, ns, err)
+			}
+			v := commit(t, s, Commit{Namespace: "d/n", Create: true, Content: snap(t, "k", "v")})
+			rounds = 0
+			d, ns, err = s.DomainAndNamespace(ctx, "d/n")
+			if err != nil || d.GetName() != "d" || ns.GetLatestVersion() != v.GetSeq() {
+				t.Fatalf("after a commit: %v, %v, %v; want version %d", d, ns, err, v.GetSeq())
+			}
+			if rounds != 1 {
+				t.Errorf("%d etcd requests, want 1", rounds)
+			}
+		})
 	}
 }

@@ -194,14 +194,19 @@ func (s *Store) GetNamespace(ctx context.Context, name string) (*lehrpb.Namespac
 
 // DomainAndNamespace reads a namespace and its domain in one request: the
 // domain (a *NotFoundError if there is none) and the namespace, nil if
-// there is none. A publish needs both before it commits.
+// there is none. A publish needs both before it commits. On a single
+// member (Options.SingleMember) the read skips the quorum round.
 func (s *Store) DomainAndNamespace(ctx context.Context, ns string) (*lehrpb.Domain, *lehrpb.Namespace, error) {
 	domain, _, err := names.Namespace(ns)
 	if err != nil {
 		return nil, nil, fmt.Errorf("store: get namespace: %w: %w", ErrInvalid, err)
 	}
 	dkey, hkey := s.lay.domain(domain), s.lay.nsmeta(ns)
-	rs, _, err := s.readAt(ctx, clientv3.OpGet(dkey), clientv3.OpGet(hkey))
+	var opts []clientv3.OpOption
+	if s.opts.SingleMember {
+		opts = append(opts, clientv3.WithSerializable())
+	}
+	rs, _, err := s.readAt(ctx, clientv3.OpGet(dkey, opts...), clientv3.OpGet(hkey, opts...))
 	if err != nil {
 		return nil, nil, fmt.Errorf("store: get namespace %s: %w", ns, err)
 	}

@@ -60,6 +60,12 @@ type Options struct {
 	// Signer, if set, signs every version Commit creates and every goal
 	// state written (internal/signing); nil leaves both unsigned.
 	Signer *signing.Signer
+	// SingleMember says etcd is one member (control's embedded etcd): a
+	// read needs no quorum round to see every acknowledged write, since
+	// the member applies a write before acknowledging it, so the reads of
+	// a publish before its commit skip it (serializable reads). Never set
+	// it for a cluster: a lagging member would answer from the past.
+	SingleMember bool
 }
 
 // Store is the etcd-backed state of the control plane. It is safe for
