@@ -24,6 +24,7 @@ import (
 	"os/exec"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"lehr.dev/lehr/agent/agenttest"
@@ -252,7 +253,7 @@ func (s *swarmChild) dial(ctx context.Context, i int, held []agenttest.Cached) (
 	if err != nil {
 		return nil, err
 	}
-	opts.PacketConn = &countingConn{PacketConn: pc, in: &s.wireIn, out: &s.wireOut}
+	opts.PacketConn = &countingConn{udp: pc, in: &s.wireIn, out: &s.wireOut}
 	a, err := agenttest.Dial(ctx, opts)
 	if err != nil {
 		pc.Close()
@@ -265,22 +266,37 @@ func (s *swarmChild) dial(ctx context.Context, i int, held []agenttest.Cached) (
 	return a, nil
 }
 
-// countingConn counts the bytes a socket sends and receives.
+// countingConn counts the bytes a UDP socket sends and receives. It offers
+// quic-go the socket's buffer sizes (SetReadBuffer, SetWriteBuffer,
+// SyscallConn), which quic-go raises as for the real agent's socket, but
+// not its batch and ancillary-data calls, so quic-go reads and writes one
+// packet at a time through ReadFrom and WriteTo, where they are counted.
 type countingConn struct {
-	net.PacketConn
+	udp     *net.UDPConn
 	in, out *atomic.Int64
 }
 
 func (c *countingConn) ReadFrom(p []byte) (int, net.Addr, error) {
-	n, addr, err := c.PacketConn.ReadFrom(p)
+	n, addr, err := c.udp.ReadFrom(p)
 	c.in.Add(int64(n))
 	return n, addr, err
 }
 
 func (c *countingConn) WriteTo(p []byte, addr net.Addr) (int, error) {
-	n, err := c.PacketConn.WriteTo(p, addr)
+	n, err := c.udp.WriteTo(p, addr)
 	c.out.Add(int64(n))
 	return n, err
+}
+
+func (c *countingConn) Close() error                       { return c.udp.Close() }
+func (c *countingConn) LocalAddr() net.Addr                { return c.udp.LocalAddr() }
+func (c *countingConn) SetDeadline(t time.Time) error      { return c.udp.SetDeadline(t) }
+func (c *countingConn) SetReadDeadline(t time.Time) error  { return c.udp.SetReadDeadline(t) }
+func (c *countingConn) SetWriteDeadline(t time.Time) error { return c.udp.SetWriteDeadline(t) }
+func (c *countingConn) SetReadBuffer(n int) error          { return c.udp.SetReadBuffer(n) }
+func (c *countingConn) SetWriteBuffer(n int) error         { return c.udp.SetWriteBuffer(n) }
+func (c *countingConn) SyscallConn() (syscall.RawConn, error) {
+	return c.udp.SyscallConn()
 }
 
 // dialAll connects every agent, parallel at a time, and reports
