@@ -145,41 +145,42 @@ func (c *contentCache) await(ctx context.Context, ns string, seq uint64) {
 // committed returns the record and storedVersion of ns@seq if this
 // process committed it with checksum sum and it is still cached.
 func (c *contentCache) committed(ns string, seq uint64, sum string) (*lehrpb.VersionInfo, *storedVersion, bool) {
-	if c == nil || sum == "" {
+	e, ok := c.lookup(ns, seq, sum)
+	if !ok || e.stored == nil {
 		return nil, nil, false
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	el, ok := c.m[cacheKey{ns, seq}]
-	if !ok {
-		return nil, nil, false
-	}
-	e := el.Value.(*cacheEntry)
-	if e.info.GetChecksum() != sum || e.stored == nil {
-		return nil, nil, false
-	}
-	c.lru.MoveToFront(el)
 	return e.info, e.stored, true
 }
 
 // get returns the record and content of ns@seq if it is cached with
 // checksum sum.
 func (c *contentCache) get(ns string, seq uint64, sum string) (*lehrpb.VersionInfo, content.Snapshot, bool) {
-	if c == nil {
+	e, ok := c.lookup(ns, seq, sum)
+	if !ok {
 		return nil, content.Snapshot{}, false
+	}
+	return e.info, e.snap, true
+}
+
+// lookup returns a copy, taken under the lock, of the entry of ns@seq if
+// it is cached with checksum sum (not empty), and marks it the most
+// recently used.
+func (c *contentCache) lookup(ns string, seq uint64, sum string) (cacheEntry, bool) {
+	if c == nil || sum == "" {
+		return cacheEntry{}, false
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	el, ok := c.m[cacheKey{ns, seq}]
 	if !ok {
-		return nil, content.Snapshot{}, false
+		return cacheEntry{}, false
 	}
 	e := el.Value.(*cacheEntry)
 	if e.info.GetChecksum() != sum {
-		return nil, content.Snapshot{}, false
+		return cacheEntry{}, false
 	}
 	c.lru.MoveToFront(el)
-	return e.info, e.snap, true
+	return *e, true
 }
 
 // put caches snap as the content of the version info describes (ns,

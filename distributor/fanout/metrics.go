@@ -51,13 +51,13 @@ func newServerMetrics(set *metrics.Set, srv *Server) *serverMetrics {
 		lag:               map[string]bool{},
 	}
 	set.NewGauge(`lehr_distributor_connected_agents`, func() float64 {
-		return float64(len(srv.sessionList()))
+		return float64(srv.connected())
 	})
 	set.NewGauge(`lehr_distributor_admitting_agents`, func() float64 {
 		return float64(srv.handshakes.Load())
 	})
 	set.NewGauge(`lehr_distributor_redial_spread_seconds`, func() float64 {
-		return srv.redialSpread(len(srv.sessionList())).Seconds()
+		return srv.redialSpread(srv.connected()).Seconds()
 	})
 	return m
 }

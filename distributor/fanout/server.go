@@ -520,10 +520,17 @@ func (s *Server) sessionList() []*session {
 	return slices.Collect(maps.Values(s.sessions))
 }
 
+// connected returns the number of agents connected now.
+func (s *Server) connected() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.sessions)
+}
+
 // Stats returns the fanout's counters.
 func (s *Server) Stats() Stats {
 	return Stats{
-		Agents:         len(s.sessionList()),
+		Agents:         s.connected(),
 		SnapshotPushes: s.met.pushSnapshot.Get(),
 		PatchPushes:    s.met.pushPatch.Get(),
 		SnapshotBytes:  s.met.bytesSnapshot.Get(),

@@ -184,7 +184,7 @@ func (s *Server) handle(conn *quic.Conn) {
 	}
 	// The spread for the agents connected with this one; adviseLoop
 	// updates it as their number changes.
-	ss.advised = s.redialSpread(len(s.sessionList()) + 1)
+	ss.advised = s.redialSpread(s.connected() + 1)
 	welcome.RedialSpread = durationpb.New(ss.advised)
 	if err := ss.send(welcome); err != nil {
 		log.Info("send Welcome", "err", err)
