@@ -342,7 +342,8 @@ func (s *Server) Client(ctx context.Context) (*clientv3.Client, error) {
 // socket, no HTTP/2 framing, no encoding of requests. It reads and writes
 // exactly as a client of Client does, only with less latency: control's
 // publishes make several etcd requests in a row (bench/RESULTS.md,
-// "Publish, issue 13"). The caller must Close it before the member.
+// "Publish: fewer etcd requests, and etcd in process"). The caller must
+// Close it before the member.
 func (s *Server) InProcessClient() *clientv3.Client { return v3client.New(s.etcd.Server) }
 
 // Close stops the member and waits for it to release its data directory

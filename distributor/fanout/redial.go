@@ -12,7 +12,7 @@ import (
 // DefaultRedialRate is the default Options.RedialRate: the agents a
 // distributor on two cores, shared with the agents it serves, admits per
 // second in a reconnect storm of intact caches (bench/RESULTS.md,
-// "Reconnect storm, issue 13": 10,000 agents spread over 20 s converge in
+// "Reconnect storm: the redial spread": 10,000 agents spread over 20 s converge in
 // 21 s with almost no refused attempts; spread over 10 s, they flood it
 // and take 48 s).
 const DefaultRedialRate = 500
