@@ -207,11 +207,26 @@ func fanoutLehr(ctx context.Context, e *Env, p fanoutParams, n int, profile bool
 	// to send — the agents' keepalives and their acknowledgements — is
 	// not the updates' cost: sampled over a window first, it is taken off
 	// for "cpu/update net".
+	// When the busiest case is profiled, so is this window: what idle
+	// connections cost, apart from what updates cost.
+	var idleProf *cpuProfile
+	if profile && e.OutDir != "" {
+		if idleProf, err = startCPUProfile(e.Dir, "idle-cpu"); err != nil {
+			return Row{}, cost, nil, err
+		}
+	}
 	idle0, _ := readProc(self)
 	idleStart := time.Now()
 	time.Sleep(p.idle) // a sampling window, not a wait for an event
 	idle1, _ := readProc(self)
 	idleCores := (idle1.cpu - idle0.cpu).Seconds() / time.Since(idleStart).Seconds()
+	if idleProf != nil {
+		path := idleProf.stop()
+		hdr := fmt.Sprintf("CPU profile of the bench process (control + embedded etcd + distributor; agents in a child) with N=%d agents connected and idle for %v (%.3f cores), profile %s.", n, p.idle, idleCores, e.Profile)
+		if _, err := topSummary(path, e.OutDir, fmt.Sprintf("fanout-%s-N%d-idle-cpu-top10", e.Profile, n), hdr); err != nil {
+			res.Notes = append(res.Notes, "idle CPU profile summary unavailable: "+err.Error())
+		}
+	}
 	st0 := dist.Stats()
 	var prof *cpuProfile
 	if profile && e.OutDir != "" {
