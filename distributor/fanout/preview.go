@@ -22,8 +22,8 @@ func (s *Server) Preview() []*lehrpb.NamespacePreviewCounts {
 	type key struct{ ns, exp, live, etag string }
 	sums := map[key]*lehrpb.PreviewCounts{}
 	for _, ss := range s.sessionList() {
-		for ns, nr := range ss.reports() {
-			for _, hc := range nr.GetPreview() {
+		ss.eachSubscribed(func(ns string, st *nsState) {
+			for _, hc := range st.report.GetPreview() {
 				c := hc.GetCounts()
 				k := key{ns, hc.GetExperiment(), c.GetLiveEtag(), c.GetExperimentEtag()}
 				t := sums[k]
@@ -36,7 +36,7 @@ func (s *Server) Preview() []*lehrpb.NamespacePreviewCounts {
 				}
 				policy.AddCounts(t, c)
 			}
-		}
+		})
 	}
 	keys := make([]key, 0, len(sums))
 	for k := range sums {

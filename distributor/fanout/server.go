@@ -517,7 +517,7 @@ func (s *Server) kickSubscribers(ns string) {
 func (s *Server) sessionList() []*session {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return slices.Collect(maps.Values(s.sessions))
+	return slices.AppendSeq(make([]*session, 0, len(s.sessions)), maps.Values(s.sessions))
 }
 
 // connected returns the number of agents connected now.
@@ -559,9 +559,11 @@ func (s *Server) Convergence() (agents int, counts []VersionCount) {
 	m := map[nv]int{}
 	sessions := s.sessionList()
 	for _, ss := range sessions {
-		for ns, seq := range ss.held() {
-			m[nv{ns, seq}]++
-		}
+		ss.eachSubscribed(func(ns string, st *nsState) {
+			if st.have != 0 {
+				m[nv{ns, st.have}]++
+			}
+		})
 	}
 	for k, n := range m {
 		counts = append(counts, VersionCount{Namespace: k.ns, Version: k.seq, Agents: n})
@@ -615,7 +617,11 @@ func (s *Server) Health() (health []*lehrpb.NamespaceHealth, hosts []*lehrpb.Hos
 	}
 	sums := map[key]*lehrpb.NamespaceHealth{}
 	for _, ss := range s.sessionList() {
-		for ns, nr := range ss.reports() {
+		ss.eachSubscribed(func(ns string, st *nsState) {
+			nr := st.report
+			if nr == nil {
+				return
+			}
 			g := goals[ns]
 			in := g != nil && g.Candidate != nil && g.Cohort.Has(ss.host)
 			k := key{ns, nr.GetVersion(), in}
@@ -634,7 +640,7 @@ func (s *Server) Health() (health []*lehrpb.NamespaceHealth, hosts []*lehrpb.Hos
 			if named || failing || nr.GetUntrustedUpdates() > 0 || nr.GetClientsRejected() > 0 || nr.GetLeasesExpired() > 0 {
 				hosts = append(hosts, &lehrpb.HostReport{HostId: ss.host, Cohort: in, Report: nr})
 			}
-		}
+		})
 	}
 	trouble := map[string]bool{}
 	for _, h := range sums {

@@ -280,20 +280,6 @@ func (ss *session) subscribed(ns string) bool {
 	return st != nil && st.subscribed
 }
 
-// held returns the version held of every subscribed namespace the agent
-// holds something of.
-func (ss *session) held() map[string]uint64 {
-	ss.mu.Lock()
-	defer ss.mu.Unlock()
-	m := make(map[string]uint64, len(ss.ns))
-	for ns, st := range ss.ns {
-		if st.subscribed && st.have != 0 {
-			m[ns] = st.have
-		}
-	}
-	return m
-}
-
 // onReport keeps the agent's latest report of each namespace it subscribes
 // to. A report split over several frames updates each namespace once.
 func (ss *session) onReport(r *lehrpb.Report) {
@@ -306,18 +292,17 @@ func (ss *session) onReport(r *lehrpb.Report) {
 	}
 }
 
-// reports returns the latest report of every subscribed namespace that has
-// one.
-func (ss *session) reports() map[string]*lehrpb.NamespaceReport {
+// eachSubscribed calls f with every namespace the agent subscribes to,
+// under the session's lock: f must not block or call back into the
+// session. What the zone's sums read of each session without copying it.
+func (ss *session) eachSubscribed(f func(ns string, st *nsState)) {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
-	m := map[string]*lehrpb.NamespaceReport{}
 	for ns, st := range ss.ns {
-		if st.subscribed && st.report != nil {
-			m[ns] = st.report
+		if st.subscribed {
+			f(ns, st)
 		}
 	}
-	return m
 }
 
 func (ss *session) holds(ns string) (seq uint64, sum string, subscribed bool) {

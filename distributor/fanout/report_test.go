@@ -1,0 +1,99 @@
+package fanout
+
+import (
+	"fmt"
+	"io"
+	"log/slog"
+	"testing"
+	"time"
+
+	"lehr.dev/lehr/internal/cohort"
+	"lehr.dev/lehr/internal/content"
+	"lehr.dev/lehr/proto/lehrpb"
+)
+
+// reportServer is a Server holding n sessions without connections, each
+// subscribed to two namespaces with a report of each, and a rollout of
+// the first namespace moving 1 % of the hosts: what the distributor's
+// zone-status report walks every report interval. Only the aggregations
+// below may run on it (it has no listener, goals writer or metrics).
+func reportServer(n int) *Server {
+	s := &Server{sessions: map[string]*session{}, log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	goals := map[string]*Goal{
+		"app/a": {
+			Stable:    &content.Version{Seq: 1},
+			Candidate: &content.Version{Seq: 2},
+			Cohort:    cohort.Cohort{PerMillion: 10_000, Salt: "bench"},
+		},
+		"app/b": {Stable: &content.Version{Seq: 7}},
+	}
+	s.goals.Store(&goals)
+	for i := range n {
+		host := fmt.Sprintf("host-%05d", i)
+		ss := &session{srv: s, host: host, log: s.log, ns: map[string]*nsState{}}
+		for ns, g := range goals {
+			seq := g.For(host).Seq
+			ss.ns[ns] = &nsState{subscribed: true, have: seq, report: &lehrpb.NamespaceReport{
+				Namespace: ns, Version: seq, Clients: 2, ClientsApplied: 2,
+				Preview: []*lehrpb.HostPreviewCounts{{Experiment: "exp", Counts: &lehrpb.PreviewCounts{LiveEtag: "l1", ExperimentEtag: "e1", AllowAllow: 10}}},
+			}}
+		}
+		s.sessions[host] = ss
+	}
+	return s
+}
+
+// The sums of reportServer's sessions, which the benchmark below times.
+func TestZoneReportSums(t *testing.T) {
+	const n = 1000
+	s := reportServer(n)
+	agents, counts := s.Convergence()
+	if agents != n {
+		t.Errorf("Convergence: %d agents; want %d", agents, n)
+	}
+	total := map[string]int{}
+	for _, c := range counts {
+		total[c.Namespace] += c.Agents
+	}
+	if total["app/a"] != n || total["app/b"] != n || len(counts) != 3 {
+		t.Errorf("Convergence counts = %+v; want app/a split between versions 1 and 2, app/b at 7, %d agents each", counts, n)
+	}
+	health, _ := s.Health()
+	agentsA := 0
+	for _, h := range health {
+		if h.GetNamespace() != "app/a" {
+			t.Errorf("Health reports %s, which no rollout moves and is in no trouble", h.GetNamespace())
+		}
+		agentsA += int(h.GetAgents())
+		if int(h.GetConsumers()) != 2*int(h.GetAgents()) {
+			t.Errorf("Health %s v%d: %d consumers for %d agents; want 2 each", h.GetNamespace(), h.GetVersion(), h.GetConsumers(), h.GetAgents())
+		}
+	}
+	if agentsA != n {
+		t.Errorf("Health of app/a sums %d agents; want %d", agentsA, n)
+	}
+	preview := s.Preview()
+	if len(preview) != 2 {
+		t.Fatalf("Preview = %v; want one entry per namespace", preview)
+	}
+	for _, p := range preview {
+		if got := p.GetCounts()[0].GetCounts().GetAllowAllow(); got != 10*n {
+			t.Errorf("Preview %s: %d allow-allow; want %d", p.GetNamespace(), got, 10*n)
+		}
+	}
+}
+
+// BenchmarkZoneReport times what the distributor's report loop computes
+// from its sessions every report interval, at 10,000 agents.
+func BenchmarkZoneReport(b *testing.B) {
+	s := reportServer(10_000)
+	b.ReportAllocs()
+	for b.Loop() {
+		s.Convergence()
+		s.Health()
+		s.Samples()
+		s.Signals()
+		s.RequestSignals(time.Now())
+		s.Preview()
+	}
+}
