@@ -1,8 +1,11 @@
 package fanout_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"net"
+	"sync"
 	"testing"
 	"time"
 
@@ -23,27 +26,7 @@ import (
 // after the other and both stay connected).
 func TestMaxHandshakes(t *testing.T) {
 	p := newPKI(t)
-	srv, err := fanout.Listen(fanout.Options{
-		Listen:           "127.0.0.1:0",
-		TLS:              p.server(),
-		Zone:             zone,
-		DistributorID:    "dist-test",
-		Versions:         versions.New(versions.Options{Logger: quietLogger()}),
-		Logger:           quietLogger(),
-		HandshakeTimeout: time.Minute, // the held connection must not time out
-		MaxHandshakes:    1,
-	})
-	if err != nil {
-		t.Fatalf("Listen: %v", err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(context.Background()) }()
-	t.Cleanup(func() {
-		srv.Close()
-		if err := <-done; err != nil {
-			t.Errorf("Serve: %v", err)
-		}
-	})
+	srv := serveOnePlace(t, p, nil)
 	addr := srv.Addr().String()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -96,3 +79,173 @@ func dialUntilWelcomed(ctx context.Context, t *testing.T, addr string, p *hostPK
 		}
 	}
 }
+
+// serveOnePlace starts a fanout server that admits one agent at a time
+// (MaxHandshakes 1) and waits a minute for a Hello, so a connection that
+// never sends one holds the place; edit, if not nil, changes its options.
+func serveOnePlace(t *testing.T, p *hostPKI, edit func(*fanout.Options)) *fanout.Server {
+	t.Helper()
+	opts := fanout.Options{
+		Listen:           "127.0.0.1:0",
+		TLS:              p.server(),
+		Zone:             zone,
+		DistributorID:    "dist-test",
+		Versions:         versions.New(versions.Options{Logger: quietLogger()}),
+		Logger:           quietLogger(),
+		HandshakeTimeout: time.Minute, // the held connection must not time out
+		MaxHandshakes:    1,
+	}
+	if edit != nil {
+		edit(&opts)
+	}
+	srv, err := fanout.Listen(opts)
+	if err != nil {
+		t.Fatalf("Listen: %v", err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(context.Background()) }()
+	t.Cleanup(func() {
+		srv.Close()
+		if err := <-done; err != nil {
+			t.Errorf("Serve: %v", err)
+		}
+	})
+	return srv
+}
+
+// TestRefusedAttemptTakesNoPlaceLater: an agent's first flight spans two
+// datagrams (a ClientHello with a post-quantum key share). When the first
+// is refused and a place frees before the second arrives, the second must
+// not be admitted as a connection of its own: the agent has gone with its
+// refusal, and that connection would hold the place until its handshake
+// timed out, refusing live agents meanwhile — in a reconnect storm, dozens
+// of places held for seconds each.
+func TestRefusedAttemptTakesNoPlaceLater(t *testing.T) {
+	p := newPKI(t)
+	// A clock that stands still: the distributor remembers a refused
+	// address for a while, and a loaded machine must not outlast it here.
+	start := time.Now()
+	srv := serveOnePlace(t, p, func(o *fanout.Options) { o.Now = func() time.Time { return start } })
+	addr := srv.Addr().(*net.UDPAddr)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+
+	held, err := quic.DialAddr(ctx, addr.String(), wire.ClientTLSConfig(p.client("held")), wire.ClientQUICConfig())
+	if err != nil {
+		t.Fatalf("dial the connection that holds the place: %v", err)
+	}
+	udp, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer udp.Close()
+	late := &holdAfterFirst{udp: udp}
+	_, err = quic.Dial(ctx, late, addr, wire.ClientTLSConfig(p.client("refused")), wire.ClientQUICConfig())
+	var te *quic.TransportError
+	if !errors.As(err, &te) || te.ErrorCode != quic.ConnectionRefused {
+		t.Fatalf("dial while the place is held: got error %v, want CONNECTION_REFUSED", err)
+	}
+	if late.heldCount() == 0 {
+		t.Fatal("the refused attempt's first flight was one datagram: this test needs a ClientHello that spans two (Go's default post-quantum key share)")
+	}
+
+	held.CloseWithError(0, "")
+	wait.For(t, "the held place given back", func() bool { return srv.Stats().Admitting == 0 })
+	refused := srv.Stats().RefusedHandshakes
+	if err := late.release(addr); err != nil {
+		t.Fatalf("send the rest of the refused attempt's first flight: %v", err)
+	}
+	wait.For(t, "the rest of the refused attempt's first flight handled", func() bool {
+		st := srv.Stats()
+		return st.Admitting > 0 || st.RefusedHandshakes > refused
+	})
+	if st := srv.Stats(); st.Admitting != 0 {
+		t.Fatalf("the rest of a refused attempt's first flight was admitted: %d connection(s) hold the place for an agent that has gone", st.Admitting)
+	}
+	a := dialUntilWelcomed(ctx, t, addr.String(), p, "host-a")
+	a.Close()
+}
+
+// TestAbandonedHandshake: a connection admitted on its first packet whose
+// handshake never completes (the agent went away mid-flight) gives its
+// place back when quic-go times the handshake out, and counts as
+// abandoned; one that completed does not.
+func TestAbandonedHandshake(t *testing.T) {
+	p := newPKI(t)
+	srv := serveOnePlace(t, p, func(o *fanout.Options) {
+		o.QUIC = wire.ServerQUICConfig()
+		o.QUIC.HandshakeIdleTimeout = 200 * time.Millisecond
+	})
+	addr := srv.Addr().(*net.UDPAddr)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+
+	a := dialUntilWelcomed(ctx, t, addr.String(), p, "host-a")
+	a.Close()
+	udp, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer udp.Close()
+	// Only the first datagram of this attempt ever reaches the server.
+	dctx, dcancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	defer dcancel()
+	if _, err := quic.Dial(dctx, &holdAfterFirst{udp: udp}, addr, wire.ClientTLSConfig(p.client("gone")), wire.ClientQUICConfig()); err == nil {
+		t.Fatal("a handshake completed with only its first datagram sent")
+	}
+	wait.For(t, "the abandoned handshake counted", func() bool { return srv.Stats().AbandonedHandshakes > 0 })
+	st := srv.Stats()
+	if st.AbandonedHandshakes != 1 {
+		t.Errorf("AbandonedHandshakes = %d; want 1 (the welcomed agent is not abandoned)", st.AbandonedHandshakes)
+	}
+	if st.Admitting != 0 {
+		t.Errorf("Admitting = %d after the abandoned handshake ended; want 0", st.Admitting)
+	}
+}
+
+// holdAfterFirst is a client's UDP socket that sends its first datagram and
+// keeps the ones after it until release. It implements only
+// net.PacketConn, so quic-go writes through WriteTo.
+type holdAfterFirst struct {
+	udp  *net.UDPConn
+	mu   sync.Mutex
+	sent bool
+	held [][]byte
+}
+
+func (c *holdAfterFirst) WriteTo(b []byte, addr net.Addr) (int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.sent {
+		c.held = append(c.held, bytes.Clone(b))
+		return len(b), nil
+	}
+	c.sent = true
+	return c.udp.WriteTo(b, addr)
+}
+
+func (c *holdAfterFirst) heldCount() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.held)
+}
+
+// release sends the datagrams held, from the same address.
+func (c *holdAfterFirst) release(to net.Addr) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, b := range c.held {
+		if _, err := c.udp.WriteTo(b, to); err != nil {
+			return err
+		}
+	}
+	c.held = nil
+	return nil
+}
+
+func (c *holdAfterFirst) ReadFrom(b []byte) (int, net.Addr, error) { return c.udp.ReadFrom(b) }
+func (c *holdAfterFirst) Close() error                             { return nil } // the test closes udp
+func (c *holdAfterFirst) LocalAddr() net.Addr                      { return c.udp.LocalAddr() }
+func (c *holdAfterFirst) SetDeadline(t time.Time) error            { return c.udp.SetDeadline(t) }
+func (c *holdAfterFirst) SetReadDeadline(t time.Time) error        { return c.udp.SetReadDeadline(t) }
+func (c *holdAfterFirst) SetWriteDeadline(t time.Time) error       { return c.udp.SetWriteDeadline(t) }

@@ -20,6 +20,7 @@ type serverMetrics struct {
 	protocolErrors            *metrics.Counter
 	unavailable               *metrics.Counter
 	refusedHandshakes         *metrics.Counter
+	abandonedHandshakes       *metrics.Counter
 	fullHandshakes            *metrics.Counter // completed, full
 	resumedHandshakes         *metrics.Counter // completed, TLS session resumed
 	ackTimeouts, strayAcks    *metrics.Counter
@@ -31,24 +32,25 @@ type serverMetrics struct {
 
 func newServerMetrics(set *metrics.Set, srv *Server) *serverMetrics {
 	m := &serverMetrics{
-		set:               set,
-		srv:               srv,
-		pushSnapshot:      set.NewCounter(`lehr_distributor_pushes_total{kind="snapshot"}`),
-		pushPatch:         set.NewCounter(`lehr_distributor_pushes_total{kind="patch"}`),
-		bytesSnapshot:     set.NewCounter(`lehr_distributor_bytes_total{kind="snapshot"}`),
-		bytesPatch:        set.NewCounter(`lehr_distributor_bytes_total{kind="patch"}`),
-		acks:              set.NewCounter(`lehr_distributor_acks_total`),
-		refusals:          set.NewCounter(`lehr_distributor_refused_updates_total`),
-		resyncs:           set.NewCounter(`lehr_distributor_resyncs_total`),
-		protocolErrors:    set.NewCounter(`lehr_distributor_protocol_errors_total`),
-		unavailable:       set.NewCounter(`lehr_distributor_unavailable_total`),
-		refusedHandshakes: set.NewCounter(`lehr_distributor_refused_handshakes_total`),
-		fullHandshakes:    set.NewCounter(`lehr_distributor_handshakes_total{tls="full"}`),
-		resumedHandshakes: set.NewCounter(`lehr_distributor_handshakes_total{tls="resumed"}`),
-		ackTimeouts:       set.NewCounter(`lehr_distributor_ack_timeouts_total`),
-		strayAcks:         set.NewCounter(`lehr_distributor_stray_acks_total`),
-		advice:            set.NewCounter(`lehr_distributor_redial_advice_total`),
-		lag:               map[string]bool{},
+		set:                 set,
+		srv:                 srv,
+		pushSnapshot:        set.NewCounter(`lehr_distributor_pushes_total{kind="snapshot"}`),
+		pushPatch:           set.NewCounter(`lehr_distributor_pushes_total{kind="patch"}`),
+		bytesSnapshot:       set.NewCounter(`lehr_distributor_bytes_total{kind="snapshot"}`),
+		bytesPatch:          set.NewCounter(`lehr_distributor_bytes_total{kind="patch"}`),
+		acks:                set.NewCounter(`lehr_distributor_acks_total`),
+		refusals:            set.NewCounter(`lehr_distributor_refused_updates_total`),
+		resyncs:             set.NewCounter(`lehr_distributor_resyncs_total`),
+		protocolErrors:      set.NewCounter(`lehr_distributor_protocol_errors_total`),
+		unavailable:         set.NewCounter(`lehr_distributor_unavailable_total`),
+		refusedHandshakes:   set.NewCounter(`lehr_distributor_refused_handshakes_total`),
+		abandonedHandshakes: set.NewCounter(`lehr_distributor_abandoned_handshakes_total`),
+		fullHandshakes:      set.NewCounter(`lehr_distributor_handshakes_total{tls="full"}`),
+		resumedHandshakes:   set.NewCounter(`lehr_distributor_handshakes_total{tls="resumed"}`),
+		ackTimeouts:         set.NewCounter(`lehr_distributor_ack_timeouts_total`),
+		strayAcks:           set.NewCounter(`lehr_distributor_stray_acks_total`),
+		advice:              set.NewCounter(`lehr_distributor_redial_advice_total`),
+		lag:                 map[string]bool{},
 	}
 	set.NewGauge(`lehr_distributor_connected_agents`, func() float64 {
 		return float64(srv.connected())

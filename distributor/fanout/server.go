@@ -110,7 +110,8 @@ type Options struct {
 	// unsubscribed namespace is forgotten); default
 	// DefaultMaxNamespacesPerAgent.
 	MaxNamespacesPerAgent int
-	// Now returns the current time (refusal backoffs); nil means time.Now.
+	// Now returns the current time (refusal backoffs, refused addresses);
+	// nil means time.Now.
 	Now func() time.Time
 	// MaxHandshakes bounds the agents being admitted at once: between a
 	// connection's first packet and its Welcome (QUIC and TLS handshake,
@@ -158,6 +159,9 @@ type Stats struct {
 	// agents were being admitted: one per Initial packet of a refused
 	// attempt (a ClientHello may span two).
 	RefusedHandshakes uint64
+	// AbandonedHandshakes counts admitted connections that ended before
+	// their handshake completed (the agent went away or timed out).
+	AbandonedHandshakes uint64
 	// Admitting is the number of connections being admitted now (see
 	// Options.MaxHandshakes).
 	Admitting int
@@ -183,6 +187,8 @@ type Server struct {
 	udp  net.PacketConn
 	// handshakes counts the connections being admitted (see admit).
 	handshakes atomic.Int64
+	// refused are the addresses refused a moment ago (admission.go).
+	refused refusedAddrs
 	// refuseStreams: the QUIC configuration lets an agent open more than
 	// its control stream, so each session watches for (and refuses) more.
 	// With one bidirectional and no unidirectional stream allowed, quic-go
@@ -305,49 +311,6 @@ func Listen(opts Options) (*Server, error) {
 	}
 	s.ln = ln
 	return s, nil
-}
-
-// errTooManyHandshakes refuses a connection attempt; quic-go answers it
-// with CONNECTION_REFUSED.
-var errTooManyHandshakes = errors.New("fanout: too many agents being admitted at once")
-
-// admission is an admitted connection's place among the
-// Options.MaxHandshakes; release gives it back, once.
-type admission struct {
-	s        *Server
-	released atomic.Bool
-}
-
-func (a *admission) release() {
-	if a.released.CompareAndSwap(false, true) {
-		a.s.handshakes.Add(-1)
-	}
-}
-
-type admissionKey struct{}
-
-// admit is the transport's ConnContext, run on a connection's first
-// packet before any handshake work: it refuses the connection when
-// Options.MaxHandshakes are being admitted already. An admitted
-// connection keeps its place until handle has welcomed or turned it away
-// (see admitted), or until it ends, whichever comes first.
-func (s *Server) admit(ctx context.Context, _ *quic.ClientInfo) (context.Context, error) {
-	n := s.handshakes.Add(1)
-	if limit := s.opts.MaxHandshakes; limit > 0 && n > int64(limit) {
-		s.handshakes.Add(-1)
-		s.met.refusedHandshakes.Inc()
-		return nil, errTooManyHandshakes
-	}
-	a := &admission{s: s}
-	context.AfterFunc(ctx, a.release)
-	return context.WithValue(ctx, admissionKey{}, a), nil
-}
-
-// admitted gives back conn's place among the connections being admitted.
-func admitted(conn *quic.Conn) {
-	if a, ok := conn.Context().Value(admissionKey{}).(*admission); ok {
-		a.release()
-	}
 }
 
 // now is the server's clock.
@@ -541,10 +504,11 @@ func (s *Server) Stats() Stats {
 		ProtocolErrors: s.met.protocolErrors.Get(),
 		AckTimeouts:    s.met.ackTimeouts.Get(),
 
-		RefusedHandshakes: s.met.refusedHandshakes.Get(),
-		Admitting:         int(s.handshakes.Load()),
-		Handshakes:        s.met.fullHandshakes.Get(),
-		ResumedHandshakes: s.met.resumedHandshakes.Get(),
+		RefusedHandshakes:   s.met.refusedHandshakes.Get(),
+		AbandonedHandshakes: s.met.abandonedHandshakes.Get(),
+		Admitting:           int(s.handshakes.Load()),
+		Handshakes:          s.met.fullHandshakes.Get(),
+		ResumedHandshakes:   s.met.resumedHandshakes.Get(),
 	}
 }
 

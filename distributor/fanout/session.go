@@ -108,6 +108,7 @@ func (s *Server) handle(conn *quic.Conn) {
 	defer cancel()
 	// The connection stops counting as being admitted once welcomed
 	// (below) or turned away (here).
+	accepting(conn)
 	defer admitted(conn)
 	if conn.ConnectionState().TLS.DidResume {
 		s.met.resumedHandshakes.Inc()
