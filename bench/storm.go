@@ -30,7 +30,7 @@ func runStorm(ctx context.Context, e *Env) (*Result, error) {
 	}
 	res := &Result{
 		Setup: "Lehr: control + embedded etcd (fsync on) + one distributor in this process, N simulated agents in a child process (each on its own socket, which counts its bytes), all holding the goal version of a 10-key namespace (1 KiB values). " +
-			"The distributor is stopped and restarted on the same address; then every agent loses its connection at once and behaves like a real agent (agent/upstream): it redials after a random time within the redial spread its distributor advised (connected agents / fanout.DefaultRedialRate), announcing its intact cache; a failed or refused attempt is retried after a fully jittered exponential backoff (100 ms to 10 s), a lost connection is redialed. 'converge' is from the redial to the restarted distributor counting all N agents at the goal version; 'retries' counts failed attempts, 'refused' the Initial packets the distributor refused with CONNECTION_REFUSED because its handshake admission bound (fanout.Options.MaxHandshakes) was reached, 'lost' connections lost after their Welcome; " +
+			"The distributor is stopped and restarted on the same address; then every agent loses its connection at once and behaves like a real agent (agent/upstream): it redials after a random time within the redial spread its distributor advised (connected agents / fanout.DefaultRedialRate), announcing its intact cache; a failed or refused attempt is retried after a fully jittered exponential backoff (100 ms to 10 s), a lost connection is redialed. 'converge' is from the redial to the restarted distributor counting all N agents at the goal version; 'retries' counts failed attempts, 'refused' the Initial packets the distributor refused with CONNECTION_REFUSED because its handshake admission bound (fanout.Options.MaxHandshakes) was reached (or from an address it had just refused), 'abandoned' connections admitted whose handshake never completed, each holding a place at that bound until its handshake timed out, 'lost' connections lost after their Welcome; " +
 			"'payload' is update bytes the distributor sent (snapshots + patches; target 0) and 'updates recv' the updates the agents received on their new connections; 'wire' is UDP bytes per agent both ways during the storm (QUIC + TLS handshake, Hello/Welcome), counted at the agents' sockets. " +
 			"etcd / NATS: N subscribers (own connections) through a counting TCP relay, watching the same 10 keys; every relayed connection is cut and one 1 KiB value is written at once; 'converge' is from the cut to every subscriber having that value (reconnect with the client's own backoff + resumed watch), 'wire' both ways per subscriber includes that one change.",
 	}
@@ -175,7 +175,7 @@ func stormLehr(ctx context.Context, e *Env, n int) (Row, error) {
 			// Every second: how the storm progresses (lehr-bench -v).
 			st := dist.Stats()
 			e.Log.Info("storm: waiting for convergence", "n", n, "connected", agents, "admitting", st.Admitting,
-				"handshakes", st.Handshakes+st.ResumedHandshakes, "refused", st.RefusedHandshakes, "elapsed", time.Since(start).Round(time.Millisecond))
+				"handshakes", st.Handshakes+st.ResumedHandshakes, "refused", st.RefusedHandshakes, "abandoned", st.AbandonedHandshakes, "elapsed", time.Since(start).Round(time.Millisecond))
 			nextLog = time.Now().Add(time.Second)
 		}
 		time.Sleep(20 * time.Millisecond)
@@ -217,6 +217,7 @@ func stormLehr(ctx context.Context, e *Env, n int) (Row, error) {
 	row.Add("failed", float64(redial.Failed), "")
 	row.Add("retries", float64(after.Retries), "")
 	row.Add("refused", float64(st.RefusedHandshakes), "")
+	row.Add("abandoned", float64(st.AbandonedHandshakes), "")
 	row.Add("resumed", float64(st.ResumedHandshakes), "")
 	row.Add("cpu util", (cpu1.cpu-cpu0.cpu).Seconds()/conv.Seconds(), "cores")
 	row.Add("full", float64(st.Handshakes), "")
