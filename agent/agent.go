@@ -128,7 +128,7 @@ type Options struct {
 	BackoffMin, BackoffMax time.Duration
 	// SilenceTimeout is how long the agent hears nothing from its
 	// distributor before it fails over to another; keepalives go every
-	// third of it. Zero means wire.DefaultMaxIdleTimeout (3 s); allowed
+	// third of it. Zero means wire.DefaultSilenceTimeout (3 s); allowed
 	// MinSilenceTimeout to MaxSilenceTimeout. Shorter fails over sooner
 	// from a crashed host or a partition, at the price of more keepalive
 	// packets and of failovers on links that lose several packets in a
@@ -234,10 +234,10 @@ func New(opts Options) (*Agent, error) {
 		opts.CacheRetention = DefaultCacheRetention
 	}
 	if opts.SilenceTimeout == 0 {
-		opts.SilenceTimeout = wire.DefaultMaxIdleTimeout
+		opts.SilenceTimeout = wire.DefaultSilenceTimeout
 	}
 	if opts.SilenceTimeout < MinSilenceTimeout || opts.SilenceTimeout > MaxSilenceTimeout {
-		return nil, fmt.Errorf("agent: Options.SilenceTimeout is %v: want %v to %v (0 means %v)", opts.SilenceTimeout, MinSilenceTimeout, MaxSilenceTimeout, wire.DefaultMaxIdleTimeout)
+		return nil, fmt.Errorf("agent: Options.SilenceTimeout is %v: want %v to %v (0 means %v)", opts.SilenceTimeout, MinSilenceTimeout, MaxSilenceTimeout, wire.DefaultSilenceTimeout)
 	}
 	qc := wire.ClientQUICConfig()
 	wire.SetSilenceTimeout(qc, opts.SilenceTimeout)
@@ -255,19 +255,20 @@ func New(opts Options) (*Agent, error) {
 	a.leases = leases.New(leases.Options{Now: opts.Now, DefaultTTL: opts.LeaseTTL, Grace: opts.UnsubscribeGrace})
 	a.met = newAgentMetrics(opts.Metrics, a)
 	up, err := upstream.New(upstream.Options{
-		Distributors: opts.Distributors,
-		TLS:          opts.TLS,
-		HostID:       opts.HostID,
-		Zone:         opts.Zone,
-		Labels:       opts.Labels,
-		AgentVersion: Version,
-		Handler:      (*handler)(a),
-		Verifier:     opts.TrustedKeys,
-		BackoffMin:   opts.BackoffMin,
-		BackoffMax:   opts.BackoffMax,
-		QUIC:         qc,
-		Metrics:      opts.Metrics,
-		Logger:       opts.Logger.With("component", "upstream"),
+		Distributors:   opts.Distributors,
+		TLS:            opts.TLS,
+		HostID:         opts.HostID,
+		Zone:           opts.Zone,
+		Labels:         opts.Labels,
+		AgentVersion:   Version,
+		Handler:        (*handler)(a),
+		Verifier:       opts.TrustedKeys,
+		BackoffMin:     opts.BackoffMin,
+		BackoffMax:     opts.BackoffMax,
+		QUIC:           qc,
+		SilenceTimeout: opts.SilenceTimeout,
+		Metrics:        opts.Metrics,
+		Logger:         opts.Logger.With("component", "upstream"),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("agent: %w", err)

@@ -24,6 +24,7 @@
 package agenttest
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -78,8 +79,13 @@ type Options struct {
 	// Logger; default slog.Default().
 	Logger *slog.Logger
 	// QUIC overrides the QUIC configuration; nil means
-	// wire.ClientQUICConfig().
+	// wire.ClientQUICConfig() set for SilenceTimeout.
 	QUIC *quic.Config
+	// SilenceTimeout is how long the agent hears nothing from the
+	// distributor before it closes the connection with wire.CodeSilent, as
+	// the real agent does (wire.WatchSilence); zero means
+	// wire.DefaultSilenceTimeout. Err then returns the *wire.SilenceError.
+	SilenceTimeout time.Duration
 	// PacketConn, if set, is the socket the agent dials over instead of
 	// one of its own (a harness counting the agent's bytes). The caller
 	// owns it: it closes it once the agent's connection ended.
@@ -183,6 +189,9 @@ func Dial(ctx context.Context, opts Options) (*Agent, error) {
 	qc := opts.QUIC
 	if qc == nil {
 		qc = wire.ClientQUICConfig()
+		if opts.SilenceTimeout != 0 {
+			wire.SetSilenceTimeout(qc, opts.SilenceTimeout)
+		}
 	}
 	tc := wire.ClientTLSConfig(opts.TLS)
 	var conn *quic.Conn
@@ -264,6 +273,13 @@ func Dial(ctx context.Context, opts Options) (*Agent, error) {
 	}
 	a.wg.Go(func() { a.readControl(dec) })
 	a.wg.Go(a.acceptUpdates)
+	silence := cmp.Or(opts.SilenceTimeout, wire.DefaultSilenceTimeout)
+	a.wg.Go(func() {
+		if err := wire.WatchSilence(conn.Context(), conn, silence); err != nil {
+			a.fail(err)
+			wire.CloseConn(conn, err)
+		}
+	})
 	return a, nil
 }
 

@@ -111,6 +111,7 @@ func TestRestartedDistributorResetsStaleConnections(t *testing.T) {
 		o.QUIC = wire.ClientQUICConfig()
 		wire.SetSilenceTimeout(o.QUIC, time.Minute)
 		o.QUIC.KeepAlivePeriod = time.Second
+		o.SilenceTimeout = time.Minute
 	}, addr)
 	cl.start(t)
 	cl.c.Subscribe("app/cfg")
@@ -141,8 +142,8 @@ func freeUDPAddr(t *testing.T) string {
 
 // A distributor that goes silent — a black hole: its host crashed or the
 // path is cut, so no reset and no close arrive — is left after the
-// client's silence timeout (the QUIC idle timeout, wire.SetSilenceTimeout),
-// and the agent carries on with another distributor of the zone.
+// client's silence timeout (wire.WatchSilence), and the agent carries on
+// with another distributor of the zone.
 func TestSilentDistributorIsLeft(t *testing.T) {
 	p := newPKI(t)
 	d1 := startDist(t, p, "d1")
@@ -159,7 +160,7 @@ func TestSilentDistributorIsLeft(t *testing.T) {
 	qc := wire.ClientQUICConfig()
 	wire.SetSilenceTimeout(qc, time.Second)
 	h := newMem()
-	cl := newClient(t, p, h, func(o *upstream.Options) { o.QUIC = qc }, relay.Addr(), d2.srv.Addr().String())
+	cl := newClient(t, p, h, func(o *upstream.Options) { o.QUIC, o.SilenceTimeout = qc, time.Second }, relay.Addr(), d2.srv.Addr().String())
 	c := cl.c
 	cl.start(t)
 	c.Subscribe("app/cfg")
@@ -168,11 +169,61 @@ func TestSilentDistributorIsLeft(t *testing.T) {
 
 	relay.Cut(faultnet.Both, true)
 	wait.For(t, "failover to d2", func() bool { return c.Status().DistributorID == "d2" })
-	var idle *quic.IdleTimeoutError
-	if last := c.Status().LastDisconnect; !errors.As(last, &idle) {
-		t.Errorf("the connection to the silent distributor ended with %v; want the idle (silence) timeout", last)
+	var silence *wire.SilenceError
+	if last := c.Status().LastDisconnect; !errors.As(last, &silence) {
+		t.Errorf("the connection to the silent distributor ended with %v; want the silence timeout", last)
 	}
 	v2 := version("app/cfg", 2, map[string]string{"a": "2"})
 	d2.setGoal(t, v2)
+	waitHeld(t, h, v2)
+}
+
+// A distributor that cannot hear its agent — the agent's packets are lost,
+// or the distributor is too busy to read them — must not forget the
+// connection before the agent gives it up: the agent's next packet would
+// meet a stateless reset, which an agent takes for its distributor's
+// restart and answers by waiting within the redial spread (up to 20 s at
+// 10,000 agents). The agent judges silence itself (wire.WatchSilence) and
+// closes with wire.CodeSilent; the distributor forgets a connection only
+// after three times the agent's silence timeout.
+func TestAgentGivesUpASilentLinkFirst(t *testing.T) {
+	p := newPKI(t)
+	d := startDist(t, p, "d1")
+	v1 := version("app/cfg", 1, map[string]string{"a": "1"})
+	d.setGoal(t, v1)
+	relay, err := faultnet.Listen(d.srv.Addr().String(), faultnet.Options{Seed: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { relay.Close() })
+
+	const silence = time.Second
+	qc := wire.ClientQUICConfig()
+	wire.SetSilenceTimeout(qc, silence)
+	h := newMem()
+	cl := newClient(t, p, h, func(o *upstream.Options) { o.QUIC, o.SilenceTimeout = qc, silence }, relay.Addr())
+	c := cl.c
+	cl.start(t)
+	c.Subscribe("app/cfg")
+	waitHeld(t, h, v1)
+	wait.For(t, "the distributor counts the agent", func() bool { return d.srv.Stats().Agents == 1 })
+
+	relay.Cut(faultnet.Up, true) // the distributor hears nothing from now on
+	wait.For(t, "the agent gives up the silent link", func() bool { return !c.Status().Connected })
+	agentGaveUp := time.Now()
+	wait.For(t, "the distributor forgets the connection", func() bool { return d.srv.Stats().Agents == 0 })
+	// Expected: 1 to 1.25 s after the cut, and 3 s or more. The margin
+	// absorbs a loaded machine's late observations.
+	if ahead := time.Since(agentGaveUp); ahead < silence/2 {
+		t.Fatalf("the distributor forgot the connection %v after its agent gave it up; want at least %v later (its idle timeout is three silence timeouts)", ahead.Round(time.Millisecond), silence/2)
+	}
+	var se *wire.SilenceError
+	if last := c.Status().LastDisconnect; !errors.As(last, &se) {
+		t.Fatalf("the link ended with %v; want the agent's silence timeout", last)
+	}
+	relay.Cut(faultnet.Up, false)
+	wait.For(t, "the agent connected again", func() bool { return c.Status().Connected })
+	v2 := version("app/cfg", 2, map[string]string{"a": "2"})
+	d.setGoal(t, v2)
 	waitHeld(t, h, v2)
 }

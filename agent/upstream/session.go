@@ -135,6 +135,11 @@ func (c *Client) runSession(ctx context.Context, addr, lastConnected string) (es
 	s.wg.Go(func() { s.fail(s.acceptUpdates()) })
 	s.wg.Go(func() { s.fail(s.report(interval)) })
 	s.wg.Go(func() { s.fail(s.syncSubs()) })
+	s.wg.Go(func() {
+		if err := wire.WatchSilence(sctx, conn, c.opts.SilenceTimeout); err != nil {
+			s.fail(err)
+		}
+	})
 	<-sctx.Done()
 	return true, context.Cause(sctx)
 }

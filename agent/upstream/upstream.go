@@ -173,7 +173,13 @@ type Options struct {
 	// to a clone (ALPN, TLS 1.3, a session cache to resume with).
 	TLS *tls.Config
 	// QUIC configures connections; nil means wire.ClientQUICConfig().
+	// Configure it for SilenceTimeout with wire.SetSilenceTimeout.
 	QUIC *quic.Config
+	// SilenceTimeout is how long the client hears nothing from its
+	// distributor before it closes the connection (wire.CodeSilent) and
+	// fails over (wire.WatchSilence); zero means
+	// wire.DefaultSilenceTimeout (3 s).
+	SilenceTimeout time.Duration
 	// HostID and Zone are announced in Hello. Required.
 	HostID, Zone string
 	// Labels are announced in Hello; nil means none.
@@ -237,7 +243,7 @@ type Status struct {
 	Unavailable map[string]string
 	// LastDisconnect is the error that ended the previous connection (nil
 	// before the first ended): a *quic.StatelessResetError when a
-	// restarted distributor reset it, a *quic.IdleTimeoutError when the
+	// restarted distributor reset it, a *wire.SilenceError when the
 	// distributor went silent, a *wire.GoodbyeError when it said goodbye.
 	LastDisconnect error
 	// RedialSpread is the redial spread the current or last distributor
@@ -304,6 +310,9 @@ func New(opts Options) (*Client, error) {
 	}
 	if opts.HandshakeTimeout <= 0 {
 		opts.HandshakeTimeout = DefaultHandshakeTimeout
+	}
+	if opts.SilenceTimeout <= 0 {
+		opts.SilenceTimeout = wire.DefaultSilenceTimeout
 	}
 	if opts.ReportInterval <= 0 {
 		opts.ReportInterval = DefaultReportInterval

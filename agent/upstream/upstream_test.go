@@ -536,7 +536,8 @@ func TestRedialWaitsWithinTheAdvisedSpread(t *testing.T) {
 		{"closed: shutting down", &quic.ApplicationError{Remote: true, ErrorCode: wire.CodeShuttingDown}, time.Second, time.Second - 1},
 		// This connection alone ended: redial at once.
 		{"replaced", &wire.GoodbyeError{Code: wire.CodeReplaced}, time.Minute, minBackoff},
-		{"silent", &quic.IdleTimeoutError{}, time.Minute, minBackoff},
+		{"silent", &wire.SilenceError{After: time.Second}, time.Minute, minBackoff},
+		{"idle timeout", &quic.IdleTimeoutError{}, time.Minute, minBackoff},
 		{"closed by the agent", &quic.ApplicationError{Remote: false, ErrorCode: wire.CodeShuttingDown}, time.Minute, minBackoff},
 	} {
 		for range 100 {

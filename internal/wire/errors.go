@@ -127,6 +127,9 @@ const (
 	// CodeUntrusted: the distributor sent a version whose signature does
 	// not verify against the agent's trusted keys; the agent fails over.
 	CodeUntrusted quic.ApplicationErrorCode = 0xb
+	// CodeSilent: (agent) nothing arrived from the distributor for the
+	// agent's silence timeout (WatchSilence); the agent fails over.
+	CodeSilent quic.ApplicationErrorCode = 0xc
 )
 
 var codeNames = map[quic.ApplicationErrorCode]string{
@@ -141,6 +144,8 @@ var codeNames = map[quic.ApplicationErrorCode]string{
 	CodeOverloaded:         "overloaded",
 	CodeHandshakeTimeout:   "handshake timeout",
 	CodeReplaced:           "replaced by a newer connection",
+	CodeUntrusted:          "untrusted version",
+	CodeSilent:             "silent peer",
 }
 
 // CodeName describes an application error code, for logs.
@@ -169,9 +174,12 @@ const (
 func CodeFor(err error) quic.ApplicationErrorCode {
 	var fe *FrameError
 	var ge *GoodbyeError
+	var se *SilenceError
 	switch {
 	case err == nil:
 		return CodeNoError
+	case errors.As(err, &se):
+		return CodeSilent
 	case errors.As(err, &fe):
 		if fe.Code == ErrFrameTooLarge {
 			return CodeFrameTooLarge

@@ -28,11 +28,21 @@ const (
 	// address answers the first keepalive after its restart with a
 	// stateless reset, so the agent reconnects within this period.
 	DefaultKeepAlivePeriod = time.Second
-	// DefaultMaxIdleTimeout closes an agent's connection that heard nothing
-	// for this long: how quickly an agent notices a silent distributor (a
-	// crashed host, a partition) and fails over. Three keepalive periods,
-	// so a lost keepalive or acknowledgement or two is not a failover.
-	DefaultMaxIdleTimeout = 3 * time.Second
+	// DefaultSilenceTimeout is how long an agent hears nothing from its
+	// distributor before it closes the connection and fails over
+	// (WatchSilence): how quickly it notices a silent distributor (a
+	// crashed host, a partition). Three keepalive periods, so a lost
+	// keepalive or acknowledgement or two is not a failover.
+	DefaultSilenceTimeout = 3 * time.Second
+	// idleTimeoutFactor sizes the agent's QUIC idle timeout, which both
+	// sides apply (the smaller side's wins), from its silence timeout.
+	// Silence is the agent's to judge: it watches for it itself and closes
+	// with CodeSilent. The distributor forgets a connection only after
+	// three times as long, so that a distributor too busy to read its
+	// agents' keepalives for a few seconds does not drop connections their
+	// agents still hold — whose next packet it would answer with a
+	// stateless reset, which agents take for its restart.
+	idleTimeoutFactor = 3
 	// serverMaxIdleTimeout is the distributor's own idle timeout; the
 	// connection's is the smaller of the two sides', so agents choose.
 	serverMaxIdleTimeout = 20 * time.Second
@@ -88,7 +98,9 @@ func ServerQUICConfig() *quic.Config {
 }
 
 // ClientQUICConfig returns the agent's transport configuration:
-// keepalives every 1 s, a 3 s idle timeout, a 10 s handshake timeout, no
+// keepalives every 1 s, a 9 s idle timeout (SetSilenceTimeout with
+// DefaultSilenceTimeout; the agent watches for 3 s of silence itself,
+// WatchSilence), a 10 s handshake timeout, no
 // bidirectional stream opened by the distributor, up to 1024 concurrent
 // unidirectional update streams, and receive windows large enough for
 // multi-megabyte snapshots (1 MiB growing to 16 MiB per stream, 64 MiB per
@@ -96,7 +108,7 @@ func ServerQUICConfig() *quic.Config {
 func ClientQUICConfig() *quic.Config {
 	return &quic.Config{
 		HandshakeIdleTimeout:           DefaultHandshakeTimeout,
-		MaxIdleTimeout:                 DefaultMaxIdleTimeout,
+		MaxIdleTimeout:                 idleTimeoutFactor * DefaultSilenceTimeout,
 		KeepAlivePeriod:                DefaultKeepAlivePeriod,
 		MaxIncomingStreams:             -1, // distributors open only update streams
 		MaxIncomingUniStreams:          DefaultMaxUpdateStreams,
@@ -107,12 +119,48 @@ func ClientQUICConfig() *quic.Config {
 	}
 }
 
-// SetSilenceTimeout makes c close a connection that heard nothing for d
-// (its MaxIdleTimeout) and send keepalives every third of d, the ratio of
-// the defaults: one or two lost packets are not taken for a dead peer.
+// SetSilenceTimeout configures c for an agent whose silence timeout is d
+// (WatchSilence): keepalives every third of d, the ratio of the defaults,
+// so one or two lost packets are not taken for a dead peer, and a QUIC
+// idle timeout of three times d, after which the distributor forgets the
+// connection.
 func SetSilenceTimeout(c *quic.Config, d time.Duration) {
-	c.MaxIdleTimeout = d
+	c.MaxIdleTimeout = idleTimeoutFactor * d
 	c.KeepAlivePeriod = d / 3
+}
+
+// SilenceError ends a connection on which nothing arrived for the
+// silence timeout (WatchSilence); the agent closes it with CodeSilent.
+type SilenceError struct {
+	After time.Duration
+}
+
+func (e *SilenceError) Error() string {
+	return fmt.Sprintf("wire: nothing received from the distributor for %v (silence timeout)", e.After)
+}
+
+// WatchSilence returns a *SilenceError once no packet has arrived on conn
+// for d — the agent's silence timeout — checking every quarter of d, so
+// silence is noticed within 1.25·d. It returns nil when ctx ends. The
+// agent's keepalives (every third of d, SetSilenceTimeout) draw an
+// acknowledgement from a live distributor however idle the connection is.
+func WatchSilence(ctx context.Context, conn *quic.Conn, d time.Duration) error {
+	t := time.NewTicker(d / 4)
+	defer t.Stop()
+	last := conn.ConnectionStats().PacketsReceived
+	heard := time.Now()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case now := <-t.C:
+			if n := conn.ConnectionStats().PacketsReceived; n != last {
+				last, heard = n, now
+			} else if now.Sub(heard) >= d {
+				return &SilenceError{After: d}
+			}
+		}
+	}
 }
 
 // ServerTLSConfig returns a copy of base set up for the distributor's side
