@@ -140,12 +140,12 @@ func (e *SilenceError) Error() string {
 }
 
 // WatchSilence returns a *SilenceError once no packet has arrived on conn
-// for d — the agent's silence timeout — checking every quarter of d, so
-// silence is noticed within 1.25·d. It returns nil when ctx ends. The
+// for d — the agent's silence timeout — checking every eighth of d, so
+// silence is noticed within 1.125·d. It returns nil when ctx ends. The
 // agent's keepalives (every third of d, SetSilenceTimeout) draw an
 // acknowledgement from a live distributor however idle the connection is.
 func WatchSilence(ctx context.Context, conn *quic.Conn, d time.Duration) error {
-	t := time.NewTicker(d / 4)
+	t := time.NewTicker(d / 8)
 	defer t.Stop()
 	last := conn.ConnectionStats().PacketsReceived
 	heard := time.Now()
