@@ -132,35 +132,53 @@ func SetSilenceTimeout(c *quic.Config, d time.Duration) {
 // SilenceError ends a connection on which nothing arrived for the
 // silence timeout (WatchSilence); the agent closes it with CodeSilent.
 type SilenceError struct {
+	// After is how long nothing had arrived.
 	After time.Duration
 }
 
 func (e *SilenceError) Error() string {
-	return fmt.Sprintf("wire: nothing received from the distributor for %v (silence timeout)", e.After)
+	return fmt.Sprintf("wire: nothing received from the distributor for %v (silence timeout)", e.After.Round(time.Millisecond))
 }
 
-// WatchSilence returns a *SilenceError once no packet has arrived on conn
-// for d — the agent's silence timeout — checking every eighth of d, so
-// silence is noticed within 1.125·d. It returns nil when ctx ends. The
-// agent's keepalives (every third of d, SetSilenceTimeout) draw an
-// acknowledgement from a live distributor however idle the connection is.
+// WatchSilence returns a *SilenceError once conn has been silent for d —
+// the agent's silence timeout — by the rules of QUIC's idle timeout
+// (RFC 9000 §10.1), which it takes over from the transport: the silence
+// starts when a packet arrives and starts again with the first packet
+// sent after it (so an idle connection's keepalive, a third of d later,
+// starts it), and it is at least three probe timeouts, so a path whose
+// round trips have grown long is not taken for a dead one (quic-go's own
+// rule). Checked every eighth of d. It returns nil when ctx ends.
 func WatchSilence(ctx context.Context, conn *quic.Conn, d time.Duration) error {
 	t := time.NewTicker(d / 8)
 	defer t.Stop()
-	last := conn.ConnectionStats().PacketsReceived
-	heard := time.Now()
+	st := conn.ConnectionStats()
+	recv, sent := st.PacketsReceived, st.PacketsSent
+	heard := time.Now() // when a packet was last seen to have arrived
+	since, restarted := heard, false
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
 		case now := <-t.C:
-			if n := conn.ConnectionStats().PacketsReceived; n != last {
-				last, heard = n, now
-			} else if now.Sub(heard) >= d {
-				return &SilenceError{After: d}
+			st := conn.ConnectionStats()
+			switch {
+			case st.PacketsReceived != recv:
+				recv, sent = st.PacketsReceived, st.PacketsSent
+				heard, since, restarted = now, now, false
+			case !restarted && st.PacketsSent != sent:
+				since, restarted = now, true
+			}
+			if now.Sub(since) >= max(d, 3*probeTimeout(st)) {
+				return &SilenceError{After: now.Sub(heard)}
 			}
 		}
 	}
+}
+
+// probeTimeout is QUIC's probe timeout (RFC 9002 §6.2.1) from conn's
+// round-trip estimates, with the default max_ack_delay (25 ms).
+func probeTimeout(st quic.ConnectionStats) time.Duration {
+	return st.SmoothedRTT + max(4*st.MeanDeviation, time.Millisecond) + 25*time.Millisecond
 }
 
 // ServerTLSConfig returns a copy of base set up for the distributor's side
