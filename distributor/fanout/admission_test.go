@@ -13,7 +13,6 @@ import (
 
 	"lehr.dev/lehr/agent/agenttest"
 	"lehr.dev/lehr/distributor/fanout"
-	"lehr.dev/lehr/distributor/versions"
 	"lehr.dev/lehr/internal/wire"
 	"lehr.dev/lehr/testenv/wait"
 )
@@ -25,8 +24,8 @@ import (
 // again as soon as an agent has been welcomed (two agents connect one
 // after the other and both stay connected).
 func TestMaxHandshakes(t *testing.T) {
-	p := newPKI(t)
-	srv := serveOnePlace(t, p, nil)
+	e := serveOnePlace(t)
+	p, srv := e.pki, e.srv
 	addr := srv.Addr().String()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -80,37 +79,15 @@ func dialUntilWelcomed(ctx context.Context, t *testing.T, addr string, p *hostPK
 	}
 }
 
-// serveOnePlace starts a fanout server that admits one agent at a time
-// (MaxHandshakes 1) and waits a minute for a Hello, so a connection that
-// never sends one holds the place; edit, if not nil, changes its options.
-func serveOnePlace(t *testing.T, p *hostPKI, edit func(*fanout.Options)) *fanout.Server {
+// serveOnePlace starts a fanout server (newEnv) that admits one agent at
+// a time (MaxHandshakes 1) and waits a minute for a Hello, so a connection
+// that never sends one holds the place; mods change its options further.
+func serveOnePlace(t *testing.T, mods ...func(*fanout.Options)) *env {
 	t.Helper()
-	opts := fanout.Options{
-		Listen:           "127.0.0.1:0",
-		TLS:              p.server(),
-		Zone:             zone,
-		DistributorID:    "dist-test",
-		Versions:         versions.New(versions.Options{Logger: quietLogger()}),
-		Logger:           quietLogger(),
-		HandshakeTimeout: time.Minute, // the held connection must not time out
-		MaxHandshakes:    1,
-	}
-	if edit != nil {
-		edit(&opts)
-	}
-	srv, err := fanout.Listen(opts)
-	if err != nil {
-		t.Fatalf("Listen: %v", err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(context.Background()) }()
-	t.Cleanup(func() {
-		srv.Close()
-		if err := <-done; err != nil {
-			t.Errorf("Serve: %v", err)
-		}
-	})
-	return srv
+	return newEnv(t, append([]func(*fanout.Options){func(o *fanout.Options) {
+		o.HandshakeTimeout = time.Minute // the held connection must not time out
+		o.MaxHandshakes = 1
+	}}, mods...)...)
 }
 
 // TestRefusedAttemptTakesNoPlaceLater: an agent's first flight spans two
@@ -121,11 +98,11 @@ func serveOnePlace(t *testing.T, p *hostPKI, edit func(*fanout.Options)) *fanout
 // timed out, refusing live agents meanwhile — in a reconnect storm, dozens
 // of places held for seconds each.
 func TestRefusedAttemptTakesNoPlaceLater(t *testing.T) {
-	p := newPKI(t)
 	// A clock that stands still: the distributor remembers a refused
 	// address for a while, and a loaded machine must not outlast it here.
 	start := time.Now()
-	srv := serveOnePlace(t, p, func(o *fanout.Options) { o.Now = func() time.Time { return start } })
+	e := serveOnePlace(t, func(o *fanout.Options) { o.Now = func() time.Time { return start } })
+	p, srv := e.pki, e.srv
 	addr := srv.Addr().(*net.UDPAddr)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -171,11 +148,11 @@ func TestRefusedAttemptTakesNoPlaceLater(t *testing.T) {
 // place back when quic-go times the handshake out, and counts as
 // abandoned; one that completed does not.
 func TestAbandonedHandshake(t *testing.T) {
-	p := newPKI(t)
-	srv := serveOnePlace(t, p, func(o *fanout.Options) {
+	e := serveOnePlace(t, func(o *fanout.Options) {
 		o.QUIC = wire.ServerQUICConfig()
 		o.QUIC.HandshakeIdleTimeout = 200 * time.Millisecond
 	})
+	p, srv := e.pki, e.srv
 	addr := srv.Addr().(*net.UDPAddr)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
