@@ -172,8 +172,9 @@ type Options struct {
 	// that signs distributors. Required. wire.ClientTLSConfig is applied
 	// to a clone (ALPN, TLS 1.3, a session cache to resume with).
 	TLS *tls.Config
-	// QUIC configures connections; nil means wire.ClientQUICConfig().
-	// Configure it for SilenceTimeout with wire.SetSilenceTimeout.
+	// QUIC configures connections; nil means wire.ClientQUICConfig() set
+	// for SilenceTimeout (wire.SetSilenceTimeout), which a caller's own
+	// configuration should be too.
 	QUIC *quic.Config
 	// SilenceTimeout is how long the client hears nothing from its
 	// distributor before it closes the connection (wire.CodeSilent) and
@@ -330,6 +331,7 @@ func New(opts Options) (*Client, error) {
 	c.quic = opts.QUIC
 	if c.quic == nil {
 		c.quic = wire.ClientQUICConfig()
+		wire.SetSilenceTimeout(c.quic, opts.SilenceTimeout)
 	}
 	set := opts.Metrics
 	if set == nil {

@@ -155,6 +155,7 @@ func WatchSilence(ctx context.Context, conn *quic.Conn, d time.Duration) error {
 	recv, sent := st.PacketsReceived, st.PacketsSent
 	heard := time.Now() // when a packet was last seen to have arrived
 	since, restarted := heard, false
+	checked := heard // the previous check
 	for {
 		select {
 		case <-ctx.Done():
@@ -166,8 +167,12 @@ func WatchSilence(ctx context.Context, conn *quic.Conn, d time.Duration) error {
 				recv, sent = st.PacketsReceived, st.PacketsSent
 				heard, since, restarted = now, now, false
 			case !restarted && st.PacketsSent != sent:
-				since, restarted = now, true
+				// Sent since the previous check: counted from then, so
+				// that checking only every eighth of d does not add to
+				// the timeout.
+				since, restarted = checked, true
 			}
+			checked = now
 			if now.Sub(since) >= max(d, 3*probeTimeout(st)) {
 				return &SilenceError{After: now.Sub(heard)}
 			}
