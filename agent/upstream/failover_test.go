@@ -157,10 +157,8 @@ func TestSilentDistributorIsLeft(t *testing.T) {
 	}
 	t.Cleanup(func() { relay.Close() })
 
-	qc := wire.ClientQUICConfig()
-	wire.SetSilenceTimeout(qc, time.Second)
 	h := newMem()
-	cl := newClient(t, p, h, func(o *upstream.Options) { o.QUIC, o.SilenceTimeout = qc, time.Second }, relay.Addr(), d2.srv.Addr().String())
+	cl := newClient(t, p, h, func(o *upstream.Options) { o.SilenceTimeout = time.Second }, relay.Addr(), d2.srv.Addr().String())
 	c := cl.c
 	cl.start(t)
 	c.Subscribe("app/cfg")
@@ -198,10 +196,8 @@ func TestAgentGivesUpASilentLinkFirst(t *testing.T) {
 	t.Cleanup(func() { relay.Close() })
 
 	const silence = 2 * time.Second
-	qc := wire.ClientQUICConfig()
-	wire.SetSilenceTimeout(qc, silence)
 	h := newMem()
-	cl := newClient(t, p, h, func(o *upstream.Options) { o.QUIC, o.SilenceTimeout = qc, silence }, relay.Addr())
+	cl := newClient(t, p, h, func(o *upstream.Options) { o.SilenceTimeout = silence }, relay.Addr())
 	c := cl.c
 	cl.start(t)
 	c.Subscribe("app/cfg")
