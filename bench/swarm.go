@@ -69,6 +69,9 @@ type swarmConfig struct {
 	// the storm's wire cost, measured where the agents are, with no relay
 	// in the distributor's process.
 	CountBytes bool `json:"count_bytes,omitempty"`
+	// SilenceTimeout is every agent's silence timeout (0: the agent's
+	// default); see Env.AgentSilenceTimeout.
+	SilenceTimeout time.Duration `json:"silence_timeout,omitempty"`
 }
 
 // swarmEvent is one line the child writes.
@@ -244,7 +247,7 @@ func runSwarm(in io.Reader, out io.Writer) error {
 func (s *swarmChild) dial(ctx context.Context, i int, held []agenttest.Cached) (*agenttest.Agent, error) {
 	opts := agenttest.Options{
 		Addr: s.cfg.Addr, TLS: s.tls[i], HostID: fmt.Sprintf("%s-%d", s.cfg.Prefix, i), Zone: s.cfg.Zone,
-		Subscriptions: s.cfg.Subs, Cached: held, Logger: s.log,
+		Subscriptions: s.cfg.Subs, Cached: held, Logger: s.log, SilenceTimeout: s.cfg.SilenceTimeout,
 	}
 	if !s.cfg.CountBytes {
 		return agenttest.Dial(ctx, opts)
@@ -520,19 +523,21 @@ func (s *swarmChild) follow(i int, a *agenttest.Agent) {
 	for {
 		var recs []agenttest.Applied
 		err := a.Wait(s.ctx, func(a *agenttest.Agent) bool {
+			if recs = a.AppliedFrom(seen); len(recs) > 0 {
+				return true
+			}
 			select {
 			case <-a.Done():
 				return true
 			default:
+				return false
 			}
-			recs = a.Applied("")
-			return len(recs) > seen
 		})
 		now := time.Now().UnixNano()
-		for _, r := range recs[min(seen, len(recs)):] {
+		for _, r := range recs {
 			s.out <- swarmEvent{Ev: "applied", I: i, NS: r.Namespace, Version: r.Version, Snapshot: r.Snapshot, Bytes: r.Bytes, T: now, Refused: r.Err != nil}
 		}
-		seen = max(seen, len(recs))
+		seen += len(recs)
 		if err != nil {
 			return
 		}

@@ -403,6 +403,18 @@ func (a *Agent) Applied(ns string) []Applied {
 	return out
 }
 
+// AppliedFrom returns the updates received after the first i, in the
+// order applied (nil when there are none): what a caller following the
+// agent has not seen yet, without copying what it has.
+func (a *Agent) AppliedFrom(i int) []Applied {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if i >= len(a.applied) {
+		return nil
+	}
+	return slices.Clone(a.applied[max(i, 0):])
+}
+
 // Unavailable returns the last Unavailable received for ns, if any.
 func (a *Agent) Unavailable(ns string) (*lehrpb.Unavailable, bool) {
 	a.mu.Lock()
