@@ -67,6 +67,10 @@ type Env struct {
 	// StormAgents, if positive, replaces the profile's agent counts of the
 	// storm scenario with this one N.
 	StormAgents int
+	// AgentSilenceTimeout, if positive, is the simulated agents' silence
+	// timeout (agenttest.Options.SilenceTimeout; their keepalives go every
+	// third of it) instead of the agent's default.
+	AgentSilenceTimeout time.Duration
 }
 
 // Scenario is one benchmark.
@@ -111,6 +115,8 @@ type Options struct {
 	AgentBinary string
 	// StormAgents: see Env.StormAgents.
 	StormAgents int
+	// AgentSilenceTimeout: see Env.AgentSilenceTimeout.
+	AgentSilenceTimeout time.Duration
 	// Logger; default a logger that writes warnings to stderr.
 	Logger *slog.Logger
 	// Progress, if not nil, receives each scenario's table as soon as it
@@ -174,12 +180,13 @@ func RunScenarios(ctx context.Context, opts Options) (*Run, error) {
 			return run, fmt.Errorf("bench: create %s: %w", dir, err)
 		}
 		env := &Env{
-			Profile:     opts.Profile,
-			Dir:         dir,
-			OutDir:      opts.OutDir,
-			Log:         opts.Logger.With("scenario", s.Name),
-			AgentBinary: opts.AgentBinary,
-			StormAgents: opts.StormAgents,
+			Profile:             opts.Profile,
+			Dir:                 dir,
+			OutDir:              opts.OutDir,
+			Log:                 opts.Logger.With("scenario", s.Name),
+			AgentBinary:         opts.AgentBinary,
+			StormAgents:         opts.StormAgents,
+			AgentSilenceTimeout: opts.AgentSilenceTimeout,
 		}
 		start := time.Now()
 		res, err := s.Run(ctx, env)

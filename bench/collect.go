@@ -193,3 +193,31 @@ func heapInuse() int64 {
 	runtime.ReadMemStats(&m)
 	return int64(m.HeapInuse)
 }
+
+// udpReceiveDrops returns the machine's count of UDP datagrams dropped
+// because a socket's receive buffer was full (RcvbufErrors in
+// /proc/net/snmp): every process's, so a difference over a window with
+// one system running is that system's.
+func udpReceiveDrops() (int64, error) {
+	b, err := os.ReadFile("/proc/net/snmp")
+	if err != nil {
+		return 0, err
+	}
+	var names []string
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) == 0 || f[0] != "Udp:" {
+			continue
+		}
+		if names == nil {
+			names = f // the header line comes first
+			continue
+		}
+		for i, name := range names {
+			if name == "RcvbufErrors" && i < len(f) {
+				return strconv.ParseInt(f[i], 10, 64)
+			}
+		}
+	}
+	return 0, fmt.Errorf("no Udp RcvbufErrors in /proc/net/snmp")
+}

@@ -46,6 +46,7 @@ func runFanout(ctx context.Context, e *Env) (*Result, error) {
 			"distributor CPU and RSS are of the bench process, which holds control + embedded etcd + the distributor (the agents are in the child): control's share is one watch event per update, with the change in it; RSS/heap per agent is (after − before connecting N agents) / N, which is noise-dominated (can be negative) at N=100: read it at N >= 1000.",
 			"etcd and NATS subscribers have a connection each up to N=2000; at N=10000 five subscribers share each connection (2,000 connections), because both ends of every peer connection are in the bench process and 20,000 sockets exceed its file descriptor limit.",
 			"simulated agents report an update when their waiting goroutine observes it applied (in the child process, same clock).",
+			"'system cpu/delivery' is the CPU of every process taking part, both ends of every connection, over the measured updates, per delivery: for Lehr the bench process (control, its etcd, the distributor) and the agents' child; for a peer the bench process (its server and all its subscribers). 'busy' is the same CPU over the measured time, in cores: near the machine's core count, the fan-out is bound by CPU, and the system needing less per delivery is the faster one.",
 		},
 	}
 	maxN := p.ns[len(p.ns)-1]
@@ -84,7 +85,7 @@ func runFanout(ctx context.Context, e *Env) (*Result, error) {
 		}
 		res.CDFs = append(res.CDFs, plot)
 		for _, pr := range peerRows {
-			res.Rows = append(res.Rows, ratioRow(lehrRow, pr, []string{"p50", "p99", "last"}))
+			res.Rows = append(res.Rows, ratioRow(lehrRow, pr, []string{"p50", "p99", "last", "system cpu/delivery"}))
 		}
 		addFanoutTargets(res, n, lehrRow, peerRows)
 	}
@@ -162,7 +163,7 @@ func fanoutLehr(ctx context.Context, e *Env, p fanoutParams, n int, profile bool
 	col := newCollector(n)
 	sw, conn, err := startSwarm(ctx, swarmConfig{
 		Addr: dist.Addr(), CADir: filepath.Join(cl.Dir(), "pki", "ca"), N: n, Prefix: fmt.Sprintf("sim%d", n),
-		Zone: benchZone, Subs: []string{ns}, Parallel: 32, Keep: true,
+		Zone: benchZone, Subs: []string{ns}, Parallel: 32, Keep: true, SilenceTimeout: e.AgentSilenceTimeout,
 	}, func(ev swarmEvent) {
 		if ev.NS == ns && !ev.Refused {
 			col.record(ev.I, ev.Version, ev.T)
@@ -216,10 +217,13 @@ func fanoutLehr(ctx context.Context, e *Env, p fanoutParams, n int, profile bool
 		}
 	}
 	idle0, _ := readProc(self)
+	agentsIdle0, _ := readProc(sw.pid)
 	idleStart := time.Now()
 	time.Sleep(p.idle) // a sampling window, not a wait for an event
 	idle1, _ := readProc(self)
+	agentsIdle1, _ := readProc(sw.pid)
 	idleCores := (idle1.cpu - idle0.cpu).Seconds() / time.Since(idleStart).Seconds()
+	agentsIdleCores := (agentsIdle1.cpu - agentsIdle0.cpu).Seconds() / time.Since(idleStart).Seconds()
 	if idleProf != nil {
 		path := idleProf.stop()
 		hdr := fmt.Sprintf("CPU profile of the bench process (control + embedded etcd + distributor; agents in a child) with N=%d agents connected and idle for %v (%.3f cores), profile %s.", n, p.idle, idleCores, e.Profile)
@@ -235,6 +239,8 @@ func fanoutLehr(ctx context.Context, e *Env, p fanoutParams, n int, profile bool
 		}
 	}
 	cpu0, _ := readProc(self)
+	agents0, _ := readProc(sw.pid)
+	drops0, dropsErr := udpReceiveDrops()
 	start := time.Now()
 	for i := range p.reps * p.perRp {
 		seq, t0, err := update(i)
@@ -251,6 +257,8 @@ func fanoutLehr(ctx context.Context, e *Env, p fanoutParams, n int, profile bool
 	}
 	elapsed := time.Since(start)
 	cpu1, _ := readProc(self)
+	agents1, _ := readProc(sw.pid)
+	drops1, _ := udpReceiveDrops()
 	st1 := dist.Stats()
 	rounds := float64(p.reps * p.perRp)
 	cost.Add("cpu/update", (cpu1.cpu-cpu0.cpu).Seconds()/rounds, "s")
@@ -287,7 +295,25 @@ func fanoutLehr(ctx context.Context, e *Env, p fanoutParams, n int, profile bool
 		res.Targets = append(res.Targets, Target{Goal: fmt.Sprintf("N=%d: distributor <= 64 KiB per connected agent (RSS)", n),
 			Got: fmt.Sprintf("%.1f KiB", kib), Met: kib <= 64})
 	}
-	return stats.row("lehr", fmt.Sprintf("N=%d", n)), cost, stats.all, nil
+	cost.Add("agents cpu/update", (agents1.cpu-agents0.cpu).Seconds()/rounds, "s")
+	cost.Add("agents idle cores", agentsIdleCores, "cores")
+	if dropsErr == nil {
+		// Datagrams the kernel dropped at a full receive buffer (the
+		// distributor's one socket, or an agent's) during the updates:
+		// each is a QUIC packet lost and sent again.
+		cost.Add("udp drops", float64(drops1-drops0), "")
+	}
+	row := stats.row("lehr", fmt.Sprintf("N=%d", n))
+	addSystemCPU(&row, cpu1.cpu-cpu0.cpu+agents1.cpu-agents0.cpu, elapsed, rounds*float64(n))
+	return row, cost, stats.all, nil
+}
+
+// addSystemCPU adds to a latency row the CPU every process of the system
+// spent over the measured updates: per delivery, and in cores over their
+// elapsed time.
+func addSystemCPU(r *Row, cpu, elapsed time.Duration, deliveries float64) {
+	r.Add("system cpu/delivery", float64(cpu.Microseconds())/deliveries, "µs")
+	r.Add("busy", cpu.Seconds()/elapsed.Seconds(), "cores")
 }
 
 // fanoutPeer measures a peer at n subscribers; it returns the latency row
@@ -320,6 +346,10 @@ func fanoutPeer(ctx context.Context, pr peer, p fanoutParams, n int) (Row, []tim
 		}
 		col.wait(ctx, seq, 60*time.Second)
 	}
+	// The server and every subscriber are in this process: its CPU is
+	// the whole system's.
+	cpu0, _ := readProc(os.Getpid())
+	start := time.Now()
 	for range p.reps * p.perRp {
 		seq, t0, err := update()
 		if err != nil {
@@ -330,5 +360,9 @@ func fanoutPeer(ctx context.Context, pr peer, p fanoutParams, n int) (Row, []tim
 		}
 		stats.add(col.result(seq, t0))
 	}
-	return stats.row(pr.name(), fmt.Sprintf("N=%d", n)), stats.all, nil
+	elapsed := time.Since(start)
+	cpu1, _ := readProc(os.Getpid())
+	row := stats.row(pr.name(), fmt.Sprintf("N=%d", n))
+	addSystemCPU(&row, cpu1.cpu-cpu0.cpu, elapsed, float64(p.reps*p.perRp*n))
+	return row, stats.all, nil
 }

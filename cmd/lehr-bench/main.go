@@ -45,6 +45,7 @@ func run() error {
 	workdir := flag.String("workdir", "", "directory for scratch data (etcd, Badger, files); its file system sets fsync cost; default the system temp dir")
 	agentBin := flag.String("agent-binary", "", "lehr-agent binary for the agent-process scenarios; default: build cmd/lehr-agent")
 	stormAgents := flag.Int("storm-agents", 0, "run the storm scenario at this one number of agents instead of the profile's")
+	silence := flag.Duration("agent-silence-timeout", 0, "the simulated agents' silence timeout (fanout, storm): they send a keepalive every third of it and give up on a distributor silent for it; 0 keeps the agent's default (lehr agent --silence-timeout)")
 	verbose := flag.Bool("v", false, "log the components' info messages to stderr")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file, and one of each swarm child (the simulated agents) to FILE.swarm-PID; read them with go tool pprof (not with the fanout scenario, which profiles its busiest case itself)")
 	peerTLS := flag.Bool("peer-tls", true, "run the etcd and NATS peers with TLS 1.3 and verified client certificates, as Lehr's QUIC always is; false runs them plaintext (recorded per row)")
@@ -102,15 +103,16 @@ func run() error {
 
 	fmt.Printf("lehr-bench: %s profile\n\n", profile)
 	r, err := bench.RunScenarios(ctx, bench.Options{
-		Profile:       profile,
-		Filter:        re,
-		WorkDir:       *workdir,
-		OutDir:        *out,
-		AgentBinary:   *agentBin,
-		StormAgents:   *stormAgents,
-		Logger:        slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level})),
-		Progress:      os.Stdout,
-		PeerPlaintext: !*peerTLS,
+		Profile:             profile,
+		Filter:              re,
+		WorkDir:             *workdir,
+		OutDir:              *out,
+		AgentBinary:         *agentBin,
+		StormAgents:         *stormAgents,
+		AgentSilenceTimeout: *silence,
+		Logger:              slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level})),
+		Progress:            os.Stdout,
+		PeerPlaintext:       !*peerTLS,
 	})
 	if r != nil {
 		fmt.Printf("machine: %s\ncommand: %s\n", r.Machine, r.Command)
