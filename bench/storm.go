@@ -132,6 +132,7 @@ func stormLehr(ctx context.Context, e *Env, n int) (Row, error) {
 	}
 	self := os.Getpid()
 	cpu0, _ := readProc(self)
+	agents0, _ := readProc(sw.pid)
 	start := time.Now()
 	// The redial command answers once every agent is welcomed again;
 	// meanwhile the loop below watches the distributor.
@@ -182,6 +183,7 @@ func stormLehr(ctx context.Context, e *Env, n int) (Row, error) {
 	}
 	conv := time.Since(start)
 	cpu1, _ := readProc(self)
+	agents1, _ := readProc(sw.pid)
 	if prof != nil {
 		path := prof.stop()
 		hdr := fmt.Sprintf("CPU profile of the bench process (control + embedded etcd + the restarted distributor; agents in a child) from the redial of N=%d agents to convergence (%v), profile %s.", n, conv.Round(time.Millisecond), e.Profile)
@@ -220,6 +222,9 @@ func stormLehr(ctx context.Context, e *Env, n int) (Row, error) {
 	row.Add("abandoned", float64(st.AbandonedHandshakes), "")
 	row.Add("resumed", float64(st.ResumedHandshakes), "")
 	row.Add("cpu util", (cpu1.cpu-cpu0.cpu).Seconds()/conv.Seconds(), "cores")
+	// The agents' side of the same window: with both near the machine's
+	// cores, the storm is bound by CPU, not by the distributor alone.
+	row.Add("agents cpu util", (agents1.cpu-agents0.cpu).Seconds()/conv.Seconds(), "cores")
 	row.Add("full", float64(st.Handshakes), "")
 	row.Add("lost", float64(after.Lost), "")
 	return row, nil
