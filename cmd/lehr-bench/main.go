@@ -22,7 +22,9 @@ import (
 	"runtime/pprof"
 	"syscall"
 
+	"lehr.dev/lehr/agent"
 	"lehr.dev/lehr/bench"
+	"lehr.dev/lehr/internal/wire"
 )
 
 func main() {
@@ -70,6 +72,9 @@ func run() error {
 	}
 	if n > 1 {
 		return fmt.Errorf("-quick, -full and -smoke are exclusive")
+	}
+	if *silence != 0 && (*silence < agent.MinSilenceTimeout || *silence > agent.MaxSilenceTimeout) {
+		return fmt.Errorf("-agent-silence-timeout %v: want %v to %v, as the agent's --silence-timeout (0 keeps its default, %v)", *silence, agent.MinSilenceTimeout, agent.MaxSilenceTimeout, wire.DefaultSilenceTimeout)
 	}
 	var re *regexp.Regexp
 	if *filter != "" {
