@@ -116,7 +116,7 @@ func TestRefusedAttemptTakesNoPlaceLater(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer udp.Close()
-	late := &holdAfterFirst{udp: udp}
+	late := newHoldAfterFirst(udp)
 	_, err = quic.Dial(ctx, late, addr, wire.ClientTLSConfig(p.client("refused")), wire.ClientQUICConfig())
 	var te *quic.TransportError
 	if !errors.As(err, &te) || te.ErrorCode != quic.ConnectionRefused {
@@ -167,7 +167,7 @@ func TestAbandonedHandshake(t *testing.T) {
 	// Only the first datagram of this attempt ever reaches the server.
 	dctx, dcancel := context.WithTimeout(ctx, 100*time.Millisecond)
 	defer dcancel()
-	if _, err := quic.Dial(dctx, &holdAfterFirst{udp: udp}, addr, wire.ClientTLSConfig(p.client("gone")), wire.ClientQUICConfig()); err == nil {
+	if _, err := quic.Dial(dctx, newHoldAfterFirst(udp), addr, wire.ClientTLSConfig(p.client("gone")), wire.ClientQUICConfig()); err == nil {
 		t.Fatal("a handshake completed with only its first datagram sent")
 	}
 	wait.For(t, "the abandoned handshake counted", func() bool { return srv.Stats().AbandonedHandshakes > 0 })
@@ -182,23 +182,50 @@ func TestAbandonedHandshake(t *testing.T) {
 
 // holdAfterFirst is a client's UDP socket that sends its first datagram and
 // keeps the ones after it until release. It implements only
-// net.PacketConn, so quic-go writes through WriteTo.
+// net.PacketConn, so quic-go writes through WriteTo. It hands quic-go
+// nothing it received before the second datagram was written (or a
+// while passed): quic-go reads before it sends more, so an answer to the
+// first datagram that came back at once — a refusal on loopback — would
+// otherwise end the attempt before its first flight was complete.
 type holdAfterFirst struct {
-	udp  *net.UDPConn
+	udp      *net.UDPConn
+	complete chan struct{} // closed once a second datagram was written
+	waited   sync.Once     // ReadFrom's wait for complete
+
 	mu   sync.Mutex
 	sent bool
 	held [][]byte
+}
+
+func newHoldAfterFirst(udp *net.UDPConn) *holdAfterFirst {
+	return &holdAfterFirst{udp: udp, complete: make(chan struct{})}
 }
 
 func (c *holdAfterFirst) WriteTo(b []byte, addr net.Addr) (int, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.sent {
+		if len(c.held) == 0 {
+			close(c.complete)
+		}
 		c.held = append(c.held, bytes.Clone(b))
 		return len(b), nil
 	}
 	c.sent = true
 	return c.udp.WriteTo(b, addr)
+}
+
+// ReadFrom waits for the first flight to be complete, for at most 5 s:
+// a first flight of one datagram (no post-quantum key share) is left to
+// the test's check of heldCount.
+func (c *holdAfterFirst) ReadFrom(b []byte) (int, net.Addr, error) {
+	c.waited.Do(func() {
+		select {
+		case <-c.complete:
+		case <-time.After(5 * time.Second):
+		}
+	})
+	return c.udp.ReadFrom(b)
 }
 
 func (c *holdAfterFirst) heldCount() int {
@@ -220,9 +247,8 @@ func (c *holdAfterFirst) release(to net.Addr) error {
 	return nil
 }
 
-func (c *holdAfterFirst) ReadFrom(b []byte) (int, net.Addr, error) { return c.udp.ReadFrom(b) }
-func (c *holdAfterFirst) Close() error                             { return nil } // the test closes udp
-func (c *holdAfterFirst) LocalAddr() net.Addr                      { return c.udp.LocalAddr() }
-func (c *holdAfterFirst) SetDeadline(t time.Time) error            { return c.udp.SetDeadline(t) }
-func (c *holdAfterFirst) SetReadDeadline(t time.Time) error        { return c.udp.SetReadDeadline(t) }
-func (c *holdAfterFirst) SetWriteDeadline(t time.Time) error       { return c.udp.SetWriteDeadline(t) }
+func (c *holdAfterFirst) Close() error                       { return nil } // the test closes udp
+func (c *holdAfterFirst) LocalAddr() net.Addr                { return c.udp.LocalAddr() }
+func (c *holdAfterFirst) SetDeadline(t time.Time) error      { return c.udp.SetDeadline(t) }
+func (c *holdAfterFirst) SetReadDeadline(t time.Time) error  { return c.udp.SetReadDeadline(t) }
+func (c *holdAfterFirst) SetWriteDeadline(t time.Time) error { return c.udp.SetWriteDeadline(t) }
