@@ -362,6 +362,12 @@ type natsPeer struct {
 	kv     jetstream.KeyValue
 	bucket string
 
+	// watching is the watchers' context, ended by close: nats.go waits
+	// on it in a goroutine per watcher, which would otherwise keep each
+	// watcher and its connection reachable for the life of the process.
+	watching    context.Context
+	stopWatches context.CancelFunc
+
 	mu    sync.Mutex
 	conns []*nats.Conn
 	wg    sync.WaitGroup
@@ -425,6 +431,7 @@ func startNATSPeer(ctx context.Context, dir string) (*natsPeer, error) {
 		return nil, fmt.Errorf("create KV bucket: %w", err)
 	}
 	p.wconn, p.kv = nc, kv
+	p.watching, p.stopWatches = context.WithCancel(context.Background())
 	return p, nil
 }
 
@@ -480,7 +487,7 @@ func (p *natsPeer) subscribe(ctx context.Context, n int, proxyAddr, prefix strin
 				return fmt.Errorf("nats subscriber %d: bucket: %w", i, err)
 			}
 		}
-		w, err := kv.Watch(context.Background(), natsKey(prefix)+">", jetstream.UpdatesOnly())
+		w, err := kv.Watch(p.watching, natsKey(prefix)+">", jetstream.UpdatesOnly())
 		if err != nil {
 			return fmt.Errorf("nats subscriber %d: watch: %w", i, err)
 		}
@@ -509,6 +516,7 @@ func (p *natsPeer) close() {
 		c.Close()
 	}
 	p.wg.Wait()
+	p.stopWatches() // after the connections closed, so no watcher waits on the server
 	p.wconn.Close()
 	p.srv.Shutdown()
 	p.srv.WaitForShutdown()
