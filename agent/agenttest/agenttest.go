@@ -186,12 +186,11 @@ func Dial(ctx context.Context, opts Options) (*Agent, error) {
 	if opts.MinProtocolVersion == 0 {
 		opts.MinProtocolVersion = min(wire.MinProtocolVersion, opts.ProtocolVersion)
 	}
+	opts.SilenceTimeout = cmp.Or(opts.SilenceTimeout, wire.DefaultSilenceTimeout)
 	qc := opts.QUIC
 	if qc == nil {
 		qc = wire.ClientQUICConfig()
-		if opts.SilenceTimeout != 0 {
-			wire.SetSilenceTimeout(qc, opts.SilenceTimeout)
-		}
+		wire.SetSilenceTimeout(qc, opts.SilenceTimeout)
 	}
 	tc := wire.ClientTLSConfig(opts.TLS)
 	var conn *quic.Conn
@@ -273,9 +272,8 @@ func Dial(ctx context.Context, opts Options) (*Agent, error) {
 	}
 	a.wg.Go(func() { a.readControl(dec) })
 	a.wg.Go(a.acceptUpdates)
-	silence := cmp.Or(opts.SilenceTimeout, wire.DefaultSilenceTimeout)
 	a.wg.Go(func() {
-		if err := wire.WatchSilence(conn.Context(), conn, silence); err != nil {
+		if err := wire.WatchSilence(conn.Context(), conn, opts.SilenceTimeout); err != nil {
 			a.fail(err)
 			wire.CloseConn(conn, err)
 		}
