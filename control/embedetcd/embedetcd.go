@@ -8,6 +8,7 @@
 package embedetcd
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -42,6 +43,13 @@ const DefaultMaxRequestBytes = embed.DefaultMaxRequestBytes
 // autoURL is the URL form that asks Start to pick a free loopback port.
 const autoURL = "http://127.0.0.1:0"
 
+// Defaults of Options.CompactionBatchLimit and
+// Options.SnapshotCatchUpEntries.
+const (
+	DefaultCompactionBatchLimit   = 64
+	DefaultSnapshotCatchUpEntries = 100
+)
+
 // DefaultProgressNotifyInterval is the default
 // Options.ProgressNotifyInterval: well within the hourly auto-compaction.
 const DefaultProgressNotifyInterval = time.Minute
@@ -75,6 +83,24 @@ type Options struct {
 	// MaxRequestBytes is the largest client request etcd accepts; default
 	// DefaultMaxRequestBytes (1.5 MiB).
 	MaxRequestBytes uint
+	// QuotaBackendBytes is etcd's backend quota: the size its database
+	// may reach before etcd refuses writes and raises its NOSPACE alarm.
+	// 0: etcd's default (2 GiB).
+	QuotaBackendBytes int64
+	// CompactionBatchLimit bounds the revisions one step of etcd's
+	// revision compaction deletes; default DefaultCompactionBatchLimit.
+	// Deleting a revision rewrites the database page that holds it, and
+	// next to a large value that is the value too, so a step grows the
+	// database by up to this many of Lehr's largest values (512 KiB)
+	// before the pages it freed are reused: the reserve a store keeps
+	// under its quota must hold that (control/store, space.go).
+	CompactionBatchLimit int
+	// SnapshotCatchUpEntries is how many raft entries etcd keeps in
+	// memory for a slow follower; default
+	// DefaultSnapshotCatchUpEntries. Entries are up to a request each
+	// (Lehr stages blobs in 1 MiB transactions), so etcd's default of
+	// 5,000 held gigabytes under a flood of large publishes.
+	SnapshotCatchUpEntries uint64
 	// AutoCompaction is how much MVCC history etcd keeps: it compacts
 	// revisions older than this, periodically. Without it every overwritten
 	// value stays in etcd's database until the backend quota is exhausted.
@@ -279,6 +305,9 @@ func start(ctx context.Context, opts Options) (*Server, error) {
 	}
 	cfg.ClusterState = opts.ClusterState
 	cfg.MaxRequestBytes = opts.MaxRequestBytes
+	cfg.QuotaBackendBytes = opts.QuotaBackendBytes
+	cfg.CompactionBatchLimit = cmp.Or(opts.CompactionBatchLimit, DefaultCompactionBatchLimit)
+	cfg.SnapshotCatchUpEntries = cmp.Or(opts.SnapshotCatchUpEntries, DefaultSnapshotCatchUpEntries)
 	cfg.UnsafeNoFsync = opts.NoSync
 	if opts.AutoCompaction >= 0 {
 		cfg.AutoCompactionMode = embed.CompactorModePeriodic
