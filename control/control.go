@@ -8,6 +8,7 @@
 package control
 
 import (
+	"cmp"
 	"context"
 	"crypto/ed25519"
 	"crypto/tls"
@@ -50,6 +51,11 @@ const (
 	DefaultMaxMessageBytes = 64 << 20
 	DefaultCompactInterval = 10 * time.Minute
 	DefaultShutdownTimeout = 10 * time.Second
+	// DefaultStoreQuota is the embedded etcd's backend quota: room for
+	// UCDP's catalog of 71,000 namespaces of a realistic size mix (about
+	// 4.4 GiB) with the reserve kept for the safety path
+	// (docs/operations.md, "Quotas"); etcd suggests no more than 8 GiB.
+	DefaultStoreQuota = 8 << 30
 )
 
 // healthInterval is how often the gRPC health status is refreshed from etcd.
@@ -143,6 +149,20 @@ type Options struct {
 	// restart but not a machine crash. The zero value is durable; tests
 	// only.
 	NoSync bool
+	// StoreQuota is the store's size limit in bytes: the embedded etcd's
+	// backend quota (default DefaultStoreQuota), or, for an external
+	// cluster, the quota it was started with when it does not report it
+	// (etcd before 3.6; default etcd's 2 GiB). Above StoreQuota -
+	// StoreReserve new content is refused (RESOURCE_EXHAUSTED/STORE_FULL)
+	// and control reclaims space (control/store, space.go).
+	StoreQuota int64
+	// StoreReserve is the part of StoreQuota only the safety path —
+	// rollbacks, goal moves, rollout state, the audit log — may use;
+	// default a fifth of the quota.
+	StoreReserve int64
+	// DomainDefaults are the quotas of a domain that sets none; zero
+	// fields take service.DefaultQuotas' values.
+	DomainDefaults *lehrpb.Quotas
 }
 
 // Control is the control plane daemon. Create it with New, start it with
@@ -287,6 +307,8 @@ func (c *Control) Run(ctx context.Context) (err error) {
 			Name:   "lehr",
 			Logger: c.log,
 			NoSync: c.opts.NoSync,
+			// The quota control's space watch keeps writes under.
+			QuotaBackendBytes: cmp.Or(c.opts.StoreQuota, DefaultStoreQuota),
 			// Unix sockets in a 0700 directory: no other local user can
 			// reach /lehr/* (docs/operations.md, "Security model").
 			Private: true,
@@ -318,7 +340,15 @@ func (c *Control) Run(ctx context.Context) (err error) {
 		Logger:       c.log,
 		OnRoundTrip:  service.RoundTripObserver(c.metrics),
 		Signer:       signer,
+		Space:        store.SpaceOptions{Quota: c.opts.StoreQuota, Reserve: c.opts.StoreReserve},
+		OnDomainUsage: func(domain string, stored int64) {
+			c.metrics.GetOrCreateGauge(fmt.Sprintf(`lehr_control_domain_stored_bytes{domain=%q}`, domain), nil).Set(float64(stored))
+		},
+		OnSpaceEvent: func(event string) {
+			c.metrics.GetOrCreateCounter(`lehr_control_store_space_events_total{event="` + event + `"}`).Inc()
+		},
 	})
+	registerSpaceMetrics(c.metrics, st)
 	if n, err := st.SignUnsignedGoals(ctx); err != nil {
 		return fmt.Errorf("control: %w", err)
 	} else if n > 0 {
@@ -336,6 +366,7 @@ func (c *Control) Run(ctx context.Context) (err error) {
 
 		DefaultRolloutPolicy: c.opts.DefaultRolloutPolicy,
 		FleetAdmins:          c.opts.FleetAdmins,
+		DomainDefaults:       c.opts.DomainDefaults,
 	})
 	if err != nil {
 		return fmt.Errorf("control: %w", err)
@@ -425,6 +456,11 @@ func (c *Control) Run(ctx context.Context) (err error) {
 		})
 	}
 	wg.Go(func() { c.watchHealth(bgctx, svc, hs) })
+	wg.Go(func() {
+		if err := st.RunSpaceMonitor(bgctx); err != nil && bgctx.Err() == nil {
+			c.log.Error("control: space monitor stopped", "err", err)
+		}
+	})
 	if c.opts.Rollouts {
 		strat, err := rollout.NewStrategist(rollout.StrategistOptions{
 			Store: st, Client: cli, ElectionKey: st.Prefix() + "strategist", ID: lis.Addr().String(),
@@ -490,6 +526,23 @@ func (c *Control) Run(ctx context.Context) (err error) {
 	wg.Wait()
 	c.log.Info("control: stopped")
 	return err
+}
+
+// registerSpaceMetrics exposes the store's space (store.Space) on set.
+func registerSpaceMetrics(set *metrics.Set, st *store.Store) {
+	gauge := func(name string, f func(store.SpaceStatus) int64) {
+		set.NewGauge(name, func() float64 { return float64(f(st.Space())) })
+	}
+	gauge("lehr_control_store_bytes", func(s store.SpaceStatus) int64 { return s.DBSize })
+	gauge("lehr_control_store_in_use_bytes", func(s store.SpaceStatus) int64 { return s.DBSizeInUse })
+	gauge("lehr_control_store_quota_bytes", func(s store.SpaceStatus) int64 { return s.Quota })
+	gauge("lehr_control_store_high_water_bytes", func(s store.SpaceStatus) int64 { return s.HighWater })
+	gauge("lehr_control_store_nospace_alarm", func(s store.SpaceStatus) int64 {
+		if s.Alarm {
+			return 1
+		}
+		return 0
+	})
 }
 
 // healthz answers "ok" while the gRPC health service says control serves,

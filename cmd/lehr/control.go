@@ -45,6 +45,13 @@ History keeps, per namespace, the last --keep-last versions and every version
 younger than --keep-for; older ones are compacted away, except versions that
 are some zone's goal. The latest version is never removed.
 
+The store has a quota (--store-quota, 8 GiB by default for the embedded etcd).
+Above the quota minus --store-reserve, new content is refused with a clear
+error while rollbacks, goal moves and the audit log go on, and control
+compacts and defragments etcd to give space back, disarming etcd's NOSPACE
+alarm by itself. Each domain has quotas of its own (lehr domain get); only a
+fleet admin (--fleet-admins) may raise one above the server default.
+
 Stop it with Ctrl-C or SIGTERM: in-flight calls finish, then it exits.`,
 		examples: []string{
 			"lehr control",
@@ -70,6 +77,9 @@ Stop it with Ctrl-C or SIGTERM: in-flight calls finish, then it exits.`,
 	fs.DurationVar(&opts.CompactInterval, "compact-interval", control.DefaultCompactInterval, "how often to compact history (`duration`; negative disables)")
 	fs.BoolVar(&opts.Rollouts, "rollouts", true, "run the rollout strategist: a new version reaches zones stage by stage, as its rollout policy says (lehr rollout policy), and is rolled back on evidence; --rollouts=false moves every zone at once on every publish (for test beds of the raw delivery path)")
 	fs.IntVar(&opts.MaxMessageBytes, "max-message-bytes", control.DefaultMaxMessageBytes, "largest gRPC message in `bytes`")
+	var quota, reserve byteSize
+	fs.Var(&quota, "store-quota", "the store's `size` quota, e.g. 8GiB: the embedded etcd's backend quota (default 8GiB), or what an external etcd before 3.6 was started with (--quota-backend-bytes; later ones report theirs)")
+	fs.Var(&reserve, "store-reserve", "`size` of the store quota kept for rollbacks, goal moves and the audit log: new content is refused above quota minus it (default a fifth of the quota)")
 	lf := addLogFlags(fs)
 	pos, code, ok := parse(e, fs, args)
 	if !ok {
@@ -84,6 +94,13 @@ Stop it with Ctrl-C or SIGTERM: in-flight calls finish, then it exits.`,
 	}
 	opts.EtcdEndpoints = splitList(*endpoints)
 	opts.FleetAdmins = splitList(*fleetAdmins)
+	opts.StoreQuota, opts.StoreReserve = int64(quota), int64(reserve)
+	if quota != 0 && quota < 16<<20 {
+		return usageError(e, fs, "--store-quota %s: want at least 16MiB (etcd needs room for its own records)", &quota)
+	}
+	if reserve != 0 && (quota != 0 && reserve >= quota || quota == 0 && reserve >= control.DefaultStoreQuota) {
+		return usageError(e, fs, "--store-reserve %s: want less than the store's quota", &reserve)
+	}
 	if opts.Retention.KeepLast < 1 {
 		return usageError(e, fs, "--keep-last %d: want 1 or more", opts.Retention.KeepLast)
 	}

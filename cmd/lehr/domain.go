@@ -4,6 +4,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"slices"
 	"strings"
 
 	"google.golang.org/protobuf/proto"
@@ -75,17 +76,9 @@ is open: every user may do everything until an admin is set.`,
 	})
 	cf := addClientFlags(fs, e)
 	var d lehrpb.Domain
-	q := &lehrpb.Quotas{}
 	var pubs, readers, operators, admins stringList
 	fs.StringVar(&d.Description, "description", "", "what the domain is for")
-	fs.Int64Var(&q.MaxNamespaceBytes, "max-namespace-bytes", 0, "largest `bytes` of keys and values in one version of a namespace (0: server default)")
-	fs.Int64Var(&q.MaxValueBytes, "max-value-bytes", 0, "largest value in `bytes` (0: server default)")
-	maxProps := fs.Int("max-properties", 0, "most properties in one namespace (0: server default)")
-	maxNS := fs.Int("max-namespaces", 0, "most namespaces in the domain (0: server default)")
-	fs.Float64Var(&q.PublishesPerSecond, "publishes-per-second", 0, "sustained publish `rate` for the domain (0: server default)")
-	burst := fs.Int("publish-burst", 0, "burst `size` for --publishes-per-second (0: server default)")
-	fs.Int64Var(&q.OutboundBytesPerSecond, "outbound-bytes-per-second", 0, "update `bytes` per second the distributors of a zone may send of the domain, split between them (0: no limit)")
-	maxSubs := fs.Int("max-subscriptions", 0, "most subscriptions (host × namespace) the distributors of a zone serve of the domain, split between them (0: no limit)")
+	qf := addQuotaFlags(fs)
 	fs.Var(&pubs, "publisher", "`user` allowed to publish, patch and roll back (repeatable)")
 	fs.Var(&operators, "operator", "`user` allowed to run rollouts, canary evaluations and policy experiments (repeatable)")
 	fs.Var(&admins, "admin", "`user` allowed to do everything and change the domain (repeatable)")
@@ -100,7 +93,11 @@ is open: every user may do everything until an admin is set.`,
 	if msg := cf.check(); msg != "" {
 		return usageError(e, fs, "%s", msg)
 	}
-	q.MaxProperties, q.MaxNamespaces, q.PublishBurst, q.MaxSubscriptions = int32(*maxProps), int32(*maxNS), int32(*burst), int32(*maxSubs)
+	if msg := qf.check(); msg != "" {
+		return usageError(e, fs, "%s", msg)
+	}
+	q := &lehrpb.Quotas{}
+	qf.apply(q, nil)
 	d.Name, d.Quotas = pos[0], q
 	if len(pubs) > 0 || len(readers) > 0 || len(operators) > 0 || len(admins) > 0 {
 		d.Acl = &lehrpb.Acl{Publishers: pubs, Readers: readers, Operators: operators, Admins: admins}
@@ -193,15 +190,18 @@ func runDomainList(ctx context.Context, e *env, args []string) int {
 func runDomainUpdate(ctx context.Context, e *env, args []string) int {
 	fs := newFlags("lehr domain update", doc{
 		usage:   "lehr domain update NAME [--description D] [--publishers U,…] [--operators U,…] [--admins U,…] [flags]",
-		summary: "change a domain's description or ACL",
+		summary: "change a domain's description, quotas or ACL",
 		about: `Changes what the flags given name and keeps the rest: each ACL flag replaces
-its whole list with a comma-separated list of users ("" empties it). Only the
-domain's admins may (an open domain, without admins: every user). An empty
-admins list opens the domain to every user.`,
+its whole list with a comma-separated list of users ("" empties it); each quota
+flag sets that quota (0: the server default). Only the domain's admins may (an
+open domain, without admins: every user), and only a fleet admin may set a
+quota above the server default (lehr domain get shows the quotas in force). An
+empty admins list opens the domain to every user.`,
 		examples: []string{
 			"lehr domain update payments --publishers alice,ci",
 			`lehr domain update payments --operators oncall --description "payment limits"`,
 			`lehr domain update payments --admins alice,bob`,
+			`lehr domain update payments --max-stored-bytes 512MiB --publishes-per-second 20`,
 		},
 	})
 	cf := addClientFlags(fs, e)
@@ -210,7 +210,7 @@ admins list opens the domain to every user.`,
 	ops := fs.String("operators", "", "comma-separated `users` allowed to run rollouts, canary evaluations and policy experiments")
 	admins := fs.String("admins", "", "comma-separated `users` allowed to do everything and change the domain")
 	readers := fs.String("readers", "", "comma-separated `zones` or zone/host entries that may receive the domain's namespaces (\"\": every host)")
-	outbound := fs.Int64("outbound-bytes-per-second", 0, "update `bytes` per second the distributors of a zone may send of the domain, split between them (0: no limit)")
+	qf := addQuotaFlags(fs)
 	pos, code, ok := parse(e, fs, args)
 	if !ok {
 		return code
@@ -221,10 +221,14 @@ admins list opens the domain to every user.`,
 	if msg := cf.check(); msg != "" {
 		return usageError(e, fs, "%s", msg)
 	}
+	if msg := qf.check(); msg != "" {
+		return usageError(e, fs, "%s", msg)
+	}
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-	if !set["description"] && !set["publishers"] && !set["operators"] && !set["admins"] && !set["readers"] && !set["outbound-bytes-per-second"] {
-		return usageError(e, fs, "nothing to change: give --description, --publishers, --operators, --admins, --readers or --outbound-bytes-per-second")
+	quotas := slices.ContainsFunc(quotaFlagNames, func(n string) bool { return set[n] })
+	if !set["description"] && !set["publishers"] && !set["operators"] && !set["admins"] && !set["readers"] && !quotas {
+		return usageError(e, fs, "nothing to change: give --description, --publishers, --operators, --admins, --readers or a quota flag (--max-stored-bytes, --publishes-per-second, …)")
 	}
 	c, ctx, done, err := cf.connect(ctx)
 	if err != nil {
@@ -237,19 +241,19 @@ admins list opens the domain to every user.`,
 		paths = append(paths, "description")
 	}
 	var cur *lehrpb.Domain
-	if set["publishers"] || set["operators"] || set["admins"] || set["readers"] || set["outbound-bytes-per-second"] {
+	if set["publishers"] || set["operators"] || set["admins"] || set["readers"] || quotas {
 		// The ACL and the quotas are replaced whole: start from the
 		// current ones.
 		if cur, err = c.GetDomain(ctx, pos[0]); err != nil {
 			return reportError(e, fs.Name(), err, cf.errCtx(""))
 		}
 	}
-	if set["outbound-bytes-per-second"] {
+	if quotas {
 		q := proto.CloneOf(cur.GetQuotas())
 		if q == nil {
 			q = &lehrpb.Quotas{}
 		}
-		q.OutboundBytesPerSecond = *outbound
+		qf.apply(q, set)
 		d.Quotas = q
 		paths = append(paths, "quotas")
 	}

@@ -9,12 +9,16 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"os"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/dustin/go-humanize"
+
 	"lehr.dev/lehr/client/producer"
+	"lehr.dev/lehr/proto/lehrpb"
 )
 
 // doc is the help text of one command.
@@ -255,4 +259,100 @@ func parseVersion(what, s string) (uint64, error) {
 		return 0, fmt.Errorf("%s %q: want a version number (1, 2, …)", what, s)
 	}
 	return v, nil
+}
+
+// byteSize is a flag of a size in bytes: a number with an optional unit,
+// binary or decimal ("96MiB", "8GiB", "1.5GB", "4096").
+type byteSize int64
+
+func (b *byteSize) String() string {
+	if *b == 0 {
+		return "0"
+	}
+	return humanize.IBytes(uint64(*b))
+}
+
+func (b *byteSize) Set(v string) error {
+	n, err := humanize.ParseBytes(v)
+	if err != nil || n > math.MaxInt64 {
+		return fmt.Errorf("%q is not a size: want a number of bytes with an optional unit, e.g. 96MiB, 8GiB or 500MB", v)
+	}
+	*b = byteSize(n)
+	return nil
+}
+
+// quotaFlags are the flags of a domain's quotas, shared by "lehr domain
+// create" and "lehr domain update".
+type quotaFlags struct {
+	namespaceBytes, valueBytes, storedBytes, outbound byteSize
+	properties, namespaces, burst, subscriptions      int
+	rate                                              float64
+}
+
+// addQuotaFlags defines the quota flags on fs.
+func addQuotaFlags(fs *flags) *quotaFlags {
+	q := &quotaFlags{}
+	fs.Var(&q.storedBytes, "max-stored-bytes", "`size` the domain may hold in the store, history included, e.g. 512MiB (0: server default; above it needs a fleet admin)")
+	fs.Var(&q.namespaceBytes, "max-namespace-bytes", "largest `size` of keys and values in one version of a namespace (0: server default)")
+	fs.Var(&q.valueBytes, "max-value-bytes", "largest value `size` (0: server default)")
+	fs.IntVar(&q.properties, "max-properties", 0, "most properties in one namespace (0: server default)")
+	fs.IntVar(&q.namespaces, "max-namespaces", 0, "most namespaces in the domain (0: server default)")
+	fs.Float64Var(&q.rate, "publishes-per-second", 0, "sustained publish `rate` for the domain (0: server default)")
+	fs.IntVar(&q.burst, "publish-burst", 0, "burst `size` for --publishes-per-second (0: server default)")
+	fs.Var(&q.outbound, "outbound-bytes-per-second", "update `bytes` per second the distributors of a zone may send of the domain, split between them, e.g. 64MiB (0: server default)")
+	fs.IntVar(&q.subscriptions, "max-subscriptions", 0, "most subscriptions (host × namespace) the distributors of a zone serve of the domain, split between them (0: no limit)")
+	return q
+}
+
+// quotaFlagNames are the flags addQuotaFlags defines.
+var quotaFlagNames = []string{"max-stored-bytes", "max-namespace-bytes", "max-value-bytes", "max-properties", "max-namespaces",
+	"publishes-per-second", "publish-burst", "outbound-bytes-per-second", "max-subscriptions"}
+
+// check returns what is wrong with the quota flags, "" if nothing.
+func (f *quotaFlags) check() string {
+	for _, c := range []struct {
+		name string
+		v    int
+	}{{"max-properties", f.properties}, {"max-namespaces", f.namespaces}, {"publish-burst", f.burst}, {"max-subscriptions", f.subscriptions}} {
+		if c.v < 0 || c.v > math.MaxInt32 {
+			return fmt.Sprintf("--%s %d: want 0 (the server default) to %d", c.name, c.v, math.MaxInt32)
+		}
+	}
+	if f.rate < 0 || math.IsNaN(f.rate) || math.IsInf(f.rate, 0) {
+		return fmt.Sprintf("--publishes-per-second %v: want a rate of 0 (the server default) or more", f.rate)
+	}
+	return ""
+}
+
+// apply sets in q the quotas whose flag is in set (every one, for a nil
+// set) and reports whether any was.
+func (f *quotaFlags) apply(q *lehrpb.Quotas, set map[string]bool) bool {
+	any := false
+	for _, name := range quotaFlagNames {
+		if set != nil && !set[name] {
+			continue
+		}
+		any = true
+		switch name {
+		case "max-stored-bytes":
+			q.MaxStoredBytes = int64(f.storedBytes)
+		case "max-namespace-bytes":
+			q.MaxNamespaceBytes = int64(f.namespaceBytes)
+		case "max-value-bytes":
+			q.MaxValueBytes = int64(f.valueBytes)
+		case "max-properties":
+			q.MaxProperties = int32(f.properties)
+		case "max-namespaces":
+			q.MaxNamespaces = int32(f.namespaces)
+		case "publishes-per-second":
+			q.PublishesPerSecond = f.rate
+		case "publish-burst":
+			q.PublishBurst = int32(f.burst)
+		case "outbound-bytes-per-second":
+			q.OutboundBytesPerSecond = int64(f.outbound)
+		case "max-subscriptions":
+			q.MaxSubscriptions = int32(f.subscriptions)
+		}
+	}
+	return any
 }

@@ -110,8 +110,10 @@ func fmtBytes(n int64) string {
 		return fmt.Sprintf("%d B", n)
 	case n < 1<<20:
 		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
-	default:
+	case n < 1<<30:
 		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
+	default:
+		return fmt.Sprintf("%.1f GiB", float64(n)/(1<<30))
 	}
 }
 
@@ -279,32 +281,56 @@ func writeDomain(w io.Writer, d *lehrpb.Domain) {
 	fmt.Fprintf(tw, "name\t%s\n", d.GetName())
 	fmt.Fprintf(tw, "description\t%s\n", orDash(d.GetDescription()))
 	fmt.Fprintf(tw, "created\t%s by %s\n", fmtTime(d.GetCreateTime()), orDash(d.GetCreatedBy()))
-	q := d.GetQuotas()
-	def := func(v int64, f func(int64) string) string {
-		if v == 0 {
-			return "server default"
+	// The quotas in force, each marked when it is the server's default;
+	// a control that predates effective_quotas sends only quotas.
+	set, q := d.GetQuotas(), d.GetEffectiveQuotas()
+	if q == nil {
+		q = set
+	}
+	mark := func(explicit bool, s string) string {
+		switch {
+		case explicit:
+			return s
+		case d.GetEffectiveQuotas() == nil:
+			return "server default" // a control that does not say which
+		}
+		return s + " (default)"
+	}
+	limit := func(v int64, f func(int64) string) string {
+		if v <= 0 {
+			return "no limit"
 		}
 		return f(v)
 	}
 	num := func(v int64) string { return strconv.FormatInt(v, 10) }
-	fmt.Fprintf(tw, "max namespace size\t%s\n", def(q.GetMaxNamespaceBytes(), fmtBytes))
-	fmt.Fprintf(tw, "max value size\t%s\n", def(q.GetMaxValueBytes(), fmtBytes))
-	fmt.Fprintf(tw, "max properties\t%s\n", def(int64(q.GetMaxProperties()), num))
-	fmt.Fprintf(tw, "max namespaces\t%s\n", def(int64(q.GetMaxNamespaces()), num))
-	rate := "server default"
-	if r := q.GetPublishesPerSecond(); r != 0 {
+	if u := d.GetUsage(); u != nil {
+		used := fmtBytes(u.GetStoredBytes())
+		if m := q.GetMaxStoredBytes(); m > 0 {
+			used += fmt.Sprintf(" of %s (%.1f %%)", fmtBytes(m), 100*float64(u.GetStoredBytes())/float64(m))
+		}
+		fmt.Fprintf(tw, "stored\t%s\n", used)
+		nss := strconv.Itoa(int(u.GetNamespaces()))
+		if m := q.GetMaxNamespaces(); m > 0 {
+			nss += fmt.Sprintf(" of %d", m)
+		}
+		fmt.Fprintf(tw, "namespaces\t%s\n", nss)
+	}
+	fmt.Fprintf(tw, "max stored bytes\t%s\n", mark(set.GetMaxStoredBytes() != 0, limit(q.GetMaxStoredBytes(), fmtBytes)))
+	fmt.Fprintf(tw, "max namespace size\t%s\n", mark(set.GetMaxNamespaceBytes() != 0, limit(q.GetMaxNamespaceBytes(), fmtBytes)))
+	fmt.Fprintf(tw, "max value size\t%s\n", mark(set.GetMaxValueBytes() != 0, limit(q.GetMaxValueBytes(), fmtBytes)))
+	fmt.Fprintf(tw, "max properties\t%s\n", mark(set.GetMaxProperties() != 0, limit(int64(q.GetMaxProperties()), num)))
+	fmt.Fprintf(tw, "max namespaces\t%s\n", mark(set.GetMaxNamespaces() != 0, limit(int64(q.GetMaxNamespaces()), num)))
+	rate := "no limit"
+	if r := q.GetPublishesPerSecond(); r > 0 {
 		rate = strconv.FormatFloat(r, 'g', -1, 64) + "/s"
-		if b := q.GetPublishBurst(); b != 0 {
+		if b := q.GetPublishBurst(); b > 0 {
 			rate += fmt.Sprintf(", burst %d", b)
 		}
 	}
-	fmt.Fprintf(tw, "publish rate\t%s\n", rate)
-	if b := q.GetOutboundBytesPerSecond(); b > 0 {
-		fmt.Fprintf(tw, "outbound per zone\t%s/s\n", fmtBytes(b))
-	}
-	if n := q.GetMaxSubscriptions(); n > 0 {
-		fmt.Fprintf(tw, "subscriptions per zone\t%d at most\n", n)
-	}
+	fmt.Fprintf(tw, "publish rate\t%s\n", mark(set.GetPublishesPerSecond() != 0 || set.GetPublishBurst() != 0, rate))
+	fmt.Fprintf(tw, "outbound per zone\t%s\n", mark(set.GetOutboundBytesPerSecond() != 0,
+		limit(q.GetOutboundBytesPerSecond(), func(b int64) string { return fmtBytes(b) + "/s" })))
+	fmt.Fprintf(tw, "subscriptions/zone\t%s\n", mark(set.GetMaxSubscriptions() != 0, limit(int64(q.GetMaxSubscriptions()), num)))
 	acl := d.GetAcl()
 	list := func(l []string, empty string) string {
 		if len(l) == 0 {

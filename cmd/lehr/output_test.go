@@ -114,6 +114,10 @@ func TestWriteMiscGolden(t *testing.T) {
 		Name: "payments", Description: "payment limits", CreateTime: ts(0), CreatedBy: "alice",
 		Quotas: &lehrpb.Quotas{MaxNamespaceBytes: 1 << 20, MaxProperties: 50, PublishesPerSecond: 2.5, PublishBurst: 5},
 		Acl:    &lehrpb.Acl{Publishers: []string{"alice", "ci"}, Admins: []string{"alice"}},
+		// As control answers GetDomain: the quotas in force and the usage.
+		EffectiveQuotas: &lehrpb.Quotas{MaxNamespaceBytes: 1 << 20, MaxProperties: 50, PublishesPerSecond: 2.5, PublishBurst: 5,
+			MaxStoredBytes: 256 << 20, MaxValueBytes: 512 << 10, MaxNamespaces: 1000, OutboundBytesPerSecond: 128 << 20},
+		Usage: &lehrpb.DomainUsage{StoredBytes: 3 << 20, Namespaces: 12},
 	}
 	fmt.Fprintln(&b)
 	writeDomain(&b, d)

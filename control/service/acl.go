@@ -46,7 +46,7 @@ var aclActions = map[string]aclAction{
 	"SetRolloutPolicy": actOperate, "DeleteRolloutPolicy": actOperate, "UpdateRollout": actOperate, "Evaluate": actOperate,
 	"CreatePolicyExperiment": actOperate, "UpdatePolicyExperiment": actOperate, "DeletePolicyExperiment": actOperate,
 	"StartPreviewPolicyExperiment": actOperate, "StopPreviewPolicyExperiment": actOperate, "CommitPolicyExperiment": actOperate,
-	"UpdateDomain": actAdminister,
+	"UpdateDomain": actAdminister, "CompactNamespace": actAdminister,
 }
 
 // list returns the ACL list of a, and its field name.

@@ -42,6 +42,9 @@ func (s *Service) CreateDomain(ctx context.Context, req *lehrpb.CreateDomainRequ
 	if err := checkQuotas(d.GetQuotas()); err != nil {
 		return nil, err
 	}
+	if err := s.checkQuotaRaise(ctx, "domain.quotas", d.GetQuotas()); err != nil {
+		return nil, err
+	}
 	if err := checkAudit(ctx, "", ""); err != nil {
 		return nil, err
 	}
@@ -49,7 +52,7 @@ func (s *Service) CreateDomain(ctx context.Context, req *lehrpb.CreateDomainRequ
 		return nil, err
 	}
 	in := proto.Clone(d).(*lehrpb.Domain)
-	in.CreateTime = nil
+	in.CreateTime, in.Usage, in.EffectiveQuotas = nil, nil, nil
 	in.CreatedBy = callerOf(ctx).author("")
 	// A user who creates a domain without admins administers it: a domain
 	// made over mutual TLS is never open by accident.
@@ -59,6 +62,9 @@ func (s *Service) CreateDomain(ctx context.Context, req *lehrpb.CreateDomainRequ
 		}
 		in.Acl.Admins = []string{user}
 	}
+	if err := s.admitContent(in); err != nil {
+		return nil, err
+	}
 	out, err := s.st.CreateDomain(ctx, in)
 	if errors.Is(err, store.ErrAlreadyExists) {
 		return nil, apierror.New(codes.AlreadyExists, apierror.ReasonAlreadyExists, "domain.name", "domain %q already exists", in.GetName())
@@ -67,6 +73,7 @@ func (s *Service) CreateDomain(ctx context.Context, req *lehrpb.CreateDomainRequ
 		return nil, err
 	}
 	s.log.Info("control: created domain", "domain", out.GetName(), "by", out.GetCreatedBy())
+	out.EffectiveQuotas = s.effectiveQuotas(out.GetQuotas())
 	return out, nil
 }
 
@@ -126,6 +133,9 @@ func (s *Service) UpdateDomain(ctx context.Context, req *lehrpb.UpdateDomainRequ
 			if err := checkQuotas(d.GetQuotas()); err != nil {
 				return nil, err
 			}
+			if err := s.checkQuotaRaise(ctx, "domain.quotas", d.GetQuotas()); err != nil {
+				return nil, err
+			}
 		case "acl":
 			if err := checkACL("domain.acl", d.GetAcl()); err != nil {
 				return nil, err
@@ -154,7 +164,7 @@ func (s *Service) UpdateDomain(ctx context.Context, req *lehrpb.UpdateDomainRequ
 		return nil, withField(s.apiError(ctx, err), "domain.name")
 	}
 	s.log.Info("control: updated domain", "domain", out.GetName(), "fields", paths, "by", callerOf(ctx).author(""))
-	return out, nil
+	return s.withUsage(ctx, out)
 }
 
 // GetDomain returns a domain.
@@ -167,7 +177,7 @@ func (s *Service) GetDomain(ctx context.Context, req *lehrpb.GetDomainRequest) (
 	if err != nil {
 		return nil, withField(s.apiError(ctx, err), "name")
 	}
-	return d, nil
+	return s.withUsage(ctx, d)
 }
 
 // ListDomains lists domains by name, paged.
@@ -184,6 +194,9 @@ func (s *Service) ListDomains(ctx context.Context, req *lehrpb.ListDomainsReques
 	ds, err := s.st.ListDomains(ctx, after, size+1)
 	if err != nil {
 		return nil, err
+	}
+	for _, d := range ds {
+		d.EffectiveQuotas = s.effectiveQuotas(d.GetQuotas())
 	}
 	resp := &lehrpb.ListDomainsResponse{Domains: ds}
 	if len(ds) > size {
@@ -224,6 +237,9 @@ func (s *Service) CreateNamespace(ctx context.Context, req *lehrpb.CreateNamespa
 	}
 	if err := s.checkNamespaceQuota(ctx, dom); err != nil {
 		return nil, withField(s.apiError(ctx, err), "namespace.name")
+	}
+	if err := s.admitContent(in); err != nil {
+		return nil, err
 	}
 	out, err := s.st.CreateNamespace(ctx, in)
 	if errors.Is(err, store.ErrAlreadyExists) {

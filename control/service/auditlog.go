@@ -22,7 +22,7 @@ import (
 // ReportZoneStatus (a heartbeat) and reads are not.
 var auditedMethods = map[string]bool{
 	"CreateDomain": true, "UpdateDomain": true, "CreateNamespace": true, "CreateZone": true,
-	"Publish": true, "Patch": true, "Rollback": true,
+	"Publish": true, "Patch": true, "Rollback": true, "CompactNamespace": true,
 	"SetRolloutPolicy": true, "DeleteRolloutPolicy": true, "UpdateRollout": true,
 	"Evaluate":               true,
 	"CreatePolicyExperiment": true, "UpdatePolicyExperiment": true, "DeletePolicyExperiment": true,

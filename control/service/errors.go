@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
 	"google.golang.org/grpc/codes"
 
@@ -25,7 +26,25 @@ func (s *Service) apiError(ctx context.Context, err error) *apierror.Error {
 	}
 	var nf *store.NotFoundError
 	var ce *store.ConflictError
+	var qe *store.QuotaError
+	var re *store.RateError
+	var se *store.SpaceError
 	switch {
+	case errors.As(err, &qe):
+		return quotaError(qe).WithCause(err)
+	case errors.As(err, &re):
+		s.metrics.GetOrCreateCounter(`lehr_control_publishes_throttled_total{domain="` + re.Domain + `"}`).Inc()
+		return apierror.New(codes.ResourceExhausted, apierror.ReasonRateLimited, "",
+			"domain %s allows %g publishes per second (burst %d) across all control replicas; the next is due in %v, retry then",
+			re.Domain, re.Rate, re.Burst, re.Wait.Round(time.Millisecond)).
+			WithLimit("%g/s burst %d", re.Rate, re.Burst).WithCause(err)
+	case errors.As(err, &se):
+		return spaceError(se).WithCause(err)
+	case store.IsNoSpace(err):
+		// etcd refused a write the high-water mark let through (another
+		// writer filled it, or its alarm is up): never INTERNAL.
+		st := s.st.Space()
+		return spaceError(&store.SpaceError{Used: st.DBSize, HighWater: st.HighWater, Quota: st.Quota, Alarm: true}).WithCause(err)
 	case errors.As(err, &nf):
 		e := apierror.New(codes.NotFound, apierror.ReasonNotFound, "", "%s %q not found", nf.What, nf.Name)
 		if nf.What == "version" && nf.Oldest != 0 {

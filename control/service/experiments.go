@@ -274,6 +274,9 @@ func (s *Service) CreatePolicyExperiment(ctx context.Context, req *lehrpb.Create
 		Author:      callerOf(ctx).author(""),
 	}
 	e.Etag = experimentEtag(e)
+	if err := s.admitContent(e); err != nil {
+		return nil, err
+	}
 	if _, err := s.st.CreateExperiment(ctx, ns, id, e, MaxExperimentsPerPolicy); err != nil {
 		var ce *store.ExperimentCapError
 		if errors.As(err, &ce) {
@@ -423,6 +426,9 @@ func (s *Service) UpdatePolicyExperiment(ctx context.Context, req *lehrpb.Update
 	if wasActive {
 		next.PreviewMetadata.State = lehrpb.PolicyPreviewMetadata_SUSPENDED
 		next.PreviewMetadata.StopTime = timestamppb.New(now)
+	}
+	if err := s.admitContent(next); err != nil {
+		return nil, err
 	}
 	if _, err := s.st.PutExperiment(ctx, ns, id, next, cur.ModRevision); err != nil {
 		return nil, s.experimentWriteError(ctx, err)
@@ -685,9 +691,6 @@ func (s *Service) CommitPolicyExperiment(ctx context.Context, req *lehrpb.Commit
 	if err != nil {
 		return nil, err
 	}
-	if err := s.allowPublish(ctx, dom); err != nil {
-		return nil, err
-	}
 	msg := req.GetMessage()
 	if msg == "" {
 		msg = fmt.Sprintf("commit policy experiment %s (etag %s)", id, cur.GetEtag())
@@ -695,6 +698,7 @@ func (s *Service) CommitPolicyExperiment(ctx context.Context, req *lehrpb.Commit
 	c := callerOf(ctx)
 	info, err := s.st.Commit(ctx, store.Commit{
 		Namespace:      ns,
+		Limits:         s.domainLimits(dom),
 		Kind:           head.GetKind(),
 		ExpectedLatest: latest,
 		// Without parent_etag the experiment replaces whatever is live.
@@ -792,9 +796,6 @@ func (s *Service) DeletePolicy(ctx context.Context, req *lehrpb.DeletePolicyRequ
 	if err != nil {
 		return nil, err
 	}
-	if err := s.allowPublish(ctx, dom); err != nil {
-		return nil, err
-	}
 	noop, err := content.New(nil)
 	if err != nil {
 		return nil, fmt.Errorf("build the no-op policy: %w", err)
@@ -807,6 +808,7 @@ func (s *Service) DeletePolicy(ctx context.Context, req *lehrpb.DeletePolicyRequ
 	var deleted []string
 	info, err := s.st.Commit(ctx, store.Commit{
 		Namespace:      ns,
+		Limits:         s.domainLimits(dom),
 		Kind:           head.GetKind(),
 		ExpectedLatest: latest,
 		// Without etag the deletion replaces whatever is live.

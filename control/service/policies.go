@@ -94,6 +94,11 @@ func (s *Service) SetRolloutPolicy(ctx context.Context, req *lehrpb.SetRolloutPo
 func (s *Service) putPolicy(ctx context.Context, scope string, rec *lehrpb.RolloutPolicyRecord, author, message string, gen uint64) (*lehrpb.RolloutPolicyRecord, error) {
 	c := callerOf(ctx)
 	rec.Author, rec.TransportIdentity, rec.Message = c.author(author), c.transport, message
+	if rec.GetPolicy() != nil { // a deletion frees space; a new policy is content
+		if err := s.admitContent(rec); err != nil {
+			return nil, err
+		}
+	}
 	out, err := s.st.PutRolloutPolicy(ctx, scope, rec, gen)
 	if err != nil {
 		return nil, s.policyError(ctx, err)

@@ -53,12 +53,10 @@ func (s *Service) Publish(ctx context.Context, req *lehrpb.PublishRequest) (_ *l
 	if err := s.runValidators(ctx, ns, props, fieldOf); err != nil {
 		return nil, err
 	}
-	if err := s.allowPublish(ctx, dom); err != nil {
-		return nil, err
-	}
 	c := callerOf(ctx)
 	info, err := s.commitLatest(ctx, store.Commit{
 		Namespace: req.GetNamespace(),
+		Limits:    s.domainLimits(dom),
 		Create:    create,
 		Kind:      ns.GetKind(),
 		Content:   snap,
@@ -177,12 +175,10 @@ func (s *Service) Patch(ctx context.Context, req *lehrpb.PatchRequest) (_ *lehrp
 	if err := s.runValidators(ctx, ns, set, keyFields("set", set)); err != nil {
 		return nil, err
 	}
-	if err := s.allowPublish(ctx, dom); err != nil {
-		return nil, err
-	}
 	c := callerOf(ctx)
 	info, err := s.st.Commit(ctx, store.Commit{
 		Namespace:      req.GetNamespace(),
+		Limits:         s.domainLimits(dom),
 		Kind:           ns.GetKind(),
 		ExpectedLatest: base,
 		Content:        next,
@@ -211,7 +207,10 @@ func (s *Service) Patch(ctx context.Context, req *lehrpb.PatchRequest) (_ *lehrp
 
 // Rollback republishes an older version's content as a new version. The
 // content is not validated again: it was accepted when first published, and
-// a rollback must not be blocked by a quota lowered since.
+// a rollback must not be blocked by a quota lowered since — nor by the
+// domain's stored-bytes quota, its publish rate (it may overdraw its
+// bucket by a burst) or the store's high-water mark: it is the safety path
+// (store.DomainLimits).
 func (s *Service) Rollback(ctx context.Context, req *lehrpb.RollbackRequest) (_ *lehrpb.RollbackResponse, err error) {
 	defer s.track(ctx, "Rollback", time.Now(), &err)
 	_, _, nerr := names.Namespace(req.GetNamespace())
@@ -242,12 +241,10 @@ func (s *Service) Rollback(ctx context.Context, req *lehrpb.RollbackRequest) (_ 
 	if err != nil {
 		return nil, withField(s.apiError(ctx, err), "to_version")
 	}
-	if err := s.allowPublish(ctx, dom); err != nil {
-		return nil, err
-	}
 	c := callerOf(ctx)
 	info, err := s.commitLatest(ctx, store.Commit{
 		Namespace: req.GetNamespace(),
+		Limits:    s.domainLimits(dom),
 		Kind:      ns.GetKind(),
 		Content:   snap,
 		Info: &lehrpb.VersionInfo{
@@ -312,7 +309,7 @@ func (s *Service) namespaceForPublish(ctx context.Context, dom *lehrpb.Domain, n
 // Two concurrent creations may both pass; the quota is a guard rail, not an
 // exact count.
 func (s *Service) checkNamespaceQuota(ctx context.Context, dom *lehrpb.Domain) error {
-	max := dom.GetQuotas().GetMaxNamespaces()
+	max := s.effectiveQuotas(dom.GetQuotas()).GetMaxNamespaces()
 	if max <= 0 {
 		return nil
 	}
@@ -322,7 +319,7 @@ func (s *Service) checkNamespaceQuota(ctx context.Context, dom *lehrpb.Domain) e
 	}
 	if n >= int(max) {
 		return apierror.New(codes.ResourceExhausted, apierror.ReasonTooManyNamespaces, "namespace",
-			"domain %s already holds %d namespaces; its quota allows %d", dom.GetName(), n, max).
+			"domain %s already holds %d namespaces; its quota allows %d (quotas.max_namespaces): publish into an existing namespace, or ask a fleet admin to raise it ('lehr domain update %s --max-namespaces N')", dom.GetName(), n, max, dom.GetName()).
 			WithLimit("%d namespaces", max)
 	}
 	return nil
@@ -449,4 +446,33 @@ func invalidOn(e *apierror.Error, field string) *apierror.Error {
 		e.Field = field
 	}
 	return e
+}
+
+// CompactNamespace removes old versions of a namespace now, whatever their
+// age (store.CompactHistory): what a domain's admin does to free its
+// stored bytes. The ACL interceptor has let only the domain's admins
+// through.
+func (s *Service) CompactNamespace(ctx context.Context, req *lehrpb.CompactNamespaceRequest) (_ *lehrpb.CompactNamespaceResponse, err error) {
+	defer s.track(ctx, "CompactNamespace", time.Now(), &err)
+	if _, _, err := names.Namespace(req.GetName()); err != nil {
+		return nil, nameError("name", err)
+	}
+	if k := req.GetKeepLast(); k < 1 {
+		return nil, invalid(apierror.ReasonInvalidArgument, "keep_last",
+			"keep_last is %d; keep at least 1 version (the latest is never removed, nor a version some zone's goal names)", k)
+	}
+	if err := checkAudit(ctx, "", req.GetMessage()); err != nil {
+		return nil, err
+	}
+	removed, err := s.st.CompactHistory(ctx, req.GetName(), int(req.GetKeepLast()))
+	if err != nil {
+		return nil, withField(s.apiError(ctx, err), "name")
+	}
+	ns, err := s.st.GetNamespace(ctx, req.GetName())
+	if err != nil {
+		return nil, withField(s.apiError(ctx, err), "name")
+	}
+	s.log.Info("control: compacted a namespace's history", "namespace", req.GetName(), "keep_last", req.GetKeepLast(),
+		"versions_removed", removed, "stored_bytes", ns.GetStoredBytes(), "by", callerOf(ctx).author(""))
+	return &lehrpb.CompactNamespaceResponse{VersionsRemoved: int32(removed), Namespace: ns}, nil
 }

@@ -70,8 +70,13 @@ type Options struct {
 	// (they change); the strategist resolves it against those it finds.
 	DefaultRolloutPolicy *lehrpb.RolloutPolicy
 	// FleetAdmins, if set, are the only users who may make fleet-wide
-	// changes (CreateZone); empty lets every user.
+	// changes (CreateZone); empty lets every user. Only they — and the
+	// user control runs as, on its unix socket — may raise a domain's
+	// quota above DomainDefaults.
 	FleetAdmins []string
+	// DomainDefaults are the quotas of a domain that sets none; a zero
+	// field is DefaultQuotas' value.
+	DomainDefaults *lehrpb.Quotas
 }
 
 // Service implements lehrpb.ControlServer. Create it with New; it is safe
@@ -89,6 +94,9 @@ type Service struct {
 	defPolicy *lehrpb.RolloutPolicy
 	// fleetAdmins is Options.FleetAdmins.
 	fleetAdmins []string
+	// defQuotas are the quotas in force where a domain sets none
+	// (Options.DomainDefaults over DefaultQuotas).
+	defQuotas *lehrpb.Quotas
 
 	registry *validate.Registry
 	evals    *evaluation.Service
@@ -135,6 +143,8 @@ func New(opts Options) (*Service, error) {
 	if s.goals == nil {
 		s.goals = AllZones
 	}
+	s.defQuotas = DefaultQuotas()
+	s.defQuotas = s.effectiveQuotas(opts.DomainDefaults)
 	s.registry = validate.NewRegistry(validate.Options{})
 	evals, err := evaluation.New(evaluation.Options{Store: s.st, Now: s.now, Logger: s.log})
 	if err != nil {

@@ -54,15 +54,35 @@ import (
 
 // Compact applies the retention policy to one namespace and returns how
 // many versions it removed. It then deletes the blobs no remaining version
-// references.
+// references, and recounts what the namespace stores.
 func (s *Store) Compact(ctx context.Context, ns string) (int, error) {
+	return s.compact(ctx, ns, s.opts.Retention.KeepLast, s.opts.Retention.KeepFor)
+}
+
+// CompactHistory removes every version of ns but the keepLast newest
+// (at least 1), whatever their age — never the latest version nor a
+// version some zone's goal names — then deletes the blobs no remaining
+// version references and recounts what the namespace stores: what a
+// tenant does to free its quota. It returns how many versions it removed.
+func (s *Store) CompactHistory(ctx context.Context, ns string, keepLast int) (int, error) {
+	if keepLast < 1 {
+		return 0, fmt.Errorf("store: compact %s: %w", ns, invalidf("keep at least the latest version, not %d", keepLast))
+	}
+	n, err := s.compact(ctx, ns, keepLast, 0)
+	if n > 0 {
+		s.space.wantReclaim() // give etcd's space back now
+	}
+	return n, err
+}
+
+func (s *Store) compact(ctx context.Context, ns string, keepLast int, keepFor time.Duration) (int, error) {
 	if _, _, err := names.Namespace(ns); err != nil {
 		return 0, fmt.Errorf("store: compact: %w: %w", ErrInvalid, err)
 	}
 	removed := 0
 	done := false
 	for range maxCommitAttempts {
-		n, ok, err := s.compactOnce(ctx, ns)
+		n, ok, err := s.compactOnce(ctx, ns, keepLast, keepFor)
 		removed += n
 		if err != nil {
 			return removed, fmt.Errorf("store: compact %s: %w", ns, err)
@@ -87,7 +107,7 @@ func (s *Store) Compact(ctx context.Context, ns string) (int, error) {
 
 // compactOnce removes what the policy allows as seen at one revision. It
 // returns ok false if a guard failed and it should be run again.
-func (s *Store) compactOnce(ctx context.Context, ns string) (removed int, ok bool, err error) {
+func (s *Store) compactOnce(ctx context.Context, ns string, keepLast int, keepFor time.Duration) (removed int, ok bool, err error) {
 	hkey := s.lay.nsmeta(ns)
 	rs, rev, err := s.readAt(ctx,
 		clientv3.OpGet(hkey),
@@ -150,11 +170,11 @@ func (s *Store) compactOnce(ctx context.Context, ns string) (removed int, ok boo
 		}
 		recs = append(recs, rec{seq: r.GetInfo().GetSeq(), created: r.GetInfo().GetCreateTime().AsTime()})
 	}
-	cutoff := s.opts.Now().Add(-s.opts.Retention.KeepFor)
+	cutoff := s.opts.Now().Add(-keepFor)
 	var drop []uint64
 	keep := make([]uint64, 0, len(recs))
 	for i, r := range recs {
-		newest := i >= len(recs)-s.opts.Retention.KeepLast
+		newest := i >= len(recs)-keepLast
 		if newest || r.seq == head.GetLatestVersion() || pinned[r.seq] || !r.created.Before(cutoff) {
 			keep = append(keep, r.seq)
 			continue
@@ -204,7 +224,7 @@ func (s *Store) compactOnce(ctx context.Context, ns string) (removed int, ok boo
 func (s *Store) collectBlobs(ctx context.Context, ns string) (int, error) {
 	hkey := s.lay.nsmeta(ns)
 	rs, rev, err := s.readAt(ctx,
-		clientv3.OpGet(hkey, clientv3.WithKeysOnly()),
+		clientv3.OpGet(hkey),
 		clientv3.OpGet(s.lay.versionsPrefix(ns), clientv3.WithPrefix()),
 		clientv3.OpGet(s.lay.blobsPrefix(ns), clientv3.WithPrefix(), clientv3.WithKeysOnly()))
 	if err != nil {
@@ -213,8 +233,15 @@ func (s *Store) collectBlobs(ctx context.Context, ns string) (int, error) {
 	if len(rs[0].Kvs) == 0 {
 		return 0, nil
 	}
+	head := new(lehrpb.Namespace)
+	if err := decode(hkey, rs[0].Kvs[0].Value, head); err != nil {
+		return 0, err
+	}
 	headMod := rs[0].Kvs[0].ModRevision
 
+	// What the retained versions take, each record and each blob they
+	// reference counted once (usage.go).
+	var stored int64
 	referenced := make(map[string]bool)
 	var chunkHashes []string
 	for _, kv := range rs[1].Kvs {
@@ -222,6 +249,7 @@ func (s *Store) collectBlobs(ctx context.Context, ns string) (int, error) {
 		if err := decode(string(kv.Key), kv.Value, r); err != nil {
 			return 0, err
 		}
+		stored += putSize(string(kv.Key), kv.Value)
 		for _, h := range r.GetManifestChunks() {
 			if !referenced[h] {
 				referenced[h] = true
@@ -234,10 +262,17 @@ func (s *Store) collectBlobs(ctx context.Context, ns string) (int, error) {
 		// Never delete on a partial picture.
 		return 0, fmt.Errorf("read manifests at revision %d: %w", rev, err)
 	}
-	for _, c := range chunks {
+	for h, c := range chunks {
+		stored += int64(len(s.lay.blob(ns, h)) + proto.Size(c))
 		for _, e := range c.GetEntries() {
-			referenced[e.GetValueHash()] = true
+			if vh := e.GetValueHash(); !referenced[vh] {
+				referenced[vh] = true
+				stored += int64(len(s.lay.blob(ns, vh))) + e.GetSize()
+			}
 		}
+	}
+	if err := s.recount(ctx, head, headMod, stored); err != nil {
+		return 0, err
 	}
 
 	type cand struct {
@@ -287,6 +322,61 @@ func (s *Store) collectBlobs(ctx context.Context, ns string) (int, error) {
 	return deleted, nil
 }
 
+// recount sets the stored bytes of head, read at mod revision headMod,
+// to stored, and corrects its domain's sum by the difference, unless the
+// head changed since (the next pass counts again).
+func (s *Store) recount(ctx context.Context, head *lehrpb.Namespace, headMod int64, stored int64) error {
+	diff := stored - head.GetStoredBytes()
+	if diff == 0 {
+		return nil
+	}
+	domain, _, err := names.Namespace(head.GetName())
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrCorrupt, err)
+	}
+	hkey, ukey := s.lay.nsmeta(head.GetName()), s.lay.usage(domain)
+	nh := proto.CloneOf(head)
+	nh.StoredBytes = stored
+	hb, err := encode(nh)
+	if err != nil {
+		return err
+	}
+	for range maxCommitAttempts {
+		resp, err := s.get(ctx, ukey)
+		if err != nil {
+			return err
+		}
+		u, err := decodeUsage(resp)
+		if err != nil {
+			return err
+		}
+		next := proto.CloneOf(u.rec)
+		next.StoredBytes = max(0, next.StoredBytes+diff)
+		ub, err := encode(next)
+		if err != nil {
+			return err
+		}
+		tr, err := s.txn(ctx,
+			[]clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(hkey), "=", headMod), u.guard(ukey)},
+			[]clientv3.Op{clientv3.OpPut(hkey, string(hb)), clientv3.OpPut(ukey, string(ub))},
+			[]clientv3.Op{clientv3.OpGet(hkey, clientv3.WithKeysOnly())})
+		if err != nil {
+			return err
+		}
+		if tr.Succeeded {
+			s.log.Debug("store: recounted a namespace's stored bytes", "namespace", head.GetName(), "stored_bytes", stored, "was", head.GetStoredBytes())
+			if s.opts.OnDomainUsage != nil {
+				s.opts.OnDomainUsage(domain, next.StoredBytes)
+			}
+			return nil
+		}
+		if h := tr.Responses[0].GetResponseRange().GetKvs(); len(h) == 0 || h[0].ModRevision != headMod {
+			return nil // a commit or compaction came first: counted next pass
+		}
+	}
+	return fmt.Errorf("recount %s: %w", head.GetName(), ErrContention)
+}
+
 // RunCompactor compacts every namespace each interval until ctx is done,
 // starting with one pass at once. Errors are logged and the pass moves on
 // to the next namespace; RunCompactor returns nil when ctx is done. An
@@ -298,6 +388,11 @@ func (s *Store) RunCompactor(ctx context.Context, interval time.Duration) error 
 	}
 	t := time.NewTicker(interval)
 	defer t.Stop()
+	// Releases before usage.go kept each domain's publish bucket at
+	// budgets/<domain>; nothing reads those keys now.
+	if _, err := s.cli.Delete(reqCtx(ctx), s.lay.prefix+"budgets/", clientv3.WithPrefix()); err != nil && ctx.Err() == nil {
+		s.log.Warn("store: compactor: delete the publish buckets of an earlier release", "err", err)
+	}
 	for {
 		s.compactAll(ctx)
 		select {

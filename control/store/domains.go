@@ -282,3 +282,22 @@ func (s *Store) CountNamespaces(ctx context.Context, domain string) (int, error)
 	}
 	return int(resp.Count), nil
 }
+
+// DomainUsage returns the bytes domain stores and the namespaces it
+// holds, read at one revision (usage.go).
+func (s *Store) DomainUsage(ctx context.Context, domain string) (storedBytes int64, namespaces int, err error) {
+	if err := names.Domain(domain); err != nil {
+		return 0, 0, fmt.Errorf("store: domain usage: %w: %w", ErrInvalid, err)
+	}
+	rs, _, err := s.readAt(ctx,
+		clientv3.OpGet(s.lay.usage(domain)),
+		clientv3.OpGet(s.lay.nsmetaDomain(domain), clientv3.WithPrefix(), clientv3.WithCountOnly()))
+	if err != nil {
+		return 0, 0, fmt.Errorf("store: usage of %s: %w", domain, err)
+	}
+	u, err := decodeUsage(rs[0])
+	if err != nil {
+		return 0, 0, fmt.Errorf("store: usage of %s: %w", domain, err)
+	}
+	return u.rec.GetStoredBytes(), int(rs[1].Count), nil
+}

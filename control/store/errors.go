@@ -26,6 +26,12 @@ var (
 	// transactions to concurrent writers and gave up; retrying later may
 	// succeed.
 	ErrContention = errors.New("store: too much contention, gave up")
+	// ErrQuota is wrapped when a domain's limit refuses a write
+	// (*QuotaError, *RateError). Nothing is changed.
+	ErrQuota = errors.New("store: domain quota exceeded")
+	// ErrStoreFull is wrapped when the store is above its high-water mark
+	// and refuses new content (*SpaceError). Nothing is changed.
+	ErrStoreFull = errors.New("store: above its high-water mark")
 )
 
 // NotFoundError says what was not found. It wraps ErrNotFound.

@@ -26,7 +26,7 @@ import (
 //	rolloutcmds/<domain>/<name>/<version %020d>  lehrpb.RolloutCommand, until carried out
 //	evaluations/<domain>/<name>/<version %020d>/<evaluation name>  lehrpb.CanaryEvaluation
 //	experiments/<domain>/<name>/<experiment id>  lehrpb.PolicyExperiment
-//	budgets/<domain>                          lehrpb.PublishBudget, the domain's publish token bucket
+//	usage/<domain>                            lehrpb.DomainUsageRecord, stored bytes and the publish token bucket
 //	audit/<unix nanoseconds %020d>-<random>   lehrpb.AuditRecord, under a lease of the audit retention
 //
 // Names are validated (package names) before they become keys, so no name
@@ -86,7 +86,8 @@ func (l layout) evaluationsOf(ns string, seq uint64) string {
 func (l layout) evaluation(ns string, seq uint64, name string) string {
 	return l.evaluationsOf(ns, seq) + name
 }
-func (l layout) budget(domain string) string     { return l.prefix + "budgets/" + domain }
+func (l layout) usage(domain string) string      { return l.prefix + "usage/" + domain }
+func (l layout) usagePrefix() string             { return l.prefix + "usage/" }
 func (l layout) auditPrefix() string             { return l.prefix + "audit/" }
 func (l layout) experimentsOf(ns string) string  { return l.prefix + "experiments/" + ns + "/" }
 func (l layout) experiment(ns, id string) string { return l.experimentsOf(ns) + id }

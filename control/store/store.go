@@ -14,6 +14,7 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
@@ -51,7 +52,8 @@ type Options struct {
 	Logger *slog.Logger
 	// OnRoundTrip, if set, is called after every etcd request with the
 	// operation ("get", "txn", "put", "delete", "watch", "lease_grant",
-	// "lease_keepalive", "lease_revoke") and its duration.
+	// "lease_keepalive", "lease_revoke", "status", "alarm_list",
+	// "compact", "defragment") and its duration.
 	OnRoundTrip func(op string, d time.Duration, err error)
 	// ContentCacheBytes bounds the memory of versions' content (each at
 	// most 256 KiB) kept for Content (contentcache.go); 0 means
@@ -66,6 +68,23 @@ type Options struct {
 	// a publish before its commit skip it (serializable reads). Never set
 	// it for a cluster: a lagging member would answer from the past.
 	SingleMember bool
+	// Maintenance, if set, is the client of etcd's maintenance calls
+	// (status, alarms, defragmentation); default the store's own. The
+	// embedded member's in-process client cannot defragment (etcd's
+	// v3client has no health notifier for it): control passes one
+	// dialled to the member's socket.
+	Maintenance *clientv3.Client
+	// Space configures the watch over etcd's space (space.go): its quota,
+	// the reserve kept for the safety path, and how often it is read.
+	Space SpaceOptions
+	// OnDomainUsage, if set, is called with a domain's stored bytes each
+	// time a commit or a recount changes them (usage.go).
+	OnDomainUsage func(domain string, storedBytes int64)
+	// OnSpaceEvent, if set, is called for each write refused above the
+	// high-water mark ("refused"), each compaction of etcd's revisions
+	// ("compact") and defragmentation ("defragment") run to reclaim
+	// space, and each NOSPACE alarm disarmed ("disarm").
+	OnSpaceEvent func(event string)
 }
 
 // Store is the etcd-backed state of the control plane. It is safe for
@@ -79,6 +98,8 @@ type Store struct {
 	requests leaseBucket // see requests.go
 	audit    leaseBucket // see audit.go
 	contents *contentCache
+	space    *space           // see space.go
+	maint    *clientv3.Client // Options.Maintenance or cli
 }
 
 // Defaults of Options.
@@ -119,7 +140,7 @@ func New(cli *clientv3.Client, opts Options) *Store {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	s := &Store{cli: cli, opts: opts, lay: layout{prefix: opts.Prefix}, log: opts.Logger}
+	s := &Store{cli: cli, opts: opts, lay: layout{prefix: opts.Prefix}, log: opts.Logger, space: newSpace(opts.Space), maint: cmp.Or(opts.Maintenance, cli)}
 	switch {
 	case opts.ContentCacheBytes == 0:
 		s.contents = newContentCache(DefaultContentCacheBytes)

@@ -124,6 +124,10 @@ type Commit struct {
 	// ExpectedChecks are kept with the version for its rollout's canary
 	// analyses (ExpectedChecks): what the version is meant to change.
 	ExpectedChecks []*lehrpb.CanaryCheck
+	// Limits are the limits of the namespace's domain (usage.go): a
+	// commit beyond them is a *QuotaError or *RateError and changes
+	// nothing. The zero value limits nothing.
+	Limits DomainLimits
 }
 
 // ExperimentRef names an experiment record at a mod revision.
@@ -198,12 +202,17 @@ func (s *Store) tryCommit(ctx context.Context, c Commit, domain string, m *manif
 	}
 	hkey := s.lay.nsmeta(c.Namespace)
 	rkey := s.lay.request(c.Namespace, c.RequestID)
+	ukey := s.lay.usage(domain)
+	const iHead, iDomain, iRequest, iUsage = 0, 1, 2, 3
 	ops := []clientv3.Op{
-		get(hkey),
-		get(s.lay.domain(domain), clientv3.WithCountOnly()),
-		get(rkey), // empty for an empty request id
+		iHead:    get(hkey),
+		iDomain:  get(s.lay.domain(domain), clientv3.WithCountOnly()),
+		iRequest: get(rkey), // empty for an empty request id
+		iUsage:   get(ukey),
 	}
+	iZones := -1
 	if c.Goals == GoalsAllZones {
+		iZones = len(ops)
 		ops = append(ops, get(s.lay.zonesPrefix(), clientv3.WithPrefix(), clientv3.WithKeysOnly()))
 	}
 	var ekey string
@@ -235,21 +244,25 @@ func (s *Store) tryCommit(ctx context.Context, c Commit, domain string, m *manif
 			return nil, fmt.Errorf("experiment %s/%s changed concurrently: %w", c.Namespace, c.Experiment.ID, ErrConflict)
 		}
 	}
-	if c.RequestID != "" && len(rs[2].Kvs) > 0 {
+	if c.RequestID != "" && len(rs[iRequest].Kvs) > 0 {
 		rec := new(lehrpb.RequestRecord)
-		if err := decode(rkey, rs[2].Kvs[0].Value, rec); err != nil {
+		if err := decode(rkey, rs[iRequest].Kvs[0].Value, rec); err != nil {
 			return nil, err
 		}
 		return rec.GetInfo(), nil
 	}
+	usage, err := decodeUsage(rs[iUsage])
+	if err != nil {
+		return nil, err
+	}
 	now := s.opts.Now()
 	var head *lehrpb.Namespace
 	var headMod int64
-	if len(rs[0].Kvs) == 0 {
+	if len(rs[iHead].Kvs) == 0 {
 		switch {
 		case !c.Create:
 			return nil, &NotFoundError{What: "namespace", Name: c.Namespace}
-		case rs[1].Count == 0:
+		case rs[iDomain].Count == 0:
 			return nil, &NotFoundError{What: "domain", Name: domain}
 		case c.ExpectedLatest != 0 && !c.Rebase:
 			return nil, &ConflictError{Namespace: c.Namespace, Expected: c.ExpectedLatest, Current: 0}
@@ -257,10 +270,10 @@ func (s *Store) tryCommit(ctx context.Context, c Commit, domain string, m *manif
 		head = &lehrpb.Namespace{Name: c.Namespace, Kind: c.Kind, CreateTime: timestamppb.New(now)}
 	} else {
 		head = new(lehrpb.Namespace)
-		if err := decode(hkey, rs[0].Kvs[0].Value, head); err != nil {
+		if err := decode(hkey, rs[iHead].Kvs[0].Value, head); err != nil {
 			return nil, err
 		}
-		headMod = rs[0].Kvs[0].ModRevision
+		headMod = rs[iHead].Kvs[0].ModRevision
 	}
 	latest := head.GetLatestVersion()
 	var parent *storedVersion
@@ -288,24 +301,13 @@ func (s *Store) tryCommit(ctx context.Context, c Commit, domain string, m *manif
 		return nil, &ConflictError{Namespace: c.Namespace, Expected: c.ExpectedLatest, Current: latest}
 	}
 	var zones []string
-	if c.Goals == GoalsAllZones {
-		for _, kv := range rs[3].Kvs {
+	if iZones >= 0 {
+		for _, kv := range rs[iZones].Kvs {
 			zones = append(zones, s.lay.zoneFromKey(string(kv.Key)))
 		}
 	}
 
-	inline, err := s.stage(ctx, c.Namespace, m, parent, rev)
-	if err != nil {
-		return nil, err
-	}
-	// Crash point of the kill matrix (testenv/chaos): blobs staged, the
-	// version transaction not run.
-	// gofail: var storeAfterStage struct{}
-
 	seq := latest + 1
-	// Readers that see this version's record before its content is put
-	// (CachedContent, from the goal watch) wait for the put.
-	defer s.contents.commit(c.Namespace, seq)()
 	in := c.Info
 	info := &lehrpb.VersionInfo{
 		Namespace:         c.Namespace,
@@ -328,11 +330,45 @@ func (s *Store) tryCommit(ctx context.Context, c Commit, domain string, m *manif
 	if err != nil {
 		return nil, err
 	}
+	vkey := s.lay.version(c.Namespace, seq)
+
+	// What the version adds to the store, counted against its domain
+	// (usage.go) and the store's high-water mark (space.go) before
+	// anything is written.
+	puts, err := s.blobsToPut(ctx, c.Namespace, m, parent, rev)
+	if err != nil {
+		return nil, err
+	}
+	added := putSize(vkey, recBytes)
+	for _, p := range puts {
+		added += putSize(p.key, p.value)
+	}
+	safety := in.GetSource() == lehrpb.VersionSource_VERSION_SOURCE_ROLLBACK
+	nextUsage, err := usage.charge(domain, added, c.Limits, now, safety)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.admitSpace(added, safety); err != nil {
+		return nil, err
+	}
+
+	inline, err := s.stage(ctx, puts)
+	if err != nil {
+		return nil, err
+	}
+	// Crash point of the kill matrix (testenv/chaos): blobs staged, the
+	// version transaction not run.
+	// gofail: var storeAfterStage struct{}
+
+	// Readers that see this version's record before its content is put
+	// (CachedContent, from the goal watch) wait for the put.
+	defer s.contents.commit(c.Namespace, seq)()
 	newHead := proto.CloneOf(head)
 	newHead.LatestVersion = seq
 	newHead.LatestChecksum = info.Checksum
 	newHead.SizeBytes = info.SizeBytes
 	newHead.PropertyCount = info.PropertyCount
+	newHead.StoredBytes += added
 	if newHead.OldestVersion == 0 {
 		newHead.OldestVersion = seq
 	}
@@ -350,7 +386,7 @@ func (s *Store) tryCommit(ctx context.Context, c Commit, domain string, m *manif
 		cmps[0] = clientv3.Compare(clientv3.CreateRevision(hkey), "=", 0)
 	}
 	then := []clientv3.Op{
-		clientv3.OpPut(s.lay.version(c.Namespace, seq), string(recBytes)),
+		clientv3.OpPut(vkey, string(recBytes)),
 		clientv3.OpPut(hkey, string(headBytes)),
 	}
 	if c.Experiment != nil {
@@ -385,7 +421,8 @@ func (s *Store) tryCommit(ctx context.Context, c Commit, domain string, m *manif
 			then = append(then, clientv3.OpPut(s.lay.goal(z, c.Namespace), string(g)))
 		}
 	}
-	if len(then)+len(inline) > maxInlineTxnOps {
+	// +1: the usage record's put, added to each attempt below.
+	if len(then)+1+len(inline) > maxInlineTxnOps {
 		// Many zones' goals: the blobs go in their own transaction first.
 		if _, err := s.txn(ctx, nil, inline, nil); err != nil {
 			return nil, fmt.Errorf("stage %d blobs: %w", len(inline), err)
@@ -395,17 +432,48 @@ func (s *Store) tryCommit(ctx context.Context, c Commit, domain string, m *manif
 	// The blobs of a small change are written by the version's own
 	// transaction: one durable etcd commit per publish.
 	then = append(inline, then...)
-	resp, err := s.txn(ctx, cmps, then, nil)
-	if isLeaseGone(err) {
-		s.forgetRequestLease(lease) // revoked under us: a new round grants another
-		return nil, nil
+	// The attempts of the final transaction: another commit of the domain
+	// moving its usage record (and nothing else moving) is not a reason to
+	// read and stage again — only to charge the new usage.
+	els := []clientv3.Op{clientv3.OpGet(hkey, clientv3.WithKeysOnly()), clientv3.OpGet(ukey)}
+	committed := false
+	for range maxCommitAttempts {
+		ub, err := encode(nextUsage)
+		if err != nil {
+			return nil, err
+		}
+		resp, err := s.txn(ctx, append(cmps, usage.guard(ukey)), append(then, clientv3.OpPut(ukey, string(ub))), els)
+		if isLeaseGone(err) {
+			s.forgetRequestLease(lease) // revoked under us: a new round grants another
+			return nil, nil
+		}
+		if err != nil {
+			// It may have committed: never retried by Commit.
+			return nil, &versionTxnError{err}
+		}
+		if resp.Succeeded {
+			committed = true
+			break
+		}
+		h := resp.Responses[0].GetResponseRange().GetKvs()
+		if (len(h) == 0) != (headMod == 0) || (headMod != 0 && h[0].ModRevision != headMod) {
+			s.log.Debug("store: commit guard failed, retrying", "namespace", c.Namespace, "read_revision", rev)
+			return nil, nil
+		}
+		moved, err := decodeUsage((*clientv3.GetResponse)(resp.Responses[1].GetResponseRange()))
+		if err != nil {
+			return nil, err
+		}
+		if moved.mod == usage.mod {
+			// Another guard failed (zones, an experiment): a new round.
+			return nil, nil
+		}
+		usage = moved
+		if nextUsage, err = usage.charge(domain, added, c.Limits, s.opts.Now(), safety); err != nil {
+			return nil, err
+		}
 	}
-	if err != nil {
-		// It may have committed: never retried by Commit.
-		return nil, &versionTxnError{err}
-	}
-	if !resp.Succeeded {
-		s.log.Debug("store: commit guard failed, retrying", "namespace", c.Namespace, "read_revision", rev)
+	if !committed {
 		return nil, nil
 	}
 	// Crash point of the kill matrix (testenv/chaos): the version
@@ -416,18 +484,26 @@ func (s *Store) tryCommit(ctx context.Context, c Commit, domain string, m *manif
 	if c.Deleted != nil {
 		*c.Deleted = deleted
 	}
+	if s.opts.OnDomainUsage != nil {
+		s.opts.OnDomainUsage(domain, nextUsage.GetStoredBytes())
+	}
 	// A copy: the caller owns info, readers of the cache share theirs.
 	s.contents.put(c.Namespace, proto.CloneOf(info), c.Content, storedOf(m, c.RequestID))
 	return info, nil
 }
 
-// stage puts every blob of m that parent does not reference, in
-// transactions within etcd's request limits — or, when they are few and
-// small (maxInlineOps, maxInlineBytes), returns their puts for the
-// version's own transaction to write. See the package comment of
-// compact.go for why blobs the parent already has are not re-put and
-// every other blob is, even if it exists.
-func (s *Store) stage(ctx context.Context, ns string, m *manifest, parent *storedVersion, rev int64) (inline []clientv3.Op, err error) {
+// blobPut is one blob a commit puts.
+type blobPut struct {
+	key   string
+	value []byte
+}
+
+// blobsToPut returns every blob of m that parent does not reference: the
+// manifest chunks it does not have and the values those chunks hold that
+// its other chunks do not. See the package comment of compact.go for why
+// blobs the parent already has are not re-put and every other blob is,
+// even if it exists.
+func (s *Store) blobsToPut(ctx context.Context, ns string, m *manifest, parent *storedVersion, rev int64) ([]blobPut, error) {
 	var pchunks []string
 	if parent != nil {
 		pchunks = parent.chunks
@@ -476,12 +552,12 @@ func (s *Store) stage(ctx context.Context, ns string, m *manifest, parent *store
 		}
 	}
 
-	put := make(map[string][]byte)
-	var order []string
+	seen := make(map[string]bool)
+	var puts []blobPut
 	add := func(h string, b []byte) {
-		if _, ok := put[h]; !ok {
-			put[h] = b
-			order = append(order, h)
+		if !seen[h] {
+			seen[h] = true
+			puts = append(puts, blobPut{key: s.lay.blob(ns, h), value: b})
 		}
 	}
 	for i, h := range m.chunkHashes {
@@ -495,14 +571,20 @@ func (s *Store) stage(ctx context.Context, ns string, m *manifest, parent *store
 		}
 		add(h, m.chunks[i])
 	}
+	return puts, nil
+}
 
+// stage puts blobs in transactions within etcd's request limits — or,
+// when they are few and small (maxInlineOps, maxInlineBytes), returns
+// their puts for the version's own transaction to write.
+func (s *Store) stage(ctx context.Context, puts []blobPut) (inline []clientv3.Op, err error) {
 	total := 0
-	for _, h := range order {
-		total += len(put[h]) + len(h)
+	for _, p := range puts {
+		total += len(p.value) + len(p.key)
 	}
-	if len(order) <= maxInlineOps && total <= maxInlineBytes {
-		for _, h := range order {
-			inline = append(inline, clientv3.OpPut(s.lay.blob(ns, h), string(put[h])))
+	if len(puts) <= maxInlineOps && total <= maxInlineBytes {
+		for _, p := range puts {
+			inline = append(inline, clientv3.OpPut(p.key, string(p.value)))
 		}
 		return inline, nil
 	}
@@ -519,15 +601,14 @@ func (s *Store) stage(ctx context.Context, ns string, m *manifest, parent *store
 		ops, payload = ops[:0], 0
 		return nil
 	}
-	for _, h := range order {
-		b := put[h]
-		if len(ops) == maxOpsPerTxn || (len(ops) > 0 && payload+len(b) > maxTxnPayload) {
+	for _, p := range puts {
+		if len(ops) == maxOpsPerTxn || (len(ops) > 0 && payload+len(p.value) > maxTxnPayload) {
 			if err := flush(); err != nil {
 				return nil, err
 			}
 		}
-		ops = append(ops, clientv3.OpPut(s.lay.blob(ns, h), string(b)))
-		payload += len(b) + len(h)
+		ops = append(ops, clientv3.OpPut(p.key, string(p.value)))
+		payload += len(p.value) + len(p.key)
 	}
 	return nil, flush()
 }

@@ -56,8 +56,12 @@ func (p DomainPolicy) subscriptions(share int) int {
 
 // PolicyOf returns a domain's policy.
 func PolicyOf(d *lehrpb.Domain) DomainPolicy {
-	return DomainPolicy{Readers: d.GetAcl().GetReaders(), OutboundBytesPerSecond: d.GetQuotas().GetOutboundBytesPerSecond(),
-		MaxSubscriptions: int(d.GetQuotas().GetMaxSubscriptions())}
+	q := d.GetEffectiveQuotas() // the quotas in force; a control before them sends none
+	if q == nil {
+		q = d.GetQuotas()
+	}
+	return DomainPolicy{Readers: d.GetAcl().GetReaders(), OutboundBytesPerSecond: q.GetOutboundBytesPerSecond(),
+		MaxSubscriptions: int(q.GetMaxSubscriptions())}
 }
 
 // mayRead reports whether host of zone may receive the domain's namespaces.

@@ -48,6 +48,8 @@ const (
 	ReasonTooManyExperiments = "TOO_MANY_EXPERIMENTS" // a policy has the most experiments it may have
 	ReasonEtagMismatch       = "ETAG_MISMATCH"        // a stated etag is not the resource's current one
 	ReasonPreviewGate        = "PREVIEW_GATE"         // a commit's gate on preview counts is not met
+	ReasonQuotaExceeded      = "QUOTA_EXCEEDED"       // a domain would store more bytes than its quota allows
+	ReasonStoreFull          = "STORE_FULL"           // the store is above its high-water mark: new content waits for space
 )
 
 // Error is a Lehr API error.

@@ -131,7 +131,7 @@ func (x GoalEvent_Type) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use GoalEvent_Type.Descriptor instead.
 func (GoalEvent_Type) EnumDescriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{43, 0}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{45, 0}
 }
 
 // AuditRecord is one mutating call to control, as it ended. Records are
@@ -2373,6 +2373,123 @@ func (x *RollbackResponse) GetVersion() *VersionInfo {
 	return nil
 }
 
+type CompactNamespaceRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The namespace, "domain/name".
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// How many of the newest versions to keep: 1 or more.
+	KeepLast int32 `protobuf:"varint,2,opt,name=keep_last,json=keepLast,proto3" json:"keep_last,omitempty"`
+	// Why, for the audit log; at most 1 KiB.
+	Message       string `protobuf:"bytes,3,opt,name=message,proto3" json:"message,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CompactNamespaceRequest) Reset() {
+	*x = CompactNamespaceRequest{}
+	mi := &file_lehr_v1_control_proto_msgTypes[37]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CompactNamespaceRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CompactNamespaceRequest) ProtoMessage() {}
+
+func (x *CompactNamespaceRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_lehr_v1_control_proto_msgTypes[37]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CompactNamespaceRequest.ProtoReflect.Descriptor instead.
+func (*CompactNamespaceRequest) Descriptor() ([]byte, []int) {
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{37}
+}
+
+func (x *CompactNamespaceRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *CompactNamespaceRequest) GetKeepLast() int32 {
+	if x != nil {
+		return x.KeepLast
+	}
+	return 0
+}
+
+func (x *CompactNamespaceRequest) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+type CompactNamespaceResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Versions removed.
+	VersionsRemoved int32 `protobuf:"varint,1,opt,name=versions_removed,json=versionsRemoved,proto3" json:"versions_removed,omitempty"`
+	// The namespace after: its oldest kept version and stored bytes.
+	Namespace     *Namespace `protobuf:"bytes,2,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CompactNamespaceResponse) Reset() {
+	*x = CompactNamespaceResponse{}
+	mi := &file_lehr_v1_control_proto_msgTypes[38]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CompactNamespaceResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CompactNamespaceResponse) ProtoMessage() {}
+
+func (x *CompactNamespaceResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_lehr_v1_control_proto_msgTypes[38]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CompactNamespaceResponse.ProtoReflect.Descriptor instead.
+func (*CompactNamespaceResponse) Descriptor() ([]byte, []int) {
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{38}
+}
+
+func (x *CompactNamespaceResponse) GetVersionsRemoved() int32 {
+	if x != nil {
+		return x.VersionsRemoved
+	}
+	return 0
+}
+
+func (x *CompactNamespaceResponse) GetNamespace() *Namespace {
+	if x != nil {
+		return x.Namespace
+	}
+	return nil
+}
+
 type CreateZoneRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
@@ -2382,7 +2499,7 @@ type CreateZoneRequest struct {
 
 func (x *CreateZoneRequest) Reset() {
 	*x = CreateZoneRequest{}
-	mi := &file_lehr_v1_control_proto_msgTypes[37]
+	mi := &file_lehr_v1_control_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2394,7 +2511,7 @@ func (x *CreateZoneRequest) String() string {
 func (*CreateZoneRequest) ProtoMessage() {}
 
 func (x *CreateZoneRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[37]
+	mi := &file_lehr_v1_control_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2407,7 +2524,7 @@ func (x *CreateZoneRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateZoneRequest.ProtoReflect.Descriptor instead.
 func (*CreateZoneRequest) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{37}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *CreateZoneRequest) GetName() string {
@@ -2425,7 +2542,7 @@ type ListZonesRequest struct {
 
 func (x *ListZonesRequest) Reset() {
 	*x = ListZonesRequest{}
-	mi := &file_lehr_v1_control_proto_msgTypes[38]
+	mi := &file_lehr_v1_control_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2437,7 +2554,7 @@ func (x *ListZonesRequest) String() string {
 func (*ListZonesRequest) ProtoMessage() {}
 
 func (x *ListZonesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[38]
+	mi := &file_lehr_v1_control_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2450,7 +2567,7 @@ func (x *ListZonesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListZonesRequest.ProtoReflect.Descriptor instead.
 func (*ListZonesRequest) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{38}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{40}
 }
 
 type ListZonesResponse struct {
@@ -2462,7 +2579,7 @@ type ListZonesResponse struct {
 
 func (x *ListZonesResponse) Reset() {
 	*x = ListZonesResponse{}
-	mi := &file_lehr_v1_control_proto_msgTypes[39]
+	mi := &file_lehr_v1_control_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2474,7 +2591,7 @@ func (x *ListZonesResponse) String() string {
 func (*ListZonesResponse) ProtoMessage() {}
 
 func (x *ListZonesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[39]
+	mi := &file_lehr_v1_control_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2487,7 +2604,7 @@ func (x *ListZonesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListZonesResponse.ProtoReflect.Descriptor instead.
 func (*ListZonesResponse) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{39}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *ListZonesResponse) GetZones() []*Zone {
@@ -2508,7 +2625,7 @@ type GetGoalsRequest struct {
 
 func (x *GetGoalsRequest) Reset() {
 	*x = GetGoalsRequest{}
-	mi := &file_lehr_v1_control_proto_msgTypes[40]
+	mi := &file_lehr_v1_control_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2520,7 +2637,7 @@ func (x *GetGoalsRequest) String() string {
 func (*GetGoalsRequest) ProtoMessage() {}
 
 func (x *GetGoalsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[40]
+	mi := &file_lehr_v1_control_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2533,7 +2650,7 @@ func (x *GetGoalsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetGoalsRequest.ProtoReflect.Descriptor instead.
 func (*GetGoalsRequest) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{40}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *GetGoalsRequest) GetZone() string {
@@ -2561,7 +2678,7 @@ type GetGoalsResponse struct {
 
 func (x *GetGoalsResponse) Reset() {
 	*x = GetGoalsResponse{}
-	mi := &file_lehr_v1_control_proto_msgTypes[41]
+	mi := &file_lehr_v1_control_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2573,7 +2690,7 @@ func (x *GetGoalsResponse) String() string {
 func (*GetGoalsResponse) ProtoMessage() {}
 
 func (x *GetGoalsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[41]
+	mi := &file_lehr_v1_control_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2586,7 +2703,7 @@ func (x *GetGoalsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetGoalsResponse.ProtoReflect.Descriptor instead.
 func (*GetGoalsResponse) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{41}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *GetGoalsResponse) GetGoals() []*GoalState {
@@ -2620,7 +2737,7 @@ type WatchGoalsRequest struct {
 
 func (x *WatchGoalsRequest) Reset() {
 	*x = WatchGoalsRequest{}
-	mi := &file_lehr_v1_control_proto_msgTypes[42]
+	mi := &file_lehr_v1_control_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2632,7 +2749,7 @@ func (x *WatchGoalsRequest) String() string {
 func (*WatchGoalsRequest) ProtoMessage() {}
 
 func (x *WatchGoalsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[42]
+	mi := &file_lehr_v1_control_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2645,7 +2762,7 @@ func (x *WatchGoalsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchGoalsRequest.ProtoReflect.Descriptor instead.
 func (*WatchGoalsRequest) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{42}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *WatchGoalsRequest) GetZone() string {
@@ -2697,7 +2814,7 @@ type GoalEvent struct {
 
 func (x *GoalEvent) Reset() {
 	*x = GoalEvent{}
-	mi := &file_lehr_v1_control_proto_msgTypes[43]
+	mi := &file_lehr_v1_control_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2709,7 +2826,7 @@ func (x *GoalEvent) String() string {
 func (*GoalEvent) ProtoMessage() {}
 
 func (x *GoalEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[43]
+	mi := &file_lehr_v1_control_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2722,7 +2839,7 @@ func (x *GoalEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GoalEvent.ProtoReflect.Descriptor instead.
 func (*GoalEvent) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{43}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *GoalEvent) GetType() GoalEvent_Type {
@@ -2764,7 +2881,7 @@ type WatchGoalsResponse struct {
 
 func (x *WatchGoalsResponse) Reset() {
 	*x = WatchGoalsResponse{}
-	mi := &file_lehr_v1_control_proto_msgTypes[44]
+	mi := &file_lehr_v1_control_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2776,7 +2893,7 @@ func (x *WatchGoalsResponse) String() string {
 func (*WatchGoalsResponse) ProtoMessage() {}
 
 func (x *WatchGoalsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[44]
+	mi := &file_lehr_v1_control_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2789,7 +2906,7 @@ func (x *WatchGoalsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchGoalsResponse.ProtoReflect.Descriptor instead.
 func (*WatchGoalsResponse) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{44}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *WatchGoalsResponse) GetRevision() int64 {
@@ -2831,7 +2948,7 @@ type FetchVersionRequest struct {
 
 func (x *FetchVersionRequest) Reset() {
 	*x = FetchVersionRequest{}
-	mi := &file_lehr_v1_control_proto_msgTypes[45]
+	mi := &file_lehr_v1_control_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2843,7 +2960,7 @@ func (x *FetchVersionRequest) String() string {
 func (*FetchVersionRequest) ProtoMessage() {}
 
 func (x *FetchVersionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[45]
+	mi := &file_lehr_v1_control_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2856,7 +2973,7 @@ func (x *FetchVersionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchVersionRequest.ProtoReflect.Descriptor instead.
 func (*FetchVersionRequest) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{45}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *FetchVersionRequest) GetNamespace() string {
@@ -2885,7 +3002,7 @@ type FetchVersionResponse struct {
 
 func (x *FetchVersionResponse) Reset() {
 	*x = FetchVersionResponse{}
-	mi := &file_lehr_v1_control_proto_msgTypes[46]
+	mi := &file_lehr_v1_control_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2897,7 +3014,7 @@ func (x *FetchVersionResponse) String() string {
 func (*FetchVersionResponse) ProtoMessage() {}
 
 func (x *FetchVersionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[46]
+	mi := &file_lehr_v1_control_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2910,7 +3027,7 @@ func (x *FetchVersionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchVersionResponse.ProtoReflect.Descriptor instead.
 func (*FetchVersionResponse) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{46}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *FetchVersionResponse) GetVersion() *VersionInfo {
@@ -2945,7 +3062,7 @@ type FetchDeltaRequest struct {
 
 func (x *FetchDeltaRequest) Reset() {
 	*x = FetchDeltaRequest{}
-	mi := &file_lehr_v1_control_proto_msgTypes[47]
+	mi := &file_lehr_v1_control_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2957,7 +3074,7 @@ func (x *FetchDeltaRequest) String() string {
 func (*FetchDeltaRequest) ProtoMessage() {}
 
 func (x *FetchDeltaRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[47]
+	mi := &file_lehr_v1_control_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2970,7 +3087,7 @@ func (x *FetchDeltaRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchDeltaRequest.ProtoReflect.Descriptor instead.
 func (*FetchDeltaRequest) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{47}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *FetchDeltaRequest) GetNamespace() string {
@@ -3009,7 +3126,7 @@ type FetchDeltaResponse struct {
 
 func (x *FetchDeltaResponse) Reset() {
 	*x = FetchDeltaResponse{}
-	mi := &file_lehr_v1_control_proto_msgTypes[48]
+	mi := &file_lehr_v1_control_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3021,7 +3138,7 @@ func (x *FetchDeltaResponse) String() string {
 func (*FetchDeltaResponse) ProtoMessage() {}
 
 func (x *FetchDeltaResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[48]
+	mi := &file_lehr_v1_control_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3034,7 +3151,7 @@ func (x *FetchDeltaResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchDeltaResponse.ProtoReflect.Descriptor instead.
 func (*FetchDeltaResponse) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{48}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *FetchDeltaResponse) GetFrom() *VersionInfo {
@@ -3084,7 +3201,7 @@ type VersionCount struct {
 
 func (x *VersionCount) Reset() {
 	*x = VersionCount{}
-	mi := &file_lehr_v1_control_proto_msgTypes[49]
+	mi := &file_lehr_v1_control_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3096,7 +3213,7 @@ func (x *VersionCount) String() string {
 func (*VersionCount) ProtoMessage() {}
 
 func (x *VersionCount) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[49]
+	mi := &file_lehr_v1_control_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3109,7 +3226,7 @@ func (x *VersionCount) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VersionCount.ProtoReflect.Descriptor instead.
 func (*VersionCount) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{49}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *VersionCount) GetNamespace() string {
@@ -3165,7 +3282,7 @@ type ReportZoneStatusRequest struct {
 
 func (x *ReportZoneStatusRequest) Reset() {
 	*x = ReportZoneStatusRequest{}
-	mi := &file_lehr_v1_control_proto_msgTypes[50]
+	mi := &file_lehr_v1_control_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3177,7 +3294,7 @@ func (x *ReportZoneStatusRequest) String() string {
 func (*ReportZoneStatusRequest) ProtoMessage() {}
 
 func (x *ReportZoneStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[50]
+	mi := &file_lehr_v1_control_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3190,7 +3307,7 @@ func (x *ReportZoneStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportZoneStatusRequest.ProtoReflect.Descriptor instead.
 func (*ReportZoneStatusRequest) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{50}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *ReportZoneStatusRequest) GetZone() string {
@@ -3274,7 +3391,7 @@ type NamespacePreviewCounts struct {
 
 func (x *NamespacePreviewCounts) Reset() {
 	*x = NamespacePreviewCounts{}
-	mi := &file_lehr_v1_control_proto_msgTypes[51]
+	mi := &file_lehr_v1_control_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3286,7 +3403,7 @@ func (x *NamespacePreviewCounts) String() string {
 func (*NamespacePreviewCounts) ProtoMessage() {}
 
 func (x *NamespacePreviewCounts) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[51]
+	mi := &file_lehr_v1_control_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3299,7 +3416,7 @@ func (x *NamespacePreviewCounts) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NamespacePreviewCounts.ProtoReflect.Descriptor instead.
 func (*NamespacePreviewCounts) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{51}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *NamespacePreviewCounts) GetNamespace() string {
@@ -3331,7 +3448,7 @@ type HostSignals struct {
 
 func (x *HostSignals) Reset() {
 	*x = HostSignals{}
-	mi := &file_lehr_v1_control_proto_msgTypes[52]
+	mi := &file_lehr_v1_control_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3343,7 +3460,7 @@ func (x *HostSignals) String() string {
 func (*HostSignals) ProtoMessage() {}
 
 func (x *HostSignals) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[52]
+	mi := &file_lehr_v1_control_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3356,7 +3473,7 @@ func (x *HostSignals) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HostSignals.ProtoReflect.Descriptor instead.
 func (*HostSignals) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{52}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *HostSignals) GetHostId() string {
@@ -3393,7 +3510,7 @@ type CohortSample struct {
 
 func (x *CohortSample) Reset() {
 	*x = CohortSample{}
-	mi := &file_lehr_v1_control_proto_msgTypes[53]
+	mi := &file_lehr_v1_control_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3405,7 +3522,7 @@ func (x *CohortSample) String() string {
 func (*CohortSample) ProtoMessage() {}
 
 func (x *CohortSample) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[53]
+	mi := &file_lehr_v1_control_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3418,7 +3535,7 @@ func (x *CohortSample) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CohortSample.ProtoReflect.Descriptor instead.
 func (*CohortSample) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{53}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *CohortSample) GetNamespace() string {
@@ -3468,7 +3585,7 @@ type NamespaceHealth struct {
 
 func (x *NamespaceHealth) Reset() {
 	*x = NamespaceHealth{}
-	mi := &file_lehr_v1_control_proto_msgTypes[54]
+	mi := &file_lehr_v1_control_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3480,7 +3597,7 @@ func (x *NamespaceHealth) String() string {
 func (*NamespaceHealth) ProtoMessage() {}
 
 func (x *NamespaceHealth) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[54]
+	mi := &file_lehr_v1_control_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3493,7 +3610,7 @@ func (x *NamespaceHealth) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NamespaceHealth.ProtoReflect.Descriptor instead.
 func (*NamespaceHealth) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{54}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *NamespaceHealth) GetNamespace() string {
@@ -3571,7 +3688,7 @@ type HostReport struct {
 
 func (x *HostReport) Reset() {
 	*x = HostReport{}
-	mi := &file_lehr_v1_control_proto_msgTypes[55]
+	mi := &file_lehr_v1_control_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3583,7 +3700,7 @@ func (x *HostReport) String() string {
 func (*HostReport) ProtoMessage() {}
 
 func (x *HostReport) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[55]
+	mi := &file_lehr_v1_control_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3596,7 +3713,7 @@ func (x *HostReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HostReport.ProtoReflect.Descriptor instead.
 func (*HostReport) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{55}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *HostReport) GetHostId() string {
@@ -3633,7 +3750,7 @@ type ReportZoneStatusResponse struct {
 
 func (x *ReportZoneStatusResponse) Reset() {
 	*x = ReportZoneStatusResponse{}
-	mi := &file_lehr_v1_control_proto_msgTypes[56]
+	mi := &file_lehr_v1_control_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3645,7 +3762,7 @@ func (x *ReportZoneStatusResponse) String() string {
 func (*ReportZoneStatusResponse) ProtoMessage() {}
 
 func (x *ReportZoneStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[56]
+	mi := &file_lehr_v1_control_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3658,7 +3775,7 @@ func (x *ReportZoneStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportZoneStatusResponse.ProtoReflect.Descriptor instead.
 func (*ReportZoneStatusResponse) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{56}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *ReportZoneStatusResponse) GetDistributors() int32 {
@@ -3677,7 +3794,7 @@ type GetZoneStatusRequest struct {
 
 func (x *GetZoneStatusRequest) Reset() {
 	*x = GetZoneStatusRequest{}
-	mi := &file_lehr_v1_control_proto_msgTypes[57]
+	mi := &file_lehr_v1_control_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3689,7 +3806,7 @@ func (x *GetZoneStatusRequest) String() string {
 func (*GetZoneStatusRequest) ProtoMessage() {}
 
 func (x *GetZoneStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[57]
+	mi := &file_lehr_v1_control_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3702,7 +3819,7 @@ func (x *GetZoneStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetZoneStatusRequest.ProtoReflect.Descriptor instead.
 func (*GetZoneStatusRequest) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{57}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *GetZoneStatusRequest) GetZone() string {
@@ -3729,7 +3846,7 @@ type DistributorStatus struct {
 
 func (x *DistributorStatus) Reset() {
 	*x = DistributorStatus{}
-	mi := &file_lehr_v1_control_proto_msgTypes[58]
+	mi := &file_lehr_v1_control_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3741,7 +3858,7 @@ func (x *DistributorStatus) String() string {
 func (*DistributorStatus) ProtoMessage() {}
 
 func (x *DistributorStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[58]
+	mi := &file_lehr_v1_control_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3754,7 +3871,7 @@ func (x *DistributorStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DistributorStatus.ProtoReflect.Descriptor instead.
 func (*DistributorStatus) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{58}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *DistributorStatus) GetDistributorId() string {
@@ -3829,7 +3946,7 @@ type GetZoneStatusResponse struct {
 
 func (x *GetZoneStatusResponse) Reset() {
 	*x = GetZoneStatusResponse{}
-	mi := &file_lehr_v1_control_proto_msgTypes[59]
+	mi := &file_lehr_v1_control_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3841,7 +3958,7 @@ func (x *GetZoneStatusResponse) String() string {
 func (*GetZoneStatusResponse) ProtoMessage() {}
 
 func (x *GetZoneStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[59]
+	mi := &file_lehr_v1_control_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3854,7 +3971,7 @@ func (x *GetZoneStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetZoneStatusResponse.ProtoReflect.Descriptor instead.
 func (*GetZoneStatusResponse) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{59}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *GetZoneStatusResponse) GetZone() string {
@@ -4062,7 +4179,14 @@ const file_lehr_v1_control_proto_rawDesc = "" +
 	"\n" +
 	"request_id\x18\x06 \x01(\tR\trequestId\"B\n" +
 	"\x10RollbackResponse\x12.\n" +
-	"\aversion\x18\x01 \x01(\v2\x14.lehr.v1.VersionInfoR\aversion\"'\n" +
+	"\aversion\x18\x01 \x01(\v2\x14.lehr.v1.VersionInfoR\aversion\"d\n" +
+	"\x17CompactNamespaceRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1b\n" +
+	"\tkeep_last\x18\x02 \x01(\x05R\bkeepLast\x12\x18\n" +
+	"\amessage\x18\x03 \x01(\tR\amessage\"w\n" +
+	"\x18CompactNamespaceResponse\x12)\n" +
+	"\x10versions_removed\x18\x01 \x01(\x05R\x0fversionsRemoved\x120\n" +
+	"\tnamespace\x18\x02 \x01(\v2\x12.lehr.v1.NamespaceR\tnamespace\"'\n" +
 	"\x11CreateZoneRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\"\x12\n" +
 	"\x10ListZonesRequest\"8\n" +
@@ -4173,7 +4297,7 @@ const file_lehr_v1_control_proto_rawDesc = "" +
 	"\fdistributors\x18\x02 \x03(\v2\x1a.lehr.v1.DistributorStatusR\fdistributors\x121\n" +
 	"\bversions\x18\x03 \x03(\v2\x15.lehr.v1.VersionCountR\bversions\x120\n" +
 	"\x06health\x18\x04 \x03(\v2\x18.lehr.v1.NamespaceHealthR\x06health\x12)\n" +
-	"\x05hosts\x18\x05 \x03(\v2\x13.lehr.v1.HostReportR\x05hosts2\xfd\x1a\n" +
+	"\x05hosts\x18\x05 \x03(\v2\x13.lehr.v1.HostReportR\x05hosts2\xd6\x1b\n" +
 	"\aControl\x12=\n" +
 	"\fCreateDomain\x12\x1c.lehr.v1.CreateDomainRequest\x1a\x0f.lehr.v1.Domain\x127\n" +
 	"\tGetDomain\x12\x19.lehr.v1.GetDomainRequest\x1a\x0f.lehr.v1.Domain\x12H\n" +
@@ -4187,7 +4311,8 @@ const file_lehr_v1_control_proto_rawDesc = "" +
 	"\x03Get\x12\x13.lehr.v1.GetRequest\x1a\x14.lehr.v1.GetResponse\x12<\n" +
 	"\aHistory\x12\x17.lehr.v1.HistoryRequest\x1a\x18.lehr.v1.HistoryResponse\x123\n" +
 	"\x04Diff\x12\x14.lehr.v1.DiffRequest\x1a\x15.lehr.v1.DiffResponse\x12?\n" +
-	"\bRollback\x12\x18.lehr.v1.RollbackRequest\x1a\x19.lehr.v1.RollbackResponse\x127\n" +
+	"\bRollback\x12\x18.lehr.v1.RollbackRequest\x1a\x19.lehr.v1.RollbackResponse\x12W\n" +
+	"\x10CompactNamespace\x12 .lehr.v1.CompactNamespaceRequest\x1a!.lehr.v1.CompactNamespaceResponse\x127\n" +
 	"\n" +
 	"CreateZone\x12\x1a.lehr.v1.CreateZoneRequest\x1a\r.lehr.v1.Zone\x12B\n" +
 	"\tListZones\x12\x19.lehr.v1.ListZonesRequest\x1a\x1a.lehr.v1.ListZonesResponse\x12?\n" +
@@ -4237,7 +4362,7 @@ func file_lehr_v1_control_proto_rawDescGZIP() []byte {
 }
 
 var file_lehr_v1_control_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_lehr_v1_control_proto_msgTypes = make([]protoimpl.MessageInfo, 60)
+var file_lehr_v1_control_proto_msgTypes = make([]protoimpl.MessageInfo, 62)
 var file_lehr_v1_control_proto_goTypes = []any{
 	(PropertyChange_Kind)(0),                    // 0: lehr.v1.PropertyChange.Kind
 	(GoalEvent_Type)(0),                         // 1: lehr.v1.GoalEvent.Type
@@ -4278,228 +4403,233 @@ var file_lehr_v1_control_proto_goTypes = []any{
 	(*DiffResponse)(nil),                        // 36: lehr.v1.DiffResponse
 	(*RollbackRequest)(nil),                     // 37: lehr.v1.RollbackRequest
 	(*RollbackResponse)(nil),                    // 38: lehr.v1.RollbackResponse
-	(*CreateZoneRequest)(nil),                   // 39: lehr.v1.CreateZoneRequest
-	(*ListZonesRequest)(nil),                    // 40: lehr.v1.ListZonesRequest
-	(*ListZonesResponse)(nil),                   // 41: lehr.v1.ListZonesResponse
-	(*GetGoalsRequest)(nil),                     // 42: lehr.v1.GetGoalsRequest
-	(*GetGoalsResponse)(nil),                    // 43: lehr.v1.GetGoalsResponse
-	(*WatchGoalsRequest)(nil),                   // 44: lehr.v1.WatchGoalsRequest
-	(*GoalEvent)(nil),                           // 45: lehr.v1.GoalEvent
-	(*WatchGoalsResponse)(nil),                  // 46: lehr.v1.WatchGoalsResponse
-	(*FetchVersionRequest)(nil),                 // 47: lehr.v1.FetchVersionRequest
-	(*FetchVersionResponse)(nil),                // 48: lehr.v1.FetchVersionResponse
-	(*FetchDeltaRequest)(nil),                   // 49: lehr.v1.FetchDeltaRequest
-	(*FetchDeltaResponse)(nil),                  // 50: lehr.v1.FetchDeltaResponse
-	(*VersionCount)(nil),                        // 51: lehr.v1.VersionCount
-	(*ReportZoneStatusRequest)(nil),             // 52: lehr.v1.ReportZoneStatusRequest
-	(*NamespacePreviewCounts)(nil),              // 53: lehr.v1.NamespacePreviewCounts
-	(*HostSignals)(nil),                         // 54: lehr.v1.HostSignals
-	(*CohortSample)(nil),                        // 55: lehr.v1.CohortSample
-	(*NamespaceHealth)(nil),                     // 56: lehr.v1.NamespaceHealth
-	(*HostReport)(nil),                          // 57: lehr.v1.HostReport
-	(*ReportZoneStatusResponse)(nil),            // 58: lehr.v1.ReportZoneStatusResponse
-	(*GetZoneStatusRequest)(nil),                // 59: lehr.v1.GetZoneStatusRequest
-	(*DistributorStatus)(nil),                   // 60: lehr.v1.DistributorStatus
-	(*GetZoneStatusResponse)(nil),               // 61: lehr.v1.GetZoneStatusResponse
-	(*timestamppb.Timestamp)(nil),               // 62: google.protobuf.Timestamp
-	(RolloutAction)(0),                          // 63: lehr.v1.RolloutAction
-	(*Rollout)(nil),                             // 64: lehr.v1.Rollout
-	(*RolloutEvent)(nil),                        // 65: lehr.v1.RolloutEvent
-	(*RolloutPolicy)(nil),                       // 66: lehr.v1.RolloutPolicy
-	(*RolloutPolicyRecord)(nil),                 // 67: lehr.v1.RolloutPolicyRecord
-	(RolloutPolicySource)(0),                    // 68: lehr.v1.RolloutPolicySource
-	(*Domain)(nil),                              // 69: lehr.v1.Domain
-	(*fieldmaskpb.FieldMask)(nil),               // 70: google.protobuf.FieldMask
-	(*Namespace)(nil),                           // 71: lehr.v1.Namespace
-	(NamespaceKind)(0),                          // 72: lehr.v1.NamespaceKind
-	(*Property)(nil),                            // 73: lehr.v1.Property
-	(*VersionInfo)(nil),                         // 74: lehr.v1.VersionInfo
-	(*Zone)(nil),                                // 75: lehr.v1.Zone
-	(*GoalState)(nil),                           // 76: lehr.v1.GoalState
-	(*HostPreviewCounts)(nil),                   // 77: lehr.v1.HostPreviewCounts
-	(*NamespaceSignals)(nil),                    // 78: lehr.v1.NamespaceSignals
-	(*NamespaceReport)(nil),                     // 79: lehr.v1.NamespaceReport
-	(*EvaluateRequest)(nil),                     // 80: lehr.v1.EvaluateRequest
-	(*GetCanaryEvaluationRequest)(nil),          // 81: lehr.v1.GetCanaryEvaluationRequest
-	(*ListCanaryEvaluationsRequest)(nil),        // 82: lehr.v1.ListCanaryEvaluationsRequest
-	(*GetPolicyRequest)(nil),                    // 83: lehr.v1.GetPolicyRequest
-	(*CreatePolicyExperimentRequest)(nil),       // 84: lehr.v1.CreatePolicyExperimentRequest
-	(*UpdatePolicyExperimentRequest)(nil),       // 85: lehr.v1.UpdatePolicyExperimentRequest
-	(*GetPolicyExperimentRequest)(nil),          // 86: lehr.v1.GetPolicyExperimentRequest
-	(*ListPolicyExperimentsRequest)(nil),        // 87: lehr.v1.ListPolicyExperimentsRequest
-	(*DeletePolicyExperimentRequest)(nil),       // 88: lehr.v1.DeletePolicyExperimentRequest
-	(*StartPreviewPolicyExperimentRequest)(nil), // 89: lehr.v1.StartPreviewPolicyExperimentRequest
-	(*StopPreviewPolicyExperimentRequest)(nil),  // 90: lehr.v1.StopPreviewPolicyExperimentRequest
-	(*CommitPolicyExperimentRequest)(nil),       // 91: lehr.v1.CommitPolicyExperimentRequest
-	(*DeletePolicyRequest)(nil),                 // 92: lehr.v1.DeletePolicyRequest
-	(*GetPolicyExperimentCountsRequest)(nil),    // 93: lehr.v1.GetPolicyExperimentCountsRequest
-	(*CanaryEvaluation)(nil),                    // 94: lehr.v1.CanaryEvaluation
-	(*ListCanaryEvaluationsResponse)(nil),       // 95: lehr.v1.ListCanaryEvaluationsResponse
-	(*Policy)(nil),                              // 96: lehr.v1.Policy
-	(*longrunningpb.Operation)(nil),             // 97: google.longrunning.Operation
-	(*PolicyExperiment)(nil),                    // 98: lehr.v1.PolicyExperiment
-	(*ListPolicyExperimentsResponse)(nil),       // 99: lehr.v1.ListPolicyExperimentsResponse
-	(*PolicyExperimentCounts)(nil),              // 100: lehr.v1.PolicyExperimentCounts
+	(*CompactNamespaceRequest)(nil),             // 39: lehr.v1.CompactNamespaceRequest
+	(*CompactNamespaceResponse)(nil),            // 40: lehr.v1.CompactNamespaceResponse
+	(*CreateZoneRequest)(nil),                   // 41: lehr.v1.CreateZoneRequest
+	(*ListZonesRequest)(nil),                    // 42: lehr.v1.ListZonesRequest
+	(*ListZonesResponse)(nil),                   // 43: lehr.v1.ListZonesResponse
+	(*GetGoalsRequest)(nil),                     // 44: lehr.v1.GetGoalsRequest
+	(*GetGoalsResponse)(nil),                    // 45: lehr.v1.GetGoalsResponse
+	(*WatchGoalsRequest)(nil),                   // 46: lehr.v1.WatchGoalsRequest
+	(*GoalEvent)(nil),                           // 47: lehr.v1.GoalEvent
+	(*WatchGoalsResponse)(nil),                  // 48: lehr.v1.WatchGoalsResponse
+	(*FetchVersionRequest)(nil),                 // 49: lehr.v1.FetchVersionRequest
+	(*FetchVersionResponse)(nil),                // 50: lehr.v1.FetchVersionResponse
+	(*FetchDeltaRequest)(nil),                   // 51: lehr.v1.FetchDeltaRequest
+	(*FetchDeltaResponse)(nil),                  // 52: lehr.v1.FetchDeltaResponse
+	(*VersionCount)(nil),                        // 53: lehr.v1.VersionCount
+	(*ReportZoneStatusRequest)(nil),             // 54: lehr.v1.ReportZoneStatusRequest
+	(*NamespacePreviewCounts)(nil),              // 55: lehr.v1.NamespacePreviewCounts
+	(*HostSignals)(nil),                         // 56: lehr.v1.HostSignals
+	(*CohortSample)(nil),                        // 57: lehr.v1.CohortSample
+	(*NamespaceHealth)(nil),                     // 58: lehr.v1.NamespaceHealth
+	(*HostReport)(nil),                          // 59: lehr.v1.HostReport
+	(*ReportZoneStatusResponse)(nil),            // 60: lehr.v1.ReportZoneStatusResponse
+	(*GetZoneStatusRequest)(nil),                // 61: lehr.v1.GetZoneStatusRequest
+	(*DistributorStatus)(nil),                   // 62: lehr.v1.DistributorStatus
+	(*GetZoneStatusResponse)(nil),               // 63: lehr.v1.GetZoneStatusResponse
+	(*timestamppb.Timestamp)(nil),               // 64: google.protobuf.Timestamp
+	(RolloutAction)(0),                          // 65: lehr.v1.RolloutAction
+	(*Rollout)(nil),                             // 66: lehr.v1.Rollout
+	(*RolloutEvent)(nil),                        // 67: lehr.v1.RolloutEvent
+	(*RolloutPolicy)(nil),                       // 68: lehr.v1.RolloutPolicy
+	(*RolloutPolicyRecord)(nil),                 // 69: lehr.v1.RolloutPolicyRecord
+	(RolloutPolicySource)(0),                    // 70: lehr.v1.RolloutPolicySource
+	(*Domain)(nil),                              // 71: lehr.v1.Domain
+	(*fieldmaskpb.FieldMask)(nil),               // 72: google.protobuf.FieldMask
+	(*Namespace)(nil),                           // 73: lehr.v1.Namespace
+	(NamespaceKind)(0),                          // 74: lehr.v1.NamespaceKind
+	(*Property)(nil),                            // 75: lehr.v1.Property
+	(*VersionInfo)(nil),                         // 76: lehr.v1.VersionInfo
+	(*Zone)(nil),                                // 77: lehr.v1.Zone
+	(*GoalState)(nil),                           // 78: lehr.v1.GoalState
+	(*HostPreviewCounts)(nil),                   // 79: lehr.v1.HostPreviewCounts
+	(*NamespaceSignals)(nil),                    // 80: lehr.v1.NamespaceSignals
+	(*NamespaceReport)(nil),                     // 81: lehr.v1.NamespaceReport
+	(*EvaluateRequest)(nil),                     // 82: lehr.v1.EvaluateRequest
+	(*GetCanaryEvaluationRequest)(nil),          // 83: lehr.v1.GetCanaryEvaluationRequest
+	(*ListCanaryEvaluationsRequest)(nil),        // 84: lehr.v1.ListCanaryEvaluationsRequest
+	(*GetPolicyRequest)(nil),                    // 85: lehr.v1.GetPolicyRequest
+	(*CreatePolicyExperimentRequest)(nil),       // 86: lehr.v1.CreatePolicyExperimentRequest
+	(*UpdatePolicyExperimentRequest)(nil),       // 87: lehr.v1.UpdatePolicyExperimentRequest
+	(*GetPolicyExperimentRequest)(nil),          // 88: lehr.v1.GetPolicyExperimentRequest
+	(*ListPolicyExperimentsRequest)(nil),        // 89: lehr.v1.ListPolicyExperimentsRequest
+	(*DeletePolicyExperimentRequest)(nil),       // 90: lehr.v1.DeletePolicyExperimentRequest
+	(*StartPreviewPolicyExperimentRequest)(nil), // 91: lehr.v1.StartPreviewPolicyExperimentRequest
+	(*StopPreviewPolicyExperimentRequest)(nil),  // 92: lehr.v1.StopPreviewPolicyExperimentRequest
+	(*CommitPolicyExperimentRequest)(nil),       // 93: lehr.v1.CommitPolicyExperimentRequest
+	(*DeletePolicyRequest)(nil),                 // 94: lehr.v1.DeletePolicyRequest
+	(*GetPolicyExperimentCountsRequest)(nil),    // 95: lehr.v1.GetPolicyExperimentCountsRequest
+	(*CanaryEvaluation)(nil),                    // 96: lehr.v1.CanaryEvaluation
+	(*ListCanaryEvaluationsResponse)(nil),       // 97: lehr.v1.ListCanaryEvaluationsResponse
+	(*Policy)(nil),                              // 98: lehr.v1.Policy
+	(*longrunningpb.Operation)(nil),             // 99: google.longrunning.Operation
+	(*PolicyExperiment)(nil),                    // 100: lehr.v1.PolicyExperiment
+	(*ListPolicyExperimentsResponse)(nil),       // 101: lehr.v1.ListPolicyExperimentsResponse
+	(*PolicyExperimentCounts)(nil),              // 102: lehr.v1.PolicyExperimentCounts
 }
 var file_lehr_v1_control_proto_depIdxs = []int32{
-	62,  // 0: lehr.v1.AuditRecord.time:type_name -> google.protobuf.Timestamp
-	62,  // 1: lehr.v1.ListAuditRecordsRequest.since:type_name -> google.protobuf.Timestamp
+	64,  // 0: lehr.v1.AuditRecord.time:type_name -> google.protobuf.Timestamp
+	64,  // 1: lehr.v1.ListAuditRecordsRequest.since:type_name -> google.protobuf.Timestamp
 	2,   // 2: lehr.v1.ListAuditRecordsResponse.records:type_name -> lehr.v1.AuditRecord
-	63,  // 3: lehr.v1.UpdateRolloutRequest.action:type_name -> lehr.v1.RolloutAction
-	64,  // 4: lehr.v1.ListRolloutsResponse.rollouts:type_name -> lehr.v1.Rollout
-	65,  // 5: lehr.v1.ListRolloutEventsResponse.events:type_name -> lehr.v1.RolloutEvent
-	66,  // 6: lehr.v1.SetRolloutPolicyRequest.policy:type_name -> lehr.v1.RolloutPolicy
-	67,  // 7: lehr.v1.GetRolloutPolicyResponse.stored:type_name -> lehr.v1.RolloutPolicyRecord
-	66,  // 8: lehr.v1.GetRolloutPolicyResponse.effective:type_name -> lehr.v1.RolloutPolicy
-	68,  // 9: lehr.v1.GetRolloutPolicyResponse.source:type_name -> lehr.v1.RolloutPolicySource
-	67,  // 10: lehr.v1.RolloutPolicyHistoryResponse.records:type_name -> lehr.v1.RolloutPolicyRecord
-	69,  // 11: lehr.v1.CreateDomainRequest.domain:type_name -> lehr.v1.Domain
-	69,  // 12: lehr.v1.UpdateDomainRequest.domain:type_name -> lehr.v1.Domain
-	70,  // 13: lehr.v1.UpdateDomainRequest.update_mask:type_name -> google.protobuf.FieldMask
-	69,  // 14: lehr.v1.ListDomainsResponse.domains:type_name -> lehr.v1.Domain
-	71,  // 15: lehr.v1.CreateNamespaceRequest.namespace:type_name -> lehr.v1.Namespace
-	71,  // 16: lehr.v1.ListNamespacesResponse.namespaces:type_name -> lehr.v1.Namespace
-	72,  // 17: lehr.v1.PublishRequest.kind:type_name -> lehr.v1.NamespaceKind
-	73,  // 18: lehr.v1.PublishRequest.properties:type_name -> lehr.v1.Property
-	74,  // 19: lehr.v1.PublishResponse.version:type_name -> lehr.v1.VersionInfo
-	73,  // 20: lehr.v1.PatchRequest.set:type_name -> lehr.v1.Property
-	74,  // 21: lehr.v1.PatchResponse.version:type_name -> lehr.v1.VersionInfo
-	74,  // 22: lehr.v1.GetResponse.version:type_name -> lehr.v1.VersionInfo
-	73,  // 23: lehr.v1.GetResponse.properties:type_name -> lehr.v1.Property
-	72,  // 24: lehr.v1.GetResponse.kind:type_name -> lehr.v1.NamespaceKind
-	74,  // 25: lehr.v1.HistoryResponse.versions:type_name -> lehr.v1.VersionInfo
+	65,  // 3: lehr.v1.UpdateRolloutRequest.action:type_name -> lehr.v1.RolloutAction
+	66,  // 4: lehr.v1.ListRolloutsResponse.rollouts:type_name -> lehr.v1.Rollout
+	67,  // 5: lehr.v1.ListRolloutEventsResponse.events:type_name -> lehr.v1.RolloutEvent
+	68,  // 6: lehr.v1.SetRolloutPolicyRequest.policy:type_name -> lehr.v1.RolloutPolicy
+	69,  // 7: lehr.v1.GetRolloutPolicyResponse.stored:type_name -> lehr.v1.RolloutPolicyRecord
+	68,  // 8: lehr.v1.GetRolloutPolicyResponse.effective:type_name -> lehr.v1.RolloutPolicy
+	70,  // 9: lehr.v1.GetRolloutPolicyResponse.source:type_name -> lehr.v1.RolloutPolicySource
+	69,  // 10: lehr.v1.RolloutPolicyHistoryResponse.records:type_name -> lehr.v1.RolloutPolicyRecord
+	71,  // 11: lehr.v1.CreateDomainRequest.domain:type_name -> lehr.v1.Domain
+	71,  // 12: lehr.v1.UpdateDomainRequest.domain:type_name -> lehr.v1.Domain
+	72,  // 13: lehr.v1.UpdateDomainRequest.update_mask:type_name -> google.protobuf.FieldMask
+	71,  // 14: lehr.v1.ListDomainsResponse.domains:type_name -> lehr.v1.Domain
+	73,  // 15: lehr.v1.CreateNamespaceRequest.namespace:type_name -> lehr.v1.Namespace
+	73,  // 16: lehr.v1.ListNamespacesResponse.namespaces:type_name -> lehr.v1.Namespace
+	74,  // 17: lehr.v1.PublishRequest.kind:type_name -> lehr.v1.NamespaceKind
+	75,  // 18: lehr.v1.PublishRequest.properties:type_name -> lehr.v1.Property
+	76,  // 19: lehr.v1.PublishResponse.version:type_name -> lehr.v1.VersionInfo
+	75,  // 20: lehr.v1.PatchRequest.set:type_name -> lehr.v1.Property
+	76,  // 21: lehr.v1.PatchResponse.version:type_name -> lehr.v1.VersionInfo
+	76,  // 22: lehr.v1.GetResponse.version:type_name -> lehr.v1.VersionInfo
+	75,  // 23: lehr.v1.GetResponse.properties:type_name -> lehr.v1.Property
+	74,  // 24: lehr.v1.GetResponse.kind:type_name -> lehr.v1.NamespaceKind
+	76,  // 25: lehr.v1.HistoryResponse.versions:type_name -> lehr.v1.VersionInfo
 	0,   // 26: lehr.v1.PropertyChange.kind:type_name -> lehr.v1.PropertyChange.Kind
-	73,  // 27: lehr.v1.PropertyChange.old:type_name -> lehr.v1.Property
-	73,  // 28: lehr.v1.PropertyChange.new:type_name -> lehr.v1.Property
-	74,  // 29: lehr.v1.DiffResponse.from:type_name -> lehr.v1.VersionInfo
-	74,  // 30: lehr.v1.DiffResponse.to:type_name -> lehr.v1.VersionInfo
+	75,  // 27: lehr.v1.PropertyChange.old:type_name -> lehr.v1.Property
+	75,  // 28: lehr.v1.PropertyChange.new:type_name -> lehr.v1.Property
+	76,  // 29: lehr.v1.DiffResponse.from:type_name -> lehr.v1.VersionInfo
+	76,  // 30: lehr.v1.DiffResponse.to:type_name -> lehr.v1.VersionInfo
 	35,  // 31: lehr.v1.DiffResponse.changes:type_name -> lehr.v1.PropertyChange
-	74,  // 32: lehr.v1.RollbackResponse.version:type_name -> lehr.v1.VersionInfo
-	75,  // 33: lehr.v1.ListZonesResponse.zones:type_name -> lehr.v1.Zone
-	76,  // 34: lehr.v1.GetGoalsResponse.goals:type_name -> lehr.v1.GoalState
-	1,   // 35: lehr.v1.GoalEvent.type:type_name -> lehr.v1.GoalEvent.Type
-	76,  // 36: lehr.v1.GoalEvent.goal:type_name -> lehr.v1.GoalState
-	50,  // 37: lehr.v1.GoalEvent.delta:type_name -> lehr.v1.FetchDeltaResponse
-	45,  // 38: lehr.v1.WatchGoalsResponse.events:type_name -> lehr.v1.GoalEvent
-	74,  // 39: lehr.v1.FetchVersionResponse.version:type_name -> lehr.v1.VersionInfo
-	72,  // 40: lehr.v1.FetchVersionResponse.kind:type_name -> lehr.v1.NamespaceKind
-	73,  // 41: lehr.v1.FetchVersionResponse.properties:type_name -> lehr.v1.Property
-	74,  // 42: lehr.v1.FetchDeltaResponse.from:type_name -> lehr.v1.VersionInfo
-	74,  // 43: lehr.v1.FetchDeltaResponse.to:type_name -> lehr.v1.VersionInfo
-	72,  // 44: lehr.v1.FetchDeltaResponse.kind:type_name -> lehr.v1.NamespaceKind
-	73,  // 45: lehr.v1.FetchDeltaResponse.set:type_name -> lehr.v1.Property
-	51,  // 46: lehr.v1.ReportZoneStatusRequest.versions:type_name -> lehr.v1.VersionCount
-	56,  // 47: lehr.v1.ReportZoneStatusRequest.health:type_name -> lehr.v1.NamespaceHealth
-	57,  // 48: lehr.v1.ReportZoneStatusRequest.hosts:type_name -> lehr.v1.HostReport
-	55,  // 49: lehr.v1.ReportZoneStatusRequest.samples:type_name -> lehr.v1.CohortSample
-	54,  // 50: lehr.v1.ReportZoneStatusRequest.signals:type_name -> lehr.v1.HostSignals
-	53,  // 51: lehr.v1.ReportZoneStatusRequest.preview:type_name -> lehr.v1.NamespacePreviewCounts
-	77,  // 52: lehr.v1.NamespacePreviewCounts.counts:type_name -> lehr.v1.HostPreviewCounts
-	78,  // 53: lehr.v1.HostSignals.signals:type_name -> lehr.v1.NamespaceSignals
-	79,  // 54: lehr.v1.HostReport.report:type_name -> lehr.v1.NamespaceReport
-	51,  // 55: lehr.v1.DistributorStatus.versions:type_name -> lehr.v1.VersionCount
-	56,  // 56: lehr.v1.DistributorStatus.health:type_name -> lehr.v1.NamespaceHealth
-	57,  // 57: lehr.v1.DistributorStatus.hosts:type_name -> lehr.v1.HostReport
-	55,  // 58: lehr.v1.DistributorStatus.samples:type_name -> lehr.v1.CohortSample
-	54,  // 59: lehr.v1.DistributorStatus.signals:type_name -> lehr.v1.HostSignals
-	53,  // 60: lehr.v1.DistributorStatus.preview:type_name -> lehr.v1.NamespacePreviewCounts
-	60,  // 61: lehr.v1.GetZoneStatusResponse.distributors:type_name -> lehr.v1.DistributorStatus
-	51,  // 62: lehr.v1.GetZoneStatusResponse.versions:type_name -> lehr.v1.VersionCount
-	56,  // 63: lehr.v1.GetZoneStatusResponse.health:type_name -> lehr.v1.NamespaceHealth
-	57,  // 64: lehr.v1.GetZoneStatusResponse.hosts:type_name -> lehr.v1.HostReport
-	17,  // 65: lehr.v1.Control.CreateDomain:input_type -> lehr.v1.CreateDomainRequest
-	19,  // 66: lehr.v1.Control.GetDomain:input_type -> lehr.v1.GetDomainRequest
-	20,  // 67: lehr.v1.Control.ListDomains:input_type -> lehr.v1.ListDomainsRequest
-	18,  // 68: lehr.v1.Control.UpdateDomain:input_type -> lehr.v1.UpdateDomainRequest
-	22,  // 69: lehr.v1.Control.CreateNamespace:input_type -> lehr.v1.CreateNamespaceRequest
-	23,  // 70: lehr.v1.Control.GetNamespace:input_type -> lehr.v1.GetNamespaceRequest
-	24,  // 71: lehr.v1.Control.ListNamespaces:input_type -> lehr.v1.ListNamespacesRequest
-	26,  // 72: lehr.v1.Control.Publish:input_type -> lehr.v1.PublishRequest
-	28,  // 73: lehr.v1.Control.Patch:input_type -> lehr.v1.PatchRequest
-	30,  // 74: lehr.v1.Control.Get:input_type -> lehr.v1.GetRequest
-	32,  // 75: lehr.v1.Control.History:input_type -> lehr.v1.HistoryRequest
-	34,  // 76: lehr.v1.Control.Diff:input_type -> lehr.v1.DiffRequest
-	37,  // 77: lehr.v1.Control.Rollback:input_type -> lehr.v1.RollbackRequest
-	39,  // 78: lehr.v1.Control.CreateZone:input_type -> lehr.v1.CreateZoneRequest
-	40,  // 79: lehr.v1.Control.ListZones:input_type -> lehr.v1.ListZonesRequest
-	42,  // 80: lehr.v1.Control.GetGoals:input_type -> lehr.v1.GetGoalsRequest
-	44,  // 81: lehr.v1.Control.WatchGoals:input_type -> lehr.v1.WatchGoalsRequest
-	47,  // 82: lehr.v1.Control.FetchVersion:input_type -> lehr.v1.FetchVersionRequest
-	49,  // 83: lehr.v1.Control.FetchDelta:input_type -> lehr.v1.FetchDeltaRequest
-	52,  // 84: lehr.v1.Control.ReportZoneStatus:input_type -> lehr.v1.ReportZoneStatusRequest
-	59,  // 85: lehr.v1.Control.GetZoneStatus:input_type -> lehr.v1.GetZoneStatusRequest
-	11,  // 86: lehr.v1.Control.SetRolloutPolicy:input_type -> lehr.v1.SetRolloutPolicyRequest
-	12,  // 87: lehr.v1.Control.DeleteRolloutPolicy:input_type -> lehr.v1.DeleteRolloutPolicyRequest
-	13,  // 88: lehr.v1.Control.GetRolloutPolicy:input_type -> lehr.v1.GetRolloutPolicyRequest
-	15,  // 89: lehr.v1.Control.RolloutPolicyHistory:input_type -> lehr.v1.RolloutPolicyHistoryRequest
-	6,   // 90: lehr.v1.Control.GetRollout:input_type -> lehr.v1.GetRolloutRequest
-	7,   // 91: lehr.v1.Control.ListRollouts:input_type -> lehr.v1.ListRolloutsRequest
-	9,   // 92: lehr.v1.Control.ListRolloutEvents:input_type -> lehr.v1.ListRolloutEventsRequest
-	5,   // 93: lehr.v1.Control.UpdateRollout:input_type -> lehr.v1.UpdateRolloutRequest
-	80,  // 94: lehr.v1.Control.Evaluate:input_type -> lehr.v1.EvaluateRequest
-	81,  // 95: lehr.v1.Control.GetCanaryEvaluation:input_type -> lehr.v1.GetCanaryEvaluationRequest
-	82,  // 96: lehr.v1.Control.ListCanaryEvaluations:input_type -> lehr.v1.ListCanaryEvaluationsRequest
-	83,  // 97: lehr.v1.Control.GetPolicy:input_type -> lehr.v1.GetPolicyRequest
-	84,  // 98: lehr.v1.Control.CreatePolicyExperiment:input_type -> lehr.v1.CreatePolicyExperimentRequest
-	85,  // 99: lehr.v1.Control.UpdatePolicyExperiment:input_type -> lehr.v1.UpdatePolicyExperimentRequest
-	86,  // 100: lehr.v1.Control.GetPolicyExperiment:input_type -> lehr.v1.GetPolicyExperimentRequest
-	87,  // 101: lehr.v1.Control.ListPolicyExperiments:input_type -> lehr.v1.ListPolicyExperimentsRequest
-	88,  // 102: lehr.v1.Control.DeletePolicyExperiment:input_type -> lehr.v1.DeletePolicyExperimentRequest
-	89,  // 103: lehr.v1.Control.StartPreviewPolicyExperiment:input_type -> lehr.v1.StartPreviewPolicyExperimentRequest
-	90,  // 104: lehr.v1.Control.StopPreviewPolicyExperiment:input_type -> lehr.v1.StopPreviewPolicyExperimentRequest
-	91,  // 105: lehr.v1.Control.CommitPolicyExperiment:input_type -> lehr.v1.CommitPolicyExperimentRequest
-	92,  // 106: lehr.v1.Control.DeletePolicy:input_type -> lehr.v1.DeletePolicyRequest
-	93,  // 107: lehr.v1.Control.GetPolicyExperimentCounts:input_type -> lehr.v1.GetPolicyExperimentCountsRequest
-	3,   // 108: lehr.v1.Control.ListAuditRecords:input_type -> lehr.v1.ListAuditRecordsRequest
-	69,  // 109: lehr.v1.Control.CreateDomain:output_type -> lehr.v1.Domain
-	69,  // 110: lehr.v1.Control.GetDomain:output_type -> lehr.v1.Domain
-	21,  // 111: lehr.v1.Control.ListDomains:output_type -> lehr.v1.ListDomainsResponse
-	69,  // 112: lehr.v1.Control.UpdateDomain:output_type -> lehr.v1.Domain
-	71,  // 113: lehr.v1.Control.CreateNamespace:output_type -> lehr.v1.Namespace
-	71,  // 114: lehr.v1.Control.GetNamespace:output_type -> lehr.v1.Namespace
-	25,  // 115: lehr.v1.Control.ListNamespaces:output_type -> lehr.v1.ListNamespacesResponse
-	27,  // 116: lehr.v1.Control.Publish:output_type -> lehr.v1.PublishResponse
-	29,  // 117: lehr.v1.Control.Patch:output_type -> lehr.v1.PatchResponse
-	31,  // 118: lehr.v1.Control.Get:output_type -> lehr.v1.GetResponse
-	33,  // 119: lehr.v1.Control.History:output_type -> lehr.v1.HistoryResponse
-	36,  // 120: lehr.v1.Control.Diff:output_type -> lehr.v1.DiffResponse
-	38,  // 121: lehr.v1.Control.Rollback:output_type -> lehr.v1.RollbackResponse
-	75,  // 122: lehr.v1.Control.CreateZone:output_type -> lehr.v1.Zone
-	41,  // 123: lehr.v1.Control.ListZones:output_type -> lehr.v1.ListZonesResponse
-	43,  // 124: lehr.v1.Control.GetGoals:output_type -> lehr.v1.GetGoalsResponse
-	46,  // 125: lehr.v1.Control.WatchGoals:output_type -> lehr.v1.WatchGoalsResponse
-	48,  // 126: lehr.v1.Control.FetchVersion:output_type -> lehr.v1.FetchVersionResponse
-	50,  // 127: lehr.v1.Control.FetchDelta:output_type -> lehr.v1.FetchDeltaResponse
-	58,  // 128: lehr.v1.Control.ReportZoneStatus:output_type -> lehr.v1.ReportZoneStatusResponse
-	61,  // 129: lehr.v1.Control.GetZoneStatus:output_type -> lehr.v1.GetZoneStatusResponse
-	67,  // 130: lehr.v1.Control.SetRolloutPolicy:output_type -> lehr.v1.RolloutPolicyRecord
-	67,  // 131: lehr.v1.Control.DeleteRolloutPolicy:output_type -> lehr.v1.RolloutPolicyRecord
-	14,  // 132: lehr.v1.Control.GetRolloutPolicy:output_type -> lehr.v1.GetRolloutPolicyResponse
-	16,  // 133: lehr.v1.Control.RolloutPolicyHistory:output_type -> lehr.v1.RolloutPolicyHistoryResponse
-	64,  // 134: lehr.v1.Control.GetRollout:output_type -> lehr.v1.Rollout
-	8,   // 135: lehr.v1.Control.ListRollouts:output_type -> lehr.v1.ListRolloutsResponse
-	10,  // 136: lehr.v1.Control.ListRolloutEvents:output_type -> lehr.v1.ListRolloutEventsResponse
-	64,  // 137: lehr.v1.Control.UpdateRollout:output_type -> lehr.v1.Rollout
-	94,  // 138: lehr.v1.Control.Evaluate:output_type -> lehr.v1.CanaryEvaluation
-	94,  // 139: lehr.v1.Control.GetCanaryEvaluation:output_type -> lehr.v1.CanaryEvaluation
-	95,  // 140: lehr.v1.Control.ListCanaryEvaluations:output_type -> lehr.v1.ListCanaryEvaluationsResponse
-	96,  // 141: lehr.v1.Control.GetPolicy:output_type -> lehr.v1.Policy
-	97,  // 142: lehr.v1.Control.CreatePolicyExperiment:output_type -> google.longrunning.Operation
-	97,  // 143: lehr.v1.Control.UpdatePolicyExperiment:output_type -> google.longrunning.Operation
-	98,  // 144: lehr.v1.Control.GetPolicyExperiment:output_type -> lehr.v1.PolicyExperiment
-	99,  // 145: lehr.v1.Control.ListPolicyExperiments:output_type -> lehr.v1.ListPolicyExperimentsResponse
-	97,  // 146: lehr.v1.Control.DeletePolicyExperiment:output_type -> google.longrunning.Operation
-	97,  // 147: lehr.v1.Control.StartPreviewPolicyExperiment:output_type -> google.longrunning.Operation
-	97,  // 148: lehr.v1.Control.StopPreviewPolicyExperiment:output_type -> google.longrunning.Operation
-	97,  // 149: lehr.v1.Control.CommitPolicyExperiment:output_type -> google.longrunning.Operation
-	97,  // 150: lehr.v1.Control.DeletePolicy:output_type -> google.longrunning.Operation
-	100, // 151: lehr.v1.Control.GetPolicyExperimentCounts:output_type -> lehr.v1.PolicyExperimentCounts
-	4,   // 152: lehr.v1.Control.ListAuditRecords:output_type -> lehr.v1.ListAuditRecordsResponse
-	109, // [109:153] is the sub-list for method output_type
-	65,  // [65:109] is the sub-list for method input_type
-	65,  // [65:65] is the sub-list for extension type_name
-	65,  // [65:65] is the sub-list for extension extendee
-	0,   // [0:65] is the sub-list for field type_name
+	76,  // 32: lehr.v1.RollbackResponse.version:type_name -> lehr.v1.VersionInfo
+	73,  // 33: lehr.v1.CompactNamespaceResponse.namespace:type_name -> lehr.v1.Namespace
+	77,  // 34: lehr.v1.ListZonesResponse.zones:type_name -> lehr.v1.Zone
+	78,  // 35: lehr.v1.GetGoalsResponse.goals:type_name -> lehr.v1.GoalState
+	1,   // 36: lehr.v1.GoalEvent.type:type_name -> lehr.v1.GoalEvent.Type
+	78,  // 37: lehr.v1.GoalEvent.goal:type_name -> lehr.v1.GoalState
+	52,  // 38: lehr.v1.GoalEvent.delta:type_name -> lehr.v1.FetchDeltaResponse
+	47,  // 39: lehr.v1.WatchGoalsResponse.events:type_name -> lehr.v1.GoalEvent
+	76,  // 40: lehr.v1.FetchVersionResponse.version:type_name -> lehr.v1.VersionInfo
+	74,  // 41: lehr.v1.FetchVersionResponse.kind:type_name -> lehr.v1.NamespaceKind
+	75,  // 42: lehr.v1.FetchVersionResponse.properties:type_name -> lehr.v1.Property
+	76,  // 43: lehr.v1.FetchDeltaResponse.from:type_name -> lehr.v1.VersionInfo
+	76,  // 44: lehr.v1.FetchDeltaResponse.to:type_name -> lehr.v1.VersionInfo
+	74,  // 45: lehr.v1.FetchDeltaResponse.kind:type_name -> lehr.v1.NamespaceKind
+	75,  // 46: lehr.v1.FetchDeltaResponse.set:type_name -> lehr.v1.Property
+	53,  // 47: lehr.v1.ReportZoneStatusRequest.versions:type_name -> lehr.v1.VersionCount
+	58,  // 48: lehr.v1.ReportZoneStatusRequest.health:type_name -> lehr.v1.NamespaceHealth
+	59,  // 49: lehr.v1.ReportZoneStatusRequest.hosts:type_name -> lehr.v1.HostReport
+	57,  // 50: lehr.v1.ReportZoneStatusRequest.samples:type_name -> lehr.v1.CohortSample
+	56,  // 51: lehr.v1.ReportZoneStatusRequest.signals:type_name -> lehr.v1.HostSignals
+	55,  // 52: lehr.v1.ReportZoneStatusRequest.preview:type_name -> lehr.v1.NamespacePreviewCounts
+	79,  // 53: lehr.v1.NamespacePreviewCounts.counts:type_name -> lehr.v1.HostPreviewCounts
+	80,  // 54: lehr.v1.HostSignals.signals:type_name -> lehr.v1.NamespaceSignals
+	81,  // 55: lehr.v1.HostReport.report:type_name -> lehr.v1.NamespaceReport
+	53,  // 56: lehr.v1.DistributorStatus.versions:type_name -> lehr.v1.VersionCount
+	58,  // 57: lehr.v1.DistributorStatus.health:type_name -> lehr.v1.NamespaceHealth
+	59,  // 58: lehr.v1.DistributorStatus.hosts:type_name -> lehr.v1.HostReport
+	57,  // 59: lehr.v1.DistributorStatus.samples:type_name -> lehr.v1.CohortSample
+	56,  // 60: lehr.v1.DistributorStatus.signals:type_name -> lehr.v1.HostSignals
+	55,  // 61: lehr.v1.DistributorStatus.preview:type_name -> lehr.v1.NamespacePreviewCounts
+	62,  // 62: lehr.v1.GetZoneStatusResponse.distributors:type_name -> lehr.v1.DistributorStatus
+	53,  // 63: lehr.v1.GetZoneStatusResponse.versions:type_name -> lehr.v1.VersionCount
+	58,  // 64: lehr.v1.GetZoneStatusResponse.health:type_name -> lehr.v1.NamespaceHealth
+	59,  // 65: lehr.v1.GetZoneStatusResponse.hosts:type_name -> lehr.v1.HostReport
+	17,  // 66: lehr.v1.Control.CreateDomain:input_type -> lehr.v1.CreateDomainRequest
+	19,  // 67: lehr.v1.Control.GetDomain:input_type -> lehr.v1.GetDomainRequest
+	20,  // 68: lehr.v1.Control.ListDomains:input_type -> lehr.v1.ListDomainsRequest
+	18,  // 69: lehr.v1.Control.UpdateDomain:input_type -> lehr.v1.UpdateDomainRequest
+	22,  // 70: lehr.v1.Control.CreateNamespace:input_type -> lehr.v1.CreateNamespaceRequest
+	23,  // 71: lehr.v1.Control.GetNamespace:input_type -> lehr.v1.GetNamespaceRequest
+	24,  // 72: lehr.v1.Control.ListNamespaces:input_type -> lehr.v1.ListNamespacesRequest
+	26,  // 73: lehr.v1.Control.Publish:input_type -> lehr.v1.PublishRequest
+	28,  // 74: lehr.v1.Control.Patch:input_type -> lehr.v1.PatchRequest
+	30,  // 75: lehr.v1.Control.Get:input_type -> lehr.v1.GetRequest
+	32,  // 76: lehr.v1.Control.History:input_type -> lehr.v1.HistoryRequest
+	34,  // 77: lehr.v1.Control.Diff:input_type -> lehr.v1.DiffRequest
+	37,  // 78: lehr.v1.Control.Rollback:input_type -> lehr.v1.RollbackRequest
+	39,  // 79: lehr.v1.Control.CompactNamespace:input_type -> lehr.v1.CompactNamespaceRequest
+	41,  // 80: lehr.v1.Control.CreateZone:input_type -> lehr.v1.CreateZoneRequest
+	42,  // 81: lehr.v1.Control.ListZones:input_type -> lehr.v1.ListZonesRequest
+	44,  // 82: lehr.v1.Control.GetGoals:input_type -> lehr.v1.GetGoalsRequest
+	46,  // 83: lehr.v1.Control.WatchGoals:input_type -> lehr.v1.WatchGoalsRequest
+	49,  // 84: lehr.v1.Control.FetchVersion:input_type -> lehr.v1.FetchVersionRequest
+	51,  // 85: lehr.v1.Control.FetchDelta:input_type -> lehr.v1.FetchDeltaRequest
+	54,  // 86: lehr.v1.Control.ReportZoneStatus:input_type -> lehr.v1.ReportZoneStatusRequest
+	61,  // 87: lehr.v1.Control.GetZoneStatus:input_type -> lehr.v1.GetZoneStatusRequest
+	11,  // 88: lehr.v1.Control.SetRolloutPolicy:input_type -> lehr.v1.SetRolloutPolicyRequest
+	12,  // 89: lehr.v1.Control.DeleteRolloutPolicy:input_type -> lehr.v1.DeleteRolloutPolicyRequest
+	13,  // 90: lehr.v1.Control.GetRolloutPolicy:input_type -> lehr.v1.GetRolloutPolicyRequest
+	15,  // 91: lehr.v1.Control.RolloutPolicyHistory:input_type -> lehr.v1.RolloutPolicyHistoryRequest
+	6,   // 92: lehr.v1.Control.GetRollout:input_type -> lehr.v1.GetRolloutRequest
+	7,   // 93: lehr.v1.Control.ListRollouts:input_type -> lehr.v1.ListRolloutsRequest
+	9,   // 94: lehr.v1.Control.ListRolloutEvents:input_type -> lehr.v1.ListRolloutEventsRequest
+	5,   // 95: lehr.v1.Control.UpdateRollout:input_type -> lehr.v1.UpdateRolloutRequest
+	82,  // 96: lehr.v1.Control.Evaluate:input_type -> lehr.v1.EvaluateRequest
+	83,  // 97: lehr.v1.Control.GetCanaryEvaluation:input_type -> lehr.v1.GetCanaryEvaluationRequest
+	84,  // 98: lehr.v1.Control.ListCanaryEvaluations:input_type -> lehr.v1.ListCanaryEvaluationsRequest
+	85,  // 99: lehr.v1.Control.GetPolicy:input_type -> lehr.v1.GetPolicyRequest
+	86,  // 100: lehr.v1.Control.CreatePolicyExperiment:input_type -> lehr.v1.CreatePolicyExperimentRequest
+	87,  // 101: lehr.v1.Control.UpdatePolicyExperiment:input_type -> lehr.v1.UpdatePolicyExperimentRequest
+	88,  // 102: lehr.v1.Control.GetPolicyExperiment:input_type -> lehr.v1.GetPolicyExperimentRequest
+	89,  // 103: lehr.v1.Control.ListPolicyExperiments:input_type -> lehr.v1.ListPolicyExperimentsRequest
+	90,  // 104: lehr.v1.Control.DeletePolicyExperiment:input_type -> lehr.v1.DeletePolicyExperimentRequest
+	91,  // 105: lehr.v1.Control.StartPreviewPolicyExperiment:input_type -> lehr.v1.StartPreviewPolicyExperimentRequest
+	92,  // 106: lehr.v1.Control.StopPreviewPolicyExperiment:input_type -> lehr.v1.StopPreviewPolicyExperimentRequest
+	93,  // 107: lehr.v1.Control.CommitPolicyExperiment:input_type -> lehr.v1.CommitPolicyExperimentRequest
+	94,  // 108: lehr.v1.Control.DeletePolicy:input_type -> lehr.v1.DeletePolicyRequest
+	95,  // 109: lehr.v1.Control.GetPolicyExperimentCounts:input_type -> lehr.v1.GetPolicyExperimentCountsRequest
+	3,   // 110: lehr.v1.Control.ListAuditRecords:input_type -> lehr.v1.ListAuditRecordsRequest
+	71,  // 111: lehr.v1.Control.CreateDomain:output_type -> lehr.v1.Domain
+	71,  // 112: lehr.v1.Control.GetDomain:output_type -> lehr.v1.Domain
+	21,  // 113: lehr.v1.Control.ListDomains:output_type -> lehr.v1.ListDomainsResponse
+	71,  // 114: lehr.v1.Control.UpdateDomain:output_type -> lehr.v1.Domain
+	73,  // 115: lehr.v1.Control.CreateNamespace:output_type -> lehr.v1.Namespace
+	73,  // 116: lehr.v1.Control.GetNamespace:output_type -> lehr.v1.Namespace
+	25,  // 117: lehr.v1.Control.ListNamespaces:output_type -> lehr.v1.ListNamespacesResponse
+	27,  // 118: lehr.v1.Control.Publish:output_type -> lehr.v1.PublishResponse
+	29,  // 119: lehr.v1.Control.Patch:output_type -> lehr.v1.PatchResponse
+	31,  // 120: lehr.v1.Control.Get:output_type -> lehr.v1.GetResponse
+	33,  // 121: lehr.v1.Control.History:output_type -> lehr.v1.HistoryResponse
+	36,  // 122: lehr.v1.Control.Diff:output_type -> lehr.v1.DiffResponse
+	38,  // 123: lehr.v1.Control.Rollback:output_type -> lehr.v1.RollbackResponse
+	40,  // 124: lehr.v1.Control.CompactNamespace:output_type -> lehr.v1.CompactNamespaceResponse
+	77,  // 125: lehr.v1.Control.CreateZone:output_type -> lehr.v1.Zone
+	43,  // 126: lehr.v1.Control.ListZones:output_type -> lehr.v1.ListZonesResponse
+	45,  // 127: lehr.v1.Control.GetGoals:output_type -> lehr.v1.GetGoalsResponse
+	48,  // 128: lehr.v1.Control.WatchGoals:output_type -> lehr.v1.WatchGoalsResponse
+	50,  // 129: lehr.v1.Control.FetchVersion:output_type -> lehr.v1.FetchVersionResponse
+	52,  // 130: lehr.v1.Control.FetchDelta:output_type -> lehr.v1.FetchDeltaResponse
+	60,  // 131: lehr.v1.Control.ReportZoneStatus:output_type -> lehr.v1.ReportZoneStatusResponse
+	63,  // 132: lehr.v1.Control.GetZoneStatus:output_type -> lehr.v1.GetZoneStatusResponse
+	69,  // 133: lehr.v1.Control.SetRolloutPolicy:output_type -> lehr.v1.RolloutPolicyRecord
+	69,  // 134: lehr.v1.Control.DeleteRolloutPolicy:output_type -> lehr.v1.RolloutPolicyRecord
+	14,  // 135: lehr.v1.Control.GetRolloutPolicy:output_type -> lehr.v1.GetRolloutPolicyResponse
+	16,  // 136: lehr.v1.Control.RolloutPolicyHistory:output_type -> lehr.v1.RolloutPolicyHistoryResponse
+	66,  // 137: lehr.v1.Control.GetRollout:output_type -> lehr.v1.Rollout
+	8,   // 138: lehr.v1.Control.ListRollouts:output_type -> lehr.v1.ListRolloutsResponse
+	10,  // 139: lehr.v1.Control.ListRolloutEvents:output_type -> lehr.v1.ListRolloutEventsResponse
+	66,  // 140: lehr.v1.Control.UpdateRollout:output_type -> lehr.v1.Rollout
+	96,  // 141: lehr.v1.Control.Evaluate:output_type -> lehr.v1.CanaryEvaluation
+	96,  // 142: lehr.v1.Control.GetCanaryEvaluation:output_type -> lehr.v1.CanaryEvaluation
+	97,  // 143: lehr.v1.Control.ListCanaryEvaluations:output_type -> lehr.v1.ListCanaryEvaluationsResponse
+	98,  // 144: lehr.v1.Control.GetPolicy:output_type -> lehr.v1.Policy
+	99,  // 145: lehr.v1.Control.CreatePolicyExperiment:output_type -> google.longrunning.Operation
+	99,  // 146: lehr.v1.Control.UpdatePolicyExperiment:output_type -> google.longrunning.Operation
+	100, // 147: lehr.v1.Control.GetPolicyExperiment:output_type -> lehr.v1.PolicyExperiment
+	101, // 148: lehr.v1.Control.ListPolicyExperiments:output_type -> lehr.v1.ListPolicyExperimentsResponse
+	99,  // 149: lehr.v1.Control.DeletePolicyExperiment:output_type -> google.longrunning.Operation
+	99,  // 150: lehr.v1.Control.StartPreviewPolicyExperiment:output_type -> google.longrunning.Operation
+	99,  // 151: lehr.v1.Control.StopPreviewPolicyExperiment:output_type -> google.longrunning.Operation
+	99,  // 152: lehr.v1.Control.CommitPolicyExperiment:output_type -> google.longrunning.Operation
+	99,  // 153: lehr.v1.Control.DeletePolicy:output_type -> google.longrunning.Operation
+	102, // 154: lehr.v1.Control.GetPolicyExperimentCounts:output_type -> lehr.v1.PolicyExperimentCounts
+	4,   // 155: lehr.v1.Control.ListAuditRecords:output_type -> lehr.v1.ListAuditRecordsResponse
+	111, // [111:156] is the sub-list for method output_type
+	66,  // [66:111] is the sub-list for method input_type
+	66,  // [66:66] is the sub-list for extension type_name
+	66,  // [66:66] is the sub-list for extension extendee
+	0,   // [0:66] is the sub-list for field type_name
 }
 
 func init() { file_lehr_v1_control_proto_init() }
@@ -4518,7 +4648,7 @@ func file_lehr_v1_control_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lehr_v1_control_proto_rawDesc), len(file_lehr_v1_control_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   60,
+			NumMessages:   62,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -42,6 +42,7 @@ const (
 	Control_History_FullMethodName                      = "/lehr.v1.Control/History"
 	Control_Diff_FullMethodName                         = "/lehr.v1.Control/Diff"
 	Control_Rollback_FullMethodName                     = "/lehr.v1.Control/Rollback"
+	Control_CompactNamespace_FullMethodName             = "/lehr.v1.Control/CompactNamespace"
 	Control_CreateZone_FullMethodName                   = "/lehr.v1.Control/CreateZone"
 	Control_ListZones_FullMethodName                    = "/lehr.v1.Control/ListZones"
 	Control_GetGoals_FullMethodName                     = "/lehr.v1.Control/GetGoals"
@@ -106,6 +107,11 @@ type ControlClient interface {
 	Diff(ctx context.Context, in *DiffRequest, opts ...grpc.CallOption) (*DiffResponse, error)
 	// Rollback publishes an older version's content as a new version.
 	Rollback(ctx context.Context, in *RollbackRequest, opts ...grpc.CallOption) (*RollbackResponse, error)
+	// CompactNamespace removes old versions of a namespace now, whatever
+	// their age, to free its domain's stored bytes: every version but the
+	// keep_last newest, except the latest and versions some zone's goal
+	// names. The domain's admins only.
+	CompactNamespace(ctx context.Context, in *CompactNamespaceRequest, opts ...grpc.CallOption) (*CompactNamespaceResponse, error)
 	// Zones and goal states.
 	CreateZone(ctx context.Context, in *CreateZoneRequest, opts ...grpc.CallOption) (*Zone, error)
 	ListZones(ctx context.Context, in *ListZonesRequest, opts ...grpc.CallOption) (*ListZonesResponse, error)
@@ -327,6 +333,16 @@ func (c *controlClient) Rollback(ctx context.Context, in *RollbackRequest, opts 
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(RollbackResponse)
 	err := c.cc.Invoke(ctx, Control_Rollback_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *controlClient) CompactNamespace(ctx context.Context, in *CompactNamespaceRequest, opts ...grpc.CallOption) (*CompactNamespaceResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CompactNamespaceResponse)
+	err := c.cc.Invoke(ctx, Control_CompactNamespace_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -683,6 +699,11 @@ type ControlServer interface {
 	Diff(context.Context, *DiffRequest) (*DiffResponse, error)
 	// Rollback publishes an older version's content as a new version.
 	Rollback(context.Context, *RollbackRequest) (*RollbackResponse, error)
+	// CompactNamespace removes old versions of a namespace now, whatever
+	// their age, to free its domain's stored bytes: every version but the
+	// keep_last newest, except the latest and versions some zone's goal
+	// names. The domain's admins only.
+	CompactNamespace(context.Context, *CompactNamespaceRequest) (*CompactNamespaceResponse, error)
 	// Zones and goal states.
 	CreateZone(context.Context, *CreateZoneRequest) (*Zone, error)
 	ListZones(context.Context, *ListZonesRequest) (*ListZonesResponse, error)
@@ -818,6 +839,9 @@ func (UnimplementedControlServer) Diff(context.Context, *DiffRequest) (*DiffResp
 }
 func (UnimplementedControlServer) Rollback(context.Context, *RollbackRequest) (*RollbackResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Rollback not implemented")
+}
+func (UnimplementedControlServer) CompactNamespace(context.Context, *CompactNamespaceRequest) (*CompactNamespaceResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method CompactNamespace not implemented")
 }
 func (UnimplementedControlServer) CreateZone(context.Context, *CreateZoneRequest) (*Zone, error) {
 	return nil, status.Error(codes.Unimplemented, "method CreateZone not implemented")
@@ -1163,6 +1187,24 @@ func _Control_Rollback_Handler(srv interface{}, ctx context.Context, dec func(in
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(ControlServer).Rollback(ctx, req.(*RollbackRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Control_CompactNamespace_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CompactNamespaceRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ControlServer).CompactNamespace(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Control_CompactNamespace_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ControlServer).CompactNamespace(ctx, req.(*CompactNamespaceRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -1776,6 +1818,10 @@ var Control_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Rollback",
 			Handler:    _Control_Rollback_Handler,
+		},
+		{
+			MethodName: "CompactNamespace",
+			Handler:    _Control_CompactNamespace_Handler,
 		},
 		{
 			MethodName: "CreateZone",

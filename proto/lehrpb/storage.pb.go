@@ -266,32 +266,37 @@ func (x *ManifestEntry) GetSize() int64 {
 	return 0
 }
 
-// PublishBudget is a domain's publish token bucket, kept at
-// budgets/<domain> so that every control replica draws on the same budget
-// (control/store, budgets.go).
-type PublishBudget struct {
+// DomainUsageRecord is what a domain uses of the store and its publish
+// token bucket, at usage/<domain>. Every commit of the domain's
+// namespaces updates it in the version's own transaction, guarded by its
+// mod revision, and history compaction corrects it when it recounts a
+// namespace (control/store, usage.go).
+type DomainUsageRecord struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Tokens left at time, at most the domain's burst.
-	Tokens        float64                `protobuf:"fixed64,1,opt,name=tokens,proto3" json:"tokens,omitempty"`
-	Time          *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=time,proto3" json:"time,omitempty"`
+	// The sum of the domain's Namespace.stored_bytes.
+	StoredBytes int64 `protobuf:"varint,1,opt,name=stored_bytes,json=storedBytes,proto3" json:"stored_bytes,omitempty"`
+	// Publish tokens left at publish_time, at most the domain's burst; a
+	// rollback may take it down to minus the burst.
+	PublishTokens float64                `protobuf:"fixed64,2,opt,name=publish_tokens,json=publishTokens,proto3" json:"publish_tokens,omitempty"`
+	PublishTime   *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=publish_time,json=publishTime,proto3" json:"publish_time,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
-func (x *PublishBudget) Reset() {
-	*x = PublishBudget{}
+func (x *DomainUsageRecord) Reset() {
+	*x = DomainUsageRecord{}
 	mi := &file_lehr_v1_storage_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
 
-func (x *PublishBudget) String() string {
+func (x *DomainUsageRecord) String() string {
 	return protoimpl.X.MessageStringOf(x)
 }
 
-func (*PublishBudget) ProtoMessage() {}
+func (*DomainUsageRecord) ProtoMessage() {}
 
-func (x *PublishBudget) ProtoReflect() protoreflect.Message {
+func (x *DomainUsageRecord) ProtoReflect() protoreflect.Message {
 	mi := &file_lehr_v1_storage_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
@@ -303,21 +308,28 @@ func (x *PublishBudget) ProtoReflect() protoreflect.Message {
 	return mi.MessageOf(x)
 }
 
-// Deprecated: Use PublishBudget.ProtoReflect.Descriptor instead.
-func (*PublishBudget) Descriptor() ([]byte, []int) {
+// Deprecated: Use DomainUsageRecord.ProtoReflect.Descriptor instead.
+func (*DomainUsageRecord) Descriptor() ([]byte, []int) {
 	return file_lehr_v1_storage_proto_rawDescGZIP(), []int{4}
 }
 
-func (x *PublishBudget) GetTokens() float64 {
+func (x *DomainUsageRecord) GetStoredBytes() int64 {
 	if x != nil {
-		return x.Tokens
+		return x.StoredBytes
 	}
 	return 0
 }
 
-func (x *PublishBudget) GetTime() *timestamppb.Timestamp {
+func (x *DomainUsageRecord) GetPublishTokens() float64 {
 	if x != nil {
-		return x.Time
+		return x.PublishTokens
+	}
+	return 0
+}
+
+func (x *DomainUsageRecord) GetPublishTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.PublishTime
 	}
 	return nil
 }
@@ -342,10 +354,11 @@ const file_lehr_v1_storage_proto_rawDesc = "" +
 	"\fcontent_type\x18\x02 \x01(\tR\vcontentType\x12\x1d\n" +
 	"\n" +
 	"value_hash\x18\x03 \x01(\tR\tvalueHash\x12\x12\n" +
-	"\x04size\x18\x04 \x01(\x03R\x04size\"W\n" +
-	"\rPublishBudget\x12\x16\n" +
-	"\x06tokens\x18\x01 \x01(\x01R\x06tokens\x12.\n" +
-	"\x04time\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x04timeB\x1cZ\x1alehr.dev/lehr/proto/lehrpbb\x06proto3"
+	"\x04size\x18\x04 \x01(\x03R\x04size\"\x9c\x01\n" +
+	"\x11DomainUsageRecord\x12!\n" +
+	"\fstored_bytes\x18\x01 \x01(\x03R\vstoredBytes\x12%\n" +
+	"\x0epublish_tokens\x18\x02 \x01(\x01R\rpublishTokens\x12=\n" +
+	"\fpublish_time\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\vpublishTimeB\x1cZ\x1alehr.dev/lehr/proto/lehrpbb\x06proto3"
 
 var (
 	file_lehr_v1_storage_proto_rawDescOnce sync.Once
@@ -365,7 +378,7 @@ var file_lehr_v1_storage_proto_goTypes = []any{
 	(*RequestRecord)(nil),         // 1: lehr.v1.RequestRecord
 	(*ManifestChunk)(nil),         // 2: lehr.v1.ManifestChunk
 	(*ManifestEntry)(nil),         // 3: lehr.v1.ManifestEntry
-	(*PublishBudget)(nil),         // 4: lehr.v1.PublishBudget
+	(*DomainUsageRecord)(nil),     // 4: lehr.v1.DomainUsageRecord
 	(*VersionInfo)(nil),           // 5: lehr.v1.VersionInfo
 	(*CanaryCheck)(nil),           // 6: lehr.v1.CanaryCheck
 	(*timestamppb.Timestamp)(nil), // 7: google.protobuf.Timestamp
@@ -375,7 +388,7 @@ var file_lehr_v1_storage_proto_depIdxs = []int32{
 	6, // 1: lehr.v1.VersionRecord.expected_checks:type_name -> lehr.v1.CanaryCheck
 	5, // 2: lehr.v1.RequestRecord.info:type_name -> lehr.v1.VersionInfo
 	3, // 3: lehr.v1.ManifestChunk.entries:type_name -> lehr.v1.ManifestEntry
-	7, // 4: lehr.v1.PublishBudget.time:type_name -> google.protobuf.Timestamp
+	7, // 4: lehr.v1.DomainUsageRecord.publish_time:type_name -> google.protobuf.Timestamp
 	5, // [5:5] is the sub-list for method output_type
 	5, // [5:5] is the sub-list for method input_type
 	5, // [5:5] is the sub-list for extension type_name

@@ -198,7 +198,9 @@ func (x *Property) GetContentType() string {
 	return ""
 }
 
-// Quotas bound what a domain may use. Zero means "the server default".
+// Quotas bound what a domain may use. Zero means "the server default"
+// (Domain.effective_quotas shows what is in force; docs/operations.md,
+// "Quotas"). Only a fleet admin may set a quota above the server default.
 type Quotas struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Maximum total bytes of keys and values in one version of a namespace.
@@ -207,7 +209,9 @@ type Quotas struct {
 	MaxProperties int32 `protobuf:"varint,2,opt,name=max_properties,json=maxProperties,proto3" json:"max_properties,omitempty"`
 	// Maximum value size of one property.
 	MaxValueBytes int64 `protobuf:"varint,3,opt,name=max_value_bytes,json=maxValueBytes,proto3" json:"max_value_bytes,omitempty"`
-	// Sustained publishes (publish, patch, rollback) per second for the domain.
+	// Sustained publishes (publish, patch, rollback) per second for the
+	// domain. A rollback is never refused while the domain's bucket is at
+	// most publish_burst tokens in debt: the safety path overdraws, bounded.
 	PublishesPerSecond float64 `protobuf:"fixed64,4,opt,name=publishes_per_second,json=publishesPerSecond,proto3" json:"publishes_per_second,omitempty"`
 	// Burst size for publishes_per_second.
 	PublishBurst int32 `protobuf:"varint,5,opt,name=publish_burst,json=publishBurst,proto3" json:"publish_burst,omitempty"`
@@ -224,8 +228,13 @@ type Quotas struct {
 	// outbound_bytes_per_second; at least one); 0: no limit. One beyond
 	// it gets UNAVAILABLE_REASON_OVER_QUOTA until another ends.
 	MaxSubscriptions int32 `protobuf:"varint,8,opt,name=max_subscriptions,json=maxSubscriptions,proto3" json:"max_subscriptions,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// Bytes the domain's namespaces may hold in the store: every retained
+	// version's record and the blobs it added (Namespace.stored_bytes). A
+	// publish that would go beyond it is refused with RESOURCE_EXHAUSTED /
+	// QUOTA_EXCEEDED; a rollback is not (it is charged all the same).
+	MaxStoredBytes int64 `protobuf:"varint,9,opt,name=max_stored_bytes,json=maxStoredBytes,proto3" json:"max_stored_bytes,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *Quotas) Reset() {
@@ -314,6 +323,69 @@ func (x *Quotas) GetMaxSubscriptions() int32 {
 	return 0
 }
 
+func (x *Quotas) GetMaxStoredBytes() int64 {
+	if x != nil {
+		return x.MaxStoredBytes
+	}
+	return 0
+}
+
+// DomainUsage is what a domain uses of its quotas.
+type DomainUsage struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Bytes its namespaces hold in the store, the sum of their
+	// Namespace.stored_bytes (counted against Quotas.max_stored_bytes).
+	StoredBytes int64 `protobuf:"varint,1,opt,name=stored_bytes,json=storedBytes,proto3" json:"stored_bytes,omitempty"`
+	// Namespaces it holds (counted against Quotas.max_namespaces).
+	Namespaces    int32 `protobuf:"varint,2,opt,name=namespaces,proto3" json:"namespaces,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DomainUsage) Reset() {
+	*x = DomainUsage{}
+	mi := &file_lehr_v1_types_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DomainUsage) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DomainUsage) ProtoMessage() {}
+
+func (x *DomainUsage) ProtoReflect() protoreflect.Message {
+	mi := &file_lehr_v1_types_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DomainUsage.ProtoReflect.Descriptor instead.
+func (*DomainUsage) Descriptor() ([]byte, []int) {
+	return file_lehr_v1_types_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *DomainUsage) GetStoredBytes() int64 {
+	if x != nil {
+		return x.StoredBytes
+	}
+	return 0
+}
+
+func (x *DomainUsage) GetNamespaces() int32 {
+	if x != nil {
+		return x.Namespaces
+	}
+	return 0
+}
+
 // Acl says who may act on a domain (docs/operations.md, "Security model").
 // Entries name users: the <name> of a client certificate's identity
 // spiffe://lehr/user/<name> (lehr certs issue --role user). Control enforces
@@ -343,7 +415,7 @@ type Acl struct {
 
 func (x *Acl) Reset() {
 	*x = Acl{}
-	mi := &file_lehr_v1_types_proto_msgTypes[2]
+	mi := &file_lehr_v1_types_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -355,7 +427,7 @@ func (x *Acl) String() string {
 func (*Acl) ProtoMessage() {}
 
 func (x *Acl) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_types_proto_msgTypes[2]
+	mi := &file_lehr_v1_types_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -368,7 +440,7 @@ func (x *Acl) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Acl.ProtoReflect.Descriptor instead.
 func (*Acl) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_types_proto_rawDescGZIP(), []int{2}
+	return file_lehr_v1_types_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *Acl) GetPublishers() []string {
@@ -408,14 +480,19 @@ type Domain struct {
 	Acl         *Acl                   `protobuf:"bytes,4,opt,name=acl,proto3" json:"acl,omitempty"`
 	CreateTime  *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
 	// Identity that created the domain.
-	CreatedBy     string `protobuf:"bytes,6,opt,name=created_by,json=createdBy,proto3" json:"created_by,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	CreatedBy string `protobuf:"bytes,6,opt,name=created_by,json=createdBy,proto3" json:"created_by,omitempty"`
+	// Output only: what the domain uses, as of the read.
+	Usage *DomainUsage `protobuf:"bytes,7,opt,name=usage,proto3" json:"usage,omitempty"`
+	// Output only: the quotas in force, quotas with every zero field
+	// replaced by the server's default.
+	EffectiveQuotas *Quotas `protobuf:"bytes,8,opt,name=effective_quotas,json=effectiveQuotas,proto3" json:"effective_quotas,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *Domain) Reset() {
 	*x = Domain{}
-	mi := &file_lehr_v1_types_proto_msgTypes[3]
+	mi := &file_lehr_v1_types_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -427,7 +504,7 @@ func (x *Domain) String() string {
 func (*Domain) ProtoMessage() {}
 
 func (x *Domain) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_types_proto_msgTypes[3]
+	mi := &file_lehr_v1_types_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -440,7 +517,7 @@ func (x *Domain) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Domain.ProtoReflect.Descriptor instead.
 func (*Domain) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_types_proto_rawDescGZIP(), []int{3}
+	return file_lehr_v1_types_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *Domain) GetName() string {
@@ -485,6 +562,20 @@ func (x *Domain) GetCreatedBy() string {
 	return ""
 }
 
+func (x *Domain) GetUsage() *DomainUsage {
+	if x != nil {
+		return x.Usage
+	}
+	return nil
+}
+
+func (x *Domain) GetEffectiveQuotas() *Quotas {
+	if x != nil {
+		return x.EffectiveQuotas
+	}
+	return nil
+}
+
 // Namespace is "domain/name", the unit of subscription.
 type Namespace struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -507,14 +598,20 @@ type Namespace struct {
 	// Set while the namespace is a deleted policy (DeletePolicy): its latest
 	// version is the no-op policy and it has no experiments. The next
 	// publish clears it and the policy is live again.
-	DeleteTime    *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=delete_time,json=deleteTime,proto3" json:"delete_time,omitempty"`
+	DeleteTime *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=delete_time,json=deleteTime,proto3" json:"delete_time,omitempty"`
+	// Bytes the namespace holds in the store: its retained versions'
+	// records and the blobs they reference, counted as each version is
+	// committed (the blobs it added over its parent) and recounted exactly
+	// by history compaction. Counted against its domain's
+	// Quotas.max_stored_bytes.
+	StoredBytes   int64 `protobuf:"varint,11,opt,name=stored_bytes,json=storedBytes,proto3" json:"stored_bytes,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Namespace) Reset() {
 	*x = Namespace{}
-	mi := &file_lehr_v1_types_proto_msgTypes[4]
+	mi := &file_lehr_v1_types_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -526,7 +623,7 @@ func (x *Namespace) String() string {
 func (*Namespace) ProtoMessage() {}
 
 func (x *Namespace) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_types_proto_msgTypes[4]
+	mi := &file_lehr_v1_types_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -539,7 +636,7 @@ func (x *Namespace) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Namespace.ProtoReflect.Descriptor instead.
 func (*Namespace) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_types_proto_rawDescGZIP(), []int{4}
+	return file_lehr_v1_types_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *Namespace) GetName() string {
@@ -612,6 +709,13 @@ func (x *Namespace) GetDeleteTime() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *Namespace) GetStoredBytes() int64 {
+	if x != nil {
+		return x.StoredBytes
+	}
+	return 0
+}
+
 // VersionInfo describes one immutable version (incarnation) of a namespace.
 type VersionInfo struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -652,7 +756,7 @@ type VersionInfo struct {
 
 func (x *VersionInfo) Reset() {
 	*x = VersionInfo{}
-	mi := &file_lehr_v1_types_proto_msgTypes[5]
+	mi := &file_lehr_v1_types_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -664,7 +768,7 @@ func (x *VersionInfo) String() string {
 func (*VersionInfo) ProtoMessage() {}
 
 func (x *VersionInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_types_proto_msgTypes[5]
+	mi := &file_lehr_v1_types_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -677,7 +781,7 @@ func (x *VersionInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VersionInfo.ProtoReflect.Descriptor instead.
 func (*VersionInfo) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_types_proto_rawDescGZIP(), []int{5}
+	return file_lehr_v1_types_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *VersionInfo) GetNamespace() string {
@@ -806,7 +910,7 @@ type GoalState struct {
 
 func (x *GoalState) Reset() {
 	*x = GoalState{}
-	mi := &file_lehr_v1_types_proto_msgTypes[6]
+	mi := &file_lehr_v1_types_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -818,7 +922,7 @@ func (x *GoalState) String() string {
 func (*GoalState) ProtoMessage() {}
 
 func (x *GoalState) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_types_proto_msgTypes[6]
+	mi := &file_lehr_v1_types_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -831,7 +935,7 @@ func (x *GoalState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GoalState.ProtoReflect.Descriptor instead.
 func (*GoalState) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_types_proto_rawDescGZIP(), []int{6}
+	return file_lehr_v1_types_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *GoalState) GetZone() string {
@@ -930,7 +1034,7 @@ type CandidateGoal struct {
 
 func (x *CandidateGoal) Reset() {
 	*x = CandidateGoal{}
-	mi := &file_lehr_v1_types_proto_msgTypes[7]
+	mi := &file_lehr_v1_types_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -942,7 +1046,7 @@ func (x *CandidateGoal) String() string {
 func (*CandidateGoal) ProtoMessage() {}
 
 func (x *CandidateGoal) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_types_proto_msgTypes[7]
+	mi := &file_lehr_v1_types_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -955,7 +1059,7 @@ func (x *CandidateGoal) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CandidateGoal.ProtoReflect.Descriptor instead.
 func (*CandidateGoal) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_types_proto_rawDescGZIP(), []int{7}
+	return file_lehr_v1_types_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *CandidateGoal) GetVersion() uint64 {
@@ -1025,7 +1129,7 @@ type Zone struct {
 
 func (x *Zone) Reset() {
 	*x = Zone{}
-	mi := &file_lehr_v1_types_proto_msgTypes[8]
+	mi := &file_lehr_v1_types_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1037,7 +1141,7 @@ func (x *Zone) String() string {
 func (*Zone) ProtoMessage() {}
 
 func (x *Zone) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_types_proto_msgTypes[8]
+	mi := &file_lehr_v1_types_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1050,7 +1154,7 @@ func (x *Zone) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Zone.ProtoReflect.Descriptor instead.
 func (*Zone) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_types_proto_rawDescGZIP(), []int{8}
+	return file_lehr_v1_types_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Zone) GetName() string {
@@ -1075,7 +1179,7 @@ const file_lehr_v1_types_proto_rawDesc = "" +
 	"\bProperty\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\fR\x05value\x12!\n" +
-	"\fcontent_type\x18\x03 \x01(\tR\vcontentType\"\xed\x02\n" +
+	"\fcontent_type\x18\x03 \x01(\tR\vcontentType\"\x97\x03\n" +
 	"\x06Quotas\x12.\n" +
 	"\x13max_namespace_bytes\x18\x01 \x01(\x03R\x11maxNamespaceBytes\x12%\n" +
 	"\x0emax_properties\x18\x02 \x01(\x05R\rmaxProperties\x12&\n" +
@@ -1084,14 +1188,20 @@ const file_lehr_v1_types_proto_rawDesc = "" +
 	"\rpublish_burst\x18\x05 \x01(\x05R\fpublishBurst\x129\n" +
 	"\x19outbound_bytes_per_second\x18\x06 \x01(\x03R\x16outboundBytesPerSecond\x12%\n" +
 	"\x0emax_namespaces\x18\a \x01(\x05R\rmaxNamespaces\x12+\n" +
-	"\x11max_subscriptions\x18\b \x01(\x05R\x10maxSubscriptions\"u\n" +
+	"\x11max_subscriptions\x18\b \x01(\x05R\x10maxSubscriptions\x12(\n" +
+	"\x10max_stored_bytes\x18\t \x01(\x03R\x0emaxStoredBytes\"P\n" +
+	"\vDomainUsage\x12!\n" +
+	"\fstored_bytes\x18\x01 \x01(\x03R\vstoredBytes\x12\x1e\n" +
+	"\n" +
+	"namespaces\x18\x02 \x01(\x05R\n" +
+	"namespaces\"u\n" +
 	"\x03Acl\x12\x1e\n" +
 	"\n" +
 	"publishers\x18\x01 \x03(\tR\n" +
 	"publishers\x12\x18\n" +
 	"\areaders\x18\x02 \x03(\tR\areaders\x12\x1c\n" +
 	"\toperators\x18\x03 \x03(\tR\toperators\x12\x16\n" +
-	"\x06admins\x18\x04 \x03(\tR\x06admins\"\xe3\x01\n" +
+	"\x06admins\x18\x04 \x03(\tR\x06admins\"\xcb\x02\n" +
 	"\x06Domain\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12 \n" +
 	"\vdescription\x18\x02 \x01(\tR\vdescription\x12'\n" +
@@ -1100,7 +1210,9 @@ const file_lehr_v1_types_proto_rawDesc = "" +
 	"\vcreate_time\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"createTime\x12\x1d\n" +
 	"\n" +
-	"created_by\x18\x06 \x01(\tR\tcreatedBy\"\xa3\x03\n" +
+	"created_by\x18\x06 \x01(\tR\tcreatedBy\x12*\n" +
+	"\x05usage\x18\a \x01(\v2\x14.lehr.v1.DomainUsageR\x05usage\x12:\n" +
+	"\x10effective_quotas\x18\b \x01(\v2\x0f.lehr.v1.QuotasR\x0feffectiveQuotas\"\xc6\x03\n" +
 	"\tNamespace\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12*\n" +
 	"\x04kind\x18\x02 \x01(\x0e2\x16.lehr.v1.NamespaceKindR\x04kind\x12%\n" +
@@ -1116,7 +1228,8 @@ const file_lehr_v1_types_proto_rawDesc = "" +
 	"\x0eproperty_count\x18\t \x01(\x05R\rpropertyCount\x12;\n" +
 	"\vdelete_time\x18\n" +
 	" \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"deleteTime\"\xee\x03\n" +
+	"deleteTime\x12!\n" +
+	"\fstored_bytes\x18\v \x01(\x03R\vstoredBytes\"\xee\x03\n" +
 	"\vVersionInfo\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x10\n" +
 	"\x03seq\x18\x02 \x01(\x04R\x03seq\x12\x1a\n" +
@@ -1184,40 +1297,43 @@ func file_lehr_v1_types_proto_rawDescGZIP() []byte {
 }
 
 var file_lehr_v1_types_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_lehr_v1_types_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
+var file_lehr_v1_types_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
 var file_lehr_v1_types_proto_goTypes = []any{
 	(NamespaceKind)(0),            // 0: lehr.v1.NamespaceKind
 	(VersionSource)(0),            // 1: lehr.v1.VersionSource
 	(*Property)(nil),              // 2: lehr.v1.Property
 	(*Quotas)(nil),                // 3: lehr.v1.Quotas
-	(*Acl)(nil),                   // 4: lehr.v1.Acl
-	(*Domain)(nil),                // 5: lehr.v1.Domain
-	(*Namespace)(nil),             // 6: lehr.v1.Namespace
-	(*VersionInfo)(nil),           // 7: lehr.v1.VersionInfo
-	(*GoalState)(nil),             // 8: lehr.v1.GoalState
-	(*CandidateGoal)(nil),         // 9: lehr.v1.CandidateGoal
-	(*Zone)(nil),                  // 10: lehr.v1.Zone
-	(*timestamppb.Timestamp)(nil), // 11: google.protobuf.Timestamp
-	(*CanaryCheck)(nil),           // 12: lehr.v1.CanaryCheck
+	(*DomainUsage)(nil),           // 4: lehr.v1.DomainUsage
+	(*Acl)(nil),                   // 5: lehr.v1.Acl
+	(*Domain)(nil),                // 6: lehr.v1.Domain
+	(*Namespace)(nil),             // 7: lehr.v1.Namespace
+	(*VersionInfo)(nil),           // 8: lehr.v1.VersionInfo
+	(*GoalState)(nil),             // 9: lehr.v1.GoalState
+	(*CandidateGoal)(nil),         // 10: lehr.v1.CandidateGoal
+	(*Zone)(nil),                  // 11: lehr.v1.Zone
+	(*timestamppb.Timestamp)(nil), // 12: google.protobuf.Timestamp
+	(*CanaryCheck)(nil),           // 13: lehr.v1.CanaryCheck
 }
 var file_lehr_v1_types_proto_depIdxs = []int32{
 	3,  // 0: lehr.v1.Domain.quotas:type_name -> lehr.v1.Quotas
-	4,  // 1: lehr.v1.Domain.acl:type_name -> lehr.v1.Acl
-	11, // 2: lehr.v1.Domain.create_time:type_name -> google.protobuf.Timestamp
-	0,  // 3: lehr.v1.Namespace.kind:type_name -> lehr.v1.NamespaceKind
-	11, // 4: lehr.v1.Namespace.create_time:type_name -> google.protobuf.Timestamp
-	11, // 5: lehr.v1.Namespace.delete_time:type_name -> google.protobuf.Timestamp
-	11, // 6: lehr.v1.VersionInfo.create_time:type_name -> google.protobuf.Timestamp
-	1,  // 7: lehr.v1.VersionInfo.source:type_name -> lehr.v1.VersionSource
-	11, // 8: lehr.v1.GoalState.update_time:type_name -> google.protobuf.Timestamp
-	9,  // 9: lehr.v1.GoalState.candidate:type_name -> lehr.v1.CandidateGoal
-	12, // 10: lehr.v1.CandidateGoal.checks:type_name -> lehr.v1.CanaryCheck
-	11, // 11: lehr.v1.Zone.create_time:type_name -> google.protobuf.Timestamp
-	12, // [12:12] is the sub-list for method output_type
-	12, // [12:12] is the sub-list for method input_type
-	12, // [12:12] is the sub-list for extension type_name
-	12, // [12:12] is the sub-list for extension extendee
-	0,  // [0:12] is the sub-list for field type_name
+	5,  // 1: lehr.v1.Domain.acl:type_name -> lehr.v1.Acl
+	12, // 2: lehr.v1.Domain.create_time:type_name -> google.protobuf.Timestamp
+	4,  // 3: lehr.v1.Domain.usage:type_name -> lehr.v1.DomainUsage
+	3,  // 4: lehr.v1.Domain.effective_quotas:type_name -> lehr.v1.Quotas
+	0,  // 5: lehr.v1.Namespace.kind:type_name -> lehr.v1.NamespaceKind
+	12, // 6: lehr.v1.Namespace.create_time:type_name -> google.protobuf.Timestamp
+	12, // 7: lehr.v1.Namespace.delete_time:type_name -> google.protobuf.Timestamp
+	12, // 8: lehr.v1.VersionInfo.create_time:type_name -> google.protobuf.Timestamp
+	1,  // 9: lehr.v1.VersionInfo.source:type_name -> lehr.v1.VersionSource
+	12, // 10: lehr.v1.GoalState.update_time:type_name -> google.protobuf.Timestamp
+	10, // 11: lehr.v1.GoalState.candidate:type_name -> lehr.v1.CandidateGoal
+	13, // 12: lehr.v1.CandidateGoal.checks:type_name -> lehr.v1.CanaryCheck
+	12, // 13: lehr.v1.Zone.create_time:type_name -> google.protobuf.Timestamp
+	14, // [14:14] is the sub-list for method output_type
+	14, // [14:14] is the sub-list for method input_type
+	14, // [14:14] is the sub-list for extension type_name
+	14, // [14:14] is the sub-list for extension extendee
+	0,  // [0:14] is the sub-list for field type_name
 }
 
 func init() { file_lehr_v1_types_proto_init() }
@@ -1232,7 +1348,7 @@ func file_lehr_v1_types_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lehr_v1_types_proto_rawDesc), len(file_lehr_v1_types_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   9,
+			NumMessages:   10,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -1,0 +1,152 @@
+package service
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"slices"
+
+	"github.com/dustin/go-humanize"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+
+	"lehr.dev/lehr/control/store"
+	"lehr.dev/lehr/control/validate"
+	"lehr.dev/lehr/internal/apierror"
+	"lehr.dev/lehr/internal/peercred"
+	"lehr.dev/lehr/proto/lehrpb"
+)
+
+// Domain quotas. A zero field of a domain's quotas is the server's default
+// (Options.DomainDefaults, else DefaultQuotas); GetDomain shows the
+// quotas in force as effective_quotas. Only a fleet admin may give a
+// domain a quota above the default, so that a user who creates a domain
+// — every user may — cannot grant it the store.
+
+// DefaultQuotas returns the quotas of a domain that sets none, sized so
+// that the embedded store's default quota (8 GiB, a fifth of it kept for
+// the safety path) holds 25 default domains filled to their quota
+// (docs/operations.md, "Quotas").
+func DefaultQuotas() *lehrpb.Quotas {
+	return &lehrpb.Quotas{
+		MaxNamespaceBytes:      validate.MaxNamespaceBytes,
+		MaxProperties:          validate.MaxProperties,
+		MaxValueBytes:          validate.MaxValueBytes,
+		PublishesPerSecond:     10,
+		PublishBurst:           20,
+		OutboundBytesPerSecond: 128 << 20,
+		MaxNamespaces:          1000,
+		MaxStoredBytes:         256 << 20,
+	}
+}
+
+// effectiveQuotas returns q with every zero field replaced by the
+// server's default.
+func (s *Service) effectiveQuotas(q *lehrpb.Quotas) *lehrpb.Quotas {
+	out := proto.CloneOf(s.defQuotas)
+	if q == nil {
+		return out
+	}
+	set := out.ProtoReflect()
+	q.ProtoReflect().Range(func(f protoreflect.FieldDescriptor, v protoreflect.Value) bool {
+		set.Set(f, v) // Range visits the fields that are set: non-zero
+		return true
+	})
+	return out
+}
+
+// domainLimits are what store.Commit enforces for d.
+func (s *Service) domainLimits(d *lehrpb.Domain) store.DomainLimits {
+	q := s.effectiveQuotas(d.GetQuotas())
+	s.metrics.GetOrCreateGauge(fmt.Sprintf(`lehr_control_domain_stored_bytes_quota{domain=%q}`, d.GetName()), nil).Set(float64(q.GetMaxStoredBytes()))
+	return store.DomainLimits{
+		StoredBytes:        q.GetMaxStoredBytes(),
+		PublishesPerSecond: q.GetPublishesPerSecond(),
+		PublishBurst:       int(q.GetPublishBurst()),
+	}
+}
+
+// withUsage returns d with its usage and effective quotas filled in.
+func (s *Service) withUsage(ctx context.Context, d *lehrpb.Domain) (*lehrpb.Domain, error) {
+	stored, nss, err := s.st.DomainUsage(ctx, d.GetName())
+	if err != nil {
+		return nil, err
+	}
+	d = proto.CloneOf(d)
+	d.Usage = &lehrpb.DomainUsage{StoredBytes: stored, Namespaces: int32(min(nss, 1<<31-1))}
+	d.EffectiveQuotas = s.effectiveQuotas(d.GetQuotas())
+	return d, nil
+}
+
+// checkQuotaRaise refuses, unless the caller is a fleet admin, a quota in
+// q above the server's default.
+func (s *Service) checkQuotaRaise(ctx context.Context, field string, q *lehrpb.Quotas) error {
+	if q == nil || s.fleetAdmin(ctx) {
+		return nil
+	}
+	def := s.defQuotas.ProtoReflect()
+	var err error
+	q.ProtoReflect().Range(func(f protoreflect.FieldDescriptor, v protoreflect.Value) bool {
+		// A default of 0 is no limit: every value is below it.
+		dv, above := def.Get(f), false
+		switch f.Kind() {
+		case protoreflect.DoubleKind:
+			above = dv.Float() > 0 && v.Float() > dv.Float()
+		case protoreflect.Int32Kind, protoreflect.Int64Kind:
+			above = dv.Int() > 0 && v.Int() > dv.Int()
+		}
+		if above {
+			err = apierror.New(codes.PermissionDenied, apierror.ReasonPermissionDenied, field+"."+string(f.Name()),
+				"%s %v is above the server's default of %v: only a fleet admin may raise a domain's quota above the default (lehr control --fleet-admins NAME, or the user control runs as, on its --socket); leave it 0 for the default or ask a fleet admin",
+				f.Name(), v.Interface(), dv.Interface())
+			return false
+		}
+		return true
+	})
+	return err
+}
+
+// fleetAdmin reports whether the caller may make fleet-wide changes: a
+// user named in Options.FleetAdmins; the local user control runs as, or
+// root, on control's unix socket; or, in dev mode, a caller control
+// cannot identify (the Authorizer lets such callers change nothing
+// outside dev mode).
+func (s *Service) fleetAdmin(ctx context.Context) bool {
+	if pc, ok := peercred.FromContext(ctx); ok && (pc.UID == 0 || int(pc.UID) == os.Getuid()) {
+		return true
+	}
+	user, identified := userOf(ctx)
+	if !identified {
+		return true
+	}
+	return slices.Contains(s.fleetAdmins, user)
+}
+
+// quotaError is the API error of a domain quota the store refused.
+func quotaError(e *store.QuotaError) *apierror.Error {
+	return apierror.New(codes.ResourceExhausted, apierror.ReasonQuotaExceeded, "",
+		"domain %s stores %s of its %s quota (quotas.max_stored_bytes) and the version would add %s: free space with 'lehr history compact NAMESPACE --keep N' (removes old versions), publish less history, or ask a fleet admin to raise it ('lehr domain update %s --max-stored-bytes SIZE')",
+		e.Domain, humanize.IBytes(uint64(e.Used)), humanize.IBytes(uint64(e.Limit)), humanize.IBytes(uint64(e.Adding)), e.Domain).
+		WithLimit("%d bytes", e.Limit)
+}
+
+// spaceError is the API error of the store above its high-water mark.
+func spaceError(e *store.SpaceError) *apierror.Error {
+	if e.Alarm {
+		return apierror.New(codes.ResourceExhausted, apierror.ReasonStoreFull, "",
+			"the store is out of space: etcd refuses writes (its NOSPACE alarm, %s of a %s quota); control is compacting and defragmenting it and disarms the alarm once there is room; free space with 'lehr history compact NAMESPACE --keep N' or raise the store's quota ('lehr control --store-quota')",
+			humanize.IBytes(uint64(e.Used)), humanize.IBytes(uint64(e.Quota))).WithLimit("%d bytes", e.Quota)
+	}
+	return apierror.New(codes.ResourceExhausted, apierror.ReasonStoreFull, "",
+		"the store holds %s of its %s quota, above its high-water mark of %s (the rest is kept for rollbacks, goal moves and the audit log): new content is refused until space is freed — 'lehr history compact NAMESPACE --keep N' removes old versions (control then gives the space back by itself), or raise the store's quota ('lehr control --store-quota'); rollbacks still work",
+		humanize.IBytes(uint64(e.Used)), humanize.IBytes(uint64(e.Quota)), humanize.IBytes(uint64(e.HighWater))).
+		WithLimit("%d bytes", e.HighWater)
+}
+
+// admitContent refuses a write of a small record of new content (a
+// domain, a namespace, a policy, an experiment) while the store is above
+// its high-water mark.
+func (s *Service) admitContent(m proto.Message) error {
+	return s.st.AdmitContent(int64(proto.Size(m)))
+}

@@ -1,0 +1,156 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"lehr.dev/lehr/control/embedetcd"
+	"lehr.dev/lehr/proto/lehrpb"
+	"lehr.dev/lehr/testenv/wait"
+)
+
+// smallEtcd starts an etcd of its own with a backend quota of quota
+// bytes, and a Store on it whose space monitor runs until the test ends.
+func smallEtcd(t *testing.T, quota int64) (*Store, *clientv3.Client) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	defer cancel()
+	srv, err := embedetcd.Start(ctx, embedetcd.Options{Dir: t.TempDir(), NoSync: true, Logger: quietLogger(),
+		QuotaBackendBytes: quota, AutoCompaction: -1})
+	if err != nil {
+		t.Fatalf("start etcd: %v", err)
+	}
+	t.Cleanup(func() { srv.Close() })
+	cli := srv.InProcessClient()
+	mcli, err := embedetcd.NewClient(ctx, srv.Endpoints())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { mcli.Close() })
+	s := New(cli, Options{Prefix: testPrefix(t), Logger: quietLogger(), Maintenance: mcli, Space: SpaceOptions{Interval: 20 * time.Millisecond}})
+	mctx, stop := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); s.RunSpaceMonitor(mctx) }()
+	t.Cleanup(func() { stop(); <-done })
+	wait.For(t, "the store to read etcd's space", func() bool { return s.Space().Known })
+	return s, cli
+}
+
+// TestStoreKeepsItsReserve: with a small quota, one domain floods until
+// the store refuses new content at its high-water mark — cleanly, a
+// *SpaceError, never etcd's "database space exceeded" — while another
+// domain's rollback and goal moves still succeed; once the flood's history
+// is compacted, control gives the space back by itself (etcd compaction,
+// defragmentation) and publishes resume.
+func TestStoreKeepsItsReserve(t *testing.T) {
+	const quota = 96 << 20
+	s, _ := smallEtcd(t, quota)
+	ctx := testCtx(t)
+	if st := s.Space(); st.Quota != quota || st.HighWater != quota-minReserve {
+		t.Fatalf("space %+v: want the quota etcd reports (%d) and %d bytes kept back", st, quota, minReserve)
+	}
+	mustDomain(t, s, "flood")
+	mustDomain(t, s, "victim")
+	if _, err := s.CreateZone(ctx, "z"); err != nil {
+		t.Fatal(err)
+	}
+	snapshot := &lehrpb.VersionInfo{Source: lehrpb.VersionSource_VERSION_SOURCE_SNAPSHOT}
+	good := commit(t, s, Commit{Namespace: "victim/app", Create: true, Content: snap(t, "k", "good"), Info: snapshot})
+	bad := commit(t, s, Commit{Namespace: "victim/app", Rebase: true, Content: snap(t, "k", "bad"), Info: snapshot, Goals: GoalsNone})
+
+	var se *SpaceError
+	for i := 0; se == nil; i++ {
+		_, err := s.Commit(ctx, Commit{Namespace: "flood/big", Create: true, Rebase: true, Content: randomSnap(t, 4, 256<<10), Info: snapshot})
+		switch {
+		case errors.As(err, &se):
+		case err != nil:
+			t.Fatalf("flood commit %d: %v (want success or a SpaceError)", i, err)
+		case i > 400:
+			t.Fatalf("400 MiB committed into a %d-byte store without a SpaceError", quota)
+		}
+	}
+	if !errors.Is(se, ErrStoreFull) || se.Used+se.Adding <= se.HighWater || se.Alarm {
+		t.Fatalf("refusal %+v: want used+adding above the high-water mark, no alarm", se)
+	}
+	if _, err := s.Commit(ctx, Commit{Namespace: "victim/app", Rebase: true, Content: randomSnap(t, 4, 256<<10), Info: snapshot}); !errors.As(err, &se) {
+		t.Fatalf("another domain's 1 MiB publish above the mark: %v, want a SpaceError", err)
+	}
+
+	// The safety path: the victim's rollback of its bad version, and a
+	// goal move.
+	_, old, err := s.Content(ctx, "victim/app", good.GetSeq())
+	if err != nil {
+		t.Fatal(err)
+	}
+	rb, err := s.Commit(ctx, Commit{Namespace: "victim/app", Rebase: true, Content: old,
+		Info: &lehrpb.VersionInfo{Source: lehrpb.VersionSource_VERSION_SOURCE_ROLLBACK, RollbackOf: good.GetSeq()}})
+	if err != nil {
+		t.Fatalf("rollback above the high-water mark: %v", err)
+	}
+	if rb.GetSeq() != bad.GetSeq()+1 {
+		t.Errorf("rollback is version %d, want %d", rb.GetSeq(), bad.GetSeq()+1)
+	}
+	if err := s.SetGoal(ctx, &lehrpb.GoalState{Zone: "z", Namespace: "victim/app", Version: rb.GetSeq(), Checksum: rb.GetChecksum()}); err != nil {
+		t.Fatalf("goal move above the high-water mark: %v", err)
+	}
+
+	// Free the flood's history: the monitor compacts and defragments etcd
+	// and content is admitted again.
+	if _, err := s.CompactHistory(ctx, "flood/big", 1); err != nil {
+		t.Fatal(err)
+	}
+	wait.For(t, "the store to give space back", func() bool {
+		st := s.Space()
+		return st.DBSize < st.HighWater/2
+	})
+	if _, err := s.Commit(ctx, Commit{Namespace: "victim/app", Rebase: true, Content: snap(t, "k", "after"), Info: snapshot}); err != nil {
+		t.Fatalf("publish after the flood was compacted: %v", err)
+	}
+}
+
+// TestStoreRecoversFromNoSpace: when etcd raises its NOSPACE alarm anyway
+// (here: someone wrote around Lehr), writes are refused as a SpaceError,
+// not an internal error, and once space is free the store disarms the
+// alarm itself and publishes resume.
+func TestStoreRecoversFromNoSpace(t *testing.T) {
+	const quota = 32 << 20
+	s, cli := smallEtcd(t, quota)
+	ctx := testCtx(t)
+	mustDomain(t, s, "d")
+	snapshot := &lehrpb.VersionInfo{Source: lehrpb.VersionSource_VERSION_SOURCE_SNAPSHOT}
+	commit(t, s, Commit{Namespace: "d/n", Create: true, Content: snap(t, "k", "v1"), Info: snapshot})
+
+	// Fill etcd directly until it refuses.
+	junk := strings.Repeat("x", 512<<10)
+	for i := 0; ; i++ {
+		_, err := cli.Put(ctx, fmt.Sprintf("/junk/%04d", i), junk)
+		if IsNoSpace(err) {
+			break
+		}
+		if err != nil || i > 200 {
+			t.Fatalf("filling etcd, put %d: %v", i, err)
+		}
+	}
+	wait.For(t, "the store to see the NOSPACE alarm", func() bool { return s.Space().Alarm })
+	var se *SpaceError
+	_, err := s.Commit(ctx, Commit{Namespace: "d/n", Rebase: true, Content: snap(t, "k", "v2"), Info: snapshot})
+	if !errors.As(err, &se) || !se.Alarm {
+		t.Fatalf("commit under the NOSPACE alarm: %v, want a SpaceError with Alarm", err)
+	}
+
+	// Free the space (deletes work under the alarm): the store compacts,
+	// defragments and disarms by itself.
+	if _, err := cli.Delete(ctx, "/junk/", clientv3.WithPrefix()); err != nil {
+		t.Fatalf("delete the junk: %v", err)
+	}
+	wait.For(t, "the store to disarm the NOSPACE alarm", func() bool { return !s.Space().Alarm })
+	if _, err := s.Commit(ctx, Commit{Namespace: "d/n", Rebase: true, Content: snap(t, "k", "v3"), Info: snapshot}); err != nil {
+		t.Fatalf("commit after recovery: %v", err)
+	}
+}
