@@ -299,7 +299,7 @@ func (c *Control) Run(ctx context.Context) (err error) {
 	// Storage.
 	endpoints := c.opts.EtcdEndpoints
 	var etcdErr <-chan error
-	var cli *clientv3.Client
+	var cli, maint *clientv3.Client
 	if len(endpoints) == 0 {
 		dir := filepath.Join(c.opts.DataDir, "etcd")
 		srv, err := embedetcd.Start(ctx, embedetcd.Options{
@@ -320,8 +320,14 @@ func (c *Control) Run(ctx context.Context) (err error) {
 		endpoints = srv.Endpoints()
 		etcdErr = srv.Err()
 		c.log.Info("control: embedded etcd started", "dir", dir, "endpoints", endpoints)
-		// The member is in this process: call it directly.
+		// The member is in this process: call it directly — but for
+		// maintenance, which etcd's in-process client cannot do all of
+		// (defragmentation), over its socket.
 		cli = srv.InProcessClient()
+		if maint, err = embedetcd.NewClient(ctx, endpoints); err != nil {
+			return fmt.Errorf("control: %w", err)
+		}
+		defer maint.Close()
 	} else {
 		var err error
 		if cli, err = embedetcd.NewClient(ctx, endpoints); err != nil {
@@ -341,6 +347,7 @@ func (c *Control) Run(ctx context.Context) (err error) {
 		OnRoundTrip:  service.RoundTripObserver(c.metrics),
 		Signer:       signer,
 		Space:        store.SpaceOptions{Quota: c.opts.StoreQuota, Reserve: c.opts.StoreReserve},
+		Maintenance:  maint,
 		OnDomainUsage: func(domain string, stored int64) {
 			c.metrics.GetOrCreateGauge(fmt.Sprintf(`lehr_control_domain_stored_bytes{domain=%q}`, domain), nil).Set(float64(stored))
 		},

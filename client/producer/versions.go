@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"iter"
+	"math"
 
 	"google.golang.org/grpc/codes"
 
@@ -300,4 +301,25 @@ func (c *Client) Diff(ctx context.Context, ns string, a, b uint64) (*Diff, error
 		d.Changes = append(d.Changes, out)
 	}
 	return d, nil
+}
+
+// CompactNamespace removes every version of ns but the keepLast newest
+// (at least 1), whatever their age — never the latest version nor one some
+// zone's goal names — to free its domain's stored bytes; message says why,
+// for the audit log. It returns how many versions were removed and the
+// namespace after (its oldest kept version and stored bytes). Only the
+// domain's admins may.
+func (c *Client) CompactNamespace(ctx context.Context, ns string, keepLast int, message string) (removed int, after *lehrpb.Namespace, err error) {
+	if keepLast < 1 || keepLast > math.MaxInt32 {
+		return 0, nil, fmt.Errorf("producer: compact %s: %w", ns, invalidArg("keep_last", "keep 1 to %d versions, not %d", math.MaxInt32, keepLast))
+	}
+	var resp *lehrpb.CompactNamespaceResponse
+	err = c.call(ctx, "compact "+ns, func(ctx context.Context) (err error) {
+		resp, err = c.rpc.CompactNamespace(ctx, &lehrpb.CompactNamespaceRequest{Name: ns, KeepLast: int32(keepLast), Message: message})
+		return err
+	})
+	if err != nil {
+		return 0, nil, err
+	}
+	return int(resp.GetVersionsRemoved()), resp.GetNamespace(), nil
 }

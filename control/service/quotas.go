@@ -135,8 +135,8 @@ func quotaError(e *store.QuotaError) *apierror.Error {
 func spaceError(e *store.SpaceError) *apierror.Error {
 	if e.Alarm {
 		return apierror.New(codes.ResourceExhausted, apierror.ReasonStoreFull, "",
-			"the store is out of space: etcd refuses writes (its NOSPACE alarm, %s of a %s quota); control is compacting and defragmenting it and disarms the alarm once there is room; free space with 'lehr history compact NAMESPACE --keep N' or raise the store's quota ('lehr control --store-quota')",
-			humanize.IBytes(uint64(e.Used)), humanize.IBytes(uint64(e.Quota))).WithLimit("%d bytes", e.Quota)
+			"the store is out of space: etcd refuses writes (its NOSPACE alarm; the quota is %s); control is compacting and defragmenting it and disarms the alarm once there is room; free space with 'lehr history compact NAMESPACE --keep N' or raise the store's quota ('lehr control --store-quota')",
+			humanize.IBytes(uint64(e.Quota))).WithLimit("%d bytes", e.Quota)
 	}
 	return apierror.New(codes.ResourceExhausted, apierror.ReasonStoreFull, "",
 		"the store holds %s of its %s quota, above its high-water mark of %s (the rest is kept for rollbacks, goal moves and the audit log): new content is refused until space is freed — 'lehr history compact NAMESPACE --keep N' removes old versions (control then gives the space back by itself), or raise the store's quota ('lehr control --store-quota'); rollbacks still work",
