@@ -78,7 +78,7 @@ func invalid(reason, field, format string, args ...any) *apierror.Error {
 func nameError(field string, err error) *apierror.Error {
 	var ne *names.Error
 	if errors.As(err, &ne) {
-		return invalid(apierror.ReasonInvalidName, field, "invalid %s %q: %s", ne.Kind, ne.Value, ne.Reason).WithCause(err)
+		return invalid(apierror.ReasonInvalidName, field, "invalid %s %s: %s", ne.Kind, ne.Quoted(), ne.Reason).WithCause(err)
 	}
 	return apierror.Wrap(err, codes.InvalidArgument, apierror.ReasonInvalidName, field)
 }

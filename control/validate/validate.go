@@ -139,7 +139,7 @@ func Property(p content.Property, l Limits) *Violation {
 	if err := names.Key(p.Key); err != nil {
 		msg := err.Error()
 		if ne, ok := err.(*names.Error); ok {
-			msg = fmt.Sprintf("invalid key %q: %s", ne.Value, ne.Reason)
+			msg = fmt.Sprintf("invalid key %s: %s", ne.Quoted(), ne.Reason)
 		}
 		return &Violation{
 			Code: codes.InvalidArgument, Reason: apierror.ReasonInvalidName,
