@@ -8,6 +8,7 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -16,6 +17,7 @@ import (
 	"lehr.dev/lehr/control"
 	"lehr.dev/lehr/control/controltest"
 	"lehr.dev/lehr/control/embedetcd"
+	"lehr.dev/lehr/internal/apierror"
 	"lehr.dev/lehr/proto/lehrpb"
 )
 
@@ -138,5 +140,93 @@ func TestUnknownFieldsAreNotStored(t *testing.T) {
 		if want := `lehr_control_unknown_fields_dropped_total{method="` + method + `"} 1`; !strings.Contains(m.String(), want) {
 			t.Errorf("metrics lack %s", want)
 		}
+	}
+}
+
+// A refused call quotes at most a bounded prefix of what it was sent, in
+// its error and in its audit record. On the issue's main a publish refused
+// for a 100 KiB key echoed the key into a 102 KB audit record, and three
+// times into the error's status (message, ErrorInfo, BadRequest).
+func TestRefusalsQuoteBoundedInput(t *testing.T) {
+	srv := controltest.StartControl(t, control.Options{})
+	cl := srv.Client
+	ctx := testCtx(t)
+	createDomain(t, cl, "pay", nil)
+	big := strings.Repeat("k", 100<<10)
+	ok := []*lehrpb.Property{prop("k", "", "v")}
+	calls := []struct {
+		name string
+		call func() error
+	}{
+		{"key", func() error {
+			_, err := cl.Publish(ctx, &lehrpb.PublishRequest{Namespace: "pay/a", Properties: []*lehrpb.Property{prop(big, "", "v")}})
+			return err
+		}},
+		{"namespace", func() error {
+			_, err := cl.Publish(ctx, &lehrpb.PublishRequest{Namespace: "pay/" + big, Properties: ok})
+			return err
+		}},
+		{"author and message", func() error {
+			_, err := cl.Publish(ctx, &lehrpb.PublishRequest{Namespace: "pay/a", Properties: ok, Author: big, Message: big})
+			return err
+		}},
+		{"domain", func() error {
+			_, err := cl.CreateDomain(ctx, &lehrpb.CreateDomainRequest{Domain: &lehrpb.Domain{Name: big}})
+			return err
+		}},
+		{"acl entry", func() error {
+			_, err := cl.CreateDomain(ctx, &lehrpb.CreateDomainRequest{Domain: &lehrpb.Domain{Name: "acl", Acl: &lehrpb.Acl{Publishers: []string{big}}}})
+			return err
+		}},
+		{"scope", func() error {
+			_, err := cl.SetRolloutPolicy(ctx, &lehrpb.SetRolloutPolicyRequest{Scope: big, Policy: &lehrpb.RolloutPolicy{GlobalBlast: true}})
+			return err
+		}},
+		{"experiment name", func() error {
+			_, err := cl.DeletePolicyExperiment(ctx, &lehrpb.DeletePolicyExperimentRequest{Name: big})
+			return err
+		}},
+	}
+	const maxStatus = 4 << 10 // what a refusal may cost on the wire
+	for _, c := range calls {
+		err := c.call()
+		if err == nil {
+			t.Fatalf("%s of 100 KiB: accepted", c.name)
+		}
+		if n := proto.Size(status.Convert(err).Proto()); n > maxStatus {
+			t.Errorf("%s of 100 KiB: the error's status is %d bytes; want at most %d", c.name, n, maxStatus)
+		}
+		if e := apierror.FromError(err); strings.Contains(e.Message, big[:1000]) {
+			t.Errorf("%s of 100 KiB: the message quotes 1,000 bytes of it or more: %.200s…", c.name, e.Message)
+		}
+	}
+	// The message still says what was wrong with the key, and how long it was.
+	_, err := cl.Publish(ctx, &lehrpb.PublishRequest{Namespace: "pay/a", Properties: []*lehrpb.Property{prop(big, "", "v")}})
+	if e := apierror.FromError(err); e.Field != "properties[0].key" || !strings.Contains(e.Message, `kkk…" (102400 bytes)`) {
+		t.Errorf("key of 100 KiB: %v; want a message quoting its start and its length, on properties[0].key", err)
+	}
+
+	resp, err := cl.ListAuditRecords(ctx, &lehrpb.ListAuditRecordsRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The domain, then every call above and the repeated key.
+	if got, want := len(resp.GetRecords()), 1+len(calls)+1; got != want {
+		t.Errorf("%d audit records; want %d", got, want)
+	}
+	const maxRecord = 8 << 10
+	for _, r := range resp.GetRecords() {
+		if n := proto.Size(r); n > maxRecord {
+			t.Errorf("audit record of %s %.60s… is %d bytes; want at most %d", r.GetMethod(), r.GetTarget(), n, maxRecord)
+		}
+	}
+	var refused int
+	for _, r := range resp.GetRecords() {
+		if r.GetCode() != "OK" {
+			refused++
+		}
+	}
+	if refused != len(calls)+1 {
+		t.Errorf("%d refusals recorded; want %d", refused, len(calls)+1)
 	}
 }

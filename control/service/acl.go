@@ -16,6 +16,7 @@ import (
 
 	"lehr.dev/lehr/control/store"
 	"lehr.dev/lehr/internal/apierror"
+	"lehr.dev/lehr/internal/excerpt"
 	"lehr.dev/lehr/internal/names"
 	"lehr.dev/lehr/internal/peercred"
 	"lehr.dev/lehr/internal/tlsconfig"
@@ -167,10 +168,10 @@ func checkACL(prefix string, acl *lehrpb.Acl) error {
 			f := fmt.Sprintf("%s.%s[%d]", prefix, l.field, i)
 			if l.field == "readers" {
 				if err := checkReader(e); err != nil {
-					return invalid(apierror.ReasonInvalidArgument, f, "%q: %v", e, err)
+					return invalid(apierror.ReasonInvalidArgument, f, "%s: %v", excerpt.Quote(e), err)
 				}
 			} else if err := (tlsconfig.Identity{Role: tlsconfig.RoleUser, Name: e}).Check(); err != nil {
-				return invalid(apierror.ReasonInvalidArgument, f, "%q is not a user name: 1-64 bytes of letters, digits, '.', '_', '@' and '-' (the <name> of spiffe://lehr/user/<name>)", e)
+				return invalid(apierror.ReasonInvalidArgument, f, "%s is not a user name: 1-64 bytes of letters, digits, '.', '_', '@' and '-' (the <name> of spiffe://lehr/user/<name>)", excerpt.Quote(e))
 			}
 			if seen[e] {
 				return invalid(apierror.ReasonInvalidArgument, f, "%q is listed twice", e)
