@@ -2,16 +2,19 @@ package control_test
 
 import (
 	"bytes"
+	"fmt"
 	"log/slog"
 	"strings"
 	"testing"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/fieldmaskpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"lehr.dev/lehr/control"
@@ -228,5 +231,121 @@ func TestRefusalsQuoteBoundedInput(t *testing.T) {
 	}
 	if refused != len(calls)+1 {
 		t.Errorf("%d refusals recorded; want %d", refused, len(calls)+1)
+	}
+}
+
+// Every list a caller sends control is bounded: beyond the bound the call
+// is refused with INVALID_ARGUMENT naming the field, the count and the
+// limit, and nothing is stored. On the main a domain with 10,000
+// publishers was accepted.
+func TestRepeatedFieldsAreBounded(t *testing.T) {
+	srv := controltest.StartControl(t, control.Options{})
+	cl := srv.Client
+	ctx := testCtx(t)
+	users := func(n int) []string {
+		out := make([]string, n)
+		for i := range out {
+			out[i] = fmt.Sprintf("user-%d", i)
+		}
+		return out
+	}
+	zones := func(n int) []string {
+		out := make([]string, n)
+		for i := range out {
+			out[i] = fmt.Sprintf("zone-%d", i)
+		}
+		return out
+	}
+	hosts := func(n int) []string {
+		out := make([]string, n)
+		for i := range out {
+			out[i] = fmt.Sprintf("host-%d", i)
+		}
+		return out
+	}
+
+	// At the bounds (docs/design.md, "Limits"): accepted.
+	wide := &lehrpb.Acl{Publishers: users(256), Operators: users(256), Admins: users(256), Readers: zones(1000)}
+	if _, err := cl.CreateDomain(ctx, &lehrpb.CreateDomainRequest{Domain: &lehrpb.Domain{Name: "wide", Acl: wide}}); err != nil {
+		t.Fatalf("CreateDomain with every ACL list at its bound: %v", err)
+	}
+	publish(t, cl, "wide/a", prop("k", "", "v"))
+
+	evaluate := func(trials ...*lehrpb.CanaryTrial) error {
+		_, err := cl.Evaluate(ctx, &lehrpb.EvaluateRequest{Name: "manual", Namespace: "wide/a", Version: 1, Trials: trials,
+			ChangeTime: timestamppb.Now(), Bake: durationpb.New(time.Minute)})
+		return err
+	}
+	var manyTrials []*lehrpb.CanaryTrial
+	for _, z := range zones(101) {
+		manyTrials = append(manyTrials, &lehrpb.CanaryTrial{Zone: z})
+	}
+	for _, tc := range []struct {
+		name, field, limit string
+		call               func() error
+	}{
+		{"10,000 publishers", "domain.acl.publishers", "256 entries", func() error {
+			_, err := cl.CreateDomain(ctx, &lehrpb.CreateDomainRequest{Domain: &lehrpb.Domain{Name: "many", Acl: &lehrpb.Acl{Publishers: users(10000)}}})
+			return err
+		}},
+		{"257 operators", "domain.acl.operators", "256 entries", func() error {
+			_, err := cl.CreateDomain(ctx, &lehrpb.CreateDomainRequest{Domain: &lehrpb.Domain{Name: "many", Acl: &lehrpb.Acl{Operators: users(257)}}})
+			return err
+		}},
+		{"1,001 readers", "domain.acl.readers", "1000 entries", func() error {
+			_, err := cl.CreateDomain(ctx, &lehrpb.CreateDomainRequest{Domain: &lehrpb.Domain{Name: "many", Acl: &lehrpb.Acl{Readers: zones(1001)}}})
+			return err
+		}},
+		{"257 admins by update", "domain.acl.admins", "256 entries", func() error {
+			_, err := cl.UpdateDomain(ctx, &lehrpb.UpdateDomainRequest{Domain: &lehrpb.Domain{Name: "wide", Acl: &lehrpb.Acl{Admins: users(257)}},
+				UpdateMask: &fieldmaskpb.FieldMask{Paths: []string{"acl"}}})
+			return err
+		}},
+		{"an update mask of 4 paths", "update_mask.paths", "3 entries", func() error {
+			_, err := cl.UpdateDomain(ctx, &lehrpb.UpdateDomainRequest{Domain: &lehrpb.Domain{Name: "wide"},
+				UpdateMask: &fieldmaskpb.FieldMask{Paths: []string{"acl", "acl", "acl", "acl"}}})
+			return err
+		}},
+		{"an experiment update mask of 5", "update_mask", "4 entries", func() error {
+			_, err := cl.UpdatePolicyExperiment(ctx, &lehrpb.UpdatePolicyExperimentRequest{
+				PolicyExperiment: &lehrpb.PolicyExperiment{Name: "domains/wide/policies/fw/experiments/x"},
+				UpdateMask:       []string{"*", "*", "*", "*", "*"}})
+			return err
+		}},
+		{"10,001 keys read", "keys", "10000 entries", func() error {
+			keys := make([]string, 10001)
+			for i := range keys {
+				keys[i] = "k"
+			}
+			_, err := cl.Get(ctx, &lehrpb.GetRequest{Namespace: "wide/a", Keys: keys})
+			return err
+		}},
+		{"101 trials", "trials", "100 entries", func() error { return evaluate(manyTrials...) }},
+		{"1,001 trial hosts", "trials[1].control_hosts", "1000 entries", func() error {
+			return evaluate(&lehrpb.CanaryTrial{Zone: "zone-a", CanaryHosts: hosts(600)}, &lehrpb.CanaryTrial{Zone: "zone-b", ControlHosts: hosts(401)})
+		}},
+		{"a 256-byte host id", "trials[0].canary_hosts[1]", "255 bytes", func() error {
+			return evaluate(&lehrpb.CanaryTrial{Zone: "zone-a", CanaryHosts: []string{"h", strings.Repeat("h", 256)}})
+		}},
+		{"a zone in two trials", "trials[1].zone", "", func() error {
+			return evaluate(&lehrpb.CanaryTrial{Zone: "zone-a"}, &lehrpb.CanaryTrial{Zone: "zone-a"})
+		}},
+	} {
+		err := tc.call()
+		e := apierror.FromError(err)
+		if err == nil || e.Code != codes.InvalidArgument || e.Field != tc.field || e.Limit != tc.limit {
+			t.Errorf("%s: %v; want INVALID_ARGUMENT on %s with limit %q", tc.name, err, tc.field, tc.limit)
+		}
+	}
+	if _, err := cl.GetDomain(ctx, &lehrpb.GetDomainRequest{Name: "many"}); status.Code(err) != codes.NotFound {
+		t.Errorf("GetDomain(many) after the refusals: %v; want NOT_FOUND", err)
+	}
+	d, err := cl.GetDomain(ctx, &lehrpb.GetDomainRequest{Name: "wide"})
+	if err != nil || len(d.GetAcl().GetAdmins()) != 256 {
+		t.Errorf("GetDomain(wide) after the refused update: %v, %v; want its 256 admins unchanged", d, err)
+	}
+	evs, err := cl.ListCanaryEvaluations(ctx, &lehrpb.ListCanaryEvaluationsRequest{Namespace: "wide/a"})
+	if err != nil || len(evs.GetEvaluations()) != 0 {
+		t.Errorf("evaluations after the refusals: %v, %v; want none", evs, err)
 	}
 }

@@ -53,11 +53,14 @@ const defaultExperimentPage = 100
 // predefined constant for Lehr's Policy type.
 const LogPrefix = "PolicyPreviewLog"
 
-// Limits of an experiment's annotations.
+// Limits of an experiment's annotations, and of an update's mask (the
+// fields an update may name: "*", "policy", "policy.rules" and
+// "annotations").
 const (
 	maxAnnotations      = 64
 	maxAnnotationKey    = 63
 	maxAnnotationsBytes = 4 << 10
+	maxExperimentMask   = 4
 )
 
 // PolicyName returns the resource name of policy namespace ns
@@ -378,6 +381,10 @@ func (s *Service) UpdatePolicyExperiment(ctx context.Context, req *lehrpb.Update
 	ns, id, err := parseExperimentName("policy_experiment.name", in.GetName())
 	if err != nil {
 		return nil, err
+	}
+	// "*", "policy", "policy.rules" and "annotations", each once.
+	if n := len(req.GetUpdateMask()); n > maxExperimentMask {
+		return nil, tooMany("update_mask", n, maxExperimentMask)
 	}
 	var setPolicy, setAnnotations bool
 	for i, p := range req.GetUpdateMask() {
