@@ -349,3 +349,50 @@ func TestRepeatedFieldsAreBounded(t *testing.T) {
 		t.Errorf("evaluations after the refusals: %v, %v; want none", evs, err)
 	}
 }
+
+// A policy rule over the evaluation cost limit on every evaluation is
+// refused at publish, naming the rule, its estimated cost and the limit.
+// On the issue's main it was accepted and denied everything at the hosts.
+// Ordinary rules, and rules that are costly on some inputs only, pass.
+func TestCostlyRuleRefusedAtPublish(t *testing.T) {
+	srv := controltest.StartControl(t, control.Options{})
+	cl := srv.Client
+	ctx := testCtx(t)
+	createDomain(t, cl, "shop", nil)
+	items := make([]string, 1000)
+	for i := range items {
+		items[i] = fmt.Sprint(i)
+	}
+	l := "[" + strings.Join(items, ",") + "]"
+	costly := ruleProp("deny/costly", "deny", l+".map(x, "+l+".map(y, x * y)).size() > 0")
+	ordinary := []*lehrpb.Property{
+		ruleProp("allow/admins", "allow", "'admin' in principal.groups"),
+		ruleProp("deny/off-hours", "deny", "now.getHours('UTC') < 6 && request.method != 'GET'"),
+		ruleProp("allow/listed", "allow", "request.items.all(x, request.items.all(y, x != y))"),
+		ruleProp("allow/known", "allow", "request.n in "+l),
+	}
+	wantRefused := func(what string, err error, field string) {
+		t.Helper()
+		e := apierror.FromError(err)
+		if err == nil || e.Code != codes.InvalidArgument || e.Reason != apierror.ReasonValidationFailed || e.Field != field ||
+			e.Limit != "1000000 cost units per evaluation" || !strings.Contains(e.Message, `rule "deny/costly" costs at least`) {
+			t.Errorf("%s: %v; want VALIDATION_FAILED on %s naming the rule, its estimated cost and the limit", what, err, field)
+		}
+	}
+
+	_, err := cl.Publish(ctx, &lehrpb.PublishRequest{Namespace: "shop/fw", Kind: lehrpb.NamespaceKind_NAMESPACE_KIND_POLICY,
+		Properties: append([]*lehrpb.Property{costly}, ordinary...)})
+	wantRefused("publish", err, "properties[0].value")
+	if _, err := cl.GetNamespace(ctx, &lehrpb.GetNamespaceRequest{Name: "shop/fw"}); status.Code(err) != codes.NotFound {
+		t.Errorf("GetNamespace after the refused publish: %v; want NOT_FOUND", err)
+	}
+	v, err := cl.Publish(ctx, &lehrpb.PublishRequest{Namespace: "shop/fw", Kind: lehrpb.NamespaceKind_NAMESPACE_KIND_POLICY, Properties: ordinary})
+	if err != nil {
+		t.Fatalf("publishing ordinary rules: %v", err)
+	}
+	_, err = cl.Patch(ctx, &lehrpb.PatchRequest{Namespace: "shop/fw", BaseVersion: v.GetVersion().GetSeq(), Set: []*lehrpb.Property{costly}})
+	wantRefused("patch", err, "set[0].value")
+	_, err = cl.CreatePolicyExperiment(ctx, &lehrpb.CreatePolicyExperimentRequest{Parent: "domains/shop/policies/fw", PolicyExperimentId: "costly",
+		PolicyExperiment: &lehrpb.PolicyExperiment{Policy: &lehrpb.Policy{Name: "domains/shop/policies/fw", Rules: []*lehrpb.Property{costly}}}})
+	wantRefused("experiment", err, "policy_experiment.policy.rules[0].value")
+}
