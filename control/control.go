@@ -408,11 +408,13 @@ func (c *Control) Run(ctx context.Context) (err error) {
 		grpc.MaxSendMsgSize(c.opts.MaxMessageBytes),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
-		// Every mutating call into the audit log, refused ones too; who may
-		// call what, from the client certificate's Lehr identity (roles,
-		// then the target domain's ACL).
-		grpc.ChainUnaryInterceptor(svc.AuditInterceptor, authz.Unary, svc.ACLInterceptor),
-		grpc.ChainStreamInterceptor(authz.Stream),
+		// First, every request loses the unknown fields it carries, so
+		// nothing stores bytes no check counted; then every mutating call
+		// into the audit log, refused ones too; who may call what, from the
+		// client certificate's Lehr identity (roles, then the target
+		// domain's ACL).
+		grpc.ChainUnaryInterceptor(svc.DropUnknownInterceptor, svc.AuditInterceptor, authz.Unary, svc.ACLInterceptor),
+		grpc.ChainStreamInterceptor(svc.DropUnknownStreamInterceptor, authz.Stream),
 	}
 	// TCP connections get TLS (or plaintext); unix socket connections the
 	// peer's credentials instead.

@@ -1,8 +1,9 @@
 // Package policy is the rule model of Lehr's policy namespaces: the format
 // of one rule (an effect and a CEL condition), its parsing and compilation
 // in the one CEL environment, and the evaluation of a compiled rule on an
-// input. Control compiles every rule at publish (control/validate); hosts
-// will evaluate the same compiled rules on real traffic.
+// input. Control admits every rule at publish (Admit: compiles it, and
+// refuses a condition over MaxCost on every evaluation; control/validate);
+// hosts evaluate the same compiled rules on real traffic.
 //
 // It is a leaf: it imports no role package of Lehr, so control, agents and
 // the client libraries may all import it.
@@ -173,20 +174,31 @@ type CompiledRule struct {
 // rule in error messages. The error text is CEL's, with line, column and a
 // caret under the problem; a condition whose type is not bool is an error.
 func Compile(env *cel.Env, key string, r Rule) (*CompiledRule, error) {
+	_, c, err := compile(env, key, r)
+	return c, err
+}
+
+// programOptions are how every condition is planned. OptOptimize folds
+// constants at plan time (a literal list in an "in" becomes a set
+// lookup): the rule is planned once and evaluated often.
+func programOptions(extra ...cel.EvalOption) []cel.ProgramOption {
+	return []cel.ProgramOption{cel.CostLimit(MaxCost), cel.InterruptCheckFrequency(100), cel.EvalOptions(append([]cel.EvalOption{cel.OptOptimize}, extra...)...)}
+}
+
+// compile is Compile, also returning the checked AST.
+func compile(env *cel.Env, key string, r Rule) (*cel.Ast, *CompiledRule, error) {
 	ast, iss := env.CompileSource(common.NewStringSource(r.Condition, key))
 	if err := iss.Err(); err != nil {
-		return nil, fmt.Errorf("condition of rule %q does not compile: %w", key, err)
+		return nil, nil, fmt.Errorf("condition of rule %q does not compile: %w", key, err)
 	}
 	if t := ast.OutputType(); !t.IsExactType(cel.BoolType) {
-		return nil, fmt.Errorf("condition of rule %q has type %s, want bool; compare explicitly, e.g. request.flag == true", key, t)
+		return nil, nil, fmt.Errorf("condition of rule %q has type %s, want bool; compare explicitly, e.g. request.flag == true", key, t)
 	}
-	// OptOptimize folds constants at plan time (a literal list in an "in"
-	// becomes a set lookup): the rule is planned once and evaluated often.
-	prg, err := env.Program(ast, cel.CostLimit(MaxCost), cel.InterruptCheckFrequency(100), cel.EvalOptions(cel.OptOptimize))
+	prg, err := env.Program(ast, programOptions()...)
 	if err != nil {
-		return nil, fmt.Errorf("plan condition of rule %q: %w", key, err)
+		return nil, nil, fmt.Errorf("plan condition of rule %q: %w", key, err)
 	}
-	return &CompiledRule{Rule: r, Key: key, program: prg}, nil
+	return ast, &CompiledRule{Rule: r, Key: key, program: prg}, nil
 }
 
 // Input is what a condition sees. Nil maps are treated as empty; a zero Now

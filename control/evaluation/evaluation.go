@@ -36,6 +36,17 @@ const (
 	DefaultAlpha        = 0.01
 	MaxAlpha            = 0.2
 	MaxChecks           = 32
+	// MaxTrials bounds the trials of an evaluation a caller starts
+	// (EvaluateRequest.trials): one per zone, and control registers at
+	// most 96 zones.
+	MaxTrials = 100
+	// MaxTrialHosts bounds the hosts a caller's trials name in all,
+	// canary and control hosts together (a trial that names none takes
+	// the watched hosts of its zone).
+	MaxTrialHosts = 1000
+	// MaxHostIDBytes bounds a host id a trial names, as zone reports
+	// bound theirs.
+	MaxHostIDBytes = 255
 	// Looks is the number of looks spread over an evaluation's bake.
 	Looks = 4
 	// BeforeIntervals is how many intervals before the change are judged

@@ -16,6 +16,7 @@ import (
 
 	"lehr.dev/lehr/control/store"
 	"lehr.dev/lehr/internal/apierror"
+	"lehr.dev/lehr/internal/excerpt"
 	"lehr.dev/lehr/internal/names"
 	"lehr.dev/lehr/internal/peercred"
 	"lehr.dev/lehr/internal/tlsconfig"
@@ -160,22 +161,41 @@ func flagOf(act aclAction) string {
 	return "admins"
 }
 
-// checkACL validates an ACL under prefix ("domain.acl"): every entry a
-// user name of an identity (tlsconfig), none twice in a list.
+// Bounds of a domain's ACL lists. A user list names people or robots one
+// by one (there are no groups); readers name zones, or single hosts of a
+// zone. Every control and distributor reads the lists on each call or
+// subscription they decide, and a domain record carries all four.
+const (
+	// MaxACLUsers bounds acl.publishers, acl.operators and acl.admins.
+	MaxACLUsers = 256
+	// MaxACLReaders bounds acl.readers.
+	MaxACLReaders = 1000
+)
+
+// checkACL validates an ACL under prefix ("domain.acl"): at most
+// MaxACLUsers users per list (MaxACLReaders readers), every entry a user
+// name of an identity (tlsconfig), none twice in a list.
 func checkACL(prefix string, acl *lehrpb.Acl) error {
 	for _, l := range []struct {
 		field   string
 		entries []string
 	}{{"publishers", acl.GetPublishers()}, {"operators", acl.GetOperators()}, {"admins", acl.GetAdmins()}, {"readers", acl.GetReaders()}} {
+		limit := MaxACLUsers
+		if l.field == "readers" {
+			limit = MaxACLReaders
+		}
+		if n := len(l.entries); n > limit {
+			return tooMany(prefix+"."+l.field, n, limit)
+		}
 		seen := map[string]bool{}
 		for i, e := range l.entries {
 			f := fmt.Sprintf("%s.%s[%d]", prefix, l.field, i)
 			if l.field == "readers" {
 				if err := checkReader(e); err != nil {
-					return invalid(apierror.ReasonInvalidArgument, f, "%q: %v", e, err)
+					return invalid(apierror.ReasonInvalidArgument, f, "%s: %v", excerpt.Quote(e), err)
 				}
 			} else if err := (tlsconfig.Identity{Role: tlsconfig.RoleUser, Name: e}).Check(); err != nil {
-				return invalid(apierror.ReasonInvalidArgument, f, "%q is not a user name: 1-64 bytes of letters, digits, '.', '_', '@' and '-' (the <name> of spiffe://lehr/user/<name>)", e)
+				return invalid(apierror.ReasonInvalidArgument, f, "%s is not a user name: 1-64 bytes of letters, digits, '.', '_', '@' and '-' (the <name> of spiffe://lehr/user/<name>)", excerpt.Quote(e))
 			}
 			if seen[e] {
 				return invalid(apierror.ReasonInvalidArgument, f, "%q is listed twice", e)

@@ -122,6 +122,9 @@ func (s *Service) UpdateDomain(ctx context.Context, req *lehrpb.UpdateDomainRequ
 	if len(paths) == 0 {
 		return nil, invalid(apierror.ReasonInvalidArgument, "update_mask", "update_mask is required: name the fields to replace, of description, quotas and acl")
 	}
+	if len(paths) > 3 { // description, quotas and acl, each once
+		return nil, tooMany("update_mask.paths", len(paths), 3)
+	}
 	for i, p := range paths {
 		switch p {
 		case "description":

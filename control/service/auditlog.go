@@ -13,6 +13,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"lehr.dev/lehr/internal/apierror"
+	"lehr.dev/lehr/internal/excerpt"
 	"lehr.dev/lehr/internal/names"
 	"lehr.dev/lehr/proto/lehrpb"
 )
@@ -58,8 +59,26 @@ func (s *Service) AuditInterceptor(ctx context.Context, req any, info *grpc.Unar
 			rec.Error = e.Reason + ": " + e.Message
 		}
 	}
+	boundAudit(rec)
 	s.audit.add(s, rec)
 	return resp, err
+}
+
+// maxAuditField bounds each text field of an audit record: what a
+// refused call sent is quoted, not kept. A valid message
+// (validate.MaxMessageBytes) and author fit whole; a record stays under
+// 7 KiB, so a batch of maxOpsPerTxn records fits one etcd request however
+// large the calls were, and one caller's junk cannot fail the batch that
+// holds other callers' records.
+const maxAuditField = 1 << 10
+
+// boundAudit cuts every text field of rec that a caller could fill to
+// maxAuditField bytes of valid UTF-8 (excerpt.Truncate; a field cut says
+// how long it was).
+func boundAudit(rec *lehrpb.AuditRecord) {
+	for _, f := range []*string{&rec.Author, &rec.TransportIdentity, &rec.Target, &rec.Domain, &rec.Message, &rec.Error} {
+		*f = excerpt.Truncate(strings.ToValidUTF8(*f, "\uFFFD"), maxAuditField)
+	}
 }
 
 // Bounds of the audit writer.

@@ -3,6 +3,7 @@ package service
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"lehr.dev/lehr/control/evaluation"
@@ -26,10 +27,8 @@ func (s *Service) Evaluate(ctx context.Context, req *lehrpb.EvaluateRequest) (_ 
 	if _, _, _, err := store.ParseEvaluationID(id); err != nil {
 		return nil, invalid(apierror.ReasonInvalidArgument, "name", "%v", err)
 	}
-	for i, t := range req.GetTrials() {
-		if err := names.Zone(t.GetZone()); err != nil {
-			return nil, nameError(propField("trials", i, "zone"), err)
-		}
+	if err := checkTrials(req.GetTrials()); err != nil {
+		return nil, err
 	}
 	ev, err := s.evals.Create(ctx, &lehrpb.CanaryEvaluation{
 		Id: id, Namespace: req.GetNamespace(), Version: req.GetVersion(), Trials: req.GetTrials(),
@@ -43,6 +42,45 @@ func (s *Service) Evaluate(ctx context.Context, req *lehrpb.EvaluateRequest) (_ 
 		return nil, s.apiError(ctx, err)
 	}
 	return ev, nil
+}
+
+// checkTrials checks the trials a caller names: at most
+// evaluation.MaxTrials, one per zone, at most evaluation.MaxTrialHosts
+// hosts named in all, each id 1 to evaluation.MaxHostIDBytes bytes. The
+// strategist's own trials (the hosts of its cohorts) do not pass here.
+func checkTrials(trials []*lehrpb.CanaryTrial) error {
+	if n := len(trials); n > evaluation.MaxTrials {
+		return tooMany("trials", n, evaluation.MaxTrials)
+	}
+	zones := make(map[string]int, len(trials))
+	named := 0
+	for i, t := range trials {
+		if err := names.Zone(t.GetZone()); err != nil {
+			return nameError(propField("trials", i, "zone"), err)
+		}
+		if j, dup := zones[t.GetZone()]; dup {
+			return invalid(apierror.ReasonInvalidArgument, propField("trials", i, "zone"),
+				"zone %q has a trial already, trials[%d]; name each zone's hosts in one trial", t.GetZone(), j)
+		}
+		zones[t.GetZone()] = i
+		for _, l := range []struct {
+			field string
+			hosts []string
+		}{{"canary_hosts", t.GetCanaryHosts()}, {"control_hosts", t.GetControlHosts()}} {
+			if named += len(l.hosts); named > evaluation.MaxTrialHosts {
+				return invalid(apierror.ReasonInvalidArgument, propField("trials", i, l.field),
+					"the trials name more than %d hosts; at most %d in all, canary and control hosts together (a trial naming none watches its zone's hosts)",
+					evaluation.MaxTrialHosts, evaluation.MaxTrialHosts).WithLimit("%d entries", evaluation.MaxTrialHosts)
+			}
+			for j, h := range l.hosts {
+				if h == "" || len(h) > evaluation.MaxHostIDBytes {
+					return invalid(apierror.ReasonInvalidArgument, propField("trials", i, fmt.Sprintf("%s[%d]", l.field, j)),
+						"host id is %d bytes; want 1 to %d", len(h), evaluation.MaxHostIDBytes).WithLimit("%d bytes", evaluation.MaxHostIDBytes)
+				}
+			}
+		}
+	}
+	return nil
 }
 
 // GetCanaryEvaluation returns an evaluation; with wait, once it is DONE or

@@ -93,11 +93,19 @@ func invalid(reason, field, format string, args ...any) *apierror.Error {
 	return apierror.New(codes.InvalidArgument, reason, field, format, args...)
 }
 
+// tooMany refuses a repeated field of n entries, over its limit:
+// INVALID_ARGUMENT naming the field, the count and the limit. Every list a
+// caller sends is bounded (docs/design.md, "Limits").
+func tooMany(field string, n, limit int) *apierror.Error {
+	return invalid(apierror.ReasonInvalidArgument, field, "%s has %d entries; at most %d allowed", field, n, limit).
+		WithLimit("%d entries", limit)
+}
+
 // nameError maps a names.Error to an InvalidArgument on field.
 func nameError(field string, err error) *apierror.Error {
 	var ne *names.Error
 	if errors.As(err, &ne) {
-		return invalid(apierror.ReasonInvalidName, field, "invalid %s %q: %s", ne.Kind, ne.Value, ne.Reason).WithCause(err)
+		return invalid(apierror.ReasonInvalidName, field, "invalid %s %s: %s", ne.Kind, ne.Quoted(), ne.Reason).WithCause(err)
 	}
 	return apierror.Wrap(err, codes.InvalidArgument, apierror.ReasonInvalidName, field)
 }

@@ -35,6 +35,7 @@ import (
 	"lehr.dev/lehr/control/validate"
 	"lehr.dev/lehr/internal/apierror"
 	"lehr.dev/lehr/internal/content"
+	"lehr.dev/lehr/internal/excerpt"
 	"lehr.dev/lehr/internal/names"
 	"lehr.dev/lehr/internal/signals"
 	"lehr.dev/lehr/policy"
@@ -52,11 +53,14 @@ const defaultExperimentPage = 100
 // predefined constant for Lehr's Policy type.
 const LogPrefix = "PolicyPreviewLog"
 
-// Limits of an experiment's annotations.
+// Limits of an experiment's annotations, and of an update's mask (the
+// fields an update may name: "*", "policy", "policy.rules" and
+// "annotations").
 const (
 	maxAnnotations      = 64
 	maxAnnotationKey    = 63
 	maxAnnotationsBytes = 4 << 10
+	maxExperimentMask   = 4
 )
 
 // PolicyName returns the resource name of policy namespace ns
@@ -74,7 +78,7 @@ func parsePolicyName(field, name string) (string, error) {
 		return "", invalid(apierror.ReasonInvalidArgument, field, `%s is required: a policy's name, "domains/{domain}/policies/{policy}"`, field)
 	}
 	if !ok || !ok2 {
-		return "", invalid(apierror.ReasonInvalidName, field, `%q is not a policy name; want "domains/{domain}/policies/{policy}" (the policy namespace "{domain}/{policy}")`, name)
+		return "", invalid(apierror.ReasonInvalidName, field, `%s is not a policy name; want "domains/{domain}/policies/{policy}" (the policy namespace "{domain}/{policy}")`, excerpt.Quote(name))
 	}
 	ns := d + "/" + p
 	if _, _, err := names.Namespace(ns); err != nil {
@@ -94,7 +98,7 @@ func parseExperimentName(field, name string) (ns, id string, err error) {
 	}
 	parent, id, ok := strings.Cut(name, names.ExperimentsSegment)
 	if !ok {
-		return "", "", invalid(apierror.ReasonInvalidName, field, `%q is not an experiment name; want "domains/{domain}/policies/{policy}/experiments/{experiment}"`, name)
+		return "", "", invalid(apierror.ReasonInvalidName, field, `%s is not an experiment name; want "domains/{domain}/policies/{policy}/experiments/{experiment}"`, excerpt.Quote(name))
 	}
 	if ns, err = parsePolicyName(field, parent); err != nil {
 		return "", "", err
@@ -154,7 +158,7 @@ func (s *Service) checkExperimentPolicy(ctx context.Context, field string, head 
 	case p.GetName() == "":
 		return nil, invalid(apierror.ReasonInvalidArgument, field+".name", "%s.name is required: the live policy's name, %q", field, want)
 	case p.GetName() != want:
-		return nil, invalid(apierror.ReasonInvalidArgument, field+".name", "%s.name is %q; an experiment's policy is named as the live policy, %q, and that name never changes", field, p.GetName(), want)
+		return nil, invalid(apierror.ReasonInvalidArgument, field+".name", "%s.name is %s; an experiment's policy is named as the live policy, %q, and that name never changes", field, excerpt.Quote(p.GetName()), want)
 	}
 	d, _, _ := strings.Cut(head.GetName(), "/")
 	dom, err := s.domainOf(ctx, d, field+".name")
@@ -180,9 +184,9 @@ func checkAnnotations(field string, a map[string]string) error {
 	for k, v := range a {
 		switch {
 		case k == "" || len(k) > maxAnnotationKey:
-			return invalid(apierror.ReasonInvalidArgument, field, "annotation key %q: want 1 to %d bytes", k, maxAnnotationKey)
+			return invalid(apierror.ReasonInvalidArgument, field, "annotation key %s: want 1 to %d bytes", excerpt.Quote(k), maxAnnotationKey)
 		case !utf8.ValidString(k) || !utf8.ValidString(v):
-			return invalid(apierror.ReasonInvalidArgument, field, "annotation %q is not valid UTF-8", k)
+			return invalid(apierror.ReasonInvalidArgument, field, "annotation %s is not valid UTF-8", excerpt.Quote(k))
 		}
 		total += len(k) + len(v)
 	}
@@ -363,7 +367,7 @@ func (s *Service) experimentFor(ctx context.Context, field, ns, id, etag string)
 func checkEtag(field, stated string, e *store.StoredExperiment) error {
 	if stated != "" && stated != e.GetEtag() {
 		return apierror.New(codes.Aborted, apierror.ReasonEtagMismatch, field,
-			"%s %q is not the experiment's current etag %q: it changed since you read it; get it again and retry", field, stated, e.GetEtag())
+			"%s %s is not the experiment's current etag %q: it changed since you read it; get it again and retry", field, excerpt.Quote(stated), e.GetEtag())
 	}
 	return nil
 }
@@ -381,6 +385,10 @@ func (s *Service) UpdatePolicyExperiment(ctx context.Context, req *lehrpb.Update
 	if err != nil {
 		return nil, err
 	}
+	// "*", "policy", "policy.rules" and "annotations", each once.
+	if n := len(req.GetUpdateMask()); n > maxExperimentMask {
+		return nil, tooMany("update_mask", n, maxExperimentMask)
+	}
 	var setPolicy, setAnnotations bool
 	for i, p := range req.GetUpdateMask() {
 		switch p {
@@ -392,7 +400,7 @@ func (s *Service) UpdatePolicyExperiment(ctx context.Context, req *lehrpb.Update
 			setAnnotations = true
 		default:
 			return nil, invalid(apierror.ReasonInvalidArgument, propField("update_mask", i, ""),
-				"cannot update %q; the fields an update may replace are policy (or policy.rules) and annotations", p)
+				"cannot update %s; the fields an update may replace are policy (or policy.rules) and annotations", excerpt.Quote(p))
 		}
 	}
 	if len(req.GetUpdateMask()) == 0 {
@@ -664,7 +672,7 @@ func (s *Service) CommitPolicyExperiment(ctx context.Context, req *lehrpb.Commit
 	latest := head.GetLatestVersion()
 	if pe := req.GetParentEtag(); pe != "" && pe != liveEtag(latest) {
 		return nil, apierror.New(codes.Aborted, apierror.ReasonEtagMismatch, "parent_etag",
-			"parent_etag %q is not the live policy's etag %q: the live policy changed since; review the experiment against it and retry", pe, liveEtag(latest))
+			"parent_etag %s is not the live policy's etag %q: the live policy changed since; review the experiment against it and retry", excerpt.Quote(pe), liveEtag(latest))
 	}
 	counts, err := s.previewCounts(ctx, ns, cur)
 	if err != nil {
@@ -719,7 +727,7 @@ func (s *Service) CommitPolicyExperiment(ctx context.Context, req *lehrpb.Commit
 	switch {
 	case errors.As(err, &ce):
 		return nil, apierror.New(codes.Aborted, apierror.ReasonEtagMismatch, "parent_etag",
-			"parent_etag %q is not the live policy's etag %q: the live policy changed while committing; nothing was committed", req.GetParentEtag(), liveEtag(ce.Current))
+			"parent_etag %s is not the live policy's etag %q: the live policy changed while committing; nothing was committed", excerpt.Quote(req.GetParentEtag()), liveEtag(ce.Current))
 	case errors.Is(err, store.ErrConflict):
 		return nil, s.experimentWriteError(ctx, err)
 	case err != nil:
@@ -789,7 +797,7 @@ func (s *Service) DeletePolicy(ctx context.Context, req *lehrpb.DeletePolicyRequ
 	latest := head.GetLatestVersion()
 	if e := req.GetEtag(); e != "" && e != liveEtag(latest) {
 		return nil, apierror.New(codes.Aborted, apierror.ReasonEtagMismatch, "etag",
-			"etag %q is not the live policy's etag %q: the live policy changed since you read it; nothing was deleted", e, liveEtag(latest))
+			"etag %s is not the live policy's etag %q: the live policy changed since you read it; nothing was deleted", excerpt.Quote(e), liveEtag(latest))
 	}
 	d, _, _ := strings.Cut(ns, "/")
 	dom, err := s.domainOf(ctx, d, "name")
@@ -829,7 +837,7 @@ func (s *Service) DeletePolicy(ctx context.Context, req *lehrpb.DeletePolicyRequ
 	switch {
 	case errors.As(err, &ce):
 		return nil, apierror.New(codes.Aborted, apierror.ReasonEtagMismatch, "etag",
-			"etag %q is not the live policy's etag %q: the live policy changed while deleting; nothing was deleted", req.GetEtag(), liveEtag(ce.Current))
+			"etag %s is not the live policy's etag %q: the live policy changed while deleting; nothing was deleted", excerpt.Quote(req.GetEtag()), liveEtag(ce.Current))
 	case err != nil:
 		return nil, withField(s.apiError(ctx, err), "name")
 	}

@@ -7,6 +7,7 @@ import (
 	expr "google.golang.org/genproto/googleapis/api/expr/v1alpha1"
 
 	"lehr.dev/lehr/internal/apierror"
+	"lehr.dev/lehr/internal/excerpt"
 	"lehr.dev/lehr/proto/lehrpb"
 )
 
@@ -36,7 +37,7 @@ func parseExperimentFilter(filter string) (func(*lehrpb.PolicyExperiment) bool, 
 	f, err := filtering.ParseFilterString(filter, decls)
 	if err != nil {
 		return nil, invalid(apierror.ReasonInvalidArgument, "filter",
-			"filter %q: %v; filters name, etag, author, annotations.<key> and preview_metadata.state, e.g. \"preview_metadata.state = ACTIVE\"", filter, err)
+			"filter %s: %v; filters name, etag, author, annotations.<key> and preview_metadata.state, e.g. \"preview_metadata.state = ACTIVE\"", excerpt.Quote(filter), err)
 	}
 	if f.CheckedExpr == nil {
 		return func(*lehrpb.PolicyExperiment) bool { return true }, nil

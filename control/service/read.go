@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"lehr.dev/lehr/control/store"
+	"lehr.dev/lehr/control/validate"
 	"lehr.dev/lehr/internal/apierror"
 	"lehr.dev/lehr/internal/content"
 	"lehr.dev/lehr/internal/names"
@@ -29,6 +30,11 @@ func (s *Service) Get(ctx context.Context, req *lehrpb.GetRequest) (_ *lehrpb.Ge
 	defer s.track(ctx, "Get", time.Now(), &err)
 	if _, _, err := names.Namespace(req.GetNamespace()); err != nil {
 		return nil, nameError("namespace", err)
+	}
+	// A version holds at most validate.MaxProperties keys, so more can
+	// only repeat or miss.
+	if n := len(req.GetKeys()); n > validate.MaxProperties {
+		return nil, tooMany("keys", n, validate.MaxProperties)
 	}
 	for i, k := range req.GetKeys() {
 		if err := names.Key(k); err != nil {

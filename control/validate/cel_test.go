@@ -2,6 +2,8 @@ package validate
 
 import (
 	"context"
+	"strconv"
+	"strings"
 	"testing"
 
 	"google.golang.org/grpc/codes"
@@ -23,6 +25,17 @@ func TestCELValidator(t *testing.T) {
 	failed := func(key string) *Violation {
 		return &Violation{Code: codes.InvalidArgument, Reason: apierror.ReasonValidationFailed, Key: key, Field: "value"}
 	}
+	overCost := func(key string) *Violation {
+		v := failed(key)
+		v.Limit = "1000000 cost units per evaluation"
+		return v
+	}
+	list := make([]string, 1000)
+	for i := range list {
+		list[i] = strconv.Itoa(i)
+	}
+	l := "[" + strings.Join(list, ",") + "]"
+	nestedMap := l + ".map(x, " + l + ".map(y, x * y)).size() > 0"
 	tests := []struct {
 		name    string
 		changed []content.Property
@@ -48,6 +61,13 @@ func TestCELValidator(t *testing.T) {
 			want: failed("r"), wantIn: []string{`effect "maybe"`, `want "allow" or "deny"`}},
 		{name: "not a rule", changed: []content.Property{{Key: "r", ContentType: "application/octet-stream", Value: []byte{0}}},
 			want: failed("r"), wantIn: []string{"policy rules must be application/json"}},
+		// Over policy.MaxCost on every evaluation: refused, naming the rule,
+		// its estimated cost and the limit.
+		{name: "over the cost limit", changed: []content.Property{rule("ok", `{"effect": "allow", "condition": "true"}`),
+			rule("deny/costly", `{"effect": "deny", "condition": "`+nestedMap+`"}`)},
+			want: overCost("deny/costly"), wantIn: []string{`invalid policy rule in namespace "pay/admission"`, `condition of rule "deny/costly" costs at least`, "limit of 1000000"}},
+		{name: "over the cost limit on some inputs only", changed: []content.Property{
+			rule("allow/some", `{"effect": "allow", "condition": "request.items.all(x, request.items.all(y, x != y))"}`)}},
 	}
 	for _, tt := range tests {
 		got := vs[0].Validate(context.Background(), ns, tt.changed)

@@ -260,7 +260,9 @@ type celValidator struct {
 
 func (*celValidator) Name() string { return NameCEL }
 
-// Validate parses and compiles every changed property as a policy Rule.
+// Validate parses and compiles every changed property as a policy Rule,
+// and refuses a condition over policy.MaxCost on every evaluation
+// (policy.Admit).
 func (v *celValidator) Validate(ctx context.Context, ns *lehrpb.Namespace, changed []content.Property) *Violation {
 	for _, p := range changed {
 		if err := ctx.Err(); err != nil {
@@ -268,14 +270,22 @@ func (v *celValidator) Validate(ctx context.Context, ns *lehrpb.Namespace, chang
 		}
 		r, err := policy.ParseRule(p)
 		if err == nil {
-			_, err = policy.Compile(v.env, p.Key, r)
+			_, err = policy.Admit(ctx, v.env, p.Key, r)
 		}
 		if err != nil {
-			return &Violation{
+			if ctx.Err() != nil {
+				return canceled(ctx.Err())
+			}
+			viol := &Violation{
 				Code: codes.InvalidArgument, Reason: apierror.ReasonValidationFailed,
 				Key: p.Key, Field: "value",
 				Message: fmt.Sprintf("invalid policy rule in namespace %q: %v", ns.GetName(), err),
 			}
+			var ce *policy.CostError
+			if errors.As(err, &ce) {
+				viol.Limit = fmt.Sprintf("%d cost units per evaluation", policy.MaxCost)
+			}
+			return viol
 		}
 	}
 	return nil

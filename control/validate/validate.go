@@ -5,9 +5,7 @@
 // limit; control turns it into an API error naming the request field.
 //
 // Only package control and its subpackages import validate. The policy rule
-// format (Rule, ParseRule, NewRuleEnv, CompileRule) is also what agents and
-// consumers evaluate; it is self-contained in rule.go so it can move to an
-// internal package they may import without changing its contract.
+// format is package policy's, which agents and consumers evaluate with.
 //
 // # Limits and status codes
 //
@@ -43,7 +41,8 @@
 //
 //	{"effect": "allow" | "deny", "condition": "<CEL expression>", "description": "..."}
 //
-// See Rule for the full contract.
+// See policy.Rule for the full contract. A rule whose condition exceeds
+// policy.MaxCost on every evaluation is refused (policy.Admit).
 package validate
 
 import (
@@ -139,7 +138,7 @@ func Property(p content.Property, l Limits) *Violation {
 	if err := names.Key(p.Key); err != nil {
 		msg := err.Error()
 		if ne, ok := err.(*names.Error); ok {
-			msg = fmt.Sprintf("invalid key %q: %s", ne.Value, ne.Reason)
+			msg = fmt.Sprintf("invalid key %s: %s", ne.Quoted(), ne.Reason)
 		}
 		return &Violation{
 			Code: codes.InvalidArgument, Reason: apierror.ReasonInvalidName,

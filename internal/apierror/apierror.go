@@ -17,6 +17,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/runtime/protoiface"
+
+	"lehr.dev/lehr/internal/excerpt"
 )
 
 // Domain is the ErrorInfo domain of every Lehr error.
@@ -51,6 +53,13 @@ const (
 	ReasonQuotaExceeded      = "QUOTA_EXCEEDED"       // a domain would store more bytes than its quota allows
 	ReasonStoreFull          = "STORE_FULL"           // the store is above its high-water mark: new content waits for space
 )
+
+// MaxMessageBytes bounds the Message an error shows (Error, GRPCStatus): a
+// longer one is cut and says how long it was. Messages quote input through
+// excerpt.Quote already; this is the backstop for every other message
+// that embeds what a caller sent (a compiler's error quoting a whole
+// condition, say), which the status would otherwise carry three times.
+const MaxMessageBytes = 4 << 10
 
 // Error is a Lehr API error.
 type Error struct {
@@ -120,7 +129,7 @@ func (e *Error) Error() string {
 		s += " (field " + e.Field + ")"
 	}
 	if e.Message != "" {
-		s += ": " + e.Message
+		s += ": " + e.message()
 	}
 	if e.Limit != "" {
 		s += " (limit " + e.Limit + ")"
@@ -130,6 +139,9 @@ func (e *Error) Error() string {
 	}
 	return s
 }
+
+// message is Message cut to MaxMessageBytes.
+func (e *Error) message() string { return excerpt.Truncate(e.Message, MaxMessageBytes) }
 
 // Is reports whether target is a sentinel that e matches.
 func (e *Error) Is(target error) bool {
@@ -170,12 +182,12 @@ func (e *Error) GRPCStatus() *status.Status {
 		md["current_version"] = strconv.FormatUint(e.CurrentVersion, 10)
 	}
 	if e.Message != "" {
-		md["message"] = e.Message
+		md["message"] = e.message()
 	}
 	details := []protoiface.MessageV1{&errdetails.ErrorInfo{Reason: e.Reason, Domain: Domain, Metadata: md}}
 	if e.Field != "" && e.Code == codes.InvalidArgument {
 		details = append(details, &errdetails.BadRequest{FieldViolations: []*errdetails.BadRequest_FieldViolation{
-			{Field: e.Field, Description: e.Message},
+			{Field: e.Field, Description: e.message()},
 		}})
 	}
 	if ds, err := st.WithDetails(details...); err == nil {

@@ -5,11 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 )
 
 func TestRoundTripThroughStatus(t *testing.T) {
@@ -70,5 +72,26 @@ func TestCauseUnwraps(t *testing.T) {
 	back := FromError(status.ErrorProto(e.GRPCStatus().Proto()))
 	if back.Cause != nil || back.Message != e.Message || back.Reason != e.Reason {
 		t.Errorf("round trip = %+v; want the message and reason, and no cause", back)
+	}
+}
+
+// A message that embeds a caller's input whole is cut on the wire; it
+// says how long it was.
+func TestLongMessageIsCut(t *testing.T) {
+	long := New(codes.InvalidArgument, ReasonValidationFailed, "properties[0].value", "condition does not compile: %s", strings.Repeat("x", 100<<10))
+	st := long.GRPCStatus()
+	if n := proto.Size(st.Proto()); n > 4*MaxMessageBytes {
+		t.Errorf("status of a 100 KiB message: %d bytes; want at most %d", n, 4*MaxMessageBytes)
+	}
+	got := FromError(st.Err())
+	if len(got.Message) > MaxMessageBytes || !strings.HasSuffix(got.Message, "… (102428 bytes)") {
+		t.Errorf("message on the wire: %d bytes ending %q; want at most %d ending with its length", len(got.Message), got.Message[max(0, len(got.Message)-30):], MaxMessageBytes)
+	}
+	if len(long.Error()) > MaxMessageBytes+200 {
+		t.Errorf("Error() is %d bytes; want the message cut", len(long.Error()))
+	}
+	short := New(codes.InvalidArgument, ReasonInvalidArgument, "f", "short")
+	if got := FromError(short.GRPCStatus().Err()); got.Message != "short" {
+		t.Errorf("a short message on the wire: %q; want it whole", got.Message)
 	}
 }

@@ -20,6 +20,8 @@ import (
 	"fmt"
 	"regexp"
 	"strings"
+
+	"lehr.dev/lehr/internal/excerpt"
 )
 
 // Limits of the grammar.
@@ -39,12 +41,17 @@ var (
 // know which request field held the name.
 type Error struct {
 	Kind   string // "domain", "namespace", "zone" or "key"
-	Value  string
+	Value  string // the whole value; messages show Quoted
 	Reason string
 }
 
+// Quoted returns Value quoted for a message: whole if it is at most
+// excerpt.MaxQuoted bytes, else its prefix and its length, so that an
+// error about a 100 KiB key is not itself 100 KiB.
+func (e *Error) Quoted() string { return excerpt.Quote(e.Value) }
+
 func (e *Error) Error() string {
-	return fmt.Sprintf("names: invalid %s %q: %s", e.Kind, e.Value, e.Reason)
+	return fmt.Sprintf("names: invalid %s %s: %s", e.Kind, e.Quoted(), e.Reason)
 }
 
 func invalid(kind, value, reason string) error {

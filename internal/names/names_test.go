@@ -81,3 +81,20 @@ func TestNamespaceParts(t *testing.T) {
 		t.Fatalf(`Namespace("payments/fraud-rules") = %q, %q, %v`, d, n, err)
 	}
 }
+
+// An error quotes at most a bounded prefix of the value it refuses, and
+// its length; the value itself is kept whole for callers.
+func TestErrorQuotesBoundedPrefix(t *testing.T) {
+	long := strings.Repeat("k", 100<<10)
+	err := Key(long)
+	var ne *Error
+	if !errors.As(err, &ne) || ne.Value != long {
+		t.Fatalf("Key(100 KiB) = %v; want a *names.Error holding the value", err)
+	}
+	if msg := err.Error(); len(msg) > 400 || !strings.Contains(msg, `kkk…" (102400 bytes)`) || !strings.Contains(msg, "102400 bytes, limit 256") {
+		t.Errorf("Key(100 KiB) error is %d bytes: %.300s; want the value's start, its length and the limit", len(msg), msg)
+	}
+	if got, want := Domain("Pay").Error(), `names: invalid domain "Pay": `+labelRule; got != want {
+		t.Errorf("Domain(\"Pay\") = %q; want %q (a short value quoted whole)", got, want)
+	}
+}
