@@ -19,6 +19,16 @@ const controlStartTimeout = 60 * time.Second
 // benchDomain is the domain every Lehr scenario publishes into.
 const benchDomain = "bench"
 
+// benchQuotas are the quotas of the benchmark's domains: none that a
+// scenario would meet (it measures the system, not the defaults) unless
+// it sets its own, as the isolation scenario does.
+func benchQuotas() *lehrpb.Quotas {
+	return &lehrpb.Quotas{
+		PublishesPerSecond: 1e6, PublishBurst: 1 << 20,
+		MaxStoredBytes: 1 << 40, MaxNamespaces: 1 << 20, OutboundBytesPerSecond: 1 << 40,
+	}
+}
+
 // benchZone is the zone every Lehr scenario's distributors serve.
 const benchZone = "zone-a"
 
@@ -67,7 +77,7 @@ func startControl(ctx context.Context, dir string, log *slog.Logger, noFsync boo
 		return nil, err
 	}
 	defer p.Close()
-	if _, err := p.CreateDomain(ctx, &lehrpb.Domain{Name: benchDomain, Description: "benchmark"}); err != nil {
+	if _, err := p.CreateDomain(ctx, &lehrpb.Domain{Name: benchDomain, Description: "benchmark", Quotas: benchQuotas()}); err != nil {
 		rc.close()
 		return nil, fmt.Errorf("create domain: %w", err)
 	}

@@ -58,10 +58,11 @@ func runE2E(ctx context.Context, e *Env) (*Result, error) {
 	log := slog.New(events)
 
 	cl, err := devcluster.Start(ctx, devcluster.Options{
-		Dir:     filepath.Join(e.Dir, "cluster"),
-		Zones:   []string{benchZone},
-		Domains: []string{benchDomain},
-		Logger:  log,
+		DomainQuotas: benchQuotas(),
+		Dir:          filepath.Join(e.Dir, "cluster"),
+		Zones:        []string{benchZone},
+		Domains:      []string{benchDomain},
+		Logger:       log,
 	})
 	if err != nil {
 		return res, err

@@ -134,6 +134,7 @@ func addFanoutTargets(res *Result, n int, lehr Row, peers []Row) {
 func fanoutLehr(ctx context.Context, e *Env, p fanoutParams, n int, profile bool, res *Result) (Row, Row, []time.Duration, error) {
 	cost := Row{System: "lehr cost", Case: fmt.Sprintf("N=%d", n)}
 	cl, err := devcluster.Start(ctx, devcluster.Options{
+		DomainQuotas:  benchQuotas(),
 		Dir:           filepath.Join(e.Dir, fmt.Sprintf("fan-%d", n)),
 		Zones:         []string{benchZone},
 		Domains:       []string{benchDomain},

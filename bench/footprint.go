@@ -112,7 +112,8 @@ func runFootprint(ctx context.Context, e *Env) (*Result, error) {
 		}
 	}
 	cl, err := devcluster.Start(ctx, devcluster.Options{
-		Dir: filepath.Join(e.Dir, "cluster"), Zones: []string{benchZone}, Domains: []string{benchDomain},
+		DomainQuotas: benchQuotas(),
+		Dir:          filepath.Join(e.Dir, "cluster"), Zones: []string{benchZone}, Domains: []string{benchDomain},
 		AgentsPerZone: -1, Logger: e.Log,
 	})
 	if err != nil {

@@ -43,6 +43,7 @@ func runIsolation(ctx context.Context, e *Env) (*Result, error) {
 			"host) with no limit; the same from capped/big, whose domain's quotas.outbound_bytes_per_second is %d KiB/s.", hosts, samples, window, isolationLimit>>10),
 	}
 	cl, err := devcluster.Start(ctx, devcluster.Options{
+		DomainQuotas:  benchQuotas(),
 		Dir:           filepath.Join(e.Dir, "cluster"),
 		Zones:         []string{"zone-a"},
 		AgentsPerZone: hosts,
@@ -56,7 +57,9 @@ func runIsolation(ctx context.Context, e *Env) (*Result, error) {
 	prod := cl.Producer()
 	// The limit is read by the distributor before it serves the domain's
 	// first namespace.
-	if _, err := prod.UpdateDomain(ctx, &lehrpb.Domain{Name: "capped", Quotas: &lehrpb.Quotas{OutboundBytesPerSecond: isolationLimit}}, "quotas"); err != nil {
+	capped := benchQuotas()
+	capped.OutboundBytesPerSecond = isolationLimit
+	if _, err := prod.UpdateDomain(ctx, &lehrpb.Domain{Name: "capped", Quotas: capped}, "quotas"); err != nil {
 		return res, err
 	}
 	seen := &rolloutSeen{at: map[uint64]map[string]time.Time{}, wake: make(chan struct{})}

@@ -88,6 +88,7 @@ func runRollout(ctx context.Context, e *Env) (*Result, error) {
 		},
 	}
 	cl, err := devcluster.Start(ctx, devcluster.Options{
+		DomainQuotas:  benchQuotas(),
 		Dir:           filepath.Join(e.Dir, "cluster"),
 		Zones:         []string{"zone-a", "zone-b"},
 		AgentsPerZone: hostsPerZone,

@@ -63,7 +63,8 @@ func runWireBytes(ctx context.Context, e *Env) (*Result, error) {
 	}
 	var lehrFrames []float64
 	cl, err := devcluster.Start(ctx, devcluster.Options{
-		Dir: filepath.Join(e.Dir, "cluster"), Zones: []string{benchZone}, Domains: []string{benchDomain},
+		DomainQuotas: benchQuotas(),
+		Dir:          filepath.Join(e.Dir, "cluster"), Zones: []string{benchZone}, Domains: []string{benchDomain},
 		AgentsPerZone: -1, Logger: e.Log,
 	})
 	if err != nil {

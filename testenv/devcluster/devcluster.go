@@ -113,6 +113,10 @@ type Options struct {
 	// Domains are created in control at start (existing ones are kept);
 	// default none.
 	Domains []string
+	// DomainQuotas are the quotas Domains are created with; nil: the
+	// server's defaults. The cluster's caller is a fleet admin (dev
+	// mode), so they may be above the defaults (benchmarks flood).
+	DomainQuotas *lehrpb.Quotas
 	// Logger receives every daemon's logs, each with a "component"
 	// attribute; default slog.Default().
 	Logger *slog.Logger
@@ -278,7 +282,7 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 		}
 	}
 	for _, d := range opts.Domains {
-		if _, err := c.prod.CreateDomain(ctx, &lehrpb.Domain{Name: d}); err != nil && !errors.Is(err, producer.ErrAlreadyExists) {
+		if _, err := c.prod.CreateDomain(ctx, &lehrpb.Domain{Name: d, Quotas: opts.DomainQuotas}); err != nil && !errors.Is(err, producer.ErrAlreadyExists) {
 			return nil, fmt.Errorf("devcluster: create domain %s: %w", d, err)
 		}
 	}
