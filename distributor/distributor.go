@@ -156,10 +156,14 @@ type Distributor struct {
 	domainMu sync.Mutex
 	domains  map[string]fanout.DomainPolicy
 
-	// dirty holds namespaces whose goal changed and must be (re)synced.
-	dirtyMu sync.Mutex
-	dirty   map[string]bool
-	dirtyc  chan struct{}
+	// syncq holds namespaces whose goal changed and must be (re)synced,
+	// fairly between domains (syncqueue.go); retry the ones whose sync
+	// failed, each due again after its own backoff; synced says the goals
+	// served may have changed since serving was counted.
+	syncq   *syncQueue
+	retryMu sync.Mutex
+	retry   map[string]syncRetryState
+	synced  atomic.Bool
 }
 
 // New validates opts and prepares a distributor. It opens no socket and
@@ -214,16 +218,16 @@ func New(opts Options) (*Distributor, error) {
 		return nil, fmt.Errorf("distributor: control client for %s: %w", opts.ControlAddr, err)
 	}
 	d := &Distributor{
-		opts:   opts,
-		log:    log,
-		set:    metrics.NewSet(),
-		conn:   conn,
-		ctl:    lehrpb.NewControlClient(conn),
-		ready:  make(chan struct{}),
-		stop:   make(chan struct{}),
-		done:   make(chan struct{}),
-		dirty:  map[string]bool{},
-		dirtyc: make(chan struct{}, 1),
+		opts:  opts,
+		log:   log,
+		set:   metrics.NewSet(),
+		conn:  conn,
+		ctl:   lehrpb.NewControlClient(conn),
+		ready: make(chan struct{}),
+		stop:  make(chan struct{}),
+		done:  make(chan struct{}),
+		syncq: newSyncQueue(syncWorkers / 2),
+		retry: map[string]syncRetryState{},
 	}
 	d.cache = versions.New(versions.Options{Client: d.ctl, MaxBytes: opts.CacheBytes, Logger: log})
 	d.watch, err = goalwatch.New(goalwatch.Options{
@@ -488,7 +492,6 @@ func (d *Distributor) Run(ctx context.Context) (err error) {
 	return err
 }
 
-// markDirty records namespaces whose goal changed; syncGoals picks them up.
 // offerDeltas gives the version cache the small changes control sent
 // with goal events, before the watcher applies them and the goals' new
 // versions are fetched (syncGoals): those built here need no call to
@@ -504,100 +507,94 @@ func (d *Distributor) offerDeltas(m *lehrpb.WatchGoalsResponse) {
 	}
 }
 
-func (d *Distributor) markDirty(nss []string) {
-	d.dirtyMu.Lock()
-	for _, ns := range nss {
-		d.dirty[ns] = true
-	}
-	d.dirtyMu.Unlock()
-	select {
-	case d.dirtyc <- struct{}{}:
-	default:
-	}
-}
+// markDirty records namespaces whose goal changed; syncGoals' workers
+// pick them up.
+func (d *Distributor) markDirty(nss []string) { d.syncq.add(nss...) }
 
-func (d *Distributor) takeDirty() []string {
-	d.dirtyMu.Lock()
-	defer d.dirtyMu.Unlock()
-	out := make([]string, 0, len(d.dirty))
-	for ns := range d.dirty {
-		out = append(out, ns)
-	}
-	clear(d.dirty)
-	return out
-}
-
-// syncWorkers bounds concurrent version fetches from control.
+// syncWorkers bounds concurrent version fetches from control; a domain
+// takes at most half of them (syncQueue).
 const syncWorkers = 8
 
-// syncRetry paces the retries of goal versions that could not be fetched
+// syncRetry paces the retries of a goal version that could not be fetched
 // (control unreachable): 200 ms, doubling to 10 s, with equal jitter.
 var syncRetry = backoff.Policy{Min: 200 * time.Millisecond, Max: 10 * time.Second}
 
+// syncRetryState is a namespace whose sync failed: how many times in a
+// row, and when it is due again.
+type syncRetryState struct {
+	attempts int
+	due      time.Time
+}
+
 // syncGoals makes the fanout's goals follow the watcher's: for each
-// namespace whose goal changed it pins and fetches the goal version and
-// hands it to the fanout. A fetch that fails (control unreachable) is
-// retried with backoff; meanwhile agents keep the previous goal.
+// namespace whose goal changed a worker pins and fetches the goal version
+// and hands it to the fanout, taking namespaces fairly between domains. A
+// fetch that fails (control unreachable) is retried with backoff;
+// meanwhile agents keep the previous goal.
 func (d *Distributor) syncGoals(ctx context.Context) error {
-	retries := 0 // consecutive failed rounds
-	var timer *time.Timer
-	var timerc <-chan time.Time
-	for {
-		select {
-		case <-ctx.Done():
-			if timer != nil {
-				timer.Stop()
-			}
-			return nil
-		case <-d.dirtyc:
-		case <-timerc:
-			timerc = nil
-		}
-		failed := d.syncBatch(ctx, d.takeDirty())
-		if len(failed) == 0 {
-			retries = 0
-			continue
-		}
-		d.markDirtyQuiet(failed)
-		if timerc == nil {
-			timer = time.NewTimer(syncRetry.Equal(retries))
-			timerc = timer.C
-			retries++
-		}
-	}
-}
-
-// markDirtyQuiet re-queues namespaces without waking syncGoals (the retry
-// timer will).
-func (d *Distributor) markDirtyQuiet(nss []string) {
-	d.dirtyMu.Lock()
-	for _, ns := range nss {
-		d.dirty[ns] = true
-	}
-	d.dirtyMu.Unlock()
-}
-
-// syncBatch syncs namespaces with bounded concurrency and returns those
-// that failed.
-func (d *Distributor) syncBatch(ctx context.Context, nss []string) (failed []string) {
-	var mu sync.Mutex
 	var wg sync.WaitGroup
-	sem := make(chan struct{}, syncWorkers)
-	for _, ns := range nss {
-		sem <- struct{}{}
+	for range syncWorkers {
 		wg.Go(func() {
-			defer func() { <-sem }()
-			if err := d.syncOne(ctx, ns); err != nil {
-				if ctx.Err() == nil {
-					d.log.Warn("cannot fetch goal version; agents keep the previous one until it can", "namespace", ns, "err", err)
+			for {
+				ns, ok := d.syncq.next(ctx)
+				if !ok {
+					return
 				}
-				mu.Lock()
-				failed = append(failed, ns)
-				mu.Unlock()
+				d.syncAndCount(ctx, ns)
+				d.syncq.done(ns)
 			}
 		})
 	}
-	wg.Wait()
+	t := time.NewTicker(100 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			wg.Wait()
+			return nil
+		case <-t.C:
+		}
+		var due []string
+		now := time.Now()
+		d.retryMu.Lock()
+		for ns, r := range d.retry {
+			if !now.Before(r.due) {
+				due = append(due, ns)
+				r.due = now.Add(time.Hour) // until this retry's result
+				d.retry[ns] = r
+			}
+		}
+		d.retryMu.Unlock()
+		d.syncq.add(due...)
+		if d.synced.Swap(false) {
+			d.countServing()
+		}
+	}
+}
+
+// syncAndCount syncs ns and records its failure for a retry, or its
+// success.
+func (d *Distributor) syncAndCount(ctx context.Context, ns string) {
+	err := d.syncOne(ctx, ns)
+	d.retryMu.Lock()
+	defer d.retryMu.Unlock()
+	if err == nil {
+		delete(d.retry, ns)
+		d.synced.Store(true)
+		return
+	}
+	if ctx.Err() != nil {
+		return
+	}
+	d.log.Warn("cannot fetch goal version; agents keep the previous one until it can", "namespace", ns, "err", err)
+	r := d.retry[ns]
+	r.due = time.Now().Add(syncRetry.Equal(r.attempts))
+	r.attempts++
+	d.retry[ns] = r
+}
+
+// countServing counts the goals the fanout serves (Status.Serving).
+func (d *Distributor) countServing() {
 	d.mu.Lock()
 	srv := d.srv
 	d.mu.Unlock()
@@ -610,7 +607,6 @@ func (d *Distributor) syncBatch(ctx context.Context, nss []string) (failed []str
 	d.mu.Lock()
 	d.serving = n
 	d.mu.Unlock()
-	return failed
 }
 
 func (d *Distributor) syncOne(ctx context.Context, ns string) error {
