@@ -48,7 +48,7 @@ const (
 	DefaultDataDir         = "./lehr-data"
 	DefaultListen          = "127.0.0.1:7400"
 	DefaultMetricsListen   = "127.0.0.1:7401"
-	DefaultMaxMessageBytes = 64 << 20
+	DefaultMaxMessageBytes = 24 << 20
 	DefaultCompactInterval = 10 * time.Minute
 	DefaultShutdownTimeout = 10 * time.Second
 	// DefaultStoreQuota is the embedded etcd's backend quota: room for
@@ -121,8 +121,9 @@ type Options struct {
 	// Logger; default slog.Default().
 	Logger *slog.Logger
 	// MaxMessageBytes bounds gRPC messages in both directions. Default
-	// DefaultMaxMessageBytes (64 MiB): a namespace may hold 16 MiB, plus
-	// framing.
+	// DefaultMaxMessageBytes (24 MiB): a namespace may hold 16 MiB of keys
+	// and values, plus content types and framing (at most 10,000
+	// properties: under 19 MiB).
 	MaxMessageBytes int
 	// ShutdownTimeout bounds the graceful stop: in-flight calls get this
 	// long to finish before they are cut. Default DefaultShutdownTimeout
@@ -163,6 +164,10 @@ type Options struct {
 	// DomainDefaults are the quotas of a domain that sets none; zero
 	// fields take service.DefaultQuotas' values.
 	DomainDefaults *lehrpb.Quotas
+	// Admission bounds the publishes control receives and works on at
+	// once (service.Admission); zero fields take the defaults: 32 calls,
+	// 256 MiB of requests, a quarter of it per domain.
+	Admission service.AdmissionOptions
 }
 
 // Control is the control plane daemon. Create it with New, start it with
@@ -403,6 +408,7 @@ func (c *Control) Run(ctx context.Context) (err error) {
 
 	// Servers.
 	authz := service.Authorizer{DevMode: c.opts.DevMode}
+	adm := service.NewAdmission(c.opts.Admission)
 	gopts := []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(c.opts.MaxMessageBytes),
 		grpc.MaxSendMsgSize(c.opts.MaxMessageBytes),
@@ -412,8 +418,14 @@ func (c *Control) Run(ctx context.Context) (err error) {
 		// nothing stores bytes no check counted; then every mutating call
 		// into the audit log, refused ones too; who may call what, from the
 		// client certificate's Lehr identity (roles, then the target
-		// domain's ACL).
-		grpc.ChainUnaryInterceptor(svc.DropUnknownInterceptor, svc.AuditInterceptor, authz.Unary, svc.ACLInterceptor),
+		// domain's ACL); last, a publish's bytes held against the memory
+		// for publishes in flight, its domain's share (only what the
+		// caller may publish to).
+		grpc.ChainUnaryInterceptor(svc.DropUnknownInterceptor, svc.AuditInterceptor, authz.Unary, svc.ACLInterceptor, adm.Unary),
+		// At most so many publishes received at once, refused before a
+		// byte is read.
+		grpc.InTapHandle(adm.TapHandle),
+		grpc.StatsHandler(adm.StatsHandler()),
 		grpc.ChainStreamInterceptor(svc.DropUnknownStreamInterceptor, authz.Stream),
 	}
 	// TCP connections get TLS (or plaintext); unix socket connections the

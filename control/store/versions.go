@@ -740,22 +740,19 @@ func (s *Store) Content(ctx context.Context, ns string, seq uint64) (*lehrpb.Ver
 }
 
 // CachedContent returns the record and content of ns@seq if this control
-// holds its content in memory with checksum sum (see Content), reading no
-// blob: on a miss it reads the version's record, once, and — the record
-// being there — waits for a commit of this control still putting it in
-// memory (a commit does so only after etcd answered, and a watch event of
-// the same commit can overtake that), then looks again.
-// ok is false when the content is not in memory, or the record is not
-// found or names another checksum. It is for a caller that knows the
-// checksum from a record it read (a goal); others use Content. The
-// caller must not change info: it is shared.
+// holds its content in memory with checksum sum (see Content), reading
+// nothing from etcd: on a miss it waits — at most 1 s — for a commit of
+// ns@seq by this control still putting it in memory (a commit does so only
+// after etcd answered, and a watch event of the same commit can overtake
+// that), then looks again. ok is false when the content is not in memory
+// with that checksum. It is for a caller that knows the checksum from a
+// record it read (a goal), on a path that must not wait for etcd (the
+// goal watch, where a read behind a flood of writes would hold every other
+// domain's events); others use Content. The caller must not change info:
+// it is shared.
 func (s *Store) CachedContent(ctx context.Context, ns string, seq uint64, sum string) (info *lehrpb.VersionInfo, snap content.Snapshot, ok bool) {
 	if info, snap, ok := s.contents.get(ns, seq, sum); ok {
 		return info, snap, true
-	}
-	rec, _, err := s.lookup(ctx, ns, seq)
-	if err != nil || rec.GetInfo().GetChecksum() != sum {
-		return nil, content.Snapshot{}, false
 	}
 	actx, cancel := context.WithTimeout(ctx, time.Second) // the put follows etcd's answer at once
 	defer cancel()
