@@ -49,6 +49,7 @@ import (
 	"lehr.dev/lehr/agent/localapi"
 	"lehr.dev/lehr/agent/upstream"
 	"lehr.dev/lehr/canary"
+	"lehr.dev/lehr/internal/keylock"
 	"lehr.dev/lehr/internal/metricshttp"
 	"lehr.dev/lehr/internal/names"
 	"lehr.dev/lehr/internal/nsfile"
@@ -173,7 +174,7 @@ type Agent struct {
 	readyOnce sync.Once
 
 	nsMu  sync.Mutex
-	locks map[string]*nsLock  // per-namespace apply/read lock (see lock)
+	locks keylock.Map         // per-namespace apply/read lock (see lock)
 	state map[string]*nsState // what is held, by namespace
 
 	runMu       sync.Mutex
@@ -246,7 +247,6 @@ func New(opts Options) (*Agent, error) {
 		log:      opts.Logger,
 		filesDir: filepath.Join(opts.DataDir, "files"),
 		ready:    make(chan struct{}),
-		locks:    map[string]*nsLock{},
 		state:    map[string]*nsState{},
 		done:     make(chan struct{}),
 	}

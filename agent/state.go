@@ -8,7 +8,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	"lehr.dev/lehr/agent/cache"
@@ -64,45 +63,21 @@ type nsState struct {
 //  1. the namespace's lock (lock(ns)): serialises applying an update,
 //     reading for repair, and writing or removing the file of one
 //     namespace; held across calls into the cache and the file writer;
-//  2. inside the cache, cache.closeMu (read) and then one of its striped
-//     per-namespace locks, each held only within one cache call;
-//  3. nsMu: guards locks and state; held only to read or change those
-//     maps (get, update, heldList…), never across a call out.
+//  2. inside the cache, cache.closeMu (read) and then its own lock of the
+//     namespace, each held only within one cache call;
+//  3. nsMu: guards state; held only to read or change it (get, update,
+//     heldList…), never across a call out.
 //
 // The lease table and the upstream client have their own mutexes, which
 // they never hold while calling back into the agent. A method named
 // …Locked expects its caller to hold the lock the same work would
 // otherwise take — here, the namespace's lock (lock(ns)).
 //
-// nsLock is a namespace's lock, counted so that it lives only while
-// someone holds or waits for it.
-type nsLock struct {
-	mu   sync.Mutex
-	refs int // holders and waiters; guarded by Agent.nsMu
-}
-
-// lock returns the namespace's lock, which serialises applying, reading
-// for repair, and file changes of one namespace; calling the returned
-// function unlocks it.
-func (a *Agent) lock(ns string) func() {
-	a.nsMu.Lock()
-	l := a.locks[ns]
-	if l == nil {
-		l = &nsLock{}
-		a.locks[ns] = l
-	}
-	l.refs++
-	a.nsMu.Unlock()
-	l.mu.Lock()
-	return func() {
-		l.mu.Unlock()
-		a.nsMu.Lock()
-		if l.refs--; l.refs == 0 {
-			delete(a.locks, ns)
-		}
-		a.nsMu.Unlock()
-	}
-}
+// lock locks the namespace's lock (internal/keylock: it lives only while
+// held or waited for), which serialises applying, reading for repair, and
+// file changes of one namespace; calling the returned function unlocks
+// it.
+func (a *Agent) lock(ns string) func() { return a.locks.Lock(ns) }
 
 // get returns a copy of the state of ns (zero if unknown).
 func (a *Agent) get(ns string) nsState {

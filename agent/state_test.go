@@ -10,7 +10,7 @@ import (
 // churn through many namespaces leaves the lock map empty (issue 8,
 // defect 8).
 func TestNamespaceLocksAreReleased(t *testing.T) {
-	a := &Agent{locks: map[string]*nsLock{}, state: map[string]*nsState{}}
+	a := &Agent{state: map[string]*nsState{}}
 	var wg sync.WaitGroup
 	for i := range 1000 {
 		ns := fmt.Sprintf("d/n%d", i%50)
@@ -20,7 +20,7 @@ func TestNamespaceLocksAreReleased(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	if n := len(a.locks); n != 0 {
+	if n := a.locks.Len(); n != 0 {
 		t.Errorf("%d namespace locks left after every holder released its lock; want 0", n)
 	}
 }

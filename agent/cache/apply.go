@@ -3,9 +3,7 @@ package cache
 import (
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"strings"
-	"sync"
 
 	badger "github.com/dgraph-io/badger/v4"
 
@@ -14,12 +12,6 @@ import (
 	"lehr.dev/lehr/internal/update"
 	"lehr.dev/lehr/proto/lehrpb"
 )
-
-func (c *Cache) lockNS(ns string) *sync.Mutex {
-	h := fnv.New32a()
-	h.Write([]byte(ns))
-	return &c.locks[h.Sum32()%uint32(len(c.locks))]
-}
 
 // Apply applies the Update u (as the wire decoder returns it: valid, in
 // full form) to its namespace and returns the version it produces. It
@@ -50,9 +42,7 @@ func (c *Cache) Apply(u *lehrpb.Update) (content.Version, error) {
 		return content.Version{}, fmt.Errorf("cache: apply %s to %s@%d: %w: checksum %q, want \"sha256:\" and 64 lowercase hex digits",
 			what, ns, u.GetVersion(), ErrInvalid, sum)
 	}
-	mu := c.lockNS(ns)
-	mu.Lock()
-	defer mu.Unlock()
+	defer c.locks.Lock(ns)()
 	var (
 		rec record
 		err error
@@ -329,9 +319,7 @@ func (c *Cache) Drop(ns string) error {
 	if _, _, err := names.Namespace(ns); err != nil {
 		return fmt.Errorf("cache: drop: %w: %w", ErrInvalid, err)
 	}
-	mu := c.lockNS(ns)
-	mu.Lock()
-	defer mu.Unlock()
+	defer c.locks.Lock(ns)()
 	if err := c.dropLocked(ns); err != nil {
 		return fmt.Errorf("cache: drop %s: %w", ns, err)
 	}

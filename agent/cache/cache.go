@@ -40,6 +40,8 @@ import (
 
 	badger "github.com/dgraph-io/badger/v4"
 	"github.com/dgraph-io/badger/v4/options"
+
+	"lehr.dev/lehr/internal/keylock"
 )
 
 // Options configure a Cache. Only Dir is required.
@@ -68,9 +70,9 @@ type Cache struct {
 	log *slog.Logger
 	dir string
 
-	// Lock order: closeMu (read) first, then one stripe of locks. dropLocked
-	// (…Locked) expects its caller to hold the namespace's stripe.
-	locks [64]sync.Mutex // per-namespace update locks, striped by hash
+	// Lock order: closeMu (read) first, then the namespace's lock.
+	// dropLocked (…Locked) expects its caller to hold the namespace's lock.
+	locks keylock.Map // per-namespace update locks
 
 	// closeMu is held for reading by every operation and for writing by
 	// Close, which therefore waits for operations in flight.
