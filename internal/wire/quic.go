@@ -328,14 +328,25 @@ func CloseConn(conn *quic.Conn, err error) error {
 	return conn.CloseWithError(CodeFor(err), msg)
 }
 
+// smallUpdate is the largest update frame SendUpdate sends first.
+const smallUpdate = 64 << 10
+
 // SendUpdate opens a fresh unidirectional stream on conn, writes frame —
 // one Update frame, as AppendFrame encodes it — and closes the stream.
 // Ending ctx resets the stream with StreamCodeCancelled and returns ctx's
 // cause. Delivery is confirmed only by the agent's Ack.
+//
+// A frame of at most smallUpdate bytes goes before larger ones still
+// sending on conn (QUIC stream urgency 2 against the default 3): a
+// one-key patch waits for no other namespace's snapshot — another
+// domain's flood, say — only for the bandwidth of the small updates.
 func SendUpdate(ctx context.Context, conn *quic.Conn, frame []byte) error {
 	s, err := conn.OpenUniStreamSync(ctx)
 	if err != nil {
 		return fmt.Errorf("wire: open update stream: %w", err)
+	}
+	if len(frame) <= smallUpdate {
+		s.SetPriority(2, true)
 	}
 	stop := context.AfterFunc(ctx, func() { s.CancelWrite(StreamCodeCancelled) })
 	defer stop()
