@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
@@ -17,149 +18,292 @@ import (
 
 func isolationScenario() Scenario {
 	return Scenario{
-		Name:  "isolation",
-		Title: "stakeholder isolation: one domain's one-key patches while another floods its hosts with 256 KiB versions, with and without the flooding domain's outbound limit (issue 12)",
-		Run:   runIsolation,
+		Name: "isolation",
+		Title: "stakeholder isolation: another tenant's one-key patch → every host, and its rollback, alone and while one tenant floods " +
+			"small publishes at its limits, large snapshots, or holds the store at its high-water mark (issues 12, 26)",
+		Run: runIsolation,
 	}
 }
 
-// isolationLimit is the flooding domain's outbound limit in the limited phase.
-const isolationLimit = 256 << 10
+// Isolation's domains: the victim, whose patches are timed, and the
+// flooders. "bulk" may store more than the default (a fleet admin raised
+// it), so its flood of large snapshots is accepted, not refused at once.
+const (
+	isoVictim   = "victim"
+	isoSmall    = "chatty"
+	isoBulk     = "bulk"
+	isoSnapshot = 8 << 20 // a large-snapshot flood's versions
+)
+
+// isoPhase is one phase of the scenario: a flood to run while the
+// victim's patches are timed, after warm (if set) has run to its end.
+type isoPhase struct {
+	name  string
+	warm  func(ctx context.Context, prod *producer.Client) error
+	flood func(ctx context.Context, prod *producer.Client) error
+}
 
 func runIsolation(ctx context.Context, e *Env) (*Result, error) {
-	samples := pick(e.Profile, 5, 20, 50)
-	// Not longer at full size: each flood phase writes what the hosts
-	// receive, ~45 MiB/s of new content, into control's etcd, and 30 s
-	// phases exhausted its 2 GiB backend quota (etcd keeps overwritten
-	// values until its hourly compaction) in the full run
-	// 20261126T165111Z: "mvcc: database space exceeded".
-	window := pick(e.Profile, 2*time.Second, 10*time.Second, 10*time.Second)
+	samples := pick(e.Profile, 10, 60, 200)
 	const hosts = 4
 	res := &Result{
-		Setup: fmt.Sprintf("one process (testenv/devcluster): control + embedded etcd (fsync on), one zone with 1 distributor and %d real agents, "+
-			"each with a consumer subscribed to small/app and to the flooding namespaces. Each sample patches one 1 KiB key of small/app and "+
-			"waits until every host's callback (time from the Patch call), one sample every 100 ms, at least %d over at least %v per phase "+
-			"(after 1 s of flood): alone; while free/big is republished back to back with 64 new 4 KiB values (a 256 KiB patch to every "+
-			"host) with no limit; the same from capped/big, whose domain's quotas.outbound_bytes_per_second is %d KiB/s.", hosts, samples, window, isolationLimit>>10),
+		Setup: fmt.Sprintf("one process (testenv/devcluster): control + embedded etcd (fsync on) with the rollout strategist (every domain global_blast: no bake), "+
+			"one zone with 1 distributor and %d real agents, each with a consumer of %s/app and of the flooding namespaces. Each sample patches one "+
+			"1 KiB key of %s/app and waits until every host's callback (time from the Patch call); %d samples a phase, 50–250 ms apart at random; "+
+			"each phase ends with a rollback of %s/app, timed the same way. Floods: (a) 16 publishers of 1 KiB snapshots over 64 namespaces of "+
+			"domain %s at its default quotas (10/s, burst 20), retrying at once when refused (hostile); (b) 2 publishers of %d MiB snapshots "+
+			"(16 × 512 KiB) to %s/big, at its default rate, its stored-bytes quota raised to 1 GiB (then refused); (c) a second cluster whose store quota is "+
+			"256 MiB, filled by %s/big until control refuses it at the high-water mark, then flooded on (every publish refused).",
+			hosts, isoVictim, isoVictim, samples, isoVictim, isoSmall, isoSnapshot>>20, isoBulk, isoBulk),
 	}
-	cl, err := devcluster.Start(ctx, devcluster.Options{
-		DomainQuotas:  benchQuotas(),
-		Dir:           filepath.Join(e.Dir, "cluster"),
-		Zones:         []string{"zone-a"},
-		AgentsPerZone: hosts,
-		Domains:       []string{"small", "free", "capped"},
-		Logger:        e.Log,
-	})
-	if err != nil {
-		return res, err
-	}
-	defer cl.Close()
-	prod := cl.Producer()
-	// The limit is read by the distributor before it serves the domain's
-	// first namespace.
-	capped := benchQuotas()
-	capped.OutboundBytesPerSecond = isolationLimit
-	if _, err := prod.UpdateDomain(ctx, &lehrpb.Domain{Name: "capped", Quotas: capped}, "quotas"); err != nil {
-		return res, err
-	}
-	seen := &rolloutSeen{at: map[uint64]map[string]time.Time{}, wake: make(chan struct{})}
-	var floodApplied atomic.Int64 // flood versions applied, over every host
-	for i, a := range cl.Agents("zone-a") {
-		c, err := cl.Consumer("zone-a", i)
-		if err != nil {
-			return res, err
+
+	smallFlood := func(ctx context.Context, prod *producer.Client) error {
+		vals := newValueSource(1 << 10)
+		var mu sync.Mutex
+		var wg sync.WaitGroup
+		var firstErr error
+		for w := range 16 {
+			wg.Go(func() {
+				for i := 0; ctx.Err() == nil; i++ {
+					mu.Lock()
+					v := vals.next()
+					mu.Unlock()
+					ns := fmt.Sprintf("%s/ns-%02d", isoSmall, (w*7+i)%64)
+					_, err := prod.Publish(ctx, ns, []producer.Property{{Key: "k", Value: v}})
+					if err != nil && ctx.Err() == nil && !errors.Is(err, producer.ErrExhausted) {
+						mu.Lock()
+						firstErr = cmpErr(firstErr, err)
+						mu.Unlock()
+						return
+					}
+				}
+			})
 		}
-		defer c.Close()
-		host := a.HostID
-		sub, err := c.Subscribe(ctx, "small/app")
-		if err != nil {
-			return res, err
+		wg.Wait()
+		return firstErr
+	}
+	bulkFlood := func(ctx context.Context, prod *producer.Client) error {
+		vals := newValueSource(512 << 10)
+		var mu sync.Mutex
+		var wg sync.WaitGroup
+		var firstErr error
+		for range 2 {
+			wg.Go(func() {
+				for ctx.Err() == nil {
+					ps := make([]producer.Property, isoSnapshot/(512<<10))
+					mu.Lock()
+					for i := range ps {
+						ps[i] = producer.Property{Key: fmt.Sprintf("blob/%02d", i), Value: vals.next()}
+					}
+					mu.Unlock()
+					_, err := prod.Publish(ctx, isoBulk+"/big", ps)
+					switch {
+					case err == nil || ctx.Err() != nil:
+					case errors.Is(err, producer.ErrExhausted):
+						time.Sleep(20 * time.Millisecond) // at its limits, not beyond
+					default:
+						mu.Lock()
+						firstErr = cmpErr(firstErr, err)
+						mu.Unlock()
+						return
+					}
+				}
+			})
 		}
-		sub.OnChange(func(ch consumer.Change) error { seen.add(host, ch.New.Version()); return nil })
-		for _, ns := range []string{"free/big", "capped/big"} {
-			sub, err := c.Subscribe(ctx, ns)
+		wg.Wait()
+		return firstErr
+	}
+
+	run := func(name string, storeQuota int64, phases []isoPhase) error {
+		cl, err := devcluster.Start(ctx, devcluster.Options{
+			Dir:           filepath.Join(e.Dir, name),
+			Zones:         []string{"zone-a"},
+			AgentsPerZone: hosts,
+			Rollouts:      true,
+			StoreQuota:    storeQuota,
+			Logger:        e.Log,
+		})
+		if err != nil {
+			return err
+		}
+		defer cl.Close()
+		prod := cl.Producer()
+		// The flooders' own client retries nothing: a refusal is theirs to
+		// handle (they publish on at once, or after 20 ms at their limits).
+		floodProd, err := producer.New(producer.Options{Address: cl.ControlAddr(), Retry: producer.RetryPolicy{MaxAttempts: 1}, Logger: e.Log})
+		if err != nil {
+			return err
+		}
+		defer floodProd.Close()
+		for _, d := range []*lehrpb.Domain{
+			{Name: isoVictim}, {Name: isoSmall},
+			{Name: isoBulk, Quotas: &lehrpb.Quotas{MaxStoredBytes: 1 << 30}},
+		} {
+			if _, err := prod.CreateDomain(ctx, d); err != nil {
+				return err
+			}
+			if _, err := prod.SetRolloutPolicy(ctx, d.GetName(), &lehrpb.RolloutPolicy{GlobalBlast: true}, "bench", 0); err != nil {
+				return err
+			}
+		}
+		seen := &rolloutSeen{at: map[uint64]map[string]time.Time{}, wake: make(chan struct{})}
+		var floodApplied atomic.Int64
+		floodNS := []string{isoBulk + "/big"}
+		for i := range 8 {
+			floodNS = append(floodNS, fmt.Sprintf("%s/ns-%02d", isoSmall, i))
+		}
+		for i, a := range cl.Agents("zone-a") {
+			c, err := cl.Consumer("zone-a", i)
 			if err != nil {
-				return res, err
+				return err
 			}
-			sub.OnChange(func(consumer.Change) error { floodApplied.Add(1); return nil })
-		}
-	}
-	small := newValueSource(1 << 10)
-	v, err := prod.Publish(ctx, "small/app", []producer.Property{{Key: "k", Value: small.next()}})
-	if err != nil {
-		return res, err
-	}
-	if _, err := seen.wait(ctx, v.GetSeq(), hosts); err != nil {
-		return res, err
-	}
-	bulk := newValueSource(4 << 10)
-	flood := func(ctx context.Context, ns string) error {
-		for ctx.Err() == nil {
-			ps := make([]producer.Property, 64)
-			for i := range ps {
-				ps[i] = producer.Property{Key: fmt.Sprintf("k/%02d", i), Value: bulk.next()}
+			defer c.Close()
+			host := a.HostID
+			sub, err := c.Subscribe(ctx, isoVictim+"/app")
+			if err != nil {
+				return err
 			}
-			if _, err := prod.Publish(ctx, ns, ps); err != nil && ctx.Err() == nil {
-				if !errors.Is(err, producer.ErrExhausted) {
+			sub.OnChange(func(ch consumer.Change) error { seen.add(host, ch.New.Version()); return nil })
+			for _, ns := range floodNS {
+				sub, err := c.Subscribe(ctx, ns)
+				if err != nil {
 					return err
 				}
-				time.Sleep(50 * time.Millisecond) // the publish rate quota
+				sub.OnChange(func(consumer.Change) error { floodApplied.Add(1); return nil })
 			}
 		}
-		return nil
-	}
-	phase := func(floodNS string) (lat []time.Duration, floodBytesPerSec float64, err error) {
-		fctx, stop := context.WithCancel(ctx)
-		var wg sync.WaitGroup
-		var floodErr error
-		if floodNS != "" {
-			wg.Go(func() { floodErr = flood(fctx, floodNS) })
-			time.Sleep(time.Second) // past the limiter's initial burst
+		small := newValueSource(1 << 10)
+		v, err := prod.Publish(ctx, isoVictim+"/app", []producer.Property{{Key: "k", Value: small.next()}})
+		if err != nil {
+			return err
 		}
-		before, start := floodApplied.Load(), time.Now()
-		for len(lat) < samples || time.Since(start) < window {
-			time.Sleep(100 * time.Millisecond)
-			t0 := time.Now()
-			nv, perr := prod.Patch(ctx, "small/app", v.GetSeq(), producer.Patch{Set: []producer.Property{{Key: "k", Value: small.next()}}})
-			if perr != nil {
-				stop()
-				wg.Wait()
-				return nil, 0, perr
-			}
-			v = nv
-			ats, werr := seen.wait(ctx, v.GetSeq(), hosts)
-			if werr != nil {
-				stop()
-				wg.Wait()
-				return nil, 0, werr
+		if _, err := seen.wait(ctx, v.GetSeq(), hosts); err != nil {
+			return err
+		}
+		reach := func(seq uint64, t0 time.Time) (time.Duration, error) {
+			ats, err := seen.wait(ctx, seq, hosts)
+			if err != nil {
+				return 0, err
 			}
 			last := ats[0]
 			for _, at := range ats {
 				last = maxTime(last, at)
 			}
-			lat = append(lat, last.Sub(t0))
+			return last.Sub(t0), nil
 		}
-		elapsed := time.Since(start)
-		stop()
-		wg.Wait()
-		return lat, float64(floodApplied.Load()-before) * (64 * 4 << 10) / elapsed.Seconds(), floodErr
+		for _, ph := range phases {
+			fctx, stop := context.WithCancel(ctx)
+			var wg sync.WaitGroup
+			var floodErr error
+			if ph.warm != nil {
+				if err := ph.warm(fctx, floodProd); err != nil {
+					stop()
+					return fmt.Errorf("%s: %w", ph.name, err)
+				}
+			}
+			if ph.flood != nil {
+				wg.Go(func() { floodErr = ph.flood(fctx, floodProd) })
+				time.Sleep(2 * time.Second) // the flood under way
+			}
+			before, start := floodApplied.Load(), time.Now()
+			var lat []time.Duration
+			var perr error
+			for len(lat) < samples && perr == nil {
+				time.Sleep(50*time.Millisecond + rand.N(200*time.Millisecond))
+				t0 := time.Now()
+				nv, err := prod.Patch(ctx, isoVictim+"/app", v.GetSeq(), producer.Patch{Set: []producer.Property{{Key: "k", Value: small.next()}}})
+				if err != nil {
+					perr = fmt.Errorf("the victim's patch: %w", err)
+					break
+				}
+				v = nv
+				d, err := reach(v.GetSeq(), t0)
+				if err != nil {
+					perr = err
+					break
+				}
+				lat = append(lat, d)
+			}
+			// The safety path, under the same flood.
+			var rbLat time.Duration
+			if perr == nil {
+				t0 := time.Now()
+				rb, err := prod.Rollback(ctx, isoVictim+"/app", v.GetSeq()-1, producer.WithMessage("bench: the rollback under "+ph.name))
+				if err != nil {
+					perr = fmt.Errorf("the victim's rollback: %w", err)
+				} else {
+					v = rb
+					rbLat, perr = reach(rb.GetSeq(), t0)
+				}
+			}
+			elapsed := time.Since(start)
+			stop()
+			wg.Wait()
+			if perr != nil {
+				return fmt.Errorf("%s: %w", ph.name, perr)
+			}
+			if floodErr != nil {
+				return fmt.Errorf("%s: the flood: %w", ph.name, floodErr)
+			}
+			row := Row{System: "lehr", Case: ph.name}
+			row.AddLatency("", Summarize(lat))
+			row.Add("rollback → every host", float64(rbLat.Microseconds())/1000, "ms")
+			row.Add("flood versions applied", float64(floodApplied.Load()-before)/elapsed.Seconds(), "/s")
+			st := cl.Control().StoreSpace()
+			row.Add("store used", float64(st.Level())/(1<<20), "MiB")
+			row.Add("store high-water mark", float64(st.HighWater)/(1<<20), "MiB")
+			res.Rows = append(res.Rows, row)
+		}
+		return nil
 	}
-	for _, ph := range []struct{ name, ns string }{
-		{"one-key patch → every host, alone", ""},
-		{"… while another domain floods, no limit", "free/big"},
-		{fmt.Sprintf("… while another domain floods at its %d KiB/s limit", isolationLimit>>10), "capped/big"},
-	} {
-		lat, bps, err := phase(ph.ns)
-		if err != nil {
-			return res, fmt.Errorf("%s: %w", ph.name, err)
+
+	if err := run("cluster", 0, []isoPhase{
+		{name: "one-key patch → every host, alone"},
+		{name: "… while another domain floods small publishes at its limits", flood: smallFlood},
+		{name: fmt.Sprintf("… while another domain floods %d MiB snapshots", isoSnapshot>>20), flood: bulkFlood},
+	}); err != nil {
+		return res, err
+	}
+	// Until control refuses a snapshot at the store's high-water mark.
+	fill := func(ctx context.Context, prod *producer.Client) error {
+		vals := newValueSource(512 << 10)
+		for i := 0; ; i++ {
+			ps := make([]producer.Property, isoSnapshot/(512<<10))
+			for j := range ps {
+				ps[j] = producer.Property{Key: fmt.Sprintf("blob/%02d", j), Value: vals.next()}
+			}
+			_, err := prod.Publish(ctx, isoBulk+"/big", ps)
+			var pe *producer.Error
+			switch {
+			case errors.As(err, &pe) && pe.Reason == "STORE_FULL":
+				return nil
+			case errors.Is(err, producer.ErrExhausted):
+				time.Sleep(100 * time.Millisecond) // its rate
+			case err != nil:
+				return fmt.Errorf("filling the store, publish %d: %w", i, err)
+			case i > 100:
+				return fmt.Errorf("800 MiB published into a 256 MiB store without STORE_FULL")
+			}
 		}
-		row := Row{System: "lehr", Case: ph.name}
-		row.AddLatency("", Summarize(lat))
-		row.Add("flood delivered", bps/(1<<20), "MiB/s")
-		res.Rows = append(res.Rows, row)
+	}
+	if err := run("small-store", 256<<20, []isoPhase{
+		{name: "small store: one-key patch → every host, alone"},
+		{name: "… with the store at its high-water mark", warm: fill, flood: bulkFlood},
+	}); err != nil {
+		return res, err
 	}
 	res.Notes = append(res.Notes,
-		"flood delivered is the flooding namespace's bytes applied by the consumers over the phase (versions × 256 KiB, all hosts), not wire bytes; with the limit it stays at or under the limit per distributor.",
-		"on 2 cores the unlimited flood also takes CPU from everything else (control committing 256 KiB versions, the distributor diffing and encrypting them): part of what the limit buys is that CPU.")
+		"p99 targets (issue 26): each flood phase's p99 within 1.5 × its cluster's idle p99, and the rollback succeeding in every phase.",
+		"flood versions applied is the flooding namespaces' versions the hosts' consumers applied per second (all hosts).",
+		"store used is control's level against its high-water mark (what etcd holds plus what was committed since it last read it) at the end of the phase.",
+		"on 2 cores the floods also take CPU from everything else (control committing and hashing, the distributor diffing and encrypting, agents writing): no domain-aware scheduler shares the cores.")
 	return res, nil
+}
+
+// cmpErr keeps the first error.
+func cmpErr(first, err error) error {
+	if first != nil {
+		return first
+	}
+	return err
 }

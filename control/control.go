@@ -188,6 +188,7 @@ type Control struct {
 	addr        net.Addr
 	metricsAddr net.Addr
 	signingPub  ed25519.PublicKey // see signer
+	st          *store.Store      // set by Run once the store is open
 }
 
 // New checks opts and returns a Control. It reads the TLS files but starts
@@ -263,6 +264,18 @@ func (c *Control) MetricsAddr() net.Addr {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.metricsAddr
+}
+
+// StoreSpace returns the store's space as control last read it (the zero
+// SpaceStatus before Run has opened the store).
+func (c *Control) StoreSpace() store.SpaceStatus {
+	c.mu.Lock()
+	st := c.st
+	c.mu.Unlock()
+	if st == nil {
+		return store.SpaceStatus{}
+	}
+	return st.Space()
 }
 
 // Metrics returns the set control records into.
@@ -361,6 +374,9 @@ func (c *Control) Run(ctx context.Context) (err error) {
 		},
 	})
 	registerSpaceMetrics(c.metrics, st)
+	c.mu.Lock()
+	c.st = st
+	c.mu.Unlock()
 	if n, err := st.SignUnsignedGoals(ctx); err != nil {
 		return fmt.Errorf("control: %w", err)
 	} else if n > 0 {

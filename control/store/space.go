@@ -9,10 +9,18 @@ package store
 // size etcd compares with its quota (Status.DbSize, the extent of its
 // pages, of the largest member) every SpaceOptions.Interval, adds what
 // this process committed since, and refuses new content (a Commit that is
-// not a rollback) that would take the store above its high-water mark,
-// Quota - Reserve, with a *SpaceError. The reserve is left to the safety
-// path: rollbacks, goal moves, rollout state, the audit log and zone
-// status, which never ask.
+// not a rollback) with a *SpaceError in two steps:
+//
+//   - above the high-water mark, Quota - Reserve, from the domains that
+//     hold more than their fair share of the store (the mark divided by
+//     the number of domains) — the flooders — and every new domain,
+//     namespace, policy and experiment (AdmitContent);
+//   - above Quota - Reserve/2, from everyone.
+//
+// So one tenant filling the store does not stop the others, who go on
+// publishing into the first half of the reserve; the second half is left
+// to the safety path: rollbacks, goal moves, rollout state, the audit log
+// and zone status, which never ask.
 //
 // Space comes back in three steps: history compaction deletes versions
 // and blobs (Compact, CompactHistory), etcd's revision compaction frees
@@ -31,6 +39,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"sync"
 	"time"
@@ -82,10 +91,15 @@ type SpaceOptions struct {
 // SpaceError says the store is above its high-water mark: new content is
 // refused until space is freed. It wraps ErrStoreFull.
 type SpaceError struct {
-	// Used is the database size as last read plus what was written since;
-	// HighWater is Quota - Reserve; Adding is what the refused write
-	// would add. Bytes.
-	Used, HighWater, Quota, Adding int64
+	// Used is the store's level (SpaceStatus.Level); HighWater is Quota -
+	// Reserve; Limit is the mark the write was refused at (HighWater, or
+	// Quota - Reserve/2 beyond which no content goes); Adding is what the
+	// refused write would add. Bytes.
+	Used, HighWater, Quota, Limit, Adding int64
+	// FairShare is set when Domain was refused between the high-water
+	// mark and the hard mark for holding more than it (DomainBytes).
+	FairShare, DomainBytes int64
+	Domain                 string
 	// Alarm is set when etcd itself refuses writes (its NOSPACE alarm).
 	Alarm bool
 }
@@ -107,6 +121,9 @@ type SpaceStatus struct {
 	Known bool
 	// Quota and Reserve in force; HighWater is Quota - Reserve.
 	Quota, Reserve, HighWater int64
+	// Domains is how many domains there are (the fair share of each is
+	// HighWater / Domains).
+	Domains int64
 	// DBSize is the size etcd compares with its quota (the largest
 	// member's), DBSizeInUse what of it holds data; Pending is what this
 	// process committed since they were read.
@@ -143,15 +160,32 @@ func (st SpaceStatus) Level() int64 {
 	return max(st.DBSizeInUse+st.Pending, st.DBSize+st.Pending-st.Reserve/2)
 }
 
-// admit counts n bytes of a write and, unless safety, refuses it with a
-// *SpaceError if it would take the store above its high-water mark.
-// Before etcd's status is first read every write is admitted.
-func (sp *space) admit(n int64, safety bool) error {
+// HardMark is what no new content goes beyond: Quota - Reserve/2.
+func (st SpaceStatus) HardMark() int64 { return st.Quota - st.Reserve/2 }
+
+// FairShare is what a domain may hold and still publish above the
+// high-water mark: the mark divided by the number of domains.
+func (st SpaceStatus) FairShare() int64 { return st.HighWater / max(1, st.Domains) }
+
+// admit counts n bytes of a write by a domain holding domainBytes and,
+// unless safety, refuses it with a *SpaceError if it would take the store
+// above its hard mark, or above its high-water mark while the domain
+// holds more than its fair share. Before etcd's status is first read
+// every write is admitted.
+func (sp *space) admit(n int64, safety bool, domainBytes int64) error {
 	sp.mu.Lock()
 	defer sp.mu.Unlock()
 	st := &sp.st
-	if st.Known && !safety && (st.Alarm || st.Level()+n > st.HighWater) {
-		return &SpaceError{Used: st.Level(), HighWater: st.HighWater, Quota: st.Quota, Adding: n, Alarm: st.Alarm}
+	if st.Known && !safety {
+		level := st.Level()
+		e := &SpaceError{Used: level, HighWater: st.HighWater, Quota: st.Quota, Limit: st.HardMark(), Adding: n, Alarm: st.Alarm}
+		switch {
+		case st.Alarm || level+n > st.HardMark():
+			return e
+		case level+n > st.HighWater && domainBytes+n > st.FairShare():
+			e.Limit, e.FairShare, e.DomainBytes = st.HighWater, st.FairShare(), domainBytes
+			return e
+		}
 	}
 	st.Pending += n
 	return nil
@@ -166,8 +200,8 @@ func (sp *space) wantReclaim() {
 }
 
 // admitSpace is space.admit, counting refusals (Options.OnSpaceEvent).
-func (s *Store) admitSpace(n int64, safety bool) error {
-	err := s.space.admit(n, safety)
+func (s *Store) admitSpace(n int64, safety bool, domainBytes int64) error {
+	err := s.space.admit(n, safety, domainBytes)
 	if err != nil {
 		s.spaceEvent("refused")
 	}
@@ -189,10 +223,11 @@ func (s *Store) Space() SpaceStatus {
 
 // AdmitContent refuses, with a *SpaceError, a write of n bytes of new
 // content (a domain, a namespace, a rollout policy, an experiment) while
-// the store is above its high-water mark. Commit checks its versions
-// itself.
+// the store is above its high-water mark, whoever asks: what is left
+// there goes to the versions of domains within their fair share. Commit
+// checks its versions itself.
 func (s *Store) AdmitContent(n int64) error {
-	if err := s.admitSpace(n, false); err != nil {
+	if err := s.admitSpace(n, false, math.MaxInt64-n); err != nil {
 		return fmt.Errorf("store: %w", err)
 	}
 	return nil
@@ -236,6 +271,11 @@ func (s *Store) readSpace(ctx context.Context) ([]memberStatus, error) {
 		return nil, fmt.Errorf("store: read etcd's space: %w", errors.Join(errs...))
 	}
 	start := time.Now()
+	doms, err := s.get(ctx, s.lay.domainsPrefix(), clientv3.WithPrefix(), clientv3.WithCountOnly())
+	if err != nil {
+		return nil, fmt.Errorf("store: count domains: %w", err)
+	}
+	start = time.Now()
 	alarms, err := s.maint.AlarmList(reqCtx(ctx))
 	s.observe("alarm_list", start, err)
 	if err != nil {
@@ -277,7 +317,7 @@ func (s *Store) readSpace(ctx context.Context) ([]memberStatus, error) {
 	}
 	sp.mu.Lock()
 	wasKnown := sp.st.Known
-	sp.st.Known, sp.st.Quota, sp.st.Reserve, sp.st.HighWater = true, quota, reserve, quota-reserve
+	sp.st.Known, sp.st.Quota, sp.st.Reserve, sp.st.HighWater, sp.st.Domains = true, quota, reserve, quota-reserve, doms.Count
 	sp.st.DBSize, sp.st.DBSizeInUse, sp.st.Pending, sp.st.Alarm, sp.st.ReadAt = dbSize, inUse, 0, alarm, s.opts.Now()
 	sp.mu.Unlock()
 	if !wasKnown {

@@ -43,11 +43,12 @@ func smallEtcd(t *testing.T, quota int64) (*Store, *clientv3.Client) {
 }
 
 // TestStoreKeepsItsReserve: with a small quota, one domain floods until
-// the store refuses new content at its high-water mark — cleanly, a
-// *SpaceError, never etcd's "database space exceeded" — while another
-// domain's rollback and goal moves still succeed; once the flood's history
-// is compacted, control gives the space back by itself (etcd compaction,
-// defragmentation) and publishes resume.
+// the store refuses it at its high-water mark — cleanly, a *SpaceError
+// naming its fair share, never etcd's "database space exceeded" — while
+// another domain, within its fair share, goes on publishing up to the hard
+// mark and is refused there; rollbacks and goal moves still succeed; once
+// the flood's history is compacted, control gives the space back by itself
+// (etcd compaction, defragmentation) and publishes resume.
 func TestStoreKeepsItsReserve(t *testing.T) {
 	const quota = 96 << 20
 	s, _ := smallEtcd(t, quota)
@@ -75,11 +76,24 @@ func TestStoreKeepsItsReserve(t *testing.T) {
 			t.Fatalf("400 MiB committed into a %d-byte store without a SpaceError", quota)
 		}
 	}
-	if !errors.Is(se, ErrStoreFull) || se.Used+se.Adding <= se.HighWater || se.Alarm {
-		t.Fatalf("refusal %+v: want used+adding above the high-water mark, no alarm", se)
+	if !errors.Is(se, ErrStoreFull) || se.Used+se.Adding <= se.HighWater || se.Alarm || se.FairShare != se.HighWater/2 || se.DomainBytes <= se.FairShare {
+		t.Fatalf("refusal %+v: want used+adding above the high-water mark, the flood over its fair share (half the mark: two domains), no alarm", se)
 	}
-	if _, err := s.Commit(ctx, Commit{Namespace: "victim/app", Rebase: true, Content: randomSnap(t, 4, 256<<10), Info: snapshot}); !errors.As(err, &se) {
-		t.Fatalf("another domain's 1 MiB publish above the mark: %v, want a SpaceError", err)
+	// The other domain is within its fair share: it publishes on, into the
+	// first half of the reserve, until the hard mark.
+	published := 0
+	for se = nil; se == nil; published++ {
+		_, err := s.Commit(ctx, Commit{Namespace: "victim/app", Rebase: true, Content: randomSnap(t, 1, 256<<10), Info: snapshot, Goals: GoalsNone})
+		switch {
+		case errors.As(err, &se):
+		case err != nil:
+			t.Fatalf("victim commit %d above the high-water mark: %v", published, err)
+		case published > 400:
+			t.Fatal("100 MiB more committed without reaching the hard mark")
+		}
+	}
+	if published < 10 || se.FairShare != 0 || se.Used+se.Adding <= s.Space().HardMark() {
+		t.Fatalf("the victim published %d versions of 256 KiB above the high-water mark, then %+v: want at least 10, then refused at the hard mark", published-1, se)
 	}
 
 	// The safety path: the victim's rollback of its bad version, and a
@@ -93,8 +107,8 @@ func TestStoreKeepsItsReserve(t *testing.T) {
 	if err != nil {
 		t.Fatalf("rollback above the high-water mark: %v", err)
 	}
-	if rb.GetSeq() != bad.GetSeq()+1 {
-		t.Errorf("rollback is version %d, want %d", rb.GetSeq(), bad.GetSeq()+1)
+	if rb.GetSeq() <= bad.GetSeq() || rb.GetRollbackOf() != good.GetSeq() {
+		t.Errorf("rollback %v: want a version after %d rolling back to %d", rb, bad.GetSeq(), good.GetSeq())
 	}
 	if err := s.SetGoal(ctx, &lehrpb.GoalState{Zone: "z", Namespace: "victim/app", Version: rb.GetSeq(), Checksum: rb.GetChecksum()}); err != nil {
 		t.Fatalf("goal move above the high-water mark: %v", err)
@@ -107,8 +121,11 @@ func TestStoreKeepsItsReserve(t *testing.T) {
 	}
 	wait.For(t, "the store to give space back", func() bool {
 		st := s.Space()
-		return st.DBSize < st.HighWater/2
+		return st.DBSize < st.HighWater*3/4
 	})
+	if _, err := s.Commit(ctx, Commit{Namespace: "flood/big", Rebase: true, Content: randomSnap(t, 4, 256<<10), Info: snapshot}); err != nil {
+		t.Fatalf("the flooder's publish after its history was compacted: %v", err)
+	}
 	if _, err := s.Commit(ctx, Commit{Namespace: "victim/app", Rebase: true, Content: snap(t, "k", "after"), Info: snapshot}); err != nil {
 		t.Fatalf("publish after the flood was compacted: %v", err)
 	}

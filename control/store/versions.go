@@ -348,7 +348,11 @@ func (s *Store) tryCommit(ctx context.Context, c Commit, domain string, m *manif
 	if err != nil {
 		return nil, err
 	}
-	if err := s.admitSpace(added, safety); err != nil {
+	if err := s.admitSpace(added, safety, usage.rec.GetStoredBytes()); err != nil {
+		var se *SpaceError
+		if errors.As(err, &se) {
+			se.Domain = domain
+		}
 		return nil, err
 	}
 

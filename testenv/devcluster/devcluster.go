@@ -113,6 +113,9 @@ type Options struct {
 	// Domains are created in control at start (existing ones are kept);
 	// default none.
 	Domains []string
+	// StoreQuota is control's store quota (control.Options.StoreQuota);
+	// 0: its default.
+	StoreQuota int64
 	// DomainQuotas are the quotas Domains are created with; nil: the
 	// server's defaults. The cluster's caller is a fleet admin (dev
 	// mode), so they may be above the defaults (benchmarks flood).
@@ -259,6 +262,7 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 			DefaultRolloutPolicy: rollout.Fast(),
 			Rollouts:             opts.Rollouts,
 			RolloutInterval:      opts.RolloutInterval,
+			StoreQuota:           opts.StoreQuota,
 		},
 	}
 	if c.ctl.opts.MetricsListen == "" {
