@@ -238,6 +238,11 @@ func New(opts Options) (*Control, error) {
 			c.tls.MinVersion = tls.VersionTLS13
 		}
 	}
+	for _, a := range opts.FleetAdmins {
+		if err := (tlsconfig.Identity{Role: tlsconfig.RoleUser, Name: a}).Check(); err != nil {
+			return nil, fmt.Errorf("control: fleet admin %q is not a user name (1-64 bytes of letters, digits, '.', '_', '@' and '-'; list them comma-separated): %w", a, err)
+		}
+	}
 	if opts.MetricsListen != "off" {
 		if _, _, err := net.SplitHostPort(opts.MetricsListen); err != nil {
 			return nil, fmt.Errorf("control: metrics listen address %q: %w", opts.MetricsListen, err)

@@ -127,3 +127,16 @@ func TestZonesNeedAFleetAdminByDefault(t *testing.T) {
 		t.Errorf("zones %v, want %v (nothing eve tried)", got, want)
 	}
 }
+
+// Fleet admins are user names; a list that is not one is refused before
+// anything starts.
+func TestFleetAdminsAreUserNames(t *testing.T) {
+	for _, bad := range [][]string{{"alice bob"}, {"ops", ""}, {"spiffe://lehr/user/ops"}} {
+		if _, err := control.New(control.Options{FleetAdmins: bad}); err == nil || !strings.Contains(err.Error(), "fleet admin") {
+			t.Errorf("New with FleetAdmins %q: %v; want an error naming the fleet admin", bad, err)
+		}
+	}
+	if _, err := control.New(control.Options{FleetAdmins: []string{"ops", "alice@example.com"}}); err != nil {
+		t.Errorf("New with valid fleet admins: %v", err)
+	}
+}

@@ -109,6 +109,11 @@ Stop it with Ctrl-C or SIGTERM: in-flight calls finish, then it exits.`,
 	if reserve != 0 && (quota != 0 && reserve >= quota || quota == 0 && reserve >= control.DefaultStoreQuota) {
 		return usageError(e, fs, "--store-reserve %s: want less than the store's quota", &reserve)
 	}
+	for _, a := range opts.FleetAdmins {
+		if err := (tlsconfig.Identity{Role: tlsconfig.RoleUser, Name: a}).Check(); err != nil {
+			return usageError(e, fs, "--fleet-admins: %q is not a user name: want the <name> of spiffe://lehr/user/<name> or a local user, 1-64 bytes of letters, digits, '.', '_', '@' and '-', comma-separated", a)
+		}
+	}
 	if opts.Retention.KeepLast < 1 {
 		return usageError(e, fs, "--keep-last %d: want 1 or more", opts.Retention.KeepLast)
 	}
