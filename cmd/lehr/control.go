@@ -73,7 +73,7 @@ Stop it with Ctrl-C or SIGTERM: in-flight calls finish, then it exits.`,
 	endpoints := fs.String("etcd-endpoints", "", "comma-separated client `URLs` of an external etcd cluster (default: embedded etcd)")
 	fs.StringVar(&opts.Listen, "listen", control.DefaultListen, "gRPC listen `address`; without TLS it must be loopback")
 	fs.StringVar(&opts.Socket, "socket", "", "also serve the API on this unix socket `path` (mode 0666), where each caller acts as its local user (SO_PEERCRED)")
-	fleetAdmins := fs.String("fleet-admins", "", "comma-separated `users` who may make fleet-wide changes (create zones), besides control's own user and root on --socket and distributors registering their own zone; empty: nobody else")
+	fleetAdmins := fs.String("fleet-admins", "", "comma-separated `users` who may make fleet-wide changes (create zones, raise domain quotas above the default), besides control's own user and root on --socket (and distributors registering their own zone); empty: nobody else")
 	fs.BoolVar(&opts.DevMode, "dev", false, "development only: callers control cannot identify (plaintext loopback, TLS without a client certificate) may change anything under any --as; off, they may only read")
 	fs.StringVar(&opts.MetricsListen, "metrics-listen", control.DefaultMetricsListen, "HTTP `address` of /metrics and /healthz; \"off\" disables it")
 	certFile := fs.String("tls-cert", "", "server certificate `file` (PEM); enables TLS")

@@ -16,65 +16,80 @@ import (
 	"lehr.dev/lehr/internal/tlsconfig"
 )
 
-// Fleet-wide changes (docs/operations.md, "Security model"). A zone is
-// the fleet's, not a domain's: every rollout waits on the zones it
-// reaches, so registering one is a fleet admin's act. May register a zone:
+// Fleet admins (docs/operations.md, "Security model") make fleet-wide
+// changes: they create zones — every rollout waits on the zones it
+// reaches, so a zone is the fleet's, not a domain's — and raise a
+// domain's quotas above the server's defaults (quotas.go). A fleet admin
+// is:
 //
-//   - a user named in Options.FleetAdmins (a user certificate, or a local
-//     user on control's unix socket);
+//   - a user named in Options.FleetAdmins (by a user certificate, or a
+//     local user on control's unix socket);
 //   - the local user control runs as, and root, on control's unix socket:
 //     whoever runs control can name the first fleet admin, and holds its
 //     data anyway;
-//   - a distributor registering its own zone (WatchGoals create_zone, with
-//     a distributor certificate of that zone);
-//   - a control replica, and in-process callers;
+//   - a control replica, and an in-process caller;
 //   - in dev mode, a caller control cannot identify (lehr dev, test beds).
 //
-// Everyone else is refused with PERMISSION_DENIED saying how fleet admins
-// are named.
+// Besides, a distributor may register its own zone (WatchGoals
+// create_zone with a distributor certificate of that zone). Everyone
+// else is refused with PERMISSION_DENIED saying how fleet admins are
+// named.
 
-// FleetAdminsFlag is how an operator names fleet admins, quoted by every
-// refusal.
+// FleetAdminsFlag is how an operator names fleet admins, quoted by
+// refusals.
 const FleetAdminsFlag = "lehr control --fleet-admins NAME,… (the systemd unit: LEHR_FLEET_ADMINS in /etc/lehr/control.env)"
+
+// fleetCaller is the caller of a call, as the fleet-admin rules see it.
+type fleetCaller struct {
+	admin bool
+	// distributorOf is the zone of a caller with a distributor
+	// certificate, else "".
+	distributorOf string
+	// who names a caller that is not a fleet admin, for a refusal.
+	who string
+}
+
+// fleetCallerOf applies the rules above to the caller of ctx.
+func (s *Service) fleetCallerOf(ctx context.Context) fleetCaller {
+	p, ok := peer.FromContext(ctx)
+	if !ok {
+		return fleetCaller{admin: true} // in-process
+	}
+	switch ai := p.AuthInfo.(type) {
+	case peercred.Info:
+		if ai.UID == 0 || int64(ai.UID) == int64(os.Getuid()) || slices.Contains(s.fleetAdmins, ai.User) {
+			return fleetCaller{admin: true}
+		}
+		return fleetCaller{who: fmt.Sprintf("local user %q", ai.User)}
+	case credentials.TLSInfo:
+		if len(ai.State.VerifiedChains) == 0 {
+			return fleetCaller{admin: s.devMode, who: "a caller without a client certificate"}
+		}
+		id, has, err := tlsconfig.PeerRole(ai.State)
+		switch {
+		case err != nil || !has:
+			return fleetCaller{who: fmt.Sprintf("client certificate %q", tlsconfig.PeerIdentity(ai.State))}
+		case id.Role == tlsconfig.RoleControl:
+			return fleetCaller{admin: true}
+		case id.Role == tlsconfig.RoleUser:
+			return fleetCaller{admin: slices.Contains(s.fleetAdmins, id.Name), who: fmt.Sprintf("user %q", id.Name)}
+		case id.Role == tlsconfig.RoleDistributor:
+			return fleetCaller{distributorOf: id.Zone, who: id.String()}
+		}
+		return fleetCaller{who: id.String()}
+	}
+	return fleetCaller{admin: s.devMode, who: "a caller control cannot identify"}
+}
+
+// fleetAdmin reports whether the caller of ctx is a fleet admin.
+func (s *Service) fleetAdmin(ctx context.Context) bool { return s.fleetCallerOf(ctx).admin }
 
 // mayCreateZone returns nil if the caller of ctx may register zone, else
 // the PERMISSION_DENIED error to answer.
 func (s *Service) mayCreateZone(ctx context.Context, zone string) error {
-	p, ok := peer.FromContext(ctx)
-	if !ok {
-		return nil // in-process
-	}
-	var who string
-	switch ai := p.AuthInfo.(type) {
-	case peercred.Info:
-		if ai.UID == 0 || int64(ai.UID) == int64(os.Getuid()) || slices.Contains(s.fleetAdmins, ai.User) {
-			return nil
-		}
-		who = fmt.Sprintf("local user %q", ai.User)
-	case credentials.TLSInfo:
-		id, has, err := tlsconfig.PeerRole(ai.State)
-		switch {
-		case len(ai.State.VerifiedChains) == 0:
-			if s.devMode {
-				return nil
-			}
-			who = "a caller without a client certificate"
-		case err != nil || !has:
-			who = fmt.Sprintf("client certificate %q", tlsconfig.PeerIdentity(ai.State))
-		case id.Role == tlsconfig.RoleControl,
-			id.Role == tlsconfig.RoleDistributor && id.Zone == zone,
-			id.Role == tlsconfig.RoleUser && slices.Contains(s.fleetAdmins, id.Name):
-			return nil
-		case id.Role == tlsconfig.RoleUser:
-			who = fmt.Sprintf("user %q", id.Name)
-		default:
-			who = id.String()
-		}
-	default:
-		if s.devMode {
-			return nil
-		}
-		who = "a caller control cannot identify"
+	c := s.fleetCallerOf(ctx)
+	if c.admin || c.distributorOf != "" && c.distributorOf == zone {
+		return nil
 	}
 	admins := "no fleet admins are named"
 	if len(s.fleetAdmins) > 0 {
@@ -84,5 +99,5 @@ func (s *Service) mayCreateZone(ctx context.Context, zone string) error {
 		"%s may not create zone %q: zones are fleet-wide (every rollout reaches every zone), and %s. "+
 			"Name fleet admins with '%s'; the user control runs as, or root, may always create zones on control's unix socket "+
 			"('lehr --control unix:///run/lehr-control/control.sock zones create %s'), and a distributor with a certificate of the zone registers it on first contact",
-		who, zone, admins, FleetAdminsFlag, zone)
+		c.who, zone, admins, FleetAdminsFlag, zone)
 }

@@ -17,7 +17,8 @@ import (
 	"lehr.dev/lehr/internal/tlsconfig"
 )
 
-// Who may create a zone (fleet.go), caller by caller.
+// Who is a fleet admin, and who may create a zone (fleet.go), caller by
+// caller.
 func TestMayCreateZone(t *testing.T) {
 	tlsPeer := func(id *url.URL) credentials.AuthInfo {
 		leaf := &x509.Certificate{}
@@ -35,7 +36,9 @@ func TestMayCreateZone(t *testing.T) {
 		auth   credentials.AuthInfo // nil: in-process
 		admins []string
 		dev    bool
-		ok     bool
+		ok     bool // may create zone-a
+		// byZone: ok as zone-a's distributor only, not as a fleet admin.
+		byZone bool
 	}{
 		{name: "in-process", ok: true},
 		{name: "a user", auth: user("eve")},
@@ -46,7 +49,7 @@ func TestMayCreateZone(t *testing.T) {
 		{name: "root on the socket", auth: peercred.Info{UID: 0, User: "root"}, ok: true},
 		{name: "another local user", auth: peercred.Info{UID: other, User: "mallory"}},
 		{name: "a local fleet admin", auth: peercred.Info{UID: other, User: "ops"}, admins: []string{"ops"}, ok: true},
-		{name: "the zone's distributor", auth: tlsPeer(tlsconfig.Identity{Role: tlsconfig.RoleDistributor, Zone: "zone-a", Name: "d1"}.URI()), ok: true},
+		{name: "the zone's distributor", auth: tlsPeer(tlsconfig.Identity{Role: tlsconfig.RoleDistributor, Zone: "zone-a", Name: "d1"}.URI()), ok: true, byZone: true},
 		{name: "another zone's distributor", auth: tlsPeer(tlsconfig.Identity{Role: tlsconfig.RoleDistributor, Zone: "zone-b", Name: "d1"}.URI())},
 		{name: "a host", auth: tlsPeer(tlsconfig.Identity{Role: tlsconfig.RoleHost, Zone: "zone-a", Name: "h1"}.URI())},
 		{name: "a control replica", auth: tlsPeer(tlsconfig.Identity{Role: tlsconfig.RoleControl, Name: "c2"}.URI()), ok: true},
@@ -61,6 +64,9 @@ func TestMayCreateZone(t *testing.T) {
 			ctx := context.Background()
 			if tc.auth != nil {
 				ctx = peer.NewContext(ctx, &peer.Peer{AuthInfo: tc.auth})
+			}
+			if got, want := s.fleetAdmin(ctx), tc.ok && !tc.byZone; got != want {
+				t.Errorf("fleetAdmin = %v, want %v", got, want)
 			}
 			err := s.mayCreateZone(ctx, "zone-a")
 			if tc.ok {
