@@ -170,7 +170,8 @@ func TestDomainACL(t *testing.T) {
 	}
 }
 
-// With fleet admins set, only they create zones; without, every user.
+// With fleet admins set, only they create zones, and a refusal names them
+// (TestZonesNeedAFleetAdminByDefault: without, no user does).
 func TestFleetAdminsCreateZones(t *testing.T) {
 	ca, caKey, serverTLS, pool := mtlsSetup(t)
 	srv := controltest.StartControl(t, control.Options{Listen: "127.0.0.1:0", TLS: serverTLS, FleetAdmins: []string{"ops"}},

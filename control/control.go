@@ -89,8 +89,13 @@ type Options struct {
 	// domain ACLs, whatever it asserts as author. The socket is mode 0666
 	// (its directory decides who reaches it); a stale one is replaced.
 	Socket string
-	// FleetAdmins, if set, are the only users who may make fleet-wide
-	// changes (create zones); empty lets every user.
+	// FleetAdmins are the users (the <name> of spiffe://lehr/user/<name>,
+	// or a local user's name on Socket) who may make fleet-wide changes:
+	// create zones, and raise a domain's quotas above DomainDefaults.
+	// Besides them only the user control runs as and root (on Socket),
+	// control replicas and, in DevMode, callers control cannot identify
+	// may; and a distributor may register its own zone. Empty (the
+	// default): nobody else.
 	FleetAdmins []string
 	// DevMode lets callers control cannot identify — plaintext TCP on
 	// loopback, TLS without a client certificate — change anything under
@@ -232,6 +237,11 @@ func New(opts Options) (*Control, error) {
 		c.tls = opts.TLS.Clone()
 		if c.tls.MinVersion < tls.VersionTLS13 {
 			c.tls.MinVersion = tls.VersionTLS13
+		}
+	}
+	for _, a := range opts.FleetAdmins {
+		if err := (tlsconfig.Identity{Role: tlsconfig.RoleUser, Name: a}).Check(); err != nil {
+			return nil, fmt.Errorf("control: fleet admin %q is not a user name (1-64 bytes of letters, digits, '.', '_', '@' and '-'; list them comma-separated): %w", a, err)
 		}
 	}
 	if opts.MetricsListen != "off" {
@@ -395,6 +405,7 @@ func (c *Control) Run(ctx context.Context) (err error) {
 		DefaultRolloutPolicy: c.opts.DefaultRolloutPolicy,
 		FleetAdmins:          c.opts.FleetAdmins,
 		DomainDefaults:       c.opts.DomainDefaults,
+		DevMode:              c.opts.DevMode,
 	})
 	if err != nil {
 		return fmt.Errorf("control: %w", err)

@@ -38,8 +38,8 @@ func TestRolloutSurvivesControlFailover(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	// Two whole-zone stages; no host consumes the namespace, so each
-	// passes on its bake alone.
+	// Two whole-zone stages; no distributor serves either zone, so each
+	// skips its zone (a "skipped" event) and passes on its bake alone.
 	stage := func(name, zone string, bake time.Duration) *lehrpb.RolloutStage {
 		return &lehrpb.RolloutStage{Name: name, Bake: durationpb.New(bake),
 			Target: &lehrpb.RolloutStage_Zones{Zones: &lehrpb.ZonesTarget{Zones: []string{zone}}}}
@@ -71,8 +71,8 @@ func TestRolloutSurvivesControlFailover(t *testing.T) {
 	for _, ev := range evs.GetEvents() {
 		kinds = append(kinds, ev.GetKind())
 	}
-	if want := []string{"started", "stage", "applied", "advanced", "stage", "applied", "succeeded"}; !slices.Equal(kinds, want) {
-		t.Errorf("events %v, want %v (no stage entered twice or skipped)", kinds, want)
+	if want := []string{"started", "stage", "skipped", "applied", "advanced", "stage", "skipped", "applied", "succeeded"}; !slices.Equal(kinds, want) {
+		t.Errorf("events %v, want %v (no stage entered twice, none left out)", kinds, want)
 	}
 	for _, z := range []string{"zone-a", "zone-b"} {
 		g, err := b.Client.GetGoals(ctx, &lehrpb.GetGoalsRequest{Zone: z, Namespace: "ha/ns"})

@@ -189,7 +189,7 @@ func writePEM(t *testing.T, path, typ string, der []byte) {
 func TestRolesFromClientCertificates(t *testing.T) {
 	ca, caKey, serverTLS, pool := mtlsSetup(t)
 	admin := issue(t, ca, caKey, "admin", false)
-	srv := controltest.StartControl(t, control.Options{Listen: "127.0.0.1:0", TLS: serverTLS}, mtlsDial(pool, admin))
+	srv := controltest.StartControl(t, control.Options{Listen: "127.0.0.1:0", TLS: serverTLS, FleetAdmins: []string{"admin"}}, mtlsDial(pool, admin))
 	if _, err := srv.Client.CreateDomain(testCtx(t), &lehrpb.CreateDomainRequest{Domain: &lehrpb.Domain{Name: "pay", Acl: &lehrpb.Acl{Publishers: []string{"alice"}}}}); err != nil {
 		t.Fatal(err)
 	}

@@ -34,6 +34,14 @@ kernel says so, not the caller): 'lehr --control unix:///run/lehr-control/contro
 push …'. --dev lets unidentified callers change anything under any --as, for
 development only ('lehr dev' runs so).
 
+Zones are fleet-wide (every rollout reaches every zone), so creating one is a
+fleet admin's act: the users --fleet-admins names (by user certificate, or as
+local users on --socket), the user control runs as and root on --socket, and
+a distributor registering its own zone (with a distributor certificate of
+that zone). Name the first fleet admin with --fleet-admins NAME (the systemd
+unit: LEHR_FLEET_ADMINS in /etc/lehr/control.env), or create zones as
+control's own user on its socket.
+
 Every version is signed with an ed25519 key (--signing-key, by default
 DATA-DIR/signing.key, made on first start); its public key is written beside
 it (signing.pub). Give that file to every agent (lehr-agent --trusted-keys)
@@ -56,7 +64,7 @@ Stop it with Ctrl-C or SIGTERM: in-flight calls finish, then it exits.`,
 		examples: []string{
 			"lehr control",
 			"lehr control --data-dir /var/lib/lehr --socket /run/lehr-control/control.sock --keep-last 500 --keep-for 720h --log-format json",
-			"lehr control --etcd-endpoints https://etcd-0:2379,https://etcd-1:2379 --listen 0.0.0.0:7400 --tls-cert control.crt --tls-key control.key --client-ca clients.crt",
+			"lehr control --etcd-endpoints https://etcd-0:2379,https://etcd-1:2379 --listen 0.0.0.0:7400 --tls-cert control.crt --tls-key control.key --client-ca clients.crt --fleet-admins alice,bob",
 		},
 	})
 	var opts control.Options
@@ -65,7 +73,7 @@ Stop it with Ctrl-C or SIGTERM: in-flight calls finish, then it exits.`,
 	endpoints := fs.String("etcd-endpoints", "", "comma-separated client `URLs` of an external etcd cluster (default: embedded etcd)")
 	fs.StringVar(&opts.Listen, "listen", control.DefaultListen, "gRPC listen `address`; without TLS it must be loopback")
 	fs.StringVar(&opts.Socket, "socket", "", "also serve the API on this unix socket `path` (mode 0666), where each caller acts as its local user (SO_PEERCRED)")
-	fleetAdmins := fs.String("fleet-admins", "", "comma-separated `users` who alone may make fleet-wide changes (create zones); empty: every user")
+	fleetAdmins := fs.String("fleet-admins", "", "comma-separated `users` who may make fleet-wide changes (create zones, raise domain quotas above the default), besides control's own user and root on --socket (and distributors registering their own zone); empty: nobody else")
 	fs.BoolVar(&opts.DevMode, "dev", false, "development only: callers control cannot identify (plaintext loopback, TLS without a client certificate) may change anything under any --as; off, they may only read")
 	fs.StringVar(&opts.MetricsListen, "metrics-listen", control.DefaultMetricsListen, "HTTP `address` of /metrics and /healthz; \"off\" disables it")
 	certFile := fs.String("tls-cert", "", "server certificate `file` (PEM); enables TLS")
@@ -100,6 +108,11 @@ Stop it with Ctrl-C or SIGTERM: in-flight calls finish, then it exits.`,
 	}
 	if reserve != 0 && (quota != 0 && reserve >= quota || quota == 0 && reserve >= control.DefaultStoreQuota) {
 		return usageError(e, fs, "--store-reserve %s: want less than the store's quota", &reserve)
+	}
+	for _, a := range opts.FleetAdmins {
+		if err := (tlsconfig.Identity{Role: tlsconfig.RoleUser, Name: a}).Check(); err != nil {
+			return usageError(e, fs, "--fleet-admins: %q is not a user name: want the <name> of spiffe://lehr/user/<name> or a local user, 1-64 bytes of letters, digits, '.', '_', '@' and '-', comma-separated", a)
+		}
 	}
 	if opts.Retention.KeepLast < 1 {
 		return usageError(e, fs, "--keep-last %d: want 1 or more", opts.Retention.KeepLast)

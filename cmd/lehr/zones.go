@@ -20,7 +20,10 @@ func runZones(ctx context.Context, e *env, args []string) int {
 		about: `A zone is a failure domain served by its own distributors. "list" shows the
 registered zones; "create NAME" registers one (distributors also register
 their zone when they first connect). A new zone's goals start at every
-namespace's latest version.
+namespace's latest version. Zones are fleet-wide, so only fleet admins create
+them: the users 'lehr control --fleet-admins' names, and control's own user
+or root on its unix socket (sudo lehr --control
+unix:///run/lehr-control/control.sock zones create NAME).
 
 "status NAME" shows what the zone's distributors last reported (every
 --report-interval of theirs): how many agents each serves, and how many

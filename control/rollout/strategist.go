@@ -595,12 +595,16 @@ type evidence struct {
 	stale                       []string
 	samples                     map[string][]*lehrpb.CohortSample
 	zonesReporting              map[string]int
-	rejectingHosts, lapsedHosts []string
+	rejectingHosts, lapsedHosts []string // "zone/host"
+	// zones is each reached zone's share of applied and pending, in zone
+	// order; byZone the same by name.
+	zones  []*zoneEvidence
+	byZone map[string]*zoneEvidence
 }
 
 func (s *Strategist) gather(ctx context.Context, r *lehrpb.Rollout, stages []Stage) (evidence, error) {
 	c := upTo(stages, int(r.GetStage()))
-	ev := evidence{samples: map[string][]*lehrpb.CohortSample{}, zonesReporting: map[string]int{}}
+	ev := evidence{samples: map[string][]*lehrpb.CohortSample{}, zonesReporting: map[string]int{}, byZone: map[string]*zoneEvidence{}}
 	ns, v := r.GetNamespace(), r.GetVersion()
 	zones := make([]string, 0, len(c.percent))
 	for z := range c.percent {
@@ -613,6 +617,11 @@ func (s *Strategist) gather(ctx context.Context, r *lehrpb.Rollout, stages []Sta
 			return ev, err
 		}
 		ev.zonesReporting[z] = len(sts)
+		ze := &zoneEvidence{zone: z, distributors: len(sts)}
+		for _, d := range sts {
+			ze.agents += int(d.GetAgents())
+		}
+		ev.zones, ev.byZone[z] = append(ev.zones, ze), ze
 		whole := c.percent[z] >= 100
 		if _, named := canaryHosts(r, z); c.hosts[z] > 0 && !named && !whole {
 			ev.unsampled = append(ev.unsampled, z)
@@ -648,9 +657,10 @@ func (s *Strategist) gather(ctx context.Context, r *lehrpb.Rollout, stages []Sta
 			}
 			for _, h := range named {
 				if held[h] >= v {
-					ev.applied++
+					ze.applied++
 				} else {
-					ev.pending++
+					ze.pending++
+					ze.pendingHosts = append(ze.pendingHosts, h)
 				}
 			}
 		}
@@ -663,22 +673,24 @@ func (s *Strategist) gather(ctx context.Context, r *lehrpb.Rollout, stages []Sta
 						continue
 					}
 					if vc.GetVersion() >= v {
-						ev.applied += int(vc.GetAgents())
+						ze.applied += int(vc.GetAgents())
 					} else {
-						ev.pending += int(vc.GetAgents())
+						ze.pending += int(vc.GetAgents())
 					}
 				}
+				ze.pendingHosts = append(ze.pendingHosts, behind(d, ns, v, false)...)
 			default:
 				for _, h := range d.GetHealth() {
 					if h.GetNamespace() != ns || !h.GetCohort() || h.GetCandidate() != v {
 						continue
 					}
 					if h.GetVersion() >= v {
-						ev.applied += int(h.GetAgents())
+						ze.applied += int(h.GetAgents())
 					} else {
-						ev.pending += int(h.GetAgents())
+						ze.pending += int(h.GetAgents())
 					}
 				}
+				ze.pendingHosts = append(ze.pendingHosts, behind(d, ns, v, true)...)
 			}
 			for _, h := range d.GetHealth() {
 				if h.GetNamespace() == ns && h.GetVersion() == v {
@@ -693,10 +705,10 @@ func (s *Strategist) gather(ctx context.Context, r *lehrpb.Rollout, stages []Sta
 					continue
 				}
 				if rep.GetClientsRejected() > 0 {
-					ev.rejectingHosts = append(ev.rejectingHosts, hr.GetHostId())
+					ev.rejectingHosts = append(ev.rejectingHosts, z+"/"+hr.GetHostId())
 				}
 				if rep.GetLeasesExpired() > 0 {
-					ev.lapsedHosts = append(ev.lapsedHosts, hr.GetHostId())
+					ev.lapsedHosts = append(ev.lapsedHosts, z+"/"+hr.GetHostId())
 				}
 			}
 			for _, smp := range d.GetSamples() {
@@ -705,8 +717,24 @@ func (s *Strategist) gather(ctx context.Context, r *lehrpb.Rollout, stages []Sta
 				}
 			}
 		}
+		ze.pendingHosts = sortedUnique(ze.pendingHosts)
+		ev.applied += ze.applied
+		ev.pending += ze.pending
 	}
+	ev.rejectingHosts, ev.lapsedHosts = sortedUnique(ev.rejectingHosts), sortedUnique(ev.lapsedHosts)
 	return ev, nil
+}
+
+// behind returns the hosts d names as not holding version v of ns yet
+// (those in the candidate's cohort only, if cohort).
+func behind(d *lehrpb.DistributorStatus, ns string, v uint64, cohort bool) []string {
+	var out []string
+	for _, hr := range d.GetHosts() {
+		if rep := hr.GetReport(); rep.GetNamespace() == ns && rep.GetVersion() < v && (!cohort || hr.GetCohort()) {
+			out = append(out, hr.GetHostId())
+		}
+	}
+	return out
 }
 
 // step advances a running rollout as far as the evidence allows.
@@ -734,7 +762,11 @@ func (s *Strategist) step(ctx context.Context, g store.Guard, r *lehrpb.Rollout,
 	var evs []*lehrpb.RolloutEvent
 	for _, z := range ev.unsampled {
 		smps := ev.samples[z]
-		if len(smps) == 0 || len(smps) < ev.zonesReporting[z] {
+		empty := ev.byZone[z].empty()
+		if ev.zonesReporting[z] == 0 && now.Sub(r.GetStageStartTime().AsTime()) < emptyZoneWait(stg) {
+			empty = "" // its distributors may be starting: give them time to report
+		}
+		if empty == "" && (len(smps) == 0 || len(smps) < ev.zonesReporting[z]) {
 			continue // not every distributor of the zone has sampled yet
 		}
 		n := upTo(stages, i).hosts[z]
@@ -747,11 +779,16 @@ func (s *Strategist) step(ctx context.Context, g store.Guard, r *lehrpb.Rollout,
 		})
 		all = slices.Compact(all)[:min(n, len(slices.Compact(all)))]
 		r.CanaryHosts = append(r.CanaryHosts, &lehrpb.ZoneHosts{Zone: z, Hosts: all})
-		msg := fmt.Sprintf("canary hosts of %s: %s", z, strings.Join(all, ", "))
-		if len(all) == 0 {
+		kind, msg := "selected", fmt.Sprintf("canary hosts of %s: %s", z, strings.Join(all, ", "))
+		switch {
+		case len(all) == 0 && empty != "":
+			// Nothing to wait for: recorded as a zone without canary
+			// hosts, so the stage does not wait for a sample.
+			kind, msg = "skipped", fmt.Sprintf("zone %s: %s, so no canary there; its goal moves with the rollout all the same", z, empty)
+		case len(all) == 0:
 			msg = fmt.Sprintf("no host of %s subscribes to the namespace: no canary there", z)
 		}
-		evs = append(evs, s.event(r, now, "selected", msg, ""))
+		evs = append(evs, s.event(r, now, kind, msg, ""))
 	}
 	if len(evs) > 0 {
 		cur, err := s.zoneGoals(ctx, r.GetNamespace(), zones)
@@ -764,12 +801,12 @@ func (s *Strategist) step(ctx context.Context, g store.Guard, r *lehrpb.Rollout,
 
 	// Validate: the built-in health gates, at any time in a stage.
 	if ev.lapsed > 0 {
-		return s.fail(ctx, g, r, zones, now, fmt.Sprintf("%d consumer lease(s) lapsed on hosts running version %d (%s): consumers crashed or hung", ev.lapsed, r.GetVersion(), strings.Join(ev.lapsedHosts, ", ")))
+		return s.fail(ctx, g, r, zones, now, fmt.Sprintf("%d consumer lease(s) lapsed on hosts running version %d (%s): consumers crashed or hung", ev.lapsed, r.GetVersion(), nameSome(ev.lapsedHosts, len(ev.lapsedHosts))))
 	}
 	if ev.consumers > 0 {
 		if ratio := float64(ev.rejected) / float64(ev.consumers); ratio > stg.MaxErrorRatio {
 			return s.fail(ctx, g, r, zones, now, fmt.Sprintf("%d of %d consumers rejected version %d (ratio %.3g, stage %q allows %g) on %s",
-				ev.rejected, ev.consumers, r.GetVersion(), ratio, stg.Name, stg.MaxErrorRatio, strings.Join(ev.rejectingHosts, ", ")))
+				ev.rejected, ev.consumers, r.GetVersion(), ratio, stg.Name, stg.MaxErrorRatio, nameSome(ev.rejectingHosts, len(ev.rejectingHosts))))
 		}
 	}
 	// Validate: the canary analysis of a canary stage, once its hosts
@@ -780,7 +817,7 @@ func (s *Strategist) step(ctx context.Context, g store.Guard, r *lehrpb.Rollout,
 			return err
 		}
 		if cev.GetResult().GetVerdict() == lehrpb.CanaryVerdict_CANARY_VERDICT_FAIL {
-			return s.fail(ctx, g, r, zones, now, "canary analysis "+cev.GetId()+": "+evaluation.Explain(cev))
+			return s.fail(ctx, g, r, zones, now, "canary analysis "+cev.GetId()+": "+evaluation.Explain(cev)+canaryNote(r))
 		}
 	}
 	if r.GetState() == lehrpb.RolloutState_ROLLOUT_STATE_PAUSED {
@@ -798,19 +835,35 @@ func (s *Strategist) step(ctx context.Context, g store.Guard, r *lehrpb.Rollout,
 			r.StageAppliedTime = timestamppb.New(now)
 			r.Reason = fmt.Sprintf("stage %q: %s; baking %v", stg.Name, msg, stg.Bake)
 			r.UpdateTime = timestamppb.New(now)
-			return s.opts.Store.PutRollout(ctx, g, store.RolloutStep{Rollout: r, Events: []*lehrpb.RolloutEvent{
-				s.event(r, now, "applied", msg, ""),
-			}})
+			var evs []*lehrpb.RolloutEvent
+			if skipped := skippedZones(ev.byZone, wholeOrShare(stg)); len(skipped) > 0 {
+				evs = append(evs, s.event(r, now, "skipped", strings.Join(skipped, "; ")+
+					": nothing to wait for there; the goal moves with the rollout all the same", ""))
+			}
+			evs = append(evs, s.event(r, now, "applied", msg, ""))
+			return s.opts.Store.PutRollout(ctx, g, store.RolloutStep{Rollout: r, Events: evs})
 		}
-		if now.Sub(started) > stg.ApplyDeadline {
-			return s.fail(ctx, g, r, zones, now, fmt.Sprintf("stage %q: after %v, %d host(s) hold version %d and %d do not (at least %d needed)",
-				stg.Name, stg.ApplyDeadline, ev.applied, r.GetVersion(), ev.pending, stg.MinHostsApplied))
-		}
-		reason := fmt.Sprintf("stage %q: waiting for hosts to apply version %d: %d applied, %d pending, at least %d needed; %v left",
-			stg.Name, r.GetVersion(), ev.applied, ev.pending, stg.MinHostsApplied, (stg.ApplyDeadline - now.Sub(started)).Round(time.Second))
+		// Where it waits: the zones with pending hosts, named.
+		where := describeZones(ev.zones, r.GetVersion())
 		switch {
 		case len(ev.unsampled) > 0:
-			reason = fmt.Sprintf("stage %q: waiting for the distributors of %s to sample canary hosts", stg.Name, strings.Join(ev.unsampled, ", "))
+			where = fmt.Sprintf("the distributors of %s named no canary hosts", strings.Join(ev.unsampled, ", "))
+		case len(ev.stale) > 0:
+			where = fmt.Sprintf("the distributors of %s did not report on the candidate", strings.Join(ev.stale, ", "))
+		}
+		if where != "" {
+			where = ": " + where
+		}
+		if now.Sub(started) > stg.ApplyDeadline {
+			return s.fail(ctx, g, r, zones, now, fmt.Sprintf("stage %q: after %v, %d host(s) hold version %d and %d do not (at least %d needed)%s",
+				stg.Name, stg.ApplyDeadline, ev.applied, r.GetVersion(), ev.pending, stg.MinHostsApplied, where))
+		}
+		reason := fmt.Sprintf("stage %q: waiting for hosts to apply version %d: %d applied, %d pending, at least %d needed; %v left%s",
+			stg.Name, r.GetVersion(), ev.applied, ev.pending, stg.MinHostsApplied, (stg.ApplyDeadline - now.Sub(started)).Round(time.Second), where)
+		switch {
+		case len(ev.unsampled) > 0:
+			reason = fmt.Sprintf("stage %q: waiting for the distributors of %s to sample canary hosts%s", stg.Name, strings.Join(ev.unsampled, ", "),
+				unreported(ev.unsampled, ev.zonesReporting, started.Add(emptyZoneWait(stg))))
 		case len(ev.stale) > 0:
 			reason = fmt.Sprintf("stage %q: waiting for the distributors of %s to report on the candidate", stg.Name, strings.Join(ev.stale, ", "))
 		}

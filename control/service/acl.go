@@ -40,8 +40,7 @@ const (
 
 // aclActions maps the mutating methods that act on a domain to their
 // action. CreateDomain (no domain yet) is open to every user, CreateZone
-// (fleet-wide) to the fleet admins (Options.FleetAdmins; every user
-// without them).
+// (fleet-wide) to the fleet admins (fleet.go).
 var aclActions = map[string]aclAction{
 	"CreateNamespace": actPublish, "Publish": actPublish, "Patch": actPublish, "Rollback": actPublish, "DeletePolicy": actPublish,
 	"SetRolloutPolicy": actOperate, "DeleteRolloutPolicy": actOperate, "UpdateRollout": actOperate, "Evaluate": actOperate,
@@ -96,10 +95,9 @@ func (s *Service) ACLInterceptor(ctx context.Context, req any, info *grpc.UnaryS
 	act, mutating := aclActions[method]
 	user, identified := userOf(ctx)
 	m, isMsg := req.(proto.Message)
-	if method == "CreateZone" && identified {
-		if admins := s.fleetAdmins; len(admins) > 0 && !slices.Contains(admins, user) {
-			return nil, apierror.New(codes.PermissionDenied, apierror.ReasonPermissionDenied, "",
-				"user %q may not call CreateZone: zones are fleet-wide, and only the fleet admins (%s) may change them (lehr control --fleet-admins)", user, strings.Join(admins, ", "))
+	if r, ok := req.(*lehrpb.CreateZoneRequest); ok {
+		if err := s.mayCreateZone(ctx, r.GetName()); err != nil {
+			return nil, err
 		}
 	}
 	if !mutating || !identified || !isMsg {

@@ -25,6 +25,9 @@ import (
 //   - a host may call nothing: agents talk to distributors, never to control;
 //   - a verified certificate without a Lehr identity is refused.
 //
+// Domain ACLs (acl.go) and the fleet-admin rule for creating zones
+// (fleet.go) narrow what users may do further.
+//
 // A caller on control's unix socket is the user its uid names
 // (internal/peercred), with a user's rights. A caller control cannot
 // identify — plaintext TCP on loopback, TLS without a client certificate —

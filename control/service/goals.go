@@ -3,6 +3,7 @@ package service
 import (
 	"context"
 	"errors"
+	"slices"
 	"time"
 
 	"google.golang.org/grpc"
@@ -34,6 +35,27 @@ func (s *Service) CreateZone(ctx context.Context, req *lehrpb.CreateZoneRequest)
 	}
 	s.log.Info("control: created zone", "zone", z.GetName())
 	return z, nil
+}
+
+// ensureZone registers zone for a goal watch that asks to (create_zone),
+// if the caller may create zones (fleet.go); a zone that exists needs no
+// right to watch.
+func (s *Service) ensureZone(ctx context.Context, zone string) error {
+	refused := s.mayCreateZone(ctx, zone)
+	if refused != nil {
+		zs, err := s.st.ListZones(ctx)
+		if err != nil {
+			return withField(s.apiError(ctx, err), "zone")
+		}
+		if slices.ContainsFunc(zs, func(z *lehrpb.Zone) bool { return z.GetName() == zone }) {
+			return nil
+		}
+		return refused
+	}
+	if err := s.st.EnsureZone(ctx, zone); err != nil {
+		return withField(s.apiError(ctx, err), "zone")
+	}
+	return nil
 }
 
 // ListZones lists every registered zone.
@@ -79,8 +101,8 @@ func (s *Service) WatchGoals(req *lehrpb.WatchGoalsRequest, stream grpc.ServerSt
 		return invalid(apierror.ReasonInvalidArgument, "start_revision", "start_revision must be 0 (initial state first) or a revision to resume from")
 	}
 	if req.GetCreateZone() {
-		if err := s.st.EnsureZone(ctx, req.GetZone()); err != nil {
-			return withField(s.apiError(ctx, err), "zone")
+		if err := s.ensureZone(ctx, req.GetZone()); err != nil {
+			return err
 		}
 	}
 	// Stop the watch when the client goes away or the service closes.

@@ -3,8 +3,6 @@ package service
 import (
 	"context"
 	"fmt"
-	"os"
-	"slices"
 
 	"github.com/dustin/go-humanize"
 	"google.golang.org/grpc/codes"
@@ -14,7 +12,6 @@ import (
 	"lehr.dev/lehr/control/store"
 	"lehr.dev/lehr/control/validate"
 	"lehr.dev/lehr/internal/apierror"
-	"lehr.dev/lehr/internal/peercred"
 	"lehr.dev/lehr/proto/lehrpb"
 )
 
@@ -105,22 +102,6 @@ func (s *Service) checkQuotaRaise(ctx context.Context, field string, q *lehrpb.Q
 		return true
 	})
 	return err
-}
-
-// fleetAdmin reports whether the caller may make fleet-wide changes: a
-// user named in Options.FleetAdmins; the local user control runs as, or
-// root, on control's unix socket; or, in dev mode, a caller control
-// cannot identify (the Authorizer lets such callers change nothing
-// outside dev mode).
-func (s *Service) fleetAdmin(ctx context.Context) bool {
-	if pc, ok := peercred.FromContext(ctx); ok && (pc.UID == 0 || int(pc.UID) == os.Getuid()) {
-		return true
-	}
-	user, identified := userOf(ctx)
-	if !identified {
-		return true
-	}
-	return slices.Contains(s.fleetAdmins, user)
 }
 
 // quotaError is the API error of a domain quota the store refused.

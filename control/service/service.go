@@ -69,14 +69,19 @@ type Options struct {
 	// nil means rollout.Default(). It is not validated against the zones
 	// (they change); the strategist resolves it against those it finds.
 	DefaultRolloutPolicy *lehrpb.RolloutPolicy
-	// FleetAdmins, if set, are the only users who may make fleet-wide
-	// changes (CreateZone); empty lets every user. Only they — and the
-	// user control runs as, on its unix socket — may raise a domain's
-	// quota above DomainDefaults.
+	// FleetAdmins are the users who may make fleet-wide changes — create
+	// zones, raise a domain's quota above DomainDefaults — besides those
+	// who always may: the local user control runs as and root on its unix
+	// socket, control replicas, in-process callers, and in DevMode callers
+	// control cannot identify; a distributor may register its own zone
+	// (fleet.go). Empty: nobody else.
 	FleetAdmins []string
 	// DomainDefaults are the quotas of a domain that sets none; a zero
 	// field is DefaultQuotas' value.
 	DomainDefaults *lehrpb.Quotas
+	// DevMode is the Authorizer's: callers control cannot identify are
+	// fleet admins too.
+	DevMode bool
 }
 
 // Service implements lehrpb.ControlServer. Create it with New; it is safe
@@ -92,8 +97,9 @@ type Service struct {
 	goals   GoalPolicy
 	// defPolicy is Options.DefaultRolloutPolicy.
 	defPolicy *lehrpb.RolloutPolicy
-	// fleetAdmins is Options.FleetAdmins.
+	// fleetAdmins and devMode are Options.FleetAdmins and DevMode.
 	fleetAdmins []string
+	devMode     bool
 	// defQuotas are the quotas in force where a domain sets none
 	// (Options.DomainDefaults over DefaultQuotas).
 	defQuotas *lehrpb.Quotas
@@ -126,6 +132,7 @@ func New(opts Options) (*Service, error) {
 
 		defPolicy:   opts.DefaultRolloutPolicy,
 		fleetAdmins: opts.FleetAdmins,
+		devMode:     opts.DevMode,
 	}
 	s.closing, s.close = context.WithCancel(context.Background())
 	if s.log == nil {

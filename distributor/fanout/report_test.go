@@ -97,3 +97,40 @@ func BenchmarkZoneReport(b *testing.B) {
 		s.Preview()
 	}
 }
+
+// Health names a few hosts behind their goal per namespace — the lowest
+// host ids, with what they hold — so a rollout waiting for hosts can say
+// which; hosts that hold their goal, or reported it, are not named.
+func TestHealthNamesHostsBehindTheirGoal(t *testing.T) {
+	s := reportServer(20)
+	behind := func(host, ns string, have uint64, reported bool) {
+		st := s.sessions[host].ns[ns]
+		st.have = have
+		if !reported {
+			st.report.Version = have
+		}
+	}
+	for _, h := range []string{"host-00003", "host-00011", "host-00007", "host-00001", "host-00019", "host-00005", "host-00013"} {
+		behind(h, "app/b", 6, false)
+	}
+	behind("host-00002", "app/b", 6, true) // reported 7 already: not named
+	s.sessions["host-00004"].ns["app/b"].report = nil
+	behind("host-00004", "app/b", 0, true) // no report yet, holds nothing
+
+	_, hosts := s.Health()
+	var got []string
+	for _, hr := range hosts {
+		if hr.GetReport().GetNamespace() == "app/b" {
+			got = append(got, fmt.Sprintf("%s@%d", hr.GetHostId(), hr.GetReport().GetVersion()))
+		}
+	}
+	want := []string{"host-00001@6", "host-00003@6", "host-00004@0", "host-00005@6", "host-00007@6"}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("hosts of app/b in Health = %v; want the %d lowest behind their goal, %v", got, MaxBehindHosts, want)
+	}
+	for i := 1; i < len(hosts); i++ {
+		if hosts[i-1].GetHostId() > hosts[i].GetHostId() {
+			t.Errorf("Health hosts not sorted by host id: %s before %s", hosts[i-1].GetHostId(), hosts[i].GetHostId())
+		}
+	}
+}

@@ -556,7 +556,10 @@ const MaxHostReports = 1000
 // candidate's cohort or watched in it by a canary analysis, hosts whose
 // consumers rejected their version or lost leases, hosts whose host-level
 // canary checks failed, and hosts that refused updates whose signature did
-// not verify — at most MaxHostReports, by host id. Both are sorted.
+// not verify — at most MaxHostReports, by host id — and, in the room left,
+// up to MaxBehindHosts hosts per namespace that do not hold their goal yet
+// (lowest host ids), so a rollout waiting for hosts can name them. Both
+// are sorted.
 func (s *Server) Health() (health []*lehrpb.NamespaceHealth, hosts []*lehrpb.HostReport) {
 	type key struct {
 		ns     string
@@ -580,13 +583,26 @@ func (s *Server) Health() (health []*lehrpb.NamespaceHealth, hosts []*lehrpb.Hos
 		}
 	}
 	sums := map[key]*lehrpb.NamespaceHealth{}
+	behind := map[string][]*lehrpb.HostReport{} // by namespace, the lowest host ids
 	for _, ss := range s.sessionList() {
 		ss.eachSubscribed(func(ns string, st *nsState) {
 			nr := st.report
+			g := goals[ns]
+			if g != nil && g.Stable != nil {
+				// Behind: neither what it holds nor what it last reported
+				// is its goal's version.
+				if want := g.For(ss.host).Seq; st.have < want && nr.GetVersion() < want {
+					rep := nr
+					if rep == nil {
+						rep = &lehrpb.NamespaceReport{Namespace: ns, Version: st.have}
+					}
+					in := g.Candidate != nil && g.Cohort.Has(ss.host)
+					behind[ns] = lowestHosts(append(behind[ns], &lehrpb.HostReport{HostId: ss.host, Cohort: in, Report: rep}), MaxBehindHosts)
+				}
+			}
 			if nr == nil {
 				return
 			}
-			g := goals[ns]
 			in := g != nil && g.Candidate != nil && g.Cohort.Has(ss.host)
 			k := key{ns, nr.GetVersion(), in}
 			h := sums[k]
@@ -641,7 +657,43 @@ func (s *Server) Health() (health []*lehrpb.NamespaceHealth, hosts []*lehrpb.Hos
 	if len(hosts) > MaxHostReports {
 		hosts = hosts[:MaxHostReports]
 	}
+	// Behind hosts in the room left, namespace by namespace.
+	listed := map[hostNS]bool{}
+	for _, hr := range hosts {
+		listed[hostNS{hr.GetHostId(), hr.GetReport().GetNamespace()}] = true
+	}
+	nss := slices.Sorted(maps.Keys(behind))
+	n := len(hosts)
+	for _, ns := range nss {
+		bs := behind[ns]
+		slices.SortFunc(bs, func(a, b *lehrpb.HostReport) int { return strings.Compare(a.GetHostId(), b.GetHostId()) })
+		for _, hr := range bs[:min(len(bs), MaxBehindHosts)] {
+			if len(hosts) < MaxHostReports && !listed[hostNS{hr.GetHostId(), ns}] {
+				hosts = append(hosts, hr)
+			}
+		}
+	}
+	if len(hosts) > n {
+		slices.SortFunc(hosts, func(a, b *lehrpb.HostReport) int {
+			return cmp.Or(strings.Compare(a.GetHostId(), b.GetHostId()), strings.Compare(a.GetReport().GetNamespace(), b.GetReport().GetNamespace()))
+		})
+	}
 	return health, hosts
+}
+
+// MaxBehindHosts bounds the hosts per namespace Health details because
+// they do not hold their goal yet: enough to name a few in a rollout's
+// reason, flat in the zone's size.
+const MaxBehindHosts = 5
+
+// lowestHosts keeps at least the n reports of lowest host id in hs, and
+// fewer than 2n: it sorts and trims only once hs holds 2n.
+func lowestHosts(hs []*lehrpb.HostReport, n int) []*lehrpb.HostReport {
+	if len(hs) < 2*n {
+		return hs
+	}
+	slices.SortFunc(hs, func(a, b *lehrpb.HostReport) int { return strings.Compare(a.GetHostId(), b.GetHostId()) })
+	return hs[:n]
 }
 
 // MaxSample bounds Goal.Sample.

@@ -3264,7 +3264,9 @@ type ReportZoneStatusRequest struct {
 	Health []*NamespaceHealth `protobuf:"bytes,6,rep,name=health,proto3" json:"health,omitempty"`
 	// Per-host detail, only for hosts in a candidate's named cohort (canary
 	// hosts), hosts whose consumers rejected their version or lost leases
-	// and hosts whose host-level canary checks failed; at most 1000.
+	// and hosts whose host-level canary checks failed; in the room left, a
+	// few hosts per namespace that do not hold their goal yet (for a
+	// rollout's reason to name); at most 1000.
 	Hosts []*HostReport `protobuf:"bytes,7,rep,name=hosts,proto3" json:"hosts,omitempty"`
 	// For each goal whose candidate asks for a sample: the distributor's
 	// subscribed hosts with the lowest cohort positions.

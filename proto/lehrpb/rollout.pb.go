@@ -1211,8 +1211,8 @@ type RolloutEvent struct {
 	// 1, 2, 3… within the rollout.
 	Seq  uint64                 `protobuf:"varint,2,opt,name=seq,proto3" json:"seq,omitempty"`
 	Time *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=time,proto3" json:"time,omitempty"`
-	// "started", "stage", "selected", "waiting", "applied", "advanced",
-	// "paused", "resumed", "promoted", "superseded", "failed",
+	// "started", "stage", "selected", "skipped", "waiting", "applied",
+	// "advanced", "paused", "resumed", "promoted", "superseded", "failed",
 	// "rolled back", "aborted", "succeeded".
 	Kind    string `protobuf:"bytes,4,opt,name=kind,proto3" json:"kind,omitempty"`
 	Stage   int32  `protobuf:"varint,5,opt,name=stage,proto3" json:"stage,omitempty"`

@@ -55,6 +55,15 @@ func TestRolloutSurvivesControlKill(t *testing.T) {
 	if _, err := prod.Publish(ctx, ns, []producer.Property{{Key: "k", Value: []byte("1")}}); err != nil {
 		t.Fatal(err)
 	}
+	// Every zone's distributor reports its agent before the rollout
+	// starts: a zone without a report is skipped (an event the check
+	// below would count).
+	for _, z := range cl.Zones() {
+		wait.For(t, z+"'s distributor reporting its agent", func() bool {
+			st, err := prod.RPC().GetZoneStatus(ctx, &lehrpb.GetZoneStatusRequest{Zone: z})
+			return err == nil && len(st.GetDistributors()) == 1 && st.GetDistributors()[0].GetAgents() == 1
+		})
+	}
 	v2, err := prod.Publish(ctx, ns, []producer.Property{{Key: "k", Value: []byte("2")}})
 	if err != nil {
 		t.Fatal(err)
