@@ -9,6 +9,7 @@ import (
 	"math"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/VictoriaMetrics/metrics"
@@ -25,7 +26,8 @@ import (
 	"lehr.dev/lehr/proto/lehrpb"
 )
 
-// DefaultInterval is how often the strategist looks at every rollout.
+// DefaultInterval is how often the strategist looks at every rollout in
+// flight.
 const DefaultInterval = time.Second
 
 // KeepRollouts is how many rollouts of a namespace, with their event logs,
@@ -46,7 +48,11 @@ type StrategistOptions struct {
 	ElectionKey string
 	// ID names this replica in the election; default "control".
 	ID string
-	// Interval between rounds; default DefaultInterval.
+	// Interval is how often a domain with rollouts in flight is looked
+	// at (bakes, deadlines, evidence) and running canary evaluations are
+	// stepped; a domain is also looked at as soon as one of its
+	// namespaces gets a version or a command is queued. Default
+	// DefaultInterval.
 	Interval time.Duration
 	// Policy returns the policy in effect for a namespace and where it
 	// comes from. Required.
@@ -75,6 +81,9 @@ type Strategist struct {
 	opts StrategistOptions
 	log  *slog.Logger
 	met  *metrics.Set
+
+	statesMu sync.Mutex
+	states   map[string]map[lehrpb.RolloutState]int // rollouts by state, per domain, at its last round
 }
 
 // NewStrategist validates opts; it starts nothing (see Run).
@@ -157,72 +166,181 @@ func (s *Strategist) campaign(ctx context.Context) error {
 		cancel()
 		s.log.Info("rollout strategist: no longer leading", "id", s.opts.ID)
 	}()
+	return s.lead(ctx, guard, sess.Done())
+}
+
+// lead runs the strategist while this replica leads: one loop per domain,
+// so that one domain's backlog — a flood of publishes, each a rollout to
+// start and step, each step a few etcd writes behind the flood's — never
+// holds another domain's rollout; each domain's loop wakes on a change of
+// its namespaces' heads or its queued commands (store.WatchRolloutInputs)
+// and, while it has rollouts in flight, every Interval. Canary
+// evaluations are stepped every Interval. It returns when ctx ends
+// (nil), the session ends, or a write finds this replica no longer
+// leads.
+func (s *Strategist) lead(ctx context.Context, g store.Guard, sessDone <-chan struct{}) error {
+	ctx, cancel := context.WithCancelCause(ctx)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer cancel(nil)
+	inputs := s.opts.Store.WatchRolloutInputs(ctx)
+	wakes := map[string]chan struct{}{}
+	wake := func(d string) {
+		ch := wakes[d]
+		if ch == nil {
+			ch = make(chan struct{}, 1)
+			wakes[d] = ch
+			wg.Go(func() { s.runDomain(ctx, cancel, g, d, ch) })
+		}
+		select {
+		case ch <- struct{}{}:
+		default:
+		}
+	}
+	wakeAll := func() error {
+		doms, err := s.opts.Store.DomainNames(ctx)
+		for _, d := range doms {
+			wake(d)
+		}
+		return err
+	}
+	if err := wakeAll(); err != nil && ctx.Err() == nil {
+		s.log.Warn("rollout strategist: list domains; the next tick retries", "err", err)
+	}
 	t := time.NewTicker(s.opts.Interval)
 	defer t.Stop()
 	for {
-		if err := s.Round(ctx, guard); err != nil {
-			if errors.Is(err, store.ErrNotLeader) {
-				return err
-			}
-			if ctx.Err() == nil {
-				s.log.Warn("rollout strategist: round failed; next round retries", "err", err)
-			}
-		}
 		select {
 		case <-ctx.Done():
+			if err := context.Cause(ctx); errors.Is(err, store.ErrNotLeader) {
+				return err
+			}
 			return nil
-		case <-sess.Done():
+		case <-sessDone:
 			return errors.New("etcd session lost")
+		case d, ok := <-inputs:
+			switch {
+			case !ok:
+			case d == "":
+				if err := wakeAll(); err != nil && ctx.Err() == nil {
+					s.log.Warn("rollout strategist: list domains; the next tick retries", "err", err)
+				}
+			case names.Domain(d) == nil:
+				wake(d)
+			}
 		case <-t.C:
+			if err := s.opts.Evaluations.StepAll(ctx, g); err != nil {
+				if errors.Is(err, store.ErrNotLeader) {
+					return err
+				}
+				if ctx.Err() == nil {
+					s.log.Warn("rollout strategist: canary evaluations; the next tick retries", "err", err)
+				}
+			}
+			s.setStateGauges()
 		}
 	}
 }
 
-// Round looks at every namespace once: it starts rollouts for new
-// versions and steps every running one. Writes are guarded by g (the zero
-// Guard in tests that run one strategist).
+// runDomain runs domain's rounds until ctx ends: at once, on each wake,
+// and every Interval while the domain has rollouts in flight or its last
+// round failed. A write that finds this replica no longer leads ends the
+// leadership (end).
+func (s *Strategist) runDomain(ctx context.Context, end context.CancelCauseFunc, g store.Guard, domain string, wake <-chan struct{}) {
+	for {
+		busy, err := s.domainRound(ctx, g, domain)
+		switch {
+		case errors.Is(err, store.ErrNotLeader):
+			end(err)
+			return
+		case err != nil && ctx.Err() == nil:
+			s.log.Warn("rollout strategist: round failed; the next retries", "domain", domain, "err", err)
+			busy = true
+		}
+		var timer *time.Timer
+		var tick <-chan time.Time
+		if busy {
+			timer = time.NewTimer(s.opts.Interval)
+			tick = timer.C
+		}
+		select {
+		case <-ctx.Done():
+		case <-wake:
+		case <-tick:
+		}
+		if timer != nil {
+			timer.Stop()
+		}
+		if ctx.Err() != nil {
+			return
+		}
+	}
+}
+
+// Round runs one round of every domain, one after another, after a look
+// of every running canary evaluation: what the leader does over an
+// Interval, for tests that drive a strategist by hand. Writes are guarded
+// by g (the zero Guard in tests that run one strategist).
 func (s *Strategist) Round(ctx context.Context, g store.Guard) error {
-	st := s.opts.Store
-	heads, err := st.Heads(ctx)
+	if err := s.opts.Evaluations.StepAll(ctx, g); err != nil {
+		return err
+	}
+	doms, err := s.opts.Store.DomainNames(ctx)
 	if err != nil {
 		return err
+	}
+	var errs []error
+	for _, d := range doms {
+		if _, err := s.domainRound(ctx, g, d); err != nil {
+			if errors.Is(err, store.ErrNotLeader) {
+				return err
+			}
+			errs = append(errs, err)
+		}
+	}
+	s.setStateGauges()
+	return errors.Join(errs...)
+}
+
+// domainRound looks at every namespace of domain once: it carries out
+// queued commands, starts rollouts for new versions, steps every running
+// one and admits those waiting for a stage. busy says the domain has
+// rollouts in flight, which need rounds as time passes (bakes, deadlines).
+func (s *Strategist) domainRound(ctx context.Context, g store.Guard, domain string) (busy bool, err error) {
+	st := s.opts.Store
+	heads, err := st.HeadsOf(ctx, domain)
+	if err != nil {
+		return false, err
 	}
 	// Preview namespaces carry experiments that are never enforced; every
 	// version of one goes to every zone at once (control/service).
 	heads = slices.DeleteFunc(heads, func(h *lehrpb.Namespace) bool { return names.IsPreview(h.GetName()) })
-	all, err := st.Rollouts(ctx, "")
+	all, err := st.RolloutsOf(ctx, domain)
 	if err != nil {
-		return err
+		return false, err
 	}
 	zl, err := st.ListZones(ctx)
 	if err != nil {
-		return err
+		return false, err
 	}
 	zones := make([]string, 0, len(zl))
 	for _, z := range zl {
 		zones = append(zones, z.GetName())
 	}
 	slices.Sort(zones)
-	cmds, err := st.RolloutCommands(ctx)
+	cmds, err := st.RolloutCommandsOf(ctx, domain)
 	if err != nil {
-		return err
+		return false, err
 	}
 	latest := map[string]*lehrpb.Rollout{}
 	byID := map[string]*lehrpb.Rollout{}
 	byNS := map[string][]*lehrpb.Rollout{} // oldest first, as listed
-	states := map[lehrpb.RolloutState]int{}
 	for _, r := range all {
 		if cur := latest[r.GetNamespace()]; cur == nil || cur.GetVersion() < r.GetVersion() {
 			latest[r.GetNamespace()] = r
 		}
 		byID[r.GetId()] = r
 		byNS[r.GetNamespace()] = append(byNS[r.GetNamespace()], r)
-		states[r.GetState()]++
-	}
-	for v := range lehrpb.RolloutState_name {
-		if state := lehrpb.RolloutState(v); state != lehrpb.RolloutState_ROLLOUT_STATE_UNSPECIFIED {
-			s.met.GetOrCreateGauge(fmt.Sprintf(`lehr_control_rollouts{state=%q}`, stateName(state)), nil).Set(float64(states[state]))
-		}
 	}
 	var errs []error
 	// Bounded history: a namespace keeps its newest KeepRollouts rollouts
@@ -237,14 +355,6 @@ func (s *Strategist) Round(ctx context.Context, g store.Guard) error {
 		if err := st.PruneRollouts(ctx, g, ns, drop); err != nil {
 			errs = append(errs, err)
 		}
-	}
-	// Canary evaluations: a look of each running one, before the rollouts
-	// they validate read them.
-	if err := s.opts.Evaluations.StepAll(ctx, g); err != nil {
-		if errors.Is(err, store.ErrNotLeader) {
-			return err
-		}
-		errs = append(errs, err)
 	}
 	// Operator commands first: a pause must hold before the next step.
 	for _, qc := range cmds {
@@ -268,7 +378,7 @@ func (s *Strategist) Round(ctx context.Context, g store.Guard) error {
 			nr, err := s.start(ctx, g, h, r, zones)
 			if err != nil {
 				if errors.Is(err, store.ErrNotLeader) {
-					return err
+					return false, err
 				}
 				errs = append(errs, fmt.Errorf("start the rollout of %s@%d: %w", ns, h.GetLatestVersion(), err))
 				continue
@@ -281,22 +391,50 @@ func (s *Strategist) Round(ctx context.Context, g store.Guard) error {
 		if r != nil && (r.GetState() == lehrpb.RolloutState_ROLLOUT_STATE_RUNNING || r.GetState() == lehrpb.RolloutState_ROLLOUT_STATE_PAUSED) {
 			if err := s.step(ctx, g, r, zones); err != nil {
 				if errors.Is(err, store.ErrNotLeader) {
-					return err
+					return false, err
 				}
 				errs = append(errs, fmt.Errorf("step %s: %w", r.GetId(), err))
 			}
 		}
 	}
 	var active []*lehrpb.Rollout
+	states := map[lehrpb.RolloutState]int{}
 	for _, r := range latest {
 		if st := r.GetState(); st == lehrpb.RolloutState_ROLLOUT_STATE_RUNNING || st == lehrpb.RolloutState_ROLLOUT_STATE_PAUSED {
 			active = append(active, r)
 		}
 	}
+	for _, r := range all {
+		states[r.GetState()]++
+	}
+	s.statesMu.Lock()
+	if s.states == nil {
+		s.states = map[string]map[lehrpb.RolloutState]int{}
+	}
+	s.states[domain] = states
+	s.statesMu.Unlock()
 	if err := s.admit(ctx, g, active, zones); err != nil {
 		errs = append(errs, err)
 	}
-	return errors.Join(errs...)
+	return len(active) > 0 || len(cmds) > 0, errors.Join(errs...)
+}
+
+// setStateGauges sets lehr_control_rollouts{state} from the domains'
+// last rounds.
+func (s *Strategist) setStateGauges() {
+	sum := map[lehrpb.RolloutState]int{}
+	s.statesMu.Lock()
+	for _, states := range s.states {
+		for st, n := range states {
+			sum[st] += n
+		}
+	}
+	s.statesMu.Unlock()
+	for v := range lehrpb.RolloutState_name {
+		if state := lehrpb.RolloutState(v); state != lehrpb.RolloutState_ROLLOUT_STATE_UNSPECIFIED {
+			s.met.GetOrCreateGauge(fmt.Sprintf(`lehr_control_rollouts{state=%q}`, stateName(state)), nil).Set(float64(sum[state]))
+		}
+	}
 }
 
 func stateName(s lehrpb.RolloutState) string {

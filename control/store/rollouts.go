@@ -4,9 +4,12 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
+	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"lehr.dev/lehr/internal/backoff"
 	"lehr.dev/lehr/internal/names"
 	"lehr.dev/lehr/proto/lehrpb"
 )
@@ -238,7 +241,11 @@ func (s *Store) QueueRolloutCommand(ctx context.Context, ns string, seq uint64, 
 
 // RolloutCommands returns every queued operator command.
 func (s *Store) RolloutCommands(ctx context.Context) ([]QueuedCommand, error) {
-	resp, err := s.get(ctx, s.lay.rolloutCommandsPrefix(), clientv3.WithPrefix())
+	return s.rolloutCommands(ctx, s.lay.rolloutCommandsPrefix())
+}
+
+func (s *Store) rolloutCommands(ctx context.Context, prefix string) ([]QueuedCommand, error) {
+	resp, err := s.get(ctx, prefix, clientv3.WithPrefix())
 	if err != nil {
 		return nil, fmt.Errorf("store: rollout commands: %w", err)
 	}
@@ -291,3 +298,147 @@ func (s *Store) PruneRollouts(ctx context.Context, g Guard, ns string, versions 
 	}
 	return nil
 }
+
+// HeadsOf returns the heads of domain's namespaces.
+func (s *Store) HeadsOf(ctx context.Context, domain string) ([]*lehrpb.Namespace, error) {
+	if err := names.Domain(domain); err != nil {
+		return nil, fmt.Errorf("store: heads: %w: %w", ErrInvalid, err)
+	}
+	resp, err := s.get(ctx, s.lay.nsmetaDomain(domain), clientv3.WithPrefix())
+	if err != nil {
+		return nil, fmt.Errorf("store: heads of %s: %w", domain, err)
+	}
+	out := make([]*lehrpb.Namespace, 0, len(resp.Kvs))
+	for _, kv := range resp.Kvs {
+		h := new(lehrpb.Namespace)
+		if err := decode(string(kv.Key), kv.Value, h); err != nil {
+			return nil, fmt.Errorf("store: heads of %s: %w", domain, err)
+		}
+		out = append(out, h)
+	}
+	return out, nil
+}
+
+// RolloutsOf returns every rollout of domain's namespaces, by namespace,
+// oldest first.
+func (s *Store) RolloutsOf(ctx context.Context, domain string) ([]*lehrpb.Rollout, error) {
+	if err := names.Domain(domain); err != nil {
+		return nil, fmt.Errorf("store: rollouts: %w: %w", ErrInvalid, err)
+	}
+	resp, err := s.get(ctx, s.lay.rolloutsPrefix()+domain+"/", clientv3.WithPrefix())
+	if err != nil {
+		return nil, fmt.Errorf("store: rollouts of %s: %w", domain, err)
+	}
+	out := make([]*lehrpb.Rollout, 0, len(resp.Kvs))
+	for _, kv := range resp.Kvs {
+		r := new(lehrpb.Rollout)
+		if err := decode(string(kv.Key), kv.Value, r); err != nil {
+			return nil, fmt.Errorf("store: rollouts of %s: %w", domain, err)
+		}
+		out = append(out, r)
+	}
+	return out, nil
+}
+
+// RolloutCommandsOf returns the queued operator commands of domain's
+// rollouts.
+func (s *Store) RolloutCommandsOf(ctx context.Context, domain string) ([]QueuedCommand, error) {
+	if err := names.Domain(domain); err != nil {
+		return nil, fmt.Errorf("store: rollout commands: %w: %w", ErrInvalid, err)
+	}
+	return s.rolloutCommands(ctx, s.lay.rolloutCommandsPrefix()+domain+"/")
+}
+
+// DomainNames returns the name of every domain, sorted.
+func (s *Store) DomainNames(ctx context.Context) ([]string, error) {
+	resp, err := s.get(ctx, s.lay.domainsPrefix(), clientv3.WithPrefix(), clientv3.WithKeysOnly())
+	if err != nil {
+		return nil, fmt.Errorf("store: list domains: %w", err)
+	}
+	out := make([]string, 0, len(resp.Kvs))
+	for _, kv := range resp.Kvs {
+		out = append(out, s.lay.domainFromKey(string(kv.Key)))
+	}
+	return out, nil
+}
+
+// WatchRolloutInputs sends the domain of every change the rollout
+// strategist acts on — a namespace head (a new version), a queued
+// operator command, a new domain — until ctx ends, when the channel
+// closes. Each time its watch is in place — first, and after it broke
+// and was set up again (etcd unreachable, a compacted revision) — it
+// sends "": anything may have changed before. The goroutine it starts
+// ends with ctx, as etcd's Watch does.
+func (s *Store) WatchRolloutInputs(ctx context.Context) <-chan string {
+	ch := make(chan string, 64)
+	prefixes := []string{s.lay.nsmetaPrefix(), s.lay.rolloutCommandsPrefix(), s.lay.domainsPrefix()}
+	go func() {
+		defer close(ch)
+		send := func(d string) bool {
+			select {
+			case ch <- d:
+				return true
+			case <-ctx.Done():
+				return false
+			}
+		}
+		for attempt := 0; ctx.Err() == nil; attempt++ {
+			wctx, cancel := context.WithCancel(ctx)
+			merged := make(chan clientv3.WatchResponse)
+			var wg sync.WaitGroup
+			for _, p := range prefixes {
+				wch := s.cli.Watch(reqCtx(wctx), p, clientv3.WithPrefix(), clientv3.WithFilterDelete(), clientv3.WithCreatedNotify())
+				wg.Go(func() {
+					for resp := range wch {
+						select {
+						case merged <- resp:
+						case <-wctx.Done():
+							return
+						}
+					}
+					cancel() // one broke: set them all up again
+				})
+			}
+			go func() { wg.Wait(); close(merged) }()
+			created := 0
+			for resp := range merged {
+				if resp.Err() != nil || resp.Canceled {
+					cancel()
+					continue
+				}
+				if resp.Created {
+					if created++; created == len(prefixes) && !send("") {
+						cancel()
+						return
+					}
+					continue
+				}
+				attempt = 0
+				for _, ev := range resp.Events {
+					key := string(ev.Kv.Key)
+					var d string
+					switch {
+					case strings.HasPrefix(key, prefixes[0]):
+						d, _, _ = strings.Cut(strings.TrimPrefix(key, prefixes[0]), "/")
+					case strings.HasPrefix(key, prefixes[1]):
+						d, _, _ = strings.Cut(strings.TrimPrefix(key, prefixes[1]), "/")
+					default:
+						d = s.lay.domainFromKey(key)
+					}
+					if !send(d) {
+						cancel()
+						return
+					}
+				}
+			}
+			cancel()
+			if !backoff.Sleep(ctx, watchRetry.Full(attempt)) {
+				return
+			}
+		}
+	}()
+	return ch
+}
+
+// watchRetry paces WatchRolloutInputs' new watches after a break.
+var watchRetry = backoff.Policy{Min: 100 * time.Millisecond, Max: 5 * time.Second}
