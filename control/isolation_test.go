@@ -215,3 +215,65 @@ func TestDomainStoredBytesQuota(t *testing.T) {
 		t.Errorf("CompactNamespace keep_last 0: %v, want INVALID_ARGUMENT on keep_last", err)
 	}
 }
+
+// roundTrips sums control's etcd round trips so far.
+func roundTrips(t *testing.T, srv *controltest.Server) int {
+	t.Helper()
+	var b strings.Builder
+	srv.Control.Metrics().WritePrometheus(&b)
+	n := 0
+	for _, line := range strings.Split(b.String(), "\n") {
+		if strings.HasPrefix(line, "lehr_control_etcd_round_trips_total{") {
+			var v int
+			fmt.Sscan(line[strings.LastIndexByte(line, ' ')+1:], &v)
+			n += v
+		}
+	}
+	return n
+}
+
+// TestRefusedFloodCostsLittle: a caller that retries rate-limited
+// publishes at once (hostile, or a careless loop) is refused before
+// control reads etcd, and its refusals are folded in the audit log — each
+// counted, a record a second — so it neither takes etcd's time from other
+// tenants nor fills the store with audit records.
+func TestRefusedFloodCostsLittle(t *testing.T) {
+	srv := controltest.StartControl(t, control.Options{})
+	cl := srv.Client
+	ctx := testCtx(t)
+	if _, err := cl.CreateDomain(ctx, &lehrpb.CreateDomainRequest{Domain: &lehrpb.Domain{Name: "r",
+		Quotas: &lehrpb.Quotas{PublishesPerSecond: 0.5, PublishBurst: 1}}}); err != nil {
+		t.Fatal(err)
+	}
+	publish(t, cl, "r/app", prop("k", "", "v1"))
+	const flood = 200
+	before := roundTrips(t, srv)
+	for i := range flood {
+		_, err := cl.Publish(ctx, &lehrpb.PublishRequest{Namespace: "r/app", Properties: []*lehrpb.Property{prop("k", "", fmt.Sprint(i))}})
+		if e := apierror.FromError(err); e.Reason != apierror.ReasonRateLimited {
+			t.Fatalf("publish %d beyond the rate: %v, want RATE_LIMITED", i, err)
+		}
+	}
+	if n := roundTrips(t, srv) - before; n > 20 {
+		t.Errorf("%d refused publishes cost %d etcd round trips; want almost none (the first refusal reads, the rest are refused before)", flood, n)
+	}
+	wait.Until(t, "every refusal to be in the audit log", func() error {
+		audit, err := cl.ListAuditRecords(ctx, &lehrpb.ListAuditRecordsRequest{Domain: "r", PageSize: 1000})
+		if err != nil {
+			return err
+		}
+		calls, recs := 0, 0
+		for _, r := range audit.GetRecords() {
+			if r.GetCode() == "RESOURCE_EXHAUSTED" {
+				calls, recs = calls+1+int(r.GetRepeats()), recs+1
+			}
+		}
+		if calls != flood {
+			return fmt.Errorf("%d refused calls in %d records, want %d calls", calls, recs, flood)
+		}
+		if recs > 10 {
+			return fmt.Errorf("%d refused calls took %d records; want them folded, a record a second", calls, recs)
+		}
+		return nil
+	})
+}

@@ -94,6 +94,9 @@ func writeAudit(w io.Writer, recs []*lehrpb.AuditRecord) {
 			v = fmt.Sprint(r.GetVersion())
 		}
 		res := r.GetCode()
+		if n := r.GetRepeats(); n > 0 {
+			res += fmt.Sprintf(" (and %d more alike)", n)
+		}
 		if r.GetError() != "" {
 			res += ": " + oneLine(r.GetError())
 		}

@@ -52,16 +52,82 @@ func (s *Service) AuditInterceptor(ctx context.Context, req any, info *grpc.Unar
 	if m, ok := resp.(proto.Message); ok && err == nil {
 		rec.Version = versionOf(m.ProtoReflect())
 	}
+	var fold *foldKey
 	if err != nil {
 		e := apierror.FromError(err)
 		rec.Code, rec.Error = codeName(e.Code.String()), e.Message
 		if e.Reason != "" {
 			rec.Error = e.Reason + ": " + e.Message
 		}
+		fold = &foldKey{method: method, domain: rec.GetDomain(), author: rec.GetAuthor(), transport: rec.GetTransportIdentity(), code: rec.GetCode(), reason: e.Reason}
 	}
 	boundAudit(rec)
+	if fold != nil && s.audit.fold(*fold, rec) {
+		return resp, err // counted in a record to come
+	}
 	s.audit.add(s, rec)
 	return resp, err
+}
+
+// auditFoldWindow is how long refused calls alike are counted into one
+// record after one was recorded (AuditRecord.repeats).
+const auditFoldWindow = time.Second
+
+// foldKey is what makes refused calls alike.
+type foldKey struct{ method, domain, author, transport, code, reason string }
+
+// folded counts the refused calls alike since the last one recorded.
+type folded struct {
+	until time.Time           // the window ends
+	last  *lehrpb.AuditRecord // the latest refused call, recorded with the count
+	n     int32               // calls counted since the window began
+}
+
+// fold reports whether rec, a refused call, is counted into the window of
+// an earlier one alike (true) or must be recorded now (false), which then
+// opens a window: a flood of refused calls costs the log one record a
+// second for each caller and cause, each saying how many it stands for.
+func (a *auditWriter) fold(k foldKey, rec *lehrpb.AuditRecord) bool {
+	now := rec.GetTime().AsTime()
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if f := a.folds[k]; f != nil {
+		if now.Before(f.until) {
+			f.last, f.n = rec, f.n+1
+			return true
+		}
+		a.expireLocked(k, f)
+	}
+	if a.folds == nil {
+		a.folds = map[foldKey]*folded{}
+	}
+	a.folds[k] = &folded{until: now.Add(auditFoldWindow)}
+	return false
+}
+
+// expireFolds queues the record of every window that ended by now (every
+// window, for the zero time: Close), and reports whether it queued any.
+func (a *auditWriter) expireFolds(now time.Time) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	queued := false
+	for k, f := range a.folds {
+		if now.IsZero() || !now.Before(f.until) {
+			queued = a.expireLocked(k, f) || queued
+		}
+	}
+	return queued
+}
+
+// expireLocked ends k's window, queueing its record if it counted calls.
+func (a *auditWriter) expireLocked(k foldKey, f *folded) bool {
+	delete(a.folds, k)
+	if f.n == 0 {
+		return false
+	}
+	f.last.Repeats = f.n - 1
+	a.queue = append(a.queue, f.last)
+	return true
 }
 
 // maxAuditField bounds each text field of an audit record: what a
@@ -109,9 +175,10 @@ type auditWriter struct {
 	started bool // the writer runs (or ran)
 	closed  bool // close was called: nothing starts any more
 	queue   []*lehrpb.AuditRecord
-	waiters []chan struct{} // closed once everything queued before them is written
-	wake    chan struct{}   // buffered(1): a record was queued
-	flush   chan struct{}   // buffered(1): a waiter or close wants the queue written now
+	folds   map[foldKey]*folded // refused calls being counted (fold)
+	waiters []chan struct{}     // closed once everything queued before them is written
+	wake    chan struct{}       // buffered(1): a record was queued
+	flush   chan struct{}       // buffered(1): a waiter or close wants the queue written now
 }
 
 // add queues rec, starting the writer on first use.
@@ -182,12 +249,21 @@ func (a *auditWriter) sync(ctx context.Context, s *Service) error {
 func (a *auditWriter) run(s *Service) {
 	linger := time.NewTimer(auditLinger)
 	linger.Stop()
-	for range a.wake {
-		linger.Reset(auditLinger)
+	folds := time.NewTicker(auditFoldWindow)
+	defer folds.Stop()
+	for {
 		select {
-		case <-linger.C:
-		case <-a.flush:
-			linger.Stop()
+		case <-a.wake:
+			linger.Reset(auditLinger)
+			select {
+			case <-linger.C:
+			case <-a.flush:
+				linger.Stop()
+			}
+		case now := <-folds.C:
+			if !a.expireFolds(now) {
+				continue
+			}
 		}
 		a.mu.Lock()
 		batch, waiters, closed := a.queue, a.waiters, a.closed
@@ -220,6 +296,7 @@ func (s *Service) writeAudit(recs []*lehrpb.AuditRecord) {
 // close waits for the writer to write what is queued; each batch's write
 // is bounded by auditWriteTimeout.
 func (a *auditWriter) close() {
+	a.expireFolds(time.Time{})
 	a.mu.Lock()
 	a.closed = true
 	started := a.started

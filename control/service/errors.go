@@ -33,6 +33,7 @@ func (s *Service) apiError(ctx context.Context, err error) *apierror.Error {
 	case errors.As(err, &qe):
 		return quotaError(qe).WithCause(err)
 	case errors.As(err, &re):
+		s.rates.note(re, s.now())
 		s.metrics.GetOrCreateCounter(`lehr_control_publishes_throttled_total{domain="` + re.Domain + `"}`).Inc()
 		return apierror.New(codes.ResourceExhausted, apierror.ReasonRateLimited, "",
 			"domain %s allows %g publishes per second (burst %d) across all control replicas; the next is due in %v, retry then",

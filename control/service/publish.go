@@ -28,6 +28,9 @@ func (s *Service) Publish(ctx context.Context, req *lehrpb.PublishRequest) (_ *l
 	if err := userNamespace("namespace", req.GetNamespace()); err != nil {
 		return nil, err
 	}
+	if err := s.checkRate(ctx, req.GetNamespace()); err != nil {
+		return nil, err
+	}
 	if err := checkKind("kind", req.GetKind()); err != nil {
 		return nil, err
 	}
@@ -89,6 +92,9 @@ func (s *Service) Patch(ctx context.Context, req *lehrpb.PatchRequest) (_ *lehrp
 		return nil, nameError("namespace", nerr)
 	}
 	if err := userNamespace("namespace", req.GetNamespace()); err != nil {
+		return nil, err
+	}
+	if err := s.checkRate(ctx, req.GetNamespace()); err != nil {
 		return nil, err
 	}
 	base := req.GetBaseVersion()

@@ -3,6 +3,8 @@ package service
 import (
 	"context"
 	"fmt"
+	"sync"
+	"time"
 
 	"github.com/dustin/go-humanize"
 	"google.golang.org/grpc/codes"
@@ -12,6 +14,7 @@ import (
 	"lehr.dev/lehr/control/store"
 	"lehr.dev/lehr/control/validate"
 	"lehr.dev/lehr/internal/apierror"
+	"lehr.dev/lehr/internal/names"
 	"lehr.dev/lehr/proto/lehrpb"
 )
 
@@ -137,4 +140,56 @@ func spaceError(e *store.SpaceError) *apierror.Error {
 // its high-water mark.
 func (s *Service) admitContent(m proto.Message) error {
 	return s.st.AdmitContent(int64(proto.Size(m)))
+}
+
+// rateHints remembers, per domain, until when its publish bucket is
+// known to be empty — from a commit the store refused for the rate — so
+// that a caller retrying at once is refused before any etcd read: the
+// bucket only refills with time (refunds do not exist), so every publish
+// of the domain before then would be refused all the same. A raised rate
+// takes effect at the hint's end, at most the wait one refusal said.
+type rateHints struct {
+	mu    sync.Mutex
+	until map[string]time.Time
+	last  map[string]*store.RateError
+}
+
+// note records a refusal for the rate.
+func (h *rateHints) note(e *store.RateError, now time.Time) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.until == nil {
+		h.until, h.last = map[string]time.Time{}, map[string]*store.RateError{}
+	}
+	if len(h.until) > 10_000 { // domains refused lately: forget the expired
+		for d, t := range h.until {
+			if !now.Before(t) {
+				delete(h.until, d)
+				delete(h.last, d)
+			}
+		}
+	}
+	h.until[e.Domain], h.last[e.Domain] = now.Add(e.Wait), e
+}
+
+// check refuses a publish of domain while its bucket is known empty.
+func (h *rateHints) check(domain string, now time.Time) *store.RateError {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if t, ok := h.until[domain]; ok && now.Before(t) {
+		e := *h.last[domain]
+		e.Wait = t.Sub(now)
+		return &e
+	}
+	return nil
+}
+
+// checkRate refuses, before anything is read, a publish to ns while its
+// domain's bucket is known empty (rateHints).
+func (s *Service) checkRate(ctx context.Context, ns string) error {
+	d, _, _ := names.Namespace(ns)
+	if e := s.rates.check(d, s.now()); e != nil {
+		return s.apiError(ctx, e)
+	}
+	return nil
 }

@@ -115,6 +115,7 @@ type Service struct {
 	audit auditWriter // the audit log's background writer (auditlog.go)
 
 	deltas goalDeltas // sent with goal events (WatchGoals)
+	rates  rateHints  // domains whose publish bucket is known empty (quotas.go)
 }
 
 // New returns a Service. It starts nothing.

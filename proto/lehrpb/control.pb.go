@@ -155,8 +155,13 @@ type AuditRecord struct {
 	// Why: the request's message, if it has one.
 	Message string `protobuf:"bytes,8,opt,name=message,proto3" json:"message,omitempty"`
 	// The result: "OK" or the gRPC code, and the error's message.
-	Code          string `protobuf:"bytes,9,opt,name=code,proto3" json:"code,omitempty"`
-	Error         string `protobuf:"bytes,10,opt,name=error,proto3" json:"error,omitempty"`
+	Code  string `protobuf:"bytes,9,opt,name=code,proto3" json:"code,omitempty"`
+	Error string `protobuf:"bytes,10,opt,name=error,proto3" json:"error,omitempty"`
+	// How many more refused calls alike — same caller, method, domain, code
+	// and reason — this record stands for: refusals alike within a second of
+	// a recorded one are counted, and the last of them is recorded with the
+	// count, so a flood of refused calls costs the log a record a second.
+	Repeats       int32 `protobuf:"varint,11,opt,name=repeats,proto3" json:"repeats,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -259,6 +264,13 @@ func (x *AuditRecord) GetError() string {
 		return x.Error
 	}
 	return ""
+}
+
+func (x *AuditRecord) GetRepeats() int32 {
+	if x != nil {
+		return x.Repeats
+	}
+	return 0
 }
 
 type ListAuditRecordsRequest struct {
@@ -4015,7 +4027,7 @@ var File_lehr_v1_control_proto protoreflect.FileDescriptor
 
 const file_lehr_v1_control_proto_rawDesc = "" +
 	"\n" +
-	"\x15lehr/v1/control.proto\x12\alehr.v1\x1a#google/longrunning/operations.proto\x1a google/protobuf/field_mask.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x14lehr/v1/canary.proto\x1a\x15lehr/v1/preview.proto\x1a\x15lehr/v1/rollout.proto\x1a\x13lehr/v1/types.proto\x1a\x12lehr/v1/wire.proto\"\xaa\x02\n" +
+	"\x15lehr/v1/control.proto\x12\alehr.v1\x1a#google/longrunning/operations.proto\x1a google/protobuf/field_mask.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x14lehr/v1/canary.proto\x1a\x15lehr/v1/preview.proto\x1a\x15lehr/v1/rollout.proto\x1a\x13lehr/v1/types.proto\x1a\x12lehr/v1/wire.proto\"\xc4\x02\n" +
 	"\vAuditRecord\x12.\n" +
 	"\x04time\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12\x16\n" +
 	"\x06author\x18\x02 \x01(\tR\x06author\x12-\n" +
@@ -4027,7 +4039,8 @@ const file_lehr_v1_control_proto_rawDesc = "" +
 	"\amessage\x18\b \x01(\tR\amessage\x12\x12\n" +
 	"\x04code\x18\t \x01(\tR\x04code\x12\x14\n" +
 	"\x05error\x18\n" +
-	" \x01(\tR\x05error\"\x9f\x01\n" +
+	" \x01(\tR\x05error\x12\x18\n" +
+	"\arepeats\x18\v \x01(\x05R\arepeats\"\x9f\x01\n" +
 	"\x17ListAuditRecordsRequest\x12\x16\n" +
 	"\x06domain\x18\x01 \x01(\tR\x06domain\x120\n" +
 	"\x05since\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x05since\x12\x1b\n" +
