@@ -33,6 +33,10 @@ const (
 	isoSmall    = "chatty"
 	isoBulk     = "bulk"
 	isoSnapshot = 8 << 20 // a large-snapshot flood's versions
+	// isoCapped floods as isoBulk does, its outbound limited to
+	// isoCappedRate bytes a second for the zone.
+	isoCapped     = "capped"
+	isoCappedRate = 4 << 20
 )
 
 // isoPhase is one phase of the scenario: a flood to run while the
@@ -52,7 +56,7 @@ func runIsolation(ctx context.Context, e *Env) (*Result, error) {
 			"1 KiB key of %s/app and waits until every host's callback (time from the Patch call); %d samples a phase, 50–250 ms apart at random; "+
 			"each phase ends with a rollback of %s/app, timed the same way. Floods: (a) 16 publishers of 1 KiB snapshots over 64 namespaces of "+
 			"domain %s at its default quotas (10/s, burst 20), retrying at once when refused (hostile); (b) 2 publishers of %d MiB snapshots "+
-			"(16 × 512 KiB) to %s/big, at its default rate, its stored-bytes quota raised to 1 GiB (then refused); (c) a second cluster whose store quota is "+
+			"(16 × 512 KiB) to %s/big, at its default rates (10 publishes and 8 MiB a second), its stored-bytes quota raised to 1 GiB (then refused); the same to capped/big, whose domain's outbound limit is 4 MiB/s; (c) a second cluster whose store quota is "+
 			"256 MiB, filled by %s/big until control refuses it at the high-water mark, then flooded on (every publish refused).",
 			hosts, isoVictim, isoVictim, samples, isoVictim, isoSmall, isoSnapshot>>20, isoBulk, isoBulk),
 	}
@@ -82,38 +86,9 @@ func runIsolation(ctx context.Context, e *Env) (*Result, error) {
 		wg.Wait()
 		return firstErr
 	}
-	bulkFlood := func(ctx context.Context, prod *producer.Client) error {
-		vals := newValueSource(512 << 10)
-		var mu sync.Mutex
-		var wg sync.WaitGroup
-		var firstErr error
-		for range 2 {
-			wg.Go(func() {
-				for ctx.Err() == nil {
-					ps := make([]producer.Property, isoSnapshot/(512<<10))
-					mu.Lock()
-					for i := range ps {
-						ps[i] = producer.Property{Key: fmt.Sprintf("blob/%02d", i), Value: vals.next()}
-					}
-					mu.Unlock()
-					_, err := prod.Publish(ctx, isoBulk+"/big", ps)
-					switch {
-					case err == nil || ctx.Err() != nil:
-					case errors.Is(err, producer.ErrExhausted):
-						time.Sleep(20 * time.Millisecond) // at its limits, not beyond
-					default:
-						mu.Lock()
-						firstErr = cmpErr(firstErr, err)
-						mu.Unlock()
-						return
-					}
-				}
-			})
-		}
-		wg.Wait()
-		return firstErr
+	bulkFlood := func(ns string) func(ctx context.Context, prod *producer.Client) error {
+		return func(ctx context.Context, prod *producer.Client) error { return isoBulkFlood(ctx, prod, ns) }
 	}
-
 	run := func(name string, storeQuota int64, phases []isoPhase) error {
 		cl, err := devcluster.Start(ctx, devcluster.Options{
 			Dir:           filepath.Join(e.Dir, name),
@@ -138,6 +113,7 @@ func runIsolation(ctx context.Context, e *Env) (*Result, error) {
 		for _, d := range []*lehrpb.Domain{
 			{Name: isoVictim}, {Name: isoSmall},
 			{Name: isoBulk, Quotas: &lehrpb.Quotas{MaxStoredBytes: 1 << 30}},
+			{Name: isoCapped, Quotas: &lehrpb.Quotas{MaxStoredBytes: 1 << 30, OutboundBytesPerSecond: isoCappedRate}},
 		} {
 			if _, err := prod.CreateDomain(ctx, d); err != nil {
 				return err
@@ -148,7 +124,7 @@ func runIsolation(ctx context.Context, e *Env) (*Result, error) {
 		}
 		seen := &rolloutSeen{at: map[uint64]map[string]time.Time{}, wake: make(chan struct{})}
 		var floodApplied atomic.Int64
-		floodNS := []string{isoBulk + "/big"}
+		floodNS := []string{isoBulk + "/big", isoCapped + "/big"}
 		for i := range 8 {
 			floodNS = append(floodNS, fmt.Sprintf("%s/ns-%02d", isoSmall, i))
 		}
@@ -260,13 +236,15 @@ func runIsolation(ctx context.Context, e *Env) (*Result, error) {
 	if err := run("cluster", 0, []isoPhase{
 		{name: "one-key patch → every host, alone"},
 		{name: "… while another domain floods small publishes at its limits", flood: smallFlood},
-		{name: fmt.Sprintf("… while another domain floods %d MiB snapshots", isoSnapshot>>20), flood: bulkFlood},
+		{name: fmt.Sprintf("… while another domain floods %d MiB snapshots at its limits", isoSnapshot>>20), flood: bulkFlood(isoBulk + "/big")},
+		{name: fmt.Sprintf("… the same, its outbound limited to %d MiB/s", isoCappedRate>>20), flood: bulkFlood(isoCapped + "/big")},
 	}); err != nil {
 		return res, err
 	}
 	// Until control refuses a snapshot at the store's high-water mark.
 	fill := func(ctx context.Context, prod *producer.Client) error {
 		vals := newValueSource(512 << 10)
+		deadline := time.Now().Add(5 * time.Minute)
 		for i := 0; ; i++ {
 			ps := make([]producer.Property, isoSnapshot/(512<<10))
 			for j := range ps {
@@ -281,14 +259,14 @@ func runIsolation(ctx context.Context, e *Env) (*Result, error) {
 				time.Sleep(100 * time.Millisecond) // its rate
 			case err != nil:
 				return fmt.Errorf("filling the store, publish %d: %w", i, err)
-			case i > 100:
-				return fmt.Errorf("800 MiB published into a 256 MiB store without STORE_FULL")
+			case time.Now().After(deadline):
+				return fmt.Errorf("no STORE_FULL after 5 minutes of filling a 256 MiB store")
 			}
 		}
 	}
 	if err := run("small-store", 256<<20, []isoPhase{
 		{name: "small store: one-key patch → every host, alone"},
-		{name: "… with the store at its high-water mark", warm: fill, flood: bulkFlood},
+		{name: "… with the store at its high-water mark", warm: fill, flood: bulkFlood(isoBulk + "/big")},
 	}); err != nil {
 		return res, err
 	}
@@ -306,4 +284,39 @@ func cmpErr(first, err error) error {
 		return first
 	}
 	return err
+}
+
+// isoBulkFlood publishes isoSnapshot-byte snapshots (16 × 512 KiB) to ns
+// from two publishers until ctx ends, at the domain's limits: a refusal
+// for a quota is waited out briefly, anything else ends the flood.
+func isoBulkFlood(ctx context.Context, prod *producer.Client, ns string) error {
+	vals := newValueSource(512 << 10)
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	var firstErr error
+	for range 2 {
+		wg.Go(func() {
+			for ctx.Err() == nil {
+				ps := make([]producer.Property, isoSnapshot/(512<<10))
+				mu.Lock()
+				for i := range ps {
+					ps[i] = producer.Property{Key: fmt.Sprintf("blob/%02d", i), Value: vals.next()}
+				}
+				mu.Unlock()
+				_, err := prod.Publish(ctx, ns, ps)
+				switch {
+				case err == nil || ctx.Err() != nil:
+				case errors.Is(err, producer.ErrExhausted):
+					time.Sleep(20 * time.Millisecond) // at its limits, not beyond
+				default:
+					mu.Lock()
+					firstErr = cmpErr(firstErr, err)
+					mu.Unlock()
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return firstErr
 }

@@ -284,9 +284,9 @@ func (b *byteSize) Set(v string) error {
 // quotaFlags are the flags of a domain's quotas, shared by "lehr domain
 // create" and "lehr domain update".
 type quotaFlags struct {
-	namespaceBytes, valueBytes, storedBytes, outbound byteSize
-	properties, namespaces, burst, subscriptions      int
-	rate                                              float64
+	namespaceBytes, valueBytes, storedBytes, outbound, publishBytes byteSize
+	properties, namespaces, burst, subscriptions                    int
+	rate                                                            float64
 }
 
 // addQuotaFlags defines the quota flags on fs.
@@ -299,6 +299,7 @@ func addQuotaFlags(fs *flags) *quotaFlags {
 	fs.IntVar(&q.namespaces, "max-namespaces", 0, "most namespaces in the domain (0: server default)")
 	fs.Float64Var(&q.rate, "publishes-per-second", 0, "sustained publish `rate` for the domain (0: server default)")
 	fs.IntVar(&q.burst, "publish-burst", 0, "burst `size` for --publishes-per-second (0: server default)")
+	fs.Var(&q.publishBytes, "publish-bytes-per-second", "bytes of new content per second the domain may publish, e.g. 16MiB (0: server default)")
 	fs.Var(&q.outbound, "outbound-bytes-per-second", "update `bytes` per second the distributors of a zone may send of the domain, split between them, e.g. 64MiB (0: server default)")
 	fs.IntVar(&q.subscriptions, "max-subscriptions", 0, "most subscriptions (host × namespace) the distributors of a zone serve of the domain, split between them (0: no limit)")
 	return q
@@ -306,7 +307,7 @@ func addQuotaFlags(fs *flags) *quotaFlags {
 
 // quotaFlagNames are the flags addQuotaFlags defines.
 var quotaFlagNames = []string{"max-stored-bytes", "max-namespace-bytes", "max-value-bytes", "max-properties", "max-namespaces",
-	"publishes-per-second", "publish-burst", "outbound-bytes-per-second", "max-subscriptions"}
+	"publishes-per-second", "publish-burst", "publish-bytes-per-second", "outbound-bytes-per-second", "max-subscriptions"}
 
 // check returns what is wrong with the quota flags, "" if nothing.
 func (f *quotaFlags) check() string {
@@ -348,6 +349,8 @@ func (f *quotaFlags) apply(q *lehrpb.Quotas, set map[string]bool) bool {
 			q.PublishesPerSecond = f.rate
 		case "publish-burst":
 			q.PublishBurst = int32(f.burst)
+		case "publish-bytes-per-second":
+			q.PublishBytesPerSecond = int64(f.publishBytes)
 		case "outbound-bytes-per-second":
 			q.OutboundBytesPerSecond = int64(f.outbound)
 		case "max-subscriptions":

@@ -328,6 +328,8 @@ func writeDomain(w io.Writer, d *lehrpb.Domain) {
 		}
 	}
 	fmt.Fprintf(tw, "publish rate\t%s\n", mark(set.GetPublishesPerSecond() != 0 || set.GetPublishBurst() != 0, rate))
+	fmt.Fprintf(tw, "publish bytes\t%s\n", mark(set.GetPublishBytesPerSecond() != 0,
+		limit(q.GetPublishBytesPerSecond(), func(b int64) string { return fmtBytes(b) + "/s" })))
 	fmt.Fprintf(tw, "outbound per zone\t%s\n", mark(set.GetOutboundBytesPerSecond() != 0,
 		limit(q.GetOutboundBytesPerSecond(), func(b int64) string { return fmtBytes(b) + "/s" })))
 	fmt.Fprintf(tw, "subscriptions/zone\t%s\n", mark(set.GetMaxSubscriptions() != 0, limit(int64(q.GetMaxSubscriptions()), num)))

@@ -102,6 +102,8 @@ func checkQuotas(q *lehrpb.Quotas) error {
 		neg("outbound_bytes_per_second", q.GetOutboundBytesPerSecond() < 0),
 		neg("max_subscriptions", q.GetMaxSubscriptions() < 0),
 		neg("max_namespaces", q.GetMaxNamespaces() < 0),
+		neg("max_stored_bytes", q.GetMaxStoredBytes() < 0),
+		neg("publish_bytes_per_second", q.GetPublishBytesPerSecond() < 0),
 	} {
 		if c != nil {
 			return c

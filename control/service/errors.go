@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/dustin/go-humanize"
 	"google.golang.org/grpc/codes"
 
 	"lehr.dev/lehr/control/store"
@@ -33,8 +34,14 @@ func (s *Service) apiError(ctx context.Context, err error) *apierror.Error {
 	case errors.As(err, &qe):
 		return quotaError(qe).WithCause(err)
 	case errors.As(err, &re):
-		s.rates.note(re, s.now())
 		s.metrics.GetOrCreateCounter(`lehr_control_publishes_throttled_total{domain="` + re.Domain + `"}`).Inc()
+		if re.Bytes {
+			return apierror.New(codes.ResourceExhausted, apierror.ReasonRateLimited, "",
+				"domain %s allows %s of new content per second (burst %s) across all control replicas; this publish fits in %v, retry then (or publish less: a patch stores only what changed)",
+				re.Domain, humanize.IBytes(uint64(re.Rate)), humanize.IBytes(uint64(re.Burst)), re.Wait.Round(time.Millisecond)).
+				WithLimit("%g bytes/s burst %d", re.Rate, re.Burst).WithCause(err)
+		}
+		s.rates.note(re, s.now()) // a smaller publish is no sooner due: not so for bytes
 		return apierror.New(codes.ResourceExhausted, apierror.ReasonRateLimited, "",
 			"domain %s allows %g publishes per second (burst %d) across all control replicas; the next is due in %v, retry then",
 			re.Domain, re.Rate, re.Burst, re.Wait.Round(time.Millisecond)).

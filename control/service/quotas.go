@@ -35,6 +35,7 @@ func DefaultQuotas() *lehrpb.Quotas {
 		MaxValueBytes:          validate.MaxValueBytes,
 		PublishesPerSecond:     10,
 		PublishBurst:           20,
+		PublishBytesPerSecond:  8 << 20,
 		OutboundBytesPerSecond: 128 << 20,
 		MaxNamespaces:          1000,
 		MaxStoredBytes:         256 << 20,
@@ -61,9 +62,10 @@ func (s *Service) domainLimits(d *lehrpb.Domain) store.DomainLimits {
 	q := s.effectiveQuotas(d.GetQuotas())
 	s.metrics.GetOrCreateGauge(fmt.Sprintf(`lehr_control_domain_stored_bytes_quota{domain=%q}`, d.GetName()), nil).Set(float64(q.GetMaxStoredBytes()))
 	return store.DomainLimits{
-		StoredBytes:        q.GetMaxStoredBytes(),
-		PublishesPerSecond: q.GetPublishesPerSecond(),
-		PublishBurst:       int(q.GetPublishBurst()),
+		StoredBytes:           q.GetMaxStoredBytes(),
+		PublishesPerSecond:    q.GetPublishesPerSecond(),
+		PublishBurst:          int(q.GetPublishBurst()),
+		PublishBytesPerSecond: q.GetPublishBytesPerSecond(),
 	}
 }
 

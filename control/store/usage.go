@@ -49,6 +49,10 @@ type DomainLimits struct {
 	// burst below 1 is the rate rounded up.
 	PublishesPerSecond float64
 	PublishBurst       int
+	// PublishBytesPerSecond is the domain's bucket of bytes of new content
+	// (what its versions add to the store), with a burst of
+	// bytesBurst; 0: no limit.
+	PublishBytesPerSecond int64
 }
 
 func (l DomainLimits) burst() int {
@@ -57,6 +61,14 @@ func (l DomainLimits) burst() int {
 	}
 	return max(1, int(math.Ceil(l.PublishesPerSecond)))
 }
+
+// minBytesBurst is the least byte burst: twice the largest namespace
+// (validate.MaxNamespaceBytes), so any version can be published at once.
+const minBytesBurst = 32 << 20
+
+// bytesBurst is the byte bucket's size: four seconds' worth, at least
+// minBytesBurst.
+func (l DomainLimits) bytesBurst() int64 { return max(minBytesBurst, 4*l.PublishBytesPerSecond) }
 
 // QuotaError says a commit would take its domain beyond its stored-bytes
 // quota. It wraps ErrQuota.
@@ -74,16 +86,21 @@ func (e *QuotaError) Error() string {
 // Unwrap returns ErrQuota.
 func (e *QuotaError) Unwrap() error { return ErrQuota }
 
-// RateError says a domain's publish bucket is empty. It wraps ErrQuota.
+// RateError says a domain's publish bucket is empty: of publishes, or
+// of bytes of new content when Bytes. It wraps ErrQuota.
 type RateError struct {
 	Domain string
+	Bytes  bool
 	Rate   float64
 	Burst  int
-	// Wait is how long until the next token is due.
+	// Wait is how long until the publish would fit.
 	Wait time.Duration
 }
 
 func (e *RateError) Error() string {
+	if e.Bytes {
+		return fmt.Sprintf("store: domain %s allows %g bytes of new content per second (burst %d); this publish fits in %v", e.Domain, e.Rate, e.Burst, e.Wait)
+	}
 	return fmt.Sprintf("store: domain %s allows %g publishes per second (burst %d); the next is due in %v", e.Domain, e.Rate, e.Burst, e.Wait)
 }
 
@@ -122,35 +139,52 @@ func (u domainUsage) charge(domain string, bytes int64, l DomainLimits, now time
 	next := &lehrpb.DomainUsageRecord{
 		StoredBytes:   u.rec.GetStoredBytes() + bytes,
 		PublishTokens: u.rec.GetPublishTokens(),
+		PublishBytes:  u.rec.GetPublishBytes(),
 		PublishTime:   u.rec.GetPublishTime(),
 	}
 	if !safety && l.StoredBytes > 0 && next.StoredBytes > l.StoredBytes {
 		return nil, &QuotaError{Domain: domain, Used: u.rec.GetStoredBytes(), Adding: bytes, Limit: l.StoredBytes}
 	}
-	if !(l.PublishesPerSecond > 0) || math.IsInf(l.PublishesPerSecond, 0) {
-		return next, nil
-	}
-	burst := float64(l.burst())
-	tokens, at := burst, now
+	// Both buckets refill from publish_time, which never moves backwards,
+	// so a replica whose clock is behind refills nothing rather than
+	// draining.
+	at, elapsed := now, 0.0
 	if t := u.rec.GetPublishTime(); t != nil {
-		// The bucket's time never moves backwards, so a replica whose
-		// clock is behind refills nothing rather than draining.
-		tokens, at = u.rec.GetPublishTokens(), t.AsTime()
+		at = t.AsTime()
 		if now.After(at) {
-			tokens += now.Sub(at).Seconds() * l.PublishesPerSecond
-			at = now
+			elapsed, at = now.Sub(at).Seconds(), now
 		}
-		tokens = min(tokens, burst)
 	}
-	floor := 1.0
-	if safety {
-		floor = 1 - burst
+	fresh := u.rec.GetPublishTime() == nil
+	take := func(have, rate, burst, want float64) (left float64, wait time.Duration, ok bool) {
+		if fresh {
+			have = burst
+		}
+		have = min(have+elapsed*rate, burst)
+		floor := want // what must be there
+		if safety {
+			floor = want - burst
+		}
+		if have < floor {
+			return 0, time.Duration((floor - have) / rate * float64(time.Second)), false
+		}
+		return have - want, 0, true
 	}
-	if tokens < floor {
-		return nil, &RateError{Domain: domain, Rate: l.PublishesPerSecond, Burst: l.burst(),
-			Wait: time.Duration((floor - tokens) / l.PublishesPerSecond * float64(time.Second))}
+	if r := l.PublishesPerSecond; r > 0 && !math.IsInf(r, 0) {
+		left, wait, ok := take(u.rec.GetPublishTokens(), r, float64(l.burst()), 1)
+		if !ok {
+			return nil, &RateError{Domain: domain, Rate: r, Burst: l.burst(), Wait: wait}
+		}
+		next.PublishTokens = left
 	}
-	next.PublishTokens, next.PublishTime = tokens-1, timestamppb.New(at)
+	if r := l.PublishBytesPerSecond; r > 0 {
+		left, wait, ok := take(u.rec.GetPublishBytes(), float64(r), float64(l.bytesBurst()), float64(bytes))
+		if !ok {
+			return nil, &RateError{Domain: domain, Bytes: true, Rate: float64(r), Burst: int(min(l.bytesBurst(), math.MaxInt)), Wait: wait}
+		}
+		next.PublishBytes = left
+	}
+	next.PublishTime = timestamppb.New(at)
 	return next, nil
 }
 

@@ -225,3 +225,40 @@ func TestPublishRate(t *testing.T) {
 		t.Fatalf("publish after the bucket refilled: %v", err)
 	}
 }
+
+// TestPublishBytesRate: the domain's bucket of bytes of new content holds
+// a burst of at least twice the largest namespace; beyond it a publish
+// waits for what it adds, while a smaller one may fit sooner; a rollback
+// may overdraw by a burst.
+func TestPublishBytesRate(t *testing.T) {
+	clock := newFakeClock()
+	s := newTestStore(t, Options{Now: clock.Now})
+	mustDomain(t, s, "b")
+	limits := DomainLimits{PublishBytesPerSecond: 1 << 20} // burst 32 MiB
+	publish := func(size int, source lehrpb.VersionSource) error {
+		_, err := s.Commit(testCtx(t), Commit{Namespace: "b/n", Create: true, Rebase: true, Limits: limits,
+			Content: randomSnap(t, max(1, size/(512<<10)), min(size, 512<<10)), Info: &lehrpb.VersionInfo{Source: source}})
+		return err
+	}
+	snapshot, rollback := lehrpb.VersionSource_VERSION_SOURCE_SNAPSHOT, lehrpb.VersionSource_VERSION_SOURCE_ROLLBACK
+	if err := publish(20<<20, snapshot); err != nil {
+		t.Fatalf("20 MiB within a 32 MiB burst: %v", err)
+	}
+	var re *RateError
+	if err := publish(20<<20, snapshot); !errors.As(err, &re) || !re.Bytes || re.Wait < 8*time.Second || re.Wait > 9*time.Second {
+		t.Fatalf("another 20 MiB: %v, want a bytes RateError with a wait of 8 s and a bit (what is over the burst, at 1 MiB/s)", err)
+	}
+	if err := publish(8<<20, snapshot); err != nil {
+		t.Fatalf("8 MiB, which fits what is left: %v", err)
+	}
+	if err := publish(20<<20, rollback); err != nil {
+		t.Fatalf("a 20 MiB rollback overdrawing the bucket: %v", err)
+	}
+	if err := publish(1<<20, snapshot); !errors.As(err, &re) || re.Wait < 16*time.Second {
+		t.Fatalf("1 MiB with the bucket overdrawn: %v, want a RateError waiting the debt out", err)
+	}
+	clock.Advance(30 * time.Second)
+	if err := publish(1<<20, snapshot); err != nil {
+		t.Fatalf("after the bucket refilled: %v", err)
+	}
+}

@@ -279,6 +279,10 @@ type DomainUsageRecord struct {
 	// rollback may take it down to minus the burst.
 	PublishTokens float64                `protobuf:"fixed64,2,opt,name=publish_tokens,json=publishTokens,proto3" json:"publish_tokens,omitempty"`
 	PublishTime   *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=publish_time,json=publishTime,proto3" json:"publish_time,omitempty"`
+	// Bytes of new content the domain may still publish at publish_time,
+	// at most its byte burst; a rollback may take it down to minus the
+	// burst.
+	PublishBytes  float64 `protobuf:"fixed64,4,opt,name=publish_bytes,json=publishBytes,proto3" json:"publish_bytes,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -334,6 +338,13 @@ func (x *DomainUsageRecord) GetPublishTime() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *DomainUsageRecord) GetPublishBytes() float64 {
+	if x != nil {
+		return x.PublishBytes
+	}
+	return 0
+}
+
 var File_lehr_v1_storage_proto protoreflect.FileDescriptor
 
 const file_lehr_v1_storage_proto_rawDesc = "" +
@@ -354,11 +365,12 @@ const file_lehr_v1_storage_proto_rawDesc = "" +
 	"\fcontent_type\x18\x02 \x01(\tR\vcontentType\x12\x1d\n" +
 	"\n" +
 	"value_hash\x18\x03 \x01(\tR\tvalueHash\x12\x12\n" +
-	"\x04size\x18\x04 \x01(\x03R\x04size\"\x9c\x01\n" +
+	"\x04size\x18\x04 \x01(\x03R\x04size\"\xc1\x01\n" +
 	"\x11DomainUsageRecord\x12!\n" +
 	"\fstored_bytes\x18\x01 \x01(\x03R\vstoredBytes\x12%\n" +
 	"\x0epublish_tokens\x18\x02 \x01(\x01R\rpublishTokens\x12=\n" +
-	"\fpublish_time\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\vpublishTimeB\x1cZ\x1alehr.dev/lehr/proto/lehrpbb\x06proto3"
+	"\fpublish_time\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\vpublishTime\x12#\n" +
+	"\rpublish_bytes\x18\x04 \x01(\x01R\fpublishBytesB\x1cZ\x1alehr.dev/lehr/proto/lehrpbb\x06proto3"
 
 var (
 	file_lehr_v1_storage_proto_rawDescOnce sync.Once

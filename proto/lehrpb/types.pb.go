@@ -233,8 +233,14 @@ type Quotas struct {
 	// publish that would go beyond it is refused with RESOURCE_EXHAUSTED /
 	// QUOTA_EXCEEDED; a rollback is not (it is charged all the same).
 	MaxStoredBytes int64 `protobuf:"varint,9,opt,name=max_stored_bytes,json=maxStoredBytes,proto3" json:"max_stored_bytes,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// Bytes of new content per second the domain may publish — what its
+	// versions add to the store, shared by every control replica; a burst
+	// of 4 seconds' worth, at least twice the largest namespace, is
+	// allowed. A publish over it is RESOURCE_EXHAUSTED / RATE_LIMITED with
+	// the wait; a rollback may overdraw by a burst.
+	PublishBytesPerSecond int64 `protobuf:"varint,10,opt,name=publish_bytes_per_second,json=publishBytesPerSecond,proto3" json:"publish_bytes_per_second,omitempty"`
+	unknownFields         protoimpl.UnknownFields
+	sizeCache             protoimpl.SizeCache
 }
 
 func (x *Quotas) Reset() {
@@ -326,6 +332,13 @@ func (x *Quotas) GetMaxSubscriptions() int32 {
 func (x *Quotas) GetMaxStoredBytes() int64 {
 	if x != nil {
 		return x.MaxStoredBytes
+	}
+	return 0
+}
+
+func (x *Quotas) GetPublishBytesPerSecond() int64 {
+	if x != nil {
+		return x.PublishBytesPerSecond
 	}
 	return 0
 }
@@ -1179,7 +1192,7 @@ const file_lehr_v1_types_proto_rawDesc = "" +
 	"\bProperty\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\fR\x05value\x12!\n" +
-	"\fcontent_type\x18\x03 \x01(\tR\vcontentType\"\x97\x03\n" +
+	"\fcontent_type\x18\x03 \x01(\tR\vcontentType\"\xd0\x03\n" +
 	"\x06Quotas\x12.\n" +
 	"\x13max_namespace_bytes\x18\x01 \x01(\x03R\x11maxNamespaceBytes\x12%\n" +
 	"\x0emax_properties\x18\x02 \x01(\x05R\rmaxProperties\x12&\n" +
@@ -1189,7 +1202,9 @@ const file_lehr_v1_types_proto_rawDesc = "" +
 	"\x19outbound_bytes_per_second\x18\x06 \x01(\x03R\x16outboundBytesPerSecond\x12%\n" +
 	"\x0emax_namespaces\x18\a \x01(\x05R\rmaxNamespaces\x12+\n" +
 	"\x11max_subscriptions\x18\b \x01(\x05R\x10maxSubscriptions\x12(\n" +
-	"\x10max_stored_bytes\x18\t \x01(\x03R\x0emaxStoredBytes\"P\n" +
+	"\x10max_stored_bytes\x18\t \x01(\x03R\x0emaxStoredBytes\x127\n" +
+	"\x18publish_bytes_per_second\x18\n" +
+	" \x01(\x03R\x15publishBytesPerSecond\"P\n" +
 	"\vDomainUsage\x12!\n" +
 	"\fstored_bytes\x18\x01 \x01(\x03R\vstoredBytes\x12\x1e\n" +
 	"\n" +
