@@ -44,7 +44,7 @@ func TestOneTenantCannotStopAnother(t *testing.T) {
 	// Both may publish fast (a fleet admin raised their rates: the test's
 	// plaintext caller is one, in dev mode); their bytes quota is the
 	// default, which the small store cannot hold.
-	fast := &lehrpb.Quotas{PublishesPerSecond: 1000, PublishBurst: 1000}
+	fast := &lehrpb.Quotas{PublishesPerSecond: 1000, PublishBurst: 1000, PublishBytesPerSecond: 1 << 30}
 	for _, d := range []*lehrpb.Domain{{Name: "flood", Quotas: fast}, {Name: "victim", Quotas: fast}} {
 		if _, err := cl.CreateDomain(ctx, &lehrpb.CreateDomainRequest{Domain: d}); err != nil {
 			t.Fatal(err)

@@ -2,7 +2,9 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"slices"
+	"strings"
 	"testing"
 
 	"lehr.dev/lehr/control"
@@ -39,4 +41,41 @@ func TestDomainUpdate(t *testing.T) {
 	} else {
 		mustContain(t, "nothing to change", errOut, "nothing to change")
 	}
+}
+
+// TestQuotaErrorFixesWork runs, as a user would, the fixes a refusal for a
+// domain's stored-bytes quota suggests: 'lehr history compact' frees it,
+// and 'lehr domain update --max-stored-bytes' raises it; lehr domain get
+// shows the usage against the quota throughout.
+func TestQuotaErrorFixesWork(t *testing.T) {
+	srv := controltest.StartControl(t, control.Options{})
+	c := cli{t: t, addr: srv.Addr}
+	c.ok("domain", "create", "pay", "--max-stored-bytes", "1MiB")
+	big := func(n int) string { return fmt.Sprintf(`{"blob": %q}`, strings.Repeat(fmt.Sprint(n%10), 300<<10)) }
+	var refusal string
+	for i := range 5 {
+		code, _, errOut := c.run(big(i), "push", "pay/rules", "--file", "-")
+		if code != exitOK {
+			refusal = errOut
+			break
+		}
+	}
+	mustContain(t, "refused push", refusal, "QUOTA_EXCEEDED", "domain pay stores", "of its 1.0 MiB quota",
+		"lehr history compact NAMESPACE --keep N", "lehr domain update pay --max-stored-bytes SIZE")
+	mustContain(t, "domain get when full", c.ok("domain", "get", "pay"), "stored", "of 1.0 MiB", "max stored bytes    1.0 MiB")
+
+	// The first fix: compact the history.
+	mustContain(t, "history compact", c.ok("history", "compact", "pay/rules", "--keep", "1"), "removed", "version(s) of pay/rules")
+	if code, _, errOut := c.run(big(7), "push", "pay/rules", "--file", "-"); code != exitOK {
+		t.Fatalf("push after 'lehr history compact': exit %d\n%s", code, errOut)
+	}
+	// The second: raise the quota (within the server's default, which the
+	// domain's admin may; beyond it a fleet admin).
+	c.ok("domain", "update", "pay", "--max-stored-bytes", "4MiB")
+	for i := range 3 {
+		if code, _, errOut := c.run(big(i), "push", "pay/rules", "--file", "-"); code != exitOK {
+			t.Fatalf("push %d after raising the quota: exit %d\n%s", i, code, errOut)
+		}
+	}
+	mustContain(t, "domain get after", c.ok("domain", "get", "pay"), "of 4.0 MiB", "max stored bytes    4.0 MiB")
 }

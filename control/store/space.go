@@ -339,14 +339,14 @@ func (s *Store) RunSpaceMonitor(ctx context.Context) error {
 	defer t.Stop()
 	failing := false
 	for {
-		ms, err := s.readSpace(ctx)
+		_, err := s.readSpace(ctx)
 		switch {
 		case err != nil && ctx.Err() == nil && !failing:
 			failing = true
 			s.log.Warn("store: cannot read etcd's space; keeping the last reading", "err", err)
 		case err == nil:
 			failing = false
-			if err := s.maybeReclaim(ctx, ms); err != nil && ctx.Err() == nil {
+			if err := s.maybeReclaim(ctx); err != nil && ctx.Err() == nil {
 				s.log.Warn("store: reclaiming etcd's space", "err", err)
 			}
 		}
@@ -361,7 +361,7 @@ func (s *Store) RunSpaceMonitor(ctx context.Context) error {
 // maybeReclaim reclaims space when the store needs it (see
 // RunSpaceMonitor) — at most every spaceReclaimEvery, unless asked to
 // (wantReclaim).
-func (s *Store) maybeReclaim(ctx context.Context, ms []memberStatus) error {
+func (s *Store) maybeReclaim(ctx context.Context) error {
 	sp := s.space
 	sp.mu.Lock()
 	st, requested := sp.st, sp.requested
@@ -376,14 +376,20 @@ func (s *Store) maybeReclaim(ctx context.Context, ms []memberStatus) error {
 	}
 	sp.lastReclaim, sp.requested = s.opts.Now(), false
 	sp.mu.Unlock()
-	return s.reclaim(ctx, ms, st)
+	return s.reclaim(ctx, st)
 }
 
 // reclaim compacts etcd's revisions to the current one, defragments every
 // member whose free pages are worth it, one at a time, and disarms a
 // NOSPACE alarm once every member is below the quota with room for the
 // safety writes.
-func (s *Store) reclaim(ctx context.Context, ms []memberStatus, st SpaceStatus) error {
+func (s *Store) reclaim(ctx context.Context, st SpaceStatus) error {
+	// The revision now, not at the last reading: what was deleted since
+	// (the history compaction that asked for this reclaim) must be in it.
+	ms, err := s.readSpace(ctx)
+	if err != nil {
+		return err
+	}
 	rev := int64(0)
 	for _, m := range ms {
 		rev = max(rev, m.revision)
@@ -391,7 +397,7 @@ func (s *Store) reclaim(ctx context.Context, ms []memberStatus, st SpaceStatus) 
 	s.log.Info("store: reclaiming etcd's space: compacting its revisions, then defragmenting what is fragmented",
 		"db_size", st.DBSize, "in_use", st.DBSizeInUse, "high_water", st.HighWater, "quota", st.Quota, "nospace_alarm", st.Alarm, "revision", rev)
 	start := time.Now()
-	_, err := s.cli.Compact(reqCtx(ctx), rev, clientv3.WithCompactPhysical())
+	_, err = s.cli.Compact(reqCtx(ctx), rev, clientv3.WithCompactPhysical())
 	s.observe("compact", start, err)
 	if err != nil && !errors.Is(err, rpctypes.ErrCompacted) {
 		return fmt.Errorf("compact etcd's revisions to %d: %w", rev, err)

@@ -119,9 +119,11 @@ func TestStoreKeepsItsReserve(t *testing.T) {
 	if _, err := s.CompactHistory(ctx, "flood/big", 1); err != nil {
 		t.Fatal(err)
 	}
-	wait.For(t, "the store to give space back", func() bool {
-		st := s.Space()
-		return st.DBSize < st.HighWater*3/4
+	wait.Until(t, "the store to give space back", func() error {
+		if st := s.Space(); st.DBSize >= st.HighWater*3/4 {
+			return fmt.Errorf("etcd's database is %d bytes (%d in use), want under %d", st.DBSize, st.DBSizeInUse, st.HighWater*3/4)
+		}
+		return nil
 	})
 	if _, err := s.Commit(ctx, Commit{Namespace: "flood/big", Rebase: true, Content: randomSnap(t, 4, 256<<10), Info: snapshot}); err != nil {
 		t.Fatalf("the flooder's publish after its history was compacted: %v", err)
