@@ -38,7 +38,7 @@ func bigProps(n, size int) []*lehrpb.Property {
 // history is compacted (lehr history compact) publishes resume by
 // themselves.
 func TestOneTenantCannotStopAnother(t *testing.T) {
-	srv := controltest.StartControl(t, control.Options{StoreQuota: 96 << 20})
+	srv := controltest.StartControl(t, control.Options{StoreQuota: 96 << 20, Rollouts: true})
 	cl := srv.Client
 	ctx := testCtx(t)
 	// Both may publish fast (a fleet admin raised their rates: the test's
@@ -51,6 +51,11 @@ func TestOneTenantCannotStopAnother(t *testing.T) {
 		}
 	}
 	if _, err := cl.CreateZone(ctx, &lehrpb.CreateZoneRequest{Name: "z"}); err != nil {
+		t.Fatal(err)
+	}
+	// The victim's versions go through the rollout strategist, whose
+	// election and every write are the safety path's.
+	if _, err := cl.SetRolloutPolicy(ctx, &lehrpb.SetRolloutPolicyRequest{Scope: "victim", Policy: &lehrpb.RolloutPolicy{GlobalBlast: true}}); err != nil {
 		t.Fatal(err)
 	}
 	good := publish(t, cl, "victim/app", prop("k", "", "good"))
@@ -79,9 +84,20 @@ func TestOneTenantCannotStopAnother(t *testing.T) {
 	// refused cleanly once the store reaches the mark no content passes.
 	victimRefusals := 0
 	for i := 0; victimRefusals == 0; i++ {
-		_, err := cl.Publish(ctx, &lehrpb.PublishRequest{Namespace: "victim/app", Properties: bigProps(1, 256<<10)})
+		v, err := cl.Publish(ctx, &lehrpb.PublishRequest{Namespace: "victim/app", Properties: bigProps(1, 256<<10)})
 		switch e := apierror.FromError(err); {
 		case err == nil && i == 0:
+			// The strategist rolls it out above the high-water mark.
+			wait.Until(t, "the victim's version to be zone z's goal", func() error {
+				goals, err := cl.GetGoals(ctx, &lehrpb.GetGoalsRequest{Zone: "z", Namespace: "victim/app"})
+				if err != nil {
+					return err
+				}
+				if g := goals.GetGoals(); len(g) != 1 || g[0].GetVersion() != v.GetVersion().GetSeq() {
+					return fmt.Errorf("goals %v, want version %d", g, v.GetVersion().GetSeq())
+				}
+				return nil
+			})
 		case err == nil:
 			if i > 200 {
 				t.Fatal("50 MiB more published above the high-water mark without a refusal")
@@ -174,6 +190,12 @@ func TestDomainStoredBytesQuota(t *testing.T) {
 	}
 	if u := d.GetUsage(); u.GetStoredBytes() < 600<<10 || u.GetStoredBytes() > 1<<20 || u.GetNamespaces() != 1 || d.GetEffectiveQuotas().GetMaxStoredBytes() != 1<<20 {
 		t.Errorf("GetDomain: usage %v, effective quotas %v", u, d.GetEffectiveQuotas())
+	}
+	// Every quota it did not set is the server's default: a new domain is
+	// never unlimited (the issue: no publish rate or outbound limit).
+	if q := d.GetEffectiveQuotas(); q.GetPublishesPerSecond() != 10 || q.GetPublishBurst() != 20 || q.GetPublishBytesPerSecond() != 8<<20 ||
+		q.GetOutboundBytesPerSecond() != 128<<20 || q.GetMaxNamespaces() != 1000 {
+		t.Errorf("effective quotas of a domain that set only max_stored_bytes: %v; want the defaults for the rest", q)
 	}
 
 	// Its own admin cannot raise it above the default; a fleet admin can.
