@@ -37,6 +37,9 @@ const (
 	// isoCappedRate bytes a second for the zone.
 	isoCapped     = "capped"
 	isoCappedRate = 4 << 20
+	// isoDark floods as isoBulk does, to a namespace no host subscribes
+	// to: what the flood costs control and its etcd alone.
+	isoDark = "dark"
 )
 
 // isoPhase is one phase of the scenario: a flood to run while the
@@ -56,7 +59,7 @@ func runIsolation(ctx context.Context, e *Env) (*Result, error) {
 			"1 KiB key of %s/app and waits until every host's callback (time from the Patch call); %d samples a phase, 50–250 ms apart at random; "+
 			"each phase ends with a rollback of %s/app, timed the same way. Floods: (a) 16 publishers of 1 KiB snapshots over 64 namespaces of "+
 			"domain %s at its default quotas (10/s, burst 20), retrying at once when refused (hostile); (b) 2 publishers of %d MiB snapshots "+
-			"(16 × 512 KiB) to %s/big, at its default rates (10 publishes and 8 MiB a second), its stored-bytes quota raised to 1 GiB (then refused); the same to capped/big, whose domain's outbound limit is 4 MiB/s; (c) a second cluster whose store quota is "+
+			"(16 × 512 KiB) to %s/big, at its default rates (10 publishes and 8 MiB a second), its stored-bytes quota raised to 1 GiB (then refused); the same to capped/big, whose domain's outbound limit is 4 MiB/s, and to dark/big, which no host subscribes to (what control and its etcd pay alone); (c) a second cluster whose store quota is "+
 			"256 MiB, filled by %s/big until control refuses it at the high-water mark, then flooded on (every publish refused).",
 			hosts, isoVictim, isoVictim, samples, isoVictim, isoSmall, isoSnapshot>>20, isoBulk, isoBulk),
 	}
@@ -114,6 +117,7 @@ func runIsolation(ctx context.Context, e *Env) (*Result, error) {
 			{Name: isoVictim}, {Name: isoSmall},
 			{Name: isoBulk, Quotas: &lehrpb.Quotas{MaxStoredBytes: 1 << 30}},
 			{Name: isoCapped, Quotas: &lehrpb.Quotas{MaxStoredBytes: 1 << 30, OutboundBytesPerSecond: isoCappedRate}},
+			{Name: isoDark, Quotas: &lehrpb.Quotas{MaxStoredBytes: 1 << 30}},
 		} {
 			if _, err := prod.CreateDomain(ctx, d); err != nil {
 				return err
@@ -238,6 +242,7 @@ func runIsolation(ctx context.Context, e *Env) (*Result, error) {
 		{name: "… while another domain floods small publishes at its limits", flood: smallFlood},
 		{name: fmt.Sprintf("… while another domain floods %d MiB snapshots at its limits", isoSnapshot>>20), flood: bulkFlood(isoBulk + "/big")},
 		{name: fmt.Sprintf("… the same, its outbound limited to %d MiB/s", isoCappedRate>>20), flood: bulkFlood(isoCapped + "/big")},
+		{name: "… the same to a namespace no host subscribes to", flood: bulkFlood(isoDark + "/big")},
 	}); err != nil {
 		return res, err
 	}

@@ -193,7 +193,7 @@ func TestDomainStoredBytesQuota(t *testing.T) {
 	}
 	// Every quota it did not set is the server's default: a new domain is
 	// never unlimited (the issue: no publish rate or outbound limit).
-	if q := d.GetEffectiveQuotas(); q.GetPublishesPerSecond() != 10 || q.GetPublishBurst() != 20 || q.GetPublishBytesPerSecond() != 8<<20 ||
+	if q := d.GetEffectiveQuotas(); q.GetPublishesPerSecond() != 10 || q.GetPublishBurst() != 20 || q.GetPublishBytesPerSecond() != 2<<20 ||
 		q.GetOutboundBytesPerSecond() != 128<<20 || q.GetMaxNamespaces() != 1000 {
 		t.Errorf("effective quotas of a domain that set only max_stored_bytes: %v; want the defaults for the rest", q)
 	}

@@ -26,8 +26,12 @@ import (
 
 // DefaultQuotas returns the quotas of a domain that sets none, sized so
 // that the embedded store's default quota (8 GiB, a fifth of it kept for
-// the safety path) holds 25 default domains filled to their quota
-// (docs/operations.md, "Quotas").
+// the safety path) holds 25 default domains filled to their quota, and so
+// that one domain publishing large versions at its limits costs another
+// domain's one-key patch little: at 2 MiB/s of new content an 8 MiB
+// snapshot flood took the patch from 8 to 15 ms p50 on the isolation
+// bench's 2 cores, at 8 MiB/s to 108 ms p90 (bench/RESULTS.md,
+// "Isolation"; docs/operations.md, "Quotas").
 func DefaultQuotas() *lehrpb.Quotas {
 	return &lehrpb.Quotas{
 		MaxNamespaceBytes:      validate.MaxNamespaceBytes,
@@ -35,7 +39,7 @@ func DefaultQuotas() *lehrpb.Quotas {
 		MaxValueBytes:          validate.MaxValueBytes,
 		PublishesPerSecond:     10,
 		PublishBurst:           20,
-		PublishBytesPerSecond:  8 << 20,
+		PublishBytesPerSecond:  2 << 20, // a burst of at least 32 MiB: any version at once
 		OutboundBytesPerSecond: 128 << 20,
 		MaxNamespaces:          1000,
 		MaxStoredBytes:         256 << 20,
