@@ -326,14 +326,12 @@ func (f *quotaFlags) check() string {
 }
 
 // apply sets in q the quotas whose flag is in set (every one, for a nil
-// set) and reports whether any was.
-func (f *quotaFlags) apply(q *lehrpb.Quotas, set map[string]bool) bool {
-	any := false
+// set).
+func (f *quotaFlags) apply(q *lehrpb.Quotas, set map[string]bool) {
 	for _, name := range quotaFlagNames {
 		if set != nil && !set[name] {
 			continue
 		}
-		any = true
 		switch name {
 		case "max-stored-bytes":
 			q.MaxStoredBytes = int64(f.storedBytes)
@@ -357,5 +355,4 @@ func (f *quotaFlags) apply(q *lehrpb.Quotas, set map[string]bool) bool {
 			q.MaxSubscriptions = int32(f.subscriptions)
 		}
 	}
-	return any
 }
