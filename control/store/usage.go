@@ -62,6 +62,10 @@ func (l DomainLimits) burst() int {
 	return max(1, int(math.Ceil(l.PublishesPerSecond)))
 }
 
+// maxRateWait bounds the wait a RateError reports: beyond it a rate is
+// effectively none.
+const maxRateWait = 24 * time.Hour
+
 // minBytesBurst is the least byte burst: twice the largest namespace
 // (validate.MaxNamespaceBytes), so any version can be published at once.
 const minBytesBurst = 32 << 20
@@ -166,7 +170,9 @@ func (u domainUsage) charge(domain string, bytes int64, l DomainLimits, now time
 			floor = want - burst
 		}
 		if have < floor {
-			return 0, time.Duration((floor - have) / rate * float64(time.Second)), false
+			// A tiny rate (1e-300 is a valid float) must not overflow the
+			// wait into the past.
+			return 0, time.Duration(min((floor-have)/rate, maxRateWait.Seconds()) * float64(time.Second)), false
 		}
 		return have - want, 0, true
 	}

@@ -262,3 +262,19 @@ func TestPublishBytesRate(t *testing.T) {
 		t.Fatalf("after the bucket refilled: %v", err)
 	}
 }
+
+// TestTinyRateWaitsADay: a rate so small that its wait would overflow a
+// time.Duration (the issue: "due in -2562047h") reports a day.
+func TestTinyRateWaitsADay(t *testing.T) {
+	u := domainUsage{rec: &lehrpb.DomainUsageRecord{}}
+	l := DomainLimits{PublishesPerSecond: 1e-300, PublishBurst: 1}
+	next, err := u.charge("d", 10, l, time.Unix(1e9, 0), false)
+	if err != nil {
+		t.Fatalf("first publish, a full bucket: %v", err)
+	}
+	_, err = domainUsage{rec: next}.charge("d", 10, l, time.Unix(1e9, 0), false)
+	var re *RateError
+	if !errors.As(err, &re) || re.Wait != maxRateWait {
+		t.Fatalf("second publish: %v, want a RateError waiting %v", err, maxRateWait)
+	}
+}
