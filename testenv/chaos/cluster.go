@@ -149,7 +149,11 @@ func StartCluster(ctx, run context.Context, opts ClusterOptions) (_ *Cluster, er
 	}); err != nil {
 		return nil, err
 	}
-	if _, err := c.prod.CreateDomain(ctx, &lehrpb.Domain{Name: Domain, Description: "the kill matrix"}); err != nil {
+	// Quotas the workload never meets (the matrix tests kills, not
+	// quotas; a rate-limited op retried would count as one retried after
+	// a kill). Its control runs in dev mode: the caller may set them.
+	quotas := &lehrpb.Quotas{PublishesPerSecond: 1e6, PublishBurst: 1 << 20, PublishBytesPerSecond: 1 << 40, MaxStoredBytes: 1 << 40}
+	if _, err := c.prod.CreateDomain(ctx, &lehrpb.Domain{Name: Domain, Description: "the kill matrix", Quotas: quotas}); err != nil {
 		return nil, err
 	}
 
