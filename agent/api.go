@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"time"
 
 	"google.golang.org/protobuf/proto"
@@ -15,7 +14,7 @@ import (
 	"lehr.dev/lehr/canary"
 	"lehr.dev/lehr/internal/content"
 	"lehr.dev/lehr/internal/nsfile"
-	"lehr.dev/lehr/policy"
+	"lehr.dev/lehr/preview"
 	"lehr.dev/lehr/proto/lehrpb"
 )
 
@@ -219,7 +218,8 @@ func versionInfo(v content.Version) *lehrpb.VersionInfo {
 }
 
 // maxPreviewPairs bounds the preview counts the agent keeps per
-// namespace: (experiment, live etag, experiment etag) triples.
+// namespace: (experiment, live etag, experiment etag) triples; beyond it
+// the triple added to least recently is dropped (preview.Tally).
 const maxPreviewPairs = 64
 
 // ReportPreview adds a consumer's policy-preview counts to the
@@ -236,31 +236,19 @@ func (b *backend) ReportPreview(_ context.Context, req *lehrpb.ReportPreviewRequ
 		return fmt.Errorf("lease %q holds %s, not %s: %w", l.ID, l.Namespace, ns, localapi.ErrNotFound)
 	}
 	a.update(ns, func(st *nsState) {
-		// Copy on write: a Report may hold the previous slice and entries
-		// (get copies nsState shallowly).
-		next := slices.Clone(st.preview)
+		if st.tally == nil {
+			st.tally = preview.NewTally(maxPreviewPairs)
+		}
 		for _, in := range req.GetCounts() {
 			c := in.GetCounts()
-			i := slices.IndexFunc(next, func(h *lehrpb.HostPreviewCounts) bool {
-				return h.GetExperiment() == in.GetExperiment() && h.GetCounts().GetLiveEtag() == c.GetLiveEtag() &&
-					h.GetCounts().GetExperimentEtag() == c.GetExperimentEtag()
-			})
-			var t *lehrpb.HostPreviewCounts
-			if i < 0 {
-				if len(next) == maxPreviewPairs {
-					next = next[1:]
-				}
-				t = &lehrpb.HostPreviewCounts{Experiment: in.GetExperiment(), Counts: &lehrpb.PreviewCounts{
-					LiveEtag: c.GetLiveEtag(), ExperimentEtag: c.GetExperimentEtag(),
-				}}
-				next = append(next, t)
-			} else {
-				t = proto.CloneOf(next[i])
-				next[i] = t
-			}
-			policy.AddCounts(t.Counts, c)
+			st.tally.Add(preview.Key{Namespace: ns, Experiment: in.GetExperiment(), LiveEtag: c.GetLiveEtag(), ExperimentEtag: c.GetExperimentEtag()}, c)
 		}
-		st.preview = next
+		// A copy for the reports: a Report may hold the previous one
+		// (get copies nsState shallowly).
+		st.preview = nil
+		if nps := st.tally.Namespaces(); len(nps) > 0 {
+			st.preview = nps[0].GetCounts()
+		}
 	})
 	if d := req.GetLiveDecisions(); d > 0 {
 		a.sig.store.Add(ns, canary.MetricPolicyDecisions, float64(d))

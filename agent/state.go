@@ -14,6 +14,7 @@ import (
 	"lehr.dev/lehr/agent/leases"
 	"lehr.dev/lehr/internal/names"
 	"lehr.dev/lehr/internal/nsfile"
+	"lehr.dev/lehr/preview"
 	"lehr.dev/lehr/proto/lehrpb"
 )
 
@@ -46,9 +47,11 @@ type nsState struct {
 	applyErrors   uint64          // agent-side apply failures since start
 	callbackErrs  uint64          // consumer rejections since start
 
-	// preview holds the policy-preview counts consumers reported since the
-	// agent started, by experiment and etag pair, oldest pair first; at
-	// most maxPreviewPairs (the oldest is dropped).
+	// tally sums the policy-preview counts consumers reported since the
+	// agent started, by experiment and etag pair, at most maxPreviewPairs;
+	// preview is a copy of it for reports, replaced (never changed) as
+	// counts come in.
+	tally   *preview.Tally
 	preview []*lehrpb.HostPreviewCounts
 
 	// appliedAt is when the agent applied version (zero: before it

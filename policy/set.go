@@ -59,6 +59,15 @@ func CompileSet(env *cel.Env, props []content.Property) (*Set, error) {
 	return s, nil
 }
 
+// NewSet returns the set of rules, given in key order.
+func NewSet(rules ...*CompiledRule) *Set {
+	s := &Set{}
+	for _, c := range rules {
+		s.add(c)
+	}
+	return s
+}
+
 // add appends a compiled rule (rules are added in key order).
 func (s *Set) add(c *CompiledRule) {
 	s.sensitive = append(s.sensitive, c.Sensitive...)

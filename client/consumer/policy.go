@@ -53,7 +53,7 @@ func (s *Subscription) Evaluate(ctx context.Context, in policy.Input) (policy.De
 	d, err := set.Evaluate(ctx, in)
 	if p := s.previewer(); p != nil {
 		p.count(d)
-		p.shadow(ctx, v, set, d, in)
+		p.evaluate(ctx, v, set, d, in)
 	}
 	return d, err
 }

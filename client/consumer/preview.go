@@ -10,8 +10,6 @@ package consumer
 
 import (
 	"context"
-	"encoding/json"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -20,6 +18,7 @@ import (
 
 	"lehr.dev/lehr/internal/names"
 	"lehr.dev/lehr/policy"
+	"lehr.dev/lehr/preview"
 	"lehr.dev/lehr/proto/lehrpb"
 )
 
@@ -32,7 +31,7 @@ const (
 // shadowExp is one experiment of a preview view, compiled.
 type shadowExp struct {
 	id  string
-	exp policy.Experiment
+	exp preview.Experiment
 	set *policy.Set
 }
 
@@ -46,7 +45,7 @@ type shadowSet struct {
 // environment. An experiment that does not parse or compile is logged
 // once and left out (it cannot be previewed; the live decision is
 // unaffected).
-func (v *View) experiments(env func() (*cel.Env, error), p *preview) []shadowExp {
+func (v *View) experiments(env func() (*cel.Env, error), p *shadow) []shadowExp {
 	v.shadow.once.Do(func() {
 		e, err := env()
 		if err != nil {
@@ -54,7 +53,7 @@ func (v *View) experiments(env func() (*cel.Env, error), p *preview) []shadowExp
 			return
 		}
 		for _, prop := range v.snap.Props() {
-			exp, set, err := policy.ParseExperiment(e, prop)
+			exp, set, err := preview.Parse(e, prop)
 			if err != nil {
 				p.s.log.Error("policy preview: experiment left out", "preview_version", v.version, "err", err)
 				continue
@@ -65,14 +64,7 @@ func (v *View) experiments(env func() (*cel.Env, error), p *preview) []shadowExp
 	return v.shadow.exps
 }
 
-// countKey identifies a pair of configurations of one experiment.
-type countKey struct {
-	experiment string // the experiment's id
-	live       string // the live policy's etag, "v<version>"
-	etag       string // the experiment's etag
-}
-
-// counter holds exact counts for one countKey.
+// counter holds exact counts for one preview.Key.
 type counter struct {
 	allowAllow, denyDeny, allowDeny, denyAllow, errs atomic.Uint64
 }
@@ -82,11 +74,11 @@ func (c *counter) snapshot() [5]uint64 {
 }
 
 // preview is a policy subscription's shadow evaluation.
-type preview struct {
+type shadow struct {
 	s   *Subscription // the policy subscription
 	sub atomic.Pointer[Subscription]
 
-	counts     sync.Map // countKey → *counter
+	counts     sync.Map // preview.Key → *counter
 	agreements atomic.Uint64
 	logMu      sync.Mutex
 
@@ -96,13 +88,13 @@ type preview struct {
 	allows, denies atomic.Uint64
 
 	reportMu sync.Mutex
-	reported map[countKey][5]uint64
+	reported map[preview.Key][5]uint64
 	// The live counts as of the last successful report.
 	reportedAllows, reportedDenies uint64
 }
 
 // count counts a live decision.
-func (p *preview) count(d policy.Decision) {
+func (p *shadow) count(d policy.Decision) {
 	if d.Allowed() {
 		p.allows.Add(1)
 	} else {
@@ -113,12 +105,12 @@ func (p *preview) count(d policy.Decision) {
 // previewer returns the subscription's preview, starting it on first use;
 // nil when previews are disabled, the subscription is closed, or its
 // namespace is not (yet known to be) a policy namespace.
-func (s *Subscription) previewer() *preview {
+func (s *Subscription) previewer() *shadow {
 	if s.c.opts.DisablePreview || s.View().Kind() != lehrpb.NamespaceKind_NAMESPACE_KIND_POLICY {
 		return nil
 	}
 	s.previewOnce.Do(func() {
-		p := &preview{s: s, reported: map[countKey][5]uint64{}}
+		p := &shadow{s: s, reported: map[preview.Key][5]uint64{}}
 		if s.goIfOpen(p.run) {
 			s.preview = p
 		}
@@ -129,7 +121,7 @@ func (s *Subscription) previewer() *preview {
 // run subscribes to the preview namespace, reports counts every report
 // interval and, when the subscription closes, reports the last counts and
 // closes the preview subscription.
-func (p *preview) run() {
+func (p *shadow) run() {
 	s := p.s
 	pns := names.Preview(s.ns)
 	defer func() {
@@ -165,9 +157,9 @@ func (p *preview) run() {
 	}
 }
 
-// shadow evaluates in with every experiment of the current preview view
+// evaluate evaluates in with every experiment of the current preview view
 // and counts and logs each against the live decision.
-func (p *preview) shadow(ctx context.Context, live *View, liveSet *policy.Set, ld policy.Decision, in policy.Input) {
+func (p *shadow) evaluate(ctx context.Context, live *View, liveSet *policy.Set, ld policy.Decision, in policy.Input) {
 	sub := p.sub.Load()
 	if sub == nil {
 		return
@@ -176,10 +168,10 @@ func (p *preview) shadow(ctx context.Context, live *View, liveSet *policy.Set, l
 	if pv.Version() == 0 || pv.snap.Len() == 0 {
 		return
 	}
-	liveEtag := "v" + strconv.FormatUint(live.Version(), 10)
+	liveEtag := preview.LiveEtag(live.Version())
 	for _, x := range pv.experiments(p.s.c.policyEnv, p) {
 		ed, err := x.set.Evaluate(ctx, in)
-		k := countKey{experiment: x.id, live: liveEtag, etag: x.exp.Etag}
+		k := preview.Key{Experiment: x.id, LiveEtag: liveEtag, ExperimentEtag: x.exp.Etag}
 		c, ok := p.counts.Load(k)
 		if !ok {
 			c, _ = p.counts.LoadOrStore(k, new(counter))
@@ -209,56 +201,26 @@ func (p *preview) shadow(ctx context.Context, live *View, liveSet *policy.Set, l
 	}
 }
 
-// logLine is a decision log line's JSON, after the log prefix.
-type logLine struct {
-	Time             time.Time      `json:"time"`
-	Policy           string         `json:"policy"`
-	Experiment       string         `json:"experiment"`
-	LiveEtag         string         `json:"live_etag"`
-	ExperimentEtag   string         `json:"experiment_etag"`
-	Live             decisionJSON   `json:"live"`
-	ExperimentResult decisionJSON   `json:"experiment_result"`
-	Agree            bool           `json:"agree"`
-	Input            map[string]any `json:"input"`
-}
-
-type decisionJSON struct {
-	Effect policy.Effect `json:"effect"`
-	Rule   string        `json:"rule,omitempty"`
-	Error  string        `json:"error,omitempty"`
-}
-
-// log writes one decision log line: the experiment's log prefix, a space
-// and a JSON object with both etags, both results and the input with every
-// path either policy marks sensitive masked.
-func (p *preview) log(live *View, liveSet *policy.Set, ld policy.Decision, x shadowExp, ed policy.Decision, eerr error, agree bool, in policy.Input) {
+// log writes one decision log line (preview.LogLine): the experiment's
+// log prefix, a space and a JSON object with both etags, both results and
+// the input with every path either policy marks sensitive masked.
+func (p *shadow) log(live *View, liveSet *policy.Set, ld policy.Decision, x shadowExp, ed policy.Decision, eerr error, agree bool, in policy.Input) {
 	sensitive := append(append([]string(nil), liveSet.Sensitive()...), x.set.Sensitive()...)
-	line := logLine{
+	line := preview.LogLine{
 		Time:             time.Now().UTC(),
 		Policy:           p.s.ns,
 		Experiment:       x.exp.Name,
-		LiveEtag:         "v" + strconv.FormatUint(live.Version(), 10),
+		LiveEtag:         preview.LiveEtag(live.Version()),
 		ExperimentEtag:   x.exp.Etag,
-		Live:             decisionJSON{Effect: ld.Effect, Rule: ld.Rule},
-		ExperimentResult: decisionJSON{Effect: ed.Effect, Rule: ed.Rule},
+		Live:             preview.Result{Effect: ld.Effect, Rule: ld.Rule},
+		ExperimentResult: preview.Result{Effect: ed.Effect, Rule: ed.Rule},
 		Agree:            agree,
 		Input:            policy.Mask(in, sensitive),
 	}
 	if eerr != nil {
 		line.ExperimentResult.Error = eerr.Error()
 	}
-	b, err := json.Marshal(line)
-	if err != nil {
-		// An input value JSON cannot encode: log without the input.
-		line.Input = map[string]any{"unencodable": err.Error()}
-		b, _ = json.Marshal(line)
-	}
-	prefix := x.exp.LogPrefix
-	if prefix == "" {
-		prefix = "PolicyPreviewLog"
-	}
-	out := make([]byte, 0, len(prefix)+len(b)+2)
-	out = append(append(append(append(out, prefix...), ' '), b...), '\n')
+	out := line.Format(x.exp.LogPrefix)
 	p.logMu.Lock()
 	defer p.logMu.Unlock()
 	if _, err := p.s.c.opts.DecisionLog.Write(out); err != nil {
@@ -268,13 +230,13 @@ func (p *preview) log(live *View, liveSet *policy.Set, ld policy.Decision, x sha
 
 // report sends the counts added since the last successful report to the
 // agent: the experiments' and the live decisions'.
-func (p *preview) report(ctx context.Context) {
+func (p *shadow) report(ctx context.Context) {
 	p.reportMu.Lock()
 	defer p.reportMu.Unlock()
 	var req lehrpb.ReportPreviewRequest
-	now := map[countKey][5]uint64{}
+	now := map[preview.Key][5]uint64{}
 	p.counts.Range(func(k, v any) bool {
-		key, cur := k.(countKey), v.(*counter).snapshot()
+		key, cur := k.(preview.Key), v.(*counter).snapshot()
 		now[key] = cur
 		prev := p.reported[key]
 		var d [5]uint64
@@ -284,8 +246,8 @@ func (p *preview) report(ctx context.Context) {
 			changed = changed || d[i] != 0
 		}
 		if changed {
-			req.Counts = append(req.Counts, &lehrpb.HostPreviewCounts{Experiment: key.experiment, Counts: &lehrpb.PreviewCounts{
-				LiveEtag: key.live, ExperimentEtag: key.etag,
+			req.Counts = append(req.Counts, &lehrpb.HostPreviewCounts{Experiment: key.Experiment, Counts: &lehrpb.PreviewCounts{
+				LiveEtag: key.LiveEtag, ExperimentEtag: key.ExperimentEtag,
 				AllowAllow: d[0], DenyDeny: d[1], AllowDeny: d[2], DenyAllow: d[3], ExperimentErrors: d[4],
 			}})
 		}

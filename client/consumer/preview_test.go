@@ -18,13 +18,14 @@ import (
 	"lehr.dev/lehr/internal/names"
 	"lehr.dev/lehr/internal/nsfile"
 	"lehr.dev/lehr/policy"
+	"lehr.dev/lehr/preview"
 	"lehr.dev/lehr/proto/lehrpb"
 	"lehr.dev/lehr/testenv/wait"
 )
 
 // writePreview writes the preview namespace of ns with experiments, as
-// control writes it (policy.Experiment as JSON, keyed by id).
-func writePreview(tb testing.TB, dir, ns string, version uint64, exps map[string]policy.Experiment) {
+// control writes it (preview.Experiment as JSON, keyed by id).
+func writePreview(tb testing.TB, dir, ns string, version uint64, exps map[string]preview.Experiment) {
 	tb.Helper()
 	var props []content.Property
 	for id, e := range exps {
@@ -78,12 +79,12 @@ func TestShadowEvaluation(t *testing.T) {
 	}
 	defer c.Close()
 	writePolicy(t, dir, 1, "all", `{"effect": "allow", "condition": "true"}`)
-	writePreview(t, dir, ns, 1, map[string]policy.Experiment{
-		"strict": {Name: "x/strict", Etag: "e1", LogPrefix: "PolicyPreviewLog", Rules: []policy.ExperimentRule{
+	writePreview(t, dir, ns, 1, map[string]preview.Experiment{
+		"strict": {Name: "x/strict", Etag: "e1", LogPrefix: "PolicyPreviewLog", Rules: []preview.ExperimentRule{
 			{Key: "all", Rule: policy.Rule{Effect: "allow", Condition: "true"}},
 			{Key: "eve", Rule: policy.Rule{Effect: "deny", Condition: `principal.user == "eve"`}},
 		}},
-		"broken": {Name: "x/broken", Etag: "e2", LogPrefix: "PolicyPreviewLog", Rules: []policy.ExperimentRule{
+		"broken": {Name: "x/broken", Etag: "e2", LogPrefix: "PolicyPreviewLog", Rules: []preview.ExperimentRule{
 			{Key: "size", Rule: policy.Rule{Effect: "allow", Condition: `request.size > 3`}},
 		}},
 	})
@@ -105,11 +106,11 @@ func TestShadowEvaluation(t *testing.T) {
 		}
 	}
 	p := s.previewer()
-	got := map[countKey][5]uint64{}
-	p.counts.Range(func(k, v any) bool { got[k.(countKey)] = v.(*counter).snapshot(); return true })
-	want := map[countKey][5]uint64{
-		{experiment: "strict", live: "v1", etag: "e1"}: {3, 0, 3, 0, 0}, // allow→allow ana, allow→deny eve
-		{experiment: "broken", live: "v1", etag: "e2"}: {0, 0, 6, 0, 6}, // fails closed: deny, with an error
+	got := map[preview.Key][5]uint64{}
+	p.counts.Range(func(k, v any) bool { got[k.(preview.Key)] = v.(*counter).snapshot(); return true })
+	want := map[preview.Key][5]uint64{
+		{Experiment: "strict", LiveEtag: "v1", ExperimentEtag: "e1"}: {3, 0, 3, 0, 0}, // allow→allow ana, allow→deny eve
+		{Experiment: "broken", LiveEtag: "v1", ExperimentEtag: "e2"}: {0, 0, 6, 0, 6}, // fails closed: deny, with an error
 	}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("counts = %v; want %v", got, want)
@@ -138,18 +139,18 @@ func BenchmarkEvaluatePreview(b *testing.B) {
 			b.Run(fmt.Sprintf("rules=%d/experiments=%d", n, exps), func(b *testing.B) {
 				dir := b.TempDir()
 				var props []content.Property
-				var rules []policy.ExperimentRule
+				var rules []preview.ExperimentRule
 				for i := range n - 1 {
 					r := policy.Rule{Effect: "deny", Condition: fmt.Sprintf(`principal.team == "team-%d" && request.path.startsWith("/admin/%d")`, i, i)}
 					rb, _ := json.Marshal(r)
 					props = append(props, content.Property{Key: fmt.Sprintf("r%04d", i), Value: rb, ContentType: "application/json"})
-					rules = append(rules, policy.ExperimentRule{Key: fmt.Sprintf("r%04d", i), Rule: r})
+					rules = append(rules, preview.ExperimentRule{Key: fmt.Sprintf("r%04d", i), Rule: r})
 				}
 				last := policy.Rule{Effect: "allow", Condition: `request.method in ["GET", "HEAD"] && principal.tier != "blocked"`}
 				lb, _ := json.Marshal(last)
 				props = append(props, content.Property{Key: "z-allow", Value: lb, ContentType: "application/json"})
-				rules = append(rules, policy.ExperimentRule{Key: "z-allow", Rule: last},
-					policy.ExperimentRule{Key: "z-block", Rule: policy.Rule{Effect: "deny", Condition: `principal.team == "blocked"`}})
+				rules = append(rules, preview.ExperimentRule{Key: "z-allow", Rule: last},
+					preview.ExperimentRule{Key: "z-block", Rule: policy.Rule{Effect: "deny", Condition: `principal.team == "blocked"`}})
 				snap, err := content.New(props)
 				if err != nil {
 					b.Fatal(err)
@@ -160,7 +161,7 @@ func BenchmarkEvaluatePreview(b *testing.B) {
 					b.Fatal(err)
 				}
 				if exps > 0 {
-					writePreview(b, dir, ns, 1, map[string]policy.Experiment{"exp": {Name: "x/exp", Etag: "e", LogPrefix: "PolicyPreviewLog", Rules: rules}})
+					writePreview(b, dir, ns, 1, map[string]preview.Experiment{"exp": {Name: "x/exp", Etag: "e", LogPrefix: "PolicyPreviewLog", Rules: rules}})
 				}
 				c, err := New(Options{Socket: filepath.Join(b.TempDir(), "absent.sock"), FilesDir: dir, DecisionLog: io.Discard,
 					Logger: slog.New(slog.DiscardHandler), RetryInterval: 50 * time.Millisecond})

@@ -62,7 +62,7 @@ type Subscription struct {
 	// previewOnce starts preview, the shadow evaluation of a policy
 	// subscription's experiments, on the first Evaluate.
 	previewOnce sync.Once
-	preview     *preview
+	preview     *shadow
 }
 
 // goIfOpen runs fn in a goroutine Close waits for, unless the subscription

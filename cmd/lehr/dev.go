@@ -18,6 +18,7 @@ import (
 	"lehr.dev/lehr/client/producer"
 	"lehr.dev/lehr/control"
 	"lehr.dev/lehr/policy"
+	"lehr.dev/lehr/preview"
 	"lehr.dev/lehr/proto/lehrpb"
 	"lehr.dev/lehr/testenv/demoservice"
 	"lehr.dev/lehr/testenv/devcluster"
@@ -635,7 +636,7 @@ func devPreview(ctx context.Context, e *env, cl *devcluster.Cluster, dir string,
 		}
 		var n uint64
 		for _, t := range counts.GetTotals() {
-			d, _ := policy.Decisions(t)
+			d, _ := preview.Decisions(t)
 			n += d
 		}
 		if n >= devPreviewDecisions {

@@ -18,6 +18,7 @@ import (
 	"lehr.dev/lehr/canary"
 	"lehr.dev/lehr/internal/content"
 	"lehr.dev/lehr/policy"
+	"lehr.dev/lehr/preview"
 	"lehr.dev/lehr/proto/lehrpb"
 )
 
@@ -519,7 +520,7 @@ func writeCounts(w io.Writer, c *lehrpb.PolicyExperimentCounts) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "ZONE\tLIVE\tEXPERIMENT\tALLOW→ALLOW\tDENY→DENY\tALLOW→DENY\tDENY→ALLOW\tDISAGREE\tERRORS")
 	row := func(zone string, p *lehrpb.PreviewCounts) {
-		total, dis := policy.Decisions(p)
+		total, dis := preview.Decisions(p)
 		share := "-"
 		if total > 0 {
 			share = fmt.Sprintf("%.2f%%", 100*float64(dis)/float64(total))

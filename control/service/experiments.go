@@ -12,13 +12,9 @@ package service
 import (
 	"context"
 	"crypto/rand"
-	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"slices"
-	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -38,7 +34,7 @@ import (
 	"lehr.dev/lehr/internal/excerpt"
 	"lehr.dev/lehr/internal/names"
 	"lehr.dev/lehr/internal/signals"
-	"lehr.dev/lehr/policy"
+	"lehr.dev/lehr/preview"
 	"lehr.dev/lehr/proto/lehrpb"
 )
 
@@ -50,8 +46,8 @@ const MaxExperimentsPerPolicy = 5
 const defaultExperimentPage = 100
 
 // LogPrefix begins every decision log line of a preview: the AIP's
-// predefined constant for Lehr's Policy type.
-const LogPrefix = "PolicyPreviewLog"
+// predefined constant for Lehr's Policy type (preview.LogPrefix).
+const LogPrefix = preview.LogPrefix
 
 // Limits of an experiment's annotations, and of an update's mask (the
 // fields an update may name: "*", "policy", "policy.rules" and
@@ -133,19 +129,6 @@ func (s *Service) policyHead(ctx context.Context, field, ns string) (*lehrpb.Nam
 			"policy %s has a name too long to preview: its preview namespace %q would exceed %d bytes", ns, names.Preview(ns), names.MaxNameLen)
 	}
 	return head, nil
-}
-
-// liveEtag is the etag of a policy's live version.
-func liveEtag(seq uint64) string { return "v" + strconv.FormatUint(seq, 10) }
-
-// experimentEtag is a digest of what an experiment configures: its rules
-// and annotations.
-func experimentEtag(e *lehrpb.PolicyExperiment) string {
-	b, _ := proto.MarshalOptions{Deterministic: true}.Marshal(&lehrpb.PolicyExperiment{
-		Policy: &lehrpb.Policy{Rules: e.GetPolicy().GetRules()}, Annotations: e.GetAnnotations(),
-	})
-	sum := sha256.Sum256(b)
-	return hex.EncodeToString(sum[:8])
 }
 
 // checkExperimentPolicy checks an experiment's policy: its name is the
@@ -232,7 +215,7 @@ func (s *Service) GetPolicy(ctx context.Context, req *lehrpb.GetPolicyRequest) (
 	if err != nil {
 		return nil, s.apiError(ctx, err)
 	}
-	return &lehrpb.Policy{Name: req.GetName(), Rules: content.ToProto(snap.Props()), Etag: liveEtag(info.GetSeq())}, nil
+	return &lehrpb.Policy{Name: req.GetName(), Rules: content.ToProto(snap.Props()), Etag: preview.LiveEtag(info.GetSeq())}, nil
 }
 
 // CreatePolicyExperiment stores a new experiment (SUSPENDED in effect: no
@@ -277,7 +260,7 @@ func (s *Service) CreatePolicyExperiment(ctx context.Context, req *lehrpb.Create
 		UpdateTime:  now,
 		Author:      callerOf(ctx).author(""),
 	}
-	e.Etag = experimentEtag(e)
+	e.Etag = preview.ExperimentEtag(e)
 	if err := s.admitContent(e); err != nil {
 		return nil, err
 	}
@@ -429,7 +412,7 @@ func (s *Service) UpdatePolicyExperiment(ctx context.Context, req *lehrpb.Update
 	now := s.now()
 	next.UpdateTime = timestamppb.New(now)
 	next.Author = callerOf(ctx).author("")
-	next.Etag = experimentEtag(next)
+	next.Etag = preview.ExperimentEtag(next)
 	wasActive := next.GetPreviewMetadata().GetState() == lehrpb.PolicyPreviewMetadata_ACTIVE
 	if wasActive {
 		next.PreviewMetadata.State = lehrpb.PolicyPreviewMetadata_SUSPENDED
@@ -556,32 +539,6 @@ func (s *Service) setPreview(ctx context.Context, name string, active bool) (*le
 	return next, nil
 }
 
-// previewContent builds the preview namespace's content from a policy's
-// experiments: one property per ACTIVE experiment, keyed by its id.
-func previewContent(exps []*store.StoredExperiment) (content.Snapshot, error) {
-	var props []content.Property
-	for _, e := range exps {
-		md := e.GetPreviewMetadata()
-		if md.GetState() != lehrpb.PolicyPreviewMetadata_ACTIVE {
-			continue
-		}
-		doc := policy.Experiment{Name: e.GetName(), Etag: e.GetEtag(), LogPrefix: md.GetLogPrefix(), Rules: []policy.ExperimentRule{}}
-		for _, p := range content.FromProto(e.GetPolicy().GetRules()) {
-			r, err := policy.ParseRule(p)
-			if err != nil {
-				return content.Snapshot{}, fmt.Errorf("experiment %s: %w", e.GetName(), err) // checked when stored
-			}
-			doc.Rules = append(doc.Rules, policy.ExperimentRule{Key: p.Key, Rule: r})
-		}
-		b, err := json.Marshal(doc)
-		if err != nil {
-			return content.Snapshot{}, err
-		}
-		props = append(props, content.Property{Key: e.ID, Value: b, ContentType: "application/json"})
-	}
-	return content.New(props)
-}
-
 // maxPreviewSyncs bounds the rounds of syncPreview lost to concurrent
 // experiment changes.
 const maxPreviewSyncs = 8
@@ -600,7 +557,11 @@ func (s *Service) syncPreview(ctx context.Context, ns string) error {
 		if err != nil {
 			return s.previewSyncError(ctx, ns, err)
 		}
-		snap, err := previewContent(st.Experiments)
+		active := make(map[string]*lehrpb.PolicyExperiment, len(st.Experiments))
+		for _, e := range st.Experiments {
+			active[e.ID] = e.PolicyExperiment
+		}
+		snap, err := preview.Content(active)
 		if err != nil {
 			return s.previewSyncError(ctx, ns, err)
 		}
@@ -670,19 +631,19 @@ func (s *Service) CommitPolicyExperiment(ctx context.Context, req *lehrpb.Commit
 		return nil, err
 	}
 	latest := head.GetLatestVersion()
-	if pe := req.GetParentEtag(); pe != "" && pe != liveEtag(latest) {
+	if pe := req.GetParentEtag(); pe != "" && pe != preview.LiveEtag(latest) {
 		return nil, apierror.New(codes.Aborted, apierror.ReasonEtagMismatch, "parent_etag",
-			"parent_etag %s is not the live policy's etag %q: the live policy changed since; review the experiment against it and retry", excerpt.Quote(pe), liveEtag(latest))
+			"parent_etag %s is not the live policy's etag %q: the live policy changed since; review the experiment against it and retry", excerpt.Quote(pe), preview.LiveEtag(latest))
 	}
 	counts, err := s.previewCounts(ctx, ns, cur)
 	if err != nil {
 		return nil, err
 	}
-	if err := commitGate(req, cur, counts); err != nil {
+	if err := preview.Gate(req, cur.GetEtag(), counts); err != nil {
 		return nil, err
 	}
 	var expected []*lehrpb.CanaryCheck
-	change, n := expectedDenyChange(cur, counts)
+	change, _, n := preview.ExpectedChange(cur.GetEtag(), counts)
 	if n >= canary.PolicyCheckMinDecisions {
 		expected = append(expected, signals.CheckProto(canary.PolicyCheck(change)))
 	}
@@ -727,7 +688,7 @@ func (s *Service) CommitPolicyExperiment(ctx context.Context, req *lehrpb.Commit
 	switch {
 	case errors.As(err, &ce):
 		return nil, apierror.New(codes.Aborted, apierror.ReasonEtagMismatch, "parent_etag",
-			"parent_etag %s is not the live policy's etag %q: the live policy changed while committing; nothing was committed", excerpt.Quote(req.GetParentEtag()), liveEtag(ce.Current))
+			"parent_etag %s is not the live policy's etag %q: the live policy changed while committing; nothing was committed", excerpt.Quote(req.GetParentEtag()), preview.LiveEtag(ce.Current))
 	case errors.Is(err, store.ErrConflict):
 		return nil, s.experimentWriteError(ctx, err)
 	case err != nil:
@@ -752,31 +713,6 @@ func (s *Service) CommitPolicyExperiment(ctx context.Context, req *lehrpb.Commit
 	return operation(md, &emptypb.Empty{})
 }
 
-// expectedDenyChange returns how much the share of decisions that deny
-// changes from the live policy to experiment e, over every decision the
-// hosts counted for e's etag (allow→deny less deny→allow, over them all),
-// and how many decisions that is.
-func expectedDenyChange(e *store.StoredExperiment, counts *lehrpb.PolicyExperimentCounts) (float64, uint64) {
-	sum := etagTotals(e, counts)
-	total, _ := policy.Decisions(sum)
-	if total == 0 {
-		return 0, 0
-	}
-	return (float64(sum.GetAllowDeny()) - float64(sum.GetDenyAllow())) / float64(total), total
-}
-
-// etagTotals sums the hosts' counts of experiment e's current etag, over
-// every zone and live etag.
-func etagTotals(e *store.StoredExperiment, counts *lehrpb.PolicyExperimentCounts) *lehrpb.PreviewCounts {
-	sum := &lehrpb.PreviewCounts{ExperimentEtag: e.GetEtag()}
-	for _, c := range counts.GetTotals() {
-		if c.GetExperimentEtag() == e.GetEtag() {
-			policy.AddCounts(sum, c)
-		}
-	}
-	return sum
-}
-
 // DeletePolicy deletes a live policy: its next version is the no-op
 // policy, its experiments are deleted and it is marked deleted, in one
 // transaction (AIP-236's cascade), and the hosts stop previewing them.
@@ -795,9 +731,9 @@ func (s *Service) DeletePolicy(ctx context.Context, req *lehrpb.DeletePolicyRequ
 		return nil, err
 	}
 	latest := head.GetLatestVersion()
-	if e := req.GetEtag(); e != "" && e != liveEtag(latest) {
+	if e := req.GetEtag(); e != "" && e != preview.LiveEtag(latest) {
 		return nil, apierror.New(codes.Aborted, apierror.ReasonEtagMismatch, "etag",
-			"etag %s is not the live policy's etag %q: the live policy changed since you read it; nothing was deleted", excerpt.Quote(e), liveEtag(latest))
+			"etag %s is not the live policy's etag %q: the live policy changed since you read it; nothing was deleted", excerpt.Quote(e), preview.LiveEtag(latest))
 	}
 	d, _, _ := strings.Cut(ns, "/")
 	dom, err := s.domainOf(ctx, d, "name")
@@ -837,7 +773,7 @@ func (s *Service) DeletePolicy(ctx context.Context, req *lehrpb.DeletePolicyRequ
 	switch {
 	case errors.As(err, &ce):
 		return nil, apierror.New(codes.Aborted, apierror.ReasonEtagMismatch, "etag",
-			"etag %s is not the live policy's etag %q: the live policy changed while deleting; nothing was deleted", excerpt.Quote(req.GetEtag()), liveEtag(ce.Current))
+			"etag %s is not the live policy's etag %q: the live policy changed while deleting; nothing was deleted", excerpt.Quote(req.GetEtag()), preview.LiveEtag(ce.Current))
 	case err != nil:
 		return nil, withField(s.apiError(ctx, err), "name")
 	}
@@ -856,32 +792,6 @@ func (s *Service) DeletePolicy(ctx context.Context, req *lehrpb.DeletePolicyRequ
 		CreateTime: timestamppb.New(start), EndTime: timestamppb.New(s.now()), Target: req.GetName(),
 		Version: info, DeletedExperiments: expNames,
 	}, &emptypb.Empty{})
-}
-
-// commitGate refuses a commit the hosts' counts do not support yet
-// (min_evaluations, max_disagreement).
-func commitGate(req *lehrpb.CommitPolicyExperimentRequest, e *store.StoredExperiment, counts *lehrpb.PolicyExperimentCounts) error {
-	if req.GetMinEvaluations() == 0 && req.GetMaxDisagreement() == 0 {
-		return nil
-	}
-	total, disagree := policy.Decisions(etagTotals(e, counts))
-	if total < req.GetMinEvaluations() {
-		return apierror.New(codes.FailedPrecondition, apierror.ReasonPreviewGate, "min_evaluations",
-			"hosts have evaluated experiment etag %s %d times; the commit asks for at least %d: keep previewing (is it ACTIVE? `lehr policy experiment counts`)",
-			e.GetEtag(), total, req.GetMinEvaluations()).WithLimit("%d evaluations", req.GetMinEvaluations())
-	}
-	if m := req.GetMaxDisagreement(); m > 0 {
-		if total == 0 {
-			return apierror.New(codes.FailedPrecondition, apierror.ReasonPreviewGate, "max_disagreement",
-				"hosts have not evaluated experiment etag %s yet, so its disagreement is unknown; start previewing it and wait for traffic", e.GetEtag())
-		}
-		if share := float64(disagree) / float64(total); share > m {
-			return apierror.New(codes.FailedPrecondition, apierror.ReasonPreviewGate, "max_disagreement",
-				"experiment etag %s disagreed with the live policy on %d of %d decisions (%.4g%%); the commit allows at most %.4g%%",
-				e.GetEtag(), disagree, total, 100*share, 100*m).WithLimit("%g", m)
-		}
-	}
-	return nil
 }
 
 // GetPolicyExperimentCounts sums the hosts' counts for an experiment.
@@ -905,16 +815,9 @@ func (s *Service) previewCounts(ctx context.Context, ns string, e *store.StoredE
 	if err != nil {
 		return nil, s.apiError(ctx, err)
 	}
-	type pair struct{ zone, live, exp string }
-	sums := map[pair]*lehrpb.PreviewCounts{}
-	add := func(k pair, c *lehrpb.PreviewCounts) {
-		t := sums[k]
-		if t == nil {
-			t = &lehrpb.PreviewCounts{Zone: k.zone, LiveEtag: k.live, ExperimentEtag: k.exp}
-			sums[k] = t
-		}
-		policy.AddCounts(t, c)
-	}
+	// Per zone (the key's namespace) and over every zone (""): at most
+	// the distributors' own bound of pairs, each, per zone.
+	sums := preview.NewTally((len(zones) + 1) * fanoutPreviewBound)
 	for _, z := range zones {
 		sts, err := s.st.ZoneStatus(ctx, z.GetName())
 		if err != nil {
@@ -930,34 +833,27 @@ func (s *Service) previewCounts(ctx context.Context, ns string, e *store.StoredE
 						continue
 					}
 					c := hc.GetCounts()
-					add(pair{z.GetName(), c.GetLiveEtag(), c.GetExperimentEtag()}, c)
-					add(pair{"", c.GetLiveEtag(), c.GetExperimentEtag()}, c)
+					for _, zone := range []string{z.GetName(), ""} {
+						sums.Add(preview.Key{Namespace: zone, Experiment: e.ID, LiveEtag: c.GetLiveEtag(), ExperimentEtag: c.GetExperimentEtag()}, c)
+					}
 				}
 			}
 		}
 	}
 	out := &lehrpb.PolicyExperimentCounts{Name: e.GetName(), Etag: e.GetEtag()}
-	for k, c := range sums {
-		if k.zone == "" {
+	sums.Each(func(k preview.Key, c *lehrpb.PreviewCounts) {
+		c = proto.CloneOf(c)
+		c.Zone = k.Namespace
+		if k.Namespace == "" {
 			out.Totals = append(out.Totals, c)
 		} else {
 			out.Zones = append(out.Zones, c)
 		}
-	}
-	order := func(a, b *lehrpb.PreviewCounts) int {
-		return cmpStrings(a.GetZone(), b.GetZone(), a.GetLiveEtag(), b.GetLiveEtag(), a.GetExperimentEtag(), b.GetExperimentEtag())
-	}
-	slices.SortFunc(out.Zones, order)
-	slices.SortFunc(out.Totals, order)
+	})
 	return out, nil
 }
 
-// cmpStrings compares pairs of strings in order: (a0, b0), then (a1, b1)...
-func cmpStrings(ab ...string) int {
-	for i := 0; i+1 < len(ab); i += 2 {
-		if c := strings.Compare(ab[i], ab[i+1]); c != 0 {
-			return c
-		}
-	}
-	return 0
-}
+// fanoutPreviewBound is the most configuration pairs a distributor's
+// report carries (distributor/fanout.MaxPreviewReport): control sums at
+// most that many per zone.
+const fanoutPreviewBound = 1000

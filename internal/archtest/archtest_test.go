@@ -57,6 +57,8 @@ func TestImportDirection(t *testing.T) {
 		{distributor + "/...", []string{agent, testenv, etcdServer}, "distributors talk to control over gRPC only"},
 		{control + "/...", []string{agent, distributor, testenv}, "control never links what runs in the zones"},
 		{module + "/policy/...", []string{agent, distributor, control, client, testenv}, "the policy rule model is a leaf shared by control, hosts and clients"},
+		{module + "/canary/...", []string{agent, distributor, control, client, testenv}, "canary analysis is pure statistics shared by control, agents and the CLI"},
+		{module + "/preview/...", []string{agent, distributor, control, client, testenv, module + "/canary"}, "the policy preview model is a pure leaf shared by every role"},
 	}
 	for _, r := range rules {
 		got := deps(t, r.pkgs)
