@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math"
 	"slices"
 	"strings"
 	"sync"
@@ -21,7 +20,6 @@ import (
 	"lehr.dev/lehr/control/evaluation"
 	"lehr.dev/lehr/control/store"
 	"lehr.dev/lehr/internal/backoff"
-	"lehr.dev/lehr/internal/cohort"
 	"lehr.dev/lehr/internal/names"
 	"lehr.dev/lehr/proto/lehrpb"
 )
@@ -489,7 +487,8 @@ func (s *Strategist) start(ctx context.Context, g store.Guard, h *lehrpb.Namespa
 		}
 		if info.GetSource() == lehrpb.VersionSource_VERSION_SOURCE_ROLLBACK && info.GetAuthor() == Author &&
 			strings.HasPrefix(info.GetMessage(), rollbackMessage(prev.GetVersion(), "")) {
-			return nil, s.fail(ctx, g, proto.CloneOf(prev), zones, now, strings.TrimPrefix(info.GetMessage(), rollbackMessage(prev.GetVersion(), "")))
+			return nil, s.end(ctx, g, proto.CloneOf(prev), zones, now, lehrpb.RolloutState_ROLLOUT_STATE_FAILED,
+				strings.TrimPrefix(info.GetMessage(), rollbackMessage(prev.GetVersion(), "")), nil)
 		}
 	}
 	if running {
@@ -501,7 +500,7 @@ func (s *Strategist) start(ctx context.Context, g store.Guard, h *lehrpb.Namespa
 		old.Reason = fmt.Sprintf("version %d supersedes it (the latest intent wins); hosts that took %d move on with %d's rollout", seq, prev.GetVersion(), seq)
 		old.UpdateTime = timestamppb.New(now)
 		if err := st.PutRollout(ctx, g, store.RolloutStep{Rollout: old, Events: []*lehrpb.RolloutEvent{
-			s.event(old, now, "superseded", old.GetReason(), ""),
+			newEvent(old, now, "superseded", old.GetReason(), ""),
 		}}); err != nil {
 			return nil, err
 		}
@@ -537,7 +536,7 @@ func (s *Strategist) start(ctx context.Context, g store.Guard, h *lehrpb.Namespa
 	if policy.GetGlobalBlast() {
 		what += ", a GLOBAL BLAST: every zone at once"
 	}
-	started := s.event(r, now, "started", fmt.Sprintf("version %d from base %d under %s: %s", seq, base, what, strings.Join(r.Stages, " → ")), "")
+	started := newEvent(r, now, "started", fmt.Sprintf("version %d from base %d under %s: %s", seq, base, what, strings.Join(r.Stages, " → ")), "")
 	if _, _, frozen := Frozen(policy, now); frozen || policy.GetMaxConcurrent() > 0 {
 		// Recorded, not entered: the round's queue pass enters the first
 		// stage once no freeze window is open and the domain has room.
@@ -545,7 +544,7 @@ func (s *Strategist) start(ctx context.Context, g store.Guard, h *lehrpb.Namespa
 		r.UpdateTime = timestamppb.New(now)
 		return r, st.PutRollout(ctx, g, store.RolloutStep{Rollout: r, Events: []*lehrpb.RolloutEvent{started}})
 	}
-	return r, s.enter(ctx, g, r, 0, stages, goals, now, started)
+	return r, s.apply(ctx, g, zones, enter(r, 0, stages, goals, now, started), nil)
 }
 
 // admit enters the first stage of the rollouts waiting for it (started
@@ -572,17 +571,17 @@ func (s *Strategist) admit(ctx context.Context, g store.Guard, active []*lehrpb.
 		d, _, _ := strings.Cut(r.GetNamespace(), "/")
 		stages := Resolve(r.GetPolicy(), zones)
 		var err error
-		w, until, frozen := Frozen(r.GetPolicy(), now)
+		w, until, isFrozen := Frozen(r.GetPolicy(), now)
 		switch k := int(r.GetPolicy().GetMaxConcurrent()); {
 		case r.GetState() == lehrpb.RolloutState_ROLLOUT_STATE_PAUSED:
-		case frozen:
-			err = s.freeze(ctx, g, r, now, w, until, fmt.Sprintf("stage %q waits", stages[0].Name))
+		case isFrozen:
+			err = s.apply(ctx, g, zones, frozen(r, now, w, until, fmt.Sprintf("stage %q waits", stages[0].Name)), nil)
 		case k > 0 && len(inflight[d]) >= k:
 			reason := fmt.Sprintf("queued: %d rollout(s) of domain %s are in a stage (%s), the most its policy allows; starts when one ends",
 				len(inflight[d]), d, strings.Join(inflight[d], ", "))
 			var evs []*lehrpb.RolloutEvent
 			if !strings.HasPrefix(r.GetReason(), "queued:") {
-				evs = append(evs, s.event(r, now, "queued", reason, ""))
+				evs = append(evs, newEvent(r, now, "queued", reason, ""))
 			}
 			if reason != r.GetReason() {
 				r.Reason, r.UpdateTime = reason, timestamppb.New(now)
@@ -591,7 +590,7 @@ func (s *Strategist) admit(ctx context.Context, g store.Guard, active []*lehrpb.
 		default:
 			var cur map[string]*lehrpb.GoalState
 			if cur, err = s.zoneGoals(ctx, r.GetNamespace(), zones); err == nil {
-				err = s.enter(ctx, g, r, 0, stages, cur, now)
+				err = s.apply(ctx, g, zones, enter(r, 0, stages, cur, now), nil)
 				inflight[d] = append(inflight[d], r.GetId())
 			}
 		}
@@ -600,126 +599,6 @@ func (s *Strategist) admit(ctx context.Context, g store.Guard, active []*lehrpb.
 		}
 	}
 	return errors.Join(errs...)
-}
-
-// freeze records that r waits for freeze window w to close at until, with
-// an event the first time.
-func (s *Strategist) freeze(ctx context.Context, g store.Guard, r *lehrpb.Rollout, now time.Time, w *lehrpb.FreezeWindow, until time.Time, what string, evs ...*lehrpb.RolloutEvent) error {
-	why := DescribeFreeze(w)
-	if w.GetReason() != "" {
-		why = w.GetReason() + ", " + why
-	}
-	reason := fmt.Sprintf("frozen until %s (%s): %s", until.UTC().Format(time.RFC3339), why, what)
-	if reason == r.GetReason() && len(evs) == 0 {
-		return nil
-	}
-	if !strings.HasPrefix(r.GetReason(), "frozen until") {
-		evs = append(evs, s.event(r, now, "frozen", reason, ""))
-	}
-	r.Reason, r.UpdateTime = reason, timestamppb.New(now)
-	return s.opts.Store.PutRollout(ctx, g, store.RolloutStep{Rollout: r, Events: evs})
-}
-
-// event returns the rollout's next event.
-func (s *Strategist) event(r *lehrpb.Rollout, now time.Time, kind, msg, author string) *lehrpb.RolloutEvent {
-	r.EventCount++
-	return &lehrpb.RolloutEvent{RolloutId: r.GetId(), Seq: r.GetEventCount(), Time: timestamppb.New(now), Kind: kind, Stage: r.GetStage(), Message: msg, Author: author}
-}
-
-// cumulative is what the stages up to i move in each zone.
-type cumulative struct {
-	percent map[string]float64 // of the zone's hosts, by the zones stages and percentage canaries
-	hosts   map[string]int     // canary host counts
-}
-
-func upTo(stages []Stage, i int) cumulative {
-	c := cumulative{percent: map[string]float64{}, hosts: map[string]int{}}
-	for _, st := range stages[:i+1] {
-		for _, t := range st.Targets {
-			c.percent[t.Zone] = max(c.percent[t.Zone], t.Percent)
-			c.hosts[t.Zone] = max(c.hosts[t.Zone], t.Hosts)
-		}
-	}
-	return c
-}
-
-func canaryHosts(r *lehrpb.Rollout, zone string) ([]string, bool) {
-	for _, zh := range r.GetCanaryHosts() {
-		if zh.GetZone() == zone {
-			return zh.GetHosts(), true
-		}
-	}
-	return nil, false
-}
-
-// goalsFor computes every zone's goal at stage i: whole zones hold the
-// version; zones partly moved keep their stable goal with the version as
-// candidate for their cohort; others keep their goal.
-func (s *Strategist) goalsFor(r *lehrpb.Rollout, stages []Stage, i int, cur map[string]*lehrpb.GoalState, now time.Time) []*lehrpb.GoalState {
-	c := upTo(stages, i)
-	reason := fmt.Sprintf("rollout %s: stage %q", r.GetId(), stages[i].Name)
-	var out []*lehrpb.GoalState
-	zones := make([]string, 0, len(c.percent))
-	for z := range c.percent {
-		zones = append(zones, z)
-	}
-	slices.Sort(zones)
-	for _, z := range zones {
-		pct, n := c.percent[z], c.hosts[z]
-		g := &lehrpb.GoalState{Zone: z, Namespace: r.GetNamespace(), UpdateTime: timestamppb.New(now), Reason: reason}
-		if pct >= 100 {
-			g.Version, g.Checksum = r.GetVersion(), r.GetChecksum()
-			out = append(out, g)
-			continue
-		}
-		old := cur[z]
-		if old == nil {
-			continue // no stable goal to keep: the zone is reached whole later
-		}
-		g.Version, g.Checksum = old.GetVersion(), old.GetChecksum()
-		cand := &lehrpb.CandidateGoal{Version: r.GetVersion(), Checksum: r.GetChecksum(), Salt: r.GetSalt(),
-			PerMillion: uint32(math.Ceil(pct * cohort.Million / 100))}
-		if n > 0 {
-			if hosts, ok := canaryHosts(r, z); ok {
-				cand.Hosts = hosts
-			} else {
-				cand.Sample = uint32(n)
-			}
-		}
-		if a := stages[i].Analysis; a != nil && stages[i].Bake > 0 {
-			cand.Analysis = uint32(cmp.Or(int(a.GetControlHosts()), evaluation.DefaultControlHosts))
-			cand.Checks = a.GetChecks()
-		}
-		g.Candidate = cand
-		out = append(out, g)
-	}
-	return out
-}
-
-// enter moves r to stage i, writing its goals.
-func (s *Strategist) enter(ctx context.Context, g store.Guard, r *lehrpb.Rollout, i int, stages []Stage, cur map[string]*lehrpb.GoalState, now time.Time, evs ...*lehrpb.RolloutEvent) error {
-	r.Stage = int32(i)
-	r.StageStartTime, r.StageAppliedTime, r.Promote = timestamppb.New(now), nil, false
-	r.Reason = fmt.Sprintf("stage %q: waiting for its hosts to apply version %d", stages[i].Name, r.GetVersion())
-	r.UpdateTime = timestamppb.New(now)
-	evs = append(evs, s.event(r, now, "stage", fmt.Sprintf("entered stage %d/%d %q: %s", i+1, len(stages), stages[i].Name, describe(stages[i])), ""))
-	s.log.Info("rollout stage", "rollout", r.GetId(), "stage", stages[i].Name)
-	return s.opts.Store.PutRollout(ctx, g, store.RolloutStep{Rollout: r, Goals: s.goalsFor(r, stages, i, cur, now), Events: evs})
-}
-
-func describe(st Stage) string {
-	var parts []string
-	for _, t := range st.Targets {
-		switch {
-		case t.Hosts > 0:
-			parts = append(parts, fmt.Sprintf("%d canary host(s) in %s", t.Hosts, t.Zone))
-		case t.Percent >= 100:
-			parts = append(parts, "all of "+t.Zone)
-		default:
-			parts = append(parts, fmt.Sprintf("%g%% of %s", t.Percent, t.Zone))
-		}
-	}
-	return fmt.Sprintf("%s; bake %v, apply within %v", strings.Join(parts, ", "), st.Bake, st.ApplyDeadline)
 }
 
 // evidence is what the zones a rollout has reached report about its
@@ -875,208 +754,69 @@ func behind(d *lehrpb.DistributorStatus, ns string, v uint64, cohort bool) []str
 	return out
 }
 
-// step advances a running rollout as far as the evidence allows.
+// step advances a running rollout as far as the evidence allows: it reads
+// what Step decides on — the evidence, the stage's canary evaluation, the
+// goals when the decision needs them — and applies the decision.
 func (s *Strategist) step(ctx context.Context, g store.Guard, r *lehrpb.Rollout, zones []string) error {
-	r = proto.CloneOf(r)
-	now := s.opts.Now()
 	stages := Resolve(r.GetPolicy(), zones)
-	if len(stages) == 0 {
-		return nil // no zone registered
-	}
-	i := int(r.GetStage())
-	if i >= len(stages) {
-		i = len(stages) - 1
-	}
-	stg := stages[i]
-	if r.GetStageStartTime() == nil {
-		return nil // not entered yet: admit decides
+	if len(stages) == 0 || r.GetStageStartTime() == nil {
+		return nil // no zone registered; not entered yet: admit decides
 	}
 	ev, err := s.gather(ctx, r, stages)
 	if err != nil {
 		return err
 	}
-
-	// Select: name the canary hosts of zones whose samples arrived.
-	var evs []*lehrpb.RolloutEvent
-	for _, z := range ev.unsampled {
-		smps := ev.samples[z]
-		empty := ev.byZone[z].empty()
-		if ev.zonesReporting[z] == 0 && now.Sub(r.GetStageStartTime().AsTime()) < emptyZoneWait(stg) {
-			empty = "" // its distributors may be starting: give them time to report
+	in := StepInput{Rollout: r, Stages: stages, Zones: zones, Evidence: ev, Now: s.opts.Now(),
+		Goals: func() (map[string]*lehrpb.GoalState, error) { return s.zoneGoals(ctx, r.GetNamespace(), zones) }}
+	if id := r.GetEvaluationId(); id != "" && id == analysisID(r, min(int(r.GetStage()), len(stages)-1)) {
+		if in.Analysis, err = s.opts.Evaluations.Get(ctx, id, false); err != nil {
+			return err
 		}
-		if empty == "" && (len(smps) == 0 || len(smps) < ev.zonesReporting[z]) {
-			continue // not every distributor of the zone has sampled yet
-		}
-		n := upTo(stages, i).hosts[z]
-		var all []string
-		for _, smp := range smps {
-			all = append(all, smp.GetHosts()...)
-		}
-		slices.SortFunc(all, func(a, b string) int {
-			return cmp.Or(cmp.Compare(cohort.Position(r.GetSalt(), a), cohort.Position(r.GetSalt(), b)), strings.Compare(a, b))
-		})
-		all = slices.Compact(all)[:min(n, len(slices.Compact(all)))]
-		r.CanaryHosts = append(r.CanaryHosts, &lehrpb.ZoneHosts{Zone: z, Hosts: all})
-		kind, msg := "selected", fmt.Sprintf("canary hosts of %s: %s", z, strings.Join(all, ", "))
-		switch {
-		case len(all) == 0 && empty != "":
-			// Nothing to wait for: recorded as a zone without canary
-			// hosts, so the stage does not wait for a sample.
-			kind, msg = "skipped", fmt.Sprintf("zone %s: %s, so no canary there; its goal moves with the rollout all the same", z, empty)
-		case len(all) == 0:
-			msg = fmt.Sprintf("no host of %s subscribes to the namespace: no canary there", z)
-		}
-		evs = append(evs, s.event(r, now, kind, msg, ""))
 	}
-	if len(evs) > 0 {
-		cur, err := s.zoneGoals(ctx, r.GetNamespace(), zones)
+	d, err := Step(in)
+	if err != nil {
+		return err
+	}
+	if d.Analysis != nil {
+		// Start the stage's canary evaluation, judge its first look, and
+		// step on with it.
+		cev, err := s.opts.Evaluations.Create(ctx, d.Analysis)
 		if err != nil {
+			return fmt.Errorf("start canary analysis %s: %w", d.Analysis.GetId(), err)
+		}
+		if cev, err = s.opts.Evaluations.Step(ctx, g, cev); err != nil {
 			return err
 		}
-		r.UpdateTime = timestamppb.New(now)
-		return s.opts.Store.PutRollout(ctx, g, store.RolloutStep{Rollout: r, Goals: s.goalsFor(r, stages, i, cur, now), Events: evs})
-	}
-
-	// Validate: the built-in health gates, at any time in a stage.
-	if ev.lapsed > 0 {
-		return s.fail(ctx, g, r, zones, now, fmt.Sprintf("%d consumer lease(s) lapsed on hosts running version %d (%s): consumers crashed or hung", ev.lapsed, r.GetVersion(), nameSome(ev.lapsedHosts, len(ev.lapsedHosts))))
-	}
-	if ev.consumers > 0 {
-		if ratio := float64(ev.rejected) / float64(ev.consumers); ratio > stg.MaxErrorRatio {
-			return s.fail(ctx, g, r, zones, now, fmt.Sprintf("%d of %d consumers rejected version %d (ratio %.3g, stage %q allows %g) on %s",
-				ev.rejected, ev.consumers, r.GetVersion(), ratio, stg.Name, stg.MaxErrorRatio, nameSome(ev.rejectingHosts, len(ev.rejectingHosts))))
-		}
-	}
-	// Validate: the canary analysis of a canary stage, once its hosts
-	// applied; a FAIL at any look rolls back.
-	var cev *lehrpb.CanaryEvaluation
-	if stg.Analysis != nil && stg.Bake > 0 && r.GetStageAppliedTime() != nil && ev.applied > 0 {
-		if cev, err = s.analysis(ctx, g, r, i, stg, zones, now); err != nil {
+		if err := s.apply(ctx, g, zones, d, nil); err != nil {
 			return err
 		}
-		if cev.GetResult().GetVerdict() == lehrpb.CanaryVerdict_CANARY_VERDICT_FAIL {
-			return s.fail(ctx, g, r, zones, now, "canary analysis "+cev.GetId()+": "+evaluation.Explain(cev)+canaryNote(r))
-		}
-	}
-	if r.GetState() == lehrpb.RolloutState_ROLLOUT_STATE_PAUSED {
-		return nil // checked above; no stage moves while paused
-	}
-	started := r.GetStageStartTime().AsTime()
-	if r.GetStageAppliedTime() == nil {
-		settled := len(ev.unsampled) == 0 && len(ev.stale) == 0 && ev.pending == 0
-		nobody := settled && ev.applied == 0 // no host consumes the namespace where the stage reaches
-		if settled && (ev.applied >= stg.MinHostsApplied || nobody) {
-			msg := fmt.Sprintf("%d host(s) hold version %d after %v", ev.applied, r.GetVersion(), now.Sub(started).Round(time.Millisecond))
-			if nobody {
-				msg = "no host the stage reaches consumes the namespace: nothing to wait for or check"
-			}
-			r.StageAppliedTime = timestamppb.New(now)
-			r.Reason = fmt.Sprintf("stage %q: %s; baking %v", stg.Name, msg, stg.Bake)
-			r.UpdateTime = timestamppb.New(now)
-			var evs []*lehrpb.RolloutEvent
-			if skipped := skippedZones(ev.byZone, wholeOrShare(stg)); len(skipped) > 0 {
-				evs = append(evs, s.event(r, now, "skipped", strings.Join(skipped, "; ")+
-					": nothing to wait for there; the goal moves with the rollout all the same", ""))
-			}
-			evs = append(evs, s.event(r, now, "applied", msg, ""))
-			return s.opts.Store.PutRollout(ctx, g, store.RolloutStep{Rollout: r, Events: evs})
-		}
-		// Where it waits: the zones with pending hosts, named.
-		where := describeZones(ev.zones, r.GetVersion())
-		switch {
-		case len(ev.unsampled) > 0:
-			where = fmt.Sprintf("the distributors of %s named no canary hosts", strings.Join(ev.unsampled, ", "))
-		case len(ev.stale) > 0:
-			where = fmt.Sprintf("the distributors of %s did not report on the candidate", strings.Join(ev.stale, ", "))
-		}
-		if where != "" {
-			where = ": " + where
-		}
-		if now.Sub(started) > stg.ApplyDeadline {
-			return s.fail(ctx, g, r, zones, now, fmt.Sprintf("stage %q: after %v, %d host(s) hold version %d and %d do not (at least %d needed)%s",
-				stg.Name, stg.ApplyDeadline, ev.applied, r.GetVersion(), ev.pending, stg.MinHostsApplied, where))
-		}
-		reason := fmt.Sprintf("stage %q: waiting for hosts to apply version %d: %d applied, %d pending, at least %d needed; %v left%s",
-			stg.Name, r.GetVersion(), ev.applied, ev.pending, stg.MinHostsApplied, (stg.ApplyDeadline - now.Sub(started)).Round(time.Second), where)
-		switch {
-		case len(ev.unsampled) > 0:
-			reason = fmt.Sprintf("stage %q: waiting for the distributors of %s to sample canary hosts%s", stg.Name, strings.Join(ev.unsampled, ", "),
-				unreported(ev.unsampled, ev.zonesReporting, started.Add(emptyZoneWait(stg))))
-		case len(ev.stale) > 0:
-			reason = fmt.Sprintf("stage %q: waiting for the distributors of %s to report on the candidate", stg.Name, strings.Join(ev.stale, ", "))
-		}
-		return s.setReason(ctx, g, r, now, reason)
-	}
-	applied := r.GetStageAppliedTime().AsTime()
-	if !r.GetPromote() && now.Sub(applied) < stg.Bake {
-		return s.setReason(ctx, g, r, now, fmt.Sprintf("stage %q: baking, %v left (%d host(s) hold version %d, %d of %d consumers rejected it)%s",
-			stg.Name, (stg.Bake-now.Sub(applied)).Round(time.Second), ev.applied, r.GetVersion(), ev.rejected, ev.consumers, analysisNote(cev)))
-	}
-	verdictNote := ""
-	if cev != nil && !r.GetPromote() {
-		res := cev.GetResult()
-		done := cev.GetState() == lehrpb.CanaryEvaluationState_CANARY_EVALUATION_STATE_DONE
-		grace := max(AnalysisGrace, stg.Bake/2)
-		switch {
-		case done && res.GetVerdict() == lehrpb.CanaryVerdict_CANARY_VERDICT_PASS:
-			verdictNote = "; canary analysis PASS"
-		case !done && now.Sub(applied) < stg.Bake+grace:
-			return s.setReason(ctx, g, r, now, fmt.Sprintf("stage %q: baked; waiting for the canary analysis's last look (%v at most)%s",
-				stg.Name, (stg.Bake+grace-now.Sub(applied)).Round(time.Second), analysisNote(cev)))
-		default: // no verdict: NONE at the last look, or no last look in time
-			why := res.GetReason()
-			if !done {
-				why = fmt.Sprintf("its last look did not come within %v of the bake's end (%s)", grace, orNone(why))
-			}
-			switch stg.Analysis.GetOnNoVerdict() {
-			case evaluation.OnNoVerdictFail:
-				return s.fail(ctx, g, r, zones, now, fmt.Sprintf("canary analysis %s gave no verdict (%s) and the policy says fail", cev.GetId(), why))
-			case evaluation.OnNoVerdictWait:
-				return s.setReason(ctx, g, r, now, fmt.Sprintf("stage %q: baked, but the canary analysis gave no verdict (%s); the policy says wait: promote or abort the rollout", stg.Name, why))
-			}
-			verdictNote = "; canary analysis gave no verdict (" + why + "), and the policy says proceed"
-		}
-	}
-	if w, until, ok := Frozen(r.GetPolicy(), now); ok && i+1 < len(stages) {
-		return s.freeze(ctx, g, r, now, w, until, fmt.Sprintf("stage %q passed; stage %q waits", stg.Name, stages[i+1].Name))
-	}
-	s.met.GetOrCreateHistogram(`lehr_control_rollout_stage_seconds`).Update(now.Sub(started).Seconds())
-	if i+1 < len(stages) {
-		adv := s.event(r, now, "advanced", fmt.Sprintf("stage %q passed: %d host(s) held version %d, %d of %d consumers rejected it%s", stg.Name, ev.applied, r.GetVersion(), ev.rejected, ev.consumers, verdictNote), "")
-		cur, err := s.zoneGoals(ctx, r.GetNamespace(), zones)
-		if err != nil {
+		in.Rollout, in.Analysis = d.Rollout, cev
+		if d, err = Step(in); err != nil {
 			return err
 		}
-		return s.enter(ctx, g, r, i+1, stages, cur, now, adv)
 	}
-	// The last stage passed: every zone holds the version.
-	r.State = lehrpb.RolloutState_ROLLOUT_STATE_SUCCEEDED
-	r.Reason = fmt.Sprintf("every zone holds version %d", r.GetVersion())
-	r.UpdateTime = timestamppb.New(now)
-	var goals []*lehrpb.GoalState
-	for _, z := range zones {
-		goals = append(goals, &lehrpb.GoalState{Zone: z, Namespace: r.GetNamespace(), Version: r.GetVersion(), Checksum: r.GetChecksum(),
-			UpdateTime: timestamppb.New(now), Reason: fmt.Sprintf("rollout %s succeeded", r.GetId())})
-	}
-	s.log.Info("rollout succeeded", "rollout", r.GetId())
-	return s.opts.Store.PutRollout(ctx, g, store.RolloutStep{Rollout: r, Goals: goals, Events: []*lehrpb.RolloutEvent{
-		s.event(r, now, "succeeded", r.GetReason(), ""),
-	}})
+	return s.apply(ctx, g, zones, d, nil)
 }
 
-// setReason records why r waits, when that changed.
-func (s *Strategist) setReason(ctx context.Context, g store.Guard, r *lehrpb.Rollout, now time.Time, reason string) error {
-	if reason == r.GetReason() {
+// apply carries out decision d (and the operator command done, if any,
+// which it removes in the same transaction).
+func (s *Strategist) apply(ctx context.Context, g store.Guard, zones []string, d Decision, done *store.QueuedCommand) error {
+	if d.StagePassed > 0 {
+		s.met.GetOrCreateHistogram(`lehr_control_rollout_stage_seconds`).Update(d.StagePassed.Seconds())
+	}
+	switch r := d.Rollout; {
+	case d.End != nil:
+		return s.end(ctx, g, r, zones, s.opts.Now(), d.End.State, d.End.Reason, done)
+	case r == nil:
 		return nil
+	default:
+		if r.GetState() == lehrpb.RolloutState_ROLLOUT_STATE_SUCCEEDED {
+			s.log.Info("rollout succeeded", "rollout", r.GetId())
+		} else if len(d.Goals) > 0 {
+			s.log.Info("rollout stage", "rollout", r.GetId(), "stage", r.GetStage())
+		}
+		return s.opts.Store.PutRollout(ctx, g, store.RolloutStep{Rollout: r, Goals: d.Goals, Events: d.Events, Done: done})
 	}
-	r.Reason = reason
-	r.UpdateTime = timestamppb.New(now)
-	return s.opts.Store.PutRollout(ctx, g, store.RolloutStep{Rollout: r})
-}
-
-// fail ends r as FAILED on evidence and rolls it back (end).
-func (s *Strategist) fail(ctx context.Context, g store.Guard, r *lehrpb.Rollout, zones []string, now time.Time, reason string) error {
-	return s.end(ctx, g, r, zones, now, lehrpb.RolloutState_ROLLOUT_STATE_FAILED, reason, nil)
 }
 
 // end ends r in state (FAILED, or ABORTED by the operator command done)
@@ -1093,7 +833,7 @@ func (s *Strategist) end(ctx context.Context, g store.Guard, r *lehrpb.Rollout, 
 	if done != nil {
 		kind, author = "aborted", done.Command.GetAuthor()
 	}
-	evs := []*lehrpb.RolloutEvent{s.event(r, now, kind, reason, author)}
+	evs := []*lehrpb.RolloutEvent{newEvent(r, now, kind, reason, author)}
 	_, snap, err := st.Content(ctx, ns, r.GetBaseVersion())
 	if err != nil {
 		return fmt.Errorf("read base version %d to roll back to: %w", r.GetBaseVersion(), err)
@@ -1108,7 +848,7 @@ func (s *Strategist) end(ctx context.Context, g store.Guard, r *lehrpb.Rollout, 
 	var ce *store.ConflictError
 	if errors.As(err, &ce) {
 		r.Reason = reason + fmt.Sprintf("; not rolled back: version %d was published since and rolls out from base %d", ce.Current, r.GetBaseVersion())
-		evs = append(evs, s.event(r, now, "superseded", r.GetReason(), ""))
+		evs = append(evs, newEvent(r, now, "superseded", r.GetReason(), ""))
 		return st.PutRollout(ctx, g, store.RolloutStep{Rollout: r, Events: evs, Done: done})
 	}
 	if err != nil {
@@ -1121,7 +861,7 @@ func (s *Strategist) end(ctx context.Context, g store.Guard, r *lehrpb.Rollout, 
 		goals = append(goals, &lehrpb.GoalState{Zone: z, Namespace: ns, Version: info.GetSeq(), Checksum: info.GetChecksum(),
 			UpdateTime: timestamppb.New(now), Reason: fmt.Sprintf("rollback of rollout %s", r.GetId())})
 	}
-	evs = append(evs, s.event(r, now, "rolled back", fmt.Sprintf("version %d republishes version %d's content in every zone", info.GetSeq(), r.GetBaseVersion()), ""))
+	evs = append(evs, newEvent(r, now, "rolled back", fmt.Sprintf("version %d republishes version %d's content in every zone", info.GetSeq(), r.GetBaseVersion()), ""))
 	return st.PutRollout(ctx, g, store.RolloutStep{Rollout: r, Goals: goals, Events: evs, Done: done})
 }
 
@@ -1145,25 +885,25 @@ func (s *Strategist) command(ctx context.Context, g store.Guard, r *lehrpb.Rollo
 	var ev *lehrpb.RolloutEvent
 	switch {
 	case !active:
-		ev = s.event(r, now, "ignored", fmt.Sprintf("%v by %s: the rollout is already %s", c.GetAction(), who, stateName(r.GetState())), who)
+		ev = newEvent(r, now, "ignored", fmt.Sprintf("%v by %s: the rollout is already %s", c.GetAction(), who, stateName(r.GetState())), who)
 	case c.GetAction() == lehrpb.RolloutAction_ROLLOUT_ACTION_ABORT:
 		return r, s.end(ctx, g, r, zones, now, lehrpb.RolloutState_ROLLOUT_STATE_ABORTED, "aborted by "+who+why, &qc)
 	case c.GetAction() == lehrpb.RolloutAction_ROLLOUT_ACTION_PAUSE:
 		r.State = lehrpb.RolloutState_ROLLOUT_STATE_PAUSED
 		r.Reason = "paused by " + who + why
-		ev = s.event(r, now, "paused", r.GetReason(), who)
+		ev = newEvent(r, now, "paused", r.GetReason(), who)
 	case c.GetAction() == lehrpb.RolloutAction_ROLLOUT_ACTION_RESUME:
 		if r.GetState() == lehrpb.RolloutState_ROLLOUT_STATE_PAUSED && r.GetStageAppliedTime() != nil {
 			r.StageAppliedTime = timestamppb.New(now) // the bake starts over
 		}
 		r.State = lehrpb.RolloutState_ROLLOUT_STATE_RUNNING
 		r.Reason = "resumed by " + who + why
-		ev = s.event(r, now, "resumed", r.GetReason(), who)
+		ev = newEvent(r, now, "resumed", r.GetReason(), who)
 	case c.GetAction() == lehrpb.RolloutAction_ROLLOUT_ACTION_PROMOTE:
 		r.Promote = true
-		ev = s.event(r, now, "promoted", "promoted by "+who+why+": the rest of the stage's bake is skipped once its hosts applied", who)
+		ev = newEvent(r, now, "promoted", "promoted by "+who+why+": the rest of the stage's bake is skipped once its hosts applied", who)
 	default:
-		ev = s.event(r, now, "ignored", fmt.Sprintf("unknown action %v by %s", c.GetAction(), who), who)
+		ev = newEvent(r, now, "ignored", fmt.Sprintf("unknown action %v by %s", c.GetAction(), who), who)
 	}
 	r.UpdateTime = timestamppb.New(now)
 	s.log.Info("rollout command", "rollout", r.GetId(), "action", c.GetAction(), "author", who)
