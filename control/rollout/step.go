@@ -64,10 +64,12 @@ type Decision struct {
 	StagePassed time.Duration
 }
 
-// Ending ends a rollout: FAILED on evidence, or ABORTED by an operator.
+// Ending ends a rollout: FAILED on evidence, or ABORTED by an operator
+// (Author).
 type Ending struct {
 	State  lehrpb.RolloutState
 	Reason string
+	Author string
 }
 
 // Active reports whether r is in flight: running or paused.

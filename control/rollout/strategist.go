@@ -1,7 +1,6 @@
 package rollout
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -14,8 +13,6 @@ import (
 	"github.com/VictoriaMetrics/metrics"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
-	"google.golang.org/protobuf/proto"
-	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"lehr.dev/lehr/control/evaluation"
 	"lehr.dev/lehr/control/store"
@@ -455,147 +452,46 @@ func (s *Strategist) zoneGoals(ctx context.Context, ns string, zones []string) (
 }
 
 // start begins the rollout of h's latest version, superseding prev if it
-// still runs. It returns nil when the version needs none: the service
-// already moved every zone (a rollback by an operator, or a namespace's
-// first version).
+// still runs (Start), and returns it; nil when the version needs none.
 func (s *Strategist) start(ctx context.Context, g store.Guard, h *lehrpb.Namespace, prev *lehrpb.Rollout, zones []string) (*lehrpb.Rollout, error) {
-	st, ns, seq := s.opts.Store, h.GetName(), h.GetLatestVersion()
+	ns, seq := h.GetName(), h.GetLatestVersion()
 	goals, err := s.zoneGoals(ctx, ns, zones)
 	if err != nil {
 		return nil, err
 	}
-	behind := false
-	var base uint64
-	for _, z := range zones {
-		gs := goals[z]
-		if gs == nil || gs.GetVersion() < seq {
-			behind = true
-		}
-		if gs != nil {
-			base = max(base, gs.GetVersion())
-		}
+	d, err := Start(StartInput{
+		Head: h, Prev: prev, Goals: goals, Zones: zones, Now: s.opts.Now(),
+		Latest: func() (*lehrpb.VersionInfo, error) { return s.opts.Store.Version(ctx, ns, seq) },
+		Policy: func() (*lehrpb.RolloutPolicy, lehrpb.RolloutPolicySource, uint64, error) {
+			return s.opts.Policy(ctx, ns)
+		},
+		ExpectedChecks: func() ([]*lehrpb.CanaryCheck, error) { return s.opts.Store.ExpectedChecks(ctx, ns, seq) },
+	})
+	if err != nil {
+		return nil, err
 	}
-	now := s.opts.Now()
-	running := prev != nil && (prev.GetState() == lehrpb.RolloutState_ROLLOUT_STATE_RUNNING || prev.GetState() == lehrpb.RolloutState_ROLLOUT_STATE_PAUSED)
-	if running && seq > prev.GetVersion() {
-		// Our own rollback of prev, committed by a round that ended before
-		// it recorded the failure: finish that round (the commit is
-		// idempotent by request id).
-		info, err := st.Version(ctx, ns, seq)
-		if err != nil {
-			return nil, err
-		}
-		if info.GetSource() == lehrpb.VersionSource_VERSION_SOURCE_ROLLBACK && info.GetAuthor() == Author &&
-			strings.HasPrefix(info.GetMessage(), rollbackMessage(prev.GetVersion(), "")) {
-			return nil, s.end(ctx, g, proto.CloneOf(prev), zones, now, lehrpb.RolloutState_ROLLOUT_STATE_FAILED,
-				strings.TrimPrefix(info.GetMessage(), rollbackMessage(prev.GetVersion(), "")), nil)
-		}
+	if d.Finish != nil {
+		return nil, s.apply(ctx, g, zones, *d.Finish, nil)
 	}
-	if running {
-		// The chain since the last good version is unverified: a rollback
-		// of the new version goes back to where the superseded one started.
-		base = prev.GetBaseVersion()
-		old := proto.CloneOf(prev)
-		old.State = lehrpb.RolloutState_ROLLOUT_STATE_SUPERSEDED
-		old.Reason = fmt.Sprintf("version %d supersedes it (the latest intent wins); hosts that took %d move on with %d's rollout", seq, prev.GetVersion(), seq)
-		old.UpdateTime = timestamppb.New(now)
-		if err := st.PutRollout(ctx, g, store.RolloutStep{Rollout: old, Events: []*lehrpb.RolloutEvent{
-			newEvent(old, now, "superseded", old.GetReason(), ""),
-		}}); err != nil {
+	if d.Superseded != nil {
+		if err := s.apply(ctx, g, zones, *d.Superseded, nil); err != nil {
 			return nil, err
 		}
 		s.log.Info("rollout superseded", "rollout", prev.GetId(), "by", seq)
 	}
-	if !behind || len(zones) == 0 {
-		// Every zone is there already: the service moved them (a rollback
-		// by an operator goes everywhere at once).
+	if d.Started == nil {
 		return nil, nil
 	}
-	policy, src, gen, err := s.opts.Policy(ctx, ns)
-	if err != nil {
-		return nil, err
-	}
-	stages := Resolve(policy, zones)
-	expected, err := st.ExpectedChecks(ctx, ns, seq)
-	if err != nil {
-		return nil, err
-	}
-	r := &lehrpb.Rollout{
-		Id: store.RolloutID(ns, seq), Namespace: ns, Version: seq, Checksum: h.GetLatestChecksum(),
-		BaseVersion: base, Policy: policy, PolicySource: src, PolicyGeneration: gen,
-		State: lehrpb.RolloutState_ROLLOUT_STATE_RUNNING, Salt: store.RolloutID(ns, seq),
-		CreateTime: timestamppb.New(now), ExpectedChecks: expected,
-	}
-	for _, stg := range stages {
-		r.Stages = append(r.Stages, stg.Name)
-	}
-	what := "the " + strings.ReplaceAll(strings.ToLower(strings.TrimPrefix(src.String(), "ROLLOUT_POLICY_SOURCE_")), "_", "-") + " policy"
-	if gen > 0 {
-		what += fmt.Sprintf(" (generation %d)", gen)
-	}
-	if policy.GetGlobalBlast() {
-		what += ", a GLOBAL BLAST: every zone at once"
-	}
-	started := newEvent(r, now, "started", fmt.Sprintf("version %d from base %d under %s: %s", seq, base, what, strings.Join(r.Stages, " → ")), "")
-	if _, _, frozen := Frozen(policy, now); frozen || policy.GetMaxConcurrent() > 0 {
-		// Recorded, not entered: the round's queue pass enters the first
-		// stage once no freeze window is open and the domain has room.
-		r.Reason = fmt.Sprintf("stage %q waits to be entered", stages[0].Name)
-		r.UpdateTime = timestamppb.New(now)
-		return r, st.PutRollout(ctx, g, store.RolloutStep{Rollout: r, Events: []*lehrpb.RolloutEvent{started}})
-	}
-	return r, s.apply(ctx, g, zones, enter(r, 0, stages, goals, now, started), nil)
+	return d.Started.Rollout, s.apply(ctx, g, zones, *d.Started, nil)
 }
 
-// admit enters the first stage of the rollouts waiting for it (started
-// during a freeze, or queued behind their domain's limit), oldest first,
-// while their domain has fewer than its max_concurrent rollouts in a stage.
+// admit enters the first stage of the rollouts waiting for it (Admit).
 func (s *Strategist) admit(ctx context.Context, g store.Guard, active []*lehrpb.Rollout, zones []string) error {
-	now := s.opts.Now()
-	inflight := map[string][]string{}
-	var waiting []*lehrpb.Rollout
-	for _, r := range active {
-		d, _, _ := strings.Cut(r.GetNamespace(), "/")
-		if r.GetStageStartTime() != nil {
-			inflight[d] = append(inflight[d], r.GetId())
-		} else {
-			waiting = append(waiting, r)
-		}
-	}
-	slices.SortFunc(waiting, func(a, b *lehrpb.Rollout) int {
-		return cmp.Or(a.GetCreateTime().AsTime().Compare(b.GetCreateTime().AsTime()), strings.Compare(a.GetId(), b.GetId()))
-	})
-	var errs []error
-	for _, r := range waiting {
-		r = proto.CloneOf(r)
-		d, _, _ := strings.Cut(r.GetNamespace(), "/")
-		stages := Resolve(r.GetPolicy(), zones)
-		var err error
-		w, until, isFrozen := Frozen(r.GetPolicy(), now)
-		switch k := int(r.GetPolicy().GetMaxConcurrent()); {
-		case r.GetState() == lehrpb.RolloutState_ROLLOUT_STATE_PAUSED:
-		case isFrozen:
-			err = s.apply(ctx, g, zones, frozen(r, now, w, until, fmt.Sprintf("stage %q waits", stages[0].Name)), nil)
-		case k > 0 && len(inflight[d]) >= k:
-			reason := fmt.Sprintf("queued: %d rollout(s) of domain %s are in a stage (%s), the most its policy allows; starts when one ends",
-				len(inflight[d]), d, strings.Join(inflight[d], ", "))
-			var evs []*lehrpb.RolloutEvent
-			if !strings.HasPrefix(r.GetReason(), "queued:") {
-				evs = append(evs, newEvent(r, now, "queued", reason, ""))
-			}
-			if reason != r.GetReason() {
-				r.Reason, r.UpdateTime = reason, timestamppb.New(now)
-				err = s.opts.Store.PutRollout(ctx, g, store.RolloutStep{Rollout: r, Events: evs})
-			}
-		default:
-			var cur map[string]*lehrpb.GoalState
-			if cur, err = s.zoneGoals(ctx, r.GetNamespace(), zones); err == nil {
-				err = s.apply(ctx, g, zones, enter(r, 0, stages, cur, now), nil)
-				inflight[d] = append(inflight[d], r.GetId())
-			}
-		}
-		if err != nil {
-			errs = append(errs, fmt.Errorf("admit %s: %w", r.GetId(), err))
+	ds, err := Admit(active, zones, s.opts.Now(), func(ns string) (map[string]*lehrpb.GoalState, error) { return s.zoneGoals(ctx, ns, zones) })
+	errs := []error{err}
+	for _, d := range ds {
+		if err := s.apply(ctx, g, zones, d, nil); err != nil {
+			errs = append(errs, fmt.Errorf("admit %s: %w", d.Rollout.GetId(), err))
 		}
 	}
 	return errors.Join(errs...)
@@ -806,7 +702,7 @@ func (s *Strategist) apply(ctx context.Context, g store.Guard, zones []string, d
 	}
 	switch r := d.Rollout; {
 	case d.End != nil:
-		return s.end(ctx, g, r, zones, s.opts.Now(), d.End.State, d.End.Reason, done)
+		return s.end(ctx, g, r, zones, d.End, done)
 	case r == nil:
 		return nil
 	default:
@@ -819,93 +715,42 @@ func (s *Strategist) apply(ctx context.Context, g store.Guard, zones []string, d
 	}
 }
 
-// end ends r in state (FAILED, or ABORTED by the operator command done)
+// end ends r as e says (FAILED, or ABORTED by the operator command done)
 // and rolls every zone back: a new version with the base version's content
 // becomes every zone's goal. A rollback that finds a newer publish (the
-// latest intent) leaves the goals to that version's rollout.
-func (s *Strategist) end(ctx context.Context, g store.Guard, r *lehrpb.Rollout, zones []string, now time.Time, state lehrpb.RolloutState, reason string, done *store.QueuedCommand) error {
-	st, ns := s.opts.Store, r.GetNamespace()
-	s.log.Warn("rollout ended; rolling back", "rollout", r.GetId(), "state", stateName(state), "reason", reason)
-	s.met.GetOrCreateCounter(fmt.Sprintf(`lehr_control_rollbacks_total{reason=%q}`, stateName(state))).Inc()
-	r.State = state
-	r.UpdateTime = timestamppb.New(now)
-	kind, author := "failed", ""
-	if done != nil {
-		kind, author = "aborted", done.Command.GetAuthor()
-	}
-	evs := []*lehrpb.RolloutEvent{newEvent(r, now, kind, reason, author)}
+// latest intent) leaves the goals to that version's rollout (RolledBack).
+func (s *Strategist) end(ctx context.Context, g store.Guard, r *lehrpb.Rollout, zones []string, e *Ending, done *store.QueuedCommand) error {
+	st, ns, now := s.opts.Store, r.GetNamespace(), s.opts.Now()
+	s.log.Warn("rollout ended; rolling back", "rollout", r.GetId(), "state", stateName(e.State), "reason", e.Reason)
+	s.met.GetOrCreateCounter(fmt.Sprintf(`lehr_control_rollbacks_total{reason=%q}`, stateName(e.State))).Inc()
+	evs := []*lehrpb.RolloutEvent{Ended(r, e, now)}
 	_, snap, err := st.Content(ctx, ns, r.GetBaseVersion())
 	if err != nil {
 		return fmt.Errorf("read base version %d to roll back to: %w", r.GetBaseVersion(), err)
 	}
 	info, err := st.Commit(ctx, store.Commit{
 		Namespace: ns, ExpectedLatest: r.GetVersion(), Content: snap,
-		Info: &lehrpb.VersionInfo{Author: Author, Message: rollbackMessage(r.GetVersion(), reason),
+		Info: &lehrpb.VersionInfo{Author: Author, Message: rollbackMessage(r.GetVersion(), e.Reason),
 			Source: lehrpb.VersionSource_VERSION_SOURCE_ROLLBACK, RollbackOf: r.GetBaseVersion()},
 		RequestID: "rollback:" + r.GetId(),
 		Goals:     store.GoalsNone,
 	})
+	var current uint64
 	var ce *store.ConflictError
-	if errors.As(err, &ce) {
-		r.Reason = reason + fmt.Sprintf("; not rolled back: version %d was published since and rolls out from base %d", ce.Current, r.GetBaseVersion())
-		evs = append(evs, newEvent(r, now, "superseded", r.GetReason(), ""))
-		return st.PutRollout(ctx, g, store.RolloutStep{Rollout: r, Events: evs, Done: done})
-	}
-	if err != nil {
+	switch {
+	case errors.As(err, &ce):
+		info, current = nil, ce.Current
+	case err != nil:
 		return fmt.Errorf("commit the rollback of %s: %w", r.GetId(), err)
 	}
-	r.RollbackVersion = info.GetSeq()
-	r.Reason = reason
-	var goals []*lehrpb.GoalState
-	for _, z := range zones {
-		goals = append(goals, &lehrpb.GoalState{Zone: z, Namespace: ns, Version: info.GetSeq(), Checksum: info.GetChecksum(),
-			UpdateTime: timestamppb.New(now), Reason: fmt.Sprintf("rollback of rollout %s", r.GetId())})
-	}
-	evs = append(evs, newEvent(r, now, "rolled back", fmt.Sprintf("version %d republishes version %d's content in every zone", info.GetSeq(), r.GetBaseVersion()), ""))
-	return st.PutRollout(ctx, g, store.RolloutStep{Rollout: r, Goals: goals, Events: evs, Done: done})
+	d := RolledBack(r, e, evs, info, current, zones, now)
+	return st.PutRollout(ctx, g, store.RolloutStep{Rollout: d.Rollout, Goals: d.Goals, Events: d.Events, Done: done})
 }
 
-// rollbackMessage is the message of the version that rolls back version v.
-func rollbackMessage(v uint64, reason string) string {
-	return fmt.Sprintf("automatic rollback of version %d: %s", v, reason)
-}
-
-// command carries out an operator's command on r and returns r as it then
-// stands.
+// command carries out an operator's command on r (Command) and returns r
+// as it then stands.
 func (s *Strategist) command(ctx context.Context, g store.Guard, r *lehrpb.Rollout, qc store.QueuedCommand, zones []string) (*lehrpb.Rollout, error) {
-	r = proto.CloneOf(r)
-	now := s.opts.Now()
-	c := qc.Command
-	who := c.GetAuthor()
-	why := c.GetMessage()
-	if why != "" {
-		why = ": " + why
-	}
-	active := r.GetState() == lehrpb.RolloutState_ROLLOUT_STATE_RUNNING || r.GetState() == lehrpb.RolloutState_ROLLOUT_STATE_PAUSED
-	var ev *lehrpb.RolloutEvent
-	switch {
-	case !active:
-		ev = newEvent(r, now, "ignored", fmt.Sprintf("%v by %s: the rollout is already %s", c.GetAction(), who, stateName(r.GetState())), who)
-	case c.GetAction() == lehrpb.RolloutAction_ROLLOUT_ACTION_ABORT:
-		return r, s.end(ctx, g, r, zones, now, lehrpb.RolloutState_ROLLOUT_STATE_ABORTED, "aborted by "+who+why, &qc)
-	case c.GetAction() == lehrpb.RolloutAction_ROLLOUT_ACTION_PAUSE:
-		r.State = lehrpb.RolloutState_ROLLOUT_STATE_PAUSED
-		r.Reason = "paused by " + who + why
-		ev = newEvent(r, now, "paused", r.GetReason(), who)
-	case c.GetAction() == lehrpb.RolloutAction_ROLLOUT_ACTION_RESUME:
-		if r.GetState() == lehrpb.RolloutState_ROLLOUT_STATE_PAUSED && r.GetStageAppliedTime() != nil {
-			r.StageAppliedTime = timestamppb.New(now) // the bake starts over
-		}
-		r.State = lehrpb.RolloutState_ROLLOUT_STATE_RUNNING
-		r.Reason = "resumed by " + who + why
-		ev = newEvent(r, now, "resumed", r.GetReason(), who)
-	case c.GetAction() == lehrpb.RolloutAction_ROLLOUT_ACTION_PROMOTE:
-		r.Promote = true
-		ev = newEvent(r, now, "promoted", "promoted by "+who+why+": the rest of the stage's bake is skipped once its hosts applied", who)
-	default:
-		ev = newEvent(r, now, "ignored", fmt.Sprintf("unknown action %v by %s", c.GetAction(), who), who)
-	}
-	r.UpdateTime = timestamppb.New(now)
-	s.log.Info("rollout command", "rollout", r.GetId(), "action", c.GetAction(), "author", who)
-	return r, s.opts.Store.PutRollout(ctx, g, store.RolloutStep{Rollout: r, Events: []*lehrpb.RolloutEvent{ev}, Done: &qc})
+	d := Command(r, qc.Command, s.opts.Now())
+	s.log.Info("rollout command", "rollout", r.GetId(), "action", qc.Command.GetAction(), "author", qc.Command.GetAuthor())
+	return d.Rollout, s.apply(ctx, g, zones, d, &qc)
 }
