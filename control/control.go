@@ -513,7 +513,7 @@ func (c *Control) Run(ctx context.Context) (err error) {
 		strat, err := rollout.NewStrategist(rollout.StrategistOptions{
 			Store: st, Client: cli, ElectionKey: st.Prefix() + "strategist", ID: lis.Addr().String(),
 			Interval: c.opts.RolloutInterval, Policy: svc.EffectiveRolloutPolicy,
-			Metrics: c.metrics, Logger: c.log.With("component", "rollout"),
+			Metrics: c.metrics, Logger: c.log.With("component", "rollout"), Audit: svc.Audit,
 		})
 		if err != nil {
 			return fmt.Errorf("control: %w", err)

@@ -63,6 +63,10 @@ type StrategistOptions struct {
 	// and the leader steps every running evaluation each round. Nil
 	// means one on Store with this strategist's clock and logger.
 	Evaluations *evaluation.Service
+	// Audit, if set, records the strategist's goal moves and rollbacks in
+	// the audit log (service.Service.Audit), as Author, with the rollout
+	// and the reason.
+	Audit func(*lehrpb.AuditRecord)
 }
 
 // Strategist walks every rollout through its stages (Select → Update →
@@ -711,8 +715,36 @@ func (s *Strategist) apply(ctx context.Context, g store.Guard, zones []string, d
 		} else if len(d.Goals) > 0 {
 			s.log.Info("rollout stage", "rollout", r.GetId(), "stage", r.GetStage())
 		}
-		return s.opts.Store.PutRollout(ctx, g, store.RolloutStep{Rollout: r, Goals: d.Goals, Events: d.Events, Done: done})
+		if err := s.opts.Store.PutRollout(ctx, g, store.RolloutStep{Rollout: r, Goals: d.Goals, Events: d.Events, Done: done}); err != nil {
+			return err
+		}
+		if len(d.Goals) > 0 {
+			s.audit("MoveGoals", r, r.GetVersion(), d.Events, d.Goals)
+		}
+		return nil
 	}
+}
+
+// audit records an action of the strategist on r in the audit log: what
+// its events say, and the zones whose goals it moved.
+func (s *Strategist) audit(method string, r *lehrpb.Rollout, version uint64, evs []*lehrpb.RolloutEvent, goals []*lehrpb.GoalState) {
+	if s.opts.Audit == nil {
+		return
+	}
+	var msgs, zones []string
+	for _, e := range evs {
+		msgs = append(msgs, e.GetKind()+": "+e.GetMessage())
+	}
+	for _, g := range goals {
+		zones = append(zones, g.GetZone())
+	}
+	msg := strings.Join(msgs, "; ")
+	if len(zones) > 0 {
+		msg += " (goals of " + strings.Join(zones, ", ") + ")"
+	}
+	d, _, _ := strings.Cut(r.GetNamespace(), "/")
+	s.opts.Audit(&lehrpb.AuditRecord{Method: method, Author: Author, TransportIdentity: "rollout " + r.GetId(),
+		Target: r.GetNamespace(), Domain: d, Version: version, Message: msg})
 }
 
 // end ends r as e says (FAILED, or ABORTED by the operator command done)
@@ -744,7 +776,14 @@ func (s *Strategist) end(ctx context.Context, g store.Guard, r *lehrpb.Rollout, 
 		return fmt.Errorf("commit the rollback of %s: %w", r.GetId(), err)
 	}
 	d := RolledBack(r, e, evs, info, current, zones, now)
-	return st.PutRollout(ctx, g, store.RolloutStep{Rollout: d.Rollout, Goals: d.Goals, Events: d.Events, Done: done})
+	if err := st.PutRollout(ctx, g, store.RolloutStep{Rollout: d.Rollout, Goals: d.Goals, Events: d.Events, Done: done}); err != nil {
+		return err
+	}
+	if info != nil {
+		s.met.GetOrCreateCounter(`lehr_control_publishes_total{kind="rollback"}`).Inc()
+	}
+	s.audit("Rollback", d.Rollout, d.Rollout.GetRollbackVersion(), d.Events, d.Goals)
+	return nil
 }
 
 // command carries out an operator's command on r (Command) and returns r

@@ -69,6 +69,21 @@ func (s *Service) AuditInterceptor(ctx context.Context, req any, info *grpc.Unar
 	return resp, err
 }
 
+// Audit records what control does by itself — the rollout strategist's
+// goal moves and rollbacks — in the audit log beside the calls of users:
+// every automated action goes through the same front door. rec's time is
+// set if it has none.
+func (s *Service) Audit(rec *lehrpb.AuditRecord) {
+	if rec.GetTime() == nil {
+		rec.Time = timestamppb.New(s.now())
+	}
+	if rec.GetCode() == "" {
+		rec.Code = "OK"
+	}
+	boundAudit(rec)
+	s.audit.add(s, rec)
+}
+
 // auditFoldWindow is how long refused calls alike are counted into one
 // record after one was recorded (AuditRecord.repeats).
 const auditFoldWindow = time.Second

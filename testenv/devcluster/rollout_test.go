@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -184,6 +185,20 @@ func TestProgressiveRollout(t *testing.T) {
 		t.Errorf("events of the bad rollout %v; want failed and rolled back", got)
 	}
 	t.Logf("bad rollout: %s", r.GetReason())
+	// The automatic rollback is in the audit log, as the strategist's.
+	wait.Until(t, "the automatic rollback in the audit log", func() error {
+		resp, err := prod.RPC().ListAuditRecords(ctx, &lehrpb.ListAuditRecordsRequest{Domain: domain, PageSize: 1000})
+		if err != nil {
+			return err
+		}
+		for _, rec := range resp.GetRecords() {
+			if rec.GetMethod() == "Rollback" && rec.GetAuthor() == "lehr-rollout" && rec.GetVersion() == r.GetRollbackVersion() &&
+				strings.Contains(rec.GetMessage(), "rolled back") && strings.Contains(rec.GetTransportIdentity(), r.GetId()) {
+				return nil
+			}
+		}
+		return fmt.Errorf("no Rollback record by lehr-rollout of version %d among %d records", r.GetRollbackVersion(), len(resp.GetRecords()))
+	})
 
 	// Promote skips a long bake: with a 10-minute canary bake the rollout
 	// still ends within the test's wait once promoted.
