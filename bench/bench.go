@@ -97,6 +97,7 @@ func Scenarios() []Scenario {
 		rolloutScenario(),
 		canaryScenario(),
 		isolationScenario(),
+		strategistScenario(),
 	}
 }
 

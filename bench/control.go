@@ -44,16 +44,21 @@ type runningControl struct {
 }
 
 // startControl starts control in dir/control with fsync on unless
-// noFsync, waits until it serves, and creates benchDomain and benchZone.
-func startControl(ctx context.Context, dir string, log *slog.Logger, noFsync bool) (*runningControl, error) {
-	c, err := control.New(control.Options{
+// noFsync, waits until it serves, and creates benchDomain and benchZone;
+// mods change its options first.
+func startControl(ctx context.Context, dir string, log *slog.Logger, noFsync bool, mods ...func(*control.Options)) (*runningControl, error) {
+	opts := control.Options{
 		DataDir:       filepath.Join(dir, "control"),
 		Listen:        "127.0.0.1:0",
 		MetricsListen: "off",
 		Logger:        log.With("component", "control"),
 		NoSync:        noFsync,
 		DevMode:       true, // the bench publishes over plaintext loopback
-	})
+	}
+	for _, m := range mods {
+		m(&opts)
+	}
+	c, err := control.New(opts)
 	if err != nil {
 		return nil, fmt.Errorf("new control: %w", err)
 	}

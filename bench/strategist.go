@@ -1,0 +1,134 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"lehr.dev/lehr/client/producer"
+	"lehr.dev/lehr/control"
+	"lehr.dev/lehr/proto/lehrpb"
+)
+
+func strategistScenario() Scenario {
+	return Scenario{
+		Name:  "strategist",
+		Title: "control's idle cost against the catalog, the rollout strategist on: etcd requests and CPU per second with N namespaces and nothing published (issue 30)",
+		Run:   runStrategist,
+	}
+}
+
+// strategistWindow is how long each catalog size is watched idle.
+const strategistWindow = 10 * time.Second
+
+func runStrategist(ctx context.Context, e *Env) (*Result, error) {
+	sizes := pick(e.Profile, []int{100, 1000}, []int{100, 1000, 10000}, []int{100, 10000, 50000})
+	res := &Result{
+		Setup: fmt.Sprintf("control in the bench process on embedded etcd (no fsync, to load faster: idle work writes nothing), the rollout "+
+			"strategist on, history compaction off (its pass reads every namespace every 10 minutes: issue 27's); N namespaces of one "+
+			"domain published once each (a namespace's first version needs no rollout) plus 10 with a finished global-blast rollout; "+
+			"then %v with nothing published: etcd requests of every kind control made (lehr_control_etcd_round_trips_total) and the "+
+			"bench process's CPU (control is the only thing running).", strategistWindow),
+	}
+	for _, n := range sizes {
+		row, err := strategistIdle(ctx, e, n)
+		if err != nil {
+			return res, fmt.Errorf("N = %d: %w", n, err)
+		}
+		res.Rows = append(res.Rows, row)
+	}
+	res.Notes = append(res.Notes,
+		"idle work that remains: the store's space watch (etcd's status and alarms, a domain count: 3 requests a second), the health check (a zone list every 2 s) and the canary evaluations' step (one range read a second) — none of it reads a namespace.")
+	return res, nil
+}
+
+func strategistIdle(ctx context.Context, e *Env, n int) (Row, error) {
+	row := Row{System: "lehr", Case: fmt.Sprintf("%d namespaces, idle", n)}
+	dir, err := os.MkdirTemp(e.Dir, "strategist-")
+	if err != nil {
+		return row, err
+	}
+	defer os.RemoveAll(dir)
+	rc, err := startControl(ctx, dir, e.Log, true, func(o *control.Options) {
+		o.Rollouts, o.CompactInterval, o.RolloutInterval = true, -1, time.Second
+	})
+	if err != nil {
+		return row, err
+	}
+	defer rc.close()
+	p, err := rc.producer(e.Log)
+	if err != nil {
+		return row, err
+	}
+	defer p.Close()
+	if _, err := p.SetRolloutPolicy(ctx, benchDomain, &lehrpb.RolloutPolicy{GlobalBlast: true}, "bench", 0); err != nil {
+		return row, err
+	}
+	// Load: N first versions, 8 publishers.
+	start := time.Now()
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	for range 8 {
+		wg.Go(func() {
+			for i := next.Add(1) - 1; i < int64(n); i = next.Add(1) - 1 {
+				ns := fmt.Sprintf("%s/cat-%06d", benchDomain, i)
+				if _, err := p.Publish(ctx, ns, []producer.Property{{Key: "k", Value: []byte("v")}}); err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	if err := <-errs; err != nil {
+		return row, err
+	}
+	loaded := time.Since(start)
+	// Ten namespaces with a finished rollout each.
+	for i := range 10 {
+		ns := fmt.Sprintf("%s/cat-%06d", benchDomain, i)
+		v, err := p.Publish(ctx, ns, []producer.Property{{Key: "k", Value: []byte("v2")}})
+		if err != nil {
+			return row, err
+		}
+		if _, err := p.WaitRollout(ctx, ns, v.GetSeq(), 20*time.Millisecond, nil); err != nil {
+			return row, err
+		}
+	}
+	time.Sleep(2 * time.Second) // settle: the last rounds, the audit writer
+	trips0, cpu0 := etcdRoundTrips(rc.c), procCPU()
+	time.Sleep(strategistWindow)
+	trips1, cpu1 := etcdRoundTrips(rc.c), procCPU()
+	secs := strategistWindow.Seconds()
+	row.Add("etcd requests/s", float64(trips1-trips0)/secs, "")
+	row.Add("cpu", (cpu1-cpu0).Seconds()/secs, "cores")
+	row.Add("load", loaded.Seconds(), "s")
+	return row, nil
+}
+
+// etcdRoundTrips sums control's lehr_control_etcd_round_trips_total.
+func etcdRoundTrips(c *control.Control) int64 {
+	var b strings.Builder
+	c.Metrics().WritePrometheus(&b)
+	var n int64
+	for _, line := range strings.Split(b.String(), "\n") {
+		if strings.HasPrefix(line, "lehr_control_etcd_round_trips_total{") {
+			var v int64
+			fmt.Sscan(line[strings.LastIndexByte(line, ' ')+1:], &v)
+			n += v
+		}
+	}
+	return n
+}
+
+// procCPU returns this process's CPU time so far.
+func procCPU() time.Duration {
+	s, _ := readProc(os.Getpid())
+	return s.cpu
+}
