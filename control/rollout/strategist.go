@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/VictoriaMetrics/metrics"
@@ -171,29 +172,29 @@ func (s *Strategist) campaign(ctx context.Context) error {
 // lead runs the strategist while this replica leads: one loop per domain,
 // so that one domain's backlog — a flood of publishes, each a rollout to
 // start and step, each step a few etcd writes behind the flood's — never
-// holds another domain's rollout; each domain's loop wakes on a change of
-// its namespaces' heads or its queued commands (store.WatchRolloutInputs)
-// and, while it has rollouts in flight, every Interval. Canary
-// evaluations are stepped every Interval. It returns when ctx ends
-// (nil), the session ends, or a write finds this replica no longer
-// leads.
+// holds another domain's rollout. A domain's loop wakes on a change of
+// its namespaces' heads or its queued commands, and — while it has
+// rollouts in flight — on every distributor's report and every Interval
+// (store.WatchRolloutInputs). Canary evaluations are stepped every
+// Interval. It returns when ctx ends (nil), the session ends, or a write
+// finds this replica no longer leads.
 func (s *Strategist) lead(ctx context.Context, g store.Guard, sessDone <-chan struct{}) error {
 	ctx, cancel := context.WithCancelCause(ctx)
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	defer cancel(nil)
 	inputs := s.opts.Store.WatchRolloutInputs(ctx)
-	wakes := map[string]chan struct{}{}
+	loops := map[string]*domainLoop{}
 	wake := func(d string) {
-		ch := wakes[d]
-		if ch == nil {
-			ch = make(chan struct{}, 1)
-			wakes[d] = ch
-			wg.Go(func() { s.runDomain(ctx, cancel, g, d, ch) })
+		l := loops[d]
+		if l == nil {
+			l = &domainLoop{domain: d, wake: make(chan struct{}, 1)}
+			loops[d] = l
+			wg.Go(func() { s.runDomain(ctx, cancel, g, l) })
 		}
 		select {
-		case ch <- struct{}{}:
-		default:
+		case l.wake <- struct{}{}:
+		default: // a wake is pending already
 		}
 	}
 	wakeAll := func() error {
@@ -217,15 +218,24 @@ func (s *Strategist) lead(ctx context.Context, g store.Guard, sessDone <-chan st
 			return nil
 		case <-sessDone:
 			return errors.New("etcd session lost")
-		case d, ok := <-inputs:
+		case in, ok := <-inputs:
 			switch {
 			case !ok:
-			case d == "":
+				inputs = nil // ctx ended
+			case in.Resync:
 				if err := wakeAll(); err != nil && ctx.Err() == nil {
 					s.log.Warn("rollout strategist: list domains; the next tick retries", "err", err)
 				}
-			case names.Domain(d) == nil:
-				wake(d)
+			case in.Zone != "":
+				// Evidence: only the domains with rollouts in flight act
+				// on reports.
+				for d, l := range loops {
+					if l.busy.Load() {
+						wake(d)
+					}
+				}
+			case names.Domain(in.Domain) == nil:
+				wake(in.Domain)
 			}
 		case <-t.C:
 			if err := s.opts.Evaluations.StepAll(ctx, g); err != nil {
@@ -241,21 +251,31 @@ func (s *Strategist) lead(ctx context.Context, g store.Guard, sessDone <-chan st
 	}
 }
 
-// runDomain runs domain's rounds until ctx ends: at once, on each wake,
-// and every Interval while the domain has rollouts in flight or its last
-// round failed. A write that finds this replica no longer leads ends the
-// leadership (end).
-func (s *Strategist) runDomain(ctx context.Context, end context.CancelCauseFunc, g store.Guard, domain string, wake <-chan struct{}) {
+// domainLoop is one domain's loop under lead: lead wakes it, runDomain
+// owns its rounds.
+type domainLoop struct {
+	domain string
+	wake   chan struct{} // one pending wake at most
+	// busy says the last round left rollouts in flight (or failed): the
+	// domain acts on distributors' reports and on time passing.
+	busy atomic.Bool
+}
+
+// runDomain runs l's rounds until ctx ends: at once, on each wake, and
+// every Interval while the domain is busy. A write that finds this
+// replica no longer leads ends the leadership (end).
+func (s *Strategist) runDomain(ctx context.Context, end context.CancelCauseFunc, g store.Guard, l *domainLoop) {
 	for {
-		busy, err := s.domainRound(ctx, g, domain)
+		busy, err := s.domainRound(ctx, g, l.domain)
 		switch {
 		case errors.Is(err, store.ErrNotLeader):
 			end(err)
 			return
 		case err != nil && ctx.Err() == nil:
-			s.log.Warn("rollout strategist: round failed; the next retries", "domain", domain, "err", err)
+			s.log.Warn("rollout strategist: round failed; the next retries", "domain", l.domain, "err", err)
 			busy = true
 		}
+		l.busy.Store(busy)
 		var timer *time.Timer
 		var tick <-chan time.Time
 		if busy {
@@ -264,7 +284,7 @@ func (s *Strategist) runDomain(ctx context.Context, end context.CancelCauseFunc,
 		}
 		select {
 		case <-ctx.Done():
-		case <-wake:
+		case <-l.wake:
 		case <-tick:
 		}
 		if timer != nil {

@@ -101,7 +101,8 @@ func (l layout) goalsPrefix() string              { return l.prefix + "goals/" }
 func (l layout) goalsZone(z string) string        { return l.goalsPrefix() + z + "/" }
 func (l layout) goalsSigned() string              { return l.prefix + "migrations/goals-signed" }
 func (l layout) goal(z, ns string) string         { return l.goalsZone(z) + ns }
-func (l layout) zoneStatusPrefix(z string) string { return l.prefix + "zonestatus/" + z + "/" }
+func (l layout) zoneStatusesPrefix() string       { return l.prefix + "zonestatus/" }
+func (l layout) zoneStatusPrefix(z string) string { return l.zoneStatusesPrefix() + z + "/" }
 func (l layout) zoneStatus(z, id string) string   { return l.zoneStatusPrefix(z) + id }
 func (l layout) distributorFromZoneStatus(z, key string) string {
 	return strings.TrimPrefix(key, l.zoneStatusPrefix(z))

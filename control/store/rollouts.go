@@ -362,21 +362,34 @@ func (s *Store) DomainNames(ctx context.Context) ([]string, error) {
 	return out, nil
 }
 
-// WatchRolloutInputs sends the domain of every change the rollout
-// strategist acts on — a namespace head (a new version), a queued
-// operator command, a new domain — until ctx ends, when the channel
-// closes. Each time its watch is in place — first, and after it broke
-// and was set up again (etcd unreachable, a compacted revision) — it
-// sends "": anything may have changed before. The goroutine it starts
-// ends with ctx, as etcd's Watch does.
-func (s *Store) WatchRolloutInputs(ctx context.Context) <-chan string {
-	ch := make(chan string, 64)
-	prefixes := []string{s.lay.nsmetaPrefix(), s.lay.rolloutCommandsPrefix(), s.lay.domainsPrefix()}
+// RolloutInput is a change the rollout strategist acts on, as
+// WatchRolloutInputs reports it. Exactly one field is set.
+type RolloutInput struct {
+	// Domain is the domain of a new namespace head (a new version), a
+	// queued operator command, or a new or changed domain record.
+	Domain string
+	// Zone is the zone one of whose distributors reported: evidence for
+	// every rollout that reaches it.
+	Zone string
+	// Resync says the watch is (again) in place — first, and after it
+	// broke (etcd unreachable, a compacted revision): anything may have
+	// changed before.
+	Resync bool
+}
+
+// WatchRolloutInputs sends every change the rollout strategist acts on
+// (RolloutInput) until ctx ends, when the channel closes. The goroutine
+// it starts ends with ctx, as etcd's Watch does. Deletions are not
+// sent: a lapsed distributor's report shows as time passing.
+func (s *Store) WatchRolloutInputs(ctx context.Context) <-chan RolloutInput {
+	ch := make(chan RolloutInput, 64)
+	zonestatus := s.lay.zoneStatusesPrefix()
+	prefixes := []string{s.lay.nsmetaPrefix(), s.lay.rolloutCommandsPrefix(), s.lay.domainsPrefix(), zonestatus}
 	go func() {
 		defer close(ch)
-		send := func(d string) bool {
+		send := func(in RolloutInput) bool {
 			select {
-			case ch <- d:
+			case ch <- in:
 				return true
 			case <-ctx.Done():
 				return false
@@ -407,7 +420,7 @@ func (s *Store) WatchRolloutInputs(ctx context.Context) <-chan string {
 					continue
 				}
 				if resp.Created {
-					if created++; created == len(prefixes) && !send("") {
+					if created++; created == len(prefixes) && !send(RolloutInput{Resync: true}) {
 						cancel()
 						return
 					}
@@ -416,16 +429,18 @@ func (s *Store) WatchRolloutInputs(ctx context.Context) <-chan string {
 				attempt = 0
 				for _, ev := range resp.Events {
 					key := string(ev.Kv.Key)
-					var d string
+					var in RolloutInput
 					switch {
 					case strings.HasPrefix(key, prefixes[0]):
-						d, _, _ = strings.Cut(strings.TrimPrefix(key, prefixes[0]), "/")
+						in.Domain, _, _ = strings.Cut(strings.TrimPrefix(key, prefixes[0]), "/")
 					case strings.HasPrefix(key, prefixes[1]):
-						d, _, _ = strings.Cut(strings.TrimPrefix(key, prefixes[1]), "/")
+						in.Domain, _, _ = strings.Cut(strings.TrimPrefix(key, prefixes[1]), "/")
+					case strings.HasPrefix(key, zonestatus):
+						in.Zone, _, _ = strings.Cut(strings.TrimPrefix(key, zonestatus), "/")
 					default:
-						d = s.lay.domainFromKey(key)
+						in.Domain = s.lay.domainFromKey(key)
 					}
-					if !send(d) {
+					if !send(in) {
 						cancel()
 						return
 					}
