@@ -86,7 +86,7 @@ type Options struct {
 	// Socket, if set, is a unix socket control also serves the API on, in
 	// plaintext, for callers on this host: each is the user its uid names
 	// (internal/peercred; SO_PEERCRED), with a user's rights under the
-	// domain ACLs, whatever it asserts as author. The socket is mode 0666
+	// domain ACLs; an author it asserts other than its name is refused. The socket is mode 0666
 	// (its directory decides who reaches it); a stale one is replaced.
 	Socket string
 	// FleetAdmins are the users (the <name> of spiffe://lehr/user/<name>,
@@ -110,8 +110,9 @@ type Options struct {
 	// TLS, if set, makes gRPC use TLS 1.3 with this server configuration
 	// (internal/tlsconfig.Server builds one from PEM files). With ClientCAs
 	// and ClientAuth set it requires every client to present a certificate
-	// (mutual TLS), whose common name then becomes the author of what the
-	// client publishes. nil (the default) serves plaintext, which New
+	// (mutual TLS), whose Lehr identity (its URI SAN; never its common
+	// name) is then who the client is: the author of what it changes,
+	// checked against the domain ACLs. nil (the default) serves plaintext, which New
 	// accepts only on a loopback Listen address (ErrPlaintextNotLoopback).
 	TLS *tls.Config
 	// Retention is the history compaction policy; zero fields take the

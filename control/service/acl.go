@@ -10,23 +10,21 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials"
-	"google.golang.org/grpc/peer"
 	"google.golang.org/protobuf/proto"
 
 	"lehr.dev/lehr/control/store"
 	"lehr.dev/lehr/internal/apierror"
 	"lehr.dev/lehr/internal/excerpt"
 	"lehr.dev/lehr/internal/names"
-	"lehr.dev/lehr/internal/peercred"
 	"lehr.dev/lehr/internal/tlsconfig"
 	"lehr.dev/lehr/proto/lehrpb"
 )
 
 // Domain ACLs (lehrpb.Acl; docs/operations.md, "Security model"). Every
-// mutating call on a domain needs the caller's user name in the list of
-// its action — or in the admins, who may do everything — unless the
-// domain has no admins (an open domain). Reads are open to every user.
+// mutating call on a domain needs the caller's identity (identity.go) in
+// the list of its action — or in the admins, who may do everything —
+// unless the domain has no admins (an open domain). Reads are open to
+// every user.
 
 // aclAction is what a mutating call does to a domain, and which ACL list
 // allows it.
@@ -60,40 +58,22 @@ func (a aclAction) list(acl *lehrpb.Acl) (entries []string, field string) {
 	return nil, ""
 }
 
-// userOf returns the user name of the caller: its verified Lehr identity,
-// or the local user of a caller on the unix socket. ok is false for a
-// caller control cannot identify (plaintext TCP, in-process) and for a
-// control replica, neither of which the ACL checks. The Authorizer has
-// refused every other role and identity-less certificates before this
-// runs.
-func userOf(ctx context.Context) (name string, ok bool) {
-	if pc, ok := peercred.FromContext(ctx); ok {
-		return pc.User, true
-	}
-	p, found := peer.FromContext(ctx)
-	if !found {
-		return "", false
-	}
-	ti, isTLS := p.AuthInfo.(credentials.TLSInfo)
-	if !isTLS {
-		return "", false
-	}
-	id, has, err := tlsconfig.PeerRole(ti.State)
-	if err != nil || !has || id.Role != tlsconfig.RoleUser {
-		return "", false
-	}
-	return id.Name, true
-}
-
-// ACLInterceptor enforces domain ACLs on the mutating calls of
-// identified users: it reads the target's domain and refuses with
-// PERMISSION_DENIED, naming the user, the call and the ACL list that would
-// allow it, a caller in none of the lists the call needs. A domain that
-// does not exist is left to the handler (NOT_FOUND).
+// ACLInterceptor decides the mutating calls of identified callers by
+// their identity (identity.go): it refuses one that asserts another
+// author (checkAsserted), and enforces domain ACLs — it reads the
+// target's domain and refuses with PERMISSION_DENIED, naming the user,
+// the call and the ACL list that would allow it, a caller in none of the
+// lists the call needs. A domain that does not exist is left to the
+// handler (NOT_FOUND).
 func (s *Service) ACLInterceptor(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 	method := path.Base(info.FullMethod)
+	if auditedMethods[method] {
+		if err := s.checkAsserted(ctx, req); err != nil {
+			return nil, err
+		}
+	}
 	act, mutating := aclActions[method]
-	user, identified := userOf(ctx)
+	user, identified := s.userOf(ctx)
 	m, isMsg := req.(proto.Message)
 	if r, ok := req.(*lehrpb.CreateZoneRequest); ok {
 		if err := s.mayCreateZone(ctx, r.GetName()); err != nil {
