@@ -8,6 +8,7 @@ import (
 
 	"lehr.dev/lehr/control"
 	"lehr.dev/lehr/control/controltest"
+	"lehr.dev/lehr/control/service"
 	"lehr.dev/lehr/internal/apierror"
 	"lehr.dev/lehr/internal/signing"
 	"lehr.dev/lehr/internal/tlsconfig"
@@ -110,5 +111,21 @@ func TestOneIdentityFromTheURISAN(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// The name forms of identities: ACLs and fleet admins name certificate
+// users by name and local accounts as unix:<account>; anything else is
+// refused.
+func TestCheckPrincipal(t *testing.T) {
+	for _, ok := range []string{"alice", "ci-bot@example.com", "unix:alice", "unix:uid-4242"} {
+		if err := service.CheckPrincipal(ok); err != nil {
+			t.Errorf("CheckPrincipal(%q) = %v, want nil", ok, err)
+		}
+	}
+	for _, bad := range []string{"", "unix:", "unix:a b", "alice bob", "spiffe://lehr/user/alice", "user:alice"} {
+		if err := service.CheckPrincipal(bad); err == nil {
+			t.Errorf("CheckPrincipal(%q) = nil, want an error", bad)
+		}
 	}
 }

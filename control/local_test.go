@@ -25,7 +25,7 @@ import (
 // Outside dev mode control knows every caller that may change anything:
 // plaintext loopback callers may only read, whatever author they assert;
 // callers on the unix socket are the local account the kernel says they
-// are (SO_PEERCRED) — the author of what they create, the
+// are (SO_PEERCRED), unix:<account> — the author of what they create, the
 // admin of their domains, in the audit log — may not assert another
 // author, and may not pose as distributors.
 func TestLocalCallersAreIdentified(t *testing.T) {
@@ -76,7 +76,7 @@ func TestLocalCallersAreIdentified(t *testing.T) {
 	if e := apierror.FromError(err); e == nil || e.Code != codes.PermissionDenied || e.Field != service.AuthorMetadataKey || !strings.Contains(e.Message, "--as") {
 		t.Errorf("CreateDomain over the socket as mallory: %v; want PERMISSION_DENIED: an identified caller asserts no other author", err)
 	}
-	mine := me.Username
+	mine := "unix:" + me.Username
 	d, err := local.CreateDomain(testCtx(t), &lehrpb.CreateDomainRequest{Domain: &lehrpb.Domain{Name: "pay"}})
 	if err != nil {
 		t.Fatalf("CreateDomain over the socket: %v", err)

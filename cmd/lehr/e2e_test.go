@@ -429,7 +429,7 @@ func TestControlCommandServesUntilCanceled(t *testing.T) {
 	}
 	// Without --dev, plaintext loopback callers only read: control
 	// cannot tell who they are. On the socket each caller is its local
-	// account, and --as another is refused.
+	// account, unix:<account>, and --as another is refused.
 	c := cli{t: t, addr: addr}
 	mustContain(t, "a change over plaintext TCP", c.fails("domain", "create", "demo"), "may only read", "unix", "--dev")
 	c.ok("domain", "list")
@@ -438,7 +438,7 @@ func TestControlCommandServesUntilCanceled(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	mine := me.Username
+	mine := "unix:" + me.Username
 	mustContain(t, "--as mallory on the socket", local.fails("domain", "create", "demo", "--as", "mallory"), `you are "`+mine+`"`, "Drop --as")
 	local.ok("domain", "create", "demo")
 	mustContain(t, "the domain's creator and admin", local.ok("domain", "get", "demo"), "by "+mine, "admins              "+mine)

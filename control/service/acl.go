@@ -21,10 +21,11 @@ import (
 )
 
 // Domain ACLs (lehrpb.Acl; docs/operations.md, "Security model"). Every
-// mutating call on a domain needs the caller's identity (identity.go) in
-// the list of its action — or in the admins, who may do everything —
-// unless the domain has no admins (an open domain). Reads are open to
-// every user.
+// mutating call on a domain needs the caller's identity (identity.go: a
+// certificate user's name, or "unix:<account>" for a local account on
+// control's socket) in the list of its action — or in the admins, who may
+// do everything — unless the domain has no admins (an open domain). Reads
+// are open to every user.
 
 // aclAction is what a mutating call does to a domain, and which ACL list
 // allows it.
@@ -151,8 +152,9 @@ const (
 )
 
 // checkACL validates an ACL under prefix ("domain.acl"): at most
-// MaxACLUsers users per list (MaxACLReaders readers), every entry a user
-// name of an identity (tlsconfig), none twice in a list.
+// MaxACLUsers users per list (MaxACLReaders readers), every entry of a
+// user list a certificate user's name or a local account's identity
+// (CheckPrincipal), none twice in a list.
 func checkACL(prefix string, acl *lehrpb.Acl) error {
 	for _, l := range []struct {
 		field   string
@@ -172,8 +174,9 @@ func checkACL(prefix string, acl *lehrpb.Acl) error {
 				if err := checkReader(e); err != nil {
 					return invalid(apierror.ReasonInvalidArgument, f, "%s: %v", excerpt.Quote(e), err)
 				}
-			} else if err := (tlsconfig.Identity{Role: tlsconfig.RoleUser, Name: e}).Check(); err != nil {
-				return invalid(apierror.ReasonInvalidArgument, f, "%s is not a user name: 1-64 bytes of letters, digits, '.', '_', '@' and '-' (the <name> of spiffe://lehr/user/<name>)", excerpt.Quote(e))
+			} else if err := CheckPrincipal(e); err != nil {
+				return invalid(apierror.ReasonInvalidArgument, f, "%s is not a user name: want a certificate user's name, 1-64 bytes of letters, digits, '.', '_', '@' and '-' (the <name> of spiffe://lehr/user/<name>), "+
+					"or unix:<account> for a local account on control's socket", excerpt.Quote(e))
 			}
 			if seen[e] {
 				return invalid(apierror.ReasonInvalidArgument, f, "%q is listed twice", e)

@@ -27,7 +27,8 @@ import (
 // (fleet.go) narrow what users may do further.
 //
 // A caller on control's unix socket is the local account its uid names
-// (internal/peercred; identity.go), with a user's rights. A caller control cannot
+// (internal/peercred), identity "unix:<account>" (identity.go), with a
+// user's rights. A caller control cannot
 // identify — plaintext TCP on loopback, TLS without a client certificate —
 // may only read, unless control runs in dev mode, where it may do
 // anything under any asserted author (lehr dev, test beds).
@@ -74,7 +75,7 @@ func (a Authorizer) authorize(ctx context.Context, fullMethod string, req any) e
 	case kindUnidentified:
 		if !a.DevMode && writes(method) {
 			return deny("%s: control cannot tell who this caller is (plaintext, or TLS without a client certificate), so it may only read. "+
-				"Connect over control's unix socket (lehr --control unix:///path/to/control.sock: you act as your local user) or with a client certificate "+
+				"Connect over control's unix socket (lehr --control unix:///path/to/control.sock: you act as your local account, unix:<account>) or with a client certificate "+
 				"(lehr certs issue --role user); 'lehr dev' and 'lehr control --dev' allow unidentified changes for development", method)
 		}
 		return nil

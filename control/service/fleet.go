@@ -20,7 +20,9 @@ import (
 // is:
 //
 //   - an identity named in Options.FleetAdmins (identity.go: a user
-//     certificate's name, or a local account on control's unix socket);
+//     certificate's name, "unix:<account>" for a local account on
+//     control's unix socket, or a local account Options.LocalUsers maps
+//     to a user named there);
 //   - the local user control runs as, and root, on control's unix socket:
 //     whoever runs control can name the first fleet admin, and holds its
 //     data anyway;
@@ -34,7 +36,7 @@ import (
 
 // FleetAdminsFlag is how an operator names fleet admins, quoted by
 // refusals.
-const FleetAdminsFlag = "lehr control --fleet-admins NAME,… (the systemd unit: LEHR_FLEET_ADMINS in /etc/lehr/control.env)"
+const FleetAdminsFlag = "lehr control --fleet-admins NAME,… (a user certificate's name, or unix:ACCOUNT for a local account; the systemd unit: LEHR_FLEET_ADMINS in /etc/lehr/control.env)"
 
 // fleetCaller is the caller of a call, as the fleet-admin rules see it.
 type fleetCaller struct {

@@ -3,6 +3,7 @@ package service
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
@@ -21,7 +22,7 @@ import (
 // nothing the caller says:
 //
 //	client certificate spiffe://lehr/user/alice     alice
-//	local account bob on control's unix socket     bob
+//	local account bob on control's unix socket     unix:bob, or the user Options.LocalUsers maps bob to
 //	client certificate of another role             its URI, e.g. spiffe://lehr/control/c1
 //	anyone else                                    none: see below
 //
@@ -39,6 +40,12 @@ import (
 // "anonymous". An identified caller that asserts an author other than
 // its identity is refused (checkAsserted), in dev mode too: an asserted
 // author never stands in for a verified one.
+
+// LocalPrefix starts the identity of a local account on control's unix
+// socket, "unix:bob": local accounts and certificate users are distinct
+// identities, so a domain ACL or the fleet admins name a local account
+// as "unix:<account>", and a certificate user by its bare name.
+const LocalPrefix = "unix:"
 
 // anonymous is the author of a change by a caller without an identity.
 const anonymous = "anonymous"
@@ -121,7 +128,10 @@ func (s *Service) identity(c caller) (name string, ok bool) {
 		}
 		return c.cert.String(), true
 	case kindLocal:
-		return c.local.User, true
+		if u, mapped := s.localUsers[c.local.User]; mapped {
+			return u, true
+		}
+		return LocalPrefix + c.local.User, true
 	}
 	return "", false
 }
@@ -172,6 +182,9 @@ func (s *Service) describe(c caller) string {
 	case kindCert:
 		return fmt.Sprintf("%q (your client certificate's identity %s)", name, c.cert)
 	case kindLocal:
+		if _, mapped := s.localUsers[c.local.User]; mapped {
+			return fmt.Sprintf("%q (local account %s on control's socket, mapped to user %s by lehr control --local-users)", name, c.local.User, name)
+		}
 		return fmt.Sprintf("%q (local account %s on control's socket, uid %d)", name, c.local.User, c.local.UID)
 	}
 	return "a caller control cannot identify"
@@ -201,6 +214,47 @@ func (s *Service) checkAsserted(ctx context.Context, req any) error {
 			"you are %s: control records who it verified as the author of every change, so it refuses an asserted author (%s in the request's %s, as 'lehr --as' and LEHR_AS send). "+
 				"Drop --as, or assert %q; an asserted author counts only for callers control cannot identify, in dev mode ('lehr dev', 'lehr control --dev')",
 			s.describe(c), excerpt.Quote(a.value), a.field, name)
+	}
+	return nil
+}
+
+// CheckPrincipal reports whether name may stand in a domain ACL's user
+// lists or among the fleet admins: a certificate user's name (the <name>
+// of spiffe://lehr/user/<name>) or a local account's identity,
+// "unix:<account>".
+func CheckPrincipal(name string) error {
+	if account, local := strings.CutPrefix(name, LocalPrefix); local {
+		if err := checkAccount(account); err != nil {
+			return fmt.Errorf("%q names a local account: %w", name, err)
+		}
+		return nil
+	}
+	if err := (tlsconfig.Identity{Role: tlsconfig.RoleUser, Name: name}).Check(); err != nil {
+		return fmt.Errorf("%q is neither a user name (1-64 bytes of letters, digits, '.', '_', '@' and '-': the <name> of spiffe://lehr/user/<name>) nor a local account (unix:<account>)", name)
+	}
+	return nil
+}
+
+// checkAccount checks a local account name as Lehr names it: the
+// characters of a user name (local accounts with others cannot be named;
+// an account without a name is "uid-<n>").
+func checkAccount(account string) error {
+	if err := (tlsconfig.Identity{Role: tlsconfig.RoleUser, Name: account}).Check(); err != nil {
+		return fmt.Errorf("want a local account name of 1-64 bytes of letters, digits, '.', '_', '@' and '-' (uid-<n> for a uid without a name)")
+	}
+	return nil
+}
+
+// CheckLocalUsers validates a map of local accounts to the certificate
+// users they act as (Options.LocalUsers).
+func CheckLocalUsers(m map[string]string) error {
+	for account, user := range m {
+		if err := checkAccount(account); err != nil {
+			return fmt.Errorf("local account %q: %w", account, err)
+		}
+		if err := (tlsconfig.Identity{Role: tlsconfig.RoleUser, Name: user}).Check(); err != nil {
+			return fmt.Errorf("local account %s maps to %q, which is not a user name (1-64 bytes of letters, digits, '.', '_', '@' and '-': the <name> of spiffe://lehr/user/<name>)", account, user)
+		}
 	}
 	return nil
 }
