@@ -84,18 +84,28 @@ type Options struct {
 	// plaintext to the network.
 	Listen string
 	// Socket, if set, is a unix socket control also serves the API on, in
-	// plaintext, for callers on this host: each is the user its uid names
-	// (internal/peercred; SO_PEERCRED), with a user's rights under the
-	// domain ACLs, whatever it asserts as author. The socket is mode 0666
-	// (its directory decides who reaches it); a stale one is replaced.
+	// plaintext, for callers on this host: each is the local account its
+	// uid names (internal/peercred; SO_PEERCRED), identity
+	// "unix:<account>" — not the certificate user of that name, unless
+	// LocalUsers maps it — with a user's rights under the domain ACLs; an
+	// author it asserts other than its identity is refused. The socket is
+	// mode 0666 (its directory decides who reaches it); a stale one is
+	// replaced.
 	Socket string
-	// FleetAdmins are the users (the <name> of spiffe://lehr/user/<name>,
-	// or a local user's name on Socket) who may make fleet-wide changes:
-	// create zones, and raise a domain's quotas above DomainDefaults.
-	// Besides them only the user control runs as and root (on Socket),
-	// control replicas and, in DevMode, callers control cannot identify
-	// may; and a distributor may register its own zone. Empty (the
-	// default): nobody else.
+	// LocalUsers maps local accounts on Socket to the certificate users
+	// they act as ({"alice": "alice"}: the local account alice is the user
+	// of spiffe://lehr/user/alice for ACLs, authorship, the audit log and
+	// FleetAdmins). Nil (the default): every local account is
+	// "unix:<account>", a user distinct from every certificate user.
+	LocalUsers map[string]string
+	// FleetAdmins are the identities who may make fleet-wide changes:
+	// create zones, and raise a domain's quotas above DomainDefaults — a
+	// certificate user's name (the <name> of spiffe://lehr/user/<name>),
+	// or "unix:<account>" for a local account on Socket (one LocalUsers
+	// maps is its user). Besides them only the user control runs as and
+	// root (on Socket), control replicas and, in DevMode, callers control
+	// cannot identify may; and a distributor may register its own zone.
+	// Empty (the default): nobody else.
 	FleetAdmins []string
 	// DevMode lets callers control cannot identify — plaintext TCP on
 	// loopback, TLS without a client certificate — change anything under
@@ -110,8 +120,9 @@ type Options struct {
 	// TLS, if set, makes gRPC use TLS 1.3 with this server configuration
 	// (internal/tlsconfig.Server builds one from PEM files). With ClientCAs
 	// and ClientAuth set it requires every client to present a certificate
-	// (mutual TLS), whose common name then becomes the author of what the
-	// client publishes. nil (the default) serves plaintext, which New
+	// (mutual TLS), whose Lehr identity (its URI SAN; never its common
+	// name) is then who the client is: the author of what it changes,
+	// checked against the domain ACLs. nil (the default) serves plaintext, which New
 	// accepts only on a loopback Listen address (ErrPlaintextNotLoopback).
 	TLS *tls.Config
 	// Retention is the history compaction policy; zero fields take the
@@ -240,9 +251,12 @@ func New(opts Options) (*Control, error) {
 		}
 	}
 	for _, a := range opts.FleetAdmins {
-		if err := (tlsconfig.Identity{Role: tlsconfig.RoleUser, Name: a}).Check(); err != nil {
-			return nil, fmt.Errorf("control: fleet admin %q is not a user name (1-64 bytes of letters, digits, '.', '_', '@' and '-'; list them comma-separated): %w", a, err)
+		if err := service.CheckPrincipal(a); err != nil {
+			return nil, fmt.Errorf("%w: fleet admin %v (list them comma-separated)", ErrIdentityOptions, err)
 		}
+	}
+	if err := service.CheckLocalUsers(opts.LocalUsers); err != nil {
+		return nil, fmt.Errorf("%w: local users: %v", ErrIdentityOptions, err)
 	}
 	if opts.MetricsListen != "off" {
 		if _, _, err := net.SplitHostPort(opts.MetricsListen); err != nil {
@@ -251,6 +265,10 @@ func New(opts Options) (*Control, error) {
 	}
 	return c, nil
 }
+
+// ErrIdentityOptions is wrapped by New's error for Options.FleetAdmins or
+// Options.LocalUsers that name no identity.
+var ErrIdentityOptions = errors.New("control: invalid identities")
 
 // ErrPlaintextNotLoopback is returned by New when Options.TLS is nil and
 // Options.Listen is not a loopback address: control never serves
@@ -404,6 +422,7 @@ func (c *Control) Run(ctx context.Context) (err error) {
 
 		DefaultRolloutPolicy: c.opts.DefaultRolloutPolicy,
 		FleetAdmins:          c.opts.FleetAdmins,
+		LocalUsers:           c.opts.LocalUsers,
 		DomainDefaults:       c.opts.DomainDefaults,
 		DevMode:              c.opts.DevMode,
 	})

@@ -24,9 +24,10 @@ import (
 
 // Outside dev mode control knows every caller that may change anything:
 // plaintext loopback callers may only read, whatever author they assert;
-// callers on the unix socket are the local user the kernel says they are
-// (SO_PEERCRED) — the author of what they create, the admin of their
-// domains, in the audit log — and may not pose as distributors.
+// callers on the unix socket are the local account the kernel says they
+// are (SO_PEERCRED), unix:<account> — the author of what they create, the
+// admin of their domains, in the audit log — may not assert another
+// author, and may not pose as distributors.
 func TestLocalCallersAreIdentified(t *testing.T) {
 	dir := t.TempDir()
 	sock := filepath.Join(dir, "run", "control.sock")
@@ -71,19 +72,28 @@ func TestLocalCallersAreIdentified(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d, err := local.CreateDomain(asMallory, &lehrpb.CreateDomainRequest{Domain: &lehrpb.Domain{Name: "pay"}})
+	_, err = local.CreateDomain(asMallory, &lehrpb.CreateDomainRequest{Domain: &lehrpb.Domain{Name: "pay"}})
+	if e := apierror.FromError(err); e == nil || e.Code != codes.PermissionDenied || e.Field != service.AuthorMetadataKey || !strings.Contains(e.Message, "--as") {
+		t.Errorf("CreateDomain over the socket as mallory: %v; want PERMISSION_DENIED: an identified caller asserts no other author", err)
+	}
+	mine := "unix:" + me.Username
+	d, err := local.CreateDomain(testCtx(t), &lehrpb.CreateDomainRequest{Domain: &lehrpb.Domain{Name: "pay"}})
 	if err != nil {
 		t.Fatalf("CreateDomain over the socket: %v", err)
 	}
-	if d.GetCreatedBy() != me.Username || len(d.GetAcl().GetAdmins()) != 1 || d.GetAcl().GetAdmins()[0] != me.Username {
-		t.Errorf("domain created over the socket: by %q, admins %v; want %s, whatever the caller asserted", d.GetCreatedBy(), d.GetAcl().GetAdmins(), me.Username)
+	if d.GetCreatedBy() != mine || len(d.GetAcl().GetAdmins()) != 1 || d.GetAcl().GetAdmins()[0] != mine {
+		t.Errorf("domain created over the socket: by %q, admins %v; want %s", d.GetCreatedBy(), d.GetAcl().GetAdmins(), mine)
 	}
-	resp, err := local.Publish(testCtx(t), &lehrpb.PublishRequest{Namespace: "pay/x", Author: "mallory", Properties: []*lehrpb.Property{prop("k", "", "v")}})
+	_, err = local.Publish(testCtx(t), &lehrpb.PublishRequest{Namespace: "pay/x", Author: "mallory", Properties: []*lehrpb.Property{prop("k", "", "v")}})
+	if e := apierror.FromError(err); e == nil || e.Code != codes.PermissionDenied || e.Field != "author" {
+		t.Errorf("Publish over the socket by mallory: %v; want PERMISSION_DENIED on author", err)
+	}
+	resp, err := local.Publish(testCtx(t), &lehrpb.PublishRequest{Namespace: "pay/x", Author: mine, Properties: []*lehrpb.Property{prop("k", "", "v")}})
 	if err != nil {
-		t.Fatalf("Publish over the socket: %v", err)
+		t.Fatalf("Publish over the socket, asserting who it is: %v", err)
 	}
-	if v := resp.GetVersion(); v.GetAuthor() != me.Username || !strings.HasPrefix(v.GetTransportIdentity(), "unix:uid=") {
-		t.Errorf("version by %q over %q; want %s over unix:uid=…", v.GetAuthor(), v.GetTransportIdentity(), me.Username)
+	if v := resp.GetVersion(); v.GetAuthor() != mine || !strings.HasPrefix(v.GetTransportIdentity(), "unix:uid=") {
+		t.Errorf("version by %q over %q; want %s over unix:uid=…", v.GetAuthor(), v.GetTransportIdentity(), mine)
 	}
 	if _, err := local.ReportZoneStatus(testCtx(t), &lehrpb.ReportZoneStatusRequest{Zone: "zone-a", DistributorId: "fake"}); apierror.FromError(err) == nil ||
 		apierror.FromError(err).Code != codes.PermissionDenied {
@@ -95,14 +105,14 @@ func TestLocalCallersAreIdentified(t *testing.T) {
 	}
 	var refusedTCP bool
 	for _, r := range recs.GetRecords() {
-		if r.GetMethod() == "CreateDomain" && r.GetCode() == "PERMISSION_DENIED" {
+		if r.GetMethod() == "CreateDomain" && r.GetCode() == "PERMISSION_DENIED" && r.GetAuthor() == "anonymous" {
 			refusedTCP = true
 		}
-		if r.GetCode() == "OK" && r.GetAuthor() != me.Username {
-			t.Errorf("audit record %v: author %q; want %s", r, r.GetAuthor(), me.Username)
+		if r.GetTransportIdentity() != "" && strings.HasPrefix(r.GetTransportIdentity(), "unix:") && r.GetAuthor() != mine {
+			t.Errorf("audit record %v: author %q; want %s", r, r.GetAuthor(), mine)
 		}
 	}
 	if !refusedTCP {
-		t.Errorf("the refused TCP CreateDomain is not in the audit log: %v", recs.GetRecords())
+		t.Errorf("the refused TCP CreateDomain is not in the audit log as anonymous's (not as the mallory it asserted): %v", recs.GetRecords())
 	}
 }

@@ -44,9 +44,12 @@ type Options struct {
 	// any other address without TLS is refused. Set Certificates for
 	// mutual TLS.
 	TLS *tls.Config
-	// Author is the identity asserted on every write and recorded in
-	// history when the transport carries no authenticated identity
-	// ("lehr --as"). Empty means none.
+	// Author is the author asserted on every call ("lehr --as"). Control
+	// records it only for a caller it cannot identify, in dev mode; a
+	// caller it identifies (a client certificate's Lehr identity, a local
+	// account on its unix socket) is recorded as that identity, and a
+	// write asserting another author is refused with PERMISSION_DENIED.
+	// Empty means none.
 	Author string
 	// Retry says how retryable errors are retried. The zero value is the
 	// default policy.

@@ -93,14 +93,14 @@ func writeAudit(w io.Writer, recs []*lehrpb.AuditRecord) {
 		if r.GetVersion() > 0 {
 			v = fmt.Sprint(r.GetVersion())
 		}
-		res := r.GetCode()
+		res := clean(r.GetCode())
 		if n := r.GetRepeats(); n > 0 {
 			res += fmt.Sprintf(" (and %d more alike)", n)
 		}
 		if r.GetError() != "" {
 			res += ": " + oneLine(r.GetError())
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", fmtTime(r.GetTime()), orDash(r.GetAuthor()), r.GetMethod(),
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", fmtTime(r.GetTime()), orDash(r.GetAuthor()), clean(r.GetMethod()),
 			orDash(r.GetTarget()), v, res, orDash(oneLine(r.GetMessage())))
 	}
 	tw.Flush()

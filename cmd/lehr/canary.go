@@ -166,9 +166,9 @@ func canaryJudge(e *env, cmd, file string, opts canary.Options, asJSON bool) int
 		}
 		fmt.Fprintf(e.stdout, "%s\n", b)
 	} else {
-		fmt.Fprintf(e.stdout, "%s (%d canary, %d control host(s)): %s\n", res.Verdict, len(in.Canary), len(in.Control), res.Reason)
+		fmt.Fprintf(e.stdout, "%s (%d canary, %d control host(s)): %s\n", res.Verdict, len(in.Canary), len(in.Control), clean(res.Reason))
 		for _, c := range res.Checks {
-			fmt.Fprintf(e.stdout, "  %-5s %s: %s\n", c.Verdict, c.Name, c.Explanation)
+			fmt.Fprintf(e.stdout, "  %-5s %s: %s\n", c.Verdict, clean(c.Name), clean(c.Explanation))
 			if c.Test != "" {
 				fmt.Fprintf(e.stdout, "        %s; effect %.3g, statistic %.3g on %.3g df, p %.3g (needed < %.3g)\n",
 					c.Test, c.Effect, c.Statistic, c.DF, c.P, c.Threshold)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	"lehr.dev/lehr/control"
@@ -25,22 +26,30 @@ plaintext gRPC on 127.0.0.1:7400: nothing to set up. --etcd-endpoints uses an
 external etcd cluster instead, through the same code path.
 
 Plaintext is served on loopback only; to listen on any other address pass
---tls-cert and --tls-key (and --client-ca to require client certificates,
-whose identity is then the author of every change, checked against the
-domains' ACLs). Callers control cannot identify — plaintext TCP, TLS without
-a client certificate — may only read. On one host, --socket serves the API on
-a unix socket too, where each caller is the local user its uid names (the
-kernel says so, not the caller): 'lehr --control unix:///run/lehr-control/control.sock
-push …'. --dev lets unidentified callers change anything under any --as, for
-development only ('lehr dev' runs so).
+--tls-cert and --tls-key (and --client-ca to require client certificates).
+Every caller has one identity, from what control verified, never from what it
+says: a client certificate is the user its Lehr identity names (the URI SAN
+spiffe://lehr/user/NAME, as 'lehr certs issue --role user' makes; never the
+CommonName), NAME. On one host, --socket serves the API on a unix socket too,
+where each caller is the local account its uid names (the kernel says so, not
+the caller): 'lehr --control unix:///run/lehr-control/control.sock push …'. A
+local account ACCOUNT is the identity unix:ACCOUNT — not the certificate user
+of the same name — unless --local-users maps it to one: --local-users
+alice=alice makes the local account alice act as user alice. That identity is
+the author of every change (and what control signs), what the audit log
+names, and what domain ACLs and --fleet-admins list: a certificate user by
+NAME, a local account as unix:ACCOUNT. Callers control cannot identify —
+plaintext TCP, TLS without a client certificate — may only read; --dev lets
+them change anything under any --as, for development only ('lehr dev' runs
+so). An identified caller asserting another author (--as) is refused.
 
 Zones are fleet-wide (every rollout reaches every zone), so creating one is a
-fleet admin's act: the users --fleet-admins names (by user certificate, or as
-local users on --socket), the user control runs as and root on --socket, and
-a distributor registering its own zone (with a distributor certificate of
-that zone). Name the first fleet admin with --fleet-admins NAME (the systemd
-unit: LEHR_FLEET_ADMINS in /etc/lehr/control.env), or create zones as
-control's own user on its socket.
+fleet admin's act: the identities --fleet-admins names (a user certificate's
+NAME, or unix:ACCOUNT for a local account on --socket), the user control runs
+as and root on --socket, and a distributor registering its own zone (with a
+distributor certificate of that zone). Name the first fleet admin with
+--fleet-admins NAME (the systemd unit: LEHR_FLEET_ADMINS in
+/etc/lehr/control.env), or create zones as control's own user on its socket.
 
 Every version is signed with an ed25519 key (--signing-key, by default
 DATA-DIR/signing.key, made on first start); its public key is written beside
@@ -65,6 +74,7 @@ Stop it with Ctrl-C or SIGTERM: in-flight calls finish, then it exits.`,
 			"lehr control",
 			"lehr control --data-dir /var/lib/lehr --socket /run/lehr-control/control.sock --keep-last 500 --keep-for 720h --log-format json",
 			"lehr control --etcd-endpoints https://etcd-0:2379,https://etcd-1:2379 --listen 0.0.0.0:7400 --tls-cert control.crt --tls-key control.key --client-ca clients.crt --fleet-admins alice,bob",
+			"lehr control --socket /run/lehr-control/control.sock --local-users alice=alice,deploy=ci-bot --fleet-admins alice,unix:oncall",
 		},
 	})
 	var opts control.Options
@@ -72,9 +82,10 @@ Stop it with Ctrl-C or SIGTERM: in-flight calls finish, then it exits.`,
 	fs.StringVar(&opts.SigningKey, "signing-key", "", "ed25519 private key `file` (PEM, mode 0600) that signs every version; default DATA-DIR/signing.key, created if missing; \"off\" signs nothing")
 	endpoints := fs.String("etcd-endpoints", "", "comma-separated client `URLs` of an external etcd cluster (default: embedded etcd)")
 	fs.StringVar(&opts.Listen, "listen", control.DefaultListen, "gRPC listen `address`; without TLS it must be loopback")
-	fs.StringVar(&opts.Socket, "socket", "", "also serve the API on this unix socket `path` (mode 0666), where each caller acts as its local user (SO_PEERCRED)")
-	fleetAdmins := fs.String("fleet-admins", "", "comma-separated `users` who may make fleet-wide changes (create zones, raise domain quotas above the default), besides control's own user and root on --socket (and distributors registering their own zone); empty: nobody else")
-	fs.BoolVar(&opts.DevMode, "dev", false, "development only: callers control cannot identify (plaintext loopback, TLS without a client certificate) may change anything under any --as; off, they may only read")
+	fs.StringVar(&opts.Socket, "socket", "", "also serve the API on this unix socket `path` (mode 0666), where each caller acts as its local account (SO_PEERCRED): identity unix:ACCOUNT, unless --local-users maps it")
+	localUsers := fs.String("local-users", "", "comma-separated `ACCOUNT=USER` pairs: the local account ACCOUNT on --socket acts as the certificate user USER (spiffe://lehr/user/USER) for ACLs, authorship, the audit log and --fleet-admins; an account not mapped is unix:ACCOUNT, a user of its own")
+	fleetAdmins := fs.String("fleet-admins", "", "comma-separated `identities` who may make fleet-wide changes (create zones, raise domain quotas above the default): a user certificate's NAME, or unix:ACCOUNT for a local account on --socket; besides control's own user and root on --socket (and distributors registering their own zone); empty: nobody else")
+	fs.BoolVar(&opts.DevMode, "dev", false, "development only: callers control cannot identify (plaintext loopback, TLS without a client certificate) may change anything under any --as; off, they may only read. An identified caller's --as is refused either way")
 	fs.StringVar(&opts.MetricsListen, "metrics-listen", control.DefaultMetricsListen, "HTTP `address` of /metrics and /healthz; \"off\" disables it")
 	certFile := fs.String("tls-cert", "", "server certificate `file` (PEM); enables TLS")
 	keyFile := fs.String("tls-key", "", "server private key `file` (PEM)")
@@ -109,10 +120,8 @@ Stop it with Ctrl-C or SIGTERM: in-flight calls finish, then it exits.`,
 	if reserve != 0 && (quota != 0 && reserve >= quota || quota == 0 && reserve >= control.DefaultStoreQuota) {
 		return usageError(e, fs, "--store-reserve %s: want less than the store's quota", &reserve)
 	}
-	for _, a := range opts.FleetAdmins {
-		if err := (tlsconfig.Identity{Role: tlsconfig.RoleUser, Name: a}).Check(); err != nil {
-			return usageError(e, fs, "--fleet-admins: %q is not a user name: want the <name> of spiffe://lehr/user/<name> or a local user, 1-64 bytes of letters, digits, '.', '_', '@' and '-', comma-separated", a)
-		}
+	if opts.LocalUsers, err = parseLocalUsers(*localUsers); err != nil {
+		return usageError(e, fs, "--local-users: %v", err)
 	}
 	if opts.Retention.KeepLast < 1 {
 		return usageError(e, fs, "--keep-last %d: want 1 or more", opts.Retention.KeepLast)
@@ -136,6 +145,9 @@ Stop it with Ctrl-C or SIGTERM: in-flight calls finish, then it exits.`,
 	}
 	opts.Logger = logger
 	c, err := control.New(opts)
+	if errors.Is(err, control.ErrIdentityOptions) {
+		return usageError(e, fs, "%v", err)
+	}
 	if errors.Is(err, control.ErrPlaintextNotLoopback) {
 		return usageError(e, fs, "refusing to serve plaintext gRPC on %s, which is not a loopback address: "+
 			"pass --tls-cert and --tls-key (create them with \"lehr certs\"), or listen on 127.0.0.1", opts.Listen)
@@ -147,6 +159,27 @@ Stop it with Ctrl-C or SIGTERM: in-flight calls finish, then it exits.`,
 	return serveControl(ctx, e, c, func(addr string) {
 		fmt.Fprintf(e.stderr, "lehr control: serving on %s\n", addr)
 	})
+}
+
+// parseLocalUsers reads --local-users: ACCOUNT=USER pairs, comma-separated,
+// each account at most once. control.New checks the names.
+func parseLocalUsers(s string) (map[string]string, error) {
+	pairs := splitList(s)
+	if len(pairs) == 0 {
+		return nil, nil
+	}
+	m := make(map[string]string, len(pairs))
+	for _, p := range pairs {
+		account, user, ok := strings.Cut(p, "=")
+		switch {
+		case !ok || account == "" || user == "":
+			return nil, fmt.Errorf("%q: want ACCOUNT=USER, e.g. alice=alice (the local account alice acts as the certificate user alice)", p)
+		case m[account] != "":
+			return nil, fmt.Errorf("local account %q is mapped twice (to %s and %s)", account, m[account], user)
+		}
+		m[account] = user
+	}
+	return m, nil
 }
 
 // serveControl runs c until ctx is done, calling onReady (then e.ready) once

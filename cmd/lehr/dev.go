@@ -403,9 +403,9 @@ func formatCallback(zone, host string, ch consumer.Change) string {
 		rb = fmt.Sprintf(", a rollback to version %d's content", ch.New.RollbackOf())
 	}
 	fmt.Fprintf(&b, "    [%s service on %s] callback: %s version %d (was %d)%s, %d changed %s\n", zone, host,
-		ch.New.Namespace(), ch.New.Version(), ch.Old.Version(), rb, len(changes), plural(len(changes), "key", "keys"))
+		clean(ch.New.Namespace()), ch.New.Version(), ch.Old.Version(), rb, len(changes), plural(len(changes), "key", "keys"))
 	if _, err := demoservice.Parse(ch.New); err != nil {
-		fmt.Fprintf(&b, "        ! %v\n", err)
+		fmt.Fprintf(&b, "        ! %s\n", clean(err.Error()))
 	}
 	for i, c := range changes {
 		if i == 8 {
@@ -414,11 +414,11 @@ func formatCallback(zone, host string, ch consumer.Change) string {
 		}
 		switch c.Kind {
 		case "added":
-			fmt.Fprintf(&b, "        + %s = %s\n", c.Key, shortValue(c.New))
+			fmt.Fprintf(&b, "        + %s = %s\n", clean(c.Key), shortValue(c.New))
 		case "removed":
-			fmt.Fprintf(&b, "        - %s\n", c.Key)
+			fmt.Fprintf(&b, "        - %s\n", clean(c.Key))
 		default:
-			fmt.Fprintf(&b, "        ~ %s: %s → %s\n", c.Key, shortValue(c.Old), shortValue(c.New))
+			fmt.Fprintf(&b, "        ~ %s: %s → %s\n", clean(c.Key), shortValue(c.Old), shortValue(c.New))
 		}
 	}
 	return b.String()

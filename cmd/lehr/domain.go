@@ -114,7 +114,7 @@ is open: every user may do everything until an admin is set.`,
 	if cf.json() {
 		return printOrFail(e, out)
 	}
-	fmt.Fprintf(e.stdout, "created domain %s\n", out.GetName())
+	fmt.Fprintf(e.stdout, "created domain %s\n", clean(out.GetName()))
 	writeDomain(e.stdout, out)
 	return exitOK
 }
@@ -281,7 +281,7 @@ empty admins list opens the domain to every user.`,
 	if cf.json() {
 		return printOrFail(e, out)
 	}
-	fmt.Fprintf(e.stdout, "updated domain %s\n", out.GetName())
+	fmt.Fprintf(e.stdout, "updated domain %s\n", clean(out.GetName()))
 	writeDomain(e.stdout, out)
 	return exitOK
 }

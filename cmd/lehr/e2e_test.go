@@ -25,6 +25,10 @@ import (
 type cli struct {
 	t    *testing.T
 	addr string
+	// identified: control knows who the caller is (its socket, a client
+	// certificate), so it asserts no author; otherwise it runs as
+	// "--as tester", for a control in dev mode.
+	identified bool
 }
 
 // run runs lehr args with the client flags appended and stdin as input.
@@ -34,7 +38,10 @@ func (c cli) run(stdin string, args ...string) (code int, stdout, stderr string)
 	e := &env{stdin: strings.NewReader(stdin), stdout: &out, stderr: &errb, getenv: func(string) string { return "" }}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	args = append(args, "--control", c.addr, "--as", "tester")
+	args = append(args, "--control", c.addr)
+	if !c.identified {
+		args = append(args, "--as", "tester")
+	}
 	code = run(ctx, args, e)
 	return code, out.String(), errb.String()
 }
@@ -422,17 +429,19 @@ func TestControlCommandServesUntilCanceled(t *testing.T) {
 	}
 	// Without --dev, plaintext loopback callers only read: control
 	// cannot tell who they are. On the socket each caller is its local
-	// user, whatever --as says.
+	// account, unix:<account>, and --as another is refused.
 	c := cli{t: t, addr: addr}
 	mustContain(t, "a change over plaintext TCP", c.fails("domain", "create", "demo"), "may only read", "unix", "--dev")
 	c.ok("domain", "list")
-	local := cli{t: t, addr: "unix://" + sockPath}
-	local.ok("domain", "create", "demo", "--as", "mallory")
+	local := cli{t: t, addr: "unix://" + sockPath, identified: true}
 	me, err := user.Current()
 	if err != nil {
 		t.Fatal(err)
 	}
-	mustContain(t, "the domain's creator and admin", local.ok("domain", "get", "demo"), "by "+me.Username, "admins              "+me.Username)
+	mine := "unix:" + me.Username
+	mustContain(t, "--as mallory on the socket", local.fails("domain", "create", "demo", "--as", "mallory"), `you are "`+mine+`"`, "Drop --as")
+	local.ok("domain", "create", "demo")
+	mustContain(t, "the domain's creator and admin", local.ok("domain", "get", "demo"), "by "+mine, "admins              "+mine)
 	mustContain(t, "stderr", stderr.String(), "lehr control: serving on "+addr)
 	cancel()
 	if got := nextNote(t, notes); got != "STOPPING=1" {

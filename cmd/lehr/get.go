@@ -14,8 +14,11 @@ func runGet(ctx context.Context, e *env, args []string) int {
 		summary: "show a version of a namespace (latest by default)",
 		about: `Shows a version of namespace NS: its sequence number, checksum, author,
 time, message and how it was made, then every key with its content type and
-value. Text values are printed as they are; binary values as their size and a
-hex preview. --key restricts the output to some keys (each must exist).
+value. Text values are printed as they are; binary values, and text with
+control characters (an escape sequence, a lone carriage return), as their
+size and a hex preview; like every text output of lehr, the other fields
+show control characters escaped (\x1b). --key restricts the output to some
+keys (each must exist).
 With exactly one --key, --raw prints only that value's bytes, for scripts.`,
 		examples: []string{
 			"lehr get demo/app",

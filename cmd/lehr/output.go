@@ -52,10 +52,10 @@ var indexedField = regexp.MustCompile(`^([a-z_]+)\[(\d+)\]`)
 func reportError(e *env, cmd string, err error, ec errorContext) int {
 	var perr *producer.Error
 	if !errors.As(err, &perr) {
-		fmt.Fprintf(e.stderr, "%s: %v\n", cmd, err)
+		fmt.Fprintf(e.stderr, "%s: %s\n", cmd, clean(err.Error()))
 		return exitError
 	}
-	msg := perr.Message
+	msg := clean(perr.Message)
 	if msg == "" {
 		msg = perr.Code.String()
 	}
@@ -63,11 +63,11 @@ func reportError(e *env, cmd string, err error, ec errorContext) int {
 	tw := tabwriter.NewWriter(e.stderr, 0, 0, 1, ' ', 0)
 	code := perr.Code.String()
 	if perr.Reason != "" {
-		code = perr.Reason + " (" + code + ")"
+		code = clean(perr.Reason) + " (" + code + ")"
 	}
 	fmt.Fprintf(tw, "  error:\t%s\n", code)
 	if perr.Field != "" {
-		f := perr.Field
+		f := clean(perr.Field)
 		if m := indexedField.FindStringSubmatch(f); m != nil {
 			i, _ := strconv.Atoi(m[2])
 			if keys := ec.lists[m[1]]; i < len(keys) {
@@ -77,7 +77,7 @@ func reportError(e *env, cmd string, err error, ec errorContext) int {
 		fmt.Fprintf(tw, "  field:\t%s\n", f)
 	}
 	if perr.Limit != "" {
-		fmt.Fprintf(tw, "  limit:\t%s\n", perr.Limit)
+		fmt.Fprintf(tw, "  limit:\t%s\n", clean(perr.Limit))
 	}
 	tw.Flush()
 	switch {
@@ -117,11 +117,72 @@ func fmtBytes(n int64) string {
 	}
 }
 
+// clean returns s as a terminal may show it: every control character (C0
+// — tab, newline and carriage return included — DEL and C1), every
+// bidirectional-text control and line separator, and every byte that is
+// not UTF-8 becomes a Go escape (\x1b, \n, \u202e, \xff); the rest is
+// kept, backslashes too. Every text output of lehr shows what it did not
+// write itself — what control stored, what distributors and agents
+// reported, a server's error messages — through clean (orDash and oneLine
+// call it), so an escape sequence in a --message, an author or a report
+// cannot drive the terminal that shows it, nor forge a column or a line.
+// -o json has the exact text.
+func clean(s string) string {
+	i := 0
+	for i < len(s) {
+		r, n := utf8.DecodeRuneInString(s[i:])
+		if mustEscape(r, n) {
+			break
+		}
+		i += n
+	}
+	if i == len(s) {
+		return s
+	}
+	var b strings.Builder
+	b.WriteString(s[:i])
+	for i < len(s) {
+		r, n := utf8.DecodeRuneInString(s[i:])
+		switch {
+		case !mustEscape(r, n):
+			b.WriteString(s[i : i+n])
+		case r == utf8.RuneError:
+			fmt.Fprintf(&b, `\x%02x`, s[i])
+		case r == '\n':
+			b.WriteString(`\n`)
+		case r == '\t':
+			b.WriteString(`\t`)
+		case r == '\r':
+			b.WriteString(`\r`)
+		case r < 0x80:
+			fmt.Fprintf(&b, `\x%02x`, r)
+		default:
+			fmt.Fprintf(&b, `\u%04x`, r)
+		}
+		i += n
+	}
+	return b.String()
+}
+
+// mustEscape reports whether clean escapes the rune r, of n bytes.
+func mustEscape(r rune, n int) bool {
+	switch {
+	case r == utf8.RuneError && n == 1, unicode.IsControl(r):
+		return true
+	case r == 0x061c, r == 0x200e, r == 0x200f, 0x202a <= r && r <= 0x202e, 0x2066 <= r && r <= 0x2069: // bidi controls
+		return true
+	case r == 0x2028, r == 0x2029: // line and paragraph separators
+		return true
+	}
+	return false
+}
+
+// orDash returns s cleaned, or "-" when it is empty.
 func orDash(s string) string {
 	if s == "" {
 		return "-"
 	}
-	return s
+	return clean(s)
 }
 
 // fmtSource says how a version came to be.
@@ -149,12 +210,12 @@ func fmtKind(k lehrpb.NamespaceKind) string {
 
 // writeVersionHeader prints a version's metadata.
 func writeVersionHeader(w io.Writer, v *lehrpb.VersionInfo) {
-	fmt.Fprintf(w, "%s version %d\n", v.GetNamespace(), v.GetSeq())
+	fmt.Fprintf(w, "%s version %d\n", clean(v.GetNamespace()), v.GetSeq())
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintf(tw, "  checksum\t%s\n", v.GetChecksum())
+	fmt.Fprintf(tw, "  checksum\t%s\n", clean(v.GetChecksum()))
 	fmt.Fprintf(tw, "  author\t%s\n", orDash(v.GetAuthor()))
 	if ti := v.GetTransportIdentity(); ti != "" && ti != v.GetAuthor() {
-		fmt.Fprintf(tw, "  via\t%s\n", ti)
+		fmt.Fprintf(tw, "  via\t%s\n", clean(ti))
 	}
 	fmt.Fprintf(tw, "  time\t%s\n", fmtTime(v.GetCreateTime()))
 	fmt.Fprintf(tw, "  message\t%s\n", orDash(v.GetMessage()))
@@ -170,21 +231,24 @@ func writeVersion(w io.Writer, v *producer.Version) {
 		fmt.Fprintf(w, "  showing %d of them\n", len(v.Properties))
 	}
 	for _, p := range v.Properties {
-		fmt.Fprintf(w, "\n%s  [%s]\n", p.Key, orDash(p.ContentType))
+		fmt.Fprintf(w, "\n%s  [%s]\n", clean(p.Key), orDash(p.ContentType))
 		writeValue(w, p.Value, "    ")
 	}
 }
 
-// printable reports whether b is UTF-8 text without control characters
-// other than newline, tab and carriage return.
+// printable reports whether b is text to show as it is: UTF-8 without
+// what clean escapes, but for newlines, tabs and the carriage return of a
+// CRLF line end. A value that is not is shown as hex (writeValue) or its
+// size (shortValue).
 func printable(b []byte) bool {
-	if !utf8.Valid(b) {
-		return false
-	}
-	for _, r := range string(b) {
-		if unicode.IsControl(r) && r != '\n' && r != '\t' && r != '\r' {
+	for i := 0; i < len(b); {
+		r, n := utf8.DecodeRune(b[i:])
+		switch {
+		case r == '\n', r == '\t', r == '\r' && i+1 < len(b) && b[i+1] == '\n':
+		case mustEscape(r, n):
 			return false
 		}
+		i += n
 	}
 	return true
 }
@@ -222,13 +286,15 @@ func writeHistory(w io.Writer, versions []*lehrpb.VersionInfo) {
 			sum = s[:12]
 		}
 		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\n", v.GetSeq(), fmtTime(v.GetCreateTime()),
-			orDash(v.GetAuthor()), fmtSource(v), fmtBytes(v.GetSizeBytes()), sum, orDash(oneLine(v.GetMessage())))
+			orDash(v.GetAuthor()), fmtSource(v), fmtBytes(v.GetSizeBytes()), clean(sum), orDash(oneLine(v.GetMessage())))
 	}
 	tw.Flush()
 }
 
+// oneLine returns the first line of s, cleaned, marked when more follows.
 func oneLine(s string) string {
 	s, _, cut := strings.Cut(s, "\n")
+	s = clean(s)
 	if cut {
 		s += " …"
 	}
@@ -238,22 +304,22 @@ func oneLine(s string) string {
 // writeDiff prints the output of "lehr diff": + added, - removed,
 // ~ modified keys with their values.
 func writeDiff(w io.Writer, d *producer.Diff) {
-	fmt.Fprintf(w, "%s: version %d → %d, %d changed %s\n", d.To.GetNamespace(), d.From.GetSeq(), d.To.GetSeq(),
+	fmt.Fprintf(w, "%s: version %d → %d, %d changed %s\n", clean(d.To.GetNamespace()), d.From.GetSeq(), d.To.GetSeq(),
 		len(d.Changes), plural(len(d.Changes), "key", "keys"))
 	for _, c := range d.Changes {
 		switch {
 		case c.Old == nil:
-			fmt.Fprintf(w, "+ %s  [%s]\n", c.Key, orDash(c.New.ContentType))
+			fmt.Fprintf(w, "+ %s  [%s]\n", clean(c.Key), orDash(c.New.ContentType))
 			writeValue(w, c.New.Value, "    ")
 		case c.New == nil:
-			fmt.Fprintf(w, "- %s  [%s]\n", c.Key, orDash(c.Old.ContentType))
+			fmt.Fprintf(w, "- %s  [%s]\n", clean(c.Key), orDash(c.Old.ContentType))
 			writeValue(w, c.Old.Value, "    ")
 		default:
 			ct := orDash(c.New.ContentType)
 			if c.Old.ContentType != c.New.ContentType {
 				ct = orDash(c.Old.ContentType) + " → " + ct
 			}
-			fmt.Fprintf(w, "~ %s  [%s]\n", c.Key, ct)
+			fmt.Fprintf(w, "~ %s  [%s]\n", clean(c.Key), ct)
 			fmt.Fprintln(w, "  old:")
 			writeValue(w, c.Old.Value, "    ")
 			fmt.Fprintln(w, "  new:")
@@ -271,14 +337,14 @@ func plural(n int, one, many string) string {
 
 // writeCommitted prints the result of a write.
 func writeCommitted(w io.Writer, verb string, v *lehrpb.VersionInfo) {
-	fmt.Fprintf(w, "%s %s version %d (%s)\n", verb, v.GetNamespace(), v.GetSeq(), fmtSource(v))
-	fmt.Fprintf(w, "  checksum  %s\n  size      %d properties, %s\n", v.GetChecksum(), v.GetPropertyCount(), fmtBytes(v.GetSizeBytes()))
+	fmt.Fprintf(w, "%s %s version %d (%s)\n", verb, clean(v.GetNamespace()), v.GetSeq(), fmtSource(v))
+	fmt.Fprintf(w, "  checksum  %s\n  size      %d properties, %s\n", clean(v.GetChecksum()), v.GetPropertyCount(), fmtBytes(v.GetSizeBytes()))
 }
 
 // writeDomain prints one domain.
 func writeDomain(w io.Writer, d *lehrpb.Domain) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintf(tw, "name\t%s\n", d.GetName())
+	fmt.Fprintf(tw, "name\t%s\n", clean(d.GetName()))
 	fmt.Fprintf(tw, "description\t%s\n", orDash(d.GetDescription()))
 	fmt.Fprintf(tw, "created\t%s by %s\n", fmtTime(d.GetCreateTime()), orDash(d.GetCreatedBy()))
 	// The quotas in force, each marked when it is the server's default;
@@ -338,7 +404,7 @@ func writeDomain(w io.Writer, d *lehrpb.Domain) {
 		if len(l) == 0 {
 			return empty
 		}
-		return strings.Join(l, ", ")
+		return clean(strings.Join(l, ", "))
 	}
 	others := "the admins only"
 	if len(acl.GetAdmins()) == 0 {
@@ -358,7 +424,7 @@ func writeDomains(w io.Writer, ds []*lehrpb.Domain) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "NAME\tCREATED\tBY\tDESCRIPTION")
 	for _, d := range ds {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", d.GetName(), fmtTime(d.GetCreateTime()), orDash(d.GetCreatedBy()), orDash(oneLine(d.GetDescription())))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", clean(d.GetName()), fmtTime(d.GetCreateTime()), orDash(d.GetCreatedBy()), orDash(oneLine(d.GetDescription())))
 	}
 	tw.Flush()
 }
@@ -368,18 +434,18 @@ func writeZones(w io.Writer, zs []*lehrpb.Zone) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "ZONE\tCREATED")
 	for _, z := range zs {
-		fmt.Fprintf(tw, "%s\t%s\n", z.GetName(), fmtTime(z.GetCreateTime()))
+		fmt.Fprintf(tw, "%s\t%s\n", clean(z.GetName()), fmtTime(z.GetCreateTime()))
 	}
 	tw.Flush()
 }
 
 // writeGoals prints the output of "lehr goals".
 func writeGoals(w io.Writer, zone string, g *lehrpb.GetGoalsResponse) {
-	fmt.Fprintf(w, "zone %s, store revision %d\n", zone, g.GetRevision())
+	fmt.Fprintf(w, "zone %s, store revision %d\n", clean(zone), g.GetRevision())
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "NAMESPACE\tVERSION\tCHECKSUM\tUPDATED\tREASON")
 	for _, s := range g.GetGoals() {
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\n", s.GetNamespace(), s.GetVersion(), s.GetChecksum(), fmtTime(s.GetUpdateTime()), orDash(s.GetReason()))
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\n", clean(s.GetNamespace()), s.GetVersion(), clean(s.GetChecksum()), fmtTime(s.GetUpdateTime()), orDash(s.GetReason()))
 	}
 	tw.Flush()
 }
@@ -406,10 +472,10 @@ func writeGoalEvents(w io.Writer, m *lehrpb.WatchGoalsResponse, only string) {
 			continue
 		}
 		if ev.GetType() == lehrpb.GoalEvent_TYPE_DELETE {
-			fmt.Fprintf(w, "rev %d  removed  %s\n", m.GetRevision(), g.GetNamespace())
+			fmt.Fprintf(w, "rev %d  removed  %s\n", m.GetRevision(), clean(g.GetNamespace()))
 			continue
 		}
-		fmt.Fprintf(w, "rev %d  %s  %s -> version %d  %s  (%s)\n", m.GetRevision(), what, g.GetNamespace(), g.GetVersion(), g.GetChecksum(), orDash(g.GetReason()))
+		fmt.Fprintf(w, "rev %d  %s  %s -> version %d  %s  (%s)\n", m.GetRevision(), what, clean(g.GetNamespace()), g.GetVersion(), clean(g.GetChecksum()), orDash(g.GetReason()))
 	}
 	if m.GetInitialComplete() {
 		fmt.Fprintf(w, "rev %d  watching for changes (Ctrl-C to stop)\n", m.GetRevision())
@@ -424,11 +490,11 @@ func writeZoneStatus(w io.Writer, st *lehrpb.GetZoneStatusResponse, goals map[st
 	for _, d := range st.GetDistributors() {
 		agents += int(d.GetAgents())
 	}
-	fmt.Fprintf(w, "zone %s: %d %s reporting, %d %s connected\n", st.GetZone(),
+	fmt.Fprintf(w, "zone %s: %d %s reporting, %d %s connected\n", clean(st.GetZone()),
 		len(st.GetDistributors()), plural(len(st.GetDistributors()), "distributor", "distributors"),
 		agents, plural(agents, "agent", "agents"))
 	if len(st.GetDistributors()) == 0 {
-		fmt.Fprintf(w, "no distributor has reported yet (they report every --report-interval, 10s by default): is one running with --zone %s?\n", st.GetZone())
+		fmt.Fprintf(w, "no distributor has reported yet (they report every --report-interval, 10s by default): is one running with --zone %s?\n", clean(st.GetZone()))
 		return
 	}
 	fmt.Fprintln(w)
@@ -440,7 +506,7 @@ func writeZoneStatus(w io.Writer, st *lehrpb.GetZoneStatusResponse, goals map[st
 	}
 	for _, v := range st.GetVersions() {
 		if !haveGoals {
-			fmt.Fprintf(tw, "%s\t%d\t%d\n", v.GetNamespace(), v.GetVersion(), v.GetAgents())
+			fmt.Fprintf(tw, "%s\t%d\t%d\n", clean(v.GetNamespace()), v.GetVersion(), v.GetAgents())
 			continue
 		}
 		goal := "-"
@@ -450,7 +516,7 @@ func writeZoneStatus(w io.Writer, st *lehrpb.GetZoneStatusResponse, goals map[st
 				goal += " (at goal)"
 			}
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%s\n", v.GetNamespace(), v.GetVersion(), v.GetAgents(), goal)
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%s\n", clean(v.GetNamespace()), v.GetVersion(), v.GetAgents(), goal)
 	}
 	tw.Flush()
 	fmt.Fprintln(w)
@@ -458,15 +524,15 @@ func writeZoneStatus(w io.Writer, st *lehrpb.GetZoneStatusResponse, goals map[st
 	fmt.Fprintln(tw, "DISTRIBUTOR\tAGENTS\tNAMESPACE\tVERSION\tAGENTS")
 	for _, d := range st.GetDistributors() {
 		if len(d.GetVersions()) == 0 {
-			fmt.Fprintf(tw, "%s\t%d\t-\t-\t-\n", d.GetDistributorId(), d.GetAgents())
+			fmt.Fprintf(tw, "%s\t%d\t-\t-\t-\n", clean(d.GetDistributorId()), d.GetAgents())
 			continue
 		}
 		for i, v := range d.GetVersions() {
-			id, n := d.GetDistributorId(), strconv.Itoa(int(d.GetAgents()))
+			id, n := clean(d.GetDistributorId()), strconv.Itoa(int(d.GetAgents()))
 			if i > 0 {
 				id, n = "", ""
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\n", id, n, v.GetNamespace(), v.GetVersion(), v.GetAgents())
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\n", id, n, clean(v.GetNamespace()), v.GetVersion(), v.GetAgents())
 		}
 	}
 	tw.Flush()
@@ -488,7 +554,7 @@ func writeHealth(w io.Writer, health []*lehrpb.NamespaceHealth, hosts []*lehrpb.
 		if h.GetCohort() {
 			who = "cohort"
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%d\t%d\t%d\t%d\t%d\n", h.GetNamespace(), h.GetVersion(), who, h.GetAgents(),
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%d\t%d\t%d\t%d\t%d\n", clean(h.GetNamespace()), h.GetVersion(), who, h.GetAgents(),
 			h.GetConsumers(), h.GetConsumersApplied(), h.GetConsumersRejected(), h.GetLeasesExpired())
 	}
 	tw.Flush()
@@ -501,7 +567,7 @@ func writeHealth(w io.Writer, health []*lehrpb.NamespaceHealth, hosts []*lehrpb.
 	var failing []*lehrpb.HostReport
 	for _, hr := range hosts {
 		r := hr.GetReport()
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%v\t%d\t%d\t%d\t%d\t%s\t%s\n", hr.GetHostId(), r.GetNamespace(), r.GetVersion(), hr.GetCohort(),
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%v\t%d\t%d\t%d\t%d\t%s\t%s\n", clean(hr.GetHostId()), clean(r.GetNamespace()), r.GetVersion(), hr.GetCohort(),
 			r.GetClients(), r.GetClientsApplied(), r.GetClientsRejected(), r.GetLeasesExpired(), fmtTime(r.GetAppliedTime()), hostChecksWord(r.GetHostChecks()))
 		if r.GetHostChecks().GetVerdict() == lehrpb.CanaryVerdict_CANARY_VERDICT_FAIL {
 			failing = append(failing, hr)
@@ -511,7 +577,7 @@ func writeHealth(w io.Writer, health []*lehrpb.NamespaceHealth, hosts []*lehrpb.
 	for _, hr := range hosts {
 		if n := hr.GetReport().GetUntrustedUpdates(); n > 0 {
 			fmt.Fprintf(w, "%s, %s: refused %d update(s) whose signature did not verify (a distributor altering content, or control signing with a key the agent does not trust)\n",
-				hr.GetHostId(), hr.GetReport().GetNamespace(), n)
+				clean(hr.GetHostId()), clean(hr.GetReport().GetNamespace()), n)
 		}
 	}
 	if len(failing) > 0 {
@@ -519,10 +585,10 @@ func writeHealth(w io.Writer, health []*lehrpb.NamespaceHealth, hosts []*lehrpb.
 	}
 	for _, hr := range failing {
 		hc := hr.GetReport().GetHostChecks()
-		fmt.Fprintf(w, "%s, %s %d → %d: %s\n", hr.GetHostId(), hr.GetReport().GetNamespace(), hc.GetPreviousVersion(), hc.GetVersion(), hc.GetReason())
+		fmt.Fprintf(w, "%s, %s %d → %d: %s\n", clean(hr.GetHostId()), clean(hr.GetReport().GetNamespace()), hc.GetPreviousVersion(), hc.GetVersion(), clean(hc.GetReason()))
 		for _, c := range hc.GetChecks() {
 			if c.GetVerdict() == lehrpb.CanaryVerdict_CANARY_VERDICT_FAIL {
-				fmt.Fprintf(w, "  %s: %s\n", c.GetName(), c.GetExplanation())
+				fmt.Fprintf(w, "  %s: %s\n", clean(c.GetName()), clean(c.GetExplanation()))
 			}
 		}
 	}

@@ -183,7 +183,7 @@ log_prefix, start_time...) and rule values as JSON.`,
 		if cf.json() {
 			return printResource(e, p)
 		}
-		fmt.Fprintf(e.stdout, "policy %s (%s), etag %s\n", ns, p.GetName(), p.GetEtag())
+		fmt.Fprintf(e.stdout, "policy %s (%s), etag %s\n", ns, clean(p.GetName()), clean(p.GetEtag()))
 		writeRules(e.stdout, p.GetRules())
 		return exitOK
 	case "delete":
@@ -197,7 +197,7 @@ log_prefix, start_time...) and rule values as JSON.`,
 		v := md.GetVersion()
 		fmt.Fprintf(e.stdout, "deleted policy %s: version %d is the no-op policy (allows everything)", ns, v.GetSeq())
 		if n := len(md.GetDeletedExperiments()); n > 0 {
-			fmt.Fprintf(e.stdout, "; deleted its %d experiments: %s", n, strings.Join(md.GetDeletedExperiments(), ", "))
+			fmt.Fprintf(e.stdout, "; deleted its %d experiments: %s", n, clean(strings.Join(md.GetDeletedExperiments(), ", ")))
 		}
 		fmt.Fprintf(e.stdout, "\nfollow its rollout: lehr rollout status %s; undo: lehr rollback %s --to %d\n", ns, ns, v.GetParent())
 		return exitOK
@@ -284,7 +284,7 @@ log_prefix, start_time...) and rule values as JSON.`,
 	}
 	switch act {
 	case "delete":
-		fmt.Fprintf(e.stdout, "deleted experiment %s\n", exp.GetName())
+		fmt.Fprintf(e.stdout, "deleted experiment %s\n", clean(exp.GetName()))
 	default:
 		writeExperiment(e.stdout, exp)
 	}
@@ -387,7 +387,7 @@ func evalPolicy(ctx context.Context, e *env, cmd string, p *lehrpb.Policy, exp *
 		if r.Error != "" {
 			dec += " (error: " + oneLine(r.Error) + ")"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", r.Of, r.Etag, dec, orDash(r.Rule))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", clean(r.Of), clean(r.Etag), clean(dec), orDash(r.Rule))
 	}
 	tw.Flush()
 	return exitOK
@@ -458,10 +458,10 @@ func writeRules(w io.Writer, rules []*lehrpb.Property) {
 	for _, p := range content.FromProto(rules) {
 		r, err := policy.ParseRule(p)
 		if err != nil {
-			fmt.Fprintf(tw, "  %s\t?\t%s\n", p.Key, oneLine(err.Error()))
+			fmt.Fprintf(tw, "  %s\t?\t%s\n", clean(p.Key), oneLine(err.Error()))
 			continue
 		}
-		fmt.Fprintf(tw, "  %s\t%s\t%s\n", p.Key, r.Effect, oneLine(r.Condition))
+		fmt.Fprintf(tw, "  %s\t%s\t%s\n", clean(p.Key), clean(string(r.Effect)), oneLine(r.Condition))
 	}
 	tw.Flush()
 }
@@ -482,8 +482,8 @@ func previewState(e *lehrpb.PolicyExperiment) string {
 
 // writeExperiment prints one experiment.
 func writeExperiment(w io.Writer, e *lehrpb.PolicyExperiment) {
-	fmt.Fprintf(w, "experiment %s\n", e.GetName())
-	fmt.Fprintf(w, "  etag:     %s\n", e.GetEtag())
+	fmt.Fprintf(w, "experiment %s\n", clean(e.GetName()))
+	fmt.Fprintf(w, "  etag:     %s\n", clean(e.GetEtag()))
 	fmt.Fprintf(w, "  preview:  %s", previewState(e))
 	if p := e.GetPreviewMetadata().GetLogPrefix(); p != "" {
 		fmt.Fprintf(w, " (log lines begin %q)", p)
@@ -491,7 +491,7 @@ func writeExperiment(w io.Writer, e *lehrpb.PolicyExperiment) {
 	fmt.Fprintln(w)
 	fmt.Fprintf(w, "  changed:  %s by %s\n", fmtTime(e.GetUpdateTime()), orDash(e.GetAuthor()))
 	for _, k := range slices.Sorted(maps.Keys(e.GetAnnotations())) {
-		fmt.Fprintf(w, "  annotation %s=%s\n", k, e.GetAnnotations()[k])
+		fmt.Fprintf(w, "  annotation %s=%s\n", clean(k), clean(e.GetAnnotations()[k]))
 	}
 	writeRules(w, e.GetPolicy().GetRules())
 }
@@ -505,14 +505,14 @@ func writeExperiments(w io.Writer, exps []*lehrpb.PolicyExperiment) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "EXPERIMENT\tETAG\tRULES\tPREVIEW")
 	for _, e := range exps {
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\n", e.GetName(), e.GetEtag(), len(e.GetPolicy().GetRules()), previewState(e))
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\n", clean(e.GetName()), clean(e.GetEtag()), len(e.GetPolicy().GetRules()), previewState(e))
 	}
 	tw.Flush()
 }
 
 // writeCounts prints an experiment's counts: per zone, then in all.
 func writeCounts(w io.Writer, c *lehrpb.PolicyExperimentCounts) {
-	fmt.Fprintf(w, "experiment %s (etag now %s): decisions counted at hosts, live → experiment\n", c.GetName(), c.GetEtag())
+	fmt.Fprintf(w, "experiment %s (etag now %s): decisions counted at hosts, live → experiment\n", clean(c.GetName()), clean(c.GetEtag()))
 	if len(c.GetTotals()) == 0 {
 		fmt.Fprintln(w, "no decisions counted yet (is it previewing? do the hosts' services call Evaluate?)")
 		return
@@ -525,7 +525,7 @@ func writeCounts(w io.Writer, c *lehrpb.PolicyExperimentCounts) {
 		if total > 0 {
 			share = fmt.Sprintf("%.2f%%", 100*float64(dis)/float64(total))
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%d\t%s\t%d\n", zone, p.GetLiveEtag(), p.GetExperimentEtag(),
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%d\t%s\t%d\n", clean(zone), clean(p.GetLiveEtag()), clean(p.GetExperimentEtag()),
 			p.GetAllowAllow(), p.GetDenyDeny(), p.GetAllowDeny(), p.GetDenyAllow(), share, p.GetExperimentErrors())
 	}
 	for _, z := range c.GetZones() {

@@ -273,13 +273,13 @@ func fmtPolicySource(s lehrpb.RolloutPolicySource) string {
 
 func writePolicyStatus(w io.Writer, scope string, r *lehrpb.GetRolloutPolicyResponse) {
 	if st := r.GetStored(); st != nil {
-		fmt.Fprintf(w, "%s has its own policy, generation %d, set %s by %s", scope, st.GetGeneration(), fmtTime(st.GetUpdateTime()), orDash(st.GetAuthor()))
+		fmt.Fprintf(w, "%s has its own policy, generation %d, set %s by %s", clean(scope), st.GetGeneration(), fmtTime(st.GetUpdateTime()), orDash(st.GetAuthor()))
 		if m := st.GetMessage(); m != "" {
 			fmt.Fprintf(w, ": %s", oneLine(m))
 		}
 		fmt.Fprintln(w)
 	} else {
-		fmt.Fprintf(w, "%s has no policy of its own\n", scope)
+		fmt.Fprintf(w, "%s has no policy of its own\n", clean(scope))
 	}
 	fmt.Fprintf(w, "in effect: %s\n", fmtPolicySource(r.GetSource()))
 	writePolicy(w, r.GetEffective())
@@ -309,7 +309,7 @@ func writePolicy(w io.Writer, p *lehrpb.RolloutPolicy) {
 		} else if st.GetCanary() != nil {
 			minApplied = "1" // a canary stage needs evidence
 		}
-		fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\t%s\t%s\t%g\n", i+1, name, fmtTarget(st), st.GetBake().AsDuration(), deadline, minApplied, st.GetMaxErrorRatio())
+		fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\t%s\t%s\t%g\n", i+1, clean(name), clean(fmtTarget(st)), st.GetBake().AsDuration(), deadline, minApplied, st.GetMaxErrorRatio())
 	}
 	tw.Flush()
 	fmt.Fprintln(w, "  (zones no stage reaches whole are reached after the last stage)")
@@ -318,7 +318,7 @@ func writePolicy(w io.Writer, p *lehrpb.RolloutPolicy) {
 
 func writeFreezeWindows(w io.Writer, p *lehrpb.RolloutPolicy) {
 	for _, fw := range p.GetFreezeWindows() {
-		fmt.Fprintf(w, "  frozen %s: %s\n", rollout.DescribeFreeze(fw), orDash(fw.GetReason()))
+		fmt.Fprintf(w, "  frozen %s: %s\n", clean(rollout.DescribeFreeze(fw)), orDash(fw.GetReason()))
 	}
 }
 
@@ -353,7 +353,7 @@ func fmtTarget(st *lehrpb.RolloutStage) string {
 
 func writePolicyHistory(w io.Writer, scope string, recs []*lehrpb.RolloutPolicyRecord) {
 	if len(recs) == 0 {
-		fmt.Fprintf(w, "%s: no rollout policy was ever set\n", scope)
+		fmt.Fprintf(w, "%s: no rollout policy was ever set\n", clean(scope))
 		return
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
@@ -415,7 +415,7 @@ func runRolloutAction(ctx context.Context, e *env, fs *flags, cf *clientFlags, p
 		}
 		r, err := c.WaitRollout(ctx, ns, version, time.Second, func(r *lehrpb.Rollout) {
 			if !cf.json() {
-				fmt.Fprintf(e.stdout, "%s  %s: %s\n", time.Now().UTC().Format("15:04:05"), stateName(r.GetState()), r.GetReason())
+				fmt.Fprintf(e.stdout, "%s  %s: %s\n", time.Now().UTC().Format("15:04:05"), stateName(r.GetState()), clean(r.GetReason()))
 			}
 		})
 		if err != nil {
@@ -454,12 +454,7 @@ func runRolloutAction(ctx context.Context, e *env, fs *flags, cf *clientFlags, p
 		if cf.json() {
 			return printOrFail(e, &lehrpb.ListRolloutEventsResponse{Events: evs})
 		}
-		tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "#\tTIME\tSTAGE\tEVENT\tWHO\tDETAIL")
-		for _, ev := range evs {
-			fmt.Fprintf(tw, "%d\t%s\t%d\t%s\t%s\t%s\n", ev.GetSeq(), fmtTime(ev.GetTime()), ev.GetStage()+1, ev.GetKind(), orDash(ev.GetAuthor()), oneLine(ev.GetMessage()))
-		}
-		tw.Flush()
+		writeRolloutEvents(e.stdout, evs)
 	case "list":
 		rs, err := c.ListRollouts(ctx, ns, active)
 		if err != nil {
@@ -468,16 +463,7 @@ func runRolloutAction(ctx context.Context, e *env, fs *flags, cf *clientFlags, p
 		if cf.json() {
 			return printOrFail(e, &lehrpb.ListRolloutsResponse{Rollouts: rs})
 		}
-		if len(rs) == 0 {
-			fmt.Fprintln(e.stdout, "no rollouts")
-			return exitOK
-		}
-		tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "ROLLOUT\tSTATE\tSTAGE\tUPDATED\tREASON")
-		for _, r := range rs {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", r.GetId(), stateName(r.GetState()), stageOf(r), fmtTime(r.GetUpdateTime()), oneLine(r.GetReason()))
-		}
-		tw.Flush()
+		writeRollouts(e.stdout, rs)
 	default:
 		r, err := c.UpdateRollout(ctx, ns, version, actions[sub], msg)
 		if err != nil {
@@ -486,9 +472,33 @@ func runRolloutAction(ctx context.Context, e *env, fs *flags, cf *clientFlags, p
 		if cf.json() {
 			return printOrFail(e, r)
 		}
-		fmt.Fprintf(e.stdout, "asked control to %s rollout %s (now %s); it acts within a second: lehr rollout events %s\n", sub, r.GetId(), stateName(r.GetState()), ns)
+		fmt.Fprintf(e.stdout, "asked control to %s rollout %s (now %s); it acts within a second: lehr rollout events %s\n", sub, clean(r.GetId()), stateName(r.GetState()), clean(ns))
 	}
 	return exitOK
+}
+
+// writeRolloutEvents prints the output of "lehr rollout events".
+func writeRolloutEvents(w io.Writer, evs []*lehrpb.RolloutEvent) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "#\tTIME\tSTAGE\tEVENT\tWHO\tDETAIL")
+	for _, ev := range evs {
+		fmt.Fprintf(tw, "%d\t%s\t%d\t%s\t%s\t%s\n", ev.GetSeq(), fmtTime(ev.GetTime()), ev.GetStage()+1, clean(ev.GetKind()), orDash(ev.GetAuthor()), oneLine(ev.GetMessage()))
+	}
+	tw.Flush()
+}
+
+// writeRollouts prints the output of "lehr rollout list".
+func writeRollouts(w io.Writer, rs []*lehrpb.Rollout) {
+	if len(rs) == 0 {
+		fmt.Fprintln(w, "no rollouts")
+		return
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ROLLOUT\tSTATE\tSTAGE\tUPDATED\tREASON")
+	for _, r := range rs {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", clean(r.GetId()), stateName(r.GetState()), clean(stageOf(r)), fmtTime(r.GetUpdateTime()), oneLine(r.GetReason()))
+	}
+	tw.Flush()
 }
 
 func stateName(s lehrpb.RolloutState) string {
@@ -504,7 +514,7 @@ func stageOf(r *lehrpb.Rollout) string {
 
 // writeRollout prints a rollout's status.
 func writeRollout(w io.Writer, r *lehrpb.Rollout) {
-	fmt.Fprintf(w, "rollout %s: %s\n", r.GetId(), strings.ToUpper(stateName(r.GetState())))
+	fmt.Fprintf(w, "rollout %s: %s\n", clean(r.GetId()), strings.ToUpper(stateName(r.GetState())))
 	fmt.Fprintf(w, "  version   %d (from base %d)\n", r.GetVersion(), r.GetBaseVersion())
 	fmt.Fprintf(w, "  policy    %s", strings.ReplaceAll(strings.ToLower(strings.TrimPrefix(r.GetPolicySource().String(), "ROLLOUT_POLICY_SOURCE_")), "_", "-"))
 	if g := r.GetPolicyGeneration(); g > 0 {
@@ -521,13 +531,13 @@ func writeRollout(w io.Writer, r *lehrpb.Rollout) {
 		case int32(i) == r.GetStage():
 			mark = "✗"
 		}
-		fmt.Fprintf(w, "  %s %d. %s\n", mark, i+1, name)
+		fmt.Fprintf(w, "  %s %d. %s\n", mark, i+1, clean(name))
 	}
 	for _, zh := range r.GetCanaryHosts() {
-		fmt.Fprintf(w, "  canary hosts of %s: %s\n", zh.GetZone(), orDash(strings.Join(zh.GetHosts(), ", ")))
+		fmt.Fprintf(w, "  canary hosts of %s: %s\n", clean(zh.GetZone()), orDash(strings.Join(zh.GetHosts(), ", ")))
 	}
 	if r.GetRollbackVersion() != 0 {
 		fmt.Fprintf(w, "  rolled back by version %d\n", r.GetRollbackVersion())
 	}
-	fmt.Fprintf(w, "  %s\n", r.GetReason())
+	fmt.Fprintf(w, "  %s\n", clean(r.GetReason()))
 }

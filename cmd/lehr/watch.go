@@ -231,12 +231,12 @@ func (p *watchPrinter) print(old, cur watchView) error {
 	}
 	var b strings.Builder
 	if old == nil {
-		fmt.Fprintf(&b, "%s version %d (current), %d %s\n", cur.Namespace(), cur.Version(), cur.Len(), plural(cur.Len(), "key", "keys"))
+		fmt.Fprintf(&b, "%s version %d (current), %d %s\n", clean(cur.Namespace()), cur.Version(), cur.Len(), plural(cur.Len(), "key", "keys"))
 	} else {
-		fmt.Fprintf(&b, "%s version %d (was %d), %d changed %s\n", cur.Namespace(), cur.Version(), old.Version(),
+		fmt.Fprintf(&b, "%s version %d (was %d), %d changed %s\n", clean(cur.Namespace()), cur.Version(), old.Version(),
 			len(changes), plural(len(changes), "key", "keys"))
 	}
-	fmt.Fprintf(&b, "  checksum   %s\n", cur.Checksum())
+	fmt.Fprintf(&b, "  checksum   %s\n", clean(cur.Checksum()))
 	fmt.Fprintf(&b, "  author     %s\n", orDash(cur.Author()))
 	fmt.Fprintf(&b, "  message    %s\n", orDash(oneLine(cur.Message())))
 	if t := cur.CreateTime(); !t.IsZero() {
@@ -249,15 +249,15 @@ func (p *watchPrinter) print(old, cur watchView) error {
 		}
 		switch c.Kind {
 		case "added":
-			fmt.Fprintf(&b, "  + %s = %s\n", c.Key, shortValue(c.New))
+			fmt.Fprintf(&b, "  + %s = %s\n", clean(c.Key), shortValue(c.New))
 		case "removed":
-			fmt.Fprintf(&b, "  - %s (was %s)\n", c.Key, shortValue(c.Old))
+			fmt.Fprintf(&b, "  - %s (was %s)\n", clean(c.Key), shortValue(c.Old))
 		default:
 			if string(c.Old) == string(c.New) {
-				fmt.Fprintf(&b, "  ~ %s: content type %s → %s\n", c.Key, orDash(c.OldType), orDash(c.NewType))
+				fmt.Fprintf(&b, "  ~ %s: content type %s → %s\n", clean(c.Key), orDash(c.OldType), orDash(c.NewType))
 				continue
 			}
-			fmt.Fprintf(&b, "  ~ %s: %s → %s\n", c.Key, shortValue(c.Old), shortValue(c.New))
+			fmt.Fprintf(&b, "  ~ %s: %s → %s\n", clean(c.Key), shortValue(c.Old), shortValue(c.New))
 		}
 	}
 	b.WriteString("\n")

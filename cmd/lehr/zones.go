@@ -74,7 +74,7 @@ distributor that stops reporting drops out after its report expires.`,
 		if cf.json() {
 			return printOrFail(e, z)
 		}
-		fmt.Fprintf(e.stdout, "created zone %s\n", z.GetName())
+		fmt.Fprintf(e.stdout, "created zone %s\n", clean(z.GetName()))
 		return exitOK
 	}
 	zs, err := c.ListZones(ctx)

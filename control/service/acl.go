@@ -10,23 +10,22 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials"
-	"google.golang.org/grpc/peer"
 	"google.golang.org/protobuf/proto"
 
 	"lehr.dev/lehr/control/store"
 	"lehr.dev/lehr/internal/apierror"
 	"lehr.dev/lehr/internal/excerpt"
 	"lehr.dev/lehr/internal/names"
-	"lehr.dev/lehr/internal/peercred"
 	"lehr.dev/lehr/internal/tlsconfig"
 	"lehr.dev/lehr/proto/lehrpb"
 )
 
 // Domain ACLs (lehrpb.Acl; docs/operations.md, "Security model"). Every
-// mutating call on a domain needs the caller's user name in the list of
-// its action — or in the admins, who may do everything — unless the
-// domain has no admins (an open domain). Reads are open to every user.
+// mutating call on a domain needs the caller's identity (identity.go: a
+// certificate user's name, or "unix:<account>" for a local account on
+// control's socket) in the list of its action — or in the admins, who may
+// do everything — unless the domain has no admins (an open domain). Reads
+// are open to every user.
 
 // aclAction is what a mutating call does to a domain, and which ACL list
 // allows it.
@@ -60,40 +59,22 @@ func (a aclAction) list(acl *lehrpb.Acl) (entries []string, field string) {
 	return nil, ""
 }
 
-// userOf returns the user name of the caller: its verified Lehr identity,
-// or the local user of a caller on the unix socket. ok is false for a
-// caller control cannot identify (plaintext TCP, in-process) and for a
-// control replica, neither of which the ACL checks. The Authorizer has
-// refused every other role and identity-less certificates before this
-// runs.
-func userOf(ctx context.Context) (name string, ok bool) {
-	if pc, ok := peercred.FromContext(ctx); ok {
-		return pc.User, true
-	}
-	p, found := peer.FromContext(ctx)
-	if !found {
-		return "", false
-	}
-	ti, isTLS := p.AuthInfo.(credentials.TLSInfo)
-	if !isTLS {
-		return "", false
-	}
-	id, has, err := tlsconfig.PeerRole(ti.State)
-	if err != nil || !has || id.Role != tlsconfig.RoleUser {
-		return "", false
-	}
-	return id.Name, true
-}
-
-// ACLInterceptor enforces domain ACLs on the mutating calls of
-// identified users: it reads the target's domain and refuses with
-// PERMISSION_DENIED, naming the user, the call and the ACL list that would
-// allow it, a caller in none of the lists the call needs. A domain that
-// does not exist is left to the handler (NOT_FOUND).
+// ACLInterceptor decides the mutating calls of identified callers by
+// their identity (identity.go): it refuses one that asserts another
+// author (checkAsserted), and enforces domain ACLs — it reads the
+// target's domain and refuses with PERMISSION_DENIED, naming the user,
+// the call and the ACL list that would allow it, a caller in none of the
+// lists the call needs. A domain that does not exist is left to the
+// handler (NOT_FOUND).
 func (s *Service) ACLInterceptor(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 	method := path.Base(info.FullMethod)
+	if auditedMethods[method] {
+		if err := s.checkAsserted(ctx, req); err != nil {
+			return nil, err
+		}
+	}
 	act, mutating := aclActions[method]
-	user, identified := userOf(ctx)
+	user, identified := s.userOf(ctx)
 	m, isMsg := req.(proto.Message)
 	if r, ok := req.(*lehrpb.CreateZoneRequest); ok {
 		if err := s.mayCreateZone(ctx, r.GetName()); err != nil {
@@ -171,8 +152,9 @@ const (
 )
 
 // checkACL validates an ACL under prefix ("domain.acl"): at most
-// MaxACLUsers users per list (MaxACLReaders readers), every entry a user
-// name of an identity (tlsconfig), none twice in a list.
+// MaxACLUsers users per list (MaxACLReaders readers), every entry of a
+// user list a certificate user's name or a local account's identity
+// (CheckPrincipal), none twice in a list.
 func checkACL(prefix string, acl *lehrpb.Acl) error {
 	for _, l := range []struct {
 		field   string
@@ -192,8 +174,9 @@ func checkACL(prefix string, acl *lehrpb.Acl) error {
 				if err := checkReader(e); err != nil {
 					return invalid(apierror.ReasonInvalidArgument, f, "%s: %v", excerpt.Quote(e), err)
 				}
-			} else if err := (tlsconfig.Identity{Role: tlsconfig.RoleUser, Name: e}).Check(); err != nil {
-				return invalid(apierror.ReasonInvalidArgument, f, "%s is not a user name: 1-64 bytes of letters, digits, '.', '_', '@' and '-' (the <name> of spiffe://lehr/user/<name>)", excerpt.Quote(e))
+			} else if err := CheckPrincipal(e); err != nil {
+				return invalid(apierror.ReasonInvalidArgument, f, "%s is not a user name: want a certificate user's name, 1-64 bytes of letters, digits, '.', '_', '@' and '-' (the <name> of spiffe://lehr/user/<name>), "+
+					"or unix:<account> for a local account on control's socket", excerpt.Quote(e))
 			}
 			if seen[e] {
 				return invalid(apierror.ReasonInvalidArgument, f, "%q is listed twice", e)

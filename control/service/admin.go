@@ -53,10 +53,10 @@ func (s *Service) CreateDomain(ctx context.Context, req *lehrpb.CreateDomainRequ
 	}
 	in := proto.Clone(d).(*lehrpb.Domain)
 	in.CreateTime, in.Usage, in.EffectiveQuotas = nil, nil, nil
-	in.CreatedBy = callerOf(ctx).author("")
+	in.CreatedBy = s.attribute(ctx, "").author
 	// A user who creates a domain without admins administers it: a domain
 	// made over mutual TLS is never open by accident.
-	if user, ok := userOf(ctx); ok && len(in.GetAcl().GetAdmins()) == 0 {
+	if user, ok := s.userOf(ctx); ok && len(in.GetAcl().GetAdmins()) == 0 {
 		if in.Acl == nil {
 			in.Acl = &lehrpb.Acl{}
 		}
@@ -168,7 +168,7 @@ func (s *Service) UpdateDomain(ctx context.Context, req *lehrpb.UpdateDomainRequ
 	if err != nil {
 		return nil, withField(s.apiError(ctx, err), "domain.name")
 	}
-	s.log.Info("control: updated domain", "domain", out.GetName(), "fields", paths, "by", callerOf(ctx).author(""))
+	s.log.Info("control: updated domain", "domain", out.GetName(), "fields", paths, "by", s.attribute(ctx, "").author)
 	return s.withUsage(ctx, out)
 }
 

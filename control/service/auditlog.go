@@ -45,8 +45,8 @@ func (s *Service) AuditInterceptor(ctx context.Context, req any, info *grpc.Unar
 	rec := &lehrpb.AuditRecord{Time: timestamppb.New(s.now()), Method: method, Code: "OK"}
 	if m, ok := req.(proto.Message); ok {
 		rec.Target, rec.Message = auditTarget(m.ProtoReflect())
-		c := callerOf(ctx)
-		rec.Author, rec.TransportIdentity = c.author(stringField(m.ProtoReflect(), "author")), c.transport
+		c := s.attribute(ctx, stringField(m.ProtoReflect(), "author"))
+		rec.Author, rec.TransportIdentity = c.author, c.transport
 	}
 	rec.Domain = domainOfTarget(rec.GetTarget(), method)
 	if m, ok := resp.(proto.Message); ok && err == nil {

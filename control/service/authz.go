@@ -6,17 +6,15 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials"
-	"google.golang.org/grpc/peer"
 
 	"lehr.dev/lehr/internal/apierror"
-	"lehr.dev/lehr/internal/peercred"
 	"lehr.dev/lehr/internal/tlsconfig"
 )
 
 // Roles and the control API (docs/operations.md, "Security model"). A
 // caller with a verified client certificate is who the certificate's Lehr
-// identity says (tlsconfig.Identity):
+// identity URI SAN says (tlsconfig.Identity; its CommonName is never
+// read):
 //
 //   - a distributor may call only the distribution methods below, and those
 //     that name a zone only for its own zone;
@@ -28,8 +26,9 @@ import (
 // Domain ACLs (acl.go) and the fleet-admin rule for creating zones
 // (fleet.go) narrow what users may do further.
 //
-// A caller on control's unix socket is the user its uid names
-// (internal/peercred), with a user's rights. A caller control cannot
+// A caller on control's unix socket is the local account its uid names
+// (internal/peercred), identity "unix:<account>" (identity.go), with a
+// user's rights. A caller control cannot
 // identify — plaintext TCP on loopback, TLS without a client certificate —
 // may only read, unless control runs in dev mode, where it may do
 // anything under any asserted author (lehr dev, test beds).
@@ -64,33 +63,30 @@ func (a Authorizer) authorize(ctx context.Context, fullMethod string, req any) e
 	deny := func(format string, args ...any) error {
 		return apierror.New(codes.PermissionDenied, apierror.ReasonPermissionDenied, "", format, args...)
 	}
-	p, ok := peer.FromContext(ctx)
-	if !ok {
-		return nil // in-process
-	}
-	if pc, ok := p.AuthInfo.(peercred.Info); ok {
+	c := callerOf(ctx)
+	switch c.kind {
+	case kindInProcess:
+		return nil
+	case kindLocal:
 		if method == "ReportZoneStatus" {
-			return deny("local user %s: only distributors report zone status", pc.User)
+			return deny("local user %s: only distributors report zone status", c.local)
 		}
 		return nil
-	}
-	ti, ok := p.AuthInfo.(credentials.TLSInfo)
-	if !ok || len(ti.State.VerifiedChains) == 0 {
+	case kindUnidentified:
 		if !a.DevMode && writes(method) {
 			return deny("%s: control cannot tell who this caller is (plaintext, or TLS without a client certificate), so it may only read. "+
-				"Connect over control's unix socket (lehr --control unix:///path/to/control.sock: you act as your local user) or with a client certificate "+
+				"Connect over control's unix socket (lehr --control unix:///path/to/control.sock: you act as your local account, unix:<account>) or with a client certificate "+
 				"(lehr certs issue --role user); 'lehr dev' and 'lehr control --dev' allow unidentified changes for development", method)
 		}
 		return nil
+	case kindBadCert:
+		if c.certErr != nil {
+			return deny("client certificate %s: %v", c.transport, c.certErr)
+		}
+		return deny("client certificate %s carries no Lehr identity (a URI SAN spiffe://lehr/<role>/…; its CommonName does not count), so it may call nothing; "+
+			"issue one with 'lehr certs issue --role user --name NAME' (or --role distributor --zone Z for a distributor)", c.transport)
 	}
-	id, ok, err := tlsconfig.PeerRole(ti.State)
-	cn := tlsconfig.PeerIdentity(ti.State)
-	switch {
-	case err != nil:
-		return deny("client certificate %q: %v", cn, err)
-	case !ok:
-		return deny("client certificate %q carries no Lehr identity, so it may call nothing; issue one with 'lehr certs issue --role user --name %s' (or --role distributor --zone Z for a distributor)", cn, cn)
-	}
+	id := c.cert
 	switch id.Role {
 	case tlsconfig.RoleHost:
 		return deny("%s is a host: hosts talk to their zone's distributors, never to control (%s refused)", id, method)

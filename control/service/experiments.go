@@ -258,7 +258,7 @@ func (s *Service) CreatePolicyExperiment(ctx context.Context, req *lehrpb.Create
 		Annotations: in.GetAnnotations(),
 		CreateTime:  now,
 		UpdateTime:  now,
-		Author:      callerOf(ctx).author(""),
+		Author:      s.attribute(ctx, "").author,
 	}
 	e.Etag = preview.ExperimentEtag(e)
 	if err := s.admitContent(e); err != nil {
@@ -411,7 +411,7 @@ func (s *Service) UpdatePolicyExperiment(ctx context.Context, req *lehrpb.Update
 	}
 	now := s.now()
 	next.UpdateTime = timestamppb.New(now)
-	next.Author = callerOf(ctx).author("")
+	next.Author = s.attribute(ctx, "").author
 	next.Etag = preview.ExperimentEtag(next)
 	wasActive := next.GetPreviewMetadata().GetState() == lehrpb.PolicyPreviewMetadata_ACTIVE
 	if wasActive {
@@ -467,7 +467,7 @@ func (s *Service) DeletePolicyExperiment(ctx context.Context, req *lehrpb.Delete
 			return nil, err
 		}
 	}
-	s.log.Info("control: deleted policy experiment", "experiment", cur.GetName(), "author", callerOf(ctx).author(""))
+	s.log.Info("control: deleted policy experiment", "experiment", cur.GetName(), "author", s.attribute(ctx, "").author)
 	return operation(&lehrpb.DeletePolicyExperimentMetadata{
 		CreateTime: timestamppb.New(start), EndTime: timestamppb.New(s.now()), Target: cur.GetName(),
 	}, cur.PolicyExperiment)
@@ -664,7 +664,7 @@ func (s *Service) CommitPolicyExperiment(ctx context.Context, req *lehrpb.Commit
 	if msg == "" {
 		msg = fmt.Sprintf("commit policy experiment %s (etag %s)", id, cur.GetEtag())
 	}
-	c := callerOf(ctx)
+	c := s.attribute(ctx, "")
 	info, err := s.st.Commit(ctx, store.Commit{
 		Namespace:      ns,
 		Limits:         s.domainLimits(dom),
@@ -674,7 +674,7 @@ func (s *Service) CommitPolicyExperiment(ctx context.Context, req *lehrpb.Commit
 		Rebase:  req.GetParentEtag() == "",
 		Content: snap,
 		Info: &lehrpb.VersionInfo{
-			Author:            c.author(""),
+			Author:            c.author,
 			Message:           msg,
 			Source:            lehrpb.VersionSource_VERSION_SOURCE_SNAPSHOT,
 			TransportIdentity: c.transport,
@@ -748,7 +748,7 @@ func (s *Service) DeletePolicy(ctx context.Context, req *lehrpb.DeletePolicyRequ
 	if msg == "" {
 		msg = "delete policy"
 	}
-	c := callerOf(ctx)
+	c := s.attribute(ctx, "")
 	var deleted []string
 	info, err := s.st.Commit(ctx, store.Commit{
 		Namespace:      ns,
@@ -759,7 +759,7 @@ func (s *Service) DeletePolicy(ctx context.Context, req *lehrpb.DeletePolicyRequ
 		Rebase:  req.GetEtag() == "",
 		Content: noop,
 		Info: &lehrpb.VersionInfo{
-			Author:            c.author(""),
+			Author:            c.author,
 			Message:           msg,
 			Source:            lehrpb.VersionSource_VERSION_SOURCE_SNAPSHOT,
 			TransportIdentity: c.transport,

@@ -8,11 +8,8 @@ import (
 	"strings"
 
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials"
-	"google.golang.org/grpc/peer"
 
 	"lehr.dev/lehr/internal/apierror"
-	"lehr.dev/lehr/internal/peercred"
 	"lehr.dev/lehr/internal/tlsconfig"
 )
 
@@ -22,8 +19,10 @@ import (
 // domain's quotas above the server's defaults (quotas.go). A fleet admin
 // is:
 //
-//   - a user named in Options.FleetAdmins (by a user certificate, or a
-//     local user on control's unix socket);
+//   - an identity named in Options.FleetAdmins (identity.go: a user
+//     certificate's name, "unix:<account>" for a local account on
+//     control's unix socket, or a local account Options.LocalUsers maps
+//     to a user named there);
 //   - the local user control runs as, and root, on control's unix socket:
 //     whoever runs control can name the first fleet admin, and holds its
 //     data anyway;
@@ -37,7 +36,7 @@ import (
 
 // FleetAdminsFlag is how an operator names fleet admins, quoted by
 // refusals.
-const FleetAdminsFlag = "lehr control --fleet-admins NAME,… (the systemd unit: LEHR_FLEET_ADMINS in /etc/lehr/control.env)"
+const FleetAdminsFlag = "lehr control --fleet-admins NAME,… (a user certificate's name, or unix:ACCOUNT for a local account; the systemd unit: LEHR_FLEET_ADMINS in /etc/lehr/control.env)"
 
 // fleetCaller is the caller of a call, as the fleet-admin rules see it.
 type fleetCaller struct {
@@ -51,34 +50,31 @@ type fleetCaller struct {
 
 // fleetCallerOf applies the rules above to the caller of ctx.
 func (s *Service) fleetCallerOf(ctx context.Context) fleetCaller {
-	p, ok := peer.FromContext(ctx)
-	if !ok {
-		return fleetCaller{admin: true} // in-process
-	}
-	switch ai := p.AuthInfo.(type) {
-	case peercred.Info:
-		if ai.UID == 0 || int64(ai.UID) == int64(os.Getuid()) || slices.Contains(s.fleetAdmins, ai.User) {
+	c := callerOf(ctx)
+	name, _ := s.identity(c)
+	named := slices.Contains(s.fleetAdmins, name)
+	switch c.kind {
+	case kindInProcess:
+		return fleetCaller{admin: true}
+	case kindLocal:
+		if c.local.UID == 0 || int64(c.local.UID) == int64(os.Getuid()) || named {
 			return fleetCaller{admin: true}
 		}
-		return fleetCaller{who: fmt.Sprintf("local user %q", ai.User)}
-	case credentials.TLSInfo:
-		if len(ai.State.VerifiedChains) == 0 {
-			return fleetCaller{admin: s.devMode, who: "a caller without a client certificate"}
-		}
-		id, has, err := tlsconfig.PeerRole(ai.State)
-		switch {
-		case err != nil || !has:
-			return fleetCaller{who: fmt.Sprintf("client certificate %q", tlsconfig.PeerIdentity(ai.State))}
-		case id.Role == tlsconfig.RoleControl:
-			return fleetCaller{admin: true}
-		case id.Role == tlsconfig.RoleUser:
-			return fleetCaller{admin: slices.Contains(s.fleetAdmins, id.Name), who: fmt.Sprintf("user %q", id.Name)}
-		case id.Role == tlsconfig.RoleDistributor:
-			return fleetCaller{distributorOf: id.Zone, who: id.String()}
-		}
-		return fleetCaller{who: id.String()}
+		return fleetCaller{who: fmt.Sprintf("local user %q", name)}
+	case kindUnidentified:
+		return fleetCaller{admin: s.devMode, who: "a caller control cannot identify (plaintext, or TLS without a client certificate)"}
+	case kindBadCert:
+		return fleetCaller{who: "a client certificate without a Lehr identity (" + c.transport + ")"}
 	}
-	return fleetCaller{admin: s.devMode, who: "a caller control cannot identify"}
+	switch c.cert.Role {
+	case tlsconfig.RoleControl:
+		return fleetCaller{admin: true}
+	case tlsconfig.RoleUser:
+		return fleetCaller{admin: named, who: fmt.Sprintf("user %q", name)}
+	case tlsconfig.RoleDistributor:
+		return fleetCaller{distributorOf: c.cert.Zone, who: name}
+	}
+	return fleetCaller{who: name}
 }
 
 // fleetAdmin reports whether the caller of ctx is a fleet admin.

@@ -35,6 +35,7 @@ func TestMayCreateZone(t *testing.T) {
 		name   string
 		auth   credentials.AuthInfo // nil: in-process
 		admins []string
+		local  map[string]string // Options.LocalUsers
 		dev    bool
 		ok     bool // may create zone-a
 		// byZone: ok as zone-a's distributor only, not as a fleet admin.
@@ -48,7 +49,13 @@ func TestMayCreateZone(t *testing.T) {
 		{name: "control's own user on the socket", auth: peercred.Info{UID: uint32(os.Getuid()), User: "lehr"}, ok: true},
 		{name: "root on the socket", auth: peercred.Info{UID: 0, User: "root"}, ok: true},
 		{name: "another local user", auth: peercred.Info{UID: other, User: "mallory"}},
-		{name: "a local fleet admin", auth: peercred.Info{UID: other, User: "ops"}, admins: []string{"ops"}, ok: true},
+		{name: "a local fleet admin", auth: peercred.Info{UID: other, User: "ops"}, admins: []string{"unix:ops"}, ok: true},
+		// Local accounts and certificate users are distinct identities
+		// unless LocalUsers maps one to the other (issue 28, item 6).
+		{name: "a local account named like a fleet admin", auth: peercred.Info{UID: other, User: "ops"}, admins: []string{"ops"}},
+		{name: "a user named like a local fleet admin", auth: user("ops"), admins: []string{"unix:ops"}},
+		{name: "a local account mapped to a fleet admin", auth: peercred.Info{UID: other, User: "alice"}, admins: []string{"ops"}, local: map[string]string{"alice": "ops"}, ok: true},
+		{name: "a local account mapped to another user", auth: peercred.Info{UID: other, User: "ops"}, admins: []string{"ops", "unix:ops"}, local: map[string]string{"ops": "eve"}},
 		{name: "the zone's distributor", auth: tlsPeer(tlsconfig.Identity{Role: tlsconfig.RoleDistributor, Zone: "zone-a", Name: "d1"}.URI()), ok: true, byZone: true},
 		{name: "another zone's distributor", auth: tlsPeer(tlsconfig.Identity{Role: tlsconfig.RoleDistributor, Zone: "zone-b", Name: "d1"}.URI())},
 		{name: "a host", auth: tlsPeer(tlsconfig.Identity{Role: tlsconfig.RoleHost, Zone: "zone-a", Name: "h1"}.URI())},
@@ -60,7 +67,7 @@ func TestMayCreateZone(t *testing.T) {
 		{name: "plaintext, dev mode", auth: fakeAuth{}, dev: true, ok: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			s := &Service{fleetAdmins: tc.admins, devMode: tc.dev}
+			s := &Service{fleetAdmins: tc.admins, localUsers: tc.local, devMode: tc.dev}
 			ctx := context.Background()
 			if tc.auth != nil {
 				ctx = peer.NewContext(ctx, &peer.Peer{AuthInfo: tc.auth})

@@ -92,8 +92,8 @@ func (s *Service) SetRolloutPolicy(ctx context.Context, req *lehrpb.SetRolloutPo
 // putPolicy stores rec (a policy or a deletion) with who asked and why,
 // mapping store errors to the API's.
 func (s *Service) putPolicy(ctx context.Context, scope string, rec *lehrpb.RolloutPolicyRecord, author, message string, gen uint64) (*lehrpb.RolloutPolicyRecord, error) {
-	c := callerOf(ctx)
-	rec.Author, rec.TransportIdentity, rec.Message = c.author(author), c.transport, message
+	c := s.attribute(ctx, author)
+	rec.Author, rec.TransportIdentity, rec.Message = c.author, c.transport, message
 	if rec.GetPolicy() != nil { // a deletion frees space; a new policy is content
 		if err := s.admitContent(rec); err != nil {
 			return nil, err

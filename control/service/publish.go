@@ -56,7 +56,7 @@ func (s *Service) Publish(ctx context.Context, req *lehrpb.PublishRequest) (_ *l
 	if err := s.runValidators(ctx, ns, props, fieldOf); err != nil {
 		return nil, err
 	}
-	c := callerOf(ctx)
+	c := s.attribute(ctx, req.GetAuthor())
 	info, err := s.commitLatest(ctx, store.Commit{
 		Namespace: req.GetNamespace(),
 		Limits:    s.domainLimits(dom),
@@ -64,7 +64,7 @@ func (s *Service) Publish(ctx context.Context, req *lehrpb.PublishRequest) (_ *l
 		Kind:      ns.GetKind(),
 		Content:   snap,
 		Info: &lehrpb.VersionInfo{
-			Author:            c.author(req.GetAuthor()),
+			Author:            c.author,
 			Message:           req.GetMessage(),
 			Source:            lehrpb.VersionSource_VERSION_SOURCE_SNAPSHOT,
 			TransportIdentity: c.transport,
@@ -181,7 +181,7 @@ func (s *Service) Patch(ctx context.Context, req *lehrpb.PatchRequest) (_ *lehrp
 	if err := s.runValidators(ctx, ns, set, keyFields("set", set)); err != nil {
 		return nil, err
 	}
-	c := callerOf(ctx)
+	c := s.attribute(ctx, req.GetAuthor())
 	info, err := s.st.Commit(ctx, store.Commit{
 		Namespace:      req.GetNamespace(),
 		Limits:         s.domainLimits(dom),
@@ -189,7 +189,7 @@ func (s *Service) Patch(ctx context.Context, req *lehrpb.PatchRequest) (_ *lehrp
 		ExpectedLatest: base,
 		Content:        next,
 		Info: &lehrpb.VersionInfo{
-			Author:            c.author(req.GetAuthor()),
+			Author:            c.author,
 			Message:           req.GetMessage(),
 			Source:            lehrpb.VersionSource_VERSION_SOURCE_PATCH,
 			TransportIdentity: c.transport,
@@ -247,14 +247,14 @@ func (s *Service) Rollback(ctx context.Context, req *lehrpb.RollbackRequest) (_ 
 	if err != nil {
 		return nil, withField(s.apiError(ctx, err), "to_version")
 	}
-	c := callerOf(ctx)
+	c := s.attribute(ctx, req.GetAuthor())
 	info, err := s.commitLatest(ctx, store.Commit{
 		Namespace: req.GetNamespace(),
 		Limits:    s.domainLimits(dom),
 		Kind:      ns.GetKind(),
 		Content:   snap,
 		Info: &lehrpb.VersionInfo{
-			Author:            c.author(req.GetAuthor()),
+			Author:            c.author,
 			Message:           req.GetMessage(),
 			Source:            lehrpb.VersionSource_VERSION_SOURCE_ROLLBACK,
 			RollbackOf:        to,
@@ -479,6 +479,6 @@ func (s *Service) CompactNamespace(ctx context.Context, req *lehrpb.CompactNames
 		return nil, withField(s.apiError(ctx, err), "name")
 	}
 	s.log.Info("control: compacted a namespace's history", "namespace", req.GetName(), "keep_last", req.GetKeepLast(),
-		"versions_removed", removed, "stored_bytes", ns.GetStoredBytes(), "by", callerOf(ctx).author(""))
+		"versions_removed", removed, "stored_bytes", ns.GetStoredBytes(), "by", s.attribute(ctx, "").author)
 	return &lehrpb.CompactNamespaceResponse{VersionsRemoved: int32(removed), Namespace: ns}, nil
 }

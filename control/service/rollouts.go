@@ -100,8 +100,8 @@ func (s *Service) UpdateRollout(ctx context.Context, req *lehrpb.UpdateRolloutRe
 		return nil, apierror.New(codes.FailedPrecondition, apierror.ReasonInvalidArgument, "version",
 			"rollout %s is %s: only a running or paused rollout can be changed", r.GetId(), strings.ToLower(strings.TrimPrefix(st.String(), "ROLLOUT_STATE_")))
 	}
-	c := callerOf(ctx)
-	cmd := &lehrpb.RolloutCommand{RolloutId: r.GetId(), Action: req.GetAction(), Author: c.author(req.GetAuthor()),
+	c := s.attribute(ctx, req.GetAuthor())
+	cmd := &lehrpb.RolloutCommand{RolloutId: r.GetId(), Action: req.GetAction(), Author: c.author,
 		Message: req.GetMessage(), Time: timestamppb.New(s.now())}
 	if err := s.st.QueueRolloutCommand(ctx, r.GetNamespace(), r.GetVersion(), cmd); err != nil {
 		return nil, s.apiError(ctx, err)

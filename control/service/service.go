@@ -12,6 +12,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"maps"
 	"time"
 
 	"github.com/VictoriaMetrics/metrics"
@@ -69,13 +70,21 @@ type Options struct {
 	// nil means rollout.Default(). It is not validated against the zones
 	// (they change); the strategist resolves it against those it finds.
 	DefaultRolloutPolicy *lehrpb.RolloutPolicy
-	// FleetAdmins are the users who may make fleet-wide changes — create
-	// zones, raise a domain's quota above DomainDefaults — besides those
-	// who always may: the local user control runs as and root on its unix
-	// socket, control replicas, in-process callers, and in DevMode callers
-	// control cannot identify; a distributor may register its own zone
-	// (fleet.go). Empty: nobody else.
+	// FleetAdmins are the identities (identity.go: a certificate user's
+	// name, or "unix:<account>" for a local account on control's socket)
+	// who may make fleet-wide changes — create zones, raise a domain's
+	// quota above DomainDefaults — besides those who always may: the local
+	// user control runs as and root on its unix socket, control replicas,
+	// in-process callers, and in DevMode callers control cannot identify;
+	// a distributor may register its own zone (fleet.go). Empty: nobody
+	// else.
 	FleetAdmins []string
+	// LocalUsers maps local accounts on control's unix socket to the
+	// certificate users they act as: an account mapped to "alice" is
+	// "alice" for ACLs, authorship, the audit log and the fleet admins,
+	// as if it held alice's user certificate. An account not mapped is
+	// "unix:<account>", a user of its own (identity.go). Nil: none is.
+	LocalUsers map[string]string
 	// DomainDefaults are the quotas of a domain that sets none; a zero
 	// field is DefaultQuotas' value.
 	DomainDefaults *lehrpb.Quotas
@@ -97,8 +106,10 @@ type Service struct {
 	goals   GoalPolicy
 	// defPolicy is Options.DefaultRolloutPolicy.
 	defPolicy *lehrpb.RolloutPolicy
-	// fleetAdmins and devMode are Options.FleetAdmins and DevMode.
+	// fleetAdmins, localUsers and devMode are Options.FleetAdmins,
+	// LocalUsers and DevMode.
 	fleetAdmins []string
+	localUsers  map[string]string
 	devMode     bool
 	// defQuotas are the quotas in force where a domain sets none
 	// (Options.DomainDefaults over DefaultQuotas).
@@ -133,6 +144,7 @@ func New(opts Options) (*Service, error) {
 
 		defPolicy:   opts.DefaultRolloutPolicy,
 		fleetAdmins: opts.FleetAdmins,
+		localUsers:  maps.Clone(opts.LocalUsers),
 		devMode:     opts.DevMode,
 	}
 	s.closing, s.close = context.WithCancel(context.Background())

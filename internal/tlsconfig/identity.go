@@ -18,7 +18,10 @@ import (
 //	spiffe://lehr/user/<name>                   a person or tool using the control API
 //	spiffe://lehr/control/<name>                a control replica
 //
-// The certificate's CommonName is the name too, for logs and older tools.
+// The certificate's CommonName is the name too, for logs and older tools;
+// it is never an identity: who a peer is comes from the URI SAN alone
+// (PeerRole), so a CA-signed certificate whose CommonName names someone
+// else, or that has none, is who its URI says.
 
 // TrustDomain is the trust domain of Lehr identity URIs.
 const TrustDomain = "lehr"

@@ -68,7 +68,9 @@ func Client(certFile, keyFile, caFile, serverName string) (*tls.Config, error) {
 
 // PeerIdentity returns the CommonName of the peer's verified leaf
 // certificate, or "" if the peer presented none or it was not verified.
-// On a server it names the client; on a client it names the server.
+// On a server it names the client; on a client it names the server. It is
+// for messages only: a peer is who its Lehr identity says (PeerRole),
+// whatever its CommonName.
 func PeerIdentity(state tls.ConnectionState) string {
 	if len(state.VerifiedChains) == 0 || len(state.VerifiedChains[0]) == 0 {
 		return ""

@@ -139,9 +139,10 @@ func (GoalEvent_Type) EnumDescriptor() ([]byte, []int) {
 type AuditRecord struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Time  *timestamppb.Timestamp `protobuf:"bytes,1,opt,name=time,proto3" json:"time,omitempty"`
-	// Who: the caller's author (the client certificate's identity with
-	// mutual TLS, else what the request or its metadata asserted), and how
-	// it connected.
+	// Who: the caller's identity (a user certificate's name, never its
+	// common name; "unix:<account>" for a local account on control's
+	// socket; docs/operations.md, "Security model"), in dev mode what an
+	// unidentified caller asserted, else "anonymous"; and how it connected.
 	Author            string `protobuf:"bytes,2,opt,name=author,proto3" json:"author,omitempty"`
 	TransportIdentity string `protobuf:"bytes,3,opt,name=transport_identity,json=transportIdentity,proto3" json:"transport_identity,omitempty"`
 	// What: the method ("Publish", "UpdateRollout", …), its target (a
@@ -730,8 +731,9 @@ type SetRolloutPolicyRequest struct {
 	Policy *RolloutPolicy `protobuf:"bytes,2,opt,name=policy,proto3" json:"policy,omitempty"`
 	// Why; recorded with the change.
 	Message string `protobuf:"bytes,3,opt,name=message,proto3" json:"message,omitempty"`
-	// Who asks, as for a publish: recorded, and checked against the domain's
-	// ACL with the transport identity.
+	// Who asks, as for a publish: counts only for a caller control cannot
+	// identify, in dev mode; an identified caller asserting another author
+	// is refused.
 	Author string `protobuf:"bytes,4,opt,name=author,proto3" json:"author,omitempty"`
 	// If non-zero, set only if the scope's generation is still this one
 	// (0: whatever it is). FAILED_PRECONDITION otherwise.
@@ -1546,7 +1548,10 @@ type PublishRequest struct {
 	Properties []*Property `protobuf:"bytes,3,rep,name=properties,proto3" json:"properties,omitempty"`
 	// Why (recorded in history).
 	Message string `protobuf:"bytes,4,opt,name=message,proto3" json:"message,omitempty"`
-	// Asserted identity of the publisher, used when the transport carries none.
+	// Asserted author ("lehr --as"): recorded only for a caller control
+	// cannot identify, in dev mode. A caller it identifies is recorded as
+	// its identity, and asserting another author is refused
+	// (PERMISSION_DENIED).
 	Author string `protobuf:"bytes,5,opt,name=author,proto3" json:"author,omitempty"`
 	// If non-zero, publish only if the latest version is still this one.
 	ExpectedVersion uint64 `protobuf:"varint,6,opt,name=expected_version,json=expectedVersion,proto3" json:"expected_version,omitempty"`

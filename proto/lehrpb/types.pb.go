@@ -492,7 +492,7 @@ type Domain struct {
 	Quotas      *Quotas                `protobuf:"bytes,3,opt,name=quotas,proto3" json:"quotas,omitempty"`
 	Acl         *Acl                   `protobuf:"bytes,4,opt,name=acl,proto3" json:"acl,omitempty"`
 	CreateTime  *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
-	// Identity that created the domain.
+	// Identity that created the domain (as VersionInfo.author).
 	CreatedBy string `protobuf:"bytes,6,opt,name=created_by,json=createdBy,proto3" json:"created_by,omitempty"`
 	// Output only: what the domain uses, as of the read.
 	Usage *DomainUsage `protobuf:"bytes,7,opt,name=usage,proto3" json:"usage,omitempty"`
@@ -739,8 +739,10 @@ type VersionInfo struct {
 	// Checksum of the canonical content: "sha256:" and 64 hex digits.
 	// Algorithm in docs/wire.md, "Checksums".
 	Checksum string `protobuf:"bytes,3,opt,name=checksum,proto3" json:"checksum,omitempty"`
-	// Who published it: the authenticated transport identity when there is
-	// one, otherwise the identity the producer asserted (lehr --as).
+	// Who published it: the caller's identity, from its verified client
+	// certificate's Lehr URI SAN or its local account on control's socket
+	// ("unix:<account>"); for a caller control cannot identify, in dev
+	// mode, the author it asserted (lehr --as), else "anonymous".
 	Author string `protobuf:"bytes,4,opt,name=author,proto3" json:"author,omitempty"`
 	// Why: the producer's message.
 	Message    string                 `protobuf:"bytes,5,opt,name=message,proto3" json:"message,omitempty"`
@@ -753,8 +755,9 @@ type VersionInfo struct {
 	// Total bytes of keys and values, and the number of properties.
 	SizeBytes     int64 `protobuf:"varint,10,opt,name=size_bytes,json=sizeBytes,proto3" json:"size_bytes,omitempty"`
 	PropertyCount int32 `protobuf:"varint,11,opt,name=property_count,json=propertyCount,proto3" json:"property_count,omitempty"`
-	// Transport-level identity of the caller (peer address, or certificate
-	// subject under mutual TLS), recorded for audit.
+	// How the caller connected, recorded for audit: the client
+	// certificate's serial number ("cert:serial=…"), the local uid and pid
+	// ("unix:uid=…"), or the peer address.
 	TransportIdentity string `protobuf:"bytes,12,opt,name=transport_identity,json=transportIdentity,proto3" json:"transport_identity,omitempty"`
 	// Control's ed25519 signature of the version (internal/signing.Payload:
 	// namespace, seq, checksum, author, create_time) and the id of the key

@@ -1,0 +1,36 @@
+package main
+
+import (
+	"strings"
+	"testing"
+)
+
+// lehr control's identity flags (issue 28, item 6): --help teaches how
+// local accounts and certificate users are named and mapped, and a bad
+// --local-users or --fleet-admins is a usage error saying what it wants.
+func TestControlIdentityFlags(t *testing.T) {
+	code, stdout, stderr := runCLI(t, nil, "control", "--help")
+	if code != exitOK || stderr != "" {
+		t.Fatalf("lehr control --help: exit %d, stderr %q", code, stderr)
+	}
+	for _, want := range []string{"\n  --local-users ACCOUNT=USER", "\n  --fleet-admins identities", "unix:ACCOUNT", "--local-users alice=alice", "never the\nCommonName"} {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("lehr control --help lacks %q:\n%s", want, stdout)
+		}
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--local-users", "alice"}, "want ACCOUNT=USER"},
+		{[]string{"--local-users", "alice=alice,alice=bob"}, "mapped twice"},
+		{[]string{"--local-users", "alice=a b"}, "not a user name"},
+		{[]string{"--fleet-admins", "ops,a b"}, "unix:<account>"},
+		{[]string{"--fleet-admins", "spiffe://lehr/user/ops"}, "neither a user name"},
+	} {
+		code, _, stderr := runCLI(t, nil, append([]string{"control", "--data-dir", t.TempDir()}, tc.args...)...)
+		if code != exitUsage || !strings.Contains(stderr, tc.want) {
+			t.Errorf("lehr control %s: exit %d, stderr %q; want a usage error saying %q", strings.Join(tc.args, " "), code, stderr, tc.want)
+		}
+	}
+}
