@@ -4,13 +4,17 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/types/known/durationpb"
+
 	"lehr.dev/lehr/control"
 	"lehr.dev/lehr/control/controltest"
 	"lehr.dev/lehr/internal/apierror"
 	"lehr.dev/lehr/internal/tlsconfig"
 	"lehr.dev/lehr/proto/lehrpb"
+	"lehr.dev/lehr/testenv/wait"
 )
 
 // A distributor's report is its own word (issue 28, item 2). With a
@@ -18,11 +22,13 @@ import (
 // id — the one that used to fail a rollout with a fabricated rejection,
 // and 30 phantom ids that split every domain's zone quotas 32 ways — is
 // refused with PERMISSION_DENIED and stores nothing; a report may not ask
-// to live longer than MaxReportTTLSeconds.
+// to live longer than MaxReportTTLSeconds; and a rollout failed on a
+// distributor's report says whose word it rests on.
 func TestReportsAreTheSendersWord(t *testing.T) {
 	ca, caKey, serverTLS, pool := mtlsSetup(t)
 	admin := issue(t, ca, caKey, "admin", false)
-	srv := controltest.StartControl(t, control.Options{Listen: "127.0.0.1:0", TLS: serverTLS, FleetAdmins: []string{"admin"}}, mtlsDial(pool, admin))
+	srv := controltest.StartControl(t, control.Options{Listen: "127.0.0.1:0", TLS: serverTLS, FleetAdmins: []string{"admin"},
+		Rollouts: true, RolloutInterval: 50 * time.Millisecond}, mtlsDial(pool, admin))
 	ctx, cl := testCtx(t), srv.Client
 	createDomain(t, cl, "pay", nil)
 	if _, err := cl.CreateZone(ctx, &lehrpb.CreateZoneRequest{Name: "zone-a"}); err != nil {
@@ -54,6 +60,46 @@ func TestReportsAreTheSendersWord(t *testing.T) {
 		t.Fatalf("dist-a1's own report: %v, %v; want 1 distributor", resp, err)
 	}
 
+	// A rollout that fails on its report names it.
+	if _, err := cl.SetRolloutPolicy(ctx, &lehrpb.SetRolloutPolicyRequest{Scope: "pay", Policy: &lehrpb.RolloutPolicy{Stages: []*lehrpb.RolloutStage{{
+		Name: "a", Bake: durationpb.New(time.Hour), Target: &lehrpb.RolloutStage_Zones{Zones: &lehrpb.ZonesTarget{Zones: []string{"zone-a"}}},
+	}}}}); err != nil {
+		t.Fatal(err)
+	}
+	publish(t, cl, "pay/app", prop("k", "", "1"))
+	v2 := publish(t, cl, "pay/app", prop("k", "", "2")).GetSeq()
+	get := func() *lehrpb.Rollout { // nil until the strategist starts it
+		r, _ := cl.GetRollout(ctx, &lehrpb.GetRolloutRequest{Namespace: "pay/app", Version: v2})
+		return r
+	}
+	wait.For(t, "the rollout to enter its stage", func() bool { return get().GetStageStartTime() != nil })
+	if _, err := distA1.ReportZoneStatus(ctx, &lehrpb.ReportZoneStatusRequest{Zone: "zone-a", DistributorId: "dist-a1", Agents: 1,
+		Versions: []*lehrpb.VersionCount{{Namespace: "pay/app", Version: v2, Agents: 1}},
+		Health:   []*lehrpb.NamespaceHealth{{Namespace: "pay/app", Version: v2, Agents: 1, Consumers: 1, ConsumersRejected: 1}},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	wait.For(t, "the rollout to fail", func() bool { return get().GetState() == lehrpb.RolloutState_ROLLOUT_STATE_FAILED })
+	want := fmt.Sprintf("1 of 1 consumers rejected version %d (ratio 1, stage \"a\" allows 0) on no host named; on the word of distributor zone-a/dist-a1", v2)
+	if got := get().GetReason(); !strings.HasPrefix(got, want) {
+		t.Errorf("reason %q, want it to start %q", got, want)
+	}
+	evs, err := cl.ListRolloutEvents(ctx, &lehrpb.ListRolloutEventsRequest{Namespace: "pay/app", Version: v2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	failed := false
+	for _, ev := range evs.GetEvents() {
+		if ev.GetKind() == "failed" {
+			failed = true
+			if !strings.Contains(ev.GetMessage(), "on the word of distributor zone-a/dist-a1") {
+				t.Errorf("failed event %q does not name the distributor whose report decided", ev.GetMessage())
+			}
+		}
+	}
+	if !failed {
+		t.Errorf("no failed event in %v", evs.GetEvents())
+	}
 }
 
 // phantoms returns n made-up distributor ids.
