@@ -227,7 +227,7 @@ func TestRolesFromClientCertificates(t *testing.T) {
 			return err
 		},
 		"report zone-a": func(cl lehrpb.ControlClient) error {
-			_, err := cl.ReportZoneStatus(testCtx(t), &lehrpb.ReportZoneStatusRequest{Zone: "zone-a", DistributorId: "d"})
+			_, err := cl.ReportZoneStatus(testCtx(t), &lehrpb.ReportZoneStatusRequest{Zone: "zone-a", DistributorId: "dist-a"})
 			return err
 		},
 		"goals of zone-a": func(cl lehrpb.ControlClient) error {

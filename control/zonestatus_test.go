@@ -118,7 +118,7 @@ func TestZoneStatusExpires(t *testing.T) {
 	if _, err := cl.CreateZone(testCtx(t), &lehrpb.CreateZoneRequest{Name: "zone-a"}); err != nil {
 		t.Fatal(err)
 	}
-	reportStatus(t, cl, &lehrpb.ReportZoneStatusRequest{Zone: "zone-a", DistributorId: "alive", Agents: 1, TtlSeconds: 600})
+	reportStatus(t, cl, &lehrpb.ReportZoneStatusRequest{Zone: "zone-a", DistributorId: "alive", Agents: 1, TtlSeconds: 120})
 	reportStatus(t, cl, &lehrpb.ReportZoneStatusRequest{Zone: "zone-a", DistributorId: "dead", Agents: 2, TtlSeconds: 1,
 		Versions: []*lehrpb.VersionCount{vc("x/app", 1, 2)}})
 	ids := func() string {
@@ -197,8 +197,8 @@ func TestZoneStatusRejections(t *testing.T) {
 			codes.InvalidArgument, apierror.ReasonInvalidArgument, "versions", "100000 entries"},
 		{"too many bytes", with(func(r *lehrpb.ReportZoneStatusRequest) { r.Versions = long }),
 			codes.InvalidArgument, apierror.ReasonInvalidArgument, "versions", "1048576 bytes encoded"},
-		{"ttl too long", with(func(r *lehrpb.ReportZoneStatusRequest) { r.TtlSeconds = 3601 }),
-			codes.InvalidArgument, apierror.ReasonInvalidArgument, "ttl_seconds", "3600 seconds"},
+		{"ttl too long", with(func(r *lehrpb.ReportZoneStatusRequest) { r.TtlSeconds = 121 }),
+			codes.InvalidArgument, apierror.ReasonInvalidArgument, "ttl_seconds", "120 seconds"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

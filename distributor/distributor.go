@@ -18,6 +18,7 @@ package distributor
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -53,6 +54,13 @@ const (
 	DefaultCacheBytes     = 256 << 20
 	DefaultReportInterval = 10 * time.Second
 	DefaultDomainRefresh  = 30 * time.Second
+	// MaxReportTTL is the longest a report may stay valid at control
+	// (control/service.MaxReportTTLSeconds): a distributor asks for three
+	// report intervals, at most this.
+	MaxReportTTL = 120 * time.Second
+	// MaxReportInterval bounds ReportInterval, so that a report still
+	// outlives the next one by a whole interval at MaxReportTTL.
+	MaxReportInterval = MaxReportTTL / 2
 	// maxControlMessage bounds gRPC messages from control (a whole version
 	// of a large namespace).
 	maxControlMessage = 128 << 20
@@ -62,7 +70,11 @@ const (
 type Options struct {
 	// Zone served. Required; must satisfy names.Zone.
 	Zone string
-	// ID names this instance to control and agents; default
+	// ID names this instance to control and agents. With a client
+	// certificate for control (ControlTLS) that carries a distributor
+	// identity, spiffe://lehr/distributor/<zone>/<id>, the default is that
+	// id, and any other ID or zone is refused: control files a report only
+	// under its sender's certificate. Without one, default
 	// "<hostname>-<pid>".
 	ID string
 	// ControlAddr is control's gRPC address, "host:port". Required.
@@ -87,7 +99,9 @@ type Options struct {
 	// package versions).
 	CacheBytes int64
 	// ReportInterval is how often convergence is reported to control and
-	// how often agents are asked to report; default DefaultReportInterval.
+	// how often agents are asked to report; default DefaultReportInterval,
+	// at most MaxReportInterval. Each report stays valid at control for
+	// three intervals, at most MaxReportTTL.
 	ReportInterval time.Duration
 	// RedialRate is fanout.Options.RedialRate: the agents per second this
 	// distributor admits after a restart, which sizes the redial spread
@@ -181,6 +195,9 @@ func New(opts Options) (*Distributor, error) {
 	if opts.ControlTLS == nil && !tlsconfig.IsLoopback(opts.ControlAddr) {
 		return nil, fmt.Errorf("distributor: Options.ControlTLS is nil but control address %s is not loopback: plaintext is only allowed on loopback", opts.ControlAddr)
 	}
+	if err := certIdentity(&opts); err != nil {
+		return nil, err
+	}
 	if opts.ID == "" {
 		host, _ := os.Hostname()
 		if host == "" {
@@ -199,6 +216,10 @@ func New(opts Options) (*Distributor, error) {
 	}
 	if opts.ReportInterval <= 0 {
 		opts.ReportInterval = DefaultReportInterval
+	}
+	if opts.ReportInterval > MaxReportInterval {
+		return nil, fmt.Errorf("distributor: Options.ReportInterval %v: at most %v (control keeps a report at most %v, and each must outlive the next)",
+			opts.ReportInterval, MaxReportInterval, MaxReportTTL)
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
@@ -666,7 +687,7 @@ func (d *Distributor) syncOne(ctx context.Context, ns string) error {
 func (d *Distributor) report(ctx context.Context) error {
 	t := time.NewTicker(d.opts.ReportInterval)
 	defer t.Stop()
-	ttl := uint32(max(1, (3*d.opts.ReportInterval+time.Second-1)/time.Second))
+	ttl := uint32(max(1, (min(3*d.opts.ReportInterval, MaxReportTTL)+time.Second-1)/time.Second))
 	for {
 		select {
 		case <-ctx.Done():
@@ -707,4 +728,35 @@ func (d *Distributor) report(ctx context.Context) error {
 			}
 		}
 	}
+}
+
+// certIdentity sets opts.ID from the distributor identity of the client
+// certificate presented to control, if it carries one, and refuses an ID
+// or a zone that differ from it: control refuses reports and goal watches
+// under any other.
+func certIdentity(opts *Options) error {
+	if opts.ControlTLS == nil || len(opts.ControlTLS.Certificates) == 0 || len(opts.ControlTLS.Certificates[0].Certificate) == 0 {
+		return nil
+	}
+	leaf := opts.ControlTLS.Certificates[0].Leaf
+	if leaf == nil {
+		var err error
+		if leaf, err = x509.ParseCertificate(opts.ControlTLS.Certificates[0].Certificate[0]); err != nil {
+			return fmt.Errorf("distributor: Options.ControlTLS: the client certificate: %w", err)
+		}
+	}
+	id, ok, err := tlsconfig.CertRole(leaf)
+	switch {
+	case err != nil:
+		return fmt.Errorf("distributor: Options.ControlTLS: the client certificate: %w", err)
+	case !ok || id.Role != tlsconfig.RoleDistributor:
+		return nil // control refuses it, saying why
+	case id.Zone != opts.Zone:
+		return fmt.Errorf("distributor: Options.Zone is %q but the client certificate for control is %s, a distributor of zone %q; control lets it serve only that zone", opts.Zone, id, id.Zone)
+	case opts.ID != "" && opts.ID != id.Name:
+		return fmt.Errorf("distributor: Options.ID is %q but the client certificate for control is %s: control files reports only under the certificate's id; leave the id empty (it is then %q) or issue a certificate for %q",
+			opts.ID, id, id.Name, opts.ID)
+	}
+	opts.ID = id.Name
+	return nil
 }

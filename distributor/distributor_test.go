@@ -292,6 +292,61 @@ func TestNewRejectsBadOptions(t *testing.T) {
 	}
 }
 
+// A distributor with a certificate for control reports under the
+// certificate's id (control refuses any other, issue 28): it takes the id
+// from the certificate and refuses another id or zone, and a report
+// interval whose reports control would not keep long enough.
+func TestIDFromControlCertificate(t *testing.T) {
+	p := newPKI(t)
+	server := p.tls("distributor", pki.Server)
+	id := tlsconfig.Identity{Role: tlsconfig.RoleDistributor, Zone: zone, Name: "dist-7"}
+	c, k, err := p.ca.IssueURIFiles(filepath.Join(p.dir, "dist"), "dist-7", pki.Both, nil, id.URI(), time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctl, err := tlsconfig.Client(c, k, filepath.Join(p.dir, "ca", pki.CACertFile), "127.0.0.1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts := func(edit func(o *distributor.Options)) distributor.Options {
+		o := distributor.Options{Zone: zone, ControlAddr: "127.0.0.1:1", TLS: server, ControlTLS: ctl, Logger: quiet()}
+		edit(&o)
+		return o
+	}
+	d, err := distributor.New(opts(func(*distributor.Options) {}))
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	if d.ID() != "dist-7" {
+		t.Errorf("ID() = %q, want dist-7 from the certificate", d.ID())
+	}
+	d.Close()
+	d, err = distributor.New(opts(func(o *distributor.Options) { o.ID = "dist-7" }))
+	if err != nil {
+		t.Fatalf("New with the certificate's id: %v", err)
+	}
+	d.Close()
+	for _, tt := range []struct {
+		name string
+		edit func(o *distributor.Options)
+		want string
+	}{
+		{"another id", func(o *distributor.Options) { o.ID = "dist-8" }, `Options.ID is "dist-8" but the client certificate for control is spiffe://lehr/distributor/zone-a/dist-7`},
+		{"another zone", func(o *distributor.Options) { o.Zone = "zone-b" }, `a distributor of zone "zone-a"`},
+		{"reports kept too long", func(o *distributor.Options) { o.ReportInterval = 2 * time.Minute }, "ReportInterval 2m0s: at most 1m0s"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			d, err := distributor.New(opts(tt.edit))
+			if err == nil {
+				d.Close()
+			}
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("New err = %v, want one saying %q", err, tt.want)
+			}
+		})
+	}
+}
+
 // identityOf is the Lehr identity a test certificate carries: a host's in
 // zone for a client, none for a server.
 func identityOf(name string, kind pki.Kind) *url.URL {

@@ -210,9 +210,23 @@ type zoneHosts struct {
 	distributors     int // 0: 1
 }
 
+// Each zone's reports come from its distributor "d1" (witness.go): the
+// decisions name it. A zone with hosts that applied also carries their
+// canary signals.
 func evidenceOf(zs ...zoneHosts) evidence {
-	e := evidence{samples: map[string][]*lehrpb.CohortSample{}, zonesReporting: map[string]int{}, byZone: map[string]*zoneEvidence{}}
+	e := evidence{samples: map[string][]*lehrpb.CohortSample{}, zonesReporting: map[string]int{}, byZone: map[string]*zoneEvidence{},
+		heldBy: witnesses{}, behindBy: witnesses{}, rejectedBy: witnesses{}, lapsedBy: witnesses{}, signalsBy: witnesses{}, reporters: witnesses{}}
 	for _, z := range zs {
+		if z.distributors >= 0 {
+			e.reporters.add(z.zone, "d1")
+			if z.applied > 0 {
+				e.heldBy.add(z.zone, "d1")
+				e.signalsBy.add(z.zone, "d1")
+			}
+			if z.pending > 0 {
+				e.behindBy.add(z.zone, "d1")
+			}
+		}
 		ze := &zoneEvidence{zone: z.zone, distributors: max(1, z.distributors), agents: z.agents,
 			applied: z.applied, pending: z.pending, pendingHosts: z.pendingHosts}
 		if z.distributors < 0 {
@@ -239,6 +253,8 @@ func (e evidence) sampled(r *lehrpb.Rollout, zone string, hosts ...string) evide
 	return e
 }
 
+// withConsumers adds consumer counts; hosts ("zone/host") are those in
+// trouble, reported by their zone's distributor d1.
 func (e evidence) withConsumers(n, rejected, lapsed uint32, hosts ...string) evidence {
 	e.consumers, e.rejected, e.lapsed = n, rejected, lapsed
 	if rejected > 0 {
@@ -246,6 +262,15 @@ func (e evidence) withConsumers(n, rejected, lapsed uint32, hosts ...string) evi
 	}
 	if lapsed > 0 {
 		e.lapsedHosts = hosts
+	}
+	for _, h := range hosts {
+		z, _, _ := strings.Cut(h, "/")
+		if rejected > 0 {
+			e.rejectedBy.add(z, "d1")
+		}
+		if lapsed > 0 {
+			e.lapsedBy.add(z, "d1")
+		}
 	}
 	return e
 }

@@ -141,13 +141,14 @@ func Step(in StepInput) (Decision, error) {
 
 	// Validate: the built-in health gates, at any time in a stage.
 	if ev.lapsed > 0 {
-		return failed(r, fmt.Sprintf("%d consumer lease(s) lapsed on hosts running version %d (%s): consumers crashed or hung",
-			ev.lapsed, r.GetVersion(), nameSome(ev.lapsedHosts, len(ev.lapsedHosts)))), nil
+		return failed(r, fmt.Sprintf("%d consumer lease(s) lapsed on hosts running version %d (%s): consumers crashed or hung%s",
+			ev.lapsed, r.GetVersion(), orNoHost(nameSome(ev.lapsedHosts, len(ev.lapsedHosts))), ev.lapsedBy.note())), nil
 	}
 	if ev.consumers > 0 {
 		if ratio := float64(ev.rejected) / float64(ev.consumers); ratio > stg.MaxErrorRatio {
-			return failed(r, fmt.Sprintf("%d of %d consumers rejected version %d (ratio %.3g, stage %q allows %g) on %s",
-				ev.rejected, ev.consumers, r.GetVersion(), ratio, stg.Name, stg.MaxErrorRatio, nameSome(ev.rejectingHosts, len(ev.rejectingHosts)))), nil
+			return failed(r, fmt.Sprintf("%d of %d consumers rejected version %d (ratio %.3g, stage %q allows %g) on %s%s",
+				ev.rejected, ev.consumers, r.GetVersion(), ratio, stg.Name, stg.MaxErrorRatio, orNoHost(nameSome(ev.rejectingHosts, len(ev.rejectingHosts))),
+				ev.rejectedBy.note())), nil
 		}
 	}
 	// Validate: the canary analysis of a canary stage, once its hosts
@@ -159,7 +160,7 @@ func Step(in StepInput) (Decision, error) {
 		}
 		cev = in.Analysis
 		if cev.GetResult().GetVerdict() == lehrpb.CanaryVerdict_CANARY_VERDICT_FAIL {
-			return failed(r, "canary analysis "+cev.GetId()+": "+evaluation.Explain(cev)+canaryNote(r)), nil
+			return failed(r, "canary analysis "+cev.GetId()+": "+evaluation.Explain(cev)+canaryNote(r)+ev.signalsBy.note()), nil
 		}
 	}
 	if r.GetState() == lehrpb.RolloutState_ROLLOUT_STATE_PAUSED {
@@ -170,9 +171,9 @@ func Step(in StepInput) (Decision, error) {
 		settled := len(ev.unsampled) == 0 && len(ev.stale) == 0 && ev.pending == 0
 		nobody := settled && ev.applied == 0 // no host consumes the namespace where the stage reaches
 		if settled && (ev.applied >= stg.MinHostsApplied || nobody) {
-			msg := fmt.Sprintf("%d host(s) hold version %d after %v", ev.applied, r.GetVersion(), now.Sub(started).Round(time.Millisecond))
+			msg, word := fmt.Sprintf("%d host(s) hold version %d after %v", ev.applied, r.GetVersion(), now.Sub(started).Round(time.Millisecond)), ev.heldBy.note()
 			if nobody {
-				msg = "no host the stage reaches consumes the namespace: nothing to wait for or check"
+				msg, word = "no host the stage reaches consumes the namespace: nothing to wait for or check", ""
 			}
 			r.StageAppliedTime = timestamppb.New(now)
 			r.Reason = fmt.Sprintf("stage %q: %s; baking %v", stg.Name, msg, stg.Bake)
@@ -182,7 +183,7 @@ func Step(in StepInput) (Decision, error) {
 				evs = append(evs, newEvent(r, now, "skipped", strings.Join(skipped, "; ")+
 					": nothing to wait for there; the goal moves with the rollout all the same", ""))
 			}
-			evs = append(evs, newEvent(r, now, "applied", msg, ""))
+			evs = append(evs, newEvent(r, now, "applied", msg+word, ""))
 			return Decision{Rollout: r, Events: evs}, nil
 		}
 		// Where it waits: the zones with pending hosts, named.
@@ -197,8 +198,8 @@ func Step(in StepInput) (Decision, error) {
 			where = ": " + where
 		}
 		if now.Sub(started) > stg.ApplyDeadline {
-			return failed(r, fmt.Sprintf("stage %q: after %v, %d host(s) hold version %d and %d do not (at least %d needed)%s",
-				stg.Name, stg.ApplyDeadline, ev.applied, r.GetVersion(), ev.pending, stg.MinHostsApplied, where)), nil
+			return failed(r, fmt.Sprintf("stage %q: after %v, %d host(s) hold version %d and %d do not (at least %d needed)%s%s",
+				stg.Name, stg.ApplyDeadline, ev.applied, r.GetVersion(), ev.pending, stg.MinHostsApplied, where, ev.behindBy.note())), nil
 		}
 		reason := fmt.Sprintf("stage %q: waiting for hosts to apply version %d: %d applied, %d pending, at least %d needed; %v left%s",
 			stg.Name, r.GetVersion(), ev.applied, ev.pending, stg.MinHostsApplied, (stg.ApplyDeadline - now.Sub(started)).Round(time.Second), where)
@@ -246,8 +247,8 @@ func Step(in StepInput) (Decision, error) {
 	}
 	passed := now.Sub(started)
 	if i+1 < len(stages) {
-		adv := newEvent(r, now, "advanced", fmt.Sprintf("stage %q passed: %d host(s) held version %d, %d of %d consumers rejected it%s",
-			stg.Name, ev.applied, r.GetVersion(), ev.rejected, ev.consumers, verdictNote), "")
+		adv := newEvent(r, now, "advanced", fmt.Sprintf("stage %q passed: %d host(s) held version %d, %d of %d consumers rejected it%s%s",
+			stg.Name, ev.applied, r.GetVersion(), ev.rejected, ev.consumers, verdictNote, ev.reporters.note()), "")
 		cur, err := in.Goals()
 		if err != nil {
 			return Decision{}, err

@@ -533,6 +533,11 @@ type evidence struct {
 	samples                     map[string][]*lehrpb.CohortSample
 	zonesReporting              map[string]int
 	rejectingHosts, lapsedHosts []string // "zone/host"
+	// The distributors whose reports carried each kind of evidence, named
+	// by the decisions taken on it (witness.go): hosts holding the
+	// version, hosts behind it, rejections, lapsed leases, signals and
+	// host checks; reporters are every distributor of the zones reached.
+	heldBy, behindBy, rejectedBy, lapsedBy, signalsBy, reporters witnesses
 	// zones is each reached zone's share of applied and pending, in zone
 	// order; byZone the same by name.
 	zones  []*zoneEvidence
@@ -541,7 +546,8 @@ type evidence struct {
 
 func (s *Strategist) gather(ctx context.Context, r *lehrpb.Rollout, stages []Stage) (evidence, error) {
 	c := upTo(stages, int(r.GetStage()))
-	ev := evidence{samples: map[string][]*lehrpb.CohortSample{}, zonesReporting: map[string]int{}, byZone: map[string]*zoneEvidence{}}
+	ev := evidence{samples: map[string][]*lehrpb.CohortSample{}, zonesReporting: map[string]int{}, byZone: map[string]*zoneEvidence{},
+		heldBy: witnesses{}, behindBy: witnesses{}, rejectedBy: witnesses{}, lapsedBy: witnesses{}, signalsBy: witnesses{}, reporters: witnesses{}}
 	ns, v := r.GetNamespace(), r.GetVersion()
 	zones := make([]string, 0, len(c.percent))
 	for z := range c.percent {
@@ -584,47 +590,56 @@ func (s *Strategist) gather(ctx context.Context, r *lehrpb.Rollout, stages []Sta
 		if byHost {
 			// Exactly the named hosts: each must report holding v; one
 			// not reporting yet is pending.
-			held := map[string]uint64{}
+			held, by := map[string]uint64{}, map[string]string{}
 			for _, d := range sts {
 				for _, hr := range d.GetHosts() {
-					if hr.GetReport().GetNamespace() == ns {
-						held[hr.GetHostId()] = max(held[hr.GetHostId()], hr.GetReport().GetVersion())
+					if hr.GetReport().GetNamespace() == ns && hr.GetReport().GetVersion() >= held[hr.GetHostId()] {
+						held[hr.GetHostId()], by[hr.GetHostId()] = hr.GetReport().GetVersion(), d.GetDistributorId()
 					}
 				}
 			}
 			for _, h := range named {
 				if held[h] >= v {
 					ze.applied++
+					ev.heldBy.add(z, by[h])
 				} else {
 					ze.pending++
 					ze.pendingHosts = append(ze.pendingHosts, h)
+					if by[h] != "" {
+						ev.behindBy.add(z, by[h])
+					}
 				}
 			}
 		}
 		for _, d := range sts {
+			ev.reporters.add(z, d.GetDistributorId())
 			switch {
 			case byHost:
 			case whole:
 				for _, vc := range d.GetVersions() {
-					if vc.GetNamespace() != ns {
+					if vc.GetNamespace() != ns || vc.GetAgents() <= 0 {
 						continue
 					}
 					if vc.GetVersion() >= v {
 						ze.applied += int(vc.GetAgents())
+						ev.heldBy.add(z, d.GetDistributorId())
 					} else {
 						ze.pending += int(vc.GetAgents())
+						ev.behindBy.add(z, d.GetDistributorId())
 					}
 				}
 				ze.pendingHosts = append(ze.pendingHosts, behind(d, ns, v, false)...)
 			default:
 				for _, h := range d.GetHealth() {
-					if h.GetNamespace() != ns || !h.GetCohort() || h.GetCandidate() != v {
+					if h.GetNamespace() != ns || !h.GetCohort() || h.GetCandidate() != v || h.GetAgents() <= 0 {
 						continue
 					}
 					if h.GetVersion() >= v {
 						ze.applied += int(h.GetAgents())
+						ev.heldBy.add(z, d.GetDistributorId())
 					} else {
 						ze.pending += int(h.GetAgents())
+						ev.behindBy.add(z, d.GetDistributorId())
 					}
 				}
 				ze.pendingHosts = append(ze.pendingHosts, behind(d, ns, v, true)...)
@@ -634,12 +649,26 @@ func (s *Strategist) gather(ctx context.Context, r *lehrpb.Rollout, stages []Sta
 					ev.consumers += h.GetConsumers()
 					ev.rejected += h.GetConsumersRejected()
 					ev.lapsed += h.GetLeasesExpired()
+					if h.GetConsumersRejected() > 0 {
+						ev.rejectedBy.add(z, d.GetDistributorId())
+					}
+					if h.GetLeasesExpired() > 0 {
+						ev.lapsedBy.add(z, d.GetDistributorId())
+					}
+				}
+			}
+			for _, h := range d.GetSignals() {
+				if h.GetSignals().GetNamespace() == ns {
+					ev.signalsBy.add(z, d.GetDistributorId())
 				}
 			}
 			for _, hr := range d.GetHosts() {
 				rep := hr.GetReport()
 				if rep.GetNamespace() != ns || rep.GetVersion() != v {
 					continue
+				}
+				if rep.GetHostChecks().GetVersion() == v {
+					ev.signalsBy.add(z, d.GetDistributorId())
 				}
 				if rep.GetClientsRejected() > 0 {
 					ev.rejectingHosts = append(ev.rejectingHosts, z+"/"+hr.GetHostId())

@@ -8,7 +8,9 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"lehr.dev/lehr/internal/apierror"
+	"lehr.dev/lehr/internal/excerpt"
 	"lehr.dev/lehr/internal/tlsconfig"
+	"lehr.dev/lehr/proto/lehrpb"
 )
 
 // Roles and the control API (docs/operations.md, "Security model"). A
@@ -17,7 +19,9 @@ import (
 // read):
 //
 //   - a distributor may call only the distribution methods below, and those
-//     that name a zone only for its own zone;
+//     that name a zone only for its own zone; it reports zone status only
+//     under its certificate's id, and reads only the domains whose readers
+//     admit its zone (readers.go);
 //   - a user (and a control replica) may call everything except
 //     ReportZoneStatus, which only distributors send;
 //   - a host may call nothing: agents talk to distributors, never to control;
@@ -96,6 +100,11 @@ func (a Authorizer) authorize(ctx context.Context, fullMethod string, req any) e
 		}
 		if z, ok := req.(zoned); ok && z.GetZone() != id.Zone {
 			return deny("%s serves zone %q; it may not call %s for zone %q", id, id.Zone, method, z.GetZone())
+		}
+		if r, ok := req.(*lehrpb.ReportZoneStatusRequest); ok && r.GetDistributorId() != id.Name {
+			return deny("%s may report zone status only as distributor %q, not %s: a report is its sender's word, so it is filed under the certificate's id. "+
+				"Run the distributor without --id (it then reports as %q), or give each distributor its own certificate ('lehr certs issue --role distributor --zone %s --name ID')",
+				id, id.Name, excerpt.Quote(r.GetDistributorId()), id.Name, id.Zone)
 		}
 	case tlsconfig.RoleUser, tlsconfig.RoleControl:
 		if method == "ReportZoneStatus" {

@@ -68,7 +68,9 @@ func (s *Service) ListZones(ctx context.Context, req *lehrpb.ListZonesRequest) (
 	return &lehrpb.ListZonesResponse{Zones: zs}, nil
 }
 
-// GetGoals returns a zone's goal states, or one namespace's.
+// GetGoals returns a zone's goal states, or one namespace's. A
+// distributor gets those of the domains whose readers admit its zone, and
+// PERMISSION_DENIED for one namespace of another (readers.go).
 func (s *Service) GetGoals(ctx context.Context, req *lehrpb.GetGoalsRequest) (_ *lehrpb.GetGoalsResponse, err error) {
 	defer s.track(ctx, "GetGoals", time.Now(), &err)
 	if err := names.Zone(req.GetZone()); err != nil {
@@ -78,10 +80,24 @@ func (s *Service) GetGoals(ctx context.Context, req *lehrpb.GetGoalsRequest) (_ 
 		if _, _, err := names.Namespace(req.GetNamespace()); err != nil {
 			return nil, nameError("namespace", err)
 		}
+		if err := s.mayRead(ctx, req.GetNamespace()); err != nil {
+			return nil, err
+		}
+	}
+	var f *goalFilter // one namespace's is decided above
+	if req.GetNamespace() == "" {
+		if f, err = s.goalFilterOf(ctx, req.GetZone()); err != nil {
+			return nil, err
+		}
 	}
 	goals, rev, err := s.st.Goals(ctx, req.GetZone(), req.GetNamespace())
 	if err != nil {
 		return nil, withField(s.apiError(ctx, err), "zone")
+	}
+	if f != nil {
+		if goals, err = f.goals(ctx, s.st, goals); err != nil {
+			return nil, s.apiError(ctx, err)
+		}
 	}
 	return &lehrpb.GetGoalsResponse{Goals: goals, Revision: rev}, nil
 }
@@ -91,6 +107,11 @@ func (s *Service) GetGoals(ctx context.Context, req *lehrpb.GetGoalsRequest) (_ 
 // when the service closes (UNAVAILABLE: reconnect elsewhere and resume), or
 // when the revision to resume from was compacted (OUT_OF_RANGE: restart from
 // 0). A slow client delays only its own stream.
+//
+// A distributor sees the goals of the domains whose readers admit its
+// zone; when a domain's readers change to admit it, or no longer, the
+// stream sends the domain's goals, or deletes them, in a message carrying
+// the revision of the last one sent (readers.go).
 func (s *Service) WatchGoals(req *lehrpb.WatchGoalsRequest, stream grpc.ServerStreamingServer[lehrpb.WatchGoalsResponse]) (err error) {
 	ctx := stream.Context()
 	defer s.track(ctx, "WatchGoals", time.Now(), &err)
@@ -109,12 +130,21 @@ func (s *Service) WatchGoals(req *lehrpb.WatchGoalsRequest, stream grpc.ServerSt
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	defer context.AfterFunc(s.closing, cancel)()
+	f, err := s.goalFilterOf(ctx, req.GetZone())
+	if err != nil {
+		return err
+	}
 
 	from := req.GetStartRevision()
 	if from == 0 {
 		goals, rev, err := s.st.Goals(ctx, req.GetZone(), "")
 		if err != nil {
 			return withField(s.apiError(ctx, err), "zone")
+		}
+		if f != nil {
+			if goals, err = f.goals(ctx, s.st, goals); err != nil {
+				return s.apiError(ctx, err)
+			}
 		}
 		for i := 0; ; i += initialBatch {
 			end := min(i+initialBatch, len(goals))
@@ -131,20 +161,57 @@ func (s *Service) WatchGoals(req *lehrpb.WatchGoalsRequest, stream grpc.ServerSt
 		}
 		from = rev + 1
 	}
-	for b := range s.st.WatchGoals(ctx, req.GetZone(), from) {
-		if b.Err != nil {
-			return s.watchEnd(stream.Context(), b.Err)
-		}
-		if req.GetDeltas() {
-			for i, ev := range b.Events {
-				ev.Delta = s.deltas.forGoal(ctx, s.st, b.Previous[i], ev)
+	goals := s.st.WatchGoals(ctx, req.GetZone(), from)
+	var domains <-chan store.DomainBatch // nil (never ready) without a filter
+	if f != nil {
+		domains = s.st.WatchDomains(ctx, from)
+	}
+	last := from - 1 // the revision of the last message sent
+	for {
+		select {
+		case b, ok := <-goals:
+			if !ok {
+				return s.watchEnd(stream.Context(), nil)
+			}
+			if b.Err != nil {
+				return s.watchEnd(stream.Context(), b.Err)
+			}
+			if f != nil {
+				var err error
+				if b.Events, b.Previous, err = f.events(ctx, s.st, b); err != nil {
+					return s.watchEnd(stream.Context(), err)
+				}
+			}
+			if req.GetDeltas() {
+				for i, ev := range b.Events {
+					ev.Delta = s.deltas.forGoal(ctx, s.st, b.Previous[i], ev)
+				}
+			}
+			if err := stream.Send(&lehrpb.WatchGoalsResponse{Revision: b.Revision, Events: b.Events}); err != nil {
+				return apierror.FromError(err)
+			}
+			last = b.Revision
+		case b, ok := <-domains:
+			if !ok {
+				return s.watchEnd(stream.Context(), nil)
+			}
+			if b.Err != nil {
+				return s.watchEnd(stream.Context(), b.Err)
+			}
+			evs, err := f.changed(ctx, s.st, b)
+			if err != nil {
+				return s.watchEnd(stream.Context(), err)
+			}
+			if len(evs) == 0 {
+				continue
+			}
+			// The goals as read now, at the revision already sent: resuming
+			// after it replays the change, which sends them again.
+			if err := stream.Send(&lehrpb.WatchGoalsResponse{Revision: last, Events: evs}); err != nil {
+				return apierror.FromError(err)
 			}
 		}
-		if err := stream.Send(&lehrpb.WatchGoalsResponse{Revision: b.Revision, Events: b.Events}); err != nil {
-			return apierror.FromError(err)
-		}
 	}
-	return s.watchEnd(stream.Context(), nil)
 }
 
 // watchEnd is the error that ends a goal watch: UNAVAILABLE when the service

@@ -69,11 +69,15 @@ func (s *Service) Get(ctx context.Context, req *lehrpb.GetRequest) (_ *lehrpb.Ge
 	return &lehrpb.GetResponse{Version: info, Properties: content.ToProto(props), Kind: ns.GetKind()}, nil
 }
 
-// FetchVersion returns a whole version, for distributors.
+// FetchVersion returns a whole version, for distributors (of zones the
+// domain's readers admit: readers.go).
 func (s *Service) FetchVersion(ctx context.Context, req *lehrpb.FetchVersionRequest) (_ *lehrpb.FetchVersionResponse, err error) {
 	defer s.track(ctx, "FetchVersion", time.Now(), &err)
 	if _, _, err := names.Namespace(req.GetNamespace()); err != nil {
 		return nil, nameError("namespace", err)
+	}
+	if err := s.mayRead(ctx, req.GetNamespace()); err != nil {
+		return nil, err
 	}
 	ns, info, snap, err := s.read(ctx, req.GetNamespace(), req.GetVersion(), "version")
 	if err != nil {
@@ -83,11 +87,15 @@ func (s *Service) FetchVersion(ctx context.Context, req *lehrpb.FetchVersionRequ
 }
 
 // FetchDelta returns what changed between two versions: from is required,
-// to 0 means the latest.
+// to 0 means the latest. Distributors read only domains whose readers
+// admit their zone (readers.go).
 func (s *Service) FetchDelta(ctx context.Context, req *lehrpb.FetchDeltaRequest) (_ *lehrpb.FetchDeltaResponse, err error) {
 	defer s.track(ctx, "FetchDelta", time.Now(), &err)
 	if _, _, err := names.Namespace(req.GetNamespace()); err != nil {
 		return nil, nameError("namespace", err)
+	}
+	if err := s.mayRead(ctx, req.GetNamespace()); err != nil {
+		return nil, err
 	}
 	if req.GetFrom() == 0 {
 		return nil, invalid(apierror.ReasonInvalidArgument, "from", "from is required; use FetchVersion for a whole version")

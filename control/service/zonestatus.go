@@ -22,9 +22,12 @@ const (
 	// DefaultReportTTL is how long a report stays valid when the request
 	// says 0.
 	DefaultReportTTL = 30 * time.Second
-	// MaxReportTTLSeconds bounds ttl_seconds: a report must not outlive a
-	// dead distributor for long.
-	MaxReportTTLSeconds = 3600
+	// MaxReportTTLSeconds bounds ttl_seconds: a report is its
+	// distributor's word, and must not outlive a dead (or distrusted)
+	// distributor for long. A distributor reporting every 10 s asks for
+	// 30 s; one reporting every 40 s or more for this bound
+	// (distributor.MaxReportTTL).
+	MaxReportTTLSeconds = 120
 	// MaxVersionCounts bounds the version counts of one report. The encoded
 	// report must also fit store.MaxZoneReportBytes.
 	MaxVersionCounts = 100_000

@@ -128,12 +128,12 @@ func parse(args []string, out io.Writer) (distributor.Options, *logflags.Flags, 
 		ctlPlaintext  = fs.Bool("control-plaintext", false, "talk to control without TLS (loopback addresses only)")
 	)
 	fs.StringVar(&opts.Zone, "zone", "", "zone served, e.g. us-east-1a (required)")
-	fs.StringVar(&opts.ID, "id", "", "instance id shown to control and agents; empty means HOSTNAME-PID")
+	fs.StringVar(&opts.ID, "id", "", "instance id shown to control and agents; empty means the id of the client certificate for control (spiffe://lehr/distributor/ZONE/ID), which control requires, or HOSTNAME-PID without one")
 	fs.StringVar(&opts.ControlAddr, "control", "", "control's gRPC address, host:port (required)")
 	fs.StringVar(&opts.Listen, "listen", distributor.DefaultListen, "UDP address (host:port) agents dial over QUIC")
 	fs.StringVar(&opts.MetricsListen, "metrics-listen", "", "TCP address serving /metrics, e.g. 127.0.0.1:7411; empty serves none")
 	fs.Int64Var(&opts.CacheBytes, "cache-bytes", distributor.DefaultCacheBytes, "bound in bytes on the version content kept in memory (goal versions are never evicted)")
-	fs.DurationVar(&opts.ReportInterval, "report-interval", distributor.DefaultReportInterval, "how often to report convergence to control and ask agents for reports")
+	fs.DurationVar(&opts.ReportInterval, "report-interval", distributor.DefaultReportInterval, "how often to report convergence to control and ask agents for reports (at most 1m: a report stays valid at control for three intervals, at most 2m)")
 	fs.Float64Var(&opts.RedialRate, "redial-rate", fanout.DefaultRedialRate, "agents per second this distributor can admit after a restart: agents spread their redials over (connected agents / this rate) seconds instead of all coming back at once; measure it on your hardware (docs/operations.md); negative: no spread")
 	lo := logflags.Register(fs)
 	if err := fs.Parse(args); err != nil {
@@ -161,8 +161,8 @@ func parse(args []string, out io.Writer) (distributor.Options, *logflags.Flags, 
 	if opts.CacheBytes <= 0 {
 		return opts, lo, fmt.Errorf("--cache-bytes %d: want a positive number of bytes", opts.CacheBytes)
 	}
-	if opts.ReportInterval <= 0 {
-		return opts, lo, fmt.Errorf("--report-interval %v: want a positive duration", opts.ReportInterval)
+	if opts.ReportInterval <= 0 || opts.ReportInterval > distributor.MaxReportInterval {
+		return opts, lo, fmt.Errorf("--report-interval %v: want a positive duration of at most %v", opts.ReportInterval, distributor.MaxReportInterval)
 	}
 	if *certFile == "" || *keyFile == "" || *caFile == "" {
 		return opts, lo, errors.New("--tls-cert, --tls-key and --tls-ca are required: agents connect with mutual TLS")

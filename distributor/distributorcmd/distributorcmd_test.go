@@ -121,6 +121,7 @@ func TestParse(t *testing.T) {
 		{"missing cert file", append(base[:4:4], "--tls-cert", "/nonexistent.crt", "--tls-key", p.distKey, "--tls-ca", p.caFile), "/nonexistent.crt"},
 		{"bad cache", append(base, "--cache-bytes", "0"), "--cache-bytes 0"},
 		{"bad interval", append(base, "--report-interval", "-1s"), "--report-interval -1s"},
+		{"interval control would not keep", append(base, "--report-interval", "90s"), "at most 1m0s"},
 		{"bad level", append(base, "--log-level", "loud"), "--log-level"},
 		{"bad format", append(base, "--log-format", "xml"), "--log-format"},
 		{"plaintext and tls", append(base, "--control-plaintext", "--control-tls-ca", p.caFile), "--control-plaintext excludes"},

@@ -2,6 +2,7 @@ package tlsconfig
 
 import (
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"net/url"
@@ -114,7 +115,14 @@ func PeerRole(state tls.ConnectionState) (id Identity, ok bool, err error) {
 	if len(state.VerifiedChains) == 0 || len(state.VerifiedChains[0]) == 0 {
 		return Identity{}, false, nil
 	}
-	for _, u := range state.VerifiedChains[0][0].URIs {
+	return CertRole(state.VerifiedChains[0][0])
+}
+
+// CertRole returns the Lehr identity cert carries, as PeerRole does for a
+// verified peer; a daemon uses it on its own certificate (a distributor
+// reports to control under its certificate's id).
+func CertRole(cert *x509.Certificate) (id Identity, ok bool, err error) {
+	for _, u := range cert.URIs {
 		got, lehr, perr := ParseIdentity(u)
 		switch {
 		case !lehr:

@@ -127,6 +127,10 @@ func TestCanaryAnalysis(t *testing.T) {
 	if !strings.Contains(r.GetReason(), "canary analysis "+ev.GetId()) || !strings.Contains(r.GetReason(), "error ratio") {
 		t.Errorf("the rollout's reason does not explain the failure: %s", r.GetReason())
 	}
+	// The signals came in distributors' reports: the failure says whose.
+	if !strings.Contains(r.GetReason(), "; on the word of distributor") || !strings.Contains(r.GetReason(), "-dist-0") {
+		t.Errorf("the rollout's reason does not name the distributors whose reports it rests on: %s", r.GetReason())
+	}
 	if r.GetRollbackVersion() == 0 {
 		t.Errorf("the failed rollout rolled nothing back: %v", r)
 	}

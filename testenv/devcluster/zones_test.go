@@ -219,6 +219,9 @@ func TestRolloutReasonsNameZonesAndHosts(t *testing.T) {
 	if r.GetState() != lehrpb.RolloutState_ROLLOUT_STATE_FAILED || !strings.Contains(r.GetReason(), "and 7 do not") || !strings.Contains(r.GetReason(), wantHosts) {
 		t.Errorf("rollout %s: %q; want FAILED naming the zone and its hosts: %q", r.GetState(), r.GetReason(), wantHosts)
 	}
+	if !strings.Contains(r.GetReason(), "; on the word of distributor zone-a/zone-a-dist-") {
+		t.Errorf("rollout %s: %q; want it to name the distributors that reported the hosts behind", r.GetState(), r.GetReason())
+	}
 }
 
 // copyStage copies a stage.
