@@ -52,6 +52,18 @@ func publish(t *testing.T, cl lehrpb.ControlClient, ns string, props ...*lehrpb.
 	return resp.GetVersion()
 }
 
+// publishIdentified publishes as a caller control identifies (a client
+// certificate, the unix socket), which asserts no author: control
+// records the identity.
+func publishIdentified(t *testing.T, cl lehrpb.ControlClient, ns string, props ...*lehrpb.Property) *lehrpb.VersionInfo {
+	t.Helper()
+	resp, err := cl.Publish(testCtx(t), &lehrpb.PublishRequest{Namespace: ns, Properties: props, Message: "test publish"})
+	if err != nil {
+		t.Fatalf("Publish(%s): %v", ns, err)
+	}
+	return resp.GetVersion()
+}
+
 // checksumOf recomputes the canonical checksum of returned properties.
 func checksumOf(t *testing.T, ps []*lehrpb.Property) string {
 	t.Helper()

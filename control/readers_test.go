@@ -46,7 +46,7 @@ func TestDistributorsReadOnlyTheirReaders(t *testing.T) {
 		}
 	}
 	for _, ns := range []string{"open/x", "bonly/x", "hosta/x"} {
-		publish(t, cl, ns, prop("k", "", "1"))
+		publishIdentified(t, cl, ns, prop("k", "", "1"))
 	}
 	distributor := func(zone, name string) lehrpb.ControlClient {
 		return lehrpb.NewControlClient(controltest.Dial(t, srv.Addr, mtlsDial(pool, issueID(t, ca, caKey, name, false,
@@ -123,8 +123,8 @@ func TestDistributorsReadOnlyTheirReaders(t *testing.T) {
 	if got := w.initial(); !slices.Equal(got, []string{"hosta/x", "open/x"}) {
 		t.Errorf("initial goals of the watch: %v, want hosta/x and open/x", got)
 	}
-	publish(t, cl, "bonly/x", prop("k", "", "2"))
-	publish(t, cl, "open/x", prop("k", "", "2"))
+	publishIdentified(t, cl, "bonly/x", prop("k", "", "2"))
+	publishIdentified(t, cl, "open/x", prop("k", "", "2"))
 	if got := w.until(t, "open/x", false); len(got) != 1 || got[0].GetDelta() == nil {
 		t.Errorf("the watch sent %v before open/x's new goal; want that goal alone, with its delta", got)
 	}
@@ -137,7 +137,7 @@ func TestDistributorsReadOnlyTheirReaders(t *testing.T) {
 	if _, err := distA.FetchVersion(ctx, &lehrpb.FetchVersionRequest{Namespace: "bonly/x", Version: 2}); err != nil {
 		t.Errorf("FetchVersion once the readers admit zone-a: %v", err)
 	}
-	publish(t, cl, "bonly/x", prop("k", "", "3"))
+	publishIdentified(t, cl, "bonly/x", prop("k", "", "3"))
 	if got := w.until(t, "bonly/x", false); got[len(got)-1].GetGoal().GetVersion() != 3 {
 		t.Errorf("bonly/x's next goal: %v, want version 3", got)
 	}
@@ -148,7 +148,7 @@ func TestDistributorsReadOnlyTheirReaders(t *testing.T) {
 
 	// A watch resumed from before a change makes the same events.
 	setReaders("zone-a")
-	publish(t, cl, "hosta/x", prop("k", "", "2"))
+	publishIdentified(t, cl, "hosta/x", prop("k", "", "2"))
 	w = watchGoals(t, distA, last+1)
 	got := w.until(t, "bonly/x", false)
 	if got[len(got)-1].GetGoal().GetVersion() != 3 {

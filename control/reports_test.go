@@ -66,8 +66,8 @@ func TestReportsAreTheSendersWord(t *testing.T) {
 	}}}}); err != nil {
 		t.Fatal(err)
 	}
-	publish(t, cl, "pay/app", prop("k", "", "1"))
-	v2 := publish(t, cl, "pay/app", prop("k", "", "2")).GetSeq()
+	publishIdentified(t, cl, "pay/app", prop("k", "", "1"))
+	v2 := publishIdentified(t, cl, "pay/app", prop("k", "", "2")).GetSeq()
 	get := func() *lehrpb.Rollout { // nil until the strategist starts it
 		r, _ := cl.GetRollout(ctx, &lehrpb.GetRolloutRequest{Namespace: "pay/app", Version: v2})
 		return r

@@ -227,6 +227,19 @@ func (s *Store) DomainAndNamespace(ctx context.Context, ns string) (*lehrpb.Doma
 	return d, h, nil
 }
 
+// Head returns ns's head (nil if it has none) and the revision it was
+// read at (a RolloutStep's HeadRev).
+func (s *Store) Head(ctx context.Context, ns string) (*lehrpb.Namespace, int64, error) {
+	if _, _, err := names.Namespace(ns); err != nil {
+		return nil, 0, fmt.Errorf("store: head: %w: %w", ErrInvalid, err)
+	}
+	h, _, rev, err := s.head(ctx, ns)
+	if err != nil {
+		return nil, 0, fmt.Errorf("store: head of %s: %w", ns, err)
+	}
+	return h, rev, nil
+}
+
 // head reads a namespace head: nil if absent, else the head, its mod
 // revision and the revision of the read.
 func (s *Store) head(ctx context.Context, ns string) (*lehrpb.Namespace, int64, int64, error) {

@@ -32,8 +32,15 @@ type RolloutStep struct {
 	Rollout *lehrpb.Rollout
 	// Goals are written as given (checksums filled in by the caller); each
 	// version they name, stable and candidate, must exist.
-	Goals  []*lehrpb.GoalState
-	Events []*lehrpb.RolloutEvent
+	Goals []*lehrpb.GoalState
+	// HeadRev is a revision at which the namespace's head was read, and
+	// the step decided on it: Goals are written only if the head has not
+	// changed since. A version committed in between — a publish, an
+	// operator's rollback that moved every zone at once — is the latest
+	// intent, and a decision made without it must not move goals over it.
+	// Required with Goals.
+	HeadRev int64
+	Events  []*lehrpb.RolloutEvent
 	// Done is the operator command the step carried out; it is removed
 	// unless a newer one replaced it meanwhile.
 	Done *QueuedCommand
@@ -48,9 +55,11 @@ type QueuedCommand struct {
 	ModRev    int64
 }
 
-// PutRollout writes a step in one transaction guarded by g and by the
-// existence of the zones and versions the goals name. It fails with
-// ErrNotLeader when g no longer holds, and with a *NotFoundError when a
+// PutRollout writes a step in one transaction guarded by g, by the
+// existence of the zones and versions the goals name and, when it moves
+// goals, by the namespace's head (step.HeadRev). It fails with
+// ErrNotLeader when g no longer holds, with a *ConflictError when the head
+// changed (decide again on the new one), and with a *NotFoundError when a
 // zone or version is gone (compacted, which goals and candidates prevent,
 // or never there).
 func (s *Store) PutRollout(ctx context.Context, g Guard, step RolloutStep) error {
@@ -61,6 +70,13 @@ func (s *Store) PutRollout(ctx context.Context, g Guard, step RolloutStep) error
 	var cmps []clientv3.Cmp
 	if g.Key != "" {
 		cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(g.Key), "=", g.Rev))
+	}
+	headKey := s.lay.nsmeta(r.GetNamespace())
+	if len(step.Goals) > 0 {
+		if step.HeadRev <= 0 {
+			return fmt.Errorf("store: put rollout %s: %w", r.GetId(), invalidf("a step that moves goals needs the revision its head was read at (HeadRev)"))
+		}
+		cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(headKey), "<", step.HeadRev+1))
 	}
 	b, err := encode(r)
 	if err != nil {
@@ -114,6 +130,15 @@ func (s *Store) PutRollout(ctx context.Context, g Guard, step RolloutStep) error
 		}
 		if len(gr.Kvs) == 0 || gr.Kvs[0].CreateRevision != g.Rev {
 			return fmt.Errorf("store: put rollout %s: %w", r.GetId(), ErrNotLeader)
+		}
+	}
+	if len(step.Goals) > 0 {
+		h, modRev, _, err := s.head(ctx, r.GetNamespace())
+		if err != nil {
+			return fmt.Errorf("store: put rollout %s: %w", r.GetId(), err)
+		}
+		if modRev > step.HeadRev {
+			return &ConflictError{Namespace: r.GetNamespace(), Expected: r.GetVersion(), Current: h.GetLatestVersion()}
 		}
 	}
 	return &NotFoundError{What: "zone or version", Name: r.GetId()}
@@ -299,24 +324,25 @@ func (s *Store) PruneRollouts(ctx context.Context, g Guard, ns string, versions 
 	return nil
 }
 
-// HeadsOf returns the heads of domain's namespaces.
-func (s *Store) HeadsOf(ctx context.Context, domain string) ([]*lehrpb.Namespace, error) {
+// HeadsOf returns the heads of domain's namespaces and the revision they
+// were read at (a RolloutStep's HeadRev).
+func (s *Store) HeadsOf(ctx context.Context, domain string) ([]*lehrpb.Namespace, int64, error) {
 	if err := names.Domain(domain); err != nil {
-		return nil, fmt.Errorf("store: heads: %w: %w", ErrInvalid, err)
+		return nil, 0, fmt.Errorf("store: heads: %w: %w", ErrInvalid, err)
 	}
 	resp, err := s.get(ctx, s.lay.nsmetaDomain(domain), clientv3.WithPrefix())
 	if err != nil {
-		return nil, fmt.Errorf("store: heads of %s: %w", domain, err)
+		return nil, 0, fmt.Errorf("store: heads of %s: %w", domain, err)
 	}
 	out := make([]*lehrpb.Namespace, 0, len(resp.Kvs))
 	for _, kv := range resp.Kvs {
 		h := new(lehrpb.Namespace)
 		if err := decode(string(kv.Key), kv.Value, h); err != nil {
-			return nil, fmt.Errorf("store: heads of %s: %w", domain, err)
+			return nil, 0, fmt.Errorf("store: heads of %s: %w", domain, err)
 		}
 		out = append(out, h)
 	}
-	return out, nil
+	return out, resp.Header.Revision, nil
 }
 
 // RolloutsOf returns every rollout of domain's namespaces, by namespace,
