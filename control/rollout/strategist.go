@@ -251,6 +251,10 @@ func (s *Strategist) lead(ctx context.Context, g store.Guard, sessDone <-chan st
 	}
 }
 
+// maxConflictRounds bounds the rounds a domain runs back to back because
+// heads kept moving under them; then it waits for the next wake or tick.
+const maxConflictRounds = 3
+
 // domainLoop is one domain's loop under lead: lead wakes it, runDomain
 // owns its rounds.
 type domainLoop struct {
@@ -265,16 +269,25 @@ type domainLoop struct {
 // every Interval while the domain is busy. A write that finds this
 // replica no longer leads ends the leadership (end).
 func (s *Strategist) runDomain(ctx context.Context, end context.CancelCauseFunc, g store.Guard, l *domainLoop) {
+	conflicts := 0
 	for {
 		busy, err := s.domainRound(ctx, g, l.domain)
 		switch {
 		case errors.Is(err, store.ErrNotLeader):
 			end(err)
 			return
+		case errors.Is(err, store.ErrConflict) && conflicts < maxConflictRounds && ctx.Err() == nil:
+			// A version was committed while the round decided, and a
+			// decision that would have moved goals over it was dropped:
+			// decide again on the new head at once.
+			conflicts++
+			s.log.Debug("rollout strategist: a namespace's head moved during the round; deciding again", "domain", l.domain, "err", err)
+			continue
 		case err != nil && ctx.Err() == nil:
 			s.log.Warn("rollout strategist: round failed; the next retries", "domain", l.domain, "err", err)
 			busy = true
 		}
+		conflicts = 0
 		l.busy.Store(busy)
 		var timer *time.Timer
 		var tick <-chan time.Time
@@ -327,7 +340,7 @@ func (s *Strategist) Round(ctx context.Context, g store.Guard) error {
 // rollouts in flight, which need rounds as time passes (bakes, deadlines).
 func (s *Strategist) domainRound(ctx context.Context, g store.Guard, domain string) (busy bool, err error) {
 	st := s.opts.Store
-	heads, err := st.HeadsOf(ctx, domain)
+	heads, headRev, err := st.HeadsOf(ctx, domain)
 	if err != nil {
 		return false, err
 	}
@@ -351,6 +364,7 @@ func (s *Strategist) domainRound(ctx context.Context, g store.Guard, domain stri
 	if err != nil {
 		return false, err
 	}
+	rd := round{g: g, zones: zones, headRev: headRev}
 	latest := map[string]*lehrpb.Rollout{}
 	byID := map[string]*lehrpb.Rollout{}
 	byNS := map[string][]*lehrpb.Rollout{} // oldest first, as listed
@@ -371,7 +385,7 @@ func (s *Strategist) domainRound(ctx context.Context, g store.Guard, domain stri
 				drop = append(drop, r.GetVersion())
 			}
 		}
-		if err := st.PruneRollouts(ctx, g, ns, drop); err != nil {
+		if err := st.PruneRollouts(ctx, rd.g, ns, drop); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -381,7 +395,7 @@ func (s *Strategist) domainRound(ctx context.Context, g store.Guard, domain stri
 		if r == nil {
 			continue // its rollout is not readable yet; the next round sees it
 		}
-		nr, err := s.command(ctx, g, r, qc, zones)
+		nr, err := s.command(ctx, rd, r, qc)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("carry out %v on %s: %w", qc.Command.GetAction(), r.GetId(), err))
 			continue
@@ -394,7 +408,7 @@ func (s *Strategist) domainRound(ctx context.Context, g store.Guard, domain stri
 		ns := h.GetName()
 		r := latest[ns]
 		if h.GetLatestVersion() > 1 && (r == nil || r.GetVersion() < h.GetLatestVersion()) {
-			nr, err := s.start(ctx, g, h, r, zones)
+			nr, err := s.start(ctx, rd, h, r)
 			if err != nil {
 				if errors.Is(err, store.ErrNotLeader) {
 					return false, err
@@ -407,8 +421,11 @@ func (s *Strategist) domainRound(ctx context.Context, g store.Guard, domain stri
 				latest[ns] = nr
 			}
 		}
-		if r != nil && (r.GetState() == lehrpb.RolloutState_ROLLOUT_STATE_RUNNING || r.GetState() == lehrpb.RolloutState_ROLLOUT_STATE_PAUSED) {
-			if err := s.step(ctx, g, r, zones); err != nil {
+		// Only the rollout of the namespace's latest version moves goals:
+		// an older one still in flight was just superseded, or its
+		// supersede failed and the next round tries again.
+		if Active(r) && r.GetVersion() == h.GetLatestVersion() {
+			if err := s.step(ctx, rd, r); err != nil {
 				if errors.Is(err, store.ErrNotLeader) {
 					return false, err
 				}
@@ -432,10 +449,19 @@ func (s *Strategist) domainRound(ctx context.Context, g store.Guard, domain stri
 	}
 	s.states[domain] = states
 	s.statesMu.Unlock()
-	if err := s.admit(ctx, g, active, zones); err != nil {
+	if err := s.admit(ctx, rd, active); err != nil {
 		errs = append(errs, err)
 	}
 	return len(active) > 0 || len(cmds) > 0, errors.Join(errs...)
+}
+
+// round is what a domain's round decides under: the leadership guard of
+// its writes, the registered zones (sorted) and the revision its heads
+// were read at, which guards every goal it moves (store.RolloutStep).
+type round struct {
+	g       store.Guard
+	zones   []string
+	headRev int64
 }
 
 // setStateGauges sets lehr_control_rollouts{state} from the domains'
@@ -476,8 +502,12 @@ func (s *Strategist) zoneGoals(ctx context.Context, ns string, zones []string) (
 }
 
 // start begins the rollout of h's latest version, superseding prev if it
-// still runs (Start), and returns it; nil when the version needs none.
-func (s *Strategist) start(ctx context.Context, g store.Guard, h *lehrpb.Namespace, prev *lehrpb.Rollout, zones []string) (*lehrpb.Rollout, error) {
+// still runs (Start), and returns the namespace's latest rollout as it
+// now stands: the new one, prev finished (the head is its own rollback)
+// or superseded when the version needs none (an operator's rollback moved
+// every zone); nil when nothing changed.
+func (s *Strategist) start(ctx context.Context, rd round, h *lehrpb.Namespace, prev *lehrpb.Rollout) (*lehrpb.Rollout, error) {
+	zones := rd.zones
 	ns, seq := h.GetName(), h.GetLatestVersion()
 	goals, err := s.zoneGoals(ctx, ns, zones)
 	if err != nil {
@@ -495,26 +525,30 @@ func (s *Strategist) start(ctx context.Context, g store.Guard, h *lehrpb.Namespa
 		return nil, err
 	}
 	if d.Finish != nil {
-		return nil, s.apply(ctx, g, zones, *d.Finish, nil)
+		return d.Finish.Rollout, s.apply(ctx, rd, *d.Finish, nil)
 	}
 	if d.Superseded != nil {
-		if err := s.apply(ctx, g, zones, *d.Superseded, nil); err != nil {
+		if err := s.apply(ctx, rd, *d.Superseded, nil); err != nil {
 			return nil, err
 		}
 		s.log.Info("rollout superseded", "rollout", prev.GetId(), "by", seq)
 	}
 	if d.Started == nil {
+		if d.Superseded != nil {
+			return d.Superseded.Rollout, nil // ended: nothing of it to step
+		}
 		return nil, nil
 	}
-	return d.Started.Rollout, s.apply(ctx, g, zones, *d.Started, nil)
+	return d.Started.Rollout, s.apply(ctx, rd, *d.Started, nil)
 }
 
 // admit enters the first stage of the rollouts waiting for it (Admit).
-func (s *Strategist) admit(ctx context.Context, g store.Guard, active []*lehrpb.Rollout, zones []string) error {
+func (s *Strategist) admit(ctx context.Context, rd round, active []*lehrpb.Rollout) error {
+	zones := rd.zones
 	ds, err := Admit(active, zones, s.opts.Now(), func(ns string) (map[string]*lehrpb.GoalState, error) { return s.zoneGoals(ctx, ns, zones) })
 	errs := []error{err}
 	for _, d := range ds {
-		if err := s.apply(ctx, g, zones, d, nil); err != nil {
+		if err := s.apply(ctx, rd, d, nil); err != nil {
 			errs = append(errs, fmt.Errorf("admit %s: %w", d.Rollout.GetId(), err))
 		}
 	}
@@ -706,7 +740,8 @@ func behind(d *lehrpb.DistributorStatus, ns string, v uint64, cohort bool) []str
 // step advances a running rollout as far as the evidence allows: it reads
 // what Step decides on — the evidence, the stage's canary evaluation, the
 // goals when the decision needs them — and applies the decision.
-func (s *Strategist) step(ctx context.Context, g store.Guard, r *lehrpb.Rollout, zones []string) error {
+func (s *Strategist) step(ctx context.Context, rd round, r *lehrpb.Rollout) error {
+	zones := rd.zones
 	stages := Resolve(r.GetPolicy(), zones)
 	if len(stages) == 0 || r.GetStageStartTime() == nil {
 		return nil // no zone registered; not entered yet: admit decides
@@ -733,10 +768,10 @@ func (s *Strategist) step(ctx context.Context, g store.Guard, r *lehrpb.Rollout,
 		if err != nil {
 			return fmt.Errorf("start canary analysis %s: %w", d.Analysis.GetId(), err)
 		}
-		if cev, err = s.opts.Evaluations.Step(ctx, g, cev); err != nil {
+		if cev, err = s.opts.Evaluations.Step(ctx, rd.g, cev); err != nil {
 			return err
 		}
-		if err := s.apply(ctx, g, zones, d, nil); err != nil {
+		if err := s.apply(ctx, rd, d, nil); err != nil {
 			return err
 		}
 		in.Rollout, in.Analysis = d.Rollout, cev
@@ -744,18 +779,18 @@ func (s *Strategist) step(ctx context.Context, g store.Guard, r *lehrpb.Rollout,
 			return err
 		}
 	}
-	return s.apply(ctx, g, zones, d, nil)
+	return s.apply(ctx, rd, d, nil)
 }
 
 // apply carries out decision d (and the operator command done, if any,
 // which it removes in the same transaction).
-func (s *Strategist) apply(ctx context.Context, g store.Guard, zones []string, d Decision, done *store.QueuedCommand) error {
+func (s *Strategist) apply(ctx context.Context, rd round, d Decision, done *store.QueuedCommand) error {
 	if d.StagePassed > 0 {
 		s.met.GetOrCreateHistogram(`lehr_control_rollout_stage_seconds`).Update(d.StagePassed.Seconds())
 	}
 	switch r := d.Rollout; {
 	case d.End != nil:
-		return s.end(ctx, g, r, zones, d.End, done)
+		return s.end(ctx, rd, r, d.End, done)
 	case r == nil:
 		return nil
 	default:
@@ -764,7 +799,7 @@ func (s *Strategist) apply(ctx context.Context, g store.Guard, zones []string, d
 		} else if len(d.Goals) > 0 {
 			s.log.Info("rollout stage", "rollout", r.GetId(), "stage", r.GetStage())
 		}
-		if err := s.opts.Store.PutRollout(ctx, g, store.RolloutStep{Rollout: r, Goals: d.Goals, Events: d.Events, Done: done}); err != nil {
+		if err := s.opts.Store.PutRollout(ctx, rd.g, store.RolloutStep{Rollout: r, Goals: d.Goals, HeadRev: rd.headRev, Events: d.Events, Done: done}); err != nil {
 			return err
 		}
 		if len(d.Goals) > 0 {
@@ -800,7 +835,7 @@ func (s *Strategist) audit(method string, r *lehrpb.Rollout, version uint64, evs
 // and rolls every zone back: a new version with the base version's content
 // becomes every zone's goal. A rollback that finds a newer publish (the
 // latest intent) leaves the goals to that version's rollout (RolledBack).
-func (s *Strategist) end(ctx context.Context, g store.Guard, r *lehrpb.Rollout, zones []string, e *Ending, done *store.QueuedCommand) error {
+func (s *Strategist) end(ctx context.Context, rd round, r *lehrpb.Rollout, e *Ending, done *store.QueuedCommand) error {
 	st, ns, now := s.opts.Store, r.GetNamespace(), s.opts.Now()
 	s.log.Warn("rollout ended; rolling back", "rollout", r.GetId(), "state", stateName(e.State), "reason", e.Reason)
 	s.met.GetOrCreateCounter(fmt.Sprintf(`lehr_control_rollbacks_total{reason=%q}`, stateName(e.State))).Inc()
@@ -824,8 +859,20 @@ func (s *Strategist) end(ctx context.Context, g store.Guard, r *lehrpb.Rollout, 
 	case err != nil:
 		return fmt.Errorf("commit the rollback of %s: %w", r.GetId(), err)
 	}
-	d := RolledBack(r, e, evs, info, current, zones, now)
-	if err := st.PutRollout(ctx, g, store.RolloutStep{Rollout: d.Rollout, Goals: d.Goals, Events: d.Events, Done: done}); err != nil {
+	headRev := rd.headRev
+	if info != nil {
+		// The rollback is the head now, unless a version was committed
+		// right after it: the goals move only while it is.
+		h, rev, err := st.Head(ctx, ns)
+		if err != nil {
+			return fmt.Errorf("read the head after the rollback of %s: %w", r.GetId(), err)
+		}
+		if headRev = rev; h.GetLatestVersion() != info.GetSeq() {
+			info, current = nil, h.GetLatestVersion()
+		}
+	}
+	d := RolledBack(r, e, evs, info, current, rd.zones, now)
+	if err := st.PutRollout(ctx, rd.g, store.RolloutStep{Rollout: d.Rollout, Goals: d.Goals, HeadRev: headRev, Events: d.Events, Done: done}); err != nil {
 		return err
 	}
 	if info != nil {
@@ -837,8 +884,8 @@ func (s *Strategist) end(ctx context.Context, g store.Guard, r *lehrpb.Rollout, 
 
 // command carries out an operator's command on r (Command) and returns r
 // as it then stands.
-func (s *Strategist) command(ctx context.Context, g store.Guard, r *lehrpb.Rollout, qc store.QueuedCommand, zones []string) (*lehrpb.Rollout, error) {
+func (s *Strategist) command(ctx context.Context, rd round, r *lehrpb.Rollout, qc store.QueuedCommand) (*lehrpb.Rollout, error) {
 	d := Command(r, qc.Command, s.opts.Now())
 	s.log.Info("rollout command", "rollout", r.GetId(), "action", qc.Command.GetAction(), "author", qc.Command.GetAuthor())
-	return d.Rollout, s.apply(ctx, g, zones, d, &qc)
+	return d.Rollout, s.apply(ctx, rd, d, &qc)
 }

@@ -1,0 +1,212 @@
+package rollout
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"lehr.dev/lehr/control/embedetcd"
+	"lehr.dev/lehr/control/store"
+	"lehr.dev/lehr/internal/content"
+	"lehr.dev/lehr/proto/lehrpb"
+)
+
+// The strategist's glue — reading a domain, applying decisions — against
+// a real etcd, driven round by round (Round) with a settable clock. The
+// decisions themselves are the scenarios' (scenario_test.go).
+
+// etcdClient is one embedded etcd for the package's tests; each test
+// uses a key prefix of its own.
+var etcdClient *clientv3.Client
+
+func TestMain(m *testing.M) {
+	os.Exit(runWithEtcd(m))
+}
+
+func runWithEtcd(m *testing.M) int {
+	dir, err := os.MkdirTemp("", "lehr-rollout-test-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	quiet := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	srv, err := embedetcd.Start(ctx, embedetcd.Options{Dir: dir, NoSync: true, Logger: quiet})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "start etcd:", err)
+		return 1
+	}
+	defer srv.Close()
+	if etcdClient, err = embedetcd.NewClient(ctx, srv.Endpoints()); err != nil {
+		fmt.Fprintln(os.Stderr, "etcd client:", err)
+		return 1
+	}
+	defer etcdClient.Close()
+	return m.Run()
+}
+
+// clock is a settable clock.
+type clock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *clock) advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+}
+
+// strategistRig is a store under a prefix of the test's own and a
+// strategist on it with policy for every namespace.
+type strategistRig struct {
+	t     *testing.T
+	ctx   context.Context
+	st    *store.Store
+	s     *Strategist
+	clock *clock
+}
+
+func newStrategistRig(t *testing.T, policy *lehrpb.RolloutPolicy, zones ...string) *strategistRig {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	t.Cleanup(cancel)
+	c := &clock{now: time.Date(2030, 1, 1, 12, 0, 0, 0, time.UTC)}
+	quiet := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	st := store.New(etcdClient, store.Options{Prefix: "/test/" + t.Name() + "/", Now: c.Now, Logger: quiet})
+	s, err := NewStrategist(StrategistOptions{
+		Store: st, Client: etcdClient, Now: c.Now, Logger: quiet,
+		Policy: func(context.Context, string) (*lehrpb.RolloutPolicy, lehrpb.RolloutPolicySource, uint64, error) {
+			return policy, lehrpb.RolloutPolicySource_ROLLOUT_POLICY_SOURCE_NAMESPACE, 1, nil
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, z := range zones {
+		if _, err := st.CreateZone(ctx, z); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return &strategistRig{t: t, ctx: ctx, st: st, s: s, clock: c}
+}
+
+// commit commits one property k=v to ns, as the service would under the
+// strategist (store.GoalsNone, but every zone at once for a namespace's
+// first version and for an operator's rollback).
+func (r *strategistRig) commit(ns, v string, src lehrpb.VersionSource) *lehrpb.VersionInfo {
+	r.t.Helper()
+	snap, err := content.New([]content.Property{{Key: "k", ContentType: "text/plain", Value: []byte(v)}})
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	h, err := r.st.GetNamespace(r.ctx, ns)
+	var nf *store.NotFoundError
+	create := false
+	switch {
+	case err == nil:
+	case errors.As(err, &nf):
+		create = true
+	default:
+		r.t.Fatal(err)
+	}
+	goals := store.GoalsNone
+	if create || src == lehrpb.VersionSource_VERSION_SOURCE_ROLLBACK {
+		goals = store.GoalsAllZones
+	}
+	info, err := r.st.Commit(r.ctx, store.Commit{Namespace: ns, Create: create, Kind: lehrpb.NamespaceKind_NAMESPACE_KIND_CONFIG,
+		ExpectedLatest: h.GetLatestVersion(), Content: snap, Goals: goals, Info: &lehrpb.VersionInfo{Author: "alice", Source: src}})
+	if err != nil {
+		r.t.Fatalf("commit %s=%s to %s: %v", "k", v, ns, err)
+	}
+	return info
+}
+
+func (r *strategistRig) round() {
+	r.t.Helper()
+	if err := r.s.Round(r.ctx, store.Guard{}); err != nil {
+		r.t.Fatalf("Round: %v", err)
+	}
+}
+
+func (r *strategistRig) goal(zone, ns string) uint64 {
+	r.t.Helper()
+	gs, _, err := r.st.Goals(r.ctx, zone, ns)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	if len(gs) == 0 {
+		return 0
+	}
+	return gs[0].GetVersion()
+}
+
+func (r *strategistRig) rollout(ns string, v uint64) *lehrpb.Rollout {
+	r.t.Helper()
+	ro, err := r.st.Rollout(r.ctx, ns, v)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	return ro
+}
+
+// TestRoundLeavesAnOperatorRollbackAlone: an operator rolls back while a
+// rollout runs — the rollback version goes to every zone at once. The
+// round that sees it supersedes the running rollout and does nothing more
+// with it: it does not step it (once, it failed it as if it still ran,
+// and a step that passed its stage moved every zone back to the version
+// the operator rolled back).
+func TestRoundLeavesAnOperatorRollbackAlone(t *testing.T) {
+	policy := &lehrpb.RolloutPolicy{Stages: []*lehrpb.RolloutStage{
+		{Name: "all", Target: &lehrpb.RolloutStage_Zones{Zones: &lehrpb.ZonesTarget{}}, Bake: dur(time.Hour), ApplyDeadline: dur(time.Minute)},
+	}}
+	r := newStrategistRig(t, policy, "z")
+	mustDomain(r)
+	const ns = "pay/app"
+	r.commit(ns, "good", lehrpb.VersionSource_VERSION_SOURCE_SNAPSHOT)
+	bad := r.commit(ns, "bad", lehrpb.VersionSource_VERSION_SOURCE_SNAPSHOT)
+	r.round()
+	if got := r.rollout(ns, bad.GetSeq()); got.GetState() != lehrpb.RolloutState_ROLLOUT_STATE_RUNNING || r.goal("z", ns) != bad.GetSeq() {
+		t.Fatalf("after the first round: rollout %v, zone z's goal %d; want it running and the goal at %d", got.GetState(), r.goal("z", ns), bad.GetSeq())
+	}
+
+	rb := r.commit(ns, "good", lehrpb.VersionSource_VERSION_SOURCE_ROLLBACK)
+	// Past the stage's apply deadline: a step of the bad version's
+	// rollout would fail it now.
+	r.clock.advance(2 * time.Minute)
+	for i := range 2 {
+		r.round()
+		got := r.rollout(ns, bad.GetSeq())
+		if got.GetState() != lehrpb.RolloutState_ROLLOUT_STATE_SUPERSEDED {
+			t.Errorf("round %d after the rollback: the bad version's rollout is %v (%s); want SUPERSEDED", i+1, got.GetState(), got.GetReason())
+		}
+		if g := r.goal("z", ns); g != rb.GetSeq() {
+			t.Fatalf("round %d after the rollback: zone z's goal is %d; want the rollback's %d", i+1, g, rb.GetSeq())
+		}
+	}
+	if _, err := r.st.Rollout(r.ctx, ns, rb.GetSeq()); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("the rollback's rollout: %v; want none (it went to every zone at once)", err)
+	}
+}
+
+func mustDomain(r *strategistRig) {
+	r.t.Helper()
+	if _, err := r.st.CreateDomain(r.ctx, &lehrpb.Domain{Name: "pay"}); err != nil {
+		r.t.Fatal(err)
+	}
+}
