@@ -1,6 +1,7 @@
 package control_test
 
 import (
+	"errors"
 	"strings"
 	"testing"
 
@@ -111,6 +112,46 @@ func TestOneIdentityFromTheURISAN(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestReservedNamesAreNoCallers: the authors control records for itself —
+// the rollout strategist's "lehr-rollout", which it also trusts to
+// recognise a rollback of its own, "control" and "anonymous" — are no
+// caller's. A certificate made out to one may call nothing; no ACL, fleet
+// admin list or local account mapping names one; and no caller asserts
+// one, in dev mode either.
+func TestReservedNamesAreNoCallers(t *testing.T) {
+	ca, caKey, serverTLS, pool := mtlsSetup(t)
+	c := startSecure(t, control.Options{TLS: serverTLS})
+	for _, name := range service.Reserved {
+		cert := issueID(t, ca, caKey, "", false, tlsconfig.Identity{Role: tlsconfig.RoleUser, Name: name}.URI())
+		cl := lehrpb.NewControlClient(controltest.Dial(t, c.Addr().String(), mtlsDial(pool, cert)))
+		_, err := cl.CreateDomain(testCtx(t), &lehrpb.CreateDomainRequest{Domain: &lehrpb.Domain{Name: "forged"}})
+		if e := apierror.FromError(err); e == nil || e.Code != codes.PermissionDenied || !strings.Contains(e.Message, "reserved") {
+			t.Errorf("a certificate for user %q creating a domain: %v; want PERMISSION_DENIED saying the name is reserved", name, err)
+		}
+		if err := service.CheckPrincipal(name); err == nil || !strings.Contains(err.Error(), "reserved") {
+			t.Errorf("CheckPrincipal(%q) = %v; want it reserved", name, err)
+		}
+		if _, err := control.New(control.Options{LocalUsers: map[string]string{"bob": name}}); !errors.Is(err, control.ErrIdentityOptions) {
+			t.Errorf("New with local account bob mapped to %q: %v; want ErrIdentityOptions", name, err)
+		}
+	}
+
+	dev := controltest.StartControl(t, control.Options{}).Client // dev mode, unidentified callers
+	if _, err := dev.CreateDomain(testCtx(t), &lehrpb.CreateDomainRequest{Domain: &lehrpb.Domain{Name: "dev"}}); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range service.Reserved {
+		_, err := dev.Publish(testCtx(t), &lehrpb.PublishRequest{Namespace: "dev/x", Author: name, Properties: []*lehrpb.Property{prop("k", "", "v")}})
+		if e := apierror.FromError(err); e == nil || e.Code != codes.InvalidArgument || e.Field != "author" || !strings.Contains(e.Message, "reserved") {
+			t.Errorf("dev mode, publish as %q: %v; want INVALID_ARGUMENT on author, reserved", name, err)
+		}
+		_, err = dev.Publish(asAuthor(testCtx(t), name), &lehrpb.PublishRequest{Namespace: "dev/x", Properties: []*lehrpb.Property{prop("k", "", "v")}})
+		if e := apierror.FromError(err); e == nil || e.Code != codes.InvalidArgument || e.Field != service.AuthorMetadataKey {
+			t.Errorf("dev mode, publish with %s %q: %v; want INVALID_ARGUMENT on the metadata", service.AuthorMetadataKey, name, err)
+		}
 	}
 }
 

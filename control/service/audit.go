@@ -44,7 +44,12 @@ func checkAudit(ctx context.Context, author, message string) error {
 		return invalid(apierror.ReasonInvalidArgument, "message", "message is %d bytes; at most %d allowed", len(message), validate.MaxMessageBytes).
 			WithLimit("%d bytes", validate.MaxMessageBytes)
 	}
+	if err := checkUnreserved(author); err != nil {
+		return invalid(apierror.ReasonInvalidArgument, "author", "author: %v", err)
+	}
 	switch vs := metadata.ValueFromIncomingContext(ctx, AuthorMetadataKey); {
+	case len(vs) == 1 && checkUnreserved(vs[0]) != nil:
+		return invalid(apierror.ReasonInvalidArgument, AuthorMetadataKey, "gRPC metadata %s: %v", AuthorMetadataKey, checkUnreserved(vs[0]))
 	case len(vs) > 1:
 		return invalid(apierror.ReasonInvalidArgument, AuthorMetadataKey, "gRPC metadata %s appears %d times; send it at most once", AuthorMetadataKey, len(vs))
 	case len(vs) == 1 && len(vs[0]) > validate.MaxAuthorBytes:

@@ -3,6 +3,7 @@ package service
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 
 	"google.golang.org/grpc/codes"
@@ -11,6 +12,7 @@ import (
 	"google.golang.org/grpc/peer"
 	"google.golang.org/protobuf/proto"
 
+	"lehr.dev/lehr/control/rollout"
 	"lehr.dev/lehr/internal/apierror"
 	"lehr.dev/lehr/internal/excerpt"
 	"lehr.dev/lehr/internal/peercred"
@@ -49,6 +51,24 @@ const LocalPrefix = "unix:"
 
 // anonymous is the author of a change by a caller without an identity.
 const anonymous = "anonymous"
+
+// Reserved lists the authors control records for itself: the rollout
+// strategist's goal moves and rollbacks (rollout.Author — which the
+// strategist also trusts to recognise a rollback of its own), control's
+// own versions ("control") and callers without an identity. No caller is
+// any of them: a certificate user of such a name may call nothing, a local
+// account is not mapped to one, an ACL does not name one, and no caller
+// asserts one, in dev mode either.
+var Reserved = []string{rollout.Author, "control", anonymous}
+
+// checkUnreserved refuses a reserved name as a caller's identity.
+func checkUnreserved(name string) error {
+	if slices.Contains(Reserved, name) {
+		return fmt.Errorf("%q is reserved for what control records itself (%s): no caller may be it, or its changes would read as control's own; use another name",
+			name, strings.Join(Reserved, ", "))
+	}
+	return nil
+}
 
 // callerKind is how control knows a caller.
 type callerKind int
@@ -109,6 +129,9 @@ func callerOf(ctx context.Context) caller {
 		}
 		c.transport = "cert:serial=" + ai.State.VerifiedChains[0][0].SerialNumber.Text(16)
 		id, has, err := tlsconfig.PeerRole(ai.State)
+		if err == nil && has && id.Role == tlsconfig.RoleUser {
+			err = checkUnreserved(id.Name)
+		}
 		if err != nil || !has {
 			c.kind, c.certErr = kindBadCert, err
 			break
@@ -229,6 +252,9 @@ func CheckPrincipal(name string) error {
 		}
 		return nil
 	}
+	if err := checkUnreserved(name); err != nil {
+		return err
+	}
 	if err := (tlsconfig.Identity{Role: tlsconfig.RoleUser, Name: name}).Check(); err != nil {
 		return fmt.Errorf("%q is neither a user name (1-64 bytes of letters, digits, '.', '_', '@' and '-': the <name> of spiffe://lehr/user/<name>) nor a local account (unix:<account>)", name)
 	}
@@ -251,6 +277,9 @@ func CheckLocalUsers(m map[string]string) error {
 	for account, user := range m {
 		if err := checkAccount(account); err != nil {
 			return fmt.Errorf("local account %q: %w", account, err)
+		}
+		if err := checkUnreserved(user); err != nil {
+			return fmt.Errorf("local account %s maps to %w", account, err)
 		}
 		if err := (tlsconfig.Identity{Role: tlsconfig.RoleUser, Name: user}).Check(); err != nil {
 			return fmt.Errorf("local account %s maps to %q, which is not a user name (1-64 bytes of letters, digits, '.', '_', '@' and '-': the <name> of spiffe://lehr/user/<name>)", account, user)
