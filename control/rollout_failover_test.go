@@ -88,7 +88,9 @@ func TestRolloutHistoryIsBounded(t *testing.T) {
 	ctx := testCtx(t)
 	srv := controltest.StartControl(t, control.Options{Rollouts: true, RolloutInterval: 20 * time.Millisecond})
 	cl := srv.Client
-	createDomain(t, cl, "b", nil)
+	// 26 publishes as fast as their rollouts finish: above the default
+	// publish rate.
+	createDomain(t, cl, "b", &lehrpb.Quotas{PublishesPerSecond: 1000, PublishBurst: 1000})
 	if _, err := cl.CreateZone(ctx, &lehrpb.CreateZoneRequest{Name: "zone-a"}); err != nil {
 		t.Fatal(err)
 	}

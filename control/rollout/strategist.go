@@ -8,7 +8,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/VictoriaMetrics/metrics"
@@ -169,148 +168,8 @@ func (s *Strategist) campaign(ctx context.Context) error {
 	return s.lead(ctx, guard, sess.Done())
 }
 
-// lead runs the strategist while this replica leads: one loop per domain,
-// so that one domain's backlog — a flood of publishes, each a rollout to
-// start and step, each step a few etcd writes behind the flood's — never
-// holds another domain's rollout. A domain's loop wakes on a change of
-// its namespaces' heads or its queued commands, and — while it has
-// rollouts in flight — on every distributor's report and every Interval
-// (store.WatchRolloutInputs). Canary evaluations are stepped every
-// Interval. It returns when ctx ends (nil), the session ends, or a write
-// finds this replica no longer leads.
-func (s *Strategist) lead(ctx context.Context, g store.Guard, sessDone <-chan struct{}) error {
-	ctx, cancel := context.WithCancelCause(ctx)
-	var wg sync.WaitGroup
-	defer wg.Wait()
-	defer cancel(nil)
-	inputs := s.opts.Store.WatchRolloutInputs(ctx)
-	loops := map[string]*domainLoop{}
-	wake := func(d string) {
-		l := loops[d]
-		if l == nil {
-			l = &domainLoop{domain: d, wake: make(chan struct{}, 1)}
-			loops[d] = l
-			wg.Go(func() { s.runDomain(ctx, cancel, g, l) })
-		}
-		select {
-		case l.wake <- struct{}{}:
-		default: // a wake is pending already
-		}
-	}
-	wakeAll := func() error {
-		doms, err := s.opts.Store.DomainNames(ctx)
-		for _, d := range doms {
-			wake(d)
-		}
-		return err
-	}
-	if err := wakeAll(); err != nil && ctx.Err() == nil {
-		s.log.Warn("rollout strategist: list domains; the next tick retries", "err", err)
-	}
-	t := time.NewTicker(s.opts.Interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			if err := context.Cause(ctx); errors.Is(err, store.ErrNotLeader) {
-				return err
-			}
-			return nil
-		case <-sessDone:
-			return errors.New("etcd session lost")
-		case in, ok := <-inputs:
-			switch {
-			case !ok:
-				inputs = nil // ctx ended
-			case in.Resync:
-				if err := wakeAll(); err != nil && ctx.Err() == nil {
-					s.log.Warn("rollout strategist: list domains; the next tick retries", "err", err)
-				}
-			case in.Zone != "":
-				// Evidence: only the domains with rollouts in flight act
-				// on reports.
-				for d, l := range loops {
-					if l.busy.Load() {
-						wake(d)
-					}
-				}
-			case names.Domain(in.Domain) == nil:
-				wake(in.Domain)
-			}
-		case <-t.C:
-			if err := s.opts.Evaluations.StepAll(ctx, g); err != nil {
-				if errors.Is(err, store.ErrNotLeader) {
-					return err
-				}
-				if ctx.Err() == nil {
-					s.log.Warn("rollout strategist: canary evaluations; the next tick retries", "err", err)
-				}
-			}
-			s.setStateGauges()
-		}
-	}
-}
-
-// maxConflictRounds bounds the rounds a domain runs back to back because
-// heads kept moving under them; then it waits for the next wake or tick.
-const maxConflictRounds = 3
-
-// domainLoop is one domain's loop under lead: lead wakes it, runDomain
-// owns its rounds.
-type domainLoop struct {
-	domain string
-	wake   chan struct{} // one pending wake at most
-	// busy says the last round left rollouts in flight (or failed): the
-	// domain acts on distributors' reports and on time passing.
-	busy atomic.Bool
-}
-
-// runDomain runs l's rounds until ctx ends: at once, on each wake, and
-// every Interval while the domain is busy. A write that finds this
-// replica no longer leads ends the leadership (end).
-func (s *Strategist) runDomain(ctx context.Context, end context.CancelCauseFunc, g store.Guard, l *domainLoop) {
-	conflicts := 0
-	for {
-		busy, err := s.domainRound(ctx, g, l.domain)
-		switch {
-		case errors.Is(err, store.ErrNotLeader):
-			end(err)
-			return
-		case errors.Is(err, store.ErrConflict) && conflicts < maxConflictRounds && ctx.Err() == nil:
-			// A version was committed while the round decided, and a
-			// decision that would have moved goals over it was dropped:
-			// decide again on the new head at once.
-			conflicts++
-			s.log.Debug("rollout strategist: a namespace's head moved during the round; deciding again", "domain", l.domain, "err", err)
-			continue
-		case err != nil && ctx.Err() == nil:
-			s.log.Warn("rollout strategist: round failed; the next retries", "domain", l.domain, "err", err)
-			busy = true
-		}
-		conflicts = 0
-		l.busy.Store(busy)
-		var timer *time.Timer
-		var tick <-chan time.Time
-		if busy {
-			timer = time.NewTimer(s.opts.Interval)
-			tick = timer.C
-		}
-		select {
-		case <-ctx.Done():
-		case <-l.wake:
-		case <-tick:
-		}
-		if timer != nil {
-			timer.Stop()
-		}
-		if ctx.Err() != nil {
-			return
-		}
-	}
-}
-
-// Round runs one round of every domain, one after another, after a look
-// of every running canary evaluation: what the leader does over an
+// Round runs one round of every domain, reading every namespace, after a
+// look of every running canary evaluation: what the leader does over an
 // Interval, for tests that drive a strategist by hand. Writes are guarded
 // by g (the zero Guard in tests that run one strategist).
 func (s *Strategist) Round(ctx context.Context, g store.Guard) error {
@@ -323,52 +182,59 @@ func (s *Strategist) Round(ctx context.Context, g store.Guard) error {
 	}
 	var errs []error
 	for _, d := range doms {
-		if _, err := s.domainRound(ctx, g, d); err != nil {
-			if errors.Is(err, store.ErrNotLeader) {
-				return err
-			}
-			errs = append(errs, err)
+		res, err := s.domainRound(ctx, g, d, nil)
+		if errors.Is(err, store.ErrNotLeader) {
+			return err
 		}
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		var known domainState
+		known.merge(res, nil, true)
+		s.setDomainStates(d, known.sum())
 	}
 	s.setStateGauges()
 	return errors.Join(errs...)
 }
 
-// domainRound looks at every namespace of domain once: it carries out
-// queued commands, starts rollouts for new versions, steps every running
-// one and admits those waiting for a stage. busy says the domain has
-// rollouts in flight, which need rounds as time passes (bakes, deadlines).
-func (s *Strategist) domainRound(ctx context.Context, g store.Guard, domain string) (busy bool, err error) {
+// nsResult is what a round leaves of one namespace: whether it has a
+// rollout in flight (or a command queued), which later rounds read again,
+// and its stored rollouts by state.
+type nsResult struct {
+	inFlight bool
+	states   map[lehrpb.RolloutState]int
+}
+
+// domainRound decides once on the namespaces nss of domain — every
+// namespace of it if nss is nil: it carries out queued commands, starts
+// rollouts for new versions, steps every running one and admits those
+// waiting for a stage (nss must name every namespace with a rollout in
+// flight, for the domain's max_concurrent). It returns what it leaves of
+// each namespace it read.
+func (s *Strategist) domainRound(ctx context.Context, g store.Guard, domain string, nss []string) (map[string]nsResult, error) {
 	st := s.opts.Store
-	heads, headRev, err := st.HeadsOf(ctx, domain)
+	in, err := st.ReadRolloutInputs(ctx, domain, nss)
 	if err != nil {
-		return false, err
+		return nil, err
 	}
 	// Preview namespaces carry experiments that are never enforced; every
 	// version of one goes to every zone at once (control/service).
-	heads = slices.DeleteFunc(heads, func(h *lehrpb.Namespace) bool { return names.IsPreview(h.GetName()) })
-	all, err := st.RolloutsOf(ctx, domain)
-	if err != nil {
-		return false, err
-	}
+	heads := slices.DeleteFunc(in.Heads, func(h *lehrpb.Namespace) bool { return names.IsPreview(h.GetName()) })
 	zl, err := st.ListZones(ctx)
 	if err != nil {
-		return false, err
+		return nil, err
 	}
 	zones := make([]string, 0, len(zl))
 	for _, z := range zl {
 		zones = append(zones, z.GetName())
 	}
 	slices.Sort(zones)
-	cmds, err := st.RolloutCommandsOf(ctx, domain)
-	if err != nil {
-		return false, err
-	}
-	rd := round{g: g, zones: zones, headRev: headRev}
+	rd := round{g: g, zones: zones, headRev: in.Rev, written: map[string]*lehrpb.Rollout{}}
 	latest := map[string]*lehrpb.Rollout{}
 	byID := map[string]*lehrpb.Rollout{}
 	byNS := map[string][]*lehrpb.Rollout{} // oldest first, as listed
-	for _, r := range all {
+	for _, r := range in.Rollouts {
 		if cur := latest[r.GetNamespace()]; cur == nil || cur.GetVersion() < r.GetVersion() {
 			latest[r.GetNamespace()] = r
 		}
@@ -381,22 +247,27 @@ func (s *Strategist) domainRound(ctx context.Context, g store.Guard, domain stri
 	for ns, rs := range byNS {
 		var drop []uint64
 		for _, r := range rs[:max(0, len(rs)-KeepRollouts)] {
-			if st := r.GetState(); st != lehrpb.RolloutState_ROLLOUT_STATE_RUNNING && st != lehrpb.RolloutState_ROLLOUT_STATE_PAUSED {
+			if !Active(r) {
 				drop = append(drop, r.GetVersion())
 			}
 		}
 		if err := st.PruneRollouts(ctx, rd.g, ns, drop); err != nil {
 			errs = append(errs, err)
+			continue
 		}
+		byNS[ns] = slices.DeleteFunc(rs, func(r *lehrpb.Rollout) bool { return slices.Contains(drop, r.GetVersion()) })
 	}
 	// Operator commands first: a pause must hold before the next step.
-	for _, qc := range cmds {
+	queued := map[string]bool{}
+	for _, qc := range in.Commands {
 		r := byID[qc.Command.GetRolloutId()]
 		if r == nil {
+			queued[qc.Namespace] = true
 			continue // its rollout is not readable yet; the next round sees it
 		}
 		nr, err := s.command(ctx, rd, r, qc)
 		if err != nil {
+			queued[qc.Namespace] = true
 			errs = append(errs, fmt.Errorf("carry out %v on %s: %w", qc.Command.GetAction(), r.GetId(), err))
 			continue
 		}
@@ -411,7 +282,7 @@ func (s *Strategist) domainRound(ctx context.Context, g store.Guard, domain stri
 			nr, err := s.start(ctx, rd, h, r)
 			if err != nil {
 				if errors.Is(err, store.ErrNotLeader) {
-					return false, err
+					return nil, err
 				}
 				errs = append(errs, fmt.Errorf("start the rollout of %s@%d: %w", ns, h.GetLatestVersion(), err))
 				continue
@@ -427,41 +298,80 @@ func (s *Strategist) domainRound(ctx context.Context, g store.Guard, domain stri
 		if Active(r) && r.GetVersion() == h.GetLatestVersion() {
 			if err := s.step(ctx, rd, r); err != nil {
 				if errors.Is(err, store.ErrNotLeader) {
-					return false, err
+					return nil, err
 				}
 				errs = append(errs, fmt.Errorf("step %s: %w", r.GetId(), err))
 			}
 		}
 	}
 	var active []*lehrpb.Rollout
-	states := map[lehrpb.RolloutState]int{}
 	for _, r := range latest {
-		if st := r.GetState(); st == lehrpb.RolloutState_ROLLOUT_STATE_RUNNING || st == lehrpb.RolloutState_ROLLOUT_STATE_PAUSED {
+		if Active(r) {
 			active = append(active, r)
 		}
 	}
-	for _, r := range all {
-		states[r.GetState()]++
-	}
-	s.statesMu.Lock()
-	if s.states == nil {
-		s.states = map[string]map[lehrpb.RolloutState]int{}
-	}
-	s.states[domain] = states
-	s.statesMu.Unlock()
 	if err := s.admit(ctx, rd, active); err != nil {
 		errs = append(errs, err)
 	}
-	return len(active) > 0 || len(cmds) > 0, errors.Join(errs...)
+
+	// What the round leaves: every rollout as last written.
+	res := map[string]nsResult{}
+	for _, ns := range nss {
+		res[ns] = nsResult{}
+	}
+	for _, h := range in.Heads {
+		res[h.GetName()] = nsResult{}
+	}
+	for id, r := range rd.written {
+		if byID[id] == nil {
+			byNS[r.GetNamespace()] = append(byNS[r.GetNamespace()], r)
+		}
+	}
+	for ns, rs := range byNS {
+		out := nsResult{states: map[lehrpb.RolloutState]int{}}
+		for _, r := range rs {
+			if w := rd.written[r.GetId()]; w != nil {
+				r = w
+			}
+			out.states[r.GetState()]++
+			out.inFlight = out.inFlight || Active(r)
+		}
+		res[ns] = out
+	}
+	for ns := range queued {
+		r := res[ns]
+		r.inFlight = true
+		res[ns] = r
+	}
+	return res, errors.Join(errs...)
 }
 
 // round is what a domain's round decides under: the leadership guard of
 // its writes, the registered zones (sorted) and the revision its heads
 // were read at, which guards every goal it moves (store.RolloutStep).
+// written collects every rollout the round stored, by id.
 type round struct {
 	g       store.Guard
 	zones   []string
 	headRev int64
+	written map[string]*lehrpb.Rollout
+}
+
+// wrote records that the round stored r.
+func (rd round) wrote(r *lehrpb.Rollout) {
+	if rd.written != nil {
+		rd.written[r.GetId()] = r
+	}
+}
+
+// setDomainStates records domain's rollouts by state for the gauges.
+func (s *Strategist) setDomainStates(domain string, states map[lehrpb.RolloutState]int) {
+	s.statesMu.Lock()
+	defer s.statesMu.Unlock()
+	if s.states == nil {
+		s.states = map[string]map[lehrpb.RolloutState]int{}
+	}
+	s.states[domain] = states
 }
 
 // setStateGauges sets lehr_control_rollouts{state} from the domains'
@@ -802,6 +712,7 @@ func (s *Strategist) apply(ctx context.Context, rd round, d Decision, done *stor
 		if err := s.opts.Store.PutRollout(ctx, rd.g, store.RolloutStep{Rollout: r, Goals: d.Goals, HeadRev: rd.headRev, Events: d.Events, Done: done}); err != nil {
 			return err
 		}
+		rd.wrote(r)
 		if len(d.Goals) > 0 {
 			s.audit("MoveGoals", r, r.GetVersion(), d.Events, d.Goals)
 		}
@@ -875,6 +786,7 @@ func (s *Strategist) end(ctx context.Context, rd round, r *lehrpb.Rollout, e *En
 	if err := st.PutRollout(ctx, rd.g, store.RolloutStep{Rollout: d.Rollout, Goals: d.Goals, HeadRev: headRev, Events: d.Events, Done: done}); err != nil {
 		return err
 	}
+	rd.wrote(d.Rollout)
 	if info != nil {
 		s.met.GetOrCreateCounter(`lehr_control_publishes_total{kind="rollback"}`).Inc()
 	}

@@ -210,3 +210,79 @@ func mustDomain(r *strategistRig) {
 		r.t.Fatal(err)
 	}
 }
+
+// TestRoundDecidesOnTheNamespacesItIsGiven: a domain's loop reads and
+// decides on the namespaces that changed and those in flight, not the
+// whole domain; a round given one namespace starts that namespace's
+// rollout and no other, and says it is in flight.
+func TestRoundDecidesOnTheNamespacesItIsGiven(t *testing.T) {
+	policy := &lehrpb.RolloutPolicy{Stages: []*lehrpb.RolloutStage{
+		{Name: "all", Target: &lehrpb.RolloutStage_Zones{Zones: &lehrpb.ZonesTarget{}}, Bake: dur(time.Hour)},
+	}}
+	r := newStrategistRig(t, policy, "z")
+	mustDomain(r)
+	for _, ns := range []string{"pay/a", "pay/b", "pay/c"} {
+		r.commit(ns, "1", lehrpb.VersionSource_VERSION_SOURCE_SNAPSHOT)
+		r.commit(ns, "2", lehrpb.VersionSource_VERSION_SOURCE_SNAPSHOT)
+	}
+	res, err := r.s.domainRound(r.ctx, store.Guard{}, "pay", []string{"pay/a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res) != 1 || !res["pay/a"].inFlight || res["pay/a"].states[lehrpb.RolloutState_ROLLOUT_STATE_RUNNING] != 1 {
+		t.Errorf("round of pay/a: %+v; want pay/a alone, one rollout running", res)
+	}
+	for ns, want := range map[string]uint64{"pay/a": 2, "pay/b": 1, "pay/c": 1} {
+		if g := r.goal("z", ns); g != want {
+			t.Errorf("zone z's goal of %s after a round of pay/a: %d; want %d", ns, g, want)
+		}
+	}
+	// The whole domain: the others start too.
+	if res, err = r.s.domainRound(r.ctx, store.Guard{}, "pay", nil); err != nil {
+		t.Fatal(err)
+	}
+	for _, ns := range []string{"pay/a", "pay/b", "pay/c"} {
+		if !res[ns].inFlight || r.goal("z", ns) != 2 {
+			t.Errorf("after a round of the whole domain: %s in flight %v, goal %d; want in flight at 2", ns, res[ns].inFlight, r.goal("z", ns))
+		}
+	}
+}
+
+// TestDomainLoopBookkeeping: what a domain's loop reads next, and what it
+// keeps between rounds.
+func TestDomainLoopBookkeeping(t *testing.T) {
+	l := newDomainLoop("pay")
+	if _, full := l.take(); !full {
+		t.Errorf("a new loop's first round: not full; want the whole domain read")
+	}
+	l.touch("pay/a")
+	l.mark("pay/b")
+	if dirty, full := l.take(); full || len(dirty) != 2 || !dirty["pay/a"] || !dirty["pay/b"] {
+		t.Errorf("after touching pay/a and marking pay/b: %v, full %v; want both, not full", dirty, full)
+	}
+	select {
+	case <-l.wake:
+	default:
+		t.Errorf("touch did not wake the loop")
+	}
+	l.touch("pay/a")
+	l.touch("")
+	if dirty, full := l.take(); !full || len(dirty) != 1 {
+		// The namespaces marked before a full mark remain; a full read
+		// covers them.
+		t.Errorf("after touching pay/a then the domain: %v, full %v; want full", dirty, full)
+	}
+
+	var st domainState
+	running := map[lehrpb.RolloutState]int{lehrpb.RolloutState_ROLLOUT_STATE_RUNNING: 1}
+	done := map[lehrpb.RolloutState]int{lehrpb.RolloutState_ROLLOUT_STATE_SUCCEEDED: 2}
+	st.merge(map[string]nsResult{"pay/a": {inFlight: true, states: running}, "pay/b": {states: done}, "pay/c": {}}, nil, true)
+	if len(st.inFlight) != 1 || !st.inFlight["pay/a"] || st.sum()[lehrpb.RolloutState_ROLLOUT_STATE_SUCCEEDED] != 2 {
+		t.Errorf("after a full round: in flight %v, states %v", st.inFlight, st.sum())
+	}
+	// A round of pay/a alone, which succeeded: pay/b's count stays.
+	st.merge(map[string]nsResult{"pay/a": {states: map[lehrpb.RolloutState]int{lehrpb.RolloutState_ROLLOUT_STATE_SUCCEEDED: 1}}}, []string{"pay/a"}, false)
+	if len(st.inFlight) != 0 || st.sum()[lehrpb.RolloutState_ROLLOUT_STATE_SUCCEEDED] != 3 || st.sum()[lehrpb.RolloutState_ROLLOUT_STATE_RUNNING] != 0 {
+		t.Errorf("after pay/a's rollout succeeded: in flight %v, states %v; want none in flight, 3 succeeded", st.inFlight, st.sum())
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"lehr.dev/lehr/internal/backoff"
@@ -210,23 +211,6 @@ func (s *Store) RolloutEvents(ctx context.Context, ns string, seq uint64) ([]*le
 	return out, nil
 }
 
-// Heads returns every namespace's head.
-func (s *Store) Heads(ctx context.Context) ([]*lehrpb.Namespace, error) {
-	resp, err := s.get(ctx, s.lay.nsmetaPrefix(), clientv3.WithPrefix())
-	if err != nil {
-		return nil, fmt.Errorf("store: heads: %w", err)
-	}
-	out := make([]*lehrpb.Namespace, 0, len(resp.Kvs))
-	for _, kv := range resp.Kvs {
-		h := new(lehrpb.Namespace)
-		if err := decode(string(kv.Key), kv.Value, h); err != nil {
-			return nil, fmt.Errorf("store: heads: %w", err)
-		}
-		out = append(out, h)
-	}
-	return out, nil
-}
-
 // RolloutID is the id of the rollout of version seq of ns.
 func RolloutID(ns string, seq uint64) string { return fmt.Sprintf("%s@%d", ns, seq) }
 
@@ -264,29 +248,110 @@ func (s *Store) QueueRolloutCommand(ctx context.Context, ns string, seq uint64, 
 	return nil
 }
 
-// RolloutCommands returns every queued operator command.
-func (s *Store) RolloutCommands(ctx context.Context) ([]QueuedCommand, error) {
-	return s.rolloutCommands(ctx, s.lay.rolloutCommandsPrefix())
-}
-
-func (s *Store) rolloutCommands(ctx context.Context, prefix string) ([]QueuedCommand, error) {
-	resp, err := s.get(ctx, prefix, clientv3.WithPrefix())
-	if err != nil {
-		return nil, fmt.Errorf("store: rollout commands: %w", err)
-	}
-	out := make([]QueuedCommand, 0, len(resp.Kvs))
-	for _, kv := range resp.Kvs {
+// decodeCommands decodes queued commands.
+func decodeCommands(kvs []*mvccpb.KeyValue) ([]QueuedCommand, error) {
+	out := make([]QueuedCommand, 0, len(kvs))
+	for _, kv := range kvs {
 		c := new(lehrpb.RolloutCommand)
 		if err := decode(string(kv.Key), kv.Value, c); err != nil {
-			return nil, fmt.Errorf("store: rollout commands: %w", err)
+			return nil, err
 		}
 		ns, seq, err := ParseRolloutID(c.GetRolloutId())
 		if err != nil {
-			return nil, fmt.Errorf("store: rollout commands: %s: %w", kv.Key, err)
+			return nil, fmt.Errorf("%s: %w", kv.Key, err)
 		}
 		out = append(out, QueuedCommand{Namespace: ns, Version: seq, Command: c, ModRev: kv.ModRevision})
 	}
 	return out, nil
+}
+
+// RolloutInputs is what the rollout strategist decides a domain's
+// namespaces on, read at one revision.
+type RolloutInputs struct {
+	// Heads are the namespaces' heads (those that exist).
+	Heads []*lehrpb.Namespace
+	// Rollouts are their rollouts, by namespace, oldest first.
+	Rollouts []*lehrpb.Rollout
+	// Commands are the operator commands queued for those rollouts.
+	Commands []QueuedCommand
+	// Rev is the revision of the read: a RolloutStep's HeadRev.
+	Rev int64
+}
+
+// ReadRolloutInputs reads the heads, rollouts and queued commands of the
+// namespaces of domain named in namespaces — of every namespace of the
+// domain when namespaces is nil — at one revision.
+func (s *Store) ReadRolloutInputs(ctx context.Context, domain string, namespaces []string) (RolloutInputs, error) {
+	var in RolloutInputs
+	if err := names.Domain(domain); err != nil {
+		return in, fmt.Errorf("store: rollout inputs: %w: %w", ErrInvalid, err)
+	}
+	// Three reads per namespace (or for the whole domain): the head(s),
+	// the rollouts, the commands.
+	type read struct {
+		key    string
+		prefix bool
+	}
+	var reads []read
+	if namespaces == nil {
+		reads = []read{
+			{s.lay.nsmetaDomain(domain), true},
+			{s.lay.rolloutsPrefix() + domain + "/", true},
+			{s.lay.rolloutCommandsPrefix() + domain + "/", true},
+		}
+	}
+	for _, ns := range namespaces {
+		if d, _, err := names.Namespace(ns); err != nil || d != domain {
+			return in, fmt.Errorf("store: rollout inputs: %w: namespace %q is not one of domain %s", ErrInvalid, ns, domain)
+		}
+		reads = append(reads, read{s.lay.nsmeta(ns), false}, read{s.lay.rolloutsOf(ns), true}, read{s.lay.rolloutCommandsPrefix() + ns + "/", true})
+	}
+	// Transactions of at most maxOpsPerTxn reads, the later ones at the
+	// first one's revision.
+	for len(reads) > 0 {
+		n := min(len(reads), maxOpsPerTxn/3*3)
+		chunk := make([]clientv3.Op, n)
+		for i, r := range reads[:n] {
+			var opts []clientv3.OpOption
+			if r.prefix {
+				opts = append(opts, clientv3.WithPrefix())
+			}
+			if in.Rev != 0 {
+				opts = append(opts, clientv3.WithRev(in.Rev))
+			}
+			chunk[i] = clientv3.OpGet(r.key, opts...)
+		}
+		reads = reads[n:]
+		rs, rev, err := s.readAt(ctx, chunk...)
+		if err != nil {
+			return in, fmt.Errorf("store: rollout inputs of %s: %w", domain, err)
+		}
+		if in.Rev == 0 {
+			in.Rev = rev
+		}
+		for i := 0; i+2 < len(rs); i += 3 {
+			for _, kv := range rs[i].Kvs {
+				h := new(lehrpb.Namespace)
+				if err := decode(string(kv.Key), kv.Value, h); err != nil {
+					return in, fmt.Errorf("store: rollout inputs of %s: %w", domain, err)
+				}
+				in.Heads = append(in.Heads, h)
+			}
+			for _, kv := range rs[i+1].Kvs {
+				r := new(lehrpb.Rollout)
+				if err := decode(string(kv.Key), kv.Value, r); err != nil {
+					return in, fmt.Errorf("store: rollout inputs of %s: %w", domain, err)
+				}
+				in.Rollouts = append(in.Rollouts, r)
+			}
+			cmds, err := decodeCommands(rs[i+2].Kvs)
+			if err != nil {
+				return in, fmt.Errorf("store: rollout inputs of %s: %w", domain, err)
+			}
+			in.Commands = append(in.Commands, cmds...)
+		}
+	}
+	return in, nil
 }
 
 // PruneRollouts removes the rollouts of the given versions of ns, with
@@ -324,57 +389,6 @@ func (s *Store) PruneRollouts(ctx context.Context, g Guard, ns string, versions 
 	return nil
 }
 
-// HeadsOf returns the heads of domain's namespaces and the revision they
-// were read at (a RolloutStep's HeadRev).
-func (s *Store) HeadsOf(ctx context.Context, domain string) ([]*lehrpb.Namespace, int64, error) {
-	if err := names.Domain(domain); err != nil {
-		return nil, 0, fmt.Errorf("store: heads: %w: %w", ErrInvalid, err)
-	}
-	resp, err := s.get(ctx, s.lay.nsmetaDomain(domain), clientv3.WithPrefix())
-	if err != nil {
-		return nil, 0, fmt.Errorf("store: heads of %s: %w", domain, err)
-	}
-	out := make([]*lehrpb.Namespace, 0, len(resp.Kvs))
-	for _, kv := range resp.Kvs {
-		h := new(lehrpb.Namespace)
-		if err := decode(string(kv.Key), kv.Value, h); err != nil {
-			return nil, 0, fmt.Errorf("store: heads of %s: %w", domain, err)
-		}
-		out = append(out, h)
-	}
-	return out, resp.Header.Revision, nil
-}
-
-// RolloutsOf returns every rollout of domain's namespaces, by namespace,
-// oldest first.
-func (s *Store) RolloutsOf(ctx context.Context, domain string) ([]*lehrpb.Rollout, error) {
-	if err := names.Domain(domain); err != nil {
-		return nil, fmt.Errorf("store: rollouts: %w: %w", ErrInvalid, err)
-	}
-	resp, err := s.get(ctx, s.lay.rolloutsPrefix()+domain+"/", clientv3.WithPrefix())
-	if err != nil {
-		return nil, fmt.Errorf("store: rollouts of %s: %w", domain, err)
-	}
-	out := make([]*lehrpb.Rollout, 0, len(resp.Kvs))
-	for _, kv := range resp.Kvs {
-		r := new(lehrpb.Rollout)
-		if err := decode(string(kv.Key), kv.Value, r); err != nil {
-			return nil, fmt.Errorf("store: rollouts of %s: %w", domain, err)
-		}
-		out = append(out, r)
-	}
-	return out, nil
-}
-
-// RolloutCommandsOf returns the queued operator commands of domain's
-// rollouts.
-func (s *Store) RolloutCommandsOf(ctx context.Context, domain string) ([]QueuedCommand, error) {
-	if err := names.Domain(domain); err != nil {
-		return nil, fmt.Errorf("store: rollout commands: %w: %w", ErrInvalid, err)
-	}
-	return s.rolloutCommands(ctx, s.lay.rolloutCommandsPrefix()+domain+"/")
-}
-
 // DomainNames returns the name of every domain, sorted.
 func (s *Store) DomainNames(ctx context.Context) ([]string, error) {
 	resp, err := s.get(ctx, s.lay.domainsPrefix(), clientv3.WithPrefix(), clientv3.WithKeysOnly())
@@ -394,6 +408,9 @@ type RolloutInput struct {
 	// Domain is the domain of a new namespace head (a new version), a
 	// queued operator command, or a new or changed domain record.
 	Domain string
+	// Namespace, with Domain, is the namespace whose head changed or for
+	// whose rollout a command was queued; "" for a domain record.
+	Namespace string
 	// Zone is the zone one of whose distributors reported: evidence for
 	// every rollout that reaches it.
 	Zone string
@@ -458,9 +475,14 @@ func (s *Store) WatchRolloutInputs(ctx context.Context) <-chan RolloutInput {
 					var in RolloutInput
 					switch {
 					case strings.HasPrefix(key, prefixes[0]):
-						in.Domain, _, _ = strings.Cut(strings.TrimPrefix(key, prefixes[0]), "/")
+						in.Namespace = strings.TrimPrefix(key, prefixes[0])
+						in.Domain, _, _ = strings.Cut(in.Namespace, "/")
 					case strings.HasPrefix(key, prefixes[1]):
-						in.Domain, _, _ = strings.Cut(strings.TrimPrefix(key, prefixes[1]), "/")
+						in.Namespace = strings.TrimPrefix(key, prefixes[1])
+						if i := strings.LastIndexByte(in.Namespace, '/'); i >= 0 {
+							in.Namespace = in.Namespace[:i] // rolloutcmds/<namespace>/<version>
+						}
+						in.Domain, _, _ = strings.Cut(in.Namespace, "/")
 					case strings.HasPrefix(key, zonestatus):
 						in.Zone, _, _ = strings.Cut(strings.TrimPrefix(key, zonestatus), "/")
 					default:

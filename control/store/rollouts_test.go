@@ -2,6 +2,7 @@ package store
 
 import (
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -46,7 +47,7 @@ func TestWatchRolloutInputs(t *testing.T) {
 		{"a new version", func() error {
 			_, err := s.Commit(ctx, Commit{Namespace: "payments/rules", Create: true, Kind: lehrpb.NamespaceKind_NAMESPACE_KIND_CONFIG, Content: snap(t, "a", "1")})
 			return err
-		}, RolloutInput{Domain: "payments"}},
+		}, RolloutInput{Domain: "payments", Namespace: "payments/rules"}},
 		{"a distributor's report", func() error {
 			_, err := s.PutZoneStatus(ctx, "z1", report("dist-a", 1, "payments/rules", 1, 1), 30*time.Second, ReportLease{})
 			return err
@@ -78,10 +79,11 @@ func TestPutRolloutKeepsTheLatestIntent(t *testing.T) {
 	const ns = "victim/app"
 	v1 := commit(t, s, Commit{Namespace: ns, Create: true, Kind: lehrpb.NamespaceKind_NAMESPACE_KIND_CONFIG, Content: snap(t, "k", "good")})
 	v2 := commit(t, s, Commit{Namespace: ns, ExpectedLatest: 1, Content: snap(t, "k", "bad"), Goals: GoalsNone})
-	_, headRev, err := s.HeadsOf(ctx, "victim")
+	in, err := s.ReadRolloutInputs(ctx, "victim", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
+	headRev := in.Rev
 	r := &lehrpb.Rollout{Id: RolloutID(ns, 2), Namespace: ns, Version: 2, State: lehrpb.RolloutState_ROLLOUT_STATE_SUCCEEDED}
 	step := RolloutStep{Rollout: r, Goals: []*lehrpb.GoalState{{Zone: "z", Namespace: ns, Version: 2, Checksum: v2.GetChecksum()}}}
 
@@ -110,13 +112,55 @@ func TestPutRolloutKeepsTheLatestIntent(t *testing.T) {
 	}
 
 	// Decided on the head as it is now, the step is written.
-	_, headRev, err = s.HeadsOf(ctx, "victim")
-	if err != nil {
+	if in, err = s.ReadRolloutInputs(ctx, "victim", []string{ns}); err != nil {
 		t.Fatal(err)
 	}
-	step.HeadRev = headRev
+	step.HeadRev = in.Rev
 	step.Goals[0].Version, step.Goals[0].Checksum = v3.GetSeq(), v3.GetChecksum()
 	if err := s.PutRollout(ctx, Guard{}, step); err != nil {
 		t.Fatalf("PutRollout on the current head: %v", err)
+	}
+}
+
+// TestReadRolloutInputs reads a domain's heads, rollouts and commands
+// whole and by namespace — more namespaces than one transaction reads, so
+// the later reads are at the first one's revision — and refuses a
+// namespace of another domain.
+func TestReadRolloutInputs(t *testing.T) {
+	s := newTestStore(t, Options{})
+	ctx := testCtx(t)
+	mustDomain(t, s, "pay")
+	mustDomain(t, s, "other")
+	var all []string
+	for i := range 40 {
+		ns := fmt.Sprintf("pay/app%02d", i)
+		all = append(all, ns)
+		commit(t, s, Commit{Namespace: ns, Create: true, Kind: lehrpb.NamespaceKind_NAMESPACE_KIND_CONFIG, Content: snap(t, "k", "1")})
+	}
+	commit(t, s, Commit{Namespace: "other/x", Create: true, Kind: lehrpb.NamespaceKind_NAMESPACE_KIND_CONFIG, Content: snap(t, "k", "1")})
+	r := &lehrpb.Rollout{Id: RolloutID("pay/app39", 1), Namespace: "pay/app39", Version: 1, State: lehrpb.RolloutState_ROLLOUT_STATE_RUNNING}
+	if err := s.PutRollout(ctx, Guard{}, RolloutStep{Rollout: r}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.QueueRolloutCommand(ctx, "pay/app39", 1, &lehrpb.RolloutCommand{RolloutId: r.GetId(), Action: lehrpb.RolloutAction_ROLLOUT_ACTION_PAUSE}); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		nss  []string
+	}{{"the whole domain", nil}, {"40 namespaces by name", all}} {
+		in, err := s.ReadRolloutInputs(ctx, "pay", tc.nss)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		if len(in.Heads) != 40 || len(in.Rollouts) != 1 || len(in.Commands) != 1 || in.Rev == 0 {
+			t.Errorf("%s: %d heads, %d rollouts, %d commands, revision %d; want 40, 1, 1, > 0", tc.name, len(in.Heads), len(in.Rollouts), len(in.Commands), in.Rev)
+		}
+		if c := in.Commands; len(c) == 1 && (c[0].Namespace != "pay/app39" || c[0].Version != 1) {
+			t.Errorf("%s: command for %s@%d; want pay/app39@1", tc.name, c[0].Namespace, c[0].Version)
+		}
+	}
+	if _, err := s.ReadRolloutInputs(ctx, "pay", []string{"other/x"}); !errors.Is(err, ErrInvalid) {
+		t.Errorf("a namespace of another domain: %v; want ErrInvalid", err)
 	}
 }
