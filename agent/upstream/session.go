@@ -16,6 +16,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"lehr.dev/lehr/internal/signals"
+	"lehr.dev/lehr/internal/tlsconfig"
 	"lehr.dev/lehr/internal/wire"
 	"lehr.dev/lehr/proto/lehrpb"
 )
@@ -24,6 +25,7 @@ import (
 type session struct {
 	c    *Client
 	addr string
+	id   tlsconfig.Identity // the distributor's, from its certificate
 	log  *slog.Logger
 	conn *quic.Conn
 	ctl  *wire.Control
@@ -82,6 +84,15 @@ func (c *Client) runSession(ctx context.Context, addr, lastConnected string) (es
 	if err != nil {
 		return false, fmt.Errorf("dial %s: %w", addr, err)
 	}
+	// Who answered, before anything is sent: an imposter must not learn
+	// the subscriptions, nor deliver anything.
+	id, err := CheckDistributor(conn.ConnectionState().TLS, c.opts.Zone)
+	if err != nil {
+		c.refusedDistributors.Inc()
+		c.log.Error("refusing distributor: it is not a distributor of this agent's zone; trying the next", "distributor", addr, "err", err)
+		conn.CloseWithError(wire.CodeUnauthorized, truncate(err.Error(), 256))
+		return false, fmt.Errorf("distributor %s: %w", addr, err)
+	}
 	ctl, welcome, err := wire.OpenControl(dctx, conn, hello, wire.Limits{})
 	if err != nil {
 		wire.CloseConn(conn, err)
@@ -100,7 +111,7 @@ func (c *Client) runSession(ctx context.Context, addr, lastConnected string) (es
 	c.setRedialSpread(welcome.GetRedialSpread())
 	sctx, stop := context.WithCancelCause(ctx)
 	s := &session{
-		c: c, addr: addr, log: c.log.With("distributor", addr),
+		c: c, addr: addr, id: id, log: c.log.With("distributor", addr),
 		conn: conn, ctl: ctl, ctx: sctx, stop: stop,
 		subsChanged: make(chan struct{}, 1),
 		sent:        map[string]bool{},
@@ -122,7 +133,7 @@ func (c *Client) runSession(ctx context.Context, addr, lastConnected string) (es
 	}
 	c.connectedVal.Store(1)
 	defer c.connectedVal.Store(0)
-	s.log.Info("connected to distributor", "distributor_id", welcome.GetDistributorId(),
+	s.log.Info("connected to distributor", "distributor_id", welcome.GetDistributorId(), "identity", id.String(),
 		"subscriptions_in_hello", len(subs))
 
 	interval := c.opts.ReportInterval
@@ -179,10 +190,11 @@ func (s *session) status() Status {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return Status{
-		Distributor:   s.addr,
-		DistributorID: s.welcome.GetDistributorId(),
-		Connected:     true,
-		Unavailable:   maps.Clone(s.unavailable),
+		Distributor:         s.addr,
+		DistributorID:       s.welcome.GetDistributorId(),
+		DistributorIdentity: s.id.String(),
+		Connected:           true,
+		Unavailable:         maps.Clone(s.unavailable),
 	}
 }
 

@@ -170,7 +170,11 @@ type Options struct {
 	Distributors []string
 	// TLS is the client configuration: the host certificate and the CA
 	// that signs distributors. Required. wire.ClientTLSConfig is applied
-	// to a clone (ALPN, TLS 1.3, a session cache to resume with).
+	// to a clone (ALPN, TLS 1.3, a session cache to resume with). Whatever
+	// the CA, the client talks only to a distributor whose certificate
+	// names a distributor of Zone (CheckDistributor); any other is refused
+	// before Hello (wire.CodeUnauthorized, an error in the log,
+	// lehr_agent_refused_distributors_total) and the next is tried.
 	TLS *tls.Config
 	// QUIC configures connections; nil means wire.ClientQUICConfig() set
 	// for SilenceTimeout (wire.SetSilenceTimeout), which a caller's own
@@ -216,7 +220,8 @@ type Options struct {
 	Verifier *signing.Verifier
 	// Metrics receives the client's metrics (lehr_agent_connected,
 	// lehr_agent_failovers_total, lehr_agent_bytes_received_total{kind},
-	// lehr_agent_untrusted_updates_total); nil means a private set.
+	// lehr_agent_untrusted_updates_total,
+	// lehr_agent_refused_distributors_total); nil means a private set.
 	Metrics *metrics.Set
 	// Logger; nil means slog.Default().
 	Logger *slog.Logger
@@ -238,7 +243,11 @@ type Status struct {
 	// disconnected.
 	Distributor   string
 	DistributorID string
-	Connected     bool
+	// DistributorIdentity is the identity the connected distributor's
+	// certificate names (spiffe://lehr/distributor/<zone>/<id>): the client
+	// connects only to a distributor of its zone (CheckDistributor).
+	DistributorIdentity string
+	Connected           bool
 	// Unavailable maps namespaces the distributor said it cannot serve to
 	// its reason, for the current connection.
 	Unavailable map[string]string
@@ -262,13 +271,14 @@ type Client struct {
 	tls  *tls.Config
 	quic *quic.Config
 
-	connected     *metrics.Gauge
-	connectedVal  atomic.Int64
-	failovers     *metrics.Counter
-	untrusted     *metrics.Counter
-	untrustedBy   map[string]uint64 // by namespace, under mu
-	bytesSnapshot *metrics.Counter
-	bytesPatch    *metrics.Counter
+	connected           *metrics.Gauge
+	connectedVal        atomic.Int64
+	failovers           *metrics.Counter
+	refusedDistributors *metrics.Counter
+	untrusted           *metrics.Counter
+	untrustedBy         map[string]uint64 // by namespace, under mu
+	bytesSnapshot       *metrics.Counter
+	bytesPatch          *metrics.Counter
 
 	mu             sync.Mutex
 	subs           map[string]bool
@@ -339,6 +349,7 @@ func New(opts Options) (*Client, error) {
 	}
 	c.connected = set.GetOrCreateGauge("lehr_agent_connected", func() float64 { return float64(c.connectedVal.Load()) })
 	c.failovers = set.GetOrCreateCounter("lehr_agent_failovers_total")
+	c.refusedDistributors = set.GetOrCreateCounter("lehr_agent_refused_distributors_total")
 	c.untrusted = set.GetOrCreateCounter("lehr_agent_untrusted_updates_total")
 	c.bytesSnapshot = set.GetOrCreateCounter(`lehr_agent_bytes_received_total{kind="snapshot"}`)
 	c.bytesPatch = set.GetOrCreateCounter(`lehr_agent_bytes_received_total{kind="patch"}`)
