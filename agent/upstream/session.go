@@ -89,7 +89,6 @@ func (c *Client) runSession(ctx context.Context, addr, lastConnected string) (es
 	id, err := CheckDistributor(conn.ConnectionState().TLS, c.opts.Zone)
 	if err != nil {
 		c.refusedDistributors.Inc()
-		c.log.Error("refusing distributor: it is not a distributor of this agent's zone; trying the next", "distributor", addr, "err", err)
 		conn.CloseWithError(wire.CodeUnauthorized, truncate(err.Error(), 256))
 		return false, fmt.Errorf("distributor %s: %w", addr, err)
 	}
@@ -104,7 +103,7 @@ func (c *Client) runSession(ctx context.Context, addr, lastConnected string) (es
 		return false, err
 	}
 	if c.opts.Verifier != nil && !wire.HasCapability(welcome.GetCapabilities(), wire.CapSignedGoals) {
-		err := fmt.Errorf("distributor %s does not send signed goals (capability %q), and this agent verifies what it applies (--trusted-keys): upgrade the distributor", addr, wire.CapSignedGoals)
+		err := fmt.Errorf("%w: distributor %s does not send signed goals (capability %q), and this agent verifies what it applies (--trusted-keys): upgrade the distributor", ErrUntrusted, addr, wire.CapSignedGoals)
 		conn.CloseWithError(wire.CodeUntrusted, err.Error())
 		return false, err
 	}
@@ -523,7 +522,7 @@ func (s *session) work(ns string, q *nsQueue) {
 				"version", u.GetVersion(), "err", err)
 			v, sum := s.c.opts.Handler.Held(ns)
 			s.answer(u, Result{Outcome: Failed, Version: v, Checksum: sum, Err: err})
-			s.failCode(wire.CodeUntrusted, fmt.Errorf("distributor %s sent an untrusted update: %w", s.addr, err))
+			s.failCode(wire.CodeUntrusted, fmt.Errorf("%w: distributor %s sent an untrusted update: %w", ErrUntrusted, s.addr, err))
 			return
 		}
 		res := s.c.opts.Handler.Apply(s.ctx, u)

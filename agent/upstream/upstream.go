@@ -195,8 +195,11 @@ type Options struct {
 	Handler Handler
 	// BackoffMin and BackoffMax bound the wait between connection
 	// attempts: attempt n waits a uniformly random time in
-	// [0, min(BackoffMax, BackoffMin·2^n)] ("full jitter"). Zero means
-	// DefaultBackoffMin (100 ms) and DefaultBackoffMax (10 s).
+	// [0, min(BackoffMax, BackoffMin·2^n)] ("full jitter"). n counts
+	// rounds of the distributors that failed or refused, and only a
+	// connection that ends otherwise resets it: an agent refused right
+	// after Welcome (Refused) backs off like one that cannot connect.
+	// Zero means DefaultBackoffMin (100 ms) and DefaultBackoffMax (10 s).
 	BackoffMin, BackoffMax time.Duration
 	// HandshakeTimeout bounds dialing plus Hello/Welcome; zero means
 	// DefaultHandshakeTimeout (10 s).
@@ -464,16 +467,34 @@ func (c *Client) Run(ctx context.Context) error {
 		if errors.As(err, &ge) && ge.RetryAfter > 0 {
 			retryAfter[addr] = time.Now().Add(ge.RetryAfter)
 		}
+		// A refusal never resets the backoff, even when it ended an
+		// established session: an agent turned away (or turning its
+		// distributor away) at once after Welcome would otherwise redial
+		// at the minimum backoff forever.
+		refused := Refused(err)
 		wait := c.backoff(attempt)
 		if established {
 			lastConnected = addr
-			attempt = 0
 			c.mu.Lock()
 			c.lastDisconnect = err
-			wait = RedialDelay(err, c.redialSpread, c.backoff(0))
+			if !refused {
+				attempt = 0
+				wait = RedialDelay(err, c.redialSpread, c.backoff(0))
+			}
 			c.mu.Unlock()
+		}
+		switch {
+		case errors.Is(err, ErrDistributorIdentity):
+			c.log.Error("refusing distributor: its certificate does not name a distributor of this agent's zone; trying the next",
+				"distributor", addr, "err", err, "retry_in", wait)
+		case refused && refusalAdvice(err) != "":
+			c.log.Error("distributor refused this agent; backing off", "distributor", addr, "err", err,
+				"fix", refusalAdvice(err), "retry_in", wait)
+		case refused:
+			c.log.Warn("distributor connection refused; backing off", "distributor", addr, "err", err, "retry_in", wait)
+		case established:
 			c.log.Warn("distributor connection lost; failing over", "distributor", addr, "err", err, "redial_in", wait)
-		} else {
+		default:
 			c.log.Info("cannot reach distributor", "distributor", addr, "err", err)
 		}
 		c.mu.Lock()
@@ -486,9 +507,10 @@ func (c *Client) Run(ctx context.Context) error {
 		if !ok {
 			return nil
 		}
-		// A full round of failures backs off further; the first try after
-		// a loss goes to the next distributor almost at once.
-		if !established && next%n == 0 {
+		// A full round of failures (or refusals) backs off further; the
+		// first try after a loss goes to the next distributor almost at
+		// once.
+		if (!established || refused) && next%n == 0 {
 			attempt++
 		}
 	}
