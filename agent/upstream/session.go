@@ -16,6 +16,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"lehr.dev/lehr/internal/signals"
+	"lehr.dev/lehr/internal/signing"
 	"lehr.dev/lehr/internal/tlsconfig"
 	"lehr.dev/lehr/internal/wire"
 	"lehr.dev/lehr/proto/lehrpb"
@@ -589,13 +590,16 @@ func cmpU64(a, b uint64) int {
 }
 
 // verify checks u with the client's Verifier (nil: nothing to check):
-// the version's signature over the Update itself — its namespace, version
-// and checksum, with the author and time of its info — so a distributor
-// cannot pair a valid signature with other content; then that the signed
-// goal that came with it names this version for this host in this zone,
-// so a distributor cannot deliver what control did not decide for the
-// host (a candidate outside its cohort, a version its zone's goal does not
-// name).
+// the version's signature over the Update itself — its namespace, version,
+// checksum and kind, with the author, time, message and rollback_of of
+// its info — so a distributor cannot pair a valid signature with other
+// content or change what it says; then that the signed goal that came
+// with it names this version for this host in this zone, so a distributor
+// cannot deliver what control did not decide for the host (a candidate
+// outside its cohort, a version its zone's goal does not name). On
+// success u.Info is replaced by what the signature covers
+// (signing.Covered): nothing unsigned reaches the cache, the file or the
+// local API.
 func (s *session) verify(u *lehrpb.Update) error {
 	v := s.c.opts.Verifier
 	if v == nil {
@@ -606,8 +610,18 @@ func (s *session) verify(u *lehrpb.Update) error {
 		info = &lehrpb.VersionInfo{}
 	}
 	info.Namespace, info.Seq, info.Checksum = u.GetNamespace(), u.GetVersion(), wire.UpdateChecksum(u)
-	if err := v.Verify(info); err != nil {
+	pv, err := v.Verify(info, u.GetKind())
+	if err != nil {
 		return err
 	}
-	return v.VerifyGoal(u.GetGoal(), s.c.opts.Zone, s.c.opts.HostID, info.Namespace, info.Seq, info.Checksum)
+	if err := v.VerifyGoal(u.GetGoal(), s.c.opts.Zone, s.c.opts.HostID, info.Namespace, info.Seq, info.Checksum); err != nil {
+		return err
+	}
+	if pv < signing.PayloadV2 {
+		s.c.legacySigned.Inc()
+		s.log.Info("a version signed with the legacy payload: its message and rollback_of are not delivered, and its kind is not covered; restart the zone's distributors after upgrading control, which signs every version it serves anew",
+			"namespace", info.Namespace, "version", info.Seq)
+	}
+	u.Info = signing.Covered(info, pv)
+	return nil
 }

@@ -213,17 +213,22 @@ type Options struct {
 	// Verifier, if set, checks every update's signature before the
 	// Handler sees it (internal/signing): an update that is unsigned,
 	// signed by a key it does not trust, or whose namespace, version,
-	// checksum, author or time differ from what control signed — or that
-	// comes without a signed goal of Zone naming its version for HostID
-	// (wire.CapSignedGoals) — is refused (a negative Ack,
-	// lehr_agent_untrusted_updates_total, an error in the log) and the
-	// client drops the distributor that sent it (wire.CodeUntrusted) for
-	// the next; so is a distributor that does not send signed goals. Nil
-	// accepts unsigned updates.
+	// checksum, kind, author, time, message or rollback_of differ from
+	// what control signed — or that comes without a signed goal of Zone
+	// naming its version for HostID (wire.CapSignedGoals) — is refused (a
+	// negative Ack, lehr_agent_untrusted_updates_total, an error in the
+	// log) and the client drops the distributor that sent it
+	// (wire.CodeUntrusted) for the next; so is a distributor that does not
+	// send signed goals. The Handler gets only the info the signature
+	// covers (signing.Covered): a version signed with the legacy payload
+	// (signing.PayloadV1) comes without its message and rollback_of
+	// (lehr_agent_legacy_signed_updates_total). Nil accepts unsigned
+	// updates, and delivers their info as it came.
 	Verifier *signing.Verifier
 	// Metrics receives the client's metrics (lehr_agent_connected,
 	// lehr_agent_failovers_total, lehr_agent_bytes_received_total{kind},
 	// lehr_agent_untrusted_updates_total,
+	// lehr_agent_legacy_signed_updates_total,
 	// lehr_agent_refused_distributors_total); nil means a private set.
 	Metrics *metrics.Set
 	// Logger; nil means slog.Default().
@@ -279,6 +284,7 @@ type Client struct {
 	failovers           *metrics.Counter
 	refusedDistributors *metrics.Counter
 	untrusted           *metrics.Counter
+	legacySigned        *metrics.Counter
 	untrustedBy         map[string]uint64 // by namespace, under mu
 	bytesSnapshot       *metrics.Counter
 	bytesPatch          *metrics.Counter
@@ -354,6 +360,7 @@ func New(opts Options) (*Client, error) {
 	c.failovers = set.GetOrCreateCounter("lehr_agent_failovers_total")
 	c.refusedDistributors = set.GetOrCreateCounter("lehr_agent_refused_distributors_total")
 	c.untrusted = set.GetOrCreateCounter("lehr_agent_untrusted_updates_total")
+	c.legacySigned = set.GetOrCreateCounter("lehr_agent_legacy_signed_updates_total")
 	c.bytesSnapshot = set.GetOrCreateCounter(`lehr_agent_bytes_received_total{kind="snapshot"}`)
 	c.bytesPatch = set.GetOrCreateCounter(`lehr_agent_bytes_received_total{kind="patch"}`)
 	return c, nil
