@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -40,7 +39,9 @@ type session struct {
 
 	mu          sync.Mutex
 	welcome     *lehrpb.Welcome
-	unavailable map[string]string
+	// unavailable holds the distributor's last Unavailable of each
+	// namespace, until an update of it is applied.
+	unavailable map[string]*lehrpb.Unavailable
 	queues      map[string]*nsQueue
 }
 
@@ -116,7 +117,7 @@ func (c *Client) runSession(ctx context.Context, addr, lastConnected string) (es
 		subsChanged: make(chan struct{}, 1),
 		sent:        map[string]bool{},
 		welcome:     welcome,
-		unavailable: map[string]string{},
+		unavailable: map[string]*lehrpb.Unavailable{},
 		queues:      map[string]*nsQueue{},
 	}
 	for _, ns := range subs {
@@ -189,12 +190,16 @@ func (s *session) close() {
 func (s *session) status() Status {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	unavailable := make(map[string]string, len(s.unavailable))
+	for ns, u := range s.unavailable {
+		unavailable[ns] = u.GetReason().String()
+	}
 	return Status{
 		Distributor:         s.addr,
 		DistributorID:       s.welcome.GetDistributorId(),
 		DistributorIdentity: s.id.String(),
 		Connected:           true,
-		Unavailable:         maps.Clone(s.unavailable),
+		Unavailable:         unavailable,
 	}
 }
 
@@ -247,9 +252,12 @@ func (s *session) syncSubs() error {
 				msg.Namespaces, drop = append(msg.Namespaces, drop[0]), drop[1:]
 			}
 			s.send(msg)
+			s.mu.Lock()
 			for _, ns := range msg.Namespaces {
 				delete(s.sent, ns)
+				delete(s.unavailable, ns)
 			}
+			s.mu.Unlock()
 		}
 		var add []string
 		for _, ns := range want {
@@ -303,7 +311,7 @@ func (s *session) readControl() error {
 			s.log.Info("distributor cannot serve namespace", "namespace", m.GetNamespace(),
 				"reason", m.GetReason(), "detail", m.GetDetail())
 			s.mu.Lock()
-			s.unavailable[m.GetNamespace()] = m.GetReason().String()
+			s.unavailable[m.GetNamespace()] = m
 			s.mu.Unlock()
 		case *lehrpb.SignalsRequest:
 			s.send(signals.Answer(m, s.c.opts.Handler.Signals, frameBudget))
@@ -530,6 +538,9 @@ func (s *session) work(ns string, q *nsQueue) {
 		switch res.Outcome {
 		case Applied, Stale:
 			s.answer(u, res)
+			s.mu.Lock()
+			delete(s.unavailable, ns) // served after all
+			s.mu.Unlock()
 			if res.Outcome == Applied && len(parked) > 0 {
 				// The gap may be filled now: retry the parked patches.
 				s.mu.Lock()

@@ -425,6 +425,23 @@ func (c *Client) Resync(ns string, reason lehrpb.ResyncReason, detail string) {
 	s.send(&lehrpb.Resync{Namespace: ns, HaveVersion: v, HaveChecksum: sum, Reason: reason, Detail: detail})
 }
 
+// Unavailable returns what the connected distributor last said it cannot
+// serve of ns (its reason and detail: a FORBIDDEN names the domain's
+// acl.readers), or nil when it said nothing since the connection began or
+// an update of ns was applied since. The result is shared: do not modify
+// it.
+func (c *Client) Unavailable(ns string) *lehrpb.Unavailable {
+	c.mu.Lock()
+	s := c.sess
+	c.mu.Unlock()
+	if s == nil {
+		return nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.unavailable[ns]
+}
+
 // Status describes the link now.
 func (c *Client) Status() Status {
 	c.mu.Lock()
