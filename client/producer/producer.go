@@ -146,6 +146,8 @@ func New(opts Options) (*Client, error) {
 	}
 	dopts := []grpc.DialOption{
 		grpc.WithTransportCredentials(creds),
+		grpc.WithChainUnaryInterceptor(checkUTF8Unary),
+		grpc.WithChainStreamInterceptor(checkUTF8Stream),
 		grpc.WithDefaultCallOptions(
 			grpc.MaxCallRecvMsgSize(opts.MaxMessageBytes),
 			grpc.MaxCallSendMsgSize(opts.MaxMessageBytes),
