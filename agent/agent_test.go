@@ -13,7 +13,6 @@ import (
 	"math"
 	"net"
 	"net/http"
-	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -105,7 +104,7 @@ func newHarness(t *testing.T, distributors int) *harness {
 
 func (h *harness) tls(name string, kind pki.Kind) *tls.Config {
 	h.t.Helper()
-	var id *url.URL
+	id := tlsconfig.Identity{Role: tlsconfig.RoleDistributor, Zone: zone, Name: name}.URI()
 	if kind == pki.Client {
 		id = tlsconfig.Identity{Role: tlsconfig.RoleHost, Zone: zone, Name: name}.URI()
 	}

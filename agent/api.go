@@ -47,7 +47,7 @@ func (b *backend) Subscribe(_ context.Context, req *lehrpb.SubscribeRequest) (*l
 	if err != nil {
 		return nil, fmt.Errorf("subscribe %s: %w", ns, err)
 	}
-	resp := &lehrpb.SubscribeResponse{LeaseId: l.ID, TtlSeconds: uint32(l.TTL / time.Second), Path: path}
+	resp := &lehrpb.SubscribeResponse{LeaseId: l.ID, TtlSeconds: uint32(l.TTL / time.Second), Path: path, Unavailable: a.up.Unavailable(ns)}
 	if st := a.get(ns); st.fileVersion > 0 && st.fileVersion == st.version {
 		resp.Version, resp.Checksum = st.version, st.checksum
 	}
@@ -55,13 +55,15 @@ func (b *backend) Subscribe(_ context.Context, req *lehrpb.SubscribeRequest) (*l
 	return resp, nil
 }
 
-// KeepAlive renews a lease.
-func (b *backend) KeepAlive(_ context.Context, id string) (time.Duration, error) {
-	l, err := (*Agent)(b).leases.KeepAlive(id)
+// KeepAlive renews a lease, and says why the distributor cannot serve its
+// namespace, if it said so.
+func (b *backend) KeepAlive(_ context.Context, id string) (*lehrpb.KeepAliveResponse, error) {
+	a := (*Agent)(b)
+	l, err := a.leases.KeepAlive(id)
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
-	return l.TTL, nil
+	return &lehrpb.KeepAliveResponse{TtlSeconds: uint32(l.TTL / time.Second), Unavailable: a.up.Unavailable(l.Namespace)}, nil
 }
 
 // Unsubscribe ends a lease.

@@ -2,6 +2,9 @@ package agent_test
 
 import (
 	"context"
+	"crypto/ed25519"
+	"crypto/x509"
+	"encoding/pem"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -23,12 +26,13 @@ import (
 )
 
 // A distributor that alters what control published — the content with a
-// recomputed checksum, the author, or the version number, each keeping
-// control's signature — is refused by an agent that trusts control's key:
-// the altered version is never applied or written, the refusal is
-// counted and reported, and the agent fails over to an honest
-// distributor. The namespace file carries the signature, which a reader
-// verifies.
+// recomputed checksum, the author, the version number, and (issue 28,
+// item 5) the message, the namespace's kind or what a rollback
+// republishes, each keeping control's signature — is refused by an agent
+// that trusts control's key: the altered version is never applied or
+// written, the refusal is counted and reported, and the agent fails over
+// to an honest distributor. The namespace file carries the signature,
+// which a reader verifies.
 func TestTamperingDistributorIsRefused(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
@@ -44,6 +48,9 @@ func TestTamperingDistributorIsRefused(t *testing.T) {
 		}},
 		{"author", func(v *content.Version) { v.Info.Author = "mallory" }},
 		{"version", func(v *content.Version) { v.Seq += 10; v.Info.Seq = v.Seq }},
+		{"message", func(v *content.Version) { v.Info.Message = "approved by security" }},
+		{"kind", func(v *content.Version) { v.Kind = lehrpb.NamespaceKind_NAMESPACE_KIND_POLICY }},
+		{"rollback_of", func(v *content.Version) { v.Info.RollbackOf = 1 }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := newHarness(t, 1)
@@ -51,10 +58,15 @@ func TestTamperingDistributorIsRefused(t *testing.T) {
 			v1 := h.publish(ns, map[string]string{"limit": "100"})
 
 			// The tampering distributor: a real fan-out server, fed the
-			// version control signed, altered.
+			// version control signed, altered, with the zone's genuine
+			// signed goal: only the version's own signature can catch it.
+			goals, err := h.ctl.Client.GetGoals(ctx(t), &lehrpb.GetGoalsRequest{Zone: zone, Namespace: ns})
+			if err != nil || len(goals.GetGoals()) != 1 {
+				t.Fatalf("GetGoals: %v, %v", goals, err)
+			}
 			bad := fetchVersion(t, h, ns, v1.GetSeq())
 			tc.tamper(bad)
-			evil := serveVersion(t, h, "evil", bad, nil)
+			evil := serveVersion(t, h, "evil", bad, signing.GoalProof(goals.GetGoals()[0]))
 
 			trusted := signing.NewVerifier(h.ctl.Control.SigningPublicKey())
 			r := h.startAgent(dataDir(t), append([]string{evil.Addr().String()}, h.addrs()...), func(o *agent.Options) { o.TrustedKeys = trusted })
@@ -70,10 +82,11 @@ func TestTamperingDistributorIsRefused(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if err := trusted.Verify(file.Info()); err != nil {
-				t.Errorf("the namespace file's signature: %v", err)
+			if pv, err := trusted.Verify(file.Info(), file.Kind); err != nil || pv != signing.PayloadV2 {
+				t.Errorf("the namespace file's signature: payload %d, %v; want %d", pv, err, signing.PayloadV2)
 			}
-			if p, _ := file.Content.Get("limit"); file.Author == "mallory" || strings.Contains(string(p.Value), "999999") {
+			if p, _ := file.Content.Get("limit"); file.Author == "mallory" || strings.Contains(string(p.Value), "999999") ||
+				file.Message != "test" || file.Kind != lehrpb.NamespaceKind_NAMESPACE_KIND_CONFIG || file.RollbackOf != 0 {
 				t.Errorf("the tampered version was served: %+v", file)
 			}
 			wait.For(t, "the refusal in the agent's report", func() bool {
@@ -230,5 +243,72 @@ func TestGoalTamperingIsRefused(t *testing.T) {
 				t.Errorf("a namespace file exists for an update no signed goal named for this host: %v", err)
 			}
 		})
+	}
+}
+
+// legacySign signs v as a control before payload v2 did
+// (signing.LegacyPayload), with control's key from its data directory.
+func legacySign(t *testing.T, h *harness, v *content.Version) {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(h.ctl.DataDir, "signing.key"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	blk, _ := pem.Decode(b)
+	if blk == nil {
+		t.Fatal("signing.key holds no PEM block")
+	}
+	k, err := x509.ParsePKCS8PrivateKey(blk.Bytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := k.(ed25519.PrivateKey)
+	v.Info.Signature = ed25519.Sign(key, signing.LegacyPayload(v.Info))
+	v.Info.SignatureKeyId = signing.KeyID(key.Public().(ed25519.PublicKey))
+}
+
+// Versions control signed before payload v2 — which covers neither the
+// kind, the message nor rollback_of — still reach hosts (issue 28, item
+// 5: old versions keep working), but an agent that verifies delivers only
+// what their signature covers: the message and rollback_of a distributor
+// may have changed never reach the file or the local API, and the update
+// is counted in lehr_agent_legacy_signed_updates_total. The file's
+// signature verifies, as the legacy payload.
+func TestLegacySignedVersionDeliversOnlyWhatItsSignatureCovers(t *testing.T) {
+	h := newHarness(t, 0)
+	ns := domain + "/legacy"
+	v1 := h.publish(ns, map[string]string{"limit": "100"})
+	goals, err := h.ctl.Client.GetGoals(ctx(t), &lehrpb.GetGoalsRequest{Zone: zone, Namespace: ns})
+	if err != nil || len(goals.GetGoals()) != 1 {
+		t.Fatalf("GetGoals: %v, %v", goals, err)
+	}
+	old := fetchVersion(t, h, ns, v1.GetSeq())
+	legacySign(t, h, old)
+	old.Info.Message, old.Info.RollbackOf = "changed on the way", 1 // not covered by the legacy signature
+	dist := serveVersion(t, h, "legacy", old, signing.GoalProof(goals.GetGoals()[0]))
+
+	trusted := signing.NewVerifier(h.ctl.Control.SigningPublicKey())
+	r := h.startAgent(dataDir(t), []string{dist.Addr().String()}, func(o *agent.Options) { o.TrustedKeys = trusted })
+	sub := subscribe(t, r, ns)
+	waitFile(t, sub.GetPath(), v1.GetSeq(), map[string]string{"limit": "100"})
+	if got := counter(r, "lehr_agent_legacy_signed_updates_total"); got != 1 {
+		t.Errorf("lehr_agent_legacy_signed_updates_total = %d, want 1", got)
+	}
+	file, err := nsfile.Read(sub.GetPath())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if file.Message != "" || file.RollbackOf != 0 || file.Author != v1.GetAuthor() {
+		t.Errorf("file message %q, rollback_of %d, author %q; want no message, no rollback_of and author %q", file.Message, file.RollbackOf, file.Author, v1.GetAuthor())
+	}
+	if pv, err := trusted.Verify(file.Info(), file.Kind); err != nil || pv != signing.PayloadV1 {
+		t.Errorf("the file's legacy signature: payload %d, %v; want %d", pv, err, signing.PayloadV1)
+	}
+	got, err := r.api.Get(ctx(t), &lehrpb.AgentGetRequest{Namespace: ns})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info := got.GetVersion(); info.GetMessage() != "" || info.GetRollbackOf() != 0 || info.GetTransportIdentity() != "" || info.GetParent() != 0 {
+		t.Errorf("the local API serves unsigned fields: %v", info)
 	}
 }

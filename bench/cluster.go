@@ -35,7 +35,7 @@ func newPKI(dir string) (*hostPKI, error) {
 
 // serverTLS returns a distributor's QUIC server configuration (mutual TLS).
 func (p *hostPKI) serverTLS(name string) (*tls.Config, error) {
-	cert, err := p.pair(name, pki.Server, []string{"127.0.0.1"}, nil)
+	cert, err := p.pair(name, pki.Server, []string{"127.0.0.1"}, tlsconfig.Identity{Role: tlsconfig.RoleDistributor, Zone: benchZone, Name: name}.URI())
 	if err != nil {
 		return nil, err
 	}

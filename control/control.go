@@ -455,24 +455,29 @@ func (c *Control) Run(ctx context.Context) (err error) {
 	// Servers.
 	authz := service.Authorizer{DevMode: c.opts.DevMode}
 	adm := service.NewAdmission(c.opts.Admission)
+	utf8 := service.NewUTF8Guard()
 	gopts := []grpc.ServerOption{
+		// Requests whose text is not UTF-8 parse (empty), to be refused
+		// naming the field by utf8.Unary and utf8.Stream, first below.
+		grpc.ForceServerCodecV2(utf8.Codec()),
 		grpc.MaxRecvMsgSize(c.opts.MaxMessageBytes),
 		grpc.MaxSendMsgSize(c.opts.MaxMessageBytes),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
-		// First, every request loses the unknown fields it carries, so
+		// First, a request whose text is not UTF-8 is refused naming the
+		// field; then every request loses the unknown fields it carries, so
 		// nothing stores bytes no check counted; then every mutating call
 		// into the audit log, refused ones too; who may call what, from the
 		// client certificate's Lehr identity (roles, then the target
 		// domain's ACL); last, a publish's bytes held against the memory
 		// for publishes in flight, its domain's share (only what the
 		// caller may publish to).
-		grpc.ChainUnaryInterceptor(svc.DropUnknownInterceptor, svc.AuditInterceptor, authz.Unary, svc.ACLInterceptor, adm.Unary),
+		grpc.ChainUnaryInterceptor(utf8.Unary, svc.DropUnknownInterceptor, svc.AuditInterceptor, authz.Unary, svc.ACLInterceptor, adm.Unary),
 		// At most so many publishes received at once, refused before a
 		// byte is read.
 		grpc.InTapHandle(adm.TapHandle),
 		grpc.StatsHandler(adm.StatsHandler()),
-		grpc.ChainStreamInterceptor(svc.DropUnknownStreamInterceptor, authz.Stream),
+		grpc.ChainStreamInterceptor(utf8.Stream, svc.DropUnknownStreamInterceptor, authz.Stream),
 	}
 	// TCP connections get TLS (or plaintext); unix socket connections the
 	// peer's credentials instead.

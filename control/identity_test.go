@@ -89,7 +89,7 @@ func TestOneIdentityFromTheURISAN(t *testing.T) {
 			if len(h) != 1 {
 				t.Fatalf("history of %s/x: %d versions, want 1 (the refused publishes changed nothing)", tc.domain, len(h))
 			}
-			if err := verifier.Verify(h[0]); err != nil || h[0].GetAuthor() != "mallory" {
+			if _, err := verifier.Verify(h[0], lehrpb.NamespaceKind_NAMESPACE_KIND_CONFIG); err != nil || h[0].GetAuthor() != "mallory" {
 				t.Errorf("version by %q: signature %v; want mallory's, signed", h[0].GetAuthor(), err)
 			}
 			// The ACL checks her as mallory.

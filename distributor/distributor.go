@@ -169,6 +169,9 @@ type Distributor struct {
 	// domains are the policies of the domains served (domains.go).
 	domainMu sync.Mutex
 	domains  map[string]fanout.DomainPolicy
+	// wanted are domains an agent subscribes to without a goal here, to
+	// look up (lookupDomains); buffered, never blocks the fan-out.
+	wanted chan string
 
 	// syncq holds namespaces whose goal changed and must be (re)synced,
 	// fairly between domains (syncqueue.go); retry the ones whose sync
@@ -239,16 +242,17 @@ func New(opts Options) (*Distributor, error) {
 		return nil, fmt.Errorf("distributor: control client for %s: %w", opts.ControlAddr, err)
 	}
 	d := &Distributor{
-		opts:  opts,
-		log:   log,
-		set:   metrics.NewSet(),
-		conn:  conn,
-		ctl:   lehrpb.NewControlClient(conn),
-		ready: make(chan struct{}),
-		stop:  make(chan struct{}),
-		done:  make(chan struct{}),
-		syncq: newSyncQueue(syncWorkers / 2),
-		retry: map[string]syncRetryState{},
+		opts:   opts,
+		log:    log,
+		set:    metrics.NewSet(),
+		conn:   conn,
+		ctl:    lehrpb.NewControlClient(conn),
+		ready:  make(chan struct{}),
+		stop:   make(chan struct{}),
+		done:   make(chan struct{}),
+		syncq:  newSyncQueue(syncWorkers / 2),
+		retry:  map[string]syncRetryState{},
+		wanted: make(chan string, 64),
 	}
 	d.cache = versions.New(versions.Options{Client: d.ctl, MaxBytes: opts.CacheBytes, Logger: log})
 	d.watch, err = goalwatch.New(goalwatch.Options{
@@ -447,6 +451,7 @@ func (d *Distributor) Run(ctx context.Context) (err error) {
 		Logger:         d.log,
 		ReportInterval: d.opts.ReportInterval,
 		RedialRate:     d.opts.RedialRate,
+		DomainWanted:   d.wantDomain,
 	})
 	if err != nil {
 		return fmt.Errorf("distributor: %w", err)
@@ -485,6 +490,7 @@ func (d *Distributor) Run(ctx context.Context) (err error) {
 	run("sync goals", d.syncGoals)
 	run("report", d.report)
 	run("refresh domains", d.refreshDomains)
+	run("look up domains", d.lookupDomains)
 	if hs != nil {
 		run("serve metrics", func(context.Context) error {
 			if err := hs.Serve(mln); !errors.Is(err, http.ErrServerClosed) {

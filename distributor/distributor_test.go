@@ -351,7 +351,7 @@ func TestIDFromControlCertificate(t *testing.T) {
 // zone for a client, none for a server.
 func identityOf(name string, kind pki.Kind) *url.URL {
 	if kind != pki.Client {
-		return nil
+		return tlsconfig.Identity{Role: tlsconfig.RoleDistributor, Zone: zone, Name: name}.URI()
 	}
 	return tlsconfig.Identity{Role: tlsconfig.RoleHost, Zone: zone, Name: name}.URI()
 }

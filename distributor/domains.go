@@ -65,6 +65,54 @@ func (d *Distributor) setDomains(policies map[string]fanout.DomainPolicy) {
 	}
 }
 
+// wantDomain asks lookupDomains for the policy of ns's domain: an agent
+// subscribes to ns, which has no goal here. Control withholds the goals
+// of a domain whose readers do not admit this zone, and with the domain's
+// policy the fan-out tells the agent so (FORBIDDEN, naming the readers)
+// instead of NOT_FOUND. It never blocks: when lookups are backed up, the
+// request is dropped (the next subscription asks again).
+func (d *Distributor) wantDomain(ns string) {
+	dom, _, err := names.Namespace(ns)
+	if err != nil {
+		return
+	}
+	select {
+	case d.wanted <- dom:
+	default:
+	}
+}
+
+// lookupDomains reads the policies wantDomain asks for, until ctx ends: a
+// domain is looked up at most once per DomainRefresh (a domain that does
+// not exist is asked for again only then), and a known one not again
+// (refreshDomains keeps it current).
+func (d *Distributor) lookupDomains(ctx context.Context) error {
+	tried := map[string]time.Time{}
+	for {
+		var dom string
+		select {
+		case <-ctx.Done():
+			return nil
+		case dom = <-d.wanted:
+		}
+		d.domainMu.Lock()
+		_, known := d.domains[dom]
+		d.domainMu.Unlock()
+		if known || time.Since(tried[dom]) < d.opts.DomainRefresh {
+			continue
+		}
+		tried[dom] = time.Now()
+		p, err := d.fetchDomain(ctx, dom)
+		if err != nil {
+			if ctx.Err() == nil {
+				d.log.Debug("cannot look up the policy of a domain an agent subscribes to", "domain", dom, "err", err)
+			}
+			continue
+		}
+		d.setDomains(map[string]fanout.DomainPolicy{dom: p})
+	}
+}
+
 // refreshDomains reads every known domain's policy again every
 // DomainRefresh until ctx ends; a failed read keeps the previous policy.
 func (d *Distributor) refreshDomains(ctx context.Context) error {

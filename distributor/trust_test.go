@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -11,6 +12,7 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/protobuf/types/known/fieldmaskpb"
 
+	"lehr.dev/lehr/agent/agenttest"
 	"lehr.dev/lehr/control"
 	"lehr.dev/lehr/control/controltest"
 	"lehr.dev/lehr/distributor"
@@ -82,6 +84,19 @@ func TestDistributorUnderMutualTLS(t *testing.T) {
 		return func() bool { st := d.Stats(); return st.Goals == n && st.Serving == n }
 	}
 	wait.For(t, "open/x served, bonly/x not", serving(1))
+
+	// A host of the zone that subscribes to bonly/x hears why it gets
+	// nothing — the readers, not a missing goal (issue 28, item 8) —
+	// though control gave the distributor no goal of bonly's.
+	host := dial(t, p, d, "host-2", agenttest.Options{Subscriptions: []string{"bonly/x"}})
+	wait.For(t, "host-2 told FORBIDDEN", func() bool {
+		u, ok := host.Unavailable("bonly/x")
+		return ok && u.GetReason() == lehrpb.UnavailableReason_UNAVAILABLE_REASON_FORBIDDEN
+	})
+	if u, _ := host.Unavailable("bonly/x"); !strings.Contains(u.GetDetail(), "domain bonly's acl.readers (zone-b) include neither zone "+zone) {
+		t.Errorf("FORBIDDEN's detail %q does not name the readers", u.GetDetail())
+	}
+	host.Close()
 	setReaders := func(readers ...string) {
 		t.Helper()
 		if _, err := cl.UpdateDomain(ctx, &lehrpb.UpdateDomainRequest{Domain: &lehrpb.Domain{Name: "bonly", Acl: &lehrpb.Acl{Readers: readers}},

@@ -3,7 +3,8 @@
 // with cached versions and subscriptions, Subscribe, Unsubscribe, Resync —
 // and decides and answers every Update exactly as the real agent does,
 // with update.Check and update.Apply (internal/update) and upstream.OutcomeOf
-// and upstream.AckFor (agent/upstream): it applies what the agent applies,
+// and upstream.AckFor (agent/upstream), and talks only to a distributor of
+// its zone (upstream.CheckDistributor): it applies what the agent applies,
 // acknowledges a stale update with what it holds, and refuses what the
 // agent refuses — including an update of a namespace it does not subscribe
 // to — with the same Ack and Resync. Content is kept in memory. Explicit
@@ -62,9 +63,12 @@ type Options struct {
 	// Addr is the distributor's UDP address. Required.
 	Addr string
 	// TLS is the client configuration (a host certificate for mutual
-	// TLS). Required; wire.ClientTLSConfig is applied to a clone, so to
-	// resume TLS sessions across dials as the real agent does, pass the
-	// same wire.ClientTLSConfig result to every Dial of one agent.
+	// TLS). Required. Dial refuses a distributor whose certificate does
+	// not name a distributor of Zone, as the agent does
+	// (upstream.CheckDistributor). wire.ClientTLSConfig is applied to a
+	// clone, so to resume TLS sessions across dials as the real agent
+	// does, pass the same wire.ClientTLSConfig result to every Dial of one
+	// agent.
 	TLS *tls.Config
 	// HostID and Zone are announced in Hello. Required.
 	HostID, Zone string
@@ -108,6 +112,10 @@ type Options struct {
 	// RejectStreams makes the agent abandon every update stream at once
 	// (STOP_SENDING) instead of reading it.
 	RejectStreams bool
+	// AnyDistributor makes the agent talk to a distributor whatever its
+	// certificate names, as agents before issue 28 did: a test of the
+	// distributor's own refusals (an agent of another zone) needs one.
+	AnyDistributor bool
 }
 
 // Applied records one update the agent received: applied, stale (already
@@ -205,6 +213,11 @@ func Dial(ctx context.Context, opts Options) (*Agent, error) {
 	}
 	if err != nil {
 		return nil, fmt.Errorf("agenttest: dial %s: %w", opts.Addr, err)
+	}
+	// The agent's own decision on who answered, before Hello.
+	if _, err := upstream.CheckDistributor(conn.ConnectionState().TLS, opts.Zone); err != nil && !opts.AnyDistributor {
+		conn.CloseWithError(wire.CodeUnauthorized, err.Error())
+		return nil, fmt.Errorf("agenttest: distributor %s: %w", opts.Addr, err)
 	}
 	a := &Agent{
 		opts:        opts,

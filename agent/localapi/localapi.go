@@ -65,7 +65,7 @@ var ErrInUse = errors.New("localapi: socket in use by a live server")
 // UNAVAILABLE, an *apierror.Error keeps its code, anything else is INTERNAL.
 type Backend interface {
 	Subscribe(ctx context.Context, req *lehrpb.SubscribeRequest) (*lehrpb.SubscribeResponse, error)
-	KeepAlive(ctx context.Context, leaseID string) (ttl time.Duration, err error)
+	KeepAlive(ctx context.Context, leaseID string) (*lehrpb.KeepAliveResponse, error)
 	Unsubscribe(ctx context.Context, leaseID string) error
 	Get(ctx context.Context, req *lehrpb.AgentGetRequest) (*lehrpb.AgentGetResponse, error)
 	Status(ctx context.Context) (*lehrpb.StatusResponse, error)
@@ -369,11 +369,11 @@ func (s *service) KeepAlive(ctx context.Context, req *lehrpb.KeepAliveRequest) (
 	if err := checkLeaseID(req.GetLeaseId()); err != nil {
 		return nil, err
 	}
-	ttl, err := s.b.KeepAlive(ctx, req.GetLeaseId())
+	resp, err := s.b.KeepAlive(ctx, req.GetLeaseId())
 	if err != nil {
 		return nil, toStatus("keep alive", err)
 	}
-	return &lehrpb.KeepAliveResponse{TtlSeconds: uint32(ttl / time.Second)}, nil
+	return resp, nil
 }
 
 func (s *service) Unsubscribe(ctx context.Context, req *lehrpb.UnsubscribeRequest) (*lehrpb.UnsubscribeResponse, error) {

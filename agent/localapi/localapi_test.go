@@ -59,10 +59,13 @@ func (b *tableBackend) Subscribe(_ context.Context, req *lehrpb.SubscribeRequest
 	return &lehrpb.SubscribeResponse{LeaseId: l.ID, TtlSeconds: uint32(l.TTL / time.Second), Path: "/files/" + req.GetNamespace()}, nil
 }
 
-func (b *tableBackend) KeepAlive(_ context.Context, id string) (time.Duration, error) {
+func (b *tableBackend) KeepAlive(_ context.Context, id string) (*lehrpb.KeepAliveResponse, error) {
 	b.count()
 	l, err := b.tab.KeepAlive(id)
-	return l.TTL, err
+	if err != nil {
+		return nil, err
+	}
+	return &lehrpb.KeepAliveResponse{TtlSeconds: uint32(l.TTL / time.Second)}, nil
 }
 
 func (b *tableBackend) Unsubscribe(_ context.Context, id string) error {

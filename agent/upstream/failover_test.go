@@ -95,7 +95,8 @@ func startChild(t *testing.T, addr, cert, key, ca string, goal uint64) *exec.Cmd
 // stalled delivery for 20-22 s).
 func TestRestartedDistributorResetsStaleConnections(t *testing.T) {
 	p := newPKI(t)
-	cert, key, err := p.ca.IssueFiles(filepath.Join(p.dir, "leaf"), "distributor", pki.Server, nil, time.Hour)
+	cert, key, err := p.ca.IssueURIFiles(filepath.Join(p.dir, "leaf"), "distributor", pki.Server, nil,
+		tlsconfig.Identity{Role: tlsconfig.RoleDistributor, Zone: zone, Name: "distributor"}.URI(), time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -16,6 +15,8 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"lehr.dev/lehr/internal/signals"
+	"lehr.dev/lehr/internal/signing"
+	"lehr.dev/lehr/internal/tlsconfig"
 	"lehr.dev/lehr/internal/wire"
 	"lehr.dev/lehr/proto/lehrpb"
 )
@@ -24,6 +25,7 @@ import (
 type session struct {
 	c    *Client
 	addr string
+	id   tlsconfig.Identity // the distributor's, from its certificate
 	log  *slog.Logger
 	conn *quic.Conn
 	ctl  *wire.Control
@@ -37,7 +39,9 @@ type session struct {
 
 	mu          sync.Mutex
 	welcome     *lehrpb.Welcome
-	unavailable map[string]string
+	// unavailable holds the distributor's last Unavailable of each
+	// namespace, until an update of it is applied.
+	unavailable map[string]*lehrpb.Unavailable
 	queues      map[string]*nsQueue
 }
 
@@ -82,6 +86,14 @@ func (c *Client) runSession(ctx context.Context, addr, lastConnected string) (es
 	if err != nil {
 		return false, fmt.Errorf("dial %s: %w", addr, err)
 	}
+	// Who answered, before anything is sent: an imposter must not learn
+	// the subscriptions, nor deliver anything.
+	id, err := CheckDistributor(conn.ConnectionState().TLS, c.opts.Zone)
+	if err != nil {
+		c.refusedDistributors.Inc()
+		conn.CloseWithError(wire.CodeUnauthorized, truncate(err.Error(), 256))
+		return false, fmt.Errorf("distributor %s: %w", addr, err)
+	}
 	ctl, welcome, err := wire.OpenControl(dctx, conn, hello, wire.Limits{})
 	if err != nil {
 		wire.CloseConn(conn, err)
@@ -93,19 +105,19 @@ func (c *Client) runSession(ctx context.Context, addr, lastConnected string) (es
 		return false, err
 	}
 	if c.opts.Verifier != nil && !wire.HasCapability(welcome.GetCapabilities(), wire.CapSignedGoals) {
-		err := fmt.Errorf("distributor %s does not send signed goals (capability %q), and this agent verifies what it applies (--trusted-keys): upgrade the distributor", addr, wire.CapSignedGoals)
+		err := fmt.Errorf("%w: distributor %s does not send signed goals (capability %q), and this agent verifies what it applies (--trusted-keys): upgrade the distributor", ErrUntrusted, addr, wire.CapSignedGoals)
 		conn.CloseWithError(wire.CodeUntrusted, err.Error())
 		return false, err
 	}
 	c.setRedialSpread(welcome.GetRedialSpread())
 	sctx, stop := context.WithCancelCause(ctx)
 	s := &session{
-		c: c, addr: addr, log: c.log.With("distributor", addr),
+		c: c, addr: addr, id: id, log: c.log.With("distributor", addr),
 		conn: conn, ctl: ctl, ctx: sctx, stop: stop,
 		subsChanged: make(chan struct{}, 1),
 		sent:        map[string]bool{},
 		welcome:     welcome,
-		unavailable: map[string]string{},
+		unavailable: map[string]*lehrpb.Unavailable{},
 		queues:      map[string]*nsQueue{},
 	}
 	for _, ns := range subs {
@@ -122,7 +134,7 @@ func (c *Client) runSession(ctx context.Context, addr, lastConnected string) (es
 	}
 	c.connectedVal.Store(1)
 	defer c.connectedVal.Store(0)
-	s.log.Info("connected to distributor", "distributor_id", welcome.GetDistributorId(),
+	s.log.Info("connected to distributor", "distributor_id", welcome.GetDistributorId(), "identity", id.String(),
 		"subscriptions_in_hello", len(subs))
 
 	interval := c.opts.ReportInterval
@@ -178,11 +190,16 @@ func (s *session) close() {
 func (s *session) status() Status {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	unavailable := make(map[string]string, len(s.unavailable))
+	for ns, u := range s.unavailable {
+		unavailable[ns] = u.GetReason().String()
+	}
 	return Status{
-		Distributor:   s.addr,
-		DistributorID: s.welcome.GetDistributorId(),
-		Connected:     true,
-		Unavailable:   maps.Clone(s.unavailable),
+		Distributor:         s.addr,
+		DistributorID:       s.welcome.GetDistributorId(),
+		DistributorIdentity: s.id.String(),
+		Connected:           true,
+		Unavailable:         unavailable,
 	}
 }
 
@@ -235,9 +252,12 @@ func (s *session) syncSubs() error {
 				msg.Namespaces, drop = append(msg.Namespaces, drop[0]), drop[1:]
 			}
 			s.send(msg)
+			s.mu.Lock()
 			for _, ns := range msg.Namespaces {
 				delete(s.sent, ns)
+				delete(s.unavailable, ns)
 			}
+			s.mu.Unlock()
 		}
 		var add []string
 		for _, ns := range want {
@@ -291,7 +311,7 @@ func (s *session) readControl() error {
 			s.log.Info("distributor cannot serve namespace", "namespace", m.GetNamespace(),
 				"reason", m.GetReason(), "detail", m.GetDetail())
 			s.mu.Lock()
-			s.unavailable[m.GetNamespace()] = m.GetReason().String()
+			s.unavailable[m.GetNamespace()] = m
 			s.mu.Unlock()
 		case *lehrpb.SignalsRequest:
 			s.send(signals.Answer(m, s.c.opts.Handler.Signals, frameBudget))
@@ -511,13 +531,16 @@ func (s *session) work(ns string, q *nsQueue) {
 				"version", u.GetVersion(), "err", err)
 			v, sum := s.c.opts.Handler.Held(ns)
 			s.answer(u, Result{Outcome: Failed, Version: v, Checksum: sum, Err: err})
-			s.failCode(wire.CodeUntrusted, fmt.Errorf("distributor %s sent an untrusted update: %w", s.addr, err))
+			s.failCode(wire.CodeUntrusted, fmt.Errorf("%w: distributor %s sent an untrusted update: %w", ErrUntrusted, s.addr, err))
 			return
 		}
 		res := s.c.opts.Handler.Apply(s.ctx, u)
 		switch res.Outcome {
 		case Applied, Stale:
 			s.answer(u, res)
+			s.mu.Lock()
+			delete(s.unavailable, ns) // served after all
+			s.mu.Unlock()
 			if res.Outcome == Applied && len(parked) > 0 {
 				// The gap may be filled now: retry the parked patches.
 				s.mu.Lock()
@@ -578,13 +601,16 @@ func cmpU64(a, b uint64) int {
 }
 
 // verify checks u with the client's Verifier (nil: nothing to check):
-// the version's signature over the Update itself — its namespace, version
-// and checksum, with the author and time of its info — so a distributor
-// cannot pair a valid signature with other content; then that the signed
-// goal that came with it names this version for this host in this zone,
-// so a distributor cannot deliver what control did not decide for the
-// host (a candidate outside its cohort, a version its zone's goal does not
-// name).
+// the version's signature over the Update itself — its namespace, version,
+// checksum and kind, with the author, time, message and rollback_of of
+// its info — so a distributor cannot pair a valid signature with other
+// content or change what it says; then that the signed goal that came
+// with it names this version for this host in this zone, so a distributor
+// cannot deliver what control did not decide for the host (a candidate
+// outside its cohort, a version its zone's goal does not name). On
+// success u.Info is replaced by what the signature covers
+// (signing.Covered): nothing unsigned reaches the cache, the file or the
+// local API.
 func (s *session) verify(u *lehrpb.Update) error {
 	v := s.c.opts.Verifier
 	if v == nil {
@@ -595,8 +621,18 @@ func (s *session) verify(u *lehrpb.Update) error {
 		info = &lehrpb.VersionInfo{}
 	}
 	info.Namespace, info.Seq, info.Checksum = u.GetNamespace(), u.GetVersion(), wire.UpdateChecksum(u)
-	if err := v.Verify(info); err != nil {
+	pv, err := v.Verify(info, u.GetKind())
+	if err != nil {
 		return err
 	}
-	return v.VerifyGoal(u.GetGoal(), s.c.opts.Zone, s.c.opts.HostID, info.Namespace, info.Seq, info.Checksum)
+	if err := v.VerifyGoal(u.GetGoal(), s.c.opts.Zone, s.c.opts.HostID, info.Namespace, info.Seq, info.Checksum); err != nil {
+		return err
+	}
+	if pv < signing.PayloadV2 {
+		s.c.legacySigned.Inc()
+		s.log.Info("a version signed with the legacy payload: its message and rollback_of are not delivered, and its kind is not covered; restart the zone's distributors after upgrading control, which signs every version it serves anew",
+			"namespace", info.Namespace, "version", info.Seq)
+	}
+	u.Info = signing.Covered(info, pv)
+	return nil
 }

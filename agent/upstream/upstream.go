@@ -170,7 +170,11 @@ type Options struct {
 	Distributors []string
 	// TLS is the client configuration: the host certificate and the CA
 	// that signs distributors. Required. wire.ClientTLSConfig is applied
-	// to a clone (ALPN, TLS 1.3, a session cache to resume with).
+	// to a clone (ALPN, TLS 1.3, a session cache to resume with). Whatever
+	// the CA, the client talks only to a distributor whose certificate
+	// names a distributor of Zone (CheckDistributor); any other is refused
+	// before Hello (wire.CodeUnauthorized, an error in the log,
+	// lehr_agent_refused_distributors_total) and the next is tried.
 	TLS *tls.Config
 	// QUIC configures connections; nil means wire.ClientQUICConfig() set
 	// for SilenceTimeout (wire.SetSilenceTimeout), which a caller's own
@@ -191,8 +195,11 @@ type Options struct {
 	Handler Handler
 	// BackoffMin and BackoffMax bound the wait between connection
 	// attempts: attempt n waits a uniformly random time in
-	// [0, min(BackoffMax, BackoffMin·2^n)] ("full jitter"). Zero means
-	// DefaultBackoffMin (100 ms) and DefaultBackoffMax (10 s).
+	// [0, min(BackoffMax, BackoffMin·2^n)] ("full jitter"). n counts
+	// rounds of the distributors that failed or refused, and only a
+	// connection that ends otherwise resets it: an agent refused right
+	// after Welcome (Refused) backs off like one that cannot connect.
+	// Zero means DefaultBackoffMin (100 ms) and DefaultBackoffMax (10 s).
 	BackoffMin, BackoffMax time.Duration
 	// HandshakeTimeout bounds dialing plus Hello/Welcome; zero means
 	// DefaultHandshakeTimeout (10 s).
@@ -206,17 +213,23 @@ type Options struct {
 	// Verifier, if set, checks every update's signature before the
 	// Handler sees it (internal/signing): an update that is unsigned,
 	// signed by a key it does not trust, or whose namespace, version,
-	// checksum, author or time differ from what control signed — or that
-	// comes without a signed goal of Zone naming its version for HostID
-	// (wire.CapSignedGoals) — is refused (a negative Ack,
-	// lehr_agent_untrusted_updates_total, an error in the log) and the
-	// client drops the distributor that sent it (wire.CodeUntrusted) for
-	// the next; so is a distributor that does not send signed goals. Nil
-	// accepts unsigned updates.
+	// checksum, kind, author, time, message or rollback_of differ from
+	// what control signed — or that comes without a signed goal of Zone
+	// naming its version for HostID (wire.CapSignedGoals) — is refused (a
+	// negative Ack, lehr_agent_untrusted_updates_total, an error in the
+	// log) and the client drops the distributor that sent it
+	// (wire.CodeUntrusted) for the next; so is a distributor that does not
+	// send signed goals. The Handler gets only the info the signature
+	// covers (signing.Covered): a version signed with the legacy payload
+	// (signing.PayloadV1) comes without its message and rollback_of
+	// (lehr_agent_legacy_signed_updates_total). Nil accepts unsigned
+	// updates, and delivers their info as it came.
 	Verifier *signing.Verifier
 	// Metrics receives the client's metrics (lehr_agent_connected,
 	// lehr_agent_failovers_total, lehr_agent_bytes_received_total{kind},
-	// lehr_agent_untrusted_updates_total); nil means a private set.
+	// lehr_agent_untrusted_updates_total,
+	// lehr_agent_legacy_signed_updates_total,
+	// lehr_agent_refused_distributors_total); nil means a private set.
 	Metrics *metrics.Set
 	// Logger; nil means slog.Default().
 	Logger *slog.Logger
@@ -238,7 +251,11 @@ type Status struct {
 	// disconnected.
 	Distributor   string
 	DistributorID string
-	Connected     bool
+	// DistributorIdentity is the identity the connected distributor's
+	// certificate names (spiffe://lehr/distributor/<zone>/<id>): the client
+	// connects only to a distributor of its zone (CheckDistributor).
+	DistributorIdentity string
+	Connected           bool
 	// Unavailable maps namespaces the distributor said it cannot serve to
 	// its reason, for the current connection.
 	Unavailable map[string]string
@@ -262,13 +279,15 @@ type Client struct {
 	tls  *tls.Config
 	quic *quic.Config
 
-	connected     *metrics.Gauge
-	connectedVal  atomic.Int64
-	failovers     *metrics.Counter
-	untrusted     *metrics.Counter
-	untrustedBy   map[string]uint64 // by namespace, under mu
-	bytesSnapshot *metrics.Counter
-	bytesPatch    *metrics.Counter
+	connected           *metrics.Gauge
+	connectedVal        atomic.Int64
+	failovers           *metrics.Counter
+	refusedDistributors *metrics.Counter
+	untrusted           *metrics.Counter
+	legacySigned        *metrics.Counter
+	untrustedBy         map[string]uint64 // by namespace, under mu
+	bytesSnapshot       *metrics.Counter
+	bytesPatch          *metrics.Counter
 
 	mu             sync.Mutex
 	subs           map[string]bool
@@ -339,7 +358,9 @@ func New(opts Options) (*Client, error) {
 	}
 	c.connected = set.GetOrCreateGauge("lehr_agent_connected", func() float64 { return float64(c.connectedVal.Load()) })
 	c.failovers = set.GetOrCreateCounter("lehr_agent_failovers_total")
+	c.refusedDistributors = set.GetOrCreateCounter("lehr_agent_refused_distributors_total")
 	c.untrusted = set.GetOrCreateCounter("lehr_agent_untrusted_updates_total")
+	c.legacySigned = set.GetOrCreateCounter("lehr_agent_legacy_signed_updates_total")
 	c.bytesSnapshot = set.GetOrCreateCounter(`lehr_agent_bytes_received_total{kind="snapshot"}`)
 	c.bytesPatch = set.GetOrCreateCounter(`lehr_agent_bytes_received_total{kind="patch"}`)
 	return c, nil
@@ -404,6 +425,23 @@ func (c *Client) Resync(ns string, reason lehrpb.ResyncReason, detail string) {
 	s.send(&lehrpb.Resync{Namespace: ns, HaveVersion: v, HaveChecksum: sum, Reason: reason, Detail: detail})
 }
 
+// Unavailable returns what the connected distributor last said it cannot
+// serve of ns (its reason and detail: a FORBIDDEN names the domain's
+// acl.readers), or nil when it said nothing since the connection began or
+// an update of ns was applied since. The result is shared: do not modify
+// it.
+func (c *Client) Unavailable(ns string) *lehrpb.Unavailable {
+	c.mu.Lock()
+	s := c.sess
+	c.mu.Unlock()
+	if s == nil {
+		return nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.unavailable[ns]
+}
+
 // Status describes the link now.
 func (c *Client) Status() Status {
 	c.mu.Lock()
@@ -453,16 +491,34 @@ func (c *Client) Run(ctx context.Context) error {
 		if errors.As(err, &ge) && ge.RetryAfter > 0 {
 			retryAfter[addr] = time.Now().Add(ge.RetryAfter)
 		}
+		// A refusal never resets the backoff, even when it ended an
+		// established session: an agent turned away (or turning its
+		// distributor away) at once after Welcome would otherwise redial
+		// at the minimum backoff forever.
+		refused := Refused(err)
 		wait := c.backoff(attempt)
 		if established {
 			lastConnected = addr
-			attempt = 0
 			c.mu.Lock()
 			c.lastDisconnect = err
-			wait = RedialDelay(err, c.redialSpread, c.backoff(0))
+			if !refused {
+				attempt = 0
+				wait = RedialDelay(err, c.redialSpread, c.backoff(0))
+			}
 			c.mu.Unlock()
+		}
+		switch {
+		case errors.Is(err, ErrDistributorIdentity):
+			c.log.Error("refusing distributor: its certificate does not name a distributor of this agent's zone; trying the next",
+				"distributor", addr, "err", err, "retry_in", wait)
+		case refused && refusalAdvice(err) != "":
+			c.log.Error("distributor refused this agent; backing off", "distributor", addr, "err", err,
+				"fix", refusalAdvice(err), "retry_in", wait)
+		case refused:
+			c.log.Warn("distributor connection refused; backing off", "distributor", addr, "err", err, "retry_in", wait)
+		case established:
 			c.log.Warn("distributor connection lost; failing over", "distributor", addr, "err", err, "redial_in", wait)
-		} else {
+		default:
 			c.log.Info("cannot reach distributor", "distributor", addr, "err", err)
 		}
 		c.mu.Lock()
@@ -475,9 +531,10 @@ func (c *Client) Run(ctx context.Context) error {
 		if !ok {
 			return nil
 		}
-		// A full round of failures backs off further; the first try after
-		// a loss goes to the next distributor almost at once.
-		if !established && next%n == 0 {
+		// A full round of failures (or refusals) backs off further; the
+		// first try after a loss goes to the next distributor almost at
+		// once.
+		if (!established || refused) && next%n == 0 {
 			attempt++
 		}
 	}

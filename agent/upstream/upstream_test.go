@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net/url"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -47,7 +46,7 @@ func newPKI(t *testing.T) *hostPKI {
 }
 
 func (p *hostPKI) tls(t *testing.T, name string, kind pki.Kind) *tls.Config {
-	var id *url.URL
+	id := tlsconfig.Identity{Role: tlsconfig.RoleDistributor, Zone: zone, Name: name}.URI()
 	if kind == pki.Client {
 		id = tlsconfig.Identity{Role: tlsconfig.RoleHost, Zone: zone, Name: name}.URI()
 	}

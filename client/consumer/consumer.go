@@ -21,6 +21,11 @@
 //     current one is ignored.
 //   - If the agent goes away, the last good view stays and the client keeps
 //     trying to renew its lease; it also keeps watching the file.
+//   - If the agent's distributor cannot serve the namespace — this host is
+//     not among its domain's readers, it has no goal in the zone — the
+//     subscription waits and says why: Subscription.Unavailable (matching
+//     ErrForbidden for a reader ACL) and a warning in the log saying what
+//     to do.
 //
 // Package consumer imports nothing of the agent, distributor or control.
 package consumer

@@ -58,6 +58,9 @@ type Subscription struct {
 	reported  *View // last view reported to the agent; nil: none
 	wake      chan struct{}
 	closed    bool
+	// unavailable is why the agent's distributor cannot serve the
+	// namespace, as the agent last said; nil: nothing known.
+	unavailable *UnavailableError
 
 	// previewOnce starts preview, the shadow evaluation of a policy
 	// subscription's experiments, on the first Evaluate.
@@ -106,12 +109,13 @@ func (s *Subscription) lease(ctx context.Context) (*lehrpb.SubscribeResponse, er
 
 func (s *Subscription) setLease(r *lehrpb.SubscribeResponse) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	s.leaseID = r.GetLeaseId()
 	s.ttl = time.Duration(r.GetTtlSeconds()) * time.Second
 	if s.path == "" {
 		s.path = r.GetPath()
 	}
+	s.mu.Unlock()
+	s.setUnavailable(r.GetUnavailable())
 }
 
 // start loads the current file and starts the watcher, lease keeper and
@@ -341,16 +345,21 @@ func (s *Subscription) watch(w *fsnotify.Watcher) {
 
 // keepLease renews the lease at a third of its TTL and takes a new one when
 // the agent forgot it (restarted). While the agent is unreachable it retries
-// every RetryInterval; the view stays as it is.
+// every RetryInterval; the view stays as it is. While no content has
+// arrived it renews every RetryInterval too, so that what the agent says
+// stands in the way (Unavailable) is known at once.
 func (s *Subscription) keepLease() {
 	retry := s.c.opts.RetryInterval
 	for {
 		s.mu.Lock()
-		lease, ttl := s.leaseID, s.ttl
+		lease, ttl, empty := s.leaseID, s.ttl, s.view.version == 0
 		s.mu.Unlock()
 		wait := retry
 		if lease != "" && ttl > 0 {
 			wait = ttl / 3
+			if empty {
+				wait = min(wait, retry)
+			}
 		}
 		select {
 		case <-s.ctx.Done():
@@ -360,7 +369,10 @@ func (s *Subscription) keepLease() {
 		ctx, cancel := context.WithTimeout(s.ctx, 5*time.Second)
 		var err error
 		if lease != "" {
-			_, err = s.c.api.KeepAlive(ctx, &lehrpb.KeepAliveRequest{LeaseId: lease})
+			var r *lehrpb.KeepAliveResponse
+			if r, err = s.c.api.KeepAlive(ctx, &lehrpb.KeepAliveRequest{LeaseId: lease}); err == nil {
+				s.setUnavailable(r.GetUnavailable())
+			}
 		}
 		if lease == "" || status.Code(err) == codes.NotFound {
 			var r *lehrpb.SubscribeResponse

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
@@ -146,6 +147,8 @@ func New(opts Options) (*Client, error) {
 	}
 	dopts := []grpc.DialOption{
 		grpc.WithTransportCredentials(creds),
+		grpc.WithChainUnaryInterceptor(checkUTF8Unary),
+		grpc.WithChainStreamInterceptor(checkUTF8Stream),
 		grpc.WithDefaultCallOptions(
 			grpc.MaxCallRecvMsgSize(opts.MaxMessageBytes),
 			grpc.MaxCallSendMsgSize(opts.MaxMessageBytes),
@@ -226,6 +229,7 @@ func newRequestID() string {
 func (c *Client) call(ctx context.Context, what string, fn func(ctx context.Context) error) error {
 	p := c.opts.Retry
 	var last *Error
+	probed := false
 	for attempt := 0; attempt < p.MaxAttempts; attempt++ {
 		if attempt > 0 {
 			wait := p.backoff(attempt - 1)
@@ -250,9 +254,36 @@ func (c *Client) call(ctx context.Context, what string, fn func(ctx context.Cont
 			}
 			break
 		}
+		if last.Code == codes.Unavailable && !probed {
+			probed = true
+			if refused := c.tlsRefusal(ctx); refused != nil {
+				last = refused
+			}
+		}
 		if !last.Retryable() {
 			break
 		}
 	}
 	return fmt.Errorf("producer: %s: %w", what, last)
+}
+
+// tlsRefusal says, when TLS with control fails because one side refuses
+// the other's certificate, which and what to do (an error with reason
+// CERTIFICATE_REFUSED), and nil otherwise. A TLS 1.3 server refuses a
+// client certificate only after the client's handshake, so gRPC sees a
+// broken pipe and calls control unavailable; tlsconfig.Diagnose dials
+// once more and reads control's answer.
+func (c *Client) tlsRefusal(ctx context.Context) *Error {
+	if c.opts.TLS == nil || strings.HasPrefix(c.opts.Address, "unix") {
+		return nil
+	}
+	addr := strings.TrimPrefix(strings.TrimPrefix(c.opts.Address, "dns:///"), "passthrough:///")
+	err := tlsconfig.Diagnose(ctx, addr, c.opts.TLS, "h2")
+	var re *tlsconfig.RefusedError
+	if !errors.As(err, &re) {
+		return nil
+	}
+	return apierror.New(codes.Unauthenticated, apierror.ReasonCertificateRefused, "",
+		"TLS with control at %s fails: %s (Options.TLS; with lehr, --tls-cert and --tls-key give the client certificate — a user's, from 'lehr certs issue --role user --name NAME' — and --tls-ca the CA that issued control's)",
+		c.opts.Address, re.Reason).WithCause(err)
 }

@@ -324,7 +324,7 @@ func (s *Store) tryCommit(ctx context.Context, c Commit, domain string, m *manif
 		TransportIdentity: in.GetTransportIdentity(),
 	}
 	if s.opts.Signer != nil {
-		s.opts.Signer.Sign(info)
+		s.opts.Signer.Sign(info, head.GetKind())
 	}
 	recBytes, err := encode(&lehrpb.VersionRecord{Info: info, ManifestChunks: m.chunkHashes, RequestId: c.RequestID, ExpectedChecks: c.ExpectedChecks})
 	if err != nil {
@@ -642,8 +642,14 @@ func (s *Store) record(ctx context.Context, ns string, seq uint64, rev int64) (*
 // lookup reads the record of version seq (0: the latest) together with
 // the head, and returns the revision they were read at.
 func (s *Store) lookup(ctx context.Context, ns string, seq uint64) (*lehrpb.VersionRecord, int64, error) {
+	rec, _, rev, err := s.lookupHead(ctx, ns, seq)
+	return rec, rev, err
+}
+
+// lookupHead is lookup, returning the head too.
+func (s *Store) lookupHead(ctx context.Context, ns string, seq uint64) (*lehrpb.VersionRecord, *lehrpb.Namespace, int64, error) {
 	if _, _, err := names.Namespace(ns); err != nil {
-		return nil, 0, fmt.Errorf("%w: %w", ErrInvalid, err)
+		return nil, nil, 0, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	hkey := s.lay.nsmeta(ns)
 	var head *lehrpb.Namespace
@@ -652,47 +658,47 @@ func (s *Store) lookup(ctx context.Context, ns string, seq uint64) (*lehrpb.Vers
 	if seq == 0 {
 		h, _, r, err := s.head(ctx, ns)
 		if err != nil {
-			return nil, 0, err
+			return nil, nil, 0, err
 		}
 		if h == nil {
-			return nil, 0, &NotFoundError{What: "namespace", Name: ns}
+			return nil, nil, 0, &NotFoundError{What: "namespace", Name: ns}
 		}
 		if h.GetLatestVersion() == 0 {
-			return nil, 0, &NotFoundError{What: "version", Name: ns + "@latest"}
+			return nil, nil, 0, &NotFoundError{What: "version", Name: ns + "@latest"}
 		}
 		head, seq, rev = h, h.GetLatestVersion(), r
 		if rec, err = s.record(ctx, ns, seq, rev); err != nil {
-			return nil, 0, err
+			return nil, nil, 0, err
 		}
 		if rec == nil {
-			return nil, 0, fmt.Errorf("%w: head names version %d, which is missing", ErrCorrupt, seq)
+			return nil, nil, 0, fmt.Errorf("%w: head names version %d, which is missing", ErrCorrupt, seq)
 		}
-		return rec, rev, nil
+		return rec, head, rev, nil
 	}
 	vkey := s.lay.version(ns, seq)
 	rs, rev, err := s.readAt(ctx, clientv3.OpGet(hkey), clientv3.OpGet(vkey))
 	if err != nil {
-		return nil, 0, err
+		return nil, nil, 0, err
 	}
 	if len(rs[0].Kvs) == 0 {
-		return nil, 0, &NotFoundError{What: "namespace", Name: ns}
+		return nil, nil, 0, &NotFoundError{What: "namespace", Name: ns}
+	}
+	head = new(lehrpb.Namespace)
+	if err := decode(hkey, rs[0].Kvs[0].Value, head); err != nil {
+		return nil, nil, 0, err
 	}
 	if len(rs[1].Kvs) == 0 {
-		head = new(lehrpb.Namespace)
-		if err := decode(hkey, rs[0].Kvs[0].Value, head); err != nil {
-			return nil, 0, err
-		}
 		nf := &NotFoundError{What: "version", Name: fmt.Sprintf("%s@%d", ns, seq)}
 		if seq < head.GetOldestVersion() {
 			nf.Oldest = head.GetOldestVersion()
 		}
-		return nil, 0, nf
+		return nil, nil, 0, nf
 	}
 	rec = new(lehrpb.VersionRecord)
 	if err := decode(vkey, rs[1].Kvs[0].Value, rec); err != nil {
-		return nil, 0, err
+		return nil, nil, 0, err
 	}
-	return rec, rev, nil
+	return rec, head, rev, nil
 }
 
 // Version returns a version's metadata; seq 0 means the latest.
@@ -715,24 +721,28 @@ func (s *Store) ExpectedChecks(ctx context.Context, ns string, seq uint64) ([]*l
 }
 
 // Content returns a version's metadata and content; seq 0 means the latest.
-// The content is checked against the recorded checksum (ErrCorrupt).
+// The content is checked against the recorded checksum (ErrCorrupt). The
+// metadata is signed as control serves every version (served): with this
+// control's key, over the current payload.
 func (s *Store) Content(ctx context.Context, ns string, seq uint64) (*lehrpb.VersionInfo, content.Snapshot, error) {
 	var err error
 	for range maxReadAttempts {
 		var rec *lehrpb.VersionRecord
+		var head *lehrpb.Namespace
 		var rev int64
-		rec, rev, err = s.lookup(ctx, ns, seq)
+		rec, head, rev, err = s.lookupHead(ctx, ns, seq)
 		if err != nil {
 			return nil, content.Snapshot{}, fmt.Errorf("store: content %s@%d: %w", ns, seq, err)
 		}
-		if _, snap, ok := s.contents.get(ns, rec.GetInfo().GetSeq(), rec.GetInfo().GetChecksum()); ok {
-			return rec.GetInfo(), snap, nil
+		info := s.served(rec.GetInfo(), head.GetKind())
+		if _, snap, ok := s.contents.get(ns, info.GetSeq(), info.GetChecksum()); ok {
+			return info, snap, nil
 		}
 		var snap content.Snapshot
 		snap, err = s.readContent(ctx, ns, rec, rev)
 		if err == nil {
-			s.contents.put(ns, proto.CloneOf(rec.GetInfo()), snap, nil)
-			return rec.GetInfo(), snap, nil
+			s.contents.put(ns, proto.CloneOf(info), snap, nil)
+			return info, snap, nil
 		}
 		// etcd compacted the revision between reading the record and its
 		// blobs: read again at a newer one.
@@ -741,6 +751,22 @@ func (s *Store) Content(ctx context.Context, ns string, seq uint64) (*lehrpb.Ver
 		}
 	}
 	return nil, content.Snapshot{}, fmt.Errorf("store: content %s@%d: %w", ns, seq, err)
+}
+
+// served returns info as control serves it: signed with this control's key
+// over the current payload (signing.Payload) of a version of kind kind.
+// A record signed before — with the legacy payload, another replica's or
+// an older key, or not at all (signing was off) — is signed as it is
+// served, so that every version a distributor fetches carries a signature
+// of every field agents deliver; the record itself is not rewritten.
+// Without a signer info is returned as it is.
+func (s *Store) served(info *lehrpb.VersionInfo, kind lehrpb.NamespaceKind) *lehrpb.VersionInfo {
+	if s.opts.Signer == nil {
+		return info
+	}
+	out := proto.CloneOf(info)
+	s.opts.Signer.Sign(out, kind)
+	return out
 }
 
 // CachedContent returns the record and content of ns@seq if this control

@@ -133,6 +133,15 @@ func burstOf(perSecond int64) int {
 
 // policy returns the policy of ns's domain, without a lock: it is on
 // every session's plan.
+// knowsDomain reports whether ns's domain has a policy.
+func (s *Server) knowsDomain(ns string) bool {
+	if m := s.domains.Load(); m != nil {
+		_, ok := (*m)[domainOf(ns)]
+		return ok
+	}
+	return false
+}
+
 func (s *Server) policy(ns string) DomainPolicy {
 	if m := s.domains.Load(); m != nil {
 		return (*m)[domainOf(ns)]

@@ -50,7 +50,8 @@ func (p *hostPKI) caFile() string { return filepath.Join(p.dir, "ca", pki.CACert
 
 func (p *hostPKI) server() *tls.Config {
 	p.t.Helper()
-	c, k, err := p.ca.IssueFiles(filepath.Join(p.dir, "leaf"), "distributor", pki.Server, nil, time.Hour)
+	c, k, err := p.ca.IssueURIFiles(filepath.Join(p.dir, "leaf"), "distributor", pki.Server, nil,
+		tlsconfig.Identity{Role: tlsconfig.RoleDistributor, Zone: zone, Name: "distributor"}.URI(), time.Hour)
 	if err != nil {
 		p.t.Fatalf("issue: %v", err)
 	}
@@ -534,7 +535,8 @@ func TestRefusals(t *testing.T) {
 	// Wrong zone.
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	_, err := agenttest.Dial(ctx, agenttest.Options{Addr: e.srv.Addr().String(), TLS: e.pki.client("h1"), HostID: "h1", Zone: "zone-b", Logger: quietLogger()})
+	_, err := agenttest.Dial(ctx, agenttest.Options{Addr: e.srv.Addr().String(), TLS: e.pki.client("h1"), HostID: "h1", Zone: "zone-b", Logger: quietLogger(),
+		AnyDistributor: true}) // an agent of zone-b would refuse this distributor itself
 	if code, _, _ := wire.CloseCode(err); code != wire.CodeWrongZone {
 		t.Errorf("wrong zone: err %v, want close code %v", err, wire.CodeWrongZone)
 	}

@@ -131,6 +131,13 @@ type Options struct {
 	// instead of all at once. Default DefaultRedialRate; negative: no
 	// spread (agents redial after their own minimum backoff).
 	RedialRate float64
+	// DomainWanted, if set, is called with a namespace an agent subscribes
+	// to that has no goal in the zone, of a domain without a policy
+	// (SetDomains). Control gives a distributor no goal of a domain whose
+	// readers do not admit its zone: once the owner has set that domain's
+	// policy, the agent is told FORBIDDEN, naming the readers, rather than
+	// NOT_FOUND. Called without locks held; it must not block.
+	DomainWanted func(ns string)
 }
 
 // Defaults of Options.

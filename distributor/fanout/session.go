@@ -588,6 +588,9 @@ func (ss *session) pushLoop() {
 				return
 			}
 			ss.srv.met.unavailable.Inc()
+			if u.GetReason() == lehrpb.UnavailableReason_UNAVAILABLE_REASON_NOT_FOUND && ss.srv.opts.DomainWanted != nil && !ss.srv.knowsDomain(u.GetNamespace()) {
+				ss.srv.opts.DomainWanted(u.GetNamespace())
+			}
 		}
 		if a := ss.takeAdvice(); a != nil {
 			if err := ss.send(a); err != nil {
@@ -638,6 +641,17 @@ func (ss *session) plan() (jobs []job, unavailable []*lehrpb.Unavailable, wake t
 			continue
 		}
 		goal := goals[ns]
+		// Readers first: a domain whose readers do not admit the zone has
+		// no goal here at all (control withholds it), and the host should
+		// hear why.
+		if why := ss.srv.forbidden(ns, ss.host); why != "" {
+			if st.unavailable != lehrpb.UnavailableReason_UNAVAILABLE_REASON_FORBIDDEN {
+				st.unavailable = lehrpb.UnavailableReason_UNAVAILABLE_REASON_FORBIDDEN
+				unavailable = append(unavailable, &lehrpb.Unavailable{Namespace: ns, Reason: st.unavailable,
+					Detail: why + ": this host may not receive the namespace; it keeps what it holds"})
+			}
+			continue
+		}
 		if goal == nil {
 			if st.unavailable != lehrpb.UnavailableReason_UNAVAILABLE_REASON_NOT_FOUND {
 				st.unavailable = lehrpb.UnavailableReason_UNAVAILABLE_REASON_NOT_FOUND
@@ -646,14 +660,6 @@ func (ss *session) plan() (jobs []job, unavailable []*lehrpb.Unavailable, wake t
 					Reason:    st.unavailable,
 					Detail:    "this distributor knows no goal state for the namespace in its zone; an update follows if one appears",
 				})
-			}
-			continue
-		}
-		if why := ss.srv.forbidden(ns, ss.host); why != "" {
-			if st.unavailable != lehrpb.UnavailableReason_UNAVAILABLE_REASON_FORBIDDEN {
-				st.unavailable = lehrpb.UnavailableReason_UNAVAILABLE_REASON_FORBIDDEN
-				unavailable = append(unavailable, &lehrpb.Unavailable{Namespace: ns, Reason: st.unavailable,
-					Detail: why + ": this host may not receive the namespace; it keeps what it holds"})
 			}
 			continue
 		}

@@ -52,6 +52,7 @@ const (
 	ReasonPreviewGate        = "PREVIEW_GATE"         // a commit's gate on preview counts is not met
 	ReasonQuotaExceeded      = "QUOTA_EXCEEDED"       // a domain would store more bytes than its quota allows
 	ReasonStoreFull          = "STORE_FULL"           // the store is above its high-water mark: new content waits for space
+	ReasonCertificateRefused = "CERTIFICATE_REFUSED"  // TLS fails: control refused the client's certificate, or the client control's
 )
 
 // MaxMessageBytes bounds the Message an error shows (Error, GRPCStatus): a

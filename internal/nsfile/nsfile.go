@@ -98,7 +98,8 @@ type File struct {
 }
 
 // Info returns what f says of its version, in the form control signed it:
-// verify it with internal/signing's Verifier.
+// verify it, with f.Kind, with internal/signing's Verifier
+// (Verify(f.Info(), f.Kind)).
 func (f File) Info() *lehrpb.VersionInfo {
 	info := &lehrpb.VersionInfo{Namespace: f.Namespace, Seq: f.Version, Checksum: f.Checksum, Author: f.Author, Message: f.Message,
 		RollbackOf: f.RollbackOf, Signature: f.Signature, SignatureKeyId: f.SignatureKeyID}

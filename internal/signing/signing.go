@@ -1,11 +1,12 @@
 // Package signing is Lehr's end-to-end signature of versions: control
 // signs what a version is — namespace, sequence number, content checksum,
-// author and creation time — with an ed25519 key only it holds, and
-// agents (and consumers, in any language, from the namespace file's
-// header) check it against the public keys they trust, so a distributor
-// or anything else on the way cannot change content, author or version
-// unnoticed (docs/files.md, "Signatures"; docs/operations.md, "Security
-// model").
+// author, creation time, the namespace's kind, the message and what a
+// rollback republishes: every field a host or consumer acts on or shows —
+// with an ed25519 key only it holds, and agents (and consumers, in any
+// language, from the namespace file's header) check it against the public
+// keys they trust, so a distributor or anything else on the way cannot
+// change any of them unnoticed (docs/files.md, "Signatures";
+// docs/operations.md, "Security model").
 //
 // Goals are signed too (goal.go): which version each host of a zone should
 // hold, so a distributor cannot deliver a signed version control did not
@@ -29,22 +30,57 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
-	"time"
+
+	"google.golang.org/protobuf/proto"
 
 	"lehr.dev/lehr/proto/lehrpb"
 )
 
-// PayloadPrefix starts every signed payload; a new payload layout changes
-// it.
-const PayloadPrefix = "lehr-version-v1\n"
+// PayloadVersion names a layout of the signed bytes. Each layout starts
+// with its own prefix, so a signature of one never verifies as another.
+type PayloadVersion int
 
-// Payload returns the bytes a version's signature covers: PayloadPrefix,
-// then namespace, seq (decimal), checksum, author and creation time (Unix
-// nanoseconds, decimal), each as a netstring ("<length>:<bytes>,"), so no
-// value can be read as another.
-func Payload(namespace string, seq uint64, checksum, author string, created time.Time) []byte {
-	b := []byte(PayloadPrefix)
-	for _, f := range []string{namespace, strconv.FormatUint(seq, 10), checksum, author, strconv.FormatInt(created.UnixNano(), 10)} {
+const (
+	// PayloadV1 is LegacyPayload: namespace, seq, checksum, author and
+	// creation time. Controls signed it until issue 28; versions signed
+	// so stay verifiable, but their kind, message and rollback_of are not
+	// covered (see Covered).
+	PayloadV1 PayloadVersion = 1
+	// PayloadV2 is Payload, what control signs now: PayloadV1's fields and
+	// kind, message and rollback_of.
+	PayloadV2 PayloadVersion = 2
+)
+
+// PayloadPrefix starts the payload control signs (PayloadV2);
+// LegacyPayloadPrefix the one it signed before (PayloadV1).
+const (
+	PayloadPrefix       = "lehr-version-v2\n"
+	LegacyPayloadPrefix = "lehr-version-v1\n"
+)
+
+// Payload returns the bytes a version's signature covers (PayloadV2):
+// PayloadPrefix, then namespace, seq (decimal), checksum, author, creation
+// time (Unix nanoseconds, decimal), kind (KindName), message and
+// rollback_of (decimal, 0 for a version that is not a rollback), each as a
+// netstring ("<length>:<bytes>,"), so no value can be read as another.
+// kind is the namespace's, which VersionInfo does not carry.
+func Payload(info *lehrpb.VersionInfo, kind lehrpb.NamespaceKind) []byte {
+	return netstrings(PayloadPrefix, info.GetNamespace(), strconv.FormatUint(info.GetSeq(), 10), info.GetChecksum(), info.GetAuthor(),
+		strconv.FormatInt(info.GetCreateTime().AsTime().UnixNano(), 10),
+		KindName(kind), info.GetMessage(), strconv.FormatUint(info.GetRollbackOf(), 10))
+}
+
+// LegacyPayload returns the bytes a PayloadV1 signature covers:
+// LegacyPayloadPrefix, then namespace, seq, checksum, author and creation
+// time as in Payload.
+func LegacyPayload(info *lehrpb.VersionInfo) []byte {
+	return netstrings(LegacyPayloadPrefix, info.GetNamespace(), strconv.FormatUint(info.GetSeq(), 10), info.GetChecksum(), info.GetAuthor(),
+		strconv.FormatInt(info.GetCreateTime().AsTime().UnixNano(), 10))
+}
+
+func netstrings(prefix string, fields ...string) []byte {
+	b := []byte(prefix)
+	for _, f := range fields {
 		b = strconv.AppendInt(b, int64(len(f)), 10)
 		b = append(b, ':')
 		b = append(b, f...)
@@ -53,9 +89,40 @@ func Payload(namespace string, seq uint64, checksum, author string, created time
 	return b
 }
 
-// payloadOf is the payload of info.
-func payloadOf(info *lehrpb.VersionInfo) []byte {
-	return Payload(info.GetNamespace(), info.GetSeq(), info.GetChecksum(), info.GetAuthor(), info.GetCreateTime().AsTime())
+// KindName is how Payload writes a kind: "config", "policy" or
+// "unspecified" — the words of the namespace file header's "kind" — and
+// the decimal number of any other value.
+func KindName(k lehrpb.NamespaceKind) string {
+	switch k {
+	case lehrpb.NamespaceKind_NAMESPACE_KIND_UNSPECIFIED:
+		return "unspecified"
+	case lehrpb.NamespaceKind_NAMESPACE_KIND_CONFIG:
+		return "config"
+	case lehrpb.NamespaceKind_NAMESPACE_KIND_POLICY:
+		return "policy"
+	}
+	return strconv.Itoa(int(k))
+}
+
+// Covered returns the fields of info a signature of payload version pv
+// covers, and the signature: namespace, seq, checksum, author and creation
+// time, and for PayloadV2 the message and rollback_of. Whatever else info
+// carries (parent, source, sizes, the transport identity; for PayloadV1
+// the message and rollback_of) no signature vouches for: an agent that
+// verifies delivers Covered(info) only. (Kind is not in VersionInfo; only
+// PayloadV2 covers it.)
+func Covered(info *lehrpb.VersionInfo, pv PayloadVersion) *lehrpb.VersionInfo {
+	out := &lehrpb.VersionInfo{
+		Namespace: info.GetNamespace(), Seq: info.GetSeq(), Checksum: info.GetChecksum(), Author: info.GetAuthor(),
+		Signature: info.GetSignature(), SignatureKeyId: info.GetSignatureKeyId(),
+	}
+	if ts := info.GetCreateTime(); ts != nil {
+		out.CreateTime = proto.CloneOf(ts)
+	}
+	if pv >= PayloadV2 {
+		out.Message, out.RollbackOf = info.GetMessage(), info.GetRollbackOf()
+	}
+	return out
 }
 
 // KeyID names a public key: "ed25519:" and the first 8 bytes of its
@@ -141,9 +208,9 @@ func (s *Signer) KeyID() string { return s.id }
 // Public returns the signer's public key.
 func (s *Signer) Public() ed25519.PublicKey { return s.key.Public().(ed25519.PublicKey) }
 
-// Sign sets info's signature and key id.
-func (s *Signer) Sign(info *lehrpb.VersionInfo) {
-	info.Signature = ed25519.Sign(s.key, payloadOf(info))
+// Sign sets info's signature (of Payload(info, kind)) and key id.
+func (s *Signer) Sign(info *lehrpb.VersionInfo, kind lehrpb.NamespaceKind) {
+	info.Signature = ed25519.Sign(s.key, Payload(info, kind))
 	info.SignatureKeyId = s.id
 }
 
@@ -227,20 +294,27 @@ func (v *Verifier) KeyIDs() []string {
 	return ids
 }
 
-// Verify checks info's signature: ErrUnsigned, ErrUnknownKey or
-// ErrBadSignature (wrapped, naming the version and key) when it does not
-// hold.
-func (v *Verifier) Verify(info *lehrpb.VersionInfo) error {
+// Verify checks info's signature as a version of a namespace of kind kind
+// and returns the payload version it signs: PayloadV2 (Payload), or
+// PayloadV1 (LegacyPayload) for a version a control signed before
+// PayloadV2 — whose kind, message and rollback_of the signature does not
+// cover (Covered). It fails with ErrUnsigned, ErrUnknownKey or
+// ErrBadSignature (wrapped, naming the version and key).
+func (v *Verifier) Verify(info *lehrpb.VersionInfo, kind lehrpb.NamespaceKind) (PayloadVersion, error) {
 	what := fmt.Sprintf("%s@%d", info.GetNamespace(), info.GetSeq())
 	if len(info.GetSignature()) == 0 {
-		return fmt.Errorf("%s: %w", what, ErrUnsigned)
+		return 0, fmt.Errorf("%s: %w", what, ErrUnsigned)
 	}
 	k, ok := v.keys[info.GetSignatureKeyId()]
 	if !ok {
-		return fmt.Errorf("%s: %w: %q (trusted: %v)", what, ErrUnknownKey, info.GetSignatureKeyId(), v.KeyIDs())
+		return 0, fmt.Errorf("%s: %w: %q (trusted: %v)", what, ErrUnknownKey, info.GetSignatureKeyId(), v.KeyIDs())
 	}
-	if !ed25519.Verify(k, payloadOf(info), info.GetSignature()) {
-		return fmt.Errorf("%s (key %s): %w: its namespace, version, checksum, author or time was changed after control signed it", what, info.GetSignatureKeyId(), ErrBadSignature)
+	switch {
+	case ed25519.Verify(k, Payload(info, kind), info.GetSignature()):
+		return PayloadV2, nil
+	case ed25519.Verify(k, LegacyPayload(info), info.GetSignature()):
+		return PayloadV1, nil
 	}
-	return nil
+	return 0, fmt.Errorf("%s (key %s): %w: its namespace, version, checksum, author, time, kind, message or rollback_of was changed after control signed it",
+		what, info.GetSignatureKeyId(), ErrBadSignature)
 }

@@ -17,14 +17,18 @@ import (
 	"lehr.dev/lehr/proto/lehrpb"
 )
 
+const config = lehrpb.NamespaceKind_NAMESPACE_KIND_CONFIG
+
 func version() *lehrpb.VersionInfo {
 	return &lehrpb.VersionInfo{Namespace: "pay/limits", Seq: 7, Checksum: "sha256:" + strings.Repeat("ab", 32), Author: "alice",
-		CreateTime: timestamppb.New(time.Unix(1_800_000_000, 123)), Message: "not signed: free text"}
+		CreateTime: timestamppb.New(time.Unix(1_800_000_000, 123)), Message: "raise the limit", RollbackOf: 3,
+		Parent: 6, Source: lehrpb.VersionSource_VERSION_SOURCE_ROLLBACK, SizeBytes: 10, PropertyCount: 1, TransportIdentity: "127.0.0.1:5"}
 }
 
-// A signed version verifies; every signed field changed after signing, an
-// unknown (or revoked) key and a missing signature are refused, each with
-// its own error.
+// A signed version verifies; every signed field changed after signing —
+// the namespace's kind, the message and rollback_of too (issue 28, item 5)
+// — an unknown (or revoked) key and a missing signature are refused, each
+// with its own error.
 func TestSignVerify(t *testing.T) {
 	dir := t.TempDir()
 	s, created, err := signing.LoadOrCreate(filepath.Join(dir, "keys", "signing.key"))
@@ -33,32 +37,37 @@ func TestSignVerify(t *testing.T) {
 	}
 	v := signing.NewVerifier(s.Public())
 	info := version()
-	s.Sign(info)
-	if err := v.Verify(info); err != nil {
-		t.Fatalf("a signed version: %v", err)
-	}
-	info.Message = "messages are not signed"
-	if err := v.Verify(info); err != nil {
-		t.Errorf("the message changed: %v; only what the version is is signed", err)
+	s.Sign(info, config)
+	if pv, err := v.Verify(info, config); err != nil || pv != signing.PayloadV2 {
+		t.Fatalf("a signed version: payload %d, %v; want %d", pv, err, signing.PayloadV2)
 	}
 	for _, tc := range []struct {
 		name   string
 		change func(*lehrpb.VersionInfo)
+		kind   lehrpb.NamespaceKind
 		want   error
 	}{
-		{"namespace", func(i *lehrpb.VersionInfo) { i.Namespace = "pay/other" }, signing.ErrBadSignature},
-		{"seq", func(i *lehrpb.VersionInfo) { i.Seq++ }, signing.ErrBadSignature},
-		{"checksum", func(i *lehrpb.VersionInfo) { i.Checksum = "sha256:" + strings.Repeat("cd", 32) }, signing.ErrBadSignature},
-		{"author", func(i *lehrpb.VersionInfo) { i.Author = "mallory" }, signing.ErrBadSignature},
-		{"time", func(i *lehrpb.VersionInfo) { i.CreateTime = timestamppb.New(time.Unix(1_800_000_001, 0)) }, signing.ErrBadSignature},
-		{"signature", func(i *lehrpb.VersionInfo) { i.Signature[0] ^= 1 }, signing.ErrBadSignature},
-		{"unsigned", func(i *lehrpb.VersionInfo) { i.Signature, i.SignatureKeyId = nil, "" }, signing.ErrUnsigned},
-		{"unknown key", func(i *lehrpb.VersionInfo) { i.SignatureKeyId = "ed25519:0000000000000000" }, signing.ErrUnknownKey},
+		{"namespace", func(i *lehrpb.VersionInfo) { i.Namespace = "pay/other" }, config, signing.ErrBadSignature},
+		{"seq", func(i *lehrpb.VersionInfo) { i.Seq++ }, config, signing.ErrBadSignature},
+		{"checksum", func(i *lehrpb.VersionInfo) { i.Checksum = "sha256:" + strings.Repeat("cd", 32) }, config, signing.ErrBadSignature},
+		{"author", func(i *lehrpb.VersionInfo) { i.Author = "mallory" }, config, signing.ErrBadSignature},
+		{"time", func(i *lehrpb.VersionInfo) { i.CreateTime = timestamppb.New(time.Unix(1_800_000_001, 0)) }, config, signing.ErrBadSignature},
+		{"kind", func(*lehrpb.VersionInfo) {}, lehrpb.NamespaceKind_NAMESPACE_KIND_POLICY, signing.ErrBadSignature},
+		{"message", func(i *lehrpb.VersionInfo) { i.Message = "nothing to see" }, config, signing.ErrBadSignature},
+		{"rollback_of", func(i *lehrpb.VersionInfo) { i.RollbackOf = 0 }, config, signing.ErrBadSignature},
+		{"signature", func(i *lehrpb.VersionInfo) { i.Signature[0] ^= 1 }, config, signing.ErrBadSignature},
+		{"unsigned", func(i *lehrpb.VersionInfo) { i.Signature, i.SignatureKeyId = nil, "" }, config, signing.ErrUnsigned},
+		{"unknown key", func(i *lehrpb.VersionInfo) { i.SignatureKeyId = "ed25519:0000000000000000" }, config, signing.ErrUnknownKey},
+		// Not signed, and not delivered by agents that verify (Covered).
+		{"parent", func(i *lehrpb.VersionInfo) { i.Parent = 1 }, config, nil},
+		{"source", func(i *lehrpb.VersionInfo) { i.Source = lehrpb.VersionSource_VERSION_SOURCE_PATCH }, config, nil},
+		{"sizes", func(i *lehrpb.VersionInfo) { i.SizeBytes, i.PropertyCount = 99, 9 }, config, nil},
+		{"transport identity", func(i *lehrpb.VersionInfo) { i.TransportIdentity = "mallory" }, config, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			i := proto.CloneOf(info)
 			tc.change(i)
-			if err := v.Verify(i); !errors.Is(err, tc.want) {
+			if _, err := v.Verify(i, tc.kind); !errors.Is(err, tc.want) || (err == nil) != (tc.want == nil) {
 				t.Errorf("Verify after changing the %s: %v; want %v", tc.name, err, tc.want)
 			}
 		})
@@ -81,9 +90,11 @@ func TestSignVerify(t *testing.T) {
 		t.Fatal(err)
 	}
 	fresh := version()
-	next.Sign(fresh)
-	if rotating.Verify(info) != nil || rotating.Verify(fresh) != nil {
-		t.Errorf("during a rotation both keys' versions must verify: %v, %v", rotating.Verify(info), rotating.Verify(fresh))
+	next.Sign(fresh, config)
+	_, errOld := rotating.Verify(info, config)
+	_, errNew := rotating.Verify(fresh, config)
+	if errOld != nil || errNew != nil {
+		t.Errorf("during a rotation both keys' versions must verify: %v, %v", errOld, errNew)
 	}
 	only, _ := signing.EncodePublic(next.Public())
 	if err := os.WriteFile(trust, only, 0o644); err != nil {
@@ -93,7 +104,7 @@ func TestSignVerify(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := revoked.Verify(info); !errors.Is(err, signing.ErrUnknownKey) || !strings.Contains(err.Error(), s.KeyID()) {
+	if _, err := revoked.Verify(info, config); !errors.Is(err, signing.ErrUnknownKey) || !strings.Contains(err.Error(), s.KeyID()) {
 		t.Errorf("a version signed by the revoked key: %v; want ErrUnknownKey naming %s", err, s.KeyID())
 	}
 
@@ -115,13 +126,61 @@ func TestSignVerify(t *testing.T) {
 	}
 }
 
-// The payload is a fixed, documented layout (docs/files.md): consumers in
-// other languages rebuild it byte for byte.
+// The payloads are fixed, documented layouts (docs/files.md): consumers in
+// other languages rebuild them byte for byte.
 func TestPayloadLayout(t *testing.T) {
-	got := string(signing.Payload("pay/limits", 7, "sha256:ab", "alice", time.Unix(1_800_000_000, 123)))
-	want := "lehr-version-v1\n10:pay/limits,1:7,9:sha256:ab,5:alice,19:1800000000000000123,"
-	if got != want {
-		t.Errorf("payload %q; want %q", got, want)
+	info := &lehrpb.VersionInfo{Namespace: "pay/limits", Seq: 7, Checksum: "sha256:ab", Author: "alice",
+		CreateTime: timestamppb.New(time.Unix(1_800_000_000, 123)), Message: "raise it", RollbackOf: 0}
+	for _, tc := range []struct {
+		name string
+		got  []byte
+		want string
+	}{
+		{"v2", signing.Payload(info, lehrpb.NamespaceKind_NAMESPACE_KIND_POLICY),
+			"lehr-version-v2\n10:pay/limits,1:7,9:sha256:ab,5:alice,19:1800000000000000123,6:policy,8:raise it,1:0,"},
+		{"v1", signing.LegacyPayload(info),
+			"lehr-version-v1\n10:pay/limits,1:7,9:sha256:ab,5:alice,19:1800000000000000123,"},
+	} {
+		if string(tc.got) != tc.want {
+			t.Errorf("payload %s %q; want %q", tc.name, tc.got, tc.want)
+		}
+	}
+}
+
+// Versions a control signed before payload v2 (the legacy payload, which
+// covers neither kind, message nor rollback_of) stay verifiable: Verify
+// says which payload a signature covers, and Covered keeps only what it
+// covers, so an agent that verifies delivers nothing unsigned — a changed
+// message or rollback_of of a legacy version never reaches a file.
+func TestLegacyPayload(t *testing.T) {
+	_, key, _ := ed25519.GenerateKey(rand.Reader)
+	v := signing.NewVerifier(key.Public().(ed25519.PublicKey))
+	info := version()
+	info.Signature, info.SignatureKeyId = ed25519.Sign(key, signing.LegacyPayload(info)), signing.KeyID(key.Public().(ed25519.PublicKey))
+	info.Message, info.RollbackOf = "changed on the way", 1 // not covered: still verifies
+	pv, err := v.Verify(info, lehrpb.NamespaceKind_NAMESPACE_KIND_POLICY)
+	if err != nil || pv != signing.PayloadV1 {
+		t.Fatalf("a legacy signature: payload %d, %v; want %d", pv, err, signing.PayloadV1)
+	}
+	got := signing.Covered(info, pv)
+	want := &lehrpb.VersionInfo{Namespace: info.Namespace, Seq: info.Seq, Checksum: info.Checksum, Author: info.Author, CreateTime: info.CreateTime,
+		Signature: info.Signature, SignatureKeyId: info.SignatureKeyId}
+	if !proto.Equal(got, want) {
+		t.Errorf("Covered(legacy) = %v; want %v", got, want)
+	}
+	bad := proto.CloneOf(info)
+	bad.Author = "mallory"
+	if _, err := v.Verify(bad, config); !errors.Is(err, signing.ErrBadSignature) {
+		t.Errorf("a legacy version with another author: %v; want ErrBadSignature", err)
+	}
+
+	s := signing.NewSigner(key)
+	cur := version()
+	s.Sign(cur, config)
+	want = proto.CloneOf(cur)
+	want.Parent, want.Source, want.SizeBytes, want.PropertyCount, want.TransportIdentity = 0, 0, 0, 0, ""
+	if got := signing.Covered(cur, signing.PayloadV2); !proto.Equal(got, want) {
+		t.Errorf("Covered(v2) = %v; want %v", got, want)
 	}
 }
 
@@ -148,7 +207,7 @@ func BenchmarkSign(b *testing.B) {
 	s := signing.NewSigner(key)
 	info := version()
 	for b.Loop() {
-		s.Sign(info)
+		s.Sign(info, config)
 	}
 }
 
@@ -157,9 +216,9 @@ func BenchmarkVerify(b *testing.B) {
 	s := signing.NewSigner(key)
 	v := signing.NewVerifier(s.Public())
 	info := version()
-	s.Sign(info)
+	s.Sign(info, config)
 	for b.Loop() {
-		if err := v.Verify(info); err != nil {
+		if _, err := v.Verify(info, config); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -227,8 +227,14 @@ type SubscribeResponse struct {
 	// Absolute path of the namespace file (it may not exist yet).
 	Path string `protobuf:"bytes,3,opt,name=path,proto3" json:"path,omitempty"`
 	// Version and checksum currently in the file, 0 and "" if none yet.
-	Version       uint64 `protobuf:"varint,4,opt,name=version,proto3" json:"version,omitempty"`
-	Checksum      string `protobuf:"bytes,5,opt,name=checksum,proto3" json:"checksum,omitempty"`
+	Version  uint64 `protobuf:"varint,4,opt,name=version,proto3" json:"version,omitempty"`
+	Checksum string `protobuf:"bytes,5,opt,name=checksum,proto3" json:"checksum,omitempty"`
+	// Why the agent's distributor cannot serve the namespace now, as it
+	// said (docs/wire.md, "Unavailable"): FORBIDDEN (the domain's
+	// acl.readers admit neither this host nor its zone), NOT_FOUND (no goal
+	// in the zone), NOT_READY, OVER_QUOTA; absent when nothing is known to
+	// stand in the way. A first lease learns it from the next KeepAlive.
+	Unavailable   *Unavailable `protobuf:"bytes,6,opt,name=unavailable,proto3" json:"unavailable,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -298,6 +304,13 @@ func (x *SubscribeResponse) GetChecksum() string {
 	return ""
 }
 
+func (x *SubscribeResponse) GetUnavailable() *Unavailable {
+	if x != nil {
+		return x.Unavailable
+	}
+	return nil
+}
+
 type KeepAliveRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	LeaseId       string                 `protobuf:"bytes,1,opt,name=lease_id,json=leaseId,proto3" json:"lease_id,omitempty"`
@@ -343,8 +356,10 @@ func (x *KeepAliveRequest) GetLeaseId() string {
 }
 
 type KeepAliveResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	TtlSeconds    uint32                 `protobuf:"varint,1,opt,name=ttl_seconds,json=ttlSeconds,proto3" json:"ttl_seconds,omitempty"`
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	TtlSeconds uint32                 `protobuf:"varint,1,opt,name=ttl_seconds,json=ttlSeconds,proto3" json:"ttl_seconds,omitempty"`
+	// As SubscribeResponse.unavailable, for the lease's namespace now.
+	Unavailable   *Unavailable `protobuf:"bytes,2,opt,name=unavailable,proto3" json:"unavailable,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -384,6 +399,13 @@ func (x *KeepAliveResponse) GetTtlSeconds() uint32 {
 		return x.TtlSeconds
 	}
 	return 0
+}
+
+func (x *KeepAliveResponse) GetUnavailable() *Unavailable {
+	if x != nil {
+		return x.Unavailable
+	}
+	return nil
 }
 
 type UnsubscribeRequest struct {
@@ -1054,19 +1076,21 @@ const file_lehr_v1_agent_proto_rawDesc = "" +
 	"\vttl_seconds\x18\x03 \x01(\rR\n" +
 	"ttlSeconds\x12\x1f\n" +
 	"\vmetrics_url\x18\x04 \x01(\tR\n" +
-	"metricsUrl\"\x99\x01\n" +
+	"metricsUrl\"\xd1\x01\n" +
 	"\x11SubscribeResponse\x12\x19\n" +
 	"\blease_id\x18\x01 \x01(\tR\aleaseId\x12\x1f\n" +
 	"\vttl_seconds\x18\x02 \x01(\rR\n" +
 	"ttlSeconds\x12\x12\n" +
 	"\x04path\x18\x03 \x01(\tR\x04path\x12\x18\n" +
 	"\aversion\x18\x04 \x01(\x04R\aversion\x12\x1a\n" +
-	"\bchecksum\x18\x05 \x01(\tR\bchecksum\"-\n" +
+	"\bchecksum\x18\x05 \x01(\tR\bchecksum\x126\n" +
+	"\vunavailable\x18\x06 \x01(\v2\x14.lehr.v1.UnavailableR\vunavailable\"-\n" +
 	"\x10KeepAliveRequest\x12\x19\n" +
-	"\blease_id\x18\x01 \x01(\tR\aleaseId\"4\n" +
+	"\blease_id\x18\x01 \x01(\tR\aleaseId\"l\n" +
 	"\x11KeepAliveResponse\x12\x1f\n" +
 	"\vttl_seconds\x18\x01 \x01(\rR\n" +
-	"ttlSeconds\"/\n" +
+	"ttlSeconds\x126\n" +
+	"\vunavailable\x18\x02 \x01(\v2\x14.lehr.v1.UnavailableR\vunavailable\"/\n" +
 	"\x12UnsubscribeRequest\x12\x19\n" +
 	"\blease_id\x18\x01 \x01(\tR\aleaseId\"\x15\n" +
 	"\x13UnsubscribeResponse\"C\n" +
@@ -1156,41 +1180,44 @@ var file_lehr_v1_agent_proto_goTypes = []any{
 	(*AgentSignalsResponse)(nil),  // 15: lehr.v1.AgentSignalsResponse
 	(*ReportApplyResponse)(nil),   // 16: lehr.v1.ReportApplyResponse
 	(*HostPreviewCounts)(nil),     // 17: lehr.v1.HostPreviewCounts
-	(*VersionInfo)(nil),           // 18: lehr.v1.VersionInfo
-	(NamespaceKind)(0),            // 19: lehr.v1.NamespaceKind
-	(*Property)(nil),              // 20: lehr.v1.Property
-	(*HostChecks)(nil),            // 21: lehr.v1.HostChecks
-	(*NamespaceSignals)(nil),      // 22: lehr.v1.NamespaceSignals
+	(*Unavailable)(nil),           // 18: lehr.v1.Unavailable
+	(*VersionInfo)(nil),           // 19: lehr.v1.VersionInfo
+	(NamespaceKind)(0),            // 20: lehr.v1.NamespaceKind
+	(*Property)(nil),              // 21: lehr.v1.Property
+	(*HostChecks)(nil),            // 22: lehr.v1.HostChecks
+	(*NamespaceSignals)(nil),      // 23: lehr.v1.NamespaceSignals
 }
 var file_lehr_v1_agent_proto_depIdxs = []int32{
 	17, // 0: lehr.v1.ReportPreviewRequest.counts:type_name -> lehr.v1.HostPreviewCounts
-	18, // 1: lehr.v1.AgentGetResponse.version:type_name -> lehr.v1.VersionInfo
-	19, // 2: lehr.v1.AgentGetResponse.kind:type_name -> lehr.v1.NamespaceKind
-	20, // 3: lehr.v1.AgentGetResponse.properties:type_name -> lehr.v1.Property
-	21, // 4: lehr.v1.NamespaceStatus.host_checks:type_name -> lehr.v1.HostChecks
-	11, // 5: lehr.v1.StatusResponse.namespaces:type_name -> lehr.v1.NamespaceStatus
-	22, // 6: lehr.v1.AgentSignalsResponse.signals:type_name -> lehr.v1.NamespaceSignals
-	2,  // 7: lehr.v1.Agent.Subscribe:input_type -> lehr.v1.SubscribeRequest
-	4,  // 8: lehr.v1.Agent.KeepAlive:input_type -> lehr.v1.KeepAliveRequest
-	6,  // 9: lehr.v1.Agent.Unsubscribe:input_type -> lehr.v1.UnsubscribeRequest
-	8,  // 10: lehr.v1.Agent.Get:input_type -> lehr.v1.AgentGetRequest
-	10, // 11: lehr.v1.Agent.Status:input_type -> lehr.v1.StatusRequest
-	13, // 12: lehr.v1.Agent.ReportApply:input_type -> lehr.v1.ReportApplyRequest
-	14, // 13: lehr.v1.Agent.Signals:input_type -> lehr.v1.AgentSignalsRequest
-	0,  // 14: lehr.v1.Agent.ReportPreview:input_type -> lehr.v1.ReportPreviewRequest
-	3,  // 15: lehr.v1.Agent.Subscribe:output_type -> lehr.v1.SubscribeResponse
-	5,  // 16: lehr.v1.Agent.KeepAlive:output_type -> lehr.v1.KeepAliveResponse
-	7,  // 17: lehr.v1.Agent.Unsubscribe:output_type -> lehr.v1.UnsubscribeResponse
-	9,  // 18: lehr.v1.Agent.Get:output_type -> lehr.v1.AgentGetResponse
-	12, // 19: lehr.v1.Agent.Status:output_type -> lehr.v1.StatusResponse
-	16, // 20: lehr.v1.Agent.ReportApply:output_type -> lehr.v1.ReportApplyResponse
-	15, // 21: lehr.v1.Agent.Signals:output_type -> lehr.v1.AgentSignalsResponse
-	1,  // 22: lehr.v1.Agent.ReportPreview:output_type -> lehr.v1.ReportPreviewResponse
-	15, // [15:23] is the sub-list for method output_type
-	7,  // [7:15] is the sub-list for method input_type
-	7,  // [7:7] is the sub-list for extension type_name
-	7,  // [7:7] is the sub-list for extension extendee
-	0,  // [0:7] is the sub-list for field type_name
+	18, // 1: lehr.v1.SubscribeResponse.unavailable:type_name -> lehr.v1.Unavailable
+	18, // 2: lehr.v1.KeepAliveResponse.unavailable:type_name -> lehr.v1.Unavailable
+	19, // 3: lehr.v1.AgentGetResponse.version:type_name -> lehr.v1.VersionInfo
+	20, // 4: lehr.v1.AgentGetResponse.kind:type_name -> lehr.v1.NamespaceKind
+	21, // 5: lehr.v1.AgentGetResponse.properties:type_name -> lehr.v1.Property
+	22, // 6: lehr.v1.NamespaceStatus.host_checks:type_name -> lehr.v1.HostChecks
+	11, // 7: lehr.v1.StatusResponse.namespaces:type_name -> lehr.v1.NamespaceStatus
+	23, // 8: lehr.v1.AgentSignalsResponse.signals:type_name -> lehr.v1.NamespaceSignals
+	2,  // 9: lehr.v1.Agent.Subscribe:input_type -> lehr.v1.SubscribeRequest
+	4,  // 10: lehr.v1.Agent.KeepAlive:input_type -> lehr.v1.KeepAliveRequest
+	6,  // 11: lehr.v1.Agent.Unsubscribe:input_type -> lehr.v1.UnsubscribeRequest
+	8,  // 12: lehr.v1.Agent.Get:input_type -> lehr.v1.AgentGetRequest
+	10, // 13: lehr.v1.Agent.Status:input_type -> lehr.v1.StatusRequest
+	13, // 14: lehr.v1.Agent.ReportApply:input_type -> lehr.v1.ReportApplyRequest
+	14, // 15: lehr.v1.Agent.Signals:input_type -> lehr.v1.AgentSignalsRequest
+	0,  // 16: lehr.v1.Agent.ReportPreview:input_type -> lehr.v1.ReportPreviewRequest
+	3,  // 17: lehr.v1.Agent.Subscribe:output_type -> lehr.v1.SubscribeResponse
+	5,  // 18: lehr.v1.Agent.KeepAlive:output_type -> lehr.v1.KeepAliveResponse
+	7,  // 19: lehr.v1.Agent.Unsubscribe:output_type -> lehr.v1.UnsubscribeResponse
+	9,  // 20: lehr.v1.Agent.Get:output_type -> lehr.v1.AgentGetResponse
+	12, // 21: lehr.v1.Agent.Status:output_type -> lehr.v1.StatusResponse
+	16, // 22: lehr.v1.Agent.ReportApply:output_type -> lehr.v1.ReportApplyResponse
+	15, // 23: lehr.v1.Agent.Signals:output_type -> lehr.v1.AgentSignalsResponse
+	1,  // 24: lehr.v1.Agent.ReportPreview:output_type -> lehr.v1.ReportPreviewResponse
+	17, // [17:25] is the sub-list for method output_type
+	9,  // [9:17] is the sub-list for method input_type
+	9,  // [9:9] is the sub-list for extension type_name
+	9,  // [9:9] is the sub-list for extension extendee
+	0,  // [0:9] is the sub-list for field type_name
 }
 
 func init() { file_lehr_v1_agent_proto_init() }

@@ -760,10 +760,12 @@ type VersionInfo struct {
 	// ("unix:uid=…"), or the peer address.
 	TransportIdentity string `protobuf:"bytes,12,opt,name=transport_identity,json=transportIdentity,proto3" json:"transport_identity,omitempty"`
 	// Control's ed25519 signature of the version (internal/signing.Payload:
-	// namespace, seq, checksum, author, create_time) and the id of the key
-	// that made it; empty when control signs nothing. Agents with trusted
-	// keys refuse a version whose signature does not verify (docs/files.md,
-	// "Signatures").
+	// namespace, seq, checksum, author, create_time, the namespace's kind,
+	// message and rollback_of; versions signed before payload version 2
+	// cover the first five only) and the id of the key that made it; empty
+	// when control signs nothing. Agents with trusted keys refuse a version
+	// whose signature does not verify, and deliver only the fields it covers
+	// (docs/files.md, "Signatures").
 	Signature      []byte `protobuf:"bytes,13,opt,name=signature,proto3" json:"signature,omitempty"`
 	SignatureKeyId string `protobuf:"bytes,14,opt,name=signature_key_id,json=signatureKeyId,proto3" json:"signature_key_id,omitempty"`
 	unknownFields  protoimpl.UnknownFields
