@@ -415,7 +415,7 @@ func runRolloutAction(ctx context.Context, e *env, fs *flags, cf *clientFlags, p
 		}
 		r, err := c.WaitRollout(ctx, ns, version, time.Second, func(r *lehrpb.Rollout) {
 			if !cf.json() {
-				fmt.Fprintf(e.stdout, "%s  %s: %s\n", time.Now().UTC().Format("15:04:05"), stateName(r.GetState()), clean(r.GetReason()))
+				fmt.Fprintf(e.stdout, "%s  %s: %s\n", time.Now().UTC().Format("15:04:05"), stateName(r.GetState()), reasonOf(r, time.Now()))
 			}
 		})
 		if err != nil {
@@ -496,7 +496,7 @@ func writeRollouts(w io.Writer, rs []*lehrpb.Rollout) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "ROLLOUT\tSTATE\tSTAGE\tUPDATED\tREASON")
 	for _, r := range rs {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", clean(r.GetId()), stateName(r.GetState()), clean(stageOf(r)), fmtTime(r.GetUpdateTime()), oneLine(r.GetReason()))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", clean(r.GetId()), stateName(r.GetState()), clean(stageOf(r)), fmtTime(r.GetUpdateTime()), oneLine(reasonOf(r, time.Now())))
 	}
 	tw.Flush()
 }
@@ -539,5 +539,16 @@ func writeRollout(w io.Writer, r *lehrpb.Rollout) {
 	if r.GetRollbackVersion() != 0 {
 		fmt.Fprintf(w, "  rolled back by version %d\n", r.GetRollbackVersion())
 	}
-	fmt.Fprintf(w, "  %s\n", clean(r.GetReason()))
+	fmt.Fprintf(w, "  %s\n", reasonOf(r, time.Now()))
+}
+
+// reasonOf is r's reason and, while it waits for something timed, how
+// long is left (the strategist stores when the wait ends, not a
+// countdown: rollout.WaitLeft).
+func reasonOf(r *lehrpb.Rollout, now time.Time) string {
+	s := clean(r.GetReason())
+	if left := rollout.WaitLeft(r, now); left != "" {
+		s += "; " + left
+	}
+	return s
 }

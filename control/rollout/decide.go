@@ -90,7 +90,7 @@ func Start(in StartInput) (StartDecision, error) {
 		old := proto.CloneOf(prev)
 		old.State = lehrpb.RolloutState_ROLLOUT_STATE_SUPERSEDED
 		old.Reason = fmt.Sprintf("version %d supersedes it (the latest intent wins); hosts that took %d move on with %d's rollout", seq, prev.GetVersion(), seq)
-		old.UpdateTime = timestamppb.New(now)
+		old.UpdateTime, old.WaitUntil = timestamppb.New(now), nil
 		out.Superseded = &Decision{Rollout: old, Events: []*lehrpb.RolloutEvent{newEvent(old, now, "superseded", old.GetReason(), "")}}
 	}
 	if !behind || len(in.Zones) == 0 {
@@ -176,7 +176,7 @@ func Admit(active []*lehrpb.Rollout, zones []string, now time.Time, goals func(n
 				evs = append(evs, newEvent(r, now, "queued", reason, ""))
 			}
 			if reason != r.GetReason() {
-				r.Reason, r.UpdateTime = reason, timestamppb.New(now)
+				r.Reason, r.UpdateTime, r.WaitUntil = reason, timestamppb.New(now), nil
 				out = append(out, Decision{Rollout: r, Events: evs})
 			}
 		default:
@@ -227,6 +227,9 @@ func Command(r *lehrpb.Rollout, c *lehrpb.RolloutCommand, now time.Time) Decisio
 		ev = newEvent(r, now, "ignored", fmt.Sprintf("unknown action %v by %s", c.GetAction(), who), who)
 	}
 	r.UpdateTime = timestamppb.New(now)
+	if r.GetState() != lehrpb.RolloutState_ROLLOUT_STATE_RUNNING {
+		r.WaitUntil = nil // paused (or already over): waits for nothing timed
+	}
 	return Decision{Rollout: r, Events: []*lehrpb.RolloutEvent{ev}}
 }
 
@@ -234,7 +237,7 @@ func Command(r *lehrpb.Rollout, c *lehrpb.RolloutCommand, now time.Time) Decisio
 // strategist commits the rollback — and returns its event.
 func Ended(r *lehrpb.Rollout, e *Ending, now time.Time) *lehrpb.RolloutEvent {
 	r.State = e.State
-	r.UpdateTime = timestamppb.New(now)
+	r.UpdateTime, r.WaitUntil = timestamppb.New(now), nil
 	kind := "failed"
 	if e.State == lehrpb.RolloutState_ROLLOUT_STATE_ABORTED {
 		kind = "aborted"

@@ -169,10 +169,15 @@ func (w *world) command(a lehrpb.RolloutAction, who string) {
 	w.apply(Command(w.rollouts[w.latest], &lehrpb.RolloutCommand{Action: a, Author: who}, w.now))
 }
 
-// state notes the latest rollout's state and reason.
+// state notes the latest rollout's state, reason and, when it waits for
+// something timed, how long is left.
 func (w *world) state() {
 	r := w.rollouts[w.latest]
-	w.note("%v: %s", r.GetState(), r.GetReason())
+	left := WaitLeft(r, w.now)
+	if left != "" {
+		left = " [" + left + "]"
+	}
+	w.note("%v: %s%s", r.GetState(), r.GetReason(), left)
 }
 
 // check compares the log with testdata/scenarios/<name>.golden.
@@ -559,5 +564,70 @@ func TestStepIsPure(t *testing.T) {
 	}
 	if read || len(d.Goals) > 0 {
 		t.Errorf("a waiting step read the goals (%v) or moved them (%v)", read, d.Goals)
+	}
+}
+
+// A rollout that only waits — for its hosts to apply, for its bake to end,
+// for the canary analysis's last look — is written once when the wait
+// begins and not again while the evidence stays the same: the time left
+// is derived from WaitUntil, not stored (issue 27: with thousands of
+// rollouts baking, each was rewritten every second).
+func TestAWaitingRolloutIsNotRewritten(t *testing.T) {
+	pending := evidenceOf(zoneHosts{zone: "a", pending: 1, pendingHosts: []string{"a-h1"}, agents: 2})
+	applied := evidenceOf(zoneHosts{zone: "a", applied: 1, agents: 2}).withConsumers(2, 0, 0)
+	for _, tc := range []struct {
+		name  string
+		setup func(w *world) evidence // steps into the wait; returns the evidence it waits with
+		until time.Duration           // how long the wait lasts from the last setup step
+	}{
+		{"apply", func(w *world) evidence { return pending }, 5 * time.Minute},
+		{"bake", func(w *world) evidence {
+			w.step(applied)
+			return applied
+		}, 10 * time.Minute},
+		{"last look", func(w *world) evidence {
+			w.step(applied) // applied
+			w.step(applied) // the analysis starts
+			w.judge(lehrpb.CanaryVerdict_CANARY_VERDICT_PASS, false, "looks 1-3 of 4 pass")
+			w.advance(10 * time.Minute)
+			w.step(applied) // baked; the last look is due
+			return applied
+		}, 5 * time.Minute}, // the grace: max(AnalysisGrace, bake/2)
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			policy := canaryThenAll(nil)
+			if tc.name == "last look" {
+				policy = canaryThenAll(&lehrpb.CanaryAnalysis{})
+			}
+			w := newWorld(t, policy, "a")
+			w.publish()
+			w.advance(time.Second)
+			w.step(evidenceOf(zoneHosts{zone: "a", agents: 2}).sampled(w.rollouts[w.latest], "a", "a-h1"))
+			ev := tc.setup(w)
+			w.step(ev) // the wait begins (or is already written)
+			r := w.rollouts[w.latest]
+			if r.GetWaitUntil() == nil {
+				t.Fatalf("waiting (%s) with no WaitUntil", r.GetReason())
+			}
+			if got, want := r.GetWaitUntil().AsTime().Sub(w.now), tc.until; got <= 0 || got > want {
+				t.Errorf("WaitUntil is %v from now, want within %v", got, want)
+			}
+			for i := 1; i <= 30; i++ {
+				now := w.now.Add(time.Duration(i) * time.Second)
+				d, err := Step(StepInput{Rollout: r, Stages: Resolve(r.GetPolicy(), w.zones), Zones: w.zones, Evidence: ev, Now: now,
+					Analysis: w.analysis[r.GetEvaluationId()],
+					Goals:    func() (map[string]*lehrpb.GoalState, error) { return w.goals, nil }})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if d.Rollout != nil || len(d.Events) > 0 || len(d.Goals) > 0 {
+					t.Fatalf("%v into the wait (%s) the step rewrote the rollout: reason %q, %d event(s), %d goal(s)",
+						now.Sub(w.now), r.GetReason(), d.Rollout.GetReason(), len(d.Events), len(d.Goals))
+				}
+				if left := WaitLeft(r, now); left == "" || left == "due now" {
+					t.Fatalf("WaitLeft %v into the wait = %q", now.Sub(w.now), left)
+				}
+			}
+		})
 	}
 }

@@ -177,7 +177,7 @@ func Step(in StepInput) (Decision, error) {
 			}
 			r.StageAppliedTime = timestamppb.New(now)
 			r.Reason = fmt.Sprintf("stage %q: %s; baking %v", stg.Name, msg, stg.Bake)
-			r.UpdateTime = timestamppb.New(now)
+			r.UpdateTime, r.WaitUntil = timestamppb.New(now), timestamppb.New(now.Add(stg.Bake))
 			var evs []*lehrpb.RolloutEvent
 			if skipped := skippedZones(ev.byZone, wholeOrShare(stg)); len(skipped) > 0 {
 				evs = append(evs, newEvent(r, now, "skipped", strings.Join(skipped, "; ")+
@@ -201,8 +201,8 @@ func Step(in StepInput) (Decision, error) {
 			return failed(r, fmt.Sprintf("stage %q: after %v, %d host(s) hold version %d and %d do not (at least %d needed)%s%s",
 				stg.Name, stg.ApplyDeadline, ev.applied, r.GetVersion(), ev.pending, stg.MinHostsApplied, where, ev.behindBy.note())), nil
 		}
-		reason := fmt.Sprintf("stage %q: waiting for hosts to apply version %d: %d applied, %d pending, at least %d needed; %v left%s",
-			stg.Name, r.GetVersion(), ev.applied, ev.pending, stg.MinHostsApplied, (stg.ApplyDeadline - now.Sub(started)).Round(time.Second), where)
+		reason := fmt.Sprintf("stage %q: waiting for hosts to apply version %d: %d applied, %d pending, at least %d needed%s",
+			stg.Name, r.GetVersion(), ev.applied, ev.pending, stg.MinHostsApplied, where)
 		switch {
 		case len(ev.unsampled) > 0:
 			reason = fmt.Sprintf("stage %q: waiting for the distributors of %s to sample canary hosts%s", stg.Name, strings.Join(ev.unsampled, ", "),
@@ -210,12 +210,12 @@ func Step(in StepInput) (Decision, error) {
 		case len(ev.stale) > 0:
 			reason = fmt.Sprintf("stage %q: waiting for the distributors of %s to report on the candidate", stg.Name, strings.Join(ev.stale, ", "))
 		}
-		return withReason(r, now, reason), nil
+		return withReason(r, now, reason, started.Add(stg.ApplyDeadline)), nil
 	}
 	applied := r.GetStageAppliedTime().AsTime()
 	if !r.GetPromote() && now.Sub(applied) < stg.Bake {
-		return withReason(r, now, fmt.Sprintf("stage %q: baking, %v left (%d host(s) hold version %d, %d of %d consumers rejected it)%s",
-			stg.Name, (stg.Bake-now.Sub(applied)).Round(time.Second), ev.applied, r.GetVersion(), ev.rejected, ev.consumers, analysisNote(cev))), nil
+		return withReason(r, now, fmt.Sprintf("stage %q: baking (%d host(s) hold version %d, %d of %d consumers rejected it)%s",
+			stg.Name, ev.applied, r.GetVersion(), ev.rejected, ev.consumers, analysisNote(cev)), applied.Add(stg.Bake)), nil
 	}
 	verdictNote := ""
 	if cev != nil && !r.GetPromote() {
@@ -227,7 +227,7 @@ func Step(in StepInput) (Decision, error) {
 			verdictNote = "; canary analysis PASS"
 		case !done && now.Sub(applied) < stg.Bake+grace:
 			return withReason(r, now, fmt.Sprintf("stage %q: baked; waiting for the canary analysis's last look (%v at most)%s",
-				stg.Name, (stg.Bake+grace-now.Sub(applied)).Round(time.Second), analysisNote(cev))), nil
+				stg.Name, grace, analysisNote(cev)), applied.Add(stg.Bake+grace)), nil
 		default: // no verdict: NONE at the last look, or no last look in time
 			why := res.GetReason()
 			if !done {
@@ -237,7 +237,7 @@ func Step(in StepInput) (Decision, error) {
 			case evaluation.OnNoVerdictFail:
 				return failed(r, fmt.Sprintf("canary analysis %s gave no verdict (%s) and the policy says fail", cev.GetId(), why)), nil
 			case evaluation.OnNoVerdictWait:
-				return withReason(r, now, fmt.Sprintf("stage %q: baked, but the canary analysis gave no verdict (%s); the policy says wait: promote or abort the rollout", stg.Name, why)), nil
+				return withReason(r, now, fmt.Sprintf("stage %q: baked, but the canary analysis gave no verdict (%s); the policy says wait: promote or abort the rollout", stg.Name, why), time.Time{}), nil
 			}
 			verdictNote = "; canary analysis gave no verdict (" + why + "), and the policy says proceed"
 		}
@@ -260,7 +260,7 @@ func Step(in StepInput) (Decision, error) {
 	// The last stage passed: every zone holds the version.
 	r.State = lehrpb.RolloutState_ROLLOUT_STATE_SUCCEEDED
 	r.Reason = fmt.Sprintf("every zone holds version %d", r.GetVersion())
-	r.UpdateTime = timestamppb.New(now)
+	r.UpdateTime, r.WaitUntil = timestamppb.New(now), nil
 	var goals []*lehrpb.GoalState
 	for _, z := range in.Zones {
 		goals = append(goals, &lehrpb.GoalState{Zone: z, Namespace: r.GetNamespace(), Version: r.GetVersion(), Checksum: r.GetChecksum(),
@@ -274,13 +274,45 @@ func failed(r *lehrpb.Rollout, reason string) Decision {
 	return Decision{Rollout: r, End: &Ending{State: lehrpb.RolloutState_ROLLOUT_STATE_FAILED, Reason: reason}}
 }
 
-// withReason records why r waits, when that changed.
-func withReason(r *lehrpb.Rollout, now time.Time, reason string) Decision {
-	if reason == r.GetReason() {
+// withReason records why r waits and until when (zero: for nothing
+// timed), when either changed. Neither says how long is left: that
+// changes every second and is derived from WaitUntil by whoever shows it
+// (WaitLeft), so a rollout that only waits is not rewritten.
+func withReason(r *lehrpb.Rollout, now time.Time, reason string, until time.Time) Decision {
+	if reason == r.GetReason() && until.Equal(waitUntil(r)) {
 		return Decision{}
 	}
-	r.Reason, r.UpdateTime = reason, timestamppb.New(now)
+	r.Reason, r.UpdateTime, r.WaitUntil = reason, timestamppb.New(now), timestampOrNil(until)
 	return Decision{Rollout: r}
+}
+
+// waitUntil is r's WaitUntil, zero when absent.
+func waitUntil(r *lehrpb.Rollout) time.Time {
+	if r.GetWaitUntil() == nil {
+		return time.Time{}
+	}
+	return r.GetWaitUntil().AsTime()
+}
+
+func timestampOrNil(t time.Time) *timestamppb.Timestamp {
+	if t.IsZero() {
+		return nil
+	}
+	return timestamppb.New(t)
+}
+
+// WaitLeft says how long r's current wait has left at now — "9m17s
+// left", "due now" — or "" when r waits for nothing timed: the countdown
+// a rollout's reason does not carry.
+func WaitLeft(r *lehrpb.Rollout, now time.Time) string {
+	until := waitUntil(r)
+	if until.IsZero() || r.GetState() != lehrpb.RolloutState_ROLLOUT_STATE_RUNNING {
+		return ""
+	}
+	if left := until.Sub(now).Round(time.Second); left > 0 {
+		return left.String() + " left"
+	}
+	return "due now"
 }
 
 // frozen records that r waits for freeze window w to close at until, with
@@ -297,7 +329,7 @@ func frozen(r *lehrpb.Rollout, now time.Time, w *lehrpb.FreezeWindow, until time
 	if !strings.HasPrefix(r.GetReason(), "frozen until") {
 		evs = append(evs, newEvent(r, now, "frozen", reason, ""))
 	}
-	r.Reason, r.UpdateTime = reason, timestamppb.New(now)
+	r.Reason, r.UpdateTime, r.WaitUntil = reason, timestamppb.New(now), timestamppb.New(until)
 	return Decision{Rollout: r, Events: evs}
 }
 
@@ -306,7 +338,7 @@ func enter(r *lehrpb.Rollout, i int, stages []Stage, cur map[string]*lehrpb.Goal
 	r.Stage = int32(i)
 	r.StageStartTime, r.StageAppliedTime, r.Promote = timestamppb.New(now), nil, false
 	r.Reason = fmt.Sprintf("stage %q: waiting for its hosts to apply version %d", stages[i].Name, r.GetVersion())
-	r.UpdateTime = timestamppb.New(now)
+	r.UpdateTime, r.WaitUntil = timestamppb.New(now), timestamppb.New(now.Add(stages[i].ApplyDeadline))
 	evs = append(evs, newEvent(r, now, "stage", fmt.Sprintf("entered stage %d/%d %q: %s", i+1, len(stages), stages[i].Name, describe(stages[i])), ""))
 	return Decision{Rollout: r, Goals: goalsFor(r, stages, i, cur, now), Events: evs}
 }

@@ -878,8 +878,14 @@ type Rollout struct {
 	// policy experiment's deny share (canary.PolicyCheck), from the version's
 	// record.
 	ExpectedChecks []*CanaryCheck `protobuf:"bytes,23,rep,name=expected_checks,json=expectedChecks,proto3" json:"expected_checks,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// When the current wait ends if nothing else changes — the end of the
+	// stage's apply deadline, of its bake, of the canary analysis's grace
+	// for its last look, or of a freeze window — so that a client derives
+	// the time left instead of the strategist rewriting it every second.
+	// Absent when the rollout waits for nothing timed (paused, ended).
+	WaitUntil     *timestamppb.Timestamp `protobuf:"bytes,24,opt,name=wait_until,json=waitUntil,proto3" json:"wait_until,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Rollout) Reset() {
@@ -1069,6 +1075,13 @@ func (x *Rollout) GetEvaluationId() string {
 func (x *Rollout) GetExpectedChecks() []*CanaryCheck {
 	if x != nil {
 		return x.ExpectedChecks
+	}
+	return nil
+}
+
+func (x *Rollout) GetWaitUntil() *timestamppb.Timestamp {
+	if x != nil {
+		return x.WaitUntil
 	}
 	return nil
 }
@@ -1351,7 +1364,7 @@ const file_lehr_v1_rollout_proto_rawDesc = "" +
 	"\x06author\x18\x05 \x01(\tR\x06author\x12-\n" +
 	"\x12transport_identity\x18\x06 \x01(\tR\x11transportIdentity\x12\x18\n" +
 	"\amessage\x18\a \x01(\tR\amessage\x12\x18\n" +
-	"\adeleted\x18\b \x01(\bR\adeleted\"\xc2\a\n" +
+	"\adeleted\x18\b \x01(\bR\adeleted\"\xfd\a\n" +
 	"\aRollout\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1c\n" +
 	"\tnamespace\x18\x02 \x01(\tR\tnamespace\x12\x18\n" +
@@ -1379,7 +1392,9 @@ const file_lehr_v1_rollout_proto_rawDesc = "" +
 	"\vevent_count\x18\x15 \x01(\x04R\n" +
 	"eventCount\x12#\n" +
 	"\revaluation_id\x18\x16 \x01(\tR\fevaluationId\x12=\n" +
-	"\x0fexpected_checks\x18\x17 \x03(\v2\x14.lehr.v1.CanaryCheckR\x0eexpectedChecks\"\xc1\x01\n" +
+	"\x0fexpected_checks\x18\x17 \x03(\v2\x14.lehr.v1.CanaryCheckR\x0eexpectedChecks\x129\n" +
+	"\n" +
+	"wait_until\x18\x18 \x01(\v2\x1a.google.protobuf.TimestampR\twaitUntil\"\xc1\x01\n" +
 	"\x0eRolloutCommand\x12\x1d\n" +
 	"\n" +
 	"rollout_id\x18\x01 \x01(\tR\trolloutId\x12.\n" +
@@ -1476,14 +1491,15 @@ var file_lehr_v1_rollout_proto_depIdxs = []int32{
 	14, // 19: lehr.v1.Rollout.create_time:type_name -> google.protobuf.Timestamp
 	14, // 20: lehr.v1.Rollout.update_time:type_name -> google.protobuf.Timestamp
 	17, // 21: lehr.v1.Rollout.expected_checks:type_name -> lehr.v1.CanaryCheck
-	2,  // 22: lehr.v1.RolloutCommand.action:type_name -> lehr.v1.RolloutAction
-	14, // 23: lehr.v1.RolloutCommand.time:type_name -> google.protobuf.Timestamp
-	14, // 24: lehr.v1.RolloutEvent.time:type_name -> google.protobuf.Timestamp
-	25, // [25:25] is the sub-list for method output_type
-	25, // [25:25] is the sub-list for method input_type
-	25, // [25:25] is the sub-list for extension type_name
-	25, // [25:25] is the sub-list for extension extendee
-	0,  // [0:25] is the sub-list for field type_name
+	14, // 22: lehr.v1.Rollout.wait_until:type_name -> google.protobuf.Timestamp
+	2,  // 23: lehr.v1.RolloutCommand.action:type_name -> lehr.v1.RolloutAction
+	14, // 24: lehr.v1.RolloutCommand.time:type_name -> google.protobuf.Timestamp
+	14, // 25: lehr.v1.RolloutEvent.time:type_name -> google.protobuf.Timestamp
+	26, // [26:26] is the sub-list for method output_type
+	26, // [26:26] is the sub-list for method input_type
+	26, // [26:26] is the sub-list for extension type_name
+	26, // [26:26] is the sub-list for extension extendee
+	0,  // [0:26] is the sub-list for field type_name
 }
 
 func init() { file_lehr_v1_rollout_proto_init() }
