@@ -9,6 +9,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"google.golang.org/protobuf/types/known/durationpb"
+
 	"lehr.dev/lehr/client/producer"
 	"lehr.dev/lehr/control"
 	"lehr.dev/lehr/proto/lehrpb"
@@ -17,7 +19,7 @@ import (
 func strategistScenario() Scenario {
 	return Scenario{
 		Name:  "strategist",
-		Title: "control's idle cost against the catalog, the rollout strategist on: etcd requests and CPU per second with N namespaces and nothing published (issue 30)",
+		Title: "control's cost against the catalog, the rollout strategist on: etcd requests and CPU per second with N namespaces, nothing published, then one rollout in flight (issue 30)",
 		Run:   runStrategist,
 	}
 }
@@ -32,41 +34,43 @@ func runStrategist(ctx context.Context, e *Env) (*Result, error) {
 			"strategist on, history compaction off (its pass reads every namespace every 10 minutes: issue 27's); N namespaces of one "+
 			"domain published once each (a namespace's first version needs no rollout) plus 10 with a finished global-blast rollout; "+
 			"then %v with nothing published: etcd requests of every kind control made (lehr_control_etcd_round_trips_total) and the "+
-			"bench process's CPU (control is the only thing running).", strategistWindow),
+			"bench process's CPU (control is the only thing running). Then one namespace gets a version whose rollout bakes for an hour "+
+			"(a policy of its own), and the same %v is measured with it in flight: the domain's rounds run every second.", strategistWindow, strategistWindow),
 	}
 	for _, n := range sizes {
-		row, err := strategistIdle(ctx, e, n)
+		rows, err := strategistIdle(ctx, e, n)
 		if err != nil {
 			return res, fmt.Errorf("N = %d: %w", n, err)
 		}
-		res.Rows = append(res.Rows, row)
+		res.Rows = append(res.Rows, rows...)
 	}
 	res.Notes = append(res.Notes,
 		"idle work that remains: the store's space watch (etcd's status and alarms, a domain count: 3 requests a second), the health check (a zone list every 2 s) and the canary evaluations' step (one range read a second) — none of it reads a namespace.")
 	return res, nil
 }
 
-func strategistIdle(ctx context.Context, e *Env, n int) (Row, error) {
+func strategistIdle(ctx context.Context, e *Env, n int) ([]Row, error) {
 	row := Row{System: "lehr", Case: fmt.Sprintf("%d namespaces, idle", n)}
+	busy := Row{System: "lehr", Case: fmt.Sprintf("%d namespaces, one rollout in flight", n)}
 	dir, err := os.MkdirTemp(e.Dir, "strategist-")
 	if err != nil {
-		return row, err
+		return nil, err
 	}
 	defer os.RemoveAll(dir)
 	rc, err := startControl(ctx, dir, e.Log, true, func(o *control.Options) {
 		o.Rollouts, o.CompactInterval, o.RolloutInterval = true, -1, time.Second
 	})
 	if err != nil {
-		return row, err
+		return nil, err
 	}
 	defer rc.close()
 	p, err := rc.producer(e.Log)
 	if err != nil {
-		return row, err
+		return nil, err
 	}
 	defer p.Close()
 	if _, err := p.SetRolloutPolicy(ctx, benchDomain, &lehrpb.RolloutPolicy{GlobalBlast: true}, "bench", 0); err != nil {
-		return row, err
+		return nil, err
 	}
 	// Load: N first versions, 8 publishers.
 	start := time.Now()
@@ -87,7 +91,7 @@ func strategistIdle(ctx context.Context, e *Env, n int) (Row, error) {
 	wg.Wait()
 	close(errs)
 	if err := <-errs; err != nil {
-		return row, err
+		return nil, err
 	}
 	loaded := time.Since(start)
 	// Ten namespaces with a finished rollout each.
@@ -95,21 +99,48 @@ func strategistIdle(ctx context.Context, e *Env, n int) (Row, error) {
 		ns := fmt.Sprintf("%s/cat-%06d", benchDomain, i)
 		v, err := p.Publish(ctx, ns, []producer.Property{{Key: "k", Value: []byte("v2")}})
 		if err != nil {
-			return row, err
+			return nil, err
 		}
 		if _, err := p.WaitRollout(ctx, ns, v.GetSeq(), 20*time.Millisecond, nil); err != nil {
-			return row, err
+			return nil, err
 		}
 	}
-	time.Sleep(2 * time.Second) // settle: the last rounds, the audit writer
-	trips0, cpu0 := etcdRoundTrips(rc.c), procCPU()
-	time.Sleep(strategistWindow)
-	trips1, cpu1 := etcdRoundTrips(rc.c), procCPU()
-	secs := strategistWindow.Seconds()
-	row.Add("etcd requests/s", float64(trips1-trips0)/secs, "")
-	row.Add("cpu", (cpu1-cpu0).Seconds()/secs, "cores")
+	measure := func(row *Row) {
+		time.Sleep(2 * time.Second) // settle: the last rounds, the audit writer
+		trips0, cpu0 := etcdRoundTrips(rc.c), procCPU()
+		time.Sleep(strategistWindow)
+		trips1, cpu1 := etcdRoundTrips(rc.c), procCPU()
+		secs := strategistWindow.Seconds()
+		row.Add("etcd requests/s", float64(trips1-trips0)/secs, "")
+		row.Add("cpu", (cpu1-cpu0).Seconds()/secs, "cores")
+	}
+	measure(&row)
 	row.Add("load", loaded.Seconds(), "s")
-	return row, nil
+
+	// One rollout baking for an hour.
+	ns := fmt.Sprintf("%s/cat-%06d", benchDomain, 10)
+	if _, err := p.SetRolloutPolicy(ctx, ns, &lehrpb.RolloutPolicy{Stages: []*lehrpb.RolloutStage{
+		{Name: "all", Target: &lehrpb.RolloutStage_Zones{Zones: &lehrpb.ZonesTarget{}}, Bake: durationpb.New(time.Hour)},
+	}}, "bench", 0); err != nil {
+		return nil, err
+	}
+	v, err := p.Publish(ctx, ns, []producer.Property{{Key: "k", Value: []byte("v2")}})
+	if err != nil {
+		return nil, err
+	}
+	for {
+		r, err := p.GetRollout(ctx, ns, v.GetSeq())
+		if err == nil && r.GetState() == lehrpb.RolloutState_ROLLOUT_STATE_RUNNING && r.GetStageStartTime() != nil {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	measure(&busy)
+	return []Row{row, busy}, nil
 }
 
 // etcdRoundTrips sums control's lehr_control_etcd_round_trips_total.
