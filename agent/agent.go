@@ -50,6 +50,7 @@ import (
 	"lehr.dev/lehr/agent/upstream"
 	"lehr.dev/lehr/canary"
 	"lehr.dev/lehr/internal/keylock"
+	"lehr.dev/lehr/internal/lifecycle"
 	"lehr.dev/lehr/internal/metricshttp"
 	"lehr.dev/lehr/internal/names"
 	"lehr.dev/lehr/internal/nsfile"
@@ -351,30 +352,25 @@ func (a *Agent) Run(ctx context.Context) (err error) {
 	a.scrub()
 	a.restoreFiles()
 
-	// Every goroutine of Run is started with wg.Go and waited for before
-	// Run returns; one that fails ends the agent through ctx's cause.
-	var wg sync.WaitGroup
-	defer wg.Wait()
+	// Every part runs in one lifecycle.Group: the first that fails ends
+	// the agent, and Run returns its error.
+	g, gctx := lifecycle.New(ctx, "agent")
+	var msrv *http.Server
 	if a.opts.MetricsListen != "" {
-		srv, err := a.serveMetrics(&wg)
-		if err != nil {
-			return err
+		if msrv, err = a.serveMetrics(g); err != nil {
+			return err // no part started yet
 		}
-		defer srv.Close()
 	}
-	wg.Go(func() {
-		if err := a.up.Run(ctx); err != nil {
-			a.cancel(fmt.Errorf("agent: upstream: %w", err))
-		}
-	})
-	wg.Go(func() { a.maintain(ctx) })
-	wg.Go(func() { a.scrapeLoop(ctx) })
-	<-ctx.Done()
+	g.Go("upstream", a.up.Run)
+	g.Go("maintain", func(ctx context.Context) error { a.maintain(ctx); return nil })
+	g.Go("scrape", func(ctx context.Context) error { a.scrapeLoop(ctx); return nil })
+	<-gctx.Done()
 	a.log.Info("agent stopping")
-	if err := context.Cause(ctx); !errors.Is(err, context.Canceled) {
-		return err
+	a.cancel(nil)
+	if msrv != nil {
+		msrv.Close()
 	}
-	return nil
+	return g.Wait()
 }
 
 // makeDirs creates the data directory (0710: the consumers' group passes
@@ -440,16 +436,19 @@ func (a *Agent) Close() error {
 	return nil
 }
 
-func (a *Agent) serveMetrics(wg *sync.WaitGroup) (*http.Server, error) {
+// serveMetrics serves the metrics endpoint as a part of g until the
+// returned server is closed.
+func (a *Agent) serveMetrics(g *lifecycle.Group) (*http.Server, error) {
 	lis, err := net.Listen("tcp", a.opts.MetricsListen)
 	if err != nil {
 		return nil, fmt.Errorf("agent: listen for metrics on %s: %w", a.opts.MetricsListen, err)
 	}
 	srv := metricshttp.Server(a.opts.Metrics, nil)
-	wg.Go(func() {
-		if err := srv.Serve(lis); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			a.log.Error("metrics server stopped", "err", err)
+	g.Go("serve metrics", func(context.Context) error {
+		if err := srv.Serve(lis); !errors.Is(err, http.ErrServerClosed) {
+			return err
 		}
+		return nil
 	})
 	a.runMu.Lock()
 	a.metricsAddr = lis.Addr()

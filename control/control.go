@@ -36,6 +36,7 @@ import (
 	"lehr.dev/lehr/control/rollout"
 	"lehr.dev/lehr/control/service"
 	"lehr.dev/lehr/control/store"
+	"lehr.dev/lehr/internal/lifecycle"
 	"lehr.dev/lehr/internal/metricshttp"
 	"lehr.dev/lehr/internal/peercred"
 	"lehr.dev/lehr/internal/signing"
@@ -497,44 +498,9 @@ func (c *Control) Run(ctx context.Context) (err error) {
 		hsrv = metricshttp.Server(c.metrics, map[string]http.Handler{"GET /healthz": healthz(hs)})
 	}
 
-	var wg sync.WaitGroup
-	errc := make(chan error, 4)
-	wg.Go(func() {
-		if err := gs.Serve(lis); err != nil {
-			errc <- fmt.Errorf("control: serve gRPC: %w", err)
-		}
-	})
-	if ulis != nil {
-		wg.Go(func() {
-			if err := gs.Serve(ulis); err != nil {
-				errc <- fmt.Errorf("control: serve gRPC on %s: %w", c.opts.Socket, err)
-			}
-		})
-	}
-	if hsrv != nil {
-		wg.Go(func() {
-			if err := hsrv.Serve(mlis); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				errc <- fmt.Errorf("control: serve metrics: %w", err)
-			}
-		})
-	}
-	bgctx, stopBackground := context.WithCancel(ctx)
-	defer stopBackground()
-	if c.opts.CompactInterval > 0 {
-		wg.Go(func() {
-			if err := st.RunCompactor(bgctx, c.opts.CompactInterval); err != nil && bgctx.Err() == nil {
-				c.log.Error("control: compactor stopped", "err", err)
-			}
-		})
-	}
-	wg.Go(func() { c.watchHealth(bgctx, svc, hs) })
-	wg.Go(func() {
-		if err := st.RunSpaceMonitor(bgctx); err != nil && bgctx.Err() == nil {
-			c.log.Error("control: space monitor stopped", "err", err)
-		}
-	})
+	var strat *rollout.Strategist
 	if c.opts.Rollouts {
-		strat, err := rollout.NewStrategist(rollout.StrategistOptions{
+		strat, err = rollout.NewStrategist(rollout.StrategistOptions{
 			Store: st, Client: cli, ElectionKey: st.Prefix() + "strategist", ID: lis.Addr().String(),
 			Interval: c.opts.RolloutInterval, Policy: svc.EffectiveRolloutPolicy,
 			Metrics: c.metrics, Logger: c.log.With("component", "rollout"), Audit: svc.Audit,
@@ -542,11 +508,54 @@ func (c *Control) Run(ctx context.Context) (err error) {
 		if err != nil {
 			return fmt.Errorf("control: %w", err)
 		}
-		wg.Go(func() {
-			if err := strat.Run(bgctx); err != nil {
-				errc <- fmt.Errorf("control: rollout strategist: %w", err)
+	}
+
+	// Every part runs in one lifecycle.Group: the first that fails ends
+	// control, and Run returns its error. The compactor and the space
+	// monitor are not worth stopping control for: they log and end.
+	g, gctx := lifecycle.New(ctx, "control")
+	g.Go("serve gRPC", func(context.Context) error { return gs.Serve(lis) })
+	if ulis != nil {
+		g.Go("serve gRPC on "+c.opts.Socket, func(context.Context) error { return gs.Serve(ulis) })
+	}
+	if hsrv != nil {
+		g.Go("serve metrics", func(context.Context) error {
+			if err := hsrv.Serve(mlis); !errors.Is(err, http.ErrServerClosed) {
+				return err
+			}
+			return nil
+		})
+	}
+	if etcdErr != nil {
+		g.Go("embedded etcd", func(ctx context.Context) error {
+			select {
+			case <-ctx.Done():
+				return nil
+			case e, ok := <-etcdErr:
+				if !ok || e == nil {
+					return errors.New("stopped")
+				}
+				return e
 			}
 		})
+	}
+	if c.opts.CompactInterval > 0 {
+		g.Go("compactor", func(ctx context.Context) error {
+			if err := st.RunCompactor(ctx, c.opts.CompactInterval); err != nil && ctx.Err() == nil {
+				c.log.Error("control: compactor stopped", "err", err)
+			}
+			return nil
+		})
+	}
+	g.Go("watch health", func(ctx context.Context) error { c.watchHealth(ctx, svc, hs); return nil })
+	g.Go("space monitor", func(ctx context.Context) error {
+		if err := st.RunSpaceMonitor(ctx); err != nil && ctx.Err() == nil {
+			c.log.Error("control: space monitor stopped", "err", err)
+		}
+		return nil
+	})
+	if strat != nil {
+		g.Go("rollout strategist", strat.Run)
 	}
 
 	c.mu.Lock()
@@ -559,26 +568,18 @@ func (c *Control) Run(ctx context.Context) (err error) {
 		"mtls", c.tls != nil && c.tls.ClientAuth == tls.RequireAndVerifyClientCert, "metrics", c.opts.MetricsListen, "etcd", endpoints)
 	close(c.ready)
 
-	select {
-	case <-ctx.Done():
-	case err = <-errc:
-	case e, ok := <-etcdErr:
-		if ok && e != nil {
-			err = fmt.Errorf("control: embedded etcd failed: %w", e)
-		}
-	}
+	<-gctx.Done()
 
 	// Shutdown: end watches, stop taking calls, give in-flight ones
 	// ShutdownTimeout to finish, then cut them.
 	c.log.Info("control: shutting down")
 	hs.Shutdown()
 	svc.Close()
-	stopBackground()
 	stopped := make(chan struct{})
-	wg.Go(func() {
+	go func() {
 		gs.GracefulStop()
 		close(stopped)
-	})
+	}()
 	timer := time.NewTimer(c.opts.ShutdownTimeout)
 	select {
 	case <-stopped:
@@ -595,8 +596,8 @@ func (c *Control) Run(ctx context.Context) (err error) {
 		}
 		scancel()
 	}
-	wg.Wait()
-	c.log.Info("control: stopped")
+	err = g.Wait()
+	c.log.Info("control: stopped", "err", err)
 	return err
 }
 

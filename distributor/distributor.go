@@ -41,6 +41,7 @@ import (
 	"lehr.dev/lehr/internal/backoff"
 	"lehr.dev/lehr/internal/cohort"
 	"lehr.dev/lehr/internal/content"
+	"lehr.dev/lehr/internal/lifecycle"
 	"lehr.dev/lehr/internal/metricshttp"
 	"lehr.dev/lehr/internal/names"
 	"lehr.dev/lehr/internal/signing"
@@ -473,26 +474,19 @@ func (d *Distributor) Run(ctx context.Context) (err error) {
 	}
 	d.mu.Unlock()
 
-	// Every part runs in a goroutine started with wg.Go; the first that
-	// fails ends Run through ctx's cause, and Run returns that error.
-	ctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	var wg sync.WaitGroup
-	run := func(name string, f func(context.Context) error) {
-		wg.Go(func() {
-			if err := f(ctx); err != nil {
-				cancel(fmt.Errorf("distributor: %s: %w", name, err))
-			}
-		})
-	}
-	run("serve agents", srv.Serve)
-	run("watch goals", d.watch.Run)
-	run("sync goals", d.syncGoals)
-	run("report", d.report)
-	run("refresh domains", d.refreshDomains)
-	run("look up domains", d.lookupDomains)
+	// Every part runs in one lifecycle.Group: the first that fails ends
+	// the others, and Run returns its error.
+	ctx, stop := context.WithCancel(ctx)
+	defer stop()
+	g, ctx := lifecycle.New(ctx, "distributor")
+	g.Go("serve agents", srv.Serve)
+	g.Go("watch goals", d.watch.Run)
+	g.Go("sync goals", d.syncGoals)
+	g.Go("report", d.report)
+	g.Go("refresh domains", d.refreshDomains)
+	g.Go("look up domains", d.lookupDomains)
 	if hs != nil {
-		run("serve metrics", func(context.Context) error {
+		g.Go("serve metrics", func(context.Context) error {
 			if err := hs.Serve(mln); !errors.Is(err, http.ErrServerClosed) {
 				return err
 			}
@@ -506,15 +500,12 @@ func (d *Distributor) Run(ctx context.Context) (err error) {
 	case <-ctx.Done():
 	case <-d.stop:
 	}
-	if cause := context.Cause(ctx); !errors.Is(cause, context.Canceled) {
-		err = cause
-	}
-	cancel(nil)
+	stop()
 	srv.Close()
 	if hs != nil {
 		hs.Close()
 	}
-	wg.Wait()
+	err = g.Wait()
 	d.log.Info("distributor stopped", "err", err)
 	return err
 }

@@ -37,8 +37,8 @@ type session struct {
 	subsChanged chan struct{}   // buffered 1: Client.subs changed
 	sent        map[string]bool // subscriptions the distributor knows; syncSubs only
 
-	mu          sync.Mutex
-	welcome     *lehrpb.Welcome
+	mu      sync.Mutex
+	welcome *lehrpb.Welcome
 	// unavailable holds the distributor's last Unavailable of each
 	// namespace, until an update of it is applied.
 	unavailable map[string]*lehrpb.Unavailable
