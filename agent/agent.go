@@ -24,7 +24,8 @@
 // verified content. A cached copy found corrupt is dropped and fetched
 // again; it never reaches a consumer.
 //
-// Imported by cmd/lehr-agent and cmd/lehr. It must not import control,
+// Imported by agent/agentcmd (the lehr-agent and "lehr agent" commands),
+// testenv/devcluster, bench and cmd/lehr-bench. It must not import control,
 // distributor or etcd (see cmd/lehr-agent's lean-binary test).
 package agent
 

@@ -15,7 +15,7 @@
 // summarised by its own percentiles, with the median across repetitions
 // reported; durable storage (fsync on) unless a row says otherwise.
 //
-// Only cmd/lehr-bench and this package's tests import bench. It is never part
+// Imported by cmd/lehr-bench and tests. It is never part
 // of "make test"'s pass/fail beyond a smoke test that runs every scenario at
 // minimal sizes.
 package bench

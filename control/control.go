@@ -1,10 +1,13 @@
 // Package control is the Lehr control plane daemon: it serves the Control
 // gRPC API (control/service) over state kept in etcd (control/store), runs
-// the history compactor, and exposes /metrics, /healthz and the gRPC health
-// service. With no etcd endpoints configured it runs a single-member etcd
-// inside the process, in its data directory.
+// the rollout strategist (control/rollout) with its canary evaluations
+// (control/evaluation), the history compactor and the store's space
+// monitor, and exposes /metrics, /healthz and the gRPC health service.
+// With no etcd endpoints configured it runs a single-member etcd inside
+// the process, in its data directory (control/embedetcd).
 //
-// Only cmd/lehr (the "lehr control" command) and tests import control.
+// Imported by cmd/lehr (the "lehr control" command), control/controltest,
+// testenv/devcluster, bench and tests.
 package control
 
 import (

@@ -11,8 +11,10 @@
 // ones, and resumes its goal watch where it stopped once control is back.
 //
 // The command `lehr distributor` (package distributor/distributorcmd) wires
-// flags to Options; tests and the bench harness use New directly. Nothing but
-// those imports this package.
+// flags to Options; tests and the bench harness use New directly.
+//
+// Imported by distributor/distributorcmd, testenv/devcluster, bench and
+// tests.
 package distributor
 
 import (

@@ -1,12 +1,15 @@
 // Package policy is the rule model of Lehr's policy namespaces: the format
 // of one rule (an effect and a CEL condition), its parsing and compilation
-// in the one CEL environment, and the evaluation of a compiled rule on an
-// input. Control admits every rule at publish (Admit: compiles it, and
-// refuses a condition over MaxCost on every evaluation; control/validate);
-// hosts evaluate the same compiled rules on real traffic.
+// in the one CEL environment, a namespace's version compiled as a Set that
+// decides "deny overrides", and the masking of sensitive input in a
+// decision log (Mask). Control admits every rule at publish (Admit:
+// compiles it, and refuses a condition over MaxCost on every evaluation;
+// control/validate); consumers evaluate the same compiled rules on real
+// traffic, and shadow-evaluate a previewed policy beside the live one
+// (package preview holds preview's model).
 //
-// It is a leaf: it imports no role package of Lehr, so control, agents and
-// the client libraries may all import it.
+// It is a leaf: it imports no role package of Lehr. Imported by
+// control/validate, client/consumer, preview and cmd/lehr.
 package policy
 
 import (

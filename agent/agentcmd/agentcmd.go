@@ -3,7 +3,7 @@
 // cmd/lehr-agent and the "lehr agent" subcommand both call Main, so they
 // are the same program with the same flags.
 //
-// Imported by cmd/lehr-agent and cmd/lehr only.
+// Imported by cmd/lehr-agent and cmd/lehr.
 package agentcmd
 
 import (

@@ -21,7 +21,7 @@
 // harness does) and exact to assert on (every update received is recorded
 // in order).
 //
-// Tests and bench may import agenttest; daemons must not.
+// Imported by bench and tests; daemons must not import it.
 package agenttest
 
 import (

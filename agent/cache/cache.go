@@ -5,7 +5,7 @@
 // again on every read, and lists (namespace, version, checksum) cheaply for
 // the reconnect handshake, so an intact cache costs nothing on reconnect.
 //
-// Only the agent imports this package.
+// Imported by agent.
 //
 // # Layout
 //

@@ -12,7 +12,7 @@
 // the reverse), so the caller acts on them after the table's lock is
 // released; the table never calls out.
 //
-// Imported by the agent only.
+// Imported by agent and agent/localapi (which holds leases for its callers).
 package leases
 
 import (

@@ -7,7 +7,7 @@
 // internal/apierror. What each call means is the Backend's business; the
 // agent implements it.
 //
-// Imported by the agent only.
+// Imported by agent.
 package localapi
 
 import (

@@ -21,7 +21,7 @@
 // Subscribe and Unsubscribe change the subscription set at any time; when
 // connected they are sent at once, otherwise the next Hello carries them.
 //
-// Imported by the agent only.
+// Imported by agent, agent/agenttest (the simulated agents of tests) and bench.
 package upstream
 
 import (

@@ -3,8 +3,7 @@
 // that need a real etcd, including a multi-member cluster whose members can
 // be stopped and restarted to exercise failover.
 //
-// Only package control, its subpackages and cmd/ binaries that run control
-// import embedetcd; agents and distributors never link etcd.
+// Imported by control; agents and distributors never link etcd.
 package embedetcd
 
 import (

@@ -6,7 +6,8 @@
 // evaluation where it stood. The rollout strategist runs it: Step is
 // called by the leading replica only, with its leadership guard.
 //
-// Imported by control and control/rollout.
+// Imported by control/rollout (the strategist runs it) and control/service
+// (which serves evaluations).
 package evaluation
 
 import (

@@ -1,10 +1,3 @@
-// Package rollout holds control's rollout policies: what a valid policy
-// is (Validate), the built-in ones (Default, Fast, GlobalBlast), and how a
-// policy resolves against the registered zones into concrete stages
-// (Resolve), which the strategist walks.
-//
-// Imported by control, and by testenv/devcluster for the fast policy of
-// "lehr dev".
 package rollout
 
 import (

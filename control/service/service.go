@@ -5,7 +5,7 @@
 // naming the request field at fault. Nothing is stored when a request is
 // rejected.
 //
-// Only package control (the daemon) and its tests import service.
+// Imported by control (the daemon) and tests.
 package service
 
 import (
@@ -24,10 +24,11 @@ import (
 	"lehr.dev/lehr/proto/lehrpb"
 )
 
-// GoalPolicy decides what a new version does to zone goal states. It is the
-// seam for the rollout strategist: today every publish moves every zone
-// (store.GoalsAllZones); a strategist returns store.GoalsNone and moves goal
-// states itself through store.SetGoal.
+// GoalPolicy decides what a new version does to zone goal states: move
+// every zone's goal in the publish's own transaction (store.GoalsAllZones,
+// AllZones: control without --rollouts), or none, leaving them to the
+// rollout strategist, which moves them stage by stage in its guarded steps
+// (store.RolloutStep; Progressive).
 //
 // ns is the namespace as read before the commit (nil when the publish creates
 // it); source says how the version was produced.

@@ -3,7 +3,8 @@
 // distributors' zone status reports. It works the same against the embedded
 // single-member etcd and an external cluster.
 //
-// Only package control and its subpackages import store.
+// Imported by control/... and cmd/lehr (for the audit retention's
+// default).
 //
 // Every method takes a context and makes a bounded number of etcd requests;
 // there is no cache, so several control processes sharing one etcd see the

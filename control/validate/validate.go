@@ -4,8 +4,8 @@
 // Every check reports a *Violation saying which key and field, why, and the
 // limit; control turns it into an API error naming the request field.
 //
-// Only package control and its subpackages import validate. The policy rule
-// format is package policy's, which agents and consumers evaluate with.
+// Imported by control/service and bench. The policy rule
+// format is package policy's, which consumers evaluate with.
 //
 // # Limits and status codes
 //

@@ -3,7 +3,7 @@
 // systemd readiness notifications. "lehr distributor" calls Main, and so
 // will a lean distributor binary, so both have the same flags.
 //
-// Imported by cmd/lehr (and a future cmd/lehr-distributor) only.
+// Imported by cmd/lehr (and a future cmd/lehr-distributor).
 package distributorcmd
 
 import (

@@ -15,7 +15,8 @@
 // A malformed or unexpected frame closes only that agent's connection, with
 // wire's protocol-violation application error code and a reason.
 //
-// Only package distributor, its subpackages and tests import fanout.
+// Imported by distributor, distributor/distributorcmd (for its flags'
+// defaults), testenv/devcluster, bench and tests.
 package fanout
 
 import (

@@ -7,7 +7,7 @@
 //
 // It is the one resumable goal watch: package distributor runs it, and the
 // lehr CLI's "goals --watch" prints its messages (Options.OnMessage).
-// Nothing else imports goalwatch.
+// Imported by distributor and cmd/lehr.
 package goalwatch
 
 import (

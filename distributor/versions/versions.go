@@ -19,7 +19,7 @@
 // agent still holds only costs that agent a snapshot instead of a patch (or
 // a refetch from control).
 //
-// Only package distributor and its subpackages import versions.
+// Imported by distributor.
 package versions
 
 import (

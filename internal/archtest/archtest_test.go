@@ -3,7 +3,14 @@
 package archtest
 
 import (
+	"fmt"
+	"go/parser"
+	"go/token"
+	"os"
 	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -78,4 +85,123 @@ func TestImportDirection(t *testing.T) {
 			}
 		}
 	}
+}
+
+// importedBy finds the "Imported by …." sentence (or clause, to a
+// semicolon) of a package comment:
+// a list of module-relative package paths ("control", "cmd/lehr",
+// "control/..." for a subtree), separated by commas and "and", with
+// "tests" for test files (which it does not check) and parenthesised
+// notes ignored.
+var importedBy = regexp.MustCompile(`(?s)Imported by (.*?[^.])[.;](\s|$)`)
+
+// TestImportedByLines checks that every package comment saying who
+// imports the package tells the truth, both ways: every package of the
+// module that imports it (test files aside) is named, and every package
+// named imports it — so a line goes stale neither when a new importer
+// appears nor when an old one leaves.
+func TestImportedByLines(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs go list over the module")
+	}
+	out, err := exec.Command("go", "list", "-f", `{{.ImportPath}}{{"\t"}}{{.Dir}}{{"\t"}}{{join .Imports " "}}`, module+"/...").Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	dirs := map[string]string{}
+	importers := map[string][]string{} // package → the module's packages importing it
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		f := strings.SplitN(line, "\t", 3)
+		pkg := strings.TrimPrefix(strings.TrimPrefix(f[0], module), "/")
+		dirs[pkg] = f[1]
+		for _, imp := range strings.Fields(f[2]) {
+			if rel, ok := strings.CutPrefix(imp, module+"/"); ok {
+				importers[rel] = append(importers[rel], pkg)
+			}
+		}
+	}
+	checked := 0
+	for pkg, dir := range dirs {
+		doc := packageDoc(t, dir)
+		m := importedBy.FindStringSubmatch(doc)
+		if m == nil {
+			continue
+		}
+		checked++
+		named, err := parseImporters(m[1])
+		if err != nil {
+			t.Errorf("%s: package comment %q: %v", pkg, m[0], err)
+			continue
+		}
+		allowed := func(imp string) bool {
+			for _, n := range named {
+				if imp == n || (strings.HasSuffix(n, "/...") && (imp == strings.TrimSuffix(n, "/...") || strings.HasPrefix(imp, strings.TrimSuffix(n, "...")))) {
+					return true
+				}
+			}
+			return false
+		}
+		for _, imp := range importers[pkg] {
+			if !allowed(imp) {
+				t.Errorf("%s is imported by %s, which its package comment does not name (%q)", pkg, imp, m[0])
+			}
+		}
+		for _, n := range named {
+			if strings.HasSuffix(n, "/...") {
+				continue
+			}
+			if _, ok := dirs[n]; !ok {
+				t.Errorf("%s's package comment names %s, which is no package of the module (%q)", pkg, n, m[0])
+			} else if !slices.Contains(importers[pkg], n) {
+				t.Errorf("%s's package comment names %s, which does not import it (%q)", pkg, n, m[0])
+			}
+		}
+	}
+	if checked < 10 {
+		t.Fatalf("only %d package comments say who imports them: the test would check almost nothing", checked)
+	}
+}
+
+// parseImporters splits the list of an "Imported by" sentence.
+func parseImporters(list string) ([]string, error) {
+	list = regexp.MustCompile(`\([^)]*\)`).ReplaceAllString(list, "")
+	var out []string
+	for _, item := range regexp.MustCompile(`,|\band\b`).Split(list, -1) {
+		item = strings.Join(strings.Fields(item), " ")
+		item = strings.TrimPrefix(item, "package ")
+		switch {
+		case item == "" || item == "tests" || item == "its tests":
+		case regexp.MustCompile(`^[a-z][a-z0-9-]*(/[a-z][a-z0-9-]*)*(/\.\.\.)?$`).MatchString(item):
+			out = append(out, item)
+		default:
+			return nil, fmt.Errorf("%q is not a package path of the module (like control/rollout or control/...) or \"tests\"", item)
+		}
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("names no package")
+	}
+	return out, nil
+}
+
+// packageDoc returns the package comment of the package in dir.
+func packageDoc(t *testing.T, dir string) string {
+	t.Helper()
+	fset := token.NewFileSet()
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range ents {
+		if !strings.HasSuffix(e.Name(), ".go") || strings.HasSuffix(e.Name(), "_test.go") {
+			continue
+		}
+		f, err := parser.ParseFile(fset, filepath.Join(dir, e.Name()), nil, parser.PackageClauseOnly|parser.ParseComments)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if f.Doc != nil {
+			return f.Doc.Text()
+		}
+	}
+	return ""
 }

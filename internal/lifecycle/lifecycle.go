@@ -8,6 +8,8 @@
 // that context ended has not failed; a failure is named by component and
 // part ("distributor: watch goals: …") and is the context's cause, so
 // every other part sees why it is asked to stop.
+//
+// Imported by control, distributor and agent.
 package lifecycle
 
 import (

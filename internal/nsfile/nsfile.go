@@ -21,8 +21,9 @@
 // atomic rename (see Write), so a reader that opens the final name sees the
 // previous or the new version, never a mix. Temporary files start with ".".
 //
-// The agent imports this package to write files; client/consumer imports it
-// to read them. It imports only proto/lehrpb and internal packages.
+// Imported by agent (to write files), client/consumer (to read them),
+// testenv/chaos and bench (to check them). It imports only proto/lehrpb
+// and internal packages.
 package nsfile
 
 import (

@@ -4,7 +4,7 @@
 // local socket with Credentials, so a local caller is who its uid says —
 // no certificate, no asserted name (docs/operations.md, "Security model").
 //
-// A leaf: imported by control and control/service.
+// A leaf. Imported by control and control/service.
 package peercred
 
 import (

@@ -4,9 +4,9 @@
 // dependent units only after READY=1, and shows STATUS= in systemctl status.
 //
 // Without $NOTIFY_SOCKET (not started by systemd, or not Type=notify) every
-// call does nothing. The daemons' command packages (agent/agentcmd,
-// distributor/distributorcmd, cmd/lehr) import it; it imports nothing of
-// Lehr's.
+// call does nothing. Imported by agent/agentcmd,
+// distributor/distributorcmd and cmd/lehr (the daemons' commands). It
+// imports nothing of Lehr's.
 package sdnotify
 
 import (

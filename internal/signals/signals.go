@@ -5,7 +5,8 @@
 // judgement. The agent builds them, the wire checks them, the distributor
 // merges them, control judges them.
 //
-// A leaf: imported by internal/wire, distributor, control and agent.
+// A leaf. Imported by internal/wire, distributor/fanout, control/service,
+// control/evaluation, agent, agent/upstream and agent/agenttest.
 package signals
 
 import (

@@ -12,9 +12,9 @@
 // hold, so a distributor cannot deliver a signed version control did not
 // decide for the host.
 //
-// A leaf: imported by control/store (signing), the distributor (carrying
-// goal proofs), agent (verifying) and internal/nsfile (carrying the
-// version signature).
+// A leaf. Imported by control/store and control (signing), distributor
+// (carrying goal proofs), agent, agent/upstream and agent/agentcmd
+// (verifying) and testenv/devcluster.
 package signing
 
 import (

@@ -16,8 +16,9 @@
 // never accept what the agent refuses. docs/wire.md ("Message flow") is the
 // specification.
 //
-// Imported by the distributor, the agent and their test fakes; it builds
-// on internal/content and internal/wire.
+// Imported by distributor/fanout, agent/upstream, agent/cache and
+// agent/agenttest (the simulated agents); it builds on internal/content
+// and internal/wire.
 package update
 
 import (

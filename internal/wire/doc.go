@@ -7,9 +7,9 @@
 // docs/wire.md is the specification; this package implements the parts
 // both sides share.
 //
-// Only the distributor, the agent and their tests (and bench) may import
-// this package; consumers read files and the agent's unix-socket API, never
-// the wire.
+// Imported by distributor/fanout, internal/update, agent, agent/agentcmd,
+// agent/upstream, agent/agenttest, bench, cmd/lehr-bench and tests;
+// consumers read files and the agent's unix-socket API, never the wire.
 //
 // # Connections and streams
 //

@@ -36,8 +36,8 @@
 // distributor, distributors to a restarted control, and an agent's cache
 // survives its restart.
 //
-// Imported by cmd/lehr ("lehr dev"), end-to-end tests and bench. Daemons
-// must not import it.
+// Imported by cmd/lehr ("lehr dev"), bench and tests (end to end).
+// Daemons must not import it.
 package devcluster
 
 import (
