@@ -3,6 +3,7 @@ package control_test
 import (
 	"encoding/json"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -16,11 +17,6 @@ import (
 	"lehr.dev/lehr/control/service"
 	"lehr.dev/lehr/internal/apierror"
 	"lehr.dev/lehr/proto/lehrpb"
-)
-
-const (
-	livePolicy = "domains/shop/policies/fw"
-	liveNS     = "shop/fw"
 )
 
 func ruleProp(key, effect, cond string) *lehrpb.Property {
@@ -50,27 +46,53 @@ func wantAPIError(t *testing.T, what string, err error, code codes.Code, field s
 	}
 }
 
-type previewEnv struct {
-	t  *testing.T
-	cl lehrpb.ControlClient
+// previewRig is one control plane shared by the subtests of a preview
+// test: starting control (and its etcd) once instead of once per subtest.
+// Each subtest works in a domain of its own (env), so none sees another's
+// policies, experiments or preview namespaces.
+type previewRig struct {
+	cl      lehrpb.ControlClient
+	domains atomic.Int64 // handed out by env
 }
 
-func newPreviewEnv(t *testing.T, rules ...*lehrpb.Property) previewEnv {
-	srv := controltest.StartControl(t, control.Options{})
-	createDomain(t, srv.Client, "shop", nil)
-	if _, err := srv.Client.Publish(testCtx(t), &lehrpb.PublishRequest{
-		Namespace: liveNS, Kind: lehrpb.NamespaceKind_NAMESPACE_KIND_POLICY, Properties: rules, Message: "live",
+func newPreviewRig(t *testing.T) *previewRig {
+	return &previewRig{cl: controltest.StartControl(t, control.Options{}).Client}
+}
+
+// previewEnv is one subtest's live policy, fw, in a domain of its own.
+type previewEnv struct {
+	t      *testing.T
+	cl     lehrpb.ControlClient
+	domain string
+	ns     string // the live policy's namespace, "<domain>/fw"
+	policy string // its resource name, "domains/<domain>/policies/fw"
+}
+
+// env creates a new domain whose live policy fw has rules (none: the
+// no-op policy), as version 1.
+func (r *previewRig) env(t *testing.T, rules ...*lehrpb.Property) previewEnv {
+	t.Helper()
+	d := fmt.Sprintf("shop%d", r.domains.Add(1))
+	p := previewEnv{t: t, cl: r.cl, domain: d, ns: d + "/fw", policy: "domains/" + d + "/policies/fw"}
+	createDomain(t, r.cl, d, nil)
+	if _, err := r.cl.Publish(testCtx(t), &lehrpb.PublishRequest{
+		Namespace: p.ns, Kind: lehrpb.NamespaceKind_NAMESPACE_KIND_POLICY, Properties: rules, Message: "live",
 	}); err != nil {
 		t.Fatal(err)
 	}
-	return previewEnv{t: t, cl: srv.Client}
+	return p
+}
+
+// otherPolicy is the resource name of another policy of p's domain.
+func (p previewEnv) otherPolicy(name string) string {
+	return "domains/" + p.domain + "/policies/" + name
 }
 
 func (p previewEnv) create(id string, rules ...*lehrpb.Property) *lehrpb.PolicyExperiment {
 	p.t.Helper()
 	op, err := p.cl.CreatePolicyExperiment(testCtx(p.t), &lehrpb.CreatePolicyExperimentRequest{
-		Parent: livePolicy, PolicyExperimentId: id,
-		PolicyExperiment: &lehrpb.PolicyExperiment{Policy: &lehrpb.Policy{Name: livePolicy, Rules: rules}},
+		Parent: p.policy, PolicyExperimentId: id,
+		PolicyExperiment: &lehrpb.PolicyExperiment{Policy: &lehrpb.Policy{Name: p.policy, Rules: rules}},
 	})
 	if err != nil {
 		p.t.Fatalf("CreatePolicyExperiment(%s): %v", id, err)
@@ -82,7 +104,7 @@ func (p previewEnv) create(id string, rules ...*lehrpb.Property) *lehrpb.PolicyE
 
 func (p previewEnv) get(id string) *lehrpb.PolicyExperiment {
 	p.t.Helper()
-	e, err := p.cl.GetPolicyExperiment(testCtx(p.t), &lehrpb.GetPolicyExperimentRequest{Name: livePolicy + "/experiments/" + id})
+	e, err := p.cl.GetPolicyExperiment(testCtx(p.t), &lehrpb.GetPolicyExperimentRequest{Name: p.policy + "/experiments/" + id})
 	if err != nil {
 		p.t.Fatalf("GetPolicyExperiment(%s): %v", id, err)
 	}
@@ -91,7 +113,7 @@ func (p previewEnv) get(id string) *lehrpb.PolicyExperiment {
 
 func (p previewEnv) start(id string) *lehrpb.PolicyExperiment {
 	p.t.Helper()
-	op, err := p.cl.StartPreviewPolicyExperiment(testCtx(p.t), &lehrpb.StartPreviewPolicyExperimentRequest{Name: livePolicy + "/experiments/" + id})
+	op, err := p.cl.StartPreviewPolicyExperiment(testCtx(p.t), &lehrpb.StartPreviewPolicyExperimentRequest{Name: p.policy + "/experiments/" + id})
 	if err != nil {
 		p.t.Fatalf("StartPreview(%s): %v", id, err)
 	}
@@ -102,7 +124,7 @@ func (p previewEnv) start(id string) *lehrpb.PolicyExperiment {
 
 func (p previewEnv) stop(id string) *lehrpb.PolicyExperiment {
 	p.t.Helper()
-	op, err := p.cl.StopPreviewPolicyExperiment(testCtx(p.t), &lehrpb.StopPreviewPolicyExperimentRequest{Name: livePolicy + "/experiments/" + id})
+	op, err := p.cl.StopPreviewPolicyExperiment(testCtx(p.t), &lehrpb.StopPreviewPolicyExperimentRequest{Name: p.policy + "/experiments/" + id})
 	if err != nil {
 		p.t.Fatalf("StopPreview(%s): %v", id, err)
 	}
@@ -115,7 +137,7 @@ func (p previewEnv) stop(id string) *lehrpb.PolicyExperiment {
 // namespace's properties, decoded.
 func (p previewEnv) previewed() map[string]map[string]any {
 	p.t.Helper()
-	resp, err := p.cl.Get(testCtx(p.t), &lehrpb.GetRequest{Namespace: liveNS + "--preview"})
+	resp, err := p.cl.Get(testCtx(p.t), &lehrpb.GetRequest{Namespace: p.ns + "--preview"})
 	if err != nil && apierror.FromError(err).Code == codes.NotFound {
 		return nil
 	}
@@ -135,7 +157,7 @@ func (p previewEnv) previewed() map[string]map[string]any {
 
 func (p previewEnv) live() *lehrpb.Policy {
 	p.t.Helper()
-	pol, err := p.cl.GetPolicy(testCtx(p.t), &lehrpb.GetPolicyRequest{Name: livePolicy})
+	pol, err := p.cl.GetPolicy(testCtx(p.t), &lehrpb.GetPolicyRequest{Name: p.policy})
 	if err != nil {
 		p.t.Fatalf("GetPolicy: %v", err)
 	}
@@ -143,37 +165,39 @@ func (p previewEnv) live() *lehrpb.Policy {
 }
 
 // TestAIP236 checks every "must" of AIP-236 (policy preview) against the
-// real gRPC API and etcd, one subtest per rule, named after it.
+// real gRPC API and etcd, one subtest per rule, named after it. The
+// subtests share one control plane, each in a domain of its own.
 func TestAIP236(t *testing.T) {
+	rig := newPreviewRig(t)
 	allowAll := ruleProp("all", "allow", "true")
 	denyEU := ruleProp("eu", "deny", `request.region == "eu"`)
 
 	t.Run("experiment_has_name_and_etag", func(t *testing.T) {
-		p := newPreviewEnv(t, allowAll)
+		p := rig.env(t, allowAll)
 		e := p.create("e1", allowAll, denyEU)
-		if e.GetName() != livePolicy+"/experiments/e1" || e.GetEtag() == "" {
-			t.Errorf("created %v; want name %s/experiments/e1 and an etag", e, livePolicy)
+		if e.GetName() != p.policy+"/experiments/e1" || e.GetEtag() == "" {
+			t.Errorf("created %v; want name %s/experiments/e1 and an etag", e, p.policy)
 		}
 	})
 
 	t.Run("embedded_policy_named_as_live_policy", func(t *testing.T) {
-		p := newPreviewEnv(t, allowAll)
+		p := rig.env(t, allowAll)
 		e := p.create("e1", denyEU)
-		if e.GetPolicy().GetName() != livePolicy {
-			t.Errorf("policy.name = %q; want the live policy's %q", e.GetPolicy().GetName(), livePolicy)
+		if e.GetPolicy().GetName() != p.policy {
+			t.Errorf("policy.name = %q; want the live policy's %q", e.GetPolicy().GetName(), p.policy)
 		}
 		_, err := p.cl.CreatePolicyExperiment(testCtx(t), &lehrpb.CreatePolicyExperimentRequest{
-			Parent: livePolicy, PolicyExperimentId: "e2",
-			PolicyExperiment: &lehrpb.PolicyExperiment{Policy: &lehrpb.Policy{Name: "domains/shop/policies/other"}},
+			Parent: p.policy, PolicyExperimentId: "e2",
+			PolicyExperiment: &lehrpb.PolicyExperiment{Policy: &lehrpb.Policy{Name: p.otherPolicy("other")}},
 		})
 		wantAPIError(t, "create with another policy's name", err, codes.InvalidArgument, "policy_experiment.policy.name")
 	})
 
 	t.Run("annotations_store_arbitrary_data", func(t *testing.T) {
-		p := newPreviewEnv(t, allowAll)
+		p := rig.env(t, allowAll)
 		op, err := p.cl.CreatePolicyExperiment(testCtx(t), &lehrpb.CreatePolicyExperimentRequest{
-			Parent: livePolicy, PolicyExperimentId: "e1",
-			PolicyExperiment: &lehrpb.PolicyExperiment{Policy: &lehrpb.Policy{Name: livePolicy}, Annotations: map[string]string{"ticket": "SEC-12"}},
+			Parent: p.policy, PolicyExperimentId: "e1",
+			PolicyExperiment: &lehrpb.PolicyExperiment{Policy: &lehrpb.Policy{Name: p.policy}, Annotations: map[string]string{"ticket": "SEC-12"}},
 		})
 		if err != nil {
 			t.Fatal(err)
@@ -186,33 +210,33 @@ func TestAIP236(t *testing.T) {
 	})
 
 	t.Run("create_more_than_once_creates_multiple_experiments", func(t *testing.T) {
-		p := newPreviewEnv(t, allowAll)
+		p := rig.env(t, allowAll)
 		p.create("e1", denyEU)
 		p.create("e2", denyEU)
-		resp, err := p.cl.ListPolicyExperiments(testCtx(t), &lehrpb.ListPolicyExperimentsRequest{Parent: livePolicy})
+		resp, err := p.cl.ListPolicyExperiments(testCtx(t), &lehrpb.ListPolicyExperimentsRequest{Parent: p.policy})
 		if err != nil || len(resp.GetPolicyExperiments()) != 2 {
 			t.Errorf("List: %v, %v; want 2 experiments", resp, err)
 		}
 	})
 
 	t.Run("cap_on_experiments_is_enforced", func(t *testing.T) {
-		p := newPreviewEnv(t, allowAll)
+		p := rig.env(t, allowAll)
 		for i := range service.MaxExperimentsPerPolicy {
 			p.create(fmt.Sprintf("e%d", i), denyEU)
 		}
 		_, err := p.cl.CreatePolicyExperiment(testCtx(t), &lehrpb.CreatePolicyExperimentRequest{
-			Parent: livePolicy, PolicyExperimentId: "one-more",
-			PolicyExperiment: &lehrpb.PolicyExperiment{Policy: &lehrpb.Policy{Name: livePolicy}},
+			Parent: p.policy, PolicyExperimentId: "one-more",
+			PolicyExperiment: &lehrpb.PolicyExperiment{Policy: &lehrpb.Policy{Name: p.policy}},
 		})
 		wantAPIError(t, "create beyond the cap", err, codes.ResourceExhausted, "parent")
 	})
 
 	t.Run("preview_metadata_absent_until_first_start", func(t *testing.T) {
-		p := newPreviewEnv(t, allowAll)
+		p := rig.env(t, allowAll)
 		op, err := p.cl.CreatePolicyExperiment(testCtx(t), &lehrpb.CreatePolicyExperimentRequest{
-			Parent: livePolicy, PolicyExperimentId: "e1",
+			Parent: p.policy, PolicyExperimentId: "e1",
 			PolicyExperiment: &lehrpb.PolicyExperiment{
-				Policy: &lehrpb.Policy{Name: livePolicy},
+				Policy: &lehrpb.Policy{Name: p.policy},
 				// Output only: ignored.
 				PreviewMetadata: &lehrpb.PolicyPreviewMetadata{State: lehrpb.PolicyPreviewMetadata_ACTIVE, LogPrefix: "mine"},
 			},
@@ -231,7 +255,7 @@ func TestAIP236(t *testing.T) {
 	})
 
 	t.Run("start_preview_sets_active_log_prefix_and_start_time", func(t *testing.T) {
-		p := newPreviewEnv(t, allowAll)
+		p := rig.env(t, allowAll)
 		p.create("e1", denyEU)
 		before := time.Now().Add(-time.Second)
 		e := p.start("e1")
@@ -256,7 +280,7 @@ func TestAIP236(t *testing.T) {
 	})
 
 	t.Run("stop_preview_sets_suspended_and_stop_time", func(t *testing.T) {
-		p := newPreviewEnv(t, allowAll)
+		p := rig.env(t, allowAll)
 		p.create("e1", denyEU)
 		started := p.start("e1")
 		e := p.stop("e1")
@@ -272,9 +296,9 @@ func TestAIP236(t *testing.T) {
 	})
 
 	t.Run("create_is_long_running_with_experiment_response", func(t *testing.T) {
-		p := newPreviewEnv(t, allowAll)
+		p := rig.env(t, allowAll)
 		op, err := p.cl.CreatePolicyExperiment(testCtx(t), &lehrpb.CreatePolicyExperimentRequest{
-			Parent: livePolicy, PolicyExperimentId: "e1", PolicyExperiment: &lehrpb.PolicyExperiment{Policy: &lehrpb.Policy{Name: livePolicy}},
+			Parent: p.policy, PolicyExperimentId: "e1", PolicyExperiment: &lehrpb.PolicyExperiment{Policy: &lehrpb.Policy{Name: p.policy}},
 		})
 		if err != nil {
 			t.Fatal(err)
@@ -287,7 +311,7 @@ func TestAIP236(t *testing.T) {
 	})
 
 	t.Run("preview_new_policy_with_noop_live_policy", func(t *testing.T) {
-		p := newPreviewEnv(t) // the live policy has no rules: the no-op policy
+		p := rig.env(t) // the live policy has no rules: the no-op policy
 		if r := p.live().GetRules(); len(r) != 0 {
 			t.Fatalf("live rules %v; want none", r)
 		}
@@ -299,7 +323,7 @@ func TestAIP236(t *testing.T) {
 	})
 
 	t.Run("preview_update_with_full_live_payload", func(t *testing.T) {
-		p := newPreviewEnv(t, allowAll)
+		p := rig.env(t, allowAll)
 		live := p.live()
 		e := p.create("upd", append(live.GetRules(), denyEU)...)
 		if e.GetPolicy().GetName() != live.GetName() || len(e.GetPolicy().GetRules()) != 2 {
@@ -308,7 +332,7 @@ func TestAIP236(t *testing.T) {
 	})
 
 	t.Run("preview_delete_with_noop_rules", func(t *testing.T) {
-		p := newPreviewEnv(t, allowAll, denyEU)
+		p := rig.env(t, allowAll, denyEU)
 		p.create("del") // no rules: previews the deletion of the live policy
 		p.start("del")
 		if doc := p.previewed()["del"]; doc == nil || len(doc["rules"].([]any)) != 0 {
@@ -317,10 +341,10 @@ func TestAIP236(t *testing.T) {
 	})
 
 	t.Run("update_is_long_running_and_policy_name_never_changes", func(t *testing.T) {
-		p := newPreviewEnv(t, allowAll)
+		p := rig.env(t, allowAll)
 		e := p.create("e1", denyEU)
 		op, err := p.cl.UpdatePolicyExperiment(testCtx(t), &lehrpb.UpdatePolicyExperimentRequest{
-			PolicyExperiment: &lehrpb.PolicyExperiment{Name: e.GetName(), Policy: &lehrpb.Policy{Name: livePolicy, Rules: []*lehrpb.Property{allowAll}}},
+			PolicyExperiment: &lehrpb.PolicyExperiment{Name: e.GetName(), Policy: &lehrpb.Policy{Name: p.policy, Rules: []*lehrpb.Property{allowAll}}},
 			UpdateMask:       []string{"policy"},
 		})
 		if err != nil {
@@ -332,7 +356,7 @@ func TestAIP236(t *testing.T) {
 			t.Errorf("updated %v; want the new rules and a new etag", up)
 		}
 		_, err = p.cl.UpdatePolicyExperiment(testCtx(t), &lehrpb.UpdatePolicyExperimentRequest{
-			PolicyExperiment: &lehrpb.PolicyExperiment{Name: e.GetName(), Policy: &lehrpb.Policy{Name: "domains/shop/policies/renamed"}},
+			PolicyExperiment: &lehrpb.PolicyExperiment{Name: e.GetName(), Policy: &lehrpb.Policy{Name: p.otherPolicy("renamed")}},
 		})
 		wantAPIError(t, "update renaming the policy", err, codes.InvalidArgument, "policy_experiment.policy.name")
 		if got := p.get("e1"); !proto.Equal(got, up) {
@@ -341,7 +365,7 @@ func TestAIP236(t *testing.T) {
 	})
 
 	t.Run("update_of_active_experiment_suspends_it", func(t *testing.T) {
-		p := newPreviewEnv(t, allowAll)
+		p := rig.env(t, allowAll)
 		e := p.create("e1", denyEU)
 		p.start("e1")
 		op, err := p.cl.UpdatePolicyExperiment(testCtx(t), &lehrpb.UpdatePolicyExperimentRequest{
@@ -362,17 +386,17 @@ func TestAIP236(t *testing.T) {
 	})
 
 	t.Run("get_is_included", func(t *testing.T) {
-		p := newPreviewEnv(t, allowAll)
+		p := rig.env(t, allowAll)
 		e := p.create("e1", denyEU)
 		if got := p.get("e1"); !proto.Equal(got, e) {
 			t.Errorf("Get = %v; want %v", got, e)
 		}
-		_, err := p.cl.GetPolicyExperiment(testCtx(t), &lehrpb.GetPolicyExperimentRequest{Name: livePolicy + "/experiments/nope"})
+		_, err := p.cl.GetPolicyExperiment(testCtx(t), &lehrpb.GetPolicyExperimentRequest{Name: p.policy + "/experiments/nope"})
 		wantAPIError(t, "Get of a missing experiment", err, codes.NotFound, "name")
 	})
 
 	t.Run("list_filters_on_preview_metadata_state", func(t *testing.T) {
-		p := newPreviewEnv(t, allowAll)
+		p := rig.env(t, allowAll)
 		p.create("a", denyEU)
 		p.create("b", denyEU)
 		p.create("c", denyEU)
@@ -388,24 +412,24 @@ func TestAIP236(t *testing.T) {
 			{"NOT preview_metadata.state = ACTIVE", []string{"a", "c"}},
 			{"", []string{"a", "b", "c"}},
 		} {
-			resp, err := p.cl.ListPolicyExperiments(testCtx(t), &lehrpb.ListPolicyExperimentsRequest{Parent: livePolicy, Filter: tc.filter})
+			resp, err := p.cl.ListPolicyExperiments(testCtx(t), &lehrpb.ListPolicyExperimentsRequest{Parent: p.policy, Filter: tc.filter})
 			if err != nil {
 				t.Fatalf("List(%q): %v", tc.filter, err)
 			}
 			var got []string
 			for _, e := range resp.GetPolicyExperiments() {
-				got = append(got, e.GetName()[len(livePolicy+"/experiments/"):])
+				got = append(got, e.GetName()[len(p.policy+"/experiments/"):])
 			}
 			if fmt.Sprint(got) != fmt.Sprint(tc.want) {
 				t.Errorf("List(%q) = %v; want %v", tc.filter, got, tc.want)
 			}
 		}
-		_, err := p.cl.ListPolicyExperiments(testCtx(t), &lehrpb.ListPolicyExperimentsRequest{Parent: livePolicy, Filter: "preview_metadata.state = RUNNING"})
+		_, err := p.cl.ListPolicyExperiments(testCtx(t), &lehrpb.ListPolicyExperimentsRequest{Parent: p.policy, Filter: "preview_metadata.state = RUNNING"})
 		wantAPIError(t, "List with a bad filter", err, codes.InvalidArgument, "filter")
 	})
 
 	t.Run("delete_is_long_running_with_experiment_response", func(t *testing.T) {
-		p := newPreviewEnv(t, allowAll)
+		p := rig.env(t, allowAll)
 		e := p.create("e1", denyEU)
 		p.start("e1")
 		op, err := p.cl.DeletePolicyExperiment(testCtx(t), &lehrpb.DeletePolicyExperimentRequest{Name: e.GetName()})
@@ -425,7 +449,7 @@ func TestAIP236(t *testing.T) {
 	})
 
 	t.Run("commit_copies_policy_to_live_and_deletes_experiment_atomically", func(t *testing.T) {
-		p := newPreviewEnv(t, allowAll)
+		p := rig.env(t, allowAll)
 		e := p.create("e1", allowAll, denyEU)
 		p.start("e1")
 		op, err := p.cl.CommitPolicyExperiment(testCtx(t), &lehrpb.CommitPolicyExperimentRequest{Name: e.GetName(), Etag: e.GetEtag(), ParentEtag: "v1"})
@@ -444,7 +468,7 @@ func TestAIP236(t *testing.T) {
 	})
 
 	t.Run("commit_without_etag_fails", func(t *testing.T) {
-		p := newPreviewEnv(t, allowAll)
+		p := rig.env(t, allowAll)
 		e := p.create("e1", denyEU)
 		_, err := p.cl.CommitPolicyExperiment(testCtx(t), &lehrpb.CommitPolicyExperimentRequest{Name: e.GetName()})
 		wantAPIError(t, "commit without etag", err, codes.InvalidArgument, "etag")
@@ -454,7 +478,7 @@ func TestAIP236(t *testing.T) {
 	})
 
 	t.Run("failed_commit_keeps_previewing_and_live_policy", func(t *testing.T) {
-		p := newPreviewEnv(t, allowAll)
+		p := rig.env(t, allowAll)
 		e := p.create("e1", denyEU)
 		p.start("e1")
 		for _, tc := range []struct {
@@ -482,7 +506,7 @@ func TestAIP236(t *testing.T) {
 	})
 
 	t.Run("commit_in_any_state", func(t *testing.T) {
-		p := newPreviewEnv(t, allowAll)
+		p := rig.env(t, allowAll)
 		never := p.create("never", denyEU) // no preview_metadata
 		stopped := p.create("stopped", denyEU)
 		p.start("stopped")
@@ -499,7 +523,7 @@ func TestAIP236(t *testing.T) {
 	})
 
 	t.Run("commit_twice_is_not_found", func(t *testing.T) {
-		p := newPreviewEnv(t, allowAll)
+		p := rig.env(t, allowAll)
 		e := p.create("e1", denyEU)
 		req := &lehrpb.CommitPolicyExperimentRequest{Name: e.GetName(), Etag: e.GetEtag()}
 		if _, err := p.cl.CommitPolicyExperiment(testCtx(t), req); err != nil {
@@ -510,48 +534,48 @@ func TestAIP236(t *testing.T) {
 	})
 
 	t.Run("cascading_delete_of_live_policy_deletes_all_experiments", func(t *testing.T) {
-		p := newPreviewEnv(t, allowAll, denyEU)
+		p := rig.env(t, allowAll, denyEU)
 		p.create("e1", denyEU)
 		p.create("e2")
 		p.start("e1")
 		if len(p.previewed()) != 1 {
 			t.Fatalf("previewed %v before the delete; want e1", p.previewed())
 		}
-		op, err := p.cl.DeletePolicy(testCtx(t), &lehrpb.DeletePolicyRequest{Name: livePolicy, Etag: "v1", Message: "retire"})
+		op, err := p.cl.DeletePolicy(testCtx(t), &lehrpb.DeletePolicyRequest{Name: p.policy, Etag: "v1", Message: "retire"})
 		if err != nil {
 			t.Fatalf("DeletePolicy: %v", err)
 		}
 		md := new(lehrpb.DeletePolicyMetadata)
 		opResponse(t, op, new(emptypb.Empty), md)
-		if got := md.GetDeletedExperiments(); len(got) != 2 || got[0] != livePolicy+"/experiments/e1" || got[1] != livePolicy+"/experiments/e2" {
+		if got := md.GetDeletedExperiments(); len(got) != 2 || got[0] != p.policy+"/experiments/e1" || got[1] != p.policy+"/experiments/e2" {
 			t.Errorf("deleted_experiments %v; want e1 and e2", got)
 		}
 		if v := md.GetVersion(); v.GetSeq() != 2 || v.GetPropertyCount() != 0 || v.GetMessage() != "retire" {
 			t.Errorf("version %v; want 2, the no-op policy (no rules), message retire", v)
 		}
 		for _, id := range []string{"e1", "e2"} {
-			_, err := p.cl.GetPolicyExperiment(testCtx(t), &lehrpb.GetPolicyExperimentRequest{Name: livePolicy + "/experiments/" + id})
+			_, err := p.cl.GetPolicyExperiment(testCtx(t), &lehrpb.GetPolicyExperimentRequest{Name: p.policy + "/experiments/" + id})
 			wantAPIError(t, "get "+id+" after the policy's deletion", err, codes.NotFound, "")
 		}
-		resp, err := p.cl.ListPolicyExperiments(testCtx(t), &lehrpb.ListPolicyExperimentsRequest{Parent: livePolicy})
+		resp, err := p.cl.ListPolicyExperiments(testCtx(t), &lehrpb.ListPolicyExperimentsRequest{Parent: p.policy})
 		if err != nil || len(resp.GetPolicyExperiments()) != 0 {
 			t.Errorf("List after the deletion: %v, %v; want none", resp, err)
 		}
 		if got := p.previewed(); len(got) != 0 {
 			t.Errorf("hosts still sent experiments %v after the deletion", got)
 		}
-		_, err = p.cl.GetPolicy(testCtx(t), &lehrpb.GetPolicyRequest{Name: livePolicy})
+		_, err = p.cl.GetPolicy(testCtx(t), &lehrpb.GetPolicyRequest{Name: p.policy})
 		wantAPIError(t, "GetPolicy of a deleted policy", err, codes.NotFound, "name")
 		_, err = p.cl.CreatePolicyExperiment(testCtx(t), &lehrpb.CreatePolicyExperimentRequest{
-			Parent: livePolicy, PolicyExperimentId: "e3",
-			PolicyExperiment: &lehrpb.PolicyExperiment{Policy: &lehrpb.Policy{Name: livePolicy}},
+			Parent: p.policy, PolicyExperimentId: "e3",
+			PolicyExperiment: &lehrpb.PolicyExperiment{Policy: &lehrpb.Policy{Name: p.policy}},
 		})
 		wantAPIError(t, "create under a deleted policy", err, codes.NotFound, "parent")
-		_, err = p.cl.DeletePolicy(testCtx(t), &lehrpb.DeletePolicyRequest{Name: livePolicy})
+		_, err = p.cl.DeletePolicy(testCtx(t), &lehrpb.DeletePolicyRequest{Name: p.policy})
 		wantAPIError(t, "delete twice", err, codes.NotFound, "name")
 
 		// Publishing rules creates it again, without the old experiments.
-		if _, err := p.cl.Publish(testCtx(t), &lehrpb.PublishRequest{Namespace: liveNS, Properties: []*lehrpb.Property{allowAll}}); err != nil {
+		if _, err := p.cl.Publish(testCtx(t), &lehrpb.PublishRequest{Namespace: p.ns, Properties: []*lehrpb.Property{allowAll}}); err != nil {
 			t.Fatal(err)
 		}
 		if pol := p.live(); pol.GetEtag() != "v3" || len(pol.GetRules()) != 1 {
@@ -561,14 +585,14 @@ func TestAIP236(t *testing.T) {
 	})
 
 	t.Run("failed_delete_of_live_policy_changes_nothing", func(t *testing.T) {
-		p := newPreviewEnv(t, allowAll)
+		p := rig.env(t, allowAll)
 		p.create("e1", denyEU)
 		p.start("e1")
-		_, err := p.cl.DeletePolicy(testCtx(t), &lehrpb.DeletePolicyRequest{Name: livePolicy, Etag: "v0"})
+		_, err := p.cl.DeletePolicy(testCtx(t), &lehrpb.DeletePolicyRequest{Name: p.policy, Etag: "v0"})
 		wantAPIError(t, "delete with a stale etag", err, codes.Aborted, "etag")
-		_, err = p.cl.DeletePolicy(testCtx(t), &lehrpb.DeletePolicyRequest{Name: "domains/shop/policies/none"})
+		_, err = p.cl.DeletePolicy(testCtx(t), &lehrpb.DeletePolicyRequest{Name: p.otherPolicy("none")})
 		wantAPIError(t, "delete of a missing policy", err, codes.NotFound, "name")
-		_, err = p.cl.DeletePolicy(testCtx(t), &lehrpb.DeletePolicyRequest{Name: "shop/fw"})
+		_, err = p.cl.DeletePolicy(testCtx(t), &lehrpb.DeletePolicyRequest{Name: p.ns})
 		wantAPIError(t, "delete by namespace name", err, codes.InvalidArgument, "name")
 		if pol := p.live(); pol.GetEtag() != "v1" {
 			t.Errorf("live policy %v after failed deletes; want v1", pol)
@@ -579,8 +603,8 @@ func TestAIP236(t *testing.T) {
 	})
 
 	t.Run("preview_namespaces_are_written_by_control_only", func(t *testing.T) {
-		p := newPreviewEnv(t, allowAll)
-		_, err := p.cl.Publish(testCtx(t), &lehrpb.PublishRequest{Namespace: liveNS + "--preview", Properties: []*lehrpb.Property{prop("x", "", "1")}})
+		p := rig.env(t, allowAll)
+		_, err := p.cl.Publish(testCtx(t), &lehrpb.PublishRequest{Namespace: p.ns + "--preview", Properties: []*lehrpb.Property{prop("x", "", "1")}})
 		wantAPIError(t, "publish to a preview namespace", err, codes.InvalidArgument, "namespace")
 		if r := apierror.FromError(err).Reason; r != apierror.ReasonInvalidName {
 			t.Errorf("reason %s; want %s", r, apierror.ReasonInvalidName)

@@ -35,8 +35,9 @@ const Author = "lehr-rollout"
 
 // StrategistOptions configure a Strategist.
 type StrategistOptions struct {
-	// Store and Client reach etcd. Required.
-	Store  *store.Store
+	// Store and Client reach etcd. Required; control passes its
+	// *store.Store.
+	Store  Store
 	Client *clientv3.Client
 	// ElectionKey is the etcd key prefix of the election among control
 	// replicas; default store.DefaultPrefix + "strategist".

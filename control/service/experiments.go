@@ -38,6 +38,29 @@ import (
 	"lehr.dev/lehr/proto/lehrpb"
 )
 
+// previewStore is the part of the store (*store.Store) the policy-preview
+// handlers of this file call: a policy's head and versions (and Commit for
+// the live and preview namespaces), its experiments, and the zone status
+// their counts are summed from. Each method's contract is that of the
+// *store.Store method of the same name. The Service's shared helpers the
+// handlers also use (domainOf, apiError, the audit log) reach the rest of
+// the store through Service.st.
+type previewStore interface {
+	GetNamespace(ctx context.Context, ns string) (*lehrpb.Namespace, error)
+	Content(ctx context.Context, ns string, seq uint64) (*lehrpb.VersionInfo, content.Snapshot, error)
+	Version(ctx context.Context, ns string, seq uint64) (*lehrpb.VersionInfo, error)
+	Commit(ctx context.Context, c store.Commit) (*lehrpb.VersionInfo, error)
+
+	CreateExperiment(ctx context.Context, ns, id string, e *lehrpb.PolicyExperiment, maxPerPolicy int) (*store.StoredExperiment, error)
+	Experiment(ctx context.Context, ns, id string) (*store.StoredExperiment, error)
+	Experiments(ctx context.Context, ns, preview string) (store.PreviewState, error)
+	PutExperiment(ctx context.Context, ns, id string, e *lehrpb.PolicyExperiment, modRevision int64) (*store.StoredExperiment, error)
+	DeleteExperiment(ctx context.Context, ns, id string, modRevision int64) error
+
+	ListZones(ctx context.Context) ([]*lehrpb.Zone, error)
+	ZoneStatus(ctx context.Context, zone string) ([]*lehrpb.DistributorStatus, error)
+}
+
 // MaxExperimentsPerPolicy is the cap on experiments per live policy
 // (AIP-236 asks for a documented cap).
 const MaxExperimentsPerPolicy = 5
@@ -107,7 +130,7 @@ func parseExperimentName(field, name string) (ns, id string, err error) {
 
 // policyHead reads ns's head and checks it is a policy namespace.
 func (s *Service) policyHead(ctx context.Context, field, ns string) (*lehrpb.Namespace, error) {
-	head, err := s.st.GetNamespace(ctx, ns)
+	head, err := s.previews.GetNamespace(ctx, ns)
 	if err != nil {
 		e := withField(s.apiError(ctx, err), field)
 		if e.Code == codes.NotFound {
@@ -211,7 +234,7 @@ func (s *Service) GetPolicy(ctx context.Context, req *lehrpb.GetPolicyRequest) (
 	if err != nil {
 		return nil, err
 	}
-	info, snap, err := s.st.Content(ctx, ns, head.GetLatestVersion())
+	info, snap, err := s.previews.Content(ctx, ns, head.GetLatestVersion())
 	if err != nil {
 		return nil, s.apiError(ctx, err)
 	}
@@ -264,7 +287,7 @@ func (s *Service) CreatePolicyExperiment(ctx context.Context, req *lehrpb.Create
 	if err := s.admitContent(e); err != nil {
 		return nil, err
 	}
-	if _, err := s.st.CreateExperiment(ctx, ns, id, e, MaxExperimentsPerPolicy); err != nil {
+	if _, err := s.previews.CreateExperiment(ctx, ns, id, e, MaxExperimentsPerPolicy); err != nil {
 		var ce *store.ExperimentCapError
 		if errors.As(err, &ce) {
 			return nil, apierror.New(codes.ResourceExhausted, apierror.ReasonTooManyExperiments, "parent",
@@ -286,7 +309,7 @@ func (s *Service) GetPolicyExperiment(ctx context.Context, req *lehrpb.GetPolicy
 	if err != nil {
 		return nil, err
 	}
-	e, err := s.st.Experiment(ctx, ns, id)
+	e, err := s.previews.Experiment(ctx, ns, id)
 	if err != nil {
 		return nil, withField(s.apiError(ctx, err), "name")
 	}
@@ -308,7 +331,7 @@ func (s *Service) ListPolicyExperiments(ctx context.Context, req *lehrpb.ListPol
 	if err != nil {
 		return nil, err
 	}
-	st, err := s.st.Experiments(ctx, ns, names.Preview(ns))
+	st, err := s.previews.Experiments(ctx, ns, names.Preview(ns))
 	if err != nil {
 		return nil, s.apiError(ctx, err)
 	}
@@ -336,7 +359,7 @@ func (s *Service) experimentFor(ctx context.Context, field, ns, id, etag string)
 	if err != nil {
 		return nil, nil, err
 	}
-	cur, err := s.st.Experiment(ctx, ns, id)
+	cur, err := s.previews.Experiment(ctx, ns, id)
 	if err != nil {
 		return nil, nil, withField(s.apiError(ctx, err), field)
 	}
@@ -421,7 +444,7 @@ func (s *Service) UpdatePolicyExperiment(ctx context.Context, req *lehrpb.Update
 	if err := s.admitContent(next); err != nil {
 		return nil, err
 	}
-	if _, err := s.st.PutExperiment(ctx, ns, id, next, cur.ModRevision); err != nil {
+	if _, err := s.previews.PutExperiment(ctx, ns, id, next, cur.ModRevision); err != nil {
 		return nil, s.experimentWriteError(ctx, err)
 	}
 	if wasActive {
@@ -452,14 +475,14 @@ func (s *Service) DeletePolicyExperiment(ctx context.Context, req *lehrpb.Delete
 	if err != nil {
 		return nil, err
 	}
-	cur, err := s.st.Experiment(ctx, ns, id)
+	cur, err := s.previews.Experiment(ctx, ns, id)
 	if err != nil {
 		return nil, withField(s.apiError(ctx, err), "name")
 	}
 	if err := checkEtag("etag", req.GetEtag(), cur); err != nil {
 		return nil, err
 	}
-	if err := s.st.DeleteExperiment(ctx, ns, id, cur.ModRevision); err != nil {
+	if err := s.previews.DeleteExperiment(ctx, ns, id, cur.ModRevision); err != nil {
 		return nil, s.experimentWriteError(ctx, err)
 	}
 	if cur.GetPreviewMetadata().GetState() == lehrpb.PolicyPreviewMetadata_ACTIVE {
@@ -529,7 +552,7 @@ func (s *Service) setPreview(ctx context.Context, name string, active bool) (*le
 	} else {
 		md.State, md.StopTime = lehrpb.PolicyPreviewMetadata_SUSPENDED, now
 	}
-	if _, err := s.st.PutExperiment(ctx, ns, id, next, cur.ModRevision); err != nil {
+	if _, err := s.previews.PutExperiment(ctx, ns, id, next, cur.ModRevision); err != nil {
 		return nil, s.experimentWriteError(ctx, err)
 	}
 	if err := s.syncPreview(ctx, ns); err != nil {
@@ -553,7 +576,7 @@ const maxPreviewSyncs = 8
 func (s *Service) syncPreview(ctx context.Context, ns string) error {
 	pns := names.Preview(ns)
 	for range maxPreviewSyncs {
-		st, err := s.st.Experiments(ctx, ns, pns)
+		st, err := s.previews.Experiments(ctx, ns, pns)
 		if err != nil {
 			return s.previewSyncError(ctx, ns, err)
 		}
@@ -566,7 +589,7 @@ func (s *Service) syncPreview(ctx context.Context, ns string) error {
 			return s.previewSyncError(ctx, ns, err)
 		}
 		if st.PreviewLatest > 0 {
-			info, err := s.st.Version(ctx, pns, st.PreviewLatest)
+			info, err := s.previews.Version(ctx, pns, st.PreviewLatest)
 			if err != nil {
 				return s.previewSyncError(ctx, ns, err)
 			}
@@ -574,7 +597,7 @@ func (s *Service) syncPreview(ctx context.Context, ns string) error {
 				return nil
 			}
 		}
-		_, err = s.st.Commit(ctx, store.Commit{
+		_, err = s.previews.Commit(ctx, store.Commit{
 			Namespace:      pns,
 			Create:         st.PreviewLatest == 0,
 			Kind:           lehrpb.NamespaceKind_NAMESPACE_KIND_CONFIG,
@@ -665,7 +688,7 @@ func (s *Service) CommitPolicyExperiment(ctx context.Context, req *lehrpb.Commit
 		msg = fmt.Sprintf("commit policy experiment %s (etag %s)", id, cur.GetEtag())
 	}
 	c := s.attribute(ctx, "")
-	info, err := s.st.Commit(ctx, store.Commit{
+	info, err := s.previews.Commit(ctx, store.Commit{
 		Namespace:      ns,
 		Limits:         s.domainLimits(dom),
 		Kind:           head.GetKind(),
@@ -750,7 +773,7 @@ func (s *Service) DeletePolicy(ctx context.Context, req *lehrpb.DeletePolicyRequ
 	}
 	c := s.attribute(ctx, "")
 	var deleted []string
-	info, err := s.st.Commit(ctx, store.Commit{
+	info, err := s.previews.Commit(ctx, store.Commit{
 		Namespace:      ns,
 		Limits:         s.domainLimits(dom),
 		Kind:           head.GetKind(),
@@ -801,7 +824,7 @@ func (s *Service) GetPolicyExperimentCounts(ctx context.Context, req *lehrpb.Get
 	if err != nil {
 		return nil, err
 	}
-	e, err := s.st.Experiment(ctx, ns, id)
+	e, err := s.previews.Experiment(ctx, ns, id)
 	if err != nil {
 		return nil, withField(s.apiError(ctx, err), "name")
 	}
@@ -811,7 +834,7 @@ func (s *Service) GetPolicyExperimentCounts(ctx context.Context, req *lehrpb.Get
 // previewCounts sums the distributors' latest reports, per zone and
 // configuration pair, for experiment e of ns.
 func (s *Service) previewCounts(ctx context.Context, ns string, e *store.StoredExperiment) (*lehrpb.PolicyExperimentCounts, error) {
-	zones, err := s.st.ListZones(ctx)
+	zones, err := s.previews.ListZones(ctx)
 	if err != nil {
 		return nil, s.apiError(ctx, err)
 	}
@@ -819,7 +842,7 @@ func (s *Service) previewCounts(ctx context.Context, ns string, e *store.StoredE
 	// the distributors' own bound of pairs, each, per zone.
 	sums := preview.NewTally((len(zones) + 1) * fanoutPreviewBound)
 	for _, z := range zones {
-		sts, err := s.st.ZoneStatus(ctx, z.GetName())
+		sts, err := s.previews.ZoneStatus(ctx, z.GetName())
 		if err != nil {
 			return nil, s.apiError(ctx, err)
 		}

@@ -119,6 +119,8 @@ type Service struct {
 	registry *validate.Registry
 	evals    *evaluation.Service
 	leases   reportLeases // of ReportZoneStatus
+	// previews is st as the policy-preview handlers see it (experiments.go).
+	previews previewStore
 
 	// closing ends when Close is called; long-lived streams end with it.
 	closing context.Context
@@ -147,6 +149,8 @@ func New(opts Options) (*Service, error) {
 		fleetAdmins: opts.FleetAdmins,
 		localUsers:  maps.Clone(opts.LocalUsers),
 		devMode:     opts.DevMode,
+
+		previews: opts.Store,
 	}
 	s.closing, s.close = context.WithCancel(context.Background())
 	if s.log == nil {

@@ -79,21 +79,17 @@ func (s *Store) compact(ctx context.Context, ns string, keepLast int, keepFor ti
 	if _, _, err := names.Namespace(ns); err != nil {
 		return 0, fmt.Errorf("store: compact: %w: %w", ErrInvalid, err)
 	}
-	removed := 0
-	done := false
-	for range maxCommitAttempts {
+	removed := 0 // by every round: a lost one may have removed some
+	err := optimistic(ctx, "compact "+ns, func(int) (bool, error) {
 		n, ok, err := s.compactOnce(ctx, ns, keepLast, keepFor)
 		removed += n
 		if err != nil {
-			return removed, fmt.Errorf("store: compact %s: %w", ns, err)
+			return false, fmt.Errorf("store: compact %s: %w", ns, err)
 		}
-		if ok {
-			done = true
-			break
-		}
-	}
-	if !done {
-		return removed, fmt.Errorf("store: compact %s: %w after %d attempts", ns, ErrContention, maxCommitAttempts)
+		return ok, nil
+	})
+	if err != nil {
+		return removed, err
 	}
 	n, err := s.collectBlobs(ctx, ns)
 	if err != nil {
@@ -341,40 +337,40 @@ func (s *Store) recount(ctx context.Context, head *lehrpb.Namespace, headMod int
 	if err != nil {
 		return err
 	}
-	for range maxCommitAttempts {
+	return optimistic(ctx, "recount "+head.GetName(), func(int) (bool, error) {
 		resp, err := s.get(ctx, ukey)
 		if err != nil {
-			return err
+			return false, err
 		}
 		u, err := decodeUsage(resp)
 		if err != nil {
-			return err
+			return false, err
 		}
 		next := proto.CloneOf(u.rec)
 		next.StoredBytes = max(0, next.StoredBytes+diff)
 		ub, err := encode(next)
 		if err != nil {
-			return err
+			return false, err
 		}
 		tr, err := s.txn(ctx,
 			[]clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(hkey), "=", headMod), u.guard(ukey)},
 			[]clientv3.Op{clientv3.OpPut(hkey, string(hb)), clientv3.OpPut(ukey, string(ub))},
 			[]clientv3.Op{clientv3.OpGet(hkey, clientv3.WithKeysOnly())})
 		if err != nil {
-			return err
+			return false, err
 		}
 		if tr.Succeeded {
 			s.log.Debug("store: recounted a namespace's stored bytes", "namespace", head.GetName(), "stored_bytes", stored, "was", head.GetStoredBytes())
 			if s.opts.OnDomainUsage != nil {
 				s.opts.OnDomainUsage(domain, next.StoredBytes)
 			}
-			return nil
+			return true, nil
 		}
 		if h := tr.Responses[0].GetResponseRange().GetKvs(); len(h) == 0 || h[0].ModRevision != headMod {
-			return nil // a commit or compaction came first: counted next pass
+			return true, nil // a commit or compaction came first: counted next pass
 		}
-	}
-	return fmt.Errorf("recount %s: %w", head.GetName(), ErrContention)
+		return false, nil // only the usage moved: add to its new sum
+	})
 }
 
 // RunCompactor compacts every namespace each interval until ctx is done,

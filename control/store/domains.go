@@ -75,46 +75,50 @@ func (s *Store) GetDomain(ctx context.Context, name string) (*lehrpb.Domain, err
 
 // UpdateDomain applies update to domain name as stored and stores the
 // result, unless another writer changed the domain meanwhile, in which
-// case it reads and applies again. update may refuse with an error, which
-// is returned as is; it must not change the name or create_time. A
-// missing domain is a *NotFoundError.
+// case it reads and applies again (update runs once per round; after
+// maxCommitAttempts lost rounds the error wraps ErrContention). update may
+// refuse with an error, which is returned as is; it must not change the
+// name or create_time. A missing domain is a *NotFoundError.
 func (s *Store) UpdateDomain(ctx context.Context, name string, update func(d *lehrpb.Domain) error) (*lehrpb.Domain, error) {
 	if err := names.Domain(name); err != nil {
 		return nil, fmt.Errorf("store: update domain: %w: %w", ErrInvalid, err)
 	}
 	key := s.lay.domain(name)
-	for {
+	var updated *lehrpb.Domain
+	err := optimistic(ctx, "update domain "+name, func(int) (bool, error) {
 		resp, err := s.get(ctx, key)
 		if err != nil {
-			return nil, fmt.Errorf("store: update domain %s: %w", name, err)
+			return false, fmt.Errorf("store: update domain %s: %w", name, err)
 		}
 		if len(resp.Kvs) == 0 {
-			return nil, &NotFoundError{What: "domain", Name: name}
+			return false, &NotFoundError{What: "domain", Name: name}
 		}
 		d := new(lehrpb.Domain)
 		if err := decode(key, resp.Kvs[0].Value, d); err != nil {
-			return nil, fmt.Errorf("store: update domain %s: %w", name, err)
+			return false, fmt.Errorf("store: update domain %s: %w", name, err)
 		}
 		if err := update(d); err != nil {
-			return nil, err
+			return false, err
 		}
 		b, err := encode(d)
 		if err != nil {
-			return nil, fmt.Errorf("store: update domain %s: %w", name, err)
+			return false, fmt.Errorf("store: update domain %s: %w", name, err)
 		}
 		tr, err := s.txn(ctx,
 			[]clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(key), "=", resp.Kvs[0].ModRevision)},
 			[]clientv3.Op{clientv3.OpPut(key, string(b))}, nil)
 		if err != nil {
-			return nil, fmt.Errorf("store: update domain %s: %w", name, err)
+			return false, fmt.Errorf("store: update domain %s: %w", name, err)
 		}
 		if tr.Succeeded {
-			return d, nil
+			updated = d
 		}
-		if err := ctx.Err(); err != nil {
-			return nil, fmt.Errorf("store: update domain %s: %w", name, err)
-		}
+		return tr.Succeeded, nil
+	})
+	if err != nil {
+		return nil, err
 	}
+	return updated, nil
 }
 
 // ListDomains returns up to limit domains whose names sort after "after".

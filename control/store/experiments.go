@@ -49,31 +49,32 @@ func (s *Store) CreateExperiment(ctx context.Context, ns, id string, e *lehrpb.P
 		return nil, err
 	}
 	key, prefix := s.lay.experiment(ns, id), s.lay.experimentsOf(ns)
-	for range maxCommitAttempts {
+	var created *StoredExperiment
+	err = optimistic(ctx, "create experiment "+ns+"/"+id, func(int) (bool, error) {
 		hkey := s.lay.nsmeta(ns)
 		rs, rev, err := s.readAt(ctx,
 			clientv3.OpGet(hkey),
 			clientv3.OpGet(prefix, clientv3.WithPrefix(), clientv3.WithKeysOnly()))
 		if err != nil {
-			return nil, fmt.Errorf("store: create experiment %s/%s: %w", ns, id, err)
+			return false, fmt.Errorf("store: create experiment %s/%s: %w", ns, id, err)
 		}
 		if len(rs[0].Kvs) == 0 {
-			return nil, &NotFoundError{What: "namespace", Name: ns}
+			return false, &NotFoundError{What: "namespace", Name: ns}
 		}
 		head := new(lehrpb.Namespace)
 		if err := decode(hkey, rs[0].Kvs[0].Value, head); err != nil {
-			return nil, err
+			return false, err
 		}
 		if head.GetDeleteTime() != nil {
-			return nil, &NotFoundError{What: "policy", Name: ns}
+			return false, &NotFoundError{What: "policy", Name: ns}
 		}
 		for _, kv := range rs[1].Kvs {
 			if string(kv.Key) == key {
-				return nil, fmt.Errorf("store: experiment %s/%s: %w", ns, id, ErrAlreadyExists)
+				return false, fmt.Errorf("store: experiment %s/%s: %w", ns, id, ErrAlreadyExists)
 			}
 		}
 		if len(rs[1].Kvs) >= maxPerPolicy {
-			return nil, &ExperimentCapError{Namespace: ns, Cap: maxPerPolicy}
+			return false, &ExperimentCapError{Namespace: ns, Cap: maxPerPolicy}
 		}
 		resp, err := s.txn(ctx, []clientv3.Cmp{
 			clientv3.Compare(clientv3.ModRevision(hkey), "=", rs[0].Kvs[0].ModRevision),
@@ -81,13 +82,17 @@ func (s *Store) CreateExperiment(ctx context.Context, ns, id string, e *lehrpb.P
 			clientv3.Compare(clientv3.CreateRevision(key), "=", 0),
 		}, []clientv3.Op{clientv3.OpPut(key, string(b))}, nil)
 		if err != nil {
-			return nil, fmt.Errorf("store: create experiment %s/%s: %w", ns, id, err)
+			return false, fmt.Errorf("store: create experiment %s/%s: %w", ns, id, err)
 		}
 		if resp.Succeeded {
-			return &StoredExperiment{PolicyExperiment: e, ID: id, ModRevision: resp.Header.Revision}, nil
+			created = &StoredExperiment{PolicyExperiment: e, ID: id, ModRevision: resp.Header.Revision}
 		}
+		return resp.Succeeded, nil
+	})
+	if err != nil {
+		return nil, err
 	}
-	return nil, fmt.Errorf("store: create experiment %s/%s: %w", ns, id, ErrContention)
+	return created, nil
 }
 
 // Experiment reads one experiment; *NotFoundError when there is none.

@@ -58,24 +58,27 @@ func (s *Store) createZone(ctx context.Context, zone string) (*lehrpb.Zone, bool
 	if err != nil {
 		return nil, false, fmt.Errorf("store: create zone %s: %w", zone, err)
 	}
-	var written int64 // goals reflect every head with mod revision <= written
-	for range maxCommitAttempts {
+	var written int64    // goals reflect every head with mod revision <= written
+	var got *lehrpb.Zone // the zone created, or the one found
+	created := false
+	err = optimistic(ctx, "create zone "+zone, func(int) (bool, error) {
 		rs, rev, err := s.readAt(ctx,
 			clientv3.OpGet(zkey),
 			clientv3.OpGet(s.lay.zonesPrefix(), clientv3.WithPrefix(), clientv3.WithCountOnly()),
 			clientv3.OpGet(s.lay.nsmetaPrefix(), clientv3.WithPrefix()))
 		if err != nil {
-			return nil, false, fmt.Errorf("store: create zone %s: %w", zone, err)
+			return false, fmt.Errorf("store: create zone %s: %w", zone, err)
 		}
 		if len(rs[0].Kvs) > 0 {
 			old := new(lehrpb.Zone)
 			if err := decode(zkey, rs[0].Kvs[0].Value, old); err != nil {
-				return nil, false, fmt.Errorf("store: create zone %s: %w", zone, err)
+				return false, fmt.Errorf("store: create zone %s: %w", zone, err)
 			}
-			return old, false, nil
+			got = old
+			return true, nil
 		}
 		if rs[1].Count >= MaxZones {
-			return nil, false, fmt.Errorf("store: create zone %s: %w", zone, invalidf("%d zones are registered, the most the store supports", rs[1].Count))
+			return false, fmt.Errorf("store: create zone %s: %w", zone, invalidf("%d zones are registered, the most the store supports", rs[1].Count))
 		}
 		var goals []clientv3.Op
 		for _, kv := range rs[2].Kvs {
@@ -84,7 +87,7 @@ func (s *Store) createZone(ctx context.Context, zone string) (*lehrpb.Zone, bool
 			}
 			h := new(lehrpb.Namespace)
 			if err := decode(string(kv.Key), kv.Value, h); err != nil {
-				return nil, false, fmt.Errorf("store: create zone %s: %w", zone, err)
+				return false, fmt.Errorf("store: create zone %s: %w", zone, err)
 			}
 			if h.GetLatestVersion() == 0 {
 				continue
@@ -94,7 +97,7 @@ func (s *Store) createZone(ctx context.Context, zone string) (*lehrpb.Zone, bool
 				UpdateTime: timestamppb.New(now), Reason: ZoneCreatedReason,
 			})
 			if err != nil {
-				return nil, false, fmt.Errorf("store: create zone %s: %w", zone, err)
+				return false, fmt.Errorf("store: create zone %s: %w", zone, err)
 			}
 			goals = append(goals, clientv3.OpPut(s.lay.goal(zone, h.GetName()), string(g)))
 		}
@@ -112,7 +115,7 @@ func (s *Store) createZone(ctx context.Context, zone string) (*lehrpb.Zone, bool
 				batch := goals[i:min(i+maxOpsPerTxn, len(goals))]
 				resp, err := s.txn(ctx, []clientv3.Cmp{unregistered}, batch, nil)
 				if err != nil {
-					return nil, false, fmt.Errorf("store: create zone %s: write goals: %w", zone, err)
+					return false, fmt.Errorf("store: create zone %s: write goals: %w", zone, err)
 				}
 				if !resp.Succeeded {
 					break // registered concurrently; the next round sees it
@@ -121,16 +124,21 @@ func (s *Store) createZone(ctx context.Context, zone string) (*lehrpb.Zone, bool
 		}
 		resp, err := s.txn(ctx, register, final, nil)
 		if err != nil {
-			return nil, false, fmt.Errorf("store: create zone %s: %w", zone, err)
+			return false, fmt.Errorf("store: create zone %s: %w", zone, err)
 		}
 		if resp.Succeeded {
-			return z, true, nil
+			got, created = z, true
+			return true, nil
 		}
 		if chunked {
 			written = rev
 		}
+		return false, nil
+	})
+	if err != nil {
+		return nil, false, err
 	}
-	return nil, false, fmt.Errorf("store: create zone %s: %w after %d attempts", zone, ErrContention, maxCommitAttempts)
+	return got, created, nil
 }
 
 // ListZones returns every registered zone.

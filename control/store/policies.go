@@ -64,18 +64,19 @@ func (s *Store) PutRolloutPolicy(ctx context.Context, scope string, rec *lehrpb.
 		return nil, fmt.Errorf("store: put rollout policy: %w", err)
 	}
 	key := s.lay.policy(scope)
-	for range maxCommitAttempts {
+	var stored *lehrpb.RolloutPolicyRecord
+	err = optimistic(ctx, "put rollout policy of "+scope, func(int) (bool, error) {
 		ops := []clientv3.Op{clientv3.OpGet(key)}
 		for _, o := range must {
 			ops = append(ops, clientv3.OpGet(o.key, clientv3.WithCountOnly()))
 		}
 		rs, _, err := s.readAt(ctx, ops...)
 		if err != nil {
-			return nil, fmt.Errorf("store: put rollout policy of %s: %w", scope, err)
+			return false, fmt.Errorf("store: put rollout policy of %s: %w", scope, err)
 		}
 		for i, o := range must {
 			if rs[i+1].Count == 0 {
-				return nil, &NotFoundError{What: o.what, Name: o.name}
+				return false, &NotFoundError{What: o.what, Name: o.name}
 			}
 		}
 		var cur *lehrpb.RolloutPolicyRecord
@@ -83,19 +84,20 @@ func (s *Store) PutRolloutPolicy(ctx context.Context, scope string, rec *lehrpb.
 		if len(rs[0].Kvs) > 0 {
 			cur = new(lehrpb.RolloutPolicyRecord)
 			if err := decode(key, rs[0].Kvs[0].Value, cur); err != nil {
-				return nil, fmt.Errorf("store: put rollout policy of %s: %w", scope, err)
+				return false, fmt.Errorf("store: put rollout policy of %s: %w", scope, err)
 			}
 			curRev = rs[0].Kvs[0].ModRevision
 		}
 		gen := cur.GetGeneration()
 		if expected != 0 && expected != gen {
-			return nil, &GenerationError{Scope: scope, Expected: expected, Current: gen}
+			return false, &GenerationError{Scope: scope, Expected: expected, Current: gen}
 		}
 		switch {
 		case rec.GetDeleted() && (cur == nil || cur.GetDeleted()):
-			return nil, nil
+			return true, nil // nothing to delete: stored stays nil
 		case !rec.GetDeleted() && cur != nil && !cur.GetDeleted() && proto.Equal(cur.GetPolicy(), rec.GetPolicy()):
-			return cur, nil
+			stored = cur
+			return true, nil
 		}
 		next := proto.CloneOf(rec)
 		next.Scope, next.Generation, next.UpdateTime = scope, gen+1, timestamppb.New(s.opts.Now())
@@ -104,7 +106,7 @@ func (s *Store) PutRolloutPolicy(ctx context.Context, scope string, rec *lehrpb.
 		}
 		b, err := encode(next)
 		if err != nil {
-			return nil, fmt.Errorf("store: put rollout policy of %s: %w", scope, err)
+			return false, fmt.Errorf("store: put rollout policy of %s: %w", scope, err)
 		}
 		cmps := []clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(key), "=", curRev)}
 		for _, o := range must {
@@ -119,14 +121,18 @@ func (s *Store) PutRolloutPolicy(ctx context.Context, scope string, rec *lehrpb.
 		}
 		resp, err := s.txn(ctx, cmps, then, nil)
 		if err != nil {
-			return nil, fmt.Errorf("store: put rollout policy of %s: %w", scope, err)
+			return false, fmt.Errorf("store: put rollout policy of %s: %w", scope, err)
 		}
 		if resp.Succeeded {
-			return next, nil
+			stored = next
 		}
-		// Another writer, or the scope went away: read again.
+		// Else another writer, or the scope went away: read again.
+		return resp.Succeeded, nil
+	})
+	if err != nil {
+		return nil, err
 	}
-	return nil, fmt.Errorf("store: put rollout policy of %s: %w after %d attempts", scope, ErrContention, maxCommitAttempts)
+	return stored, nil
 }
 
 // RolloutPolicy returns the scope's current rollout-policy record, nil if

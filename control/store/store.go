@@ -8,9 +8,10 @@
 //
 // Every method takes a context and makes a bounded number of etcd requests;
 // there is no cache, so several control processes sharing one etcd see the
-// same state. Writes are optimistic transactions guarded by mod revisions
-// (see versions.go for the commit algorithm, compact.go for history
-// compaction and zonestatus.go for leased status reports). Errors wrap the sentinels in errors.go; IsUnavailable tells
+// same state. Writes are optimistic transactions guarded by mod revisions,
+// retried by one loop (txn.go; see versions.go for the commit algorithm,
+// compact.go for history compaction and zonestatus.go for leased status
+// reports). Errors wrap the sentinels in errors.go; IsUnavailable tells
 // a retryable etcd outage from everything else.
 package store
 

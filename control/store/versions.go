@@ -56,10 +56,6 @@ import (
 	"lehr.dev/lehr/proto/lehrpb"
 )
 
-// maxCommitAttempts bounds the optimistic rounds of a Commit that lost only
-// to compaction or zone registration, never to another version.
-const maxCommitAttempts = 16
-
 // maxReadAttempts bounds the retries of a read whose revision etcd
 // compacted while it was being assembled.
 const maxReadAttempts = 4
@@ -156,7 +152,8 @@ func (s *Store) Commit(ctx context.Context, c Commit) (*lehrpb.VersionInfo, erro
 	if err != nil {
 		return nil, fmt.Errorf("store: commit %s: %w", c.Namespace, err)
 	}
-	for attempt := range maxCommitAttempts {
+	var info *lehrpb.VersionInfo
+	err = optimistic(ctx, "commit "+c.Namespace, func(attempt int) (bool, error) {
 		// The first round reads without a quorum (serializable): its
 		// transaction's guards make a commit on stale reads impossible,
 		// and a linearizable read waits behind etcd's raft loop, which may
@@ -164,22 +161,21 @@ func (s *Store) Commit(ctx context.Context, c Commit) (*lehrpb.VersionInfo, erro
 		// a conflict, a failed guard — is decided by a round that reads
 		// with one.
 		quorum := attempt > 0
-		info, err := s.tryCommit(ctx, c, domain, m, quorum)
+		got, err := s.tryCommit(ctx, c, domain, m, quorum)
 		var txnErr *versionTxnError
 		if err != nil && !quorum && !errors.As(err, &txnErr) {
-			continue
+			return false, nil
 		}
 		if err != nil {
-			return nil, fmt.Errorf("store: commit %s: %w", c.Namespace, err)
+			return false, fmt.Errorf("store: commit %s: %w", c.Namespace, err)
 		}
-		if info != nil {
-			return info, nil
-		}
-		if err := ctx.Err(); err != nil {
-			return nil, fmt.Errorf("store: commit %s: %w", c.Namespace, err)
-		}
+		info = got
+		return info != nil, nil
+	})
+	if err != nil {
+		return nil, err
 	}
-	return nil, fmt.Errorf("store: commit %s: %w after %d attempts", c.Namespace, ErrContention, maxCommitAttempts)
+	return info, nil
 }
 
 // versionTxnError is the failure of a commit's final transaction, which
@@ -441,44 +437,48 @@ func (s *Store) tryCommit(ctx context.Context, c Commit, domain string, m *manif
 	// read and stage again — only to charge the new usage.
 	els := []clientv3.Op{clientv3.OpGet(hkey, clientv3.WithKeysOnly()), clientv3.OpGet(ukey)}
 	committed := false
-	for range maxCommitAttempts {
+	err = optimistic(ctx, "charge the usage of domain "+domain, func(int) (bool, error) {
 		ub, err := encode(nextUsage)
 		if err != nil {
-			return nil, err
+			return false, err
 		}
 		resp, err := s.txn(ctx, append(cmps, usage.guard(ukey)), append(then, clientv3.OpPut(ukey, string(ub))), els)
 		if isLeaseGone(err) {
 			s.forgetRequestLease(lease) // revoked under us: a new round grants another
-			return nil, nil
+			return true, nil
 		}
 		if err != nil {
 			// It may have committed: never retried by Commit.
-			return nil, &versionTxnError{err}
+			return false, &versionTxnError{err}
 		}
 		if resp.Succeeded {
 			committed = true
-			break
+			return true, nil
 		}
 		h := resp.Responses[0].GetResponseRange().GetKvs()
 		if (len(h) == 0) != (headMod == 0) || (headMod != 0 && h[0].ModRevision != headMod) {
 			s.log.Debug("store: commit guard failed, retrying", "namespace", c.Namespace, "read_revision", rev)
-			return nil, nil
+			return true, nil
 		}
 		moved, err := decodeUsage((*clientv3.GetResponse)(resp.Responses[1].GetResponseRange()))
 		if err != nil {
-			return nil, err
+			return false, err
 		}
 		if moved.mod == usage.mod {
 			// Another guard failed (zones, an experiment): a new round.
-			return nil, nil
+			return true, nil
 		}
 		usage = moved
 		if nextUsage, err = usage.charge(domain, added, c.Limits, s.opts.Now(), safety); err != nil {
-			return nil, err
+			return false, err
 		}
+		return false, nil // only the usage moved: charge it again
+	})
+	if errors.Is(err, ErrContention) {
+		err = nil // the usage kept moving: a new round of Commit
 	}
-	if !committed {
-		return nil, nil
+	if err != nil || !committed {
+		return nil, err
 	}
 	// Crash point of the kill matrix (testenv/chaos): the version
 	// committed, the producer not answered; its retry must get this

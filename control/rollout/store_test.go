@@ -1,0 +1,6 @@
+package rollout
+
+import "lehr.dev/lehr/control/store"
+
+// The strategist runs on control's store.
+var _ Store = (*store.Store)(nil)
