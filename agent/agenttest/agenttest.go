@@ -625,7 +625,7 @@ func (a *Agent) handleUpdate(str *quic.ReceiveStream) {
 	var next content.Snapshot
 	err = errors.New("not subscribed")
 	if subscribed {
-		if err = update.Check(h.Version, h.Checksum, u); err == nil {
+		if err = update.Check(content.Ref{Seq: h.Version, Checksum: h.Checksum}, u); err == nil {
 			next, err = update.Apply(h.Content, u)
 		}
 	}

@@ -98,11 +98,11 @@ func (c *Cache) applyPatch(ns string, u *lehrpb.Update) (record, error) {
 	switch {
 	case errors.Is(err, ErrNotFound):
 		// Nothing cached: the patch's base has not arrived.
-		return record{}, update.Check(0, "", u)
+		return record{}, update.Check(content.Ref{}, u)
 	case err != nil:
 		return record{}, err
 	}
-	if err := update.Check(cur.Version, cur.Checksum, u); err != nil {
+	if err := update.Check(content.Ref{Seq: cur.Version, Checksum: cur.Checksum}, u); err != nil {
 		return record{}, err
 	}
 	old, err := readGeneration(txn, ns, cur)
@@ -166,7 +166,7 @@ func (c *Cache) applySnapshot(ns string, u *lehrpb.Update) (record, error) {
 	corrupt := errors.Is(err, ErrCorrupt)
 	switch {
 	case err == nil:
-		if err := update.Check(cur.Version, cur.Checksum, u); err != nil {
+		if err := update.Check(content.Ref{Seq: cur.Version, Checksum: cur.Checksum}, u); err != nil {
 			return record{}, err
 		}
 	case errors.Is(err, ErrNotFound), corrupt:

@@ -162,7 +162,7 @@ func (h *memHandler) Apply(_ context.Context, u *lehrpb.Update) upstream.Result 
 	h.seen[ns]++
 	cur := h.held[ns]
 	// The agent's decision, with the agent's code.
-	err := update.Check(cur.v, cur.sum, u)
+	err := update.Check(content.Ref{Seq: cur.v, Checksum: cur.sum}, u)
 	var snap content.Snapshot
 	if err == nil {
 		snap, err = update.Apply(cur.snap, u)

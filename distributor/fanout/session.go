@@ -678,7 +678,7 @@ func (ss *session) plan() (jobs []job, unavailable []*lehrpb.Unavailable, wake t
 		g := goal.For(ss.host)
 		// Whether the agent's version is available here is checked by push;
 		// assume it is when planning.
-		action := update.Plan(st.have, st.haveSum, g.Seq, g.Checksum, true)
+		action := update.Plan(content.Ref{Seq: st.have, Checksum: st.haveSum}, g.Ref(), true)
 		if st.needSnapshot {
 			action = update.SendSnapshot
 		}
