@@ -14,6 +14,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"lehr.dev/lehr/internal/content"
 	"lehr.dev/lehr/internal/signals"
 	"lehr.dev/lehr/internal/signing"
 	"lehr.dev/lehr/internal/tlsconfig"
@@ -37,8 +38,8 @@ type session struct {
 	subsChanged chan struct{}   // buffered 1: Client.subs changed
 	sent        map[string]bool // subscriptions the distributor knows; syncSubs only
 
-	mu          sync.Mutex
-	welcome     *lehrpb.Welcome
+	mu      sync.Mutex
+	welcome *lehrpb.Welcome
 	// unavailable holds the distributor's last Unavailable of each
 	// namespace, until an update of it is applied.
 	unavailable map[string]*lehrpb.Unavailable
@@ -625,7 +626,7 @@ func (s *session) verify(u *lehrpb.Update) error {
 	if err != nil {
 		return err
 	}
-	if err := v.VerifyGoal(u.GetGoal(), s.c.opts.Zone, s.c.opts.HostID, info.Namespace, info.Seq, info.Checksum); err != nil {
+	if err := v.VerifyGoal(u.GetGoal(), s.c.opts.Zone, s.c.opts.HostID, info.Namespace, content.Ref{Seq: info.Seq, Checksum: info.Checksum}); err != nil {
 		return err
 	}
 	if pv < signing.PayloadV2 {
