@@ -148,10 +148,10 @@ func (a *Agent) loadState() error {
 	now := a.now()
 	for _, e := range list {
 		a.update(e.Namespace, func(st *nsState) {
-			st.version, st.checksum = e.Version, e.Checksum
+			st.version, st.checksum = e.Ref.Seq, e.Ref.Checksum
 			st.unwantedSince = now // until a lease or a file wants it
 		})
-		a.met.setVersion(e.Namespace, e.Version)
+		a.met.setVersion(e.Namespace, e.Ref.Seq)
 	}
 	return nil
 }
