@@ -48,8 +48,8 @@ func (b *backend) Subscribe(_ context.Context, req *lehrpb.SubscribeRequest) (*l
 		return nil, fmt.Errorf("subscribe %s: %w", ns, err)
 	}
 	resp := &lehrpb.SubscribeResponse{LeaseId: l.ID, TtlSeconds: uint32(l.TTL / time.Second), Path: path, Unavailable: a.up.Unavailable(ns)}
-	if st := a.get(ns); st.fileVersion > 0 && st.fileVersion == st.version {
-		resp.Version, resp.Checksum = st.version, st.checksum
+	if st := a.get(ns); st.fileVersion > 0 && st.fileVersion == st.held.Seq {
+		resp.Version, resp.Checksum = st.held.Seq, st.held.Checksum
 	}
 	a.log.Debug("lease granted", "namespace", ns, "client", req.GetClientId(), "ttl", l.TTL)
 	return resp, nil
@@ -131,13 +131,13 @@ func (b *backend) Status(context.Context) (*lehrpb.StatusResponse, error) {
 		path, _ := nsfile.Path(a.filesDir, ns)
 		s := &lehrpb.NamespaceStatus{
 			Namespace:   ns,
-			Version:     st.version,
-			Checksum:    st.checksum,
+			Version:     st.held.Seq,
+			Checksum:    st.held.Checksum,
 			Subscribers: int32(leaseCount[ns]),
 			Upstream:    a.up.Subscribed(ns),
 			Path:        path,
 		}
-		if st.reportVersion == st.version && st.version > 0 {
+		if st.reportVersion == st.held.Seq && st.held.Seq > 0 {
 			s.Applied, s.ApplyErrors = int32(len(st.applied)), int32(len(st.rejected))
 		}
 		s.HostChecks = a.hostChecksOf(ns)
@@ -169,12 +169,12 @@ func (b *backend) ReportApply(_ context.Context, req *lehrpb.ReportApplyRequest)
 		if !req.GetOk() {
 			st.callbackErrs++
 		}
-		if req.GetVersion() != st.version {
+		if req.GetVersion() != st.held.Seq {
 			return
 		}
 		current, appliedAt = true, st.appliedAt
-		if st.reportVersion != st.version {
-			st.reportVersion, st.applied, st.rejected = st.version, map[string]bool{}, map[string]bool{}
+		if st.reportVersion != st.held.Seq {
+			st.reportVersion, st.applied, st.rejected = st.held.Seq, map[string]bool{}, map[string]bool{}
 		}
 		if req.GetOk() {
 			st.applied[l.ID] = true

@@ -19,10 +19,7 @@ type handler Agent
 var _ upstream.Handler = (*handler)(nil)
 
 // Held returns what the cache holds of ns.
-func (h *handler) Held(ns string) (uint64, string) {
-	st := (*Agent)(h).get(ns)
-	return st.version, st.checksum
-}
+func (h *handler) Held(ns string) content.Ref { return (*Agent)(h).get(ns).held }
 
 // Apply applies one update: to the cache, which decides with
 // internal/update and verifies the result in one transaction, then to the
@@ -33,8 +30,7 @@ func (h *handler) Apply(ctx context.Context, u *lehrpb.Update) upstream.Result {
 	unlock := a.lock(ns)
 	defer unlock()
 	if err := ctx.Err(); err != nil {
-		held := a.get(ns)
-		return upstream.Result{Outcome: upstream.Failed, Version: held.version, Checksum: held.checksum, Err: err}
+		return upstream.Result{Outcome: upstream.Failed, Held: a.get(ns).held, Err: err}
 	}
 	v, err := a.cache.Apply(u)
 	if err == nil {
@@ -42,10 +38,10 @@ func (h *handler) Apply(ctx context.Context, u *lehrpb.Update) upstream.Result {
 		// committed, the file not written.
 		// gofail: var agentAfterCacheCommit struct{}
 		a.update(ns, func(st *nsState) {
-			if st.version != v.Seq || st.checksum != v.Checksum {
+			if st.held != v.Ref() {
 				st.appliedAt, st.leasesExpired = a.now(), 0
 			}
-			st.version, st.checksum, st.kind, st.info = v.Seq, v.Checksum, v.Kind, v.Info
+			st.held, st.kind, st.info = v.Ref(), v.Kind, v.Info
 		})
 		a.met.applied(u.GetSnapshot())
 		a.met.setVersion(ns, v.Seq)
@@ -54,10 +50,9 @@ func (h *handler) Apply(ctx context.Context, u *lehrpb.Update) upstream.Result {
 		if a.leases.Wanted(ns) {
 			a.writeFileLocked(v)
 		}
-		return upstream.Result{Outcome: upstream.Applied, Version: v.Seq, Checksum: v.Checksum}
+		return upstream.Result{Outcome: upstream.Applied, Held: v.Ref()}
 	}
-	held := a.get(ns)
-	res := upstream.Result{Version: held.version, Checksum: held.checksum, Err: err}
+	res := upstream.Result{Held: a.get(ns).held, Err: err}
 	res.Outcome, res.Reason = upstream.OutcomeOf(err)
 	switch {
 	case res.Outcome == upstream.Stale, res.Outcome == upstream.Gap:
@@ -66,7 +61,7 @@ func (h *handler) Apply(ctx context.Context, u *lehrpb.Update) upstream.Result {
 	case errors.Is(err, cache.ErrCorrupt):
 		a.dropCorruptLocked(ns, err)
 		res.Outcome, res.Reason = upstream.Rejected, lehrpb.ResyncReason_RESYNC_REASON_CACHE_CORRUPT
-		res.Version, res.Checksum = 0, ""
+		res.Held = content.Ref{}
 	}
 	a.met.applyErrors.Inc()
 	a.update(ns, func(st *nsState) { st.applyErrors++ })
@@ -111,7 +106,7 @@ func (a *Agent) dropCorruptLocked(ns string, cause error) {
 	if err := a.cache.Drop(ns); err != nil && !errors.Is(err, cache.ErrNotFound) {
 		a.log.Error("cannot drop corrupt namespace", "namespace", ns, "err", err)
 	}
-	a.update(ns, func(st *nsState) { st.version, st.checksum, st.info = 0, "", nil })
+	a.update(ns, func(st *nsState) { st.held, st.info = content.Ref{}, nil })
 	a.met.setVersion(ns, 0)
 	a.sig.store.SetVersion(ns, 0)
 	a.up.Resync(ns, lehrpb.ResyncReason_RESYNC_REASON_CACHE_CORRUPT, cause.Error())
@@ -129,15 +124,15 @@ func (h *handler) Report() *lehrpb.Report {
 		st := a.get(ns)
 		nr := &lehrpb.NamespaceReport{
 			Namespace:      ns,
-			Version:        st.version,
+			Version:        st.held.Seq,
 			Clients:        uint32(leaseCount[ns]),
 			ApplyErrors:    st.applyErrors,
 			CallbackErrors: st.callbackErrs,
 		}
-		if st.version > 0 {
-			nr.Checksum = st.checksum
+		if st.held.Seq > 0 {
+			nr.Checksum = st.held.Checksum
 		}
-		if st.reportVersion == st.version {
+		if st.reportVersion == st.held.Seq {
 			nr.ClientsApplied = uint32(len(st.applied))
 			nr.ClientsRejected = uint32(len(st.rejected))
 		}

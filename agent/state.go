@@ -12,6 +12,7 @@ import (
 
 	"lehr.dev/lehr/agent/cache"
 	"lehr.dev/lehr/agent/leases"
+	"lehr.dev/lehr/internal/content"
 	"lehr.dev/lehr/internal/names"
 	"lehr.dev/lehr/internal/nsfile"
 	"lehr.dev/lehr/preview"
@@ -20,11 +21,11 @@ import (
 
 // nsState is what the agent knows of one namespace it holds or wants.
 type nsState struct {
-	// Held in the cache; version 0 when nothing is.
-	version  uint64
-	checksum string
-	kind     lehrpb.NamespaceKind
-	info     *lehrpb.VersionInfo
+	// held is the version in the cache (zero when nothing is), kind and
+	// info its namespace's kind and its metadata.
+	held content.Ref
+	kind lehrpb.NamespaceKind
+	info *lehrpb.VersionInfo
 
 	// fileVersion is the version in the namespace's file (0: none);
 	// fileStale says the last write failed and must be retried. fileSize
@@ -108,7 +109,7 @@ func (a *Agent) update(ns string, f func(st *nsState)) {
 func (a *Agent) forgetIfIdle(ns string) {
 	a.nsMu.Lock()
 	defer a.nsMu.Unlock()
-	if st := a.state[ns]; st != nil && st.version == 0 && st.fileVersion == 0 && !st.fileStale {
+	if st := a.state[ns]; st != nil && st.held.Seq == 0 && st.fileVersion == 0 && !st.fileStale {
 		delete(a.state, ns)
 	}
 }
@@ -119,7 +120,7 @@ func (a *Agent) heldList() []string {
 	defer a.nsMu.Unlock()
 	var out []string
 	for ns, st := range a.state {
-		if st.version > 0 {
+		if st.held.Seq > 0 {
 			out = append(out, ns)
 		}
 	}
@@ -148,10 +149,10 @@ func (a *Agent) loadState() error {
 	now := a.now()
 	for _, e := range list {
 		a.update(e.Namespace, func(st *nsState) {
-			st.version, st.checksum = e.Version, e.Checksum
+			st.held = e.Ref
 			st.unwantedSince = now // until a lease or a file wants it
 		})
-		a.met.setVersion(e.Namespace, e.Version)
+		a.met.setVersion(e.Namespace, e.Ref.Seq)
 	}
 	return nil
 }
@@ -245,7 +246,7 @@ func (a *Agent) sync(ns string) {
 	defer unlock()
 	if a.leases.Wanted(ns) {
 		a.update(ns, func(st *nsState) { st.unwantedSince = time.Time{} })
-		a.sig.store.Hold(ns, a.get(ns).version)
+		a.sig.store.Hold(ns, a.get(ns).held.Seq)
 		a.up.Subscribe(ns)
 		a.ensureFileLocked(ns)
 		a.checkFileLocked(ns)
@@ -277,7 +278,7 @@ func (a *Agent) evictUnwanted() {
 	cutoff := a.now().Add(-a.opts.CacheRetention)
 	for _, ns := range a.known() {
 		st := a.get(ns)
-		if st.version == 0 || st.unwantedSince.IsZero() || st.unwantedSince.After(cutoff) {
+		if st.held.Seq == 0 || st.unwantedSince.IsZero() || st.unwantedSince.After(cutoff) {
 			continue
 		}
 		unlock := a.lock(ns)
@@ -285,7 +286,7 @@ func (a *Agent) evictUnwanted() {
 			if err := a.cache.Drop(ns); err != nil {
 				a.log.Warn("cannot evict an unwanted namespace from the cache", "namespace", ns, "err", err)
 			} else {
-				a.update(ns, func(st *nsState) { st.version, st.checksum, st.info = 0, "", nil })
+				a.update(ns, func(st *nsState) { st.held, st.info = content.Ref{}, nil })
 				a.met.setVersion(ns, 0)
 				a.met.evictions.Inc()
 				a.log.Info("evicted a namespace no consumer wanted", "namespace", ns, "unwanted_since", st.unwantedSince)
@@ -300,7 +301,7 @@ func (a *Agent) evictUnwanted() {
 // stale or failed to write. The caller holds the namespace's lock.
 func (a *Agent) ensureFileLocked(ns string) {
 	st := a.get(ns)
-	if st.version == 0 || (st.fileVersion == st.version && !st.fileStale) {
+	if st.held.Seq == 0 || (st.fileVersion == st.held.Seq && !st.fileStale) {
 		return
 	}
 	v, err := a.cache.Get(ns)
@@ -327,7 +328,7 @@ const fileCheckInterval = 5 * time.Second
 // namespace's lock.
 func (a *Agent) checkFileLocked(ns string) {
 	st := a.get(ns)
-	if st.version == 0 || st.fileVersion == 0 || st.fileStale {
+	if st.held.Seq == 0 || st.fileVersion == 0 || st.fileStale {
 		return
 	}
 	path, err := nsfile.Path(a.filesDir, ns)
@@ -338,14 +339,14 @@ func (a *Agent) checkFileLocked(ns string) {
 	if err == nil && fi.Size() == st.fileSize && fi.ModTime().Equal(st.fileMtime) {
 		return
 	}
-	if f, rerr := nsfile.Read(path); rerr == nil && f.Version == st.fileVersion && f.Checksum == st.checksum {
+	if f, rerr := nsfile.Read(path); rerr == nil && f.Version == st.fileVersion && f.Checksum == st.held.Checksum {
 		a.update(ns, func(st *nsState) { st.fileSize, st.fileMtime = fi.Size(), fi.ModTime() })
 		return // touched, but intact
 	} else if rerr != nil {
 		err = rerr
 	}
 	a.met.fileRepairs.Inc()
-	a.log.Warn("namespace file was changed or removed outside the agent; writing it again", "namespace", ns, "version", st.version, "err", err)
+	a.log.Warn("namespace file was changed or removed outside the agent; writing it again", "namespace", ns, "version", st.held.Seq, "err", err)
 	a.update(ns, func(st *nsState) { st.fileStale = true })
 	a.ensureFileLocked(ns)
 }

@@ -647,17 +647,17 @@ func (d *Distributor) syncOne(ctx context.Context, ns string) error {
 	}
 	fctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	fetch := func(seq uint64, sum string) (*content.Version, error) {
-		v, err := d.cache.Get(fctx, ns, seq, sum)
+	fetch := func(ref content.Ref) (*content.Version, error) {
+		v, err := d.cache.Get(fctx, ns, ref)
 		if err != nil {
 			return nil, err
 		}
-		if v.Checksum != sum {
-			return nil, fmt.Errorf("goal %s@%d: %w: goal says %s, version has %s", ns, seq, versions.ErrChecksum, sum, v.Checksum)
+		if v.Checksum != ref.Checksum {
+			return nil, fmt.Errorf("goal %s@%d: %w: goal says %s, version has %s", ns, ref.Seq, versions.ErrChecksum, ref.Checksum, v.Checksum)
 		}
 		return v, nil
 	}
-	stable, err := fetch(g.GetVersion(), g.GetChecksum())
+	stable, err := fetch(content.Ref{Seq: g.GetVersion(), Checksum: g.GetChecksum()})
 	if err != nil {
 		return err
 	}
@@ -670,7 +670,7 @@ func (d *Distributor) syncOne(ctx context.Context, ns string) error {
 		goal.Proof = signing.GoalProof(g)
 	}
 	if cand.GetVersion() != 0 {
-		if goal.Candidate, err = fetch(cand.GetVersion(), cand.GetChecksum()); err != nil {
+		if goal.Candidate, err = fetch(content.Ref{Seq: cand.GetVersion(), Checksum: cand.GetChecksum()}); err != nil {
 			return err
 		}
 		goal.Cohort = cohort.Cohort{Hosts: cand.GetHosts(), PerMillion: cand.GetPerMillion(), Salt: cand.GetSalt()}

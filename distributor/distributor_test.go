@@ -124,8 +124,8 @@ func waitVersion(t *testing.T, a *agenttest.Agent, ns string, v *lehrpb.VersionI
 	if err := a.WaitVersion(ctxT(t), ns, v.GetSeq()); err != nil {
 		t.Fatalf("%s never reached %s@%d: %v", a.HostID(), ns, v.GetSeq(), err)
 	}
-	if h, _ := a.Held(ns); h.Checksum != v.GetChecksum() {
-		t.Fatalf("%s holds %s@%d checksum %s, want %s", a.HostID(), ns, h.Version, h.Checksum, v.GetChecksum())
+	if h, _ := a.Held(ns); h.Ref.Checksum != v.GetChecksum() {
+		t.Fatalf("%s holds %s@%d checksum %s, want %s", a.HostID(), ns, h.Ref.Seq, h.Ref.Checksum, v.GetChecksum())
 	}
 }
 

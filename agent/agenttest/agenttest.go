@@ -138,9 +138,9 @@ type Applied struct {
 
 // Held is what the agent holds of one namespace.
 type Held struct {
-	Version  uint64
-	Checksum string
-	Content  content.Snapshot
+	// Ref is the version held: its number and checksum.
+	Ref     content.Ref
+	Content content.Snapshot
 }
 
 // Stats counts the updates an agent received.
@@ -246,7 +246,7 @@ func Dial(ctx context.Context, opts Options) (*Agent, error) {
 		if sum == "" && c.Version != 0 {
 			sum = c.Content.Checksum()
 		}
-		a.held[c.Namespace] = Held{Version: c.Version, Checksum: sum, Content: c.Content}
+		a.held[c.Namespace] = Held{Ref: content.Ref{Seq: c.Version, Checksum: sum}, Content: c.Content}
 		hello.Cached = append(hello.Cached, &lehrpb.CachedNamespace{Namespace: c.Namespace, Version: c.Version, Checksum: sum})
 	}
 	for _, ns := range opts.Subscriptions {
@@ -344,7 +344,7 @@ func (a *Agent) Subscribe(nss ...string) error {
 	for _, ns := range nss {
 		h := a.held[ns]
 		a.subscribed[ns] = true
-		m.Namespaces = append(m.Namespaces, &lehrpb.CachedNamespace{Namespace: ns, Version: h.Version, Checksum: h.Checksum})
+		m.Namespaces = append(m.Namespaces, &lehrpb.CachedNamespace{Namespace: ns, Version: h.Ref.Seq, Checksum: h.Ref.Checksum})
 	}
 	a.mu.Unlock()
 	return a.send(m)
@@ -366,7 +366,7 @@ func (a *Agent) SendAck(ack *lehrpb.Ack) error { return a.send(ack) }
 // Resync asks for a fresh snapshot of ns.
 func (a *Agent) Resync(ns string, reason lehrpb.ResyncReason) error {
 	h, _ := a.Held(ns)
-	return a.send(&lehrpb.Resync{Namespace: ns, HaveVersion: h.Version, HaveChecksum: h.Checksum, Reason: reason})
+	return a.send(&lehrpb.Resync{Namespace: ns, HaveVersion: h.Ref.Seq, HaveChecksum: h.Ref.Checksum, Reason: reason})
 }
 
 // Held returns what the agent holds of ns.
@@ -374,7 +374,7 @@ func (a *Agent) Held(ns string) (Held, bool) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	h, ok := a.held[ns]
-	return h, ok && h.Version != 0
+	return h, ok && h.Ref.Seq != 0
 }
 
 // Cached returns everything the agent holds, ready to be passed as
@@ -384,8 +384,8 @@ func (a *Agent) Cached() []Cached {
 	defer a.mu.Unlock()
 	var out []Cached
 	for ns, h := range a.held {
-		if h.Version != 0 {
-			out = append(out, Cached{Namespace: ns, Version: h.Version, Content: h.Content, Checksum: h.Checksum})
+		if h.Ref.Seq != 0 {
+			out = append(out, Cached{Namespace: ns, Version: h.Ref.Seq, Content: h.Content, Checksum: h.Ref.Checksum})
 		}
 	}
 	slices.SortFunc(out, func(x, y Cached) int {
@@ -476,7 +476,7 @@ func (a *Agent) Wait(ctx context.Context, cond func(a *Agent) bool) error {
 func (a *Agent) WaitVersion(ctx context.Context, ns string, v uint64) error {
 	return a.Wait(ctx, func(a *Agent) bool {
 		h, ok := a.Held(ns)
-		return ok && h.Version >= v
+		return ok && h.Ref.Seq >= v
 	})
 }
 
@@ -625,13 +625,14 @@ func (a *Agent) handleUpdate(str *quic.ReceiveStream) {
 	var next content.Snapshot
 	err = errors.New("not subscribed")
 	if subscribed {
-		if err = update.Check(h.Version, h.Checksum, u); err == nil {
+		if err = update.Check(h.Ref, u); err == nil {
 			next, err = update.Apply(h.Content, u)
 		}
 	}
-	res := upstream.Result{Outcome: upstream.Applied, Version: u.GetVersion(), Checksum: u.GetChecksum()}
+	got := content.Ref{Seq: u.GetVersion(), Checksum: u.GetChecksum()}
+	res := upstream.Result{Outcome: upstream.Applied, Held: got}
 	if err != nil {
-		res = upstream.Result{Version: h.Version, Checksum: h.Checksum, Err: err}
+		res = upstream.Result{Held: h.Ref, Err: err}
 		if subscribed {
 			// A gap is refused at once; the agent waits GapWait first.
 			res.Outcome, res.Reason = upstream.OutcomeOf(err)
@@ -640,7 +641,7 @@ func (a *Agent) handleUpdate(str *quic.ReceiveStream) {
 		}
 	}
 	stale := res.Outcome == upstream.Stale
-	rec := Applied{Namespace: ns, Base: h.Version, Version: u.GetVersion(), Snapshot: u.GetSnapshot(), Bytes: cr.n, Delete: u.GetDelete(), Stale: stale}
+	rec := Applied{Namespace: ns, Base: h.Ref.Seq, Version: u.GetVersion(), Snapshot: u.GetSnapshot(), Bytes: cr.n, Delete: u.GetDelete(), Stale: stale}
 	if err != nil && !stale {
 		rec.Err = err
 	}
@@ -659,7 +660,7 @@ func (a *Agent) handleUpdate(str *quic.ReceiveStream) {
 	}
 	switch {
 	case err == nil:
-		a.held[ns] = Held{Version: u.GetVersion(), Checksum: u.GetChecksum(), Content: next}
+		a.held[ns] = Held{Ref: got, Content: next}
 	case !stale:
 		a.stats.Refused++
 	}
@@ -676,6 +677,6 @@ func (a *Agent) handleUpdate(str *quic.ReceiveStream) {
 		_ = a.send(ack)
 	}
 	if res.Outcome == upstream.Rejected {
-		_ = a.send(&lehrpb.Resync{Namespace: ns, HaveVersion: h.Version, HaveChecksum: h.Checksum, Reason: res.Reason, Detail: err.Error()})
+		_ = a.send(&lehrpb.Resync{Namespace: ns, HaveVersion: h.Ref.Seq, HaveChecksum: h.Ref.Checksum, Reason: res.Reason, Detail: err.Error()})
 	}
 }

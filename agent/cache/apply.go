@@ -74,7 +74,7 @@ func validChecksum(s string) bool {
 // newRecord is the record of the version u produces, holding snap in
 // generation gen.
 func newRecord(u *lehrpb.Update, snap content.Snapshot, gen uint64) record {
-	return record{Version: u.GetVersion(), Checksum: u.GetChecksum(), Kind: u.GetKind(), Info: u.GetInfo(),
+	return record{Ref: content.Ref{Seq: u.GetVersion(), Checksum: u.GetChecksum()}, Kind: u.GetKind(), Info: u.GetInfo(),
 		gen: gen, count: uint64(snap.Len()), snap: snap}
 }
 
@@ -98,17 +98,17 @@ func (c *Cache) applyPatch(ns string, u *lehrpb.Update) (record, error) {
 	switch {
 	case errors.Is(err, ErrNotFound):
 		// Nothing cached: the patch's base has not arrived.
-		return record{}, update.Check(0, "", u)
+		return record{}, update.Check(content.Ref{}, u)
 	case err != nil:
 		return record{}, err
 	}
-	if err := update.Check(cur.Version, cur.Checksum, u); err != nil {
+	if err := update.Check(cur.Ref, u); err != nil {
 		return record{}, err
 	}
 	old, err := readGeneration(txn, ns, cur)
 	if err != nil {
 		c.stats.corruptions.Add(1)
-		return record{}, fmt.Errorf("read base %d: %w", cur.Version, err)
+		return record{}, fmt.Errorf("read base %d: %w", cur.Ref.Seq, err)
 	}
 	next, err := update.Apply(old, u)
 	if err != nil {
@@ -166,7 +166,7 @@ func (c *Cache) applySnapshot(ns string, u *lehrpb.Update) (record, error) {
 	corrupt := errors.Is(err, ErrCorrupt)
 	switch {
 	case err == nil:
-		if err := update.Check(cur.Version, cur.Checksum, u); err != nil {
+		if err := update.Check(cur.Ref, u); err != nil {
 			return record{}, err
 		}
 	case errors.Is(err, ErrNotFound), corrupt:

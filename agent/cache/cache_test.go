@@ -87,8 +87,8 @@ func apply(c *Cache, ns string, m meta, u testUpdate) (content.Snapshot, error) 
 			w.BaseChecksum = "sha256:" + strings.Repeat("0", 64)
 			list, _ := c.List()
 			for _, e := range list {
-				if e.Namespace == ns && e.Version == u.base {
-					w.BaseChecksum = e.Checksum
+				if e.Namespace == ns && e.Ref.Seq == u.base {
+					w.BaseChecksum = e.Ref.Checksum
 				}
 			}
 		}
@@ -173,7 +173,7 @@ func TestSnapshotThenPatch(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if diff := cmp.Diff([]Entry{{ns, 3, v3.Checksum()}}, list); diff != "" {
+	if diff := cmp.Diff([]Entry{{ns, content.Ref{Seq: 3, Checksum: v3.Checksum()}}}, list); diff != "" {
 		t.Errorf("List (-want +got):\n%s", diff)
 	}
 	st := c.Stats()
@@ -269,7 +269,7 @@ func TestReopenKeepsEverything(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []Entry{{"a/one", 5, v2.Checksum()}, {"b/two", 1, snap(t).Checksum()}}
+	want := []Entry{{"a/one", content.Ref{Seq: 5, Checksum: v2.Checksum()}}, {"b/two", content.Ref{Seq: 1, Checksum: snap(t).Checksum()}}}
 	if diff := cmp.Diff(want, list); diff != "" {
 		t.Errorf("List after reopen (-want +got):\n%s", diff)
 	}
@@ -515,11 +515,11 @@ func TestList100(t *testing.T) {
 		ns := fmt.Sprintf("d%d/ns-%03d", i%7, i)
 		s := snap(t, prop("k", fmt.Sprint(i)))
 		applySnap(t, c, ns, uint64(i+1), s)
-		want = append(want, Entry{ns, uint64(i + 1), s.Checksum()})
+		want = append(want, Entry{ns, content.Ref{Seq: uint64(i + 1), Checksum: s.Checksum()}})
 	}
 	// Namespaces whose names share prefixes must not leak into each other.
 	applySnap(t, c, "d0/ns-000.x", 9, snap(t))
-	want = append(want, Entry{"d0/ns-000.x", 9, snap(t).Checksum()})
+	want = append(want, Entry{"d0/ns-000.x", content.Ref{Seq: 9, Checksum: snap(t).Checksum()}})
 	if err := c.Drop("d1/ns-001"); err != nil {
 		t.Fatal(err)
 	}

@@ -52,19 +52,18 @@ func parsePropKey(k []byte) (ns string, gen uint64, ok bool) {
 // record is what the meta key holds: the version's identity and metadata,
 // and where its properties are.
 type record struct {
-	Version  uint64
-	Checksum string
-	Kind     lehrpb.NamespaceKind
-	Info     *lehrpb.VersionInfo
-	gen      uint64 // generation holding the properties
-	count    uint64 // number of properties
+	Ref   content.Ref
+	Kind  lehrpb.NamespaceKind
+	Info  *lehrpb.VersionInfo
+	gen   uint64 // generation holding the properties
+	count uint64 // number of properties
 	// snap is the content, when the record was made from it (not stored).
 	snap content.Snapshot
 }
 
 // version is the content.Version rec describes, holding snap.
 func (r record) version(ns string, snap content.Snapshot) content.Version {
-	return content.Version{Namespace: ns, Seq: r.Version, Checksum: r.Checksum, Kind: r.Kind, Info: r.Info, Content: snap}
+	return content.Version{Namespace: ns, Seq: r.Ref.Seq, Checksum: r.Ref.Checksum, Kind: r.Kind, Info: r.Info, Content: snap}
 }
 
 const recordFormat = 1
@@ -78,11 +77,11 @@ func encodeRecord(r record) ([]byte, error) {
 		}
 	}
 	b := []byte{recordFormat}
-	b = binary.AppendUvarint(b, r.Version)
+	b = binary.AppendUvarint(b, r.Ref.Seq)
 	b = binary.AppendUvarint(b, r.gen)
 	b = binary.AppendUvarint(b, uint64(r.Kind))
 	b = binary.AppendUvarint(b, r.count)
-	b = appendBytes(b, []byte(r.Checksum))
+	b = appendBytes(b, []byte(r.Ref.Checksum))
 	b = appendBytes(b, info)
 	return b, nil
 }
@@ -93,11 +92,11 @@ func decodeRecord(b []byte) (record, error) {
 		return r, errors.New("unknown meta record format")
 	}
 	d := decoder{b: b[1:]}
-	r.Version = d.uvarint()
+	r.Ref.Seq = d.uvarint()
 	r.gen = d.uvarint()
 	r.Kind = lehrpb.NamespaceKind(d.uvarint())
 	r.count = d.uvarint()
-	r.Checksum = string(d.bytes())
+	r.Ref.Checksum = string(d.bytes())
 	info := d.bytes()
 	if d.err != nil {
 		return r, d.err

@@ -14,8 +14,8 @@ import (
 // (re)connects to a distributor.
 type Entry struct {
 	Namespace string
-	Version   uint64
-	Checksum  string
+	// Ref is the version cached: its number and checksum.
+	Ref content.Ref
 }
 
 // getRecord reads the meta of ns. Errors wrap ErrNotFound or ErrCorrupt.
@@ -54,25 +54,25 @@ func readGeneration(txn *badger.Txn, ns string, rec record) (content.Snapshot, e
 		v, err := item.ValueCopy(nil)
 		if err != nil {
 			// With VerifyValueChecksum, a damaged value-log entry lands here.
-			return content.Snapshot{}, fmt.Errorf("%w: %s@%d: read %q: %w", ErrCorrupt, ns, rec.Version, key, err)
+			return content.Snapshot{}, fmt.Errorf("%w: %s@%d: read %q: %w", ErrCorrupt, ns, rec.Ref.Seq, key, err)
 		}
 		p, err := decodeValue(key, v)
 		if err != nil {
-			return content.Snapshot{}, fmt.Errorf("%w: %s@%d: decode %q: %w", ErrCorrupt, ns, rec.Version, key, err)
+			return content.Snapshot{}, fmt.Errorf("%w: %s@%d: decode %q: %w", ErrCorrupt, ns, rec.Ref.Seq, key, err)
 		}
 		props = append(props, p)
 	}
 	if uint64(len(props)) != rec.count {
 		return content.Snapshot{}, fmt.Errorf("%w: %s@%d: %d properties stored, meta says %d",
-			ErrCorrupt, ns, rec.Version, len(props), rec.count)
+			ErrCorrupt, ns, rec.Ref.Seq, len(props), rec.count)
 	}
 	snap, err := content.New(props)
 	if err != nil {
-		return content.Snapshot{}, fmt.Errorf("%w: %s@%d: %w", ErrCorrupt, ns, rec.Version, err)
+		return content.Snapshot{}, fmt.Errorf("%w: %s@%d: %w", ErrCorrupt, ns, rec.Ref.Seq, err)
 	}
-	if sum := snap.Checksum(); sum != rec.Checksum {
+	if sum := snap.Checksum(); sum != rec.Ref.Checksum {
 		return content.Snapshot{}, fmt.Errorf("%w: %s@%d: content hashes to %s, meta says %s",
-			ErrCorrupt, ns, rec.Version, sum, rec.Checksum)
+			ErrCorrupt, ns, rec.Ref.Seq, sum, rec.Ref.Checksum)
 	}
 	return snap, nil
 }
@@ -139,7 +139,7 @@ func (c *Cache) List() ([]Entry, error) {
 				c.log.Warn("skipping namespace with corrupt metadata", "namespace", ns, "err", err)
 				continue
 			}
-			out = append(out, Entry{Namespace: ns, Version: rec.Version, Checksum: rec.Checksum})
+			out = append(out, Entry{Namespace: ns, Ref: rec.Ref})
 		}
 		return nil
 	})

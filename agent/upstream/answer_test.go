@@ -203,8 +203,8 @@ func TestEveryUpdateIsAnswered(t *testing.T) {
 	d.send(v7)
 	want("the parked patch's Ack", "app/sub", 7, false)
 	wait.For(t, "a Resync after the gap", func() bool { return d.resyncs("app/sub") > 0 })
-	if got := h.get("app/sub"); got.v != 1 {
-		t.Errorf("agent holds app/sub@%d, want 1 (nothing else applied)", got.v)
+	if got := h.get("app/sub"); got.ref.Seq != 1 {
+		t.Errorf("agent holds app/sub@%d, want 1 (nothing else applied)", got.ref.Seq)
 	}
 }
 
@@ -219,7 +219,7 @@ func TestHelloWithinLimits(t *testing.T) {
 	// announced) and 12,000 subscriptions.
 	for i := range 30_000 {
 		ns := fmt.Sprintf("domain-with-a-long-name/namespace-number-%06d", i)
-		h.held[ns] = held{v: 3, sum: content.Snapshot{}.Checksum()}
+		h.held[ns] = held{ref: content.Ref{Seq: 3, Checksum: content.Snapshot{}.Checksum()}}
 	}
 	var subs []string
 	for i := range 12_000 {

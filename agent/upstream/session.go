@@ -14,6 +14,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"lehr.dev/lehr/internal/content"
 	"lehr.dev/lehr/internal/signals"
 	"lehr.dev/lehr/internal/signing"
 	"lehr.dev/lehr/internal/tlsconfig"
@@ -58,8 +59,7 @@ func (c *Client) runSession(ctx context.Context, addr, lastConnected string) (es
 	var subs []string
 	size := 0
 	for _, ns := range c.Subscriptions() {
-		v, sum := c.opts.Handler.Held(ns) // no lock held: Handler is called lock-free
-		e := cachedNS(ns, v, sum)
+		e := cachedNS(ns, c.opts.Handler.Held(ns)) // no lock held: Handler is called lock-free
 		if size += 2*len(ns) + proto.Size(e) + 8; size > frameBudget {
 			break
 		}
@@ -268,8 +268,7 @@ func (s *session) syncSubs() error {
 		for len(add) > 0 {
 			msg, size := &lehrpb.Subscribe{}, 0
 			for len(add) > 0 {
-				v, sum := s.c.opts.Handler.Held(add[0])
-				e := cachedNS(add[0], v, sum)
+				e := cachedNS(add[0], s.c.opts.Handler.Held(add[0]))
 				n := proto.Size(e) + 8
 				if size > 0 && size+n > frameBudget {
 					break
@@ -419,8 +418,7 @@ func (s *session) readUpdate(st *quic.ReceiveStream) error {
 // agent's Unsubscribe.
 func (s *session) refuseUnsubscribed(u *lehrpb.Update) {
 	s.log.Debug("refusing an update of an unsubscribed namespace", "namespace", u.GetNamespace(), "version", u.GetVersion())
-	v, sum := s.c.opts.Handler.Held(u.GetNamespace())
-	s.answer(u, Result{Outcome: Failed, Version: v, Checksum: sum, Err: errors.New("not subscribed")})
+	s.answer(u, Result{Outcome: Failed, Held: s.c.opts.Handler.Held(u.GetNamespace()), Err: errors.New("not subscribed")})
 }
 
 // answer sends the Ack for u: every update the agent reads gets exactly
@@ -497,13 +495,13 @@ func (s *session) work(ns string, q *nsQueue) {
 				top := parked[len(parked)-1]
 				s.log.Info("patch base never arrived; asking for a snapshot", "namespace", ns,
 					"version", top.GetVersion(), "base", top.GetBaseVersion())
-				v, sum := s.c.opts.Handler.Held(ns)
+				held := s.c.opts.Handler.Held(ns)
 				detail := fmt.Sprintf("patch to %d needs base %d, which did not arrive within %v", top.GetVersion(), top.GetBaseVersion(), s.c.opts.GapWait)
 				for _, p := range parked {
-					s.answer(p, Result{Outcome: Rejected, Version: v, Checksum: sum, Err: errors.New(detail)})
+					s.answer(p, Result{Outcome: Rejected, Held: held, Err: errors.New(detail)})
 				}
 				parked, gapC = nil, nil
-				s.send(&lehrpb.Resync{Namespace: ns, HaveVersion: v, HaveChecksum: checksumIf(v, sum),
+				s.send(&lehrpb.Resync{Namespace: ns, HaveVersion: held.Seq, HaveChecksum: checksumIf(held),
 					Reason: lehrpb.ResyncReason_RESYNC_REASON_BASE_MISMATCH, Detail: detail})
 			}
 			continue
@@ -529,8 +527,7 @@ func (s *session) work(ns string, q *nsQueue) {
 			s.c.mu.Unlock()
 			s.log.Error("refusing an update that does not verify (its signature, or the signed goal that should name it for this host); dropping this distributor for another", "namespace", ns,
 				"version", u.GetVersion(), "err", err)
-			v, sum := s.c.opts.Handler.Held(ns)
-			s.answer(u, Result{Outcome: Failed, Version: v, Checksum: sum, Err: err})
+			s.answer(u, Result{Outcome: Failed, Held: s.c.opts.Handler.Held(ns), Err: err})
 			s.failCode(wire.CodeUntrusted, fmt.Errorf("%w: distributor %s sent an untrusted update: %w", ErrUntrusted, s.addr, err))
 			return
 		}
@@ -566,18 +563,19 @@ func (s *session) work(ns string, q *nsQueue) {
 				if res.Err != nil {
 					detail = truncate(res.Err.Error(), 1024)
 				}
-				s.send(&lehrpb.Resync{Namespace: ns, HaveVersion: res.Version, HaveChecksum: checksumIf(res.Version, res.Checksum),
+				s.send(&lehrpb.Resync{Namespace: ns, HaveVersion: res.Held.Seq, HaveChecksum: checksumIf(res.Held),
 					Reason: res.Reason, Detail: detail})
 			}
 		}
 	}
 }
 
-func checksumIf(v uint64, sum string) string {
-	if v == 0 {
+// checksumIf is held's checksum to announce: none when nothing is held.
+func checksumIf(held content.Ref) string {
+	if held.Seq == 0 {
 		return ""
 	}
-	return sum
+	return held.Checksum
 }
 
 func lowest(us []*lehrpb.Update) int {
@@ -625,7 +623,7 @@ func (s *session) verify(u *lehrpb.Update) error {
 	if err != nil {
 		return err
 	}
-	if err := v.VerifyGoal(u.GetGoal(), s.c.opts.Zone, s.c.opts.HostID, info.Namespace, info.Seq, info.Checksum); err != nil {
+	if err := v.VerifyGoal(u.GetGoal(), s.c.opts.Zone, s.c.opts.HostID, info.Namespace, content.Ref{Seq: info.Seq, Checksum: info.Checksum}); err != nil {
 		return err
 	}
 	if pv < signing.PayloadV2 {

@@ -42,6 +42,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"lehr.dev/lehr/internal/backoff"
+	"lehr.dev/lehr/internal/content"
 	"lehr.dev/lehr/internal/signing"
 	"lehr.dev/lehr/internal/update"
 	"lehr.dev/lehr/internal/wire"
@@ -120,8 +121,8 @@ func OutcomeOf(err error) (Outcome, lehrpb.ResyncReason) {
 // simulated agent (agent/agenttest) uses it too.
 func AckFor(u *lehrpb.Update, res Result) *lehrpb.Ack {
 	ack := &lehrpb.Ack{Namespace: u.GetNamespace(), UpdateVersion: u.GetVersion(), Ok: res.Outcome == Applied || res.Outcome == Stale}
-	if res.Version > 0 {
-		ack.Version, ack.Checksum = res.Version, res.Checksum
+	if res.Held.Seq > 0 {
+		ack.Version, ack.Checksum = res.Held.Seq, res.Held.Checksum
 	}
 	if !ack.Ok {
 		ack.Error = "apply failed"
@@ -135,10 +136,9 @@ func AckFor(u *lehrpb.Update, res Result) *lehrpb.Ack {
 // Result is Handler.Apply's answer.
 type Result struct {
 	Outcome Outcome
-	// Version and Checksum the agent holds after the call; 0 and "" if
+	// Held is the version the agent holds after the call; zero if
 	// nothing usable.
-	Version  uint64
-	Checksum string
+	Held content.Ref
 	// Reason for Rejected.
 	Reason lehrpb.ResyncReason
 	// Err says why for Rejected and Failed.
@@ -148,8 +148,8 @@ type Result struct {
 // Handler is the agent side of the link. Its methods are called from the
 // client's goroutines, never while the client holds a lock.
 type Handler interface {
-	// Held returns the version and checksum held of ns (0, "" if none).
-	Held(ns string) (version uint64, checksum string)
+	// Held returns the version held of ns (the zero Ref if none).
+	Held(ns string) content.Ref
 	// Apply applies u. Calls for the same namespace never overlap; calls
 	// for different namespaces may.
 	Apply(ctx context.Context, u *lehrpb.Update) Result
@@ -421,8 +421,8 @@ func (c *Client) Resync(ns string, reason lehrpb.ResyncReason, detail string) {
 	if s == nil || !sub {
 		return
 	}
-	v, sum := c.opts.Handler.Held(ns)
-	s.send(&lehrpb.Resync{Namespace: ns, HaveVersion: v, HaveChecksum: sum, Reason: reason, Detail: detail})
+	held := c.opts.Handler.Held(ns)
+	s.send(&lehrpb.Resync{Namespace: ns, HaveVersion: held.Seq, HaveChecksum: held.Checksum, Reason: reason, Detail: detail})
 }
 
 // Unavailable returns what the connected distributor last said it cannot
@@ -588,11 +588,8 @@ func (c *Client) backoff(attempt int) time.Duration {
 	return backoff.Policy{Min: c.opts.BackoffMin, Max: c.opts.BackoffMax}.Full(attempt)
 }
 
-func cachedNS(ns string, v uint64, sum string) *lehrpb.CachedNamespace {
-	if v == 0 {
-		sum = ""
-	}
-	return &lehrpb.CachedNamespace{Namespace: ns, Version: v, Checksum: sum}
+func cachedNS(ns string, held content.Ref) *lehrpb.CachedNamespace {
+	return &lehrpb.CachedNamespace{Namespace: ns, Version: held.Seq, Checksum: checksumIf(held)}
 }
 
 // Untrusted returns how many updates of ns the client refused because

@@ -140,8 +140,7 @@ type memHandler struct {
 }
 
 type held struct {
-	v    uint64
-	sum  string
+	ref  content.Ref
 	snap content.Snapshot
 }
 
@@ -149,10 +148,10 @@ func newMem() *memHandler {
 	return &memHandler{held: map[string]held{}, applied: map[string][]uint64{}, seen: map[string]int{}}
 }
 
-func (h *memHandler) Held(ns string) (uint64, string) {
+func (h *memHandler) Held(ns string) content.Ref {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	return h.held[ns].v, h.held[ns].sum
+	return h.held[ns].ref
 }
 
 func (h *memHandler) Apply(_ context.Context, u *lehrpb.Update) upstream.Result {
@@ -162,19 +161,20 @@ func (h *memHandler) Apply(_ context.Context, u *lehrpb.Update) upstream.Result 
 	h.seen[ns]++
 	cur := h.held[ns]
 	// The agent's decision, with the agent's code.
-	err := update.Check(cur.v, cur.sum, u)
+	err := update.Check(cur.ref, u)
 	var snap content.Snapshot
 	if err == nil {
 		snap, err = update.Apply(cur.snap, u)
 	}
 	if err != nil {
-		res := upstream.Result{Version: cur.v, Checksum: cur.sum, Err: err}
+		res := upstream.Result{Held: cur.ref, Err: err}
 		res.Outcome, res.Reason = upstream.OutcomeOf(err)
 		return res
 	}
-	h.held[ns] = held{v: u.GetVersion(), sum: u.GetChecksum(), snap: snap}
+	got := content.Ref{Seq: u.GetVersion(), Checksum: u.GetChecksum()}
+	h.held[ns] = held{ref: got, snap: snap}
 	h.applied[ns] = append(h.applied[ns], u.GetVersion())
-	return upstream.Result{Outcome: upstream.Applied, Version: u.GetVersion(), Checksum: u.GetChecksum()}
+	return upstream.Result{Outcome: upstream.Applied, Held: got}
 }
 
 // Signals keeps none: the in-memory handler has no local signals.
@@ -266,7 +266,7 @@ func waitHeld(t *testing.T, h *memHandler, v *content.Version) {
 	t.Helper()
 	wait.For(t, fmt.Sprintf("%s@%d", v.Namespace, v.Seq), func() bool {
 		x := h.get(v.Namespace)
-		return x.v == v.Seq && x.sum == v.Checksum && x.snap.Equal(v.Content)
+		return x.ref == v.Ref() && x.snap.Equal(v.Content)
 	})
 }
 
@@ -451,7 +451,7 @@ func TestBurstEndsAtLatestInOrder(t *testing.T) {
 	h := newMem()
 	cl := startClient(t, p, h, d.srv.Addr().String())
 	cl.c.Subscribe("app/cfg")
-	wait.For(t, "first version", func() bool { return h.get("app/cfg").v == 1 })
+	wait.For(t, "first version", func() bool { return h.get("app/cfg").ref.Seq == 1 })
 	var last *content.Version
 	for i := 2; i <= 101; i++ {
 		props[fmt.Sprintf("k%d", i%7)] = fmt.Sprint(i)

@@ -29,9 +29,8 @@ type goalDeltas struct {
 }
 
 type goalDeltaKey struct {
-	ns             string
-	from, to       uint64
-	fromSum, toSum string
+	ns       string
+	from, to content.Ref
 }
 
 // forGoal returns, for a goal event that replaced prev, the change from
@@ -46,14 +45,14 @@ func (d *goalDeltas) forGoal(ctx context.Context, st *store.Store, prev *lehrpb.
 	if ev.GetType() != lehrpb.GoalEvent_TYPE_PUT || prev.GetVersion() == 0 {
 		return nil
 	}
-	seq, sum := g.GetVersion(), g.GetChecksum()
-	if seq == prev.GetVersion() || seq == prev.GetCandidate().GetVersion() {
-		seq, sum = g.GetCandidate().GetVersion(), g.GetCandidate().GetChecksum()
-		if seq == 0 || seq == prev.GetVersion() || seq == prev.GetCandidate().GetVersion() {
+	to := content.Ref{Seq: g.GetVersion(), Checksum: g.GetChecksum()}
+	if to.Seq == prev.GetVersion() || to.Seq == prev.GetCandidate().GetVersion() {
+		to = content.Ref{Seq: g.GetCandidate().GetVersion(), Checksum: g.GetCandidate().GetChecksum()}
+		if to.Seq == 0 || to.Seq == prev.GetVersion() || to.Seq == prev.GetCandidate().GetVersion() {
 			return nil // it names no version the replaced goal did not
 		}
 	}
-	k := goalDeltaKey{ns: g.GetNamespace(), from: prev.GetVersion(), fromSum: prev.GetChecksum(), to: seq, toSum: sum}
+	k := goalDeltaKey{ns: g.GetNamespace(), from: content.Ref{Seq: prev.GetVersion(), Checksum: prev.GetChecksum()}, to: to}
 	d.mu.Lock()
 	r, ok := d.m[k]
 	d.mu.Unlock()
@@ -83,11 +82,11 @@ func (d *goalDeltas) forGoal(ctx context.Context, st *store.Store, prev *lehrpb.
 // computeGoalDelta returns the delta k names, nil when it is larger than
 // maxGoalDelta; ok is false when the content is not at hand.
 func computeGoalDelta(ctx context.Context, st *store.Store, k goalDeltaKey) (r *lehrpb.FetchDeltaResponse, ok bool) {
-	fromInfo, from, ok := st.CachedContent(ctx, k.ns, k.from, k.fromSum)
+	fromInfo, from, ok := st.CachedContent(ctx, k.ns, k.from)
 	if !ok {
 		return nil, false
 	}
-	toInfo, to, ok := st.CachedContent(ctx, k.ns, k.to, k.toSum)
+	toInfo, to, ok := st.CachedContent(ctx, k.ns, k.to)
 	if !ok {
 		return nil, false
 	}

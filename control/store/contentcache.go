@@ -142,41 +142,41 @@ func (c *contentCache) await(ctx context.Context, ns string, seq uint64) {
 	}
 }
 
-// committed returns the record and storedVersion of ns@seq if this
-// process committed it with checksum sum and it is still cached.
-func (c *contentCache) committed(ns string, seq uint64, sum string) (*lehrpb.VersionInfo, *storedVersion, bool) {
-	e, ok := c.lookup(ns, seq, sum)
+// committed returns the record and storedVersion of version ref of ns if
+// this process committed it (with ref's checksum) and it is still cached.
+func (c *contentCache) committed(ns string, ref content.Ref) (*lehrpb.VersionInfo, *storedVersion, bool) {
+	e, ok := c.lookup(ns, ref)
 	if !ok || e.stored == nil {
 		return nil, nil, false
 	}
 	return e.info, e.stored, true
 }
 
-// get returns the record and content of ns@seq if it is cached with
-// checksum sum.
-func (c *contentCache) get(ns string, seq uint64, sum string) (*lehrpb.VersionInfo, content.Snapshot, bool) {
-	e, ok := c.lookup(ns, seq, sum)
+// get returns the record and content of version ref of ns if it is
+// cached (with ref's checksum).
+func (c *contentCache) get(ns string, ref content.Ref) (*lehrpb.VersionInfo, content.Snapshot, bool) {
+	e, ok := c.lookup(ns, ref)
 	if !ok {
 		return nil, content.Snapshot{}, false
 	}
 	return e.info, e.snap, true
 }
 
-// lookup returns a copy, taken under the lock, of the entry of ns@seq if
-// it is cached with checksum sum (not empty), and marks it the most
-// recently used.
-func (c *contentCache) lookup(ns string, seq uint64, sum string) (cacheEntry, bool) {
-	if c == nil || sum == "" {
+// lookup returns a copy, taken under the lock, of the entry of version
+// ref of ns if it is cached with ref's checksum (not empty), and marks it
+// the most recently used.
+func (c *contentCache) lookup(ns string, ref content.Ref) (cacheEntry, bool) {
+	if c == nil || ref.Checksum == "" {
 		return cacheEntry{}, false
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	el, ok := c.m[cacheKey{ns, seq}]
+	el, ok := c.m[cacheKey{ns, ref.Seq}]
 	if !ok {
 		return cacheEntry{}, false
 	}
 	e := el.Value.(*cacheEntry)
-	if e.info.GetChecksum() != sum {
+	if e.info.GetChecksum() != ref.Checksum {
 		return cacheEntry{}, false
 	}
 	c.lru.MoveToFront(el)

@@ -10,6 +10,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"lehr.dev/lehr/internal/content"
 	"lehr.dev/lehr/proto/lehrpb"
 )
 
@@ -52,11 +53,11 @@ func TestContentCache(t *testing.T) {
 			// CachedContent reads nothing when the content is in memory,
 			// and never a blob.
 			reads.Store(0)
-			cinfo, csnap, ok := s.CachedContent(ctx, "d/x", v.GetSeq(), v.GetChecksum())
+			cinfo, csnap, ok := s.CachedContent(ctx, "d/x", content.Ref{Seq: v.GetSeq(), Checksum: v.GetChecksum()})
 			if n := reads.Load(); ok != (tc.bytes >= 0) || ok && (n != 0 || !proto.Equal(cinfo, v) || csnap.Checksum() != want.Checksum()) {
 				t.Errorf("CachedContent = %v, %v, %v after %d etcd reads; want the committed version (and no read) only with the cache", cinfo, csnap.Checksum(), ok, n)
 			}
-			if _, _, ok := s.CachedContent(ctx, "d/x", v.GetSeq(), snap(t, "a", "other").Checksum()); ok {
+			if _, _, ok := s.CachedContent(ctx, "d/x", content.Ref{Seq: v.GetSeq(), Checksum: snap(t, "a", "other").Checksum()}); ok {
 				t.Error("CachedContent with another checksum than the version's: ok")
 			}
 			if n := reads.Load(); n > 2 {
@@ -147,7 +148,7 @@ func TestContentCacheAwaitsCommits(t *testing.T) {
 	}
 	done2()
 	wait(ch, "after every commit was done")
-	if _, got, ok := c.get("d/x", 1, s.Checksum()); !ok || got.Checksum() != s.Checksum() {
+	if _, got, ok := c.get("d/x", content.Ref{Seq: 1, Checksum: s.Checksum()}); !ok || got.Checksum() != s.Checksum() {
 		t.Errorf("get after the commit: ok %v", ok)
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"google.golang.org/protobuf/proto"
 
+	"lehr.dev/lehr/internal/content"
 	"lehr.dev/lehr/internal/signing"
 	"lehr.dev/lehr/proto/lehrpb"
 )
@@ -361,27 +362,27 @@ func TestGoalsAreSigned(t *testing.T) {
 	}
 	const ns = "d/a"
 	v1 := commit(t, s, Commit{Namespace: ns, Create: true, Content: snap(t, "k", "1")})
-	verify := func(zone, host string, seq uint64, sum string) {
+	verify := func(zone, host string, ref content.Ref) {
 		t.Helper()
 		goals, _, err := s.Goals(ctx, zone, ns)
 		if err != nil || len(goals) != 1 {
 			t.Fatalf("Goals(%s): %v, %v", zone, goals, err)
 		}
-		if err := v.VerifyGoal(signing.GoalProof(goals[0]), zone, host, ns, seq, sum); err != nil {
+		if err := v.VerifyGoal(signing.GoalProof(goals[0]), zone, host, ns, ref); err != nil {
 			t.Errorf("goal %v: %v", goals[0], err)
 		}
 	}
-	verify("z", "h", 1, v1.GetChecksum()) // Commit
+	verify("z", "h", content.Ref{Seq: 1, Checksum: v1.GetChecksum()}) // Commit
 	if _, err := s.CreateZone(ctx, "y"); err != nil {
 		t.Fatal(err)
 	}
-	verify("y", "h", 1, v1.GetChecksum()) // a new zone
+	verify("y", "h", content.Ref{Seq: 1, Checksum: v1.GetChecksum()}) // a new zone
 	v2 := commit(t, s, Commit{Namespace: ns, ExpectedLatest: 1, Content: snap(t, "k", "2"), Goals: GoalsNone})
 	if err := s.SetGoal(ctx, &lehrpb.GoalState{Zone: "z", Namespace: ns, Version: 1,
 		Candidate: &lehrpb.CandidateGoal{Version: 2, Hosts: []string{"canary-1"}}}); err != nil {
 		t.Fatal(err)
 	}
-	verify("z", "canary-1", 2, v2.GetChecksum()) // SetGoal
+	verify("z", "canary-1", content.Ref{Seq: 2, Checksum: v2.GetChecksum()}) // SetGoal
 }
 
 // Goals written unsigned (by a control of an earlier release) are signed
@@ -416,7 +417,7 @@ func TestSignUnsignedGoals(t *testing.T) {
 			if err != nil || len(goals) != 1 {
 				t.Fatalf("Goals(%s, %s): %v, %v", z, ns, goals, err)
 			}
-			if err := signing.NewVerifier(pub).VerifyGoal(signing.GoalProof(goals[0]), z, "h", ns, 1, sum); err != nil {
+			if err := signing.NewVerifier(pub).VerifyGoal(signing.GoalProof(goals[0]), z, "h", ns, content.Ref{Seq: 1, Checksum: sum}); err != nil {
 				t.Errorf("goal of %s in %s after signing: %v", ns, z, err)
 			}
 		}

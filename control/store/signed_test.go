@@ -7,6 +7,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"lehr.dev/lehr/internal/content"
 	"lehr.dev/lehr/internal/signing"
 	"lehr.dev/lehr/proto/lehrpb"
 )
@@ -74,7 +75,7 @@ func TestVersionsAreServedSignedWithTheCurrentPayload(t *testing.T) {
 				t.Errorf("%s as served verifies as a config namespace's version: the kind is not signed", ns)
 			}
 		}
-		cached, _, ok := s.CachedContent(ctx, ns, 1, fresh.GetChecksum())
+		cached, _, ok := s.CachedContent(ctx, ns, content.Ref{Seq: 1, Checksum: fresh.GetChecksum()})
 		if pv, err := v.Verify(cached, policy); !ok || err != nil || pv != signing.PayloadV2 {
 			t.Errorf("%s from the content cache: ok %v, payload %d, %v", ns, ok, pv, err)
 		}

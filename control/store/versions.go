@@ -276,7 +276,7 @@ func (s *Store) tryCommit(ctx context.Context, c Commit, domain string, m *manif
 	if latest > 0 {
 		// The parent as this process committed it, if it did and still
 		// holds it; else as its record says.
-		pinfo, stored, ok := s.contents.committed(c.Namespace, latest, head.GetLatestChecksum())
+		pinfo, stored, ok := s.contents.committed(c.Namespace, content.Ref{Seq: latest, Checksum: head.GetLatestChecksum()})
 		if ok {
 			parent = stored
 		} else {
@@ -735,7 +735,7 @@ func (s *Store) Content(ctx context.Context, ns string, seq uint64) (*lehrpb.Ver
 			return nil, content.Snapshot{}, fmt.Errorf("store: content %s@%d: %w", ns, seq, err)
 		}
 		info := s.served(rec.GetInfo(), head.GetKind())
-		if _, snap, ok := s.contents.get(ns, info.GetSeq(), info.GetChecksum()); ok {
+		if _, snap, ok := s.contents.get(ns, content.Ref{Seq: info.GetSeq(), Checksum: info.GetChecksum()}); ok {
 			return info, snap, nil
 		}
 		var snap content.Snapshot
@@ -769,25 +769,25 @@ func (s *Store) served(info *lehrpb.VersionInfo, kind lehrpb.NamespaceKind) *leh
 	return out
 }
 
-// CachedContent returns the record and content of ns@seq if this control
-// holds its content in memory with checksum sum (see Content), reading
-// nothing from etcd: on a miss it waits — at most 1 s — for a commit of
-// ns@seq by this control still putting it in memory (a commit does so only
-// after etcd answered, and a watch event of the same commit can overtake
-// that), then looks again. ok is false when the content is not in memory
-// with that checksum. It is for a caller that knows the checksum from a
+// CachedContent returns the record and content of version ref of ns if
+// this control holds its content in memory with ref's checksum (see
+// Content), reading nothing from etcd: on a miss it waits — at most 1 s —
+// for a commit of that version by this control still putting it in memory
+// (a commit does so only after etcd answered, and a watch event of the
+// same commit can overtake that), then looks again. ok is false when the
+// content is not in memory with that checksum. It is for a caller that knows the checksum from a
 // record it read (a goal), on a path that must not wait for etcd (the
 // goal watch, where a read behind a flood of writes would hold every other
 // domain's events); others use Content. The caller must not change info:
 // it is shared.
-func (s *Store) CachedContent(ctx context.Context, ns string, seq uint64, sum string) (info *lehrpb.VersionInfo, snap content.Snapshot, ok bool) {
-	if info, snap, ok := s.contents.get(ns, seq, sum); ok {
+func (s *Store) CachedContent(ctx context.Context, ns string, ref content.Ref) (info *lehrpb.VersionInfo, snap content.Snapshot, ok bool) {
+	if info, snap, ok := s.contents.get(ns, ref); ok {
 		return info, snap, true
 	}
 	actx, cancel := context.WithTimeout(ctx, time.Second) // the put follows etcd's answer at once
 	defer cancel()
-	s.contents.await(actx, ns, seq)
-	return s.contents.get(ns, seq, sum)
+	s.contents.await(actx, ns, ref.Seq)
+	return s.contents.get(ns, ref)
 }
 
 // History returns up to limit versions, newest first, with seq < before

@@ -80,8 +80,8 @@ func TestSampleReportsLowestPositions(t *testing.T) {
 		t.Errorf("Samples = %v; want %s with hosts %v", got, ns, want[:2])
 	}
 	for _, a := range agents {
-		if h, _ := a.Held(ns); h.Version != v1.Seq {
-			t.Errorf("%s holds version %d while the cohort is empty; want %d", a.HostID(), h.Version, v1.Seq)
+		if h, _ := a.Held(ns); h.Ref.Seq != v1.Seq {
+			t.Errorf("%s holds version %d while the cohort is empty; want %d", a.HostID(), h.Ref.Seq, v1.Seq)
 		}
 	}
 }

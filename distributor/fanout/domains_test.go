@@ -76,7 +76,7 @@ func TestOutboundLimitPerDomain(t *testing.T) {
 		}
 		done := 0
 		for _, a := range agents {
-			if h, ok := a.Held(big); ok && h.Version == last.Seq {
+			if h, ok := a.Held(big); ok && h.Ref.Seq == last.Seq {
 				done++
 			}
 		}

@@ -213,8 +213,8 @@ func waitVersion(t testing.TB, a *agenttest.Agent, ns string, v *content.Version
 		t.Fatalf("agent %s never reached %s@%d: %v (applied %+v)", a.HostID(), ns, v.Seq, err, a.Applied(ns))
 	}
 	h, _ := a.Held(ns)
-	if h.Checksum != v.Checksum || !h.Content.Equal(v.Content) {
-		t.Fatalf("agent %s holds %s@%d with checksum %s, want %s", a.HostID(), ns, h.Version, h.Checksum, v.Checksum)
+	if h.Ref.Checksum != v.Checksum || !h.Content.Equal(v.Content) {
+		t.Fatalf("agent %s holds %s@%d with checksum %s, want %s", a.HostID(), ns, h.Ref.Seq, h.Ref.Checksum, v.Checksum)
 	}
 }
 

@@ -3,6 +3,8 @@ package fanout
 import (
 	"container/list"
 	"sync"
+
+	"lehr.dev/lehr/internal/content"
 )
 
 // memoKey identifies an encoded update: the same namespace, base and goal
@@ -10,10 +12,8 @@ import (
 type memoKey struct {
 	ns       string
 	snapshot bool
-	base     uint64
-	baseSum  string
-	goal     uint64
-	goalSum  string
+	base     content.Ref // zero for a snapshot
+	goal     content.Ref
 	// compact: the frame is in compact form (wire.CapCompactUpdate).
 	compact bool
 	// proof is the signature of the signed goal the frame carries

@@ -33,7 +33,7 @@ func reportServer(n int) *Server {
 		ss := &session{srv: s, host: host, log: s.log, ns: map[string]*nsState{}}
 		for ns, g := range goals {
 			seq := g.For(host).Seq
-			ss.ns[ns] = &nsState{subscribed: true, have: seq, report: &lehrpb.NamespaceReport{
+			ss.ns[ns] = &nsState{subscribed: true, have: content.Ref{Seq: seq}, report: &lehrpb.NamespaceReport{
 				Namespace: ns, Version: seq, Clients: 2, ClientsApplied: 2,
 				Preview: []*lehrpb.HostPreviewCounts{{Experiment: "exp", Counts: &lehrpb.PreviewCounts{LiveEtag: "l1", ExperimentEtag: "e1", AllowAllow: 10}}},
 			}}
@@ -105,7 +105,7 @@ func TestHealthNamesHostsBehindTheirGoal(t *testing.T) {
 	s := reportServer(20)
 	behind := func(host, ns string, have uint64, reported bool) {
 		st := s.sessions[host].ns[ns]
-		st.have = have
+		st.have = content.Ref{Seq: have}
 		if !reported {
 			st.report.Version = have
 		}

@@ -50,9 +50,9 @@ import (
 // Versions is where the fanout gets the versions agents hold, to compute
 // patches from them. *versions.Cache implements it.
 type Versions interface {
-	// Get returns version seq of ns with checksum sum, from memory or from
-	// control.
-	Get(ctx context.Context, ns string, seq uint64, sum string) (*content.Version, error)
+	// Get returns version ref of ns (its number and checksum), from
+	// memory or from control.
+	Get(ctx context.Context, ns string, ref content.Ref) (*content.Version, error)
 }
 
 // Options configures a Server.
@@ -424,7 +424,7 @@ func (g *Goal) For(host string) *content.Version {
 // equal reports whether g and o make every host hold the same versions.
 func (g *Goal) equal(o *Goal) bool {
 	same := func(a, b *content.Version) bool {
-		return a == nil && b == nil || a != nil && b != nil && a.Seq == b.Seq && a.Checksum == b.Checksum
+		return a == nil && b == nil || a != nil && b != nil && a.Ref() == b.Ref()
 	}
 	return same(g.Stable, o.Stable) && same(g.Candidate, o.Candidate) && g.Sample == o.Sample && g.Analysis == o.Analysis &&
 		bytes.Equal(g.Proof.GetSignature(), o.Proof.GetSignature()) &&
@@ -532,8 +532,8 @@ func (s *Server) Convergence() (agents int, counts []VersionCount) {
 	sessions := s.sessionList()
 	for _, ss := range sessions {
 		ss.eachSubscribed(func(ns string, st *nsState) {
-			if st.have != 0 {
-				m[nv{ns, st.have}]++
+			if st.have.Seq != 0 {
+				m[nv{ns, st.have.Seq}]++
 			}
 		})
 	}
@@ -599,10 +599,10 @@ func (s *Server) Health() (health []*lehrpb.NamespaceHealth, hosts []*lehrpb.Hos
 			if g != nil && g.Stable != nil {
 				// Behind: neither what it holds nor what it last reported
 				// is its goal's version.
-				if want := g.For(ss.host).Seq; st.have < want && nr.GetVersion() < want {
+				if want := g.For(ss.host).Seq; st.have.Seq < want && nr.GetVersion() < want {
 					rep := nr
 					if rep == nil {
-						rep = &lehrpb.NamespaceReport{Namespace: ns, Version: st.have}
+						rep = &lehrpb.NamespaceReport{Namespace: ns, Version: st.have.Seq}
 					}
 					in := g.Candidate != nil && g.Cohort.Has(ss.host)
 					behind[ns] = lowestHosts(append(behind[ns], &lehrpb.HostReport{HostId: ss.host, Cohort: in, Report: rep}), MaxBehindHosts)
@@ -744,7 +744,7 @@ func (s *Server) Lag(ns string) int {
 	g, ok := s.Goal(ns)
 	n := 0
 	for _, ss := range s.sessionList() {
-		seq, sum, sub := ss.holds(ns)
+		have, sub := ss.holds(ns)
 		if !sub {
 			continue
 		}
@@ -752,7 +752,7 @@ func (s *Server) Lag(ns string) int {
 			n++
 			continue
 		}
-		if v := g.For(ss.host); seq != v.Seq || sum != v.Checksum {
+		if have != g.For(ss.host).Ref() {
 			n++
 		}
 	}

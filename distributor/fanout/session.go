@@ -40,17 +40,15 @@ var refusalBackoff = backoff.Policy{Min: 100 * time.Millisecond, Max: 30 * time.
 // of it is in flight (it is forgotten once that is answered or timed out).
 type nsState struct {
 	subscribed bool
-	// have and haveSum are the version the agent holds, from its Hello,
-	// Subscribe, Resync or latest accepted Ack. 0 means nothing.
-	have    uint64
-	haveSum string
-	// sending is the version of the update in flight (0: none), sendingSum
-	// its checksum. At most one per namespace, so updates are never
-	// reordered. deadline is when the distributor stops waiting for its
-	// Ack (zero while the update is still being written).
-	sending    uint64
-	sendingSum string
-	deadline   time.Time
+	// have is the version the agent holds, from its Hello, Subscribe,
+	// Resync or latest accepted Ack; zero means nothing.
+	have content.Ref
+	// sending is the version of the update in flight (zero: none). At
+	// most one per namespace, so updates are never reordered. deadline is
+	// when the distributor stops waiting for its Ack (zero while the
+	// update is still being written).
+	sending  content.Ref
+	deadline time.Time
 	// needSnapshot: the next update must be a snapshot (Resync or refusal).
 	needSnapshot bool
 	// refusals counts consecutive refused updates; notBefore delays the next
@@ -252,7 +250,7 @@ func (ss *session) applyHello(h *lehrpb.Hello) error {
 	}
 	for _, c := range h.GetCached() {
 		if st := ss.ns[c.GetNamespace()]; st != nil {
-			st.have, st.haveSum = c.GetVersion(), c.GetChecksum()
+			st.have = content.Ref{Seq: c.GetVersion(), Checksum: c.GetChecksum()}
 		}
 	}
 	return nil
@@ -306,14 +304,16 @@ func (ss *session) eachSubscribed(f func(ns string, st *nsState)) {
 	}
 }
 
-func (ss *session) holds(ns string) (seq uint64, sum string, subscribed bool) {
+// holds returns the version the agent holds of ns (zero: nothing) and
+// whether it subscribes to ns.
+func (ss *session) holds(ns string) (have content.Ref, subscribed bool) {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
 	st := ss.ns[ns]
 	if st == nil {
-		return 0, "", false
+		return content.Ref{}, false
 	}
-	return st.have, st.haveSum, st.subscribed
+	return st.have, st.subscribed
 }
 
 // readLoop handles control frames until the stream or connection ends.
@@ -376,8 +376,8 @@ func (ss *session) onSubscribe(m *lehrpb.Subscribe) error {
 		}
 		st.subscribed = true
 		st.unavailable = 0
-		if st.sending == 0 {
-			st.have, st.haveSum = c.GetVersion(), c.GetChecksum()
+		if st.sending.Seq == 0 {
+			st.have = content.Ref{Seq: c.GetVersion(), Checksum: c.GetChecksum()}
 		}
 	}
 	ss.mu.Unlock()
@@ -440,7 +440,7 @@ func (ss *session) overQuota(d string) bool {
 // forgetIfIdleLocked drops the entry of ns when the agent neither
 // subscribes to it nor has an update of it in flight.
 func (ss *session) forgetIfIdleLocked(ns string, st *nsState) {
-	if !st.subscribed && st.sending == 0 {
+	if !st.subscribed && st.sending.Seq == 0 {
 		delete(ss.ns, ns)
 	}
 }
@@ -458,11 +458,11 @@ func (ss *session) onAck(m *lehrpb.Ack) error {
 	st := ss.ns[ns]
 	var answers bool
 	switch {
-	case st == nil || st.sending == 0:
+	case st == nil || st.sending.Seq == 0:
 	case m.GetUpdateVersion() != 0:
-		answers = m.GetUpdateVersion() == st.sending
+		answers = m.GetUpdateVersion() == st.sending.Seq
 	default: // an agent that does not name the update it answers
-		answers = !m.GetOk() || m.GetVersion() == st.sending
+		answers = !m.GetOk() || m.GetVersion() == st.sending.Seq
 	}
 	if !answers {
 		ss.mu.Unlock()
@@ -470,14 +470,14 @@ func (ss *session) onAck(m *lehrpb.Ack) error {
 		ss.log.Debug("ignoring an Ack of no update in flight", "namespace", ns, "update_version", m.GetUpdateVersion(), "version", m.GetVersion(), "ok", m.GetOk())
 		return nil
 	}
-	sent, sentSum := st.sending, st.sendingSum
-	st.sending, st.sendingSum, st.deadline = 0, "", time.Time{}
+	sent := st.sending
+	st.sending, st.deadline = content.Ref{}, time.Time{}
 	ok, why := m.GetOk(), m.GetError()
-	if ok && m.GetVersion() == sent && m.GetChecksum() != sentSum {
-		ok, why = false, fmt.Sprintf("acknowledged version %d with checksum %s, not the %s sent", sent, m.GetChecksum(), sentSum)
+	if ok && m.GetVersion() == sent.Seq && m.GetChecksum() != sent.Checksum {
+		ok, why = false, fmt.Sprintf("acknowledged version %d with checksum %s, not the %s sent", sent.Seq, m.GetChecksum(), sent.Checksum)
 	}
 	if ok {
-		st.have, st.haveSum = m.GetVersion(), m.GetChecksum()
+		st.have = content.Ref{Seq: m.GetVersion(), Checksum: m.GetChecksum()}
 		st.needSnapshot = false
 		st.refusals = 0
 		st.notBefore = time.Time{}
@@ -494,7 +494,7 @@ func (ss *session) onAck(m *lehrpb.Ack) error {
 		ss.srv.met.acks.Inc()
 	} else {
 		ss.srv.met.refusals.Inc()
-		ss.log.Warn("agent refused an update", "namespace", ns, "version", sent, "err", why)
+		ss.log.Warn("agent refused an update", "namespace", ns, "version", sent.Seq, "err", why)
 	}
 	ss.kick()
 	return nil
@@ -511,8 +511,8 @@ func (ss *session) onResync(m *lehrpb.Resync) error {
 		return nil
 	}
 	st.needSnapshot = true
-	if st.sending == 0 {
-		st.have, st.haveSum = m.GetHaveVersion(), m.GetHaveChecksum()
+	if st.sending.Seq == 0 {
+		st.have = content.Ref{Seq: m.GetHaveVersion(), Checksum: m.GetHaveChecksum()}
 	}
 	// An update in flight stays in flight until its Ack: the snapshot is
 	// sent after it, never alongside, so updates are not reordered.
@@ -553,10 +553,10 @@ func (ss *session) refuseStreams() {
 
 // job is one update to push.
 type job struct {
-	ns       string
-	goal     *content.Version
-	base     uint64
-	baseSum  string
+	ns   string
+	goal *content.Version
+	// base is the version the agent holds, to patch from.
+	base     content.Ref
 	snapshot bool
 	// proof is the signed goal naming goal for the agent's host, sent
 	// with the update (wire.CapSignedGoals); nil for none.
@@ -621,7 +621,7 @@ func (ss *session) plan() (jobs []job, unavailable []*lehrpb.Unavailable, wake t
 		}
 	}
 	for ns, st := range ss.ns {
-		if st.sending != 0 {
+		if st.sending.Seq != 0 {
 			if st.deadline.IsZero() {
 				continue // being written
 			}
@@ -632,8 +632,8 @@ func (ss *session) plan() (jobs []job, unavailable []*lehrpb.Unavailable, wake t
 			// Unanswered past its deadline: stop waiting and plan again,
 			// as a snapshot since what the agent holds is unknown.
 			ss.srv.met.ackTimeouts.Inc()
-			ss.log.Warn("update unanswered; planning the namespace again", "namespace", ns, "version", st.sending, "timeout", ss.srv.opts.AckTimeout)
-			st.sending, st.sendingSum, st.deadline = 0, "", time.Time{}
+			ss.log.Warn("update unanswered; planning the namespace again", "namespace", ns, "version", st.sending.Seq, "timeout", ss.srv.opts.AckTimeout)
+			st.sending, st.deadline = content.Ref{}, time.Time{}
 			st.needSnapshot = true
 			ss.forgetIfIdleLocked(ns, st)
 		}
@@ -678,7 +678,7 @@ func (ss *session) plan() (jobs []job, unavailable []*lehrpb.Unavailable, wake t
 		g := goal.For(ss.host)
 		// Whether the agent's version is available here is checked by push;
 		// assume it is when planning.
-		action := update.Plan(st.have, st.haveSum, g.Seq, g.Checksum, true)
+		action := update.Plan(st.have, g.Ref(), true)
 		if st.needSnapshot {
 			action = update.SendSnapshot
 		}
@@ -689,8 +689,8 @@ func (ss *session) plan() (jobs []job, unavailable []*lehrpb.Unavailable, wake t
 			earliest(st.notBefore)
 			continue
 		}
-		st.sending, st.sendingSum = g.Seq, g.Checksum
-		j := job{ns: ns, goal: g, base: st.have, baseSum: st.haveSum, snapshot: action == update.SendSnapshot}
+		st.sending = g.Ref()
+		j := job{ns: ns, goal: g, base: st.have, snapshot: action == update.SendSnapshot}
 		if ss.signedGoals {
 			j.proof = goal.Proof
 		}
@@ -733,7 +733,7 @@ func (ss *session) push(j job) {
 		return
 	}
 	ss.mu.Lock()
-	if st := ss.ns[j.ns]; st != nil && st.sending == j.goal.Seq && st.deadline.IsZero() {
+	if st := ss.ns[j.ns]; st != nil && st.sending.Seq == j.goal.Seq && st.deadline.IsZero() {
 		st.deadline = ss.srv.now().Add(ss.srv.opts.AckTimeout)
 	}
 	ss.mu.Unlock()
@@ -762,15 +762,15 @@ func (s *Server) build(ctx context.Context, j job, compact bool) (frame []byte, 
 	g := j.goal
 	if !j.snapshot {
 		fctx, cancel := context.WithTimeout(ctx, s.opts.FetchTimeout)
-		base, err := s.opts.Versions.Get(fctx, j.ns, j.base, j.baseSum)
+		base, err := s.opts.Versions.Get(fctx, j.ns, j.base)
 		cancel()
 		switch {
 		case err != nil:
-			s.log.Info("agent's version unavailable; sending a snapshot", "namespace", j.ns, "version", j.base, "err", err)
-		case base.Checksum != j.baseSum:
-			s.log.Info("agent's checksum differs; sending a snapshot", "namespace", j.ns, "version", j.base, "agent", j.baseSum, "control", base.Checksum)
+			s.log.Info("agent's version unavailable; sending a snapshot", "namespace", j.ns, "version", j.base.Seq, "err", err)
+		case base.Checksum != j.base.Checksum:
+			s.log.Info("agent's checksum differs; sending a snapshot", "namespace", j.ns, "version", j.base.Seq, "agent", j.base.Checksum, "control", base.Checksum)
 		default:
-			k := memoKey{ns: j.ns, base: base.Seq, baseSum: base.Checksum, goal: g.Seq, goalSum: g.Checksum, compact: compact, proof: string(j.proof.GetSignature())}
+			k := memoKey{ns: j.ns, base: base.Ref(), goal: g.Ref(), compact: compact, proof: string(j.proof.GetSignature())}
 			frame, snap, err := s.memo.get(k, func() ([]byte, bool, error) {
 				u, err := update.Build(base, g)
 				if err != nil {
@@ -786,7 +786,7 @@ func (s *Server) build(ctx context.Context, j job, compact bool) (frame []byte, 
 			return frame, snap, nil
 		}
 	}
-	k := memoKey{ns: j.ns, snapshot: true, goal: g.Seq, goalSum: g.Checksum, compact: compact, proof: string(j.proof.GetSignature())}
+	k := memoKey{ns: j.ns, snapshot: true, goal: g.Ref(), compact: compact, proof: string(j.proof.GetSignature())}
 	frame, _, err = s.memo.get(k, func() ([]byte, bool, error) {
 		u, err := update.Build(nil, g)
 		if err != nil {

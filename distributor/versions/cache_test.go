@@ -97,13 +97,13 @@ func TestGetWithoutClient(t *testing.T) {
 		}
 	}
 	ctx := context.Background()
-	if v, err := c.Get(ctx, "d/a", 2, ""); err != nil || v.Seq != 2 {
+	if v, err := c.Get(ctx, "d/a", content.Ref{Seq: 2}); err != nil || v.Seq != 2 {
 		t.Errorf("Get(d/a@2) = %v, %v; want the cached version", v, err)
 	}
-	if _, err := c.Get(ctx, "d/a", 9, ""); !errors.Is(err, versions.ErrNotCached) {
+	if _, err := c.Get(ctx, "d/a", content.Ref{Seq: 9}); !errors.Is(err, versions.ErrNotCached) {
 		t.Errorf("Get(d/a@9) err = %v, want ErrNotCached", err)
 	}
-	if _, err := c.Get(ctx, "d/a", 0, ""); err == nil || !strings.Contains(err.Error(), "at least 1") {
+	if _, err := c.Get(ctx, "d/a", content.Ref{}); err == nil || !strings.Contains(err.Error(), "at least 1") {
 		t.Errorf("Get(d/a@0) err = %v, want a clear error", err)
 	}
 }

@@ -60,7 +60,7 @@ func TestDeltaFromACompactedBaseFallsBackToAWholeFetch(t *testing.T) {
 	const ns = "d/app"
 	vs := publishN(t, srv.Client, ns, 1)
 	c := versions.New(versions.Options{Client: srv.Client, Logger: quietLogger()})
-	if _, err := c.Get(ctxT(t), ns, 1, vs[0].GetChecksum()); err != nil {
+	if _, err := c.Get(ctxT(t), ns, content.Ref{Seq: 1, Checksum: vs[0].GetChecksum()}); err != nil {
 		t.Fatal(err)
 	}
 	for i := 2; i <= 4; i++ {
@@ -74,7 +74,7 @@ func TestDeltaFromACompactedBaseFallsBackToAWholeFetch(t *testing.T) {
 		_, err := srv.Client.FetchVersion(ctxT(t), &lehrpb.FetchVersionRequest{Namespace: ns, Version: 1})
 		return err != nil
 	})
-	v, err := c.Get(ctxT(t), ns, 4, vs[3].GetChecksum())
+	v, err := c.Get(ctxT(t), ns, content.Ref{Seq: 4, Checksum: vs[3].GetChecksum()})
 	if err != nil {
 		t.Fatalf("Get(%s@4) with base 1 compacted: %v", ns, err)
 	}
@@ -95,7 +95,7 @@ func TestCachedVersionWithAnotherChecksumIsRefetched(t *testing.T) {
 	if err := c.Put(&content.Version{Namespace: ns, Seq: 3, Checksum: stale.Checksum(), Content: stale}); err != nil {
 		t.Fatal(err)
 	}
-	v, err := c.Get(ctxT(t), ns, 3, vs[2].GetChecksum())
+	v, err := c.Get(ctxT(t), ns, content.Ref{Seq: 3, Checksum: vs[2].GetChecksum()})
 	if err != nil {
 		t.Fatalf("Get: %v", err)
 	}
@@ -135,13 +135,13 @@ func TestSharedFetchOutlivesItsFirstCaller(t *testing.T) {
 	first, cancelFirst := context.WithCancel(ctxT(t))
 	firstErr := make(chan error, 1)
 	go func() {
-		_, err := c.Get(first, ns, 1, vs[0].GetChecksum())
+		_, err := c.Get(first, ns, content.Ref{Seq: 1, Checksum: vs[0].GetChecksum()})
 		firstErr <- err
 	}()
 	<-g.started
 	second := make(chan error, 1)
 	go func() {
-		v, err := c.Get(ctxT(t), ns, 1, vs[0].GetChecksum())
+		v, err := c.Get(ctxT(t), ns, content.Ref{Seq: 1, Checksum: vs[0].GetChecksum()})
 		if err == nil && v.Checksum != vs[0].GetChecksum() {
 			err = errors.New("wrong version")
 		}
@@ -168,7 +168,7 @@ func TestOffer(t *testing.T) {
 	vs := publishN(t, srv.Client, ns, 3)
 	c := versions.New(versions.Options{Client: srv.Client, Logger: quietLogger()})
 	t.Cleanup(func() { c.Close() })
-	base, err := c.Get(ctxT(t), ns, 1, vs[0].GetChecksum())
+	base, err := c.Get(ctxT(t), ns, content.Ref{Seq: 1, Checksum: vs[0].GetChecksum()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -196,46 +196,47 @@ func (c *Cache) Close() error {
 	return nil
 }
 
-// Get returns version seq of ns with checksum sum ("" accepts any), from
-// memory or else from control: as a delta from the newest cached older
-// version when there is one, otherwise whole. A cached version with
-// another checksum than sum (control's store was restored from a backup:
-// same number, other content) is dropped and fetched again. Concurrent
-// Gets of one version share one fetch, which runs for all of them (bounded
-// by Options.FetchTimeout), not under the context of whichever started it.
-// The result always matches its checksum; content that does not, or a
-// version control holds with another checksum than sum, wraps ErrChecksum.
-// A delta that cannot be had (its base compacted at control, or content
-// that fails its checksum) falls back to one whole fetch.
-func (c *Cache) Get(ctx context.Context, ns string, seq uint64, sum string) (*content.Version, error) {
-	if seq == 0 {
+// Get returns version ref of ns (an empty ref.Checksum accepts any
+// checksum), from memory or else from control: as a delta from the newest
+// cached older version when there is one, otherwise whole. A cached
+// version with another checksum than ref's (control's store was restored
+// from a backup: same number, other content) is dropped and fetched again.
+// Concurrent Gets of one version share one fetch, which runs for all of
+// them (bounded by Options.FetchTimeout), not under the context of
+// whichever started it. The result always matches its checksum; content
+// that does not, or a version control holds with another checksum than
+// ref's, wraps ErrChecksum. A delta that cannot be had (its base compacted
+// at control, or content that fails its checksum) falls back to one whole
+// fetch.
+func (c *Cache) Get(ctx context.Context, ns string, ref content.Ref) (*content.Version, error) {
+	if ref.Seq == 0 {
 		return nil, fmt.Errorf("versions: get %s@0: version must be at least 1", ns)
 	}
-	k := key{ns, seq}
+	k := key{ns, ref.Seq}
 	c.mu.Lock()
 	if e, ok := c.entries[k]; ok {
-		if sum == "" || e.v.Checksum == sum {
+		if ref.Checksum == "" || e.v.Checksum == ref.Checksum {
 			c.lru.MoveToFront(e.elem)
 			c.mu.Unlock()
 			return e.v, nil
 		}
 		c.log.Warn("cached version has another checksum than the one asked for; fetching it again",
-			"namespace", ns, "version", seq, "cached", e.v.Checksum, "want", sum)
+			"namespace", ns, "version", ref.Seq, "cached", e.v.Checksum, "want", ref.Checksum)
 		c.removeLocked(k, e)
 	}
 	if c.opts.Client == nil {
 		c.mu.Unlock()
-		return nil, fmt.Errorf("get %s@%d: %w", ns, seq, ErrNotCached)
+		return nil, fmt.Errorf("get %s@%d: %w", ns, ref.Seq, ErrNotCached)
 	}
 	cl, ok := c.inflight[k]
 	if !ok {
 		cl = &call{done: make(chan struct{})}
 		c.inflight[k] = cl
-		base := c.newestBelowLocked(ns, seq)
+		base := c.newestBelowLocked(ns, ref.Seq)
 		c.wg.Go(func() {
 			fctx, cancel := context.WithTimeout(c.ctx, c.opts.FetchTimeout)
 			defer cancel()
-			v, err := c.fetch(fctx, ns, seq, base)
+			v, err := c.fetch(fctx, ns, ref.Seq, base)
 			c.mu.Lock()
 			delete(c.inflight, k)
 			if err == nil {
@@ -250,13 +251,13 @@ func (c *Cache) Get(ctx context.Context, ns string, seq uint64, sum string) (*co
 	select {
 	case <-cl.done:
 	case <-ctx.Done():
-		return nil, fmt.Errorf("get %s@%d: %w", ns, seq, ctx.Err())
+		return nil, fmt.Errorf("get %s@%d: %w", ns, ref.Seq, ctx.Err())
 	}
 	if cl.err != nil {
 		return nil, cl.err
 	}
-	if sum != "" && cl.v.Checksum != sum {
-		return nil, fmt.Errorf("get %s@%d: %w: control holds it with checksum %s, not %s", ns, seq, ErrChecksum, cl.v.Checksum, sum)
+	if ref.Checksum != "" && cl.v.Checksum != ref.Checksum {
+		return nil, fmt.Errorf("get %s@%d: %w: control holds it with checksum %s, not %s", ns, ref.Seq, ErrChecksum, cl.v.Checksum, ref.Checksum)
 	}
 	return cl.v, nil
 }

@@ -1,6 +1,10 @@
 package content
 
-import "lehr.dev/lehr/proto/lehrpb"
+import (
+	"fmt"
+
+	"lehr.dev/lehr/proto/lehrpb"
+)
 
 // Version is one immutable version of a namespace: which one it is, its
 // metadata, and its content. It is the one in-memory form of a version
@@ -24,9 +28,56 @@ type Version struct {
 	Content Snapshot
 }
 
+// Ref returns which version v is: its sequence number and checksum. A nil
+// v gives the zero Ref.
+func (v *Version) Ref() Ref {
+	if v == nil {
+		return Ref{}
+	}
+	return Ref{Seq: v.Seq, Checksum: v.Checksum}
+}
+
 // Verify reports whether Content hashes to Checksum, returning the
 // computed checksum either way.
 func (v *Version) Verify() (sum string, ok bool) {
 	sum = v.Content.Checksum()
 	return sum, sum == v.Checksum
+}
+
+// Ref names one version of a namespace (which namespace is known from
+// context): its sequence number and the checksum of its content. It is
+// what a holder announces, what a goal names and what an update is
+// checked against. Two copies are the same version exactly when their
+// Refs are equal (==): the same number with another checksum is other
+// content — a corrupt copy, or a store restored from a backup. Ref is
+// comparable, so it can key a map.
+//
+// The zero Ref means no version (nothing held, no goal). Ref is an
+// in-memory type only: wire messages and files keep their own version and
+// checksum fields.
+type Ref struct {
+	// Seq is the version's sequence number; 0 means none.
+	Seq uint64
+	// Checksum is the checksum of the version's content
+	// (Snapshot.Checksum), "sha256:" and 64 hex digits; empty when unknown.
+	Checksum string
+}
+
+// String returns r as "7 (sha256:0123456789ab…)": the sequence number and
+// the start of the checksum ("no checksum" when empty), for logs and
+// errors.
+func (r Ref) String() string {
+	return fmt.Sprintf("%d (%s)", r.Seq, shortChecksum(r.Checksum))
+}
+
+// shortChecksum abbreviates a checksum to its prefix and 12 hex digits.
+func shortChecksum(s string) string {
+	const prefix = len("sha256:")
+	if s == "" {
+		return "no checksum"
+	}
+	if len(s) > prefix+12 {
+		return s[:prefix+12] + "…"
+	}
+	return s
 }

@@ -16,6 +16,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"lehr.dev/lehr/internal/cohort"
+	"lehr.dev/lehr/internal/content"
 	"lehr.dev/lehr/proto/lehrpb"
 )
 
@@ -71,13 +72,13 @@ func GoalProof(g *lehrpb.GoalState) *lehrpb.GoalState {
 var ErrNotSanctioned = errors.New("signing: no signed goal names this version for this host")
 
 // VerifyGoal checks g's signature (ErrUnsigned, ErrUnknownKey,
-// ErrBadSignature), then that g names version seq with checksum sum of
-// namespace ns for host in zone: as the zone's version, or as the
-// candidate of a cohort host is in (ErrNotSanctioned otherwise).
-func (v *Verifier) VerifyGoal(g *lehrpb.GoalState, zone, host, ns string, seq uint64, sum string) error {
+// ErrBadSignature), then that g names version ref (its number and
+// checksum) of namespace ns for host in zone: as the zone's version, or as
+// the candidate of a cohort host is in (ErrNotSanctioned otherwise).
+func (v *Verifier) VerifyGoal(g *lehrpb.GoalState, zone, host, ns string, ref content.Ref) error {
 	what := fmt.Sprintf("goal of %s in %s", g.GetNamespace(), g.GetZone())
 	if g == nil || len(g.GetSignature()) == 0 {
-		return fmt.Errorf("%s@%d for %s in %s: %w: no signed goal came with it", ns, seq, host, zone, ErrUnsigned)
+		return fmt.Errorf("%s@%d for %s in %s: %w: no signed goal came with it", ns, ref.Seq, host, zone, ErrUnsigned)
 	}
 	k, ok := v.keys[g.GetSignatureKeyId()]
 	if !ok {
@@ -87,14 +88,14 @@ func (v *Verifier) VerifyGoal(g *lehrpb.GoalState, zone, host, ns string, seq ui
 		return fmt.Errorf("%s (key %s): %w: its zone, namespace, versions or cohort were changed after control signed it", what, g.GetSignatureKeyId(), ErrBadSignature)
 	}
 	if g.GetZone() != zone || g.GetNamespace() != ns {
-		return fmt.Errorf("%s@%d for %s in %s: %w: the goal that came with it is the %s", ns, seq, host, zone, ErrNotSanctioned, what)
+		return fmt.Errorf("%s@%d for %s in %s: %w: the goal that came with it is the %s", ns, ref.Seq, host, zone, ErrNotSanctioned, what)
 	}
-	if seq == g.GetVersion() && sum == g.GetChecksum() {
+	if ref == (content.Ref{Seq: g.GetVersion(), Checksum: g.GetChecksum()}) {
 		return nil
 	}
 	c := g.GetCandidate()
 	in := cohort.Cohort{Hosts: c.GetHosts(), PerMillion: c.GetPerMillion(), Salt: c.GetSalt()}.Has(host)
-	if c != nil && seq == c.GetVersion() && sum == c.GetChecksum() && in {
+	if c != nil && ref == (content.Ref{Seq: c.GetVersion(), Checksum: c.GetChecksum()}) && in {
 		return nil
 	}
 	detail := fmt.Sprintf("it names version %d", g.GetVersion())
@@ -104,5 +105,5 @@ func (v *Verifier) VerifyGoal(g *lehrpb.GoalState, zone, host, ns string, seq ui
 			detail += ", which this host is not in"
 		}
 	}
-	return fmt.Errorf("%s@%d for %s in %s: %w (%s)", ns, seq, host, zone, ErrNotSanctioned, detail)
+	return fmt.Errorf("%s@%d for %s in %s: %w (%s)", ns, ref.Seq, host, zone, ErrNotSanctioned, detail)
 }

@@ -11,11 +11,14 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"lehr.dev/lehr/internal/content"
 	"lehr.dev/lehr/internal/signing"
 	"lehr.dev/lehr/proto/lehrpb"
 )
 
 func sum(b string) string { return "sha256:" + strings.Repeat(b, 32) }
+
+func ref(seq uint64, sum string) content.Ref { return content.Ref{Seq: seq, Checksum: sum} }
 
 // goal is zone-a's goal of pay/limits: version 7 for every host, version
 // 8 for the cohort of host-2 by name.
@@ -47,28 +50,27 @@ func TestVerifyGoal(t *testing.T) {
 		name       string
 		g          *lehrpb.GoalState
 		zone, host string
-		seq        uint64
-		sum        string
+		ref        content.Ref
 		want       error
 	}{
-		{"the zone's version", signed(nil), "zone-a", "host-1", 7, sum("07"), nil},
-		{"the candidate for a named host", signed(nil), "zone-a", "host-2", 8, sum("08"), nil},
-		{"the candidate for a host in the sampled share", signed(func(g *lehrpb.GoalState) { g.Candidate.PerMillion = 1_000_000 }), "zone-a", "host-1", 8, sum("08"), nil},
-		{"the candidate for a host outside the cohort", signed(nil), "zone-a", "host-1", 8, sum("08"), signing.ErrNotSanctioned},
-		{"a version no goal names", signed(nil), "zone-a", "host-1", 6, sum("06"), signing.ErrNotSanctioned},
-		{"the version with another checksum", signed(nil), "zone-a", "host-1", 7, sum("99"), signing.ErrNotSanctioned},
-		{"another zone's goal", signed(nil), "zone-b", "host-1", 7, sum("07"), signing.ErrNotSanctioned},
-		{"no goal", nil, "zone-a", "host-1", 7, sum("07"), signing.ErrUnsigned},
-		{"an unsigned goal", goal(), "zone-a", "host-1", 7, sum("07"), signing.ErrUnsigned},
+		{"the zone's version", signed(nil), "zone-a", "host-1", ref(7, sum("07")), nil},
+		{"the candidate for a named host", signed(nil), "zone-a", "host-2", ref(8, sum("08")), nil},
+		{"the candidate for a host in the sampled share", signed(func(g *lehrpb.GoalState) { g.Candidate.PerMillion = 1_000_000 }), "zone-a", "host-1", ref(8, sum("08")), nil},
+		{"the candidate for a host outside the cohort", signed(nil), "zone-a", "host-1", ref(8, sum("08")), signing.ErrNotSanctioned},
+		{"a version no goal names", signed(nil), "zone-a", "host-1", ref(6, sum("06")), signing.ErrNotSanctioned},
+		{"the version with another checksum", signed(nil), "zone-a", "host-1", ref(7, sum("99")), signing.ErrNotSanctioned},
+		{"another zone's goal", signed(nil), "zone-b", "host-1", ref(7, sum("07")), signing.ErrNotSanctioned},
+		{"no goal", nil, "zone-a", "host-1", ref(7, sum("07")), signing.ErrUnsigned},
+		{"an unsigned goal", goal(), "zone-a", "host-1", ref(7, sum("07")), signing.ErrUnsigned},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			err := v.VerifyGoal(tc.g, tc.zone, tc.host, "pay/limits", tc.seq, tc.sum)
+			err := v.VerifyGoal(tc.g, tc.zone, tc.host, "pay/limits", tc.ref)
 			if tc.want == nil && err != nil || tc.want != nil && !errors.Is(err, tc.want) {
 				t.Fatalf("VerifyGoal: %v; want %v", err, tc.want)
 			}
 		})
 	}
-	if err := v.VerifyGoal(signed(nil), "zone-a", "host-1", "pay/other", 7, sum("07")); !errors.Is(err, signing.ErrNotSanctioned) {
+	if err := v.VerifyGoal(signed(nil), "zone-a", "host-1", "pay/other", ref(7, sum("07"))); !errors.Is(err, signing.ErrNotSanctioned) {
 		t.Errorf("another namespace's goal: %v; want ErrNotSanctioned", err)
 	}
 
@@ -91,14 +93,14 @@ func TestVerifyGoal(t *testing.T) {
 		t.Run("tampered "+tc.field, func(t *testing.T) {
 			g := signed(nil)
 			tc.tamper(g)
-			if err := v.VerifyGoal(g, g.GetZone(), "host-1", g.GetNamespace(), g.GetVersion(), g.GetChecksum()); !errors.Is(err, signing.ErrBadSignature) {
+			if err := v.VerifyGoal(g, g.GetZone(), "host-1", g.GetNamespace(), ref(g.GetVersion(), g.GetChecksum())); !errors.Is(err, signing.ErrBadSignature) {
 				t.Fatalf("VerifyGoal after changing %s: %v; want ErrBadSignature", tc.field, err)
 			}
 		})
 	}
 
 	other, _, _ := ed25519.GenerateKey(rand.Reader)
-	if err := signing.NewVerifier(other).VerifyGoal(signed(nil), "zone-a", "host-1", "pay/limits", 7, sum("07")); !errors.Is(err, signing.ErrUnknownKey) {
+	if err := signing.NewVerifier(other).VerifyGoal(signed(nil), "zone-a", "host-1", "pay/limits", ref(7, sum("07"))); !errors.Is(err, signing.ErrUnknownKey) {
 		t.Errorf("a goal signed by an untrusted key: %v; want ErrUnknownKey", err)
 	}
 
@@ -135,7 +137,7 @@ func BenchmarkVerifyGoal(b *testing.B) {
 	s.SignGoal(g)
 	p := signing.GoalProof(g)
 	for b.Loop() {
-		if err := v.VerifyGoal(p, "zone-a", "host-2", "pay/limits", 8, sum("08")); err != nil {
+		if err := v.VerifyGoal(p, "zone-a", "host-2", "pay/limits", ref(8, sum("08"))); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -71,12 +71,11 @@ func TestCompactUpdateRoundTrip(t *testing.T) {
 				t.Errorf("decoded info mismatch (-want +got):\n%s", diff)
 			}
 			var from content.Snapshot
-			var fromSeq uint64
-			var fromSum string
+			var held content.Ref
 			if tt.from != nil {
-				from, fromSeq, fromSum = tt.from.Content, tt.from.Seq, tt.from.Content.Checksum()
+				from, held = tt.from.Content, content.Ref{Seq: tt.from.Seq, Checksum: tt.from.Content.Checksum()}
 			}
-			if err := Check(fromSeq, fromSum, got); err != nil {
+			if err := Check(held, got); err != nil {
 				t.Fatalf("Check(decoded): %v", err)
 			}
 			out, err := Apply(from, got)
@@ -104,7 +103,7 @@ func TestApplyCompactUpdateRefusals(t *testing.T) {
 		t.Fatal(err)
 	}
 	other := mustSnap(prop("a", "1"), prop("big", strings.Repeat("y", 4096)))
-	if err := Check(1, other.Checksum(), c); !errors.Is(err, ErrBaseMismatch) {
+	if err := Check(content.Ref{Seq: 1, Checksum: other.Checksum()}, c); !errors.Is(err, ErrBaseMismatch) {
 		t.Errorf("Check(wrong base checksum) = %v, want ErrBaseMismatch", err)
 	}
 	if _, err := Apply(other, c); !errors.Is(err, ErrChecksumMismatch) {

@@ -22,6 +22,7 @@ func FuzzCheckApply(f *testing.F) {
 	base := mustSnap(prop("a", "1"), prop("b", "2"), content.Property{Key: "c/d", ContentType: "application/json", Value: []byte(`{"x":1}`)})
 	const baseVersion = 4
 	baseSum := base.Checksum()
+	held := content.Ref{Seq: baseVersion, Checksum: baseSum}
 
 	add := func(u *lehrpb.Update) {
 		b, err := proto.Marshal(u)
@@ -55,7 +56,7 @@ func FuzzCheckApply(f *testing.F) {
 		if wire.ValidateUpdate(u) != nil {
 			return // the decoder refuses it; it never reaches Check
 		}
-		got, err := checkApply(base, baseVersion, baseSum, u)
+		got, err := checkApply(base, held, u)
 		checkResult(t, u, got, err)
 		if base.Checksum() != baseSum {
 			t.Fatal("Apply modified the base")
@@ -65,7 +66,7 @@ func FuzzCheckApply(f *testing.F) {
 		}
 		want := referenceApply(base, u)
 		u.Checksum = want.Checksum()
-		got, err = checkApply(base, baseVersion, baseSum, u)
+		got, err = checkApply(base, held, u)
 		if err != nil {
 			t.Fatalf("with the reference checksum: %v", err)
 		}
@@ -76,8 +77,8 @@ func FuzzCheckApply(f *testing.F) {
 }
 
 // checkApply is what an agent does with an Update: Check, then Apply.
-func checkApply(base content.Snapshot, v uint64, sum string, u *lehrpb.Update) (content.Snapshot, error) {
-	if err := Check(v, sum, u); err != nil {
+func checkApply(base content.Snapshot, held content.Ref, u *lehrpb.Update) (content.Snapshot, error) {
+	if err := Check(held, u); err != nil {
 		return content.Snapshot{}, err
 	}
 	return Apply(base, u)

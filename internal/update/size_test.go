@@ -130,7 +130,7 @@ func TestOneKeyPatchBudget(t *testing.T) {
 		t.Errorf("decoded compact Update mismatch (-want +got):\n%s", diff)
 	}
 	for name, u := range map[string]*lehrpb.Update{"decoded compact Update": got, "compact Update as built": compact} {
-		if err := Check(from.Seq, from.Content.Checksum(), u); err != nil {
+		if err := Check(content.Ref{Seq: from.Seq, Checksum: from.Content.Checksum()}, u); err != nil {
 			t.Errorf("Check(%s) = %v, want nil", name, err)
 		}
 		if _, err := Apply(from.Content, u); err != nil {

@@ -4,8 +4,8 @@
 //   - Build (distributor): the Update that brings a holder of one version
 //     to another — a patch computed with content.Diff, or a snapshot when
 //     the holder's version is unknown or a patch would not be smaller.
-//   - Plan (distributor): what to send an agent that announced a version
-//     and checksum, given the goal.
+//   - Plan (distributor): what to send an agent that announced the
+//     version it holds (a content.Ref), given the goal.
 //   - Check (agent): whether an Update applies to what the agent holds, and
 //     if not, why — stale, a gap, or a base mismatch.
 //   - Apply (agent): the content an accepted Update produces, verified
@@ -128,13 +128,12 @@ func (a Action) String() string {
 	return fmt.Sprintf("action %d", uint8(a))
 }
 
-// Plan decides what to send an agent that announced (haveVersion,
-// haveChecksum) for a namespace whose goal is (goalVersion, goalChecksum).
-// baseKnown says whether the distributor holds the content of haveVersion
-// and its checksum equals haveChecksum. The rules (docs/wire.md, "Message
-// flow"):
+// Plan decides what to send an agent that announced it holds have of a
+// namespace whose goal is goal (the zero Ref: no goal). baseKnown says
+// whether the distributor holds the content of have.Seq and its checksum
+// equals have.Checksum. The rules (docs/wire.md, "Message flow"):
 //
-//   - same version and checksum as the goal: nothing;
+//   - the goal itself (same version and checksum): nothing;
 //   - same version, other checksum: the agent's copy is not control's (a
 //     corrupt cache, or a store restored from a backup), snapshot — a
 //     repair, which Check accepts;
@@ -144,54 +143,54 @@ func (a Action) String() string {
 //   - newer version than the goal (this distributor lags another one):
 //     nothing; the agent keeps its newer version and this distributor sends
 //     the next goal once it has one.
-func Plan(haveVersion uint64, haveChecksum string, goalVersion uint64, goalChecksum string, baseKnown bool) Action {
+func Plan(have, goal content.Ref, baseKnown bool) Action {
 	switch {
-	case goalVersion == 0:
+	case goal.Seq == 0:
 		return SendNothing
-	case haveVersion == goalVersion && haveChecksum == goalChecksum:
+	case have == goal:
 		return SendNothing
-	case haveVersion == goalVersion:
+	case have.Seq == goal.Seq:
 		return SendSnapshot
-	case haveVersion > goalVersion:
+	case have.Seq > goal.Seq:
 		return SendNothing
-	case haveVersion > 0 && baseKnown:
+	case have.Seq > 0 && baseKnown:
 		return SendPatch
 	default:
 		return SendSnapshot
 	}
 }
 
-// Check decides whether a holder of (heldVersion, heldChecksum) of u's
-// namespace — version 0 when it holds nothing — applies u. It returns nil
-// to apply, or an error wrapping:
+// Check decides whether a holder of held of u's namespace — the zero Ref
+// when it holds nothing — applies u. It returns nil to apply, or an error
+// wrapping:
 //
 //   - ErrStale for a version below the held one, or the held version with
 //     the held checksum (already applied);
 //   - ErrGap for a patch whose base is newer than the held version;
-//   - ErrBaseMismatch for a patch whose base is not exactly the held
-//     version and checksum, and for a patch to the held version with
-//     another checksum (only a snapshot can repair a version).
+//   - ErrBaseMismatch for a patch whose base is not exactly held (version
+//     and checksum), and for a patch to the held version with another
+//     checksum (only a snapshot can repair a version).
 //
 // A snapshot of the held version with another checksum is a repair and is
 // applied: the holder's copy is not the one control published.
-func Check(heldVersion uint64, heldChecksum string, u *lehrpb.Update) error {
+func Check(held content.Ref, u *lehrpb.Update) error {
 	ns, v := u.GetNamespace(), u.GetVersion()
 	sum := wire.UpdateChecksum(u)
+	base := content.Ref{Seq: u.GetBaseVersion(), Checksum: wire.UpdateBaseChecksum(u)}
 	switch {
-	case v < heldVersion:
-		return fmt.Errorf("%s@%d: %w: holds %d", ns, v, ErrStale, heldVersion)
-	case v == heldVersion && sum == heldChecksum:
+	case v < held.Seq:
+		return fmt.Errorf("%s@%d: %w: holds %d", ns, v, ErrStale, held.Seq)
+	case v == held.Seq && sum == held.Checksum:
 		return fmt.Errorf("%s@%d: %w: holds it (%s)", ns, v, ErrStale, shortSum(sum))
 	case u.GetSnapshot():
 		return nil
-	case v == heldVersion:
+	case v == held.Seq:
 		return fmt.Errorf("patch %s@%d: %w: holds %d with checksum %s, the update says %s; only a snapshot repairs a version",
-			ns, v, ErrBaseMismatch, heldVersion, shortSum(heldChecksum), shortSum(sum))
-	case u.GetBaseVersion() > heldVersion:
-		return fmt.Errorf("patch %s@%d: %w: needs base %d, holds %d", ns, v, ErrGap, u.GetBaseVersion(), heldVersion)
-	case u.GetBaseVersion() != heldVersion || wire.UpdateBaseChecksum(u) != heldChecksum:
-		return fmt.Errorf("patch %s@%d: %w: needs base %d (%s), holds %d (%s)", ns, v, ErrBaseMismatch,
-			u.GetBaseVersion(), shortSum(wire.UpdateBaseChecksum(u)), heldVersion, shortSum(heldChecksum))
+			ns, v, ErrBaseMismatch, held.Seq, shortSum(held.Checksum), shortSum(sum))
+	case base.Seq > held.Seq:
+		return fmt.Errorf("patch %s@%d: %w: needs base %d, holds %d", ns, v, ErrGap, base.Seq, held.Seq)
+	case base != held:
+		return fmt.Errorf("patch %s@%d: %w: needs base %v, holds %v", ns, v, ErrBaseMismatch, base, held)
 	}
 	return nil
 }

@@ -29,6 +29,8 @@ var (
 	sumB     = mustSnap(prop("b", "2")).Checksum()
 )
 
+func ref(seq uint64, sum string) content.Ref { return content.Ref{Seq: seq, Checksum: sum} }
+
 func TestCheck(t *testing.T) {
 	snap := func(v uint64, sum string) *lehrpb.Update {
 		return &lehrpb.Update{Namespace: "d/n", Snapshot: true, Version: v, Checksum: sum}
@@ -37,30 +39,29 @@ func TestCheck(t *testing.T) {
 		return &lehrpb.Update{Namespace: "d/n", BaseVersion: base, BaseChecksum: baseSum, Version: v, Checksum: sum}
 	}
 	tests := []struct {
-		name    string
-		heldV   uint64
-		heldSum string
-		u       *lehrpb.Update
-		want    error // nil: apply
+		name string
+		held content.Ref
+		u    *lehrpb.Update
+		want error // nil: apply
 	}{
-		{"snapshot over nothing", 0, "", snap(1, sumA), nil},
-		{"newer snapshot", 3, sumA, snap(4, sumB), nil},
-		{"snapshot of the held version, same checksum", 4, sumA, snap(4, sumA), ErrStale},
-		{"snapshot of the held version, other checksum: a repair", 4, sumA, snap(4, sumB), nil},
-		{"older snapshot", 5, sumA, snap(4, sumB), ErrStale},
-		{"patch on the held version", 3, sumA, patch(3, sumA, 4, sumB), nil},
-		{"patch to the held version", 4, sumB, patch(3, sumA, 4, sumB), ErrStale},
-		{"patch to the held version, other checksum", 4, sumA, patch(3, sumA, 4, sumB), ErrBaseMismatch},
-		{"patch to an older version", 5, sumA, patch(3, sumA, 4, sumB), ErrStale},
-		{"patch whose base has not arrived", 2, sumA, patch(3, sumA, 4, sumB), ErrGap},
-		{"patch over nothing", 0, "", patch(3, sumA, 4, sumB), ErrGap},
-		{"patch on an older base", 3, sumA, patch(2, sumA, 4, sumB), ErrBaseMismatch},
-		{"patch on the held version, other checksum", 3, sumB, patch(3, sumA, 4, sumB), ErrBaseMismatch},
+		{"snapshot over nothing", content.Ref{}, snap(1, sumA), nil},
+		{"newer snapshot", ref(3, sumA), snap(4, sumB), nil},
+		{"snapshot of the held version, same checksum", ref(4, sumA), snap(4, sumA), ErrStale},
+		{"snapshot of the held version, other checksum: a repair", ref(4, sumA), snap(4, sumB), nil},
+		{"older snapshot", ref(5, sumA), snap(4, sumB), ErrStale},
+		{"patch on the held version", ref(3, sumA), patch(3, sumA, 4, sumB), nil},
+		{"patch to the held version", ref(4, sumB), patch(3, sumA, 4, sumB), ErrStale},
+		{"patch to the held version, other checksum", ref(4, sumA), patch(3, sumA, 4, sumB), ErrBaseMismatch},
+		{"patch to an older version", ref(5, sumA), patch(3, sumA, 4, sumB), ErrStale},
+		{"patch whose base has not arrived", ref(2, sumA), patch(3, sumA, 4, sumB), ErrGap},
+		{"patch over nothing", content.Ref{}, patch(3, sumA, 4, sumB), ErrGap},
+		{"patch on an older base", ref(3, sumA), patch(2, sumA, 4, sumB), ErrBaseMismatch},
+		{"patch on the held version, other checksum", ref(3, sumB), patch(3, sumA, 4, sumB), ErrBaseMismatch},
 	}
 	for _, tc := range tests {
-		err := Check(tc.heldV, tc.heldSum, tc.u)
+		err := Check(tc.held, tc.u)
 		if tc.want == nil && err != nil || tc.want != nil && !errors.Is(err, tc.want) {
-			t.Errorf("%s: Check(%d, %s, %v) = %v, want %v", tc.name, tc.heldV, shortSum(tc.heldSum), tc.u, err, tc.want)
+			t.Errorf("%s: Check(%v, %v) = %v, want %v", tc.name, tc.held, tc.u, err, tc.want)
 		}
 	}
 }
@@ -128,11 +129,11 @@ func TestApply(t *testing.T) {
 
 func TestResyncReason(t *testing.T) {
 	base := mustSnap(prop("a", "1"))
-	errBase := Check(1, sumA, &lehrpb.Update{Namespace: "d/n", BaseVersion: 0, Version: 3, Checksum: sumA})
-	errGap := Check(1, sumA, &lehrpb.Update{Namespace: "d/n", BaseVersion: 2, BaseChecksum: sumA, Version: 3, Checksum: sumA})
+	errBase := Check(ref(1, sumA), &lehrpb.Update{Namespace: "d/n", BaseVersion: 0, Version: 3, Checksum: sumA})
+	errGap := Check(ref(1, sumA), &lehrpb.Update{Namespace: "d/n", BaseVersion: 2, BaseChecksum: sumA, Version: 3, Checksum: sumA})
 	_, errSum := Apply(base, &lehrpb.Update{Namespace: "d/n", Snapshot: true, Version: 3, Checksum: sumA + "x"})
 	_, errConflict := Apply(base, &lehrpb.Update{Namespace: "d/n", BaseVersion: 1, BaseChecksum: sumA, Version: 3, Checksum: sumA, Delete: []string{"x"}})
-	errStale := Check(3, sumA, &lehrpb.Update{Namespace: "d/n", Snapshot: true, Version: 3, Checksum: sumA})
+	errStale := Check(ref(3, sumA), &lehrpb.Update{Namespace: "d/n", Snapshot: true, Version: 3, Checksum: sumA})
 	tests := []struct {
 		err  error
 		want lehrpb.ResyncReason
@@ -173,7 +174,7 @@ func TestBuild(t *testing.T) {
 		if diff := cmp.Diff(want, u, protocmp.Transform()); diff != "" {
 			t.Errorf("Build mismatch (-want +got):\n%s", diff)
 		}
-		if err := Check(1, v1.Content.Checksum(), u); err != nil {
+		if err := Check(ref(1, v1.Content.Checksum()), u); err != nil {
 			t.Errorf("Check(the built patch on v1) = %v", err)
 		}
 		got, err := Apply(v1.Content, u)
@@ -243,28 +244,27 @@ func TestBuild(t *testing.T) {
 }
 
 func TestPlan(t *testing.T) {
-	const goal, goalSum, other = 5, "G", "X"
+	goal := ref(5, "G")
 	tests := []struct {
 		name      string
-		have      uint64
-		haveSum   string
+		have      content.Ref
 		baseKnown bool
 		want      Action
 	}{
-		{"at goal", goal, goalSum, true, SendNothing},
-		{"at goal, corrupt", goal, other, true, SendSnapshot},
-		{"behind, known", 3, "B", true, SendPatch},
-		{"behind, unknown", 3, "B", false, SendSnapshot},
-		{"nothing cached", 0, "", false, SendSnapshot},
-		{"nothing cached, claims known", 0, "", true, SendSnapshot},
-		{"ahead of a lagging distributor", 7, "Z", false, SendNothing},
+		{"at goal", goal, true, SendNothing},
+		{"at goal, corrupt", ref(5, "X"), true, SendSnapshot},
+		{"behind, known", ref(3, "B"), true, SendPatch},
+		{"behind, unknown", ref(3, "B"), false, SendSnapshot},
+		{"nothing cached", content.Ref{}, false, SendSnapshot},
+		{"nothing cached, claims known", content.Ref{}, true, SendSnapshot},
+		{"ahead of a lagging distributor", ref(7, "Z"), false, SendNothing},
 	}
 	for _, tc := range tests {
-		if got := Plan(tc.have, tc.haveSum, goal, goalSum, tc.baseKnown); got != tc.want {
-			t.Errorf("%s: Plan(%d, %q, %d, %q, %v) = %v, want %v", tc.name, tc.have, tc.haveSum, goal, goalSum, tc.baseKnown, got, tc.want)
+		if got := Plan(tc.have, goal, tc.baseKnown); got != tc.want {
+			t.Errorf("%s: Plan(%#v, %#v, %v) = %v, want %v", tc.name, tc.have, goal, tc.baseKnown, got, tc.want)
 		}
 	}
-	if got := Plan(0, "", 0, "", false); got != SendNothing {
+	if got := Plan(content.Ref{}, content.Ref{}, false); got != SendNothing {
 		t.Errorf("Plan with no goal = %v, want nothing", got)
 	}
 }
@@ -273,10 +273,10 @@ func TestPlan(t *testing.T) {
 // is one the holder's Check accepts: the two sides agree, so the repair
 // cannot loop.
 func TestPlannedRepairIsAccepted(t *testing.T) {
-	if a := Plan(4, sumA, 4, sumB, true); a != SendSnapshot {
+	if a := Plan(ref(4, sumA), ref(4, sumB), true); a != SendSnapshot {
 		t.Fatalf("Plan = %v, want a snapshot", a)
 	}
-	if err := Check(4, sumA, &lehrpb.Update{Namespace: "d/n", Snapshot: true, Version: 4, Checksum: sumB}); err != nil {
+	if err := Check(ref(4, sumA), &lehrpb.Update{Namespace: "d/n", Snapshot: true, Version: 4, Checksum: sumB}); err != nil {
 		t.Fatalf("Check(repair snapshot) = %v, want it applied", err)
 	}
 }

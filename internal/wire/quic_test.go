@@ -154,9 +154,9 @@ func dial(t *testing.T, addr string, tlsConf *tls.Config) *quic.Conn {
 // version.
 type testGoals map[string][]*content.Version // versions in order; the last is the goal
 
-func (g testGoals) find(ns string, seq uint64, sum string) *content.Version {
+func (g testGoals) find(ns string, ref content.Ref) *content.Version {
 	for _, v := range g[ns] {
-		if v.Seq == seq && v.Content.Checksum() == sum {
+		if v.Seq == ref.Seq && v.Content.Checksum() == ref.Checksum {
 			return v
 		}
 	}
@@ -206,13 +206,13 @@ func (d *testDistributor) handle(ctx context.Context, conn *quic.Conn) {
 	}
 	var sends sync.WaitGroup
 	defer sends.Wait()
-	push := func(ns string, haveSeq uint64, haveSum string) {
+	push := func(ns string, have content.Ref) {
 		vs := d.goals[ns]
 		goal := vs[len(vs)-1]
-		base := d.goals.find(ns, haveSeq, haveSum)
+		base := d.goals.find(ns, have)
 		var u *lehrpb.Update
 		var err error
-		switch update.Plan(haveSeq, haveSum, goal.Seq, goal.Content.Checksum(), base != nil) {
+		switch update.Plan(have, content.Ref{Seq: goal.Seq, Checksum: goal.Content.Checksum()}, base != nil) {
 		case update.SendNothing:
 			return
 		case update.SendPatch:
@@ -241,7 +241,7 @@ func (d *testDistributor) handle(ctx context.Context, conn *quic.Conn) {
 	}
 	for _, ns := range hello.GetSubscriptions() {
 		c := cached[ns]
-		push(ns, c.GetVersion(), c.GetChecksum())
+		push(ns, content.Ref{Seq: c.GetVersion(), Checksum: c.GetChecksum()})
 	}
 	acked := map[string]*lehrpb.Ack{}
 	recvErr := make(chan error, 1)
@@ -280,7 +280,7 @@ func (d *testDistributor) handle(ctx context.Context, conn *quic.Conn) {
 			// A new goal for demo/a: patch from what the agent acked.
 			d.goals["demo/a"] = append(d.goals["demo/a"], v)
 			a := acked["demo/a"]
-			push("demo/a", a.GetVersion(), a.GetChecksum())
+			push("demo/a", content.Ref{Seq: a.GetVersion(), Checksum: a.GetChecksum()})
 		case err := <-recvErr:
 			var fe *FrameError
 			if errors.As(err, &fe) {
@@ -353,7 +353,7 @@ func (a *testAgent) run() {
 			if have == nil {
 				have = &content.Version{}
 			}
-			err = update.Check(have.Seq, have.Content.Checksum(), u)
+			err = update.Check(content.Ref{Seq: have.Seq, Checksum: have.Content.Checksum()}, u)
 			var next content.Snapshot
 			if err == nil {
 				next, err = update.Apply(have.Content, u)
