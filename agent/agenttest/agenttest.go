@@ -629,7 +629,7 @@ func (a *Agent) handleUpdate(str *quic.ReceiveStream) {
 			next, err = update.Apply(h.Content, u)
 		}
 	}
-	got := content.Ref{Seq: u.GetVersion(), Checksum: u.GetChecksum()}
+	got := content.Ref{Seq: u.GetVersion(), Checksum: wire.UpdateChecksum(u)} // as the agent reads it, either form
 	res := upstream.Result{Outcome: upstream.Applied, Held: got}
 	if err != nil {
 		res = upstream.Result{Held: h.Ref, Err: err}
