@@ -36,9 +36,9 @@ import (
 	"google.golang.org/grpc/keepalive"
 
 	"lehr.dev/lehr/control/embedetcd"
-	"lehr.dev/lehr/control/rollout"
 	"lehr.dev/lehr/control/service"
 	"lehr.dev/lehr/control/store"
+	"lehr.dev/lehr/control/strategist"
 	"lehr.dev/lehr/internal/lifecycle"
 	"lehr.dev/lehr/internal/metricshttp"
 	"lehr.dev/lehr/internal/peercred"
@@ -164,7 +164,7 @@ type Options struct {
 	// once.
 	Rollouts bool
 	// RolloutInterval is how often the strategist looks at every rollout;
-	// default rollout.DefaultInterval.
+	// default strategist.DefaultInterval.
 	RolloutInterval time.Duration
 	// NoSync runs the embedded etcd without fsync: data survives a process
 	// restart but not a machine crash. The zero value is durable; tests
@@ -501,9 +501,9 @@ func (c *Control) Run(ctx context.Context) (err error) {
 		hsrv = metricshttp.Server(c.metrics, map[string]http.Handler{"GET /healthz": healthz(hs)})
 	}
 
-	var strat *rollout.Strategist
+	var strat *strategist.Strategist
 	if c.opts.Rollouts {
-		strat, err = rollout.NewStrategist(rollout.StrategistOptions{
+		strat, err = strategist.New(strategist.Options{
 			Store: st, Client: cli, ElectionKey: st.Prefix() + "strategist", ID: lis.Addr().String(),
 			Interval: c.opts.RolloutInterval, Policy: svc.EffectiveRolloutPolicy,
 			Metrics: c.metrics, Logger: c.log.With("component", "rollout"), Audit: svc.Audit,

@@ -13,7 +13,7 @@ import (
 	"lehr.dev/lehr/control"
 	"lehr.dev/lehr/control/controltest"
 	"lehr.dev/lehr/control/embedetcd"
-	"lehr.dev/lehr/control/rollout"
+	"lehr.dev/lehr/control/strategist"
 	"lehr.dev/lehr/proto/lehrpb"
 	"lehr.dev/lehr/testenv/wait"
 )
@@ -82,7 +82,7 @@ func TestRolloutSurvivesControlFailover(t *testing.T) {
 	}
 }
 
-// A namespace keeps its newest rollout.KeepRollouts rollouts; older
+// A namespace keeps its newest strategist.KeepRollouts rollouts; older
 // finished ones go with their event logs.
 func TestRolloutHistoryIsBounded(t *testing.T) {
 	ctx := testCtx(t)
@@ -99,7 +99,7 @@ func TestRolloutHistoryIsBounded(t *testing.T) {
 	}}}); err != nil {
 		t.Fatal(err)
 	}
-	const n = rollout.KeepRollouts + 5
+	const n = strategist.KeepRollouts + 5
 	var last *lehrpb.VersionInfo
 	for i := range n + 1 {
 		last = publish(t, cl, "b/ns", prop("k", "", fmt.Sprint(i)))
@@ -113,7 +113,7 @@ func TestRolloutHistoryIsBounded(t *testing.T) {
 	}
 	wait.For(t, "old rollouts pruned", func() bool {
 		rs, err := cl.ListRollouts(ctx, &lehrpb.ListRolloutsRequest{Namespace: "b/ns"})
-		return err == nil && len(rs.GetRollouts()) == rollout.KeepRollouts
+		return err == nil && len(rs.GetRollouts()) == strategist.KeepRollouts
 	})
 	rs, _ := cl.ListRollouts(ctx, &lehrpb.ListRolloutsRequest{Namespace: "b/ns"})
 	if got := rs.GetRollouts()[len(rs.GetRollouts())-1].GetVersion(); got != last.GetSeq() {

@@ -6,8 +6,9 @@
 // evaluation where it stood. The rollout strategist runs it: Step is
 // called by the leading replica only, with its leadership guard.
 //
-// Imported by control/rollout (the strategist runs it) and control/service
-// (which serves evaluations).
+// Imported by control/strategist (which runs it), control/rollout (whose
+// decisions start evaluations and read their verdicts) and control/service
+// (which serves them).
 package evaluation
 
 import (

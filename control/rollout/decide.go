@@ -77,8 +77,8 @@ func Start(in StartInput) (StartDecision, error) {
 			return out, err
 		}
 		if info.GetSource() == lehrpb.VersionSource_VERSION_SOURCE_ROLLBACK && info.GetAuthor() == Author &&
-			strings.HasPrefix(info.GetMessage(), rollbackMessage(prev.GetVersion(), "")) {
-			d := failed(proto.CloneOf(prev), strings.TrimPrefix(info.GetMessage(), rollbackMessage(prev.GetVersion(), "")))
+			strings.HasPrefix(info.GetMessage(), RollbackMessage(prev.GetVersion(), "")) {
+			d := failed(proto.CloneOf(prev), strings.TrimPrefix(info.GetMessage(), RollbackMessage(prev.GetVersion(), "")))
 			out.Finish = &d
 			return out, nil
 		}
@@ -206,7 +206,7 @@ func Command(r *lehrpb.Rollout, c *lehrpb.RolloutCommand, now time.Time) Decisio
 	var ev *lehrpb.RolloutEvent
 	switch {
 	case !Active(r):
-		ev = newEvent(r, now, "ignored", fmt.Sprintf("%v by %s: the rollout is already %s", c.GetAction(), who, stateName(r.GetState())), who)
+		ev = newEvent(r, now, "ignored", fmt.Sprintf("%v by %s: the rollout is already %s", c.GetAction(), who, StateName(r.GetState())), who)
 	case c.GetAction() == lehrpb.RolloutAction_ROLLOUT_ACTION_ABORT:
 		return Decision{Rollout: r, End: &Ending{State: lehrpb.RolloutState_ROLLOUT_STATE_ABORTED, Reason: "aborted by " + who + why, Author: who}}
 	case c.GetAction() == lehrpb.RolloutAction_ROLLOUT_ACTION_PAUSE:
@@ -266,7 +266,17 @@ func RolledBack(r *lehrpb.Rollout, e *Ending, evs []*lehrpb.RolloutEvent, info *
 	return Decision{Rollout: r, Goals: goals, Events: evs}
 }
 
-// rollbackMessage is the message of the version that rolls back version v.
-func rollbackMessage(v uint64, reason string) string {
+// RollbackMessage is the message of the version that rolls back version v.
+func RollbackMessage(v uint64, reason string) string {
 	return fmt.Sprintf("automatic rollback of version %d: %s", v, reason)
 }
+
+// StateName is a rollout state as people read it: "running", "failed"…
+func StateName(s lehrpb.RolloutState) string {
+	return strings.ToLower(strings.TrimPrefix(s.String(), "ROLLOUT_STATE_"))
+}
+
+// Author is the author of what the strategist writes — rollback versions
+// and goal moves — and of the events it decides: no caller may take this
+// name (service.Reserved).
+const Author = "lehr-rollout"

@@ -1,5 +1,6 @@
-// Package rollout is control's progressive delivery: rollout policies, the
-// rollout state machine, and the strategist that runs it.
+// Package rollout is control's progressive delivery as pure decisions:
+// rollout policies and the rollout state machine. The strategist that runs
+// it against etcd is package control/strategist.
 //
 //   - Policies (policy.go, resolve.go, freeze.go): what a valid policy is
 //     (Validate), the built-in ones (Default, Fast, GlobalBlast), freeze
@@ -14,16 +15,15 @@
 //     (Rollout.state, stage, stage_applied_time, wait_until); Active is the
 //     one "in flight" predicate. Their table and golden tests
 //     (scenario_test.go, testdata/scenarios) need no etcd.
-//   - The Strategist (strategist.go, loop.go): the I/O at the edge. While
-//     it leads the election among control replicas it watches what a
-//     decision depends on — namespace heads, rollouts, operator commands,
-//     the distributors' zone status — and runs one loop per domain that
-//     reads only the namespaces that changed or have a rollout in flight,
-//     calls the decisions and applies each in one transaction guarded by
-//     its leadership and by the namespace head it read (store.RolloutStep),
-//     auditing every goal move and rollback as Author.
+//   - Evidence (evidence.go): Gather sums what the distributors of the
+//     zones a rollout reached report, from their zone status, into what
+//     Step decides on.
 //
-// Imported by control (which runs the strategist), control/service (which
+// control/strategist is the I/O at the edge: it watches what a decision
+// depends on, reads it, calls these decisions and applies each in one
+// guarded transaction.
+//
+// Imported by control/strategist (which runs it), control/service (which
 // validates policies and serves rollouts), cmd/lehr (which describes
 // policies and freezes) and testenv/devcluster (the fast policy of "lehr
 // dev").

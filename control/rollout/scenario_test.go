@@ -123,7 +123,7 @@ func (w *world) publish() {
 }
 
 // step steps the latest rollout with the evidence e.
-func (w *world) step(e evidence) {
+func (w *world) step(e Evidence) {
 	w.t.Helper()
 	r := w.rollouts[w.latest]
 	if !Active(r) {
@@ -218,8 +218,8 @@ type zoneHosts struct {
 // Each zone's reports come from its distributor "d1" (witness.go): the
 // decisions name it. A zone with hosts that applied also carries their
 // canary signals.
-func evidenceOf(zs ...zoneHosts) evidence {
-	e := evidence{samples: map[string][]*lehrpb.CohortSample{}, zonesReporting: map[string]int{}, byZone: map[string]*zoneEvidence{},
+func evidenceOf(zs ...zoneHosts) Evidence {
+	e := Evidence{samples: map[string][]*lehrpb.CohortSample{}, zonesReporting: map[string]int{}, byZone: map[string]*zoneEvidence{},
 		heldBy: witnesses{}, behindBy: witnesses{}, rejectedBy: witnesses{}, lapsedBy: witnesses{}, signalsBy: witnesses{}, reporters: witnesses{}}
 	for _, z := range zs {
 		if z.distributors >= 0 {
@@ -250,7 +250,7 @@ func evidenceOf(zs ...zoneHosts) evidence {
 
 // sampled adds the canary samples of zones (the zone's lowest cohort
 // hosts), which a canary stage waits for before naming its hosts.
-func (e evidence) sampled(r *lehrpb.Rollout, zone string, hosts ...string) evidence {
+func (e Evidence) sampled(r *lehrpb.Rollout, zone string, hosts ...string) Evidence {
 	e.unsampled = append(e.unsampled, zone)
 	if len(hosts) > 0 {
 		e.samples[zone] = append(e.samples[zone], &lehrpb.CohortSample{Namespace: ns, Salt: r.GetSalt(), Hosts: hosts})
@@ -260,7 +260,7 @@ func (e evidence) sampled(r *lehrpb.Rollout, zone string, hosts ...string) evide
 
 // withConsumers adds consumer counts; hosts ("zone/host") are those in
 // trouble, reported by their zone's distributor d1.
-func (e evidence) withConsumers(n, rejected, lapsed uint32, hosts ...string) evidence {
+func (e Evidence) withConsumers(n, rejected, lapsed uint32, hosts ...string) Evidence {
 	e.consumers, e.rejected, e.lapsed = n, rejected, lapsed
 	if rejected > 0 {
 		e.rejectingHosts = hosts
@@ -342,12 +342,12 @@ func TestScenarioEmptyZoneIsSkipped(t *testing.T) {
 func TestScenarioHealthGates(t *testing.T) {
 	for _, c := range []struct {
 		name string
-		ev   func(r *lehrpb.Rollout) evidence
+		ev   func(r *lehrpb.Rollout) Evidence
 	}{
-		{"lapsed-leases", func(*lehrpb.Rollout) evidence {
+		{"lapsed-leases", func(*lehrpb.Rollout) Evidence {
 			return evidenceOf(zoneHosts{zone: "a", applied: 1, agents: 2}).withConsumers(2, 0, 1, "a/a-h1")
 		}},
-		{"rejections", func(*lehrpb.Rollout) evidence {
+		{"rejections", func(*lehrpb.Rollout) Evidence {
 			return evidenceOf(zoneHosts{zone: "a", applied: 1, agents: 2}).withConsumers(2, 1, 0, "a/a-h1")
 		}},
 	} {
@@ -577,15 +577,15 @@ func TestAWaitingRolloutIsNotRewritten(t *testing.T) {
 	applied := evidenceOf(zoneHosts{zone: "a", applied: 1, agents: 2}).withConsumers(2, 0, 0)
 	for _, tc := range []struct {
 		name  string
-		setup func(w *world) evidence // steps into the wait; returns the evidence it waits with
+		setup func(w *world) Evidence // steps into the wait; returns the evidence it waits with
 		until time.Duration           // how long the wait lasts from the last setup step
 	}{
-		{"apply", func(w *world) evidence { return pending }, 5 * time.Minute},
-		{"bake", func(w *world) evidence {
+		{"apply", func(w *world) Evidence { return pending }, 5 * time.Minute},
+		{"bake", func(w *world) Evidence {
 			w.step(applied)
 			return applied
 		}, 10 * time.Minute},
-		{"last look", func(w *world) evidence {
+		{"last look", func(w *world) Evidence {
 			w.step(applied) // applied
 			w.step(applied) // the analysis starts
 			w.judge(lehrpb.CanaryVerdict_CANARY_VERDICT_PASS, false, "looks 1-3 of 4 pass")

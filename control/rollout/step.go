@@ -21,7 +21,7 @@ import (
 // The rollout state machine, pure: from a rollout as stored, the stages
 // its policy resolves to, the evidence its zones' distributors report and
 // the time, Step decides what happens next — a Decision the strategist
-// applies in one guarded transaction (strategist.go). Nothing here reads
+// applies in one guarded transaction (control/strategist). Nothing here reads
 // or writes etcd.
 
 // StepInput is what a step of a running rollout decides on.
@@ -34,7 +34,7 @@ type StepInput struct {
 	Zones  []string
 	// Evidence is what the distributors of the zones the stages so far
 	// reach report about the version (the strategist's gather).
-	Evidence evidence
+	Evidence Evidence
 	// Analysis is the canary evaluation of the stage, when the rollout
 	// started one for it (Rollout.evaluation_id names it), as last
 	// judged.
@@ -155,7 +155,7 @@ func Step(in StepInput) (Decision, error) {
 	// applied; a FAIL at any look rolls back.
 	var cev *lehrpb.CanaryEvaluation
 	if stg.Analysis != nil && stg.Bake > 0 && r.GetStageAppliedTime() != nil && ev.applied > 0 {
-		if id := analysisID(r, i); r.GetEvaluationId() != id {
+		if id := AnalysisID(r, i); r.GetEvaluationId() != id {
 			return startAnalysis(r, i, stg, in.Zones, now), nil
 		}
 		cev = in.Analysis
@@ -343,8 +343,8 @@ func enter(r *lehrpb.Rollout, i int, stages []Stage, cur map[string]*lehrpb.Goal
 	return Decision{Rollout: r, Goals: goalsFor(r, stages, i, cur, now), Events: evs}
 }
 
-// analysisID is the id of the canary evaluation of r's stage i.
-func analysisID(r *lehrpb.Rollout, i int) string {
+// AnalysisID is the id of the canary evaluation of r's stage i.
+func AnalysisID(r *lehrpb.Rollout, i int) string {
 	return store.EvaluationID(r.GetNamespace(), r.GetVersion(), fmt.Sprintf("stage-%d", i+1))
 }
 
@@ -353,7 +353,7 @@ func analysisID(r *lehrpb.Rollout, i int) string {
 // control hosts the zones' distributors watch, from the stage's applied
 // time over its bake.
 func startAnalysis(r *lehrpb.Rollout, i int, stg Stage, zones []string, now time.Time) Decision {
-	id := analysisID(r, i)
+	id := AnalysisID(r, i)
 	var trials []*lehrpb.CanaryTrial
 	var desc []string
 	for _, t := range stg.Targets {

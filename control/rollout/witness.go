@@ -21,6 +21,16 @@ type witnesses map[string]bool
 // add records the distributor id of zone.
 func (w witnesses) add(zone, id string) { w[zone+"/"+id] = true }
 
+// names lists the distributors, "zone/id", sorted.
+func (w witnesses) names() []string {
+	names := make([]string, 0, len(w))
+	for n := range w {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	return names
+}
+
 // note says whose word a decision rests on, for its reason and event: ";
 // on the word of distributor zone-a/d1", or of several ("distributors
 // zone-a/d1, zone-b/d2 and 3 more"); "" for none.
@@ -28,11 +38,7 @@ func (w witnesses) note() string {
 	if len(w) == 0 {
 		return ""
 	}
-	names := make([]string, 0, len(w))
-	for n := range w {
-		names = append(names, n)
-	}
-	slices.Sort(names)
+	names := w.names()
 	who := "distributor "
 	if len(names) > 1 {
 		who = "distributors "

@@ -1,4 +1,4 @@
-package rollout
+package strategist
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	"lehr.dev/lehr/control/embedetcd"
 	"lehr.dev/lehr/control/store"
@@ -20,7 +21,8 @@ import (
 
 // The strategist's glue — reading a domain, applying decisions — against
 // a real etcd, driven round by round (Round) with a settable clock. The
-// decisions themselves are the scenarios' (scenario_test.go).
+// decisions themselves are package rollout's, tested there
+// (control/rollout/scenario_test.go).
 
 // etcdClient is one embedded etcd for the package's tests; each test
 // uses a key prefix of its own.
@@ -89,7 +91,7 @@ func newStrategistRig(t *testing.T, policy *lehrpb.RolloutPolicy, zones ...strin
 	c := &clock{now: time.Date(2030, 1, 1, 12, 0, 0, 0, time.UTC)}
 	quiet := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	st := store.New(etcdClient, store.Options{Prefix: "/test/" + t.Name() + "/", Now: c.Now, Logger: quiet})
-	s, err := NewStrategist(StrategistOptions{
+	s, err := New(Options{
 		Store: st, Client: etcdClient, Now: c.Now, Logger: quiet,
 		Policy: func(context.Context, string) (*lehrpb.RolloutPolicy, lehrpb.RolloutPolicySource, uint64, error) {
 			return policy, lehrpb.RolloutPolicySource_ROLLOUT_POLICY_SOURCE_NAMESPACE, 1, nil
@@ -173,7 +175,7 @@ func (r *strategistRig) rollout(ns string, v uint64) *lehrpb.Rollout {
 // the operator rolled back).
 func TestRoundLeavesAnOperatorRollbackAlone(t *testing.T) {
 	policy := &lehrpb.RolloutPolicy{Stages: []*lehrpb.RolloutStage{
-		{Name: "all", Target: &lehrpb.RolloutStage_Zones{Zones: &lehrpb.ZonesTarget{}}, Bake: dur(time.Hour), ApplyDeadline: dur(time.Minute)},
+		{Name: "all", Target: &lehrpb.RolloutStage_Zones{Zones: &lehrpb.ZonesTarget{}}, Bake: durationpb.New(time.Hour), ApplyDeadline: durationpb.New(time.Minute)},
 	}}
 	r := newStrategistRig(t, policy, "z")
 	mustDomain(r)
@@ -217,7 +219,7 @@ func mustDomain(r *strategistRig) {
 // rollout and no other, and says it is in flight.
 func TestRoundDecidesOnTheNamespacesItIsGiven(t *testing.T) {
 	policy := &lehrpb.RolloutPolicy{Stages: []*lehrpb.RolloutStage{
-		{Name: "all", Target: &lehrpb.RolloutStage_Zones{Zones: &lehrpb.ZonesTarget{}}, Bake: dur(time.Hour)},
+		{Name: "all", Target: &lehrpb.RolloutStage_Zones{Zones: &lehrpb.ZonesTarget{}}, Bake: durationpb.New(time.Hour)},
 	}}
 	r := newStrategistRig(t, policy, "z")
 	mustDomain(r)

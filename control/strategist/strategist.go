@@ -1,4 +1,4 @@
-package rollout
+package strategist
 
 import (
 	"context"
@@ -15,6 +15,7 @@ import (
 	"go.etcd.io/etcd/client/v3/concurrency"
 
 	"lehr.dev/lehr/control/evaluation"
+	"lehr.dev/lehr/control/rollout"
 	"lehr.dev/lehr/control/store"
 	"lehr.dev/lehr/internal/backoff"
 	"lehr.dev/lehr/internal/names"
@@ -29,12 +30,8 @@ const DefaultInterval = time.Second
 // the strategist keeps; older finished ones are removed.
 const KeepRollouts = 20
 
-// Author is the author of what the strategist writes: rollback versions and
-// goal moves.
-const Author = "lehr-rollout"
-
 // StrategistOptions configure a Strategist.
-type StrategistOptions struct {
+type Options struct {
 	// Store and Client reach etcd. Required; control passes its
 	// *store.Store.
 	Store  Store
@@ -78,7 +75,7 @@ type StrategistOptions struct {
 // transaction per step, so a replica that takes over resumes every rollout
 // where it stood.
 type Strategist struct {
-	opts StrategistOptions
+	opts Options
 	log  *slog.Logger
 	met  *metrics.Set
 
@@ -87,7 +84,7 @@ type Strategist struct {
 }
 
 // NewStrategist validates opts; it starts nothing (see Run).
-func NewStrategist(opts StrategistOptions) (*Strategist, error) {
+func New(opts Options) (*Strategist, error) {
 	switch {
 	case opts.Store == nil:
 		return nil, errors.New("rollout: StrategistOptions.Store is required")
@@ -248,7 +245,7 @@ func (s *Strategist) domainRound(ctx context.Context, g store.Guard, domain stri
 	for ns, rs := range byNS {
 		var drop []uint64
 		for _, r := range rs[:max(0, len(rs)-KeepRollouts)] {
-			if !Active(r) {
+			if !rollout.Active(r) {
 				drop = append(drop, r.GetVersion())
 			}
 		}
@@ -296,7 +293,7 @@ func (s *Strategist) domainRound(ctx context.Context, g store.Guard, domain stri
 		// Only the rollout of the namespace's latest version moves goals:
 		// an older one still in flight was just superseded, or its
 		// supersede failed and the next round tries again.
-		if Active(r) && r.GetVersion() == h.GetLatestVersion() {
+		if rollout.Active(r) && r.GetVersion() == h.GetLatestVersion() {
 			if err := s.step(ctx, rd, r); err != nil {
 				if errors.Is(err, store.ErrNotLeader) {
 					return nil, err
@@ -307,7 +304,7 @@ func (s *Strategist) domainRound(ctx context.Context, g store.Guard, domain stri
 	}
 	var active []*lehrpb.Rollout
 	for _, r := range latest {
-		if Active(r) {
+		if rollout.Active(r) {
 			active = append(active, r)
 		}
 	}
@@ -335,7 +332,7 @@ func (s *Strategist) domainRound(ctx context.Context, g store.Guard, domain stri
 				r = w
 			}
 			out.states[r.GetState()]++
-			out.inFlight = out.inFlight || Active(r)
+			out.inFlight = out.inFlight || rollout.Active(r)
 		}
 		res[ns] = out
 	}
@@ -388,13 +385,9 @@ func (s *Strategist) setStateGauges() {
 	s.statesMu.Unlock()
 	for v := range lehrpb.RolloutState_name {
 		if state := lehrpb.RolloutState(v); state != lehrpb.RolloutState_ROLLOUT_STATE_UNSPECIFIED {
-			s.met.GetOrCreateGauge(fmt.Sprintf(`lehr_control_rollouts{state=%q}`, stateName(state)), nil).Set(float64(sum[state]))
+			s.met.GetOrCreateGauge(fmt.Sprintf(`lehr_control_rollouts{state=%q}`, rollout.StateName(state)), nil).Set(float64(sum[state]))
 		}
 	}
-}
-
-func stateName(s lehrpb.RolloutState) string {
-	return strings.ToLower(strings.TrimPrefix(s.String(), "ROLLOUT_STATE_"))
 }
 
 // zoneGoals reads the goal of ns in each zone (nil where it has none).
@@ -424,7 +417,7 @@ func (s *Strategist) start(ctx context.Context, rd round, h *lehrpb.Namespace, p
 	if err != nil {
 		return nil, err
 	}
-	d, err := Start(StartInput{
+	d, err := rollout.Start(rollout.StartInput{
 		Head: h, Prev: prev, Goals: goals, Zones: zones, Now: s.opts.Now(),
 		Latest: func() (*lehrpb.VersionInfo, error) { return s.opts.Store.Version(ctx, ns, seq) },
 		Policy: func() (*lehrpb.RolloutPolicy, lehrpb.RolloutPolicySource, uint64, error) {
@@ -456,7 +449,7 @@ func (s *Strategist) start(ctx context.Context, rd round, h *lehrpb.Namespace, p
 // admit enters the first stage of the rollouts waiting for it (Admit).
 func (s *Strategist) admit(ctx context.Context, rd round, active []*lehrpb.Rollout) error {
 	zones := rd.zones
-	ds, err := Admit(active, zones, s.opts.Now(), func(ns string) (map[string]*lehrpb.GoalState, error) { return s.zoneGoals(ctx, ns, zones) })
+	ds, err := rollout.Admit(active, zones, s.opts.Now(), func(ns string) (map[string]*lehrpb.GoalState, error) { return s.zoneGoals(ctx, ns, zones) })
 	errs := []error{err}
 	for _, d := range ds {
 		if err := s.apply(ctx, rd, d, nil); err != nil {
@@ -466,209 +459,27 @@ func (s *Strategist) admit(ctx context.Context, rd round, active []*lehrpb.Rollo
 	return errors.Join(errs...)
 }
 
-// evidence is what the zones a rollout has reached report about its
-// version.
-type evidence struct {
-	applied, pending            int // hosts that hold the version / that should and do not yet
-	consumers, rejected, lapsed uint32
-	unsampled                   []string // zones whose canary hosts are not named yet
-	// stale lists zones where hosts subscribe but no distributor reports
-	// the candidate yet: their reports predate the goal.
-	stale                       []string
-	samples                     map[string][]*lehrpb.CohortSample
-	zonesReporting              map[string]int
-	rejectingHosts, lapsedHosts []string // "zone/host"
-	// The distributors whose reports carried each kind of evidence, named
-	// by the decisions taken on it (witness.go): hosts holding the
-	// version, hosts behind it, rejections, lapsed leases, signals and
-	// host checks; reporters are every distributor of the zones reached.
-	heldBy, behindBy, rejectedBy, lapsedBy, signalsBy, reporters witnesses
-	// zones is each reached zone's share of applied and pending, in zone
-	// order; byZone the same by name.
-	zones  []*zoneEvidence
-	byZone map[string]*zoneEvidence
-}
-
-func (s *Strategist) gather(ctx context.Context, r *lehrpb.Rollout, stages []Stage) (evidence, error) {
-	c := upTo(stages, int(r.GetStage()))
-	ev := evidence{samples: map[string][]*lehrpb.CohortSample{}, zonesReporting: map[string]int{}, byZone: map[string]*zoneEvidence{},
-		heldBy: witnesses{}, behindBy: witnesses{}, rejectedBy: witnesses{}, lapsedBy: witnesses{}, signalsBy: witnesses{}, reporters: witnesses{}}
-	ns, v := r.GetNamespace(), r.GetVersion()
-	zones := make([]string, 0, len(c.percent))
-	for z := range c.percent {
-		zones = append(zones, z)
-	}
-	slices.Sort(zones)
-	for _, z := range zones {
-		sts, err := s.opts.Store.ZoneStatus(ctx, z)
-		if err != nil {
-			return ev, err
-		}
-		ev.zonesReporting[z] = len(sts)
-		ze := &zoneEvidence{zone: z, distributors: len(sts)}
-		for _, d := range sts {
-			ze.agents += int(d.GetAgents())
-		}
-		ev.zones, ev.byZone[z] = append(ev.zones, ze), ze
-		whole := c.percent[z] >= 100
-		if _, named := canaryHosts(r, z); c.hosts[z] > 0 && !named && !whole {
-			ev.unsampled = append(ev.unsampled, z)
-		}
-		subscribed, knows := 0, false
-		for _, d := range sts {
-			for _, vc := range d.GetVersions() {
-				if vc.GetNamespace() == ns {
-					subscribed += int(vc.GetAgents())
-				}
-			}
-			for _, h := range d.GetHealth() {
-				if h.GetNamespace() == ns && h.GetCandidate() == v {
-					knows = true
-				}
-			}
-		}
-		named, isNamed := canaryHosts(r, z)
-		byHost := c.percent[z] == 0 && isNamed // a canary of named hosts only
-		if !whole && !byHost && subscribed > 0 && !knows {
-			ev.stale = append(ev.stale, z)
-		}
-		if byHost {
-			// Exactly the named hosts: each must report holding v; one
-			// not reporting yet is pending.
-			held, by := map[string]uint64{}, map[string]string{}
-			for _, d := range sts {
-				for _, hr := range d.GetHosts() {
-					if hr.GetReport().GetNamespace() == ns && hr.GetReport().GetVersion() >= held[hr.GetHostId()] {
-						held[hr.GetHostId()], by[hr.GetHostId()] = hr.GetReport().GetVersion(), d.GetDistributorId()
-					}
-				}
-			}
-			for _, h := range named {
-				if held[h] >= v {
-					ze.applied++
-					ev.heldBy.add(z, by[h])
-				} else {
-					ze.pending++
-					ze.pendingHosts = append(ze.pendingHosts, h)
-					if by[h] != "" {
-						ev.behindBy.add(z, by[h])
-					}
-				}
-			}
-		}
-		for _, d := range sts {
-			ev.reporters.add(z, d.GetDistributorId())
-			switch {
-			case byHost:
-			case whole:
-				for _, vc := range d.GetVersions() {
-					if vc.GetNamespace() != ns || vc.GetAgents() <= 0 {
-						continue
-					}
-					if vc.GetVersion() >= v {
-						ze.applied += int(vc.GetAgents())
-						ev.heldBy.add(z, d.GetDistributorId())
-					} else {
-						ze.pending += int(vc.GetAgents())
-						ev.behindBy.add(z, d.GetDistributorId())
-					}
-				}
-				ze.pendingHosts = append(ze.pendingHosts, behind(d, ns, v, false)...)
-			default:
-				for _, h := range d.GetHealth() {
-					if h.GetNamespace() != ns || !h.GetCohort() || h.GetCandidate() != v || h.GetAgents() <= 0 {
-						continue
-					}
-					if h.GetVersion() >= v {
-						ze.applied += int(h.GetAgents())
-						ev.heldBy.add(z, d.GetDistributorId())
-					} else {
-						ze.pending += int(h.GetAgents())
-						ev.behindBy.add(z, d.GetDistributorId())
-					}
-				}
-				ze.pendingHosts = append(ze.pendingHosts, behind(d, ns, v, true)...)
-			}
-			for _, h := range d.GetHealth() {
-				if h.GetNamespace() == ns && h.GetVersion() == v {
-					ev.consumers += h.GetConsumers()
-					ev.rejected += h.GetConsumersRejected()
-					ev.lapsed += h.GetLeasesExpired()
-					if h.GetConsumersRejected() > 0 {
-						ev.rejectedBy.add(z, d.GetDistributorId())
-					}
-					if h.GetLeasesExpired() > 0 {
-						ev.lapsedBy.add(z, d.GetDistributorId())
-					}
-				}
-			}
-			for _, h := range d.GetSignals() {
-				if h.GetSignals().GetNamespace() == ns {
-					ev.signalsBy.add(z, d.GetDistributorId())
-				}
-			}
-			for _, hr := range d.GetHosts() {
-				rep := hr.GetReport()
-				if rep.GetNamespace() != ns || rep.GetVersion() != v {
-					continue
-				}
-				if rep.GetHostChecks().GetVersion() == v {
-					ev.signalsBy.add(z, d.GetDistributorId())
-				}
-				if rep.GetClientsRejected() > 0 {
-					ev.rejectingHosts = append(ev.rejectingHosts, z+"/"+hr.GetHostId())
-				}
-				if rep.GetLeasesExpired() > 0 {
-					ev.lapsedHosts = append(ev.lapsedHosts, z+"/"+hr.GetHostId())
-				}
-			}
-			for _, smp := range d.GetSamples() {
-				if smp.GetNamespace() == ns && smp.GetSalt() == r.GetSalt() {
-					ev.samples[z] = append(ev.samples[z], smp)
-				}
-			}
-		}
-		ze.pendingHosts = sortedUnique(ze.pendingHosts)
-		ev.applied += ze.applied
-		ev.pending += ze.pending
-	}
-	ev.rejectingHosts, ev.lapsedHosts = sortedUnique(ev.rejectingHosts), sortedUnique(ev.lapsedHosts)
-	return ev, nil
-}
-
-// behind returns the hosts d names as not holding version v of ns yet
-// (those in the candidate's cohort only, if cohort).
-func behind(d *lehrpb.DistributorStatus, ns string, v uint64, cohort bool) []string {
-	var out []string
-	for _, hr := range d.GetHosts() {
-		if rep := hr.GetReport(); rep.GetNamespace() == ns && rep.GetVersion() < v && (!cohort || hr.GetCohort()) {
-			out = append(out, hr.GetHostId())
-		}
-	}
-	return out
-}
-
 // step advances a running rollout as far as the evidence allows: it reads
 // what Step decides on — the evidence, the stage's canary evaluation, the
 // goals when the decision needs them — and applies the decision.
 func (s *Strategist) step(ctx context.Context, rd round, r *lehrpb.Rollout) error {
 	zones := rd.zones
-	stages := Resolve(r.GetPolicy(), zones)
+	stages := rollout.Resolve(r.GetPolicy(), zones)
 	if len(stages) == 0 || r.GetStageStartTime() == nil {
 		return nil // no zone registered; not entered yet: admit decides
 	}
-	ev, err := s.gather(ctx, r, stages)
+	ev, err := rollout.Gather(r, stages, func(z string) ([]*lehrpb.DistributorStatus, error) { return s.opts.Store.ZoneStatus(ctx, z) })
 	if err != nil {
 		return err
 	}
-	in := StepInput{Rollout: r, Stages: stages, Zones: zones, Evidence: ev, Now: s.opts.Now(),
+	in := rollout.StepInput{Rollout: r, Stages: stages, Zones: zones, Evidence: ev, Now: s.opts.Now(),
 		Goals: func() (map[string]*lehrpb.GoalState, error) { return s.zoneGoals(ctx, r.GetNamespace(), zones) }}
-	if id := r.GetEvaluationId(); id != "" && id == analysisID(r, min(int(r.GetStage()), len(stages)-1)) {
+	if id := r.GetEvaluationId(); id != "" && id == rollout.AnalysisID(r, min(int(r.GetStage()), len(stages)-1)) {
 		if in.Analysis, err = s.opts.Evaluations.Get(ctx, id, false); err != nil {
 			return err
 		}
 	}
-	d, err := Step(in)
+	d, err := rollout.Step(in)
 	if err != nil {
 		return err
 	}
@@ -686,7 +497,7 @@ func (s *Strategist) step(ctx context.Context, rd round, r *lehrpb.Rollout) erro
 			return err
 		}
 		in.Rollout, in.Analysis = d.Rollout, cev
-		if d, err = Step(in); err != nil {
+		if d, err = rollout.Step(in); err != nil {
 			return err
 		}
 	}
@@ -695,7 +506,7 @@ func (s *Strategist) step(ctx context.Context, rd round, r *lehrpb.Rollout) erro
 
 // apply carries out decision d (and the operator command done, if any,
 // which it removes in the same transaction).
-func (s *Strategist) apply(ctx context.Context, rd round, d Decision, done *store.QueuedCommand) error {
+func (s *Strategist) apply(ctx context.Context, rd round, d rollout.Decision, done *store.QueuedCommand) error {
 	if d.StagePassed > 0 {
 		s.met.GetOrCreateHistogram(`lehr_control_rollout_stage_seconds`).Update(d.StagePassed.Seconds())
 	}
@@ -739,7 +550,7 @@ func (s *Strategist) audit(method string, r *lehrpb.Rollout, version uint64, evs
 		msg += " (goals of " + strings.Join(zones, ", ") + ")"
 	}
 	d, _, _ := strings.Cut(r.GetNamespace(), "/")
-	s.opts.Audit(&lehrpb.AuditRecord{Method: method, Author: Author, TransportIdentity: "rollout " + r.GetId(),
+	s.opts.Audit(&lehrpb.AuditRecord{Method: method, Author: rollout.Author, TransportIdentity: "rollout " + r.GetId(),
 		Target: r.GetNamespace(), Domain: d, Version: version, Message: msg})
 }
 
@@ -747,18 +558,18 @@ func (s *Strategist) audit(method string, r *lehrpb.Rollout, version uint64, evs
 // and rolls every zone back: a new version with the base version's content
 // becomes every zone's goal. A rollback that finds a newer publish (the
 // latest intent) leaves the goals to that version's rollout (RolledBack).
-func (s *Strategist) end(ctx context.Context, rd round, r *lehrpb.Rollout, e *Ending, done *store.QueuedCommand) error {
+func (s *Strategist) end(ctx context.Context, rd round, r *lehrpb.Rollout, e *rollout.Ending, done *store.QueuedCommand) error {
 	st, ns, now := s.opts.Store, r.GetNamespace(), s.opts.Now()
-	s.log.Warn("rollout ended; rolling back", "rollout", r.GetId(), "state", stateName(e.State), "reason", e.Reason)
-	s.met.GetOrCreateCounter(fmt.Sprintf(`lehr_control_rollbacks_total{reason=%q}`, stateName(e.State))).Inc()
-	evs := []*lehrpb.RolloutEvent{Ended(r, e, now)}
+	s.log.Warn("rollout ended; rolling back", "rollout", r.GetId(), "state", rollout.StateName(e.State), "reason", e.Reason)
+	s.met.GetOrCreateCounter(fmt.Sprintf(`lehr_control_rollbacks_total{reason=%q}`, rollout.StateName(e.State))).Inc()
+	evs := []*lehrpb.RolloutEvent{rollout.Ended(r, e, now)}
 	_, snap, err := st.Content(ctx, ns, r.GetBaseVersion())
 	if err != nil {
 		return fmt.Errorf("read base version %d to roll back to: %w", r.GetBaseVersion(), err)
 	}
 	info, err := st.Commit(ctx, store.Commit{
 		Namespace: ns, ExpectedLatest: r.GetVersion(), Content: snap,
-		Info: &lehrpb.VersionInfo{Author: Author, Message: rollbackMessage(r.GetVersion(), e.Reason),
+		Info: &lehrpb.VersionInfo{Author: rollout.Author, Message: rollout.RollbackMessage(r.GetVersion(), e.Reason),
 			Source: lehrpb.VersionSource_VERSION_SOURCE_ROLLBACK, RollbackOf: r.GetBaseVersion()},
 		RequestID: "rollback:" + r.GetId(),
 		Goals:     store.GoalsNone,
@@ -783,7 +594,7 @@ func (s *Strategist) end(ctx context.Context, rd round, r *lehrpb.Rollout, e *En
 			info, current = nil, h.GetLatestVersion()
 		}
 	}
-	d := RolledBack(r, e, evs, info, current, rd.zones, now)
+	d := rollout.RolledBack(r, e, evs, info, current, rd.zones, now)
 	if err := st.PutRollout(ctx, rd.g, store.RolloutStep{Rollout: d.Rollout, Goals: d.Goals, HeadRev: headRev, Events: d.Events, Done: done}); err != nil {
 		return err
 	}
@@ -798,7 +609,7 @@ func (s *Strategist) end(ctx context.Context, rd round, r *lehrpb.Rollout, e *En
 // command carries out an operator's command on r (Command) and returns r
 // as it then stands.
 func (s *Strategist) command(ctx context.Context, rd round, r *lehrpb.Rollout, qc store.QueuedCommand) (*lehrpb.Rollout, error) {
-	d := Command(r, qc.Command, s.opts.Now())
+	d := rollout.Command(r, qc.Command, s.opts.Now())
 	s.log.Info("rollout command", "rollout", r.GetId(), "action", qc.Command.GetAction(), "author", qc.Command.GetAuthor())
 	return d.Rollout, s.apply(ctx, rd, d, &qc)
 }
