@@ -613,6 +613,7 @@ func registerSpaceMetrics(set *metrics.Set, st *store.Store) {
 	gauge("lehr_control_store_in_use_bytes", func(s store.SpaceStatus) int64 { return s.DBSizeInUse })
 	gauge("lehr_control_store_quota_bytes", func(s store.SpaceStatus) int64 { return s.Quota })
 	gauge("lehr_control_store_high_water_bytes", func(s store.SpaceStatus) int64 { return s.HighWater })
+	gauge("lehr_control_store_revision", func(s store.SpaceStatus) int64 { return s.Revision })
 	gauge("lehr_control_store_nospace_alarm", func(s store.SpaceStatus) int64 {
 		if s.Alarm {
 			return 1

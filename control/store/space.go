@@ -130,6 +130,10 @@ type SpaceStatus struct {
 	DBSize, DBSizeInUse, Pending int64
 	// Alarm is set while etcd's NOSPACE alarm is raised.
 	Alarm bool
+	// Revision is etcd's revision when the status was read: every write
+	// to the cluster (Lehr's or anyone's) adds one, so its rate is the
+	// write rate.
+	Revision int64
 	// ReadAt is when etcd's status was last read.
 	ReadAt time.Time
 }
@@ -319,6 +323,7 @@ func (s *Store) readSpace(ctx context.Context) ([]memberStatus, error) {
 	wasKnown := sp.st.Known
 	sp.st.Known, sp.st.Quota, sp.st.Reserve, sp.st.HighWater, sp.st.Domains = true, quota, reserve, quota-reserve, doms.Count
 	sp.st.DBSize, sp.st.DBSizeInUse, sp.st.Pending, sp.st.Alarm, sp.st.ReadAt = dbSize, inUse, 0, alarm, s.opts.Now()
+	sp.st.Revision = doms.Header.GetRevision()
 	sp.mu.Unlock()
 	if !wasKnown {
 		s.log.Info("store: etcd's space", "quota", quota, "reserve", reserve, "db_size", dbSize, "in_use", inUse, "members", len(ms))
