@@ -17,6 +17,7 @@ import (
 	"lehr.dev/lehr/client/consumer"
 	"lehr.dev/lehr/client/producer"
 	"lehr.dev/lehr/control"
+	"lehr.dev/lehr/internal/termtext"
 	"lehr.dev/lehr/policy"
 	"lehr.dev/lehr/preview"
 	"lehr.dev/lehr/proto/lehrpb"
@@ -414,11 +415,11 @@ func formatCallback(zone, host string, ch consumer.Change) string {
 		}
 		switch c.Kind {
 		case "added":
-			fmt.Fprintf(&b, "        + %s = %s\n", clean(c.Key), shortValue(c.New))
+			fmt.Fprintf(&b, "        + %s = %s\n", clean(c.Key), termtext.Short(c.New))
 		case "removed":
 			fmt.Fprintf(&b, "        - %s\n", clean(c.Key))
 		default:
-			fmt.Fprintf(&b, "        ~ %s: %s → %s\n", clean(c.Key), shortValue(c.Old), shortValue(c.New))
+			fmt.Fprintf(&b, "        ~ %s: %s → %s\n", clean(c.Key), termtext.Short(c.Old), termtext.Short(c.New))
 		}
 	}
 	return b.String()
