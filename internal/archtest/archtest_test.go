@@ -4,6 +4,7 @@ package archtest
 
 import (
 	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -75,6 +76,36 @@ func TestImportDirection(t *testing.T) {
 						t.Errorf("%s depends on %s: %s", pkg, d, r.why)
 					}
 				}
+			}
+		}
+	}
+}
+
+// TestImporters checks the packages whose doc comment names who may
+// import them: no other package of the module links them (tests, which go
+// list leaves out here, may).
+func TestImporters(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs go list over the module")
+	}
+	rules := []struct {
+		pkg     string
+		allowed []string // besides pkg itself
+		why     string
+	}{
+		{module + "/testenv/devtour", []string{module + "/cmd/lehr"}, `the tour is "lehr dev"'s alone`},
+	}
+	all := deps(t, module+"/...")
+	for _, r := range rules {
+		if _, ok := all[r.pkg]; !ok {
+			t.Fatalf("%s is not in the module: the rule would check nothing", r.pkg)
+		}
+		for pkg, ds := range all {
+			if pkg == r.pkg || slices.Contains(r.allowed, pkg) {
+				continue
+			}
+			if slices.Contains(ds, r.pkg) {
+				t.Errorf("%s depends on %s: %s", pkg, r.pkg, r.why)
 			}
 		}
 	}

@@ -14,7 +14,7 @@
 // data directory, the cluster, the demo services, their decision log and
 // every goroutine they start, all stopped before Run returns.
 //
-// Imported by cmd/lehr (lehr dev) only.
+// Imported by cmd/lehr (lehr dev) only; internal/archtest checks it.
 package devtour
 
 import (
