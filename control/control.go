@@ -7,7 +7,7 @@
 // the process, in its data directory (control/embedetcd).
 //
 // Imported by cmd/lehr (the "lehr control" command), control/controltest,
-// testenv/devcluster, bench and tests.
+// testenv/devcluster, testenv/devtour, bench and tests.
 package control
 
 import (

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"net"
 	"strings"
 	"testing"
 
@@ -208,25 +207,6 @@ func TestPlaintextRefusedOffLoopback(t *testing.T) {
 		if !strings.Contains(stderr, want) {
 			t.Errorf("stderr = %q, want it to contain %q", stderr, want)
 		}
-	}
-}
-
-func TestPickAddrAvoidsBusyPort(t *testing.T) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	var said []string
-	say := func(f string, args ...any) { said = append(said, fmt.Sprintf(f, args...)) }
-	if got := pickAddr("", l.Addr().String(), "gRPC", say); got != "127.0.0.1:0" {
-		t.Errorf("pickAddr(busy) = %q, want 127.0.0.1:0", got)
-	}
-	if len(said) != 1 || !strings.Contains(said[0], "is busy") {
-		t.Errorf("pickAddr(busy) said %q, want one line saying the port is busy", said)
-	}
-	if got := pickAddr("127.0.0.1:1234", l.Addr().String(), "gRPC", say); got != "127.0.0.1:1234" {
-		t.Errorf("pickAddr(given) = %q, want the given address", got)
 	}
 }
 

@@ -27,27 +27,6 @@ import (
 // to forge a column and a newline to forge a line.
 const poison = "p\x1b]0;owned\x07\x1b[2J\r\u202e\u009b\x7f\xff\tCOLUMN\nFORGED"
 
-func TestClean(t *testing.T) {
-	for _, tc := range []struct{ in, want string }{
-		{"", ""},
-		{"plain text, é ✓ 日本 \ufffd \\x1b", "plain text, é ✓ 日本 \ufffd \\x1b"},
-		{"\x1b[31mred\x1b[0m", `\x1b[31mred\x1b[0m`},
-		{"a\tb\nc\rd", `a\tb\nc\rd`},
-		{"bell\x07 del\x7f nul\x00", `bell\x07 del\x7f nul\x00`},
-		{"c1 \u009b2J next\u0085", `c1 \u009b2J next\u0085`},
-		{"rtl \u202eevil\u202c \u2066iso\u2069 \u200f \u061c", `rtl \u202eevil\u202c \u2066iso\u2069 \u200f \u061c`},
-		{"ls \u2028 ps \u2029", `ls \u2028 ps \u2029`},
-		{"bad \xff\xfe utf8 \xe2\x82", `bad \xff\xfe utf8 \xe2\x82`},
-	} {
-		if got := clean(tc.in); got != tc.want {
-			t.Errorf("clean(%q) = %q, want %q", tc.in, got, tc.want)
-		}
-		if got := clean(clean(tc.in)); got != tc.want {
-			t.Errorf("clean twice (%q) = %q, want %q (clean is idempotent)", tc.in, got, tc.want)
-		}
-	}
-}
-
 // fill sets every string field of m, and of the messages it holds, to
 // poison, every bytes field to poison's bytes, and puts one poisoned
 // element in every list and map.

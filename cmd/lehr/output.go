@@ -9,8 +9,6 @@ import (
 	"strconv"
 	"strings"
 	"text/tabwriter"
-	"unicode"
-	"unicode/utf8"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/encoding/protojson"
@@ -18,6 +16,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"lehr.dev/lehr/client/producer"
+	"lehr.dev/lehr/internal/termtext"
 	"lehr.dev/lehr/proto/lehrpb"
 )
 
@@ -117,65 +116,15 @@ func fmtBytes(n int64) string {
 	}
 }
 
-// clean returns s as a terminal may show it: every control character (C0
-// — tab, newline and carriage return included — DEL and C1), every
-// bidirectional-text control and line separator, and every byte that is
-// not UTF-8 becomes a Go escape (\x1b, \n, \u202e, \xff); the rest is
-// kept, backslashes too. Every text output of lehr shows what it did not
-// write itself — what control stored, what distributors and agents
-// reported, a server's error messages — through clean (orDash and oneLine
-// call it), so an escape sequence in a --message, an author or a report
-// cannot drive the terminal that shows it, nor forge a column or a line.
-// -o json has the exact text.
-func clean(s string) string {
-	i := 0
-	for i < len(s) {
-		r, n := utf8.DecodeRuneInString(s[i:])
-		if mustEscape(r, n) {
-			break
-		}
-		i += n
-	}
-	if i == len(s) {
-		return s
-	}
-	var b strings.Builder
-	b.WriteString(s[:i])
-	for i < len(s) {
-		r, n := utf8.DecodeRuneInString(s[i:])
-		switch {
-		case !mustEscape(r, n):
-			b.WriteString(s[i : i+n])
-		case r == utf8.RuneError:
-			fmt.Fprintf(&b, `\x%02x`, s[i])
-		case r == '\n':
-			b.WriteString(`\n`)
-		case r == '\t':
-			b.WriteString(`\t`)
-		case r == '\r':
-			b.WriteString(`\r`)
-		case r < 0x80:
-			fmt.Fprintf(&b, `\x%02x`, r)
-		default:
-			fmt.Fprintf(&b, `\u%04x`, r)
-		}
-		i += n
-	}
-	return b.String()
-}
-
-// mustEscape reports whether clean escapes the rune r, of n bytes.
-func mustEscape(r rune, n int) bool {
-	switch {
-	case r == utf8.RuneError && n == 1, unicode.IsControl(r):
-		return true
-	case r == 0x061c, r == 0x200e, r == 0x200f, 0x202a <= r && r <= 0x202e, 0x2066 <= r && r <= 0x2069: // bidi controls
-		return true
-	case r == 0x2028, r == 0x2029: // line and paragraph separators
-		return true
-	}
-	return false
-}
+// clean is termtext.Clean: s as a terminal may show it, every control
+// character, bidirectional-text control, line separator and byte that is
+// not UTF-8 escaped. Every text output of lehr shows what it did not write
+// itself — what control stored, what distributors and agents reported, a
+// server's error messages — through clean (orDash and oneLine call it), so
+// an escape sequence in a --message, an author or a report cannot drive
+// the terminal that shows it, nor forge a column or a line. -o json has
+// the exact text.
+func clean(s string) string { return termtext.Clean(s) }
 
 // orDash returns s cleaned, or "-" when it is empty.
 func orDash(s string) string {
@@ -236,33 +185,16 @@ func writeVersion(w io.Writer, v *producer.Version) {
 	}
 }
 
-// printable reports whether b is text to show as it is: UTF-8 without
-// what clean escapes, but for newlines, tabs and the carriage return of a
-// CRLF line end. A value that is not is shown as hex (writeValue) or its
-// size (shortValue).
-func printable(b []byte) bool {
-	for i := 0; i < len(b); {
-		r, n := utf8.DecodeRune(b[i:])
-		switch {
-		case r == '\n', r == '\t', r == '\r' && i+1 < len(b) && b[i+1] == '\n':
-		case mustEscape(r, n):
-			return false
-		}
-		i += n
-	}
-	return true
-}
-
 const hexPreview = 32
 
-// writeValue prints a value indented: as text when printable, otherwise its
+// writeValue prints a value indented: as text when termtext.Printable, otherwise its
 // size and a hex preview.
 func writeValue(w io.Writer, b []byte, indent string) {
 	if len(b) == 0 {
 		fmt.Fprintf(w, "%s(empty)\n", indent)
 		return
 	}
-	if !printable(b) {
+	if !termtext.Printable(b) {
 		n := min(len(b), hexPreview)
 		more := ""
 		if n < len(b) {

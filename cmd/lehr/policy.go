@@ -17,6 +17,7 @@ import (
 
 	"lehr.dev/lehr/canary"
 	"lehr.dev/lehr/internal/content"
+	"lehr.dev/lehr/internal/termtext"
 	"lehr.dev/lehr/policy"
 	"lehr.dev/lehr/preview"
 	"lehr.dev/lehr/proto/lehrpb"
@@ -432,7 +433,7 @@ func readableRules(doc any) {
 					var j any
 					if json.Unmarshal(raw, &j) == nil {
 						rm["value"] = j
-					} else if printable(raw) {
+					} else if termtext.Printable(raw) {
 						rm["value"] = string(raw)
 					}
 				}

@@ -11,10 +11,10 @@ import (
 	"slices"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"lehr.dev/lehr/client/consumer"
 	"lehr.dev/lehr/internal/names"
+	"lehr.dev/lehr/internal/termtext"
 )
 
 func runWatch(ctx context.Context, e *env, args []string) int {
@@ -249,44 +249,18 @@ func (p *watchPrinter) print(old, cur watchView) error {
 		}
 		switch c.Kind {
 		case "added":
-			fmt.Fprintf(&b, "  + %s = %s\n", clean(c.Key), shortValue(c.New))
+			fmt.Fprintf(&b, "  + %s = %s\n", clean(c.Key), termtext.Short(c.New))
 		case "removed":
-			fmt.Fprintf(&b, "  - %s (was %s)\n", clean(c.Key), shortValue(c.Old))
+			fmt.Fprintf(&b, "  - %s (was %s)\n", clean(c.Key), termtext.Short(c.Old))
 		default:
 			if string(c.Old) == string(c.New) {
 				fmt.Fprintf(&b, "  ~ %s: content type %s → %s\n", clean(c.Key), orDash(c.OldType), orDash(c.NewType))
 				continue
 			}
-			fmt.Fprintf(&b, "  ~ %s: %s → %s\n", clean(c.Key), shortValue(c.Old), shortValue(c.New))
+			fmt.Fprintf(&b, "  ~ %s: %s → %s\n", clean(c.Key), termtext.Short(c.Old), termtext.Short(c.New))
 		}
 	}
 	b.WriteString("\n")
 	_, err := io.WriteString(p.w, b.String())
 	return err
-}
-
-// shortValueLen is the longest value shown in full by shortValue.
-const shortValueLen = 60
-
-// shortValue formats a value on one short line: text as is (cut at
-// shortValueLen runes or the first newline), anything else as its size.
-func shortValue(v []byte) string {
-	if len(v) == 0 {
-		return `""`
-	}
-	if !printable(v) {
-		return fmt.Sprintf("(binary, %d bytes)", len(v))
-	}
-	s := string(v)
-	cut := false
-	if i := strings.IndexAny(s, "\r\n"); i >= 0 {
-		s, cut = s[:i], true
-	}
-	if utf8.RuneCountInString(s) > shortValueLen {
-		s, cut = string([]rune(s)[:shortValueLen]), true
-	}
-	if cut {
-		s += fmt.Sprintf("… (%d bytes)", len(v))
-	}
-	return s
 }

@@ -109,24 +109,6 @@ func TestWatchPrinterGolden(t *testing.T) {
 	}
 }
 
-func TestShortValue(t *testing.T) {
-	tests := []struct {
-		in, want string
-	}{
-		{"", `""`},
-		{"250", "250"},
-		{`{"a":1}`, `{"a":1}`},
-		{"one\ntwo", "one… (7 bytes)"},
-		{strings.Repeat("é", 61), strings.Repeat("é", 60) + "… (122 bytes)"},
-		{"\x00\xff", "(binary, 2 bytes)"},
-	}
-	for _, tt := range tests {
-		if got := shortValue([]byte(tt.in)); got != tt.want {
-			t.Errorf("shortValue(%q) = %q, want %q", tt.in, got, tt.want)
-		}
-	}
-}
-
 // watchRun is "lehr watch" running in the background.
 type watchRun struct {
 	stdout, stderr syncBuffer

@@ -17,7 +17,7 @@
 //	demo.error_ratio  fraction of requests that fail with HTTP 500 (0 to MaxErrorRatio)
 //	demo.latency_ms   median request latency in milliseconds (> 0)
 //
-// Imported by cmd/lehr (lehr dev) and tests.
+// Imported by testenv/devtour (lehr dev) and tests.
 package demoservice
 
 import (

@@ -36,7 +36,7 @@
 // distributor, distributors to a restarted control, and an agent's cache
 // survives its restart.
 //
-// Imported by cmd/lehr ("lehr dev"), bench and tests (end to end).
+// Imported by testenv/devtour ("lehr dev"), bench and tests (end to end).
 // Daemons must not import it.
 package devcluster
 

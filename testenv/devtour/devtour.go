@@ -1,0 +1,292 @@
+// Package devtour is "lehr dev" (make run): the whole system started in
+// one process (testenv/devcluster), a demo service on every host
+// (testenv/demoservice) printing every callback it gets, and a guided
+// tour of the lehr commands — a first push, a good change rolled out stage
+// by stage, a bad change caught by canary analysis and rolled back, a
+// policy change previewed on live traffic and committed, then the diff,
+// the history and a zone's status — each command printed and its output
+// shown as a user would see them, each change waited for until it has
+// landed on every host. Then the system keeps running for the user until
+// the context ends.
+//
+// The tour runs real lehr commands, through Options.Lehr: showing the
+// commands a user would type is its point. It owns everything else: the
+// data directory, the cluster, the demo services, their decision log and
+// every goroutine they start, all stopped before Run returns.
+//
+// Imported by cmd/lehr (lehr dev).
+package devtour
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"lehr.dev/lehr/control"
+	"lehr.dev/lehr/testenv/devcluster"
+)
+
+// Limits of Options.Zones and Options.HostsPerZone.
+const (
+	MaxZones        = 26 // zone-a to zone-z
+	MaxHostsPerZone = 20
+)
+
+// Options configure Run. Out and Lehr are required; every other zero
+// value is what "make run" runs.
+type Options struct {
+	// Dir holds control's etcd, the agents' data, the tour's files and the
+	// demo services' decision log, and is kept. Empty means a temporary
+	// directory, written without fsync and removed when Run returns.
+	Dir string
+	// Zones is how many zones run, named zone-a, zone-b, …: 1 to
+	// MaxZones. Zero means 2.
+	Zones int
+	// HostsPerZone is how many agents every zone runs, each with a demo
+	// service: 1 to MaxHostsPerZone. Zero means 4 (canary analysis wants
+	// at least 6 control hosts, docs/canary.md).
+	HostsPerZone int
+	// ControlListen is control's gRPC address. Empty means
+	// control.DefaultListen, or a free port on its host if that one is
+	// busy (the tour says so).
+	ControlListen string
+	// ControlMetricsListen is control's metrics HTTP address. Empty means
+	// control.DefaultMetricsListen, or a free port if that one is busy.
+	ControlMetricsListen string
+	// Logger receives every daemon's logs. Nil means slog.Default().
+	Logger *slog.Logger
+	// Out receives what the user reads: the tour's narration ("==> …"),
+	// every command and its output, and the demo services' callbacks. The
+	// services print from their own goroutines; Run serialises every
+	// write to Out, Lehr's included.
+	Out io.Writer
+	// Lehr runs one lehr command in-process — args as a user types them
+	// after "lehr" — writing its standard output to stdout, and returns
+	// its exit code (0 success, 1 failure). The tour has printed the
+	// command line ("$ lehr …") before it calls Lehr. Where the command's
+	// standard error goes is Lehr's choice.
+	Lehr func(ctx context.Context, stdout io.Writer, args ...string) int
+	// Ready, if set, is called once, with control's address, when the tour
+	// is over and the system keeps running for the user.
+	Ready func(controlAddr string)
+}
+
+// Run runs "lehr dev": it starts the system, walks the tour, and keeps the
+// system running until ctx ends, then stops everything it started and
+// returns. It returns nil when ctx ended it (also while starting or in the
+// middle of the tour), and an error when the system did not start, a step
+// of the tour failed (then Run stops at once), or the system did not stop
+// cleanly.
+func Run(ctx context.Context, opts Options) error {
+	if opts.Out == nil || opts.Lehr == nil {
+		return errors.New("devtour: Options.Out and Options.Lehr are required")
+	}
+	if opts.Zones == 0 {
+		opts.Zones = 2
+	}
+	if opts.HostsPerZone == 0 {
+		opts.HostsPerZone = 4
+	}
+	if opts.Zones < 1 || opts.Zones > MaxZones {
+		return fmt.Errorf("devtour: Options.Zones is %d: want 1 to %d", opts.Zones, MaxZones)
+	}
+	if opts.HostsPerZone < 1 || opts.HostsPerZone > MaxHostsPerZone {
+		return fmt.Errorf("devtour: Options.HostsPerZone is %d: want 1 to %d", opts.HostsPerZone, MaxHostsPerZone)
+	}
+	t := &tour{out: &lockedWriter{w: opts.Out}, lehr: opts.Lehr, zones: zoneNames(opts.Zones)}
+
+	dir, temp := opts.Dir, opts.Dir == ""
+	if temp {
+		var err error
+		if dir, err = os.MkdirTemp("", "lehr-dev-"); err != nil {
+			return err
+		}
+		defer func() {
+			os.RemoveAll(dir)
+			t.say("removed %s", dir)
+		}()
+	}
+	t.dir = dir
+	t.say("starting control with embedded etcd in %s", dir)
+	t.say("starting zones %s: a distributor (QUIC, mutual TLS) and %d %s each", strings.Join(t.zones, ", "), opts.HostsPerZone, plural(opts.HostsPerZone, "agent", "agents"))
+	started := time.Now()
+	cl, err := devcluster.Start(ctx, devcluster.Options{
+		Dir:                  dir,
+		Zones:                t.zones,
+		DistributorsPerZone:  1,
+		AgentsPerZone:        opts.HostsPerZone,
+		Rollouts:             true,
+		RolloutInterval:      200 * time.Millisecond,
+		Logger:               opts.Logger,
+		ControlListen:        pickAddr(opts.ControlListen, control.DefaultListen, "gRPC", t.say),
+		ControlMetricsListen: pickAddr(opts.ControlMetricsListen, control.DefaultMetricsListen, "metrics", t.say),
+		// A throwaway directory need not survive a machine crash.
+		NoSync: temp,
+	})
+	if err != nil {
+		if ctx.Err() != nil {
+			t.say("interrupted while starting")
+			return nil
+		}
+		return err
+	}
+	t.cl = cl
+	t.sayStarted(time.Since(started))
+
+	decisionsPath := filepath.Join(dir, "decisions.log")
+	decisions, err := os.OpenFile(decisionsPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		cl.Close()
+		return err
+	}
+	defer decisions.Close()
+	t.say("the demo services' policy-preview decision logs go to %s", decisionsPath)
+
+	demoCtx, stopDemo := context.WithCancel(ctx)
+	services, demoErr := t.startServices(demoCtx, decisions)
+	if demoErr == nil {
+		t.services = services
+		demoErr = t.walk(demoCtx)
+	}
+	if demoErr == nil {
+		t.sayReady(ctx)
+		if opts.Ready != nil {
+			opts.Ready(cl.ControlAddr())
+		}
+		<-ctx.Done()
+	}
+	t.say("shutting down")
+	stopDemo()
+	for _, s := range services {
+		s.close()
+	}
+	var errs []error
+	if err := cl.Close(); err != nil {
+		errs = append(errs, err)
+	}
+	if demoErr != nil && ctx.Err() == nil {
+		errs = append(errs, fmt.Errorf("demo: %w", demoErr))
+	}
+	if len(errs) > 0 {
+		return errors.Join(errs...)
+	}
+	t.say("stopped cleanly")
+	return nil
+}
+
+// tour is one run of the tour: what every step reads and prints to.
+type tour struct {
+	out      io.Writer // a *lockedWriter
+	lehr     func(ctx context.Context, stdout io.Writer, args ...string) int
+	zones    []string
+	dir      string
+	cl       *devcluster.Cluster // set once started
+	services []*hostService      // set once every demo service has started
+}
+
+// say narrates: one line, "==> " first.
+func (t *tour) say(format string, args ...any) {
+	fmt.Fprintf(t.out, "==> "+format+"\n", args...)
+}
+
+// sayStarted tells where everything started listens.
+func (t *tour) sayStarted(took time.Duration) {
+	metricsAt := "off"
+	if ma := t.cl.ControlMetricsAddr(); ma != "" {
+		metricsAt = "http://" + ma + "/metrics"
+	}
+	t.say("control serving on %s (metrics %s)", t.cl.ControlAddr(), metricsAt)
+	for _, z := range t.zones {
+		for _, d := range t.cl.Distributors(z) {
+			t.say("%s: distributor %s on udp %s", z, d.ID, d.Addr())
+		}
+		for _, a := range t.cl.Agents(z) {
+			t.say("%s: agent %s, socket %s", z, a.HostID, a.Socket())
+		}
+	}
+	t.say("all started in %s", took.Round(time.Millisecond))
+}
+
+// sayReady tells the user what to try while the system keeps running.
+func (t *tour) sayReady(ctx context.Context) {
+	addr := t.cl.ControlAddr()
+	controlFlag := ""
+	if addr != control.DefaultListen {
+		controlFlag = " --control " + addr
+	}
+	latest := uint64(0)
+	if v, err := t.cl.Producer().GetNamespace(ctx, appNamespace); err == nil {
+		latest = v.GetLatestVersion()
+	}
+	sock := ""
+	if as := t.cl.Agents(t.zones[0]); len(as) > 0 {
+		sock = as[0].Socket()
+	}
+	t.say("ready. The consumers above keep printing every change. From another terminal, try:")
+	fmt.Fprintf(t.out, `
+    lehr watch %[2]s --socket %[3]s
+    lehr patch %[2]s%[1]s --base %[4]d --set greeting=hi --message "my change"
+    echo '{"greeting": "hi", "limits/rps": 300}' > my.json
+    lehr push %[2]s%[1]s --file my.json --message "my own snapshot"
+    lehr zones status zone-a%[1]s
+    lehr rollout status %[2]s%[1]s
+    lehr rollout events %[2]s%[1]s
+    lehr history %[2]s%[1]s
+    lehr policy experiment list %[5]s%[1]s     (docs/preview.md: preview a policy change)
+
+  (lehr is ./bin/lehr after 'make build'.) Press Ctrl-C to stop.
+
+`, controlFlag, appNamespace, sock, latest, policyNamespace)
+}
+
+// zoneNames names n zones: zone-a, zone-b, …
+func zoneNames(n int) []string {
+	var out []string
+	for i := range n {
+		out = append(out, fmt.Sprintf("zone-%c", 'a'+i))
+	}
+	return out
+}
+
+// pickAddr returns the address to listen on: the one given, else def if it
+// is free, else a free port on the same host (saying so).
+func pickAddr(given, def, what string, say func(string, ...any)) string {
+	if given != "" {
+		return given
+	}
+	l, err := net.Listen("tcp", def)
+	if err == nil {
+		l.Close()
+		return def
+	}
+	host, _, _ := net.SplitHostPort(def)
+	say("%s port %s is busy; using a free port instead", what, def)
+	return net.JoinHostPort(host, "0")
+}
+
+// lockedWriter serialises writes from several goroutines.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}
+
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
+}
