@@ -35,7 +35,9 @@ func runStrategist(ctx context.Context, e *Env) (*Result, error) {
 			"domain published once each (a namespace's first version needs no rollout) plus 10 with a finished global-blast rollout; "+
 			"then %v with nothing published: etcd requests of every kind control made (lehr_control_etcd_round_trips_total) and the "+
 			"bench process's CPU (control is the only thing running). Then one namespace gets a version whose rollout bakes for an hour "+
-			"(a policy of its own), and the same %v is measured with it in flight: the domain's rounds run every second.", strategistWindow, strategistWindow),
+			"(a policy of its own), and the same %v is measured with it in flight: the domain's rounds run every second. Last, up to 1,000 more "+
+			"namespaces get a version under a domain policy baking an hour, and the same window is measured once every one of them bakes. "+
+			"etcd writes/s is the rise of etcd's revision (lehr_control_store_revision, read every second) over the window.", strategistWindow, strategistWindow),
 	}
 	for _, n := range sizes {
 		rows, err := strategistIdle(ctx, e, n)
@@ -74,23 +76,10 @@ func strategistIdle(ctx context.Context, e *Env, n int) ([]Row, error) {
 	}
 	// Load: N first versions, 8 publishers.
 	start := time.Now()
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	errs := make(chan error, 8)
-	for range 8 {
-		wg.Go(func() {
-			for i := next.Add(1) - 1; i < int64(n); i = next.Add(1) - 1 {
-				ns := fmt.Sprintf("%s/cat-%06d", benchDomain, i)
-				if _, err := p.Publish(ctx, ns, []producer.Property{{Key: "k", Value: []byte("v")}}); err != nil {
-					errs <- err
-					return
-				}
-			}
-		})
-	}
-	wg.Wait()
-	close(errs)
-	if err := <-errs; err != nil {
+	if err := parallel(ctx, 8, n, func(i int) error {
+		_, err := p.Publish(ctx, fmt.Sprintf("%s/cat-%06d", benchDomain, i), []producer.Property{{Key: "k", Value: []byte("v")}})
+		return err
+	}); err != nil {
 		return nil, err
 	}
 	loaded := time.Since(start)
@@ -107,11 +96,12 @@ func strategistIdle(ctx context.Context, e *Env, n int) ([]Row, error) {
 	}
 	measure := func(row *Row) {
 		time.Sleep(2 * time.Second) // settle: the last rounds, the audit writer
-		trips0, cpu0 := etcdRoundTrips(rc.c), procCPU()
+		trips0, cpu0, rev0 := etcdRoundTrips(rc.c), procCPU(), rc.c.StoreSpace().Revision
 		time.Sleep(strategistWindow)
-		trips1, cpu1 := etcdRoundTrips(rc.c), procCPU()
+		trips1, cpu1, rev1 := etcdRoundTrips(rc.c), procCPU(), rc.c.StoreSpace().Revision
 		secs := strategistWindow.Seconds()
 		row.Add("etcd requests/s", float64(trips1-trips0)/secs, "")
+		row.Add("etcd writes/s", float64(rev1-rev0)/secs, "")
 		row.Add("cpu", (cpu1-cpu0).Seconds()/secs, "cores")
 	}
 	measure(&row)
@@ -140,7 +130,63 @@ func strategistIdle(ctx context.Context, e *Env, n int) ([]Row, error) {
 		}
 	}
 	measure(&busy)
-	return []Row{row, busy}, nil
+
+	// Many rollouts baking (issue 27: each was rewritten every second):
+	// the domain's policy bakes an hour, and k more namespaces get a
+	// version; measured once every one of them bakes.
+	first, k := 11, min(n-11, 1000)
+	if k <= 0 {
+		return []Row{row, busy}, nil
+	}
+	baking := Row{System: "lehr", Case: fmt.Sprintf("%d namespaces, %d rollouts baking", n, k)}
+	if _, err := p.SetRolloutPolicy(ctx, benchDomain, &lehrpb.RolloutPolicy{Stages: []*lehrpb.RolloutStage{
+		{Name: "all", Target: &lehrpb.RolloutStage_Zones{Zones: &lehrpb.ZonesTarget{}}, Bake: durationpb.New(time.Hour)},
+	}}, "bench", 0); err != nil {
+		return nil, err
+	}
+	if err := parallel(ctx, 8, k, func(i int) error {
+		ns := fmt.Sprintf("%s/cat-%06d", benchDomain, first+i)
+		v, err := p.Publish(ctx, ns, []producer.Property{{Key: "k", Value: []byte("v3")}})
+		if err != nil {
+			return err
+		}
+		for { // until its stage bakes (the zone has no distributor: skipped after EmptyZoneWait)
+			r, err := p.GetRollout(ctx, ns, v.GetSeq())
+			if err == nil && r.GetStageAppliedTime() != nil {
+				return nil
+			}
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(500 * time.Millisecond):
+			}
+		}
+	}); err != nil {
+		return nil, err
+	}
+	measure(&baking)
+	return []Row{row, busy, baking}, nil
+}
+
+// parallel runs f(0) … f(n-1) on workers goroutines and returns the first
+// error.
+func parallel(ctx context.Context, workers, n int, f func(i int) error) error {
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	errs := make(chan error, workers)
+	for range workers {
+		wg.Go(func() {
+			for i := next.Add(1) - 1; i < int64(n) && ctx.Err() == nil; i = next.Add(1) - 1 {
+				if err := f(int(i)); err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	return <-errs
 }
 
 // etcdRoundTrips sums control's lehr_control_etcd_round_trips_total.

@@ -228,7 +228,7 @@ func (s *Strategist) domainRound(ctx context.Context, g store.Guard, domain stri
 		zones = append(zones, z.GetName())
 	}
 	slices.Sort(zones)
-	rd := round{g: g, zones: zones, headRev: in.Rev, written: map[string]*lehrpb.Rollout{}}
+	rd := round{g: g, zones: zones, headRev: in.Rev, written: map[string]*lehrpb.Rollout{}, status: map[string][]*lehrpb.DistributorStatus{}}
 	latest := map[string]*lehrpb.Rollout{}
 	byID := map[string]*lehrpb.Rollout{}
 	byNS := map[string][]*lehrpb.Rollout{} // oldest first, as listed
@@ -347,12 +347,28 @@ func (s *Strategist) domainRound(ctx context.Context, g store.Guard, domain stri
 // round is what a domain's round decides under: the leadership guard of
 // its writes, the registered zones (sorted) and the revision its heads
 // were read at, which guards every goal it moves (store.RolloutStep).
-// written collects every rollout the round stored, by id.
+// written collects every rollout the round stored, by id; status the zone
+// status it read, by zone: every rollout of the round decides on the same
+// reports, read once (with a thousand rollouts baking in one zone, reading
+// it per rollout was a thousand reads a second).
 type round struct {
 	g       store.Guard
 	zones   []string
 	headRev int64
 	written map[string]*lehrpb.Rollout
+	status  map[string][]*lehrpb.DistributorStatus
+}
+
+// zoneStatus returns zone z's status as the round first read it.
+func (rd round) zoneStatus(ctx context.Context, st Store, z string) ([]*lehrpb.DistributorStatus, error) {
+	if sts, ok := rd.status[z]; ok {
+		return sts, nil
+	}
+	sts, err := st.ZoneStatus(ctx, z)
+	if err == nil && rd.status != nil {
+		rd.status[z] = sts
+	}
+	return sts, err
 }
 
 // wrote records that the round stored r.
@@ -468,7 +484,7 @@ func (s *Strategist) step(ctx context.Context, rd round, r *lehrpb.Rollout) erro
 	if len(stages) == 0 || r.GetStageStartTime() == nil {
 		return nil // no zone registered; not entered yet: admit decides
 	}
-	ev, err := rollout.Gather(r, stages, func(z string) ([]*lehrpb.DistributorStatus, error) { return s.opts.Store.ZoneStatus(ctx, z) })
+	ev, err := rollout.Gather(r, stages, func(z string) ([]*lehrpb.DistributorStatus, error) { return rd.zoneStatus(ctx, s.opts.Store, z) })
 	if err != nil {
 		return err
 	}

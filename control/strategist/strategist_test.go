@@ -288,3 +288,53 @@ func TestDomainLoopBookkeeping(t *testing.T) {
 		t.Errorf("after pay/a's rollout succeeded: in flight %v, states %v; want none in flight, 3 succeeded", st.inFlight, st.sum())
 	}
 }
+
+// countingStore counts the zone status reads the strategist makes.
+type countingStore struct {
+	Store
+	mu     sync.Mutex
+	status map[string]int
+}
+
+func (c *countingStore) ZoneStatus(ctx context.Context, zone string) ([]*lehrpb.DistributorStatus, error) {
+	c.mu.Lock()
+	c.status[zone]++
+	c.mu.Unlock()
+	return c.Store.ZoneStatus(ctx, zone)
+}
+
+// TestARoundReadsEachZonesStatusOnce: every rollout of a round decides on
+// the same reports, so a round with many rollouts in flight reads each
+// zone's status once, not once per rollout (1,000 baking rollouts made
+// 1,000 etcd reads a second: bench/RESULTS.md, "Control's cost against the
+// catalog").
+func TestARoundReadsEachZonesStatusOnce(t *testing.T) {
+	policy := &lehrpb.RolloutPolicy{Stages: []*lehrpb.RolloutStage{
+		{Name: "all", Target: &lehrpb.RolloutStage_Zones{Zones: &lehrpb.ZonesTarget{}}, Bake: durationpb.New(time.Hour)},
+	}}
+	r := newStrategistRig(t, policy, "y", "z")
+	mustDomain(r)
+	nss := []string{"pay/a", "pay/b", "pay/c", "pay/d"}
+	for _, ns := range nss {
+		r.commit(ns, "1", lehrpb.VersionSource_VERSION_SOURCE_SNAPSHOT)
+		r.commit(ns, "2", lehrpb.VersionSource_VERSION_SOURCE_SNAPSHOT)
+	}
+	cs := &countingStore{Store: r.st, status: map[string]int{}}
+	r.s.opts.Store = cs
+	r.round() // starts the rollouts
+	r.clock.advance(time.Second)
+	cs.status = map[string]int{}
+	if _, err := r.s.domainRound(r.ctx, store.Guard{}, "pay", nss); err != nil {
+		t.Fatal(err)
+	}
+	for _, ns := range nss {
+		if got := r.rollout(ns, 2); got.GetState() != lehrpb.RolloutState_ROLLOUT_STATE_RUNNING {
+			t.Fatalf("%s's rollout is %v; want it running", ns, got.GetState())
+		}
+	}
+	for _, z := range []string{"y", "z"} {
+		if n := cs.status[z]; n != 1 {
+			t.Errorf("a round with %d rollouts in flight read zone %s's status %d times; want once", len(nss), z, n)
+		}
+	}
+}
