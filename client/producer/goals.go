@@ -40,3 +40,14 @@ func (c *Client) GetGoals(ctx context.Context, zone, namespace string) (*lehrpb.
 	})
 	return resp, err
 }
+
+// GetStoreStatus returns how full control's store is and what each domain
+// stores in it.
+func (c *Client) GetStoreStatus(ctx context.Context) (*lehrpb.StoreStatus, error) {
+	var resp *lehrpb.StoreStatus
+	err := c.call(ctx, "get store status", func(ctx context.Context) (err error) {
+		resp, err = c.rpc.GetStoreStatus(ctx, &lehrpb.GetStoreStatusRequest{})
+		return err
+	})
+	return resp, err
+}

@@ -59,6 +59,7 @@ func commands() []command {
 		{"zones", "list, create and show the status of zones", runZones},
 		{"goals", "show the goal states of a zone", runGoals},
 		{"watch", "follow a namespace on this host through the local agent", runWatch},
+		{"store", "show how full control's store is, and what each domain stores", runStore},
 		{"audit", "show the audit log: every change anyone asked control for", runAudit},
 		{"certs", "make a development CA and component certificates", runCerts},
 		{"help", "show this list, or a command's help", runHelp},

@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/protobuf/proto"
@@ -317,4 +318,33 @@ func (s *Store) DomainUsage(ctx context.Context, domain string) (storedBytes int
 		return 0, 0, fmt.Errorf("store: usage of %s: %w", domain, err)
 	}
 	return u.rec.GetStoredBytes(), int(rs[1].Count), nil
+}
+
+// DomainsStored returns every domain and the bytes each stores
+// (DomainUsageRecord.stored_bytes; 0 for a domain that never stored
+// anything), read at one revision: what "lehr store" shows.
+func (s *Store) DomainsStored(ctx context.Context) ([]*lehrpb.Domain, map[string]int64, error) {
+	rs, _, err := s.readAt(ctx,
+		clientv3.OpGet(s.lay.domainsPrefix(), clientv3.WithPrefix()),
+		clientv3.OpGet(s.lay.usagePrefix(), clientv3.WithPrefix()))
+	if err != nil {
+		return nil, nil, fmt.Errorf("store: domains stored: %w", err)
+	}
+	ds := make([]*lehrpb.Domain, 0, len(rs[0].Kvs))
+	for _, kv := range rs[0].Kvs {
+		d := new(lehrpb.Domain)
+		if err := decode(string(kv.Key), kv.Value, d); err != nil {
+			return nil, nil, fmt.Errorf("store: domains stored: %w", err)
+		}
+		ds = append(ds, d)
+	}
+	stored := make(map[string]int64, len(rs[1].Kvs))
+	for _, kv := range rs[1].Kvs {
+		u := new(lehrpb.DomainUsageRecord)
+		if err := decode(string(kv.Key), kv.Value, u); err != nil {
+			return nil, nil, fmt.Errorf("store: domains stored: %w", err)
+		}
+		stored[strings.TrimPrefix(string(kv.Key), s.lay.usagePrefix())] = u.GetStoredBytes()
+	}
+	return ds, stored, nil
 }

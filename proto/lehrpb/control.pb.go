@@ -3848,6 +3848,234 @@ func (x *GetZoneStatusRequest) GetZone() string {
 	return ""
 }
 
+type GetStoreStatusRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetStoreStatusRequest) Reset() {
+	*x = GetStoreStatusRequest{}
+	mi := &file_lehr_v1_control_proto_msgTypes[60]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetStoreStatusRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetStoreStatusRequest) ProtoMessage() {}
+
+func (x *GetStoreStatusRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_lehr_v1_control_proto_msgTypes[60]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetStoreStatusRequest.ProtoReflect.Descriptor instead.
+func (*GetStoreStatusRequest) Descriptor() ([]byte, []int) {
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{60}
+}
+
+// StoreStatus is control's store as control last read it (etcd's status,
+// every second) and what each domain stores in it.
+type StoreStatus struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The size etcd compares with its quota (the largest member's file) and
+	// the part of it holding data; the rest is free pages a
+	// defragmentation gives back.
+	SizeBytes  int64 `protobuf:"varint,1,opt,name=size_bytes,json=sizeBytes,proto3" json:"size_bytes,omitempty"`
+	InUseBytes int64 `protobuf:"varint,2,opt,name=in_use_bytes,json=inUseBytes,proto3" json:"in_use_bytes,omitempty"`
+	// The quota, the reserve kept for rollbacks, goal moves and the audit
+	// log, and the high-water mark (quota - reserve): above it new content
+	// is refused from domains over their fair share (high water / domains)
+	// and from new domains, namespaces, policies and experiments; above
+	// quota - reserve/2 from every domain.
+	QuotaBytes     int64 `protobuf:"varint,3,opt,name=quota_bytes,json=quotaBytes,proto3" json:"quota_bytes,omitempty"`
+	ReserveBytes   int64 `protobuf:"varint,4,opt,name=reserve_bytes,json=reserveBytes,proto3" json:"reserve_bytes,omitempty"`
+	HighWaterBytes int64 `protobuf:"varint,5,opt,name=high_water_bytes,json=highWaterBytes,proto3" json:"high_water_bytes,omitempty"`
+	FairShareBytes int64 `protobuf:"varint,6,opt,name=fair_share_bytes,json=fairShareBytes,proto3" json:"fair_share_bytes,omitempty"`
+	// True while etcd's NOSPACE alarm is raised.
+	NospaceAlarm bool `protobuf:"varint,7,opt,name=nospace_alarm,json=nospaceAlarm,proto3" json:"nospace_alarm,omitempty"`
+	// etcd's revision when its status was read, and when that was.
+	Revision int64                  `protobuf:"varint,8,opt,name=revision,proto3" json:"revision,omitempty"`
+	ReadTime *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=read_time,json=readTime,proto3" json:"read_time,omitempty"`
+	// Every domain with what it stores, most first (then by name).
+	Domains       []*DomainStoredBytes `protobuf:"bytes,10,rep,name=domains,proto3" json:"domains,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StoreStatus) Reset() {
+	*x = StoreStatus{}
+	mi := &file_lehr_v1_control_proto_msgTypes[61]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StoreStatus) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StoreStatus) ProtoMessage() {}
+
+func (x *StoreStatus) ProtoReflect() protoreflect.Message {
+	mi := &file_lehr_v1_control_proto_msgTypes[61]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StoreStatus.ProtoReflect.Descriptor instead.
+func (*StoreStatus) Descriptor() ([]byte, []int) {
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{61}
+}
+
+func (x *StoreStatus) GetSizeBytes() int64 {
+	if x != nil {
+		return x.SizeBytes
+	}
+	return 0
+}
+
+func (x *StoreStatus) GetInUseBytes() int64 {
+	if x != nil {
+		return x.InUseBytes
+	}
+	return 0
+}
+
+func (x *StoreStatus) GetQuotaBytes() int64 {
+	if x != nil {
+		return x.QuotaBytes
+	}
+	return 0
+}
+
+func (x *StoreStatus) GetReserveBytes() int64 {
+	if x != nil {
+		return x.ReserveBytes
+	}
+	return 0
+}
+
+func (x *StoreStatus) GetHighWaterBytes() int64 {
+	if x != nil {
+		return x.HighWaterBytes
+	}
+	return 0
+}
+
+func (x *StoreStatus) GetFairShareBytes() int64 {
+	if x != nil {
+		return x.FairShareBytes
+	}
+	return 0
+}
+
+func (x *StoreStatus) GetNospaceAlarm() bool {
+	if x != nil {
+		return x.NospaceAlarm
+	}
+	return false
+}
+
+func (x *StoreStatus) GetRevision() int64 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
+}
+
+func (x *StoreStatus) GetReadTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ReadTime
+	}
+	return nil
+}
+
+func (x *StoreStatus) GetDomains() []*DomainStoredBytes {
+	if x != nil {
+		return x.Domains
+	}
+	return nil
+}
+
+// DomainStoredBytes is what one domain stores.
+type DomainStoredBytes struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Domain string                 `protobuf:"bytes,1,opt,name=domain,proto3" json:"domain,omitempty"`
+	// Its namespaces' stored_bytes (Quotas.max_stored_bytes counts them).
+	StoredBytes int64 `protobuf:"varint,2,opt,name=stored_bytes,json=storedBytes,proto3" json:"stored_bytes,omitempty"`
+	// Its stored-bytes quota in force (the default where unset).
+	MaxStoredBytes int64 `protobuf:"varint,3,opt,name=max_stored_bytes,json=maxStoredBytes,proto3" json:"max_stored_bytes,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *DomainStoredBytes) Reset() {
+	*x = DomainStoredBytes{}
+	mi := &file_lehr_v1_control_proto_msgTypes[62]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DomainStoredBytes) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DomainStoredBytes) ProtoMessage() {}
+
+func (x *DomainStoredBytes) ProtoReflect() protoreflect.Message {
+	mi := &file_lehr_v1_control_proto_msgTypes[62]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DomainStoredBytes.ProtoReflect.Descriptor instead.
+func (*DomainStoredBytes) Descriptor() ([]byte, []int) {
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{62}
+}
+
+func (x *DomainStoredBytes) GetDomain() string {
+	if x != nil {
+		return x.Domain
+	}
+	return ""
+}
+
+func (x *DomainStoredBytes) GetStoredBytes() int64 {
+	if x != nil {
+		return x.StoredBytes
+	}
+	return 0
+}
+
+func (x *DomainStoredBytes) GetMaxStoredBytes() int64 {
+	if x != nil {
+		return x.MaxStoredBytes
+	}
+	return 0
+}
+
 // DistributorStatus is one distributor's latest report.
 type DistributorStatus struct {
 	state         protoimpl.MessageState    `protogen:"open.v1"`
@@ -3865,7 +4093,7 @@ type DistributorStatus struct {
 
 func (x *DistributorStatus) Reset() {
 	*x = DistributorStatus{}
-	mi := &file_lehr_v1_control_proto_msgTypes[60]
+	mi := &file_lehr_v1_control_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3877,7 +4105,7 @@ func (x *DistributorStatus) String() string {
 func (*DistributorStatus) ProtoMessage() {}
 
 func (x *DistributorStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[60]
+	mi := &file_lehr_v1_control_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3890,7 +4118,7 @@ func (x *DistributorStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DistributorStatus.ProtoReflect.Descriptor instead.
 func (*DistributorStatus) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{60}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *DistributorStatus) GetDistributorId() string {
@@ -3965,7 +4193,7 @@ type GetZoneStatusResponse struct {
 
 func (x *GetZoneStatusResponse) Reset() {
 	*x = GetZoneStatusResponse{}
-	mi := &file_lehr_v1_control_proto_msgTypes[61]
+	mi := &file_lehr_v1_control_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3977,7 +4205,7 @@ func (x *GetZoneStatusResponse) String() string {
 func (*GetZoneStatusResponse) ProtoMessage() {}
 
 func (x *GetZoneStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[61]
+	mi := &file_lehr_v1_control_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3990,7 +4218,7 @@ func (x *GetZoneStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetZoneStatusResponse.ProtoReflect.Descriptor instead.
 func (*GetZoneStatusResponse) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{61}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *GetZoneStatusResponse) GetZone() string {
@@ -4302,7 +4530,27 @@ const file_lehr_v1_control_proto_rawDesc = "" +
 	"\x18ReportZoneStatusResponse\x12\"\n" +
 	"\fdistributors\x18\x01 \x01(\x05R\fdistributors\"*\n" +
 	"\x14GetZoneStatusRequest\x12\x12\n" +
-	"\x04zone\x18\x01 \x01(\tR\x04zone\"\xfe\x02\n" +
+	"\x04zone\x18\x01 \x01(\tR\x04zone\"\x17\n" +
+	"\x15GetStoreStatusRequest\"\x98\x03\n" +
+	"\vStoreStatus\x12\x1d\n" +
+	"\n" +
+	"size_bytes\x18\x01 \x01(\x03R\tsizeBytes\x12 \n" +
+	"\fin_use_bytes\x18\x02 \x01(\x03R\n" +
+	"inUseBytes\x12\x1f\n" +
+	"\vquota_bytes\x18\x03 \x01(\x03R\n" +
+	"quotaBytes\x12#\n" +
+	"\rreserve_bytes\x18\x04 \x01(\x03R\freserveBytes\x12(\n" +
+	"\x10high_water_bytes\x18\x05 \x01(\x03R\x0ehighWaterBytes\x12(\n" +
+	"\x10fair_share_bytes\x18\x06 \x01(\x03R\x0efairShareBytes\x12#\n" +
+	"\rnospace_alarm\x18\a \x01(\bR\fnospaceAlarm\x12\x1a\n" +
+	"\brevision\x18\b \x01(\x03R\brevision\x127\n" +
+	"\tread_time\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\breadTime\x124\n" +
+	"\adomains\x18\n" +
+	" \x03(\v2\x1a.lehr.v1.DomainStoredBytesR\adomains\"x\n" +
+	"\x11DomainStoredBytes\x12\x16\n" +
+	"\x06domain\x18\x01 \x01(\tR\x06domain\x12!\n" +
+	"\fstored_bytes\x18\x02 \x01(\x03R\vstoredBytes\x12(\n" +
+	"\x10max_stored_bytes\x18\x03 \x01(\x03R\x0emaxStoredBytes\"\xfe\x02\n" +
 	"\x11DistributorStatus\x12%\n" +
 	"\x0edistributor_id\x18\x01 \x01(\tR\rdistributorId\x12\x16\n" +
 	"\x06agents\x18\x02 \x01(\x05R\x06agents\x121\n" +
@@ -4317,7 +4565,7 @@ const file_lehr_v1_control_proto_rawDesc = "" +
 	"\fdistributors\x18\x02 \x03(\v2\x1a.lehr.v1.DistributorStatusR\fdistributors\x121\n" +
 	"\bversions\x18\x03 \x03(\v2\x15.lehr.v1.VersionCountR\bversions\x120\n" +
 	"\x06health\x18\x04 \x03(\v2\x18.lehr.v1.NamespaceHealthR\x06health\x12)\n" +
-	"\x05hosts\x18\x05 \x03(\v2\x13.lehr.v1.HostReportR\x05hosts2\xd6\x1b\n" +
+	"\x05hosts\x18\x05 \x03(\v2\x13.lehr.v1.HostReportR\x05hosts2\x9e\x1c\n" +
 	"\aControl\x12=\n" +
 	"\fCreateDomain\x12\x1c.lehr.v1.CreateDomainRequest\x1a\x0f.lehr.v1.Domain\x127\n" +
 	"\tGetDomain\x12\x19.lehr.v1.GetDomainRequest\x1a\x0f.lehr.v1.Domain\x12H\n" +
@@ -4343,7 +4591,8 @@ const file_lehr_v1_control_proto_rawDesc = "" +
 	"\n" +
 	"FetchDelta\x12\x1a.lehr.v1.FetchDeltaRequest\x1a\x1b.lehr.v1.FetchDeltaResponse\x12W\n" +
 	"\x10ReportZoneStatus\x12 .lehr.v1.ReportZoneStatusRequest\x1a!.lehr.v1.ReportZoneStatusResponse\x12N\n" +
-	"\rGetZoneStatus\x12\x1d.lehr.v1.GetZoneStatusRequest\x1a\x1e.lehr.v1.GetZoneStatusResponse\x12R\n" +
+	"\rGetZoneStatus\x12\x1d.lehr.v1.GetZoneStatusRequest\x1a\x1e.lehr.v1.GetZoneStatusResponse\x12F\n" +
+	"\x0eGetStoreStatus\x12\x1e.lehr.v1.GetStoreStatusRequest\x1a\x14.lehr.v1.StoreStatus\x12R\n" +
 	"\x10SetRolloutPolicy\x12 .lehr.v1.SetRolloutPolicyRequest\x1a\x1c.lehr.v1.RolloutPolicyRecord\x12X\n" +
 	"\x13DeleteRolloutPolicy\x12#.lehr.v1.DeleteRolloutPolicyRequest\x1a\x1c.lehr.v1.RolloutPolicyRecord\x12W\n" +
 	"\x10GetRolloutPolicy\x12 .lehr.v1.GetRolloutPolicyRequest\x1a!.lehr.v1.GetRolloutPolicyResponse\x12c\n" +
@@ -4382,7 +4631,7 @@ func file_lehr_v1_control_proto_rawDescGZIP() []byte {
 }
 
 var file_lehr_v1_control_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_lehr_v1_control_proto_msgTypes = make([]protoimpl.MessageInfo, 62)
+var file_lehr_v1_control_proto_msgTypes = make([]protoimpl.MessageInfo, 65)
 var file_lehr_v1_control_proto_goTypes = []any{
 	(PropertyChange_Kind)(0),                    // 0: lehr.v1.PropertyChange.Kind
 	(GoalEvent_Type)(0),                         // 1: lehr.v1.GoalEvent.Type
@@ -4446,210 +4695,217 @@ var file_lehr_v1_control_proto_goTypes = []any{
 	(*HostReport)(nil),                          // 59: lehr.v1.HostReport
 	(*ReportZoneStatusResponse)(nil),            // 60: lehr.v1.ReportZoneStatusResponse
 	(*GetZoneStatusRequest)(nil),                // 61: lehr.v1.GetZoneStatusRequest
-	(*DistributorStatus)(nil),                   // 62: lehr.v1.DistributorStatus
-	(*GetZoneStatusResponse)(nil),               // 63: lehr.v1.GetZoneStatusResponse
-	(*timestamppb.Timestamp)(nil),               // 64: google.protobuf.Timestamp
-	(RolloutAction)(0),                          // 65: lehr.v1.RolloutAction
-	(*Rollout)(nil),                             // 66: lehr.v1.Rollout
-	(*RolloutEvent)(nil),                        // 67: lehr.v1.RolloutEvent
-	(*RolloutPolicy)(nil),                       // 68: lehr.v1.RolloutPolicy
-	(*RolloutPolicyRecord)(nil),                 // 69: lehr.v1.RolloutPolicyRecord
-	(RolloutPolicySource)(0),                    // 70: lehr.v1.RolloutPolicySource
-	(*Domain)(nil),                              // 71: lehr.v1.Domain
-	(*fieldmaskpb.FieldMask)(nil),               // 72: google.protobuf.FieldMask
-	(*Namespace)(nil),                           // 73: lehr.v1.Namespace
-	(NamespaceKind)(0),                          // 74: lehr.v1.NamespaceKind
-	(*Property)(nil),                            // 75: lehr.v1.Property
-	(*VersionInfo)(nil),                         // 76: lehr.v1.VersionInfo
-	(*Zone)(nil),                                // 77: lehr.v1.Zone
-	(*GoalState)(nil),                           // 78: lehr.v1.GoalState
-	(*HostPreviewCounts)(nil),                   // 79: lehr.v1.HostPreviewCounts
-	(*NamespaceSignals)(nil),                    // 80: lehr.v1.NamespaceSignals
-	(*NamespaceReport)(nil),                     // 81: lehr.v1.NamespaceReport
-	(*EvaluateRequest)(nil),                     // 82: lehr.v1.EvaluateRequest
-	(*GetCanaryEvaluationRequest)(nil),          // 83: lehr.v1.GetCanaryEvaluationRequest
-	(*ListCanaryEvaluationsRequest)(nil),        // 84: lehr.v1.ListCanaryEvaluationsRequest
-	(*GetPolicyRequest)(nil),                    // 85: lehr.v1.GetPolicyRequest
-	(*CreatePolicyExperimentRequest)(nil),       // 86: lehr.v1.CreatePolicyExperimentRequest
-	(*UpdatePolicyExperimentRequest)(nil),       // 87: lehr.v1.UpdatePolicyExperimentRequest
-	(*GetPolicyExperimentRequest)(nil),          // 88: lehr.v1.GetPolicyExperimentRequest
-	(*ListPolicyExperimentsRequest)(nil),        // 89: lehr.v1.ListPolicyExperimentsRequest
-	(*DeletePolicyExperimentRequest)(nil),       // 90: lehr.v1.DeletePolicyExperimentRequest
-	(*StartPreviewPolicyExperimentRequest)(nil), // 91: lehr.v1.StartPreviewPolicyExperimentRequest
-	(*StopPreviewPolicyExperimentRequest)(nil),  // 92: lehr.v1.StopPreviewPolicyExperimentRequest
-	(*CommitPolicyExperimentRequest)(nil),       // 93: lehr.v1.CommitPolicyExperimentRequest
-	(*DeletePolicyRequest)(nil),                 // 94: lehr.v1.DeletePolicyRequest
-	(*GetPolicyExperimentCountsRequest)(nil),    // 95: lehr.v1.GetPolicyExperimentCountsRequest
-	(*CanaryEvaluation)(nil),                    // 96: lehr.v1.CanaryEvaluation
-	(*ListCanaryEvaluationsResponse)(nil),       // 97: lehr.v1.ListCanaryEvaluationsResponse
-	(*Policy)(nil),                              // 98: lehr.v1.Policy
-	(*longrunningpb.Operation)(nil),             // 99: google.longrunning.Operation
-	(*PolicyExperiment)(nil),                    // 100: lehr.v1.PolicyExperiment
-	(*ListPolicyExperimentsResponse)(nil),       // 101: lehr.v1.ListPolicyExperimentsResponse
-	(*PolicyExperimentCounts)(nil),              // 102: lehr.v1.PolicyExperimentCounts
+	(*GetStoreStatusRequest)(nil),               // 62: lehr.v1.GetStoreStatusRequest
+	(*StoreStatus)(nil),                         // 63: lehr.v1.StoreStatus
+	(*DomainStoredBytes)(nil),                   // 64: lehr.v1.DomainStoredBytes
+	(*DistributorStatus)(nil),                   // 65: lehr.v1.DistributorStatus
+	(*GetZoneStatusResponse)(nil),               // 66: lehr.v1.GetZoneStatusResponse
+	(*timestamppb.Timestamp)(nil),               // 67: google.protobuf.Timestamp
+	(RolloutAction)(0),                          // 68: lehr.v1.RolloutAction
+	(*Rollout)(nil),                             // 69: lehr.v1.Rollout
+	(*RolloutEvent)(nil),                        // 70: lehr.v1.RolloutEvent
+	(*RolloutPolicy)(nil),                       // 71: lehr.v1.RolloutPolicy
+	(*RolloutPolicyRecord)(nil),                 // 72: lehr.v1.RolloutPolicyRecord
+	(RolloutPolicySource)(0),                    // 73: lehr.v1.RolloutPolicySource
+	(*Domain)(nil),                              // 74: lehr.v1.Domain
+	(*fieldmaskpb.FieldMask)(nil),               // 75: google.protobuf.FieldMask
+	(*Namespace)(nil),                           // 76: lehr.v1.Namespace
+	(NamespaceKind)(0),                          // 77: lehr.v1.NamespaceKind
+	(*Property)(nil),                            // 78: lehr.v1.Property
+	(*VersionInfo)(nil),                         // 79: lehr.v1.VersionInfo
+	(*Zone)(nil),                                // 80: lehr.v1.Zone
+	(*GoalState)(nil),                           // 81: lehr.v1.GoalState
+	(*HostPreviewCounts)(nil),                   // 82: lehr.v1.HostPreviewCounts
+	(*NamespaceSignals)(nil),                    // 83: lehr.v1.NamespaceSignals
+	(*NamespaceReport)(nil),                     // 84: lehr.v1.NamespaceReport
+	(*EvaluateRequest)(nil),                     // 85: lehr.v1.EvaluateRequest
+	(*GetCanaryEvaluationRequest)(nil),          // 86: lehr.v1.GetCanaryEvaluationRequest
+	(*ListCanaryEvaluationsRequest)(nil),        // 87: lehr.v1.ListCanaryEvaluationsRequest
+	(*GetPolicyRequest)(nil),                    // 88: lehr.v1.GetPolicyRequest
+	(*CreatePolicyExperimentRequest)(nil),       // 89: lehr.v1.CreatePolicyExperimentRequest
+	(*UpdatePolicyExperimentRequest)(nil),       // 90: lehr.v1.UpdatePolicyExperimentRequest
+	(*GetPolicyExperimentRequest)(nil),          // 91: lehr.v1.GetPolicyExperimentRequest
+	(*ListPolicyExperimentsRequest)(nil),        // 92: lehr.v1.ListPolicyExperimentsRequest
+	(*DeletePolicyExperimentRequest)(nil),       // 93: lehr.v1.DeletePolicyExperimentRequest
+	(*StartPreviewPolicyExperimentRequest)(nil), // 94: lehr.v1.StartPreviewPolicyExperimentRequest
+	(*StopPreviewPolicyExperimentRequest)(nil),  // 95: lehr.v1.StopPreviewPolicyExperimentRequest
+	(*CommitPolicyExperimentRequest)(nil),       // 96: lehr.v1.CommitPolicyExperimentRequest
+	(*DeletePolicyRequest)(nil),                 // 97: lehr.v1.DeletePolicyRequest
+	(*GetPolicyExperimentCountsRequest)(nil),    // 98: lehr.v1.GetPolicyExperimentCountsRequest
+	(*CanaryEvaluation)(nil),                    // 99: lehr.v1.CanaryEvaluation
+	(*ListCanaryEvaluationsResponse)(nil),       // 100: lehr.v1.ListCanaryEvaluationsResponse
+	(*Policy)(nil),                              // 101: lehr.v1.Policy
+	(*longrunningpb.Operation)(nil),             // 102: google.longrunning.Operation
+	(*PolicyExperiment)(nil),                    // 103: lehr.v1.PolicyExperiment
+	(*ListPolicyExperimentsResponse)(nil),       // 104: lehr.v1.ListPolicyExperimentsResponse
+	(*PolicyExperimentCounts)(nil),              // 105: lehr.v1.PolicyExperimentCounts
 }
 var file_lehr_v1_control_proto_depIdxs = []int32{
-	64,  // 0: lehr.v1.AuditRecord.time:type_name -> google.protobuf.Timestamp
-	64,  // 1: lehr.v1.ListAuditRecordsRequest.since:type_name -> google.protobuf.Timestamp
+	67,  // 0: lehr.v1.AuditRecord.time:type_name -> google.protobuf.Timestamp
+	67,  // 1: lehr.v1.ListAuditRecordsRequest.since:type_name -> google.protobuf.Timestamp
 	2,   // 2: lehr.v1.ListAuditRecordsResponse.records:type_name -> lehr.v1.AuditRecord
-	65,  // 3: lehr.v1.UpdateRolloutRequest.action:type_name -> lehr.v1.RolloutAction
-	66,  // 4: lehr.v1.ListRolloutsResponse.rollouts:type_name -> lehr.v1.Rollout
-	67,  // 5: lehr.v1.ListRolloutEventsResponse.events:type_name -> lehr.v1.RolloutEvent
-	68,  // 6: lehr.v1.SetRolloutPolicyRequest.policy:type_name -> lehr.v1.RolloutPolicy
-	69,  // 7: lehr.v1.GetRolloutPolicyResponse.stored:type_name -> lehr.v1.RolloutPolicyRecord
-	68,  // 8: lehr.v1.GetRolloutPolicyResponse.effective:type_name -> lehr.v1.RolloutPolicy
-	70,  // 9: lehr.v1.GetRolloutPolicyResponse.source:type_name -> lehr.v1.RolloutPolicySource
-	69,  // 10: lehr.v1.RolloutPolicyHistoryResponse.records:type_name -> lehr.v1.RolloutPolicyRecord
-	71,  // 11: lehr.v1.CreateDomainRequest.domain:type_name -> lehr.v1.Domain
-	71,  // 12: lehr.v1.UpdateDomainRequest.domain:type_name -> lehr.v1.Domain
-	72,  // 13: lehr.v1.UpdateDomainRequest.update_mask:type_name -> google.protobuf.FieldMask
-	71,  // 14: lehr.v1.ListDomainsResponse.domains:type_name -> lehr.v1.Domain
-	73,  // 15: lehr.v1.CreateNamespaceRequest.namespace:type_name -> lehr.v1.Namespace
-	73,  // 16: lehr.v1.ListNamespacesResponse.namespaces:type_name -> lehr.v1.Namespace
-	74,  // 17: lehr.v1.PublishRequest.kind:type_name -> lehr.v1.NamespaceKind
-	75,  // 18: lehr.v1.PublishRequest.properties:type_name -> lehr.v1.Property
-	76,  // 19: lehr.v1.PublishResponse.version:type_name -> lehr.v1.VersionInfo
-	75,  // 20: lehr.v1.PatchRequest.set:type_name -> lehr.v1.Property
-	76,  // 21: lehr.v1.PatchResponse.version:type_name -> lehr.v1.VersionInfo
-	76,  // 22: lehr.v1.GetResponse.version:type_name -> lehr.v1.VersionInfo
-	75,  // 23: lehr.v1.GetResponse.properties:type_name -> lehr.v1.Property
-	74,  // 24: lehr.v1.GetResponse.kind:type_name -> lehr.v1.NamespaceKind
-	76,  // 25: lehr.v1.HistoryResponse.versions:type_name -> lehr.v1.VersionInfo
+	68,  // 3: lehr.v1.UpdateRolloutRequest.action:type_name -> lehr.v1.RolloutAction
+	69,  // 4: lehr.v1.ListRolloutsResponse.rollouts:type_name -> lehr.v1.Rollout
+	70,  // 5: lehr.v1.ListRolloutEventsResponse.events:type_name -> lehr.v1.RolloutEvent
+	71,  // 6: lehr.v1.SetRolloutPolicyRequest.policy:type_name -> lehr.v1.RolloutPolicy
+	72,  // 7: lehr.v1.GetRolloutPolicyResponse.stored:type_name -> lehr.v1.RolloutPolicyRecord
+	71,  // 8: lehr.v1.GetRolloutPolicyResponse.effective:type_name -> lehr.v1.RolloutPolicy
+	73,  // 9: lehr.v1.GetRolloutPolicyResponse.source:type_name -> lehr.v1.RolloutPolicySource
+	72,  // 10: lehr.v1.RolloutPolicyHistoryResponse.records:type_name -> lehr.v1.RolloutPolicyRecord
+	74,  // 11: lehr.v1.CreateDomainRequest.domain:type_name -> lehr.v1.Domain
+	74,  // 12: lehr.v1.UpdateDomainRequest.domain:type_name -> lehr.v1.Domain
+	75,  // 13: lehr.v1.UpdateDomainRequest.update_mask:type_name -> google.protobuf.FieldMask
+	74,  // 14: lehr.v1.ListDomainsResponse.domains:type_name -> lehr.v1.Domain
+	76,  // 15: lehr.v1.CreateNamespaceRequest.namespace:type_name -> lehr.v1.Namespace
+	76,  // 16: lehr.v1.ListNamespacesResponse.namespaces:type_name -> lehr.v1.Namespace
+	77,  // 17: lehr.v1.PublishRequest.kind:type_name -> lehr.v1.NamespaceKind
+	78,  // 18: lehr.v1.PublishRequest.properties:type_name -> lehr.v1.Property
+	79,  // 19: lehr.v1.PublishResponse.version:type_name -> lehr.v1.VersionInfo
+	78,  // 20: lehr.v1.PatchRequest.set:type_name -> lehr.v1.Property
+	79,  // 21: lehr.v1.PatchResponse.version:type_name -> lehr.v1.VersionInfo
+	79,  // 22: lehr.v1.GetResponse.version:type_name -> lehr.v1.VersionInfo
+	78,  // 23: lehr.v1.GetResponse.properties:type_name -> lehr.v1.Property
+	77,  // 24: lehr.v1.GetResponse.kind:type_name -> lehr.v1.NamespaceKind
+	79,  // 25: lehr.v1.HistoryResponse.versions:type_name -> lehr.v1.VersionInfo
 	0,   // 26: lehr.v1.PropertyChange.kind:type_name -> lehr.v1.PropertyChange.Kind
-	75,  // 27: lehr.v1.PropertyChange.old:type_name -> lehr.v1.Property
-	75,  // 28: lehr.v1.PropertyChange.new:type_name -> lehr.v1.Property
-	76,  // 29: lehr.v1.DiffResponse.from:type_name -> lehr.v1.VersionInfo
-	76,  // 30: lehr.v1.DiffResponse.to:type_name -> lehr.v1.VersionInfo
+	78,  // 27: lehr.v1.PropertyChange.old:type_name -> lehr.v1.Property
+	78,  // 28: lehr.v1.PropertyChange.new:type_name -> lehr.v1.Property
+	79,  // 29: lehr.v1.DiffResponse.from:type_name -> lehr.v1.VersionInfo
+	79,  // 30: lehr.v1.DiffResponse.to:type_name -> lehr.v1.VersionInfo
 	35,  // 31: lehr.v1.DiffResponse.changes:type_name -> lehr.v1.PropertyChange
-	76,  // 32: lehr.v1.RollbackResponse.version:type_name -> lehr.v1.VersionInfo
-	73,  // 33: lehr.v1.CompactNamespaceResponse.namespace:type_name -> lehr.v1.Namespace
-	77,  // 34: lehr.v1.ListZonesResponse.zones:type_name -> lehr.v1.Zone
-	78,  // 35: lehr.v1.GetGoalsResponse.goals:type_name -> lehr.v1.GoalState
+	79,  // 32: lehr.v1.RollbackResponse.version:type_name -> lehr.v1.VersionInfo
+	76,  // 33: lehr.v1.CompactNamespaceResponse.namespace:type_name -> lehr.v1.Namespace
+	80,  // 34: lehr.v1.ListZonesResponse.zones:type_name -> lehr.v1.Zone
+	81,  // 35: lehr.v1.GetGoalsResponse.goals:type_name -> lehr.v1.GoalState
 	1,   // 36: lehr.v1.GoalEvent.type:type_name -> lehr.v1.GoalEvent.Type
-	78,  // 37: lehr.v1.GoalEvent.goal:type_name -> lehr.v1.GoalState
+	81,  // 37: lehr.v1.GoalEvent.goal:type_name -> lehr.v1.GoalState
 	52,  // 38: lehr.v1.GoalEvent.delta:type_name -> lehr.v1.FetchDeltaResponse
 	47,  // 39: lehr.v1.WatchGoalsResponse.events:type_name -> lehr.v1.GoalEvent
-	76,  // 40: lehr.v1.FetchVersionResponse.version:type_name -> lehr.v1.VersionInfo
-	74,  // 41: lehr.v1.FetchVersionResponse.kind:type_name -> lehr.v1.NamespaceKind
-	75,  // 42: lehr.v1.FetchVersionResponse.properties:type_name -> lehr.v1.Property
-	76,  // 43: lehr.v1.FetchDeltaResponse.from:type_name -> lehr.v1.VersionInfo
-	76,  // 44: lehr.v1.FetchDeltaResponse.to:type_name -> lehr.v1.VersionInfo
-	74,  // 45: lehr.v1.FetchDeltaResponse.kind:type_name -> lehr.v1.NamespaceKind
-	75,  // 46: lehr.v1.FetchDeltaResponse.set:type_name -> lehr.v1.Property
+	79,  // 40: lehr.v1.FetchVersionResponse.version:type_name -> lehr.v1.VersionInfo
+	77,  // 41: lehr.v1.FetchVersionResponse.kind:type_name -> lehr.v1.NamespaceKind
+	78,  // 42: lehr.v1.FetchVersionResponse.properties:type_name -> lehr.v1.Property
+	79,  // 43: lehr.v1.FetchDeltaResponse.from:type_name -> lehr.v1.VersionInfo
+	79,  // 44: lehr.v1.FetchDeltaResponse.to:type_name -> lehr.v1.VersionInfo
+	77,  // 45: lehr.v1.FetchDeltaResponse.kind:type_name -> lehr.v1.NamespaceKind
+	78,  // 46: lehr.v1.FetchDeltaResponse.set:type_name -> lehr.v1.Property
 	53,  // 47: lehr.v1.ReportZoneStatusRequest.versions:type_name -> lehr.v1.VersionCount
 	58,  // 48: lehr.v1.ReportZoneStatusRequest.health:type_name -> lehr.v1.NamespaceHealth
 	59,  // 49: lehr.v1.ReportZoneStatusRequest.hosts:type_name -> lehr.v1.HostReport
 	57,  // 50: lehr.v1.ReportZoneStatusRequest.samples:type_name -> lehr.v1.CohortSample
 	56,  // 51: lehr.v1.ReportZoneStatusRequest.signals:type_name -> lehr.v1.HostSignals
 	55,  // 52: lehr.v1.ReportZoneStatusRequest.preview:type_name -> lehr.v1.NamespacePreviewCounts
-	79,  // 53: lehr.v1.NamespacePreviewCounts.counts:type_name -> lehr.v1.HostPreviewCounts
-	80,  // 54: lehr.v1.HostSignals.signals:type_name -> lehr.v1.NamespaceSignals
-	81,  // 55: lehr.v1.HostReport.report:type_name -> lehr.v1.NamespaceReport
-	53,  // 56: lehr.v1.DistributorStatus.versions:type_name -> lehr.v1.VersionCount
-	58,  // 57: lehr.v1.DistributorStatus.health:type_name -> lehr.v1.NamespaceHealth
-	59,  // 58: lehr.v1.DistributorStatus.hosts:type_name -> lehr.v1.HostReport
-	57,  // 59: lehr.v1.DistributorStatus.samples:type_name -> lehr.v1.CohortSample
-	56,  // 60: lehr.v1.DistributorStatus.signals:type_name -> lehr.v1.HostSignals
-	55,  // 61: lehr.v1.DistributorStatus.preview:type_name -> lehr.v1.NamespacePreviewCounts
-	62,  // 62: lehr.v1.GetZoneStatusResponse.distributors:type_name -> lehr.v1.DistributorStatus
-	53,  // 63: lehr.v1.GetZoneStatusResponse.versions:type_name -> lehr.v1.VersionCount
-	58,  // 64: lehr.v1.GetZoneStatusResponse.health:type_name -> lehr.v1.NamespaceHealth
-	59,  // 65: lehr.v1.GetZoneStatusResponse.hosts:type_name -> lehr.v1.HostReport
-	17,  // 66: lehr.v1.Control.CreateDomain:input_type -> lehr.v1.CreateDomainRequest
-	19,  // 67: lehr.v1.Control.GetDomain:input_type -> lehr.v1.GetDomainRequest
-	20,  // 68: lehr.v1.Control.ListDomains:input_type -> lehr.v1.ListDomainsRequest
-	18,  // 69: lehr.v1.Control.UpdateDomain:input_type -> lehr.v1.UpdateDomainRequest
-	22,  // 70: lehr.v1.Control.CreateNamespace:input_type -> lehr.v1.CreateNamespaceRequest
-	23,  // 71: lehr.v1.Control.GetNamespace:input_type -> lehr.v1.GetNamespaceRequest
-	24,  // 72: lehr.v1.Control.ListNamespaces:input_type -> lehr.v1.ListNamespacesRequest
-	26,  // 73: lehr.v1.Control.Publish:input_type -> lehr.v1.PublishRequest
-	28,  // 74: lehr.v1.Control.Patch:input_type -> lehr.v1.PatchRequest
-	30,  // 75: lehr.v1.Control.Get:input_type -> lehr.v1.GetRequest
-	32,  // 76: lehr.v1.Control.History:input_type -> lehr.v1.HistoryRequest
-	34,  // 77: lehr.v1.Control.Diff:input_type -> lehr.v1.DiffRequest
-	37,  // 78: lehr.v1.Control.Rollback:input_type -> lehr.v1.RollbackRequest
-	39,  // 79: lehr.v1.Control.CompactNamespace:input_type -> lehr.v1.CompactNamespaceRequest
-	41,  // 80: lehr.v1.Control.CreateZone:input_type -> lehr.v1.CreateZoneRequest
-	42,  // 81: lehr.v1.Control.ListZones:input_type -> lehr.v1.ListZonesRequest
-	44,  // 82: lehr.v1.Control.GetGoals:input_type -> lehr.v1.GetGoalsRequest
-	46,  // 83: lehr.v1.Control.WatchGoals:input_type -> lehr.v1.WatchGoalsRequest
-	49,  // 84: lehr.v1.Control.FetchVersion:input_type -> lehr.v1.FetchVersionRequest
-	51,  // 85: lehr.v1.Control.FetchDelta:input_type -> lehr.v1.FetchDeltaRequest
-	54,  // 86: lehr.v1.Control.ReportZoneStatus:input_type -> lehr.v1.ReportZoneStatusRequest
-	61,  // 87: lehr.v1.Control.GetZoneStatus:input_type -> lehr.v1.GetZoneStatusRequest
-	11,  // 88: lehr.v1.Control.SetRolloutPolicy:input_type -> lehr.v1.SetRolloutPolicyRequest
-	12,  // 89: lehr.v1.Control.DeleteRolloutPolicy:input_type -> lehr.v1.DeleteRolloutPolicyRequest
-	13,  // 90: lehr.v1.Control.GetRolloutPolicy:input_type -> lehr.v1.GetRolloutPolicyRequest
-	15,  // 91: lehr.v1.Control.RolloutPolicyHistory:input_type -> lehr.v1.RolloutPolicyHistoryRequest
-	6,   // 92: lehr.v1.Control.GetRollout:input_type -> lehr.v1.GetRolloutRequest
-	7,   // 93: lehr.v1.Control.ListRollouts:input_type -> lehr.v1.ListRolloutsRequest
-	9,   // 94: lehr.v1.Control.ListRolloutEvents:input_type -> lehr.v1.ListRolloutEventsRequest
-	5,   // 95: lehr.v1.Control.UpdateRollout:input_type -> lehr.v1.UpdateRolloutRequest
-	82,  // 96: lehr.v1.Control.Evaluate:input_type -> lehr.v1.EvaluateRequest
-	83,  // 97: lehr.v1.Control.GetCanaryEvaluation:input_type -> lehr.v1.GetCanaryEvaluationRequest
-	84,  // 98: lehr.v1.Control.ListCanaryEvaluations:input_type -> lehr.v1.ListCanaryEvaluationsRequest
-	85,  // 99: lehr.v1.Control.GetPolicy:input_type -> lehr.v1.GetPolicyRequest
-	86,  // 100: lehr.v1.Control.CreatePolicyExperiment:input_type -> lehr.v1.CreatePolicyExperimentRequest
-	87,  // 101: lehr.v1.Control.UpdatePolicyExperiment:input_type -> lehr.v1.UpdatePolicyExperimentRequest
-	88,  // 102: lehr.v1.Control.GetPolicyExperiment:input_type -> lehr.v1.GetPolicyExperimentRequest
-	89,  // 103: lehr.v1.Control.ListPolicyExperiments:input_type -> lehr.v1.ListPolicyExperimentsRequest
-	90,  // 104: lehr.v1.Control.DeletePolicyExperiment:input_type -> lehr.v1.DeletePolicyExperimentRequest
-	91,  // 105: lehr.v1.Control.StartPreviewPolicyExperiment:input_type -> lehr.v1.StartPreviewPolicyExperimentRequest
-	92,  // 106: lehr.v1.Control.StopPreviewPolicyExperiment:input_type -> lehr.v1.StopPreviewPolicyExperimentRequest
-	93,  // 107: lehr.v1.Control.CommitPolicyExperiment:input_type -> lehr.v1.CommitPolicyExperimentRequest
-	94,  // 108: lehr.v1.Control.DeletePolicy:input_type -> lehr.v1.DeletePolicyRequest
-	95,  // 109: lehr.v1.Control.GetPolicyExperimentCounts:input_type -> lehr.v1.GetPolicyExperimentCountsRequest
-	3,   // 110: lehr.v1.Control.ListAuditRecords:input_type -> lehr.v1.ListAuditRecordsRequest
-	71,  // 111: lehr.v1.Control.CreateDomain:output_type -> lehr.v1.Domain
-	71,  // 112: lehr.v1.Control.GetDomain:output_type -> lehr.v1.Domain
-	21,  // 113: lehr.v1.Control.ListDomains:output_type -> lehr.v1.ListDomainsResponse
-	71,  // 114: lehr.v1.Control.UpdateDomain:output_type -> lehr.v1.Domain
-	73,  // 115: lehr.v1.Control.CreateNamespace:output_type -> lehr.v1.Namespace
-	73,  // 116: lehr.v1.Control.GetNamespace:output_type -> lehr.v1.Namespace
-	25,  // 117: lehr.v1.Control.ListNamespaces:output_type -> lehr.v1.ListNamespacesResponse
-	27,  // 118: lehr.v1.Control.Publish:output_type -> lehr.v1.PublishResponse
-	29,  // 119: lehr.v1.Control.Patch:output_type -> lehr.v1.PatchResponse
-	31,  // 120: lehr.v1.Control.Get:output_type -> lehr.v1.GetResponse
-	33,  // 121: lehr.v1.Control.History:output_type -> lehr.v1.HistoryResponse
-	36,  // 122: lehr.v1.Control.Diff:output_type -> lehr.v1.DiffResponse
-	38,  // 123: lehr.v1.Control.Rollback:output_type -> lehr.v1.RollbackResponse
-	40,  // 124: lehr.v1.Control.CompactNamespace:output_type -> lehr.v1.CompactNamespaceResponse
-	77,  // 125: lehr.v1.Control.CreateZone:output_type -> lehr.v1.Zone
-	43,  // 126: lehr.v1.Control.ListZones:output_type -> lehr.v1.ListZonesResponse
-	45,  // 127: lehr.v1.Control.GetGoals:output_type -> lehr.v1.GetGoalsResponse
-	48,  // 128: lehr.v1.Control.WatchGoals:output_type -> lehr.v1.WatchGoalsResponse
-	50,  // 129: lehr.v1.Control.FetchVersion:output_type -> lehr.v1.FetchVersionResponse
-	52,  // 130: lehr.v1.Control.FetchDelta:output_type -> lehr.v1.FetchDeltaResponse
-	60,  // 131: lehr.v1.Control.ReportZoneStatus:output_type -> lehr.v1.ReportZoneStatusResponse
-	63,  // 132: lehr.v1.Control.GetZoneStatus:output_type -> lehr.v1.GetZoneStatusResponse
-	69,  // 133: lehr.v1.Control.SetRolloutPolicy:output_type -> lehr.v1.RolloutPolicyRecord
-	69,  // 134: lehr.v1.Control.DeleteRolloutPolicy:output_type -> lehr.v1.RolloutPolicyRecord
-	14,  // 135: lehr.v1.Control.GetRolloutPolicy:output_type -> lehr.v1.GetRolloutPolicyResponse
-	16,  // 136: lehr.v1.Control.RolloutPolicyHistory:output_type -> lehr.v1.RolloutPolicyHistoryResponse
-	66,  // 137: lehr.v1.Control.GetRollout:output_type -> lehr.v1.Rollout
-	8,   // 138: lehr.v1.Control.ListRollouts:output_type -> lehr.v1.ListRolloutsResponse
-	10,  // 139: lehr.v1.Control.ListRolloutEvents:output_type -> lehr.v1.ListRolloutEventsResponse
-	66,  // 140: lehr.v1.Control.UpdateRollout:output_type -> lehr.v1.Rollout
-	96,  // 141: lehr.v1.Control.Evaluate:output_type -> lehr.v1.CanaryEvaluation
-	96,  // 142: lehr.v1.Control.GetCanaryEvaluation:output_type -> lehr.v1.CanaryEvaluation
-	97,  // 143: lehr.v1.Control.ListCanaryEvaluations:output_type -> lehr.v1.ListCanaryEvaluationsResponse
-	98,  // 144: lehr.v1.Control.GetPolicy:output_type -> lehr.v1.Policy
-	99,  // 145: lehr.v1.Control.CreatePolicyExperiment:output_type -> google.longrunning.Operation
-	99,  // 146: lehr.v1.Control.UpdatePolicyExperiment:output_type -> google.longrunning.Operation
-	100, // 147: lehr.v1.Control.GetPolicyExperiment:output_type -> lehr.v1.PolicyExperiment
-	101, // 148: lehr.v1.Control.ListPolicyExperiments:output_type -> lehr.v1.ListPolicyExperimentsResponse
-	99,  // 149: lehr.v1.Control.DeletePolicyExperiment:output_type -> google.longrunning.Operation
-	99,  // 150: lehr.v1.Control.StartPreviewPolicyExperiment:output_type -> google.longrunning.Operation
-	99,  // 151: lehr.v1.Control.StopPreviewPolicyExperiment:output_type -> google.longrunning.Operation
-	99,  // 152: lehr.v1.Control.CommitPolicyExperiment:output_type -> google.longrunning.Operation
-	99,  // 153: lehr.v1.Control.DeletePolicy:output_type -> google.longrunning.Operation
-	102, // 154: lehr.v1.Control.GetPolicyExperimentCounts:output_type -> lehr.v1.PolicyExperimentCounts
-	4,   // 155: lehr.v1.Control.ListAuditRecords:output_type -> lehr.v1.ListAuditRecordsResponse
-	111, // [111:156] is the sub-list for method output_type
-	66,  // [66:111] is the sub-list for method input_type
-	66,  // [66:66] is the sub-list for extension type_name
-	66,  // [66:66] is the sub-list for extension extendee
-	0,   // [0:66] is the sub-list for field type_name
+	82,  // 53: lehr.v1.NamespacePreviewCounts.counts:type_name -> lehr.v1.HostPreviewCounts
+	83,  // 54: lehr.v1.HostSignals.signals:type_name -> lehr.v1.NamespaceSignals
+	84,  // 55: lehr.v1.HostReport.report:type_name -> lehr.v1.NamespaceReport
+	67,  // 56: lehr.v1.StoreStatus.read_time:type_name -> google.protobuf.Timestamp
+	64,  // 57: lehr.v1.StoreStatus.domains:type_name -> lehr.v1.DomainStoredBytes
+	53,  // 58: lehr.v1.DistributorStatus.versions:type_name -> lehr.v1.VersionCount
+	58,  // 59: lehr.v1.DistributorStatus.health:type_name -> lehr.v1.NamespaceHealth
+	59,  // 60: lehr.v1.DistributorStatus.hosts:type_name -> lehr.v1.HostReport
+	57,  // 61: lehr.v1.DistributorStatus.samples:type_name -> lehr.v1.CohortSample
+	56,  // 62: lehr.v1.DistributorStatus.signals:type_name -> lehr.v1.HostSignals
+	55,  // 63: lehr.v1.DistributorStatus.preview:type_name -> lehr.v1.NamespacePreviewCounts
+	65,  // 64: lehr.v1.GetZoneStatusResponse.distributors:type_name -> lehr.v1.DistributorStatus
+	53,  // 65: lehr.v1.GetZoneStatusResponse.versions:type_name -> lehr.v1.VersionCount
+	58,  // 66: lehr.v1.GetZoneStatusResponse.health:type_name -> lehr.v1.NamespaceHealth
+	59,  // 67: lehr.v1.GetZoneStatusResponse.hosts:type_name -> lehr.v1.HostReport
+	17,  // 68: lehr.v1.Control.CreateDomain:input_type -> lehr.v1.CreateDomainRequest
+	19,  // 69: lehr.v1.Control.GetDomain:input_type -> lehr.v1.GetDomainRequest
+	20,  // 70: lehr.v1.Control.ListDomains:input_type -> lehr.v1.ListDomainsRequest
+	18,  // 71: lehr.v1.Control.UpdateDomain:input_type -> lehr.v1.UpdateDomainRequest
+	22,  // 72: lehr.v1.Control.CreateNamespace:input_type -> lehr.v1.CreateNamespaceRequest
+	23,  // 73: lehr.v1.Control.GetNamespace:input_type -> lehr.v1.GetNamespaceRequest
+	24,  // 74: lehr.v1.Control.ListNamespaces:input_type -> lehr.v1.ListNamespacesRequest
+	26,  // 75: lehr.v1.Control.Publish:input_type -> lehr.v1.PublishRequest
+	28,  // 76: lehr.v1.Control.Patch:input_type -> lehr.v1.PatchRequest
+	30,  // 77: lehr.v1.Control.Get:input_type -> lehr.v1.GetRequest
+	32,  // 78: lehr.v1.Control.History:input_type -> lehr.v1.HistoryRequest
+	34,  // 79: lehr.v1.Control.Diff:input_type -> lehr.v1.DiffRequest
+	37,  // 80: lehr.v1.Control.Rollback:input_type -> lehr.v1.RollbackRequest
+	39,  // 81: lehr.v1.Control.CompactNamespace:input_type -> lehr.v1.CompactNamespaceRequest
+	41,  // 82: lehr.v1.Control.CreateZone:input_type -> lehr.v1.CreateZoneRequest
+	42,  // 83: lehr.v1.Control.ListZones:input_type -> lehr.v1.ListZonesRequest
+	44,  // 84: lehr.v1.Control.GetGoals:input_type -> lehr.v1.GetGoalsRequest
+	46,  // 85: lehr.v1.Control.WatchGoals:input_type -> lehr.v1.WatchGoalsRequest
+	49,  // 86: lehr.v1.Control.FetchVersion:input_type -> lehr.v1.FetchVersionRequest
+	51,  // 87: lehr.v1.Control.FetchDelta:input_type -> lehr.v1.FetchDeltaRequest
+	54,  // 88: lehr.v1.Control.ReportZoneStatus:input_type -> lehr.v1.ReportZoneStatusRequest
+	61,  // 89: lehr.v1.Control.GetZoneStatus:input_type -> lehr.v1.GetZoneStatusRequest
+	62,  // 90: lehr.v1.Control.GetStoreStatus:input_type -> lehr.v1.GetStoreStatusRequest
+	11,  // 91: lehr.v1.Control.SetRolloutPolicy:input_type -> lehr.v1.SetRolloutPolicyRequest
+	12,  // 92: lehr.v1.Control.DeleteRolloutPolicy:input_type -> lehr.v1.DeleteRolloutPolicyRequest
+	13,  // 93: lehr.v1.Control.GetRolloutPolicy:input_type -> lehr.v1.GetRolloutPolicyRequest
+	15,  // 94: lehr.v1.Control.RolloutPolicyHistory:input_type -> lehr.v1.RolloutPolicyHistoryRequest
+	6,   // 95: lehr.v1.Control.GetRollout:input_type -> lehr.v1.GetRolloutRequest
+	7,   // 96: lehr.v1.Control.ListRollouts:input_type -> lehr.v1.ListRolloutsRequest
+	9,   // 97: lehr.v1.Control.ListRolloutEvents:input_type -> lehr.v1.ListRolloutEventsRequest
+	5,   // 98: lehr.v1.Control.UpdateRollout:input_type -> lehr.v1.UpdateRolloutRequest
+	85,  // 99: lehr.v1.Control.Evaluate:input_type -> lehr.v1.EvaluateRequest
+	86,  // 100: lehr.v1.Control.GetCanaryEvaluation:input_type -> lehr.v1.GetCanaryEvaluationRequest
+	87,  // 101: lehr.v1.Control.ListCanaryEvaluations:input_type -> lehr.v1.ListCanaryEvaluationsRequest
+	88,  // 102: lehr.v1.Control.GetPolicy:input_type -> lehr.v1.GetPolicyRequest
+	89,  // 103: lehr.v1.Control.CreatePolicyExperiment:input_type -> lehr.v1.CreatePolicyExperimentRequest
+	90,  // 104: lehr.v1.Control.UpdatePolicyExperiment:input_type -> lehr.v1.UpdatePolicyExperimentRequest
+	91,  // 105: lehr.v1.Control.GetPolicyExperiment:input_type -> lehr.v1.GetPolicyExperimentRequest
+	92,  // 106: lehr.v1.Control.ListPolicyExperiments:input_type -> lehr.v1.ListPolicyExperimentsRequest
+	93,  // 107: lehr.v1.Control.DeletePolicyExperiment:input_type -> lehr.v1.DeletePolicyExperimentRequest
+	94,  // 108: lehr.v1.Control.StartPreviewPolicyExperiment:input_type -> lehr.v1.StartPreviewPolicyExperimentRequest
+	95,  // 109: lehr.v1.Control.StopPreviewPolicyExperiment:input_type -> lehr.v1.StopPreviewPolicyExperimentRequest
+	96,  // 110: lehr.v1.Control.CommitPolicyExperiment:input_type -> lehr.v1.CommitPolicyExperimentRequest
+	97,  // 111: lehr.v1.Control.DeletePolicy:input_type -> lehr.v1.DeletePolicyRequest
+	98,  // 112: lehr.v1.Control.GetPolicyExperimentCounts:input_type -> lehr.v1.GetPolicyExperimentCountsRequest
+	3,   // 113: lehr.v1.Control.ListAuditRecords:input_type -> lehr.v1.ListAuditRecordsRequest
+	74,  // 114: lehr.v1.Control.CreateDomain:output_type -> lehr.v1.Domain
+	74,  // 115: lehr.v1.Control.GetDomain:output_type -> lehr.v1.Domain
+	21,  // 116: lehr.v1.Control.ListDomains:output_type -> lehr.v1.ListDomainsResponse
+	74,  // 117: lehr.v1.Control.UpdateDomain:output_type -> lehr.v1.Domain
+	76,  // 118: lehr.v1.Control.CreateNamespace:output_type -> lehr.v1.Namespace
+	76,  // 119: lehr.v1.Control.GetNamespace:output_type -> lehr.v1.Namespace
+	25,  // 120: lehr.v1.Control.ListNamespaces:output_type -> lehr.v1.ListNamespacesResponse
+	27,  // 121: lehr.v1.Control.Publish:output_type -> lehr.v1.PublishResponse
+	29,  // 122: lehr.v1.Control.Patch:output_type -> lehr.v1.PatchResponse
+	31,  // 123: lehr.v1.Control.Get:output_type -> lehr.v1.GetResponse
+	33,  // 124: lehr.v1.Control.History:output_type -> lehr.v1.HistoryResponse
+	36,  // 125: lehr.v1.Control.Diff:output_type -> lehr.v1.DiffResponse
+	38,  // 126: lehr.v1.Control.Rollback:output_type -> lehr.v1.RollbackResponse
+	40,  // 127: lehr.v1.Control.CompactNamespace:output_type -> lehr.v1.CompactNamespaceResponse
+	80,  // 128: lehr.v1.Control.CreateZone:output_type -> lehr.v1.Zone
+	43,  // 129: lehr.v1.Control.ListZones:output_type -> lehr.v1.ListZonesResponse
+	45,  // 130: lehr.v1.Control.GetGoals:output_type -> lehr.v1.GetGoalsResponse
+	48,  // 131: lehr.v1.Control.WatchGoals:output_type -> lehr.v1.WatchGoalsResponse
+	50,  // 132: lehr.v1.Control.FetchVersion:output_type -> lehr.v1.FetchVersionResponse
+	52,  // 133: lehr.v1.Control.FetchDelta:output_type -> lehr.v1.FetchDeltaResponse
+	60,  // 134: lehr.v1.Control.ReportZoneStatus:output_type -> lehr.v1.ReportZoneStatusResponse
+	66,  // 135: lehr.v1.Control.GetZoneStatus:output_type -> lehr.v1.GetZoneStatusResponse
+	63,  // 136: lehr.v1.Control.GetStoreStatus:output_type -> lehr.v1.StoreStatus
+	72,  // 137: lehr.v1.Control.SetRolloutPolicy:output_type -> lehr.v1.RolloutPolicyRecord
+	72,  // 138: lehr.v1.Control.DeleteRolloutPolicy:output_type -> lehr.v1.RolloutPolicyRecord
+	14,  // 139: lehr.v1.Control.GetRolloutPolicy:output_type -> lehr.v1.GetRolloutPolicyResponse
+	16,  // 140: lehr.v1.Control.RolloutPolicyHistory:output_type -> lehr.v1.RolloutPolicyHistoryResponse
+	69,  // 141: lehr.v1.Control.GetRollout:output_type -> lehr.v1.Rollout
+	8,   // 142: lehr.v1.Control.ListRollouts:output_type -> lehr.v1.ListRolloutsResponse
+	10,  // 143: lehr.v1.Control.ListRolloutEvents:output_type -> lehr.v1.ListRolloutEventsResponse
+	69,  // 144: lehr.v1.Control.UpdateRollout:output_type -> lehr.v1.Rollout
+	99,  // 145: lehr.v1.Control.Evaluate:output_type -> lehr.v1.CanaryEvaluation
+	99,  // 146: lehr.v1.Control.GetCanaryEvaluation:output_type -> lehr.v1.CanaryEvaluation
+	100, // 147: lehr.v1.Control.ListCanaryEvaluations:output_type -> lehr.v1.ListCanaryEvaluationsResponse
+	101, // 148: lehr.v1.Control.GetPolicy:output_type -> lehr.v1.Policy
+	102, // 149: lehr.v1.Control.CreatePolicyExperiment:output_type -> google.longrunning.Operation
+	102, // 150: lehr.v1.Control.UpdatePolicyExperiment:output_type -> google.longrunning.Operation
+	103, // 151: lehr.v1.Control.GetPolicyExperiment:output_type -> lehr.v1.PolicyExperiment
+	104, // 152: lehr.v1.Control.ListPolicyExperiments:output_type -> lehr.v1.ListPolicyExperimentsResponse
+	102, // 153: lehr.v1.Control.DeletePolicyExperiment:output_type -> google.longrunning.Operation
+	102, // 154: lehr.v1.Control.StartPreviewPolicyExperiment:output_type -> google.longrunning.Operation
+	102, // 155: lehr.v1.Control.StopPreviewPolicyExperiment:output_type -> google.longrunning.Operation
+	102, // 156: lehr.v1.Control.CommitPolicyExperiment:output_type -> google.longrunning.Operation
+	102, // 157: lehr.v1.Control.DeletePolicy:output_type -> google.longrunning.Operation
+	105, // 158: lehr.v1.Control.GetPolicyExperimentCounts:output_type -> lehr.v1.PolicyExperimentCounts
+	4,   // 159: lehr.v1.Control.ListAuditRecords:output_type -> lehr.v1.ListAuditRecordsResponse
+	114, // [114:160] is the sub-list for method output_type
+	68,  // [68:114] is the sub-list for method input_type
+	68,  // [68:68] is the sub-list for extension type_name
+	68,  // [68:68] is the sub-list for extension extendee
+	0,   // [0:68] is the sub-list for field type_name
 }
 
 func init() { file_lehr_v1_control_proto_init() }
@@ -4668,7 +4924,7 @@ func file_lehr_v1_control_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lehr_v1_control_proto_rawDesc), len(file_lehr_v1_control_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   62,
+			NumMessages:   65,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -51,6 +51,7 @@ const (
 	Control_FetchDelta_FullMethodName                   = "/lehr.v1.Control/FetchDelta"
 	Control_ReportZoneStatus_FullMethodName             = "/lehr.v1.Control/ReportZoneStatus"
 	Control_GetZoneStatus_FullMethodName                = "/lehr.v1.Control/GetZoneStatus"
+	Control_GetStoreStatus_FullMethodName               = "/lehr.v1.Control/GetStoreStatus"
 	Control_SetRolloutPolicy_FullMethodName             = "/lehr.v1.Control/SetRolloutPolicy"
 	Control_DeleteRolloutPolicy_FullMethodName          = "/lehr.v1.Control/DeleteRolloutPolicy"
 	Control_GetRolloutPolicy_FullMethodName             = "/lehr.v1.Control/GetRolloutPolicy"
@@ -131,6 +132,10 @@ type ControlClient interface {
 	ReportZoneStatus(ctx context.Context, in *ReportZoneStatusRequest, opts ...grpc.CallOption) (*ReportZoneStatusResponse, error)
 	// GetZoneStatus aggregates the live reports of a zone's distributors.
 	GetZoneStatus(ctx context.Context, in *GetZoneStatusRequest, opts ...grpc.CallOption) (*GetZoneStatusResponse, error)
+	// GetStoreStatus says how full control's store is — its size against
+	// its quota and the marks where new content is refused — and what each
+	// domain stores (lehr store).
+	GetStoreStatus(ctx context.Context, in *GetStoreStatusRequest, opts ...grpc.CallOption) (*StoreStatus, error)
 	// Rollout policies: a domain's default and a namespace's override.
 	// SetRolloutPolicy validates the policy against the registered zones and
 	// stores it as the scope's next generation; setting the policy a scope
@@ -438,6 +443,16 @@ func (c *controlClient) GetZoneStatus(ctx context.Context, in *GetZoneStatusRequ
 	return out, nil
 }
 
+func (c *controlClient) GetStoreStatus(ctx context.Context, in *GetStoreStatusRequest, opts ...grpc.CallOption) (*StoreStatus, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(StoreStatus)
+	err := c.cc.Invoke(ctx, Control_GetStoreStatus_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *controlClient) SetRolloutPolicy(ctx context.Context, in *SetRolloutPolicyRequest, opts ...grpc.CallOption) (*RolloutPolicyRecord, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(RolloutPolicyRecord)
@@ -723,6 +738,10 @@ type ControlServer interface {
 	ReportZoneStatus(context.Context, *ReportZoneStatusRequest) (*ReportZoneStatusResponse, error)
 	// GetZoneStatus aggregates the live reports of a zone's distributors.
 	GetZoneStatus(context.Context, *GetZoneStatusRequest) (*GetZoneStatusResponse, error)
+	// GetStoreStatus says how full control's store is — its size against
+	// its quota and the marks where new content is refused — and what each
+	// domain stores (lehr store).
+	GetStoreStatus(context.Context, *GetStoreStatusRequest) (*StoreStatus, error)
 	// Rollout policies: a domain's default and a namespace's override.
 	// SetRolloutPolicy validates the policy against the registered zones and
 	// stores it as the scope's next generation; setting the policy a scope
@@ -866,6 +885,9 @@ func (UnimplementedControlServer) ReportZoneStatus(context.Context, *ReportZoneS
 }
 func (UnimplementedControlServer) GetZoneStatus(context.Context, *GetZoneStatusRequest) (*GetZoneStatusResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetZoneStatus not implemented")
+}
+func (UnimplementedControlServer) GetStoreStatus(context.Context, *GetStoreStatusRequest) (*StoreStatus, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetStoreStatus not implemented")
 }
 func (UnimplementedControlServer) SetRolloutPolicy(context.Context, *SetRolloutPolicyRequest) (*RolloutPolicyRecord, error) {
 	return nil, status.Error(codes.Unimplemented, "method SetRolloutPolicy not implemented")
@@ -1342,6 +1364,24 @@ func _Control_GetZoneStatus_Handler(srv interface{}, ctx context.Context, dec fu
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(ControlServer).GetZoneStatus(ctx, req.(*GetZoneStatusRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Control_GetStoreStatus_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetStoreStatusRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ControlServer).GetStoreStatus(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Control_GetStoreStatus_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ControlServer).GetStoreStatus(ctx, req.(*GetStoreStatusRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -1850,6 +1890,10 @@ var Control_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "GetZoneStatus",
 			Handler:    _Control_GetZoneStatus_Handler,
+		},
+		{
+			MethodName: "GetStoreStatus",
+			Handler:    _Control_GetStoreStatus_Handler,
 		},
 		{
 			MethodName: "SetRolloutPolicy",
