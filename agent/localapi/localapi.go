@@ -456,6 +456,9 @@ func (s *service) ReportPreview(ctx context.Context, req *lehrpb.ReportPreviewRe
 	if d, n := req.GetLiveDenies(), req.GetLiveDecisions(); d > n {
 		return nil, invalidArg("live_denies", "%d denials of %d live decisions; denials are a part of the decisions", d, n)
 	}
+	if c, n := req.GetLiveChanged(), req.GetLiveDecisions(); c > n {
+		return nil, invalidArg("live_changed", "%d changed decisions of %d live decisions; changed decisions are a part of the decisions", c, n)
+	}
 	if n := len(req.GetCounts()); n > MaxPreviewCounts {
 		return nil, invalidArg("counts", "%d counts; at most %d allowed (one per experiment and pair of etags)", n, MaxPreviewCounts)
 	}

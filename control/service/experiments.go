@@ -561,7 +561,7 @@ func (s *Service) syncPreview(ctx context.Context, ns string) error {
 		for _, e := range st.Experiments {
 			active[e.ID] = e.PolicyExperiment
 		}
-		snap, err := preview.Content(active)
+		snap, err := preview.Content(active, nil)
 		if err != nil {
 			return s.previewSyncError(ctx, ns, err)
 		}
