@@ -67,6 +67,12 @@ type StrategistOptions struct {
 	// the audit log (service.Service.Audit), as Author, with the rollout
 	// and the reason.
 	Audit func(*lehrpb.AuditRecord)
+	// Ended, if set, is told of every rollout the strategist ended
+	// (SUCCEEDED, FAILED, ABORTED or SUPERSEDED) once that is written;
+	// control's service then stops what the rollout needed of the hosts
+	// (service.Service.RolloutEnded). Called from the round, never
+	// concurrently; it must not wait on the strategist.
+	Ended func(ctx context.Context, r *lehrpb.Rollout)
 }
 
 // Strategist walks every rollout through its stages (Select → Update →
@@ -716,7 +722,17 @@ func (s *Strategist) apply(ctx context.Context, rd round, d Decision, done *stor
 		if len(d.Goals) > 0 {
 			s.audit("MoveGoals", r, r.GetVersion(), d.Events, d.Goals)
 		}
+		if !Active(r) {
+			s.ended(ctx, r)
+		}
 		return nil
+	}
+}
+
+// ended tells StrategistOptions.Ended that r ended.
+func (s *Strategist) ended(ctx context.Context, r *lehrpb.Rollout) {
+	if s.opts.Ended != nil {
+		s.opts.Ended(ctx, r)
 	}
 }
 
@@ -791,6 +807,7 @@ func (s *Strategist) end(ctx context.Context, rd round, r *lehrpb.Rollout, e *En
 		s.met.GetOrCreateCounter(`lehr_control_publishes_total{kind="rollback"}`).Inc()
 	}
 	s.audit("Rollback", d.Rollout, d.Rollout.GetRollbackVersion(), d.Events, d.Goals)
+	s.ended(ctx, d.Rollout)
 	return nil
 }
 
