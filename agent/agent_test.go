@@ -41,6 +41,7 @@ import (
 	"lehr.dev/lehr/internal/pki"
 	"lehr.dev/lehr/internal/signals"
 	"lehr.dev/lehr/internal/tlsconfig"
+	"lehr.dev/lehr/preview"
 	"lehr.dev/lehr/proto/lehrpb"
 	"lehr.dev/lehr/testenv/demoservice"
 	"lehr.dev/lehr/testenv/wait"
@@ -895,7 +896,8 @@ func TestSignals(t *testing.T) {
 // replaced would have decided otherwise). A report without live_changed
 // — a consumer that does not count it — leaves policy_changed alone, so
 // a host of such consumers never tells a canary analysis that nothing
-// changed.
+// changed. Such a consumer also reports the comparison's pair counts as
+// an experiment's: the report is accepted, the live decisions kept.
 func TestPolicyChangedSignal(t *testing.T) {
 	h := newHarness(t, 1)
 	rules := map[string]string{"all": `{"effect": "allow", "condition": "true"}`}
@@ -912,8 +914,11 @@ func TestPolicyChangedSignal(t *testing.T) {
 	} {
 		sub := subscribe(t, r, tc.ns)
 		waitFile(t, sub.GetPath(), v1.GetSeq(), rules)
-		if _, err := r.api.ReportPreview(ctx(t), &lehrpb.ReportPreviewRequest{LeaseId: sub.GetLeaseId(), Namespace: tc.ns,
-			LiveDecisions: 10, LiveDenies: 3, LiveChanged: tc.changed}); err != nil {
+		req := &lehrpb.ReportPreviewRequest{LeaseId: sub.GetLeaseId(), Namespace: tc.ns, LiveDecisions: 10, LiveDenies: 3, LiveChanged: tc.changed}
+		if tc.changed == nil {
+			req.Counts = []*lehrpb.HostPreviewCounts{{Experiment: preview.ComparisonKey, Counts: &lehrpb.PreviewCounts{LiveEtag: "v2", ExperimentEtag: "v1", AllowDeny: 4, AllowAllow: 6}}}
+		}
+		if _, err := r.api.ReportPreview(ctx(t), req); err != nil {
 			t.Fatal(err)
 		}
 		var series map[string]float64

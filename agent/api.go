@@ -242,6 +242,9 @@ func (b *backend) ReportPreview(_ context.Context, req *lehrpb.ReportPreviewRequ
 			st.tally = preview.NewTally(maxPreviewPairs)
 		}
 		for _, in := range req.GetCounts() {
+			if in.GetExperiment() == preview.ComparisonKey {
+				continue // an older consumer's: no experiment (localapi)
+			}
 			c := in.GetCounts()
 			st.tally.Add(preview.Key{Namespace: ns, Experiment: in.GetExperiment(), LiveEtag: c.GetLiveEtag(), ExperimentEtag: c.GetExperimentEtag()}, c)
 		}

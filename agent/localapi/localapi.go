@@ -32,6 +32,7 @@ import (
 	"lehr.dev/lehr/agent/leases"
 	"lehr.dev/lehr/internal/apierror"
 	"lehr.dev/lehr/internal/names"
+	"lehr.dev/lehr/preview"
 	"lehr.dev/lehr/proto/lehrpb"
 )
 
@@ -464,7 +465,11 @@ func (s *service) ReportPreview(ctx context.Context, req *lehrpb.ReportPreviewRe
 	}
 	for i, c := range req.GetCounts() {
 		field := fmt.Sprintf("counts[%d]", i)
-		if err := names.Experiment(c.GetExperiment()); err != nil {
+		// A consumer that does not know the comparison of a committed
+		// version (preview.ComparisonKey) previews it as an experiment:
+		// its counts are accepted, and dropped, rather than refusing the
+		// report with every live decision in it.
+		if err := names.Experiment(c.GetExperiment()); err != nil && c.GetExperiment() != preview.ComparisonKey {
 			return nil, invalidArg(field+".experiment", "%v", err)
 		}
 		pc := c.GetCounts()

@@ -187,28 +187,16 @@ func (p *shadow) evaluate(ctx context.Context, live *View, liveSet *policy.Set, 
 			continue
 		}
 		ed, err := x.set.Evaluate(ctx, in)
-		k := preview.Key{Experiment: x.id, LiveEtag: liveEtag, ExperimentEtag: x.exp.Etag}
-		c, ok := p.counts.Load(k)
-		if !ok {
-			c, _ = p.counts.LoadOrStore(k, new(counter))
-		}
-		ctr := c.(*counter)
-		if err != nil {
-			ctr.errs.Add(1)
-		}
 		agree := ld.Allowed() == ed.Allowed()
-		if !agree && x.exp.Compares() {
-			p.changed.Add(1)
-		}
-		switch {
-		case ld.Allowed() && ed.Allowed():
-			ctr.allowAllow.Add(1)
-		case !ld.Allowed() && !ed.Allowed():
-			ctr.denyDeny.Add(1)
-		case ld.Allowed():
-			ctr.allowDeny.Add(1)
-		default:
-			ctr.denyAllow.Add(1)
+		if x.exp.Compares() {
+			// No experiment: no pair counts to report (nothing would
+			// show them, and an agent takes counts of experiments only);
+			// the decisions it changed go up as live_changed.
+			if !agree {
+				p.changed.Add(1)
+			}
+		} else {
+			p.tally(x, liveEtag, ld, ed, err)
 		}
 		if agree {
 			n := p.s.c.opts.PreviewSample
@@ -217,6 +205,30 @@ func (p *shadow) evaluate(ctx context.Context, live *View, liveSet *policy.Set, 
 			}
 		}
 		p.log(live, liveSet, ld, x, ed, err, agree, in)
+	}
+}
+
+// tally counts the pair of decisions ld (live) and ed (experiment x's,
+// with its error err).
+func (p *shadow) tally(x shadowExp, liveEtag string, ld, ed policy.Decision, err error) {
+	k := preview.Key{Experiment: x.id, LiveEtag: liveEtag, ExperimentEtag: x.exp.Etag}
+	c, ok := p.counts.Load(k)
+	if !ok {
+		c, _ = p.counts.LoadOrStore(k, new(counter))
+	}
+	ctr := c.(*counter)
+	if err != nil {
+		ctr.errs.Add(1)
+	}
+	switch {
+	case ld.Allowed() && ed.Allowed():
+		ctr.allowAllow.Add(1)
+	case !ld.Allowed() && !ed.Allowed():
+		ctr.denyDeny.Add(1)
+	case ld.Allowed():
+		ctr.allowDeny.Add(1)
+	default:
+		ctr.denyAllow.Add(1)
 	}
 }
 
