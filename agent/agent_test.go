@@ -41,6 +41,7 @@ import (
 	"lehr.dev/lehr/internal/pki"
 	"lehr.dev/lehr/internal/signals"
 	"lehr.dev/lehr/internal/tlsconfig"
+	"lehr.dev/lehr/preview"
 	"lehr.dev/lehr/proto/lehrpb"
 	"lehr.dev/lehr/testenv/demoservice"
 	"lehr.dev/lehr/testenv/wait"
@@ -887,6 +888,60 @@ func TestSignals(t *testing.T) {
 		t.Errorf("the agent's signals are not valid on the wire: %v", err)
 	}
 	wait.For(t, "a scrape counted", func() bool { return counter(r, `lehr_agent_scrapes_total{result="ok"}`) > 0 })
+}
+
+// The consumers' counts of live policy decisions become the agent's
+// signals: policy_decisions, policy_denies and, from consumers that count
+// them, policy_changed (the decisions the version a committed experiment
+// replaced would have decided otherwise). A report without live_changed
+// — a consumer that does not count it — leaves policy_changed alone, so
+// a host of such consumers never tells a canary analysis that nothing
+// changed. Such a consumer also reports the comparison's pair counts as
+// an experiment's: the report is accepted, the live decisions kept.
+func TestPolicyChangedSignal(t *testing.T) {
+	h := newHarness(t, 1)
+	rules := map[string]string{"all": `{"effect": "allow", "condition": "true"}`}
+	counted, uncounted := domain+"/counted", domain+"/uncounted"
+	v1 := h.publish(counted, rules)
+	h.publish(uncounted, rules)
+	r := h.startAgent(dataDir(t), h.addrs(), func(o *agent.Options) { o.SignalsInterval = time.Second })
+	for _, tc := range []struct {
+		ns      string
+		changed *uint64
+	}{
+		{counted, proto.Uint64(4)},
+		{uncounted, nil},
+	} {
+		sub := subscribe(t, r, tc.ns)
+		waitFile(t, sub.GetPath(), v1.GetSeq(), rules)
+		req := &lehrpb.ReportPreviewRequest{LeaseId: sub.GetLeaseId(), Namespace: tc.ns, LiveDecisions: 10, LiveDenies: 3, LiveChanged: tc.changed}
+		if tc.changed == nil {
+			req.Counts = []*lehrpb.HostPreviewCounts{{Experiment: preview.ComparisonKey, Counts: &lehrpb.PreviewCounts{LiveEtag: "v2", ExperimentEtag: "v1", AllowDeny: 4, AllowAllow: 6}}}
+		}
+		if _, err := r.api.ReportPreview(ctx(t), req); err != nil {
+			t.Fatal(err)
+		}
+		var series map[string]float64
+		wait.For(t, tc.ns+": an interval with the decisions", func() bool {
+			resp, err := r.api.Signals(ctx(t), &lehrpb.AgentSignalsRequest{Namespace: tc.ns})
+			if err != nil {
+				return false
+			}
+			series = map[string]float64{}
+			for _, sr := range resp.GetSignals().GetSeries() {
+				for _, v := range sr.GetValues() {
+					if !math.IsNaN(v) {
+						series[sr.GetName()] += v
+					}
+				}
+			}
+			return series[canary.MetricPolicyDecisions] == 10
+		})
+		got, seen := series[canary.MetricPolicyChanged]
+		if series[canary.MetricPolicyDenies] != 3 || seen != (tc.changed != nil) || seen && got != float64(*tc.changed) {
+			t.Errorf("%s: signals %v; want 10 decisions, 3 denies and policy_changed %v (nil: no such signal)", tc.ns, series, tc.changed)
+		}
+	}
 }
 
 // Who may read what: the data directory lets the consumers' group pass

@@ -242,6 +242,9 @@ func (b *backend) ReportPreview(_ context.Context, req *lehrpb.ReportPreviewRequ
 			st.tally = preview.NewTally(maxPreviewPairs)
 		}
 		for _, in := range req.GetCounts() {
+			if in.GetExperiment() == preview.ComparisonKey {
+				continue // an older consumer's: no experiment (localapi)
+			}
 			c := in.GetCounts()
 			st.tally.Add(preview.Key{Namespace: ns, Experiment: in.GetExperiment(), LiveEtag: c.GetLiveEtag(), ExperimentEtag: c.GetExperimentEtag()}, c)
 		}
@@ -255,6 +258,12 @@ func (b *backend) ReportPreview(_ context.Context, req *lehrpb.ReportPreviewRequ
 	if d := req.GetLiveDecisions(); d > 0 {
 		a.sig.store.Add(ns, canary.MetricPolicyDecisions, float64(d))
 		a.sig.store.Add(ns, canary.MetricPolicyDenies, float64(req.GetLiveDenies()))
+		// A consumer that does not count changed decisions leaves the
+		// signal alone: reporting none would tell a committed version's
+		// canary analysis that nothing changed on this host.
+		if req.LiveChanged != nil {
+			a.sig.store.Add(ns, canary.MetricPolicyChanged, float64(req.GetLiveChanged()))
+		}
 	}
 	a.met.previewReports.Inc()
 	return nil

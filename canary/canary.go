@@ -35,6 +35,12 @@ const (
 	// library's Evaluate (0 when nothing was decided).
 	MetricPolicyDecisions = "policy_decisions" // live decisions made
 	MetricPolicyDenies    = "policy_denies"    // of them, denials
+	// Of them, those the version a committed policy experiment replaced
+	// would have decided otherwise: counted while the host's live version
+	// is the committed one and the policy's preview namespace carries the
+	// replaced rules (docs/preview.md, "The committed version's canary");
+	// 0 otherwise, when nothing is compared.
+	MetricPolicyChanged = "policy_changed"
 )
 
 // Verdict is the outcome of a check or of a whole judgement.
@@ -111,10 +117,13 @@ type Check struct {
 	// Expected is the change the canary hosts are expected to show against
 	// the control hosts, in the check's unit (for a ratio, as a ratio):
 	// what a preview measured, such as a committed policy experiment's
-	// extra deny share (PolicyCheck). The judge asks whether the canary
+	// extra deny share (PolicyCheck) or the share of decisions it changes
+	// (PolicyDisagreementCheck). The judge asks whether the canary
 	// hosts moved by something other than Expected, by more than
 	// Tolerance: with Direction Either, too little is as wrong as too much.
-	// Zero means no change is expected.
+	// Zero means no change is expected. A check expecting a change is
+	// judged even when no host had any event: an expected change that did
+	// not happen is a failure, not "nothing to compare".
 	Expected float64
 }
 

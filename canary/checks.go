@@ -54,6 +54,32 @@ func PolicyCheck(expected float64) Check {
 	}
 }
 
+// PolicyDisagreementCheckName names the check PolicyDisagreementCheck
+// returns.
+const PolicyDisagreementCheckName = "policy disagreement"
+
+// PolicyDisagreementCheck is the other check a committed policy
+// experiment's rollout adds, beside PolicyCheck: the share of live
+// decisions that the replaced version would have decided otherwise
+// (MetricPolicyChanged over MetricPolicyDecisions), expected to move on
+// the canary hosts by expected — the share of decisions the preview saw
+// the experiment disagree with the live policy on — against the control
+// hosts, which run the replaced version and so change nothing. A change
+// that flips as many decisions to deny as to allow leaves the deny share
+// where it was and passes PolicyCheck whatever it does; this check sees
+// it. Same tolerance and direction as PolicyCheck: the canary hosts
+// changing much fewer or much more decisions than previewed fails.
+func PolicyDisagreementCheck(expected float64) Check {
+	return Check{
+		Name:      PolicyDisagreementCheckName,
+		Ratio:     &Ratio{Numerator: MetricPolicyChanged, Denominator: MetricPolicyDecisions},
+		Kind:      KindProportion,
+		Direction: Either,
+		Tolerance: PolicyCheckTolerance,
+		Expected:  expected,
+	}
+}
+
 // metrics returns the metric names c reads.
 func (c Check) metrics() []string {
 	if c.Ratio != nil {

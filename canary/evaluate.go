@@ -96,7 +96,9 @@ func evaluate(p prepared, in Input, end int) *evaluation {
 	case len(control) < 2:
 		e.lack = fmt.Sprintf("%d control host(s) reported %s for %d intervals before the change and 1 after; at least 2 are needed", len(control), c.describe(), minBefore)
 		return e
-	case e.kind != KindValue && allZero(all):
+	case e.kind != KindValue && allZero(all) && c.Expected == 0:
+		// Nothing happened, and nothing was expected to. (A change that
+		// was expected and did not happen is judged below: it fails.)
 		e.quiet = fmt.Sprintf("no host had any %s before or after the change", c.describe())
 		return e
 	}

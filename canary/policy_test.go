@@ -123,3 +123,82 @@ func TestExpectedRefusesBadInput(t *testing.T) {
 		})
 	}
 }
+
+// flipFleet returns canaries and controls deciding 400 times an
+// interval, half of them denials on every host before and after the
+// change at interval 20 of 40 — a change that flips as many decisions to
+// deny as to allow leaves the deny share where it was — and, after the
+// change, a binomial share changed of the canary hosts' decisions that
+// the replaced version would have decided otherwise (the control hosts
+// run the replaced version: none).
+func flipFleet(seed uint64, canaries, controls int, changed float64) canary.Input {
+	rng := rand.New(rand.NewPCG(seed, 11))
+	const n, c, decisions = 40, 20, 400
+	host := func(share float64) map[string][]float64 {
+		d, x, ch := make([]float64, n), make([]float64, n), make([]float64, n)
+		for t := range d {
+			d[t] = decisions
+			for range decisions {
+				if rng.Float64() < 0.5 {
+					x[t]++
+				}
+				if t >= c && rng.Float64() < share {
+					ch[t]++
+				}
+			}
+		}
+		return map[string][]float64{canary.MetricPolicyDecisions: d, canary.MetricPolicyDenies: x, canary.MetricPolicyChanged: ch}
+	}
+	in := canary.Input{ChangeIndex: c, Canary: map[string]map[string][]float64{}, Control: map[string]map[string][]float64{}, Checks: []canary.Check{}}
+	for i := range canaries {
+		in.Canary[string(rune('a'+i))] = host(changed)
+	}
+	for i := range controls {
+		in.Control["k"+string(rune('a'+i))] = host(0)
+	}
+	return in
+}
+
+// TestPolicyDisagreementCheck: a committed policy experiment's rollout
+// expects the canary hosts to change the share of decisions the preview
+// saw the experiment disagree on — not fewer, not more — while the deny
+// share's check, expecting no change from an experiment that flips
+// decisions both ways, passes whatever the canary hosts do (issue 30,
+// item 4).
+func TestPolicyDisagreementCheck(t *testing.T) {
+	for _, tc := range []struct {
+		name              string
+		changed, expected float64
+		want              canary.Verdict
+	}{
+		{"changed as previewed", 0.5, 0.5, canary.Pass},
+		{"changed a quarter, as previewed", 0.25, 0.25, canary.Pass},
+		{"changed within the tolerance", 0.27, 0.25, canary.Pass},
+		{"nothing to change, nothing changed", 0, 0, canary.Pass},
+		{"nothing changed though half was expected to", 0, 0.5, canary.Fail},
+		{"changed a fifth of what was expected", 0.1, 0.5, canary.Fail},
+		{"changed twice as much as previewed", 0.5, 0.25, canary.Fail},
+		{"changed, nothing expected", 0.1, 0, canary.Fail},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for seed := range uint64(5) {
+				in := flipFleet(seed, 3, 8, tc.changed)
+				in.Extra = []canary.Check{canary.PolicyCheck(0), canary.PolicyDisagreementCheck(tc.expected)}
+				res, err := canary.Judge(in, canary.Options{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				deny, dis := res.Checks[0], res.Checks[1]
+				if deny.Name != canary.PolicyCheckName || deny.Verdict != canary.Pass {
+					t.Fatalf("seed %d: %s %v: %s; want PASS, the deny share unchanged", seed, deny.Name, deny.Verdict, deny.Explanation)
+				}
+				if dis.Name != canary.PolicyDisagreementCheckName || dis.Verdict != tc.want {
+					t.Fatalf("seed %d: %s %v (p = %.3g): %s; want %v", seed, dis.Name, dis.Verdict, dis.P, dis.Explanation, tc.want)
+				}
+				if res.Verdict != tc.want {
+					t.Fatalf("seed %d: verdict %v: %s; want %v", seed, res.Verdict, res.Reason, tc.want)
+				}
+			}
+		})
+	}
+}

@@ -507,6 +507,7 @@ func (c *Control) Run(ctx context.Context) (err error) {
 			Store: st, Client: cli, ElectionKey: st.Prefix() + "strategist", ID: lis.Addr().String(),
 			Interval: c.opts.RolloutInterval, Policy: svc.EffectiveRolloutPolicy,
 			Metrics: c.metrics, Logger: c.log.With("component", "rollout"), Audit: svc.Audit,
+			Ended: svc.RolloutEnded,
 		})
 		if err != nil {
 			return fmt.Errorf("control: %w", err)

@@ -3,6 +3,7 @@ package control_test
 import (
 	"encoding/json"
 	"fmt"
+	"math"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -12,11 +13,14 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/emptypb"
 
+	"lehr.dev/lehr/canary"
 	"lehr.dev/lehr/control"
 	"lehr.dev/lehr/control/controltest"
 	"lehr.dev/lehr/control/service"
 	"lehr.dev/lehr/internal/apierror"
+	"lehr.dev/lehr/preview"
 	"lehr.dev/lehr/proto/lehrpb"
+	"lehr.dev/lehr/testenv/wait"
 )
 
 func ruleProp(key, effect, cond string) *lehrpb.Property {
@@ -610,4 +614,71 @@ func TestAIP236(t *testing.T) {
 			t.Errorf("reason %s; want %s", r, apierror.ReasonInvalidName)
 		}
 	})
+}
+
+// TestCommittedExperimentCanaryWatchesDisagreement (issue 30, item 4): an
+// experiment that flips a quarter of the live decisions from allow to
+// deny and another quarter from deny to allow leaves the deny share where
+// it was, so an expected change of the deny share alone says nothing of
+// it. The commit's rollout must also expect the half of the decisions the
+// preview saw change; and while it runs, the hosts are sent the replaced
+// version to measure that against (the comparison), until it ends.
+func TestCommittedExperimentCanaryWatchesDisagreement(t *testing.T) {
+	srv := controltest.StartControl(t, control.Options{Rollouts: true, RolloutInterval: 50 * time.Millisecond})
+	cl := srv.Client
+	if _, err := cl.CreateZone(testCtx(t), &lehrpb.CreateZoneRequest{Name: "zone-a"}); err != nil {
+		t.Fatal(err)
+	}
+	live := []*lehrpb.Property{ruleProp("all", "allow", "true"), ruleProp("eu", "deny", `request.region == "eu"`)}
+	p := (&previewRig{cl: cl}).env(t, live...)
+	liveNS, livePolicy := p.ns, p.policy
+	e := p.create("flip", ruleProp("all", "allow", "true"), ruleProp("us", "deny", `request.region == "us"`))
+	p.start("flip")
+	reportStatus(t, cl, &lehrpb.ReportZoneStatusRequest{Zone: "zone-a", DistributorId: "d1", Agents: 4,
+		Preview: []*lehrpb.NamespacePreviewCounts{{Namespace: liveNS, Counts: []*lehrpb.HostPreviewCounts{{Experiment: "flip",
+			Counts: &lehrpb.PreviewCounts{LiveEtag: "v1", ExperimentEtag: e.GetEtag(), AllowAllow: 250, DenyDeny: 250, AllowDeny: 250, DenyAllow: 250}}}}}})
+
+	op, err := cl.CommitPolicyExperiment(testCtx(t), &lehrpb.CommitPolicyExperimentRequest{Name: e.GetName(), Etag: e.GetEtag(), MinEvaluations: 1000})
+	if err != nil {
+		t.Fatalf("commit: %v", err)
+	}
+	md := new(lehrpb.CommitPolicyExperimentMetadata)
+	opResponse(t, op, new(emptypb.Empty), md)
+	if md.ExpectedDenyChange == nil || md.GetExpectedDenyChange() != 0 || md.ExpectedDisagreement == nil || md.GetExpectedDisagreement() != 0.5 {
+		t.Fatalf("commit metadata %v; want an expected deny change of 0 and an expected disagreement of 0.5", md)
+	}
+	// The hosts are sent the version the commit replaced, to compare the
+	// committed one with; the experiment is withdrawn.
+	got := p.previewed()
+	cmp := got[preview.ComparisonKey]
+	if len(got) != 1 || cmp["committed"] != float64(2) || cmp["etag"] != "v1" || cmp["name"] != livePolicy || len(cmp["rules"].([]any)) != len(live) {
+		t.Fatalf("previewed %v; want only the comparison of version 2 with version 1's rules", got)
+	}
+
+	var r *lehrpb.Rollout
+	wait.For(t, "the committed version's rollout", func() bool {
+		r, err = cl.GetRollout(testCtx(t), &lehrpb.GetRolloutRequest{Namespace: liveNS, Version: md.GetVersion().GetSeq()})
+		return err == nil
+	})
+	var deny, disagreement *lehrpb.CanaryCheck
+	for _, c := range r.GetExpectedChecks() {
+		switch c.GetName() {
+		case canary.PolicyCheckName:
+			deny = c
+		case canary.PolicyDisagreementCheckName:
+			disagreement = c
+		}
+	}
+	if deny == nil || deny.GetExpected() != 0 {
+		t.Errorf("the rollout's expected checks %v; want %q expecting no change", r.GetExpectedChecks(), canary.PolicyCheckName)
+	}
+	if disagreement == nil || math.Abs(disagreement.GetExpected()-0.5) > 1e-9 || disagreement.GetRatio().GetNumerator() != canary.MetricPolicyChanged {
+		t.Fatalf("the rollout's expected checks %v; want %q expecting the previewed disagreement, half of the decisions", r.GetExpectedChecks(), canary.PolicyDisagreementCheckName)
+	}
+
+	// Once the rollout ends, the hosts stop comparing.
+	if _, err := cl.UpdateRollout(testCtx(t), &lehrpb.UpdateRolloutRequest{Namespace: liveNS, Version: 2, Action: lehrpb.RolloutAction_ROLLOUT_ACTION_ABORT, Message: "enough"}); err != nil {
+		t.Fatal(err)
+	}
+	wait.For(t, "the comparison withdrawn after the rollout ended", func() bool { return len(p.previewed()) == 0 })
 }

@@ -22,8 +22,15 @@ func EtagTotals(etag string, counts *lehrpb.PolicyExperimentCounts) *lehrpb.Prev
 // ExpectedChange returns how much the share of decisions that deny
 // changes from the live policy to the experiment of etag, over every
 // decision the hosts counted for it (allow→deny less deny→allow, over them
-// all), the share of decisions the two disagreed on, and how many
-// decisions that is.
+// all), the share of decisions the two disagreed on (allow→deny plus
+// deny→allow, over them all), and how many decisions that is.
+//
+// A commit's rollout expects both on its canary hosts: the deny share to
+// move by denyShare, and the share of decisions the replaced version
+// would have decided otherwise to be disagreement (Comparison). The
+// second is not implied by the first: an experiment that flips a quarter
+// of the decisions each way changes the deny share by nothing and half
+// of the decisions.
 func ExpectedChange(etag string, counts *lehrpb.PolicyExperimentCounts) (denyShare, disagreement float64, decisions uint64) {
 	sum := EtagTotals(etag, counts)
 	total, disagree := Decisions(sum)

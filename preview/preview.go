@@ -1,7 +1,8 @@
 // Package preview is the model of AIP-236 policy preview (docs/preview.md),
 // as every role shares it: the etags of a policy's live version and of an
 // experiment, the experiments as hosts receive them in the policy's preview
-// namespace, the counts of pairs of decisions and their bounded tally, the
+// namespace (and the comparison of a committed version with the version it
+// replaced, which travels with them during its rollout), the counts of pairs of decisions and their bounded tally, the
 // gate a commit passes and the change it is expected to make, and the
 // decision log line. It is pure: no I/O, no role. Control's handlers and
 // records, the consumer's shadow evaluation, the agent's and the

@@ -10,6 +10,7 @@ import (
 
 	"lehr.dev/lehr/internal/apierror"
 	"lehr.dev/lehr/internal/content"
+	"lehr.dev/lehr/internal/names"
 	"lehr.dev/lehr/policy"
 	"lehr.dev/lehr/proto/lehrpb"
 )
@@ -38,7 +39,7 @@ func TestContentAndParse(t *testing.T) {
 		"on":  {Name: "domains/d/policies/p/experiments/on", Etag: "e1", Policy: &lehrpb.Policy{Rules: []*lehrpb.Property{rule}}, PreviewMetadata: &lehrpb.PolicyPreviewMetadata{State: lehrpb.PolicyPreviewMetadata_ACTIVE, LogPrefix: LogPrefix}},
 		"off": {Name: "domains/d/policies/p/experiments/off", Etag: "e2", PreviewMetadata: &lehrpb.PolicyPreviewMetadata{State: lehrpb.PolicyPreviewMetadata_SUSPENDED}},
 	}
-	snap, err := Content(exps)
+	snap, err := Content(exps, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -142,5 +143,68 @@ func TestLogLineFormat(t *testing.T) {
 	}
 	if out := string(l.Format("Mine")); !strings.HasPrefix(out, "Mine {") {
 		t.Errorf("own prefix: %q", out)
+	}
+}
+
+// TestComparison: while a committed version rolls out, the preview
+// namespace carries the version it replaced beside the experiments, under
+// a key no experiment id can take; hosts at the committed version
+// evaluate it, hosts still at the replaced one have nothing to compare.
+func TestComparison(t *testing.T) {
+	rule := content.Property{Key: "eu", Value: []byte(`{"effect":"deny","condition":"request.region == 'eu'"}`), ContentType: "application/json"}
+	exps := map[string]*lehrpb.PolicyExperiment{
+		"on": {Name: "domains/d/policies/p/experiments/on", Etag: "e1", PreviewMetadata: &lehrpb.PolicyPreviewMetadata{State: lehrpb.PolicyPreviewMetadata_ACTIVE}},
+	}
+	snap, err := Content(exps, &Comparison{Policy: "domains/d/policies/p", Committed: 3, Replaced: 2, Rules: []content.Property{rule}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if snap.Len() != 2 || snap.Props()[0].Key != ComparisonKey || snap.Props()[1].Key != "on" {
+		t.Fatalf("content: %v; want the comparison and the ACTIVE experiment", snap.Props())
+	}
+	if err := names.Experiment(ComparisonKey); err == nil {
+		t.Errorf("%q is a valid experiment id: an experiment could take the comparison's key", ComparisonKey)
+	}
+	if err := names.Key(ComparisonKey); err != nil {
+		t.Errorf("%q is not a valid property key: %v", ComparisonKey, err)
+	}
+	env, err := policy.NewEnv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmp, set, err := Parse(env, snap.Props()[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !cmp.Compares() || cmp.Committed != 3 || cmp.Etag != "v2" || cmp.Name != "domains/d/policies/p" || set.Len() != 1 {
+		t.Errorf("parsed comparison %+v with %d rules; want committed 3, etag v2, the policy's name, one rule", cmp, set.Len())
+	}
+	for live, want := range map[uint64]bool{3: true, 2: false, 4: false} {
+		if got := cmp.AppliesTo(live); got != want {
+			t.Errorf("comparison applies at live version %d: %v, want %v", live, got, want)
+		}
+	}
+	exp, _, err := Parse(env, snap.Props()[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if exp.Compares() || !exp.AppliesTo(2) || !exp.AppliesTo(3) {
+		t.Errorf("experiment %+v: want one that is not the comparison, evaluated at every live version", exp)
+	}
+	if _, err := Content(nil, &Comparison{Replaced: 1, Committed: 2, Rules: []content.Property{{Key: "bad", Value: []byte("{")}}}); err == nil {
+		t.Error("a comparison with unparsable rules built")
+	}
+}
+
+// TestExpectedChangeOfAFlip: an experiment that flips a quarter of the
+// decisions each way changes the deny share by nothing, and half of the
+// decisions (issue 30, item 4).
+func TestExpectedChangeOfAFlip(t *testing.T) {
+	counts := &lehrpb.PolicyExperimentCounts{Totals: []*lehrpb.PreviewCounts{
+		{ExperimentEtag: "e", LiveEtag: "v1", AllowAllow: 250, DenyDeny: 250, AllowDeny: 250, DenyAllow: 250},
+	}}
+	deny, dis, n := ExpectedChange("e", counts)
+	if deny != 0 || dis != 0.5 || n != 1000 {
+		t.Errorf("ExpectedChange = %v, %v, %d; want 0, 0.5, 1000", deny, dis, n)
 	}
 }

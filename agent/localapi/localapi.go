@@ -32,6 +32,7 @@ import (
 	"lehr.dev/lehr/agent/leases"
 	"lehr.dev/lehr/internal/apierror"
 	"lehr.dev/lehr/internal/names"
+	"lehr.dev/lehr/preview"
 	"lehr.dev/lehr/proto/lehrpb"
 )
 
@@ -456,12 +457,19 @@ func (s *service) ReportPreview(ctx context.Context, req *lehrpb.ReportPreviewRe
 	if d, n := req.GetLiveDenies(), req.GetLiveDecisions(); d > n {
 		return nil, invalidArg("live_denies", "%d denials of %d live decisions; denials are a part of the decisions", d, n)
 	}
+	if c, n := req.GetLiveChanged(), req.GetLiveDecisions(); c > n {
+		return nil, invalidArg("live_changed", "%d changed decisions of %d live decisions; changed decisions are a part of the decisions", c, n)
+	}
 	if n := len(req.GetCounts()); n > MaxPreviewCounts {
 		return nil, invalidArg("counts", "%d counts; at most %d allowed (one per experiment and pair of etags)", n, MaxPreviewCounts)
 	}
 	for i, c := range req.GetCounts() {
 		field := fmt.Sprintf("counts[%d]", i)
-		if err := names.Experiment(c.GetExperiment()); err != nil {
+		// A consumer that does not know the comparison of a committed
+		// version (preview.ComparisonKey) previews it as an experiment:
+		// its counts are accepted, and dropped, rather than refusing the
+		// report with every live decision in it.
+		if err := names.Experiment(c.GetExperiment()); err != nil && c.GetExperiment() != preview.ComparisonKey {
 			return nil, invalidArg(field+".experiment", "%v", err)
 		}
 		pc := c.GetCounts()

@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/testing/protocmp"
 
 	"lehr.dev/lehr/agent/leases"
@@ -312,6 +313,15 @@ func TestInvalidRequests(t *testing.T) {
 			_, err := c.ReportPreview(ctx(t), &lehrpb.ReportPreviewRequest{LeaseId: "l", Namespace: "d/x", LiveDecisions: 3, LiveDenies: 4})
 			return err
 		}, "live_denies"},
+		{"preview with an experiment id of the comparison's shape", func() error {
+			_, err := c.ReportPreview(ctx(t), &lehrpb.ReportPreviewRequest{LeaseId: "l", Namespace: "d/x", Counts: []*lehrpb.HostPreviewCounts{
+				{Experiment: "_other", Counts: &lehrpb.PreviewCounts{LiveEtag: "v1", ExperimentEtag: "e"}}}})
+			return err
+		}, "counts[0].experiment"},
+		{"preview with more changed decisions than decisions", func() error {
+			_, err := c.ReportPreview(ctx(t), &lehrpb.ReportPreviewRequest{LeaseId: "l", Namespace: "d/x", LiveDecisions: 3, LiveChanged: proto.Uint64(4)})
+			return err
+		}, "live_changed"},
 		{"preview without a lease", func() error {
 			_, err := c.ReportPreview(ctx(t), &lehrpb.ReportPreviewRequest{Namespace: "d/x"})
 			return err

@@ -7,6 +7,12 @@ package consumer
 // enforced), counts the pair of results exactly, and writes a decision
 // log line for every disagreement and a sample of agreements. The counts
 // go to the agent, which sends them up with its reports.
+//
+// While a committed experiment's version rolls out, the preview namespace
+// also carries the version it replaced (preview.Comparison): a host at the
+// committed version evaluates it the same way and counts, beside, the
+// live decisions it would have decided otherwise — the agent's
+// policy_changed signal, which the rollout's canary analysis reads.
 
 import (
 	"context"
@@ -15,6 +21,7 @@ import (
 	"time"
 
 	"cel.dev/cel-go/cel"
+	"google.golang.org/protobuf/proto"
 
 	"lehr.dev/lehr/internal/names"
 	"lehr.dev/lehr/policy"
@@ -86,11 +93,17 @@ type shadow struct {
 	// policy_decisions (both) and policy_denies signals. Counted apart, so
 	// a report's denials never outnumber its decisions.
 	allows, denies atomic.Uint64
+	// changed counts the live decisions the comparison (the version a
+	// committed experiment replaced) decided otherwise: the agent's
+	// policy_changed signal. A report carries at most as many changes as
+	// decisions (a change is counted just after its decision, which may
+	// have gone with the previous report); the rest wait for the next.
+	changed atomic.Uint64
 
 	reportMu sync.Mutex
 	reported map[preview.Key][5]uint64
 	// The live counts as of the last successful report.
-	reportedAllows, reportedDenies uint64
+	reportedAllows, reportedDenies, reportedChanged uint64
 }
 
 // count counts a live decision.
@@ -170,26 +183,20 @@ func (p *shadow) evaluate(ctx context.Context, live *View, liveSet *policy.Set, 
 	}
 	liveEtag := preview.LiveEtag(live.Version())
 	for _, x := range pv.experiments(p.s.c.policyEnv, p) {
+		if !x.exp.AppliesTo(live.Version()) {
+			continue
+		}
 		ed, err := x.set.Evaluate(ctx, in)
-		k := preview.Key{Experiment: x.id, LiveEtag: liveEtag, ExperimentEtag: x.exp.Etag}
-		c, ok := p.counts.Load(k)
-		if !ok {
-			c, _ = p.counts.LoadOrStore(k, new(counter))
-		}
-		ctr := c.(*counter)
-		if err != nil {
-			ctr.errs.Add(1)
-		}
 		agree := ld.Allowed() == ed.Allowed()
-		switch {
-		case ld.Allowed() && ed.Allowed():
-			ctr.allowAllow.Add(1)
-		case !ld.Allowed() && !ed.Allowed():
-			ctr.denyDeny.Add(1)
-		case ld.Allowed():
-			ctr.allowDeny.Add(1)
-		default:
-			ctr.denyAllow.Add(1)
+		if x.exp.Compares() {
+			// No experiment: no pair counts to report (nothing would
+			// show them, and an agent takes counts of experiments only);
+			// the decisions it changed go up as live_changed.
+			if !agree {
+				p.changed.Add(1)
+			}
+		} else {
+			p.tally(x, liveEtag, ld, ed, err)
 		}
 		if agree {
 			n := p.s.c.opts.PreviewSample
@@ -198,6 +205,30 @@ func (p *shadow) evaluate(ctx context.Context, live *View, liveSet *policy.Set, 
 			}
 		}
 		p.log(live, liveSet, ld, x, ed, err, agree, in)
+	}
+}
+
+// tally counts the pair of decisions ld (live) and ed (experiment x's,
+// with its error err).
+func (p *shadow) tally(x shadowExp, liveEtag string, ld, ed policy.Decision, err error) {
+	k := preview.Key{Experiment: x.id, LiveEtag: liveEtag, ExperimentEtag: x.exp.Etag}
+	c, ok := p.counts.Load(k)
+	if !ok {
+		c, _ = p.counts.LoadOrStore(k, new(counter))
+	}
+	ctr := c.(*counter)
+	if err != nil {
+		ctr.errs.Add(1)
+	}
+	switch {
+	case ld.Allowed() && ed.Allowed():
+		ctr.allowAllow.Add(1)
+	case !ld.Allowed() && !ed.Allowed():
+		ctr.denyDeny.Add(1)
+	case ld.Allowed():
+		ctr.allowDeny.Add(1)
+	default:
+		ctr.denyAllow.Add(1)
 	}
 }
 
@@ -229,7 +260,8 @@ func (p *shadow) log(live *View, liveSet *policy.Set, ld policy.Decision, x shad
 }
 
 // report sends the counts added since the last successful report to the
-// agent: the experiments' and the live decisions'.
+// agent: the experiments' and the live decisions', and of these the ones
+// the comparison changed.
 func (p *shadow) report(ctx context.Context) {
 	p.reportMu.Lock()
 	defer p.reportMu.Unlock()
@@ -256,6 +288,8 @@ func (p *shadow) report(ctx context.Context) {
 	allows, denies := p.allows.Load(), p.denies.Load()
 	req.LiveDenies = denies - p.reportedDenies
 	req.LiveDecisions = allows - p.reportedAllows + req.LiveDenies
+	changed := min(p.changed.Load()-p.reportedChanged, req.LiveDecisions)
+	req.LiveChanged = proto.Uint64(changed)
 	if len(req.Counts) == 0 && req.LiveDecisions == 0 {
 		return
 	}
@@ -269,10 +303,12 @@ func (p *shadow) report(ctx context.Context) {
 	}
 	p.reported = now
 	p.reportedAllows, p.reportedDenies = allows, denies
+	p.reportedChanged += changed
 }
 
 // Previewing returns the resource names of the experiments this policy
-// subscription evaluates beside the live rules now, sorted by id; none
+// subscription evaluates beside the live rules now, sorted by id (not the
+// comparison of a committed version with the version it replaced); none
 // until the policy's preview namespace reached the host. It starts
 // following the preview namespace if Evaluate has not yet (unless
 // Options.DisablePreview), so a service may call it at start to have
@@ -288,7 +324,9 @@ func (s *Subscription) Previewing() []string {
 	}
 	var out []string
 	for _, x := range sub.View().experiments(s.c.policyEnv, p) {
-		out = append(out, x.exp.Name)
+		if !x.exp.Compares() {
+			out = append(out, x.exp.Name)
+		}
 	}
 	return out
 }

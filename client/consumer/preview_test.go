@@ -129,6 +129,72 @@ func TestShadowEvaluation(t *testing.T) {
 	}
 }
 
+// The comparison of a committed version with the version it replaced
+// (preview.Comparison): a host at the committed version evaluates the
+// replaced rules beside its live ones and counts the live decisions they
+// would have decided otherwise — in both directions — which the agent
+// keeps as policy_changed; a host still at the replaced version has
+// nothing to compare and skips it. It is no experiment: Previewing does
+// not list it, and no pair counts of it go up (an agent takes counts of
+// experiments only).
+func TestComparisonCountsChangedDecisions(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		live        uint64
+		wantChanged uint64
+	}{
+		{"at the committed version", 2, 2},
+		{"at the replaced version", 1, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			c, err := New(Options{Socket: filepath.Join(t.TempDir(), "absent.sock"), FilesDir: dir, RetryInterval: 50 * time.Millisecond,
+				DecisionLog: io.Discard, PreviewSample: -1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			// Version 2 denies eve where version 1 denied ana: one
+			// decision in three flips each way, the deny share stays.
+			writePolicy(t, dir, tc.live, "all", `{"effect": "allow", "condition": "true"}`, "eve", `{"effect": "deny", "condition": "principal.user == 'eve'"}`)
+			writePreview(t, dir, ns, 1, map[string]preview.Experiment{
+				preview.ComparisonKey: {Name: "domains/demo/policies/app", Etag: "v1", LogPrefix: preview.LogPrefix, Committed: 2, Rules: []preview.ExperimentRule{
+					{Key: "all", Rule: policy.Rule{Effect: "allow", Condition: "true"}},
+					{Key: "ana", Rule: policy.Rule{Effect: "deny", Condition: `principal.user == "ana"`}},
+				}},
+				"other": {Name: "x/other", Etag: "e1", LogPrefix: preview.LogPrefix, Rules: []preview.ExperimentRule{
+					{Key: "all", Rule: policy.Rule{Effect: "allow", Condition: "true"}},
+				}},
+			})
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			s, err := c.Subscribe(ctx, ns)
+			if err != nil {
+				t.Fatal(err)
+			}
+			next(t, s, nil)
+			wait.For(t, "the experiment previewing", func() bool { return len(s.Previewing()) == 1 })
+			if got := s.Previewing(); got[0] != "x/other" {
+				t.Errorf("Previewing() = %v; want the experiment only, not the comparison", got)
+			}
+			for _, u := range []string{"ana", "eve", "bob"} {
+				if _, err := s.Evaluate(ctx, policy.Input{Principal: map[string]any{"user": u}}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			p := s.previewer()
+			if got := p.changed.Load(); got != tc.wantChanged {
+				t.Errorf("changed decisions %d; want %d", got, tc.wantChanged)
+			}
+			var keys []preview.Key
+			p.counts.Range(func(k, _ any) bool { keys = append(keys, k.(preview.Key)); return true })
+			if want := (preview.Key{Experiment: "other", LiveEtag: preview.LiveEtag(tc.live), ExperimentEtag: "e1"}); len(keys) != 1 || keys[0] != want {
+				t.Errorf("pairs counted %v; want the experiment's alone, %v", keys, want)
+			}
+		})
+	}
+}
+
 // BenchmarkEvaluatePreview is one decision through the consumer library
 // with 10 and 1,000 rules, with no experiment and with one experiment
 // previewing (the live rules plus one; its agreements sampled 1 in 100 to

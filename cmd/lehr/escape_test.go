@@ -151,6 +151,9 @@ func TestTextOutputsEscapeStoredData(t *testing.T) {
 			writeExperiments(w, []*lehrpb.PolicyExperiment{poisoned(&lehrpb.PolicyExperiment{})})
 		},
 		"policy counts": func(w io.Writer) { writeCounts(w, poisoned(&lehrpb.PolicyExperimentCounts{})) },
+		"policy experiment commit": func(w io.Writer) {
+			writeCommit(w, poison, poison, poisoned(&lehrpb.CommitPolicyExperimentMetadata{}))
+		},
 		"watch": func(w io.Writer) {
 			p := newWatchPrinter(w, false)
 			p.print(nil, view)

@@ -256,15 +256,7 @@ log_prefix, start_time...) and rule values as JSON.`,
 		if cf.json() {
 			return printResource(e, md)
 		}
-		v := md.GetVersion()
-		fmt.Fprintf(e.stdout, "committed experiment %s: %s is now at version %d (etag v%d); the experiment is deleted\n", id, ns, v.GetSeq(), v.GetSeq())
-		if md.ExpectedDenyChange != nil {
-			fmt.Fprintf(e.stdout, "its canary analysis expects the share of denied decisions to change by %+.3g percentage points on the canary hosts, as previewed (check %q)\n",
-				100*md.GetExpectedDenyChange(), canary.PolicyCheckName)
-		} else {
-			fmt.Fprintf(e.stdout, "the hosts counted fewer than %d decisions of it: its canary analysis expects no particular change of the deny share\n", canary.PolicyCheckMinDecisions)
-		}
-		fmt.Fprintf(e.stdout, "follow its rollout: lehr rollout status %s\n", ns)
+		writeCommit(e.stdout, id, ns, md)
 		return exitOK
 	case "create":
 		exp, err = c.CreateExperiment(ctx, ns, id, rules, ann)
@@ -512,6 +504,27 @@ func writeExperiments(w io.Writer, exps []*lehrpb.PolicyExperiment) {
 }
 
 // writeCounts prints an experiment's counts: per zone, then in all.
+// writeCommit prints what a commit of experiment id of ns did: the new
+// version, and what its canary analysis expects of the canary hosts — the
+// deny share to move as previewed and, when a rollout canaries the
+// version, the share of decisions the preview disagreed on to be decided
+// otherwise than the replaced version would.
+func writeCommit(w io.Writer, id, ns string, md *lehrpb.CommitPolicyExperimentMetadata) {
+	v := md.GetVersion()
+	fmt.Fprintf(w, "committed experiment %s: %s is now at version %d (etag v%d); the experiment is deleted\n", clean(id), clean(ns), v.GetSeq(), v.GetSeq())
+	if md.ExpectedDenyChange != nil {
+		fmt.Fprintf(w, "its canary analysis expects the share of denied decisions to change by %+.3g percentage points on the canary hosts, as previewed (check %q)\n",
+			100*md.GetExpectedDenyChange(), canary.PolicyCheckName)
+		if md.ExpectedDisagreement != nil {
+			fmt.Fprintf(w, "and the canary hosts to decide %.3g %% of decisions otherwise than version %d would, the share the preview disagreed on (check %q)\n",
+				100*md.GetExpectedDisagreement(), v.GetParent(), canary.PolicyDisagreementCheckName)
+		}
+	} else {
+		fmt.Fprintf(w, "the hosts counted fewer than %d decisions of it: its canary analysis expects no particular change of the deny share\n", canary.PolicyCheckMinDecisions)
+	}
+	fmt.Fprintf(w, "follow its rollout: lehr rollout status %s\n", clean(ns))
+}
+
 func writeCounts(w io.Writer, c *lehrpb.PolicyExperimentCounts) {
 	fmt.Fprintf(w, "experiment %s (etag now %s): decisions counted at hosts, live → experiment\n", clean(c.GetName()), clean(c.GetEtag()))
 	if len(c.GetTotals()) == 0 {

@@ -7,6 +7,7 @@ import (
 
 	"lehr.dev/lehr/control"
 	"lehr.dev/lehr/control/controltest"
+	"lehr.dev/lehr/proto/lehrpb"
 )
 
 // The policy preview workflow from the command line, as docs/preview.md
@@ -97,4 +98,38 @@ func TestPolicyExperimentCLI(t *testing.T) {
 	mustContain(t, "get after delete", c.fails("policy", "get", "shop/fw"), "was deleted", "creates it again")
 	mustContain(t, "rollback undoes the delete", c.ok("rollback", "shop/fw", "--to", "2"), "4")
 	mustContain(t, "get after the rollback", c.ok("policy", "get", "shop/fw"), "etag v4", "eve")
+}
+
+// What "lehr policy experiment commit" says its canary analysis expects:
+// the deny share's change and, when a rollout canaries the version, the
+// share of decisions changed — which an experiment flipping decisions both
+// ways has though its deny share does not move (issue 30, item 4).
+func TestWriteCommit(t *testing.T) {
+	f := func(x float64) *float64 { return &x }
+	v := &lehrpb.VersionInfo{Seq: 2, Parent: 1}
+	for _, tc := range []struct {
+		name string
+		md   *lehrpb.CommitPolicyExperimentMetadata
+		want string
+	}{
+		{"a flip both ways", &lehrpb.CommitPolicyExperimentMetadata{Version: v, ExpectedDenyChange: f(0), ExpectedDisagreement: f(0.5)},
+			"committed experiment flip: shop/fw is now at version 2 (etag v2); the experiment is deleted\n" +
+				"its canary analysis expects the share of denied decisions to change by +0 percentage points on the canary hosts, as previewed (check \"policy deny ratio\")\n" +
+				"and the canary hosts to decide 50 % of decisions otherwise than version 1 would, the share the preview disagreed on (check \"policy disagreement\")\n" +
+				"follow its rollout: lehr rollout status shop/fw\n"},
+		{"no rollout to canary it", &lehrpb.CommitPolicyExperimentMetadata{Version: v, ExpectedDenyChange: f(0.25)},
+			"committed experiment flip: shop/fw is now at version 2 (etag v2); the experiment is deleted\n" +
+				"its canary analysis expects the share of denied decisions to change by +25 percentage points on the canary hosts, as previewed (check \"policy deny ratio\")\n" +
+				"follow its rollout: lehr rollout status shop/fw\n"},
+		{"too few decisions", &lehrpb.CommitPolicyExperimentMetadata{Version: v},
+			"committed experiment flip: shop/fw is now at version 2 (etag v2); the experiment is deleted\n" +
+				"the hosts counted fewer than 100 decisions of it: its canary analysis expects no particular change of the deny share\n" +
+				"follow its rollout: lehr rollout status shop/fw\n"},
+	} {
+		var b strings.Builder
+		writeCommit(&b, "flip", "shop/fw", tc.md)
+		if b.String() != tc.want {
+			t.Errorf("%s:\n%s\nwant\n%s", tc.name, b.String(), tc.want)
+		}
+	}
 }

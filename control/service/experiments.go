@@ -567,7 +567,8 @@ func (s *Service) setPreview(ctx context.Context, name string, active bool) (*le
 const maxPreviewSyncs = 8
 
 // syncPreview makes the preview namespace of ns hold exactly its ACTIVE
-// experiments. It reads the experiments and the preview namespace's
+// experiments, and the comparison of its latest version with the version
+// it replaced while that is due (comparison). It reads the experiments and the preview namespace's
 // latest version at one revision and commits on that version only, so of
 // concurrent syncs the last to commit has read every change before it;
 // one that loses retries. Every version goes to every zone at once
@@ -584,7 +585,11 @@ func (s *Service) syncPreview(ctx context.Context, ns string) error {
 		for _, e := range st.Experiments {
 			active[e.ID] = e.PolicyExperiment
 		}
-		snap, err := preview.Content(active)
+		cmp, err := s.comparison(ctx, ns)
+		if err != nil {
+			return s.previewSyncError(ctx, ns, err)
+		}
+		snap, err := preview.Content(active, cmp)
 		if err != nil {
 			return s.previewSyncError(ctx, ns, err)
 		}
@@ -665,10 +670,22 @@ func (s *Service) CommitPolicyExperiment(ctx context.Context, req *lehrpb.Commit
 	if err := preview.Gate(req, cur.GetEtag(), counts); err != nil {
 		return nil, err
 	}
+	// What the hosts counted becomes what the version's canary analysis
+	// expects: the deny share to move by the previewed change and, when
+	// a rollout canaries the version, the canary hosts to decide
+	// otherwise than the replaced version on the share of decisions the
+	// preview disagreed on (preview.ExpectedChange). The hosts measure the
+	// second only against the comparison (comparison.go), which is sent
+	// to them for the rollout alone.
+	goals := s.goals(head, lehrpb.VersionSource_VERSION_SOURCE_SNAPSHOT)
 	var expected []*lehrpb.CanaryCheck
-	change, _, n := preview.ExpectedChange(cur.GetEtag(), counts)
+	change, disagreement, n := preview.ExpectedChange(cur.GetEtag(), counts)
+	compare := n >= canary.PolicyCheckMinDecisions && goals == store.GoalsNone
 	if n >= canary.PolicyCheckMinDecisions {
 		expected = append(expected, signals.CheckProto(canary.PolicyCheck(change)))
+	}
+	if compare {
+		expected = append(expected, signals.CheckProto(canary.PolicyDisagreementCheck(disagreement)))
 	}
 	props, err := s.checkExperimentPolicy(ctx, "name", head, cur.GetPolicy())
 	if err != nil {
@@ -702,7 +719,7 @@ func (s *Service) CommitPolicyExperiment(ctx context.Context, req *lehrpb.Commit
 			Source:            lehrpb.VersionSource_VERSION_SOURCE_SNAPSHOT,
 			TransportIdentity: c.transport,
 		},
-		Goals:          s.goals(head, lehrpb.VersionSource_VERSION_SOURCE_SNAPSHOT),
+		Goals:          goals,
 		GoalReason:     "commit experiment " + id,
 		Experiment:     &store.ExperimentRef{ID: id, ModRevision: cur.ModRevision},
 		ExpectedChecks: expected,
@@ -720,11 +737,14 @@ func (s *Service) CommitPolicyExperiment(ctx context.Context, req *lehrpb.Commit
 	s.countPublish("experiment")
 	s.log.Info("control: committed policy experiment", "experiment", cur.GetName(), "etag", cur.GetEtag(),
 		"namespace", ns, "version", info.GetSeq(), "author", info.GetAuthor())
-	if cur.GetPreviewMetadata().GetState() == lehrpb.PolicyPreviewMetadata_ACTIVE {
+	if compare || cur.GetPreviewMetadata().GetState() == lehrpb.PolicyPreviewMetadata_ACTIVE {
 		if err := s.syncPreview(ctx, ns); err != nil {
 			// Committed; the hosts keep previewing the committed rules
-			// until the next sync. Not an error of the commit.
-			s.log.Warn("control: committed, but withdrawing the experiment from the hosts failed", "experiment", cur.GetName(), "err", err)
+			// until the next sync, and, without the comparison, the
+			// canary hosts count no decision changed, so the analysis
+			// fails the version's canary stage and rolls it back. Not an
+			// error of the commit.
+			s.log.Warn("control: committed, but updating the hosts' preview (the experiment withdrawn, the replaced version sent for comparison) failed", "experiment", cur.GetName(), "err", err)
 		}
 	}
 	md := &lehrpb.CommitPolicyExperimentMetadata{
@@ -732,6 +752,9 @@ func (s *Service) CommitPolicyExperiment(ctx context.Context, req *lehrpb.Commit
 	}
 	if len(expected) > 0 {
 		md.ExpectedDenyChange = &change
+	}
+	if compare {
+		md.ExpectedDisagreement = &disagreement
 	}
 	return operation(md, &emptypb.Empty{})
 }

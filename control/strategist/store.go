@@ -16,7 +16,7 @@ import (
 // method's contract is that of the *store.Store method of the same name.
 //
 // It embeds evaluation.Store because a strategist without
-// StrategistOptions.Evaluations runs its canary analyses on the same store.
+// Options.Evaluations runs its canary analyses on the same store.
 type Store interface {
 	evaluation.Store
 

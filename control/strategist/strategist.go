@@ -30,7 +30,7 @@ const DefaultInterval = time.Second
 // the strategist keeps; older finished ones are removed.
 const KeepRollouts = 20
 
-// StrategistOptions configure a Strategist.
+// Options configure a Strategist.
 type Options struct {
 	// Store and Client reach etcd. Required; control passes its
 	// *store.Store.
@@ -65,6 +65,12 @@ type Options struct {
 	// the audit log (service.Service.Audit), as Author, with the rollout
 	// and the reason.
 	Audit func(*lehrpb.AuditRecord)
+	// Ended, if set, is told of every rollout the strategist ended
+	// (SUCCEEDED, FAILED, ABORTED or SUPERSEDED) once that is written;
+	// control's service then stops what the rollout needed of the hosts
+	// (service.Service.RolloutEnded). Called from the round, never
+	// concurrently; it must not wait on the strategist.
+	Ended func(ctx context.Context, r *lehrpb.Rollout)
 }
 
 // Strategist walks every rollout through its stages (Select → Update →
@@ -87,11 +93,11 @@ type Strategist struct {
 func New(opts Options) (*Strategist, error) {
 	switch {
 	case opts.Store == nil:
-		return nil, errors.New("rollout: StrategistOptions.Store is required")
+		return nil, errors.New("strategist: Options.Store is required")
 	case opts.Client == nil:
-		return nil, errors.New("rollout: StrategistOptions.Client is required")
+		return nil, errors.New("strategist: Options.Client is required")
 	case opts.Policy == nil:
-		return nil, errors.New("rollout: StrategistOptions.Policy is required")
+		return nil, errors.New("strategist: Options.Policy is required")
 	}
 	if opts.ElectionKey == "" {
 		opts.ElectionKey = store.DefaultPrefix + "strategist"
@@ -544,7 +550,17 @@ func (s *Strategist) apply(ctx context.Context, rd round, d rollout.Decision, do
 		if len(d.Goals) > 0 {
 			s.audit("MoveGoals", r, r.GetVersion(), d.Events, d.Goals)
 		}
+		if !rollout.Active(r) {
+			s.ended(ctx, r)
+		}
 		return nil
+	}
+}
+
+// ended tells Options.Ended that r ended.
+func (s *Strategist) ended(ctx context.Context, r *lehrpb.Rollout) {
+	if s.opts.Ended != nil {
+		s.opts.Ended(ctx, r)
 	}
 }
 
@@ -619,6 +635,7 @@ func (s *Strategist) end(ctx context.Context, rd round, r *lehrpb.Rollout, e *ro
 		s.met.GetOrCreateCounter(`lehr_control_publishes_total{kind="rollback"}`).Inc()
 	}
 	s.audit("Rollback", d.Rollout, d.Rollout.GetRollbackVersion(), d.Events, d.Goals)
+	s.ended(ctx, d.Rollout)
 	return nil
 }
 

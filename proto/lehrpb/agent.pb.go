@@ -39,6 +39,15 @@ type ReportPreviewRequest struct {
 	// experiment's canary analysis reads (canary.PolicyCheck).
 	LiveDecisions uint64 `protobuf:"varint,4,opt,name=live_decisions,json=liveDecisions,proto3" json:"live_decisions,omitempty"`
 	LiveDenies    uint64 `protobuf:"varint,5,opt,name=live_denies,json=liveDenies,proto3" json:"live_denies,omitempty"`
+	// Of the live decisions, those the version a committed experiment
+	// replaced would have decided otherwise: the agent's policy_changed
+	// signal, which the committed version's canary analysis reads
+	// (canary.PolicyDisagreementCheck). Counted while the policy's preview
+	// namespace carries the replaced rules for the live version
+	// (docs/preview.md, "The committed version's canary"), 0 otherwise.
+	// Absent from consumers that do not count it; the agent then leaves the
+	// signal alone rather than report that nothing changed.
+	LiveChanged   *uint64 `protobuf:"varint,6,opt,name=live_changed,json=liveChanged,proto3,oneof" json:"live_changed,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -104,6 +113,13 @@ func (x *ReportPreviewRequest) GetLiveDecisions() uint64 {
 func (x *ReportPreviewRequest) GetLiveDenies() uint64 {
 	if x != nil {
 		return x.LiveDenies
+	}
+	return 0
+}
+
+func (x *ReportPreviewRequest) GetLiveChanged() uint64 {
+	if x != nil && x.LiveChanged != nil {
+		return *x.LiveChanged
 	}
 	return 0
 }
@@ -1061,14 +1077,16 @@ var File_lehr_v1_agent_proto protoreflect.FileDescriptor
 
 const file_lehr_v1_agent_proto_rawDesc = "" +
 	"\n" +
-	"\x13lehr/v1/agent.proto\x12\alehr.v1\x1a\x15lehr/v1/preview.proto\x1a\x13lehr/v1/types.proto\x1a\x12lehr/v1/wire.proto\"\xcb\x01\n" +
+	"\x13lehr/v1/agent.proto\x12\alehr.v1\x1a\x15lehr/v1/preview.proto\x1a\x13lehr/v1/types.proto\x1a\x12lehr/v1/wire.proto\"\x84\x02\n" +
 	"\x14ReportPreviewRequest\x12\x19\n" +
 	"\blease_id\x18\x01 \x01(\tR\aleaseId\x12\x1c\n" +
 	"\tnamespace\x18\x02 \x01(\tR\tnamespace\x122\n" +
 	"\x06counts\x18\x03 \x03(\v2\x1a.lehr.v1.HostPreviewCountsR\x06counts\x12%\n" +
 	"\x0elive_decisions\x18\x04 \x01(\x04R\rliveDecisions\x12\x1f\n" +
 	"\vlive_denies\x18\x05 \x01(\x04R\n" +
-	"liveDenies\"\x17\n" +
+	"liveDenies\x12&\n" +
+	"\flive_changed\x18\x06 \x01(\x04H\x00R\vliveChanged\x88\x01\x01B\x0f\n" +
+	"\r_live_changed\"\x17\n" +
 	"\x15ReportPreviewResponse\"\x8f\x01\n" +
 	"\x10SubscribeRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x1b\n" +
@@ -1228,6 +1246,7 @@ func file_lehr_v1_agent_proto_init() {
 	file_lehr_v1_preview_proto_init()
 	file_lehr_v1_types_proto_init()
 	file_lehr_v1_wire_proto_init()
+	file_lehr_v1_agent_proto_msgTypes[0].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{

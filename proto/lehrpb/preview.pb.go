@@ -1197,8 +1197,15 @@ type CommitPolicyExperimentMetadata struct {
 	// experiment's deny share minus the live policy's. Absent when they
 	// counted fewer than 100 decisions, too few to expect anything.
 	ExpectedDenyChange *float64 `protobuf:"fixed64,5,opt,name=expected_deny_change,json=expectedDenyChange,proto3,oneof" json:"expected_deny_change,omitempty"`
-	unknownFields      protoimpl.UnknownFields
-	sizeCache          protoimpl.SizeCache
+	// The share of decisions the version's canary analysis expects the
+	// canary hosts to decide otherwise than the replaced version would
+	// (check "policy disagreement"): the share the hosts counted this
+	// experiment version disagree with the live policy on. Absent as
+	// expected_deny_change is, and when the version goes to every zone at
+	// once (no canary to expect it).
+	ExpectedDisagreement *float64 `protobuf:"fixed64,6,opt,name=expected_disagreement,json=expectedDisagreement,proto3,oneof" json:"expected_disagreement,omitempty"`
+	unknownFields        protoimpl.UnknownFields
+	sizeCache            protoimpl.SizeCache
 }
 
 func (x *CommitPolicyExperimentMetadata) Reset() {
@@ -1262,6 +1269,13 @@ func (x *CommitPolicyExperimentMetadata) GetVersion() *VersionInfo {
 func (x *CommitPolicyExperimentMetadata) GetExpectedDenyChange() float64 {
 	if x != nil && x.ExpectedDenyChange != nil {
 		return *x.ExpectedDenyChange
+	}
+	return 0
+}
+
+func (x *CommitPolicyExperimentMetadata) GetExpectedDisagreement() float64 {
+	if x != nil && x.ExpectedDisagreement != nil {
+		return *x.ExpectedDisagreement
 	}
 	return 0
 }
@@ -1895,15 +1909,17 @@ const file_lehr_v1_preview_proto_rawDesc = "" +
 	"\vcreate_time\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"createTime\x125\n" +
 	"\bend_time\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\aendTime\x12\x16\n" +
-	"\x06target\x18\x03 \x01(\tR\x06target\"\xac\x02\n" +
+	"\x06target\x18\x03 \x01(\tR\x06target\"\x80\x03\n" +
 	"\x1eCommitPolicyExperimentMetadata\x12;\n" +
 	"\vcreate_time\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"createTime\x125\n" +
 	"\bend_time\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\aendTime\x12\x16\n" +
 	"\x06target\x18\x03 \x01(\tR\x06target\x12.\n" +
 	"\aversion\x18\x04 \x01(\v2\x14.lehr.v1.VersionInfoR\aversion\x125\n" +
-	"\x14expected_deny_change\x18\x05 \x01(\x01H\x00R\x12expectedDenyChange\x88\x01\x01B\x17\n" +
-	"\x15_expected_deny_change\"W\n" +
+	"\x14expected_deny_change\x18\x05 \x01(\x01H\x00R\x12expectedDenyChange\x88\x01\x01\x128\n" +
+	"\x15expected_disagreement\x18\x06 \x01(\x01H\x01R\x14expectedDisagreement\x88\x01\x01B\x17\n" +
+	"\x15_expected_deny_changeB\x18\n" +
+	"\x16_expected_disagreement\"W\n" +
 	"\x13DeletePolicyRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
 	"\x04etag\x18\x02 \x01(\tR\x04etag\x12\x18\n" +

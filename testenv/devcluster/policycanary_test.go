@@ -26,7 +26,13 @@ import (
 // share to rise by the previewed 20 points on the canary hosts, and the
 // analysis passes it with the canary hosts at about 30 % and the control
 // hosts at 10 % (a move the check fails without the expectation:
-// canary.TestPolicyCheckExpectedChange).
+// canary.TestPolicyCheckExpectedChange). It adds "policy disagreement"
+// too, expecting the canary hosts to decide the previewed 20 % of
+// decisions otherwise than the replaced version would: they count that
+// against the comparison control sends them for the rollout, and the
+// analysis passes it with the canary hosts at about 20 % and the control
+// hosts, still at the replaced version, at none. Once the rollout
+// succeeded, the comparison is withdrawn.
 func TestCommittedExperimentCanary(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
@@ -139,19 +145,25 @@ func TestCommittedExperimentCanary(t *testing.T) {
 	if err := op.GetMetadata().UnmarshalTo(md); err != nil {
 		t.Fatal(err)
 	}
-	if md.ExpectedDenyChange == nil || math.Abs(md.GetExpectedDenyChange()-0.2) > 0.05 {
-		t.Fatalf("commit metadata %v; want an expected deny change of about 0.2", md)
+	if md.ExpectedDenyChange == nil || math.Abs(md.GetExpectedDenyChange()-0.2) > 0.05 ||
+		md.ExpectedDisagreement == nil || md.GetExpectedDisagreement() != md.GetExpectedDenyChange() {
+		t.Fatalf("commit metadata %v; want an expected deny change of about 0.2, and as much disagreement (the experiment only adds denials)", md)
 	}
 	v := md.GetVersion().GetSeq()
 	r := waitRollout(t, ctx, c, ns, v, lehrpb.RolloutState_ROLLOUT_STATE_SUCCEEDED)
-	if ec := r.GetExpectedChecks(); len(ec) != 1 || ec[0].GetName() != canary.PolicyCheckName || ec[0].GetExpected() != md.GetExpectedDenyChange() {
-		t.Fatalf("the rollout's expected checks %v; want %q expecting %v", ec, canary.PolicyCheckName, md.GetExpectedDenyChange())
+	if ec := r.GetExpectedChecks(); len(ec) != 2 || ec[0].GetName() != canary.PolicyCheckName || ec[0].GetExpected() != md.GetExpectedDenyChange() ||
+		ec[1].GetName() != canary.PolicyDisagreementCheckName || ec[1].GetExpected() != md.GetExpectedDisagreement() {
+		t.Fatalf("the rollout's expected checks %v; want %q expecting %v and %q expecting %v", ec,
+			canary.PolicyCheckName, md.GetExpectedDenyChange(), canary.PolicyDisagreementCheckName, md.GetExpectedDisagreement())
 	}
 	ev := evaluation(t, ctx, rpc, ns, v)
-	var got *lehrpb.CanaryCheckResult
+	var got, changed *lehrpb.CanaryCheckResult
 	for _, ch := range ev.GetResult().GetChecks() {
-		if ch.GetName() == canary.PolicyCheckName {
+		switch ch.GetName() {
+		case canary.PolicyCheckName:
 			got = ch
+		case canary.PolicyDisagreementCheckName:
+			changed = ch
 		}
 	}
 	if ev.GetResult().GetVerdict() != lehrpb.CanaryVerdict_CANARY_VERDICT_PASS || got.GetVerdict() != lehrpb.CanaryVerdict_CANARY_VERDICT_PASS ||
@@ -159,5 +171,13 @@ func TestCommittedExperimentCanary(t *testing.T) {
 		math.Abs(got.GetCanaryAfter()-0.3) > 0.1 || math.Abs(got.GetControlAfter()-0.1) > 0.05 {
 		t.Fatalf("the committed experiment's analysis: %s", dump(ev))
 	}
+	if changed.GetVerdict() != lehrpb.CanaryVerdict_CANARY_VERDICT_PASS || !strings.Contains(changed.GetExplanation(), "expected on the canary hosts") ||
+		math.Abs(changed.GetCanaryAfter()-0.2) > 0.1 || changed.GetControlAfter() != 0 {
+		t.Fatalf("the committed experiment's disagreement check: %s", dump(ev))
+	}
+	wait.For(t, "the comparison withdrawn once the rollout succeeded", func() bool {
+		resp, err := rpc.Get(ctx, &lehrpb.GetRequest{Namespace: ns + "--preview"})
+		return err == nil && len(resp.GetProperties()) == 0
+	})
 
 }
