@@ -400,9 +400,19 @@ func (s *Store) RunCompactor(ctx context.Context, interval time.Duration) error 
 }
 
 // compactAll runs Compact on every namespace, a page of names at a time.
+// When the pass removed versions it asks the space monitor to compact
+// etcd's revisions (and defragment where a tenth of a member is free
+// pages) at its next reading: what Lehr deleted is given back then, not
+// when etcd's own hourly compaction comes round.
 func (s *Store) compactAll(ctx context.Context) {
 	prefix := s.lay.nsmetaPrefix()
 	from := prefix
+	removed := 0
+	defer func() {
+		if removed > 0 {
+			s.space.wantReclaim()
+		}
+	}()
 	for ctx.Err() == nil {
 		resp, err := s.get(ctx, from, clientv3.WithRange(prefixEnd(prefix)), clientv3.WithKeysOnly(), clientv3.WithLimit(500))
 		if err != nil {
@@ -413,9 +423,11 @@ func (s *Store) compactAll(ctx context.Context) {
 		}
 		for _, kv := range resp.Kvs {
 			ns := s.lay.nameFromNsmeta(string(kv.Key))
-			if _, err := s.Compact(ctx, ns); err != nil && ctx.Err() == nil {
+			n, err := s.Compact(ctx, ns)
+			if err != nil && ctx.Err() == nil {
 				s.log.Warn("store: compactor", "namespace", ns, "err", err)
 			}
+			removed += n
 		}
 		if !resp.More || len(resp.Kvs) == 0 {
 			return

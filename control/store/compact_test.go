@@ -239,3 +239,30 @@ func TestCompactorRacesCommits(t *testing.T) {
 	readBack(t, s, ns, 41, snap(t, "a", fmt.Sprint(39%3), "b", "39"))
 	readBack(t, s, ns, 40, snap(t, "a", fmt.Sprint(38%3), "b", "38"))
 }
+
+// TestCompactorAsksForEtcdCompaction: a compactor pass that removed
+// versions asks the space monitor to compact etcd's revisions at its next
+// reading (issue 27: etcd's own compaction ran hourly, and first an hour
+// after each start); a pass that removed nothing does not.
+func TestCompactorAsksForEtcdCompaction(t *testing.T) {
+	clock := newFakeClock()
+	s := newTestStore(t, Options{Now: clock.Now, Retention: Retention{KeepLast: 1, KeepFor: time.Hour}})
+	mustDomain(t, s, "d")
+	for seq := uint64(1); seq <= 3; seq++ {
+		commit(t, s, Commit{Namespace: "d/r", Create: seq == 1, ExpectedLatest: seq - 1, Content: snap(t, "k", fmt.Sprint(seq))})
+	}
+	requested := func() bool {
+		s.space.mu.Lock()
+		defer s.space.mu.Unlock()
+		return s.space.requested
+	}
+	s.compactAll(testCtx(t))
+	if requested() {
+		t.Errorf("a pass that removed nothing asked for etcd's compaction")
+	}
+	clock.Advance(24 * time.Hour)
+	s.compactAll(testCtx(t))
+	if !requested() {
+		t.Errorf("a pass that removed 2 versions did not ask for etcd's compaction")
+	}
+}
