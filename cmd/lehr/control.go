@@ -93,6 +93,7 @@ Stop it with Ctrl-C or SIGTERM: in-flight calls finish, then it exits.`,
 	fs.IntVar(&opts.Retention.KeepLast, "keep-last", 100, "keep at least the newest `N` versions of each namespace")
 	fs.DurationVar(&opts.Retention.KeepFor, "keep-for", 7*24*time.Hour, "keep every version younger than this `duration`")
 	fs.DurationVar(&opts.Retention.Audit, "audit-retention", store.DefaultAuditRetention, "keep audit records ('lehr audit') for this `duration`")
+	fs.IntVar(&opts.Retention.AuditRecords, "audit-max-records", store.DefaultAuditRecords, "keep at most `N` audit records: beyond it the history compactor removes the oldest, whatever --audit-retention says")
 	fs.DurationVar(&opts.CompactInterval, "compact-interval", control.DefaultCompactInterval, "how often to compact history (`duration`; negative disables)")
 	fs.BoolVar(&opts.Rollouts, "rollouts", true, "run the rollout strategist: a new version reaches zones stage by stage, as its rollout policy says (lehr rollout policy), and is rolled back on evidence; --rollouts=false moves every zone at once on every publish (for test beds of the raw delivery path)")
 	fs.IntVar(&opts.MaxMessageBytes, "max-message-bytes", control.DefaultMaxMessageBytes, "largest gRPC message in `bytes`")
@@ -125,6 +126,9 @@ Stop it with Ctrl-C or SIGTERM: in-flight calls finish, then it exits.`,
 	}
 	if opts.Retention.KeepLast < 1 {
 		return usageError(e, fs, "--keep-last %d: want 1 or more", opts.Retention.KeepLast)
+	}
+	if opts.Retention.AuditRecords < 1000 {
+		return usageError(e, fs, "--audit-max-records %d: want 1000 or more (a typical record is a few hundred bytes: the default %d is about 300 MiB)", opts.Retention.AuditRecords, store.DefaultAuditRecords)
 	}
 	if opts.Retention.Audit <= 0 {
 		return usageError(e, fs, "--audit-retention %v: want a positive duration, e.g. 2160h (90 days)", opts.Retention.Audit)

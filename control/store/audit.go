@@ -109,3 +109,39 @@ func (s *Store) AuditRecords(ctx context.Context, domain string, since time.Time
 		from = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
 	}
 }
+
+// auditTrimBatch bounds the records one trimming transaction deletes.
+const auditTrimBatch = 10_000
+
+// TrimAudit removes the oldest audit records beyond
+// Retention.AuditRecords, whatever their age, and returns how many it
+// removed. The history compactor runs it after each pass.
+func (s *Store) TrimAudit(ctx context.Context) (int, error) {
+	prefix := s.lay.auditPrefix()
+	resp, err := s.get(ctx, prefix, clientv3.WithPrefix(), clientv3.WithCountOnly())
+	if err != nil {
+		return 0, fmt.Errorf("store: count audit records: %w", err)
+	}
+	over := int(resp.Count) - s.opts.Retention.AuditRecords
+	removed := 0
+	for over > 0 && ctx.Err() == nil {
+		n := min(over, auditTrimBatch)
+		oldest, err := s.get(ctx, prefix, clientv3.WithRange(prefixEnd(prefix)), clientv3.WithKeysOnly(), clientv3.WithLimit(int64(n)))
+		if err != nil {
+			return removed, fmt.Errorf("store: trim the audit log: %w", err)
+		}
+		if len(oldest.Kvs) == 0 {
+			break
+		}
+		last := string(oldest.Kvs[len(oldest.Kvs)-1].Key)
+		start := time.Now()
+		del, err := s.cli.Delete(reqCtx(ctx), prefix, clientv3.WithRange(afterKey(last)))
+		s.observe("delete", start, err)
+		if err != nil {
+			return removed, fmt.Errorf("store: trim the audit log: %w", err)
+		}
+		removed += int(del.Deleted)
+		over -= len(oldest.Kvs)
+	}
+	return removed, nil
+}

@@ -41,3 +41,37 @@ func TestAuditRecordsPages(t *testing.T) {
 		t.Errorf("pay's records since t0+1s, a page at a time = %v; want pay/n2, pay/n4, pay/n6", got)
 	}
 }
+
+// The audit log keeps at most Retention.AuditRecords records: trimming
+// removes the oldest beyond it, whatever their age (issue 27: kept 90
+// days, the log grew with the fleet's deploy rate).
+func TestTrimAuditKeepsTheNewest(t *testing.T) {
+	s := newTestStore(t, Options{Retention: Retention{AuditRecords: 5}})
+	ctx := testCtx(t)
+	t0 := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	var recs []*lehrpb.AuditRecord
+	for i := range 12 {
+		recs = append(recs, &lehrpb.AuditRecord{Time: timestamppb.New(t0.Add(time.Duration(i) * time.Second)), Method: "Publish", Target: fmt.Sprintf("pay/n%d", i), Domain: "pay"})
+	}
+	if err := s.AppendAudit(ctx, recs...); err != nil {
+		t.Fatal(err)
+	}
+	n, err := s.TrimAudit(ctx)
+	if err != nil || n != 7 {
+		t.Fatalf("TrimAudit = %d, %v; want 7 removed", n, err)
+	}
+	left, _, err := s.AuditRecords(ctx, "", time.Time{}, "", 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, r := range left {
+		got = append(got, r.GetTarget())
+	}
+	if fmt.Sprint(got) != "[pay/n7 pay/n8 pay/n9 pay/n10 pay/n11]" {
+		t.Errorf("left after trimming: %v; want the 5 newest", got)
+	}
+	if n, err := s.TrimAudit(ctx); err != nil || n != 0 {
+		t.Errorf("TrimAudit at the bound = %d, %v; want 0", n, err)
+	}
+}

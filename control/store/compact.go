@@ -391,6 +391,12 @@ func (s *Store) RunCompactor(ctx context.Context, interval time.Duration) error 
 	}
 	for {
 		s.compactAll(ctx)
+		if n, err := s.TrimAudit(ctx); err != nil && ctx.Err() == nil {
+			s.log.Warn("store: compactor: trim the audit log", "err", err)
+		} else if n > 0 {
+			s.log.Info("store: compactor: removed the oldest audit records beyond the most kept", "removed", n, "kept", s.opts.Retention.AuditRecords)
+			s.space.wantReclaim()
+		}
 		select {
 		case <-ctx.Done():
 			return nil

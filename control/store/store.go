@@ -40,6 +40,11 @@ type Retention struct {
 	Requests time.Duration
 	// Audit is how long audit records are kept; default 90 days.
 	Audit time.Duration
+	// AuditRecords is the most audit records kept: beyond it the history
+	// compactor removes the oldest, whatever their age, so the log's size
+	// is bounded however busy the fleet is; default
+	// DefaultAuditRecords.
+	AuditRecords int
 }
 
 // Options configures a Store. The zero value is valid.
@@ -113,6 +118,12 @@ const (
 	DefaultRequestRetention = 24 * time.Hour
 	// DefaultAuditRetention is the default Retention.Audit.
 	DefaultAuditRetention = 90 * 24 * time.Hour
+	// DefaultAuditRecords is the default Retention.AuditRecords: a
+	// typical record is a few hundred bytes (each text field is cut to
+	// 1 KiB, so none exceeds 7 KiB), about 300 MiB of the store for a
+	// million — 2.5 weeks of UCDP's 400,000 deploys a week with a record
+	// each.
+	DefaultAuditRecords = 1_000_000
 )
 
 // New returns a Store using cli, which the caller owns and closes. New makes
@@ -132,6 +143,9 @@ func New(cli *clientv3.Client, opts Options) *Store {
 	}
 	if opts.Retention.Audit <= 0 {
 		opts.Retention.Audit = DefaultAuditRetention
+	}
+	if opts.Retention.AuditRecords <= 0 {
+		opts.Retention.AuditRecords = DefaultAuditRecords
 	}
 	if opts.Retention.KeepFor <= 0 {
 		opts.Retention.KeepFor = DefaultKeepFor
