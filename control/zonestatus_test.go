@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"google.golang.org/grpc/codes"
@@ -242,5 +243,34 @@ func TestZoneStatusRejections(t *testing.T) {
 	}
 	if _, err := cl.ReportZoneStatus(context.Background(), ok()); err != nil {
 		t.Errorf("a valid report after the rejections: %v", err)
+	}
+}
+
+// A zone's first report is recorded (Zone.last_report_time), so the
+// strategist can tell a zone whose distributors stopped from one that
+// never had any; a zone nobody reported in has none.
+func TestZoneRecordsWhenItLastReported(t *testing.T) {
+	srv := controltest.StartControl(t, control.Options{})
+	cl := srv.Client
+	for _, z := range []string{"zone-a", "zone-b"} {
+		if _, err := cl.CreateZone(testCtx(t), &lehrpb.CreateZoneRequest{Name: z}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before := time.Now().Add(-time.Second)
+	reportStatus(t, cl, &lehrpb.ReportZoneStatusRequest{Zone: "zone-a", DistributorId: "d1", Agents: 1})
+	zs, err := cl.ListZones(testCtx(t), &lehrpb.ListZonesRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]*lehrpb.Zone{}
+	for _, z := range zs.GetZones() {
+		got[z.GetName()] = z
+	}
+	if lr := got["zone-a"].GetLastReportTime(); lr == nil || lr.AsTime().Before(before) {
+		t.Errorf("zone-a's last report time %v; want it set by its report", lr)
+	}
+	if lr := got["zone-b"].GetLastReportTime(); lr != nil {
+		t.Errorf("zone-b's last report time %v; want none: nobody reported in it", lr)
 	}
 }

@@ -364,9 +364,13 @@ func writeDomains(w io.Writer, ds []*lehrpb.Domain) {
 // writeZones prints the output of "lehr zones list".
 func writeZones(w io.Writer, zs []*lehrpb.Zone) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "ZONE\tCREATED")
+	fmt.Fprintln(tw, "ZONE\tCREATED\tLAST REPORT")
 	for _, z := range zs {
-		fmt.Fprintf(tw, "%s\t%s\n", clean(z.GetName()), fmtTime(z.GetCreateTime()))
+		last := "never"
+		if z.GetLastReportTime() != nil {
+			last = fmtTime(z.GetLastReportTime())
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\n", clean(z.GetName()), fmtTime(z.GetCreateTime()), last)
 	}
 	tw.Flush()
 }

@@ -126,7 +126,7 @@ func TestWriteMiscGolden(t *testing.T) {
 	fmt.Fprintln(&b)
 	writeDomains(&b, []*lehrpb.Domain{d, {Name: "demo", CreateTime: ts(time.Hour)}})
 	fmt.Fprintln(&b)
-	writeZones(&b, []*lehrpb.Zone{{Name: "us-east-1a", CreateTime: ts(0)}, {Name: "eu-west-1b", CreateTime: ts(time.Second)}})
+	writeZones(&b, []*lehrpb.Zone{{Name: "us-east-1a", CreateTime: ts(0), LastReportTime: ts(time.Minute)}, {Name: "eu-west-1b", CreateTime: ts(time.Second)}})
 	fmt.Fprintln(&b)
 	writeGoals(&b, "us-east-1a", &lehrpb.GetGoalsResponse{Revision: 42, Goals: []*lehrpb.GoalState{
 		{Zone: "us-east-1a", Namespace: "demo/app", Version: 3, Checksum: "sha256:abc", UpdateTime: ts(time.Minute), Reason: "publish"},

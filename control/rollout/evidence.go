@@ -2,6 +2,7 @@ package rollout
 
 import (
 	"slices"
+	"time"
 
 	"lehr.dev/lehr/proto/lehrpb"
 )
@@ -17,6 +18,10 @@ type Evidence struct {
 	applied, pending            int // hosts that hold the version / that should and do not yet
 	consumers, rejected, lapsed uint32
 	unsampled                   []string // zones whose canary hosts are not named yet
+	// silent lists zones that reported once (Zone.last_report_time) and
+	// have no live report now: nothing they say can be known, so a stage
+	// reaching them never passes (zoneEvidence.silent).
+	silent []string
 	// stale lists zones where hosts subscribe but no distributor reports
 	// the candidate yet: their reports predate the goal.
 	stale                       []string
@@ -36,9 +41,11 @@ type Evidence struct {
 
 // Gather sums, for rollout r at its stage of stages, what the
 // distributors of every zone the stages so far reach report
-// (zoneStatus(zone): their current zone status). It reads nothing else;
-// an error is zoneStatus's.
-func Gather(r *lehrpb.Rollout, stages []Stage, zoneStatus func(zone string) ([]*lehrpb.DistributorStatus, error)) (Evidence, error) {
+// (zoneStatus(zone): their current zone status); lastReport says when
+// each zone's distributors last reported (Zone.last_report_time; absent
+// for a zone none ever reported in). It reads nothing else; an error is
+// zoneStatus's.
+func Gather(r *lehrpb.Rollout, stages []Stage, lastReport map[string]time.Time, zoneStatus func(zone string) ([]*lehrpb.DistributorStatus, error)) (Evidence, error) {
 	c := upTo(stages, int(r.GetStage()))
 	ev := Evidence{samples: map[string][]*lehrpb.CohortSample{}, zonesReporting: map[string]int{}, byZone: map[string]*zoneEvidence{},
 		heldBy: witnesses{}, behindBy: witnesses{}, rejectedBy: witnesses{}, lapsedBy: witnesses{}, signalsBy: witnesses{}, reporters: witnesses{}}
@@ -54,11 +61,14 @@ func Gather(r *lehrpb.Rollout, stages []Stage, zoneStatus func(zone string) ([]*
 			return ev, err
 		}
 		ev.zonesReporting[z] = len(sts)
-		ze := &zoneEvidence{zone: z, distributors: len(sts)}
+		ze := &zoneEvidence{zone: z, distributors: len(sts), lastReport: lastReport[z]}
 		for _, d := range sts {
 			ze.agents += int(d.GetAgents())
 		}
 		ev.zones, ev.byZone[z] = append(ev.zones, ze), ze
+		if ze.silent() {
+			ev.silent = append(ev.silent, z)
+		}
 		whole := c.percent[z] >= 100
 		if _, named := canaryHosts(r, z); c.hosts[z] > 0 && !named && !whole {
 			ev.unsampled = append(ev.unsampled, z)

@@ -66,7 +66,7 @@ func TestGather(t *testing.T) {
 			}
 			stages := Resolve(tc.policy, []string{"a"})
 			read := 0
-			ev, err := Gather(r, stages, func(z string) ([]*lehrpb.DistributorStatus, error) {
+			ev, err := Gather(r, stages, nil, func(z string) ([]*lehrpb.DistributorStatus, error) {
 				read++
 				if z != "a" {
 					t.Errorf("read the status of zone %q, which the stage does not reach", z)
@@ -102,7 +102,7 @@ func TestGather(t *testing.T) {
 func TestGatherPassesOnTheReadersError(t *testing.T) {
 	boom := errors.New("etcd unavailable")
 	r := &lehrpb.Rollout{Id: ns + "@2", Namespace: ns, Version: 2, Policy: &lehrpb.RolloutPolicy{GlobalBlast: true}}
-	if _, err := Gather(r, Resolve(r.GetPolicy(), []string{"a"}), func(string) ([]*lehrpb.DistributorStatus, error) { return nil, boom }); !errors.Is(err, boom) {
+	if _, err := Gather(r, Resolve(r.GetPolicy(), []string{"a"}), nil, func(string) ([]*lehrpb.DistributorStatus, error) { return nil, boom }); !errors.Is(err, boom) {
 		t.Errorf("Gather = %v, want the reader's error", err)
 	}
 }

@@ -213,6 +213,9 @@ type zoneHosts struct {
 	pendingHosts     []string
 	agents           int // hosts its distributors serve; 0: applied+pending
 	distributors     int // 0: 1
+	// silentSince, when set, makes the zone silent: it reported until
+	// then (Zone.last_report_time) and has no live report now.
+	silentSince time.Time
 }
 
 // Each zone's reports come from its distributor "d1" (witness.go): the
@@ -222,6 +225,13 @@ func evidenceOf(zs ...zoneHosts) Evidence {
 	e := Evidence{samples: map[string][]*lehrpb.CohortSample{}, zonesReporting: map[string]int{}, byZone: map[string]*zoneEvidence{},
 		heldBy: witnesses{}, behindBy: witnesses{}, rejectedBy: witnesses{}, lapsedBy: witnesses{}, signalsBy: witnesses{}, reporters: witnesses{}}
 	for _, z := range zs {
+		if !z.silentSince.IsZero() {
+			ze := &zoneEvidence{zone: z.zone, lastReport: z.silentSince}
+			e.zones, e.byZone[z.zone] = append(e.zones, ze), ze
+			e.zonesReporting[z.zone] = 0
+			e.silent = append(e.silent, z.zone)
+			continue
+		}
 		if z.distributors >= 0 {
 			e.reporters.add(z.zone, "d1")
 			if z.applied > 0 {
@@ -627,6 +637,77 @@ func TestAWaitingRolloutIsNotRewritten(t *testing.T) {
 				if left := WaitLeft(r, now); left == "" || left == "due now" {
 					t.Fatalf("WaitLeft %v into the wait = %q", now.Sub(w.now), left)
 				}
+			}
+		})
+	}
+}
+
+// A zone whose distributors reported once and stopped (their replica of
+// control died, their link is cut) is silent: the stage waits for it,
+// explained, even past its apply deadline — absence of reports is never
+// read as success (issue 29: a canary stage "passed" on 0 hosts and the
+// rollout ended SUCCEEDED with no distributor reporting and a host still
+// on the old version). When the zone reports again the stage goes on.
+func TestScenarioSilentZone(t *testing.T) {
+	w := newWorld(t, canaryThenAll(nil), "a", "b")
+	w.publish()
+	r := w.rollouts[w.latest]
+	last := w.start.Add(-2 * time.Minute)
+	silentB := zoneHosts{zone: "b", silentSince: last}
+	w.advance(time.Second)
+	w.step(evidenceOf(zoneHosts{zone: "a", agents: 2}, silentB).sampled(r, "a", "a-h1").sampled(r, "b"))
+	w.advance(5 * time.Second)
+	w.step(evidenceOf(zoneHosts{zone: "a", applied: 1, agents: 2}, silentB).sampled(r, "b"))
+	w.state()
+	w.advance(10 * time.Minute) // past the 5-minute apply deadline
+	w.step(evidenceOf(zoneHosts{zone: "a", applied: 1, agents: 2}, silentB).sampled(r, "b"))
+	w.state()
+	// Zone b's distributor is back.
+	w.advance(time.Second)
+	w.step(evidenceOf(zoneHosts{zone: "a", applied: 1, agents: 2}, zoneHosts{zone: "b", agents: 2}).sampled(r, "b", "b-h1"))
+	w.advance(5 * time.Second)
+	w.step(evidenceOf(zoneHosts{zone: "a", applied: 1, agents: 2}, zoneHosts{zone: "b", applied: 1, agents: 2}))
+	w.state()
+	// Baked; then zone a goes silent before the stage passes.
+	w.advance(10 * time.Minute)
+	w.step(evidenceOf(zoneHosts{zone: "a", silentSince: w.now.Add(-time.Minute)}, zoneHosts{zone: "b", applied: 1, agents: 2}))
+	w.state()
+	w.check("silent-zone")
+}
+
+// Silence never succeeds: with every zone silent the rollout waits, hour
+// after hour; with on_no_verdict "fail" it fails at the apply deadline.
+func TestScenarioSilenceNeverSucceeds(t *testing.T) {
+	for _, tc := range []struct {
+		onNoVerdict string
+		want        lehrpb.RolloutState
+	}{
+		{"", lehrpb.RolloutState_ROLLOUT_STATE_RUNNING},
+		{evaluation.OnNoVerdictProceed, lehrpb.RolloutState_ROLLOUT_STATE_RUNNING},
+		{evaluation.OnNoVerdictWait, lehrpb.RolloutState_ROLLOUT_STATE_RUNNING},
+		{evaluation.OnNoVerdictFail, lehrpb.RolloutState_ROLLOUT_STATE_FAILED},
+	} {
+		t.Run("on_no_verdict="+tc.onNoVerdict, func(t *testing.T) {
+			w := newWorld(t, canaryThenAll(&lehrpb.CanaryAnalysis{OnNoVerdict: tc.onNoVerdict}), "a")
+			w.publish()
+			r := w.rollouts[w.latest]
+			silent := zoneHosts{zone: "a", silentSince: w.start.Add(-time.Minute)}
+			for range 6 * 60 {
+				w.advance(30 * time.Second)
+				if !Active(w.rollouts[r.GetVersion()]) {
+					break
+				}
+				w.step(evidenceOf(silent).sampled(r, "a"))
+			}
+			got := w.rollouts[r.GetVersion()]
+			if got.GetState() != tc.want {
+				t.Fatalf("after 3 h of silence: %v (%s); want %v", got.GetState(), got.GetReason(), tc.want)
+			}
+			if got.GetState() == lehrpb.RolloutState_ROLLOUT_STATE_RUNNING && (got.GetStageAppliedTime() != nil || got.GetStage() != 0) {
+				t.Errorf("after 3 h of silence the rollout is at stage %d, applied at %v: it passed on silence", got.GetStage(), got.GetStageAppliedTime())
+			}
+			if !strings.Contains(got.GetReason(), "no live report from a") {
+				t.Errorf("reason %q does not name the silent zone", got.GetReason())
 			}
 		})
 	}

@@ -168,7 +168,7 @@ func Step(in StepInput) (Decision, error) {
 	}
 	started := r.GetStageStartTime().AsTime()
 	if r.GetStageAppliedTime() == nil {
-		settled := len(ev.unsampled) == 0 && len(ev.stale) == 0 && ev.pending == 0
+		settled := len(ev.unsampled) == 0 && len(ev.stale) == 0 && ev.pending == 0 && len(ev.silent) == 0
 		nobody := settled && ev.applied == 0 // no host consumes the namespace where the stage reaches
 		if settled && (ev.applied >= stg.MinHostsApplied || nobody) {
 			msg, word := fmt.Sprintf("%d host(s) hold version %d after %v", ev.applied, r.GetVersion(), now.Sub(started).Round(time.Millisecond)), ev.heldBy.note()
@@ -197,9 +197,16 @@ func Step(in StepInput) (Decision, error) {
 		if where != "" {
 			where = ": " + where
 		}
-		if now.Sub(started) > stg.ApplyDeadline {
+		// Silence is no evidence: when all the stage still lacks is word
+		// from silent zones, it waits for them, even past its deadline,
+		// and fails there only if the policy says so for no verdict.
+		onlySilence := len(ev.silent) > 0 && ev.pending == 0 && len(ev.stale) == 0 && subset(ev.unsampled, ev.silent)
+		if now.Sub(started) > stg.ApplyDeadline && !onlySilence {
 			return failed(r, fmt.Sprintf("stage %q: after %v, %d host(s) hold version %d and %d do not (at least %d needed)%s%s",
 				stg.Name, stg.ApplyDeadline, ev.applied, r.GetVersion(), ev.pending, stg.MinHostsApplied, where, ev.behindBy.note())), nil
+		}
+		if onlySilence {
+			return waitForSilent(r, stg, ev, now, started.Add(stg.ApplyDeadline)), nil
 		}
 		reason := fmt.Sprintf("stage %q: waiting for hosts to apply version %d: %d applied, %d pending, at least %d needed%s",
 			stg.Name, r.GetVersion(), ev.applied, ev.pending, stg.MinHostsApplied, where)
@@ -216,6 +223,11 @@ func Step(in StepInput) (Decision, error) {
 	if !r.GetPromote() && now.Sub(applied) < stg.Bake {
 		return withReason(r, now, fmt.Sprintf("stage %q: baking (%d host(s) hold version %d, %d of %d consumers rejected it)%s",
 			stg.Name, ev.applied, r.GetVersion(), ev.rejected, ev.consumers, analysisNote(cev)), applied.Add(stg.Bake)), nil
+	}
+	if len(ev.silent) > 0 {
+		// Baked, but a zone the stage reaches went silent: what its hosts
+		// did since cannot be known.
+		return waitForSilent(r, stg, ev, now, time.Time{}), nil
 	}
 	verdictNote := ""
 	if cev != nil && !r.GetPromote() {
@@ -267,6 +279,41 @@ func Step(in StepInput) (Decision, error) {
 			UpdateTime: timestamppb.New(now), Reason: fmt.Sprintf("rollout %s succeeded", r.GetId())})
 	}
 	return Decision{Rollout: r, Goals: goals, Events: []*lehrpb.RolloutEvent{newEvent(r, now, "succeeded", r.GetReason(), "")}, StagePassed: passed}, nil
+}
+
+// waitForSilent is the decision of a stage that lacks only the word of
+// silent zones: it waits — explained, with what to do — and never passes
+// on their account. deadline is the stage's apply deadline while its
+// hosts have not all applied (zero once they have): past it the stage
+// fails if its analysis says so for no verdict (on_no_verdict: fail) and
+// otherwise goes on waiting (proceed does not proceed on silence).
+func waitForSilent(r *lehrpb.Rollout, stg Stage, ev Evidence, now, deadline time.Time) Decision {
+	what := silence(ev.byZone, ev.silent)
+	fails := stg.Analysis.GetOnNoVerdict() == evaluation.OnNoVerdictFail
+	late := !deadline.IsZero() && now.After(deadline)
+	if late && fails {
+		return failed(r, fmt.Sprintf("stage %q: after %v, %s: no evidence of what its hosts hold, and the policy says fail on no verdict", stg.Name, stg.ApplyDeadline, what))
+	}
+	note, until := "", time.Time{}
+	switch {
+	case late:
+		note = fmt.Sprintf("; its apply deadline (%v) passed, and a stage never passes on silence", stg.ApplyDeadline)
+	case fails && !deadline.IsZero():
+		note, until = "; it fails at its apply deadline (the policy says fail on no verdict)", deadline
+	}
+	return withReason(r, now, fmt.Sprintf("stage %q: waiting for evidence: %s, so what its hosts hold cannot be known%s; "+
+		"restore the zone's distributors or their link to control (lehr zones status %s), or abort the rollout (lehr rollout abort %s)",
+		stg.Name, what, note, ev.silent[0], r.GetNamespace()), until)
+}
+
+// subset reports whether every element of a is in b.
+func subset(a, b []string) bool {
+	for _, x := range a {
+		if !slices.Contains(b, x) {
+			return false
+		}
+	}
+	return true
 }
 
 // failed is the decision to end r as FAILED on evidence, rolling it back.

@@ -30,20 +30,48 @@ type zoneEvidence struct {
 	// by host id (sorted; a distributor names a few per namespace).
 	applied, pending int
 	pendingHosts     []string
+	// lastReport is when the zone's distributors last reported, to a
+	// minute (Zone.last_report_time); zero if none ever did.
+	lastReport time.Time
 }
 
 // empty says why the zone has nothing a stage could wait for — no
-// distributor reports for it, or its distributors serve no hosts — or ""
-// if it has hosts. A stage skips such a zone; its goal still moves, so a
-// distributor that comes later serves what the rollout gave the zone.
+// distributor has ever reported for it, or its distributors serve no
+// hosts — or "" if it has hosts, or may have: a silent zone. A stage
+// skips an empty zone; its goal still moves, so a distributor that comes
+// later serves what the rollout gave the zone.
 func (z *zoneEvidence) empty() string {
 	switch {
+	case z.silent():
+		return ""
 	case z == nil || z.distributors == 0:
-		return "no distributor reports for it"
+		return "no distributor has reported for it"
 	case z.agents == 0:
 		return "its distributors serve no hosts"
 	}
 	return ""
+}
+
+// silent reports whether the zone's distributors reported once and have
+// no live report now (they stopped, or cannot reach control): its hosts
+// may hold anything, so absence of reports is no evidence — a stage
+// reaching it waits, and never passes or succeeds on its account.
+func (z *zoneEvidence) silent() bool {
+	return z != nil && z.distributors == 0 && !z.lastReport.IsZero()
+}
+
+// silence describes the silent zones among zs for a reason: "no live
+// report from zone-b (last around 10:03 UTC)".
+func silence(byZone map[string]*zoneEvidence, zs []string) string {
+	parts := make([]string, 0, min(len(zs), maxNamed))
+	for _, z := range zs[:min(len(zs), maxNamed)] {
+		parts = append(parts, fmt.Sprintf("%s (last around %s)", z, byZone[z].lastReport.UTC().Format("15:04 MST Jan 2")))
+	}
+	s := "no live report from " + strings.Join(parts, ", ")
+	if n := len(zs) - maxNamed; n > 0 {
+		s += fmt.Sprintf(" and %d more zone(s)", n)
+	}
+	return s
 }
 
 // EmptyZoneWait bounds how long a canary stage waits for a zone without
@@ -121,7 +149,7 @@ func describeZones(zones []*zoneEvidence, v uint64) string {
 }
 
 // skippedZones lists, for a "skipped" event, the zones among targets that
-// have nothing to wait for ("zone b: no distributor reports for it"), in
+// have nothing to wait for ("zone b: no distributor has reported for it"), in
 // order; nil when there are none.
 func skippedZones(zones map[string]*zoneEvidence, targets []string) []string {
 	var out []string

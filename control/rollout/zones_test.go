@@ -12,10 +12,12 @@ func TestZoneEmpty(t *testing.T) {
 		z    *zoneEvidence
 		want string
 	}{
-		{nil, "no distributor reports for it"},
-		{&zoneEvidence{zone: "b"}, "no distributor reports for it"},
+		{nil, "no distributor has reported for it"},
+		{&zoneEvidence{zone: "b"}, "no distributor has reported for it"},
 		{&zoneEvidence{zone: "b", distributors: 2}, "its distributors serve no hosts"},
 		{&zoneEvidence{zone: "b", distributors: 1, agents: 3}, ""},
+		// Reported once, silent now: not empty, waited for.
+		{&zoneEvidence{zone: "b", lastReport: time.Date(2030, 1, 1, 12, 0, 0, 0, time.UTC)}, ""},
 	} {
 		if got := tc.z.empty(); got != tc.want {
 			t.Errorf("%+v.empty() = %q, want %q", tc.z, got, tc.want)
@@ -64,7 +66,7 @@ func TestSkippedZones(t *testing.T) {
 		"c": {zone: "c", distributors: 1},
 	}
 	got := skippedZones(zones, []string{"a", "b", "c", "d"})
-	want := []string{"zone b: no distributor reports for it", "zone c: its distributors serve no hosts", "zone d: no distributor reports for it"}
+	want := []string{"zone b: no distributor has reported for it", "zone c: its distributors serve no hosts", "zone d: no distributor has reported for it"}
 	if len(got) != len(want) {
 		t.Fatalf("skippedZones = %q, want %q", got, want)
 	}

@@ -119,6 +119,7 @@ type Service struct {
 	registry *validate.Registry
 	evals    *evaluation.Service
 	leases   reportLeases // of ReportZoneStatus
+	reported zoneMarks    // when this replica last recorded each zone's report
 	// previews is st as the policy-preview handlers see it (experiments.go).
 	previews previewStore
 

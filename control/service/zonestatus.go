@@ -87,6 +87,40 @@ func (r *reportLeases) set(k reportKey, l store.ReportLease, now time.Time) {
 	}
 }
 
+// ZoneMarkEvery is how often a replica records that a zone's distributors
+// report (Zone.last_report_time): the rollout strategist tells a zone that
+// never reported (skipped) from one that stopped (waited for), and a
+// minute is fine enough for that.
+const ZoneMarkEvery = time.Minute
+
+// zoneMarks remembers when this replica last recorded each zone's report.
+type zoneMarks struct {
+	mu   sync.Mutex
+	last map[string]time.Time
+}
+
+// due reports whether zone's report should be recorded at now, and if so
+// notes it as recorded.
+func (m *zoneMarks) due(zone string, now time.Time) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if now.Sub(m.last[zone]) < ZoneMarkEvery {
+		return false
+	}
+	if m.last == nil {
+		m.last = make(map[string]time.Time)
+	}
+	m.last[zone] = now
+	return true
+}
+
+// forget makes zone's next report due again (its recording failed).
+func (m *zoneMarks) forget(zone string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	delete(m.last, zone)
+}
+
 // len returns the number of cached leases.
 func (r *reportLeases) len() int {
 	r.mu.Lock()
@@ -132,6 +166,12 @@ func (s *Service) ReportZoneStatus(ctx context.Context, req *lehrpb.ReportZoneSt
 		return nil, withField(s.apiError(ctx, err), "zone")
 	}
 	s.metrics.GetOrCreateCounter(`lehr_control_zone_reports_total{zone="` + k.zone + `"}`).Inc()
+	if now := s.now(); s.reported.due(k.zone, now) {
+		if err := s.st.MarkZoneReported(ctx, k.zone, now); err != nil {
+			s.reported.forget(k.zone)
+			s.log.Warn("control: recording that a zone reports", "zone", k.zone, "err", err)
+		}
+	}
 	n, err := s.st.ZoneReporters(ctx, k.zone)
 	if err != nil {
 		// Stored; the count is a hint the distributor keeps from before.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -143,19 +144,50 @@ func (s *Store) createZone(ctx context.Context, zone string) (*lehrpb.Zone, bool
 
 // ListZones returns every registered zone.
 func (s *Store) ListZones(ctx context.Context) ([]*lehrpb.Zone, error) {
-	resp, err := s.get(ctx, s.lay.zonesPrefix(), clientv3.WithPrefix())
+	rs, _, err := s.readAt(ctx,
+		clientv3.OpGet(s.lay.zonesPrefix(), clientv3.WithPrefix()),
+		clientv3.OpGet(s.lay.zoneReportedPrefix(), clientv3.WithPrefix()))
 	if err != nil {
 		return nil, fmt.Errorf("store: list zones: %w", err)
 	}
-	out := make([]*lehrpb.Zone, 0, len(resp.Kvs))
-	for _, kv := range resp.Kvs {
+	reported := make(map[string]*timestamppb.Timestamp, len(rs[1].Kvs))
+	for _, kv := range rs[1].Kvs {
+		ts := new(timestamppb.Timestamp)
+		if err := decode(string(kv.Key), kv.Value, ts); err != nil {
+			return nil, fmt.Errorf("store: list zones: %w", err)
+		}
+		reported[strings.TrimPrefix(string(kv.Key), s.lay.zoneReportedPrefix())] = ts
+	}
+	out := make([]*lehrpb.Zone, 0, len(rs[0].Kvs))
+	for _, kv := range rs[0].Kvs {
 		z := new(lehrpb.Zone)
 		if err := decode(string(kv.Key), kv.Value, z); err != nil {
 			return nil, fmt.Errorf("store: list zones: %w", err)
 		}
+		z.LastReportTime = reported[z.GetName()]
 		out = append(out, z)
 	}
 	return out, nil
+}
+
+// MarkZoneReported records that a distributor of zone reported at at
+// (Zone.last_report_time): one blind put, which the service makes at most
+// once a minute per zone.
+func (s *Store) MarkZoneReported(ctx context.Context, zone string, at time.Time) error {
+	if err := names.Zone(zone); err != nil {
+		return fmt.Errorf("store: mark zone reported: %w: %w", ErrInvalid, err)
+	}
+	b, err := encode(timestamppb.New(at))
+	if err != nil {
+		return fmt.Errorf("store: mark zone %s reported: %w", zone, err)
+	}
+	start := time.Now()
+	_, err = s.cli.Put(reqCtx(ctx), s.lay.zoneReported(zone), string(b))
+	s.observe("put", start, err)
+	if err != nil {
+		return fmt.Errorf("store: mark zone %s reported: %w", zone, err)
+	}
+	return nil
 }
 
 // Goals returns a zone's goal states (one namespace if ns != "") and the

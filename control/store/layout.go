@@ -16,6 +16,7 @@ import (
 //	zones/<zone>                              lehrpb.Zone
 //	goals/<zone>/<domain>/<name>              lehrpb.GoalState
 //	zonestatus/<zone>/<distributor_id>        lehrpb.DistributorStatus, under a lease
+//	zonereported/<zone>                       google.protobuf.Timestamp, when a distributor last reported (to a minute)
 //	requests/<domain>/<name>/<request_id>     lehrpb.RequestRecord, under a lease
 //	policies/domain/<domain>                  lehrpb.RolloutPolicyRecord, a domain's default
 //	policies/ns/<domain>/<name>               lehrpb.RolloutPolicyRecord, a namespace's override
@@ -102,6 +103,8 @@ func (l layout) goalsZone(z string) string        { return l.goalsPrefix() + z +
 func (l layout) goalsSigned() string              { return l.prefix + "migrations/goals-signed" }
 func (l layout) goal(z, ns string) string         { return l.goalsZone(z) + ns }
 func (l layout) zoneStatusesPrefix() string       { return l.prefix + "zonestatus/" }
+func (l layout) zoneReportedPrefix() string       { return l.prefix + "zonereported/" }
+func (l layout) zoneReported(z string) string     { return l.zoneReportedPrefix() + z }
 func (l layout) zoneStatusPrefix(z string) string { return l.zoneStatusesPrefix() + z + "/" }
 func (l layout) zoneStatus(z, id string) string   { return l.zoneStatusPrefix(z) + id }
 func (l layout) distributorFromZoneStatus(z, key string) string {

@@ -230,11 +230,15 @@ func (s *Strategist) domainRound(ctx context.Context, g store.Guard, domain stri
 		return nil, err
 	}
 	zones := make([]string, 0, len(zl))
+	lastReport := make(map[string]time.Time, len(zl))
 	for _, z := range zl {
 		zones = append(zones, z.GetName())
+		if t := z.GetLastReportTime(); t != nil {
+			lastReport[z.GetName()] = t.AsTime()
+		}
 	}
 	slices.Sort(zones)
-	rd := round{g: g, zones: zones, headRev: in.Rev, written: map[string]*lehrpb.Rollout{}, status: map[string][]*lehrpb.DistributorStatus{}}
+	rd := round{g: g, zones: zones, lastReport: lastReport, headRev: in.Rev, written: map[string]*lehrpb.Rollout{}, status: map[string][]*lehrpb.DistributorStatus{}}
 	latest := map[string]*lehrpb.Rollout{}
 	byID := map[string]*lehrpb.Rollout{}
 	byNS := map[string][]*lehrpb.Rollout{} // oldest first, as listed
@@ -358,11 +362,14 @@ func (s *Strategist) domainRound(ctx context.Context, g store.Guard, domain stri
 // reports, read once (with a thousand rollouts baking in one zone, reading
 // it per rollout was a thousand reads a second).
 type round struct {
-	g       store.Guard
-	zones   []string
-	headRev int64
-	written map[string]*lehrpb.Rollout
-	status  map[string][]*lehrpb.DistributorStatus
+	g     store.Guard
+	zones []string
+	// lastReport is when each zone's distributors last reported
+	// (Zone.last_report_time), for telling a silent zone from an empty one.
+	lastReport map[string]time.Time
+	headRev    int64
+	written    map[string]*lehrpb.Rollout
+	status     map[string][]*lehrpb.DistributorStatus
 }
 
 // zoneStatus returns zone z's status as the round first read it.
@@ -490,7 +497,7 @@ func (s *Strategist) step(ctx context.Context, rd round, r *lehrpb.Rollout) erro
 	if len(stages) == 0 || r.GetStageStartTime() == nil {
 		return nil // no zone registered; not entered yet: admit decides
 	}
-	ev, err := rollout.Gather(r, stages, func(z string) ([]*lehrpb.DistributorStatus, error) { return rd.zoneStatus(ctx, s.opts.Store, z) })
+	ev, err := rollout.Gather(r, stages, rd.lastReport, func(z string) ([]*lehrpb.DistributorStatus, error) { return rd.zoneStatus(ctx, s.opts.Store, z) })
 	if err != nil {
 		return err
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -336,5 +337,49 @@ func TestARoundReadsEachZonesStatusOnce(t *testing.T) {
 		if n := cs.status[z]; n != 1 {
 			t.Errorf("a round with %d rollouts in flight read zone %s's status %d times; want once", len(nss), z, n)
 		}
+	}
+}
+
+// TestSilentZoneHoldsTheRollout: the scenario end to end on etcd —
+// a zone whose distributors reported once (Zone.last_report_time) and
+// whose reports then expired. The rollout does not pass or succeed on
+// that silence, whatever the time; a zone no distributor ever reported in
+// is still skipped (a zone created before its distributors exist must not
+// hold every rollout).
+func TestSilentZoneHoldsTheRollout(t *testing.T) {
+	policy := &lehrpb.RolloutPolicy{Stages: []*lehrpb.RolloutStage{
+		{Name: "all", Target: &lehrpb.RolloutStage_Zones{Zones: &lehrpb.ZonesTarget{}}, ApplyDeadline: durationpb.New(time.Minute)},
+	}}
+	for _, tc := range []struct {
+		name     string
+		reported bool
+		want     lehrpb.RolloutState
+	}{
+		{"reported once, silent now", true, lehrpb.RolloutState_ROLLOUT_STATE_RUNNING},
+		{"never reported", false, lehrpb.RolloutState_ROLLOUT_STATE_SUCCEEDED},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newStrategistRig(t, policy, "z")
+			mustDomain(r)
+			if tc.reported {
+				if err := r.st.MarkZoneReported(r.ctx, "z", r.clock.Now().Add(-time.Minute)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			const ns = "pay/app"
+			r.commit(ns, "1", lehrpb.VersionSource_VERSION_SOURCE_SNAPSHOT)
+			v2 := r.commit(ns, "2", lehrpb.VersionSource_VERSION_SOURCE_SNAPSHOT)
+			for range 10 {
+				r.round()
+				r.clock.advance(time.Minute)
+			}
+			got := r.rollout(ns, v2.GetSeq())
+			if got.GetState() != tc.want {
+				t.Fatalf("after 10 minutes: rollout %v (%s); want %v", got.GetState(), got.GetReason(), tc.want)
+			}
+			if tc.reported && !strings.Contains(got.GetReason(), "no live report from z") {
+				t.Errorf("reason %q; want it to name the silent zone", got.GetReason())
+			}
+		})
 	}
 }

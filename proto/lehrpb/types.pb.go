@@ -1138,11 +1138,17 @@ func (x *CandidateGoal) GetChecks() []*CanaryCheck {
 
 // Zone is a failure domain served by its own distributors.
 type Zone struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	CreateTime    *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Name       string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	CreateTime *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
+	// When a distributor of the zone last reported, to within a minute
+	// (control records it at most once a minute per replica); absent if
+	// none ever did. A zone that reported once and has no live report now
+	// is silent: no rollout counts it as done (docs/design.md, "The
+	// strategist").
+	LastReportTime *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=last_report_time,json=lastReportTime,proto3" json:"last_report_time,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *Zone) Reset() {
@@ -1185,6 +1191,13 @@ func (x *Zone) GetName() string {
 func (x *Zone) GetCreateTime() *timestamppb.Timestamp {
 	if x != nil {
 		return x.CreateTime
+	}
+	return nil
+}
+
+func (x *Zone) GetLastReportTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.LastReportTime
 	}
 	return nil
 }
@@ -1289,11 +1302,12 @@ const file_lehr_v1_types_proto_rawDesc = "" +
 	"\x04salt\x18\x05 \x01(\tR\x04salt\x12\x16\n" +
 	"\x06sample\x18\x06 \x01(\rR\x06sample\x12\x1a\n" +
 	"\banalysis\x18\a \x01(\rR\banalysis\x12,\n" +
-	"\x06checks\x18\b \x03(\v2\x14.lehr.v1.CanaryCheckR\x06checks\"W\n" +
+	"\x06checks\x18\b \x03(\v2\x14.lehr.v1.CanaryCheckR\x06checks\"\x9d\x01\n" +
 	"\x04Zone\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12;\n" +
 	"\vcreate_time\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"createTime*e\n" +
+	"createTime\x12D\n" +
+	"\x10last_report_time\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x0elastReportTime*e\n" +
 	"\rNamespaceKind\x12\x1e\n" +
 	"\x1aNAMESPACE_KIND_UNSPECIFIED\x10\x00\x12\x19\n" +
 	"\x15NAMESPACE_KIND_CONFIG\x10\x01\x12\x19\n" +
@@ -1349,11 +1363,12 @@ var file_lehr_v1_types_proto_depIdxs = []int32{
 	10, // 11: lehr.v1.GoalState.candidate:type_name -> lehr.v1.CandidateGoal
 	13, // 12: lehr.v1.CandidateGoal.checks:type_name -> lehr.v1.CanaryCheck
 	12, // 13: lehr.v1.Zone.create_time:type_name -> google.protobuf.Timestamp
-	14, // [14:14] is the sub-list for method output_type
-	14, // [14:14] is the sub-list for method input_type
-	14, // [14:14] is the sub-list for extension type_name
-	14, // [14:14] is the sub-list for extension extendee
-	0,  // [0:14] is the sub-list for field type_name
+	12, // 14: lehr.v1.Zone.last_report_time:type_name -> google.protobuf.Timestamp
+	15, // [15:15] is the sub-list for method output_type
+	15, // [15:15] is the sub-list for method input_type
+	15, // [15:15] is the sub-list for extension type_name
+	15, // [15:15] is the sub-list for extension extendee
+	0,  // [0:15] is the sub-list for field type_name
 }
 
 func init() { file_lehr_v1_types_proto_init() }
