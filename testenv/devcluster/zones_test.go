@@ -154,9 +154,9 @@ func TestRolloutSkipsZonesWithoutHosts(t *testing.T) {
 	}
 	for _, w := range []string{
 		"selected: canary hosts of zone-a: zone-a-host-0",
-		"skipped: zone zone-b: no distributor reports for it, so no canary there",
+		"skipped: zone zone-b: no distributor has reported for it, so no canary there",
 		"skipped: zone zone-c: its distributors serve no hosts, so no canary there",
-		"skipped: zone zone-b: no distributor reports for it; zone zone-c: its distributors serve no hosts: nothing to wait for there",
+		"skipped: zone zone-b: no distributor has reported for it; zone zone-c: its distributors serve no hosts: nothing to wait for there",
 	} {
 		if !slices.ContainsFunc(log, func(m string) bool { return strings.HasPrefix(m, w) }) {
 			t.Errorf("no event %q; events:\n%s", w, strings.Join(log, "\n"))
