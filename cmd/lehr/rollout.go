@@ -536,6 +536,10 @@ func writeRollout(w io.Writer, r *lehrpb.Rollout) {
 	for _, zh := range r.GetCanaryHosts() {
 		fmt.Fprintf(w, "  canary hosts of %s: %s\n", clean(zh.GetZone()), orDash(strings.Join(zh.GetHosts(), ", ")))
 	}
+	for _, c := range r.GetExpectedChecks() {
+		fmt.Fprintf(w, "  expects   %s: canary hosts to move by %+.3g against the control hosts (tolerance %g)\n",
+			clean(c.GetName()), c.GetExpected(), c.GetTolerance())
+	}
 	if r.GetRollbackVersion() != 0 {
 		fmt.Fprintf(w, "  rolled back by version %d\n", r.GetRollbackVersion())
 	}

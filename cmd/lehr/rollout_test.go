@@ -230,3 +230,20 @@ func TestRolloutsQueueBehindTheDomainLimit(t *testing.T) {
 		t.Errorf("queued event %q does not name pay/a@2", q)
 	}
 }
+
+// lehr rollout status shows the checks a committed policy change is
+// expected to move (a committed experiment's deny share and
+// disagreement).
+func TestWriteRolloutExpectedChecks(t *testing.T) {
+	r := &lehrpb.Rollout{Id: "shop/fw@2", Namespace: "shop/fw", Version: 2, BaseVersion: 1, State: lehrpb.RolloutState_ROLLOUT_STATE_SUCCEEDED,
+		Stages: []string{"canary", "all"}, Stage: 1, Reason: "every zone holds version 2",
+		ExpectedChecks: []*lehrpb.CanaryCheck{
+			{Name: "policy deny ratio", Expected: 0.05, Tolerance: 0.25},
+			{Name: "policy disagreement", Expected: 0.5, Tolerance: 0.25},
+		}}
+	var b strings.Builder
+	writeRollout(&b, r)
+	mustContain(t, "rollout status", b.String(),
+		"expects   policy deny ratio: canary hosts to move by +0.05 against the control hosts (tolerance 0.25)",
+		"expects   policy disagreement: canary hosts to move by +0.5")
+}
