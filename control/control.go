@@ -20,6 +20,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -80,8 +81,19 @@ type Options struct {
 	SigningKey string
 	// EtcdEndpoints, if set, are the client URLs of an external etcd
 	// cluster to use instead of the embedded one. The same client code
-	// path serves both.
+	// path serves both. An https:// endpoint needs EtcdTLS; an http://
+	// one must be on loopback: every tenant's configuration crosses the
+	// network to a remote etcd only over mutual TLS (CheckEtcdEndpoints).
 	EtcdEndpoints []string
+	// EtcdTLS is the TLS configuration for an external etcd: the CA that
+	// issued its members' certificates and this replica's client
+	// certificate (internal/tlsconfig.Client). Nil: plaintext.
+	EtcdTLS *tls.Config
+	// EtcdProbeTimeout bounds the first request to an external etcd: past
+	// it Run fails, saying why (which TLS side refused the other, or that
+	// no member answered), instead of hanging. Default
+	// DefaultEtcdProbeTimeout.
+	EtcdProbeTimeout time.Duration
 	// Listen is the gRPC address. Default DefaultListen
 	// ("127.0.0.1:7400"); port 0 picks a free port (see Addr). Without
 	// TLS it must be a loopback address: control refuses to serve
@@ -380,7 +392,14 @@ func (c *Control) Run(ctx context.Context) (err error) {
 		defer maint.Close()
 	} else {
 		var err error
-		if cli, err = embedetcd.NewClient(ctx, endpoints); err != nil {
+		if err = CheckEtcdEndpoints(endpoints, c.opts.EtcdTLS != nil); err != nil {
+			return fmt.Errorf("control: %w", err)
+		}
+		if cli, err = embedetcd.NewTLSClient(ctx, endpoints, c.opts.EtcdTLS); err != nil {
+			return fmt.Errorf("control: %w", err)
+		}
+		if err = probeEtcd(ctx, cli, endpoints, c.opts.EtcdTLS, cmp.Or(c.opts.EtcdProbeTimeout, DefaultEtcdProbeTimeout)); err != nil {
+			cli.Close()
 			return fmt.Errorf("control: %w", err)
 		}
 	}
@@ -735,4 +754,57 @@ func listenSocket(path string) (net.Listener, error) {
 		return nil, fmt.Errorf("socket %s: %w", path, err)
 	}
 	return l, nil
+}
+
+// DefaultEtcdProbeTimeout is the default Options.EtcdProbeTimeout.
+const DefaultEtcdProbeTimeout = 10 * time.Second
+
+// CheckEtcdEndpoints checks external etcd client URLs: http:// or
+// https://, with a host and port, all of one scheme; https:// needs TLS
+// (withTLS), and http:// is accepted only on loopback, since a remote etcd
+// holds every tenant's configuration and is reached only over mutual TLS.
+func CheckEtcdEndpoints(endpoints []string, withTLS bool) error {
+	scheme := ""
+	for _, e := range endpoints {
+		u, err := url.Parse(e)
+		if err != nil || u.Host == "" || u.Port() == "" || (u.Scheme != "http" && u.Scheme != "https") {
+			return fmt.Errorf("etcd endpoint %q: want http(s)://HOST:PORT, e.g. https://etcd-0:2379", e)
+		}
+		if scheme != "" && u.Scheme != scheme {
+			return fmt.Errorf("etcd endpoints %v mix http and https: use one", endpoints)
+		}
+		scheme = u.Scheme
+		switch {
+		case u.Scheme == "https" && !withTLS:
+			return fmt.Errorf("etcd endpoint %s is https: give etcd's CA and this replica's client certificate (lehr control --etcd-ca, --etcd-cert, --etcd-key)", e)
+		case u.Scheme == "http" && withTLS:
+			return fmt.Errorf("etcd endpoint %s is plaintext http, but TLS files were given: use https://%s", e, u.Host)
+		case u.Scheme == "http" && !tlsconfig.IsLoopback(u.Host):
+			return fmt.Errorf("etcd endpoint %s is plaintext and not on loopback: control reaches a remote etcd only over mutual TLS "+
+				"(https:// endpoints with --etcd-ca, --etcd-cert and --etcd-key); etcd's own docs say how to give its members client-cert-auth", e)
+		}
+	}
+	return nil
+}
+
+// probeEtcd makes control's first request to an external etcd within
+// timeout, and when it fails says why: which TLS side refused the other
+// (tlsconfig.Diagnose), or that no member answered.
+func probeEtcd(ctx context.Context, cli *clientv3.Client, endpoints []string, tlsCfg *tls.Config, timeout time.Duration) error {
+	pctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	_, err := cli.MemberList(pctx)
+	if err == nil {
+		return nil
+	}
+	if tlsCfg != nil {
+		for _, e := range endpoints {
+			u, _ := url.Parse(e)
+			if derr := tlsconfig.Diagnose(ctx, u.Host, tlsCfg, "h2"); derr != nil {
+				return fmt.Errorf("etcd at %s: %w (lehr control --etcd-ca, --etcd-cert, --etcd-key)", e, derr)
+			}
+		}
+	}
+	return fmt.Errorf("no etcd member at %s answered within %v (%w): check that they run and that this replica reaches them%s",
+		strings.Join(endpoints, ", "), timeout, err, map[bool]string{true: "; TLS: check --etcd-ca, --etcd-cert, --etcd-key"}[tlsCfg != nil])
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -80,7 +81,10 @@ Stop it with Ctrl-C or SIGTERM: in-flight calls finish, then it exits.`,
 	var opts control.Options
 	fs.StringVar(&opts.DataDir, "data-dir", control.DefaultDataDir, "`directory` of the embedded etcd's data (unless --etcd-endpoints) and the signing key")
 	fs.StringVar(&opts.SigningKey, "signing-key", "", "ed25519 private key `file` (PEM, mode 0600) that signs every version; default DATA-DIR/signing.key, created if missing; \"off\" signs nothing")
-	endpoints := fs.String("etcd-endpoints", "", "comma-separated client `URLs` of an external etcd cluster (default: embedded etcd)")
+	endpoints := fs.String("etcd-endpoints", "", "comma-separated client `URLs` of an external etcd cluster (default: embedded etcd): https:// with --etcd-ca, --etcd-cert and --etcd-key, or http:// on loopback only")
+	etcdCA := fs.String("etcd-ca", "", "`file` (PEM) of the CA that issued the external etcd members' certificates")
+	etcdCert := fs.String("etcd-cert", "", "client certificate `file` (PEM) this replica presents to the external etcd")
+	etcdKey := fs.String("etcd-key", "", "key `file` (PEM) of --etcd-cert")
 	fs.StringVar(&opts.Listen, "listen", control.DefaultListen, "gRPC listen `address`; without TLS it must be loopback")
 	fs.StringVar(&opts.Socket, "socket", "", "also serve the API on this unix socket `path` (mode 0666), where each caller acts as its local account (SO_PEERCRED): identity unix:ACCOUNT, unless --local-users maps it")
 	localUsers := fs.String("local-users", "", "comma-separated `ACCOUNT=USER` pairs: the local account ACCOUNT on --socket acts as the certificate user USER (spiffe://lehr/user/USER) for ACLs, authorship, the audit log and --fleet-admins; an account not mapped is unix:ACCOUNT, a user of its own")
@@ -113,6 +117,23 @@ Stop it with Ctrl-C or SIGTERM: in-flight calls finish, then it exits.`,
 		return usageError(e, fs, "%v", err)
 	}
 	opts.EtcdEndpoints = splitList(*endpoints)
+	switch n := countSet(*etcdCA, *etcdCert, *etcdKey); {
+	case n > 0 && n < 3:
+		return usageError(e, fs, "pass --etcd-ca, --etcd-cert and --etcd-key together (mutual TLS to etcd), or none of them")
+	case n == 3 && len(opts.EtcdEndpoints) == 0:
+		return usageError(e, fs, "--etcd-ca, --etcd-cert and --etcd-key are for an external etcd: give its --etcd-endpoints (https://HOST:2379,…)")
+	case n == 3:
+		if opts.EtcdTLS, err = tlsconfig.Client(*etcdCert, *etcdKey, *etcdCA, ""); err != nil {
+			fmt.Fprintf(e.stderr, "lehr control: etcd TLS: %v\n", err)
+			return exitError
+		}
+		opts.EtcdTLS.MinVersion = tls.VersionTLS12 // etcd 3.4 members speak TLS 1.2
+	}
+	if len(opts.EtcdEndpoints) > 0 {
+		if err := control.CheckEtcdEndpoints(opts.EtcdEndpoints, opts.EtcdTLS != nil); err != nil {
+			return usageError(e, fs, "--etcd-endpoints: %v", err)
+		}
+	}
 	opts.FleetAdmins = splitList(*fleetAdmins)
 	opts.StoreQuota, opts.StoreReserve = int64(quota), int64(reserve)
 	if quota != 0 && quota < 16<<20 {
@@ -218,3 +239,14 @@ func serveControl(ctx context.Context, e *env, c *control.Control, onReady func(
 
 // addLogFlags defines --log-level and --log-format on fs.
 func addLogFlags(fs *flags) *logflags.Flags { return logflags.Register(fs.FlagSet) }
+
+// countSet counts the non-empty strings of ss.
+func countSet(ss ...string) int {
+	n := 0
+	for _, s := range ss {
+		if s != "" {
+			n++
+		}
+	}
+	return n
+}

@@ -9,6 +9,7 @@ package embedetcd
 import (
 	"cmp"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -394,8 +395,16 @@ func (s *Server) Close() error {
 // zap logging is off (errors surface as returned errors instead) and the
 // request size limit matches etcd's default. ctx bounds the dial only.
 func NewClient(ctx context.Context, endpoints []string) (*clientv3.Client, error) {
+	return NewTLSClient(ctx, endpoints, nil)
+}
+
+// NewTLSClient is NewClient over TLS with tlsCfg (its CA, and the client
+// certificate an etcd requiring client certificates checks); nil means
+// plaintext.
+func NewTLSClient(ctx context.Context, endpoints []string, tlsCfg *tls.Config) (*clientv3.Client, error) {
 	cli, err := clientv3.New(clientv3.Config{
 		Endpoints:   endpoints,
+		TLS:         tlsCfg,
 		DialTimeout: 10 * time.Second,
 		Context:     context.WithoutCancel(ctx),
 		Logger:      zap.NewNop(),
