@@ -8,6 +8,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 
 	"lehr.dev/lehr/control/store"
 	"lehr.dev/lehr/internal/apierror"
@@ -165,6 +166,13 @@ func (s *Service) WatchGoals(req *lehrpb.WatchGoalsRequest, stream grpc.ServerSt
 	var domains <-chan store.DomainBatch // nil (never ready) without a filter
 	if f != nil {
 		domains = s.st.WatchDomains(ctx, from)
+	}
+	if req.GetStartRevision() > 0 {
+		// A resumed watch may have nothing to send for a long time: the
+		// headers tell the distributor now that it is connected again.
+		if err := stream.SendHeader(metadata.Pairs("lehr-watch", "resumed")); err != nil {
+			return apierror.FromError(err)
+		}
 	}
 	last := from - 1 // the revision of the last message sent
 	for {

@@ -235,6 +235,17 @@ func (w *Watcher) watchOnce(ctx context.Context) (progressed bool, err error) {
 	if err != nil {
 		return false, fmt.Errorf("open watch: %w", err)
 	}
+	if start > 0 {
+		// Resumed: control sends its headers at once (a resumed watch may
+		// carry no message for a long time); until then it is not known to
+		// be connected. Before that, the connection was called lost until
+		// the next goal changed.
+		if _, err := stream.Header(); err != nil {
+			return false, fmt.Errorf("resume watch: %w", err)
+		}
+		w.setConnected(true)
+		w.log.Info("goal watch connected to control", "zone", w.opts.Zone, "resumed_from", start)
+	}
 	// initial collects the initial state when starting from 0; it replaces
 	// the goal map only once complete, so a stream cut mid-way leaves the
 	// previous (last good) map in place.
@@ -249,7 +260,10 @@ func (w *Watcher) watchOnce(ctx context.Context) (progressed bool, err error) {
 		}
 		if !progressed {
 			progressed = true
-			w.setConnected(true)
+			if !w.Connected() {
+				w.setConnected(true)
+				w.log.Info("goal watch connected to control", "zone", w.opts.Zone, "revision", resp.GetRevision())
+			}
 		}
 		if w.opts.OnMessage != nil {
 			w.opts.OnMessage(resp)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -366,4 +367,46 @@ func TestQuietZoneResumesAfterCompaction(t *testing.T) {
 	if st := w.Stats(); st.Restarts != 0 || st.Resumes < 1 {
 		t.Errorf("stats = %+v, want a resume and no restart from the current state", st)
 	}
+}
+
+// A watch resumed after control came back is connected as soon as control
+// accepts it, though no goal changes (issue 29, item 5: the
+// distributor's lehr_distributor_control_connected stayed 0 for 35 s after
+// a working reconnect, until the next goal changed), and the log says so.
+func TestResumedWatchIsConnectedAtOnce(t *testing.T) {
+	srv := controltest.StartControl(t, control.Options{})
+	createDomain(t, srv.Client, "d")
+	v1 := publish(t, srv.Client, "d/a", "1")
+	var logs syncBuffer
+	w := startWatcherLog(t, srv.Addr, nil, slog.New(slog.NewTextHandler(&logs, nil)))
+	waitGoal(t, w, "d/a", v1)
+
+	srv.Stop()
+	wait.For(t, "the watcher to notice control stopped", func() bool { return !w.Connected() })
+	controltest.StartControl(t, control.Options{DataDir: srv.DataDir, Listen: srv.Addr})
+	wait.For(t, "the resumed watch to be connected, with no goal changed", w.Connected)
+	if st := w.Stats(); st.Resumes < 1 {
+		t.Errorf("stats = %+v, want a resume", st)
+	}
+	if !strings.Contains(logs.String(), "goal watch connected to control") || !strings.Contains(logs.String(), "resumed_from=") {
+		t.Errorf("the log does not say the watch resumed:\n%s", logs.String())
+	}
+}
+
+// syncBuffer is a log sink safe for concurrent writes.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
