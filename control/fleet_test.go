@@ -140,3 +140,63 @@ func TestFleetAdminsAreUserNames(t *testing.T) {
 		t.Errorf("New with valid fleet admins: %v", err)
 	}
 }
+
+// Only fleet admins delete zones; a zone whose distributors report is
+// deleted only with force; the deletion is audited and the zone's goals
+// go with it.
+func TestDeleteZone(t *testing.T) {
+	ca, caKey, serverTLS, pool := mtlsSetup(t)
+	sock := filepath.Join(t.TempDir(), "control.sock")
+	c := startSecure(t, control.Options{TLS: serverTLS, Socket: sock})
+	cert := issueID(t, ca, caKey, "eve", false, tlsconfig.Identity{Role: tlsconfig.RoleUser, Name: "eve"}.URI())
+	eve := lehrpb.NewControlClient(controltest.Dial(t, c.Addr().String(), mtlsDial(pool, cert)))
+	conn, err := grpc.NewClient("unix://"+sock, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	admin := lehrpb.NewControlClient(conn) // control's own user on its socket
+	for _, z := range []string{"zone-a", "zone-old"} {
+		if _, err := admin.CreateZone(testCtx(t), &lehrpb.CreateZoneRequest{Name: z}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := eve.DeleteZone(testCtx(t), &lehrpb.DeleteZoneRequest{Name: "zone-old"}); apierror.FromError(err) == nil || apierror.FromError(err).Code != codes.PermissionDenied {
+		t.Errorf("eve deleting a zone: %v; want PERMISSION_DENIED", err)
+	}
+	if _, err := admin.ReportZoneStatus(testCtx(t), &lehrpb.ReportZoneStatusRequest{Zone: "zone-a", DistributorId: "d1"}); err == nil {
+		t.Fatal("a local user reported zone status") // only distributors report; a distributor's report is made below
+	}
+	dcert := issueID(t, ca, caKey, "d1", false, tlsconfig.Identity{Role: tlsconfig.RoleDistributor, Zone: "zone-a", Name: "d1"}.URI())
+	dist := lehrpb.NewControlClient(controltest.Dial(t, c.Addr().String(), mtlsDial(pool, dcert)))
+	if _, err := dist.ReportZoneStatus(testCtx(t), &lehrpb.ReportZoneStatusRequest{Zone: "zone-a", DistributorId: "d1", Agents: 1}); err != nil {
+		t.Fatal(err)
+	}
+	_, err = admin.DeleteZone(testCtx(t), &lehrpb.DeleteZoneRequest{Name: "zone-a"})
+	if e := apierror.FromError(err); e == nil || e.Code != codes.FailedPrecondition || e.Reason != apierror.ReasonZoneInUse || !strings.Contains(e.Message, "--force") {
+		t.Errorf("deleting a zone whose distributor reports: %v; want FAILED_PRECONDITION/ZONE_IN_USE saying --force", err)
+	}
+	if _, err := admin.DeleteZone(testCtx(t), &lehrpb.DeleteZoneRequest{Name: "zone-old"}); err != nil {
+		t.Fatalf("the admin deleting zone-old: %v", err)
+	}
+	if _, err := admin.DeleteZone(testCtx(t), &lehrpb.DeleteZoneRequest{Name: "zone-a", Force: true}); err != nil {
+		t.Fatalf("the admin deleting zone-a with force: %v", err)
+	}
+	zs, err := admin.ListZones(testCtx(t), &lehrpb.ListZonesRequest{})
+	if err != nil || len(zs.GetZones()) != 0 {
+		t.Errorf("zones after deleting both: %v, %v", zs.GetZones(), err)
+	}
+	recs, err := admin.ListAuditRecords(testCtx(t), &lehrpb.ListAuditRecordsRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var deletes []string
+	for _, r := range recs.GetRecords() {
+		if r.GetMethod() == "DeleteZone" {
+			deletes = append(deletes, r.GetTarget()+" "+r.GetCode())
+		}
+	}
+	if !slices.Contains(deletes, "zone-old OK") || !slices.Contains(deletes, "zone-a OK") || len(deletes) < 4 {
+		t.Errorf("audit records of DeleteZone: %v; want eve's refusal, the refusal without force and the two deletions", deletes)
+	}
+}

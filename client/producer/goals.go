@@ -17,6 +17,16 @@ func (c *Client) CreateZone(ctx context.Context, name string) (*lehrpb.Zone, err
 	return out, err
 }
 
+// DeleteZone retires zone: its goals and reports go, and rollouts stop
+// reaching it. Refused (FailedPrecondition) while its distributors
+// report, unless force.
+func (c *Client) DeleteZone(ctx context.Context, name string, force bool) error {
+	return c.call(ctx, "delete zone "+name, func(ctx context.Context) error {
+		_, err := c.rpc.DeleteZone(ctx, &lehrpb.DeleteZoneRequest{Name: name, Force: force})
+		return err
+	})
+}
+
 // ListZones returns every registered zone, sorted by name.
 func (c *Client) ListZones(ctx context.Context) ([]*lehrpb.Zone, error) {
 	var resp *lehrpb.ListZonesResponse

@@ -56,7 +56,7 @@ func commands() []command {
 		{"rollout", "show and set rollout policies (how a new version reaches the fleet)", runRollout},
 		{"canary", "show canary evaluations; judge and generate canary data", runCanary},
 		{"policy", "show and test policies; preview changes to them as experiments (AIP-236)", runPolicy},
-		{"zones", "list, create and show the status of zones", runZones},
+		{"zones", "list, create, delete and show the status of zones", runZones},
 		{"goals", "show the goal states of a zone", runGoals},
 		{"watch", "follow a namespace on this host through the local agent", runWatch},
 		{"store", "show how full control's store is, and what each domain stores", runStore},

@@ -15,8 +15,8 @@ import (
 
 func runZones(ctx context.Context, e *env, args []string) int {
 	fs := newFlags("lehr zones", doc{
-		usage:   "lehr zones list | lehr zones create NAME | lehr zones status NAME [flags]",
-		summary: "list, create and show the status of zones",
+		usage:   "lehr zones list | lehr zones create NAME | lehr zones delete NAME [--force] | lehr zones status NAME [flags]",
+		summary: "list, create, delete and show the status of zones",
 		about: `A zone is a failure domain served by its own distributors. "list" shows the
 registered zones; "create NAME" registers one (distributors also register
 their zone when they first connect). A new zone's goals start at every
@@ -25,6 +25,11 @@ them: the users 'lehr control --fleet-admins' names, and control's own user
 or root on its unix socket (sudo lehr --control
 unix:///run/lehr-control/control.sock zones create NAME).
 
+"delete NAME" retires a zone (fleet admins): its goals and reports go, and
+rollouts stop reaching it. A zone whose distributors reported once and stopped
+holds every rollout that reaches it (silence is no evidence), so delete a zone
+retired for good. Refused while its distributors report, unless --force.
+
 "status NAME" shows what the zone's distributors last reported (every
 --report-interval of theirs): how many agents each serves, and how many
 agents hold which version of each namespace, next to the zone's goal. A
@@ -32,16 +37,18 @@ distributor that stops reporting drops out after its report expires.`,
 		examples: []string{
 			"lehr zones list",
 			"lehr zones create us-east-1a",
+			"lehr zones delete us-west-9z",
 			"lehr zones status us-east-1a",
 		},
 	})
 	cf := addClientFlags(fs, e)
+	force := fs.Bool("force", false, "with delete: delete even while the zone's distributors report")
 	pos, code, ok := parse(e, fs, args)
 	if !ok {
 		return code
 	}
 	if len(pos) == 0 {
-		return usageError(e, fs, "missing subcommand: list, create or status")
+		return usageError(e, fs, "missing subcommand: list, create, delete or status")
 	}
 	if m := cf.check(); m != "" {
 		return usageError(e, fs, "%s", m)
@@ -51,12 +58,15 @@ distributor that stops reporting drops out after its report expires.`,
 		if code, ok := wantArgs(e, fs, pos[1:], 0, "no arguments after list"); !ok {
 			return code
 		}
-	case "create", "status":
+	case "create", "delete", "status":
 		if code, ok := wantArgs(e, fs, pos[1:], 1, "zone NAME after "+pos[0]); !ok {
 			return code
 		}
 	default:
-		return usageError(e, fs, "unknown subcommand %q: want list, create or status", pos[0])
+		return usageError(e, fs, "unknown subcommand %q: want list, create, delete or status", pos[0])
+	}
+	if *force && pos[0] != "delete" {
+		return usageError(e, fs, "--force is for delete")
 	}
 	c, ctx, done, err := cf.connect(ctx)
 	if err != nil {
@@ -65,6 +75,13 @@ distributor that stops reporting drops out after its report expires.`,
 	defer done()
 	if pos[0] == "status" {
 		return zoneStatus(ctx, e, fs, cf, c, pos[1])
+	}
+	if pos[0] == "delete" {
+		if err := c.DeleteZone(ctx, pos[1], *force); err != nil {
+			return reportError(e, fs.Name(), err, cf.errCtx(""))
+		}
+		fmt.Fprintf(e.stdout, "deleted zone %s\n", clean(pos[1]))
+		return exitOK
 	}
 	if pos[0] == "create" {
 		z, err := c.CreateZone(ctx, pos[1])

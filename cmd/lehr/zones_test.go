@@ -8,6 +8,8 @@ import (
 
 	"google.golang.org/grpc"
 
+	"lehr.dev/lehr/control"
+	"lehr.dev/lehr/control/controltest"
 	"lehr.dev/lehr/proto/lehrpb"
 )
 
@@ -69,4 +71,21 @@ func TestZonesStatusUnimplemented(t *testing.T) {
 	if !strings.Contains(stderr, want) {
 		t.Errorf("stderr = %q, want it to contain %q", stderr, want)
 	}
+}
+
+// lehr zones delete retires a zone; --force is for delete only.
+func TestZonesDelete(t *testing.T) {
+	srv := controltest.StartControl(t, control.Options{})
+	c := cli{t: t, addr: srv.Addr}
+	c.ok("zones", "create", "zone-old")
+	out := c.ok("zones", "delete", "zone-old")
+	mustContain(t, "zones delete", out, "deleted zone zone-old")
+	if list := c.ok("zones", "list"); strings.Contains(list, "zone-old") {
+		t.Errorf("zones list after delete:\n%s", list)
+	}
+	if code, _, errOut := c.run("", "zones", "list", "--force"); code != exitUsage || !strings.Contains(errOut, "--force is for delete") {
+		t.Errorf("zones list --force: exit %d\n%s", code, errOut)
+	}
+	errOut := c.fails("zones", "delete", "zone-old")
+	mustContain(t, "deleting a deleted zone", errOut, "zone-old")
 }

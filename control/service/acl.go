@@ -81,6 +81,11 @@ func (s *Service) ACLInterceptor(ctx context.Context, req any, info *grpc.UnaryS
 			return nil, err
 		}
 	}
+	if r, ok := req.(*lehrpb.DeleteZoneRequest); ok {
+		if err := s.mayDeleteZone(ctx, r.GetName()); err != nil {
+			return nil, err
+		}
+	}
 	if !mutating || !identified || !isMsg {
 		return handler(ctx, req)
 	}

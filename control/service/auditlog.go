@@ -22,7 +22,7 @@ import (
 // is recorded in the audit log as it ends, refused or not. Distributors'
 // ReportZoneStatus (a heartbeat) and reads are not.
 var auditedMethods = map[string]bool{
-	"CreateDomain": true, "UpdateDomain": true, "CreateNamespace": true, "CreateZone": true,
+	"CreateDomain": true, "UpdateDomain": true, "CreateNamespace": true, "CreateZone": true, "DeleteZone": true,
 	"Publish": true, "Patch": true, "Rollback": true, "CompactNamespace": true,
 	"SetRolloutPolicy": true, "DeleteRolloutPolicy": true, "UpdateRollout": true,
 	"Evaluate":               true,
@@ -367,7 +367,7 @@ func versionOf(m protoreflect.Message) uint64 {
 // itself, or "" (zones).
 func domainOfTarget(target, method string) string {
 	switch {
-	case method == "CreateZone" || target == "":
+	case method == "CreateZone" || method == "DeleteZone" || target == "":
 		return ""
 	case strings.HasPrefix(target, names.PolicyResourcePrefix):
 		d, _, _ := strings.Cut(strings.TrimPrefix(target, names.PolicyResourcePrefix), "/")

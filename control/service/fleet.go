@@ -80,6 +80,19 @@ func (s *Service) fleetCallerOf(ctx context.Context) fleetCaller {
 // fleetAdmin reports whether the caller of ctx is a fleet admin.
 func (s *Service) fleetAdmin(ctx context.Context) bool { return s.fleetCallerOf(ctx).admin }
 
+// mayDeleteZone returns nil if the caller of ctx may delete zone — a
+// fleet admin — else the PERMISSION_DENIED error to answer.
+func (s *Service) mayDeleteZone(ctx context.Context, zone string) error {
+	c := s.fleetCallerOf(ctx)
+	if c.admin {
+		return nil
+	}
+	return apierror.New(codes.PermissionDenied, apierror.ReasonPermissionDenied, "",
+		"%s may not delete zone %q: zones are fleet-wide, and only fleet admins (%s) delete them; the user control runs as, or root, "+
+			"may on control's unix socket ('lehr --control unix:///run/lehr-control/control.sock zones delete %s')",
+		c.who, zone, FleetAdminsFlag, zone)
+}
+
 // mayCreateZone returns nil if the caller of ctx may register zone, else
 // the PERMISSION_DENIED error to answer.
 func (s *Service) mayCreateZone(ctx context.Context, zone string) error {

@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/protobuf/types/known/emptypb"
 
 	"lehr.dev/lehr/control/store"
 	"lehr.dev/lehr/internal/apierror"
@@ -36,6 +37,30 @@ func (s *Service) CreateZone(ctx context.Context, req *lehrpb.CreateZoneRequest)
 	}
 	s.log.Info("control: created zone", "zone", z.GetName())
 	return z, nil
+}
+
+// DeleteZone retires a zone (fleet admins only: acl.go): its record,
+// goals, reports and last report time go, so rollouts stop reaching it —
+// a zone whose distributors are gone for good otherwise stays silent and
+// holds every rollout (docs/operations.md). Refused while a distributor
+// of the zone reports, unless force.
+func (s *Service) DeleteZone(ctx context.Context, req *lehrpb.DeleteZoneRequest) (_ *emptypb.Empty, err error) {
+	defer s.track(ctx, "DeleteZone", time.Now(), &err)
+	if err := names.Zone(req.GetName()); err != nil {
+		return nil, nameError("name", err)
+	}
+	err = s.st.DeleteZone(ctx, req.GetName(), req.GetForce())
+	if errors.Is(err, store.ErrZoneInUse) {
+		return nil, apierror.New(codes.FailedPrecondition, apierror.ReasonZoneInUse, "name",
+			"zone %q has distributors reporting (lehr zones status %s): stop them first, or delete it with force "+
+				"(lehr zones delete %s --force): they lose their goals, and re-register the zone if they watch with create_zone",
+			req.GetName(), req.GetName(), req.GetName())
+	}
+	if err != nil {
+		return nil, withField(s.apiError(ctx, err), "name")
+	}
+	s.log.Info("control: deleted zone", "zone", req.GetName(), "force", req.GetForce())
+	return &emptypb.Empty{}, nil
 }
 
 // ensureZone registers zone for a goal watch that asks to (create_zone),

@@ -537,3 +537,39 @@ func (s *Store) goalEvent(zone string, ev *clientv3.Event) (*lehrpb.GoalEvent, *
 	}
 	return &lehrpb.GoalEvent{Type: lehrpb.GoalEvent_TYPE_PUT, Goal: g}, prev, nil
 }
+
+// ErrZoneInUse is DeleteZone's refusal: distributors of the zone report.
+var ErrZoneInUse = errors.New("store: the zone's distributors report")
+
+// DeleteZone removes zone — its record, its goals, its distributors'
+// reports and its last report time — in one transaction. Unless force, it
+// is refused with ErrZoneInUse while a distributor of the zone has a live
+// report; an unknown zone is a *NotFoundError.
+func (s *Store) DeleteZone(ctx context.Context, zone string, force bool) error {
+	if err := names.Zone(zone); err != nil {
+		return fmt.Errorf("store: delete zone: %w: %w", ErrInvalid, err)
+	}
+	zkey := s.lay.zone(zone)
+	cmps := []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(zkey), ">", 0)}
+	if !force {
+		cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(s.lay.zoneStatusPrefix(zone)), "=", 0).WithPrefix())
+	}
+	resp, err := s.txn(ctx, cmps, []clientv3.Op{
+		clientv3.OpDelete(zkey),
+		clientv3.OpDelete(s.lay.goalsZone(zone), clientv3.WithPrefix()),
+		clientv3.OpDelete(s.lay.zoneStatusPrefix(zone), clientv3.WithPrefix()),
+		clientv3.OpDelete(s.lay.zoneReported(zone)),
+	}, []clientv3.Op{
+		clientv3.OpGet(zkey, clientv3.WithCountOnly()),
+	})
+	if err != nil {
+		return fmt.Errorf("store: delete zone %s: %w", zone, err)
+	}
+	if !resp.Succeeded {
+		if resp.Responses[0].GetResponseRange().GetCount() == 0 {
+			return fmt.Errorf("store: delete zone %s: %w", zone, &NotFoundError{What: "zone", Name: zone})
+		}
+		return fmt.Errorf("store: delete zone %s: %w", zone, ErrZoneInUse)
+	}
+	return nil
+}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/protobuf/proto"
 
 	"lehr.dev/lehr/internal/content"
@@ -424,5 +425,54 @@ func TestSignUnsignedGoals(t *testing.T) {
 	}
 	if n, err := s.SignUnsignedGoals(ctx); err != nil || n != 0 {
 		t.Errorf("a second pass signed %d, %v; want none (it ran already)", n, err)
+	}
+}
+
+// DeleteZone removes a zone with its goals, reports and last report
+// time; it refuses while a distributor reports unless forced.
+func TestDeleteZone(t *testing.T) {
+	s := newTestStore(t, Options{})
+	ctx := testCtx(t)
+	mustDomain(t, s, "d")
+	for _, z := range []string{"a", "b"} {
+		if _, err := s.CreateZone(ctx, z); err != nil {
+			t.Fatal(err)
+		}
+	}
+	commit(t, s, Commit{Namespace: "d/n", Create: true, Content: snap(t, "k", "1"), Goals: GoalsAllZones})
+	if err := s.MarkZoneReported(ctx, "a", time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.PutZoneStatus(ctx, "a", &lehrpb.DistributorStatus{DistributorId: "d1"}, 30*time.Second, ReportLease{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.DeleteZone(ctx, "a", false); !errors.Is(err, ErrZoneInUse) {
+		t.Fatalf("DeleteZone of a reporting zone = %v, want ErrZoneInUse", err)
+	}
+	if err := s.DeleteZone(ctx, "a", true); err != nil {
+		t.Fatalf("DeleteZone forced: %v", err)
+	}
+	zs, err := s.ListZones(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(zs) != 1 || zs[0].GetName() != "b" {
+		t.Errorf("zones after deleting a: %v, want [b]", zs)
+	}
+	for _, prefix := range []string{s.lay.goalsZone("a"), s.lay.zoneStatusPrefix("a"), s.lay.zoneReported("a")} {
+		resp, err := s.cli.Get(ctx, prefix, clientv3.WithPrefix(), clientv3.WithCountOnly())
+		if err != nil || resp.Count != 0 {
+			t.Errorf("%d keys left under %s (%v)", resp.Count, prefix, err)
+		}
+	}
+	if gs, _, err := s.Goals(ctx, "b", "d/n"); err != nil || len(gs) != 1 {
+		t.Errorf("zone b's goals after deleting a: %v, %v", gs, err)
+	}
+	var nf *NotFoundError
+	if err := s.DeleteZone(ctx, "a", false); !errors.As(err, &nf) {
+		t.Errorf("DeleteZone of a deleted zone = %v, want NotFound", err)
+	}
+	if err := s.DeleteZone(ctx, "b", false); err != nil {
+		t.Errorf("DeleteZone of a zone without reports: %v", err)
 	}
 }

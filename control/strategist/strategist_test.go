@@ -383,3 +383,36 @@ func TestSilentZoneHoldsTheRollout(t *testing.T) {
 		})
 	}
 }
+
+// A silent zone that is deleted (retired for good) holds nothing: the
+// rollout goes on without it.
+func TestDeletedSilentZoneHoldsNothing(t *testing.T) {
+	policy := &lehrpb.RolloutPolicy{Stages: []*lehrpb.RolloutStage{
+		{Name: "all", Target: &lehrpb.RolloutStage_Zones{Zones: &lehrpb.ZonesTarget{}}, ApplyDeadline: durationpb.New(time.Minute)},
+	}}
+	r := newStrategistRig(t, policy, "y", "z")
+	mustDomain(r)
+	if err := r.st.MarkZoneReported(r.ctx, "z", r.clock.Now().Add(-time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	const ns = "pay/app"
+	r.commit(ns, "1", lehrpb.VersionSource_VERSION_SOURCE_SNAPSHOT)
+	v2 := r.commit(ns, "2", lehrpb.VersionSource_VERSION_SOURCE_SNAPSHOT)
+	for range 3 {
+		r.round()
+		r.clock.advance(time.Minute)
+	}
+	if got := r.rollout(ns, v2.GetSeq()); got.GetState() != lehrpb.RolloutState_ROLLOUT_STATE_RUNNING {
+		t.Fatalf("with zone z silent: %v (%s); want it held", got.GetState(), got.GetReason())
+	}
+	if err := r.st.DeleteZone(r.ctx, "z", false); err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		r.round()
+		r.clock.advance(time.Minute)
+	}
+	if got := r.rollout(ns, v2.GetSeq()); got.GetState() != lehrpb.RolloutState_ROLLOUT_STATE_SUCCEEDED {
+		t.Errorf("after zone z was deleted: %v (%s); want SUCCEEDED", got.GetState(), got.GetReason())
+	}
+}

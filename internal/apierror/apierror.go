@@ -53,6 +53,7 @@ const (
 	ReasonQuotaExceeded      = "QUOTA_EXCEEDED"       // a domain would store more bytes than its quota allows
 	ReasonStoreFull          = "STORE_FULL"           // the store is above its high-water mark: new content waits for space
 	ReasonCertificateRefused = "CERTIFICATE_REFUSED"  // TLS fails: control refused the client's certificate, or the client control's
+	ReasonZoneInUse          = "ZONE_IN_USE"          // a zone to delete has distributors reporting
 )
 
 // MaxMessageBytes bounds the Message an error shows (Error, GRPCStatus): a

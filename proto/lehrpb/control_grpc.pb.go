@@ -21,6 +21,7 @@ import (
 	grpc "google.golang.org/grpc"
 	codes "google.golang.org/grpc/codes"
 	status "google.golang.org/grpc/status"
+	emptypb "google.golang.org/protobuf/types/known/emptypb"
 )
 
 // This is a compile-time assertion to ensure that this generated file
@@ -44,6 +45,7 @@ const (
 	Control_Rollback_FullMethodName                     = "/lehr.v1.Control/Rollback"
 	Control_CompactNamespace_FullMethodName             = "/lehr.v1.Control/CompactNamespace"
 	Control_CreateZone_FullMethodName                   = "/lehr.v1.Control/CreateZone"
+	Control_DeleteZone_FullMethodName                   = "/lehr.v1.Control/DeleteZone"
 	Control_ListZones_FullMethodName                    = "/lehr.v1.Control/ListZones"
 	Control_GetGoals_FullMethodName                     = "/lehr.v1.Control/GetGoals"
 	Control_WatchGoals_FullMethodName                   = "/lehr.v1.Control/WatchGoals"
@@ -115,6 +117,10 @@ type ControlClient interface {
 	CompactNamespace(ctx context.Context, in *CompactNamespaceRequest, opts ...grpc.CallOption) (*CompactNamespaceResponse, error)
 	// Zones and goal states.
 	CreateZone(ctx context.Context, in *CreateZoneRequest, opts ...grpc.CallOption) (*Zone, error)
+	// DeleteZone retires a zone: its record, goals, reports and last report
+	// time go, and rollouts stop reaching it. Fleet admins only; refused
+	// while a distributor of the zone reports, unless force.
+	DeleteZone(ctx context.Context, in *DeleteZoneRequest, opts ...grpc.CallOption) (*emptypb.Empty, error)
 	ListZones(ctx context.Context, in *ListZonesRequest, opts ...grpc.CallOption) (*ListZonesResponse, error)
 	GetGoals(ctx context.Context, in *GetGoalsRequest, opts ...grpc.CallOption) (*GetGoalsResponse, error)
 	// WatchGoals streams a zone's goal states: with start_revision 0, first
@@ -358,6 +364,16 @@ func (c *controlClient) CreateZone(ctx context.Context, in *CreateZoneRequest, o
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(Zone)
 	err := c.cc.Invoke(ctx, Control_CreateZone_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *controlClient) DeleteZone(ctx context.Context, in *DeleteZoneRequest, opts ...grpc.CallOption) (*emptypb.Empty, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(emptypb.Empty)
+	err := c.cc.Invoke(ctx, Control_DeleteZone_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -721,6 +737,10 @@ type ControlServer interface {
 	CompactNamespace(context.Context, *CompactNamespaceRequest) (*CompactNamespaceResponse, error)
 	// Zones and goal states.
 	CreateZone(context.Context, *CreateZoneRequest) (*Zone, error)
+	// DeleteZone retires a zone: its record, goals, reports and last report
+	// time go, and rollouts stop reaching it. Fleet admins only; refused
+	// while a distributor of the zone reports, unless force.
+	DeleteZone(context.Context, *DeleteZoneRequest) (*emptypb.Empty, error)
 	ListZones(context.Context, *ListZonesRequest) (*ListZonesResponse, error)
 	GetGoals(context.Context, *GetGoalsRequest) (*GetGoalsResponse, error)
 	// WatchGoals streams a zone's goal states: with start_revision 0, first
@@ -864,6 +884,9 @@ func (UnimplementedControlServer) CompactNamespace(context.Context, *CompactName
 }
 func (UnimplementedControlServer) CreateZone(context.Context, *CreateZoneRequest) (*Zone, error) {
 	return nil, status.Error(codes.Unimplemented, "method CreateZone not implemented")
+}
+func (UnimplementedControlServer) DeleteZone(context.Context, *DeleteZoneRequest) (*emptypb.Empty, error) {
+	return nil, status.Error(codes.Unimplemented, "method DeleteZone not implemented")
 }
 func (UnimplementedControlServer) ListZones(context.Context, *ListZonesRequest) (*ListZonesResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListZones not implemented")
@@ -1245,6 +1268,24 @@ func _Control_CreateZone_Handler(srv interface{}, ctx context.Context, dec func(
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(ControlServer).CreateZone(ctx, req.(*CreateZoneRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Control_DeleteZone_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DeleteZoneRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ControlServer).DeleteZone(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Control_DeleteZone_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ControlServer).DeleteZone(ctx, req.(*DeleteZoneRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -1866,6 +1907,10 @@ var Control_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "CreateZone",
 			Handler:    _Control_CreateZone_Handler,
+		},
+		{
+			MethodName: "DeleteZone",
+			Handler:    _Control_DeleteZone_Handler,
 		},
 		{
 			MethodName: "ListZones",
