@@ -44,6 +44,7 @@ import (
 	"lehr.dev/lehr/internal/backoff"
 	"lehr.dev/lehr/internal/cohort"
 	"lehr.dev/lehr/internal/content"
+	"lehr.dev/lehr/internal/controladdr"
 	"lehr.dev/lehr/internal/lifecycle"
 	"lehr.dev/lehr/internal/metricshttp"
 	"lehr.dev/lehr/internal/names"
@@ -81,7 +82,11 @@ type Options struct {
 	// under its sender's certificate. Without one, default
 	// "<hostname>-<pid>".
 	ID string
-	// ControlAddr is control's gRPC address, "host:port". Required.
+	// ControlAddr is control's gRPC address: "host:port", or a
+	// comma-separated list of them, one per control replica (each name
+	// resolved to all its addresses). The goal watch and every fetch go to
+	// a replica that is up; when it goes down they move to another within
+	// the goal watch's retry. Required.
 	ControlAddr string
 	// ControlTLS secures the connection to control (a client certificate
 	// for mutual TLS). nil means plaintext, allowed only when ControlAddr
@@ -199,7 +204,11 @@ func New(opts Options) (*Distributor, error) {
 	if opts.TLS == nil {
 		return nil, errors.New("distributor: Options.TLS is required: agents connect over QUIC, which always runs TLS 1.3")
 	}
-	if opts.ControlTLS == nil && !tlsconfig.IsLoopback(opts.ControlAddr) {
+	ctlAddrs, err := controladdr.Parse(opts.ControlAddr)
+	if err != nil {
+		return nil, fmt.Errorf("distributor: Options.ControlAddr: %w", err)
+	}
+	if opts.ControlTLS == nil && !ctlAddrs.Local() {
 		return nil, fmt.Errorf("distributor: Options.ControlTLS is nil but control address %s is not loopback: plaintext is only allowed on loopback", opts.ControlAddr)
 	}
 	if err := certIdentity(&opts); err != nil {
@@ -237,7 +246,8 @@ func New(opts Options) (*Distributor, error) {
 	if opts.ControlTLS != nil {
 		creds = credentials.NewTLS(opts.ControlTLS)
 	}
-	conn, err := grpc.NewClient(opts.ControlAddr,
+	target, dialOpts := ctlAddrs.Dial()
+	conn, err := grpc.NewClient(target, append(dialOpts,
 		grpc.WithTransportCredentials(creds),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxControlMessage)),
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 10 * time.Second, Timeout: 5 * time.Second, PermitWithoutStream: true}),
@@ -249,7 +259,7 @@ func New(opts Options) (*Distributor, error) {
 			Backoff:           grpcbackoff.Config{BaseDelay: 200 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 3 * time.Second},
 			MinConnectTimeout: 5 * time.Second,
 		}),
-	)
+	)...)
 	if err != nil {
 		return nil, fmt.Errorf("distributor: control client for %s: %w", opts.ControlAddr, err)
 	}

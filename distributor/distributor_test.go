@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/url"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -20,6 +21,7 @@ import (
 	"lehr.dev/lehr/agent/agenttest"
 	"lehr.dev/lehr/control"
 	"lehr.dev/lehr/control/controltest"
+	"lehr.dev/lehr/control/embedetcd"
 	"lehr.dev/lehr/distributor"
 	"lehr.dev/lehr/distributor/fanout"
 	"lehr.dev/lehr/internal/pki"
@@ -435,4 +437,45 @@ func TestQuotaSplitAcrossTheZone(t *testing.T) {
 	})
 	c := dial(t, p, ds[1], "host-3", agenttest.Options{Subscriptions: []string{ns}})
 	waitVersion(t, c, ns, v1)
+}
+
+// TestFailsOverBetweenControlReplicas runs two control replicas on one
+// etcd and a distributor given both. Each replica is stopped in turn (so
+// the one serving the distributor's goal watch is stopped at some point)
+// and a version published through the other must still reach the agent:
+// a zone is never pinned to one replica (issue 29: 72 s without delivery
+// when the distributor's only replica was killed).
+func TestFailsOverBetweenControlReplicas(t *testing.T) {
+	ctx := ctxT(t)
+	cluster, err := embedetcd.StartCluster(ctx, t.TempDir(), 1, controltest.Logger(t, slog.LevelError+4))
+	if err != nil {
+		t.Fatalf("StartCluster: %v", err)
+	}
+	t.Cleanup(func() { cluster.Close() })
+	replicas := []*controltest.Server{
+		controltest.StartControl(t, control.Options{EtcdEndpoints: cluster.Endpoints()}),
+		controltest.StartControl(t, control.Options{EtcdEndpoints: cluster.Endpoints()}),
+	}
+	setup(t, replicas[0].Client)
+	p := newPKI(t)
+	d := startDistributor(t, p, replicas[0].Addr+","+replicas[1].Addr)
+	ns := "d/app"
+	v := publish(t, replicas[0].Client, ns, "k", "0")
+	a := dial(t, p, d, "host-1", agenttest.Options{Subscriptions: []string{ns}})
+	waitVersion(t, a, ns, v)
+
+	for i, down := range replicas {
+		up := replicas[1-i]
+		before := d.Stats().ControlReconnects
+		down.Stop()
+		stopped := time.Now()
+		v = publish(t, up.Client, ns, "k", strconv.Itoa(i+1))
+		waitVersion(t, a, ns, v)
+		t.Logf("replica %d stopped: version %d applied %v later (%d goal watch reconnection(s))",
+			i, v.GetSeq(), time.Since(stopped).Round(time.Millisecond), d.Stats().ControlReconnects-before)
+		if i == 0 {
+			// Bring it back on the same address for the second round.
+			replicas[0] = controltest.StartControl(t, control.Options{EtcdEndpoints: cluster.Endpoints(), DataDir: down.DataDir, Listen: down.Addr})
+		}
+	}
 }

@@ -8,7 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
+
 	"strings"
 	"sync"
 	"time"
@@ -21,6 +21,7 @@ import (
 
 	"lehr.dev/lehr/internal/apierror"
 	"lehr.dev/lehr/internal/backoff"
+	"lehr.dev/lehr/internal/controladdr"
 	"lehr.dev/lehr/internal/tlsconfig"
 	"lehr.dev/lehr/proto/lehrpb"
 )
@@ -37,8 +38,11 @@ const DefaultMaxMessageBytes = 64 << 20
 // Options configures a Client. The zero value connects to DefaultAddress
 // over plaintext loopback with the default retry policy.
 type Options struct {
-	// Address is the control plane's "host:port"; default DefaultAddress.
-	// A "unix:///path" target is also accepted and counts as local.
+	// Address is the control plane's "host:port", or a comma-separated
+	// list of them, one per control replica; default DefaultAddress. Each
+	// name is resolved to all its addresses; calls go to whichever replica
+	// is up, so losing one costs a retry, not an outage. A "unix:///path"
+	// target is also accepted and counts as local.
 	Address string
 	// TLS configures transport security. nil means plaintext, which New
 	// allows only when Address is a loopback address or a unix socket;
@@ -107,10 +111,11 @@ func (p RetryPolicy) backoff(n int) time.Duration {
 // Client is a connection to the control plane. It is safe for concurrent use.
 // Create it with New and release it with Close.
 type Client struct {
-	opts Options
-	conn *grpc.ClientConn
-	rpc  lehrpb.ControlClient
-	log  *slog.Logger
+	opts  Options
+	addrs controladdr.Addresses
+	conn  *grpc.ClientConn
+	rpc   lehrpb.ControlClient
+	log   *slog.Logger
 
 	closeOnce sync.Once
 	closeErr  error
@@ -130,17 +135,17 @@ func New(opts Options) (*Client, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
+	addrs, err := controladdr.Parse(opts.Address)
+	if err != nil {
+		return nil, invalidArg("address", "%v", err).WithCause(err)
+	}
 	var creds credentials.TransportCredentials
 	if opts.TLS != nil {
 		creds = credentials.NewTLS(opts.TLS)
 	} else {
-		local, err := isLocal(opts.Address)
-		if err != nil {
-			return nil, invalidArg("address", "%v", err).WithCause(err)
-		}
-		if !local {
+		if !addrs.Local() {
 			return nil, invalidArg("address",
-				"refusing plaintext to %s: plaintext is allowed only to a loopback address (127.0.0.1, ::1, localhost) or a unix socket; configure TLS (Options.TLS, or lehr --tls-ca/--tls-cert/--tls-key)",
+				"refusing plaintext to %s: plaintext is allowed only to loopback addresses (127.0.0.1, ::1, localhost) or a unix socket; configure TLS (Options.TLS, or lehr --tls-ca/--tls-cert/--tls-key)",
 				opts.Address)
 		}
 		creds = insecure.NewCredentials()
@@ -154,16 +159,19 @@ func New(opts Options) (*Client, error) {
 			grpc.MaxCallSendMsgSize(opts.MaxMessageBytes),
 		),
 	}
+	target, aopts := addrs.Dial()
+	dopts = append(dopts, aopts...)
 	dopts = append(dopts, opts.DialOptions...)
-	conn, err := grpc.NewClient(opts.Address, dopts...)
+	conn, err := grpc.NewClient(target, dopts...)
 	if err != nil {
 		return nil, invalidArg("address", "dial %s: %v", opts.Address, err).WithCause(err)
 	}
 	return &Client{
-		opts: opts,
-		conn: conn,
-		rpc:  lehrpb.NewControlClient(conn),
-		log:  opts.Logger.With("control", opts.Address),
+		opts:  opts,
+		addrs: addrs,
+		conn:  conn,
+		rpc:   lehrpb.NewControlClient(conn),
+		log:   opts.Logger.With("control", opts.Address),
 	}, nil
 }
 
@@ -174,26 +182,13 @@ func (c *Client) Close() error {
 	return c.closeErr
 }
 
-// Address returns the control plane address the client dials.
+// Address returns the control plane address the client dials, as given.
 func (c *Client) Address() string { return c.opts.Address }
 
 // RPC returns the underlying generated client, for calls this package does
 // not wrap. Its errors are raw gRPC statuses; convert them with
 // apierror.FromError.
 func (c *Client) RPC() lehrpb.ControlClient { return c.rpc }
-
-// isLocal reports whether addr is a loopback "host:port" or a unix socket.
-func isLocal(addr string) (bool, error) {
-	if strings.HasPrefix(addr, "unix:") || strings.HasPrefix(addr, "unix-abstract:") {
-		return true, nil
-	}
-	addr = strings.TrimPrefix(addr, "dns:///")
-	addr = strings.TrimPrefix(addr, "passthrough:///")
-	if _, _, err := net.SplitHostPort(addr); err != nil {
-		return false, fmt.Errorf("address %q: want host:port", addr)
-	}
-	return tlsconfig.IsLoopback(addr), nil
-}
 
 // authorMetadataKey is the gRPC metadata key by which the client asserts
 // Options.Author on every call, including those whose request has no author
@@ -274,16 +269,25 @@ func (c *Client) call(ctx context.Context, what string, fn func(ctx context.Cont
 // broken pipe and calls control unavailable; tlsconfig.Diagnose dials
 // once more and reads control's answer.
 func (c *Client) tlsRefusal(ctx context.Context) *Error {
-	if c.opts.TLS == nil || strings.HasPrefix(c.opts.Address, "unix") {
+	if c.opts.TLS == nil {
 		return nil
 	}
-	addr := strings.TrimPrefix(strings.TrimPrefix(c.opts.Address, "dns:///"), "passthrough:///")
-	err := tlsconfig.Diagnose(ctx, addr, c.opts.TLS, "h2")
-	var re *tlsconfig.RefusedError
-	if !errors.As(err, &re) {
-		return nil
+	list := c.addrs.List
+	if t := c.addrs.Target; t != "" {
+		if strings.HasPrefix(t, "unix") {
+			return nil
+		}
+		list = []string{strings.TrimPrefix(strings.TrimPrefix(t, "dns:///"), "passthrough:///")}
 	}
-	return apierror.New(codes.Unauthenticated, apierror.ReasonCertificateRefused, "",
-		"TLS with control at %s fails: %s (Options.TLS; with lehr, --tls-cert and --tls-key give the client certificate — a user's, from 'lehr certs issue --role user --name NAME' — and --tls-ca the CA that issued control's)",
-		c.opts.Address, re.Reason).WithCause(err)
+	for _, addr := range list {
+		err := tlsconfig.Diagnose(ctx, addr, c.opts.TLS, "h2")
+		var re *tlsconfig.RefusedError
+		if !errors.As(err, &re) {
+			continue
+		}
+		return apierror.New(codes.Unauthenticated, apierror.ReasonCertificateRefused, "",
+			"TLS with control at %s fails: %s (Options.TLS; with lehr, --tls-cert and --tls-key give the client certificate — a user's, from 'lehr certs issue --role user --name NAME' — and --tls-ca the CA that issued control's)",
+			addr, re.Reason).WithCause(err)
+	}
+	return nil
 }

@@ -7,36 +7,6 @@ import (
 	"time"
 )
 
-func TestIsLocal(t *testing.T) {
-	tests := []struct {
-		addr    string
-		want    bool
-		wantErr bool
-	}{
-		{"127.0.0.1:7400", true, false},
-		{"127.3.4.5:1", true, false},
-		{"localhost:7400", true, false},
-		{"[::1]:7400", true, false},
-		{"unix:///run/lehr.sock", true, false},
-		{"dns:///127.0.0.1:7400", true, false},
-		{"10.0.0.1:7400", false, false},
-		{"control.example.com:7400", false, false},
-		{"0.0.0.0:7400", false, false},
-		{"[::]:7400", false, false},
-		{"127.0.0.1", false, true},
-	}
-	for _, tt := range tests {
-		got, err := isLocal(tt.addr)
-		if (err != nil) != tt.wantErr {
-			t.Errorf("isLocal(%q) error = %v, want error %v", tt.addr, err, tt.wantErr)
-			continue
-		}
-		if got != tt.want {
-			t.Errorf("isLocal(%q) = %v, want %v", tt.addr, got, tt.want)
-		}
-	}
-}
-
 func TestNewRefusesPlaintextOffLoopback(t *testing.T) {
 	_, err := New(Options{Address: "10.1.2.3:7400"})
 	var perr *Error

@@ -19,6 +19,7 @@ import (
 
 	"lehr.dev/lehr/distributor"
 	"lehr.dev/lehr/distributor/fanout"
+	"lehr.dev/lehr/internal/controladdr"
 	"lehr.dev/lehr/internal/logflags"
 	"lehr.dev/lehr/internal/sdnotify"
 	"lehr.dev/lehr/internal/tlsconfig"
@@ -124,12 +125,12 @@ func parse(args []string, out io.Writer) (distributor.Options, *logflags.Flags, 
 		ctlCert       = fs.String("control-tls-cert", "", "PEM client certificate presented to control; empty means --tls-cert")
 		ctlKey        = fs.String("control-tls-key", "", "PEM private key of --control-tls-cert; empty means --tls-key")
 		ctlCA         = fs.String("control-tls-ca", "", "PEM file of the CA that signs control's certificate; empty means --tls-ca")
-		ctlServerName = fs.String("control-server-name", "", "name control's certificate must carry; empty means the host part of --control")
+		ctlServerName = fs.String("control-server-name", "", "name control's certificate must carry; empty means the host part of each --control entry")
 		ctlPlaintext  = fs.Bool("control-plaintext", false, "talk to control without TLS (loopback addresses only)")
 	)
 	fs.StringVar(&opts.Zone, "zone", "", "zone served, e.g. us-east-1a (required)")
 	fs.StringVar(&opts.ID, "id", "", "instance id shown to control and agents; empty means the id of the client certificate for control (spiffe://lehr/distributor/ZONE/ID), which control requires, or HOSTNAME-PID without one")
-	fs.StringVar(&opts.ControlAddr, "control", "", "control's gRPC address, host:port (required)")
+	fs.StringVar(&opts.ControlAddr, "control", "", "control's gRPC `address`: host:port, or a comma-separated list of them, one per control replica, to fail over between (required)")
 	fs.StringVar(&opts.Listen, "listen", distributor.DefaultListen, "UDP address (host:port) agents dial over QUIC")
 	fs.StringVar(&opts.MetricsListen, "metrics-listen", "", "TCP address serving /metrics, e.g. 127.0.0.1:7411; empty serves none")
 	fs.Int64Var(&opts.CacheBytes, "cache-bytes", distributor.DefaultCacheBytes, "bound in bytes on the version content kept in memory (goal versions are never evicted)")
@@ -149,11 +150,10 @@ func parse(args []string, out io.Writer) (distributor.Options, *logflags.Flags, 
 		return opts, lo, errors.New("--zone is required")
 	}
 	if opts.ControlAddr == "" {
-		return opts, lo, errors.New("--control is required: control's host:port")
+		return opts, lo, errors.New("--control is required: control's host:port (or a comma-separated list, one per control replica)")
 	}
-	ctlHost, _, err := net.SplitHostPort(opts.ControlAddr)
-	if err != nil {
-		return opts, lo, fmt.Errorf("--control %q: want host:port", opts.ControlAddr)
+	if _, err := controladdr.Parse(opts.ControlAddr); err != nil {
+		return opts, lo, fmt.Errorf("--control: %w", err)
 	}
 	if _, _, err := net.SplitHostPort(opts.Listen); err != nil {
 		return opts, lo, fmt.Errorf("--listen %q: want host:port", opts.Listen)
@@ -167,6 +167,7 @@ func parse(args []string, out io.Writer) (distributor.Options, *logflags.Flags, 
 	if *certFile == "" || *keyFile == "" || *caFile == "" {
 		return opts, lo, errors.New("--tls-cert, --tls-key and --tls-ca are required: agents connect with mutual TLS")
 	}
+	var err error
 	opts.TLS, err = tlsconfig.Server(*certFile, *keyFile, *caFile)
 	if err != nil {
 		return opts, lo, fmt.Errorf("--tls-cert/--tls-key/--tls-ca: %w", err)
@@ -184,8 +185,9 @@ func parse(args []string, out io.Writer) (distributor.Options, *logflags.Flags, 
 		}
 		return v
 	}
-	serverName := orDefault(*ctlServerName, ctlHost)
-	opts.ControlTLS, err = tlsconfig.Client(orDefault(*ctlCert, *certFile), orDefault(*ctlKey, *keyFile), orDefault(*ctlCA, *caFile), serverName)
+	// An empty server name verifies each replica against the name it is
+	// listed under in --control.
+	opts.ControlTLS, err = tlsconfig.Client(orDefault(*ctlCert, *certFile), orDefault(*ctlKey, *keyFile), orDefault(*ctlCA, *caFile), *ctlServerName)
 	if err != nil {
 		return opts, lo, fmt.Errorf("TLS to control (--control-tls-*): %w", err)
 	}

@@ -96,8 +96,14 @@ func TestParse(t *testing.T) {
 	if o.TLS == nil || o.TLS.ClientCAs == nil || len(o.TLS.Certificates) != 1 {
 		t.Errorf("QUIC TLS = %+v, want the server certificate and the agents' CA", o.TLS)
 	}
-	if o.ControlTLS == nil || o.ControlTLS.ServerName != "127.0.0.1" || len(o.ControlTLS.Certificates) != 1 {
-		t.Errorf("control TLS = %+v, want the same certificate and server name 127.0.0.1", o.ControlTLS)
+	// No server name in the configuration: each replica is verified
+	// against the name it is listed under in --control.
+	if o.ControlTLS == nil || o.ControlTLS.ServerName != "" || len(o.ControlTLS.Certificates) != 1 {
+		t.Errorf("control TLS = %+v, want the same certificate and no fixed server name", o.ControlTLS)
+	}
+	o, _, err = parse(append([]string{"--zone", "zone-a", "--control", "control-a.example:7400,control-b.example:7400"}, creds...), &bytes.Buffer{})
+	if err != nil || o.ControlAddr != "control-a.example:7400,control-b.example:7400" {
+		t.Errorf("--control with two replicas: err %v, address %q", err, o.ControlAddr)
 	}
 	o, _, err = parse(append(base, "--control-plaintext"), &bytes.Buffer{})
 	if err != nil || o.ControlTLS != nil {
@@ -115,7 +121,8 @@ func TestParse(t *testing.T) {
 	}{
 		{"no zone", append([]string{"--control", "127.0.0.1:1"}, creds...), "--zone is required"},
 		{"no control", append([]string{"--zone", "z"}, creds...), "--control is required"},
-		{"bad control", append([]string{"--zone", "z", "--control", "nohost"}, creds...), `--control "nohost": want host:port`},
+		{"bad control", append([]string{"--zone", "z", "--control", "nohost"}, creds...), `--control: "nohost": want host:port`},
+		{"bad control in a list", append([]string{"--zone", "z", "--control", "127.0.0.1:1,nohost"}, creds...), `--control: entry 2 "nohost": want host:port`},
 		{"bad listen", append(base, "--listen", "7410"), `--listen "7410"`},
 		{"no certs", []string{"--zone", "z", "--control", "127.0.0.1:1"}, "--tls-cert, --tls-key and --tls-ca are required"},
 		{"missing cert file", append(base[:4:4], "--tls-cert", "/nonexistent.crt", "--tls-key", p.distKey, "--tls-ca", p.caFile), "/nonexistent.crt"},

@@ -22,6 +22,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
@@ -213,6 +214,15 @@ func (w *Watcher) Run(ctx context.Context) error {
 	}
 }
 
+// replica names the control replica a stream is connected to, for logs:
+// with several replicas, which one serves the zone now.
+func replica(s grpc.ClientStream) string {
+	if p, ok := peer.FromContext(s.Context()); ok && p.Addr != nil {
+		return p.Addr.String()
+	}
+	return "unknown"
+}
+
 // watchOnce runs one stream until it fails. progressed reports whether it
 // delivered anything.
 func (w *Watcher) watchOnce(ctx context.Context) (progressed bool, err error) {
@@ -244,7 +254,7 @@ func (w *Watcher) watchOnce(ctx context.Context) (progressed bool, err error) {
 			return false, fmt.Errorf("resume watch: %w", err)
 		}
 		w.setConnected(true)
-		w.log.Info("goal watch connected to control", "zone", w.opts.Zone, "resumed_from", start)
+		w.log.Info("goal watch connected to control", "zone", w.opts.Zone, "replica", replica(stream), "resumed_from", start)
 	}
 	// initial collects the initial state when starting from 0; it replaces
 	// the goal map only once complete, so a stream cut mid-way leaves the
@@ -262,7 +272,7 @@ func (w *Watcher) watchOnce(ctx context.Context) (progressed bool, err error) {
 			progressed = true
 			if !w.Connected() {
 				w.setConnected(true)
-				w.log.Info("goal watch connected to control", "zone", w.opts.Zone, "revision", resp.GetRevision())
+				w.log.Info("goal watch connected to control", "zone", w.opts.Zone, "replica", replica(stream), "revision", resp.GetRevision())
 			}
 		}
 		if w.opts.OnMessage != nil {
