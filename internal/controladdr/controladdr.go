@@ -10,7 +10,8 @@
 // while the lost one is reconnected in the background. TLS verifies each
 // replica against the name it was listed under.
 //
-// Imported by client/producer (and through it the lehr CLI) and distributor.
+// Imported by client/producer (and through it the lehr CLI), distributor and
+// distributor/distributorcmd.
 package controladdr
 
 import (
