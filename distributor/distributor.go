@@ -132,9 +132,11 @@ type Options struct {
 // update frames written to agents.
 type Stats struct {
 	fanout.Stats
-	// Goals is the number of namespaces with a goal in the zone; Serving
-	// those whose goal version is in memory and pushed to agents.
-	Goals, Serving int
+	// Goals is the number of namespaces with a goal in the zone; Wanted
+	// those some connected agent subscribes to; Serving those whose goal
+	// version is in memory and pushed to agents: the wanted ones, once
+	// loaded (a distributor holds only what its agents use).
+	Goals, Wanted, Serving int
 	// ControlConnected says whether the goal watch is currently streaming.
 	ControlConnected bool
 	// ControlReconnects counts goal watch reconnections.
@@ -301,6 +303,15 @@ func New(opts Options) (*Distributor, error) {
 		return 0
 	})
 	d.set.NewGauge("lehr_distributor_goals", func() float64 { return float64(len(d.watch.Goals())) })
+	d.set.NewGauge("lehr_distributor_namespaces_wanted", func() float64 {
+		d.mu.Lock()
+		srv := d.srv
+		d.mu.Unlock()
+		if srv == nil {
+			return 0
+		}
+		return float64(srv.WantedNamespaces())
+	})
 	d.set.NewGauge("lehr_distributor_zone_distributors", func() float64 { return float64(d.zoneDistributors.Load()) })
 	d.set.NewGauge("lehr_distributor_cache_bytes", func() float64 { return float64(d.cache.Stats().Bytes) })
 	d.set.NewGauge("lehr_distributor_cache_versions", func() float64 { return float64(d.cache.Stats().Versions) })
@@ -356,6 +367,9 @@ func (d *Distributor) Stats() Stats {
 	}
 	st.Goals = len(d.watch.Goals())
 	st.Serving = serving
+	if srv != nil {
+		st.Wanted = srv.WantedNamespaces()
+	}
 	st.ControlConnected = d.watch.Connected()
 	st.ControlReconnects = d.reconnects.Get()
 	st.Reports = d.reports.Get()
@@ -474,6 +488,12 @@ func (d *Distributor) Run(ctx context.Context) (err error) {
 		ReportInterval: d.opts.ReportInterval,
 		RedialRate:     d.opts.RedialRate,
 		DomainWanted:   d.wantDomain,
+		// Location-aware: a namespace's content is loaded when the first
+		// agent here subscribes to it and released when the last one
+		// leaves (syncOne), so a zone holds what its hosts use, not the
+		// whole catalog.
+		Wanted:  func(nss []string, _ bool) { d.syncq.add(nss...) },
+		Pending: func(ns string) bool { _, ok := d.watch.Goal(ns); return ok },
 	})
 	if err != nil {
 		return fmt.Errorf("distributor: %w", err)
@@ -653,7 +673,10 @@ func (d *Distributor) syncOne(ctx context.Context, ns string) error {
 	srv := d.srv
 	d.mu.Unlock()
 	g, ok := d.watch.Goal(ns)
-	if !ok {
+	if !ok || !srv.Wanted(ns) {
+		// No goal, or no agent here subscribes to it: nothing to hold.
+		// Its versions stay in the cache, unpinned, until evicted, so an
+		// agent subscribing again soon costs no fetch.
 		srv.ClearGoal(ns)
 		d.cache.Unpin(ns)
 		return nil

@@ -3,6 +3,7 @@ package distributor_test
 import (
 	"context"
 	"crypto/tls"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -478,4 +479,61 @@ func TestFailsOverBetweenControlReplicas(t *testing.T) {
 			replicas[0] = controltest.StartControl(t, control.Options{EtcdEndpoints: cluster.Endpoints(), DataDir: down.DataDir, Listen: down.Addr})
 		}
 	}
+}
+
+// TestHoldsOnlyWhatItsAgentsUse: a distributor loads a namespace's
+// content when the first of its agents subscribes to it and releases it
+// when the last leaves, so a zone's distributors hold what its hosts use,
+// not the catalog (issue 27: 20,000 namespaces and no agent took 2.2 GiB).
+func TestHoldsOnlyWhatItsAgentsUse(t *testing.T) {
+	srv := controltest.StartControl(t, control.Options{})
+	if _, err := srv.Client.CreateDomain(ctxT(t), &lehrpb.CreateDomainRequest{Domain: &lehrpb.Domain{Name: "d",
+		Quotas: &lehrpb.Quotas{PublishesPerSecond: 1000, PublishBurst: 1000}}}); err != nil {
+		t.Fatal(err)
+	}
+	p := newPKI(t)
+	const catalog = 40
+	vs := map[string]*lehrpb.VersionInfo{}
+	for i := range catalog {
+		ns := fmt.Sprintf("d/ns%02d", i)
+		vs[ns] = publish(t, srv.Client, ns, "k", strings.Repeat("v", 1000))
+	}
+	d := startDistributor(t, p, srv.Addr)
+	wait.For(t, "every goal known", func() bool { return d.Stats().Goals == catalog })
+	if st := d.Stats(); st.Serving != 0 || st.Cache.Fetches != 0 || st.Cache.Bytes != 0 {
+		t.Fatalf("with no agent: serving %d goals, %d fetches, %d bytes cached; want 0, 0, 0", st.Serving, st.Cache.Fetches, st.Cache.Bytes)
+	}
+
+	// An agent subscribing to two gets them — without first hearing that
+	// the distributor knows no goal — and only those two are loaded.
+	a := dial(t, p, d, "host-1", agenttest.Options{Subscriptions: []string{"d/ns01", "d/ns02"}})
+	waitVersion(t, a, "d/ns01", vs["d/ns01"])
+	waitVersion(t, a, "d/ns02", vs["d/ns02"])
+	for _, ns := range []string{"d/ns01", "d/ns02"} {
+		if u, ok := a.Unavailable(ns); ok {
+			t.Errorf("%s: agent was told %v (%s) while its goal loaded", ns, u.GetReason(), u.GetDetail())
+		}
+	}
+	wait.For(t, "two goals served", func() bool { return d.Stats().Serving == 2 }) // counted every 100 ms
+	if st := d.Stats(); st.Wanted != 2 || st.Cache.Fetches != 2 {
+		t.Errorf("one agent of 2 namespaces: %d wanted, %d fetched; want 2, 2", st.Wanted, st.Cache.Fetches)
+	}
+	// A second agent of one of them costs nothing more.
+	b := dial(t, p, d, "host-2", agenttest.Options{Subscriptions: []string{"d/ns01"}})
+	waitVersion(t, b, "d/ns01", vs["d/ns01"])
+
+	// A change of a namespace no agent here uses is not fetched.
+	publish(t, srv.Client, "d/ns30", "k", "changed")
+	v := publish(t, srv.Client, "d/ns01", "k", "changed")
+	waitVersion(t, a, "d/ns01", v)
+	waitVersion(t, b, "d/ns01", v)
+	if st := d.Stats(); st.Serving != 2 || st.Cache.Fetches+st.Cache.Offered+st.Cache.Deltas != 3 {
+		t.Errorf("after changes of d/ns30 (unused) and d/ns01: %d served, %d fetched + %d built from goal events + %d from deltas; want 2 served, 3 loaded in all",
+			st.Serving, st.Cache.Fetches, st.Cache.Offered, st.Cache.Deltas)
+	}
+
+	// The agents leave: nothing is held any more.
+	a.Close()
+	b.Close()
+	wait.For(t, "nothing wanted or served", func() bool { st := d.Stats(); return st.Wanted == 0 && st.Serving == 0 })
 }

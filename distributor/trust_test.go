@@ -79,7 +79,9 @@ func TestDistributorUnderMutualTLS(t *testing.T) {
 		t.Errorf("%d reports refused", n)
 	}
 
-	// Goals: bonly's only while its readers admit the zone.
+	// Goals: bonly's only while its readers admit the zone. A distributor
+	// holds only what its agents subscribe to: host-1 uses both.
+	dial(t, p, d, "host-1", agenttest.Options{Subscriptions: []string{"open/x", "bonly/x"}})
 	serving := func(n int) func() bool {
 		return func() bool { st := d.Stats(); return st.Goals == n && st.Serving == n }
 	}

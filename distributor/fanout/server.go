@@ -139,6 +139,18 @@ type Options struct {
 	// policy, the agent is told FORBIDDEN, naming the readers, rather than
 	// NOT_FOUND. Called without locks held; it must not block.
 	DomainWanted func(ns string)
+	// Wanted, if set, is called with the namespaces that gained their first
+	// subscriber among the connected agents (wanted true) or lost their last
+	// (false), so the caller can load a namespace's goal on demand (SetGoal)
+	// and release it when no agent here uses it (ClearGoal). Called without
+	// locks held, possibly concurrently; it must not block.
+	Wanted func(nss []string, wanted bool)
+	// Pending, if set, reports whether ns has a goal in the zone that is
+	// not set yet (Wanted asked for it to be loaded): a subscriber then
+	// waits for SetGoal instead of being told the namespace is NOT_FOUND.
+	// Called with a session's lock held; it must be quick and must not call
+	// back into the Server.
+	Pending func(ns string) bool
 }
 
 // Defaults of Options.
@@ -204,6 +216,8 @@ type Server struct {
 	refuseStreams bool
 	met           *serverMetrics
 	memo          *memo
+	// wants counts the connected agents subscribing to each namespace.
+	wants wants
 
 	goals atomic.Pointer[map[string]*Goal]
 	// goalMu serialises goal writers (SetGoal, ClearGoal).

@@ -195,6 +195,7 @@ func (s *Server) handle(conn *quic.Conn) {
 		return
 	}
 	defer s.unregister(ss)
+	s.want(ss.subscriptions())
 	admitted(conn)
 	log.Info("agent connected", "protocol_version", version, "cached", len(hello.GetCached()), "subscriptions", len(hello.GetSubscriptions()))
 
@@ -207,6 +208,7 @@ func (s *Server) handle(conn *quic.Conn) {
 	ss.cancel()
 	ss.wg.Wait()
 	ss.releaseAll()
+	s.unwant(ss.subscriptions())
 	log.Info("agent disconnected", "err", err)
 }
 
@@ -368,11 +370,15 @@ func (ss *session) onSubscribe(m *lehrpb.Subscribe) error {
 		ss.mu.Unlock()
 		return ss.violation("Subscribe: more than %d namespaces for one agent", limit)
 	}
+	var started []string
 	for _, c := range m.GetNamespaces() {
 		st := ss.ns[c.GetNamespace()]
 		if st == nil {
 			st = &nsState{}
 			ss.ns[c.GetNamespace()] = st
+		}
+		if !st.subscribed {
+			started = append(started, c.GetNamespace())
 		}
 		st.subscribed = true
 		st.unavailable = 0
@@ -381,6 +387,7 @@ func (ss *session) onSubscribe(m *lehrpb.Subscribe) error {
 		}
 	}
 	ss.mu.Unlock()
+	ss.srv.want(started)
 	ss.kick()
 	return nil
 }
@@ -389,10 +396,13 @@ func (ss *session) onSubscribe(m *lehrpb.Subscribe) error {
 // flight, which are forgotten once it is answered or times out; their
 // subscriptions no longer count against their domains' quotas.
 func (ss *session) onUnsubscribe(m *lehrpb.Unsubscribe) {
-	var released []string
+	var released, ended []string
 	ss.mu.Lock()
 	for _, ns := range m.GetNamespaces() {
 		if st := ss.ns[ns]; st != nil {
+			if st.subscribed {
+				ended = append(ended, ns)
+			}
 			st.subscribed = false
 			if st.admitted {
 				st.admitted = false
@@ -402,9 +412,23 @@ func (ss *session) onUnsubscribe(m *lehrpb.Unsubscribe) {
 		}
 	}
 	ss.mu.Unlock()
+	ss.srv.unwant(ended)
 	for _, ns := range released {
 		ss.srv.releaseSub(ns)
 	}
+}
+
+// subscriptions returns the namespaces the agent subscribes to.
+func (ss *session) subscriptions() []string {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	var nss []string
+	for ns, st := range ss.ns {
+		if st.subscribed {
+			nss = append(nss, ns)
+		}
+	}
+	return nss
 }
 
 // releaseAll uncounts every subscription the session holds; called once
@@ -653,6 +677,9 @@ func (ss *session) plan() (jobs []job, unavailable []*lehrpb.Unavailable, wake t
 			continue
 		}
 		if goal == nil {
+			if p := ss.srv.opts.Pending; p != nil && p(ns) {
+				continue // SetGoal kicks the session once it is loaded
+			}
 			if st.unavailable != lehrpb.UnavailableReason_UNAVAILABLE_REASON_NOT_FOUND {
 				st.unavailable = lehrpb.UnavailableReason_UNAVAILABLE_REASON_NOT_FOUND
 				unavailable = append(unavailable, &lehrpb.Unavailable{
