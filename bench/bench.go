@@ -94,6 +94,7 @@ func Scenarios() []Scenario {
 		fanoutScenario(),
 		stormScenario(),
 		footprintScenario(),
+		bighostScenario(),
 		rolloutScenario(),
 		canaryScenario(),
 		isolationScenario(),

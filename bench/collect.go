@@ -154,6 +154,11 @@ func maxDuration(v []time.Duration) time.Duration {
 type procSample struct {
 	cpu time.Duration // user + system
 	rss int64         // bytes
+	hwm int64         // peak RSS since the process started (VmHWM), bytes
+	// anon is the anonymous part of rss (RssAnon): the heap and stacks,
+	// without mapped files (Badger's value log), which the kernel may
+	// reclaim under a cgroup's limit.
+	anon int64
 }
 
 // readProc reads /proc/<pid>/stat and /proc/<pid>/status.
@@ -181,6 +186,14 @@ func readProc(pid int) (procSample, error) {
 		if strings.HasPrefix(line, "VmRSS:") {
 			kb, _ := strconv.ParseInt(strings.Fields(line)[1], 10, 64)
 			s.rss = kb << 10
+		}
+		if strings.HasPrefix(line, "RssAnon:") {
+			kb, _ := strconv.ParseInt(strings.Fields(line)[1], 10, 64)
+			s.anon = kb << 10
+		}
+		if strings.HasPrefix(line, "VmHWM:") {
+			kb, _ := strconv.ParseInt(strings.Fields(line)[1], 10, 64)
+			s.hwm = kb << 10
 		}
 	}
 	return s, nil

@@ -25,7 +25,7 @@ const benchDomain = "bench"
 func benchQuotas() *lehrpb.Quotas {
 	return &lehrpb.Quotas{
 		PublishesPerSecond: 1e6, PublishBurst: 1 << 20,
-		MaxStoredBytes: 1 << 40, MaxNamespaces: 1 << 20, OutboundBytesPerSecond: 1 << 40,
+		MaxStoredBytes: 1 << 40, MaxNamespaces: 1 << 20, OutboundBytesPerSecond: 1 << 40, PublishBytesPerSecond: 1 << 40,
 	}
 }
 

@@ -47,6 +47,7 @@ type agentProc struct {
 
 	mu      sync.Mutex
 	liveMB  int // live heap after the last GC, from gctrace
+	peakMB  int // the largest live heap after a GC so far
 	gcCount int
 }
 
@@ -68,6 +69,7 @@ func startAgentProc(bin string, args []string) (*agentProc, error) {
 				live, _ := strconv.Atoi(m[3])
 				ap.mu.Lock()
 				ap.liveMB, ap.gcCount = live, ap.gcCount+1
+				ap.peakMB = max(ap.peakMB, live)
 				ap.mu.Unlock()
 			}
 		}
@@ -75,6 +77,13 @@ func startAgentProc(bin string, args []string) (*agentProc, error) {
 		ap.done <- cmd.Wait()
 	}()
 	return ap, nil
+}
+
+// peakHeap returns the largest live heap after a GC so far, MB.
+func (ap *agentProc) peakHeap() int {
+	ap.mu.Lock()
+	defer ap.mu.Unlock()
+	return ap.peakMB
 }
 
 func (ap *agentProc) heap() (int, int) {

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net/url"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -626,5 +627,47 @@ func TestSupersededConnectionIsClosed(t *testing.T) {
 	waitVersion(t, b, ns, v2)
 	if n, _ := e.srv.Convergence(); n != 1 {
 		t.Errorf("agents = %d, want 1", n)
+	}
+}
+
+// TestInflightBytesPerAgentAreBounded: a cold agent subscribing to many
+// large namespaces is not sent all of them at once — what it must hold
+// while applying is bounded by Options.MaxInflightBytes (issue 27: a
+// cold agent taking 300 MB peaked at 1.1 GiB). Each answer is held a
+// moment, so updates sent together would overlap; with a budget of one
+// update, none may. An update larger than the budget still goes, alone.
+func TestInflightBytesPerAgentAreBounded(t *testing.T) {
+	e := newEnv(t, func(o *fanout.Options) { o.MaxInflightBytes = 150 << 10 })
+	var names []string
+	for i := range 4 {
+		ns := fmt.Sprintf("d/big%d", i)
+		e.publish(ns, map[string]string{"v": strings.Repeat(strconv.Itoa(i), 100<<10)})
+		names = append(names, ns)
+	}
+	huge := e.publish("d/huge", map[string]string{"v": strings.Repeat("h", 300<<10)})
+	names = append(names, "d/huge")
+	var (
+		mu             sync.Mutex
+		inflight, peak int
+	)
+	a := e.dial("host-1", agenttest.Options{Subscriptions: names, Answer: func(u *lehrpb.Update, ack *lehrpb.Ack) *lehrpb.Ack {
+		mu.Lock()
+		inflight++
+		peak = max(peak, inflight)
+		mu.Unlock()
+		time.Sleep(100 * time.Millisecond) // holds the answer: overlapping updates would show
+		mu.Lock()
+		inflight--
+		mu.Unlock()
+		return ack
+	}})
+	for _, ns := range names[:4] {
+		waitVersion(t, a, ns, e.latest[ns])
+	}
+	waitVersion(t, a, "d/huge", huge)
+	mu.Lock()
+	defer mu.Unlock()
+	if peak != 1 {
+		t.Errorf("the agent held %d unanswered updates at once; want 1 (each is over half the 150 KiB budget)", peak)
 	}
 }

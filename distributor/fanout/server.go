@@ -107,6 +107,12 @@ type Options struct {
 	// lost with its stream or the agent misbehaves; a late answer is then
 	// ignored.
 	AckTimeout time.Duration
+	// MaxInflightBytes bounds, per agent, the bytes of updates written and
+	// not yet answered: an agent applies an update before it answers, so
+	// this bounds what a cold agent sent every namespace at once must hold
+	// (an update larger than the bound waits until nothing else is in
+	// flight). Default DefaultMaxInflightBytes; negative: no bound.
+	MaxInflightBytes int64
 	// MaxNamespacesPerAgent bounds one agent's live subscriptions (an
 	// unsubscribed namespace is forgotten); default
 	// DefaultMaxNamespacesPerAgent.
@@ -156,6 +162,7 @@ type Options struct {
 // Defaults of Options.
 const (
 	DefaultAckTimeout            = 30 * time.Second
+	DefaultMaxInflightBytes      = 32 << 20
 	DefaultMaxNamespacesPerAgent = 100_000
 )
 
@@ -285,6 +292,12 @@ func Listen(opts Options) (*Server, error) {
 	}
 	if opts.AckTimeout <= 0 {
 		opts.AckTimeout = DefaultAckTimeout
+	}
+	switch {
+	case opts.MaxInflightBytes == 0:
+		opts.MaxInflightBytes = DefaultMaxInflightBytes
+	case opts.MaxInflightBytes < 0:
+		opts.MaxInflightBytes = 0 // no bound
 	}
 	if opts.MaxNamespacesPerAgent <= 0 {
 		opts.MaxNamespacesPerAgent = DefaultMaxNamespacesPerAgent

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/quic-go/quic-go"
+	"golang.org/x/sync/semaphore"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
@@ -49,6 +50,9 @@ type nsState struct {
 	// update is still being written).
 	sending  content.Ref
 	deadline time.Time
+	// held is what the update in flight holds of the agent's in-flight
+	// budget (session.inflight), given back with its Ack.
+	held int64
 	// needSnapshot: the next update must be a snapshot (Resync or refusal).
 	needSnapshot bool
 	// refusals counts consecutive refused updates; notBefore delays the next
@@ -77,6 +81,9 @@ type session struct {
 	log  *slog.Logger
 	// compact: the agent accepts compact Updates (wire.CapCompactUpdate).
 	compact bool
+	// inflight bounds the bytes of updates written to the agent and not
+	// answered yet (Options.MaxInflightBytes); nil: no bound.
+	inflight *semaphore.Weighted
 	// signalsCap: the agent answers SignalsRequest (wire.CapSignals).
 	signalsCap bool
 	// signedGoals: the agent wants the signed goal with every Update
@@ -163,6 +170,9 @@ func (s *Server) handle(conn *quic.Conn) {
 		redialCap:   wire.HasCapability(caps, wire.CapRedialSpread),
 		kickc:       make(chan struct{}, 1),
 		ns:          map[string]*nsState{},
+	}
+	if s.opts.MaxInflightBytes > 0 {
+		ss.inflight = semaphore.NewWeighted(s.opts.MaxInflightBytes)
 	}
 	ss.ctx, ss.cancel = context.WithCancel(ctx)
 	defer ss.cancel()
@@ -461,6 +471,14 @@ func (ss *session) overQuota(d string) bool {
 	return false
 }
 
+// releaseLocked gives back what st's update held of the in-flight budget.
+func (ss *session) releaseLocked(st *nsState) {
+	if st.held > 0 {
+		ss.inflight.Release(st.held)
+		st.held = 0
+	}
+}
+
 // forgetIfIdleLocked drops the entry of ns when the agent neither
 // subscribes to it nor has an update of it in flight.
 func (ss *session) forgetIfIdleLocked(ns string, st *nsState) {
@@ -496,6 +514,7 @@ func (ss *session) onAck(m *lehrpb.Ack) error {
 	}
 	sent := st.sending
 	st.sending, st.deadline = content.Ref{}, time.Time{}
+	ss.releaseLocked(st)
 	ok, why := m.GetOk(), m.GetError()
 	if ok && m.GetVersion() == sent.Seq && m.GetChecksum() != sent.Checksum {
 		ok, why = false, fmt.Sprintf("acknowledged version %d with checksum %s, not the %s sent", sent.Seq, m.GetChecksum(), sent.Checksum)
@@ -658,6 +677,7 @@ func (ss *session) plan() (jobs []job, unavailable []*lehrpb.Unavailable, wake t
 			ss.srv.met.ackTimeouts.Inc()
 			ss.log.Warn("update unanswered; planning the namespace again", "namespace", ns, "version", st.sending.Seq, "timeout", ss.srv.opts.AckTimeout)
 			st.sending, st.deadline = content.Ref{}, time.Time{}
+			ss.releaseLocked(st)
 			st.needSnapshot = true
 			ss.forgetIfIdleLocked(ns, st)
 		}
@@ -750,6 +770,23 @@ func (ss *session) push(j job) {
 	// 	panic("failpoint distributorMidSnapshot: half a snapshot written")
 	// }
 
+	// The agent's in-flight budget: an agent applies what it reads before
+	// answering, and a cold one is sent every namespace at once; bounding
+	// the unanswered bytes per agent bounds its memory peak (bench:
+	// bighost). Only this push waits; the budget comes back with the Ack.
+	if ss.inflight != nil {
+		w := min(int64(len(frame)), ss.srv.opts.MaxInflightBytes)
+		if err := ss.inflight.Acquire(ss.ctx, w); err != nil {
+			return // the session is ending
+		}
+		ss.mu.Lock()
+		if st := ss.ns[j.ns]; st != nil && st.sending.Seq == j.goal.Seq && st.deadline.IsZero() {
+			st.held = w
+		} else {
+			ss.inflight.Release(w)
+		}
+		ss.mu.Unlock()
+	}
 	// The domain's outbound limit: only this push waits (each runs in its
 	// own goroutine); the Ack deadline starts once it is written.
 	if err := ss.srv.throttle(ss.ctx, j.ns, len(frame)); err != nil {
