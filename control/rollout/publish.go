@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"time"
 
+	"lehr.dev/lehr/control/store"
 	"lehr.dev/lehr/proto/lehrpb"
 )
 
@@ -77,4 +78,18 @@ func AtPublish(in PublishInput) (d StartDecision, ok bool, err error) {
 	d.Started.Events = append(d.Started.Events, newEvent(r, in.Now, PublishedEventKind,
 		fmt.Sprintf("goals written at publish: every zone at once (%d zone(s)), in version %d's own transaction", len(d.Started.Goals), r.GetVersion()), ""))
 	return d, true, nil
+}
+
+// Records returns what a commit writes of d, a decision of AtPublish
+// (store.RolloutAtCommit): the rollout it supersedes, if any, and the
+// version's own, each with its events, and the version's goals.
+func (d StartDecision) Records() *store.StartedRollout {
+	out := &store.StartedRollout{}
+	for _, x := range []*Decision{d.Superseded, d.Started} {
+		if x != nil {
+			out.Rollouts = append(out.Rollouts, store.RolloutRecord{Rollout: x.Rollout, Events: x.Events})
+			out.Goals = append(out.Goals, x.Goals...)
+		}
+	}
+	return out
 }

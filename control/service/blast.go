@@ -50,13 +50,7 @@ func (s *Service) atPublish(c *store.Commit) *publishRollout {
 		if err != nil || !ok {
 			return nil, err
 		}
-		out := &store.StartedRollout{Goals: d.Started.Goals}
-		for _, x := range []*rollout.Decision{d.Superseded, d.Started} {
-			if x != nil {
-				out.Rollouts = append(out.Rollouts, store.RolloutRecord{Rollout: x.Rollout, Events: x.Events})
-			}
-		}
-		return out, nil
+		return d.Records(), nil
 	}}
 	return &publishRollout{s: s, at: c.Rollout}
 }
