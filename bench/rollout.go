@@ -83,7 +83,7 @@ func runRollout(ctx context.Context, e *Env) (*Result, error) {
 			"%d repetitions × %d; times from the Patch call.", zones, hostsPerZone, p.reps, p.perRep),
 		Notes: []string{
 			"a canary stage costs a sampling round trip: the strategist writes the candidate asking for a sample, the distributors report their lowest-position hosts with their next zone-status report (every second here; --report-interval, 10 s by default in production), the strategist names the hosts at its next round; then the canary hosts apply, and their reports (the agents' report interval, the distributor's) must show it before the next stage. With production intervals (10 s reports, agents every 30 s) each stage's evidence takes correspondingly longer: bakes are minutes, so this is small next to them.",
-			"without --rollouts a publish reaches every host in milliseconds (scenario e2e); 'global blast' is that plus the strategist's round.",
+			"without --rollouts a publish reaches every host in milliseconds (scenario e2e); a 'global blast' publish writes every zone's goal itself (issue 29), so it is that too — before, it was that plus the strategist's round (~1 s).",
 			"report path: an agent's Report for one namespace and the distributor's summary are measured as encoded protobuf sizes of the messages this run produced, not on the wire (QUIC and gRPC framing add a few bytes).",
 		},
 	}

@@ -70,7 +70,9 @@ A policy file (durations as 90s, 10m, 1h30m):
       weekly: {days: [fri], at: "16:00", length: 64h, time_zone: Europe/Berlin}
 
 For an emergency, "global_blast: true" (and no stages) moves every zone at
-once; rollouts record it as such. Every change is kept in the scope's
+once: the publish itself writes every zone's goal, without waiting for the
+rollout strategist (unless a freeze window is open or max_concurrent is
+set: then it waits as any rollout); rollouts record it as such. Every change is kept in the scope's
 history with its author and message.`,
 		examples: []string{
 			"lehr rollout policy get payments/limits",

@@ -15,6 +15,10 @@
 //     (Rollout.state, stage, stage_applied_time, wait_until); Active is the
 //     one "in flight" predicate. Their table and golden tests
 //     (scenario_test.go, testdata/scenarios) need no etcd.
+//   - At publish (publish.go): AtPublish decides which rollouts start in
+//     their version's own commit rather than at the strategist's next
+//     round — a global blast Start would enter at once — and starts them
+//     as Start does.
 //   - Evidence (evidence.go): Gather sums what the distributors of the
 //     zones a rollout reached report, from their zone status, into what
 //     Step decides on.
@@ -24,7 +28,8 @@
 // guarded transaction.
 //
 // Imported by control/strategist (which runs it), control/service (which
-// validates policies and serves rollouts), cmd/lehr (which describes
+// validates policies, serves rollouts and starts global blasts at
+// publish), cmd/lehr (which describes
 // policies and freezes) and testenv/devcluster (the fast policy of "lehr
 // dev").
 package rollout

@@ -705,7 +705,7 @@ func (s *Service) CommitPolicyExperiment(ctx context.Context, req *lehrpb.Commit
 		msg = fmt.Sprintf("commit policy experiment %s (etag %s)", id, cur.GetEtag())
 	}
 	c := s.attribute(ctx, "")
-	info, err := s.previews.Commit(ctx, store.Commit{
+	info, err := s.commitVersion(ctx, s.previews.Commit, store.Commit{
 		Namespace:      ns,
 		Limits:         s.domainLimits(dom),
 		Kind:           head.GetKind(),
@@ -796,7 +796,7 @@ func (s *Service) DeletePolicy(ctx context.Context, req *lehrpb.DeletePolicyRequ
 	}
 	c := s.attribute(ctx, "")
 	var deleted []string
-	info, err := s.previews.Commit(ctx, store.Commit{
+	info, err := s.commitVersion(ctx, s.previews.Commit, store.Commit{
 		Namespace:      ns,
 		Limits:         s.domainLimits(dom),
 		Kind:           head.GetKind(),

@@ -192,22 +192,39 @@ func (s *Service) EffectiveRolloutPolicy(ctx context.Context, ns string) (*lehrp
 	if err != nil {
 		return nil, 0, 0, err
 	}
-	own, eff, src, err := s.effectivePolicy(ctx, ns)
+	live := func(scope string) (*lehrpb.RolloutPolicyRecord, error) {
+		rec, err := s.st.RolloutPolicy(ctx, scope)
+		if err != nil || rec.GetDeleted() {
+			return nil, err
+		}
+		return rec, nil
+	}
+	own, err := live(ns)
 	if err != nil {
 		return nil, 0, 0, err
 	}
-	var gen uint64
-	switch src {
-	case lehrpb.RolloutPolicySource_ROLLOUT_POLICY_SOURCE_NAMESPACE:
-		gen = own.GetGeneration()
-	case lehrpb.RolloutPolicySource_ROLLOUT_POLICY_SOURCE_DOMAIN:
-		rec, err := s.st.RolloutPolicy(ctx, d)
-		if err != nil {
+	var dom *lehrpb.RolloutPolicyRecord
+	if own == nil {
+		if dom, err = live(d); err != nil {
 			return nil, 0, 0, err
 		}
-		gen = rec.GetGeneration()
 	}
-	return eff, src, gen, nil
+	p, src, gen := s.policyInEffect(own, dom)
+	return p, src, gen, nil
+}
+
+// policyInEffect is the policy in effect for a namespace whose own live
+// policy record is own and whose domain's is dom (nil where none): the
+// namespace's, else the domain's, else the built-in default; with where
+// it comes from and its generation (0 for the built-in one).
+func (s *Service) policyInEffect(own, dom *lehrpb.RolloutPolicyRecord) (*lehrpb.RolloutPolicy, lehrpb.RolloutPolicySource, uint64) {
+	switch {
+	case own != nil:
+		return own.GetPolicy(), lehrpb.RolloutPolicySource_ROLLOUT_POLICY_SOURCE_NAMESPACE, own.GetGeneration()
+	case dom != nil:
+		return dom.GetPolicy(), lehrpb.RolloutPolicySource_ROLLOUT_POLICY_SOURCE_DOMAIN, dom.GetGeneration()
+	}
+	return s.defaultPolicy(), lehrpb.RolloutPolicySource_ROLLOUT_POLICY_SOURCE_BUILT_IN, 0
 }
 
 // defaultPolicy is the built-in policy of a domain that set none.

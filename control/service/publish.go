@@ -182,7 +182,7 @@ func (s *Service) Patch(ctx context.Context, req *lehrpb.PatchRequest) (_ *lehrp
 		return nil, err
 	}
 	c := s.attribute(ctx, req.GetAuthor())
-	info, err := s.st.Commit(ctx, store.Commit{
+	info, err := s.commitVersion(ctx, s.st.Commit, store.Commit{
 		Namespace:      req.GetNamespace(),
 		Limits:         s.domainLimits(dom),
 		Kind:           ns.GetKind(),
@@ -283,7 +283,7 @@ func (s *Service) commitLatest(ctx context.Context, c store.Commit, expected, la
 	} else {
 		c.ExpectedLatest, c.Rebase = latest, true
 	}
-	info, err := s.st.Commit(ctx, c)
+	info, err := s.commitVersion(ctx, s.st.Commit, c)
 	var ce *store.ConflictError
 	if errors.As(err, &ce) {
 		return nil, staleError(c.Namespace, "expected_version", "expected version", expected, ce.Current)

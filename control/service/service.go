@@ -42,7 +42,10 @@ func AllZones(*lehrpb.Namespace, lehrpb.VersionSource) store.GoalPolicy {
 // Progressive is the GoalPolicy under the rollout strategist: a
 // namespace's first version and an operator's rollback go to every zone at
 // once (nothing to protect; an emergency), every other version is left to
-// the strategist, which moves goals stage by stage.
+// the strategist, which moves goals stage by stage — except that a
+// version under a global-blast policy starts its rollout, every zone at
+// once, in its own commit (blast.go) instead of at the strategist's next
+// round.
 func Progressive(ns *lehrpb.Namespace, source lehrpb.VersionSource) store.GoalPolicy {
 	if ns.GetLatestVersion() == 0 || source == lehrpb.VersionSource_VERSION_SOURCE_ROLLBACK {
 		return store.GoalsAllZones

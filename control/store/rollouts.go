@@ -35,11 +35,14 @@ type RolloutStep struct {
 	// version they name, stable and candidate, must exist.
 	Goals []*lehrpb.GoalState
 	// HeadRev is a revision at which the namespace's head was read, and
-	// the step decided on it: Goals are written only if the head has not
+	// the step decided on it: the step is written only if the head has not
 	// changed since. A version committed in between — a publish, an
 	// operator's rollback that moved every zone at once — is the latest
-	// intent, and a decision made without it must not move goals over it.
-	// Required with Goals.
+	// intent, and a decision made without it must not move goals over it;
+	// nor may it write a rollout over what that commit wrote of its
+	// rollouts (a global blast's publish supersedes the rollout in flight
+	// in its own transaction: commitrollout.go). Required with Goals; 0
+	// (without Goals) guards nothing.
 	HeadRev int64
 	Events  []*lehrpb.RolloutEvent
 	// Done is the operator command the step carried out; it is removed
@@ -57,8 +60,8 @@ type QueuedCommand struct {
 }
 
 // PutRollout writes a step in one transaction guarded by g, by the
-// existence of the zones and versions the goals name and, when it moves
-// goals, by the namespace's head (step.HeadRev). It fails with
+// existence of the zones and versions the goals name and by the
+// namespace's head (step.HeadRev). It fails with
 // ErrNotLeader when g no longer holds, with a *ConflictError when the head
 // changed (decide again on the new one), and with a *NotFoundError when a
 // zone or version is gone (compacted, which goals and candidates prevent,
@@ -73,10 +76,10 @@ func (s *Store) PutRollout(ctx context.Context, g Guard, step RolloutStep) error
 		cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(g.Key), "=", g.Rev))
 	}
 	headKey := s.lay.nsmeta(r.GetNamespace())
-	if len(step.Goals) > 0 {
-		if step.HeadRev <= 0 {
-			return fmt.Errorf("store: put rollout %s: %w", r.GetId(), invalidf("a step that moves goals needs the revision its head was read at (HeadRev)"))
-		}
+	if len(step.Goals) > 0 && step.HeadRev <= 0 {
+		return fmt.Errorf("store: put rollout %s: %w", r.GetId(), invalidf("a step that moves goals needs the revision its head was read at (HeadRev)"))
+	}
+	if step.HeadRev > 0 {
 		cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(headKey), "<", step.HeadRev+1))
 	}
 	b, err := encode(r)
@@ -133,7 +136,7 @@ func (s *Store) PutRollout(ctx context.Context, g Guard, step RolloutStep) error
 			return fmt.Errorf("store: put rollout %s: %w", r.GetId(), ErrNotLeader)
 		}
 	}
-	if len(step.Goals) > 0 {
+	if step.HeadRev > 0 {
 		h, modRev, _, err := s.head(ctx, r.GetNamespace())
 		if err != nil {
 			return fmt.Errorf("store: put rollout %s: %w", r.GetId(), err)

@@ -67,8 +67,9 @@ func TestWatchRolloutInputs(t *testing.T) {
 
 // TestPutRolloutKeepsTheLatestIntent checks that a rollout step decided
 // on a namespace's head does not move goals over a version committed
-// since — an operator's rollback that moved every zone at once — and
-// that a step which moves goals must say which head it decided on.
+// since — an operator's rollback that moved every zone at once — nor
+// write its rollout over one, and that a step which moves goals must say
+// which head it decided on.
 func TestPutRolloutKeepsTheLatestIntent(t *testing.T) {
 	s := newTestStore(t, Options{})
 	ctx := testCtx(t)
@@ -119,6 +120,19 @@ func TestPutRolloutKeepsTheLatestIntent(t *testing.T) {
 	step.Goals[0].Version, step.Goals[0].Checksum = v3.GetSeq(), v3.GetChecksum()
 	if err := s.PutRollout(ctx, Guard{}, step); err != nil {
 		t.Fatalf("PutRollout on the current head: %v", err)
+	}
+
+	// A step that moves no goal is guarded by its head too: a commit
+	// since may have written the namespace's rollouts (a global blast
+	// superseding this one), which a step decided before must not undo.
+	commit(t, s, Commit{Namespace: ns, ExpectedLatest: 3, Content: snap(t, "k", "newer"), Goals: GoalsNone})
+	stale := RolloutStep{Rollout: &lehrpb.Rollout{Id: r.GetId(), Namespace: ns, Version: 2, State: lehrpb.RolloutState_ROLLOUT_STATE_RUNNING, Reason: "stale"},
+		HeadRev: in.Rev}
+	if err := s.PutRollout(ctx, Guard{}, stale); !errors.As(err, &ce) {
+		t.Fatalf("PutRollout without goals decided before a commit: %v, want a *ConflictError", err)
+	}
+	if got, err := s.Rollout(ctx, ns, 2); err != nil || got.GetReason() == "stale" {
+		t.Errorf("rollout after the refused step: %v, %v; want it unchanged", got, err)
 	}
 }
 

@@ -10,7 +10,10 @@ package store
 // visible. Commit runs, in at most maxCommitAttempts rounds:
 //
 //  1. Read the head (nsmeta/<ns>), the domain, the request record of
-//     c.RequestID and, for GoalsAllZones, the zones, all at one revision R.
+//     c.RequestID and, for GoalsAllZones, the zones, all at one revision R
+//     (with c.Rollout also the zones and the rollout policies of the
+//     namespace and its domain; its Decide may read the namespace's goals
+//     and latest rollout at R too: commitrollout.go).
 //     If the request record exists, the version it names is the answer:
 //     this is a retry of a commit whose response was lost. Otherwise
 //     the latest version must be c.ExpectedLatest (*ConflictError naming the
@@ -23,8 +26,10 @@ package store
 //  3. One transaction, guarded by the head's mod revision read at R (or its
 //     absence) and, for GoalsAllZones, by every zones/ key having a mod
 //     revision <= R, puts the VersionRecord (seq latest+1), the new head, the
-//     request record, and goals/<zone>/<ns> for every zone read at R. Either
-//     all of it becomes visible or none of it does.
+//     request record, and goals/<zone>/<ns> for every zone read at R — or
+//     what c.Rollout decided: rollout records and events, guarded by the
+//     namespace's rollouts being as read, and goals. Either all of it
+//     becomes visible or none of it does.
 //
 // If the guard fails the round starts over: a moved latest version then ends
 // in a *ConflictError (or the idempotent answer) — unless c.Rebase, which
@@ -100,6 +105,12 @@ type Commit struct {
 	// Goals and GoalReason say how goal states follow the commit.
 	Goals      GoalPolicy
 	GoalReason string
+	// Rollout, if set (only with GoalsNone), may start the version's
+	// rollout in the version's own transaction: its Decide is asked in
+	// every round, and what it decides — rollout records, every zone's
+	// goal — is written with the version, or nothing is
+	// (commitrollout.go).
+	Rollout *RolloutAtCommit
 	// Experiment, if set, names an experiment of the namespace to delete in
 	// the version's own transaction (a policy experiment's commit), which
 	// then also requires the experiment's record to be still at
@@ -147,6 +158,12 @@ func (s *Store) Commit(ctx context.Context, c Commit) (*lehrpb.VersionInfo, erro
 	}
 	if c.Goals != GoalsAllZones && c.Goals != GoalsNone {
 		return nil, fmt.Errorf("store: commit %s: %w", c.Namespace, invalidf("unknown goal policy %d", c.Goals))
+	}
+	if c.Rollout != nil {
+		if c.Goals != GoalsNone || c.Rollout.Decide == nil {
+			return nil, fmt.Errorf("store: commit %s: %w", c.Namespace, invalidf("a rollout decided at commit needs GoalsNone and a Decide function"))
+		}
+		c.Rollout.Started = nil
 	}
 	m, err := buildManifest(c.Content)
 	if err != nil {
@@ -207,9 +224,14 @@ func (s *Store) tryCommit(ctx context.Context, c Commit, domain string, m *manif
 		iUsage:   get(ukey),
 	}
 	iZones := -1
-	if c.Goals == GoalsAllZones {
+	if c.Goals == GoalsAllZones || c.Rollout != nil {
 		iZones = len(ops)
 		ops = append(ops, get(s.lay.zonesPrefix(), clientv3.WithPrefix(), clientv3.WithKeysOnly()))
+	}
+	iPolicies := -1
+	if c.Rollout != nil {
+		iPolicies = len(ops)
+		ops = append(ops, s.commitPolicies(c.Namespace, domain, get)...)
 	}
 	var ekey string
 	if c.Experiment != nil {
@@ -322,6 +344,12 @@ func (s *Store) tryCommit(ctx context.Context, c Commit, domain string, m *manif
 	if s.opts.Signer != nil {
 		s.opts.Signer.Sign(info, head.GetKind())
 	}
+	var started *StartedRollout
+	if c.Rollout != nil && latest > 0 {
+		if started, err = s.decideRollout(ctx, c, info, zones, rs[iPolicies:iPolicies+2], rev, get); err != nil {
+			return nil, err
+		}
+	}
 	recBytes, err := encode(&lehrpb.VersionRecord{Info: info, ManifestChunks: m.chunkHashes, RequestId: c.RequestID, ExpectedChecks: c.ExpectedChecks})
 	if err != nil {
 		return nil, err
@@ -421,6 +449,15 @@ func (s *Store) tryCommit(ctx context.Context, c Commit, domain string, m *manif
 			then = append(then, clientv3.OpPut(s.lay.goal(z, c.Namespace), string(g)))
 		}
 	}
+	if started != nil {
+		rcmps, rops, err := s.rolloutWrites(c.Namespace, info, started, rev)
+		if err != nil {
+			return nil, err
+		}
+		cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(s.lay.zonesPrefix()), "<", rev+1).WithPrefix())
+		cmps = append(cmps, rcmps...)
+		then = append(then, rops...)
+	}
 	// +1: the usage record's put, added to each attempt below.
 	if len(then)+1+len(inline) > maxInlineTxnOps {
 		// Many zones' goals: the blobs go in their own transaction first.
@@ -487,6 +524,9 @@ func (s *Store) tryCommit(ctx context.Context, c Commit, domain string, m *manif
 
 	if c.Deleted != nil {
 		*c.Deleted = deleted
+	}
+	if c.Rollout != nil {
+		c.Rollout.Started = started
 	}
 	if s.opts.OnDomainUsage != nil {
 		s.opts.OnDomainUsage(domain, nextUsage.GetStoredBytes())
