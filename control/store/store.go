@@ -229,6 +229,10 @@ func (s *Store) txn(ctx context.Context, cmps []clientv3.Cmp, then, els []client
 	})
 }
 
+// SingleMember reports Options.SingleMember: etcd is control's embedded
+// member, not a cluster.
+func (s *Store) SingleMember() bool { return s.opts.SingleMember }
+
 // Prefix returns the prefix of every key the store writes.
 func (s *Store) Prefix() string { return s.lay.prefix }
 
