@@ -89,6 +89,14 @@ type Options struct {
 	// issued its members' certificates and this replica's client
 	// certificate (internal/tlsconfig.Client). Nil: plaintext.
 	EtcdTLS *tls.Config
+	// StoreTimeout bounds each etcd request control makes for a call (and
+	// for its background work; not watches, compaction or
+	// defragmentation): past it the call fails with UNAVAILABLE saying
+	// the store did not answer within StoreTimeout, so a cluster that
+	// lost quorum or cannot be reached fails calls within seconds rather
+	// than holding them until the caller gives up. Default
+	// store.DefaultRequestTimeout (5 s); negative, no bound.
+	StoreTimeout time.Duration
 	// EtcdProbeTimeout bounds the first request to an external etcd: past
 	// it Run fails, saying why (which TLS side refused the other, or that
 	// no member answered), instead of hanging. Default
@@ -409,14 +417,15 @@ func (c *Control) Run(ctx context.Context) (err error) {
 		return fmt.Errorf("control: %w", err)
 	}
 	st := store.New(cli, store.Options{
-		SingleMember: len(c.opts.EtcdEndpoints) == 0,
-		Prefix:       c.opts.StorePrefix,
-		Retention:    c.opts.Retention,
-		Logger:       c.log,
-		OnRoundTrip:  service.RoundTripObserver(c.metrics),
-		Signer:       signer,
-		Space:        store.SpaceOptions{Quota: c.opts.StoreQuota, Reserve: c.opts.StoreReserve},
-		Maintenance:  maint,
+		SingleMember:   len(c.opts.EtcdEndpoints) == 0,
+		RequestTimeout: c.opts.StoreTimeout,
+		Prefix:         c.opts.StorePrefix,
+		Retention:      c.opts.Retention,
+		Logger:         c.log,
+		OnRoundTrip:    service.RoundTripObserver(c.metrics),
+		Signer:         signer,
+		Space:          store.SpaceOptions{Quota: c.opts.StoreQuota, Reserve: c.opts.StoreReserve},
+		Maintenance:    maint,
 		OnDomainUsage: func(domain string, stored int64) {
 			c.metrics.GetOrCreateGauge(fmt.Sprintf(`lehr_control_domain_stored_bytes{domain=%q}`, domain), nil).Set(float64(stored))
 		},

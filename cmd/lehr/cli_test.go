@@ -73,6 +73,7 @@ func TestDispatchExitCodes(t *testing.T) {
 		{args: []string{"control", "--log-level", "loud"}, wantCode: exitUsage, wantStderr: `--log-level "loud"`},
 		{args: []string{"control", "--keep-last", "0"}, wantCode: exitUsage, wantStderr: "--keep-last 0: want 1 or more"},
 		{args: []string{"control", "--keep-for", "0s"}, wantCode: exitUsage, wantStderr: "--keep-for 0s: want a positive duration"},
+		{args: []string{"control", "--store-timeout", "0s"}, wantCode: exitUsage, wantStderr: "--store-timeout 0s: want a positive duration"},
 		{args: []string{"control", "extra"}, wantCode: exitUsage, wantStderr: `unexpected argument "extra"`},
 		{args: []string{"dev", "--log-format", "xml"}, wantCode: exitUsage, wantStderr: `--log-format "xml"`},
 	}

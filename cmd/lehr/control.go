@@ -70,6 +70,12 @@ compacts and defragments etcd to give space back, disarming etcd's NOSPACE
 alarm by itself. Each domain has quotas of its own (lehr domain get); only a
 fleet admin (--fleet-admins) may raise one above the server default.
 
+When etcd stops answering — a cluster that lost quorum, members control
+cannot reach — every call fails within --store-timeout (5s) with UNAVAILABLE,
+saying the store has no leader or did not answer, and /healthz reports
+unhealthy; distributors and agents keep serving what they hold. Calls
+succeed again once a majority of the etcd members is back.
+
 Stop it with Ctrl-C or SIGTERM: in-flight calls finish, then it exits.`,
 		examples: []string{
 			"lehr control",
@@ -85,6 +91,7 @@ Stop it with Ctrl-C or SIGTERM: in-flight calls finish, then it exits.`,
 	etcdCA := fs.String("etcd-ca", "", "`file` (PEM) of the CA that issued the external etcd members' certificates")
 	etcdCert := fs.String("etcd-cert", "", "client certificate `file` (PEM) this replica presents to the external etcd")
 	etcdKey := fs.String("etcd-key", "", "key `file` (PEM) of --etcd-cert")
+	fs.DurationVar(&opts.StoreTimeout, "store-timeout", store.DefaultRequestTimeout, "wait at most this `duration` for etcd to answer one request: past it the call fails with UNAVAILABLE saying the store did not answer (an etcd cluster that lost quorum, members control cannot reach) instead of hanging until the caller gives up")
 	fs.StringVar(&opts.Listen, "listen", control.DefaultListen, "gRPC listen `address`; without TLS it must be loopback")
 	fs.StringVar(&opts.Socket, "socket", "", "also serve the API on this unix socket `path` (mode 0666), where each caller acts as its local account (SO_PEERCRED): identity unix:ACCOUNT, unless --local-users maps it")
 	localUsers := fs.String("local-users", "", "comma-separated `ACCOUNT=USER` pairs: the local account ACCOUNT on --socket acts as the certificate user USER (spiffe://lehr/user/USER) for ACLs, authorship, the audit log and --fleet-admins; an account not mapped is unix:ACCOUNT, a user of its own")
@@ -144,6 +151,9 @@ Stop it with Ctrl-C or SIGTERM: in-flight calls finish, then it exits.`,
 	}
 	if opts.LocalUsers, err = parseLocalUsers(*localUsers); err != nil {
 		return usageError(e, fs, "--local-users: %v", err)
+	}
+	if opts.StoreTimeout <= 0 {
+		return usageError(e, fs, "--store-timeout %v: want a positive duration, e.g. 5s (how long a call waits for etcd before it fails with UNAVAILABLE)", opts.StoreTimeout)
 	}
 	if opts.Retention.KeepLast < 1 {
 		return usageError(e, fs, "--keep-last %d: want 1 or more", opts.Retention.KeepLast)

@@ -43,6 +43,10 @@ type errorContext struct {
 	lists map[string][]string
 	// control is the address dialled, for unavailability hints.
 	control string
+	// write names the version the command writes to ns ("publish",
+	// "patch", "rollback"), if it writes one: when control cannot tell
+	// whether it was committed, the user is told how to find out.
+	write string
 }
 
 var indexedField = regexp.MustCompile(`^([a-z_]+)\[(\d+)\]`)
@@ -86,7 +90,15 @@ func reportError(e *env, cmd string, err error, ec errorContext) int {
 			hint += "; " + ec.conflictHint(perr.CurrentVersion)
 		}
 		fmt.Fprintf(e.stderr, "  %s\n", hint)
+	case perr.Code == codes.Unavailable && perr.Reason != "":
+		// Control answered (its errors carry a reason; a connection
+		// that failed has none): what it cannot reach is its store.
+		fmt.Fprintf(e.stderr, "  control at %s is running; its store (etcd) is what does not answer, and calls succeed again once it does.\n", ec.control)
+		if ec.write != "" {
+			fmt.Fprintf(e.stderr, "  the %s may or may not have been committed: check 'lehr history %s' before running it again.\n", ec.write, clean(ec.ns))
+		}
 	case perr.Code == codes.Unavailable:
+		// No control answered: the connection itself failed.
 		fmt.Fprintf(e.stderr, "  is control running at %s? Start one with 'lehr control' (or 'lehr dev'), or pass --control ADDR.\n", ec.control)
 	case errors.Is(perr, producer.ErrNotFound) && strings.Contains(strings.ToLower(msg), "domain"):
 		fmt.Fprintln(e.stderr, "  create the domain first: lehr domain create NAME")

@@ -2,11 +2,15 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"crypto/sha256"
+	"errors"
 	"flag"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -135,6 +139,71 @@ func TestWriteMiscGolden(t *testing.T) {
 	golden(t, "misc", b.Bytes())
 }
 
+// storeLost is control's answer when its etcd cluster has lost quorum.
+var storeLost = apierror.New(codes.Unavailable, apierror.ReasonUnavailable, "",
+	"the store has no leader: etcd has lost quorum (most of its members are down or cut off from each other) or is electing a leader, and control can neither read nor write until a majority of its members agree on one; check the etcd members ('etcdctl endpoint health --cluster') and control's log (store: get namespace demo/app: etcdserver: no leader)")
+
+// fromServer is e as the producer client reads it from control's answer:
+// the gRPC status e becomes on the wire, decoded.
+func fromServer(e *apierror.Error) *apierror.Error {
+	return apierror.FromError(e.GRPCStatus().Err())
+}
+
+// TestReportErrorUnavailableAdvice checks that "is control running?" is
+// said only when no control answered, and that a control which answered
+// UNAVAILABLE, its store lost, is not sent for: the user hears where the
+// fault is and, for a write, how to learn whether it was committed.
+func TestReportErrorUnavailableAdvice(t *testing.T) {
+	// A real refused connection: a port nothing listens on any more.
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	c, err := producer.New(producer.Options{Address: addr, Retry: producer.RetryPolicy{MaxAttempts: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	_, refused := c.Publish(ctx, "demo/app", []producer.Property{{Key: "k", Value: []byte("v")}})
+	if !errors.Is(refused, producer.ErrUnavailable) {
+		t.Fatalf("publish to %s with nothing listening = %v; want UNAVAILABLE", addr, refused)
+	}
+
+	ec := errorContext{ns: "demo/app", control: addr, write: "publish"}
+	for _, tc := range []struct {
+		name     string
+		err      error
+		want     []string
+		dontWant []string
+	}{
+		{"connection refused", refused,
+			[]string{"is control running at " + addr + "?"},
+			[]string{"store", "request_id", "lehr history"}},
+		{"control answered: store lost", fmt.Errorf("producer: publish demo/app: %w", fromServer(storeLost)),
+			[]string{"lost quorum", "control at " + addr + " is running", "check 'lehr history demo/app'"},
+			[]string{"is control running", "Start one", "request_id"}},
+	} {
+		var b bytes.Buffer
+		if code := reportError(&env{stderr: &b}, "lehr push", tc.err, ec); code != exitError {
+			t.Errorf("%s: reportError = %d, want %d", tc.name, code, exitError)
+		}
+		for _, w := range tc.want {
+			if !strings.Contains(b.String(), w) {
+				t.Errorf("%s: reportError printed\n%s\nwant it to say %q", tc.name, b.String(), w)
+			}
+		}
+		for _, w := range tc.dontWant {
+			if strings.Contains(b.String(), w) {
+				t.Errorf("%s: reportError printed\n%s\nwant it not to say %q", tc.name, b.String(), w)
+			}
+		}
+	}
+}
+
 func TestReportErrorGolden(t *testing.T) {
 	var b bytes.Buffer
 	e := &env{stderr: &b}
@@ -158,6 +227,11 @@ func TestReportErrorGolden(t *testing.T) {
 
 	fmt.Fprintln(&b)
 	reportError(e, "lehr get", apierror.New(codes.Unavailable, "", "", "connection refused"), ec)
+
+	fmt.Fprintln(&b)
+	push := ec
+	push.write = "publish"
+	reportError(e, "lehr push", fmt.Errorf("producer: publish demo/app: %w", fromServer(storeLost)), push)
 
 	fmt.Fprintln(&b)
 	reportError(e, "lehr push", apierror.New(codes.NotFound, apierror.ReasonNotFound, "namespace", "domain nosuch does not exist"), ec)

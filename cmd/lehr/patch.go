@@ -59,6 +59,7 @@ Each flag may be repeated; each key may appear once.`,
 		opts = append(opts, producer.WithMessage(*msg))
 	}
 	ec := cf.errCtx(ns)
+	ec.write = "patch"
 	ec.lists = map[string][]string{"set": keysOf(p.Set), "delete": p.Delete}
 	ec.conflictHint = func(latest uint64) string {
 		return fmt.Sprintf("re-read with `lehr get %s` and retry with --base %d", ns, latest)

@@ -68,6 +68,7 @@ people pushing at once cannot silently overwrite each other.`,
 		return exitError
 	}
 	ec := cf.errCtx(ns)
+	ec.write = "publish"
 	ec.lists = map[string][]string{"properties": keysOf(props)}
 	ec.conflictHint = func(latest uint64) string {
 		return fmt.Sprintf("re-read with `lehr get %s` and retry with --expect-version %d", ns, latest)

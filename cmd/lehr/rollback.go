@@ -47,6 +47,7 @@ history; see 'lehr history NS'.`,
 		opts = append(opts, producer.WithExpectedVersion(*expect))
 	}
 	ec := cf.errCtx(ns)
+	ec.write = "rollback"
 	ec.conflictHint = func(latest uint64) string {
 		return fmt.Sprintf("check `lehr history %s` and retry with --expect-version %d", ns, latest)
 	}

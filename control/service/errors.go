@@ -75,8 +75,7 @@ func (s *Service) apiError(ctx context.Context, err error) *apierror.Error {
 	case store.IsUnavailable(err) || errors.Is(err, context.Canceled):
 		// Canceled while our caller still waits: the etcd client is
 		// closing under us (shutdown). Either way another try may work.
-		return apierror.New(codes.Unavailable, apierror.ReasonUnavailable, "",
-			"storage is unavailable, retry with the same request_id: %v", err).WithCause(err)
+		return s.storeUnavailable(err)
 	case errors.Is(err, store.ErrContention):
 		return apierror.New(codes.Aborted, apierror.ReasonUnavailable, "",
 			"%v (the namespace changes too often to commit; control already retried, try later)", err).WithCause(err)
@@ -85,6 +84,29 @@ func (s *Service) apiError(ctx context.Context, err error) *apierror.Error {
 	}
 	s.log.Error("control: unexpected error", "err", err)
 	return apierror.Wrap(err, codes.Internal, apierror.ReasonInternal, "")
+}
+
+// storeUnavailable is the error of a call the store did not serve: what
+// happened and what an operator can do about it. It gives no retry
+// advice: UNAVAILABLE says the call may be retried, and the producer
+// client does so by itself, keeping a write's request_id (design.md,
+// "Retries"); a person cannot act on it.
+func (s *Service) storeUnavailable(err error) *apierror.Error {
+	check := "check the etcd members ('etcdctl endpoint health --cluster') and control's log"
+	if s.st.SingleMember() {
+		check = "check control's log and the disk under its data directory (the embedded etcd)"
+	}
+	var na *store.NoAnswerError
+	var msg string
+	switch {
+	case store.NoLeader(err):
+		msg = "the store has no leader: etcd has lost quorum (most of its members are down or cut off from each other) or is electing a leader, and control can neither read nor write until a majority of its members agree on one; " + check
+	case errors.As(err, &na):
+		msg = fmt.Sprintf("the store did not answer within %v (lehr control --store-timeout): etcd may have lost quorum, or control cannot reach its members; %s", na.Timeout, check)
+	default:
+		msg = "the store is unavailable; " + check
+	}
+	return apierror.New(codes.Unavailable, apierror.ReasonUnavailable, "", "%s (%v)", msg, err).WithCause(err)
 }
 
 // staleError is the conflict error: the stated version is not the latest.

@@ -134,9 +134,9 @@ func (s *Store) TrimAudit(ctx context.Context) (int, error) {
 			break
 		}
 		last := string(oldest.Kvs[len(oldest.Kvs)-1].Key)
-		start := time.Now()
-		del, err := s.cli.Delete(reqCtx(ctx), prefix, clientv3.WithRange(afterKey(last)))
-		s.observe("delete", start, err)
+		del, err := call(s, ctx, "delete", func(ctx context.Context) (*clientv3.DeleteResponse, error) {
+			return s.cli.Delete(ctx, prefix, clientv3.WithRange(afterKey(last)))
+		})
 		if err != nil {
 			return removed, fmt.Errorf("store: trim the audit log: %w", err)
 		}

@@ -386,7 +386,9 @@ func (s *Store) RunCompactor(ctx context.Context, interval time.Duration) error 
 	defer t.Stop()
 	// Releases before usage.go kept each domain's publish bucket at
 	// budgets/<domain>; nothing reads those keys now.
-	if _, err := s.cli.Delete(reqCtx(ctx), s.lay.prefix+"budgets/", clientv3.WithPrefix()); err != nil && ctx.Err() == nil {
+	if _, err := call(s, ctx, "delete", func(ctx context.Context) (*clientv3.DeleteResponse, error) {
+		return s.cli.Delete(ctx, s.lay.prefix+"budgets/", clientv3.WithPrefix())
+	}); err != nil && ctx.Err() == nil {
 		s.log.Warn("store: compactor: delete the publish buckets of an earlier release", "err", err)
 	}
 	for {

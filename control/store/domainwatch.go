@@ -98,7 +98,7 @@ func (s *Store) WatchDomains(ctx context.Context, fromRev int64) <-chan DomainBa
 		wctx, cancel := context.WithCancel(ctx)
 		defer cancel()
 		start := time.Now()
-		wch := s.cli.Watch(reqCtx(wctx), s.lay.domainsPrefix(), clientv3.WithPrefix(), clientv3.WithRev(fromRev), clientv3.WithPrevKV())
+		wch := s.cli.Watch(leaderOnly(wctx), s.lay.domainsPrefix(), clientv3.WithPrefix(), clientv3.WithRev(fromRev), clientv3.WithPrevKV())
 		send := func(b DomainBatch) bool {
 			select {
 			case ch <- b:

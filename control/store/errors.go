@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -32,7 +33,35 @@ var (
 	// ErrStoreFull is wrapped when the store is above its high-water mark
 	// and refuses new content (*SpaceError). Nothing is changed.
 	ErrStoreFull = errors.New("store: above its high-water mark")
+	// ErrNoAnswer is wrapped when etcd did not answer a request within
+	// Options.RequestTimeout (*NoAnswerError) while the caller still
+	// waited: the cluster has most likely lost quorum, or no member is
+	// reachable. IsUnavailable reports it: a write may or may not have
+	// taken effect.
+	ErrNoAnswer = errors.New("store: etcd did not answer in time")
 )
+
+// NoAnswerError is the error of an etcd request that got no answer within
+// Options.RequestTimeout. It wraps ErrNoAnswer and the etcd client's error.
+type NoAnswerError struct {
+	Timeout time.Duration // Options.RequestTimeout
+	Err     error         // the etcd client's error, mostly context.DeadlineExceeded
+}
+
+func (e *NoAnswerError) Error() string {
+	return fmt.Sprintf("etcd did not answer within %v: %v", e.Timeout, e.Err)
+}
+
+// Unwrap returns ErrNoAnswer and Err.
+func (e *NoAnswerError) Unwrap() []error { return []error{ErrNoAnswer, e.Err} }
+
+// NoLeader reports whether etcd answered that it has no leader: the
+// cluster lost quorum (most of its members are down or cut off from each
+// other), or, for a second or two, it is electing a leader. Either way it
+// serves no read and no write until a majority elects one.
+func NoLeader(err error) bool {
+	return errors.Is(err, rpctypes.ErrNoLeader) || errors.Is(err, rpctypes.ErrTimeoutDueToLeaderFail)
+}
 
 // NotFoundError says what was not found. It wraps ErrNotFound.
 type NotFoundError struct {
@@ -78,7 +107,7 @@ func IsUnavailable(err error) bool {
 	if err == nil {
 		return false
 	}
-	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, clientv3.ErrNoAvailableEndpoints) {
+	if errors.Is(err, ErrNoAnswer) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, clientv3.ErrNoAvailableEndpoints) {
 		return true
 	}
 	var ee rpctypes.EtcdError

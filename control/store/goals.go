@@ -181,9 +181,9 @@ func (s *Store) MarkZoneReported(ctx context.Context, zone string, at time.Time)
 	if err != nil {
 		return fmt.Errorf("store: mark zone %s reported: %w", zone, err)
 	}
-	start := time.Now()
-	_, err = s.cli.Put(reqCtx(ctx), s.lay.zoneReported(zone), string(b))
-	s.observe("put", start, err)
+	_, err = call(s, ctx, "put", func(ctx context.Context) (*clientv3.PutResponse, error) {
+		return s.cli.Put(ctx, s.lay.zoneReported(zone), string(b))
+	})
 	if err != nil {
 		return fmt.Errorf("store: mark zone %s reported: %w", zone, err)
 	}
@@ -444,7 +444,7 @@ func (s *Store) WatchGoals(ctx context.Context, zone string, fromRev int64) <-ch
 		wctx, cancel := context.WithCancel(ctx)
 		defer cancel()
 		start := time.Now()
-		wch := s.cli.Watch(reqCtx(wctx), prefix, clientv3.WithPrefix(), clientv3.WithRev(fromRev), clientv3.WithProgressNotify(), clientv3.WithPrevKV())
+		wch := s.cli.Watch(leaderOnly(wctx), prefix, clientv3.WithPrefix(), clientv3.WithRev(fromRev), clientv3.WithProgressNotify(), clientv3.WithPrevKV())
 		send := func(b GoalBatch) bool {
 			select {
 			case ch <- b:

@@ -39,8 +39,9 @@ func (s *Store) lease(ctx context.Context, b *leaseBucket, bucket, ttl time.Dura
 		return b.id, nil
 	}
 	start := time.Now()
-	resp, err := s.cli.Grant(reqCtx(ctx), int64((ttl+time.Second-1)/time.Second))
-	s.observe("lease grant", start, err)
+	resp, err := call(s, ctx, "lease grant", func(ctx context.Context) (*clientv3.LeaseGrantResponse, error) {
+		return s.cli.Grant(ctx, int64((ttl+time.Second-1)/time.Second))
+	})
 	if err != nil {
 		return 0, fmt.Errorf("grant the %s lease: %w", what, err)
 	}

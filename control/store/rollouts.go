@@ -446,7 +446,7 @@ func (s *Store) WatchRolloutInputs(ctx context.Context) <-chan RolloutInput {
 			merged := make(chan clientv3.WatchResponse)
 			var wg sync.WaitGroup
 			for _, p := range prefixes {
-				wch := s.cli.Watch(reqCtx(wctx), p, clientv3.WithPrefix(), clientv3.WithFilterDelete(), clientv3.WithCreatedNotify())
+				wch := s.cli.Watch(leaderOnly(wctx), p, clientv3.WithPrefix(), clientv3.WithFilterDelete(), clientv3.WithCreatedNotify())
 				wg.Go(func() {
 					for resp := range wch {
 						select {

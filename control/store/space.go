@@ -261,9 +261,9 @@ func (s *Store) readSpace(ctx context.Context) ([]memberStatus, error) {
 	var ms []memberStatus
 	var errs []error
 	for _, ep := range s.endpoints() {
-		start := time.Now()
-		r, err := s.maint.Status(reqCtx(ctx), ep)
-		s.observe("status", start, err)
+		r, err := call(s, ctx, "status", func(ctx context.Context) (*clientv3.StatusResponse, error) {
+			return s.maint.Status(ctx, ep)
+		})
 		if err != nil {
 			errs = append(errs, fmt.Errorf("status of %q: %w", ep, err))
 			continue
@@ -274,14 +274,11 @@ func (s *Store) readSpace(ctx context.Context) ([]memberStatus, error) {
 	if len(ms) == 0 {
 		return nil, fmt.Errorf("store: read etcd's space: %w", errors.Join(errs...))
 	}
-	start := time.Now()
 	doms, err := s.get(ctx, s.lay.domainsPrefix(), clientv3.WithPrefix(), clientv3.WithCountOnly())
 	if err != nil {
 		return nil, fmt.Errorf("store: count domains: %w", err)
 	}
-	start = time.Now()
-	alarms, err := s.maint.AlarmList(reqCtx(ctx))
-	s.observe("alarm_list", start, err)
+	alarms, err := call(s, ctx, "alarm_list", s.maint.AlarmList)
 	if err != nil {
 		return nil, fmt.Errorf("store: list etcd's alarms: %w", err)
 	}
@@ -402,7 +399,7 @@ func (s *Store) reclaim(ctx context.Context, st SpaceStatus) error {
 	s.log.Info("store: reclaiming etcd's space: compacting its revisions, then defragmenting what is fragmented",
 		"db_size", st.DBSize, "in_use", st.DBSizeInUse, "high_water", st.HighWater, "quota", st.Quota, "nospace_alarm", st.Alarm, "revision", rev)
 	start := time.Now()
-	_, err = s.cli.Compact(reqCtx(ctx), rev, clientv3.WithCompactPhysical())
+	_, err = s.cli.Compact(leaderOnly(ctx), rev, clientv3.WithCompactPhysical())
 	s.observe("compact", start, err)
 	if err != nil && !errors.Is(err, rpctypes.ErrCompacted) {
 		return fmt.Errorf("compact etcd's revisions to %d: %w", rev, err)
@@ -442,7 +439,7 @@ func (s *Store) reclaim(ctx context.Context, st SpaceStatus) error {
 			"member", ms[i].endpoint, "db_size", ms[i].dbSize, "in_use", ms[i].inUse, "quota", st.Quota)
 		return nil
 	}
-	alarms, err := s.maint.AlarmList(reqCtx(ctx))
+	alarms, err := call(s, ctx, "alarm_list", s.maint.AlarmList)
 	if err != nil {
 		return fmt.Errorf("list etcd's alarms: %w", err)
 	}
@@ -450,7 +447,9 @@ func (s *Store) reclaim(ctx context.Context, st SpaceStatus) error {
 		if a.Alarm != etcdserverpb.AlarmType_NOSPACE {
 			continue
 		}
-		if _, err := s.maint.AlarmDisarm(reqCtx(ctx), &clientv3.AlarmMember{MemberID: a.MemberID, Alarm: a.Alarm}); err != nil {
+		if _, err := call(s, ctx, "alarm_disarm", func(ctx context.Context) (*clientv3.AlarmResponse, error) {
+			return s.maint.AlarmDisarm(ctx, &clientv3.AlarmMember{MemberID: a.MemberID, Alarm: a.Alarm})
+		}); err != nil {
 			return fmt.Errorf("disarm etcd's NOSPACE alarm of member %x: %w", a.MemberID, err)
 		}
 		s.spaceEvent("disarm")

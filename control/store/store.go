@@ -18,6 +18,7 @@ package store
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -57,10 +58,19 @@ type Options struct {
 	Now func() time.Time
 	// Logger; default slog.Default().
 	Logger *slog.Logger
+	// RequestTimeout bounds each etcd request the store makes — every
+	// read, transaction, write, lease and status call; not a watch, nor
+	// compaction or defragmentation, which take as long as they take. A
+	// request etcd has not answered by then fails with a *NoAnswerError
+	// (IsUnavailable): a cluster that lost quorum, or a member control
+	// cannot reach, fails a call within seconds instead of holding it
+	// until its caller gives up. Zero means DefaultRequestTimeout (5 s);
+	// negative, no bound.
+	RequestTimeout time.Duration
 	// OnRoundTrip, if set, is called after every etcd request with the
 	// operation ("get", "txn", "put", "delete", "watch", "lease_grant",
 	// "lease_keepalive", "lease_revoke", "status", "alarm_list",
-	// "compact", "defragment") and its duration.
+	// "alarm_disarm", "compact", "defragment") and its duration.
 	OnRoundTrip func(op string, d time.Duration, err error)
 	// ContentCacheBytes bounds the memory of versions' content (each at
 	// most 256 KiB) kept for Content (contentcache.go); 0 means
@@ -114,6 +124,10 @@ const (
 	DefaultPrefix   = "/lehr/"
 	DefaultKeepLast = 100
 	DefaultKeepFor  = 7 * 24 * time.Hour
+	// DefaultRequestTimeout is the default Options.RequestTimeout: well
+	// above an etcd request's usual milliseconds, below etcd's own
+	// 7-second bound on a proposal (5 s plus two election timeouts).
+	DefaultRequestTimeout = 5 * time.Second
 	// DefaultRequestRetention is the default Retention.Requests.
 	DefaultRequestRetention = 24 * time.Hour
 	// DefaultAuditRetention is the default Retention.Audit.
@@ -150,6 +164,9 @@ func New(cli *clientv3.Client, opts Options) *Store {
 	if opts.Retention.KeepFor <= 0 {
 		opts.Retention.KeepFor = DefaultKeepFor
 	}
+	if opts.RequestTimeout == 0 {
+		opts.RequestTimeout = DefaultRequestTimeout
+	}
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
@@ -166,10 +183,31 @@ func New(cli *clientv3.Client, opts Options) *Store {
 	return s
 }
 
-// reqCtx marks a request so that an etcd member cut off from its leader
-// fails it at once (and the client tries another member) instead of
-// blocking until the caller's deadline.
-func reqCtx(ctx context.Context) context.Context { return clientv3.WithRequireLeader(ctx) }
+// leaderOnly marks ctx so that an etcd member cut off from its leader
+// fails a request at once (and the client tries another member) instead of
+// blocking until the caller's deadline. call does so for every bounded
+// request; watches and compaction, which Options.RequestTimeout does not
+// bound, use it directly.
+func leaderOnly(ctx context.Context) context.Context { return clientv3.WithRequireLeader(ctx) }
+
+// call makes one etcd request, op (an OnRoundTrip name), under ctx: leader
+// required (leaderOnly), bounded by Options.RequestTimeout, observed. A
+// request etcd did not answer within the bound while ctx still waited
+// fails with a *NoAnswerError; ctx's own end stays ctx's error.
+func call[T any](s *Store, ctx context.Context, op string, req func(context.Context) (T, error)) (T, error) {
+	rctx, cancel := leaderOnly(ctx), context.CancelFunc(func() {})
+	if s.opts.RequestTimeout > 0 {
+		rctx, cancel = context.WithTimeout(rctx, s.opts.RequestTimeout)
+	}
+	defer cancel()
+	start := time.Now()
+	resp, err := req(rctx)
+	s.observe(op, start, err)
+	if err != nil && ctx.Err() == nil && errors.Is(rctx.Err(), context.DeadlineExceeded) {
+		err = &NoAnswerError{Timeout: s.opts.RequestTimeout, Err: err}
+	}
+	return resp, err
+}
 
 func (s *Store) observe(op string, start time.Time, err error) {
 	if s.opts.OnRoundTrip != nil {
@@ -179,19 +217,21 @@ func (s *Store) observe(op string, start time.Time, err error) {
 
 // get is one etcd range request.
 func (s *Store) get(ctx context.Context, key string, opts ...clientv3.OpOption) (*clientv3.GetResponse, error) {
-	start := time.Now()
-	resp, err := s.cli.Get(reqCtx(ctx), key, opts...)
-	s.observe("get", start, err)
-	return resp, err
+	return call(s, ctx, "get", func(ctx context.Context) (*clientv3.GetResponse, error) {
+		return s.cli.Get(ctx, key, opts...)
+	})
 }
 
 // txn is one etcd transaction: if every cmp holds, then; else els.
 func (s *Store) txn(ctx context.Context, cmps []clientv3.Cmp, then, els []clientv3.Op) (*clientv3.TxnResponse, error) {
-	start := time.Now()
-	resp, err := s.cli.Txn(reqCtx(ctx)).If(cmps...).Then(then...).Else(els...).Commit()
-	s.observe("txn", start, err)
-	return resp, err
+	return call(s, ctx, "txn", func(ctx context.Context) (*clientv3.TxnResponse, error) {
+		return s.cli.Txn(ctx).If(cmps...).Then(then...).Else(els...).Commit()
+	})
 }
+
+// SingleMember reports Options.SingleMember: etcd is control's embedded
+// member, not a cluster.
+func (s *Store) SingleMember() bool { return s.opts.SingleMember }
 
 // Prefix returns the prefix of every key the store writes.
 func (s *Store) Prefix() string { return s.lay.prefix }

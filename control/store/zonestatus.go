@@ -195,27 +195,26 @@ func (s *Store) ZoneReporters(ctx context.Context, zone string) (int, error) {
 
 // grant is one LeaseGrant request.
 func (s *Store) grant(ctx context.Context, secs int64) (*clientv3.LeaseGrantResponse, error) {
-	start := time.Now()
-	resp, err := s.cli.Grant(reqCtx(ctx), secs)
-	s.observe("lease_grant", start, err)
-	return resp, err
+	return call(s, ctx, "lease_grant", func(ctx context.Context) (*clientv3.LeaseGrantResponse, error) {
+		return s.cli.Grant(ctx, secs)
+	})
 }
 
 // keepAlive renews a lease once. It returns an error wrapping
 // rpctypes.ErrLeaseNotFound if etcd no longer knows the lease.
 func (s *Store) keepAlive(ctx context.Context, id clientv3.LeaseID) error {
-	start := time.Now()
-	_, err := s.cli.KeepAliveOnce(reqCtx(ctx), id)
-	s.observe("lease_keepalive", start, err)
+	_, err := call(s, ctx, "lease_keepalive", func(ctx context.Context) (*clientv3.LeaseKeepAliveResponse, error) {
+		return s.cli.KeepAliveOnce(ctx, id)
+	})
 	return err
 }
 
 // revoke revokes a lease the caller no longer needs, best effort: a lease
 // that is not revoked expires on its own.
 func (s *Store) revoke(ctx context.Context, id clientv3.LeaseID) {
-	start := time.Now()
-	_, err := s.cli.Revoke(reqCtx(ctx), id)
-	s.observe("lease_revoke", start, err)
+	_, err := call(s, ctx, "lease_revoke", func(ctx context.Context) (*clientv3.LeaseRevokeResponse, error) {
+		return s.cli.Revoke(ctx, id)
+	})
 	if err != nil && !errors.Is(err, rpctypes.ErrLeaseNotFound) {
 		s.log.Debug("store: revoke an unused report lease", "lease", fmt.Sprintf("%x", id), "err", err)
 	}
