@@ -92,6 +92,9 @@ type Options struct {
 	// DevMode is the Authorizer's: callers control cannot identify are
 	// fleet admins too.
 	DevMode bool
+	// Replica is this control replica as GetControlStatus describes it;
+	// the zero value says nothing of it.
+	Replica Replica
 }
 
 // Service implements lehrpb.ControlServer. Create it with New; it is safe
@@ -112,6 +115,7 @@ type Service struct {
 	fleetAdmins []string
 	localUsers  map[string]string
 	devMode     bool
+	replica     Replica
 	// defQuotas are the quotas in force where a domain sets none
 	// (Options.DomainDefaults over DefaultQuotas).
 	defQuotas *lehrpb.Quotas
@@ -150,6 +154,7 @@ func New(opts Options) (*Service, error) {
 		fleetAdmins: opts.FleetAdmins,
 		localUsers:  maps.Clone(opts.LocalUsers),
 		devMode:     opts.DevMode,
+		replica:     opts.Replica,
 
 		previews: opts.Store,
 	}
