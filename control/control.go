@@ -2,7 +2,10 @@
 // gRPC API (control/service) over state kept in etcd (control/store), runs
 // the rollout strategist (control/rollout) with its canary evaluations
 // (control/evaluation), the history compactor and the store's space
-// monitor, and exposes /metrics, /healthz and the gRPC health service.
+// monitor, registers itself among the control replicas sharing the store
+// (lehr control status), marks every response with the store's identity
+// (internal/storeid), and exposes /metrics, /healthz and the gRPC health
+// service.
 // With no etcd endpoints configured it runs a single-member etcd inside
 // the process, in its data directory (control/embedetcd).
 //
@@ -23,6 +26,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"strings"
 	"sync"
 	"time"
@@ -35,6 +39,7 @@ import (
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"lehr.dev/lehr/control/embedetcd"
 	"lehr.dev/lehr/control/service"
@@ -44,6 +49,7 @@ import (
 	"lehr.dev/lehr/internal/metricshttp"
 	"lehr.dev/lehr/internal/peercred"
 	"lehr.dev/lehr/internal/signing"
+	"lehr.dev/lehr/internal/storeid"
 	"lehr.dev/lehr/internal/tlsconfig"
 	"lehr.dev/lehr/proto/lehrpb"
 )
@@ -208,6 +214,16 @@ type Options struct {
 	// once (service.Admission); zero fields take the defaults: 32 calls,
 	// 256 MiB of requests, a quarter of it per domain.
 	Admission service.AdmissionOptions
+	// AdvertiseAddr is the gRPC address ("host:port") other hosts reach
+	// this replica at: how it is registered in the store and named in the
+	// strategist's election (lehr control status). Default the listen
+	// address, with this host's name for an unspecified host
+	// (0.0.0.0:7400 becomes HOSTNAME:7400).
+	AdvertiseAddr string
+	// Version is the build this replica reports in lehr control status;
+	// default the module's build information (its version, or the VCS
+	// revision it was built from).
+	Version string
 }
 
 // Control is the control plane daemon. Create it with New, start it with
@@ -287,6 +303,14 @@ func New(opts Options) (*Control, error) {
 			return nil, fmt.Errorf("control: metrics listen address %q: %w", opts.MetricsListen, err)
 		}
 	}
+	if a := opts.AdvertiseAddr; a != "" {
+		if _, _, err := net.SplitHostPort(a); err != nil || strings.Contains(a, "/") {
+			return nil, fmt.Errorf("control: advertise address %q: want host:port", a)
+		}
+	}
+	if c.opts.Version == "" {
+		c.opts.Version = buildVersion()
+	}
 	return c, nil
 }
 
@@ -365,13 +389,15 @@ func (c *Control) Run(ctx context.Context) (err error) {
 	c.mu.Unlock()
 	defer close(c.done)
 	defer cancel()
+	start := time.Now()
 
 	// Storage.
 	endpoints := c.opts.EtcdEndpoints
 	var etcdErr <-chan error
 	var cli, maint *clientv3.Client
+	dir := "" // the embedded etcd's
 	if len(endpoints) == 0 {
-		dir := filepath.Join(c.opts.DataDir, "etcd")
+		dir = filepath.Join(c.opts.DataDir, "etcd")
 		srv, err := embedetcd.Start(ctx, embedetcd.Options{
 			Dir:    dir,
 			Name:   "lehr",
@@ -437,29 +463,28 @@ func (c *Control) Run(ctx context.Context) (err error) {
 	c.mu.Lock()
 	c.st = st
 	c.mu.Unlock()
+	ident, err := st.EnsureIdentity(ctx)
+	if err != nil {
+		return fmt.Errorf("control: %w", err)
+	}
+	storeID := ident.Store.GetId()
+	switch {
+	case ident.Empty && dir != "" && !c.opts.DevMode:
+		// The misconfiguration of issue 29: a replica meant for an
+		// external cluster, started without its endpoints.
+		c.log.Warn(fmt.Sprintf("control: created a new, empty store in %s with id %s. "+
+			"If this replica belongs to a cluster of replicas, stop it: replicas share a store only through the external etcd "+
+			"their --etcd-endpoints (LEHR_ETCD_ENDPOINTS) name; this one serves a store of its own, and distributors following "+
+			"the cluster's store refuse its answers", dir, storeID), "dir", dir, "store_id", storeID)
+	case ident.Empty:
+		c.log.Info("control: created a new store", "store_id", storeID)
+	case ident.Created:
+		c.log.Info("control: gave the existing store an identity (first start of a release with store identities)", "store_id", storeID)
+	}
 	if n, err := st.SignUnsignedGoals(ctx); err != nil {
 		return fmt.Errorf("control: %w", err)
 	} else if n > 0 {
 		c.log.Info("control: signed goal states written without a signature (by an earlier release)", "goals", n)
-	}
-	goals := c.opts.GoalPolicy
-	if goals == nil && c.opts.Rollouts {
-		goals = service.Progressive
-	}
-	svc, err := service.New(service.Options{
-		Store:      st,
-		Logger:     c.log,
-		Metrics:    c.metrics,
-		GoalPolicy: goals,
-
-		DefaultRolloutPolicy: c.opts.DefaultRolloutPolicy,
-		FleetAdmins:          c.opts.FleetAdmins,
-		LocalUsers:           c.opts.LocalUsers,
-		DomainDefaults:       c.opts.DomainDefaults,
-		DevMode:              c.opts.DevMode,
-	})
-	if err != nil {
-		return fmt.Errorf("control: %w", err)
 	}
 
 	// Listeners.
@@ -484,6 +509,33 @@ func (c *Control) Run(ctx context.Context) (err error) {
 		defer mlis.Close()
 	}
 
+	address := advertiseAddr(c.opts.AdvertiseAddr, lis.Addr())
+	electionKey := ""
+	if c.opts.Rollouts {
+		electionKey = st.Prefix() + "strategist"
+	}
+	goals := c.opts.GoalPolicy
+	if goals == nil && c.opts.Rollouts {
+		goals = service.Progressive
+	}
+	svc, err := service.New(service.Options{
+		Store:      st,
+		Logger:     c.log,
+		Metrics:    c.metrics,
+		GoalPolicy: goals,
+
+		DefaultRolloutPolicy: c.opts.DefaultRolloutPolicy,
+		FleetAdmins:          c.opts.FleetAdmins,
+		LocalUsers:           c.opts.LocalUsers,
+		DomainDefaults:       c.opts.DomainDefaults,
+		DevMode:              c.opts.DevMode,
+		Replica: service.Replica{Address: address, Store: ident.Store, EmbeddedEtcd: dir != "",
+			EtcdEndpoints: c.opts.EtcdEndpoints, ElectionKey: electionKey},
+	})
+	if err != nil {
+		return fmt.Errorf("control: %w", err)
+	}
+
 	// Servers.
 	authz := service.Authorizer{DevMode: c.opts.DevMode}
 	adm := service.NewAdmission(c.opts.Admission)
@@ -496,20 +548,21 @@ func (c *Control) Run(ctx context.Context) (err error) {
 		grpc.MaxSendMsgSize(c.opts.MaxMessageBytes),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
-		// First, a request whose text is not UTF-8 is refused naming the
-		// field; then every request loses the unknown fields it carries, so
-		// nothing stores bytes no check counted; then every mutating call
-		// into the audit log, refused ones too; who may call what, from the
-		// client certificate's Lehr identity (roles, then the target
-		// domain's ACL); last, a publish's bytes held against the memory
-		// for publishes in flight, its domain's share (only what the
-		// caller may publish to).
-		grpc.ChainUnaryInterceptor(utf8.Unary, svc.DropUnknownInterceptor, svc.AuditInterceptor, authz.Unary, svc.ACLInterceptor, adm.Unary),
+		// First, every response gets the store's id (lehr-store-id),
+		// refusals too. Then a request whose text is not UTF-8 is refused
+		// naming the field; then every request loses the unknown fields it
+		// carries, so nothing stores bytes no check counted; then every
+		// mutating call into the audit log, refused ones too; who may call
+		// what, from the client certificate's Lehr identity (roles, then
+		// the target domain's ACL); last, a publish's bytes held against
+		// the memory for publishes in flight, its domain's share (only
+		// what the caller may publish to).
+		grpc.ChainUnaryInterceptor(storeid.ServerUnary(storeID), utf8.Unary, svc.DropUnknownInterceptor, svc.AuditInterceptor, authz.Unary, svc.ACLInterceptor, adm.Unary),
 		// At most so many publishes received at once, refused before a
 		// byte is read.
 		grpc.InTapHandle(adm.TapHandle),
 		grpc.StatsHandler(adm.StatsHandler()),
-		grpc.ChainStreamInterceptor(utf8.Stream, svc.DropUnknownStreamInterceptor, authz.Stream),
+		grpc.ChainStreamInterceptor(storeid.ServerStream(storeID), utf8.Stream, svc.DropUnknownStreamInterceptor, authz.Stream),
 	}
 	// TCP connections get TLS (or plaintext); unix socket connections the
 	// peer's credentials instead.
@@ -532,7 +585,7 @@ func (c *Control) Run(ctx context.Context) (err error) {
 	var strat *strategist.Strategist
 	if c.opts.Rollouts {
 		strat, err = strategist.New(strategist.Options{
-			Store: st, Client: cli, ElectionKey: st.Prefix() + "strategist", ID: lis.Addr().String(),
+			Store: st, Client: cli, ElectionKey: electionKey, ID: address,
 			Interval: c.opts.RolloutInterval, Policy: svc.EffectiveRolloutPolicy,
 			Metrics: c.metrics, Logger: c.log.With("component", "rollout"), Audit: svc.Audit,
 			Ended: svc.RolloutEnded,
@@ -546,9 +599,18 @@ func (c *Control) Run(ctx context.Context) (err error) {
 	// control, and Run returns its error. The compactor and the space
 	// monitor are not worth stopping control for: they log and end.
 	g, gctx := lifecycle.New(ctx, "control")
-	g.Go("serve gRPC", func(context.Context) error { return gs.Serve(lis) })
+	// A stop before Serve began (Close right after Ready) is a stop too.
+	serve := func(l net.Listener) func(context.Context) error {
+		return func(context.Context) error {
+			if err := gs.Serve(l); !errors.Is(err, grpc.ErrServerStopped) {
+				return err
+			}
+			return nil
+		}
+	}
+	g.Go("serve gRPC", serve(lis))
 	if ulis != nil {
-		g.Go("serve gRPC on "+c.opts.Socket, func(context.Context) error { return gs.Serve(ulis) })
+		g.Go("serve gRPC on "+c.opts.Socket, serve(ulis))
 	}
 	if hsrv != nil {
 		g.Go("serve metrics", func(context.Context) error {
@@ -589,6 +651,10 @@ func (c *Control) Run(ctx context.Context) (err error) {
 	if strat != nil {
 		g.Go("rollout strategist", strat.Run)
 	}
+	g.Go("replica registration", func(ctx context.Context) error {
+		return st.RunReplica(ctx, &lehrpb.ControlReplica{Address: address, Version: c.opts.Version,
+			StartTime: timestamppb.New(start), EmbeddedEtcd: dir != ""})
+	})
 
 	c.mu.Lock()
 	c.addr = lis.Addr()
@@ -597,7 +663,8 @@ func (c *Control) Run(ctx context.Context) (err error) {
 	}
 	c.mu.Unlock()
 	c.log.Info("control: serving", "addr", lis.Addr().String(), "socket", c.opts.Socket, "dev_mode", c.opts.DevMode, "tls", c.tls != nil,
-		"mtls", c.tls != nil && c.tls.ClientAuth == tls.RequireAndVerifyClientCert, "metrics", c.opts.MetricsListen, "etcd", endpoints)
+		"mtls", c.tls != nil && c.tls.ClientAuth == tls.RequireAndVerifyClientCert, "metrics", c.opts.MetricsListen, "etcd", endpoints,
+		"replica", address, "store_id", storeID)
 	close(c.ready)
 
 	<-gctx.Done()
@@ -631,6 +698,52 @@ func (c *Control) Run(ctx context.Context) (err error) {
 	err = g.Wait()
 	c.log.Info("control: stopped", "err", err)
 	return err
+}
+
+// advertiseAddr is the address a replica listening on l advertises: opt
+// if set, else l, with this host's name for an unspecified host.
+func advertiseAddr(opt string, l net.Addr) string {
+	if opt != "" {
+		return opt
+	}
+	host, port, err := net.SplitHostPort(l.String())
+	if err != nil {
+		return l.String()
+	}
+	if ip := net.ParseIP(host); ip != nil && ip.IsUnspecified() {
+		if h, err := os.Hostname(); err == nil && h != "" {
+			return net.JoinHostPort(h, port)
+		}
+	}
+	return l.String()
+}
+
+// buildVersion describes the running binary from its build information:
+// the module's version when it was built as a release, else the VCS
+// revision (with "+dirty" for uncommitted changes), else "devel".
+func buildVersion() string {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "devel"
+	}
+	if v := bi.Main.Version; v != "" && v != "(devel)" {
+		return v
+	}
+	var rev, dirty string
+	for _, s := range bi.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			rev = s.Value
+		case "vcs.modified":
+			if s.Value == "true" {
+				dirty = "+dirty"
+			}
+		}
+	}
+	if rev == "" {
+		return "devel"
+	}
+	return "devel-" + rev[:min(12, len(rev))] + dirty
 }
 
 // registerSpaceMetrics exposes the store's space (store.Space) on set.

@@ -9,6 +9,8 @@
 // Static stability: when control is unreachable a distributor keeps serving
 // the goals and versions it already holds, to connected agents and to new
 // ones, and resumes its goal watch where it stopped once control is back.
+// It follows one control store: answers of a control replica serving
+// another (started on an etcd of its own) are refused (storepin.go).
 //
 // The command `lehr distributor` (package distributor/distributorcmd) wires
 // flags to Options; tests and the bench harness use New directly.
@@ -157,6 +159,7 @@ type Distributor struct {
 	ctl   lehrpb.ControlClient
 	cache *versions.Cache
 	watch *goalwatch.Watcher
+	pin   *storePin // the control store followed
 
 	reconnects   *metrics.Counter
 	reports      *metrics.Counter
@@ -244,6 +247,8 @@ func New(opts Options) (*Distributor, error) {
 	}
 	log := opts.Logger.With("zone", opts.Zone, "distributor", opts.ID)
 
+	set := metrics.NewSet()
+	pin := newStorePin(log, set) // storepin.go
 	creds := insecure.NewCredentials()
 	if opts.ControlTLS != nil {
 		creds = credentials.NewTLS(opts.ControlTLS)
@@ -261,6 +266,7 @@ func New(opts Options) (*Distributor, error) {
 			Backoff:           grpcbackoff.Config{BaseDelay: 200 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 3 * time.Second},
 			MinConnectTimeout: 5 * time.Second,
 		}),
+		pin.unary(), pin.stream(),
 	)...)
 	if err != nil {
 		return nil, fmt.Errorf("distributor: control client for %s: %w", opts.ControlAddr, err)
@@ -268,7 +274,8 @@ func New(opts Options) (*Distributor, error) {
 	d := &Distributor{
 		opts:   opts,
 		log:    log,
-		set:    metrics.NewSet(),
+		set:    set,
+		pin:    pin,
 		conn:   conn,
 		ctl:    lehrpb.NewControlClient(conn),
 		ready:  make(chan struct{}),

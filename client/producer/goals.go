@@ -61,3 +61,16 @@ func (c *Client) GetStoreStatus(ctx context.Context) (*lehrpb.StoreStatus, error
 	})
 	return resp, err
 }
+
+// GetControlStatus returns what the control replica answering knows of
+// its store and of the replicas sharing it: the store's identity, its
+// etcd, the registered replicas, the strategist's leader, and which
+// replica answered.
+func (c *Client) GetControlStatus(ctx context.Context) (*lehrpb.ControlStatus, error) {
+	var resp *lehrpb.ControlStatus
+	err := c.call(ctx, "get control status", func(ctx context.Context) (err error) {
+		resp, err = c.rpc.GetControlStatus(ctx, &lehrpb.GetControlStatusRequest{})
+		return err
+	})
+	return resp, err
+}

@@ -75,6 +75,12 @@ func TestDispatchExitCodes(t *testing.T) {
 		{args: []string{"control", "--keep-for", "0s"}, wantCode: exitUsage, wantStderr: "--keep-for 0s: want a positive duration"},
 		{args: []string{"control", "--store-timeout", "0s"}, wantCode: exitUsage, wantStderr: "--store-timeout 0s: want a positive duration"},
 		{args: []string{"control", "extra"}, wantCode: exitUsage, wantStderr: `unexpected argument "extra"`},
+		{args: []string{"control", "--data-dir", "x", "status"}, wantCode: exitUsage, wantStderr: "status is a subcommand: put it first, 'lehr control status [flags]'"},
+		{args: []string{"control", "status", "extra"}, wantCode: exitUsage, wantStderr: "lehr control status: unexpected argument \"extra\""},
+		{args: []string{"control", "status", "--control", ","}, wantCode: exitUsage, wantStderr: "--control: want a control address"},
+		{args: []string{"control", "status", "-o", "yaml"}, wantCode: exitUsage, wantStderr: `-o "yaml": want text or json`},
+		{args: []string{"control", "status", "--listen", "x"}, wantCode: exitUsage, wantStderr: "lehr control status: flag provided but not defined: -listen"},
+		{args: []string{"help", "control"}, wantCode: exitOK, wantStdout: "Usage: lehr control [flags] | lehr control status [flags]"},
 		{args: []string{"dev", "--log-format", "xml"}, wantCode: exitUsage, wantStderr: `--log-format "xml"`},
 	}
 	for _, tt := range tests {
@@ -95,7 +101,7 @@ func TestDispatchExitCodes(t *testing.T) {
 
 // Every command's help teaches: summary, a paragraph, flags and examples.
 func TestEveryCommandHasHelp(t *testing.T) {
-	names := [][]string{{"domain", "create"}, {"domain", "get"}, {"domain", "update"}, {"domain", "list"}, {"certs", "init"}, {"certs", "issue"}}
+	names := [][]string{{"domain", "create"}, {"domain", "get"}, {"domain", "update"}, {"domain", "list"}, {"certs", "init"}, {"certs", "issue"}, {"control", "status"}}
 	for _, c := range commands() {
 		switch c.name {
 		case "help", "domain", "certs":
@@ -218,7 +224,7 @@ func TestHelpGolden(t *testing.T) {
 	var b strings.Builder
 	for _, args := range [][]string{
 		{"certs", "--help"}, {"certs", "issue", "--help"}, {"watch", "--help"},
-		{"zones", "--help"}, {"distributor", "--help"},
+		{"zones", "--help"}, {"distributor", "--help"}, {"control", "status", "--help"},
 	} {
 		code, stdout, stderr := runCLI(t, nil, args...)
 		if code != exitOK || stderr != "" {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"time"
 
@@ -17,14 +18,21 @@ import (
 )
 
 func runControl(ctx context.Context, e *env, args []string) int {
+	if len(args) > 0 && args[0] == "status" {
+		return runControlStatus(ctx, e, args[1:]) // controlstatus.go
+	}
 	fs := newFlags("lehr control", doc{
-		usage:   "lehr control [flags]",
+		usage:   "lehr control [flags] | lehr control status [flags]",
 		summary: "run the control plane (gRPC API, embedded or external etcd)",
 		about: `Runs the control plane: the gRPC API producers and distributors talk to,
 /metrics and /healthz over HTTP, and the history compactor. With no flags it
 starts a single-member etcd inside the process, in DATA-DIR/etcd, and serves
-plaintext gRPC on 127.0.0.1:7400: nothing to set up. --etcd-endpoints uses an
-external etcd cluster instead, through the same code path.
+plaintext gRPC on 127.0.0.1:7400: nothing to set up. --etcd-endpoints (or the
+environment's LEHR_ETCD_ENDPOINTS) uses an external etcd cluster instead,
+through the same code path: several replicas share one store only through
+it. A replica that starts on an empty embedded etcd says so (a warning), and
+'lehr control status --control A,B,…' shows which replica serves which store,
+who shares it and which replica leads the rollout strategist.
 
 Plaintext is served on loopback only; to listen on any other address pass
 --tls-cert and --tls-key (and --client-ca to require client certificates).
@@ -87,12 +95,13 @@ Stop it with Ctrl-C or SIGTERM: in-flight calls finish, then it exits.`,
 	var opts control.Options
 	fs.StringVar(&opts.DataDir, "data-dir", control.DefaultDataDir, "`directory` of the embedded etcd's data (unless --etcd-endpoints) and the signing key")
 	fs.StringVar(&opts.SigningKey, "signing-key", "", "ed25519 private key `file` (PEM, mode 0600) that signs every version; default DATA-DIR/signing.key, created if missing; \"off\" signs nothing")
-	endpoints := fs.String("etcd-endpoints", "", "comma-separated client `URLs` of an external etcd cluster (default: embedded etcd): https:// with --etcd-ca, --etcd-cert and --etcd-key, or http:// on loopback only")
+	endpoints := fs.String("etcd-endpoints", e.env("LEHR_ETCD_ENDPOINTS"), "comma-separated client `URLs` of an external etcd cluster (default: embedded etcd), shared by every replica: https:// with --etcd-ca, --etcd-cert and --etcd-key, or http:// on loopback only (env LEHR_ETCD_ENDPOINTS)")
 	etcdCA := fs.String("etcd-ca", "", "`file` (PEM) of the CA that issued the external etcd members' certificates")
 	etcdCert := fs.String("etcd-cert", "", "client certificate `file` (PEM) this replica presents to the external etcd")
 	etcdKey := fs.String("etcd-key", "", "key `file` (PEM) of --etcd-cert")
 	fs.DurationVar(&opts.StoreTimeout, "store-timeout", store.DefaultRequestTimeout, "wait at most this `duration` for etcd to answer one request: past it the call fails with UNAVAILABLE saying the store did not answer (an etcd cluster that lost quorum, members control cannot reach) instead of hanging until the caller gives up")
 	fs.StringVar(&opts.Listen, "listen", control.DefaultListen, "gRPC listen `address`; without TLS it must be loopback")
+	fs.StringVar(&opts.AdvertiseAddr, "advertise-address", "", "gRPC `address` (host:port) other hosts reach this replica at, as 'lehr control status' and the strategist's election name it; default --listen, with this host's name for 0.0.0.0")
 	fs.StringVar(&opts.Socket, "socket", "", "also serve the API on this unix socket `path` (mode 0666), where each caller acts as its local account (SO_PEERCRED): identity unix:ACCOUNT, unless --local-users maps it")
 	localUsers := fs.String("local-users", "", "comma-separated `ACCOUNT=USER` pairs: the local account ACCOUNT on --socket acts as the certificate user USER (spiffe://lehr/user/USER) for ACLs, authorship, the audit log and --fleet-admins; an account not mapped is unix:ACCOUNT, a user of its own")
 	fleetAdmins := fs.String("fleet-admins", "", "comma-separated `identities` who may make fleet-wide changes (create zones, raise domain quotas above the default): a user certificate's NAME, or unix:ACCOUNT for a local account on --socket; besides control's own user and root on --socket (and distributors registering their own zone); empty: nobody else")
@@ -115,6 +124,9 @@ Stop it with Ctrl-C or SIGTERM: in-flight calls finish, then it exits.`,
 	pos, code, ok := parse(e, fs, args)
 	if !ok {
 		return code
+	}
+	if slices.Contains(pos, "status") {
+		return usageError(e, fs, "status is a subcommand: put it first, 'lehr control status [flags]' (it takes the client flags, --control and the rest)")
 	}
 	if code, ok := wantArgs(e, fs, pos, 0, "no arguments"); !ok {
 		return code

@@ -95,6 +95,9 @@ type Options struct {
 	// DevMode is the Authorizer's: callers control cannot identify are
 	// fleet admins too.
 	DevMode bool
+	// Replica is this control replica as GetControlStatus describes it;
+	// the zero value says nothing of it.
+	Replica Replica
 }
 
 // Service implements lehrpb.ControlServer. Create it with New; it is safe
@@ -115,6 +118,7 @@ type Service struct {
 	fleetAdmins []string
 	localUsers  map[string]string
 	devMode     bool
+	replica     Replica
 	// defQuotas are the quotas in force where a domain sets none
 	// (Options.DomainDefaults over DefaultQuotas).
 	defQuotas *lehrpb.Quotas
@@ -153,6 +157,7 @@ func New(opts Options) (*Service, error) {
 		fleetAdmins: opts.FleetAdmins,
 		localUsers:  maps.Clone(opts.LocalUsers),
 		devMode:     opts.DevMode,
+		replica:     opts.Replica,
 
 		previews: opts.Store,
 	}

@@ -29,6 +29,9 @@ import (
 //	experiments/<domain>/<name>/<experiment id>  lehrpb.PolicyExperiment
 //	usage/<domain>                            lehrpb.DomainUsageRecord, stored bytes and the publish token bucket
 //	audit/<unix nanoseconds %020d>-<random>   lehrpb.AuditRecord, under a lease of the audit retention
+//	identity                                  lehrpb.StoreIdentity, made once (identity.go)
+//	replicas/<address>                        lehrpb.ControlReplica, under the replica's lease (replicas.go)
+//	strategist/<lease hex>                    the strategist's election (etcd's concurrency.Election), value a replica's address
 //
 // Names are validated (package names) before they become keys, so no name
 // contains "/" beyond the one in "domain/name" and prefixes never overlap.
@@ -119,6 +122,9 @@ func (l layout) nsFromGoal(zone, key string) string {
 }
 func (l layout) zoneFromKey(key string) string   { return strings.TrimPrefix(key, l.zonesPrefix()) }
 func (l layout) domainFromKey(key string) string { return strings.TrimPrefix(key, l.domainsPrefix()) }
+func (l layout) identity() string                { return l.prefix + "identity" }
+func (l layout) replicasPrefix() string          { return l.prefix + "replicas/" }
+func (l layout) replica(address string) string   { return l.replicasPrefix() + address }
 func prefixEnd(prefix string) string             { return clientv3.GetPrefixRangeEnd(prefix) }
 func afterKey(key string) string                 { return key + "\x00" }
 

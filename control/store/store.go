@@ -69,8 +69,9 @@ type Options struct {
 	RequestTimeout time.Duration
 	// OnRoundTrip, if set, is called after every etcd request with the
 	// operation ("get", "txn", "put", "delete", "watch", "lease_grant",
-	// "lease_keepalive", "lease_revoke", "status", "alarm_list",
-	// "alarm_disarm", "compact", "defragment") and its duration.
+	// "lease_keepalive", "lease_revoke", "lease_ttl", "status",
+	// "member_list", "alarm_list", "alarm_disarm", "compact",
+	// "defragment") and its duration.
 	OnRoundTrip func(op string, d time.Duration, err error)
 	// ContentCacheBytes bounds the memory of versions' content (each at
 	// most 256 KiB) kept for Content (contentcache.go); 0 means

@@ -4068,6 +4068,369 @@ func (x *StoreStatus) GetDomains() []*DomainStoredBytes {
 	return nil
 }
 
+type GetControlStatusRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetControlStatusRequest) Reset() {
+	*x = GetControlStatusRequest{}
+	mi := &file_lehr_v1_control_proto_msgTypes[63]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetControlStatusRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetControlStatusRequest) ProtoMessage() {}
+
+func (x *GetControlStatusRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_lehr_v1_control_proto_msgTypes[63]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetControlStatusRequest.ProtoReflect.Descriptor instead.
+func (*GetControlStatusRequest) Descriptor() ([]byte, []int) {
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{63}
+}
+
+// StoreIdentity names control's store. The first control replica to start
+// on a store makes it, once, and it is kept for the store's life: replicas
+// sharing one etcd share it, and a replica started on a store of its own —
+// its embedded etcd, where an external cluster's --etcd-endpoints were
+// meant — has another.
+type StoreIdentity struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// 32 random hex digits.
+	Id string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// When the identity was made: the store's first control start (or the
+	// first start of a release that makes identities, for an older store).
+	CreateTime    *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StoreIdentity) Reset() {
+	*x = StoreIdentity{}
+	mi := &file_lehr_v1_control_proto_msgTypes[64]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StoreIdentity) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StoreIdentity) ProtoMessage() {}
+
+func (x *StoreIdentity) ProtoReflect() protoreflect.Message {
+	mi := &file_lehr_v1_control_proto_msgTypes[64]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StoreIdentity.ProtoReflect.Descriptor instead.
+func (*StoreIdentity) Descriptor() ([]byte, []int) {
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{64}
+}
+
+func (x *StoreIdentity) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *StoreIdentity) GetCreateTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreateTime
+	}
+	return nil
+}
+
+// ControlStatus is what one control replica knows of its store and of the
+// replicas sharing it.
+type ControlStatus struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The store the answering replica serves.
+	Store *StoreIdentity `protobuf:"bytes,1,opt,name=store,proto3" json:"store,omitempty"`
+	// The answering replica (its ControlReplica.address).
+	Replica string `protobuf:"bytes,2,opt,name=replica,proto3" json:"replica,omitempty"`
+	// Where the store is: an etcd embedded in the answering replica (a
+	// single member in its data directory), or the external etcd cluster
+	// at etcd_endpoints (lehr control --etcd-endpoints).
+	EmbeddedEtcd  bool     `protobuf:"varint,3,opt,name=embedded_etcd,json=embeddedEtcd,proto3" json:"embedded_etcd,omitempty"`
+	EtcdEndpoints []string `protobuf:"bytes,4,rep,name=etcd_endpoints,json=etcdEndpoints,proto3" json:"etcd_endpoints,omitempty"`
+	// The etcd cluster as the answering replica read it; unset when it
+	// could not.
+	Etcd *EtcdClusterStatus `protobuf:"bytes,5,opt,name=etcd,proto3" json:"etcd,omitempty"`
+	// The control replicas registered in the store, by address. Each
+	// registers while it runs, under a lease: one that stops is removed at
+	// once, one that dies stays until its lease expires (10 s).
+	Replicas []*ControlReplica `protobuf:"bytes,6,rep,name=replicas,proto3" json:"replicas,omitempty"`
+	// The replica leading the rollout strategist (its address); empty when
+	// none leads: rollouts are off (lehr control --rollouts=false), or an
+	// election is under way.
+	StrategistLeader string `protobuf:"bytes,7,opt,name=strategist_leader,json=strategistLeader,proto3" json:"strategist_leader,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *ControlStatus) Reset() {
+	*x = ControlStatus{}
+	mi := &file_lehr_v1_control_proto_msgTypes[65]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ControlStatus) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ControlStatus) ProtoMessage() {}
+
+func (x *ControlStatus) ProtoReflect() protoreflect.Message {
+	mi := &file_lehr_v1_control_proto_msgTypes[65]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ControlStatus.ProtoReflect.Descriptor instead.
+func (*ControlStatus) Descriptor() ([]byte, []int) {
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{65}
+}
+
+func (x *ControlStatus) GetStore() *StoreIdentity {
+	if x != nil {
+		return x.Store
+	}
+	return nil
+}
+
+func (x *ControlStatus) GetReplica() string {
+	if x != nil {
+		return x.Replica
+	}
+	return ""
+}
+
+func (x *ControlStatus) GetEmbeddedEtcd() bool {
+	if x != nil {
+		return x.EmbeddedEtcd
+	}
+	return false
+}
+
+func (x *ControlStatus) GetEtcdEndpoints() []string {
+	if x != nil {
+		return x.EtcdEndpoints
+	}
+	return nil
+}
+
+func (x *ControlStatus) GetEtcd() *EtcdClusterStatus {
+	if x != nil {
+		return x.Etcd
+	}
+	return nil
+}
+
+func (x *ControlStatus) GetReplicas() []*ControlReplica {
+	if x != nil {
+		return x.Replicas
+	}
+	return nil
+}
+
+func (x *ControlStatus) GetStrategistLeader() string {
+	if x != nil {
+		return x.StrategistLeader
+	}
+	return ""
+}
+
+// EtcdClusterStatus is the etcd cluster holding control's store.
+type EtcdClusterStatus struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// etcd's own cluster id, in hex.
+	ClusterId string `protobuf:"bytes,1,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
+	// Its members' names, sorted.
+	Members []string `protobuf:"bytes,2,rep,name=members,proto3" json:"members,omitempty"`
+	// The name of the member leading etcd's raft ("" when it has no
+	// leader).
+	Leader string `protobuf:"bytes,3,opt,name=leader,proto3" json:"leader,omitempty"`
+	// The etcd version of the member that answered.
+	Version       string `protobuf:"bytes,4,opt,name=version,proto3" json:"version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EtcdClusterStatus) Reset() {
+	*x = EtcdClusterStatus{}
+	mi := &file_lehr_v1_control_proto_msgTypes[66]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EtcdClusterStatus) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EtcdClusterStatus) ProtoMessage() {}
+
+func (x *EtcdClusterStatus) ProtoReflect() protoreflect.Message {
+	mi := &file_lehr_v1_control_proto_msgTypes[66]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EtcdClusterStatus.ProtoReflect.Descriptor instead.
+func (*EtcdClusterStatus) Descriptor() ([]byte, []int) {
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{66}
+}
+
+func (x *EtcdClusterStatus) GetClusterId() string {
+	if x != nil {
+		return x.ClusterId
+	}
+	return ""
+}
+
+func (x *EtcdClusterStatus) GetMembers() []string {
+	if x != nil {
+		return x.Members
+	}
+	return nil
+}
+
+func (x *EtcdClusterStatus) GetLeader() string {
+	if x != nil {
+		return x.Leader
+	}
+	return ""
+}
+
+func (x *EtcdClusterStatus) GetVersion() string {
+	if x != nil {
+		return x.Version
+	}
+	return ""
+}
+
+// ControlReplica is a running control replica, as it registered in the
+// store.
+type ControlReplica struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The gRPC address the replica advertises (lehr control
+	// --advertise-address; by default its listen address, with this host's
+	// name for an unspecified host): its name in the strategist's election
+	// and in the store.
+	Address string `protobuf:"bytes,1,opt,name=address,proto3" json:"address,omitempty"`
+	// Its build: the release, or the module's build information.
+	Version   string                 `protobuf:"bytes,2,opt,name=version,proto3" json:"version,omitempty"`
+	StartTime *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=start_time,json=startTime,proto3" json:"start_time,omitempty"`
+	// Whether it runs its store in an embedded etcd.
+	EmbeddedEtcd bool `protobuf:"varint,4,opt,name=embedded_etcd,json=embeddedEtcd,proto3" json:"embedded_etcd,omitempty"`
+	// When it last renewed its registration, to a second (in ControlStatus
+	// only).
+	LastSeenTime  *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=last_seen_time,json=lastSeenTime,proto3" json:"last_seen_time,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ControlReplica) Reset() {
+	*x = ControlReplica{}
+	mi := &file_lehr_v1_control_proto_msgTypes[67]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ControlReplica) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ControlReplica) ProtoMessage() {}
+
+func (x *ControlReplica) ProtoReflect() protoreflect.Message {
+	mi := &file_lehr_v1_control_proto_msgTypes[67]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ControlReplica.ProtoReflect.Descriptor instead.
+func (*ControlReplica) Descriptor() ([]byte, []int) {
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{67}
+}
+
+func (x *ControlReplica) GetAddress() string {
+	if x != nil {
+		return x.Address
+	}
+	return ""
+}
+
+func (x *ControlReplica) GetVersion() string {
+	if x != nil {
+		return x.Version
+	}
+	return ""
+}
+
+func (x *ControlReplica) GetStartTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.StartTime
+	}
+	return nil
+}
+
+func (x *ControlReplica) GetEmbeddedEtcd() bool {
+	if x != nil {
+		return x.EmbeddedEtcd
+	}
+	return false
+}
+
+func (x *ControlReplica) GetLastSeenTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.LastSeenTime
+	}
+	return nil
+}
+
 // DomainStoredBytes is what one domain stores.
 type DomainStoredBytes struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
@@ -4082,7 +4445,7 @@ type DomainStoredBytes struct {
 
 func (x *DomainStoredBytes) Reset() {
 	*x = DomainStoredBytes{}
-	mi := &file_lehr_v1_control_proto_msgTypes[63]
+	mi := &file_lehr_v1_control_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4094,7 +4457,7 @@ func (x *DomainStoredBytes) String() string {
 func (*DomainStoredBytes) ProtoMessage() {}
 
 func (x *DomainStoredBytes) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[63]
+	mi := &file_lehr_v1_control_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4107,7 +4470,7 @@ func (x *DomainStoredBytes) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DomainStoredBytes.ProtoReflect.Descriptor instead.
 func (*DomainStoredBytes) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{63}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *DomainStoredBytes) GetDomain() string {
@@ -4148,7 +4511,7 @@ type DistributorStatus struct {
 
 func (x *DistributorStatus) Reset() {
 	*x = DistributorStatus{}
-	mi := &file_lehr_v1_control_proto_msgTypes[64]
+	mi := &file_lehr_v1_control_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4160,7 +4523,7 @@ func (x *DistributorStatus) String() string {
 func (*DistributorStatus) ProtoMessage() {}
 
 func (x *DistributorStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[64]
+	mi := &file_lehr_v1_control_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4173,7 +4536,7 @@ func (x *DistributorStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DistributorStatus.ProtoReflect.Descriptor instead.
 func (*DistributorStatus) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{64}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *DistributorStatus) GetDistributorId() string {
@@ -4248,7 +4611,7 @@ type GetZoneStatusResponse struct {
 
 func (x *GetZoneStatusResponse) Reset() {
 	*x = GetZoneStatusResponse{}
-	mi := &file_lehr_v1_control_proto_msgTypes[65]
+	mi := &file_lehr_v1_control_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4260,7 +4623,7 @@ func (x *GetZoneStatusResponse) String() string {
 func (*GetZoneStatusResponse) ProtoMessage() {}
 
 func (x *GetZoneStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[65]
+	mi := &file_lehr_v1_control_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4273,7 +4636,7 @@ func (x *GetZoneStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetZoneStatusResponse.ProtoReflect.Descriptor instead.
 func (*GetZoneStatusResponse) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{65}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *GetZoneStatusResponse) GetZone() string {
@@ -4604,7 +4967,33 @@ const file_lehr_v1_control_proto_rawDesc = "" +
 	"\brevision\x18\b \x01(\x03R\brevision\x127\n" +
 	"\tread_time\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\breadTime\x124\n" +
 	"\adomains\x18\n" +
-	" \x03(\v2\x1a.lehr.v1.DomainStoredBytesR\adomains\"x\n" +
+	" \x03(\v2\x1a.lehr.v1.DomainStoredBytesR\adomains\"\x19\n" +
+	"\x17GetControlStatusRequest\"\\\n" +
+	"\rStoreIdentity\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12;\n" +
+	"\vcreate_time\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"createTime\"\xb5\x02\n" +
+	"\rControlStatus\x12,\n" +
+	"\x05store\x18\x01 \x01(\v2\x16.lehr.v1.StoreIdentityR\x05store\x12\x18\n" +
+	"\areplica\x18\x02 \x01(\tR\areplica\x12#\n" +
+	"\rembedded_etcd\x18\x03 \x01(\bR\fembeddedEtcd\x12%\n" +
+	"\x0eetcd_endpoints\x18\x04 \x03(\tR\retcdEndpoints\x12.\n" +
+	"\x04etcd\x18\x05 \x01(\v2\x1a.lehr.v1.EtcdClusterStatusR\x04etcd\x123\n" +
+	"\breplicas\x18\x06 \x03(\v2\x17.lehr.v1.ControlReplicaR\breplicas\x12+\n" +
+	"\x11strategist_leader\x18\a \x01(\tR\x10strategistLeader\"~\n" +
+	"\x11EtcdClusterStatus\x12\x1d\n" +
+	"\n" +
+	"cluster_id\x18\x01 \x01(\tR\tclusterId\x12\x18\n" +
+	"\amembers\x18\x02 \x03(\tR\amembers\x12\x16\n" +
+	"\x06leader\x18\x03 \x01(\tR\x06leader\x12\x18\n" +
+	"\aversion\x18\x04 \x01(\tR\aversion\"\xe6\x01\n" +
+	"\x0eControlReplica\x12\x18\n" +
+	"\aaddress\x18\x01 \x01(\tR\aaddress\x12\x18\n" +
+	"\aversion\x18\x02 \x01(\tR\aversion\x129\n" +
+	"\n" +
+	"start_time\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\tstartTime\x12#\n" +
+	"\rembedded_etcd\x18\x04 \x01(\bR\fembeddedEtcd\x12@\n" +
+	"\x0elast_seen_time\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\flastSeenTime\"x\n" +
 	"\x11DomainStoredBytes\x12\x16\n" +
 	"\x06domain\x18\x01 \x01(\tR\x06domain\x12!\n" +
 	"\fstored_bytes\x18\x02 \x01(\x03R\vstoredBytes\x12(\n" +
@@ -4623,7 +5012,7 @@ const file_lehr_v1_control_proto_rawDesc = "" +
 	"\fdistributors\x18\x02 \x03(\v2\x1a.lehr.v1.DistributorStatusR\fdistributors\x121\n" +
 	"\bversions\x18\x03 \x03(\v2\x15.lehr.v1.VersionCountR\bversions\x120\n" +
 	"\x06health\x18\x04 \x03(\v2\x18.lehr.v1.NamespaceHealthR\x06health\x12)\n" +
-	"\x05hosts\x18\x05 \x03(\v2\x13.lehr.v1.HostReportR\x05hosts2\xe0\x1c\n" +
+	"\x05hosts\x18\x05 \x03(\v2\x13.lehr.v1.HostReportR\x05hosts2\xae\x1d\n" +
 	"\aControl\x12=\n" +
 	"\fCreateDomain\x12\x1c.lehr.v1.CreateDomainRequest\x1a\x0f.lehr.v1.Domain\x127\n" +
 	"\tGetDomain\x12\x19.lehr.v1.GetDomainRequest\x1a\x0f.lehr.v1.Domain\x12H\n" +
@@ -4652,7 +5041,8 @@ const file_lehr_v1_control_proto_rawDesc = "" +
 	"FetchDelta\x12\x1a.lehr.v1.FetchDeltaRequest\x1a\x1b.lehr.v1.FetchDeltaResponse\x12W\n" +
 	"\x10ReportZoneStatus\x12 .lehr.v1.ReportZoneStatusRequest\x1a!.lehr.v1.ReportZoneStatusResponse\x12N\n" +
 	"\rGetZoneStatus\x12\x1d.lehr.v1.GetZoneStatusRequest\x1a\x1e.lehr.v1.GetZoneStatusResponse\x12F\n" +
-	"\x0eGetStoreStatus\x12\x1e.lehr.v1.GetStoreStatusRequest\x1a\x14.lehr.v1.StoreStatus\x12R\n" +
+	"\x0eGetStoreStatus\x12\x1e.lehr.v1.GetStoreStatusRequest\x1a\x14.lehr.v1.StoreStatus\x12L\n" +
+	"\x10GetControlStatus\x12 .lehr.v1.GetControlStatusRequest\x1a\x16.lehr.v1.ControlStatus\x12R\n" +
 	"\x10SetRolloutPolicy\x12 .lehr.v1.SetRolloutPolicyRequest\x1a\x1c.lehr.v1.RolloutPolicyRecord\x12X\n" +
 	"\x13DeleteRolloutPolicy\x12#.lehr.v1.DeleteRolloutPolicyRequest\x1a\x1c.lehr.v1.RolloutPolicyRecord\x12W\n" +
 	"\x10GetRolloutPolicy\x12 .lehr.v1.GetRolloutPolicyRequest\x1a!.lehr.v1.GetRolloutPolicyResponse\x12c\n" +
@@ -4691,7 +5081,7 @@ func file_lehr_v1_control_proto_rawDescGZIP() []byte {
 }
 
 var file_lehr_v1_control_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_lehr_v1_control_proto_msgTypes = make([]protoimpl.MessageInfo, 66)
+var file_lehr_v1_control_proto_msgTypes = make([]protoimpl.MessageInfo, 71)
 var file_lehr_v1_control_proto_goTypes = []any{
 	(PropertyChange_Kind)(0),                    // 0: lehr.v1.PropertyChange.Kind
 	(GoalEvent_Type)(0),                         // 1: lehr.v1.GoalEvent.Type
@@ -4758,218 +5148,231 @@ var file_lehr_v1_control_proto_goTypes = []any{
 	(*GetZoneStatusRequest)(nil),                // 62: lehr.v1.GetZoneStatusRequest
 	(*GetStoreStatusRequest)(nil),               // 63: lehr.v1.GetStoreStatusRequest
 	(*StoreStatus)(nil),                         // 64: lehr.v1.StoreStatus
-	(*DomainStoredBytes)(nil),                   // 65: lehr.v1.DomainStoredBytes
-	(*DistributorStatus)(nil),                   // 66: lehr.v1.DistributorStatus
-	(*GetZoneStatusResponse)(nil),               // 67: lehr.v1.GetZoneStatusResponse
-	(*timestamppb.Timestamp)(nil),               // 68: google.protobuf.Timestamp
-	(RolloutAction)(0),                          // 69: lehr.v1.RolloutAction
-	(*Rollout)(nil),                             // 70: lehr.v1.Rollout
-	(*RolloutEvent)(nil),                        // 71: lehr.v1.RolloutEvent
-	(*RolloutPolicy)(nil),                       // 72: lehr.v1.RolloutPolicy
-	(*RolloutPolicyRecord)(nil),                 // 73: lehr.v1.RolloutPolicyRecord
-	(RolloutPolicySource)(0),                    // 74: lehr.v1.RolloutPolicySource
-	(*Domain)(nil),                              // 75: lehr.v1.Domain
-	(*fieldmaskpb.FieldMask)(nil),               // 76: google.protobuf.FieldMask
-	(*Namespace)(nil),                           // 77: lehr.v1.Namespace
-	(NamespaceKind)(0),                          // 78: lehr.v1.NamespaceKind
-	(*Property)(nil),                            // 79: lehr.v1.Property
-	(*VersionInfo)(nil),                         // 80: lehr.v1.VersionInfo
-	(*Zone)(nil),                                // 81: lehr.v1.Zone
-	(*GoalState)(nil),                           // 82: lehr.v1.GoalState
-	(*HostPreviewCounts)(nil),                   // 83: lehr.v1.HostPreviewCounts
-	(*NamespaceSignals)(nil),                    // 84: lehr.v1.NamespaceSignals
-	(*NamespaceReport)(nil),                     // 85: lehr.v1.NamespaceReport
-	(*EvaluateRequest)(nil),                     // 86: lehr.v1.EvaluateRequest
-	(*GetCanaryEvaluationRequest)(nil),          // 87: lehr.v1.GetCanaryEvaluationRequest
-	(*ListCanaryEvaluationsRequest)(nil),        // 88: lehr.v1.ListCanaryEvaluationsRequest
-	(*GetPolicyRequest)(nil),                    // 89: lehr.v1.GetPolicyRequest
-	(*CreatePolicyExperimentRequest)(nil),       // 90: lehr.v1.CreatePolicyExperimentRequest
-	(*UpdatePolicyExperimentRequest)(nil),       // 91: lehr.v1.UpdatePolicyExperimentRequest
-	(*GetPolicyExperimentRequest)(nil),          // 92: lehr.v1.GetPolicyExperimentRequest
-	(*ListPolicyExperimentsRequest)(nil),        // 93: lehr.v1.ListPolicyExperimentsRequest
-	(*DeletePolicyExperimentRequest)(nil),       // 94: lehr.v1.DeletePolicyExperimentRequest
-	(*StartPreviewPolicyExperimentRequest)(nil), // 95: lehr.v1.StartPreviewPolicyExperimentRequest
-	(*StopPreviewPolicyExperimentRequest)(nil),  // 96: lehr.v1.StopPreviewPolicyExperimentRequest
-	(*CommitPolicyExperimentRequest)(nil),       // 97: lehr.v1.CommitPolicyExperimentRequest
-	(*DeletePolicyRequest)(nil),                 // 98: lehr.v1.DeletePolicyRequest
-	(*GetPolicyExperimentCountsRequest)(nil),    // 99: lehr.v1.GetPolicyExperimentCountsRequest
-	(*emptypb.Empty)(nil),                       // 100: google.protobuf.Empty
-	(*CanaryEvaluation)(nil),                    // 101: lehr.v1.CanaryEvaluation
-	(*ListCanaryEvaluationsResponse)(nil),       // 102: lehr.v1.ListCanaryEvaluationsResponse
-	(*Policy)(nil),                              // 103: lehr.v1.Policy
-	(*longrunningpb.Operation)(nil),             // 104: google.longrunning.Operation
-	(*PolicyExperiment)(nil),                    // 105: lehr.v1.PolicyExperiment
-	(*ListPolicyExperimentsResponse)(nil),       // 106: lehr.v1.ListPolicyExperimentsResponse
-	(*PolicyExperimentCounts)(nil),              // 107: lehr.v1.PolicyExperimentCounts
+	(*GetControlStatusRequest)(nil),             // 65: lehr.v1.GetControlStatusRequest
+	(*StoreIdentity)(nil),                       // 66: lehr.v1.StoreIdentity
+	(*ControlStatus)(nil),                       // 67: lehr.v1.ControlStatus
+	(*EtcdClusterStatus)(nil),                   // 68: lehr.v1.EtcdClusterStatus
+	(*ControlReplica)(nil),                      // 69: lehr.v1.ControlReplica
+	(*DomainStoredBytes)(nil),                   // 70: lehr.v1.DomainStoredBytes
+	(*DistributorStatus)(nil),                   // 71: lehr.v1.DistributorStatus
+	(*GetZoneStatusResponse)(nil),               // 72: lehr.v1.GetZoneStatusResponse
+	(*timestamppb.Timestamp)(nil),               // 73: google.protobuf.Timestamp
+	(RolloutAction)(0),                          // 74: lehr.v1.RolloutAction
+	(*Rollout)(nil),                             // 75: lehr.v1.Rollout
+	(*RolloutEvent)(nil),                        // 76: lehr.v1.RolloutEvent
+	(*RolloutPolicy)(nil),                       // 77: lehr.v1.RolloutPolicy
+	(*RolloutPolicyRecord)(nil),                 // 78: lehr.v1.RolloutPolicyRecord
+	(RolloutPolicySource)(0),                    // 79: lehr.v1.RolloutPolicySource
+	(*Domain)(nil),                              // 80: lehr.v1.Domain
+	(*fieldmaskpb.FieldMask)(nil),               // 81: google.protobuf.FieldMask
+	(*Namespace)(nil),                           // 82: lehr.v1.Namespace
+	(NamespaceKind)(0),                          // 83: lehr.v1.NamespaceKind
+	(*Property)(nil),                            // 84: lehr.v1.Property
+	(*VersionInfo)(nil),                         // 85: lehr.v1.VersionInfo
+	(*Zone)(nil),                                // 86: lehr.v1.Zone
+	(*GoalState)(nil),                           // 87: lehr.v1.GoalState
+	(*HostPreviewCounts)(nil),                   // 88: lehr.v1.HostPreviewCounts
+	(*NamespaceSignals)(nil),                    // 89: lehr.v1.NamespaceSignals
+	(*NamespaceReport)(nil),                     // 90: lehr.v1.NamespaceReport
+	(*EvaluateRequest)(nil),                     // 91: lehr.v1.EvaluateRequest
+	(*GetCanaryEvaluationRequest)(nil),          // 92: lehr.v1.GetCanaryEvaluationRequest
+	(*ListCanaryEvaluationsRequest)(nil),        // 93: lehr.v1.ListCanaryEvaluationsRequest
+	(*GetPolicyRequest)(nil),                    // 94: lehr.v1.GetPolicyRequest
+	(*CreatePolicyExperimentRequest)(nil),       // 95: lehr.v1.CreatePolicyExperimentRequest
+	(*UpdatePolicyExperimentRequest)(nil),       // 96: lehr.v1.UpdatePolicyExperimentRequest
+	(*GetPolicyExperimentRequest)(nil),          // 97: lehr.v1.GetPolicyExperimentRequest
+	(*ListPolicyExperimentsRequest)(nil),        // 98: lehr.v1.ListPolicyExperimentsRequest
+	(*DeletePolicyExperimentRequest)(nil),       // 99: lehr.v1.DeletePolicyExperimentRequest
+	(*StartPreviewPolicyExperimentRequest)(nil), // 100: lehr.v1.StartPreviewPolicyExperimentRequest
+	(*StopPreviewPolicyExperimentRequest)(nil),  // 101: lehr.v1.StopPreviewPolicyExperimentRequest
+	(*CommitPolicyExperimentRequest)(nil),       // 102: lehr.v1.CommitPolicyExperimentRequest
+	(*DeletePolicyRequest)(nil),                 // 103: lehr.v1.DeletePolicyRequest
+	(*GetPolicyExperimentCountsRequest)(nil),    // 104: lehr.v1.GetPolicyExperimentCountsRequest
+	(*emptypb.Empty)(nil),                       // 105: google.protobuf.Empty
+	(*CanaryEvaluation)(nil),                    // 106: lehr.v1.CanaryEvaluation
+	(*ListCanaryEvaluationsResponse)(nil),       // 107: lehr.v1.ListCanaryEvaluationsResponse
+	(*Policy)(nil),                              // 108: lehr.v1.Policy
+	(*longrunningpb.Operation)(nil),             // 109: google.longrunning.Operation
+	(*PolicyExperiment)(nil),                    // 110: lehr.v1.PolicyExperiment
+	(*ListPolicyExperimentsResponse)(nil),       // 111: lehr.v1.ListPolicyExperimentsResponse
+	(*PolicyExperimentCounts)(nil),              // 112: lehr.v1.PolicyExperimentCounts
 }
 var file_lehr_v1_control_proto_depIdxs = []int32{
-	68,  // 0: lehr.v1.AuditRecord.time:type_name -> google.protobuf.Timestamp
-	68,  // 1: lehr.v1.ListAuditRecordsRequest.since:type_name -> google.protobuf.Timestamp
+	73,  // 0: lehr.v1.AuditRecord.time:type_name -> google.protobuf.Timestamp
+	73,  // 1: lehr.v1.ListAuditRecordsRequest.since:type_name -> google.protobuf.Timestamp
 	2,   // 2: lehr.v1.ListAuditRecordsResponse.records:type_name -> lehr.v1.AuditRecord
-	69,  // 3: lehr.v1.UpdateRolloutRequest.action:type_name -> lehr.v1.RolloutAction
-	70,  // 4: lehr.v1.ListRolloutsResponse.rollouts:type_name -> lehr.v1.Rollout
-	71,  // 5: lehr.v1.ListRolloutEventsResponse.events:type_name -> lehr.v1.RolloutEvent
-	72,  // 6: lehr.v1.SetRolloutPolicyRequest.policy:type_name -> lehr.v1.RolloutPolicy
-	73,  // 7: lehr.v1.GetRolloutPolicyResponse.stored:type_name -> lehr.v1.RolloutPolicyRecord
-	72,  // 8: lehr.v1.GetRolloutPolicyResponse.effective:type_name -> lehr.v1.RolloutPolicy
-	74,  // 9: lehr.v1.GetRolloutPolicyResponse.source:type_name -> lehr.v1.RolloutPolicySource
-	73,  // 10: lehr.v1.RolloutPolicyHistoryResponse.records:type_name -> lehr.v1.RolloutPolicyRecord
-	75,  // 11: lehr.v1.CreateDomainRequest.domain:type_name -> lehr.v1.Domain
-	75,  // 12: lehr.v1.UpdateDomainRequest.domain:type_name -> lehr.v1.Domain
-	76,  // 13: lehr.v1.UpdateDomainRequest.update_mask:type_name -> google.protobuf.FieldMask
-	75,  // 14: lehr.v1.ListDomainsResponse.domains:type_name -> lehr.v1.Domain
-	77,  // 15: lehr.v1.CreateNamespaceRequest.namespace:type_name -> lehr.v1.Namespace
-	77,  // 16: lehr.v1.ListNamespacesResponse.namespaces:type_name -> lehr.v1.Namespace
-	78,  // 17: lehr.v1.PublishRequest.kind:type_name -> lehr.v1.NamespaceKind
-	79,  // 18: lehr.v1.PublishRequest.properties:type_name -> lehr.v1.Property
-	80,  // 19: lehr.v1.PublishResponse.version:type_name -> lehr.v1.VersionInfo
-	79,  // 20: lehr.v1.PatchRequest.set:type_name -> lehr.v1.Property
-	80,  // 21: lehr.v1.PatchResponse.version:type_name -> lehr.v1.VersionInfo
-	80,  // 22: lehr.v1.GetResponse.version:type_name -> lehr.v1.VersionInfo
-	79,  // 23: lehr.v1.GetResponse.properties:type_name -> lehr.v1.Property
-	78,  // 24: lehr.v1.GetResponse.kind:type_name -> lehr.v1.NamespaceKind
-	80,  // 25: lehr.v1.HistoryResponse.versions:type_name -> lehr.v1.VersionInfo
+	74,  // 3: lehr.v1.UpdateRolloutRequest.action:type_name -> lehr.v1.RolloutAction
+	75,  // 4: lehr.v1.ListRolloutsResponse.rollouts:type_name -> lehr.v1.Rollout
+	76,  // 5: lehr.v1.ListRolloutEventsResponse.events:type_name -> lehr.v1.RolloutEvent
+	77,  // 6: lehr.v1.SetRolloutPolicyRequest.policy:type_name -> lehr.v1.RolloutPolicy
+	78,  // 7: lehr.v1.GetRolloutPolicyResponse.stored:type_name -> lehr.v1.RolloutPolicyRecord
+	77,  // 8: lehr.v1.GetRolloutPolicyResponse.effective:type_name -> lehr.v1.RolloutPolicy
+	79,  // 9: lehr.v1.GetRolloutPolicyResponse.source:type_name -> lehr.v1.RolloutPolicySource
+	78,  // 10: lehr.v1.RolloutPolicyHistoryResponse.records:type_name -> lehr.v1.RolloutPolicyRecord
+	80,  // 11: lehr.v1.CreateDomainRequest.domain:type_name -> lehr.v1.Domain
+	80,  // 12: lehr.v1.UpdateDomainRequest.domain:type_name -> lehr.v1.Domain
+	81,  // 13: lehr.v1.UpdateDomainRequest.update_mask:type_name -> google.protobuf.FieldMask
+	80,  // 14: lehr.v1.ListDomainsResponse.domains:type_name -> lehr.v1.Domain
+	82,  // 15: lehr.v1.CreateNamespaceRequest.namespace:type_name -> lehr.v1.Namespace
+	82,  // 16: lehr.v1.ListNamespacesResponse.namespaces:type_name -> lehr.v1.Namespace
+	83,  // 17: lehr.v1.PublishRequest.kind:type_name -> lehr.v1.NamespaceKind
+	84,  // 18: lehr.v1.PublishRequest.properties:type_name -> lehr.v1.Property
+	85,  // 19: lehr.v1.PublishResponse.version:type_name -> lehr.v1.VersionInfo
+	84,  // 20: lehr.v1.PatchRequest.set:type_name -> lehr.v1.Property
+	85,  // 21: lehr.v1.PatchResponse.version:type_name -> lehr.v1.VersionInfo
+	85,  // 22: lehr.v1.GetResponse.version:type_name -> lehr.v1.VersionInfo
+	84,  // 23: lehr.v1.GetResponse.properties:type_name -> lehr.v1.Property
+	83,  // 24: lehr.v1.GetResponse.kind:type_name -> lehr.v1.NamespaceKind
+	85,  // 25: lehr.v1.HistoryResponse.versions:type_name -> lehr.v1.VersionInfo
 	0,   // 26: lehr.v1.PropertyChange.kind:type_name -> lehr.v1.PropertyChange.Kind
-	79,  // 27: lehr.v1.PropertyChange.old:type_name -> lehr.v1.Property
-	79,  // 28: lehr.v1.PropertyChange.new:type_name -> lehr.v1.Property
-	80,  // 29: lehr.v1.DiffResponse.from:type_name -> lehr.v1.VersionInfo
-	80,  // 30: lehr.v1.DiffResponse.to:type_name -> lehr.v1.VersionInfo
+	84,  // 27: lehr.v1.PropertyChange.old:type_name -> lehr.v1.Property
+	84,  // 28: lehr.v1.PropertyChange.new:type_name -> lehr.v1.Property
+	85,  // 29: lehr.v1.DiffResponse.from:type_name -> lehr.v1.VersionInfo
+	85,  // 30: lehr.v1.DiffResponse.to:type_name -> lehr.v1.VersionInfo
 	35,  // 31: lehr.v1.DiffResponse.changes:type_name -> lehr.v1.PropertyChange
-	80,  // 32: lehr.v1.RollbackResponse.version:type_name -> lehr.v1.VersionInfo
-	77,  // 33: lehr.v1.CompactNamespaceResponse.namespace:type_name -> lehr.v1.Namespace
-	81,  // 34: lehr.v1.ListZonesResponse.zones:type_name -> lehr.v1.Zone
-	82,  // 35: lehr.v1.GetGoalsResponse.goals:type_name -> lehr.v1.GoalState
+	85,  // 32: lehr.v1.RollbackResponse.version:type_name -> lehr.v1.VersionInfo
+	82,  // 33: lehr.v1.CompactNamespaceResponse.namespace:type_name -> lehr.v1.Namespace
+	86,  // 34: lehr.v1.ListZonesResponse.zones:type_name -> lehr.v1.Zone
+	87,  // 35: lehr.v1.GetGoalsResponse.goals:type_name -> lehr.v1.GoalState
 	1,   // 36: lehr.v1.GoalEvent.type:type_name -> lehr.v1.GoalEvent.Type
-	82,  // 37: lehr.v1.GoalEvent.goal:type_name -> lehr.v1.GoalState
+	87,  // 37: lehr.v1.GoalEvent.goal:type_name -> lehr.v1.GoalState
 	53,  // 38: lehr.v1.GoalEvent.delta:type_name -> lehr.v1.FetchDeltaResponse
 	48,  // 39: lehr.v1.WatchGoalsResponse.events:type_name -> lehr.v1.GoalEvent
-	80,  // 40: lehr.v1.FetchVersionResponse.version:type_name -> lehr.v1.VersionInfo
-	78,  // 41: lehr.v1.FetchVersionResponse.kind:type_name -> lehr.v1.NamespaceKind
-	79,  // 42: lehr.v1.FetchVersionResponse.properties:type_name -> lehr.v1.Property
-	80,  // 43: lehr.v1.FetchDeltaResponse.from:type_name -> lehr.v1.VersionInfo
-	80,  // 44: lehr.v1.FetchDeltaResponse.to:type_name -> lehr.v1.VersionInfo
-	78,  // 45: lehr.v1.FetchDeltaResponse.kind:type_name -> lehr.v1.NamespaceKind
-	79,  // 46: lehr.v1.FetchDeltaResponse.set:type_name -> lehr.v1.Property
+	85,  // 40: lehr.v1.FetchVersionResponse.version:type_name -> lehr.v1.VersionInfo
+	83,  // 41: lehr.v1.FetchVersionResponse.kind:type_name -> lehr.v1.NamespaceKind
+	84,  // 42: lehr.v1.FetchVersionResponse.properties:type_name -> lehr.v1.Property
+	85,  // 43: lehr.v1.FetchDeltaResponse.from:type_name -> lehr.v1.VersionInfo
+	85,  // 44: lehr.v1.FetchDeltaResponse.to:type_name -> lehr.v1.VersionInfo
+	83,  // 45: lehr.v1.FetchDeltaResponse.kind:type_name -> lehr.v1.NamespaceKind
+	84,  // 46: lehr.v1.FetchDeltaResponse.set:type_name -> lehr.v1.Property
 	54,  // 47: lehr.v1.ReportZoneStatusRequest.versions:type_name -> lehr.v1.VersionCount
 	59,  // 48: lehr.v1.ReportZoneStatusRequest.health:type_name -> lehr.v1.NamespaceHealth
 	60,  // 49: lehr.v1.ReportZoneStatusRequest.hosts:type_name -> lehr.v1.HostReport
 	58,  // 50: lehr.v1.ReportZoneStatusRequest.samples:type_name -> lehr.v1.CohortSample
 	57,  // 51: lehr.v1.ReportZoneStatusRequest.signals:type_name -> lehr.v1.HostSignals
 	56,  // 52: lehr.v1.ReportZoneStatusRequest.preview:type_name -> lehr.v1.NamespacePreviewCounts
-	83,  // 53: lehr.v1.NamespacePreviewCounts.counts:type_name -> lehr.v1.HostPreviewCounts
-	84,  // 54: lehr.v1.HostSignals.signals:type_name -> lehr.v1.NamespaceSignals
-	85,  // 55: lehr.v1.HostReport.report:type_name -> lehr.v1.NamespaceReport
-	68,  // 56: lehr.v1.StoreStatus.read_time:type_name -> google.protobuf.Timestamp
-	65,  // 57: lehr.v1.StoreStatus.domains:type_name -> lehr.v1.DomainStoredBytes
-	54,  // 58: lehr.v1.DistributorStatus.versions:type_name -> lehr.v1.VersionCount
-	59,  // 59: lehr.v1.DistributorStatus.health:type_name -> lehr.v1.NamespaceHealth
-	60,  // 60: lehr.v1.DistributorStatus.hosts:type_name -> lehr.v1.HostReport
-	58,  // 61: lehr.v1.DistributorStatus.samples:type_name -> lehr.v1.CohortSample
-	57,  // 62: lehr.v1.DistributorStatus.signals:type_name -> lehr.v1.HostSignals
-	56,  // 63: lehr.v1.DistributorStatus.preview:type_name -> lehr.v1.NamespacePreviewCounts
-	66,  // 64: lehr.v1.GetZoneStatusResponse.distributors:type_name -> lehr.v1.DistributorStatus
-	54,  // 65: lehr.v1.GetZoneStatusResponse.versions:type_name -> lehr.v1.VersionCount
-	59,  // 66: lehr.v1.GetZoneStatusResponse.health:type_name -> lehr.v1.NamespaceHealth
-	60,  // 67: lehr.v1.GetZoneStatusResponse.hosts:type_name -> lehr.v1.HostReport
-	17,  // 68: lehr.v1.Control.CreateDomain:input_type -> lehr.v1.CreateDomainRequest
-	19,  // 69: lehr.v1.Control.GetDomain:input_type -> lehr.v1.GetDomainRequest
-	20,  // 70: lehr.v1.Control.ListDomains:input_type -> lehr.v1.ListDomainsRequest
-	18,  // 71: lehr.v1.Control.UpdateDomain:input_type -> lehr.v1.UpdateDomainRequest
-	22,  // 72: lehr.v1.Control.CreateNamespace:input_type -> lehr.v1.CreateNamespaceRequest
-	23,  // 73: lehr.v1.Control.GetNamespace:input_type -> lehr.v1.GetNamespaceRequest
-	24,  // 74: lehr.v1.Control.ListNamespaces:input_type -> lehr.v1.ListNamespacesRequest
-	26,  // 75: lehr.v1.Control.Publish:input_type -> lehr.v1.PublishRequest
-	28,  // 76: lehr.v1.Control.Patch:input_type -> lehr.v1.PatchRequest
-	30,  // 77: lehr.v1.Control.Get:input_type -> lehr.v1.GetRequest
-	32,  // 78: lehr.v1.Control.History:input_type -> lehr.v1.HistoryRequest
-	34,  // 79: lehr.v1.Control.Diff:input_type -> lehr.v1.DiffRequest
-	37,  // 80: lehr.v1.Control.Rollback:input_type -> lehr.v1.RollbackRequest
-	39,  // 81: lehr.v1.Control.CompactNamespace:input_type -> lehr.v1.CompactNamespaceRequest
-	41,  // 82: lehr.v1.Control.CreateZone:input_type -> lehr.v1.CreateZoneRequest
-	42,  // 83: lehr.v1.Control.DeleteZone:input_type -> lehr.v1.DeleteZoneRequest
-	43,  // 84: lehr.v1.Control.ListZones:input_type -> lehr.v1.ListZonesRequest
-	45,  // 85: lehr.v1.Control.GetGoals:input_type -> lehr.v1.GetGoalsRequest
-	47,  // 86: lehr.v1.Control.WatchGoals:input_type -> lehr.v1.WatchGoalsRequest
-	50,  // 87: lehr.v1.Control.FetchVersion:input_type -> lehr.v1.FetchVersionRequest
-	52,  // 88: lehr.v1.Control.FetchDelta:input_type -> lehr.v1.FetchDeltaRequest
-	55,  // 89: lehr.v1.Control.ReportZoneStatus:input_type -> lehr.v1.ReportZoneStatusRequest
-	62,  // 90: lehr.v1.Control.GetZoneStatus:input_type -> lehr.v1.GetZoneStatusRequest
-	63,  // 91: lehr.v1.Control.GetStoreStatus:input_type -> lehr.v1.GetStoreStatusRequest
-	11,  // 92: lehr.v1.Control.SetRolloutPolicy:input_type -> lehr.v1.SetRolloutPolicyRequest
-	12,  // 93: lehr.v1.Control.DeleteRolloutPolicy:input_type -> lehr.v1.DeleteRolloutPolicyRequest
-	13,  // 94: lehr.v1.Control.GetRolloutPolicy:input_type -> lehr.v1.GetRolloutPolicyRequest
-	15,  // 95: lehr.v1.Control.RolloutPolicyHistory:input_type -> lehr.v1.RolloutPolicyHistoryRequest
-	6,   // 96: lehr.v1.Control.GetRollout:input_type -> lehr.v1.GetRolloutRequest
-	7,   // 97: lehr.v1.Control.ListRollouts:input_type -> lehr.v1.ListRolloutsRequest
-	9,   // 98: lehr.v1.Control.ListRolloutEvents:input_type -> lehr.v1.ListRolloutEventsRequest
-	5,   // 99: lehr.v1.Control.UpdateRollout:input_type -> lehr.v1.UpdateRolloutRequest
-	86,  // 100: lehr.v1.Control.Evaluate:input_type -> lehr.v1.EvaluateRequest
-	87,  // 101: lehr.v1.Control.GetCanaryEvaluation:input_type -> lehr.v1.GetCanaryEvaluationRequest
-	88,  // 102: lehr.v1.Control.ListCanaryEvaluations:input_type -> lehr.v1.ListCanaryEvaluationsRequest
-	89,  // 103: lehr.v1.Control.GetPolicy:input_type -> lehr.v1.GetPolicyRequest
-	90,  // 104: lehr.v1.Control.CreatePolicyExperiment:input_type -> lehr.v1.CreatePolicyExperimentRequest
-	91,  // 105: lehr.v1.Control.UpdatePolicyExperiment:input_type -> lehr.v1.UpdatePolicyExperimentRequest
-	92,  // 106: lehr.v1.Control.GetPolicyExperiment:input_type -> lehr.v1.GetPolicyExperimentRequest
-	93,  // 107: lehr.v1.Control.ListPolicyExperiments:input_type -> lehr.v1.ListPolicyExperimentsRequest
-	94,  // 108: lehr.v1.Control.DeletePolicyExperiment:input_type -> lehr.v1.DeletePolicyExperimentRequest
-	95,  // 109: lehr.v1.Control.StartPreviewPolicyExperiment:input_type -> lehr.v1.StartPreviewPolicyExperimentRequest
-	96,  // 110: lehr.v1.Control.StopPreviewPolicyExperiment:input_type -> lehr.v1.StopPreviewPolicyExperimentRequest
-	97,  // 111: lehr.v1.Control.CommitPolicyExperiment:input_type -> lehr.v1.CommitPolicyExperimentRequest
-	98,  // 112: lehr.v1.Control.DeletePolicy:input_type -> lehr.v1.DeletePolicyRequest
-	99,  // 113: lehr.v1.Control.GetPolicyExperimentCounts:input_type -> lehr.v1.GetPolicyExperimentCountsRequest
-	3,   // 114: lehr.v1.Control.ListAuditRecords:input_type -> lehr.v1.ListAuditRecordsRequest
-	75,  // 115: lehr.v1.Control.CreateDomain:output_type -> lehr.v1.Domain
-	75,  // 116: lehr.v1.Control.GetDomain:output_type -> lehr.v1.Domain
-	21,  // 117: lehr.v1.Control.ListDomains:output_type -> lehr.v1.ListDomainsResponse
-	75,  // 118: lehr.v1.Control.UpdateDomain:output_type -> lehr.v1.Domain
-	77,  // 119: lehr.v1.Control.CreateNamespace:output_type -> lehr.v1.Namespace
-	77,  // 120: lehr.v1.Control.GetNamespace:output_type -> lehr.v1.Namespace
-	25,  // 121: lehr.v1.Control.ListNamespaces:output_type -> lehr.v1.ListNamespacesResponse
-	27,  // 122: lehr.v1.Control.Publish:output_type -> lehr.v1.PublishResponse
-	29,  // 123: lehr.v1.Control.Patch:output_type -> lehr.v1.PatchResponse
-	31,  // 124: lehr.v1.Control.Get:output_type -> lehr.v1.GetResponse
-	33,  // 125: lehr.v1.Control.History:output_type -> lehr.v1.HistoryResponse
-	36,  // 126: lehr.v1.Control.Diff:output_type -> lehr.v1.DiffResponse
-	38,  // 127: lehr.v1.Control.Rollback:output_type -> lehr.v1.RollbackResponse
-	40,  // 128: lehr.v1.Control.CompactNamespace:output_type -> lehr.v1.CompactNamespaceResponse
-	81,  // 129: lehr.v1.Control.CreateZone:output_type -> lehr.v1.Zone
-	100, // 130: lehr.v1.Control.DeleteZone:output_type -> google.protobuf.Empty
-	44,  // 131: lehr.v1.Control.ListZones:output_type -> lehr.v1.ListZonesResponse
-	46,  // 132: lehr.v1.Control.GetGoals:output_type -> lehr.v1.GetGoalsResponse
-	49,  // 133: lehr.v1.Control.WatchGoals:output_type -> lehr.v1.WatchGoalsResponse
-	51,  // 134: lehr.v1.Control.FetchVersion:output_type -> lehr.v1.FetchVersionResponse
-	53,  // 135: lehr.v1.Control.FetchDelta:output_type -> lehr.v1.FetchDeltaResponse
-	61,  // 136: lehr.v1.Control.ReportZoneStatus:output_type -> lehr.v1.ReportZoneStatusResponse
-	67,  // 137: lehr.v1.Control.GetZoneStatus:output_type -> lehr.v1.GetZoneStatusResponse
-	64,  // 138: lehr.v1.Control.GetStoreStatus:output_type -> lehr.v1.StoreStatus
-	73,  // 139: lehr.v1.Control.SetRolloutPolicy:output_type -> lehr.v1.RolloutPolicyRecord
-	73,  // 140: lehr.v1.Control.DeleteRolloutPolicy:output_type -> lehr.v1.RolloutPolicyRecord
-	14,  // 141: lehr.v1.Control.GetRolloutPolicy:output_type -> lehr.v1.GetRolloutPolicyResponse
-	16,  // 142: lehr.v1.Control.RolloutPolicyHistory:output_type -> lehr.v1.RolloutPolicyHistoryResponse
-	70,  // 143: lehr.v1.Control.GetRollout:output_type -> lehr.v1.Rollout
-	8,   // 144: lehr.v1.Control.ListRollouts:output_type -> lehr.v1.ListRolloutsResponse
-	10,  // 145: lehr.v1.Control.ListRolloutEvents:output_type -> lehr.v1.ListRolloutEventsResponse
-	70,  // 146: lehr.v1.Control.UpdateRollout:output_type -> lehr.v1.Rollout
-	101, // 147: lehr.v1.Control.Evaluate:output_type -> lehr.v1.CanaryEvaluation
-	101, // 148: lehr.v1.Control.GetCanaryEvaluation:output_type -> lehr.v1.CanaryEvaluation
-	102, // 149: lehr.v1.Control.ListCanaryEvaluations:output_type -> lehr.v1.ListCanaryEvaluationsResponse
-	103, // 150: lehr.v1.Control.GetPolicy:output_type -> lehr.v1.Policy
-	104, // 151: lehr.v1.Control.CreatePolicyExperiment:output_type -> google.longrunning.Operation
-	104, // 152: lehr.v1.Control.UpdatePolicyExperiment:output_type -> google.longrunning.Operation
-	105, // 153: lehr.v1.Control.GetPolicyExperiment:output_type -> lehr.v1.PolicyExperiment
-	106, // 154: lehr.v1.Control.ListPolicyExperiments:output_type -> lehr.v1.ListPolicyExperimentsResponse
-	104, // 155: lehr.v1.Control.DeletePolicyExperiment:output_type -> google.longrunning.Operation
-	104, // 156: lehr.v1.Control.StartPreviewPolicyExperiment:output_type -> google.longrunning.Operation
-	104, // 157: lehr.v1.Control.StopPreviewPolicyExperiment:output_type -> google.longrunning.Operation
-	104, // 158: lehr.v1.Control.CommitPolicyExperiment:output_type -> google.longrunning.Operation
-	104, // 159: lehr.v1.Control.DeletePolicy:output_type -> google.longrunning.Operation
-	107, // 160: lehr.v1.Control.GetPolicyExperimentCounts:output_type -> lehr.v1.PolicyExperimentCounts
-	4,   // 161: lehr.v1.Control.ListAuditRecords:output_type -> lehr.v1.ListAuditRecordsResponse
-	115, // [115:162] is the sub-list for method output_type
-	68,  // [68:115] is the sub-list for method input_type
-	68,  // [68:68] is the sub-list for extension type_name
-	68,  // [68:68] is the sub-list for extension extendee
-	0,   // [0:68] is the sub-list for field type_name
+	88,  // 53: lehr.v1.NamespacePreviewCounts.counts:type_name -> lehr.v1.HostPreviewCounts
+	89,  // 54: lehr.v1.HostSignals.signals:type_name -> lehr.v1.NamespaceSignals
+	90,  // 55: lehr.v1.HostReport.report:type_name -> lehr.v1.NamespaceReport
+	73,  // 56: lehr.v1.StoreStatus.read_time:type_name -> google.protobuf.Timestamp
+	70,  // 57: lehr.v1.StoreStatus.domains:type_name -> lehr.v1.DomainStoredBytes
+	73,  // 58: lehr.v1.StoreIdentity.create_time:type_name -> google.protobuf.Timestamp
+	66,  // 59: lehr.v1.ControlStatus.store:type_name -> lehr.v1.StoreIdentity
+	68,  // 60: lehr.v1.ControlStatus.etcd:type_name -> lehr.v1.EtcdClusterStatus
+	69,  // 61: lehr.v1.ControlStatus.replicas:type_name -> lehr.v1.ControlReplica
+	73,  // 62: lehr.v1.ControlReplica.start_time:type_name -> google.protobuf.Timestamp
+	73,  // 63: lehr.v1.ControlReplica.last_seen_time:type_name -> google.protobuf.Timestamp
+	54,  // 64: lehr.v1.DistributorStatus.versions:type_name -> lehr.v1.VersionCount
+	59,  // 65: lehr.v1.DistributorStatus.health:type_name -> lehr.v1.NamespaceHealth
+	60,  // 66: lehr.v1.DistributorStatus.hosts:type_name -> lehr.v1.HostReport
+	58,  // 67: lehr.v1.DistributorStatus.samples:type_name -> lehr.v1.CohortSample
+	57,  // 68: lehr.v1.DistributorStatus.signals:type_name -> lehr.v1.HostSignals
+	56,  // 69: lehr.v1.DistributorStatus.preview:type_name -> lehr.v1.NamespacePreviewCounts
+	71,  // 70: lehr.v1.GetZoneStatusResponse.distributors:type_name -> lehr.v1.DistributorStatus
+	54,  // 71: lehr.v1.GetZoneStatusResponse.versions:type_name -> lehr.v1.VersionCount
+	59,  // 72: lehr.v1.GetZoneStatusResponse.health:type_name -> lehr.v1.NamespaceHealth
+	60,  // 73: lehr.v1.GetZoneStatusResponse.hosts:type_name -> lehr.v1.HostReport
+	17,  // 74: lehr.v1.Control.CreateDomain:input_type -> lehr.v1.CreateDomainRequest
+	19,  // 75: lehr.v1.Control.GetDomain:input_type -> lehr.v1.GetDomainRequest
+	20,  // 76: lehr.v1.Control.ListDomains:input_type -> lehr.v1.ListDomainsRequest
+	18,  // 77: lehr.v1.Control.UpdateDomain:input_type -> lehr.v1.UpdateDomainRequest
+	22,  // 78: lehr.v1.Control.CreateNamespace:input_type -> lehr.v1.CreateNamespaceRequest
+	23,  // 79: lehr.v1.Control.GetNamespace:input_type -> lehr.v1.GetNamespaceRequest
+	24,  // 80: lehr.v1.Control.ListNamespaces:input_type -> lehr.v1.ListNamespacesRequest
+	26,  // 81: lehr.v1.Control.Publish:input_type -> lehr.v1.PublishRequest
+	28,  // 82: lehr.v1.Control.Patch:input_type -> lehr.v1.PatchRequest
+	30,  // 83: lehr.v1.Control.Get:input_type -> lehr.v1.GetRequest
+	32,  // 84: lehr.v1.Control.History:input_type -> lehr.v1.HistoryRequest
+	34,  // 85: lehr.v1.Control.Diff:input_type -> lehr.v1.DiffRequest
+	37,  // 86: lehr.v1.Control.Rollback:input_type -> lehr.v1.RollbackRequest
+	39,  // 87: lehr.v1.Control.CompactNamespace:input_type -> lehr.v1.CompactNamespaceRequest
+	41,  // 88: lehr.v1.Control.CreateZone:input_type -> lehr.v1.CreateZoneRequest
+	42,  // 89: lehr.v1.Control.DeleteZone:input_type -> lehr.v1.DeleteZoneRequest
+	43,  // 90: lehr.v1.Control.ListZones:input_type -> lehr.v1.ListZonesRequest
+	45,  // 91: lehr.v1.Control.GetGoals:input_type -> lehr.v1.GetGoalsRequest
+	47,  // 92: lehr.v1.Control.WatchGoals:input_type -> lehr.v1.WatchGoalsRequest
+	50,  // 93: lehr.v1.Control.FetchVersion:input_type -> lehr.v1.FetchVersionRequest
+	52,  // 94: lehr.v1.Control.FetchDelta:input_type -> lehr.v1.FetchDeltaRequest
+	55,  // 95: lehr.v1.Control.ReportZoneStatus:input_type -> lehr.v1.ReportZoneStatusRequest
+	62,  // 96: lehr.v1.Control.GetZoneStatus:input_type -> lehr.v1.GetZoneStatusRequest
+	63,  // 97: lehr.v1.Control.GetStoreStatus:input_type -> lehr.v1.GetStoreStatusRequest
+	65,  // 98: lehr.v1.Control.GetControlStatus:input_type -> lehr.v1.GetControlStatusRequest
+	11,  // 99: lehr.v1.Control.SetRolloutPolicy:input_type -> lehr.v1.SetRolloutPolicyRequest
+	12,  // 100: lehr.v1.Control.DeleteRolloutPolicy:input_type -> lehr.v1.DeleteRolloutPolicyRequest
+	13,  // 101: lehr.v1.Control.GetRolloutPolicy:input_type -> lehr.v1.GetRolloutPolicyRequest
+	15,  // 102: lehr.v1.Control.RolloutPolicyHistory:input_type -> lehr.v1.RolloutPolicyHistoryRequest
+	6,   // 103: lehr.v1.Control.GetRollout:input_type -> lehr.v1.GetRolloutRequest
+	7,   // 104: lehr.v1.Control.ListRollouts:input_type -> lehr.v1.ListRolloutsRequest
+	9,   // 105: lehr.v1.Control.ListRolloutEvents:input_type -> lehr.v1.ListRolloutEventsRequest
+	5,   // 106: lehr.v1.Control.UpdateRollout:input_type -> lehr.v1.UpdateRolloutRequest
+	91,  // 107: lehr.v1.Control.Evaluate:input_type -> lehr.v1.EvaluateRequest
+	92,  // 108: lehr.v1.Control.GetCanaryEvaluation:input_type -> lehr.v1.GetCanaryEvaluationRequest
+	93,  // 109: lehr.v1.Control.ListCanaryEvaluations:input_type -> lehr.v1.ListCanaryEvaluationsRequest
+	94,  // 110: lehr.v1.Control.GetPolicy:input_type -> lehr.v1.GetPolicyRequest
+	95,  // 111: lehr.v1.Control.CreatePolicyExperiment:input_type -> lehr.v1.CreatePolicyExperimentRequest
+	96,  // 112: lehr.v1.Control.UpdatePolicyExperiment:input_type -> lehr.v1.UpdatePolicyExperimentRequest
+	97,  // 113: lehr.v1.Control.GetPolicyExperiment:input_type -> lehr.v1.GetPolicyExperimentRequest
+	98,  // 114: lehr.v1.Control.ListPolicyExperiments:input_type -> lehr.v1.ListPolicyExperimentsRequest
+	99,  // 115: lehr.v1.Control.DeletePolicyExperiment:input_type -> lehr.v1.DeletePolicyExperimentRequest
+	100, // 116: lehr.v1.Control.StartPreviewPolicyExperiment:input_type -> lehr.v1.StartPreviewPolicyExperimentRequest
+	101, // 117: lehr.v1.Control.StopPreviewPolicyExperiment:input_type -> lehr.v1.StopPreviewPolicyExperimentRequest
+	102, // 118: lehr.v1.Control.CommitPolicyExperiment:input_type -> lehr.v1.CommitPolicyExperimentRequest
+	103, // 119: lehr.v1.Control.DeletePolicy:input_type -> lehr.v1.DeletePolicyRequest
+	104, // 120: lehr.v1.Control.GetPolicyExperimentCounts:input_type -> lehr.v1.GetPolicyExperimentCountsRequest
+	3,   // 121: lehr.v1.Control.ListAuditRecords:input_type -> lehr.v1.ListAuditRecordsRequest
+	80,  // 122: lehr.v1.Control.CreateDomain:output_type -> lehr.v1.Domain
+	80,  // 123: lehr.v1.Control.GetDomain:output_type -> lehr.v1.Domain
+	21,  // 124: lehr.v1.Control.ListDomains:output_type -> lehr.v1.ListDomainsResponse
+	80,  // 125: lehr.v1.Control.UpdateDomain:output_type -> lehr.v1.Domain
+	82,  // 126: lehr.v1.Control.CreateNamespace:output_type -> lehr.v1.Namespace
+	82,  // 127: lehr.v1.Control.GetNamespace:output_type -> lehr.v1.Namespace
+	25,  // 128: lehr.v1.Control.ListNamespaces:output_type -> lehr.v1.ListNamespacesResponse
+	27,  // 129: lehr.v1.Control.Publish:output_type -> lehr.v1.PublishResponse
+	29,  // 130: lehr.v1.Control.Patch:output_type -> lehr.v1.PatchResponse
+	31,  // 131: lehr.v1.Control.Get:output_type -> lehr.v1.GetResponse
+	33,  // 132: lehr.v1.Control.History:output_type -> lehr.v1.HistoryResponse
+	36,  // 133: lehr.v1.Control.Diff:output_type -> lehr.v1.DiffResponse
+	38,  // 134: lehr.v1.Control.Rollback:output_type -> lehr.v1.RollbackResponse
+	40,  // 135: lehr.v1.Control.CompactNamespace:output_type -> lehr.v1.CompactNamespaceResponse
+	86,  // 136: lehr.v1.Control.CreateZone:output_type -> lehr.v1.Zone
+	105, // 137: lehr.v1.Control.DeleteZone:output_type -> google.protobuf.Empty
+	44,  // 138: lehr.v1.Control.ListZones:output_type -> lehr.v1.ListZonesResponse
+	46,  // 139: lehr.v1.Control.GetGoals:output_type -> lehr.v1.GetGoalsResponse
+	49,  // 140: lehr.v1.Control.WatchGoals:output_type -> lehr.v1.WatchGoalsResponse
+	51,  // 141: lehr.v1.Control.FetchVersion:output_type -> lehr.v1.FetchVersionResponse
+	53,  // 142: lehr.v1.Control.FetchDelta:output_type -> lehr.v1.FetchDeltaResponse
+	61,  // 143: lehr.v1.Control.ReportZoneStatus:output_type -> lehr.v1.ReportZoneStatusResponse
+	72,  // 144: lehr.v1.Control.GetZoneStatus:output_type -> lehr.v1.GetZoneStatusResponse
+	64,  // 145: lehr.v1.Control.GetStoreStatus:output_type -> lehr.v1.StoreStatus
+	67,  // 146: lehr.v1.Control.GetControlStatus:output_type -> lehr.v1.ControlStatus
+	78,  // 147: lehr.v1.Control.SetRolloutPolicy:output_type -> lehr.v1.RolloutPolicyRecord
+	78,  // 148: lehr.v1.Control.DeleteRolloutPolicy:output_type -> lehr.v1.RolloutPolicyRecord
+	14,  // 149: lehr.v1.Control.GetRolloutPolicy:output_type -> lehr.v1.GetRolloutPolicyResponse
+	16,  // 150: lehr.v1.Control.RolloutPolicyHistory:output_type -> lehr.v1.RolloutPolicyHistoryResponse
+	75,  // 151: lehr.v1.Control.GetRollout:output_type -> lehr.v1.Rollout
+	8,   // 152: lehr.v1.Control.ListRollouts:output_type -> lehr.v1.ListRolloutsResponse
+	10,  // 153: lehr.v1.Control.ListRolloutEvents:output_type -> lehr.v1.ListRolloutEventsResponse
+	75,  // 154: lehr.v1.Control.UpdateRollout:output_type -> lehr.v1.Rollout
+	106, // 155: lehr.v1.Control.Evaluate:output_type -> lehr.v1.CanaryEvaluation
+	106, // 156: lehr.v1.Control.GetCanaryEvaluation:output_type -> lehr.v1.CanaryEvaluation
+	107, // 157: lehr.v1.Control.ListCanaryEvaluations:output_type -> lehr.v1.ListCanaryEvaluationsResponse
+	108, // 158: lehr.v1.Control.GetPolicy:output_type -> lehr.v1.Policy
+	109, // 159: lehr.v1.Control.CreatePolicyExperiment:output_type -> google.longrunning.Operation
+	109, // 160: lehr.v1.Control.UpdatePolicyExperiment:output_type -> google.longrunning.Operation
+	110, // 161: lehr.v1.Control.GetPolicyExperiment:output_type -> lehr.v1.PolicyExperiment
+	111, // 162: lehr.v1.Control.ListPolicyExperiments:output_type -> lehr.v1.ListPolicyExperimentsResponse
+	109, // 163: lehr.v1.Control.DeletePolicyExperiment:output_type -> google.longrunning.Operation
+	109, // 164: lehr.v1.Control.StartPreviewPolicyExperiment:output_type -> google.longrunning.Operation
+	109, // 165: lehr.v1.Control.StopPreviewPolicyExperiment:output_type -> google.longrunning.Operation
+	109, // 166: lehr.v1.Control.CommitPolicyExperiment:output_type -> google.longrunning.Operation
+	109, // 167: lehr.v1.Control.DeletePolicy:output_type -> google.longrunning.Operation
+	112, // 168: lehr.v1.Control.GetPolicyExperimentCounts:output_type -> lehr.v1.PolicyExperimentCounts
+	4,   // 169: lehr.v1.Control.ListAuditRecords:output_type -> lehr.v1.ListAuditRecordsResponse
+	122, // [122:170] is the sub-list for method output_type
+	74,  // [74:122] is the sub-list for method input_type
+	74,  // [74:74] is the sub-list for extension type_name
+	74,  // [74:74] is the sub-list for extension extendee
+	0,   // [0:74] is the sub-list for field type_name
 }
 
 func init() { file_lehr_v1_control_proto_init() }
@@ -4988,7 +5391,7 @@ func file_lehr_v1_control_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lehr_v1_control_proto_rawDesc), len(file_lehr_v1_control_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   66,
+			NumMessages:   71,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -54,6 +54,7 @@ const (
 	Control_ReportZoneStatus_FullMethodName             = "/lehr.v1.Control/ReportZoneStatus"
 	Control_GetZoneStatus_FullMethodName                = "/lehr.v1.Control/GetZoneStatus"
 	Control_GetStoreStatus_FullMethodName               = "/lehr.v1.Control/GetStoreStatus"
+	Control_GetControlStatus_FullMethodName             = "/lehr.v1.Control/GetControlStatus"
 	Control_SetRolloutPolicy_FullMethodName             = "/lehr.v1.Control/SetRolloutPolicy"
 	Control_DeleteRolloutPolicy_FullMethodName          = "/lehr.v1.Control/DeleteRolloutPolicy"
 	Control_GetRolloutPolicy_FullMethodName             = "/lehr.v1.Control/GetRolloutPolicy"
@@ -142,6 +143,13 @@ type ControlClient interface {
 	// its quota and the marks where new content is refused — and what each
 	// domain stores (lehr store).
 	GetStoreStatus(ctx context.Context, in *GetStoreStatusRequest, opts ...grpc.CallOption) (*StoreStatus, error)
+	// GetControlStatus says which store the answering control replica
+	// serves (the store's identity), where that store is (its etcd), the
+	// control replicas registered in it, which of them leads the rollout
+	// strategist, and which replica answered (lehr control status). Every
+	// user may read it. Every response of control, this one included,
+	// carries the store's id in the gRPC header lehr-store-id.
+	GetControlStatus(ctx context.Context, in *GetControlStatusRequest, opts ...grpc.CallOption) (*ControlStatus, error)
 	// Rollout policies: a domain's default and a namespace's override.
 	// SetRolloutPolicy validates the policy against the registered zones and
 	// stores it as the scope's next generation; setting the policy a scope
@@ -469,6 +477,16 @@ func (c *controlClient) GetStoreStatus(ctx context.Context, in *GetStoreStatusRe
 	return out, nil
 }
 
+func (c *controlClient) GetControlStatus(ctx context.Context, in *GetControlStatusRequest, opts ...grpc.CallOption) (*ControlStatus, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ControlStatus)
+	err := c.cc.Invoke(ctx, Control_GetControlStatus_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *controlClient) SetRolloutPolicy(ctx context.Context, in *SetRolloutPolicyRequest, opts ...grpc.CallOption) (*RolloutPolicyRecord, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(RolloutPolicyRecord)
@@ -762,6 +780,13 @@ type ControlServer interface {
 	// its quota and the marks where new content is refused — and what each
 	// domain stores (lehr store).
 	GetStoreStatus(context.Context, *GetStoreStatusRequest) (*StoreStatus, error)
+	// GetControlStatus says which store the answering control replica
+	// serves (the store's identity), where that store is (its etcd), the
+	// control replicas registered in it, which of them leads the rollout
+	// strategist, and which replica answered (lehr control status). Every
+	// user may read it. Every response of control, this one included,
+	// carries the store's id in the gRPC header lehr-store-id.
+	GetControlStatus(context.Context, *GetControlStatusRequest) (*ControlStatus, error)
 	// Rollout policies: a domain's default and a namespace's override.
 	// SetRolloutPolicy validates the policy against the registered zones and
 	// stores it as the scope's next generation; setting the policy a scope
@@ -911,6 +936,9 @@ func (UnimplementedControlServer) GetZoneStatus(context.Context, *GetZoneStatusR
 }
 func (UnimplementedControlServer) GetStoreStatus(context.Context, *GetStoreStatusRequest) (*StoreStatus, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetStoreStatus not implemented")
+}
+func (UnimplementedControlServer) GetControlStatus(context.Context, *GetControlStatusRequest) (*ControlStatus, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetControlStatus not implemented")
 }
 func (UnimplementedControlServer) SetRolloutPolicy(context.Context, *SetRolloutPolicyRequest) (*RolloutPolicyRecord, error) {
 	return nil, status.Error(codes.Unimplemented, "method SetRolloutPolicy not implemented")
@@ -1427,6 +1455,24 @@ func _Control_GetStoreStatus_Handler(srv interface{}, ctx context.Context, dec f
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Control_GetControlStatus_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetControlStatusRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ControlServer).GetControlStatus(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Control_GetControlStatus_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ControlServer).GetControlStatus(ctx, req.(*GetControlStatusRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _Control_SetRolloutPolicy_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(SetRolloutPolicyRequest)
 	if err := dec(in); err != nil {
@@ -1939,6 +1985,10 @@ var Control_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "GetStoreStatus",
 			Handler:    _Control_GetStoreStatus_Handler,
+		},
+		{
+			MethodName: "GetControlStatus",
+			Handler:    _Control_GetControlStatus_Handler,
 		},
 		{
 			MethodName: "SetRolloutPolicy",
