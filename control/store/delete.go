@@ -449,6 +449,7 @@ func (s *Store) DeleteDomain(ctx context.Context, domain string, o DeleteOptions
 		if err := decode(dkey, rs[0].Kvs[0].Value, d); err != nil {
 			return false, fmt.Errorf("store: delete domain %s: %w", domain, err)
 		}
+		d.Etag = domainEtag(rs[0].Kvs[0].ModRevision)
 		heads, _, err := readHeads(rs[2])
 		if err != nil {
 			return false, fmt.Errorf("store: delete domain %s: %w", domain, err)
