@@ -418,9 +418,11 @@ type Acl struct {
 	// and policy experiments (create, update, delete, start, stop,
 	// commit). Empty: the admins only.
 	Operators []string `protobuf:"bytes,3,rep,name=operators,proto3" json:"operators,omitempty"`
-	// May change the domain (UpdateDomain) and do all of the above. Empty:
-	// an open domain, where every user may do everything. A user who
-	// creates a domain without admins becomes its admin.
+	// May change the domain (UpdateDomain), compact and delete its
+	// namespaces (CompactNamespace, DeleteNamespace), delete the domain
+	// (DeleteDomain) and do all of the above. Empty: an open domain, where
+	// every user may do everything. A user who creates a domain without
+	// admins becomes its admin.
 	Admins        []string `protobuf:"bytes,4,rep,name=admins,proto3" json:"admins,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
