@@ -46,7 +46,9 @@ package store
 // loses to the deletion finds what it guards on gone: a commit whose head
 // or domain vanished, a goal or rollout step whose versions or head did
 // (SetGoal, PutRollout), a zone registered with goals of a namespace that
-// no longer exists (createZone guards on the tombstones).
+// no longer exists (createZone guards on the tombstones). The zone reports
+// a namespace's Check is given are the exception: they change every few
+// seconds, so they are read as they are, zone by zone, and not guarded.
 
 import (
 	"context"
@@ -76,8 +78,10 @@ type DeletionState struct {
 	Namespaces []*lehrpb.Namespace
 	// Rollouts are the namespace's rollouts (DeleteNamespace only).
 	Rollouts []*lehrpb.Rollout
-	// Reports are the live reports of every zone's distributors, by zone
-	// (DeleteNamespace with DeleteOptions.ReadReports only).
+	// Reports are the live reports of every zone's distributors, by zone,
+	// with only their versions and health of Namespaces (DeleteNamespace
+	// with DeleteOptions.ReadReports only; read as they are now, not at
+	// the revision of the rest).
 	Reports map[string][]*lehrpb.DistributorStatus
 }
 
@@ -186,6 +190,46 @@ func (s *Store) zoneNames(r *clientv3.GetResponse) []string {
 	return zones
 }
 
+// reportsAbout reads the live reports of zones, a zone at a time (a
+// report may be up to MaxZoneReportBytes), and keeps of each only what it
+// says of the namespaces of heads: its id, agents, versions and health.
+// Reports change every few seconds and are read as they are now, not at a
+// deletion's revision: NAMESPACE_IN_USE is as of the read.
+func (s *Store) reportsAbout(ctx context.Context, zones []string, heads []*lehrpb.Namespace) (map[string][]*lehrpb.DistributorStatus, error) {
+	of := make(map[string]bool, len(heads))
+	for _, h := range heads {
+		of[h.GetName()] = true
+	}
+	out := map[string][]*lehrpb.DistributorStatus{}
+	for _, z := range zones {
+		prefix := s.lay.zoneStatusPrefix(z)
+		resp, err := s.get(ctx, prefix, clientv3.WithPrefix())
+		if err != nil {
+			return nil, fmt.Errorf("zone status %s: %w", z, err)
+		}
+		for _, kv := range resp.Kvs {
+			d := new(lehrpb.DistributorStatus)
+			if err := decode(string(kv.Key), kv.Value, d); err != nil {
+				s.log.Error("store: skipping a zone status report", "zone", z, "err", err)
+				continue // it expires with its lease
+			}
+			kept := &lehrpb.DistributorStatus{DistributorId: strings.TrimPrefix(string(kv.Key), prefix), Agents: d.GetAgents()}
+			for _, v := range d.GetVersions() {
+				if of[v.GetNamespace()] {
+					kept.Versions = append(kept.Versions, v)
+				}
+			}
+			for _, h := range d.GetHealth() {
+				if of[h.GetNamespace()] {
+					kept.Health = append(kept.Health, h)
+				}
+			}
+			out[z] = append(out[z], kept)
+		}
+	}
+	return out, nil
+}
+
 // countVersions counts the version records of each of nss at revision
 // rev, in reads of at most maxOpsPerTxn ranges.
 func (s *Store) countVersions(ctx context.Context, nss []*lehrpb.Namespace, rev int64) (int, error) {
@@ -241,9 +285,6 @@ func (s *Store) DeleteNamespace(ctx context.Context, ns string, o DeleteOptions)
 			ops = append(ops, clientv3.OpGet(s.lay.nsmeta(preview)),
 				clientv3.OpGet(s.lay.versionsPrefix(preview), clientv3.WithPrefix(), clientv3.WithCountOnly()))
 		}
-		if o.ReadReports {
-			ops = append(ops, clientv3.OpGet(s.lay.zoneStatusesPrefix(), clientv3.WithPrefix()))
-		}
 		rs, rev, err := s.readAt(ctx, ops...)
 		if err != nil {
 			return false, fmt.Errorf("store: delete namespace %s: %w", ns, err)
@@ -281,17 +322,8 @@ func (s *Store) DeleteNamespace(ctx context.Context, ns string, o DeleteOptions)
 			st.Rollouts = append(st.Rollouts, r)
 		}
 		if o.ReadReports {
-			st.Reports = map[string][]*lehrpb.DistributorStatus{}
-			prefix := s.lay.zoneStatusesPrefix()
-			for _, kv := range rs[len(rs)-1].Kvs {
-				d := new(lehrpb.DistributorStatus)
-				if err := decode(string(kv.Key), kv.Value, d); err != nil {
-					s.log.Error("store: skipping a zone status report", "key", string(kv.Key), "err", err)
-					continue // it expires with its lease
-				}
-				z, id, _ := strings.Cut(string(kv.Key)[len(prefix):], "/")
-				d.DistributorId = id
-				st.Reports[z] = append(st.Reports[z], d)
+			if st.Reports, err = s.reportsAbout(ctx, s.zoneNames(rs[iZones]), heads); err != nil {
+				return false, fmt.Errorf("store: delete namespace %s: %w", ns, err)
 			}
 		}
 		if o.Check != nil {
