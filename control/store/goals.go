@@ -68,8 +68,7 @@ func (s *Store) createZone(ctx context.Context, zone string) (*lehrpb.Zone, bool
 		rs, rev, err := s.readAt(ctx,
 			clientv3.OpGet(zkey),
 			clientv3.OpGet(s.lay.zonesPrefix(), clientv3.WithPrefix(), clientv3.WithCountOnly()),
-			clientv3.OpGet(s.lay.nsmetaPrefix(), clientv3.WithPrefix()),
-			clientv3.OpGet(s.lay.goalsZone(zone), clientv3.WithPrefix(), clientv3.WithKeysOnly()))
+			clientv3.OpGet(s.lay.nsmetaPrefix(), clientv3.WithPrefix()))
 		if err != nil {
 			return false, fmt.Errorf("store: create zone %s: %w", zone, err)
 		}
@@ -92,7 +91,14 @@ func (s *Store) createZone(ctx context.Context, zone string) (*lehrpb.Zone, bool
 		// Goals of the unregistered zone for namespaces deleted since
 		// they were written (by an earlier round, or a CreateZone that
 		// died midway) go.
-		for _, kv := range rs[3].Kvs {
+		left, err := s.get(ctx, s.lay.goalsZone(zone), clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithRev(rev))
+		if errors.Is(err, rpctypes.ErrCompacted) {
+			return false, nil // etcd compacted rev meanwhile: read again
+		}
+		if err != nil {
+			return false, fmt.Errorf("store: create zone %s: %w", zone, err)
+		}
+		for _, kv := range left.Kvs {
 			if ns := s.lay.nsFromGoal(zone, string(kv.Key)); !exists[ns] {
 				goals = append(goals, clientv3.OpDelete(string(kv.Key)))
 			}
