@@ -136,6 +136,9 @@ func (b *backend) Status(context.Context) (*lehrpb.StatusResponse, error) {
 			Subscribers: int32(leaseCount[ns]),
 			Upstream:    a.up.Subscribed(ns),
 			Path:        path,
+			// NOT_FOUND once the namespace has no goal in the zone (deleted
+			// upstream): the file stays, at the version held.
+			Unavailable: a.up.Unavailable(ns),
 		}
 		if st.reportVersion == st.held.Seq && st.held.Seq > 0 {
 			s.Applied, s.ApplyErrors = int32(len(st.applied)), int32(len(st.rejected))

@@ -22,10 +22,11 @@
 //   - If the agent goes away, the last good view stays and the client keeps
 //     trying to renew its lease; it also keeps watching the file.
 //   - If the agent's distributor cannot serve the namespace — this host is
-//     not among its domain's readers, it has no goal in the zone — the
-//     subscription waits and says why: Subscription.Unavailable (matching
-//     ErrForbidden for a reader ACL) and a warning in the log saying what
-//     to do.
+//     not among its domain's readers, it has no goal in the zone (never
+//     published, or deleted upstream) — the subscription waits and says
+//     why: Subscription.Unavailable (matching ErrForbidden for a reader
+//     ACL; NOT_FOUND for a namespace deleted upstream, whose last view
+//     stays as it is) and a warning in the log saying what to do.
 //
 // Package consumer imports nothing of the agent, distributor or control.
 package consumer

@@ -21,7 +21,8 @@ var ErrForbidden = errors.New("consumer: this host may not receive the namespace
 type UnavailableError struct {
 	Namespace string
 	// Reason is the distributor's: FORBIDDEN, NOT_FOUND (no goal in the
-	// zone), NOT_READY or OVER_QUOTA.
+	// zone: never published, or deleted upstream — the view then stays at
+	// the version it has), NOT_READY or OVER_QUOTA.
 	Reason lehrpb.UnavailableReason
 	// Detail is the distributor's explanation, e.g. which acl.readers.
 	Detail string
@@ -45,7 +46,7 @@ func (e *UnavailableError) advice() string {
 	case lehrpb.UnavailableReason_UNAVAILABLE_REASON_FORBIDDEN:
 		return fmt.Sprintf("ask an admin of domain %s to add this host or its zone to the domain's readers ('lehr domain update %s --readers ZONE,ZONE/HOST,…'), or subscribe on a host they admit", domain, domain)
 	case lehrpb.UnavailableReason_UNAVAILABLE_REASON_NOT_FOUND:
-		return "check the namespace's name, and that a version of it was published ('lehr history " + e.Namespace + "'); content follows once it has a goal in this zone"
+		return "check the namespace's name, and that it exists ('lehr history " + e.Namespace + "'): a namespace deleted upstream stays at the version this host holds; content follows once it has a goal in this zone (published, or published again)"
 	case lehrpb.UnavailableReason_UNAVAILABLE_REASON_OVER_QUOTA:
 		return fmt.Sprintf("domain %s's subscriptions at this distributor are at its quota (max_subscriptions): served when one ends, or raise the quota ('lehr domain update %s')", domain, domain)
 	}

@@ -109,3 +109,46 @@ func (c *Client) ListNamespaces(ctx context.Context, domain string) ([]*lehrpb.N
 		}
 	}
 }
+
+// DeleteOptions are the conditions of a deletion (DeleteNamespace,
+// DeleteDomain). The zero value deletes whatever the resource holds now,
+// unless something stands in the way.
+type DeleteOptions struct {
+	// Etag, if set, deletes only the resource as it was read — its
+	// Namespace.etag or Domain.etag; a newer one fails with Aborted
+	// (ETAG_MISMATCH) and deletes nothing.
+	Etag string
+	// Force deletes a namespace even while hosts subscribe to it or a
+	// rollout of it is in flight, and a domain with its namespaces; without
+	// it those fail with FailedPrecondition (NAMESPACE_IN_USE,
+	// ROLLOUT_IN_FLIGHT, DOMAIN_NOT_EMPTY) and delete nothing.
+	Force bool
+	// Message says why, for the audit log.
+	Message string
+}
+
+// DeleteNamespace deletes namespace ns and everything of it: its versions,
+// every zone's goal, its rollouts, policies, experiments and, for a
+// policy, its preview namespace; its domain's stored bytes are credited
+// back. Hosts that hold it keep their copy and are told it is NOT_FOUND.
+// A namespace created again under the name continues its version numbers.
+// Only the domain's admins (and fleet admins) may. Retries after an
+// unavailable control are safe: the deletion carries one request id.
+func (c *Client) DeleteNamespace(ctx context.Context, ns string, o DeleteOptions) error {
+	id := newRequestID()
+	return c.call(ctx, "delete namespace "+ns, func(ctx context.Context) error {
+		_, err := c.rpc.DeleteNamespace(ctx, &lehrpb.DeleteNamespaceRequest{Name: ns, Etag: o.Etag, Force: o.Force, Message: o.Message, RequestId: id})
+		return err
+	})
+}
+
+// DeleteDomain deletes a domain; with o.Force its namespaces too (as
+// DeleteNamespace does each). Only the domain's admins (and fleet admins)
+// may.
+func (c *Client) DeleteDomain(ctx context.Context, name string, o DeleteOptions) error {
+	id := newRequestID()
+	return c.call(ctx, "delete domain "+name, func(ctx context.Context) error {
+		_, err := c.rpc.DeleteDomain(ctx, &lehrpb.DeleteDomainRequest{Name: name, Etag: o.Etag, Force: o.Force, Message: o.Message, RequestId: id})
+		return err
+	})
+}

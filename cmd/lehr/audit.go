@@ -100,6 +100,9 @@ func writeAudit(w io.Writer, recs []*lehrpb.AuditRecord) {
 		if r.GetError() != "" {
 			res += ": " + oneLine(r.GetError())
 		}
+		if d := r.GetDetail(); d != "" {
+			res += " (" + oneLine(d) + ")"
+		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", fmtTime(r.GetTime()), orDash(r.GetAuthor()), clean(r.GetMethod()),
 			orDash(r.GetTarget()), v, res, orDash(oneLine(r.GetMessage())))
 	}

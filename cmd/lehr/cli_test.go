@@ -70,6 +70,11 @@ func TestDispatchExitCodes(t *testing.T) {
 		{args: []string{"domain", "rename"}, wantCode: exitUsage, wantStderr: `unknown subcommand "rename"`},
 		{args: []string{"domain", "--help"}, wantCode: exitOK, wantStdout: "Subcommands:"},
 		{args: []string{"domain", "create"}, wantCode: exitUsage, wantStderr: "missing domain NAME"},
+		{args: []string{"domain", "delete"}, wantCode: exitUsage, wantStderr: "lehr domain delete: missing domain NAME"},
+		{args: []string{"domain", "delete", "a", "b"}, wantCode: exitUsage, wantStderr: `unexpected argument "b"`},
+		{args: []string{"delete"}, wantCode: exitUsage, wantStderr: "lehr delete: missing namespace NS"},
+		{args: []string{"delete", "a/b", "--forse"}, wantCode: exitUsage, wantStderr: "flag provided but not defined: -forse"},
+		{args: []string{"help", "delete"}, wantCode: exitOK, wantStdout: "lehr delete — delete a namespace and its history"},
 		{args: []string{"control", "--log-level", "loud"}, wantCode: exitUsage, wantStderr: `--log-level "loud"`},
 		{args: []string{"control", "--keep-last", "0"}, wantCode: exitUsage, wantStderr: "--keep-last 0: want 1 or more"},
 		{args: []string{"control", "--keep-for", "0s"}, wantCode: exitUsage, wantStderr: "--keep-for 0s: want a positive duration"},
@@ -101,7 +106,7 @@ func TestDispatchExitCodes(t *testing.T) {
 
 // Every command's help teaches: summary, a paragraph, flags and examples.
 func TestEveryCommandHasHelp(t *testing.T) {
-	names := [][]string{{"domain", "create"}, {"domain", "get"}, {"domain", "update"}, {"domain", "list"}, {"certs", "init"}, {"certs", "issue"}, {"control", "status"}}
+	names := [][]string{{"domain", "create"}, {"domain", "get"}, {"domain", "update"}, {"domain", "list"}, {"domain", "delete"}, {"certs", "init"}, {"certs", "issue"}, {"control", "status"}}
 	for _, c := range commands() {
 		switch c.name {
 		case "help", "domain", "certs":
@@ -224,7 +229,7 @@ func TestHelpGolden(t *testing.T) {
 	var b strings.Builder
 	for _, args := range [][]string{
 		{"certs", "--help"}, {"certs", "issue", "--help"}, {"watch", "--help"},
-		{"zones", "--help"}, {"distributor", "--help"}, {"control", "status", "--help"},
+		{"zones", "--help"}, {"distributor", "--help"}, {"control", "status", "--help"}, {"delete", "--help"}, {"domain", "delete", "--help"},
 	} {
 		code, stdout, stderr := runCLI(t, nil, args...)
 		if code != exitOK || stderr != "" {

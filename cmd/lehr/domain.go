@@ -18,6 +18,7 @@ func runDomain(ctx context.Context, e *env, args []string) int {
 		{"get", "show a domain", runDomainGet},
 		{"update", "change a domain's description, quotas or ACL", runDomainUpdate},
 		{"list", "list domains", runDomainList},
+		{"delete", "delete a domain", runDomainDelete},
 	}
 	if len(args) > 0 {
 		for _, s := range subs {
@@ -32,9 +33,9 @@ func runDomain(ctx context.Context, e *env, args []string) int {
 	} else if len(args) > 0 {
 		fmt.Fprintf(e.stderr, "lehr domain: unknown subcommand %q\n\n", args[0])
 	}
-	fmt.Fprint(w, `lehr domain — create, show and list domains
+	fmt.Fprint(w, `lehr domain — create, show, list and delete domains
 
-Usage: lehr domain create|get|update|list [ARGS] [FLAGS]
+Usage: lehr domain create|get|update|list|delete [ARGS] [FLAGS]
 
 A domain is a tenant (a product, a team): it owns namespaces ("DOMAIN/NAME"),
 carries quotas (namespace size, property count, publish rate) and an ACL of
@@ -46,6 +47,7 @@ Subcommands:
   get NAME      show a domain's quotas and ACL
   update NAME   change a domain's description, quotas or ACL (its admins only)
   list          list every domain
+  delete NAME   delete a domain; with --force its namespaces too (its admins only)
 
 Run 'lehr domain SUBCOMMAND --help' for flags and examples.
 `)

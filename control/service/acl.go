@@ -46,6 +46,7 @@ var aclActions = map[string]aclAction{
 	"CreatePolicyExperiment": actOperate, "UpdatePolicyExperiment": actOperate, "DeletePolicyExperiment": actOperate,
 	"StartPreviewPolicyExperiment": actOperate, "StopPreviewPolicyExperiment": actOperate, "CommitPolicyExperiment": actOperate,
 	"UpdateDomain": actAdminister, "CompactNamespace": actAdminister,
+	"DeleteNamespace": actAdminister, "DeleteDomain": actAdminister,
 }
 
 // list returns the ACL list of a, and its field name.
@@ -104,7 +105,8 @@ func (s *Service) ACLInterceptor(ctx context.Context, req any, info *grpc.UnaryS
 	}
 	if act == actAdminister && s.fleetAdmin(ctx) {
 		// A fleet admin administers every domain: sets its quotas (above
-		// the defaults too), compacts its history.
+		// the defaults too), compacts its history, deletes its namespaces
+		// and the domain itself.
 		return handler(ctx, req)
 	}
 	if err := allowed(d, user, act, method); err != nil {

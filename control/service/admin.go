@@ -52,7 +52,7 @@ func (s *Service) CreateDomain(ctx context.Context, req *lehrpb.CreateDomainRequ
 		return nil, err
 	}
 	in := proto.Clone(d).(*lehrpb.Domain)
-	in.CreateTime, in.Usage, in.EffectiveQuotas = nil, nil, nil
+	in.CreateTime, in.Usage, in.EffectiveQuotas, in.Etag = nil, nil, nil, ""
 	in.CreatedBy = s.attribute(ctx, "").author
 	// A user who creates a domain without admins administers it: a domain
 	// made over mutual TLS is never open by accident.
@@ -255,6 +255,7 @@ func (s *Service) CreateNamespace(ctx context.Context, req *lehrpb.CreateNamespa
 	}
 	s.log.Info("control: created namespace", "namespace", out.GetName(), "kind", out.GetKind().String(),
 		"schema", out.GetJsonSchema() != "")
+	withEtags(out)
 	return out, nil
 }
 
@@ -268,6 +269,7 @@ func (s *Service) GetNamespace(ctx context.Context, req *lehrpb.GetNamespaceRequ
 	if err != nil {
 		return nil, withField(s.apiError(ctx, err), "name")
 	}
+	withEtags(ns)
 	return ns, nil
 }
 
@@ -292,6 +294,7 @@ func (s *Service) ListNamespaces(ctx context.Context, req *lehrpb.ListNamespaces
 	if err != nil {
 		return nil, err
 	}
+	withEtags(nss...)
 	resp := &lehrpb.ListNamespacesResponse{Namespaces: nss}
 	if len(nss) > size {
 		resp.Namespaces = nss[:size]

@@ -2,6 +2,7 @@ package service
 
 import (
 	"context"
+	"fmt"
 	"path"
 	"strings"
 	"sync"
@@ -28,7 +29,8 @@ var auditedMethods = map[string]bool{
 	"Evaluate":               true,
 	"CreatePolicyExperiment": true, "UpdatePolicyExperiment": true, "DeletePolicyExperiment": true,
 	"StartPreviewPolicyExperiment": true, "StopPreviewPolicyExperiment": true, "CommitPolicyExperiment": true,
-	"DeletePolicy": true,
+	"DeletePolicy":    true,
+	"DeleteNamespace": true, "DeleteDomain": true,
 }
 
 // AuditInterceptor records every call to a mutating method in the audit
@@ -41,8 +43,9 @@ func (s *Service) AuditInterceptor(ctx context.Context, req any, info *grpc.Unar
 	if !auditedMethods[method] {
 		return handler(ctx, req)
 	}
-	resp, err := handler(ctx, req)
-	rec := &lehrpb.AuditRecord{Time: timestamppb.New(s.now()), Method: method, Code: "OK"}
+	note := new(auditNote)
+	resp, err := handler(context.WithValue(ctx, auditNoteKey{}, note), req)
+	rec := &lehrpb.AuditRecord{Time: timestamppb.New(s.now()), Method: method, Code: "OK", Detail: note.get()}
 	if m, ok := req.(proto.Message); ok {
 		rec.Target, rec.Message = auditTarget(m.ProtoReflect())
 		c := s.attribute(ctx, stringField(m.ProtoReflect(), "author"))
@@ -67,6 +70,31 @@ func (s *Service) AuditInterceptor(ctx context.Context, req any, info *grpc.Unar
 	}
 	s.audit.add(s, rec)
 	return resp, err
+}
+
+// auditNote is what a handler says of its call for the audit record
+// (AuditRecord.detail), handed to it by AuditInterceptor in its context.
+type auditNote struct {
+	mu     sync.Mutex
+	detail string
+}
+
+type auditNoteKey struct{}
+
+func (n *auditNote) get() string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.detail
+}
+
+// noteAudit sets the detail of the audit record of the call of ctx; it
+// does nothing for a call the audit log does not record.
+func noteAudit(ctx context.Context, format string, args ...any) {
+	if n, ok := ctx.Value(auditNoteKey{}).(*auditNote); ok {
+		n.mu.Lock()
+		n.detail = fmt.Sprintf(format, args...)
+		n.mu.Unlock()
+	}
 }
 
 // Audit records what control does by itself — the rollout strategist's
@@ -157,7 +185,7 @@ const maxAuditField = 1 << 10
 // maxAuditField bytes of valid UTF-8 (excerpt.Truncate; a field cut says
 // how long it was).
 func boundAudit(rec *lehrpb.AuditRecord) {
-	for _, f := range []*string{&rec.Author, &rec.TransportIdentity, &rec.Target, &rec.Domain, &rec.Message, &rec.Error} {
+	for _, f := range []*string{&rec.Author, &rec.TransportIdentity, &rec.Target, &rec.Domain, &rec.Message, &rec.Error, &rec.Detail} {
 		*f = excerpt.Truncate(strings.ToValidUTF8(*f, "\uFFFD"), maxAuditField)
 	}
 }

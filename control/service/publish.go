@@ -480,5 +480,6 @@ func (s *Service) CompactNamespace(ctx context.Context, req *lehrpb.CompactNames
 	}
 	s.log.Info("control: compacted a namespace's history", "namespace", req.GetName(), "keep_last", req.GetKeepLast(),
 		"versions_removed", removed, "stored_bytes", ns.GetStoredBytes(), "by", s.attribute(ctx, "").author)
+	withEtags(ns)
 	return &lehrpb.CompactNamespaceResponse{VersionsRemoved: int32(removed), Namespace: ns}, nil
 }

@@ -37,6 +37,7 @@ func (s *Store) CreateDomain(ctx context.Context, d *lehrpb.Domain) (*lehrpb.Dom
 	}
 	d = proto.CloneOf(d)
 	d.CreateTime = timestamppb.New(s.opts.Now())
+	d.Etag = ""
 	b, err := encode(d)
 	if err != nil {
 		return nil, fmt.Errorf("store: create domain %s: %w", d.GetName(), err)
@@ -51,8 +52,14 @@ func (s *Store) CreateDomain(ctx context.Context, d *lehrpb.Domain) (*lehrpb.Dom
 	if !resp.Succeeded {
 		return nil, fmt.Errorf("store: create domain %s: %w", d.GetName(), ErrAlreadyExists)
 	}
+	d.Etag = domainEtag(resp.Header.Revision)
 	return d, nil
 }
+
+// domainEtag is the etag of a domain record of mod revision rev
+// (Domain.etag): every change of the record moves it, and it never comes
+// back — not even for a domain deleted and created again.
+func domainEtag(rev int64) string { return fmt.Sprintf("r%d", rev) }
 
 // GetDomain returns a domain or a *NotFoundError.
 func (s *Store) GetDomain(ctx context.Context, name string) (*lehrpb.Domain, error) {
@@ -71,6 +78,7 @@ func (s *Store) GetDomain(ctx context.Context, name string) (*lehrpb.Domain, err
 	if err := decode(key, resp.Kvs[0].Value, d); err != nil {
 		return nil, fmt.Errorf("store: get domain %s: %w", name, err)
 	}
+	d.Etag = domainEtag(resp.Kvs[0].ModRevision)
 	return d, nil
 }
 
@@ -101,6 +109,7 @@ func (s *Store) UpdateDomain(ctx context.Context, name string, update func(d *le
 		if err := update(d); err != nil {
 			return false, err
 		}
+		d.Etag = ""
 		b, err := encode(d)
 		if err != nil {
 			return false, fmt.Errorf("store: update domain %s: %w", name, err)
@@ -113,6 +122,7 @@ func (s *Store) UpdateDomain(ctx context.Context, name string, update func(d *le
 		}
 		if tr.Succeeded {
 			updated = d
+			updated.Etag = domainEtag(tr.Header.Revision)
 		}
 		return tr.Succeeded, nil
 	})
@@ -139,6 +149,7 @@ func (s *Store) ListDomains(ctx context.Context, after string, limit int) ([]*le
 		if err := decode(string(kv.Key), kv.Value, d); err != nil {
 			return nil, fmt.Errorf("store: list domains: %w", err)
 		}
+		d.Etag = domainEtag(kv.ModRevision)
 		out = append(out, d)
 	}
 	return out, nil

@@ -30,7 +30,9 @@ const ZoneCreatedReason = "zone created"
 // the zone key exists every commit with GoalsAllZones includes the zone, so
 // no commit can slip between. Until then the zone is not registered:
 // Goals reports it missing. A process that dies midway leaves goals of an
-// unregistered zone behind; the next CreateZone overwrites them.
+// unregistered zone behind; the next CreateZone overwrites them, and
+// deletes those of namespaces deleted meanwhile (guarded by the
+// tombstones a deletion leaves: delete.go).
 func (s *Store) CreateZone(ctx context.Context, zone string) (*lehrpb.Zone, error) {
 	z, created, err := s.createZone(ctx, zone)
 	if err != nil {
@@ -82,6 +84,25 @@ func (s *Store) createZone(ctx context.Context, zone string) (*lehrpb.Zone, bool
 			return false, fmt.Errorf("store: create zone %s: %w", zone, invalidf("%d zones are registered, the most the store supports", rs[1].Count))
 		}
 		var goals []clientv3.Op
+		exists := make(map[string]bool, len(rs[2].Kvs))
+		for _, kv := range rs[2].Kvs {
+			exists[s.lay.nameFromNsmeta(string(kv.Key))] = true
+		}
+		// Goals of the unregistered zone for namespaces deleted since
+		// they were written (by an earlier round, or a CreateZone that
+		// died midway) go.
+		left, err := s.get(ctx, s.lay.goalsZone(zone), clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithRev(rev))
+		if errors.Is(err, rpctypes.ErrCompacted) {
+			return false, nil // etcd compacted rev meanwhile: read again
+		}
+		if err != nil {
+			return false, fmt.Errorf("store: create zone %s: %w", zone, err)
+		}
+		for _, kv := range left.Kvs {
+			if ns := s.lay.nsFromGoal(zone, string(kv.Key)); !exists[ns] {
+				goals = append(goals, clientv3.OpDelete(string(kv.Key)))
+			}
+		}
 		for _, kv := range rs[2].Kvs {
 			if kv.ModRevision <= written {
 				continue // its goal is already written and still current
@@ -106,6 +127,10 @@ func (s *Store) createZone(ctx context.Context, zone string) (*lehrpb.Zone, bool
 		register := []clientv3.Cmp{
 			unregistered,
 			clientv3.Compare(clientv3.ModRevision(s.lay.nsmetaPrefix()), "<", rev+1).WithPrefix(),
+			// A deletion since (delete.go) removed a head, which the
+			// guard above does not see, and left a tombstone, which this
+			// one does: the next round deletes that namespace's goal.
+			clientv3.Compare(clientv3.ModRevision(s.lay.tombstonesPrefix()), "<", rev+1).WithPrefix(),
 		}
 		final := []clientv3.Op{clientv3.OpPut(zkey, string(zbytes))}
 		chunked := len(goals) >= maxOpsPerTxn

@@ -32,6 +32,8 @@ import (
 //	identity                                  lehrpb.StoreIdentity, made once (identity.go)
 //	replicas/<address>                        lehrpb.ControlReplica, under the replica's lease (replicas.go)
 //	strategist/<lease hex>                    the strategist's election (etcd's concurrency.Election), value a replica's address
+//	tombstones/ns/<domain>/<name>             lehrpb.Tombstone, a deleted namespace's last version (delete.go)
+//	tombstones/domain/<domain>                lehrpb.Tombstone, a deleted domain's
 //
 // Names are validated (package names) before they become keys, so no name
 // contains "/" beyond the one in "domain/name" and prefixes never overlap.
@@ -98,6 +100,19 @@ func (l layout) experiment(ns, id string) string { return l.experimentsOf(ns) + 
 func (l layout) rolloutCommandsPrefix() string   { return l.prefix + "rolloutcmds/" }
 func (l layout) rolloutCommand(ns string, seq uint64) string {
 	return fmt.Sprintf("%s%s/%020d", l.rolloutCommandsPrefix(), ns, seq)
+}
+func (l layout) dataOf(ns string) string          { return l.prefix + "data/" + ns + "/" }
+func (l layout) rolloutEventsNS(ns string) string { return l.prefix + "rolloutevents/" + ns + "/" }
+func (l layout) rolloutCommandsOf(ns string) string {
+	return l.rolloutCommandsPrefix() + ns + "/"
+}
+func (l layout) tombstonesPrefix() string     { return l.prefix + "tombstones/" }
+func (l layout) nsTombstone(ns string) string { return l.tombstonesPrefix() + "ns/" + ns }
+func (l layout) nsTombstonesDomain(domain string) string {
+	return l.tombstonesPrefix() + "ns/" + domain + "/"
+}
+func (l layout) domainTombstone(domain string) string {
+	return l.tombstonesPrefix() + "domain/" + domain
 }
 func (l layout) zonesPrefix() string              { return l.prefix + "zones/" }
 func (l layout) zone(z string) string             { return l.zonesPrefix() + z }

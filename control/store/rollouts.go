@@ -60,12 +60,12 @@ type QueuedCommand struct {
 }
 
 // PutRollout writes a step in one transaction guarded by g, by the
-// existence of the zones and versions the goals name and by the
-// namespace's head (step.HeadRev). It fails with
-// ErrNotLeader when g no longer holds, with a *ConflictError when the head
-// changed (decide again on the new one), and with a *NotFoundError when a
-// zone or version is gone (compacted, which goals and candidates prevent,
-// or never there).
+// existence of the zones and versions the goals name, by the head existing
+// and by the namespace's head (step.HeadRev). It fails with ErrNotLeader
+// when g no longer holds, with a *ConflictError when the head changed
+// (decide again on the new one), and with a *NotFoundError when the
+// namespace was deleted or a zone or version is gone (compacted, which
+// goals and candidates prevent, or never there).
 func (s *Store) PutRollout(ctx context.Context, g Guard, step RolloutStep) error {
 	r := step.Rollout
 	if _, _, err := names.Namespace(r.GetNamespace()); err != nil {
@@ -76,6 +76,8 @@ func (s *Store) PutRollout(ctx context.Context, g Guard, step RolloutStep) error
 		cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(g.Key), "=", g.Rev))
 	}
 	headKey := s.lay.nsmeta(r.GetNamespace())
+	// A rollout of a deleted namespace (delete.go) is not written again.
+	cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(headKey), ">", 0))
 	if len(step.Goals) > 0 && step.HeadRev <= 0 {
 		return fmt.Errorf("store: put rollout %s: %w", r.GetId(), invalidf("a step that moves goals needs the revision its head was read at (HeadRev)"))
 	}
@@ -136,14 +138,15 @@ func (s *Store) PutRollout(ctx context.Context, g Guard, step RolloutStep) error
 			return fmt.Errorf("store: put rollout %s: %w", r.GetId(), ErrNotLeader)
 		}
 	}
-	if step.HeadRev > 0 {
-		h, modRev, _, err := s.head(ctx, r.GetNamespace())
-		if err != nil {
-			return fmt.Errorf("store: put rollout %s: %w", r.GetId(), err)
-		}
-		if modRev > step.HeadRev {
-			return &ConflictError{Namespace: r.GetNamespace(), Expected: r.GetVersion(), Current: h.GetLatestVersion()}
-		}
+	h, modRev, _, err := s.head(ctx, r.GetNamespace())
+	if err != nil {
+		return fmt.Errorf("store: put rollout %s: %w", r.GetId(), err)
+	}
+	if h == nil {
+		return &NotFoundError{What: "namespace", Name: r.GetNamespace()}
+	}
+	if step.HeadRev > 0 && modRev > step.HeadRev {
+		return &ConflictError{Namespace: r.GetNamespace(), Expected: r.GetVersion(), Current: h.GetLatestVersion()}
 	}
 	return &NotFoundError{What: "zone or version", Name: r.GetId()}
 }

@@ -10,7 +10,8 @@ package store
 // visible. Commit runs, in at most maxCommitAttempts rounds:
 //
 //  1. Read the head (nsmeta/<ns>), the domain, the request record of
-//     c.RequestID and, for GoalsAllZones, the zones, all at one revision R
+//     c.RequestID, the tombstones of the name and of its domain
+//     (delete.go) and, for GoalsAllZones, the zones, all at one revision R
 //     (with c.Rollout also the zones and the rollout policies of the
 //     namespace and its domain; its Decide may read the namespace's goals
 //     and latest rollout at R too: commitrollout.go).
@@ -24,10 +25,12 @@ package store
 //     exists, in transactions of at most maxTxnPayload bytes. Staged blobs
 //     are invisible: no version refers to them yet.
 //  3. One transaction, guarded by the head's mod revision read at R (or its
-//     absence) and, for GoalsAllZones, by every zones/ key having a mod
-//     revision <= R, puts the VersionRecord (seq latest+1), the new head, the
-//     request record, and goals/<zone>/<ns> for every zone read at R — or
-//     what c.Rollout decided: rollout records and events, guarded by the
+//     absence and the domain's create revision) and, for GoalsAllZones, by
+//     every zones/ key having a mod revision <= R, puts the VersionRecord
+//     (seq latest+1; a namespace's first version continues after the last
+//     version a tombstone records, or is 1), the new head, the request
+//     record, and goals/<zone>/<ns> for every zone read at R — or what
+//     c.Rollout decided: rollout records and events, guarded by the
 //     namespace's rollouts being as read, and goals. Either all of it
 //     becomes visible or none of it does.
 //
@@ -216,12 +219,17 @@ func (s *Store) tryCommit(ctx context.Context, c Commit, domain string, m *manif
 	hkey := s.lay.nsmeta(c.Namespace)
 	rkey := s.lay.request(c.Namespace, c.RequestID)
 	ukey := s.lay.usage(domain)
-	const iHead, iDomain, iRequest, iUsage = 0, 1, 2, 3
+	dkey := s.lay.domain(domain)
+	const iHead, iDomain, iRequest, iUsage, iTomb, iDomainTomb = 0, 1, 2, 3, 4, 5
 	ops := []clientv3.Op{
 		iHead:    get(hkey),
-		iDomain:  get(s.lay.domain(domain), clientv3.WithCountOnly()),
+		iDomain:  get(dkey, clientv3.WithKeysOnly()),
 		iRequest: get(rkey), // empty for an empty request id
 		iUsage:   get(ukey),
+		// A deleted namespace's or domain's last version, which a
+		// namespace created again under the name continues after.
+		iTomb:       get(s.lay.nsTombstone(c.Namespace)),
+		iDomainTomb: get(s.lay.domainTombstone(domain)),
 	}
 	iZones := -1
 	if c.Goals == GoalsAllZones || c.Rollout != nil {
@@ -280,7 +288,7 @@ func (s *Store) tryCommit(ctx context.Context, c Commit, domain string, m *manif
 		switch {
 		case !c.Create:
 			return nil, &NotFoundError{What: "namespace", Name: c.Namespace}
-		case rs[iDomain].Count == 0:
+		case len(rs[iDomain].Kvs) == 0:
 			return nil, &NotFoundError{What: "domain", Name: domain}
 		case c.ExpectedLatest != 0 && !c.Rebase:
 			return nil, &ConflictError{Namespace: c.Namespace, Expected: c.ExpectedLatest, Current: 0}
@@ -326,6 +334,15 @@ func (s *Store) tryCommit(ctx context.Context, c Commit, domain string, m *manif
 	}
 
 	seq := latest + 1
+	if latest == 0 {
+		// The namespace's first version: after the last version of any
+		// namespace deleted under its name (delete.go).
+		base, err := tombstoneBase(rs[iTomb], rs[iDomainTomb])
+		if err != nil {
+			return nil, err
+		}
+		seq = base + 1
+	}
 	in := c.Info
 	info := &lehrpb.VersionInfo{
 		Namespace:         c.Namespace,
@@ -411,7 +428,10 @@ func (s *Store) tryCommit(ctx context.Context, c Commit, domain string, m *manif
 
 	cmps := []clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(hkey), "=", headMod)}
 	if headMod == 0 {
+		// Creating the namespace: also in the very domain read, which a
+		// DeleteDomain must not remove under it.
 		cmps[0] = clientv3.Compare(clientv3.CreateRevision(hkey), "=", 0)
+		cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(dkey), "=", rs[iDomain].Kvs[0].CreateRevision))
 	}
 	then := []clientv3.Op{
 		clientv3.OpPut(vkey, string(recBytes)),

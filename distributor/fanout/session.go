@@ -702,11 +702,13 @@ func (ss *session) plan() (jobs []job, unavailable []*lehrpb.Unavailable, wake t
 			}
 			if st.unavailable != lehrpb.UnavailableReason_UNAVAILABLE_REASON_NOT_FOUND {
 				st.unavailable = lehrpb.UnavailableReason_UNAVAILABLE_REASON_NOT_FOUND
-				unavailable = append(unavailable, &lehrpb.Unavailable{
-					Namespace: ns,
-					Reason:    st.unavailable,
-					Detail:    "this distributor knows no goal state for the namespace in its zone; an update follows if one appears",
-				})
+				detail := "this distributor knows no goal state for the namespace in its zone; an update follows if one appears"
+				if st.have.Seq > 0 {
+					// The host holds a version, so the namespace had a
+					// goal: it was deleted (DeleteNamespace), or its zone.
+					detail = fmt.Sprintf("the namespace has no goal state in this zone any more (deleted upstream); the host keeps serving version %d, and an update follows if it is published again", st.have.Seq)
+				}
+				unavailable = append(unavailable, &lehrpb.Unavailable{Namespace: ns, Reason: st.unavailable, Detail: detail})
 			}
 			continue
 		}

@@ -54,6 +54,9 @@ const (
 	ReasonStoreFull          = "STORE_FULL"           // the store is above its high-water mark: new content waits for space
 	ReasonCertificateRefused = "CERTIFICATE_REFUSED"  // TLS fails: control refused the client's certificate, or the client control's
 	ReasonZoneInUse          = "ZONE_IN_USE"          // a zone to delete has distributors reporting
+	ReasonNamespaceInUse     = "NAMESPACE_IN_USE"     // a namespace to delete has hosts holding or subscribing to it
+	ReasonRolloutInFlight    = "ROLLOUT_IN_FLIGHT"    // a namespace to delete has a rollout running or paused
+	ReasonDomainNotEmpty     = "DOMAIN_NOT_EMPTY"     // a domain to delete still has namespaces
 )
 
 // MaxMessageBytes bounds the Message an error shows (Error, GRPCStatus): a

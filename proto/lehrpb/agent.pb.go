@@ -669,7 +669,12 @@ type NamespaceStatus struct {
 	ApplyErrors int32 `protobuf:"varint,8,opt,name=apply_errors,json=applyErrors,proto3" json:"apply_errors,omitempty"`
 	// The host-level canary checks of the agent's latest change of the
 	// namespace (as in its Report; absent when there is none to report).
-	HostChecks    *HostChecks `protobuf:"bytes,9,opt,name=host_checks,json=hostChecks,proto3" json:"host_checks,omitempty"`
+	HostChecks *HostChecks `protobuf:"bytes,9,opt,name=host_checks,json=hostChecks,proto3" json:"host_checks,omitempty"`
+	// What the distributor last said it cannot serve of the namespace, as
+	// SubscribeResponse.unavailable: NOT_FOUND once the namespace has no
+	// goal in the zone, as after it was deleted upstream (the agent keeps
+	// serving the version it holds); absent when nothing stands in the way.
+	Unavailable   *Unavailable `protobuf:"bytes,10,opt,name=unavailable,proto3" json:"unavailable,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -763,6 +768,13 @@ func (x *NamespaceStatus) GetApplyErrors() int32 {
 func (x *NamespaceStatus) GetHostChecks() *HostChecks {
 	if x != nil {
 		return x.HostChecks
+	}
+	return nil
+}
+
+func (x *NamespaceStatus) GetUnavailable() *Unavailable {
+	if x != nil {
+		return x.Unavailable
 	}
 	return nil
 }
@@ -1121,7 +1133,7 @@ const file_lehr_v1_agent_proto_rawDesc = "" +
 	"\n" +
 	"properties\x18\x03 \x03(\v2\x11.lehr.v1.PropertyR\n" +
 	"properties\"\x0f\n" +
-	"\rStatusRequest\"\xaa\x02\n" +
+	"\rStatusRequest\"\xe2\x02\n" +
 	"\x0fNamespaceStatus\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\x04R\aversion\x12\x1a\n" +
@@ -1132,7 +1144,9 @@ const file_lehr_v1_agent_proto_rawDesc = "" +
 	"\aapplied\x18\a \x01(\x05R\aapplied\x12!\n" +
 	"\fapply_errors\x18\b \x01(\x05R\vapplyErrors\x124\n" +
 	"\vhost_checks\x18\t \x01(\v2\x13.lehr.v1.HostChecksR\n" +
-	"hostChecks\"\xd8\x01\n" +
+	"hostChecks\x126\n" +
+	"\vunavailable\x18\n" +
+	" \x01(\v2\x14.lehr.v1.UnavailableR\vunavailable\"\xd8\x01\n" +
 	"\x0eStatusResponse\x12\x17\n" +
 	"\ahost_id\x18\x01 \x01(\tR\x06hostId\x12\x12\n" +
 	"\x04zone\x18\x02 \x01(\tR\x04zone\x12 \n" +
@@ -1213,29 +1227,30 @@ var file_lehr_v1_agent_proto_depIdxs = []int32{
 	20, // 4: lehr.v1.AgentGetResponse.kind:type_name -> lehr.v1.NamespaceKind
 	21, // 5: lehr.v1.AgentGetResponse.properties:type_name -> lehr.v1.Property
 	22, // 6: lehr.v1.NamespaceStatus.host_checks:type_name -> lehr.v1.HostChecks
-	11, // 7: lehr.v1.StatusResponse.namespaces:type_name -> lehr.v1.NamespaceStatus
-	23, // 8: lehr.v1.AgentSignalsResponse.signals:type_name -> lehr.v1.NamespaceSignals
-	2,  // 9: lehr.v1.Agent.Subscribe:input_type -> lehr.v1.SubscribeRequest
-	4,  // 10: lehr.v1.Agent.KeepAlive:input_type -> lehr.v1.KeepAliveRequest
-	6,  // 11: lehr.v1.Agent.Unsubscribe:input_type -> lehr.v1.UnsubscribeRequest
-	8,  // 12: lehr.v1.Agent.Get:input_type -> lehr.v1.AgentGetRequest
-	10, // 13: lehr.v1.Agent.Status:input_type -> lehr.v1.StatusRequest
-	13, // 14: lehr.v1.Agent.ReportApply:input_type -> lehr.v1.ReportApplyRequest
-	14, // 15: lehr.v1.Agent.Signals:input_type -> lehr.v1.AgentSignalsRequest
-	0,  // 16: lehr.v1.Agent.ReportPreview:input_type -> lehr.v1.ReportPreviewRequest
-	3,  // 17: lehr.v1.Agent.Subscribe:output_type -> lehr.v1.SubscribeResponse
-	5,  // 18: lehr.v1.Agent.KeepAlive:output_type -> lehr.v1.KeepAliveResponse
-	7,  // 19: lehr.v1.Agent.Unsubscribe:output_type -> lehr.v1.UnsubscribeResponse
-	9,  // 20: lehr.v1.Agent.Get:output_type -> lehr.v1.AgentGetResponse
-	12, // 21: lehr.v1.Agent.Status:output_type -> lehr.v1.StatusResponse
-	16, // 22: lehr.v1.Agent.ReportApply:output_type -> lehr.v1.ReportApplyResponse
-	15, // 23: lehr.v1.Agent.Signals:output_type -> lehr.v1.AgentSignalsResponse
-	1,  // 24: lehr.v1.Agent.ReportPreview:output_type -> lehr.v1.ReportPreviewResponse
-	17, // [17:25] is the sub-list for method output_type
-	9,  // [9:17] is the sub-list for method input_type
-	9,  // [9:9] is the sub-list for extension type_name
-	9,  // [9:9] is the sub-list for extension extendee
-	0,  // [0:9] is the sub-list for field type_name
+	18, // 7: lehr.v1.NamespaceStatus.unavailable:type_name -> lehr.v1.Unavailable
+	11, // 8: lehr.v1.StatusResponse.namespaces:type_name -> lehr.v1.NamespaceStatus
+	23, // 9: lehr.v1.AgentSignalsResponse.signals:type_name -> lehr.v1.NamespaceSignals
+	2,  // 10: lehr.v1.Agent.Subscribe:input_type -> lehr.v1.SubscribeRequest
+	4,  // 11: lehr.v1.Agent.KeepAlive:input_type -> lehr.v1.KeepAliveRequest
+	6,  // 12: lehr.v1.Agent.Unsubscribe:input_type -> lehr.v1.UnsubscribeRequest
+	8,  // 13: lehr.v1.Agent.Get:input_type -> lehr.v1.AgentGetRequest
+	10, // 14: lehr.v1.Agent.Status:input_type -> lehr.v1.StatusRequest
+	13, // 15: lehr.v1.Agent.ReportApply:input_type -> lehr.v1.ReportApplyRequest
+	14, // 16: lehr.v1.Agent.Signals:input_type -> lehr.v1.AgentSignalsRequest
+	0,  // 17: lehr.v1.Agent.ReportPreview:input_type -> lehr.v1.ReportPreviewRequest
+	3,  // 18: lehr.v1.Agent.Subscribe:output_type -> lehr.v1.SubscribeResponse
+	5,  // 19: lehr.v1.Agent.KeepAlive:output_type -> lehr.v1.KeepAliveResponse
+	7,  // 20: lehr.v1.Agent.Unsubscribe:output_type -> lehr.v1.UnsubscribeResponse
+	9,  // 21: lehr.v1.Agent.Get:output_type -> lehr.v1.AgentGetResponse
+	12, // 22: lehr.v1.Agent.Status:output_type -> lehr.v1.StatusResponse
+	16, // 23: lehr.v1.Agent.ReportApply:output_type -> lehr.v1.ReportApplyResponse
+	15, // 24: lehr.v1.Agent.Signals:output_type -> lehr.v1.AgentSignalsResponse
+	1,  // 25: lehr.v1.Agent.ReportPreview:output_type -> lehr.v1.ReportPreviewResponse
+	18, // [18:26] is the sub-list for method output_type
+	10, // [10:18] is the sub-list for method input_type
+	10, // [10:10] is the sub-list for extension type_name
+	10, // [10:10] is the sub-list for extension extendee
+	0,  // [0:10] is the sub-list for field type_name
 }
 
 func init() { file_lehr_v1_agent_proto_init() }

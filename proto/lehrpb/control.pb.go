@@ -132,7 +132,7 @@ func (x GoalEvent_Type) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use GoalEvent_Type.Descriptor instead.
 func (GoalEvent_Type) EnumDescriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{46, 0}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{48, 0}
 }
 
 // AuditRecord is one mutating call to control, as it ended. Records are
@@ -163,7 +163,10 @@ type AuditRecord struct {
 	// and reason — this record stands for: refusals alike within a second of
 	// a recorded one are counted, and the last of them is recorded with the
 	// count, so a flood of refused calls costs the log a record a second.
-	Repeats       int32 `protobuf:"varint,11,opt,name=repeats,proto3" json:"repeats,omitempty"`
+	Repeats int32 `protobuf:"varint,11,opt,name=repeats,proto3" json:"repeats,omitempty"`
+	// What the call did, where the fields above do not say: a deletion's
+	// force and what it removed (namespaces, versions, bytes).
+	Detail        string `protobuf:"bytes,12,opt,name=detail,proto3" json:"detail,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -273,6 +276,13 @@ func (x *AuditRecord) GetRepeats() int32 {
 		return x.Repeats
 	}
 	return 0
+}
+
+func (x *AuditRecord) GetDetail() string {
+	if x != nil {
+		return x.Detail
+	}
+	return ""
 }
 
 type ListAuditRecordsRequest struct {
@@ -2508,6 +2518,177 @@ func (x *CompactNamespaceResponse) GetNamespace() *Namespace {
 	return nil
 }
 
+type DeleteNamespaceRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The namespace, "domain/name". A preview namespace ("…--preview") is
+	// deleted with its policy, never on its own.
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// Optional: the namespace's etag (Namespace.etag, "v{latest_version}");
+	// the delete succeeds only if it is still the current one (ABORTED,
+	// ETAG_MISMATCH otherwise: a version was published since it was read).
+	Etag string `protobuf:"bytes,2,opt,name=etag,proto3" json:"etag,omitempty"`
+	// Delete even while hosts subscribe to the namespace (a zone's
+	// distributors report hosts holding it) or a rollout of it is running
+	// or paused (the rollout ends with it).
+	Force bool `protobuf:"varint,3,opt,name=force,proto3" json:"force,omitempty"`
+	// Why, for the audit log; at most 1 KiB.
+	Message string `protobuf:"bytes,4,opt,name=message,proto3" json:"message,omitempty"`
+	// Idempotency token chosen by the client, the same on every retry of
+	// one deletion: a retry of a deletion that succeeded (its answer lost)
+	// succeeds again instead of answering NOT_FOUND.
+	RequestId     string `protobuf:"bytes,5,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteNamespaceRequest) Reset() {
+	*x = DeleteNamespaceRequest{}
+	mi := &file_lehr_v1_control_proto_msgTypes[39]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteNamespaceRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteNamespaceRequest) ProtoMessage() {}
+
+func (x *DeleteNamespaceRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_lehr_v1_control_proto_msgTypes[39]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteNamespaceRequest.ProtoReflect.Descriptor instead.
+func (*DeleteNamespaceRequest) Descriptor() ([]byte, []int) {
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{39}
+}
+
+func (x *DeleteNamespaceRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *DeleteNamespaceRequest) GetEtag() string {
+	if x != nil {
+		return x.Etag
+	}
+	return ""
+}
+
+func (x *DeleteNamespaceRequest) GetForce() bool {
+	if x != nil {
+		return x.Force
+	}
+	return false
+}
+
+func (x *DeleteNamespaceRequest) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *DeleteNamespaceRequest) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
+type DeleteDomainRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// Optional: the domain's etag (Domain.etag); ABORTED, ETAG_MISMATCH if
+	// the domain changed since it was read.
+	Etag string `protobuf:"bytes,2,opt,name=etag,proto3" json:"etag,omitempty"`
+	// Delete the domain's namespaces with it, whatever subscribes to them
+	// or rolls out. Without it a domain with namespaces is refused
+	// (FAILED_PRECONDITION, DOMAIN_NOT_EMPTY).
+	Force bool `protobuf:"varint,3,opt,name=force,proto3" json:"force,omitempty"`
+	// Why, for the audit log; at most 1 KiB.
+	Message string `protobuf:"bytes,4,opt,name=message,proto3" json:"message,omitempty"`
+	// As DeleteNamespaceRequest.request_id.
+	RequestId     string `protobuf:"bytes,5,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteDomainRequest) Reset() {
+	*x = DeleteDomainRequest{}
+	mi := &file_lehr_v1_control_proto_msgTypes[40]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteDomainRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteDomainRequest) ProtoMessage() {}
+
+func (x *DeleteDomainRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_lehr_v1_control_proto_msgTypes[40]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteDomainRequest.ProtoReflect.Descriptor instead.
+func (*DeleteDomainRequest) Descriptor() ([]byte, []int) {
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{40}
+}
+
+func (x *DeleteDomainRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *DeleteDomainRequest) GetEtag() string {
+	if x != nil {
+		return x.Etag
+	}
+	return ""
+}
+
+func (x *DeleteDomainRequest) GetForce() bool {
+	if x != nil {
+		return x.Force
+	}
+	return false
+}
+
+func (x *DeleteDomainRequest) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *DeleteDomainRequest) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
 type CreateZoneRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
@@ -2517,7 +2698,7 @@ type CreateZoneRequest struct {
 
 func (x *CreateZoneRequest) Reset() {
 	*x = CreateZoneRequest{}
-	mi := &file_lehr_v1_control_proto_msgTypes[39]
+	mi := &file_lehr_v1_control_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2529,7 +2710,7 @@ func (x *CreateZoneRequest) String() string {
 func (*CreateZoneRequest) ProtoMessage() {}
 
 func (x *CreateZoneRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[39]
+	mi := &file_lehr_v1_control_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2542,7 +2723,7 @@ func (x *CreateZoneRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateZoneRequest.ProtoReflect.Descriptor instead.
 func (*CreateZoneRequest) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{39}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *CreateZoneRequest) GetName() string {
@@ -2564,7 +2745,7 @@ type DeleteZoneRequest struct {
 
 func (x *DeleteZoneRequest) Reset() {
 	*x = DeleteZoneRequest{}
-	mi := &file_lehr_v1_control_proto_msgTypes[40]
+	mi := &file_lehr_v1_control_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2576,7 +2757,7 @@ func (x *DeleteZoneRequest) String() string {
 func (*DeleteZoneRequest) ProtoMessage() {}
 
 func (x *DeleteZoneRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[40]
+	mi := &file_lehr_v1_control_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2589,7 +2770,7 @@ func (x *DeleteZoneRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteZoneRequest.ProtoReflect.Descriptor instead.
 func (*DeleteZoneRequest) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{40}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *DeleteZoneRequest) GetName() string {
@@ -2614,7 +2795,7 @@ type ListZonesRequest struct {
 
 func (x *ListZonesRequest) Reset() {
 	*x = ListZonesRequest{}
-	mi := &file_lehr_v1_control_proto_msgTypes[41]
+	mi := &file_lehr_v1_control_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2626,7 +2807,7 @@ func (x *ListZonesRequest) String() string {
 func (*ListZonesRequest) ProtoMessage() {}
 
 func (x *ListZonesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[41]
+	mi := &file_lehr_v1_control_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2639,7 +2820,7 @@ func (x *ListZonesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListZonesRequest.ProtoReflect.Descriptor instead.
 func (*ListZonesRequest) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{41}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{43}
 }
 
 type ListZonesResponse struct {
@@ -2651,7 +2832,7 @@ type ListZonesResponse struct {
 
 func (x *ListZonesResponse) Reset() {
 	*x = ListZonesResponse{}
-	mi := &file_lehr_v1_control_proto_msgTypes[42]
+	mi := &file_lehr_v1_control_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2663,7 +2844,7 @@ func (x *ListZonesResponse) String() string {
 func (*ListZonesResponse) ProtoMessage() {}
 
 func (x *ListZonesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[42]
+	mi := &file_lehr_v1_control_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2676,7 +2857,7 @@ func (x *ListZonesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListZonesResponse.ProtoReflect.Descriptor instead.
 func (*ListZonesResponse) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{42}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *ListZonesResponse) GetZones() []*Zone {
@@ -2697,7 +2878,7 @@ type GetGoalsRequest struct {
 
 func (x *GetGoalsRequest) Reset() {
 	*x = GetGoalsRequest{}
-	mi := &file_lehr_v1_control_proto_msgTypes[43]
+	mi := &file_lehr_v1_control_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2709,7 +2890,7 @@ func (x *GetGoalsRequest) String() string {
 func (*GetGoalsRequest) ProtoMessage() {}
 
 func (x *GetGoalsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[43]
+	mi := &file_lehr_v1_control_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2722,7 +2903,7 @@ func (x *GetGoalsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetGoalsRequest.ProtoReflect.Descriptor instead.
 func (*GetGoalsRequest) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{43}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *GetGoalsRequest) GetZone() string {
@@ -2750,7 +2931,7 @@ type GetGoalsResponse struct {
 
 func (x *GetGoalsResponse) Reset() {
 	*x = GetGoalsResponse{}
-	mi := &file_lehr_v1_control_proto_msgTypes[44]
+	mi := &file_lehr_v1_control_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2762,7 +2943,7 @@ func (x *GetGoalsResponse) String() string {
 func (*GetGoalsResponse) ProtoMessage() {}
 
 func (x *GetGoalsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[44]
+	mi := &file_lehr_v1_control_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2775,7 +2956,7 @@ func (x *GetGoalsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetGoalsResponse.ProtoReflect.Descriptor instead.
 func (*GetGoalsResponse) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{44}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *GetGoalsResponse) GetGoals() []*GoalState {
@@ -2809,7 +2990,7 @@ type WatchGoalsRequest struct {
 
 func (x *WatchGoalsRequest) Reset() {
 	*x = WatchGoalsRequest{}
-	mi := &file_lehr_v1_control_proto_msgTypes[45]
+	mi := &file_lehr_v1_control_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2821,7 +3002,7 @@ func (x *WatchGoalsRequest) String() string {
 func (*WatchGoalsRequest) ProtoMessage() {}
 
 func (x *WatchGoalsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[45]
+	mi := &file_lehr_v1_control_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2834,7 +3015,7 @@ func (x *WatchGoalsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchGoalsRequest.ProtoReflect.Descriptor instead.
 func (*WatchGoalsRequest) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{45}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *WatchGoalsRequest) GetZone() string {
@@ -2886,7 +3067,7 @@ type GoalEvent struct {
 
 func (x *GoalEvent) Reset() {
 	*x = GoalEvent{}
-	mi := &file_lehr_v1_control_proto_msgTypes[46]
+	mi := &file_lehr_v1_control_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2898,7 +3079,7 @@ func (x *GoalEvent) String() string {
 func (*GoalEvent) ProtoMessage() {}
 
 func (x *GoalEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[46]
+	mi := &file_lehr_v1_control_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2911,7 +3092,7 @@ func (x *GoalEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GoalEvent.ProtoReflect.Descriptor instead.
 func (*GoalEvent) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{46}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *GoalEvent) GetType() GoalEvent_Type {
@@ -2953,7 +3134,7 @@ type WatchGoalsResponse struct {
 
 func (x *WatchGoalsResponse) Reset() {
 	*x = WatchGoalsResponse{}
-	mi := &file_lehr_v1_control_proto_msgTypes[47]
+	mi := &file_lehr_v1_control_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2965,7 +3146,7 @@ func (x *WatchGoalsResponse) String() string {
 func (*WatchGoalsResponse) ProtoMessage() {}
 
 func (x *WatchGoalsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[47]
+	mi := &file_lehr_v1_control_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2978,7 +3159,7 @@ func (x *WatchGoalsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchGoalsResponse.ProtoReflect.Descriptor instead.
 func (*WatchGoalsResponse) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{47}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *WatchGoalsResponse) GetRevision() int64 {
@@ -3020,7 +3201,7 @@ type FetchVersionRequest struct {
 
 func (x *FetchVersionRequest) Reset() {
 	*x = FetchVersionRequest{}
-	mi := &file_lehr_v1_control_proto_msgTypes[48]
+	mi := &file_lehr_v1_control_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3032,7 +3213,7 @@ func (x *FetchVersionRequest) String() string {
 func (*FetchVersionRequest) ProtoMessage() {}
 
 func (x *FetchVersionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[48]
+	mi := &file_lehr_v1_control_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3045,7 +3226,7 @@ func (x *FetchVersionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchVersionRequest.ProtoReflect.Descriptor instead.
 func (*FetchVersionRequest) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{48}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *FetchVersionRequest) GetNamespace() string {
@@ -3074,7 +3255,7 @@ type FetchVersionResponse struct {
 
 func (x *FetchVersionResponse) Reset() {
 	*x = FetchVersionResponse{}
-	mi := &file_lehr_v1_control_proto_msgTypes[49]
+	mi := &file_lehr_v1_control_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3086,7 +3267,7 @@ func (x *FetchVersionResponse) String() string {
 func (*FetchVersionResponse) ProtoMessage() {}
 
 func (x *FetchVersionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[49]
+	mi := &file_lehr_v1_control_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3099,7 +3280,7 @@ func (x *FetchVersionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchVersionResponse.ProtoReflect.Descriptor instead.
 func (*FetchVersionResponse) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{49}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *FetchVersionResponse) GetVersion() *VersionInfo {
@@ -3134,7 +3315,7 @@ type FetchDeltaRequest struct {
 
 func (x *FetchDeltaRequest) Reset() {
 	*x = FetchDeltaRequest{}
-	mi := &file_lehr_v1_control_proto_msgTypes[50]
+	mi := &file_lehr_v1_control_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3146,7 +3327,7 @@ func (x *FetchDeltaRequest) String() string {
 func (*FetchDeltaRequest) ProtoMessage() {}
 
 func (x *FetchDeltaRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[50]
+	mi := &file_lehr_v1_control_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3159,7 +3340,7 @@ func (x *FetchDeltaRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchDeltaRequest.ProtoReflect.Descriptor instead.
 func (*FetchDeltaRequest) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{50}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *FetchDeltaRequest) GetNamespace() string {
@@ -3198,7 +3379,7 @@ type FetchDeltaResponse struct {
 
 func (x *FetchDeltaResponse) Reset() {
 	*x = FetchDeltaResponse{}
-	mi := &file_lehr_v1_control_proto_msgTypes[51]
+	mi := &file_lehr_v1_control_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3210,7 +3391,7 @@ func (x *FetchDeltaResponse) String() string {
 func (*FetchDeltaResponse) ProtoMessage() {}
 
 func (x *FetchDeltaResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[51]
+	mi := &file_lehr_v1_control_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3223,7 +3404,7 @@ func (x *FetchDeltaResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchDeltaResponse.ProtoReflect.Descriptor instead.
 func (*FetchDeltaResponse) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{51}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *FetchDeltaResponse) GetFrom() *VersionInfo {
@@ -3273,7 +3454,7 @@ type VersionCount struct {
 
 func (x *VersionCount) Reset() {
 	*x = VersionCount{}
-	mi := &file_lehr_v1_control_proto_msgTypes[52]
+	mi := &file_lehr_v1_control_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3285,7 +3466,7 @@ func (x *VersionCount) String() string {
 func (*VersionCount) ProtoMessage() {}
 
 func (x *VersionCount) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[52]
+	mi := &file_lehr_v1_control_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3298,7 +3479,7 @@ func (x *VersionCount) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VersionCount.ProtoReflect.Descriptor instead.
 func (*VersionCount) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{52}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *VersionCount) GetNamespace() string {
@@ -3356,7 +3537,7 @@ type ReportZoneStatusRequest struct {
 
 func (x *ReportZoneStatusRequest) Reset() {
 	*x = ReportZoneStatusRequest{}
-	mi := &file_lehr_v1_control_proto_msgTypes[53]
+	mi := &file_lehr_v1_control_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3368,7 +3549,7 @@ func (x *ReportZoneStatusRequest) String() string {
 func (*ReportZoneStatusRequest) ProtoMessage() {}
 
 func (x *ReportZoneStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[53]
+	mi := &file_lehr_v1_control_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3381,7 +3562,7 @@ func (x *ReportZoneStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportZoneStatusRequest.ProtoReflect.Descriptor instead.
 func (*ReportZoneStatusRequest) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{53}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *ReportZoneStatusRequest) GetZone() string {
@@ -3465,7 +3646,7 @@ type NamespacePreviewCounts struct {
 
 func (x *NamespacePreviewCounts) Reset() {
 	*x = NamespacePreviewCounts{}
-	mi := &file_lehr_v1_control_proto_msgTypes[54]
+	mi := &file_lehr_v1_control_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3477,7 +3658,7 @@ func (x *NamespacePreviewCounts) String() string {
 func (*NamespacePreviewCounts) ProtoMessage() {}
 
 func (x *NamespacePreviewCounts) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[54]
+	mi := &file_lehr_v1_control_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3490,7 +3671,7 @@ func (x *NamespacePreviewCounts) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NamespacePreviewCounts.ProtoReflect.Descriptor instead.
 func (*NamespacePreviewCounts) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{54}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *NamespacePreviewCounts) GetNamespace() string {
@@ -3522,7 +3703,7 @@ type HostSignals struct {
 
 func (x *HostSignals) Reset() {
 	*x = HostSignals{}
-	mi := &file_lehr_v1_control_proto_msgTypes[55]
+	mi := &file_lehr_v1_control_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3534,7 +3715,7 @@ func (x *HostSignals) String() string {
 func (*HostSignals) ProtoMessage() {}
 
 func (x *HostSignals) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[55]
+	mi := &file_lehr_v1_control_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3547,7 +3728,7 @@ func (x *HostSignals) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HostSignals.ProtoReflect.Descriptor instead.
 func (*HostSignals) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{55}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *HostSignals) GetHostId() string {
@@ -3584,7 +3765,7 @@ type CohortSample struct {
 
 func (x *CohortSample) Reset() {
 	*x = CohortSample{}
-	mi := &file_lehr_v1_control_proto_msgTypes[56]
+	mi := &file_lehr_v1_control_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3596,7 +3777,7 @@ func (x *CohortSample) String() string {
 func (*CohortSample) ProtoMessage() {}
 
 func (x *CohortSample) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[56]
+	mi := &file_lehr_v1_control_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3609,7 +3790,7 @@ func (x *CohortSample) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CohortSample.ProtoReflect.Descriptor instead.
 func (*CohortSample) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{56}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *CohortSample) GetNamespace() string {
@@ -3659,7 +3840,7 @@ type NamespaceHealth struct {
 
 func (x *NamespaceHealth) Reset() {
 	*x = NamespaceHealth{}
-	mi := &file_lehr_v1_control_proto_msgTypes[57]
+	mi := &file_lehr_v1_control_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3671,7 +3852,7 @@ func (x *NamespaceHealth) String() string {
 func (*NamespaceHealth) ProtoMessage() {}
 
 func (x *NamespaceHealth) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[57]
+	mi := &file_lehr_v1_control_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3684,7 +3865,7 @@ func (x *NamespaceHealth) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NamespaceHealth.ProtoReflect.Descriptor instead.
 func (*NamespaceHealth) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{57}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *NamespaceHealth) GetNamespace() string {
@@ -3762,7 +3943,7 @@ type HostReport struct {
 
 func (x *HostReport) Reset() {
 	*x = HostReport{}
-	mi := &file_lehr_v1_control_proto_msgTypes[58]
+	mi := &file_lehr_v1_control_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3774,7 +3955,7 @@ func (x *HostReport) String() string {
 func (*HostReport) ProtoMessage() {}
 
 func (x *HostReport) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[58]
+	mi := &file_lehr_v1_control_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3787,7 +3968,7 @@ func (x *HostReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HostReport.ProtoReflect.Descriptor instead.
 func (*HostReport) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{58}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *HostReport) GetHostId() string {
@@ -3824,7 +4005,7 @@ type ReportZoneStatusResponse struct {
 
 func (x *ReportZoneStatusResponse) Reset() {
 	*x = ReportZoneStatusResponse{}
-	mi := &file_lehr_v1_control_proto_msgTypes[59]
+	mi := &file_lehr_v1_control_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3836,7 +4017,7 @@ func (x *ReportZoneStatusResponse) String() string {
 func (*ReportZoneStatusResponse) ProtoMessage() {}
 
 func (x *ReportZoneStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[59]
+	mi := &file_lehr_v1_control_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3849,7 +4030,7 @@ func (x *ReportZoneStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportZoneStatusResponse.ProtoReflect.Descriptor instead.
 func (*ReportZoneStatusResponse) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{59}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *ReportZoneStatusResponse) GetDistributors() int32 {
@@ -3868,7 +4049,7 @@ type GetZoneStatusRequest struct {
 
 func (x *GetZoneStatusRequest) Reset() {
 	*x = GetZoneStatusRequest{}
-	mi := &file_lehr_v1_control_proto_msgTypes[60]
+	mi := &file_lehr_v1_control_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3880,7 +4061,7 @@ func (x *GetZoneStatusRequest) String() string {
 func (*GetZoneStatusRequest) ProtoMessage() {}
 
 func (x *GetZoneStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[60]
+	mi := &file_lehr_v1_control_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3893,7 +4074,7 @@ func (x *GetZoneStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetZoneStatusRequest.ProtoReflect.Descriptor instead.
 func (*GetZoneStatusRequest) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{60}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *GetZoneStatusRequest) GetZone() string {
@@ -3911,7 +4092,7 @@ type GetStoreStatusRequest struct {
 
 func (x *GetStoreStatusRequest) Reset() {
 	*x = GetStoreStatusRequest{}
-	mi := &file_lehr_v1_control_proto_msgTypes[61]
+	mi := &file_lehr_v1_control_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3923,7 +4104,7 @@ func (x *GetStoreStatusRequest) String() string {
 func (*GetStoreStatusRequest) ProtoMessage() {}
 
 func (x *GetStoreStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[61]
+	mi := &file_lehr_v1_control_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3936,7 +4117,7 @@ func (x *GetStoreStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetStoreStatusRequest.ProtoReflect.Descriptor instead.
 func (*GetStoreStatusRequest) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{61}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{63}
 }
 
 // StoreStatus is control's store as control last read it (etcd's status,
@@ -3970,7 +4151,7 @@ type StoreStatus struct {
 
 func (x *StoreStatus) Reset() {
 	*x = StoreStatus{}
-	mi := &file_lehr_v1_control_proto_msgTypes[62]
+	mi := &file_lehr_v1_control_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3982,7 +4163,7 @@ func (x *StoreStatus) String() string {
 func (*StoreStatus) ProtoMessage() {}
 
 func (x *StoreStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[62]
+	mi := &file_lehr_v1_control_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3995,7 +4176,7 @@ func (x *StoreStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StoreStatus.ProtoReflect.Descriptor instead.
 func (*StoreStatus) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{62}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *StoreStatus) GetSizeBytes() int64 {
@@ -4076,7 +4257,7 @@ type GetControlStatusRequest struct {
 
 func (x *GetControlStatusRequest) Reset() {
 	*x = GetControlStatusRequest{}
-	mi := &file_lehr_v1_control_proto_msgTypes[63]
+	mi := &file_lehr_v1_control_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4088,7 +4269,7 @@ func (x *GetControlStatusRequest) String() string {
 func (*GetControlStatusRequest) ProtoMessage() {}
 
 func (x *GetControlStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[63]
+	mi := &file_lehr_v1_control_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4101,7 +4282,7 @@ func (x *GetControlStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetControlStatusRequest.ProtoReflect.Descriptor instead.
 func (*GetControlStatusRequest) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{63}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{65}
 }
 
 // StoreIdentity names control's store. The first control replica to start
@@ -4122,7 +4303,7 @@ type StoreIdentity struct {
 
 func (x *StoreIdentity) Reset() {
 	*x = StoreIdentity{}
-	mi := &file_lehr_v1_control_proto_msgTypes[64]
+	mi := &file_lehr_v1_control_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4134,7 +4315,7 @@ func (x *StoreIdentity) String() string {
 func (*StoreIdentity) ProtoMessage() {}
 
 func (x *StoreIdentity) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[64]
+	mi := &file_lehr_v1_control_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4147,7 +4328,7 @@ func (x *StoreIdentity) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StoreIdentity.ProtoReflect.Descriptor instead.
 func (*StoreIdentity) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{64}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *StoreIdentity) GetId() string {
@@ -4194,7 +4375,7 @@ type ControlStatus struct {
 
 func (x *ControlStatus) Reset() {
 	*x = ControlStatus{}
-	mi := &file_lehr_v1_control_proto_msgTypes[65]
+	mi := &file_lehr_v1_control_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4206,7 +4387,7 @@ func (x *ControlStatus) String() string {
 func (*ControlStatus) ProtoMessage() {}
 
 func (x *ControlStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[65]
+	mi := &file_lehr_v1_control_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4219,7 +4400,7 @@ func (x *ControlStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ControlStatus.ProtoReflect.Descriptor instead.
 func (*ControlStatus) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{65}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *ControlStatus) GetStore() *StoreIdentity {
@@ -4289,7 +4470,7 @@ type EtcdClusterStatus struct {
 
 func (x *EtcdClusterStatus) Reset() {
 	*x = EtcdClusterStatus{}
-	mi := &file_lehr_v1_control_proto_msgTypes[66]
+	mi := &file_lehr_v1_control_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4301,7 +4482,7 @@ func (x *EtcdClusterStatus) String() string {
 func (*EtcdClusterStatus) ProtoMessage() {}
 
 func (x *EtcdClusterStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[66]
+	mi := &file_lehr_v1_control_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4314,7 +4495,7 @@ func (x *EtcdClusterStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EtcdClusterStatus.ProtoReflect.Descriptor instead.
 func (*EtcdClusterStatus) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{66}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *EtcdClusterStatus) GetClusterId() string {
@@ -4368,7 +4549,7 @@ type ControlReplica struct {
 
 func (x *ControlReplica) Reset() {
 	*x = ControlReplica{}
-	mi := &file_lehr_v1_control_proto_msgTypes[67]
+	mi := &file_lehr_v1_control_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4380,7 +4561,7 @@ func (x *ControlReplica) String() string {
 func (*ControlReplica) ProtoMessage() {}
 
 func (x *ControlReplica) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[67]
+	mi := &file_lehr_v1_control_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4393,7 +4574,7 @@ func (x *ControlReplica) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ControlReplica.ProtoReflect.Descriptor instead.
 func (*ControlReplica) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{67}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *ControlReplica) GetAddress() string {
@@ -4445,7 +4626,7 @@ type DomainStoredBytes struct {
 
 func (x *DomainStoredBytes) Reset() {
 	*x = DomainStoredBytes{}
-	mi := &file_lehr_v1_control_proto_msgTypes[68]
+	mi := &file_lehr_v1_control_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4457,7 +4638,7 @@ func (x *DomainStoredBytes) String() string {
 func (*DomainStoredBytes) ProtoMessage() {}
 
 func (x *DomainStoredBytes) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[68]
+	mi := &file_lehr_v1_control_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4470,7 +4651,7 @@ func (x *DomainStoredBytes) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DomainStoredBytes.ProtoReflect.Descriptor instead.
 func (*DomainStoredBytes) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{68}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *DomainStoredBytes) GetDomain() string {
@@ -4511,7 +4692,7 @@ type DistributorStatus struct {
 
 func (x *DistributorStatus) Reset() {
 	*x = DistributorStatus{}
-	mi := &file_lehr_v1_control_proto_msgTypes[69]
+	mi := &file_lehr_v1_control_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4523,7 +4704,7 @@ func (x *DistributorStatus) String() string {
 func (*DistributorStatus) ProtoMessage() {}
 
 func (x *DistributorStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[69]
+	mi := &file_lehr_v1_control_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4536,7 +4717,7 @@ func (x *DistributorStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DistributorStatus.ProtoReflect.Descriptor instead.
 func (*DistributorStatus) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{69}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *DistributorStatus) GetDistributorId() string {
@@ -4611,7 +4792,7 @@ type GetZoneStatusResponse struct {
 
 func (x *GetZoneStatusResponse) Reset() {
 	*x = GetZoneStatusResponse{}
-	mi := &file_lehr_v1_control_proto_msgTypes[70]
+	mi := &file_lehr_v1_control_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4623,7 +4804,7 @@ func (x *GetZoneStatusResponse) String() string {
 func (*GetZoneStatusResponse) ProtoMessage() {}
 
 func (x *GetZoneStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[70]
+	mi := &file_lehr_v1_control_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4636,7 +4817,7 @@ func (x *GetZoneStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetZoneStatusResponse.ProtoReflect.Descriptor instead.
 func (*GetZoneStatusResponse) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{70}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *GetZoneStatusResponse) GetZone() string {
@@ -4678,7 +4859,7 @@ var File_lehr_v1_control_proto protoreflect.FileDescriptor
 
 const file_lehr_v1_control_proto_rawDesc = "" +
 	"\n" +
-	"\x15lehr/v1/control.proto\x12\alehr.v1\x1a#google/longrunning/operations.proto\x1a\x1bgoogle/protobuf/empty.proto\x1a google/protobuf/field_mask.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x14lehr/v1/canary.proto\x1a\x15lehr/v1/preview.proto\x1a\x15lehr/v1/rollout.proto\x1a\x13lehr/v1/types.proto\x1a\x12lehr/v1/wire.proto\"\xc4\x02\n" +
+	"\x15lehr/v1/control.proto\x12\alehr.v1\x1a#google/longrunning/operations.proto\x1a\x1bgoogle/protobuf/empty.proto\x1a google/protobuf/field_mask.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x14lehr/v1/canary.proto\x1a\x15lehr/v1/preview.proto\x1a\x15lehr/v1/rollout.proto\x1a\x13lehr/v1/types.proto\x1a\x12lehr/v1/wire.proto\"\xdc\x02\n" +
 	"\vAuditRecord\x12.\n" +
 	"\x04time\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12\x16\n" +
 	"\x06author\x18\x02 \x01(\tR\x06author\x12-\n" +
@@ -4691,7 +4872,8 @@ const file_lehr_v1_control_proto_rawDesc = "" +
 	"\x04code\x18\t \x01(\tR\x04code\x12\x14\n" +
 	"\x05error\x18\n" +
 	" \x01(\tR\x05error\x12\x18\n" +
-	"\arepeats\x18\v \x01(\x05R\arepeats\"\x9f\x01\n" +
+	"\arepeats\x18\v \x01(\x05R\arepeats\x12\x16\n" +
+	"\x06detail\x18\f \x01(\tR\x06detail\"\x9f\x01\n" +
 	"\x17ListAuditRecordsRequest\x12\x16\n" +
 	"\x06domain\x18\x01 \x01(\tR\x06domain\x120\n" +
 	"\x05since\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x05since\x12\x1b\n" +
@@ -4852,7 +5034,21 @@ const file_lehr_v1_control_proto_rawDesc = "" +
 	"\amessage\x18\x03 \x01(\tR\amessage\"w\n" +
 	"\x18CompactNamespaceResponse\x12)\n" +
 	"\x10versions_removed\x18\x01 \x01(\x05R\x0fversionsRemoved\x120\n" +
-	"\tnamespace\x18\x02 \x01(\v2\x12.lehr.v1.NamespaceR\tnamespace\"'\n" +
+	"\tnamespace\x18\x02 \x01(\v2\x12.lehr.v1.NamespaceR\tnamespace\"\x8f\x01\n" +
+	"\x16DeleteNamespaceRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
+	"\x04etag\x18\x02 \x01(\tR\x04etag\x12\x14\n" +
+	"\x05force\x18\x03 \x01(\bR\x05force\x12\x18\n" +
+	"\amessage\x18\x04 \x01(\tR\amessage\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x05 \x01(\tR\trequestId\"\x8c\x01\n" +
+	"\x13DeleteDomainRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
+	"\x04etag\x18\x02 \x01(\tR\x04etag\x12\x14\n" +
+	"\x05force\x18\x03 \x01(\bR\x05force\x12\x18\n" +
+	"\amessage\x18\x04 \x01(\tR\amessage\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x05 \x01(\tR\trequestId\"'\n" +
 	"\x11CreateZoneRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\"=\n" +
 	"\x11DeleteZoneRequest\x12\x12\n" +
@@ -5012,7 +5208,7 @@ const file_lehr_v1_control_proto_rawDesc = "" +
 	"\fdistributors\x18\x02 \x03(\v2\x1a.lehr.v1.DistributorStatusR\fdistributors\x121\n" +
 	"\bversions\x18\x03 \x03(\v2\x15.lehr.v1.VersionCountR\bversions\x120\n" +
 	"\x06health\x18\x04 \x03(\v2\x18.lehr.v1.NamespaceHealthR\x06health\x12)\n" +
-	"\x05hosts\x18\x05 \x03(\v2\x13.lehr.v1.HostReportR\x05hosts2\xae\x1d\n" +
+	"\x05hosts\x18\x05 \x03(\v2\x13.lehr.v1.HostReportR\x05hosts2\xc0\x1e\n" +
 	"\aControl\x12=\n" +
 	"\fCreateDomain\x12\x1c.lehr.v1.CreateDomainRequest\x1a\x0f.lehr.v1.Domain\x127\n" +
 	"\tGetDomain\x12\x19.lehr.v1.GetDomainRequest\x1a\x0f.lehr.v1.Domain\x12H\n" +
@@ -5027,7 +5223,9 @@ const file_lehr_v1_control_proto_rawDesc = "" +
 	"\aHistory\x12\x17.lehr.v1.HistoryRequest\x1a\x18.lehr.v1.HistoryResponse\x123\n" +
 	"\x04Diff\x12\x14.lehr.v1.DiffRequest\x1a\x15.lehr.v1.DiffResponse\x12?\n" +
 	"\bRollback\x12\x18.lehr.v1.RollbackRequest\x1a\x19.lehr.v1.RollbackResponse\x12W\n" +
-	"\x10CompactNamespace\x12 .lehr.v1.CompactNamespaceRequest\x1a!.lehr.v1.CompactNamespaceResponse\x127\n" +
+	"\x10CompactNamespace\x12 .lehr.v1.CompactNamespaceRequest\x1a!.lehr.v1.CompactNamespaceResponse\x12J\n" +
+	"\x0fDeleteNamespace\x12\x1f.lehr.v1.DeleteNamespaceRequest\x1a\x16.google.protobuf.Empty\x12D\n" +
+	"\fDeleteDomain\x12\x1c.lehr.v1.DeleteDomainRequest\x1a\x16.google.protobuf.Empty\x127\n" +
 	"\n" +
 	"CreateZone\x12\x1a.lehr.v1.CreateZoneRequest\x1a\r.lehr.v1.Zone\x12@\n" +
 	"\n" +
@@ -5081,7 +5279,7 @@ func file_lehr_v1_control_proto_rawDescGZIP() []byte {
 }
 
 var file_lehr_v1_control_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_lehr_v1_control_proto_msgTypes = make([]protoimpl.MessageInfo, 71)
+var file_lehr_v1_control_proto_msgTypes = make([]protoimpl.MessageInfo, 73)
 var file_lehr_v1_control_proto_goTypes = []any{
 	(PropertyChange_Kind)(0),                    // 0: lehr.v1.PropertyChange.Kind
 	(GoalEvent_Type)(0),                         // 1: lehr.v1.GoalEvent.Type
@@ -5124,154 +5322,156 @@ var file_lehr_v1_control_proto_goTypes = []any{
 	(*RollbackResponse)(nil),                    // 38: lehr.v1.RollbackResponse
 	(*CompactNamespaceRequest)(nil),             // 39: lehr.v1.CompactNamespaceRequest
 	(*CompactNamespaceResponse)(nil),            // 40: lehr.v1.CompactNamespaceResponse
-	(*CreateZoneRequest)(nil),                   // 41: lehr.v1.CreateZoneRequest
-	(*DeleteZoneRequest)(nil),                   // 42: lehr.v1.DeleteZoneRequest
-	(*ListZonesRequest)(nil),                    // 43: lehr.v1.ListZonesRequest
-	(*ListZonesResponse)(nil),                   // 44: lehr.v1.ListZonesResponse
-	(*GetGoalsRequest)(nil),                     // 45: lehr.v1.GetGoalsRequest
-	(*GetGoalsResponse)(nil),                    // 46: lehr.v1.GetGoalsResponse
-	(*WatchGoalsRequest)(nil),                   // 47: lehr.v1.WatchGoalsRequest
-	(*GoalEvent)(nil),                           // 48: lehr.v1.GoalEvent
-	(*WatchGoalsResponse)(nil),                  // 49: lehr.v1.WatchGoalsResponse
-	(*FetchVersionRequest)(nil),                 // 50: lehr.v1.FetchVersionRequest
-	(*FetchVersionResponse)(nil),                // 51: lehr.v1.FetchVersionResponse
-	(*FetchDeltaRequest)(nil),                   // 52: lehr.v1.FetchDeltaRequest
-	(*FetchDeltaResponse)(nil),                  // 53: lehr.v1.FetchDeltaResponse
-	(*VersionCount)(nil),                        // 54: lehr.v1.VersionCount
-	(*ReportZoneStatusRequest)(nil),             // 55: lehr.v1.ReportZoneStatusRequest
-	(*NamespacePreviewCounts)(nil),              // 56: lehr.v1.NamespacePreviewCounts
-	(*HostSignals)(nil),                         // 57: lehr.v1.HostSignals
-	(*CohortSample)(nil),                        // 58: lehr.v1.CohortSample
-	(*NamespaceHealth)(nil),                     // 59: lehr.v1.NamespaceHealth
-	(*HostReport)(nil),                          // 60: lehr.v1.HostReport
-	(*ReportZoneStatusResponse)(nil),            // 61: lehr.v1.ReportZoneStatusResponse
-	(*GetZoneStatusRequest)(nil),                // 62: lehr.v1.GetZoneStatusRequest
-	(*GetStoreStatusRequest)(nil),               // 63: lehr.v1.GetStoreStatusRequest
-	(*StoreStatus)(nil),                         // 64: lehr.v1.StoreStatus
-	(*GetControlStatusRequest)(nil),             // 65: lehr.v1.GetControlStatusRequest
-	(*StoreIdentity)(nil),                       // 66: lehr.v1.StoreIdentity
-	(*ControlStatus)(nil),                       // 67: lehr.v1.ControlStatus
-	(*EtcdClusterStatus)(nil),                   // 68: lehr.v1.EtcdClusterStatus
-	(*ControlReplica)(nil),                      // 69: lehr.v1.ControlReplica
-	(*DomainStoredBytes)(nil),                   // 70: lehr.v1.DomainStoredBytes
-	(*DistributorStatus)(nil),                   // 71: lehr.v1.DistributorStatus
-	(*GetZoneStatusResponse)(nil),               // 72: lehr.v1.GetZoneStatusResponse
-	(*timestamppb.Timestamp)(nil),               // 73: google.protobuf.Timestamp
-	(RolloutAction)(0),                          // 74: lehr.v1.RolloutAction
-	(*Rollout)(nil),                             // 75: lehr.v1.Rollout
-	(*RolloutEvent)(nil),                        // 76: lehr.v1.RolloutEvent
-	(*RolloutPolicy)(nil),                       // 77: lehr.v1.RolloutPolicy
-	(*RolloutPolicyRecord)(nil),                 // 78: lehr.v1.RolloutPolicyRecord
-	(RolloutPolicySource)(0),                    // 79: lehr.v1.RolloutPolicySource
-	(*Domain)(nil),                              // 80: lehr.v1.Domain
-	(*fieldmaskpb.FieldMask)(nil),               // 81: google.protobuf.FieldMask
-	(*Namespace)(nil),                           // 82: lehr.v1.Namespace
-	(NamespaceKind)(0),                          // 83: lehr.v1.NamespaceKind
-	(*Property)(nil),                            // 84: lehr.v1.Property
-	(*VersionInfo)(nil),                         // 85: lehr.v1.VersionInfo
-	(*Zone)(nil),                                // 86: lehr.v1.Zone
-	(*GoalState)(nil),                           // 87: lehr.v1.GoalState
-	(*HostPreviewCounts)(nil),                   // 88: lehr.v1.HostPreviewCounts
-	(*NamespaceSignals)(nil),                    // 89: lehr.v1.NamespaceSignals
-	(*NamespaceReport)(nil),                     // 90: lehr.v1.NamespaceReport
-	(*EvaluateRequest)(nil),                     // 91: lehr.v1.EvaluateRequest
-	(*GetCanaryEvaluationRequest)(nil),          // 92: lehr.v1.GetCanaryEvaluationRequest
-	(*ListCanaryEvaluationsRequest)(nil),        // 93: lehr.v1.ListCanaryEvaluationsRequest
-	(*GetPolicyRequest)(nil),                    // 94: lehr.v1.GetPolicyRequest
-	(*CreatePolicyExperimentRequest)(nil),       // 95: lehr.v1.CreatePolicyExperimentRequest
-	(*UpdatePolicyExperimentRequest)(nil),       // 96: lehr.v1.UpdatePolicyExperimentRequest
-	(*GetPolicyExperimentRequest)(nil),          // 97: lehr.v1.GetPolicyExperimentRequest
-	(*ListPolicyExperimentsRequest)(nil),        // 98: lehr.v1.ListPolicyExperimentsRequest
-	(*DeletePolicyExperimentRequest)(nil),       // 99: lehr.v1.DeletePolicyExperimentRequest
-	(*StartPreviewPolicyExperimentRequest)(nil), // 100: lehr.v1.StartPreviewPolicyExperimentRequest
-	(*StopPreviewPolicyExperimentRequest)(nil),  // 101: lehr.v1.StopPreviewPolicyExperimentRequest
-	(*CommitPolicyExperimentRequest)(nil),       // 102: lehr.v1.CommitPolicyExperimentRequest
-	(*DeletePolicyRequest)(nil),                 // 103: lehr.v1.DeletePolicyRequest
-	(*GetPolicyExperimentCountsRequest)(nil),    // 104: lehr.v1.GetPolicyExperimentCountsRequest
-	(*emptypb.Empty)(nil),                       // 105: google.protobuf.Empty
-	(*CanaryEvaluation)(nil),                    // 106: lehr.v1.CanaryEvaluation
-	(*ListCanaryEvaluationsResponse)(nil),       // 107: lehr.v1.ListCanaryEvaluationsResponse
-	(*Policy)(nil),                              // 108: lehr.v1.Policy
-	(*longrunningpb.Operation)(nil),             // 109: google.longrunning.Operation
-	(*PolicyExperiment)(nil),                    // 110: lehr.v1.PolicyExperiment
-	(*ListPolicyExperimentsResponse)(nil),       // 111: lehr.v1.ListPolicyExperimentsResponse
-	(*PolicyExperimentCounts)(nil),              // 112: lehr.v1.PolicyExperimentCounts
+	(*DeleteNamespaceRequest)(nil),              // 41: lehr.v1.DeleteNamespaceRequest
+	(*DeleteDomainRequest)(nil),                 // 42: lehr.v1.DeleteDomainRequest
+	(*CreateZoneRequest)(nil),                   // 43: lehr.v1.CreateZoneRequest
+	(*DeleteZoneRequest)(nil),                   // 44: lehr.v1.DeleteZoneRequest
+	(*ListZonesRequest)(nil),                    // 45: lehr.v1.ListZonesRequest
+	(*ListZonesResponse)(nil),                   // 46: lehr.v1.ListZonesResponse
+	(*GetGoalsRequest)(nil),                     // 47: lehr.v1.GetGoalsRequest
+	(*GetGoalsResponse)(nil),                    // 48: lehr.v1.GetGoalsResponse
+	(*WatchGoalsRequest)(nil),                   // 49: lehr.v1.WatchGoalsRequest
+	(*GoalEvent)(nil),                           // 50: lehr.v1.GoalEvent
+	(*WatchGoalsResponse)(nil),                  // 51: lehr.v1.WatchGoalsResponse
+	(*FetchVersionRequest)(nil),                 // 52: lehr.v1.FetchVersionRequest
+	(*FetchVersionResponse)(nil),                // 53: lehr.v1.FetchVersionResponse
+	(*FetchDeltaRequest)(nil),                   // 54: lehr.v1.FetchDeltaRequest
+	(*FetchDeltaResponse)(nil),                  // 55: lehr.v1.FetchDeltaResponse
+	(*VersionCount)(nil),                        // 56: lehr.v1.VersionCount
+	(*ReportZoneStatusRequest)(nil),             // 57: lehr.v1.ReportZoneStatusRequest
+	(*NamespacePreviewCounts)(nil),              // 58: lehr.v1.NamespacePreviewCounts
+	(*HostSignals)(nil),                         // 59: lehr.v1.HostSignals
+	(*CohortSample)(nil),                        // 60: lehr.v1.CohortSample
+	(*NamespaceHealth)(nil),                     // 61: lehr.v1.NamespaceHealth
+	(*HostReport)(nil),                          // 62: lehr.v1.HostReport
+	(*ReportZoneStatusResponse)(nil),            // 63: lehr.v1.ReportZoneStatusResponse
+	(*GetZoneStatusRequest)(nil),                // 64: lehr.v1.GetZoneStatusRequest
+	(*GetStoreStatusRequest)(nil),               // 65: lehr.v1.GetStoreStatusRequest
+	(*StoreStatus)(nil),                         // 66: lehr.v1.StoreStatus
+	(*GetControlStatusRequest)(nil),             // 67: lehr.v1.GetControlStatusRequest
+	(*StoreIdentity)(nil),                       // 68: lehr.v1.StoreIdentity
+	(*ControlStatus)(nil),                       // 69: lehr.v1.ControlStatus
+	(*EtcdClusterStatus)(nil),                   // 70: lehr.v1.EtcdClusterStatus
+	(*ControlReplica)(nil),                      // 71: lehr.v1.ControlReplica
+	(*DomainStoredBytes)(nil),                   // 72: lehr.v1.DomainStoredBytes
+	(*DistributorStatus)(nil),                   // 73: lehr.v1.DistributorStatus
+	(*GetZoneStatusResponse)(nil),               // 74: lehr.v1.GetZoneStatusResponse
+	(*timestamppb.Timestamp)(nil),               // 75: google.protobuf.Timestamp
+	(RolloutAction)(0),                          // 76: lehr.v1.RolloutAction
+	(*Rollout)(nil),                             // 77: lehr.v1.Rollout
+	(*RolloutEvent)(nil),                        // 78: lehr.v1.RolloutEvent
+	(*RolloutPolicy)(nil),                       // 79: lehr.v1.RolloutPolicy
+	(*RolloutPolicyRecord)(nil),                 // 80: lehr.v1.RolloutPolicyRecord
+	(RolloutPolicySource)(0),                    // 81: lehr.v1.RolloutPolicySource
+	(*Domain)(nil),                              // 82: lehr.v1.Domain
+	(*fieldmaskpb.FieldMask)(nil),               // 83: google.protobuf.FieldMask
+	(*Namespace)(nil),                           // 84: lehr.v1.Namespace
+	(NamespaceKind)(0),                          // 85: lehr.v1.NamespaceKind
+	(*Property)(nil),                            // 86: lehr.v1.Property
+	(*VersionInfo)(nil),                         // 87: lehr.v1.VersionInfo
+	(*Zone)(nil),                                // 88: lehr.v1.Zone
+	(*GoalState)(nil),                           // 89: lehr.v1.GoalState
+	(*HostPreviewCounts)(nil),                   // 90: lehr.v1.HostPreviewCounts
+	(*NamespaceSignals)(nil),                    // 91: lehr.v1.NamespaceSignals
+	(*NamespaceReport)(nil),                     // 92: lehr.v1.NamespaceReport
+	(*EvaluateRequest)(nil),                     // 93: lehr.v1.EvaluateRequest
+	(*GetCanaryEvaluationRequest)(nil),          // 94: lehr.v1.GetCanaryEvaluationRequest
+	(*ListCanaryEvaluationsRequest)(nil),        // 95: lehr.v1.ListCanaryEvaluationsRequest
+	(*GetPolicyRequest)(nil),                    // 96: lehr.v1.GetPolicyRequest
+	(*CreatePolicyExperimentRequest)(nil),       // 97: lehr.v1.CreatePolicyExperimentRequest
+	(*UpdatePolicyExperimentRequest)(nil),       // 98: lehr.v1.UpdatePolicyExperimentRequest
+	(*GetPolicyExperimentRequest)(nil),          // 99: lehr.v1.GetPolicyExperimentRequest
+	(*ListPolicyExperimentsRequest)(nil),        // 100: lehr.v1.ListPolicyExperimentsRequest
+	(*DeletePolicyExperimentRequest)(nil),       // 101: lehr.v1.DeletePolicyExperimentRequest
+	(*StartPreviewPolicyExperimentRequest)(nil), // 102: lehr.v1.StartPreviewPolicyExperimentRequest
+	(*StopPreviewPolicyExperimentRequest)(nil),  // 103: lehr.v1.StopPreviewPolicyExperimentRequest
+	(*CommitPolicyExperimentRequest)(nil),       // 104: lehr.v1.CommitPolicyExperimentRequest
+	(*DeletePolicyRequest)(nil),                 // 105: lehr.v1.DeletePolicyRequest
+	(*GetPolicyExperimentCountsRequest)(nil),    // 106: lehr.v1.GetPolicyExperimentCountsRequest
+	(*emptypb.Empty)(nil),                       // 107: google.protobuf.Empty
+	(*CanaryEvaluation)(nil),                    // 108: lehr.v1.CanaryEvaluation
+	(*ListCanaryEvaluationsResponse)(nil),       // 109: lehr.v1.ListCanaryEvaluationsResponse
+	(*Policy)(nil),                              // 110: lehr.v1.Policy
+	(*longrunningpb.Operation)(nil),             // 111: google.longrunning.Operation
+	(*PolicyExperiment)(nil),                    // 112: lehr.v1.PolicyExperiment
+	(*ListPolicyExperimentsResponse)(nil),       // 113: lehr.v1.ListPolicyExperimentsResponse
+	(*PolicyExperimentCounts)(nil),              // 114: lehr.v1.PolicyExperimentCounts
 }
 var file_lehr_v1_control_proto_depIdxs = []int32{
-	73,  // 0: lehr.v1.AuditRecord.time:type_name -> google.protobuf.Timestamp
-	73,  // 1: lehr.v1.ListAuditRecordsRequest.since:type_name -> google.protobuf.Timestamp
+	75,  // 0: lehr.v1.AuditRecord.time:type_name -> google.protobuf.Timestamp
+	75,  // 1: lehr.v1.ListAuditRecordsRequest.since:type_name -> google.protobuf.Timestamp
 	2,   // 2: lehr.v1.ListAuditRecordsResponse.records:type_name -> lehr.v1.AuditRecord
-	74,  // 3: lehr.v1.UpdateRolloutRequest.action:type_name -> lehr.v1.RolloutAction
-	75,  // 4: lehr.v1.ListRolloutsResponse.rollouts:type_name -> lehr.v1.Rollout
-	76,  // 5: lehr.v1.ListRolloutEventsResponse.events:type_name -> lehr.v1.RolloutEvent
-	77,  // 6: lehr.v1.SetRolloutPolicyRequest.policy:type_name -> lehr.v1.RolloutPolicy
-	78,  // 7: lehr.v1.GetRolloutPolicyResponse.stored:type_name -> lehr.v1.RolloutPolicyRecord
-	77,  // 8: lehr.v1.GetRolloutPolicyResponse.effective:type_name -> lehr.v1.RolloutPolicy
-	79,  // 9: lehr.v1.GetRolloutPolicyResponse.source:type_name -> lehr.v1.RolloutPolicySource
-	78,  // 10: lehr.v1.RolloutPolicyHistoryResponse.records:type_name -> lehr.v1.RolloutPolicyRecord
-	80,  // 11: lehr.v1.CreateDomainRequest.domain:type_name -> lehr.v1.Domain
-	80,  // 12: lehr.v1.UpdateDomainRequest.domain:type_name -> lehr.v1.Domain
-	81,  // 13: lehr.v1.UpdateDomainRequest.update_mask:type_name -> google.protobuf.FieldMask
-	80,  // 14: lehr.v1.ListDomainsResponse.domains:type_name -> lehr.v1.Domain
-	82,  // 15: lehr.v1.CreateNamespaceRequest.namespace:type_name -> lehr.v1.Namespace
-	82,  // 16: lehr.v1.ListNamespacesResponse.namespaces:type_name -> lehr.v1.Namespace
-	83,  // 17: lehr.v1.PublishRequest.kind:type_name -> lehr.v1.NamespaceKind
-	84,  // 18: lehr.v1.PublishRequest.properties:type_name -> lehr.v1.Property
-	85,  // 19: lehr.v1.PublishResponse.version:type_name -> lehr.v1.VersionInfo
-	84,  // 20: lehr.v1.PatchRequest.set:type_name -> lehr.v1.Property
-	85,  // 21: lehr.v1.PatchResponse.version:type_name -> lehr.v1.VersionInfo
-	85,  // 22: lehr.v1.GetResponse.version:type_name -> lehr.v1.VersionInfo
-	84,  // 23: lehr.v1.GetResponse.properties:type_name -> lehr.v1.Property
-	83,  // 24: lehr.v1.GetResponse.kind:type_name -> lehr.v1.NamespaceKind
-	85,  // 25: lehr.v1.HistoryResponse.versions:type_name -> lehr.v1.VersionInfo
+	76,  // 3: lehr.v1.UpdateRolloutRequest.action:type_name -> lehr.v1.RolloutAction
+	77,  // 4: lehr.v1.ListRolloutsResponse.rollouts:type_name -> lehr.v1.Rollout
+	78,  // 5: lehr.v1.ListRolloutEventsResponse.events:type_name -> lehr.v1.RolloutEvent
+	79,  // 6: lehr.v1.SetRolloutPolicyRequest.policy:type_name -> lehr.v1.RolloutPolicy
+	80,  // 7: lehr.v1.GetRolloutPolicyResponse.stored:type_name -> lehr.v1.RolloutPolicyRecord
+	79,  // 8: lehr.v1.GetRolloutPolicyResponse.effective:type_name -> lehr.v1.RolloutPolicy
+	81,  // 9: lehr.v1.GetRolloutPolicyResponse.source:type_name -> lehr.v1.RolloutPolicySource
+	80,  // 10: lehr.v1.RolloutPolicyHistoryResponse.records:type_name -> lehr.v1.RolloutPolicyRecord
+	82,  // 11: lehr.v1.CreateDomainRequest.domain:type_name -> lehr.v1.Domain
+	82,  // 12: lehr.v1.UpdateDomainRequest.domain:type_name -> lehr.v1.Domain
+	83,  // 13: lehr.v1.UpdateDomainRequest.update_mask:type_name -> google.protobuf.FieldMask
+	82,  // 14: lehr.v1.ListDomainsResponse.domains:type_name -> lehr.v1.Domain
+	84,  // 15: lehr.v1.CreateNamespaceRequest.namespace:type_name -> lehr.v1.Namespace
+	84,  // 16: lehr.v1.ListNamespacesResponse.namespaces:type_name -> lehr.v1.Namespace
+	85,  // 17: lehr.v1.PublishRequest.kind:type_name -> lehr.v1.NamespaceKind
+	86,  // 18: lehr.v1.PublishRequest.properties:type_name -> lehr.v1.Property
+	87,  // 19: lehr.v1.PublishResponse.version:type_name -> lehr.v1.VersionInfo
+	86,  // 20: lehr.v1.PatchRequest.set:type_name -> lehr.v1.Property
+	87,  // 21: lehr.v1.PatchResponse.version:type_name -> lehr.v1.VersionInfo
+	87,  // 22: lehr.v1.GetResponse.version:type_name -> lehr.v1.VersionInfo
+	86,  // 23: lehr.v1.GetResponse.properties:type_name -> lehr.v1.Property
+	85,  // 24: lehr.v1.GetResponse.kind:type_name -> lehr.v1.NamespaceKind
+	87,  // 25: lehr.v1.HistoryResponse.versions:type_name -> lehr.v1.VersionInfo
 	0,   // 26: lehr.v1.PropertyChange.kind:type_name -> lehr.v1.PropertyChange.Kind
-	84,  // 27: lehr.v1.PropertyChange.old:type_name -> lehr.v1.Property
-	84,  // 28: lehr.v1.PropertyChange.new:type_name -> lehr.v1.Property
-	85,  // 29: lehr.v1.DiffResponse.from:type_name -> lehr.v1.VersionInfo
-	85,  // 30: lehr.v1.DiffResponse.to:type_name -> lehr.v1.VersionInfo
+	86,  // 27: lehr.v1.PropertyChange.old:type_name -> lehr.v1.Property
+	86,  // 28: lehr.v1.PropertyChange.new:type_name -> lehr.v1.Property
+	87,  // 29: lehr.v1.DiffResponse.from:type_name -> lehr.v1.VersionInfo
+	87,  // 30: lehr.v1.DiffResponse.to:type_name -> lehr.v1.VersionInfo
 	35,  // 31: lehr.v1.DiffResponse.changes:type_name -> lehr.v1.PropertyChange
-	85,  // 32: lehr.v1.RollbackResponse.version:type_name -> lehr.v1.VersionInfo
-	82,  // 33: lehr.v1.CompactNamespaceResponse.namespace:type_name -> lehr.v1.Namespace
-	86,  // 34: lehr.v1.ListZonesResponse.zones:type_name -> lehr.v1.Zone
-	87,  // 35: lehr.v1.GetGoalsResponse.goals:type_name -> lehr.v1.GoalState
+	87,  // 32: lehr.v1.RollbackResponse.version:type_name -> lehr.v1.VersionInfo
+	84,  // 33: lehr.v1.CompactNamespaceResponse.namespace:type_name -> lehr.v1.Namespace
+	88,  // 34: lehr.v1.ListZonesResponse.zones:type_name -> lehr.v1.Zone
+	89,  // 35: lehr.v1.GetGoalsResponse.goals:type_name -> lehr.v1.GoalState
 	1,   // 36: lehr.v1.GoalEvent.type:type_name -> lehr.v1.GoalEvent.Type
-	87,  // 37: lehr.v1.GoalEvent.goal:type_name -> lehr.v1.GoalState
-	53,  // 38: lehr.v1.GoalEvent.delta:type_name -> lehr.v1.FetchDeltaResponse
-	48,  // 39: lehr.v1.WatchGoalsResponse.events:type_name -> lehr.v1.GoalEvent
-	85,  // 40: lehr.v1.FetchVersionResponse.version:type_name -> lehr.v1.VersionInfo
-	83,  // 41: lehr.v1.FetchVersionResponse.kind:type_name -> lehr.v1.NamespaceKind
-	84,  // 42: lehr.v1.FetchVersionResponse.properties:type_name -> lehr.v1.Property
-	85,  // 43: lehr.v1.FetchDeltaResponse.from:type_name -> lehr.v1.VersionInfo
-	85,  // 44: lehr.v1.FetchDeltaResponse.to:type_name -> lehr.v1.VersionInfo
-	83,  // 45: lehr.v1.FetchDeltaResponse.kind:type_name -> lehr.v1.NamespaceKind
-	84,  // 46: lehr.v1.FetchDeltaResponse.set:type_name -> lehr.v1.Property
-	54,  // 47: lehr.v1.ReportZoneStatusRequest.versions:type_name -> lehr.v1.VersionCount
-	59,  // 48: lehr.v1.ReportZoneStatusRequest.health:type_name -> lehr.v1.NamespaceHealth
-	60,  // 49: lehr.v1.ReportZoneStatusRequest.hosts:type_name -> lehr.v1.HostReport
-	58,  // 50: lehr.v1.ReportZoneStatusRequest.samples:type_name -> lehr.v1.CohortSample
-	57,  // 51: lehr.v1.ReportZoneStatusRequest.signals:type_name -> lehr.v1.HostSignals
-	56,  // 52: lehr.v1.ReportZoneStatusRequest.preview:type_name -> lehr.v1.NamespacePreviewCounts
-	88,  // 53: lehr.v1.NamespacePreviewCounts.counts:type_name -> lehr.v1.HostPreviewCounts
-	89,  // 54: lehr.v1.HostSignals.signals:type_name -> lehr.v1.NamespaceSignals
-	90,  // 55: lehr.v1.HostReport.report:type_name -> lehr.v1.NamespaceReport
-	73,  // 56: lehr.v1.StoreStatus.read_time:type_name -> google.protobuf.Timestamp
-	70,  // 57: lehr.v1.StoreStatus.domains:type_name -> lehr.v1.DomainStoredBytes
-	73,  // 58: lehr.v1.StoreIdentity.create_time:type_name -> google.protobuf.Timestamp
-	66,  // 59: lehr.v1.ControlStatus.store:type_name -> lehr.v1.StoreIdentity
-	68,  // 60: lehr.v1.ControlStatus.etcd:type_name -> lehr.v1.EtcdClusterStatus
-	69,  // 61: lehr.v1.ControlStatus.replicas:type_name -> lehr.v1.ControlReplica
-	73,  // 62: lehr.v1.ControlReplica.start_time:type_name -> google.protobuf.Timestamp
-	73,  // 63: lehr.v1.ControlReplica.last_seen_time:type_name -> google.protobuf.Timestamp
-	54,  // 64: lehr.v1.DistributorStatus.versions:type_name -> lehr.v1.VersionCount
-	59,  // 65: lehr.v1.DistributorStatus.health:type_name -> lehr.v1.NamespaceHealth
-	60,  // 66: lehr.v1.DistributorStatus.hosts:type_name -> lehr.v1.HostReport
-	58,  // 67: lehr.v1.DistributorStatus.samples:type_name -> lehr.v1.CohortSample
-	57,  // 68: lehr.v1.DistributorStatus.signals:type_name -> lehr.v1.HostSignals
-	56,  // 69: lehr.v1.DistributorStatus.preview:type_name -> lehr.v1.NamespacePreviewCounts
-	71,  // 70: lehr.v1.GetZoneStatusResponse.distributors:type_name -> lehr.v1.DistributorStatus
-	54,  // 71: lehr.v1.GetZoneStatusResponse.versions:type_name -> lehr.v1.VersionCount
-	59,  // 72: lehr.v1.GetZoneStatusResponse.health:type_name -> lehr.v1.NamespaceHealth
-	60,  // 73: lehr.v1.GetZoneStatusResponse.hosts:type_name -> lehr.v1.HostReport
+	89,  // 37: lehr.v1.GoalEvent.goal:type_name -> lehr.v1.GoalState
+	55,  // 38: lehr.v1.GoalEvent.delta:type_name -> lehr.v1.FetchDeltaResponse
+	50,  // 39: lehr.v1.WatchGoalsResponse.events:type_name -> lehr.v1.GoalEvent
+	87,  // 40: lehr.v1.FetchVersionResponse.version:type_name -> lehr.v1.VersionInfo
+	85,  // 41: lehr.v1.FetchVersionResponse.kind:type_name -> lehr.v1.NamespaceKind
+	86,  // 42: lehr.v1.FetchVersionResponse.properties:type_name -> lehr.v1.Property
+	87,  // 43: lehr.v1.FetchDeltaResponse.from:type_name -> lehr.v1.VersionInfo
+	87,  // 44: lehr.v1.FetchDeltaResponse.to:type_name -> lehr.v1.VersionInfo
+	85,  // 45: lehr.v1.FetchDeltaResponse.kind:type_name -> lehr.v1.NamespaceKind
+	86,  // 46: lehr.v1.FetchDeltaResponse.set:type_name -> lehr.v1.Property
+	56,  // 47: lehr.v1.ReportZoneStatusRequest.versions:type_name -> lehr.v1.VersionCount
+	61,  // 48: lehr.v1.ReportZoneStatusRequest.health:type_name -> lehr.v1.NamespaceHealth
+	62,  // 49: lehr.v1.ReportZoneStatusRequest.hosts:type_name -> lehr.v1.HostReport
+	60,  // 50: lehr.v1.ReportZoneStatusRequest.samples:type_name -> lehr.v1.CohortSample
+	59,  // 51: lehr.v1.ReportZoneStatusRequest.signals:type_name -> lehr.v1.HostSignals
+	58,  // 52: lehr.v1.ReportZoneStatusRequest.preview:type_name -> lehr.v1.NamespacePreviewCounts
+	90,  // 53: lehr.v1.NamespacePreviewCounts.counts:type_name -> lehr.v1.HostPreviewCounts
+	91,  // 54: lehr.v1.HostSignals.signals:type_name -> lehr.v1.NamespaceSignals
+	92,  // 55: lehr.v1.HostReport.report:type_name -> lehr.v1.NamespaceReport
+	75,  // 56: lehr.v1.StoreStatus.read_time:type_name -> google.protobuf.Timestamp
+	72,  // 57: lehr.v1.StoreStatus.domains:type_name -> lehr.v1.DomainStoredBytes
+	75,  // 58: lehr.v1.StoreIdentity.create_time:type_name -> google.protobuf.Timestamp
+	68,  // 59: lehr.v1.ControlStatus.store:type_name -> lehr.v1.StoreIdentity
+	70,  // 60: lehr.v1.ControlStatus.etcd:type_name -> lehr.v1.EtcdClusterStatus
+	71,  // 61: lehr.v1.ControlStatus.replicas:type_name -> lehr.v1.ControlReplica
+	75,  // 62: lehr.v1.ControlReplica.start_time:type_name -> google.protobuf.Timestamp
+	75,  // 63: lehr.v1.ControlReplica.last_seen_time:type_name -> google.protobuf.Timestamp
+	56,  // 64: lehr.v1.DistributorStatus.versions:type_name -> lehr.v1.VersionCount
+	61,  // 65: lehr.v1.DistributorStatus.health:type_name -> lehr.v1.NamespaceHealth
+	62,  // 66: lehr.v1.DistributorStatus.hosts:type_name -> lehr.v1.HostReport
+	60,  // 67: lehr.v1.DistributorStatus.samples:type_name -> lehr.v1.CohortSample
+	59,  // 68: lehr.v1.DistributorStatus.signals:type_name -> lehr.v1.HostSignals
+	58,  // 69: lehr.v1.DistributorStatus.preview:type_name -> lehr.v1.NamespacePreviewCounts
+	73,  // 70: lehr.v1.GetZoneStatusResponse.distributors:type_name -> lehr.v1.DistributorStatus
+	56,  // 71: lehr.v1.GetZoneStatusResponse.versions:type_name -> lehr.v1.VersionCount
+	61,  // 72: lehr.v1.GetZoneStatusResponse.health:type_name -> lehr.v1.NamespaceHealth
+	62,  // 73: lehr.v1.GetZoneStatusResponse.hosts:type_name -> lehr.v1.HostReport
 	17,  // 74: lehr.v1.Control.CreateDomain:input_type -> lehr.v1.CreateDomainRequest
 	19,  // 75: lehr.v1.Control.GetDomain:input_type -> lehr.v1.GetDomainRequest
 	20,  // 76: lehr.v1.Control.ListDomains:input_type -> lehr.v1.ListDomainsRequest
@@ -5286,90 +5486,94 @@ var file_lehr_v1_control_proto_depIdxs = []int32{
 	34,  // 85: lehr.v1.Control.Diff:input_type -> lehr.v1.DiffRequest
 	37,  // 86: lehr.v1.Control.Rollback:input_type -> lehr.v1.RollbackRequest
 	39,  // 87: lehr.v1.Control.CompactNamespace:input_type -> lehr.v1.CompactNamespaceRequest
-	41,  // 88: lehr.v1.Control.CreateZone:input_type -> lehr.v1.CreateZoneRequest
-	42,  // 89: lehr.v1.Control.DeleteZone:input_type -> lehr.v1.DeleteZoneRequest
-	43,  // 90: lehr.v1.Control.ListZones:input_type -> lehr.v1.ListZonesRequest
-	45,  // 91: lehr.v1.Control.GetGoals:input_type -> lehr.v1.GetGoalsRequest
-	47,  // 92: lehr.v1.Control.WatchGoals:input_type -> lehr.v1.WatchGoalsRequest
-	50,  // 93: lehr.v1.Control.FetchVersion:input_type -> lehr.v1.FetchVersionRequest
-	52,  // 94: lehr.v1.Control.FetchDelta:input_type -> lehr.v1.FetchDeltaRequest
-	55,  // 95: lehr.v1.Control.ReportZoneStatus:input_type -> lehr.v1.ReportZoneStatusRequest
-	62,  // 96: lehr.v1.Control.GetZoneStatus:input_type -> lehr.v1.GetZoneStatusRequest
-	63,  // 97: lehr.v1.Control.GetStoreStatus:input_type -> lehr.v1.GetStoreStatusRequest
-	65,  // 98: lehr.v1.Control.GetControlStatus:input_type -> lehr.v1.GetControlStatusRequest
-	11,  // 99: lehr.v1.Control.SetRolloutPolicy:input_type -> lehr.v1.SetRolloutPolicyRequest
-	12,  // 100: lehr.v1.Control.DeleteRolloutPolicy:input_type -> lehr.v1.DeleteRolloutPolicyRequest
-	13,  // 101: lehr.v1.Control.GetRolloutPolicy:input_type -> lehr.v1.GetRolloutPolicyRequest
-	15,  // 102: lehr.v1.Control.RolloutPolicyHistory:input_type -> lehr.v1.RolloutPolicyHistoryRequest
-	6,   // 103: lehr.v1.Control.GetRollout:input_type -> lehr.v1.GetRolloutRequest
-	7,   // 104: lehr.v1.Control.ListRollouts:input_type -> lehr.v1.ListRolloutsRequest
-	9,   // 105: lehr.v1.Control.ListRolloutEvents:input_type -> lehr.v1.ListRolloutEventsRequest
-	5,   // 106: lehr.v1.Control.UpdateRollout:input_type -> lehr.v1.UpdateRolloutRequest
-	91,  // 107: lehr.v1.Control.Evaluate:input_type -> lehr.v1.EvaluateRequest
-	92,  // 108: lehr.v1.Control.GetCanaryEvaluation:input_type -> lehr.v1.GetCanaryEvaluationRequest
-	93,  // 109: lehr.v1.Control.ListCanaryEvaluations:input_type -> lehr.v1.ListCanaryEvaluationsRequest
-	94,  // 110: lehr.v1.Control.GetPolicy:input_type -> lehr.v1.GetPolicyRequest
-	95,  // 111: lehr.v1.Control.CreatePolicyExperiment:input_type -> lehr.v1.CreatePolicyExperimentRequest
-	96,  // 112: lehr.v1.Control.UpdatePolicyExperiment:input_type -> lehr.v1.UpdatePolicyExperimentRequest
-	97,  // 113: lehr.v1.Control.GetPolicyExperiment:input_type -> lehr.v1.GetPolicyExperimentRequest
-	98,  // 114: lehr.v1.Control.ListPolicyExperiments:input_type -> lehr.v1.ListPolicyExperimentsRequest
-	99,  // 115: lehr.v1.Control.DeletePolicyExperiment:input_type -> lehr.v1.DeletePolicyExperimentRequest
-	100, // 116: lehr.v1.Control.StartPreviewPolicyExperiment:input_type -> lehr.v1.StartPreviewPolicyExperimentRequest
-	101, // 117: lehr.v1.Control.StopPreviewPolicyExperiment:input_type -> lehr.v1.StopPreviewPolicyExperimentRequest
-	102, // 118: lehr.v1.Control.CommitPolicyExperiment:input_type -> lehr.v1.CommitPolicyExperimentRequest
-	103, // 119: lehr.v1.Control.DeletePolicy:input_type -> lehr.v1.DeletePolicyRequest
-	104, // 120: lehr.v1.Control.GetPolicyExperimentCounts:input_type -> lehr.v1.GetPolicyExperimentCountsRequest
-	3,   // 121: lehr.v1.Control.ListAuditRecords:input_type -> lehr.v1.ListAuditRecordsRequest
-	80,  // 122: lehr.v1.Control.CreateDomain:output_type -> lehr.v1.Domain
-	80,  // 123: lehr.v1.Control.GetDomain:output_type -> lehr.v1.Domain
-	21,  // 124: lehr.v1.Control.ListDomains:output_type -> lehr.v1.ListDomainsResponse
-	80,  // 125: lehr.v1.Control.UpdateDomain:output_type -> lehr.v1.Domain
-	82,  // 126: lehr.v1.Control.CreateNamespace:output_type -> lehr.v1.Namespace
-	82,  // 127: lehr.v1.Control.GetNamespace:output_type -> lehr.v1.Namespace
-	25,  // 128: lehr.v1.Control.ListNamespaces:output_type -> lehr.v1.ListNamespacesResponse
-	27,  // 129: lehr.v1.Control.Publish:output_type -> lehr.v1.PublishResponse
-	29,  // 130: lehr.v1.Control.Patch:output_type -> lehr.v1.PatchResponse
-	31,  // 131: lehr.v1.Control.Get:output_type -> lehr.v1.GetResponse
-	33,  // 132: lehr.v1.Control.History:output_type -> lehr.v1.HistoryResponse
-	36,  // 133: lehr.v1.Control.Diff:output_type -> lehr.v1.DiffResponse
-	38,  // 134: lehr.v1.Control.Rollback:output_type -> lehr.v1.RollbackResponse
-	40,  // 135: lehr.v1.Control.CompactNamespace:output_type -> lehr.v1.CompactNamespaceResponse
-	86,  // 136: lehr.v1.Control.CreateZone:output_type -> lehr.v1.Zone
-	105, // 137: lehr.v1.Control.DeleteZone:output_type -> google.protobuf.Empty
-	44,  // 138: lehr.v1.Control.ListZones:output_type -> lehr.v1.ListZonesResponse
-	46,  // 139: lehr.v1.Control.GetGoals:output_type -> lehr.v1.GetGoalsResponse
-	49,  // 140: lehr.v1.Control.WatchGoals:output_type -> lehr.v1.WatchGoalsResponse
-	51,  // 141: lehr.v1.Control.FetchVersion:output_type -> lehr.v1.FetchVersionResponse
-	53,  // 142: lehr.v1.Control.FetchDelta:output_type -> lehr.v1.FetchDeltaResponse
-	61,  // 143: lehr.v1.Control.ReportZoneStatus:output_type -> lehr.v1.ReportZoneStatusResponse
-	72,  // 144: lehr.v1.Control.GetZoneStatus:output_type -> lehr.v1.GetZoneStatusResponse
-	64,  // 145: lehr.v1.Control.GetStoreStatus:output_type -> lehr.v1.StoreStatus
-	67,  // 146: lehr.v1.Control.GetControlStatus:output_type -> lehr.v1.ControlStatus
-	78,  // 147: lehr.v1.Control.SetRolloutPolicy:output_type -> lehr.v1.RolloutPolicyRecord
-	78,  // 148: lehr.v1.Control.DeleteRolloutPolicy:output_type -> lehr.v1.RolloutPolicyRecord
-	14,  // 149: lehr.v1.Control.GetRolloutPolicy:output_type -> lehr.v1.GetRolloutPolicyResponse
-	16,  // 150: lehr.v1.Control.RolloutPolicyHistory:output_type -> lehr.v1.RolloutPolicyHistoryResponse
-	75,  // 151: lehr.v1.Control.GetRollout:output_type -> lehr.v1.Rollout
-	8,   // 152: lehr.v1.Control.ListRollouts:output_type -> lehr.v1.ListRolloutsResponse
-	10,  // 153: lehr.v1.Control.ListRolloutEvents:output_type -> lehr.v1.ListRolloutEventsResponse
-	75,  // 154: lehr.v1.Control.UpdateRollout:output_type -> lehr.v1.Rollout
-	106, // 155: lehr.v1.Control.Evaluate:output_type -> lehr.v1.CanaryEvaluation
-	106, // 156: lehr.v1.Control.GetCanaryEvaluation:output_type -> lehr.v1.CanaryEvaluation
-	107, // 157: lehr.v1.Control.ListCanaryEvaluations:output_type -> lehr.v1.ListCanaryEvaluationsResponse
-	108, // 158: lehr.v1.Control.GetPolicy:output_type -> lehr.v1.Policy
-	109, // 159: lehr.v1.Control.CreatePolicyExperiment:output_type -> google.longrunning.Operation
-	109, // 160: lehr.v1.Control.UpdatePolicyExperiment:output_type -> google.longrunning.Operation
-	110, // 161: lehr.v1.Control.GetPolicyExperiment:output_type -> lehr.v1.PolicyExperiment
-	111, // 162: lehr.v1.Control.ListPolicyExperiments:output_type -> lehr.v1.ListPolicyExperimentsResponse
-	109, // 163: lehr.v1.Control.DeletePolicyExperiment:output_type -> google.longrunning.Operation
-	109, // 164: lehr.v1.Control.StartPreviewPolicyExperiment:output_type -> google.longrunning.Operation
-	109, // 165: lehr.v1.Control.StopPreviewPolicyExperiment:output_type -> google.longrunning.Operation
-	109, // 166: lehr.v1.Control.CommitPolicyExperiment:output_type -> google.longrunning.Operation
-	109, // 167: lehr.v1.Control.DeletePolicy:output_type -> google.longrunning.Operation
-	112, // 168: lehr.v1.Control.GetPolicyExperimentCounts:output_type -> lehr.v1.PolicyExperimentCounts
-	4,   // 169: lehr.v1.Control.ListAuditRecords:output_type -> lehr.v1.ListAuditRecordsResponse
-	122, // [122:170] is the sub-list for method output_type
-	74,  // [74:122] is the sub-list for method input_type
+	41,  // 88: lehr.v1.Control.DeleteNamespace:input_type -> lehr.v1.DeleteNamespaceRequest
+	42,  // 89: lehr.v1.Control.DeleteDomain:input_type -> lehr.v1.DeleteDomainRequest
+	43,  // 90: lehr.v1.Control.CreateZone:input_type -> lehr.v1.CreateZoneRequest
+	44,  // 91: lehr.v1.Control.DeleteZone:input_type -> lehr.v1.DeleteZoneRequest
+	45,  // 92: lehr.v1.Control.ListZones:input_type -> lehr.v1.ListZonesRequest
+	47,  // 93: lehr.v1.Control.GetGoals:input_type -> lehr.v1.GetGoalsRequest
+	49,  // 94: lehr.v1.Control.WatchGoals:input_type -> lehr.v1.WatchGoalsRequest
+	52,  // 95: lehr.v1.Control.FetchVersion:input_type -> lehr.v1.FetchVersionRequest
+	54,  // 96: lehr.v1.Control.FetchDelta:input_type -> lehr.v1.FetchDeltaRequest
+	57,  // 97: lehr.v1.Control.ReportZoneStatus:input_type -> lehr.v1.ReportZoneStatusRequest
+	64,  // 98: lehr.v1.Control.GetZoneStatus:input_type -> lehr.v1.GetZoneStatusRequest
+	65,  // 99: lehr.v1.Control.GetStoreStatus:input_type -> lehr.v1.GetStoreStatusRequest
+	67,  // 100: lehr.v1.Control.GetControlStatus:input_type -> lehr.v1.GetControlStatusRequest
+	11,  // 101: lehr.v1.Control.SetRolloutPolicy:input_type -> lehr.v1.SetRolloutPolicyRequest
+	12,  // 102: lehr.v1.Control.DeleteRolloutPolicy:input_type -> lehr.v1.DeleteRolloutPolicyRequest
+	13,  // 103: lehr.v1.Control.GetRolloutPolicy:input_type -> lehr.v1.GetRolloutPolicyRequest
+	15,  // 104: lehr.v1.Control.RolloutPolicyHistory:input_type -> lehr.v1.RolloutPolicyHistoryRequest
+	6,   // 105: lehr.v1.Control.GetRollout:input_type -> lehr.v1.GetRolloutRequest
+	7,   // 106: lehr.v1.Control.ListRollouts:input_type -> lehr.v1.ListRolloutsRequest
+	9,   // 107: lehr.v1.Control.ListRolloutEvents:input_type -> lehr.v1.ListRolloutEventsRequest
+	5,   // 108: lehr.v1.Control.UpdateRollout:input_type -> lehr.v1.UpdateRolloutRequest
+	93,  // 109: lehr.v1.Control.Evaluate:input_type -> lehr.v1.EvaluateRequest
+	94,  // 110: lehr.v1.Control.GetCanaryEvaluation:input_type -> lehr.v1.GetCanaryEvaluationRequest
+	95,  // 111: lehr.v1.Control.ListCanaryEvaluations:input_type -> lehr.v1.ListCanaryEvaluationsRequest
+	96,  // 112: lehr.v1.Control.GetPolicy:input_type -> lehr.v1.GetPolicyRequest
+	97,  // 113: lehr.v1.Control.CreatePolicyExperiment:input_type -> lehr.v1.CreatePolicyExperimentRequest
+	98,  // 114: lehr.v1.Control.UpdatePolicyExperiment:input_type -> lehr.v1.UpdatePolicyExperimentRequest
+	99,  // 115: lehr.v1.Control.GetPolicyExperiment:input_type -> lehr.v1.GetPolicyExperimentRequest
+	100, // 116: lehr.v1.Control.ListPolicyExperiments:input_type -> lehr.v1.ListPolicyExperimentsRequest
+	101, // 117: lehr.v1.Control.DeletePolicyExperiment:input_type -> lehr.v1.DeletePolicyExperimentRequest
+	102, // 118: lehr.v1.Control.StartPreviewPolicyExperiment:input_type -> lehr.v1.StartPreviewPolicyExperimentRequest
+	103, // 119: lehr.v1.Control.StopPreviewPolicyExperiment:input_type -> lehr.v1.StopPreviewPolicyExperimentRequest
+	104, // 120: lehr.v1.Control.CommitPolicyExperiment:input_type -> lehr.v1.CommitPolicyExperimentRequest
+	105, // 121: lehr.v1.Control.DeletePolicy:input_type -> lehr.v1.DeletePolicyRequest
+	106, // 122: lehr.v1.Control.GetPolicyExperimentCounts:input_type -> lehr.v1.GetPolicyExperimentCountsRequest
+	3,   // 123: lehr.v1.Control.ListAuditRecords:input_type -> lehr.v1.ListAuditRecordsRequest
+	82,  // 124: lehr.v1.Control.CreateDomain:output_type -> lehr.v1.Domain
+	82,  // 125: lehr.v1.Control.GetDomain:output_type -> lehr.v1.Domain
+	21,  // 126: lehr.v1.Control.ListDomains:output_type -> lehr.v1.ListDomainsResponse
+	82,  // 127: lehr.v1.Control.UpdateDomain:output_type -> lehr.v1.Domain
+	84,  // 128: lehr.v1.Control.CreateNamespace:output_type -> lehr.v1.Namespace
+	84,  // 129: lehr.v1.Control.GetNamespace:output_type -> lehr.v1.Namespace
+	25,  // 130: lehr.v1.Control.ListNamespaces:output_type -> lehr.v1.ListNamespacesResponse
+	27,  // 131: lehr.v1.Control.Publish:output_type -> lehr.v1.PublishResponse
+	29,  // 132: lehr.v1.Control.Patch:output_type -> lehr.v1.PatchResponse
+	31,  // 133: lehr.v1.Control.Get:output_type -> lehr.v1.GetResponse
+	33,  // 134: lehr.v1.Control.History:output_type -> lehr.v1.HistoryResponse
+	36,  // 135: lehr.v1.Control.Diff:output_type -> lehr.v1.DiffResponse
+	38,  // 136: lehr.v1.Control.Rollback:output_type -> lehr.v1.RollbackResponse
+	40,  // 137: lehr.v1.Control.CompactNamespace:output_type -> lehr.v1.CompactNamespaceResponse
+	107, // 138: lehr.v1.Control.DeleteNamespace:output_type -> google.protobuf.Empty
+	107, // 139: lehr.v1.Control.DeleteDomain:output_type -> google.protobuf.Empty
+	88,  // 140: lehr.v1.Control.CreateZone:output_type -> lehr.v1.Zone
+	107, // 141: lehr.v1.Control.DeleteZone:output_type -> google.protobuf.Empty
+	46,  // 142: lehr.v1.Control.ListZones:output_type -> lehr.v1.ListZonesResponse
+	48,  // 143: lehr.v1.Control.GetGoals:output_type -> lehr.v1.GetGoalsResponse
+	51,  // 144: lehr.v1.Control.WatchGoals:output_type -> lehr.v1.WatchGoalsResponse
+	53,  // 145: lehr.v1.Control.FetchVersion:output_type -> lehr.v1.FetchVersionResponse
+	55,  // 146: lehr.v1.Control.FetchDelta:output_type -> lehr.v1.FetchDeltaResponse
+	63,  // 147: lehr.v1.Control.ReportZoneStatus:output_type -> lehr.v1.ReportZoneStatusResponse
+	74,  // 148: lehr.v1.Control.GetZoneStatus:output_type -> lehr.v1.GetZoneStatusResponse
+	66,  // 149: lehr.v1.Control.GetStoreStatus:output_type -> lehr.v1.StoreStatus
+	69,  // 150: lehr.v1.Control.GetControlStatus:output_type -> lehr.v1.ControlStatus
+	80,  // 151: lehr.v1.Control.SetRolloutPolicy:output_type -> lehr.v1.RolloutPolicyRecord
+	80,  // 152: lehr.v1.Control.DeleteRolloutPolicy:output_type -> lehr.v1.RolloutPolicyRecord
+	14,  // 153: lehr.v1.Control.GetRolloutPolicy:output_type -> lehr.v1.GetRolloutPolicyResponse
+	16,  // 154: lehr.v1.Control.RolloutPolicyHistory:output_type -> lehr.v1.RolloutPolicyHistoryResponse
+	77,  // 155: lehr.v1.Control.GetRollout:output_type -> lehr.v1.Rollout
+	8,   // 156: lehr.v1.Control.ListRollouts:output_type -> lehr.v1.ListRolloutsResponse
+	10,  // 157: lehr.v1.Control.ListRolloutEvents:output_type -> lehr.v1.ListRolloutEventsResponse
+	77,  // 158: lehr.v1.Control.UpdateRollout:output_type -> lehr.v1.Rollout
+	108, // 159: lehr.v1.Control.Evaluate:output_type -> lehr.v1.CanaryEvaluation
+	108, // 160: lehr.v1.Control.GetCanaryEvaluation:output_type -> lehr.v1.CanaryEvaluation
+	109, // 161: lehr.v1.Control.ListCanaryEvaluations:output_type -> lehr.v1.ListCanaryEvaluationsResponse
+	110, // 162: lehr.v1.Control.GetPolicy:output_type -> lehr.v1.Policy
+	111, // 163: lehr.v1.Control.CreatePolicyExperiment:output_type -> google.longrunning.Operation
+	111, // 164: lehr.v1.Control.UpdatePolicyExperiment:output_type -> google.longrunning.Operation
+	112, // 165: lehr.v1.Control.GetPolicyExperiment:output_type -> lehr.v1.PolicyExperiment
+	113, // 166: lehr.v1.Control.ListPolicyExperiments:output_type -> lehr.v1.ListPolicyExperimentsResponse
+	111, // 167: lehr.v1.Control.DeletePolicyExperiment:output_type -> google.longrunning.Operation
+	111, // 168: lehr.v1.Control.StartPreviewPolicyExperiment:output_type -> google.longrunning.Operation
+	111, // 169: lehr.v1.Control.StopPreviewPolicyExperiment:output_type -> google.longrunning.Operation
+	111, // 170: lehr.v1.Control.CommitPolicyExperiment:output_type -> google.longrunning.Operation
+	111, // 171: lehr.v1.Control.DeletePolicy:output_type -> google.longrunning.Operation
+	114, // 172: lehr.v1.Control.GetPolicyExperimentCounts:output_type -> lehr.v1.PolicyExperimentCounts
+	4,   // 173: lehr.v1.Control.ListAuditRecords:output_type -> lehr.v1.ListAuditRecordsResponse
+	124, // [124:174] is the sub-list for method output_type
+	74,  // [74:124] is the sub-list for method input_type
 	74,  // [74:74] is the sub-list for extension type_name
 	74,  // [74:74] is the sub-list for extension extendee
 	0,   // [0:74] is the sub-list for field type_name
@@ -5391,7 +5595,7 @@ func file_lehr_v1_control_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lehr_v1_control_proto_rawDesc), len(file_lehr_v1_control_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   71,
+			NumMessages:   73,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -44,6 +44,8 @@ const (
 	Control_Diff_FullMethodName                         = "/lehr.v1.Control/Diff"
 	Control_Rollback_FullMethodName                     = "/lehr.v1.Control/Rollback"
 	Control_CompactNamespace_FullMethodName             = "/lehr.v1.Control/CompactNamespace"
+	Control_DeleteNamespace_FullMethodName              = "/lehr.v1.Control/DeleteNamespace"
+	Control_DeleteDomain_FullMethodName                 = "/lehr.v1.Control/DeleteDomain"
 	Control_CreateZone_FullMethodName                   = "/lehr.v1.Control/CreateZone"
 	Control_DeleteZone_FullMethodName                   = "/lehr.v1.Control/DeleteZone"
 	Control_ListZones_FullMethodName                    = "/lehr.v1.Control/ListZones"
@@ -116,6 +118,20 @@ type ControlClient interface {
 	// keep_last newest, except the latest and versions some zone's goal
 	// names. The domain's admins only.
 	CompactNamespace(ctx context.Context, in *CompactNamespaceRequest, opts ...grpc.CallOption) (*CompactNamespaceResponse, error)
+	// Deleting things (AIP-135; docs/operations.md, "Deleting namespaces
+	// and domains"). DeleteNamespace removes a namespace and everything of
+	// it — versions, content, every zone's goal, rollouts, policies,
+	// evaluations, experiments and its preview namespace — crediting its
+	// stored bytes back to its domain. The domain's admins (or a fleet
+	// admin) only. Refused while hosts subscribe to it or a rollout of it is
+	// in flight, unless force. Distributors drop its goal; subscribed hosts
+	// keep the last version they hold and are told it is NOT_FOUND. A
+	// namespace created again under the name continues its version numbers.
+	DeleteNamespace(ctx context.Context, in *DeleteNamespaceRequest, opts ...grpc.CallOption) (*emptypb.Empty, error)
+	// DeleteDomain removes a domain; with force its namespaces too (AIP-135
+	// cascading delete), without it a domain that has namespaces is
+	// refused. The domain's admins (or a fleet admin) only.
+	DeleteDomain(ctx context.Context, in *DeleteDomainRequest, opts ...grpc.CallOption) (*emptypb.Empty, error)
 	// Zones and goal states.
 	CreateZone(ctx context.Context, in *CreateZoneRequest, opts ...grpc.CallOption) (*Zone, error)
 	// DeleteZone retires a zone: its record, goals, reports and last report
@@ -362,6 +378,26 @@ func (c *controlClient) CompactNamespace(ctx context.Context, in *CompactNamespa
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(CompactNamespaceResponse)
 	err := c.cc.Invoke(ctx, Control_CompactNamespace_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *controlClient) DeleteNamespace(ctx context.Context, in *DeleteNamespaceRequest, opts ...grpc.CallOption) (*emptypb.Empty, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(emptypb.Empty)
+	err := c.cc.Invoke(ctx, Control_DeleteNamespace_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *controlClient) DeleteDomain(ctx context.Context, in *DeleteDomainRequest, opts ...grpc.CallOption) (*emptypb.Empty, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(emptypb.Empty)
+	err := c.cc.Invoke(ctx, Control_DeleteDomain_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -753,6 +789,20 @@ type ControlServer interface {
 	// keep_last newest, except the latest and versions some zone's goal
 	// names. The domain's admins only.
 	CompactNamespace(context.Context, *CompactNamespaceRequest) (*CompactNamespaceResponse, error)
+	// Deleting things (AIP-135; docs/operations.md, "Deleting namespaces
+	// and domains"). DeleteNamespace removes a namespace and everything of
+	// it — versions, content, every zone's goal, rollouts, policies,
+	// evaluations, experiments and its preview namespace — crediting its
+	// stored bytes back to its domain. The domain's admins (or a fleet
+	// admin) only. Refused while hosts subscribe to it or a rollout of it is
+	// in flight, unless force. Distributors drop its goal; subscribed hosts
+	// keep the last version they hold and are told it is NOT_FOUND. A
+	// namespace created again under the name continues its version numbers.
+	DeleteNamespace(context.Context, *DeleteNamespaceRequest) (*emptypb.Empty, error)
+	// DeleteDomain removes a domain; with force its namespaces too (AIP-135
+	// cascading delete), without it a domain that has namespaces is
+	// refused. The domain's admins (or a fleet admin) only.
+	DeleteDomain(context.Context, *DeleteDomainRequest) (*emptypb.Empty, error)
 	// Zones and goal states.
 	CreateZone(context.Context, *CreateZoneRequest) (*Zone, error)
 	// DeleteZone retires a zone: its record, goals, reports and last report
@@ -906,6 +956,12 @@ func (UnimplementedControlServer) Rollback(context.Context, *RollbackRequest) (*
 }
 func (UnimplementedControlServer) CompactNamespace(context.Context, *CompactNamespaceRequest) (*CompactNamespaceResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method CompactNamespace not implemented")
+}
+func (UnimplementedControlServer) DeleteNamespace(context.Context, *DeleteNamespaceRequest) (*emptypb.Empty, error) {
+	return nil, status.Error(codes.Unimplemented, "method DeleteNamespace not implemented")
+}
+func (UnimplementedControlServer) DeleteDomain(context.Context, *DeleteDomainRequest) (*emptypb.Empty, error) {
+	return nil, status.Error(codes.Unimplemented, "method DeleteDomain not implemented")
 }
 func (UnimplementedControlServer) CreateZone(context.Context, *CreateZoneRequest) (*Zone, error) {
 	return nil, status.Error(codes.Unimplemented, "method CreateZone not implemented")
@@ -1278,6 +1334,42 @@ func _Control_CompactNamespace_Handler(srv interface{}, ctx context.Context, dec
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(ControlServer).CompactNamespace(ctx, req.(*CompactNamespaceRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Control_DeleteNamespace_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DeleteNamespaceRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ControlServer).DeleteNamespace(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Control_DeleteNamespace_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ControlServer).DeleteNamespace(ctx, req.(*DeleteNamespaceRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Control_DeleteDomain_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DeleteDomainRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ControlServer).DeleteDomain(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Control_DeleteDomain_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ControlServer).DeleteDomain(ctx, req.(*DeleteDomainRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -1949,6 +2041,14 @@ var Control_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "CompactNamespace",
 			Handler:    _Control_CompactNamespace_Handler,
+		},
+		{
+			MethodName: "DeleteNamespace",
+			Handler:    _Control_DeleteNamespace_Handler,
+		},
+		{
+			MethodName: "DeleteDomain",
+			Handler:    _Control_DeleteDomain_Handler,
 		},
 		{
 			MethodName: "CreateZone",

@@ -345,6 +345,76 @@ func (x *DomainUsageRecord) GetPublishBytes() float64 {
 	return 0
 }
 
+// Tombstone is what is left of a deleted namespace, at
+// tombstones/ns/<domain>/<name>, or of a deleted domain, at
+// tombstones/domain/<domain> (control/store, delete.go). It is kept for
+// good — one small record per name ever deleted — so that a namespace
+// created again under the name continues its version numbers after
+// last_version instead of starting over at 1 (VersionInfo.seq).
+type Tombstone struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The highest version the namespace (for a domain: any of its
+	// namespaces, and any namespace of it deleted before) ever had.
+	LastVersion uint64                 `protobuf:"varint,1,opt,name=last_version,json=lastVersion,proto3" json:"last_version,omitempty"`
+	DeleteTime  *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=delete_time,json=deleteTime,proto3" json:"delete_time,omitempty"`
+	// The request_id of the deletion, so a retry of it (its answer lost)
+	// is answered as the deletion was.
+	RequestId     string `protobuf:"bytes,3,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Tombstone) Reset() {
+	*x = Tombstone{}
+	mi := &file_lehr_v1_storage_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Tombstone) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Tombstone) ProtoMessage() {}
+
+func (x *Tombstone) ProtoReflect() protoreflect.Message {
+	mi := &file_lehr_v1_storage_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Tombstone.ProtoReflect.Descriptor instead.
+func (*Tombstone) Descriptor() ([]byte, []int) {
+	return file_lehr_v1_storage_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *Tombstone) GetLastVersion() uint64 {
+	if x != nil {
+		return x.LastVersion
+	}
+	return 0
+}
+
+func (x *Tombstone) GetDeleteTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.DeleteTime
+	}
+	return nil
+}
+
+func (x *Tombstone) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
 var File_lehr_v1_storage_proto protoreflect.FileDescriptor
 
 const file_lehr_v1_storage_proto_rawDesc = "" +
@@ -370,7 +440,13 @@ const file_lehr_v1_storage_proto_rawDesc = "" +
 	"\fstored_bytes\x18\x01 \x01(\x03R\vstoredBytes\x12%\n" +
 	"\x0epublish_tokens\x18\x02 \x01(\x01R\rpublishTokens\x12=\n" +
 	"\fpublish_time\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\vpublishTime\x12#\n" +
-	"\rpublish_bytes\x18\x04 \x01(\x01R\fpublishBytesB\x1cZ\x1alehr.dev/lehr/proto/lehrpbb\x06proto3"
+	"\rpublish_bytes\x18\x04 \x01(\x01R\fpublishBytes\"\x8a\x01\n" +
+	"\tTombstone\x12!\n" +
+	"\flast_version\x18\x01 \x01(\x04R\vlastVersion\x12;\n" +
+	"\vdelete_time\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"deleteTime\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x03 \x01(\tR\trequestIdB\x1cZ\x1alehr.dev/lehr/proto/lehrpbb\x06proto3"
 
 var (
 	file_lehr_v1_storage_proto_rawDescOnce sync.Once
@@ -384,28 +460,30 @@ func file_lehr_v1_storage_proto_rawDescGZIP() []byte {
 	return file_lehr_v1_storage_proto_rawDescData
 }
 
-var file_lehr_v1_storage_proto_msgTypes = make([]protoimpl.MessageInfo, 5)
+var file_lehr_v1_storage_proto_msgTypes = make([]protoimpl.MessageInfo, 6)
 var file_lehr_v1_storage_proto_goTypes = []any{
 	(*VersionRecord)(nil),         // 0: lehr.v1.VersionRecord
 	(*RequestRecord)(nil),         // 1: lehr.v1.RequestRecord
 	(*ManifestChunk)(nil),         // 2: lehr.v1.ManifestChunk
 	(*ManifestEntry)(nil),         // 3: lehr.v1.ManifestEntry
 	(*DomainUsageRecord)(nil),     // 4: lehr.v1.DomainUsageRecord
-	(*VersionInfo)(nil),           // 5: lehr.v1.VersionInfo
-	(*CanaryCheck)(nil),           // 6: lehr.v1.CanaryCheck
-	(*timestamppb.Timestamp)(nil), // 7: google.protobuf.Timestamp
+	(*Tombstone)(nil),             // 5: lehr.v1.Tombstone
+	(*VersionInfo)(nil),           // 6: lehr.v1.VersionInfo
+	(*CanaryCheck)(nil),           // 7: lehr.v1.CanaryCheck
+	(*timestamppb.Timestamp)(nil), // 8: google.protobuf.Timestamp
 }
 var file_lehr_v1_storage_proto_depIdxs = []int32{
-	5, // 0: lehr.v1.VersionRecord.info:type_name -> lehr.v1.VersionInfo
-	6, // 1: lehr.v1.VersionRecord.expected_checks:type_name -> lehr.v1.CanaryCheck
-	5, // 2: lehr.v1.RequestRecord.info:type_name -> lehr.v1.VersionInfo
+	6, // 0: lehr.v1.VersionRecord.info:type_name -> lehr.v1.VersionInfo
+	7, // 1: lehr.v1.VersionRecord.expected_checks:type_name -> lehr.v1.CanaryCheck
+	6, // 2: lehr.v1.RequestRecord.info:type_name -> lehr.v1.VersionInfo
 	3, // 3: lehr.v1.ManifestChunk.entries:type_name -> lehr.v1.ManifestEntry
-	7, // 4: lehr.v1.DomainUsageRecord.publish_time:type_name -> google.protobuf.Timestamp
-	5, // [5:5] is the sub-list for method output_type
-	5, // [5:5] is the sub-list for method input_type
-	5, // [5:5] is the sub-list for extension type_name
-	5, // [5:5] is the sub-list for extension extendee
-	0, // [0:5] is the sub-list for field type_name
+	8, // 4: lehr.v1.DomainUsageRecord.publish_time:type_name -> google.protobuf.Timestamp
+	8, // 5: lehr.v1.Tombstone.delete_time:type_name -> google.protobuf.Timestamp
+	6, // [6:6] is the sub-list for method output_type
+	6, // [6:6] is the sub-list for method input_type
+	6, // [6:6] is the sub-list for extension type_name
+	6, // [6:6] is the sub-list for extension extendee
+	0, // [0:6] is the sub-list for field type_name
 }
 
 func init() { file_lehr_v1_storage_proto_init() }
@@ -421,7 +499,7 @@ func file_lehr_v1_storage_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lehr_v1_storage_proto_rawDesc), len(file_lehr_v1_storage_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   5,
+			NumMessages:   6,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -418,9 +418,11 @@ type Acl struct {
 	// and policy experiments (create, update, delete, start, stop,
 	// commit). Empty: the admins only.
 	Operators []string `protobuf:"bytes,3,rep,name=operators,proto3" json:"operators,omitempty"`
-	// May change the domain (UpdateDomain) and do all of the above. Empty:
-	// an open domain, where every user may do everything. A user who
-	// creates a domain without admins becomes its admin.
+	// May change the domain (UpdateDomain), compact and delete its
+	// namespaces (CompactNamespace, DeleteNamespace), delete the domain
+	// (DeleteDomain) and do all of the above. Empty: an open domain, where
+	// every user may do everything. A user who creates a domain without
+	// admins becomes its admin.
 	Admins        []string `protobuf:"bytes,4,rep,name=admins,proto3" json:"admins,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -499,8 +501,13 @@ type Domain struct {
 	// Output only: the quotas in force, quotas with every zero field
 	// replaced by the server's default.
 	EffectiveQuotas *Quotas `protobuf:"bytes,8,opt,name=effective_quotas,json=effectiveQuotas,proto3" json:"effective_quotas,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// Output only (AIP-154): changes whenever the domain's record does —
+	// its description, quotas or ACL (UpdateDomain) — and differs between
+	// a deleted domain and one created again under its name. DeleteDomain
+	// takes it to delete only the domain as it was read.
+	Etag          string `protobuf:"bytes,9,opt,name=etag,proto3" json:"etag,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Domain) Reset() {
@@ -589,6 +596,13 @@ func (x *Domain) GetEffectiveQuotas() *Quotas {
 	return nil
 }
 
+func (x *Domain) GetEtag() string {
+	if x != nil {
+		return x.Etag
+	}
+	return ""
+}
+
 // Namespace is "domain/name", the unit of subscription.
 type Namespace struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -617,7 +631,13 @@ type Namespace struct {
 	// committed (the blobs it added over its parent) and recounted exactly
 	// by history compaction. Counted against its domain's
 	// Quotas.max_stored_bytes.
-	StoredBytes   int64 `protobuf:"varint,11,opt,name=stored_bytes,json=storedBytes,proto3" json:"stored_bytes,omitempty"`
+	StoredBytes int64 `protobuf:"varint,11,opt,name=stored_bytes,json=storedBytes,proto3" json:"stored_bytes,omitempty"`
+	// Output only (AIP-154): "v{latest_version}", which changes with every
+	// new version and never comes back (a namespace created again after
+	// DeleteNamespace continues after the deleted one's last version; see
+	// VersionInfo.seq). For a policy namespace it is its Policy.etag.
+	// DeleteNamespace takes it to delete only the namespace as it was read.
+	Etag          string `protobuf:"bytes,12,opt,name=etag,proto3" json:"etag,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -729,12 +749,23 @@ func (x *Namespace) GetStoredBytes() int64 {
 	return 0
 }
 
+func (x *Namespace) GetEtag() string {
+	if x != nil {
+		return x.Etag
+	}
+	return ""
+}
+
 // VersionInfo describes one immutable version (incarnation) of a namespace.
 type VersionInfo struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Namespace, "domain/name".
 	Namespace string `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
-	// Sequence number, 1 for the first version, +1 for each next one.
+	// Sequence number, 1 for the first version, +1 for each next one. A
+	// namespace deleted (DeleteNamespace, DeleteDomain) and created again
+	// under its name does not start over: its first version is the deleted
+	// one's last + 1, so no host or consumer holding a deleted version
+	// mistakes a new version for one it has, or for an older one.
 	Seq uint64 `protobuf:"varint,2,opt,name=seq,proto3" json:"seq,omitempty"`
 	// Checksum of the canonical content: "sha256:" and 64 hex digits.
 	// Algorithm in docs/wire.md, "Checksums".
@@ -1234,7 +1265,7 @@ const file_lehr_v1_types_proto_rawDesc = "" +
 	"publishers\x12\x18\n" +
 	"\areaders\x18\x02 \x03(\tR\areaders\x12\x1c\n" +
 	"\toperators\x18\x03 \x03(\tR\toperators\x12\x16\n" +
-	"\x06admins\x18\x04 \x03(\tR\x06admins\"\xcb\x02\n" +
+	"\x06admins\x18\x04 \x03(\tR\x06admins\"\xdf\x02\n" +
 	"\x06Domain\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12 \n" +
 	"\vdescription\x18\x02 \x01(\tR\vdescription\x12'\n" +
@@ -1245,7 +1276,8 @@ const file_lehr_v1_types_proto_rawDesc = "" +
 	"\n" +
 	"created_by\x18\x06 \x01(\tR\tcreatedBy\x12*\n" +
 	"\x05usage\x18\a \x01(\v2\x14.lehr.v1.DomainUsageR\x05usage\x12:\n" +
-	"\x10effective_quotas\x18\b \x01(\v2\x0f.lehr.v1.QuotasR\x0feffectiveQuotas\"\xc6\x03\n" +
+	"\x10effective_quotas\x18\b \x01(\v2\x0f.lehr.v1.QuotasR\x0feffectiveQuotas\x12\x12\n" +
+	"\x04etag\x18\t \x01(\tR\x04etag\"\xda\x03\n" +
 	"\tNamespace\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12*\n" +
 	"\x04kind\x18\x02 \x01(\x0e2\x16.lehr.v1.NamespaceKindR\x04kind\x12%\n" +
@@ -1262,7 +1294,8 @@ const file_lehr_v1_types_proto_rawDesc = "" +
 	"\vdelete_time\x18\n" +
 	" \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"deleteTime\x12!\n" +
-	"\fstored_bytes\x18\v \x01(\x03R\vstoredBytes\"\xee\x03\n" +
+	"\fstored_bytes\x18\v \x01(\x03R\vstoredBytes\x12\x12\n" +
+	"\x04etag\x18\f \x01(\tR\x04etag\"\xee\x03\n" +
 	"\vVersionInfo\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x10\n" +
 	"\x03seq\x18\x02 \x01(\x04R\x03seq\x12\x1a\n" +
