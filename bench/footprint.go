@@ -42,8 +42,9 @@ var gctraceRE = regexp.MustCompile(`(\d+)->(\d+)->(\d+) MB`)
 
 // agentProc is a real lehr-agent process.
 type agentProc struct {
-	cmd  *exec.Cmd
-	done chan error
+	cmd      *exec.Cmd
+	done     chan error
+	stopOnce sync.Once
 
 	mu      sync.Mutex
 	liveMB  int // live heap after the last GC, from gctrace
@@ -92,15 +93,17 @@ func (ap *agentProc) heap() (int, int) {
 	return ap.liveMB, ap.gcCount
 }
 
-// stop sends SIGTERM and waits (killing after 30 s).
+// stop sends SIGTERM and waits (killing after 30 s). It is idempotent.
 func (ap *agentProc) stop() {
-	ap.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-ap.done:
-	case <-time.After(30 * time.Second):
-		ap.cmd.Process.Kill()
-		<-ap.done
-	}
+	ap.stopOnce.Do(func() {
+		ap.cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-ap.done:
+		case <-time.After(30 * time.Second):
+			ap.cmd.Process.Kill()
+			<-ap.done
+		}
+	})
 }
 
 func runFootprint(ctx context.Context, e *Env) (*Result, error) {
