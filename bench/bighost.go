@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"time"
 
@@ -14,7 +13,6 @@ import (
 
 	"lehr.dev/lehr/client/producer"
 	"lehr.dev/lehr/proto/lehrpb"
-	"lehr.dev/lehr/testenv/devcluster"
 )
 
 func bighostScenario() Scenario {
@@ -43,41 +41,13 @@ func runBighost(ctx context.Context, e *Env) (*Result, error) {
 			"peak Go heap the largest live heap after a GC (GODEBUG=gctrace=1, 1 MB resolution); anon is RssAnon, the resident memory that is not a mapped file (Badger maps its value log; those pages count in RSS but the kernel may reclaim them). Bytes are the update frames the distributor wrote. Restart: SIGTERM, a new process on the same data directory, timed until its local API serves every namespace at its version.",
 			p.namespaces, p.keys, p.valueBytes>>10, float64(nsBytes)/(1<<20), float64(total)/(1<<20)),
 	}
-	bin := e.AgentBinary
-	if bin == "" {
-		bin = filepath.Join(e.Dir, "lehr-agent")
-		out, err := exec.CommandContext(ctx, "go", "build", "-o", bin, "lehr.dev/lehr/cmd/lehr-agent").CombinedOutput()
-		if err != nil {
-			return res, fmt.Errorf("build lehr-agent: %w: %s", err, out)
-		}
-	}
-	cl, err := devcluster.Start(ctx, devcluster.Options{
-		DomainQuotas: benchQuotas(),
-		Dir:          filepath.Join(e.Dir, "cluster"), Zones: []string{benchZone}, Domains: []string{benchDomain},
-		AgentsPerZone: -1, Logger: e.Log,
-	})
+	rig, err := newAgentRig(ctx, e, "big-host-0")
 	if err != nil {
 		return res, err
 	}
-	defer cl.Close()
-	const host = "big-host-0"
-	if _, err := cl.HostTLS(benchZone, host); err != nil {
-		return res, err
-	}
-	pkiDir := filepath.Join(cl.Dir(), "pki")
-	dataDir := filepath.Join(e.Dir, "bighost-agent")
-	sockDir, err := os.MkdirTemp("", "lbbh")
-	if err != nil {
-		return res, err
-	}
-	defer os.RemoveAll(sockDir)
-	sock := filepath.Join(sockDir, "agent.sock")
+	defer rig.close()
+	cl, bin, args, sock, dataDir := rig.cl, rig.bin, rig.args, rig.sock, rig.dataDir
 	dist := cl.Distributors(benchZone)[0]
-	args := []string{
-		"--zone", benchZone, "--distributors", dist.Addr(),
-		"--tls-ca", cl.CAFile(), "--tls-cert", filepath.Join(pkiDir, host+".crt"), "--tls-key", filepath.Join(pkiDir, host+".key"),
-		"--host-id", host, "--data-dir", dataDir, "--socket", sock, "--lease-ttl", "10m", "--grace", "1h", "--log-level", "warn",
-	}
 
 	prod := cl.Producer()
 	vals := newValueSource(p.valueBytes)

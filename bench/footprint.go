@@ -106,6 +106,61 @@ func (ap *agentProc) stop() {
 	})
 }
 
+// agentRig is a real lehr-agent process's surroundings: the binary, a
+// cluster (control and a distributor in this process, no agents of its
+// own), the host's certificate, and the agent's command line.
+type agentRig struct {
+	bin     string
+	cl      *devcluster.Cluster
+	args    []string
+	dataDir string
+	sock    string
+	close   func()
+}
+
+// newAgentRig builds lehr-agent (unless Env.AgentBinary names one),
+// starts the cluster and prepares the command line of agent host, whose
+// data lives in e.Dir/<host>. close stops the cluster.
+func newAgentRig(ctx context.Context, e *Env, host string) (*agentRig, error) {
+	bin := e.AgentBinary
+	if bin == "" {
+		bin = filepath.Join(e.Dir, "lehr-agent")
+		out, err := exec.CommandContext(ctx, "go", "build", "-o", bin, "lehr.dev/lehr/cmd/lehr-agent").CombinedOutput()
+		if err != nil {
+			return nil, fmt.Errorf("build lehr-agent: %w: %s", err, out)
+		}
+	}
+	cl, err := devcluster.Start(ctx, devcluster.Options{
+		DomainQuotas: benchQuotas(),
+		Dir:          filepath.Join(e.Dir, "cluster-"+host), Zones: []string{benchZone}, Domains: []string{benchDomain},
+		AgentsPerZone: -1, Logger: e.Log,
+	})
+	if err != nil {
+		return nil, err
+	}
+	if _, err := cl.HostTLS(benchZone, host); err != nil {
+		cl.Close()
+		return nil, err
+	}
+	sockDir, err := os.MkdirTemp("", "lbag") // short: a unix socket path is at most 107 bytes
+	if err != nil {
+		cl.Close()
+		return nil, err
+	}
+	pkiDir := filepath.Join(cl.Dir(), "pki")
+	r := &agentRig{bin: bin, cl: cl, dataDir: filepath.Join(e.Dir, host), sock: filepath.Join(sockDir, "agent.sock")}
+	r.args = []string{
+		"--zone", benchZone, "--distributors", cl.Distributors(benchZone)[0].Addr(),
+		"--tls-ca", cl.CAFile(), "--tls-cert", filepath.Join(pkiDir, host+".crt"), "--tls-key", filepath.Join(pkiDir, host+".key"),
+		"--host-id", host, "--data-dir", r.dataDir, "--socket", r.sock, "--lease-ttl", "10m", "--grace", "1h", "--log-level", "warn",
+	}
+	r.close = func() {
+		cl.Close()
+		os.RemoveAll(sockDir)
+	}
+	return r, nil
+}
+
 func runFootprint(ctx context.Context, e *Env) (*Result, error) {
 	p := pick(e.Profile, footprintParams{10, time.Second}, footprintParams{100, 5 * time.Second}, footprintParams{100, 20 * time.Second})
 	res := &Result{
@@ -115,41 +170,12 @@ func runFootprint(ctx context.Context, e *Env) (*Result, error) {
 			p.namespaces, p.load),
 		Notes: []string{"the Go heap comes from gctrace (1 MB resolution); the agent's /metrics also serves go_memstats_* (metrics.WriteProcessMetrics) when --metrics-listen is set, which a later harness version could read instead."},
 	}
-	bin := e.AgentBinary
-	if bin == "" {
-		bin = filepath.Join(e.Dir, "lehr-agent")
-		out, err := exec.CommandContext(ctx, "go", "build", "-o", bin, "lehr.dev/lehr/cmd/lehr-agent").CombinedOutput()
-		if err != nil {
-			return res, fmt.Errorf("build lehr-agent: %w: %s", err, out)
-		}
-	}
-	cl, err := devcluster.Start(ctx, devcluster.Options{
-		DomainQuotas: benchQuotas(),
-		Dir:          filepath.Join(e.Dir, "cluster"), Zones: []string{benchZone}, Domains: []string{benchDomain},
-		AgentsPerZone: -1, Logger: e.Log,
-	})
+	rig, err := newAgentRig(ctx, e, "fp-host-0")
 	if err != nil {
 		return res, err
 	}
-	defer cl.Close()
-	const host = "fp-host-0"
-	if _, err := cl.HostTLS(benchZone, host); err != nil {
-		return res, err
-	}
-	pkiDir := filepath.Join(cl.Dir(), "pki")
-	dataDir := filepath.Join(e.Dir, "agent")
-	sockDir, err := os.MkdirTemp("", "lbfp")
-	if err != nil {
-		return res, err
-	}
-	defer os.RemoveAll(sockDir)
-	sock := filepath.Join(sockDir, "agent.sock")
-	args := []string{
-		"--zone", benchZone, "--distributors", cl.Distributors(benchZone)[0].Addr(),
-		"--tls-ca", cl.CAFile(), "--tls-cert", filepath.Join(pkiDir, host+".crt"), "--tls-key", filepath.Join(pkiDir, host+".key"),
-		"--host-id", host, "--data-dir", dataDir, "--socket", sock, "--lease-ttl", "10m", "--grace", "1h", "--log-level", "warn",
-	}
-
+	defer rig.close()
+	cl, bin, args, sock := rig.cl, rig.bin, rig.args, rig.sock
 	prod := cl.Producer()
 	vals := newValueSource(1 << 10)
 	names := make([]string, p.namespaces)
