@@ -78,27 +78,9 @@ func runBighost(ctx context.Context, e *Env) (*Result, error) {
 	defer conn.Close()
 	api := lehrpb.NewAgentClient(conn)
 	waitFor := func(what string, timeout time.Duration, cond func() bool) error {
-		deadline := time.Now().Add(timeout)
-		for !cond() {
-			if time.Now().After(deadline) {
-				return fmt.Errorf("%s: not within %v", what, timeout)
-			}
-			if err := ctx.Err(); err != nil {
-				return err
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
-		return nil
+		return pollUntil(ctx, what, timeout, 10*time.Millisecond, cond)
 	}
-	status := func() *lehrpb.StatusResponse {
-		c, cancel := context.WithTimeout(ctx, 2*time.Second)
-		defer cancel()
-		st, err := api.Status(c, &lehrpb.StatusRequest{})
-		if err != nil {
-			return nil
-		}
-		return st
-	}
+	status := func() *lehrpb.StatusResponse { return agentStatus(ctx, api) }
 	if err := waitFor("agent connected", 60*time.Second, func() bool { st := status(); return st != nil && st.GetConnected() }); err != nil {
 		return res, err
 	}
@@ -112,22 +94,7 @@ func runBighost(ctx context.Context, e *Env) (*Result, error) {
 			return res, fmt.Errorf("subscribe %s: %w", ns, err)
 		}
 	}
-	allAt := func() bool {
-		st := status()
-		if st == nil {
-			return false
-		}
-		have := map[string]uint64{}
-		for _, n := range st.GetNamespaces() {
-			have[n.GetNamespace()] = n.GetVersion()
-		}
-		for i, ns := range names {
-			if have[ns] < latest[i] {
-				return false
-			}
-		}
-		return true
-	}
+	allAt := func() bool { return agentHolds(ctx, api, names, latest) }
 	if err := waitFor("every namespace applied", 10*time.Minute, allAt); err != nil {
 		return res, err
 	}
@@ -179,7 +146,7 @@ func runBighost(ctx context.Context, e *Env) (*Result, error) {
 		Add("sent", float64(warmBytes)/(1<<20), "MiB"))
 
 	res.Targets = append(res.Targets,
-		Target{Goal: fmt.Sprintf("cold start of %.0f MiB: peak RSS <= %d MiB (the agent unit's MemoryMax)", float64(total)/(1<<20), bighostMemoryMax>>20),
+		Target{Goal: fmt.Sprintf("cold start of %.1f MiB: peak RSS <= %d MiB (the agent unit's MemoryMax)", float64(total)/(1<<20), bighostMemoryMax>>20),
 			Got: fmt.Sprintf("%.0f MiB", float64(coldProc.hwm)/(1<<20)), Met: coldProc.hwm <= bighostMemoryMax},
 		Target{Goal: "restart on an intact cache sends 0 content bytes", Got: fmt.Sprintf("%d bytes", warmBytes), Met: warmBytes == 0})
 
@@ -236,7 +203,7 @@ func runBighost(ctx context.Context, e *Env) (*Result, error) {
 		row.Add("peak rss", float64(lp.hwm)/(1<<20), "MiB").Add("anon after", float64(lp.anon)/(1<<20), "MiB")
 	}
 	res.Rows = append(res.Rows, *row)
-	res.Targets = append(res.Targets, Target{Goal: fmt.Sprintf("cold start of %.0f MiB inside a %d MiB memory cgroup (the unit's MemoryMax) completes, no OOM kill", float64(total)/(1<<20), bighostMemoryMax>>20),
+	res.Targets = append(res.Targets, Target{Goal: fmt.Sprintf("cold start of %.1f MiB inside a %d MiB memory cgroup (the unit's MemoryMax) completes, no OOM kill", float64(total)/(1<<20), bighostMemoryMax>>20),
 		Got: fmt.Sprintf("completed %v, %d OOM kill(s)", !died, kills), Met: !died && kills == 0})
 	return res, nil
 }

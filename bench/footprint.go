@@ -161,6 +161,53 @@ func newAgentRig(ctx context.Context, e *Env, host string) (*agentRig, error) {
 	return r, nil
 }
 
+// pollUntil calls cond every interval until it holds, ctx ends or timeout
+// passes; the error names what was awaited.
+func pollUntil(ctx context.Context, what string, timeout, interval time.Duration, cond func() bool) error {
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s: not within %v", what, timeout)
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		time.Sleep(interval)
+	}
+	return nil
+}
+
+// agentStatus asks a real agent for its status; nil when it does not
+// answer within 2 s.
+func agentStatus(ctx context.Context, api lehrpb.AgentClient) *lehrpb.StatusResponse {
+	c, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	st, err := api.Status(c, &lehrpb.StatusRequest{})
+	if err != nil {
+		return nil
+	}
+	return st
+}
+
+// agentHolds reports whether the agent's status shows each of names at
+// least at the version in latest (same index).
+func agentHolds(ctx context.Context, api lehrpb.AgentClient, names []string, latest []uint64) bool {
+	st := agentStatus(ctx, api)
+	if st == nil {
+		return false
+	}
+	have := map[string]uint64{}
+	for _, n := range st.GetNamespaces() {
+		have[n.GetNamespace()] = n.GetVersion()
+	}
+	for i, ns := range names {
+		if have[ns] < latest[i] {
+			return false
+		}
+	}
+	return true
+}
+
 func runFootprint(ctx context.Context, e *Env) (*Result, error) {
 	p := pick(e.Profile, footprintParams{10, time.Second}, footprintParams{100, 5 * time.Second}, footprintParams{100, 20 * time.Second})
 	res := &Result{
@@ -207,27 +254,9 @@ func runFootprint(ctx context.Context, e *Env) (*Result, error) {
 	defer conn.Close()
 	api := lehrpb.NewAgentClient(conn)
 	waitFor := func(what string, timeout time.Duration, cond func() bool) error {
-		deadline := time.Now().Add(timeout)
-		for !cond() {
-			if time.Now().After(deadline) {
-				return fmt.Errorf("%s: not within %v", what, timeout)
-			}
-			if err := ctx.Err(); err != nil {
-				return err
-			}
-			time.Sleep(5 * time.Millisecond)
-		}
-		return nil
+		return pollUntil(ctx, what, timeout, 5*time.Millisecond, cond)
 	}
-	status := func() *lehrpb.StatusResponse {
-		c, cancel := context.WithTimeout(ctx, 2*time.Second)
-		defer cancel()
-		st, err := api.Status(c, &lehrpb.StatusRequest{})
-		if err != nil {
-			return nil
-		}
-		return st
-	}
+	status := func() *lehrpb.StatusResponse { return agentStatus(ctx, api) }
 	if err := waitFor("agent connected", 60*time.Second, func() bool { st := status(); return st != nil && st.GetConnected() }); err != nil {
 		return res, err
 	}
@@ -243,22 +272,7 @@ func runFootprint(ctx context.Context, e *Env) (*Result, error) {
 			return res, fmt.Errorf("subscribe %s: %w", ns, err)
 		}
 	}
-	allAt := func() bool {
-		st := status()
-		if st == nil {
-			return false
-		}
-		have := map[string]uint64{}
-		for _, n := range st.GetNamespaces() {
-			have[n.GetNamespace()] = n.GetVersion()
-		}
-		for i, ns := range names {
-			if have[ns] < latest[i] {
-				return false
-			}
-		}
-		return true
-	}
+	allAt := func() bool { return agentHolds(ctx, api, names, latest) }
 	if err := waitFor("every namespace applied", 120*time.Second, allAt); err != nil {
 		return res, err
 	}
