@@ -47,6 +47,10 @@ type Subscription struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 	reload chan struct{} // buffered(1): "read the file again"
+	// loadMu serialises load; lastRead is the stat of the last file it
+	// read and verified (nil: none), which it does not read again.
+	loadMu   sync.Mutex
+	lastRead os.FileInfo
 
 	mu        sync.Mutex
 	leaseID   string
@@ -228,13 +232,20 @@ func (s *Subscription) Close() error {
 
 // load reads the file and, if it holds a newer valid version, makes it the
 // current view. A missing file is normal (not arrived yet); an invalid one
-// is logged and ignored, keeping the last good view.
+// is logged and ignored, keeping the last good view. The file last read
+// is not read again (see readView).
 func (s *Subscription) load() {
-	v, err := readView(s.path)
+	s.loadMu.Lock()
+	defer s.loadMu.Unlock()
+	v, fi, err := readView(s.path, s.lastRead)
 	if err != nil {
 		if !errors.Is(err, fs.ErrNotExist) {
 			s.log.Warn("ignoring unreadable namespace file; keeping the last good view", "path", s.path, "err", err)
 		}
+		return
+	}
+	s.lastRead = fi
+	if v == nil {
 		return
 	}
 	if v.namespace != s.ns {

@@ -1,6 +1,8 @@
 package consumer
 
 import (
+	"fmt"
+	"os"
 	"time"
 
 	"lehr.dev/lehr/internal/content"
@@ -67,7 +69,10 @@ func (v *View) CreateTime() time.Time { return v.created }
 // rollback is a new version with old content.
 func (v *View) RollbackOf() uint64 { return v.rollbackOf }
 
-// Get returns a property's value.
+// Get returns a property's value: the view's own bytes, not a copy,
+// shared with every caller and every later Get. Do not modify them; the
+// slice's capacity ends with the value, so appending to it copies and
+// cannot reach another value.
 func (v *View) Get(key string) ([]byte, bool) {
 	p, ok := v.snap.Get(key)
 	return p.Value, ok
@@ -85,11 +90,32 @@ func (v *View) Keys() []string { return v.snap.Keys() }
 // Len returns the number of properties.
 func (v *View) Len() int { return v.snap.Len() }
 
-// readView reads and verifies a namespace file.
-func readView(path string) (*View, error) {
-	f, err := nsfile.Read(path)
+// readView reads and verifies the namespace file at path and returns it
+// with the file's stat. When the file is the one last read — last is its
+// stat: the same file, size and modification time — it reads nothing and
+// returns a nil view with last. The agent replaces a file by renaming a
+// new one over it, so an unchanged stat is unchanged content; reading it
+// again (start and the watcher both load, an event repeats) would only
+// cost a second copy of the data for a while.
+//
+// The view's values share one buffer of exactly the file's body
+// (nsfile.ReadOpen): a view holds one copy of its data.
+func readView(path string, last os.FileInfo) (*View, os.FileInfo, error) {
+	fh, err := os.Open(path)
 	if err != nil {
-		return nil, err
+		return nil, nil, fmt.Errorf("consumer: %w", err)
+	}
+	defer fh.Close()
+	fi, err := fh.Stat()
+	if err != nil {
+		return nil, nil, fmt.Errorf("consumer: %w", err)
+	}
+	if last != nil && os.SameFile(fi, last) && fi.Size() == last.Size() && fi.ModTime().Equal(last.ModTime()) {
+		return nil, last, nil
+	}
+	f, err := nsfile.ReadOpen(fh)
+	if err != nil {
+		return nil, nil, err
 	}
 	return &View{
 		namespace:  f.Namespace,
@@ -101,7 +127,7 @@ func readView(path string) (*View, error) {
 		created:    f.CreateTime,
 		rollbackOf: f.RollbackOf,
 		snap:       f.Content,
-	}, nil
+	}, fi, nil
 }
 
 // filePath is where the agent writes namespace ns under filesDir.

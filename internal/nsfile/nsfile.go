@@ -322,8 +322,16 @@ func encode(w io.Writer, f File, hb []byte) error {
 // names, key order, exact body size, the trailer (file checksum) and
 // nothing after it, and the content checksum recomputed with package
 // content. Errors wrap ErrNotLehrFile,
-// ErrCorrupt, or the reader's error. Property values share one buffer.
-func Decode(r io.Reader) (File, error) {
+// ErrCorrupt, or the reader's error.
+//
+// Property values share one buffer of exactly the body's size, which they
+// keep alive: a decoded file holds one copy of its values. Not knowing
+// how much r holds, Decode grows that buffer with the input (see
+// readBody); ReadOpen, knowing the file's size, allocates it once.
+func Decode(r io.Reader) (File, error) { return decode(r, -1) }
+
+// decode is Decode of an input of size bytes, -1 when unknown.
+func decode(r io.Reader, size int64) (File, error) {
 	br := bufio.NewReaderSize(r, 64<<10)
 
 	magic := make([]byte, len(Magic))
@@ -394,13 +402,14 @@ func Decode(r io.Reader) (File, error) {
 		return File{}, corrupt(off, "header count %d impossible for body_size %d (limit %d)", h.Count, h.BodySize, MaxProperties)
 	}
 
-	// Grow with the input rather than trusting body_size for the allocation,
-	// so a short file with a large claim costs little.
-	bb := bytes.NewBuffer(make([]byte, 0, min(h.BodySize, 1<<20)))
-	if _, err := bb.ReadFrom(io.LimitReader(br, h.BodySize)); err != nil {
+	avail := int64(-1)
+	if size >= 0 {
+		avail = size - off
+	}
+	body, err := readBody(br, h.BodySize, avail)
+	if err != nil {
 		return File{}, fmt.Errorf("nsfile: read body: %w", err)
 	}
-	body := bb.Bytes()
 	if int64(len(body)) != h.BodySize {
 		return File{}, corrupt(off+int64(len(body)), "truncated body: %d of %d bytes", len(body), h.BodySize)
 	}
@@ -444,6 +453,39 @@ func Decode(r io.Reader) (File, error) {
 	return f, nil
 }
 
+// readBody reads the n-byte body from r into a buffer of exactly n
+// bytes: the one copy of the data, which the decoded values share and keep
+// alive (a buffer with spare capacity would be kept alive with them).
+// When r is known to hold at least n more bytes (avail, from a file's
+// size; -1 when unknown) the buffer is allocated at once. Otherwise it
+// grows with the input rather than trusting n, so a short input with a
+// large claim costs little: from 1 MiB, doubling but never beyond n
+// (less than 2n held at once, 3n allocated in all). A short input returns
+// what it held, without error.
+func readBody(r io.Reader, n, avail int64) ([]byte, error) {
+	size := n
+	if avail < n {
+		size = min(n, 1<<20)
+	}
+	buf := make([]byte, size)
+	got := 0
+	for {
+		m, err := io.ReadFull(r, buf[got:])
+		got += m
+		switch {
+		case errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF):
+			return buf[:got], nil
+		case err != nil:
+			return nil, err
+		case int64(got) == n:
+			return buf, nil
+		}
+		grown := make([]byte, min(2*int64(len(buf)), n))
+		copy(grown, buf)
+		buf = grown
+	}
+}
+
 func trailer(h hash.Hash) string {
 	return "sha256:" + hex.EncodeToString(h.Sum(nil)) + "\n"
 }
@@ -467,7 +509,7 @@ func parseBody(body []byte, count int) ([]content.Property, error) {
 		pos += int(l)
 		return b, nil
 	}
-	prev := ""
+	prev, prevCT := "", ""
 	for i := range count {
 		start := pos
 		k, err := field("key", names.MaxKeyLen)
@@ -489,7 +531,10 @@ func parseBody(body []byte, count int) ([]content.Property, error) {
 		if err != nil {
 			return nil, err
 		}
-		props = append(props, content.Property{Key: key, ContentType: string(ct), Value: v})
+		if string(ct) != prevCT { // most properties share their neighbour's type: one string for all
+			prevCT = string(ct)
+		}
+		props = append(props, content.Property{Key: key, ContentType: prevCT, Value: v})
 		prev = key
 	}
 	if pos != len(body) {

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"syscall"
@@ -567,5 +568,45 @@ func TestWriteStatIsTheWrittenFile(t *testing.T) {
 	}
 	if now, err := os.Stat(path); err != nil || now.Size() == fi.Size() {
 		t.Errorf("the torn file (%v, %v) looks like the written one", now, err)
+	}
+}
+
+// TestReadBodyExactBuffer: the body buffer, which decoded values keep
+// alive, is exactly the body's size however it was grown; a short input
+// returns what it held; a known size allocates once.
+func TestReadBodyExactBuffer(t *testing.T) {
+	const mib = 1 << 20
+	tests := []struct {
+		name        string
+		n, have     int64 // claimed body size, bytes the input holds
+		avail       int64 // what the caller knows (-1: nothing)
+		wantLen     int64
+		maxAllocPer float64 // bytes allocated per claimed byte, at most (plus 4 KiB)
+	}{
+		{"empty", 0, 0, -1, 0, 0},
+		{"small, unknown size", 1000, 1000, -1, 1000, 1},
+		{"3 MiB, unknown size", 3 * mib, 3 * mib, -1, 3 * mib, 3},
+		{"5 MiB, unknown size", 5*mib + 1, 5*mib + 1, -1, 5*mib + 1, 3},
+		{"5 MiB, known size", 5*mib + 1, 5*mib + 1, 5*mib + 1 + int64(TrailerLen), 5*mib + 1, 1.01},
+		{"short input, large claim", 60 * mib, 100, -1, 100, 0.02}, // 1 MiB, not 60
+		{"short input, wrong known size", 3 * mib, 2 * mib, 3 * mib, 2 * mib, 1.01},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			in := bytes.Repeat([]byte{'x'}, int(tt.have))
+			var before, after runtime.MemStats
+			runtime.ReadMemStats(&before)
+			got, err := readBody(bytes.NewReader(in), tt.n, tt.avail)
+			runtime.ReadMemStats(&after)
+			if err != nil {
+				t.Fatalf("readBody: %v", err)
+			}
+			if int64(len(got)) != tt.wantLen || (int64(len(got)) == tt.n && cap(got) != len(got)) {
+				t.Errorf("readBody: len %d cap %d, want len %d (cap equal when complete)", len(got), cap(got), tt.wantLen)
+			}
+			if n := after.TotalAlloc - before.TotalAlloc; float64(n) > tt.maxAllocPer*float64(tt.n)+4096 {
+				t.Errorf("readBody allocated %d bytes for a %d-byte claim, want ≤ %.2f per byte", n, tt.n, tt.maxAllocPer)
+			}
+		})
 	}
 }

@@ -235,22 +235,34 @@ func CleanTemp(dir string) (int, error) {
 	return removed, nil
 }
 
-// Read reads and verifies the file at path (see Decode). Errors name the
-// path; a missing file wraps fs.ErrNotExist.
+// Read reads and verifies the file at path (see ReadOpen). Errors name
+// the path; a missing file wraps fs.ErrNotExist.
 func Read(path string) (File, error) {
 	fh, err := os.Open(path)
 	if err != nil {
 		return File{}, fmt.Errorf("nsfile: %w", err)
 	}
 	defer fh.Close()
-	f, err := Decode(fh)
+	return ReadOpen(fh)
+}
+
+// ReadOpen reads and verifies the open file fh from its current offset
+// (see Decode), and leaves it open. The file's size sizes the buffer
+// its values share, so a read allocates one copy of the data. Errors
+// name fh.Name().
+func ReadOpen(fh *os.File) (File, error) {
+	size := int64(-1)
+	if fi, err := fh.Stat(); err == nil && fi.Mode().IsRegular() {
+		size = fi.Size()
+	}
+	f, err := decode(fh, size)
 	if err != nil {
 		var ce *CorruptError
 		if errors.As(err, &ce) {
-			ce.Path = path
+			ce.Path = fh.Name()
 			return File{}, err
 		}
-		return File{}, fmt.Errorf("nsfile: read %s: %w", path, err)
+		return File{}, fmt.Errorf("nsfile: read %s: %w", fh.Name(), err)
 	}
 	return f, nil
 }
