@@ -714,14 +714,19 @@ func (d *Distributor) syncOne(ctx context.Context, ns string) error {
 	if err := d.ensureDomain(fctx, ns); err != nil {
 		return err
 	}
-	goal := fanout.Goal{Stable: stable}
+	// The fanout gets the versions' identity only; their content stays in
+	// the cache, pinned but evictable past --cache-bytes (fetched again
+	// when needed), so memory is bounded whatever the agents use.
+	goal := fanout.Goal{Stable: stable.Header()}
 	if len(g.GetSignature()) > 0 {
 		goal.Proof = signing.GoalProof(g)
 	}
 	if cand.GetVersion() != 0 {
-		if goal.Candidate, err = fetch(content.Ref{Seq: cand.GetVersion(), Checksum: cand.GetChecksum()}); err != nil {
+		c, err := fetch(content.Ref{Seq: cand.GetVersion(), Checksum: cand.GetChecksum()})
+		if err != nil {
 			return err
 		}
+		goal.Candidate = c.Header()
 		goal.Cohort = cohort.Cohort{Hosts: cand.GetHosts(), PerMillion: cand.GetPerMillion(), Salt: cand.GetSalt()}
 		goal.Sample = int(cand.GetSample())
 		goal.Analysis = int(cand.GetAnalysis())

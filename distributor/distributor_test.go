@@ -537,3 +537,58 @@ func TestHoldsOnlyWhatItsAgentsUse(t *testing.T) {
 	b.Close()
 	wait.For(t, "nothing wanted or served", func() bool { st := d.Stats(); return st.Wanted == 0 && st.Serving == 0 })
 }
+
+// TestStaysWithinCacheBytes: the namespaces its agents use take more than
+// --cache-bytes; the distributor still serves every one (fetching evicted
+// versions again from control) and holds no more than the bound (issue
+// 27: a distributor of 7,500 agents × 10 of 71,000 namespaces would hold
+// every wanted version, GiBs).
+func TestStaysWithinCacheBytes(t *testing.T) {
+	srv := controltest.StartControl(t, control.Options{})
+	if _, err := srv.Client.CreateDomain(ctxT(t), &lehrpb.CreateDomainRequest{Domain: &lehrpb.Domain{Name: "d",
+		Quotas: &lehrpb.Quotas{PublishesPerSecond: 1000, PublishBurst: 1000}}}); err != nil {
+		t.Fatal(err)
+	}
+	p := newPKI(t)
+	const bound = 64 << 10
+	d, err := distributor.New(distributor.Options{Zone: zone, ID: "dist-1", ControlAddr: srv.Addr, Listen: "127.0.0.1:0",
+		TLS: p.tls("distributor", pki.Server), ReportInterval: 100 * time.Millisecond, CacheBytes: bound, Logger: quiet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- d.Run(context.Background()) }()
+	t.Cleanup(func() { d.Close(); <-done })
+	<-d.Ready()
+
+	var names []string
+	vs := map[string]*lehrpb.VersionInfo{}
+	for i := range 10 {
+		ns := fmt.Sprintf("d/big%d", i)
+		vs[ns] = publish(t, srv.Client, ns, "k", strings.Repeat(strconv.Itoa(i), 20<<10))
+		names = append(names, ns)
+	}
+	a := dial(t, p, d, "host-1", agenttest.Options{Subscriptions: names})
+	for _, ns := range names {
+		waitVersion(t, a, ns, vs[ns])
+	}
+	if st := d.Stats().Cache; st.Bytes > bound {
+		t.Errorf("cache holds %d bytes for 10 namespaces of 20 KiB; want at most the %d bound", st.Bytes, bound)
+	}
+	// A second agent gets every one, evicted or not.
+	b := dial(t, p, d, "host-2", agenttest.Options{Subscriptions: names})
+	for _, ns := range names {
+		waitVersion(t, b, ns, vs[ns])
+	}
+	// And a change of each still reaches both.
+	for _, ns := range names {
+		vs[ns] = publish(t, srv.Client, ns, "k", strings.Repeat("x", 20<<10))
+	}
+	for _, ns := range names {
+		waitVersion(t, a, ns, vs[ns])
+		waitVersion(t, b, ns, vs[ns])
+	}
+	if st := d.Stats().Cache; st.Bytes > bound || st.Evictions == 0 {
+		t.Errorf("cache: %d bytes, %d evictions; want at most %d bytes, and evictions", st.Bytes, st.Evictions, bound)
+	}
+}

@@ -417,6 +417,10 @@ func (s *Server) Close() error {
 
 // Goal is what the zone's agents should hold of one namespace: Stable,
 // except the hosts of Cohort, which a rollout is moving to Candidate.
+// Only their identity (namespace, number, checksum, kind, info) is read
+// from Stable and Candidate: the content pushed comes from
+// Options.Versions, so a caller may set versions without their content
+// and let the cache bound what it holds.
 type Goal struct {
 	Stable *content.Version
 	// Candidate is nil when no rollout is moving hosts; otherwise newer

@@ -826,6 +826,18 @@ func (ss *session) fail(doing string, err error) {
 // agent negotiated wire.CapCompactUpdate.
 func (s *Server) build(ctx context.Context, j job, compact bool) (frame []byte, snapshot bool, err error) {
 	g := j.goal
+	// The goal's content comes from Options.Versions, which may have
+	// evicted it (a distributor's memory is bounded; see Goal): fetched
+	// again then, and only when no encoded frame is at hand.
+	withContent := func() (*content.Version, error) {
+		fctx, cancel := context.WithTimeout(ctx, s.opts.FetchTimeout)
+		defer cancel()
+		v, err := s.opts.Versions.Get(fctx, j.ns, g.Ref())
+		if err != nil {
+			return nil, fmt.Errorf("goal version: %w", err)
+		}
+		return v, nil
+	}
 	if !j.snapshot {
 		fctx, cancel := context.WithTimeout(ctx, s.opts.FetchTimeout)
 		base, err := s.opts.Versions.Get(fctx, j.ns, j.base)
@@ -838,6 +850,10 @@ func (s *Server) build(ctx context.Context, j job, compact bool) (frame []byte, 
 		default:
 			k := memoKey{ns: j.ns, base: base.Ref(), goal: g.Ref(), compact: compact, proof: string(j.proof.GetSignature())}
 			frame, snap, err := s.memo.get(k, func() ([]byte, bool, error) {
+				g, err := withContent()
+				if err != nil {
+					return nil, false, err
+				}
 				u, err := update.Build(base, g)
 				if err != nil {
 					return nil, false, err
@@ -854,6 +870,10 @@ func (s *Server) build(ctx context.Context, j job, compact bool) (frame []byte, 
 	}
 	k := memoKey{ns: j.ns, snapshot: true, goal: g.Ref(), compact: compact, proof: string(j.proof.GetSignature())}
 	frame, _, err = s.memo.get(k, func() ([]byte, bool, error) {
+		g, err := withContent()
+		if err != nil {
+			return nil, true, err
+		}
 		u, err := update.Build(nil, g)
 		if err != nil {
 			return nil, true, err

@@ -13,11 +13,13 @@
 // a delta share unchanged values with their base (the bound is therefore
 // conservative). After each insertion, while the total is over the bound,
 // the least recently used version that is not pinned is dropped. The
-// distributor pins the goal version of each namespace (Pin), so goals are
-// never evicted: if the pinned versions alone exceed the bound they all stay
-// and the cache is over budget until a goal moves. Evicting a version an
-// agent still holds only costs that agent a snapshot instead of a patch (or
-// a refetch from control).
+// distributor pins the goal versions of the namespaces its agents use
+// (Pin), so they go last: only when the pinned versions alone exceed the
+// bound are the least recently used of them dropped too, and fetched
+// again from control when an agent needs them (a distributor whose agents
+// use more than the bound stays within it, at the price of fetches).
+// Evicting a version an agent still holds only costs that agent a snapshot
+// instead of a patch (or a refetch from control).
 //
 // Imported by distributor.
 package versions
@@ -147,8 +149,9 @@ func New(opts Options) *Cache {
 }
 
 // Pin marks seqs as the goal versions of ns (the stable goal, and the
-// candidate of a rollout): they are never evicted until another Pin for ns
-// or Unpin(ns). The versions need not be cached yet.
+// candidate of a rollout): they are evicted only after every unpinned
+// version (see Eviction), until another Pin for ns or Unpin(ns). The
+// versions need not be cached yet.
 func (c *Cache) Pin(ns string, seqs ...uint64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -432,14 +435,21 @@ func (c *Cache) removeLocked(k key, e *entry) {
 	c.bytes -= e.size
 }
 
+// evictLocked drops least recently used versions until the cache is
+// within MaxBytes: unpinned ones first, then, if pinned versions alone are
+// over the bound, pinned ones too (Get fetches them again when wanted).
+// Pins say what to keep longest, not what to keep at any cost: a
+// distributor whose agents want more than MaxBytes stays within it.
 func (c *Cache) evictLocked() {
-	for el := c.lru.Back(); el != nil && c.bytes > c.opts.MaxBytes; {
-		prev := el.Prev()
-		k := el.Value.(key)
-		if !slices.Contains(c.pins[k.ns], k.seq) {
-			c.removeLocked(k, c.entries[k])
-			c.stats.Evictions++
+	for _, pinnedToo := range []bool{false, true} {
+		for el := c.lru.Back(); el != nil && c.bytes > c.opts.MaxBytes; {
+			prev := el.Prev()
+			k := el.Value.(key)
+			if pinnedToo || !slices.Contains(c.pins[k.ns], k.seq) {
+				c.removeLocked(k, c.entries[k])
+				c.stats.Evictions++
+			}
+			el = prev
 		}
-		el = prev
 	}
 }

@@ -28,6 +28,18 @@ type Version struct {
 	Content Snapshot
 }
 
+// Header returns a copy of v without its content: who it is (namespace,
+// number, checksum, kind, info), for a holder that must not keep the
+// properties alive (a cache bounds them). A nil v gives nil.
+func (v *Version) Header() *Version {
+	if v == nil {
+		return nil
+	}
+	h := *v
+	h.Content = Snapshot{}
+	return &h
+}
+
 // Ref returns which version v is: its sequence number and checksum. A nil
 // v gives the zero Ref.
 func (v *Version) Ref() Ref {
