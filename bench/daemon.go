@@ -61,11 +61,13 @@ func (d *daemon) start() error {
 	cmd := exec.Command(d.bin, d.args...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	// Not a systemd unit: no NOTIFY_SOCKET the bench may have inherited.
+	// The runtime prints a line per GC (liveHeap reads it).
 	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "NOTIFY_SOCKET=") {
+		if !strings.HasPrefix(kv, "NOTIFY_SOCKET=") && !strings.HasPrefix(kv, "GODEBUG=") {
 			cmd.Env = append(cmd.Env, kv)
 		}
 	}
+	cmd.Env = append(cmd.Env, "GODEBUG=gctrace=1")
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("start %s: %w", d.name, err)
 	}
@@ -135,6 +137,22 @@ func (d *daemon) tail(n int64) string {
 	}
 	b, _ := io.ReadAll(f)
 	return string(b)
+}
+
+// liveHeap returns the Go heap live after the process's last GC, in MiB
+// (GODEBUG=gctrace=1's figure, 1 MB resolution), and whether a GC line
+// of the current process was found.
+func (d *daemon) liveHeap() (float64, bool) {
+	log := d.tail(256 << 10)
+	if i := strings.LastIndex(log, "==== bench: start "); i >= 0 {
+		log = log[i:]
+	}
+	m := gctraceRE.FindAllStringSubmatch(log, -1)
+	if len(m) == 0 {
+		return 0, false
+	}
+	live, _ := strconv.Atoi(m[len(m)-1][3])
+	return float64(live), true
 }
 
 // metrics reads the process's /metrics: every sample by its series name
@@ -226,4 +244,10 @@ func freeUDPAddr() (string, error) {
 	}
 	defer pc.Close()
 	return pc.LocalAddr().String(), nil
+}
+
+// heapOr0 is liveHeap's figure, 0 when no GC was seen.
+func (d *daemon) heapOr0() float64 {
+	h, _ := d.liveHeap()
+	return h
 }
