@@ -99,6 +99,7 @@ func Scenarios() []Scenario {
 		canaryScenario(),
 		isolationScenario(),
 		strategistScenario(),
+		catalogScenario(),
 	}
 }
 

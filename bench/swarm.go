@@ -72,6 +72,12 @@ type swarmConfig struct {
 	// SilenceTimeout is every agent's silence timeout (0: the agent's
 	// default); see Env.AgentSilenceTimeout.
 	SilenceTimeout time.Duration `json:"silence_timeout,omitempty"`
+	// AgentSubs, if set, are agent i's subscriptions (AgentSubs[i])
+	// instead of Subs.
+	AgentSubs [][]string `json:"agent_subs,omitempty"`
+	// DropContent makes the agents keep the versions they apply but not
+	// their content (agenttest.Options.DropContent).
+	DropContent bool `json:"drop_content,omitempty"`
 }
 
 // swarmEvent is one line the child writes.
@@ -245,9 +251,14 @@ func runSwarm(in io.Reader, out io.Writer) error {
 // dial connects agent i announcing held, over a counting socket of its
 // own with cfg.CountBytes (closed once the connection ended).
 func (s *swarmChild) dial(ctx context.Context, i int, held []agenttest.Cached) (*agenttest.Agent, error) {
+	subs := s.cfg.Subs
+	if i < len(s.cfg.AgentSubs) {
+		subs = s.cfg.AgentSubs[i]
+	}
 	opts := agenttest.Options{
 		Addr: s.cfg.Addr, TLS: s.tls[i], HostID: fmt.Sprintf("%s-%d", s.cfg.Prefix, i), Zone: s.cfg.Zone,
-		Subscriptions: s.cfg.Subs, Cached: held, Logger: s.log, SilenceTimeout: s.cfg.SilenceTimeout,
+		Subscriptions: subs, Cached: held, Logger: s.log, SilenceTimeout: s.cfg.SilenceTimeout,
+		DropContent: s.cfg.DropContent,
 	}
 	if !s.cfg.CountBytes {
 		return agenttest.Dial(ctx, opts)

@@ -100,6 +100,14 @@ type Options struct {
 	// (internal/signals.Answer). Nil answers every request with no
 	// namespaces.
 	Signals func(w *lehrpb.SignalsWanted) *lehrpb.NamespaceSignals
+	// DropContent makes the agent keep only the version reference (number
+	// and checksum) of what it applies, not the content, so that thousands
+	// of agents holding large namespaces fit in one process (the catalog
+	// benchmark). Its decisions and answers are unchanged for snapshots;
+	// a later patch has no base content to apply to, fails its checksum
+	// check and is refused as the real agent refuses such a patch (Ack
+	// and Resync), after which the distributor sends a snapshot.
+	DropContent bool
 
 	// Faults, for tests of the distributor's defenses against a broken or
 	// older agent; all nil in normal use. They change only what is sent
@@ -660,6 +668,9 @@ func (a *Agent) handleUpdate(str *quic.ReceiveStream) {
 	}
 	switch {
 	case err == nil:
+		if a.opts.DropContent {
+			next = content.Snapshot{}
+		}
 		a.held[ns] = Held{Ref: got, Content: next}
 	case !stale:
 		a.stats.Refused++

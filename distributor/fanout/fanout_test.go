@@ -671,3 +671,38 @@ func TestInflightBytesPerAgentAreBounded(t *testing.T) {
 		t.Errorf("the agent held %d unanswered updates at once; want 1 (each is over half the 150 KiB budget)", peak)
 	}
 }
+
+// TestDropContentAgentHoldsVersionsOnly: a simulated agent that keeps no
+// content (agenttest.Options.DropContent, for benchmarks of thousands of
+// agents) holds the version delivered, refuses a later patch that has no
+// base content to apply to, and gets the version as a snapshot after its
+// Resync.
+func TestDropContentAgentHoldsVersionsOnly(t *testing.T) {
+	e := newEnv(t)
+	ns := "d/app"
+	v1 := e.publish(ns, props(5, "v1"))
+	a := e.dial("host-1", agenttest.Options{Subscriptions: []string{ns}, DropContent: true})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := a.WaitVersion(ctx, ns, v1.Seq); err != nil {
+		t.Fatalf("never reached version 1: %v", err)
+	}
+	if h, _ := a.Held(ns); h.Ref.Checksum != v1.Checksum || h.Content.Len() != 0 {
+		t.Fatalf("holds %s@%d (%d keys), want version 1's checksum %s and no content", h.Ref.Checksum, h.Ref.Seq, h.Content.Len(), v1.Checksum)
+	}
+	p2 := props(5, "v1")
+	p2["k/001"] = "changed"
+	v2 := e.publish(ns, p2)
+	if err := a.WaitVersion(ctx, ns, v2.Seq); err != nil {
+		t.Fatalf("never reached version 2: %v (applied %+v)", err, a.Applied(ns))
+	}
+	var got []string
+	for _, r := range a.Applied(ns) {
+		s := fmt.Sprintf("%d→%d snapshot=%v refused=%v", r.Base, r.Version, r.Snapshot, r.Err != nil)
+		got = append(got, s)
+	}
+	want := []string{"0→1 snapshot=true refused=false", "1→2 snapshot=false refused=true", "1→2 snapshot=true refused=false"}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("updates (-want +got):\n%s", diff)
+	}
+}
