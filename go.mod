@@ -5,7 +5,7 @@ go 1.26.8
 require (
 	cel.dev/cel-go v0.33.2
 	cloud.google.com/go/longrunning v1.5.0
-	github.com/VictoriaMetrics/metrics v1.35.1
+	github.com/VictoriaMetrics/metrics v1.45.0
 	github.com/aclements/go-moremath v0.0.0-20210112150236-f10218a38794
 	github.com/dgraph-io/badger/v4 v4.9.6
 	github.com/dustin/go-humanize v1.0.1
