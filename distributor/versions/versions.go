@@ -32,6 +32,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/VictoriaMetrics/metrics"
 	"google.golang.org/grpc"
 
 	"lehr.dev/lehr/internal/content"
@@ -70,6 +71,11 @@ type Options struct {
 	FetchTimeout time.Duration
 	// Logger; default slog.Default().
 	Logger *slog.Logger
+	// Metrics, if set, gets lehr_distributor_versions_built_total{from}:
+	// versions built from a whole FetchVersion ("fetch"), a FetchDelta
+	// ("fetched_delta") or the delta sent with a goal event
+	// ("goal_event_delta"), what Stats.Fetches, Deltas and Offered count.
+	Metrics *metrics.Set
 }
 
 // Stats describes the cache at one moment.
@@ -119,6 +125,10 @@ type Cache struct {
 	bytes    int64
 	inflight map[key]*call
 	stats    Stats
+
+	// built count what stats.Fetches, Deltas and Offered count, on
+	// Options.Metrics.
+	builtFetch, builtDelta, builtOffered *metrics.Counter
 }
 
 // New returns an empty cache.
@@ -132,17 +142,24 @@ func New(opts Options) *Cache {
 	if opts.FetchTimeout <= 0 {
 		opts.FetchTimeout = DefaultFetchTimeout
 	}
+	set := opts.Metrics
+	if set == nil {
+		set = metrics.NewSet()
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Cache{
-		ctx:      ctx,
-		close:    cancel,
-		opts:     opts,
-		log:      opts.Logger,
-		entries:  map[key]*entry{},
-		byNS:     map[string]map[uint64]*entry{},
-		lru:      list.New(),
-		pins:     map[string][]uint64{},
-		inflight: map[key]*call{},
+		ctx:          ctx,
+		close:        cancel,
+		opts:         opts,
+		log:          opts.Logger,
+		entries:      map[key]*entry{},
+		byNS:         map[string]map[uint64]*entry{},
+		lru:          list.New(),
+		pins:         map[string][]uint64{},
+		inflight:     map[key]*call{},
+		builtFetch:   set.NewCounter(`lehr_distributor_versions_built_total{from="fetch"}`),
+		builtDelta:   set.NewCounter(`lehr_distributor_versions_built_total{from="fetched_delta"}`),
+		builtOffered: set.NewCounter(`lehr_distributor_versions_built_total{from="goal_event_delta"}`),
 	}
 }
 
@@ -319,6 +336,7 @@ func (c *Cache) fetchWhole(ctx context.Context, ns string, seq uint64) (*content
 	c.mu.Lock()
 	c.stats.Fetches++
 	c.mu.Unlock()
+	c.builtFetch.Inc()
 	return v, nil
 }
 
@@ -338,6 +356,7 @@ func (c *Cache) fetchDelta(ctx context.Context, base *content.Version, seq uint6
 	c.mu.Lock()
 	c.stats.Deltas++
 	c.mu.Unlock()
+	c.builtDelta.Inc()
 	return v, nil
 }
 
@@ -367,6 +386,7 @@ func (c *Cache) Offer(ns string, d *lehrpb.FetchDeltaResponse) error {
 	defer c.mu.Unlock()
 	c.insertLocked(v)
 	c.stats.Offered++
+	c.builtOffered.Inc()
 	return nil
 }
 
