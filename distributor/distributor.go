@@ -503,7 +503,7 @@ func (d *Distributor) Run(ctx context.Context) (err error) {
 			srv.Close()
 			return fmt.Errorf("distributor: metrics listen %s: %w", d.opts.MetricsListen, err)
 		}
-		hs = metricshttp.Server(d.set, nil)
+		hs = metricshttp.Server(d.set, metricsHelp, nil)
 	}
 	d.mu.Lock()
 	d.srv = srv

@@ -36,6 +36,7 @@ import (
 	"google.golang.org/grpc"
 
 	"lehr.dev/lehr/internal/content"
+	"lehr.dev/lehr/internal/metricshttp"
 	"lehr.dev/lehr/proto/lehrpb"
 )
 
@@ -71,11 +72,16 @@ type Options struct {
 	FetchTimeout time.Duration
 	// Logger; default slog.Default().
 	Logger *slog.Logger
-	// Metrics, if set, gets lehr_distributor_versions_built_total{from}:
-	// versions built from a whole FetchVersion ("fetch"), a FetchDelta
-	// ("fetched_delta") or the delta sent with a goal event
-	// ("goal_event_delta"), what Stats.Fetches, Deltas and Offered count.
+	// Metrics, if set, gets lehr_distributor_versions_built_total{from}
+	// (MetricsHelp), which counts what Stats.Fetches, Deltas and Offered
+	// count.
 	Metrics *metrics.Set
+}
+
+// MetricsHelp is the HELP text of the metric family a Cache registers on
+// Options.Metrics. Read only.
+var MetricsHelp = metricshttp.Help{
+	"lehr_distributor_versions_built_total": "Versions the distributor built, by where from: fetch (a whole FetchVersion), fetched_delta (a FetchDelta) or goal_event_delta (the change control sent with the goal event, no call to control).",
 }
 
 // Stats describes the cache at one moment.
