@@ -444,7 +444,7 @@ func (a *Agent) serveMetrics(g *lifecycle.Group) (*http.Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("agent: listen for metrics on %s: %w", a.opts.MetricsListen, err)
 	}
-	srv := metricshttp.Server(a.opts.Metrics, nil)
+	srv := metricshttp.Server(a.opts.Metrics, metricsHelp, nil)
 	g.Go("serve metrics", func(context.Context) error {
 		if err := srv.Serve(lis); !errors.Is(err, http.ErrServerClosed) {
 			return err

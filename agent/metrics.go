@@ -6,7 +6,29 @@ import (
 	"sync"
 
 	"github.com/VictoriaMetrics/metrics"
+
+	"lehr.dev/lehr/agent/upstream"
+	"lehr.dev/lehr/internal/metricshttp"
 )
+
+// metricsHelp is the HELP text of every metric family an agent serves: its
+// own and the upstream client's (docs/operations.md, "Metrics").
+var metricsHelp = metricshttp.MergeHelp(upstream.MetricsHelp, metricshttp.Help{
+	"lehr_agent_apply_errors_total":      "Updates that could not be applied, or whose namespace file could not be written.",
+	"lehr_agent_cache_bytes":             "Size of the agent's Badger cache on disk, in bytes.",
+	"lehr_agent_cache_corruptions_total": "Cached namespaces found corrupt, dropped and fetched again as a snapshot.",
+	"lehr_agent_cache_evictions_total":   "Namespaces evicted from the cache after --cache-retention unwanted.",
+	"lehr_agent_cache_quarantines_total": "Caches Badger could not open, moved aside at start.",
+	"lehr_agent_file_repairs_total":      "Namespace files changed or removed outside the agent and written again.",
+	"lehr_agent_host_checks_failing":     "Namespaces whose host-level canary checks fail: the host got worse after its latest change, against its own history.",
+	"lehr_agent_leases":                  "Leases consumers hold on namespaces.",
+	"lehr_agent_namespace_version":       "The version of the namespace the agent holds, by namespace.",
+	"lehr_agent_preview_reports_total":   "Policy-preview count reports received from consumers.",
+	"lehr_agent_scrapes_total":           "Scrapes of consumers' metrics endpoints, by result: ok or failed.",
+	"lehr_agent_signal_namespaces":       "Namespaces the agent keeps canary signals for.",
+	"lehr_agent_subscriptions":           "Namespaces the agent subscribes to at its distributor.",
+	"lehr_agent_updates_applied_total":   "Updates applied, by kind: snapshot or patch.",
+})
 
 // agentMetrics are the agent's own series. The upstream client adds
 // lehr_agent_connected, lehr_agent_failovers_total and

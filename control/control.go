@@ -579,7 +579,7 @@ func (c *Control) Run(ctx context.Context) (err error) {
 
 	var hsrv *http.Server
 	if mlis != nil {
-		hsrv = metricshttp.Server(c.metrics, map[string]http.Handler{"GET /healthz": healthz(hs)})
+		hsrv = metricshttp.Server(c.metrics, metricsHelp, map[string]http.Handler{"GET /healthz": healthz(hs)})
 	}
 
 	var strat *strategist.Strategist

@@ -285,7 +285,7 @@ func New(opts Options) (*Distributor, error) {
 		retry:  map[string]syncRetryState{},
 		wanted: make(chan string, 64),
 	}
-	d.cache = versions.New(versions.Options{Client: d.ctl, MaxBytes: opts.CacheBytes, Logger: log})
+	d.cache = versions.New(versions.Options{Client: d.ctl, MaxBytes: opts.CacheBytes, Logger: log, Metrics: d.set})
 	d.watch, err = goalwatch.New(goalwatch.Options{
 		Zone:        opts.Zone,
 		Client:      d.ctl,
@@ -322,16 +322,6 @@ func New(opts Options) (*Distributor, error) {
 	d.set.NewGauge("lehr_distributor_zone_distributors", func() float64 { return float64(d.zoneDistributors.Load()) })
 	d.set.NewGauge("lehr_distributor_cache_bytes", func() float64 { return float64(d.cache.Stats().Bytes) })
 	d.set.NewGauge("lehr_distributor_cache_versions", func() float64 { return float64(d.cache.Stats().Versions) })
-	for _, src := range []struct {
-		name string
-		n    func(versions.Stats) uint64
-	}{
-		{"fetch", func(s versions.Stats) uint64 { return s.Fetches }},
-		{"fetched_delta", func(s versions.Stats) uint64 { return s.Deltas }},
-		{"goal_event_delta", func(s versions.Stats) uint64 { return s.Offered }},
-	} {
-		d.set.NewGauge(`lehr_distributor_versions_built_total{from="`+src.name+`"}`, func() float64 { return float64(src.n(d.cache.Stats())) })
-	}
 	return d, nil
 }
 
@@ -513,7 +503,7 @@ func (d *Distributor) Run(ctx context.Context) (err error) {
 			srv.Close()
 			return fmt.Errorf("distributor: metrics listen %s: %w", d.opts.MetricsListen, err)
 		}
-		hs = metricshttp.Server(d.set, nil)
+		hs = metricshttp.Server(d.set, metricsHelp, nil)
 	}
 	d.mu.Lock()
 	d.srv = srv

@@ -8,6 +8,11 @@ cd "$(dirname "$0")/.."
 GO=${GO:-go}
 FUZZTIME=${FUZZTIME:-10s}
 
+echo "== deps"
+# Tools the tests run (promtool); a test that needs one fails under CI
+# without it.
+./scripts/deps.sh
+
 echo "== go vet"
 $GO vet ./...
 

@@ -43,11 +43,23 @@ import (
 
 	"lehr.dev/lehr/internal/backoff"
 	"lehr.dev/lehr/internal/content"
+	"lehr.dev/lehr/internal/metricshttp"
 	"lehr.dev/lehr/internal/signing"
 	"lehr.dev/lehr/internal/update"
 	"lehr.dev/lehr/internal/wire"
 	"lehr.dev/lehr/proto/lehrpb"
 )
+
+// MetricsHelp is the HELP text of the metric families a Client registers
+// on Options.Metrics (docs/operations.md, "Metrics"). Read only.
+var MetricsHelp = metricshttp.Help{
+	"lehr_agent_bytes_received_total":        "Bytes of updates received from distributors, by kind: snapshot or patch.",
+	"lehr_agent_connected":                   "1 while the agent is connected to a distributor, else 0.",
+	"lehr_agent_failovers_total":             "Connections to another distributor than the one the agent was last connected to.",
+	"lehr_agent_legacy_signed_updates_total": "Updates signed with the version-1 payload, delivered without what it does not cover (message, rollback_of).",
+	"lehr_agent_refused_distributors_total":  "Distributors refused because their certificate does not name a distributor of the agent's zone.",
+	"lehr_agent_untrusted_updates_total":     "Updates refused because their signature is missing, by an untrusted key, or does not match their content.",
+}
 
 // Defaults for zero Options fields.
 const (

@@ -9,8 +9,12 @@ import (
 	"os"
 
 	"lehr.dev/lehr/agent/agentcmd"
+	"lehr.dev/lehr/internal/metricshttp"
 )
 
 func main() {
+	// # HELP and # TYPE on /metrics: a process-wide switch of the metrics
+	// library, so it is thrown here, once.
+	metricshttp.ExposeMetadata()
 	os.Exit(agentcmd.Main(context.Background(), os.Args[1:], os.Stderr))
 }

@@ -10,9 +10,15 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	"lehr.dev/lehr/internal/metricshttp"
 )
 
 func main() {
+	// # HELP and # TYPE on every daemon's /metrics ("lehr control",
+	// "lehr distributor", "lehr agent", "lehr dev"): a process-wide switch
+	// of the metrics library, so it is thrown here, once.
+	metricshttp.ExposeMetadata()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	code := run(ctx, os.Args[1:], &env{
 		stdin:  os.Stdin,

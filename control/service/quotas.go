@@ -64,7 +64,7 @@ func (s *Service) effectiveQuotas(q *lehrpb.Quotas) *lehrpb.Quotas {
 // domainLimits are what store.Commit enforces for d.
 func (s *Service) domainLimits(d *lehrpb.Domain) store.DomainLimits {
 	q := s.effectiveQuotas(d.GetQuotas())
-	s.metrics.GetOrCreateGauge(fmt.Sprintf(`lehr_control_domain_stored_bytes_quota{domain=%q}`, d.GetName()), nil).Set(float64(q.GetMaxStoredBytes()))
+	s.metrics.GetOrCreateGauge(fmt.Sprintf(`lehr_control_domain_max_stored_bytes{domain=%q}`, d.GetName()), nil).Set(float64(q.GetMaxStoredBytes()))
 	return store.DomainLimits{
 		StoredBytes:           q.GetMaxStoredBytes(),
 		PublishesPerSecond:    q.GetPublishesPerSecond(),

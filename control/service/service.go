@@ -206,7 +206,7 @@ func (s *Service) Close() error {
 //
 //	defer s.track(ctx, "Publish", time.Now(), &err)
 func (s *Service) track(ctx context.Context, method string, start time.Time, errp *error) {
-	s.metrics.GetOrCreateHistogram(`lehr_control_request_duration_seconds{method="` + method + `"}`).UpdateDuration(start)
+	s.metrics.GetOrCreatePrometheusHistogramExt(`lehr_control_request_duration_seconds{method="`+method+`"}`, requestBuckets).UpdateDuration(start)
 	if *errp == nil {
 		return
 	}
@@ -229,7 +229,7 @@ func (s *Service) track(ctx context.Context, method string, start time.Time, err
 func RoundTripObserver(set *metrics.Set) func(op string, d time.Duration, err error) {
 	return func(op string, d time.Duration, err error) {
 		set.GetOrCreateCounter(`lehr_control_etcd_round_trips_total{op="` + op + `"}`).Inc()
-		set.GetOrCreateHistogram(`lehr_control_etcd_duration_seconds{op="` + op + `"}`).Update(d.Seconds())
+		set.GetOrCreatePrometheusHistogramExt(`lehr_control_etcd_duration_seconds{op="`+op+`"}`, etcdBuckets).Update(d.Seconds())
 		if err != nil {
 			set.GetOrCreateCounter(`lehr_control_etcd_errors_total{op="` + op + `"}`).Inc()
 		}

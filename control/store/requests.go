@@ -39,7 +39,7 @@ func (s *Store) lease(ctx context.Context, b *leaseBucket, bucket, ttl time.Dura
 		return b.id, nil
 	}
 	start := time.Now()
-	resp, err := call(s, ctx, "lease grant", func(ctx context.Context) (*clientv3.LeaseGrantResponse, error) {
+	resp, err := call(s, ctx, "lease_grant", func(ctx context.Context) (*clientv3.LeaseGrantResponse, error) {
 		return s.cli.Grant(ctx, int64((ttl+time.Second-1)/time.Second))
 	})
 	if err != nil {

@@ -537,7 +537,7 @@ func (s *Strategist) step(ctx context.Context, rd round, r *lehrpb.Rollout) erro
 // which it removes in the same transaction).
 func (s *Strategist) apply(ctx context.Context, rd round, d rollout.Decision, done *store.QueuedCommand) error {
 	if d.StagePassed > 0 {
-		s.met.GetOrCreateHistogram(`lehr_control_rollout_stage_seconds`).Update(d.StagePassed.Seconds())
+		s.met.GetOrCreatePrometheusHistogramExt(`lehr_control_rollout_stage_seconds`, stageBuckets).Update(d.StagePassed.Seconds())
 	}
 	switch r := d.Rollout; {
 	case d.End != nil:

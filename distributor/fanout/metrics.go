@@ -7,7 +7,33 @@ import (
 	"time"
 
 	"github.com/VictoriaMetrics/metrics"
+
+	"lehr.dev/lehr/internal/metricshttp"
 )
+
+// MetricsHelp is the HELP text of the metric families a Server registers
+// on Options.Metrics (docs/operations.md, "Metrics"). Read only.
+var MetricsHelp = metricshttp.Help{
+	"lehr_distributor_abandoned_handshakes_total": "Connections admitted whose handshake never completed; each held a place at the admission bound until the handshake timeout.",
+	"lehr_distributor_ack_timeouts_total":         "Updates an agent left unanswered for 30 s, re-planned as snapshots.",
+	"lehr_distributor_acks_total":                 "Updates agents acknowledged as applied.",
+	"lehr_distributor_admitting_agents":           "Connections being admitted now (first packet to Welcome), at most the admission bound.",
+	"lehr_distributor_bytes_total":                "Bytes of updates sent to agents, by kind: snapshot or patch.",
+	"lehr_distributor_connected_agents":           "Agents connected now.",
+	"lehr_distributor_handshakes_total":           "Completed handshakes, by TLS: full, or resumed (a TLS session ticket).",
+	"lehr_distributor_namespace_lag":              "Connected agents subscribed to the namespace that do not hold their goal version of it, by namespace.",
+	"lehr_distributor_protocol_errors_total":      "Agent connections closed for protocol violations (a malformed Hello included).",
+	"lehr_distributor_pushes_total":               "Updates sent to agents, by kind: snapshot or patch.",
+	"lehr_distributor_redial_advice_total":        "Advice frames sent to agents with a new redial spread.",
+	"lehr_distributor_redial_spread_seconds":      "The redial spread agents are told: agents connected divided by the redial rate, in seconds.",
+	"lehr_distributor_refused_handshakes_total":   "First packets refused at the handshake admission bound.",
+	"lehr_distributor_refused_updates_total":      "Updates agents refused (the next attempt is a snapshot, after a backoff).",
+	"lehr_distributor_resyncs_total":              "Snapshots agents asked for (Resync).",
+	"lehr_distributor_stray_acks_total":           "Acknowledgements for no update in flight (late answers).",
+	"lehr_distributor_throttled_pushes_total":     "Pushes that waited for the domain's outbound byte rate, by domain.",
+	"lehr_distributor_throttled_seconds_total":    "Time pushes waited for the domain's outbound byte rate, in seconds, by domain.",
+	"lehr_distributor_unavailable_total":          "Unavailable answers sent to agents (a namespace with no goal in the zone, or not fetched yet).",
+}
 
 // serverMetrics are the fanout's lehr_distributor_* series.
 type serverMetrics struct {

@@ -34,9 +34,11 @@ import (
 	"sync"
 	"time"
 
+	"github.com/VictoriaMetrics/metrics"
 	"google.golang.org/grpc"
 
 	"lehr.dev/lehr/internal/content"
+	"lehr.dev/lehr/internal/metricshttp"
 	"lehr.dev/lehr/proto/lehrpb"
 )
 
@@ -72,6 +74,16 @@ type Options struct {
 	FetchTimeout time.Duration
 	// Logger; default slog.Default().
 	Logger *slog.Logger
+	// Metrics, if set, gets lehr_distributor_versions_built_total{from}
+	// (MetricsHelp), which counts what Stats.Fetches, Deltas and Offered
+	// count.
+	Metrics *metrics.Set
+}
+
+// MetricsHelp is the HELP text of the metric family a Cache registers on
+// Options.Metrics. Read only.
+var MetricsHelp = metricshttp.Help{
+	"lehr_distributor_versions_built_total": "Versions the distributor built, by where from: fetch (a whole FetchVersion), fetched_delta (a FetchDelta) or goal_event_delta (the change control sent with the goal event, no call to control).",
 }
 
 // Stats describes the cache at one moment.
@@ -121,6 +133,10 @@ type Cache struct {
 	bytes    int64
 	inflight map[key]*call
 	stats    Stats
+
+	// built count what stats.Fetches, Deltas and Offered count, on
+	// Options.Metrics.
+	builtFetch, builtDelta, builtOffered *metrics.Counter
 }
 
 // New returns an empty cache.
@@ -134,17 +150,24 @@ func New(opts Options) *Cache {
 	if opts.FetchTimeout <= 0 {
 		opts.FetchTimeout = DefaultFetchTimeout
 	}
+	set := opts.Metrics
+	if set == nil {
+		set = metrics.NewSet()
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Cache{
-		ctx:      ctx,
-		close:    cancel,
-		opts:     opts,
-		log:      opts.Logger,
-		entries:  map[key]*entry{},
-		byNS:     map[string]map[uint64]*entry{},
-		lru:      list.New(),
-		pins:     map[string][]uint64{},
-		inflight: map[key]*call{},
+		ctx:          ctx,
+		close:        cancel,
+		opts:         opts,
+		log:          opts.Logger,
+		entries:      map[key]*entry{},
+		byNS:         map[string]map[uint64]*entry{},
+		lru:          list.New(),
+		pins:         map[string][]uint64{},
+		inflight:     map[key]*call{},
+		builtFetch:   set.NewCounter(`lehr_distributor_versions_built_total{from="fetch"}`),
+		builtDelta:   set.NewCounter(`lehr_distributor_versions_built_total{from="fetched_delta"}`),
+		builtOffered: set.NewCounter(`lehr_distributor_versions_built_total{from="goal_event_delta"}`),
 	}
 }
 
@@ -322,6 +345,7 @@ func (c *Cache) fetchWhole(ctx context.Context, ns string, seq uint64) (*content
 	c.mu.Lock()
 	c.stats.Fetches++
 	c.mu.Unlock()
+	c.builtFetch.Inc()
 	return v, nil
 }
 
@@ -341,6 +365,7 @@ func (c *Cache) fetchDelta(ctx context.Context, base *content.Version, seq uint6
 	c.mu.Lock()
 	c.stats.Deltas++
 	c.mu.Unlock()
+	c.builtDelta.Inc()
 	return v, nil
 }
 
@@ -370,6 +395,7 @@ func (c *Cache) Offer(ns string, d *lehrpb.FetchDeltaResponse) error {
 	defer c.mu.Unlock()
 	c.insertLocked(v)
 	c.stats.Offered++
+	c.builtOffered.Inc()
 	return nil
 }
 

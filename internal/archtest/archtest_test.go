@@ -66,6 +66,7 @@ func TestImportDirection(t *testing.T) {
 		{module + "/policy/...", []string{agent, distributor, control, client, testenv}, "the policy rule model is a leaf shared by control, hosts and clients"},
 		{module + "/canary/...", []string{agent, distributor, control, client, testenv}, "canary analysis is pure statistics shared by control, agents and the CLI"},
 		{module + "/preview/...", []string{agent, distributor, control, client, testenv, module + "/canary"}, "the policy preview model is a pure leaf shared by every role"},
+		{module + "/...", []string{module + "/internal/metricshttp/metricstest"}, "metricstest (promtool, promlint) is for tests"},
 	}
 	for _, r := range rules {
 		got := deps(t, r.pkgs)

@@ -1,13 +1,27 @@
 // Package metricshttp is the one /metrics handler of Lehr's daemons: the
 // daemon's own metric set and the process's go_* and process_* series (read
 // from the Go runtime and /proc; no global metric set is involved), in the
-// Prometheus text exposition format.
+// Prometheus text exposition format, with a # HELP and a # TYPE line for
+// every family.
+//
+// The TYPE lines are written by github.com/VictoriaMetrics/metrics, which
+// knows each metric's kind, but only once ExposeMetadata has been called:
+// that switch is process-wide (the library has no per-set one), so each
+// daemon binary's main calls it, not this package or the daemons' packages.
+// The library's HELP lines carry no text; Handler fills it in from the
+// daemon's Help and, for the process series, from this package's own table,
+// which also corrects the few process series the library names or types
+// against Prometheus's conventions (see processFixes).
 //
 // It imports nothing of Lehr's; the daemons import it.
 package metricshttp
 
 import (
+	"bytes"
+	"io"
+	"maps"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/VictoriaMetrics/metrics"
@@ -20,23 +34,122 @@ const ContentType = "text/plain; version=0.0.4; charset=utf-8"
 // request headers.
 const ReadHeaderTimeout = 10 * time.Second
 
-// Handler serves set, then the process metrics.
-func Handler(set *metrics.Set) http.Handler {
+// Help is the HELP text of a daemon's metric families, by family name: the
+// metric name without labels (and for a histogram without its _bucket,
+// _sum and _count suffixes). A text is one line saying what the family
+// counts or measures, and its labels.
+type Help map[string]string
+
+// MergeHelp returns the union of hs, for a daemon whose set several
+// packages register families on; a family in several keeps the last text.
+func MergeHelp(hs ...Help) Help {
+	out := Help{}
+	for _, h := range hs {
+		maps.Copy(out, h)
+	}
+	return out
+}
+
+// ExposeMetadata makes every metric set of the process write a # TYPE line
+// (and an empty # HELP line, which Handler completes) before each family.
+// It is process-wide; a daemon binary's main calls it once, before it
+// serves /metrics. Without it /metrics has samples only.
+func ExposeMetadata() { metrics.ExposeMetadata(true) }
+
+// Handler serves set, described by help, then the process metrics.
+func Handler(set *metrics.Set, help Help) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", ContentType)
-		set.WritePrometheus(w)
-		metrics.WriteProcessMetrics(w)
+		Write(w, set, help)
 	})
 }
 
-// Server returns an HTTP server serving Handler(set) on /metrics, plus any
-// extra routes (pattern → handler, as http.ServeMux takes them). The caller
-// serves it on its listener and closes it.
-func Server(set *metrics.Set, extra map[string]http.Handler) *http.Server {
+// Write writes what Handler serves to w.
+func Write(w io.Writer, set *metrics.Set, help Help) {
+	var own, proc bytes.Buffer
+	set.WritePrometheus(&own)
+	metrics.WriteProcessMetrics(&proc)
+	var out bytes.Buffer
+	out.Grow(own.Len() + proc.Len() + 8<<10)
+	annotate(&out, own.Bytes(), help, nil)
+	annotate(&out, proc.Bytes(), processHelp, processFixes)
+	w.Write(out.Bytes())
+}
+
+// Server returns an HTTP server serving Handler(set, help) on /metrics,
+// plus any extra routes (pattern → handler, as http.ServeMux takes them).
+// The caller serves it on its listener and closes it.
+func Server(set *metrics.Set, help Help, extra map[string]http.Handler) *http.Server {
 	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", Handler(set))
+	mux.Handle("GET /metrics", Handler(set, help))
 	for pattern, h := range extra {
 		mux.Handle(pattern, h)
 	}
 	return &http.Server{Handler: mux, ReadHeaderTimeout: ReadHeaderTimeout}
 }
+
+// fix corrects a family the metrics library names or types against
+// Prometheus's conventions.
+type fix struct {
+	// name replaces the library's name of the family (a plain series: no
+	// labels, no suffixes).
+	name string
+	// counter types as a counter a family the library types as a gauge.
+	counter bool
+}
+
+// annotate copies the exposition src, as the metrics library writes it, to
+// out with each family's metadata completed: the text of its "# HELP name"
+// line (the library writes none) from help, and the corrections of fixes.
+// A family help has no text for keeps its empty HELP line.
+func annotate(out *bytes.Buffer, src []byte, help Help, fixes map[string]fix) {
+	for len(src) > 0 {
+		line := src
+		if i := bytes.IndexByte(src, '\n'); i >= 0 {
+			line, src = src[:i], src[i+1:]
+		} else {
+			src = nil
+		}
+		switch {
+		case bytes.HasPrefix(line, []byte("# HELP ")):
+			name, _, _ := strings.Cut(string(line[len("# HELP "):]), " ")
+			text := help[name]
+			if f, ok := fixes[name]; ok && f.name != "" {
+				name = f.name
+			}
+			out.WriteString("# HELP ")
+			out.WriteString(name)
+			if text != "" {
+				out.WriteByte(' ')
+				helpEscaper.WriteString(out, text)
+			}
+		case bytes.HasPrefix(line, []byte("# TYPE ")):
+			name, typ, _ := strings.Cut(string(line[len("# TYPE "):]), " ")
+			if f, ok := fixes[name]; ok {
+				if f.name != "" {
+					name = f.name
+				}
+				if f.counter && typ == "gauge" {
+					typ = "counter"
+				}
+			}
+			out.WriteString("# TYPE " + name + " " + typ)
+		default:
+			if len(fixes) > 0 {
+				end := bytes.IndexAny(line, "{ ")
+				if end < 0 {
+					end = len(line)
+				}
+				if f := fixes[string(line[:end])]; f.name != "" {
+					out.WriteString(f.name)
+					line = line[end:]
+				}
+			}
+			out.Write(line)
+		}
+		out.WriteByte('\n')
+	}
+}
+
+// helpEscaper escapes a HELP text as the text format wants it.
+var helpEscaper = strings.NewReplacer(`\`, `\\`, "\n", `\n`)

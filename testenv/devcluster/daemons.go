@@ -225,6 +225,9 @@ func (c *Cluster) newAgent(zone string, i int) (*AgentHandle, error) {
 			NoSync:           c.opts.NoSync,
 		},
 	}
+	if c.opts.AgentMetrics {
+		h.opts.MetricsListen = "127.0.0.1:0"
+	}
 	h.local, err = grpc.NewClient("unix://"+sock,
 		grpc.WithTransportCredentials(insecure.NewCredentials()), fastReconnect())
 	if err != nil {
@@ -250,6 +253,21 @@ func (h *AgentHandle) start(ctx context.Context) error {
 	}
 	h.a, h.run = a, r
 	return nil
+}
+
+// MetricsAddr is the address of the agent's /metrics: "" unless
+// Options.AgentMetrics is set, while the agent is stopped, and until its
+// listener is up (shortly after it is ready). A restarted agent may serve
+// /metrics on another port.
+func (h *AgentHandle) MetricsAddr() string {
+	a := h.Agent()
+	if a == nil {
+		return ""
+	}
+	if addr := a.MetricsAddr(); addr != nil {
+		return addr.String()
+	}
+	return ""
 }
 
 // Socket is the agent's unix socket (the local API consumers use).

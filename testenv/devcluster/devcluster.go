@@ -133,6 +133,9 @@ type Options struct {
 	// DistributorMetrics, if true, makes every distributor serve /metrics
 	// on a free loopback port (see DistributorHandle.MetricsAddr).
 	DistributorMetrics bool
+	// AgentMetrics, if true, makes every agent serve /metrics on a free
+	// loopback port (see AgentHandle.MetricsAddr).
+	AgentMetrics bool
 	// NoSync makes etcd and the agents skip fsync: data survives a process
 	// restart but not a machine crash, which is what throwaway development
 	// clusters and tests want. The zero value is durable, as in

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Installs what the tests need beyond Go and the Go modules, into bin/
+# (ignored by git). Each step is skipped when already done. Called by
+# scripts/test.sh (so by `make test` and CI); run it by hand before running
+# the tests that use these tools yourself.
+#
+# promtool — Prometheus's `promtool check metrics`, which the tests run on
+# every daemon's /metrics (internal/metricshttp/metricstest). It comes from
+# Debian's prometheus package, of which only the promtool binary (static,
+# no dependencies) is extracted into bin/: installing the package would
+# also install and start a Prometheus server and pull in its web UI's
+# JavaScript libraries, and building promtool from its Go module would
+# bring Prometheus's whole dependency tree (every service discovery's
+# cloud client) into go.mod. Skipped when bin/promtool exists or a
+# promtool is on $PATH (the tests find either).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+if [ -x bin/promtool ] || command -v promtool >/dev/null; then
+	echo "promtool: $(command -v promtool || echo bin/promtool), present"
+else
+	tmp=$(mktemp -d)
+	trap 'rm -rf "$tmp"' EXIT
+	# apt-get download fetches the .deb checked against the signed package
+	# lists; a fresh machine has none yet, hence the update and retry.
+	if ! (cd "$tmp" && apt-get download -qq prometheus 2>/dev/null); then
+		apt-get update -qq
+		(cd "$tmp" && apt-get download -qq prometheus)
+	fi
+	dpkg-deb --fsys-tarfile "$tmp"/prometheus_*.deb | tar -x -C "$tmp" ./usr/bin/promtool
+	mkdir -p bin
+	mv "$tmp/usr/bin/promtool" bin/promtool
+	echo "promtool: bin/promtool, from $(basename "$tmp"/prometheus_*.deb)"
+fi
