@@ -118,7 +118,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	// The consumers log every lease they re-acquire after an agent kill;
 	// only their warnings are worth reading here.
-	obs, err := Observe(ctx, cl.Agents, namespaces, slog.New(minLevel{log.Handler(), slog.LevelWarn}))
+	obs, err := Observe(ctx, cl.Agents, namespaces, Quiet(log))
 	if err != nil {
 		return nil, err
 	}
@@ -567,6 +567,11 @@ func durations(ds []time.Duration) (p50, maxd time.Duration) {
 	s := slices.Clone(ds)
 	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
 	return s[len(s)/2], s[len(s)-1]
+}
+
+// Quiet returns a logger of log's warnings and errors only.
+func Quiet(log *slog.Logger) *slog.Logger {
+	return slog.New(minLevel{log.Handler(), slog.LevelWarn})
 }
 
 // minLevel drops records below min.
