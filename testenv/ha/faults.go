@@ -10,6 +10,8 @@ import (
 	"sync"
 	"time"
 
+	"google.golang.org/grpc/status"
+
 	"lehr.dev/lehr/client/consumer"
 	"lehr.dev/lehr/proto/lehrpb"
 	"lehr.dev/lehr/testenv/chaos"
@@ -186,6 +188,8 @@ func loseQuorum(ctx context.Context, r *run) error {
 	for _, m := range down {
 		m.Kill()
 	}
+	probe := make(chan string, 1)
+	go func() { probe <- r.probeRead(ctx, r.t0.Add(time.Second)) }()
 	if err := sleepUntil(ctx, r.t0.Add(r.s.cfg.Outage/2)); err != nil {
 		return err
 	}
@@ -216,6 +220,7 @@ func loseQuorum(ctx context.Context, r *run) error {
 	if err := <-started; err != nil {
 		return err
 	}
+	r.res.note("%s", <-probe)
 	r.recovered = time.Now()
 	r.res.figure("restart → quorum back (a leader)", r.quorumBack.Sub(restart))
 	acked := 0
@@ -226,6 +231,23 @@ func loseQuorum(ctx context.Context, r *run) error {
 	}
 	r.res.note("%d writes acknowledged between the kill and the quorum's return (writes committed before the kill)", acked)
 	return nil
+}
+
+// probeRead reads the global-blast namespace's metadata once, at the
+// given time, with one plain call (no retries) and says how it went.
+func (r *run) probeRead(ctx context.Context, at time.Time) string {
+	if err := sleepUntil(ctx, at); err != nil {
+		return err.Error()
+	}
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	start := time.Now()
+	_, err := r.s.prod().RPC().GetNamespace(ctx, &lehrpb.GetNamespaceRequest{Name: r.blast})
+	took := round(time.Since(start))
+	if err != nil {
+		return fmt.Sprintf("a read issued %v into the quorum loss failed after %v: %v", round(at.Sub(r.t0)), took, status.Code(err))
+	}
+	return fmt.Sprintf("a read issued %v into the quorum loss was answered after %v", round(at.Sub(r.t0)), took)
 }
 
 // checkServing checks that a new consumer on every agent reads the

@@ -24,8 +24,8 @@ var (
 // in history exactly once, every consumer converged, whatever the fault;
 // the figures (fault → next update applied, and each scenario's own) are
 // reported, not asserted. The short version runs in "make test"; the
-// long one ("make ha", -ha.long) has longer outages, more writes and runs
-// every scenario three times.
+// long one ("make ha", -ha.long) has longer outages, more writes, a
+// longer canary bake and runs every scenario three times.
 func TestHA(t *testing.T) {
 	cfg := ha.Config{
 		Before: 6, After: 6, EtcdDown: 2 * time.Second, Outage: 6 * time.Second,
@@ -34,6 +34,10 @@ func TestHA(t *testing.T) {
 	reps := 1
 	if *long {
 		cfg.Before, cfg.After, cfg.EtcdDown, cfg.Outage, cfg.FailoverBound = 20, 20, 5*time.Second, 20*time.Second, 2*time.Minute
+		// Long enough that the other replica takes over (≤ 5 s, the
+		// election's lease) while the canary still bakes: a bake resumed
+		// where it stood ends before one started again would.
+		cfg.CanaryBake = 10 * time.Second
 		reps = 3
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Minute)
