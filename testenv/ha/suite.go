@@ -131,6 +131,13 @@ func (s *Suite) Close() error {
 
 func (s *Suite) prod() *producer.Client { return s.Cluster.Producer() }
 
+// applyDeadline is the progressive rollouts' apply deadline: longer than
+// any fault lasts, so a stage fails on it only when delivery broke for
+// good.
+func (s *Suite) applyDeadline() time.Duration {
+	return s.cfg.ConvergeBound + s.cfg.FailoverBound + s.cfg.Outage
+}
+
 // Scenario is one fault run: Run starts the workload, calls fault once
 // enough writes were acknowledged, keeps writing through the recovery,
 // then checks and measures.
@@ -224,9 +231,12 @@ func (s *Suite) Run(ctx context.Context, sc Scenario) (*Result, error) {
 	if err := s.waitHealthy(ctx); err != nil {
 		return nil, fmt.Errorf("ha: before %s: %w", sc.Name, err)
 	}
+	s.runs++
+	// Namespaces of their own: request ids (the ops' ids) are unique per
+	// namespace, and history is checked from version 1.
 	r := &run{s: s, res: res, rollouts: map[uint64]lehrpb.RolloutState{},
-		blast: fmt.Sprintf("%s/%s-blast", chaos.Domain, sc.Name),
-		prog:  fmt.Sprintf("%s/%s-canary", chaos.Domain, sc.Name),
+		blast: fmt.Sprintf("%s/%s-%d-blast", chaos.Domain, sc.Name, s.runs),
+		prog:  fmt.Sprintf("%s/%s-%d-canary", chaos.Domain, sc.Name, s.runs),
 	}
 	namespaces := []string{r.blast, r.prog}
 	obs, err := chaos.Observe(ctx, s.Cluster.Agents, namespaces, chaos.Quiet(s.log))
@@ -239,35 +249,44 @@ func (s *Suite) Run(ctx context.Context, sc Scenario) (*Result, error) {
 	stop := make(chan struct{})
 	stopOnce := sync.OnceFunc(func() { close(stop) })
 	defer stopOnce()
-	s.runs++
 	r.w = &chaos.Workload{Producer: s.prod(), Namespaces: namespaces, Seed: s.cfg.Seed + uint64(s.runs),
 		Pace: s.cfg.Pace, PatchesOnly: true, Until: stop, Gate: r.gate}
 	wctx, wcancel := context.WithCancelCause(ctx)
 	defer wcancel(nil)
-	werr := make(chan error, 1)
-	go func() { werr <- r.w.Run(wctx) }()
+	// The fault and the waits end as soon as the workload does (it
+	// returns early only on an error no retry can fix).
+	sctx, scancel := context.WithCancelCause(ctx)
+	defer scancel(nil)
+	var werr error
+	wdone := make(chan struct{})
+	go func() {
+		defer close(wdone)
+		werr = r.w.Run(wctx)
+		scancel(fmt.Errorf("the workload ended: %w", werr))
+	}()
 	fail := func(err error) (*Result, error) {
 		wcancel(err)
 		stopOnce()
-		<-werr
+		<-wdone
 		return res, err
 	}
 
-	if err := r.waitWrites(ctx, s.cfg.Before, time.Time{}); err != nil {
+	if err := r.waitWrites(sctx, s.cfg.Before, time.Time{}); err != nil {
 		return fail(fmt.Errorf("ha: %s: before the fault: %w", sc.Name, err))
 	}
-	if err := sc.fault(ctx, r); err != nil {
+	if err := sc.fault(sctx, r); err != nil {
 		return fail(fmt.Errorf("ha: %s: %w", sc.Name, err))
 	}
 	if r.recovered.IsZero() {
 		r.recovered = time.Now()
 	}
-	if err := r.waitWrites(ctx, s.cfg.After, r.recovered); err != nil {
+	if err := r.waitWrites(sctx, s.cfg.After, r.recovered); err != nil {
 		return fail(fmt.Errorf("ha: %s: after the recovery: %w", sc.Name, err))
 	}
 	stopOnce()
-	if err := <-werr; err != nil {
-		return res, fmt.Errorf("ha: %s: workload: %w", sc.Name, err)
+	<-wdone
+	if werr != nil {
+		return res, fmt.Errorf("ha: %s: workload: %w", sc.Name, werr)
 	}
 
 	rep := &chaos.Report{}
@@ -320,7 +339,7 @@ func (s *Suite) Run(ctx context.Context, sc Scenario) (*Result, error) {
 func (r *run) setPolicy(ctx context.Context, ns string) error {
 	p := &lehrpb.RolloutPolicy{GlobalBlast: true}
 	if ns == r.prog {
-		deadline := durationpb.New(r.s.cfg.ConvergeBound)
+		deadline := durationpb.New(r.s.applyDeadline())
 		p = &lehrpb.RolloutPolicy{Stages: []*lehrpb.RolloutStage{
 			{Name: "canary", Target: &lehrpb.RolloutStage_Canary{Canary: &lehrpb.CanaryTarget{Hosts: 1}},
 				Bake: durationpb.New(r.s.cfg.CanaryBake), ApplyDeadline: deadline, Analysis: &lehrpb.CanaryAnalysis{Disabled: true}},
@@ -347,24 +366,29 @@ func (r *run) gate(ctx context.Context, ns string, v *lehrpb.VersionInfo) error 
 	r.mu.Lock()
 	r.current = v.GetSeq()
 	r.mu.Unlock()
-	var state lehrpb.RolloutState
-	err := pollEvery(ctx, 200*time.Millisecond, r.s.cfg.ConvergeBound+r.s.cfg.Outage+r.s.cfg.FailoverBound, func() error {
-		ro, err := r.rollout(ctx, v.GetSeq())
-		if err != nil {
+	var ro *lehrpb.Rollout
+	err := pollEvery(ctx, 200*time.Millisecond, r.s.applyDeadline()+r.s.cfg.ConvergeBound, func() (err error) {
+		if ro, err = r.rollout(ctx, v.GetSeq()); err != nil {
 			return err
 		}
 		if !ended(ro.GetState()) {
 			return fmt.Errorf("the rollout of %s@%d is %s at stage %d", ns, v.GetSeq(), ro.GetState(), ro.GetStage())
 		}
-		state = ro.GetState()
 		return nil
 	})
 	if err != nil {
 		return err
 	}
 	r.mu.Lock()
-	r.rollouts[v.GetSeq()] = state
+	r.rollouts[v.GetSeq()] = ro.GetState()
 	r.mu.Unlock()
+	if ro.GetState() != lehrpb.RolloutState_ROLLOUT_STATE_SUCCEEDED {
+		// Every stage's deadline outlasts the faults: a rollout that did
+		// not succeed means delivery broke for good. (A rollback would
+		// also make the next patch's delete of the last temporary key
+		// refer to a key the rolled-back content lacks.)
+		return fmt.Errorf("the rollout of %s@%d ended %s: %s", ns, v.GetSeq(), ro.GetState(), ro.GetReason())
+	}
 	return nil
 }
 
@@ -564,7 +588,8 @@ func (s *Suite) strategist(ctx context.Context) (int, error) {
 }
 
 // pollEvery calls cond every interval until it returns nil, ctx ends or
-// timeout passes; the error then names cond's last complaint.
+// timeout passes; the error then wraps ctx's cause and names cond's last
+// complaint.
 func pollEvery(ctx context.Context, interval, timeout time.Duration, cond func() error) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
@@ -577,7 +602,7 @@ func pollEvery(ctx context.Context, interval, timeout time.Duration, cond func()
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("%w: %v", ctx.Err(), err)
+			return fmt.Errorf("%w (last: %v)", context.Cause(ctx), err)
 		case <-t.C:
 		}
 	}
