@@ -194,14 +194,15 @@ func loseQuorum(ctx context.Context, r *run) error {
 		return err
 	}
 	r.checkServing(ctx)
+	if err := sleepUntil(ctx, r.t0.Add(r.s.cfg.Outage)); err != nil {
+		return err
+	}
+	// At the end of the outage: control checks etcd every 2 s.
 	var health []string
 	for i, addr := range r.s.Cluster.ControlMetrics {
 		health = append(health, fmt.Sprintf("%s %s", r.s.Cluster.Controls[i].Name, healthz(ctx, addr)))
 	}
-	r.res.note("control's /healthz during the quorum loss: %s", strings.Join(health, ", "))
-	if err := sleepUntil(ctx, r.t0.Add(r.s.cfg.Outage)); err != nil {
-		return err
-	}
+	r.res.note("control's /healthz at the end of the quorum loss: %s", strings.Join(health, ", "))
 
 	restart := time.Now()
 	started := make(chan error, 1)
