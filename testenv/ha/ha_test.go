@@ -29,7 +29,7 @@ var (
 // longer canary bake and runs every scenario three times.
 func TestHA(t *testing.T) {
 	cfg := ha.Config{
-		Before: 6, After: 6, EtcdDown: 2 * time.Second, Outage: 6 * time.Second,
+		Pace: 500 * time.Millisecond, Before: 6, After: 6, EtcdDown: 2 * time.Second, Outage: 6 * time.Second,
 		CanaryBake: 3 * time.Second, FailoverBound: 15 * time.Second, Seed: 29,
 	}
 	reps := 1
@@ -107,9 +107,10 @@ func TestHA(t *testing.T) {
 		if _, err := fmt.Fprintf(f, "\n## HA suite (%s, long=%v, race=%v)\n\n"+
 			"etcd: 3 member processes (go.etcd.io/etcd/server/v3 as go.mod pins it), loopback, default heartbeat and election timeouts. "+
 			"Two control replicas on it; one zone: a distributor (--control %s), two agents, a consumer on each per namespace. "+
-			"Writes every %v to a global-blast namespace and a progressive one (canary bake %v). Short outages: etcd leader down %v, quorum lost %v.\n\n%s\n",
+			"Writes every %v to a global-blast namespace and a progressive one (canary bake %v). Outages: etcd leader down %v, quorum lost %v; "+
+			"the replica the distributor is connected to down until the next update is applied, at most %v.\n\n%s\n",
 			time.Now().UTC().Format(time.RFC3339), *long, raceEnabled, cl.DistributorControl,
-			500*time.Millisecond, cfg.CanaryBake, cfg.EtcdDown, cfg.Outage, body); err != nil {
+			cfg.Pace, cfg.CanaryBake, cfg.EtcdDown, cfg.Outage, cfg.FailoverBound, body); err != nil {
 			t.Fatal(err)
 		}
 	}
