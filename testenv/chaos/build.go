@@ -51,12 +51,16 @@ type BuildOptions struct {
 	Race bool
 	// Log receives the go tool's output; nil discards it.
 	Log io.Writer
+	// NoCrashPoints builds the working tree as it is: no copy, no crash
+	// points (Proc.Arm fails), for suites that kill but arm nothing.
+	NoCrashPoints bool
 }
 
-// Build compiles cmd/lehr with the crash points enabled and returns the
-// binary's path. It copies the module's source tree (the files git tracks
-// or would track) to opts.Dir/src, runs "go tool gofail enable" there on
-// the packages with crash points and builds. The working tree is never
+// Build compiles cmd/lehr with the crash points enabled (unless
+// opts.NoCrashPoints) and returns the binary's path. It copies the
+// module's source tree (the files git tracks or would track) to
+// opts.Dir/src, runs "go tool gofail enable" there on the packages with
+// crash points and builds. The working tree is never
 // modified, and a normal build of it has no failpoint code: gofail's
 // markers are comments.
 func Build(ctx context.Context, opts BuildOptions) (string, error) {
@@ -64,9 +68,12 @@ func Build(ctx context.Context, opts BuildOptions) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	src := filepath.Join(opts.Dir, "src")
-	if err := copyTree(root, src); err != nil {
-		return "", fmt.Errorf("chaos: copy source tree: %w", err)
+	src := root
+	if !opts.NoCrashPoints {
+		src = filepath.Join(opts.Dir, "src")
+		if err := copyTree(root, src); err != nil {
+			return "", fmt.Errorf("chaos: copy source tree: %w", err)
+		}
 	}
 	log := opts.Log
 	if log == nil {
@@ -76,14 +83,16 @@ func Build(ctx context.Context, opts BuildOptions) (string, error) {
 		cmd := exec.CommandContext(ctx, "go", args...)
 		cmd.Dir = src
 		cmd.Stdout, cmd.Stderr = log, log
-		cmd.Env = append(os.Environ(), "GOFLAGS=-mod=readonly")
+		cmd.Env = append(os.Environ(), "GOFLAGS=-mod=readonly -buildvcs=false")
 		if err := cmd.Run(); err != nil {
 			return fmt.Errorf("chaos: go %s: %w", strings.Join(args, " "), err)
 		}
 		return nil
 	}
-	if err := run(append([]string{"tool", "gofail", "enable"}, failpointDirs...)...); err != nil {
-		return "", err
+	if !opts.NoCrashPoints {
+		if err := run(append([]string{"tool", "gofail", "enable"}, failpointDirs...)...); err != nil {
+			return "", err
+		}
 	}
 	bin := filepath.Join(opts.Dir, "lehr")
 	args := []string{"build", "-o", bin}

@@ -1,6 +1,7 @@
 // Package chaos is the kill matrix: Lehr run as real processes — control
-// on its embedded etcd, distributors, agents, one binary built with crash
-// points (Build) — under a workload of publishes and patches from racing
+// on its embedded etcd (or replicas on an external etcd, as testenv/ha
+// runs them), distributors, agents, one binary built with crash points
+// (Build) — under a workload of publishes and patches from racing
 // producers, while a seeded schedule kills daemons with SIGKILL and fires
 // named crash points inside them, each restarted as systemd would. Then it
 // checks the invariants of ARCHITECTURE.md: every acknowledged version is
@@ -13,5 +14,5 @@
 // "make chaos" (-chaos.long). TestLossyLink runs an agent behind a lossy,
 // slow link (testenv/faultnet).
 //
-// Only tests import chaos.
+// Imported by testenv/ha and tests.
 package chaos

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -42,11 +44,22 @@ func (t Topology) String() string {
 const Domain = "chaos"
 
 // Cluster is Lehr running as processes of one binary: control on its
-// embedded etcd, distributors and agents, with certificates from a CA of
-// its own. Every process is a Proc.
+// embedded etcd (or several control replicas on an external etcd),
+// distributors and agents, with certificates from a CA of its own. Every
+// process is a Proc.
 type Cluster struct {
+	// Controls are the control replicas, ControlAddrs their gRPC
+	// addresses and ControlMetrics their /metrics addresses (host:port).
+	Controls                     []*Proc
+	ControlAddrs, ControlMetrics []string
+	// Control and ControlAddr are the first replica (the only one unless
+	// ClusterOptions.Controls says otherwise).
 	Control     *Proc
 	ControlAddr string
+	// DistributorControl is the --control the distributors were given:
+	// every replica's address as a list, or only the first's when the
+	// binary refuses a list (before issue 29's multi-address support).
+	DistributorControl string
 	// Distributors of each zone, and their UDP addresses.
 	Distributors map[string][]*Distributor
 	// Agents in zone order.
@@ -61,6 +74,8 @@ type Cluster struct {
 type Distributor struct {
 	*Proc
 	Zone, Addr string
+
+	args func(control string) []string // its command line, given --control
 }
 
 // Agent is one agent process.
@@ -99,12 +114,20 @@ type ClusterOptions struct {
 	AgentDistributors func(zone string, i int, dists []string) []string
 	// ControlArgs are added to control's command line (e.g. --rollouts=false).
 	ControlArgs []string
-	Logger      *slog.Logger
+	// Controls is the number of control replicas; 0 means 1. More than
+	// one needs EtcdEndpoints.
+	Controls int
+	// EtcdEndpoints, if set, are the client URLs of an external etcd
+	// cluster every control replica uses (--etcd-endpoints) instead of an
+	// embedded etcd of its own.
+	EtcdEndpoints []string
+	Logger        *slog.Logger
 }
 
-// StartCluster starts control, creates the domain and the zones, then
-// starts the distributors and agents, each ready (READY=1) before it
-// returns. ctx bounds the start; run bounds supervision (restarts).
+// StartCluster starts control (every replica), creates the domain and the
+// zones, then starts the distributors and agents, each ready (READY=1)
+// before it returns. ctx bounds the start; run bounds supervision
+// (restarts).
 func StartCluster(ctx, run context.Context, opts ClusterOptions) (_ *Cluster, err error) {
 	log := opts.Logger
 	if log == nil {
@@ -125,28 +148,56 @@ func StartCluster(ctx, run context.Context, opts ClusterOptions) (_ *Cluster, er
 		return ca.IssueURIFiles(filepath.Join(opts.Dir, "pki"), id.Name, kind, []string{"127.0.0.1"}, id.URI(), 24*time.Hour)
 	}
 
-	port, err := freeTCPPort()
-	if err != nil {
+	replicas := max(opts.Controls, 1)
+	if replicas > 1 && len(opts.EtcdEndpoints) == 0 {
+		return nil, fmt.Errorf("chaos: %d control replicas need an external etcd (ClusterOptions.EtcdEndpoints)", replicas)
+	}
+	var pubKeys []string
+	for i := range replicas {
+		port, err := freeTCPPort()
+		if err != nil {
+			return nil, err
+		}
+		mport, err := freeTCPPort()
+		if err != nil {
+			return nil, err
+		}
+		addr, maddr := fmt.Sprintf("127.0.0.1:%d", port), fmt.Sprintf("127.0.0.1:%d", mport)
+		name := "control"
+		if replicas > 1 {
+			name = fmt.Sprintf("control%d", i)
+		}
+		dir := filepath.Join(opts.Dir, name)
+		args := []string{
+			"control", "--data-dir", filepath.Join(dir, "data"), "--listen", addr,
+			"--metrics-listen", maddr, "--keep-last", "1000000", "--compact-interval", "-1s",
+			"--dev", // the workload and the distributors talk plaintext on loopback
+		}
+		if len(opts.EtcdEndpoints) > 0 {
+			args = append(args, "--etcd-endpoints", strings.Join(opts.EtcdEndpoints, ","))
+		}
+		p, err := newProc(run, name, opts.Binary, dir, append(args, opts.ControlArgs...), log)
+		if err != nil {
+			return nil, err
+		}
+		c.Controls = append(c.Controls, p)
+		c.ControlAddrs = append(c.ControlAddrs, addr)
+		c.ControlMetrics = append(c.ControlMetrics, maddr)
+		pubKeys = append(pubKeys, filepath.Join(dir, "data", "signing.pub"))
+	}
+	c.Control, c.ControlAddr = c.Controls[0], c.ControlAddrs[0]
+	c.DistributorControl = strings.Join(c.ControlAddrs, ",")
+	for _, p := range c.Controls {
+		if err := p.Start(ctx); err != nil {
+			return nil, err
+		}
+	}
+	// Each replica signs with a key of its own: agents trust them all.
+	trusted := filepath.Join(opts.Dir, "trusted.pub")
+	if err := concatFiles(trusted, pubKeys); err != nil {
 		return nil, err
 	}
-	c.ControlAddr = fmt.Sprintf("127.0.0.1:%d", port)
-	if c.Control, err = newProc(run, "control", opts.Binary, filepath.Join(opts.Dir, "control"), append([]string{
-		"control", "--data-dir", filepath.Join(opts.Dir, "control", "data"), "--listen", c.ControlAddr,
-		"--metrics-listen", "off", "--keep-last", "1000000", "--compact-interval", "-1s",
-		"--dev", // the workload and the distributors talk plaintext on loopback
-	}, opts.ControlArgs...), log); err != nil {
-		return nil, err
-	}
-	if err := c.Control.Start(ctx); err != nil {
-		return nil, err
-	}
-	if c.prod, err = producer.New(producer.Options{
-		Address: c.ControlAddr, Author: "chaos", Logger: log,
-		// Few attempts per call, so an op outliving a control restart is
-		// called again with its request id (Workload.do), as a producer
-		// process that crashed and resumed would.
-		Retry: producer.RetryPolicy{MaxAttempts: 3, InitialBackoff: 50 * time.Millisecond, MaxBackoff: 200 * time.Millisecond},
-	}); err != nil {
+	if c.prod, err = newProducer(c.ControlAddrs, log); err != nil {
 		return nil, err
 	}
 	// Quotas the workload never meets (the matrix tests kills, not
@@ -174,16 +225,18 @@ func StartCluster(ctx, run context.Context, opts ClusterOptions) (_ *Cluster, er
 			if err != nil {
 				return nil, err
 			}
-			addr := fmt.Sprintf("127.0.0.1:%d", port)
-			p, err := newProc(run, "distributor "+id, opts.Binary, filepath.Join(opts.Dir, id), []string{
-				"distributor", "--zone", zone, "--id", id, "--control", c.ControlAddr, "--control-plaintext",
-				"--listen", addr, "--tls-cert", cert, "--tls-key", key, "--tls-ca", caFile, "--report-interval", "1s",
-			}, log)
-			if err != nil {
+			d := &Distributor{Zone: zone, Addr: fmt.Sprintf("127.0.0.1:%d", port)}
+			d.args = func(control string) []string {
+				return []string{
+					"distributor", "--zone", zone, "--id", id, "--control", control, "--control-plaintext",
+					"--listen", d.Addr, "--tls-cert", cert, "--tls-key", key, "--tls-ca", caFile, "--report-interval", "1s",
+				}
+			}
+			if d.Proc, err = newProc(run, "distributor "+id, opts.Binary, filepath.Join(opts.Dir, id), d.args(c.DistributorControl), log); err != nil {
 				return nil, err
 			}
-			c.Distributors[zone] = append(c.Distributors[zone], &Distributor{Proc: p, Zone: zone, Addr: addr})
-			addrs = append(addrs, addr)
+			c.Distributors[zone] = append(c.Distributors[zone], d)
+			addrs = append(addrs, d.Addr)
 		}
 		for i := range topo.AgentsPerZone {
 			host := fmt.Sprintf("%s-h%d", zone, i)
@@ -202,7 +255,7 @@ func StartCluster(ctx, run context.Context, opts ClusterOptions) (_ *Cluster, er
 				"--grace", "10m", "--backoff-max", "1s",
 				// Every version checked against control's key: the kill
 				// matrix runs with end-to-end signing on.
-				"--trusted-keys", filepath.Join(opts.Dir, "control", "data", "signing.pub"),
+				"--trusted-keys", trusted,
 			}
 			if d := opts.Topology.SilenceTimeout; d > 0 {
 				args = append(args, "--silence-timeout", d.String())
@@ -219,15 +272,101 @@ func StartCluster(ctx, run context.Context, opts ClusterOptions) (_ *Cluster, er
 			c.Agents = append(c.Agents, a)
 		}
 	}
-	for _, p := range c.procs() {
-		if p == c.Control {
-			continue
+	for _, z := range c.Zones() {
+		for _, d := range c.Distributors[z] {
+			if err := c.startDistributor(ctx, run, d); err != nil {
+				return nil, err
+			}
 		}
-		if err := p.Start(ctx); err != nil {
+	}
+	for _, a := range c.Agents {
+		if err := a.Start(ctx); err != nil {
 			return nil, err
 		}
 	}
 	return c, nil
+}
+
+// startDistributor starts d. A binary that refuses a list of control
+// addresses (before issue 29's multi-address support) is given the first
+// replica's alone, for the whole cluster: c.DistributorControl says which.
+func (c *Cluster) startDistributor(ctx, run context.Context, d *Distributor) error {
+	err := d.Start(ctx)
+	if err == nil || len(c.ControlAddrs) < 2 || !strings.Contains(d.Tail(4096), "want host:port") {
+		return err
+	}
+	if c.DistributorControl != c.ControlAddr {
+		c.log.Warn("chaos: the distributors refuse a list of control addresses; each is given the first replica's alone",
+			"list", c.DistributorControl, "control", c.ControlAddr)
+		c.DistributorControl = c.ControlAddr
+	}
+	d.Proc.Close(time.Second) // ends the supervisor's restarts
+	p, err := newProc(run, d.Name, d.bin, d.dir, d.args(c.DistributorControl), c.log)
+	if err != nil {
+		return err
+	}
+	d.Proc = p
+	return d.Start(ctx)
+}
+
+// newProducer returns a producer client of the control replicas at addrs,
+// retrying through restarts: the list itself as its address where the
+// client takes one (issue 29). Until it does, a client of the first
+// address whose connections go to the first replica that answers.
+func newProducer(addrs []string, log *slog.Logger) (*producer.Client, error) {
+	opts := producer.Options{
+		Address: strings.Join(addrs, ","), Author: "chaos", Logger: log,
+		// Few attempts per call, so an op outliving a control restart is
+		// called again with its request id (Workload.do), as a producer
+		// process that crashed and resumed would.
+		Retry: producer.RetryPolicy{MaxAttempts: 3, InitialBackoff: 50 * time.Millisecond, MaxBackoff: 200 * time.Millisecond},
+	}
+	p, err := producer.New(opts)
+	if err == nil || len(addrs) < 2 {
+		return p, err
+	}
+	opts.Address = addrs[0]
+	opts.DialOptions = []grpc.DialOption{grpc.WithContextDialer(dialFirst(addrs))}
+	return producer.New(opts)
+}
+
+// dialFirst returns a gRPC dialer that connects to the first of addrs
+// that accepts, starting with the one that accepted last.
+func dialFirst(addrs []string) func(context.Context, string) (net.Conn, error) {
+	var mu sync.Mutex
+	last := 0
+	return func(ctx context.Context, _ string) (net.Conn, error) {
+		mu.Lock()
+		first := last
+		mu.Unlock()
+		var errs []error
+		for i := range addrs {
+			k := (first + i) % len(addrs)
+			var d net.Dialer
+			conn, err := d.DialContext(ctx, "tcp", addrs[k])
+			if err == nil {
+				mu.Lock()
+				last = k
+				mu.Unlock()
+				return conn, nil
+			}
+			errs = append(errs, err)
+		}
+		return nil, errors.Join(errs...)
+	}
+}
+
+// concatFiles writes the files' contents, one after the other, to dst.
+func concatFiles(dst string, files []string) error {
+	var b []byte
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			return err
+		}
+		b = append(b, data...)
+	}
+	return os.WriteFile(dst, b, 0o644)
 }
 
 // rotate returns s rotated left by i.
@@ -251,12 +390,10 @@ func (c *Cluster) Zones() []string {
 	return zs
 }
 
-// procs lists every process: control, the distributors, the agents.
+// procs lists every process: the control replicas, the distributors,
+// the agents.
 func (c *Cluster) procs() []*Proc {
-	var ps []*Proc
-	if c.Control != nil {
-		ps = append(ps, c.Control)
-	}
+	ps := append([]*Proc(nil), c.Controls...)
 	for _, z := range c.Zones() {
 		for _, d := range c.Distributors[z] {
 			ps = append(ps, d.Proc)

@@ -47,6 +47,10 @@ type Report struct {
 	Duration time.Duration
 
 	Ops, Acked, Refused, Retried, Publishes int
+	// Lost counts acknowledged ops whose version history does not hold
+	// as acknowledged; Duplicated, ops history holds more than once. A
+	// correct system has none (each is a violation too).
+	Lost, Duplicated int
 	// Events counts what the schedule did, by kind ("kill control",
 	// crash point names...); NotFired lists crash points armed that did
 	// not fire in time (disarmed).
@@ -114,7 +118,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	// The consumers log every lease they re-acquire after an agent kill;
 	// only their warnings are worth reading here.
-	obs, err := Observe(ctx, cl.Agents, namespaces, slog.New(minLevel{log.Handler(), slog.LevelWarn}))
+	obs, err := Observe(ctx, cl.Agents, namespaces, Quiet(log))
 	if err != nil {
 		return nil, err
 	}
@@ -182,17 +186,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 			rep.FailoverRestart = append(rep.FailoverRestart, d)
 		}
 	}
-	if goals, err = latest(ctx, cl.Producer(), namespaces); err != nil {
-		return rep, err
-	}
-	if err := converge(ctx, cl.Agents, goals, cfg.ConvergeBound); err != nil {
-		rep.violate("convergence after the failover measurements: %v", err)
-	}
-	if err := poll(ctx, cfg.ConvergeBound, func() error { return observersAt(obs, cl.Agents, goals) }); err != nil {
-		rep.violate("consumers after the failover measurements: %v", err)
-	}
-
-	if err := verify(ctx, rep, cl, w.Ledger.Ops(), obs.Observations(), namespaces, goals); err != nil {
+	if err := Verify(ctx, rep, cl, w, obs, namespaces, cfg.ConvergeBound); err != nil {
 		return rep, err
 	}
 	for _, f := range cl.Failures() {
@@ -200,6 +194,24 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	rep.Duration = time.Since(start)
 	return rep, nil
+}
+
+// Verify ends a run of w: it waits, up to bound, until every agent holds
+// every namespace's latest version and every consumer of obs has seen it,
+// then checks the invariants over w's ledger and obs's observations (see
+// verify), adding what it finds to rep. Call it once w.Run has returned.
+func Verify(ctx context.Context, rep *Report, cl *Cluster, w *Workload, obs *Observer, namespaces []string, bound time.Duration) error {
+	goals, err := latest(ctx, cl.Producer(), namespaces)
+	if err != nil {
+		return err
+	}
+	if err := converge(ctx, cl.Agents, goals, bound); err != nil {
+		rep.violate("convergence: %v", err)
+	}
+	if err := poll(ctx, bound, func() error { return observersAt(obs, cl.Agents, goals) }); err != nil {
+		rep.violate("consumers after convergence: %v", err)
+	}
+	return verify(ctx, rep, cl, w.Ledger.Ops(), obs.Observations(), namespaces, goals)
 }
 
 // schedule is the kill schedule of a run.
@@ -555,6 +567,11 @@ func durations(ds []time.Duration) (p50, maxd time.Duration) {
 	s := slices.Clone(ds)
 	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
 	return s[len(s)/2], s[len(s)-1]
+}
+
+// Quiet returns a logger of log's warnings and errors only.
+func Quiet(log *slog.Logger) *slog.Logger {
+	return slog.New(minLevel{log.Handler(), slog.LevelWarn})
 }
 
 // minLevel drops records below min.

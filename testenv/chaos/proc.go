@@ -73,6 +73,17 @@ const restartDelay = 100 * time.Millisecond
 // readyTimeout bounds the wait for READY=1.
 const readyTimeout = 90 * time.Second
 
+// NewProc returns a Proc that runs bin with args, keeping its log and
+// notification sockets in dir (keep it short: a unix socket's path is at
+// most 107 bytes). It starts nothing (see Start); ctx ends supervision.
+// The daemon must say READY=1 on $NOTIFY_SOCKET, as Lehr's and etcd's do.
+func NewProc(ctx context.Context, name, bin, dir string, args []string, log *slog.Logger) (*Proc, error) {
+	if log == nil {
+		log = slog.Default()
+	}
+	return newProc(ctx, name, bin, dir, args, log)
+}
+
 func newProc(ctx context.Context, name, bin, dir string, args []string, log *slog.Logger) (*Proc, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
@@ -482,6 +493,10 @@ func freePort(bind func(addr string) (io.Closer, error)) (int, error) {
 	}
 	return 0, fmt.Errorf("chaos: no free loopback port in [%d, %d) after 200 tries: %v", lo, hi, last)
 }
+
+// FreeTCPPort returns a loopback TCP port free at the time of the call,
+// below the ephemeral range and never handed out before by this process.
+func FreeTCPPort() (int, error) { return freeTCPPort() }
 
 // freeTCPPort returns a loopback TCP port free at the time of the call.
 func freeTCPPort() (int, error) {

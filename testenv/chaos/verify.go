@@ -61,6 +61,9 @@ func verify(ctx context.Context, rep *Report, cl *Cluster, ops []*Op, obs []Obse
 			rep.Acked++
 			acked = append(acked, op)
 			v := hist[op.Namespace][op.Acked.GetSeq()]
+			if v == nil || v.GetMessage() != op.ID {
+				rep.Lost++
+			}
 			switch {
 			case v == nil:
 				rep.violate("op %s acknowledged as %s@%d, which is not in history", op.ID, op.Namespace, op.Acked.GetSeq())
@@ -75,9 +78,13 @@ func verify(ctx context.Context, rep *Report, cl *Cluster, ops []*Op, obs []Obse
 			if n := len(madeBy[op.ID]); n != 1 {
 				rep.violate("op %s is in history %d times (%v), want exactly once", op.ID, n, madeBy[op.ID])
 			}
+			if len(madeBy[op.ID]) > 1 {
+				rep.Duplicated++
+			}
 		case op.Refused != nil:
 			rep.Refused++
 			if at := madeBy[op.ID]; len(at) > 0 {
+				rep.Duplicated++
 				rep.violate("op %s was refused (%v) but is in history at %v", op.ID, op.Refused, at)
 			}
 		default:

@@ -22,6 +22,8 @@ type Op struct {
 	// Sum is the checksum a publish's content must have; "" for patches.
 	Sum string
 
+	// IssuedAt is when the op was first called.
+	IssuedAt time.Time
 	// Acked is control's answer; nil until the op is acknowledged.
 	Acked   *lehrpb.VersionInfo
 	AckedAt time.Time
@@ -51,6 +53,25 @@ func (l *Ledger) Ops() []*Op {
 	return append([]*Op(nil), l.ops...)
 }
 
+// Snapshot returns a copy of every op recorded, as it stands: safe to
+// call while the workload runs.
+func (l *Ledger) Snapshot() []Op {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := make([]Op, len(l.ops))
+	for i, op := range l.ops {
+		out[i] = *op
+	}
+	return out
+}
+
+// update changes an op under the lock Snapshot takes.
+func (l *Ledger) update(f func()) {
+	l.mu.Lock()
+	f()
+	l.mu.Unlock()
+}
+
 // Workload writes to Namespaces: one worker per namespace publishes and
 // patches it (every patch on the version the worker last saw), and a rival
 // patches random namespaces, so writers race as producers do. Every op is
@@ -74,6 +95,16 @@ type Workload struct {
 	// BigValue is the size of the large value a third of the publishes
 	// carry, so snapshots span many packets; 0 means none.
 	BigValue int
+	// Pace, if positive, replaces Think: a worker starts an op every Pace
+	// (the next at once when one took longer).
+	Pace time.Duration
+	// PatchesOnly makes every op after a namespace's first (a publish) a
+	// patch.
+	PatchesOnly bool
+	// Gate, if set, is called with every version a worker got
+	// acknowledged, before its next op; the worker waits for it (e.g.
+	// for the version's rollout to end). An error ends the run.
+	Gate func(ctx context.Context, ns string, v *lehrpb.VersionInfo) error
 
 	Ledger Ledger
 	// Done counts ops answered, for progress.
@@ -116,7 +147,8 @@ func (w *Workload) worker(ctx context.Context, i int, ns string) error {
 	var base uint64
 	tkey := "" // the temporary key the namespace holds, if any
 	for n := 0; n < w.OpsPerNamespace || w.until(); n++ {
-		op := &Op{ID: fmt.Sprintf("w%d-%d", i, n), Namespace: ns, Publish: n == 0 || rng.IntN(5) < 2}
+		start := time.Now()
+		op := &Op{ID: fmt.Sprintf("w%d-%d", i, n), Namespace: ns, Publish: n == 0 || !w.PatchesOnly && rng.IntN(5) < 2}
 		var call func(context.Context) (*lehrpb.VersionInfo, error)
 		if op.Publish {
 			props := []producer.Property{{Key: "op", Value: []byte(op.ID)}}
@@ -156,6 +188,11 @@ func (w *Workload) worker(ctx context.Context, i int, ns string) error {
 		}
 		switch {
 		case info != nil:
+			if w.Gate != nil {
+				if err := w.Gate(ctx, ns, info); err != nil {
+					return fmt.Errorf("worker of %s: after version %d: %w", ns, info.GetSeq(), err)
+				}
+			}
 			base = info.GetSeq()
 			if op.Publish {
 				tkey = ""
@@ -174,7 +211,11 @@ func (w *Workload) worker(ctx context.Context, i int, ns string) error {
 			}
 			base = latest
 		}
-		if err := sleepCtx(ctx, w.think(rng)); err != nil {
+		pause := w.think(rng)
+		if w.Pace > 0 {
+			pause = w.Pace - time.Since(start)
+		}
+		if err := sleepCtx(ctx, pause); err != nil {
 			return err
 		}
 	}
@@ -254,25 +295,26 @@ const callTimeout = 20 * time.Second
 // (returned as err). Unavailability and timeouts — control killed, etcd
 // restarting — are retried with the same request id.
 func (w *Workload) do(ctx context.Context, op *Op, call func(context.Context) (*lehrpb.VersionInfo, error)) (*lehrpb.VersionInfo, error) {
+	w.Ledger.update(func() { op.IssuedAt = time.Now() })
 	for {
 		cctx, cancel := context.WithTimeout(ctx, callTimeout)
 		info, err := call(cctx)
 		cancel()
 		switch {
 		case err == nil:
-			op.Acked, op.AckedAt = info, time.Now()
+			w.Ledger.update(func() { op.Acked, op.AckedAt = info, time.Now() })
 			w.answered()
 			return info, nil
 		case ctx.Err() != nil:
 			return nil, fmt.Errorf("op %s: %w", op.ID, context.Cause(ctx))
 		case errors.Is(err, producer.ErrConflict):
-			op.Refused = err
+			w.Ledger.update(func() { op.Refused = err })
 			w.answered()
 			return nil, nil
 		case !retryable(err):
 			return nil, fmt.Errorf("op %s on %s: %w", op.ID, op.Namespace, err)
 		}
-		op.Attempts++
+		w.Ledger.update(func() { op.Attempts++ })
 		if err := sleepCtx(ctx, 100*time.Millisecond); err != nil {
 			return nil, err
 		}

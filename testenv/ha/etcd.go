@@ -1,0 +1,236 @@
+package ha
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
+	"lehr.dev/lehr/testenv/chaos"
+)
+
+// BuildEtcd builds etcd's server into dir and returns the binary's path.
+// It is the etcd module Lehr embeds (go.mod lists it as a tool), so the
+// members run the same etcd version as "lehr control" does on its own,
+// built from the module cache without network or root.
+func BuildEtcd(ctx context.Context, dir string, log io.Writer) (string, error) {
+	if log == nil {
+		log = io.Discard
+	}
+	bin := filepath.Join(dir, "etcd")
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, "go.etcd.io/etcd/server/v3")
+	cmd.Stdout, cmd.Stderr = log, log
+	cmd.Env = append(os.Environ(), "GOFLAGS=-mod=readonly -buildvcs=false")
+	if err := cmd.Run(); err != nil {
+		return "", fmt.Errorf("ha: build etcd: %w", err)
+	}
+	return bin, nil
+}
+
+// Etcd is an etcd cluster of member processes on loopback, each
+// supervised as systemd would (chaos.Proc): a member that exits without
+// being killed is restarted.
+type Etcd struct {
+	Members []*Member
+
+	cli *clientv3.Client
+}
+
+// Member is one etcd member process.
+type Member struct {
+	*chaos.Proc
+	Name, ClientURL, PeerURL string
+}
+
+// EtcdOptions configure StartEtcd.
+type EtcdOptions struct {
+	// Binary is the etcd server (BuildEtcd). Required.
+	Binary string
+	// Dir holds every member's data and log. Keep it short (the members'
+	// notification sockets live under it).
+	Dir string
+	// Members is the cluster's size; 0 means 3.
+	Members int
+	Logger  *slog.Logger
+}
+
+// StartEtcd starts a new cluster and waits until every member is ready
+// (joined, with a leader). ctx bounds the start; run bounds supervision.
+func StartEtcd(ctx, run context.Context, opts EtcdOptions) (_ *Etcd, err error) {
+	n := opts.Members
+	if n == 0 {
+		n = 3
+	}
+	e := &Etcd{}
+	defer func() {
+		if err != nil {
+			e.Close()
+		}
+	}()
+	var initial []string
+	for i := range n {
+		m := &Member{Name: fmt.Sprintf("m%d", i)}
+		for _, url := range []*string{&m.ClientURL, &m.PeerURL} {
+			port, err := chaos.FreeTCPPort()
+			if err != nil {
+				return nil, err
+			}
+			*url = fmt.Sprintf("http://127.0.0.1:%d", port)
+		}
+		initial = append(initial, m.Name+"="+m.PeerURL)
+		e.Members = append(e.Members, m)
+	}
+	for _, m := range e.Members {
+		dir := filepath.Join(opts.Dir, "etcd-"+m.Name)
+		if m.Proc, err = chaos.NewProc(run, "etcd "+m.Name, opts.Binary, dir, []string{
+			"--name", m.Name, "--data-dir", filepath.Join(dir, "data"),
+			"--listen-client-urls", m.ClientURL, "--advertise-client-urls", m.ClientURL,
+			"--listen-peer-urls", m.PeerURL, "--initial-advertise-peer-urls", m.PeerURL,
+			"--initial-cluster", strings.Join(initial, ","), "--initial-cluster-state", "new",
+			"--initial-cluster-token", "lehr-ha",
+		}, opts.Logger); err != nil {
+			return nil, err
+		}
+	}
+	// A member is ready once the cluster has a leader: start them all at
+	// once.
+	if err := e.Start(ctx, e.Members...); err != nil {
+		return nil, err
+	}
+	if e.cli, err = clientv3.New(clientv3.Config{
+		Endpoints: e.Endpoints(), DialTimeout: 5 * time.Second, Logger: zap.NewNop(),
+	}); err != nil {
+		return nil, fmt.Errorf("ha: etcd client: %w", err)
+	}
+	return e, nil
+}
+
+// Endpoints are the members' client URLs.
+func (e *Etcd) Endpoints() []string {
+	var urls []string
+	for _, m := range e.Members {
+		urls = append(urls, m.ClientURL)
+	}
+	return urls
+}
+
+// Client is a client of every member.
+func (e *Etcd) Client() *clientv3.Client { return e.cli }
+
+// Start starts ms (members Kill left down) at once and waits until each
+// is ready, which needs a quorum.
+func (e *Etcd) Start(ctx context.Context, ms ...*Member) error {
+	errs := make([]error, len(ms))
+	var wg sync.WaitGroup
+	for i, m := range ms {
+		wg.Go(func() { errs[i] = m.Start(ctx) })
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// statuses asks every running member for its status at once (served
+// locally, without the quorum); a member that does not answer within
+// 500 ms is left out.
+func (e *Etcd) statuses(ctx context.Context) map[*Member]*clientv3.StatusResponse {
+	ctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+	defer cancel()
+	var mu sync.Mutex
+	out := map[*Member]*clientv3.StatusResponse{}
+	var wg sync.WaitGroup
+	for _, m := range e.Members {
+		if !m.Running() {
+			continue
+		}
+		wg.Go(func() {
+			st, err := e.cli.Status(ctx, m.ClientURL)
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			out[m] = st
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	return out
+}
+
+// Leader returns the member that leads, and its id: a running member
+// that says it leads, no other following a different one. It fails when
+// there is none.
+func (e *Etcd) Leader(ctx context.Context) (*Member, uint64, error) {
+	sts := e.statuses(ctx)
+	for m, st := range sts {
+		if st.Leader == 0 || st.Leader != st.Header.GetMemberId() {
+			continue
+		}
+		for _, other := range sts { // none follows another
+			if other.Leader != 0 && other.Leader != st.Leader {
+				return nil, 0, fmt.Errorf("ha: etcd members disagree on the leader (%x, %x)", st.Leader, other.Leader)
+			}
+		}
+		return m, st.Leader, nil
+	}
+	return nil, 0, errors.New("ha: no running etcd member says it leads")
+}
+
+// HasLeader reports whether a running member leads, as it and any other
+// member that reports a leader say, and is not in not.
+func (e *Etcd) HasLeader(ctx context.Context, not map[uint64]bool) bool {
+	_, id, err := e.Leader(ctx)
+	return err == nil && !not[id]
+}
+
+// Healthy checks that every member runs and the cluster answers a
+// linearizable read, which needs a leader and a quorum.
+func (e *Etcd) Healthy(ctx context.Context) error {
+	for _, m := range e.Members {
+		if !m.Ready() {
+			return fmt.Errorf("etcd %s is not running", m.Name)
+		}
+	}
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	if _, err := e.cli.Get(ctx, "ha-health"); err != nil {
+		return fmt.Errorf("etcd read: %w", err)
+	}
+	return nil
+}
+
+// Failures returns the members' unexpected exits.
+func (e *Etcd) Failures() []string {
+	var out []string
+	for _, m := range e.Members {
+		if m.Proc != nil {
+			out = append(out, m.Proc.Failures()...)
+		}
+	}
+	return out
+}
+
+// Close ends the client and every member (SIGTERM, then SIGKILL).
+func (e *Etcd) Close() error {
+	var err error
+	if e.cli != nil {
+		err = e.cli.Close()
+	}
+	var wg sync.WaitGroup
+	for _, m := range e.Members {
+		if m.Proc != nil {
+			wg.Go(func() { m.Close(10 * time.Second) })
+		}
+	}
+	wg.Wait()
+	return err
+}
