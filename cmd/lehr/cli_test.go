@@ -155,8 +155,8 @@ func TestDaemonHelp(t *testing.T) {
 				}
 			}
 			for _, f := range tt.flags {
-				if !strings.Contains(stdout, "\n  -"+f+" ") && !strings.Contains(stdout, "\n  -"+f+"\n") {
-					t.Errorf("help does not list -%s:\n%s", f, stdout)
+				if !strings.Contains(stdout, "\n  --"+f+" ") && !strings.Contains(stdout, "\n  --"+f+"\n") {
+					t.Errorf("help does not list --%s:\n%s", f, stdout)
 				}
 			}
 		})
