@@ -87,6 +87,16 @@ func TestDispatchExitCodes(t *testing.T) {
 		{args: []string{"control", "status", "--listen", "x"}, wantCode: exitUsage, wantStderr: "lehr control status: flag provided but not defined: -listen"},
 		{args: []string{"help", "control"}, wantCode: exitOK, wantStdout: "Usage: lehr control [flags] | lehr control status [flags]"},
 		{args: []string{"dev", "--log-format", "xml"}, wantCode: exitUsage, wantStderr: `--log-format "xml"`},
+		// Client flags before the command (issue 31).
+		{args: []string{"-h"}, wantCode: exitOK, wantStdout: "Usage: lehr [CLIENT FLAGS] COMMAND [ARGS] [FLAGS]"},
+		{args: []string{"--control", "127.0.0.1:1", "-o", "yaml", "get", "a/b"}, wantCode: exitUsage, wantStderr: `lehr get: -o "yaml": want text or json`},
+		{args: []string{"--control=127.0.0.1:1", "--tls-cert", "c.pem", "domain", "create", "demo"}, wantCode: exitUsage, wantStderr: "lehr domain create: --tls-cert and --tls-key go together"},
+		{args: []string{"--as", "x", "zones", "status"}, wantCode: exitUsage, wantStderr: "lehr zones: missing zone NAME after status"},
+		{args: []string{"--bogus", "get", "a/b"}, wantCode: exitUsage, wantStderr: "lehr: flag --bogus before the command: only the client flags (--control, --as, -o, --timeout, --tls-ca, --tls-cert, --tls-key) may come first"},
+		{args: []string{"--zone", "z", "agent"}, wantCode: exitUsage, wantStderr: "lehr: flag --zone before the command"},
+		{args: []string{"-o"}, wantCode: exitUsage, wantStderr: "lehr: flag -o needs a value, then the command"},
+		{args: []string{"--control", "x"}, wantCode: exitUsage, wantStderr: "Commands:"},
+		{args: []string{"--control", "x", "certs", "init", "--dir", "d"}, wantCode: exitUsage, wantStderr: "lehr certs init: flag provided but not defined: -control"},
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
@@ -160,6 +170,26 @@ func TestDaemonHelp(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// Client flags before the command go to the command's flags, after its
+// own arguments and before a "--"; one the command line repeats after the
+// command gives way to that one.
+func TestWithGlobalFlags(t *testing.T) {
+	tests := []struct {
+		args, global, want []string
+	}{
+		{args: []string{"create", "demo"}, global: []string{"--control=unix:///s"}, want: []string{"create", "demo", "--control=unix:///s"}},
+		{args: []string{"demo/app", "--", "-x"}, global: []string{"-o=json"}, want: []string{"demo/app", "-o=json", "--", "-x"}},
+		{args: []string{"demo/app", "-o", "text"}, global: []string{"-o=json", "--as=a"}, want: []string{"demo/app", "-o", "text", "--as=a"}},
+		{args: []string{"demo/app", "--control=b"}, global: []string{"--control=a"}, want: []string{"demo/app", "--control=b"}},
+		{args: nil, global: nil, want: nil},
+	}
+	for _, tt := range tests {
+		if diff := cmp.Diff(tt.want, withGlobalFlags(tt.args, tt.global)); diff != "" {
+			t.Errorf("withGlobalFlags(%q, %q) mismatch (-want +got):\n%s", tt.args, tt.global, diff)
+		}
 	}
 }
 

@@ -60,6 +60,9 @@ cluster's endpoints and restart it (docs/operations.md, "control").
 	if len(addrs) == 0 {
 		return usageError(e, fs, "--control: want a control address, or several comma-separated")
 	}
+	if e.checkOnly {
+		return exitOK
+	}
 
 	// Each replica on a connection of its own: a client that fails over
 	// between them would hide a split.

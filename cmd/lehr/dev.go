@@ -72,6 +72,9 @@ and says which.`,
 	if err != nil {
 		return usageError(e, fs, "%v", err)
 	}
+	if e.checkOnly {
+		return exitOK
+	}
 	err = devtour.Run(ctx, devtour.Options{
 		Dir:                  *dataDir,
 		Zones:                *nZones,

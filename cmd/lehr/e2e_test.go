@@ -8,6 +8,7 @@ import (
 	"os/user"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -431,8 +432,18 @@ func TestControlCommandServesUntilCanceled(t *testing.T) {
 	// cannot tell who they are. On the socket each caller is its local
 	// account, unix:<account>, and --as another is refused.
 	c := cli{t: t, addr: addr}
-	mustContain(t, "a change over plaintext TCP", c.fails("domain", "create", "demo"), "may only read", "unix", "--dev")
+	refusal := c.fails("domain", "create", "demo")
+	mustContain(t, "a change over plaintext TCP", refusal, "may only read", "unix", "--dev")
 	c.ok("domain", "list")
+	// The fix the refusal suggests works as printed (issue 31): the
+	// client flags before the command.
+	fix := suggested(t, refusal, "--control unix://")
+	if want := []string{"--control", "unix://" + sockPath, "COMMAND", "…"}; !slices.Equal(fix[0], want) {
+		t.Fatalf("the refusal suggests 'lehr %s', want 'lehr %s'", strings.Join(fix[0], " "), strings.Join(want, " "))
+	}
+	if code, _, errOut := runCLI(t, nil, append(fix[0][:2], "domain", "create", "demo")...); code != exitOK {
+		t.Fatalf("lehr %s domain create demo: exit %d\n%s", strings.Join(fix[0][:2], " "), code, errOut)
+	}
 	local := cli{t: t, addr: "unix://" + sockPath, identified: true}
 	me, err := user.Current()
 	if err != nil {
@@ -440,8 +451,12 @@ func TestControlCommandServesUntilCanceled(t *testing.T) {
 	}
 	mine := "unix:" + me.Username
 	mustContain(t, "--as mallory on the socket", local.fails("domain", "create", "demo", "--as", "mallory"), `you are "`+mine+`"`, "Drop --as")
-	local.ok("domain", "create", "demo")
 	mustContain(t, "the domain's creator and admin", local.ok("domain", "get", "demo"), "by "+mine, "admins              "+mine)
+	code, out, errOut := runCLI(t, nil, "--control", "unix://"+sockPath, "-o", "json", "domain", "get", "demo")
+	var d lehrpb.Domain
+	if err := protojson.Unmarshal([]byte(out), &d); code != exitOK || err != nil || d.GetName() != "demo" {
+		t.Errorf("lehr --control unix://… -o json domain get demo: exit %d, %v\n%s%s", code, err, out, errOut)
+	}
 	mustContain(t, "stderr", stderr.String(), "lehr control: serving on "+addr)
 	cancel()
 	if got := nextNote(t, notes); got != "STOPPING=1" {

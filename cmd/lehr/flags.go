@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"math"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -18,6 +19,7 @@ import (
 	"github.com/dustin/go-humanize"
 
 	"lehr.dev/lehr/client/producer"
+	"lehr.dev/lehr/internal/flaghelp"
 	"lehr.dev/lehr/proto/lehrpb"
 )
 
@@ -51,7 +53,7 @@ func printHelp(w io.Writer, fs *flags) {
 	var own, client []*flag.Flag
 	isClient := fs.Lookup("control") != nil // a command that talks to control
 	fs.VisitAll(func(f *flag.Flag) {
-		if isClient && clientFlagNames[f.Name] {
+		if isClient && slices.Contains(clientFlagNames, f.Name) {
 			client = append(client, f)
 		} else {
 			own = append(own, f)
@@ -67,10 +69,9 @@ func printHelp(w io.Writer, fs *flags) {
 	}
 }
 
-// clientFlagNames are the flags addClientFlags defines.
-var clientFlagNames = map[string]bool{
-	"control": true, "as": true, "o": true, "tls-ca": true, "tls-cert": true, "tls-key": true, "timeout": true,
-}
+// clientFlagNames are the flags addClientFlags defines, in the order lehr's
+// help lists them. They may come before the command too (run).
+var clientFlagNames = []string{"control", "as", "o", "timeout", "tls-ca", "tls-cert", "tls-key"}
 
 // writeFlags prints a group of flags, GNU style: "--name VALUE", with the
 // usage below and the default when it is not the zero value.
@@ -79,23 +80,7 @@ func writeFlags(w io.Writer, title string, fl []*flag.Flag) {
 		return
 	}
 	fmt.Fprintf(w, "\n%s:\n", title)
-	for _, f := range fl {
-		arg, usage := flag.UnquoteUsage(f)
-		dash := "--"
-		if len(f.Name) == 1 {
-			dash = "-"
-		}
-		line := "  " + dash + f.Name
-		if arg != "" {
-			line += " " + arg
-		}
-		switch f.DefValue {
-		case "", "0", "false", "[]":
-		default:
-			usage += fmt.Sprintf(" (default %s)", f.DefValue)
-		}
-		fmt.Fprintf(w, "%s\n      %s\n", line, usage)
-	}
+	flaghelp.Write(w, fl)
 }
 
 // parse parses args with flags and positional arguments in any order ("--"
@@ -159,10 +144,16 @@ type clientFlags struct {
 	tlsKey  string
 	tlsCA   string
 	timeout time.Duration
+	// checkOnly: dial fails with errCheckOnly (env.checkOnly).
+	checkOnly bool
 }
 
+// errCheckOnly is what dial returns under env.checkOnly: reportError
+// returns exitOK for it, silently.
+var errCheckOnly = errors.New("lehr: command line checked; not dialling (env.checkOnly)")
+
 func addClientFlags(fs *flags, e *env) *clientFlags {
-	cf := &clientFlags{}
+	cf := &clientFlags{checkOnly: e.checkOnly}
 	def := e.env("LEHR_CONTROL")
 	if def == "" {
 		def = producer.DefaultAddress
@@ -224,6 +215,9 @@ func (cf *clientFlags) tlsConfig() (*tls.Config, error) {
 
 // dial returns a producer client configured by the flags.
 func (cf *clientFlags) dial() (*producer.Client, error) {
+	if cf.checkOnly {
+		return nil, errCheckOnly
+	}
 	tc, err := cf.tlsConfig()
 	if err != nil {
 		return nil, err

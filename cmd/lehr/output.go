@@ -53,6 +53,9 @@ var indexedField = regexp.MustCompile(`^([a-z_]+)\[(\d+)\]`)
 
 // reportError prints err for a person and returns exitError.
 func reportError(e *env, cmd string, err error, ec errorContext) int {
+	if errors.Is(err, errCheckOnly) {
+		return exitOK
+	}
 	var perr *producer.Error
 	if !errors.As(err, &perr) {
 		fmt.Fprintf(e.stderr, "%s: %s\n", cmd, clean(err.Error()))

@@ -68,6 +68,9 @@ per version (values base64, like -o json elsewhere). Ctrl-C stops it.`,
 	if abs, err := filepath.Abs(*socket); err == nil {
 		*socket = abs
 	}
+	if e.checkOnly {
+		return exitOK
+	}
 	c, err := consumer.New(consumer.Options{
 		Socket:   *socket,
 		FilesDir: *filesDir,

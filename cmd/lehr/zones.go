@@ -21,9 +21,9 @@ func runZones(ctx context.Context, e *env, args []string) int {
 registered zones; "create NAME" registers one (distributors also register
 their zone when they first connect). A new zone's goals start at every
 namespace's latest version. Zones are fleet-wide, so only fleet admins create
-them: the users 'lehr control --fleet-admins' names, and control's own user
-or root on its unix socket (sudo lehr --control
-unix:///run/lehr-control/control.sock zones create NAME).
+them: the identities 'lehr control --fleet-admins NAME,…' names, and control's
+own user or root on its unix socket ('sudo lehr --control
+unix:///run/lehr-control/control.sock zones create NAME').
 
 "delete NAME" retires a zone (fleet admins): its goals and reports go, and
 rollouts stop reaching it. A zone whose distributors reported once and stopped
