@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"strconv"
@@ -13,6 +14,7 @@ import (
 
 	"google.golang.org/protobuf/encoding/protojson"
 
+	"lehr.dev/lehr/client/producer"
 	"lehr.dev/lehr/control/rollout"
 	"lehr.dev/lehr/internal/jsonyaml"
 	"lehr.dev/lehr/proto/lehrpb"
@@ -41,7 +43,9 @@ rollout that moves through these stages:
   abort NS                end it and roll every host back
   promote NS              skip the rest of the current stage's bake
   wait NS                 print progress until the rollout of the latest version
-                          ends; exit 1 unless it succeeded
+                          ends (for --timeout, if given): exit 0 if it succeeded,
+                          1 if not, 3 at once if there is none to wait for (a
+                          first version or a rollback goes to every zone at once)
 
 (--version V picks a rollout other than the namespace's latest.)
 
@@ -401,37 +405,7 @@ func runRolloutAction(ctx context.Context, e *env, fs *flags, cf *clientFlags, p
 		ns = pos[1]
 	}
 	if sub == "wait" {
-		c, err := cf.dial()
-		if err != nil {
-			return reportError(e, fs.Name(), err, cf.errCtx(ns))
-		}
-		defer c.Close()
-		if version == 0 {
-			// The latest version's rollout, which the strategist may not
-			// have started yet (right after a push).
-			h, err := c.GetNamespace(ctx, ns)
-			if err != nil {
-				return reportError(e, fs.Name(), err, cf.errCtx(ns))
-			}
-			version = h.GetLatestVersion()
-		}
-		r, err := c.WaitRollout(ctx, ns, version, time.Second, func(r *lehrpb.Rollout) {
-			if !cf.json() {
-				fmt.Fprintf(e.stdout, "%s  %s: %s\n", time.Now().UTC().Format("15:04:05"), stateName(r.GetState()), reasonOf(r, time.Now()))
-			}
-		})
-		if err != nil {
-			return reportError(e, fs.Name(), err, cf.errCtx(ns))
-		}
-		if cf.json() {
-			if code := printOrFail(e, r); code != exitOK {
-				return code
-			}
-		}
-		if r.GetState() != lehrpb.RolloutState_ROLLOUT_STATE_SUCCEEDED {
-			return exitError
-		}
-		return exitOK
+		return rolloutWait(ctx, e, fs, cf, ns, version)
 	}
 	c, ctx, done, err := cf.connect(ctx)
 	if err != nil {
@@ -475,6 +449,69 @@ func runRolloutAction(ctx context.Context, e *env, fs *flags, cf *clientFlags, p
 			return printOrFail(e, r)
 		}
 		fmt.Fprintf(e.stdout, "asked control to %s rollout %s (now %s); it acts within a second: lehr rollout events %s\n", sub, clean(r.GetId()), stateName(r.GetState()), clean(ns))
+	}
+	return exitOK
+}
+
+// exitNoRollout is the exit status of "lehr rollout wait" when there is
+// nothing to wait for.
+const exitNoRollout = 3
+
+// rolloutWait is "lehr rollout wait": it follows the rollout of version
+// (0: the namespace's latest) until it ends, for --timeout if given (a
+// rollout takes as long as its stages and bakes: without --timeout it
+// waits for as long as that takes). Exit status: 0 it succeeded, 1 it
+// ended otherwise (or an error, or --timeout passed), exitNoRollout there
+// is nothing to wait for (producer.ErrNoRollout).
+func rolloutWait(ctx context.Context, e *env, fs *flags, cf *clientFlags, ns string, version uint64) int {
+	c, err := cf.dial()
+	if err != nil {
+		return reportError(e, fs.Name(), err, cf.errCtx(ns))
+	}
+	defer c.Close()
+	timed := false
+	fs.Visit(func(f *flag.Flag) { timed = timed || f.Name == "timeout" })
+	if timed {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, cf.timeout)
+		defer cancel()
+	}
+	if version == 0 {
+		// The latest version's rollout, which the strategist may not
+		// have started yet (right after a push).
+		h, err := c.GetNamespace(ctx, ns)
+		if err != nil {
+			return reportError(e, fs.Name(), err, cf.errCtx(ns))
+		}
+		version = h.GetLatestVersion()
+	}
+	r, err := c.WaitRollout(ctx, ns, version, time.Second, func(r *lehrpb.Rollout) {
+		if !cf.json() {
+			fmt.Fprintf(e.stdout, "%s  %s: %s\n", time.Now().UTC().Format("15:04:05"), stateName(r.GetState()), reasonOf(r, time.Now()))
+		}
+	})
+	var none *producer.NoRolloutError
+	switch {
+	case errors.As(err, &none):
+		fmt.Fprintf(e.stderr, "%s: nothing to wait for: %s version %d has no rollout: %s\n", fs.Name(), clean(ns), version, clean(none.Reason))
+		return exitNoRollout
+	case timed && errors.Is(ctx.Err(), context.DeadlineExceeded):
+		what := "its rollout has not started"
+		if r != nil {
+			what = fmt.Sprintf("its rollout is %s: %s", stateName(r.GetState()), reasonOf(r, time.Now()))
+		}
+		fmt.Fprintf(e.stderr, "%s: --timeout %v passed; %s version %d: %s ('lehr rollout status %s')\n", fs.Name(), cf.timeout, clean(ns), version, what, clean(ns))
+		return exitError
+	case err != nil:
+		return reportError(e, fs.Name(), err, cf.errCtx(ns))
+	}
+	if cf.json() {
+		if code := printOrFail(e, r); code != exitOK {
+			return code
+		}
+	}
+	if r.GetState() != lehrpb.RolloutState_ROLLOUT_STATE_SUCCEEDED {
+		return exitError
 	}
 	return exitOK
 }
