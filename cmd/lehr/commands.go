@@ -83,7 +83,6 @@ var subcommands = map[string][]string{
 	"certs":             {"init", "issue"},
 	"control":           {"status"},
 	"history":           {"compact"},
-	"store":             {"status"},
 	"zones":             {"list", "create", "delete", "status"},
 	"rollout":           {"status", "events", "list", "pause", "resume", "abort", "promote", "wait", "policy"},
 	"rollout policy":    {"get", "set", "delete", "history"},
@@ -207,7 +206,7 @@ func runHelp(ctx context.Context, e *env, args []string) int {
 		fmt.Fprintln(e.stdout, "usage: lehr help [COMMAND]")
 		return exitOK
 	}
-	return run(ctx, []string{args[0], "--help"}, e)
+	return run(ctx, append(args, "--help"), e)
 }
 
 func printCommandList(w io.Writer) {

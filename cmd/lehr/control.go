@@ -84,7 +84,11 @@ saying the store has no leader or did not answer, and /healthz reports
 unhealthy; distributors and agents keep serving what they hold. Calls
 succeed again once a majority of the etcd members is back.
 
-Stop it with Ctrl-C or SIGTERM: in-flight calls finish, then it exits.`,
+Stop it with Ctrl-C or SIGTERM: in-flight calls finish, then it exits.
+
+Subcommands:
+  status   the store, the replicas sharing it and the strategist's leader, as
+           each replica answers ('lehr control status --help')`,
 		examples: []string{
 			"lehr control",
 			"lehr control --data-dir /var/lib/lehr --socket /run/lehr-control/control.sock --keep-last 500 --keep-for 720h --log-format json",

@@ -18,7 +18,9 @@ func runHistory(ctx context.Context, e *env, args []string) int {
 author, how it was made (snapshot, patch of N, rollback to N), size, the start
 of its checksum and its message. History is bounded by the control plane's
 retention policy; versions that are some zone's goal are always kept.
-'lehr history compact' removes old versions now (see its --help).`,
+
+Subcommands:
+  compact   remove old versions now ('lehr history compact --help')`,
 		examples: []string{
 			"lehr history demo/app",
 			"lehr history demo/app --limit 100",
