@@ -42,7 +42,7 @@ cluster's endpoints and restart it (docs/operations.md, "control").
 		examples: []string{
 			"lehr control status",
 			"lehr control status --control ctl-a:7400,ctl-b:7400,ctl-c:7400 --tls-ca ca.crt",
-			"lehr control status -o json | jq -r .strategistLeader",
+			"lehr control status -o json | jq -r .strategist_leader",
 		},
 	})
 	cf := addClientFlags(fs, e)

@@ -14,8 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/protobuf/encoding/protojson"
-
 	"lehr.dev/lehr/control"
 	"lehr.dev/lehr/control/controltest"
 	"lehr.dev/lehr/proto/lehrpb"
@@ -122,30 +120,30 @@ func TestCLIRoundTrip(t *testing.T) {
 	}
 	mustContain(t, "get banner", c.ok("get", "demo/banner"), "motd  [text/plain]\n    maintenance at 18:00\n", "limits  [application/json]\n    {\"rps\":5}\n")
 
-	// -o json is one protojson object per command.
+	// -o json is one JSON object per command (docs/cli.md).
 	var gr lehrpb.GetResponse
-	if err := protojson.Unmarshal([]byte(c.ok("get", "demo/app", "-o", "json")), &gr); err != nil {
+	if err := parseJSON(c.ok("get", "demo/app", "-o", "json"), &gr); err != nil {
 		t.Fatalf("get -o json does not parse: %v", err)
 	}
 	if gr.GetVersion().GetSeq() != 3 || len(gr.GetProperties()) != 3 || gr.GetVersion().GetRollbackOf() != 1 {
 		t.Errorf("get -o json = %v, want version 3 (rollback to 1) with 3 properties", &gr)
 	}
 	var hr lehrpb.HistoryResponse
-	if err := protojson.Unmarshal([]byte(c.ok("history", "demo/app", "-o", "json", "--limit", "2")), &hr); err != nil {
+	if err := parseJSON(c.ok("history", "demo/app", "-o", "json", "--limit", "2"), &hr); err != nil {
 		t.Fatalf("history -o json does not parse: %v", err)
 	}
 	if len(hr.GetVersions()) != 2 || hr.GetVersions()[0].GetSeq() != 3 {
 		t.Errorf("history -o json --limit 2 = %v, want versions 3 and 2", &hr)
 	}
 	var dr lehrpb.DiffResponse
-	if err := protojson.Unmarshal([]byte(c.ok("diff", "demo/app", "2", "3", "-o", "json")), &dr); err != nil {
+	if err := parseJSON(c.ok("diff", "demo/app", "2", "3", "-o", "json"), &dr); err != nil {
 		t.Fatalf("diff -o json does not parse: %v", err)
 	}
 	if len(dr.GetChanges()) != 2 || dr.GetChanges()[0].GetKind() != lehrpb.PropertyChange_KIND_ADDED {
 		t.Errorf("diff -o json = %v, want greeting added and limits/rps modified", &dr)
 	}
 	var pr lehrpb.PatchResponse
-	if err := protojson.Unmarshal([]byte(c.ok("patch", "demo/app", "--base", "3", "--set", "greeting=hi", "-o", "json")), &pr); err != nil {
+	if err := parseJSON(c.ok("patch", "demo/app", "--base", "3", "--set", "greeting=hi", "-o", "json"), &pr); err != nil {
 		t.Fatalf("patch -o json does not parse: %v", err)
 	}
 	if pr.GetVersion().GetSeq() != 4 {
@@ -202,7 +200,7 @@ func TestCLIRejections(t *testing.T) {
 		t.Errorf("after rejections a = %q, want %q", got, "2")
 	}
 	var hr lehrpb.HistoryResponse
-	if err := protojson.Unmarshal([]byte(c.ok("history", "demo/app", "-o", "json")), &hr); err != nil {
+	if err := parseJSON(c.ok("history", "demo/app", "-o", "json"), &hr); err != nil {
 		t.Fatalf("history -o json does not parse: %v", err)
 	}
 	if len(hr.GetVersions()) != 2 || hr.GetVersions()[0].GetSeq() != 2 {
@@ -454,7 +452,7 @@ func TestControlCommandServesUntilCanceled(t *testing.T) {
 	mustContain(t, "the domain's creator and admin", local.ok("domain", "get", "demo"), "by "+mine, "admins              "+mine)
 	code, out, errOut := runCLI(t, nil, "--control", "unix://"+sockPath, "-o", "json", "domain", "get", "demo")
 	var d lehrpb.Domain
-	if err := protojson.Unmarshal([]byte(out), &d); code != exitOK || err != nil || d.GetName() != "demo" {
+	if err := parseJSON(out, &d); code != exitOK || err != nil || d.GetName() != "demo" {
 		t.Errorf("lehr --control unix://… -o json domain get demo: exit %d, %v\n%s%s", code, err, out, errOut)
 	}
 	mustContain(t, "stderr", stderr.String(), "lehr control: serving on "+addr)

@@ -272,7 +272,7 @@ func addClientFlags(fs *flags, e *env) *clientFlags {
 	}
 	fs.StringVar(&cf.control, "control", def, "control plane `address`: host:port, a comma-separated list of them (one per control replica: calls go to any that is up), or unix:///path (env LEHR_CONTROL)")
 	fs.StringVar(&cf.as, "as", e.env("LEHR_AS"), "`author` to assert, honoured only by a control in dev mode that cannot tell who you are; one that can (client certificate, --socket) records your identity and refuses any other --as (env LEHR_AS)")
-	fs.StringVar(&cf.output, "o", "text", "output `format`: text (control characters of stored data escaped, as \\x1b), or json (protojson of the response, exact, for scripts)")
+	fs.StringVar(&cf.output, "o", "text", "output `format`: text (control characters of stored data escaped, as \\x1b), or json (for scripts: the API's field names, numbers as numbers, each value as its content type says; docs/cli.md)")
 	fs.StringVar(&cf.tlsCA, "tls-ca", "", "CA certificate `file` to verify control with (enables TLS)")
 	fs.StringVar(&cf.tlsCert, "tls-cert", "", "client certificate `file` for mutual TLS (with --tls-key)")
 	fs.StringVar(&cf.tlsKey, "tls-key", "", "client private key `file` for mutual TLS")

@@ -87,6 +87,7 @@ domain's admins may; the call is audited with --message.`,
 	cf := addClientFlags(fs, e)
 	keep := fs.Int("keep", 0, "keep the newest `N` versions (1 or more)")
 	message := fs.String("message", "", "why, for the audit log")
+	fs.StringVar(message, "m", "", "short for --message")
 	pos, code, ok := parse(e, fs, args)
 	if !ok {
 		return code

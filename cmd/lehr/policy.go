@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -12,12 +11,8 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"google.golang.org/protobuf/encoding/protojson"
-	"google.golang.org/protobuf/proto"
-
 	"lehr.dev/lehr/canary"
 	"lehr.dev/lehr/internal/content"
-	"lehr.dev/lehr/internal/termtext"
 	"lehr.dev/lehr/policy"
 	"lehr.dev/lehr/preview"
 	"lehr.dev/lehr/proto/lehrpb"
@@ -36,7 +31,7 @@ through the consumer library (deny overrides allow; no match denies; no rules
 at all allows). docs/preview.md walks through previewing a change.
 
 -o json prints the resources with the API's field names (preview_metadata,
-log_prefix, start_time...) and rule values as JSON.`,
+log_prefix, start_time...) and rule values as JSON (docs/cli.md).`,
 		examples: []string{
 			"lehr policy get shop/fw",
 			"lehr policy experiment create shop/fw deny-eve -f rules.yaml",
@@ -238,7 +233,7 @@ live policy only if its etag is still P; --min-evaluations and
 			return fail(err)
 		}
 		if cf.json() {
-			return printResource(e, p)
+			return printOrFail(e, p)
 		}
 		fmt.Fprintf(e.stdout, "policy %s (%s), etag %s\n", ns, clean(p.GetName()), clean(p.GetEtag()))
 		writeRules(e.stdout, p.GetRules())
@@ -249,7 +244,7 @@ live policy only if its etag is still P; --min-evaluations and
 			return fail(err)
 		}
 		if cf.json() {
-			return printResource(e, md)
+			return printOrFail(e, md)
 		}
 		v := md.GetVersion()
 		fmt.Fprintf(e.stdout, "deleted policy %s: version %d is the no-op policy (allows everything)", ns, v.GetSeq())
@@ -288,7 +283,7 @@ live policy only if its etag is still P; --min-evaluations and
 			return fail(err)
 		}
 		if cf.json() {
-			return printResource(e, &lehrpb.ListPolicyExperimentsResponse{PolicyExperiments: exps})
+			return printOrFail(e, &lehrpb.ListPolicyExperimentsResponse{PolicyExperiments: exps})
 		}
 		writeExperiments(e.stdout, exps)
 		return exitOK
@@ -298,7 +293,7 @@ live policy only if its etag is still P; --min-evaluations and
 			return fail(err)
 		}
 		if cf.json() {
-			return printResource(e, counts)
+			return printOrFail(e, counts)
 		}
 		writeCounts(e.stdout, counts)
 		return exitOK
@@ -310,7 +305,7 @@ live policy only if its etag is still P; --min-evaluations and
 			return fail(err)
 		}
 		if cf.json() {
-			return printResource(e, md)
+			return printOrFail(e, md)
 		}
 		writeCommit(e.stdout, id, ns, md)
 		return exitOK
@@ -329,7 +324,7 @@ live policy only if its etag is still P; --min-evaluations and
 		return fail(err)
 	}
 	if cf.json() {
-		return printResource(e, exp)
+		return printOrFail(e, exp)
 	}
 	switch act {
 	case "delete":
@@ -440,60 +435,6 @@ func evalPolicy(ctx context.Context, e *env, cmd string, p *lehrpb.Policy, exp *
 	}
 	tw.Flush()
 	return exitOK
-}
-
-// printResource prints m as JSON with the API's (snake_case) field names
-// and every rule value that is JSON embedded as JSON, text as a string.
-func printResource(e *env, m proto.Message) int {
-	b, err := protojson.MarshalOptions{UseProtoNames: true}.Marshal(m)
-	if err != nil {
-		fmt.Fprintf(e.stderr, "lehr: encode json: %v\n", err)
-		return exitError
-	}
-	var doc any
-	if err := json.Unmarshal(b, &doc); err != nil {
-		fmt.Fprintf(e.stderr, "lehr: encode json: %v\n", err)
-		return exitError
-	}
-	readableRules(doc)
-	out, _ := json.MarshalIndent(doc, "", "  ")
-	fmt.Fprintf(e.stdout, "%s\n", out)
-	return exitOK
-}
-
-// readableRules replaces the base64 "value" of every object under a
-// "rules" list with the JSON document or text it holds.
-func readableRules(doc any) {
-	switch x := doc.(type) {
-	case map[string]any:
-		for k, v := range x {
-			if list, ok := v.([]any); ok && k == "rules" {
-				for _, r := range list {
-					rm, ok := r.(map[string]any)
-					if !ok {
-						continue
-					}
-					s, _ := rm["value"].(string)
-					raw, err := base64.StdEncoding.DecodeString(s)
-					if err != nil {
-						continue
-					}
-					var j any
-					if json.Unmarshal(raw, &j) == nil {
-						rm["value"] = j
-					} else if termtext.Printable(raw) {
-						rm["value"] = string(raw)
-					}
-				}
-				continue
-			}
-			readableRules(v)
-		}
-	case []any:
-		for _, v := range x {
-			readableRules(v)
-		}
-	}
 }
 
 // writeRules prints rules one per line: key, effect and condition.

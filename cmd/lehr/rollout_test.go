@@ -7,8 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/protobuf/encoding/protojson"
-
 	"lehr.dev/lehr/control"
 	"lehr.dev/lehr/control/controltest"
 	"lehr.dev/lehr/proto/lehrpb"
@@ -60,7 +58,7 @@ freeze_windows:
 	mustContain(t, "history", hist, "deleted", "incident over", "global blast", "incident 42", "tester")
 
 	var r lehrpb.GetRolloutPolicyResponse
-	if err := protojson.Unmarshal([]byte(c.ok("rollout", "policy", "get", "pay", "-o", "json")), &r); err != nil {
+	if err := parseJSON(c.ok("rollout", "policy", "get", "pay", "-o", "json"), &r); err != nil {
 		t.Fatalf("get -o json does not parse: %v", err)
 	}
 	if r.GetStored().GetGeneration() != 1 || r.GetEffective().GetStages()[0].GetBake().AsDuration() != 90*time.Second {
@@ -122,7 +120,7 @@ func TestRolloutCLI(t *testing.T) {
 	var r lehrpb.Rollout
 	wait.For(t, "the rollout aborted", func() bool {
 		code, out, _ := c.run("", "rollout", "status", "pay/limits", "-o", "json")
-		return code == exitOK && protojson.Unmarshal([]byte(out), &r) == nil && r.GetState() == lehrpb.RolloutState_ROLLOUT_STATE_ABORTED
+		return code == exitOK && parseJSON(out, &r) == nil && r.GetState() == lehrpb.RolloutState_ROLLOUT_STATE_ABORTED
 	})
 	if r.GetRollbackVersion() != 3 {
 		t.Errorf("aborted rollout: rollback version %d, want 3 (version 1's content again)", r.GetRollbackVersion())
@@ -231,7 +229,7 @@ func TestRolloutWaitsForFreezeWindow(t *testing.T) {
 		return strings.Contains(out, "SUCCEEDED")
 	})
 	var evs lehrpb.ListRolloutEventsResponse
-	if err := protojson.Unmarshal([]byte(c.ok("rollout", "events", "pay/limits", "-o", "json")), &evs); err != nil {
+	if err := parseJSON(c.ok("rollout", "events", "pay/limits", "-o", "json"), &evs); err != nil {
 		t.Fatal(err)
 	}
 	var kinds []string
@@ -279,9 +277,9 @@ func TestRolloutsQueueBehindTheDomainLimit(t *testing.T) {
 		return strings.Contains(a, "SUCCEEDED") && strings.Contains(b, "SUCCEEDED")
 	})
 	ra := new(lehrpb.Rollout)
-	_ = protojson.Unmarshal([]byte(c.ok("rollout", "status", "pay/a", "-o", "json")), ra)
+	_ = parseJSON(c.ok("rollout", "status", "pay/a", "-o", "json"), ra)
 	evs := new(lehrpb.ListRolloutEventsResponse)
-	_ = protojson.Unmarshal([]byte(c.ok("rollout", "events", "pay/b", "-o", "json")), evs)
+	_ = parseJSON(c.ok("rollout", "events", "pay/b", "-o", "json"), evs)
 	var kinds []string
 	for _, ev := range evs.GetEvents() {
 		kinds = append(kinds, ev.GetKind())

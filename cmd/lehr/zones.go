@@ -100,6 +100,9 @@ reporting drops out after its report expires.`,
 		if err := c.DeleteZone(ctx, pos[1], *force); err != nil {
 			return reportError(e, fs.Name(), err, cf.errCtx(""))
 		}
+		if cf.json() {
+			return printOrFail(e, &lehrpb.Zone{Name: pos[1]}) // the zone deleted
+		}
 		fmt.Fprintf(e.stdout, "deleted zone %s\n", clean(pos[1]))
 		return exitOK
 	}
