@@ -70,6 +70,7 @@ func commands() []command {
 		{"store", "show how full control's store is, and what each domain stores", runStore},
 		{"audit", "show the audit log: every change anyone asked control for", runAudit},
 		{"certs", "make a development CA and component certificates", runCerts},
+		{"completion", "print a shell completion script (bash, zsh or fish)", runCompletion},
 		{"help", "show this list, or a command's help", runHelp},
 	}
 }
@@ -232,6 +233,7 @@ Client flags, before or after the command, for the commands that talk to
 control: --control ADDR (env LEHR_CONTROL), --as AUTHOR (env LEHR_AS),
 -o text|json, --timeout DURATION, --tls-ca FILE, --tls-cert FILE, --tls-key FILE.
 
-Run 'lehr COMMAND --help' for a command's flags and examples.
+Run 'lehr COMMAND --help' for a command's flags and examples, and
+'lehr completion bash|zsh|fish' for shell completion.
 `)
 }
