@@ -262,7 +262,7 @@ func TestDev(t *testing.T) {
 		"$ lehr push demo/app --file ",
 		"published demo/app version 1",
 		"==> demo/app version 1 landed on every host",
-		"$ lehr get demo/app\ndemo/app version 1",
+		"$ lehr get demo/app --control "+addr+"\ndemo/app version 1",
 		"$ lehr patch demo/app --base 1 --set-json limits/rps=250",
 		"patched demo/app version 2",
 		"$ lehr rollout wait demo/app",
@@ -289,7 +289,30 @@ func TestDev(t *testing.T) {
 		"zone zone-a: 1 distributor reporting, 4 agents connected",
 		"==> ready. The consumers above keep printing every change",
 		"lehr push demo/app --control "+addr+" --file my.json",
-		"lehr patch demo/app --control "+addr+" --base 4 --set greeting=hi")
+		"lehr patch demo/app --control "+addr+" --base 4 --set greeting=hi",
+		"export LEHR_CONTROL="+addr)
+
+	// Every command it printed reaches this control as printed (issue 31:
+	// they talked to whatever listened on 127.0.0.1:7400): lehr accepts
+	// it, and it names the address (but the agent's watch).
+	printed := 0
+	for _, l := range strings.Split(out, "\n") {
+		l = strings.TrimSpace(strings.TrimPrefix(l, "$ "))
+		if !strings.HasPrefix(l, "lehr ") {
+			continue
+		}
+		printed++
+		l, _, _ = strings.Cut(l, "  (")
+		if !strings.Contains(l, "--control "+addr) && !strings.HasPrefix(l, "lehr watch ") {
+			t.Errorf("lehr dev printed %q, which does not name its control at %s", l, addr)
+		}
+		if msg := checkCommandLine(t, l); msg != "" {
+			t.Errorf("lehr dev printed %q, which lehr does not accept: %s", l, msg)
+		}
+	}
+	if printed < 20 {
+		t.Errorf("lehr dev printed %d lehr commands; want the tour's and the hints'", printed)
+	}
 
 	// Every host's service called back for the publish (every key new)
 	// and for the patch (exactly the changed key), before it said so; the
