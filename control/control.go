@@ -537,7 +537,7 @@ func (c *Control) Run(ctx context.Context) (err error) {
 	}
 
 	// Servers.
-	authz := service.Authorizer{DevMode: c.opts.DevMode}
+	authz := service.Authorizer{DevMode: c.opts.DevMode, Socket: c.opts.Socket}
 	adm := service.NewAdmission(c.opts.Admission)
 	utf8 := service.NewUTF8Guard()
 	gopts := []grpc.ServerOption{

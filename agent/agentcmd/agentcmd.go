@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"lehr.dev/lehr/agent"
+	"lehr.dev/lehr/internal/flaghelp"
 	"lehr.dev/lehr/internal/logflags"
 	"lehr.dev/lehr/internal/sdnotify"
 	"lehr.dev/lehr/internal/signing"
@@ -110,7 +111,7 @@ func parse(args []string, out io.Writer) (agent.Options, *logflags.Flags, error)
 	fs.SetOutput(out)
 	fs.Usage = func() {
 		fmt.Fprint(out, Usage)
-		fs.PrintDefaults()
+		flaghelp.Write(out, flaghelp.All(fs))
 	}
 	var (
 		opts         agent.Options

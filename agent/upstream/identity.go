@@ -26,7 +26,7 @@ var ErrDistributorIdentity = errors.New("upstream: not a distributor of this age
 // imposter never learns what the host subscribes to) and the simulated
 // agent of agent/agenttest both make it.
 func CheckDistributor(state tls.ConnectionState, zone string) (tlsconfig.Identity, error) {
-	issue := fmt.Sprintf("'lehr certs issue --role distributor --zone %s --name ID'", zone)
+	issue := fmt.Sprintf("'lehr certs issue --dir DIR --role distributor --zone %s --name ID'", zone)
 	id, ok, err := tlsconfig.PeerRole(state)
 	switch {
 	case err != nil:
@@ -72,7 +72,7 @@ func Refused(err error) bool {
 // refusalCodes are the codes by which a distributor turns an agent away,
 // and what the agent's operator should do about each.
 var refusalCodes = map[quic.ApplicationErrorCode]string{
-	wire.CodeUnauthorized:       "the distributor does not accept this host's certificate: it must name spiffe://lehr/host/<zone>/<host id> with this agent's --zone and --host-id, signed by the CA the distributor trusts ('lehr certs issue --role host --zone ZONE --name HOST')",
+	wire.CodeUnauthorized:       "the distributor does not accept this host's certificate: it must name spiffe://lehr/host/<zone>/<host id> with this agent's --zone and --host-id, signed by the CA the distributor trusts ('lehr certs issue --dir DIR --role host --zone ZONE --name HOST')",
 	wire.CodeWrongZone:          "the distributor serves another zone: check the agent's --zone and --distributors",
 	wire.CodeUnsupportedVersion: "the agent and the distributor speak no protocol version in common: upgrade the older one",
 	wire.CodeProtocolViolation:  "the distributor refused a frame (the reason says which): a bug, or an agent and a distributor too many releases apart",

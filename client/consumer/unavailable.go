@@ -48,7 +48,7 @@ func (e *UnavailableError) advice() string {
 	case lehrpb.UnavailableReason_UNAVAILABLE_REASON_NOT_FOUND:
 		return "check the namespace's name, and that it exists ('lehr history " + e.Namespace + "'): a namespace deleted upstream stays at the version this host holds; content follows once it has a goal in this zone (published, or published again)"
 	case lehrpb.UnavailableReason_UNAVAILABLE_REASON_OVER_QUOTA:
-		return fmt.Sprintf("domain %s's subscriptions at this distributor are at its quota (max_subscriptions): served when one ends, or raise the quota ('lehr domain update %s')", domain, domain)
+		return fmt.Sprintf("domain %s's subscriptions at this distributor are at its quota (max_subscriptions): served when one ends, or raise the quota ('lehr domain update %s --max-subscriptions N')", domain, domain)
 	}
 	return "content follows when the distributor has it"
 }

@@ -286,7 +286,7 @@ func (c *Client) tlsRefusal(ctx context.Context) *Error {
 			continue
 		}
 		return apierror.New(codes.Unauthenticated, apierror.ReasonCertificateRefused, "",
-			"TLS with control at %s fails: %s (Options.TLS; with lehr, --tls-cert and --tls-key give the client certificate — a user's, from 'lehr certs issue --role user --name NAME' — and --tls-ca the CA that issued control's)",
+			"TLS with control at %s fails: %s (Options.TLS; with lehr, --tls-cert and --tls-key give the client certificate — a user's, from 'lehr certs issue --dir DIR --name NAME --role user' — and --tls-ca the CA that issued control's)",
 			addr, re.Reason).WithCause(err)
 	}
 	return nil

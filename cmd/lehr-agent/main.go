@@ -6,7 +6,9 @@ package main
 
 import (
 	"context"
+	"io"
 	"os"
+	"slices"
 
 	"lehr.dev/lehr/agent/agentcmd"
 	"lehr.dev/lehr/internal/metricshttp"
@@ -16,5 +18,15 @@ func main() {
 	// # HELP and # TYPE on /metrics: a process-wide switch of the metrics
 	// library, so it is thrown here, once.
 	metricshttp.ExposeMetadata()
-	os.Exit(agentcmd.Main(context.Background(), os.Args[1:], os.Stderr))
+	os.Exit(run(context.Background(), os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// run runs the agent; its help goes to stdout, as every lehr command's
+// does, and usage errors and logs to stderr.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	out := stderr
+	if i := slices.IndexFunc(args, func(a string) bool { return a == "-h" || a == "-help" || a == "--help" || a == "--" }); i >= 0 && args[i] != "--" {
+		out = stdout
+	}
+	return agentcmd.Main(ctx, args, out)
 }

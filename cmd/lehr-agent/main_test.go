@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"os/exec"
 	"strings"
 	"testing"
@@ -34,5 +35,35 @@ func TestLeanBinary(t *testing.T) {
 	}
 	if !linked {
 		t.Errorf("lehr-agent does not link lehr.dev/lehr/agent: wrong package under test?")
+	}
+}
+
+// lehr-agent --help lists its flags as lehr does, "--name VALUE", on
+// standard output.
+func TestHelpFlagStyle(t *testing.T) {
+	var stdout, stderr strings.Builder
+	if code := run(context.Background(), []string{"--help"}, &stdout, &stderr); code != 0 || stderr.Len() > 0 {
+		t.Fatalf("--help: exit %d, stderr %q; want 0 and nothing", code, stderr.String())
+	}
+	_, flags, ok := strings.Cut(stdout.String(), "\nFlags:\n")
+	if !ok {
+		t.Fatalf("--help has no Flags section:\n%s", stdout.String())
+	}
+	n := 0
+	for _, l := range strings.Split(flags, "\n") {
+		if strings.HasPrefix(l, "  -") {
+			n++
+			if !strings.HasPrefix(l, "  --") {
+				t.Errorf("flag listed as %q, want --name", l)
+			}
+		}
+	}
+	if n < 10 {
+		t.Errorf("--help lists %d flags, want every one:\n%s", n, flags)
+	}
+	for _, want := range []string{"\n  --zone string\n", "\n  --distributors string\n", "\n  --tls-ca string\n"} {
+		if !strings.Contains(stdout.String(), want) {
+			t.Errorf("--help lacks %q", want)
+		}
 	}
 }

@@ -74,7 +74,7 @@ are kept for control's --audit-retention (default 90 days), oldest first.`,
 		}
 	}
 	if cf.json() {
-		return printResource(e, out)
+		return printOrFail(e, out)
 	}
 	writeAudit(e.stdout, out.GetRecords())
 	return exitOK

@@ -37,7 +37,7 @@ func TestAuditLog(t *testing.T) {
 			Method  string `json:"method"`
 			Target  string `json:"target"`
 			Domain  string `json:"domain"`
-			Version string `json:"version"`
+			Version uint64 `json:"version"`
 			Code    string `json:"code"`
 		} `json:"records"`
 	}
@@ -55,7 +55,7 @@ func TestAuditLog(t *testing.T) {
 	if strings.Join(methods, "; ") != strings.Join(want, "; ") {
 		t.Errorf("audit records:\n%s\nwant\n%s", strings.Join(methods, "\n"), strings.Join(want, "\n"))
 	}
-	if len(got.Records) > 2 && (got.Records[2].Version != "1" || got.Records[2].Domain != "pay") {
+	if len(got.Records) > 2 && (got.Records[2].Version != 1 || got.Records[2].Domain != "pay") {
 		t.Errorf("the publish's record %+v; want version 1 of domain pay", got.Records[2])
 	}
 	mustContain(t, "since", c.ok("audit", "--since", "1h", "--limit", "1"), "CreateDomain")

@@ -21,41 +21,73 @@ const (
 
 func runCanary(ctx context.Context, e *env, args []string) int {
 	fs := newFlags("lehr canary", doc{
-		usage:   "lehr canary judge --input FILE [--bake N] [--looks N] [--alpha A] | lehr canary generate SCENARIO | lehr canary show ID [--wait] | lehr canary list [NS]",
+		usage:   "lehr canary show|list|judge|generate [ARGS] [flags]",
 		summary: "judge canary data, and show the canary evaluations of rollouts",
 		about: `A canary evaluation compares hosts that took a change (canary) with hosts that
 did not (control), check by check, and says PASS, FAIL or NONE (not enough data)
 with an explanation per check. Control runs one for every canary stage of a
-rollout; docs/canary.md explains the statistics.
-
-Subcommands:
-  show ID                 one evaluation with every check's explanation and numbers
-                          (--wait: block until it is done)
-  list [NS]               evaluations, newest last
-  judge --input FILE      run the judge on a file of per-host series (the format is in
-                          docs/canary.md; - reads standard input); exit status 0 PASS,
-                          3 FAIL, 4 NONE, 1 unreadable input
-  generate SCENARIO       write a seeded synthetic fleet in judge's input format:
-                          good, error-ratio-x5, new-errors, latency-up-50, crash-loop,
-                          latency-variance-x4 or slow-mode-30`,
+rollout; docs/canary.md explains the statistics.`,
 		examples: []string{
 			"lehr canary list payments/limits",
-			"lehr canary show payments/limits@42/stage-1 --wait",
-			"lehr canary generate latency-up-50 --canaries 2 --phi 0.8 > fleet.json",
-			"lehr canary judge --input fleet.json --bake 30",
-			"lehr canary judge --input fleet.json -o json | jq -r .verdict",
+			"lehr canary generate latency-up-50 | lehr canary judge --input -",
+		},
+		subs: []subDoc{
+			{path: "show", flags: []string{"wait"}, doc: doc{
+				usage:   "lehr canary show ID [--wait] [flags]",
+				summary: "one evaluation, with every check's explanation and numbers",
+				about: `Shows canary evaluation ID (NS@VERSION/NAME, as 'lehr canary list' and 'lehr
+rollout status' name it): its verdict, and every check with its explanation
+and the numbers behind it. --wait blocks until the evaluation is done.`,
+				examples: []string{
+					"lehr canary show payments/limits@42/stage-1",
+					"lehr canary show payments/limits@42/stage-1 --wait -o json",
+				},
+			}},
+			{path: "list", doc: doc{
+				usage:   "lehr canary list [NS] [flags]",
+				summary: "canary evaluations, newest last",
+				about:   "Lists the canary evaluations of namespace NS (of every namespace without NS), newest last.",
+				examples: []string{
+					"lehr canary list",
+					"lehr canary list payments/limits -o json",
+				},
+			}},
+			{path: "judge", flags: []string{"input", "bake", "looks", "alpha"}, doc: doc{
+				usage:   "lehr canary judge --input FILE [--bake N] [--looks N] [--alpha A] [-o json]",
+				summary: "run the canary judge on a file of per-host series",
+				about: `Runs the canary judge, here, on a file of per-host series (the format is in
+docs/canary.md; - reads standard input), as control runs it for a canary
+stage, and prints the verdict with every check's explanation. The exit
+status is the verdict: 0 PASS, 3 FAIL, 4 NONE (not enough data), 1 an
+unreadable input.`,
+				examples: []string{
+					"lehr canary judge --input fleet.json --bake 30",
+					"lehr canary judge --input fleet.json -o json | jq -r .verdict",
+					"lehr canary generate crash-loop | lehr canary judge --input -",
+				},
+			}},
+			{path: "generate", flags: []string{"seed", "canaries", "controls", "phi"}, doc: doc{
+				usage:   "lehr canary generate SCENARIO [--seed N] [--canaries N] [--controls N] [--phi P]",
+				summary: "write a synthetic fleet in judge's input format",
+				about: `Writes a seeded synthetic fleet in 'lehr canary judge' input format to standard
+output. SCENARIO is the change the canary hosts took: ` + strings.Join(scenarioNames(), ", ") + `.`,
+				examples: []string{
+					"lehr canary generate latency-up-50 --canaries 2 --phi 0.8 > fleet.json",
+					"lehr canary generate good --seed 7 | lehr canary judge --input -",
+				},
+			}},
 		},
 	})
 	cf := addClientFlags(fs, e)
-	input := fs.String("input", "", "with judge: JSON `file` of per-host series; - reads standard input")
-	bake := fs.Int("bake", 0, "with judge: the planned bake in `intervals` after the change (0: judge what is there, once)")
-	looks := fs.Int("looks", 0, "with judge: looks over the bake (0: 4)")
-	alpha := fs.Float64("alpha", 0, "with judge: false-failure rate allowed per judgement (0: 0.01)")
-	wait := fs.Bool("wait", false, "with show: wait until the evaluation is done")
-	seed := fs.Uint64("seed", 1, "with generate: random `seed`")
-	canaries := fs.Int("canaries", 1, "with generate: canary hosts")
-	controls := fs.Int("controls", 20, "with generate: control hosts")
-	phi := fs.Float64("phi", 0.5, "with generate: autocorrelation of each host's noise, 0 to 0.95")
+	input := fs.String("input", "", "JSON `file` of per-host series; - reads standard input")
+	bake := fs.Int("bake", 0, "the planned bake in `intervals` after the change (0: judge what is there, once)")
+	looks := fs.Int("looks", 0, "looks over the bake (0: 4)")
+	alpha := fs.Float64("alpha", 0, "false-failure rate allowed per judgement (0: 0.01)")
+	wait := fs.Bool("wait", false, "wait until the evaluation is done")
+	seed := fs.Uint64("seed", 1, "random `seed`")
+	canaries := fs.Int("canaries", 1, "canary hosts")
+	controls := fs.Int("controls", 20, "control hosts")
+	phi := fs.Float64("phi", 0.5, "autocorrelation of each host's noise, 0 to 0.95")
 	pos, code, ok := parse(e, fs, args)
 	if !ok {
 		return code
@@ -76,7 +108,7 @@ Subcommands:
 		}
 		return canaryJudge(e, fs.Name(), *input, canary.Options{BakeIntervals: *bake, Looks: *looks, Alpha: *alpha}, cf.json())
 	case "generate":
-		if code, ok := wantArgs(e, fs, pos[1:], 1, "a scenario after generate"); !ok {
+		if code, ok := wantArgs(e, fs, pos[1:], 1, "a SCENARIO"); !ok {
 			return code
 		}
 		ch, ok := scenarioByName(pos[1])
@@ -95,7 +127,7 @@ Subcommands:
 		return exitOK
 	case "show", "list":
 		if sub == "show" {
-			if code, ok := wantArgs(e, fs, pos[1:], 1, "an evaluation ID (NS@VERSION/NAME) after show"); !ok {
+			if code, ok := wantArgs(e, fs, pos[1:], 1, "an evaluation ID (NS@VERSION/NAME)"); !ok {
 				return code
 			}
 		} else if len(pos) > 2 {

@@ -124,6 +124,9 @@ already it is kept, not replaced, and the command says so.
 	if *validity <= 0 {
 		return usageError(e, fs, "--validity %v: want a positive duration", *validity)
 	}
+	if e.checkOnly {
+		return exitOK
+	}
 	_, err := os.Stat(filepath.Join(*dir, pki.CACertFile))
 	existed := err == nil
 	ca, err := pki.NewCA(*dir, *cn, *validity)
@@ -223,6 +226,9 @@ unless --force is given.
 		k = pki.Both
 	default:
 		return usageError(e, fs, "--kind %q: want server, client or both", *kind)
+	}
+	if e.checkOnly {
+		return exitOK
 	}
 	ca, err := pki.LoadCA(*dir)
 	if err != nil {

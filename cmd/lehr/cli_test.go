@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -52,7 +53,7 @@ func TestDispatchExitCodes(t *testing.T) {
 		{args: []string{"rollback", "a/b"}, wantCode: exitUsage, wantStderr: "missing --to N"},
 		{args: []string{"history", "a/b", "--limit", "-1"}, wantCode: exitUsage, wantStderr: "--limit -1"},
 		{args: []string{"zones"}, wantCode: exitUsage, wantStderr: "missing subcommand: list, create, delete or status"},
-		{args: []string{"zones", "status"}, wantCode: exitUsage, wantStderr: "missing zone NAME after status"},
+		{args: []string{"zones", "status"}, wantCode: exitUsage, wantStderr: "lehr zones status: missing zone NAME\nUsage: lehr zones status NAME [flags]"},
 		{args: []string{"watch"}, wantCode: exitUsage, wantStderr: "lehr watch: missing namespace NS"},
 		{args: []string{"watch", "no-slash"}, wantCode: exitUsage, wantStderr: `namespace "no-slash"`},
 		{args: []string{"watch", "demo/app", "-o", "yaml"}, wantCode: exitUsage, wantStderr: `-o "yaml": want text or json`},
@@ -65,7 +66,7 @@ func TestDispatchExitCodes(t *testing.T) {
 		{args: []string{"help", "distributor"}, wantCode: exitOK, wantStdout: "lehr distributor — the Lehr zonal distributor"},
 		{args: []string{"certs", "--help"}, wantCode: exitOK, wantStdout: "distributor   --role distributor --zone Z"},
 		{args: []string{"zones", "remove"}, wantCode: exitUsage, wantStderr: `unknown subcommand "remove"`},
-		{args: []string{"zones", "delete"}, wantCode: exitUsage, wantStderr: "missing zone NAME after delete"},
+		{args: []string{"zones", "delete"}, wantCode: exitUsage, wantStderr: "lehr zones delete: missing zone NAME"},
 		{args: []string{"domain"}, wantCode: exitUsage, wantStdout: "", wantStderr: "create NAME"},
 		{args: []string{"domain", "rename"}, wantCode: exitUsage, wantStderr: `unknown subcommand "rename"`},
 		{args: []string{"domain", "--help"}, wantCode: exitOK, wantStdout: "Subcommands:"},
@@ -87,6 +88,25 @@ func TestDispatchExitCodes(t *testing.T) {
 		{args: []string{"control", "status", "--listen", "x"}, wantCode: exitUsage, wantStderr: "lehr control status: flag provided but not defined: -listen"},
 		{args: []string{"help", "control"}, wantCode: exitOK, wantStdout: "Usage: lehr control [flags] | lehr control status [flags]"},
 		{args: []string{"dev", "--log-format", "xml"}, wantCode: exitUsage, wantStderr: `--log-format "xml"`},
+		// Client flags before the command (issue 31).
+		{args: []string{"-h"}, wantCode: exitOK, wantStdout: "Usage: lehr [CLIENT FLAGS] COMMAND [ARGS] [FLAGS]"},
+		{args: []string{"--control", "127.0.0.1:1", "-o", "yaml", "get", "a/b"}, wantCode: exitUsage, wantStderr: `lehr get: -o "yaml": want text or json`},
+		{args: []string{"--control=127.0.0.1:1", "--tls-cert", "c.pem", "domain", "create", "demo"}, wantCode: exitUsage, wantStderr: "lehr domain create: --tls-cert and --tls-key go together"},
+		{args: []string{"--as", "x", "zones", "status"}, wantCode: exitUsage, wantStderr: "lehr zones status: missing zone NAME"},
+		{args: []string{"--bogus", "get", "a/b"}, wantCode: exitUsage, wantStderr: "lehr: flag --bogus before the command: only the client flags (--control, --as, -o, --timeout, --tls-ca, --tls-cert, --tls-key) may come first"},
+		{args: []string{"--zone", "z", "agent"}, wantCode: exitUsage, wantStderr: "lehr: flag --zone before the command"},
+		{args: []string{"-o"}, wantCode: exitUsage, wantStderr: "lehr: flag -o needs a value, then the command"},
+		// Subcommands: their own help, usage and flags (issue 31).
+		{args: []string{"rollout", "wait", "--help"}, wantCode: exitOK, wantStdout: "lehr rollout wait — print progress until the rollout ends\n\nUsage: lehr rollout wait NS"},
+		{args: []string{"help", "rollout", "policy", "set"}, wantCode: exitOK, wantStdout: "lehr rollout policy set — set a scope's policy"},
+		{args: []string{"rollout", "wait"}, wantCode: exitUsage, wantStderr: "lehr rollout wait: missing namespace NS\nUsage: lehr rollout wait NS [--version V] [--timeout D] [flags]\nRun 'lehr rollout wait --help'"},
+		{args: []string{"rollout", "wait", "a/b", "--active"}, wantCode: exitUsage, wantStderr: "lehr rollout wait: --active is not a flag of lehr rollout wait"},
+		{args: []string{"rollout", "policy", "get", "a", "-f", "x.yaml"}, wantCode: exitUsage, wantStderr: "lehr rollout policy get: -f is not a flag of lehr rollout policy get"},
+		{args: []string{"canary", "judge", "--seed", "3"}, wantCode: exitUsage, wantStderr: "--seed is not a flag of lehr canary judge"},
+		{args: []string{"policy", "experiment", "commit", "a/b", "x"}, wantCode: exitUsage, wantStderr: "lehr policy experiment commit: needs --etag E"},
+		{args: []string{"domain", "create", "--help"}, wantCode: exitOK, wantStdout: "lehr domain create — create a domain\n"},
+		{args: []string{"--control", "x"}, wantCode: exitUsage, wantStderr: "Commands:"},
+		{args: []string{"--control", "x", "certs", "init", "--dir", "d"}, wantCode: exitUsage, wantStderr: "lehr certs init: flag provided but not defined: -control"},
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
@@ -104,30 +124,48 @@ func TestDispatchExitCodes(t *testing.T) {
 	}
 }
 
-// Every command's help teaches: summary, a paragraph, flags and examples.
+// Every command's and every subcommand's help is its own, and teaches:
+// summary, a paragraph, flags and examples; a command with subcommands
+// lists them, each with a help of its own (issue 31: "lehr rollout wait
+// --help" printed all of "lehr rollout --help").
 func TestEveryCommandHasHelp(t *testing.T) {
-	names := [][]string{{"domain", "create"}, {"domain", "get"}, {"domain", "update"}, {"domain", "list"}, {"domain", "delete"}, {"certs", "init"}, {"certs", "issue"}, {"control", "status"}}
-	for _, c := range commands() {
-		switch c.name {
-		case "help", "domain", "certs":
+	for _, n := range helpPaths() {
+		switch n[0] {
+		case "help":
+			continue
 		case "agent", "distributor":
-			// Shared with lean binaries; checked by TestDaemonHelp.
-		default:
-			names = append(names, []string{c.name})
+			continue // shared with lean binaries; checked by TestDaemonHelp
 		}
-	}
-	for _, n := range names {
-		t.Run(strings.Join(n, " "), func(t *testing.T) {
+		path := strings.Join(n, " ")
+		t.Run(path, func(t *testing.T) {
 			code, stdout, stderr := runCLI(t, nil, append(n, "--help")...)
 			if code != exitOK || stderr != "" {
 				t.Fatalf("--help: exit %d, stderr %q; want 0 and nothing", code, stderr)
 			}
-			for _, want := range []string{"lehr " + strings.Join(n, " ") + " — ", "\nUsage: lehr ", "lags:\n  -", "\nExamples:\n  lehr "} {
+			if !strings.HasPrefix(stdout, "lehr "+path+" — ") {
+				t.Errorf("help does not start with %q:\n%s", "lehr "+path+" — ", stdout)
+			}
+			if !strings.Contains(stdout, "\nUsage: lehr "+path) {
+				t.Errorf("help lacks the usage of lehr %s:\n%s", path, stdout)
+			}
+			if subs := subcommandNames(path); len(subs) > 0 {
+				for _, s := range subs {
+					if !regexp.MustCompile(`\n  ` + s + `\b`).MatchString(stdout) {
+						t.Errorf("help does not list subcommand %s:\n%s", s, stdout)
+					}
+				}
+				return
+			}
+			wants := []string{"lags:\n  -", "\nExamples:\n  "}
+			if path == "completion" {
+				wants = wants[1:] // it has no flags
+			}
+			for _, want := range wants {
 				if !strings.Contains(stdout, want) {
 					t.Errorf("help lacks %q:\n%s", want, stdout)
 				}
 			}
-			if strings.Count(stdout, "\n  lehr ") < 2 {
+			if _, ex, _ := strings.Cut(stdout, "\nExamples:\n"); strings.Count(ex, "\n  ") < 1 {
 				t.Errorf("help has fewer than 2 examples:\n%s", stdout)
 			}
 		})
@@ -155,11 +193,31 @@ func TestDaemonHelp(t *testing.T) {
 				}
 			}
 			for _, f := range tt.flags {
-				if !strings.Contains(stdout, "\n  -"+f+" ") && !strings.Contains(stdout, "\n  -"+f+"\n") {
-					t.Errorf("help does not list -%s:\n%s", f, stdout)
+				if !strings.Contains(stdout, "\n  --"+f+" ") && !strings.Contains(stdout, "\n  --"+f+"\n") {
+					t.Errorf("help does not list --%s:\n%s", f, stdout)
 				}
 			}
 		})
+	}
+}
+
+// Client flags before the command go to the command's flags, after its
+// own arguments and before a "--"; one the command line repeats after the
+// command gives way to that one.
+func TestWithGlobalFlags(t *testing.T) {
+	tests := []struct {
+		args, global, want []string
+	}{
+		{args: []string{"create", "demo"}, global: []string{"--control=unix:///s"}, want: []string{"create", "demo", "--control=unix:///s"}},
+		{args: []string{"demo/app", "--", "-x"}, global: []string{"-o=json"}, want: []string{"demo/app", "-o=json", "--", "-x"}},
+		{args: []string{"demo/app", "-o", "text"}, global: []string{"-o=json", "--as=a"}, want: []string{"demo/app", "-o", "text", "--as=a"}},
+		{args: []string{"demo/app", "--control=b"}, global: []string{"--control=a"}, want: []string{"demo/app", "--control=b"}},
+		{args: nil, global: nil, want: nil},
+	}
+	for _, tt := range tests {
+		if diff := cmp.Diff(tt.want, withGlobalFlags(tt.args, tt.global)); diff != "" {
+			t.Errorf("withGlobalFlags(%q, %q) mismatch (-want +got):\n%s", tt.args, tt.global, diff)
+		}
 	}
 }
 
@@ -223,14 +281,20 @@ func TestPlaintextRefusedOffLoopback(t *testing.T) {
 	}
 }
 
-// The help of the commands that run or inspect the distribution path,
-// as users read it.
+// The help of every command and subcommand, as users read it: lehr help,
+// then "lehr COMMAND [SUBCOMMAND…] --help" for each.
 func TestHelpGolden(t *testing.T) {
 	var b strings.Builder
-	for _, args := range [][]string{
-		{"certs", "--help"}, {"certs", "issue", "--help"}, {"watch", "--help"},
-		{"zones", "--help"}, {"distributor", "--help"}, {"control", "status", "--help"}, {"delete", "--help"}, {"domain", "delete", "--help"},
-	} {
+	code, stdout, _ := runCLI(t, nil, "help")
+	if code != exitOK {
+		t.Fatalf("lehr help: exit %d", code)
+	}
+	fmt.Fprintf(&b, "$ lehr help\n%s\n", stdout)
+	for _, path := range helpPaths() {
+		if path[0] == "help" {
+			continue
+		}
+		args := append(path, "--help")
 		code, stdout, stderr := runCLI(t, nil, args...)
 		if code != exitOK || stderr != "" {
 			t.Fatalf("lehr %s: exit %d, stderr %q", strings.Join(args, " "), code, stderr)

@@ -38,7 +38,7 @@ Plaintext is served on loopback only; to listen on any other address pass
 --tls-cert and --tls-key (and --client-ca to require client certificates).
 Every caller has one identity, from what control verified, never from what it
 says: a client certificate is the user its Lehr identity names (the URI SAN
-spiffe://lehr/user/NAME, as 'lehr certs issue --role user' makes; never the
+spiffe://lehr/user/NAME, as 'lehr certs issue --role user …' makes; never the
 CommonName), NAME. On one host, --socket serves the API on a unix socket too,
 where each caller is the local account its uid names (the kernel says so, not
 the caller): 'lehr --control unix:///run/lehr-control/control.sock push …'. A
@@ -84,11 +84,15 @@ saying the store has no leader or did not answer, and /healthz reports
 unhealthy; distributors and agents keep serving what they hold. Calls
 succeed again once a majority of the etcd members is back.
 
-Stop it with Ctrl-C or SIGTERM: in-flight calls finish, then it exits.`,
+Stop it with Ctrl-C or SIGTERM: in-flight calls finish, then it exits.
+
+Subcommands:
+  status   the store, the replicas sharing it and the strategist's leader, as
+           each replica answers ('lehr control status --help')`,
 		examples: []string{
 			"lehr control",
 			"lehr control --data-dir /var/lib/lehr --socket /run/lehr-control/control.sock --keep-last 500 --keep-for 720h --log-format json",
-			"lehr control --etcd-endpoints https://etcd-0:2379,https://etcd-1:2379 --listen 0.0.0.0:7400 --tls-cert control.crt --tls-key control.key --client-ca clients.crt --fleet-admins alice,bob",
+			"lehr control --etcd-endpoints https://etcd-0:2379,https://etcd-1:2379 --etcd-ca etcd-ca.crt --etcd-cert etcd-client.crt --etcd-key etcd-client.key --listen 0.0.0.0:7400 --tls-cert control.crt --tls-key control.key --client-ca clients.crt --fleet-admins alice,bob",
 			"lehr control --socket /run/lehr-control/control.sock --local-users alice=alice,deploy=ci-bot --fleet-admins alice,unix:oncall",
 		},
 	})
@@ -191,6 +195,9 @@ Stop it with Ctrl-C or SIGTERM: in-flight calls finish, then it exits.`,
 		}
 	}
 	opts.Logger = logger
+	if e.checkOnly {
+		return exitOK
+	}
 	c, err := control.New(opts)
 	if errors.Is(err, control.ErrIdentityOptions) {
 		return usageError(e, fs, "%v", err)

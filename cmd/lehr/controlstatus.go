@@ -42,7 +42,7 @@ cluster's endpoints and restart it (docs/operations.md, "control").
 		examples: []string{
 			"lehr control status",
 			"lehr control status --control ctl-a:7400,ctl-b:7400,ctl-c:7400 --tls-ca ca.crt",
-			"lehr control status -o json | jq -r .strategistLeader",
+			"lehr control status -o json | jq -r .strategist_leader",
 		},
 	})
 	cf := addClientFlags(fs, e)
@@ -59,6 +59,9 @@ cluster's endpoints and restart it (docs/operations.md, "control").
 	addrs := splitList(cf.control)
 	if len(addrs) == 0 {
 		return usageError(e, fs, "--control: want a control address, or several comma-separated")
+	}
+	if e.checkOnly {
+		return exitOK
 	}
 
 	// Each replica on a connection of its own: a client that fails over

@@ -60,7 +60,7 @@ type statusJSON struct {
 		ID string `json:"id"`
 	} `json:"store"`
 	Replica          string `json:"replica"`
-	StrategistLeader string `json:"strategistLeader"`
+	StrategistLeader string `json:"strategist_leader"`
 	Replicas         []struct {
 		Address string `json:"address"`
 	} `json:"replicas"`

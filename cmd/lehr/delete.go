@@ -47,6 +47,7 @@ rollout of it is running or paused (lehr rollout status NS).
 	force := fs.Bool("force", false, "delete even while hosts subscribe to it or a rollout of it is in flight")
 	etag := fs.String("etag", "", "delete only if the namespace's etag is still `vN` (its latest version is N)")
 	message := fs.String("message", "", "why, for the audit log")
+	fs.StringVar(message, "m", "", "short for --message")
 	pos, code, ok := parse(e, fs, args)
 	if !ok {
 		return code
@@ -110,6 +111,7 @@ domain get NAME -o json). With -o json it prints the domain as it was deleted.
 	force := fs.Bool("force", false, "delete the domain's namespaces with it")
 	etag := fs.String("etag", "", "delete only if the domain's etag is still `E`")
 	message := fs.String("message", "", "why, for the audit log")
+	fs.StringVar(message, "m", "", "short for --message")
 	pos, code, ok := parse(e, fs, args)
 	if !ok {
 		return code

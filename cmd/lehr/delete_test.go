@@ -7,8 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/protobuf/encoding/protojson"
-
 	"lehr.dev/lehr/control"
 	"lehr.dev/lehr/control/controltest"
 	"lehr.dev/lehr/proto/lehrpb"
@@ -83,7 +81,7 @@ func TestDeleteCLI(t *testing.T) {
 	for _, fix := range suggested(t, c.fails("delete", "pay/limits"), "delete") {
 		out := c.ok(append(fix, "-o", "json")...)
 		var n lehrpb.Namespace
-		if err := protojson.Unmarshal([]byte(out), &n); err != nil || n.GetName() != "pay/limits" || n.GetEtag() != "v3" {
+		if err := parseJSON(out, &n); err != nil || n.GetName() != "pay/limits" || n.GetEtag() != "v3" {
 			t.Errorf("lehr %s -o json: %v\n%s; want the namespace as deleted", strings.Join(fix, " "), err, out)
 		}
 	}
@@ -141,7 +139,7 @@ func TestDeleteRolloutInFlightCLI(t *testing.T) {
 	wait.For(t, "the rollout aborted", func() bool {
 		code, out, _ := c.run("", "rollout", "status", "pay/limits", "-o", "json")
 		var r lehrpb.Rollout
-		return code == exitOK && protojson.Unmarshal([]byte(out), &r) == nil && r.GetState() == lehrpb.RolloutState_ROLLOUT_STATE_ABORTED
+		return code == exitOK && parseJSON(out, &r) == nil && r.GetState() == lehrpb.RolloutState_ROLLOUT_STATE_ABORTED
 	})
 	c.ok("delete", "pay/limits")
 

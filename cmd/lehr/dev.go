@@ -38,8 +38,10 @@ Ctrl-C stops everything. The temporary data is removed on exit (pass
 --data-dir to keep it).
 
 Control listens on 127.0.0.1:7400 (metrics on 127.0.0.1:7401), the address
-every client command uses by default; if a port is busy it picks a free one
-and says which.`,
+every client command uses by default. It binds them as it starts; if one is
+busy it takes a free port instead and says so, and every command it prints
+then names the address with --control (and it shows the export
+LEHR_CONTROL=… that makes README's commands reach it too).`,
 		examples: []string{
 			"lehr dev",
 			"lehr dev --listen 127.0.0.1:7500     # then: lehr get demo/app --control 127.0.0.1:7500",
@@ -71,6 +73,9 @@ and says which.`,
 	logger, err := lf.Logger(e.stderr)
 	if err != nil {
 		return usageError(e, fs, "%v", err)
+	}
+	if e.checkOnly {
+		return exitOK
 	}
 	err = devtour.Run(ctx, devtour.Options{
 		Dir:                  *dataDir,

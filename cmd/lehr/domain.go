@@ -63,7 +63,7 @@ name is 1-63 bytes of a-z, 0-9 and '-', starting with a letter. Quotas left at
 0 take the server defaults (see docs/design.md, "Limits").
 
 The ACL names users (the <name> of a client certificate's identity
-spiffe://lehr/user/<name>, from 'lehr certs issue --role user'): admins may do
+spiffe://lehr/user/<name>, from 'lehr certs issue --role user …'): admins may do
 everything and change the domain; publishers may publish, patch and roll
 back; operators may run rollouts, canary evaluations and policy experiments.
 Control enforces it for callers with such a certificate (docs/operations.md,

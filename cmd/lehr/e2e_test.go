@@ -8,12 +8,11 @@ import (
 	"os/user"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
-
-	"google.golang.org/protobuf/encoding/protojson"
 
 	"lehr.dev/lehr/control"
 	"lehr.dev/lehr/control/controltest"
@@ -121,30 +120,30 @@ func TestCLIRoundTrip(t *testing.T) {
 	}
 	mustContain(t, "get banner", c.ok("get", "demo/banner"), "motd  [text/plain]\n    maintenance at 18:00\n", "limits  [application/json]\n    {\"rps\":5}\n")
 
-	// -o json is one protojson object per command.
+	// -o json is one JSON object per command (docs/cli.md).
 	var gr lehrpb.GetResponse
-	if err := protojson.Unmarshal([]byte(c.ok("get", "demo/app", "-o", "json")), &gr); err != nil {
+	if err := parseJSON(c.ok("get", "demo/app", "-o", "json"), &gr); err != nil {
 		t.Fatalf("get -o json does not parse: %v", err)
 	}
 	if gr.GetVersion().GetSeq() != 3 || len(gr.GetProperties()) != 3 || gr.GetVersion().GetRollbackOf() != 1 {
 		t.Errorf("get -o json = %v, want version 3 (rollback to 1) with 3 properties", &gr)
 	}
 	var hr lehrpb.HistoryResponse
-	if err := protojson.Unmarshal([]byte(c.ok("history", "demo/app", "-o", "json", "--limit", "2")), &hr); err != nil {
+	if err := parseJSON(c.ok("history", "demo/app", "-o", "json", "--limit", "2"), &hr); err != nil {
 		t.Fatalf("history -o json does not parse: %v", err)
 	}
 	if len(hr.GetVersions()) != 2 || hr.GetVersions()[0].GetSeq() != 3 {
 		t.Errorf("history -o json --limit 2 = %v, want versions 3 and 2", &hr)
 	}
 	var dr lehrpb.DiffResponse
-	if err := protojson.Unmarshal([]byte(c.ok("diff", "demo/app", "2", "3", "-o", "json")), &dr); err != nil {
+	if err := parseJSON(c.ok("diff", "demo/app", "2", "3", "-o", "json"), &dr); err != nil {
 		t.Fatalf("diff -o json does not parse: %v", err)
 	}
 	if len(dr.GetChanges()) != 2 || dr.GetChanges()[0].GetKind() != lehrpb.PropertyChange_KIND_ADDED {
 		t.Errorf("diff -o json = %v, want greeting added and limits/rps modified", &dr)
 	}
 	var pr lehrpb.PatchResponse
-	if err := protojson.Unmarshal([]byte(c.ok("patch", "demo/app", "--base", "3", "--set", "greeting=hi", "-o", "json")), &pr); err != nil {
+	if err := parseJSON(c.ok("patch", "demo/app", "--base", "3", "--set", "greeting=hi", "-o", "json"), &pr); err != nil {
 		t.Fatalf("patch -o json does not parse: %v", err)
 	}
 	if pr.GetVersion().GetSeq() != 4 {
@@ -201,7 +200,7 @@ func TestCLIRejections(t *testing.T) {
 		t.Errorf("after rejections a = %q, want %q", got, "2")
 	}
 	var hr lehrpb.HistoryResponse
-	if err := protojson.Unmarshal([]byte(c.ok("history", "demo/app", "-o", "json")), &hr); err != nil {
+	if err := parseJSON(c.ok("history", "demo/app", "-o", "json"), &hr); err != nil {
 		t.Fatalf("history -o json does not parse: %v", err)
 	}
 	if len(hr.GetVersions()) != 2 || hr.GetVersions()[0].GetSeq() != 2 {
@@ -263,7 +262,7 @@ func TestDev(t *testing.T) {
 		"$ lehr push demo/app --file ",
 		"published demo/app version 1",
 		"==> demo/app version 1 landed on every host",
-		"$ lehr get demo/app\ndemo/app version 1",
+		"$ lehr get demo/app --control "+addr+"\ndemo/app version 1",
 		"$ lehr patch demo/app --base 1 --set-json limits/rps=250",
 		"patched demo/app version 2",
 		"$ lehr rollout wait demo/app",
@@ -290,7 +289,30 @@ func TestDev(t *testing.T) {
 		"zone zone-a: 1 distributor reporting, 4 agents connected",
 		"==> ready. The consumers above keep printing every change",
 		"lehr push demo/app --control "+addr+" --file my.json",
-		"lehr patch demo/app --control "+addr+" --base 4 --set greeting=hi")
+		"lehr patch demo/app --control "+addr+" --base 4 --set greeting=hi",
+		"export LEHR_CONTROL="+addr)
+
+	// Every command it printed reaches this control as printed (issue 31:
+	// they talked to whatever listened on 127.0.0.1:7400): lehr accepts
+	// it, and it names the address (but the agent's watch).
+	printed := 0
+	for _, l := range strings.Split(out, "\n") {
+		l = strings.TrimSpace(strings.TrimPrefix(l, "$ "))
+		if !strings.HasPrefix(l, "lehr ") {
+			continue
+		}
+		printed++
+		l, _, _ = strings.Cut(l, "  (")
+		if !strings.Contains(l, "--control "+addr) && !strings.HasPrefix(l, "lehr watch ") {
+			t.Errorf("lehr dev printed %q, which does not name its control at %s", l, addr)
+		}
+		if msg := checkCommandLine(t, l); msg != "" {
+			t.Errorf("lehr dev printed %q, which lehr does not accept: %s", l, msg)
+		}
+	}
+	if printed < 20 {
+		t.Errorf("lehr dev printed %d lehr commands; want the tour's and the hints'", printed)
+	}
 
 	// Every host's service called back for the publish (every key new)
 	// and for the patch (exactly the changed key), before it said so; the
@@ -431,8 +453,18 @@ func TestControlCommandServesUntilCanceled(t *testing.T) {
 	// cannot tell who they are. On the socket each caller is its local
 	// account, unix:<account>, and --as another is refused.
 	c := cli{t: t, addr: addr}
-	mustContain(t, "a change over plaintext TCP", c.fails("domain", "create", "demo"), "may only read", "unix", "--dev")
+	refusal := c.fails("domain", "create", "demo")
+	mustContain(t, "a change over plaintext TCP", refusal, "may only read", "unix", "--dev")
 	c.ok("domain", "list")
+	// The fix the refusal suggests works as printed (issue 31): the
+	// client flags before the command.
+	fix := suggested(t, refusal, "--control unix://")
+	if want := []string{"--control", "unix://" + sockPath, "COMMAND", "…"}; !slices.Equal(fix[0], want) {
+		t.Fatalf("the refusal suggests 'lehr %s', want 'lehr %s'", strings.Join(fix[0], " "), strings.Join(want, " "))
+	}
+	if code, _, errOut := runCLI(t, nil, append(fix[0][:2], "domain", "create", "demo")...); code != exitOK {
+		t.Fatalf("lehr %s domain create demo: exit %d\n%s", strings.Join(fix[0][:2], " "), code, errOut)
+	}
 	local := cli{t: t, addr: "unix://" + sockPath, identified: true}
 	me, err := user.Current()
 	if err != nil {
@@ -440,8 +472,12 @@ func TestControlCommandServesUntilCanceled(t *testing.T) {
 	}
 	mine := "unix:" + me.Username
 	mustContain(t, "--as mallory on the socket", local.fails("domain", "create", "demo", "--as", "mallory"), `you are "`+mine+`"`, "Drop --as")
-	local.ok("domain", "create", "demo")
 	mustContain(t, "the domain's creator and admin", local.ok("domain", "get", "demo"), "by "+mine, "admins              "+mine)
+	code, out, errOut := runCLI(t, nil, "--control", "unix://"+sockPath, "-o", "json", "domain", "get", "demo")
+	var d lehrpb.Domain
+	if err := parseJSON(out, &d); code != exitOK || err != nil || d.GetName() != "demo" {
+		t.Errorf("lehr --control unix://… -o json domain get demo: exit %d, %v\n%s%s", code, err, out, errOut)
+	}
 	mustContain(t, "stderr", stderr.String(), "lehr control: serving on "+addr)
 	cancel()
 	if got := nextNote(t, notes); got != "STOPPING=1" {

@@ -11,13 +11,16 @@ import (
 	"log/slog"
 	"math"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
+	"text/tabwriter"
 	"time"
 
 	"github.com/dustin/go-humanize"
 
 	"lehr.dev/lehr/client/producer"
+	"lehr.dev/lehr/internal/flaghelp"
 	"lehr.dev/lehr/proto/lehrpb"
 )
 
@@ -27,12 +30,76 @@ type doc struct {
 	summary  string   // one line
 	about    string   // a paragraph or two
 	examples []string // command lines, each with an optional "# comment"
+	// subs are the helps of the subcommands of a command whose
+	// subcommands share its flag set ("lehr rollout wait"), groups of
+	// them ("lehr rollout policy") too. parse finds the one the
+	// arguments name: its --help is that subcommand's, its usage errors
+	// name it, and it refuses the flags of other subcommands.
+	subs []subDoc
+}
+
+// subDoc is the help of a subcommand that shares its command's flag set.
+type subDoc struct {
+	path string // the words after the command: "wait", "policy set"
+	doc
+	// flags are the command's own flags the subcommand takes (the client
+	// flags go without saying); a group of subcommands takes none.
+	flags []string
 }
 
 // flags is a command's FlagSet with its help text.
 type flags struct {
 	*flag.FlagSet
 	doc doc
+	// sub is the subcommand of doc.subs the arguments name, once parse
+	// found it.
+	sub *subDoc
+}
+
+// Name is the command's name, with the subcommand the arguments name:
+// "lehr rollout wait".
+func (fs *flags) Name() string {
+	if fs.sub != nil {
+		return fs.FlagSet.Name() + " " + fs.sub.path
+	}
+	return fs.FlagSet.Name()
+}
+
+// findSub returns the subcommand of fs that pos names (the longest path
+// pos starts with), nil if none.
+func (fs *flags) findSub(pos []string) *subDoc {
+	var best *subDoc
+	for i := range fs.doc.subs {
+		s := &fs.doc.subs[i]
+		words := strings.Fields(s.path)
+		if len(words) <= len(pos) && slices.Equal(words, pos[:len(words)]) && (best == nil || len(s.path) > len(best.path)) {
+			best = s
+		}
+	}
+	return best
+}
+
+// children returns the subcommands right below path ("" for the
+// command's own).
+func (d *doc) children(path string) []subDoc {
+	var out []subDoc
+	for _, s := range d.subs {
+		parent, _, _ := cutLast(s.path)
+		if parent == path {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// cutLast splits "policy set" into "policy" and "set"; "wait" into "" and
+// "wait".
+func cutLast(path string) (parent, last string, ok bool) {
+	i := strings.LastIndexByte(path, ' ')
+	if i < 0 {
+		return "", path, false
+	}
+	return path[:i], path[i+1:], true
 }
 
 // newFlags returns the flags of a command whose --help prints d.
@@ -43,17 +110,37 @@ func newFlags(name string, d doc) *flags {
 	return &flags{FlagSet: fs, doc: d}
 }
 
-// printHelp writes the full help of fs.
+// printHelp writes the full help of fs: of the subcommand the arguments
+// name, if any. A command or group whose subcommands have helps of their
+// own lists them, and its client flags; each subcommand lists the flags
+// it takes.
 func printHelp(w io.Writer, fs *flags) {
-	d := fs.doc
+	d, path := fs.doc, ""
+	if fs.sub != nil {
+		d, path = fs.sub.doc, fs.sub.path
+	}
 	fmt.Fprintf(w, "%s — %s\n\nUsage: %s\n\n", fs.Name(), d.summary, d.usage)
 	fmt.Fprintln(w, strings.TrimSpace(d.about))
+	children := fs.doc.children(path)
+	if len(children) > 0 {
+		fmt.Fprintln(w, "\nSubcommands:")
+		tw := tabwriter.NewWriter(w, 0, 0, 3, ' ', 0)
+		for _, c := range children {
+			_, last, _ := cutLast(c.path)
+			fmt.Fprintf(tw, "  %s\t%s\n", last, c.summary)
+		}
+		tw.Flush()
+	}
 	var own, client []*flag.Flag
 	isClient := fs.Lookup("control") != nil // a command that talks to control
 	fs.VisitAll(func(f *flag.Flag) {
-		if isClient && clientFlagNames[f.Name] {
+		switch {
+		case isClient && slices.Contains(clientFlagNames, f.Name):
 			client = append(client, f)
-		} else {
+		case fs.sub != nil && !slices.Contains(fs.sub.flags, f.Name):
+		case fs.sub == nil && len(fs.doc.subs) > 0:
+			// Each subcommand lists its own.
+		default:
 			own = append(own, f)
 		}
 	})
@@ -65,12 +152,14 @@ func printHelp(w io.Writer, fs *flags) {
 			fmt.Fprintf(w, "  %s\n", ex)
 		}
 	}
+	if len(children) > 0 {
+		fmt.Fprintf(w, "\nRun '%s SUBCOMMAND --help' for a subcommand's flags and examples.\n", fs.Name())
+	}
 }
 
-// clientFlagNames are the flags addClientFlags defines.
-var clientFlagNames = map[string]bool{
-	"control": true, "as": true, "o": true, "tls-ca": true, "tls-cert": true, "tls-key": true, "timeout": true,
-}
+// clientFlagNames are the flags addClientFlags defines, in the order lehr's
+// help lists them. They may come before the command too (run).
+var clientFlagNames = []string{"control", "as", "o", "timeout", "tls-ca", "tls-cert", "tls-key"}
 
 // writeFlags prints a group of flags, GNU style: "--name VALUE", with the
 // usage below and the default when it is not the zero value.
@@ -79,23 +168,7 @@ func writeFlags(w io.Writer, title string, fl []*flag.Flag) {
 		return
 	}
 	fmt.Fprintf(w, "\n%s:\n", title)
-	for _, f := range fl {
-		arg, usage := flag.UnquoteUsage(f)
-		dash := "--"
-		if len(f.Name) == 1 {
-			dash = "-"
-		}
-		line := "  " + dash + f.Name
-		if arg != "" {
-			line += " " + arg
-		}
-		switch f.DefValue {
-		case "", "0", "false", "[]":
-		default:
-			usage += fmt.Sprintf(" (default %s)", f.DefValue)
-		}
-		fmt.Fprintf(w, "%s\n      %s\n", line, usage)
-	}
+	flaghelp.Write(w, fl)
 }
 
 // parse parses args with flags and positional arguments in any order ("--"
@@ -105,29 +178,53 @@ func parse(e *env, fs *flags, args []string) (pos []string, code int, ok bool) {
 	for {
 		err := fs.Parse(args)
 		if errors.Is(err, flag.ErrHelp) {
+			fs.sub = fs.findSub(pos)
 			printHelp(e.stdout, fs)
 			return nil, exitOK, false
 		}
 		if err != nil {
+			fs.sub = fs.findSub(append(pos, fs.Args()...))
 			return nil, usageError(e, fs, "%v", err), false
 		}
 		rest := fs.Args()
 		if len(rest) == 0 {
-			return pos, exitOK, true
+			break
 		}
 		if used := len(args) - len(rest); used > 0 && args[used-1] == "--" {
-			return append(pos, rest...), exitOK, true
+			pos = append(pos, rest...)
+			break
 		}
 		pos = append(pos, rest[0])
 		args = rest[1:]
 	}
+	if len(fs.doc.subs) == 0 {
+		return pos, exitOK, true
+	}
+	fs.sub = fs.findSub(pos)
+	if fs.sub == nil || len(fs.doc.children(fs.sub.path)) > 0 {
+		return pos, exitOK, true // the command reports a missing or unknown subcommand
+	}
+	var stray []string
+	fs.Visit(func(f *flag.Flag) {
+		if !slices.Contains(fs.sub.flags, f.Name) && !slices.Contains(clientFlagNames, f.Name) {
+			stray = append(stray, flaghelp.Name(f.Name))
+		}
+	})
+	if len(stray) > 0 {
+		return nil, usageError(e, fs, "%s %s not a flag of %s", strings.Join(stray, ", "), plural(len(stray), "is", "are"), fs.Name()), false
+	}
+	return pos, exitOK, true
 }
 
 // usageError reports a command-line mistake and returns exitUsage.
 func usageError(e *env, fs *flags, format string, args ...any) int {
 	fmt.Fprintf(e.stderr, "%s: %s\n", fs.Name(), fmt.Sprintf(format, args...))
-	if fs.doc.usage != "" {
-		fmt.Fprintf(e.stderr, "Usage: %s\n", fs.doc.usage)
+	usage := fs.doc.usage
+	if fs.sub != nil {
+		usage = fs.sub.usage
+	}
+	if usage != "" {
+		fmt.Fprintf(e.stderr, "Usage: %s\n", usage)
 	}
 	fmt.Fprintf(e.stderr, "Run '%s --help' for flags and examples.\n", fs.Name())
 	return exitUsage
@@ -159,17 +256,23 @@ type clientFlags struct {
 	tlsKey  string
 	tlsCA   string
 	timeout time.Duration
+	// checkOnly: dial fails with errCheckOnly (env.checkOnly).
+	checkOnly bool
 }
 
+// errCheckOnly is what dial returns under env.checkOnly: reportError
+// returns exitOK for it, silently.
+var errCheckOnly = errors.New("lehr: command line checked; not dialling (env.checkOnly)")
+
 func addClientFlags(fs *flags, e *env) *clientFlags {
-	cf := &clientFlags{}
+	cf := &clientFlags{checkOnly: e.checkOnly}
 	def := e.env("LEHR_CONTROL")
 	if def == "" {
 		def = producer.DefaultAddress
 	}
 	fs.StringVar(&cf.control, "control", def, "control plane `address`: host:port, a comma-separated list of them (one per control replica: calls go to any that is up), or unix:///path (env LEHR_CONTROL)")
 	fs.StringVar(&cf.as, "as", e.env("LEHR_AS"), "`author` to assert, honoured only by a control in dev mode that cannot tell who you are; one that can (client certificate, --socket) records your identity and refuses any other --as (env LEHR_AS)")
-	fs.StringVar(&cf.output, "o", "text", "output `format`: text (control characters of stored data escaped, as \\x1b), or json (protojson of the response, exact, for scripts)")
+	fs.StringVar(&cf.output, "o", "text", "output `format`: text (control characters of stored data escaped, as \\x1b), or json (for scripts: the API's field names, numbers as numbers, each value as its content type says; docs/cli.md)")
 	fs.StringVar(&cf.tlsCA, "tls-ca", "", "CA certificate `file` to verify control with (enables TLS)")
 	fs.StringVar(&cf.tlsCert, "tls-cert", "", "client certificate `file` for mutual TLS (with --tls-key)")
 	fs.StringVar(&cf.tlsKey, "tls-key", "", "client private key `file` for mutual TLS")
@@ -224,6 +327,9 @@ func (cf *clientFlags) tlsConfig() (*tls.Config, error) {
 
 // dial returns a producer client configured by the flags.
 func (cf *clientFlags) dial() (*producer.Client, error) {
+	if cf.checkOnly {
+		return nil, errCheckOnly
+	}
 	tc, err := cf.tlsConfig()
 	if err != nil {
 		return nil, err

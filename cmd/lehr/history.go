@@ -18,7 +18,9 @@ func runHistory(ctx context.Context, e *env, args []string) int {
 author, how it was made (snapshot, patch of N, rollback to N), size, the start
 of its checksum and its message. History is bounded by the control plane's
 retention policy; versions that are some zone's goal are always kept.
-'lehr history compact' removes old versions now (see its --help).`,
+
+Subcommands:
+  compact   remove old versions now ('lehr history compact --help')`,
 		examples: []string{
 			"lehr history demo/app",
 			"lehr history demo/app --limit 100",
@@ -85,6 +87,7 @@ domain's admins may; the call is audited with --message.`,
 	cf := addClientFlags(fs, e)
 	keep := fs.Int("keep", 0, "keep the newest `N` versions (1 or more)")
 	message := fs.String("message", "", "why, for the audit log")
+	fs.StringVar(message, "m", "", "short for --message")
 	pos, code, ok := parse(e, fs, args)
 	if !ok {
 		return code

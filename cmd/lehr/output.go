@@ -11,7 +11,6 @@ import (
 	"text/tabwriter"
 
 	"google.golang.org/grpc/codes"
-	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -19,17 +18,6 @@ import (
 	"lehr.dev/lehr/internal/termtext"
 	"lehr.dev/lehr/proto/lehrpb"
 )
-
-// printJSON writes m as one protojson object. Bytes fields (property
-// values) are base64, as protojson defines.
-func printJSON(w io.Writer, m proto.Message) error {
-	b, err := protojson.MarshalOptions{Multiline: true, Indent: "  "}.Marshal(m)
-	if err != nil {
-		return fmt.Errorf("encode json: %w", err)
-	}
-	_, err = fmt.Fprintf(w, "%s\n", b)
-	return err
-}
 
 // errorContext helps reportError explain an API error in the terms of the
 // command line.
@@ -53,6 +41,9 @@ var indexedField = regexp.MustCompile(`^([a-z_]+)\[(\d+)\]`)
 
 // reportError prints err for a person and returns exitError.
 func reportError(e *env, cmd string, err error, ec errorContext) int {
+	if errors.Is(err, errCheckOnly) {
+		return exitOK
+	}
 	var perr *producer.Error
 	if !errors.As(err, &perr) {
 		fmt.Fprintf(e.stderr, "%s: %s\n", cmd, clean(err.Error()))

@@ -32,6 +32,7 @@ Each flag may be repeated; each key may appear once.`,
 	var pf patchFlags
 	base := fs.Uint64("base", 0, "the `version` the change is based on (required; see 'lehr get NS')")
 	msg := fs.String("message", "", "why: recorded in history")
+	fs.StringVar(msg, "m", "", "short for --message")
 	fs.Var(&pf.set, "set", "set key to a text value: `KEY=VALUE` (repeatable)")
 	fs.Var(&pf.setJSON, "set-json", "set key to a JSON value: `KEY=JSON` (repeatable)")
 	fs.Var(&pf.setFile, "set-file", "set key to a file's content: `KEY=@PATH` (repeatable)")

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -12,85 +11,137 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"google.golang.org/protobuf/encoding/protojson"
-	"google.golang.org/protobuf/proto"
-
 	"lehr.dev/lehr/canary"
 	"lehr.dev/lehr/internal/content"
-	"lehr.dev/lehr/internal/termtext"
 	"lehr.dev/lehr/policy"
 	"lehr.dev/lehr/preview"
 	"lehr.dev/lehr/proto/lehrpb"
 )
 
 func runPolicy(ctx context.Context, e *env, args []string) int {
+	expDoc := func(path, usage, summary, about string, flags []string, examples ...string) subDoc {
+		return subDoc{path: "experiment " + path, flags: flags, doc: doc{usage: "lehr policy experiment " + usage, summary: summary, about: about, examples: examples}}
+	}
 	fs := newFlags("lehr policy", doc{
-		usage:   "lehr policy get NS | lehr policy eval NS --input JSON | lehr policy delete NS [--etag vN] | lehr policy experiment create|update|get|list|delete|start|stop|commit|counts NS [ID] [flags]",
+		usage:   "lehr policy get|eval|delete NS | lehr policy experiment create|update|get|list|delete|start|stop|commit|counts NS [ID] [flags]",
 		summary: "show and test policy namespaces; preview changes to them as experiments",
 		about: `A policy namespace holds rules ({"effect": "allow"|"deny", "condition": CEL,
 "sensitive": [input paths kept out of logs]}); services decide with them
 through the consumer library (deny overrides allow; no match denies; no rules
 at all allows). docs/preview.md walks through previewing a change.
 
-  get NS                        the live rules and their etag ("v" + version)
-  eval NS --input JSON          decide for one input with the live rules, here
-                                (--experiment ID: with the experiment's too)
-  delete NS [--etag vN]         delete the live policy and, with it, every
-                                experiment of it (one step): its next version
-                                is the no-op policy (allows everything) and
-                                rolls out by the rollout policy; publishing
-                                rules (or rolling back) creates it again
-
-An experiment is a new configuration of a policy, evaluated beside the live
-rules on real traffic at every host that consumes the policy, never enforced
-(AIP-236). At most 5 per policy.
-
-  experiment create NS ID -f RULES   RULES: a JSON or YAML object of rules by key,
-                                     like a push file; an empty object previews
-                                     deleting the policy
-  experiment update NS ID [-f RULES] [--annotation K=V]... [--etag E]
-                                     (suspends an active experiment)
-  experiment get NS ID
-  experiment list NS [--active | --filter F]
-  experiment delete NS ID [--etag E]
-  experiment start|stop NS ID        hosts start or stop evaluating it; each
-                                     disagreement is logged by the service as a
-                                     "PolicyPreviewLog {...}" line
-  experiment counts NS ID            live → experiment decisions hosts counted,
-                                     per zone and in all
-  experiment commit NS ID --etag E [--parent-etag P]
-                                     [--min-evaluations N] [--max-disagreement R]
-                                     make it the live policy (a new version that
-                                     rolls out by the rollout policy) and delete it
-
 -o json prints the resources with the API's field names (preview_metadata,
-log_prefix, start_time...) and rule values as JSON.`,
+log_prefix, start_time...) and rule values as JSON (docs/cli.md).`,
 		examples: []string{
 			"lehr policy get shop/fw",
-			`lehr policy eval shop/fw --input '{"principal": {"user": "eve"}}'`,
 			"lehr policy experiment create shop/fw deny-eve -f rules.yaml",
-			"lehr policy experiment start shop/fw deny-eve",
-			"lehr policy experiment counts shop/fw deny-eve",
-			"lehr policy experiment list shop/fw --active -o json",
-			"lehr policy experiment commit shop/fw deny-eve --etag 33ffa2f5422b9f6a --parent-etag v1 --max-disagreement 0.3",
-			"lehr policy delete shop/fw --etag v7 -m 'replaced by shop/fw2'",
+		},
+		subs: []subDoc{
+			{path: "get", doc: doc{
+				usage:    "lehr policy get NS [flags]",
+				summary:  "the live rules and their etag",
+				about:    `Shows policy namespace NS's live rules, each with its effect, condition and sensitive paths, and the policy's etag ("v" + its version).`,
+				examples: []string{"lehr policy get shop/fw", "lehr policy get shop/fw -o json"},
+			}},
+			{path: "eval", flags: []string{"input", "experiment"}, doc: doc{
+				usage:   "lehr policy eval NS --input JSON [--experiment ID] [flags]",
+				summary: "decide for one input with the live rules, here",
+				about: `Decides, here, for one input with NS's live rules (and, with --experiment
+ID, with the experiment's too), and says which rules matched. The input is
+{"request": {...}, "principal": {...}, "now": RFC 3339}, each part optional.`,
+				examples: []string{
+					`lehr policy eval shop/fw --input '{"principal": {"user": "eve"}}'`,
+					`lehr policy eval shop/fw --input '{"request": {"path": "/admin"}}' --experiment deny-eve`,
+				},
+			}},
+			{path: "delete", flags: []string{"etag", "message", "m"}, doc: doc{
+				usage:   "lehr policy delete NS [--etag vN] [--message M] [flags]",
+				summary: "delete the live policy and every experiment of it",
+				about: `Deletes the live policy and, with it, every experiment of it (one step): its
+next version is the no-op policy (allows everything) and rolls out by the
+rollout policy; publishing rules (or rolling back) creates it again. --etag
+vN deletes only if the live etag is still vN.`,
+				examples: []string{"lehr policy delete shop/fw --etag v7 -m 'replaced by shop/fw2'", "lehr policy delete shop/fw -o json"},
+			}},
+			{path: "experiment", doc: doc{
+				usage:   "lehr policy experiment create|update|get|list|delete|start|stop|commit|counts NS [ID] [flags]",
+				summary: "preview changes to a policy on real traffic (AIP-236)",
+				about: `An experiment is a new configuration of a policy, evaluated beside the live
+rules on real traffic at every host that consumes the policy, never enforced
+(AIP-236). At most 5 per policy. Hosts start evaluating it when it is started;
+each disagreement is logged by the service as a "PolicyPreviewLog {...}"
+line, and counted.`,
+				examples: []string{"lehr policy experiment list shop/fw", "lehr policy experiment counts shop/fw deny-eve"},
+			}},
+			expDoc("create", "create NS ID --file RULES [--annotation K=V]... [flags]", "create an experiment from a file of rules",
+				`Creates experiment ID of policy NS from RULES: a JSON or YAML object of rules by
+key, like a push file (- reads standard input); an empty object previews
+deleting the policy. It is not evaluated until started.`,
+				[]string{"file", "f", "annotation"},
+				"lehr policy experiment create shop/fw deny-eve -f rules.yaml",
+				"lehr policy experiment create shop/fw no-policy -f - --annotation ticket=OPS-7"),
+			expDoc("update", "update NS ID [--file RULES] [--annotation K=V]... [--etag E] [flags]", "change an experiment's rules or annotations",
+				"Replaces the experiment's rules (--file) and/or sets annotations; an active experiment is suspended. --etag E changes it only if its etag is still E.",
+				[]string{"file", "f", "annotation", "etag"},
+				"lehr policy experiment update shop/fw deny-eve -f rules-v2.yaml",
+				"lehr policy experiment update shop/fw deny-eve --annotation reviewed=yes --etag 33ffa2f5422b9f6a"),
+			expDoc("get", "get NS ID [flags]", "one experiment, with its rules and state",
+				"Shows experiment ID: its state, etag, parent etag, annotations and rules.",
+				nil,
+				"lehr policy experiment get shop/fw deny-eve",
+				"lehr policy experiment get shop/fw deny-eve -o json"),
+			expDoc("list", "list NS [--active | --filter F] [flags]", "the experiments of a policy",
+				"Lists policy NS's experiments; --active those being previewed, --filter an AIP-160 filter.",
+				[]string{"active", "filter"},
+				"lehr policy experiment list shop/fw --active -o json",
+				"lehr policy experiment list shop/fw --filter 'preview_metadata.state = ACTIVE'"),
+			expDoc("delete", "delete NS ID [--etag E] [flags]", "delete an experiment",
+				"Deletes experiment ID; --etag E only if its etag is still E.",
+				[]string{"etag"},
+				"lehr policy experiment delete shop/fw deny-eve",
+				"lehr policy experiment delete shop/fw deny-eve --etag 33ffa2f5422b9f6a"),
+			expDoc("start", "start NS ID [flags]", "hosts start evaluating the experiment",
+				`Starts previewing the experiment: hosts evaluate it beside the live rules, log
+each disagreement ("PolicyPreviewLog {...}") and count the decisions.`,
+				nil,
+				"lehr policy experiment start shop/fw deny-eve",
+				"lehr policy experiment start shop/fw deny-eve -o json"),
+			expDoc("stop", "stop NS ID [flags]", "hosts stop evaluating the experiment",
+				"Stops previewing the experiment; its counts are kept.",
+				nil,
+				"lehr policy experiment stop shop/fw deny-eve",
+				"lehr policy experiment stop shop/fw deny-eve -o json"),
+			expDoc("counts", "counts NS ID [flags]", "live → experiment decisions the hosts counted",
+				"Shows the decisions hosts counted while previewing the experiment, live → experiment (allow→allow, deny→deny, allow→deny, deny→allow), per zone and in all, with the share that disagreed.",
+				nil,
+				"lehr policy experiment counts shop/fw deny-eve",
+				"lehr policy experiment counts shop/fw deny-eve -o json"),
+			expDoc("commit", "commit NS ID --etag E [--parent-etag P] [--min-evaluations N] [--max-disagreement R] [--message M] [flags]", "make the experiment the live policy",
+				`Makes the experiment the live policy — a new version that rolls out by the
+rollout policy — and deletes it. --etag is the etag of the experiment you
+reviewed ('lehr policy experiment get' shows it); --parent-etag replaces the
+live policy only if its etag is still P; --min-evaluations and
+--max-disagreement refuse while the counts say it is not ready.`,
+				[]string{"etag", "parent-etag", "min-evaluations", "max-disagreement", "message", "m"},
+				"lehr policy experiment commit shop/fw deny-eve --etag 33ffa2f5422b9f6a --parent-etag v1 --max-disagreement 0.3",
+				"lehr policy experiment commit shop/fw deny-eve --etag 33ffa2f5422b9f6a --min-evaluations 1000 -m 'reviewed'"),
 		},
 	})
 	cf := addClientFlags(fs, e)
-	file := fs.String("file", "", "with create and update: JSON or YAML `file` of rules by key; - reads standard input")
+	file := fs.String("file", "", "JSON or YAML `file` of rules by key; - reads standard input")
 	fs.StringVar(file, "f", "", "short for --file")
 	var annotations stringList
-	fs.Var(&annotations, "annotation", "with create and update: an annotation `key=value` (repeatable)")
-	etag := fs.String("etag", "", "with experiment update, delete: change only if the experiment's etag is still `E`; with commit: required; with policy delete: delete only if the live etag is still E")
-	parentEtag := fs.String("parent-etag", "", "with commit: replace the live policy only if its etag is still `P`")
-	minEval := fs.Uint64("min-evaluations", 0, "with commit: refuse while hosts counted fewer than `N` decisions")
-	maxDis := fs.Float64("max-disagreement", 0, "with commit: refuse while the experiment disagreed on more than share `R` (0 to 1) of decisions")
-	msg := fs.String("message", "", "with commit and delete: why, recorded in the version's history")
+	fs.Var(&annotations, "annotation", "an annotation `key=value` (repeatable)")
+	etag := fs.String("etag", "", "the `etag` the experiment (or, for policy delete, the live policy) must still have; experiment commit: the experiment's, required")
+	parentEtag := fs.String("parent-etag", "", "replace the live policy only if its etag is still `P`")
+	minEval := fs.Uint64("min-evaluations", 0, "refuse while hosts counted fewer than `N` decisions")
+	maxDis := fs.Float64("max-disagreement", 0, "refuse while the experiment disagreed on more than share `R` (0 to 1) of decisions")
+	msg := fs.String("message", "", "why, recorded in the version's history")
 	fs.StringVar(msg, "m", "", "short for --message")
-	filter := fs.String("filter", "", "with list: an AIP-160 `filter`, e.g. 'preview_metadata.state = ACTIVE'")
-	active := fs.Bool("active", false, "with list: only experiments being previewed")
-	input := fs.String("input", "", "with eval: the `JSON` input, {\"request\": {...}, \"principal\": {...}, \"now\": RFC 3339}")
-	experiment := fs.String("experiment", "", "with eval: also decide with experiment `ID`")
+	filter := fs.String("filter", "", "an AIP-160 `filter`, e.g. 'preview_metadata.state = ACTIVE'")
+	active := fs.Bool("active", false, "only experiments being previewed")
+	input := fs.String("input", "", "the `JSON` input, {\"request\": {...}, \"principal\": {...}, \"now\": RFC 3339}")
+	experiment := fs.String("experiment", "", "also decide with experiment `ID`")
 	pos, code, ok := parse(e, fs, args)
 	if !ok {
 		return code
@@ -103,36 +154,36 @@ log_prefix, start_time...) and rule values as JSON.`,
 	}
 	switch pos[0] {
 	case "get", "eval", "delete":
-		if code, ok := wantArgs(e, fs, pos[1:], 1, "a policy namespace NS after "+pos[0]); !ok {
+		if code, ok := wantArgs(e, fs, pos[1:], 1, "a policy namespace NS"); !ok {
 			return code
 		}
 		if pos[0] == "eval" && *input == "" {
-			return usageError(e, fs, "eval needs --input JSON")
+			return usageError(e, fs, "needs --input JSON")
 		}
 	case "experiment":
 		if len(pos) < 2 {
-			return usageError(e, fs, "missing action after experiment: create, update, get, list, delete, start, stop, commit or counts")
+			return usageError(e, fs, "missing action: create, update, get, list, delete, start, stop, commit or counts")
 		}
 		switch act := pos[1]; act {
 		case "list":
-			if code, ok := wantArgs(e, fs, pos[2:], 1, "a policy namespace NS after experiment list"); !ok {
+			if code, ok := wantArgs(e, fs, pos[2:], 1, "a policy namespace NS"); !ok {
 				return code
 			}
 			if *active && *filter != "" {
 				return usageError(e, fs, "give --active or --filter, not both")
 			}
 		case "create", "update", "get", "delete", "start", "stop", "commit", "counts":
-			if code, ok := wantArgs(e, fs, pos[2:], 2, "a policy namespace NS and an experiment ID after experiment "+act); !ok {
+			if code, ok := wantArgs(e, fs, pos[2:], 2, "a policy namespace NS and an experiment ID"); !ok {
 				return code
 			}
 			if act == "create" && *file == "" {
-				return usageError(e, fs, "experiment create needs --file RULES (an empty object {} previews deleting the policy)")
+				return usageError(e, fs, "needs --file RULES (an empty object {} previews deleting the policy)")
 			}
 			if act == "commit" && *etag == "" {
-				return usageError(e, fs, "experiment commit needs --etag E: the etag of the experiment you reviewed ('lehr policy experiment get' shows it)")
+				return usageError(e, fs, "needs --etag E: the etag of the experiment you reviewed ('lehr policy experiment get' shows it)")
 			}
 			if act == "update" && *file == "" && len(annotations) == 0 {
-				return usageError(e, fs, "experiment update needs --file RULES and/or --annotation K=V")
+				return usageError(e, fs, "needs --file RULES and/or --annotation K=V")
 			}
 		default:
 			return usageError(e, fs, "unknown action %q after experiment: want create, update, get, list, delete, start, stop, commit or counts", act)
@@ -182,7 +233,7 @@ log_prefix, start_time...) and rule values as JSON.`,
 			return fail(err)
 		}
 		if cf.json() {
-			return printResource(e, p)
+			return printOrFail(e, p)
 		}
 		fmt.Fprintf(e.stdout, "policy %s (%s), etag %s\n", ns, clean(p.GetName()), clean(p.GetEtag()))
 		writeRules(e.stdout, p.GetRules())
@@ -193,7 +244,7 @@ log_prefix, start_time...) and rule values as JSON.`,
 			return fail(err)
 		}
 		if cf.json() {
-			return printResource(e, md)
+			return printOrFail(e, md)
 		}
 		v := md.GetVersion()
 		fmt.Fprintf(e.stdout, "deleted policy %s: version %d is the no-op policy (allows everything)", ns, v.GetSeq())
@@ -232,7 +283,7 @@ log_prefix, start_time...) and rule values as JSON.`,
 			return fail(err)
 		}
 		if cf.json() {
-			return printResource(e, &lehrpb.ListPolicyExperimentsResponse{PolicyExperiments: exps})
+			return printOrFail(e, &lehrpb.ListPolicyExperimentsResponse{PolicyExperiments: exps})
 		}
 		writeExperiments(e.stdout, exps)
 		return exitOK
@@ -242,7 +293,7 @@ log_prefix, start_time...) and rule values as JSON.`,
 			return fail(err)
 		}
 		if cf.json() {
-			return printResource(e, counts)
+			return printOrFail(e, counts)
 		}
 		writeCounts(e.stdout, counts)
 		return exitOK
@@ -254,7 +305,7 @@ log_prefix, start_time...) and rule values as JSON.`,
 			return fail(err)
 		}
 		if cf.json() {
-			return printResource(e, md)
+			return printOrFail(e, md)
 		}
 		writeCommit(e.stdout, id, ns, md)
 		return exitOK
@@ -273,7 +324,7 @@ log_prefix, start_time...) and rule values as JSON.`,
 		return fail(err)
 	}
 	if cf.json() {
-		return printResource(e, exp)
+		return printOrFail(e, exp)
 	}
 	switch act {
 	case "delete":
@@ -384,60 +435,6 @@ func evalPolicy(ctx context.Context, e *env, cmd string, p *lehrpb.Policy, exp *
 	}
 	tw.Flush()
 	return exitOK
-}
-
-// printResource prints m as JSON with the API's (snake_case) field names
-// and every rule value that is JSON embedded as JSON, text as a string.
-func printResource(e *env, m proto.Message) int {
-	b, err := protojson.MarshalOptions{UseProtoNames: true}.Marshal(m)
-	if err != nil {
-		fmt.Fprintf(e.stderr, "lehr: encode json: %v\n", err)
-		return exitError
-	}
-	var doc any
-	if err := json.Unmarshal(b, &doc); err != nil {
-		fmt.Fprintf(e.stderr, "lehr: encode json: %v\n", err)
-		return exitError
-	}
-	readableRules(doc)
-	out, _ := json.MarshalIndent(doc, "", "  ")
-	fmt.Fprintf(e.stdout, "%s\n", out)
-	return exitOK
-}
-
-// readableRules replaces the base64 "value" of every object under a
-// "rules" list with the JSON document or text it holds.
-func readableRules(doc any) {
-	switch x := doc.(type) {
-	case map[string]any:
-		for k, v := range x {
-			if list, ok := v.([]any); ok && k == "rules" {
-				for _, r := range list {
-					rm, ok := r.(map[string]any)
-					if !ok {
-						continue
-					}
-					s, _ := rm["value"].(string)
-					raw, err := base64.StdEncoding.DecodeString(s)
-					if err != nil {
-						continue
-					}
-					var j any
-					if json.Unmarshal(raw, &j) == nil {
-						rm["value"] = j
-					} else if termtext.Printable(raw) {
-						rm["value"] = string(raw)
-					}
-				}
-				continue
-			}
-			readableRules(v)
-		}
-	case []any:
-		for _, v := range x {
-			readableRules(v)
-		}
-	}
 }
 
 // writeRules prints rules one per line: key, effect and condition.

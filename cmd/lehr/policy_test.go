@@ -85,14 +85,14 @@ func TestPolicyExperimentCLI(t *testing.T) {
 	mustContain(t, "delete with a stale etag", c.fails("policy", "delete", "shop/fw", "--etag", "v1"), "not the live policy's etag", "nothing was deleted")
 	var md struct {
 		Version struct {
-			Seq string `json:"seq"`
+			Seq uint64 `json:"seq"`
 		} `json:"version"`
 		DeletedExperiments []string `json:"deleted_experiments"`
 	}
 	if err := json.Unmarshal([]byte(c.ok("policy", "delete", "shop/fw", "--etag", "v2", "-m", "retire", "-o", "json")), &md); err != nil {
 		t.Fatal(err)
 	}
-	if md.Version.Seq != "3" || len(md.DeletedExperiments) != 1 || md.DeletedExperiments[0] != "domains/shop/policies/fw/experiments/later" {
+	if md.Version.Seq != 3 || len(md.DeletedExperiments) != 1 || md.DeletedExperiments[0] != "domains/shop/policies/fw/experiments/later" {
 		t.Errorf("delete -o json: %+v; want version 3 and the experiment later", md)
 	}
 	mustContain(t, "get after delete", c.fails("policy", "get", "shop/fw"), "was deleted", "creates it again")

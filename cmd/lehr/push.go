@@ -30,6 +30,7 @@ people pushing at once cannot silently overwrite each other.`,
 	cf := addClientFlags(fs, e)
 	file := fs.String("file", "", "JSON or YAML `file` with the new content; - reads standard input")
 	msg := fs.String("message", "", "why: recorded in history")
+	fs.StringVar(msg, "m", "", "short for --message")
 	kind := fs.String("kind", "", "namespace `kind` when the push creates it: config (default) or policy")
 	expect := fs.Uint64("expect-version", 0, "publish only if the latest version is still `N`")
 	pos, code, ok := parse(e, fs, args)

@@ -24,6 +24,7 @@ history; see 'lehr history NS'.`,
 	cf := addClientFlags(fs, e)
 	to := fs.Uint64("to", 0, "the `version` whose content to republish (required)")
 	msg := fs.String("message", "", "why: recorded in history")
+	fs.StringVar(msg, "m", "", "short for --message")
 	expect := fs.Uint64("expect-version", 0, "roll back only if the latest version is still `N`")
 	pos, code, ok := parse(e, fs, args)
 	if !ok {

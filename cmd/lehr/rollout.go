@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"strconv"
@@ -13,6 +14,7 @@ import (
 
 	"google.golang.org/protobuf/encoding/protojson"
 
+	"lehr.dev/lehr/client/producer"
 	"lehr.dev/lehr/control/rollout"
 	"lehr.dev/lehr/internal/jsonyaml"
 	"lehr.dev/lehr/proto/lehrpb"
@@ -20,38 +22,111 @@ import (
 
 func runRollout(ctx context.Context, e *env, args []string) int {
 	fs := newFlags("lehr rollout", doc{
-		usage:   "lehr rollout status|events|pause|resume|abort|promote|wait NS | lehr rollout list [NS] | lehr rollout policy get|set|delete|history SCOPE [flags]",
+		usage:   "lehr rollout status|events|list|pause|resume|abort|promote|wait [NS] | lehr rollout policy get|set|delete|history SCOPE [flags]",
 		summary: "follow and steer rollouts; show and set rollout policies",
-		about: `A rollout policy says how a new version reaches the fleet: an ordered list
+		about: `Unless control runs with --rollouts=false, every version after a namespace's
+first is a rollout: it moves through the stages of its rollout policy — a few
+canary hosts per zone, whole zones, or a percentage of their hosts — baking
+for a while and checking health before the next stage, and is rolled back on
+evidence. A namespace's first version and a rollback go to every zone at once.
+Without a policy of its own or its domain's, control's built-in default
+applies: one canary host per zone, then the first zone, then the rest.`,
+		examples: []string{
+			"lehr rollout status payments/limits",
+			"lehr push payments/limits --file limits.yaml && lehr rollout wait payments/limits",
+			"lehr rollout policy get payments/limits",
+		},
+		subs: []subDoc{
+			{path: "status", flags: []string{"version"}, doc: doc{
+				usage:   "lehr rollout status NS [--version V] [flags]",
+				summary: "stage, hosts applied, time left in the bake, why it waits",
+				about: `Shows the rollout of namespace NS's latest version (--version V: of version V):
+its state, its stages with the current one marked, its canary hosts, and on
+the last line why it waits (docs/operations.md, "Rollouts", says what each
+reason means and what to do).`,
+				examples: []string{"lehr rollout status payments/limits", "lehr rollout status payments/limits --version 41 -o json"},
+			}},
+			{path: "events", flags: []string{"version"}, doc: doc{
+				usage:    "lehr rollout events NS [--version V] [flags]",
+				summary:  "every decision, with the numbers behind it",
+				about:    "Lists every decision of the rollout — started, stage entered, applied, advanced, paused, rolled back… — with when, who and why.",
+				examples: []string{"lehr rollout events payments/limits", "lehr rollout events payments/limits -o json | jq -r '.events[].kind'"},
+			}},
+			{path: "list", flags: []string{"active"}, doc: doc{
+				usage:    "lehr rollout list [NS] [--active] [flags]",
+				summary:  "rollouts, of NS or of every namespace",
+				about:    "Lists the rollouts of namespace NS (of every namespace without NS), oldest first; --active lists the running and paused ones only.",
+				examples: []string{"lehr rollout list --active", "lehr rollout list payments/limits"},
+			}},
+			{path: "pause", flags: []string{"version", "message", "m"}, doc: doc{
+				usage:    "lehr rollout pause NS [--version V] [--message M] [flags]",
+				summary:  "hold a rollout (its checks still run)",
+				about:    "Holds the rollout where it is: no next stage until resumed; its health checks still run and can still roll it back. Control acts within a second.",
+				examples: []string{"lehr rollout pause payments/limits -m 'looking into the error rate'", "lehr rollout pause payments/limits --version 41"},
+			}},
+			{path: "resume", flags: []string{"version", "message", "m"}, doc: doc{
+				usage:    "lehr rollout resume NS [--version V] [--message M] [flags]",
+				summary:  "let a paused rollout go on (its bake starts over)",
+				about:    "Lets a paused rollout go on; the bake of its current stage starts over.",
+				examples: []string{"lehr rollout resume payments/limits", "lehr rollout resume payments/limits -m 'false alarm'"},
+			}},
+			{path: "abort", flags: []string{"version", "message", "m"}, doc: doc{
+				usage:    "lehr rollout abort NS [--version V] [--message M] [flags]",
+				summary:  "end a rollout and roll every host back",
+				about:    "Ends the rollout and rolls every zone back: a new version with the content of the version the rollout started from becomes every zone's goal.",
+				examples: []string{"lehr rollout abort payments/limits -m 'wrong limits'", "lehr rollout abort payments/limits --version 41"},
+			}},
+			{path: "promote", flags: []string{"version", "message", "m"}, doc: doc{
+				usage:    "lehr rollout promote NS [--version V] [--message M] [flags]",
+				summary:  "skip the rest of the current stage's bake",
+				about:    "Skips the rest of the bake of the rollout's current stage: it advances at the strategist's next round if its checks pass. A freeze window is not skipped.",
+				examples: []string{"lehr rollout promote payments/limits", "lehr rollout promote payments/limits -m 'verified by hand'"},
+			}},
+			{path: "wait", flags: []string{"version"}, doc: doc{
+				usage:   "lehr rollout wait NS [--version V] [--timeout D] [flags]",
+				summary: "print progress until the rollout ends",
+				about: `Prints the rollout's progress, a line whenever its stage, state or reason
+changes, until it ends; with -o json the rollout as it ended. It waits for a
+rollout the strategist has yet to start (right after a push), for as long as
+its stages and bakes take — or --timeout, when given.
+
+Exit status: 0 the rollout succeeded; 1 it failed, was aborted or superseded,
+or --timeout passed first; 3 at once when there is nothing to wait for, the
+version having no rollout and none to come: a namespace's first version, a
+rollback (every zone's goal is at it already), a version published while no
+zone existed, or one superseded before its rollout started. A script that
+publishes and waits may take 3 as done.`,
+				examples: []string{
+					"lehr rollout wait payments/limits",
+					"lehr rollout wait payments/limits --timeout 1h",
+					"lehr push payments/limits --file limits.yaml && { lehr rollout wait payments/limits || [ $? -eq 3 ]; }",
+				},
+			}},
+			{path: "policy", doc: doc{
+				usage:   "lehr rollout policy get|set|delete|history SCOPE [flags]",
+				summary: "show and set rollout policies",
+				about: `A rollout policy says how a new version reaches the fleet: an ordered list
 of stages, each moving some hosts (a few canary hosts per zone, whole zones,
 or a percentage of their hosts), baking for a while, and checking health
 before the next stage. Zones no stage names are reached after the last
 stage. SCOPE is a domain ("payments": the default of its namespaces) or a
 namespace ("payments/limits": its own policy, over the domain's). Without
-either, control's built-in default applies: one canary host per zone, then
-the first zone, then the rest.
-
-Unless control runs with --rollouts=false, every version after a namespace's first is a
-rollout that moves through these stages:
-
-  status NS               stage, hosts applied, time left in bake, why it waits
-  events NS               every decision, with the numbers behind it
-  list [NS]               rollouts (--active: running and paused only)
-  pause|resume NS         hold it (checks still run) / let it go on
-  abort NS                end it and roll every host back
-  promote NS              skip the rest of the current stage's bake
-  wait NS                 print progress until the rollout of the latest version
-                          ends; exit 1 unless it succeeded
-
-(--version V picks a rollout other than the namespace's latest.)
-
-  policy get SCOPE        the scope's own policy and the one in effect
-  policy set SCOPE -f F   set it from a YAML or JSON file (- for stdin)
-  policy delete SCOPE     remove it (the scope falls back to the domain's
-                          policy or the built-in default)
-  policy history SCOPE    every change, newest first, with who and why
-
-A policy file (durations as 90s, 10m, 1h30m):
+either, control's built-in default applies. Every change is kept in the
+scope's history with its author and message; 'lehr rollout policy set
+--help' shows the file format.`,
+				examples: []string{"lehr rollout policy get payments/limits", "lehr rollout policy history payments"},
+			}},
+			{path: "policy get", doc: doc{
+				usage:    "lehr rollout policy get SCOPE [flags]",
+				summary:  "the scope's own policy and the one in effect",
+				about:    "Shows SCOPE's own policy (its generation, who set it and why), if it has one, and the policy in effect for it, stage by stage, with where it comes from.",
+				examples: []string{"lehr rollout policy get payments/limits", "lehr rollout policy get payments -o json"},
+			}},
+			{path: "policy set", flags: []string{"file", "f", "message", "m", "expect-generation"}, doc: doc{
+				usage:   "lehr rollout policy set SCOPE --file FILE [--message M] [--expect-generation N] [flags]",
+				summary: "set a scope's policy from a YAML or JSON file",
+				about: `Sets SCOPE's rollout policy from a YAML or JSON file (- reads standard
+input); durations as 90s, 10m, 1h30m:
 
   stages:
     - name: canary
@@ -72,24 +147,34 @@ A policy file (durations as 90s, 10m, 1h30m):
 For an emergency, "global_blast: true" (and no stages) moves every zone at
 once: the publish itself writes every zone's goal, without waiting for the
 rollout strategist (unless a freeze window is open or max_concurrent is
-set: then it waits as any rollout); rollouts record it as such. Every change is kept in the scope's
-history with its author and message.`,
-		examples: []string{
-			"lehr rollout policy get payments/limits",
-			"lehr rollout policy set payments --file policy.yaml --message 'slower canary'",
-			"echo 'global_blast: true' | lehr rollout policy set payments/limits -f - -m 'incident 42'",
-			"lehr rollout policy delete payments/limits -m 'incident over'",
-			"lehr rollout policy history payments -o json",
+set: then it waits as any rollout); rollouts record it as such.`,
+				examples: []string{
+					"lehr rollout policy set payments --file policy.yaml --message 'slower canary'",
+					"echo 'global_blast: true' | lehr rollout policy set payments/limits -f - -m 'incident 42'",
+				},
+			}},
+			{path: "policy delete", flags: []string{"message", "m", "expect-generation"}, doc: doc{
+				usage:    "lehr rollout policy delete SCOPE [--message M] [--expect-generation N] [flags]",
+				summary:  "remove a scope's policy",
+				about:    "Removes SCOPE's own policy: the scope falls back to its domain's policy or control's built-in default. The deletion is kept in the scope's history.",
+				examples: []string{"lehr rollout policy delete payments/limits -m 'incident over'", "lehr rollout policy delete payments --expect-generation 4"},
+			}},
+			{path: "policy history", doc: doc{
+				usage:    "lehr rollout policy history SCOPE [flags]",
+				summary:  "every change of a scope's policy, newest first",
+				about:    "Lists every change of SCOPE's policy, newest first: generation, time, author, what changed, and the message.",
+				examples: []string{"lehr rollout policy history payments", "lehr rollout policy history payments -o json"},
+			}},
 		},
 	})
 	cf := addClientFlags(fs, e)
-	file := fs.String("file", "", "with set: YAML or JSON `file` holding the policy; - reads standard input")
+	file := fs.String("file", "", "YAML or JSON `file` holding the policy; - reads standard input")
 	fs.StringVar(file, "f", "", "short for --file")
-	msg := fs.String("message", "", "with set and delete: why, recorded in the policy's history")
+	msg := fs.String("message", "", "why, recorded in the history (of the policy, or of the rollout)")
 	fs.StringVar(msg, "m", "", "short for --message")
-	expect := fs.Uint64("expect-generation", 0, "with set and delete: change only if the policy is still at generation `N`")
+	expect := fs.Uint64("expect-generation", 0, "change only if the policy is still at generation `N`")
 	version := fs.Uint64("version", 0, "the rollout of version `V` (default: the namespace's latest rollout)")
-	active := fs.Bool("active", false, "with list: running and paused rollouts only")
+	active := fs.Bool("active", false, "running and paused rollouts only")
 	pos, code, ok := parse(e, fs, args)
 	if !ok {
 		return code
@@ -101,7 +186,7 @@ history with its author and message.`,
 		return usageError(e, fs, "missing subcommand: status, events, list, pause, resume, abort, promote, wait or policy")
 	}
 	if len(pos) < 2 {
-		return usageError(e, fs, "missing action after policy: get, set, delete or history")
+		return usageError(e, fs, "missing action: get, set, delete or history")
 	}
 	action := pos[1]
 	switch action {
@@ -109,7 +194,7 @@ history with its author and message.`,
 	default:
 		return usageError(e, fs, "unknown action %q: want get, set, delete or history", action)
 	}
-	if code, ok := wantArgs(e, fs, pos[2:], 1, "SCOPE (a domain or a namespace) after policy "+action); !ok {
+	if code, ok := wantArgs(e, fs, pos[2:], 1, "SCOPE (a domain or a namespace)"); !ok {
 		return code
 	}
 	scope := pos[2]
@@ -127,8 +212,6 @@ history with its author and message.`,
 			return exitError
 		}
 		policy = p
-	case *file != "":
-		return usageError(e, fs, "--file is for policy set only")
 	}
 	c, ctx, done, err := cf.connect(ctx)
 	if err != nil {
@@ -387,7 +470,7 @@ func runRolloutAction(ctx context.Context, e *env, fs *flags, cf *clientFlags, p
 			return usageError(e, fs, "list takes at most one namespace")
 		}
 	case sub == "status" || sub == "events" || sub == "wait" || isAction:
-		if code, ok := wantArgs(e, fs, pos[1:], 1, "a namespace after "+sub); !ok {
+		if code, ok := wantArgs(e, fs, pos[1:], 1, "namespace NS"); !ok {
 			return code
 		}
 	default:
@@ -401,37 +484,7 @@ func runRolloutAction(ctx context.Context, e *env, fs *flags, cf *clientFlags, p
 		ns = pos[1]
 	}
 	if sub == "wait" {
-		c, err := cf.dial()
-		if err != nil {
-			return reportError(e, fs.Name(), err, cf.errCtx(ns))
-		}
-		defer c.Close()
-		if version == 0 {
-			// The latest version's rollout, which the strategist may not
-			// have started yet (right after a push).
-			h, err := c.GetNamespace(ctx, ns)
-			if err != nil {
-				return reportError(e, fs.Name(), err, cf.errCtx(ns))
-			}
-			version = h.GetLatestVersion()
-		}
-		r, err := c.WaitRollout(ctx, ns, version, time.Second, func(r *lehrpb.Rollout) {
-			if !cf.json() {
-				fmt.Fprintf(e.stdout, "%s  %s: %s\n", time.Now().UTC().Format("15:04:05"), stateName(r.GetState()), reasonOf(r, time.Now()))
-			}
-		})
-		if err != nil {
-			return reportError(e, fs.Name(), err, cf.errCtx(ns))
-		}
-		if cf.json() {
-			if code := printOrFail(e, r); code != exitOK {
-				return code
-			}
-		}
-		if r.GetState() != lehrpb.RolloutState_ROLLOUT_STATE_SUCCEEDED {
-			return exitError
-		}
-		return exitOK
+		return rolloutWait(ctx, e, fs, cf, ns, version)
 	}
 	c, ctx, done, err := cf.connect(ctx)
 	if err != nil {
@@ -475,6 +528,69 @@ func runRolloutAction(ctx context.Context, e *env, fs *flags, cf *clientFlags, p
 			return printOrFail(e, r)
 		}
 		fmt.Fprintf(e.stdout, "asked control to %s rollout %s (now %s); it acts within a second: lehr rollout events %s\n", sub, clean(r.GetId()), stateName(r.GetState()), clean(ns))
+	}
+	return exitOK
+}
+
+// exitNoRollout is the exit status of "lehr rollout wait" when there is
+// nothing to wait for.
+const exitNoRollout = 3
+
+// rolloutWait is "lehr rollout wait": it follows the rollout of version
+// (0: the namespace's latest) until it ends, for --timeout if given (a
+// rollout takes as long as its stages and bakes: without --timeout it
+// waits for as long as that takes). Exit status: 0 it succeeded, 1 it
+// ended otherwise (or an error, or --timeout passed), exitNoRollout there
+// is nothing to wait for (producer.ErrNoRollout).
+func rolloutWait(ctx context.Context, e *env, fs *flags, cf *clientFlags, ns string, version uint64) int {
+	c, err := cf.dial()
+	if err != nil {
+		return reportError(e, fs.Name(), err, cf.errCtx(ns))
+	}
+	defer c.Close()
+	timed := false
+	fs.Visit(func(f *flag.Flag) { timed = timed || f.Name == "timeout" })
+	if timed {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, cf.timeout)
+		defer cancel()
+	}
+	if version == 0 {
+		// The latest version's rollout, which the strategist may not
+		// have started yet (right after a push).
+		h, err := c.GetNamespace(ctx, ns)
+		if err != nil {
+			return reportError(e, fs.Name(), err, cf.errCtx(ns))
+		}
+		version = h.GetLatestVersion()
+	}
+	r, err := c.WaitRollout(ctx, ns, version, time.Second, func(r *lehrpb.Rollout) {
+		if !cf.json() {
+			fmt.Fprintf(e.stdout, "%s  %s: %s\n", time.Now().UTC().Format("15:04:05"), stateName(r.GetState()), reasonOf(r, time.Now()))
+		}
+	})
+	var none *producer.NoRolloutError
+	switch {
+	case errors.As(err, &none):
+		fmt.Fprintf(e.stderr, "%s: nothing to wait for: %s version %d has no rollout: %s\n", fs.Name(), clean(ns), version, clean(none.Reason))
+		return exitNoRollout
+	case timed && errors.Is(ctx.Err(), context.DeadlineExceeded):
+		what := "its rollout has not started"
+		if r != nil {
+			what = fmt.Sprintf("its rollout is %s: %s", stateName(r.GetState()), reasonOf(r, time.Now()))
+		}
+		fmt.Fprintf(e.stderr, "%s: --timeout %v passed; %s version %d: %s ('lehr rollout status %s')\n", fs.Name(), cf.timeout, clean(ns), version, what, clean(ns))
+		return exitError
+	case err != nil:
+		return reportError(e, fs.Name(), err, cf.errCtx(ns))
+	}
+	if cf.json() {
+		if code := printOrFail(e, r); code != exitOK {
+			return code
+		}
+	}
+	if r.GetState() != lehrpb.RolloutState_ROLLOUT_STATE_SUCCEEDED {
+		return exitError
 	}
 	return exitOK
 }

@@ -7,8 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/protobuf/encoding/protojson"
-
 	"lehr.dev/lehr/control"
 	"lehr.dev/lehr/control/controltest"
 	"lehr.dev/lehr/proto/lehrpb"
@@ -60,7 +58,7 @@ freeze_windows:
 	mustContain(t, "history", hist, "deleted", "incident over", "global blast", "incident 42", "tester")
 
 	var r lehrpb.GetRolloutPolicyResponse
-	if err := protojson.Unmarshal([]byte(c.ok("rollout", "policy", "get", "pay", "-o", "json")), &r); err != nil {
+	if err := parseJSON(c.ok("rollout", "policy", "get", "pay", "-o", "json"), &r); err != nil {
 		t.Fatalf("get -o json does not parse: %v", err)
 	}
 	if r.GetStored().GetGeneration() != 1 || r.GetEffective().GetStages()[0].GetBake().AsDuration() != 90*time.Second {
@@ -122,7 +120,7 @@ func TestRolloutCLI(t *testing.T) {
 	var r lehrpb.Rollout
 	wait.For(t, "the rollout aborted", func() bool {
 		code, out, _ := c.run("", "rollout", "status", "pay/limits", "-o", "json")
-		return code == exitOK && protojson.Unmarshal([]byte(out), &r) == nil && r.GetState() == lehrpb.RolloutState_ROLLOUT_STATE_ABORTED
+		return code == exitOK && parseJSON(out, &r) == nil && r.GetState() == lehrpb.RolloutState_ROLLOUT_STATE_ABORTED
 	})
 	if r.GetRollbackVersion() != 3 {
 		t.Errorf("aborted rollout: rollback version %d, want 3 (version 1's content again)", r.GetRollbackVersion())
@@ -135,6 +133,72 @@ func TestRolloutCLI(t *testing.T) {
 	if code, _, errOut := c.run("", "rollout", "status", "pay/nothing"); code != exitError || !strings.Contains(errOut, "has no rollout") {
 		t.Errorf("status of a namespace without rollouts: exit %d, %q", code, errOut)
 	}
+}
+
+// lehr rollout wait answers at once, with exit status 3, when there is
+// nothing to wait for — a namespace's first version, a rollback, a
+// version published while no zone exists — and honours --timeout, before
+// or after the command, while a rollout runs (issue 31). A global blast's
+// rollout starts at publish: there is one to wait for.
+func TestRolloutWaitAnswers(t *testing.T) {
+	srv := controltest.StartControl(t, control.Options{Rollouts: true, RolloutInterval: 50 * time.Millisecond})
+	c := cli{t: t, addr: srv.Addr}
+	push := func(ns, in string) {
+		t.Helper()
+		if code, out, errOut := c.run(in, "push", ns, "--file", "-"); code != exitOK {
+			t.Fatalf("push %s: exit %d\n%s%s", ns, code, out, errOut)
+		}
+	}
+	waitNone := func(what string, args []string, wants ...string) {
+		t.Helper()
+		start := time.Now()
+		code, out, errOut := c.run("", args...)
+		if code != exitNoRollout || time.Since(start) > 10*time.Second {
+			t.Fatalf("%s: lehr %s: exit %d after %v, want %d at once\n%s%s", what, strings.Join(args, " "), code, time.Since(start).Round(time.Millisecond), exitNoRollout, out, errOut)
+		}
+		mustContain(t, what, errOut, append([]string{"nothing to wait for"}, wants...)...)
+	}
+	c.ok("domain", "create", "pay")
+	push("pay/early", "limit: 1\n")
+	push("pay/early", "limit: 2\n")
+	waitNone("no zone", []string{"rollout", "wait", "pay/early"}, "pay/early version 2 has no rollout", "no zone is registered")
+
+	c.ok("zones", "create", "zone-a")
+	push("pay/limits", "limit: 10\n")
+	waitNone("a first version", []string{"rollout", "wait", "pay/limits"}, "pay/limits version 1 has no rollout", "every zone's goal is at version 1 already")
+
+	// Version 2 rolls out and waits for canary samples no distributor
+	// sends: --timeout ends the wait, before or after the command.
+	push("pay/limits", "limit: 20\n")
+	for _, args := range [][]string{{"rollout", "wait", "pay/limits", "--timeout", "1s"}, {"--timeout", "1s", "rollout", "wait", "pay/limits"}} {
+		start := time.Now()
+		code, _, errOut := c.run("", args...)
+		if code != exitError || time.Since(start) > 15*time.Second {
+			t.Fatalf("lehr %s: exit %d after %v, want %d within seconds\n%s", strings.Join(args, " "), code, time.Since(start).Round(time.Millisecond), exitError, errOut)
+		}
+		mustContain(t, "timed out wait", errOut, "--timeout 1s passed; pay/limits version 2", "('lehr rollout status pay/limits')")
+	}
+
+	// Aborted, the strategist rolls back with version 3, which has no
+	// rollout; waiting on version 2 says how it ended.
+	c.ok("rollout", "abort", "pay/limits")
+	if code, _, errOut := c.run("", "rollout", "wait", "pay/limits", "--version", "2", "--timeout", "30s"); code != exitError {
+		t.Errorf("wait for the aborted rollout: exit %d, want %d\n%s", code, exitError, errOut)
+	}
+	waitNone("the strategist's rollback", []string{"rollout", "wait", "pay/limits", "--timeout", "30s"}, "pay/limits version 3 has no rollout")
+	c.ok("rollback", "pay/limits", "--to", "2")
+	waitNone("an operator's rollback", []string{"rollout", "wait", "pay/limits"}, "pay/limits version 4 has no rollout", "every zone's goal is at version 4 already")
+
+	// A global blast starts its rollout in the publish: wait finds it.
+	if code, out, errOut := c.run("global_blast: true\n", "rollout", "policy", "set", "pay/limits", "-f", "-"); code != exitOK {
+		t.Fatalf("policy set: exit %d\n%s%s", code, out, errOut)
+	}
+	push("pay/limits", "limit: 30\n")
+	code, out, errOut := c.run("", "rollout", "wait", "pay/limits", "--timeout", "30s")
+	if code != exitOK {
+		t.Fatalf("wait after a global blast: exit %d, want its rollout waited for, and succeeded\n%s%s", code, out, errOut)
+	}
+	mustContain(t, "wait after a global blast", out, "succeeded: every zone holds version 5")
 }
 
 // A freeze window holds a new rollout before its first stage, says until
@@ -165,7 +229,7 @@ func TestRolloutWaitsForFreezeWindow(t *testing.T) {
 		return strings.Contains(out, "SUCCEEDED")
 	})
 	var evs lehrpb.ListRolloutEventsResponse
-	if err := protojson.Unmarshal([]byte(c.ok("rollout", "events", "pay/limits", "-o", "json")), &evs); err != nil {
+	if err := parseJSON(c.ok("rollout", "events", "pay/limits", "-o", "json"), &evs); err != nil {
 		t.Fatal(err)
 	}
 	var kinds []string
@@ -213,9 +277,9 @@ func TestRolloutsQueueBehindTheDomainLimit(t *testing.T) {
 		return strings.Contains(a, "SUCCEEDED") && strings.Contains(b, "SUCCEEDED")
 	})
 	ra := new(lehrpb.Rollout)
-	_ = protojson.Unmarshal([]byte(c.ok("rollout", "status", "pay/a", "-o", "json")), ra)
+	_ = parseJSON(c.ok("rollout", "status", "pay/a", "-o", "json"), ra)
 	evs := new(lehrpb.ListRolloutEventsResponse)
-	_ = protojson.Unmarshal([]byte(c.ok("rollout", "events", "pay/b", "-o", "json")), evs)
+	_ = parseJSON(c.ok("rollout", "events", "pay/b", "-o", "json"), evs)
 	var kinds []string
 	for _, ev := range evs.GetEvents() {
 		kinds = append(kinds, ev.GetKind())

@@ -25,8 +25,8 @@ stored-bytes quota, most first.
 
 To give space back: 'lehr history compact NS --keep N' removes old versions of
 a namespace, and control compacts and defragments etcd by itself above the
-high-water mark. To change the marks: 'lehr control --store-quota SIZE
---store-reserve SIZE'; a domain's own quota: 'lehr domain update D
+high-water mark. To change the marks: 'lehr control --store-quota 16GiB
+--store-reserve 2GiB'; a domain's own quota: 'lehr domain update D
 --max-stored-bytes SIZE' (docs/operations.md, "Quotas and the store's
 space").`,
 		examples: []string{

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"strconv"
 	"testing"
 	"time"
 
@@ -48,17 +47,17 @@ func TestStoreStatus(t *testing.T) {
 		t.Fatalf("push: exit %d\n%s", code, errOut)
 	}
 	var st struct {
-		QuotaBytes     string `json:"quotaBytes"`
-		HighWaterBytes string `json:"highWaterBytes"`
-		FairShareBytes string `json:"fairShareBytes"`
-		ReadTime       string `json:"readTime"`
+		QuotaBytes     int64  `json:"quota_bytes"`
+		HighWaterBytes int64  `json:"high_water_bytes"`
+		FairShareBytes int64  `json:"fair_share_bytes"`
+		ReadTime       string `json:"read_time"`
 		Domains        []struct {
 			Domain         string `json:"domain"`
-			StoredBytes    string `json:"storedBytes"`
-			MaxStoredBytes string `json:"maxStoredBytes"`
+			StoredBytes    int64  `json:"stored_bytes"`
+			MaxStoredBytes int64  `json:"max_stored_bytes"`
 		} `json:"domains"`
 	}
-	num := func(s string) int64 { n, _ := strconv.ParseInt(s, 10, 64); return n }
+	num := func(n int64) int64 { return n } // sizes are JSON numbers
 	// The space monitor reads etcd's status and counts the domains every
 	// second.
 	wait.Until(t, "lehr store to count both domains", func() error {
@@ -66,18 +65,18 @@ func TestStoreStatus(t *testing.T) {
 			return err
 		}
 		if st.ReadTime == "" || num(st.FairShareBytes) != num(st.HighWaterBytes)/2 {
-			return fmt.Errorf("read at %q, fair share %s of high water %s", st.ReadTime, st.FairShareBytes, st.HighWaterBytes)
+			return fmt.Errorf("read at %q, fair share %d of high water %d", st.ReadTime, st.FairShareBytes, st.HighWaterBytes)
 		}
 		return nil
 	})
 	if num(st.QuotaBytes) != 256<<20 || num(st.HighWaterBytes) >= num(st.QuotaBytes) {
-		t.Errorf("quota %s, high water %s; want the configured 256 MiB and a mark under it", st.QuotaBytes, st.HighWaterBytes)
+		t.Errorf("quota %d, high water %d; want the configured 256 MiB and a mark under it", st.QuotaBytes, st.HighWaterBytes)
 	}
 	if len(st.Domains) != 2 || st.Domains[0].Domain != "pay" || num(st.Domains[0].StoredBytes) <= 0 || st.Domains[1].Domain != "shop" || num(st.Domains[1].StoredBytes) != 0 {
 		t.Errorf("domains %+v; want pay storing something, then shop storing nothing", st.Domains)
 	}
 	if num(st.Domains[0].MaxStoredBytes) != 256<<20 {
-		t.Errorf("pay's stored-bytes quota %s; want the default 256 MiB", st.Domains[0].MaxStoredBytes)
+		t.Errorf("pay's stored-bytes quota %d; want the default 256 MiB", st.Domains[0].MaxStoredBytes)
 	}
 	out := c.ok("store")
 	mustContain(t, "lehr store", out, "of its 256.0 MiB quota", "new content refused above", "DOMAIN", "pay", "shop")

@@ -58,7 +58,7 @@ func TestCertificateRefusalsSayWhichCertificate(t *testing.T) {
 		args []string
 		want []string
 	}{
-		{"no certificate", []string{"--tls-ca", caFile}, []string{"requires a client certificate and none was given", "--tls-cert and --tls-key", "lehr certs issue --role user"}},
+		{"no certificate", []string{"--tls-ca", caFile}, []string{"requires a client certificate and none was given", "--tls-cert and --tls-key", "lehr certs issue --dir DIR --name NAME --role user"}},
 		{"an expired certificate", []string{"--tls-ca", caFile, "--tls-cert", oldCert, "--tls-key", oldKey},
 			[]string{`client certificate CN "old" (spiffe://lehr/user/old) expired at`, "issue a new one"}},
 		{"a certificate of another CA", []string{"--tls-ca", caFile, "--tls-cert", strangerCert, "--tls-key", strangerKey},

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -36,7 +37,9 @@ printed, intermediate ones are skipped; versions never go backwards.
 
 --files-dir (the agent's DATA_DIR/files) lets it start from the file the
 agent last wrote even when the agent is down. -o json prints one JSON object
-per version (values base64, like -o json elsewhere). Ctrl-C stops it.`,
+per version, each value as its content type says (JSON as JSON, text as a
+string, other bytes as {"base64": …}), like -o json elsewhere (docs/cli.md).
+Ctrl-C stops it.`,
 		examples: []string{
 			"lehr watch demo/app",
 			"lehr watch payments/limits --socket /run/lehr/agent.sock",
@@ -67,6 +70,9 @@ per version (values base64, like -o json elsewhere). Ctrl-C stops it.`,
 	// A relative path would be read as a gRPC authority: make it absolute.
 	if abs, err := filepath.Abs(*socket); err == nil {
 		*socket = abs
+	}
+	if e.checkOnly {
+		return exitOK
 	}
 	c, err := consumer.New(consumer.Options{
 		Socket:   *socket,
@@ -139,13 +145,44 @@ type watchView interface {
 
 // keyChange is one key that differs between two views.
 type keyChange struct {
-	Key  string `json:"key"`
-	Kind string `json:"kind"` // "added", "removed" or "modified"
-	Old  []byte `json:"old,omitempty"`
-	New  []byte `json:"new,omitempty"`
+	Key  string
+	Kind string // "added", "removed" or "modified"
+	Old  []byte
+	New  []byte
 	// OldType and NewType are the content types, when set.
-	OldType string `json:"old_content_type,omitempty"`
-	NewType string `json:"new_content_type,omitempty"`
+	OldType string
+	NewType string
+}
+
+// MarshalJSON writes c as lehr's JSON (jsonout.go): key, kind, the old
+// and new content types when set, and the old value (modified and
+// removed) and new value (added and modified) as their content types say.
+func (c keyChange) MarshalJSON() ([]byte, error) {
+	var b bytes.Buffer
+	b.WriteString(`{"key":`)
+	writeString(&b, c.Key)
+	b.WriteString(`,"kind":`)
+	writeString(&b, c.Kind)
+	for _, f := range []struct {
+		name, contentType string
+		value             []byte
+		has               bool
+	}{
+		{"old", c.OldType, c.Old, c.Kind != "added"},
+		{"new", c.NewType, c.New, c.Kind != "removed"},
+	} {
+		if !f.has {
+			continue
+		}
+		if f.contentType != "" {
+			fmt.Fprintf(&b, `,"%s_content_type":`, f.name)
+			writeString(&b, f.contentType)
+		}
+		fmt.Fprintf(&b, `,"%s":`, f.name)
+		writePropertyValue(&b, f.contentType, f.value)
+	}
+	b.WriteByte('}')
+	return b.Bytes(), nil
 }
 
 // viewChanges returns the keys that differ from old (nil: the empty view)

@@ -56,6 +56,8 @@ func watchViews() (v1, v2, v3 *fixedView) {
 			"greeting": "hello", "limits/rps": "100", "features": `{"dark_mode":true}`,
 			"blob": "\x00\x01\x02", "long": strings.Repeat("x", 100), "multi": "line one\nline two\n",
 		},
+		types: map[string]string{"greeting": "text/plain", "limits/rps": "application/json", "features": "text/plain",
+			"blob": "application/octet-stream", "long": "text/plain"},
 	}
 	v2 = &fixedView{
 		ns: "demo/app", version: 3, checksum: "sha256:3333", author: "bob", message: "more headroom\nand more",
@@ -63,7 +65,8 @@ func watchViews() (v1, v2, v3 *fixedView) {
 			"limits/rps": "250", "features": `{"dark_mode":true}`, "blob": "\x00\x01\x02",
 			"long": strings.Repeat("x", 100), "multi": "line one\nline two\n", "empty": "",
 		},
-		types: map[string]string{"features": "application/json"},
+		types: map[string]string{"limits/rps": "application/json", "features": "application/json",
+			"blob": "application/octet-stream", "long": "text/plain", "empty": "text/plain"},
 	}
 	v3 = &fixedView{ns: "demo/app", version: 4, checksum: "sha256:4444", props: map[string]string{}}
 	for i := range 25 {
@@ -86,7 +89,8 @@ func TestWatchPrinterGolden(t *testing.T) {
 	golden(t, "watch", text.Bytes())
 	golden(t, "watch-json", js.Bytes())
 
-	// Every JSON line parses and says what changed, values base64.
+	// Every JSON line parses and says what changed, values as their
+	// content types say (docs/cli.md).
 	lines := strings.Split(strings.TrimSpace(js.String()), "\n")
 	if len(lines) != 3 {
 		t.Fatalf("json output has %d lines, want 3:\n%s", len(lines), js.String())
@@ -96,10 +100,10 @@ func TestWatchPrinterGolden(t *testing.T) {
 		t.Fatalf("line 2 does not parse: %v", err)
 	}
 	want := []keyChange{
-		{Key: "empty", Kind: "added", New: nil},
-		{Key: "features", Kind: "modified", Old: []byte(`{"dark_mode":true}`), New: []byte(`{"dark_mode":true}`), NewType: "application/json"},
-		{Key: "greeting", Kind: "removed", Old: []byte("hello")},
-		{Key: "limits/rps", Kind: "modified", Old: []byte("100"), New: []byte("250")},
+		{Key: "empty", Kind: "added", New: []byte{}, NewType: "text/plain"},
+		{Key: "features", Kind: "modified", Old: []byte(`{"dark_mode":true}`), New: []byte(`{"dark_mode":true}`), OldType: "text/plain", NewType: "application/json"},
+		{Key: "greeting", Kind: "removed", Old: []byte("hello"), OldType: "text/plain"},
+		{Key: "limits/rps", Kind: "modified", Old: []byte("100"), New: []byte("250"), OldType: "application/json", NewType: "application/json"},
 	}
 	if diff := cmp.Diff(want, ev.Changes); diff != "" {
 		t.Errorf("changes of version 3 (-want +got):\n%s", diff)

@@ -15,34 +15,57 @@ import (
 
 func runZones(ctx context.Context, e *env, args []string) int {
 	fs := newFlags("lehr zones", doc{
-		usage:   "lehr zones list | lehr zones create NAME | lehr zones delete NAME [--force] | lehr zones status NAME [flags]",
+		usage:   "lehr zones list|create|delete|status [NAME] [flags]",
 		summary: "list, create, delete and show the status of zones",
-		about: `A zone is a failure domain served by its own distributors. "list" shows the
-registered zones; "create NAME" registers one (distributors also register
-their zone when they first connect). A new zone's goals start at every
-namespace's latest version. Zones are fleet-wide, so only fleet admins create
-them: the users 'lehr control --fleet-admins' names, and control's own user
-or root on its unix socket (sudo lehr --control
-unix:///run/lehr-control/control.sock zones create NAME).
-
-"delete NAME" retires a zone (fleet admins): its goals and reports go, and
-rollouts stop reaching it. A zone whose distributors reported once and stopped
-holds every rollout that reaches it (silence is no evidence), so delete a zone
-retired for good. Refused while its distributors report, unless --force.
-
-"status NAME" shows what the zone's distributors last reported (every
---report-interval of theirs): how many agents each serves, and how many
-agents hold which version of each namespace, next to the zone's goal. A
-distributor that stops reporting drops out after its report expires.`,
+		about: `A zone is a failure domain served by its own distributors. Zones are
+fleet-wide: every rollout reaches every zone.`,
 		examples: []string{
 			"lehr zones list",
-			"lehr zones create us-east-1a",
-			"lehr zones delete us-west-9z",
 			"lehr zones status us-east-1a",
+		},
+		subs: []subDoc{
+			{path: "list", doc: doc{
+				usage:    "lehr zones list [flags]",
+				summary:  "list the registered zones",
+				about:    "Lists every registered zone with when it was created and when its distributors last reported.",
+				examples: []string{"lehr zones list", "lehr zones list -o json | jq -r '.zones[].name'"},
+			}},
+			{path: "create", doc: doc{
+				usage:   "lehr zones create NAME [flags]",
+				summary: "register a zone",
+				about: `Registers zone NAME (distributors also register their zone when they first
+connect). A new zone's goals start at every namespace's latest version.
+Zones are fleet-wide, so only fleet admins create them: the identities
+'lehr control --fleet-admins NAME,…' names, and control's own user or root on
+its unix socket ('sudo lehr --control unix:///run/lehr-control/control.sock
+zones create NAME').`,
+				examples: []string{
+					"lehr zones create us-east-1a",
+					"sudo lehr --control unix:///run/lehr-control/control.sock zones create us-east-1a",
+				},
+			}},
+			{path: "delete", flags: []string{"force"}, doc: doc{
+				usage:   "lehr zones delete NAME [--force] [flags]",
+				summary: "retire a zone: its goals and reports go",
+				about: `Retires zone NAME (fleet admins): its goals and reports go, and rollouts stop
+reaching it. A zone whose distributors reported once and stopped holds every
+rollout that reaches it (silence is no evidence), so delete a zone retired for
+good. Refused while its distributors report, unless --force.`,
+				examples: []string{"lehr zones delete us-west-9z", "lehr zones delete us-west-9z --force"},
+			}},
+			{path: "status", doc: doc{
+				usage:   "lehr zones status NAME [flags]",
+				summary: "what a zone's distributors last reported",
+				about: `Shows what the zone's distributors last reported (every --report-interval of
+theirs): how many agents each serves, and how many agents hold which version
+of each namespace, next to the zone's goal. A distributor that stops
+reporting drops out after its report expires.`,
+				examples: []string{"lehr zones status us-east-1a", "lehr zones status us-east-1a -o json"},
+			}},
 		},
 	})
 	cf := addClientFlags(fs, e)
-	force := fs.Bool("force", false, "with delete: delete even while the zone's distributors report")
+	force := fs.Bool("force", false, "delete even while the zone's distributors report")
 	pos, code, ok := parse(e, fs, args)
 	if !ok {
 		return code
@@ -55,18 +78,15 @@ distributor that stops reporting drops out after its report expires.`,
 	}
 	switch pos[0] {
 	case "list":
-		if code, ok := wantArgs(e, fs, pos[1:], 0, "no arguments after list"); !ok {
+		if code, ok := wantArgs(e, fs, pos[1:], 0, "no arguments"); !ok {
 			return code
 		}
 	case "create", "delete", "status":
-		if code, ok := wantArgs(e, fs, pos[1:], 1, "zone NAME after "+pos[0]); !ok {
+		if code, ok := wantArgs(e, fs, pos[1:], 1, "zone NAME"); !ok {
 			return code
 		}
 	default:
 		return usageError(e, fs, "unknown subcommand %q: want list, create, delete or status", pos[0])
-	}
-	if *force && pos[0] != "delete" {
-		return usageError(e, fs, "--force is for delete")
 	}
 	c, ctx, done, err := cf.connect(ctx)
 	if err != nil {
@@ -79,6 +99,9 @@ distributor that stops reporting drops out after its report expires.`,
 	if pos[0] == "delete" {
 		if err := c.DeleteZone(ctx, pos[1], *force); err != nil {
 			return reportError(e, fs.Name(), err, cf.errCtx(""))
+		}
+		if cf.json() {
+			return printOrFail(e, &lehrpb.Zone{Name: pos[1]}) // the zone deleted
 		}
 		fmt.Fprintf(e.stdout, "deleted zone %s\n", clean(pos[1]))
 		return exitOK

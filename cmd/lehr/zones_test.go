@@ -67,7 +67,7 @@ func TestZonesStatusUnimplemented(t *testing.T) {
 	if code != exitError {
 		t.Errorf("exit code %d, want %d (stdout %q)", code, exitError, stdout)
 	}
-	want := "lehr zones: control at " + l.Addr().String() + " does not implement GetZoneStatus (it is older than this lehr); upgrade control, or use 'lehr goals zone-a'"
+	want := "lehr zones status: control at " + l.Addr().String() + " does not implement GetZoneStatus (it is older than this lehr); upgrade control, or use 'lehr goals zone-a'"
 	if !strings.Contains(stderr, want) {
 		t.Errorf("stderr = %q, want it to contain %q", stderr, want)
 	}
@@ -83,7 +83,7 @@ func TestZonesDelete(t *testing.T) {
 	if list := c.ok("zones", "list"); strings.Contains(list, "zone-old") {
 		t.Errorf("zones list after delete:\n%s", list)
 	}
-	if code, _, errOut := c.run("", "zones", "list", "--force"); code != exitUsage || !strings.Contains(errOut, "--force is for delete") {
+	if code, _, errOut := c.run("", "zones", "list", "--force"); code != exitUsage || !strings.Contains(errOut, "--force is not a flag of lehr zones list") {
 		t.Errorf("zones list --force: exit %d\n%s", code, errOut)
 	}
 	errOut := c.fails("zones", "delete", "zone-old")

@@ -2,6 +2,7 @@ package service
 
 import (
 	"context"
+	"fmt"
 	"path"
 
 	"google.golang.org/grpc"
@@ -54,6 +55,9 @@ type zoned interface{ GetZone() string }
 type Authorizer struct {
 	// DevMode lets callers control cannot identify change anything.
 	DevMode bool
+	// Socket is the unix socket control serves on besides TCP, if any:
+	// a refusal of an unidentified caller names it.
+	Socket string
 }
 
 // writes are the methods an unidentified caller may not call outside dev
@@ -78,9 +82,13 @@ func (a Authorizer) authorize(ctx context.Context, fullMethod string, req any) e
 		return nil
 	case kindUnidentified:
 		if !a.DevMode && writes(method) {
+			socket := "control's unix socket (it serves one with --socket PATH: 'lehr --control unix://PATH COMMAND …')"
+			if a.Socket != "" {
+				socket = fmt.Sprintf("control's unix socket ('lehr --control unix://%s COMMAND …')", a.Socket)
+			}
 			return deny("%s: control cannot tell who this caller is (plaintext, or TLS without a client certificate), so it may only read. "+
-				"Connect over control's unix socket (lehr --control unix:///path/to/control.sock: you act as your local account, unix:<account>) or with a client certificate "+
-				"(lehr certs issue --role user); 'lehr dev' and 'lehr control --dev' allow unidentified changes for development", method)
+				"Connect over %s, where you act as your local account (unix:<account>), or with a client certificate "+
+				"('lehr certs issue --dir DIR --name NAME --role user'); 'lehr dev' and 'lehr control --dev' allow unidentified changes for development", method, socket)
 		}
 		return nil
 	case kindBadCert:
@@ -88,7 +96,7 @@ func (a Authorizer) authorize(ctx context.Context, fullMethod string, req any) e
 			return deny("client certificate %s: %v", c.transport, c.certErr)
 		}
 		return deny("client certificate %s carries no Lehr identity (a URI SAN spiffe://lehr/<role>/…; its CommonName does not count), so it may call nothing; "+
-			"issue one with 'lehr certs issue --role user --name NAME' (or --role distributor --zone Z for a distributor)", c.transport)
+			"issue one with 'lehr certs issue --dir DIR --name NAME --role user' (or --role distributor --zone Z for a distributor)", c.transport)
 	}
 	id := c.cert
 	switch id.Role {
@@ -96,14 +104,14 @@ func (a Authorizer) authorize(ctx context.Context, fullMethod string, req any) e
 		return deny("%s is a host: hosts talk to their zone's distributors, never to control (%s refused)", id, method)
 	case tlsconfig.RoleDistributor:
 		if !distributionMethods[method] {
-			return deny("%s is a distributor: distributors may call only WatchGoals, GetGoals, GetDomain, FetchVersion, FetchDelta and ReportZoneStatus, not %s; use a user certificate ('lehr certs issue --role user')", id, method)
+			return deny("%s is a distributor: distributors may call only WatchGoals, GetGoals, GetDomain, FetchVersion, FetchDelta and ReportZoneStatus, not %s; use a user certificate ('lehr certs issue --dir DIR --name NAME --role user')", id, method)
 		}
 		if z, ok := req.(zoned); ok && z.GetZone() != id.Zone {
 			return deny("%s serves zone %q; it may not call %s for zone %q", id, id.Zone, method, z.GetZone())
 		}
 		if r, ok := req.(*lehrpb.ReportZoneStatusRequest); ok && r.GetDistributorId() != id.Name {
 			return deny("%s may report zone status only as distributor %q, not %s: a report is its sender's word, so it is filed under the certificate's id. "+
-				"Run the distributor without --id (it then reports as %q), or give each distributor its own certificate ('lehr certs issue --role distributor --zone %s --name ID')",
+				"Run the distributor without --id (it then reports as %q), or give each distributor its own certificate ('lehr certs issue --dir DIR --role distributor --zone %s --name ID')",
 				id, id.Name, excerpt.Quote(r.GetDistributorId()), id.Name, id.Zone)
 		}
 	case tlsconfig.RoleUser, tlsconfig.RoleControl:

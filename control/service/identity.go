@@ -234,7 +234,7 @@ func (s *Service) checkAsserted(ctx context.Context, req any) error {
 			continue
 		}
 		return apierror.New(codes.PermissionDenied, apierror.ReasonPermissionDenied, a.field,
-			"you are %s: control records who it verified as the author of every change, so it refuses an asserted author (%s in the request's %s, as 'lehr --as' and LEHR_AS send). "+
+			"you are %s: control records who it verified as the author of every change, so it refuses an asserted author (%s in the request's %s, as lehr's --as flag and LEHR_AS send). "+
 				"Drop --as, or assert %q; an asserted author counts only for callers control cannot identify, in dev mode ('lehr dev', 'lehr control --dev')",
 			s.describe(c), excerpt.Quote(a.value), a.field, name)
 	}

@@ -125,18 +125,18 @@ func quotaError(e *store.QuotaError) *apierror.Error {
 func spaceError(e *store.SpaceError) *apierror.Error {
 	if e.Alarm {
 		return apierror.New(codes.ResourceExhausted, apierror.ReasonStoreFull, "",
-			"the store is out of space: etcd refuses writes (its NOSPACE alarm; the quota is %s); control is compacting and defragmenting it and disarms the alarm once there is room; free space with 'lehr history compact NAMESPACE --keep N' or raise the store's quota ('lehr control --store-quota')",
+			"the store is out of space: etcd refuses writes (its NOSPACE alarm; the quota is %s); control is compacting and defragmenting it and disarms the alarm once there is room; free space with 'lehr history compact NAMESPACE --keep N' or raise the store's quota ('lehr control --store-quota SIZE')",
 			humanize.IBytes(uint64(e.Quota))).WithLimit("%d bytes", e.Quota)
 	}
 	if e.FairShare > 0 {
 		return apierror.New(codes.ResourceExhausted, apierror.ReasonStoreFull, "",
-			"the store holds %s of its %s quota, above its high-water mark of %s, and domain %s holds %s, more than its fair share of the store (%s: the mark over every domain): its new content is refused until space is freed, while domains within their share publish on — 'lehr history compact NAMESPACE --keep N' removes old versions (control then gives the space back by itself), or raise the store's quota ('lehr control --store-quota'); rollbacks still work",
+			"the store holds %s of its %s quota, above its high-water mark of %s, and domain %s holds %s, more than its fair share of the store (%s: the mark over every domain): its new content is refused until space is freed, while domains within their share publish on — 'lehr history compact NAMESPACE --keep N' removes old versions (control then gives the space back by itself), or raise the store's quota ('lehr control --store-quota SIZE'); rollbacks still work",
 			humanize.IBytes(uint64(e.Used)), humanize.IBytes(uint64(e.Quota)), humanize.IBytes(uint64(e.HighWater)),
 			e.Domain, humanize.IBytes(uint64(e.DomainBytes)), humanize.IBytes(uint64(e.FairShare))).
 			WithLimit("%d bytes", e.FairShare)
 	}
 	return apierror.New(codes.ResourceExhausted, apierror.ReasonStoreFull, "",
-		"the store holds %s of its %s quota, above what new content may use (the rest is kept for rollbacks, goal moves and the audit log): new content is refused until space is freed — 'lehr history compact NAMESPACE --keep N' removes old versions (control then gives the space back by itself), or raise the store's quota ('lehr control --store-quota'); rollbacks still work",
+		"the store holds %s of its %s quota, above what new content may use (the rest is kept for rollbacks, goal moves and the audit log): new content is refused until space is freed — 'lehr history compact NAMESPACE --keep N' removes old versions (control then gives the space back by itself), or raise the store's quota ('lehr control --store-quota SIZE'); rollbacks still work",
 		humanize.IBytes(uint64(e.Used)), humanize.IBytes(uint64(e.Quota))).
 		WithLimit("%d bytes", e.Limit)
 }

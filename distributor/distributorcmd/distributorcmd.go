@@ -20,6 +20,7 @@ import (
 	"lehr.dev/lehr/distributor"
 	"lehr.dev/lehr/distributor/fanout"
 	"lehr.dev/lehr/internal/controladdr"
+	"lehr.dev/lehr/internal/flaghelp"
 	"lehr.dev/lehr/internal/logflags"
 	"lehr.dev/lehr/internal/sdnotify"
 	"lehr.dev/lehr/internal/tlsconfig"
@@ -113,7 +114,7 @@ func parse(args []string, out io.Writer) (distributor.Options, *logflags.Flags, 
 	fs.SetOutput(out)
 	fs.Usage = func() {
 		fmt.Fprint(out, Usage)
-		fs.PrintDefaults()
+		flaghelp.Write(out, flaghelp.All(fs))
 	}
 	var (
 		opts distributor.Options

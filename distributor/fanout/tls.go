@@ -30,7 +30,7 @@ func checkIdentity(state tls.ConnectionState, zone, host string) error {
 	case err != nil:
 		return fmt.Errorf("%w: %w", errIdentity, err)
 	case !ok:
-		return fmt.Errorf("%w: the certificate (CN %q) carries no Lehr identity; issue the host's with 'lehr certs issue --role host --zone %s --name %s'",
+		return fmt.Errorf("%w: the certificate (CN %q) carries no Lehr identity; issue the host's with 'lehr certs issue --dir DIR --role host --zone %s --name %s'",
 			errIdentity, tlsconfig.PeerIdentity(state), zone, host)
 	case id.Role != tlsconfig.RoleHost:
 		return fmt.Errorf("%w: the certificate is a %s's (%s), not a host's", errIdentity, id.Role, id)

@@ -28,6 +28,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"lehr.dev/lehr/control"
@@ -118,19 +119,17 @@ func Run(ctx context.Context, opts Options) error {
 	t.say("starting control with embedded etcd in %s", dir)
 	t.say("starting zones %s: a distributor (QUIC, mutual TLS) and %d %s each", strings.Join(t.zones, ", "), opts.HostsPerZone, plural(opts.HostsPerZone, "agent", "agents"))
 	started := time.Now()
-	cl, err := devcluster.Start(ctx, devcluster.Options{
-		Dir:                  dir,
-		Zones:                t.zones,
-		DistributorsPerZone:  1,
-		AgentsPerZone:        opts.HostsPerZone,
-		Rollouts:             true,
-		RolloutInterval:      200 * time.Millisecond,
-		Logger:               opts.Logger,
-		ControlListen:        pickAddr(opts.ControlListen, control.DefaultListen, "gRPC", t.say),
-		ControlMetricsListen: pickAddr(opts.ControlMetricsListen, control.DefaultMetricsListen, "metrics", t.say),
+	cl, err := startCluster(ctx, devcluster.Options{
+		Dir:                 dir,
+		Zones:               t.zones,
+		DistributorsPerZone: 1,
+		AgentsPerZone:       opts.HostsPerZone,
+		Rollouts:            true,
+		RolloutInterval:     200 * time.Millisecond,
+		Logger:              opts.Logger,
 		// A throwaway directory need not survive a machine crash.
 		NoSync: temp,
-	})
+	}, listenChoice(opts.ControlListen, defaultListen, "gRPC"), listenChoice(opts.ControlMetricsListen, defaultMetricsListen, "metrics"), t.say)
 	if err != nil {
 		if ctx.Err() != nil {
 			t.say("interrupted while starting")
@@ -215,13 +214,20 @@ func (t *tour) sayStarted(took time.Duration) {
 	t.say("all started in %s", took.Round(time.Millisecond))
 }
 
+// controlFlag is " --control ADDR" when control is not at the address lehr
+// commands reach by default, so that every command the tour prints
+// reaches it as printed; "" when it is.
+func (t *tour) controlFlag() string {
+	if addr := t.cl.ControlAddr(); addr != control.DefaultListen {
+		return " --control " + addr
+	}
+	return ""
+}
+
 // sayReady tells the user what to try while the system keeps running.
 func (t *tour) sayReady(ctx context.Context) {
 	addr := t.cl.ControlAddr()
-	controlFlag := ""
-	if addr != control.DefaultListen {
-		controlFlag = " --control " + addr
-	}
+	controlFlag := t.controlFlag()
 	latest := uint64(0)
 	if v, err := t.cl.Producer().GetNamespace(ctx, appNamespace); err == nil {
 		latest = v.GetLatestVersion()
@@ -245,6 +251,16 @@ func (t *tour) sayReady(ctx context.Context) {
   (lehr is ./bin/lehr after 'make build'.) Press Ctrl-C to stop.
 
 `, controlFlag, appNamespace, sock, latest, policyNamespace)
+	if controlFlag != "" {
+		fmt.Fprintf(t.out, `  Control is on %[1]s, not on %[2]s where lehr commands look by default:
+  the commands above say so with --control. Or, in that terminal,
+
+    export LEHR_CONTROL=%[1]s
+
+  and every lehr command, README.md's too, reaches this control.
+
+`, addr, control.DefaultListen)
+	}
 }
 
 // zoneNames names n zones: zone-a, zone-b, …
@@ -256,20 +272,62 @@ func zoneNames(n int) []string {
 	return out
 }
 
-// pickAddr returns the address to listen on: the one given, else def if it
-// is free, else a free port on the same host (saying so).
-func pickAddr(given, def, what string, say func(string, ...any)) string {
+// The addresses control listens on by default (tests change them).
+var (
+	defaultListen        = control.DefaultListen
+	defaultMetricsListen = control.DefaultMetricsListen
+)
+
+// listenAddr is an address for control to listen on: one given, which it
+// must get, or a default, which falls back to a free port when busy.
+type listenAddr struct {
+	addr     string
+	fallback bool   // a default: a free port will do when it is busy
+	what     string // "gRPC", "metrics"
+}
+
+func listenChoice(given, def, what string) *listenAddr {
 	if given != "" {
-		return given
+		return &listenAddr{addr: given, what: what}
 	}
-	l, err := net.Listen("tcp", def)
-	if err == nil {
-		l.Close()
-		return def
+	return &listenAddr{addr: def, fallback: true, what: what}
+}
+
+// startCluster starts the cluster with control listening on grpc and
+// metrics. Control binds them itself, at its start — no check that a port
+// is free and a bind later, between which another process could take it
+// (issue 31) — and when a default one is busy the cluster starts again
+// with a free port of the same host in its place, saying so.
+func startCluster(ctx context.Context, o devcluster.Options, grpc, metrics *listenAddr, say func(string, ...any)) (*devcluster.Cluster, error) {
+	for {
+		o.ControlListen, o.ControlMetricsListen = grpc.addr, metrics.addr
+		cl, err := devcluster.Start(ctx, o)
+		if err == nil {
+			return cl, nil
+		}
+		busy, ok := busyAddr(err)
+		var l *listenAddr
+		switch {
+		case ok && busy == grpc.addr && grpc.fallback:
+			l = grpc
+		case ok && busy == metrics.addr && metrics.fallback:
+			l = metrics
+		default:
+			return nil, err
+		}
+		host, _, _ := net.SplitHostPort(l.addr)
+		say("%s port %s is busy; using a free port instead", l.what, l.addr)
+		l.addr, l.fallback = net.JoinHostPort(host, "0"), false
 	}
-	host, _, _ := net.SplitHostPort(def)
-	say("%s port %s is busy; using a free port instead", what, def)
-	return net.JoinHostPort(host, "0")
+}
+
+// busyAddr returns the address a listen failed on because it was in use.
+func busyAddr(err error) (string, bool) {
+	var op *net.OpError
+	if errors.Is(err, syscall.EADDRINUSE) && errors.As(err, &op) && op.Op == "listen" && op.Addr != nil {
+		return op.Addr.String(), true
+	}
+	return "", false
 }
 
 // lockedWriter serialises writes from several goroutines.

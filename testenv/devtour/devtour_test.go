@@ -2,15 +2,20 @@ package devtour
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 
 	"lehr.dev/lehr/proto/lehrpb"
+	"lehr.dev/lehr/testenv/devcluster"
 )
 
 // fixedView is a view with fixed content.
@@ -148,22 +153,45 @@ func TestCountPositive(t *testing.T) {
 	}
 }
 
-func TestPickAddrAvoidsBusyPort(t *testing.T) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+// Control binds its ports itself, at its start, with no check before
+// (issue 31: a check, then a bind later, lost a port to another process):
+// a busy default port gives way to a free one, saying so; a port given
+// explicitly is an error when busy.
+func TestStartClusterBindsDirectly(t *testing.T) {
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
-	var said []string
-	say := func(f string, args ...any) { said = append(said, fmt.Sprintf(f, args...)) }
-	if got := pickAddr("", l.Addr().String(), "gRPC", say); got != "127.0.0.1:0" {
-		t.Errorf("pickAddr(busy) = %q, want 127.0.0.1:0", got)
+	defer busy.Close()
+	start := func(grpc, metrics *listenAddr) (*devcluster.Cluster, []string, error) {
+		var said []string
+		say := func(f string, args ...any) { said = append(said, fmt.Sprintf(f, args...)) }
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		cl, err := startCluster(ctx, devcluster.Options{Dir: t.TempDir(), Zones: []string{"zone-a"}, NoSync: true,
+			Logger: slog.New(slog.DiscardHandler)}, grpc, metrics, say)
+		if cl != nil {
+			t.Cleanup(func() { cl.Close() })
+		}
+		return cl, said, err
 	}
-	if len(said) != 1 || !strings.Contains(said[0], "is busy") {
-		t.Errorf("pickAddr(busy) said %q, want one line saying the port is busy", said)
+
+	cl, said, err := start(listenChoice("", busy.Addr().String(), "gRPC"), listenChoice("", busy.Addr().String(), "metrics"))
+	if err != nil {
+		t.Fatalf("with both default ports busy: %v", err)
 	}
-	if got := pickAddr("127.0.0.1:1234", l.Addr().String(), "gRPC", say); got != "127.0.0.1:1234" {
-		t.Errorf("pickAddr(given) = %q, want the given address", got)
+	if cl.ControlAddr() == busy.Addr().String() || cl.ControlMetricsAddr() == busy.Addr().String() || cl.ControlMetricsAddr() == "" {
+		t.Errorf("control on %s, metrics on %s; want other ports than the busy %s", cl.ControlAddr(), cl.ControlMetricsAddr(), busy.Addr())
+	}
+	want := []string{"gRPC port " + busy.Addr().String() + " is busy; using a free port instead",
+		"metrics port " + busy.Addr().String() + " is busy; using a free port instead"}
+	if diff := cmp.Diff(want, said); diff != "" {
+		t.Errorf("said (-want +got):\n%s", diff)
+	}
+
+	_, said, err = start(listenChoice(busy.Addr().String(), "127.0.0.1:0", "gRPC"), listenChoice("off", "", "metrics"))
+	if !errors.Is(err, syscall.EADDRINUSE) || len(said) != 0 {
+		t.Errorf("with --listen on a busy port: %v, said %q; want the error, address in use", err, said)
 	}
 }
 

@@ -81,7 +81,7 @@ const (
 // step prints a lehr command as a user would type it and runs it against
 // the tour's control as author; what names the step in an error.
 func (t *tour) step(ctx context.Context, what string, args ...string) error {
-	fmt.Fprintf(t.out, "\n$ lehr %s\n", joinArgs(args))
+	fmt.Fprintf(t.out, "\n$ lehr %s%s\n", joinArgs(args), t.controlFlag())
 	if code := t.lehr(ctx, t.out, append(slices.Clone(args), "--control", t.cl.ControlAddr(), "--as", author)...); code != exitOK {
 		return fmt.Errorf("%s failed (exit %d)", what, code)
 	}
@@ -152,12 +152,12 @@ func (t *tour) walk(ctx context.Context) error {
 	t.say("a bad change: demo.error_ratio 0.2 — the services accept it, then fail a fifth of their requests; the canary analysis catches it")
 	bad := base + 2
 	published = time.Now()
-	fmt.Fprintf(t.out, "\n$ lehr patch %s --base %d --set-json demo.error_ratio=0.2\n", appNamespace, base+1)
+	fmt.Fprintf(t.out, "\n$ lehr patch %s --base %d --set-json demo.error_ratio=0.2%s\n", appNamespace, base+1, t.controlFlag())
 	if code := t.lehr(ctx, t.out, "patch", appNamespace, "--base", strconv.FormatUint(base+1, 10), "--set-json", "demo.error_ratio=0.2",
 		"--message", "try a higher error ratio", "--control", t.cl.ControlAddr(), "--as", author); code != exitOK {
 		return fmt.Errorf("patch failed (exit %d)", code)
 	}
-	fmt.Fprintf(t.out, "\n$ lehr rollout wait %s\n", appNamespace)
+	fmt.Fprintf(t.out, "\n$ lehr rollout wait %s%s\n", appNamespace, t.controlFlag())
 	if code := t.lehr(ctx, t.out, "rollout", "wait", appNamespace, "--control", t.cl.ControlAddr()); code != exitFailed {
 		return fmt.Errorf("the bad change's rollout did not fail (exit %d)", code)
 	}
