@@ -54,7 +54,7 @@ chaos:
 	$(GO) test -count=1 -timeout 90m -v -run 'TestKillMatrix|TestLossyLink' ./testenv/chaos \
 		-args -chaos.long -chaos.report $(CURDIR)/bench/results/$$(date -u +%Y%m%dT%H%M%SZ)-chaos.md
 
-# ha runs issue 29's HA suite, long version (about TODO minutes): a 3-member
+# ha runs issue 29's HA suite, long version (about 8 minutes): a 3-member
 # etcd cluster of separate processes, two control replicas on it, a
 # distributor and two agents, while it kills the etcd leader, the
 # strategist's replica mid-canary, the replica the distributor is connected
