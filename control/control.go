@@ -101,7 +101,7 @@ type Options struct {
 	// the store did not answer within StoreTimeout, so a cluster that
 	// lost quorum or cannot be reached fails calls within seconds rather
 	// than holding them until the caller gives up. Default
-	// store.DefaultRequestTimeout (5 s); negative, no bound.
+	// store.DefaultRequestTimeout (10 s); negative, no bound.
 	StoreTimeout time.Duration
 	// EtcdProbeTimeout bounds the first request to an external etcd: past
 	// it Run fails, saying why (which TLS side refused the other, or that

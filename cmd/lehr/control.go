@@ -79,7 +79,7 @@ alarm by itself. Each domain has quotas of its own (lehr domain get); only a
 fleet admin (--fleet-admins) may raise one above the server default.
 
 When etcd stops answering — a cluster that lost quorum, members control
-cannot reach — every call fails within --store-timeout (5s) with UNAVAILABLE,
+cannot reach — every call fails within --store-timeout (10s) with UNAVAILABLE,
 saying the store has no leader or did not answer, and /healthz reports
 unhealthy; distributors and agents keep serving what they hold. Calls
 succeed again once a majority of the etcd members is back.
@@ -169,7 +169,7 @@ Subcommands:
 		return usageError(e, fs, "--local-users: %v", err)
 	}
 	if opts.StoreTimeout <= 0 {
-		return usageError(e, fs, "--store-timeout %v: want a positive duration, e.g. 5s (how long a call waits for etcd before it fails with UNAVAILABLE)", opts.StoreTimeout)
+		return usageError(e, fs, "--store-timeout %v: want a positive duration, e.g. 10s (how long a call waits for etcd before it fails with UNAVAILABLE)", opts.StoreTimeout)
 	}
 	if opts.Retention.KeepLast < 1 {
 		return usageError(e, fs, "--keep-last %d: want 1 or more", opts.Retention.KeepLast)

@@ -3,8 +3,8 @@
 // distributors' zone status reports. It works the same against the embedded
 // single-member etcd and an external cluster.
 //
-// Imported by control/... and cmd/lehr (for the audit retention's
-// default).
+// Imported by control/..., cmd/lehr (for the audit retention's and the
+// store timeout's defaults) and bench (the high-water mark's reserve).
 //
 // Every method takes a context and makes a bounded number of etcd requests;
 // there is no cache, so several control processes sharing one etcd see the
@@ -64,7 +64,7 @@ type Options struct {
 	// request etcd has not answered by then fails with a *NoAnswerError
 	// (IsUnavailable): a cluster that lost quorum, or a member control
 	// cannot reach, fails a call within seconds instead of holding it
-	// until its caller gives up. Zero means DefaultRequestTimeout (5 s);
+	// until its caller gives up. Zero means DefaultRequestTimeout (10 s);
 	// negative, no bound.
 	RequestTimeout time.Duration
 	// OnRoundTrip, if set, is called after every etcd request with the
@@ -125,10 +125,13 @@ const (
 	DefaultPrefix   = "/lehr/"
 	DefaultKeepLast = 100
 	DefaultKeepFor  = 7 * 24 * time.Hour
-	// DefaultRequestTimeout is the default Options.RequestTimeout: well
-	// above an etcd request's usual milliseconds, below etcd's own
-	// 7-second bound on a proposal (5 s plus two election timeouts).
-	DefaultRequestTimeout = 5 * time.Second
+	// DefaultRequestTimeout is the default Options.RequestTimeout: above
+	// etcd's own 7-second bound on a proposal (5 s plus two election
+	// timeouts), so a slow but working etcd answers (or fails) by itself
+	// first: at 5 s, a publish under a 256 MiB store being filled and
+	// defragmented, on a loaded 2-core machine, failed UNAVAILABLE (bench
+	// isolation). A member without a leader answers at once anyway.
+	DefaultRequestTimeout = 10 * time.Second
 	// DefaultRequestRetention is the default Retention.Requests.
 	DefaultRequestRetention = 24 * time.Hour
 	// DefaultAuditRetention is the default Retention.Audit.

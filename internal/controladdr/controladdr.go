@@ -4,11 +4,17 @@
 // into a gRPC client target that fails over between replicas.
 //
 // Every name in a list is resolved to all of its addresses (a DNS name
-// resolving to every replica works as well as a list), and calls are
-// spread over the replicas that are up (gRPC's round_robin policy): when
-// one replica goes down, the next call or stream goes to another at once,
-// while the lost one is reconnected in the background. TLS verifies each
-// replica against the name it was listed under.
+// resolving to every replica works as well as a list). A client talks to
+// one replica at a time, picked from the list in an order of its own (gRPC's
+// pick_first policy with shuffleAddressList, so clients spread over the
+// replicas): when that replica goes down, the next call or stream connects
+// again, trying the addresses in turn — a refused one at once, a silent one
+// for 250 ms before the next is tried alongside (gRPC's happy eyeballs). A
+// client connects only when it has a call to make, so a replica that comes
+// back is used at once, with no reconnection backoff in the way (gRPC's
+// round_robin reconnects eagerly and fails calls fast during its backoff:
+// a producer's first call after a control restart then failed). TLS
+// verifies each replica against the name it was listed under.
 //
 // Imported by client/producer (and through it the lehr CLI), distributor and
 // distributor/distributorcmd.
@@ -34,8 +40,8 @@ import (
 // registered per connection (grpc.WithResolvers), never globally.
 const scheme = "lehr-control"
 
-// serviceConfig spreads calls over every replica that is up.
-const serviceConfig = `{"loadBalancingConfig":[{"round_robin":{}}]}`
+// serviceConfig picks one replica at a time, in a shuffled order.
+const serviceConfig = `{"loadBalancingConfig":[{"pick_first":{"shuffleAddressList":true}}]}`
 
 // Addresses is a parsed control address.
 type Addresses struct {
@@ -109,7 +115,8 @@ func (a Addresses) Local() bool {
 }
 
 // Dial returns the gRPC target and the dial options that make a client of
-// a: for a list, a resolver of its own and round-robin over the replicas.
+// a: for a list, a resolver of its own and pick_first over the replicas in
+// a shuffled order.
 // The caller adds its credentials and other options.
 func (a Addresses) Dial() (target string, opts []grpc.DialOption) {
 	return a.dial(net.DefaultResolver.LookupHost)
