@@ -100,8 +100,10 @@ type Options struct {
 	// defragmentation): past it the call fails with UNAVAILABLE saying
 	// the store did not answer within StoreTimeout, so a cluster that
 	// lost quorum or cannot be reached fails calls within seconds rather
-	// than holding them until the caller gives up. Default
-	// store.DefaultRequestTimeout (10 s); negative, no bound.
+	// than holding them until the caller gives up. Zero: on an external
+	// cluster store.DefaultRequestTimeout (10 s), on the embedded member
+	// no bound (it cannot lose a quorum, and its requests wait out its own
+	// defragmentation); negative, no bound.
 	StoreTimeout time.Duration
 	// EtcdProbeTimeout bounds the first request to an external etcd: past
 	// it Run fails, saying why (which TLS side refused the other, or that

@@ -79,7 +79,7 @@ func TestDispatchExitCodes(t *testing.T) {
 		{args: []string{"control", "--log-level", "loud"}, wantCode: exitUsage, wantStderr: `--log-level "loud"`},
 		{args: []string{"control", "--keep-last", "0"}, wantCode: exitUsage, wantStderr: "--keep-last 0: want 1 or more"},
 		{args: []string{"control", "--keep-for", "0s"}, wantCode: exitUsage, wantStderr: "--keep-for 0s: want a positive duration"},
-		{args: []string{"control", "--store-timeout", "0s"}, wantCode: exitUsage, wantStderr: "--store-timeout 0s: want a positive duration"},
+		{args: []string{"control", "--store-timeout", "-1s"}, wantCode: exitUsage, wantStderr: "--store-timeout -1s: want a positive duration"},
 		{args: []string{"control", "extra"}, wantCode: exitUsage, wantStderr: `unexpected argument "extra"`},
 		{args: []string{"control", "--data-dir", "x", "status"}, wantCode: exitUsage, wantStderr: "status is a subcommand: put it first, 'lehr control status [flags]'"},
 		{args: []string{"control", "status", "extra"}, wantCode: exitUsage, wantStderr: "lehr control status: unexpected argument \"extra\""},

@@ -103,7 +103,7 @@ Subcommands:
 	etcdCA := fs.String("etcd-ca", "", "`file` (PEM) of the CA that issued the external etcd members' certificates")
 	etcdCert := fs.String("etcd-cert", "", "client certificate `file` (PEM) this replica presents to the external etcd")
 	etcdKey := fs.String("etcd-key", "", "key `file` (PEM) of --etcd-cert")
-	fs.DurationVar(&opts.StoreTimeout, "store-timeout", store.DefaultRequestTimeout, "wait at most this `duration` for etcd to answer one request: past it the call fails with UNAVAILABLE saying the store did not answer (an etcd cluster that lost quorum, members control cannot reach) instead of hanging until the caller gives up")
+	fs.DurationVar(&opts.StoreTimeout, "store-timeout", 0, "wait at most this `duration` for etcd to answer one request: past it the call fails with UNAVAILABLE saying the store did not answer (an etcd cluster that lost quorum, members control cannot reach) instead of hanging until the caller gives up; 0: "+store.DefaultRequestTimeout.String()+" with --etcd-endpoints, no bound on the embedded etcd (it cannot lose a quorum; its requests wait out its own defragmentation)")
 	fs.StringVar(&opts.Listen, "listen", control.DefaultListen, "gRPC listen `address`; without TLS it must be loopback")
 	fs.StringVar(&opts.AdvertiseAddr, "advertise-address", "", "gRPC `address` (host:port) other hosts reach this replica at, as 'lehr control status' and the strategist's election name it; default --listen, with this host's name for 0.0.0.0")
 	fs.StringVar(&opts.Socket, "socket", "", "also serve the API on this unix socket `path` (mode 0666), where each caller acts as its local account (SO_PEERCRED): identity unix:ACCOUNT, unless --local-users maps it")
@@ -168,8 +168,8 @@ Subcommands:
 	if opts.LocalUsers, err = parseLocalUsers(*localUsers); err != nil {
 		return usageError(e, fs, "--local-users: %v", err)
 	}
-	if opts.StoreTimeout <= 0 {
-		return usageError(e, fs, "--store-timeout %v: want a positive duration, e.g. 10s (how long a call waits for etcd before it fails with UNAVAILABLE)", opts.StoreTimeout)
+	if opts.StoreTimeout < 0 {
+		return usageError(e, fs, "--store-timeout %v: want a positive duration, e.g. 10s, or 0 for the default (how long a call waits for etcd before it fails with UNAVAILABLE)", opts.StoreTimeout)
 	}
 	if opts.Retention.KeepLast < 1 {
 		return usageError(e, fs, "--keep-last %d: want 1 or more", opts.Retention.KeepLast)

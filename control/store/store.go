@@ -64,8 +64,11 @@ type Options struct {
 	// request etcd has not answered by then fails with a *NoAnswerError
 	// (IsUnavailable): a cluster that lost quorum, or a member control
 	// cannot reach, fails a call within seconds instead of holding it
-	// until its caller gives up. Zero means DefaultRequestTimeout (10 s);
-	// negative, no bound.
+	// until its caller gives up. Zero means DefaultRequestTimeout (10 s)
+	// on a cluster and no bound on a SingleMember, which cannot lose a
+	// quorum and whose requests wait out its own defragmentation (a read
+	// under a 256 MiB store being filled and defragmented took over 10 s
+	// on the loaded CI machine, bench isolation); negative, no bound.
 	RequestTimeout time.Duration
 	// OnRoundTrip, if set, is called after every etcd request with the
 	// operation ("get", "txn", "put", "delete", "watch", "lease_grant",
@@ -168,7 +171,7 @@ func New(cli *clientv3.Client, opts Options) *Store {
 	if opts.Retention.KeepFor <= 0 {
 		opts.Retention.KeepFor = DefaultKeepFor
 	}
-	if opts.RequestTimeout == 0 {
+	if opts.RequestTimeout == 0 && !opts.SingleMember {
 		opts.RequestTimeout = DefaultRequestTimeout
 	}
 	if opts.Now == nil {
