@@ -706,3 +706,28 @@ func TestDropContentAgentHoldsVersionsOnly(t *testing.T) {
 		t.Errorf("updates (-want +got):\n%s", diff)
 	}
 }
+
+// TestGoalNotInMemoryKeepsTheConnection: a goal whose content the versions
+// cache evicted and cannot fetch again (control unreachable) is retried
+// after a backoff, and the agent's connection stays up; once the content
+// is back, the agent gets it. (Closing the connection instead made the
+// agent redial in a loop for as long as control was away.)
+func TestGoalNotInMemoryKeepsTheConnection(t *testing.T) {
+	e := newEnv(t)
+	snap, err := content.New([]content.Property{{Key: "k", Value: []byte("v")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := &content.Version{Namespace: "d/gone", Seq: 1, Checksum: snap.Checksum(), Kind: lehrpb.NamespaceKind_NAMESPACE_KIND_CONFIG,
+		Info: &lehrpb.VersionInfo{Namespace: "d/gone", Seq: 1, Checksum: snap.Checksum()}, Content: snap}
+	e.srv.SetGoal(fanout.Goal{Stable: v.Header()}) // its content is nowhere
+	a := e.dial("host-1", agenttest.Options{Subscriptions: []string{"d/gone"}})
+	wait.For(t, "an attempt to build the update", func() bool { return e.srv.Stats().Agents == 1 })
+	if err := e.cache.Put(v); err != nil {
+		t.Fatal(err)
+	}
+	waitVersion(t, a, "d/gone", v)
+	if st := e.srv.Stats(); st.Agents != 1 || st.ProtocolErrors != 0 {
+		t.Errorf("after the content came back: %d agents, %d protocol errors; want the one connection kept", st.Agents, st.ProtocolErrors)
+	}
+}

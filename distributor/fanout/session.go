@@ -754,6 +754,21 @@ func (ss *session) plan() (jobs []job, unavailable []*lehrpb.Unavailable, wake t
 // and announces what it holds.
 func (ss *session) push(j job) {
 	frame, snapshot, err := ss.srv.build(ss.ctx, j, ss.compact)
+	if errors.Is(err, errGoalUnavailable) && ss.ctx.Err() == nil {
+		// Evicted and not fetched again (control unreachable): the agent
+		// keeps what it holds, and the namespace is planned again after a
+		// backoff; the connection stays up.
+		ss.mu.Lock()
+		if st := ss.ns[j.ns]; st != nil && st.sending.Seq == j.goal.Seq && st.deadline.IsZero() {
+			st.sending = content.Ref{}
+			st.refusals++
+			st.notBefore = ss.srv.now().Add(refusalBackoff.Ceiling(st.refusals - 1))
+		}
+		ss.mu.Unlock()
+		ss.log.Warn("goal version not in memory and not fetched; the agent keeps what it holds until it can be", "namespace", j.ns, "version", j.goal.Seq, "err", err)
+		ss.kick()
+		return
+	}
 	if err != nil {
 		ss.fail("build an update", fmt.Errorf("%s@%d: %w", j.ns, j.goal.Seq, err))
 		return
@@ -819,6 +834,10 @@ func (ss *session) fail(doing string, err error) {
 	ss.cancel()
 }
 
+// errGoalUnavailable is build's error when the goal version is neither in
+// memory nor fetched (Options.Versions failed: control unreachable).
+var errGoalUnavailable = errors.New("goal version unavailable")
+
 // build returns the encoded Update frame for j: a patch from the agent's
 // version when that version is available here (from memory or control) and
 // its checksum matches, otherwise a snapshot. update.Build also falls
@@ -834,7 +853,7 @@ func (s *Server) build(ctx context.Context, j job, compact bool) (frame []byte, 
 		defer cancel()
 		v, err := s.opts.Versions.Get(fctx, j.ns, g.Ref())
 		if err != nil {
-			return nil, fmt.Errorf("goal version: %w", err)
+			return nil, fmt.Errorf("%w: %w", errGoalUnavailable, err)
 		}
 		return v, nil
 	}
