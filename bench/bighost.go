@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io/fs"
+	"lehr.dev/lehr/testenv/memcgroup"
 	"os"
 	"path/filepath"
 	"time"
@@ -154,7 +155,7 @@ func runBighost(ctx context.Context, e *Env) (*Result, error) {
 	// RSS counts the value log's mapped pages, which the kernel reclaims
 	// at the limit; what matters is that the agent is never killed.
 	ap.stop()
-	cg, err := newMemCgroup(fmt.Sprintf("lehr-bench-bighost-%d", os.Getpid()), bighostMemoryMax)
+	cg, err := memcgroup.New(fmt.Sprintf("lehr-bench-bighost-%d", os.Getpid()), bighostMemoryMax)
 	if err != nil {
 		res.Notes = append(res.Notes, "cold start inside a memory cgroup not run: "+err.Error())
 		return res, nil
@@ -162,13 +163,13 @@ func runBighost(ctx context.Context, e *Env) (*Result, error) {
 	if err := os.RemoveAll(dataDir); err != nil {
 		return res, err
 	}
-	wbin, wargs := cg.wrap(bin, args)
+	wbin, wargs := cg.Wrap(bin, args)
 	if ap, err = startAgentProc(wbin, wargs); err != nil {
 		return res, err
 	}
 	defer func() {
 		ap.stop() // first: a cgroup with a process cannot be removed
-		cg.close()
+		cg.Close()
 	}()
 	exited := func() bool {
 		select {
@@ -195,7 +196,7 @@ func runBighost(ctx context.Context, e *Env) (*Result, error) {
 		return res, err
 	}
 	limited := time.Since(t0)
-	kills, died := cg.oomKills(), exited()
+	kills, died := cg.OOMKills(), exited()
 	lp, _ := readProc(ap.cmd.Process.Pid)
 	row := (&Row{System: "lehr-agent", Case: fmt.Sprintf("cold, in a %d MiB memory cgroup", bighostMemoryMax>>20)}).
 		Add("time", ms(limited), "ms").Add("peak go heap", float64(ap.peakHeap()), "MiB").Add("oom kills", float64(kills), "")

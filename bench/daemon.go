@@ -161,7 +161,9 @@ func (d *daemon) metrics(ctx context.Context) (promSamples, error) {
 	if d.metricsAddr == "" {
 		return nil, fmt.Errorf("%s serves no metrics", d.name)
 	}
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	// Generous: a daemon serving thousands of agents on 2 shared cores
+	// answered the catalog's scrape in more than 5 s.
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+d.metricsAddr+"/metrics", nil)
 	if err != nil {

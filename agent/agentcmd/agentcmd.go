@@ -12,6 +12,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"lehr.dev/lehr/internal/gomemlimit"
 	"net"
 	"os"
 	"os/signal"
@@ -82,6 +83,7 @@ func Main(ctx context.Context, args []string, stderr io.Writer) int {
 		return 2
 	}
 	opts.Logger = log
+	gomemlimit.Apply(log)
 
 	a, err := agent.New(opts)
 	if err != nil {

@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"lehr.dev/lehr/internal/gomemlimit"
 	"log/slog"
 	"slices"
 	"strings"
@@ -195,6 +196,7 @@ Subcommands:
 		}
 	}
 	opts.Logger = logger
+	gomemlimit.Apply(logger)
 	if e.checkOnly {
 		return exitOK
 	}

@@ -1,4 +1,10 @@
-package bench
+// Package memcgroup runs a process in a memory cgroup of its own, limited
+// as systemd's MemoryMax= would limit a unit, for benches and tests that
+// check a daemon holds within its unit's limit. Creating one needs root
+// and a cgroup hierarchy with the memory controller (v1 or v2).
+//
+// Imported by bench and internal/gomemlimit's tests.
+package memcgroup
 
 import (
 	"errors"
@@ -9,19 +15,19 @@ import (
 	"strings"
 )
 
-// memCgroup is a memory cgroup a scenario runs a process in, as systemd's
+// Cgroup is a memory cgroup a scenario runs a process in, as systemd's
 // MemoryMax= would: the kernel reclaims what it can (page cache, mapped
 // files) at the limit and kills the process only when it cannot.
 // Version 2 (memory.max) and version 1 (memory.limit_in_bytes)
 // hierarchies are both handled; creating one needs root.
-type memCgroup struct {
+type Cgroup struct {
 	dir string
 	v2  bool
 }
 
-// newMemCgroup creates a cgroup named name limited to limit bytes, or
+// New creates a cgroup named name limited to limit bytes, or
 // says why it cannot.
-func newMemCgroup(name string, limit int64) (*memCgroup, error) {
+func New(name string, limit int64) (*Cgroup, error) {
 	for _, c := range []struct {
 		root, limitFile string
 		v2              bool
@@ -46,21 +52,21 @@ func newMemCgroup(name string, limit int64) (*memCgroup, error) {
 			os.Remove(dir)
 			return nil, fmt.Errorf("limit memory cgroup: %w", err)
 		}
-		return &memCgroup{dir: dir, v2: c.v2}, nil
+		return &Cgroup{dir: dir, v2: c.v2}, nil
 	}
 	return nil, errors.New("no memory cgroup hierarchy with the memory controller (needs cgroup v1's memory or v2 with memory enabled)")
 }
 
-// wrap returns the command line that starts bin with args inside the
+// Wrap returns the command line that starts bin with args inside the
 // cgroup: a shell joins it, then execs bin, so nothing runs outside it.
-func (m *memCgroup) wrap(bin string, args []string) (string, []string) {
+func (m *Cgroup) Wrap(bin string, args []string) (string, []string) {
 	script := `echo $$ > "$0" && exec "$@"`
 	return "/bin/sh", append([]string{"-c", script, filepath.Join(m.dir, "cgroup.procs"), bin}, args...)
 }
 
-// oomKills returns how many processes of the cgroup the kernel killed for
+// OOMKills returns how many processes of the cgroup the kernel killed for
 // memory.
-func (m *memCgroup) oomKills() int {
+func (m *Cgroup) OOMKills() int {
 	file, key := "memory.oom_control", "oom_kill"
 	if m.v2 {
 		file, key = "memory.events", "oom_kill"
@@ -78,5 +84,5 @@ func (m *memCgroup) oomKills() int {
 	return 0
 }
 
-// close removes the cgroup (it must be empty).
-func (m *memCgroup) close() error { return os.Remove(m.dir) }
+// Close removes the cgroup (it must be empty).
+func (m *Cgroup) Close() error { return os.Remove(m.dir) }
