@@ -7,6 +7,7 @@ require (
 	cloud.google.com/go/longrunning v1.5.0
 	github.com/VictoriaMetrics/metrics v1.45.0
 	github.com/aclements/go-moremath v0.0.0-20210112150236-f10218a38794
+	github.com/bufbuild/protocompile v0.14.1
 	github.com/dgraph-io/badger/v4 v4.9.6
 	github.com/dustin/go-humanize v1.0.1
 	github.com/fsnotify/fsnotify v1.10.1
