@@ -31,15 +31,15 @@ lint:
 # proto regenerates proto/lehrpb from proto/lehr/v1/*.proto. protoc comes from
 # Debian's protobuf-compiler $(PROTOC_VERSION) (installed if missing); the Go
 # plugins are pinned by the tool directives in go.mod. The Google API protos
-# Lehr imports (google/longrunning) come as a descriptor set built from their
-# Go packages (proto/googleapis).
+# Lehr imports (google/longrunning, google/api, google/rpc) are vendored under
+# proto/google (proto/google/README.md); the well-known google/protobuf ones
+# come with protoc.
 proto:
 	@command -v protoc >/dev/null || (apt-get update -qq && apt-get install -y -qq protobuf-compiler)
 	@protoc --version | grep -q '$(PROTOC_VERSION)' || echo "warning: protoc is not $(PROTOC_VERSION); output may differ"
 	$(GO) build -o $(BIN)/protoc-gen-go google.golang.org/protobuf/cmd/protoc-gen-go
 	$(GO) build -o $(BIN)/protoc-gen-go-grpc google.golang.org/grpc/cmd/protoc-gen-go-grpc
-	$(GO) run ./proto/googleapis > $(BIN)/googleapis.binpb
-	protoc -I proto --descriptor_set_in=$(BIN)/googleapis.binpb \
+	protoc -I proto \
 		--plugin=protoc-gen-go=$(BIN)/protoc-gen-go --plugin=protoc-gen-go-grpc=$(BIN)/protoc-gen-go-grpc \
 		--go_out=. --go_opt=module=lehr.dev/lehr \
 		--go-grpc_out=. --go-grpc_opt=module=lehr.dev/lehr \

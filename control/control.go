@@ -39,6 +39,7 @@ import (
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/reflection"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"lehr.dev/lehr/control/embedetcd"
@@ -578,6 +579,16 @@ func (c *Control) Run(ctx context.Context) (err error) {
 	hs := health.NewServer()
 	setHealth(hs, healthpb.HealthCheckResponse_NOT_SERVING)
 	healthpb.RegisterHealthServer(gs, hs)
+	// Server reflection (grpc.reflection.v1 and v1alpha): grpcurl and
+	// other gRPC tools list the services and fetch their descriptors from
+	// control itself (docs/operations.md, "Calling the API from any
+	// tool"). It is an ordinary streaming call on the same listeners, TCP
+	// and the unix socket: the same TLS or mTLS, and the same interceptors.
+	// service.Authorizer treats it as any method that changes nothing:
+	// users, local accounts and (where control accepts them) unidentified
+	// callers may call it; hosts, distributors and certificates without a
+	// Lehr identity may not.
+	reflection.Register(gs)
 
 	var hsrv *http.Server
 	if mlis != nil {

@@ -13,6 +13,11 @@
 # bring Prometheus's whole dependency tree (every service discovery's
 # cloud client) into go.mod. Skipped when bin/promtool exists or a
 # promtool is on $PATH (the tests find either).
+#
+# grpcurl — pinned in go.mod as a tool (`go tool grpcurl`); built here into
+# Go's build cache ahead of the tests, so that TestGrpcurlLinesInDocsWork
+# (cmd/lehr) does not spend its package's time limit compiling it (about a
+# minute of CPU on a cold cache: it links gRPC's xDS support).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -32,3 +37,6 @@ else
 	mv "$tmp/usr/bin/promtool" bin/promtool
 	echo "promtool: bin/promtool, from $(basename "$tmp"/prometheus_*.deb)"
 fi
+
+${GO:-go} tool -n grpcurl >/dev/null
+echo "grpcurl: go tool grpcurl, built"

@@ -27,6 +27,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/reflection"
 
 	"lehr.dev/lehr/agent/collect"
 	"lehr.dev/lehr/agent/leases"
@@ -165,6 +166,11 @@ func New(opts Options) (*Server, error) {
 		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: opts.IdleTimeout}),
 	)
 	lehrpb.RegisterAgentServer(s.grpc, &service{b: opts.Backend})
+	// Server reflection (grpc.reflection.v1 and v1alpha), so grpcurl and
+	// other gRPC tools can call the socket without the .proto files. It
+	// needs no rule of its own: whoever may open the socket (its mode and
+	// group) may call every method, and describing them changes nothing.
+	reflection.Register(s.grpc)
 	return s, nil
 }
 

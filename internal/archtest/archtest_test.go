@@ -67,6 +67,7 @@ func TestImportDirection(t *testing.T) {
 		{module + "/canary/...", []string{agent, distributor, control, client, testenv}, "canary analysis is pure statistics shared by control, agents and the CLI"},
 		{module + "/preview/...", []string{agent, distributor, control, client, testenv, module + "/canary"}, "the policy preview model is a pure leaf shared by every role"},
 		{module + "/...", []string{module + "/internal/metricshttp/metricstest"}, "metricstest (promtool, promlint) is for tests"},
+		{module + "/...", []string{module + "/internal/reflecttest"}, "reflecttest (a server reflection client) is for tests"},
 	}
 	for _, r := range rules {
 		got := deps(t, r.pkgs)
