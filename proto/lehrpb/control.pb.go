@@ -5208,7 +5208,7 @@ const file_lehr_v1_control_proto_rawDesc = "" +
 	"\fdistributors\x18\x02 \x03(\v2\x1a.lehr.v1.DistributorStatusR\fdistributors\x121\n" +
 	"\bversions\x18\x03 \x03(\v2\x15.lehr.v1.VersionCountR\bversions\x120\n" +
 	"\x06health\x18\x04 \x03(\v2\x18.lehr.v1.NamespaceHealthR\x06health\x12)\n" +
-	"\x05hosts\x18\x05 \x03(\v2\x13.lehr.v1.HostReportR\x05hosts2\xc0\x1e\n" +
+	"\x05hosts\x18\x05 \x03(\v2\x13.lehr.v1.HostReportR\x05hosts2\xd2!\n" +
 	"\aControl\x12=\n" +
 	"\fCreateDomain\x12\x1c.lehr.v1.CreateDomainRequest\x1a\x0f.lehr.v1.Domain\x127\n" +
 	"\tGetDomain\x12\x19.lehr.v1.GetDomainRequest\x1a\x0f.lehr.v1.Domain\x12H\n" +
@@ -5253,16 +5253,23 @@ const file_lehr_v1_control_proto_rawDesc = "" +
 	"\bEvaluate\x12\x18.lehr.v1.EvaluateRequest\x1a\x19.lehr.v1.CanaryEvaluation\x12U\n" +
 	"\x13GetCanaryEvaluation\x12#.lehr.v1.GetCanaryEvaluationRequest\x1a\x19.lehr.v1.CanaryEvaluation\x12f\n" +
 	"\x15ListCanaryEvaluations\x12%.lehr.v1.ListCanaryEvaluationsRequest\x1a&.lehr.v1.ListCanaryEvaluationsResponse\x127\n" +
-	"\tGetPolicy\x12\x19.lehr.v1.GetPolicyRequest\x1a\x0f.lehr.v1.Policy\x12_\n" +
-	"\x16CreatePolicyExperiment\x12&.lehr.v1.CreatePolicyExperimentRequest\x1a\x1d.google.longrunning.Operation\x12_\n" +
-	"\x16UpdatePolicyExperiment\x12&.lehr.v1.UpdatePolicyExperimentRequest\x1a\x1d.google.longrunning.Operation\x12U\n" +
+	"\tGetPolicy\x12\x19.lehr.v1.GetPolicyRequest\x1a\x0f.lehr.v1.Policy\x12\x96\x01\n" +
+	"\x16CreatePolicyExperiment\x12&.lehr.v1.CreatePolicyExperimentRequest\x1a\x1d.google.longrunning.Operation\"5\xcaA2\n" +
+	"\x10PolicyExperiment\x12\x1eCreatePolicyExperimentMetadata\x12\x96\x01\n" +
+	"\x16UpdatePolicyExperiment\x12&.lehr.v1.UpdatePolicyExperimentRequest\x1a\x1d.google.longrunning.Operation\"5\xcaA2\n" +
+	"\x10PolicyExperiment\x12\x1eUpdatePolicyExperimentMetadata\x12U\n" +
 	"\x13GetPolicyExperiment\x12#.lehr.v1.GetPolicyExperimentRequest\x1a\x19.lehr.v1.PolicyExperiment\x12f\n" +
-	"\x15ListPolicyExperiments\x12%.lehr.v1.ListPolicyExperimentsRequest\x1a&.lehr.v1.ListPolicyExperimentsResponse\x12_\n" +
-	"\x16DeletePolicyExperiment\x12&.lehr.v1.DeletePolicyExperimentRequest\x1a\x1d.google.longrunning.Operation\x12k\n" +
-	"\x1cStartPreviewPolicyExperiment\x12,.lehr.v1.StartPreviewPolicyExperimentRequest\x1a\x1d.google.longrunning.Operation\x12i\n" +
-	"\x1bStopPreviewPolicyExperiment\x12+.lehr.v1.StopPreviewPolicyExperimentRequest\x1a\x1d.google.longrunning.Operation\x12_\n" +
-	"\x16CommitPolicyExperiment\x12&.lehr.v1.CommitPolicyExperimentRequest\x1a\x1d.google.longrunning.Operation\x12K\n" +
-	"\fDeletePolicy\x12\x1c.lehr.v1.DeletePolicyRequest\x1a\x1d.google.longrunning.Operation\x12g\n" +
+	"\x15ListPolicyExperiments\x12%.lehr.v1.ListPolicyExperimentsRequest\x1a&.lehr.v1.ListPolicyExperimentsResponse\x12\x96\x01\n" +
+	"\x16DeletePolicyExperiment\x12&.lehr.v1.DeletePolicyExperimentRequest\x1a\x1d.google.longrunning.Operation\"5\xcaA2\n" +
+	"\x10PolicyExperiment\x12\x1eDeletePolicyExperimentMetadata\x12\xa8\x01\n" +
+	"\x1cStartPreviewPolicyExperiment\x12,.lehr.v1.StartPreviewPolicyExperimentRequest\x1a\x1d.google.longrunning.Operation\";\xcaA8\n" +
+	"\x10PolicyExperiment\x12$StartPreviewPolicyExperimentMetadata\x12\xa5\x01\n" +
+	"\x1bStopPreviewPolicyExperiment\x12+.lehr.v1.StopPreviewPolicyExperimentRequest\x1a\x1d.google.longrunning.Operation\":\xcaA7\n" +
+	"\x10PolicyExperiment\x12#StopPreviewPolicyExperimentMetadata\x12\x9b\x01\n" +
+	"\x16CommitPolicyExperiment\x12&.lehr.v1.CommitPolicyExperimentRequest\x1a\x1d.google.longrunning.Operation\":\xcaA7\n" +
+	"\x15google.protobuf.Empty\x12\x1eCommitPolicyExperimentMetadata\x12}\n" +
+	"\fDeletePolicy\x12\x1c.lehr.v1.DeletePolicyRequest\x1a\x1d.google.longrunning.Operation\"0\xcaA-\n" +
+	"\x15google.protobuf.Empty\x12\x14DeletePolicyMetadata\x12g\n" +
 	"\x19GetPolicyExperimentCounts\x12).lehr.v1.GetPolicyExperimentCountsRequest\x1a\x1f.lehr.v1.PolicyExperimentCounts\x12W\n" +
 	"\x10ListAuditRecords\x12 .lehr.v1.ListAuditRecordsRequest\x1a!.lehr.v1.ListAuditRecordsResponseB\x1cZ\x1alehr.dev/lehr/proto/lehrpbb\x06proto3"
 

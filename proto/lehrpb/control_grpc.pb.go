@@ -220,6 +220,9 @@ type ControlClient interface {
 	// and deletes the experiment, in one etcd transaction; the version then
 	// rolls out by the namespace's rollout policy. Response
 	// google.protobuf.Empty, metadata CommitPolicyExperimentMetadata.
+	// (-- api-linter: core::0151::lro-response-type=disabled
+	//
+	//	aip.dev/not-precedent: AIP-236 names Empty as commit's response. --)
 	CommitPolicyExperiment(ctx context.Context, in *CommitPolicyExperimentRequest, opts ...grpc.CallOption) (*longrunningpb.Operation, error)
 	// Deletes a live policy (AIP-236's cascade): in one etcd transaction its
 	// next version becomes the no-op policy (no rules: every decision
@@ -891,6 +894,9 @@ type ControlServer interface {
 	// and deletes the experiment, in one etcd transaction; the version then
 	// rolls out by the namespace's rollout policy. Response
 	// google.protobuf.Empty, metadata CommitPolicyExperimentMetadata.
+	// (-- api-linter: core::0151::lro-response-type=disabled
+	//
+	//	aip.dev/not-precedent: AIP-236 names Empty as commit's response. --)
 	CommitPolicyExperiment(context.Context, *CommitPolicyExperimentRequest) (*longrunningpb.Operation, error)
 	// Deletes a live policy (AIP-236's cascade): in one etcd transaction its
 	// next version becomes the no-op policy (no rules: every decision
