@@ -26,6 +26,7 @@ package lehrpb
 import (
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
+	fieldmaskpb "google.golang.org/protobuf/types/known/fieldmaskpb"
 	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	reflect "reflect"
 	sync "sync"
@@ -459,9 +460,17 @@ type UpdatePolicyExperimentRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// policy_experiment.name names the experiment to update.
 	PolicyExperiment *PolicyExperiment `protobuf:"bytes,1,opt,name=policy_experiment,json=policyExperiment,proto3" json:"policy_experiment,omitempty"`
-	// Fields to replace: "policy", "policy.rules", "annotations"; empty or
-	// "*" replaces both. Output-only fields are ignored.
-	UpdateMask []string `protobuf:"bytes,2,rep,name=update_mask,json=updateMask,proto3" json:"update_mask,omitempty"`
+	// Fields to replace: "policy", "policy.rules", "annotations"; absent,
+	// empty or "*" replaces both. Output-only fields are ignored.
+	UpdateMask *fieldmaskpb.FieldMask `protobuf:"bytes,4,opt,name=update_mask,json=updateMask,proto3" json:"update_mask,omitempty"`
+	// Deprecated: update_mask's paths as clients before update_mask was a
+	// FieldMask sent them (this field number was update_mask then). Read
+	// only when update_mask is absent; when both are set they must list the
+	// same paths. Clients set both while a control that predates
+	// update_mask may answer, which reads this one only.
+	//
+	// Deprecated: Marked as deprecated in lehr/v1/preview.proto.
+	LegacyUpdateMask []string `protobuf:"bytes,2,rep,name=legacy_update_mask,json=legacyUpdateMask,proto3" json:"legacy_update_mask,omitempty"`
 	// If set, the update succeeds only if the experiment's etag is still this
 	// (ABORTED otherwise).
 	Etag          string `protobuf:"bytes,3,opt,name=etag,proto3" json:"etag,omitempty"`
@@ -506,9 +515,17 @@ func (x *UpdatePolicyExperimentRequest) GetPolicyExperiment() *PolicyExperiment 
 	return nil
 }
 
-func (x *UpdatePolicyExperimentRequest) GetUpdateMask() []string {
+func (x *UpdatePolicyExperimentRequest) GetUpdateMask() *fieldmaskpb.FieldMask {
 	if x != nil {
 		return x.UpdateMask
+	}
+	return nil
+}
+
+// Deprecated: Marked as deprecated in lehr/v1/preview.proto.
+func (x *UpdatePolicyExperimentRequest) GetLegacyUpdateMask() []string {
+	if x != nil {
+		return x.LegacyUpdateMask
 	}
 	return nil
 }
@@ -1819,7 +1836,7 @@ var File_lehr_v1_preview_proto protoreflect.FileDescriptor
 
 const file_lehr_v1_preview_proto_rawDesc = "" +
 	"\n" +
-	"\x15lehr/v1/preview.proto\x12\alehr.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x13lehr/v1/types.proto\"Y\n" +
+	"\x15lehr/v1/preview.proto\x12\alehr.v1\x1a google/protobuf/field_mask.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x13lehr/v1/types.proto\"Y\n" +
 	"\x06Policy\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12'\n" +
 	"\x05rules\x18\x02 \x03(\v2\x11.lehr.v1.PropertyR\x05rules\x12\x12\n" +
@@ -1855,11 +1872,12 @@ const file_lehr_v1_preview_proto_rawDesc = "" +
 	"\x14policy_experiment_id\x18\x02 \x01(\tR\x12policyExperimentId\x12F\n" +
 	"\x11policy_experiment\x18\x03 \x01(\v2\x19.lehr.v1.PolicyExperimentR\x10policyExperiment\"0\n" +
 	"\x1aGetPolicyExperimentRequest\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\"\x9c\x01\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"\xea\x01\n" +
 	"\x1dUpdatePolicyExperimentRequest\x12F\n" +
-	"\x11policy_experiment\x18\x01 \x01(\v2\x19.lehr.v1.PolicyExperimentR\x10policyExperiment\x12\x1f\n" +
-	"\vupdate_mask\x18\x02 \x03(\tR\n" +
-	"updateMask\x12\x12\n" +
+	"\x11policy_experiment\x18\x01 \x01(\v2\x19.lehr.v1.PolicyExperimentR\x10policyExperiment\x12;\n" +
+	"\vupdate_mask\x18\x04 \x01(\v2\x1a.google.protobuf.FieldMaskR\n" +
+	"updateMask\x120\n" +
+	"\x12legacy_update_mask\x18\x02 \x03(\tB\x02\x18\x01R\x10legacyUpdateMask\x12\x12\n" +
 	"\x04etag\x18\x03 \x01(\tR\x04etag\"\x8a\x01\n" +
 	"\x1cListPolicyExperimentsRequest\x12\x16\n" +
 	"\x06parent\x18\x01 \x01(\tR\x06parent\x12\x1b\n" +
@@ -2009,7 +2027,8 @@ var file_lehr_v1_preview_proto_goTypes = []any{
 	nil,                                          // 27: lehr.v1.PolicyExperiment.AnnotationsEntry
 	(*Property)(nil),                             // 28: lehr.v1.Property
 	(*timestamppb.Timestamp)(nil),                // 29: google.protobuf.Timestamp
-	(*VersionInfo)(nil),                          // 30: lehr.v1.VersionInfo
+	(*fieldmaskpb.FieldMask)(nil),                // 30: google.protobuf.FieldMask
+	(*VersionInfo)(nil),                          // 31: lehr.v1.VersionInfo
 }
 var file_lehr_v1_preview_proto_depIdxs = []int32{
 	28, // 0: lehr.v1.Policy.rules:type_name -> lehr.v1.Property
@@ -2023,32 +2042,33 @@ var file_lehr_v1_preview_proto_depIdxs = []int32{
 	29, // 8: lehr.v1.PolicyPreviewMetadata.stop_time:type_name -> google.protobuf.Timestamp
 	2,  // 9: lehr.v1.CreatePolicyExperimentRequest.policy_experiment:type_name -> lehr.v1.PolicyExperiment
 	2,  // 10: lehr.v1.UpdatePolicyExperimentRequest.policy_experiment:type_name -> lehr.v1.PolicyExperiment
-	2,  // 11: lehr.v1.ListPolicyExperimentsResponse.policy_experiments:type_name -> lehr.v1.PolicyExperiment
-	29, // 12: lehr.v1.CreatePolicyExperimentMetadata.create_time:type_name -> google.protobuf.Timestamp
-	29, // 13: lehr.v1.CreatePolicyExperimentMetadata.end_time:type_name -> google.protobuf.Timestamp
-	29, // 14: lehr.v1.UpdatePolicyExperimentMetadata.create_time:type_name -> google.protobuf.Timestamp
-	29, // 15: lehr.v1.UpdatePolicyExperimentMetadata.end_time:type_name -> google.protobuf.Timestamp
-	29, // 16: lehr.v1.DeletePolicyExperimentMetadata.create_time:type_name -> google.protobuf.Timestamp
-	29, // 17: lehr.v1.DeletePolicyExperimentMetadata.end_time:type_name -> google.protobuf.Timestamp
-	29, // 18: lehr.v1.StartPreviewPolicyExperimentMetadata.create_time:type_name -> google.protobuf.Timestamp
-	29, // 19: lehr.v1.StartPreviewPolicyExperimentMetadata.end_time:type_name -> google.protobuf.Timestamp
-	29, // 20: lehr.v1.StopPreviewPolicyExperimentMetadata.create_time:type_name -> google.protobuf.Timestamp
-	29, // 21: lehr.v1.StopPreviewPolicyExperimentMetadata.end_time:type_name -> google.protobuf.Timestamp
-	29, // 22: lehr.v1.CommitPolicyExperimentMetadata.create_time:type_name -> google.protobuf.Timestamp
-	29, // 23: lehr.v1.CommitPolicyExperimentMetadata.end_time:type_name -> google.protobuf.Timestamp
-	30, // 24: lehr.v1.CommitPolicyExperimentMetadata.version:type_name -> lehr.v1.VersionInfo
-	29, // 25: lehr.v1.DeletePolicyMetadata.create_time:type_name -> google.protobuf.Timestamp
-	29, // 26: lehr.v1.DeletePolicyMetadata.end_time:type_name -> google.protobuf.Timestamp
-	30, // 27: lehr.v1.DeletePolicyMetadata.version:type_name -> lehr.v1.VersionInfo
-	23, // 28: lehr.v1.PolicyExperimentCounts.zones:type_name -> lehr.v1.PreviewCounts
-	23, // 29: lehr.v1.PolicyExperimentCounts.totals:type_name -> lehr.v1.PreviewCounts
-	28, // 30: lehr.v1.PreviewExperiment.rules:type_name -> lehr.v1.Property
-	23, // 31: lehr.v1.HostPreviewCounts.counts:type_name -> lehr.v1.PreviewCounts
-	32, // [32:32] is the sub-list for method output_type
-	32, // [32:32] is the sub-list for method input_type
-	32, // [32:32] is the sub-list for extension type_name
-	32, // [32:32] is the sub-list for extension extendee
-	0,  // [0:32] is the sub-list for field type_name
+	30, // 11: lehr.v1.UpdatePolicyExperimentRequest.update_mask:type_name -> google.protobuf.FieldMask
+	2,  // 12: lehr.v1.ListPolicyExperimentsResponse.policy_experiments:type_name -> lehr.v1.PolicyExperiment
+	29, // 13: lehr.v1.CreatePolicyExperimentMetadata.create_time:type_name -> google.protobuf.Timestamp
+	29, // 14: lehr.v1.CreatePolicyExperimentMetadata.end_time:type_name -> google.protobuf.Timestamp
+	29, // 15: lehr.v1.UpdatePolicyExperimentMetadata.create_time:type_name -> google.protobuf.Timestamp
+	29, // 16: lehr.v1.UpdatePolicyExperimentMetadata.end_time:type_name -> google.protobuf.Timestamp
+	29, // 17: lehr.v1.DeletePolicyExperimentMetadata.create_time:type_name -> google.protobuf.Timestamp
+	29, // 18: lehr.v1.DeletePolicyExperimentMetadata.end_time:type_name -> google.protobuf.Timestamp
+	29, // 19: lehr.v1.StartPreviewPolicyExperimentMetadata.create_time:type_name -> google.protobuf.Timestamp
+	29, // 20: lehr.v1.StartPreviewPolicyExperimentMetadata.end_time:type_name -> google.protobuf.Timestamp
+	29, // 21: lehr.v1.StopPreviewPolicyExperimentMetadata.create_time:type_name -> google.protobuf.Timestamp
+	29, // 22: lehr.v1.StopPreviewPolicyExperimentMetadata.end_time:type_name -> google.protobuf.Timestamp
+	29, // 23: lehr.v1.CommitPolicyExperimentMetadata.create_time:type_name -> google.protobuf.Timestamp
+	29, // 24: lehr.v1.CommitPolicyExperimentMetadata.end_time:type_name -> google.protobuf.Timestamp
+	31, // 25: lehr.v1.CommitPolicyExperimentMetadata.version:type_name -> lehr.v1.VersionInfo
+	29, // 26: lehr.v1.DeletePolicyMetadata.create_time:type_name -> google.protobuf.Timestamp
+	29, // 27: lehr.v1.DeletePolicyMetadata.end_time:type_name -> google.protobuf.Timestamp
+	31, // 28: lehr.v1.DeletePolicyMetadata.version:type_name -> lehr.v1.VersionInfo
+	23, // 29: lehr.v1.PolicyExperimentCounts.zones:type_name -> lehr.v1.PreviewCounts
+	23, // 30: lehr.v1.PolicyExperimentCounts.totals:type_name -> lehr.v1.PreviewCounts
+	28, // 31: lehr.v1.PreviewExperiment.rules:type_name -> lehr.v1.Property
+	23, // 32: lehr.v1.HostPreviewCounts.counts:type_name -> lehr.v1.PreviewCounts
+	33, // [33:33] is the sub-list for method output_type
+	33, // [33:33] is the sub-list for method input_type
+	33, // [33:33] is the sub-list for extension type_name
+	33, // [33:33] is the sub-list for extension extendee
+	0,  // [0:33] is the sub-list for field type_name
 }
 
 func init() { file_lehr_v1_preview_proto_init() }
