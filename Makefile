@@ -20,13 +20,20 @@ test:
 	./scripts/test.sh
 
 # lint checks formatting, vet, that go.mod/go.sum are tidy (every direct
-# dependency listed as direct, nothing unused) and that no tracked file is
-# over 2 MiB (a binary built in the tree once made a submission too big).
+# dependency listed as direct, nothing unused), that no tracked file is
+# over 2 MiB (a binary built in the tree once made a submission too big),
+# and that Google's api-linter (a tool directive in go.mod) finds no
+# problem in the API's protos, proto/lehr/v1, under proto/api-linter.yaml
+# (docs/design.md, "The API contract, linted"). api-linter reads the
+# Google protos they import from proto/google, as protoc does.
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	@$(GO) mod tidy -diff >/dev/null || { echo "go.mod/go.sum are not tidy: run 'go mod tidy' (diff: go mod tidy -diff)"; exit 1; }
 	@big=$$(git ls-files -z | xargs -0 -r du -k 2>/dev/null | awk '$$1 > 2048 {print $$2}'); if [ -n "$$big" ]; then echo "tracked files over 2 MiB (a built binary? build into ./bin, which is ignored):"; echo "$$big"; exit 1; fi
+	@cd proto && out=$$($(GO) tool api-linter --set-exit-status --config api-linter.yaml \
+		lehr/v1/*.proto 2>&1) || \
+		{ echo "api-linter (proto/api-linter.yaml) found problems in proto/lehr/v1: fix them, or disable the rule with its reason"; echo "$$out"; exit 1; }
 
 # proto regenerates proto/lehrpb from proto/lehr/v1/*.proto. protoc comes from
 # Debian's protobuf-compiler $(PROTOC_VERSION) (installed if missing); the Go

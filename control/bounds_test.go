@@ -311,10 +311,16 @@ func TestRepeatedFieldsAreBounded(t *testing.T) {
 				UpdateMask: &fieldmaskpb.FieldMask{Paths: []string{"acl", "acl", "acl", "acl"}}})
 			return err
 		}},
-		{"an experiment update mask of 5", "update_mask", "4 entries", func() error {
+		{"an experiment update mask of 5", "update_mask.paths", "4 entries", func() error {
 			_, err := cl.UpdatePolicyExperiment(ctx, &lehrpb.UpdatePolicyExperimentRequest{
 				PolicyExperiment: &lehrpb.PolicyExperiment{Name: "domains/wide/policies/fw/experiments/x"},
-				UpdateMask:       []string{"*", "*", "*", "*", "*"}})
+				UpdateMask:       &fieldmaskpb.FieldMask{Paths: []string{"*", "*", "*", "*", "*"}}})
+			return err
+		}},
+		{"an old client's experiment update mask of 5", "legacy_update_mask", "4 entries", func() error {
+			_, err := cl.UpdatePolicyExperiment(ctx, &lehrpb.UpdatePolicyExperimentRequest{
+				PolicyExperiment: &lehrpb.PolicyExperiment{Name: "domains/wide/policies/fw/experiments/x"},
+				LegacyUpdateMask: []string{"*", "*", "*", "*", "*"}})
 			return err
 		}},
 		{"10,001 keys read", "keys", "10000 entries", func() error {

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -12,6 +13,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/emptypb"
+	"google.golang.org/protobuf/types/known/fieldmaskpb"
 
 	"lehr.dev/lehr/canary"
 	"lehr.dev/lehr/control"
@@ -166,6 +168,92 @@ func (p previewEnv) live() *lehrpb.Policy {
 		p.t.Fatalf("GetPolicy: %v", err)
 	}
 	return pol
+}
+
+// TestUpdateExperimentMask checks which fields an experiment update
+// replaces: those its update_mask (a FieldMask) names, or, from a client
+// that predates the FieldMask, those its legacy_update_mask (field 2, the
+// old repeated-string update_mask) names; both set must agree.
+func TestUpdateExperimentMask(t *testing.T) {
+	rig := newPreviewRig(t)
+	allowAll := ruleProp("all", "allow", "true")
+	denyEU := ruleProp("eu", "deny", `request.region == "eu"`)
+	annotations := map[string]string{"v": "2"}
+	// Every request sends new rules (allowAll) and new annotations; the
+	// mask says which of them the update takes.
+	update := func(p previewEnv, e *lehrpb.PolicyExperiment, mask *fieldmaskpb.FieldMask, legacy []string) (*lehrpb.PolicyExperiment, error) {
+		t.Helper()
+		op, err := p.cl.UpdatePolicyExperiment(testCtx(t), &lehrpb.UpdatePolicyExperimentRequest{
+			PolicyExperiment: &lehrpb.PolicyExperiment{Name: e.GetName(), Annotations: annotations,
+				Policy: &lehrpb.Policy{Name: p.policy, Rules: []*lehrpb.Property{allowAll}}},
+			UpdateMask:       mask,
+			LegacyUpdateMask: legacy,
+		})
+		if err != nil {
+			return nil, err
+		}
+		up := new(lehrpb.PolicyExperiment)
+		opResponse(t, op, up, new(lehrpb.UpdatePolicyExperimentMetadata))
+		return up, nil
+	}
+	for _, tc := range []struct {
+		name            string
+		mask            *fieldmaskpb.FieldMask
+		legacy          []string
+		wantRules       string // the experiment's rule keys after
+		wantAnnotations bool
+	}{
+		{"field mask: annotations only", &fieldmaskpb.FieldMask{Paths: []string{"annotations"}}, nil, "eu", true},
+		{"field mask: policy only", &fieldmaskpb.FieldMask{Paths: []string{"policy.rules"}}, nil, "all", false},
+		{"field mask: both", &fieldmaskpb.FieldMask{Paths: []string{"policy", "annotations"}}, nil, "all", true},
+		{"field mask: *", &fieldmaskpb.FieldMask{Paths: []string{"*"}}, nil, "all", true},
+		{"empty field mask: both", &fieldmaskpb.FieldMask{}, nil, "all", true},
+		{"no mask: both", nil, nil, "all", true},
+		{"old client: annotations only", nil, []string{"annotations"}, "eu", true},
+		{"old client: policy only", nil, []string{"policy"}, "all", false},
+		{"new client for old controls: annotations only", &fieldmaskpb.FieldMask{Paths: []string{"annotations"}}, []string{"annotations"}, "eu", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := rig.env(t, allowAll)
+			e := p.create("e1", denyEU)
+			up, err := update(p, e, tc.mask, tc.legacy)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var keys []string
+			for _, r := range up.GetPolicy().GetRules() {
+				keys = append(keys, r.GetKey())
+			}
+			if got := strings.Join(keys, ","); got != tc.wantRules {
+				t.Errorf("rules after update %q; want %q", got, tc.wantRules)
+			}
+			if got := up.GetAnnotations()["v"] == "2"; got != tc.wantAnnotations {
+				t.Errorf("annotations after update %v; want them replaced: %v", up.GetAnnotations(), tc.wantAnnotations)
+			}
+		})
+	}
+
+	t.Run("refused", func(t *testing.T) {
+		p := rig.env(t, allowAll)
+		e := p.create("e1", denyEU)
+		for _, tc := range []struct {
+			name   string
+			mask   *fieldmaskpb.FieldMask
+			legacy []string
+			field  string
+		}{
+			{"unknown path", &fieldmaskpb.FieldMask{Paths: []string{"annotations", "etag"}}, nil, "update_mask.paths[1]"},
+			{"unknown legacy path", nil, []string{"name"}, "legacy_update_mask[0]"},
+			{"masks that disagree", &fieldmaskpb.FieldMask{Paths: []string{"annotations"}}, []string{"policy"}, "legacy_update_mask"},
+			{"legacy mask beside an empty one", &fieldmaskpb.FieldMask{}, []string{"policy"}, "legacy_update_mask"},
+		} {
+			_, err := update(p, e, tc.mask, tc.legacy)
+			wantAPIError(t, tc.name, err, codes.InvalidArgument, tc.field)
+		}
+		if got := p.get("e1"); !proto.Equal(got, e) {
+			t.Errorf("a refused update changed the experiment: %v", got)
+		}
+	})
 }
 
 // TestAIP236 checks every "must" of AIP-236 (policy preview) against the
@@ -349,7 +437,7 @@ func TestAIP236(t *testing.T) {
 		e := p.create("e1", denyEU)
 		op, err := p.cl.UpdatePolicyExperiment(testCtx(t), &lehrpb.UpdatePolicyExperimentRequest{
 			PolicyExperiment: &lehrpb.PolicyExperiment{Name: e.GetName(), Policy: &lehrpb.Policy{Name: p.policy, Rules: []*lehrpb.Property{allowAll}}},
-			UpdateMask:       []string{"policy"},
+			UpdateMask:       &fieldmaskpb.FieldMask{Paths: []string{"policy"}},
 		})
 		if err != nil {
 			t.Fatal(err)
@@ -374,7 +462,7 @@ func TestAIP236(t *testing.T) {
 		p.start("e1")
 		op, err := p.cl.UpdatePolicyExperiment(testCtx(t), &lehrpb.UpdatePolicyExperimentRequest{
 			PolicyExperiment: &lehrpb.PolicyExperiment{Name: e.GetName(), Annotations: map[string]string{"v": "2"}},
-			UpdateMask:       []string{"annotations"},
+			UpdateMask:       &fieldmaskpb.FieldMask{Paths: []string{"annotations"}},
 		})
 		if err != nil {
 			t.Fatal(err)

@@ -6,6 +6,7 @@ import (
 
 	"cloud.google.com/go/longrunning/autogen/longrunningpb"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/fieldmaskpb"
 
 	"lehr.dev/lehr/internal/content"
 	"lehr.dev/lehr/internal/names"
@@ -90,7 +91,10 @@ func (c *Client) UpdateExperiment(ctx context.Context, ns, id string, setRules b
 		op, err := c.rpc.UpdatePolicyExperiment(ctx, &lehrpb.UpdatePolicyExperimentRequest{
 			PolicyExperiment: &lehrpb.PolicyExperiment{Name: ExperimentName(ns, id),
 				Policy: &lehrpb.Policy{Name: PolicyName(ns), Rules: content.ToProto(rules)}, Annotations: annotations},
-			UpdateMask: mask, Etag: etag,
+			UpdateMask: &fieldmaskpb.FieldMask{Paths: mask}, Etag: etag,
+			// The same paths the old way, for a control that predates
+			// update_mask: without them it would replace both fields.
+			LegacyUpdateMask: mask,
 		})
 		if err != nil {
 			return err

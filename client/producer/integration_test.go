@@ -395,3 +395,53 @@ func TestUnavailableAfterRetries(t *testing.T) {
 		t.Errorf("ListDomains with a canceled context = %v, want ErrCanceled", err)
 	}
 }
+
+// TestUpdateExperimentOnOldControl checks that an experiment update that
+// names one field replaces only that field on a control that predates
+// update_mask as a FieldMask: such a control does not know the field
+// (here, the interceptor drops it on the way) and reads the paths the
+// client also sends the old way, legacy_update_mask; without them it
+// would replace the rules too.
+func TestUpdateExperimentOnOldControl(t *testing.T) {
+	srv := controltest.StartControl(t, control.Options{})
+	for _, old := range []bool{false, true} {
+		name := "current control"
+		if old {
+			name = "old control"
+		}
+		t.Run(name, func(t *testing.T) {
+			asOld := func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+				if r, ok := req.(*lehrpb.UpdatePolicyExperimentRequest); ok && old {
+					r = proto.CloneOf(r)
+					r.UpdateMask = nil
+					req = r
+				}
+				return invoker(ctx, method, req, reply, cc, opts...)
+			}
+			c := newClient(t, srv.Addr, producer.Options{DialOptions: []grpc.DialOption{grpc.WithUnaryInterceptor(asOld)}})
+			ctx := ctxT(t)
+			domain := "old"
+			if !old {
+				domain = "current"
+			}
+			if _, err := c.CreateDomain(ctx, &lehrpb.Domain{Name: domain}); err != nil {
+				t.Fatalf("CreateDomain: %v", err)
+			}
+			ns := domain + "/fw"
+			rule := jsonP("all", `{"effect": "allow", "condition": "true"}`)
+			if _, err := c.Publish(ctx, ns, []producer.Property{rule}, producer.WithKind(lehrpb.NamespaceKind_NAMESPACE_KIND_POLICY)); err != nil {
+				t.Fatalf("Publish: %v", err)
+			}
+			if _, err := c.CreateExperiment(ctx, ns, "e1", []producer.Property{rule}, nil); err != nil {
+				t.Fatalf("CreateExperiment: %v", err)
+			}
+			e, err := c.UpdateExperiment(ctx, ns, "e1", false, nil, map[string]string{"v": "2"}, "")
+			if err != nil {
+				t.Fatalf("UpdateExperiment(annotations): %v", err)
+			}
+			if n := len(e.GetPolicy().GetRules()); n != 1 || e.GetAnnotations()["v"] != "2" {
+				t.Errorf("after updating the annotations: %d rules, annotations %v; want the 1 rule kept and v=2", n, e.GetAnnotations())
+			}
+		})
+	}
+}

@@ -15,6 +15,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -391,12 +392,12 @@ func (s *Service) UpdatePolicyExperiment(ctx context.Context, req *lehrpb.Update
 	if err != nil {
 		return nil, err
 	}
-	// "*", "policy", "policy.rules" and "annotations", each once.
-	if n := len(req.GetUpdateMask()); n > maxExperimentMask {
-		return nil, tooMany("update_mask", n, maxExperimentMask)
+	paths, maskField, err := experimentMask(req)
+	if err != nil {
+		return nil, err
 	}
 	var setPolicy, setAnnotations bool
-	for i, p := range req.GetUpdateMask() {
+	for i, p := range paths {
 		switch p {
 		case "*":
 			setPolicy, setAnnotations = true, true
@@ -405,11 +406,11 @@ func (s *Service) UpdatePolicyExperiment(ctx context.Context, req *lehrpb.Update
 		case "annotations":
 			setAnnotations = true
 		default:
-			return nil, invalid(apierror.ReasonInvalidArgument, propField("update_mask", i, ""),
+			return nil, invalid(apierror.ReasonInvalidArgument, propField(maskField, i, ""),
 				"cannot update %s; the fields an update may replace are policy (or policy.rules) and annotations", excerpt.Quote(p))
 		}
 	}
-	if len(req.GetUpdateMask()) == 0 {
+	if len(paths) == 0 {
 		setPolicy, setAnnotations = true, true
 	}
 	if err := checkAudit(ctx, "", ""); err != nil {
@@ -456,6 +457,31 @@ func (s *Service) UpdatePolicyExperiment(ctx context.Context, req *lehrpb.Update
 	return operation(&lehrpb.UpdatePolicyExperimentMetadata{
 		CreateTime: timestamppb.New(start), EndTime: timestamppb.New(s.now()), Target: next.GetName(),
 	}, next)
+}
+
+// experimentMask returns the paths an experiment update names, at most
+// "*", "policy", "policy.rules" and "annotations" each once, and the field
+// they came in: update_mask's, or, from a client that predates the
+// FieldMask, legacy_update_mask (field 2, update_mask's number then), read
+// only when update_mask is absent. Clients that set both, for a control
+// that reads only the old field, must list the same paths in both.
+func experimentMask(req *lehrpb.UpdatePolicyExperimentRequest) ([]string, string, error) {
+	legacy := req.GetLegacyUpdateMask()
+	if n := len(legacy); n > maxExperimentMask {
+		return nil, "", tooMany("legacy_update_mask", n, maxExperimentMask)
+	}
+	if req.GetUpdateMask() == nil {
+		return legacy, "legacy_update_mask", nil
+	}
+	paths := req.GetUpdateMask().GetPaths()
+	if n := len(paths); n > maxExperimentMask {
+		return nil, "", tooMany("update_mask.paths", n, maxExperimentMask)
+	}
+	if len(legacy) > 0 && !slices.Equal(legacy, paths) {
+		return nil, "", invalid(apierror.ReasonInvalidArgument, "legacy_update_mask",
+			"legacy_update_mask lists other paths than update_mask; set update_mask alone, or both alike")
+	}
+	return paths, "update_mask.paths", nil
 }
 
 // experimentWriteError maps a guarded experiment write that lost a race.

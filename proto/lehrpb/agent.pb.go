@@ -12,6 +12,7 @@
 package lehrpb
 
 import (
+	_ "google.golang.org/genproto/googleapis/api/annotations"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	reflect "reflect"
@@ -1089,23 +1090,25 @@ var File_lehr_v1_agent_proto protoreflect.FileDescriptor
 
 const file_lehr_v1_agent_proto_rawDesc = "" +
 	"\n" +
-	"\x13lehr/v1/agent.proto\x12\alehr.v1\x1a\x15lehr/v1/preview.proto\x1a\x13lehr/v1/types.proto\x1a\x12lehr/v1/wire.proto\"\x84\x02\n" +
-	"\x14ReportPreviewRequest\x12\x19\n" +
-	"\blease_id\x18\x01 \x01(\tR\aleaseId\x12\x1c\n" +
-	"\tnamespace\x18\x02 \x01(\tR\tnamespace\x122\n" +
-	"\x06counts\x18\x03 \x03(\v2\x1a.lehr.v1.HostPreviewCountsR\x06counts\x12%\n" +
-	"\x0elive_decisions\x18\x04 \x01(\x04R\rliveDecisions\x12\x1f\n" +
-	"\vlive_denies\x18\x05 \x01(\x04R\n" +
-	"liveDenies\x12&\n" +
-	"\flive_changed\x18\x06 \x01(\x04H\x00R\vliveChanged\x88\x01\x01B\x0f\n" +
+	"\x13lehr/v1/agent.proto\x12\alehr.v1\x1a\x1fgoogle/api/field_behavior.proto\x1a\x19google/api/resource.proto\x1a\x15lehr/v1/preview.proto\x1a\x13lehr/v1/types.proto\x1a\x12lehr/v1/wire.proto\"\xb9\x02\n" +
+	"\x14ReportPreviewRequest\x12\x1e\n" +
+	"\blease_id\x18\x01 \x01(\tB\x03\xe0A\x02R\aleaseId\x128\n" +
+	"\tnamespace\x18\x02 \x01(\tB\x1a\xe0A\x02\xfaA\x14\n" +
+	"\x12lehr.dev/NamespaceR\tnamespace\x127\n" +
+	"\x06counts\x18\x03 \x03(\v2\x1a.lehr.v1.HostPreviewCountsB\x03\xe0A\x01R\x06counts\x12*\n" +
+	"\x0elive_decisions\x18\x04 \x01(\x04B\x03\xe0A\x01R\rliveDecisions\x12$\n" +
+	"\vlive_denies\x18\x05 \x01(\x04B\x03\xe0A\x01R\n" +
+	"liveDenies\x12+\n" +
+	"\flive_changed\x18\x06 \x01(\x04B\x03\xe0A\x01H\x00R\vliveChanged\x88\x01\x01B\x0f\n" +
 	"\r_live_changed\"\x17\n" +
-	"\x15ReportPreviewResponse\"\x8f\x01\n" +
-	"\x10SubscribeRequest\x12\x1c\n" +
-	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x1b\n" +
-	"\tclient_id\x18\x02 \x01(\tR\bclientId\x12\x1f\n" +
-	"\vttl_seconds\x18\x03 \x01(\rR\n" +
-	"ttlSeconds\x12\x1f\n" +
-	"\vmetrics_url\x18\x04 \x01(\tR\n" +
+	"\x15ReportPreviewResponse\"\xba\x01\n" +
+	"\x10SubscribeRequest\x128\n" +
+	"\tnamespace\x18\x01 \x01(\tB\x1a\xe0A\x02\xfaA\x14\n" +
+	"\x12lehr.dev/NamespaceR\tnamespace\x12 \n" +
+	"\tclient_id\x18\x02 \x01(\tB\x03\xe0A\x01R\bclientId\x12$\n" +
+	"\vttl_seconds\x18\x03 \x01(\rB\x03\xe0A\x01R\n" +
+	"ttlSeconds\x12$\n" +
+	"\vmetrics_url\x18\x04 \x01(\tB\x03\xe0A\x01R\n" +
 	"metricsUrl\"\xd1\x01\n" +
 	"\x11SubscribeResponse\x12\x19\n" +
 	"\blease_id\x18\x01 \x01(\tR\aleaseId\x12\x1f\n" +
@@ -1114,19 +1117,20 @@ const file_lehr_v1_agent_proto_rawDesc = "" +
 	"\x04path\x18\x03 \x01(\tR\x04path\x12\x18\n" +
 	"\aversion\x18\x04 \x01(\x04R\aversion\x12\x1a\n" +
 	"\bchecksum\x18\x05 \x01(\tR\bchecksum\x126\n" +
-	"\vunavailable\x18\x06 \x01(\v2\x14.lehr.v1.UnavailableR\vunavailable\"-\n" +
-	"\x10KeepAliveRequest\x12\x19\n" +
-	"\blease_id\x18\x01 \x01(\tR\aleaseId\"l\n" +
+	"\vunavailable\x18\x06 \x01(\v2\x14.lehr.v1.UnavailableR\vunavailable\"2\n" +
+	"\x10KeepAliveRequest\x12\x1e\n" +
+	"\blease_id\x18\x01 \x01(\tB\x03\xe0A\x02R\aleaseId\"l\n" +
 	"\x11KeepAliveResponse\x12\x1f\n" +
 	"\vttl_seconds\x18\x01 \x01(\rR\n" +
 	"ttlSeconds\x126\n" +
-	"\vunavailable\x18\x02 \x01(\v2\x14.lehr.v1.UnavailableR\vunavailable\"/\n" +
-	"\x12UnsubscribeRequest\x12\x19\n" +
-	"\blease_id\x18\x01 \x01(\tR\aleaseId\"\x15\n" +
-	"\x13UnsubscribeResponse\"C\n" +
-	"\x0fAgentGetRequest\x12\x1c\n" +
-	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x12\n" +
-	"\x04keys\x18\x02 \x03(\tR\x04keys\"\xa1\x01\n" +
+	"\vunavailable\x18\x02 \x01(\v2\x14.lehr.v1.UnavailableR\vunavailable\"4\n" +
+	"\x12UnsubscribeRequest\x12\x1e\n" +
+	"\blease_id\x18\x01 \x01(\tB\x03\xe0A\x02R\aleaseId\"\x15\n" +
+	"\x13UnsubscribeResponse\"d\n" +
+	"\x0fAgentGetRequest\x128\n" +
+	"\tnamespace\x18\x01 \x01(\tB\x1a\xe0A\x02\xfaA\x14\n" +
+	"\x12lehr.dev/NamespaceR\tnamespace\x12\x17\n" +
+	"\x04keys\x18\x02 \x03(\tB\x03\xe0A\x01R\x04keys\"\xa1\x01\n" +
 	"\x10AgentGetResponse\x12.\n" +
 	"\aversion\x18\x01 \x01(\v2\x14.lehr.v1.VersionInfoR\aversion\x12*\n" +
 	"\x04kind\x18\x02 \x01(\x0e2\x16.lehr.v1.NamespaceKindR\x04kind\x121\n" +
@@ -1156,17 +1160,19 @@ const file_lehr_v1_agent_proto_rawDesc = "" +
 	"namespaces\x18\x05 \x03(\v2\x18.lehr.v1.NamespaceStatusR\n" +
 	"namespaces\x12\x1f\n" +
 	"\vcache_bytes\x18\x06 \x01(\x03R\n" +
-	"cacheBytes\"\xd4\x01\n" +
-	"\x12ReportApplyRequest\x12\x19\n" +
-	"\blease_id\x18\x01 \x01(\tR\aleaseId\x12\x1c\n" +
-	"\tnamespace\x18\x02 \x01(\tR\tnamespace\x12\x18\n" +
-	"\aversion\x18\x03 \x01(\x04R\aversion\x12\x0e\n" +
-	"\x02ok\x18\x04 \x01(\bR\x02ok\x12\x14\n" +
-	"\x05error\x18\x05 \x01(\tR\x05error\x12)\n" +
-	"\x10callback_seconds\x18\x06 \x01(\x01R\x0fcallbackSeconds\x12\x1a\n" +
-	"\bpanicked\x18\a \x01(\bR\bpanicked\"3\n" +
-	"\x13AgentSignalsRequest\x12\x1c\n" +
-	"\tnamespace\x18\x01 \x01(\tR\tnamespace\"K\n" +
+	"cacheBytes\"\x8e\x02\n" +
+	"\x12ReportApplyRequest\x12\x1e\n" +
+	"\blease_id\x18\x01 \x01(\tB\x03\xe0A\x02R\aleaseId\x128\n" +
+	"\tnamespace\x18\x02 \x01(\tB\x1a\xe0A\x02\xfaA\x14\n" +
+	"\x12lehr.dev/NamespaceR\tnamespace\x12\x1d\n" +
+	"\aversion\x18\x03 \x01(\x04B\x03\xe0A\x02R\aversion\x12\x13\n" +
+	"\x02ok\x18\x04 \x01(\bB\x03\xe0A\x01R\x02ok\x12\x19\n" +
+	"\x05error\x18\x05 \x01(\tB\x03\xe0A\x01R\x05error\x12.\n" +
+	"\x10callback_seconds\x18\x06 \x01(\x01B\x03\xe0A\x01R\x0fcallbackSeconds\x12\x1f\n" +
+	"\bpanicked\x18\a \x01(\bB\x03\xe0A\x01R\bpanicked\"O\n" +
+	"\x13AgentSignalsRequest\x128\n" +
+	"\tnamespace\x18\x01 \x01(\tB\x1a\xe0A\x02\xfaA\x14\n" +
+	"\x12lehr.dev/NamespaceR\tnamespace\"K\n" +
 	"\x14AgentSignalsResponse\x123\n" +
 	"\asignals\x18\x01 \x01(\v2\x19.lehr.v1.NamespaceSignalsR\asignals\"\x15\n" +
 	"\x13ReportApplyResponse2\xb2\x04\n" +
@@ -1178,7 +1184,9 @@ const file_lehr_v1_agent_proto_rawDesc = "" +
 	"\x06Status\x12\x16.lehr.v1.StatusRequest\x1a\x17.lehr.v1.StatusResponse\x12H\n" +
 	"\vReportApply\x12\x1b.lehr.v1.ReportApplyRequest\x1a\x1c.lehr.v1.ReportApplyResponse\x12F\n" +
 	"\aSignals\x12\x1c.lehr.v1.AgentSignalsRequest\x1a\x1d.lehr.v1.AgentSignalsResponse\x12N\n" +
-	"\rReportPreview\x12\x1d.lehr.v1.ReportPreviewRequest\x1a\x1e.lehr.v1.ReportPreviewResponseB\x1cZ\x1alehr.dev/lehr/proto/lehrpbb\x06proto3"
+	"\rReportPreview\x12\x1d.lehr.v1.ReportPreviewRequest\x1a\x1e.lehr.v1.ReportPreviewResponseB7\n" +
+	"\vdev.lehr.v1B\n" +
+	"AgentProtoP\x01Z\x1alehr.dev/lehr/proto/lehrpbb\x06proto3"
 
 var (
 	file_lehr_v1_agent_proto_rawDescOnce sync.Once

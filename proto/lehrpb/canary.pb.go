@@ -12,6 +12,7 @@
 package lehrpb
 
 import (
+	_ "google.golang.org/genproto/googleapis/api/annotations"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	durationpb "google.golang.org/protobuf/types/known/durationpb"
@@ -83,6 +84,10 @@ func (CanaryVerdict) EnumDescriptor() ([]byte, []int) {
 }
 
 // CanaryEvaluationState is where an evaluation stands.
+// (-- api-linter: core::0216::nesting=disabled
+//
+//	aip.dev/not-precedent: nesting renames the enum and its values, in JSON
+//	and in Go. --)
 type CanaryEvaluationState int32
 
 const (
@@ -224,6 +229,10 @@ func (x *CanaryAnalysis) GetOnNoVerdict() string {
 
 // CanaryCheck is one check: a metric or a ratio of two metrics, and which
 // move is bad.
+// (-- api-linter: core::0123::resource-annotation=disabled
+//
+//	aip.dev/not-precedent: name is the check's label within its analysis, not
+//	a resource name. --)
 type CanaryCheck struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Unique in the analysis: letters, digits, '-', '_', '.'; at most 63 bytes.
@@ -738,6 +747,9 @@ func (x *CanaryResult) GetHostChecks() []*CanaryHostCheck {
 
 // CanaryHostCheck sums one host-level check over the canary hosts that
 // reported it for the evaluated version.
+// (-- api-linter: core::0123::resource-annotation=disabled
+//
+//	aip.dev/not-precedent: name is a check's label, not a resource name. --)
 type CanaryHostCheck struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
@@ -819,6 +831,9 @@ func (x *CanaryHostCheck) GetExplanation() string {
 
 // CanaryCheckResult is one check's outcome with the numbers behind it
 // (package canary, CheckResult).
+// (-- api-linter: core::0123::resource-annotation=disabled
+//
+//	aip.dev/not-precedent: name is a check's label, not a resource name. --)
 type CanaryCheckResult struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	Name    string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
@@ -1111,6 +1126,12 @@ func (x *EvaluateRequest) GetBake() *durationpb.Duration {
 	return nil
 }
 
+// (-- api-linter: core::0131::request-name-required=disabled
+//
+//	api-linter: core::0131::request-required-fields=disabled
+//	api-linter: core::0131::request-unknown-fields=disabled
+//	aip.dev/not-precedent: an evaluation is named by its id; wait blocks
+//	until it is DONE. --)
 type GetCanaryEvaluationRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Id    string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -1164,6 +1185,12 @@ func (x *GetCanaryEvaluationRequest) GetWait() bool {
 	return false
 }
 
+// (-- api-linter: core::0132::request-parent-required=disabled
+//
+//	api-linter: core::0132::request-unknown-fields=disabled
+//	api-linter: core::0158::request-page-size-field=disabled
+//	api-linter: core::0158::request-page-token-field=disabled
+//	aip.dev/not-precedent: filtered by namespace, returned whole. --)
 type ListCanaryEvaluationsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// "" lists every namespace's.
@@ -1209,6 +1236,10 @@ func (x *ListCanaryEvaluationsRequest) GetNamespace() string {
 	return ""
 }
 
+// (-- api-linter: core::0158::response-next-page-token-field=disabled
+//
+//	api-linter: core::0132::response-unknown-fields=disabled
+//	aip.dev/not-precedent: as ListCanaryEvaluationsRequest. --)
 type ListCanaryEvaluationsResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Evaluations   []*CanaryEvaluation    `protobuf:"bytes,1,rep,name=evaluations,proto3" json:"evaluations,omitempty"`
@@ -1257,30 +1288,31 @@ var File_lehr_v1_canary_proto protoreflect.FileDescriptor
 
 const file_lehr_v1_canary_proto_rawDesc = "" +
 	"\n" +
-	"\x14lehr/v1/canary.proto\x12\alehr.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xb9\x01\n" +
-	"\x0eCanaryAnalysis\x12\x1a\n" +
-	"\bdisabled\x18\x01 \x01(\bR\bdisabled\x12#\n" +
-	"\rcontrol_hosts\x18\x02 \x01(\rR\fcontrolHosts\x12,\n" +
-	"\x06checks\x18\x03 \x03(\v2\x14.lehr.v1.CanaryCheckR\x06checks\x12\x14\n" +
-	"\x05alpha\x18\x04 \x01(\x01R\x05alpha\x12\"\n" +
-	"\ron_no_verdict\x18\x05 \x01(\tR\vonNoVerdict\"\xf0\x01\n" +
-	"\vCanaryCheck\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
-	"\x06metric\x18\x02 \x01(\tR\x06metric\x12*\n" +
-	"\x05ratio\x18\x03 \x01(\v2\x14.lehr.v1.CanaryRatioR\x05ratio\x12\x1c\n" +
-	"\tdirection\x18\x04 \x01(\tR\tdirection\x12\x12\n" +
-	"\x04kind\x18\x05 \x01(\tR\x04kind\x12\x1c\n" +
-	"\ttolerance\x18\x06 \x01(\x01R\ttolerance\x12\x15\n" +
-	"\x03max\x18\a \x01(\x01H\x00R\x03max\x88\x01\x01\x12\x1a\n" +
-	"\bexpected\x18\b \x01(\x01R\bexpectedB\x06\n" +
-	"\x04_max\"M\n" +
-	"\vCanaryRatio\x12\x1c\n" +
-	"\tnumerator\x18\x01 \x01(\tR\tnumerator\x12 \n" +
-	"\vdenominator\x18\x02 \x01(\tR\vdenominator\"i\n" +
-	"\vCanaryTrial\x12\x12\n" +
-	"\x04zone\x18\x01 \x01(\tR\x04zone\x12!\n" +
-	"\fcanary_hosts\x18\x02 \x03(\tR\vcanaryHosts\x12#\n" +
-	"\rcontrol_hosts\x18\x03 \x03(\tR\fcontrolHosts\"\xe2\x04\n" +
+	"\x14lehr/v1/canary.proto\x12\alehr.v1\x1a\x1fgoogle/api/field_behavior.proto\x1a\x19google/api/resource.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xd2\x01\n" +
+	"\x0eCanaryAnalysis\x12\x1f\n" +
+	"\bdisabled\x18\x01 \x01(\bB\x03\xe0A\x01R\bdisabled\x12(\n" +
+	"\rcontrol_hosts\x18\x02 \x01(\rB\x03\xe0A\x01R\fcontrolHosts\x121\n" +
+	"\x06checks\x18\x03 \x03(\v2\x14.lehr.v1.CanaryCheckB\x03\xe0A\x01R\x06checks\x12\x19\n" +
+	"\x05alpha\x18\x04 \x01(\x01B\x03\xe0A\x01R\x05alpha\x12'\n" +
+	"\ron_no_verdict\x18\x05 \x01(\tB\x03\xe0A\x01R\vonNoVerdict\"\x98\x02\n" +
+	"\vCanaryCheck\x12\x17\n" +
+	"\x04name\x18\x01 \x01(\tB\x03\xe0A\x02R\x04name\x12\x1b\n" +
+	"\x06metric\x18\x02 \x01(\tB\x03\xe0A\x01R\x06metric\x12/\n" +
+	"\x05ratio\x18\x03 \x01(\v2\x14.lehr.v1.CanaryRatioB\x03\xe0A\x01R\x05ratio\x12!\n" +
+	"\tdirection\x18\x04 \x01(\tB\x03\xe0A\x01R\tdirection\x12\x17\n" +
+	"\x04kind\x18\x05 \x01(\tB\x03\xe0A\x01R\x04kind\x12!\n" +
+	"\ttolerance\x18\x06 \x01(\x01B\x03\xe0A\x01R\ttolerance\x12\x1a\n" +
+	"\x03max\x18\a \x01(\x01B\x03\xe0A\x01H\x00R\x03max\x88\x01\x01\x12\x1f\n" +
+	"\bexpected\x18\b \x01(\x01B\x03\xe0A\x01R\bexpectedB\x06\n" +
+	"\x04_max\"W\n" +
+	"\vCanaryRatio\x12!\n" +
+	"\tnumerator\x18\x01 \x01(\tB\x03\xe0A\x02R\tnumerator\x12%\n" +
+	"\vdenominator\x18\x02 \x01(\tB\x03\xe0A\x02R\vdenominator\"\x8a\x01\n" +
+	"\vCanaryTrial\x12)\n" +
+	"\x04zone\x18\x01 \x01(\tB\x15\xe0A\x02\xfaA\x0f\n" +
+	"\rlehr.dev/ZoneR\x04zone\x12&\n" +
+	"\fcanary_hosts\x18\x02 \x03(\tB\x03\xe0A\x01R\vcanaryHosts\x12(\n" +
+	"\rcontrol_hosts\x18\x03 \x03(\tB\x03\xe0A\x01R\fcontrolHosts\"\xe7\x04\n" +
 	"\x10CanaryEvaluation\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1c\n" +
 	"\tnamespace\x18\x02 \x01(\tR\tnamespace\x12\x18\n" +
@@ -1289,8 +1321,8 @@ const file_lehr_v1_canary_proto_rawDesc = "" +
 	"\x06config\x18\x05 \x01(\v2\x17.lehr.v1.CanaryAnalysisR\x06config\x12;\n" +
 	"\vchange_time\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"changeTime\x12-\n" +
-	"\x04bake\x18\a \x01(\v2\x19.google.protobuf.DurationR\x04bake\x124\n" +
-	"\x05state\x18\b \x01(\x0e2\x1e.lehr.v1.CanaryEvaluationStateR\x05state\x12-\n" +
+	"\x04bake\x18\a \x01(\v2\x19.google.protobuf.DurationR\x04bake\x129\n" +
+	"\x05state\x18\b \x01(\x0e2\x1e.lehr.v1.CanaryEvaluationStateB\x03\xe0A\x03R\x05state\x12-\n" +
 	"\x06result\x18\t \x01(\v2\x15.lehr.v1.CanaryResultR\x06result\x12\x1d\n" +
 	"\n" +
 	"rollout_id\x18\n" +
@@ -1340,21 +1372,23 @@ const file_lehr_v1_canary_proto_rawDesc = "" +
 	"\tthreshold\x18\x10 \x01(\x01R\tthreshold\x12*\n" +
 	"\x02aa\x18\x11 \x01(\v2\x1a.lehr.v1.CanaryCheckResultR\x02aa\x12\x1b\n" +
 	"\taa_splits\x18\x12 \x01(\x05R\baaSplits\x12\x1b\n" +
-	"\taa_differ\x18\x13 \x01(\x05R\baaDiffer\"\xa8\x02\n" +
-	"\x0fEvaluateRequest\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1c\n" +
-	"\tnamespace\x18\x02 \x01(\tR\tnamespace\x12\x18\n" +
-	"\aversion\x18\x03 \x01(\x04R\aversion\x12,\n" +
-	"\x06trials\x18\x04 \x03(\v2\x14.lehr.v1.CanaryTrialR\x06trials\x12/\n" +
-	"\x06config\x18\x05 \x01(\v2\x17.lehr.v1.CanaryAnalysisR\x06config\x12;\n" +
-	"\vchange_time\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"changeTime\x12-\n" +
-	"\x04bake\x18\a \x01(\v2\x19.google.protobuf.DurationR\x04bake\"@\n" +
-	"\x1aGetCanaryEvaluationRequest\x12\x0e\n" +
-	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
-	"\x04wait\x18\x02 \x01(\bR\x04wait\"<\n" +
-	"\x1cListCanaryEvaluationsRequest\x12\x1c\n" +
-	"\tnamespace\x18\x01 \x01(\tR\tnamespace\"\\\n" +
+	"\taa_differ\x18\x13 \x01(\x05R\baaDiffer\"\xe2\x02\n" +
+	"\x0fEvaluateRequest\x12\x17\n" +
+	"\x04name\x18\x01 \x01(\tB\x03\xe0A\x02R\x04name\x128\n" +
+	"\tnamespace\x18\x02 \x01(\tB\x1a\xe0A\x02\xfaA\x14\n" +
+	"\x12lehr.dev/NamespaceR\tnamespace\x12\x1d\n" +
+	"\aversion\x18\x03 \x01(\x04B\x03\xe0A\x02R\aversion\x121\n" +
+	"\x06trials\x18\x04 \x03(\v2\x14.lehr.v1.CanaryTrialB\x03\xe0A\x02R\x06trials\x124\n" +
+	"\x06config\x18\x05 \x01(\v2\x17.lehr.v1.CanaryAnalysisB\x03\xe0A\x01R\x06config\x12@\n" +
+	"\vchange_time\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampB\x03\xe0A\x02R\n" +
+	"changeTime\x122\n" +
+	"\x04bake\x18\a \x01(\v2\x19.google.protobuf.DurationB\x03\xe0A\x02R\x04bake\"J\n" +
+	"\x1aGetCanaryEvaluationRequest\x12\x13\n" +
+	"\x02id\x18\x01 \x01(\tB\x03\xe0A\x02R\x02id\x12\x17\n" +
+	"\x04wait\x18\x02 \x01(\bB\x03\xe0A\x01R\x04wait\"X\n" +
+	"\x1cListCanaryEvaluationsRequest\x128\n" +
+	"\tnamespace\x18\x01 \x01(\tB\x1a\xe0A\x01\xfaA\x14\n" +
+	"\x12lehr.dev/NamespaceR\tnamespace\"\\\n" +
 	"\x1dListCanaryEvaluationsResponse\x12;\n" +
 	"\vevaluations\x18\x01 \x03(\v2\x19.lehr.v1.CanaryEvaluationR\vevaluations*z\n" +
 	"\rCanaryVerdict\x12\x1e\n" +
@@ -1365,7 +1399,8 @@ const file_lehr_v1_canary_proto_rawDesc = "" +
 	"\x15CanaryEvaluationState\x12'\n" +
 	"#CANARY_EVALUATION_STATE_UNSPECIFIED\x10\x00\x12#\n" +
 	"\x1fCANARY_EVALUATION_STATE_RUNNING\x10\x01\x12 \n" +
-	"\x1cCANARY_EVALUATION_STATE_DONE\x10\x02B\x1cZ\x1alehr.dev/lehr/proto/lehrpbb\x06proto3"
+	"\x1cCANARY_EVALUATION_STATE_DONE\x10\x02B8\n" +
+	"\vdev.lehr.v1B\vCanaryProtoP\x01Z\x1alehr.dev/lehr/proto/lehrpbb\x06proto3"
 
 var (
 	file_lehr_v1_canary_proto_rawDescOnce sync.Once

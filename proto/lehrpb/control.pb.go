@@ -17,6 +17,7 @@ package lehrpb
 
 import (
 	longrunningpb "cloud.google.com/go/longrunning/autogen/longrunningpb"
+	_ "google.golang.org/genproto/googleapis/api/annotations"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	emptypb "google.golang.org/protobuf/types/known/emptypb"
@@ -285,6 +286,11 @@ func (x *AuditRecord) GetDetail() string {
 	return ""
 }
 
+// (-- api-linter: core::0132::request-parent-required=disabled
+//
+//	api-linter: core::0132::request-unknown-fields=disabled
+//	aip.dev/not-precedent: the fleet's one audit log, filtered by domain and
+//	time. --)
 type ListAuditRecordsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Only records of this domain ("" for all).
@@ -357,6 +363,9 @@ func (x *ListAuditRecordsRequest) GetPageToken() string {
 	return ""
 }
 
+// (-- api-linter: core::0132::response-unknown-fields=disabled
+//
+//	aip.dev/not-precedent: the page is records of the log, not resources. --)
 type ListAuditRecordsResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Records       []*AuditRecord         `protobuf:"bytes,1,rep,name=records,proto3" json:"records,omitempty"`
@@ -409,6 +418,14 @@ func (x *ListAuditRecordsResponse) GetNextPageToken() string {
 	return ""
 }
 
+// (-- api-linter: core::0134::request-mask-required=disabled
+//
+//	api-linter: core::0134::request-resource-required=disabled
+//	api-linter: core::0134::request-required-fields=disabled
+//	api-linter: core::0134::request-unknown-fields=disabled
+//	aip.dev/not-precedent: as UpdateRollout: the rollout is named by
+//	namespace and version, and the action is recorded with its author and
+//	message. --)
 type UpdateRolloutRequest struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
 	Namespace string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
@@ -486,6 +503,12 @@ func (x *UpdateRolloutRequest) GetAuthor() string {
 	return ""
 }
 
+// (-- api-linter: core::0131::request-name-required=disabled
+//
+//	api-linter: core::0131::request-required-fields=disabled
+//	api-linter: core::0131::request-unknown-fields=disabled
+//	aip.dev/not-precedent: a rollout is named by its namespace and version
+//	(0: the latest). --)
 type GetRolloutRequest struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
 	Namespace string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
@@ -539,6 +562,13 @@ func (x *GetRolloutRequest) GetVersion() uint64 {
 	return 0
 }
 
+// (-- api-linter: core::0158::request-page-size-field=disabled
+//
+//	api-linter: core::0158::request-page-token-field=disabled
+//	api-linter: core::0132::request-unknown-fields=disabled
+//	aip.dev/not-precedent: not paged: every rollout kept (at most 20 a
+//	namespace), filtered by namespace and state. Paging would be additive.
+//	--)
 type ListRolloutsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Only this namespace's rollouts ("" for every namespace).
@@ -593,6 +623,9 @@ func (x *ListRolloutsRequest) GetActiveOnly() bool {
 	return false
 }
 
+// (-- api-linter: core::0158::response-next-page-token-field=disabled
+//
+//	aip.dev/not-precedent: as ListRolloutsRequest. --)
 type ListRolloutsResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Oldest first within a namespace, namespaces in name order.
@@ -638,6 +671,14 @@ func (x *ListRolloutsResponse) GetRollouts() []*Rollout {
 	return nil
 }
 
+// (-- api-linter: core::0132::request-parent-required=disabled
+//
+//	api-linter: core::0132::request-required-fields=disabled
+//	api-linter: core::0132::request-unknown-fields=disabled
+//	api-linter: core::0158::request-page-size-field=disabled
+//	api-linter: core::0158::request-page-token-field=disabled
+//	aip.dev/not-precedent: a rollout's event log, named by its namespace and
+//	version, returned whole and in order. --)
 type ListRolloutEventsRequest struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
 	Namespace string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
@@ -691,6 +732,10 @@ func (x *ListRolloutEventsRequest) GetVersion() uint64 {
 	return 0
 }
 
+// (-- api-linter: core::0158::response-next-page-token-field=disabled
+//
+//	api-linter: core::0132::response-unknown-fields=disabled
+//	aip.dev/not-precedent: as ListRolloutEventsRequest. --)
 type ListRolloutEventsResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Events        []*RolloutEvent        `protobuf:"bytes,1,rep,name=events,proto3" json:"events,omitempty"`
@@ -818,6 +863,12 @@ func (x *SetRolloutPolicyRequest) GetExpectedGeneration() uint64 {
 	return 0
 }
 
+// (-- api-linter: core::0135::request-name-required=disabled
+//
+//	api-linter: core::0135::request-required-fields=disabled
+//	api-linter: core::0135::request-unknown-fields=disabled
+//	aip.dev/not-precedent: named by scope; message, author and
+//	expected_generation are recorded and checked as for SetRolloutPolicy. --)
 type DeleteRolloutPolicyRequest struct {
 	state              protoimpl.MessageState `protogen:"open.v1"`
 	Scope              string                 `protobuf:"bytes,1,opt,name=scope,proto3" json:"scope,omitempty"`
@@ -886,6 +937,12 @@ func (x *DeleteRolloutPolicyRequest) GetExpectedGeneration() uint64 {
 	return 0
 }
 
+// (-- api-linter: core::0131::request-name-required=disabled
+//
+//	api-linter: core::0131::request-required-fields=disabled
+//	api-linter: core::0131::request-unknown-fields=disabled
+//	aip.dev/not-precedent: a rollout policy is named by its scope ("domain"
+//	or "domain/name"). --)
 type GetRolloutPolicyRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// "domain" or "domain/name".
@@ -994,6 +1051,10 @@ func (x *GetRolloutPolicyResponse) GetSource() RolloutPolicySource {
 	return RolloutPolicySource_ROLLOUT_POLICY_SOURCE_UNSPECIFIED
 }
 
+// (-- api-linter: core::0158::request-page-token-field=disabled
+//
+//	aip.dev/not-precedent: paged by generation: before_generation is the page
+//	token. --)
 type RolloutPolicyHistoryRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Scope string                 `protobuf:"bytes,1,opt,name=scope,proto3" json:"scope,omitempty"`
@@ -1100,6 +1161,10 @@ func (x *RolloutPolicyHistoryResponse) GetRecords() []*RolloutPolicyRecord {
 	return nil
 }
 
+// (-- api-linter: core::0133::request-id-field=disabled
+//
+//	aip.dev/not-precedent: the caller chooses the domain's name as
+//	domain.name, since before AIP names. --)
 type CreateDomainRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Domain        *Domain                `protobuf:"bytes,1,opt,name=domain,proto3" json:"domain,omitempty"`
@@ -1150,6 +1215,10 @@ type UpdateDomainRequest struct {
 	Domain *Domain `protobuf:"bytes,1,opt,name=domain,proto3" json:"domain,omitempty"`
 	// Required: "description", "quotas" and/or "acl"; each replaces the
 	// whole field.
+	// (-- api-linter: core::0134::update-mask-optional-behavior=disabled
+	//
+	//	aip.dev/not-precedent: required: an update names what it replaces, so
+	//	no missing mask ever empties a domain's ACL or quotas. --)
 	UpdateMask    *fieldmaskpb.FieldMask `protobuf:"bytes,2,opt,name=update_mask,json=updateMask,proto3" json:"update_mask,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1347,6 +1416,12 @@ func (x *ListDomainsResponse) GetNextPageToken() string {
 	return ""
 }
 
+// (-- api-linter: core::0133::request-id-field=disabled
+//
+//	api-linter: core::0133::request-parent-required=disabled
+//	aip.dev/not-precedent: a namespace's name ("domain/name") names its
+//	domain and is namespace.name, chosen by the caller, since before AIP
+//	names. --)
 type CreateNamespaceRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// name ("domain/name"), kind and optionally json_schema are read.
@@ -1436,6 +1511,12 @@ func (x *GetNamespaceRequest) GetName() string {
 	return ""
 }
 
+// (-- api-linter: core::0132::request-parent-required=disabled
+//
+//	api-linter: core::0132::request-required-fields=disabled
+//	api-linter: core::0132::request-unknown-fields=disabled
+//	aip.dev/not-precedent: the parent is the domain, named domain since
+//	before AIP names. --)
 type ListNamespacesRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Domain        string                 `protobuf:"bytes,1,opt,name=domain,proto3" json:"domain,omitempty"`
@@ -2532,6 +2613,9 @@ type DeleteNamespaceRequest struct {
 	// or paused (the rollout ends with it).
 	Force bool `protobuf:"varint,3,opt,name=force,proto3" json:"force,omitempty"`
 	// Why, for the audit log; at most 1 KiB.
+	// (-- api-linter: core::0135::request-unknown-fields=disabled
+	//
+	//	aip.dev/not-precedent: why, for the audit log. --)
 	Message string `protobuf:"bytes,4,opt,name=message,proto3" json:"message,omitempty"`
 	// Idempotency token chosen by the client, the same on every retry of
 	// one deletion: a retry of a deletion that succeeded (its answer lost)
@@ -2617,6 +2701,9 @@ type DeleteDomainRequest struct {
 	// (FAILED_PRECONDITION, DOMAIN_NOT_EMPTY).
 	Force bool `protobuf:"varint,3,opt,name=force,proto3" json:"force,omitempty"`
 	// Why, for the audit log; at most 1 KiB.
+	// (-- api-linter: core::0135::request-unknown-fields=disabled
+	//
+	//	aip.dev/not-precedent: why, for the audit log. --)
 	Message string `protobuf:"bytes,4,opt,name=message,proto3" json:"message,omitempty"`
 	// As DeleteNamespaceRequest.request_id.
 	RequestId     string `protobuf:"bytes,5,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
@@ -2689,6 +2776,14 @@ func (x *DeleteDomainRequest) GetRequestId() string {
 	return ""
 }
 
+// (-- api-linter: core::0133::request-id-field=disabled
+//
+//	api-linter: core::0133::request-parent-required=disabled
+//	api-linter: core::0133::request-resource-field=disabled
+//	api-linter: core::0133::request-required-fields=disabled
+//	api-linter: core::0133::request-unknown-fields=disabled
+//	aip.dev/not-precedent: a zone is only its name; distributors register
+//	theirs by name. --)
 type CreateZoneRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
@@ -2787,6 +2882,10 @@ func (x *DeleteZoneRequest) GetForce() bool {
 	return false
 }
 
+// (-- api-linter: core::0158::request-page-size-field=disabled
+//
+//	api-linter: core::0158::request-page-token-field=disabled
+//	aip.dev/not-precedent: a fleet has at most 96 zones, returned whole. --)
 type ListZonesRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -2823,6 +2922,9 @@ func (*ListZonesRequest) Descriptor() ([]byte, []int) {
 	return file_lehr_v1_control_proto_rawDescGZIP(), []int{43}
 }
 
+// (-- api-linter: core::0158::response-next-page-token-field=disabled
+//
+//	aip.dev/not-precedent: as ListZonesRequest. --)
 type ListZonesResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Zones         []*Zone                `protobuf:"bytes,1,rep,name=zones,proto3" json:"zones,omitempty"`
@@ -2867,6 +2969,12 @@ func (x *ListZonesResponse) GetZones() []*Zone {
 	return nil
 }
 
+// (-- api-linter: core::0131::request-name-required=disabled
+//
+//	api-linter: core::0131::request-required-fields=disabled
+//	api-linter: core::0131::request-unknown-fields=disabled
+//	aip.dev/not-precedent: goals are read by zone and, optionally, namespace.
+//	--)
 type GetGoalsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Zone  string                 `protobuf:"bytes,1,opt,name=zone,proto3" json:"zone,omitempty"`
@@ -4040,6 +4148,11 @@ func (x *ReportZoneStatusResponse) GetDistributors() int32 {
 	return 0
 }
 
+// (-- api-linter: core::0131::request-name-required=disabled
+//
+//	api-linter: core::0131::request-required-fields=disabled
+//	api-linter: core::0131::request-unknown-fields=disabled
+//	aip.dev/not-precedent: read by the zone's name. --)
 type GetZoneStatusRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Zone          string                 `protobuf:"bytes,1,opt,name=zone,proto3" json:"zone,omitempty"`
@@ -4084,6 +4197,9 @@ func (x *GetZoneStatusRequest) GetZone() string {
 	return ""
 }
 
+// (-- api-linter: core::0131::request-name-required=disabled
+//
+//	aip.dev/not-precedent: as GetStoreStatus. --)
 type GetStoreStatusRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -4249,6 +4365,9 @@ func (x *StoreStatus) GetDomains() []*DomainStoredBytes {
 	return nil
 }
 
+// (-- api-linter: core::0131::request-name-required=disabled
+//
+//	aip.dev/not-precedent: as GetControlStatus. --)
 type GetControlStatusRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -4859,7 +4978,7 @@ var File_lehr_v1_control_proto protoreflect.FileDescriptor
 
 const file_lehr_v1_control_proto_rawDesc = "" +
 	"\n" +
-	"\x15lehr/v1/control.proto\x12\alehr.v1\x1a#google/longrunning/operations.proto\x1a\x1bgoogle/protobuf/empty.proto\x1a google/protobuf/field_mask.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x14lehr/v1/canary.proto\x1a\x15lehr/v1/preview.proto\x1a\x15lehr/v1/rollout.proto\x1a\x13lehr/v1/types.proto\x1a\x12lehr/v1/wire.proto\"\xdc\x02\n" +
+	"\x15lehr/v1/control.proto\x12\alehr.v1\x1a\x17google/api/client.proto\x1a\x1fgoogle/api/field_behavior.proto\x1a\x19google/api/resource.proto\x1a#google/longrunning/operations.proto\x1a\x1bgoogle/protobuf/empty.proto\x1a google/protobuf/field_mask.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x14lehr/v1/canary.proto\x1a\x15lehr/v1/preview.proto\x1a\x15lehr/v1/rollout.proto\x1a\x13lehr/v1/types.proto\x1a\x12lehr/v1/wire.proto\"\xdc\x02\n" +
 	"\vAuditRecord\x12.\n" +
 	"\x04time\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12\x16\n" +
 	"\x06author\x18\x02 \x01(\tR\x06author\x12-\n" +
@@ -4873,135 +4992,148 @@ const file_lehr_v1_control_proto_rawDesc = "" +
 	"\x05error\x18\n" +
 	" \x01(\tR\x05error\x12\x18\n" +
 	"\arepeats\x18\v \x01(\x05R\arepeats\x12\x16\n" +
-	"\x06detail\x18\f \x01(\tR\x06detail\"\x9f\x01\n" +
-	"\x17ListAuditRecordsRequest\x12\x16\n" +
-	"\x06domain\x18\x01 \x01(\tR\x06domain\x120\n" +
-	"\x05since\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x05since\x12\x1b\n" +
-	"\tpage_size\x18\x03 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\x06detail\x18\f \x01(\tR\x06detail\"\xc7\x01\n" +
+	"\x17ListAuditRecordsRequest\x12/\n" +
+	"\x06domain\x18\x01 \x01(\tB\x17\xe0A\x01\xfaA\x11\n" +
+	"\x0flehr.dev/DomainR\x06domain\x125\n" +
+	"\x05since\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampB\x03\xe0A\x01R\x05since\x12 \n" +
+	"\tpage_size\x18\x03 \x01(\x05B\x03\xe0A\x01R\bpageSize\x12\"\n" +
 	"\n" +
-	"page_token\x18\x04 \x01(\tR\tpageToken\"r\n" +
+	"page_token\x18\x04 \x01(\tB\x03\xe0A\x01R\tpageToken\"r\n" +
 	"\x18ListAuditRecordsResponse\x12.\n" +
 	"\arecords\x18\x01 \x03(\v2\x14.lehr.v1.AuditRecordR\arecords\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xb0\x01\n" +
-	"\x14UpdateRolloutRequest\x12\x1c\n" +
-	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x18\n" +
-	"\aversion\x18\x02 \x01(\x04R\aversion\x12.\n" +
-	"\x06action\x18\x03 \x01(\x0e2\x16.lehr.v1.RolloutActionR\x06action\x12\x18\n" +
-	"\amessage\x18\x04 \x01(\tR\amessage\x12\x16\n" +
-	"\x06author\x18\x05 \x01(\tR\x06author\"K\n" +
-	"\x11GetRolloutRequest\x12\x1c\n" +
-	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x18\n" +
-	"\aversion\x18\x02 \x01(\x04R\aversion\"T\n" +
-	"\x13ListRolloutsRequest\x12\x1c\n" +
-	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x1f\n" +
-	"\vactive_only\x18\x02 \x01(\bR\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xe0\x01\n" +
+	"\x14UpdateRolloutRequest\x128\n" +
+	"\tnamespace\x18\x01 \x01(\tB\x1a\xe0A\x02\xfaA\x14\n" +
+	"\x12lehr.dev/NamespaceR\tnamespace\x12\x1d\n" +
+	"\aversion\x18\x02 \x01(\x04B\x03\xe0A\x01R\aversion\x123\n" +
+	"\x06action\x18\x03 \x01(\x0e2\x16.lehr.v1.RolloutActionB\x03\xe0A\x02R\x06action\x12\x1d\n" +
+	"\amessage\x18\x04 \x01(\tB\x03\xe0A\x01R\amessage\x12\x1b\n" +
+	"\x06author\x18\x05 \x01(\tB\x03\xe0A\x01R\x06author\"l\n" +
+	"\x11GetRolloutRequest\x128\n" +
+	"\tnamespace\x18\x01 \x01(\tB\x1a\xe0A\x02\xfaA\x14\n" +
+	"\x12lehr.dev/NamespaceR\tnamespace\x12\x1d\n" +
+	"\aversion\x18\x02 \x01(\x04B\x03\xe0A\x01R\aversion\"u\n" +
+	"\x13ListRolloutsRequest\x128\n" +
+	"\tnamespace\x18\x01 \x01(\tB\x1a\xe0A\x01\xfaA\x14\n" +
+	"\x12lehr.dev/NamespaceR\tnamespace\x12$\n" +
+	"\vactive_only\x18\x02 \x01(\bB\x03\xe0A\x01R\n" +
 	"activeOnly\"D\n" +
 	"\x14ListRolloutsResponse\x12,\n" +
-	"\brollouts\x18\x01 \x03(\v2\x10.lehr.v1.RolloutR\brollouts\"R\n" +
-	"\x18ListRolloutEventsRequest\x12\x1c\n" +
-	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x18\n" +
-	"\aversion\x18\x02 \x01(\x04R\aversion\"J\n" +
+	"\brollouts\x18\x01 \x03(\v2\x10.lehr.v1.RolloutR\brollouts\"s\n" +
+	"\x18ListRolloutEventsRequest\x128\n" +
+	"\tnamespace\x18\x01 \x01(\tB\x1a\xe0A\x02\xfaA\x14\n" +
+	"\x12lehr.dev/NamespaceR\tnamespace\x12\x1d\n" +
+	"\aversion\x18\x02 \x01(\x04B\x03\xe0A\x01R\aversion\"J\n" +
 	"\x19ListRolloutEventsResponse\x12-\n" +
-	"\x06events\x18\x01 \x03(\v2\x15.lehr.v1.RolloutEventR\x06events\"\xc2\x01\n" +
-	"\x17SetRolloutPolicyRequest\x12\x14\n" +
-	"\x05scope\x18\x01 \x01(\tR\x05scope\x12.\n" +
-	"\x06policy\x18\x02 \x01(\v2\x16.lehr.v1.RolloutPolicyR\x06policy\x12\x18\n" +
-	"\amessage\x18\x03 \x01(\tR\amessage\x12\x16\n" +
-	"\x06author\x18\x04 \x01(\tR\x06author\x12/\n" +
-	"\x13expected_generation\x18\x05 \x01(\x04R\x12expectedGeneration\"\x95\x01\n" +
-	"\x1aDeleteRolloutPolicyRequest\x12\x14\n" +
-	"\x05scope\x18\x01 \x01(\tR\x05scope\x12\x18\n" +
-	"\amessage\x18\x02 \x01(\tR\amessage\x12\x16\n" +
-	"\x06author\x18\x03 \x01(\tR\x06author\x12/\n" +
-	"\x13expected_generation\x18\x04 \x01(\x04R\x12expectedGeneration\"/\n" +
-	"\x17GetRolloutPolicyRequest\x12\x14\n" +
-	"\x05scope\x18\x01 \x01(\tR\x05scope\"\xbc\x01\n" +
+	"\x06events\x18\x01 \x03(\v2\x15.lehr.v1.RolloutEventR\x06events\"\xdb\x01\n" +
+	"\x17SetRolloutPolicyRequest\x12\x19\n" +
+	"\x05scope\x18\x01 \x01(\tB\x03\xe0A\x02R\x05scope\x123\n" +
+	"\x06policy\x18\x02 \x01(\v2\x16.lehr.v1.RolloutPolicyB\x03\xe0A\x02R\x06policy\x12\x1d\n" +
+	"\amessage\x18\x03 \x01(\tB\x03\xe0A\x01R\amessage\x12\x1b\n" +
+	"\x06author\x18\x04 \x01(\tB\x03\xe0A\x01R\x06author\x124\n" +
+	"\x13expected_generation\x18\x05 \x01(\x04B\x03\xe0A\x01R\x12expectedGeneration\"\xa9\x01\n" +
+	"\x1aDeleteRolloutPolicyRequest\x12\x19\n" +
+	"\x05scope\x18\x01 \x01(\tB\x03\xe0A\x02R\x05scope\x12\x1d\n" +
+	"\amessage\x18\x02 \x01(\tB\x03\xe0A\x01R\amessage\x12\x1b\n" +
+	"\x06author\x18\x03 \x01(\tB\x03\xe0A\x01R\x06author\x124\n" +
+	"\x13expected_generation\x18\x04 \x01(\x04B\x03\xe0A\x01R\x12expectedGeneration\"4\n" +
+	"\x17GetRolloutPolicyRequest\x12\x19\n" +
+	"\x05scope\x18\x01 \x01(\tB\x03\xe0A\x02R\x05scope\"\xbc\x01\n" +
 	"\x18GetRolloutPolicyResponse\x124\n" +
 	"\x06stored\x18\x01 \x01(\v2\x1c.lehr.v1.RolloutPolicyRecordR\x06stored\x124\n" +
 	"\teffective\x18\x02 \x01(\v2\x16.lehr.v1.RolloutPolicyR\teffective\x124\n" +
-	"\x06source\x18\x03 \x01(\x0e2\x1c.lehr.v1.RolloutPolicySourceR\x06source\"}\n" +
-	"\x1bRolloutPolicyHistoryRequest\x12\x14\n" +
-	"\x05scope\x18\x01 \x01(\tR\x05scope\x12\x1b\n" +
-	"\tpage_size\x18\x02 \x01(\x05R\bpageSize\x12+\n" +
-	"\x11before_generation\x18\x03 \x01(\x04R\x10beforeGeneration\"V\n" +
+	"\x06source\x18\x03 \x01(\x0e2\x1c.lehr.v1.RolloutPolicySourceR\x06source\"\x8c\x01\n" +
+	"\x1bRolloutPolicyHistoryRequest\x12\x19\n" +
+	"\x05scope\x18\x01 \x01(\tB\x03\xe0A\x02R\x05scope\x12 \n" +
+	"\tpage_size\x18\x02 \x01(\x05B\x03\xe0A\x01R\bpageSize\x120\n" +
+	"\x11before_generation\x18\x03 \x01(\x04B\x03\xe0A\x01R\x10beforeGeneration\"V\n" +
 	"\x1cRolloutPolicyHistoryResponse\x126\n" +
-	"\arecords\x18\x01 \x03(\v2\x1c.lehr.v1.RolloutPolicyRecordR\arecords\">\n" +
-	"\x13CreateDomainRequest\x12'\n" +
-	"\x06domain\x18\x01 \x01(\v2\x0f.lehr.v1.DomainR\x06domain\"{\n" +
-	"\x13UpdateDomainRequest\x12'\n" +
-	"\x06domain\x18\x01 \x01(\v2\x0f.lehr.v1.DomainR\x06domain\x12;\n" +
-	"\vupdate_mask\x18\x02 \x01(\v2\x1a.google.protobuf.FieldMaskR\n" +
-	"updateMask\"&\n" +
-	"\x10GetDomainRequest\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\"P\n" +
-	"\x12ListDomainsRequest\x12\x1b\n" +
-	"\tpage_size\x18\x01 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\arecords\x18\x01 \x03(\v2\x1c.lehr.v1.RolloutPolicyRecordR\arecords\"C\n" +
+	"\x13CreateDomainRequest\x12,\n" +
+	"\x06domain\x18\x01 \x01(\v2\x0f.lehr.v1.DomainB\x03\xe0A\x02R\x06domain\"\x85\x01\n" +
+	"\x13UpdateDomainRequest\x12,\n" +
+	"\x06domain\x18\x01 \x01(\v2\x0f.lehr.v1.DomainB\x03\xe0A\x02R\x06domain\x12@\n" +
+	"\vupdate_mask\x18\x02 \x01(\v2\x1a.google.protobuf.FieldMaskB\x03\xe0A\x02R\n" +
+	"updateMask\"?\n" +
+	"\x10GetDomainRequest\x12+\n" +
+	"\x04name\x18\x01 \x01(\tB\x17\xe0A\x02\xfaA\x11\n" +
+	"\x0flehr.dev/DomainR\x04name\"Z\n" +
+	"\x12ListDomainsRequest\x12 \n" +
+	"\tpage_size\x18\x01 \x01(\x05B\x03\xe0A\x01R\bpageSize\x12\"\n" +
 	"\n" +
-	"page_token\x18\x02 \x01(\tR\tpageToken\"h\n" +
+	"page_token\x18\x02 \x01(\tB\x03\xe0A\x01R\tpageToken\"h\n" +
 	"\x13ListDomainsResponse\x12)\n" +
 	"\adomains\x18\x01 \x03(\v2\x0f.lehr.v1.DomainR\adomains\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"J\n" +
-	"\x16CreateNamespaceRequest\x120\n" +
-	"\tnamespace\x18\x01 \x01(\v2\x12.lehr.v1.NamespaceR\tnamespace\")\n" +
-	"\x13GetNamespaceRequest\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\"k\n" +
-	"\x15ListNamespacesRequest\x12\x16\n" +
-	"\x06domain\x18\x01 \x01(\tR\x06domain\x12\x1b\n" +
-	"\tpage_size\x18\x02 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"O\n" +
+	"\x16CreateNamespaceRequest\x125\n" +
+	"\tnamespace\x18\x01 \x01(\v2\x12.lehr.v1.NamespaceB\x03\xe0A\x02R\tnamespace\"E\n" +
+	"\x13GetNamespaceRequest\x12.\n" +
+	"\x04name\x18\x01 \x01(\tB\x1a\xe0A\x02\xfaA\x14\n" +
+	"\x12lehr.dev/NamespaceR\x04name\"\x8e\x01\n" +
+	"\x15ListNamespacesRequest\x12/\n" +
+	"\x06domain\x18\x01 \x01(\tB\x17\xe0A\x02\xfaA\x11\n" +
+	"\x0flehr.dev/DomainR\x06domain\x12 \n" +
+	"\tpage_size\x18\x02 \x01(\x05B\x03\xe0A\x01R\bpageSize\x12\"\n" +
 	"\n" +
-	"page_token\x18\x03 \x01(\tR\tpageToken\"t\n" +
+	"page_token\x18\x03 \x01(\tB\x03\xe0A\x01R\tpageToken\"t\n" +
 	"\x16ListNamespacesResponse\x122\n" +
 	"\n" +
 	"namespaces\x18\x01 \x03(\v2\x12.lehr.v1.NamespaceR\n" +
 	"namespaces\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\x89\x02\n" +
-	"\x0ePublishRequest\x12\x1c\n" +
-	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12*\n" +
-	"\x04kind\x18\x02 \x01(\x0e2\x16.lehr.v1.NamespaceKindR\x04kind\x121\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xc3\x02\n" +
+	"\x0ePublishRequest\x128\n" +
+	"\tnamespace\x18\x01 \x01(\tB\x1a\xe0A\x02\xfaA\x14\n" +
+	"\x12lehr.dev/NamespaceR\tnamespace\x12/\n" +
+	"\x04kind\x18\x02 \x01(\x0e2\x16.lehr.v1.NamespaceKindB\x03\xe0A\x01R\x04kind\x126\n" +
 	"\n" +
-	"properties\x18\x03 \x03(\v2\x11.lehr.v1.PropertyR\n" +
-	"properties\x12\x18\n" +
-	"\amessage\x18\x04 \x01(\tR\amessage\x12\x16\n" +
-	"\x06author\x18\x05 \x01(\tR\x06author\x12)\n" +
-	"\x10expected_version\x18\x06 \x01(\x04R\x0fexpectedVersion\x12\x1d\n" +
+	"properties\x18\x03 \x03(\v2\x11.lehr.v1.PropertyB\x03\xe0A\x01R\n" +
+	"properties\x12\x1d\n" +
+	"\amessage\x18\x04 \x01(\tB\x03\xe0A\x01R\amessage\x12\x1b\n" +
+	"\x06author\x18\x05 \x01(\tB\x03\xe0A\x01R\x06author\x12.\n" +
+	"\x10expected_version\x18\x06 \x01(\x04B\x03\xe0A\x01R\x0fexpectedVersion\x12\"\n" +
 	"\n" +
-	"request_id\x18\a \x01(\tR\trequestId\"A\n" +
+	"request_id\x18\a \x01(\tB\x03\xe0A\x01R\trequestId\"A\n" +
 	"\x0fPublishResponse\x12.\n" +
-	"\aversion\x18\x01 \x01(\v2\x14.lehr.v1.VersionInfoR\aversion\"\xdd\x01\n" +
-	"\fPatchRequest\x12\x1c\n" +
-	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12!\n" +
-	"\fbase_version\x18\x02 \x01(\x04R\vbaseVersion\x12#\n" +
-	"\x03set\x18\x03 \x03(\v2\x11.lehr.v1.PropertyR\x03set\x12\x16\n" +
-	"\x06delete\x18\x04 \x03(\tR\x06delete\x12\x18\n" +
-	"\amessage\x18\x05 \x01(\tR\amessage\x12\x16\n" +
-	"\x06author\x18\x06 \x01(\tR\x06author\x12\x1d\n" +
+	"\aversion\x18\x01 \x01(\v2\x14.lehr.v1.VersionInfoR\aversion\"\x97\x02\n" +
+	"\fPatchRequest\x128\n" +
+	"\tnamespace\x18\x01 \x01(\tB\x1a\xe0A\x02\xfaA\x14\n" +
+	"\x12lehr.dev/NamespaceR\tnamespace\x12&\n" +
+	"\fbase_version\x18\x02 \x01(\x04B\x03\xe0A\x02R\vbaseVersion\x12(\n" +
+	"\x03set\x18\x03 \x03(\v2\x11.lehr.v1.PropertyB\x03\xe0A\x01R\x03set\x12\x1b\n" +
+	"\x06delete\x18\x04 \x03(\tB\x03\xe0A\x01R\x06delete\x12\x1d\n" +
+	"\amessage\x18\x05 \x01(\tB\x03\xe0A\x01R\amessage\x12\x1b\n" +
+	"\x06author\x18\x06 \x01(\tB\x03\xe0A\x01R\x06author\x12\"\n" +
 	"\n" +
-	"request_id\x18\a \x01(\tR\trequestId\"?\n" +
+	"request_id\x18\a \x01(\tB\x03\xe0A\x01R\trequestId\"?\n" +
 	"\rPatchResponse\x12.\n" +
-	"\aversion\x18\x01 \x01(\v2\x14.lehr.v1.VersionInfoR\aversion\"X\n" +
+	"\aversion\x18\x01 \x01(\v2\x14.lehr.v1.VersionInfoR\aversion\"~\n" +
 	"\n" +
-	"GetRequest\x12\x1c\n" +
-	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x18\n" +
-	"\aversion\x18\x02 \x01(\x04R\aversion\x12\x12\n" +
-	"\x04keys\x18\x03 \x03(\tR\x04keys\"\x9c\x01\n" +
+	"GetRequest\x128\n" +
+	"\tnamespace\x18\x01 \x01(\tB\x1a\xe0A\x02\xfaA\x14\n" +
+	"\x12lehr.dev/NamespaceR\tnamespace\x12\x1d\n" +
+	"\aversion\x18\x02 \x01(\x04B\x03\xe0A\x01R\aversion\x12\x17\n" +
+	"\x04keys\x18\x03 \x03(\tB\x03\xe0A\x01R\x04keys\"\x9c\x01\n" +
 	"\vGetResponse\x12.\n" +
 	"\aversion\x18\x01 \x01(\v2\x14.lehr.v1.VersionInfoR\aversion\x121\n" +
 	"\n" +
 	"properties\x18\x02 \x03(\v2\x11.lehr.v1.PropertyR\n" +
 	"properties\x12*\n" +
-	"\x04kind\x18\x03 \x01(\x0e2\x16.lehr.v1.NamespaceKindR\x04kind\"j\n" +
-	"\x0eHistoryRequest\x12\x1c\n" +
-	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x1b\n" +
-	"\tpage_size\x18\x02 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\x04kind\x18\x03 \x01(\x0e2\x16.lehr.v1.NamespaceKindR\x04kind\"\x90\x01\n" +
+	"\x0eHistoryRequest\x128\n" +
+	"\tnamespace\x18\x01 \x01(\tB\x1a\xe0A\x02\xfaA\x14\n" +
+	"\x12lehr.dev/NamespaceR\tnamespace\x12 \n" +
+	"\tpage_size\x18\x02 \x01(\x05B\x03\xe0A\x01R\bpageSize\x12\"\n" +
 	"\n" +
-	"page_token\x18\x03 \x01(\tR\tpageToken\"k\n" +
+	"page_token\x18\x03 \x01(\tB\x03\xe0A\x01R\tpageToken\"k\n" +
 	"\x0fHistoryResponse\x120\n" +
 	"\bversions\x18\x01 \x03(\v2\x14.lehr.v1.VersionInfoR\bversions\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"O\n" +
-	"\vDiffRequest\x12\x1c\n" +
-	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x12\n" +
-	"\x04from\x18\x02 \x01(\x04R\x04from\x12\x0e\n" +
-	"\x02to\x18\x03 \x01(\x04R\x02to\"\xf1\x01\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"u\n" +
+	"\vDiffRequest\x128\n" +
+	"\tnamespace\x18\x01 \x01(\tB\x1a\xe0A\x02\xfaA\x14\n" +
+	"\x12lehr.dev/NamespaceR\tnamespace\x12\x17\n" +
+	"\x04from\x18\x02 \x01(\x04B\x03\xe0A\x01R\x04from\x12\x13\n" +
+	"\x02to\x18\x03 \x01(\x04B\x03\xe0A\x01R\x02to\"\xf1\x01\n" +
 	"\x0ePropertyChange\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x120\n" +
 	"\x04kind\x18\x02 \x01(\x0e2\x1c.lehr.v1.PropertyChange.KindR\x04kind\x12#\n" +
@@ -5016,59 +5148,67 @@ const file_lehr_v1_control_proto_rawDesc = "" +
 	"\fDiffResponse\x12(\n" +
 	"\x04from\x18\x01 \x01(\v2\x14.lehr.v1.VersionInfoR\x04from\x12$\n" +
 	"\x02to\x18\x02 \x01(\v2\x14.lehr.v1.VersionInfoR\x02to\x121\n" +
-	"\achanges\x18\x03 \x03(\v2\x17.lehr.v1.PropertyChangeR\achanges\"\xca\x01\n" +
-	"\x0fRollbackRequest\x12\x1c\n" +
-	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x1d\n" +
+	"\achanges\x18\x03 \x03(\v2\x17.lehr.v1.PropertyChangeR\achanges\"\xff\x01\n" +
+	"\x0fRollbackRequest\x128\n" +
+	"\tnamespace\x18\x01 \x01(\tB\x1a\xe0A\x02\xfaA\x14\n" +
+	"\x12lehr.dev/NamespaceR\tnamespace\x12\"\n" +
 	"\n" +
-	"to_version\x18\x02 \x01(\x04R\ttoVersion\x12\x18\n" +
-	"\amessage\x18\x03 \x01(\tR\amessage\x12\x16\n" +
-	"\x06author\x18\x04 \x01(\tR\x06author\x12)\n" +
-	"\x10expected_version\x18\x05 \x01(\x04R\x0fexpectedVersion\x12\x1d\n" +
+	"to_version\x18\x02 \x01(\x04B\x03\xe0A\x02R\ttoVersion\x12\x1d\n" +
+	"\amessage\x18\x03 \x01(\tB\x03\xe0A\x01R\amessage\x12\x1b\n" +
+	"\x06author\x18\x04 \x01(\tB\x03\xe0A\x01R\x06author\x12.\n" +
+	"\x10expected_version\x18\x05 \x01(\x04B\x03\xe0A\x01R\x0fexpectedVersion\x12\"\n" +
 	"\n" +
-	"request_id\x18\x06 \x01(\tR\trequestId\"B\n" +
+	"request_id\x18\x06 \x01(\tB\x03\xe0A\x01R\trequestId\"B\n" +
 	"\x10RollbackResponse\x12.\n" +
-	"\aversion\x18\x01 \x01(\v2\x14.lehr.v1.VersionInfoR\aversion\"d\n" +
-	"\x17CompactNamespaceRequest\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1b\n" +
-	"\tkeep_last\x18\x02 \x01(\x05R\bkeepLast\x12\x18\n" +
-	"\amessage\x18\x03 \x01(\tR\amessage\"w\n" +
+	"\aversion\x18\x01 \x01(\v2\x14.lehr.v1.VersionInfoR\aversion\"\x8a\x01\n" +
+	"\x17CompactNamespaceRequest\x12.\n" +
+	"\x04name\x18\x01 \x01(\tB\x1a\xe0A\x02\xfaA\x14\n" +
+	"\x12lehr.dev/NamespaceR\x04name\x12 \n" +
+	"\tkeep_last\x18\x02 \x01(\x05B\x03\xe0A\x02R\bkeepLast\x12\x1d\n" +
+	"\amessage\x18\x03 \x01(\tB\x03\xe0A\x01R\amessage\"w\n" +
 	"\x18CompactNamespaceResponse\x12)\n" +
 	"\x10versions_removed\x18\x01 \x01(\x05R\x0fversionsRemoved\x120\n" +
-	"\tnamespace\x18\x02 \x01(\v2\x12.lehr.v1.NamespaceR\tnamespace\"\x8f\x01\n" +
-	"\x16DeleteNamespaceRequest\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
-	"\x04etag\x18\x02 \x01(\tR\x04etag\x12\x14\n" +
-	"\x05force\x18\x03 \x01(\bR\x05force\x12\x18\n" +
-	"\amessage\x18\x04 \x01(\tR\amessage\x12\x1d\n" +
+	"\tnamespace\x18\x02 \x01(\v2\x12.lehr.v1.NamespaceR\tnamespace\"\xbf\x01\n" +
+	"\x16DeleteNamespaceRequest\x12.\n" +
+	"\x04name\x18\x01 \x01(\tB\x1a\xe0A\x02\xfaA\x14\n" +
+	"\x12lehr.dev/NamespaceR\x04name\x12\x17\n" +
+	"\x04etag\x18\x02 \x01(\tB\x03\xe0A\x01R\x04etag\x12\x19\n" +
+	"\x05force\x18\x03 \x01(\bB\x03\xe0A\x01R\x05force\x12\x1d\n" +
+	"\amessage\x18\x04 \x01(\tB\x03\xe0A\x01R\amessage\x12\"\n" +
 	"\n" +
-	"request_id\x18\x05 \x01(\tR\trequestId\"\x8c\x01\n" +
-	"\x13DeleteDomainRequest\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
-	"\x04etag\x18\x02 \x01(\tR\x04etag\x12\x14\n" +
-	"\x05force\x18\x03 \x01(\bR\x05force\x12\x18\n" +
-	"\amessage\x18\x04 \x01(\tR\amessage\x12\x1d\n" +
+	"request_id\x18\x05 \x01(\tB\x03\xe0A\x01R\trequestId\"\xb9\x01\n" +
+	"\x13DeleteDomainRequest\x12+\n" +
+	"\x04name\x18\x01 \x01(\tB\x17\xe0A\x02\xfaA\x11\n" +
+	"\x0flehr.dev/DomainR\x04name\x12\x17\n" +
+	"\x04etag\x18\x02 \x01(\tB\x03\xe0A\x01R\x04etag\x12\x19\n" +
+	"\x05force\x18\x03 \x01(\bB\x03\xe0A\x01R\x05force\x12\x1d\n" +
+	"\amessage\x18\x04 \x01(\tB\x03\xe0A\x01R\amessage\x12\"\n" +
 	"\n" +
-	"request_id\x18\x05 \x01(\tR\trequestId\"'\n" +
-	"\x11CreateZoneRequest\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\"=\n" +
-	"\x11DeleteZoneRequest\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
-	"\x05force\x18\x02 \x01(\bR\x05force\"\x12\n" +
+	"request_id\x18\x05 \x01(\tB\x03\xe0A\x01R\trequestId\",\n" +
+	"\x11CreateZoneRequest\x12\x17\n" +
+	"\x04name\x18\x01 \x01(\tB\x03\xe0A\x02R\x04name\"Y\n" +
+	"\x11DeleteZoneRequest\x12)\n" +
+	"\x04name\x18\x01 \x01(\tB\x15\xe0A\x02\xfaA\x0f\n" +
+	"\rlehr.dev/ZoneR\x04name\x12\x19\n" +
+	"\x05force\x18\x02 \x01(\bB\x03\xe0A\x01R\x05force\"\x12\n" +
 	"\x10ListZonesRequest\"8\n" +
 	"\x11ListZonesResponse\x12#\n" +
-	"\x05zones\x18\x01 \x03(\v2\r.lehr.v1.ZoneR\x05zones\"C\n" +
-	"\x0fGetGoalsRequest\x12\x12\n" +
-	"\x04zone\x18\x01 \x01(\tR\x04zone\x12\x1c\n" +
-	"\tnamespace\x18\x02 \x01(\tR\tnamespace\"X\n" +
+	"\x05zones\x18\x01 \x03(\v2\r.lehr.v1.ZoneR\x05zones\"v\n" +
+	"\x0fGetGoalsRequest\x12)\n" +
+	"\x04zone\x18\x01 \x01(\tB\x15\xe0A\x02\xfaA\x0f\n" +
+	"\rlehr.dev/ZoneR\x04zone\x128\n" +
+	"\tnamespace\x18\x02 \x01(\tB\x1a\xe0A\x01\xfaA\x14\n" +
+	"\x12lehr.dev/NamespaceR\tnamespace\"X\n" +
 	"\x10GetGoalsResponse\x12(\n" +
 	"\x05goals\x18\x01 \x03(\v2\x12.lehr.v1.GoalStateR\x05goals\x12\x1a\n" +
-	"\brevision\x18\x02 \x01(\x03R\brevision\"\x87\x01\n" +
-	"\x11WatchGoalsRequest\x12\x12\n" +
-	"\x04zone\x18\x01 \x01(\tR\x04zone\x12%\n" +
-	"\x0estart_revision\x18\x02 \x01(\x03R\rstartRevision\x12\x1f\n" +
-	"\vcreate_zone\x18\x03 \x01(\bR\n" +
-	"createZone\x12\x16\n" +
-	"\x06deltas\x18\x04 \x01(\bR\x06deltas\"\xd0\x01\n" +
+	"\brevision\x18\x02 \x01(\x03R\brevision\"\xad\x01\n" +
+	"\x11WatchGoalsRequest\x12)\n" +
+	"\x04zone\x18\x01 \x01(\tB\x15\xe0A\x02\xfaA\x0f\n" +
+	"\rlehr.dev/ZoneR\x04zone\x12*\n" +
+	"\x0estart_revision\x18\x02 \x01(\x03B\x03\xe0A\x01R\rstartRevision\x12$\n" +
+	"\vcreate_zone\x18\x03 \x01(\bB\x03\xe0A\x01R\n" +
+	"createZone\x12\x1b\n" +
+	"\x06deltas\x18\x04 \x01(\bB\x03\xe0A\x01R\x06deltas\"\xd0\x01\n" +
 	"\tGoalEvent\x12+\n" +
 	"\x04type\x18\x01 \x01(\x0e2\x17.lehr.v1.GoalEvent.TypeR\x04type\x12&\n" +
 	"\x04goal\x18\x02 \x01(\v2\x12.lehr.v1.GoalStateR\x04goal\x121\n" +
@@ -5081,73 +5221,81 @@ const file_lehr_v1_control_proto_rawDesc = "" +
 	"\brevision\x18\x01 \x01(\x03R\brevision\x12*\n" +
 	"\x06events\x18\x02 \x03(\v2\x12.lehr.v1.GoalEventR\x06events\x12\x18\n" +
 	"\ainitial\x18\x03 \x01(\bR\ainitial\x12)\n" +
-	"\x10initial_complete\x18\x04 \x01(\bR\x0finitialComplete\"M\n" +
-	"\x13FetchVersionRequest\x12\x1c\n" +
-	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x18\n" +
-	"\aversion\x18\x02 \x01(\x04R\aversion\"\xa5\x01\n" +
+	"\x10initial_complete\x18\x04 \x01(\bR\x0finitialComplete\"n\n" +
+	"\x13FetchVersionRequest\x128\n" +
+	"\tnamespace\x18\x01 \x01(\tB\x1a\xe0A\x02\xfaA\x14\n" +
+	"\x12lehr.dev/NamespaceR\tnamespace\x12\x1d\n" +
+	"\aversion\x18\x02 \x01(\x04B\x03\xe0A\x01R\aversion\"\xa5\x01\n" +
 	"\x14FetchVersionResponse\x12.\n" +
 	"\aversion\x18\x01 \x01(\v2\x14.lehr.v1.VersionInfoR\aversion\x12*\n" +
 	"\x04kind\x18\x02 \x01(\x0e2\x16.lehr.v1.NamespaceKindR\x04kind\x121\n" +
 	"\n" +
 	"properties\x18\x03 \x03(\v2\x11.lehr.v1.PropertyR\n" +
-	"properties\"U\n" +
-	"\x11FetchDeltaRequest\x12\x1c\n" +
-	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x12\n" +
-	"\x04from\x18\x02 \x01(\x04R\x04from\x12\x0e\n" +
-	"\x02to\x18\x03 \x01(\x04R\x02to\"\xcd\x01\n" +
+	"properties\"{\n" +
+	"\x11FetchDeltaRequest\x128\n" +
+	"\tnamespace\x18\x01 \x01(\tB\x1a\xe0A\x02\xfaA\x14\n" +
+	"\x12lehr.dev/NamespaceR\tnamespace\x12\x17\n" +
+	"\x04from\x18\x02 \x01(\x04B\x03\xe0A\x02R\x04from\x12\x13\n" +
+	"\x02to\x18\x03 \x01(\x04B\x03\xe0A\x01R\x02to\"\xcd\x01\n" +
 	"\x12FetchDeltaResponse\x12(\n" +
 	"\x04from\x18\x01 \x01(\v2\x14.lehr.v1.VersionInfoR\x04from\x12$\n" +
 	"\x02to\x18\x02 \x01(\v2\x14.lehr.v1.VersionInfoR\x02to\x12*\n" +
 	"\x04kind\x18\x03 \x01(\x0e2\x16.lehr.v1.NamespaceKindR\x04kind\x12#\n" +
 	"\x03set\x18\x04 \x03(\v2\x11.lehr.v1.PropertyR\x03set\x12\x16\n" +
-	"\x06delete\x18\x05 \x03(\tR\x06delete\"^\n" +
-	"\fVersionCount\x12\x1c\n" +
-	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x18\n" +
-	"\aversion\x18\x02 \x01(\x04R\aversion\x12\x16\n" +
-	"\x06agents\x18\x03 \x01(\x05R\x06agents\"\xb9\x03\n" +
-	"\x17ReportZoneStatusRequest\x12\x12\n" +
-	"\x04zone\x18\x01 \x01(\tR\x04zone\x12%\n" +
-	"\x0edistributor_id\x18\x02 \x01(\tR\rdistributorId\x12\x16\n" +
-	"\x06agents\x18\x03 \x01(\x05R\x06agents\x121\n" +
-	"\bversions\x18\x04 \x03(\v2\x15.lehr.v1.VersionCountR\bversions\x12\x1f\n" +
-	"\vttl_seconds\x18\x05 \x01(\rR\n" +
-	"ttlSeconds\x120\n" +
-	"\x06health\x18\x06 \x03(\v2\x18.lehr.v1.NamespaceHealthR\x06health\x12)\n" +
-	"\x05hosts\x18\a \x03(\v2\x13.lehr.v1.HostReportR\x05hosts\x12/\n" +
-	"\asamples\x18\b \x03(\v2\x15.lehr.v1.CohortSampleR\asamples\x12.\n" +
-	"\asignals\x18\t \x03(\v2\x14.lehr.v1.HostSignalsR\asignals\x129\n" +
+	"\x06delete\x18\x05 \x03(\tR\x06delete\"\x84\x01\n" +
+	"\fVersionCount\x128\n" +
+	"\tnamespace\x18\x01 \x01(\tB\x1a\xe0A\x02\xfaA\x14\n" +
+	"\x12lehr.dev/NamespaceR\tnamespace\x12\x1d\n" +
+	"\aversion\x18\x02 \x01(\x04B\x03\xe0A\x01R\aversion\x12\x1b\n" +
+	"\x06agents\x18\x03 \x01(\x05B\x03\xe0A\x01R\x06agents\"\xfd\x03\n" +
+	"\x17ReportZoneStatusRequest\x12)\n" +
+	"\x04zone\x18\x01 \x01(\tB\x15\xe0A\x02\xfaA\x0f\n" +
+	"\rlehr.dev/ZoneR\x04zone\x12*\n" +
+	"\x0edistributor_id\x18\x02 \x01(\tB\x03\xe0A\x02R\rdistributorId\x12\x1b\n" +
+	"\x06agents\x18\x03 \x01(\x05B\x03\xe0A\x01R\x06agents\x126\n" +
+	"\bversions\x18\x04 \x03(\v2\x15.lehr.v1.VersionCountB\x03\xe0A\x01R\bversions\x12$\n" +
+	"\vttl_seconds\x18\x05 \x01(\rB\x03\xe0A\x01R\n" +
+	"ttlSeconds\x125\n" +
+	"\x06health\x18\x06 \x03(\v2\x18.lehr.v1.NamespaceHealthB\x03\xe0A\x01R\x06health\x12.\n" +
+	"\x05hosts\x18\a \x03(\v2\x13.lehr.v1.HostReportB\x03\xe0A\x01R\x05hosts\x124\n" +
+	"\asamples\x18\b \x03(\v2\x15.lehr.v1.CohortSampleB\x03\xe0A\x01R\asamples\x123\n" +
+	"\asignals\x18\t \x03(\v2\x14.lehr.v1.HostSignalsB\x03\xe0A\x01R\asignals\x12>\n" +
 	"\apreview\x18\n" +
-	" \x03(\v2\x1f.lehr.v1.NamespacePreviewCountsR\apreview\"j\n" +
-	"\x16NamespacePreviewCounts\x12\x1c\n" +
-	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x122\n" +
-	"\x06counts\x18\x02 \x03(\v2\x1a.lehr.v1.HostPreviewCountsR\x06counts\"s\n" +
-	"\vHostSignals\x12\x17\n" +
-	"\ahost_id\x18\x01 \x01(\tR\x06hostId\x12\x16\n" +
-	"\x06cohort\x18\x02 \x01(\bR\x06cohort\x123\n" +
-	"\asignals\x18\x03 \x01(\v2\x19.lehr.v1.NamespaceSignalsR\asignals\"V\n" +
-	"\fCohortSample\x12\x1c\n" +
-	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x12\n" +
-	"\x04salt\x18\x02 \x01(\tR\x04salt\x12\x14\n" +
-	"\x05hosts\x18\x03 \x03(\tR\x05hosts\"\xb8\x02\n" +
-	"\x0fNamespaceHealth\x12\x1c\n" +
-	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x18\n" +
-	"\aversion\x18\x02 \x01(\x04R\aversion\x12\x16\n" +
-	"\x06cohort\x18\x03 \x01(\bR\x06cohort\x12\x16\n" +
-	"\x06agents\x18\x04 \x01(\x05R\x06agents\x12\x1c\n" +
-	"\tconsumers\x18\x05 \x01(\rR\tconsumers\x12+\n" +
-	"\x11consumers_applied\x18\x06 \x01(\rR\x10consumersApplied\x12-\n" +
-	"\x12consumers_rejected\x18\a \x01(\rR\x11consumersRejected\x12%\n" +
-	"\x0eleases_expired\x18\b \x01(\rR\rleasesExpired\x12\x1c\n" +
-	"\tcandidate\x18\t \x01(\x04R\tcandidate\"o\n" +
+	" \x03(\v2\x1f.lehr.v1.NamespacePreviewCountsB\x03\xe0A\x01R\apreview\"\x8b\x01\n" +
+	"\x16NamespacePreviewCounts\x128\n" +
+	"\tnamespace\x18\x01 \x01(\tB\x1a\xe0A\x02\xfaA\x14\n" +
+	"\x12lehr.dev/NamespaceR\tnamespace\x127\n" +
+	"\x06counts\x18\x02 \x03(\v2\x1a.lehr.v1.HostPreviewCountsB\x03\xe0A\x01R\x06counts\"\x82\x01\n" +
+	"\vHostSignals\x12\x1c\n" +
+	"\ahost_id\x18\x01 \x01(\tB\x03\xe0A\x02R\x06hostId\x12\x1b\n" +
+	"\x06cohort\x18\x02 \x01(\bB\x03\xe0A\x01R\x06cohort\x128\n" +
+	"\asignals\x18\x03 \x01(\v2\x19.lehr.v1.NamespaceSignalsB\x03\xe0A\x02R\asignals\"|\n" +
+	"\fCohortSample\x128\n" +
+	"\tnamespace\x18\x01 \x01(\tB\x1a\xe0A\x02\xfaA\x14\n" +
+	"\x12lehr.dev/NamespaceR\tnamespace\x12\x17\n" +
+	"\x04salt\x18\x02 \x01(\tB\x03\xe0A\x01R\x04salt\x12\x19\n" +
+	"\x05hosts\x18\x03 \x03(\tB\x03\xe0A\x01R\x05hosts\"\xfc\x02\n" +
+	"\x0fNamespaceHealth\x128\n" +
+	"\tnamespace\x18\x01 \x01(\tB\x1a\xe0A\x02\xfaA\x14\n" +
+	"\x12lehr.dev/NamespaceR\tnamespace\x12\x1d\n" +
+	"\aversion\x18\x02 \x01(\x04B\x03\xe0A\x01R\aversion\x12\x1b\n" +
+	"\x06cohort\x18\x03 \x01(\bB\x03\xe0A\x01R\x06cohort\x12\x1b\n" +
+	"\x06agents\x18\x04 \x01(\x05B\x03\xe0A\x01R\x06agents\x12!\n" +
+	"\tconsumers\x18\x05 \x01(\rB\x03\xe0A\x01R\tconsumers\x120\n" +
+	"\x11consumers_applied\x18\x06 \x01(\rB\x03\xe0A\x01R\x10consumersApplied\x122\n" +
+	"\x12consumers_rejected\x18\a \x01(\rB\x03\xe0A\x01R\x11consumersRejected\x12*\n" +
+	"\x0eleases_expired\x18\b \x01(\rB\x03\xe0A\x01R\rleasesExpired\x12!\n" +
+	"\tcandidate\x18\t \x01(\x04B\x03\xe0A\x01R\tcandidate\"~\n" +
 	"\n" +
-	"HostReport\x12\x17\n" +
-	"\ahost_id\x18\x01 \x01(\tR\x06hostId\x12\x16\n" +
-	"\x06cohort\x18\x02 \x01(\bR\x06cohort\x120\n" +
-	"\x06report\x18\x03 \x01(\v2\x18.lehr.v1.NamespaceReportR\x06report\">\n" +
+	"HostReport\x12\x1c\n" +
+	"\ahost_id\x18\x01 \x01(\tB\x03\xe0A\x02R\x06hostId\x12\x1b\n" +
+	"\x06cohort\x18\x02 \x01(\bB\x03\xe0A\x01R\x06cohort\x125\n" +
+	"\x06report\x18\x03 \x01(\v2\x18.lehr.v1.NamespaceReportB\x03\xe0A\x02R\x06report\">\n" +
 	"\x18ReportZoneStatusResponse\x12\"\n" +
-	"\fdistributors\x18\x01 \x01(\x05R\fdistributors\"*\n" +
-	"\x14GetZoneStatusRequest\x12\x12\n" +
-	"\x04zone\x18\x01 \x01(\tR\x04zone\"\x17\n" +
+	"\fdistributors\x18\x01 \x01(\x05R\fdistributors\"A\n" +
+	"\x14GetZoneStatusRequest\x12)\n" +
+	"\x04zone\x18\x01 \x01(\tB\x15\xe0A\x02\xfaA\x0f\n" +
+	"\rlehr.dev/ZoneR\x04zone\"\x17\n" +
 	"\x15GetStoreStatusRequest\"\x98\x03\n" +
 	"\vStoreStatus\x12\x1d\n" +
 	"\n" +
@@ -5208,14 +5356,14 @@ const file_lehr_v1_control_proto_rawDesc = "" +
 	"\fdistributors\x18\x02 \x03(\v2\x1a.lehr.v1.DistributorStatusR\fdistributors\x121\n" +
 	"\bversions\x18\x03 \x03(\v2\x15.lehr.v1.VersionCountR\bversions\x120\n" +
 	"\x06health\x18\x04 \x03(\v2\x18.lehr.v1.NamespaceHealthR\x06health\x12)\n" +
-	"\x05hosts\x18\x05 \x03(\v2\x13.lehr.v1.HostReportR\x05hosts2\xc0\x1e\n" +
-	"\aControl\x12=\n" +
-	"\fCreateDomain\x12\x1c.lehr.v1.CreateDomainRequest\x1a\x0f.lehr.v1.Domain\x127\n" +
-	"\tGetDomain\x12\x19.lehr.v1.GetDomainRequest\x1a\x0f.lehr.v1.Domain\x12H\n" +
-	"\vListDomains\x12\x1b.lehr.v1.ListDomainsRequest\x1a\x1c.lehr.v1.ListDomainsResponse\x12=\n" +
-	"\fUpdateDomain\x12\x1c.lehr.v1.UpdateDomainRequest\x1a\x0f.lehr.v1.Domain\x12F\n" +
-	"\x0fCreateNamespace\x12\x1f.lehr.v1.CreateNamespaceRequest\x1a\x12.lehr.v1.Namespace\x12@\n" +
-	"\fGetNamespace\x12\x1c.lehr.v1.GetNamespaceRequest\x1a\x12.lehr.v1.Namespace\x12Q\n" +
+	"\x05hosts\x18\x05 \x03(\v2\x13.lehr.v1.HostReportR\x05hosts2\xcc#\n" +
+	"\aControl\x12H\n" +
+	"\fCreateDomain\x12\x1c.lehr.v1.CreateDomainRequest\x1a\x0f.lehr.v1.Domain\"\t\xdaA\x06domain\x12@\n" +
+	"\tGetDomain\x12\x19.lehr.v1.GetDomainRequest\x1a\x0f.lehr.v1.Domain\"\a\xdaA\x04name\x12H\n" +
+	"\vListDomains\x12\x1b.lehr.v1.ListDomainsRequest\x1a\x1c.lehr.v1.ListDomainsResponse\x12T\n" +
+	"\fUpdateDomain\x12\x1c.lehr.v1.UpdateDomainRequest\x1a\x0f.lehr.v1.Domain\"\x15\xdaA\x12domain,update_mask\x12F\n" +
+	"\x0fCreateNamespace\x12\x1f.lehr.v1.CreateNamespaceRequest\x1a\x12.lehr.v1.Namespace\x12I\n" +
+	"\fGetNamespace\x12\x1c.lehr.v1.GetNamespaceRequest\x1a\x12.lehr.v1.Namespace\"\a\xdaA\x04name\x12Q\n" +
 	"\x0eListNamespaces\x12\x1e.lehr.v1.ListNamespacesRequest\x1a\x1f.lehr.v1.ListNamespacesResponse\x12<\n" +
 	"\aPublish\x12\x17.lehr.v1.PublishRequest\x1a\x18.lehr.v1.PublishResponse\x126\n" +
 	"\x05Patch\x12\x15.lehr.v1.PatchRequest\x1a\x16.lehr.v1.PatchResponse\x120\n" +
@@ -5223,13 +5371,14 @@ const file_lehr_v1_control_proto_rawDesc = "" +
 	"\aHistory\x12\x17.lehr.v1.HistoryRequest\x1a\x18.lehr.v1.HistoryResponse\x123\n" +
 	"\x04Diff\x12\x14.lehr.v1.DiffRequest\x1a\x15.lehr.v1.DiffResponse\x12?\n" +
 	"\bRollback\x12\x18.lehr.v1.RollbackRequest\x1a\x19.lehr.v1.RollbackResponse\x12W\n" +
-	"\x10CompactNamespace\x12 .lehr.v1.CompactNamespaceRequest\x1a!.lehr.v1.CompactNamespaceResponse\x12J\n" +
-	"\x0fDeleteNamespace\x12\x1f.lehr.v1.DeleteNamespaceRequest\x1a\x16.google.protobuf.Empty\x12D\n" +
-	"\fDeleteDomain\x12\x1c.lehr.v1.DeleteDomainRequest\x1a\x16.google.protobuf.Empty\x127\n" +
+	"\x10CompactNamespace\x12 .lehr.v1.CompactNamespaceRequest\x1a!.lehr.v1.CompactNamespaceResponse\x12^\n" +
+	"\x0fDeleteNamespace\x12\x1f.lehr.v1.DeleteNamespaceRequest\x1a\x16.google.protobuf.Empty\"\x12\xdaA\x0fname,etag,force\x12X\n" +
+	"\fDeleteDomain\x12\x1c.lehr.v1.DeleteDomainRequest\x1a\x16.google.protobuf.Empty\"\x12\xdaA\x0fname,etag,force\x127\n" +
 	"\n" +
-	"CreateZone\x12\x1a.lehr.v1.CreateZoneRequest\x1a\r.lehr.v1.Zone\x12@\n" +
+	"CreateZone\x12\x1a.lehr.v1.CreateZoneRequest\x1a\r.lehr.v1.Zone\x12O\n" +
 	"\n" +
-	"DeleteZone\x12\x1a.lehr.v1.DeleteZoneRequest\x1a\x16.google.protobuf.Empty\x12B\n" +
+	"DeleteZone\x12\x1a.lehr.v1.DeleteZoneRequest\x1a\x16.google.protobuf.Empty\"\r\xdaA\n" +
+	"name,force\x12B\n" +
 	"\tListZones\x12\x19.lehr.v1.ListZonesRequest\x1a\x1a.lehr.v1.ListZonesResponse\x12?\n" +
 	"\bGetGoals\x12\x18.lehr.v1.GetGoalsRequest\x1a\x19.lehr.v1.GetGoalsResponse\x12G\n" +
 	"\n" +
@@ -5252,19 +5401,27 @@ const file_lehr_v1_control_proto_rawDesc = "" +
 	"\rUpdateRollout\x12\x1d.lehr.v1.UpdateRolloutRequest\x1a\x10.lehr.v1.Rollout\x12?\n" +
 	"\bEvaluate\x12\x18.lehr.v1.EvaluateRequest\x1a\x19.lehr.v1.CanaryEvaluation\x12U\n" +
 	"\x13GetCanaryEvaluation\x12#.lehr.v1.GetCanaryEvaluationRequest\x1a\x19.lehr.v1.CanaryEvaluation\x12f\n" +
-	"\x15ListCanaryEvaluations\x12%.lehr.v1.ListCanaryEvaluationsRequest\x1a&.lehr.v1.ListCanaryEvaluationsResponse\x127\n" +
-	"\tGetPolicy\x12\x19.lehr.v1.GetPolicyRequest\x1a\x0f.lehr.v1.Policy\x12_\n" +
-	"\x16CreatePolicyExperiment\x12&.lehr.v1.CreatePolicyExperimentRequest\x1a\x1d.google.longrunning.Operation\x12_\n" +
-	"\x16UpdatePolicyExperiment\x12&.lehr.v1.UpdatePolicyExperimentRequest\x1a\x1d.google.longrunning.Operation\x12U\n" +
-	"\x13GetPolicyExperiment\x12#.lehr.v1.GetPolicyExperimentRequest\x1a\x19.lehr.v1.PolicyExperiment\x12f\n" +
-	"\x15ListPolicyExperiments\x12%.lehr.v1.ListPolicyExperimentsRequest\x1a&.lehr.v1.ListPolicyExperimentsResponse\x12_\n" +
-	"\x16DeletePolicyExperiment\x12&.lehr.v1.DeletePolicyExperimentRequest\x1a\x1d.google.longrunning.Operation\x12k\n" +
-	"\x1cStartPreviewPolicyExperiment\x12,.lehr.v1.StartPreviewPolicyExperimentRequest\x1a\x1d.google.longrunning.Operation\x12i\n" +
-	"\x1bStopPreviewPolicyExperiment\x12+.lehr.v1.StopPreviewPolicyExperimentRequest\x1a\x1d.google.longrunning.Operation\x12_\n" +
-	"\x16CommitPolicyExperiment\x12&.lehr.v1.CommitPolicyExperimentRequest\x1a\x1d.google.longrunning.Operation\x12K\n" +
-	"\fDeletePolicy\x12\x1c.lehr.v1.DeletePolicyRequest\x1a\x1d.google.longrunning.Operation\x12g\n" +
-	"\x19GetPolicyExperimentCounts\x12).lehr.v1.GetPolicyExperimentCountsRequest\x1a\x1f.lehr.v1.PolicyExperimentCounts\x12W\n" +
-	"\x10ListAuditRecords\x12 .lehr.v1.ListAuditRecordsRequest\x1a!.lehr.v1.ListAuditRecordsResponseB\x1cZ\x1alehr.dev/lehr/proto/lehrpbb\x06proto3"
+	"\x15ListCanaryEvaluations\x12%.lehr.v1.ListCanaryEvaluationsRequest\x1a&.lehr.v1.ListCanaryEvaluationsResponse\x12@\n" +
+	"\tGetPolicy\x12\x19.lehr.v1.GetPolicyRequest\x1a\x0f.lehr.v1.Policy\"\a\xdaA\x04name\x12\xc6\x01\n" +
+	"\x16CreatePolicyExperiment\x12&.lehr.v1.CreatePolicyExperimentRequest\x1a\x1d.google.longrunning.Operation\"e\xcaA2\n" +
+	"\x10PolicyExperiment\x12\x1eCreatePolicyExperimentMetadata\xdaA-parent,policy_experiment,policy_experiment_id\x12\xb6\x01\n" +
+	"\x16UpdatePolicyExperiment\x12&.lehr.v1.UpdatePolicyExperimentRequest\x1a\x1d.google.longrunning.Operation\"U\xcaA2\n" +
+	"\x10PolicyExperiment\x12\x1eUpdatePolicyExperimentMetadata\xdaA\x1dpolicy_experiment,update_mask\x12^\n" +
+	"\x13GetPolicyExperiment\x12#.lehr.v1.GetPolicyExperimentRequest\x1a\x19.lehr.v1.PolicyExperiment\"\a\xdaA\x04name\x12q\n" +
+	"\x15ListPolicyExperiments\x12%.lehr.v1.ListPolicyExperimentsRequest\x1a&.lehr.v1.ListPolicyExperimentsResponse\"\t\xdaA\x06parent\x12\xa2\x01\n" +
+	"\x16DeletePolicyExperiment\x12&.lehr.v1.DeletePolicyExperimentRequest\x1a\x1d.google.longrunning.Operation\"A\xcaA2\n" +
+	"\x10PolicyExperiment\x12\x1eDeletePolicyExperimentMetadata\xdaA\tname,etag\x12\xa8\x01\n" +
+	"\x1cStartPreviewPolicyExperiment\x12,.lehr.v1.StartPreviewPolicyExperimentRequest\x1a\x1d.google.longrunning.Operation\";\xcaA8\n" +
+	"\x10PolicyExperiment\x12$StartPreviewPolicyExperimentMetadata\x12\xa5\x01\n" +
+	"\x1bStopPreviewPolicyExperiment\x12+.lehr.v1.StopPreviewPolicyExperimentRequest\x1a\x1d.google.longrunning.Operation\":\xcaA7\n" +
+	"\x10PolicyExperiment\x12#StopPreviewPolicyExperimentMetadata\x12\x9b\x01\n" +
+	"\x16CommitPolicyExperiment\x12&.lehr.v1.CommitPolicyExperimentRequest\x1a\x1d.google.longrunning.Operation\":\xcaA7\n" +
+	"\x15google.protobuf.Empty\x12\x1eCommitPolicyExperimentMetadata\x12\x89\x01\n" +
+	"\fDeletePolicy\x12\x1c.lehr.v1.DeletePolicyRequest\x1a\x1d.google.longrunning.Operation\"<\xcaA-\n" +
+	"\x15google.protobuf.Empty\x12\x14DeletePolicyMetadata\xdaA\tname,etag\x12p\n" +
+	"\x19GetPolicyExperimentCounts\x12).lehr.v1.GetPolicyExperimentCountsRequest\x1a\x1f.lehr.v1.PolicyExperimentCounts\"\a\xdaA\x04name\x12W\n" +
+	"\x10ListAuditRecords\x12 .lehr.v1.ListAuditRecordsRequest\x1a!.lehr.v1.ListAuditRecordsResponseB9\n" +
+	"\vdev.lehr.v1B\fControlProtoP\x01Z\x1alehr.dev/lehr/proto/lehrpbb\x06proto3"
 
 var (
 	file_lehr_v1_control_proto_rawDescOnce sync.Once

@@ -87,31 +87,71 @@ const (
 // For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
 //
 // Control is the global deployer.
+// (-- api-linter: core::0121::resource-must-support-get=disabled
+//
+//	api-linter: core::0121::resource-must-support-list=disabled
+//	aip.dev/not-precedent: zones are read with ListZones (at most 96 of
+//	them), and policies are namespaces of kind policy, read with GetPolicy
+//	and listed with ListNamespaces. --)
 type ControlClient interface {
-	// Domains.
+	// Domains. CreateDomain creates a domain; a caller who names no admins
+	// becomes its admin.
 	CreateDomain(ctx context.Context, in *CreateDomainRequest, opts ...grpc.CallOption) (*Domain, error)
+	// GetDomain returns a domain with its usage and the quotas in force.
 	GetDomain(ctx context.Context, in *GetDomainRequest, opts ...grpc.CallOption) (*Domain, error)
+	// ListDomains lists domains in name order, paged.
 	ListDomains(ctx context.Context, in *ListDomainsRequest, opts ...grpc.CallOption) (*ListDomainsResponse, error)
 	// UpdateDomain changes the fields of a domain that update_mask names
 	// ("description", "quotas", "acl"); only the domain's admins may.
 	UpdateDomain(ctx context.Context, in *UpdateDomainRequest, opts ...grpc.CallOption) (*Domain, error)
 	// Namespaces. Publishing to a namespace that does not exist creates it
 	// inside an existing domain; CreateNamespace exists to set a schema first.
+	// (-- api-linter: core::0133::method-signature=disabled
+	//
+	//	aip.dev/not-precedent: a namespace's name ("domain/name") names its
+	//	domain; there is no parent field. --)
 	CreateNamespace(ctx context.Context, in *CreateNamespaceRequest, opts ...grpc.CallOption) (*Namespace, error)
+	// GetNamespace returns a namespace: its latest version, size and etag.
 	GetNamespace(ctx context.Context, in *GetNamespaceRequest, opts ...grpc.CallOption) (*Namespace, error)
+	// ListNamespaces lists a domain's namespaces in name order, paged.
 	ListNamespaces(ctx context.Context, in *ListNamespacesRequest, opts ...grpc.CallOption) (*ListNamespacesResponse, error)
 	// Publish replaces every property of a namespace (a snapshot).
+	// (-- api-linter: core::0136::verb-noun=disabled
+	//
+	//	aip.dev/not-precedent: the producer API's verbs (Publish, Patch, Get,
+	//	History, Diff, Rollback) act on a namespace's versions; renaming an RPC
+	//	changes its gRPC path and breaks every client. --)
 	Publish(ctx context.Context, in *PublishRequest, opts ...grpc.CallOption) (*PublishResponse, error)
 	// Patch sets and deletes keys against a stated base version. A stale base
 	// fails with FAILED_PRECONDITION naming the current version.
+	// (-- api-linter: core::0136::verb-noun=disabled
+	//
+	//	api-linter: core::0134::synonyms=disabled
+	//	aip.dev/not-precedent: as Publish: a patch makes a new version against
+	//	a stated base version; it is no Update of a resource. --)
 	Patch(ctx context.Context, in *PatchRequest, opts ...grpc.CallOption) (*PatchResponse, error)
 	// Get reads the latest or a given version, optionally some keys only.
+	// (-- api-linter: core::0136::verb-noun=disabled
+	//
+	//	api-linter: core::0131::method-signature=disabled
+	//	api-linter: core::0131::response-message-name=disabled
+	//	aip.dev/not-precedent: as Publish: Get reads a version's content by
+	//	namespace, version and keys; renaming it breaks every client. --)
 	Get(ctx context.Context, in *GetRequest, opts ...grpc.CallOption) (*GetResponse, error)
 	// History lists versions, newest first, paged.
+	// (-- api-linter: core::0136::verb-noun=disabled
+	//
+	//	aip.dev/not-precedent: as Publish. --)
 	History(ctx context.Context, in *HistoryRequest, opts ...grpc.CallOption) (*HistoryResponse, error)
 	// Diff compares two versions of a namespace.
+	// (-- api-linter: core::0136::verb-noun=disabled
+	//
+	//	aip.dev/not-precedent: as Publish. --)
 	Diff(ctx context.Context, in *DiffRequest, opts ...grpc.CallOption) (*DiffResponse, error)
 	// Rollback publishes an older version's content as a new version.
+	// (-- api-linter: core::0136::verb-noun=disabled
+	//
+	//	aip.dev/not-precedent: as Publish. --)
 	Rollback(ctx context.Context, in *RollbackRequest, opts ...grpc.CallOption) (*RollbackResponse, error)
 	// CompactNamespace removes old versions of a namespace now, whatever
 	// their age, to free its domain's stored bytes: every version but the
@@ -132,13 +172,23 @@ type ControlClient interface {
 	// cascading delete), without it a domain that has namespaces is
 	// refused. The domain's admins (or a fleet admin) only.
 	DeleteDomain(ctx context.Context, in *DeleteDomainRequest, opts ...grpc.CallOption) (*emptypb.Empty, error)
-	// Zones and goal states.
+	// Zones and goal states. CreateZone registers a zone; its goals start at
+	// every namespace's latest version. Distributors register theirs
+	// (WatchGoals create_zone).
 	CreateZone(ctx context.Context, in *CreateZoneRequest, opts ...grpc.CallOption) (*Zone, error)
 	// DeleteZone retires a zone: its record, goals, reports and last report
 	// time go, and rollouts stop reaching it. Fleet admins only; refused
 	// while a distributor of the zone reports, unless force.
 	DeleteZone(ctx context.Context, in *DeleteZoneRequest, opts ...grpc.CallOption) (*emptypb.Empty, error)
+	// ListZones lists the registered zones, in name order.
 	ListZones(ctx context.Context, in *ListZonesRequest, opts ...grpc.CallOption) (*ListZonesResponse, error)
+	// GetGoals returns a zone's goal states (or one namespace's) and the
+	// store revision they were read at.
+	// (-- api-linter: core::0131::method-signature=disabled
+	//
+	//	api-linter: core::0131::response-message-name=disabled
+	//	aip.dev/not-precedent: a zone's goal states (a view at a store
+	//	revision), not a resource. --)
 	GetGoals(ctx context.Context, in *GetGoalsRequest, opts ...grpc.CallOption) (*GetGoalsResponse, error)
 	// WatchGoals streams a zone's goal states: with start_revision 0, first
 	// the current state (initial = true, ending with a message whose
@@ -147,17 +197,35 @@ type ControlClient interface {
 	// available fails with OUT_OF_RANGE; restart from 0.
 	WatchGoals(ctx context.Context, in *WatchGoalsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchGoalsResponse], error)
 	// For distributors: a whole version, or what changed between two.
+	// (-- api-linter: core::0131::synonyms=disabled
+	//
+	//	aip.dev/not-precedent: distributors fetch content to push, not a
+	//	resource; renaming breaks every distributor. --)
 	FetchVersion(ctx context.Context, in *FetchVersionRequest, opts ...grpc.CallOption) (*FetchVersionResponse, error)
+	// FetchDelta returns what changed between two versions (from is
+	// required; to 0 means the latest).
+	// (-- api-linter: core::0131::synonyms=disabled
+	//
+	//	aip.dev/not-precedent: as FetchVersion. --)
 	FetchDelta(ctx context.Context, in *FetchDeltaRequest, opts ...grpc.CallOption) (*FetchDeltaResponse, error)
 	// ReportZoneStatus is sent periodically by every distributor: how many of
 	// its agents hold each version of each namespace. Reports expire if not
 	// renewed (three report intervals).
 	ReportZoneStatus(ctx context.Context, in *ReportZoneStatusRequest, opts ...grpc.CallOption) (*ReportZoneStatusResponse, error)
 	// GetZoneStatus aggregates the live reports of a zone's distributors.
+	// (-- api-linter: core::0131::method-signature=disabled
+	//
+	//	api-linter: core::0131::response-message-name=disabled
+	//	aip.dev/not-precedent: a zone's live distributor reports, summed: a
+	//	view named by the zone. --)
 	GetZoneStatus(ctx context.Context, in *GetZoneStatusRequest, opts ...grpc.CallOption) (*GetZoneStatusResponse, error)
 	// GetStoreStatus says how full control's store is — its size against
 	// its quota and the marks where new content is refused — and what each
 	// domain stores (lehr store).
+	// (-- api-linter: core::0131::method-signature=disabled
+	//
+	//	aip.dev/not-precedent: the store is a singleton of control; there is
+	//	nothing to name. --)
 	GetStoreStatus(ctx context.Context, in *GetStoreStatusRequest, opts ...grpc.CallOption) (*StoreStatus, error)
 	// GetControlStatus says which store the answering control replica
 	// serves (the store's identity), where that store is (its etcd), the
@@ -165,22 +233,46 @@ type ControlClient interface {
 	// strategist, and which replica answered (lehr control status). Every
 	// user may read it. Every response of control, this one included,
 	// carries the store's id in the gRPC header lehr-store-id.
+	// (-- api-linter: core::0131::method-signature=disabled
+	//
+	//	aip.dev/not-precedent: the answering replica and its store are
+	//	singletons; there is nothing to name. --)
 	GetControlStatus(ctx context.Context, in *GetControlStatusRequest, opts ...grpc.CallOption) (*ControlStatus, error)
 	// Rollout policies: a domain's default and a namespace's override.
 	// SetRolloutPolicy validates the policy against the registered zones and
 	// stores it as the scope's next generation; setting the policy a scope
 	// already has changes nothing and returns the stored record.
+	// (-- api-linter: core::0134::synonyms=disabled
+	//
+	//	api-linter: core::0136::response-message-name=disabled
+	//	aip.dev/not-precedent: sets a scope's whole policy as its next
+	//	generation and returns the stored record; no partial update. --)
 	SetRolloutPolicy(ctx context.Context, in *SetRolloutPolicyRequest, opts ...grpc.CallOption) (*RolloutPolicyRecord, error)
 	// DeleteRolloutPolicy removes a scope's policy (recorded in its history).
+	// (-- api-linter: core::0135::method-signature=disabled
+	//
+	//	api-linter: core::0135::response-message-name=disabled
+	//	aip.dev/not-precedent: a policy is named by its scope, and its removal
+	//	is recorded as a generation of the scope, which is returned. --)
 	DeleteRolloutPolicy(ctx context.Context, in *DeleteRolloutPolicyRequest, opts ...grpc.CallOption) (*RolloutPolicyRecord, error)
 	// GetRolloutPolicy returns a scope's stored policy, if any, and the
 	// policy in effect for it.
+	// (-- api-linter: core::0131::method-signature=disabled
+	//
+	//	api-linter: core::0131::response-message-name=disabled
+	//	aip.dev/not-precedent: returns a scope's stored policy beside the
+	//	policy in effect and its source. --)
 	GetRolloutPolicy(ctx context.Context, in *GetRolloutPolicyRequest, opts ...grpc.CallOption) (*GetRolloutPolicyResponse, error)
 	// RolloutPolicyHistory lists a scope's policy changes, newest first.
 	RolloutPolicyHistory(ctx context.Context, in *RolloutPolicyHistoryRequest, opts ...grpc.CallOption) (*RolloutPolicyHistoryResponse, error)
 	// Rollouts (unless control runs with --rollouts=false): one per version after a
 	// namespace's first, moved by the strategist.
+	// (-- api-linter: core::0131::method-signature=disabled
+	//
+	//	aip.dev/not-precedent: a rollout is named by its namespace and version.
+	//	--)
 	GetRollout(ctx context.Context, in *GetRolloutRequest, opts ...grpc.CallOption) (*Rollout, error)
+	// ListRollouts lists rollouts, of one namespace or of all.
 	ListRollouts(ctx context.Context, in *ListRolloutsRequest, opts ...grpc.CallOption) (*ListRolloutsResponse, error)
 	// ListRolloutEvents returns a rollout's event log, in order.
 	ListRolloutEvents(ctx context.Context, in *ListRolloutEventsRequest, opts ...grpc.CallOption) (*ListRolloutEventsResponse, error)
@@ -188,16 +280,29 @@ type ControlClient interface {
 	// a running or paused rollout; it acts within a round (a second) and
 	// records the author and message in the rollout's events. The response
 	// is the rollout as it stands when the request is queued.
+	// (-- api-linter: core::0134::method-signature=disabled
+	//
+	//	aip.dev/not-precedent: an operator's action on a rollout (pause,
+	//	resume, abort, promote), not a field update. --)
 	UpdateRollout(ctx context.Context, in *UpdateRolloutRequest, opts ...grpc.CallOption) (*Rollout, error)
 	// Canary analysis (docs/canary.md). Evaluate starts an evaluation and
 	// returns it at once (RUNNING); the leading strategist judges it at each
 	// look of its bake until it is DONE. Evaluating an id that exists
 	// returns that evaluation unchanged (idempotent). A rollout's canary
 	// stage starts one of its own.
+	// (-- api-linter: core::0136::verb-noun=disabled
+	//
+	//	api-linter: core::0136::response-message-name=disabled
+	//	aip.dev/not-precedent: starts a canary evaluation and returns it;
+	//	evaluating an id that exists returns it unchanged. --)
 	Evaluate(ctx context.Context, in *EvaluateRequest, opts ...grpc.CallOption) (*CanaryEvaluation, error)
 	// GetCanaryEvaluation returns an evaluation; with wait, only once it is
 	// DONE (or at the call's deadline, as it stands). Idempotent.
+	// (-- api-linter: core::0131::method-signature=disabled
+	//
+	//	aip.dev/not-precedent: an evaluation is named by its id. --)
 	GetCanaryEvaluation(ctx context.Context, in *GetCanaryEvaluationRequest, opts ...grpc.CallOption) (*CanaryEvaluation, error)
+	// ListCanaryEvaluations lists evaluations, of one namespace or of all.
 	ListCanaryEvaluations(ctx context.Context, in *ListCanaryEvaluationsRequest, opts ...grpc.CallOption) (*ListCanaryEvaluationsResponse, error)
 	// Policy preview (AIP-236; preview.proto, docs/preview.md). GetPolicy
 	// returns a policy namespace's live rules and etag.
@@ -207,7 +312,9 @@ type ControlClient interface {
 	CreatePolicyExperiment(ctx context.Context, in *CreatePolicyExperimentRequest, opts ...grpc.CallOption) (*longrunningpb.Operation, error)
 	// Updating an ACTIVE experiment suspends it. Response PolicyExperiment.
 	UpdatePolicyExperiment(ctx context.Context, in *UpdatePolicyExperimentRequest, opts ...grpc.CallOption) (*longrunningpb.Operation, error)
+	// GetPolicyExperiment returns an experiment.
 	GetPolicyExperiment(ctx context.Context, in *GetPolicyExperimentRequest, opts ...grpc.CallOption) (*PolicyExperiment, error)
+	// ListPolicyExperiments lists a policy's experiments, paged and filtered.
 	ListPolicyExperiments(ctx context.Context, in *ListPolicyExperimentsRequest, opts ...grpc.CallOption) (*ListPolicyExperimentsResponse, error)
 	// Response PolicyExperiment (as it was).
 	DeletePolicyExperiment(ctx context.Context, in *DeletePolicyExperimentRequest, opts ...grpc.CallOption) (*longrunningpb.Operation, error)
@@ -220,6 +327,10 @@ type ControlClient interface {
 	// and deletes the experiment, in one etcd transaction; the version then
 	// rolls out by the namespace's rollout policy. Response
 	// google.protobuf.Empty, metadata CommitPolicyExperimentMetadata.
+	// (-- api-linter: core::0151::lro-response-type=disabled
+	//
+	//	api-linter: core::0162::commit-response-message-name=disabled
+	//	aip.dev/not-precedent: AIP-236 names Empty as commit's response. --)
 	CommitPolicyExperiment(ctx context.Context, in *CommitPolicyExperimentRequest, opts ...grpc.CallOption) (*longrunningpb.Operation, error)
 	// Deletes a live policy (AIP-236's cascade): in one etcd transaction its
 	// next version becomes the no-op policy (no rules: every decision
@@ -758,31 +869,71 @@ func (c *controlClient) ListAuditRecords(ctx context.Context, in *ListAuditRecor
 // for forward compatibility.
 //
 // Control is the global deployer.
+// (-- api-linter: core::0121::resource-must-support-get=disabled
+//
+//	api-linter: core::0121::resource-must-support-list=disabled
+//	aip.dev/not-precedent: zones are read with ListZones (at most 96 of
+//	them), and policies are namespaces of kind policy, read with GetPolicy
+//	and listed with ListNamespaces. --)
 type ControlServer interface {
-	// Domains.
+	// Domains. CreateDomain creates a domain; a caller who names no admins
+	// becomes its admin.
 	CreateDomain(context.Context, *CreateDomainRequest) (*Domain, error)
+	// GetDomain returns a domain with its usage and the quotas in force.
 	GetDomain(context.Context, *GetDomainRequest) (*Domain, error)
+	// ListDomains lists domains in name order, paged.
 	ListDomains(context.Context, *ListDomainsRequest) (*ListDomainsResponse, error)
 	// UpdateDomain changes the fields of a domain that update_mask names
 	// ("description", "quotas", "acl"); only the domain's admins may.
 	UpdateDomain(context.Context, *UpdateDomainRequest) (*Domain, error)
 	// Namespaces. Publishing to a namespace that does not exist creates it
 	// inside an existing domain; CreateNamespace exists to set a schema first.
+	// (-- api-linter: core::0133::method-signature=disabled
+	//
+	//	aip.dev/not-precedent: a namespace's name ("domain/name") names its
+	//	domain; there is no parent field. --)
 	CreateNamespace(context.Context, *CreateNamespaceRequest) (*Namespace, error)
+	// GetNamespace returns a namespace: its latest version, size and etag.
 	GetNamespace(context.Context, *GetNamespaceRequest) (*Namespace, error)
+	// ListNamespaces lists a domain's namespaces in name order, paged.
 	ListNamespaces(context.Context, *ListNamespacesRequest) (*ListNamespacesResponse, error)
 	// Publish replaces every property of a namespace (a snapshot).
+	// (-- api-linter: core::0136::verb-noun=disabled
+	//
+	//	aip.dev/not-precedent: the producer API's verbs (Publish, Patch, Get,
+	//	History, Diff, Rollback) act on a namespace's versions; renaming an RPC
+	//	changes its gRPC path and breaks every client. --)
 	Publish(context.Context, *PublishRequest) (*PublishResponse, error)
 	// Patch sets and deletes keys against a stated base version. A stale base
 	// fails with FAILED_PRECONDITION naming the current version.
+	// (-- api-linter: core::0136::verb-noun=disabled
+	//
+	//	api-linter: core::0134::synonyms=disabled
+	//	aip.dev/not-precedent: as Publish: a patch makes a new version against
+	//	a stated base version; it is no Update of a resource. --)
 	Patch(context.Context, *PatchRequest) (*PatchResponse, error)
 	// Get reads the latest or a given version, optionally some keys only.
+	// (-- api-linter: core::0136::verb-noun=disabled
+	//
+	//	api-linter: core::0131::method-signature=disabled
+	//	api-linter: core::0131::response-message-name=disabled
+	//	aip.dev/not-precedent: as Publish: Get reads a version's content by
+	//	namespace, version and keys; renaming it breaks every client. --)
 	Get(context.Context, *GetRequest) (*GetResponse, error)
 	// History lists versions, newest first, paged.
+	// (-- api-linter: core::0136::verb-noun=disabled
+	//
+	//	aip.dev/not-precedent: as Publish. --)
 	History(context.Context, *HistoryRequest) (*HistoryResponse, error)
 	// Diff compares two versions of a namespace.
+	// (-- api-linter: core::0136::verb-noun=disabled
+	//
+	//	aip.dev/not-precedent: as Publish. --)
 	Diff(context.Context, *DiffRequest) (*DiffResponse, error)
 	// Rollback publishes an older version's content as a new version.
+	// (-- api-linter: core::0136::verb-noun=disabled
+	//
+	//	aip.dev/not-precedent: as Publish. --)
 	Rollback(context.Context, *RollbackRequest) (*RollbackResponse, error)
 	// CompactNamespace removes old versions of a namespace now, whatever
 	// their age, to free its domain's stored bytes: every version but the
@@ -803,13 +954,23 @@ type ControlServer interface {
 	// cascading delete), without it a domain that has namespaces is
 	// refused. The domain's admins (or a fleet admin) only.
 	DeleteDomain(context.Context, *DeleteDomainRequest) (*emptypb.Empty, error)
-	// Zones and goal states.
+	// Zones and goal states. CreateZone registers a zone; its goals start at
+	// every namespace's latest version. Distributors register theirs
+	// (WatchGoals create_zone).
 	CreateZone(context.Context, *CreateZoneRequest) (*Zone, error)
 	// DeleteZone retires a zone: its record, goals, reports and last report
 	// time go, and rollouts stop reaching it. Fleet admins only; refused
 	// while a distributor of the zone reports, unless force.
 	DeleteZone(context.Context, *DeleteZoneRequest) (*emptypb.Empty, error)
+	// ListZones lists the registered zones, in name order.
 	ListZones(context.Context, *ListZonesRequest) (*ListZonesResponse, error)
+	// GetGoals returns a zone's goal states (or one namespace's) and the
+	// store revision they were read at.
+	// (-- api-linter: core::0131::method-signature=disabled
+	//
+	//	api-linter: core::0131::response-message-name=disabled
+	//	aip.dev/not-precedent: a zone's goal states (a view at a store
+	//	revision), not a resource. --)
 	GetGoals(context.Context, *GetGoalsRequest) (*GetGoalsResponse, error)
 	// WatchGoals streams a zone's goal states: with start_revision 0, first
 	// the current state (initial = true, ending with a message whose
@@ -818,17 +979,35 @@ type ControlServer interface {
 	// available fails with OUT_OF_RANGE; restart from 0.
 	WatchGoals(*WatchGoalsRequest, grpc.ServerStreamingServer[WatchGoalsResponse]) error
 	// For distributors: a whole version, or what changed between two.
+	// (-- api-linter: core::0131::synonyms=disabled
+	//
+	//	aip.dev/not-precedent: distributors fetch content to push, not a
+	//	resource; renaming breaks every distributor. --)
 	FetchVersion(context.Context, *FetchVersionRequest) (*FetchVersionResponse, error)
+	// FetchDelta returns what changed between two versions (from is
+	// required; to 0 means the latest).
+	// (-- api-linter: core::0131::synonyms=disabled
+	//
+	//	aip.dev/not-precedent: as FetchVersion. --)
 	FetchDelta(context.Context, *FetchDeltaRequest) (*FetchDeltaResponse, error)
 	// ReportZoneStatus is sent periodically by every distributor: how many of
 	// its agents hold each version of each namespace. Reports expire if not
 	// renewed (three report intervals).
 	ReportZoneStatus(context.Context, *ReportZoneStatusRequest) (*ReportZoneStatusResponse, error)
 	// GetZoneStatus aggregates the live reports of a zone's distributors.
+	// (-- api-linter: core::0131::method-signature=disabled
+	//
+	//	api-linter: core::0131::response-message-name=disabled
+	//	aip.dev/not-precedent: a zone's live distributor reports, summed: a
+	//	view named by the zone. --)
 	GetZoneStatus(context.Context, *GetZoneStatusRequest) (*GetZoneStatusResponse, error)
 	// GetStoreStatus says how full control's store is — its size against
 	// its quota and the marks where new content is refused — and what each
 	// domain stores (lehr store).
+	// (-- api-linter: core::0131::method-signature=disabled
+	//
+	//	aip.dev/not-precedent: the store is a singleton of control; there is
+	//	nothing to name. --)
 	GetStoreStatus(context.Context, *GetStoreStatusRequest) (*StoreStatus, error)
 	// GetControlStatus says which store the answering control replica
 	// serves (the store's identity), where that store is (its etcd), the
@@ -836,22 +1015,46 @@ type ControlServer interface {
 	// strategist, and which replica answered (lehr control status). Every
 	// user may read it. Every response of control, this one included,
 	// carries the store's id in the gRPC header lehr-store-id.
+	// (-- api-linter: core::0131::method-signature=disabled
+	//
+	//	aip.dev/not-precedent: the answering replica and its store are
+	//	singletons; there is nothing to name. --)
 	GetControlStatus(context.Context, *GetControlStatusRequest) (*ControlStatus, error)
 	// Rollout policies: a domain's default and a namespace's override.
 	// SetRolloutPolicy validates the policy against the registered zones and
 	// stores it as the scope's next generation; setting the policy a scope
 	// already has changes nothing and returns the stored record.
+	// (-- api-linter: core::0134::synonyms=disabled
+	//
+	//	api-linter: core::0136::response-message-name=disabled
+	//	aip.dev/not-precedent: sets a scope's whole policy as its next
+	//	generation and returns the stored record; no partial update. --)
 	SetRolloutPolicy(context.Context, *SetRolloutPolicyRequest) (*RolloutPolicyRecord, error)
 	// DeleteRolloutPolicy removes a scope's policy (recorded in its history).
+	// (-- api-linter: core::0135::method-signature=disabled
+	//
+	//	api-linter: core::0135::response-message-name=disabled
+	//	aip.dev/not-precedent: a policy is named by its scope, and its removal
+	//	is recorded as a generation of the scope, which is returned. --)
 	DeleteRolloutPolicy(context.Context, *DeleteRolloutPolicyRequest) (*RolloutPolicyRecord, error)
 	// GetRolloutPolicy returns a scope's stored policy, if any, and the
 	// policy in effect for it.
+	// (-- api-linter: core::0131::method-signature=disabled
+	//
+	//	api-linter: core::0131::response-message-name=disabled
+	//	aip.dev/not-precedent: returns a scope's stored policy beside the
+	//	policy in effect and its source. --)
 	GetRolloutPolicy(context.Context, *GetRolloutPolicyRequest) (*GetRolloutPolicyResponse, error)
 	// RolloutPolicyHistory lists a scope's policy changes, newest first.
 	RolloutPolicyHistory(context.Context, *RolloutPolicyHistoryRequest) (*RolloutPolicyHistoryResponse, error)
 	// Rollouts (unless control runs with --rollouts=false): one per version after a
 	// namespace's first, moved by the strategist.
+	// (-- api-linter: core::0131::method-signature=disabled
+	//
+	//	aip.dev/not-precedent: a rollout is named by its namespace and version.
+	//	--)
 	GetRollout(context.Context, *GetRolloutRequest) (*Rollout, error)
+	// ListRollouts lists rollouts, of one namespace or of all.
 	ListRollouts(context.Context, *ListRolloutsRequest) (*ListRolloutsResponse, error)
 	// ListRolloutEvents returns a rollout's event log, in order.
 	ListRolloutEvents(context.Context, *ListRolloutEventsRequest) (*ListRolloutEventsResponse, error)
@@ -859,16 +1062,29 @@ type ControlServer interface {
 	// a running or paused rollout; it acts within a round (a second) and
 	// records the author and message in the rollout's events. The response
 	// is the rollout as it stands when the request is queued.
+	// (-- api-linter: core::0134::method-signature=disabled
+	//
+	//	aip.dev/not-precedent: an operator's action on a rollout (pause,
+	//	resume, abort, promote), not a field update. --)
 	UpdateRollout(context.Context, *UpdateRolloutRequest) (*Rollout, error)
 	// Canary analysis (docs/canary.md). Evaluate starts an evaluation and
 	// returns it at once (RUNNING); the leading strategist judges it at each
 	// look of its bake until it is DONE. Evaluating an id that exists
 	// returns that evaluation unchanged (idempotent). A rollout's canary
 	// stage starts one of its own.
+	// (-- api-linter: core::0136::verb-noun=disabled
+	//
+	//	api-linter: core::0136::response-message-name=disabled
+	//	aip.dev/not-precedent: starts a canary evaluation and returns it;
+	//	evaluating an id that exists returns it unchanged. --)
 	Evaluate(context.Context, *EvaluateRequest) (*CanaryEvaluation, error)
 	// GetCanaryEvaluation returns an evaluation; with wait, only once it is
 	// DONE (or at the call's deadline, as it stands). Idempotent.
+	// (-- api-linter: core::0131::method-signature=disabled
+	//
+	//	aip.dev/not-precedent: an evaluation is named by its id. --)
 	GetCanaryEvaluation(context.Context, *GetCanaryEvaluationRequest) (*CanaryEvaluation, error)
+	// ListCanaryEvaluations lists evaluations, of one namespace or of all.
 	ListCanaryEvaluations(context.Context, *ListCanaryEvaluationsRequest) (*ListCanaryEvaluationsResponse, error)
 	// Policy preview (AIP-236; preview.proto, docs/preview.md). GetPolicy
 	// returns a policy namespace's live rules and etag.
@@ -878,7 +1094,9 @@ type ControlServer interface {
 	CreatePolicyExperiment(context.Context, *CreatePolicyExperimentRequest) (*longrunningpb.Operation, error)
 	// Updating an ACTIVE experiment suspends it. Response PolicyExperiment.
 	UpdatePolicyExperiment(context.Context, *UpdatePolicyExperimentRequest) (*longrunningpb.Operation, error)
+	// GetPolicyExperiment returns an experiment.
 	GetPolicyExperiment(context.Context, *GetPolicyExperimentRequest) (*PolicyExperiment, error)
+	// ListPolicyExperiments lists a policy's experiments, paged and filtered.
 	ListPolicyExperiments(context.Context, *ListPolicyExperimentsRequest) (*ListPolicyExperimentsResponse, error)
 	// Response PolicyExperiment (as it was).
 	DeletePolicyExperiment(context.Context, *DeletePolicyExperimentRequest) (*longrunningpb.Operation, error)
@@ -891,6 +1109,10 @@ type ControlServer interface {
 	// and deletes the experiment, in one etcd transaction; the version then
 	// rolls out by the namespace's rollout policy. Response
 	// google.protobuf.Empty, metadata CommitPolicyExperimentMetadata.
+	// (-- api-linter: core::0151::lro-response-type=disabled
+	//
+	//	api-linter: core::0162::commit-response-message-name=disabled
+	//	aip.dev/not-precedent: AIP-236 names Empty as commit's response. --)
 	CommitPolicyExperiment(context.Context, *CommitPolicyExperimentRequest) (*longrunningpb.Operation, error)
 	// Deletes a live policy (AIP-236's cascade): in one etcd transaction its
 	// next version becomes the no-op policy (no rules: every decision

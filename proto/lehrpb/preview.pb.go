@@ -24,8 +24,10 @@
 package lehrpb
 
 import (
+	_ "google.golang.org/genproto/googleapis/api/annotations"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
+	fieldmaskpb "google.golang.org/protobuf/types/known/fieldmaskpb"
 	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	reflect "reflect"
 	sync "sync"
@@ -43,6 +45,10 @@ type PolicyPreviewMetadata_State int32
 
 const (
 	// Default value; unused.
+	// (-- api-linter: core::0126::unspecified=disabled
+	//
+	//	aip.dev/not-precedent: AIP-236 names the zero state STATE_UNDEFINED.
+	//	--)
 	PolicyPreviewMetadata_STATE_UNDEFINED PolicyPreviewMetadata_State = 0
 	// The experiment is being previewed: hosts evaluate it beside the live
 	// policy, count and log the results.
@@ -171,6 +177,10 @@ type PolicyExperiment struct {
 	// The policy under test. It will be used to preview the effects of the
 	// change but never affects live traffic. policy.name is the live
 	// policy's name.
+	// (-- api-linter: core::0122::embedded-resource=disabled
+	//
+	//	aip.dev/not-precedent: AIP-236 embeds the policy under test in the
+	//	experiment. --)
 	Policy *Policy `protobuf:"bytes,2,opt,name=policy,proto3" json:"policy,omitempty"`
 	// Output only. Absent until the first StartPreview.
 	PreviewMetadata *PolicyPreviewMetadata `protobuf:"bytes,3,opt,name=preview_metadata,json=previewMetadata,proto3" json:"preview_metadata,omitempty"`
@@ -459,11 +469,25 @@ type UpdatePolicyExperimentRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// policy_experiment.name names the experiment to update.
 	PolicyExperiment *PolicyExperiment `protobuf:"bytes,1,opt,name=policy_experiment,json=policyExperiment,proto3" json:"policy_experiment,omitempty"`
-	// Fields to replace: "policy", "policy.rules", "annotations"; empty or
-	// "*" replaces both. Output-only fields are ignored.
-	UpdateMask []string `protobuf:"bytes,2,rep,name=update_mask,json=updateMask,proto3" json:"update_mask,omitempty"`
+	// Fields to replace: "policy", "policy.rules", "annotations"; absent,
+	// empty or "*" replaces both. Output-only fields are ignored.
+	UpdateMask *fieldmaskpb.FieldMask `protobuf:"bytes,4,opt,name=update_mask,json=updateMask,proto3" json:"update_mask,omitempty"`
+	// Deprecated: update_mask's paths as clients before update_mask was a
+	// FieldMask sent them (this field number was update_mask then). Read
+	// only when update_mask is absent; when both are set they must list the
+	// same paths. Clients set both while a control that predates
+	// update_mask may answer, which reads this one only.
+	//
+	// Deprecated: Marked as deprecated in lehr/v1/preview.proto.
+	LegacyUpdateMask []string `protobuf:"bytes,2,rep,name=legacy_update_mask,json=legacyUpdateMask,proto3" json:"legacy_update_mask,omitempty"`
 	// If set, the update succeeds only if the experiment's etag is still this
 	// (ABORTED otherwise).
+	// (-- api-linter: core::0134::request-unknown-fields=disabled
+	//
+	//	api-linter: core::0154::no-duplicate-etag=disabled
+	//	aip.dev/not-precedent: the request's etag has always guarded Update;
+	//	policy_experiment.etag is output only and ignored, and reading it now
+	//	would refuse updates that pass today. --)
 	Etag          string `protobuf:"bytes,3,opt,name=etag,proto3" json:"etag,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -506,9 +530,17 @@ func (x *UpdatePolicyExperimentRequest) GetPolicyExperiment() *PolicyExperiment 
 	return nil
 }
 
-func (x *UpdatePolicyExperimentRequest) GetUpdateMask() []string {
+func (x *UpdatePolicyExperimentRequest) GetUpdateMask() *fieldmaskpb.FieldMask {
 	if x != nil {
 		return x.UpdateMask
+	}
+	return nil
+}
+
+// Deprecated: Marked as deprecated in lehr/v1/preview.proto.
+func (x *UpdatePolicyExperimentRequest) GetLegacyUpdateMask() []string {
+	if x != nil {
+		return x.LegacyUpdateMask
 	}
 	return nil
 }
@@ -1280,6 +1312,11 @@ func (x *CommitPolicyExperimentMetadata) GetExpectedDisagreement() float64 {
 	return 0
 }
 
+// (-- api-linter: core::0135::force-field=disabled
+//
+//	api-linter: core::0135::request-unknown-fields=disabled
+//	aip.dev/not-precedent: AIP-236 deletes a policy's experiments with it,
+//	always; message says why, for the version's history. --)
 type DeletePolicyRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// "domains/{domain}/policies/{policy}".
@@ -1617,6 +1654,10 @@ func (x *PreviewCounts) GetExperimentErrors() uint64 {
 	return 0
 }
 
+// (-- api-linter: core::0123::resource-annotation=disabled
+//
+//	aip.dev/not-precedent: name is the experiment's; the counts are a view of
+//	it, not a resource. --)
 type PolicyExperimentCounts struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
@@ -1691,6 +1732,10 @@ func (x *PolicyExperimentCounts) GetTotals() []*PreviewCounts {
 // property of the policy's preview namespace "{domain}/{policy}--preview",
 // keyed by the experiment id, its value this message as JSON
 // (docs/files.md, "Preview namespaces").
+// (-- api-linter: core::0123::resource-annotation=disabled
+//
+//	aip.dev/not-precedent: a property's value as hosts receive it; name is
+//	the experiment's. --)
 type PreviewExperiment struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
@@ -1819,72 +1864,80 @@ var File_lehr_v1_preview_proto protoreflect.FileDescriptor
 
 const file_lehr_v1_preview_proto_rawDesc = "" +
 	"\n" +
-	"\x15lehr/v1/preview.proto\x12\alehr.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x13lehr/v1/types.proto\"Y\n" +
-	"\x06Policy\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\x12'\n" +
-	"\x05rules\x18\x02 \x03(\v2\x11.lehr.v1.PropertyR\x05rules\x12\x12\n" +
-	"\x04etag\x18\x03 \x01(\tR\x04etag\"\xce\x03\n" +
-	"\x10PolicyExperiment\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\x12'\n" +
-	"\x06policy\x18\x02 \x01(\v2\x0f.lehr.v1.PolicyR\x06policy\x12I\n" +
-	"\x10preview_metadata\x18\x03 \x01(\v2\x1e.lehr.v1.PolicyPreviewMetadataR\x0fpreviewMetadata\x12L\n" +
-	"\vannotations\x18\x04 \x03(\v2*.lehr.v1.PolicyExperiment.AnnotationsEntryR\vannotations\x12\x12\n" +
-	"\x04etag\x18\x05 \x01(\tR\x04etag\x12;\n" +
-	"\vcreate_time\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"createTime\x12;\n" +
-	"\vupdate_time\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"updateTime\x12\x16\n" +
-	"\x06author\x18\b \x01(\tR\x06author\x1a>\n" +
+	"\x15lehr/v1/preview.proto\x12\alehr.v1\x1a\x1fgoogle/api/field_behavior.proto\x1a\x19google/api/resource.proto\x1a google/protobuf/field_mask.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x13lehr/v1/types.proto\"\xb4\x01\n" +
+	"\x06Policy\x12\x17\n" +
+	"\x04name\x18\x01 \x01(\tB\x03\xe0A\bR\x04name\x12,\n" +
+	"\x05rules\x18\x02 \x03(\v2\x11.lehr.v1.PropertyB\x03\xe0A\x01R\x05rules\x12\x17\n" +
+	"\x04etag\x18\x03 \x01(\tB\x03\xe0A\x03R\x04etag:J\xeaAG\n" +
+	"\x0flehr.dev/Policy\x12\"domains/{domain}/policies/{policy}*\bpolicies2\x06policy\"\xf9\x04\n" +
+	"\x10PolicyExperiment\x12\x17\n" +
+	"\x04name\x18\x01 \x01(\tB\x03\xe0A\bR\x04name\x12,\n" +
+	"\x06policy\x18\x02 \x01(\v2\x0f.lehr.v1.PolicyB\x03\xe0A\x02R\x06policy\x12N\n" +
+	"\x10preview_metadata\x18\x03 \x01(\v2\x1e.lehr.v1.PolicyPreviewMetadataB\x03\xe0A\x03R\x0fpreviewMetadata\x12Q\n" +
+	"\vannotations\x18\x04 \x03(\v2*.lehr.v1.PolicyExperiment.AnnotationsEntryB\x03\xe0A\x01R\vannotations\x12\x17\n" +
+	"\x04etag\x18\x05 \x01(\tB\x03\xe0A\x03R\x04etag\x12@\n" +
+	"\vcreate_time\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampB\x03\xe0A\x03R\n" +
+	"createTime\x12@\n" +
+	"\vupdate_time\x18\a \x01(\v2\x1a.google.protobuf.TimestampB\x03\xe0A\x03R\n" +
+	"updateTime\x12\x1b\n" +
+	"\x06author\x18\b \x01(\tB\x03\xe0A\x03R\x06author\x1a>\n" +
 	"\x10AnnotationsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x9f\x02\n" +
-	"\x15PolicyPreviewMetadata\x12:\n" +
-	"\x05state\x18\x01 \x01(\x0e2$.lehr.v1.PolicyPreviewMetadata.StateR\x05state\x12\x1d\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01:\x80\x01\xeaA}\n" +
+	"\x19lehr.dev/PolicyExperiment\x12;domains/{domain}/policies/{policy}/experiments/{experiment}*\x11policyExperiments2\x10policyExperiment\"\xb3\x02\n" +
+	"\x15PolicyPreviewMetadata\x12?\n" +
+	"\x05state\x18\x01 \x01(\x0e2$.lehr.v1.PolicyPreviewMetadata.StateB\x03\xe0A\x03R\x05state\x12\"\n" +
 	"\n" +
-	"log_prefix\x18\x02 \x01(\tR\tlogPrefix\x129\n" +
+	"log_prefix\x18\x02 \x01(\tB\x03\xe0A\x03R\tlogPrefix\x12>\n" +
 	"\n" +
-	"start_time\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\tstartTime\x127\n" +
-	"\tstop_time\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\bstopTime\"7\n" +
+	"start_time\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampB\x03\xe0A\x03R\tstartTime\x12<\n" +
+	"\tstop_time\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampB\x03\xe0A\x03R\bstopTime\"7\n" +
 	"\x05State\x12\x13\n" +
 	"\x0fSTATE_UNDEFINED\x10\x00\x12\n" +
 	"\n" +
 	"\x06ACTIVE\x10\x01\x12\r\n" +
-	"\tSUSPENDED\x10\x02\"\xb1\x01\n" +
-	"\x1dCreatePolicyExperimentRequest\x12\x16\n" +
-	"\x06parent\x18\x01 \x01(\tR\x06parent\x120\n" +
-	"\x14policy_experiment_id\x18\x02 \x01(\tR\x12policyExperimentId\x12F\n" +
-	"\x11policy_experiment\x18\x03 \x01(\v2\x19.lehr.v1.PolicyExperimentR\x10policyExperiment\"0\n" +
-	"\x1aGetPolicyExperimentRequest\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\"\x9c\x01\n" +
-	"\x1dUpdatePolicyExperimentRequest\x12F\n" +
-	"\x11policy_experiment\x18\x01 \x01(\v2\x19.lehr.v1.PolicyExperimentR\x10policyExperiment\x12\x1f\n" +
-	"\vupdate_mask\x18\x02 \x03(\tR\n" +
-	"updateMask\x12\x12\n" +
-	"\x04etag\x18\x03 \x01(\tR\x04etag\"\x8a\x01\n" +
-	"\x1cListPolicyExperimentsRequest\x12\x16\n" +
-	"\x06parent\x18\x01 \x01(\tR\x06parent\x12\x1b\n" +
-	"\tpage_size\x18\x02 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\tSUSPENDED\x10\x02\"\xde\x01\n" +
+	"\x1dCreatePolicyExperimentRequest\x129\n" +
+	"\x06parent\x18\x01 \x01(\tB!\xe0A\x02\xfaA\x1b\x12\x19lehr.dev/PolicyExperimentR\x06parent\x125\n" +
+	"\x14policy_experiment_id\x18\x02 \x01(\tB\x03\xe0A\x02R\x12policyExperimentId\x12K\n" +
+	"\x11policy_experiment\x18\x03 \x01(\v2\x19.lehr.v1.PolicyExperimentB\x03\xe0A\x02R\x10policyExperiment\"S\n" +
+	"\x1aGetPolicyExperimentRequest\x125\n" +
+	"\x04name\x18\x01 \x01(\tB!\xe0A\x02\xfaA\x1b\n" +
+	"\x19lehr.dev/PolicyExperimentR\x04name\"\xf9\x01\n" +
+	"\x1dUpdatePolicyExperimentRequest\x12K\n" +
+	"\x11policy_experiment\x18\x01 \x01(\v2\x19.lehr.v1.PolicyExperimentB\x03\xe0A\x02R\x10policyExperiment\x12@\n" +
+	"\vupdate_mask\x18\x04 \x01(\v2\x1a.google.protobuf.FieldMaskB\x03\xe0A\x01R\n" +
+	"updateMask\x120\n" +
+	"\x12legacy_update_mask\x18\x02 \x03(\tB\x02\x18\x01R\x10legacyUpdateMask\x12\x17\n" +
+	"\x04etag\x18\x03 \x01(\tB\x03\xe0A\x01R\x04etag\"\xbc\x01\n" +
+	"\x1cListPolicyExperimentsRequest\x129\n" +
+	"\x06parent\x18\x01 \x01(\tB!\xe0A\x02\xfaA\x1b\x12\x19lehr.dev/PolicyExperimentR\x06parent\x12 \n" +
+	"\tpage_size\x18\x02 \x01(\x05B\x03\xe0A\x01R\bpageSize\x12\"\n" +
 	"\n" +
-	"page_token\x18\x03 \x01(\tR\tpageToken\x12\x16\n" +
-	"\x06filter\x18\x04 \x01(\tR\x06filter\"\x91\x01\n" +
+	"page_token\x18\x03 \x01(\tB\x03\xe0A\x01R\tpageToken\x12\x1b\n" +
+	"\x06filter\x18\x04 \x01(\tB\x03\xe0A\x01R\x06filter\"\x91\x01\n" +
 	"\x1dListPolicyExperimentsResponse\x12H\n" +
 	"\x12policy_experiments\x18\x01 \x03(\v2\x19.lehr.v1.PolicyExperimentR\x11policyExperiments\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"G\n" +
-	"\x1dDeletePolicyExperimentRequest\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
-	"\x04etag\x18\x02 \x01(\tR\x04etag\"9\n" +
-	"#StartPreviewPolicyExperimentRequest\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\"8\n" +
-	"\"StopPreviewPolicyExperimentRequest\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\"\xd6\x01\n" +
-	"\x1dCommitPolicyExperimentRequest\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
-	"\x04etag\x18\x02 \x01(\tR\x04etag\x12\x1f\n" +
-	"\vparent_etag\x18\x03 \x01(\tR\n" +
-	"parentEtag\x12'\n" +
-	"\x0fmin_evaluations\x18\x04 \x01(\x04R\x0eminEvaluations\x12)\n" +
-	"\x10max_disagreement\x18\x05 \x01(\x01R\x0fmaxDisagreement\x12\x18\n" +
-	"\amessage\x18\x06 \x01(\tR\amessage\"\xac\x01\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"o\n" +
+	"\x1dDeletePolicyExperimentRequest\x125\n" +
+	"\x04name\x18\x01 \x01(\tB!\xe0A\x02\xfaA\x1b\n" +
+	"\x19lehr.dev/PolicyExperimentR\x04name\x12\x17\n" +
+	"\x04etag\x18\x02 \x01(\tB\x03\xe0A\x01R\x04etag\"\\\n" +
+	"#StartPreviewPolicyExperimentRequest\x125\n" +
+	"\x04name\x18\x01 \x01(\tB!\xe0A\x02\xfaA\x1b\n" +
+	"\x19lehr.dev/PolicyExperimentR\x04name\"[\n" +
+	"\"StopPreviewPolicyExperimentRequest\x125\n" +
+	"\x04name\x18\x01 \x01(\tB!\xe0A\x02\xfaA\x1b\n" +
+	"\x19lehr.dev/PolicyExperimentR\x04name\"\x92\x02\n" +
+	"\x1dCommitPolicyExperimentRequest\x125\n" +
+	"\x04name\x18\x01 \x01(\tB!\xe0A\x02\xfaA\x1b\n" +
+	"\x19lehr.dev/PolicyExperimentR\x04name\x12\x17\n" +
+	"\x04etag\x18\x02 \x01(\tB\x03\xe0A\x02R\x04etag\x12$\n" +
+	"\vparent_etag\x18\x03 \x01(\tB\x03\xe0A\x01R\n" +
+	"parentEtag\x12,\n" +
+	"\x0fmin_evaluations\x18\x04 \x01(\x04B\x03\xe0A\x01R\x0eminEvaluations\x12.\n" +
+	"\x10max_disagreement\x18\x05 \x01(\x01B\x03\xe0A\x01R\x0fmaxDisagreement\x12\x1d\n" +
+	"\amessage\x18\x06 \x01(\tB\x03\xe0A\x01R\amessage\"\xac\x01\n" +
 	"\x1eCreatePolicyExperimentMetadata\x12;\n" +
 	"\vcreate_time\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"createTime\x125\n" +
@@ -1919,34 +1972,37 @@ const file_lehr_v1_preview_proto_rawDesc = "" +
 	"\x14expected_deny_change\x18\x05 \x01(\x01H\x00R\x12expectedDenyChange\x88\x01\x01\x128\n" +
 	"\x15expected_disagreement\x18\x06 \x01(\x01H\x01R\x14expectedDisagreement\x88\x01\x01B\x17\n" +
 	"\x15_expected_deny_changeB\x18\n" +
-	"\x16_expected_disagreement\"W\n" +
-	"\x13DeletePolicyRequest\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
-	"\x04etag\x18\x02 \x01(\tR\x04etag\x12\x18\n" +
-	"\amessage\x18\x03 \x01(\tR\amessage\"\x83\x02\n" +
+	"\x16_expected_disagreement\"z\n" +
+	"\x13DeletePolicyRequest\x12+\n" +
+	"\x04name\x18\x01 \x01(\tB\x17\xe0A\x02\xfaA\x11\n" +
+	"\x0flehr.dev/PolicyR\x04name\x12\x17\n" +
+	"\x04etag\x18\x02 \x01(\tB\x03\xe0A\x01R\x04etag\x12\x1d\n" +
+	"\amessage\x18\x03 \x01(\tB\x03\xe0A\x01R\amessage\"\x83\x02\n" +
 	"\x14DeletePolicyMetadata\x12;\n" +
 	"\vcreate_time\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"createTime\x125\n" +
 	"\bend_time\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\aendTime\x12\x16\n" +
 	"\x06target\x18\x03 \x01(\tR\x06target\x12.\n" +
 	"\aversion\x18\x04 \x01(\v2\x14.lehr.v1.VersionInfoR\aversion\x12/\n" +
-	"\x13deleted_experiments\x18\x05 \x03(\tR\x12deletedExperiments\"&\n" +
-	"\x10GetPolicyRequest\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\"6\n" +
-	" GetPolicyExperimentCountsRequest\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\"\x92\x02\n" +
-	"\rPreviewCounts\x12\x12\n" +
-	"\x04zone\x18\x01 \x01(\tR\x04zone\x12\x1b\n" +
-	"\tlive_etag\x18\x02 \x01(\tR\bliveEtag\x12'\n" +
-	"\x0fexperiment_etag\x18\x03 \x01(\tR\x0eexperimentEtag\x12\x1f\n" +
-	"\vallow_allow\x18\x04 \x01(\x04R\n" +
-	"allowAllow\x12\x1b\n" +
-	"\tdeny_deny\x18\x05 \x01(\x04R\bdenyDeny\x12\x1d\n" +
+	"\x13deleted_experiments\x18\x05 \x03(\tR\x12deletedExperiments\"?\n" +
+	"\x10GetPolicyRequest\x12+\n" +
+	"\x04name\x18\x01 \x01(\tB\x17\xe0A\x02\xfaA\x11\n" +
+	"\x0flehr.dev/PolicyR\x04name\"Y\n" +
+	" GetPolicyExperimentCountsRequest\x125\n" +
+	"\x04name\x18\x01 \x01(\tB!\xe0A\x02\xfaA\x1b\n" +
+	"\x19lehr.dev/PolicyExperimentR\x04name\"\xba\x02\n" +
+	"\rPreviewCounts\x12\x17\n" +
+	"\x04zone\x18\x01 \x01(\tB\x03\xe0A\x01R\x04zone\x12 \n" +
+	"\tlive_etag\x18\x02 \x01(\tB\x03\xe0A\x01R\bliveEtag\x12,\n" +
+	"\x0fexperiment_etag\x18\x03 \x01(\tB\x03\xe0A\x01R\x0eexperimentEtag\x12$\n" +
+	"\vallow_allow\x18\x04 \x01(\x04B\x03\xe0A\x01R\n" +
+	"allowAllow\x12 \n" +
+	"\tdeny_deny\x18\x05 \x01(\x04B\x03\xe0A\x01R\bdenyDeny\x12\"\n" +
 	"\n" +
-	"allow_deny\x18\x06 \x01(\x04R\tallowDeny\x12\x1d\n" +
+	"allow_deny\x18\x06 \x01(\x04B\x03\xe0A\x01R\tallowDeny\x12\"\n" +
 	"\n" +
-	"deny_allow\x18\a \x01(\x04R\tdenyAllow\x12+\n" +
-	"\x11experiment_errors\x18\b \x01(\x04R\x10experimentErrors\"\x9e\x01\n" +
+	"deny_allow\x18\a \x01(\x04B\x03\xe0A\x01R\tdenyAllow\x120\n" +
+	"\x11experiment_errors\x18\b \x01(\x04B\x03\xe0A\x01R\x10experimentErrors\"\x9e\x01\n" +
 	"\x16PolicyExperimentCounts\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
 	"\x04etag\x18\x02 \x01(\tR\x04etag\x12,\n" +
@@ -1957,12 +2013,13 @@ const file_lehr_v1_preview_proto_rawDesc = "" +
 	"\x04etag\x18\x02 \x01(\tR\x04etag\x12\x1d\n" +
 	"\n" +
 	"log_prefix\x18\x03 \x01(\tR\tlogPrefix\x12'\n" +
-	"\x05rules\x18\x04 \x03(\v2\x11.lehr.v1.PropertyR\x05rules\"c\n" +
-	"\x11HostPreviewCounts\x12\x1e\n" +
+	"\x05rules\x18\x04 \x03(\v2\x11.lehr.v1.PropertyR\x05rules\"m\n" +
+	"\x11HostPreviewCounts\x12#\n" +
 	"\n" +
-	"experiment\x18\x01 \x01(\tR\n" +
-	"experiment\x12.\n" +
-	"\x06counts\x18\x02 \x01(\v2\x16.lehr.v1.PreviewCountsR\x06countsB\x1cZ\x1alehr.dev/lehr/proto/lehrpbb\x06proto3"
+	"experiment\x18\x01 \x01(\tB\x03\xe0A\x02R\n" +
+	"experiment\x123\n" +
+	"\x06counts\x18\x02 \x01(\v2\x16.lehr.v1.PreviewCountsB\x03\xe0A\x01R\x06countsB9\n" +
+	"\vdev.lehr.v1B\fPreviewProtoP\x01Z\x1alehr.dev/lehr/proto/lehrpbb\x06proto3"
 
 var (
 	file_lehr_v1_preview_proto_rawDescOnce sync.Once
@@ -2009,7 +2066,8 @@ var file_lehr_v1_preview_proto_goTypes = []any{
 	nil,                                          // 27: lehr.v1.PolicyExperiment.AnnotationsEntry
 	(*Property)(nil),                             // 28: lehr.v1.Property
 	(*timestamppb.Timestamp)(nil),                // 29: google.protobuf.Timestamp
-	(*VersionInfo)(nil),                          // 30: lehr.v1.VersionInfo
+	(*fieldmaskpb.FieldMask)(nil),                // 30: google.protobuf.FieldMask
+	(*VersionInfo)(nil),                          // 31: lehr.v1.VersionInfo
 }
 var file_lehr_v1_preview_proto_depIdxs = []int32{
 	28, // 0: lehr.v1.Policy.rules:type_name -> lehr.v1.Property
@@ -2023,32 +2081,33 @@ var file_lehr_v1_preview_proto_depIdxs = []int32{
 	29, // 8: lehr.v1.PolicyPreviewMetadata.stop_time:type_name -> google.protobuf.Timestamp
 	2,  // 9: lehr.v1.CreatePolicyExperimentRequest.policy_experiment:type_name -> lehr.v1.PolicyExperiment
 	2,  // 10: lehr.v1.UpdatePolicyExperimentRequest.policy_experiment:type_name -> lehr.v1.PolicyExperiment
-	2,  // 11: lehr.v1.ListPolicyExperimentsResponse.policy_experiments:type_name -> lehr.v1.PolicyExperiment
-	29, // 12: lehr.v1.CreatePolicyExperimentMetadata.create_time:type_name -> google.protobuf.Timestamp
-	29, // 13: lehr.v1.CreatePolicyExperimentMetadata.end_time:type_name -> google.protobuf.Timestamp
-	29, // 14: lehr.v1.UpdatePolicyExperimentMetadata.create_time:type_name -> google.protobuf.Timestamp
-	29, // 15: lehr.v1.UpdatePolicyExperimentMetadata.end_time:type_name -> google.protobuf.Timestamp
-	29, // 16: lehr.v1.DeletePolicyExperimentMetadata.create_time:type_name -> google.protobuf.Timestamp
-	29, // 17: lehr.v1.DeletePolicyExperimentMetadata.end_time:type_name -> google.protobuf.Timestamp
-	29, // 18: lehr.v1.StartPreviewPolicyExperimentMetadata.create_time:type_name -> google.protobuf.Timestamp
-	29, // 19: lehr.v1.StartPreviewPolicyExperimentMetadata.end_time:type_name -> google.protobuf.Timestamp
-	29, // 20: lehr.v1.StopPreviewPolicyExperimentMetadata.create_time:type_name -> google.protobuf.Timestamp
-	29, // 21: lehr.v1.StopPreviewPolicyExperimentMetadata.end_time:type_name -> google.protobuf.Timestamp
-	29, // 22: lehr.v1.CommitPolicyExperimentMetadata.create_time:type_name -> google.protobuf.Timestamp
-	29, // 23: lehr.v1.CommitPolicyExperimentMetadata.end_time:type_name -> google.protobuf.Timestamp
-	30, // 24: lehr.v1.CommitPolicyExperimentMetadata.version:type_name -> lehr.v1.VersionInfo
-	29, // 25: lehr.v1.DeletePolicyMetadata.create_time:type_name -> google.protobuf.Timestamp
-	29, // 26: lehr.v1.DeletePolicyMetadata.end_time:type_name -> google.protobuf.Timestamp
-	30, // 27: lehr.v1.DeletePolicyMetadata.version:type_name -> lehr.v1.VersionInfo
-	23, // 28: lehr.v1.PolicyExperimentCounts.zones:type_name -> lehr.v1.PreviewCounts
-	23, // 29: lehr.v1.PolicyExperimentCounts.totals:type_name -> lehr.v1.PreviewCounts
-	28, // 30: lehr.v1.PreviewExperiment.rules:type_name -> lehr.v1.Property
-	23, // 31: lehr.v1.HostPreviewCounts.counts:type_name -> lehr.v1.PreviewCounts
-	32, // [32:32] is the sub-list for method output_type
-	32, // [32:32] is the sub-list for method input_type
-	32, // [32:32] is the sub-list for extension type_name
-	32, // [32:32] is the sub-list for extension extendee
-	0,  // [0:32] is the sub-list for field type_name
+	30, // 11: lehr.v1.UpdatePolicyExperimentRequest.update_mask:type_name -> google.protobuf.FieldMask
+	2,  // 12: lehr.v1.ListPolicyExperimentsResponse.policy_experiments:type_name -> lehr.v1.PolicyExperiment
+	29, // 13: lehr.v1.CreatePolicyExperimentMetadata.create_time:type_name -> google.protobuf.Timestamp
+	29, // 14: lehr.v1.CreatePolicyExperimentMetadata.end_time:type_name -> google.protobuf.Timestamp
+	29, // 15: lehr.v1.UpdatePolicyExperimentMetadata.create_time:type_name -> google.protobuf.Timestamp
+	29, // 16: lehr.v1.UpdatePolicyExperimentMetadata.end_time:type_name -> google.protobuf.Timestamp
+	29, // 17: lehr.v1.DeletePolicyExperimentMetadata.create_time:type_name -> google.protobuf.Timestamp
+	29, // 18: lehr.v1.DeletePolicyExperimentMetadata.end_time:type_name -> google.protobuf.Timestamp
+	29, // 19: lehr.v1.StartPreviewPolicyExperimentMetadata.create_time:type_name -> google.protobuf.Timestamp
+	29, // 20: lehr.v1.StartPreviewPolicyExperimentMetadata.end_time:type_name -> google.protobuf.Timestamp
+	29, // 21: lehr.v1.StopPreviewPolicyExperimentMetadata.create_time:type_name -> google.protobuf.Timestamp
+	29, // 22: lehr.v1.StopPreviewPolicyExperimentMetadata.end_time:type_name -> google.protobuf.Timestamp
+	29, // 23: lehr.v1.CommitPolicyExperimentMetadata.create_time:type_name -> google.protobuf.Timestamp
+	29, // 24: lehr.v1.CommitPolicyExperimentMetadata.end_time:type_name -> google.protobuf.Timestamp
+	31, // 25: lehr.v1.CommitPolicyExperimentMetadata.version:type_name -> lehr.v1.VersionInfo
+	29, // 26: lehr.v1.DeletePolicyMetadata.create_time:type_name -> google.protobuf.Timestamp
+	29, // 27: lehr.v1.DeletePolicyMetadata.end_time:type_name -> google.protobuf.Timestamp
+	31, // 28: lehr.v1.DeletePolicyMetadata.version:type_name -> lehr.v1.VersionInfo
+	23, // 29: lehr.v1.PolicyExperimentCounts.zones:type_name -> lehr.v1.PreviewCounts
+	23, // 30: lehr.v1.PolicyExperimentCounts.totals:type_name -> lehr.v1.PreviewCounts
+	28, // 31: lehr.v1.PreviewExperiment.rules:type_name -> lehr.v1.Property
+	23, // 32: lehr.v1.HostPreviewCounts.counts:type_name -> lehr.v1.PreviewCounts
+	33, // [33:33] is the sub-list for method output_type
+	33, // [33:33] is the sub-list for method input_type
+	33, // [33:33] is the sub-list for extension type_name
+	33, // [33:33] is the sub-list for extension extendee
+	0,  // [0:33] is the sub-list for field type_name
 }
 
 func init() { file_lehr_v1_preview_proto_init() }

@@ -10,6 +10,7 @@
 package lehrpb
 
 import (
+	_ "google.golang.org/genproto/googleapis/api/annotations"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	durationpb "google.golang.org/protobuf/types/known/durationpb"
@@ -83,6 +84,10 @@ func (RolloutPolicySource) EnumDescriptor() ([]byte, []int) {
 }
 
 // RolloutState is where a rollout stands.
+// (-- api-linter: core::0216::nesting=disabled
+//
+//	aip.dev/not-precedent: nesting renames the enum and its values, in JSON
+//	and in Go. --)
 type RolloutState int32
 
 const (
@@ -446,6 +451,10 @@ func (x *WeeklyWindow) GetTimeZone() string {
 
 // RolloutStage selects the hosts that move, how long they bake and what
 // must hold before the rollout advances.
+// (-- api-linter: core::0123::resource-annotation=disabled
+//
+//	aip.dev/not-precedent: name is the stage's label within its policy, not a
+//	resource name. --)
 type RolloutStage struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Shown in status and events; "" means "stage N" (1-based). At most 63
@@ -1319,40 +1328,40 @@ var File_lehr_v1_rollout_proto protoreflect.FileDescriptor
 
 const file_lehr_v1_rollout_proto_rawDesc = "" +
 	"\n" +
-	"\x15lehr/v1/rollout.proto\x12\alehr.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x14lehr/v1/canary.proto\"\xc6\x01\n" +
-	"\rRolloutPolicy\x12-\n" +
-	"\x06stages\x18\x01 \x03(\v2\x15.lehr.v1.RolloutStageR\x06stages\x12!\n" +
-	"\fglobal_blast\x18\x02 \x01(\bR\vglobalBlast\x12<\n" +
-	"\x0efreeze_windows\x18\x03 \x03(\v2\x15.lehr.v1.FreezeWindowR\rfreezeWindows\x12%\n" +
-	"\x0emax_concurrent\x18\x04 \x01(\rR\rmaxConcurrent\"\xb5\x01\n" +
-	"\fFreezeWindow\x120\n" +
-	"\x05start\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x05start\x12,\n" +
-	"\x03end\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x03end\x12\x16\n" +
-	"\x06reason\x18\x03 \x01(\tR\x06reason\x12-\n" +
-	"\x06weekly\x18\x04 \x01(\v2\x15.lehr.v1.WeeklyWindowR\x06weekly\"\x82\x01\n" +
-	"\fWeeklyWindow\x12\x12\n" +
-	"\x04days\x18\x01 \x03(\tR\x04days\x12\x0e\n" +
-	"\x02at\x18\x02 \x01(\tR\x02at\x121\n" +
-	"\x06length\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\x06length\x12\x1b\n" +
-	"\ttime_zone\x18\x04 \x01(\tR\btimeZone\"\x85\x03\n" +
-	"\fRolloutStage\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\x12/\n" +
+	"\x15lehr/v1/rollout.proto\x12\alehr.v1\x1a\x1fgoogle/api/field_behavior.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x14lehr/v1/canary.proto\"\xda\x01\n" +
+	"\rRolloutPolicy\x122\n" +
+	"\x06stages\x18\x01 \x03(\v2\x15.lehr.v1.RolloutStageB\x03\xe0A\x01R\x06stages\x12&\n" +
+	"\fglobal_blast\x18\x02 \x01(\bB\x03\xe0A\x01R\vglobalBlast\x12A\n" +
+	"\x0efreeze_windows\x18\x03 \x03(\v2\x15.lehr.v1.FreezeWindowB\x03\xe0A\x01R\rfreezeWindows\x12*\n" +
+	"\x0emax_concurrent\x18\x04 \x01(\rB\x03\xe0A\x01R\rmaxConcurrent\"\xc9\x01\n" +
+	"\fFreezeWindow\x125\n" +
+	"\x05start\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampB\x03\xe0A\x01R\x05start\x121\n" +
+	"\x03end\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampB\x03\xe0A\x01R\x03end\x12\x1b\n" +
+	"\x06reason\x18\x03 \x01(\tB\x03\xe0A\x01R\x06reason\x122\n" +
+	"\x06weekly\x18\x04 \x01(\v2\x15.lehr.v1.WeeklyWindowB\x03\xe0A\x01R\x06weekly\"\x96\x01\n" +
+	"\fWeeklyWindow\x12\x17\n" +
+	"\x04days\x18\x01 \x03(\tB\x03\xe0A\x02R\x04days\x12\x13\n" +
+	"\x02at\x18\x02 \x01(\tB\x03\xe0A\x02R\x02at\x126\n" +
+	"\x06length\x18\x03 \x01(\v2\x19.google.protobuf.DurationB\x03\xe0A\x02R\x06length\x12 \n" +
+	"\ttime_zone\x18\x04 \x01(\tB\x03\xe0A\x01R\btimeZone\"\xa3\x03\n" +
+	"\fRolloutStage\x12\x17\n" +
+	"\x04name\x18\x01 \x01(\tB\x03\xe0A\x01R\x04name\x12/\n" +
 	"\x06canary\x18\x02 \x01(\v2\x15.lehr.v1.CanaryTargetH\x00R\x06canary\x12,\n" +
-	"\x05zones\x18\x03 \x01(\v2\x14.lehr.v1.ZonesTargetH\x00R\x05zones\x12-\n" +
-	"\x04bake\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\x04bake\x12@\n" +
-	"\x0eapply_deadline\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\rapplyDeadline\x12*\n" +
-	"\x11min_hosts_applied\x18\x06 \x01(\rR\x0fminHostsApplied\x12&\n" +
-	"\x0fmax_error_ratio\x18\a \x01(\x01R\rmaxErrorRatio\x123\n" +
-	"\banalysis\x18\b \x01(\v2\x17.lehr.v1.CanaryAnalysisR\banalysisB\b\n" +
-	"\x06target\"T\n" +
-	"\fCanaryTarget\x12\x14\n" +
-	"\x05zones\x18\x01 \x03(\tR\x05zones\x12\x14\n" +
-	"\x05hosts\x18\x02 \x01(\rR\x05hosts\x12\x18\n" +
-	"\apercent\x18\x03 \x01(\x01R\apercent\"S\n" +
-	"\vZonesTarget\x12\x14\n" +
-	"\x05zones\x18\x01 \x03(\tR\x05zones\x12\x14\n" +
-	"\x05count\x18\x02 \x01(\rR\x05count\x12\x18\n" +
-	"\apercent\x18\x03 \x01(\x01R\apercent\"\xb3\x02\n" +
+	"\x05zones\x18\x03 \x01(\v2\x14.lehr.v1.ZonesTargetH\x00R\x05zones\x122\n" +
+	"\x04bake\x18\x04 \x01(\v2\x19.google.protobuf.DurationB\x03\xe0A\x01R\x04bake\x12E\n" +
+	"\x0eapply_deadline\x18\x05 \x01(\v2\x19.google.protobuf.DurationB\x03\xe0A\x01R\rapplyDeadline\x12/\n" +
+	"\x11min_hosts_applied\x18\x06 \x01(\rB\x03\xe0A\x01R\x0fminHostsApplied\x12+\n" +
+	"\x0fmax_error_ratio\x18\a \x01(\x01B\x03\xe0A\x01R\rmaxErrorRatio\x128\n" +
+	"\banalysis\x18\b \x01(\v2\x17.lehr.v1.CanaryAnalysisB\x03\xe0A\x01R\banalysisB\b\n" +
+	"\x06target\"c\n" +
+	"\fCanaryTarget\x12\x19\n" +
+	"\x05zones\x18\x01 \x03(\tB\x03\xe0A\x01R\x05zones\x12\x19\n" +
+	"\x05hosts\x18\x02 \x01(\rB\x03\xe0A\x01R\x05hosts\x12\x1d\n" +
+	"\apercent\x18\x03 \x01(\x01B\x03\xe0A\x01R\apercent\"b\n" +
+	"\vZonesTarget\x12\x19\n" +
+	"\x05zones\x18\x01 \x03(\tB\x03\xe0A\x01R\x05zones\x12\x19\n" +
+	"\x05count\x18\x02 \x01(\rB\x03\xe0A\x01R\x05count\x12\x1d\n" +
+	"\apercent\x18\x03 \x01(\x01B\x03\xe0A\x01R\apercent\"\xb3\x02\n" +
 	"\x13RolloutPolicyRecord\x12\x14\n" +
 	"\x05scope\x18\x01 \x01(\tR\x05scope\x12.\n" +
 	"\x06policy\x18\x02 \x01(\v2\x16.lehr.v1.RolloutPolicyR\x06policy\x12\x1e\n" +
@@ -1364,7 +1373,7 @@ const file_lehr_v1_rollout_proto_rawDesc = "" +
 	"\x06author\x18\x05 \x01(\tR\x06author\x12-\n" +
 	"\x12transport_identity\x18\x06 \x01(\tR\x11transportIdentity\x12\x18\n" +
 	"\amessage\x18\a \x01(\tR\amessage\x12\x18\n" +
-	"\adeleted\x18\b \x01(\bR\adeleted\"\xfd\a\n" +
+	"\adeleted\x18\b \x01(\bR\adeleted\"\x82\b\n" +
 	"\aRollout\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1c\n" +
 	"\tnamespace\x18\x02 \x01(\tR\tnamespace\x12\x18\n" +
@@ -1373,8 +1382,8 @@ const file_lehr_v1_rollout_proto_rawDesc = "" +
 	"\fbase_version\x18\x05 \x01(\x04R\vbaseVersion\x12.\n" +
 	"\x06policy\x18\x06 \x01(\v2\x16.lehr.v1.RolloutPolicyR\x06policy\x12A\n" +
 	"\rpolicy_source\x18\a \x01(\x0e2\x1c.lehr.v1.RolloutPolicySourceR\fpolicySource\x12+\n" +
-	"\x11policy_generation\x18\b \x01(\x04R\x10policyGeneration\x12+\n" +
-	"\x05state\x18\t \x01(\x0e2\x15.lehr.v1.RolloutStateR\x05state\x12\x14\n" +
+	"\x11policy_generation\x18\b \x01(\x04R\x10policyGeneration\x120\n" +
+	"\x05state\x18\t \x01(\x0e2\x15.lehr.v1.RolloutStateB\x03\xe0A\x03R\x05state\x12\x14\n" +
 	"\x05stage\x18\n" +
 	" \x01(\x05R\x05stage\x12\x16\n" +
 	"\x06stages\x18\v \x03(\tR\x06stages\x12D\n" +
@@ -1432,7 +1441,8 @@ const file_lehr_v1_rollout_proto_rawDesc = "" +
 	"\x14ROLLOUT_ACTION_PAUSE\x10\x01\x12\x19\n" +
 	"\x15ROLLOUT_ACTION_RESUME\x10\x02\x12\x18\n" +
 	"\x14ROLLOUT_ACTION_ABORT\x10\x03\x12\x1a\n" +
-	"\x16ROLLOUT_ACTION_PROMOTE\x10\x04B\x1cZ\x1alehr.dev/lehr/proto/lehrpbb\x06proto3"
+	"\x16ROLLOUT_ACTION_PROMOTE\x10\x04B9\n" +
+	"\vdev.lehr.v1B\fRolloutProtoP\x01Z\x1alehr.dev/lehr/proto/lehrpbb\x06proto3"
 
 var (
 	file_lehr_v1_rollout_proto_rawDescOnce sync.Once

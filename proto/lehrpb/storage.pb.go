@@ -446,7 +446,8 @@ const file_lehr_v1_storage_proto_rawDesc = "" +
 	"\vdelete_time\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"deleteTime\x12\x1d\n" +
 	"\n" +
-	"request_id\x18\x03 \x01(\tR\trequestIdB\x1cZ\x1alehr.dev/lehr/proto/lehrpbb\x06proto3"
+	"request_id\x18\x03 \x01(\tR\trequestIdB9\n" +
+	"\vdev.lehr.v1B\fStorageProtoP\x01Z\x1alehr.dev/lehr/proto/lehrpbb\x06proto3"
 
 var (
 	file_lehr_v1_storage_proto_rawDescOnce sync.Once

@@ -10,6 +10,7 @@
 package lehrpb
 
 import (
+	_ "google.golang.org/genproto/googleapis/api/annotations"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
@@ -487,6 +488,13 @@ func (x *Acl) GetAdmins() []string {
 }
 
 // Domain is a tenant: it owns namespaces, ACLs and quotas.
+// (-- api-linter: core::0122::resource-collection-identifiers=disabled
+//
+//	api-linter: core::0123::resource-name-components-alternate=disabled
+//	api-linter: core::0123::resource-pattern-plural=disabled
+//	aip.dev/not-precedent: Lehr's names predate AIP-122: a domain is
+//	"payments", a namespace "payments/limits"; the patterns say them as they
+//	are, and renaming would break every client, file and audit record. --)
 type Domain struct {
 	state       protoimpl.MessageState `protogen:"open.v1"`
 	Name        string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
@@ -604,6 +612,11 @@ func (x *Domain) GetEtag() string {
 }
 
 // Namespace is "domain/name", the unit of subscription.
+// (-- api-linter: core::0122::resource-collection-identifiers=disabled
+//
+//	api-linter: core::0123::resource-name-components-alternate=disabled
+//	api-linter: core::0123::resource-pattern-plural=disabled
+//	aip.dev/not-precedent: as Domain. --)
 type Namespace struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Full name, "domain/name".
@@ -1168,6 +1181,11 @@ func (x *CandidateGoal) GetChecks() []*CanaryCheck {
 }
 
 // Zone is a failure domain served by its own distributors.
+// (-- api-linter: core::0122::resource-collection-identifiers=disabled
+//
+//	api-linter: core::0123::resource-name-components-alternate=disabled
+//	api-linter: core::0123::resource-pattern-plural=disabled
+//	aip.dev/not-precedent: as Domain. --)
 type Zone struct {
 	state      protoimpl.MessageState `protogen:"open.v1"`
 	Name       string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
@@ -1237,65 +1255,68 @@ var File_lehr_v1_types_proto protoreflect.FileDescriptor
 
 const file_lehr_v1_types_proto_rawDesc = "" +
 	"\n" +
-	"\x13lehr/v1/types.proto\x12\alehr.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x14lehr/v1/canary.proto\"U\n" +
-	"\bProperty\x12\x10\n" +
-	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\fR\x05value\x12!\n" +
-	"\fcontent_type\x18\x03 \x01(\tR\vcontentType\"\xd0\x03\n" +
-	"\x06Quotas\x12.\n" +
-	"\x13max_namespace_bytes\x18\x01 \x01(\x03R\x11maxNamespaceBytes\x12%\n" +
-	"\x0emax_properties\x18\x02 \x01(\x05R\rmaxProperties\x12&\n" +
-	"\x0fmax_value_bytes\x18\x03 \x01(\x03R\rmaxValueBytes\x120\n" +
-	"\x14publishes_per_second\x18\x04 \x01(\x01R\x12publishesPerSecond\x12#\n" +
-	"\rpublish_burst\x18\x05 \x01(\x05R\fpublishBurst\x129\n" +
-	"\x19outbound_bytes_per_second\x18\x06 \x01(\x03R\x16outboundBytesPerSecond\x12%\n" +
-	"\x0emax_namespaces\x18\a \x01(\x05R\rmaxNamespaces\x12+\n" +
-	"\x11max_subscriptions\x18\b \x01(\x05R\x10maxSubscriptions\x12(\n" +
-	"\x10max_stored_bytes\x18\t \x01(\x03R\x0emaxStoredBytes\x127\n" +
+	"\x13lehr/v1/types.proto\x12\alehr.v1\x1a\x1fgoogle/api/field_behavior.proto\x1a\x19google/api/resource.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x14lehr/v1/canary.proto\"d\n" +
+	"\bProperty\x12\x15\n" +
+	"\x03key\x18\x01 \x01(\tB\x03\xe0A\x02R\x03key\x12\x19\n" +
+	"\x05value\x18\x02 \x01(\fB\x03\xe0A\x01R\x05value\x12&\n" +
+	"\fcontent_type\x18\x03 \x01(\tB\x03\xe0A\x01R\vcontentType\"\x82\x04\n" +
+	"\x06Quotas\x123\n" +
+	"\x13max_namespace_bytes\x18\x01 \x01(\x03B\x03\xe0A\x01R\x11maxNamespaceBytes\x12*\n" +
+	"\x0emax_properties\x18\x02 \x01(\x05B\x03\xe0A\x01R\rmaxProperties\x12+\n" +
+	"\x0fmax_value_bytes\x18\x03 \x01(\x03B\x03\xe0A\x01R\rmaxValueBytes\x125\n" +
+	"\x14publishes_per_second\x18\x04 \x01(\x01B\x03\xe0A\x01R\x12publishesPerSecond\x12(\n" +
+	"\rpublish_burst\x18\x05 \x01(\x05B\x03\xe0A\x01R\fpublishBurst\x12>\n" +
+	"\x19outbound_bytes_per_second\x18\x06 \x01(\x03B\x03\xe0A\x01R\x16outboundBytesPerSecond\x12*\n" +
+	"\x0emax_namespaces\x18\a \x01(\x05B\x03\xe0A\x01R\rmaxNamespaces\x120\n" +
+	"\x11max_subscriptions\x18\b \x01(\x05B\x03\xe0A\x01R\x10maxSubscriptions\x12-\n" +
+	"\x10max_stored_bytes\x18\t \x01(\x03B\x03\xe0A\x01R\x0emaxStoredBytes\x12<\n" +
 	"\x18publish_bytes_per_second\x18\n" +
-	" \x01(\x03R\x15publishBytesPerSecond\"P\n" +
-	"\vDomainUsage\x12!\n" +
-	"\fstored_bytes\x18\x01 \x01(\x03R\vstoredBytes\x12\x1e\n" +
+	" \x01(\x03B\x03\xe0A\x01R\x15publishBytesPerSecond\"Z\n" +
+	"\vDomainUsage\x12&\n" +
+	"\fstored_bytes\x18\x01 \x01(\x03B\x03\xe0A\x03R\vstoredBytes\x12#\n" +
 	"\n" +
-	"namespaces\x18\x02 \x01(\x05R\n" +
-	"namespaces\"u\n" +
-	"\x03Acl\x12\x1e\n" +
+	"namespaces\x18\x02 \x01(\x05B\x03\xe0A\x03R\n" +
+	"namespaces\"\x89\x01\n" +
+	"\x03Acl\x12#\n" +
 	"\n" +
-	"publishers\x18\x01 \x03(\tR\n" +
-	"publishers\x12\x18\n" +
-	"\areaders\x18\x02 \x03(\tR\areaders\x12\x1c\n" +
-	"\toperators\x18\x03 \x03(\tR\toperators\x12\x16\n" +
-	"\x06admins\x18\x04 \x03(\tR\x06admins\"\xdf\x02\n" +
-	"\x06Domain\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\x12 \n" +
-	"\vdescription\x18\x02 \x01(\tR\vdescription\x12'\n" +
-	"\x06quotas\x18\x03 \x01(\v2\x0f.lehr.v1.QuotasR\x06quotas\x12\x1e\n" +
-	"\x03acl\x18\x04 \x01(\v2\f.lehr.v1.AclR\x03acl\x12;\n" +
-	"\vcreate_time\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"createTime\x12\x1d\n" +
+	"publishers\x18\x01 \x03(\tB\x03\xe0A\x01R\n" +
+	"publishers\x12\x1d\n" +
+	"\areaders\x18\x02 \x03(\tB\x03\xe0A\x01R\areaders\x12!\n" +
+	"\toperators\x18\x03 \x03(\tB\x03\xe0A\x01R\toperators\x12\x1b\n" +
+	"\x06admins\x18\x04 \x03(\tB\x03\xe0A\x01R\x06admins\"\xbd\x03\n" +
+	"\x06Domain\x12\x17\n" +
+	"\x04name\x18\x01 \x01(\tB\x03\xe0A\bR\x04name\x12%\n" +
+	"\vdescription\x18\x02 \x01(\tB\x03\xe0A\x01R\vdescription\x12,\n" +
+	"\x06quotas\x18\x03 \x01(\v2\x0f.lehr.v1.QuotasB\x03\xe0A\x01R\x06quotas\x12#\n" +
+	"\x03acl\x18\x04 \x01(\v2\f.lehr.v1.AclB\x03\xe0A\x01R\x03acl\x12@\n" +
+	"\vcreate_time\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampB\x03\xe0A\x03R\n" +
+	"createTime\x12\"\n" +
 	"\n" +
-	"created_by\x18\x06 \x01(\tR\tcreatedBy\x12*\n" +
-	"\x05usage\x18\a \x01(\v2\x14.lehr.v1.DomainUsageR\x05usage\x12:\n" +
-	"\x10effective_quotas\x18\b \x01(\v2\x0f.lehr.v1.QuotasR\x0feffectiveQuotas\x12\x12\n" +
-	"\x04etag\x18\t \x01(\tR\x04etag\"\xda\x03\n" +
-	"\tNamespace\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\x12*\n" +
-	"\x04kind\x18\x02 \x01(\x0e2\x16.lehr.v1.NamespaceKindR\x04kind\x12%\n" +
-	"\x0elatest_version\x18\x03 \x01(\x04R\rlatestVersion\x12'\n" +
-	"\x0flatest_checksum\x18\x04 \x01(\tR\x0elatestChecksum\x12;\n" +
-	"\vcreate_time\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"createTime\x12\x1f\n" +
-	"\vjson_schema\x18\x06 \x01(\tR\n" +
-	"jsonSchema\x12%\n" +
-	"\x0eoldest_version\x18\a \x01(\x04R\roldestVersion\x12\x1d\n" +
+	"created_by\x18\x06 \x01(\tB\x03\xe0A\x03R\tcreatedBy\x12/\n" +
+	"\x05usage\x18\a \x01(\v2\x14.lehr.v1.DomainUsageB\x03\xe0A\x03R\x05usage\x12?\n" +
+	"\x10effective_quotas\x18\b \x01(\v2\x0f.lehr.v1.QuotasB\x03\xe0A\x03R\x0feffectiveQuotas\x12\x17\n" +
+	"\x04etag\x18\t \x01(\tB\x03\xe0A\x03R\x04etag:/\xeaA,\n" +
+	"\x0flehr.dev/Domain\x12\b{domain}*\adomains2\x06domain\"\xe2\x04\n" +
+	"\tNamespace\x12\x17\n" +
+	"\x04name\x18\x01 \x01(\tB\x03\xe0A\bR\x04name\x122\n" +
+	"\x04kind\x18\x02 \x01(\x0e2\x16.lehr.v1.NamespaceKindB\x06\xe0A\x01\xe0A\x05R\x04kind\x12*\n" +
+	"\x0elatest_version\x18\x03 \x01(\x04B\x03\xe0A\x03R\rlatestVersion\x12,\n" +
+	"\x0flatest_checksum\x18\x04 \x01(\tB\x03\xe0A\x03R\x0elatestChecksum\x12@\n" +
+	"\vcreate_time\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampB\x03\xe0A\x03R\n" +
+	"createTime\x12'\n" +
+	"\vjson_schema\x18\x06 \x01(\tB\x06\xe0A\x01\xe0A\x05R\n" +
+	"jsonSchema\x12*\n" +
+	"\x0eoldest_version\x18\a \x01(\x04B\x03\xe0A\x03R\roldestVersion\x12\"\n" +
 	"\n" +
-	"size_bytes\x18\b \x01(\x03R\tsizeBytes\x12%\n" +
-	"\x0eproperty_count\x18\t \x01(\x05R\rpropertyCount\x12;\n" +
+	"size_bytes\x18\b \x01(\x03B\x03\xe0A\x03R\tsizeBytes\x12*\n" +
+	"\x0eproperty_count\x18\t \x01(\x05B\x03\xe0A\x03R\rpropertyCount\x12@\n" +
 	"\vdelete_time\x18\n" +
-	" \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"deleteTime\x12!\n" +
-	"\fstored_bytes\x18\v \x01(\x03R\vstoredBytes\x12\x12\n" +
-	"\x04etag\x18\f \x01(\tR\x04etag\"\xee\x03\n" +
+	" \x01(\v2\x1a.google.protobuf.TimestampB\x03\xe0A\x03R\n" +
+	"deleteTime\x12&\n" +
+	"\fstored_bytes\x18\v \x01(\x03B\x03\xe0A\x03R\vstoredBytes\x12\x17\n" +
+	"\x04etag\x18\f \x01(\tB\x03\xe0A\x03R\x04etag:D\xeaAA\n" +
+	"\x12lehr.dev/Namespace\x12\x14{domain}/{namespace}*\n" +
+	"namespaces2\tnamespace\"\xee\x03\n" +
 	"\vVersionInfo\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x10\n" +
 	"\x03seq\x18\x02 \x01(\x04R\x03seq\x12\x1a\n" +
@@ -1335,12 +1356,13 @@ const file_lehr_v1_types_proto_rawDesc = "" +
 	"\x04salt\x18\x05 \x01(\tR\x04salt\x12\x16\n" +
 	"\x06sample\x18\x06 \x01(\rR\x06sample\x12\x1a\n" +
 	"\banalysis\x18\a \x01(\rR\banalysis\x12,\n" +
-	"\x06checks\x18\b \x03(\v2\x14.lehr.v1.CanaryCheckR\x06checks\"\x9d\x01\n" +
-	"\x04Zone\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\x12;\n" +
-	"\vcreate_time\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"createTime\x12D\n" +
-	"\x10last_report_time\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x0elastReportTime*e\n" +
+	"\x06checks\x18\b \x03(\v2\x14.lehr.v1.CanaryCheckR\x06checks\"\xd5\x01\n" +
+	"\x04Zone\x12\x17\n" +
+	"\x04name\x18\x01 \x01(\tB\x03\xe0A\bR\x04name\x12@\n" +
+	"\vcreate_time\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampB\x03\xe0A\x03R\n" +
+	"createTime\x12I\n" +
+	"\x10last_report_time\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampB\x03\xe0A\x03R\x0elastReportTime:'\xeaA$\n" +
+	"\rlehr.dev/Zone\x12\x06{zone}*\x05zones2\x04zone*e\n" +
 	"\rNamespaceKind\x12\x1e\n" +
 	"\x1aNAMESPACE_KIND_UNSPECIFIED\x10\x00\x12\x19\n" +
 	"\x15NAMESPACE_KIND_CONFIG\x10\x01\x12\x19\n" +
@@ -1349,7 +1371,9 @@ const file_lehr_v1_types_proto_rawDesc = "" +
 	"\x1aVERSION_SOURCE_UNSPECIFIED\x10\x00\x12\x1b\n" +
 	"\x17VERSION_SOURCE_SNAPSHOT\x10\x01\x12\x18\n" +
 	"\x14VERSION_SOURCE_PATCH\x10\x02\x12\x1b\n" +
-	"\x17VERSION_SOURCE_ROLLBACK\x10\x03B\x1cZ\x1alehr.dev/lehr/proto/lehrpbb\x06proto3"
+	"\x17VERSION_SOURCE_ROLLBACK\x10\x03B7\n" +
+	"\vdev.lehr.v1B\n" +
+	"TypesProtoP\x01Z\x1alehr.dev/lehr/proto/lehrpbb\x06proto3"
 
 var (
 	file_lehr_v1_types_proto_rawDescOnce sync.Once
