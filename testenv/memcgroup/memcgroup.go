@@ -3,7 +3,7 @@
 // check a daemon holds within its unit's limit. Creating one needs root
 // and a cgroup hierarchy with the memory controller (v1 or v2).
 //
-// Imported by bench and internal/gomemlimit's tests.
+// Imported by bench and tests.
 package memcgroup
 
 import (
