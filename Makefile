@@ -31,18 +31,23 @@ lint:
 # proto regenerates proto/lehrpb from proto/lehr/v1/*.proto. protoc comes from
 # Debian's protobuf-compiler $(PROTOC_VERSION) (installed if missing); the Go
 # plugins are pinned by the tool directives in go.mod. The Google API protos
-# Lehr imports (google/longrunning) come as a descriptor set built from their
-# Go packages (proto/googleapis).
+# Lehr imports (google/longrunning, google/api/annotations) come as a
+# descriptor set built from their Go packages (proto/googleapis). The
+# grpc-gateway plugin writes the HTTP/JSON handlers of the methods with a
+# google.api.http option (control.pb.gw.go).
 proto:
 	@command -v protoc >/dev/null || (apt-get update -qq && apt-get install -y -qq protobuf-compiler)
 	@protoc --version | grep -q '$(PROTOC_VERSION)' || echo "warning: protoc is not $(PROTOC_VERSION); output may differ"
 	$(GO) build -o $(BIN)/protoc-gen-go google.golang.org/protobuf/cmd/protoc-gen-go
 	$(GO) build -o $(BIN)/protoc-gen-go-grpc google.golang.org/grpc/cmd/protoc-gen-go-grpc
+	$(GO) build -o $(BIN)/protoc-gen-grpc-gateway github.com/grpc-ecosystem/grpc-gateway/v2/protoc-gen-grpc-gateway
 	$(GO) run ./proto/googleapis > $(BIN)/googleapis.binpb
 	protoc -I proto --descriptor_set_in=$(BIN)/googleapis.binpb \
 		--plugin=protoc-gen-go=$(BIN)/protoc-gen-go --plugin=protoc-gen-go-grpc=$(BIN)/protoc-gen-go-grpc \
+		--plugin=protoc-gen-grpc-gateway=$(BIN)/protoc-gen-grpc-gateway \
 		--go_out=. --go_opt=module=lehr.dev/lehr \
 		--go-grpc_out=. --go-grpc_opt=module=lehr.dev/lehr \
+		--grpc-gateway_out=. --grpc-gateway_opt=module=lehr.dev/lehr,omit_package_doc=true \
 		proto/lehr/v1/*.proto
 
 # chaos runs the long kill matrix and the lossy-link run (about 13 minutes):

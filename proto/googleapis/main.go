@@ -1,8 +1,10 @@
 // Command googleapis writes a protobuf FileDescriptorSet holding
-// google/longrunning/operations.proto and every file it imports, taken
-// from the Go packages compiled into this program. `make proto` hands it to
-// protoc with --descriptor_set_in, so Lehr's protos can import the standard
-// long-running operation types without a copy of googleapis in this tree.
+// google/longrunning/operations.proto, google/api/annotations.proto (the
+// google.api.http option of the HTTP/JSON mapping) and every file they
+// import, taken from the Go packages compiled into this program. `make
+// proto` hands it to protoc with --descriptor_set_in, so Lehr's protos can
+// import the standard long-running operation types and HTTP annotations
+// without a copy of googleapis in this tree.
 //
 // Usage:
 //
@@ -14,6 +16,7 @@ import (
 	"os"
 
 	"cloud.google.com/go/longrunning/autogen/longrunningpb"
+	"google.golang.org/genproto/googleapis/api/annotations"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protodesc"
 	"google.golang.org/protobuf/reflect/protoreflect"
@@ -37,6 +40,7 @@ func main() {
 		set.File = append(set.File, protodesc.ToFileDescriptorProto(fd))
 	}
 	add(longrunningpb.File_google_longrunning_operations_proto)
+	add(annotations.File_google_api_annotations_proto)
 	b, err := proto.Marshal(set)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "googleapis:", err)

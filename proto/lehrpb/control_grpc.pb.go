@@ -87,6 +87,15 @@ const (
 // For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
 //
 // Control is the global deployer.
+//
+// HTTP/JSON. Control serves the methods below that carry a google.api.http
+// option also as HTTP/JSON (AIP-127; lehr control --http-listen,
+// docs/operations.md, "HTTP/JSON"), with the same authentication and the
+// same answers: the URLs carry Lehr's names as the request fields hold
+// them — a domain "acme" at /v1/domains/acme, a namespace "acme/web" at
+// /v1/namespaces/acme/web, a policy "domains/acme/policies/p" at
+// /v1/domains/acme/policies/p. The distributors' methods (WatchGoals,
+// FetchVersion, FetchDelta, ReportZoneStatus) have no HTTP mapping.
 type ControlClient interface {
 	// Domains.
 	CreateDomain(ctx context.Context, in *CreateDomainRequest, opts ...grpc.CallOption) (*Domain, error)
@@ -758,6 +767,15 @@ func (c *controlClient) ListAuditRecords(ctx context.Context, in *ListAuditRecor
 // for forward compatibility.
 //
 // Control is the global deployer.
+//
+// HTTP/JSON. Control serves the methods below that carry a google.api.http
+// option also as HTTP/JSON (AIP-127; lehr control --http-listen,
+// docs/operations.md, "HTTP/JSON"), with the same authentication and the
+// same answers: the URLs carry Lehr's names as the request fields hold
+// them — a domain "acme" at /v1/domains/acme, a namespace "acme/web" at
+// /v1/namespaces/acme/web, a policy "domains/acme/policies/p" at
+// /v1/domains/acme/policies/p. The distributors' methods (WatchGoals,
+// FetchVersion, FetchDelta, ReportZoneStatus) have no HTTP mapping.
 type ControlServer interface {
 	// Domains.
 	CreateDomain(context.Context, *CreateDomainRequest) (*Domain, error)
