@@ -13,6 +13,9 @@
 # bring Prometheus's whole dependency tree (every service discovery's
 # cloud client) into go.mod. Skipped when bin/promtool exists or a
 # promtool is on $PATH (the tests find either).
+#
+# curl — control/httpdocs_test.go runs docs/operations.md's curl examples
+# of the HTTP/JSON API as written. Debian's curl; skipped when on $PATH.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -31,4 +34,11 @@ else
 	mkdir -p bin
 	mv "$tmp/usr/bin/promtool" bin/promtool
 	echo "promtool: bin/promtool, from $(basename "$tmp"/prometheus_*.deb)"
+fi
+
+if command -v curl >/dev/null; then
+	echo "curl: $(command -v curl), present"
+else
+	apt-get install -y -qq curl 2>/dev/null || { apt-get update -qq && apt-get install -y -qq curl; }
+	echo "curl: $(command -v curl), installed"
 fi
