@@ -33,9 +33,9 @@ import (
 //   - on a plaintext listener the request must be addressed to an IP
 //     address or localhost, never a name, which a page could rebind to
 //     this host (DNS rebinding);
-//   - bodies are bounded in size (Options.MaxBodyBytes) and in number at
-//     once (Options.MaxBodies), as gRPC bounds messages and control's
-//     admission the publishes it receives.
+//   - bodies are bounded in size (Options.MaxBodyBytes), in number at
+//     once (Options.MaxBodies) and in time (Options.BodyTimeout), as gRPC
+//     bounds messages and control's admission the publishes it receives.
 
 // screen returns the HTTP status and error refusing r, if any.
 func screen(r *http.Request, overTLS bool) (int, *apierror.Error) {

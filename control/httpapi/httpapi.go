@@ -14,8 +14,8 @@
 // caller is, exactly as on gRPC; a plaintext caller is one control cannot
 // identify; and no header stands in for either.
 //
-// What it adds is what HTTP needs and gRPC has built in (guard.go): a
-// bound on request bodies and on the bodies read at once, JSON only, and
+// What it adds is what HTTP needs and gRPC has built in (guard.go):
+// bounds on request bodies (size, time, how many at once), JSON only, and
 // refusing browsers, so that no web page can borrow a browser's client
 // certificate or its place on control's host.
 //
@@ -50,6 +50,7 @@ const (
 	DefaultMaxBodies       = 32
 	DefaultMaxConns        = 256
 	DefaultBodyWait        = 2 * time.Second
+	DefaultBodyTimeout     = 2 * time.Minute
 )
 
 // Options configures a Server. The zero value serves plaintext with the
@@ -77,6 +78,10 @@ type Options struct {
 	// BodyWait is how long a request with a body waits for one of
 	// MaxBodies. Default DefaultBodyWait (2 s).
 	BodyWait time.Duration
+	// BodyTimeout bounds reading a body once it has one of MaxBodies, so
+	// that a client sending slowly cannot hold it for ever. Default
+	// DefaultBodyTimeout (2 minutes: 36 MiB at 300 KB/s).
+	BodyTimeout time.Duration
 	// MaxConns bounds the HTTP connections served at once (each has a
 	// gRPC connection of its own); more wait to be accepted. Default
 	// DefaultMaxConns (256).
@@ -116,6 +121,9 @@ func New(addr net.Addr, opts Options) *Server {
 	}
 	if opts.BodyWait <= 0 {
 		opts.BodyWait = DefaultBodyWait
+	}
+	if opts.BodyTimeout <= 0 {
+		opts.BodyTimeout = DefaultBodyTimeout
 	}
 	if opts.MaxConns <= 0 {
 		opts.MaxConns = DefaultMaxConns
@@ -227,6 +235,8 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		defer release()
+		// Unsupported only by a ResponseWriter of a test.
+		_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(s.opts.BodyTimeout))
 		b := &limitedBody{ReadCloser: http.MaxBytesReader(w, r.Body, s.opts.MaxBodyBytes)}
 		r.Body = b
 		ctx = context.WithValue(ctx, bodyKey{}, b)

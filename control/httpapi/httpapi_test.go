@@ -23,6 +23,7 @@ import (
 	"lehr.dev/lehr/internal/pki"
 	"lehr.dev/lehr/internal/tlsconfig"
 	"lehr.dev/lehr/proto/lehrpb"
+	"lehr.dev/lehr/testenv/wait"
 )
 
 // fakeControl answers GetDomain with who called, as its gRPC peer and
@@ -71,6 +72,11 @@ func (f *fakeControl) Publish(ctx context.Context, req *lehrpb.PublishRequest) (
 // serve starts a gRPC server with fake and the gateway in front of it, as
 // control wires them, and returns the gateway's base URL.
 func serve(t *testing.T, fake *fakeControl, opts Options) string {
+	_, base := serveAPI(t, fake, opts)
+	return base
+}
+
+func serveAPI(t *testing.T, fake *fakeControl, opts Options) (*Server, string) {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -101,9 +107,27 @@ func serve(t *testing.T, fake *fakeControl, opts Options) string {
 		}
 	})
 	if opts.TLS != nil {
-		return "https://" + l.Addr().String()
+		return api, "https://" + l.Addr().String()
 	}
-	return "http://" + l.Addr().String()
+	return api, "http://" + l.Addr().String()
+}
+
+// closesConns checks that api closes the gRPC connection of every HTTP
+// connection once it is closed.
+func closesConns(t *testing.T, api *Server, closeIdle func()) {
+	t.Helper()
+	api.mu.Lock()
+	n := len(api.conns)
+	api.mu.Unlock()
+	if n == 0 {
+		t.Errorf("no HTTP connection is open")
+	}
+	closeIdle()
+	wait.For(t, "every gRPC connection closed with its HTTP connection", func() bool {
+		api.mu.Lock()
+		defer api.mu.Unlock()
+		return len(api.conns) == 0
+	})
 }
 
 func do(t *testing.T, cl *http.Client, req *http.Request) (int, string) {
@@ -146,7 +170,7 @@ func domain(t *testing.T, body string) (description, metadata string) {
 // address, with none of the headers it sent as metadata but Lehr-Author:
 // no header says who it is.
 func TestPlaintextCallerIsItsConnection(t *testing.T) {
-	base := serve(t, &fakeControl{}, Options{})
+	api, base := serveAPI(t, &fakeControl{}, Options{})
 	tr := &http.Transport{}
 	defer tr.CloseIdleConnections()
 	var local string
@@ -176,6 +200,7 @@ func TestPlaintextCallerIsItsConnection(t *testing.T) {
 	if want := "lehr-author=mallory x-forwarded-for=127.0.0.1 x-forwarded-host=" + host; md != want {
 		t.Errorf("metadata %q; want %q", md, want)
 	}
+	closesConns(t, api, tr.CloseIdleConnections)
 }
 
 // Over TLS, each HTTP connection reaches gRPC as the client certificate
@@ -207,10 +232,12 @@ func TestTLSCallerIsItsCertificate(t *testing.T) {
 	}
 	server := &tls.Config{MinVersion: tls.VersionTLS13, Certificates: []tls.Certificate{pair("control", pki.Server, "")},
 		ClientCAs: ca.Pool(), ClientAuth: tls.VerifyClientCertIfGiven}
-	base := serve(t, &fakeControl{}, Options{TLS: server})
+	api, base := serveAPI(t, &fakeControl{}, Options{TLS: server})
+	var transports []*http.Transport
 	client := func(certs ...tls.Certificate) *http.Client {
 		tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: ca.Pool(), Certificates: certs}, ForceAttemptHTTP2: true}
 		t.Cleanup(tr.CloseIdleConnections)
+		transports = append(transports, tr)
 		return &http.Client{Transport: tr}
 	}
 	alice, bob, none := client(pair("alice", pki.Client, "spiffe://lehr/user/alice")), client(pair("bob", pki.Client, "spiffe://lehr/user/bob")), client()
@@ -244,6 +271,11 @@ func TestTLSCallerIsItsCertificate(t *testing.T) {
 			}
 		}
 	}
+	closesConns(t, api, func() {
+		for _, tr := range transports {
+			tr.CloseIdleConnections()
+		}
+	})
 }
 
 // rpcStatus decodes a google.rpc.Status answer.
@@ -378,5 +410,24 @@ func TestBodiesAtOnce(t *testing.T) {
 	close(fake.release)
 	if status := <-held; status != 200 {
 		t.Errorf("the held publish: HTTP %d", status)
+	}
+}
+
+// A body sent too slowly loses its turn: reading it ends at BodyTimeout.
+func TestSlowBody(t *testing.T) {
+	base := serve(t, &fakeControl{}, Options{MaxBodies: 1, BodyTimeout: 200 * time.Millisecond})
+	cl := &http.Client{Transport: &http.Transport{}}
+	t.Cleanup(cl.CloseIdleConnections)
+	pr, pw := io.Pipe()
+	defer pw.Close()
+	go pw.Write([]byte(`{"properties": [`)) // and nothing more
+	start := time.Now()
+	status, body := postTo(t, cl, base+"/v1/namespaces/acme/web:publish", "application/json", pr, -1)
+	if status != http.StatusBadRequest || time.Since(start) > 10*time.Second {
+		t.Errorf("a stalled body: HTTP %d %s after %v; want 400 after 200ms", status, body, time.Since(start))
+	}
+	// Its turn is free again.
+	if status, body := postTo(t, cl, base+"/v1/namespaces/acme/web:publish", "application/json", strings.NewReader(small), -1); status != 200 {
+		t.Errorf("a publish after the stalled one: HTTP %d %s", status, body)
 	}
 }
