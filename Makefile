@@ -41,15 +41,20 @@ lint:
 # Lehr imports (google/longrunning, google/api, google/rpc) are vendored under
 # proto/google (proto/google/README.md); the well-known google/protobuf ones
 # come with protoc.
+# The grpc-gateway plugin writes the HTTP/JSON handlers of the methods
+# with a google.api.http option (control.pb.gw.go).
 proto:
 	@command -v protoc >/dev/null || (apt-get update -qq && apt-get install -y -qq protobuf-compiler)
 	@protoc --version | grep -q '$(PROTOC_VERSION)' || echo "warning: protoc is not $(PROTOC_VERSION); output may differ"
 	$(GO) build -o $(BIN)/protoc-gen-go google.golang.org/protobuf/cmd/protoc-gen-go
 	$(GO) build -o $(BIN)/protoc-gen-go-grpc google.golang.org/grpc/cmd/protoc-gen-go-grpc
+	$(GO) build -o $(BIN)/protoc-gen-grpc-gateway github.com/grpc-ecosystem/grpc-gateway/v2/protoc-gen-grpc-gateway
 	protoc -I proto \
 		--plugin=protoc-gen-go=$(BIN)/protoc-gen-go --plugin=protoc-gen-go-grpc=$(BIN)/protoc-gen-go-grpc \
+		--plugin=protoc-gen-grpc-gateway=$(BIN)/protoc-gen-grpc-gateway \
 		--go_out=. --go_opt=module=lehr.dev/lehr \
 		--go-grpc_out=. --go-grpc_opt=module=lehr.dev/lehr \
+		--grpc-gateway_out=. --grpc-gateway_opt=module=lehr.dev/lehr,omit_package_doc=true \
 		proto/lehr/v1/*.proto
 
 # chaos runs the long kill matrix and the lossy-link run (about 13 minutes):

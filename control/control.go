@@ -5,7 +5,8 @@
 // monitor, registers itself among the control replicas sharing the store
 // (lehr control status), marks every response with the store's identity
 // (internal/storeid), and exposes /metrics, /healthz and the gRPC health
-// service.
+// service. With Options.HTTPListen it serves the API as HTTP/JSON too
+// (control/httpapi), through its own gRPC server.
 // With no etcd endpoints configured it runs a single-member etcd inside
 // the process, in its data directory (control/embedetcd).
 //
@@ -43,6 +44,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"lehr.dev/lehr/control/embedetcd"
+	"lehr.dev/lehr/control/httpapi"
 	"lehr.dev/lehr/control/service"
 	"lehr.dev/lehr/control/store"
 	"lehr.dev/lehr/control/strategist"
@@ -146,6 +148,15 @@ type Options struct {
 	// only read: changes come over Socket, or with a client certificate.
 	// For lehr dev and test beds.
 	DevMode bool
+	// HTTPListen, if set, is the address of the HTTP/JSON API (AIP-127;
+	// docs/operations.md, "HTTP/JSON"): the methods of control.proto with a
+	// google.api.http option, e.g. GET /v1/namespaces/acme/web:get. It is
+	// served with TLS (the TLS option, so client certificates exactly as
+	// for gRPC), or plaintext on a loopback address only, and every request
+	// is a call to control's own gRPC server as the HTTP caller — the same
+	// identities, ACLs, audit and errors (control/httpapi). Empty (the
+	// default): off, so an upgrade opens no new port; lehr dev turns it on.
+	HTTPListen string
 	// MetricsListen is the HTTP address of /metrics (Prometheus text) and
 	// /healthz. Default DefaultMetricsListen ("127.0.0.1:7401"); "off"
 	// disables the listener. It is plaintext even when gRPC uses TLS.
@@ -245,6 +256,7 @@ type Control struct {
 	cancel      context.CancelFunc
 	done        chan struct{} // closed when Run returns
 	addr        net.Addr
+	httpAddr    net.Addr
 	metricsAddr net.Addr
 	signingPub  ed25519.PublicKey // see signer
 	st          *store.Store      // set by Run once the store is open
@@ -301,6 +313,14 @@ func New(opts Options) (*Control, error) {
 	if err := service.CheckLocalUsers(opts.LocalUsers); err != nil {
 		return nil, fmt.Errorf("%w: local users: %v", ErrIdentityOptions, err)
 	}
+	if opts.HTTPListen != "" {
+		if _, _, err := net.SplitHostPort(opts.HTTPListen); err != nil {
+			return nil, fmt.Errorf("control: HTTP listen address %q: %w", opts.HTTPListen, err)
+		}
+		if opts.TLS == nil && !tlsconfig.IsLoopback(opts.HTTPListen) {
+			return nil, fmt.Errorf("control: Options.HTTPListen %q: %w", opts.HTTPListen, ErrPlaintextNotLoopback)
+		}
+	}
 	if opts.MetricsListen != "off" {
 		if _, _, err := net.SplitHostPort(opts.MetricsListen); err != nil {
 			return nil, fmt.Errorf("control: metrics listen address %q: %w", opts.MetricsListen, err)
@@ -322,8 +342,8 @@ func New(opts Options) (*Control, error) {
 var ErrIdentityOptions = errors.New("control: invalid identities")
 
 // ErrPlaintextNotLoopback is returned by New when Options.TLS is nil and
-// Options.Listen is not a loopback address: control never serves
-// plaintext to the network.
+// Options.Listen (or Options.HTTPListen) is not a loopback address:
+// control never serves plaintext to the network.
 var ErrPlaintextNotLoopback = errors.New("control: plaintext gRPC is served on loopback addresses only; give control a TLS server certificate (Options.TLS) or listen on 127.0.0.1")
 
 // Ready is closed once control serves gRPC (Addr is then valid). It is not
@@ -335,6 +355,14 @@ func (c *Control) Addr() net.Addr {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.addr
+}
+
+// HTTPAddr returns the HTTP/JSON API's address, or nil before Ready or
+// when Options.HTTPListen is empty.
+func (c *Control) HTTPAddr() net.Addr {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.httpAddr
 }
 
 // MetricsAddr returns the metrics HTTP address, or nil before Ready or when
@@ -503,6 +531,13 @@ func (c *Control) Run(ctx context.Context) (err error) {
 		}
 		defer ulis.Close()
 	}
+	var hlis net.Listener
+	if c.opts.HTTPListen != "" {
+		if hlis, err = net.Listen("tcp", c.opts.HTTPListen); err != nil {
+			return fmt.Errorf("control: listen for HTTP/JSON on %s: %w", c.opts.HTTPListen, err)
+		}
+		defer hlis.Close()
+	}
 	var mlis net.Listener
 	if c.opts.MetricsListen != "off" {
 		mlis, err = net.Listen("tcp", c.opts.MetricsListen)
@@ -568,12 +603,20 @@ func (c *Control) Run(ctx context.Context) (err error) {
 		grpc.ChainStreamInterceptor(storeid.ServerStream(storeID), utf8.Stream, svc.DropUnknownStreamInterceptor, authz.Stream),
 	}
 	// TCP connections get TLS (or plaintext); unix socket connections the
-	// peer's credentials instead.
+	// peer's credentials instead; the HTTP/JSON gateway's in-process
+	// connections the identity their HTTP connection verified (its TLS
+	// state, the same client certificate check).
 	creds := insecure.NewCredentials()
 	if c.tls != nil {
 		creds = credentials.NewTLS(c.tls)
 	}
-	gopts = append(gopts, grpc.Creds(peercred.Credentials{TransportCredentials: creds}))
+	var tc credentials.TransportCredentials = peercred.Credentials{TransportCredentials: creds}
+	var api *httpapi.Server
+	if hlis != nil {
+		api = httpapi.New(hlis.Addr(), httpapi.Options{TLS: c.tls, MaxMessageBytes: c.opts.MaxMessageBytes, Logger: c.log})
+		tc = httpapi.Credentials{TransportCredentials: tc}
+	}
+	gopts = append(gopts, grpc.Creds(tc))
 	gs := grpc.NewServer(gopts...)
 	lehrpb.RegisterControlServer(gs, svc)
 	hs := health.NewServer()
@@ -625,6 +668,10 @@ func (c *Control) Run(ctx context.Context) (err error) {
 	if ulis != nil {
 		g.Go("serve gRPC on "+c.opts.Socket, serve(ulis))
 	}
+	if api != nil {
+		g.Go("serve gRPC to HTTP/JSON", serve(api.GRPCListener()))
+		g.Go("serve HTTP/JSON", func(context.Context) error { return api.Serve(hlis) })
+	}
 	if hsrv != nil {
 		g.Go("serve metrics", func(context.Context) error {
 			if err := hsrv.Serve(mlis); !errors.Is(err, http.ErrServerClosed) {
@@ -671,24 +718,31 @@ func (c *Control) Run(ctx context.Context) (err error) {
 
 	c.mu.Lock()
 	c.addr = lis.Addr()
+	if hlis != nil {
+		c.httpAddr = hlis.Addr()
+	}
 	if mlis != nil {
 		c.metricsAddr = mlis.Addr()
 	}
 	c.mu.Unlock()
 	c.log.Info("control: serving", "addr", lis.Addr().String(), "socket", c.opts.Socket, "dev_mode", c.opts.DevMode, "tls", c.tls != nil,
-		"mtls", c.tls != nil && c.tls.ClientAuth == tls.RequireAndVerifyClientCert, "metrics", c.opts.MetricsListen, "etcd", endpoints,
+		"mtls", c.tls != nil && c.tls.ClientAuth == tls.RequireAndVerifyClientCert, "http", c.opts.HTTPListen, "metrics", c.opts.MetricsListen, "etcd", endpoints,
 		"replica", address, "store_id", storeID)
 	close(c.ready)
 
 	<-gctx.Done()
 
 	// Shutdown: end watches, stop taking calls, give in-flight ones
-	// ShutdownTimeout to finish, then cut them.
+	// ShutdownTimeout to finish, then cut them. HTTP/JSON stops first:
+	// its requests in flight are gRPC calls that finish with them.
 	c.log.Info("control: shutting down")
 	hs.Shutdown()
 	svc.Close()
 	stopped := make(chan struct{})
 	go func() {
+		if api != nil {
+			api.Shutdown(context.WithoutCancel(ctx)) // returns early on api.Close
+		}
 		gs.GracefulStop()
 		close(stopped)
 	}()
@@ -698,6 +752,9 @@ func (c *Control) Run(ctx context.Context) (err error) {
 		timer.Stop()
 	case <-timer.C:
 		c.log.Warn("control: graceful stop timed out; closing remaining calls", "timeout", c.opts.ShutdownTimeout)
+		if api != nil {
+			api.Close()
+		}
 		gs.Stop()
 		<-stopped
 	}

@@ -18,6 +18,8 @@
 # Go's build cache ahead of the tests, so that TestGrpcurlLinesInDocsWork
 # (cmd/lehr) does not spend its package's time limit compiling it (about a
 # minute of CPU on a cold cache: it links gRPC's xDS support).
+# curl — control/httpdocs_test.go runs docs/operations.md's curl examples
+# of the HTTP/JSON API as written. Debian's curl; skipped when on $PATH.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -40,3 +42,9 @@ fi
 
 ${GO:-go} tool -n grpcurl >/dev/null
 echo "grpcurl: go tool grpcurl, built"
+if command -v curl >/dev/null; then
+	echo "curl: $(command -v curl), present"
+else
+	apt-get install -y -qq curl 2>/dev/null || { apt-get update -qq && apt-get install -y -qq curl; }
+	echo "curl: $(command -v curl), installed"
+fi

@@ -59,6 +59,7 @@ func TestDispatchExitCodes(t *testing.T) {
 		{args: []string{"watch", "demo/app", "-o", "yaml"}, wantCode: exitUsage, wantStderr: `-o "yaml": want text or json`},
 		{args: []string{"distributor", "--zone", "z"}, wantCode: exitUsage, wantStderr: "lehr distributor: --control is required"},
 		{args: []string{"control", "--listen", "0.0.0.0:7400"}, wantCode: exitUsage, wantStderr: "refusing to serve plaintext gRPC on 0.0.0.0:7400, which is not a loopback address: pass --tls-cert and --tls-key (create them with \"lehr certs\")"},
+		{args: []string{"control", "--http-listen", "0.0.0.0:7402"}, wantCode: exitUsage, wantStderr: "refusing to serve plaintext HTTP/JSON (--http-listen) on 0.0.0.0:7402, which is not a loopback address"},
 		{args: []string{"control", "--tls-cert", "x.pem"}, wantCode: exitUsage, wantStderr: "pass both --tls-cert and --tls-key, or neither"},
 		{args: []string{"control", "--client-ca", "ca.pem"}, wantCode: exitUsage, wantStderr: "--client-ca requires --tls-cert and --tls-key"},
 		{args: []string{"distributor", "--bogus"}, wantCode: exitUsage, wantStderr: "flag provided but not defined: -bogus"},

@@ -26,14 +26,16 @@ func runControl(ctx context.Context, e *env, args []string) int {
 		usage:   "lehr control [flags] | lehr control status [flags]",
 		summary: "run the control plane (gRPC API, embedded or external etcd)",
 		about: `Runs the control plane: the gRPC API producers and distributors talk to,
-/metrics and /healthz over HTTP, and the history compactor. With no flags it
-starts a single-member etcd inside the process, in DATA-DIR/etcd, and serves
-plaintext gRPC on 127.0.0.1:7400: nothing to set up. --etcd-endpoints (or the
-environment's LEHR_ETCD_ENDPOINTS) uses an external etcd cluster instead,
-through the same code path: several replicas share one store only through
-it. A replica that starts on an empty embedded etcd says so (a warning), and
-'lehr control status --control A,B,…' shows which replica serves which store,
-who shares it and which replica leads the rollout strategist.
+/metrics and /healthz over HTTP, and the history compactor; --http-listen
+serves the API as HTTP/JSON too (curl), with the same authentication. With
+no flags it starts a single-member etcd inside the process, in
+DATA-DIR/etcd, and serves plaintext gRPC on 127.0.0.1:7400: nothing to set
+up. --etcd-endpoints (or the environment's LEHR_ETCD_ENDPOINTS) uses an
+external etcd cluster instead, through the same code path: several replicas
+share one store only through it. A replica that starts on an empty embedded
+etcd says so (a warning), and 'lehr control status --control A,B,…' shows
+which replica serves which store, who shares it and which replica leads the
+rollout strategist.
 
 Plaintext is served on loopback only; to listen on any other address pass
 --tls-cert and --tls-key (and --client-ca to require client certificates).
@@ -111,6 +113,7 @@ Subcommands:
 	localUsers := fs.String("local-users", "", "comma-separated `ACCOUNT=USER` pairs: the local account ACCOUNT on --socket acts as the certificate user USER (spiffe://lehr/user/USER) for ACLs, authorship, the audit log and --fleet-admins; an account not mapped is unix:ACCOUNT, a user of its own")
 	fleetAdmins := fs.String("fleet-admins", "", "comma-separated `identities` who may make fleet-wide changes (create zones, raise domain quotas above the default): a user certificate's NAME, or unix:ACCOUNT for a local account on --socket; besides control's own user and root on --socket (and distributors registering their own zone); empty: nobody else")
 	fs.BoolVar(&opts.DevMode, "dev", false, "development only: callers control cannot identify (plaintext loopback, TLS without a client certificate) may change anything under any --as; off, they may only read. An identified caller's --as is refused either way")
+	fs.StringVar(&opts.HTTPListen, "http-listen", "", "also serve the API as HTTP/JSON on this `address`, e.g. 127.0.0.1:7402 (curl http://127.0.0.1:7402/v1/domains; docs/operations.md, \"HTTP/JSON\"): with gRPC's TLS and client certificates, the same identities and ACLs; without TLS it must be loopback; empty (the default): off")
 	fs.StringVar(&opts.MetricsListen, "metrics-listen", control.DefaultMetricsListen, "HTTP `address` of /metrics and /healthz; \"off\" disables it")
 	certFile := fs.String("tls-cert", "", "server certificate `file` (PEM); enables TLS")
 	keyFile := fs.String("tls-key", "", "server private key `file` (PEM)")
@@ -205,8 +208,12 @@ Subcommands:
 		return usageError(e, fs, "%v", err)
 	}
 	if errors.Is(err, control.ErrPlaintextNotLoopback) {
-		return usageError(e, fs, "refusing to serve plaintext gRPC on %s, which is not a loopback address: "+
-			"pass --tls-cert and --tls-key (create them with \"lehr certs\"), or listen on 127.0.0.1", opts.Listen)
+		what, addr := "gRPC", opts.Listen
+		if tlsconfig.IsLoopback(opts.Listen) {
+			what, addr = "HTTP/JSON (--http-listen)", opts.HTTPListen
+		}
+		return usageError(e, fs, "refusing to serve plaintext %s on %s, which is not a loopback address: "+
+			"pass --tls-cert and --tls-key (create them with \"lehr certs\"), or listen on 127.0.0.1", what, addr)
 	}
 	if err != nil {
 		fmt.Fprintf(e.stderr, "lehr control: %v\n", err)

@@ -38,10 +38,11 @@ Ctrl-C stops everything. The temporary data is removed on exit (pass
 --data-dir to keep it).
 
 Control listens on 127.0.0.1:7400 (metrics on 127.0.0.1:7401), the address
-every client command uses by default. It binds them as it starts; if one is
-busy it takes a free port instead and says so, and every command it prints
-then names the address with --control (and it shows the export
-LEHR_CONTROL=… that makes README's commands reach it too).`,
+every client command uses by default, and serves its API as HTTP/JSON on
+127.0.0.1:7402 (docs/operations.md's curl examples). It binds them as it
+starts; if one is busy it takes a free port instead and says so, and every
+command it prints then names the address with --control (and it shows the
+export LEHR_CONTROL=… that makes README's commands reach it too).`,
 		examples: []string{
 			"lehr dev",
 			"lehr dev --listen 127.0.0.1:7500     # then: lehr get demo/app --control 127.0.0.1:7500",
@@ -51,6 +52,7 @@ LEHR_CONTROL=… that makes README's commands reach it too).`,
 	})
 	listen := fs.String("listen", "", "control's gRPC `address` (default 127.0.0.1:7400, or a free port if it is busy)")
 	metricsListen := fs.String("metrics-listen", "", "control's metrics HTTP `address` (default 127.0.0.1:7401, or a free port if it is busy)")
+	httpListen := fs.String("http-listen", "", "control's HTTP/JSON API `address` (default "+devtour.DefaultHTTPListen+", or a free port if it is busy; \"off\" serves none)")
 	dataDir := fs.String("data-dir", "", "keep the data in this `directory` instead of a temporary one")
 	nZones := fs.Int("zones", 2, "number of `zones` (1 to 26)")
 	hostsPerZone := fs.Int("hosts-per-zone", 4, "agents per zone, each with a demo service (1 to 20)")
@@ -83,6 +85,7 @@ LEHR_CONTROL=… that makes README's commands reach it too).`,
 		HostsPerZone:         *hostsPerZone,
 		ControlListen:        *listen,
 		ControlMetricsListen: *metricsListen,
+		ControlHTTPListen:    *httpListen,
 		Logger:               logger,
 		Out:                  e.stdout,
 		Lehr: func(ctx context.Context, stdout io.Writer, args ...string) int {

@@ -3,8 +3,10 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"net"
 	"os"
+	"os/exec"
 	"os/user"
 	"path/filepath"
 	"regexp"
@@ -241,7 +243,7 @@ func TestDev(t *testing.T) {
 	defer cancel()
 	done := make(chan int, 1)
 	go func() {
-		done <- run(ctx, []string{"dev", "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0"}, e)
+		done <- run(ctx, []string{"dev", "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0"}, e)
 	}()
 	var addr string
 	select {
@@ -312,6 +314,23 @@ func TestDev(t *testing.T) {
 	}
 	if printed < 20 {
 		t.Errorf("lehr dev printed %d lehr commands; want the tour's and the hints'", printed)
+	}
+	// Its HTTP/JSON hint works as printed.
+	curls := 0
+	for _, l := range strings.Split(out, "\n") {
+		l, _, _ = strings.Cut(strings.TrimSpace(l), "  (")
+		if !strings.HasPrefix(l, "curl ") {
+			continue
+		}
+		curls++
+		got, err := exec.Command("bash", "-c", l).Output()
+		var answer struct{ Version struct{ Namespace string } }
+		if err != nil || json.Unmarshal(got, &answer) != nil || answer.Version.Namespace != "demo/app" {
+			t.Errorf("lehr dev printed %q, which answered %s (%v); want demo/app's latest version", l, got, err)
+		}
+	}
+	if curls != 1 {
+		t.Errorf("lehr dev printed %d curl commands; want its HTTP/JSON hint", curls)
 	}
 
 	// Every host's service called back for the publish (every key new)

@@ -57,6 +57,7 @@ const (
 	ReasonNamespaceInUse     = "NAMESPACE_IN_USE"     // a namespace to delete has hosts holding or subscribing to it
 	ReasonRolloutInFlight    = "ROLLOUT_IN_FLIGHT"    // a namespace to delete has a rollout running or paused
 	ReasonDomainNotEmpty     = "DOMAIN_NOT_EMPTY"     // a domain to delete still has namespaces
+	ReasonRequestTooLarge    = "REQUEST_TOO_LARGE"    // an HTTP/JSON request body over the most control reads
 )
 
 // MaxMessageBytes bounds the Message an error shows (Error, GRPCStatus): a

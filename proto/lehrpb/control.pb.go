@@ -4978,7 +4978,7 @@ var File_lehr_v1_control_proto protoreflect.FileDescriptor
 
 const file_lehr_v1_control_proto_rawDesc = "" +
 	"\n" +
-	"\x15lehr/v1/control.proto\x12\alehr.v1\x1a\x17google/api/client.proto\x1a\x1fgoogle/api/field_behavior.proto\x1a\x19google/api/resource.proto\x1a#google/longrunning/operations.proto\x1a\x1bgoogle/protobuf/empty.proto\x1a google/protobuf/field_mask.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x14lehr/v1/canary.proto\x1a\x15lehr/v1/preview.proto\x1a\x15lehr/v1/rollout.proto\x1a\x13lehr/v1/types.proto\x1a\x12lehr/v1/wire.proto\"\xdc\x02\n" +
+	"\x15lehr/v1/control.proto\x12\alehr.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x17google/api/client.proto\x1a\x1fgoogle/api/field_behavior.proto\x1a\x19google/api/resource.proto\x1a#google/longrunning/operations.proto\x1a\x1bgoogle/protobuf/empty.proto\x1a google/protobuf/field_mask.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x14lehr/v1/canary.proto\x1a\x15lehr/v1/preview.proto\x1a\x15lehr/v1/rollout.proto\x1a\x13lehr/v1/types.proto\x1a\x12lehr/v1/wire.proto\"\xdc\x02\n" +
 	"\vAuditRecord\x12.\n" +
 	"\x04time\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12\x16\n" +
 	"\x06author\x18\x02 \x01(\tR\x06author\x12-\n" +
@@ -5356,71 +5356,71 @@ const file_lehr_v1_control_proto_rawDesc = "" +
 	"\fdistributors\x18\x02 \x03(\v2\x1a.lehr.v1.DistributorStatusR\fdistributors\x121\n" +
 	"\bversions\x18\x03 \x03(\v2\x15.lehr.v1.VersionCountR\bversions\x120\n" +
 	"\x06health\x18\x04 \x03(\v2\x18.lehr.v1.NamespaceHealthR\x06health\x12)\n" +
-	"\x05hosts\x18\x05 \x03(\v2\x13.lehr.v1.HostReportR\x05hosts2\xcc#\n" +
-	"\aControl\x12H\n" +
-	"\fCreateDomain\x12\x1c.lehr.v1.CreateDomainRequest\x1a\x0f.lehr.v1.Domain\"\t\xdaA\x06domain\x12@\n" +
-	"\tGetDomain\x12\x19.lehr.v1.GetDomainRequest\x1a\x0f.lehr.v1.Domain\"\a\xdaA\x04name\x12H\n" +
-	"\vListDomains\x12\x1b.lehr.v1.ListDomainsRequest\x1a\x1c.lehr.v1.ListDomainsResponse\x12T\n" +
-	"\fUpdateDomain\x12\x1c.lehr.v1.UpdateDomainRequest\x1a\x0f.lehr.v1.Domain\"\x15\xdaA\x12domain,update_mask\x12F\n" +
-	"\x0fCreateNamespace\x12\x1f.lehr.v1.CreateNamespaceRequest\x1a\x12.lehr.v1.Namespace\x12I\n" +
-	"\fGetNamespace\x12\x1c.lehr.v1.GetNamespaceRequest\x1a\x12.lehr.v1.Namespace\"\a\xdaA\x04name\x12Q\n" +
-	"\x0eListNamespaces\x12\x1e.lehr.v1.ListNamespacesRequest\x1a\x1f.lehr.v1.ListNamespacesResponse\x12<\n" +
-	"\aPublish\x12\x17.lehr.v1.PublishRequest\x1a\x18.lehr.v1.PublishResponse\x126\n" +
-	"\x05Patch\x12\x15.lehr.v1.PatchRequest\x1a\x16.lehr.v1.PatchResponse\x120\n" +
-	"\x03Get\x12\x13.lehr.v1.GetRequest\x1a\x14.lehr.v1.GetResponse\x12<\n" +
-	"\aHistory\x12\x17.lehr.v1.HistoryRequest\x1a\x18.lehr.v1.HistoryResponse\x123\n" +
-	"\x04Diff\x12\x14.lehr.v1.DiffRequest\x1a\x15.lehr.v1.DiffResponse\x12?\n" +
-	"\bRollback\x12\x18.lehr.v1.RollbackRequest\x1a\x19.lehr.v1.RollbackResponse\x12W\n" +
-	"\x10CompactNamespace\x12 .lehr.v1.CompactNamespaceRequest\x1a!.lehr.v1.CompactNamespaceResponse\x12^\n" +
-	"\x0fDeleteNamespace\x12\x1f.lehr.v1.DeleteNamespaceRequest\x1a\x16.google.protobuf.Empty\"\x12\xdaA\x0fname,etag,force\x12X\n" +
-	"\fDeleteDomain\x12\x1c.lehr.v1.DeleteDomainRequest\x1a\x16.google.protobuf.Empty\"\x12\xdaA\x0fname,etag,force\x127\n" +
+	"\x05hosts\x18\x05 \x03(\v2\x13.lehr.v1.HostReportR\x05hosts2\xa75\n" +
+	"\aControl\x12c\n" +
+	"\fCreateDomain\x12\x1c.lehr.v1.CreateDomainRequest\x1a\x0f.lehr.v1.Domain\"$\xdaA\x06domain\x82\xd3\xe4\x93\x02\x15:\x06domain\"\v/v1/domains\x12Z\n" +
+	"\tGetDomain\x12\x19.lehr.v1.GetDomainRequest\x1a\x0f.lehr.v1.Domain\"!\xdaA\x04name\x82\xd3\xe4\x93\x02\x14\x12\x12/v1/domains/{name}\x12]\n" +
+	"\vListDomains\x12\x1b.lehr.v1.ListDomainsRequest\x1a\x1c.lehr.v1.ListDomainsResponse\"\x13\x82\xd3\xe4\x93\x02\r\x12\v/v1/domains\x12}\n" +
+	"\fUpdateDomain\x12\x1c.lehr.v1.UpdateDomainRequest\x1a\x0f.lehr.v1.Domain\">\xdaA\x12domain,update_mask\x82\xd3\xe4\x93\x02#:\x06domain2\x19/v1/domains/{domain.name}\x12i\n" +
+	"\x0fCreateNamespace\x12\x1f.lehr.v1.CreateNamespaceRequest\x1a\x12.lehr.v1.Namespace\"!\x82\xd3\xe4\x93\x02\x1b:\tnamespace\"\x0e/v1/namespaces\x12j\n" +
+	"\fGetNamespace\x12\x1c.lehr.v1.GetNamespaceRequest\x1a\x12.lehr.v1.Namespace\"(\xdaA\x04name\x82\xd3\xe4\x93\x02\x1b\x12\x19/v1/namespaces/{name=*/*}\x12z\n" +
+	"\x0eListNamespaces\x12\x1e.lehr.v1.ListNamespacesRequest\x1a\x1f.lehr.v1.ListNamespacesResponse\"'\x82\xd3\xe4\x93\x02!\x12\x1f/v1/domains/{domain}/namespaces\x12o\n" +
+	"\aPublish\x12\x17.lehr.v1.PublishRequest\x1a\x18.lehr.v1.PublishResponse\"1\x82\xd3\xe4\x93\x02+:\x01*\"&/v1/namespaces/{namespace=*/*}:publish\x12g\n" +
+	"\x05Patch\x12\x15.lehr.v1.PatchRequest\x1a\x16.lehr.v1.PatchResponse\"/\x82\xd3\xe4\x93\x02):\x01*\"$/v1/namespaces/{namespace=*/*}:patch\x12\\\n" +
+	"\x03Get\x12\x13.lehr.v1.GetRequest\x1a\x14.lehr.v1.GetResponse\"*\x82\xd3\xe4\x93\x02$\x12\"/v1/namespaces/{namespace=*/*}:get\x12l\n" +
+	"\aHistory\x12\x17.lehr.v1.HistoryRequest\x1a\x18.lehr.v1.HistoryResponse\".\x82\xd3\xe4\x93\x02(\x12&/v1/namespaces/{namespace=*/*}:history\x12`\n" +
+	"\x04Diff\x12\x14.lehr.v1.DiffRequest\x1a\x15.lehr.v1.DiffResponse\"+\x82\xd3\xe4\x93\x02%\x12#/v1/namespaces/{namespace=*/*}:diff\x12s\n" +
+	"\bRollback\x12\x18.lehr.v1.RollbackRequest\x1a\x19.lehr.v1.RollbackResponse\"2\x82\xd3\xe4\x93\x02,:\x01*\"'/v1/namespaces/{namespace=*/*}:rollback\x12\x85\x01\n" +
+	"\x10CompactNamespace\x12 .lehr.v1.CompactNamespaceRequest\x1a!.lehr.v1.CompactNamespaceResponse\",\x82\xd3\xe4\x93\x02&:\x01*\"!/v1/namespaces/{name=*/*}:compact\x12\x7f\n" +
+	"\x0fDeleteNamespace\x12\x1f.lehr.v1.DeleteNamespaceRequest\x1a\x16.google.protobuf.Empty\"3\xdaA\x0fname,etag,force\x82\xd3\xe4\x93\x02\x1b*\x19/v1/namespaces/{name=*/*}\x12r\n" +
+	"\fDeleteDomain\x12\x1c.lehr.v1.DeleteDomainRequest\x1a\x16.google.protobuf.Empty\",\xdaA\x0fname,etag,force\x82\xd3\xe4\x93\x02\x14*\x12/v1/domains/{name}\x12M\n" +
 	"\n" +
-	"CreateZone\x12\x1a.lehr.v1.CreateZoneRequest\x1a\r.lehr.v1.Zone\x12O\n" +
+	"CreateZone\x12\x1a.lehr.v1.CreateZoneRequest\x1a\r.lehr.v1.Zone\"\x14\x82\xd3\xe4\x93\x02\x0e:\x01*\"\t/v1/zones\x12g\n" +
 	"\n" +
-	"DeleteZone\x12\x1a.lehr.v1.DeleteZoneRequest\x1a\x16.google.protobuf.Empty\"\r\xdaA\n" +
-	"name,force\x12B\n" +
-	"\tListZones\x12\x19.lehr.v1.ListZonesRequest\x1a\x1a.lehr.v1.ListZonesResponse\x12?\n" +
-	"\bGetGoals\x12\x18.lehr.v1.GetGoalsRequest\x1a\x19.lehr.v1.GetGoalsResponse\x12G\n" +
+	"DeleteZone\x12\x1a.lehr.v1.DeleteZoneRequest\x1a\x16.google.protobuf.Empty\"%\xdaA\n" +
+	"name,force\x82\xd3\xe4\x93\x02\x12*\x10/v1/zones/{name}\x12U\n" +
+	"\tListZones\x12\x19.lehr.v1.ListZonesRequest\x1a\x1a.lehr.v1.ListZonesResponse\"\x11\x82\xd3\xe4\x93\x02\v\x12\t/v1/zones\x12_\n" +
+	"\bGetGoals\x12\x18.lehr.v1.GetGoalsRequest\x1a\x19.lehr.v1.GetGoalsResponse\"\x1e\x82\xd3\xe4\x93\x02\x18\x12\x16/v1/zones/{zone}/goals\x12G\n" +
 	"\n" +
 	"WatchGoals\x12\x1a.lehr.v1.WatchGoalsRequest\x1a\x1b.lehr.v1.WatchGoalsResponse0\x01\x12K\n" +
 	"\fFetchVersion\x12\x1c.lehr.v1.FetchVersionRequest\x1a\x1d.lehr.v1.FetchVersionResponse\x12E\n" +
 	"\n" +
 	"FetchDelta\x12\x1a.lehr.v1.FetchDeltaRequest\x1a\x1b.lehr.v1.FetchDeltaResponse\x12W\n" +
-	"\x10ReportZoneStatus\x12 .lehr.v1.ReportZoneStatusRequest\x1a!.lehr.v1.ReportZoneStatusResponse\x12N\n" +
-	"\rGetZoneStatus\x12\x1d.lehr.v1.GetZoneStatusRequest\x1a\x1e.lehr.v1.GetZoneStatusResponse\x12F\n" +
-	"\x0eGetStoreStatus\x12\x1e.lehr.v1.GetStoreStatusRequest\x1a\x14.lehr.v1.StoreStatus\x12L\n" +
-	"\x10GetControlStatus\x12 .lehr.v1.GetControlStatusRequest\x1a\x16.lehr.v1.ControlStatus\x12R\n" +
-	"\x10SetRolloutPolicy\x12 .lehr.v1.SetRolloutPolicyRequest\x1a\x1c.lehr.v1.RolloutPolicyRecord\x12X\n" +
-	"\x13DeleteRolloutPolicy\x12#.lehr.v1.DeleteRolloutPolicyRequest\x1a\x1c.lehr.v1.RolloutPolicyRecord\x12W\n" +
-	"\x10GetRolloutPolicy\x12 .lehr.v1.GetRolloutPolicyRequest\x1a!.lehr.v1.GetRolloutPolicyResponse\x12c\n" +
-	"\x14RolloutPolicyHistory\x12$.lehr.v1.RolloutPolicyHistoryRequest\x1a%.lehr.v1.RolloutPolicyHistoryResponse\x12:\n" +
+	"\x10ReportZoneStatus\x12 .lehr.v1.ReportZoneStatusRequest\x1a!.lehr.v1.ReportZoneStatusResponse\x12o\n" +
+	"\rGetZoneStatus\x12\x1d.lehr.v1.GetZoneStatusRequest\x1a\x1e.lehr.v1.GetZoneStatusResponse\"\x1f\x82\xd3\xe4\x93\x02\x19\x12\x17/v1/zones/{zone}/status\x12_\n" +
+	"\x0eGetStoreStatus\x12\x1e.lehr.v1.GetStoreStatusRequest\x1a\x14.lehr.v1.StoreStatus\"\x17\x82\xd3\xe4\x93\x02\x11\x12\x0f/v1/storeStatus\x12g\n" +
+	"\x10GetControlStatus\x12 .lehr.v1.GetControlStatusRequest\x1a\x16.lehr.v1.ControlStatus\"\x19\x82\xd3\xe4\x93\x02\x13\x12\x11/v1/controlStatus\x12\xb5\x01\n" +
+	"\x10SetRolloutPolicy\x12 .lehr.v1.SetRolloutPolicyRequest\x1a\x1c.lehr.v1.RolloutPolicyRecord\"a\x82\xd3\xe4\x93\x02[:\x01*Z):\x01*\"$/v1/domains/{scope}:setRolloutPolicy\"+/v1/namespaces/{scope=*/*}:setRolloutPolicy\x12\xc1\x01\n" +
+	"\x13DeleteRolloutPolicy\x12#.lehr.v1.DeleteRolloutPolicyRequest\x1a\x1c.lehr.v1.RolloutPolicyRecord\"g\x82\xd3\xe4\x93\x02a:\x01*Z,:\x01*\"'/v1/domains/{scope}:deleteRolloutPolicy\"./v1/namespaces/{scope=*/*}:deleteRolloutPolicy\x12\xb4\x01\n" +
+	"\x10GetRolloutPolicy\x12 .lehr.v1.GetRolloutPolicyRequest\x1a!.lehr.v1.GetRolloutPolicyResponse\"[\x82\xd3\xe4\x93\x02UZ&\x12$/v1/domains/{scope}:getRolloutPolicy\x12+/v1/namespaces/{scope=*/*}:getRolloutPolicy\x12\xc8\x01\n" +
+	"\x14RolloutPolicyHistory\x12$.lehr.v1.RolloutPolicyHistoryRequest\x1a%.lehr.v1.RolloutPolicyHistoryResponse\"c\x82\xd3\xe4\x93\x02]Z*\x12(/v1/domains/{scope}:rolloutPolicyHistory\x12//v1/namespaces/{scope=*/*}:rolloutPolicyHistory\x12u\n" +
 	"\n" +
-	"GetRollout\x12\x1a.lehr.v1.GetRolloutRequest\x1a\x10.lehr.v1.Rollout\x12K\n" +
-	"\fListRollouts\x12\x1c.lehr.v1.ListRolloutsRequest\x1a\x1d.lehr.v1.ListRolloutsResponse\x12Z\n" +
-	"\x11ListRolloutEvents\x12!.lehr.v1.ListRolloutEventsRequest\x1a\".lehr.v1.ListRolloutEventsResponse\x12@\n" +
-	"\rUpdateRollout\x12\x1d.lehr.v1.UpdateRolloutRequest\x1a\x10.lehr.v1.Rollout\x12?\n" +
-	"\bEvaluate\x12\x18.lehr.v1.EvaluateRequest\x1a\x19.lehr.v1.CanaryEvaluation\x12U\n" +
-	"\x13GetCanaryEvaluation\x12#.lehr.v1.GetCanaryEvaluationRequest\x1a\x19.lehr.v1.CanaryEvaluation\x12f\n" +
-	"\x15ListCanaryEvaluations\x12%.lehr.v1.ListCanaryEvaluationsRequest\x1a&.lehr.v1.ListCanaryEvaluationsResponse\x12@\n" +
-	"\tGetPolicy\x12\x19.lehr.v1.GetPolicyRequest\x1a\x0f.lehr.v1.Policy\"\a\xdaA\x04name\x12\xc6\x01\n" +
-	"\x16CreatePolicyExperiment\x12&.lehr.v1.CreatePolicyExperimentRequest\x1a\x1d.google.longrunning.Operation\"e\xcaA2\n" +
-	"\x10PolicyExperiment\x12\x1eCreatePolicyExperimentMetadata\xdaA-parent,policy_experiment,policy_experiment_id\x12\xb6\x01\n" +
-	"\x16UpdatePolicyExperiment\x12&.lehr.v1.UpdatePolicyExperimentRequest\x1a\x1d.google.longrunning.Operation\"U\xcaA2\n" +
-	"\x10PolicyExperiment\x12\x1eUpdatePolicyExperimentMetadata\xdaA\x1dpolicy_experiment,update_mask\x12^\n" +
-	"\x13GetPolicyExperiment\x12#.lehr.v1.GetPolicyExperimentRequest\x1a\x19.lehr.v1.PolicyExperiment\"\a\xdaA\x04name\x12q\n" +
-	"\x15ListPolicyExperiments\x12%.lehr.v1.ListPolicyExperimentsRequest\x1a&.lehr.v1.ListPolicyExperimentsResponse\"\t\xdaA\x06parent\x12\xa2\x01\n" +
-	"\x16DeletePolicyExperiment\x12&.lehr.v1.DeletePolicyExperimentRequest\x1a\x1d.google.longrunning.Operation\"A\xcaA2\n" +
-	"\x10PolicyExperiment\x12\x1eDeletePolicyExperimentMetadata\xdaA\tname,etag\x12\xa8\x01\n" +
-	"\x1cStartPreviewPolicyExperiment\x12,.lehr.v1.StartPreviewPolicyExperimentRequest\x1a\x1d.google.longrunning.Operation\";\xcaA8\n" +
-	"\x10PolicyExperiment\x12$StartPreviewPolicyExperimentMetadata\x12\xa5\x01\n" +
-	"\x1bStopPreviewPolicyExperiment\x12+.lehr.v1.StopPreviewPolicyExperimentRequest\x1a\x1d.google.longrunning.Operation\":\xcaA7\n" +
-	"\x10PolicyExperiment\x12#StopPreviewPolicyExperimentMetadata\x12\x9b\x01\n" +
-	"\x16CommitPolicyExperiment\x12&.lehr.v1.CommitPolicyExperimentRequest\x1a\x1d.google.longrunning.Operation\":\xcaA7\n" +
-	"\x15google.protobuf.Empty\x12\x1eCommitPolicyExperimentMetadata\x12\x89\x01\n" +
-	"\fDeletePolicy\x12\x1c.lehr.v1.DeletePolicyRequest\x1a\x1d.google.longrunning.Operation\"<\xcaA-\n" +
-	"\x15google.protobuf.Empty\x12\x14DeletePolicyMetadata\xdaA\tname,etag\x12p\n" +
-	"\x19GetPolicyExperimentCounts\x12).lehr.v1.GetPolicyExperimentCountsRequest\x1a\x1f.lehr.v1.PolicyExperimentCounts\"\a\xdaA\x04name\x12W\n" +
-	"\x10ListAuditRecords\x12 .lehr.v1.ListAuditRecordsRequest\x1a!.lehr.v1.ListAuditRecordsResponseB9\n" +
+	"GetRollout\x12\x1a.lehr.v1.GetRolloutRequest\x1a\x10.lehr.v1.Rollout\"9\x82\xd3\xe4\x93\x023\x121/v1/namespaces/{namespace=*/*}/rollouts/{version}\x12\x8c\x01\n" +
+	"\fListRollouts\x12\x1c.lehr.v1.ListRolloutsRequest\x1a\x1d.lehr.v1.ListRolloutsResponse\"?\x82\xd3\xe4\x93\x029Z)\x12'/v1/namespaces/{namespace=*/*}/rollouts\x12\f/v1/rollouts\x12\x9c\x01\n" +
+	"\x11ListRolloutEvents\x12!.lehr.v1.ListRolloutEventsRequest\x1a\".lehr.v1.ListRolloutEventsResponse\"@\x82\xd3\xe4\x93\x02:\x128/v1/namespaces/{namespace=*/*}/rollouts/{version}/events\x12\x85\x01\n" +
+	"\rUpdateRollout\x12\x1d.lehr.v1.UpdateRolloutRequest\x1a\x10.lehr.v1.Rollout\"C\x82\xd3\xe4\x93\x02=:\x01*\"8/v1/namespaces/{namespace=*/*}/rollouts/{version}:update\x12a\n" +
+	"\bEvaluate\x12\x18.lehr.v1.EvaluateRequest\x1a\x19.lehr.v1.CanaryEvaluation\" \x82\xd3\xe4\x93\x02\x1a:\x01*\"\x15/v1/canaryEvaluations\x12\x7f\n" +
+	"\x13GetCanaryEvaluation\x12#.lehr.v1.GetCanaryEvaluationRequest\x1a\x19.lehr.v1.CanaryEvaluation\"(\x82\xd3\xe4\x93\x02\"\x12 /v1/canaryEvaluations/{id=*/*/*}\x12\x85\x01\n" +
+	"\x15ListCanaryEvaluations\x12%.lehr.v1.ListCanaryEvaluationsRequest\x1a&.lehr.v1.ListCanaryEvaluationsResponse\"\x1d\x82\xd3\xe4\x93\x02\x17\x12\x15/v1/canaryEvaluations\x12g\n" +
+	"\tGetPolicy\x12\x19.lehr.v1.GetPolicyRequest\x1a\x0f.lehr.v1.Policy\".\xdaA\x04name\x82\xd3\xe4\x93\x02!\x12\x1f/v1/{name=domains/*/policies/*}\x12\x8f\x02\n" +
+	"\x16CreatePolicyExperiment\x12&.lehr.v1.CreatePolicyExperimentRequest\x1a\x1d.google.longrunning.Operation\"\xad\x01\xcaA2\n" +
+	"\x10PolicyExperiment\x12\x1eCreatePolicyExperimentMetadata\xdaA-parent,policy_experiment,policy_experiment_id\x82\xd3\xe4\x93\x02B:\x11policy_experiment\"-/v1/{parent=domains/*/policies/*}/experiments\x12\x91\x02\n" +
+	"\x16UpdatePolicyExperiment\x12&.lehr.v1.UpdatePolicyExperimentRequest\x1a\x1d.google.longrunning.Operation\"\xaf\x01\xcaA2\n" +
+	"\x10PolicyExperiment\x12\x1eUpdatePolicyExperimentMetadata\xdaA\x1dpolicy_experiment,update_mask\x82\xd3\xe4\x93\x02T:\x11policy_experiment2?/v1/{policy_experiment.name=domains/*/policies/*/experiments/*}\x12\x93\x01\n" +
+	"\x13GetPolicyExperiment\x12#.lehr.v1.GetPolicyExperimentRequest\x1a\x19.lehr.v1.PolicyExperiment\"<\xdaA\x04name\x82\xd3\xe4\x93\x02/\x12-/v1/{name=domains/*/policies/*/experiments/*}\x12\xa6\x01\n" +
+	"\x15ListPolicyExperiments\x12%.lehr.v1.ListPolicyExperimentsRequest\x1a&.lehr.v1.ListPolicyExperimentsResponse\">\xdaA\x06parent\x82\xd3\xe4\x93\x02/\x12-/v1/{parent=domains/*/policies/*}/experiments\x12\xd7\x01\n" +
+	"\x16DeletePolicyExperiment\x12&.lehr.v1.DeletePolicyExperimentRequest\x1a\x1d.google.longrunning.Operation\"v\xcaA2\n" +
+	"\x10PolicyExperiment\x12\x1eDeletePolicyExperimentMetadata\xdaA\tname,etag\x82\xd3\xe4\x93\x02/*-/v1/{name=domains/*/policies/*/experiments/*}\x12\xee\x01\n" +
+	"\x1cStartPreviewPolicyExperiment\x12,.lehr.v1.StartPreviewPolicyExperimentRequest\x1a\x1d.google.longrunning.Operation\"\x80\x01\xcaA8\n" +
+	"\x10PolicyExperiment\x12$StartPreviewPolicyExperimentMetadata\x82\xd3\xe4\x93\x02?:\x01*\":/v1/{name=domains/*/policies/*/experiments/*}:startPreview\x12\xe9\x01\n" +
+	"\x1bStopPreviewPolicyExperiment\x12+.lehr.v1.StopPreviewPolicyExperimentRequest\x1a\x1d.google.longrunning.Operation\"~\xcaA7\n" +
+	"\x10PolicyExperiment\x12#StopPreviewPolicyExperimentMetadata\x82\xd3\xe4\x93\x02>:\x01*\"9/v1/{name=domains/*/policies/*/experiments/*}:stopPreview\x12\xda\x01\n" +
+	"\x16CommitPolicyExperiment\x12&.lehr.v1.CommitPolicyExperimentRequest\x1a\x1d.google.longrunning.Operation\"y\xcaA7\n" +
+	"\x15google.protobuf.Empty\x12\x1eCommitPolicyExperimentMetadata\x82\xd3\xe4\x93\x029:\x01*\"4/v1/{name=domains/*/policies/*/experiments/*}:commit\x12\xb0\x01\n" +
+	"\fDeletePolicy\x12\x1c.lehr.v1.DeletePolicyRequest\x1a\x1d.google.longrunning.Operation\"c\xcaA-\n" +
+	"\x15google.protobuf.Empty\x12\x14DeletePolicyMetadata\xdaA\tname,etag\x82\xd3\xe4\x93\x02!*\x1f/v1/{name=domains/*/policies/*}\x12\xaf\x01\n" +
+	"\x19GetPolicyExperimentCounts\x12).lehr.v1.GetPolicyExperimentCountsRequest\x1a\x1f.lehr.v1.PolicyExperimentCounts\"F\xdaA\x04name\x82\xd3\xe4\x93\x029\x127/v1/{name=domains/*/policies/*/experiments/*}:getCounts\x12q\n" +
+	"\x10ListAuditRecords\x12 .lehr.v1.ListAuditRecordsRequest\x1a!.lehr.v1.ListAuditRecordsResponse\"\x18\x82\xd3\xe4\x93\x02\x12\x12\x10/v1/auditRecordsB9\n" +
 	"\vdev.lehr.v1B\fControlProtoP\x01Z\x1alehr.dev/lehr/proto/lehrpbb\x06proto3"
 
 var (

@@ -87,6 +87,15 @@ const (
 // For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
 //
 // Control is the global deployer.
+//
+// HTTP/JSON. Control serves the methods below that carry a google.api.http
+// option also as HTTP/JSON (AIP-127; lehr control --http-listen,
+// docs/operations.md, "HTTP/JSON"), with the same authentication and the
+// same answers: the URLs carry Lehr's names as the request fields hold
+// them — a domain "acme" at /v1/domains/acme, a namespace "acme/web" at
+// /v1/namespaces/acme/web, a policy "domains/acme/policies/p" at
+// /v1/domains/acme/policies/p. The distributors' methods (WatchGoals,
+// FetchVersion, FetchDelta, ReportZoneStatus) have no HTTP mapping.
 // (-- api-linter: core::0121::resource-must-support-get=disabled
 //
 //	api-linter: core::0121::resource-must-support-list=disabled
@@ -195,22 +204,30 @@ type ControlClient interface {
 	// initial_complete is set), then every change. A client that resumes
 	// passes the last revision it saw + 1. A revision that is no longer
 	// available fails with OUT_OF_RANGE; restart from 0.
+	// (-- api-linter: core::0127::http-annotation=disabled
+	//
+	//	aip.dev/not-precedent: distributors' method, gRPC only. --)
 	WatchGoals(ctx context.Context, in *WatchGoalsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchGoalsResponse], error)
 	// For distributors: a whole version, or what changed between two.
 	// (-- api-linter: core::0131::synonyms=disabled
 	//
+	//	api-linter: core::0127::http-annotation=disabled
 	//	aip.dev/not-precedent: distributors fetch content to push, not a
-	//	resource; renaming breaks every distributor. --)
+	//	resource; renaming breaks every distributor; gRPC only. --)
 	FetchVersion(ctx context.Context, in *FetchVersionRequest, opts ...grpc.CallOption) (*FetchVersionResponse, error)
 	// FetchDelta returns what changed between two versions (from is
 	// required; to 0 means the latest).
 	// (-- api-linter: core::0131::synonyms=disabled
 	//
+	//	api-linter: core::0127::http-annotation=disabled
 	//	aip.dev/not-precedent: as FetchVersion. --)
 	FetchDelta(ctx context.Context, in *FetchDeltaRequest, opts ...grpc.CallOption) (*FetchDeltaResponse, error)
 	// ReportZoneStatus is sent periodically by every distributor: how many of
 	// its agents hold each version of each namespace. Reports expire if not
 	// renewed (three report intervals).
+	// (-- api-linter: core::0127::http-annotation=disabled
+	//
+	//	aip.dev/not-precedent: distributors' method, gRPC only. --)
 	ReportZoneStatus(ctx context.Context, in *ReportZoneStatusRequest, opts ...grpc.CallOption) (*ReportZoneStatusResponse, error)
 	// GetZoneStatus aggregates the live reports of a zone's distributors.
 	// (-- api-linter: core::0131::method-signature=disabled
@@ -869,6 +886,15 @@ func (c *controlClient) ListAuditRecords(ctx context.Context, in *ListAuditRecor
 // for forward compatibility.
 //
 // Control is the global deployer.
+//
+// HTTP/JSON. Control serves the methods below that carry a google.api.http
+// option also as HTTP/JSON (AIP-127; lehr control --http-listen,
+// docs/operations.md, "HTTP/JSON"), with the same authentication and the
+// same answers: the URLs carry Lehr's names as the request fields hold
+// them — a domain "acme" at /v1/domains/acme, a namespace "acme/web" at
+// /v1/namespaces/acme/web, a policy "domains/acme/policies/p" at
+// /v1/domains/acme/policies/p. The distributors' methods (WatchGoals,
+// FetchVersion, FetchDelta, ReportZoneStatus) have no HTTP mapping.
 // (-- api-linter: core::0121::resource-must-support-get=disabled
 //
 //	api-linter: core::0121::resource-must-support-list=disabled
@@ -977,22 +1003,30 @@ type ControlServer interface {
 	// initial_complete is set), then every change. A client that resumes
 	// passes the last revision it saw + 1. A revision that is no longer
 	// available fails with OUT_OF_RANGE; restart from 0.
+	// (-- api-linter: core::0127::http-annotation=disabled
+	//
+	//	aip.dev/not-precedent: distributors' method, gRPC only. --)
 	WatchGoals(*WatchGoalsRequest, grpc.ServerStreamingServer[WatchGoalsResponse]) error
 	// For distributors: a whole version, or what changed between two.
 	// (-- api-linter: core::0131::synonyms=disabled
 	//
+	//	api-linter: core::0127::http-annotation=disabled
 	//	aip.dev/not-precedent: distributors fetch content to push, not a
-	//	resource; renaming breaks every distributor. --)
+	//	resource; renaming breaks every distributor; gRPC only. --)
 	FetchVersion(context.Context, *FetchVersionRequest) (*FetchVersionResponse, error)
 	// FetchDelta returns what changed between two versions (from is
 	// required; to 0 means the latest).
 	// (-- api-linter: core::0131::synonyms=disabled
 	//
+	//	api-linter: core::0127::http-annotation=disabled
 	//	aip.dev/not-precedent: as FetchVersion. --)
 	FetchDelta(context.Context, *FetchDeltaRequest) (*FetchDeltaResponse, error)
 	// ReportZoneStatus is sent periodically by every distributor: how many of
 	// its agents hold each version of each namespace. Reports expire if not
 	// renewed (three report intervals).
+	// (-- api-linter: core::0127::http-annotation=disabled
+	//
+	//	aip.dev/not-precedent: distributors' method, gRPC only. --)
 	ReportZoneStatus(context.Context, *ReportZoneStatusRequest) (*ReportZoneStatusResponse, error)
 	// GetZoneStatus aggregates the live reports of a zone's distributors.
 	// (-- api-linter: core::0131::method-signature=disabled

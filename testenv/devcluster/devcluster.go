@@ -130,6 +130,9 @@ type Options struct {
 	// ControlMetricsListen is the address of control's /metrics and
 	// /healthz; "" (the default) serves none.
 	ControlMetricsListen string
+	// ControlHTTPListen is the address of control's HTTP/JSON API
+	// (control.Options.HTTPListen); "" (the default) serves none.
+	ControlHTTPListen string
 	// DistributorMetrics, if true, makes every distributor serve /metrics
 	// on a free loopback port (see DistributorHandle.MetricsAddr).
 	DistributorMetrics bool
@@ -254,6 +257,7 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 			DataDir:         filepath.Join(c.dir, "control"),
 			Listen:          opts.ControlListen,
 			MetricsListen:   opts.ControlMetricsListen,
+			HTTPListen:      opts.ControlHTTPListen,
 			Logger:          c.log.With("component", "control"),
 			NoSync:          opts.NoSync,
 			ShutdownTimeout: 5 * time.Second,
@@ -433,6 +437,10 @@ func (c *Cluster) ControlAddr() string { return c.ctl.addrString() }
 
 // ControlMetricsAddr is the address of control's /metrics, "" if none.
 func (c *Cluster) ControlMetricsAddr() string { return c.ctl.metricsAddrString() }
+
+// ControlHTTPAddr is the address of control's HTTP/JSON API, "" if none.
+// It stays the same across StopControl and RestartControl.
+func (c *Cluster) ControlHTTPAddr() string { return c.ctl.httpAddrString() }
 
 // Control returns the running control daemon, nil while it is stopped.
 func (c *Cluster) Control() *control.Control { return c.ctl.current() }
@@ -628,7 +636,7 @@ func (r *runner) waitReady(ctx context.Context, ready <-chan struct{}, timeout t
 // controlDaemon is control with a stable address across restarts.
 type controlDaemon struct {
 	c    *Cluster
-	opts control.Options // Listen and MetricsListen fixed after the first start
+	opts control.Options // Listen, MetricsListen and HTTPListen fixed after the first start
 
 	mu  sync.Mutex
 	ctl *control.Control
@@ -653,6 +661,9 @@ func (d *controlDaemon) start(ctx context.Context) error {
 	d.opts.Listen = ctl.Addr().String()
 	if a := ctl.MetricsAddr(); a != nil {
 		d.opts.MetricsListen = a.String()
+	}
+	if a := ctl.HTTPAddr(); a != nil {
+		d.opts.HTTPListen = a.String()
 	}
 	d.ctl, d.run = ctl, r
 	return nil
@@ -682,6 +693,12 @@ func (d *controlDaemon) addrString() string {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	return d.opts.Listen
+}
+
+func (d *controlDaemon) httpAddrString() string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.opts.HTTPListen
 }
 
 func (d *controlDaemon) metricsAddrString() string {

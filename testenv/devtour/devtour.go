@@ -62,6 +62,11 @@ type Options struct {
 	// ControlMetricsListen is control's metrics HTTP address. Empty means
 	// control.DefaultMetricsListen, or a free port if that one is busy.
 	ControlMetricsListen string
+	// ControlHTTPListen is the address of control's HTTP/JSON API. Empty
+	// means DefaultHTTPListen (127.0.0.1:7402, where docs/operations.md's
+	// curl examples look), or a free port if that one is busy; "off"
+	// serves none.
+	ControlHTTPListen string
 	// Logger receives every daemon's logs. Nil means slog.Default().
 	Logger *slog.Logger
 	// Out receives what the user reads: the tour's narration ("==> …"),
@@ -129,7 +134,8 @@ func Run(ctx context.Context, opts Options) error {
 		Logger:              opts.Logger,
 		// A throwaway directory need not survive a machine crash.
 		NoSync: temp,
-	}, listenChoice(opts.ControlListen, defaultListen, "gRPC"), listenChoice(opts.ControlMetricsListen, defaultMetricsListen, "metrics"), t.say)
+	}, listenChoice(opts.ControlListen, defaultListen, "gRPC"), listenChoice(opts.ControlMetricsListen, defaultMetricsListen, "metrics"),
+		listenChoice(opts.ControlHTTPListen, defaultHTTPListen, "HTTP/JSON"), t.say)
 	if err != nil {
 		if ctx.Err() != nil {
 			t.say("interrupted while starting")
@@ -202,7 +208,11 @@ func (t *tour) sayStarted(took time.Duration) {
 	if ma := t.cl.ControlMetricsAddr(); ma != "" {
 		metricsAt = "http://" + ma + "/metrics"
 	}
-	t.say("control serving on %s (metrics %s)", t.cl.ControlAddr(), metricsAt)
+	httpAt := "off"
+	if ha := t.cl.ControlHTTPAddr(); ha != "" {
+		httpAt = "http://" + ha
+	}
+	t.say("control serving on %s (metrics %s, HTTP/JSON %s)", t.cl.ControlAddr(), metricsAt, httpAt)
 	for _, z := range t.zones {
 		for _, d := range t.cl.Distributors(z) {
 			t.say("%s: distributor %s on udp %s", z, d.ID, d.Addr())
@@ -247,10 +257,10 @@ func (t *tour) sayReady(ctx context.Context) {
     lehr rollout events %[2]s%[1]s
     lehr history %[2]s%[1]s
     lehr policy experiment list %[5]s%[1]s     (docs/preview.md: preview a policy change)
-
+%[6]s
   (lehr is ./bin/lehr after 'make build'.) Press Ctrl-C to stop.
 
-`, controlFlag, appNamespace, sock, latest, policyNamespace)
+`, controlFlag, appNamespace, sock, latest, policyNamespace, curlHint(t.cl.ControlHTTPAddr()))
 	if controlFlag != "" {
 		fmt.Fprintf(t.out, `  Control is on %[1]s, not on %[2]s where lehr commands look by default:
   the commands above say so with --control. Or, in that terminal,
@@ -263,6 +273,15 @@ func (t *tour) sayReady(ctx context.Context) {
 	}
 }
 
+// curlHint is the hint's line reading the demo namespace over HTTP/JSON
+// at addr (docs/operations.md, "HTTP/JSON"), "" when control serves none.
+func curlHint(addr string) string {
+	if addr == "" {
+		return ""
+	}
+	return fmt.Sprintf("    curl -sS --fail-with-body http://%s/v1/namespaces/%s:get     (HTTP/JSON: docs/operations.md)\n", addr, appNamespace)
+}
+
 // zoneNames names n zones: zone-a, zone-b, …
 func zoneNames(n int) []string {
 	var out []string
@@ -272,10 +291,15 @@ func zoneNames(n int) []string {
 	return out
 }
 
+// DefaultHTTPListen is where lehr dev serves control's HTTP/JSON API
+// unless told otherwise (control serves none by default).
+const DefaultHTTPListen = "127.0.0.1:7402"
+
 // The addresses control listens on by default (tests change them).
 var (
 	defaultListen        = control.DefaultListen
 	defaultMetricsListen = control.DefaultMetricsListen
+	defaultHTTPListen    = DefaultHTTPListen
 )
 
 // listenAddr is an address for control to listen on: one given, which it
@@ -283,7 +307,7 @@ var (
 type listenAddr struct {
 	addr     string
 	fallback bool   // a default: a free port will do when it is busy
-	what     string // "gRPC", "metrics"
+	what     string // "gRPC", "metrics", "HTTP/JSON"
 }
 
 func listenChoice(given, def, what string) *listenAddr {
@@ -293,14 +317,18 @@ func listenChoice(given, def, what string) *listenAddr {
 	return &listenAddr{addr: def, fallback: true, what: what}
 }
 
-// startCluster starts the cluster with control listening on grpc and
-// metrics. Control binds them itself, at its start — no check that a port
-// is free and a bind later, between which another process could take it
-// (issue 31) — and when a default one is busy the cluster starts again
-// with a free port of the same host in its place, saying so.
-func startCluster(ctx context.Context, o devcluster.Options, grpc, metrics *listenAddr, say func(string, ...any)) (*devcluster.Cluster, error) {
+// startCluster starts the cluster with control listening on grpc,
+// metrics and httpAPI ("off": none). Control binds them itself, at its
+// start — no check that a port is free and a bind later, between which
+// another process could take it (issue 31) — and when a default one is
+// busy the cluster starts again with a free port of the same host in its
+// place, saying so.
+func startCluster(ctx context.Context, o devcluster.Options, grpc, metrics, httpAPI *listenAddr, say func(string, ...any)) (*devcluster.Cluster, error) {
 	for {
-		o.ControlListen, o.ControlMetricsListen = grpc.addr, metrics.addr
+		o.ControlListen, o.ControlMetricsListen, o.ControlHTTPListen = grpc.addr, metrics.addr, httpAPI.addr
+		if o.ControlHTTPListen == "off" {
+			o.ControlHTTPListen = ""
+		}
 		cl, err := devcluster.Start(ctx, o)
 		if err == nil {
 			return cl, nil
@@ -312,6 +340,8 @@ func startCluster(ctx context.Context, o devcluster.Options, grpc, metrics *list
 			l = grpc
 		case ok && busy == metrics.addr && metrics.fallback:
 			l = metrics
+		case ok && busy == httpAPI.addr && httpAPI.fallback:
+			l = httpAPI
 		default:
 			return nil, err
 		}

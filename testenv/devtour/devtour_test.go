@@ -163,33 +163,35 @@ func TestStartClusterBindsDirectly(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer busy.Close()
-	start := func(grpc, metrics *listenAddr) (*devcluster.Cluster, []string, error) {
+	start := func(grpc, metrics, httpAPI *listenAddr) (*devcluster.Cluster, []string, error) {
 		var said []string
 		say := func(f string, args ...any) { said = append(said, fmt.Sprintf(f, args...)) }
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
 		cl, err := startCluster(ctx, devcluster.Options{Dir: t.TempDir(), Zones: []string{"zone-a"}, NoSync: true,
-			Logger: slog.New(slog.DiscardHandler)}, grpc, metrics, say)
+			Logger: slog.New(slog.DiscardHandler)}, grpc, metrics, httpAPI, say)
 		if cl != nil {
 			t.Cleanup(func() { cl.Close() })
 		}
 		return cl, said, err
 	}
 
-	cl, said, err := start(listenChoice("", busy.Addr().String(), "gRPC"), listenChoice("", busy.Addr().String(), "metrics"))
+	cl, said, err := start(listenChoice("", busy.Addr().String(), "gRPC"), listenChoice("", busy.Addr().String(), "metrics"), listenChoice("", busy.Addr().String(), "HTTP/JSON"))
 	if err != nil {
-		t.Fatalf("with both default ports busy: %v", err)
+		t.Fatalf("with every default port busy: %v", err)
 	}
-	if cl.ControlAddr() == busy.Addr().String() || cl.ControlMetricsAddr() == busy.Addr().String() || cl.ControlMetricsAddr() == "" {
-		t.Errorf("control on %s, metrics on %s; want other ports than the busy %s", cl.ControlAddr(), cl.ControlMetricsAddr(), busy.Addr())
+	if cl.ControlAddr() == busy.Addr().String() || cl.ControlMetricsAddr() == busy.Addr().String() || cl.ControlMetricsAddr() == "" ||
+		cl.ControlHTTPAddr() == busy.Addr().String() || cl.ControlHTTPAddr() == "" {
+		t.Errorf("control on %s, metrics on %s, HTTP/JSON on %s; want other ports than the busy %s", cl.ControlAddr(), cl.ControlMetricsAddr(), cl.ControlHTTPAddr(), busy.Addr())
 	}
 	want := []string{"gRPC port " + busy.Addr().String() + " is busy; using a free port instead",
-		"metrics port " + busy.Addr().String() + " is busy; using a free port instead"}
+		"metrics port " + busy.Addr().String() + " is busy; using a free port instead",
+		"HTTP/JSON port " + busy.Addr().String() + " is busy; using a free port instead"}
 	if diff := cmp.Diff(want, said); diff != "" {
 		t.Errorf("said (-want +got):\n%s", diff)
 	}
 
-	_, said, err = start(listenChoice(busy.Addr().String(), "127.0.0.1:0", "gRPC"), listenChoice("off", "", "metrics"))
+	_, said, err = start(listenChoice(busy.Addr().String(), "127.0.0.1:0", "gRPC"), listenChoice("off", "", "metrics"), listenChoice("off", "", "HTTP/JSON"))
 	if !errors.Is(err, syscall.EADDRINUSE) || len(said) != 0 {
 		t.Errorf("with --listen on a busy port: %v, said %q; want the error, address in use", err, said)
 	}
