@@ -860,10 +860,12 @@ func (c *catalogRun) agents(ctx context.Context) (float64, error) {
 	if err != nil {
 		return 0, err
 	}
+	scrapeStart := time.Now()
 	dm, err := c.dist.metrics(ctx)
 	if err != nil {
 		return 0, err
 	}
+	scrape := time.Since(scrapeStart)
 	swp, _ := readProc(sw.pid)
 	c.res.Rows = append(c.res.Rows, *(&Row{System: "lehr-distributor", Case: fmt.Sprintf("%d agents × %d of %d namespaces", p.agents, catalogSubs, p.namespaces)}).
 		Add("time", converged.Seconds(), "s").
@@ -873,6 +875,7 @@ func (c *catalogRun) agents(ctx context.Context) (float64, error) {
 		Add("goals", dm.sum("lehr_distributor_goals"), "").Add("wanted", dm.sum("lehr_distributor_namespaces_wanted"), "").
 		Add("cache", dm.sum("lehr_distributor_cache_bytes")/(1<<20), "MiB").
 		Add("go memory limit", dm.sum("go_memlimit_bytes")/(1<<20), "MiB").Add("oom kills", float64(c.oomKills()), "").
+		Add("scrape", ms(scrape), "ms").
 		Add("agents' rss", float64(swp.rss)/(1<<20), "MiB"))
 	return float64(d1.hwm), nil
 }

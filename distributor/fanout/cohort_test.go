@@ -1,6 +1,7 @@
 package fanout_test
 
 import (
+	"maps"
 	"slices"
 	"testing"
 
@@ -82,6 +83,33 @@ func TestSampleReportsLowestPositions(t *testing.T) {
 	for _, a := range agents {
 		if h, _ := a.Held(ns); h.Ref.Seq != v1.Seq {
 			t.Errorf("%s holds version %d while the cohort is empty; want %d", a.HostID(), h.Ref.Seq, v1.Seq)
+		}
+	}
+}
+
+// Lags is Lag of every subscribed namespace at once (what the lag gauges
+// of one scrape read): an agent subscribed to a namespace with no goal
+// lags it, one at its goal does not, and a namespace nobody subscribes to
+// is absent.
+func TestLagsIsLagOfEverySubscribedNamespace(t *testing.T) {
+	e := newEnv(t)
+	v1 := e.publish("d/app", props(3, "v1"))
+	a := e.dial("host-1", agenttest.Options{Subscriptions: []string{"d/app", "d/none"}})
+	b := e.dial("host-2", agenttest.Options{Subscriptions: []string{"d/app", "d/none"}})
+	e.dial("host-3", agenttest.Options{Subscriptions: []string{"d/app"}})
+	e.publish("d/other", props(1, "x"))
+	waitVersion(t, a, "d/app", v1)
+	waitVersion(t, b, "d/app", v1)
+	wait.For(t, "every agent at d/app's goal", func() bool { return e.srv.Lag("d/app") == 0 })
+
+	got := e.srv.Lags()
+	want := map[string]int{"d/app": 0, "d/none": 2}
+	if !maps.Equal(got, want) {
+		t.Errorf("Lags = %v; want %v", got, want)
+	}
+	for ns, n := range got {
+		if l := e.srv.Lag(ns); l != n {
+			t.Errorf("Lags[%s] = %d, Lag = %d", ns, n, l)
 		}
 	}
 }

@@ -54,6 +54,11 @@ type serverMetrics struct {
 
 	lagMu sync.Mutex
 	lag   map[string]bool
+	// lags is the last Server.Lags, taken at lagsAt: the lag gauges of
+	// one scrape share it (lagsMaxAge).
+	lagsMu sync.Mutex
+	lags   map[string]int
+	lagsAt time.Time
 }
 
 func newServerMetrics(set *metrics.Set, srv *Server) *serverMetrics {
@@ -109,7 +114,21 @@ func (m *serverMetrics) ensureLag(ns string) {
 	}
 	m.lag[ns] = true
 	name := fmt.Sprintf(`lehr_distributor_namespace_lag{namespace=%s}`, strconv.Quote(ns))
-	m.set.GetOrCreateGauge(name, func() float64 { return float64(m.srv.Lag(ns)) })
+	m.set.GetOrCreateGauge(name, func() float64 { return float64(m.lagOf(ns)) })
+}
+
+// lagsMaxAge is how long one Server.Lags serves the lag gauges: a scrape
+// writes them all within it.
+const lagsMaxAge = 250 * time.Millisecond
+
+// lagOf is ns's lag from a Server.Lags at most lagsMaxAge old.
+func (m *serverMetrics) lagOf(ns string) int {
+	m.lagsMu.Lock()
+	defer m.lagsMu.Unlock()
+	if now := time.Now(); m.lags == nil || now.Sub(m.lagsAt) > lagsMaxAge {
+		m.lags, m.lagsAt = m.srv.Lags(), now
+	}
+	return m.lags[ns]
 }
 
 func (m *serverMetrics) pushed(snapshot bool, n int) {

@@ -790,6 +790,31 @@ func (s *Server) Lag(ns string) int {
 	return n
 }
 
+// Lags is Lag of every namespace a connected agent subscribes to, in one
+// pass over the sessions: a scrape of the per-namespace lag gauges costs
+// O(agents × subscriptions), not that times the namespaces (at 7,500
+// agents × 10 of 71,000 namespaces, one Lag per gauge kept a scrape busy
+// beyond 30 s).
+func (s *Server) Lags() map[string]int {
+	goals := *s.goals.Load()
+	out := map[string]int{}
+	for _, ss := range s.sessionList() {
+		ss.mu.Lock()
+		for ns, st := range ss.ns {
+			if !st.subscribed {
+				continue
+			}
+			n := out[ns]
+			if g, ok := goals[ns]; !ok || st.have != g.For(ss.host).Ref() {
+				n++
+			}
+			out[ns] = n
+		}
+		ss.mu.Unlock()
+	}
+	return out
+}
+
 // register adds a session, replacing (and closing) an older one of the same
 // host. It fails once the server is closed.
 func (s *Server) register(ss *session) bool {
