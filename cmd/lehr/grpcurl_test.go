@@ -56,9 +56,9 @@ func TestGrpcurlLinesInDocsWork(t *testing.T) {
 	// What each line must print (a substring of its output).
 	want := map[string]string{
 		"grpcurl -plaintext 127.0.0.1:7400 list":                                                                                        "lehr.v1.Control\n",
-		"grpcurl -plaintext 127.0.0.1:7400 describe lehr.v1.Control.ListDomains":                                                        "rpc ListDomains ( .lehr.v1.ListDomainsRequest ) returns ( .lehr.v1.ListDomainsResponse );",
+		"grpcurl -plaintext 127.0.0.1:7400 describe lehr.v1.Control.ListDomains":                                                        "rpc ListDomains ( .lehr.v1.ListDomainsRequest ) returns ( .lehr.v1.ListDomainsResponse )",
 		"grpcurl -plaintext -d '{}' 127.0.0.1:7400 lehr.v1.Control/ListDomains":                                                         `"name": "demo"`,
-		"grpcurl -plaintext -import-path proto -proto lehr/v1/control.proto 127.0.0.1:7400 describe lehr.v1.Control":                    "rpc CreatePolicyExperiment ( .lehr.v1.CreatePolicyExperimentRequest ) returns ( .google.longrunning.Operation );",
+		"grpcurl -plaintext -import-path proto -proto lehr/v1/control.proto 127.0.0.1:7400 describe lehr.v1.Control":                    "rpc CreatePolicyExperiment ( .lehr.v1.CreatePolicyExperimentRequest ) returns ( .google.longrunning.Operation )",
 		"grpcurl -cacert /etc/lehr/tls/ca.crt -cert /etc/lehr/tls/alice.crt -key /etc/lehr/tls/alice.key control.example.net:7400 list": "lehr.v1.Control\n",
 		"grpcurl -plaintext -unix -d '{}' /run/lehr-control/control.sock lehr.v1.Control/ListZones":                                     `"name": "zone-a"`,
 		"grpcurl -plaintext -unix /run/lehr/agent.sock list":                                                                            "lehr.v1.Agent\n",
