@@ -97,7 +97,7 @@ type mtls struct {
 func startMTLS(t *testing.T, admin string) *mtls {
 	t.Helper()
 	dir := t.TempDir()
-	ca, err := pki.NewCA(filepath.Join(dir, "ca"), "console test CA", time.Hour)
+	ca, err := pki.NewCA(filepath.Join(dir, "ca"), "console-test-ca", time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}
