@@ -151,7 +151,8 @@ func (b *browser) noErrors(what string) {
 // shot writes a full-page screenshot.
 func (b *browser) shot(name string) {
 	b.t.Helper()
-	png := get(b, "screenshot "+name, chromedp.FullScreenshot(90))
+	// Quality 100 is a PNG (below, a JPEG).
+	png := get(b, "screenshot "+name, chromedp.FullScreenshot(100))
 	path := filepath.Join(b.dir, name+".png")
 	if err := os.WriteFile(path, png, 0o644); err != nil {
 		b.t.Fatal(err)
