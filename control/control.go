@@ -6,7 +6,8 @@
 // (lehr control status), marks every response with the store's identity
 // (internal/storeid), and exposes /metrics, /healthz and the gRPC health
 // service. With Options.HTTPListen it serves the API as HTTP/JSON too
-// (control/httpapi), through its own gRPC server.
+// (control/httpapi), through its own gRPC server, and the operator
+// console (control/console) beside it.
 // With no etcd endpoints configured it runs a single-member etcd inside
 // the process, in its data directory (control/embedetcd).
 //
@@ -41,8 +42,10 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/reflection"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"lehr.dev/lehr/control/console"
 	"lehr.dev/lehr/control/embedetcd"
 	"lehr.dev/lehr/control/httpapi"
 	"lehr.dev/lehr/control/service"
@@ -154,7 +157,9 @@ type Options struct {
 	// served with TLS (the TLS option, so client certificates exactly as
 	// for gRPC), or plaintext on a loopback address only, and every request
 	// is a call to control's own gRPC server as the HTTP caller — the same
-	// identities, ACLs, audit and errors (control/httpapi). Empty (the
+	// identities, ACLs, audit and errors (control/httpapi). The operator
+	// console (control/console) is served there too, under /console/,
+	// reading and acting as its caller in the same way. Empty (the
 	// default): off, so an upgrade opens no new port; lehr dev turns it on.
 	HTTPListen string
 	// MetricsListen is the HTTP address of /metrics (Prometheus text) and
@@ -613,7 +618,22 @@ func (c *Control) Run(ctx context.Context) (err error) {
 	var tc credentials.TransportCredentials = peercred.Credentials{TransportCredentials: creds}
 	var api *httpapi.Server
 	if hlis != nil {
-		api = httpapi.New(hlis.Addr(), httpapi.Options{TLS: c.tls, MaxMessageBytes: c.opts.MaxMessageBytes, Logger: c.log})
+		// The operator console, on the same listener: its pages read and
+		// act as their HTTP caller, through the same in-process gRPC
+		// connections (httpapi.CallerClient); MayCall is the service's own
+		// decision, so it offers an action only to callers control would
+		// let act.
+		con, err := console.New(console.Options{
+			Client: httpapi.CallerClient(),
+			MayCall: func(r *http.Request, method string, req proto.Message) error {
+				return svc.MayCall(httpapi.PeerContext(r), authz, method, req)
+			},
+			Logger: c.log.With("component", "console"),
+		})
+		if err != nil {
+			return fmt.Errorf("control: %w", err)
+		}
+		api = httpapi.New(hlis.Addr(), httpapi.Options{TLS: c.tls, MaxMessageBytes: c.opts.MaxMessageBytes, Logger: c.log, Console: con})
 		tc = httpapi.Credentials{TransportCredentials: tc}
 	}
 	gopts = append(gopts, grpc.Creds(tc))

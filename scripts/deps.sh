@@ -20,6 +20,12 @@
 # minute of CPU on a cold cache: it links gRPC's xDS support).
 # curl — control/httpdocs_test.go runs docs/operations.md's curl examples
 # of the HTTP/JSON API as written. Debian's curl; skipped when on $PATH.
+# chromium — the operator console's browser tests (control/console,
+# browser_test.go) drive a real headless Chromium through chromedp.
+# Debian's chromium package, without recommends (no desktop extras), and
+# fonts-dejavu-core so that its screenshots have legible text;
+# skipped when a chromium is on $PATH. The tests fail under CI without it
+# and are skipped on a machine without it otherwise.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -47,4 +53,11 @@ if command -v curl >/dev/null; then
 else
 	apt-get install -y -qq curl 2>/dev/null || { apt-get update -qq && apt-get install -y -qq curl; }
 	echo "curl: $(command -v curl), installed"
+fi
+if command -v chromium >/dev/null; then
+	echo "chromium: $(command -v chromium), present"
+else
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium fonts-dejavu-core >/dev/null 2>&1 ||
+		{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium fonts-dejavu-core >/dev/null; }
+	echo "chromium: $(command -v chromium), installed"
 fi

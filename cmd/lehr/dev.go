@@ -39,7 +39,8 @@ Ctrl-C stops everything. The temporary data is removed on exit (pass
 
 Control listens on 127.0.0.1:7400 (metrics on 127.0.0.1:7401), the address
 every client command uses by default, and serves its API as HTTP/JSON on
-127.0.0.1:7402 (docs/operations.md's curl examples). It binds them as it
+127.0.0.1:7402 (docs/operations.md's curl examples), with the operator
+console at http://127.0.0.1:7402/console/ for a browser. It binds them as it
 starts; if one is busy it takes a free port instead and says so, and every
 command it prints then names the address with --control (and it shows the
 export LEHR_CONTROL=… that makes README's commands reach it too).`,

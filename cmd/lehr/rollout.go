@@ -619,16 +619,9 @@ func writeRollouts(w io.Writer, rs []*lehrpb.Rollout) {
 	tw.Flush()
 }
 
-func stateName(s lehrpb.RolloutState) string {
-	return strings.ToLower(strings.TrimPrefix(s.String(), "ROLLOUT_STATE_"))
-}
+func stateName(s lehrpb.RolloutState) string { return rollout.StateName(s) }
 
-func stageOf(r *lehrpb.Rollout) string {
-	if n := len(r.GetStages()); n > 0 && int(r.GetStage()) < n {
-		return fmt.Sprintf("%d/%d %s", r.GetStage()+1, n, r.GetStages()[r.GetStage()])
-	}
-	return "-"
-}
+func stageOf(r *lehrpb.Rollout) string { return rollout.StageLabel(r) }
 
 // writeRollout prints a rollout's status.
 func writeRollout(w io.Writer, r *lehrpb.Rollout) {
@@ -641,12 +634,12 @@ func writeRollout(w io.Writer, r *lehrpb.Rollout) {
 	fmt.Fprintln(w)
 	for i, name := range r.GetStages() {
 		mark := " "
-		switch {
-		case int32(i) < r.GetStage() || r.GetState() == lehrpb.RolloutState_ROLLOUT_STATE_SUCCEEDED:
+		switch rollout.PhaseOf(r, i) {
+		case rollout.StagePassed:
 			mark = "✓"
-		case int32(i) == r.GetStage() && (r.GetState() == lehrpb.RolloutState_ROLLOUT_STATE_RUNNING || r.GetState() == lehrpb.RolloutState_ROLLOUT_STATE_PAUSED):
+		case rollout.StageCurrent:
 			mark = "▶"
-		case int32(i) == r.GetStage():
+		case rollout.StageEnded:
 			mark = "✗"
 		}
 		fmt.Fprintf(w, "  %s %d. %s\n", mark, i+1, clean(name))
@@ -665,12 +658,7 @@ func writeRollout(w io.Writer, r *lehrpb.Rollout) {
 }
 
 // reasonOf is r's reason and, while it waits for something timed, how
-// long is left (the strategist stores when the wait ends, not a
-// countdown: rollout.WaitLeft).
+// long is left (rollout.Reason, as the console shows it).
 func reasonOf(r *lehrpb.Rollout, now time.Time) string {
-	s := clean(r.GetReason())
-	if left := rollout.WaitLeft(r, now); left != "" {
-		s += "; " + left
-	}
-	return s
+	return clean(rollout.Reason(r, now))
 }

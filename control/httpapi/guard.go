@@ -17,7 +17,9 @@ import (
 	"lehr.dev/lehr/internal/apierror"
 )
 
-// What HTTP needs that gRPC has built in. A gRPC client is a program; an
+// What HTTP needs that gRPC has built in. (The console under
+// ConsolePrefix, for browsers, is screened by the host rule below only
+// and applies its own rules for pages and forms: control/console.) A gRPC client is a program; an
 // HTTP client may be a browser acting for whatever page it shows, holding
 // a client certificate (sent to any server that asks for one) or running
 // on control's host (where plaintext loopback is allowed, and in dev mode
@@ -44,14 +46,24 @@ func screen(r *http.Request, overTLS bool) (int, *apierror.Error) {
 			"control's HTTP/JSON API is for programs, not web pages: a request a browser makes for a page (it carries an Origin or Sec-Fetch-Site header) is refused, "+
 				"so that no page can act with a browser's client certificate or from control's host")
 	}
-	if !overTLS && !literalHost(r.Host) {
-		return http.StatusForbidden, apierror.New(codes.PermissionDenied, apierror.ReasonPermissionDenied, "",
-			"the request is addressed to %q: control's plaintext HTTP listener answers only requests addressed to an IP address or localhost "+
-				"(a web page could point any other name at this host); use http://127.0.0.1:PORT", r.Host)
+	if code, err := screenHost(r, overTLS); err != nil {
+		return code, err
 	}
 	if hasBody(r) && r.ContentLength != 0 && !isJSON(r.Header.Get("Content-Type")) {
 		return http.StatusUnsupportedMediaType, apierror.New(codes.InvalidArgument, apierror.ReasonInvalidArgument, "Content-Type",
 			"the body is %q, not JSON: send it with Content-Type: application/json (curl -H 'Content-Type: application/json')", r.Header.Get("Content-Type"))
+	}
+	return 0, nil
+}
+
+// screenHost refuses, on a plaintext listener, a request addressed to
+// anything but an IP address or localhost: the API's rule, and the
+// console's.
+func screenHost(r *http.Request, overTLS bool) (int, *apierror.Error) {
+	if !overTLS && !literalHost(r.Host) {
+		return http.StatusForbidden, apierror.New(codes.PermissionDenied, apierror.ReasonPermissionDenied, "",
+			"the request is addressed to %q: control's plaintext HTTP listener answers only requests addressed to an IP address or localhost "+
+				"(a web page could point any other name at this host); use http://127.0.0.1:PORT", r.Host)
 	}
 	return 0, nil
 }

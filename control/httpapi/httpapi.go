@@ -38,6 +38,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/protobuf/encoding/protojson"
 
 	"lehr.dev/lehr/internal/apierror"
@@ -88,6 +89,13 @@ type Options struct {
 	MaxConns int
 	// Logger; default slog.Default().
 	Logger *slog.Logger
+	// Console, if set, serves the operator console (control/console)
+	// under /console/, and / redirects there. Its requests are screened
+	// only for the plaintext listener's host rule (guard.go): a browser
+	// fetching a page is what it is for, so the console applies its own
+	// rules for pages and forms. It reads and acts through CallerClient
+	// with the request's context: as the HTTP caller, like the API.
+	Console http.Handler
 }
 
 // Server is control's HTTP/JSON API. New starts nothing; control's gRPC
@@ -209,9 +217,16 @@ func (s *Server) Close() error {
 	return err
 }
 
+// ConsolePrefix is the path under which Options.Console is served.
+const ConsolePrefix = "/console/"
+
 // ServeHTTP screens a request (guard.go), gives it its connection's gRPC
-// client and hands it to the gateway's handlers.
+// client and hands it to the gateway's handlers, or to the console.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if s.opts.Console != nil && (strings.HasPrefix(r.URL.Path, ConsolePrefix) || r.URL.Path == "/" || r.URL.Path == "/console") {
+		s.serveConsole(w, r)
+		return
+	}
 	if code, err := screen(r, s.opts.TLS != nil); err != nil {
 		s.writeError(w, code, err)
 		return
@@ -247,6 +262,50 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.mux.ServeHTTP(w, r.WithContext(context.WithValue(ctx, clientKey{}, cc)))
+}
+
+// serveConsole hands r to the console with its connection's gRPC client;
+// / and /console redirect to the console's first page.
+func (s *Server) serveConsole(w http.ResponseWriter, r *http.Request) {
+	if code, err := screenHost(r, s.opts.TLS != nil); err != nil {
+		s.writeError(w, code, err)
+		return
+	}
+	if !strings.HasPrefix(r.URL.Path, ConsolePrefix) {
+		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+			s.writeError(w, http.StatusMethodNotAllowed, apierror.New(codes.Unimplemented, apierror.ReasonInvalidArgument, "", "%s %s: only GET redirects to the console (%s)", r.Method, r.URL.Path, ConsolePrefix))
+			return
+		}
+		http.Redirect(w, r, ConsolePrefix, http.StatusFound)
+		return
+	}
+	r.Header.Del("Authorization")
+	cc, err := s.connOf(r)
+	if err != nil {
+		s.writeError(w, http.StatusServiceUnavailable, apierror.New(codes.Unavailable, apierror.ReasonUnavailable, "", "control is shutting down"))
+		return
+	}
+	s.opts.Console.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), clientKey{}, cc)))
+}
+
+// CallerClient is the Control API as the caller of the HTTP request whose
+// context a call is made with: each call goes, on the gRPC connection of
+// that request's HTTP connection, through control's gRPC server and its
+// interceptors, as the gateway's calls do. A call with any other context
+// fails (INTERNAL). The console (Options.Console) reads and acts through
+// it.
+func CallerClient() lehrpb.ControlClient { return lehrpb.NewControlClient(router{}) }
+
+// PeerContext returns r's context with the gRPC peer its caller is known
+// by on the in-process connection — its HTTP connection's addresses and,
+// over TLS, the verified client certificate — for decisions made without
+// a call (service.Service.MayCall).
+func PeerContext(r *http.Request) context.Context {
+	p := &peer.Peer{AuthInfo: authInfo(r.TLS)}
+	if c, ok := r.Context().Value(connKey{}).(*callerConn); ok {
+		p.Addr, p.LocalAddr = c.remote, c.local
+	}
+	return peer.NewContext(r.Context(), p)
 }
 
 // acquireBody takes one of MaxBodies, waiting up to BodyWait.

@@ -29,7 +29,7 @@
 //
 // Imported by control/strategist (which runs it), control/service (which
 // validates policies, serves rollouts and starts global blasts at
-// publish), cmd/lehr (which describes
+// publish), control/console (which shows rollouts as cmd/lehr does), cmd/lehr (which describes
 // policies and freezes) and testenv/devcluster (the fast policy of "lehr
 // dev").
 package rollout

@@ -68,10 +68,19 @@ func (a aclAction) list(acl *lehrpb.Acl) (entries []string, field string) {
 // lists the call needs. A domain that does not exist is left to the
 // handler (NOT_FOUND).
 func (s *Service) ACLInterceptor(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-	method := path.Base(info.FullMethod)
+	if err := s.checkACL(ctx, path.Base(info.FullMethod), req, true); err != nil {
+		return nil, err
+	}
+	return handler(ctx, req)
+}
+
+// checkACL is ACLInterceptor's decision on a call of method with req by
+// the caller of ctx; count counts a refusal in
+// lehr_control_acl_denials_total.
+func (s *Service) checkACL(ctx context.Context, method string, req any, count bool) error {
 	if auditedMethods[method] {
 		if err := s.checkAsserted(ctx, req); err != nil {
-			return nil, err
+			return err
 		}
 	}
 	act, mutating := aclActions[method]
@@ -79,41 +88,58 @@ func (s *Service) ACLInterceptor(ctx context.Context, req any, info *grpc.UnaryS
 	m, isMsg := req.(proto.Message)
 	if r, ok := req.(*lehrpb.CreateZoneRequest); ok {
 		if err := s.mayCreateZone(ctx, r.GetName()); err != nil {
-			return nil, err
+			return err
 		}
 	}
 	if r, ok := req.(*lehrpb.DeleteZoneRequest); ok {
 		if err := s.mayDeleteZone(ctx, r.GetName()); err != nil {
-			return nil, err
+			return err
 		}
 	}
 	if !mutating || !identified || !isMsg {
-		return handler(ctx, req)
+		return nil
 	}
 	target, _ := auditTarget(m.ProtoReflect())
 	dname := domainOfTarget(target, method)
 	if dname == "" {
-		return handler(ctx, req)
+		return nil
 	}
 	d, err := s.st.GetDomain(ctx, dname)
 	var nf *store.NotFoundError
 	switch {
 	case errors.As(err, &nf) || errors.Is(err, store.ErrInvalid):
-		return handler(ctx, req)
+		return nil
 	case err != nil:
-		return nil, s.apiError(ctx, err)
+		return s.apiError(ctx, err)
 	}
 	if act == actAdminister && s.fleetAdmin(ctx) {
 		// A fleet admin administers every domain: sets its quotas (above
 		// the defaults too), compacts its history, deletes its namespaces
 		// and the domain itself.
-		return handler(ctx, req)
+		return nil
 	}
 	if err := allowed(d, user, act, method); err != nil {
-		s.metrics.GetOrCreateCounter(fmt.Sprintf(`lehr_control_acl_denials_total{domain=%q}`, dname)).Inc()
-		return nil, err
+		if count {
+			s.metrics.GetOrCreateCounter(fmt.Sprintf(`lehr_control_acl_denials_total{domain=%q}`, dname)).Inc()
+		}
+		return err
 	}
-	return handler(ctx, req)
+	return nil
+}
+
+// MayCall says, without calling it, whether the caller of ctx (its gRPC
+// peer) would be let through to the Control method — "UpdateRollout" —
+// with req: the decision of a's role rules (Authorizer) and of
+// ACLInterceptor, the same code, nothing audited or counted. The handler
+// may still refuse the call for what it finds (a rollout that ended, a
+// stale etag). The operator console (control/console) asks it to offer
+// actions only to callers control would let act; the call itself is
+// decided again, as every call is.
+func (s *Service) MayCall(ctx context.Context, a Authorizer, method string, req proto.Message) error {
+	if err := a.authorize(ctx, "/lehr.v1.Control/"+method, req); err != nil {
+		return err
+	}
+	return s.checkACL(ctx, method, req, false)
 }
 
 // allowed decides whether user may make call (of action act) on d.

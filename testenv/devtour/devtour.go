@@ -213,6 +213,9 @@ func (t *tour) sayStarted(took time.Duration) {
 		httpAt = "http://" + ha
 	}
 	t.say("control serving on %s (metrics %s, HTTP/JSON %s)", t.cl.ControlAddr(), metricsAt, httpAt)
+	if u := ConsoleURL(t.cl.ControlHTTPAddr()); u != "" {
+		t.say("operator console: %s   (open it in a browser: docs/operations.md, \"Console\")", u)
+	}
 	for _, z := range t.zones {
 		for _, d := range t.cl.Distributors(z) {
 			t.say("%s: distributor %s on udp %s", z, d.ID, d.Addr())
@@ -273,13 +276,23 @@ func (t *tour) sayReady(ctx context.Context) {
 	}
 }
 
+// ConsoleURL is the operator console's address on control's HTTP/JSON
+// listener addr (control/console), "" when control serves none.
+func ConsoleURL(addr string) string {
+	if addr == "" {
+		return ""
+	}
+	return "http://" + addr + "/console/"
+}
+
 // curlHint is the hint's line reading the demo namespace over HTTP/JSON
 // at addr (docs/operations.md, "HTTP/JSON"), "" when control serves none.
 func curlHint(addr string) string {
 	if addr == "" {
 		return ""
 	}
-	return fmt.Sprintf("    curl -sS --fail-with-body http://%s/v1/namespaces/%s:get     (HTTP/JSON: docs/operations.md)\n", addr, appNamespace)
+	return fmt.Sprintf("    curl -sS --fail-with-body http://%s/v1/namespaces/%s:get     (HTTP/JSON: docs/operations.md)\n", addr, appNamespace) +
+		fmt.Sprintf("    open %s in a browser     (the operator console: the fleet, %s's rollouts, the audit log)\n", ConsoleURL(addr), appNamespace)
 }
 
 // zoneNames names n zones: zone-a, zone-b, …

@@ -219,3 +219,16 @@ func TestRunRefusesBadOptions(t *testing.T) {
 		})
 	}
 }
+
+// lehr dev prints the console's address, on control's HTTP/JSON listener.
+func TestConsoleURL(t *testing.T) {
+	if got, want := ConsoleURL("127.0.0.1:7402"), "http://127.0.0.1:7402/console/"; got != want {
+		t.Errorf("ConsoleURL = %q, want %q", got, want)
+	}
+	if got := ConsoleURL(""); got != "" {
+		t.Errorf("ConsoleURL without an HTTP listener = %q, want none", got)
+	}
+	if hint := curlHint("127.0.0.1:7402"); !strings.Contains(hint, "http://127.0.0.1:7402/console/") {
+		t.Errorf("the ready hint does not name the console:\n%s", hint)
+	}
+}
