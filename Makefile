@@ -8,8 +8,17 @@ PROTOC_VERSION := 3.21.12
 
 all: build
 
+# VERSION is the release this tree builds: the VERSION file ("0.1.0" at a
+# release, "0.2.0-dev" between releases; docs/operations.md, "Versions").
+# make build stamps it into every binary (internal/buildinfo); the Go
+# toolchain adds the commit, its time and whether the tree had uncommitted
+# changes. "make build VERSION=0.1.0-rc.1" stamps another. A binary built
+# without the stamp (go run, go test, a plain go build) says "devel".
+VERSION := $(shell cat $(CURDIR)/VERSION)
+LDFLAGS := -X lehr.dev/lehr/internal/buildinfo.version=$(VERSION)
+
 build:
-	$(GO) build -o $(BIN)/ ./cmd/...
+	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/ ./cmd/...
 
 # run starts the whole system locally on embedded etcd and shows it working.
 run: build
