@@ -13,6 +13,8 @@
 // it recorded one. Nothing records the time of the build itself, so two
 // builds of one commit give the same binary (reproducible builds); the
 // commit's time stands in for it.
+//
+// Imported by agent, agent/agentcmd, cmd/lehr and cmd/lehr-bench.
 package buildinfo
 
 import (
