@@ -14,8 +14,8 @@
 // builds of one commit give the same binary (reproducible builds); the
 // commit's time stands in for it.
 //
-// Imported by agent, agent/agentcmd, internal/metricshttp, cmd/lehr and
-// cmd/lehr-bench.
+// Imported by agent, agent/agentcmd, distributor, control,
+// internal/metricshttp, cmd/lehr and cmd/lehr-bench.
 package buildinfo
 
 import (
