@@ -14,7 +14,7 @@
 // builds of one commit give the same binary (reproducible builds); the
 // commit's time stands in for it.
 //
-// Imported by agent, agent/agentcmd, distributor, control,
+// Imported by agent, agent/agentcmd, distributor, control, control/service,
 // internal/metricshttp, cmd/lehr and cmd/lehr-bench.
 package buildinfo
 
