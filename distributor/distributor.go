@@ -393,6 +393,18 @@ func (d *Distributor) Convergence() (agents int, counts []fanout.VersionCount) {
 	return srv.Convergence()
 }
 
+// AgentBuilds returns the connected agents per build they announced
+// (fanout.Server.AgentBuilds).
+func (d *Distributor) AgentBuilds() []*lehrpb.BuildCount {
+	d.mu.Lock()
+	srv := d.srv
+	d.mu.Unlock()
+	if srv == nil {
+		return nil
+	}
+	return srv.AgentBuilds()
+}
+
 // Health returns the consumer health of the namespaces rollouts move and
 // of those in trouble, per-host detail (fanout.Server.Health) and the
 // cohort samples candidates ask for (fanout.Server.Samples).
@@ -745,10 +757,12 @@ func (d *Distributor) report(ctx context.Context) error {
 		}
 		agents, counts := d.Convergence()
 		req := &lehrpb.ReportZoneStatusRequest{
-			Zone:          d.opts.Zone,
-			DistributorId: d.opts.ID,
-			Agents:        int32(agents),
-			TtlSeconds:    ttl,
+			Zone:             d.opts.Zone,
+			DistributorId:    d.opts.ID,
+			Agents:           int32(agents),
+			TtlSeconds:       ttl,
+			DistributorBuild: d.opts.Version,
+			AgentBuilds:      d.AgentBuilds(),
 		}
 		for _, c := range counts {
 			req.Versions = append(req.Versions, &lehrpb.VersionCount{Namespace: c.Namespace, Version: c.Version, Agents: int32(c.Agents)})

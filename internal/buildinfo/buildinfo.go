@@ -14,8 +14,9 @@
 // builds of one commit give the same binary (reproducible builds); the
 // commit's time stands in for it.
 //
-// Imported by agent, agent/agentcmd, distributor, control, control/service,
-// internal/metricshttp, cmd/lehr and cmd/lehr-bench.
+// Imported by agent, agent/agentcmd, distributor, distributor/fanout,
+// control, control/service, internal/metricshttp, cmd/lehr and
+// cmd/lehr-bench.
 package buildinfo
 
 import (
