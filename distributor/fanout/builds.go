@@ -26,10 +26,12 @@ const (
 const OtherBuild = "other"
 
 // agentBuild is the build an agent announced (Hello.agent_version) as
-// AgentBuilds counts it: buildinfo.Unknown for none (agents older than
-// announced builds), cut to MaxBuildLen bytes on a character boundary.
+// AgentBuilds counts it: buildinfo.Unknown for none, and for the
+// placeholder "dev" that every agent sent before builds were announced
+// (it knew no more than one that sends nothing); cut to MaxBuildLen bytes
+// on a character boundary.
 func agentBuild(announced string) string {
-	if announced == "" {
+	if announced == "" || announced == "dev" {
 		return buildinfo.Unknown
 	}
 	if len(announced) <= MaxBuildLen {

@@ -16,6 +16,7 @@ func TestAgentBuild(t *testing.T) {
 	long := strings.Repeat("b", MaxBuildLen-1) + "é" // the cut falls inside é
 	for _, tt := range []struct{ in, want string }{
 		{"", "unknown"},
+		{"dev", "unknown"}, // what agents before announced builds sent
 		{"0.1.0+237c09b1a2b3", "0.1.0+237c09b1a2b3"},
 		{strings.Repeat("x", 100), strings.Repeat("x", MaxBuildLen)},
 		{long, strings.Repeat("b", MaxBuildLen-1)},

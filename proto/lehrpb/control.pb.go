@@ -3645,7 +3645,8 @@ type ReportZoneStatusRequest struct {
 	DistributorBuild string `protobuf:"bytes,11,opt,name=distributor_build,json=distributorBuild,proto3" json:"distributor_build,omitempty"`
 	// The connected agents per build they announced (Hello.agent_version),
 	// at most 64 builds (the rest counted under "other"); agents that
-	// announced none count under "unknown".
+	// announced none (or "dev", as all did before builds were announced)
+	// count under "unknown".
 	AgentBuilds   []*BuildCount `protobuf:"bytes,12,rep,name=agent_builds,json=agentBuilds,proto3" json:"agent_builds,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
