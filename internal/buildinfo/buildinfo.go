@@ -2,8 +2,9 @@
 // release version "make build" stamps into it (from the VERSION file at
 // the root of the tree), and the commit, commit time and uncommitted
 // changes the Go toolchain records in every binary it builds from a git
-// checkout (runtime/debug.ReadBuildInfo), with the Go version and
-// platform. It is the one source of "lehr version", of --version on every
+// checkout (runtime/debug.ReadBuildInfo) — or make build stamps too, for
+// a git worktree, where the toolchain records none — with the Go version
+// and platform. It is the one source of "lehr version", of --version on every
 // binary, of the lehr_build_info gauge on every daemon's /metrics, of the
 // build agents announce in Hello and distributors in Welcome and in their
 // zone reports, and of the build control replicas register.
@@ -31,12 +32,14 @@ import (
 	"time"
 )
 
-// version is the release version, set when linking:
-//
-//	go build -ldflags "-X lehr.dev/lehr/internal/buildinfo.version=$(cat VERSION)"
-//
-// as "make build" does. Empty in a build without it.
-var version string
+// What "make build" stamps when linking, with -ldflags "-X
+// lehr.dev/lehr/internal/buildinfo.version=0.1.0 -X …commit=… -X
+// …commitTime=… -X …modified=true": the release version (the VERSION
+// file), and the commit as git tells it, for the trees the Go toolchain
+// cannot read it from itself — a git worktree, whose .git is a file
+// (the toolchain looks for a .git directory), or a GOFLAGS of
+// -buildvcs=false. Each is empty in a build without it.
+var version, commit, commitTime, modified string
 
 // Devel is the Version of a binary built without a release version.
 const Devel = "devel"
@@ -53,14 +56,15 @@ type Info struct {
 	// (without its "v"), or Devel when the binary has neither.
 	Version string
 	// Commit is the full hex revision of the commit the binary was built
-	// from (vcs.revision); empty when the toolchain recorded none (go run,
-	// go test, a tree outside git, -buildvcs=false).
+	// from (the toolchain's vcs.revision, else the one make build
+	// stamped); empty when neither recorded one (go run, go test, a tree
+	// outside git).
 	Commit string
-	// CommitTime is the commit's time (vcs.time), in UTC; zero when
-	// unknown.
+	// CommitTime is the commit's time (vcs.time, or stamped), in UTC; zero
+	// when unknown.
 	CommitTime time.Time
 	// Modified reports that the tree had uncommitted changes
-	// (vcs.modified): the binary is not exactly Commit.
+	// (vcs.modified, or stamped): the binary is not exactly Commit.
 	Modified bool
 	// GoVersion is the Go release that built the binary ("go1.26.8").
 	GoVersion string
@@ -73,8 +77,17 @@ func Get() Info { return get() }
 
 var get = sync.OnceValue(func() Info {
 	bi, _ := debug.ReadBuildInfo()
-	return FromBuildInfo(bi, version)
+	return FromBuildInfo(bi, Stamp{Version: version, Commit: commit, CommitTime: commitTime, Modified: modified})
 })
+
+// Stamp is what a build was stamped with when linking (make build), as
+// text: each empty when not stamped.
+type Stamp struct {
+	Version string
+	// Commit is a full hex revision, CommitTime its time in RFC 3339, and
+	// Modified "true" for a tree with uncommitted changes.
+	Commit, CommitTime, Modified string
+}
 
 // pseudoVersion matches a Go pseudo-version (v0.0.0-20250301120000-
 // 237c09b1a2b3, with an optional +dirty): what the toolchain records as
@@ -83,14 +96,28 @@ var get = sync.OnceValue(func() Info {
 var pseudoVersion = regexp.MustCompile(`(^|[-.])\d{14}-[0-9a-f]{12}(\+|$)`)
 
 // FromBuildInfo is the Info of a binary with build information bi (nil:
-// none) and the release version stamped (empty: none). Tests use it;
-// binaries use Get.
-func FromBuildInfo(bi *debug.BuildInfo, stamped string) Info {
-	i := Info{Version: stamped, GoVersion: runtime.Version(), Platform: runtime.GOOS + "/" + runtime.GOARCH}
-	if bi == nil {
-		i.Version = cmp.Or(i.Version, Devel)
-		return i
+// none) and stamp. The stamped version wins over the module's; the
+// toolchain's VCS information over the stamped commit (they agree when
+// both are there). Tests use it; binaries use Get.
+func FromBuildInfo(bi *debug.BuildInfo, stamp Stamp) Info {
+	i := Info{Version: stamp.Version, GoVersion: runtime.Version(), Platform: runtime.GOOS + "/" + runtime.GOARCH}
+	if bi != nil {
+		i.fromToolchain(bi)
 	}
+	i.Version = cmp.Or(i.Version, Devel)
+	if i.Commit == "" && stamp.Commit != "" {
+		i.Commit, i.Modified = stamp.Commit, stamp.Modified == "true"
+		if t, err := time.Parse(time.RFC3339, stamp.CommitTime); err == nil {
+			i.CommitTime = t.UTC()
+		}
+	}
+	return i
+}
+
+// fromToolchain fills in what the Go toolchain recorded: the Go version,
+// platform and VCS information, and the module's version if it is a
+// release and none was stamped.
+func (i *Info) fromToolchain(bi *debug.BuildInfo) {
 	if bi.GoVersion != "" {
 		i.GoVersion = bi.GoVersion
 	}
@@ -98,7 +125,6 @@ func FromBuildInfo(bi *debug.BuildInfo, stamped string) Info {
 		v, _, _ = strings.Cut(v, "+") // "+dirty" is Modified's
 		i.Version = strings.TrimPrefix(v, "v")
 	}
-	i.Version = cmp.Or(i.Version, Devel)
 	var goos, goarch string
 	for _, s := range bi.Settings {
 		switch s.Key {
@@ -119,7 +145,6 @@ func FromBuildInfo(bi *debug.BuildInfo, stamped string) Info {
 	if goos != "" && goarch != "" {
 		i.Platform = goos + "/" + goarch
 	}
-	return i
 }
 
 // ShortCommitLen is how many hex digits of the commit a build string
@@ -158,7 +183,7 @@ func (i Info) WriteText(w io.Writer, program string) error {
 	commit := i.Commit
 	switch {
 	case commit == "":
-		commit = "unknown (built without version control information: go run, go test or -buildvcs=false)"
+		commit = "unknown (built without version control information, as by go run or go test, or outside a git checkout)"
 	case i.Modified:
 		commit += " with uncommitted changes"
 	}

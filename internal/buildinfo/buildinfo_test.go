@@ -29,32 +29,40 @@ func TestFromBuildInfo(t *testing.T) {
 	tests := []struct {
 		name    string
 		bi      *debug.BuildInfo
-		stamped string
+		stamped Stamp
 		want    Info
 		str     string
 	}{
-		{"make build", bi("(devel)", vcs), "0.1.0",
+		{"make build", bi("(devel)", vcs), Stamp{Version: "0.1.0"},
 			Info{Version: "0.1.0", Commit: rev, CommitTime: when, GoVersion: "go1.26.8", Platform: "linux/arm64"},
 			"0.1.0+237c09b1a2b3"},
-		{"make build, uncommitted changes", bi("(devel)", dirty), "0.2.0-dev",
+		{"make build, uncommitted changes", bi("(devel)", dirty), Stamp{Version: "0.2.0-dev"},
 			Info{Version: "0.2.0-dev", Commit: rev, CommitTime: when, Modified: true, GoVersion: "go1.26.8", Platform: "linux/arm64"},
 			"0.2.0-dev+237c09b1a2b3.dirty"},
-		{"go build: a pseudo-version is no release", bi("v0.0.0-20260304050607-237c09b1a2b3+dirty", dirty), "",
+		{"go build: a pseudo-version is no release", bi("v0.0.0-20260304050607-237c09b1a2b3+dirty", dirty), Stamp{},
 			Info{Version: Devel, Commit: rev, CommitTime: when, Modified: true, GoVersion: "go1.26.8", Platform: "linux/arm64"},
 			"devel+237c09b1a2b3.dirty"},
-		{"go build after a tag: still a pseudo-version", bi("v0.1.1-0.20260304050607-237c09b1a2b3", vcs), "",
+		{"go build after a tag: still a pseudo-version", bi("v0.1.1-0.20260304050607-237c09b1a2b3", vcs), Stamp{},
 			Info{Version: Devel, Commit: rev, CommitTime: when, GoVersion: "go1.26.8", Platform: "linux/arm64"},
 			"devel+237c09b1a2b3"},
-		{"go install @v0.1.0", bi("v0.1.0", nil), "",
+		{"go install @v0.1.0", bi("v0.1.0", nil), Stamp{},
 			Info{Version: "0.1.0", GoVersion: "go1.26.8", Platform: runtime.GOOS + "/" + runtime.GOARCH},
 			"0.1.0"},
-		{"the stamp wins over the module version", bi("v0.1.0", vcs), "0.1.0-rc.1",
+		{"the stamp wins over the module version", bi("v0.1.0", vcs), Stamp{Version: "0.1.0-rc.1"},
 			Info{Version: "0.1.0-rc.1", Commit: rev, CommitTime: when, GoVersion: "go1.26.8", Platform: "linux/arm64"},
 			"0.1.0-rc.1+237c09b1a2b3"},
-		{"go test: no VCS information", bi("(devel)", nil), "",
+		{"make build in a git worktree: the stamped commit", bi("(devel)", nil),
+			Stamp{Version: "0.1.0", Commit: rev, CommitTime: "2026-03-04T06:06:07+01:00", Modified: "true"},
+			Info{Version: "0.1.0", Commit: rev, CommitTime: when, Modified: true, GoVersion: "go1.26.8", Platform: runtime.GOOS + "/" + runtime.GOARCH},
+			"0.1.0+237c09b1a2b3.dirty"},
+		{"the toolchain's commit wins over the stamped one", bi("(devel)", vcs),
+			Stamp{Version: "0.1.0", Commit: "ffffffffffffffffffffffffffffffffffffffff", Modified: "true"},
+			Info{Version: "0.1.0", Commit: rev, CommitTime: when, GoVersion: "go1.26.8", Platform: "linux/arm64"},
+			"0.1.0+237c09b1a2b3"},
+		{"go test: no VCS information", bi("(devel)", nil), Stamp{},
 			Info{Version: Devel, GoVersion: "go1.26.8", Platform: runtime.GOOS + "/" + runtime.GOARCH},
 			"devel"},
-		{"no build information at all", nil, "",
+		{"no build information at all", nil, Stamp{},
 			Info{Version: Devel, GoVersion: runtime.Version(), Platform: runtime.GOOS + "/" + runtime.GOARCH},
 			"devel"},
 	}
@@ -96,7 +104,7 @@ func TestWriteText(t *testing.T) {
 	}
 	want = `lehr-agent devel
   version    devel (built without a release version; make build stamps the VERSION file's)
-  commit     unknown (built without version control information: go run, go test or -buildvcs=false)
+  commit     unknown (built without version control information, as by go run or go test, or outside a git checkout)
   committed  unknown
   go         go1.26.8 linux/amd64
 `
@@ -105,9 +113,10 @@ func TestWriteText(t *testing.T) {
 	}
 }
 
-// TestMakeBuildStamp builds a binary with the -ldflags of make build and
-// runs it: the stamp reaches Get (a renamed variable would silently leave
-// every release "devel"), and the VERSION file is a version.
+// TestMakeBuildStamp builds a binary with the -ldflags of make build
+// (make -n build says them) and runs it: the stamp reaches Get (a renamed
+// variable would silently leave every release "devel", or without its
+// commit in a git worktree), and the VERSION file is a version.
 func TestMakeBuildStamp(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds a binary")
@@ -116,33 +125,45 @@ func TestMakeBuildStamp(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	mk, err := os.ReadFile(filepath.Join(root, "Makefile"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	m := regexp.MustCompile(`(?m)^LDFLAGS := (-X \S+)=\$\(VERSION\)$`).FindSubmatch(mk)
-	if m == nil {
-		t.Fatal("the Makefile has no line LDFLAGS := -X …=$(VERSION)")
-	}
 	v, err := os.ReadFile(filepath.Join(root, "VERSION"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	version := strings.TrimSpace(string(v))
-	// Semantic versioning, as the skew policy compares minor versions.
+	// Semantic versioning, as the skew policy counts minor releases.
 	if !regexp.MustCompile(`^\d+\.\d+\.\d+(-[0-9A-Za-z.-]+)?$`).MatchString(version) {
 		t.Errorf("VERSION is %q; want a semantic version (0.1.0, 0.2.0-dev)", version)
 	}
+	mk := exec.Command("make", "-s", "-n", "build")
+	mk.Dir = root
+	out, err := mk.Output()
+	if err != nil {
+		t.Skipf("make -n build: %v", err) // no make: nothing to check it against
+	}
+	m := regexp.MustCompile(`-ldflags '([^']*)'`).FindSubmatch(out)
+	if m == nil {
+		t.Fatalf("make -n build passes no -ldflags '…':\n%s", out)
+	}
 	bin := filepath.Join(t.TempDir(), "stamp")
-	build := exec.Command("go", "build", "-ldflags", string(m[1])+"="+version, "-o", bin, "./testdata/stamp")
+	// -buildvcs=false: the commit must come from the stamp alone, as in a
+	// worktree.
+	build := exec.Command("go", "build", "-buildvcs=false", "-ldflags", string(m[1]), "-o", bin, "./testdata/stamp")
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
-	out, err := exec.Command(bin).Output()
+	out, err = exec.Command(bin).Output()
 	if err != nil {
 		t.Fatalf("run: %v", err)
 	}
-	if got := Release(strings.TrimSpace(string(out))); got != version {
-		t.Errorf("the stamped binary says %q; want version %q (make build's -X does not reach buildinfo.version)", out, version)
+	got := strings.TrimSpace(string(out))
+	if Release(got) != version {
+		t.Errorf("the stamped binary says %q; want version %q (make build's -X does not reach buildinfo.version)", got, version)
+	}
+	head, err := exec.Command("git", "-C", root, "rev-parse", "HEAD").Output()
+	if err != nil {
+		return // not a git checkout: no commit to stamp
+	}
+	if want := strings.TrimSpace(string(head))[:ShortCommitLen]; !strings.Contains(got, "+"+want) {
+		t.Errorf("the stamped binary says %q; want commit %s (make build's -X does not reach buildinfo.commit)", got, want)
 	}
 }
