@@ -8,8 +8,25 @@ PROTOC_VERSION := 3.21.12
 
 all: build
 
+# VERSION is the release this tree builds: the VERSION file ("0.1.0" at a
+# release, "0.2.0-dev" between releases; docs/operations.md, "Versions").
+# make build stamps it into every binary (internal/buildinfo), with the
+# commit, its time and whether the tree had uncommitted changes as git
+# tells them: the Go toolchain records these itself only in a checkout
+# whose .git is a directory, not in a git worktree, nor under GOFLAGS=
+# -buildvcs=false; outside git they stay empty. "make build
+# VERSION=0.1.0-rc.1" stamps another version. A binary built without the
+# stamp (go run, go test, a plain go build) says "devel".
+VERSION := $(shell cat $(CURDIR)/VERSION)
+COMMIT := $(shell git rev-parse HEAD 2>/dev/null)
+COMMIT_TIME := $(shell git log -1 --format=%cI 2>/dev/null)
+MODIFIED := $(shell [ -n "$$(git status --porcelain 2>/dev/null)" ] && echo true)
+BUILDINFO := lehr.dev/lehr/internal/buildinfo
+LDFLAGS := -X $(BUILDINFO).version=$(VERSION) -X $(BUILDINFO).commit=$(COMMIT) \
+	-X $(BUILDINFO).commitTime=$(COMMIT_TIME) -X $(BUILDINFO).modified=$(MODIFIED)
+
 build:
-	$(GO) build -o $(BIN)/ ./cmd/...
+	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/ ./cmd/...
 
 # run starts the whole system locally on embedded etcd and shows it working.
 run: build

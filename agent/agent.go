@@ -50,6 +50,7 @@ import (
 	"lehr.dev/lehr/agent/localapi"
 	"lehr.dev/lehr/agent/upstream"
 	"lehr.dev/lehr/canary"
+	"lehr.dev/lehr/internal/buildinfo"
 	"lehr.dev/lehr/internal/keylock"
 	"lehr.dev/lehr/internal/lifecycle"
 	"lehr.dev/lehr/internal/metricshttp"
@@ -73,9 +74,6 @@ const (
 	MinSilenceTimeout = 500 * time.Millisecond
 	MaxSilenceTimeout = time.Minute
 )
-
-// Version is the agent's build string, sent in Hello.
-var Version = "dev"
 
 // Options configure an Agent.
 type Options struct {
@@ -262,7 +260,7 @@ func New(opts Options) (*Agent, error) {
 		HostID:         opts.HostID,
 		Zone:           opts.Zone,
 		Labels:         opts.Labels,
-		AgentVersion:   Version,
+		AgentVersion:   buildinfo.Get().String(),
 		Handler:        (*handler)(a),
 		Verifier:       opts.TrustedKeys,
 		BackoffMin:     opts.BackoffMin,
@@ -346,7 +344,7 @@ func (a *Agent) Run(ctx context.Context) (err error) {
 	defer a.api.Close()
 	a.readyOnce.Do(func() { close(a.ready) })
 	a.log.Info("agent ready: serving from cache", "socket", a.opts.Socket, "host", a.opts.HostID,
-		"zone", a.opts.Zone, "cached", len(a.heldList()))
+		"zone", a.opts.Zone, "cached", len(a.heldList()), "build", buildinfo.Get().String())
 
 	// Before the first Hello: verify the cache (so Hello never announces a
 	// corrupt copy) and restore the previous run's files.

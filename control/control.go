@@ -28,7 +28,6 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
-	"runtime/debug"
 	"strings"
 	"sync"
 	"time"
@@ -51,6 +50,7 @@ import (
 	"lehr.dev/lehr/control/service"
 	"lehr.dev/lehr/control/store"
 	"lehr.dev/lehr/control/strategist"
+	"lehr.dev/lehr/internal/buildinfo"
 	"lehr.dev/lehr/internal/lifecycle"
 	"lehr.dev/lehr/internal/metricshttp"
 	"lehr.dev/lehr/internal/peercred"
@@ -240,8 +240,8 @@ type Options struct {
 	// (0.0.0.0:7400 becomes HOSTNAME:7400).
 	AdvertiseAddr string
 	// Version is the build this replica reports in lehr control status;
-	// default the module's build information (its version, or the VCS
-	// revision it was built from).
+	// default this binary's (buildinfo.Get().String(): its release version
+	// and commit, as lehr version prints them).
 	Version string
 }
 
@@ -337,7 +337,7 @@ func New(opts Options) (*Control, error) {
 		}
 	}
 	if c.opts.Version == "" {
-		c.opts.Version = buildVersion()
+		c.opts.Version = buildinfo.Get().String()
 	}
 	return c, nil
 }
@@ -747,7 +747,7 @@ func (c *Control) Run(ctx context.Context) (err error) {
 	c.mu.Unlock()
 	c.log.Info("control: serving", "addr", lis.Addr().String(), "socket", c.opts.Socket, "dev_mode", c.opts.DevMode, "tls", c.tls != nil,
 		"mtls", c.tls != nil && c.tls.ClientAuth == tls.RequireAndVerifyClientCert, "http", c.opts.HTTPListen, "metrics", c.opts.MetricsListen, "etcd", endpoints,
-		"replica", address, "store_id", storeID)
+		"replica", address, "store_id", storeID, "build", c.opts.Version)
 	close(c.ready)
 
 	<-gctx.Done()
@@ -806,34 +806,6 @@ func advertiseAddr(opt string, l net.Addr) string {
 		}
 	}
 	return l.String()
-}
-
-// buildVersion describes the running binary from its build information:
-// the module's version when it was built as a release, else the VCS
-// revision (with "+dirty" for uncommitted changes), else "devel".
-func buildVersion() string {
-	bi, ok := debug.ReadBuildInfo()
-	if !ok {
-		return "devel"
-	}
-	if v := bi.Main.Version; v != "" && v != "(devel)" {
-		return v
-	}
-	var rev, dirty string
-	for _, s := range bi.Settings {
-		switch s.Key {
-		case "vcs.revision":
-			rev = s.Value
-		case "vcs.modified":
-			if s.Value == "true" {
-				dirty = "+dirty"
-			}
-		}
-	}
-	if rev == "" {
-		return "devel"
-	}
-	return "devel-" + rev[:min(12, len(rev))] + dirty
 }
 
 // registerSpaceMetrics exposes the store's space (store.Space) on set.

@@ -24,6 +24,10 @@ func vc(ns string, v uint64, agents int32) *lehrpb.VersionCount {
 	return &lehrpb.VersionCount{Namespace: ns, Version: v, Agents: agents}
 }
 
+func bc(build string, n int32) *lehrpb.BuildCount {
+	return &lehrpb.BuildCount{Build: build, Count: n}
+}
+
 func reportStatus(t *testing.T, cl lehrpb.ControlClient, req *lehrpb.ReportZoneStatusRequest) {
 	t.Helper()
 	if _, err := cl.ReportZoneStatus(testCtx(t), req); err != nil {
@@ -77,13 +81,19 @@ func TestZoneStatusAggregates(t *testing.T) {
 	if err != nil {
 		t.Fatalf("GetZoneStatus: %v", err)
 	}
+	// These distributors report no builds, as those older than builds
+	// being reported: they and their agents count as unknown.
 	want := &lehrpb.GetZoneStatusResponse{
 		Zone: "zone-a",
 		Distributors: []*lehrpb.DistributorStatus{
-			{DistributorId: "d1", Agents: 3, Versions: []*lehrpb.VersionCount{vc("x/app", 3, 2), vc("x/app", 0, 1), vc("x/db", 1, 3)}},
-			{DistributorId: "d2", Agents: 4, Versions: []*lehrpb.VersionCount{vc("x/app", 3, 1), vc("x/app", 2, 3), vc("x/db", 1, 4)}},
+			{DistributorId: "d1", Agents: 3, Versions: []*lehrpb.VersionCount{vc("x/app", 3, 2), vc("x/app", 0, 1), vc("x/db", 1, 3)},
+				DistributorBuild: "unknown", AgentBuilds: []*lehrpb.BuildCount{bc("unknown", 3)}},
+			{DistributorId: "d2", Agents: 4, Versions: []*lehrpb.VersionCount{vc("x/app", 3, 1), vc("x/app", 2, 3), vc("x/db", 1, 4)},
+				DistributorBuild: "unknown", AgentBuilds: []*lehrpb.BuildCount{bc("unknown", 4)}},
 		},
-		Versions: []*lehrpb.VersionCount{vc("x/app", 0, 1), vc("x/app", 2, 3), vc("x/app", 3, 3), vc("x/db", 1, 7)},
+		Versions:          []*lehrpb.VersionCount{vc("x/app", 0, 1), vc("x/app", 2, 3), vc("x/app", 3, 3), vc("x/db", 1, 7)},
+		DistributorBuilds: []*lehrpb.BuildCount{bc("unknown", 2)},
+		AgentBuilds:       []*lehrpb.BuildCount{bc("unknown", 7)},
 	}
 	if diff := cmp.Diff(want, got, protocmp.Transform()); diff != "" {
 		t.Errorf("GetZoneStatus (-want +got):\n%s", diff)
@@ -110,6 +120,52 @@ func TestZoneStatusAggregates(t *testing.T) {
 	resp.Body.Close()
 	if m := `lehr_control_zone_reports_total{zone="zone-a"} 1`; !strings.Contains(string(body), m) {
 		t.Errorf("/metrics lacks %q", m)
+	}
+}
+
+// A zone's status counts its distributors and agents per build, as they
+// report them, mid-upgrade: a distributor of the new build whose agents
+// are of both, one of the old build, and one older than builds being
+// reported, whose agents are unknown (docs/operations.md, "Versions").
+func TestZoneStatusCountsBuilds(t *testing.T) {
+	srv := controltest.StartControl(t, control.Options{})
+	cl := srv.Client
+	if _, err := cl.CreateZone(testCtx(t), &lehrpb.CreateZoneRequest{Name: "zone-a"}); err != nil {
+		t.Fatal(err)
+	}
+	const old, cur = "0.1.0+237c09b1a2b3", "0.2.0+5d1e8a2c9f00"
+	reportStatus(t, cl, &lehrpb.ReportZoneStatusRequest{Zone: "zone-a", DistributorId: "d1", Agents: 5, DistributorBuild: cur,
+		AgentBuilds: []*lehrpb.BuildCount{bc(old, 3), bc(cur, 1), bc("unknown", 1)}})
+	reportStatus(t, cl, &lehrpb.ReportZoneStatusRequest{Zone: "zone-a", DistributorId: "d2", Agents: 2, DistributorBuild: old,
+		AgentBuilds: []*lehrpb.BuildCount{bc(old, 2)}})
+	reportStatus(t, cl, &lehrpb.ReportZoneStatusRequest{Zone: "zone-a", DistributorId: "d3", Agents: 4})
+	reportStatus(t, cl, &lehrpb.ReportZoneStatusRequest{Zone: "zone-a", DistributorId: "d4", DistributorBuild: cur})
+	got, err := cl.GetZoneStatus(testCtx(t), &lehrpb.GetZoneStatusRequest{Zone: "zone-a"})
+	if err != nil {
+		t.Fatalf("GetZoneStatus: %v", err)
+	}
+	if diff := cmp.Diff([]*lehrpb.BuildCount{bc(old, 1), bc(cur, 2), bc("unknown", 1)}, got.GetDistributorBuilds(), protocmp.Transform()); diff != "" {
+		t.Errorf("distributor_builds (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff([]*lehrpb.BuildCount{bc(old, 5), bc(cur, 1), bc("unknown", 5)}, got.GetAgentBuilds(), protocmp.Transform()); diff != "" {
+		t.Errorf("agent_builds (-want +got):\n%s", diff)
+	}
+	type dist struct {
+		id, build string
+		agents    []*lehrpb.BuildCount
+	}
+	var dists []dist
+	for _, d := range got.GetDistributors() {
+		dists = append(dists, dist{d.GetDistributorId(), d.GetDistributorBuild(), d.GetAgentBuilds()})
+	}
+	want := []dist{
+		{"d1", cur, []*lehrpb.BuildCount{bc(old, 3), bc(cur, 1), bc("unknown", 1)}},
+		{"d2", old, []*lehrpb.BuildCount{bc(old, 2)}},
+		{"d3", "unknown", []*lehrpb.BuildCount{bc("unknown", 4)}},
+		{"d4", cur, nil},
+	}
+	if diff := cmp.Diff(want, dists, protocmp.Transform(), cmp.AllowUnexported(dist{})); diff != "" {
+		t.Errorf("distributors' builds (-want +got):\n%s", diff)
 	}
 }
 
@@ -200,6 +256,24 @@ func TestZoneStatusRejections(t *testing.T) {
 			codes.InvalidArgument, apierror.ReasonInvalidArgument, "versions", "1048576 bytes encoded"},
 		{"ttl too long", with(func(r *lehrpb.ReportZoneStatusRequest) { r.TtlSeconds = 121 }),
 			codes.InvalidArgument, apierror.ReasonInvalidArgument, "ttl_seconds", "120 seconds"},
+		{"long distributor build", with(func(r *lehrpb.ReportZoneStatusRequest) { r.DistributorBuild = strings.Repeat("b", 129) }),
+			codes.InvalidArgument, apierror.ReasonInvalidArgument, "distributor_build", "128 bytes"},
+		{"empty agent build", with(func(r *lehrpb.ReportZoneStatusRequest) {
+			r.AgentBuilds = []*lehrpb.BuildCount{bc("0.1.0", 1), bc("", 1)}
+		}),
+			codes.InvalidArgument, apierror.ReasonInvalidArgument, "agent_builds[1].build", "128 bytes"},
+		{"negative build count", with(func(r *lehrpb.ReportZoneStatusRequest) { r.AgentBuilds = []*lehrpb.BuildCount{bc("0.1.0", -1)} }),
+			codes.InvalidArgument, apierror.ReasonInvalidArgument, "agent_builds[0].count", ""},
+		{"build counted twice", with(func(r *lehrpb.ReportZoneStatusRequest) {
+			r.AgentBuilds = []*lehrpb.BuildCount{bc("0.1.0", 1), bc("0.1.0", 1)}
+		}),
+			codes.InvalidArgument, apierror.ReasonInvalidArgument, "agent_builds[1].build", ""},
+		{"too many builds", with(func(r *lehrpb.ReportZoneStatusRequest) {
+			for i := range 257 {
+				r.AgentBuilds = append(r.AgentBuilds, bc(fmt.Sprint(i), 1))
+			}
+		}),
+			codes.InvalidArgument, apierror.ReasonInvalidArgument, "agent_builds", "256 entries"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -44,6 +44,7 @@ import (
 	"lehr.dev/lehr/distributor/goalwatch"
 	"lehr.dev/lehr/distributor/versions"
 	"lehr.dev/lehr/internal/backoff"
+	"lehr.dev/lehr/internal/buildinfo"
 	"lehr.dev/lehr/internal/cohort"
 	"lehr.dev/lehr/internal/content"
 	"lehr.dev/lehr/internal/controladdr"
@@ -126,7 +127,9 @@ type Options struct {
 	DomainRefresh time.Duration
 	// Logger; default slog.Default().
 	Logger *slog.Logger
-	// Version is the build string shown to agents; optional.
+	// Version is the build the distributor announces to agents (Welcome)
+	// and to control (ReportZoneStatus); default this binary's
+	// (buildinfo.Get().String()).
 	Version string
 }
 
@@ -244,6 +247,9 @@ func New(opts Options) (*Distributor, error) {
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
+	}
+	if opts.Version == "" {
+		opts.Version = buildinfo.Get().String()
 	}
 	log := opts.Logger.With("zone", opts.Zone, "distributor", opts.ID)
 
@@ -385,6 +391,18 @@ func (d *Distributor) Convergence() (agents int, counts []fanout.VersionCount) {
 		return 0, nil
 	}
 	return srv.Convergence()
+}
+
+// AgentBuilds returns the connected agents per build they announced
+// (fanout.Server.AgentBuilds).
+func (d *Distributor) AgentBuilds() []*lehrpb.BuildCount {
+	d.mu.Lock()
+	srv := d.srv
+	d.mu.Unlock()
+	if srv == nil {
+		return nil
+	}
+	return srv.AgentBuilds()
 }
 
 // Health returns the consumer health of the namespaces rollouts move and
@@ -532,7 +550,7 @@ func (d *Distributor) Run(ctx context.Context) (err error) {
 		})
 	}
 	close(d.ready)
-	d.log.Info("distributor serving", "listen", srv.Addr().String(), "control", d.opts.ControlAddr)
+	d.log.Info("distributor serving", "listen", srv.Addr().String(), "control", d.opts.ControlAddr, "build", d.opts.Version)
 
 	select {
 	case <-ctx.Done():
@@ -739,10 +757,12 @@ func (d *Distributor) report(ctx context.Context) error {
 		}
 		agents, counts := d.Convergence()
 		req := &lehrpb.ReportZoneStatusRequest{
-			Zone:          d.opts.Zone,
-			DistributorId: d.opts.ID,
-			Agents:        int32(agents),
-			TtlSeconds:    ttl,
+			Zone:             d.opts.Zone,
+			DistributorId:    d.opts.ID,
+			Agents:           int32(agents),
+			TtlSeconds:       ttl,
+			DistributorBuild: d.opts.Version,
+			AgentBuilds:      d.AgentBuilds(),
 		}
 		for _, c := range counts {
 			req.Versions = append(req.Versions, &lehrpb.VersionCount{Namespace: c.Namespace, Version: c.Version, Agents: int32(c.Agents)})

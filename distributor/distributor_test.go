@@ -17,6 +17,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/testing/protocmp"
 	"google.golang.org/protobuf/types/known/fieldmaskpb"
 
 	"lehr.dev/lehr/agent/agenttest"
@@ -25,6 +26,7 @@ import (
 	"lehr.dev/lehr/control/embedetcd"
 	"lehr.dev/lehr/distributor"
 	"lehr.dev/lehr/distributor/fanout"
+	"lehr.dev/lehr/internal/buildinfo"
 	"lehr.dev/lehr/internal/pki"
 	"lehr.dev/lehr/internal/tlsconfig"
 	"lehr.dev/lehr/proto/lehrpb"
@@ -236,6 +238,42 @@ func TestPublishReachesAgentsAndIsReported(t *testing.T) {
 	waitVersion(t, b, ns, v3)
 	if got := d.Stats().SnapshotBytes - before.SnapshotBytes; got != 0 {
 		t.Errorf("snapshot bytes after a restart with an intact cache = %d, want 0", got)
+	}
+}
+
+// An upgrade's progress reaches control: the distributor reports its own
+// build and its agents per build, an agent too old to announce one as
+// unknown — and serves that agent as any other (docs/operations.md,
+// "Versions").
+func TestZoneStatusCountsBuilds(t *testing.T) {
+	srv := controltest.StartControl(t, control.Options{})
+	setup(t, srv.Client)
+	p := newPKI(t)
+	d := startDistributor(t, p, srv.Addr)
+	ns := "d/app"
+	v1 := publish(t, srv.Client, ns, "a", "1")
+	const build = "0.2.0+5d1e8a2c9f00"
+	old := dial(t, p, d, "host-old", agenttest.Options{Legacy: true, Subscriptions: []string{ns}})
+	cur := dial(t, p, d, "host-new", agenttest.Options{AgentVersion: build, Subscriptions: []string{ns}})
+	waitVersion(t, old, ns, v1)
+	waitVersion(t, cur, ns, v1)
+
+	wantAgents := []*lehrpb.BuildCount{{Build: build, Count: 1}, {Build: "unknown", Count: 1}}
+	wantDists := []*lehrpb.BuildCount{{Build: buildinfo.Get().String(), Count: 1}}
+	var st *lehrpb.GetZoneStatusResponse
+	wait.For(t, "the zone's status to count both agents per build", func() bool {
+		var err error
+		st, err = srv.Client.GetZoneStatus(ctxT(t), &lehrpb.GetZoneStatusRequest{Zone: zone})
+		return err == nil && len(st.GetAgentBuilds()) == 2
+	})
+	if diff := cmp.Diff(wantAgents, st.GetAgentBuilds(), protocmp.Transform()); diff != "" {
+		t.Errorf("agent_builds (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff(wantDists, st.GetDistributorBuilds(), protocmp.Transform()); diff != "" {
+		t.Errorf("distributor_builds (-want +got):\n%s", diff)
+	}
+	if err := old.Err(); err != nil {
+		t.Errorf("the older agent's connection ended: %v", err)
 	}
 }
 

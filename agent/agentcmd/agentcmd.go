@@ -12,7 +12,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"lehr.dev/lehr/internal/gomemlimit"
 	"net"
 	"os"
 	"os/signal"
@@ -24,7 +23,9 @@ import (
 	"time"
 
 	"lehr.dev/lehr/agent"
+	"lehr.dev/lehr/internal/buildinfo"
 	"lehr.dev/lehr/internal/flaghelp"
+	"lehr.dev/lehr/internal/gomemlimit"
 	"lehr.dev/lehr/internal/logflags"
 	"lehr.dev/lehr/internal/sdnotify"
 	"lehr.dev/lehr/internal/signing"
@@ -66,11 +67,19 @@ Flags:
 `
 
 // Main runs the agent with args (without the program name) and returns the
-// process exit code: 0 after a clean shutdown, 1 on failure, 2 on bad
-// usage. It stops on SIGINT or SIGTERM, or when ctx ends.
+// process exit code: 0 after a clean shutdown (or --help, --version), 1 on
+// failure, 2 on bad usage. Help and the build (--version) go to stderr,
+// like the logs: a caller that wants them on standard output passes it
+// when args ask for them. It stops on SIGINT or SIGTERM, or when ctx ends.
 func Main(ctx context.Context, args []string, stderr io.Writer) int {
 	opts, logOpts, err := parse(args, stderr)
 	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	if errors.Is(err, errVersion) {
+		if err := buildinfo.Get().WriteText(stderr, "lehr-agent"); err != nil {
+			return 1
+		}
 		return 0
 	}
 	if err != nil {
@@ -107,6 +116,9 @@ func exitErr(stderr io.Writer, err error) int {
 	return 0
 }
 
+// errVersion is parse's answer to --version: print the build and exit.
+var errVersion = errors.New("agentcmd: --version")
+
 // parse turns the command line into agent options.
 func parse(args []string, out io.Writer) (agent.Options, *logflags.Flags, error) {
 	fs := flag.NewFlagSet("lehr-agent", flag.ContinueOnError)
@@ -139,9 +151,13 @@ func parse(args []string, out io.Writer) (agent.Options, *logflags.Flags, error)
 	fs.DurationVar(&opts.BackoffMin, "backoff-min", agent.DefaultBackoffMin, "shortest wait between connection attempts")
 	fs.BoolVar(&opts.NoSync, "no-sync", false, "skip the fsync of the cache and of every file before acknowledging an update (tests only: a machine crash may lose what was applied)")
 	fs.DurationVar(&opts.BackoffMax, "backoff-max", agent.DefaultBackoffMax, "longest wait between connection attempts")
+	version := fs.Bool("version", false, "print the agent's build (release version, commit, Go version) and exit")
 	lo := logflags.Register(fs)
 	if err := fs.Parse(args); err != nil {
 		return opts, lo, err
+	}
+	if *version {
+		return opts, lo, errVersion
 	}
 	if fs.NArg() > 0 {
 		return opts, lo, fmt.Errorf("unexpected argument %q: every setting is a flag", fs.Arg(0))

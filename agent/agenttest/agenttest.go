@@ -25,9 +25,11 @@
 package agenttest
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"crypto/tls"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -124,6 +126,18 @@ type Options struct {
 	// certificate names, as agents before issue 28 did: a test of the
 	// distributor's own refusals (an agent of another zone) needs one.
 	AnyDistributor bool
+
+	// AgentVersion is the build announced in Hello.agent_version; empty
+	// means "agenttest".
+	AgentVersion string
+	// Legacy makes the agent one older than capabilities and announced
+	// builds, for tests of the version skew policy: its Hello lists no
+	// capabilities and no agent_version, and it holds the distributor to
+	// that as such an agent did — an Update in compact form (without its
+	// text checksums), a SignalsRequest or an Advice (frame types it did
+	// not know) ends the connection as a protocol violation, and Err says
+	// which.
+	Legacy bool
 }
 
 // Applied records one update the agent received: applied, stale (already
@@ -242,12 +256,15 @@ func Dial(ctx context.Context, opts Options) (*Agent, error) {
 		MinProtocolVersion: opts.MinProtocolVersion,
 		HostId:             opts.HostID,
 		Zone:               opts.Zone,
-		AgentVersion:       "agenttest",
+		AgentVersion:       cmp.Or(opts.AgentVersion, "agenttest"),
 		// Updates are read with a wire.Decoder, which accepts every form
 		// wire implements (compact updates included), like the real agent;
 		// like a real agent that does not verify, it does not ask for
 		// signed goals.
 		Capabilities: slices.DeleteFunc(wire.Capabilities(), func(c string) bool { return c == wire.CapSignedGoals }),
+	}
+	if opts.Legacy {
+		hello.AgentVersion, hello.Capabilities = "", nil
 	}
 	for _, c := range opts.Cached {
 		sum := c.Checksum
@@ -538,6 +555,12 @@ func (a *Agent) readControl(dec *wire.Decoder) {
 			a.fail(err)
 			return
 		}
+		if a.opts.Legacy && isCapabilityFrame(msg) {
+			err := fmt.Errorf("agenttest (legacy): a %T, a frame type an agent without capabilities does not know", msg)
+			a.fail(err)
+			a.conn.CloseWithError(wire.CodeProtocolViolation, err.Error())
+			return
+		}
 		switch m := msg.(type) {
 		case *lehrpb.Unavailable:
 			a.mu.Lock()
@@ -567,6 +590,17 @@ func (a *Agent) readControl(dec *wire.Decoder) {
 	}
 }
 
+// isCapabilityFrame reports whether msg is a frame type a distributor
+// sends only under a capability (Advice: wire.CapRedialSpread;
+// SignalsRequest: wire.CapSignals).
+func isCapabilityFrame(msg proto.Message) bool {
+	switch msg.(type) {
+	case *lehrpb.Advice, *lehrpb.SignalsRequest:
+		return true
+	}
+	return false
+}
+
 // closeDone is called once, when readControl ends. It wakes Wait, whose
 // condition may look at Done: fail woke it before done was closed.
 func (a *Agent) closeDone() {
@@ -588,6 +622,25 @@ func (a *Agent) acceptUpdates() {
 	}
 }
 
+// wantFullForm is the check an agent older than compact updates
+// (wire.CapCompactUpdate) made of every Update frame: it read the text
+// checksums, so an Update without them was malformed to it.
+func wantFullForm(frame []byte) error {
+	n, k := binary.Uvarint(frame[min(1, len(frame)):])
+	if len(frame) < 2 || k <= 0 || uint64(len(frame)-1-k) < n {
+		return fmt.Errorf("agenttest (legacy): an update frame of %d bytes it cannot split", len(frame))
+	}
+	var u lehrpb.Update
+	if err := proto.Unmarshal(frame[1+k:1+k+int(n)], &u); err != nil {
+		return fmt.Errorf("agenttest (legacy): update payload: %w", err)
+	}
+	if u.GetChecksum() == "" || (!u.GetSnapshot() && u.GetBaseChecksum() == "") {
+		return fmt.Errorf("agenttest (legacy): Update %s@%d came in compact form, without its text checksums, which an agent without %q requires",
+			u.GetNamespace(), u.GetVersion(), wire.CapCompactUpdate)
+	}
+	return nil
+}
+
 type countingReader struct {
 	r io.Reader
 	n int
@@ -605,7 +658,13 @@ func (a *Agent) handleUpdate(str *quic.ReceiveStream) {
 		return
 	}
 	cr := &countingReader{r: str}
-	dec := wire.NewDecoder(cr, wire.DecoderOptions{Stream: wire.StreamUpdate})
+	var r io.Reader = cr
+	var raw *bytes.Buffer // the frame as sent, for a Legacy agent's check
+	if a.opts.Legacy {
+		raw = new(bytes.Buffer)
+		r = io.TeeReader(cr, raw)
+	}
+	dec := wire.NewDecoder(r, wire.DecoderOptions{Stream: wire.StreamUpdate})
 	msg, err := dec.Decode()
 	if err == nil {
 		if _, err2 := dec.Decode(); err2 != io.EOF {
@@ -621,6 +680,13 @@ func (a *Agent) handleUpdate(str *quic.ReceiveStream) {
 			a.conn.CloseWithError(wire.CodeFor(err), "update stream: "+err.Error())
 		}
 		return
+	}
+	if raw != nil {
+		if err := wantFullForm(raw.Bytes()); err != nil {
+			a.fail(err)
+			a.conn.CloseWithError(wire.CodeProtocolViolation, err.Error())
+			return
+		}
 	}
 	u := msg.(*lehrpb.Update)
 	ns := u.GetNamespace()

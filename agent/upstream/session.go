@@ -135,7 +135,7 @@ func (c *Client) runSession(ctx context.Context, addr, lastConnected string) (es
 	c.connectedVal.Store(1)
 	defer c.connectedVal.Store(0)
 	s.log.Info("connected to distributor", "distributor_id", welcome.GetDistributorId(), "identity", id.String(),
-		"subscriptions_in_hello", len(subs))
+		"subscriptions_in_hello", len(subs), "distributor_build", welcome.GetDistributorVersion(), "capabilities", welcome.GetCapabilities())
 
 	interval := c.opts.ReportInterval
 	if d := welcome.GetReportInterval(); d != nil && d.AsDuration() > 0 {

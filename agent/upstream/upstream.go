@@ -201,7 +201,9 @@ type Options struct {
 	HostID, Zone string
 	// Labels are announced in Hello; nil means none.
 	Labels map[string]string
-	// AgentVersion is the build string in Hello; "" is allowed.
+	// AgentVersion is the build announced in Hello.agent_version
+	// (buildinfo.Info.String); "" announces none, as agents before
+	// announced builds (distributors count such agents as "unknown").
 	AgentVersion string
 	// Handler applies updates. Required.
 	Handler Handler

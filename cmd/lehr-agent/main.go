@@ -21,11 +21,13 @@ func main() {
 	os.Exit(run(context.Background(), os.Args[1:], os.Stdout, os.Stderr))
 }
 
-// run runs the agent; its help goes to stdout, as every lehr command's
-// does, and usage errors and logs to stderr.
+// run runs the agent; its help and its build (--version) go to stdout, as
+// every lehr command's do, and usage errors and logs to stderr.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	out := stderr
-	if i := slices.IndexFunc(args, func(a string) bool { return a == "-h" || a == "-help" || a == "--help" || a == "--" }); i >= 0 && args[i] != "--" {
+	if i := slices.IndexFunc(args, func(a string) bool {
+		return a == "-h" || a == "-help" || a == "--help" || a == "-version" || a == "--version" || a == "--"
+	}); i >= 0 && args[i] != "--" {
 		out = stdout
 	}
 	return agentcmd.Main(ctx, args, out)

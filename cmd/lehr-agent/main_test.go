@@ -5,6 +5,8 @@ import (
 	"os/exec"
 	"strings"
 	"testing"
+
+	"lehr.dev/lehr/internal/buildinfo"
 )
 
 // TestLeanBinary checks that the production agent links neither etcd nor
@@ -64,6 +66,19 @@ func TestHelpFlagStyle(t *testing.T) {
 	for _, want := range []string{"\n  --zone string\n", "\n  --distributors string\n", "\n  --tls-ca string\n"} {
 		if !strings.Contains(stdout.String(), want) {
 			t.Errorf("--help lacks %q", want)
+		}
+	}
+}
+
+// lehr-agent --version prints its build on standard output, as lehr
+// version does.
+func TestVersion(t *testing.T) {
+	for _, arg := range []string{"--version", "-version"} {
+		var stdout, stderr strings.Builder
+		code := run(context.Background(), []string{arg}, &stdout, &stderr)
+		want := "lehr-agent " + buildinfo.Get().String() + "\n  version    "
+		if code != 0 || stderr.Len() > 0 || !strings.HasPrefix(stdout.String(), want) {
+			t.Errorf("%s: exit %d, stdout %q, stderr %q; want 0 and %q…", arg, code, stdout.String(), stderr.String(), want)
 		}
 	}
 }

@@ -9,6 +9,7 @@
 // Usage:
 //
 //	lehr-bench [-quick|-full] [-scenario REGEXP] [-storm-agents N] [-out DIR] [-workdir DIR] [-cpuprofile FILE]
+//	lehr-bench -version
 package main
 
 import (
@@ -24,6 +25,7 @@ import (
 
 	"lehr.dev/lehr/agent"
 	"lehr.dev/lehr/bench"
+	"lehr.dev/lehr/internal/buildinfo"
 	"lehr.dev/lehr/internal/wire"
 )
 
@@ -50,9 +52,13 @@ func run() error {
 	silence := flag.Duration("agent-silence-timeout", 0, "the simulated agents' silence timeout (fanout, storm): they send a keepalive every third of it and give up on a distributor silent for it; 0 keeps the agent's default (lehr agent --silence-timeout)")
 	verbose := flag.Bool("v", false, "log the components' info messages to stderr")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file, and one of each swarm child (the simulated agents) to FILE.swarm-PID; read them with go tool pprof (not with the fanout scenario, which profiles its busiest case itself)")
+	version := flag.Bool("version", false, "print lehr-bench's build (release version, commit, Go version) and exit")
 	peerTLS := flag.Bool("peer-tls", true, "run the etcd and NATS peers with TLS 1.3 and verified client certificates, as Lehr's QUIC always is; false runs them plaintext (recorded per row)")
 	flag.Parse()
 
+	if *version {
+		return buildinfo.Get().WriteText(os.Stdout, "lehr-bench")
+	}
 	if *list {
 		for _, s := range bench.Scenarios() {
 			fmt.Printf("%-12s %s\n", s.Name, s.Title)

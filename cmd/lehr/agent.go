@@ -10,7 +10,11 @@ import (
 // runAgent is "lehr agent": the same program as the lean lehr-agent binary
 // (package agentcmd), so the flags and behaviour are identical.
 func runAgent(ctx context.Context, e *env, args []string) int {
-	return agentcmd.Main(ctx, args, daemonOutput(e, args))
+	out := daemonOutput(e, args)
+	if hasFlag(args, "version") {
+		out = e.stdout // the build, as lehr version prints it
+	}
+	return agentcmd.Main(ctx, args, out)
 }
 
 // daemonOutput is where a daemon command shared with a lean binary writes:
@@ -25,11 +29,17 @@ func daemonOutput(e *env, args []string) io.Writer {
 
 // wantsHelp reports whether args ask for help before any "--".
 func wantsHelp(args []string) bool {
+	return hasFlag(args, "h") || hasFlag(args, "help")
+}
+
+// hasFlag reports whether args give the boolean flag name (-name or
+// --name) before any "--".
+func hasFlag(args []string, name string) bool {
 	for _, a := range args {
 		switch a {
 		case "--":
 			return false
-		case "-h", "-help", "--help":
+		case "-" + name, "--" + name:
 			return true
 		}
 	}

@@ -107,6 +107,12 @@ func TestDispatchExitCodes(t *testing.T) {
 		{args: []string{"policy", "experiment", "commit", "a/b", "x"}, wantCode: exitUsage, wantStderr: "lehr policy experiment commit: needs --etag E"},
 		{args: []string{"domain", "create", "--help"}, wantCode: exitOK, wantStdout: "lehr domain create — create a domain\n"},
 		{args: []string{"--control", "x"}, wantCode: exitUsage, wantStderr: "Commands:"},
+		// Versions (issue 33).
+		{args: []string{"version"}, wantCode: exitOK, wantStdout: "\n  commit     "},
+		{args: []string{"--version"}, wantCode: exitOK, wantStdout: "\n  go         go"},
+		{args: []string{"version", "extra"}, wantCode: exitUsage, wantStderr: "lehr version: unexpected argument \"extra\" (want no arguments)\nUsage: lehr version [-o json]"},
+		{args: []string{"version", "-o", "yaml"}, wantCode: exitUsage, wantStderr: `lehr version: -o "yaml": want text or json`},
+		{args: []string{"--control", "x", "version"}, wantCode: exitUsage, wantStderr: "lehr version: flag provided but not defined: -control"},
 		{args: []string{"--control", "x", "certs", "init", "--dir", "d"}, wantCode: exitUsage, wantStderr: "lehr certs init: flag provided but not defined: -control"},
 	}
 	for _, tt := range tests {

@@ -71,6 +71,7 @@ func commands() []command {
 		{"audit", "show the audit log: every change anyone asked control for", runAudit},
 		{"certs", "make a development CA and component certificates", runCerts},
 		{"completion", "print a shell completion script (bash, zsh or fish)", runCompletion},
+		{"version", "show this lehr's build: release version, commit, Go version", runVersion},
 		{"help", "show this list, or a command's help", runHelp},
 	}
 }
@@ -136,6 +137,10 @@ func leadingFlags(e *env, args []string) (global, rest []string, code int, ok bo
 		case name == "h" || name == "help":
 			printCommandList(e.stdout)
 			return nil, nil, exitOK, false
+		case name == "version" && !hasValue:
+			// "lehr --version" is "lehr version", with the client flags
+			// given before it (-o json).
+			return global, append([]string{"version"}, args[1:]...), exitOK, true
 		case !slices.Contains(clientFlagNames, name):
 			fmt.Fprintf(e.stderr, "lehr: flag %s before the command: only the client flags (%s) may come first; put a command's own flags after it\n"+
 				"Usage: lehr [CLIENT FLAGS] COMMAND [ARGS] [FLAGS]\nRun 'lehr help' for the list of commands.\n", a, fmtFlagNames(clientFlagNames))

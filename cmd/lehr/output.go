@@ -1,11 +1,14 @@
 package main
 
 import (
+	"cmp"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -15,6 +18,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"lehr.dev/lehr/client/producer"
+	"lehr.dev/lehr/internal/buildinfo"
 	"lehr.dev/lehr/internal/termtext"
 	"lehr.dev/lehr/proto/lehrpb"
 )
@@ -436,6 +440,7 @@ func writeZoneStatus(w io.Writer, st *lehrpb.GetZoneStatusResponse, goals map[st
 		fmt.Fprintf(w, "no distributor has reported yet (they report every --report-interval, 10s by default): is one running with --zone %s?\n", clean(st.GetZone()))
 		return
 	}
+	writeBuilds(w, st)
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	if haveGoals {
@@ -460,22 +465,70 @@ func writeZoneStatus(w io.Writer, st *lehrpb.GetZoneStatusResponse, goals map[st
 	tw.Flush()
 	fmt.Fprintln(w)
 	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "DISTRIBUTOR\tAGENTS\tNAMESPACE\tVERSION\tAGENTS")
+	// A control older than builds in zone status reports none: no column.
+	builds := len(st.GetDistributorBuilds()) > 0
+	if builds {
+		fmt.Fprintln(tw, "DISTRIBUTOR\tBUILD\tAGENTS\tNAMESPACE\tVERSION\tAGENTS")
+	} else {
+		fmt.Fprintln(tw, "DISTRIBUTOR\tAGENTS\tNAMESPACE\tVERSION\tAGENTS")
+	}
 	for _, d := range st.GetDistributors() {
-		if len(d.GetVersions()) == 0 {
-			fmt.Fprintf(tw, "%s\t%d\t-\t-\t-\n", clean(d.GetDistributorId()), d.GetAgents())
-			continue
-		}
-		for i, v := range d.GetVersions() {
-			id, n := clean(d.GetDistributorId()), strconv.Itoa(int(d.GetAgents()))
-			if i > 0 {
-				id, n = "", ""
+		rows := [][]string{{"-", "-", "-"}}
+		if len(d.GetVersions()) > 0 {
+			rows = rows[:0]
+			for _, v := range d.GetVersions() {
+				rows = append(rows, []string{clean(v.GetNamespace()), strconv.FormatUint(v.GetVersion(), 10), strconv.Itoa(int(v.GetAgents()))})
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\n", id, n, clean(v.GetNamespace()), v.GetVersion(), v.GetAgents())
+		}
+		for i, r := range rows {
+			cols := []string{clean(d.GetDistributorId())}
+			if builds {
+				cols = append(cols, cmp.Or(clean(d.GetDistributorBuild()), buildinfo.Unknown))
+			}
+			cols = append(cols, strconv.Itoa(int(d.GetAgents())))
+			if i > 0 {
+				cols = make([]string, len(cols))
+			}
+			fmt.Fprintln(tw, strings.Join(append(cols, r...), "\t"))
 		}
 	}
 	tw.Flush()
 	writeHealth(w, st.GetHealth(), st.GetHosts())
+}
+
+// writeBuilds prints how many of a zone's distributors and agents run
+// each build: an upgrade's progress.
+func writeBuilds(w io.Writer, st *lehrpb.GetZoneStatusResponse) {
+	type row struct{ dists, agents int32 }
+	rows := map[string]*row{}
+	get := func(b string) *row {
+		r := rows[b]
+		if r == nil {
+			r = &row{}
+			rows[b] = r
+		}
+		return r
+	}
+	for _, c := range st.GetDistributorBuilds() {
+		get(c.GetBuild()).dists += c.GetCount()
+	}
+	for _, c := range st.GetAgentBuilds() {
+		get(c.GetBuild()).agents += c.GetCount()
+	}
+	if len(rows) == 0 {
+		fmt.Fprintln(w, "(control reports no builds: it is older than this lehr)")
+		return
+	}
+	fmt.Fprintln(w)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "BUILD\tDISTRIBUTORS\tAGENTS")
+	for _, b := range slices.Sorted(maps.Keys(rows)) {
+		fmt.Fprintf(tw, "%s\t%d\t%d\n", clean(b), rows[b].dists, rows[b].agents)
+	}
+	tw.Flush()
+	if _, ok := rows[buildinfo.Unknown]; ok {
+		fmt.Fprintln(w, "(unknown: distributors and agents too old to announce their build)")
+	}
 }
 
 // writeHealth prints the consumer health of the namespaces a rollout is

@@ -57,10 +57,16 @@ good. Refused while its distributors report, unless --force.`,
 				usage:   "lehr zones status NAME [flags]",
 				summary: "what a zone's distributors last reported",
 				about: `Shows what the zone's distributors last reported (every --report-interval of
-theirs): how many agents each serves, and how many agents hold which version
-of each namespace, next to the zone's goal. A distributor that stops
-reporting drops out after its report expires.`,
-				examples: []string{"lehr zones status us-east-1a", "lehr zones status us-east-1a -o json"},
+theirs): how many distributors and agents run each build of Lehr (release
+version and commit, as 'lehr version' prints it: an upgrade's progress;
+"unknown" for those too old to say), how many agents each distributor serves,
+and how many agents hold which version of each namespace, next to the zone's
+goal. A distributor that stops reporting drops out after its report expires.`,
+				examples: []string{
+					"lehr zones status us-east-1a",
+					"lehr zones status us-east-1a -o json",
+					"lehr zones status us-east-1a -o json | jq '.agent_builds[] | select(.build != \"unknown\")'",
+				},
 			}},
 		},
 	})

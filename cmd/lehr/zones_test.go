@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"google.golang.org/grpc"
+	"google.golang.org/protobuf/proto"
 
 	"lehr.dev/lehr/control"
 	"lehr.dev/lehr/control/controltest"
@@ -17,18 +18,33 @@ func TestWriteZoneStatusGolden(t *testing.T) {
 	vc := func(ns string, v uint64, n int32) *lehrpb.VersionCount {
 		return &lehrpb.VersionCount{Namespace: ns, Version: v, Agents: n}
 	}
+	bc := func(build string, n int32) *lehrpb.BuildCount { return &lehrpb.BuildCount{Build: build, Count: n} }
+	const old, cur = "0.1.0+237c09b1a2b3", "0.2.0+5d1e8a2c9f00"
+	// Mid-upgrade: dist-0 runs the new build and serves an agent of each
+	// build, dist-1 the old one, dist-2 one too old to say.
 	st := &lehrpb.GetZoneStatusResponse{
 		Zone: "zone-a",
 		Distributors: []*lehrpb.DistributorStatus{
-			{DistributorId: "zone-a-dist-0", Agents: 2, Versions: []*lehrpb.VersionCount{vc("demo/app", 2, 1), vc("demo/app", 3, 1), vc("demo/banner", 1, 2)}},
-			{DistributorId: "zone-a-dist-1", Agents: 1, Versions: []*lehrpb.VersionCount{vc("demo/app", 3, 1)}},
-			{DistributorId: "zone-a-dist-2", Agents: 0},
+			{DistributorId: "zone-a-dist-0", Agents: 2, Versions: []*lehrpb.VersionCount{vc("demo/app", 2, 1), vc("demo/app", 3, 1), vc("demo/banner", 1, 2)},
+				DistributorBuild: cur, AgentBuilds: []*lehrpb.BuildCount{bc(old, 1), bc(cur, 1)}},
+			{DistributorId: "zone-a-dist-1", Agents: 1, Versions: []*lehrpb.VersionCount{vc("demo/app", 3, 1)},
+				DistributorBuild: old, AgentBuilds: []*lehrpb.BuildCount{bc("unknown", 1)}},
+			{DistributorId: "zone-a-dist-2", Agents: 0, DistributorBuild: "unknown"},
 		},
-		Versions: []*lehrpb.VersionCount{vc("demo/app", 2, 1), vc("demo/app", 3, 2), vc("demo/banner", 1, 2)},
+		Versions:          []*lehrpb.VersionCount{vc("demo/app", 2, 1), vc("demo/app", 3, 2), vc("demo/banner", 1, 2)},
+		DistributorBuilds: []*lehrpb.BuildCount{bc(old, 1), bc(cur, 1), bc("unknown", 1)},
+		AgentBuilds:       []*lehrpb.BuildCount{bc(old, 1), bc(cur, 1), bc("unknown", 1)},
 	}
 	goals := map[string]uint64{"demo/app": 3}
 	var b bytes.Buffer
 	writeZoneStatus(&b, st, goals, true)
+	b.WriteString("--- a control older than builds in zone status\n")
+	older := proto.Clone(st).(*lehrpb.GetZoneStatusResponse)
+	older.DistributorBuilds, older.AgentBuilds = nil, nil
+	for _, d := range older.GetDistributors() {
+		d.DistributorBuild, d.AgentBuilds = "", nil
+	}
+	writeZoneStatus(&b, older, goals, true)
 	b.WriteString("--- without goals\n")
 	writeZoneStatus(&b, st, nil, false)
 	b.WriteString("--- nobody reporting\n")

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 	"sync"
@@ -12,6 +13,7 @@ import (
 
 	"lehr.dev/lehr/control/store"
 	"lehr.dev/lehr/internal/apierror"
+	"lehr.dev/lehr/internal/buildinfo"
 	"lehr.dev/lehr/internal/names"
 	"lehr.dev/lehr/internal/signals"
 	"lehr.dev/lehr/proto/lehrpb"
@@ -35,6 +37,11 @@ const (
 	MaxHostReports = 1000
 	// MaxPreviewCounts bounds the policy-preview counts of one report.
 	MaxPreviewCounts = 1000
+	// MaxBuildCounts bounds the agent builds of one report (a distributor
+	// sends at most fanout.MaxBuilds), and MaxBuildBytes each build, the
+	// distributor's own included.
+	MaxBuildCounts = 256
+	MaxBuildBytes  = 128
 )
 
 // leaseSweepInterval is how often expired entries leave the lease cache.
@@ -150,6 +157,10 @@ func (s *Service) ReportZoneStatus(ctx context.Context, req *lehrpb.ReportZoneSt
 		Samples:       req.GetSamples(),
 		Signals:       req.GetSignals(),
 		Preview:       req.GetPreview(),
+		// As reported; GetZoneStatus counts what older distributors
+		// leave out as "unknown".
+		DistributorBuild: req.GetDistributorBuild(),
+		AgentBuilds:      req.GetAgentBuilds(),
 	}
 	k := reportKey{zone: req.GetZone(), id: req.GetDistributorId()}
 	lease, err := s.st.PutZoneStatus(ctx, k.zone, st, ttl, s.leases.get(k))
@@ -276,6 +287,9 @@ func checkReport(req *lehrpb.ReportZoneStatusRequest) error {
 			return nameError(propField("hosts", i, "report.namespace"), err)
 		}
 	}
+	if err := checkBuilds(req); err != nil {
+		return err
+	}
 	n := 0
 	for i, p := range req.GetPreview() {
 		if _, _, err := names.Namespace(p.GetNamespace()); err != nil {
@@ -294,6 +308,37 @@ func checkReport(req *lehrpb.ReportZoneStatusRequest) error {
 	return nil
 }
 
+// checkBuilds validates the builds of a report: the distributor's, and
+// its agents' counts (each build once, not empty, at most MaxBuildBytes,
+// counts not negative).
+func checkBuilds(req *lehrpb.ReportZoneStatusRequest) error {
+	if b := req.GetDistributorBuild(); len(b) > MaxBuildBytes {
+		return invalid(apierror.ReasonInvalidArgument, "distributor_build", "distributor_build is %d bytes; at most %d allowed", len(b), MaxBuildBytes).
+			WithLimit("%d bytes", MaxBuildBytes)
+	}
+	bs := req.GetAgentBuilds()
+	if len(bs) > MaxBuildCounts {
+		return invalid(apierror.ReasonInvalidArgument, "agent_builds", "the report has %d agent builds; at most %d allowed", len(bs), MaxBuildCounts).
+			WithLimit("%d entries", MaxBuildCounts)
+	}
+	seen := make(map[string]int, len(bs))
+	for i, bc := range bs {
+		switch b := bc.GetBuild(); {
+		case b == "" || len(b) > MaxBuildBytes:
+			return invalid(apierror.ReasonInvalidArgument, propField("agent_builds", i, "build"), "build is %d bytes; want 1 to %d", len(b), MaxBuildBytes).
+				WithLimit("%d bytes", MaxBuildBytes)
+		case bc.GetCount() < 0:
+			return invalid(apierror.ReasonInvalidArgument, propField("agent_builds", i, "count"), "count is %d; it must not be negative", bc.GetCount())
+		}
+		if j, dup := seen[bc.GetBuild()]; dup {
+			return invalid(apierror.ReasonInvalidArgument, propField("agent_builds", i, "build"),
+				"build %q is counted twice, in agent_builds[%d] and agent_builds[%d]; send one count per build", bc.GetBuild(), j, i)
+		}
+		seen[bc.GetBuild()] = i
+	}
+	return nil
+}
+
 // GetZoneStatus returns the live reports of a zone's distributors, sorted
 // by distributor id, and their sum per namespace and version, sorted by
 // namespace and version. NOT_FOUND if the zone is not registered.
@@ -307,13 +352,45 @@ func (s *Service) GetZoneStatus(ctx context.Context, req *lehrpb.GetZoneStatusRe
 		return nil, withField(s.apiError(ctx, err), "zone")
 	}
 	health, hosts := sumHealth(sts)
+	dists, agents := sumBuilds(sts)
 	return &lehrpb.GetZoneStatusResponse{
-		Zone:         req.GetZone(),
-		Distributors: sts,
-		Versions:     sumVersions(sts),
-		Health:       health,
-		Hosts:        hosts,
+		Zone:              req.GetZone(),
+		Distributors:      sts,
+		Versions:          sumVersions(sts),
+		Health:            health,
+		Hosts:             hosts,
+		DistributorBuilds: dists,
+		AgentBuilds:       agents,
 	}, nil
+}
+
+// sumBuilds counts the distributors of several reports per build, and
+// sums their agents per build, each sorted by build. A distributor older
+// than builds being reported is counted as buildinfo.Unknown, and so are
+// its agents: sts is changed to say so, so that every agent of the zone
+// counts once.
+func sumBuilds(sts []*lehrpb.DistributorStatus) (distributors, agents []*lehrpb.BuildCount) {
+	dm, am := map[string]int64{}, map[string]int64{}
+	for _, st := range sts {
+		if st.GetDistributorBuild() == "" {
+			st.DistributorBuild = buildinfo.Unknown
+		}
+		if len(st.GetAgentBuilds()) == 0 && st.GetAgents() > 0 {
+			st.AgentBuilds = []*lehrpb.BuildCount{{Build: buildinfo.Unknown, Count: st.GetAgents()}}
+		}
+		dm[st.GetDistributorBuild()]++
+		for _, bc := range st.GetAgentBuilds() {
+			am[bc.GetBuild()] += int64(bc.GetCount())
+		}
+	}
+	list := func(m map[string]int64) []*lehrpb.BuildCount {
+		out := make([]*lehrpb.BuildCount, 0, len(m))
+		for _, b := range slices.Sorted(maps.Keys(m)) {
+			out = append(out, &lehrpb.BuildCount{Build: b, Count: int32(min(m[b], math.MaxInt32))})
+		}
+		return out
+	}
+	return list(dm), list(am)
 }
 
 // sumHealth adds up the health entries of several reports per namespace,

@@ -211,7 +211,7 @@ func waitVersion(t testing.TB, a *agenttest.Agent, ns string, v *content.Version
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if err := a.WaitVersion(ctx, ns, v.Seq); err != nil {
-		t.Fatalf("agent %s never reached %s@%d: %v (applied %+v)", a.HostID(), ns, v.Seq, err, a.Applied(ns))
+		t.Fatalf("agent %s never reached %s@%d: %v (applied %+v; connection: %v)", a.HostID(), ns, v.Seq, err, a.Applied(ns), a.Err())
 	}
 	h, _ := a.Held(ns)
 	if h.Ref.Checksum != v.Checksum || !h.Content.Equal(v.Content) {

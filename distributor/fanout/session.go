@@ -79,6 +79,8 @@ type session struct {
 	ctl  *wire.Control
 	host string
 	log  *slog.Logger
+	// build is the build the agent announced, as counted (agentBuild).
+	build string
 	// compact: the agent accepts compact Updates (wire.CapCompactUpdate).
 	compact bool
 	// inflight bounds the bytes of updates written to the agent and not
@@ -164,6 +166,7 @@ func (s *Server) handle(conn *quic.Conn) {
 		ctl:         ctl,
 		host:        hello.GetHostId(),
 		log:         log,
+		build:       agentBuild(hello.GetAgentVersion()),
 		compact:     wire.HasCapability(caps, wire.CapCompactUpdate),
 		signalsCap:  wire.HasCapability(caps, wire.CapSignals),
 		signedGoals: wire.HasCapability(caps, wire.CapSignedGoals),
@@ -207,7 +210,8 @@ func (s *Server) handle(conn *quic.Conn) {
 	defer s.unregister(ss)
 	s.want(ss.subscriptions())
 	admitted(conn)
-	log.Info("agent connected", "protocol_version", version, "cached", len(hello.GetCached()), "subscriptions", len(hello.GetSubscriptions()))
+	log.Info("agent connected", "protocol_version", version, "cached", len(hello.GetCached()), "subscriptions", len(hello.GetSubscriptions()),
+		"build", ss.build, "capabilities", caps)
 
 	ss.wg.Go(ss.pushLoop)
 	if s.refuseStreams {

@@ -13,18 +13,27 @@
 // which also corrects the few process series the library names or types
 // against Prometheus's conventions (see processFixes).
 //
-// It imports nothing of Lehr's; the daemons import it.
+// Every /metrics also carries lehr_build_info{version,commit,goversion} 1,
+// the running binary's build (internal/buildinfo), so a dashboard can
+// count a fleet's daemons per release during an upgrade.
+//
+// It imports nothing of Lehr's but internal/buildinfo; the daemons import
+// it.
 package metricshttp
 
 import (
 	"bytes"
+	"fmt"
 	"io"
 	"maps"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/VictoriaMetrics/metrics"
+
+	"lehr.dev/lehr/internal/buildinfo"
 )
 
 // ContentType is the Prometheus text exposition format, version 0.0.4.
@@ -66,15 +75,48 @@ func Handler(set *metrics.Set, help Help) http.Handler {
 
 // Write writes what Handler serves to w.
 func Write(w io.Writer, set *metrics.Set, help Help) {
-	var own, proc bytes.Buffer
+	var own, build, proc bytes.Buffer
 	set.WritePrometheus(&own)
+	buildSet().WritePrometheus(&build)
 	metrics.WriteProcessMetrics(&proc)
 	var out bytes.Buffer
-	out.Grow(own.Len() + proc.Len() + 8<<10)
+	out.Grow(own.Len() + build.Len() + proc.Len() + 8<<10)
 	annotate(&out, own.Bytes(), help, nil)
+	annotate(&out, build.Bytes(), buildHelp, nil)
 	annotate(&out, proc.Bytes(), processHelp, processFixes)
 	w.Write(out.Bytes())
 }
+
+// BuildInfoName is the family of the running binary's build.
+const BuildInfoName = "lehr_build_info"
+
+var buildHelp = Help{
+	BuildInfoName: "The running binary's build (lehr version): its release version (devel: built without one), the commit it was built from (with -dirty for uncommitted changes; unknown when not recorded) and the Go version, in labels; always 1.",
+}
+
+// buildSet holds the lehr_build_info gauge of this binary, made once.
+var buildSet = sync.OnceValue(func() *metrics.Set {
+	set := metrics.NewSet()
+	set.NewGauge(BuildInfoSeries(buildinfo.Get()), func() float64 { return 1 })
+	return set
+})
+
+// BuildInfoSeries is the lehr_build_info series of build b, with its
+// labels: version, commit and goversion.
+func BuildInfoSeries(b buildinfo.Info) string {
+	commit := b.Commit
+	switch {
+	case commit == "":
+		commit = buildinfo.Unknown
+	case b.Modified:
+		commit += "-dirty"
+	}
+	return fmt.Sprintf(`%s{version="%s",commit="%s",goversion="%s"}`, BuildInfoName,
+		labelEscaper.Replace(b.Version), labelEscaper.Replace(commit), labelEscaper.Replace(b.GoVersion))
+}
+
+// labelEscaper escapes a label value as the text format wants it.
+var labelEscaper = strings.NewReplacer(`\`, `\\`, `"`, `\"`, "\n", `\n`)
 
 // Server returns an HTTP server serving Handler(set, help) on /metrics,
 // plus any extra routes (pattern → handler, as http.ServeMux takes them).

@@ -11,6 +11,7 @@ import (
 	"github.com/VictoriaMetrics/metrics"
 	"github.com/google/go-cmp/cmp"
 
+	"lehr.dev/lehr/internal/buildinfo"
 	"lehr.dev/lehr/internal/metricshttp/metricstest"
 )
 
@@ -113,10 +114,34 @@ func TestExpositionIsPrometheusNative(t *testing.T) {
 		"# TYPE go_cgo_calls_total counter\n",
 		"# TYPE go_cpus gauge\n",
 		"# TYPE process_io_read_bytes_total counter\n",
+		"# TYPE lehr_build_info gauge\n" + BuildInfoSeries(buildinfo.Get()) + " 1\n",
 	} {
 		if !strings.Contains(body, want) {
 			t.Errorf("exposition lacks %q", want)
 		}
 	}
 	metricstest.Check(t, out.Bytes())
+}
+
+// TestBuildInfoSeries: the build's labels, escaped as the text format
+// wants them, with the commit's state.
+func TestBuildInfoSeries(t *testing.T) {
+	tests := []struct {
+		b    buildinfo.Info
+		want string
+	}{
+		{buildinfo.Info{Version: "0.1.0", Commit: "237c09b1a2b3c4d5e6f708192a3b4c5d6e7f8091", GoVersion: "go1.26.8"},
+			`lehr_build_info{version="0.1.0",commit="237c09b1a2b3c4d5e6f708192a3b4c5d6e7f8091",goversion="go1.26.8"}`},
+		{buildinfo.Info{Version: "devel", Commit: "237c09b1", Modified: true, GoVersion: "go1.26.8"},
+			`lehr_build_info{version="devel",commit="237c09b1-dirty",goversion="go1.26.8"}`},
+		{buildinfo.Info{Version: `a"b\c` + "\n", GoVersion: "go1.26.8"},
+			`lehr_build_info{version="a\"b\\c\n",commit="unknown",goversion="go1.26.8"}`},
+	}
+	for _, tt := range tests {
+		if got := BuildInfoSeries(tt.b); got != tt.want {
+			t.Errorf("BuildInfoSeries(%+v) = %s, want %s", tt.b, got, tt.want)
+		}
+		// The metrics library takes it.
+		metrics.NewSet().NewGauge(tt.want, func() float64 { return 1 })
+	}
 }

@@ -3638,7 +3638,16 @@ type ReportZoneStatusRequest struct {
 	Signals []*HostSignals `protobuf:"bytes,9,rep,name=signals,proto3" json:"signals,omitempty"`
 	// Policy-preview decision counts per namespace, summed over the agents'
 	// latest reports.
-	Preview       []*NamespacePreviewCounts `protobuf:"bytes,10,rep,name=preview,proto3" json:"preview,omitempty"`
+	Preview []*NamespacePreviewCounts `protobuf:"bytes,10,rep,name=preview,proto3" json:"preview,omitempty"`
+	// The distributor's own build (lehr version's "build": release version
+	// and commit, e.g. "0.1.0+237c09b1a2b3"); empty from distributors older
+	// than builds being reported.
+	DistributorBuild string `protobuf:"bytes,11,opt,name=distributor_build,json=distributorBuild,proto3" json:"distributor_build,omitempty"`
+	// The connected agents per build they announced (Hello.agent_version),
+	// at most 64 builds (the rest counted under "other"); agents that
+	// announced none (or "dev", as all did before builds were announced)
+	// count under "unknown".
+	AgentBuilds   []*BuildCount `protobuf:"bytes,12,rep,name=agent_builds,json=agentBuilds,proto3" json:"agent_builds,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3743,6 +3752,77 @@ func (x *ReportZoneStatusRequest) GetPreview() []*NamespacePreviewCounts {
 	return nil
 }
 
+func (x *ReportZoneStatusRequest) GetDistributorBuild() string {
+	if x != nil {
+		return x.DistributorBuild
+	}
+	return ""
+}
+
+func (x *ReportZoneStatusRequest) GetAgentBuilds() []*BuildCount {
+	if x != nil {
+		return x.AgentBuilds
+	}
+	return nil
+}
+
+// BuildCount is how many components (agents, distributors) run one build
+// of Lehr.
+type BuildCount struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The build (lehr version's "build": "0.1.0+237c09b1a2b3"), or
+	// "unknown" for components that did not say (older than builds being
+	// announced), or "other" for builds beyond a report's bound.
+	Build         string `protobuf:"bytes,1,opt,name=build,proto3" json:"build,omitempty"`
+	Count         int32  `protobuf:"varint,2,opt,name=count,proto3" json:"count,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BuildCount) Reset() {
+	*x = BuildCount{}
+	mi := &file_lehr_v1_control_proto_msgTypes[56]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BuildCount) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BuildCount) ProtoMessage() {}
+
+func (x *BuildCount) ProtoReflect() protoreflect.Message {
+	mi := &file_lehr_v1_control_proto_msgTypes[56]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BuildCount.ProtoReflect.Descriptor instead.
+func (*BuildCount) Descriptor() ([]byte, []int) {
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{56}
+}
+
+func (x *BuildCount) GetBuild() string {
+	if x != nil {
+		return x.Build
+	}
+	return ""
+}
+
+func (x *BuildCount) GetCount() int32 {
+	if x != nil {
+		return x.Count
+	}
+	return 0
+}
+
 // NamespacePreviewCounts is the preview counts of one policy namespace.
 type NamespacePreviewCounts struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -3754,7 +3834,7 @@ type NamespacePreviewCounts struct {
 
 func (x *NamespacePreviewCounts) Reset() {
 	*x = NamespacePreviewCounts{}
-	mi := &file_lehr_v1_control_proto_msgTypes[56]
+	mi := &file_lehr_v1_control_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3766,7 +3846,7 @@ func (x *NamespacePreviewCounts) String() string {
 func (*NamespacePreviewCounts) ProtoMessage() {}
 
 func (x *NamespacePreviewCounts) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[56]
+	mi := &file_lehr_v1_control_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3779,7 +3859,7 @@ func (x *NamespacePreviewCounts) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NamespacePreviewCounts.ProtoReflect.Descriptor instead.
 func (*NamespacePreviewCounts) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{56}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *NamespacePreviewCounts) GetNamespace() string {
@@ -3811,7 +3891,7 @@ type HostSignals struct {
 
 func (x *HostSignals) Reset() {
 	*x = HostSignals{}
-	mi := &file_lehr_v1_control_proto_msgTypes[57]
+	mi := &file_lehr_v1_control_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3823,7 +3903,7 @@ func (x *HostSignals) String() string {
 func (*HostSignals) ProtoMessage() {}
 
 func (x *HostSignals) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[57]
+	mi := &file_lehr_v1_control_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3836,7 +3916,7 @@ func (x *HostSignals) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HostSignals.ProtoReflect.Descriptor instead.
 func (*HostSignals) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{57}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *HostSignals) GetHostId() string {
@@ -3873,7 +3953,7 @@ type CohortSample struct {
 
 func (x *CohortSample) Reset() {
 	*x = CohortSample{}
-	mi := &file_lehr_v1_control_proto_msgTypes[58]
+	mi := &file_lehr_v1_control_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3885,7 +3965,7 @@ func (x *CohortSample) String() string {
 func (*CohortSample) ProtoMessage() {}
 
 func (x *CohortSample) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[58]
+	mi := &file_lehr_v1_control_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3898,7 +3978,7 @@ func (x *CohortSample) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CohortSample.ProtoReflect.Descriptor instead.
 func (*CohortSample) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{58}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *CohortSample) GetNamespace() string {
@@ -3948,7 +4028,7 @@ type NamespaceHealth struct {
 
 func (x *NamespaceHealth) Reset() {
 	*x = NamespaceHealth{}
-	mi := &file_lehr_v1_control_proto_msgTypes[59]
+	mi := &file_lehr_v1_control_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3960,7 +4040,7 @@ func (x *NamespaceHealth) String() string {
 func (*NamespaceHealth) ProtoMessage() {}
 
 func (x *NamespaceHealth) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[59]
+	mi := &file_lehr_v1_control_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3973,7 +4053,7 @@ func (x *NamespaceHealth) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NamespaceHealth.ProtoReflect.Descriptor instead.
 func (*NamespaceHealth) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{59}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *NamespaceHealth) GetNamespace() string {
@@ -4051,7 +4131,7 @@ type HostReport struct {
 
 func (x *HostReport) Reset() {
 	*x = HostReport{}
-	mi := &file_lehr_v1_control_proto_msgTypes[60]
+	mi := &file_lehr_v1_control_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4063,7 +4143,7 @@ func (x *HostReport) String() string {
 func (*HostReport) ProtoMessage() {}
 
 func (x *HostReport) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[60]
+	mi := &file_lehr_v1_control_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4076,7 +4156,7 @@ func (x *HostReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HostReport.ProtoReflect.Descriptor instead.
 func (*HostReport) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{60}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *HostReport) GetHostId() string {
@@ -4113,7 +4193,7 @@ type ReportZoneStatusResponse struct {
 
 func (x *ReportZoneStatusResponse) Reset() {
 	*x = ReportZoneStatusResponse{}
-	mi := &file_lehr_v1_control_proto_msgTypes[61]
+	mi := &file_lehr_v1_control_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4125,7 +4205,7 @@ func (x *ReportZoneStatusResponse) String() string {
 func (*ReportZoneStatusResponse) ProtoMessage() {}
 
 func (x *ReportZoneStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[61]
+	mi := &file_lehr_v1_control_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4138,7 +4218,7 @@ func (x *ReportZoneStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportZoneStatusResponse.ProtoReflect.Descriptor instead.
 func (*ReportZoneStatusResponse) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{61}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *ReportZoneStatusResponse) GetDistributors() int32 {
@@ -4162,7 +4242,7 @@ type GetZoneStatusRequest struct {
 
 func (x *GetZoneStatusRequest) Reset() {
 	*x = GetZoneStatusRequest{}
-	mi := &file_lehr_v1_control_proto_msgTypes[62]
+	mi := &file_lehr_v1_control_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4174,7 +4254,7 @@ func (x *GetZoneStatusRequest) String() string {
 func (*GetZoneStatusRequest) ProtoMessage() {}
 
 func (x *GetZoneStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[62]
+	mi := &file_lehr_v1_control_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4187,7 +4267,7 @@ func (x *GetZoneStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetZoneStatusRequest.ProtoReflect.Descriptor instead.
 func (*GetZoneStatusRequest) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{62}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *GetZoneStatusRequest) GetZone() string {
@@ -4208,7 +4288,7 @@ type GetStoreStatusRequest struct {
 
 func (x *GetStoreStatusRequest) Reset() {
 	*x = GetStoreStatusRequest{}
-	mi := &file_lehr_v1_control_proto_msgTypes[63]
+	mi := &file_lehr_v1_control_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4220,7 +4300,7 @@ func (x *GetStoreStatusRequest) String() string {
 func (*GetStoreStatusRequest) ProtoMessage() {}
 
 func (x *GetStoreStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[63]
+	mi := &file_lehr_v1_control_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4233,7 +4313,7 @@ func (x *GetStoreStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetStoreStatusRequest.ProtoReflect.Descriptor instead.
 func (*GetStoreStatusRequest) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{63}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{64}
 }
 
 // StoreStatus is control's store as control last read it (etcd's status,
@@ -4267,7 +4347,7 @@ type StoreStatus struct {
 
 func (x *StoreStatus) Reset() {
 	*x = StoreStatus{}
-	mi := &file_lehr_v1_control_proto_msgTypes[64]
+	mi := &file_lehr_v1_control_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4279,7 +4359,7 @@ func (x *StoreStatus) String() string {
 func (*StoreStatus) ProtoMessage() {}
 
 func (x *StoreStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[64]
+	mi := &file_lehr_v1_control_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4292,7 +4372,7 @@ func (x *StoreStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StoreStatus.ProtoReflect.Descriptor instead.
 func (*StoreStatus) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{64}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *StoreStatus) GetSizeBytes() int64 {
@@ -4376,7 +4456,7 @@ type GetControlStatusRequest struct {
 
 func (x *GetControlStatusRequest) Reset() {
 	*x = GetControlStatusRequest{}
-	mi := &file_lehr_v1_control_proto_msgTypes[65]
+	mi := &file_lehr_v1_control_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4388,7 +4468,7 @@ func (x *GetControlStatusRequest) String() string {
 func (*GetControlStatusRequest) ProtoMessage() {}
 
 func (x *GetControlStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[65]
+	mi := &file_lehr_v1_control_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4401,7 +4481,7 @@ func (x *GetControlStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetControlStatusRequest.ProtoReflect.Descriptor instead.
 func (*GetControlStatusRequest) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{65}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{66}
 }
 
 // StoreIdentity names control's store. The first control replica to start
@@ -4422,7 +4502,7 @@ type StoreIdentity struct {
 
 func (x *StoreIdentity) Reset() {
 	*x = StoreIdentity{}
-	mi := &file_lehr_v1_control_proto_msgTypes[66]
+	mi := &file_lehr_v1_control_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4434,7 +4514,7 @@ func (x *StoreIdentity) String() string {
 func (*StoreIdentity) ProtoMessage() {}
 
 func (x *StoreIdentity) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[66]
+	mi := &file_lehr_v1_control_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4447,7 +4527,7 @@ func (x *StoreIdentity) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StoreIdentity.ProtoReflect.Descriptor instead.
 func (*StoreIdentity) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{66}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *StoreIdentity) GetId() string {
@@ -4494,7 +4574,7 @@ type ControlStatus struct {
 
 func (x *ControlStatus) Reset() {
 	*x = ControlStatus{}
-	mi := &file_lehr_v1_control_proto_msgTypes[67]
+	mi := &file_lehr_v1_control_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4506,7 +4586,7 @@ func (x *ControlStatus) String() string {
 func (*ControlStatus) ProtoMessage() {}
 
 func (x *ControlStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[67]
+	mi := &file_lehr_v1_control_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4519,7 +4599,7 @@ func (x *ControlStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ControlStatus.ProtoReflect.Descriptor instead.
 func (*ControlStatus) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{67}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *ControlStatus) GetStore() *StoreIdentity {
@@ -4589,7 +4669,7 @@ type EtcdClusterStatus struct {
 
 func (x *EtcdClusterStatus) Reset() {
 	*x = EtcdClusterStatus{}
-	mi := &file_lehr_v1_control_proto_msgTypes[68]
+	mi := &file_lehr_v1_control_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4601,7 +4681,7 @@ func (x *EtcdClusterStatus) String() string {
 func (*EtcdClusterStatus) ProtoMessage() {}
 
 func (x *EtcdClusterStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[68]
+	mi := &file_lehr_v1_control_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4614,7 +4694,7 @@ func (x *EtcdClusterStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EtcdClusterStatus.ProtoReflect.Descriptor instead.
 func (*EtcdClusterStatus) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{68}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *EtcdClusterStatus) GetClusterId() string {
@@ -4668,7 +4748,7 @@ type ControlReplica struct {
 
 func (x *ControlReplica) Reset() {
 	*x = ControlReplica{}
-	mi := &file_lehr_v1_control_proto_msgTypes[69]
+	mi := &file_lehr_v1_control_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4680,7 +4760,7 @@ func (x *ControlReplica) String() string {
 func (*ControlReplica) ProtoMessage() {}
 
 func (x *ControlReplica) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[69]
+	mi := &file_lehr_v1_control_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4693,7 +4773,7 @@ func (x *ControlReplica) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ControlReplica.ProtoReflect.Descriptor instead.
 func (*ControlReplica) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{69}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *ControlReplica) GetAddress() string {
@@ -4745,7 +4825,7 @@ type DomainStoredBytes struct {
 
 func (x *DomainStoredBytes) Reset() {
 	*x = DomainStoredBytes{}
-	mi := &file_lehr_v1_control_proto_msgTypes[70]
+	mi := &file_lehr_v1_control_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4757,7 +4837,7 @@ func (x *DomainStoredBytes) String() string {
 func (*DomainStoredBytes) ProtoMessage() {}
 
 func (x *DomainStoredBytes) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[70]
+	mi := &file_lehr_v1_control_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4770,7 +4850,7 @@ func (x *DomainStoredBytes) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DomainStoredBytes.ProtoReflect.Descriptor instead.
 func (*DomainStoredBytes) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{70}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *DomainStoredBytes) GetDomain() string {
@@ -4805,13 +4885,18 @@ type DistributorStatus struct {
 	Samples       []*CohortSample           `protobuf:"bytes,6,rep,name=samples,proto3" json:"samples,omitempty"`
 	Signals       []*HostSignals            `protobuf:"bytes,7,rep,name=signals,proto3" json:"signals,omitempty"`
 	Preview       []*NamespacePreviewCounts `protobuf:"bytes,8,rep,name=preview,proto3" json:"preview,omitempty"`
+	// The distributor's build, "unknown" for one too old to report it.
+	DistributorBuild string `protobuf:"bytes,9,opt,name=distributor_build,json=distributorBuild,proto3" json:"distributor_build,omitempty"`
+	// Its agents per build; an older distributor's agents count under
+	// "unknown".
+	AgentBuilds   []*BuildCount `protobuf:"bytes,10,rep,name=agent_builds,json=agentBuilds,proto3" json:"agent_builds,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *DistributorStatus) Reset() {
 	*x = DistributorStatus{}
-	mi := &file_lehr_v1_control_proto_msgTypes[71]
+	mi := &file_lehr_v1_control_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4823,7 +4908,7 @@ func (x *DistributorStatus) String() string {
 func (*DistributorStatus) ProtoMessage() {}
 
 func (x *DistributorStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[71]
+	mi := &file_lehr_v1_control_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4836,7 +4921,7 @@ func (x *DistributorStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DistributorStatus.ProtoReflect.Descriptor instead.
 func (*DistributorStatus) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{71}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *DistributorStatus) GetDistributorId() string {
@@ -4895,6 +4980,20 @@ func (x *DistributorStatus) GetPreview() []*NamespacePreviewCounts {
 	return nil
 }
 
+func (x *DistributorStatus) GetDistributorBuild() string {
+	if x != nil {
+		return x.DistributorBuild
+	}
+	return ""
+}
+
+func (x *DistributorStatus) GetAgentBuilds() []*BuildCount {
+	if x != nil {
+		return x.AgentBuilds
+	}
+	return nil
+}
+
 type GetZoneStatusResponse struct {
 	state        protoimpl.MessageState `protogen:"open.v1"`
 	Zone         string                 `protobuf:"bytes,1,opt,name=zone,proto3" json:"zone,omitempty"`
@@ -4904,14 +5003,19 @@ type GetZoneStatusResponse struct {
 	// Sum over distributors, per namespace, version and cohort.
 	Health []*NamespaceHealth `protobuf:"bytes,4,rep,name=health,proto3" json:"health,omitempty"`
 	// Every distributor's host reports, by host id.
-	Hosts         []*HostReport `protobuf:"bytes,5,rep,name=hosts,proto3" json:"hosts,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Hosts []*HostReport `protobuf:"bytes,5,rep,name=hosts,proto3" json:"hosts,omitempty"`
+	// The zone's distributors and agents per build, summed over
+	// distributors, sorted by build: an upgrade's progress
+	// (docs/operations.md, "Versions").
+	DistributorBuilds []*BuildCount `protobuf:"bytes,6,rep,name=distributor_builds,json=distributorBuilds,proto3" json:"distributor_builds,omitempty"`
+	AgentBuilds       []*BuildCount `protobuf:"bytes,7,rep,name=agent_builds,json=agentBuilds,proto3" json:"agent_builds,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *GetZoneStatusResponse) Reset() {
 	*x = GetZoneStatusResponse{}
-	mi := &file_lehr_v1_control_proto_msgTypes[72]
+	mi := &file_lehr_v1_control_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4923,7 +5027,7 @@ func (x *GetZoneStatusResponse) String() string {
 func (*GetZoneStatusResponse) ProtoMessage() {}
 
 func (x *GetZoneStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[72]
+	mi := &file_lehr_v1_control_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4936,7 +5040,7 @@ func (x *GetZoneStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetZoneStatusResponse.ProtoReflect.Descriptor instead.
 func (*GetZoneStatusResponse) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{72}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *GetZoneStatusResponse) GetZone() string {
@@ -4970,6 +5074,20 @@ func (x *GetZoneStatusResponse) GetHealth() []*NamespaceHealth {
 func (x *GetZoneStatusResponse) GetHosts() []*HostReport {
 	if x != nil {
 		return x.Hosts
+	}
+	return nil
+}
+
+func (x *GetZoneStatusResponse) GetDistributorBuilds() []*BuildCount {
+	if x != nil {
+		return x.DistributorBuilds
+	}
+	return nil
+}
+
+func (x *GetZoneStatusResponse) GetAgentBuilds() []*BuildCount {
+	if x != nil {
+		return x.AgentBuilds
 	}
 	return nil
 }
@@ -5247,7 +5365,7 @@ const file_lehr_v1_control_proto_rawDesc = "" +
 	"\tnamespace\x18\x01 \x01(\tB\x1a\xe0A\x02\xfaA\x14\n" +
 	"\x12lehr.dev/NamespaceR\tnamespace\x12\x1d\n" +
 	"\aversion\x18\x02 \x01(\x04B\x03\xe0A\x01R\aversion\x12\x1b\n" +
-	"\x06agents\x18\x03 \x01(\x05B\x03\xe0A\x01R\x06agents\"\xfd\x03\n" +
+	"\x06agents\x18\x03 \x01(\x05B\x03\xe0A\x01R\x06agents\"\xec\x04\n" +
 	"\x17ReportZoneStatusRequest\x12)\n" +
 	"\x04zone\x18\x01 \x01(\tB\x15\xe0A\x02\xfaA\x0f\n" +
 	"\rlehr.dev/ZoneR\x04zone\x12*\n" +
@@ -5261,7 +5379,13 @@ const file_lehr_v1_control_proto_rawDesc = "" +
 	"\asamples\x18\b \x03(\v2\x15.lehr.v1.CohortSampleB\x03\xe0A\x01R\asamples\x123\n" +
 	"\asignals\x18\t \x03(\v2\x14.lehr.v1.HostSignalsB\x03\xe0A\x01R\asignals\x12>\n" +
 	"\apreview\x18\n" +
-	" \x03(\v2\x1f.lehr.v1.NamespacePreviewCountsB\x03\xe0A\x01R\apreview\"\x8b\x01\n" +
+	" \x03(\v2\x1f.lehr.v1.NamespacePreviewCountsB\x03\xe0A\x01R\apreview\x120\n" +
+	"\x11distributor_build\x18\v \x01(\tB\x03\xe0A\x01R\x10distributorBuild\x12;\n" +
+	"\fagent_builds\x18\f \x03(\v2\x13.lehr.v1.BuildCountB\x03\xe0A\x01R\vagentBuilds\"B\n" +
+	"\n" +
+	"BuildCount\x12\x19\n" +
+	"\x05build\x18\x01 \x01(\tB\x03\xe0A\x02R\x05build\x12\x19\n" +
+	"\x05count\x18\x02 \x01(\x05B\x03\xe0A\x01R\x05count\"\x8b\x01\n" +
 	"\x16NamespacePreviewCounts\x128\n" +
 	"\tnamespace\x18\x01 \x01(\tB\x1a\xe0A\x02\xfaA\x14\n" +
 	"\x12lehr.dev/NamespaceR\tnamespace\x127\n" +
@@ -5341,7 +5465,7 @@ const file_lehr_v1_control_proto_rawDesc = "" +
 	"\x11DomainStoredBytes\x12\x16\n" +
 	"\x06domain\x18\x01 \x01(\tR\x06domain\x12!\n" +
 	"\fstored_bytes\x18\x02 \x01(\x03R\vstoredBytes\x12(\n" +
-	"\x10max_stored_bytes\x18\x03 \x01(\x03R\x0emaxStoredBytes\"\xfe\x02\n" +
+	"\x10max_stored_bytes\x18\x03 \x01(\x03R\x0emaxStoredBytes\"\xe3\x03\n" +
 	"\x11DistributorStatus\x12%\n" +
 	"\x0edistributor_id\x18\x01 \x01(\tR\rdistributorId\x12\x16\n" +
 	"\x06agents\x18\x02 \x01(\x05R\x06agents\x121\n" +
@@ -5350,13 +5474,18 @@ const file_lehr_v1_control_proto_rawDesc = "" +
 	"\x05hosts\x18\x05 \x03(\v2\x13.lehr.v1.HostReportR\x05hosts\x12/\n" +
 	"\asamples\x18\x06 \x03(\v2\x15.lehr.v1.CohortSampleR\asamples\x12.\n" +
 	"\asignals\x18\a \x03(\v2\x14.lehr.v1.HostSignalsR\asignals\x129\n" +
-	"\apreview\x18\b \x03(\v2\x1f.lehr.v1.NamespacePreviewCountsR\apreview\"\xfb\x01\n" +
+	"\apreview\x18\b \x03(\v2\x1f.lehr.v1.NamespacePreviewCountsR\apreview\x12+\n" +
+	"\x11distributor_build\x18\t \x01(\tR\x10distributorBuild\x126\n" +
+	"\fagent_builds\x18\n" +
+	" \x03(\v2\x13.lehr.v1.BuildCountR\vagentBuilds\"\xf7\x02\n" +
 	"\x15GetZoneStatusResponse\x12\x12\n" +
 	"\x04zone\x18\x01 \x01(\tR\x04zone\x12>\n" +
 	"\fdistributors\x18\x02 \x03(\v2\x1a.lehr.v1.DistributorStatusR\fdistributors\x121\n" +
 	"\bversions\x18\x03 \x03(\v2\x15.lehr.v1.VersionCountR\bversions\x120\n" +
 	"\x06health\x18\x04 \x03(\v2\x18.lehr.v1.NamespaceHealthR\x06health\x12)\n" +
-	"\x05hosts\x18\x05 \x03(\v2\x13.lehr.v1.HostReportR\x05hosts2\xa75\n" +
+	"\x05hosts\x18\x05 \x03(\v2\x13.lehr.v1.HostReportR\x05hosts\x12B\n" +
+	"\x12distributor_builds\x18\x06 \x03(\v2\x13.lehr.v1.BuildCountR\x11distributorBuilds\x126\n" +
+	"\fagent_builds\x18\a \x03(\v2\x13.lehr.v1.BuildCountR\vagentBuilds2\xa75\n" +
 	"\aControl\x12c\n" +
 	"\fCreateDomain\x12\x1c.lehr.v1.CreateDomainRequest\x1a\x0f.lehr.v1.Domain\"$\xdaA\x06domain\x82\xd3\xe4\x93\x02\x15:\x06domain\"\v/v1/domains\x12Z\n" +
 	"\tGetDomain\x12\x19.lehr.v1.GetDomainRequest\x1a\x0f.lehr.v1.Domain\"!\xdaA\x04name\x82\xd3\xe4\x93\x02\x14\x12\x12/v1/domains/{name}\x12]\n" +
@@ -5436,7 +5565,7 @@ func file_lehr_v1_control_proto_rawDescGZIP() []byte {
 }
 
 var file_lehr_v1_control_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_lehr_v1_control_proto_msgTypes = make([]protoimpl.MessageInfo, 73)
+var file_lehr_v1_control_proto_msgTypes = make([]protoimpl.MessageInfo, 74)
 var file_lehr_v1_control_proto_goTypes = []any{
 	(PropertyChange_Kind)(0),                    // 0: lehr.v1.PropertyChange.Kind
 	(GoalEvent_Type)(0),                         // 1: lehr.v1.GoalEvent.Type
@@ -5496,244 +5625,249 @@ var file_lehr_v1_control_proto_goTypes = []any{
 	(*FetchDeltaResponse)(nil),                  // 55: lehr.v1.FetchDeltaResponse
 	(*VersionCount)(nil),                        // 56: lehr.v1.VersionCount
 	(*ReportZoneStatusRequest)(nil),             // 57: lehr.v1.ReportZoneStatusRequest
-	(*NamespacePreviewCounts)(nil),              // 58: lehr.v1.NamespacePreviewCounts
-	(*HostSignals)(nil),                         // 59: lehr.v1.HostSignals
-	(*CohortSample)(nil),                        // 60: lehr.v1.CohortSample
-	(*NamespaceHealth)(nil),                     // 61: lehr.v1.NamespaceHealth
-	(*HostReport)(nil),                          // 62: lehr.v1.HostReport
-	(*ReportZoneStatusResponse)(nil),            // 63: lehr.v1.ReportZoneStatusResponse
-	(*GetZoneStatusRequest)(nil),                // 64: lehr.v1.GetZoneStatusRequest
-	(*GetStoreStatusRequest)(nil),               // 65: lehr.v1.GetStoreStatusRequest
-	(*StoreStatus)(nil),                         // 66: lehr.v1.StoreStatus
-	(*GetControlStatusRequest)(nil),             // 67: lehr.v1.GetControlStatusRequest
-	(*StoreIdentity)(nil),                       // 68: lehr.v1.StoreIdentity
-	(*ControlStatus)(nil),                       // 69: lehr.v1.ControlStatus
-	(*EtcdClusterStatus)(nil),                   // 70: lehr.v1.EtcdClusterStatus
-	(*ControlReplica)(nil),                      // 71: lehr.v1.ControlReplica
-	(*DomainStoredBytes)(nil),                   // 72: lehr.v1.DomainStoredBytes
-	(*DistributorStatus)(nil),                   // 73: lehr.v1.DistributorStatus
-	(*GetZoneStatusResponse)(nil),               // 74: lehr.v1.GetZoneStatusResponse
-	(*timestamppb.Timestamp)(nil),               // 75: google.protobuf.Timestamp
-	(RolloutAction)(0),                          // 76: lehr.v1.RolloutAction
-	(*Rollout)(nil),                             // 77: lehr.v1.Rollout
-	(*RolloutEvent)(nil),                        // 78: lehr.v1.RolloutEvent
-	(*RolloutPolicy)(nil),                       // 79: lehr.v1.RolloutPolicy
-	(*RolloutPolicyRecord)(nil),                 // 80: lehr.v1.RolloutPolicyRecord
-	(RolloutPolicySource)(0),                    // 81: lehr.v1.RolloutPolicySource
-	(*Domain)(nil),                              // 82: lehr.v1.Domain
-	(*fieldmaskpb.FieldMask)(nil),               // 83: google.protobuf.FieldMask
-	(*Namespace)(nil),                           // 84: lehr.v1.Namespace
-	(NamespaceKind)(0),                          // 85: lehr.v1.NamespaceKind
-	(*Property)(nil),                            // 86: lehr.v1.Property
-	(*VersionInfo)(nil),                         // 87: lehr.v1.VersionInfo
-	(*Zone)(nil),                                // 88: lehr.v1.Zone
-	(*GoalState)(nil),                           // 89: lehr.v1.GoalState
-	(*HostPreviewCounts)(nil),                   // 90: lehr.v1.HostPreviewCounts
-	(*NamespaceSignals)(nil),                    // 91: lehr.v1.NamespaceSignals
-	(*NamespaceReport)(nil),                     // 92: lehr.v1.NamespaceReport
-	(*EvaluateRequest)(nil),                     // 93: lehr.v1.EvaluateRequest
-	(*GetCanaryEvaluationRequest)(nil),          // 94: lehr.v1.GetCanaryEvaluationRequest
-	(*ListCanaryEvaluationsRequest)(nil),        // 95: lehr.v1.ListCanaryEvaluationsRequest
-	(*GetPolicyRequest)(nil),                    // 96: lehr.v1.GetPolicyRequest
-	(*CreatePolicyExperimentRequest)(nil),       // 97: lehr.v1.CreatePolicyExperimentRequest
-	(*UpdatePolicyExperimentRequest)(nil),       // 98: lehr.v1.UpdatePolicyExperimentRequest
-	(*GetPolicyExperimentRequest)(nil),          // 99: lehr.v1.GetPolicyExperimentRequest
-	(*ListPolicyExperimentsRequest)(nil),        // 100: lehr.v1.ListPolicyExperimentsRequest
-	(*DeletePolicyExperimentRequest)(nil),       // 101: lehr.v1.DeletePolicyExperimentRequest
-	(*StartPreviewPolicyExperimentRequest)(nil), // 102: lehr.v1.StartPreviewPolicyExperimentRequest
-	(*StopPreviewPolicyExperimentRequest)(nil),  // 103: lehr.v1.StopPreviewPolicyExperimentRequest
-	(*CommitPolicyExperimentRequest)(nil),       // 104: lehr.v1.CommitPolicyExperimentRequest
-	(*DeletePolicyRequest)(nil),                 // 105: lehr.v1.DeletePolicyRequest
-	(*GetPolicyExperimentCountsRequest)(nil),    // 106: lehr.v1.GetPolicyExperimentCountsRequest
-	(*emptypb.Empty)(nil),                       // 107: google.protobuf.Empty
-	(*CanaryEvaluation)(nil),                    // 108: lehr.v1.CanaryEvaluation
-	(*ListCanaryEvaluationsResponse)(nil),       // 109: lehr.v1.ListCanaryEvaluationsResponse
-	(*Policy)(nil),                              // 110: lehr.v1.Policy
-	(*longrunningpb.Operation)(nil),             // 111: google.longrunning.Operation
-	(*PolicyExperiment)(nil),                    // 112: lehr.v1.PolicyExperiment
-	(*ListPolicyExperimentsResponse)(nil),       // 113: lehr.v1.ListPolicyExperimentsResponse
-	(*PolicyExperimentCounts)(nil),              // 114: lehr.v1.PolicyExperimentCounts
+	(*BuildCount)(nil),                          // 58: lehr.v1.BuildCount
+	(*NamespacePreviewCounts)(nil),              // 59: lehr.v1.NamespacePreviewCounts
+	(*HostSignals)(nil),                         // 60: lehr.v1.HostSignals
+	(*CohortSample)(nil),                        // 61: lehr.v1.CohortSample
+	(*NamespaceHealth)(nil),                     // 62: lehr.v1.NamespaceHealth
+	(*HostReport)(nil),                          // 63: lehr.v1.HostReport
+	(*ReportZoneStatusResponse)(nil),            // 64: lehr.v1.ReportZoneStatusResponse
+	(*GetZoneStatusRequest)(nil),                // 65: lehr.v1.GetZoneStatusRequest
+	(*GetStoreStatusRequest)(nil),               // 66: lehr.v1.GetStoreStatusRequest
+	(*StoreStatus)(nil),                         // 67: lehr.v1.StoreStatus
+	(*GetControlStatusRequest)(nil),             // 68: lehr.v1.GetControlStatusRequest
+	(*StoreIdentity)(nil),                       // 69: lehr.v1.StoreIdentity
+	(*ControlStatus)(nil),                       // 70: lehr.v1.ControlStatus
+	(*EtcdClusterStatus)(nil),                   // 71: lehr.v1.EtcdClusterStatus
+	(*ControlReplica)(nil),                      // 72: lehr.v1.ControlReplica
+	(*DomainStoredBytes)(nil),                   // 73: lehr.v1.DomainStoredBytes
+	(*DistributorStatus)(nil),                   // 74: lehr.v1.DistributorStatus
+	(*GetZoneStatusResponse)(nil),               // 75: lehr.v1.GetZoneStatusResponse
+	(*timestamppb.Timestamp)(nil),               // 76: google.protobuf.Timestamp
+	(RolloutAction)(0),                          // 77: lehr.v1.RolloutAction
+	(*Rollout)(nil),                             // 78: lehr.v1.Rollout
+	(*RolloutEvent)(nil),                        // 79: lehr.v1.RolloutEvent
+	(*RolloutPolicy)(nil),                       // 80: lehr.v1.RolloutPolicy
+	(*RolloutPolicyRecord)(nil),                 // 81: lehr.v1.RolloutPolicyRecord
+	(RolloutPolicySource)(0),                    // 82: lehr.v1.RolloutPolicySource
+	(*Domain)(nil),                              // 83: lehr.v1.Domain
+	(*fieldmaskpb.FieldMask)(nil),               // 84: google.protobuf.FieldMask
+	(*Namespace)(nil),                           // 85: lehr.v1.Namespace
+	(NamespaceKind)(0),                          // 86: lehr.v1.NamespaceKind
+	(*Property)(nil),                            // 87: lehr.v1.Property
+	(*VersionInfo)(nil),                         // 88: lehr.v1.VersionInfo
+	(*Zone)(nil),                                // 89: lehr.v1.Zone
+	(*GoalState)(nil),                           // 90: lehr.v1.GoalState
+	(*HostPreviewCounts)(nil),                   // 91: lehr.v1.HostPreviewCounts
+	(*NamespaceSignals)(nil),                    // 92: lehr.v1.NamespaceSignals
+	(*NamespaceReport)(nil),                     // 93: lehr.v1.NamespaceReport
+	(*EvaluateRequest)(nil),                     // 94: lehr.v1.EvaluateRequest
+	(*GetCanaryEvaluationRequest)(nil),          // 95: lehr.v1.GetCanaryEvaluationRequest
+	(*ListCanaryEvaluationsRequest)(nil),        // 96: lehr.v1.ListCanaryEvaluationsRequest
+	(*GetPolicyRequest)(nil),                    // 97: lehr.v1.GetPolicyRequest
+	(*CreatePolicyExperimentRequest)(nil),       // 98: lehr.v1.CreatePolicyExperimentRequest
+	(*UpdatePolicyExperimentRequest)(nil),       // 99: lehr.v1.UpdatePolicyExperimentRequest
+	(*GetPolicyExperimentRequest)(nil),          // 100: lehr.v1.GetPolicyExperimentRequest
+	(*ListPolicyExperimentsRequest)(nil),        // 101: lehr.v1.ListPolicyExperimentsRequest
+	(*DeletePolicyExperimentRequest)(nil),       // 102: lehr.v1.DeletePolicyExperimentRequest
+	(*StartPreviewPolicyExperimentRequest)(nil), // 103: lehr.v1.StartPreviewPolicyExperimentRequest
+	(*StopPreviewPolicyExperimentRequest)(nil),  // 104: lehr.v1.StopPreviewPolicyExperimentRequest
+	(*CommitPolicyExperimentRequest)(nil),       // 105: lehr.v1.CommitPolicyExperimentRequest
+	(*DeletePolicyRequest)(nil),                 // 106: lehr.v1.DeletePolicyRequest
+	(*GetPolicyExperimentCountsRequest)(nil),    // 107: lehr.v1.GetPolicyExperimentCountsRequest
+	(*emptypb.Empty)(nil),                       // 108: google.protobuf.Empty
+	(*CanaryEvaluation)(nil),                    // 109: lehr.v1.CanaryEvaluation
+	(*ListCanaryEvaluationsResponse)(nil),       // 110: lehr.v1.ListCanaryEvaluationsResponse
+	(*Policy)(nil),                              // 111: lehr.v1.Policy
+	(*longrunningpb.Operation)(nil),             // 112: google.longrunning.Operation
+	(*PolicyExperiment)(nil),                    // 113: lehr.v1.PolicyExperiment
+	(*ListPolicyExperimentsResponse)(nil),       // 114: lehr.v1.ListPolicyExperimentsResponse
+	(*PolicyExperimentCounts)(nil),              // 115: lehr.v1.PolicyExperimentCounts
 }
 var file_lehr_v1_control_proto_depIdxs = []int32{
-	75,  // 0: lehr.v1.AuditRecord.time:type_name -> google.protobuf.Timestamp
-	75,  // 1: lehr.v1.ListAuditRecordsRequest.since:type_name -> google.protobuf.Timestamp
+	76,  // 0: lehr.v1.AuditRecord.time:type_name -> google.protobuf.Timestamp
+	76,  // 1: lehr.v1.ListAuditRecordsRequest.since:type_name -> google.protobuf.Timestamp
 	2,   // 2: lehr.v1.ListAuditRecordsResponse.records:type_name -> lehr.v1.AuditRecord
-	76,  // 3: lehr.v1.UpdateRolloutRequest.action:type_name -> lehr.v1.RolloutAction
-	77,  // 4: lehr.v1.ListRolloutsResponse.rollouts:type_name -> lehr.v1.Rollout
-	78,  // 5: lehr.v1.ListRolloutEventsResponse.events:type_name -> lehr.v1.RolloutEvent
-	79,  // 6: lehr.v1.SetRolloutPolicyRequest.policy:type_name -> lehr.v1.RolloutPolicy
-	80,  // 7: lehr.v1.GetRolloutPolicyResponse.stored:type_name -> lehr.v1.RolloutPolicyRecord
-	79,  // 8: lehr.v1.GetRolloutPolicyResponse.effective:type_name -> lehr.v1.RolloutPolicy
-	81,  // 9: lehr.v1.GetRolloutPolicyResponse.source:type_name -> lehr.v1.RolloutPolicySource
-	80,  // 10: lehr.v1.RolloutPolicyHistoryResponse.records:type_name -> lehr.v1.RolloutPolicyRecord
-	82,  // 11: lehr.v1.CreateDomainRequest.domain:type_name -> lehr.v1.Domain
-	82,  // 12: lehr.v1.UpdateDomainRequest.domain:type_name -> lehr.v1.Domain
-	83,  // 13: lehr.v1.UpdateDomainRequest.update_mask:type_name -> google.protobuf.FieldMask
-	82,  // 14: lehr.v1.ListDomainsResponse.domains:type_name -> lehr.v1.Domain
-	84,  // 15: lehr.v1.CreateNamespaceRequest.namespace:type_name -> lehr.v1.Namespace
-	84,  // 16: lehr.v1.ListNamespacesResponse.namespaces:type_name -> lehr.v1.Namespace
-	85,  // 17: lehr.v1.PublishRequest.kind:type_name -> lehr.v1.NamespaceKind
-	86,  // 18: lehr.v1.PublishRequest.properties:type_name -> lehr.v1.Property
-	87,  // 19: lehr.v1.PublishResponse.version:type_name -> lehr.v1.VersionInfo
-	86,  // 20: lehr.v1.PatchRequest.set:type_name -> lehr.v1.Property
-	87,  // 21: lehr.v1.PatchResponse.version:type_name -> lehr.v1.VersionInfo
-	87,  // 22: lehr.v1.GetResponse.version:type_name -> lehr.v1.VersionInfo
-	86,  // 23: lehr.v1.GetResponse.properties:type_name -> lehr.v1.Property
-	85,  // 24: lehr.v1.GetResponse.kind:type_name -> lehr.v1.NamespaceKind
-	87,  // 25: lehr.v1.HistoryResponse.versions:type_name -> lehr.v1.VersionInfo
+	77,  // 3: lehr.v1.UpdateRolloutRequest.action:type_name -> lehr.v1.RolloutAction
+	78,  // 4: lehr.v1.ListRolloutsResponse.rollouts:type_name -> lehr.v1.Rollout
+	79,  // 5: lehr.v1.ListRolloutEventsResponse.events:type_name -> lehr.v1.RolloutEvent
+	80,  // 6: lehr.v1.SetRolloutPolicyRequest.policy:type_name -> lehr.v1.RolloutPolicy
+	81,  // 7: lehr.v1.GetRolloutPolicyResponse.stored:type_name -> lehr.v1.RolloutPolicyRecord
+	80,  // 8: lehr.v1.GetRolloutPolicyResponse.effective:type_name -> lehr.v1.RolloutPolicy
+	82,  // 9: lehr.v1.GetRolloutPolicyResponse.source:type_name -> lehr.v1.RolloutPolicySource
+	81,  // 10: lehr.v1.RolloutPolicyHistoryResponse.records:type_name -> lehr.v1.RolloutPolicyRecord
+	83,  // 11: lehr.v1.CreateDomainRequest.domain:type_name -> lehr.v1.Domain
+	83,  // 12: lehr.v1.UpdateDomainRequest.domain:type_name -> lehr.v1.Domain
+	84,  // 13: lehr.v1.UpdateDomainRequest.update_mask:type_name -> google.protobuf.FieldMask
+	83,  // 14: lehr.v1.ListDomainsResponse.domains:type_name -> lehr.v1.Domain
+	85,  // 15: lehr.v1.CreateNamespaceRequest.namespace:type_name -> lehr.v1.Namespace
+	85,  // 16: lehr.v1.ListNamespacesResponse.namespaces:type_name -> lehr.v1.Namespace
+	86,  // 17: lehr.v1.PublishRequest.kind:type_name -> lehr.v1.NamespaceKind
+	87,  // 18: lehr.v1.PublishRequest.properties:type_name -> lehr.v1.Property
+	88,  // 19: lehr.v1.PublishResponse.version:type_name -> lehr.v1.VersionInfo
+	87,  // 20: lehr.v1.PatchRequest.set:type_name -> lehr.v1.Property
+	88,  // 21: lehr.v1.PatchResponse.version:type_name -> lehr.v1.VersionInfo
+	88,  // 22: lehr.v1.GetResponse.version:type_name -> lehr.v1.VersionInfo
+	87,  // 23: lehr.v1.GetResponse.properties:type_name -> lehr.v1.Property
+	86,  // 24: lehr.v1.GetResponse.kind:type_name -> lehr.v1.NamespaceKind
+	88,  // 25: lehr.v1.HistoryResponse.versions:type_name -> lehr.v1.VersionInfo
 	0,   // 26: lehr.v1.PropertyChange.kind:type_name -> lehr.v1.PropertyChange.Kind
-	86,  // 27: lehr.v1.PropertyChange.old:type_name -> lehr.v1.Property
-	86,  // 28: lehr.v1.PropertyChange.new:type_name -> lehr.v1.Property
-	87,  // 29: lehr.v1.DiffResponse.from:type_name -> lehr.v1.VersionInfo
-	87,  // 30: lehr.v1.DiffResponse.to:type_name -> lehr.v1.VersionInfo
+	87,  // 27: lehr.v1.PropertyChange.old:type_name -> lehr.v1.Property
+	87,  // 28: lehr.v1.PropertyChange.new:type_name -> lehr.v1.Property
+	88,  // 29: lehr.v1.DiffResponse.from:type_name -> lehr.v1.VersionInfo
+	88,  // 30: lehr.v1.DiffResponse.to:type_name -> lehr.v1.VersionInfo
 	35,  // 31: lehr.v1.DiffResponse.changes:type_name -> lehr.v1.PropertyChange
-	87,  // 32: lehr.v1.RollbackResponse.version:type_name -> lehr.v1.VersionInfo
-	84,  // 33: lehr.v1.CompactNamespaceResponse.namespace:type_name -> lehr.v1.Namespace
-	88,  // 34: lehr.v1.ListZonesResponse.zones:type_name -> lehr.v1.Zone
-	89,  // 35: lehr.v1.GetGoalsResponse.goals:type_name -> lehr.v1.GoalState
+	88,  // 32: lehr.v1.RollbackResponse.version:type_name -> lehr.v1.VersionInfo
+	85,  // 33: lehr.v1.CompactNamespaceResponse.namespace:type_name -> lehr.v1.Namespace
+	89,  // 34: lehr.v1.ListZonesResponse.zones:type_name -> lehr.v1.Zone
+	90,  // 35: lehr.v1.GetGoalsResponse.goals:type_name -> lehr.v1.GoalState
 	1,   // 36: lehr.v1.GoalEvent.type:type_name -> lehr.v1.GoalEvent.Type
-	89,  // 37: lehr.v1.GoalEvent.goal:type_name -> lehr.v1.GoalState
+	90,  // 37: lehr.v1.GoalEvent.goal:type_name -> lehr.v1.GoalState
 	55,  // 38: lehr.v1.GoalEvent.delta:type_name -> lehr.v1.FetchDeltaResponse
 	50,  // 39: lehr.v1.WatchGoalsResponse.events:type_name -> lehr.v1.GoalEvent
-	87,  // 40: lehr.v1.FetchVersionResponse.version:type_name -> lehr.v1.VersionInfo
-	85,  // 41: lehr.v1.FetchVersionResponse.kind:type_name -> lehr.v1.NamespaceKind
-	86,  // 42: lehr.v1.FetchVersionResponse.properties:type_name -> lehr.v1.Property
-	87,  // 43: lehr.v1.FetchDeltaResponse.from:type_name -> lehr.v1.VersionInfo
-	87,  // 44: lehr.v1.FetchDeltaResponse.to:type_name -> lehr.v1.VersionInfo
-	85,  // 45: lehr.v1.FetchDeltaResponse.kind:type_name -> lehr.v1.NamespaceKind
-	86,  // 46: lehr.v1.FetchDeltaResponse.set:type_name -> lehr.v1.Property
+	88,  // 40: lehr.v1.FetchVersionResponse.version:type_name -> lehr.v1.VersionInfo
+	86,  // 41: lehr.v1.FetchVersionResponse.kind:type_name -> lehr.v1.NamespaceKind
+	87,  // 42: lehr.v1.FetchVersionResponse.properties:type_name -> lehr.v1.Property
+	88,  // 43: lehr.v1.FetchDeltaResponse.from:type_name -> lehr.v1.VersionInfo
+	88,  // 44: lehr.v1.FetchDeltaResponse.to:type_name -> lehr.v1.VersionInfo
+	86,  // 45: lehr.v1.FetchDeltaResponse.kind:type_name -> lehr.v1.NamespaceKind
+	87,  // 46: lehr.v1.FetchDeltaResponse.set:type_name -> lehr.v1.Property
 	56,  // 47: lehr.v1.ReportZoneStatusRequest.versions:type_name -> lehr.v1.VersionCount
-	61,  // 48: lehr.v1.ReportZoneStatusRequest.health:type_name -> lehr.v1.NamespaceHealth
-	62,  // 49: lehr.v1.ReportZoneStatusRequest.hosts:type_name -> lehr.v1.HostReport
-	60,  // 50: lehr.v1.ReportZoneStatusRequest.samples:type_name -> lehr.v1.CohortSample
-	59,  // 51: lehr.v1.ReportZoneStatusRequest.signals:type_name -> lehr.v1.HostSignals
-	58,  // 52: lehr.v1.ReportZoneStatusRequest.preview:type_name -> lehr.v1.NamespacePreviewCounts
-	90,  // 53: lehr.v1.NamespacePreviewCounts.counts:type_name -> lehr.v1.HostPreviewCounts
-	91,  // 54: lehr.v1.HostSignals.signals:type_name -> lehr.v1.NamespaceSignals
-	92,  // 55: lehr.v1.HostReport.report:type_name -> lehr.v1.NamespaceReport
-	75,  // 56: lehr.v1.StoreStatus.read_time:type_name -> google.protobuf.Timestamp
-	72,  // 57: lehr.v1.StoreStatus.domains:type_name -> lehr.v1.DomainStoredBytes
-	75,  // 58: lehr.v1.StoreIdentity.create_time:type_name -> google.protobuf.Timestamp
-	68,  // 59: lehr.v1.ControlStatus.store:type_name -> lehr.v1.StoreIdentity
-	70,  // 60: lehr.v1.ControlStatus.etcd:type_name -> lehr.v1.EtcdClusterStatus
-	71,  // 61: lehr.v1.ControlStatus.replicas:type_name -> lehr.v1.ControlReplica
-	75,  // 62: lehr.v1.ControlReplica.start_time:type_name -> google.protobuf.Timestamp
-	75,  // 63: lehr.v1.ControlReplica.last_seen_time:type_name -> google.protobuf.Timestamp
-	56,  // 64: lehr.v1.DistributorStatus.versions:type_name -> lehr.v1.VersionCount
-	61,  // 65: lehr.v1.DistributorStatus.health:type_name -> lehr.v1.NamespaceHealth
-	62,  // 66: lehr.v1.DistributorStatus.hosts:type_name -> lehr.v1.HostReport
-	60,  // 67: lehr.v1.DistributorStatus.samples:type_name -> lehr.v1.CohortSample
-	59,  // 68: lehr.v1.DistributorStatus.signals:type_name -> lehr.v1.HostSignals
-	58,  // 69: lehr.v1.DistributorStatus.preview:type_name -> lehr.v1.NamespacePreviewCounts
-	73,  // 70: lehr.v1.GetZoneStatusResponse.distributors:type_name -> lehr.v1.DistributorStatus
-	56,  // 71: lehr.v1.GetZoneStatusResponse.versions:type_name -> lehr.v1.VersionCount
-	61,  // 72: lehr.v1.GetZoneStatusResponse.health:type_name -> lehr.v1.NamespaceHealth
-	62,  // 73: lehr.v1.GetZoneStatusResponse.hosts:type_name -> lehr.v1.HostReport
-	17,  // 74: lehr.v1.Control.CreateDomain:input_type -> lehr.v1.CreateDomainRequest
-	19,  // 75: lehr.v1.Control.GetDomain:input_type -> lehr.v1.GetDomainRequest
-	20,  // 76: lehr.v1.Control.ListDomains:input_type -> lehr.v1.ListDomainsRequest
-	18,  // 77: lehr.v1.Control.UpdateDomain:input_type -> lehr.v1.UpdateDomainRequest
-	22,  // 78: lehr.v1.Control.CreateNamespace:input_type -> lehr.v1.CreateNamespaceRequest
-	23,  // 79: lehr.v1.Control.GetNamespace:input_type -> lehr.v1.GetNamespaceRequest
-	24,  // 80: lehr.v1.Control.ListNamespaces:input_type -> lehr.v1.ListNamespacesRequest
-	26,  // 81: lehr.v1.Control.Publish:input_type -> lehr.v1.PublishRequest
-	28,  // 82: lehr.v1.Control.Patch:input_type -> lehr.v1.PatchRequest
-	30,  // 83: lehr.v1.Control.Get:input_type -> lehr.v1.GetRequest
-	32,  // 84: lehr.v1.Control.History:input_type -> lehr.v1.HistoryRequest
-	34,  // 85: lehr.v1.Control.Diff:input_type -> lehr.v1.DiffRequest
-	37,  // 86: lehr.v1.Control.Rollback:input_type -> lehr.v1.RollbackRequest
-	39,  // 87: lehr.v1.Control.CompactNamespace:input_type -> lehr.v1.CompactNamespaceRequest
-	41,  // 88: lehr.v1.Control.DeleteNamespace:input_type -> lehr.v1.DeleteNamespaceRequest
-	42,  // 89: lehr.v1.Control.DeleteDomain:input_type -> lehr.v1.DeleteDomainRequest
-	43,  // 90: lehr.v1.Control.CreateZone:input_type -> lehr.v1.CreateZoneRequest
-	44,  // 91: lehr.v1.Control.DeleteZone:input_type -> lehr.v1.DeleteZoneRequest
-	45,  // 92: lehr.v1.Control.ListZones:input_type -> lehr.v1.ListZonesRequest
-	47,  // 93: lehr.v1.Control.GetGoals:input_type -> lehr.v1.GetGoalsRequest
-	49,  // 94: lehr.v1.Control.WatchGoals:input_type -> lehr.v1.WatchGoalsRequest
-	52,  // 95: lehr.v1.Control.FetchVersion:input_type -> lehr.v1.FetchVersionRequest
-	54,  // 96: lehr.v1.Control.FetchDelta:input_type -> lehr.v1.FetchDeltaRequest
-	57,  // 97: lehr.v1.Control.ReportZoneStatus:input_type -> lehr.v1.ReportZoneStatusRequest
-	64,  // 98: lehr.v1.Control.GetZoneStatus:input_type -> lehr.v1.GetZoneStatusRequest
-	65,  // 99: lehr.v1.Control.GetStoreStatus:input_type -> lehr.v1.GetStoreStatusRequest
-	67,  // 100: lehr.v1.Control.GetControlStatus:input_type -> lehr.v1.GetControlStatusRequest
-	11,  // 101: lehr.v1.Control.SetRolloutPolicy:input_type -> lehr.v1.SetRolloutPolicyRequest
-	12,  // 102: lehr.v1.Control.DeleteRolloutPolicy:input_type -> lehr.v1.DeleteRolloutPolicyRequest
-	13,  // 103: lehr.v1.Control.GetRolloutPolicy:input_type -> lehr.v1.GetRolloutPolicyRequest
-	15,  // 104: lehr.v1.Control.RolloutPolicyHistory:input_type -> lehr.v1.RolloutPolicyHistoryRequest
-	6,   // 105: lehr.v1.Control.GetRollout:input_type -> lehr.v1.GetRolloutRequest
-	7,   // 106: lehr.v1.Control.ListRollouts:input_type -> lehr.v1.ListRolloutsRequest
-	9,   // 107: lehr.v1.Control.ListRolloutEvents:input_type -> lehr.v1.ListRolloutEventsRequest
-	5,   // 108: lehr.v1.Control.UpdateRollout:input_type -> lehr.v1.UpdateRolloutRequest
-	93,  // 109: lehr.v1.Control.Evaluate:input_type -> lehr.v1.EvaluateRequest
-	94,  // 110: lehr.v1.Control.GetCanaryEvaluation:input_type -> lehr.v1.GetCanaryEvaluationRequest
-	95,  // 111: lehr.v1.Control.ListCanaryEvaluations:input_type -> lehr.v1.ListCanaryEvaluationsRequest
-	96,  // 112: lehr.v1.Control.GetPolicy:input_type -> lehr.v1.GetPolicyRequest
-	97,  // 113: lehr.v1.Control.CreatePolicyExperiment:input_type -> lehr.v1.CreatePolicyExperimentRequest
-	98,  // 114: lehr.v1.Control.UpdatePolicyExperiment:input_type -> lehr.v1.UpdatePolicyExperimentRequest
-	99,  // 115: lehr.v1.Control.GetPolicyExperiment:input_type -> lehr.v1.GetPolicyExperimentRequest
-	100, // 116: lehr.v1.Control.ListPolicyExperiments:input_type -> lehr.v1.ListPolicyExperimentsRequest
-	101, // 117: lehr.v1.Control.DeletePolicyExperiment:input_type -> lehr.v1.DeletePolicyExperimentRequest
-	102, // 118: lehr.v1.Control.StartPreviewPolicyExperiment:input_type -> lehr.v1.StartPreviewPolicyExperimentRequest
-	103, // 119: lehr.v1.Control.StopPreviewPolicyExperiment:input_type -> lehr.v1.StopPreviewPolicyExperimentRequest
-	104, // 120: lehr.v1.Control.CommitPolicyExperiment:input_type -> lehr.v1.CommitPolicyExperimentRequest
-	105, // 121: lehr.v1.Control.DeletePolicy:input_type -> lehr.v1.DeletePolicyRequest
-	106, // 122: lehr.v1.Control.GetPolicyExperimentCounts:input_type -> lehr.v1.GetPolicyExperimentCountsRequest
-	3,   // 123: lehr.v1.Control.ListAuditRecords:input_type -> lehr.v1.ListAuditRecordsRequest
-	82,  // 124: lehr.v1.Control.CreateDomain:output_type -> lehr.v1.Domain
-	82,  // 125: lehr.v1.Control.GetDomain:output_type -> lehr.v1.Domain
-	21,  // 126: lehr.v1.Control.ListDomains:output_type -> lehr.v1.ListDomainsResponse
-	82,  // 127: lehr.v1.Control.UpdateDomain:output_type -> lehr.v1.Domain
-	84,  // 128: lehr.v1.Control.CreateNamespace:output_type -> lehr.v1.Namespace
-	84,  // 129: lehr.v1.Control.GetNamespace:output_type -> lehr.v1.Namespace
-	25,  // 130: lehr.v1.Control.ListNamespaces:output_type -> lehr.v1.ListNamespacesResponse
-	27,  // 131: lehr.v1.Control.Publish:output_type -> lehr.v1.PublishResponse
-	29,  // 132: lehr.v1.Control.Patch:output_type -> lehr.v1.PatchResponse
-	31,  // 133: lehr.v1.Control.Get:output_type -> lehr.v1.GetResponse
-	33,  // 134: lehr.v1.Control.History:output_type -> lehr.v1.HistoryResponse
-	36,  // 135: lehr.v1.Control.Diff:output_type -> lehr.v1.DiffResponse
-	38,  // 136: lehr.v1.Control.Rollback:output_type -> lehr.v1.RollbackResponse
-	40,  // 137: lehr.v1.Control.CompactNamespace:output_type -> lehr.v1.CompactNamespaceResponse
-	107, // 138: lehr.v1.Control.DeleteNamespace:output_type -> google.protobuf.Empty
-	107, // 139: lehr.v1.Control.DeleteDomain:output_type -> google.protobuf.Empty
-	88,  // 140: lehr.v1.Control.CreateZone:output_type -> lehr.v1.Zone
-	107, // 141: lehr.v1.Control.DeleteZone:output_type -> google.protobuf.Empty
-	46,  // 142: lehr.v1.Control.ListZones:output_type -> lehr.v1.ListZonesResponse
-	48,  // 143: lehr.v1.Control.GetGoals:output_type -> lehr.v1.GetGoalsResponse
-	51,  // 144: lehr.v1.Control.WatchGoals:output_type -> lehr.v1.WatchGoalsResponse
-	53,  // 145: lehr.v1.Control.FetchVersion:output_type -> lehr.v1.FetchVersionResponse
-	55,  // 146: lehr.v1.Control.FetchDelta:output_type -> lehr.v1.FetchDeltaResponse
-	63,  // 147: lehr.v1.Control.ReportZoneStatus:output_type -> lehr.v1.ReportZoneStatusResponse
-	74,  // 148: lehr.v1.Control.GetZoneStatus:output_type -> lehr.v1.GetZoneStatusResponse
-	66,  // 149: lehr.v1.Control.GetStoreStatus:output_type -> lehr.v1.StoreStatus
-	69,  // 150: lehr.v1.Control.GetControlStatus:output_type -> lehr.v1.ControlStatus
-	80,  // 151: lehr.v1.Control.SetRolloutPolicy:output_type -> lehr.v1.RolloutPolicyRecord
-	80,  // 152: lehr.v1.Control.DeleteRolloutPolicy:output_type -> lehr.v1.RolloutPolicyRecord
-	14,  // 153: lehr.v1.Control.GetRolloutPolicy:output_type -> lehr.v1.GetRolloutPolicyResponse
-	16,  // 154: lehr.v1.Control.RolloutPolicyHistory:output_type -> lehr.v1.RolloutPolicyHistoryResponse
-	77,  // 155: lehr.v1.Control.GetRollout:output_type -> lehr.v1.Rollout
-	8,   // 156: lehr.v1.Control.ListRollouts:output_type -> lehr.v1.ListRolloutsResponse
-	10,  // 157: lehr.v1.Control.ListRolloutEvents:output_type -> lehr.v1.ListRolloutEventsResponse
-	77,  // 158: lehr.v1.Control.UpdateRollout:output_type -> lehr.v1.Rollout
-	108, // 159: lehr.v1.Control.Evaluate:output_type -> lehr.v1.CanaryEvaluation
-	108, // 160: lehr.v1.Control.GetCanaryEvaluation:output_type -> lehr.v1.CanaryEvaluation
-	109, // 161: lehr.v1.Control.ListCanaryEvaluations:output_type -> lehr.v1.ListCanaryEvaluationsResponse
-	110, // 162: lehr.v1.Control.GetPolicy:output_type -> lehr.v1.Policy
-	111, // 163: lehr.v1.Control.CreatePolicyExperiment:output_type -> google.longrunning.Operation
-	111, // 164: lehr.v1.Control.UpdatePolicyExperiment:output_type -> google.longrunning.Operation
-	112, // 165: lehr.v1.Control.GetPolicyExperiment:output_type -> lehr.v1.PolicyExperiment
-	113, // 166: lehr.v1.Control.ListPolicyExperiments:output_type -> lehr.v1.ListPolicyExperimentsResponse
-	111, // 167: lehr.v1.Control.DeletePolicyExperiment:output_type -> google.longrunning.Operation
-	111, // 168: lehr.v1.Control.StartPreviewPolicyExperiment:output_type -> google.longrunning.Operation
-	111, // 169: lehr.v1.Control.StopPreviewPolicyExperiment:output_type -> google.longrunning.Operation
-	111, // 170: lehr.v1.Control.CommitPolicyExperiment:output_type -> google.longrunning.Operation
-	111, // 171: lehr.v1.Control.DeletePolicy:output_type -> google.longrunning.Operation
-	114, // 172: lehr.v1.Control.GetPolicyExperimentCounts:output_type -> lehr.v1.PolicyExperimentCounts
-	4,   // 173: lehr.v1.Control.ListAuditRecords:output_type -> lehr.v1.ListAuditRecordsResponse
-	124, // [124:174] is the sub-list for method output_type
-	74,  // [74:124] is the sub-list for method input_type
-	74,  // [74:74] is the sub-list for extension type_name
-	74,  // [74:74] is the sub-list for extension extendee
-	0,   // [0:74] is the sub-list for field type_name
+	62,  // 48: lehr.v1.ReportZoneStatusRequest.health:type_name -> lehr.v1.NamespaceHealth
+	63,  // 49: lehr.v1.ReportZoneStatusRequest.hosts:type_name -> lehr.v1.HostReport
+	61,  // 50: lehr.v1.ReportZoneStatusRequest.samples:type_name -> lehr.v1.CohortSample
+	60,  // 51: lehr.v1.ReportZoneStatusRequest.signals:type_name -> lehr.v1.HostSignals
+	59,  // 52: lehr.v1.ReportZoneStatusRequest.preview:type_name -> lehr.v1.NamespacePreviewCounts
+	58,  // 53: lehr.v1.ReportZoneStatusRequest.agent_builds:type_name -> lehr.v1.BuildCount
+	91,  // 54: lehr.v1.NamespacePreviewCounts.counts:type_name -> lehr.v1.HostPreviewCounts
+	92,  // 55: lehr.v1.HostSignals.signals:type_name -> lehr.v1.NamespaceSignals
+	93,  // 56: lehr.v1.HostReport.report:type_name -> lehr.v1.NamespaceReport
+	76,  // 57: lehr.v1.StoreStatus.read_time:type_name -> google.protobuf.Timestamp
+	73,  // 58: lehr.v1.StoreStatus.domains:type_name -> lehr.v1.DomainStoredBytes
+	76,  // 59: lehr.v1.StoreIdentity.create_time:type_name -> google.protobuf.Timestamp
+	69,  // 60: lehr.v1.ControlStatus.store:type_name -> lehr.v1.StoreIdentity
+	71,  // 61: lehr.v1.ControlStatus.etcd:type_name -> lehr.v1.EtcdClusterStatus
+	72,  // 62: lehr.v1.ControlStatus.replicas:type_name -> lehr.v1.ControlReplica
+	76,  // 63: lehr.v1.ControlReplica.start_time:type_name -> google.protobuf.Timestamp
+	76,  // 64: lehr.v1.ControlReplica.last_seen_time:type_name -> google.protobuf.Timestamp
+	56,  // 65: lehr.v1.DistributorStatus.versions:type_name -> lehr.v1.VersionCount
+	62,  // 66: lehr.v1.DistributorStatus.health:type_name -> lehr.v1.NamespaceHealth
+	63,  // 67: lehr.v1.DistributorStatus.hosts:type_name -> lehr.v1.HostReport
+	61,  // 68: lehr.v1.DistributorStatus.samples:type_name -> lehr.v1.CohortSample
+	60,  // 69: lehr.v1.DistributorStatus.signals:type_name -> lehr.v1.HostSignals
+	59,  // 70: lehr.v1.DistributorStatus.preview:type_name -> lehr.v1.NamespacePreviewCounts
+	58,  // 71: lehr.v1.DistributorStatus.agent_builds:type_name -> lehr.v1.BuildCount
+	74,  // 72: lehr.v1.GetZoneStatusResponse.distributors:type_name -> lehr.v1.DistributorStatus
+	56,  // 73: lehr.v1.GetZoneStatusResponse.versions:type_name -> lehr.v1.VersionCount
+	62,  // 74: lehr.v1.GetZoneStatusResponse.health:type_name -> lehr.v1.NamespaceHealth
+	63,  // 75: lehr.v1.GetZoneStatusResponse.hosts:type_name -> lehr.v1.HostReport
+	58,  // 76: lehr.v1.GetZoneStatusResponse.distributor_builds:type_name -> lehr.v1.BuildCount
+	58,  // 77: lehr.v1.GetZoneStatusResponse.agent_builds:type_name -> lehr.v1.BuildCount
+	17,  // 78: lehr.v1.Control.CreateDomain:input_type -> lehr.v1.CreateDomainRequest
+	19,  // 79: lehr.v1.Control.GetDomain:input_type -> lehr.v1.GetDomainRequest
+	20,  // 80: lehr.v1.Control.ListDomains:input_type -> lehr.v1.ListDomainsRequest
+	18,  // 81: lehr.v1.Control.UpdateDomain:input_type -> lehr.v1.UpdateDomainRequest
+	22,  // 82: lehr.v1.Control.CreateNamespace:input_type -> lehr.v1.CreateNamespaceRequest
+	23,  // 83: lehr.v1.Control.GetNamespace:input_type -> lehr.v1.GetNamespaceRequest
+	24,  // 84: lehr.v1.Control.ListNamespaces:input_type -> lehr.v1.ListNamespacesRequest
+	26,  // 85: lehr.v1.Control.Publish:input_type -> lehr.v1.PublishRequest
+	28,  // 86: lehr.v1.Control.Patch:input_type -> lehr.v1.PatchRequest
+	30,  // 87: lehr.v1.Control.Get:input_type -> lehr.v1.GetRequest
+	32,  // 88: lehr.v1.Control.History:input_type -> lehr.v1.HistoryRequest
+	34,  // 89: lehr.v1.Control.Diff:input_type -> lehr.v1.DiffRequest
+	37,  // 90: lehr.v1.Control.Rollback:input_type -> lehr.v1.RollbackRequest
+	39,  // 91: lehr.v1.Control.CompactNamespace:input_type -> lehr.v1.CompactNamespaceRequest
+	41,  // 92: lehr.v1.Control.DeleteNamespace:input_type -> lehr.v1.DeleteNamespaceRequest
+	42,  // 93: lehr.v1.Control.DeleteDomain:input_type -> lehr.v1.DeleteDomainRequest
+	43,  // 94: lehr.v1.Control.CreateZone:input_type -> lehr.v1.CreateZoneRequest
+	44,  // 95: lehr.v1.Control.DeleteZone:input_type -> lehr.v1.DeleteZoneRequest
+	45,  // 96: lehr.v1.Control.ListZones:input_type -> lehr.v1.ListZonesRequest
+	47,  // 97: lehr.v1.Control.GetGoals:input_type -> lehr.v1.GetGoalsRequest
+	49,  // 98: lehr.v1.Control.WatchGoals:input_type -> lehr.v1.WatchGoalsRequest
+	52,  // 99: lehr.v1.Control.FetchVersion:input_type -> lehr.v1.FetchVersionRequest
+	54,  // 100: lehr.v1.Control.FetchDelta:input_type -> lehr.v1.FetchDeltaRequest
+	57,  // 101: lehr.v1.Control.ReportZoneStatus:input_type -> lehr.v1.ReportZoneStatusRequest
+	65,  // 102: lehr.v1.Control.GetZoneStatus:input_type -> lehr.v1.GetZoneStatusRequest
+	66,  // 103: lehr.v1.Control.GetStoreStatus:input_type -> lehr.v1.GetStoreStatusRequest
+	68,  // 104: lehr.v1.Control.GetControlStatus:input_type -> lehr.v1.GetControlStatusRequest
+	11,  // 105: lehr.v1.Control.SetRolloutPolicy:input_type -> lehr.v1.SetRolloutPolicyRequest
+	12,  // 106: lehr.v1.Control.DeleteRolloutPolicy:input_type -> lehr.v1.DeleteRolloutPolicyRequest
+	13,  // 107: lehr.v1.Control.GetRolloutPolicy:input_type -> lehr.v1.GetRolloutPolicyRequest
+	15,  // 108: lehr.v1.Control.RolloutPolicyHistory:input_type -> lehr.v1.RolloutPolicyHistoryRequest
+	6,   // 109: lehr.v1.Control.GetRollout:input_type -> lehr.v1.GetRolloutRequest
+	7,   // 110: lehr.v1.Control.ListRollouts:input_type -> lehr.v1.ListRolloutsRequest
+	9,   // 111: lehr.v1.Control.ListRolloutEvents:input_type -> lehr.v1.ListRolloutEventsRequest
+	5,   // 112: lehr.v1.Control.UpdateRollout:input_type -> lehr.v1.UpdateRolloutRequest
+	94,  // 113: lehr.v1.Control.Evaluate:input_type -> lehr.v1.EvaluateRequest
+	95,  // 114: lehr.v1.Control.GetCanaryEvaluation:input_type -> lehr.v1.GetCanaryEvaluationRequest
+	96,  // 115: lehr.v1.Control.ListCanaryEvaluations:input_type -> lehr.v1.ListCanaryEvaluationsRequest
+	97,  // 116: lehr.v1.Control.GetPolicy:input_type -> lehr.v1.GetPolicyRequest
+	98,  // 117: lehr.v1.Control.CreatePolicyExperiment:input_type -> lehr.v1.CreatePolicyExperimentRequest
+	99,  // 118: lehr.v1.Control.UpdatePolicyExperiment:input_type -> lehr.v1.UpdatePolicyExperimentRequest
+	100, // 119: lehr.v1.Control.GetPolicyExperiment:input_type -> lehr.v1.GetPolicyExperimentRequest
+	101, // 120: lehr.v1.Control.ListPolicyExperiments:input_type -> lehr.v1.ListPolicyExperimentsRequest
+	102, // 121: lehr.v1.Control.DeletePolicyExperiment:input_type -> lehr.v1.DeletePolicyExperimentRequest
+	103, // 122: lehr.v1.Control.StartPreviewPolicyExperiment:input_type -> lehr.v1.StartPreviewPolicyExperimentRequest
+	104, // 123: lehr.v1.Control.StopPreviewPolicyExperiment:input_type -> lehr.v1.StopPreviewPolicyExperimentRequest
+	105, // 124: lehr.v1.Control.CommitPolicyExperiment:input_type -> lehr.v1.CommitPolicyExperimentRequest
+	106, // 125: lehr.v1.Control.DeletePolicy:input_type -> lehr.v1.DeletePolicyRequest
+	107, // 126: lehr.v1.Control.GetPolicyExperimentCounts:input_type -> lehr.v1.GetPolicyExperimentCountsRequest
+	3,   // 127: lehr.v1.Control.ListAuditRecords:input_type -> lehr.v1.ListAuditRecordsRequest
+	83,  // 128: lehr.v1.Control.CreateDomain:output_type -> lehr.v1.Domain
+	83,  // 129: lehr.v1.Control.GetDomain:output_type -> lehr.v1.Domain
+	21,  // 130: lehr.v1.Control.ListDomains:output_type -> lehr.v1.ListDomainsResponse
+	83,  // 131: lehr.v1.Control.UpdateDomain:output_type -> lehr.v1.Domain
+	85,  // 132: lehr.v1.Control.CreateNamespace:output_type -> lehr.v1.Namespace
+	85,  // 133: lehr.v1.Control.GetNamespace:output_type -> lehr.v1.Namespace
+	25,  // 134: lehr.v1.Control.ListNamespaces:output_type -> lehr.v1.ListNamespacesResponse
+	27,  // 135: lehr.v1.Control.Publish:output_type -> lehr.v1.PublishResponse
+	29,  // 136: lehr.v1.Control.Patch:output_type -> lehr.v1.PatchResponse
+	31,  // 137: lehr.v1.Control.Get:output_type -> lehr.v1.GetResponse
+	33,  // 138: lehr.v1.Control.History:output_type -> lehr.v1.HistoryResponse
+	36,  // 139: lehr.v1.Control.Diff:output_type -> lehr.v1.DiffResponse
+	38,  // 140: lehr.v1.Control.Rollback:output_type -> lehr.v1.RollbackResponse
+	40,  // 141: lehr.v1.Control.CompactNamespace:output_type -> lehr.v1.CompactNamespaceResponse
+	108, // 142: lehr.v1.Control.DeleteNamespace:output_type -> google.protobuf.Empty
+	108, // 143: lehr.v1.Control.DeleteDomain:output_type -> google.protobuf.Empty
+	89,  // 144: lehr.v1.Control.CreateZone:output_type -> lehr.v1.Zone
+	108, // 145: lehr.v1.Control.DeleteZone:output_type -> google.protobuf.Empty
+	46,  // 146: lehr.v1.Control.ListZones:output_type -> lehr.v1.ListZonesResponse
+	48,  // 147: lehr.v1.Control.GetGoals:output_type -> lehr.v1.GetGoalsResponse
+	51,  // 148: lehr.v1.Control.WatchGoals:output_type -> lehr.v1.WatchGoalsResponse
+	53,  // 149: lehr.v1.Control.FetchVersion:output_type -> lehr.v1.FetchVersionResponse
+	55,  // 150: lehr.v1.Control.FetchDelta:output_type -> lehr.v1.FetchDeltaResponse
+	64,  // 151: lehr.v1.Control.ReportZoneStatus:output_type -> lehr.v1.ReportZoneStatusResponse
+	75,  // 152: lehr.v1.Control.GetZoneStatus:output_type -> lehr.v1.GetZoneStatusResponse
+	67,  // 153: lehr.v1.Control.GetStoreStatus:output_type -> lehr.v1.StoreStatus
+	70,  // 154: lehr.v1.Control.GetControlStatus:output_type -> lehr.v1.ControlStatus
+	81,  // 155: lehr.v1.Control.SetRolloutPolicy:output_type -> lehr.v1.RolloutPolicyRecord
+	81,  // 156: lehr.v1.Control.DeleteRolloutPolicy:output_type -> lehr.v1.RolloutPolicyRecord
+	14,  // 157: lehr.v1.Control.GetRolloutPolicy:output_type -> lehr.v1.GetRolloutPolicyResponse
+	16,  // 158: lehr.v1.Control.RolloutPolicyHistory:output_type -> lehr.v1.RolloutPolicyHistoryResponse
+	78,  // 159: lehr.v1.Control.GetRollout:output_type -> lehr.v1.Rollout
+	8,   // 160: lehr.v1.Control.ListRollouts:output_type -> lehr.v1.ListRolloutsResponse
+	10,  // 161: lehr.v1.Control.ListRolloutEvents:output_type -> lehr.v1.ListRolloutEventsResponse
+	78,  // 162: lehr.v1.Control.UpdateRollout:output_type -> lehr.v1.Rollout
+	109, // 163: lehr.v1.Control.Evaluate:output_type -> lehr.v1.CanaryEvaluation
+	109, // 164: lehr.v1.Control.GetCanaryEvaluation:output_type -> lehr.v1.CanaryEvaluation
+	110, // 165: lehr.v1.Control.ListCanaryEvaluations:output_type -> lehr.v1.ListCanaryEvaluationsResponse
+	111, // 166: lehr.v1.Control.GetPolicy:output_type -> lehr.v1.Policy
+	112, // 167: lehr.v1.Control.CreatePolicyExperiment:output_type -> google.longrunning.Operation
+	112, // 168: lehr.v1.Control.UpdatePolicyExperiment:output_type -> google.longrunning.Operation
+	113, // 169: lehr.v1.Control.GetPolicyExperiment:output_type -> lehr.v1.PolicyExperiment
+	114, // 170: lehr.v1.Control.ListPolicyExperiments:output_type -> lehr.v1.ListPolicyExperimentsResponse
+	112, // 171: lehr.v1.Control.DeletePolicyExperiment:output_type -> google.longrunning.Operation
+	112, // 172: lehr.v1.Control.StartPreviewPolicyExperiment:output_type -> google.longrunning.Operation
+	112, // 173: lehr.v1.Control.StopPreviewPolicyExperiment:output_type -> google.longrunning.Operation
+	112, // 174: lehr.v1.Control.CommitPolicyExperiment:output_type -> google.longrunning.Operation
+	112, // 175: lehr.v1.Control.DeletePolicy:output_type -> google.longrunning.Operation
+	115, // 176: lehr.v1.Control.GetPolicyExperimentCounts:output_type -> lehr.v1.PolicyExperimentCounts
+	4,   // 177: lehr.v1.Control.ListAuditRecords:output_type -> lehr.v1.ListAuditRecordsResponse
+	128, // [128:178] is the sub-list for method output_type
+	78,  // [78:128] is the sub-list for method input_type
+	78,  // [78:78] is the sub-list for extension type_name
+	78,  // [78:78] is the sub-list for extension extendee
+	0,   // [0:78] is the sub-list for field type_name
 }
 
 func init() { file_lehr_v1_control_proto_init() }
@@ -5752,7 +5886,7 @@ func file_lehr_v1_control_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lehr_v1_control_proto_rawDesc), len(file_lehr_v1_control_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   73,
+			NumMessages:   74,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

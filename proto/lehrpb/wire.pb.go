@@ -248,7 +248,11 @@ type Hello struct {
 	// Namespaces with live consumer leases: the agent's initial subscriptions.
 	// A subscription absent from cached is treated as version 0 (nothing).
 	Subscriptions []string `protobuf:"bytes,7,rep,name=subscriptions,proto3" json:"subscriptions,omitempty"`
-	// Build string of the agent, for logs and status only.
+	// The agent's build (lehr version's "build": release version and
+	// commit, "0.1.0+237c09b1a2b3"), for logs and status only: the
+	// distributor counts its agents per build and reports them to control
+	// (lehr zones status), an empty one as "unknown". Capabilities, never
+	// this, decide what the connection may use.
 	AgentVersion string `protobuf:"bytes,8,opt,name=agent_version,json=agentVersion,proto3" json:"agent_version,omitempty"`
 	// Optional features the agent supports within the protocol version
 	// (docs/wire.md, "Capabilities"). Unknown names are ignored.
@@ -363,7 +367,7 @@ type Welcome struct {
 	// Capabilities the distributor supports among those the agent offered;
 	// exactly the set both sides may use.
 	Capabilities []string `protobuf:"bytes,4,rep,name=capabilities,proto3" json:"capabilities,omitempty"`
-	// Build string of the distributor.
+	// The distributor's build, as agent_version; for logs only.
 	DistributorVersion string `protobuf:"bytes,5,opt,name=distributor_version,json=distributorVersion,proto3" json:"distributor_version,omitempty"`
 	// How often the distributor wants a Report; zero means the agent's
 	// default (docs/wire.md, "Limits").

@@ -11,6 +11,7 @@ import (
 
 	"lehr.dev/lehr/client/producer"
 	"lehr.dev/lehr/control/controltest"
+	"lehr.dev/lehr/internal/buildinfo"
 	"lehr.dev/lehr/internal/metricshttp"
 	"lehr.dev/lehr/internal/metricshttp/metricstest"
 	"lehr.dev/lehr/testenv/devcluster"
@@ -74,6 +75,9 @@ func TestMetricsArePrometheusNative(t *testing.T) {
 	}
 	wait.For(t, "the agent's metrics listener", func() bool { return agent.MetricsAddr() != "" })
 
+	// Every daemon names its build (issue 33).
+	build := metricshttp.BuildInfoSeries(buildinfo.Get()) + " 1\n"
+
 	for _, d := range []struct {
 		daemon, addr string
 		want         []string // lines or parts of lines the exposition must have
@@ -85,17 +89,20 @@ func TestMetricsArePrometheusNative(t *testing.T) {
 			`lehr_control_rejections_total{reason="INVALID_NAME"} 1`,
 			`lehr_control_publishes_total{kind="patch"} 1`,
 			`lehr_control_domain_max_stored_bytes{domain="app"} `,
+			"# TYPE lehr_build_info gauge\n" + build,
 		}},
 		{"distributor", c.Distributors(zone)[0].MetricsAddr(), []string{
 			`lehr_distributor_pushes_total{kind="snapshot"} 1`,
 			`lehr_distributor_pushes_total{kind="patch"} 1`,
 			"# TYPE lehr_distributor_versions_built_total counter",
 			`lehr_distributor_namespace_lag{namespace="app/metrics"} 0`,
+			"# TYPE lehr_build_info gauge\n" + build,
 		}},
 		{"agent", agent.MetricsAddr(), []string{
 			`lehr_agent_updates_applied_total{kind="patch"} 1`,
 			`lehr_agent_namespace_version{namespace="app/metrics"} 2`,
 			"# TYPE go_cgo_calls_total counter",
+			"# TYPE lehr_build_info gauge\n" + build,
 		}},
 	} {
 		t.Run(d.daemon, func(t *testing.T) {
