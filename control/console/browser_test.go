@@ -243,6 +243,19 @@ func TestBrowserDevCluster(t *testing.T) {
 		if got, want := b.text(row+`[data-field="distributors"]`), strconv.Itoa(len(st.GetDistributors())); got != want {
 			t.Errorf("fleet page: %s has %s distributors; GetZoneStatus says %s", z, got, want)
 		}
+		// Builds: distributors' and agents' per build, as GetZoneStatus
+		// sums them (every one says its build: none is "unknown").
+		builds := func(cs []*lehrpb.BuildCount) string {
+			var parts []string
+			for _, c := range cs {
+				parts = append(parts, fmt.Sprintf("%s ×%d", c.GetBuild(), c.GetCount()))
+			}
+			return strings.Join(parts, ", ")
+		}
+		want := builds(st.GetDistributorBuilds()) + " · " + builds(st.GetAgentBuilds())
+		if got := b.text(row + `[data-field="builds"]`); got != want || len(st.GetAgentBuilds()) == 0 || strings.Contains(want, "unknown") {
+			t.Errorf("fleet page: %s's builds %q; GetZoneStatus says %q (want every component's build known)", z, got, want)
+		}
 	}
 	if n := b.count(`#rollouts a[href="/console/rollouts/shop/web/2"]`); n != 1 {
 		t.Errorf("fleet page: %d links to the rollout in flight, want 1", n)
