@@ -67,6 +67,10 @@ type Env struct {
 	// StormAgents, if positive, replaces the profile's agent counts of the
 	// storm scenario with this one N.
 	StormAgents int
+	// CatalogAgentsOnly makes the catalog scenario load its catalog and
+	// measure only the distributor with its agents (issue 27's row),
+	// skipping the idle, publish, history and refusal rows.
+	CatalogAgentsOnly bool
 	// AgentSilenceTimeout, if positive, is the simulated agents' silence
 	// timeout (agenttest.Options.SilenceTimeout; their keepalives go every
 	// third of it) instead of the agent's default.
@@ -118,6 +122,8 @@ type Options struct {
 	AgentBinary string
 	// StormAgents: see Env.StormAgents.
 	StormAgents int
+	// CatalogAgentsOnly: see Env.CatalogAgentsOnly.
+	CatalogAgentsOnly bool
 	// AgentSilenceTimeout: see Env.AgentSilenceTimeout.
 	AgentSilenceTimeout time.Duration
 	// Logger; default a logger that writes warnings to stderr.
@@ -189,6 +195,7 @@ func RunScenarios(ctx context.Context, opts Options) (*Run, error) {
 			Log:                 opts.Logger.With("scenario", s.Name),
 			AgentBinary:         opts.AgentBinary,
 			StormAgents:         opts.StormAgents,
+			CatalogAgentsOnly:   opts.CatalogAgentsOnly,
 			AgentSilenceTimeout: opts.AgentSilenceTimeout,
 		}
 		start := time.Now()

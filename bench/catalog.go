@@ -388,6 +388,15 @@ func (c *catalogRun) run(ctx context.Context) error {
 		Add("etcd size", dbBytes/(1<<20), "MiB").Add("etcd in use", inUse/(1<<20), "MiB").
 		Add("of quota", 100*dbBytes/quota, "%"))
 
+	if c.e.CatalogAgentsOnly {
+		rss, err := c.agents(ctx)
+		if err != nil {
+			return err
+		}
+		c.res.Targets = append(c.res.Targets, c.agentsTarget(rss))
+		c.res.Notes = append(c.res.Notes, "run with -catalog-agents-only: the load, then the distributor with its agents; the other rows not measured")
+		return nil
+	}
 	idleCPU, err := c.idle(ctx)
 	if err != nil {
 		return err
@@ -429,8 +438,7 @@ func (c *catalogRun) run(ctx context.Context) error {
 			Got: fmt.Sprintf("%s: file / in use = %.2f", c.histGot, fileRatio), Met: fileRatio > 0 && fileRatio <= 1.10},
 		Target{Goal: fmt.Sprintf("distributor RSS, %d namespaces in its zone (issue: 20,000), 0 agents <= 128 MiB", n),
 			Got: fmt.Sprintf("%.0f MiB", c.distIdleRSS/(1<<20)), Met: c.distIdleRSS <= 128<<20},
-		Target{Goal: fmt.Sprintf("distributor RSS, %d agents × %d of %d namespaces <= 1.5 GiB", p.agents, catalogSubs, n),
-			Got: fmt.Sprintf("%.0f MiB at its peak, %d OOM kills", distAgentsRSS/(1<<20), c.oomKills()), Met: distAgentsRSS <= 1.5*(1<<30) && c.oomKills() == 0},
+		c.agentsTarget(distAgentsRSS),
 		Target{Goal: fmt.Sprintf("control idle CPU with %d namespaces <= 0.02 cores", n),
 			Got: fmt.Sprintf("%.4f cores", idleCPU), Met: idleCPU <= 0.02})
 	return nil
@@ -833,6 +841,8 @@ func (c *catalogRun) agents(ctx context.Context) (float64, error) {
 	sw, conn, err := startSwarm(ctx, swarmConfig{
 		Addr: c.distAddr, CADir: c.pkiDir, N: p.agents, Prefix: "cat", Zone: benchZone, AgentSubs: subs,
 		Parallel: 32, Keep: true, DropContent: true, SilenceTimeout: c.e.AgentSilenceTimeout,
+		// 7,500 handshakes took over 10 minutes on 2 cores shared with builds.
+		ConnectTimeout: 30 * time.Minute,
 	}, onApplied)
 	if err != nil {
 		return 0, err
@@ -878,6 +888,13 @@ func (c *catalogRun) agents(ctx context.Context) (float64, error) {
 		Add("scrape", ms(scrape), "ms").
 		Add("agents' rss", float64(swp.rss)/(1<<20), "MiB"))
 	return float64(d1.hwm), nil
+}
+
+// agentsTarget is issue 27's target for the distributor with its agents,
+// given its peak RSS.
+func (c *catalogRun) agentsTarget(rss float64) Target {
+	return Target{Goal: fmt.Sprintf("distributor RSS, %d agents × %d of %d namespaces <= 1.5 GiB", c.p.agents, catalogSubs, c.p.namespaces),
+		Got: fmt.Sprintf("%.0f MiB at its peak, %d OOM kills", rss/(1<<20), c.oomKills()), Met: rss <= 1.5*(1<<30) && c.oomKills() == 0}
 }
 
 // oomKills is how many processes of the distributor's cgroup the kernel

@@ -55,6 +55,9 @@ type swarmConfig struct {
 	// Parallel bounds concurrent dials at start; after "redial" each agent
 	// waits its redial delay (upstream.RedialDelay).
 	Parallel int `json:"parallel"`
+	// ConnectTimeout bounds the wait for every agent's first connection
+	// (the parent's; default 10 minutes).
+	ConnectTimeout time.Duration `json:"-"`
 	// RedialTimeout bounds the wait for every agent to be connected again
 	// after "redial"; default 5 minutes.
 	RedialTimeout time.Duration `json:"redial_timeout,omitempty"`
@@ -673,7 +676,11 @@ func startSwarm(ctx context.Context, cfg swarmConfig, onApplied func(swarmEvent)
 		sw.kill()
 		return nil, swarmEvent{}, fmt.Errorf("configure swarm: %w", err)
 	}
-	ev, err := sw.next(ctx, "connected", 10*time.Minute)
+	connect := cfg.ConnectTimeout
+	if connect <= 0 {
+		connect = 10 * time.Minute
+	}
+	ev, err := sw.next(ctx, "connected", connect)
 	if err != nil {
 		sw.kill()
 		return nil, swarmEvent{}, err

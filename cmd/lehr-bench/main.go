@@ -49,6 +49,7 @@ func run() error {
 	workdir := flag.String("workdir", "", "directory for scratch data (etcd, Badger, files); its file system sets fsync cost; default the system temp dir")
 	agentBin := flag.String("agent-binary", "", "lehr-agent binary for the agent-process scenarios; default: build cmd/lehr-agent")
 	stormAgents := flag.Int("storm-agents", 0, "run the storm scenario at this one number of agents instead of the profile's")
+	catalogAgents := flag.Bool("catalog-agents-only", false, "catalog scenario: load the catalog, then measure only the distributor with its simulated agents (skips the idle, publish, history and refusal rows)")
 	silence := flag.Duration("agent-silence-timeout", 0, "the simulated agents' silence timeout (fanout, storm): they send a keepalive every third of it and give up on a distributor silent for it; 0 keeps the agent's default (lehr agent --silence-timeout)")
 	verbose := flag.Bool("v", false, "log the components' info messages to stderr")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file, and one of each swarm child (the simulated agents) to FILE.swarm-PID; read them with go tool pprof (not with the fanout scenario, which profiles its busiest case itself)")
@@ -120,6 +121,7 @@ func run() error {
 		OutDir:              *out,
 		AgentBinary:         *agentBin,
 		StormAgents:         *stormAgents,
+		CatalogAgentsOnly:   *catalogAgents,
 		AgentSilenceTimeout: *silence,
 		Logger:              slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level})),
 		Progress:            os.Stdout,
