@@ -478,6 +478,7 @@ func (c *Control) Run(ctx context.Context) (err error) {
 	if err != nil {
 		return fmt.Errorf("control: %w", err)
 	}
+	calls := newActivity(time.Now)
 	st := store.New(cli, store.Options{
 		SingleMember:   len(c.opts.EtcdEndpoints) == 0,
 		RequestTimeout: c.opts.StoreTimeout,
@@ -486,8 +487,9 @@ func (c *Control) Run(ctx context.Context) (err error) {
 		Logger:         c.log,
 		OnRoundTrip:    service.RoundTripObserver(c.metrics),
 		Signer:         signer,
-		Space:          store.SpaceOptions{Quota: c.opts.StoreQuota, Reserve: c.opts.StoreReserve},
-		Maintenance:    maint,
+		Space: store.SpaceOptions{Quota: c.opts.StoreQuota, Reserve: c.opts.StoreReserve,
+			Quiet: func() bool { return calls.quietFor(defragQuiet) }},
+		Maintenance: maint,
 		OnDomainUsage: func(domain string, stored int64) {
 			c.metrics.GetOrCreateGauge(fmt.Sprintf(`lehr_control_domain_stored_bytes{domain=%q}`, domain), nil).Set(float64(stored))
 		},
@@ -591,8 +593,9 @@ func (c *Control) Run(ctx context.Context) (err error) {
 		grpc.MaxSendMsgSize(c.opts.MaxMessageBytes),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
-		// First, every response gets the store's id (lehr-store-id),
-		// refusals too. Then a request whose text is not UTF-8 is refused
+		// First, the call's start is noted (a defragmentation space does
+		// not demand waits for quiet: activity.go). Then every response
+		// gets the store's id (lehr-store-id), refusals too. Then a request whose text is not UTF-8 is refused
 		// naming the field; then every request loses the unknown fields it
 		// carries, so nothing stores bytes no check counted; then every
 		// mutating call into the audit log, refused ones too; who may call
@@ -600,12 +603,12 @@ func (c *Control) Run(ctx context.Context) (err error) {
 		// the target domain's ACL); last, a publish's bytes held against
 		// the memory for publishes in flight, its domain's share (only
 		// what the caller may publish to).
-		grpc.ChainUnaryInterceptor(storeid.ServerUnary(storeID), utf8.Unary, svc.DropUnknownInterceptor, svc.AuditInterceptor, authz.Unary, svc.ACLInterceptor, adm.Unary),
+		grpc.ChainUnaryInterceptor(calls.unary, storeid.ServerUnary(storeID), utf8.Unary, svc.DropUnknownInterceptor, svc.AuditInterceptor, authz.Unary, svc.ACLInterceptor, adm.Unary),
 		// At most so many publishes received at once, refused before a
 		// byte is read.
 		grpc.InTapHandle(adm.TapHandle),
 		grpc.StatsHandler(adm.StatsHandler()),
-		grpc.ChainStreamInterceptor(storeid.ServerStream(storeID), utf8.Stream, svc.DropUnknownStreamInterceptor, authz.Stream),
+		grpc.ChainStreamInterceptor(calls.stream, storeid.ServerStream(storeID), utf8.Stream, svc.DropUnknownStreamInterceptor, authz.Stream),
 	}
 	// TCP connections get TLS (or plaintext); unix socket connections the
 	// peer's credentials instead; the HTTP/JSON gateway's in-process

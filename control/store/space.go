@@ -25,7 +25,8 @@ package store
 // Space comes back in three steps: history compaction deletes versions
 // and blobs (Compact, CompactHistory), etcd's revision compaction frees
 // the pages of deleted and overwritten keys for reuse, and
-// defragmentation gives the free pages back, shrinking the extent. Above
+// defragmentation gives the free pages back, shrinking the extent (after a
+// quiet moment unless space demands it: SpaceOptions.Quiet). Above
 // the high-water mark, or under the NOSPACE alarm, RunSpaceMonitor does the
 // last two itself (at most every spaceReclaimEvery) and, once the members'
 // databases are below the quota again, disarms the alarm: the store
@@ -86,7 +87,17 @@ type SpaceOptions struct {
 	// Interval is how often etcd's status is read; 0:
 	// DefaultSpaceInterval.
 	Interval time.Duration
+	// Quiet reports whether the store's callers are idle now. A
+	// defragmentation that space does not demand (no NOSPACE alarm, below
+	// the high-water mark) waits for it — at most MaxDefragDelay — since a
+	// member stalls every request while it is defragmented (about a second
+	// per GiB: 19 s at 4.7 GiB). nil: always idle.
+	Quiet func() bool
 }
+
+// MaxDefragDelay bounds how long a defragmentation space does not demand
+// waits for the store's callers to be quiet (SpaceOptions.Quiet).
+const MaxDefragDelay = time.Hour
 
 // SpaceError says the store is above its high-water mark: new content is
 // refused until space is freed. It wraps ErrStoreFull.
@@ -146,6 +157,9 @@ type space struct {
 	st          SpaceStatus
 	lastReclaim time.Time
 	requested   bool // wantReclaim
+	// deferredSince is when a defragmentation was first put off for want
+	// of quiet; zero: none is waiting.
+	deferredSince time.Time
 }
 
 func newSpace(opts SpaceOptions) *space {
@@ -373,7 +387,11 @@ func (s *Store) maybeReclaim(ctx context.Context) error {
 		every /= 6 // nothing is written meanwhile: no stall to spare
 	}
 	if !requested && (!due || s.opts.Now().Sub(sp.lastReclaim) < every) {
+		deferred := !sp.deferredSince.IsZero()
 		sp.mu.Unlock()
+		if deferred {
+			return s.defragment(ctx, false)
+		}
 		return nil
 	}
 	sp.lastReclaim, sp.requested = s.opts.Now(), false
@@ -381,8 +399,58 @@ func (s *Store) maybeReclaim(ctx context.Context) error {
 	return s.reclaim(ctx, st)
 }
 
+// defragment defragments every member whose free pages are worth it, one
+// at a time. Unless urgent (space demands it), it waits for the callers
+// to be quiet (SpaceOptions.Quiet), at most MaxDefragDelay: put off, it
+// is tried again at the monitor's next readings.
+func (s *Store) defragment(ctx context.Context, urgent bool) error {
+	// The pages compaction freed show in DbSizeInUse only now.
+	ms, err := s.readSpace(ctx)
+	if err != nil {
+		return err
+	}
+	// Defragmenting stalls the member; it is worth it when a tenth of its
+	// pages or more are free.
+	ms = slices.DeleteFunc(ms, func(m memberStatus) bool { free := m.dbSize - m.inUse; return free < m.dbSize/10 || free <= 0 })
+	sp := s.space
+	sp.mu.Lock()
+	if len(ms) == 0 {
+		sp.deferredSince = time.Time{}
+		sp.mu.Unlock()
+		return nil
+	}
+	now := s.opts.Now()
+	if !urgent && sp.opts.Quiet != nil && !sp.opts.Quiet() {
+		if sp.deferredSince.IsZero() {
+			sp.deferredSince = now
+			s.log.Info("store: defragmentation waits for a quiet moment (it stalls the member's requests)",
+				"members", len(ms), "at_most", MaxDefragDelay)
+		}
+		if now.Sub(sp.deferredSince) < MaxDefragDelay {
+			sp.mu.Unlock()
+			return nil
+		}
+		s.log.Warn("store: defragmenting although callers are busy: it waited its longest", "waited", now.Sub(sp.deferredSince).Round(time.Second))
+	}
+	sp.deferredSince = time.Time{}
+	sp.mu.Unlock()
+	for _, m := range ms {
+		start := time.Now()
+		_, err := s.maint.Defragment(ctx, m.endpoint)
+		s.observe("defragment", start, err)
+		if err != nil {
+			return fmt.Errorf("defragment %q: %w", m.endpoint, err)
+		}
+		s.spaceEvent("defragment")
+		s.log.Info("store: defragmented an etcd member", "member", m.endpoint, "took", time.Since(start).Round(time.Millisecond),
+			"db_size_before", m.dbSize, "in_use", m.inUse)
+	}
+	return nil
+}
+
 // reclaim compacts etcd's revisions to the current one, defragments every
-// member whose free pages are worth it, one at a time, and disarms a
+// member whose free pages are worth it, one at a time (waiting for quiet
+// unless space demands it: defragment), and disarms a
 // NOSPACE alarm once every member is below the quota with room for the
 // safety writes.
 func (s *Store) reclaim(ctx context.Context, st SpaceStatus) error {
@@ -405,25 +473,9 @@ func (s *Store) reclaim(ctx context.Context, st SpaceStatus) error {
 		return fmt.Errorf("compact etcd's revisions to %d: %w", rev, err)
 	}
 	s.spaceEvent("compact")
-	// The pages compaction freed show in DbSizeInUse only now.
-	if ms, err = s.readSpace(ctx); err != nil {
+	urgent := st.Alarm || st.DBSizeInUse > st.HighWater || st.DBSize > st.HighWater
+	if err := s.defragment(ctx, urgent); err != nil {
 		return err
-	}
-	for _, m := range ms {
-		// Defragmenting stalls the member; it is worth it when a tenth of
-		// its pages or more are free.
-		if free := m.dbSize - m.inUse; free < m.dbSize/10 || free <= 0 {
-			continue
-		}
-		start := time.Now()
-		_, err := s.maint.Defragment(ctx, m.endpoint)
-		s.observe("defragment", start, err)
-		if err != nil {
-			return fmt.Errorf("defragment %q: %w", m.endpoint, err)
-		}
-		s.spaceEvent("defragment")
-		s.log.Info("store: defragmented an etcd member", "member", m.endpoint, "took", time.Since(start).Round(time.Millisecond),
-			"db_size_before", m.dbSize, "in_use", m.inUse)
 	}
 	if ms, err = s.readSpace(ctx); err != nil {
 		return err

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -17,7 +19,7 @@ import (
 
 // smallEtcd starts an etcd of its own with a backend quota of quota
 // bytes, and a Store on it whose space monitor runs until the test ends.
-func smallEtcd(t *testing.T, quota int64) (*Store, *clientv3.Client) {
+func smallEtcd(t *testing.T, quota int64, opts ...func(*Options)) (*Store, *clientv3.Client) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 	defer cancel()
@@ -33,7 +35,11 @@ func smallEtcd(t *testing.T, quota int64) (*Store, *clientv3.Client) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { mcli.Close() })
-	s := New(cli, Options{Prefix: testPrefix(t), Logger: quietLogger(), Maintenance: mcli, Space: SpaceOptions{Interval: 20 * time.Millisecond}})
+	o := Options{Prefix: testPrefix(t), Logger: quietLogger(), Maintenance: mcli, Space: SpaceOptions{Interval: 20 * time.Millisecond}}
+	for _, f := range opts {
+		f(&o)
+	}
+	s := New(cli, o)
 	mctx, stop := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); s.RunSpaceMonitor(mctx) }()
@@ -172,4 +178,49 @@ func TestStoreRecoversFromNoSpace(t *testing.T) {
 	if _, err := s.Commit(ctx, Commit{Namespace: "d/n", Rebase: true, Content: snap(t, "k", "v3"), Info: snapshot}); err != nil {
 		t.Fatalf("commit after recovery: %v", err)
 	}
+}
+
+// Issue 27: a defragmentation space does not demand (after a history
+// compaction, far below the high-water mark) waits while callers are busy
+// (SpaceOptions.Quiet), since it stalls every request to the member; the
+// revision compaction does not wait. Once they are quiet it runs.
+func TestDefragmentationWaitsForQuiet(t *testing.T) {
+	var quiet atomic.Bool
+	var mu sync.Mutex
+	events := map[string]int{}
+	count := func(e string) int { mu.Lock(); defer mu.Unlock(); return events[e] }
+	s, _ := smallEtcd(t, 512<<20, func(o *Options) {
+		o.Space.Quiet = quiet.Load
+		o.OnSpaceEvent = func(e string) { mu.Lock(); events[e]++; mu.Unlock() }
+	})
+	ctx := testCtx(t)
+	mustDomain(t, s, "d")
+	snapshot := &lehrpb.VersionInfo{Source: lehrpb.VersionSource_VERSION_SOURCE_SNAPSHOT}
+	for i := range 24 {
+		if _, err := s.Commit(ctx, Commit{Namespace: "d/n", Create: i == 0, Rebase: true, Content: randomSnap(t, 4, 256<<10), Info: snapshot}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := s.CompactHistory(ctx, "d/n", 1); err != nil {
+		t.Fatal(err)
+	}
+	wait.For(t, "etcd's revisions compacted", func() bool { return count("compact") > 0 })
+	// Fifty readings of etcd's space later, still no defragmentation,
+	// though a tenth of the database is free.
+	for range 50 {
+		at := s.Space().ReadAt
+		wait.For(t, "the next reading of etcd's space", func() bool { return s.Space().ReadAt.After(at) })
+	}
+	st := s.Space()
+	if n := count("defragment"); n != 0 || st.DBSize-st.DBSizeInUse < st.DBSize/10 {
+		t.Fatalf("%d defragmentation(s) while callers were busy, %d of %d bytes free; want none, with a tenth or more free", n, st.DBSize-st.DBSizeInUse, st.DBSize)
+	}
+	quiet.Store(true)
+	wait.For(t, "the defragmentation once callers are quiet", func() bool { return count("defragment") == 1 })
+	wait.Until(t, "etcd's file back to what it holds", func() error {
+		if st := s.Space(); st.DBSize-st.DBSizeInUse >= st.DBSize/10 {
+			return fmt.Errorf("%d of %d bytes free", st.DBSize-st.DBSizeInUse, st.DBSize)
+		}
+		return nil
+	})
 }
