@@ -125,6 +125,13 @@ func New(opts Options) (*Strategist, error) {
 	if s.met == nil {
 		s.met = metrics.NewSet()
 	}
+	// Series an alert watches exist from the start, at 0, so that the
+	// first rollback or stage is an increase (Prometheus's increase() does
+	// not count a series' first sample); deploy/prometheus/lehr-alerts.yaml.
+	for _, state := range []lehrpb.RolloutState{lehrpb.RolloutState_ROLLOUT_STATE_FAILED, lehrpb.RolloutState_ROLLOUT_STATE_ABORTED} {
+		s.met.GetOrCreateCounter(fmt.Sprintf(`lehr_control_rollbacks_total{reason=%q}`, rollout.StateName(state)))
+	}
+	s.met.GetOrCreatePrometheusHistogramExt(`lehr_control_rollout_stage_seconds`, stageBuckets)
 	return s, nil
 }
 
