@@ -1,7 +1,7 @@
 // Package grafana holds Lehr's Grafana dashboard (lehr.json); its test
 // checks that every query in it is valid PromQL, with promtool. That the
 // metrics it names are ones Lehr serves is checked against running daemons
-// (testenv/devcluster, TestDashboardsAndRulesNameExportedMetrics). It has
+// (testenv/devcluster, TestMetricsArePrometheusNative). It has
 // no Go code besides: nothing imports it.
 package grafana
 
