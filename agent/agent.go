@@ -231,6 +231,9 @@ func New(opts Options) (*Agent, error) {
 	if opts.Metrics == nil {
 		opts.Metrics = metrics.NewSet()
 	}
+	if err := metricshttp.RegisterCertificateExpiry(opts.Metrics, "client", opts.TLS); err != nil {
+		return nil, fmt.Errorf("agent: %w", err)
+	}
 	if opts.CacheRetention == 0 {
 		opts.CacheRetention = DefaultCacheRetention
 	}

@@ -12,8 +12,8 @@ import (
 )
 
 // metricsHelp is the HELP text of every metric family an agent serves: its
-// own and the upstream client's (docs/operations.md, "Metrics").
-var metricsHelp = metricshttp.MergeHelp(upstream.MetricsHelp, metricshttp.Help{
+// own, its certificate's and the upstream client's (docs/operations.md, "Metrics").
+var metricsHelp = metricshttp.MergeHelp(upstream.MetricsHelp, metricshttp.TLSHelp, metricshttp.Help{
 	"lehr_agent_apply_errors_total":      "Updates that could not be applied, or whose namespace file could not be written.",
 	"lehr_agent_cache_bytes":             "Size of the agent's Badger cache on disk, in bytes.",
 	"lehr_agent_cache_corruptions_total": "Cached namespaces found corrupt, dropped and fetched again as a snapshot.",

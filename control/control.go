@@ -304,6 +304,11 @@ func New(opts Options) (*Control, error) {
 	if opts.TLS == nil && !tlsconfig.IsLoopback(opts.Listen) {
 		return nil, fmt.Errorf("control: Options.Listen %q: %w", opts.Listen, ErrPlaintextNotLoopback)
 	}
+	for use, cfg := range map[string]*tls.Config{"server": opts.TLS, "etcd_client": opts.EtcdTLS} {
+		if err := metricshttp.RegisterCertificateExpiry(opts.Metrics, use, cfg); err != nil {
+			return nil, fmt.Errorf("control: %w", err)
+		}
+	}
 	if opts.TLS != nil {
 		c.tls = opts.TLS.Clone()
 		if c.tls.MinVersion < tls.VersionTLS13 {

@@ -14,6 +14,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -261,6 +262,33 @@ func TestRolesFromClientCertificates(t *testing.T) {
 					t.Errorf("err %v; want PERMISSION_DENIED saying why", err)
 				}
 			})
+		}
+	}
+}
+
+// Control's /metrics says when the certificates it presents expire — to
+// its clients and to an external etcd — for the alerts of
+// deploy/prometheus (LehrCertificateExpiresSoon).
+func TestCertificateExpiryMetrics(t *testing.T) {
+	ca, caKey, serverTLS, _ := mtlsSetup(t)
+	etcdCert := issue(t, ca, caKey, "control-etcd", false)
+	c, err := control.New(control.Options{
+		DataDir: t.TempDir(), Listen: "127.0.0.1:0", TLS: serverTLS,
+		EtcdEndpoints: []string{"https://127.0.0.1:2379"}, EtcdTLS: &tls.Config{Certificates: []tls.Certificate{etcdCert}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf strings.Builder
+	c.Metrics().WritePrometheus(&buf)
+	for use, cert := range map[string]tls.Certificate{"server": serverTLS.Certificates[0], "etcd_client": etcdCert} {
+		leaf, err := x509.ParseCertificate(cert.Certificate[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := `lehr_tls_certificate_expiry_timestamp_seconds{use="` + use + `"} ` + strconv.FormatInt(leaf.NotAfter.Unix(), 10) + "\n"
+		if !strings.Contains(buf.String(), want) {
+			t.Errorf("control's metrics lack %q:\n%s", want, buf.String())
 		}
 	}
 }

@@ -254,6 +254,11 @@ func New(opts Options) (*Distributor, error) {
 	log := opts.Logger.With("zone", opts.Zone, "distributor", opts.ID)
 
 	set := metrics.NewSet()
+	for use, cfg := range map[string]*tls.Config{"server": opts.TLS, "control_client": opts.ControlTLS} {
+		if err := metricshttp.RegisterCertificateExpiry(set, use, cfg); err != nil {
+			return nil, fmt.Errorf("distributor: %w", err)
+		}
+	}
 	pin := newStorePin(log, set) // storepin.go
 	creds := insecure.NewCredentials()
 	if opts.ControlTLS != nil {

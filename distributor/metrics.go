@@ -7,9 +7,9 @@ import (
 )
 
 // metricsHelp is the HELP text of every metric family a distributor
-// serves: its own (the link to control, what it holds), the fanout's and
-// the version cache's.
-var metricsHelp = metricshttp.MergeHelp(fanout.MetricsHelp, versions.MetricsHelp, metricshttp.Help{
+// serves: its own (the link to control, what it holds, its certificates),
+// the fanout's and the version cache's.
+var metricsHelp = metricshttp.MergeHelp(fanout.MetricsHelp, versions.MetricsHelp, metricshttp.TLSHelp, metricshttp.Help{
 	"lehr_distributor_cache_bytes":                    "Bytes of namespace content in the version cache.",
 	"lehr_distributor_cache_versions":                 "Versions in the version cache.",
 	"lehr_distributor_control_connected":              "1 while the goal watch is connected to control, else 0.",

@@ -5,7 +5,9 @@
 # the tests that use these tools yourself.
 #
 # promtool — Prometheus's `promtool check metrics`, which the tests run on
-# every daemon's /metrics (internal/metricshttp/metricstest). It comes from
+# every daemon's /metrics (internal/metricshttp/metricstest), and `promtool
+# check rules`/`test rules` on the alerting rules and the dashboard's
+# queries (deploy/prometheus, deploy/grafana). It comes from
 # Debian's prometheus package, of which only the promtool binary (static,
 # no dependencies) is extracted into bin/: installing the package would
 # also install and start a Prometheus server and pull in its web UI's

@@ -168,6 +168,8 @@ func New(opts Options) (*Service, error) {
 	if s.metrics == nil {
 		s.metrics = metrics.NewSet()
 	}
+	// At 0 from the start, for alerts (deploy/prometheus/lehr-alerts.yaml).
+	s.metrics.GetOrCreateCounter(`lehr_control_audit_errors_total`)
 	if s.now == nil {
 		s.now = time.Now
 	}
@@ -230,8 +232,11 @@ func RoundTripObserver(set *metrics.Set) func(op string, d time.Duration, err er
 	return func(op string, d time.Duration, err error) {
 		set.GetOrCreateCounter(`lehr_control_etcd_round_trips_total{op="` + op + `"}`).Inc()
 		set.GetOrCreatePrometheusHistogramExt(`lehr_control_etcd_duration_seconds{op="`+op+`"}`, etcdBuckets).Update(d.Seconds())
+		// Made with the op's first round trip, at 0: the error ratio an
+		// alert computes has its numerator before the first error.
+		errs := set.GetOrCreateCounter(`lehr_control_etcd_errors_total{op="` + op + `"}`)
 		if err != nil {
-			set.GetOrCreateCounter(`lehr_control_etcd_errors_total{op="` + op + `"}`).Inc()
+			errs.Inc()
 		}
 	}
 }

@@ -9,7 +9,8 @@ import "lehr.dev/lehr/internal/metricshttp"
 var MetricsHelp = metricshttp.Help{
 	"lehr_control_rollbacks_total":       "Rollouts ended and rolled back, by reason: failed (a canary verdict) or aborted (an operator).",
 	"lehr_control_rollout_stage_seconds": "Time from a rollout entering a stage to passing it, bake included, in seconds (on the leading replica).",
-	"lehr_control_rollouts":              "Rollouts, by state (on the leading replica).",
+	"lehr_control_rollouts":              "Rollouts, by state (on the leading replica; 0 on the others).",
+	"lehr_control_strategist_leader":     "1 while this replica leads the rollout strategist, else 0; one replica of a cluster leads.",
 }
 
 // stageBuckets are the upper bounds of lehr_control_rollout_stage_seconds:

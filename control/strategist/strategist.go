@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/VictoriaMetrics/metrics"
@@ -85,6 +86,7 @@ type Strategist struct {
 	log  *slog.Logger
 	met  *metrics.Set
 
+	leading  atomic.Bool // lehr_control_strategist_leader
 	statesMu sync.Mutex
 	states   map[string]map[lehrpb.RolloutState]int // rollouts by state, per domain, at its last round
 }
@@ -125,6 +127,19 @@ func New(opts Options) (*Strategist, error) {
 	if s.met == nil {
 		s.met = metrics.NewSet()
 	}
+	// Series an alert watches exist from the start, at 0, so that the
+	// first rollback or stage is an increase (Prometheus's increase() does
+	// not count a series' first sample); deploy/prometheus/lehr-alerts.yaml.
+	for _, state := range []lehrpb.RolloutState{lehrpb.RolloutState_ROLLOUT_STATE_FAILED, lehrpb.RolloutState_ROLLOUT_STATE_ABORTED} {
+		s.met.GetOrCreateCounter(fmt.Sprintf(`lehr_control_rollbacks_total{reason=%q}`, rollout.StateName(state)))
+	}
+	s.met.GetOrCreatePrometheusHistogramExt(`lehr_control_rollout_stage_seconds`, stageBuckets)
+	s.met.GetOrCreateGauge(`lehr_control_strategist_leader`, func() float64 {
+		if s.leading.Load() {
+			return 1
+		}
+		return 0
+	})
 	return s, nil
 }
 
@@ -163,7 +178,15 @@ func (s *Strategist) campaign(ctx context.Context) error {
 	}
 	guard := store.Guard{Key: e.Key(), Rev: e.Rev()}
 	s.log.Info("rollout strategist: leading", "id", s.opts.ID)
+	s.leading.Store(true)
 	defer func() {
+		// Only the leader counts rollouts: a replica that no longer leads
+		// says 0 rather than what it counted last.
+		s.leading.Store(false)
+		s.statesMu.Lock()
+		s.states = nil
+		s.statesMu.Unlock()
+		s.setStateGauges()
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
 		_ = e.Resign(rctx)
 		cancel()

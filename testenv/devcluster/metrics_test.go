@@ -14,6 +14,7 @@ import (
 	"lehr.dev/lehr/internal/buildinfo"
 	"lehr.dev/lehr/internal/metricshttp"
 	"lehr.dev/lehr/internal/metricshttp/metricstest"
+	"lehr.dev/lehr/proto/lehrpb"
 	"lehr.dev/lehr/testenv/devcluster"
 	"lehr.dev/lehr/testenv/wait"
 )
@@ -23,7 +24,9 @@ import (
 // have gone through (so the labelled families and the latency histograms
 // have series), and checks each with "promtool check metrics" and the
 // pure-Go lint (internal/metricshttp/metricstest): a HELP text and a TYPE
-// line for every family, le buckets, Prometheus's naming conventions.
+// line for every family, le buckets, Prometheus's naming conventions —
+// and then that every metric deploy/prometheus's rules and
+// deploy/grafana's dashboard name is on one of them.
 func TestMetricsArePrometheusNative(t *testing.T) {
 	metricshttp.ExposeMetadata() // as every daemon binary's main does
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -38,6 +41,11 @@ func TestMetricsArePrometheusNative(t *testing.T) {
 		ControlMetricsListen: "127.0.0.1:0",
 		DistributorMetrics:   true,
 		AgentMetrics:         true,
+		// The strategist's series and the zone's reports are on control's
+		// /metrics only with rollouts on and a report in.
+		ReportInterval:  200 * time.Millisecond,
+		Rollouts:        true,
+		RolloutInterval: 100 * time.Millisecond,
 	})
 	if err != nil {
 		t.Fatalf("Start: %v", err)
@@ -61,6 +69,11 @@ func TestMetricsArePrometheusNative(t *testing.T) {
 		t.Fatalf("Publish: %v", err)
 	}
 	wait.For(t, "the consumer at v1", func() bool { return sub.View().Version() == v1.GetSeq() })
+	// A global blast: the patch reaches every host at once, and its
+	// rollout runs on the evidence.
+	if _, err := c.Producer().SetRolloutPolicy(ctx, "app", &lehrpb.RolloutPolicy{GlobalBlast: true}, "metrics test", 0); err != nil {
+		t.Fatalf("SetRolloutPolicy: %v", err)
+	}
 	v2, err := c.Producer().Patch(ctx, ns, v1.GetSeq(), producer.Patch{Set: []producer.Property{{Key: "b", Value: []byte("two")}}})
 	if err != nil {
 		t.Fatalf("Patch: %v", err)
@@ -75,9 +88,16 @@ func TestMetricsArePrometheusNative(t *testing.T) {
 	}
 	wait.For(t, "the agent's metrics listener", func() bool { return agent.MetricsAddr() != "" })
 
+	wait.For(t, "control's series of rollouts and zone reports", func() bool {
+		body := string(scrapeMetrics(t, c.ControlMetricsAddr()))
+		return strings.Contains(body, `lehr_control_rollouts{state="running"}`) &&
+			strings.Contains(body, `lehr_control_zone_reports_total{zone="zone-a"}`)
+	})
+
 	// Every daemon names its build (issue 33).
 	build := metricshttp.BuildInfoSeries(buildinfo.Get()) + " 1\n"
 
+	expositions := map[string][]byte{}
 	for _, d := range []struct {
 		daemon, addr string
 		want         []string // lines or parts of lines the exposition must have
@@ -96,17 +116,20 @@ func TestMetricsArePrometheusNative(t *testing.T) {
 			`lehr_distributor_pushes_total{kind="patch"} 1`,
 			"# TYPE lehr_distributor_versions_built_total counter",
 			`lehr_distributor_namespace_lag{namespace="app/metrics"} 0`,
+			`lehr_tls_certificate_expiry_timestamp_seconds{use="server"} `,
 			"# TYPE lehr_build_info gauge\n" + build,
 		}},
 		{"agent", agent.MetricsAddr(), []string{
 			`lehr_agent_updates_applied_total{kind="patch"} 1`,
 			`lehr_agent_namespace_version{namespace="app/metrics"} 2`,
 			"# TYPE go_cgo_calls_total counter",
+			`lehr_tls_certificate_expiry_timestamp_seconds{use="client"} `,
 			"# TYPE lehr_build_info gauge\n" + build,
 		}},
 	} {
 		t.Run(d.daemon, func(t *testing.T) {
 			body := scrapeMetrics(t, d.addr)
+			expositions[d.daemon] = body
 			for _, want := range d.want {
 				if !strings.Contains(string(body), want) {
 					t.Errorf("/metrics lacks %q", want)
@@ -115,6 +138,15 @@ func TestMetricsArePrometheusNative(t *testing.T) {
 			metricstest.Check(t, body)
 		})
 	}
+
+	// The alerting rules and the dashboard name only metrics these serve
+	// (deploy/prometheus, deploy/grafana).
+	t.Run("DashboardsAndRulesNameExportedMetrics", func(t *testing.T) {
+		if len(expositions) != 3 {
+			t.Skipf("scraped %d of 3 daemons", len(expositions))
+		}
+		checkNamesExported(t, expositions)
+	})
 }
 
 func scrapeMetrics(t *testing.T, addr string) []byte {
