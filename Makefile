@@ -4,7 +4,7 @@ GO ?= go
 BIN := $(CURDIR)/bin
 PROTOC_VERSION := 3.21.12
 
-.PHONY: all build run test lint proto chaos ha bench bench-full bench-canary clean
+.PHONY: all build package run test lint proto chaos ha bench bench-full bench-canary clean
 
 all: build
 
@@ -27,6 +27,28 @@ LDFLAGS := -X $(BUILDINFO).version=$(VERSION) -X $(BUILDINFO).commit=$(COMMIT) \
 
 build:
 	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/ ./cmd/...
+
+# package builds the Debian packages lehr-agent (hosts) and lehr (control,
+# distributors, the CLI) into $(PKGDIR) (bin/package), for this machine's
+# architecture, with nfpm (pinned in go.mod as a tool). The binaries are
+# built as make build builds them, plus Debian's hardening (PIE, immediate
+# binding: lintian checks both), and without symbol tables (the version
+# and commit stay: internal/buildinfo). Contents, maintainer scripts and
+# conffiles are in deploy/package/; what they do is in docs/operations.md,
+# "Install". deploy/package_test.go builds them with this target and checks
+# them with lintian and dpkg-deb.
+PKGDIR ?= $(BIN)/package
+DEB_ARCH ?= $(shell $(GO) env GOARCH)
+package:
+	@mkdir -p $(PKGDIR)/bin
+	$(GO) build -buildmode=pie -trimpath -ldflags '$(LDFLAGS) -s -w -bindnow' -o $(PKGDIR)/bin/ ./cmd/lehr ./cmd/lehr-agent
+	for p in lehr lehr-agent; do \
+		printf '%s (%s-1) unstable; urgency=medium\n\n  * Lehr %s, commit %s.\n\n -- Lehr maintainers <lehr@lehr.dev>  %s\n' \
+			$$p "$$(echo '$(VERSION)' | tr - '~')" '$(VERSION)' '$(COMMIT)' "$$(date -R -u -d '$(or $(COMMIT_TIME),now)')" | \
+			gzip -n -9 > $(PKGDIR)/bin/$$p.changelog.Debian.gz; \
+		VERSION=$(VERSION) DEB_ARCH=$(DEB_ARCH) LEHR_PKG_BIN=$(PKGDIR)/bin \
+			$(GO) tool nfpm package --packager deb --config deploy/package/$$p.yaml --target $(PKGDIR)/ || exit 1; \
+	done
 
 # run starts the whole system locally on embedded etcd and shows it working.
 run: build

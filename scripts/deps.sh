@@ -22,6 +22,9 @@
 # minute of CPU on a cold cache: it links gRPC's xDS support).
 # curl — control/httpdocs_test.go runs docs/operations.md's curl examples
 # of the HTTP/JSON API as written. Debian's curl; skipped when on $PATH.
+# lintian — deploy/package_test.go checks the Debian packages `make
+# package` builds with Debian's lintian (dpkg-deb comes with dpkg).
+# Debian's lintian, without recommends; skipped when on $PATH.
 # chromium — the operator console's browser tests (control/console,
 # browser_test.go) drive a real headless Chromium through chromedp.
 # Debian's chromium package, without recommends (no desktop extras), and
@@ -55,6 +58,13 @@ if command -v curl >/dev/null; then
 else
 	apt-get install -y -qq curl 2>/dev/null || { apt-get update -qq && apt-get install -y -qq curl; }
 	echo "curl: $(command -v curl), installed"
+fi
+if command -v lintian >/dev/null; then
+	echo "lintian: $(command -v lintian), present"
+else
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends lintian >/dev/null 2>&1 ||
+		{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends lintian >/dev/null; }
+	echo "lintian: $(command -v lintian), installed"
 fi
 if command -v chromium >/dev/null; then
 	echo "chromium: $(command -v chromium), present"

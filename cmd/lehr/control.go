@@ -30,8 +30,10 @@ func runControl(ctx context.Context, e *env, args []string) int {
 serves the API as HTTP/JSON too (curl), with the same authentication. With
 no flags it starts a single-member etcd inside the process, in
 DATA-DIR/etcd, and serves plaintext gRPC on 127.0.0.1:7400: nothing to set
-up. --etcd-endpoints (or the environment's LEHR_ETCD_ENDPOINTS) uses an
-external etcd cluster instead, through the same code path: several replicas
+up. --etcd-endpoints (or the environment's LEHR_ETCD_ENDPOINTS, and
+LEHR_ETCD_CA, LEHR_ETCD_CERT and LEHR_ETCD_KEY for its TLS flags: the
+systemd unit's /etc/lehr/control.env sets them) uses an external etcd
+cluster instead, through the same code path: several replicas
 share one store only through it. A replica that starts on an empty embedded
 etcd says so (a warning), and 'lehr control status --control A,B,…' shows
 which replica serves which store, who shares it and which replica leads the
@@ -94,7 +96,7 @@ Subcommands:
            each replica answers ('lehr control status --help')`,
 		examples: []string{
 			"lehr control",
-			"lehr control --data-dir /var/lib/lehr --socket /run/lehr-control/control.sock --keep-last 500 --keep-for 720h --log-format json",
+			"lehr control --data-dir /var/lib/lehr-control --socket /run/lehr-control/control.sock --keep-last 500 --keep-for 720h --log-format json",
 			"lehr control --etcd-endpoints https://etcd-0:2379,https://etcd-1:2379 --etcd-ca etcd-ca.crt --etcd-cert etcd-client.crt --etcd-key etcd-client.key --listen 0.0.0.0:7400 --tls-cert control.crt --tls-key control.key --client-ca clients.crt --fleet-admins alice,bob",
 			"lehr control --socket /run/lehr-control/control.sock --local-users alice=alice,deploy=ci-bot --fleet-admins alice,unix:oncall",
 		},
@@ -103,9 +105,9 @@ Subcommands:
 	fs.StringVar(&opts.DataDir, "data-dir", control.DefaultDataDir, "`directory` of the embedded etcd's data (unless --etcd-endpoints) and the signing key")
 	fs.StringVar(&opts.SigningKey, "signing-key", "", "ed25519 private key `file` (PEM, mode 0600) that signs every version; default DATA-DIR/signing.key, created if missing; \"off\" signs nothing")
 	endpoints := fs.String("etcd-endpoints", e.env("LEHR_ETCD_ENDPOINTS"), "comma-separated client `URLs` of an external etcd cluster (default: embedded etcd), shared by every replica: https:// with --etcd-ca, --etcd-cert and --etcd-key, or http:// on loopback only (env LEHR_ETCD_ENDPOINTS)")
-	etcdCA := fs.String("etcd-ca", "", "`file` (PEM) of the CA that issued the external etcd members' certificates")
-	etcdCert := fs.String("etcd-cert", "", "client certificate `file` (PEM) this replica presents to the external etcd")
-	etcdKey := fs.String("etcd-key", "", "key `file` (PEM) of --etcd-cert")
+	etcdCA := fs.String("etcd-ca", e.env("LEHR_ETCD_CA"), "`file` (PEM) of the CA that issued the external etcd members' certificates (env LEHR_ETCD_CA)")
+	etcdCert := fs.String("etcd-cert", e.env("LEHR_ETCD_CERT"), "client certificate `file` (PEM) this replica presents to the external etcd (env LEHR_ETCD_CERT)")
+	etcdKey := fs.String("etcd-key", e.env("LEHR_ETCD_KEY"), "key `file` (PEM) of --etcd-cert (env LEHR_ETCD_KEY)")
 	fs.DurationVar(&opts.StoreTimeout, "store-timeout", 0, "wait at most this `duration` for etcd to answer one request: past it the call fails with UNAVAILABLE saying the store did not answer (an etcd cluster that lost quorum, members control cannot reach) instead of hanging until the caller gives up; 0: "+store.DefaultRequestTimeout.String()+" with --etcd-endpoints, no bound on the embedded etcd (it cannot lose a quorum; its requests wait out its own defragmentation)")
 	fs.StringVar(&opts.Listen, "listen", control.DefaultListen, "gRPC listen `address`; without TLS it must be loopback")
 	fs.StringVar(&opts.AdvertiseAddr, "advertise-address", "", "gRPC `address` (host:port) other hosts reach this replica at, as 'lehr control status' and the strategist's election name it; default --listen, with this host's name for 0.0.0.0")

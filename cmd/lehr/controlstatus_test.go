@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -151,7 +152,8 @@ func TestControlStatus(t *testing.T) {
 }
 
 // lehr control takes --etcd-endpoints from LEHR_ETCD_ENDPOINTS, as the
-// systemd unit's settings file says (issue 29, item 7); the flag wins.
+// systemd unit's settings file says (issue 29, item 7); the flag wins. Its
+// TLS files come from LEHR_ETCD_CA, _CERT and _KEY (issue 33, item 5).
 func TestControlEtcdEndpointsFromEnvironment(t *testing.T) {
 	env := map[string]string{"LEHR_ETCD_ENDPOINTS": "http://10.1.2.3:2379"}
 	// --keep-last 0 is refused after the endpoints are checked: either
@@ -164,6 +166,20 @@ func TestControlEtcdEndpointsFromEnvironment(t *testing.T) {
 	if code != exitUsage || strings.Contains(stderr, "10.1.2.3") || !strings.Contains(stderr, "--keep-last 0") {
 		t.Errorf("--etcd-endpoints \"\" over the environment: exit %d, stderr %q; want the flag to win", code, stderr)
 	}
+	// Its TLS files come from the environment too (the unit passes no
+	// flags for them): here they do not exist, and control says so.
+	ca := filepath.Join(t.TempDir(), "etcd-ca.crt")
+	env = map[string]string{"LEHR_ETCD_ENDPOINTS": "https://10.1.2.3:2379", "LEHR_ETCD_CA": ca,
+		"LEHR_ETCD_CERT": ca + ".cert", "LEHR_ETCD_KEY": ca + ".key"}
+	code, _, stderr = runCLI(t, env, "control", "--data-dir", t.TempDir(), "--keep-last", "0")
+	if code != exitError || !strings.Contains(stderr, "etcd TLS") {
+		t.Errorf("LEHR_ETCD_CA, _CERT and _KEY naming missing files: exit %d, stderr %q; want them read (and refused)", code, stderr)
+	}
+	env = map[string]string{"LEHR_ETCD_CA": ca}
+	code, _, stderr = runCLI(t, env, "control", "--data-dir", t.TempDir(), "--keep-last", "0")
+	if code != exitUsage || !strings.Contains(stderr, "pass --etcd-ca, --etcd-cert and --etcd-key together") {
+		t.Errorf("LEHR_ETCD_CA alone: exit %d, stderr %q; want it read and refused without the other two", code, stderr)
+	}
 	_, stdout, _ := runCLI(t, nil, "control", "--help")
-	mustContain(t, "lehr control --help", stdout, "(env LEHR_ETCD_ENDPOINTS)", "lehr control status")
+	mustContain(t, "lehr control --help", stdout, "(env LEHR_ETCD_ENDPOINTS)", "(env LEHR_ETCD_CA)", "(env LEHR_ETCD_CERT)", "(env LEHR_ETCD_KEY)", "lehr control status")
 }
