@@ -841,8 +841,10 @@ func (c *catalogRun) agents(ctx context.Context) (float64, error) {
 	sw, conn, err := startSwarm(ctx, swarmConfig{
 		Addr: c.distAddr, CADir: c.pkiDir, N: p.agents, Prefix: "cat", Zone: benchZone, AgentSubs: subs,
 		Parallel: 32, Keep: true, DropContent: true, SilenceTimeout: c.e.AgentSilenceTimeout,
-		// 7,500 handshakes took over 10 minutes on 2 cores shared with builds.
-		ConnectTimeout: 30 * time.Minute,
+		// 7,500 handshakes took over 10 minutes on 2 cores shared with
+		// builds, and the distributor refused some beyond its admission
+		// bound (13 of 7,500 three times in a row).
+		ConnectTimeout: 30 * time.Minute, DialAttempts: 20,
 	}, onApplied)
 	if err != nil {
 		return 0, err

@@ -55,6 +55,10 @@ type swarmConfig struct {
 	// Parallel bounds concurrent dials at start; after "redial" each agent
 	// waits its redial delay (upstream.RedialDelay).
 	Parallel int `json:"parallel"`
+	// DialAttempts is how many times an agent's first connection is tried
+	// (a distributor refuses handshakes beyond its admission bound, as a
+	// real agent finds and redials after); default 3.
+	DialAttempts int `json:"dial_attempts,omitempty"`
 	// ConnectTimeout bounds the wait for every agent's first connection
 	// (the parent's; default 10 minutes).
 	ConnectTimeout time.Duration `json:"-"`
@@ -317,7 +321,8 @@ func (c *countingConn) SyscallConn() (syscall.RawConn, error) {
 }
 
 // dialAll connects every agent, parallel at a time, and reports
-// "connected". Each agent is tried up to 3 times; once connected, with
+// "connected". Each agent is tried up to cfg.DialAttempts times, waiting a
+// little longer after each refusal; once connected, with
 // cfg.Keep, it is kept as the real agent keeps its connection (see keep):
 // redialed when the connection ends, announcing what it held.
 func (s *swarmChild) dialAll(parallel int) {
@@ -331,9 +336,9 @@ func (s *swarmChild) dialAll(parallel int) {
 		wg.Go(func() {
 			defer func() { <-sem }()
 			var err error
-			for attempt := range 3 {
+			for attempt := range max(s.cfg.DialAttempts, 3) {
 				if attempt > 0 {
-					time.Sleep(time.Duration(attempt) * 200 * time.Millisecond)
+					time.Sleep(min(time.Duration(attempt)*200*time.Millisecond, 2*time.Second))
 				}
 				var a *agenttest.Agent
 				ctx, cancel := context.WithTimeout(s.ctx, 30*time.Second)
