@@ -7,8 +7,9 @@
 // called by the leading replica only, with its leadership guard.
 //
 // Imported by control/strategist (which runs it), control/rollout (whose
-// decisions start evaluations and read their verdicts) and control/service
-// (which serves them).
+// decisions start evaluations and read their verdicts), control/service
+// (which serves them), and cmd/lehr (which shows them
+// in the words of describe.go).
 package evaluation
 
 import (
