@@ -8,7 +8,7 @@
 //
 // Imported by control/strategist (which runs it), control/rollout (whose
 // decisions start evaluations and read their verdicts), control/service
-// (which serves them), and cmd/lehr (which shows them
+// (which serves them), and control/console and cmd/lehr (which show them
 // in the words of describe.go).
 package evaluation
 
