@@ -128,8 +128,8 @@ func TestEvaluationPage(t *testing.T) {
 		`id="verdict">FAIL<`,
 		`<a id="rollout" href="/console/rollouts/shop/web/3">`,
 		`class="change"`,
-		`look 2: p 1e-09 &lt; 0.0006 FAIL`,
-		`look 1: p 0.002 ≥ 1e-06 NONE`,
+		`look 2 FAIL<title>look 2 FAIL: p 1e-09 &lt; 0.0006 FAIL</title>`,
+		`look 1<title>look 1: p 0.002 ≥ 1e-06 NONE</title>`,
 		`class="look look-ahead"`,
 		`zone-a/host-1`,
 	} {

@@ -54,7 +54,7 @@ type segment struct {
 type mark struct {
 	X      float64
 	Label  string
-	Detail string // a judged look's p-value against its threshold
+	Detail string // a judged look's p-value against its threshold, or "to come"
 	Class  string // "look-judged", "look-failed", "look-ahead"
 }
 
@@ -68,7 +68,8 @@ type tick struct {
 func plotCheck(res *lehrpb.CanaryResult, ch *lehrpb.CanaryCheckResult) *plot {
 	cs, ks := ch.GetCanarySeries(), ch.GetControlSeries()
 	n := max(len(cs), len(ks))
-	if n == 0 {
+	if n == 0 || allZero(cs) && allZero(ks) {
+		// Nothing to see: the explanation says no host had any.
 		return nil
 	}
 	step := max(1, int(res.GetSeriesStep()))
@@ -119,13 +120,14 @@ func plotCheck(res *lehrpb.CanaryResult, ch *lehrpb.CanaryCheckResult) *plot {
 		hist[h.GetLook()] = h
 	}
 	for j, e := range res.GetLookEnds() {
-		m := mark{X: x(float64(min(pointOf(e), span))), Label: fmt.Sprintf("look %d", j+1), Class: "look-ahead"}
+		m := mark{X: x(float64(min(pointOf(e), span))), Label: fmt.Sprintf("look %d", j+1), Class: "look-ahead", Detail: "to come"}
 		if h := hist[int32(j+1)]; h != nil {
 			m.Class = "look-judged"
+			m.Detail = lookDetail(h)
 			if h.GetVerdict() == lehrpb.CanaryVerdict_CANARY_VERDICT_FAIL {
 				m.Class = "look-failed"
+				m.Label += " " + evaluation.VerdictWord(h.GetVerdict())
 			}
-			m.Detail = lookDetail(h)
 		}
 		p.Looks = append(p.Looks, m)
 	}
@@ -135,14 +137,12 @@ func plotCheck(res *lehrpb.CanaryResult, ch *lehrpb.CanaryCheckResult) *plot {
 	for _, i := range []int{0, ci, span} {
 		p.XTicks = append(p.XTicks, tick{x(float64(i)), rel(time.Duration(i-ci) * iv)})
 	}
-	every := "each interval"
+	every := ""
 	if step > 1 {
-		every = fmt.Sprintf("means of %d intervals", step)
+		every = fmt.Sprintf(" (means of %d intervals)", step)
 	}
-	p.Caption = fmt.Sprintf("Per interval of %ds (%s): the median across the %d canary host(s), and across the %d control host(s), that counted in the check of %s, "+
-		"in its unit. Dashed: the medians of the hosts' levels before and after the change, which the explanation quotes. "+
-		"The judge tests each host's shift at the change on the check's scale, canary against control hosts; the looks are where it judged (p against the threshold the look allowed).",
-		res.GetIntervalSeconds(), every, ch.GetCanaryHosts(), ch.GetControlHosts(), termtext.Clean(ch.GetName()))
+	p.Caption = fmt.Sprintf("Per %ds interval%s, the median of %s across the %d canary and the %d control host(s) that counted.",
+		res.GetIntervalSeconds(), every, termtext.Clean(ch.GetName()), ch.GetCanaryHosts(), ch.GetControlHosts())
 	return p
 }
 
@@ -156,6 +156,15 @@ func lookDetail(h *lehrpb.CanaryLook) string {
 		op = "<"
 	}
 	return fmt.Sprintf("p %.2g %s %.2g %s", h.GetP(), op, h.GetThreshold(), evaluation.VerdictWord(h.GetVerdict()))
+}
+
+func allZero(xs []float64) bool {
+	for _, x := range xs {
+		if x != 0 && !math.IsNaN(x) {
+			return false
+		}
+	}
+	return true
 }
 
 // polylines returns the points of xs's runs of finite values.

@@ -7,10 +7,12 @@ import (
 	"fmt"
 	"html/template"
 	"io/fs"
+	"math"
 	"mime"
 	"net/http"
 	"net/url"
 	"path"
+	"strconv"
 	"strings"
 	"time"
 
@@ -82,6 +84,13 @@ var funcs = template.FuncMap{
 	"add":         func(a, b float64) float64 { return a + b },
 	"sub":         func(a, b float64) float64 { return a - b },
 	"odd":         func(i int) bool { return i%2 == 1 },
+	// pval is a p-value, "—" without a test (NaN).
+	"pval": func(p float64) string {
+		if math.IsNaN(p) {
+			return "—"
+		}
+		return strconv.FormatFloat(p, 'g', 3, 64)
+	},
 }
 
 // Every page's template: the layout and the page's body.
