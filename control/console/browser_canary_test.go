@@ -2,6 +2,7 @@ package console_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"log/slog"
 	"net"
@@ -10,6 +11,8 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"lehr.dev/lehr/client/consumer"
@@ -162,6 +165,21 @@ func TestBrowserCanaryFailed(t *testing.T) {
 	}
 	if got := b.text("#hostchecks"); !strings.Contains(got, "Host-level checks") {
 		t.Errorf("evaluation page's host-level checks: %q", got)
+	}
+	// The page's JSON is GetCanaryEvaluation's answer.
+	var doc struct {
+		Evaluation json.RawMessage `json:"evaluation"`
+	}
+	getJSON(t, httpClient(t, nil), base+"/console/canary/"+ev.GetId()+"?format=json", &doc)
+	got := &lehrpb.CanaryEvaluation{}
+	if err := protojson.Unmarshal(doc.Evaluation, got); err != nil {
+		t.Fatal(err)
+	}
+	// As bytes: a series' NaN (no data) is unequal to itself.
+	gb, _ := proto.MarshalOptions{Deterministic: true}.Marshal(got)
+	wb, _ := proto.MarshalOptions{Deterministic: true}.Marshal(ev)
+	if string(gb) != string(wb) {
+		t.Errorf("the evaluation page's JSON differs from GetCanaryEvaluation's answer:\n%v\n%v", got, ev)
 	}
 	b.open(base+"/console/canary/", "canary-list")
 	if n := b.count(`#evaluations a[href="/console/canary/` + ev.GetId() + `"]`); n != 1 {
