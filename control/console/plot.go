@@ -119,8 +119,12 @@ func plotCheck(res *lehrpb.CanaryResult, ch *lehrpb.CanaryCheckResult) *plot {
 	for _, h := range ch.GetLookHistory() {
 		hist[h.GetLook()] = h
 	}
+	ahead := "to come"
+	if res.GetVerdict() == lehrpb.CanaryVerdict_CANARY_VERDICT_FAIL {
+		ahead = "not taken: a FAIL at an earlier look stands"
+	}
 	for j, e := range res.GetLookEnds() {
-		m := mark{X: x(float64(min(pointOf(e), span))), Label: fmt.Sprintf("look %d", j+1), Class: "look-ahead", Detail: "to come"}
+		m := mark{X: x(float64(min(pointOf(e), span))), Label: fmt.Sprintf("look %d", j+1), Class: "look-ahead", Detail: ahead}
 		if h := hist[int32(j+1)]; h != nil {
 			m.Class = "look-judged"
 			m.Detail = lookDetail(h)
