@@ -176,6 +176,9 @@ type Result struct {
 	// Look is the look this verdict was taken at (1-based) and Looks their
 	// number; AfterIntervals the intervals after the change used.
 	Look, Looks, AfterIntervals int
+	// LookEnds holds, per look of the bake (reached or not), the intervals
+	// after the change it judges: look j judges up to LookEnds[j-1].
+	LookEnds []int
 	// Checks holds one result per check, in the order of the checks.
 	Checks []CheckResult
 }
@@ -209,4 +212,26 @@ type CheckResult struct {
 	// when the control hosts are alike.
 	AA                 *CheckResult
 	AASplits, AADiffer int
+	// CanarySeries and ControlSeries are, per interval from the input's
+	// first to the last one this look judged, the median across the hosts
+	// that counted in the check of the interval's value in the check's
+	// unit (numerator over denominator for a ratio); NaN where no such
+	// host had data. What the judge compares is each host's level shift at
+	// the change on the check's scale; these show the same data, one
+	// curve per population, to be looked at.
+	CanarySeries, ControlSeries []float64
+	// History is the check at every look judged so far, first to this one:
+	// the sequential analysis.
+	History []LookResult
+}
+
+// LookResult is one check at one look.
+type LookResult struct {
+	// Look is 1-based; AfterIntervals the intervals after the change it
+	// judged.
+	Look, AfterIntervals int
+	Verdict              Verdict
+	// P is the check's p-value at the look (NaN without a test), Threshold
+	// the p-value the look needed to fail.
+	P, Threshold float64
 }

@@ -88,6 +88,7 @@ func evaluate(p prepared, in Input, end int) *evaluation {
 	e.kind = inferKind(c, all)
 	e.result.CanaryBefore, e.result.CanaryAfter = levels(canary, 0, c0, end)
 	e.result.ControlBefore, e.result.ControlAfter = levels(control, 0, c0, end)
+	e.result.CanarySeries, e.result.ControlSeries = medians(canary, end), medians(control, end)
 	e.checkBound(canary, c0, end)
 	switch {
 	case len(canary) == 0:
@@ -508,6 +509,20 @@ func level(s series, from, to int) float64 {
 		return math.NaN()
 	}
 	return num / den
+}
+
+// medians returns, per interval of [0, end), the median across hs of the
+// interval's value (numerator over denominator); NaN where none has data.
+func medians(hs []hostSeries, end int) []float64 {
+	out := make([]float64, end)
+	col := make([]float64, len(hs))
+	for t := range out {
+		for i, h := range hs {
+			col[i] = h.num[t] / h.den[t]
+		}
+		out[t] = median(col)
+	}
+	return out
 }
 
 // levels returns the medians across hosts of their levels before

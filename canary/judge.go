@@ -60,7 +60,7 @@ func Judge(in Input, opts Options) (Result, error) {
 			reached = j + 1
 		}
 	}
-	res := Result{Looks: looks, AfterIntervals: after}
+	res := Result{Looks: looks, AfterIntervals: after, LookEnds: ends}
 	if len(checks) == 0 {
 		res.Reason = "no host reports any metric a check reads: nothing to judge"
 		return res, nil
@@ -73,16 +73,24 @@ func Judge(in Input, opts Options) (Result, error) {
 	for i, c := range checks {
 		prep[i] = in.prepare(c, n)
 	}
+	history := make([][]LookResult, len(checks))
 	for j := 1; j <= reached; j++ {
 		alpha := spent(o.Alpha, float64(ends[j-1])/float64(bake))
 		if j > 1 {
 			alpha -= spent(o.Alpha, float64(ends[j-2])/float64(bake))
 		}
 		res = judgeLook(prep, in, lookPlan{look: j, looks: looks, after: ends[j-1], alpha: alpha, final: j == looks})
+		for i, c := range res.Checks {
+			history[i] = append(history[i], LookResult{Look: j, AfterIntervals: ends[j-1], Verdict: c.Verdict, P: c.P, Threshold: c.Threshold})
+		}
 		if res.Verdict == Fail {
 			break
 		}
 	}
+	for i := range res.Checks {
+		res.Checks[i].History = history[i]
+	}
+	res.LookEnds = ends
 	return res, nil
 }
 

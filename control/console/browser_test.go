@@ -160,6 +160,17 @@ func (b *browser) shot(name string) {
 	b.t.Logf("screenshot %s", path)
 }
 
+// shotOf writes a screenshot of the first element sel matches.
+func (b *browser) shotOf(name, sel string) {
+	b.t.Helper()
+	png := get(b, "screenshot "+name, chromedp.Screenshot(chromedp.CSS(sel), chromedp.NodeVisible))
+	path := filepath.Join(b.dir, name+".png")
+	if err := os.WriteFile(path, png, 0o644); err != nil {
+		b.t.Fatal(err)
+	}
+	b.t.Logf("screenshot %s", path)
+}
+
 // text returns the visible text of the first element sel matches.
 func (b *browser) text(sel string) string {
 	b.t.Helper()

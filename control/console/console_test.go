@@ -20,7 +20,7 @@ func TestPagesAnswerHTMLAndJSON(t *testing.T) {
 	ctx := testCtx(t)
 
 	for _, p := range []string{"/console/", "/console/domains/shop", "/console/namespaces/shop/web", "/console/namespaces/shop/web/diff?from=1&to=2",
-		"/console/rollouts/", "/console/rollouts/shop/web/2", "/console/rollouts/shop/web/2/pause", "/console/audit?domain=shop"} {
+		"/console/rollouts/", "/console/rollouts/shop/web/2", "/console/rollouts/shop/web/2/pause", "/console/canary/", "/console/audit?domain=shop"} {
 		resp, body := fetch(t, cl, "GET", base+p, nil)
 		if resp.StatusCode != 200 || !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/html") {
 			t.Errorf("GET %s: %d %s: %.300s", p, resp.StatusCode, resp.Header.Get("Content-Type"), body)

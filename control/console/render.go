@@ -7,10 +7,12 @@ import (
 	"fmt"
 	"html/template"
 	"io/fs"
+	"math"
 	"mime"
 	"net/http"
 	"net/url"
 	"path"
+	"strconv"
 	"strings"
 	"time"
 
@@ -20,6 +22,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"lehr.dev/lehr/control/evaluation"
 	"lehr.dev/lehr/control/rollout"
 	"lehr.dev/lehr/internal/apierror"
 	"lehr.dev/lehr/internal/termtext"
@@ -74,7 +77,20 @@ var funcs = template.FuncMap{
 	"kind":        kindWord,
 	"stage":       rollout.StageLabel,
 	"inc":         func(n int32) int { return int(n) + 1 },
-	"verdictWord": verdictWord,
+	"verdictWord": evaluation.VerdictWord,
+	"evalState":   evaluation.StateWord,
+	"evalURL":     evaluationURL,
+	"lower":       strings.ToLower,
+	"add":         func(a, b float64) float64 { return a + b },
+	"sub":         func(a, b float64) float64 { return a - b },
+	"odd":         func(i int) bool { return i%2 == 1 },
+	// pval is a p-value, "—" without a test (NaN).
+	"pval": func(p float64) string {
+		if math.IsNaN(p) {
+			return "—"
+		}
+		return strconv.FormatFloat(p, 'g', 3, 64)
+	},
 }
 
 // Every page's template: the layout and the page's body.
@@ -267,10 +283,6 @@ func sourceWord(s lehrpb.VersionSource) string {
 
 func kindWord(k lehrpb.NamespaceKind) string {
 	return strings.ToLower(strings.TrimPrefix(k.String(), "NAMESPACE_KIND_"))
-}
-
-func verdictWord(v lehrpb.CanaryVerdict) string {
-	return strings.TrimPrefix(v.String(), "CANARY_VERDICT_")
 }
 
 // static serves the console's style sheet.

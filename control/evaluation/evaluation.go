@@ -7,11 +7,13 @@
 // called by the leading replica only, with its leadership guard.
 //
 // Imported by control/strategist (which runs it), control/rollout (whose
-// decisions start evaluations and read their verdicts) and control/service
-// (which serves them).
+// decisions start evaluations and read their verdicts), control/service
+// (which serves them), and control/console and cmd/lehr (which show them
+// in the words of describe.go).
 package evaluation
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -272,7 +274,12 @@ func sameResult(a, b *lehrpb.CanaryResult) bool {
 	}
 	a, b = proto.CloneOf(a), proto.CloneOf(b)
 	a.Time, b.Time = nil, nil
-	return proto.Equal(a, b)
+	// Compared as bytes, not by proto.Equal: a series' NaN (no data) is
+	// unequal to itself.
+	opt := proto.MarshalOptions{Deterministic: true}
+	ab, err1 := opt.Marshal(a)
+	bb, err2 := opt.Marshal(b)
+	return err1 == nil && err2 == nil && bytes.Equal(ab, bb)
 }
 
 // Data is an evaluation's signals: per trial zone, the watched hosts'.
@@ -374,10 +381,55 @@ func Judge(ev *lehrpb.CanaryEvaluation, data Data, now time.Time) *lehrpb.Canary
 	}
 	res.Verdict, res.Reason = signals.Verdict(out.Verdict), out.Reason
 	res.Look, res.Looks, res.AfterIntervals = int32(out.Look), int32(out.Looks), int32(out.AfterIntervals)
+	for _, e := range out.LookEnds {
+		res.LookEnds = append(res.LookEnds, int32(e))
+	}
+	// The series' frame: Input aligns index ChangeIndex on the first
+	// interval that starts at or after the change.
+	iv := int64(in.Interval / time.Second)
+	changeStart := (ev.GetChangeTime().AsTime().Unix() + iv - 1) / iv * iv
+	n := 0
 	for _, c := range out.Checks {
-		res.Checks = append(res.Checks, checkResult(c))
+		n = max(n, len(c.CanarySeries), len(c.ControlSeries))
+	}
+	step := max(1, (n+MaxSeriesPoints-1)/MaxSeriesPoints)
+	pad := (step - in.ChangeIndex%step) % step
+	res.SeriesStep, res.SeriesChangeIndex = int32(step), int32((in.ChangeIndex+pad)/step)
+	res.SeriesStartTime = timestamppb.New(time.Unix(changeStart-int64(in.ChangeIndex+pad)*iv, 0))
+	for _, c := range out.Checks {
+		cr := checkResult(c)
+		cr.CanarySeries, cr.ControlSeries = thin(c.CanarySeries, step, pad), thin(c.ControlSeries, step, pad)
+		res.Checks = append(res.Checks, cr)
 	}
 	return res
+}
+
+// MaxSeriesPoints bounds a check's stored series (CanaryCheckResult.
+// canary_series): a longer one is thinned to the means of consecutive
+// intervals.
+const MaxSeriesPoints = 480
+
+// thin returns xs in points of step intervals, the first point covering
+// pad intervals before xs[0] too: each point the mean of its intervals
+// with data, NaN if none had any.
+func thin(xs []float64, step, pad int) []float64 {
+	if step <= 1 {
+		return slices.Clone(xs)
+	}
+	out := make([]float64, (len(xs)+pad+step-1)/step)
+	for i := range out {
+		var sum, k float64
+		for t := i*step - pad; t < (i+1)*step-pad && t < len(xs); t++ {
+			if t >= 0 && !math.IsNaN(xs[t]) {
+				sum, k = sum+xs[t], k+1
+			}
+		}
+		out[i] = math.NaN()
+		if k > 0 {
+			out[i] = sum / k
+		}
+	}
+	return out
 }
 
 // Input builds the judge's input of ev from data: canary hosts are the
@@ -519,6 +571,10 @@ func checkResult(c canary.CheckResult) *lehrpb.CanaryCheckResult {
 		CanaryHosts: int32(c.CanaryHosts), ControlHosts: int32(c.ControlHosts), CanaryWorse: int32(c.CanaryWorse),
 		Effect: signals.Finite(c.Effect), Statistic: signals.Finite(c.Statistic), Df: signals.Finite(c.DF), P: signals.Finite(c.P), Threshold: signals.Finite(c.Threshold),
 		AaSplits: int32(c.AASplits), AaDiffer: int32(c.AADiffer),
+	}
+	for _, l := range c.History {
+		out.LookHistory = append(out.LookHistory, &lehrpb.CanaryLook{Look: int32(l.Look), AfterIntervals: int32(l.AfterIntervals),
+			Verdict: signals.Verdict(l.Verdict), P: l.P, Threshold: l.Threshold})
 	}
 	if c.AA != nil {
 		out.Aa = checkResult(*c.AA)

@@ -81,7 +81,24 @@ func TestJudgeReportedSignals(t *testing.T) {
 			if res.GetCanaryHosts() != 2 || res.GetControlHosts() != 20 || res.GetLooks() != evaluation.Looks {
 				t.Errorf("hosts %d canary, %d control, %d looks; want 2, 20, %d", res.GetCanaryHosts(), res.GetControlHosts(), res.GetLooks(), evaluation.Looks)
 			}
+			// The series, framed on the change: at most BeforeIntervals
+			// before it, the intervals the last look judged after it.
+			if res.GetSeriesStep() != 1 || res.GetSeriesChangeIndex() != int32(min(in.ChangeIndex, evaluation.BeforeIntervals)) ||
+				len(res.GetLookEnds()) != evaluation.Looks || res.GetLookEnds()[evaluation.Looks-1] != 30 {
+				t.Errorf("series step %d, change at point %d, look ends %v; want 1, %d, 4 looks ending at 30",
+					res.GetSeriesStep(), res.GetSeriesChangeIndex(), res.GetLookEnds(), min(in.ChangeIndex, evaluation.BeforeIntervals))
+			}
+			start := ev.GetChangeTime().AsTime().Add(-time.Duration(res.GetSeriesChangeIndex()) * iv * time.Second).Truncate(iv * time.Second)
+			if got := res.GetSeriesStartTime().AsTime(); !got.Equal(start) && !got.Equal(start.Add(iv*time.Second)) {
+				t.Errorf("series start %v, want %d intervals before the change at %v", got, res.GetSeriesChangeIndex(), ev.GetChangeTime().AsTime())
+			}
 			for _, c := range res.GetChecks() {
+				if n := int(res.GetSeriesChangeIndex() + res.GetAfterIntervals()); len(c.GetCanarySeries()) != n || len(c.GetControlSeries()) != n {
+					t.Errorf("check %s: series of %d and %d points, want %d", c.GetName(), len(c.GetCanarySeries()), len(c.GetControlSeries()), n)
+				}
+				if h := c.GetLookHistory(); len(h) != int(res.GetLook()) || h[len(h)-1].GetVerdict() != c.GetVerdict() {
+					t.Errorf("check %s: look history %v; want one per look to %d, the last its verdict %v", c.GetName(), h, res.GetLook(), c.GetVerdict())
+				}
 				for _, x := range []float64{c.GetP(), c.GetStatistic(), c.GetCanaryAfter()} {
 					if math.IsNaN(x) || math.IsInf(x, 0) {
 						t.Errorf("check %s carries %v: the wire cannot", c.GetName(), x)

@@ -633,9 +633,19 @@ type CanaryResult struct {
 	// against its own history, wire HostChecks), per check: evidence shown
 	// beside the verdict, never deciding it (docs/canary.md, "Host-level
 	// checks").
-	HostChecks    []*CanaryHostCheck `protobuf:"bytes,11,rep,name=host_checks,json=hostChecks,proto3" json:"host_checks,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	HostChecks []*CanaryHostCheck `protobuf:"bytes,11,rep,name=host_checks,json=hostChecks,proto3" json:"host_checks,omitempty"`
+	// Per look of the bake, reached or not, the intervals after the change
+	// it judges: look j judges up to look_ends[j-1].
+	LookEnds []int32 `protobuf:"varint,12,rep,packed,name=look_ends,json=lookEnds,proto3" json:"look_ends,omitempty"`
+	// Where the checks' series (CanaryCheckResult.canary_series) start:
+	// point series_change_index is the first after the change; each point
+	// is series_step intervals (1 unless a long bake was thinned to at most
+	// 480 points, each then the mean of the intervals it covers).
+	SeriesStartTime   *timestamppb.Timestamp `protobuf:"bytes,13,opt,name=series_start_time,json=seriesStartTime,proto3" json:"series_start_time,omitempty"`
+	SeriesChangeIndex int32                  `protobuf:"varint,14,opt,name=series_change_index,json=seriesChangeIndex,proto3" json:"series_change_index,omitempty"`
+	SeriesStep        int32                  `protobuf:"varint,15,opt,name=series_step,json=seriesStep,proto3" json:"series_step,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *CanaryResult) Reset() {
@@ -743,6 +753,34 @@ func (x *CanaryResult) GetHostChecks() []*CanaryHostCheck {
 		return x.HostChecks
 	}
 	return nil
+}
+
+func (x *CanaryResult) GetLookEnds() []int32 {
+	if x != nil {
+		return x.LookEnds
+	}
+	return nil
+}
+
+func (x *CanaryResult) GetSeriesStartTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.SeriesStartTime
+	}
+	return nil
+}
+
+func (x *CanaryResult) GetSeriesChangeIndex() int32 {
+	if x != nil {
+		return x.SeriesChangeIndex
+	}
+	return 0
+}
+
+func (x *CanaryResult) GetSeriesStep() int32 {
+	if x != nil {
+		return x.SeriesStep
+	}
+	return 0
 }
 
 // CanaryHostCheck sums one host-level check over the canary hosts that
@@ -863,8 +901,17 @@ type CanaryCheckResult struct {
 	// control against control, and how many differed at p < 0.05 — the
 	// check's observed A/A false-failure rate at that level (about 1 in 20
 	// when the control hosts are alike).
-	AaSplits      int32 `protobuf:"varint,18,opt,name=aa_splits,json=aaSplits,proto3" json:"aa_splits,omitempty"`
-	AaDiffer      int32 `protobuf:"varint,19,opt,name=aa_differ,json=aaDiffer,proto3" json:"aa_differ,omitempty"`
+	AaSplits int32 `protobuf:"varint,18,opt,name=aa_splits,json=aaSplits,proto3" json:"aa_splits,omitempty"`
+	AaDiffer int32 `protobuf:"varint,19,opt,name=aa_differ,json=aaDiffer,proto3" json:"aa_differ,omitempty"`
+	// Per interval (CanaryResult.series_*), the median across the canary
+	// hosts, and across the control hosts, that counted in the check of the
+	// interval's value in the check's unit; NaN where none had data. The
+	// data the judge compared, one curve per population (the judge itself
+	// compares each host's level shift on the check's scale).
+	CanarySeries  []float64 `protobuf:"fixed64,20,rep,packed,name=canary_series,json=canarySeries,proto3" json:"canary_series,omitempty"`
+	ControlSeries []float64 `protobuf:"fixed64,21,rep,packed,name=control_series,json=controlSeries,proto3" json:"control_series,omitempty"`
+	// The check at every look judged so far: the sequential analysis.
+	LookHistory   []*CanaryLook `protobuf:"bytes,22,rep,name=look_history,json=lookHistory,proto3" json:"look_history,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1032,6 +1079,108 @@ func (x *CanaryCheckResult) GetAaDiffer() int32 {
 	return 0
 }
 
+func (x *CanaryCheckResult) GetCanarySeries() []float64 {
+	if x != nil {
+		return x.CanarySeries
+	}
+	return nil
+}
+
+func (x *CanaryCheckResult) GetControlSeries() []float64 {
+	if x != nil {
+		return x.ControlSeries
+	}
+	return nil
+}
+
+func (x *CanaryCheckResult) GetLookHistory() []*CanaryLook {
+	if x != nil {
+		return x.LookHistory
+	}
+	return nil
+}
+
+// CanaryLook is one check at one look of an evaluation's bake.
+type CanaryLook struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// 1-based.
+	Look int32 `protobuf:"varint,1,opt,name=look,proto3" json:"look,omitempty"`
+	// Intervals after the change the look judged.
+	AfterIntervals int32         `protobuf:"varint,2,opt,name=after_intervals,json=afterIntervals,proto3" json:"after_intervals,omitempty"`
+	Verdict        CanaryVerdict `protobuf:"varint,3,opt,name=verdict,proto3,enum=lehr.v1.CanaryVerdict" json:"verdict,omitempty"`
+	// The check's p-value (NaN without a test) and the p-value the look
+	// needed to fail.
+	P             float64 `protobuf:"fixed64,4,opt,name=p,proto3" json:"p,omitempty"`
+	Threshold     float64 `protobuf:"fixed64,5,opt,name=threshold,proto3" json:"threshold,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CanaryLook) Reset() {
+	*x = CanaryLook{}
+	mi := &file_lehr_v1_canary_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CanaryLook) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CanaryLook) ProtoMessage() {}
+
+func (x *CanaryLook) ProtoReflect() protoreflect.Message {
+	mi := &file_lehr_v1_canary_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CanaryLook.ProtoReflect.Descriptor instead.
+func (*CanaryLook) Descriptor() ([]byte, []int) {
+	return file_lehr_v1_canary_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *CanaryLook) GetLook() int32 {
+	if x != nil {
+		return x.Look
+	}
+	return 0
+}
+
+func (x *CanaryLook) GetAfterIntervals() int32 {
+	if x != nil {
+		return x.AfterIntervals
+	}
+	return 0
+}
+
+func (x *CanaryLook) GetVerdict() CanaryVerdict {
+	if x != nil {
+		return x.Verdict
+	}
+	return CanaryVerdict_CANARY_VERDICT_UNSPECIFIED
+}
+
+func (x *CanaryLook) GetP() float64 {
+	if x != nil {
+		return x.P
+	}
+	return 0
+}
+
+func (x *CanaryLook) GetThreshold() float64 {
+	if x != nil {
+		return x.Threshold
+	}
+	return 0
+}
+
 type EvaluateRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The evaluation's name (letters, digits, '-', '_', '.'; at most 63
@@ -1049,7 +1198,7 @@ type EvaluateRequest struct {
 
 func (x *EvaluateRequest) Reset() {
 	*x = EvaluateRequest{}
-	mi := &file_lehr_v1_canary_proto_msgTypes[8]
+	mi := &file_lehr_v1_canary_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1061,7 +1210,7 @@ func (x *EvaluateRequest) String() string {
 func (*EvaluateRequest) ProtoMessage() {}
 
 func (x *EvaluateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_canary_proto_msgTypes[8]
+	mi := &file_lehr_v1_canary_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1074,7 +1223,7 @@ func (x *EvaluateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EvaluateRequest.ProtoReflect.Descriptor instead.
 func (*EvaluateRequest) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_canary_proto_rawDescGZIP(), []int{8}
+	return file_lehr_v1_canary_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *EvaluateRequest) GetName() string {
@@ -1143,7 +1292,7 @@ type GetCanaryEvaluationRequest struct {
 
 func (x *GetCanaryEvaluationRequest) Reset() {
 	*x = GetCanaryEvaluationRequest{}
-	mi := &file_lehr_v1_canary_proto_msgTypes[9]
+	mi := &file_lehr_v1_canary_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1155,7 +1304,7 @@ func (x *GetCanaryEvaluationRequest) String() string {
 func (*GetCanaryEvaluationRequest) ProtoMessage() {}
 
 func (x *GetCanaryEvaluationRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_canary_proto_msgTypes[9]
+	mi := &file_lehr_v1_canary_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1168,7 +1317,7 @@ func (x *GetCanaryEvaluationRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetCanaryEvaluationRequest.ProtoReflect.Descriptor instead.
 func (*GetCanaryEvaluationRequest) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_canary_proto_rawDescGZIP(), []int{9}
+	return file_lehr_v1_canary_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *GetCanaryEvaluationRequest) GetId() string {
@@ -1201,7 +1350,7 @@ type ListCanaryEvaluationsRequest struct {
 
 func (x *ListCanaryEvaluationsRequest) Reset() {
 	*x = ListCanaryEvaluationsRequest{}
-	mi := &file_lehr_v1_canary_proto_msgTypes[10]
+	mi := &file_lehr_v1_canary_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1213,7 +1362,7 @@ func (x *ListCanaryEvaluationsRequest) String() string {
 func (*ListCanaryEvaluationsRequest) ProtoMessage() {}
 
 func (x *ListCanaryEvaluationsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_canary_proto_msgTypes[10]
+	mi := &file_lehr_v1_canary_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1226,7 +1375,7 @@ func (x *ListCanaryEvaluationsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCanaryEvaluationsRequest.ProtoReflect.Descriptor instead.
 func (*ListCanaryEvaluationsRequest) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_canary_proto_rawDescGZIP(), []int{10}
+	return file_lehr_v1_canary_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ListCanaryEvaluationsRequest) GetNamespace() string {
@@ -1249,7 +1398,7 @@ type ListCanaryEvaluationsResponse struct {
 
 func (x *ListCanaryEvaluationsResponse) Reset() {
 	*x = ListCanaryEvaluationsResponse{}
-	mi := &file_lehr_v1_canary_proto_msgTypes[11]
+	mi := &file_lehr_v1_canary_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1261,7 +1410,7 @@ func (x *ListCanaryEvaluationsResponse) String() string {
 func (*ListCanaryEvaluationsResponse) ProtoMessage() {}
 
 func (x *ListCanaryEvaluationsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_canary_proto_msgTypes[11]
+	mi := &file_lehr_v1_canary_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1274,7 +1423,7 @@ func (x *ListCanaryEvaluationsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCanaryEvaluationsResponse.ProtoReflect.Descriptor instead.
 func (*ListCanaryEvaluationsResponse) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_canary_proto_rawDescGZIP(), []int{11}
+	return file_lehr_v1_canary_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ListCanaryEvaluationsResponse) GetEvaluations() []*CanaryEvaluation {
@@ -1331,7 +1480,7 @@ const file_lehr_v1_canary_proto_rawDesc = "" +
 	"createTime\x12;\n" +
 	"\vupdate_time\x18\f \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"updateTime\x12=\n" +
-	"\x0fexpected_checks\x18\r \x03(\v2\x14.lehr.v1.CanaryCheckR\x0eexpectedChecks\"\xbd\x03\n" +
+	"\x0fexpected_checks\x18\r \x03(\v2\x14.lehr.v1.CanaryCheckR\x0eexpectedChecks\"\xf3\x04\n" +
 	"\fCanaryResult\x120\n" +
 	"\averdict\x18\x01 \x01(\x0e2\x16.lehr.v1.CanaryVerdictR\averdict\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\x12\x12\n" +
@@ -1345,13 +1494,18 @@ const file_lehr_v1_canary_proto_rawDesc = "" +
 	"\x04time\x18\n" +
 	" \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x129\n" +
 	"\vhost_checks\x18\v \x03(\v2\x18.lehr.v1.CanaryHostCheckR\n" +
-	"hostChecks\"\x98\x01\n" +
+	"hostChecks\x12\x1b\n" +
+	"\tlook_ends\x18\f \x03(\x05R\blookEnds\x12F\n" +
+	"\x11series_start_time\x18\r \x01(\v2\x1a.google.protobuf.TimestampR\x0fseriesStartTime\x12.\n" +
+	"\x13series_change_index\x18\x0e \x01(\x05R\x11seriesChangeIndex\x12\x1f\n" +
+	"\vseries_step\x18\x0f \x01(\x05R\n" +
+	"seriesStep\"\x98\x01\n" +
 	"\x0fCanaryHostCheck\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05hosts\x18\x02 \x01(\x05R\x05hosts\x12\x16\n" +
 	"\x06failed\x18\x03 \x01(\x05R\x06failed\x12!\n" +
 	"\ffailed_hosts\x18\x04 \x03(\tR\vfailedHosts\x12 \n" +
-	"\vexplanation\x18\x05 \x01(\tR\vexplanation\"\xe6\x04\n" +
+	"\vexplanation\x18\x05 \x01(\tR\vexplanation\"\xea\x05\n" +
 	"\x11CanaryCheckResult\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x120\n" +
 	"\averdict\x18\x02 \x01(\x0e2\x16.lehr.v1.CanaryVerdictR\averdict\x12 \n" +
@@ -1372,7 +1526,17 @@ const file_lehr_v1_canary_proto_rawDesc = "" +
 	"\tthreshold\x18\x10 \x01(\x01R\tthreshold\x12*\n" +
 	"\x02aa\x18\x11 \x01(\v2\x1a.lehr.v1.CanaryCheckResultR\x02aa\x12\x1b\n" +
 	"\taa_splits\x18\x12 \x01(\x05R\baaSplits\x12\x1b\n" +
-	"\taa_differ\x18\x13 \x01(\x05R\baaDiffer\"\xe2\x02\n" +
+	"\taa_differ\x18\x13 \x01(\x05R\baaDiffer\x12#\n" +
+	"\rcanary_series\x18\x14 \x03(\x01R\fcanarySeries\x12%\n" +
+	"\x0econtrol_series\x18\x15 \x03(\x01R\rcontrolSeries\x126\n" +
+	"\flook_history\x18\x16 \x03(\v2\x13.lehr.v1.CanaryLookR\vlookHistory\"\xa7\x01\n" +
+	"\n" +
+	"CanaryLook\x12\x12\n" +
+	"\x04look\x18\x01 \x01(\x05R\x04look\x12'\n" +
+	"\x0fafter_intervals\x18\x02 \x01(\x05R\x0eafterIntervals\x120\n" +
+	"\averdict\x18\x03 \x01(\x0e2\x16.lehr.v1.CanaryVerdictR\averdict\x12\f\n" +
+	"\x01p\x18\x04 \x01(\x01R\x01p\x12\x1c\n" +
+	"\tthreshold\x18\x05 \x01(\x01R\tthreshold\"\xe2\x02\n" +
 	"\x0fEvaluateRequest\x12\x17\n" +
 	"\x04name\x18\x01 \x01(\tB\x03\xe0A\x02R\x04name\x128\n" +
 	"\tnamespace\x18\x02 \x01(\tB\x1a\xe0A\x02\xfaA\x14\n" +
@@ -1415,7 +1579,7 @@ func file_lehr_v1_canary_proto_rawDescGZIP() []byte {
 }
 
 var file_lehr_v1_canary_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_lehr_v1_canary_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
+var file_lehr_v1_canary_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
 var file_lehr_v1_canary_proto_goTypes = []any{
 	(CanaryVerdict)(0),                    // 0: lehr.v1.CanaryVerdict
 	(CanaryEvaluationState)(0),            // 1: lehr.v1.CanaryEvaluationState
@@ -1427,41 +1591,45 @@ var file_lehr_v1_canary_proto_goTypes = []any{
 	(*CanaryResult)(nil),                  // 7: lehr.v1.CanaryResult
 	(*CanaryHostCheck)(nil),               // 8: lehr.v1.CanaryHostCheck
 	(*CanaryCheckResult)(nil),             // 9: lehr.v1.CanaryCheckResult
-	(*EvaluateRequest)(nil),               // 10: lehr.v1.EvaluateRequest
-	(*GetCanaryEvaluationRequest)(nil),    // 11: lehr.v1.GetCanaryEvaluationRequest
-	(*ListCanaryEvaluationsRequest)(nil),  // 12: lehr.v1.ListCanaryEvaluationsRequest
-	(*ListCanaryEvaluationsResponse)(nil), // 13: lehr.v1.ListCanaryEvaluationsResponse
-	(*timestamppb.Timestamp)(nil),         // 14: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),           // 15: google.protobuf.Duration
+	(*CanaryLook)(nil),                    // 10: lehr.v1.CanaryLook
+	(*EvaluateRequest)(nil),               // 11: lehr.v1.EvaluateRequest
+	(*GetCanaryEvaluationRequest)(nil),    // 12: lehr.v1.GetCanaryEvaluationRequest
+	(*ListCanaryEvaluationsRequest)(nil),  // 13: lehr.v1.ListCanaryEvaluationsRequest
+	(*ListCanaryEvaluationsResponse)(nil), // 14: lehr.v1.ListCanaryEvaluationsResponse
+	(*timestamppb.Timestamp)(nil),         // 15: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),           // 16: google.protobuf.Duration
 }
 var file_lehr_v1_canary_proto_depIdxs = []int32{
 	3,  // 0: lehr.v1.CanaryAnalysis.checks:type_name -> lehr.v1.CanaryCheck
 	4,  // 1: lehr.v1.CanaryCheck.ratio:type_name -> lehr.v1.CanaryRatio
 	5,  // 2: lehr.v1.CanaryEvaluation.trials:type_name -> lehr.v1.CanaryTrial
 	2,  // 3: lehr.v1.CanaryEvaluation.config:type_name -> lehr.v1.CanaryAnalysis
-	14, // 4: lehr.v1.CanaryEvaluation.change_time:type_name -> google.protobuf.Timestamp
-	15, // 5: lehr.v1.CanaryEvaluation.bake:type_name -> google.protobuf.Duration
+	15, // 4: lehr.v1.CanaryEvaluation.change_time:type_name -> google.protobuf.Timestamp
+	16, // 5: lehr.v1.CanaryEvaluation.bake:type_name -> google.protobuf.Duration
 	1,  // 6: lehr.v1.CanaryEvaluation.state:type_name -> lehr.v1.CanaryEvaluationState
 	7,  // 7: lehr.v1.CanaryEvaluation.result:type_name -> lehr.v1.CanaryResult
-	14, // 8: lehr.v1.CanaryEvaluation.create_time:type_name -> google.protobuf.Timestamp
-	14, // 9: lehr.v1.CanaryEvaluation.update_time:type_name -> google.protobuf.Timestamp
+	15, // 8: lehr.v1.CanaryEvaluation.create_time:type_name -> google.protobuf.Timestamp
+	15, // 9: lehr.v1.CanaryEvaluation.update_time:type_name -> google.protobuf.Timestamp
 	3,  // 10: lehr.v1.CanaryEvaluation.expected_checks:type_name -> lehr.v1.CanaryCheck
 	0,  // 11: lehr.v1.CanaryResult.verdict:type_name -> lehr.v1.CanaryVerdict
 	9,  // 12: lehr.v1.CanaryResult.checks:type_name -> lehr.v1.CanaryCheckResult
-	14, // 13: lehr.v1.CanaryResult.time:type_name -> google.protobuf.Timestamp
+	15, // 13: lehr.v1.CanaryResult.time:type_name -> google.protobuf.Timestamp
 	8,  // 14: lehr.v1.CanaryResult.host_checks:type_name -> lehr.v1.CanaryHostCheck
-	0,  // 15: lehr.v1.CanaryCheckResult.verdict:type_name -> lehr.v1.CanaryVerdict
-	9,  // 16: lehr.v1.CanaryCheckResult.aa:type_name -> lehr.v1.CanaryCheckResult
-	5,  // 17: lehr.v1.EvaluateRequest.trials:type_name -> lehr.v1.CanaryTrial
-	2,  // 18: lehr.v1.EvaluateRequest.config:type_name -> lehr.v1.CanaryAnalysis
-	14, // 19: lehr.v1.EvaluateRequest.change_time:type_name -> google.protobuf.Timestamp
-	15, // 20: lehr.v1.EvaluateRequest.bake:type_name -> google.protobuf.Duration
-	6,  // 21: lehr.v1.ListCanaryEvaluationsResponse.evaluations:type_name -> lehr.v1.CanaryEvaluation
-	22, // [22:22] is the sub-list for method output_type
-	22, // [22:22] is the sub-list for method input_type
-	22, // [22:22] is the sub-list for extension type_name
-	22, // [22:22] is the sub-list for extension extendee
-	0,  // [0:22] is the sub-list for field type_name
+	15, // 15: lehr.v1.CanaryResult.series_start_time:type_name -> google.protobuf.Timestamp
+	0,  // 16: lehr.v1.CanaryCheckResult.verdict:type_name -> lehr.v1.CanaryVerdict
+	9,  // 17: lehr.v1.CanaryCheckResult.aa:type_name -> lehr.v1.CanaryCheckResult
+	10, // 18: lehr.v1.CanaryCheckResult.look_history:type_name -> lehr.v1.CanaryLook
+	0,  // 19: lehr.v1.CanaryLook.verdict:type_name -> lehr.v1.CanaryVerdict
+	5,  // 20: lehr.v1.EvaluateRequest.trials:type_name -> lehr.v1.CanaryTrial
+	2,  // 21: lehr.v1.EvaluateRequest.config:type_name -> lehr.v1.CanaryAnalysis
+	15, // 22: lehr.v1.EvaluateRequest.change_time:type_name -> google.protobuf.Timestamp
+	16, // 23: lehr.v1.EvaluateRequest.bake:type_name -> google.protobuf.Duration
+	6,  // 24: lehr.v1.ListCanaryEvaluationsResponse.evaluations:type_name -> lehr.v1.CanaryEvaluation
+	25, // [25:25] is the sub-list for method output_type
+	25, // [25:25] is the sub-list for method input_type
+	25, // [25:25] is the sub-list for extension type_name
+	25, // [25:25] is the sub-list for extension extendee
+	0,  // [0:25] is the sub-list for field type_name
 }
 
 func init() { file_lehr_v1_canary_proto_init() }
@@ -1476,7 +1644,7 @@ func file_lehr_v1_canary_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lehr_v1_canary_proto_rawDesc), len(file_lehr_v1_canary_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   12,
+			NumMessages:   13,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
