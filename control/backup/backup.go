@@ -127,8 +127,8 @@ type RestoreOptions struct {
 	EtcdDir string
 	// EtcdEndpoints, EtcdCA, EtcdCert and EtcdKey reach an external
 	// cluster (without EtcdDir).
-	EtcdEndpoints                  []string
-	EtcdCA, EtcdCert, EtcdKey      string
+	EtcdEndpoints             []string
+	EtcdCA, EtcdCert, EtcdKey string
 	// Prefix is the store's key prefix; "" for store.DefaultPrefix.
 	Prefix string
 	// Author is who restores, for the restore and audit records.
