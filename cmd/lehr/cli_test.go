@@ -92,7 +92,7 @@ func TestDispatchExitCodes(t *testing.T) {
 		{args: []string{"control", "status", "--control", ","}, wantCode: exitUsage, wantStderr: "--control: want a control address"},
 		{args: []string{"control", "status", "-o", "yaml"}, wantCode: exitUsage, wantStderr: `-o "yaml": want text or json`},
 		{args: []string{"control", "status", "--listen", "x"}, wantCode: exitUsage, wantStderr: "lehr control status: flag provided but not defined: -listen"},
-		{args: []string{"help", "control"}, wantCode: exitOK, wantStdout: "Usage: lehr control [flags] | lehr control status [flags]"},
+		{args: []string{"help", "control"}, wantCode: exitOK, wantStdout: "Usage: lehr control [flags] | lehr control status|backup|restore [flags]"},
 		{args: []string{"dev", "--log-format", "xml"}, wantCode: exitUsage, wantStderr: `--log-format "xml"`},
 		// Client flags before the command (issue 31).
 		{args: []string{"-h"}, wantCode: exitOK, wantStdout: "Usage: lehr [CLIENT FLAGS] COMMAND [ARGS] [FLAGS]"},
