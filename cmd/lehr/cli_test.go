@@ -84,7 +84,7 @@ func TestDispatchExitCodes(t *testing.T) {
 		{args: []string{"control", "extra"}, wantCode: exitUsage, wantStderr: `unexpected argument "extra"`},
 		{args: []string{"control", "--data-dir", "x", "status"}, wantCode: exitUsage, wantStderr: "status is a subcommand: put it first, 'lehr control status [flags]'"},
 		{args: []string{"control", "status", "extra"}, wantCode: exitUsage, wantStderr: "lehr control status: unexpected argument \"extra\""},
-		{args: []string{"control", "--data-dir", "x", "restore"}, wantCode: exitUsage, wantStderr: "restore is a subcommand: put it first, 'lehr control restore [flags]'"},
+		{args: []string{"control", "--data-dir", "x", "restore"}, wantCode: exitUsage, wantStderr: "restore is a subcommand: put it first, 'lehr control restore --data-dir DIR FILE'"},
 		{args: []string{"control", "backup"}, wantCode: exitUsage, wantStderr: "lehr control backup: missing FILE"},
 		{args: []string{"control", "restore", "--data-dir", "x"}, wantCode: exitUsage, wantStderr: "lehr control restore: missing FILE, the backup"},
 		{args: []string{"control", "restore", "--record-only", "b.db"}, wantCode: exitUsage, wantStderr: "--record-only and --etcd-endpoints go together"},

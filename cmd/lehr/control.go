@@ -144,9 +144,13 @@ Subcommands:
 	if !ok {
 		return code
 	}
-	for _, sub := range []string{"status", "backup", "restore"} {
-		if slices.Contains(pos, sub) {
-			return usageError(e, fs, "%s is a subcommand: put it first, 'lehr control %s [flags]'", sub, sub)
+	for _, sub := range []struct{ name, usage string }{
+		{"status", "'lehr control status [flags]' (it takes the client flags, --control and the rest)"},
+		{"backup", "'lehr control backup [flags] FILE' (it takes the client flags, --control and the rest)"},
+		{"restore", "'lehr control restore --data-dir DIR FILE'"},
+	} {
+		if slices.Contains(pos, sub.name) {
+			return usageError(e, fs, "%s is a subcommand: put it first, %s", sub.name, sub.usage)
 		}
 	}
 	if code, ok := wantArgs(e, fs, pos, 0, "no arguments"); !ok {

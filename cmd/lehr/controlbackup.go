@@ -33,7 +33,7 @@ the identities control's --fleet-admins names, and control's own user and
 root on its unix socket. The backup is recorded in the audit log. Restore
 is offline: docs/operations.md, "Backup and restore".`,
 		examples: []string{
-			"lehr --control unix:///run/lehr-control/control.sock control backup /var/backups/lehr/control-$(date +%F).db",
+			"lehr --control unix:///run/lehr-control/control.sock control backup /var/backups/lehr/control.db",
 			"lehr control backup -o json backup.db | jq -r .sha256",
 		},
 	})
@@ -106,8 +106,8 @@ watch over.
 For an external etcd cluster, restore with etcdutl and then record the
 restore with --etcd-endpoints (docs/operations.md, "Backup and restore").`,
 		examples: []string{
-			"lehr control restore --data-dir /var/lib/lehr-control /var/backups/lehr/control-2026-11-27.db",
-			"lehr control restore --etcd-endpoints https://etcd-0:2379 --etcd-ca ca.crt --etcd-cert c.crt --etcd-key c.key --record-only control-2026-11-27.db",
+			"lehr control restore --data-dir /var/lib/lehr-control /var/backups/lehr/control.db",
+			"lehr control restore --etcd-endpoints https://etcd-0:2379 --etcd-ca ca.crt --etcd-cert c.crt --etcd-key c.key --record-only control.db",
 		},
 	})
 	dataDir := fs.String("data-dir", control.DefaultDataDir, "`directory` control runs with (--data-dir): the backup goes to DIR/etcd, which must not exist")
