@@ -30,7 +30,6 @@ import (
 	bolt "go.etcd.io/bbolt"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.etcd.io/etcd/etcdutl/v3/snapshot"
 	"go.uber.org/zap"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -185,7 +184,7 @@ func Restore(ctx context.Context, o RestoreOptions) (*lehrpb.RestoreRecord, erro
 			rec.RevisionBump = RevisionBump(rec.GetBackupTime().AsTime(), o.Now())
 		}
 		zl := zap.NewNop()
-		if err := snapshot.NewV3(zl).Restore(snapshot.RestoreConfig{
+		if err := (&etcdRestorer{lg: zl}).Restore(etcdRestoreConfig{
 			SnapshotPath:        o.File,
 			Name:                "lehr",
 			OutputDataDir:       o.EtcdDir,
