@@ -5,7 +5,7 @@
 // A backup is etcd's own snapshot file, streamed by control's BackupStore;
 // Write puts it in place atomically and checks it against the SHA-256 and
 // size control sent. Restore puts it back into a fresh embedded etcd with
-// etcd's restore library (etcdutl's), raising etcd's revision and marking
+// etcd's restore code (etcdutl's, copied in etcdrestore.go), raising etcd's revision and marking
 // it compacted, then records the restore in the store — its version floor
 // and an audit record — for control to finish at its next start.
 //
@@ -151,6 +151,11 @@ func Restore(ctx context.Context, o RestoreOptions) (*lehrpb.RestoreRecord, erro
 	if (o.EtcdDir == "") == (len(o.EtcdEndpoints) == 0) {
 		return nil, errorf("restore: want an embedded etcd's data directory or an external cluster's endpoints, one of them")
 	}
+	if o.EtcdDir != "" {
+		if _, err := os.Stat(o.EtcdDir); err == nil {
+			return nil, errorf("%s exists: restore into a fresh data directory — stop control and move %s away (keep it until the restore is verified)", o.EtcdDir, o.EtcdDir)
+		}
+	}
 	sum, size, err := fileSHA256(o.File)
 	if err != nil {
 		return nil, errorf("%v", err)
@@ -176,9 +181,6 @@ func Restore(ctx context.Context, o RestoreOptions) (*lehrpb.RestoreRecord, erro
 	}
 	var cli *clientv3.Client
 	if o.EtcdDir != "" {
-		if _, err := os.Stat(o.EtcdDir); err == nil {
-			return nil, errorf("%s exists: restore into a fresh data directory — stop control and move %s away (keep it until the restore is verified)", o.EtcdDir, o.EtcdDir)
-		}
 		rec.RevisionBump = RevisionBump(info.Time, o.Now())
 		if info.Time.IsZero() {
 			rec.RevisionBump = RevisionBump(rec.GetBackupTime().AsTime(), o.Now())
