@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -118,6 +119,8 @@ restore with --etcd-endpoints (docs/operations.md, "Backup and restore").`,
 	recordOnly := fs.Bool("record-only", false, "do not restore etcd (etcdutl did, --etcd-endpoints names it): only write the restore record, for FILE")
 	sum := fs.String("sha256", "", "refuse FILE unless its SHA-256 is this (hex, as 'lehr control backup' printed)")
 	output := fs.String("o", "text", "output `format`: text or json (the restore record)")
+	var quota byteSize
+	fs.Var(&quota, "store-quota", "the `size` quota control runs the embedded etcd with (its --store-quota; default 8GiB): the restored etcd runs with it while the restore is recorded")
 	pos, code, ok := parse(e, fs, args)
 	if !ok {
 		return code
@@ -141,6 +144,7 @@ restore with --etcd-endpoints (docs/operations.md, "Backup and restore").`,
 	opts := backup.RestoreOptions{
 		File: pos[0], SHA256: *sum, Author: who, Now: time.Now,
 		EtcdEndpoints: splitList(*endpoints), EtcdCA: *etcdCA, EtcdCert: *etcdCert, EtcdKey: *etcdKey,
+		QuotaBackendBytes: cmp.Or(int64(quota), control.DefaultStoreQuota),
 	}
 	if !*recordOnly {
 		opts.EtcdDir = filepath.Join(*dataDir, "etcd")

@@ -137,6 +137,10 @@ type RestoreOptions struct {
 	// Logger receives etcd's log at warning and above; default a
 	// discarding one.
 	Logger *slog.Logger
+	// QuotaBackendBytes is the embedded etcd's quota while the restore
+	// is recorded: control's --store-quota; 0 is etcd's default (2 GiB),
+	// too small for a larger backup.
+	QuotaBackendBytes int64
 }
 
 // Restore restores a backup (see the package comment) and returns the
@@ -199,7 +203,7 @@ func Restore(ctx context.Context, o RestoreOptions) (*lehrpb.RestoreRecord, erro
 			os.RemoveAll(o.EtcdDir)
 			return nil, errorf("restore %s (%d bytes) into %s: %v", o.File, size, o.EtcdDir, err)
 		}
-		srv, err := embedetcd.Start(ctx, embedetcd.Options{Dir: o.EtcdDir, Name: "lehr", Logger: o.Logger})
+		srv, err := embedetcd.Start(ctx, embedetcd.Options{Dir: o.EtcdDir, Name: "lehr", Logger: o.Logger, QuotaBackendBytes: o.QuotaBackendBytes})
 		if err != nil {
 			return nil, errorf("start the restored etcd in %s: %v", o.EtcdDir, err)
 		}
