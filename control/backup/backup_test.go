@@ -12,6 +12,8 @@ import (
 
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"lehr.dev/lehr/control/embedetcd"
+	"lehr.dev/lehr/control/store"
 	"lehr.dev/lehr/proto/lehrpb"
 )
 
@@ -112,5 +114,50 @@ func TestRestoreRefuses(t *testing.T) {
 				t.Errorf("Restore left %s/etcd", dir)
 			}
 		})
+	}
+}
+
+// TestRestoreRecordOnly: for an external cluster restored with etcdutl,
+// Restore only records the restore, with the backup's time and revision
+// read from the file.
+func TestRestoreRecordOnly(t *testing.T) {
+	ctx := t.Context()
+	srv, err := embedetcd.Start(ctx, embedetcd.Options{Dir: filepath.Join(t.TempDir(), "etcd"), NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	cli, err := srv.Client(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	st := store.New(cli, store.Options{})
+	snap, err := st.Backup(ctx, "ops")
+	if err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(t.TempDir(), "b.db")
+	f, err := os.Create(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.Copy(f, snap.Data); err != nil {
+		t.Fatal(err)
+	}
+	snap.Data.Close()
+	f.Close()
+	info, err := Inspect(file, "")
+	if err != nil || info.Revision < snap.Revision || !info.Time.Equal(snap.Time) {
+		t.Fatalf("Inspect = %+v, %v; want revision %d or later and time %v", info, err, snap.Revision, snap.Time)
+	}
+	rec, err := Restore(ctx, RestoreOptions{File: file, EtcdEndpoints: srv.Endpoints(), Author: "unix:ops"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := st.Restored(ctx)
+	if err != nil || got.GetId() != rec.GetId() || got.GetVersionFloor() < store.RestoreMargin || !got.GetBackupTime().AsTime().Equal(snap.Time) ||
+		got.GetBackupRevision() != info.Revision || got.GetRevisionBump() != 0 {
+		t.Errorf("restore record %v, %v; want %v with the backup's time and revision, no revision bump (etcdutl's)", got, err, rec)
 	}
 }
