@@ -585,6 +585,16 @@ func (c *Control) Run(ctx context.Context) (err error) {
 	if err != nil {
 		return fmt.Errorf("control: %w", err)
 	}
+	// A store restored from a backup (lehr control restore) is served
+	// only once every namespace is committed again above the restore's
+	// version floor, so hosts holding the lost store's newer versions
+	// converge to the backup's content (docs/operations.md, "Backup and
+	// restore").
+	if n, err := svc.ResyncRestore(ctx); err != nil {
+		return fmt.Errorf("control: finish the restore of the store: %w", err)
+	} else if n > 0 {
+		c.log.Info("control: finished the restore of the store: committed every namespace's latest version again above the restore's version floor, every zone's goal", "namespaces", n)
+	}
 
 	// Servers.
 	authz := service.Authorizer{DevMode: c.opts.DevMode, Socket: c.opts.Socket}

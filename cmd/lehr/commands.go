@@ -83,7 +83,7 @@ func commands() []command {
 var subcommands = map[string][]string{
 	"domain":            {"create", "get", "update", "list", "delete"},
 	"certs":             {"init", "issue"},
-	"control":           {"status"},
+	"control":           {"status", "backup", "restore"},
 	"history":           {"compact"},
 	"zones":             {"list", "create", "delete", "status"},
 	"rollout":           {"status", "events", "list", "pause", "resume", "abort", "promote", "wait", "policy"},

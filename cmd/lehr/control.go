@@ -19,11 +19,18 @@ import (
 )
 
 func runControl(ctx context.Context, e *env, args []string) int {
-	if len(args) > 0 && args[0] == "status" {
-		return runControlStatus(ctx, e, args[1:]) // controlstatus.go
+	if len(args) > 0 {
+		switch args[0] {
+		case "status":
+			return runControlStatus(ctx, e, args[1:]) // controlstatus.go
+		case "backup":
+			return runControlBackup(ctx, e, args[1:]) // controlbackup.go
+		case "restore":
+			return runControlRestore(ctx, e, args[1:]) // controlbackup.go
+		}
 	}
 	fs := newFlags("lehr control", doc{
-		usage:   "lehr control [flags] | lehr control status [flags]",
+		usage:   "lehr control [flags] | lehr control status|backup|restore [flags]",
 		summary: "run the control plane (gRPC API, embedded or external etcd)",
 		about: `Runs the control plane: the gRPC API producers and distributors talk to,
 /metrics and /healthz over HTTP, and the history compactor; --http-listen
@@ -93,7 +100,11 @@ Stop it with Ctrl-C or SIGTERM: in-flight calls finish, then it exits.
 
 Subcommands:
   status   the store, the replicas sharing it and the strategist's leader, as
-           each replica answers ('lehr control status --help')`,
+           each replica answers ('lehr control status --help')
+  backup   save a consistent snapshot of the store to a file
+           ('lehr control backup --help')
+  restore  restore the embedded store from a backup, offline
+           ('lehr control restore --help')`,
 		examples: []string{
 			"lehr control",
 			"lehr control --data-dir /var/lib/lehr-control --socket /run/lehr-control/control.sock --keep-last 500 --keep-for 720h --log-format json",
@@ -135,8 +146,14 @@ Subcommands:
 	if !ok {
 		return code
 	}
-	if slices.Contains(pos, "status") {
-		return usageError(e, fs, "status is a subcommand: put it first, 'lehr control status [flags]' (it takes the client flags, --control and the rest)")
+	for _, sub := range []struct{ name, usage string }{
+		{"status", "'lehr control status [flags]' (it takes the client flags, --control and the rest)"},
+		{"backup", "'lehr control backup [flags] FILE' (it takes the client flags, --control and the rest)"},
+		{"restore", "'lehr control restore --data-dir DIR FILE'"},
+	} {
+		if slices.Contains(pos, sub.name) {
+			return usageError(e, fs, "%s is a subcommand: put it first, %s", sub.name, sub.usage)
+		}
 	}
 	if code, ok := wantArgs(e, fs, pos, 0, "no arguments"); !ok {
 		return code

@@ -3,7 +3,8 @@
 // that need a real etcd, including a multi-member cluster whose members can
 // be stopped and restarted to exercise failover.
 //
-// Imported by control; agents and distributors never link etcd.
+// Imported by control and control/backup (lehr control restore); agents
+// and distributors never link etcd.
 package embedetcd
 
 import (

@@ -30,6 +30,8 @@ import (
 //	usage/<domain>                            lehrpb.DomainUsageRecord, stored bytes and the publish token bucket
 //	audit/<unix nanoseconds %020d>-<random>   lehrpb.AuditRecord, under a lease of the audit retention
 //	identity                                  lehrpb.StoreIdentity, made once (identity.go)
+//	backup                                    lehrpb.BackupRecord, the last backup's time (restore.go)
+//	restore                                   lehrpb.RestoreRecord, the last restore and its version floor (restore.go)
 //	replicas/<address>                        lehrpb.ControlReplica, under the replica's lease (replicas.go)
 //	strategist/<lease hex>                    the strategist's election (etcd's concurrency.Election), value a replica's address
 //	tombstones/ns/<domain>/<name>             lehrpb.Tombstone, a deleted namespace's last version (delete.go)

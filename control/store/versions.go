@@ -28,7 +28,8 @@ package store
 //     absence and the domain's create revision) and, for GoalsAllZones, by
 //     every zones/ key having a mod revision <= R, puts the VersionRecord
 //     (seq latest+1; a namespace's first version continues after the last
-//     version a tombstone records, or is 1), the new head, the request
+//     version a tombstone records, or is 1; above a restore's floor,
+//     restore.go), the new head, the request
 //     record, and goals/<zone>/<ns> for every zone read at R — or what
 //     c.Rollout decided: rollout records and events, guarded by the
 //     namespace's rollouts being as read, and goals. Either all of it
@@ -220,7 +221,7 @@ func (s *Store) tryCommit(ctx context.Context, c Commit, domain string, m *manif
 	rkey := s.lay.request(c.Namespace, c.RequestID)
 	ukey := s.lay.usage(domain)
 	dkey := s.lay.domain(domain)
-	const iHead, iDomain, iRequest, iUsage, iTomb, iDomainTomb = 0, 1, 2, 3, 4, 5
+	const iHead, iDomain, iRequest, iUsage, iTomb, iDomainTomb, iRestore = 0, 1, 2, 3, 4, 5, 6
 	ops := []clientv3.Op{
 		iHead:    get(hkey),
 		iDomain:  get(dkey, clientv3.WithKeysOnly()),
@@ -230,6 +231,9 @@ func (s *Store) tryCommit(ctx context.Context, c Commit, domain string, m *manif
 		// namespace created again under the name continues after.
 		iTomb:       get(s.lay.nsTombstone(c.Namespace)),
 		iDomainTomb: get(s.lay.domainTombstone(domain)),
+		// A restored store's version floor, which every version goes
+		// above (restore.go).
+		iRestore: get(s.lay.restore()),
 	}
 	iZones := -1
 	if c.Goals == GoalsAllZones || c.Rollout != nil {
@@ -342,6 +346,13 @@ func (s *Store) tryCommit(ctx context.Context, c Commit, domain string, m *manif
 			return nil, err
 		}
 		seq = base + 1
+	}
+	restored, err := decodeRestore(s.lay.restore(), rs[iRestore])
+	if err != nil {
+		return nil, err
+	}
+	if floor := restored.GetVersionFloor(); seq <= floor {
+		seq = floor + 1
 	}
 	in := c.Info
 	info := &lehrpb.VersionInfo{

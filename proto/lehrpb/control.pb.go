@@ -4484,6 +4484,125 @@ func (*GetControlStatusRequest) Descriptor() ([]byte, []int) {
 	return file_lehr_v1_control_proto_rawDescGZIP(), []int{66}
 }
 
+// BackupStoreRequest asks for a snapshot of control's store.
+type BackupStoreRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BackupStoreRequest) Reset() {
+	*x = BackupStoreRequest{}
+	mi := &file_lehr_v1_control_proto_msgTypes[67]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BackupStoreRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BackupStoreRequest) ProtoMessage() {}
+
+func (x *BackupStoreRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_lehr_v1_control_proto_msgTypes[67]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BackupStoreRequest.ProtoReflect.Descriptor instead.
+func (*BackupStoreRequest) Descriptor() ([]byte, []int) {
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{67}
+}
+
+// BackupStoreResponse is one piece of a backup (BackupStore).
+type BackupStoreResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The next bytes of the snapshot.
+	Chunk []byte `protobuf:"bytes,1,opt,name=chunk,proto3" json:"chunk,omitempty"`
+	// On the first message: the etcd revision the snapshot is taken at, and
+	// when control took it.
+	Revision   int64                  `protobuf:"varint,2,opt,name=revision,proto3" json:"revision,omitempty"`
+	BackupTime *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=backup_time,json=backupTime,proto3" json:"backup_time,omitempty"`
+	// On the last message (chunk empty): the SHA-256 of every byte sent, in
+	// hex, and their number. A backup without them was cut short.
+	Sha256        string `protobuf:"bytes,4,opt,name=sha256,proto3" json:"sha256,omitempty"`
+	SizeBytes     int64  `protobuf:"varint,5,opt,name=size_bytes,json=sizeBytes,proto3" json:"size_bytes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BackupStoreResponse) Reset() {
+	*x = BackupStoreResponse{}
+	mi := &file_lehr_v1_control_proto_msgTypes[68]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BackupStoreResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BackupStoreResponse) ProtoMessage() {}
+
+func (x *BackupStoreResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_lehr_v1_control_proto_msgTypes[68]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BackupStoreResponse.ProtoReflect.Descriptor instead.
+func (*BackupStoreResponse) Descriptor() ([]byte, []int) {
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{68}
+}
+
+func (x *BackupStoreResponse) GetChunk() []byte {
+	if x != nil {
+		return x.Chunk
+	}
+	return nil
+}
+
+func (x *BackupStoreResponse) GetRevision() int64 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
+}
+
+func (x *BackupStoreResponse) GetBackupTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.BackupTime
+	}
+	return nil
+}
+
+func (x *BackupStoreResponse) GetSha256() string {
+	if x != nil {
+		return x.Sha256
+	}
+	return ""
+}
+
+func (x *BackupStoreResponse) GetSizeBytes() int64 {
+	if x != nil {
+		return x.SizeBytes
+	}
+	return 0
+}
+
 // StoreIdentity names control's store. The first control replica to start
 // on a store makes it, once, and it is kept for the store's life: replicas
 // sharing one etcd share it, and a replica started on a store of its own —
@@ -4502,7 +4621,7 @@ type StoreIdentity struct {
 
 func (x *StoreIdentity) Reset() {
 	*x = StoreIdentity{}
-	mi := &file_lehr_v1_control_proto_msgTypes[67]
+	mi := &file_lehr_v1_control_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4514,7 +4633,7 @@ func (x *StoreIdentity) String() string {
 func (*StoreIdentity) ProtoMessage() {}
 
 func (x *StoreIdentity) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[67]
+	mi := &file_lehr_v1_control_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4527,7 +4646,7 @@ func (x *StoreIdentity) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StoreIdentity.ProtoReflect.Descriptor instead.
 func (*StoreIdentity) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{67}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *StoreIdentity) GetId() string {
@@ -4574,7 +4693,7 @@ type ControlStatus struct {
 
 func (x *ControlStatus) Reset() {
 	*x = ControlStatus{}
-	mi := &file_lehr_v1_control_proto_msgTypes[68]
+	mi := &file_lehr_v1_control_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4586,7 +4705,7 @@ func (x *ControlStatus) String() string {
 func (*ControlStatus) ProtoMessage() {}
 
 func (x *ControlStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[68]
+	mi := &file_lehr_v1_control_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4599,7 +4718,7 @@ func (x *ControlStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ControlStatus.ProtoReflect.Descriptor instead.
 func (*ControlStatus) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{68}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *ControlStatus) GetStore() *StoreIdentity {
@@ -4669,7 +4788,7 @@ type EtcdClusterStatus struct {
 
 func (x *EtcdClusterStatus) Reset() {
 	*x = EtcdClusterStatus{}
-	mi := &file_lehr_v1_control_proto_msgTypes[69]
+	mi := &file_lehr_v1_control_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4681,7 +4800,7 @@ func (x *EtcdClusterStatus) String() string {
 func (*EtcdClusterStatus) ProtoMessage() {}
 
 func (x *EtcdClusterStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[69]
+	mi := &file_lehr_v1_control_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4694,7 +4813,7 @@ func (x *EtcdClusterStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EtcdClusterStatus.ProtoReflect.Descriptor instead.
 func (*EtcdClusterStatus) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{69}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *EtcdClusterStatus) GetClusterId() string {
@@ -4748,7 +4867,7 @@ type ControlReplica struct {
 
 func (x *ControlReplica) Reset() {
 	*x = ControlReplica{}
-	mi := &file_lehr_v1_control_proto_msgTypes[70]
+	mi := &file_lehr_v1_control_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4760,7 +4879,7 @@ func (x *ControlReplica) String() string {
 func (*ControlReplica) ProtoMessage() {}
 
 func (x *ControlReplica) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[70]
+	mi := &file_lehr_v1_control_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4773,7 +4892,7 @@ func (x *ControlReplica) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ControlReplica.ProtoReflect.Descriptor instead.
 func (*ControlReplica) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{70}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *ControlReplica) GetAddress() string {
@@ -4825,7 +4944,7 @@ type DomainStoredBytes struct {
 
 func (x *DomainStoredBytes) Reset() {
 	*x = DomainStoredBytes{}
-	mi := &file_lehr_v1_control_proto_msgTypes[71]
+	mi := &file_lehr_v1_control_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4837,7 +4956,7 @@ func (x *DomainStoredBytes) String() string {
 func (*DomainStoredBytes) ProtoMessage() {}
 
 func (x *DomainStoredBytes) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[71]
+	mi := &file_lehr_v1_control_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4850,7 +4969,7 @@ func (x *DomainStoredBytes) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DomainStoredBytes.ProtoReflect.Descriptor instead.
 func (*DomainStoredBytes) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{71}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *DomainStoredBytes) GetDomain() string {
@@ -4896,7 +5015,7 @@ type DistributorStatus struct {
 
 func (x *DistributorStatus) Reset() {
 	*x = DistributorStatus{}
-	mi := &file_lehr_v1_control_proto_msgTypes[72]
+	mi := &file_lehr_v1_control_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4908,7 +5027,7 @@ func (x *DistributorStatus) String() string {
 func (*DistributorStatus) ProtoMessage() {}
 
 func (x *DistributorStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[72]
+	mi := &file_lehr_v1_control_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4921,7 +5040,7 @@ func (x *DistributorStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DistributorStatus.ProtoReflect.Descriptor instead.
 func (*DistributorStatus) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{72}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *DistributorStatus) GetDistributorId() string {
@@ -5015,7 +5134,7 @@ type GetZoneStatusResponse struct {
 
 func (x *GetZoneStatusResponse) Reset() {
 	*x = GetZoneStatusResponse{}
-	mi := &file_lehr_v1_control_proto_msgTypes[73]
+	mi := &file_lehr_v1_control_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5027,7 +5146,7 @@ func (x *GetZoneStatusResponse) String() string {
 func (*GetZoneStatusResponse) ProtoMessage() {}
 
 func (x *GetZoneStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[73]
+	mi := &file_lehr_v1_control_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5040,7 +5159,7 @@ func (x *GetZoneStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetZoneStatusResponse.ProtoReflect.Descriptor instead.
 func (*GetZoneStatusResponse) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{73}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *GetZoneStatusResponse) GetZone() string {
@@ -5436,7 +5555,16 @@ const file_lehr_v1_control_proto_rawDesc = "" +
 	"\tread_time\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\breadTime\x124\n" +
 	"\adomains\x18\n" +
 	" \x03(\v2\x1a.lehr.v1.DomainStoredBytesR\adomains\"\x19\n" +
-	"\x17GetControlStatusRequest\"\\\n" +
+	"\x17GetControlStatusRequest\"\x14\n" +
+	"\x12BackupStoreRequest\"\xd4\x01\n" +
+	"\x13BackupStoreResponse\x12\x19\n" +
+	"\x05chunk\x18\x01 \x01(\fB\x03\xe0A\x03R\x05chunk\x12\x1f\n" +
+	"\brevision\x18\x02 \x01(\x03B\x03\xe0A\x03R\brevision\x12@\n" +
+	"\vbackup_time\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampB\x03\xe0A\x03R\n" +
+	"backupTime\x12\x1b\n" +
+	"\x06sha256\x18\x04 \x01(\tB\x03\xe0A\x03R\x06sha256\x12\"\n" +
+	"\n" +
+	"size_bytes\x18\x05 \x01(\x03B\x03\xe0A\x03R\tsizeBytes\"\\\n" +
 	"\rStoreIdentity\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12;\n" +
 	"\vcreate_time\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
@@ -5485,7 +5613,7 @@ const file_lehr_v1_control_proto_rawDesc = "" +
 	"\x06health\x18\x04 \x03(\v2\x18.lehr.v1.NamespaceHealthR\x06health\x12)\n" +
 	"\x05hosts\x18\x05 \x03(\v2\x13.lehr.v1.HostReportR\x05hosts\x12B\n" +
 	"\x12distributor_builds\x18\x06 \x03(\v2\x13.lehr.v1.BuildCountR\x11distributorBuilds\x126\n" +
-	"\fagent_builds\x18\a \x03(\v2\x13.lehr.v1.BuildCountR\vagentBuilds2\xa75\n" +
+	"\fagent_builds\x18\a \x03(\v2\x13.lehr.v1.BuildCountR\vagentBuilds2\xf35\n" +
 	"\aControl\x12c\n" +
 	"\fCreateDomain\x12\x1c.lehr.v1.CreateDomainRequest\x1a\x0f.lehr.v1.Domain\"$\xdaA\x06domain\x82\xd3\xe4\x93\x02\x15:\x06domain\"\v/v1/domains\x12Z\n" +
 	"\tGetDomain\x12\x19.lehr.v1.GetDomainRequest\x1a\x0f.lehr.v1.Domain\"!\xdaA\x04name\x82\xd3\xe4\x93\x02\x14\x12\x12/v1/domains/{name}\x12]\n" +
@@ -5518,7 +5646,8 @@ const file_lehr_v1_control_proto_rawDesc = "" +
 	"\x10ReportZoneStatus\x12 .lehr.v1.ReportZoneStatusRequest\x1a!.lehr.v1.ReportZoneStatusResponse\x12o\n" +
 	"\rGetZoneStatus\x12\x1d.lehr.v1.GetZoneStatusRequest\x1a\x1e.lehr.v1.GetZoneStatusResponse\"\x1f\x82\xd3\xe4\x93\x02\x19\x12\x17/v1/zones/{zone}/status\x12_\n" +
 	"\x0eGetStoreStatus\x12\x1e.lehr.v1.GetStoreStatusRequest\x1a\x14.lehr.v1.StoreStatus\"\x17\x82\xd3\xe4\x93\x02\x11\x12\x0f/v1/storeStatus\x12g\n" +
-	"\x10GetControlStatus\x12 .lehr.v1.GetControlStatusRequest\x1a\x16.lehr.v1.ControlStatus\"\x19\x82\xd3\xe4\x93\x02\x13\x12\x11/v1/controlStatus\x12\xb5\x01\n" +
+	"\x10GetControlStatus\x12 .lehr.v1.GetControlStatusRequest\x1a\x16.lehr.v1.ControlStatus\"\x19\x82\xd3\xe4\x93\x02\x13\x12\x11/v1/controlStatus\x12J\n" +
+	"\vBackupStore\x12\x1b.lehr.v1.BackupStoreRequest\x1a\x1c.lehr.v1.BackupStoreResponse0\x01\x12\xb5\x01\n" +
 	"\x10SetRolloutPolicy\x12 .lehr.v1.SetRolloutPolicyRequest\x1a\x1c.lehr.v1.RolloutPolicyRecord\"a\x82\xd3\xe4\x93\x02[:\x01*Z):\x01*\"$/v1/domains/{scope}:setRolloutPolicy\"+/v1/namespaces/{scope=*/*}:setRolloutPolicy\x12\xc1\x01\n" +
 	"\x13DeleteRolloutPolicy\x12#.lehr.v1.DeleteRolloutPolicyRequest\x1a\x1c.lehr.v1.RolloutPolicyRecord\"g\x82\xd3\xe4\x93\x02a:\x01*Z,:\x01*\"'/v1/domains/{scope}:deleteRolloutPolicy\"./v1/namespaces/{scope=*/*}:deleteRolloutPolicy\x12\xb4\x01\n" +
 	"\x10GetRolloutPolicy\x12 .lehr.v1.GetRolloutPolicyRequest\x1a!.lehr.v1.GetRolloutPolicyResponse\"[\x82\xd3\xe4\x93\x02UZ&\x12$/v1/domains/{scope}:getRolloutPolicy\x12+/v1/namespaces/{scope=*/*}:getRolloutPolicy\x12\xc8\x01\n" +
@@ -5565,7 +5694,7 @@ func file_lehr_v1_control_proto_rawDescGZIP() []byte {
 }
 
 var file_lehr_v1_control_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_lehr_v1_control_proto_msgTypes = make([]protoimpl.MessageInfo, 74)
+var file_lehr_v1_control_proto_msgTypes = make([]protoimpl.MessageInfo, 76)
 var file_lehr_v1_control_proto_goTypes = []any{
 	(PropertyChange_Kind)(0),                    // 0: lehr.v1.PropertyChange.Kind
 	(GoalEvent_Type)(0),                         // 1: lehr.v1.GoalEvent.Type
@@ -5636,102 +5765,104 @@ var file_lehr_v1_control_proto_goTypes = []any{
 	(*GetStoreStatusRequest)(nil),               // 66: lehr.v1.GetStoreStatusRequest
 	(*StoreStatus)(nil),                         // 67: lehr.v1.StoreStatus
 	(*GetControlStatusRequest)(nil),             // 68: lehr.v1.GetControlStatusRequest
-	(*StoreIdentity)(nil),                       // 69: lehr.v1.StoreIdentity
-	(*ControlStatus)(nil),                       // 70: lehr.v1.ControlStatus
-	(*EtcdClusterStatus)(nil),                   // 71: lehr.v1.EtcdClusterStatus
-	(*ControlReplica)(nil),                      // 72: lehr.v1.ControlReplica
-	(*DomainStoredBytes)(nil),                   // 73: lehr.v1.DomainStoredBytes
-	(*DistributorStatus)(nil),                   // 74: lehr.v1.DistributorStatus
-	(*GetZoneStatusResponse)(nil),               // 75: lehr.v1.GetZoneStatusResponse
-	(*timestamppb.Timestamp)(nil),               // 76: google.protobuf.Timestamp
-	(RolloutAction)(0),                          // 77: lehr.v1.RolloutAction
-	(*Rollout)(nil),                             // 78: lehr.v1.Rollout
-	(*RolloutEvent)(nil),                        // 79: lehr.v1.RolloutEvent
-	(*RolloutPolicy)(nil),                       // 80: lehr.v1.RolloutPolicy
-	(*RolloutPolicyRecord)(nil),                 // 81: lehr.v1.RolloutPolicyRecord
-	(RolloutPolicySource)(0),                    // 82: lehr.v1.RolloutPolicySource
-	(*Domain)(nil),                              // 83: lehr.v1.Domain
-	(*fieldmaskpb.FieldMask)(nil),               // 84: google.protobuf.FieldMask
-	(*Namespace)(nil),                           // 85: lehr.v1.Namespace
-	(NamespaceKind)(0),                          // 86: lehr.v1.NamespaceKind
-	(*Property)(nil),                            // 87: lehr.v1.Property
-	(*VersionInfo)(nil),                         // 88: lehr.v1.VersionInfo
-	(*Zone)(nil),                                // 89: lehr.v1.Zone
-	(*GoalState)(nil),                           // 90: lehr.v1.GoalState
-	(*HostPreviewCounts)(nil),                   // 91: lehr.v1.HostPreviewCounts
-	(*NamespaceSignals)(nil),                    // 92: lehr.v1.NamespaceSignals
-	(*NamespaceReport)(nil),                     // 93: lehr.v1.NamespaceReport
-	(*EvaluateRequest)(nil),                     // 94: lehr.v1.EvaluateRequest
-	(*GetCanaryEvaluationRequest)(nil),          // 95: lehr.v1.GetCanaryEvaluationRequest
-	(*ListCanaryEvaluationsRequest)(nil),        // 96: lehr.v1.ListCanaryEvaluationsRequest
-	(*GetPolicyRequest)(nil),                    // 97: lehr.v1.GetPolicyRequest
-	(*CreatePolicyExperimentRequest)(nil),       // 98: lehr.v1.CreatePolicyExperimentRequest
-	(*UpdatePolicyExperimentRequest)(nil),       // 99: lehr.v1.UpdatePolicyExperimentRequest
-	(*GetPolicyExperimentRequest)(nil),          // 100: lehr.v1.GetPolicyExperimentRequest
-	(*ListPolicyExperimentsRequest)(nil),        // 101: lehr.v1.ListPolicyExperimentsRequest
-	(*DeletePolicyExperimentRequest)(nil),       // 102: lehr.v1.DeletePolicyExperimentRequest
-	(*StartPreviewPolicyExperimentRequest)(nil), // 103: lehr.v1.StartPreviewPolicyExperimentRequest
-	(*StopPreviewPolicyExperimentRequest)(nil),  // 104: lehr.v1.StopPreviewPolicyExperimentRequest
-	(*CommitPolicyExperimentRequest)(nil),       // 105: lehr.v1.CommitPolicyExperimentRequest
-	(*DeletePolicyRequest)(nil),                 // 106: lehr.v1.DeletePolicyRequest
-	(*GetPolicyExperimentCountsRequest)(nil),    // 107: lehr.v1.GetPolicyExperimentCountsRequest
-	(*emptypb.Empty)(nil),                       // 108: google.protobuf.Empty
-	(*CanaryEvaluation)(nil),                    // 109: lehr.v1.CanaryEvaluation
-	(*ListCanaryEvaluationsResponse)(nil),       // 110: lehr.v1.ListCanaryEvaluationsResponse
-	(*Policy)(nil),                              // 111: lehr.v1.Policy
-	(*longrunningpb.Operation)(nil),             // 112: google.longrunning.Operation
-	(*PolicyExperiment)(nil),                    // 113: lehr.v1.PolicyExperiment
-	(*ListPolicyExperimentsResponse)(nil),       // 114: lehr.v1.ListPolicyExperimentsResponse
-	(*PolicyExperimentCounts)(nil),              // 115: lehr.v1.PolicyExperimentCounts
+	(*BackupStoreRequest)(nil),                  // 69: lehr.v1.BackupStoreRequest
+	(*BackupStoreResponse)(nil),                 // 70: lehr.v1.BackupStoreResponse
+	(*StoreIdentity)(nil),                       // 71: lehr.v1.StoreIdentity
+	(*ControlStatus)(nil),                       // 72: lehr.v1.ControlStatus
+	(*EtcdClusterStatus)(nil),                   // 73: lehr.v1.EtcdClusterStatus
+	(*ControlReplica)(nil),                      // 74: lehr.v1.ControlReplica
+	(*DomainStoredBytes)(nil),                   // 75: lehr.v1.DomainStoredBytes
+	(*DistributorStatus)(nil),                   // 76: lehr.v1.DistributorStatus
+	(*GetZoneStatusResponse)(nil),               // 77: lehr.v1.GetZoneStatusResponse
+	(*timestamppb.Timestamp)(nil),               // 78: google.protobuf.Timestamp
+	(RolloutAction)(0),                          // 79: lehr.v1.RolloutAction
+	(*Rollout)(nil),                             // 80: lehr.v1.Rollout
+	(*RolloutEvent)(nil),                        // 81: lehr.v1.RolloutEvent
+	(*RolloutPolicy)(nil),                       // 82: lehr.v1.RolloutPolicy
+	(*RolloutPolicyRecord)(nil),                 // 83: lehr.v1.RolloutPolicyRecord
+	(RolloutPolicySource)(0),                    // 84: lehr.v1.RolloutPolicySource
+	(*Domain)(nil),                              // 85: lehr.v1.Domain
+	(*fieldmaskpb.FieldMask)(nil),               // 86: google.protobuf.FieldMask
+	(*Namespace)(nil),                           // 87: lehr.v1.Namespace
+	(NamespaceKind)(0),                          // 88: lehr.v1.NamespaceKind
+	(*Property)(nil),                            // 89: lehr.v1.Property
+	(*VersionInfo)(nil),                         // 90: lehr.v1.VersionInfo
+	(*Zone)(nil),                                // 91: lehr.v1.Zone
+	(*GoalState)(nil),                           // 92: lehr.v1.GoalState
+	(*HostPreviewCounts)(nil),                   // 93: lehr.v1.HostPreviewCounts
+	(*NamespaceSignals)(nil),                    // 94: lehr.v1.NamespaceSignals
+	(*NamespaceReport)(nil),                     // 95: lehr.v1.NamespaceReport
+	(*EvaluateRequest)(nil),                     // 96: lehr.v1.EvaluateRequest
+	(*GetCanaryEvaluationRequest)(nil),          // 97: lehr.v1.GetCanaryEvaluationRequest
+	(*ListCanaryEvaluationsRequest)(nil),        // 98: lehr.v1.ListCanaryEvaluationsRequest
+	(*GetPolicyRequest)(nil),                    // 99: lehr.v1.GetPolicyRequest
+	(*CreatePolicyExperimentRequest)(nil),       // 100: lehr.v1.CreatePolicyExperimentRequest
+	(*UpdatePolicyExperimentRequest)(nil),       // 101: lehr.v1.UpdatePolicyExperimentRequest
+	(*GetPolicyExperimentRequest)(nil),          // 102: lehr.v1.GetPolicyExperimentRequest
+	(*ListPolicyExperimentsRequest)(nil),        // 103: lehr.v1.ListPolicyExperimentsRequest
+	(*DeletePolicyExperimentRequest)(nil),       // 104: lehr.v1.DeletePolicyExperimentRequest
+	(*StartPreviewPolicyExperimentRequest)(nil), // 105: lehr.v1.StartPreviewPolicyExperimentRequest
+	(*StopPreviewPolicyExperimentRequest)(nil),  // 106: lehr.v1.StopPreviewPolicyExperimentRequest
+	(*CommitPolicyExperimentRequest)(nil),       // 107: lehr.v1.CommitPolicyExperimentRequest
+	(*DeletePolicyRequest)(nil),                 // 108: lehr.v1.DeletePolicyRequest
+	(*GetPolicyExperimentCountsRequest)(nil),    // 109: lehr.v1.GetPolicyExperimentCountsRequest
+	(*emptypb.Empty)(nil),                       // 110: google.protobuf.Empty
+	(*CanaryEvaluation)(nil),                    // 111: lehr.v1.CanaryEvaluation
+	(*ListCanaryEvaluationsResponse)(nil),       // 112: lehr.v1.ListCanaryEvaluationsResponse
+	(*Policy)(nil),                              // 113: lehr.v1.Policy
+	(*longrunningpb.Operation)(nil),             // 114: google.longrunning.Operation
+	(*PolicyExperiment)(nil),                    // 115: lehr.v1.PolicyExperiment
+	(*ListPolicyExperimentsResponse)(nil),       // 116: lehr.v1.ListPolicyExperimentsResponse
+	(*PolicyExperimentCounts)(nil),              // 117: lehr.v1.PolicyExperimentCounts
 }
 var file_lehr_v1_control_proto_depIdxs = []int32{
-	76,  // 0: lehr.v1.AuditRecord.time:type_name -> google.protobuf.Timestamp
-	76,  // 1: lehr.v1.ListAuditRecordsRequest.since:type_name -> google.protobuf.Timestamp
+	78,  // 0: lehr.v1.AuditRecord.time:type_name -> google.protobuf.Timestamp
+	78,  // 1: lehr.v1.ListAuditRecordsRequest.since:type_name -> google.protobuf.Timestamp
 	2,   // 2: lehr.v1.ListAuditRecordsResponse.records:type_name -> lehr.v1.AuditRecord
-	77,  // 3: lehr.v1.UpdateRolloutRequest.action:type_name -> lehr.v1.RolloutAction
-	78,  // 4: lehr.v1.ListRolloutsResponse.rollouts:type_name -> lehr.v1.Rollout
-	79,  // 5: lehr.v1.ListRolloutEventsResponse.events:type_name -> lehr.v1.RolloutEvent
-	80,  // 6: lehr.v1.SetRolloutPolicyRequest.policy:type_name -> lehr.v1.RolloutPolicy
-	81,  // 7: lehr.v1.GetRolloutPolicyResponse.stored:type_name -> lehr.v1.RolloutPolicyRecord
-	80,  // 8: lehr.v1.GetRolloutPolicyResponse.effective:type_name -> lehr.v1.RolloutPolicy
-	82,  // 9: lehr.v1.GetRolloutPolicyResponse.source:type_name -> lehr.v1.RolloutPolicySource
-	81,  // 10: lehr.v1.RolloutPolicyHistoryResponse.records:type_name -> lehr.v1.RolloutPolicyRecord
-	83,  // 11: lehr.v1.CreateDomainRequest.domain:type_name -> lehr.v1.Domain
-	83,  // 12: lehr.v1.UpdateDomainRequest.domain:type_name -> lehr.v1.Domain
-	84,  // 13: lehr.v1.UpdateDomainRequest.update_mask:type_name -> google.protobuf.FieldMask
-	83,  // 14: lehr.v1.ListDomainsResponse.domains:type_name -> lehr.v1.Domain
-	85,  // 15: lehr.v1.CreateNamespaceRequest.namespace:type_name -> lehr.v1.Namespace
-	85,  // 16: lehr.v1.ListNamespacesResponse.namespaces:type_name -> lehr.v1.Namespace
-	86,  // 17: lehr.v1.PublishRequest.kind:type_name -> lehr.v1.NamespaceKind
-	87,  // 18: lehr.v1.PublishRequest.properties:type_name -> lehr.v1.Property
-	88,  // 19: lehr.v1.PublishResponse.version:type_name -> lehr.v1.VersionInfo
-	87,  // 20: lehr.v1.PatchRequest.set:type_name -> lehr.v1.Property
-	88,  // 21: lehr.v1.PatchResponse.version:type_name -> lehr.v1.VersionInfo
-	88,  // 22: lehr.v1.GetResponse.version:type_name -> lehr.v1.VersionInfo
-	87,  // 23: lehr.v1.GetResponse.properties:type_name -> lehr.v1.Property
-	86,  // 24: lehr.v1.GetResponse.kind:type_name -> lehr.v1.NamespaceKind
-	88,  // 25: lehr.v1.HistoryResponse.versions:type_name -> lehr.v1.VersionInfo
+	79,  // 3: lehr.v1.UpdateRolloutRequest.action:type_name -> lehr.v1.RolloutAction
+	80,  // 4: lehr.v1.ListRolloutsResponse.rollouts:type_name -> lehr.v1.Rollout
+	81,  // 5: lehr.v1.ListRolloutEventsResponse.events:type_name -> lehr.v1.RolloutEvent
+	82,  // 6: lehr.v1.SetRolloutPolicyRequest.policy:type_name -> lehr.v1.RolloutPolicy
+	83,  // 7: lehr.v1.GetRolloutPolicyResponse.stored:type_name -> lehr.v1.RolloutPolicyRecord
+	82,  // 8: lehr.v1.GetRolloutPolicyResponse.effective:type_name -> lehr.v1.RolloutPolicy
+	84,  // 9: lehr.v1.GetRolloutPolicyResponse.source:type_name -> lehr.v1.RolloutPolicySource
+	83,  // 10: lehr.v1.RolloutPolicyHistoryResponse.records:type_name -> lehr.v1.RolloutPolicyRecord
+	85,  // 11: lehr.v1.CreateDomainRequest.domain:type_name -> lehr.v1.Domain
+	85,  // 12: lehr.v1.UpdateDomainRequest.domain:type_name -> lehr.v1.Domain
+	86,  // 13: lehr.v1.UpdateDomainRequest.update_mask:type_name -> google.protobuf.FieldMask
+	85,  // 14: lehr.v1.ListDomainsResponse.domains:type_name -> lehr.v1.Domain
+	87,  // 15: lehr.v1.CreateNamespaceRequest.namespace:type_name -> lehr.v1.Namespace
+	87,  // 16: lehr.v1.ListNamespacesResponse.namespaces:type_name -> lehr.v1.Namespace
+	88,  // 17: lehr.v1.PublishRequest.kind:type_name -> lehr.v1.NamespaceKind
+	89,  // 18: lehr.v1.PublishRequest.properties:type_name -> lehr.v1.Property
+	90,  // 19: lehr.v1.PublishResponse.version:type_name -> lehr.v1.VersionInfo
+	89,  // 20: lehr.v1.PatchRequest.set:type_name -> lehr.v1.Property
+	90,  // 21: lehr.v1.PatchResponse.version:type_name -> lehr.v1.VersionInfo
+	90,  // 22: lehr.v1.GetResponse.version:type_name -> lehr.v1.VersionInfo
+	89,  // 23: lehr.v1.GetResponse.properties:type_name -> lehr.v1.Property
+	88,  // 24: lehr.v1.GetResponse.kind:type_name -> lehr.v1.NamespaceKind
+	90,  // 25: lehr.v1.HistoryResponse.versions:type_name -> lehr.v1.VersionInfo
 	0,   // 26: lehr.v1.PropertyChange.kind:type_name -> lehr.v1.PropertyChange.Kind
-	87,  // 27: lehr.v1.PropertyChange.old:type_name -> lehr.v1.Property
-	87,  // 28: lehr.v1.PropertyChange.new:type_name -> lehr.v1.Property
-	88,  // 29: lehr.v1.DiffResponse.from:type_name -> lehr.v1.VersionInfo
-	88,  // 30: lehr.v1.DiffResponse.to:type_name -> lehr.v1.VersionInfo
+	89,  // 27: lehr.v1.PropertyChange.old:type_name -> lehr.v1.Property
+	89,  // 28: lehr.v1.PropertyChange.new:type_name -> lehr.v1.Property
+	90,  // 29: lehr.v1.DiffResponse.from:type_name -> lehr.v1.VersionInfo
+	90,  // 30: lehr.v1.DiffResponse.to:type_name -> lehr.v1.VersionInfo
 	35,  // 31: lehr.v1.DiffResponse.changes:type_name -> lehr.v1.PropertyChange
-	88,  // 32: lehr.v1.RollbackResponse.version:type_name -> lehr.v1.VersionInfo
-	85,  // 33: lehr.v1.CompactNamespaceResponse.namespace:type_name -> lehr.v1.Namespace
-	89,  // 34: lehr.v1.ListZonesResponse.zones:type_name -> lehr.v1.Zone
-	90,  // 35: lehr.v1.GetGoalsResponse.goals:type_name -> lehr.v1.GoalState
+	90,  // 32: lehr.v1.RollbackResponse.version:type_name -> lehr.v1.VersionInfo
+	87,  // 33: lehr.v1.CompactNamespaceResponse.namespace:type_name -> lehr.v1.Namespace
+	91,  // 34: lehr.v1.ListZonesResponse.zones:type_name -> lehr.v1.Zone
+	92,  // 35: lehr.v1.GetGoalsResponse.goals:type_name -> lehr.v1.GoalState
 	1,   // 36: lehr.v1.GoalEvent.type:type_name -> lehr.v1.GoalEvent.Type
-	90,  // 37: lehr.v1.GoalEvent.goal:type_name -> lehr.v1.GoalState
+	92,  // 37: lehr.v1.GoalEvent.goal:type_name -> lehr.v1.GoalState
 	55,  // 38: lehr.v1.GoalEvent.delta:type_name -> lehr.v1.FetchDeltaResponse
 	50,  // 39: lehr.v1.WatchGoalsResponse.events:type_name -> lehr.v1.GoalEvent
-	88,  // 40: lehr.v1.FetchVersionResponse.version:type_name -> lehr.v1.VersionInfo
-	86,  // 41: lehr.v1.FetchVersionResponse.kind:type_name -> lehr.v1.NamespaceKind
-	87,  // 42: lehr.v1.FetchVersionResponse.properties:type_name -> lehr.v1.Property
-	88,  // 43: lehr.v1.FetchDeltaResponse.from:type_name -> lehr.v1.VersionInfo
-	88,  // 44: lehr.v1.FetchDeltaResponse.to:type_name -> lehr.v1.VersionInfo
-	86,  // 45: lehr.v1.FetchDeltaResponse.kind:type_name -> lehr.v1.NamespaceKind
-	87,  // 46: lehr.v1.FetchDeltaResponse.set:type_name -> lehr.v1.Property
+	90,  // 40: lehr.v1.FetchVersionResponse.version:type_name -> lehr.v1.VersionInfo
+	88,  // 41: lehr.v1.FetchVersionResponse.kind:type_name -> lehr.v1.NamespaceKind
+	89,  // 42: lehr.v1.FetchVersionResponse.properties:type_name -> lehr.v1.Property
+	90,  // 43: lehr.v1.FetchDeltaResponse.from:type_name -> lehr.v1.VersionInfo
+	90,  // 44: lehr.v1.FetchDeltaResponse.to:type_name -> lehr.v1.VersionInfo
+	88,  // 45: lehr.v1.FetchDeltaResponse.kind:type_name -> lehr.v1.NamespaceKind
+	89,  // 46: lehr.v1.FetchDeltaResponse.set:type_name -> lehr.v1.Property
 	56,  // 47: lehr.v1.ReportZoneStatusRequest.versions:type_name -> lehr.v1.VersionCount
 	62,  // 48: lehr.v1.ReportZoneStatusRequest.health:type_name -> lehr.v1.NamespaceHealth
 	63,  // 49: lehr.v1.ReportZoneStatusRequest.hosts:type_name -> lehr.v1.HostReport
@@ -5739,135 +5870,138 @@ var file_lehr_v1_control_proto_depIdxs = []int32{
 	60,  // 51: lehr.v1.ReportZoneStatusRequest.signals:type_name -> lehr.v1.HostSignals
 	59,  // 52: lehr.v1.ReportZoneStatusRequest.preview:type_name -> lehr.v1.NamespacePreviewCounts
 	58,  // 53: lehr.v1.ReportZoneStatusRequest.agent_builds:type_name -> lehr.v1.BuildCount
-	91,  // 54: lehr.v1.NamespacePreviewCounts.counts:type_name -> lehr.v1.HostPreviewCounts
-	92,  // 55: lehr.v1.HostSignals.signals:type_name -> lehr.v1.NamespaceSignals
-	93,  // 56: lehr.v1.HostReport.report:type_name -> lehr.v1.NamespaceReport
-	76,  // 57: lehr.v1.StoreStatus.read_time:type_name -> google.protobuf.Timestamp
-	73,  // 58: lehr.v1.StoreStatus.domains:type_name -> lehr.v1.DomainStoredBytes
-	76,  // 59: lehr.v1.StoreIdentity.create_time:type_name -> google.protobuf.Timestamp
-	69,  // 60: lehr.v1.ControlStatus.store:type_name -> lehr.v1.StoreIdentity
-	71,  // 61: lehr.v1.ControlStatus.etcd:type_name -> lehr.v1.EtcdClusterStatus
-	72,  // 62: lehr.v1.ControlStatus.replicas:type_name -> lehr.v1.ControlReplica
-	76,  // 63: lehr.v1.ControlReplica.start_time:type_name -> google.protobuf.Timestamp
-	76,  // 64: lehr.v1.ControlReplica.last_seen_time:type_name -> google.protobuf.Timestamp
-	56,  // 65: lehr.v1.DistributorStatus.versions:type_name -> lehr.v1.VersionCount
-	62,  // 66: lehr.v1.DistributorStatus.health:type_name -> lehr.v1.NamespaceHealth
-	63,  // 67: lehr.v1.DistributorStatus.hosts:type_name -> lehr.v1.HostReport
-	61,  // 68: lehr.v1.DistributorStatus.samples:type_name -> lehr.v1.CohortSample
-	60,  // 69: lehr.v1.DistributorStatus.signals:type_name -> lehr.v1.HostSignals
-	59,  // 70: lehr.v1.DistributorStatus.preview:type_name -> lehr.v1.NamespacePreviewCounts
-	58,  // 71: lehr.v1.DistributorStatus.agent_builds:type_name -> lehr.v1.BuildCount
-	74,  // 72: lehr.v1.GetZoneStatusResponse.distributors:type_name -> lehr.v1.DistributorStatus
-	56,  // 73: lehr.v1.GetZoneStatusResponse.versions:type_name -> lehr.v1.VersionCount
-	62,  // 74: lehr.v1.GetZoneStatusResponse.health:type_name -> lehr.v1.NamespaceHealth
-	63,  // 75: lehr.v1.GetZoneStatusResponse.hosts:type_name -> lehr.v1.HostReport
-	58,  // 76: lehr.v1.GetZoneStatusResponse.distributor_builds:type_name -> lehr.v1.BuildCount
-	58,  // 77: lehr.v1.GetZoneStatusResponse.agent_builds:type_name -> lehr.v1.BuildCount
-	17,  // 78: lehr.v1.Control.CreateDomain:input_type -> lehr.v1.CreateDomainRequest
-	19,  // 79: lehr.v1.Control.GetDomain:input_type -> lehr.v1.GetDomainRequest
-	20,  // 80: lehr.v1.Control.ListDomains:input_type -> lehr.v1.ListDomainsRequest
-	18,  // 81: lehr.v1.Control.UpdateDomain:input_type -> lehr.v1.UpdateDomainRequest
-	22,  // 82: lehr.v1.Control.CreateNamespace:input_type -> lehr.v1.CreateNamespaceRequest
-	23,  // 83: lehr.v1.Control.GetNamespace:input_type -> lehr.v1.GetNamespaceRequest
-	24,  // 84: lehr.v1.Control.ListNamespaces:input_type -> lehr.v1.ListNamespacesRequest
-	26,  // 85: lehr.v1.Control.Publish:input_type -> lehr.v1.PublishRequest
-	28,  // 86: lehr.v1.Control.Patch:input_type -> lehr.v1.PatchRequest
-	30,  // 87: lehr.v1.Control.Get:input_type -> lehr.v1.GetRequest
-	32,  // 88: lehr.v1.Control.History:input_type -> lehr.v1.HistoryRequest
-	34,  // 89: lehr.v1.Control.Diff:input_type -> lehr.v1.DiffRequest
-	37,  // 90: lehr.v1.Control.Rollback:input_type -> lehr.v1.RollbackRequest
-	39,  // 91: lehr.v1.Control.CompactNamespace:input_type -> lehr.v1.CompactNamespaceRequest
-	41,  // 92: lehr.v1.Control.DeleteNamespace:input_type -> lehr.v1.DeleteNamespaceRequest
-	42,  // 93: lehr.v1.Control.DeleteDomain:input_type -> lehr.v1.DeleteDomainRequest
-	43,  // 94: lehr.v1.Control.CreateZone:input_type -> lehr.v1.CreateZoneRequest
-	44,  // 95: lehr.v1.Control.DeleteZone:input_type -> lehr.v1.DeleteZoneRequest
-	45,  // 96: lehr.v1.Control.ListZones:input_type -> lehr.v1.ListZonesRequest
-	47,  // 97: lehr.v1.Control.GetGoals:input_type -> lehr.v1.GetGoalsRequest
-	49,  // 98: lehr.v1.Control.WatchGoals:input_type -> lehr.v1.WatchGoalsRequest
-	52,  // 99: lehr.v1.Control.FetchVersion:input_type -> lehr.v1.FetchVersionRequest
-	54,  // 100: lehr.v1.Control.FetchDelta:input_type -> lehr.v1.FetchDeltaRequest
-	57,  // 101: lehr.v1.Control.ReportZoneStatus:input_type -> lehr.v1.ReportZoneStatusRequest
-	65,  // 102: lehr.v1.Control.GetZoneStatus:input_type -> lehr.v1.GetZoneStatusRequest
-	66,  // 103: lehr.v1.Control.GetStoreStatus:input_type -> lehr.v1.GetStoreStatusRequest
-	68,  // 104: lehr.v1.Control.GetControlStatus:input_type -> lehr.v1.GetControlStatusRequest
-	11,  // 105: lehr.v1.Control.SetRolloutPolicy:input_type -> lehr.v1.SetRolloutPolicyRequest
-	12,  // 106: lehr.v1.Control.DeleteRolloutPolicy:input_type -> lehr.v1.DeleteRolloutPolicyRequest
-	13,  // 107: lehr.v1.Control.GetRolloutPolicy:input_type -> lehr.v1.GetRolloutPolicyRequest
-	15,  // 108: lehr.v1.Control.RolloutPolicyHistory:input_type -> lehr.v1.RolloutPolicyHistoryRequest
-	6,   // 109: lehr.v1.Control.GetRollout:input_type -> lehr.v1.GetRolloutRequest
-	7,   // 110: lehr.v1.Control.ListRollouts:input_type -> lehr.v1.ListRolloutsRequest
-	9,   // 111: lehr.v1.Control.ListRolloutEvents:input_type -> lehr.v1.ListRolloutEventsRequest
-	5,   // 112: lehr.v1.Control.UpdateRollout:input_type -> lehr.v1.UpdateRolloutRequest
-	94,  // 113: lehr.v1.Control.Evaluate:input_type -> lehr.v1.EvaluateRequest
-	95,  // 114: lehr.v1.Control.GetCanaryEvaluation:input_type -> lehr.v1.GetCanaryEvaluationRequest
-	96,  // 115: lehr.v1.Control.ListCanaryEvaluations:input_type -> lehr.v1.ListCanaryEvaluationsRequest
-	97,  // 116: lehr.v1.Control.GetPolicy:input_type -> lehr.v1.GetPolicyRequest
-	98,  // 117: lehr.v1.Control.CreatePolicyExperiment:input_type -> lehr.v1.CreatePolicyExperimentRequest
-	99,  // 118: lehr.v1.Control.UpdatePolicyExperiment:input_type -> lehr.v1.UpdatePolicyExperimentRequest
-	100, // 119: lehr.v1.Control.GetPolicyExperiment:input_type -> lehr.v1.GetPolicyExperimentRequest
-	101, // 120: lehr.v1.Control.ListPolicyExperiments:input_type -> lehr.v1.ListPolicyExperimentsRequest
-	102, // 121: lehr.v1.Control.DeletePolicyExperiment:input_type -> lehr.v1.DeletePolicyExperimentRequest
-	103, // 122: lehr.v1.Control.StartPreviewPolicyExperiment:input_type -> lehr.v1.StartPreviewPolicyExperimentRequest
-	104, // 123: lehr.v1.Control.StopPreviewPolicyExperiment:input_type -> lehr.v1.StopPreviewPolicyExperimentRequest
-	105, // 124: lehr.v1.Control.CommitPolicyExperiment:input_type -> lehr.v1.CommitPolicyExperimentRequest
-	106, // 125: lehr.v1.Control.DeletePolicy:input_type -> lehr.v1.DeletePolicyRequest
-	107, // 126: lehr.v1.Control.GetPolicyExperimentCounts:input_type -> lehr.v1.GetPolicyExperimentCountsRequest
-	3,   // 127: lehr.v1.Control.ListAuditRecords:input_type -> lehr.v1.ListAuditRecordsRequest
-	83,  // 128: lehr.v1.Control.CreateDomain:output_type -> lehr.v1.Domain
-	83,  // 129: lehr.v1.Control.GetDomain:output_type -> lehr.v1.Domain
-	21,  // 130: lehr.v1.Control.ListDomains:output_type -> lehr.v1.ListDomainsResponse
-	83,  // 131: lehr.v1.Control.UpdateDomain:output_type -> lehr.v1.Domain
-	85,  // 132: lehr.v1.Control.CreateNamespace:output_type -> lehr.v1.Namespace
-	85,  // 133: lehr.v1.Control.GetNamespace:output_type -> lehr.v1.Namespace
-	25,  // 134: lehr.v1.Control.ListNamespaces:output_type -> lehr.v1.ListNamespacesResponse
-	27,  // 135: lehr.v1.Control.Publish:output_type -> lehr.v1.PublishResponse
-	29,  // 136: lehr.v1.Control.Patch:output_type -> lehr.v1.PatchResponse
-	31,  // 137: lehr.v1.Control.Get:output_type -> lehr.v1.GetResponse
-	33,  // 138: lehr.v1.Control.History:output_type -> lehr.v1.HistoryResponse
-	36,  // 139: lehr.v1.Control.Diff:output_type -> lehr.v1.DiffResponse
-	38,  // 140: lehr.v1.Control.Rollback:output_type -> lehr.v1.RollbackResponse
-	40,  // 141: lehr.v1.Control.CompactNamespace:output_type -> lehr.v1.CompactNamespaceResponse
-	108, // 142: lehr.v1.Control.DeleteNamespace:output_type -> google.protobuf.Empty
-	108, // 143: lehr.v1.Control.DeleteDomain:output_type -> google.protobuf.Empty
-	89,  // 144: lehr.v1.Control.CreateZone:output_type -> lehr.v1.Zone
-	108, // 145: lehr.v1.Control.DeleteZone:output_type -> google.protobuf.Empty
-	46,  // 146: lehr.v1.Control.ListZones:output_type -> lehr.v1.ListZonesResponse
-	48,  // 147: lehr.v1.Control.GetGoals:output_type -> lehr.v1.GetGoalsResponse
-	51,  // 148: lehr.v1.Control.WatchGoals:output_type -> lehr.v1.WatchGoalsResponse
-	53,  // 149: lehr.v1.Control.FetchVersion:output_type -> lehr.v1.FetchVersionResponse
-	55,  // 150: lehr.v1.Control.FetchDelta:output_type -> lehr.v1.FetchDeltaResponse
-	64,  // 151: lehr.v1.Control.ReportZoneStatus:output_type -> lehr.v1.ReportZoneStatusResponse
-	75,  // 152: lehr.v1.Control.GetZoneStatus:output_type -> lehr.v1.GetZoneStatusResponse
-	67,  // 153: lehr.v1.Control.GetStoreStatus:output_type -> lehr.v1.StoreStatus
-	70,  // 154: lehr.v1.Control.GetControlStatus:output_type -> lehr.v1.ControlStatus
-	81,  // 155: lehr.v1.Control.SetRolloutPolicy:output_type -> lehr.v1.RolloutPolicyRecord
-	81,  // 156: lehr.v1.Control.DeleteRolloutPolicy:output_type -> lehr.v1.RolloutPolicyRecord
-	14,  // 157: lehr.v1.Control.GetRolloutPolicy:output_type -> lehr.v1.GetRolloutPolicyResponse
-	16,  // 158: lehr.v1.Control.RolloutPolicyHistory:output_type -> lehr.v1.RolloutPolicyHistoryResponse
-	78,  // 159: lehr.v1.Control.GetRollout:output_type -> lehr.v1.Rollout
-	8,   // 160: lehr.v1.Control.ListRollouts:output_type -> lehr.v1.ListRolloutsResponse
-	10,  // 161: lehr.v1.Control.ListRolloutEvents:output_type -> lehr.v1.ListRolloutEventsResponse
-	78,  // 162: lehr.v1.Control.UpdateRollout:output_type -> lehr.v1.Rollout
-	109, // 163: lehr.v1.Control.Evaluate:output_type -> lehr.v1.CanaryEvaluation
-	109, // 164: lehr.v1.Control.GetCanaryEvaluation:output_type -> lehr.v1.CanaryEvaluation
-	110, // 165: lehr.v1.Control.ListCanaryEvaluations:output_type -> lehr.v1.ListCanaryEvaluationsResponse
-	111, // 166: lehr.v1.Control.GetPolicy:output_type -> lehr.v1.Policy
-	112, // 167: lehr.v1.Control.CreatePolicyExperiment:output_type -> google.longrunning.Operation
-	112, // 168: lehr.v1.Control.UpdatePolicyExperiment:output_type -> google.longrunning.Operation
-	113, // 169: lehr.v1.Control.GetPolicyExperiment:output_type -> lehr.v1.PolicyExperiment
-	114, // 170: lehr.v1.Control.ListPolicyExperiments:output_type -> lehr.v1.ListPolicyExperimentsResponse
-	112, // 171: lehr.v1.Control.DeletePolicyExperiment:output_type -> google.longrunning.Operation
-	112, // 172: lehr.v1.Control.StartPreviewPolicyExperiment:output_type -> google.longrunning.Operation
-	112, // 173: lehr.v1.Control.StopPreviewPolicyExperiment:output_type -> google.longrunning.Operation
-	112, // 174: lehr.v1.Control.CommitPolicyExperiment:output_type -> google.longrunning.Operation
-	112, // 175: lehr.v1.Control.DeletePolicy:output_type -> google.longrunning.Operation
-	115, // 176: lehr.v1.Control.GetPolicyExperimentCounts:output_type -> lehr.v1.PolicyExperimentCounts
-	4,   // 177: lehr.v1.Control.ListAuditRecords:output_type -> lehr.v1.ListAuditRecordsResponse
-	128, // [128:178] is the sub-list for method output_type
-	78,  // [78:128] is the sub-list for method input_type
-	78,  // [78:78] is the sub-list for extension type_name
-	78,  // [78:78] is the sub-list for extension extendee
-	0,   // [0:78] is the sub-list for field type_name
+	93,  // 54: lehr.v1.NamespacePreviewCounts.counts:type_name -> lehr.v1.HostPreviewCounts
+	94,  // 55: lehr.v1.HostSignals.signals:type_name -> lehr.v1.NamespaceSignals
+	95,  // 56: lehr.v1.HostReport.report:type_name -> lehr.v1.NamespaceReport
+	78,  // 57: lehr.v1.StoreStatus.read_time:type_name -> google.protobuf.Timestamp
+	75,  // 58: lehr.v1.StoreStatus.domains:type_name -> lehr.v1.DomainStoredBytes
+	78,  // 59: lehr.v1.BackupStoreResponse.backup_time:type_name -> google.protobuf.Timestamp
+	78,  // 60: lehr.v1.StoreIdentity.create_time:type_name -> google.protobuf.Timestamp
+	71,  // 61: lehr.v1.ControlStatus.store:type_name -> lehr.v1.StoreIdentity
+	73,  // 62: lehr.v1.ControlStatus.etcd:type_name -> lehr.v1.EtcdClusterStatus
+	74,  // 63: lehr.v1.ControlStatus.replicas:type_name -> lehr.v1.ControlReplica
+	78,  // 64: lehr.v1.ControlReplica.start_time:type_name -> google.protobuf.Timestamp
+	78,  // 65: lehr.v1.ControlReplica.last_seen_time:type_name -> google.protobuf.Timestamp
+	56,  // 66: lehr.v1.DistributorStatus.versions:type_name -> lehr.v1.VersionCount
+	62,  // 67: lehr.v1.DistributorStatus.health:type_name -> lehr.v1.NamespaceHealth
+	63,  // 68: lehr.v1.DistributorStatus.hosts:type_name -> lehr.v1.HostReport
+	61,  // 69: lehr.v1.DistributorStatus.samples:type_name -> lehr.v1.CohortSample
+	60,  // 70: lehr.v1.DistributorStatus.signals:type_name -> lehr.v1.HostSignals
+	59,  // 71: lehr.v1.DistributorStatus.preview:type_name -> lehr.v1.NamespacePreviewCounts
+	58,  // 72: lehr.v1.DistributorStatus.agent_builds:type_name -> lehr.v1.BuildCount
+	76,  // 73: lehr.v1.GetZoneStatusResponse.distributors:type_name -> lehr.v1.DistributorStatus
+	56,  // 74: lehr.v1.GetZoneStatusResponse.versions:type_name -> lehr.v1.VersionCount
+	62,  // 75: lehr.v1.GetZoneStatusResponse.health:type_name -> lehr.v1.NamespaceHealth
+	63,  // 76: lehr.v1.GetZoneStatusResponse.hosts:type_name -> lehr.v1.HostReport
+	58,  // 77: lehr.v1.GetZoneStatusResponse.distributor_builds:type_name -> lehr.v1.BuildCount
+	58,  // 78: lehr.v1.GetZoneStatusResponse.agent_builds:type_name -> lehr.v1.BuildCount
+	17,  // 79: lehr.v1.Control.CreateDomain:input_type -> lehr.v1.CreateDomainRequest
+	19,  // 80: lehr.v1.Control.GetDomain:input_type -> lehr.v1.GetDomainRequest
+	20,  // 81: lehr.v1.Control.ListDomains:input_type -> lehr.v1.ListDomainsRequest
+	18,  // 82: lehr.v1.Control.UpdateDomain:input_type -> lehr.v1.UpdateDomainRequest
+	22,  // 83: lehr.v1.Control.CreateNamespace:input_type -> lehr.v1.CreateNamespaceRequest
+	23,  // 84: lehr.v1.Control.GetNamespace:input_type -> lehr.v1.GetNamespaceRequest
+	24,  // 85: lehr.v1.Control.ListNamespaces:input_type -> lehr.v1.ListNamespacesRequest
+	26,  // 86: lehr.v1.Control.Publish:input_type -> lehr.v1.PublishRequest
+	28,  // 87: lehr.v1.Control.Patch:input_type -> lehr.v1.PatchRequest
+	30,  // 88: lehr.v1.Control.Get:input_type -> lehr.v1.GetRequest
+	32,  // 89: lehr.v1.Control.History:input_type -> lehr.v1.HistoryRequest
+	34,  // 90: lehr.v1.Control.Diff:input_type -> lehr.v1.DiffRequest
+	37,  // 91: lehr.v1.Control.Rollback:input_type -> lehr.v1.RollbackRequest
+	39,  // 92: lehr.v1.Control.CompactNamespace:input_type -> lehr.v1.CompactNamespaceRequest
+	41,  // 93: lehr.v1.Control.DeleteNamespace:input_type -> lehr.v1.DeleteNamespaceRequest
+	42,  // 94: lehr.v1.Control.DeleteDomain:input_type -> lehr.v1.DeleteDomainRequest
+	43,  // 95: lehr.v1.Control.CreateZone:input_type -> lehr.v1.CreateZoneRequest
+	44,  // 96: lehr.v1.Control.DeleteZone:input_type -> lehr.v1.DeleteZoneRequest
+	45,  // 97: lehr.v1.Control.ListZones:input_type -> lehr.v1.ListZonesRequest
+	47,  // 98: lehr.v1.Control.GetGoals:input_type -> lehr.v1.GetGoalsRequest
+	49,  // 99: lehr.v1.Control.WatchGoals:input_type -> lehr.v1.WatchGoalsRequest
+	52,  // 100: lehr.v1.Control.FetchVersion:input_type -> lehr.v1.FetchVersionRequest
+	54,  // 101: lehr.v1.Control.FetchDelta:input_type -> lehr.v1.FetchDeltaRequest
+	57,  // 102: lehr.v1.Control.ReportZoneStatus:input_type -> lehr.v1.ReportZoneStatusRequest
+	65,  // 103: lehr.v1.Control.GetZoneStatus:input_type -> lehr.v1.GetZoneStatusRequest
+	66,  // 104: lehr.v1.Control.GetStoreStatus:input_type -> lehr.v1.GetStoreStatusRequest
+	68,  // 105: lehr.v1.Control.GetControlStatus:input_type -> lehr.v1.GetControlStatusRequest
+	69,  // 106: lehr.v1.Control.BackupStore:input_type -> lehr.v1.BackupStoreRequest
+	11,  // 107: lehr.v1.Control.SetRolloutPolicy:input_type -> lehr.v1.SetRolloutPolicyRequest
+	12,  // 108: lehr.v1.Control.DeleteRolloutPolicy:input_type -> lehr.v1.DeleteRolloutPolicyRequest
+	13,  // 109: lehr.v1.Control.GetRolloutPolicy:input_type -> lehr.v1.GetRolloutPolicyRequest
+	15,  // 110: lehr.v1.Control.RolloutPolicyHistory:input_type -> lehr.v1.RolloutPolicyHistoryRequest
+	6,   // 111: lehr.v1.Control.GetRollout:input_type -> lehr.v1.GetRolloutRequest
+	7,   // 112: lehr.v1.Control.ListRollouts:input_type -> lehr.v1.ListRolloutsRequest
+	9,   // 113: lehr.v1.Control.ListRolloutEvents:input_type -> lehr.v1.ListRolloutEventsRequest
+	5,   // 114: lehr.v1.Control.UpdateRollout:input_type -> lehr.v1.UpdateRolloutRequest
+	96,  // 115: lehr.v1.Control.Evaluate:input_type -> lehr.v1.EvaluateRequest
+	97,  // 116: lehr.v1.Control.GetCanaryEvaluation:input_type -> lehr.v1.GetCanaryEvaluationRequest
+	98,  // 117: lehr.v1.Control.ListCanaryEvaluations:input_type -> lehr.v1.ListCanaryEvaluationsRequest
+	99,  // 118: lehr.v1.Control.GetPolicy:input_type -> lehr.v1.GetPolicyRequest
+	100, // 119: lehr.v1.Control.CreatePolicyExperiment:input_type -> lehr.v1.CreatePolicyExperimentRequest
+	101, // 120: lehr.v1.Control.UpdatePolicyExperiment:input_type -> lehr.v1.UpdatePolicyExperimentRequest
+	102, // 121: lehr.v1.Control.GetPolicyExperiment:input_type -> lehr.v1.GetPolicyExperimentRequest
+	103, // 122: lehr.v1.Control.ListPolicyExperiments:input_type -> lehr.v1.ListPolicyExperimentsRequest
+	104, // 123: lehr.v1.Control.DeletePolicyExperiment:input_type -> lehr.v1.DeletePolicyExperimentRequest
+	105, // 124: lehr.v1.Control.StartPreviewPolicyExperiment:input_type -> lehr.v1.StartPreviewPolicyExperimentRequest
+	106, // 125: lehr.v1.Control.StopPreviewPolicyExperiment:input_type -> lehr.v1.StopPreviewPolicyExperimentRequest
+	107, // 126: lehr.v1.Control.CommitPolicyExperiment:input_type -> lehr.v1.CommitPolicyExperimentRequest
+	108, // 127: lehr.v1.Control.DeletePolicy:input_type -> lehr.v1.DeletePolicyRequest
+	109, // 128: lehr.v1.Control.GetPolicyExperimentCounts:input_type -> lehr.v1.GetPolicyExperimentCountsRequest
+	3,   // 129: lehr.v1.Control.ListAuditRecords:input_type -> lehr.v1.ListAuditRecordsRequest
+	85,  // 130: lehr.v1.Control.CreateDomain:output_type -> lehr.v1.Domain
+	85,  // 131: lehr.v1.Control.GetDomain:output_type -> lehr.v1.Domain
+	21,  // 132: lehr.v1.Control.ListDomains:output_type -> lehr.v1.ListDomainsResponse
+	85,  // 133: lehr.v1.Control.UpdateDomain:output_type -> lehr.v1.Domain
+	87,  // 134: lehr.v1.Control.CreateNamespace:output_type -> lehr.v1.Namespace
+	87,  // 135: lehr.v1.Control.GetNamespace:output_type -> lehr.v1.Namespace
+	25,  // 136: lehr.v1.Control.ListNamespaces:output_type -> lehr.v1.ListNamespacesResponse
+	27,  // 137: lehr.v1.Control.Publish:output_type -> lehr.v1.PublishResponse
+	29,  // 138: lehr.v1.Control.Patch:output_type -> lehr.v1.PatchResponse
+	31,  // 139: lehr.v1.Control.Get:output_type -> lehr.v1.GetResponse
+	33,  // 140: lehr.v1.Control.History:output_type -> lehr.v1.HistoryResponse
+	36,  // 141: lehr.v1.Control.Diff:output_type -> lehr.v1.DiffResponse
+	38,  // 142: lehr.v1.Control.Rollback:output_type -> lehr.v1.RollbackResponse
+	40,  // 143: lehr.v1.Control.CompactNamespace:output_type -> lehr.v1.CompactNamespaceResponse
+	110, // 144: lehr.v1.Control.DeleteNamespace:output_type -> google.protobuf.Empty
+	110, // 145: lehr.v1.Control.DeleteDomain:output_type -> google.protobuf.Empty
+	91,  // 146: lehr.v1.Control.CreateZone:output_type -> lehr.v1.Zone
+	110, // 147: lehr.v1.Control.DeleteZone:output_type -> google.protobuf.Empty
+	46,  // 148: lehr.v1.Control.ListZones:output_type -> lehr.v1.ListZonesResponse
+	48,  // 149: lehr.v1.Control.GetGoals:output_type -> lehr.v1.GetGoalsResponse
+	51,  // 150: lehr.v1.Control.WatchGoals:output_type -> lehr.v1.WatchGoalsResponse
+	53,  // 151: lehr.v1.Control.FetchVersion:output_type -> lehr.v1.FetchVersionResponse
+	55,  // 152: lehr.v1.Control.FetchDelta:output_type -> lehr.v1.FetchDeltaResponse
+	64,  // 153: lehr.v1.Control.ReportZoneStatus:output_type -> lehr.v1.ReportZoneStatusResponse
+	77,  // 154: lehr.v1.Control.GetZoneStatus:output_type -> lehr.v1.GetZoneStatusResponse
+	67,  // 155: lehr.v1.Control.GetStoreStatus:output_type -> lehr.v1.StoreStatus
+	72,  // 156: lehr.v1.Control.GetControlStatus:output_type -> lehr.v1.ControlStatus
+	70,  // 157: lehr.v1.Control.BackupStore:output_type -> lehr.v1.BackupStoreResponse
+	83,  // 158: lehr.v1.Control.SetRolloutPolicy:output_type -> lehr.v1.RolloutPolicyRecord
+	83,  // 159: lehr.v1.Control.DeleteRolloutPolicy:output_type -> lehr.v1.RolloutPolicyRecord
+	14,  // 160: lehr.v1.Control.GetRolloutPolicy:output_type -> lehr.v1.GetRolloutPolicyResponse
+	16,  // 161: lehr.v1.Control.RolloutPolicyHistory:output_type -> lehr.v1.RolloutPolicyHistoryResponse
+	80,  // 162: lehr.v1.Control.GetRollout:output_type -> lehr.v1.Rollout
+	8,   // 163: lehr.v1.Control.ListRollouts:output_type -> lehr.v1.ListRolloutsResponse
+	10,  // 164: lehr.v1.Control.ListRolloutEvents:output_type -> lehr.v1.ListRolloutEventsResponse
+	80,  // 165: lehr.v1.Control.UpdateRollout:output_type -> lehr.v1.Rollout
+	111, // 166: lehr.v1.Control.Evaluate:output_type -> lehr.v1.CanaryEvaluation
+	111, // 167: lehr.v1.Control.GetCanaryEvaluation:output_type -> lehr.v1.CanaryEvaluation
+	112, // 168: lehr.v1.Control.ListCanaryEvaluations:output_type -> lehr.v1.ListCanaryEvaluationsResponse
+	113, // 169: lehr.v1.Control.GetPolicy:output_type -> lehr.v1.Policy
+	114, // 170: lehr.v1.Control.CreatePolicyExperiment:output_type -> google.longrunning.Operation
+	114, // 171: lehr.v1.Control.UpdatePolicyExperiment:output_type -> google.longrunning.Operation
+	115, // 172: lehr.v1.Control.GetPolicyExperiment:output_type -> lehr.v1.PolicyExperiment
+	116, // 173: lehr.v1.Control.ListPolicyExperiments:output_type -> lehr.v1.ListPolicyExperimentsResponse
+	114, // 174: lehr.v1.Control.DeletePolicyExperiment:output_type -> google.longrunning.Operation
+	114, // 175: lehr.v1.Control.StartPreviewPolicyExperiment:output_type -> google.longrunning.Operation
+	114, // 176: lehr.v1.Control.StopPreviewPolicyExperiment:output_type -> google.longrunning.Operation
+	114, // 177: lehr.v1.Control.CommitPolicyExperiment:output_type -> google.longrunning.Operation
+	114, // 178: lehr.v1.Control.DeletePolicy:output_type -> google.longrunning.Operation
+	117, // 179: lehr.v1.Control.GetPolicyExperimentCounts:output_type -> lehr.v1.PolicyExperimentCounts
+	4,   // 180: lehr.v1.Control.ListAuditRecords:output_type -> lehr.v1.ListAuditRecordsResponse
+	130, // [130:181] is the sub-list for method output_type
+	79,  // [79:130] is the sub-list for method input_type
+	79,  // [79:79] is the sub-list for extension type_name
+	79,  // [79:79] is the sub-list for extension extendee
+	0,   // [0:79] is the sub-list for field type_name
 }
 
 func init() { file_lehr_v1_control_proto_init() }
@@ -5886,7 +6020,7 @@ func file_lehr_v1_control_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lehr_v1_control_proto_rawDesc), len(file_lehr_v1_control_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   74,
+			NumMessages:   76,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

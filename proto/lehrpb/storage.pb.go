@@ -415,6 +415,188 @@ func (x *Tombstone) GetRequestId() string {
 	return ""
 }
 
+// BackupRecord is written at <prefix>backup by control's Backup, in the
+// transaction just before etcd's snapshot is taken, so every backup holds
+// the record of itself: a restore reads when its backup was taken from it
+// (control/store, restore.go).
+type BackupRecord struct {
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	BackupTime *timestamppb.Timestamp `protobuf:"bytes,1,opt,name=backup_time,json=backupTime,proto3" json:"backup_time,omitempty"`
+	// Who asked for the backup (the caller's identity).
+	Author        string `protobuf:"bytes,2,opt,name=author,proto3" json:"author,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BackupRecord) Reset() {
+	*x = BackupRecord{}
+	mi := &file_lehr_v1_storage_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BackupRecord) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BackupRecord) ProtoMessage() {}
+
+func (x *BackupRecord) ProtoReflect() protoreflect.Message {
+	mi := &file_lehr_v1_storage_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BackupRecord.ProtoReflect.Descriptor instead.
+func (*BackupRecord) Descriptor() ([]byte, []int) {
+	return file_lehr_v1_storage_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *BackupRecord) GetBackupTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.BackupTime
+	}
+	return nil
+}
+
+func (x *BackupRecord) GetAuthor() string {
+	if x != nil {
+		return x.Author
+	}
+	return ""
+}
+
+// RestoreRecord is written at <prefix>restore by lehr control restore into
+// the store it restored (control/store, restore.go), and kept for good.
+// Versions committed after the restore are numbered above version_floor,
+// which is above any version the lost store can have handed out, so no
+// host holds a version with the numbers control now gives out. Until
+// resync_time is set, the first control replica to start re-commits every
+// namespace's latest version above the floor and sets every zone's goal to
+// it, so every host converges to the restored content.
+type RestoreRecord struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// A random id, in the request ids of the re-commits.
+	Id          string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	RestoreTime *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=restore_time,json=restoreTime,proto3" json:"restore_time,omitempty"`
+	// When the backup restored was taken (its BackupRecord), and the etcd
+	// revision its snapshot was taken at.
+	BackupTime     *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=backup_time,json=backupTime,proto3" json:"backup_time,omitempty"`
+	BackupRevision int64                  `protobuf:"varint,4,opt,name=backup_revision,json=backupRevision,proto3" json:"backup_revision,omitempty"`
+	// The SHA-256 of the backup file, hex.
+	BackupSha256 string `protobuf:"bytes,5,opt,name=backup_sha256,json=backupSha256,proto3" json:"backup_sha256,omitempty"`
+	// Who restored (the local account running lehr control restore).
+	Author string `protobuf:"bytes,6,opt,name=author,proto3" json:"author,omitempty"`
+	// Every version committed after the restore is above this.
+	VersionFloor uint64 `protobuf:"varint,7,opt,name=version_floor,json=versionFloor,proto3" json:"version_floor,omitempty"`
+	// How far etcd's revision was raised at the restore.
+	RevisionBump uint64 `protobuf:"varint,8,opt,name=revision_bump,json=revisionBump,proto3" json:"revision_bump,omitempty"`
+	// When control re-committed every namespace above the floor; unset
+	// until then.
+	ResyncTime    *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=resync_time,json=resyncTime,proto3" json:"resync_time,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RestoreRecord) Reset() {
+	*x = RestoreRecord{}
+	mi := &file_lehr_v1_storage_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RestoreRecord) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RestoreRecord) ProtoMessage() {}
+
+func (x *RestoreRecord) ProtoReflect() protoreflect.Message {
+	mi := &file_lehr_v1_storage_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RestoreRecord.ProtoReflect.Descriptor instead.
+func (*RestoreRecord) Descriptor() ([]byte, []int) {
+	return file_lehr_v1_storage_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *RestoreRecord) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *RestoreRecord) GetRestoreTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.RestoreTime
+	}
+	return nil
+}
+
+func (x *RestoreRecord) GetBackupTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.BackupTime
+	}
+	return nil
+}
+
+func (x *RestoreRecord) GetBackupRevision() int64 {
+	if x != nil {
+		return x.BackupRevision
+	}
+	return 0
+}
+
+func (x *RestoreRecord) GetBackupSha256() string {
+	if x != nil {
+		return x.BackupSha256
+	}
+	return ""
+}
+
+func (x *RestoreRecord) GetAuthor() string {
+	if x != nil {
+		return x.Author
+	}
+	return ""
+}
+
+func (x *RestoreRecord) GetVersionFloor() uint64 {
+	if x != nil {
+		return x.VersionFloor
+	}
+	return 0
+}
+
+func (x *RestoreRecord) GetRevisionBump() uint64 {
+	if x != nil {
+		return x.RevisionBump
+	}
+	return 0
+}
+
+func (x *RestoreRecord) GetResyncTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ResyncTime
+	}
+	return nil
+}
+
 var File_lehr_v1_storage_proto protoreflect.FileDescriptor
 
 const file_lehr_v1_storage_proto_rawDesc = "" +
@@ -446,7 +628,23 @@ const file_lehr_v1_storage_proto_rawDesc = "" +
 	"\vdelete_time\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"deleteTime\x12\x1d\n" +
 	"\n" +
-	"request_id\x18\x03 \x01(\tR\trequestIdB9\n" +
+	"request_id\x18\x03 \x01(\tR\trequestId\"c\n" +
+	"\fBackupRecord\x12;\n" +
+	"\vbackup_time\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"backupTime\x12\x16\n" +
+	"\x06author\x18\x02 \x01(\tR\x06author\"\x88\x03\n" +
+	"\rRestoreRecord\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12=\n" +
+	"\frestore_time\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\vrestoreTime\x12;\n" +
+	"\vbackup_time\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"backupTime\x12'\n" +
+	"\x0fbackup_revision\x18\x04 \x01(\x03R\x0ebackupRevision\x12#\n" +
+	"\rbackup_sha256\x18\x05 \x01(\tR\fbackupSha256\x12\x16\n" +
+	"\x06author\x18\x06 \x01(\tR\x06author\x12#\n" +
+	"\rversion_floor\x18\a \x01(\x04R\fversionFloor\x12#\n" +
+	"\rrevision_bump\x18\b \x01(\x04R\frevisionBump\x12;\n" +
+	"\vresync_time\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"resyncTimeB9\n" +
 	"\vdev.lehr.v1B\fStorageProtoP\x01Z\x1alehr.dev/lehr/proto/lehrpbb\x06proto3"
 
 var (
@@ -461,7 +659,7 @@ func file_lehr_v1_storage_proto_rawDescGZIP() []byte {
 	return file_lehr_v1_storage_proto_rawDescData
 }
 
-var file_lehr_v1_storage_proto_msgTypes = make([]protoimpl.MessageInfo, 6)
+var file_lehr_v1_storage_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
 var file_lehr_v1_storage_proto_goTypes = []any{
 	(*VersionRecord)(nil),         // 0: lehr.v1.VersionRecord
 	(*RequestRecord)(nil),         // 1: lehr.v1.RequestRecord
@@ -469,22 +667,28 @@ var file_lehr_v1_storage_proto_goTypes = []any{
 	(*ManifestEntry)(nil),         // 3: lehr.v1.ManifestEntry
 	(*DomainUsageRecord)(nil),     // 4: lehr.v1.DomainUsageRecord
 	(*Tombstone)(nil),             // 5: lehr.v1.Tombstone
-	(*VersionInfo)(nil),           // 6: lehr.v1.VersionInfo
-	(*CanaryCheck)(nil),           // 7: lehr.v1.CanaryCheck
-	(*timestamppb.Timestamp)(nil), // 8: google.protobuf.Timestamp
+	(*BackupRecord)(nil),          // 6: lehr.v1.BackupRecord
+	(*RestoreRecord)(nil),         // 7: lehr.v1.RestoreRecord
+	(*VersionInfo)(nil),           // 8: lehr.v1.VersionInfo
+	(*CanaryCheck)(nil),           // 9: lehr.v1.CanaryCheck
+	(*timestamppb.Timestamp)(nil), // 10: google.protobuf.Timestamp
 }
 var file_lehr_v1_storage_proto_depIdxs = []int32{
-	6, // 0: lehr.v1.VersionRecord.info:type_name -> lehr.v1.VersionInfo
-	7, // 1: lehr.v1.VersionRecord.expected_checks:type_name -> lehr.v1.CanaryCheck
-	6, // 2: lehr.v1.RequestRecord.info:type_name -> lehr.v1.VersionInfo
-	3, // 3: lehr.v1.ManifestChunk.entries:type_name -> lehr.v1.ManifestEntry
-	8, // 4: lehr.v1.DomainUsageRecord.publish_time:type_name -> google.protobuf.Timestamp
-	8, // 5: lehr.v1.Tombstone.delete_time:type_name -> google.protobuf.Timestamp
-	6, // [6:6] is the sub-list for method output_type
-	6, // [6:6] is the sub-list for method input_type
-	6, // [6:6] is the sub-list for extension type_name
-	6, // [6:6] is the sub-list for extension extendee
-	0, // [0:6] is the sub-list for field type_name
+	8,  // 0: lehr.v1.VersionRecord.info:type_name -> lehr.v1.VersionInfo
+	9,  // 1: lehr.v1.VersionRecord.expected_checks:type_name -> lehr.v1.CanaryCheck
+	8,  // 2: lehr.v1.RequestRecord.info:type_name -> lehr.v1.VersionInfo
+	3,  // 3: lehr.v1.ManifestChunk.entries:type_name -> lehr.v1.ManifestEntry
+	10, // 4: lehr.v1.DomainUsageRecord.publish_time:type_name -> google.protobuf.Timestamp
+	10, // 5: lehr.v1.Tombstone.delete_time:type_name -> google.protobuf.Timestamp
+	10, // 6: lehr.v1.BackupRecord.backup_time:type_name -> google.protobuf.Timestamp
+	10, // 7: lehr.v1.RestoreRecord.restore_time:type_name -> google.protobuf.Timestamp
+	10, // 8: lehr.v1.RestoreRecord.backup_time:type_name -> google.protobuf.Timestamp
+	10, // 9: lehr.v1.RestoreRecord.resync_time:type_name -> google.protobuf.Timestamp
+	10, // [10:10] is the sub-list for method output_type
+	10, // [10:10] is the sub-list for method input_type
+	10, // [10:10] is the sub-list for extension type_name
+	10, // [10:10] is the sub-list for extension extendee
+	0,  // [0:10] is the sub-list for field type_name
 }
 
 func init() { file_lehr_v1_storage_proto_init() }
@@ -500,7 +704,7 @@ func file_lehr_v1_storage_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lehr_v1_storage_proto_rawDesc), len(file_lehr_v1_storage_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   6,
+			NumMessages:   8,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

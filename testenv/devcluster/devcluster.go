@@ -442,6 +442,10 @@ func (c *Cluster) ControlMetricsAddr() string { return c.ctl.metricsAddrString()
 // It stays the same across StopControl and RestartControl.
 func (c *Cluster) ControlHTTPAddr() string { return c.ctl.httpAddrString() }
 
+// ControlDataDir is control's --data-dir: its embedded etcd is in
+// ControlDataDir()/etcd (lehr control restore).
+func (c *Cluster) ControlDataDir() string { return c.ctl.opts.DataDir }
+
 // Control returns the running control daemon, nil while it is stopped.
 func (c *Cluster) Control() *control.Control { return c.ctl.current() }
 
