@@ -122,6 +122,10 @@ type Options struct {
 	// RejectStreams makes the agent abandon every update stream at once
 	// (STOP_SENDING) instead of reading it.
 	RejectStreams bool
+	// IgnoreStreams makes the agent a stuck one: it never accepts an
+	// update stream, so the distributor's stream credit is never given
+	// back, while its control stream and keepalives go on as usual.
+	IgnoreStreams bool
 	// AnyDistributor makes the agent talk to a distributor whatever its
 	// certificate names, as agents before issue 28 did: a test of the
 	// distributor's own refusals (an agent of another zone) needs one.
@@ -611,6 +615,9 @@ func (a *Agent) closeDone() {
 }
 
 func (a *Agent) acceptUpdates() {
+	if a.opts.IgnoreStreams {
+		return
+	}
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	for {

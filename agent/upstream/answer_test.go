@@ -101,7 +101,7 @@ func (d *rawDist) send(u *lehrpb.Update) {
 	if err != nil {
 		d.t.Fatal(err)
 	}
-	if err := wire.SendUpdate(context.Background(), conn, frame); err != nil {
+	if err := wire.SendUpdate(context.Background(), conn, frame, 0); err != nil {
 		d.t.Fatal(err)
 	}
 }

@@ -2,6 +2,7 @@ package fanout_test
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -55,6 +56,34 @@ func TestUnansweredUpdateIsPlannedAgain(t *testing.T) {
 	waitVersion(t, a, ns, v2)
 	if err := a.Err(); err != nil {
 		t.Fatalf("connection ended: %v; a late Ack must not be a protocol violation", err)
+	}
+}
+
+// A push to an agent that stopped taking update streams does not hang
+// forever: the write's progress is bounded by Options.AckTimeout, after
+// which the distributor closes the connection so the agent reconnects and
+// announces what it holds. Before the bound, the second push waited for
+// stream credit that never came, without an Ack deadline, while the
+// agent's keepalives kept the connection up — the catalog bench's 15
+// namespaces that never converged (issue 27).
+func TestStalledPushEndsTheConnection(t *testing.T) {
+	e := newEnv(t, func(o *fanout.Options) { o.AckTimeout = 200 * time.Millisecond })
+	ns := "d/app"
+	e.publish(ns, props(10, "v1"))
+	qc := wire.ClientQUICConfig()
+	qc.MaxIncomingUniStreams = 1 // the first push takes the only credit
+	a := e.dial("host-1", agenttest.Options{Subscriptions: []string{ns}, IgnoreStreams: true, QUIC: qc})
+	select {
+	case <-a.Done():
+	case <-time.After(30 * time.Second):
+		t.Fatalf("the connection to a stuck agent is still up after 30 s (stats %+v)", e.srv.Stats())
+	}
+	var ae *quic.ApplicationError
+	if err := a.Err(); !errors.As(err, &ae) || ae.ErrorCode != wire.CodeInternalError || !strings.Contains(ae.ErrorMessage, "push an update") {
+		t.Errorf("agent's connection ended with %v, want the distributor's close for a push it could not make", err)
+	}
+	if got := e.srv.Stats().StalledPushes; got != 1 {
+		t.Errorf("StalledPushes = %d, want 1", got)
 	}
 }
 

@@ -16,6 +16,7 @@ import (
 var MetricsHelp = metricshttp.Help{
 	"lehr_distributor_abandoned_handshakes_total": "Connections admitted whose handshake never completed; each held a place at the admission bound until the handshake timeout.",
 	"lehr_distributor_ack_timeouts_total":         "Updates an agent left unanswered for 30 s, re-planned as snapshots.",
+	"lehr_distributor_stalled_pushes_total":       "Updates an agent took no bytes of for 30 s (no stream credit or no reads); each closed that agent's connection.",
 	"lehr_distributor_acks_total":                 "Updates agents acknowledged as applied.",
 	"lehr_distributor_admitting_agents":           "Connections being admitted now (first packet to Welcome), at most the admission bound.",
 	"lehr_distributor_bytes_total":                "Bytes of updates sent to agents, by kind: snapshot or patch.",
@@ -50,6 +51,7 @@ type serverMetrics struct {
 	fullHandshakes            *metrics.Counter // completed, full
 	resumedHandshakes         *metrics.Counter // completed, TLS session resumed
 	ackTimeouts, strayAcks    *metrics.Counter
+	stalledPushes             *metrics.Counter
 	advice                    *metrics.Counter
 
 	lagMu sync.Mutex
@@ -80,6 +82,7 @@ func newServerMetrics(set *metrics.Set, srv *Server) *serverMetrics {
 		resumedHandshakes:   set.NewCounter(`lehr_distributor_handshakes_total{tls="resumed"}`),
 		ackTimeouts:         set.NewCounter(`lehr_distributor_ack_timeouts_total`),
 		strayAcks:           set.NewCounter(`lehr_distributor_stray_acks_total`),
+		stalledPushes:       set.NewCounter(`lehr_distributor_stalled_pushes_total`),
 		advice:              set.NewCounter(`lehr_distributor_redial_advice_total`),
 		lag:                 map[string]bool{},
 	}

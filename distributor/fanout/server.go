@@ -105,7 +105,10 @@ type Options struct {
 	// the namespace again, as a snapshot; default DefaultAckTimeout. Agents
 	// answer every update they read, so a timeout means the update was
 	// lost with its stream or the agent misbehaves; a late answer is then
-	// ignored.
+	// ignored. It also bounds the write's progress: an update whose stream
+	// the agent takes no bytes of for AckTimeout (no stream credit, or
+	// nothing read) closes the agent's connection (wire.ErrStalled), so
+	// that it reconnects and announces what it holds.
 	AckTimeout time.Duration
 	// MaxInflightBytes bounds, per agent, the bytes of updates written and
 	// not yet answered: an agent applies an update before it answers, so
@@ -182,6 +185,9 @@ type Stats struct {
 	ProtocolErrors              uint64
 	// AckTimeouts counts updates unanswered after Options.AckTimeout.
 	AckTimeouts uint64
+	// StalledPushes counts updates whose write made no progress for
+	// Options.AckTimeout, each ending its agent's connection.
+	StalledPushes uint64
 	// RefusedHandshakes counts refusals because Options.MaxHandshakes
 	// agents were being admitted: one per Initial packet of a refused
 	// attempt (a ClientHello may span two).
@@ -542,6 +548,7 @@ func (s *Server) Stats() Stats {
 		Resyncs:        s.met.resyncs.Get(),
 		ProtocolErrors: s.met.protocolErrors.Get(),
 		AckTimeouts:    s.met.ackTimeouts.Get(),
+		StalledPushes:  s.met.stalledPushes.Get(),
 
 		RefusedHandshakes:   s.met.refusedHandshakes.Get(),
 		AbandonedHandshakes: s.met.abandonedHandshakes.Get(),

@@ -813,7 +813,14 @@ func (ss *session) push(j job) {
 	if err := ss.srv.throttle(ss.ctx, j.ns, len(frame)); err != nil {
 		return // the session is ending
 	}
-	if err := wire.SendUpdate(ss.ctx, ss.conn, frame); err != nil {
+	// The write's progress is bounded by the Ack timeout too: an agent
+	// that stopped taking streams or bytes would otherwise hold this push,
+	// unanswered and without a deadline, for as long as its keepalives
+	// keep the connection up.
+	if err := wire.SendUpdate(ss.ctx, ss.conn, frame, ss.srv.opts.AckTimeout); err != nil {
+		if errors.Is(err, wire.ErrStalled) {
+			ss.srv.met.stalledPushes.Inc()
+		}
 		ss.fail("push an update", fmt.Errorf("%s@%d: %w", j.ns, j.goal.Seq, err))
 		return
 	}

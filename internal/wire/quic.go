@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"sync"
 	"time"
 
@@ -331,18 +332,44 @@ func CloseConn(conn *quic.Conn, err error) error {
 // smallUpdate is the largest update frame SendUpdate sends first.
 const smallUpdate = 64 << 10
 
+// sendChunk is how much of a frame SendUpdate hands to the stream at a
+// time: the unit in which it sees progress (SendUpdate's stall bound).
+const sendChunk = 64 << 10
+
+// ErrStalled is the error (matched with errors.Is) of a SendUpdate whose
+// stream took no bytes for its stall bound: the agent neither granted a
+// stream nor read what was sent. Such an agent is stuck, not slow, and the
+// distributor ends the connection so that it reconnects.
+var ErrStalled = errors.New("the agent took no update bytes")
+
 // SendUpdate opens a fresh unidirectional stream on conn, writes frame —
 // one Update frame, as AppendFrame encodes it — and closes the stream.
 // Ending ctx resets the stream with StreamCodeCancelled and returns ctx's
 // cause. Delivery is confirmed only by the agent's Ack.
 //
+// stall, if positive, bounds progress rather than the whole write, since
+// a large snapshot on a lossy link legitimately takes minutes: waiting
+// for the agent's stream credit, and each chunk of sendChunk bytes, may
+// take at most stall. Past it the stream is reset and the error matches
+// [ErrStalled]: an agent that stopped accepting streams or reading them
+// would otherwise hold the write — and the update, never answered —
+// forever, while its control stream keeps the connection alive.
+//
 // A frame of at most smallUpdate bytes goes before larger ones still
 // sending on conn (QUIC stream urgency 2 against the default 3): a
 // one-key patch waits for no other namespace's snapshot — another
 // domain's flood, say — only for the bandwidth of the small updates.
-func SendUpdate(ctx context.Context, conn *quic.Conn, frame []byte) error {
-	s, err := conn.OpenUniStreamSync(ctx)
+func SendUpdate(ctx context.Context, conn *quic.Conn, frame []byte, stall time.Duration) error {
+	octx, cancel := ctx, context.CancelFunc(func() {})
+	if stall > 0 {
+		octx, cancel = context.WithTimeoutCause(ctx, stall, ErrStalled)
+	}
+	s, err := conn.OpenUniStreamSync(octx)
+	cancel()
 	if err != nil {
+		if ctx.Err() == nil && errors.Is(context.Cause(octx), ErrStalled) {
+			return fmt.Errorf("wire: open update stream: no stream credit for %v: %w", stall, ErrStalled)
+		}
 		return fmt.Errorf("wire: open update stream: %w", err)
 	}
 	if len(frame) <= smallUpdate {
@@ -350,12 +377,23 @@ func SendUpdate(ctx context.Context, conn *quic.Conn, frame []byte) error {
 	}
 	stop := context.AfterFunc(ctx, func() { s.CancelWrite(StreamCodeCancelled) })
 	defer stop()
-	if _, err := s.Write(frame); err != nil {
-		s.CancelWrite(StreamCodeCancelled)
-		if ctx.Err() != nil {
-			err = context.Cause(ctx)
+	for rest := frame; len(rest) > 0; {
+		chunk := rest[:min(len(rest), sendChunk)]
+		if stall > 0 {
+			_ = s.SetWriteDeadline(time.Now().Add(stall))
 		}
-		return fmt.Errorf("wire: write update stream %d: %w", s.StreamID(), err)
+		_, err := s.Write(chunk)
+		if err != nil {
+			s.CancelWrite(StreamCodeCancelled)
+			switch {
+			case ctx.Err() != nil:
+				err = context.Cause(ctx)
+			case errors.Is(err, os.ErrDeadlineExceeded):
+				err = fmt.Errorf("%d of %d bytes written, none for %v: %w", len(frame)-len(rest), len(frame), stall, ErrStalled)
+			}
+			return fmt.Errorf("wire: write update stream %d: %w", s.StreamID(), err)
+		}
+		rest = rest[len(chunk):]
 	}
 	if err := s.Close(); err != nil {
 		return fmt.Errorf("wire: close update stream %d: %w", s.StreamID(), err)

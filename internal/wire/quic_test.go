@@ -232,7 +232,7 @@ func (d *testDistributor) handle(ctx context.Context, conn *quic.Conn) {
 		sends.Add(1)
 		go func() { // concurrently: one stream per update
 			defer sends.Done()
-			if err := SendUpdate(ctx, conn, frame); err != nil {
+			if err := SendUpdate(ctx, conn, frame, 0); err != nil {
 				d.events <- err
 				return
 			}
