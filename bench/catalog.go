@@ -5,12 +5,14 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"lehr.dev/lehr/testenv/memcgroup"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"google.golang.org/grpc"
@@ -24,6 +26,7 @@ import (
 	"lehr.dev/lehr/internal/pki"
 	"lehr.dev/lehr/internal/tlsconfig"
 	"lehr.dev/lehr/proto/lehrpb"
+	"lehr.dev/lehr/testenv/memcgroup"
 )
 
 func catalogScenario() Scenario {
@@ -862,7 +865,7 @@ func (c *catalogRun) agents(ctx context.Context) (float64, error) {
 		mu.Lock()
 		n := len(got)
 		mu.Unlock()
-		return 0, fmt.Errorf("agents hold %d of their %d subscriptions after %v", n, total, timeout)
+		return 0, fmt.Errorf("agents hold %d of their %d subscriptions after %v; %s", n, total, timeout, c.stallReport(ctx))
 	}
 	converged := time.Since(start)
 	if err := sleep(ctx, 3*time.Second); err != nil {
@@ -1031,4 +1034,36 @@ func (c *catalogRun) fill(ctx context.Context) (fillResult, error) {
 		Add("etcd size", size/(1<<20), "MiB").Add("of quota", 100*r.atFraction, "%").Add("of high-water", 100*size/float64(r.highWater), "%").
 		Add("rollback ok", rb, ""))
 	return r, nil
+}
+
+// stallReport says what the distributor makes of a tail that does not
+// converge — its counters and the namespaces whose agents lag — and has it
+// dump every goroutine into its log (SIGQUIT; the run has failed anyway),
+// so that where its pushes wait can be read afterwards.
+func (c *catalogRun) stallReport(ctx context.Context) string {
+	var b strings.Builder
+	if m, err := c.dist.metrics(ctx); err != nil {
+		fmt.Fprintf(&b, "distributor metrics: %v; ", err)
+	} else {
+		for _, name := range []string{"lehr_distributor_connected_agents", "lehr_distributor_pushes_total", "lehr_distributor_acks_total",
+			"lehr_distributor_ack_timeouts_total", "lehr_distributor_stalled_pushes_total", "lehr_distributor_refused_updates_total",
+			"lehr_distributor_handshakes_total", "lehr_distributor_goals", "lehr_distributor_namespaces_wanted"} {
+			fmt.Fprintf(&b, "%s %.0f, ", name, m.sum(name))
+		}
+		var lagging []string
+		for series, v := range m {
+			if v > 0 && strings.HasPrefix(series, "lehr_distributor_namespace_lag{") {
+				lagging = append(lagging, fmt.Sprintf("%s=%.0f", strings.TrimPrefix(series, "lehr_distributor_namespace_lag"), v))
+			}
+		}
+		slices.Sort(lagging)
+		if len(lagging) > 20 {
+			lagging = append(lagging[:20], fmt.Sprintf("… %d more", len(lagging)-20))
+		}
+		fmt.Fprintf(&b, "lagging %v; ", lagging)
+	}
+	if err := c.dist.cmd.Process.Signal(syscall.SIGQUIT); err == nil {
+		fmt.Fprintf(&b, "the distributor's goroutines are dumped in %s", c.dist.logPath)
+	}
+	return b.String()
 }

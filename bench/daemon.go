@@ -67,7 +67,8 @@ func (d *daemon) start() error {
 			cmd.Env = append(cmd.Env, kv)
 		}
 	}
-	cmd.Env = append(cmd.Env, "GODEBUG=gctrace=1")
+	// Every goroutine in a SIGQUIT's dump (a stalled run's, stallReport).
+	cmd.Env = append(cmd.Env, "GODEBUG=gctrace=1", "GOTRACEBACK=all")
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("start %s: %w", d.name, err)
 	}
