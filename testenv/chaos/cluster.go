@@ -121,7 +121,19 @@ type ClusterOptions struct {
 	// cluster every control replica uses (--etcd-endpoints) instead of an
 	// embedded etcd of its own.
 	EtcdEndpoints []string
-	Logger        *slog.Logger
+	// EtcdTLS, if set, are the files control replicas reach EtcdEndpoints
+	// with (--etcd-ca, --etcd-cert, --etcd-key).
+	EtcdTLS *EtcdTLS
+	Logger  *slog.Logger
+}
+
+// EtcdTLS are the files of a client of an etcd over mutual TLS: the CA of
+// the members' certificates, and a client certificate and its key.
+type EtcdTLS struct{ CA, Cert, Key string }
+
+// Args are control's flags for them.
+func (t EtcdTLS) Args() []string {
+	return []string{"--etcd-ca", t.CA, "--etcd-cert", t.Cert, "--etcd-key", t.Key}
 }
 
 // StartCluster starts control (every replica), creates the domain and the
@@ -175,6 +187,9 @@ func StartCluster(ctx, run context.Context, opts ClusterOptions) (_ *Cluster, er
 		}
 		if len(opts.EtcdEndpoints) > 0 {
 			args = append(args, "--etcd-endpoints", strings.Join(opts.EtcdEndpoints, ","))
+		}
+		if opts.EtcdTLS != nil {
+			args = append(args, opts.EtcdTLS.Args()...)
 		}
 		p, err := newProc(run, name, opts.Binary, dir, append(args, opts.ControlArgs...), log)
 		if err != nil {

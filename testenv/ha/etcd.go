@@ -16,6 +16,8 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
+	"lehr.dev/lehr/internal/pki"
+	"lehr.dev/lehr/internal/tlsconfig"
 	"lehr.dev/lehr/testenv/chaos"
 )
 
@@ -39,10 +41,18 @@ func BuildEtcd(ctx context.Context, dir string, log io.Writer) (string, error) {
 
 // Etcd is an etcd cluster of member processes on loopback, each
 // supervised as systemd would (chaos.Proc): a member that exits without
-// being killed is restarted.
+// being killed is restarted. Clients reach it over mutual TLS: each member
+// serves https with a certificate of the cluster's own CA and requires a
+// client certificate it issued (--client-cert-auth), as operations.md
+// asks of an etcd holding every tenant's configuration.
 type Etcd struct {
 	Members []*Member
+	// TLS are the files a client needs: the CA that issued the members'
+	// certificates, and a client certificate and key it issued.
+	TLS chaos.EtcdTLS
 
+	ca  *pki.CA
+	dir string
 	cli *clientv3.Client
 }
 
@@ -71,12 +81,19 @@ func StartEtcd(ctx, run context.Context, opts EtcdOptions) (_ *Etcd, err error) 
 	if n == 0 {
 		n = 3
 	}
-	e := &Etcd{}
+	e := &Etcd{dir: filepath.Join(opts.Dir, "etcd-pki")}
 	defer func() {
 		if err != nil {
 			e.Close()
 		}
 	}()
+	if e.ca, err = pki.NewCA(e.dir, "lehr-ha-etcd-CA", 24*time.Hour); err != nil {
+		return nil, fmt.Errorf("ha: etcd CA: %w", err)
+	}
+	e.TLS.CA = filepath.Join(e.dir, pki.CACertFile)
+	if e.TLS.Cert, e.TLS.Key, err = e.ca.IssueFiles(e.dir, "lehr-control", pki.Client, nil, 24*time.Hour); err != nil {
+		return nil, fmt.Errorf("ha: etcd client certificate: %w", err)
+	}
 	var initial []string
 	for i := range n {
 		m := &Member{Name: fmt.Sprintf("m%d", i)}
@@ -87,17 +104,23 @@ func StartEtcd(ctx, run context.Context, opts EtcdOptions) (_ *Etcd, err error) 
 			}
 			*url = fmt.Sprintf("http://127.0.0.1:%d", port)
 		}
+		m.ClientURL = "https" + strings.TrimPrefix(m.ClientURL, "http")
 		initial = append(initial, m.Name+"="+m.PeerURL)
 		e.Members = append(e.Members, m)
 	}
 	for _, m := range e.Members {
 		dir := filepath.Join(opts.Dir, "etcd-"+m.Name)
+		cert, key, err := e.ca.IssueFiles(e.dir, "etcd-"+m.Name, pki.Server, []string{"127.0.0.1"}, 24*time.Hour)
+		if err != nil {
+			return nil, fmt.Errorf("ha: etcd %s certificate: %w", m.Name, err)
+		}
 		if m.Proc, err = chaos.NewProc(run, "etcd "+m.Name, opts.Binary, dir, []string{
 			"--name", m.Name, "--data-dir", filepath.Join(dir, "data"),
 			"--listen-client-urls", m.ClientURL, "--advertise-client-urls", m.ClientURL,
 			"--listen-peer-urls", m.PeerURL, "--initial-advertise-peer-urls", m.PeerURL,
 			"--initial-cluster", strings.Join(initial, ","), "--initial-cluster-state", "new",
 			"--initial-cluster-token", "lehr-ha",
+			"--cert-file", cert, "--key-file", key, "--client-cert-auth", "--trusted-ca-file", e.TLS.CA,
 		}, opts.Logger); err != nil {
 			return nil, err
 		}
@@ -107,12 +130,27 @@ func StartEtcd(ctx, run context.Context, opts EtcdOptions) (_ *Etcd, err error) 
 	if err := e.Start(ctx, e.Members...); err != nil {
 		return nil, err
 	}
+	tc, err := tlsconfig.Client(e.TLS.Cert, e.TLS.Key, e.TLS.CA, "")
+	if err != nil {
+		return nil, fmt.Errorf("ha: etcd client TLS: %w", err)
+	}
 	if e.cli, err = clientv3.New(clientv3.Config{
-		Endpoints: e.Endpoints(), DialTimeout: 5 * time.Second, Logger: zap.NewNop(),
+		Endpoints: e.Endpoints(), DialTimeout: 5 * time.Second, Logger: zap.NewNop(), TLS: tc,
 	}); err != nil {
 		return nil, fmt.Errorf("ha: etcd client: %w", err)
 	}
 	return e, nil
+}
+
+// ForeignClient issues, under dir, a client certificate and key from a CA
+// the members do not trust: what a misconfigured replica would hold.
+func (e *Etcd) ForeignClient(dir string) (chaos.EtcdTLS, error) {
+	other, err := pki.NewCA(dir, "another-CA", time.Hour)
+	if err != nil {
+		return chaos.EtcdTLS{}, err
+	}
+	cert, key, err := other.IssueFiles(dir, "lehr-control", pki.Client, nil, time.Hour)
+	return chaos.EtcdTLS{CA: e.TLS.CA, Cert: cert, Key: key}, err
 }
 
 // Endpoints are the members' client URLs.

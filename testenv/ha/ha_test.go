@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -67,6 +69,27 @@ func TestHA(t *testing.T) {
 		t.Logf("NOTE: the distributor refuses a list of control addresses; it has %s's alone, so the control-replica kill measures no failover (issue 29's multi-address support)", cl.Controls[0].Name)
 	}
 
+	// A replica whose etcd client certificate the members do not trust
+	// refuses to start, saying so, instead of hanging (issue 29, item 3).
+	t.Run("etcd-tls", func(t *testing.T) {
+		foreign, err := s.Etcd.ForeignClient(filepath.Join(dir, "foreign"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		cctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+		defer cancel()
+		args := append([]string{"control", "--data-dir", filepath.Join(dir, "foreign", "data"), "--listen", "127.0.0.1:0", "--dev",
+			"--etcd-endpoints", strings.Join(s.Etcd.Endpoints(), ",")}, foreign.Args()...)
+		out, err := exec.CommandContext(cctx, bin, args...).CombinedOutput()
+		if cctx.Err() != nil {
+			t.Fatalf("lehr control with an untrusted etcd client certificate still runs after 2 min; output:\n%s", out)
+		}
+		if err == nil || !strings.Contains(string(out), "certificate") || !strings.Contains(string(out), s.Etcd.Members[0].ClientURL) {
+			t.Fatalf("lehr control with an untrusted etcd client certificate: %v; want it to refuse to start, naming the endpoint and the certificate; output:\n%s", err, out)
+		}
+		t.Logf("refused: %s", lastLine(out))
+	})
+
 	var results []*ha.Result
 	for rep := range reps {
 		for _, sc := range ha.Scenarios {
@@ -105,7 +128,7 @@ func TestHA(t *testing.T) {
 		defer f.Close()
 		cl := s.Cluster
 		if _, err := fmt.Fprintf(f, "\n## HA suite (%s, long=%v, race=%v)\n\n"+
-			"etcd: 3 member processes (go.etcd.io/etcd/server/v3 as go.mod pins it), loopback, default heartbeat and election timeouts. "+
+			"etcd: 3 member processes (go.etcd.io/etcd/server/v3 as go.mod pins it), loopback, clients over mutual TLS (--client-cert-auth), default heartbeat and election timeouts. "+
 			"Two control replicas on it; one zone: a distributor (--control %s), two agents, a consumer on each per namespace. "+
 			"Writes every %v to a global-blast namespace and a progressive one (canary bake %v). Outages: etcd leader down %v, quorum lost %v; "+
 			"the replica the distributor is connected to down until the next update is applied, at most %v.\n\n%s\n",
@@ -132,4 +155,10 @@ func runDir(t *testing.T) string {
 		os.RemoveAll(dir)
 	})
 	return dir
+}
+
+// lastLine is the last non-empty line of out.
+func lastLine(out []byte) string {
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	return lines[len(lines)-1]
 }

@@ -110,6 +110,7 @@ func Start(ctx context.Context, cfg Config) (_ *Suite, err error) {
 		Topology:      chaos.Topology{Zones: 1, DistributorsPerZone: 1, AgentsPerZone: 2},
 		Controls:      2,
 		EtcdEndpoints: s.Etcd.Endpoints(),
+		EtcdTLS:       &s.Etcd.TLS,
 	}); err != nil {
 		return nil, err
 	}
