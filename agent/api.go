@@ -29,7 +29,7 @@ var _ localapi.Backend = (*backend)(nil)
 func (b *backend) Subscribe(_ context.Context, req *lehrpb.SubscribeRequest) (*lehrpb.SubscribeResponse, error) {
 	a := (*Agent)(b)
 	ns := req.GetNamespace()
-	l, trs, err := a.leases.Subscribe(ns, req.GetClientId(), time.Duration(req.GetTtlSeconds())*time.Second)
+	l, trs, err := a.leases.Subscribe(ns, req.GetClientId(), req.GetService(), time.Duration(req.GetTtlSeconds())*time.Second)
 	if err != nil {
 		return nil, fmt.Errorf("subscribe %s: %w", ns, err)
 	}
@@ -51,7 +51,7 @@ func (b *backend) Subscribe(_ context.Context, req *lehrpb.SubscribeRequest) (*l
 	if st := a.get(ns); st.fileVersion > 0 && st.fileVersion == st.held.Seq {
 		resp.Version, resp.Checksum = st.held.Seq, st.held.Checksum
 	}
-	a.log.Debug("lease granted", "namespace", ns, "client", req.GetClientId(), "ttl", l.TTL)
+	a.log.Debug("lease granted", "namespace", ns, "client", req.GetClientId(), "service", req.GetService(), "ttl", l.TTL)
 	return resp, nil
 }
 

@@ -10,6 +10,7 @@ import (
 	"lehr.dev/lehr/agent/upstream"
 	"lehr.dev/lehr/internal/content"
 	"lehr.dev/lehr/internal/nsfile"
+	"lehr.dev/lehr/internal/services"
 	"lehr.dev/lehr/proto/lehrpb"
 )
 
@@ -117,8 +118,10 @@ func (h *handler) Report() *lehrpb.Report {
 	a := (*Agent)(h)
 	r := &lehrpb.Report{}
 	leaseCount := map[string]int{}
+	svcs := map[string][]*lehrpb.ServiceConsumers{}
 	for _, n := range a.leases.Namespaces() {
 		leaseCount[n.Name] = n.Leases
+		svcs[n.Name] = services.Top(n.Services)
 	}
 	for _, ns := range a.up.Subscriptions() {
 		st := a.get(ns)
@@ -126,6 +129,7 @@ func (h *handler) Report() *lehrpb.Report {
 			Namespace:      ns,
 			Version:        st.held.Seq,
 			Clients:        uint32(leaseCount[ns]),
+			Services:       svcs[ns],
 			ApplyErrors:    st.applyErrors,
 			CallbackErrors: st.callbackErrs,
 		}

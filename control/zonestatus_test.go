@@ -250,6 +250,21 @@ func TestZoneStatusRejections(t *testing.T) {
 			r.Versions = append(r.Versions, vc("x/db", 1, 1), vc("x/app", 1, 1))
 		}),
 			codes.InvalidArgument, apierror.ReasonInvalidArgument, "versions[2]", ""},
+		{"bad service", with(func(r *lehrpb.ReportZoneStatusRequest) {
+			r.Versions[0].Consumers, r.Versions[0].Services = 2, []*lehrpb.ServiceConsumers{{Service: "Check Out", Consumers: 1}}
+		}),
+			codes.InvalidArgument, apierror.ReasonInvalidArgument, "versions[0].services", ""},
+		{"more service consumers than consumers", with(func(r *lehrpb.ReportZoneStatusRequest) {
+			r.Versions[0].Consumers, r.Versions[0].Services = 2, []*lehrpb.ServiceConsumers{{Service: "api", Consumers: 2}, {Service: "web", Consumers: 1}}
+		}),
+			codes.InvalidArgument, apierror.ReasonInvalidArgument, "versions[0].services", ""},
+		{"too many services", with(func(r *lehrpb.ReportZoneStatusRequest) {
+			r.Versions[0].Consumers = 100
+			for i := range 17 {
+				r.Versions[0].Services = append(r.Versions[0].Services, &lehrpb.ServiceConsumers{Service: fmt.Sprintf("s%d", i), Consumers: 1})
+			}
+		}),
+			codes.InvalidArgument, apierror.ReasonInvalidArgument, "versions[0].services", ""},
 		{"too many counts", with(func(r *lehrpb.ReportZoneStatusRequest) { r.Versions = many }),
 			codes.InvalidArgument, apierror.ReasonInvalidArgument, "versions", "100000 entries"},
 		{"too many bytes", with(func(r *lehrpb.ReportZoneStatusRequest) { r.Versions = long }),

@@ -51,6 +51,7 @@ import (
 	"lehr.dev/lehr/internal/lifecycle"
 	"lehr.dev/lehr/internal/metricshttp"
 	"lehr.dev/lehr/internal/names"
+	"lehr.dev/lehr/internal/services"
 	"lehr.dev/lehr/internal/signing"
 	"lehr.dev/lehr/internal/tlsconfig"
 	"lehr.dev/lehr/proto/lehrpb"
@@ -770,7 +771,8 @@ func (d *Distributor) report(ctx context.Context) error {
 			AgentBuilds:      d.AgentBuilds(),
 		}
 		for _, c := range counts {
-			req.Versions = append(req.Versions, &lehrpb.VersionCount{Namespace: c.Namespace, Version: c.Version, Agents: int32(c.Agents)})
+			req.Versions = append(req.Versions, &lehrpb.VersionCount{Namespace: c.Namespace, Version: c.Version, Agents: int32(c.Agents),
+				Consumers: uint32(c.Consumers), Services: services.Top(c.Services)})
 		}
 		req.Health, req.Hosts, req.Samples = d.Health()
 		req.Signals = d.Signals(time.Now())

@@ -83,7 +83,9 @@ type Lease struct {
 	ID        string
 	Namespace string
 	ClientID  string
-	TTL       time.Duration
+	// Service is the consumer's service ("" if it named none).
+	Service string
+	TTL     time.Duration
 	// Expires is when the lease lapses unless kept alive.
 	Expires time.Time
 }
@@ -100,6 +102,8 @@ type Namespace struct {
 	Name string
 	// Leases is the number of live leases.
 	Leases int
+	// Services counts the live leases per service, unnamed ones left out.
+	Services map[string]int
 	// Until is when the grace period ends; zero while Leases > 0.
 	Until time.Time
 }
@@ -178,12 +182,13 @@ func (t *Table) GrantTTL(ttl time.Duration) time.Duration {
 // Grace returns the grace period in effect.
 func (t *Table) Grace() time.Duration { return t.grace }
 
-// Subscribe grants a new lease on ns to clientID. ttl 0 means the default;
-// see GrantTTL. The namespace name is not validated here. Beyond
+// Subscribe grants a new lease on ns to clientID of service ("" for none).
+// ttl 0 means the default; see GrantTTL. The namespace name and the
+// service are not validated here. Beyond
 // MaxLeasesPerClient or MaxLeases it grants nothing and returns a
 // *TooManyError.
-func (t *Table) Subscribe(ns, clientID string, ttl time.Duration) (Lease, []Transition, error) {
-	l := &Lease{ID: newID(), Namespace: ns, ClientID: clientID, TTL: t.GrantTTL(ttl)}
+func (t *Table) Subscribe(ns, clientID, service string, ttl time.Duration) (Lease, []Transition, error) {
+	l := &Lease{ID: newID(), Namespace: ns, ClientID: clientID, Service: service, TTL: t.GrantTTL(ttl)}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	switch {
@@ -328,7 +333,16 @@ func (t *Table) Namespaces() []Namespace {
 	defer t.mu.Unlock()
 	out := make([]Namespace, 0, len(t.ns))
 	for name, st := range t.ns {
-		out = append(out, Namespace{Name: name, Leases: len(st.leases), Until: st.until})
+		n := Namespace{Name: name, Leases: len(st.leases), Until: st.until}
+		for _, l := range st.leases {
+			if l.Service != "" {
+				if n.Services == nil {
+					n.Services = map[string]int{}
+				}
+				n.Services[l.Service]++
+			}
+		}
+		out = append(out, n)
 	}
 	slices.SortFunc(out, func(a, b Namespace) int { return strings.Compare(a.Name, b.Name) })
 	return out

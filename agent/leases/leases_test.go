@@ -3,6 +3,7 @@ package leases
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"sync"
 	"testing"
 	"time"
@@ -165,7 +166,7 @@ func TestTable(t *testing.T) {
 				switch s.op {
 				case "sub":
 					var l Lease
-					l, tr, _ = tab.Subscribe(s.ns, "client-"+s.lease, s.ttl)
+					l, tr, _ = tab.Subscribe(s.ns, "client-"+s.lease, "", s.ttl)
 					ids[s.lease] = l.ID
 					if want := tab.GrantTTL(s.ttl); l.TTL != want {
 						t.Errorf("step %d: TTL = %v, want %v", i, l.TTL, want)
@@ -238,24 +239,25 @@ func TestDefaults(t *testing.T) {
 func TestLookupAndCounts(t *testing.T) {
 	clk := &fakeClock{now: time.Unix(0, 0)}
 	tab := New(Options{Now: clk.Now, DefaultTTL: 10 * time.Second})
-	l, _, _ := tab.Subscribe("d/x", "c1", 0)
-	tab.Subscribe("d/x", "c2", 0)
+	l, _, _ := tab.Subscribe("d/x", "c1", "checkout", 0)
+	tab.Subscribe("d/x", "c2", "", 0)
+	tab.Subscribe("d/x", "c3", "checkout", 0)
 	got, ok := tab.Lookup(l.ID)
-	if !ok || got.Namespace != "d/x" || got.ClientID != "c1" {
-		t.Fatalf("Lookup(%q) = %+v, %v; want the d/x lease of c1", l.ID, got, ok)
+	if !ok || got.Namespace != "d/x" || got.ClientID != "c1" || got.Service != "checkout" {
+		t.Fatalf("Lookup(%q) = %+v, %v; want the d/x lease of c1 of checkout", l.ID, got, ok)
 	}
-	if n := tab.Namespaces(); len(n) != 1 || n[0].Leases != 2 {
-		t.Errorf("Namespaces() = %+v, want d/x with 2 leases", n)
+	if n := tab.Namespaces(); len(n) != 1 || n[0].Leases != 3 || !maps.Equal(n[0].Services, map[string]int{"checkout": 2}) {
+		t.Errorf("Namespaces() = %+v, want d/x with 3 leases, 2 of them checkout's", n)
 	}
 	clk.Advance(10 * time.Second)
 	if _, ok := tab.Lookup(l.ID); ok {
 		t.Errorf("Lookup of an expired lease succeeded")
 	}
-	if got := tab.Len(); got != 2 {
-		t.Errorf("Len() before Expire = %d, want 2", got)
+	if got := tab.Len(); got != 3 {
+		t.Errorf("Len() before Expire = %d, want 3", got)
 	}
-	if _, lapsed := tab.Expire(); len(lapsed) != 2 {
-		t.Errorf("Expire reported %d lapsed leases, want 2: %v", len(lapsed), lapsed)
+	if _, lapsed := tab.Expire(); len(lapsed) != 3 {
+		t.Errorf("Expire reported %d lapsed leases, want 3: %v", len(lapsed), lapsed)
 	}
 	if got := tab.Len(); got != 0 {
 		t.Errorf("Len() after Expire = %d, want 0", got)
@@ -269,21 +271,21 @@ func TestLookupAndCounts(t *testing.T) {
 func TestLeaseCaps(t *testing.T) {
 	tab := New(Options{MaxLeasesPerClient: 3, MaxLeases: 5})
 	for i := range 3 {
-		if _, _, err := tab.Subscribe(fmt.Sprintf("d/n%d", i), "greedy", 0); err != nil {
+		if _, _, err := tab.Subscribe(fmt.Sprintf("d/n%d", i), "greedy", "", 0); err != nil {
 			t.Fatalf("lease %d of greedy: %v", i, err)
 		}
 	}
-	_, trs, err := tab.Subscribe("d/n9", "greedy", 0)
+	_, trs, err := tab.Subscribe("d/n9", "greedy", "", 0)
 	var te *TooManyError
 	if !errors.As(err, &te) || te.Limit != 3 || te.Client != "greedy" || len(trs) != 0 {
 		t.Errorf("fourth lease of one client = %v (transitions %v); want TooManyError with limit 3", err, trs)
 	}
 	for i := range 2 {
-		if _, _, err := tab.Subscribe("d/other", fmt.Sprintf("c%d", i), 0); err != nil {
+		if _, _, err := tab.Subscribe("d/other", fmt.Sprintf("c%d", i), "", 0); err != nil {
 			t.Fatalf("other client %d: %v", i, err)
 		}
 	}
-	if _, _, err := tab.Subscribe("d/other", "c9", 0); !errors.As(err, &te) || te.Limit != 5 || te.Client != "" {
+	if _, _, err := tab.Subscribe("d/other", "c9", "", 0); !errors.As(err, &te) || te.Limit != 5 || te.Client != "" {
 		t.Errorf("lease beyond MaxLeases = %v; want TooManyError with limit 5", err)
 	}
 	if n := tab.Len(); n != 5 {

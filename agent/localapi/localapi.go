@@ -359,6 +359,11 @@ func (s *service) Subscribe(ctx context.Context, req *lehrpb.SubscribeRequest) (
 	if n := len(req.GetClientId()); n > MaxClientIDBytes {
 		return nil, invalidArg("client_id", "client_id is %d bytes, at most %d allowed", n, MaxClientIDBytes)
 	}
+	if sv := req.GetService(); sv != "" {
+		if err := names.Service(sv); err != nil {
+			return nil, invalidArg("service", "%v (or \"\" for none)", err)
+		}
+	}
 	if max := uint32(leases.DefaultMaxTTL / time.Second); req.GetTtlSeconds() > max {
 		return nil, invalidArg("ttl_seconds", "ttl_seconds is %d, at most %d allowed (0 means the agent default)",
 			req.GetTtlSeconds(), max)

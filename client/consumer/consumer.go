@@ -62,6 +62,13 @@ type Options struct {
 	// ClientID names this process in the agent's status and reports.
 	// Default: the program name and pid, "name@pid".
 	ClientID string
+	// Service names the service this process belongs to, e.g.
+	// "checkout": operators see which services use each namespace, per
+	// zone (lehr status, the console). 1-63 bytes of a-z, 0-9, '.', '_'
+	// and '-', starting and ending with a letter or digit. Default:
+	// $LEHR_SERVICE, else the program's name made to fit
+	// ("Checkout API" → "checkout-api"); New refuses an invalid one.
+	Service string
 	// LeaseTTL is the lease duration to ask for; 0 lets the agent choose.
 	LeaseTTL time.Duration
 	// MetricsURL is this process's Prometheus endpoint, e.g.
@@ -131,6 +138,16 @@ func New(opts Options) (*Client, error) {
 	}
 	if opts.ClientID == "" {
 		opts.ClientID = fmt.Sprintf("%s@%d", filepath.Base(os.Args[0]), os.Getpid())
+	}
+	if opts.Service == "" {
+		if opts.Service = os.Getenv("LEHR_SERVICE"); opts.Service == "" {
+			opts.Service = names.ServiceOf(filepath.Base(os.Args[0]))
+		}
+	}
+	if opts.Service != "" {
+		if err := names.Service(opts.Service); err != nil {
+			return nil, fmt.Errorf("consumer: Options.Service (or $LEHR_SERVICE): %w", err)
+		}
 	}
 	if opts.RetryInterval <= 0 {
 		opts.RetryInterval = time.Second

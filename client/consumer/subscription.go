@@ -106,6 +106,7 @@ func (s *Subscription) lease(ctx context.Context) (*lehrpb.SubscribeResponse, er
 	return s.c.api.Subscribe(ctx, &lehrpb.SubscribeRequest{
 		Namespace:  s.ns,
 		ClientId:   s.c.opts.ClientID,
+		Service:    s.c.opts.Service,
 		MetricsUrl: s.c.opts.MetricsURL,
 		TtlSeconds: uint32(s.c.opts.LeaseTTL / time.Second),
 	})

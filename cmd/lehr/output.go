@@ -425,6 +425,25 @@ func writeGoalEvents(w io.Writer, m *lehrpb.WatchGoalsResponse, only string) {
 	}
 }
 
+// servicesText lists the services of v's consumers, most first, and how
+// many consumers are not listed (unnamed, or beyond the services listed):
+// "checkout 3, search 1, 2 other"; "-" for none.
+func servicesText(v *lehrpb.VersionCount) string {
+	var parts []string
+	rest := int64(v.GetConsumers())
+	for _, s := range v.GetServices() {
+		parts = append(parts, fmt.Sprintf("%s %d", clean(s.GetService()), s.GetConsumers()))
+		rest -= int64(s.GetConsumers())
+	}
+	if rest > 0 {
+		parts = append(parts, fmt.Sprintf("%d other", rest))
+	}
+	if len(parts) == 0 {
+		return "-"
+	}
+	return strings.Join(parts, ", ")
+}
+
 // writeZoneStatus prints the output of "lehr zones status": the zone's
 // totals per namespace and version (with the goal when known), then each
 // distributor's own report.
@@ -444,13 +463,13 @@ func writeZoneStatus(w io.Writer, st *lehrpb.GetZoneStatusResponse, goals map[st
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	if haveGoals {
-		fmt.Fprintln(tw, "NAMESPACE\tVERSION\tAGENTS\tGOAL")
+		fmt.Fprintln(tw, "NAMESPACE\tVERSION\tAGENTS\tCONSUMERS\tGOAL\tSERVICES")
 	} else {
-		fmt.Fprintln(tw, "NAMESPACE\tVERSION\tAGENTS")
+		fmt.Fprintln(tw, "NAMESPACE\tVERSION\tAGENTS\tCONSUMERS\tSERVICES")
 	}
 	for _, v := range st.GetVersions() {
 		if !haveGoals {
-			fmt.Fprintf(tw, "%s\t%d\t%d\n", clean(v.GetNamespace()), v.GetVersion(), v.GetAgents())
+			fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%s\n", clean(v.GetNamespace()), v.GetVersion(), v.GetAgents(), v.GetConsumers(), servicesText(v))
 			continue
 		}
 		goal := "-"
@@ -460,7 +479,7 @@ func writeZoneStatus(w io.Writer, st *lehrpb.GetZoneStatusResponse, goals map[st
 				goal += " (at goal)"
 			}
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%s\n", clean(v.GetNamespace()), v.GetVersion(), v.GetAgents(), goal)
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%s\t%s\n", clean(v.GetNamespace()), v.GetVersion(), v.GetAgents(), v.GetConsumers(), goal, servicesText(v))
 	}
 	tw.Flush()
 	fmt.Fprintln(w)

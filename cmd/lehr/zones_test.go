@@ -31,7 +31,8 @@ func TestWriteZoneStatusGolden(t *testing.T) {
 				DistributorBuild: old, AgentBuilds: []*lehrpb.BuildCount{bc("unknown", 1)}},
 			{DistributorId: "zone-a-dist-2", Agents: 0, DistributorBuild: "unknown"},
 		},
-		Versions:          []*lehrpb.VersionCount{vc("demo/app", 2, 1), vc("demo/app", 3, 2), vc("demo/banner", 1, 2)},
+		Versions: []*lehrpb.VersionCount{vc("demo/app", 2, 1), {Namespace: "demo/app", Version: 3, Agents: 2, Consumers: 6,
+			Services: []*lehrpb.ServiceConsumers{{Service: "checkout", Consumers: 3}, {Service: "search", Consumers: 1}}}, vc("demo/banner", 1, 2)},
 		DistributorBuilds: []*lehrpb.BuildCount{bc(old, 1), bc(cur, 1), bc("unknown", 1)},
 		AgentBuilds:       []*lehrpb.BuildCount{bc(old, 1), bc(cur, 1), bc("unknown", 1)},
 	}

@@ -123,6 +123,27 @@ func TestSumVersions(t *testing.T) {
 	if got := sumVersions(nil); len(got) != 0 {
 		t.Errorf("sumVersions(nil) = %v, want empty", got)
 	}
+
+	// Consumers and their services add up across distributors; the
+	// services are listed most consumers first, at most services.Max.
+	svc := func(name string, n uint32) *lehrpb.ServiceConsumers {
+		return &lehrpb.ServiceConsumers{Service: name, Consumers: n}
+	}
+	var many []*lehrpb.ServiceConsumers
+	for i := range 16 {
+		many = append(many, svc(fmt.Sprintf("s%02d", i), 1))
+	}
+	got = sumVersions([]*lehrpb.DistributorStatus{
+		{DistributorId: "a", Versions: []*lehrpb.VersionCount{{Namespace: "a/x", Version: 1, Agents: 2, Consumers: 5,
+			Services: []*lehrpb.ServiceConsumers{svc("api", 3), svc("web", 1)}}}},
+		{DistributorId: "b", Versions: []*lehrpb.VersionCount{{Namespace: "a/x", Version: 1, Agents: 30, Consumers: 40,
+			Services: append([]*lehrpb.ServiceConsumers{svc("web", 20)}, many...)}}},
+	})
+	wantSvcs := append([]*lehrpb.ServiceConsumers{svc("web", 21), svc("api", 3)}, many[:14]...)
+	want = []*lehrpb.VersionCount{{Namespace: "a/x", Version: 1, Agents: 32, Consumers: 45, Services: wantSvcs}}
+	if diff := cmp.Diff(want, got, protocmp.Transform()); diff != "" {
+		t.Errorf("sumVersions with services (-want +got):\n%s", diff)
+	}
 }
 
 func TestReportLeasesSweep(t *testing.T) {

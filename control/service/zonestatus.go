@@ -15,6 +15,7 @@ import (
 	"lehr.dev/lehr/internal/apierror"
 	"lehr.dev/lehr/internal/buildinfo"
 	"lehr.dev/lehr/internal/names"
+	"lehr.dev/lehr/internal/services"
 	"lehr.dev/lehr/internal/signals"
 	"lehr.dev/lehr/proto/lehrpb"
 )
@@ -227,6 +228,9 @@ func checkReport(req *lehrpb.ReportZoneStatusRequest) error {
 		if vc.GetAgents() < 0 {
 			return invalid(apierror.ReasonInvalidArgument, propField("versions", i, "agents"),
 				"agents is %d; it must not be negative", vc.GetAgents())
+		}
+		if err := services.Validate(propField("versions", i, "services"), vc.GetServices(), vc.GetConsumers()); err != nil {
+			return invalid(apierror.ReasonInvalidArgument, propField("versions", i, "services"), "%v", err)
 		}
 		k := nsVersion{vc.GetNamespace(), vc.GetVersion()}
 		if j, dup := seen[k]; dup {
@@ -458,22 +462,41 @@ func boolCmp(a, b bool) int {
 }
 
 // sumVersions adds up the version counts of several reports per namespace
-// and version, sorted by namespace, then version. A sum beyond int32 is
-// capped at math.MaxInt32.
+// and version — agents, consumers and consumers per service (the most
+// consumers first, at most services.Max) — sorted by namespace, then
+// version. A sum beyond int32 (uint32 for consumers) is capped.
 func sumVersions(sts []*lehrpb.DistributorStatus) []*lehrpb.VersionCount {
 	type nsVersion struct {
 		ns string
 		v  uint64
 	}
-	sums := make(map[nsVersion]int64)
+	type sum struct {
+		agents, consumers int64
+		services          map[string]int
+	}
+	sums := make(map[nsVersion]*sum)
 	for _, st := range sts {
 		for _, vc := range st.GetVersions() {
-			sums[nsVersion{vc.GetNamespace(), vc.GetVersion()}] += int64(vc.GetAgents())
+			k := nsVersion{vc.GetNamespace(), vc.GetVersion()}
+			s := sums[k]
+			if s == nil {
+				s = &sum{}
+				sums[k] = s
+			}
+			s.agents += int64(vc.GetAgents())
+			s.consumers += int64(vc.GetConsumers())
+			for _, sv := range vc.GetServices() {
+				if s.services == nil {
+					s.services = map[string]int{}
+				}
+				s.services[sv.GetService()] += int(sv.GetConsumers())
+			}
 		}
 	}
 	out := make([]*lehrpb.VersionCount, 0, len(sums))
-	for k, n := range sums {
-		out = append(out, &lehrpb.VersionCount{Namespace: k.ns, Version: k.v, Agents: int32(min(n, math.MaxInt32))})
+	for k, s := range sums {
+		out = append(out, &lehrpb.VersionCount{Namespace: k.ns, Version: k.v, Agents: int32(min(s.agents, math.MaxInt32)),
+			Consumers: uint32(min(s.consumers, math.MaxUint32)), Services: services.Top(s.services)})
 	}
 	slices.SortFunc(out, func(a, b *lehrpb.VersionCount) int {
 		return cmp.Or(cmp.Compare(a.GetNamespace(), b.GetNamespace()), cmp.Compare(a.GetVersion(), b.GetVersion()))

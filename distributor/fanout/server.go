@@ -209,6 +209,10 @@ type VersionCount struct {
 	Namespace string
 	Version   uint64
 	Agents    int
+	// Consumers are the leases on the namespace those agents last
+	// reported, and Services the named ones per service.
+	Consumers int
+	Services  map[string]int
 }
 
 // Server accepts agents and pushes updates to them. Create it with Listen.
@@ -560,32 +564,44 @@ func (s *Server) Stats() Stats {
 
 // Convergence returns the number of connected agents and, for every
 // namespace, how many of them hold each version (subscribed namespaces
-// only), sorted by namespace and version.
+// only) with their consumers as the agents last reported them, sorted by
+// namespace and version.
 func (s *Server) Convergence() (agents int, counts []VersionCount) {
 	type nv struct {
 		ns  string
 		seq uint64
 	}
-	m := map[nv]int{}
+	m := map[nv]*VersionCount{}
 	sessions := s.sessionList()
 	for _, ss := range sessions {
 		ss.eachSubscribed(func(ns string, st *nsState) {
-			if st.have.Seq != 0 {
-				m[nv{ns, st.have.Seq}]++
+			if st.have.Seq == 0 {
+				return
+			}
+			k := nv{ns, st.have.Seq}
+			c := m[k]
+			if c == nil {
+				c = &VersionCount{Namespace: ns, Version: st.have.Seq}
+				m[k] = c
+			}
+			c.Agents++
+			c.Consumers += int(st.report.GetClients())
+			for _, sv := range st.report.GetServices() {
+				if c.Services == nil {
+					c.Services = map[string]int{}
+				}
+				c.Services[sv.GetService()] += int(sv.GetConsumers())
 			}
 		})
 	}
-	for k, n := range m {
-		counts = append(counts, VersionCount{Namespace: k.ns, Version: k.seq, Agents: n})
+	for _, c := range m {
+		counts = append(counts, *c)
 	}
 	slices.SortFunc(counts, func(a, b VersionCount) int {
-		if a.Namespace != b.Namespace {
-			if a.Namespace < b.Namespace {
-				return -1
-			}
-			return 1
+		if c := strings.Compare(a.Namespace, b.Namespace); c != 0 {
+			return c
 		}
-		return int(a.Version) - int(b.Version)
+		return cmp.Compare(a.Version, b.Version)
 	})
 	return len(sessions), counts
 }

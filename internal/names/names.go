@@ -10,6 +10,7 @@
 //	name       = [a-z0-9] ([a-z0-9._-]{0,126} [a-z0-9])? (1–128 bytes)
 //	namespace  = domain "/" name        e.g. "payments/fraud-rules"
 //	key        = segment ("/" segment)*  at most 256 bytes
+//	service    = [a-z0-9] ([a-z0-9._-]{0,61} [a-z0-9])?  (1–63 bytes)
 //	segment    = [A-Za-z0-9_] [A-Za-z0-9_.-]*
 //
 // Keys therefore never start with "/" or ".", never contain "..", empty
@@ -35,6 +36,7 @@ var (
 	labelRE   = regexp.MustCompile(`^[a-z]([a-z0-9-]{0,61}[a-z0-9])?$`)
 	nameRE    = regexp.MustCompile(`^[a-z0-9]([a-z0-9._-]{0,126}[a-z0-9])?$`)
 	segmentRE = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_.-]*$`)
+	serviceRE = regexp.MustCompile(`^[a-z0-9]([a-z0-9._-]{0,61}[a-z0-9])?$`)
 )
 
 // Error describes why a name is invalid. Field is filled in by callers that
@@ -90,6 +92,42 @@ func Namespace(ns string) (domain, name string, err error) {
 			"name part: want 1-128 bytes of a-z, 0-9, '.', '_' and '-', starting and ending with a letter or digit")
 	}
 	return domain, name, nil
+}
+
+// Service reports whether s is a valid name of a consumer's service.
+func Service(s string) error {
+	if !serviceRE.MatchString(s) {
+		return invalid("service", s, "want 1-63 bytes of a-z, 0-9, '.', '_' and '-', starting and ending with a letter or digit")
+	}
+	return nil
+}
+
+// ServiceOf turns a program's name into a service name: lower case, each
+// run of other bytes one '-', trimmed to the grammar's ends and 63 bytes;
+// "" when nothing is left ("Checkout API" → "checkout-api"). Pass the
+// program's base name, not its path.
+func ServiceOf(program string) string {
+	var b strings.Builder
+	dash := false
+	for _, r := range strings.ToLower(program) {
+		switch {
+		case r >= 'a' && r <= 'z', r >= '0' && r <= '9', r == '.', r == '_':
+			b.WriteRune(r)
+			dash = false
+		case !dash:
+			b.WriteByte('-')
+			dash = true
+		}
+	}
+	s := b.String()
+	if len(s) > MaxLabelLen {
+		s = s[:MaxLabelLen]
+	}
+	s = strings.TrimFunc(s, func(r rune) bool { return !(r >= 'a' && r <= 'z' || r >= '0' && r <= '9') })
+	if Service(s) != nil {
+		return ""
+	}
+	return s
 }
 
 // Key reports whether k is a valid property key.

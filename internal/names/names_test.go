@@ -98,3 +98,36 @@ func TestErrorQuotesBoundedPrefix(t *testing.T) {
 		t.Errorf("Domain(\"Pay\") = %q; want %q (a short value quoted whole)", got, want)
 	}
 }
+
+func TestService(t *testing.T) {
+	for _, tc := range []struct {
+		s  string
+		ok bool
+	}{
+		{"checkout", true}, {"checkout-api", true}, {"a", true}, {"api.v2_x", true}, {"9", true},
+		{"", false}, {"-api", false}, {"api-", false}, {"Checkout", false}, {"a b", false},
+		{strings.Repeat("a", 63), true}, {strings.Repeat("a", 64), false},
+	} {
+		if err := Service(tc.s); (err == nil) != tc.ok {
+			t.Errorf("Service(%q) = %v, want ok %v", tc.s, err, tc.ok)
+		}
+	}
+	for _, tc := range []struct{ program, want string }{
+		{"checkout", "checkout"},
+		{"Checkout API", "checkout-api"},
+		{"api.test", "api.test"},
+		{"__debug_bin123", "debug_bin123"},
+		{"---", ""},
+		{"", ""},
+		{"Ωmega", "mega"},
+		{strings.Repeat("x", 70) + "-", strings.Repeat("x", 63)},
+	} {
+		got := ServiceOf(tc.program)
+		if got != tc.want {
+			t.Errorf("ServiceOf(%q) = %q, want %q", tc.program, got, tc.want)
+		}
+		if got != "" && Service(got) != nil {
+			t.Errorf("ServiceOf(%q) = %q, not a valid service", tc.program, got)
+		}
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"lehr.dev/lehr/internal/names"
+	"lehr.dev/lehr/internal/services"
 	"lehr.dev/lehr/internal/signals"
 	"lehr.dev/lehr/proto/lehrpb"
 )
@@ -50,6 +51,10 @@ func Validate(msg proto.Message) error {
 	case *lehrpb.Report:
 		for i, r := range m.GetNamespaces() {
 			if e := validateNamespace(fmt.Sprintf("namespaces[%d].namespace", i), r.GetNamespace()); e != nil {
+				err = e
+				break
+			}
+			if e := services.Validate(fmt.Sprintf("namespaces[%d].services", i), r.GetServices(), r.GetClients()); e != nil {
 				err = e
 				break
 			}

@@ -51,3 +51,41 @@ func TestValidateSignals(t *testing.T) {
 		})
 	}
 }
+
+// A report's services are bounded and named by the grammar: an agent
+// cannot make its distributor (and control) hold what it likes.
+func TestValidateReportServices(t *testing.T) {
+	rep := func(clients uint32, svcs ...*lehrpb.ServiceConsumers) *lehrpb.Report {
+		return &lehrpb.Report{Namespaces: []*lehrpb.NamespaceReport{{Namespace: "demo/a", Clients: clients, Services: svcs}}}
+	}
+	svc := func(s string, n uint32) *lehrpb.ServiceConsumers { return &lehrpb.ServiceConsumers{Service: s, Consumers: n} }
+	var many []*lehrpb.ServiceConsumers
+	for i := range 17 {
+		many = append(many, svc(strings.Repeat("s", i+1), 1))
+	}
+	for _, tc := range []struct {
+		name string
+		msg  *lehrpb.Report
+		want string // "" means valid
+	}{
+		{"none", rep(3), ""},
+		{"some, and unnamed consumers", rep(3, svc("api", 1), svc("web", 1)), ""},
+		{"bad name", rep(3, svc("Web UI", 1)), "namespaces[0].services[0].service"},
+		{"listed twice", rep(3, svc("api", 1), svc("api", 1)), `"api" listed twice`},
+		{"more than the leases", rep(1, svc("api", 1), svc("web", 1)), "more than the 1 holding leases"},
+		{"too many", rep(100, many...), "17 services, at most 16"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := Validate(tc.msg)
+			if tc.want == "" {
+				if err != nil {
+					t.Fatalf("Validate: %v", err)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("Validate = %v, want an error containing %q", err, tc.want)
+			}
+		})
+	}
+}

@@ -173,7 +173,12 @@ type SubscribeRequest struct {
 	// on a loopback address with a port. The agent scrapes it every signals
 	// interval while the lease lives and keeps the standard request, error,
 	// latency and restart figures for canary analysis.
-	MetricsUrl    string `protobuf:"bytes,4,opt,name=metrics_url,json=metricsUrl,proto3" json:"metrics_url,omitempty"`
+	MetricsUrl string `protobuf:"bytes,4,opt,name=metrics_url,json=metricsUrl,proto3" json:"metrics_url,omitempty"`
+	// The service the consumer process belongs to, e.g. "checkout": who
+	// uses the namespace, as operators see it (lehr status, the console).
+	// 1-63 bytes of a-z, 0-9, '.', '_' and '-', starting and ending with a
+	// letter or digit; "" leaves the consumer unnamed.
+	Service       string `protobuf:"bytes,5,opt,name=service,proto3" json:"service,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -232,6 +237,13 @@ func (x *SubscribeRequest) GetTtlSeconds() uint32 {
 func (x *SubscribeRequest) GetMetricsUrl() string {
 	if x != nil {
 		return x.MetricsUrl
+	}
+	return ""
+}
+
+func (x *SubscribeRequest) GetService() string {
+	if x != nil {
+		return x.Service
 	}
 	return ""
 }
@@ -1101,7 +1113,7 @@ const file_lehr_v1_agent_proto_rawDesc = "" +
 	"liveDenies\x12+\n" +
 	"\flive_changed\x18\x06 \x01(\x04B\x03\xe0A\x01H\x00R\vliveChanged\x88\x01\x01B\x0f\n" +
 	"\r_live_changed\"\x17\n" +
-	"\x15ReportPreviewResponse\"\xba\x01\n" +
+	"\x15ReportPreviewResponse\"\xd9\x01\n" +
 	"\x10SubscribeRequest\x128\n" +
 	"\tnamespace\x18\x01 \x01(\tB\x1a\xe0A\x02\xfaA\x14\n" +
 	"\x12lehr.dev/NamespaceR\tnamespace\x12 \n" +
@@ -1109,7 +1121,8 @@ const file_lehr_v1_agent_proto_rawDesc = "" +
 	"\vttl_seconds\x18\x03 \x01(\rB\x03\xe0A\x01R\n" +
 	"ttlSeconds\x12$\n" +
 	"\vmetrics_url\x18\x04 \x01(\tB\x03\xe0A\x01R\n" +
-	"metricsUrl\"\xd1\x01\n" +
+	"metricsUrl\x12\x1d\n" +
+	"\aservice\x18\x05 \x01(\tB\x03\xe0A\x01R\aservice\"\xd1\x01\n" +
 	"\x11SubscribeResponse\x12\x19\n" +
 	"\blease_id\x18\x01 \x01(\tR\aleaseId\x12\x1f\n" +
 	"\vttl_seconds\x18\x02 \x01(\rR\n" +

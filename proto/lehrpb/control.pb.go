@@ -3552,10 +3552,17 @@ func (x *FetchDeltaResponse) GetDelete() []string {
 
 // VersionCount is how many agents hold one version of a namespace.
 type VersionCount struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Namespace     string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
-	Version       uint64                 `protobuf:"varint,2,opt,name=version,proto3" json:"version,omitempty"`
-	Agents        int32                  `protobuf:"varint,3,opt,name=agents,proto3" json:"agents,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Namespace string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	Version   uint64                 `protobuf:"varint,2,opt,name=version,proto3" json:"version,omitempty"`
+	Agents    int32                  `protobuf:"varint,3,opt,name=agents,proto3" json:"agents,omitempty"`
+	// Consumer leases on the namespace on those agents, and the services
+	// holding them, most consumers first, at most 16 (the rest, and
+	// consumers that named no service, are consumers less their sum).
+	// Zero and empty from distributors and agents older than subscribers
+	// being reported.
+	Consumers     uint32              `protobuf:"varint,4,opt,name=consumers,proto3" json:"consumers,omitempty"`
+	Services      []*ServiceConsumers `protobuf:"bytes,5,rep,name=services,proto3" json:"services,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3609,6 +3616,20 @@ func (x *VersionCount) GetAgents() int32 {
 		return x.Agents
 	}
 	return 0
+}
+
+func (x *VersionCount) GetConsumers() uint32 {
+	if x != nil {
+		return x.Consumers
+	}
+	return 0
+}
+
+func (x *VersionCount) GetServices() []*ServiceConsumers {
+	if x != nil {
+		return x.Services
+	}
+	return nil
 }
 
 type ReportZoneStatusRequest struct {
@@ -5479,12 +5500,14 @@ const file_lehr_v1_control_proto_rawDesc = "" +
 	"\x02to\x18\x02 \x01(\v2\x14.lehr.v1.VersionInfoR\x02to\x12*\n" +
 	"\x04kind\x18\x03 \x01(\x0e2\x16.lehr.v1.NamespaceKindR\x04kind\x12#\n" +
 	"\x03set\x18\x04 \x03(\v2\x11.lehr.v1.PropertyR\x03set\x12\x16\n" +
-	"\x06delete\x18\x05 \x03(\tR\x06delete\"\x84\x01\n" +
+	"\x06delete\x18\x05 \x03(\tR\x06delete\"\xe3\x01\n" +
 	"\fVersionCount\x128\n" +
 	"\tnamespace\x18\x01 \x01(\tB\x1a\xe0A\x02\xfaA\x14\n" +
 	"\x12lehr.dev/NamespaceR\tnamespace\x12\x1d\n" +
 	"\aversion\x18\x02 \x01(\x04B\x03\xe0A\x01R\aversion\x12\x1b\n" +
-	"\x06agents\x18\x03 \x01(\x05B\x03\xe0A\x01R\x06agents\"\xec\x04\n" +
+	"\x06agents\x18\x03 \x01(\x05B\x03\xe0A\x01R\x06agents\x12!\n" +
+	"\tconsumers\x18\x04 \x01(\rB\x03\xe0A\x01R\tconsumers\x12:\n" +
+	"\bservices\x18\x05 \x03(\v2\x19.lehr.v1.ServiceConsumersB\x03\xe0A\x01R\bservices\"\xec\x04\n" +
 	"\x17ReportZoneStatusRequest\x12)\n" +
 	"\x04zone\x18\x01 \x01(\tB\x15\xe0A\x02\xfaA\x0f\n" +
 	"\rlehr.dev/ZoneR\x04zone\x12*\n" +
@@ -5789,31 +5812,32 @@ var file_lehr_v1_control_proto_goTypes = []any{
 	(*VersionInfo)(nil),                         // 90: lehr.v1.VersionInfo
 	(*Zone)(nil),                                // 91: lehr.v1.Zone
 	(*GoalState)(nil),                           // 92: lehr.v1.GoalState
-	(*HostPreviewCounts)(nil),                   // 93: lehr.v1.HostPreviewCounts
-	(*NamespaceSignals)(nil),                    // 94: lehr.v1.NamespaceSignals
-	(*NamespaceReport)(nil),                     // 95: lehr.v1.NamespaceReport
-	(*EvaluateRequest)(nil),                     // 96: lehr.v1.EvaluateRequest
-	(*GetCanaryEvaluationRequest)(nil),          // 97: lehr.v1.GetCanaryEvaluationRequest
-	(*ListCanaryEvaluationsRequest)(nil),        // 98: lehr.v1.ListCanaryEvaluationsRequest
-	(*GetPolicyRequest)(nil),                    // 99: lehr.v1.GetPolicyRequest
-	(*CreatePolicyExperimentRequest)(nil),       // 100: lehr.v1.CreatePolicyExperimentRequest
-	(*UpdatePolicyExperimentRequest)(nil),       // 101: lehr.v1.UpdatePolicyExperimentRequest
-	(*GetPolicyExperimentRequest)(nil),          // 102: lehr.v1.GetPolicyExperimentRequest
-	(*ListPolicyExperimentsRequest)(nil),        // 103: lehr.v1.ListPolicyExperimentsRequest
-	(*DeletePolicyExperimentRequest)(nil),       // 104: lehr.v1.DeletePolicyExperimentRequest
-	(*StartPreviewPolicyExperimentRequest)(nil), // 105: lehr.v1.StartPreviewPolicyExperimentRequest
-	(*StopPreviewPolicyExperimentRequest)(nil),  // 106: lehr.v1.StopPreviewPolicyExperimentRequest
-	(*CommitPolicyExperimentRequest)(nil),       // 107: lehr.v1.CommitPolicyExperimentRequest
-	(*DeletePolicyRequest)(nil),                 // 108: lehr.v1.DeletePolicyRequest
-	(*GetPolicyExperimentCountsRequest)(nil),    // 109: lehr.v1.GetPolicyExperimentCountsRequest
-	(*emptypb.Empty)(nil),                       // 110: google.protobuf.Empty
-	(*CanaryEvaluation)(nil),                    // 111: lehr.v1.CanaryEvaluation
-	(*ListCanaryEvaluationsResponse)(nil),       // 112: lehr.v1.ListCanaryEvaluationsResponse
-	(*Policy)(nil),                              // 113: lehr.v1.Policy
-	(*longrunningpb.Operation)(nil),             // 114: google.longrunning.Operation
-	(*PolicyExperiment)(nil),                    // 115: lehr.v1.PolicyExperiment
-	(*ListPolicyExperimentsResponse)(nil),       // 116: lehr.v1.ListPolicyExperimentsResponse
-	(*PolicyExperimentCounts)(nil),              // 117: lehr.v1.PolicyExperimentCounts
+	(*ServiceConsumers)(nil),                    // 93: lehr.v1.ServiceConsumers
+	(*HostPreviewCounts)(nil),                   // 94: lehr.v1.HostPreviewCounts
+	(*NamespaceSignals)(nil),                    // 95: lehr.v1.NamespaceSignals
+	(*NamespaceReport)(nil),                     // 96: lehr.v1.NamespaceReport
+	(*EvaluateRequest)(nil),                     // 97: lehr.v1.EvaluateRequest
+	(*GetCanaryEvaluationRequest)(nil),          // 98: lehr.v1.GetCanaryEvaluationRequest
+	(*ListCanaryEvaluationsRequest)(nil),        // 99: lehr.v1.ListCanaryEvaluationsRequest
+	(*GetPolicyRequest)(nil),                    // 100: lehr.v1.GetPolicyRequest
+	(*CreatePolicyExperimentRequest)(nil),       // 101: lehr.v1.CreatePolicyExperimentRequest
+	(*UpdatePolicyExperimentRequest)(nil),       // 102: lehr.v1.UpdatePolicyExperimentRequest
+	(*GetPolicyExperimentRequest)(nil),          // 103: lehr.v1.GetPolicyExperimentRequest
+	(*ListPolicyExperimentsRequest)(nil),        // 104: lehr.v1.ListPolicyExperimentsRequest
+	(*DeletePolicyExperimentRequest)(nil),       // 105: lehr.v1.DeletePolicyExperimentRequest
+	(*StartPreviewPolicyExperimentRequest)(nil), // 106: lehr.v1.StartPreviewPolicyExperimentRequest
+	(*StopPreviewPolicyExperimentRequest)(nil),  // 107: lehr.v1.StopPreviewPolicyExperimentRequest
+	(*CommitPolicyExperimentRequest)(nil),       // 108: lehr.v1.CommitPolicyExperimentRequest
+	(*DeletePolicyRequest)(nil),                 // 109: lehr.v1.DeletePolicyRequest
+	(*GetPolicyExperimentCountsRequest)(nil),    // 110: lehr.v1.GetPolicyExperimentCountsRequest
+	(*emptypb.Empty)(nil),                       // 111: google.protobuf.Empty
+	(*CanaryEvaluation)(nil),                    // 112: lehr.v1.CanaryEvaluation
+	(*ListCanaryEvaluationsResponse)(nil),       // 113: lehr.v1.ListCanaryEvaluationsResponse
+	(*Policy)(nil),                              // 114: lehr.v1.Policy
+	(*longrunningpb.Operation)(nil),             // 115: google.longrunning.Operation
+	(*PolicyExperiment)(nil),                    // 116: lehr.v1.PolicyExperiment
+	(*ListPolicyExperimentsResponse)(nil),       // 117: lehr.v1.ListPolicyExperimentsResponse
+	(*PolicyExperimentCounts)(nil),              // 118: lehr.v1.PolicyExperimentCounts
 }
 var file_lehr_v1_control_proto_depIdxs = []int32{
 	78,  // 0: lehr.v1.AuditRecord.time:type_name -> google.protobuf.Timestamp
@@ -5863,145 +5887,146 @@ var file_lehr_v1_control_proto_depIdxs = []int32{
 	90,  // 44: lehr.v1.FetchDeltaResponse.to:type_name -> lehr.v1.VersionInfo
 	88,  // 45: lehr.v1.FetchDeltaResponse.kind:type_name -> lehr.v1.NamespaceKind
 	89,  // 46: lehr.v1.FetchDeltaResponse.set:type_name -> lehr.v1.Property
-	56,  // 47: lehr.v1.ReportZoneStatusRequest.versions:type_name -> lehr.v1.VersionCount
-	62,  // 48: lehr.v1.ReportZoneStatusRequest.health:type_name -> lehr.v1.NamespaceHealth
-	63,  // 49: lehr.v1.ReportZoneStatusRequest.hosts:type_name -> lehr.v1.HostReport
-	61,  // 50: lehr.v1.ReportZoneStatusRequest.samples:type_name -> lehr.v1.CohortSample
-	60,  // 51: lehr.v1.ReportZoneStatusRequest.signals:type_name -> lehr.v1.HostSignals
-	59,  // 52: lehr.v1.ReportZoneStatusRequest.preview:type_name -> lehr.v1.NamespacePreviewCounts
-	58,  // 53: lehr.v1.ReportZoneStatusRequest.agent_builds:type_name -> lehr.v1.BuildCount
-	93,  // 54: lehr.v1.NamespacePreviewCounts.counts:type_name -> lehr.v1.HostPreviewCounts
-	94,  // 55: lehr.v1.HostSignals.signals:type_name -> lehr.v1.NamespaceSignals
-	95,  // 56: lehr.v1.HostReport.report:type_name -> lehr.v1.NamespaceReport
-	78,  // 57: lehr.v1.StoreStatus.read_time:type_name -> google.protobuf.Timestamp
-	75,  // 58: lehr.v1.StoreStatus.domains:type_name -> lehr.v1.DomainStoredBytes
-	78,  // 59: lehr.v1.BackupStoreResponse.backup_time:type_name -> google.protobuf.Timestamp
-	78,  // 60: lehr.v1.StoreIdentity.create_time:type_name -> google.protobuf.Timestamp
-	71,  // 61: lehr.v1.ControlStatus.store:type_name -> lehr.v1.StoreIdentity
-	73,  // 62: lehr.v1.ControlStatus.etcd:type_name -> lehr.v1.EtcdClusterStatus
-	74,  // 63: lehr.v1.ControlStatus.replicas:type_name -> lehr.v1.ControlReplica
-	78,  // 64: lehr.v1.ControlReplica.start_time:type_name -> google.protobuf.Timestamp
-	78,  // 65: lehr.v1.ControlReplica.last_seen_time:type_name -> google.protobuf.Timestamp
-	56,  // 66: lehr.v1.DistributorStatus.versions:type_name -> lehr.v1.VersionCount
-	62,  // 67: lehr.v1.DistributorStatus.health:type_name -> lehr.v1.NamespaceHealth
-	63,  // 68: lehr.v1.DistributorStatus.hosts:type_name -> lehr.v1.HostReport
-	61,  // 69: lehr.v1.DistributorStatus.samples:type_name -> lehr.v1.CohortSample
-	60,  // 70: lehr.v1.DistributorStatus.signals:type_name -> lehr.v1.HostSignals
-	59,  // 71: lehr.v1.DistributorStatus.preview:type_name -> lehr.v1.NamespacePreviewCounts
-	58,  // 72: lehr.v1.DistributorStatus.agent_builds:type_name -> lehr.v1.BuildCount
-	76,  // 73: lehr.v1.GetZoneStatusResponse.distributors:type_name -> lehr.v1.DistributorStatus
-	56,  // 74: lehr.v1.GetZoneStatusResponse.versions:type_name -> lehr.v1.VersionCount
-	62,  // 75: lehr.v1.GetZoneStatusResponse.health:type_name -> lehr.v1.NamespaceHealth
-	63,  // 76: lehr.v1.GetZoneStatusResponse.hosts:type_name -> lehr.v1.HostReport
-	58,  // 77: lehr.v1.GetZoneStatusResponse.distributor_builds:type_name -> lehr.v1.BuildCount
-	58,  // 78: lehr.v1.GetZoneStatusResponse.agent_builds:type_name -> lehr.v1.BuildCount
-	17,  // 79: lehr.v1.Control.CreateDomain:input_type -> lehr.v1.CreateDomainRequest
-	19,  // 80: lehr.v1.Control.GetDomain:input_type -> lehr.v1.GetDomainRequest
-	20,  // 81: lehr.v1.Control.ListDomains:input_type -> lehr.v1.ListDomainsRequest
-	18,  // 82: lehr.v1.Control.UpdateDomain:input_type -> lehr.v1.UpdateDomainRequest
-	22,  // 83: lehr.v1.Control.CreateNamespace:input_type -> lehr.v1.CreateNamespaceRequest
-	23,  // 84: lehr.v1.Control.GetNamespace:input_type -> lehr.v1.GetNamespaceRequest
-	24,  // 85: lehr.v1.Control.ListNamespaces:input_type -> lehr.v1.ListNamespacesRequest
-	26,  // 86: lehr.v1.Control.Publish:input_type -> lehr.v1.PublishRequest
-	28,  // 87: lehr.v1.Control.Patch:input_type -> lehr.v1.PatchRequest
-	30,  // 88: lehr.v1.Control.Get:input_type -> lehr.v1.GetRequest
-	32,  // 89: lehr.v1.Control.History:input_type -> lehr.v1.HistoryRequest
-	34,  // 90: lehr.v1.Control.Diff:input_type -> lehr.v1.DiffRequest
-	37,  // 91: lehr.v1.Control.Rollback:input_type -> lehr.v1.RollbackRequest
-	39,  // 92: lehr.v1.Control.CompactNamespace:input_type -> lehr.v1.CompactNamespaceRequest
-	41,  // 93: lehr.v1.Control.DeleteNamespace:input_type -> lehr.v1.DeleteNamespaceRequest
-	42,  // 94: lehr.v1.Control.DeleteDomain:input_type -> lehr.v1.DeleteDomainRequest
-	43,  // 95: lehr.v1.Control.CreateZone:input_type -> lehr.v1.CreateZoneRequest
-	44,  // 96: lehr.v1.Control.DeleteZone:input_type -> lehr.v1.DeleteZoneRequest
-	45,  // 97: lehr.v1.Control.ListZones:input_type -> lehr.v1.ListZonesRequest
-	47,  // 98: lehr.v1.Control.GetGoals:input_type -> lehr.v1.GetGoalsRequest
-	49,  // 99: lehr.v1.Control.WatchGoals:input_type -> lehr.v1.WatchGoalsRequest
-	52,  // 100: lehr.v1.Control.FetchVersion:input_type -> lehr.v1.FetchVersionRequest
-	54,  // 101: lehr.v1.Control.FetchDelta:input_type -> lehr.v1.FetchDeltaRequest
-	57,  // 102: lehr.v1.Control.ReportZoneStatus:input_type -> lehr.v1.ReportZoneStatusRequest
-	65,  // 103: lehr.v1.Control.GetZoneStatus:input_type -> lehr.v1.GetZoneStatusRequest
-	66,  // 104: lehr.v1.Control.GetStoreStatus:input_type -> lehr.v1.GetStoreStatusRequest
-	68,  // 105: lehr.v1.Control.GetControlStatus:input_type -> lehr.v1.GetControlStatusRequest
-	69,  // 106: lehr.v1.Control.BackupStore:input_type -> lehr.v1.BackupStoreRequest
-	11,  // 107: lehr.v1.Control.SetRolloutPolicy:input_type -> lehr.v1.SetRolloutPolicyRequest
-	12,  // 108: lehr.v1.Control.DeleteRolloutPolicy:input_type -> lehr.v1.DeleteRolloutPolicyRequest
-	13,  // 109: lehr.v1.Control.GetRolloutPolicy:input_type -> lehr.v1.GetRolloutPolicyRequest
-	15,  // 110: lehr.v1.Control.RolloutPolicyHistory:input_type -> lehr.v1.RolloutPolicyHistoryRequest
-	6,   // 111: lehr.v1.Control.GetRollout:input_type -> lehr.v1.GetRolloutRequest
-	7,   // 112: lehr.v1.Control.ListRollouts:input_type -> lehr.v1.ListRolloutsRequest
-	9,   // 113: lehr.v1.Control.ListRolloutEvents:input_type -> lehr.v1.ListRolloutEventsRequest
-	5,   // 114: lehr.v1.Control.UpdateRollout:input_type -> lehr.v1.UpdateRolloutRequest
-	96,  // 115: lehr.v1.Control.Evaluate:input_type -> lehr.v1.EvaluateRequest
-	97,  // 116: lehr.v1.Control.GetCanaryEvaluation:input_type -> lehr.v1.GetCanaryEvaluationRequest
-	98,  // 117: lehr.v1.Control.ListCanaryEvaluations:input_type -> lehr.v1.ListCanaryEvaluationsRequest
-	99,  // 118: lehr.v1.Control.GetPolicy:input_type -> lehr.v1.GetPolicyRequest
-	100, // 119: lehr.v1.Control.CreatePolicyExperiment:input_type -> lehr.v1.CreatePolicyExperimentRequest
-	101, // 120: lehr.v1.Control.UpdatePolicyExperiment:input_type -> lehr.v1.UpdatePolicyExperimentRequest
-	102, // 121: lehr.v1.Control.GetPolicyExperiment:input_type -> lehr.v1.GetPolicyExperimentRequest
-	103, // 122: lehr.v1.Control.ListPolicyExperiments:input_type -> lehr.v1.ListPolicyExperimentsRequest
-	104, // 123: lehr.v1.Control.DeletePolicyExperiment:input_type -> lehr.v1.DeletePolicyExperimentRequest
-	105, // 124: lehr.v1.Control.StartPreviewPolicyExperiment:input_type -> lehr.v1.StartPreviewPolicyExperimentRequest
-	106, // 125: lehr.v1.Control.StopPreviewPolicyExperiment:input_type -> lehr.v1.StopPreviewPolicyExperimentRequest
-	107, // 126: lehr.v1.Control.CommitPolicyExperiment:input_type -> lehr.v1.CommitPolicyExperimentRequest
-	108, // 127: lehr.v1.Control.DeletePolicy:input_type -> lehr.v1.DeletePolicyRequest
-	109, // 128: lehr.v1.Control.GetPolicyExperimentCounts:input_type -> lehr.v1.GetPolicyExperimentCountsRequest
-	3,   // 129: lehr.v1.Control.ListAuditRecords:input_type -> lehr.v1.ListAuditRecordsRequest
-	85,  // 130: lehr.v1.Control.CreateDomain:output_type -> lehr.v1.Domain
-	85,  // 131: lehr.v1.Control.GetDomain:output_type -> lehr.v1.Domain
-	21,  // 132: lehr.v1.Control.ListDomains:output_type -> lehr.v1.ListDomainsResponse
-	85,  // 133: lehr.v1.Control.UpdateDomain:output_type -> lehr.v1.Domain
-	87,  // 134: lehr.v1.Control.CreateNamespace:output_type -> lehr.v1.Namespace
-	87,  // 135: lehr.v1.Control.GetNamespace:output_type -> lehr.v1.Namespace
-	25,  // 136: lehr.v1.Control.ListNamespaces:output_type -> lehr.v1.ListNamespacesResponse
-	27,  // 137: lehr.v1.Control.Publish:output_type -> lehr.v1.PublishResponse
-	29,  // 138: lehr.v1.Control.Patch:output_type -> lehr.v1.PatchResponse
-	31,  // 139: lehr.v1.Control.Get:output_type -> lehr.v1.GetResponse
-	33,  // 140: lehr.v1.Control.History:output_type -> lehr.v1.HistoryResponse
-	36,  // 141: lehr.v1.Control.Diff:output_type -> lehr.v1.DiffResponse
-	38,  // 142: lehr.v1.Control.Rollback:output_type -> lehr.v1.RollbackResponse
-	40,  // 143: lehr.v1.Control.CompactNamespace:output_type -> lehr.v1.CompactNamespaceResponse
-	110, // 144: lehr.v1.Control.DeleteNamespace:output_type -> google.protobuf.Empty
-	110, // 145: lehr.v1.Control.DeleteDomain:output_type -> google.protobuf.Empty
-	91,  // 146: lehr.v1.Control.CreateZone:output_type -> lehr.v1.Zone
-	110, // 147: lehr.v1.Control.DeleteZone:output_type -> google.protobuf.Empty
-	46,  // 148: lehr.v1.Control.ListZones:output_type -> lehr.v1.ListZonesResponse
-	48,  // 149: lehr.v1.Control.GetGoals:output_type -> lehr.v1.GetGoalsResponse
-	51,  // 150: lehr.v1.Control.WatchGoals:output_type -> lehr.v1.WatchGoalsResponse
-	53,  // 151: lehr.v1.Control.FetchVersion:output_type -> lehr.v1.FetchVersionResponse
-	55,  // 152: lehr.v1.Control.FetchDelta:output_type -> lehr.v1.FetchDeltaResponse
-	64,  // 153: lehr.v1.Control.ReportZoneStatus:output_type -> lehr.v1.ReportZoneStatusResponse
-	77,  // 154: lehr.v1.Control.GetZoneStatus:output_type -> lehr.v1.GetZoneStatusResponse
-	67,  // 155: lehr.v1.Control.GetStoreStatus:output_type -> lehr.v1.StoreStatus
-	72,  // 156: lehr.v1.Control.GetControlStatus:output_type -> lehr.v1.ControlStatus
-	70,  // 157: lehr.v1.Control.BackupStore:output_type -> lehr.v1.BackupStoreResponse
-	83,  // 158: lehr.v1.Control.SetRolloutPolicy:output_type -> lehr.v1.RolloutPolicyRecord
-	83,  // 159: lehr.v1.Control.DeleteRolloutPolicy:output_type -> lehr.v1.RolloutPolicyRecord
-	14,  // 160: lehr.v1.Control.GetRolloutPolicy:output_type -> lehr.v1.GetRolloutPolicyResponse
-	16,  // 161: lehr.v1.Control.RolloutPolicyHistory:output_type -> lehr.v1.RolloutPolicyHistoryResponse
-	80,  // 162: lehr.v1.Control.GetRollout:output_type -> lehr.v1.Rollout
-	8,   // 163: lehr.v1.Control.ListRollouts:output_type -> lehr.v1.ListRolloutsResponse
-	10,  // 164: lehr.v1.Control.ListRolloutEvents:output_type -> lehr.v1.ListRolloutEventsResponse
-	80,  // 165: lehr.v1.Control.UpdateRollout:output_type -> lehr.v1.Rollout
-	111, // 166: lehr.v1.Control.Evaluate:output_type -> lehr.v1.CanaryEvaluation
-	111, // 167: lehr.v1.Control.GetCanaryEvaluation:output_type -> lehr.v1.CanaryEvaluation
-	112, // 168: lehr.v1.Control.ListCanaryEvaluations:output_type -> lehr.v1.ListCanaryEvaluationsResponse
-	113, // 169: lehr.v1.Control.GetPolicy:output_type -> lehr.v1.Policy
-	114, // 170: lehr.v1.Control.CreatePolicyExperiment:output_type -> google.longrunning.Operation
-	114, // 171: lehr.v1.Control.UpdatePolicyExperiment:output_type -> google.longrunning.Operation
-	115, // 172: lehr.v1.Control.GetPolicyExperiment:output_type -> lehr.v1.PolicyExperiment
-	116, // 173: lehr.v1.Control.ListPolicyExperiments:output_type -> lehr.v1.ListPolicyExperimentsResponse
-	114, // 174: lehr.v1.Control.DeletePolicyExperiment:output_type -> google.longrunning.Operation
-	114, // 175: lehr.v1.Control.StartPreviewPolicyExperiment:output_type -> google.longrunning.Operation
-	114, // 176: lehr.v1.Control.StopPreviewPolicyExperiment:output_type -> google.longrunning.Operation
-	114, // 177: lehr.v1.Control.CommitPolicyExperiment:output_type -> google.longrunning.Operation
-	114, // 178: lehr.v1.Control.DeletePolicy:output_type -> google.longrunning.Operation
-	117, // 179: lehr.v1.Control.GetPolicyExperimentCounts:output_type -> lehr.v1.PolicyExperimentCounts
-	4,   // 180: lehr.v1.Control.ListAuditRecords:output_type -> lehr.v1.ListAuditRecordsResponse
-	130, // [130:181] is the sub-list for method output_type
-	79,  // [79:130] is the sub-list for method input_type
-	79,  // [79:79] is the sub-list for extension type_name
-	79,  // [79:79] is the sub-list for extension extendee
-	0,   // [0:79] is the sub-list for field type_name
+	93,  // 47: lehr.v1.VersionCount.services:type_name -> lehr.v1.ServiceConsumers
+	56,  // 48: lehr.v1.ReportZoneStatusRequest.versions:type_name -> lehr.v1.VersionCount
+	62,  // 49: lehr.v1.ReportZoneStatusRequest.health:type_name -> lehr.v1.NamespaceHealth
+	63,  // 50: lehr.v1.ReportZoneStatusRequest.hosts:type_name -> lehr.v1.HostReport
+	61,  // 51: lehr.v1.ReportZoneStatusRequest.samples:type_name -> lehr.v1.CohortSample
+	60,  // 52: lehr.v1.ReportZoneStatusRequest.signals:type_name -> lehr.v1.HostSignals
+	59,  // 53: lehr.v1.ReportZoneStatusRequest.preview:type_name -> lehr.v1.NamespacePreviewCounts
+	58,  // 54: lehr.v1.ReportZoneStatusRequest.agent_builds:type_name -> lehr.v1.BuildCount
+	94,  // 55: lehr.v1.NamespacePreviewCounts.counts:type_name -> lehr.v1.HostPreviewCounts
+	95,  // 56: lehr.v1.HostSignals.signals:type_name -> lehr.v1.NamespaceSignals
+	96,  // 57: lehr.v1.HostReport.report:type_name -> lehr.v1.NamespaceReport
+	78,  // 58: lehr.v1.StoreStatus.read_time:type_name -> google.protobuf.Timestamp
+	75,  // 59: lehr.v1.StoreStatus.domains:type_name -> lehr.v1.DomainStoredBytes
+	78,  // 60: lehr.v1.BackupStoreResponse.backup_time:type_name -> google.protobuf.Timestamp
+	78,  // 61: lehr.v1.StoreIdentity.create_time:type_name -> google.protobuf.Timestamp
+	71,  // 62: lehr.v1.ControlStatus.store:type_name -> lehr.v1.StoreIdentity
+	73,  // 63: lehr.v1.ControlStatus.etcd:type_name -> lehr.v1.EtcdClusterStatus
+	74,  // 64: lehr.v1.ControlStatus.replicas:type_name -> lehr.v1.ControlReplica
+	78,  // 65: lehr.v1.ControlReplica.start_time:type_name -> google.protobuf.Timestamp
+	78,  // 66: lehr.v1.ControlReplica.last_seen_time:type_name -> google.protobuf.Timestamp
+	56,  // 67: lehr.v1.DistributorStatus.versions:type_name -> lehr.v1.VersionCount
+	62,  // 68: lehr.v1.DistributorStatus.health:type_name -> lehr.v1.NamespaceHealth
+	63,  // 69: lehr.v1.DistributorStatus.hosts:type_name -> lehr.v1.HostReport
+	61,  // 70: lehr.v1.DistributorStatus.samples:type_name -> lehr.v1.CohortSample
+	60,  // 71: lehr.v1.DistributorStatus.signals:type_name -> lehr.v1.HostSignals
+	59,  // 72: lehr.v1.DistributorStatus.preview:type_name -> lehr.v1.NamespacePreviewCounts
+	58,  // 73: lehr.v1.DistributorStatus.agent_builds:type_name -> lehr.v1.BuildCount
+	76,  // 74: lehr.v1.GetZoneStatusResponse.distributors:type_name -> lehr.v1.DistributorStatus
+	56,  // 75: lehr.v1.GetZoneStatusResponse.versions:type_name -> lehr.v1.VersionCount
+	62,  // 76: lehr.v1.GetZoneStatusResponse.health:type_name -> lehr.v1.NamespaceHealth
+	63,  // 77: lehr.v1.GetZoneStatusResponse.hosts:type_name -> lehr.v1.HostReport
+	58,  // 78: lehr.v1.GetZoneStatusResponse.distributor_builds:type_name -> lehr.v1.BuildCount
+	58,  // 79: lehr.v1.GetZoneStatusResponse.agent_builds:type_name -> lehr.v1.BuildCount
+	17,  // 80: lehr.v1.Control.CreateDomain:input_type -> lehr.v1.CreateDomainRequest
+	19,  // 81: lehr.v1.Control.GetDomain:input_type -> lehr.v1.GetDomainRequest
+	20,  // 82: lehr.v1.Control.ListDomains:input_type -> lehr.v1.ListDomainsRequest
+	18,  // 83: lehr.v1.Control.UpdateDomain:input_type -> lehr.v1.UpdateDomainRequest
+	22,  // 84: lehr.v1.Control.CreateNamespace:input_type -> lehr.v1.CreateNamespaceRequest
+	23,  // 85: lehr.v1.Control.GetNamespace:input_type -> lehr.v1.GetNamespaceRequest
+	24,  // 86: lehr.v1.Control.ListNamespaces:input_type -> lehr.v1.ListNamespacesRequest
+	26,  // 87: lehr.v1.Control.Publish:input_type -> lehr.v1.PublishRequest
+	28,  // 88: lehr.v1.Control.Patch:input_type -> lehr.v1.PatchRequest
+	30,  // 89: lehr.v1.Control.Get:input_type -> lehr.v1.GetRequest
+	32,  // 90: lehr.v1.Control.History:input_type -> lehr.v1.HistoryRequest
+	34,  // 91: lehr.v1.Control.Diff:input_type -> lehr.v1.DiffRequest
+	37,  // 92: lehr.v1.Control.Rollback:input_type -> lehr.v1.RollbackRequest
+	39,  // 93: lehr.v1.Control.CompactNamespace:input_type -> lehr.v1.CompactNamespaceRequest
+	41,  // 94: lehr.v1.Control.DeleteNamespace:input_type -> lehr.v1.DeleteNamespaceRequest
+	42,  // 95: lehr.v1.Control.DeleteDomain:input_type -> lehr.v1.DeleteDomainRequest
+	43,  // 96: lehr.v1.Control.CreateZone:input_type -> lehr.v1.CreateZoneRequest
+	44,  // 97: lehr.v1.Control.DeleteZone:input_type -> lehr.v1.DeleteZoneRequest
+	45,  // 98: lehr.v1.Control.ListZones:input_type -> lehr.v1.ListZonesRequest
+	47,  // 99: lehr.v1.Control.GetGoals:input_type -> lehr.v1.GetGoalsRequest
+	49,  // 100: lehr.v1.Control.WatchGoals:input_type -> lehr.v1.WatchGoalsRequest
+	52,  // 101: lehr.v1.Control.FetchVersion:input_type -> lehr.v1.FetchVersionRequest
+	54,  // 102: lehr.v1.Control.FetchDelta:input_type -> lehr.v1.FetchDeltaRequest
+	57,  // 103: lehr.v1.Control.ReportZoneStatus:input_type -> lehr.v1.ReportZoneStatusRequest
+	65,  // 104: lehr.v1.Control.GetZoneStatus:input_type -> lehr.v1.GetZoneStatusRequest
+	66,  // 105: lehr.v1.Control.GetStoreStatus:input_type -> lehr.v1.GetStoreStatusRequest
+	68,  // 106: lehr.v1.Control.GetControlStatus:input_type -> lehr.v1.GetControlStatusRequest
+	69,  // 107: lehr.v1.Control.BackupStore:input_type -> lehr.v1.BackupStoreRequest
+	11,  // 108: lehr.v1.Control.SetRolloutPolicy:input_type -> lehr.v1.SetRolloutPolicyRequest
+	12,  // 109: lehr.v1.Control.DeleteRolloutPolicy:input_type -> lehr.v1.DeleteRolloutPolicyRequest
+	13,  // 110: lehr.v1.Control.GetRolloutPolicy:input_type -> lehr.v1.GetRolloutPolicyRequest
+	15,  // 111: lehr.v1.Control.RolloutPolicyHistory:input_type -> lehr.v1.RolloutPolicyHistoryRequest
+	6,   // 112: lehr.v1.Control.GetRollout:input_type -> lehr.v1.GetRolloutRequest
+	7,   // 113: lehr.v1.Control.ListRollouts:input_type -> lehr.v1.ListRolloutsRequest
+	9,   // 114: lehr.v1.Control.ListRolloutEvents:input_type -> lehr.v1.ListRolloutEventsRequest
+	5,   // 115: lehr.v1.Control.UpdateRollout:input_type -> lehr.v1.UpdateRolloutRequest
+	97,  // 116: lehr.v1.Control.Evaluate:input_type -> lehr.v1.EvaluateRequest
+	98,  // 117: lehr.v1.Control.GetCanaryEvaluation:input_type -> lehr.v1.GetCanaryEvaluationRequest
+	99,  // 118: lehr.v1.Control.ListCanaryEvaluations:input_type -> lehr.v1.ListCanaryEvaluationsRequest
+	100, // 119: lehr.v1.Control.GetPolicy:input_type -> lehr.v1.GetPolicyRequest
+	101, // 120: lehr.v1.Control.CreatePolicyExperiment:input_type -> lehr.v1.CreatePolicyExperimentRequest
+	102, // 121: lehr.v1.Control.UpdatePolicyExperiment:input_type -> lehr.v1.UpdatePolicyExperimentRequest
+	103, // 122: lehr.v1.Control.GetPolicyExperiment:input_type -> lehr.v1.GetPolicyExperimentRequest
+	104, // 123: lehr.v1.Control.ListPolicyExperiments:input_type -> lehr.v1.ListPolicyExperimentsRequest
+	105, // 124: lehr.v1.Control.DeletePolicyExperiment:input_type -> lehr.v1.DeletePolicyExperimentRequest
+	106, // 125: lehr.v1.Control.StartPreviewPolicyExperiment:input_type -> lehr.v1.StartPreviewPolicyExperimentRequest
+	107, // 126: lehr.v1.Control.StopPreviewPolicyExperiment:input_type -> lehr.v1.StopPreviewPolicyExperimentRequest
+	108, // 127: lehr.v1.Control.CommitPolicyExperiment:input_type -> lehr.v1.CommitPolicyExperimentRequest
+	109, // 128: lehr.v1.Control.DeletePolicy:input_type -> lehr.v1.DeletePolicyRequest
+	110, // 129: lehr.v1.Control.GetPolicyExperimentCounts:input_type -> lehr.v1.GetPolicyExperimentCountsRequest
+	3,   // 130: lehr.v1.Control.ListAuditRecords:input_type -> lehr.v1.ListAuditRecordsRequest
+	85,  // 131: lehr.v1.Control.CreateDomain:output_type -> lehr.v1.Domain
+	85,  // 132: lehr.v1.Control.GetDomain:output_type -> lehr.v1.Domain
+	21,  // 133: lehr.v1.Control.ListDomains:output_type -> lehr.v1.ListDomainsResponse
+	85,  // 134: lehr.v1.Control.UpdateDomain:output_type -> lehr.v1.Domain
+	87,  // 135: lehr.v1.Control.CreateNamespace:output_type -> lehr.v1.Namespace
+	87,  // 136: lehr.v1.Control.GetNamespace:output_type -> lehr.v1.Namespace
+	25,  // 137: lehr.v1.Control.ListNamespaces:output_type -> lehr.v1.ListNamespacesResponse
+	27,  // 138: lehr.v1.Control.Publish:output_type -> lehr.v1.PublishResponse
+	29,  // 139: lehr.v1.Control.Patch:output_type -> lehr.v1.PatchResponse
+	31,  // 140: lehr.v1.Control.Get:output_type -> lehr.v1.GetResponse
+	33,  // 141: lehr.v1.Control.History:output_type -> lehr.v1.HistoryResponse
+	36,  // 142: lehr.v1.Control.Diff:output_type -> lehr.v1.DiffResponse
+	38,  // 143: lehr.v1.Control.Rollback:output_type -> lehr.v1.RollbackResponse
+	40,  // 144: lehr.v1.Control.CompactNamespace:output_type -> lehr.v1.CompactNamespaceResponse
+	111, // 145: lehr.v1.Control.DeleteNamespace:output_type -> google.protobuf.Empty
+	111, // 146: lehr.v1.Control.DeleteDomain:output_type -> google.protobuf.Empty
+	91,  // 147: lehr.v1.Control.CreateZone:output_type -> lehr.v1.Zone
+	111, // 148: lehr.v1.Control.DeleteZone:output_type -> google.protobuf.Empty
+	46,  // 149: lehr.v1.Control.ListZones:output_type -> lehr.v1.ListZonesResponse
+	48,  // 150: lehr.v1.Control.GetGoals:output_type -> lehr.v1.GetGoalsResponse
+	51,  // 151: lehr.v1.Control.WatchGoals:output_type -> lehr.v1.WatchGoalsResponse
+	53,  // 152: lehr.v1.Control.FetchVersion:output_type -> lehr.v1.FetchVersionResponse
+	55,  // 153: lehr.v1.Control.FetchDelta:output_type -> lehr.v1.FetchDeltaResponse
+	64,  // 154: lehr.v1.Control.ReportZoneStatus:output_type -> lehr.v1.ReportZoneStatusResponse
+	77,  // 155: lehr.v1.Control.GetZoneStatus:output_type -> lehr.v1.GetZoneStatusResponse
+	67,  // 156: lehr.v1.Control.GetStoreStatus:output_type -> lehr.v1.StoreStatus
+	72,  // 157: lehr.v1.Control.GetControlStatus:output_type -> lehr.v1.ControlStatus
+	70,  // 158: lehr.v1.Control.BackupStore:output_type -> lehr.v1.BackupStoreResponse
+	83,  // 159: lehr.v1.Control.SetRolloutPolicy:output_type -> lehr.v1.RolloutPolicyRecord
+	83,  // 160: lehr.v1.Control.DeleteRolloutPolicy:output_type -> lehr.v1.RolloutPolicyRecord
+	14,  // 161: lehr.v1.Control.GetRolloutPolicy:output_type -> lehr.v1.GetRolloutPolicyResponse
+	16,  // 162: lehr.v1.Control.RolloutPolicyHistory:output_type -> lehr.v1.RolloutPolicyHistoryResponse
+	80,  // 163: lehr.v1.Control.GetRollout:output_type -> lehr.v1.Rollout
+	8,   // 164: lehr.v1.Control.ListRollouts:output_type -> lehr.v1.ListRolloutsResponse
+	10,  // 165: lehr.v1.Control.ListRolloutEvents:output_type -> lehr.v1.ListRolloutEventsResponse
+	80,  // 166: lehr.v1.Control.UpdateRollout:output_type -> lehr.v1.Rollout
+	112, // 167: lehr.v1.Control.Evaluate:output_type -> lehr.v1.CanaryEvaluation
+	112, // 168: lehr.v1.Control.GetCanaryEvaluation:output_type -> lehr.v1.CanaryEvaluation
+	113, // 169: lehr.v1.Control.ListCanaryEvaluations:output_type -> lehr.v1.ListCanaryEvaluationsResponse
+	114, // 170: lehr.v1.Control.GetPolicy:output_type -> lehr.v1.Policy
+	115, // 171: lehr.v1.Control.CreatePolicyExperiment:output_type -> google.longrunning.Operation
+	115, // 172: lehr.v1.Control.UpdatePolicyExperiment:output_type -> google.longrunning.Operation
+	116, // 173: lehr.v1.Control.GetPolicyExperiment:output_type -> lehr.v1.PolicyExperiment
+	117, // 174: lehr.v1.Control.ListPolicyExperiments:output_type -> lehr.v1.ListPolicyExperimentsResponse
+	115, // 175: lehr.v1.Control.DeletePolicyExperiment:output_type -> google.longrunning.Operation
+	115, // 176: lehr.v1.Control.StartPreviewPolicyExperiment:output_type -> google.longrunning.Operation
+	115, // 177: lehr.v1.Control.StopPreviewPolicyExperiment:output_type -> google.longrunning.Operation
+	115, // 178: lehr.v1.Control.CommitPolicyExperiment:output_type -> google.longrunning.Operation
+	115, // 179: lehr.v1.Control.DeletePolicy:output_type -> google.longrunning.Operation
+	118, // 180: lehr.v1.Control.GetPolicyExperimentCounts:output_type -> lehr.v1.PolicyExperimentCounts
+	4,   // 181: lehr.v1.Control.ListAuditRecords:output_type -> lehr.v1.ListAuditRecordsResponse
+	131, // [131:182] is the sub-list for method output_type
+	80,  // [80:131] is the sub-list for method input_type
+	80,  // [80:80] is the sub-list for extension type_name
+	80,  // [80:80] is the sub-list for extension extendee
+	0,   // [0:80] is the sub-list for field type_name
 }
 
 func init() { file_lehr_v1_control_proto_init() }

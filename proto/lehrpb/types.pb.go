@@ -1180,6 +1180,61 @@ func (x *CandidateGoal) GetChecks() []*CanaryCheck {
 	return nil
 }
 
+// ServiceConsumers is how many consumers of one service hold leases on a
+// namespace.
+type ServiceConsumers struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The service's name (SubscribeRequest.service).
+	Service       string `protobuf:"bytes,1,opt,name=service,proto3" json:"service,omitempty"`
+	Consumers     uint32 `protobuf:"varint,2,opt,name=consumers,proto3" json:"consumers,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ServiceConsumers) Reset() {
+	*x = ServiceConsumers{}
+	mi := &file_lehr_v1_types_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ServiceConsumers) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ServiceConsumers) ProtoMessage() {}
+
+func (x *ServiceConsumers) ProtoReflect() protoreflect.Message {
+	mi := &file_lehr_v1_types_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ServiceConsumers.ProtoReflect.Descriptor instead.
+func (*ServiceConsumers) Descriptor() ([]byte, []int) {
+	return file_lehr_v1_types_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *ServiceConsumers) GetService() string {
+	if x != nil {
+		return x.Service
+	}
+	return ""
+}
+
+func (x *ServiceConsumers) GetConsumers() uint32 {
+	if x != nil {
+		return x.Consumers
+	}
+	return 0
+}
+
 // Zone is a failure domain served by its own distributors.
 // (-- api-linter: core::0122::resource-collection-identifiers=disabled
 //
@@ -1202,7 +1257,7 @@ type Zone struct {
 
 func (x *Zone) Reset() {
 	*x = Zone{}
-	mi := &file_lehr_v1_types_proto_msgTypes[9]
+	mi := &file_lehr_v1_types_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1214,7 +1269,7 @@ func (x *Zone) String() string {
 func (*Zone) ProtoMessage() {}
 
 func (x *Zone) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_types_proto_msgTypes[9]
+	mi := &file_lehr_v1_types_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1227,7 +1282,7 @@ func (x *Zone) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Zone.ProtoReflect.Descriptor instead.
 func (*Zone) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_types_proto_rawDescGZIP(), []int{9}
+	return file_lehr_v1_types_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Zone) GetName() string {
@@ -1356,7 +1411,10 @@ const file_lehr_v1_types_proto_rawDesc = "" +
 	"\x04salt\x18\x05 \x01(\tR\x04salt\x12\x16\n" +
 	"\x06sample\x18\x06 \x01(\rR\x06sample\x12\x1a\n" +
 	"\banalysis\x18\a \x01(\rR\banalysis\x12,\n" +
-	"\x06checks\x18\b \x03(\v2\x14.lehr.v1.CanaryCheckR\x06checks\"\xd5\x01\n" +
+	"\x06checks\x18\b \x03(\v2\x14.lehr.v1.CanaryCheckR\x06checks\"T\n" +
+	"\x10ServiceConsumers\x12\x1d\n" +
+	"\aservice\x18\x01 \x01(\tB\x03\xe0A\x02R\aservice\x12!\n" +
+	"\tconsumers\x18\x02 \x01(\rB\x03\xe0A\x01R\tconsumers\"\xd5\x01\n" +
 	"\x04Zone\x12\x17\n" +
 	"\x04name\x18\x01 \x01(\tB\x03\xe0A\bR\x04name\x12@\n" +
 	"\vcreate_time\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampB\x03\xe0A\x03R\n" +
@@ -1388,7 +1446,7 @@ func file_lehr_v1_types_proto_rawDescGZIP() []byte {
 }
 
 var file_lehr_v1_types_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_lehr_v1_types_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
+var file_lehr_v1_types_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
 var file_lehr_v1_types_proto_goTypes = []any{
 	(NamespaceKind)(0),            // 0: lehr.v1.NamespaceKind
 	(VersionSource)(0),            // 1: lehr.v1.VersionSource
@@ -1401,26 +1459,27 @@ var file_lehr_v1_types_proto_goTypes = []any{
 	(*VersionInfo)(nil),           // 8: lehr.v1.VersionInfo
 	(*GoalState)(nil),             // 9: lehr.v1.GoalState
 	(*CandidateGoal)(nil),         // 10: lehr.v1.CandidateGoal
-	(*Zone)(nil),                  // 11: lehr.v1.Zone
-	(*timestamppb.Timestamp)(nil), // 12: google.protobuf.Timestamp
-	(*CanaryCheck)(nil),           // 13: lehr.v1.CanaryCheck
+	(*ServiceConsumers)(nil),      // 11: lehr.v1.ServiceConsumers
+	(*Zone)(nil),                  // 12: lehr.v1.Zone
+	(*timestamppb.Timestamp)(nil), // 13: google.protobuf.Timestamp
+	(*CanaryCheck)(nil),           // 14: lehr.v1.CanaryCheck
 }
 var file_lehr_v1_types_proto_depIdxs = []int32{
 	3,  // 0: lehr.v1.Domain.quotas:type_name -> lehr.v1.Quotas
 	5,  // 1: lehr.v1.Domain.acl:type_name -> lehr.v1.Acl
-	12, // 2: lehr.v1.Domain.create_time:type_name -> google.protobuf.Timestamp
+	13, // 2: lehr.v1.Domain.create_time:type_name -> google.protobuf.Timestamp
 	4,  // 3: lehr.v1.Domain.usage:type_name -> lehr.v1.DomainUsage
 	3,  // 4: lehr.v1.Domain.effective_quotas:type_name -> lehr.v1.Quotas
 	0,  // 5: lehr.v1.Namespace.kind:type_name -> lehr.v1.NamespaceKind
-	12, // 6: lehr.v1.Namespace.create_time:type_name -> google.protobuf.Timestamp
-	12, // 7: lehr.v1.Namespace.delete_time:type_name -> google.protobuf.Timestamp
-	12, // 8: lehr.v1.VersionInfo.create_time:type_name -> google.protobuf.Timestamp
+	13, // 6: lehr.v1.Namespace.create_time:type_name -> google.protobuf.Timestamp
+	13, // 7: lehr.v1.Namespace.delete_time:type_name -> google.protobuf.Timestamp
+	13, // 8: lehr.v1.VersionInfo.create_time:type_name -> google.protobuf.Timestamp
 	1,  // 9: lehr.v1.VersionInfo.source:type_name -> lehr.v1.VersionSource
-	12, // 10: lehr.v1.GoalState.update_time:type_name -> google.protobuf.Timestamp
+	13, // 10: lehr.v1.GoalState.update_time:type_name -> google.protobuf.Timestamp
 	10, // 11: lehr.v1.GoalState.candidate:type_name -> lehr.v1.CandidateGoal
-	13, // 12: lehr.v1.CandidateGoal.checks:type_name -> lehr.v1.CanaryCheck
-	12, // 13: lehr.v1.Zone.create_time:type_name -> google.protobuf.Timestamp
-	12, // 14: lehr.v1.Zone.last_report_time:type_name -> google.protobuf.Timestamp
+	14, // 12: lehr.v1.CandidateGoal.checks:type_name -> lehr.v1.CanaryCheck
+	13, // 13: lehr.v1.Zone.create_time:type_name -> google.protobuf.Timestamp
+	13, // 14: lehr.v1.Zone.last_report_time:type_name -> google.protobuf.Timestamp
 	15, // [15:15] is the sub-list for method output_type
 	15, // [15:15] is the sub-list for method input_type
 	15, // [15:15] is the sub-list for extension type_name
@@ -1440,7 +1499,7 @@ func file_lehr_v1_types_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lehr_v1_types_proto_rawDesc), len(file_lehr_v1_types_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   10,
+			NumMessages:   11,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -952,8 +952,12 @@ type NamespaceReport struct {
 	// their signature did not verify against its trusted keys (a tampering
 	// distributor, or control signing with a key the agent does not trust).
 	UntrustedUpdates uint64 `protobuf:"varint,13,opt,name=untrusted_updates,json=untrustedUpdates,proto3" json:"untrusted_updates,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// The services of the consumers holding leases (SubscribeRequest's
+	// service), most consumers first, at most 16: the consumers of the
+	// clients count not listed here named no service or are beyond the 16.
+	Services      []*ServiceConsumers `protobuf:"bytes,14,rep,name=services,proto3" json:"services,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *NamespaceReport) Reset() {
@@ -1075,6 +1079,13 @@ func (x *NamespaceReport) GetUntrustedUpdates() uint64 {
 		return x.UntrustedUpdates
 	}
 	return 0
+}
+
+func (x *NamespaceReport) GetServices() []*ServiceConsumers {
+	if x != nil {
+		return x.Services
+	}
+	return nil
 }
 
 // HostChecks is an agent's host-level canary checks of one namespace: the
@@ -1985,7 +1996,7 @@ const file_lehr_v1_wire_proto_rawDesc = "" +
 	"\fhave_version\x18\x02 \x01(\x04R\vhaveVersion\x12#\n" +
 	"\rhave_checksum\x18\x03 \x01(\tR\fhaveChecksum\x12-\n" +
 	"\x06reason\x18\x04 \x01(\x0e2\x15.lehr.v1.ResyncReasonR\x06reason\x12\x16\n" +
-	"\x06detail\x18\x05 \x01(\tR\x06detail\"\x9e\x04\n" +
+	"\x06detail\x18\x05 \x01(\tR\x06detail\"\xd5\x04\n" +
 	"\x0fNamespaceReport\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\x04R\aversion\x12\x1a\n" +
@@ -2001,7 +2012,8 @@ const file_lehr_v1_wire_proto_rawDesc = "" +
 	"\apreview\x18\v \x03(\v2\x1a.lehr.v1.HostPreviewCountsR\apreview\x124\n" +
 	"\vhost_checks\x18\f \x01(\v2\x13.lehr.v1.HostChecksR\n" +
 	"hostChecks\x12+\n" +
-	"\x11untrusted_updates\x18\r \x01(\x04R\x10untrustedUpdates\"\xdd\x02\n" +
+	"\x11untrusted_updates\x18\r \x01(\x04R\x10untrustedUpdates\x125\n" +
+	"\bservices\x18\x0e \x03(\v2\x19.lehr.v1.ServiceConsumersR\bservices\"\xdd\x02\n" +
 	"\n" +
 	"HostChecks\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\x04R\aversion\x12)\n" +
@@ -2124,8 +2136,9 @@ var file_lehr_v1_wire_proto_goTypes = []any{
 	(*GoalState)(nil),             // 29: lehr.v1.GoalState
 	(*timestamppb.Timestamp)(nil), // 30: google.protobuf.Timestamp
 	(*HostPreviewCounts)(nil),     // 31: lehr.v1.HostPreviewCounts
-	(CanaryVerdict)(0),            // 32: lehr.v1.CanaryVerdict
-	(*CanaryCheck)(nil),           // 33: lehr.v1.CanaryCheck
+	(*ServiceConsumers)(nil),      // 32: lehr.v1.ServiceConsumers
+	(CanaryVerdict)(0),            // 33: lehr.v1.CanaryVerdict
+	(*CanaryCheck)(nil),           // 34: lehr.v1.CanaryCheck
 }
 var file_lehr_v1_wire_proto_depIdxs = []int32{
 	24, // 0: lehr.v1.Hello.labels:type_name -> lehr.v1.Hello.LabelsEntry
@@ -2141,24 +2154,25 @@ var file_lehr_v1_wire_proto_depIdxs = []int32{
 	30, // 10: lehr.v1.NamespaceReport.applied_time:type_name -> google.protobuf.Timestamp
 	31, // 11: lehr.v1.NamespaceReport.preview:type_name -> lehr.v1.HostPreviewCounts
 	11, // 12: lehr.v1.NamespaceReport.host_checks:type_name -> lehr.v1.HostChecks
-	30, // 13: lehr.v1.HostChecks.change_time:type_name -> google.protobuf.Timestamp
-	32, // 14: lehr.v1.HostChecks.verdict:type_name -> lehr.v1.CanaryVerdict
-	12, // 15: lehr.v1.HostChecks.checks:type_name -> lehr.v1.HostCheckResult
-	32, // 16: lehr.v1.HostCheckResult.verdict:type_name -> lehr.v1.CanaryVerdict
-	30, // 17: lehr.v1.Report.time:type_name -> google.protobuf.Timestamp
-	10, // 18: lehr.v1.Report.namespaces:type_name -> lehr.v1.NamespaceReport
-	25, // 19: lehr.v1.Advice.redial_spread:type_name -> google.protobuf.Duration
-	1,  // 20: lehr.v1.Unavailable.reason:type_name -> lehr.v1.UnavailableReason
-	25, // 21: lehr.v1.Goodbye.retry_after:type_name -> google.protobuf.Duration
-	20, // 22: lehr.v1.SignalsRequest.namespaces:type_name -> lehr.v1.SignalsWanted
-	33, // 23: lehr.v1.SignalsWanted.checks:type_name -> lehr.v1.CanaryCheck
-	22, // 24: lehr.v1.Signals.namespaces:type_name -> lehr.v1.NamespaceSignals
-	23, // 25: lehr.v1.NamespaceSignals.series:type_name -> lehr.v1.SignalSeries
-	26, // [26:26] is the sub-list for method output_type
-	26, // [26:26] is the sub-list for method input_type
-	26, // [26:26] is the sub-list for extension type_name
-	26, // [26:26] is the sub-list for extension extendee
-	0,  // [0:26] is the sub-list for field type_name
+	32, // 13: lehr.v1.NamespaceReport.services:type_name -> lehr.v1.ServiceConsumers
+	30, // 14: lehr.v1.HostChecks.change_time:type_name -> google.protobuf.Timestamp
+	33, // 15: lehr.v1.HostChecks.verdict:type_name -> lehr.v1.CanaryVerdict
+	12, // 16: lehr.v1.HostChecks.checks:type_name -> lehr.v1.HostCheckResult
+	33, // 17: lehr.v1.HostCheckResult.verdict:type_name -> lehr.v1.CanaryVerdict
+	30, // 18: lehr.v1.Report.time:type_name -> google.protobuf.Timestamp
+	10, // 19: lehr.v1.Report.namespaces:type_name -> lehr.v1.NamespaceReport
+	25, // 20: lehr.v1.Advice.redial_spread:type_name -> google.protobuf.Duration
+	1,  // 21: lehr.v1.Unavailable.reason:type_name -> lehr.v1.UnavailableReason
+	25, // 22: lehr.v1.Goodbye.retry_after:type_name -> google.protobuf.Duration
+	20, // 23: lehr.v1.SignalsRequest.namespaces:type_name -> lehr.v1.SignalsWanted
+	34, // 24: lehr.v1.SignalsWanted.checks:type_name -> lehr.v1.CanaryCheck
+	22, // 25: lehr.v1.Signals.namespaces:type_name -> lehr.v1.NamespaceSignals
+	23, // 26: lehr.v1.NamespaceSignals.series:type_name -> lehr.v1.SignalSeries
+	27, // [27:27] is the sub-list for method output_type
+	27, // [27:27] is the sub-list for method input_type
+	27, // [27:27] is the sub-list for extension type_name
+	27, // [27:27] is the sub-list for extension extendee
+	0,  // [0:27] is the sub-list for field type_name
 }
 
 func init() { file_lehr_v1_wire_proto_init() }
