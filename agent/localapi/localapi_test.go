@@ -53,7 +53,7 @@ func (b *tableBackend) Calls() int {
 
 func (b *tableBackend) Subscribe(_ context.Context, req *lehrpb.SubscribeRequest) (*lehrpb.SubscribeResponse, error) {
 	b.count()
-	l, _, err := b.tab.Subscribe(req.GetNamespace(), req.GetClientId(), time.Duration(req.GetTtlSeconds())*time.Second)
+	l, _, err := b.tab.Subscribe(req.GetNamespace(), req.GetClientId(), req.GetService(), time.Duration(req.GetTtlSeconds())*time.Second)
 	if err != nil {
 		return nil, err
 	}
@@ -251,6 +251,10 @@ func TestInvalidRequests(t *testing.T) {
 			_, err := c.Subscribe(ctx(t), &lehrpb.SubscribeRequest{Namespace: "d/x", ClientId: long})
 			return err
 		}, "client_id"},
+		{"subscribe bad service", func() error {
+			_, err := c.Subscribe(ctx(t), &lehrpb.SubscribeRequest{Namespace: "d/x", Service: "Check Out"})
+			return err
+		}, "service"},
 		{"subscribe huge ttl", func() error {
 			_, err := c.Subscribe(ctx(t), &lehrpb.SubscribeRequest{Namespace: "d/x", TtlSeconds: 1 << 30})
 			return err
