@@ -34,7 +34,7 @@ func TestTop(t *testing.T) {
 		if diff := cmp.Diff(tc.want, got, protocmp.Transform()); diff != "" {
 			t.Errorf("%s: Top (-want +got):\n%s", tc.name, diff)
 		}
-		if err := Validate("services", got, uint32(1000)); err != nil {
+		if err := Validate("services", got, 10_000); err != nil {
 			t.Errorf("%s: Validate(Top(...)) = %v", tc.name, err)
 		}
 	}
