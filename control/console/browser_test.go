@@ -21,6 +21,7 @@ import (
 
 	"lehr.dev/lehr/client/producer"
 	"lehr.dev/lehr/control/controltest"
+	"lehr.dev/lehr/internal/services"
 	"lehr.dev/lehr/proto/lehrpb"
 	"lehr.dev/lehr/testenv/devcluster"
 	"lehr.dev/lehr/testenv/wait"
@@ -281,7 +282,45 @@ func TestBrowserDevCluster(t *testing.T) {
 	if got, want := b.text(`tr[data-quota="namespaces"] [data-field="used"]`), strconv.Itoa(int(d.GetUsage().GetNamespaces())); got != want {
 		t.Errorf("domain page: %s namespaces used; GetDomain says %s", got, want)
 	}
+	// Subscribers: each zone's consumers and their services (the test
+	// binary's name, "console.test", as no consumer names one), as
+	// GetZoneStatus sums them.
+	consumersOf := func(z string) (int, string) {
+		st, err := api.GetZoneStatus(ctx, &lehrpb.GetZoneStatusRequest{Zone: z})
+		if err != nil {
+			return -1, ""
+		}
+		n, svcs := 0, map[string]int{}
+		for _, vc := range st.GetVersions() {
+			if vc.GetNamespace() == "shop/web" {
+				n += int(vc.GetConsumers())
+				for _, s := range vc.GetServices() {
+					svcs[s.GetService()] += int(s.GetConsumers())
+				}
+			}
+		}
+		var parts []string
+		for _, s := range services.Top(svcs) {
+			parts = append(parts, fmt.Sprintf("%s %d", s.GetService(), s.GetConsumers()))
+		}
+		return n, strings.Join(parts, ", ")
+	}
+	wait.For(t, "every zone's 3 consumers of shop/web reported", func() bool {
+		a, _ := consumersOf("zone-a")
+		b, _ := consumersOf("zone-b")
+		return a == 3 && b == 3
+	})
 	b.open(base+"/console/namespaces/shop/web", "namespace")
+	for _, z := range c.Zones() {
+		n, svcs := consumersOf(z)
+		row := `#zones tr[data-zone="` + z + `"] `
+		if got := b.text(row + `[data-field="consumers"]`); got != strconv.Itoa(n) || n != 3 {
+			t.Errorf("namespace page: %s has %s consumers; GetZoneStatus says %d (want 3)", z, got, n)
+		}
+		if got := b.text(row + `[data-field="services"]`); got != svcs || svcs != "console.test 3" {
+			t.Errorf("namespace page: %s's services %q; GetZoneStatus says %q (want %q)", z, got, svcs, "console.test 3")
+		}
+	}
 	for z, want := range map[string]uint64{"zone-a": 2, "zone-b": 1} {
 		g, err := api.GetGoals(ctx, &lehrpb.GetGoalsRequest{Zone: z, Namespace: "shop/web"})
 		if err != nil || len(g.GetGoals()) != 1 {

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
+	"lehr.dev/lehr/internal/services"
 	"lehr.dev/lehr/proto/lehrpb"
 )
 
@@ -111,7 +112,13 @@ type zoneNS struct {
 	Health   []*lehrpb.NamespaceHealth
 	Hosts    int
 	AtGoal   int
-	StateErr string
+	// Consumers hold leases on the namespace in the zone; Services are
+	// theirs, most first (services.Max at most), and Unlisted those of no
+	// listed service.
+	Consumers int
+	Services  []*lehrpb.ServiceConsumers
+	Unlisted  int
+	StateErr  string
 }
 
 type namespacePage struct {
@@ -161,12 +168,17 @@ func (c *Console) namespace(w http.ResponseWriter, r *http.Request) {
 		if st, err := c.opts.Client.GetZoneStatus(ctx, &lehrpb.GetZoneStatusRequest{Zone: z.GetName()}); err != nil {
 			zn.StateErr = err.Error()
 		} else {
+			svcs := map[string]int{}
 			for _, vc := range st.GetVersions() {
 				if vc.GetNamespace() != name {
 					continue
 				}
 				zn.Versions = append(zn.Versions, vc)
 				zn.Hosts += int(vc.GetAgents())
+				zn.Consumers += int(vc.GetConsumers())
+				for _, s := range vc.GetServices() {
+					svcs[s.GetService()] += int(s.GetConsumers())
+				}
 				if zn.Goal != nil && vc.GetVersion() == zn.Goal.GetVersion() {
 					zn.AtGoal += int(vc.GetAgents())
 				}
@@ -176,11 +188,18 @@ func (c *Console) namespace(w http.ResponseWriter, r *http.Request) {
 					zn.Health = append(zn.Health, hh)
 				}
 			}
+			zn.Services = services.Top(svcs)
+			zn.Unlisted = zn.Consumers
+			for _, s := range zn.Services {
+				zn.Unlisted -= int(s.GetConsumers())
+			}
+			zn.Unlisted = max(zn.Unlisted, 0)
 		}
 		slices.SortFunc(zn.Versions, func(a, b *lehrpb.VersionCount) int { return -cmp.Compare(a.GetVersion(), b.GetVersion()) })
 		np.Zones = append(np.Zones, zn)
 		jz = append(jz, map[string]any{"zone": zn.Zone, "goal": pj(zn.Goal), "versions": pjs(zn.Versions), "health": pjs(zn.Health),
-			"hosts": zn.Hosts, "hostsAtGoal": zn.AtGoal, "goalError": zn.GoalErr, "statusError": zn.StateErr})
+			"hosts": zn.Hosts, "hostsAtGoal": zn.AtGoal, "consumers": zn.Consumers, "services": pjs(zn.Services), "consumersUnlisted": zn.Unlisted,
+			"goalError": zn.GoalErr, "statusError": zn.StateErr})
 	}
 	doc := map[string]any{"page": "namespace", "namespace": pj(n), "versions": pjs(np.Versions), "moreVersions": np.More,
 		"zones": nonNil(jz), "rollouts": pjs(np.Rollouts)}

@@ -4,7 +4,8 @@
 // zone — who uses which configuration, as operators see it. It bounds and
 // checks those lists the same way at every hop.
 //
-// Imported by agent, distributor, control/service and internal/wire.
+// Imported by agent, control/console, control/service, distributor and
+// internal/wire.
 package services
 
 import (
