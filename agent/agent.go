@@ -165,10 +165,14 @@ type Agent struct {
 	cache  *cache.Cache // set by Run before anything uses it
 	// cacheRef is cache for readers outside Run's goroutines (metrics).
 	cacheRef atomic.Pointer[cache.Cache]
-	up       *upstream.Client
-	api      *localapi.Server
-	writer   nsfile.Writer
-	sig      *signals
+	// quarantined is when openCache last moved a damaged cache aside
+	// (Unix nanoseconds; 0: never since the agent started), reported to
+	// the distributor (Report.cache_quarantine_time).
+	quarantined atomic.Int64
+	up          *upstream.Client
+	api         *localapi.Server
+	writer      nsfile.Writer
+	sig         *signals
 
 	ready     chan struct{}
 	readyOnce sync.Once
@@ -413,6 +417,7 @@ func (a *Agent) openCache() (*cache.Cache, error) {
 		return nil, fmt.Errorf("%w (and it cannot be moved aside: %w)", err, qerr)
 	}
 	a.met.quarantines.Inc()
+	a.quarantined.Store(a.now().UnixNano())
 	a.log.Error("the cache is damaged and cannot be opened; moved it aside and starting with an empty one: "+
 		"every namespace is fetched again, and the files of the previous run serve consumers meanwhile",
 		"moved_to", moved, "err", err)

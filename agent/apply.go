@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"errors"
+	"time"
 
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -117,6 +118,9 @@ func (a *Agent) dropCorruptLocked(ns string, cause error) {
 func (h *handler) Report() *lehrpb.Report {
 	a := (*Agent)(h)
 	r := &lehrpb.Report{}
+	if q := a.quarantined.Load(); q != 0 {
+		r.CacheQuarantineTime = timestamppb.New(time.Unix(0, q))
+	}
 	leaseCount := map[string]int{}
 	svcs := map[string][]*lehrpb.ServiceConsumers{}
 	for _, n := range a.leases.Namespaces() {

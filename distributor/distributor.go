@@ -411,6 +411,18 @@ func (d *Distributor) AgentBuilds() []*lehrpb.BuildCount {
 	return srv.AgentBuilds()
 }
 
+// CacheQuarantines returns the connected agents that moved an unopenable
+// cache aside since they started (fanout.Server.CacheQuarantines).
+func (d *Distributor) CacheQuarantines() []*lehrpb.CacheQuarantine {
+	d.mu.Lock()
+	srv := d.srv
+	d.mu.Unlock()
+	if srv == nil {
+		return nil
+	}
+	return srv.CacheQuarantines()
+}
+
 // Health returns the consumer health of the namespaces rollouts move and
 // of those in trouble, per-host detail (fanout.Server.Health) and the
 // cohort samples candidates ask for (fanout.Server.Samples).
@@ -769,6 +781,7 @@ func (d *Distributor) report(ctx context.Context) error {
 			TtlSeconds:       ttl,
 			DistributorBuild: d.opts.Version,
 			AgentBuilds:      d.AgentBuilds(),
+			CacheQuarantines: d.CacheQuarantines(),
 		}
 		for _, c := range counts {
 			req.Versions = append(req.Versions, &lehrpb.VersionCount{Namespace: c.Namespace, Version: c.Version, Agents: int32(c.Agents),

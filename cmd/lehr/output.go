@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/proto"
@@ -460,6 +461,12 @@ func writeZoneStatus(w io.Writer, st *lehrpb.GetZoneStatusResponse, goals map[st
 		return
 	}
 	writeBuilds(w, st)
+	if qs := st.GetCacheQuarantines(); len(qs) > 0 {
+		fmt.Fprintf(w, "\n%d %s moved an unopenable cache aside and fetched everything again (check each host's disk):\n", len(qs), plural(len(qs), "agent", "agents"))
+		for _, q := range qs {
+			fmt.Fprintf(w, "  %s at %s\n", clean(q.GetHostId()), q.GetQuarantineTime().AsTime().UTC().Format(time.RFC3339))
+		}
+	}
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	if haveGoals {

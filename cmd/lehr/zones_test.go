@@ -5,9 +5,11 @@ import (
 	"net"
 	"strings"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"lehr.dev/lehr/control"
 	"lehr.dev/lehr/control/controltest"
@@ -63,6 +65,10 @@ func TestWriteZoneStatusGolden(t *testing.T) {
 		{HostId: "host-1", Report: &lehrpb.NamespaceReport{Namespace: "demo/app", Version: 3, Clients: 1, ClientsApplied: 1, HostChecks: hc}},
 		{HostId: "host-2", Cohort: true, Report: &lehrpb.NamespaceReport{Namespace: "demo/app", Version: 2, Clients: 1, ClientsApplied: 1}},
 	}
+	writeZoneStatus(&b, st, goals, true)
+	b.WriteString("--- an agent that moved its cache aside\n")
+	st.Health, st.Hosts = nil, nil
+	st.CacheQuarantines = []*lehrpb.CacheQuarantine{{HostId: "host-3", QuarantineTime: timestamppb.New(time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC))}}
 	writeZoneStatus(&b, st, goals, true)
 	golden(t, "zone-status", b.Bytes())
 }

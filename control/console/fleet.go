@@ -32,7 +32,8 @@ type zoneView struct {
 type problem struct {
 	Zone string `json:"zone"`
 	// Kind: "silent zone", "behind goal", "untrusted updates", "host checks
-	// failing", "consumers rejecting", "leases lapsed", "unreadable".
+	// failing", "consumers rejecting", "leases lapsed", "cache
+	// quarantined", "unreadable".
 	Kind      string `json:"kind"`
 	Namespace string `json:"namespace,omitempty"`
 	Host      string `json:"host,omitempty"`
@@ -81,7 +82,8 @@ func (c *Console) zoneViews(r *http.Request) ([]zoneView, []problem, error) {
 
 // zoneProblems fills v's figures and returns what needs attention in it:
 // silence, agents behind their goal, untrusted updates, failing host
-// checks, consumers rejecting a version or losing leases.
+// checks, consumers rejecting a version or losing leases, agents that
+// moved an unopenable cache aside.
 func zoneProblems(v *zoneView, now time.Time) []problem {
 	zone := v.Zone.GetName()
 	st := v.Status
@@ -125,6 +127,11 @@ func zoneProblems(v *zoneView, now time.Time) []problem {
 			out = append(out, problem{Zone: zone, Kind: "host checks failing", Namespace: rep.GetNamespace(), Host: hr.GetHostId(), What: fmt.Sprintf(
 				"version %d → %d: %s", hc.GetPreviousVersion(), hc.GetVersion(), hc.GetReason())})
 		}
+	}
+	for _, q := range st.GetCacheQuarantines() {
+		out = append(out, problem{Zone: zone, Kind: "cache quarantined", Host: q.GetHostId(), What: fmt.Sprintf(
+			"%s ago its agent found its cache unopenable and moved it aside, and fetched every namespace again (its files served consumers meanwhile): check the host's disk (docs/operations.md, \"Failure modes\")",
+			fmtAge(now.Sub(q.GetQuarantineTime().AsTime())))})
 	}
 	for _, h := range st.GetHealth() {
 		if n := h.GetConsumersRejected(); n > 0 {

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"lehr.dev/lehr/control/evaluation"
 	"lehr.dev/lehr/control/store"
 	"lehr.dev/lehr/internal/apierror"
 	"lehr.dev/lehr/internal/buildinfo"
@@ -43,6 +44,11 @@ const (
 	// distributor's own included.
 	MaxBuildCounts = 256
 	MaxBuildBytes  = 128
+	// MaxCacheQuarantines bounds the cache quarantines of one report (a
+	// distributor sends at most fanout.MaxQuarantines), and
+	// MaxHostIDBytes each one's host id (an agent's, from its certificate).
+	MaxCacheQuarantines = 1000
+	MaxHostIDBytes      = evaluation.MaxHostIDBytes
 )
 
 // leaseSweepInterval is how often expired entries leave the lease cache.
@@ -162,6 +168,7 @@ func (s *Service) ReportZoneStatus(ctx context.Context, req *lehrpb.ReportZoneSt
 		// leave out as "unknown".
 		DistributorBuild: req.GetDistributorBuild(),
 		AgentBuilds:      req.GetAgentBuilds(),
+		CacheQuarantines: req.GetCacheQuarantines(),
 	}
 	k := reportKey{zone: req.GetZone(), id: req.GetDistributorId()}
 	lease, err := s.st.PutZoneStatus(ctx, k.zone, st, ttl, s.leases.get(k))
@@ -250,6 +257,19 @@ func checkReport(req *lehrpb.ReportZoneStatusRequest) error {
 		}
 		if h.GetAgents() < 0 {
 			return invalid(apierror.ReasonInvalidArgument, propField("health", i, "agents"), "agents is %d; it must not be negative", h.GetAgents())
+		}
+	}
+	if n := len(req.GetCacheQuarantines()); n > MaxCacheQuarantines {
+		return invalid(apierror.ReasonInvalidArgument, "cache_quarantines", "the report has %d cache quarantines; at most %d allowed", n, MaxCacheQuarantines).
+			WithLimit("%d entries", MaxCacheQuarantines)
+	}
+	for i, q := range req.GetCacheQuarantines() {
+		if id := q.GetHostId(); id == "" || len(id) > MaxHostIDBytes {
+			return invalid(apierror.ReasonInvalidArgument, propField("cache_quarantines", i, "host_id"),
+				"host_id is %d bytes; want 1 to %d", len(id), MaxHostIDBytes)
+		}
+		if !q.GetQuarantineTime().IsValid() {
+			return invalid(apierror.ReasonInvalidArgument, propField("cache_quarantines", i, "quarantine_time"), "quarantine_time is required")
 		}
 	}
 	if n := len(req.GetHosts()); n > MaxHostReports {
@@ -365,7 +385,27 @@ func (s *Service) GetZoneStatus(ctx context.Context, req *lehrpb.GetZoneStatusRe
 		Hosts:             hosts,
 		DistributorBuilds: dists,
 		AgentBuilds:       agents,
+		CacheQuarantines:  allQuarantines(sts),
 	}, nil
+}
+
+// allQuarantines lists the cache quarantines of several reports, the most
+// recent first (by host id among equals); a host reported by two
+// distributors (it moved between them) is listed once, with its latest.
+func allQuarantines(sts []*lehrpb.DistributorStatus) []*lehrpb.CacheQuarantine {
+	latest := map[string]*lehrpb.CacheQuarantine{}
+	for _, st := range sts {
+		for _, q := range st.GetCacheQuarantines() {
+			if old := latest[q.GetHostId()]; old == nil || q.GetQuarantineTime().AsTime().After(old.GetQuarantineTime().AsTime()) {
+				latest[q.GetHostId()] = q
+			}
+		}
+	}
+	out := slices.Collect(maps.Values(latest))
+	slices.SortFunc(out, func(a, b *lehrpb.CacheQuarantine) int {
+		return cmp.Or(b.GetQuarantineTime().AsTime().Compare(a.GetQuarantineTime().AsTime()), cmp.Compare(a.GetHostId(), b.GetHostId()))
+	})
+	return out
 }
 
 // sumBuilds counts the distributors of several reports per build, and

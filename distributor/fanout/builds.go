@@ -7,6 +7,8 @@ import (
 	"strings"
 	"unicode/utf8"
 
+	"google.golang.org/protobuf/types/known/timestamppb"
+
 	"lehr.dev/lehr/internal/buildinfo"
 	"lehr.dev/lehr/proto/lehrpb"
 )
@@ -76,4 +78,29 @@ func (s *Server) AgentBuilds() []*lehrpb.BuildCount {
 	kept = append(kept, other)
 	slices.SortFunc(kept, func(a, b *lehrpb.BuildCount) int { return strings.Compare(a.GetBuild(), b.GetBuild()) })
 	return kept
+}
+
+// MaxQuarantines bounds the hosts CacheQuarantines lists.
+const MaxQuarantines = 100
+
+// CacheQuarantines lists the connected agents that moved an unopenable
+// cache aside since they started, as they reported it, the most recent
+// first (by host id among equals), at most MaxQuarantines.
+func (s *Server) CacheQuarantines() []*lehrpb.CacheQuarantine {
+	var out []*lehrpb.CacheQuarantine
+	for _, ss := range s.sessionList() {
+		ss.mu.Lock()
+		q := ss.quarantined
+		ss.mu.Unlock()
+		if !q.IsZero() {
+			out = append(out, &lehrpb.CacheQuarantine{HostId: ss.host, QuarantineTime: timestamppb.New(q)})
+		}
+	}
+	slices.SortFunc(out, func(a, b *lehrpb.CacheQuarantine) int {
+		if c := b.GetQuarantineTime().AsTime().Compare(a.GetQuarantineTime().AsTime()); c != 0 {
+			return c
+		}
+		return strings.Compare(a.GetHostId(), b.GetHostId())
+	})
+	return out[:min(len(out), MaxQuarantines)]
 }

@@ -81,6 +81,9 @@ type session struct {
 	log  *slog.Logger
 	// build is the build the agent announced, as counted (agentBuild).
 	build string
+	// quarantined is when the agent last moved an unopenable cache aside,
+	// as it reported (zero: not since it started); under mu.
+	quarantined time.Time
 	// compact: the agent accepts compact Updates (wire.CapCompactUpdate).
 	compact bool
 	// inflight bounds the bytes of updates written to the agent and not
@@ -300,6 +303,9 @@ func (ss *session) subscribed(ns string) bool {
 func (ss *session) onReport(r *lehrpb.Report) {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
+	if q := r.GetCacheQuarantineTime(); q.IsValid() {
+		ss.quarantined = q.AsTime()
+	}
 	for _, nr := range r.GetNamespaces() {
 		if st := ss.ns[nr.GetNamespace()]; st != nil && st.subscribed {
 			st.report = nr

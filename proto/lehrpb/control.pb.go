@@ -3668,9 +3668,13 @@ type ReportZoneStatusRequest struct {
 	// at most 64 builds (the rest counted under "other"); agents that
 	// announced none (or "dev", as all did before builds were announced)
 	// count under "unknown".
-	AgentBuilds   []*BuildCount `protobuf:"bytes,12,rep,name=agent_builds,json=agentBuilds,proto3" json:"agent_builds,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	AgentBuilds []*BuildCount `protobuf:"bytes,12,rep,name=agent_builds,json=agentBuilds,proto3" json:"agent_builds,omitempty"`
+	// The connected agents that moved an unopenable cache aside since they
+	// started (Report.cache_quarantine_time), the most recent first, at
+	// most 100.
+	CacheQuarantines []*CacheQuarantine `protobuf:"bytes,13,rep,name=cache_quarantines,json=cacheQuarantines,proto3" json:"cache_quarantines,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *ReportZoneStatusRequest) Reset() {
@@ -3787,6 +3791,67 @@ func (x *ReportZoneStatusRequest) GetAgentBuilds() []*BuildCount {
 	return nil
 }
 
+func (x *ReportZoneStatusRequest) GetCacheQuarantines() []*CacheQuarantine {
+	if x != nil {
+		return x.CacheQuarantines
+	}
+	return nil
+}
+
+// CacheQuarantine is a host whose agent found its cache unopenable and
+// moved it aside.
+type CacheQuarantine struct {
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	HostId         string                 `protobuf:"bytes,1,opt,name=host_id,json=hostId,proto3" json:"host_id,omitempty"`
+	QuarantineTime *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=quarantine_time,json=quarantineTime,proto3" json:"quarantine_time,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *CacheQuarantine) Reset() {
+	*x = CacheQuarantine{}
+	mi := &file_lehr_v1_control_proto_msgTypes[56]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CacheQuarantine) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CacheQuarantine) ProtoMessage() {}
+
+func (x *CacheQuarantine) ProtoReflect() protoreflect.Message {
+	mi := &file_lehr_v1_control_proto_msgTypes[56]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CacheQuarantine.ProtoReflect.Descriptor instead.
+func (*CacheQuarantine) Descriptor() ([]byte, []int) {
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{56}
+}
+
+func (x *CacheQuarantine) GetHostId() string {
+	if x != nil {
+		return x.HostId
+	}
+	return ""
+}
+
+func (x *CacheQuarantine) GetQuarantineTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.QuarantineTime
+	}
+	return nil
+}
+
 // BuildCount is how many components (agents, distributors) run one build
 // of Lehr.
 type BuildCount struct {
@@ -3802,7 +3867,7 @@ type BuildCount struct {
 
 func (x *BuildCount) Reset() {
 	*x = BuildCount{}
-	mi := &file_lehr_v1_control_proto_msgTypes[56]
+	mi := &file_lehr_v1_control_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3814,7 +3879,7 @@ func (x *BuildCount) String() string {
 func (*BuildCount) ProtoMessage() {}
 
 func (x *BuildCount) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[56]
+	mi := &file_lehr_v1_control_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3827,7 +3892,7 @@ func (x *BuildCount) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BuildCount.ProtoReflect.Descriptor instead.
 func (*BuildCount) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{56}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *BuildCount) GetBuild() string {
@@ -3855,7 +3920,7 @@ type NamespacePreviewCounts struct {
 
 func (x *NamespacePreviewCounts) Reset() {
 	*x = NamespacePreviewCounts{}
-	mi := &file_lehr_v1_control_proto_msgTypes[57]
+	mi := &file_lehr_v1_control_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3867,7 +3932,7 @@ func (x *NamespacePreviewCounts) String() string {
 func (*NamespacePreviewCounts) ProtoMessage() {}
 
 func (x *NamespacePreviewCounts) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[57]
+	mi := &file_lehr_v1_control_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3880,7 +3945,7 @@ func (x *NamespacePreviewCounts) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NamespacePreviewCounts.ProtoReflect.Descriptor instead.
 func (*NamespacePreviewCounts) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{57}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *NamespacePreviewCounts) GetNamespace() string {
@@ -3912,7 +3977,7 @@ type HostSignals struct {
 
 func (x *HostSignals) Reset() {
 	*x = HostSignals{}
-	mi := &file_lehr_v1_control_proto_msgTypes[58]
+	mi := &file_lehr_v1_control_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3924,7 +3989,7 @@ func (x *HostSignals) String() string {
 func (*HostSignals) ProtoMessage() {}
 
 func (x *HostSignals) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[58]
+	mi := &file_lehr_v1_control_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3937,7 +4002,7 @@ func (x *HostSignals) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HostSignals.ProtoReflect.Descriptor instead.
 func (*HostSignals) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{58}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *HostSignals) GetHostId() string {
@@ -3974,7 +4039,7 @@ type CohortSample struct {
 
 func (x *CohortSample) Reset() {
 	*x = CohortSample{}
-	mi := &file_lehr_v1_control_proto_msgTypes[59]
+	mi := &file_lehr_v1_control_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3986,7 +4051,7 @@ func (x *CohortSample) String() string {
 func (*CohortSample) ProtoMessage() {}
 
 func (x *CohortSample) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[59]
+	mi := &file_lehr_v1_control_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3999,7 +4064,7 @@ func (x *CohortSample) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CohortSample.ProtoReflect.Descriptor instead.
 func (*CohortSample) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{59}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *CohortSample) GetNamespace() string {
@@ -4049,7 +4114,7 @@ type NamespaceHealth struct {
 
 func (x *NamespaceHealth) Reset() {
 	*x = NamespaceHealth{}
-	mi := &file_lehr_v1_control_proto_msgTypes[60]
+	mi := &file_lehr_v1_control_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4061,7 +4126,7 @@ func (x *NamespaceHealth) String() string {
 func (*NamespaceHealth) ProtoMessage() {}
 
 func (x *NamespaceHealth) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[60]
+	mi := &file_lehr_v1_control_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4074,7 +4139,7 @@ func (x *NamespaceHealth) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NamespaceHealth.ProtoReflect.Descriptor instead.
 func (*NamespaceHealth) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{60}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *NamespaceHealth) GetNamespace() string {
@@ -4152,7 +4217,7 @@ type HostReport struct {
 
 func (x *HostReport) Reset() {
 	*x = HostReport{}
-	mi := &file_lehr_v1_control_proto_msgTypes[61]
+	mi := &file_lehr_v1_control_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4164,7 +4229,7 @@ func (x *HostReport) String() string {
 func (*HostReport) ProtoMessage() {}
 
 func (x *HostReport) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[61]
+	mi := &file_lehr_v1_control_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4177,7 +4242,7 @@ func (x *HostReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HostReport.ProtoReflect.Descriptor instead.
 func (*HostReport) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{61}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *HostReport) GetHostId() string {
@@ -4214,7 +4279,7 @@ type ReportZoneStatusResponse struct {
 
 func (x *ReportZoneStatusResponse) Reset() {
 	*x = ReportZoneStatusResponse{}
-	mi := &file_lehr_v1_control_proto_msgTypes[62]
+	mi := &file_lehr_v1_control_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4226,7 +4291,7 @@ func (x *ReportZoneStatusResponse) String() string {
 func (*ReportZoneStatusResponse) ProtoMessage() {}
 
 func (x *ReportZoneStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[62]
+	mi := &file_lehr_v1_control_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4239,7 +4304,7 @@ func (x *ReportZoneStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportZoneStatusResponse.ProtoReflect.Descriptor instead.
 func (*ReportZoneStatusResponse) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{62}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *ReportZoneStatusResponse) GetDistributors() int32 {
@@ -4263,7 +4328,7 @@ type GetZoneStatusRequest struct {
 
 func (x *GetZoneStatusRequest) Reset() {
 	*x = GetZoneStatusRequest{}
-	mi := &file_lehr_v1_control_proto_msgTypes[63]
+	mi := &file_lehr_v1_control_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4275,7 +4340,7 @@ func (x *GetZoneStatusRequest) String() string {
 func (*GetZoneStatusRequest) ProtoMessage() {}
 
 func (x *GetZoneStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[63]
+	mi := &file_lehr_v1_control_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4288,7 +4353,7 @@ func (x *GetZoneStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetZoneStatusRequest.ProtoReflect.Descriptor instead.
 func (*GetZoneStatusRequest) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{63}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *GetZoneStatusRequest) GetZone() string {
@@ -4309,7 +4374,7 @@ type GetStoreStatusRequest struct {
 
 func (x *GetStoreStatusRequest) Reset() {
 	*x = GetStoreStatusRequest{}
-	mi := &file_lehr_v1_control_proto_msgTypes[64]
+	mi := &file_lehr_v1_control_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4321,7 +4386,7 @@ func (x *GetStoreStatusRequest) String() string {
 func (*GetStoreStatusRequest) ProtoMessage() {}
 
 func (x *GetStoreStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[64]
+	mi := &file_lehr_v1_control_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4334,7 +4399,7 @@ func (x *GetStoreStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetStoreStatusRequest.ProtoReflect.Descriptor instead.
 func (*GetStoreStatusRequest) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{64}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{65}
 }
 
 // StoreStatus is control's store as control last read it (etcd's status,
@@ -4368,7 +4433,7 @@ type StoreStatus struct {
 
 func (x *StoreStatus) Reset() {
 	*x = StoreStatus{}
-	mi := &file_lehr_v1_control_proto_msgTypes[65]
+	mi := &file_lehr_v1_control_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4380,7 +4445,7 @@ func (x *StoreStatus) String() string {
 func (*StoreStatus) ProtoMessage() {}
 
 func (x *StoreStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[65]
+	mi := &file_lehr_v1_control_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4393,7 +4458,7 @@ func (x *StoreStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StoreStatus.ProtoReflect.Descriptor instead.
 func (*StoreStatus) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{65}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *StoreStatus) GetSizeBytes() int64 {
@@ -4477,7 +4542,7 @@ type GetControlStatusRequest struct {
 
 func (x *GetControlStatusRequest) Reset() {
 	*x = GetControlStatusRequest{}
-	mi := &file_lehr_v1_control_proto_msgTypes[66]
+	mi := &file_lehr_v1_control_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4489,7 +4554,7 @@ func (x *GetControlStatusRequest) String() string {
 func (*GetControlStatusRequest) ProtoMessage() {}
 
 func (x *GetControlStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[66]
+	mi := &file_lehr_v1_control_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4502,7 +4567,7 @@ func (x *GetControlStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetControlStatusRequest.ProtoReflect.Descriptor instead.
 func (*GetControlStatusRequest) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{66}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{67}
 }
 
 // BackupStoreRequest asks for a snapshot of control's store.
@@ -4514,7 +4579,7 @@ type BackupStoreRequest struct {
 
 func (x *BackupStoreRequest) Reset() {
 	*x = BackupStoreRequest{}
-	mi := &file_lehr_v1_control_proto_msgTypes[67]
+	mi := &file_lehr_v1_control_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4526,7 +4591,7 @@ func (x *BackupStoreRequest) String() string {
 func (*BackupStoreRequest) ProtoMessage() {}
 
 func (x *BackupStoreRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[67]
+	mi := &file_lehr_v1_control_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4539,7 +4604,7 @@ func (x *BackupStoreRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackupStoreRequest.ProtoReflect.Descriptor instead.
 func (*BackupStoreRequest) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{67}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{68}
 }
 
 // BackupStoreResponse is one piece of a backup (BackupStore).
@@ -4561,7 +4626,7 @@ type BackupStoreResponse struct {
 
 func (x *BackupStoreResponse) Reset() {
 	*x = BackupStoreResponse{}
-	mi := &file_lehr_v1_control_proto_msgTypes[68]
+	mi := &file_lehr_v1_control_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4573,7 +4638,7 @@ func (x *BackupStoreResponse) String() string {
 func (*BackupStoreResponse) ProtoMessage() {}
 
 func (x *BackupStoreResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[68]
+	mi := &file_lehr_v1_control_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4586,7 +4651,7 @@ func (x *BackupStoreResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackupStoreResponse.ProtoReflect.Descriptor instead.
 func (*BackupStoreResponse) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{68}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *BackupStoreResponse) GetChunk() []byte {
@@ -4642,7 +4707,7 @@ type StoreIdentity struct {
 
 func (x *StoreIdentity) Reset() {
 	*x = StoreIdentity{}
-	mi := &file_lehr_v1_control_proto_msgTypes[69]
+	mi := &file_lehr_v1_control_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4654,7 +4719,7 @@ func (x *StoreIdentity) String() string {
 func (*StoreIdentity) ProtoMessage() {}
 
 func (x *StoreIdentity) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[69]
+	mi := &file_lehr_v1_control_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4667,7 +4732,7 @@ func (x *StoreIdentity) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StoreIdentity.ProtoReflect.Descriptor instead.
 func (*StoreIdentity) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{69}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *StoreIdentity) GetId() string {
@@ -4714,7 +4779,7 @@ type ControlStatus struct {
 
 func (x *ControlStatus) Reset() {
 	*x = ControlStatus{}
-	mi := &file_lehr_v1_control_proto_msgTypes[70]
+	mi := &file_lehr_v1_control_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4726,7 +4791,7 @@ func (x *ControlStatus) String() string {
 func (*ControlStatus) ProtoMessage() {}
 
 func (x *ControlStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[70]
+	mi := &file_lehr_v1_control_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4739,7 +4804,7 @@ func (x *ControlStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ControlStatus.ProtoReflect.Descriptor instead.
 func (*ControlStatus) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{70}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *ControlStatus) GetStore() *StoreIdentity {
@@ -4809,7 +4874,7 @@ type EtcdClusterStatus struct {
 
 func (x *EtcdClusterStatus) Reset() {
 	*x = EtcdClusterStatus{}
-	mi := &file_lehr_v1_control_proto_msgTypes[71]
+	mi := &file_lehr_v1_control_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4821,7 +4886,7 @@ func (x *EtcdClusterStatus) String() string {
 func (*EtcdClusterStatus) ProtoMessage() {}
 
 func (x *EtcdClusterStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[71]
+	mi := &file_lehr_v1_control_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4834,7 +4899,7 @@ func (x *EtcdClusterStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EtcdClusterStatus.ProtoReflect.Descriptor instead.
 func (*EtcdClusterStatus) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{71}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *EtcdClusterStatus) GetClusterId() string {
@@ -4888,7 +4953,7 @@ type ControlReplica struct {
 
 func (x *ControlReplica) Reset() {
 	*x = ControlReplica{}
-	mi := &file_lehr_v1_control_proto_msgTypes[72]
+	mi := &file_lehr_v1_control_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4900,7 +4965,7 @@ func (x *ControlReplica) String() string {
 func (*ControlReplica) ProtoMessage() {}
 
 func (x *ControlReplica) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[72]
+	mi := &file_lehr_v1_control_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4913,7 +4978,7 @@ func (x *ControlReplica) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ControlReplica.ProtoReflect.Descriptor instead.
 func (*ControlReplica) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{72}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *ControlReplica) GetAddress() string {
@@ -4965,7 +5030,7 @@ type DomainStoredBytes struct {
 
 func (x *DomainStoredBytes) Reset() {
 	*x = DomainStoredBytes{}
-	mi := &file_lehr_v1_control_proto_msgTypes[73]
+	mi := &file_lehr_v1_control_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4977,7 +5042,7 @@ func (x *DomainStoredBytes) String() string {
 func (*DomainStoredBytes) ProtoMessage() {}
 
 func (x *DomainStoredBytes) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[73]
+	mi := &file_lehr_v1_control_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4990,7 +5055,7 @@ func (x *DomainStoredBytes) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DomainStoredBytes.ProtoReflect.Descriptor instead.
 func (*DomainStoredBytes) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{73}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *DomainStoredBytes) GetDomain() string {
@@ -5029,14 +5094,16 @@ type DistributorStatus struct {
 	DistributorBuild string `protobuf:"bytes,9,opt,name=distributor_build,json=distributorBuild,proto3" json:"distributor_build,omitempty"`
 	// Its agents per build; an older distributor's agents count under
 	// "unknown".
-	AgentBuilds   []*BuildCount `protobuf:"bytes,10,rep,name=agent_builds,json=agentBuilds,proto3" json:"agent_builds,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	AgentBuilds []*BuildCount `protobuf:"bytes,10,rep,name=agent_builds,json=agentBuilds,proto3" json:"agent_builds,omitempty"`
+	// Its agents that moved an unopenable cache aside since they started.
+	CacheQuarantines []*CacheQuarantine `protobuf:"bytes,11,rep,name=cache_quarantines,json=cacheQuarantines,proto3" json:"cache_quarantines,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *DistributorStatus) Reset() {
 	*x = DistributorStatus{}
-	mi := &file_lehr_v1_control_proto_msgTypes[74]
+	mi := &file_lehr_v1_control_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5048,7 +5115,7 @@ func (x *DistributorStatus) String() string {
 func (*DistributorStatus) ProtoMessage() {}
 
 func (x *DistributorStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[74]
+	mi := &file_lehr_v1_control_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5061,7 +5128,7 @@ func (x *DistributorStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DistributorStatus.ProtoReflect.Descriptor instead.
 func (*DistributorStatus) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{74}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *DistributorStatus) GetDistributorId() string {
@@ -5134,6 +5201,13 @@ func (x *DistributorStatus) GetAgentBuilds() []*BuildCount {
 	return nil
 }
 
+func (x *DistributorStatus) GetCacheQuarantines() []*CacheQuarantine {
+	if x != nil {
+		return x.CacheQuarantines
+	}
+	return nil
+}
+
 type GetZoneStatusResponse struct {
 	state        protoimpl.MessageState `protogen:"open.v1"`
 	Zone         string                 `protobuf:"bytes,1,opt,name=zone,proto3" json:"zone,omitempty"`
@@ -5149,13 +5223,15 @@ type GetZoneStatusResponse struct {
 	// (docs/operations.md, "Versions").
 	DistributorBuilds []*BuildCount `protobuf:"bytes,6,rep,name=distributor_builds,json=distributorBuilds,proto3" json:"distributor_builds,omitempty"`
 	AgentBuilds       []*BuildCount `protobuf:"bytes,7,rep,name=agent_builds,json=agentBuilds,proto3" json:"agent_builds,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// Every distributor's cache quarantines, the most recent first.
+	CacheQuarantines []*CacheQuarantine `protobuf:"bytes,8,rep,name=cache_quarantines,json=cacheQuarantines,proto3" json:"cache_quarantines,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *GetZoneStatusResponse) Reset() {
 	*x = GetZoneStatusResponse{}
-	mi := &file_lehr_v1_control_proto_msgTypes[75]
+	mi := &file_lehr_v1_control_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5167,7 +5243,7 @@ func (x *GetZoneStatusResponse) String() string {
 func (*GetZoneStatusResponse) ProtoMessage() {}
 
 func (x *GetZoneStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[75]
+	mi := &file_lehr_v1_control_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5180,7 +5256,7 @@ func (x *GetZoneStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetZoneStatusResponse.ProtoReflect.Descriptor instead.
 func (*GetZoneStatusResponse) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{75}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *GetZoneStatusResponse) GetZone() string {
@@ -5228,6 +5304,13 @@ func (x *GetZoneStatusResponse) GetDistributorBuilds() []*BuildCount {
 func (x *GetZoneStatusResponse) GetAgentBuilds() []*BuildCount {
 	if x != nil {
 		return x.AgentBuilds
+	}
+	return nil
+}
+
+func (x *GetZoneStatusResponse) GetCacheQuarantines() []*CacheQuarantine {
+	if x != nil {
+		return x.CacheQuarantines
 	}
 	return nil
 }
@@ -5507,7 +5590,7 @@ const file_lehr_v1_control_proto_rawDesc = "" +
 	"\aversion\x18\x02 \x01(\x04B\x03\xe0A\x01R\aversion\x12\x1b\n" +
 	"\x06agents\x18\x03 \x01(\x05B\x03\xe0A\x01R\x06agents\x12!\n" +
 	"\tconsumers\x18\x04 \x01(\rB\x03\xe0A\x01R\tconsumers\x12:\n" +
-	"\bservices\x18\x05 \x03(\v2\x19.lehr.v1.ServiceConsumersB\x03\xe0A\x01R\bservices\"\xec\x04\n" +
+	"\bservices\x18\x05 \x03(\v2\x19.lehr.v1.ServiceConsumersB\x03\xe0A\x01R\bservices\"\xb8\x05\n" +
 	"\x17ReportZoneStatusRequest\x12)\n" +
 	"\x04zone\x18\x01 \x01(\tB\x15\xe0A\x02\xfaA\x0f\n" +
 	"\rlehr.dev/ZoneR\x04zone\x12*\n" +
@@ -5523,7 +5606,11 @@ const file_lehr_v1_control_proto_rawDesc = "" +
 	"\apreview\x18\n" +
 	" \x03(\v2\x1f.lehr.v1.NamespacePreviewCountsB\x03\xe0A\x01R\apreview\x120\n" +
 	"\x11distributor_build\x18\v \x01(\tB\x03\xe0A\x01R\x10distributorBuild\x12;\n" +
-	"\fagent_builds\x18\f \x03(\v2\x13.lehr.v1.BuildCountB\x03\xe0A\x01R\vagentBuilds\"B\n" +
+	"\fagent_builds\x18\f \x03(\v2\x13.lehr.v1.BuildCountB\x03\xe0A\x01R\vagentBuilds\x12J\n" +
+	"\x11cache_quarantines\x18\r \x03(\v2\x18.lehr.v1.CacheQuarantineB\x03\xe0A\x01R\x10cacheQuarantines\"y\n" +
+	"\x0fCacheQuarantine\x12\x1c\n" +
+	"\ahost_id\x18\x01 \x01(\tB\x03\xe0A\x02R\x06hostId\x12H\n" +
+	"\x0fquarantine_time\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampB\x03\xe0A\x02R\x0equarantineTime\"B\n" +
 	"\n" +
 	"BuildCount\x12\x19\n" +
 	"\x05build\x18\x01 \x01(\tB\x03\xe0A\x02R\x05build\x12\x19\n" +
@@ -5616,7 +5703,7 @@ const file_lehr_v1_control_proto_rawDesc = "" +
 	"\x11DomainStoredBytes\x12\x16\n" +
 	"\x06domain\x18\x01 \x01(\tR\x06domain\x12!\n" +
 	"\fstored_bytes\x18\x02 \x01(\x03R\vstoredBytes\x12(\n" +
-	"\x10max_stored_bytes\x18\x03 \x01(\x03R\x0emaxStoredBytes\"\xe3\x03\n" +
+	"\x10max_stored_bytes\x18\x03 \x01(\x03R\x0emaxStoredBytes\"\xaa\x04\n" +
 	"\x11DistributorStatus\x12%\n" +
 	"\x0edistributor_id\x18\x01 \x01(\tR\rdistributorId\x12\x16\n" +
 	"\x06agents\x18\x02 \x01(\x05R\x06agents\x121\n" +
@@ -5628,7 +5715,8 @@ const file_lehr_v1_control_proto_rawDesc = "" +
 	"\apreview\x18\b \x03(\v2\x1f.lehr.v1.NamespacePreviewCountsR\apreview\x12+\n" +
 	"\x11distributor_build\x18\t \x01(\tR\x10distributorBuild\x126\n" +
 	"\fagent_builds\x18\n" +
-	" \x03(\v2\x13.lehr.v1.BuildCountR\vagentBuilds\"\xf7\x02\n" +
+	" \x03(\v2\x13.lehr.v1.BuildCountR\vagentBuilds\x12E\n" +
+	"\x11cache_quarantines\x18\v \x03(\v2\x18.lehr.v1.CacheQuarantineR\x10cacheQuarantines\"\xbe\x03\n" +
 	"\x15GetZoneStatusResponse\x12\x12\n" +
 	"\x04zone\x18\x01 \x01(\tR\x04zone\x12>\n" +
 	"\fdistributors\x18\x02 \x03(\v2\x1a.lehr.v1.DistributorStatusR\fdistributors\x121\n" +
@@ -5636,7 +5724,8 @@ const file_lehr_v1_control_proto_rawDesc = "" +
 	"\x06health\x18\x04 \x03(\v2\x18.lehr.v1.NamespaceHealthR\x06health\x12)\n" +
 	"\x05hosts\x18\x05 \x03(\v2\x13.lehr.v1.HostReportR\x05hosts\x12B\n" +
 	"\x12distributor_builds\x18\x06 \x03(\v2\x13.lehr.v1.BuildCountR\x11distributorBuilds\x126\n" +
-	"\fagent_builds\x18\a \x03(\v2\x13.lehr.v1.BuildCountR\vagentBuilds2\xf35\n" +
+	"\fagent_builds\x18\a \x03(\v2\x13.lehr.v1.BuildCountR\vagentBuilds\x12E\n" +
+	"\x11cache_quarantines\x18\b \x03(\v2\x18.lehr.v1.CacheQuarantineR\x10cacheQuarantines2\xf35\n" +
 	"\aControl\x12c\n" +
 	"\fCreateDomain\x12\x1c.lehr.v1.CreateDomainRequest\x1a\x0f.lehr.v1.Domain\"$\xdaA\x06domain\x82\xd3\xe4\x93\x02\x15:\x06domain\"\v/v1/domains\x12Z\n" +
 	"\tGetDomain\x12\x19.lehr.v1.GetDomainRequest\x1a\x0f.lehr.v1.Domain\"!\xdaA\x04name\x82\xd3\xe4\x93\x02\x14\x12\x12/v1/domains/{name}\x12]\n" +
@@ -5717,7 +5806,7 @@ func file_lehr_v1_control_proto_rawDescGZIP() []byte {
 }
 
 var file_lehr_v1_control_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_lehr_v1_control_proto_msgTypes = make([]protoimpl.MessageInfo, 76)
+var file_lehr_v1_control_proto_msgTypes = make([]protoimpl.MessageInfo, 77)
 var file_lehr_v1_control_proto_goTypes = []any{
 	(PropertyChange_Kind)(0),                    // 0: lehr.v1.PropertyChange.Kind
 	(GoalEvent_Type)(0),                         // 1: lehr.v1.GoalEvent.Type
@@ -5777,256 +5866,261 @@ var file_lehr_v1_control_proto_goTypes = []any{
 	(*FetchDeltaResponse)(nil),                  // 55: lehr.v1.FetchDeltaResponse
 	(*VersionCount)(nil),                        // 56: lehr.v1.VersionCount
 	(*ReportZoneStatusRequest)(nil),             // 57: lehr.v1.ReportZoneStatusRequest
-	(*BuildCount)(nil),                          // 58: lehr.v1.BuildCount
-	(*NamespacePreviewCounts)(nil),              // 59: lehr.v1.NamespacePreviewCounts
-	(*HostSignals)(nil),                         // 60: lehr.v1.HostSignals
-	(*CohortSample)(nil),                        // 61: lehr.v1.CohortSample
-	(*NamespaceHealth)(nil),                     // 62: lehr.v1.NamespaceHealth
-	(*HostReport)(nil),                          // 63: lehr.v1.HostReport
-	(*ReportZoneStatusResponse)(nil),            // 64: lehr.v1.ReportZoneStatusResponse
-	(*GetZoneStatusRequest)(nil),                // 65: lehr.v1.GetZoneStatusRequest
-	(*GetStoreStatusRequest)(nil),               // 66: lehr.v1.GetStoreStatusRequest
-	(*StoreStatus)(nil),                         // 67: lehr.v1.StoreStatus
-	(*GetControlStatusRequest)(nil),             // 68: lehr.v1.GetControlStatusRequest
-	(*BackupStoreRequest)(nil),                  // 69: lehr.v1.BackupStoreRequest
-	(*BackupStoreResponse)(nil),                 // 70: lehr.v1.BackupStoreResponse
-	(*StoreIdentity)(nil),                       // 71: lehr.v1.StoreIdentity
-	(*ControlStatus)(nil),                       // 72: lehr.v1.ControlStatus
-	(*EtcdClusterStatus)(nil),                   // 73: lehr.v1.EtcdClusterStatus
-	(*ControlReplica)(nil),                      // 74: lehr.v1.ControlReplica
-	(*DomainStoredBytes)(nil),                   // 75: lehr.v1.DomainStoredBytes
-	(*DistributorStatus)(nil),                   // 76: lehr.v1.DistributorStatus
-	(*GetZoneStatusResponse)(nil),               // 77: lehr.v1.GetZoneStatusResponse
-	(*timestamppb.Timestamp)(nil),               // 78: google.protobuf.Timestamp
-	(RolloutAction)(0),                          // 79: lehr.v1.RolloutAction
-	(*Rollout)(nil),                             // 80: lehr.v1.Rollout
-	(*RolloutEvent)(nil),                        // 81: lehr.v1.RolloutEvent
-	(*RolloutPolicy)(nil),                       // 82: lehr.v1.RolloutPolicy
-	(*RolloutPolicyRecord)(nil),                 // 83: lehr.v1.RolloutPolicyRecord
-	(RolloutPolicySource)(0),                    // 84: lehr.v1.RolloutPolicySource
-	(*Domain)(nil),                              // 85: lehr.v1.Domain
-	(*fieldmaskpb.FieldMask)(nil),               // 86: google.protobuf.FieldMask
-	(*Namespace)(nil),                           // 87: lehr.v1.Namespace
-	(NamespaceKind)(0),                          // 88: lehr.v1.NamespaceKind
-	(*Property)(nil),                            // 89: lehr.v1.Property
-	(*VersionInfo)(nil),                         // 90: lehr.v1.VersionInfo
-	(*Zone)(nil),                                // 91: lehr.v1.Zone
-	(*GoalState)(nil),                           // 92: lehr.v1.GoalState
-	(*ServiceConsumers)(nil),                    // 93: lehr.v1.ServiceConsumers
-	(*HostPreviewCounts)(nil),                   // 94: lehr.v1.HostPreviewCounts
-	(*NamespaceSignals)(nil),                    // 95: lehr.v1.NamespaceSignals
-	(*NamespaceReport)(nil),                     // 96: lehr.v1.NamespaceReport
-	(*EvaluateRequest)(nil),                     // 97: lehr.v1.EvaluateRequest
-	(*GetCanaryEvaluationRequest)(nil),          // 98: lehr.v1.GetCanaryEvaluationRequest
-	(*ListCanaryEvaluationsRequest)(nil),        // 99: lehr.v1.ListCanaryEvaluationsRequest
-	(*GetPolicyRequest)(nil),                    // 100: lehr.v1.GetPolicyRequest
-	(*CreatePolicyExperimentRequest)(nil),       // 101: lehr.v1.CreatePolicyExperimentRequest
-	(*UpdatePolicyExperimentRequest)(nil),       // 102: lehr.v1.UpdatePolicyExperimentRequest
-	(*GetPolicyExperimentRequest)(nil),          // 103: lehr.v1.GetPolicyExperimentRequest
-	(*ListPolicyExperimentsRequest)(nil),        // 104: lehr.v1.ListPolicyExperimentsRequest
-	(*DeletePolicyExperimentRequest)(nil),       // 105: lehr.v1.DeletePolicyExperimentRequest
-	(*StartPreviewPolicyExperimentRequest)(nil), // 106: lehr.v1.StartPreviewPolicyExperimentRequest
-	(*StopPreviewPolicyExperimentRequest)(nil),  // 107: lehr.v1.StopPreviewPolicyExperimentRequest
-	(*CommitPolicyExperimentRequest)(nil),       // 108: lehr.v1.CommitPolicyExperimentRequest
-	(*DeletePolicyRequest)(nil),                 // 109: lehr.v1.DeletePolicyRequest
-	(*GetPolicyExperimentCountsRequest)(nil),    // 110: lehr.v1.GetPolicyExperimentCountsRequest
-	(*emptypb.Empty)(nil),                       // 111: google.protobuf.Empty
-	(*CanaryEvaluation)(nil),                    // 112: lehr.v1.CanaryEvaluation
-	(*ListCanaryEvaluationsResponse)(nil),       // 113: lehr.v1.ListCanaryEvaluationsResponse
-	(*Policy)(nil),                              // 114: lehr.v1.Policy
-	(*longrunningpb.Operation)(nil),             // 115: google.longrunning.Operation
-	(*PolicyExperiment)(nil),                    // 116: lehr.v1.PolicyExperiment
-	(*ListPolicyExperimentsResponse)(nil),       // 117: lehr.v1.ListPolicyExperimentsResponse
-	(*PolicyExperimentCounts)(nil),              // 118: lehr.v1.PolicyExperimentCounts
+	(*CacheQuarantine)(nil),                     // 58: lehr.v1.CacheQuarantine
+	(*BuildCount)(nil),                          // 59: lehr.v1.BuildCount
+	(*NamespacePreviewCounts)(nil),              // 60: lehr.v1.NamespacePreviewCounts
+	(*HostSignals)(nil),                         // 61: lehr.v1.HostSignals
+	(*CohortSample)(nil),                        // 62: lehr.v1.CohortSample
+	(*NamespaceHealth)(nil),                     // 63: lehr.v1.NamespaceHealth
+	(*HostReport)(nil),                          // 64: lehr.v1.HostReport
+	(*ReportZoneStatusResponse)(nil),            // 65: lehr.v1.ReportZoneStatusResponse
+	(*GetZoneStatusRequest)(nil),                // 66: lehr.v1.GetZoneStatusRequest
+	(*GetStoreStatusRequest)(nil),               // 67: lehr.v1.GetStoreStatusRequest
+	(*StoreStatus)(nil),                         // 68: lehr.v1.StoreStatus
+	(*GetControlStatusRequest)(nil),             // 69: lehr.v1.GetControlStatusRequest
+	(*BackupStoreRequest)(nil),                  // 70: lehr.v1.BackupStoreRequest
+	(*BackupStoreResponse)(nil),                 // 71: lehr.v1.BackupStoreResponse
+	(*StoreIdentity)(nil),                       // 72: lehr.v1.StoreIdentity
+	(*ControlStatus)(nil),                       // 73: lehr.v1.ControlStatus
+	(*EtcdClusterStatus)(nil),                   // 74: lehr.v1.EtcdClusterStatus
+	(*ControlReplica)(nil),                      // 75: lehr.v1.ControlReplica
+	(*DomainStoredBytes)(nil),                   // 76: lehr.v1.DomainStoredBytes
+	(*DistributorStatus)(nil),                   // 77: lehr.v1.DistributorStatus
+	(*GetZoneStatusResponse)(nil),               // 78: lehr.v1.GetZoneStatusResponse
+	(*timestamppb.Timestamp)(nil),               // 79: google.protobuf.Timestamp
+	(RolloutAction)(0),                          // 80: lehr.v1.RolloutAction
+	(*Rollout)(nil),                             // 81: lehr.v1.Rollout
+	(*RolloutEvent)(nil),                        // 82: lehr.v1.RolloutEvent
+	(*RolloutPolicy)(nil),                       // 83: lehr.v1.RolloutPolicy
+	(*RolloutPolicyRecord)(nil),                 // 84: lehr.v1.RolloutPolicyRecord
+	(RolloutPolicySource)(0),                    // 85: lehr.v1.RolloutPolicySource
+	(*Domain)(nil),                              // 86: lehr.v1.Domain
+	(*fieldmaskpb.FieldMask)(nil),               // 87: google.protobuf.FieldMask
+	(*Namespace)(nil),                           // 88: lehr.v1.Namespace
+	(NamespaceKind)(0),                          // 89: lehr.v1.NamespaceKind
+	(*Property)(nil),                            // 90: lehr.v1.Property
+	(*VersionInfo)(nil),                         // 91: lehr.v1.VersionInfo
+	(*Zone)(nil),                                // 92: lehr.v1.Zone
+	(*GoalState)(nil),                           // 93: lehr.v1.GoalState
+	(*ServiceConsumers)(nil),                    // 94: lehr.v1.ServiceConsumers
+	(*HostPreviewCounts)(nil),                   // 95: lehr.v1.HostPreviewCounts
+	(*NamespaceSignals)(nil),                    // 96: lehr.v1.NamespaceSignals
+	(*NamespaceReport)(nil),                     // 97: lehr.v1.NamespaceReport
+	(*EvaluateRequest)(nil),                     // 98: lehr.v1.EvaluateRequest
+	(*GetCanaryEvaluationRequest)(nil),          // 99: lehr.v1.GetCanaryEvaluationRequest
+	(*ListCanaryEvaluationsRequest)(nil),        // 100: lehr.v1.ListCanaryEvaluationsRequest
+	(*GetPolicyRequest)(nil),                    // 101: lehr.v1.GetPolicyRequest
+	(*CreatePolicyExperimentRequest)(nil),       // 102: lehr.v1.CreatePolicyExperimentRequest
+	(*UpdatePolicyExperimentRequest)(nil),       // 103: lehr.v1.UpdatePolicyExperimentRequest
+	(*GetPolicyExperimentRequest)(nil),          // 104: lehr.v1.GetPolicyExperimentRequest
+	(*ListPolicyExperimentsRequest)(nil),        // 105: lehr.v1.ListPolicyExperimentsRequest
+	(*DeletePolicyExperimentRequest)(nil),       // 106: lehr.v1.DeletePolicyExperimentRequest
+	(*StartPreviewPolicyExperimentRequest)(nil), // 107: lehr.v1.StartPreviewPolicyExperimentRequest
+	(*StopPreviewPolicyExperimentRequest)(nil),  // 108: lehr.v1.StopPreviewPolicyExperimentRequest
+	(*CommitPolicyExperimentRequest)(nil),       // 109: lehr.v1.CommitPolicyExperimentRequest
+	(*DeletePolicyRequest)(nil),                 // 110: lehr.v1.DeletePolicyRequest
+	(*GetPolicyExperimentCountsRequest)(nil),    // 111: lehr.v1.GetPolicyExperimentCountsRequest
+	(*emptypb.Empty)(nil),                       // 112: google.protobuf.Empty
+	(*CanaryEvaluation)(nil),                    // 113: lehr.v1.CanaryEvaluation
+	(*ListCanaryEvaluationsResponse)(nil),       // 114: lehr.v1.ListCanaryEvaluationsResponse
+	(*Policy)(nil),                              // 115: lehr.v1.Policy
+	(*longrunningpb.Operation)(nil),             // 116: google.longrunning.Operation
+	(*PolicyExperiment)(nil),                    // 117: lehr.v1.PolicyExperiment
+	(*ListPolicyExperimentsResponse)(nil),       // 118: lehr.v1.ListPolicyExperimentsResponse
+	(*PolicyExperimentCounts)(nil),              // 119: lehr.v1.PolicyExperimentCounts
 }
 var file_lehr_v1_control_proto_depIdxs = []int32{
-	78,  // 0: lehr.v1.AuditRecord.time:type_name -> google.protobuf.Timestamp
-	78,  // 1: lehr.v1.ListAuditRecordsRequest.since:type_name -> google.protobuf.Timestamp
+	79,  // 0: lehr.v1.AuditRecord.time:type_name -> google.protobuf.Timestamp
+	79,  // 1: lehr.v1.ListAuditRecordsRequest.since:type_name -> google.protobuf.Timestamp
 	2,   // 2: lehr.v1.ListAuditRecordsResponse.records:type_name -> lehr.v1.AuditRecord
-	79,  // 3: lehr.v1.UpdateRolloutRequest.action:type_name -> lehr.v1.RolloutAction
-	80,  // 4: lehr.v1.ListRolloutsResponse.rollouts:type_name -> lehr.v1.Rollout
-	81,  // 5: lehr.v1.ListRolloutEventsResponse.events:type_name -> lehr.v1.RolloutEvent
-	82,  // 6: lehr.v1.SetRolloutPolicyRequest.policy:type_name -> lehr.v1.RolloutPolicy
-	83,  // 7: lehr.v1.GetRolloutPolicyResponse.stored:type_name -> lehr.v1.RolloutPolicyRecord
-	82,  // 8: lehr.v1.GetRolloutPolicyResponse.effective:type_name -> lehr.v1.RolloutPolicy
-	84,  // 9: lehr.v1.GetRolloutPolicyResponse.source:type_name -> lehr.v1.RolloutPolicySource
-	83,  // 10: lehr.v1.RolloutPolicyHistoryResponse.records:type_name -> lehr.v1.RolloutPolicyRecord
-	85,  // 11: lehr.v1.CreateDomainRequest.domain:type_name -> lehr.v1.Domain
-	85,  // 12: lehr.v1.UpdateDomainRequest.domain:type_name -> lehr.v1.Domain
-	86,  // 13: lehr.v1.UpdateDomainRequest.update_mask:type_name -> google.protobuf.FieldMask
-	85,  // 14: lehr.v1.ListDomainsResponse.domains:type_name -> lehr.v1.Domain
-	87,  // 15: lehr.v1.CreateNamespaceRequest.namespace:type_name -> lehr.v1.Namespace
-	87,  // 16: lehr.v1.ListNamespacesResponse.namespaces:type_name -> lehr.v1.Namespace
-	88,  // 17: lehr.v1.PublishRequest.kind:type_name -> lehr.v1.NamespaceKind
-	89,  // 18: lehr.v1.PublishRequest.properties:type_name -> lehr.v1.Property
-	90,  // 19: lehr.v1.PublishResponse.version:type_name -> lehr.v1.VersionInfo
-	89,  // 20: lehr.v1.PatchRequest.set:type_name -> lehr.v1.Property
-	90,  // 21: lehr.v1.PatchResponse.version:type_name -> lehr.v1.VersionInfo
-	90,  // 22: lehr.v1.GetResponse.version:type_name -> lehr.v1.VersionInfo
-	89,  // 23: lehr.v1.GetResponse.properties:type_name -> lehr.v1.Property
-	88,  // 24: lehr.v1.GetResponse.kind:type_name -> lehr.v1.NamespaceKind
-	90,  // 25: lehr.v1.HistoryResponse.versions:type_name -> lehr.v1.VersionInfo
+	80,  // 3: lehr.v1.UpdateRolloutRequest.action:type_name -> lehr.v1.RolloutAction
+	81,  // 4: lehr.v1.ListRolloutsResponse.rollouts:type_name -> lehr.v1.Rollout
+	82,  // 5: lehr.v1.ListRolloutEventsResponse.events:type_name -> lehr.v1.RolloutEvent
+	83,  // 6: lehr.v1.SetRolloutPolicyRequest.policy:type_name -> lehr.v1.RolloutPolicy
+	84,  // 7: lehr.v1.GetRolloutPolicyResponse.stored:type_name -> lehr.v1.RolloutPolicyRecord
+	83,  // 8: lehr.v1.GetRolloutPolicyResponse.effective:type_name -> lehr.v1.RolloutPolicy
+	85,  // 9: lehr.v1.GetRolloutPolicyResponse.source:type_name -> lehr.v1.RolloutPolicySource
+	84,  // 10: lehr.v1.RolloutPolicyHistoryResponse.records:type_name -> lehr.v1.RolloutPolicyRecord
+	86,  // 11: lehr.v1.CreateDomainRequest.domain:type_name -> lehr.v1.Domain
+	86,  // 12: lehr.v1.UpdateDomainRequest.domain:type_name -> lehr.v1.Domain
+	87,  // 13: lehr.v1.UpdateDomainRequest.update_mask:type_name -> google.protobuf.FieldMask
+	86,  // 14: lehr.v1.ListDomainsResponse.domains:type_name -> lehr.v1.Domain
+	88,  // 15: lehr.v1.CreateNamespaceRequest.namespace:type_name -> lehr.v1.Namespace
+	88,  // 16: lehr.v1.ListNamespacesResponse.namespaces:type_name -> lehr.v1.Namespace
+	89,  // 17: lehr.v1.PublishRequest.kind:type_name -> lehr.v1.NamespaceKind
+	90,  // 18: lehr.v1.PublishRequest.properties:type_name -> lehr.v1.Property
+	91,  // 19: lehr.v1.PublishResponse.version:type_name -> lehr.v1.VersionInfo
+	90,  // 20: lehr.v1.PatchRequest.set:type_name -> lehr.v1.Property
+	91,  // 21: lehr.v1.PatchResponse.version:type_name -> lehr.v1.VersionInfo
+	91,  // 22: lehr.v1.GetResponse.version:type_name -> lehr.v1.VersionInfo
+	90,  // 23: lehr.v1.GetResponse.properties:type_name -> lehr.v1.Property
+	89,  // 24: lehr.v1.GetResponse.kind:type_name -> lehr.v1.NamespaceKind
+	91,  // 25: lehr.v1.HistoryResponse.versions:type_name -> lehr.v1.VersionInfo
 	0,   // 26: lehr.v1.PropertyChange.kind:type_name -> lehr.v1.PropertyChange.Kind
-	89,  // 27: lehr.v1.PropertyChange.old:type_name -> lehr.v1.Property
-	89,  // 28: lehr.v1.PropertyChange.new:type_name -> lehr.v1.Property
-	90,  // 29: lehr.v1.DiffResponse.from:type_name -> lehr.v1.VersionInfo
-	90,  // 30: lehr.v1.DiffResponse.to:type_name -> lehr.v1.VersionInfo
+	90,  // 27: lehr.v1.PropertyChange.old:type_name -> lehr.v1.Property
+	90,  // 28: lehr.v1.PropertyChange.new:type_name -> lehr.v1.Property
+	91,  // 29: lehr.v1.DiffResponse.from:type_name -> lehr.v1.VersionInfo
+	91,  // 30: lehr.v1.DiffResponse.to:type_name -> lehr.v1.VersionInfo
 	35,  // 31: lehr.v1.DiffResponse.changes:type_name -> lehr.v1.PropertyChange
-	90,  // 32: lehr.v1.RollbackResponse.version:type_name -> lehr.v1.VersionInfo
-	87,  // 33: lehr.v1.CompactNamespaceResponse.namespace:type_name -> lehr.v1.Namespace
-	91,  // 34: lehr.v1.ListZonesResponse.zones:type_name -> lehr.v1.Zone
-	92,  // 35: lehr.v1.GetGoalsResponse.goals:type_name -> lehr.v1.GoalState
+	91,  // 32: lehr.v1.RollbackResponse.version:type_name -> lehr.v1.VersionInfo
+	88,  // 33: lehr.v1.CompactNamespaceResponse.namespace:type_name -> lehr.v1.Namespace
+	92,  // 34: lehr.v1.ListZonesResponse.zones:type_name -> lehr.v1.Zone
+	93,  // 35: lehr.v1.GetGoalsResponse.goals:type_name -> lehr.v1.GoalState
 	1,   // 36: lehr.v1.GoalEvent.type:type_name -> lehr.v1.GoalEvent.Type
-	92,  // 37: lehr.v1.GoalEvent.goal:type_name -> lehr.v1.GoalState
+	93,  // 37: lehr.v1.GoalEvent.goal:type_name -> lehr.v1.GoalState
 	55,  // 38: lehr.v1.GoalEvent.delta:type_name -> lehr.v1.FetchDeltaResponse
 	50,  // 39: lehr.v1.WatchGoalsResponse.events:type_name -> lehr.v1.GoalEvent
-	90,  // 40: lehr.v1.FetchVersionResponse.version:type_name -> lehr.v1.VersionInfo
-	88,  // 41: lehr.v1.FetchVersionResponse.kind:type_name -> lehr.v1.NamespaceKind
-	89,  // 42: lehr.v1.FetchVersionResponse.properties:type_name -> lehr.v1.Property
-	90,  // 43: lehr.v1.FetchDeltaResponse.from:type_name -> lehr.v1.VersionInfo
-	90,  // 44: lehr.v1.FetchDeltaResponse.to:type_name -> lehr.v1.VersionInfo
-	88,  // 45: lehr.v1.FetchDeltaResponse.kind:type_name -> lehr.v1.NamespaceKind
-	89,  // 46: lehr.v1.FetchDeltaResponse.set:type_name -> lehr.v1.Property
-	93,  // 47: lehr.v1.VersionCount.services:type_name -> lehr.v1.ServiceConsumers
+	91,  // 40: lehr.v1.FetchVersionResponse.version:type_name -> lehr.v1.VersionInfo
+	89,  // 41: lehr.v1.FetchVersionResponse.kind:type_name -> lehr.v1.NamespaceKind
+	90,  // 42: lehr.v1.FetchVersionResponse.properties:type_name -> lehr.v1.Property
+	91,  // 43: lehr.v1.FetchDeltaResponse.from:type_name -> lehr.v1.VersionInfo
+	91,  // 44: lehr.v1.FetchDeltaResponse.to:type_name -> lehr.v1.VersionInfo
+	89,  // 45: lehr.v1.FetchDeltaResponse.kind:type_name -> lehr.v1.NamespaceKind
+	90,  // 46: lehr.v1.FetchDeltaResponse.set:type_name -> lehr.v1.Property
+	94,  // 47: lehr.v1.VersionCount.services:type_name -> lehr.v1.ServiceConsumers
 	56,  // 48: lehr.v1.ReportZoneStatusRequest.versions:type_name -> lehr.v1.VersionCount
-	62,  // 49: lehr.v1.ReportZoneStatusRequest.health:type_name -> lehr.v1.NamespaceHealth
-	63,  // 50: lehr.v1.ReportZoneStatusRequest.hosts:type_name -> lehr.v1.HostReport
-	61,  // 51: lehr.v1.ReportZoneStatusRequest.samples:type_name -> lehr.v1.CohortSample
-	60,  // 52: lehr.v1.ReportZoneStatusRequest.signals:type_name -> lehr.v1.HostSignals
-	59,  // 53: lehr.v1.ReportZoneStatusRequest.preview:type_name -> lehr.v1.NamespacePreviewCounts
-	58,  // 54: lehr.v1.ReportZoneStatusRequest.agent_builds:type_name -> lehr.v1.BuildCount
-	94,  // 55: lehr.v1.NamespacePreviewCounts.counts:type_name -> lehr.v1.HostPreviewCounts
-	95,  // 56: lehr.v1.HostSignals.signals:type_name -> lehr.v1.NamespaceSignals
-	96,  // 57: lehr.v1.HostReport.report:type_name -> lehr.v1.NamespaceReport
-	78,  // 58: lehr.v1.StoreStatus.read_time:type_name -> google.protobuf.Timestamp
-	75,  // 59: lehr.v1.StoreStatus.domains:type_name -> lehr.v1.DomainStoredBytes
-	78,  // 60: lehr.v1.BackupStoreResponse.backup_time:type_name -> google.protobuf.Timestamp
-	78,  // 61: lehr.v1.StoreIdentity.create_time:type_name -> google.protobuf.Timestamp
-	71,  // 62: lehr.v1.ControlStatus.store:type_name -> lehr.v1.StoreIdentity
-	73,  // 63: lehr.v1.ControlStatus.etcd:type_name -> lehr.v1.EtcdClusterStatus
-	74,  // 64: lehr.v1.ControlStatus.replicas:type_name -> lehr.v1.ControlReplica
-	78,  // 65: lehr.v1.ControlReplica.start_time:type_name -> google.protobuf.Timestamp
-	78,  // 66: lehr.v1.ControlReplica.last_seen_time:type_name -> google.protobuf.Timestamp
-	56,  // 67: lehr.v1.DistributorStatus.versions:type_name -> lehr.v1.VersionCount
-	62,  // 68: lehr.v1.DistributorStatus.health:type_name -> lehr.v1.NamespaceHealth
-	63,  // 69: lehr.v1.DistributorStatus.hosts:type_name -> lehr.v1.HostReport
-	61,  // 70: lehr.v1.DistributorStatus.samples:type_name -> lehr.v1.CohortSample
-	60,  // 71: lehr.v1.DistributorStatus.signals:type_name -> lehr.v1.HostSignals
-	59,  // 72: lehr.v1.DistributorStatus.preview:type_name -> lehr.v1.NamespacePreviewCounts
-	58,  // 73: lehr.v1.DistributorStatus.agent_builds:type_name -> lehr.v1.BuildCount
-	76,  // 74: lehr.v1.GetZoneStatusResponse.distributors:type_name -> lehr.v1.DistributorStatus
-	56,  // 75: lehr.v1.GetZoneStatusResponse.versions:type_name -> lehr.v1.VersionCount
-	62,  // 76: lehr.v1.GetZoneStatusResponse.health:type_name -> lehr.v1.NamespaceHealth
-	63,  // 77: lehr.v1.GetZoneStatusResponse.hosts:type_name -> lehr.v1.HostReport
-	58,  // 78: lehr.v1.GetZoneStatusResponse.distributor_builds:type_name -> lehr.v1.BuildCount
-	58,  // 79: lehr.v1.GetZoneStatusResponse.agent_builds:type_name -> lehr.v1.BuildCount
-	17,  // 80: lehr.v1.Control.CreateDomain:input_type -> lehr.v1.CreateDomainRequest
-	19,  // 81: lehr.v1.Control.GetDomain:input_type -> lehr.v1.GetDomainRequest
-	20,  // 82: lehr.v1.Control.ListDomains:input_type -> lehr.v1.ListDomainsRequest
-	18,  // 83: lehr.v1.Control.UpdateDomain:input_type -> lehr.v1.UpdateDomainRequest
-	22,  // 84: lehr.v1.Control.CreateNamespace:input_type -> lehr.v1.CreateNamespaceRequest
-	23,  // 85: lehr.v1.Control.GetNamespace:input_type -> lehr.v1.GetNamespaceRequest
-	24,  // 86: lehr.v1.Control.ListNamespaces:input_type -> lehr.v1.ListNamespacesRequest
-	26,  // 87: lehr.v1.Control.Publish:input_type -> lehr.v1.PublishRequest
-	28,  // 88: lehr.v1.Control.Patch:input_type -> lehr.v1.PatchRequest
-	30,  // 89: lehr.v1.Control.Get:input_type -> lehr.v1.GetRequest
-	32,  // 90: lehr.v1.Control.History:input_type -> lehr.v1.HistoryRequest
-	34,  // 91: lehr.v1.Control.Diff:input_type -> lehr.v1.DiffRequest
-	37,  // 92: lehr.v1.Control.Rollback:input_type -> lehr.v1.RollbackRequest
-	39,  // 93: lehr.v1.Control.CompactNamespace:input_type -> lehr.v1.CompactNamespaceRequest
-	41,  // 94: lehr.v1.Control.DeleteNamespace:input_type -> lehr.v1.DeleteNamespaceRequest
-	42,  // 95: lehr.v1.Control.DeleteDomain:input_type -> lehr.v1.DeleteDomainRequest
-	43,  // 96: lehr.v1.Control.CreateZone:input_type -> lehr.v1.CreateZoneRequest
-	44,  // 97: lehr.v1.Control.DeleteZone:input_type -> lehr.v1.DeleteZoneRequest
-	45,  // 98: lehr.v1.Control.ListZones:input_type -> lehr.v1.ListZonesRequest
-	47,  // 99: lehr.v1.Control.GetGoals:input_type -> lehr.v1.GetGoalsRequest
-	49,  // 100: lehr.v1.Control.WatchGoals:input_type -> lehr.v1.WatchGoalsRequest
-	52,  // 101: lehr.v1.Control.FetchVersion:input_type -> lehr.v1.FetchVersionRequest
-	54,  // 102: lehr.v1.Control.FetchDelta:input_type -> lehr.v1.FetchDeltaRequest
-	57,  // 103: lehr.v1.Control.ReportZoneStatus:input_type -> lehr.v1.ReportZoneStatusRequest
-	65,  // 104: lehr.v1.Control.GetZoneStatus:input_type -> lehr.v1.GetZoneStatusRequest
-	66,  // 105: lehr.v1.Control.GetStoreStatus:input_type -> lehr.v1.GetStoreStatusRequest
-	68,  // 106: lehr.v1.Control.GetControlStatus:input_type -> lehr.v1.GetControlStatusRequest
-	69,  // 107: lehr.v1.Control.BackupStore:input_type -> lehr.v1.BackupStoreRequest
-	11,  // 108: lehr.v1.Control.SetRolloutPolicy:input_type -> lehr.v1.SetRolloutPolicyRequest
-	12,  // 109: lehr.v1.Control.DeleteRolloutPolicy:input_type -> lehr.v1.DeleteRolloutPolicyRequest
-	13,  // 110: lehr.v1.Control.GetRolloutPolicy:input_type -> lehr.v1.GetRolloutPolicyRequest
-	15,  // 111: lehr.v1.Control.RolloutPolicyHistory:input_type -> lehr.v1.RolloutPolicyHistoryRequest
-	6,   // 112: lehr.v1.Control.GetRollout:input_type -> lehr.v1.GetRolloutRequest
-	7,   // 113: lehr.v1.Control.ListRollouts:input_type -> lehr.v1.ListRolloutsRequest
-	9,   // 114: lehr.v1.Control.ListRolloutEvents:input_type -> lehr.v1.ListRolloutEventsRequest
-	5,   // 115: lehr.v1.Control.UpdateRollout:input_type -> lehr.v1.UpdateRolloutRequest
-	97,  // 116: lehr.v1.Control.Evaluate:input_type -> lehr.v1.EvaluateRequest
-	98,  // 117: lehr.v1.Control.GetCanaryEvaluation:input_type -> lehr.v1.GetCanaryEvaluationRequest
-	99,  // 118: lehr.v1.Control.ListCanaryEvaluations:input_type -> lehr.v1.ListCanaryEvaluationsRequest
-	100, // 119: lehr.v1.Control.GetPolicy:input_type -> lehr.v1.GetPolicyRequest
-	101, // 120: lehr.v1.Control.CreatePolicyExperiment:input_type -> lehr.v1.CreatePolicyExperimentRequest
-	102, // 121: lehr.v1.Control.UpdatePolicyExperiment:input_type -> lehr.v1.UpdatePolicyExperimentRequest
-	103, // 122: lehr.v1.Control.GetPolicyExperiment:input_type -> lehr.v1.GetPolicyExperimentRequest
-	104, // 123: lehr.v1.Control.ListPolicyExperiments:input_type -> lehr.v1.ListPolicyExperimentsRequest
-	105, // 124: lehr.v1.Control.DeletePolicyExperiment:input_type -> lehr.v1.DeletePolicyExperimentRequest
-	106, // 125: lehr.v1.Control.StartPreviewPolicyExperiment:input_type -> lehr.v1.StartPreviewPolicyExperimentRequest
-	107, // 126: lehr.v1.Control.StopPreviewPolicyExperiment:input_type -> lehr.v1.StopPreviewPolicyExperimentRequest
-	108, // 127: lehr.v1.Control.CommitPolicyExperiment:input_type -> lehr.v1.CommitPolicyExperimentRequest
-	109, // 128: lehr.v1.Control.DeletePolicy:input_type -> lehr.v1.DeletePolicyRequest
-	110, // 129: lehr.v1.Control.GetPolicyExperimentCounts:input_type -> lehr.v1.GetPolicyExperimentCountsRequest
-	3,   // 130: lehr.v1.Control.ListAuditRecords:input_type -> lehr.v1.ListAuditRecordsRequest
-	85,  // 131: lehr.v1.Control.CreateDomain:output_type -> lehr.v1.Domain
-	85,  // 132: lehr.v1.Control.GetDomain:output_type -> lehr.v1.Domain
-	21,  // 133: lehr.v1.Control.ListDomains:output_type -> lehr.v1.ListDomainsResponse
-	85,  // 134: lehr.v1.Control.UpdateDomain:output_type -> lehr.v1.Domain
-	87,  // 135: lehr.v1.Control.CreateNamespace:output_type -> lehr.v1.Namespace
-	87,  // 136: lehr.v1.Control.GetNamespace:output_type -> lehr.v1.Namespace
-	25,  // 137: lehr.v1.Control.ListNamespaces:output_type -> lehr.v1.ListNamespacesResponse
-	27,  // 138: lehr.v1.Control.Publish:output_type -> lehr.v1.PublishResponse
-	29,  // 139: lehr.v1.Control.Patch:output_type -> lehr.v1.PatchResponse
-	31,  // 140: lehr.v1.Control.Get:output_type -> lehr.v1.GetResponse
-	33,  // 141: lehr.v1.Control.History:output_type -> lehr.v1.HistoryResponse
-	36,  // 142: lehr.v1.Control.Diff:output_type -> lehr.v1.DiffResponse
-	38,  // 143: lehr.v1.Control.Rollback:output_type -> lehr.v1.RollbackResponse
-	40,  // 144: lehr.v1.Control.CompactNamespace:output_type -> lehr.v1.CompactNamespaceResponse
-	111, // 145: lehr.v1.Control.DeleteNamespace:output_type -> google.protobuf.Empty
-	111, // 146: lehr.v1.Control.DeleteDomain:output_type -> google.protobuf.Empty
-	91,  // 147: lehr.v1.Control.CreateZone:output_type -> lehr.v1.Zone
-	111, // 148: lehr.v1.Control.DeleteZone:output_type -> google.protobuf.Empty
-	46,  // 149: lehr.v1.Control.ListZones:output_type -> lehr.v1.ListZonesResponse
-	48,  // 150: lehr.v1.Control.GetGoals:output_type -> lehr.v1.GetGoalsResponse
-	51,  // 151: lehr.v1.Control.WatchGoals:output_type -> lehr.v1.WatchGoalsResponse
-	53,  // 152: lehr.v1.Control.FetchVersion:output_type -> lehr.v1.FetchVersionResponse
-	55,  // 153: lehr.v1.Control.FetchDelta:output_type -> lehr.v1.FetchDeltaResponse
-	64,  // 154: lehr.v1.Control.ReportZoneStatus:output_type -> lehr.v1.ReportZoneStatusResponse
-	77,  // 155: lehr.v1.Control.GetZoneStatus:output_type -> lehr.v1.GetZoneStatusResponse
-	67,  // 156: lehr.v1.Control.GetStoreStatus:output_type -> lehr.v1.StoreStatus
-	72,  // 157: lehr.v1.Control.GetControlStatus:output_type -> lehr.v1.ControlStatus
-	70,  // 158: lehr.v1.Control.BackupStore:output_type -> lehr.v1.BackupStoreResponse
-	83,  // 159: lehr.v1.Control.SetRolloutPolicy:output_type -> lehr.v1.RolloutPolicyRecord
-	83,  // 160: lehr.v1.Control.DeleteRolloutPolicy:output_type -> lehr.v1.RolloutPolicyRecord
-	14,  // 161: lehr.v1.Control.GetRolloutPolicy:output_type -> lehr.v1.GetRolloutPolicyResponse
-	16,  // 162: lehr.v1.Control.RolloutPolicyHistory:output_type -> lehr.v1.RolloutPolicyHistoryResponse
-	80,  // 163: lehr.v1.Control.GetRollout:output_type -> lehr.v1.Rollout
-	8,   // 164: lehr.v1.Control.ListRollouts:output_type -> lehr.v1.ListRolloutsResponse
-	10,  // 165: lehr.v1.Control.ListRolloutEvents:output_type -> lehr.v1.ListRolloutEventsResponse
-	80,  // 166: lehr.v1.Control.UpdateRollout:output_type -> lehr.v1.Rollout
-	112, // 167: lehr.v1.Control.Evaluate:output_type -> lehr.v1.CanaryEvaluation
-	112, // 168: lehr.v1.Control.GetCanaryEvaluation:output_type -> lehr.v1.CanaryEvaluation
-	113, // 169: lehr.v1.Control.ListCanaryEvaluations:output_type -> lehr.v1.ListCanaryEvaluationsResponse
-	114, // 170: lehr.v1.Control.GetPolicy:output_type -> lehr.v1.Policy
-	115, // 171: lehr.v1.Control.CreatePolicyExperiment:output_type -> google.longrunning.Operation
-	115, // 172: lehr.v1.Control.UpdatePolicyExperiment:output_type -> google.longrunning.Operation
-	116, // 173: lehr.v1.Control.GetPolicyExperiment:output_type -> lehr.v1.PolicyExperiment
-	117, // 174: lehr.v1.Control.ListPolicyExperiments:output_type -> lehr.v1.ListPolicyExperimentsResponse
-	115, // 175: lehr.v1.Control.DeletePolicyExperiment:output_type -> google.longrunning.Operation
-	115, // 176: lehr.v1.Control.StartPreviewPolicyExperiment:output_type -> google.longrunning.Operation
-	115, // 177: lehr.v1.Control.StopPreviewPolicyExperiment:output_type -> google.longrunning.Operation
-	115, // 178: lehr.v1.Control.CommitPolicyExperiment:output_type -> google.longrunning.Operation
-	115, // 179: lehr.v1.Control.DeletePolicy:output_type -> google.longrunning.Operation
-	118, // 180: lehr.v1.Control.GetPolicyExperimentCounts:output_type -> lehr.v1.PolicyExperimentCounts
-	4,   // 181: lehr.v1.Control.ListAuditRecords:output_type -> lehr.v1.ListAuditRecordsResponse
-	131, // [131:182] is the sub-list for method output_type
-	80,  // [80:131] is the sub-list for method input_type
-	80,  // [80:80] is the sub-list for extension type_name
-	80,  // [80:80] is the sub-list for extension extendee
-	0,   // [0:80] is the sub-list for field type_name
+	63,  // 49: lehr.v1.ReportZoneStatusRequest.health:type_name -> lehr.v1.NamespaceHealth
+	64,  // 50: lehr.v1.ReportZoneStatusRequest.hosts:type_name -> lehr.v1.HostReport
+	62,  // 51: lehr.v1.ReportZoneStatusRequest.samples:type_name -> lehr.v1.CohortSample
+	61,  // 52: lehr.v1.ReportZoneStatusRequest.signals:type_name -> lehr.v1.HostSignals
+	60,  // 53: lehr.v1.ReportZoneStatusRequest.preview:type_name -> lehr.v1.NamespacePreviewCounts
+	59,  // 54: lehr.v1.ReportZoneStatusRequest.agent_builds:type_name -> lehr.v1.BuildCount
+	58,  // 55: lehr.v1.ReportZoneStatusRequest.cache_quarantines:type_name -> lehr.v1.CacheQuarantine
+	79,  // 56: lehr.v1.CacheQuarantine.quarantine_time:type_name -> google.protobuf.Timestamp
+	95,  // 57: lehr.v1.NamespacePreviewCounts.counts:type_name -> lehr.v1.HostPreviewCounts
+	96,  // 58: lehr.v1.HostSignals.signals:type_name -> lehr.v1.NamespaceSignals
+	97,  // 59: lehr.v1.HostReport.report:type_name -> lehr.v1.NamespaceReport
+	79,  // 60: lehr.v1.StoreStatus.read_time:type_name -> google.protobuf.Timestamp
+	76,  // 61: lehr.v1.StoreStatus.domains:type_name -> lehr.v1.DomainStoredBytes
+	79,  // 62: lehr.v1.BackupStoreResponse.backup_time:type_name -> google.protobuf.Timestamp
+	79,  // 63: lehr.v1.StoreIdentity.create_time:type_name -> google.protobuf.Timestamp
+	72,  // 64: lehr.v1.ControlStatus.store:type_name -> lehr.v1.StoreIdentity
+	74,  // 65: lehr.v1.ControlStatus.etcd:type_name -> lehr.v1.EtcdClusterStatus
+	75,  // 66: lehr.v1.ControlStatus.replicas:type_name -> lehr.v1.ControlReplica
+	79,  // 67: lehr.v1.ControlReplica.start_time:type_name -> google.protobuf.Timestamp
+	79,  // 68: lehr.v1.ControlReplica.last_seen_time:type_name -> google.protobuf.Timestamp
+	56,  // 69: lehr.v1.DistributorStatus.versions:type_name -> lehr.v1.VersionCount
+	63,  // 70: lehr.v1.DistributorStatus.health:type_name -> lehr.v1.NamespaceHealth
+	64,  // 71: lehr.v1.DistributorStatus.hosts:type_name -> lehr.v1.HostReport
+	62,  // 72: lehr.v1.DistributorStatus.samples:type_name -> lehr.v1.CohortSample
+	61,  // 73: lehr.v1.DistributorStatus.signals:type_name -> lehr.v1.HostSignals
+	60,  // 74: lehr.v1.DistributorStatus.preview:type_name -> lehr.v1.NamespacePreviewCounts
+	59,  // 75: lehr.v1.DistributorStatus.agent_builds:type_name -> lehr.v1.BuildCount
+	58,  // 76: lehr.v1.DistributorStatus.cache_quarantines:type_name -> lehr.v1.CacheQuarantine
+	77,  // 77: lehr.v1.GetZoneStatusResponse.distributors:type_name -> lehr.v1.DistributorStatus
+	56,  // 78: lehr.v1.GetZoneStatusResponse.versions:type_name -> lehr.v1.VersionCount
+	63,  // 79: lehr.v1.GetZoneStatusResponse.health:type_name -> lehr.v1.NamespaceHealth
+	64,  // 80: lehr.v1.GetZoneStatusResponse.hosts:type_name -> lehr.v1.HostReport
+	59,  // 81: lehr.v1.GetZoneStatusResponse.distributor_builds:type_name -> lehr.v1.BuildCount
+	59,  // 82: lehr.v1.GetZoneStatusResponse.agent_builds:type_name -> lehr.v1.BuildCount
+	58,  // 83: lehr.v1.GetZoneStatusResponse.cache_quarantines:type_name -> lehr.v1.CacheQuarantine
+	17,  // 84: lehr.v1.Control.CreateDomain:input_type -> lehr.v1.CreateDomainRequest
+	19,  // 85: lehr.v1.Control.GetDomain:input_type -> lehr.v1.GetDomainRequest
+	20,  // 86: lehr.v1.Control.ListDomains:input_type -> lehr.v1.ListDomainsRequest
+	18,  // 87: lehr.v1.Control.UpdateDomain:input_type -> lehr.v1.UpdateDomainRequest
+	22,  // 88: lehr.v1.Control.CreateNamespace:input_type -> lehr.v1.CreateNamespaceRequest
+	23,  // 89: lehr.v1.Control.GetNamespace:input_type -> lehr.v1.GetNamespaceRequest
+	24,  // 90: lehr.v1.Control.ListNamespaces:input_type -> lehr.v1.ListNamespacesRequest
+	26,  // 91: lehr.v1.Control.Publish:input_type -> lehr.v1.PublishRequest
+	28,  // 92: lehr.v1.Control.Patch:input_type -> lehr.v1.PatchRequest
+	30,  // 93: lehr.v1.Control.Get:input_type -> lehr.v1.GetRequest
+	32,  // 94: lehr.v1.Control.History:input_type -> lehr.v1.HistoryRequest
+	34,  // 95: lehr.v1.Control.Diff:input_type -> lehr.v1.DiffRequest
+	37,  // 96: lehr.v1.Control.Rollback:input_type -> lehr.v1.RollbackRequest
+	39,  // 97: lehr.v1.Control.CompactNamespace:input_type -> lehr.v1.CompactNamespaceRequest
+	41,  // 98: lehr.v1.Control.DeleteNamespace:input_type -> lehr.v1.DeleteNamespaceRequest
+	42,  // 99: lehr.v1.Control.DeleteDomain:input_type -> lehr.v1.DeleteDomainRequest
+	43,  // 100: lehr.v1.Control.CreateZone:input_type -> lehr.v1.CreateZoneRequest
+	44,  // 101: lehr.v1.Control.DeleteZone:input_type -> lehr.v1.DeleteZoneRequest
+	45,  // 102: lehr.v1.Control.ListZones:input_type -> lehr.v1.ListZonesRequest
+	47,  // 103: lehr.v1.Control.GetGoals:input_type -> lehr.v1.GetGoalsRequest
+	49,  // 104: lehr.v1.Control.WatchGoals:input_type -> lehr.v1.WatchGoalsRequest
+	52,  // 105: lehr.v1.Control.FetchVersion:input_type -> lehr.v1.FetchVersionRequest
+	54,  // 106: lehr.v1.Control.FetchDelta:input_type -> lehr.v1.FetchDeltaRequest
+	57,  // 107: lehr.v1.Control.ReportZoneStatus:input_type -> lehr.v1.ReportZoneStatusRequest
+	66,  // 108: lehr.v1.Control.GetZoneStatus:input_type -> lehr.v1.GetZoneStatusRequest
+	67,  // 109: lehr.v1.Control.GetStoreStatus:input_type -> lehr.v1.GetStoreStatusRequest
+	69,  // 110: lehr.v1.Control.GetControlStatus:input_type -> lehr.v1.GetControlStatusRequest
+	70,  // 111: lehr.v1.Control.BackupStore:input_type -> lehr.v1.BackupStoreRequest
+	11,  // 112: lehr.v1.Control.SetRolloutPolicy:input_type -> lehr.v1.SetRolloutPolicyRequest
+	12,  // 113: lehr.v1.Control.DeleteRolloutPolicy:input_type -> lehr.v1.DeleteRolloutPolicyRequest
+	13,  // 114: lehr.v1.Control.GetRolloutPolicy:input_type -> lehr.v1.GetRolloutPolicyRequest
+	15,  // 115: lehr.v1.Control.RolloutPolicyHistory:input_type -> lehr.v1.RolloutPolicyHistoryRequest
+	6,   // 116: lehr.v1.Control.GetRollout:input_type -> lehr.v1.GetRolloutRequest
+	7,   // 117: lehr.v1.Control.ListRollouts:input_type -> lehr.v1.ListRolloutsRequest
+	9,   // 118: lehr.v1.Control.ListRolloutEvents:input_type -> lehr.v1.ListRolloutEventsRequest
+	5,   // 119: lehr.v1.Control.UpdateRollout:input_type -> lehr.v1.UpdateRolloutRequest
+	98,  // 120: lehr.v1.Control.Evaluate:input_type -> lehr.v1.EvaluateRequest
+	99,  // 121: lehr.v1.Control.GetCanaryEvaluation:input_type -> lehr.v1.GetCanaryEvaluationRequest
+	100, // 122: lehr.v1.Control.ListCanaryEvaluations:input_type -> lehr.v1.ListCanaryEvaluationsRequest
+	101, // 123: lehr.v1.Control.GetPolicy:input_type -> lehr.v1.GetPolicyRequest
+	102, // 124: lehr.v1.Control.CreatePolicyExperiment:input_type -> lehr.v1.CreatePolicyExperimentRequest
+	103, // 125: lehr.v1.Control.UpdatePolicyExperiment:input_type -> lehr.v1.UpdatePolicyExperimentRequest
+	104, // 126: lehr.v1.Control.GetPolicyExperiment:input_type -> lehr.v1.GetPolicyExperimentRequest
+	105, // 127: lehr.v1.Control.ListPolicyExperiments:input_type -> lehr.v1.ListPolicyExperimentsRequest
+	106, // 128: lehr.v1.Control.DeletePolicyExperiment:input_type -> lehr.v1.DeletePolicyExperimentRequest
+	107, // 129: lehr.v1.Control.StartPreviewPolicyExperiment:input_type -> lehr.v1.StartPreviewPolicyExperimentRequest
+	108, // 130: lehr.v1.Control.StopPreviewPolicyExperiment:input_type -> lehr.v1.StopPreviewPolicyExperimentRequest
+	109, // 131: lehr.v1.Control.CommitPolicyExperiment:input_type -> lehr.v1.CommitPolicyExperimentRequest
+	110, // 132: lehr.v1.Control.DeletePolicy:input_type -> lehr.v1.DeletePolicyRequest
+	111, // 133: lehr.v1.Control.GetPolicyExperimentCounts:input_type -> lehr.v1.GetPolicyExperimentCountsRequest
+	3,   // 134: lehr.v1.Control.ListAuditRecords:input_type -> lehr.v1.ListAuditRecordsRequest
+	86,  // 135: lehr.v1.Control.CreateDomain:output_type -> lehr.v1.Domain
+	86,  // 136: lehr.v1.Control.GetDomain:output_type -> lehr.v1.Domain
+	21,  // 137: lehr.v1.Control.ListDomains:output_type -> lehr.v1.ListDomainsResponse
+	86,  // 138: lehr.v1.Control.UpdateDomain:output_type -> lehr.v1.Domain
+	88,  // 139: lehr.v1.Control.CreateNamespace:output_type -> lehr.v1.Namespace
+	88,  // 140: lehr.v1.Control.GetNamespace:output_type -> lehr.v1.Namespace
+	25,  // 141: lehr.v1.Control.ListNamespaces:output_type -> lehr.v1.ListNamespacesResponse
+	27,  // 142: lehr.v1.Control.Publish:output_type -> lehr.v1.PublishResponse
+	29,  // 143: lehr.v1.Control.Patch:output_type -> lehr.v1.PatchResponse
+	31,  // 144: lehr.v1.Control.Get:output_type -> lehr.v1.GetResponse
+	33,  // 145: lehr.v1.Control.History:output_type -> lehr.v1.HistoryResponse
+	36,  // 146: lehr.v1.Control.Diff:output_type -> lehr.v1.DiffResponse
+	38,  // 147: lehr.v1.Control.Rollback:output_type -> lehr.v1.RollbackResponse
+	40,  // 148: lehr.v1.Control.CompactNamespace:output_type -> lehr.v1.CompactNamespaceResponse
+	112, // 149: lehr.v1.Control.DeleteNamespace:output_type -> google.protobuf.Empty
+	112, // 150: lehr.v1.Control.DeleteDomain:output_type -> google.protobuf.Empty
+	92,  // 151: lehr.v1.Control.CreateZone:output_type -> lehr.v1.Zone
+	112, // 152: lehr.v1.Control.DeleteZone:output_type -> google.protobuf.Empty
+	46,  // 153: lehr.v1.Control.ListZones:output_type -> lehr.v1.ListZonesResponse
+	48,  // 154: lehr.v1.Control.GetGoals:output_type -> lehr.v1.GetGoalsResponse
+	51,  // 155: lehr.v1.Control.WatchGoals:output_type -> lehr.v1.WatchGoalsResponse
+	53,  // 156: lehr.v1.Control.FetchVersion:output_type -> lehr.v1.FetchVersionResponse
+	55,  // 157: lehr.v1.Control.FetchDelta:output_type -> lehr.v1.FetchDeltaResponse
+	65,  // 158: lehr.v1.Control.ReportZoneStatus:output_type -> lehr.v1.ReportZoneStatusResponse
+	78,  // 159: lehr.v1.Control.GetZoneStatus:output_type -> lehr.v1.GetZoneStatusResponse
+	68,  // 160: lehr.v1.Control.GetStoreStatus:output_type -> lehr.v1.StoreStatus
+	73,  // 161: lehr.v1.Control.GetControlStatus:output_type -> lehr.v1.ControlStatus
+	71,  // 162: lehr.v1.Control.BackupStore:output_type -> lehr.v1.BackupStoreResponse
+	84,  // 163: lehr.v1.Control.SetRolloutPolicy:output_type -> lehr.v1.RolloutPolicyRecord
+	84,  // 164: lehr.v1.Control.DeleteRolloutPolicy:output_type -> lehr.v1.RolloutPolicyRecord
+	14,  // 165: lehr.v1.Control.GetRolloutPolicy:output_type -> lehr.v1.GetRolloutPolicyResponse
+	16,  // 166: lehr.v1.Control.RolloutPolicyHistory:output_type -> lehr.v1.RolloutPolicyHistoryResponse
+	81,  // 167: lehr.v1.Control.GetRollout:output_type -> lehr.v1.Rollout
+	8,   // 168: lehr.v1.Control.ListRollouts:output_type -> lehr.v1.ListRolloutsResponse
+	10,  // 169: lehr.v1.Control.ListRolloutEvents:output_type -> lehr.v1.ListRolloutEventsResponse
+	81,  // 170: lehr.v1.Control.UpdateRollout:output_type -> lehr.v1.Rollout
+	113, // 171: lehr.v1.Control.Evaluate:output_type -> lehr.v1.CanaryEvaluation
+	113, // 172: lehr.v1.Control.GetCanaryEvaluation:output_type -> lehr.v1.CanaryEvaluation
+	114, // 173: lehr.v1.Control.ListCanaryEvaluations:output_type -> lehr.v1.ListCanaryEvaluationsResponse
+	115, // 174: lehr.v1.Control.GetPolicy:output_type -> lehr.v1.Policy
+	116, // 175: lehr.v1.Control.CreatePolicyExperiment:output_type -> google.longrunning.Operation
+	116, // 176: lehr.v1.Control.UpdatePolicyExperiment:output_type -> google.longrunning.Operation
+	117, // 177: lehr.v1.Control.GetPolicyExperiment:output_type -> lehr.v1.PolicyExperiment
+	118, // 178: lehr.v1.Control.ListPolicyExperiments:output_type -> lehr.v1.ListPolicyExperimentsResponse
+	116, // 179: lehr.v1.Control.DeletePolicyExperiment:output_type -> google.longrunning.Operation
+	116, // 180: lehr.v1.Control.StartPreviewPolicyExperiment:output_type -> google.longrunning.Operation
+	116, // 181: lehr.v1.Control.StopPreviewPolicyExperiment:output_type -> google.longrunning.Operation
+	116, // 182: lehr.v1.Control.CommitPolicyExperiment:output_type -> google.longrunning.Operation
+	116, // 183: lehr.v1.Control.DeletePolicy:output_type -> google.longrunning.Operation
+	119, // 184: lehr.v1.Control.GetPolicyExperimentCounts:output_type -> lehr.v1.PolicyExperimentCounts
+	4,   // 185: lehr.v1.Control.ListAuditRecords:output_type -> lehr.v1.ListAuditRecordsResponse
+	135, // [135:186] is the sub-list for method output_type
+	84,  // [84:135] is the sub-list for method input_type
+	84,  // [84:84] is the sub-list for extension type_name
+	84,  // [84:84] is the sub-list for extension extendee
+	0,   // [0:84] is the sub-list for field type_name
 }
 
 func init() { file_lehr_v1_control_proto_init() }
@@ -6045,7 +6139,7 @@ func file_lehr_v1_control_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lehr_v1_control_proto_rawDesc), len(file_lehr_v1_control_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   76,
+			NumMessages:   77,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -1305,11 +1305,16 @@ func (x *HostCheckResult) GetThreshold() float64 {
 // control frame is sent as several Reports with the same time, each with a
 // part of the namespaces.
 type Report struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Time          *timestamppb.Timestamp `protobuf:"bytes,1,opt,name=time,proto3" json:"time,omitempty"`
-	Namespaces    []*NamespaceReport     `protobuf:"bytes,2,rep,name=namespaces,proto3" json:"namespaces,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Time       *timestamppb.Timestamp `protobuf:"bytes,1,opt,name=time,proto3" json:"time,omitempty"`
+	Namespaces []*NamespaceReport     `protobuf:"bytes,2,rep,name=namespaces,proto3" json:"namespaces,omitempty"`
+	// When the agent found its cache unopenable and moved it aside (it then
+	// fetches every namespace again; docs/operations.md, "Failure modes");
+	// absent if it has not since it started. On every part of a split
+	// report.
+	CacheQuarantineTime *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=cache_quarantine_time,json=cacheQuarantineTime,proto3" json:"cache_quarantine_time,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
 }
 
 func (x *Report) Reset() {
@@ -1352,6 +1357,13 @@ func (x *Report) GetTime() *timestamppb.Timestamp {
 func (x *Report) GetNamespaces() []*NamespaceReport {
 	if x != nil {
 		return x.Namespaces
+	}
+	return nil
+}
+
+func (x *Report) GetCacheQuarantineTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CacheQuarantineTime
 	}
 	return nil
 }
@@ -2033,12 +2045,13 @@ const file_lehr_v1_wire_proto_rawDesc = "" +
 	"\x06before\x18\x04 \x01(\x01R\x06before\x12\x14\n" +
 	"\x05after\x18\x05 \x01(\x01R\x05after\x12\f\n" +
 	"\x01p\x18\x06 \x01(\x01R\x01p\x12\x1c\n" +
-	"\tthreshold\x18\a \x01(\x01R\tthreshold\"r\n" +
+	"\tthreshold\x18\a \x01(\x01R\tthreshold\"\xc2\x01\n" +
 	"\x06Report\x12.\n" +
 	"\x04time\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x128\n" +
 	"\n" +
 	"namespaces\x18\x02 \x03(\v2\x18.lehr.v1.NamespaceReportR\n" +
-	"namespaces\"H\n" +
+	"namespaces\x12N\n" +
+	"\x15cache_quarantine_time\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x13cacheQuarantineTime\"H\n" +
 	"\x06Advice\x12>\n" +
 	"\rredial_spread\x18\x01 \x01(\v2\x19.google.protobuf.DurationR\fredialSpread\"w\n" +
 	"\vUnavailable\x12\x1c\n" +
@@ -2161,18 +2174,19 @@ var file_lehr_v1_wire_proto_depIdxs = []int32{
 	33, // 17: lehr.v1.HostCheckResult.verdict:type_name -> lehr.v1.CanaryVerdict
 	30, // 18: lehr.v1.Report.time:type_name -> google.protobuf.Timestamp
 	10, // 19: lehr.v1.Report.namespaces:type_name -> lehr.v1.NamespaceReport
-	25, // 20: lehr.v1.Advice.redial_spread:type_name -> google.protobuf.Duration
-	1,  // 21: lehr.v1.Unavailable.reason:type_name -> lehr.v1.UnavailableReason
-	25, // 22: lehr.v1.Goodbye.retry_after:type_name -> google.protobuf.Duration
-	20, // 23: lehr.v1.SignalsRequest.namespaces:type_name -> lehr.v1.SignalsWanted
-	34, // 24: lehr.v1.SignalsWanted.checks:type_name -> lehr.v1.CanaryCheck
-	22, // 25: lehr.v1.Signals.namespaces:type_name -> lehr.v1.NamespaceSignals
-	23, // 26: lehr.v1.NamespaceSignals.series:type_name -> lehr.v1.SignalSeries
-	27, // [27:27] is the sub-list for method output_type
-	27, // [27:27] is the sub-list for method input_type
-	27, // [27:27] is the sub-list for extension type_name
-	27, // [27:27] is the sub-list for extension extendee
-	0,  // [0:27] is the sub-list for field type_name
+	30, // 20: lehr.v1.Report.cache_quarantine_time:type_name -> google.protobuf.Timestamp
+	25, // 21: lehr.v1.Advice.redial_spread:type_name -> google.protobuf.Duration
+	1,  // 22: lehr.v1.Unavailable.reason:type_name -> lehr.v1.UnavailableReason
+	25, // 23: lehr.v1.Goodbye.retry_after:type_name -> google.protobuf.Duration
+	20, // 24: lehr.v1.SignalsRequest.namespaces:type_name -> lehr.v1.SignalsWanted
+	34, // 25: lehr.v1.SignalsWanted.checks:type_name -> lehr.v1.CanaryCheck
+	22, // 26: lehr.v1.Signals.namespaces:type_name -> lehr.v1.NamespaceSignals
+	23, // 27: lehr.v1.NamespaceSignals.series:type_name -> lehr.v1.SignalSeries
+	28, // [28:28] is the sub-list for method output_type
+	28, // [28:28] is the sub-list for method input_type
+	28, // [28:28] is the sub-list for extension type_name
+	28, // [28:28] is the sub-list for extension extendee
+	0,  // [0:28] is the sub-list for field type_name
 }
 
 func init() { file_lehr_v1_wire_proto_init() }

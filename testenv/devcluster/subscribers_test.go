@@ -3,6 +3,8 @@ package devcluster_test
 import (
 	"context"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -86,5 +88,65 @@ func TestZoneStatusCountsSubscribersByService(t *testing.T) {
 	// the field and the rule, before anything is sent.
 	if _, err := c.Consumer(zoneA, 0, named("Check Out")); err == nil {
 		t.Errorf("a consumer of service %q was made; want the name refused", "Check Out")
+	}
+}
+
+// An agent that moved an unopenable cache aside says so up the report
+// path (issue 32: the fleet page lists cache quarantines first): its
+// distributor reports the host and when, and GetZoneStatus answers it.
+func TestZoneStatusListsCacheQuarantines(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	c, err := devcluster.Start(ctx, devcluster.Options{
+		NoSync: true, Dir: t.TempDir(), Zones: []string{zoneA}, AgentsPerZone: 2, Domains: []string{domain},
+		ReportInterval: 200 * time.Millisecond, Logger: controltest.Logger(t, slog.LevelError),
+	})
+	if err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := c.Close(); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	})
+	ns := domain + "/flags"
+	if _, err := c.Producer().Publish(ctx, ns, props("on", "true")); err != nil {
+		t.Fatal(err)
+	}
+	h := c.Agents(zoneA)[1]
+	cl, err := c.Consumer(zoneA, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cl.Subscribe(ctx, ns); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	// A damaged MANIFEST, which fails its checksum: Badger cannot open it.
+	manifest := filepath.Join(h.CacheDir(), "MANIFEST")
+	b, err := os.ReadFile(manifest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 8; i < len(b); i++ {
+		b[i] ^= 0xff
+	}
+	if err := os.WriteFile(manifest, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	before := time.Now()
+	if err := h.Restart(ctx); err != nil {
+		t.Fatalf("Restart: %v", err)
+	}
+	var got []*lehrpb.CacheQuarantine
+	wait.For(t, "the zone's status to list the quarantine", func() bool {
+		st, err := c.Producer().RPC().GetZoneStatus(ctx, &lehrpb.GetZoneStatusRequest{Zone: zoneA})
+		got = st.GetCacheQuarantines()
+		return err == nil && len(got) > 0
+	})
+	if len(got) != 1 || got[0].GetHostId() != h.HostID || got[0].GetQuarantineTime().AsTime().Before(before.Add(-time.Second)) {
+		t.Errorf("cache quarantines %v; want %s's alone, after %v", got, h.HostID, before)
 	}
 }
