@@ -4,7 +4,7 @@ GO ?= go
 BIN := $(CURDIR)/bin
 PROTOC_VERSION := 3.21.12
 
-.PHONY: all build package run test lint proto chaos ha bench bench-full bench-canary clean
+.PHONY: all build package run test lint proto chaos upgrade ha bench bench-full bench-canary clean
 
 all: build
 
@@ -96,14 +96,26 @@ proto:
 		--grpc-gateway_out=. --grpc-gateway_opt=module=lehr.dev/lehr,omit_package_doc=true \
 		proto/lehr/v1/*.proto
 
-# chaos runs the long kill matrix and the lossy-link run (about 13 minutes):
-# real processes killed with SIGKILL and at crash points (testenv/chaos).
-# "make test" runs a short matrix with fixed seeds. The figures are appended
-# to bench/results/<timestamp>-chaos.md.
+# chaos runs the long kill matrix, the lossy-link run and the long rolling
+# upgrade (about 16 minutes): real processes killed with SIGKILL and at
+# crash points, and replaced one by one by this tree's binaries
+# (testenv/chaos). "make test" runs a short matrix with fixed seeds. The
+# figures are appended to bench/results/<timestamp>-chaos.md.
 chaos:
 	@mkdir -p bench/results
-	$(GO) test -count=1 -timeout 90m -v -run 'TestKillMatrix|TestLossyLink' ./testenv/chaos \
+	$(GO) test -count=1 -timeout 90m -v -run 'TestKillMatrix|TestLossyLink|TestRollingUpgrade' ./testenv/chaos \
 		-args -chaos.long -chaos.report $(CURDIR)/bench/results/$$(date -u +%Y%m%dT%H%M%SZ)-chaos.md
+
+# upgrade runs the short rolling upgrade (about 2 minutes, the first time
+# most of it building the previous release): a cluster started on binaries
+# built from the commit in testenv/chaos/upgrade-from, its control,
+# distributors and agents replaced one by one by this tree's, then rolled
+# back, with publishes flowing (docs/operations.md, "Upgrades"). The
+# figures are appended to bench/results/<timestamp>-upgrade.md.
+upgrade:
+	@mkdir -p bench/results
+	$(GO) test -count=1 -timeout 30m -v -run 'TestRollingUpgrade' ./testenv/chaos \
+		-args -chaos.upgrade -chaos.report $(CURDIR)/bench/results/$$(date -u +%Y%m%dT%H%M%SZ)-upgrade.md
 
 # ha runs issue 29's HA suite, long version (about 8 minutes): a 3-member
 # etcd cluster of separate processes, two control replicas on it, a

@@ -16,8 +16,8 @@
 // commit's time stands in for it.
 //
 // Imported by agent, agent/agentcmd, distributor, distributor/fanout,
-// control, control/service, internal/metricshttp, cmd/lehr and
-// cmd/lehr-bench.
+// control, control/service, internal/metricshttp, cmd/lehr,
+// cmd/lehr-bench and testenv/chaos.
 package buildinfo
 
 import (

@@ -12,7 +12,11 @@
 //
 // TestKillMatrix runs a short matrix in "make test" and the long one under
 // "make chaos" (-chaos.long). TestLossyLink runs an agent behind a lossy,
-// slow link (testenv/faultnet).
+// slow link (testenv/faultnet). RunUpgrade is the rolling upgrade: the
+// cluster started on binaries of the previous release (BuildCommit,
+// UpgradeFrom), each process replaced by this tree's and rolled back,
+// under the same workload and checks; TestRollingUpgrade runs it under
+// "make upgrade" and "make chaos".
 //
 // Imported by testenv/ha and tests.
 package chaos

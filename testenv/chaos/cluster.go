@@ -316,7 +316,7 @@ func (c *Cluster) startDistributor(ctx, run context.Context, d *Distributor) err
 		c.DistributorControl = c.ControlAddr
 	}
 	d.Proc.Close(time.Second) // ends the supervisor's restarts
-	p, err := newProc(run, d.Name, d.bin, d.dir, d.args(c.DistributorControl), c.log)
+	p, err := newProc(run, d.Name, d.Binary(), d.dir, d.args(c.DistributorControl), c.log)
 	if err != nil {
 		return err
 	}

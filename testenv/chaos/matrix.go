@@ -51,6 +51,9 @@ type Report struct {
 	// as acknowledged; Duplicated, ops history holds more than once. A
 	// correct system has none (each is a violation too).
 	Lost, Duplicated int
+	// Torn counts consumer views whose content does not have the
+	// checksum they claim (each is a violation too).
+	Torn int
 	// Events counts what the schedule did, by kind ("kill control",
 	// crash point names...); NotFired lists crash points armed that did
 	// not fire in time (disarmed).

@@ -138,7 +138,10 @@ func (p *Proc) Start(ctx context.Context) error {
 	}
 	defer logf.Close() // the child has its own descriptor
 	fmt.Fprintf(logf, "\n==== chaos: start %d of %s\n", gen, p.Name)
-	cmd := exec.Command(p.bin, p.args...)
+	p.mu.Lock()
+	bin := p.bin
+	p.mu.Unlock()
+	cmd := exec.Command(bin, p.args...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.Env = append(cleanEnv(), "NOTIFY_SOCKET="+notify, "GOFAIL_HTTP="+p.failAddr)
 	exited := make(chan struct{})
@@ -303,6 +306,48 @@ func (p *Proc) Kill() bool {
 	_ = cmd.Process.Signal(syscall.SIGKILL)
 	<-exited
 	return true
+}
+
+// Stop ends the process as "systemctl stop" does: SIGTERM, then SIGKILL
+// if it has not exited after grace; it stays down until Start, and its
+// exit is not a crash. It reports whether a process was running, and
+// errors when grace ran out (a daemon that does not stop on SIGTERM).
+func (p *Proc) Stop(grace time.Duration) (bool, error) {
+	p.mu.Lock()
+	cmd, exited := p.cmd, p.exited
+	if cmd == nil {
+		p.mu.Unlock()
+		return false, nil
+	}
+	p.killing = true
+	p.mu.Unlock()
+	_ = cmd.Process.Signal(syscall.SIGTERM)
+	t := time.NewTimer(grace)
+	defer t.Stop()
+	select {
+	case <-exited:
+		return true, nil
+	case <-t.C:
+		_ = cmd.Process.Signal(syscall.SIGKILL)
+		<-exited
+		return true, fmt.Errorf("chaos: %s did not exit within %v of SIGTERM; killed", p.Name, grace)
+	}
+}
+
+// SetBinary makes every later start of the process, Start's or its
+// supervisor's, run bin: a package upgrade's new binary on the same
+// command line and data.
+func (p *Proc) SetBinary(bin string) {
+	p.mu.Lock()
+	p.bin = bin
+	p.mu.Unlock()
+}
+
+// Binary returns the binary the process starts from.
+func (p *Proc) Binary() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.bin
 }
 
 // Ready reports whether the process runs and has said READY=1.

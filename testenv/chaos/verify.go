@@ -135,6 +135,7 @@ func verify(ctx context.Context, rep *Report, cl *Cluster, ops []*Op, obs []Obse
 		}
 		last[k] = ob
 		if !ob.ContentSumOK {
+			rep.Torn++
 			rep.violate("the consumer on %s got %s@%d whose content has checksum %s, not the %s it claims (torn view)", ob.Agent, ob.NS, ob.Version, ob.ContentSumSeen, ob.Checksum)
 		}
 		v := hist[ob.NS][ob.Version]
