@@ -191,11 +191,26 @@ func (u *upgrader) run(ctx context.Context, cfg UpgradeConfig) error {
 	}); err != nil {
 		return fmt.Errorf("workload start: %w", err)
 	}
+	// At least what was published by now: the workload goes on writing,
+	// so the agents may hold newer versions by the time they are asked.
 	goals, err := latest(ctx, u.cl.Producer(), u.w.Namespaces)
 	if err != nil {
 		return err
 	}
-	if err := converge(ctx, u.cl.Agents, goals, u.bound); err != nil {
+	if err := poll(ctx, u.bound, func() error {
+		for _, a := range u.cl.Agents {
+			st, err := a.Status(ctx)
+			if err != nil {
+				return fmt.Errorf("agent %s: %w", a.HostID, err)
+			}
+			for ns, g := range goals {
+				if v := nsVersion(st, ns); v < g.seq {
+					return fmt.Errorf("agent %s holds %s@%d, want %d or later", a.HostID, ns, v, g.seq)
+				}
+			}
+		}
+		return nil
+	}); err != nil {
 		return fmt.Errorf("before the upgrade: %w", err)
 	}
 
