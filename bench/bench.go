@@ -104,6 +104,7 @@ func Scenarios() []Scenario {
 		isolationScenario(),
 		strategistScenario(),
 		catalogScenario(),
+		consoleScenario(),
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
+	"sync"
 	"time"
 
 	"lehr.dev/lehr/proto/lehrpb"
@@ -57,28 +58,40 @@ func (c *Console) zoneViews(r *http.Request) ([]zoneView, []problem, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	var views []zoneView
-	var probs []problem
-	for _, z := range zs.GetZones() {
-		v := zoneView{Zone: z}
-		st, err := c.opts.Client.GetZoneStatus(ctx, &lehrpb.GetZoneStatusRequest{Zone: z.GetName()})
-		if err != nil {
-			v.Err = err.Error()
-			probs = append(probs, problem{Zone: z.GetName(), Kind: "unreadable", What: "its status could not be read: " + err.Error()})
-		} else {
-			v.Status = st
-		}
-		if g, err := c.opts.Client.GetGoals(ctx, &lehrpb.GetGoalsRequest{Zone: z.GetName()}); err == nil {
-			v.Goals = map[string]*lehrpb.GoalState{}
-			for _, s := range g.GetGoals() {
-				v.Goals[s.GetNamespace()] = s
+	// The zones are read concurrently, a few at a time: each is two
+	// calls whose answers grow with the catalog.
+	views := make([]zoneView, len(zs.GetZones()))
+	zprobs := make([][]problem, len(views))
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, zoneReads)
+	for i, z := range zs.GetZones() {
+		wg.Go(func() {
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			v := zoneView{Zone: z}
+			st, err := c.opts.Client.GetZoneStatus(ctx, &lehrpb.GetZoneStatusRequest{Zone: z.GetName()})
+			if err != nil {
+				v.Err = err.Error()
+				zprobs[i] = append(zprobs[i], problem{Zone: z.GetName(), Kind: "unreadable", What: "its status could not be read: " + err.Error()})
+			} else {
+				v.Status = st
 			}
-		}
-		probs = append(probs, zoneProblems(&v, c.opts.Now())...)
-		views = append(views, v)
+			if g, err := c.opts.Client.GetGoals(ctx, &lehrpb.GetGoalsRequest{Zone: z.GetName()}); err == nil {
+				v.Goals = map[string]*lehrpb.GoalState{}
+				for _, s := range g.GetGoals() {
+					v.Goals[s.GetNamespace()] = s
+				}
+			}
+			zprobs[i] = append(zprobs[i], zoneProblems(&v, c.opts.Now())...)
+			views[i] = v
+		})
 	}
-	return views, probs, nil
+	wg.Wait()
+	return views, slices.Concat(zprobs...), nil
 }
+
+// zoneReads bounds the zones the fleet page reads at once.
+const zoneReads = 4
 
 // zoneProblems fills v's figures and returns what needs attention in it:
 // silence, agents behind their goal, untrusted updates, failing host
@@ -168,19 +181,34 @@ func (c *Console) fleet(w http.ResponseWriter, r *http.Request) {
 		return cmp.Compare(rank(a.State), rank(b.State))
 	})
 	fp := fleetPage{Zones: zones, Problems: probs, Rollouts: rs.GetRollouts(), Domains: ds.GetDomains(), MoreDomains: ds.GetNextPageToken() != ""}
-	jz := make([]map[string]any, 0, len(zones))
-	for _, z := range zones {
-		goals := []*lehrpb.GoalState{}
-		for _, g := range z.Goals {
-			goals = append(goals, g)
+	var doc map[string]any
+	if wantsJSON(r) { // built only when asked: it costs more than the page
+		jz := make([]map[string]any, 0, len(zones))
+		for _, z := range zones {
+			jz = append(jz, map[string]any{"zone": pj(z.Zone), "state": z.State, "agents": z.Agents, "namespaces": z.Namespaces,
+				"status": pj(summaryOf(z.Status)), "error": z.Err})
 		}
-		slices.SortFunc(goals, func(a, b *lehrpb.GoalState) int { return cmp.Compare(a.GetNamespace(), b.GetNamespace()) })
-		jz = append(jz, map[string]any{"zone": pj(z.Zone), "state": z.State, "agents": z.Agents, "namespaces": z.Namespaces,
-			"status": pj(z.Status), "goals": pjs(goals), "error": z.Err})
+		doc = map[string]any{"page": "fleet", "zones": jz, "problems": nonNil(probs),
+			"activeRollouts": pjs(rs.GetRollouts()), "domains": pjs(ds.GetDomains()), "moreDomains": fp.MoreDomains}
 	}
-	doc := map[string]any{"page": "fleet", "zones": jz, "problems": nonNil(probs),
-		"activeRollouts": pjs(rs.GetRollouts()), "domains": pjs(ds.GetDomains()), "moreDomains": fp.MoreDomains}
 	c.render(w, r, "fleet", page{Title: "Fleet", Refresh: int(c.opts.Refresh / time.Second), Body: fp}, doc)
+}
+
+// summaryOf is st as the fleet page's JSON carries it: what the page
+// shows — distributors, builds, health, host reports, cache quarantines —
+// without the per-namespace version counts and the canary signals, which
+// grow with the catalog and the fleet (GetZoneStatus answers them).
+func summaryOf(st *lehrpb.GetZoneStatusResponse) *lehrpb.GetZoneStatusResponse {
+	if st == nil {
+		return nil
+	}
+	sum := &lehrpb.GetZoneStatusResponse{Zone: st.GetZone(), Health: st.GetHealth(), Hosts: st.GetHosts(),
+		DistributorBuilds: st.GetDistributorBuilds(), AgentBuilds: st.GetAgentBuilds(), CacheQuarantines: st.GetCacheQuarantines()}
+	for _, d := range st.GetDistributors() {
+		sum.Distributors = append(sum.Distributors, &lehrpb.DistributorStatus{DistributorId: d.GetDistributorId(), Agents: d.GetAgents(),
+			DistributorBuild: d.GetDistributorBuild(), AgentBuilds: d.GetAgentBuilds(), CacheQuarantines: d.GetCacheQuarantines()})
+	}
+	return sum
 }
 
 // rank orders zone states, the ones needing attention first.
