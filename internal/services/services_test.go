@@ -11,7 +11,9 @@ import (
 )
 
 func TestTop(t *testing.T) {
-	sc := func(s string, n uint32) *lehrpb.ServiceConsumers { return &lehrpb.ServiceConsumers{Service: s, Consumers: n} }
+	sc := func(s string, n uint32) *lehrpb.ServiceConsumers {
+		return &lehrpb.ServiceConsumers{Service: s, Consumers: n}
+	}
 	many := map[string]int{}
 	var wantMany []*lehrpb.ServiceConsumers
 	for i := range Max + 4 {

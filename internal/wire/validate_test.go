@@ -58,7 +58,9 @@ func TestValidateReportServices(t *testing.T) {
 	rep := func(clients uint32, svcs ...*lehrpb.ServiceConsumers) *lehrpb.Report {
 		return &lehrpb.Report{Namespaces: []*lehrpb.NamespaceReport{{Namespace: "demo/a", Clients: clients, Services: svcs}}}
 	}
-	svc := func(s string, n uint32) *lehrpb.ServiceConsumers { return &lehrpb.ServiceConsumers{Service: s, Consumers: n} }
+	svc := func(s string, n uint32) *lehrpb.ServiceConsumers {
+		return &lehrpb.ServiceConsumers{Service: s, Consumers: n}
+	}
 	var many []*lehrpb.ServiceConsumers
 	for i := range 17 {
 		many = append(many, svc(strings.Repeat("s", i+1), 1))
