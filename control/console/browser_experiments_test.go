@@ -154,6 +154,7 @@ func TestBrowserExperiments(t *testing.T) {
 	b.noErrors("the experiments page")
 	b.shot("experiments")
 	b.shotOf("experiments-deny-eve", "article#experiment-deny-eve")
+	b.readmeShot("console-experiments", "main", "article#experiment-deny-eve")
 
 	exp, err = api.GetPolicyExperiment(ctx, &lehrpb.GetPolicyExperimentRequest{Name: exp.GetName()})
 	if err != nil {
