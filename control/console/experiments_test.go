@@ -66,3 +66,30 @@ func TestExperimentsPage(t *testing.T) {
 		t.Errorf("the experiments of a config namespace: %d %.300s; want control's refusal", resp.StatusCode, body)
 	}
 }
+
+// Under mutual TLS the page is its caller's: bob, a publisher of shop,
+// reads the experiments and is told that control would refuse him the
+// commit, and why; alice, an operator, is not.
+func TestExperimentsCommitRefused(t *testing.T) {
+	m := startMTLS(t, "admin")
+	seed(t, m.srv.Client, &lehrpb.Acl{Admins: []string{"admin"}, Operators: []string{"alice"}, Publishers: []string{"bob"}})
+	ctx := testCtx(t)
+	parent := "domains/shop/policies/fw"
+	if _, err := m.srv.Client.Publish(ctx, &lehrpb.PublishRequest{Namespace: "shop/fw", Kind: lehrpb.NamespaceKind_NAMESPACE_KIND_POLICY, Message: "no rules"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.srv.Client.CreatePolicyExperiment(ctx, &lehrpb.CreatePolicyExperimentRequest{Parent: parent, PolicyExperimentId: "x",
+		PolicyExperiment: &lehrpb.PolicyExperiment{Policy: &lehrpb.Policy{Name: parent}}}); err != nil {
+		t.Fatal(err)
+	}
+	for user, refused := range map[string]bool{"bob": true, "alice": false} {
+		resp, body := fetch(t, httpClient(t, m.clientTLS(t, user)), "GET", m.base+"/console/experiments/shop/fw", nil)
+		if resp.StatusCode != 200 || !strings.Contains(body, "Experiment x") {
+			t.Fatalf("%s: GET the experiments page: %d %.300s", user, resp.StatusCode, body)
+		}
+		got := strings.Contains(body, "You may not commit it") && strings.Contains(body, "acl.operators")
+		if got != refused {
+			t.Errorf("%s: told control would refuse the commit naming acl.operators: %v, want %v; page:\n%s", user, got, refused, excerpt(body, "Commit with"))
+		}
+	}
+}
