@@ -3,10 +3,11 @@
 // experiment, the experiments as hosts receive them in the policy's preview
 // namespace (and the comparison of a committed version with the version it
 // replaced, which travels with them during its rollout), the counts of pairs of decisions and their bounded tally, the
-// gate a commit passes and the change it is expected to make, and the
-// decision log line. It is pure: no I/O, no role. Control's handlers and
-// records, the consumer's shadow evaluation, the agent's and the
-// distributors' sums and the CLI call it.
+// gate a commit passes and the change it is expected to make, the
+// decision log line, and the words an experiment's state, counts and gate
+// are shown in (describe.go). It is pure: no I/O, no role. Control's
+// handlers and records, the consumer's shadow evaluation, the agent's and
+// the distributors' sums, the CLI and the operator console call it.
 //
 // Importable by every role; it imports only policy and internal leaves.
 package preview

@@ -284,6 +284,8 @@ func TestDev(t *testing.T) {
 		`ACTIVE since`,
 		"$ lehr policy experiment counts demo/access no-contractors",
 		"(all)   v1",
+		"==> the same counts, with the gate of the commit below, in the console: http://",
+		"/console/experiments/demo/access?min_evaluations=",
 		"committed experiment no-contractors: demo/access is now at version 2",
 		"~ limits/rps  [application/json]\n  old:\n    100\n  new:\n    250\n",
 		"$ lehr history demo/app",

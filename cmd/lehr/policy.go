@@ -456,25 +456,11 @@ func writeRules(w io.Writer, rules []*lehrpb.Property) {
 	tw.Flush()
 }
 
-func previewState(e *lehrpb.PolicyExperiment) string {
-	md := e.GetPreviewMetadata()
-	if md == nil {
-		return "never previewed"
-	}
-	switch md.GetState() {
-	case lehrpb.PolicyPreviewMetadata_ACTIVE:
-		return "ACTIVE since " + fmtTime(md.GetStartTime())
-	case lehrpb.PolicyPreviewMetadata_SUSPENDED:
-		return "SUSPENDED since " + fmtTime(md.GetStopTime())
-	}
-	return md.GetState().String()
-}
-
 // writeExperiment prints one experiment.
 func writeExperiment(w io.Writer, e *lehrpb.PolicyExperiment) {
 	fmt.Fprintf(w, "experiment %s\n", clean(e.GetName()))
 	fmt.Fprintf(w, "  etag:     %s\n", clean(e.GetEtag()))
-	fmt.Fprintf(w, "  preview:  %s", previewState(e))
+	fmt.Fprintf(w, "  preview:  %s", preview.StateLine(e))
 	if p := e.GetPreviewMetadata().GetLogPrefix(); p != "" {
 		fmt.Fprintf(w, " (log lines begin %q)", p)
 	}
@@ -495,12 +481,11 @@ func writeExperiments(w io.Writer, exps []*lehrpb.PolicyExperiment) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "EXPERIMENT\tETAG\tRULES\tPREVIEW")
 	for _, e := range exps {
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\n", clean(e.GetName()), clean(e.GetEtag()), len(e.GetPolicy().GetRules()), previewState(e))
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\n", clean(e.GetName()), clean(e.GetEtag()), len(e.GetPolicy().GetRules()), preview.StateLine(e))
 	}
 	tw.Flush()
 }
 
-// writeCounts prints an experiment's counts: per zone, then in all.
 // writeCommit prints what a commit of experiment id of ns did: the new
 // version, and what its canary analysis expects of the canary hosts — the
 // deny share to move as previewed and, when a rollout canaries the
@@ -522,22 +507,18 @@ func writeCommit(w io.Writer, id, ns string, md *lehrpb.CommitPolicyExperimentMe
 	fmt.Fprintf(w, "follow its rollout: lehr rollout status %s\n", clean(ns))
 }
 
+// writeCounts prints an experiment's counts: per zone, then in all.
 func writeCounts(w io.Writer, c *lehrpb.PolicyExperimentCounts) {
-	fmt.Fprintf(w, "experiment %s (etag now %s): decisions counted at hosts, live → experiment\n", clean(c.GetName()), clean(c.GetEtag()))
+	fmt.Fprintln(w, clean(preview.CountsHeading(c)))
 	if len(c.GetTotals()) == 0 {
-		fmt.Fprintln(w, "no decisions counted yet (is it previewing? do the hosts' services call Evaluate?)")
+		fmt.Fprintln(w, preview.NoCounts)
 		return
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "ZONE\tLIVE\tEXPERIMENT\tALLOW→ALLOW\tDENY→DENY\tALLOW→DENY\tDENY→ALLOW\tDISAGREE\tERRORS")
 	row := func(zone string, p *lehrpb.PreviewCounts) {
-		total, dis := preview.Decisions(p)
-		share := "-"
-		if total > 0 {
-			share = fmt.Sprintf("%.2f%%", 100*float64(dis)/float64(total))
-		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%d\t%s\t%d\n", clean(zone), clean(p.GetLiveEtag()), clean(p.GetExperimentEtag()),
-			p.GetAllowAllow(), p.GetDenyDeny(), p.GetAllowDeny(), p.GetDenyAllow(), share, p.GetExperimentErrors())
+			p.GetAllowAllow(), p.GetDenyDeny(), p.GetAllowDeny(), p.GetDenyAllow(), preview.DisagreeShare(p), p.GetExperimentErrors())
 	}
 	for _, z := range c.GetZones() {
 		row(z.GetZone(), z)

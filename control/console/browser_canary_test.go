@@ -31,7 +31,8 @@ import (
 // under is failed by the canary analysis of its first stage. The rollout
 // page links the evaluation; the evaluation's page shows the verdict and
 // every check as GetCanaryEvaluation answers them, with the error ratio's
-// plot (screenshot canary-failed.png).
+// plot (screenshot canary-failed.png). With -console.readme-shots DIR it
+// also writes the README's pictures of the two pages.
 func TestBrowserCanaryFailed(t *testing.T) {
 	b := newBrowser(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
@@ -128,10 +129,12 @@ func TestBrowserCanaryFailed(t *testing.T) {
 
 	// From the rollout's page to its evaluation's.
 	b.open(fmt.Sprintf("%s/console/rollouts/shop/svc/%d", base, bad.GetSeq()), "canary-rollout-failed")
+	b.readmeShot("console-rollout", "main", "")
 	b.run("follow the evaluation's link", chromedp.Click(chromedp.CSS("a#evaluation")), chromedp.WaitVisible(chromedp.CSS("#verdict")))
 	b.noErrors("the evaluation page")
 	b.shot("canary-failed")
 	b.shotOf("canary-failed-plot", `article.check[data-check="error ratio"]`)
+	b.readmeShot("console-canary", "main", `article.check[data-check="error ratio"]`)
 	if got := b.text("#verdict"); got != "FAIL" {
 		t.Errorf("evaluation page's verdict %q, want FAIL", got)
 	}

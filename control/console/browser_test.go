@@ -1,8 +1,12 @@
 package console_test
 
 import (
+	"bytes"
 	"context"
+	"flag"
 	"fmt"
+	"image"
+	"image/png"
 	"log/slog"
 	"net"
 	"net/http"
@@ -159,6 +163,51 @@ func (b *browser) shot(name string) {
 		b.t.Fatal(err)
 	}
 	b.t.Logf("screenshot %s", path)
+}
+
+// readmeShots, if set, is where the tests also write the README's
+// screenshots (docs/images), taken from the run:
+//
+//	go test ./control/console -run 'TestBrowser(CanaryFailed|Experiments)' -console.readme-shots "$PWD/docs/images"
+//
+// (a relative DIR is the package's directory's: go test runs there).
+var readmeShots = flag.String("console.readme-shots", "", "also write the README's screenshots to `DIR` (docs/images)")
+
+// readmeShot writes, when -console.readme-shots is set, a screenshot of
+// the first element sel matches — the page cropped to it and, if until
+// is not "", cut below the first element until matches — as
+// DIR/name.png, compressed as far as PNG goes.
+func (b *browser) readmeShot(name, sel, until string) {
+	b.t.Helper()
+	if *readmeShots == "" {
+		return
+	}
+	shot := get(b, "screenshot "+name, chromedp.Screenshot(chromedp.CSS(sel), chromedp.NodeVisible))
+	img, err := png.Decode(bytes.NewReader(shot))
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	if until != "" {
+		// Screenshot's scale is 1: an image pixel is a CSS pixel.
+		top := get(b, "the box of "+sel, chromedp.Dimensions(chromedp.CSS(sel), chromedp.NodeVisible)).Border[1]
+		bottom := get(b, "the box of "+until, chromedp.Dimensions(chromedp.CSS(until), chromedp.NodeVisible)).Border[5]
+		r := img.Bounds()
+		if h := int(bottom-top) + 12; h < r.Dy() {
+			r.Max.Y = r.Min.Y + h
+			img = img.(interface {
+				SubImage(image.Rectangle) image.Image
+			}).SubImage(r)
+		}
+	}
+	var buf bytes.Buffer
+	if err := (&png.Encoder{CompressionLevel: png.BestCompression}).Encode(&buf, img); err != nil {
+		b.t.Fatal(err)
+	}
+	path := filepath.Join(*readmeShots, name+".png")
+	if err := os.WriteFile(path, buf.Bytes(), 0o644); err != nil {
+		b.t.Fatal(err)
+	}
+	b.t.Logf("README screenshot %s (%d KiB)", path, buf.Len()>>10)
 }
 
 // shotOf writes a screenshot of the first element sel matches.

@@ -27,6 +27,7 @@ import (
 	"lehr.dev/lehr/internal/apierror"
 	"lehr.dev/lehr/internal/termtext"
 	"lehr.dev/lehr/internal/tlsconfig"
+	"lehr.dev/lehr/preview"
 	"lehr.dev/lehr/proto/lehrpb"
 )
 
@@ -68,22 +69,24 @@ var funcs = template.FuncMap{
 		}
 		return humanize.IBytes(uint64(n))
 	},
-	"state":       func(s lehrpb.RolloutState) string { return rollout.StateName(s) },
-	"domainURL":   domainURL,
-	"nsURL":       nsURL,
-	"rolloutURL":  rolloutURL,
-	"source":      sourceWord,
-	"reason":      rollout.Reason,
-	"kind":        kindWord,
-	"stage":       rollout.StageLabel,
-	"inc":         func(n int32) int { return int(n) + 1 },
-	"verdictWord": evaluation.VerdictWord,
-	"evalState":   evaluation.StateWord,
-	"evalURL":     evaluationURL,
-	"lower":       strings.ToLower,
-	"add":         func(a, b float64) float64 { return a + b },
-	"sub":         func(a, b float64) float64 { return a - b },
-	"odd":         func(i int) bool { return i%2 == 1 },
+	"state":          func(s lehrpb.RolloutState) string { return rollout.StateName(s) },
+	"domainURL":      domainURL,
+	"nsURL":          nsURL,
+	"rolloutURL":     rolloutURL,
+	"experimentsURL": experimentsURL,
+	"noCounts":       func() string { return preview.NoCounts },
+	"source":         sourceWord,
+	"reason":         rollout.Reason,
+	"kind":           kindWord,
+	"stage":          rollout.StageLabel,
+	"inc":            func(n int32) int { return int(n) + 1 },
+	"verdictWord":    evaluation.VerdictWord,
+	"evalState":      evaluation.StateWord,
+	"evalURL":        evaluationURL,
+	"lower":          strings.ToLower,
+	"add":            func(a, b float64) float64 { return a + b },
+	"sub":            func(a, b float64) float64 { return a - b },
+	"odd":            func(i int) bool { return i%2 == 1 },
 	// pval is a p-value, "—" without a test (NaN).
 	"pval": func(p float64) string {
 		if math.IsNaN(p) {

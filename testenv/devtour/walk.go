@@ -261,6 +261,9 @@ func (t *tour) previewPolicy(ctx context.Context) error {
 	if err := t.step(ctx, "experiment counts", "policy", "experiment", "counts", policyNamespace, id); err != nil {
 		return err
 	}
+	if u := ConsoleURL(t.cl.ControlHTTPAddr()); u != "" {
+		t.say("the same counts, with the gate of the commit below, in the console: %sexperiments/%s?min_evaluations=%d&max_disagreement=0.3", u, policyNamespace, previewDecisions)
+	}
 	t.say("a quarter of the callers would be denied, as intended: commit it with the etag reviewed (%s); it rolls out like any change", x.GetEtag())
 	if err := t.step(ctx, "experiment commit", "policy", "experiment", "commit", policyNamespace, id, "--etag", x.GetEtag(),
 		"--min-evaluations", strconv.Itoa(previewDecisions), "--max-disagreement", "0.3", "--message", "no contractors"); err != nil {
