@@ -20,6 +20,7 @@ import (
 	_ "google.golang.org/genproto/googleapis/api/annotations"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
+	durationpb "google.golang.org/protobuf/types/known/durationpb"
 	emptypb "google.golang.org/protobuf/types/known/emptypb"
 	fieldmaskpb "google.golang.org/protobuf/types/known/fieldmaskpb"
 	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
@@ -4484,6 +4485,436 @@ func (*GetControlStatusRequest) Descriptor() ([]byte, []int) {
 	return file_lehr_v1_control_proto_rawDescGZIP(), []int{66}
 }
 
+// GetPropagationStatusRequest asks for control's propagation measurement.
+// (-- api-linter: core::0131::request-name-required=disabled
+//
+//	aip.dev/not-precedent: as GetStoreStatus. --)
+type GetPropagationStatusRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetPropagationStatusRequest) Reset() {
+	*x = GetPropagationStatusRequest{}
+	mi := &file_lehr_v1_control_proto_msgTypes[67]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetPropagationStatusRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetPropagationStatusRequest) ProtoMessage() {}
+
+func (x *GetPropagationStatusRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_lehr_v1_control_proto_msgTypes[67]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetPropagationStatusRequest.ProtoReflect.Descriptor instead.
+func (*GetPropagationStatusRequest) Descriptor() ([]byte, []int) {
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{67}
+}
+
+// PropagationStatus is what control measured of updates' propagation:
+// the classes, their objectives, each class's distribution over the
+// recent updates, and those updates, newest first.
+type PropagationStatus struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The size classes, smallest first, with their bounds and objectives.
+	Classes []*PropagationClass `protobuf:"bytes,1,rep,name=classes,proto3" json:"classes,omitempty"`
+	// The distribution of the recent updates' propagation times per size
+	// class (subscribers empty) and per subscriber bucket (size_class
+	// empty), in the order of classes and buckets; groups without updates
+	// are included with count 0.
+	Groups []*PropagationGroup `protobuf:"bytes,2,rep,name=groups,proto3" json:"groups,omitempty"`
+	// The most recent measured updates (at most 500), newest first.
+	Updates []*PropagationUpdate `protobuf:"bytes,3,rep,name=updates,proto3" json:"updates,omitempty"`
+	// Updates being tracked now (published, not yet on every subscribed
+	// host), on the measuring replica, as of its last write.
+	InFlight int32 `protobuf:"varint,4,opt,name=in_flight,json=inFlight,proto3" json:"in_flight,omitempty"`
+	// When the measuring replica last wrote its results; unset if never.
+	UpdateTime    *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=update_time,json=updateTime,proto3" json:"update_time,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PropagationStatus) Reset() {
+	*x = PropagationStatus{}
+	mi := &file_lehr_v1_control_proto_msgTypes[68]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PropagationStatus) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PropagationStatus) ProtoMessage() {}
+
+func (x *PropagationStatus) ProtoReflect() protoreflect.Message {
+	mi := &file_lehr_v1_control_proto_msgTypes[68]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PropagationStatus.ProtoReflect.Descriptor instead.
+func (*PropagationStatus) Descriptor() ([]byte, []int) {
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{68}
+}
+
+func (x *PropagationStatus) GetClasses() []*PropagationClass {
+	if x != nil {
+		return x.Classes
+	}
+	return nil
+}
+
+func (x *PropagationStatus) GetGroups() []*PropagationGroup {
+	if x != nil {
+		return x.Groups
+	}
+	return nil
+}
+
+func (x *PropagationStatus) GetUpdates() []*PropagationUpdate {
+	if x != nil {
+		return x.Updates
+	}
+	return nil
+}
+
+func (x *PropagationStatus) GetInFlight() int32 {
+	if x != nil {
+		return x.InFlight
+	}
+	return 0
+}
+
+func (x *PropagationStatus) GetUpdateTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.UpdateTime
+	}
+	return nil
+}
+
+// PropagationClass is an update size class: versions of at most
+// max_bytes (0: no bound) and more than the previous class's, and the
+// time within which every subscribed host should hold one.
+type PropagationClass struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	SizeClass     string                 `protobuf:"bytes,1,opt,name=size_class,json=sizeClass,proto3" json:"size_class,omitempty"`
+	MaxBytes      int64                  `protobuf:"varint,2,opt,name=max_bytes,json=maxBytes,proto3" json:"max_bytes,omitempty"`
+	Objective     *durationpb.Duration   `protobuf:"bytes,3,opt,name=objective,proto3" json:"objective,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PropagationClass) Reset() {
+	*x = PropagationClass{}
+	mi := &file_lehr_v1_control_proto_msgTypes[69]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PropagationClass) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PropagationClass) ProtoMessage() {}
+
+func (x *PropagationClass) ProtoReflect() protoreflect.Message {
+	mi := &file_lehr_v1_control_proto_msgTypes[69]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PropagationClass.ProtoReflect.Descriptor instead.
+func (*PropagationClass) Descriptor() ([]byte, []int) {
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{69}
+}
+
+func (x *PropagationClass) GetSizeClass() string {
+	if x != nil {
+		return x.SizeClass
+	}
+	return ""
+}
+
+func (x *PropagationClass) GetMaxBytes() int64 {
+	if x != nil {
+		return x.MaxBytes
+	}
+	return 0
+}
+
+func (x *PropagationClass) GetObjective() *durationpb.Duration {
+	if x != nil {
+		return x.Objective
+	}
+	return nil
+}
+
+// PropagationGroup is the distribution of the propagation times of the
+// recent updates of one size class or one subscriber bucket.
+type PropagationGroup struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The size class, or empty for a subscriber bucket.
+	SizeClass string `protobuf:"bytes,1,opt,name=size_class,json=sizeClass,proto3" json:"size_class,omitempty"`
+	// The subscriber bucket ("1", "2-10", "11-100", "101-1000", "1001+"),
+	// or empty for a size class.
+	Subscribers string `protobuf:"bytes,2,opt,name=subscribers,proto3" json:"subscribers,omitempty"`
+	// Updates measured, and how many reached every host within their size
+	// class's objective.
+	Count int32 `protobuf:"varint,3,opt,name=count,proto3" json:"count,omitempty"`
+	Met   int32 `protobuf:"varint,4,opt,name=met,proto3" json:"met,omitempty"`
+	// Percentiles (nearest rank) and the maximum; unset when count is 0.
+	P50           *durationpb.Duration `protobuf:"bytes,5,opt,name=p50,proto3" json:"p50,omitempty"`
+	P90           *durationpb.Duration `protobuf:"bytes,6,opt,name=p90,proto3" json:"p90,omitempty"`
+	P99           *durationpb.Duration `protobuf:"bytes,7,opt,name=p99,proto3" json:"p99,omitempty"`
+	Max           *durationpb.Duration `protobuf:"bytes,8,opt,name=max,proto3" json:"max,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PropagationGroup) Reset() {
+	*x = PropagationGroup{}
+	mi := &file_lehr_v1_control_proto_msgTypes[70]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PropagationGroup) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PropagationGroup) ProtoMessage() {}
+
+func (x *PropagationGroup) ProtoReflect() protoreflect.Message {
+	mi := &file_lehr_v1_control_proto_msgTypes[70]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PropagationGroup.ProtoReflect.Descriptor instead.
+func (*PropagationGroup) Descriptor() ([]byte, []int) {
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{70}
+}
+
+func (x *PropagationGroup) GetSizeClass() string {
+	if x != nil {
+		return x.SizeClass
+	}
+	return ""
+}
+
+func (x *PropagationGroup) GetSubscribers() string {
+	if x != nil {
+		return x.Subscribers
+	}
+	return ""
+}
+
+func (x *PropagationGroup) GetCount() int32 {
+	if x != nil {
+		return x.Count
+	}
+	return 0
+}
+
+func (x *PropagationGroup) GetMet() int32 {
+	if x != nil {
+		return x.Met
+	}
+	return 0
+}
+
+func (x *PropagationGroup) GetP50() *durationpb.Duration {
+	if x != nil {
+		return x.P50
+	}
+	return nil
+}
+
+func (x *PropagationGroup) GetP90() *durationpb.Duration {
+	if x != nil {
+		return x.P90
+	}
+	return nil
+}
+
+func (x *PropagationGroup) GetP99() *durationpb.Duration {
+	if x != nil {
+		return x.P99
+	}
+	return nil
+}
+
+func (x *PropagationGroup) GetMax() *durationpb.Duration {
+	if x != nil {
+		return x.Max
+	}
+	return nil
+}
+
+// PropagationUpdate is one update's measured propagation.
+type PropagationUpdate struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Namespace string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	Version   uint64                 `protobuf:"varint,2,opt,name=version,proto3" json:"version,omitempty"`
+	Source    VersionSource          `protobuf:"varint,3,opt,name=source,proto3,enum=lehr.v1.VersionSource" json:"source,omitempty"`
+	// The version's size (VersionInfo.size_bytes) and its class.
+	SizeBytes int64  `protobuf:"varint,4,opt,name=size_bytes,json=sizeBytes,proto3" json:"size_bytes,omitempty"`
+	SizeClass string `protobuf:"bytes,5,opt,name=size_class,json=sizeClass,proto3" json:"size_class,omitempty"`
+	// Hosts subscribed to the namespace when the last of them reported
+	// holding the version, and their bucket.
+	SubscribedHosts int32  `protobuf:"varint,6,opt,name=subscribed_hosts,json=subscribedHosts,proto3" json:"subscribed_hosts,omitempty"`
+	Subscribers     string `protobuf:"bytes,7,opt,name=subscribers,proto3" json:"subscribers,omitempty"`
+	// The version's create_time, and when control saw every subscribed
+	// host hold it (or a later version).
+	PublishTime  *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=publish_time,json=publishTime,proto3" json:"publish_time,omitempty"`
+	CompleteTime *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=complete_time,json=completeTime,proto3" json:"complete_time,omitempty"`
+	Propagation  *durationpb.Duration   `protobuf:"bytes,10,opt,name=propagation,proto3" json:"propagation,omitempty"`
+	// Whether propagation was within the size class's objective.
+	MetObjective  bool `protobuf:"varint,11,opt,name=met_objective,json=metObjective,proto3" json:"met_objective,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PropagationUpdate) Reset() {
+	*x = PropagationUpdate{}
+	mi := &file_lehr_v1_control_proto_msgTypes[71]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PropagationUpdate) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PropagationUpdate) ProtoMessage() {}
+
+func (x *PropagationUpdate) ProtoReflect() protoreflect.Message {
+	mi := &file_lehr_v1_control_proto_msgTypes[71]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PropagationUpdate.ProtoReflect.Descriptor instead.
+func (*PropagationUpdate) Descriptor() ([]byte, []int) {
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{71}
+}
+
+func (x *PropagationUpdate) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *PropagationUpdate) GetVersion() uint64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+func (x *PropagationUpdate) GetSource() VersionSource {
+	if x != nil {
+		return x.Source
+	}
+	return VersionSource_VERSION_SOURCE_UNSPECIFIED
+}
+
+func (x *PropagationUpdate) GetSizeBytes() int64 {
+	if x != nil {
+		return x.SizeBytes
+	}
+	return 0
+}
+
+func (x *PropagationUpdate) GetSizeClass() string {
+	if x != nil {
+		return x.SizeClass
+	}
+	return ""
+}
+
+func (x *PropagationUpdate) GetSubscribedHosts() int32 {
+	if x != nil {
+		return x.SubscribedHosts
+	}
+	return 0
+}
+
+func (x *PropagationUpdate) GetSubscribers() string {
+	if x != nil {
+		return x.Subscribers
+	}
+	return ""
+}
+
+func (x *PropagationUpdate) GetPublishTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.PublishTime
+	}
+	return nil
+}
+
+func (x *PropagationUpdate) GetCompleteTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CompleteTime
+	}
+	return nil
+}
+
+func (x *PropagationUpdate) GetPropagation() *durationpb.Duration {
+	if x != nil {
+		return x.Propagation
+	}
+	return nil
+}
+
+func (x *PropagationUpdate) GetMetObjective() bool {
+	if x != nil {
+		return x.MetObjective
+	}
+	return false
+}
+
 // BackupStoreRequest asks for a snapshot of control's store.
 type BackupStoreRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -4493,7 +4924,7 @@ type BackupStoreRequest struct {
 
 func (x *BackupStoreRequest) Reset() {
 	*x = BackupStoreRequest{}
-	mi := &file_lehr_v1_control_proto_msgTypes[67]
+	mi := &file_lehr_v1_control_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4505,7 +4936,7 @@ func (x *BackupStoreRequest) String() string {
 func (*BackupStoreRequest) ProtoMessage() {}
 
 func (x *BackupStoreRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[67]
+	mi := &file_lehr_v1_control_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4518,7 +4949,7 @@ func (x *BackupStoreRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackupStoreRequest.ProtoReflect.Descriptor instead.
 func (*BackupStoreRequest) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{67}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{72}
 }
 
 // BackupStoreResponse is one piece of a backup (BackupStore).
@@ -4540,7 +4971,7 @@ type BackupStoreResponse struct {
 
 func (x *BackupStoreResponse) Reset() {
 	*x = BackupStoreResponse{}
-	mi := &file_lehr_v1_control_proto_msgTypes[68]
+	mi := &file_lehr_v1_control_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4552,7 +4983,7 @@ func (x *BackupStoreResponse) String() string {
 func (*BackupStoreResponse) ProtoMessage() {}
 
 func (x *BackupStoreResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[68]
+	mi := &file_lehr_v1_control_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4565,7 +4996,7 @@ func (x *BackupStoreResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackupStoreResponse.ProtoReflect.Descriptor instead.
 func (*BackupStoreResponse) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{68}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *BackupStoreResponse) GetChunk() []byte {
@@ -4621,7 +5052,7 @@ type StoreIdentity struct {
 
 func (x *StoreIdentity) Reset() {
 	*x = StoreIdentity{}
-	mi := &file_lehr_v1_control_proto_msgTypes[69]
+	mi := &file_lehr_v1_control_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4633,7 +5064,7 @@ func (x *StoreIdentity) String() string {
 func (*StoreIdentity) ProtoMessage() {}
 
 func (x *StoreIdentity) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[69]
+	mi := &file_lehr_v1_control_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4646,7 +5077,7 @@ func (x *StoreIdentity) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StoreIdentity.ProtoReflect.Descriptor instead.
 func (*StoreIdentity) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{69}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *StoreIdentity) GetId() string {
@@ -4693,7 +5124,7 @@ type ControlStatus struct {
 
 func (x *ControlStatus) Reset() {
 	*x = ControlStatus{}
-	mi := &file_lehr_v1_control_proto_msgTypes[70]
+	mi := &file_lehr_v1_control_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4705,7 +5136,7 @@ func (x *ControlStatus) String() string {
 func (*ControlStatus) ProtoMessage() {}
 
 func (x *ControlStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[70]
+	mi := &file_lehr_v1_control_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4718,7 +5149,7 @@ func (x *ControlStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ControlStatus.ProtoReflect.Descriptor instead.
 func (*ControlStatus) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{70}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *ControlStatus) GetStore() *StoreIdentity {
@@ -4788,7 +5219,7 @@ type EtcdClusterStatus struct {
 
 func (x *EtcdClusterStatus) Reset() {
 	*x = EtcdClusterStatus{}
-	mi := &file_lehr_v1_control_proto_msgTypes[71]
+	mi := &file_lehr_v1_control_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4800,7 +5231,7 @@ func (x *EtcdClusterStatus) String() string {
 func (*EtcdClusterStatus) ProtoMessage() {}
 
 func (x *EtcdClusterStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[71]
+	mi := &file_lehr_v1_control_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4813,7 +5244,7 @@ func (x *EtcdClusterStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EtcdClusterStatus.ProtoReflect.Descriptor instead.
 func (*EtcdClusterStatus) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{71}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *EtcdClusterStatus) GetClusterId() string {
@@ -4867,7 +5298,7 @@ type ControlReplica struct {
 
 func (x *ControlReplica) Reset() {
 	*x = ControlReplica{}
-	mi := &file_lehr_v1_control_proto_msgTypes[72]
+	mi := &file_lehr_v1_control_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4879,7 +5310,7 @@ func (x *ControlReplica) String() string {
 func (*ControlReplica) ProtoMessage() {}
 
 func (x *ControlReplica) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[72]
+	mi := &file_lehr_v1_control_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4892,7 +5323,7 @@ func (x *ControlReplica) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ControlReplica.ProtoReflect.Descriptor instead.
 func (*ControlReplica) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{72}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *ControlReplica) GetAddress() string {
@@ -4944,7 +5375,7 @@ type DomainStoredBytes struct {
 
 func (x *DomainStoredBytes) Reset() {
 	*x = DomainStoredBytes{}
-	mi := &file_lehr_v1_control_proto_msgTypes[73]
+	mi := &file_lehr_v1_control_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4956,7 +5387,7 @@ func (x *DomainStoredBytes) String() string {
 func (*DomainStoredBytes) ProtoMessage() {}
 
 func (x *DomainStoredBytes) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[73]
+	mi := &file_lehr_v1_control_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4969,7 +5400,7 @@ func (x *DomainStoredBytes) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DomainStoredBytes.ProtoReflect.Descriptor instead.
 func (*DomainStoredBytes) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{73}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{78}
 }
 
 func (x *DomainStoredBytes) GetDomain() string {
@@ -5015,7 +5446,7 @@ type DistributorStatus struct {
 
 func (x *DistributorStatus) Reset() {
 	*x = DistributorStatus{}
-	mi := &file_lehr_v1_control_proto_msgTypes[74]
+	mi := &file_lehr_v1_control_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5027,7 +5458,7 @@ func (x *DistributorStatus) String() string {
 func (*DistributorStatus) ProtoMessage() {}
 
 func (x *DistributorStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[74]
+	mi := &file_lehr_v1_control_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5040,7 +5471,7 @@ func (x *DistributorStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DistributorStatus.ProtoReflect.Descriptor instead.
 func (*DistributorStatus) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{74}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{79}
 }
 
 func (x *DistributorStatus) GetDistributorId() string {
@@ -5134,7 +5565,7 @@ type GetZoneStatusResponse struct {
 
 func (x *GetZoneStatusResponse) Reset() {
 	*x = GetZoneStatusResponse{}
-	mi := &file_lehr_v1_control_proto_msgTypes[75]
+	mi := &file_lehr_v1_control_proto_msgTypes[80]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5146,7 +5577,7 @@ func (x *GetZoneStatusResponse) String() string {
 func (*GetZoneStatusResponse) ProtoMessage() {}
 
 func (x *GetZoneStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[75]
+	mi := &file_lehr_v1_control_proto_msgTypes[80]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5159,7 +5590,7 @@ func (x *GetZoneStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetZoneStatusResponse.ProtoReflect.Descriptor instead.
 func (*GetZoneStatusResponse) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{75}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{80}
 }
 
 func (x *GetZoneStatusResponse) GetZone() string {
@@ -5215,7 +5646,7 @@ var File_lehr_v1_control_proto protoreflect.FileDescriptor
 
 const file_lehr_v1_control_proto_rawDesc = "" +
 	"\n" +
-	"\x15lehr/v1/control.proto\x12\alehr.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x17google/api/client.proto\x1a\x1fgoogle/api/field_behavior.proto\x1a\x19google/api/resource.proto\x1a#google/longrunning/operations.proto\x1a\x1bgoogle/protobuf/empty.proto\x1a google/protobuf/field_mask.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x14lehr/v1/canary.proto\x1a\x15lehr/v1/preview.proto\x1a\x15lehr/v1/rollout.proto\x1a\x13lehr/v1/types.proto\x1a\x12lehr/v1/wire.proto\"\xdc\x02\n" +
+	"\x15lehr/v1/control.proto\x12\alehr.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x17google/api/client.proto\x1a\x1fgoogle/api/field_behavior.proto\x1a\x19google/api/resource.proto\x1a#google/longrunning/operations.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1bgoogle/protobuf/empty.proto\x1a google/protobuf/field_mask.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x14lehr/v1/canary.proto\x1a\x15lehr/v1/preview.proto\x1a\x15lehr/v1/rollout.proto\x1a\x13lehr/v1/types.proto\x1a\x12lehr/v1/wire.proto\"\xdc\x02\n" +
 	"\vAuditRecord\x12.\n" +
 	"\x04time\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12\x16\n" +
 	"\x06author\x18\x02 \x01(\tR\x06author\x12-\n" +
@@ -5555,7 +5986,46 @@ const file_lehr_v1_control_proto_rawDesc = "" +
 	"\tread_time\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\breadTime\x124\n" +
 	"\adomains\x18\n" +
 	" \x03(\v2\x1a.lehr.v1.DomainStoredBytesR\adomains\"\x19\n" +
-	"\x17GetControlStatusRequest\"\x14\n" +
+	"\x17GetControlStatusRequest\"\x1d\n" +
+	"\x1bGetPropagationStatusRequest\"\xa4\x02\n" +
+	"\x11PropagationStatus\x128\n" +
+	"\aclasses\x18\x01 \x03(\v2\x19.lehr.v1.PropagationClassB\x03\xe0A\x03R\aclasses\x126\n" +
+	"\x06groups\x18\x02 \x03(\v2\x19.lehr.v1.PropagationGroupB\x03\xe0A\x03R\x06groups\x129\n" +
+	"\aupdates\x18\x03 \x03(\v2\x1a.lehr.v1.PropagationUpdateB\x03\xe0A\x03R\aupdates\x12 \n" +
+	"\tin_flight\x18\x04 \x01(\x05B\x03\xe0A\x03R\binFlight\x12@\n" +
+	"\vupdate_time\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampB\x03\xe0A\x03R\n" +
+	"updateTime\"\x96\x01\n" +
+	"\x10PropagationClass\x12\"\n" +
+	"\n" +
+	"size_class\x18\x01 \x01(\tB\x03\xe0A\x03R\tsizeClass\x12 \n" +
+	"\tmax_bytes\x18\x02 \x01(\x03B\x03\xe0A\x03R\bmaxBytes\x12<\n" +
+	"\tobjective\x18\x03 \x01(\v2\x19.google.protobuf.DurationB\x03\xe0A\x03R\tobjective\"\xd7\x02\n" +
+	"\x10PropagationGroup\x12\"\n" +
+	"\n" +
+	"size_class\x18\x01 \x01(\tB\x03\xe0A\x03R\tsizeClass\x12%\n" +
+	"\vsubscribers\x18\x02 \x01(\tB\x03\xe0A\x03R\vsubscribers\x12\x19\n" +
+	"\x05count\x18\x03 \x01(\x05B\x03\xe0A\x03R\x05count\x12\x15\n" +
+	"\x03met\x18\x04 \x01(\x05B\x03\xe0A\x03R\x03met\x120\n" +
+	"\x03p50\x18\x05 \x01(\v2\x19.google.protobuf.DurationB\x03\xe0A\x03R\x03p50\x120\n" +
+	"\x03p90\x18\x06 \x01(\v2\x19.google.protobuf.DurationB\x03\xe0A\x03R\x03p90\x120\n" +
+	"\x03p99\x18\a \x01(\v2\x19.google.protobuf.DurationB\x03\xe0A\x03R\x03p99\x120\n" +
+	"\x03max\x18\b \x01(\v2\x19.google.protobuf.DurationB\x03\xe0A\x03R\x03max\"\xb6\x04\n" +
+	"\x11PropagationUpdate\x128\n" +
+	"\tnamespace\x18\x01 \x01(\tB\x1a\xe0A\x03\xfaA\x14\n" +
+	"\x12lehr.dev/NamespaceR\tnamespace\x12\x1d\n" +
+	"\aversion\x18\x02 \x01(\x04B\x03\xe0A\x03R\aversion\x123\n" +
+	"\x06source\x18\x03 \x01(\x0e2\x16.lehr.v1.VersionSourceB\x03\xe0A\x03R\x06source\x12\"\n" +
+	"\n" +
+	"size_bytes\x18\x04 \x01(\x03B\x03\xe0A\x03R\tsizeBytes\x12\"\n" +
+	"\n" +
+	"size_class\x18\x05 \x01(\tB\x03\xe0A\x03R\tsizeClass\x12.\n" +
+	"\x10subscribed_hosts\x18\x06 \x01(\x05B\x03\xe0A\x03R\x0fsubscribedHosts\x12%\n" +
+	"\vsubscribers\x18\a \x01(\tB\x03\xe0A\x03R\vsubscribers\x12B\n" +
+	"\fpublish_time\x18\b \x01(\v2\x1a.google.protobuf.TimestampB\x03\xe0A\x03R\vpublishTime\x12D\n" +
+	"\rcomplete_time\x18\t \x01(\v2\x1a.google.protobuf.TimestampB\x03\xe0A\x03R\fcompleteTime\x12@\n" +
+	"\vpropagation\x18\n" +
+	" \x01(\v2\x19.google.protobuf.DurationB\x03\xe0A\x03R\vpropagation\x12(\n" +
+	"\rmet_objective\x18\v \x01(\bB\x03\xe0A\x03R\fmetObjective\"\x14\n" +
 	"\x12BackupStoreRequest\"\xd4\x01\n" +
 	"\x13BackupStoreResponse\x12\x19\n" +
 	"\x05chunk\x18\x01 \x01(\fB\x03\xe0A\x03R\x05chunk\x12\x1f\n" +
@@ -5613,7 +6083,7 @@ const file_lehr_v1_control_proto_rawDesc = "" +
 	"\x06health\x18\x04 \x03(\v2\x18.lehr.v1.NamespaceHealthR\x06health\x12)\n" +
 	"\x05hosts\x18\x05 \x03(\v2\x13.lehr.v1.HostReportR\x05hosts\x12B\n" +
 	"\x12distributor_builds\x18\x06 \x03(\v2\x13.lehr.v1.BuildCountR\x11distributorBuilds\x126\n" +
-	"\fagent_builds\x18\a \x03(\v2\x13.lehr.v1.BuildCountR\vagentBuilds2\xf35\n" +
+	"\fagent_builds\x18\a \x03(\v2\x13.lehr.v1.BuildCountR\vagentBuilds2\xec6\n" +
 	"\aControl\x12c\n" +
 	"\fCreateDomain\x12\x1c.lehr.v1.CreateDomainRequest\x1a\x0f.lehr.v1.Domain\"$\xdaA\x06domain\x82\xd3\xe4\x93\x02\x15:\x06domain\"\v/v1/domains\x12Z\n" +
 	"\tGetDomain\x12\x19.lehr.v1.GetDomainRequest\x1a\x0f.lehr.v1.Domain\"!\xdaA\x04name\x82\xd3\xe4\x93\x02\x14\x12\x12/v1/domains/{name}\x12]\n" +
@@ -5646,7 +6116,8 @@ const file_lehr_v1_control_proto_rawDesc = "" +
 	"\x10ReportZoneStatus\x12 .lehr.v1.ReportZoneStatusRequest\x1a!.lehr.v1.ReportZoneStatusResponse\x12o\n" +
 	"\rGetZoneStatus\x12\x1d.lehr.v1.GetZoneStatusRequest\x1a\x1e.lehr.v1.GetZoneStatusResponse\"\x1f\x82\xd3\xe4\x93\x02\x19\x12\x17/v1/zones/{zone}/status\x12_\n" +
 	"\x0eGetStoreStatus\x12\x1e.lehr.v1.GetStoreStatusRequest\x1a\x14.lehr.v1.StoreStatus\"\x17\x82\xd3\xe4\x93\x02\x11\x12\x0f/v1/storeStatus\x12g\n" +
-	"\x10GetControlStatus\x12 .lehr.v1.GetControlStatusRequest\x1a\x16.lehr.v1.ControlStatus\"\x19\x82\xd3\xe4\x93\x02\x13\x12\x11/v1/controlStatus\x12J\n" +
+	"\x10GetControlStatus\x12 .lehr.v1.GetControlStatusRequest\x1a\x16.lehr.v1.ControlStatus\"\x19\x82\xd3\xe4\x93\x02\x13\x12\x11/v1/controlStatus\x12w\n" +
+	"\x14GetPropagationStatus\x12$.lehr.v1.GetPropagationStatusRequest\x1a\x1a.lehr.v1.PropagationStatus\"\x1d\x82\xd3\xe4\x93\x02\x17\x12\x15/v1/propagationStatus\x12J\n" +
 	"\vBackupStore\x12\x1b.lehr.v1.BackupStoreRequest\x1a\x1c.lehr.v1.BackupStoreResponse0\x01\x12\xb5\x01\n" +
 	"\x10SetRolloutPolicy\x12 .lehr.v1.SetRolloutPolicyRequest\x1a\x1c.lehr.v1.RolloutPolicyRecord\"a\x82\xd3\xe4\x93\x02[:\x01*Z):\x01*\"$/v1/domains/{scope}:setRolloutPolicy\"+/v1/namespaces/{scope=*/*}:setRolloutPolicy\x12\xc1\x01\n" +
 	"\x13DeleteRolloutPolicy\x12#.lehr.v1.DeleteRolloutPolicyRequest\x1a\x1c.lehr.v1.RolloutPolicyRecord\"g\x82\xd3\xe4\x93\x02a:\x01*Z,:\x01*\"'/v1/domains/{scope}:deleteRolloutPolicy\"./v1/namespaces/{scope=*/*}:deleteRolloutPolicy\x12\xb4\x01\n" +
@@ -5694,7 +6165,7 @@ func file_lehr_v1_control_proto_rawDescGZIP() []byte {
 }
 
 var file_lehr_v1_control_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_lehr_v1_control_proto_msgTypes = make([]protoimpl.MessageInfo, 76)
+var file_lehr_v1_control_proto_msgTypes = make([]protoimpl.MessageInfo, 81)
 var file_lehr_v1_control_proto_goTypes = []any{
 	(PropertyChange_Kind)(0),                    // 0: lehr.v1.PropertyChange.Kind
 	(GoalEvent_Type)(0),                         // 1: lehr.v1.GoalEvent.Type
@@ -5765,104 +6236,111 @@ var file_lehr_v1_control_proto_goTypes = []any{
 	(*GetStoreStatusRequest)(nil),               // 66: lehr.v1.GetStoreStatusRequest
 	(*StoreStatus)(nil),                         // 67: lehr.v1.StoreStatus
 	(*GetControlStatusRequest)(nil),             // 68: lehr.v1.GetControlStatusRequest
-	(*BackupStoreRequest)(nil),                  // 69: lehr.v1.BackupStoreRequest
-	(*BackupStoreResponse)(nil),                 // 70: lehr.v1.BackupStoreResponse
-	(*StoreIdentity)(nil),                       // 71: lehr.v1.StoreIdentity
-	(*ControlStatus)(nil),                       // 72: lehr.v1.ControlStatus
-	(*EtcdClusterStatus)(nil),                   // 73: lehr.v1.EtcdClusterStatus
-	(*ControlReplica)(nil),                      // 74: lehr.v1.ControlReplica
-	(*DomainStoredBytes)(nil),                   // 75: lehr.v1.DomainStoredBytes
-	(*DistributorStatus)(nil),                   // 76: lehr.v1.DistributorStatus
-	(*GetZoneStatusResponse)(nil),               // 77: lehr.v1.GetZoneStatusResponse
-	(*timestamppb.Timestamp)(nil),               // 78: google.protobuf.Timestamp
-	(RolloutAction)(0),                          // 79: lehr.v1.RolloutAction
-	(*Rollout)(nil),                             // 80: lehr.v1.Rollout
-	(*RolloutEvent)(nil),                        // 81: lehr.v1.RolloutEvent
-	(*RolloutPolicy)(nil),                       // 82: lehr.v1.RolloutPolicy
-	(*RolloutPolicyRecord)(nil),                 // 83: lehr.v1.RolloutPolicyRecord
-	(RolloutPolicySource)(0),                    // 84: lehr.v1.RolloutPolicySource
-	(*Domain)(nil),                              // 85: lehr.v1.Domain
-	(*fieldmaskpb.FieldMask)(nil),               // 86: google.protobuf.FieldMask
-	(*Namespace)(nil),                           // 87: lehr.v1.Namespace
-	(NamespaceKind)(0),                          // 88: lehr.v1.NamespaceKind
-	(*Property)(nil),                            // 89: lehr.v1.Property
-	(*VersionInfo)(nil),                         // 90: lehr.v1.VersionInfo
-	(*Zone)(nil),                                // 91: lehr.v1.Zone
-	(*GoalState)(nil),                           // 92: lehr.v1.GoalState
-	(*HostPreviewCounts)(nil),                   // 93: lehr.v1.HostPreviewCounts
-	(*NamespaceSignals)(nil),                    // 94: lehr.v1.NamespaceSignals
-	(*NamespaceReport)(nil),                     // 95: lehr.v1.NamespaceReport
-	(*EvaluateRequest)(nil),                     // 96: lehr.v1.EvaluateRequest
-	(*GetCanaryEvaluationRequest)(nil),          // 97: lehr.v1.GetCanaryEvaluationRequest
-	(*ListCanaryEvaluationsRequest)(nil),        // 98: lehr.v1.ListCanaryEvaluationsRequest
-	(*GetPolicyRequest)(nil),                    // 99: lehr.v1.GetPolicyRequest
-	(*CreatePolicyExperimentRequest)(nil),       // 100: lehr.v1.CreatePolicyExperimentRequest
-	(*UpdatePolicyExperimentRequest)(nil),       // 101: lehr.v1.UpdatePolicyExperimentRequest
-	(*GetPolicyExperimentRequest)(nil),          // 102: lehr.v1.GetPolicyExperimentRequest
-	(*ListPolicyExperimentsRequest)(nil),        // 103: lehr.v1.ListPolicyExperimentsRequest
-	(*DeletePolicyExperimentRequest)(nil),       // 104: lehr.v1.DeletePolicyExperimentRequest
-	(*StartPreviewPolicyExperimentRequest)(nil), // 105: lehr.v1.StartPreviewPolicyExperimentRequest
-	(*StopPreviewPolicyExperimentRequest)(nil),  // 106: lehr.v1.StopPreviewPolicyExperimentRequest
-	(*CommitPolicyExperimentRequest)(nil),       // 107: lehr.v1.CommitPolicyExperimentRequest
-	(*DeletePolicyRequest)(nil),                 // 108: lehr.v1.DeletePolicyRequest
-	(*GetPolicyExperimentCountsRequest)(nil),    // 109: lehr.v1.GetPolicyExperimentCountsRequest
-	(*emptypb.Empty)(nil),                       // 110: google.protobuf.Empty
-	(*CanaryEvaluation)(nil),                    // 111: lehr.v1.CanaryEvaluation
-	(*ListCanaryEvaluationsResponse)(nil),       // 112: lehr.v1.ListCanaryEvaluationsResponse
-	(*Policy)(nil),                              // 113: lehr.v1.Policy
-	(*longrunningpb.Operation)(nil),             // 114: google.longrunning.Operation
-	(*PolicyExperiment)(nil),                    // 115: lehr.v1.PolicyExperiment
-	(*ListPolicyExperimentsResponse)(nil),       // 116: lehr.v1.ListPolicyExperimentsResponse
-	(*PolicyExperimentCounts)(nil),              // 117: lehr.v1.PolicyExperimentCounts
+	(*GetPropagationStatusRequest)(nil),         // 69: lehr.v1.GetPropagationStatusRequest
+	(*PropagationStatus)(nil),                   // 70: lehr.v1.PropagationStatus
+	(*PropagationClass)(nil),                    // 71: lehr.v1.PropagationClass
+	(*PropagationGroup)(nil),                    // 72: lehr.v1.PropagationGroup
+	(*PropagationUpdate)(nil),                   // 73: lehr.v1.PropagationUpdate
+	(*BackupStoreRequest)(nil),                  // 74: lehr.v1.BackupStoreRequest
+	(*BackupStoreResponse)(nil),                 // 75: lehr.v1.BackupStoreResponse
+	(*StoreIdentity)(nil),                       // 76: lehr.v1.StoreIdentity
+	(*ControlStatus)(nil),                       // 77: lehr.v1.ControlStatus
+	(*EtcdClusterStatus)(nil),                   // 78: lehr.v1.EtcdClusterStatus
+	(*ControlReplica)(nil),                      // 79: lehr.v1.ControlReplica
+	(*DomainStoredBytes)(nil),                   // 80: lehr.v1.DomainStoredBytes
+	(*DistributorStatus)(nil),                   // 81: lehr.v1.DistributorStatus
+	(*GetZoneStatusResponse)(nil),               // 82: lehr.v1.GetZoneStatusResponse
+	(*timestamppb.Timestamp)(nil),               // 83: google.protobuf.Timestamp
+	(RolloutAction)(0),                          // 84: lehr.v1.RolloutAction
+	(*Rollout)(nil),                             // 85: lehr.v1.Rollout
+	(*RolloutEvent)(nil),                        // 86: lehr.v1.RolloutEvent
+	(*RolloutPolicy)(nil),                       // 87: lehr.v1.RolloutPolicy
+	(*RolloutPolicyRecord)(nil),                 // 88: lehr.v1.RolloutPolicyRecord
+	(RolloutPolicySource)(0),                    // 89: lehr.v1.RolloutPolicySource
+	(*Domain)(nil),                              // 90: lehr.v1.Domain
+	(*fieldmaskpb.FieldMask)(nil),               // 91: google.protobuf.FieldMask
+	(*Namespace)(nil),                           // 92: lehr.v1.Namespace
+	(NamespaceKind)(0),                          // 93: lehr.v1.NamespaceKind
+	(*Property)(nil),                            // 94: lehr.v1.Property
+	(*VersionInfo)(nil),                         // 95: lehr.v1.VersionInfo
+	(*Zone)(nil),                                // 96: lehr.v1.Zone
+	(*GoalState)(nil),                           // 97: lehr.v1.GoalState
+	(*HostPreviewCounts)(nil),                   // 98: lehr.v1.HostPreviewCounts
+	(*NamespaceSignals)(nil),                    // 99: lehr.v1.NamespaceSignals
+	(*NamespaceReport)(nil),                     // 100: lehr.v1.NamespaceReport
+	(*durationpb.Duration)(nil),                 // 101: google.protobuf.Duration
+	(VersionSource)(0),                          // 102: lehr.v1.VersionSource
+	(*EvaluateRequest)(nil),                     // 103: lehr.v1.EvaluateRequest
+	(*GetCanaryEvaluationRequest)(nil),          // 104: lehr.v1.GetCanaryEvaluationRequest
+	(*ListCanaryEvaluationsRequest)(nil),        // 105: lehr.v1.ListCanaryEvaluationsRequest
+	(*GetPolicyRequest)(nil),                    // 106: lehr.v1.GetPolicyRequest
+	(*CreatePolicyExperimentRequest)(nil),       // 107: lehr.v1.CreatePolicyExperimentRequest
+	(*UpdatePolicyExperimentRequest)(nil),       // 108: lehr.v1.UpdatePolicyExperimentRequest
+	(*GetPolicyExperimentRequest)(nil),          // 109: lehr.v1.GetPolicyExperimentRequest
+	(*ListPolicyExperimentsRequest)(nil),        // 110: lehr.v1.ListPolicyExperimentsRequest
+	(*DeletePolicyExperimentRequest)(nil),       // 111: lehr.v1.DeletePolicyExperimentRequest
+	(*StartPreviewPolicyExperimentRequest)(nil), // 112: lehr.v1.StartPreviewPolicyExperimentRequest
+	(*StopPreviewPolicyExperimentRequest)(nil),  // 113: lehr.v1.StopPreviewPolicyExperimentRequest
+	(*CommitPolicyExperimentRequest)(nil),       // 114: lehr.v1.CommitPolicyExperimentRequest
+	(*DeletePolicyRequest)(nil),                 // 115: lehr.v1.DeletePolicyRequest
+	(*GetPolicyExperimentCountsRequest)(nil),    // 116: lehr.v1.GetPolicyExperimentCountsRequest
+	(*emptypb.Empty)(nil),                       // 117: google.protobuf.Empty
+	(*CanaryEvaluation)(nil),                    // 118: lehr.v1.CanaryEvaluation
+	(*ListCanaryEvaluationsResponse)(nil),       // 119: lehr.v1.ListCanaryEvaluationsResponse
+	(*Policy)(nil),                              // 120: lehr.v1.Policy
+	(*longrunningpb.Operation)(nil),             // 121: google.longrunning.Operation
+	(*PolicyExperiment)(nil),                    // 122: lehr.v1.PolicyExperiment
+	(*ListPolicyExperimentsResponse)(nil),       // 123: lehr.v1.ListPolicyExperimentsResponse
+	(*PolicyExperimentCounts)(nil),              // 124: lehr.v1.PolicyExperimentCounts
 }
 var file_lehr_v1_control_proto_depIdxs = []int32{
-	78,  // 0: lehr.v1.AuditRecord.time:type_name -> google.protobuf.Timestamp
-	78,  // 1: lehr.v1.ListAuditRecordsRequest.since:type_name -> google.protobuf.Timestamp
+	83,  // 0: lehr.v1.AuditRecord.time:type_name -> google.protobuf.Timestamp
+	83,  // 1: lehr.v1.ListAuditRecordsRequest.since:type_name -> google.protobuf.Timestamp
 	2,   // 2: lehr.v1.ListAuditRecordsResponse.records:type_name -> lehr.v1.AuditRecord
-	79,  // 3: lehr.v1.UpdateRolloutRequest.action:type_name -> lehr.v1.RolloutAction
-	80,  // 4: lehr.v1.ListRolloutsResponse.rollouts:type_name -> lehr.v1.Rollout
-	81,  // 5: lehr.v1.ListRolloutEventsResponse.events:type_name -> lehr.v1.RolloutEvent
-	82,  // 6: lehr.v1.SetRolloutPolicyRequest.policy:type_name -> lehr.v1.RolloutPolicy
-	83,  // 7: lehr.v1.GetRolloutPolicyResponse.stored:type_name -> lehr.v1.RolloutPolicyRecord
-	82,  // 8: lehr.v1.GetRolloutPolicyResponse.effective:type_name -> lehr.v1.RolloutPolicy
-	84,  // 9: lehr.v1.GetRolloutPolicyResponse.source:type_name -> lehr.v1.RolloutPolicySource
-	83,  // 10: lehr.v1.RolloutPolicyHistoryResponse.records:type_name -> lehr.v1.RolloutPolicyRecord
-	85,  // 11: lehr.v1.CreateDomainRequest.domain:type_name -> lehr.v1.Domain
-	85,  // 12: lehr.v1.UpdateDomainRequest.domain:type_name -> lehr.v1.Domain
-	86,  // 13: lehr.v1.UpdateDomainRequest.update_mask:type_name -> google.protobuf.FieldMask
-	85,  // 14: lehr.v1.ListDomainsResponse.domains:type_name -> lehr.v1.Domain
-	87,  // 15: lehr.v1.CreateNamespaceRequest.namespace:type_name -> lehr.v1.Namespace
-	87,  // 16: lehr.v1.ListNamespacesResponse.namespaces:type_name -> lehr.v1.Namespace
-	88,  // 17: lehr.v1.PublishRequest.kind:type_name -> lehr.v1.NamespaceKind
-	89,  // 18: lehr.v1.PublishRequest.properties:type_name -> lehr.v1.Property
-	90,  // 19: lehr.v1.PublishResponse.version:type_name -> lehr.v1.VersionInfo
-	89,  // 20: lehr.v1.PatchRequest.set:type_name -> lehr.v1.Property
-	90,  // 21: lehr.v1.PatchResponse.version:type_name -> lehr.v1.VersionInfo
-	90,  // 22: lehr.v1.GetResponse.version:type_name -> lehr.v1.VersionInfo
-	89,  // 23: lehr.v1.GetResponse.properties:type_name -> lehr.v1.Property
-	88,  // 24: lehr.v1.GetResponse.kind:type_name -> lehr.v1.NamespaceKind
-	90,  // 25: lehr.v1.HistoryResponse.versions:type_name -> lehr.v1.VersionInfo
+	84,  // 3: lehr.v1.UpdateRolloutRequest.action:type_name -> lehr.v1.RolloutAction
+	85,  // 4: lehr.v1.ListRolloutsResponse.rollouts:type_name -> lehr.v1.Rollout
+	86,  // 5: lehr.v1.ListRolloutEventsResponse.events:type_name -> lehr.v1.RolloutEvent
+	87,  // 6: lehr.v1.SetRolloutPolicyRequest.policy:type_name -> lehr.v1.RolloutPolicy
+	88,  // 7: lehr.v1.GetRolloutPolicyResponse.stored:type_name -> lehr.v1.RolloutPolicyRecord
+	87,  // 8: lehr.v1.GetRolloutPolicyResponse.effective:type_name -> lehr.v1.RolloutPolicy
+	89,  // 9: lehr.v1.GetRolloutPolicyResponse.source:type_name -> lehr.v1.RolloutPolicySource
+	88,  // 10: lehr.v1.RolloutPolicyHistoryResponse.records:type_name -> lehr.v1.RolloutPolicyRecord
+	90,  // 11: lehr.v1.CreateDomainRequest.domain:type_name -> lehr.v1.Domain
+	90,  // 12: lehr.v1.UpdateDomainRequest.domain:type_name -> lehr.v1.Domain
+	91,  // 13: lehr.v1.UpdateDomainRequest.update_mask:type_name -> google.protobuf.FieldMask
+	90,  // 14: lehr.v1.ListDomainsResponse.domains:type_name -> lehr.v1.Domain
+	92,  // 15: lehr.v1.CreateNamespaceRequest.namespace:type_name -> lehr.v1.Namespace
+	92,  // 16: lehr.v1.ListNamespacesResponse.namespaces:type_name -> lehr.v1.Namespace
+	93,  // 17: lehr.v1.PublishRequest.kind:type_name -> lehr.v1.NamespaceKind
+	94,  // 18: lehr.v1.PublishRequest.properties:type_name -> lehr.v1.Property
+	95,  // 19: lehr.v1.PublishResponse.version:type_name -> lehr.v1.VersionInfo
+	94,  // 20: lehr.v1.PatchRequest.set:type_name -> lehr.v1.Property
+	95,  // 21: lehr.v1.PatchResponse.version:type_name -> lehr.v1.VersionInfo
+	95,  // 22: lehr.v1.GetResponse.version:type_name -> lehr.v1.VersionInfo
+	94,  // 23: lehr.v1.GetResponse.properties:type_name -> lehr.v1.Property
+	93,  // 24: lehr.v1.GetResponse.kind:type_name -> lehr.v1.NamespaceKind
+	95,  // 25: lehr.v1.HistoryResponse.versions:type_name -> lehr.v1.VersionInfo
 	0,   // 26: lehr.v1.PropertyChange.kind:type_name -> lehr.v1.PropertyChange.Kind
-	89,  // 27: lehr.v1.PropertyChange.old:type_name -> lehr.v1.Property
-	89,  // 28: lehr.v1.PropertyChange.new:type_name -> lehr.v1.Property
-	90,  // 29: lehr.v1.DiffResponse.from:type_name -> lehr.v1.VersionInfo
-	90,  // 30: lehr.v1.DiffResponse.to:type_name -> lehr.v1.VersionInfo
+	94,  // 27: lehr.v1.PropertyChange.old:type_name -> lehr.v1.Property
+	94,  // 28: lehr.v1.PropertyChange.new:type_name -> lehr.v1.Property
+	95,  // 29: lehr.v1.DiffResponse.from:type_name -> lehr.v1.VersionInfo
+	95,  // 30: lehr.v1.DiffResponse.to:type_name -> lehr.v1.VersionInfo
 	35,  // 31: lehr.v1.DiffResponse.changes:type_name -> lehr.v1.PropertyChange
-	90,  // 32: lehr.v1.RollbackResponse.version:type_name -> lehr.v1.VersionInfo
-	87,  // 33: lehr.v1.CompactNamespaceResponse.namespace:type_name -> lehr.v1.Namespace
-	91,  // 34: lehr.v1.ListZonesResponse.zones:type_name -> lehr.v1.Zone
-	92,  // 35: lehr.v1.GetGoalsResponse.goals:type_name -> lehr.v1.GoalState
+	95,  // 32: lehr.v1.RollbackResponse.version:type_name -> lehr.v1.VersionInfo
+	92,  // 33: lehr.v1.CompactNamespaceResponse.namespace:type_name -> lehr.v1.Namespace
+	96,  // 34: lehr.v1.ListZonesResponse.zones:type_name -> lehr.v1.Zone
+	97,  // 35: lehr.v1.GetGoalsResponse.goals:type_name -> lehr.v1.GoalState
 	1,   // 36: lehr.v1.GoalEvent.type:type_name -> lehr.v1.GoalEvent.Type
-	92,  // 37: lehr.v1.GoalEvent.goal:type_name -> lehr.v1.GoalState
+	97,  // 37: lehr.v1.GoalEvent.goal:type_name -> lehr.v1.GoalState
 	55,  // 38: lehr.v1.GoalEvent.delta:type_name -> lehr.v1.FetchDeltaResponse
 	50,  // 39: lehr.v1.WatchGoalsResponse.events:type_name -> lehr.v1.GoalEvent
-	90,  // 40: lehr.v1.FetchVersionResponse.version:type_name -> lehr.v1.VersionInfo
-	88,  // 41: lehr.v1.FetchVersionResponse.kind:type_name -> lehr.v1.NamespaceKind
-	89,  // 42: lehr.v1.FetchVersionResponse.properties:type_name -> lehr.v1.Property
-	90,  // 43: lehr.v1.FetchDeltaResponse.from:type_name -> lehr.v1.VersionInfo
-	90,  // 44: lehr.v1.FetchDeltaResponse.to:type_name -> lehr.v1.VersionInfo
-	88,  // 45: lehr.v1.FetchDeltaResponse.kind:type_name -> lehr.v1.NamespaceKind
-	89,  // 46: lehr.v1.FetchDeltaResponse.set:type_name -> lehr.v1.Property
+	95,  // 40: lehr.v1.FetchVersionResponse.version:type_name -> lehr.v1.VersionInfo
+	93,  // 41: lehr.v1.FetchVersionResponse.kind:type_name -> lehr.v1.NamespaceKind
+	94,  // 42: lehr.v1.FetchVersionResponse.properties:type_name -> lehr.v1.Property
+	95,  // 43: lehr.v1.FetchDeltaResponse.from:type_name -> lehr.v1.VersionInfo
+	95,  // 44: lehr.v1.FetchDeltaResponse.to:type_name -> lehr.v1.VersionInfo
+	93,  // 45: lehr.v1.FetchDeltaResponse.kind:type_name -> lehr.v1.NamespaceKind
+	94,  // 46: lehr.v1.FetchDeltaResponse.set:type_name -> lehr.v1.Property
 	56,  // 47: lehr.v1.ReportZoneStatusRequest.versions:type_name -> lehr.v1.VersionCount
 	62,  // 48: lehr.v1.ReportZoneStatusRequest.health:type_name -> lehr.v1.NamespaceHealth
 	63,  // 49: lehr.v1.ReportZoneStatusRequest.hosts:type_name -> lehr.v1.HostReport
@@ -5870,138 +6348,153 @@ var file_lehr_v1_control_proto_depIdxs = []int32{
 	60,  // 51: lehr.v1.ReportZoneStatusRequest.signals:type_name -> lehr.v1.HostSignals
 	59,  // 52: lehr.v1.ReportZoneStatusRequest.preview:type_name -> lehr.v1.NamespacePreviewCounts
 	58,  // 53: lehr.v1.ReportZoneStatusRequest.agent_builds:type_name -> lehr.v1.BuildCount
-	93,  // 54: lehr.v1.NamespacePreviewCounts.counts:type_name -> lehr.v1.HostPreviewCounts
-	94,  // 55: lehr.v1.HostSignals.signals:type_name -> lehr.v1.NamespaceSignals
-	95,  // 56: lehr.v1.HostReport.report:type_name -> lehr.v1.NamespaceReport
-	78,  // 57: lehr.v1.StoreStatus.read_time:type_name -> google.protobuf.Timestamp
-	75,  // 58: lehr.v1.StoreStatus.domains:type_name -> lehr.v1.DomainStoredBytes
-	78,  // 59: lehr.v1.BackupStoreResponse.backup_time:type_name -> google.protobuf.Timestamp
-	78,  // 60: lehr.v1.StoreIdentity.create_time:type_name -> google.protobuf.Timestamp
-	71,  // 61: lehr.v1.ControlStatus.store:type_name -> lehr.v1.StoreIdentity
-	73,  // 62: lehr.v1.ControlStatus.etcd:type_name -> lehr.v1.EtcdClusterStatus
-	74,  // 63: lehr.v1.ControlStatus.replicas:type_name -> lehr.v1.ControlReplica
-	78,  // 64: lehr.v1.ControlReplica.start_time:type_name -> google.protobuf.Timestamp
-	78,  // 65: lehr.v1.ControlReplica.last_seen_time:type_name -> google.protobuf.Timestamp
-	56,  // 66: lehr.v1.DistributorStatus.versions:type_name -> lehr.v1.VersionCount
-	62,  // 67: lehr.v1.DistributorStatus.health:type_name -> lehr.v1.NamespaceHealth
-	63,  // 68: lehr.v1.DistributorStatus.hosts:type_name -> lehr.v1.HostReport
-	61,  // 69: lehr.v1.DistributorStatus.samples:type_name -> lehr.v1.CohortSample
-	60,  // 70: lehr.v1.DistributorStatus.signals:type_name -> lehr.v1.HostSignals
-	59,  // 71: lehr.v1.DistributorStatus.preview:type_name -> lehr.v1.NamespacePreviewCounts
-	58,  // 72: lehr.v1.DistributorStatus.agent_builds:type_name -> lehr.v1.BuildCount
-	76,  // 73: lehr.v1.GetZoneStatusResponse.distributors:type_name -> lehr.v1.DistributorStatus
-	56,  // 74: lehr.v1.GetZoneStatusResponse.versions:type_name -> lehr.v1.VersionCount
-	62,  // 75: lehr.v1.GetZoneStatusResponse.health:type_name -> lehr.v1.NamespaceHealth
-	63,  // 76: lehr.v1.GetZoneStatusResponse.hosts:type_name -> lehr.v1.HostReport
-	58,  // 77: lehr.v1.GetZoneStatusResponse.distributor_builds:type_name -> lehr.v1.BuildCount
-	58,  // 78: lehr.v1.GetZoneStatusResponse.agent_builds:type_name -> lehr.v1.BuildCount
-	17,  // 79: lehr.v1.Control.CreateDomain:input_type -> lehr.v1.CreateDomainRequest
-	19,  // 80: lehr.v1.Control.GetDomain:input_type -> lehr.v1.GetDomainRequest
-	20,  // 81: lehr.v1.Control.ListDomains:input_type -> lehr.v1.ListDomainsRequest
-	18,  // 82: lehr.v1.Control.UpdateDomain:input_type -> lehr.v1.UpdateDomainRequest
-	22,  // 83: lehr.v1.Control.CreateNamespace:input_type -> lehr.v1.CreateNamespaceRequest
-	23,  // 84: lehr.v1.Control.GetNamespace:input_type -> lehr.v1.GetNamespaceRequest
-	24,  // 85: lehr.v1.Control.ListNamespaces:input_type -> lehr.v1.ListNamespacesRequest
-	26,  // 86: lehr.v1.Control.Publish:input_type -> lehr.v1.PublishRequest
-	28,  // 87: lehr.v1.Control.Patch:input_type -> lehr.v1.PatchRequest
-	30,  // 88: lehr.v1.Control.Get:input_type -> lehr.v1.GetRequest
-	32,  // 89: lehr.v1.Control.History:input_type -> lehr.v1.HistoryRequest
-	34,  // 90: lehr.v1.Control.Diff:input_type -> lehr.v1.DiffRequest
-	37,  // 91: lehr.v1.Control.Rollback:input_type -> lehr.v1.RollbackRequest
-	39,  // 92: lehr.v1.Control.CompactNamespace:input_type -> lehr.v1.CompactNamespaceRequest
-	41,  // 93: lehr.v1.Control.DeleteNamespace:input_type -> lehr.v1.DeleteNamespaceRequest
-	42,  // 94: lehr.v1.Control.DeleteDomain:input_type -> lehr.v1.DeleteDomainRequest
-	43,  // 95: lehr.v1.Control.CreateZone:input_type -> lehr.v1.CreateZoneRequest
-	44,  // 96: lehr.v1.Control.DeleteZone:input_type -> lehr.v1.DeleteZoneRequest
-	45,  // 97: lehr.v1.Control.ListZones:input_type -> lehr.v1.ListZonesRequest
-	47,  // 98: lehr.v1.Control.GetGoals:input_type -> lehr.v1.GetGoalsRequest
-	49,  // 99: lehr.v1.Control.WatchGoals:input_type -> lehr.v1.WatchGoalsRequest
-	52,  // 100: lehr.v1.Control.FetchVersion:input_type -> lehr.v1.FetchVersionRequest
-	54,  // 101: lehr.v1.Control.FetchDelta:input_type -> lehr.v1.FetchDeltaRequest
-	57,  // 102: lehr.v1.Control.ReportZoneStatus:input_type -> lehr.v1.ReportZoneStatusRequest
-	65,  // 103: lehr.v1.Control.GetZoneStatus:input_type -> lehr.v1.GetZoneStatusRequest
-	66,  // 104: lehr.v1.Control.GetStoreStatus:input_type -> lehr.v1.GetStoreStatusRequest
-	68,  // 105: lehr.v1.Control.GetControlStatus:input_type -> lehr.v1.GetControlStatusRequest
-	69,  // 106: lehr.v1.Control.BackupStore:input_type -> lehr.v1.BackupStoreRequest
-	11,  // 107: lehr.v1.Control.SetRolloutPolicy:input_type -> lehr.v1.SetRolloutPolicyRequest
-	12,  // 108: lehr.v1.Control.DeleteRolloutPolicy:input_type -> lehr.v1.DeleteRolloutPolicyRequest
-	13,  // 109: lehr.v1.Control.GetRolloutPolicy:input_type -> lehr.v1.GetRolloutPolicyRequest
-	15,  // 110: lehr.v1.Control.RolloutPolicyHistory:input_type -> lehr.v1.RolloutPolicyHistoryRequest
-	6,   // 111: lehr.v1.Control.GetRollout:input_type -> lehr.v1.GetRolloutRequest
-	7,   // 112: lehr.v1.Control.ListRollouts:input_type -> lehr.v1.ListRolloutsRequest
-	9,   // 113: lehr.v1.Control.ListRolloutEvents:input_type -> lehr.v1.ListRolloutEventsRequest
-	5,   // 114: lehr.v1.Control.UpdateRollout:input_type -> lehr.v1.UpdateRolloutRequest
-	96,  // 115: lehr.v1.Control.Evaluate:input_type -> lehr.v1.EvaluateRequest
-	97,  // 116: lehr.v1.Control.GetCanaryEvaluation:input_type -> lehr.v1.GetCanaryEvaluationRequest
-	98,  // 117: lehr.v1.Control.ListCanaryEvaluations:input_type -> lehr.v1.ListCanaryEvaluationsRequest
-	99,  // 118: lehr.v1.Control.GetPolicy:input_type -> lehr.v1.GetPolicyRequest
-	100, // 119: lehr.v1.Control.CreatePolicyExperiment:input_type -> lehr.v1.CreatePolicyExperimentRequest
-	101, // 120: lehr.v1.Control.UpdatePolicyExperiment:input_type -> lehr.v1.UpdatePolicyExperimentRequest
-	102, // 121: lehr.v1.Control.GetPolicyExperiment:input_type -> lehr.v1.GetPolicyExperimentRequest
-	103, // 122: lehr.v1.Control.ListPolicyExperiments:input_type -> lehr.v1.ListPolicyExperimentsRequest
-	104, // 123: lehr.v1.Control.DeletePolicyExperiment:input_type -> lehr.v1.DeletePolicyExperimentRequest
-	105, // 124: lehr.v1.Control.StartPreviewPolicyExperiment:input_type -> lehr.v1.StartPreviewPolicyExperimentRequest
-	106, // 125: lehr.v1.Control.StopPreviewPolicyExperiment:input_type -> lehr.v1.StopPreviewPolicyExperimentRequest
-	107, // 126: lehr.v1.Control.CommitPolicyExperiment:input_type -> lehr.v1.CommitPolicyExperimentRequest
-	108, // 127: lehr.v1.Control.DeletePolicy:input_type -> lehr.v1.DeletePolicyRequest
-	109, // 128: lehr.v1.Control.GetPolicyExperimentCounts:input_type -> lehr.v1.GetPolicyExperimentCountsRequest
-	3,   // 129: lehr.v1.Control.ListAuditRecords:input_type -> lehr.v1.ListAuditRecordsRequest
-	85,  // 130: lehr.v1.Control.CreateDomain:output_type -> lehr.v1.Domain
-	85,  // 131: lehr.v1.Control.GetDomain:output_type -> lehr.v1.Domain
-	21,  // 132: lehr.v1.Control.ListDomains:output_type -> lehr.v1.ListDomainsResponse
-	85,  // 133: lehr.v1.Control.UpdateDomain:output_type -> lehr.v1.Domain
-	87,  // 134: lehr.v1.Control.CreateNamespace:output_type -> lehr.v1.Namespace
-	87,  // 135: lehr.v1.Control.GetNamespace:output_type -> lehr.v1.Namespace
-	25,  // 136: lehr.v1.Control.ListNamespaces:output_type -> lehr.v1.ListNamespacesResponse
-	27,  // 137: lehr.v1.Control.Publish:output_type -> lehr.v1.PublishResponse
-	29,  // 138: lehr.v1.Control.Patch:output_type -> lehr.v1.PatchResponse
-	31,  // 139: lehr.v1.Control.Get:output_type -> lehr.v1.GetResponse
-	33,  // 140: lehr.v1.Control.History:output_type -> lehr.v1.HistoryResponse
-	36,  // 141: lehr.v1.Control.Diff:output_type -> lehr.v1.DiffResponse
-	38,  // 142: lehr.v1.Control.Rollback:output_type -> lehr.v1.RollbackResponse
-	40,  // 143: lehr.v1.Control.CompactNamespace:output_type -> lehr.v1.CompactNamespaceResponse
-	110, // 144: lehr.v1.Control.DeleteNamespace:output_type -> google.protobuf.Empty
-	110, // 145: lehr.v1.Control.DeleteDomain:output_type -> google.protobuf.Empty
-	91,  // 146: lehr.v1.Control.CreateZone:output_type -> lehr.v1.Zone
-	110, // 147: lehr.v1.Control.DeleteZone:output_type -> google.protobuf.Empty
-	46,  // 148: lehr.v1.Control.ListZones:output_type -> lehr.v1.ListZonesResponse
-	48,  // 149: lehr.v1.Control.GetGoals:output_type -> lehr.v1.GetGoalsResponse
-	51,  // 150: lehr.v1.Control.WatchGoals:output_type -> lehr.v1.WatchGoalsResponse
-	53,  // 151: lehr.v1.Control.FetchVersion:output_type -> lehr.v1.FetchVersionResponse
-	55,  // 152: lehr.v1.Control.FetchDelta:output_type -> lehr.v1.FetchDeltaResponse
-	64,  // 153: lehr.v1.Control.ReportZoneStatus:output_type -> lehr.v1.ReportZoneStatusResponse
-	77,  // 154: lehr.v1.Control.GetZoneStatus:output_type -> lehr.v1.GetZoneStatusResponse
-	67,  // 155: lehr.v1.Control.GetStoreStatus:output_type -> lehr.v1.StoreStatus
-	72,  // 156: lehr.v1.Control.GetControlStatus:output_type -> lehr.v1.ControlStatus
-	70,  // 157: lehr.v1.Control.BackupStore:output_type -> lehr.v1.BackupStoreResponse
-	83,  // 158: lehr.v1.Control.SetRolloutPolicy:output_type -> lehr.v1.RolloutPolicyRecord
-	83,  // 159: lehr.v1.Control.DeleteRolloutPolicy:output_type -> lehr.v1.RolloutPolicyRecord
-	14,  // 160: lehr.v1.Control.GetRolloutPolicy:output_type -> lehr.v1.GetRolloutPolicyResponse
-	16,  // 161: lehr.v1.Control.RolloutPolicyHistory:output_type -> lehr.v1.RolloutPolicyHistoryResponse
-	80,  // 162: lehr.v1.Control.GetRollout:output_type -> lehr.v1.Rollout
-	8,   // 163: lehr.v1.Control.ListRollouts:output_type -> lehr.v1.ListRolloutsResponse
-	10,  // 164: lehr.v1.Control.ListRolloutEvents:output_type -> lehr.v1.ListRolloutEventsResponse
-	80,  // 165: lehr.v1.Control.UpdateRollout:output_type -> lehr.v1.Rollout
-	111, // 166: lehr.v1.Control.Evaluate:output_type -> lehr.v1.CanaryEvaluation
-	111, // 167: lehr.v1.Control.GetCanaryEvaluation:output_type -> lehr.v1.CanaryEvaluation
-	112, // 168: lehr.v1.Control.ListCanaryEvaluations:output_type -> lehr.v1.ListCanaryEvaluationsResponse
-	113, // 169: lehr.v1.Control.GetPolicy:output_type -> lehr.v1.Policy
-	114, // 170: lehr.v1.Control.CreatePolicyExperiment:output_type -> google.longrunning.Operation
-	114, // 171: lehr.v1.Control.UpdatePolicyExperiment:output_type -> google.longrunning.Operation
-	115, // 172: lehr.v1.Control.GetPolicyExperiment:output_type -> lehr.v1.PolicyExperiment
-	116, // 173: lehr.v1.Control.ListPolicyExperiments:output_type -> lehr.v1.ListPolicyExperimentsResponse
-	114, // 174: lehr.v1.Control.DeletePolicyExperiment:output_type -> google.longrunning.Operation
-	114, // 175: lehr.v1.Control.StartPreviewPolicyExperiment:output_type -> google.longrunning.Operation
-	114, // 176: lehr.v1.Control.StopPreviewPolicyExperiment:output_type -> google.longrunning.Operation
-	114, // 177: lehr.v1.Control.CommitPolicyExperiment:output_type -> google.longrunning.Operation
-	114, // 178: lehr.v1.Control.DeletePolicy:output_type -> google.longrunning.Operation
-	117, // 179: lehr.v1.Control.GetPolicyExperimentCounts:output_type -> lehr.v1.PolicyExperimentCounts
-	4,   // 180: lehr.v1.Control.ListAuditRecords:output_type -> lehr.v1.ListAuditRecordsResponse
-	130, // [130:181] is the sub-list for method output_type
-	79,  // [79:130] is the sub-list for method input_type
-	79,  // [79:79] is the sub-list for extension type_name
-	79,  // [79:79] is the sub-list for extension extendee
-	0,   // [0:79] is the sub-list for field type_name
+	98,  // 54: lehr.v1.NamespacePreviewCounts.counts:type_name -> lehr.v1.HostPreviewCounts
+	99,  // 55: lehr.v1.HostSignals.signals:type_name -> lehr.v1.NamespaceSignals
+	100, // 56: lehr.v1.HostReport.report:type_name -> lehr.v1.NamespaceReport
+	83,  // 57: lehr.v1.StoreStatus.read_time:type_name -> google.protobuf.Timestamp
+	80,  // 58: lehr.v1.StoreStatus.domains:type_name -> lehr.v1.DomainStoredBytes
+	71,  // 59: lehr.v1.PropagationStatus.classes:type_name -> lehr.v1.PropagationClass
+	72,  // 60: lehr.v1.PropagationStatus.groups:type_name -> lehr.v1.PropagationGroup
+	73,  // 61: lehr.v1.PropagationStatus.updates:type_name -> lehr.v1.PropagationUpdate
+	83,  // 62: lehr.v1.PropagationStatus.update_time:type_name -> google.protobuf.Timestamp
+	101, // 63: lehr.v1.PropagationClass.objective:type_name -> google.protobuf.Duration
+	101, // 64: lehr.v1.PropagationGroup.p50:type_name -> google.protobuf.Duration
+	101, // 65: lehr.v1.PropagationGroup.p90:type_name -> google.protobuf.Duration
+	101, // 66: lehr.v1.PropagationGroup.p99:type_name -> google.protobuf.Duration
+	101, // 67: lehr.v1.PropagationGroup.max:type_name -> google.protobuf.Duration
+	102, // 68: lehr.v1.PropagationUpdate.source:type_name -> lehr.v1.VersionSource
+	83,  // 69: lehr.v1.PropagationUpdate.publish_time:type_name -> google.protobuf.Timestamp
+	83,  // 70: lehr.v1.PropagationUpdate.complete_time:type_name -> google.protobuf.Timestamp
+	101, // 71: lehr.v1.PropagationUpdate.propagation:type_name -> google.protobuf.Duration
+	83,  // 72: lehr.v1.BackupStoreResponse.backup_time:type_name -> google.protobuf.Timestamp
+	83,  // 73: lehr.v1.StoreIdentity.create_time:type_name -> google.protobuf.Timestamp
+	76,  // 74: lehr.v1.ControlStatus.store:type_name -> lehr.v1.StoreIdentity
+	78,  // 75: lehr.v1.ControlStatus.etcd:type_name -> lehr.v1.EtcdClusterStatus
+	79,  // 76: lehr.v1.ControlStatus.replicas:type_name -> lehr.v1.ControlReplica
+	83,  // 77: lehr.v1.ControlReplica.start_time:type_name -> google.protobuf.Timestamp
+	83,  // 78: lehr.v1.ControlReplica.last_seen_time:type_name -> google.protobuf.Timestamp
+	56,  // 79: lehr.v1.DistributorStatus.versions:type_name -> lehr.v1.VersionCount
+	62,  // 80: lehr.v1.DistributorStatus.health:type_name -> lehr.v1.NamespaceHealth
+	63,  // 81: lehr.v1.DistributorStatus.hosts:type_name -> lehr.v1.HostReport
+	61,  // 82: lehr.v1.DistributorStatus.samples:type_name -> lehr.v1.CohortSample
+	60,  // 83: lehr.v1.DistributorStatus.signals:type_name -> lehr.v1.HostSignals
+	59,  // 84: lehr.v1.DistributorStatus.preview:type_name -> lehr.v1.NamespacePreviewCounts
+	58,  // 85: lehr.v1.DistributorStatus.agent_builds:type_name -> lehr.v1.BuildCount
+	81,  // 86: lehr.v1.GetZoneStatusResponse.distributors:type_name -> lehr.v1.DistributorStatus
+	56,  // 87: lehr.v1.GetZoneStatusResponse.versions:type_name -> lehr.v1.VersionCount
+	62,  // 88: lehr.v1.GetZoneStatusResponse.health:type_name -> lehr.v1.NamespaceHealth
+	63,  // 89: lehr.v1.GetZoneStatusResponse.hosts:type_name -> lehr.v1.HostReport
+	58,  // 90: lehr.v1.GetZoneStatusResponse.distributor_builds:type_name -> lehr.v1.BuildCount
+	58,  // 91: lehr.v1.GetZoneStatusResponse.agent_builds:type_name -> lehr.v1.BuildCount
+	17,  // 92: lehr.v1.Control.CreateDomain:input_type -> lehr.v1.CreateDomainRequest
+	19,  // 93: lehr.v1.Control.GetDomain:input_type -> lehr.v1.GetDomainRequest
+	20,  // 94: lehr.v1.Control.ListDomains:input_type -> lehr.v1.ListDomainsRequest
+	18,  // 95: lehr.v1.Control.UpdateDomain:input_type -> lehr.v1.UpdateDomainRequest
+	22,  // 96: lehr.v1.Control.CreateNamespace:input_type -> lehr.v1.CreateNamespaceRequest
+	23,  // 97: lehr.v1.Control.GetNamespace:input_type -> lehr.v1.GetNamespaceRequest
+	24,  // 98: lehr.v1.Control.ListNamespaces:input_type -> lehr.v1.ListNamespacesRequest
+	26,  // 99: lehr.v1.Control.Publish:input_type -> lehr.v1.PublishRequest
+	28,  // 100: lehr.v1.Control.Patch:input_type -> lehr.v1.PatchRequest
+	30,  // 101: lehr.v1.Control.Get:input_type -> lehr.v1.GetRequest
+	32,  // 102: lehr.v1.Control.History:input_type -> lehr.v1.HistoryRequest
+	34,  // 103: lehr.v1.Control.Diff:input_type -> lehr.v1.DiffRequest
+	37,  // 104: lehr.v1.Control.Rollback:input_type -> lehr.v1.RollbackRequest
+	39,  // 105: lehr.v1.Control.CompactNamespace:input_type -> lehr.v1.CompactNamespaceRequest
+	41,  // 106: lehr.v1.Control.DeleteNamespace:input_type -> lehr.v1.DeleteNamespaceRequest
+	42,  // 107: lehr.v1.Control.DeleteDomain:input_type -> lehr.v1.DeleteDomainRequest
+	43,  // 108: lehr.v1.Control.CreateZone:input_type -> lehr.v1.CreateZoneRequest
+	44,  // 109: lehr.v1.Control.DeleteZone:input_type -> lehr.v1.DeleteZoneRequest
+	45,  // 110: lehr.v1.Control.ListZones:input_type -> lehr.v1.ListZonesRequest
+	47,  // 111: lehr.v1.Control.GetGoals:input_type -> lehr.v1.GetGoalsRequest
+	49,  // 112: lehr.v1.Control.WatchGoals:input_type -> lehr.v1.WatchGoalsRequest
+	52,  // 113: lehr.v1.Control.FetchVersion:input_type -> lehr.v1.FetchVersionRequest
+	54,  // 114: lehr.v1.Control.FetchDelta:input_type -> lehr.v1.FetchDeltaRequest
+	57,  // 115: lehr.v1.Control.ReportZoneStatus:input_type -> lehr.v1.ReportZoneStatusRequest
+	65,  // 116: lehr.v1.Control.GetZoneStatus:input_type -> lehr.v1.GetZoneStatusRequest
+	66,  // 117: lehr.v1.Control.GetStoreStatus:input_type -> lehr.v1.GetStoreStatusRequest
+	68,  // 118: lehr.v1.Control.GetControlStatus:input_type -> lehr.v1.GetControlStatusRequest
+	69,  // 119: lehr.v1.Control.GetPropagationStatus:input_type -> lehr.v1.GetPropagationStatusRequest
+	74,  // 120: lehr.v1.Control.BackupStore:input_type -> lehr.v1.BackupStoreRequest
+	11,  // 121: lehr.v1.Control.SetRolloutPolicy:input_type -> lehr.v1.SetRolloutPolicyRequest
+	12,  // 122: lehr.v1.Control.DeleteRolloutPolicy:input_type -> lehr.v1.DeleteRolloutPolicyRequest
+	13,  // 123: lehr.v1.Control.GetRolloutPolicy:input_type -> lehr.v1.GetRolloutPolicyRequest
+	15,  // 124: lehr.v1.Control.RolloutPolicyHistory:input_type -> lehr.v1.RolloutPolicyHistoryRequest
+	6,   // 125: lehr.v1.Control.GetRollout:input_type -> lehr.v1.GetRolloutRequest
+	7,   // 126: lehr.v1.Control.ListRollouts:input_type -> lehr.v1.ListRolloutsRequest
+	9,   // 127: lehr.v1.Control.ListRolloutEvents:input_type -> lehr.v1.ListRolloutEventsRequest
+	5,   // 128: lehr.v1.Control.UpdateRollout:input_type -> lehr.v1.UpdateRolloutRequest
+	103, // 129: lehr.v1.Control.Evaluate:input_type -> lehr.v1.EvaluateRequest
+	104, // 130: lehr.v1.Control.GetCanaryEvaluation:input_type -> lehr.v1.GetCanaryEvaluationRequest
+	105, // 131: lehr.v1.Control.ListCanaryEvaluations:input_type -> lehr.v1.ListCanaryEvaluationsRequest
+	106, // 132: lehr.v1.Control.GetPolicy:input_type -> lehr.v1.GetPolicyRequest
+	107, // 133: lehr.v1.Control.CreatePolicyExperiment:input_type -> lehr.v1.CreatePolicyExperimentRequest
+	108, // 134: lehr.v1.Control.UpdatePolicyExperiment:input_type -> lehr.v1.UpdatePolicyExperimentRequest
+	109, // 135: lehr.v1.Control.GetPolicyExperiment:input_type -> lehr.v1.GetPolicyExperimentRequest
+	110, // 136: lehr.v1.Control.ListPolicyExperiments:input_type -> lehr.v1.ListPolicyExperimentsRequest
+	111, // 137: lehr.v1.Control.DeletePolicyExperiment:input_type -> lehr.v1.DeletePolicyExperimentRequest
+	112, // 138: lehr.v1.Control.StartPreviewPolicyExperiment:input_type -> lehr.v1.StartPreviewPolicyExperimentRequest
+	113, // 139: lehr.v1.Control.StopPreviewPolicyExperiment:input_type -> lehr.v1.StopPreviewPolicyExperimentRequest
+	114, // 140: lehr.v1.Control.CommitPolicyExperiment:input_type -> lehr.v1.CommitPolicyExperimentRequest
+	115, // 141: lehr.v1.Control.DeletePolicy:input_type -> lehr.v1.DeletePolicyRequest
+	116, // 142: lehr.v1.Control.GetPolicyExperimentCounts:input_type -> lehr.v1.GetPolicyExperimentCountsRequest
+	3,   // 143: lehr.v1.Control.ListAuditRecords:input_type -> lehr.v1.ListAuditRecordsRequest
+	90,  // 144: lehr.v1.Control.CreateDomain:output_type -> lehr.v1.Domain
+	90,  // 145: lehr.v1.Control.GetDomain:output_type -> lehr.v1.Domain
+	21,  // 146: lehr.v1.Control.ListDomains:output_type -> lehr.v1.ListDomainsResponse
+	90,  // 147: lehr.v1.Control.UpdateDomain:output_type -> lehr.v1.Domain
+	92,  // 148: lehr.v1.Control.CreateNamespace:output_type -> lehr.v1.Namespace
+	92,  // 149: lehr.v1.Control.GetNamespace:output_type -> lehr.v1.Namespace
+	25,  // 150: lehr.v1.Control.ListNamespaces:output_type -> lehr.v1.ListNamespacesResponse
+	27,  // 151: lehr.v1.Control.Publish:output_type -> lehr.v1.PublishResponse
+	29,  // 152: lehr.v1.Control.Patch:output_type -> lehr.v1.PatchResponse
+	31,  // 153: lehr.v1.Control.Get:output_type -> lehr.v1.GetResponse
+	33,  // 154: lehr.v1.Control.History:output_type -> lehr.v1.HistoryResponse
+	36,  // 155: lehr.v1.Control.Diff:output_type -> lehr.v1.DiffResponse
+	38,  // 156: lehr.v1.Control.Rollback:output_type -> lehr.v1.RollbackResponse
+	40,  // 157: lehr.v1.Control.CompactNamespace:output_type -> lehr.v1.CompactNamespaceResponse
+	117, // 158: lehr.v1.Control.DeleteNamespace:output_type -> google.protobuf.Empty
+	117, // 159: lehr.v1.Control.DeleteDomain:output_type -> google.protobuf.Empty
+	96,  // 160: lehr.v1.Control.CreateZone:output_type -> lehr.v1.Zone
+	117, // 161: lehr.v1.Control.DeleteZone:output_type -> google.protobuf.Empty
+	46,  // 162: lehr.v1.Control.ListZones:output_type -> lehr.v1.ListZonesResponse
+	48,  // 163: lehr.v1.Control.GetGoals:output_type -> lehr.v1.GetGoalsResponse
+	51,  // 164: lehr.v1.Control.WatchGoals:output_type -> lehr.v1.WatchGoalsResponse
+	53,  // 165: lehr.v1.Control.FetchVersion:output_type -> lehr.v1.FetchVersionResponse
+	55,  // 166: lehr.v1.Control.FetchDelta:output_type -> lehr.v1.FetchDeltaResponse
+	64,  // 167: lehr.v1.Control.ReportZoneStatus:output_type -> lehr.v1.ReportZoneStatusResponse
+	82,  // 168: lehr.v1.Control.GetZoneStatus:output_type -> lehr.v1.GetZoneStatusResponse
+	67,  // 169: lehr.v1.Control.GetStoreStatus:output_type -> lehr.v1.StoreStatus
+	77,  // 170: lehr.v1.Control.GetControlStatus:output_type -> lehr.v1.ControlStatus
+	70,  // 171: lehr.v1.Control.GetPropagationStatus:output_type -> lehr.v1.PropagationStatus
+	75,  // 172: lehr.v1.Control.BackupStore:output_type -> lehr.v1.BackupStoreResponse
+	88,  // 173: lehr.v1.Control.SetRolloutPolicy:output_type -> lehr.v1.RolloutPolicyRecord
+	88,  // 174: lehr.v1.Control.DeleteRolloutPolicy:output_type -> lehr.v1.RolloutPolicyRecord
+	14,  // 175: lehr.v1.Control.GetRolloutPolicy:output_type -> lehr.v1.GetRolloutPolicyResponse
+	16,  // 176: lehr.v1.Control.RolloutPolicyHistory:output_type -> lehr.v1.RolloutPolicyHistoryResponse
+	85,  // 177: lehr.v1.Control.GetRollout:output_type -> lehr.v1.Rollout
+	8,   // 178: lehr.v1.Control.ListRollouts:output_type -> lehr.v1.ListRolloutsResponse
+	10,  // 179: lehr.v1.Control.ListRolloutEvents:output_type -> lehr.v1.ListRolloutEventsResponse
+	85,  // 180: lehr.v1.Control.UpdateRollout:output_type -> lehr.v1.Rollout
+	118, // 181: lehr.v1.Control.Evaluate:output_type -> lehr.v1.CanaryEvaluation
+	118, // 182: lehr.v1.Control.GetCanaryEvaluation:output_type -> lehr.v1.CanaryEvaluation
+	119, // 183: lehr.v1.Control.ListCanaryEvaluations:output_type -> lehr.v1.ListCanaryEvaluationsResponse
+	120, // 184: lehr.v1.Control.GetPolicy:output_type -> lehr.v1.Policy
+	121, // 185: lehr.v1.Control.CreatePolicyExperiment:output_type -> google.longrunning.Operation
+	121, // 186: lehr.v1.Control.UpdatePolicyExperiment:output_type -> google.longrunning.Operation
+	122, // 187: lehr.v1.Control.GetPolicyExperiment:output_type -> lehr.v1.PolicyExperiment
+	123, // 188: lehr.v1.Control.ListPolicyExperiments:output_type -> lehr.v1.ListPolicyExperimentsResponse
+	121, // 189: lehr.v1.Control.DeletePolicyExperiment:output_type -> google.longrunning.Operation
+	121, // 190: lehr.v1.Control.StartPreviewPolicyExperiment:output_type -> google.longrunning.Operation
+	121, // 191: lehr.v1.Control.StopPreviewPolicyExperiment:output_type -> google.longrunning.Operation
+	121, // 192: lehr.v1.Control.CommitPolicyExperiment:output_type -> google.longrunning.Operation
+	121, // 193: lehr.v1.Control.DeletePolicy:output_type -> google.longrunning.Operation
+	124, // 194: lehr.v1.Control.GetPolicyExperimentCounts:output_type -> lehr.v1.PolicyExperimentCounts
+	4,   // 195: lehr.v1.Control.ListAuditRecords:output_type -> lehr.v1.ListAuditRecordsResponse
+	144, // [144:196] is the sub-list for method output_type
+	92,  // [92:144] is the sub-list for method input_type
+	92,  // [92:92] is the sub-list for extension type_name
+	92,  // [92:92] is the sub-list for extension extendee
+	0,   // [0:92] is the sub-list for field type_name
 }
 
 func init() { file_lehr_v1_control_proto_init() }
@@ -6020,7 +6513,7 @@ func file_lehr_v1_control_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lehr_v1_control_proto_rawDesc), len(file_lehr_v1_control_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   76,
+			NumMessages:   81,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
