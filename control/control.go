@@ -680,7 +680,10 @@ func (c *Control) Run(ctx context.Context) (err error) {
 	// Propagation is measured by the strategist's leader (one replica at
 	// a time, so each update counts once); its series exist on every
 	// replica, at 0 where nothing is measured.
-	prop, err := propagation.NewRunner(propagation.Options{Store: st, Metrics: c.metrics, Interval: c.opts.RolloutInterval,
+	// It reads once a second (propagation.DefaultInterval), not at a
+	// test's short RolloutInterval: the reports it reads come every few
+	// seconds anyway.
+	prop, err := propagation.NewRunner(propagation.Options{Store: st, Metrics: c.metrics,
 		Logger: c.log.With("component", "propagation")})
 	if err != nil {
 		return fmt.Errorf("control: %w", err)
