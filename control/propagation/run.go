@@ -124,20 +124,28 @@ func (r *Runner) Lead(ctx context.Context, g store.Guard) {
 		case <-tick.C:
 		}
 		var results []Result
+		var retry []string // reads that failed (not a deletion): the next tick tries again
 		for ns := range heads {
 			delete(heads, ns)
 			h, _, err := st.Head(ctx, ns)
+			if err != nil && !notFound(err) {
+				retry = append(retry, ns)
+				continue
+			}
 			if err != nil || h.GetLatestVersion() == 0 || t.Tracking(ns, h.GetLatestVersion()) {
 				continue // deleted, or seen
 			}
 			v, err := st.Version(ctx, ns, h.GetLatestVersion())
 			if err != nil {
-				if ctx.Err() == nil && !notFound(err) {
-					r.log.Warn("propagation: reading a new version; it is not measured", "namespace", ns, "version", h.GetLatestVersion(), "err", err)
+				if !notFound(err) {
+					retry = append(retry, ns)
 				}
 				continue
 			}
 			results = append(results, t.Publish(v, r.opts.Now())...)
+		}
+		for _, ns := range retry {
+			heads[ns] = true
 		}
 		if t.InFlight() == 0 {
 			// Nothing to measure: the cache of reports goes stale, and is
