@@ -47,6 +47,7 @@ import (
 	"lehr.dev/lehr/control/console"
 	"lehr.dev/lehr/control/embedetcd"
 	"lehr.dev/lehr/control/httpapi"
+	"lehr.dev/lehr/control/propagation"
 	"lehr.dev/lehr/control/service"
 	"lehr.dev/lehr/control/store"
 	"lehr.dev/lehr/control/strategist"
@@ -676,13 +677,24 @@ func (c *Control) Run(ctx context.Context) (err error) {
 		hsrv = metricshttp.Server(c.metrics, metricsHelp, map[string]http.Handler{"GET /healthz": healthz(hs)})
 	}
 
+	// Propagation is measured by the strategist's leader (one replica at
+	// a time, so each update counts once); its series exist on every
+	// replica, at 0 where nothing is measured.
+	// It reads once a second (propagation.DefaultInterval), not at a
+	// test's short RolloutInterval: the reports it reads come every few
+	// seconds anyway.
+	prop, err := propagation.NewRunner(propagation.Options{Store: st, Metrics: c.metrics,
+		Logger: c.log.With("component", "propagation")})
+	if err != nil {
+		return fmt.Errorf("control: %w", err)
+	}
 	var strat *strategist.Strategist
 	if c.opts.Rollouts {
 		strat, err = strategist.New(strategist.Options{
 			Store: st, Client: cli, ElectionKey: electionKey, ID: address,
 			Interval: c.opts.RolloutInterval, Policy: svc.EffectiveRolloutPolicy,
 			Metrics: c.metrics, Logger: c.log.With("component", "rollout"), Audit: svc.Audit,
-			Ended: svc.RolloutEnded,
+			Ended: svc.RolloutEnded, Leading: prop.Lead,
 		})
 		if err != nil {
 			return fmt.Errorf("control: %w", err)

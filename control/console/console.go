@@ -1,8 +1,8 @@
 // Package console is control's operator console: web pages, served by
 // control on its HTTP/JSON listener under /console/ (control/httpapi),
 // that show the fleet, domains, namespaces, rollouts, canary evaluations,
-// policy experiments and the audit log, and let an operator pause,
-// resume, promote or abort a rollout.
+// policy experiments, propagation times and the audit log, and let an
+// operator pause, resume, promote or abort a rollout.
 //
 // It decides nothing about who may see or do what. Every figure on a page
 // comes from a call of the Control API made as the page's caller
@@ -127,6 +127,7 @@ func New(opts Options) (*Console, error) {
 	c.mux.HandleFunc("GET /console/canary/{$}", c.evaluations)
 	c.mux.HandleFunc("GET /console/canary/{id...}", c.evaluation)
 	c.mux.HandleFunc("GET /console/experiments/{domain}/{name}", c.experiments)
+	c.mux.HandleFunc("GET /console/propagation", c.propagation)
 	c.mux.HandleFunc("GET /console/audit", c.audit)
 	c.mux.HandleFunc("GET /console/static/{file}", c.static)
 	return c, nil

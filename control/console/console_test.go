@@ -20,7 +20,7 @@ func TestPagesAnswerHTMLAndJSON(t *testing.T) {
 	ctx := testCtx(t)
 
 	for _, p := range []string{"/console/", "/console/domains/shop", "/console/namespaces/shop/web", "/console/namespaces/shop/web/diff?from=1&to=2",
-		"/console/rollouts/", "/console/rollouts/shop/web/2", "/console/rollouts/shop/web/2/pause", "/console/canary/", "/console/audit?domain=shop"} {
+		"/console/rollouts/", "/console/rollouts/shop/web/2", "/console/rollouts/shop/web/2/pause", "/console/canary/", "/console/propagation", "/console/audit?domain=shop"} {
 		resp, body := fetch(t, cl, "GET", base+p, nil)
 		if resp.StatusCode != 200 || !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/html") {
 			t.Errorf("GET %s: %d %s: %.300s", p, resp.StatusCode, resp.Header.Get("Content-Type"), body)
@@ -115,6 +115,30 @@ func TestPagesAnswerHTMLAndJSON(t *testing.T) {
 	getJSON(t, cl, base+"/console/audit?domain=shop&result=refused", &audit)
 	if len(audit.Records) != 0 {
 		t.Errorf("audit page filtered on refused: %+v; want none", audit.Records)
+	}
+
+	// Propagation: no distributor reports, so nothing is measured — every
+	// group is there, empty, and the page says so.
+	var prop struct {
+		Status struct {
+			Groups []struct {
+				SizeClass, Subscribers string
+				Count                  int
+			} `json:"groups"`
+			Updates []any `json:"updates"`
+		} `json:"status"`
+	}
+	getJSON(t, cl, base+"/console/propagation", &prop)
+	if len(prop.Status.Groups) != 8 || len(prop.Status.Updates) != 0 {
+		t.Errorf("propagation page's groups %+v and updates %v; want 3 size classes and 5 buckets, and no update", prop.Status.Groups, prop.Status.Updates)
+	}
+	for _, g := range prop.Status.Groups {
+		if g.Count != 0 {
+			t.Errorf("propagation page's group %+v counts an update; none was measured", g)
+		}
+	}
+	if _, body := fetch(t, cl, "GET", base+"/console/propagation", nil); !strings.Contains(body, "No update measured yet") {
+		t.Errorf("propagation page without measurements: %.500s; want it to say none was measured", body)
 	}
 
 	// An error is the API's, with its HTTP status, in either form.

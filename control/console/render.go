@@ -87,6 +87,8 @@ var funcs = template.FuncMap{
 	"add":            func(a, b float64) float64 { return a + b },
 	"sub":            func(a, b float64) float64 { return a - b },
 	"odd":            func(i int) bool { return i%2 == 1 },
+	"secs":           fmtSeconds,
+	"share":          share,
 	// pval is a p-value, "—" without a test (NaN).
 	"pval": func(p float64) string {
 		if math.IsNaN(p) {

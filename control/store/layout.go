@@ -34,6 +34,7 @@ import (
 //	restore                                   lehrpb.RestoreRecord, the last restore and its version floor (restore.go)
 //	replicas/<address>                        lehrpb.ControlReplica, under the replica's lease (replicas.go)
 //	strategist/<lease hex>                    the strategist's election (etcd's concurrency.Election), value a replica's address
+//	propagation                               lehrpb.PropagationRecord, the recent updates' propagation (propagation.go)
 //	tombstones/ns/<domain>/<name>             lehrpb.Tombstone, a deleted namespace's last version (delete.go)
 //	tombstones/domain/<domain>                lehrpb.Tombstone, a deleted domain's
 //
@@ -116,6 +117,7 @@ func (l layout) nsTombstonesDomain(domain string) string {
 func (l layout) domainTombstone(domain string) string {
 	return l.tombstonesPrefix() + "domain/" + domain
 }
+func (l layout) propagation() string              { return l.prefix + "propagation" }
 func (l layout) zonesPrefix() string              { return l.prefix + "zones/" }
 func (l layout) zone(z string) string             { return l.zonesPrefix() + z }
 func (l layout) goalsPrefix() string              { return l.prefix + "goals/" }

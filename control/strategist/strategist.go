@@ -72,6 +72,12 @@ type Options struct {
 	// (service.Service.RolloutEnded). Called from the round, never
 	// concurrently; it must not wait on the strategist.
 	Ended func(ctx context.Context, r *lehrpb.Rollout)
+	// Leading, if set, runs in its own goroutine while this replica
+	// leads, with g the leadership's guard; its ctx ends when the
+	// leadership does, and the strategist waits for it to return before
+	// campaigning again. Control measures propagation in it
+	// (propagation.Runner.Lead): one replica at a time.
+	Leading func(ctx context.Context, g store.Guard)
 }
 
 // Strategist walks every rollout through its stages (Select → Update →
@@ -192,6 +198,12 @@ func (s *Strategist) campaign(ctx context.Context) error {
 		cancel()
 		s.log.Info("rollout strategist: no longer leading", "id", s.opts.ID)
 	}()
+	if s.opts.Leading != nil {
+		lctx, stop := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() { defer close(done); s.opts.Leading(lctx, guard) }()
+		defer func() { stop(); <-done }()
+	}
 	return s.lead(ctx, guard, sess.Done())
 }
 

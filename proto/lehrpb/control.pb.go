@@ -20,6 +20,7 @@ import (
 	_ "google.golang.org/genproto/googleapis/api/annotations"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
+	durationpb "google.golang.org/protobuf/types/known/durationpb"
 	emptypb "google.golang.org/protobuf/types/known/emptypb"
 	fieldmaskpb "google.golang.org/protobuf/types/known/fieldmaskpb"
 	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
@@ -4570,6 +4571,436 @@ func (*GetControlStatusRequest) Descriptor() ([]byte, []int) {
 	return file_lehr_v1_control_proto_rawDescGZIP(), []int{67}
 }
 
+// GetPropagationStatusRequest asks for control's propagation measurement.
+// (-- api-linter: core::0131::request-name-required=disabled
+//
+//	aip.dev/not-precedent: as GetStoreStatus. --)
+type GetPropagationStatusRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetPropagationStatusRequest) Reset() {
+	*x = GetPropagationStatusRequest{}
+	mi := &file_lehr_v1_control_proto_msgTypes[68]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetPropagationStatusRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetPropagationStatusRequest) ProtoMessage() {}
+
+func (x *GetPropagationStatusRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_lehr_v1_control_proto_msgTypes[68]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetPropagationStatusRequest.ProtoReflect.Descriptor instead.
+func (*GetPropagationStatusRequest) Descriptor() ([]byte, []int) {
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{68}
+}
+
+// PropagationStatus is what control measured of updates' propagation:
+// the classes, their objectives, each class's distribution over the
+// recent updates, and those updates, newest first.
+type PropagationStatus struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The size classes, smallest first, with their bounds and objectives.
+	Classes []*PropagationClass `protobuf:"bytes,1,rep,name=classes,proto3" json:"classes,omitempty"`
+	// The distribution of the recent updates' propagation times per size
+	// class (subscribers empty) and per subscriber bucket (size_class
+	// empty), in the order of classes and buckets; groups without updates
+	// are included with count 0.
+	Groups []*PropagationGroup `protobuf:"bytes,2,rep,name=groups,proto3" json:"groups,omitempty"`
+	// The most recent measured updates (at most 500), newest first.
+	Updates []*PropagationUpdate `protobuf:"bytes,3,rep,name=updates,proto3" json:"updates,omitempty"`
+	// Updates being tracked now (published, not yet on every subscribed
+	// host), on the measuring replica, as of its last write.
+	InFlight int32 `protobuf:"varint,4,opt,name=in_flight,json=inFlight,proto3" json:"in_flight,omitempty"`
+	// When the measuring replica last wrote its results; unset if never.
+	UpdateTime    *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=update_time,json=updateTime,proto3" json:"update_time,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PropagationStatus) Reset() {
+	*x = PropagationStatus{}
+	mi := &file_lehr_v1_control_proto_msgTypes[69]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PropagationStatus) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PropagationStatus) ProtoMessage() {}
+
+func (x *PropagationStatus) ProtoReflect() protoreflect.Message {
+	mi := &file_lehr_v1_control_proto_msgTypes[69]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PropagationStatus.ProtoReflect.Descriptor instead.
+func (*PropagationStatus) Descriptor() ([]byte, []int) {
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{69}
+}
+
+func (x *PropagationStatus) GetClasses() []*PropagationClass {
+	if x != nil {
+		return x.Classes
+	}
+	return nil
+}
+
+func (x *PropagationStatus) GetGroups() []*PropagationGroup {
+	if x != nil {
+		return x.Groups
+	}
+	return nil
+}
+
+func (x *PropagationStatus) GetUpdates() []*PropagationUpdate {
+	if x != nil {
+		return x.Updates
+	}
+	return nil
+}
+
+func (x *PropagationStatus) GetInFlight() int32 {
+	if x != nil {
+		return x.InFlight
+	}
+	return 0
+}
+
+func (x *PropagationStatus) GetUpdateTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.UpdateTime
+	}
+	return nil
+}
+
+// PropagationClass is an update size class: versions of at most
+// max_bytes (0: no bound) and more than the previous class's, and the
+// time within which every subscribed host should hold one.
+type PropagationClass struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	SizeClass     string                 `protobuf:"bytes,1,opt,name=size_class,json=sizeClass,proto3" json:"size_class,omitempty"`
+	MaxBytes      int64                  `protobuf:"varint,2,opt,name=max_bytes,json=maxBytes,proto3" json:"max_bytes,omitempty"`
+	Objective     *durationpb.Duration   `protobuf:"bytes,3,opt,name=objective,proto3" json:"objective,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PropagationClass) Reset() {
+	*x = PropagationClass{}
+	mi := &file_lehr_v1_control_proto_msgTypes[70]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PropagationClass) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PropagationClass) ProtoMessage() {}
+
+func (x *PropagationClass) ProtoReflect() protoreflect.Message {
+	mi := &file_lehr_v1_control_proto_msgTypes[70]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PropagationClass.ProtoReflect.Descriptor instead.
+func (*PropagationClass) Descriptor() ([]byte, []int) {
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{70}
+}
+
+func (x *PropagationClass) GetSizeClass() string {
+	if x != nil {
+		return x.SizeClass
+	}
+	return ""
+}
+
+func (x *PropagationClass) GetMaxBytes() int64 {
+	if x != nil {
+		return x.MaxBytes
+	}
+	return 0
+}
+
+func (x *PropagationClass) GetObjective() *durationpb.Duration {
+	if x != nil {
+		return x.Objective
+	}
+	return nil
+}
+
+// PropagationGroup is the distribution of the propagation times of the
+// recent updates of one size class or one subscriber bucket.
+type PropagationGroup struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The size class, or empty for a subscriber bucket.
+	SizeClass string `protobuf:"bytes,1,opt,name=size_class,json=sizeClass,proto3" json:"size_class,omitempty"`
+	// The subscriber bucket ("1", "2-10", "11-100", "101-1000", "1001+"),
+	// or empty for a size class.
+	Subscribers string `protobuf:"bytes,2,opt,name=subscribers,proto3" json:"subscribers,omitempty"`
+	// Updates measured, and how many reached every host within their size
+	// class's objective.
+	Count int32 `protobuf:"varint,3,opt,name=count,proto3" json:"count,omitempty"`
+	Met   int32 `protobuf:"varint,4,opt,name=met,proto3" json:"met,omitempty"`
+	// Percentiles (nearest rank) and the maximum; unset when count is 0.
+	P50           *durationpb.Duration `protobuf:"bytes,5,opt,name=p50,proto3" json:"p50,omitempty"`
+	P90           *durationpb.Duration `protobuf:"bytes,6,opt,name=p90,proto3" json:"p90,omitempty"`
+	P99           *durationpb.Duration `protobuf:"bytes,7,opt,name=p99,proto3" json:"p99,omitempty"`
+	Max           *durationpb.Duration `protobuf:"bytes,8,opt,name=max,proto3" json:"max,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PropagationGroup) Reset() {
+	*x = PropagationGroup{}
+	mi := &file_lehr_v1_control_proto_msgTypes[71]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PropagationGroup) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PropagationGroup) ProtoMessage() {}
+
+func (x *PropagationGroup) ProtoReflect() protoreflect.Message {
+	mi := &file_lehr_v1_control_proto_msgTypes[71]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PropagationGroup.ProtoReflect.Descriptor instead.
+func (*PropagationGroup) Descriptor() ([]byte, []int) {
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{71}
+}
+
+func (x *PropagationGroup) GetSizeClass() string {
+	if x != nil {
+		return x.SizeClass
+	}
+	return ""
+}
+
+func (x *PropagationGroup) GetSubscribers() string {
+	if x != nil {
+		return x.Subscribers
+	}
+	return ""
+}
+
+func (x *PropagationGroup) GetCount() int32 {
+	if x != nil {
+		return x.Count
+	}
+	return 0
+}
+
+func (x *PropagationGroup) GetMet() int32 {
+	if x != nil {
+		return x.Met
+	}
+	return 0
+}
+
+func (x *PropagationGroup) GetP50() *durationpb.Duration {
+	if x != nil {
+		return x.P50
+	}
+	return nil
+}
+
+func (x *PropagationGroup) GetP90() *durationpb.Duration {
+	if x != nil {
+		return x.P90
+	}
+	return nil
+}
+
+func (x *PropagationGroup) GetP99() *durationpb.Duration {
+	if x != nil {
+		return x.P99
+	}
+	return nil
+}
+
+func (x *PropagationGroup) GetMax() *durationpb.Duration {
+	if x != nil {
+		return x.Max
+	}
+	return nil
+}
+
+// PropagationUpdate is one update's measured propagation.
+type PropagationUpdate struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Namespace string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	Version   uint64                 `protobuf:"varint,2,opt,name=version,proto3" json:"version,omitempty"`
+	Source    VersionSource          `protobuf:"varint,3,opt,name=source,proto3,enum=lehr.v1.VersionSource" json:"source,omitempty"`
+	// The version's size (VersionInfo.size_bytes) and its class.
+	SizeBytes int64  `protobuf:"varint,4,opt,name=size_bytes,json=sizeBytes,proto3" json:"size_bytes,omitempty"`
+	SizeClass string `protobuf:"bytes,5,opt,name=size_class,json=sizeClass,proto3" json:"size_class,omitempty"`
+	// Hosts subscribed to the namespace when the last of them reported
+	// holding the version, and their bucket.
+	SubscribedHosts int32  `protobuf:"varint,6,opt,name=subscribed_hosts,json=subscribedHosts,proto3" json:"subscribed_hosts,omitempty"`
+	Subscribers     string `protobuf:"bytes,7,opt,name=subscribers,proto3" json:"subscribers,omitempty"`
+	// The version's create_time, and when control saw every subscribed
+	// host hold it (or a later version).
+	PublishTime  *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=publish_time,json=publishTime,proto3" json:"publish_time,omitempty"`
+	CompleteTime *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=complete_time,json=completeTime,proto3" json:"complete_time,omitempty"`
+	Propagation  *durationpb.Duration   `protobuf:"bytes,10,opt,name=propagation,proto3" json:"propagation,omitempty"`
+	// Whether propagation was within the size class's objective.
+	MetObjective  bool `protobuf:"varint,11,opt,name=met_objective,json=metObjective,proto3" json:"met_objective,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PropagationUpdate) Reset() {
+	*x = PropagationUpdate{}
+	mi := &file_lehr_v1_control_proto_msgTypes[72]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PropagationUpdate) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PropagationUpdate) ProtoMessage() {}
+
+func (x *PropagationUpdate) ProtoReflect() protoreflect.Message {
+	mi := &file_lehr_v1_control_proto_msgTypes[72]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PropagationUpdate.ProtoReflect.Descriptor instead.
+func (*PropagationUpdate) Descriptor() ([]byte, []int) {
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{72}
+}
+
+func (x *PropagationUpdate) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *PropagationUpdate) GetVersion() uint64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+func (x *PropagationUpdate) GetSource() VersionSource {
+	if x != nil {
+		return x.Source
+	}
+	return VersionSource_VERSION_SOURCE_UNSPECIFIED
+}
+
+func (x *PropagationUpdate) GetSizeBytes() int64 {
+	if x != nil {
+		return x.SizeBytes
+	}
+	return 0
+}
+
+func (x *PropagationUpdate) GetSizeClass() string {
+	if x != nil {
+		return x.SizeClass
+	}
+	return ""
+}
+
+func (x *PropagationUpdate) GetSubscribedHosts() int32 {
+	if x != nil {
+		return x.SubscribedHosts
+	}
+	return 0
+}
+
+func (x *PropagationUpdate) GetSubscribers() string {
+	if x != nil {
+		return x.Subscribers
+	}
+	return ""
+}
+
+func (x *PropagationUpdate) GetPublishTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.PublishTime
+	}
+	return nil
+}
+
+func (x *PropagationUpdate) GetCompleteTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CompleteTime
+	}
+	return nil
+}
+
+func (x *PropagationUpdate) GetPropagation() *durationpb.Duration {
+	if x != nil {
+		return x.Propagation
+	}
+	return nil
+}
+
+func (x *PropagationUpdate) GetMetObjective() bool {
+	if x != nil {
+		return x.MetObjective
+	}
+	return false
+}
+
 // BackupStoreRequest asks for a snapshot of control's store.
 type BackupStoreRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -4579,7 +5010,7 @@ type BackupStoreRequest struct {
 
 func (x *BackupStoreRequest) Reset() {
 	*x = BackupStoreRequest{}
-	mi := &file_lehr_v1_control_proto_msgTypes[68]
+	mi := &file_lehr_v1_control_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4591,7 +5022,7 @@ func (x *BackupStoreRequest) String() string {
 func (*BackupStoreRequest) ProtoMessage() {}
 
 func (x *BackupStoreRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[68]
+	mi := &file_lehr_v1_control_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4604,7 +5035,7 @@ func (x *BackupStoreRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackupStoreRequest.ProtoReflect.Descriptor instead.
 func (*BackupStoreRequest) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{68}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{73}
 }
 
 // BackupStoreResponse is one piece of a backup (BackupStore).
@@ -4626,7 +5057,7 @@ type BackupStoreResponse struct {
 
 func (x *BackupStoreResponse) Reset() {
 	*x = BackupStoreResponse{}
-	mi := &file_lehr_v1_control_proto_msgTypes[69]
+	mi := &file_lehr_v1_control_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4638,7 +5069,7 @@ func (x *BackupStoreResponse) String() string {
 func (*BackupStoreResponse) ProtoMessage() {}
 
 func (x *BackupStoreResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[69]
+	mi := &file_lehr_v1_control_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4651,7 +5082,7 @@ func (x *BackupStoreResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackupStoreResponse.ProtoReflect.Descriptor instead.
 func (*BackupStoreResponse) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{69}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *BackupStoreResponse) GetChunk() []byte {
@@ -4707,7 +5138,7 @@ type StoreIdentity struct {
 
 func (x *StoreIdentity) Reset() {
 	*x = StoreIdentity{}
-	mi := &file_lehr_v1_control_proto_msgTypes[70]
+	mi := &file_lehr_v1_control_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4719,7 +5150,7 @@ func (x *StoreIdentity) String() string {
 func (*StoreIdentity) ProtoMessage() {}
 
 func (x *StoreIdentity) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[70]
+	mi := &file_lehr_v1_control_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4732,7 +5163,7 @@ func (x *StoreIdentity) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StoreIdentity.ProtoReflect.Descriptor instead.
 func (*StoreIdentity) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{70}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *StoreIdentity) GetId() string {
@@ -4779,7 +5210,7 @@ type ControlStatus struct {
 
 func (x *ControlStatus) Reset() {
 	*x = ControlStatus{}
-	mi := &file_lehr_v1_control_proto_msgTypes[71]
+	mi := &file_lehr_v1_control_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4791,7 +5222,7 @@ func (x *ControlStatus) String() string {
 func (*ControlStatus) ProtoMessage() {}
 
 func (x *ControlStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[71]
+	mi := &file_lehr_v1_control_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4804,7 +5235,7 @@ func (x *ControlStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ControlStatus.ProtoReflect.Descriptor instead.
 func (*ControlStatus) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{71}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *ControlStatus) GetStore() *StoreIdentity {
@@ -4874,7 +5305,7 @@ type EtcdClusterStatus struct {
 
 func (x *EtcdClusterStatus) Reset() {
 	*x = EtcdClusterStatus{}
-	mi := &file_lehr_v1_control_proto_msgTypes[72]
+	mi := &file_lehr_v1_control_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4886,7 +5317,7 @@ func (x *EtcdClusterStatus) String() string {
 func (*EtcdClusterStatus) ProtoMessage() {}
 
 func (x *EtcdClusterStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[72]
+	mi := &file_lehr_v1_control_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4899,7 +5330,7 @@ func (x *EtcdClusterStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EtcdClusterStatus.ProtoReflect.Descriptor instead.
 func (*EtcdClusterStatus) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{72}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *EtcdClusterStatus) GetClusterId() string {
@@ -4953,7 +5384,7 @@ type ControlReplica struct {
 
 func (x *ControlReplica) Reset() {
 	*x = ControlReplica{}
-	mi := &file_lehr_v1_control_proto_msgTypes[73]
+	mi := &file_lehr_v1_control_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4965,7 +5396,7 @@ func (x *ControlReplica) String() string {
 func (*ControlReplica) ProtoMessage() {}
 
 func (x *ControlReplica) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[73]
+	mi := &file_lehr_v1_control_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4978,7 +5409,7 @@ func (x *ControlReplica) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ControlReplica.ProtoReflect.Descriptor instead.
 func (*ControlReplica) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{73}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{78}
 }
 
 func (x *ControlReplica) GetAddress() string {
@@ -5030,7 +5461,7 @@ type DomainStoredBytes struct {
 
 func (x *DomainStoredBytes) Reset() {
 	*x = DomainStoredBytes{}
-	mi := &file_lehr_v1_control_proto_msgTypes[74]
+	mi := &file_lehr_v1_control_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5042,7 +5473,7 @@ func (x *DomainStoredBytes) String() string {
 func (*DomainStoredBytes) ProtoMessage() {}
 
 func (x *DomainStoredBytes) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[74]
+	mi := &file_lehr_v1_control_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5055,7 +5486,7 @@ func (x *DomainStoredBytes) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DomainStoredBytes.ProtoReflect.Descriptor instead.
 func (*DomainStoredBytes) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{74}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{79}
 }
 
 func (x *DomainStoredBytes) GetDomain() string {
@@ -5103,7 +5534,7 @@ type DistributorStatus struct {
 
 func (x *DistributorStatus) Reset() {
 	*x = DistributorStatus{}
-	mi := &file_lehr_v1_control_proto_msgTypes[75]
+	mi := &file_lehr_v1_control_proto_msgTypes[80]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5115,7 +5546,7 @@ func (x *DistributorStatus) String() string {
 func (*DistributorStatus) ProtoMessage() {}
 
 func (x *DistributorStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[75]
+	mi := &file_lehr_v1_control_proto_msgTypes[80]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5128,7 +5559,7 @@ func (x *DistributorStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DistributorStatus.ProtoReflect.Descriptor instead.
 func (*DistributorStatus) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{75}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{80}
 }
 
 func (x *DistributorStatus) GetDistributorId() string {
@@ -5231,7 +5662,7 @@ type GetZoneStatusResponse struct {
 
 func (x *GetZoneStatusResponse) Reset() {
 	*x = GetZoneStatusResponse{}
-	mi := &file_lehr_v1_control_proto_msgTypes[76]
+	mi := &file_lehr_v1_control_proto_msgTypes[81]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5243,7 +5674,7 @@ func (x *GetZoneStatusResponse) String() string {
 func (*GetZoneStatusResponse) ProtoMessage() {}
 
 func (x *GetZoneStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_control_proto_msgTypes[76]
+	mi := &file_lehr_v1_control_proto_msgTypes[81]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5256,7 +5687,7 @@ func (x *GetZoneStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetZoneStatusResponse.ProtoReflect.Descriptor instead.
 func (*GetZoneStatusResponse) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_control_proto_rawDescGZIP(), []int{76}
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{81}
 }
 
 func (x *GetZoneStatusResponse) GetZone() string {
@@ -5319,7 +5750,7 @@ var File_lehr_v1_control_proto protoreflect.FileDescriptor
 
 const file_lehr_v1_control_proto_rawDesc = "" +
 	"\n" +
-	"\x15lehr/v1/control.proto\x12\alehr.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x17google/api/client.proto\x1a\x1fgoogle/api/field_behavior.proto\x1a\x19google/api/resource.proto\x1a#google/longrunning/operations.proto\x1a\x1bgoogle/protobuf/empty.proto\x1a google/protobuf/field_mask.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x14lehr/v1/canary.proto\x1a\x15lehr/v1/preview.proto\x1a\x15lehr/v1/rollout.proto\x1a\x13lehr/v1/types.proto\x1a\x12lehr/v1/wire.proto\"\xdc\x02\n" +
+	"\x15lehr/v1/control.proto\x12\alehr.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x17google/api/client.proto\x1a\x1fgoogle/api/field_behavior.proto\x1a\x19google/api/resource.proto\x1a#google/longrunning/operations.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1bgoogle/protobuf/empty.proto\x1a google/protobuf/field_mask.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x14lehr/v1/canary.proto\x1a\x15lehr/v1/preview.proto\x1a\x15lehr/v1/rollout.proto\x1a\x13lehr/v1/types.proto\x1a\x12lehr/v1/wire.proto\"\xdc\x02\n" +
 	"\vAuditRecord\x12.\n" +
 	"\x04time\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12\x16\n" +
 	"\x06author\x18\x02 \x01(\tR\x06author\x12-\n" +
@@ -5665,7 +6096,46 @@ const file_lehr_v1_control_proto_rawDesc = "" +
 	"\tread_time\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\breadTime\x124\n" +
 	"\adomains\x18\n" +
 	" \x03(\v2\x1a.lehr.v1.DomainStoredBytesR\adomains\"\x19\n" +
-	"\x17GetControlStatusRequest\"\x14\n" +
+	"\x17GetControlStatusRequest\"\x1d\n" +
+	"\x1bGetPropagationStatusRequest\"\xa4\x02\n" +
+	"\x11PropagationStatus\x128\n" +
+	"\aclasses\x18\x01 \x03(\v2\x19.lehr.v1.PropagationClassB\x03\xe0A\x03R\aclasses\x126\n" +
+	"\x06groups\x18\x02 \x03(\v2\x19.lehr.v1.PropagationGroupB\x03\xe0A\x03R\x06groups\x129\n" +
+	"\aupdates\x18\x03 \x03(\v2\x1a.lehr.v1.PropagationUpdateB\x03\xe0A\x03R\aupdates\x12 \n" +
+	"\tin_flight\x18\x04 \x01(\x05B\x03\xe0A\x03R\binFlight\x12@\n" +
+	"\vupdate_time\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampB\x03\xe0A\x03R\n" +
+	"updateTime\"\x96\x01\n" +
+	"\x10PropagationClass\x12\"\n" +
+	"\n" +
+	"size_class\x18\x01 \x01(\tB\x03\xe0A\x03R\tsizeClass\x12 \n" +
+	"\tmax_bytes\x18\x02 \x01(\x03B\x03\xe0A\x03R\bmaxBytes\x12<\n" +
+	"\tobjective\x18\x03 \x01(\v2\x19.google.protobuf.DurationB\x03\xe0A\x03R\tobjective\"\xd7\x02\n" +
+	"\x10PropagationGroup\x12\"\n" +
+	"\n" +
+	"size_class\x18\x01 \x01(\tB\x03\xe0A\x03R\tsizeClass\x12%\n" +
+	"\vsubscribers\x18\x02 \x01(\tB\x03\xe0A\x03R\vsubscribers\x12\x19\n" +
+	"\x05count\x18\x03 \x01(\x05B\x03\xe0A\x03R\x05count\x12\x15\n" +
+	"\x03met\x18\x04 \x01(\x05B\x03\xe0A\x03R\x03met\x120\n" +
+	"\x03p50\x18\x05 \x01(\v2\x19.google.protobuf.DurationB\x03\xe0A\x03R\x03p50\x120\n" +
+	"\x03p90\x18\x06 \x01(\v2\x19.google.protobuf.DurationB\x03\xe0A\x03R\x03p90\x120\n" +
+	"\x03p99\x18\a \x01(\v2\x19.google.protobuf.DurationB\x03\xe0A\x03R\x03p99\x120\n" +
+	"\x03max\x18\b \x01(\v2\x19.google.protobuf.DurationB\x03\xe0A\x03R\x03max\"\xb6\x04\n" +
+	"\x11PropagationUpdate\x128\n" +
+	"\tnamespace\x18\x01 \x01(\tB\x1a\xe0A\x03\xfaA\x14\n" +
+	"\x12lehr.dev/NamespaceR\tnamespace\x12\x1d\n" +
+	"\aversion\x18\x02 \x01(\x04B\x03\xe0A\x03R\aversion\x123\n" +
+	"\x06source\x18\x03 \x01(\x0e2\x16.lehr.v1.VersionSourceB\x03\xe0A\x03R\x06source\x12\"\n" +
+	"\n" +
+	"size_bytes\x18\x04 \x01(\x03B\x03\xe0A\x03R\tsizeBytes\x12\"\n" +
+	"\n" +
+	"size_class\x18\x05 \x01(\tB\x03\xe0A\x03R\tsizeClass\x12.\n" +
+	"\x10subscribed_hosts\x18\x06 \x01(\x05B\x03\xe0A\x03R\x0fsubscribedHosts\x12%\n" +
+	"\vsubscribers\x18\a \x01(\tB\x03\xe0A\x03R\vsubscribers\x12B\n" +
+	"\fpublish_time\x18\b \x01(\v2\x1a.google.protobuf.TimestampB\x03\xe0A\x03R\vpublishTime\x12D\n" +
+	"\rcomplete_time\x18\t \x01(\v2\x1a.google.protobuf.TimestampB\x03\xe0A\x03R\fcompleteTime\x12@\n" +
+	"\vpropagation\x18\n" +
+	" \x01(\v2\x19.google.protobuf.DurationB\x03\xe0A\x03R\vpropagation\x12(\n" +
+	"\rmet_objective\x18\v \x01(\bB\x03\xe0A\x03R\fmetObjective\"\x14\n" +
 	"\x12BackupStoreRequest\"\xd4\x01\n" +
 	"\x13BackupStoreResponse\x12\x19\n" +
 	"\x05chunk\x18\x01 \x01(\fB\x03\xe0A\x03R\x05chunk\x12\x1f\n" +
@@ -5725,7 +6195,7 @@ const file_lehr_v1_control_proto_rawDesc = "" +
 	"\x05hosts\x18\x05 \x03(\v2\x13.lehr.v1.HostReportR\x05hosts\x12B\n" +
 	"\x12distributor_builds\x18\x06 \x03(\v2\x13.lehr.v1.BuildCountR\x11distributorBuilds\x126\n" +
 	"\fagent_builds\x18\a \x03(\v2\x13.lehr.v1.BuildCountR\vagentBuilds\x12E\n" +
-	"\x11cache_quarantines\x18\b \x03(\v2\x18.lehr.v1.CacheQuarantineR\x10cacheQuarantines2\xf35\n" +
+	"\x11cache_quarantines\x18\b \x03(\v2\x18.lehr.v1.CacheQuarantineR\x10cacheQuarantines2\xec6\n" +
 	"\aControl\x12c\n" +
 	"\fCreateDomain\x12\x1c.lehr.v1.CreateDomainRequest\x1a\x0f.lehr.v1.Domain\"$\xdaA\x06domain\x82\xd3\xe4\x93\x02\x15:\x06domain\"\v/v1/domains\x12Z\n" +
 	"\tGetDomain\x12\x19.lehr.v1.GetDomainRequest\x1a\x0f.lehr.v1.Domain\"!\xdaA\x04name\x82\xd3\xe4\x93\x02\x14\x12\x12/v1/domains/{name}\x12]\n" +
@@ -5758,7 +6228,8 @@ const file_lehr_v1_control_proto_rawDesc = "" +
 	"\x10ReportZoneStatus\x12 .lehr.v1.ReportZoneStatusRequest\x1a!.lehr.v1.ReportZoneStatusResponse\x12o\n" +
 	"\rGetZoneStatus\x12\x1d.lehr.v1.GetZoneStatusRequest\x1a\x1e.lehr.v1.GetZoneStatusResponse\"\x1f\x82\xd3\xe4\x93\x02\x19\x12\x17/v1/zones/{zone}/status\x12_\n" +
 	"\x0eGetStoreStatus\x12\x1e.lehr.v1.GetStoreStatusRequest\x1a\x14.lehr.v1.StoreStatus\"\x17\x82\xd3\xe4\x93\x02\x11\x12\x0f/v1/storeStatus\x12g\n" +
-	"\x10GetControlStatus\x12 .lehr.v1.GetControlStatusRequest\x1a\x16.lehr.v1.ControlStatus\"\x19\x82\xd3\xe4\x93\x02\x13\x12\x11/v1/controlStatus\x12J\n" +
+	"\x10GetControlStatus\x12 .lehr.v1.GetControlStatusRequest\x1a\x16.lehr.v1.ControlStatus\"\x19\x82\xd3\xe4\x93\x02\x13\x12\x11/v1/controlStatus\x12w\n" +
+	"\x14GetPropagationStatus\x12$.lehr.v1.GetPropagationStatusRequest\x1a\x1a.lehr.v1.PropagationStatus\"\x1d\x82\xd3\xe4\x93\x02\x17\x12\x15/v1/propagationStatus\x12J\n" +
 	"\vBackupStore\x12\x1b.lehr.v1.BackupStoreRequest\x1a\x1c.lehr.v1.BackupStoreResponse0\x01\x12\xb5\x01\n" +
 	"\x10SetRolloutPolicy\x12 .lehr.v1.SetRolloutPolicyRequest\x1a\x1c.lehr.v1.RolloutPolicyRecord\"a\x82\xd3\xe4\x93\x02[:\x01*Z):\x01*\"$/v1/domains/{scope}:setRolloutPolicy\"+/v1/namespaces/{scope=*/*}:setRolloutPolicy\x12\xc1\x01\n" +
 	"\x13DeleteRolloutPolicy\x12#.lehr.v1.DeleteRolloutPolicyRequest\x1a\x1c.lehr.v1.RolloutPolicyRecord\"g\x82\xd3\xe4\x93\x02a:\x01*Z,:\x01*\"'/v1/domains/{scope}:deleteRolloutPolicy\"./v1/namespaces/{scope=*/*}:deleteRolloutPolicy\x12\xb4\x01\n" +
@@ -5806,7 +6277,7 @@ func file_lehr_v1_control_proto_rawDescGZIP() []byte {
 }
 
 var file_lehr_v1_control_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_lehr_v1_control_proto_msgTypes = make([]protoimpl.MessageInfo, 77)
+var file_lehr_v1_control_proto_msgTypes = make([]protoimpl.MessageInfo, 82)
 var file_lehr_v1_control_proto_goTypes = []any{
 	(PropertyChange_Kind)(0),                    // 0: lehr.v1.PropertyChange.Kind
 	(GoalEvent_Type)(0),                         // 1: lehr.v1.GoalEvent.Type
@@ -5878,106 +6349,113 @@ var file_lehr_v1_control_proto_goTypes = []any{
 	(*GetStoreStatusRequest)(nil),               // 67: lehr.v1.GetStoreStatusRequest
 	(*StoreStatus)(nil),                         // 68: lehr.v1.StoreStatus
 	(*GetControlStatusRequest)(nil),             // 69: lehr.v1.GetControlStatusRequest
-	(*BackupStoreRequest)(nil),                  // 70: lehr.v1.BackupStoreRequest
-	(*BackupStoreResponse)(nil),                 // 71: lehr.v1.BackupStoreResponse
-	(*StoreIdentity)(nil),                       // 72: lehr.v1.StoreIdentity
-	(*ControlStatus)(nil),                       // 73: lehr.v1.ControlStatus
-	(*EtcdClusterStatus)(nil),                   // 74: lehr.v1.EtcdClusterStatus
-	(*ControlReplica)(nil),                      // 75: lehr.v1.ControlReplica
-	(*DomainStoredBytes)(nil),                   // 76: lehr.v1.DomainStoredBytes
-	(*DistributorStatus)(nil),                   // 77: lehr.v1.DistributorStatus
-	(*GetZoneStatusResponse)(nil),               // 78: lehr.v1.GetZoneStatusResponse
-	(*timestamppb.Timestamp)(nil),               // 79: google.protobuf.Timestamp
-	(RolloutAction)(0),                          // 80: lehr.v1.RolloutAction
-	(*Rollout)(nil),                             // 81: lehr.v1.Rollout
-	(*RolloutEvent)(nil),                        // 82: lehr.v1.RolloutEvent
-	(*RolloutPolicy)(nil),                       // 83: lehr.v1.RolloutPolicy
-	(*RolloutPolicyRecord)(nil),                 // 84: lehr.v1.RolloutPolicyRecord
-	(RolloutPolicySource)(0),                    // 85: lehr.v1.RolloutPolicySource
-	(*Domain)(nil),                              // 86: lehr.v1.Domain
-	(*fieldmaskpb.FieldMask)(nil),               // 87: google.protobuf.FieldMask
-	(*Namespace)(nil),                           // 88: lehr.v1.Namespace
-	(NamespaceKind)(0),                          // 89: lehr.v1.NamespaceKind
-	(*Property)(nil),                            // 90: lehr.v1.Property
-	(*VersionInfo)(nil),                         // 91: lehr.v1.VersionInfo
-	(*Zone)(nil),                                // 92: lehr.v1.Zone
-	(*GoalState)(nil),                           // 93: lehr.v1.GoalState
-	(*ServiceConsumers)(nil),                    // 94: lehr.v1.ServiceConsumers
-	(*HostPreviewCounts)(nil),                   // 95: lehr.v1.HostPreviewCounts
-	(*NamespaceSignals)(nil),                    // 96: lehr.v1.NamespaceSignals
-	(*NamespaceReport)(nil),                     // 97: lehr.v1.NamespaceReport
-	(*EvaluateRequest)(nil),                     // 98: lehr.v1.EvaluateRequest
-	(*GetCanaryEvaluationRequest)(nil),          // 99: lehr.v1.GetCanaryEvaluationRequest
-	(*ListCanaryEvaluationsRequest)(nil),        // 100: lehr.v1.ListCanaryEvaluationsRequest
-	(*GetPolicyRequest)(nil),                    // 101: lehr.v1.GetPolicyRequest
-	(*CreatePolicyExperimentRequest)(nil),       // 102: lehr.v1.CreatePolicyExperimentRequest
-	(*UpdatePolicyExperimentRequest)(nil),       // 103: lehr.v1.UpdatePolicyExperimentRequest
-	(*GetPolicyExperimentRequest)(nil),          // 104: lehr.v1.GetPolicyExperimentRequest
-	(*ListPolicyExperimentsRequest)(nil),        // 105: lehr.v1.ListPolicyExperimentsRequest
-	(*DeletePolicyExperimentRequest)(nil),       // 106: lehr.v1.DeletePolicyExperimentRequest
-	(*StartPreviewPolicyExperimentRequest)(nil), // 107: lehr.v1.StartPreviewPolicyExperimentRequest
-	(*StopPreviewPolicyExperimentRequest)(nil),  // 108: lehr.v1.StopPreviewPolicyExperimentRequest
-	(*CommitPolicyExperimentRequest)(nil),       // 109: lehr.v1.CommitPolicyExperimentRequest
-	(*DeletePolicyRequest)(nil),                 // 110: lehr.v1.DeletePolicyRequest
-	(*GetPolicyExperimentCountsRequest)(nil),    // 111: lehr.v1.GetPolicyExperimentCountsRequest
-	(*emptypb.Empty)(nil),                       // 112: google.protobuf.Empty
-	(*CanaryEvaluation)(nil),                    // 113: lehr.v1.CanaryEvaluation
-	(*ListCanaryEvaluationsResponse)(nil),       // 114: lehr.v1.ListCanaryEvaluationsResponse
-	(*Policy)(nil),                              // 115: lehr.v1.Policy
-	(*longrunningpb.Operation)(nil),             // 116: google.longrunning.Operation
-	(*PolicyExperiment)(nil),                    // 117: lehr.v1.PolicyExperiment
-	(*ListPolicyExperimentsResponse)(nil),       // 118: lehr.v1.ListPolicyExperimentsResponse
-	(*PolicyExperimentCounts)(nil),              // 119: lehr.v1.PolicyExperimentCounts
+	(*GetPropagationStatusRequest)(nil),         // 70: lehr.v1.GetPropagationStatusRequest
+	(*PropagationStatus)(nil),                   // 71: lehr.v1.PropagationStatus
+	(*PropagationClass)(nil),                    // 72: lehr.v1.PropagationClass
+	(*PropagationGroup)(nil),                    // 73: lehr.v1.PropagationGroup
+	(*PropagationUpdate)(nil),                   // 74: lehr.v1.PropagationUpdate
+	(*BackupStoreRequest)(nil),                  // 75: lehr.v1.BackupStoreRequest
+	(*BackupStoreResponse)(nil),                 // 76: lehr.v1.BackupStoreResponse
+	(*StoreIdentity)(nil),                       // 77: lehr.v1.StoreIdentity
+	(*ControlStatus)(nil),                       // 78: lehr.v1.ControlStatus
+	(*EtcdClusterStatus)(nil),                   // 79: lehr.v1.EtcdClusterStatus
+	(*ControlReplica)(nil),                      // 80: lehr.v1.ControlReplica
+	(*DomainStoredBytes)(nil),                   // 81: lehr.v1.DomainStoredBytes
+	(*DistributorStatus)(nil),                   // 82: lehr.v1.DistributorStatus
+	(*GetZoneStatusResponse)(nil),               // 83: lehr.v1.GetZoneStatusResponse
+	(*timestamppb.Timestamp)(nil),               // 84: google.protobuf.Timestamp
+	(RolloutAction)(0),                          // 85: lehr.v1.RolloutAction
+	(*Rollout)(nil),                             // 86: lehr.v1.Rollout
+	(*RolloutEvent)(nil),                        // 87: lehr.v1.RolloutEvent
+	(*RolloutPolicy)(nil),                       // 88: lehr.v1.RolloutPolicy
+	(*RolloutPolicyRecord)(nil),                 // 89: lehr.v1.RolloutPolicyRecord
+	(RolloutPolicySource)(0),                    // 90: lehr.v1.RolloutPolicySource
+	(*Domain)(nil),                              // 91: lehr.v1.Domain
+	(*fieldmaskpb.FieldMask)(nil),               // 92: google.protobuf.FieldMask
+	(*Namespace)(nil),                           // 93: lehr.v1.Namespace
+	(NamespaceKind)(0),                          // 94: lehr.v1.NamespaceKind
+	(*Property)(nil),                            // 95: lehr.v1.Property
+	(*VersionInfo)(nil),                         // 96: lehr.v1.VersionInfo
+	(*Zone)(nil),                                // 97: lehr.v1.Zone
+	(*GoalState)(nil),                           // 98: lehr.v1.GoalState
+	(*ServiceConsumers)(nil),                    // 99: lehr.v1.ServiceConsumers
+	(*HostPreviewCounts)(nil),                   // 100: lehr.v1.HostPreviewCounts
+	(*NamespaceSignals)(nil),                    // 101: lehr.v1.NamespaceSignals
+	(*NamespaceReport)(nil),                     // 102: lehr.v1.NamespaceReport
+	(*durationpb.Duration)(nil),                 // 103: google.protobuf.Duration
+	(VersionSource)(0),                          // 104: lehr.v1.VersionSource
+	(*EvaluateRequest)(nil),                     // 105: lehr.v1.EvaluateRequest
+	(*GetCanaryEvaluationRequest)(nil),          // 106: lehr.v1.GetCanaryEvaluationRequest
+	(*ListCanaryEvaluationsRequest)(nil),        // 107: lehr.v1.ListCanaryEvaluationsRequest
+	(*GetPolicyRequest)(nil),                    // 108: lehr.v1.GetPolicyRequest
+	(*CreatePolicyExperimentRequest)(nil),       // 109: lehr.v1.CreatePolicyExperimentRequest
+	(*UpdatePolicyExperimentRequest)(nil),       // 110: lehr.v1.UpdatePolicyExperimentRequest
+	(*GetPolicyExperimentRequest)(nil),          // 111: lehr.v1.GetPolicyExperimentRequest
+	(*ListPolicyExperimentsRequest)(nil),        // 112: lehr.v1.ListPolicyExperimentsRequest
+	(*DeletePolicyExperimentRequest)(nil),       // 113: lehr.v1.DeletePolicyExperimentRequest
+	(*StartPreviewPolicyExperimentRequest)(nil), // 114: lehr.v1.StartPreviewPolicyExperimentRequest
+	(*StopPreviewPolicyExperimentRequest)(nil),  // 115: lehr.v1.StopPreviewPolicyExperimentRequest
+	(*CommitPolicyExperimentRequest)(nil),       // 116: lehr.v1.CommitPolicyExperimentRequest
+	(*DeletePolicyRequest)(nil),                 // 117: lehr.v1.DeletePolicyRequest
+	(*GetPolicyExperimentCountsRequest)(nil),    // 118: lehr.v1.GetPolicyExperimentCountsRequest
+	(*emptypb.Empty)(nil),                       // 119: google.protobuf.Empty
+	(*CanaryEvaluation)(nil),                    // 120: lehr.v1.CanaryEvaluation
+	(*ListCanaryEvaluationsResponse)(nil),       // 121: lehr.v1.ListCanaryEvaluationsResponse
+	(*Policy)(nil),                              // 122: lehr.v1.Policy
+	(*longrunningpb.Operation)(nil),             // 123: google.longrunning.Operation
+	(*PolicyExperiment)(nil),                    // 124: lehr.v1.PolicyExperiment
+	(*ListPolicyExperimentsResponse)(nil),       // 125: lehr.v1.ListPolicyExperimentsResponse
+	(*PolicyExperimentCounts)(nil),              // 126: lehr.v1.PolicyExperimentCounts
 }
 var file_lehr_v1_control_proto_depIdxs = []int32{
-	79,  // 0: lehr.v1.AuditRecord.time:type_name -> google.protobuf.Timestamp
-	79,  // 1: lehr.v1.ListAuditRecordsRequest.since:type_name -> google.protobuf.Timestamp
+	84,  // 0: lehr.v1.AuditRecord.time:type_name -> google.protobuf.Timestamp
+	84,  // 1: lehr.v1.ListAuditRecordsRequest.since:type_name -> google.protobuf.Timestamp
 	2,   // 2: lehr.v1.ListAuditRecordsResponse.records:type_name -> lehr.v1.AuditRecord
-	80,  // 3: lehr.v1.UpdateRolloutRequest.action:type_name -> lehr.v1.RolloutAction
-	81,  // 4: lehr.v1.ListRolloutsResponse.rollouts:type_name -> lehr.v1.Rollout
-	82,  // 5: lehr.v1.ListRolloutEventsResponse.events:type_name -> lehr.v1.RolloutEvent
-	83,  // 6: lehr.v1.SetRolloutPolicyRequest.policy:type_name -> lehr.v1.RolloutPolicy
-	84,  // 7: lehr.v1.GetRolloutPolicyResponse.stored:type_name -> lehr.v1.RolloutPolicyRecord
-	83,  // 8: lehr.v1.GetRolloutPolicyResponse.effective:type_name -> lehr.v1.RolloutPolicy
-	85,  // 9: lehr.v1.GetRolloutPolicyResponse.source:type_name -> lehr.v1.RolloutPolicySource
-	84,  // 10: lehr.v1.RolloutPolicyHistoryResponse.records:type_name -> lehr.v1.RolloutPolicyRecord
-	86,  // 11: lehr.v1.CreateDomainRequest.domain:type_name -> lehr.v1.Domain
-	86,  // 12: lehr.v1.UpdateDomainRequest.domain:type_name -> lehr.v1.Domain
-	87,  // 13: lehr.v1.UpdateDomainRequest.update_mask:type_name -> google.protobuf.FieldMask
-	86,  // 14: lehr.v1.ListDomainsResponse.domains:type_name -> lehr.v1.Domain
-	88,  // 15: lehr.v1.CreateNamespaceRequest.namespace:type_name -> lehr.v1.Namespace
-	88,  // 16: lehr.v1.ListNamespacesResponse.namespaces:type_name -> lehr.v1.Namespace
-	89,  // 17: lehr.v1.PublishRequest.kind:type_name -> lehr.v1.NamespaceKind
-	90,  // 18: lehr.v1.PublishRequest.properties:type_name -> lehr.v1.Property
-	91,  // 19: lehr.v1.PublishResponse.version:type_name -> lehr.v1.VersionInfo
-	90,  // 20: lehr.v1.PatchRequest.set:type_name -> lehr.v1.Property
-	91,  // 21: lehr.v1.PatchResponse.version:type_name -> lehr.v1.VersionInfo
-	91,  // 22: lehr.v1.GetResponse.version:type_name -> lehr.v1.VersionInfo
-	90,  // 23: lehr.v1.GetResponse.properties:type_name -> lehr.v1.Property
-	89,  // 24: lehr.v1.GetResponse.kind:type_name -> lehr.v1.NamespaceKind
-	91,  // 25: lehr.v1.HistoryResponse.versions:type_name -> lehr.v1.VersionInfo
+	85,  // 3: lehr.v1.UpdateRolloutRequest.action:type_name -> lehr.v1.RolloutAction
+	86,  // 4: lehr.v1.ListRolloutsResponse.rollouts:type_name -> lehr.v1.Rollout
+	87,  // 5: lehr.v1.ListRolloutEventsResponse.events:type_name -> lehr.v1.RolloutEvent
+	88,  // 6: lehr.v1.SetRolloutPolicyRequest.policy:type_name -> lehr.v1.RolloutPolicy
+	89,  // 7: lehr.v1.GetRolloutPolicyResponse.stored:type_name -> lehr.v1.RolloutPolicyRecord
+	88,  // 8: lehr.v1.GetRolloutPolicyResponse.effective:type_name -> lehr.v1.RolloutPolicy
+	90,  // 9: lehr.v1.GetRolloutPolicyResponse.source:type_name -> lehr.v1.RolloutPolicySource
+	89,  // 10: lehr.v1.RolloutPolicyHistoryResponse.records:type_name -> lehr.v1.RolloutPolicyRecord
+	91,  // 11: lehr.v1.CreateDomainRequest.domain:type_name -> lehr.v1.Domain
+	91,  // 12: lehr.v1.UpdateDomainRequest.domain:type_name -> lehr.v1.Domain
+	92,  // 13: lehr.v1.UpdateDomainRequest.update_mask:type_name -> google.protobuf.FieldMask
+	91,  // 14: lehr.v1.ListDomainsResponse.domains:type_name -> lehr.v1.Domain
+	93,  // 15: lehr.v1.CreateNamespaceRequest.namespace:type_name -> lehr.v1.Namespace
+	93,  // 16: lehr.v1.ListNamespacesResponse.namespaces:type_name -> lehr.v1.Namespace
+	94,  // 17: lehr.v1.PublishRequest.kind:type_name -> lehr.v1.NamespaceKind
+	95,  // 18: lehr.v1.PublishRequest.properties:type_name -> lehr.v1.Property
+	96,  // 19: lehr.v1.PublishResponse.version:type_name -> lehr.v1.VersionInfo
+	95,  // 20: lehr.v1.PatchRequest.set:type_name -> lehr.v1.Property
+	96,  // 21: lehr.v1.PatchResponse.version:type_name -> lehr.v1.VersionInfo
+	96,  // 22: lehr.v1.GetResponse.version:type_name -> lehr.v1.VersionInfo
+	95,  // 23: lehr.v1.GetResponse.properties:type_name -> lehr.v1.Property
+	94,  // 24: lehr.v1.GetResponse.kind:type_name -> lehr.v1.NamespaceKind
+	96,  // 25: lehr.v1.HistoryResponse.versions:type_name -> lehr.v1.VersionInfo
 	0,   // 26: lehr.v1.PropertyChange.kind:type_name -> lehr.v1.PropertyChange.Kind
-	90,  // 27: lehr.v1.PropertyChange.old:type_name -> lehr.v1.Property
-	90,  // 28: lehr.v1.PropertyChange.new:type_name -> lehr.v1.Property
-	91,  // 29: lehr.v1.DiffResponse.from:type_name -> lehr.v1.VersionInfo
-	91,  // 30: lehr.v1.DiffResponse.to:type_name -> lehr.v1.VersionInfo
+	95,  // 27: lehr.v1.PropertyChange.old:type_name -> lehr.v1.Property
+	95,  // 28: lehr.v1.PropertyChange.new:type_name -> lehr.v1.Property
+	96,  // 29: lehr.v1.DiffResponse.from:type_name -> lehr.v1.VersionInfo
+	96,  // 30: lehr.v1.DiffResponse.to:type_name -> lehr.v1.VersionInfo
 	35,  // 31: lehr.v1.DiffResponse.changes:type_name -> lehr.v1.PropertyChange
-	91,  // 32: lehr.v1.RollbackResponse.version:type_name -> lehr.v1.VersionInfo
-	88,  // 33: lehr.v1.CompactNamespaceResponse.namespace:type_name -> lehr.v1.Namespace
-	92,  // 34: lehr.v1.ListZonesResponse.zones:type_name -> lehr.v1.Zone
-	93,  // 35: lehr.v1.GetGoalsResponse.goals:type_name -> lehr.v1.GoalState
+	96,  // 32: lehr.v1.RollbackResponse.version:type_name -> lehr.v1.VersionInfo
+	93,  // 33: lehr.v1.CompactNamespaceResponse.namespace:type_name -> lehr.v1.Namespace
+	97,  // 34: lehr.v1.ListZonesResponse.zones:type_name -> lehr.v1.Zone
+	98,  // 35: lehr.v1.GetGoalsResponse.goals:type_name -> lehr.v1.GoalState
 	1,   // 36: lehr.v1.GoalEvent.type:type_name -> lehr.v1.GoalEvent.Type
-	93,  // 37: lehr.v1.GoalEvent.goal:type_name -> lehr.v1.GoalState
+	98,  // 37: lehr.v1.GoalEvent.goal:type_name -> lehr.v1.GoalState
 	55,  // 38: lehr.v1.GoalEvent.delta:type_name -> lehr.v1.FetchDeltaResponse
 	50,  // 39: lehr.v1.WatchGoalsResponse.events:type_name -> lehr.v1.GoalEvent
-	91,  // 40: lehr.v1.FetchVersionResponse.version:type_name -> lehr.v1.VersionInfo
-	89,  // 41: lehr.v1.FetchVersionResponse.kind:type_name -> lehr.v1.NamespaceKind
-	90,  // 42: lehr.v1.FetchVersionResponse.properties:type_name -> lehr.v1.Property
-	91,  // 43: lehr.v1.FetchDeltaResponse.from:type_name -> lehr.v1.VersionInfo
-	91,  // 44: lehr.v1.FetchDeltaResponse.to:type_name -> lehr.v1.VersionInfo
-	89,  // 45: lehr.v1.FetchDeltaResponse.kind:type_name -> lehr.v1.NamespaceKind
-	90,  // 46: lehr.v1.FetchDeltaResponse.set:type_name -> lehr.v1.Property
-	94,  // 47: lehr.v1.VersionCount.services:type_name -> lehr.v1.ServiceConsumers
+	96,  // 40: lehr.v1.FetchVersionResponse.version:type_name -> lehr.v1.VersionInfo
+	94,  // 41: lehr.v1.FetchVersionResponse.kind:type_name -> lehr.v1.NamespaceKind
+	95,  // 42: lehr.v1.FetchVersionResponse.properties:type_name -> lehr.v1.Property
+	96,  // 43: lehr.v1.FetchDeltaResponse.from:type_name -> lehr.v1.VersionInfo
+	96,  // 44: lehr.v1.FetchDeltaResponse.to:type_name -> lehr.v1.VersionInfo
+	94,  // 45: lehr.v1.FetchDeltaResponse.kind:type_name -> lehr.v1.NamespaceKind
+	95,  // 46: lehr.v1.FetchDeltaResponse.set:type_name -> lehr.v1.Property
+	99,  // 47: lehr.v1.VersionCount.services:type_name -> lehr.v1.ServiceConsumers
 	56,  // 48: lehr.v1.ReportZoneStatusRequest.versions:type_name -> lehr.v1.VersionCount
 	63,  // 49: lehr.v1.ReportZoneStatusRequest.health:type_name -> lehr.v1.NamespaceHealth
 	64,  // 50: lehr.v1.ReportZoneStatusRequest.hosts:type_name -> lehr.v1.HostReport
@@ -5986,141 +6464,156 @@ var file_lehr_v1_control_proto_depIdxs = []int32{
 	60,  // 53: lehr.v1.ReportZoneStatusRequest.preview:type_name -> lehr.v1.NamespacePreviewCounts
 	59,  // 54: lehr.v1.ReportZoneStatusRequest.agent_builds:type_name -> lehr.v1.BuildCount
 	58,  // 55: lehr.v1.ReportZoneStatusRequest.cache_quarantines:type_name -> lehr.v1.CacheQuarantine
-	79,  // 56: lehr.v1.CacheQuarantine.quarantine_time:type_name -> google.protobuf.Timestamp
-	95,  // 57: lehr.v1.NamespacePreviewCounts.counts:type_name -> lehr.v1.HostPreviewCounts
-	96,  // 58: lehr.v1.HostSignals.signals:type_name -> lehr.v1.NamespaceSignals
-	97,  // 59: lehr.v1.HostReport.report:type_name -> lehr.v1.NamespaceReport
-	79,  // 60: lehr.v1.StoreStatus.read_time:type_name -> google.protobuf.Timestamp
-	76,  // 61: lehr.v1.StoreStatus.domains:type_name -> lehr.v1.DomainStoredBytes
-	79,  // 62: lehr.v1.BackupStoreResponse.backup_time:type_name -> google.protobuf.Timestamp
-	79,  // 63: lehr.v1.StoreIdentity.create_time:type_name -> google.protobuf.Timestamp
-	72,  // 64: lehr.v1.ControlStatus.store:type_name -> lehr.v1.StoreIdentity
-	74,  // 65: lehr.v1.ControlStatus.etcd:type_name -> lehr.v1.EtcdClusterStatus
-	75,  // 66: lehr.v1.ControlStatus.replicas:type_name -> lehr.v1.ControlReplica
-	79,  // 67: lehr.v1.ControlReplica.start_time:type_name -> google.protobuf.Timestamp
-	79,  // 68: lehr.v1.ControlReplica.last_seen_time:type_name -> google.protobuf.Timestamp
-	56,  // 69: lehr.v1.DistributorStatus.versions:type_name -> lehr.v1.VersionCount
-	63,  // 70: lehr.v1.DistributorStatus.health:type_name -> lehr.v1.NamespaceHealth
-	64,  // 71: lehr.v1.DistributorStatus.hosts:type_name -> lehr.v1.HostReport
-	62,  // 72: lehr.v1.DistributorStatus.samples:type_name -> lehr.v1.CohortSample
-	61,  // 73: lehr.v1.DistributorStatus.signals:type_name -> lehr.v1.HostSignals
-	60,  // 74: lehr.v1.DistributorStatus.preview:type_name -> lehr.v1.NamespacePreviewCounts
-	59,  // 75: lehr.v1.DistributorStatus.agent_builds:type_name -> lehr.v1.BuildCount
-	58,  // 76: lehr.v1.DistributorStatus.cache_quarantines:type_name -> lehr.v1.CacheQuarantine
-	77,  // 77: lehr.v1.GetZoneStatusResponse.distributors:type_name -> lehr.v1.DistributorStatus
-	56,  // 78: lehr.v1.GetZoneStatusResponse.versions:type_name -> lehr.v1.VersionCount
-	63,  // 79: lehr.v1.GetZoneStatusResponse.health:type_name -> lehr.v1.NamespaceHealth
-	64,  // 80: lehr.v1.GetZoneStatusResponse.hosts:type_name -> lehr.v1.HostReport
-	59,  // 81: lehr.v1.GetZoneStatusResponse.distributor_builds:type_name -> lehr.v1.BuildCount
-	59,  // 82: lehr.v1.GetZoneStatusResponse.agent_builds:type_name -> lehr.v1.BuildCount
-	58,  // 83: lehr.v1.GetZoneStatusResponse.cache_quarantines:type_name -> lehr.v1.CacheQuarantine
-	17,  // 84: lehr.v1.Control.CreateDomain:input_type -> lehr.v1.CreateDomainRequest
-	19,  // 85: lehr.v1.Control.GetDomain:input_type -> lehr.v1.GetDomainRequest
-	20,  // 86: lehr.v1.Control.ListDomains:input_type -> lehr.v1.ListDomainsRequest
-	18,  // 87: lehr.v1.Control.UpdateDomain:input_type -> lehr.v1.UpdateDomainRequest
-	22,  // 88: lehr.v1.Control.CreateNamespace:input_type -> lehr.v1.CreateNamespaceRequest
-	23,  // 89: lehr.v1.Control.GetNamespace:input_type -> lehr.v1.GetNamespaceRequest
-	24,  // 90: lehr.v1.Control.ListNamespaces:input_type -> lehr.v1.ListNamespacesRequest
-	26,  // 91: lehr.v1.Control.Publish:input_type -> lehr.v1.PublishRequest
-	28,  // 92: lehr.v1.Control.Patch:input_type -> lehr.v1.PatchRequest
-	30,  // 93: lehr.v1.Control.Get:input_type -> lehr.v1.GetRequest
-	32,  // 94: lehr.v1.Control.History:input_type -> lehr.v1.HistoryRequest
-	34,  // 95: lehr.v1.Control.Diff:input_type -> lehr.v1.DiffRequest
-	37,  // 96: lehr.v1.Control.Rollback:input_type -> lehr.v1.RollbackRequest
-	39,  // 97: lehr.v1.Control.CompactNamespace:input_type -> lehr.v1.CompactNamespaceRequest
-	41,  // 98: lehr.v1.Control.DeleteNamespace:input_type -> lehr.v1.DeleteNamespaceRequest
-	42,  // 99: lehr.v1.Control.DeleteDomain:input_type -> lehr.v1.DeleteDomainRequest
-	43,  // 100: lehr.v1.Control.CreateZone:input_type -> lehr.v1.CreateZoneRequest
-	44,  // 101: lehr.v1.Control.DeleteZone:input_type -> lehr.v1.DeleteZoneRequest
-	45,  // 102: lehr.v1.Control.ListZones:input_type -> lehr.v1.ListZonesRequest
-	47,  // 103: lehr.v1.Control.GetGoals:input_type -> lehr.v1.GetGoalsRequest
-	49,  // 104: lehr.v1.Control.WatchGoals:input_type -> lehr.v1.WatchGoalsRequest
-	52,  // 105: lehr.v1.Control.FetchVersion:input_type -> lehr.v1.FetchVersionRequest
-	54,  // 106: lehr.v1.Control.FetchDelta:input_type -> lehr.v1.FetchDeltaRequest
-	57,  // 107: lehr.v1.Control.ReportZoneStatus:input_type -> lehr.v1.ReportZoneStatusRequest
-	66,  // 108: lehr.v1.Control.GetZoneStatus:input_type -> lehr.v1.GetZoneStatusRequest
-	67,  // 109: lehr.v1.Control.GetStoreStatus:input_type -> lehr.v1.GetStoreStatusRequest
-	69,  // 110: lehr.v1.Control.GetControlStatus:input_type -> lehr.v1.GetControlStatusRequest
-	70,  // 111: lehr.v1.Control.BackupStore:input_type -> lehr.v1.BackupStoreRequest
-	11,  // 112: lehr.v1.Control.SetRolloutPolicy:input_type -> lehr.v1.SetRolloutPolicyRequest
-	12,  // 113: lehr.v1.Control.DeleteRolloutPolicy:input_type -> lehr.v1.DeleteRolloutPolicyRequest
-	13,  // 114: lehr.v1.Control.GetRolloutPolicy:input_type -> lehr.v1.GetRolloutPolicyRequest
-	15,  // 115: lehr.v1.Control.RolloutPolicyHistory:input_type -> lehr.v1.RolloutPolicyHistoryRequest
-	6,   // 116: lehr.v1.Control.GetRollout:input_type -> lehr.v1.GetRolloutRequest
-	7,   // 117: lehr.v1.Control.ListRollouts:input_type -> lehr.v1.ListRolloutsRequest
-	9,   // 118: lehr.v1.Control.ListRolloutEvents:input_type -> lehr.v1.ListRolloutEventsRequest
-	5,   // 119: lehr.v1.Control.UpdateRollout:input_type -> lehr.v1.UpdateRolloutRequest
-	98,  // 120: lehr.v1.Control.Evaluate:input_type -> lehr.v1.EvaluateRequest
-	99,  // 121: lehr.v1.Control.GetCanaryEvaluation:input_type -> lehr.v1.GetCanaryEvaluationRequest
-	100, // 122: lehr.v1.Control.ListCanaryEvaluations:input_type -> lehr.v1.ListCanaryEvaluationsRequest
-	101, // 123: lehr.v1.Control.GetPolicy:input_type -> lehr.v1.GetPolicyRequest
-	102, // 124: lehr.v1.Control.CreatePolicyExperiment:input_type -> lehr.v1.CreatePolicyExperimentRequest
-	103, // 125: lehr.v1.Control.UpdatePolicyExperiment:input_type -> lehr.v1.UpdatePolicyExperimentRequest
-	104, // 126: lehr.v1.Control.GetPolicyExperiment:input_type -> lehr.v1.GetPolicyExperimentRequest
-	105, // 127: lehr.v1.Control.ListPolicyExperiments:input_type -> lehr.v1.ListPolicyExperimentsRequest
-	106, // 128: lehr.v1.Control.DeletePolicyExperiment:input_type -> lehr.v1.DeletePolicyExperimentRequest
-	107, // 129: lehr.v1.Control.StartPreviewPolicyExperiment:input_type -> lehr.v1.StartPreviewPolicyExperimentRequest
-	108, // 130: lehr.v1.Control.StopPreviewPolicyExperiment:input_type -> lehr.v1.StopPreviewPolicyExperimentRequest
-	109, // 131: lehr.v1.Control.CommitPolicyExperiment:input_type -> lehr.v1.CommitPolicyExperimentRequest
-	110, // 132: lehr.v1.Control.DeletePolicy:input_type -> lehr.v1.DeletePolicyRequest
-	111, // 133: lehr.v1.Control.GetPolicyExperimentCounts:input_type -> lehr.v1.GetPolicyExperimentCountsRequest
-	3,   // 134: lehr.v1.Control.ListAuditRecords:input_type -> lehr.v1.ListAuditRecordsRequest
-	86,  // 135: lehr.v1.Control.CreateDomain:output_type -> lehr.v1.Domain
-	86,  // 136: lehr.v1.Control.GetDomain:output_type -> lehr.v1.Domain
-	21,  // 137: lehr.v1.Control.ListDomains:output_type -> lehr.v1.ListDomainsResponse
-	86,  // 138: lehr.v1.Control.UpdateDomain:output_type -> lehr.v1.Domain
-	88,  // 139: lehr.v1.Control.CreateNamespace:output_type -> lehr.v1.Namespace
-	88,  // 140: lehr.v1.Control.GetNamespace:output_type -> lehr.v1.Namespace
-	25,  // 141: lehr.v1.Control.ListNamespaces:output_type -> lehr.v1.ListNamespacesResponse
-	27,  // 142: lehr.v1.Control.Publish:output_type -> lehr.v1.PublishResponse
-	29,  // 143: lehr.v1.Control.Patch:output_type -> lehr.v1.PatchResponse
-	31,  // 144: lehr.v1.Control.Get:output_type -> lehr.v1.GetResponse
-	33,  // 145: lehr.v1.Control.History:output_type -> lehr.v1.HistoryResponse
-	36,  // 146: lehr.v1.Control.Diff:output_type -> lehr.v1.DiffResponse
-	38,  // 147: lehr.v1.Control.Rollback:output_type -> lehr.v1.RollbackResponse
-	40,  // 148: lehr.v1.Control.CompactNamespace:output_type -> lehr.v1.CompactNamespaceResponse
-	112, // 149: lehr.v1.Control.DeleteNamespace:output_type -> google.protobuf.Empty
-	112, // 150: lehr.v1.Control.DeleteDomain:output_type -> google.protobuf.Empty
-	92,  // 151: lehr.v1.Control.CreateZone:output_type -> lehr.v1.Zone
-	112, // 152: lehr.v1.Control.DeleteZone:output_type -> google.protobuf.Empty
-	46,  // 153: lehr.v1.Control.ListZones:output_type -> lehr.v1.ListZonesResponse
-	48,  // 154: lehr.v1.Control.GetGoals:output_type -> lehr.v1.GetGoalsResponse
-	51,  // 155: lehr.v1.Control.WatchGoals:output_type -> lehr.v1.WatchGoalsResponse
-	53,  // 156: lehr.v1.Control.FetchVersion:output_type -> lehr.v1.FetchVersionResponse
-	55,  // 157: lehr.v1.Control.FetchDelta:output_type -> lehr.v1.FetchDeltaResponse
-	65,  // 158: lehr.v1.Control.ReportZoneStatus:output_type -> lehr.v1.ReportZoneStatusResponse
-	78,  // 159: lehr.v1.Control.GetZoneStatus:output_type -> lehr.v1.GetZoneStatusResponse
-	68,  // 160: lehr.v1.Control.GetStoreStatus:output_type -> lehr.v1.StoreStatus
-	73,  // 161: lehr.v1.Control.GetControlStatus:output_type -> lehr.v1.ControlStatus
-	71,  // 162: lehr.v1.Control.BackupStore:output_type -> lehr.v1.BackupStoreResponse
-	84,  // 163: lehr.v1.Control.SetRolloutPolicy:output_type -> lehr.v1.RolloutPolicyRecord
-	84,  // 164: lehr.v1.Control.DeleteRolloutPolicy:output_type -> lehr.v1.RolloutPolicyRecord
-	14,  // 165: lehr.v1.Control.GetRolloutPolicy:output_type -> lehr.v1.GetRolloutPolicyResponse
-	16,  // 166: lehr.v1.Control.RolloutPolicyHistory:output_type -> lehr.v1.RolloutPolicyHistoryResponse
-	81,  // 167: lehr.v1.Control.GetRollout:output_type -> lehr.v1.Rollout
-	8,   // 168: lehr.v1.Control.ListRollouts:output_type -> lehr.v1.ListRolloutsResponse
-	10,  // 169: lehr.v1.Control.ListRolloutEvents:output_type -> lehr.v1.ListRolloutEventsResponse
-	81,  // 170: lehr.v1.Control.UpdateRollout:output_type -> lehr.v1.Rollout
-	113, // 171: lehr.v1.Control.Evaluate:output_type -> lehr.v1.CanaryEvaluation
-	113, // 172: lehr.v1.Control.GetCanaryEvaluation:output_type -> lehr.v1.CanaryEvaluation
-	114, // 173: lehr.v1.Control.ListCanaryEvaluations:output_type -> lehr.v1.ListCanaryEvaluationsResponse
-	115, // 174: lehr.v1.Control.GetPolicy:output_type -> lehr.v1.Policy
-	116, // 175: lehr.v1.Control.CreatePolicyExperiment:output_type -> google.longrunning.Operation
-	116, // 176: lehr.v1.Control.UpdatePolicyExperiment:output_type -> google.longrunning.Operation
-	117, // 177: lehr.v1.Control.GetPolicyExperiment:output_type -> lehr.v1.PolicyExperiment
-	118, // 178: lehr.v1.Control.ListPolicyExperiments:output_type -> lehr.v1.ListPolicyExperimentsResponse
-	116, // 179: lehr.v1.Control.DeletePolicyExperiment:output_type -> google.longrunning.Operation
-	116, // 180: lehr.v1.Control.StartPreviewPolicyExperiment:output_type -> google.longrunning.Operation
-	116, // 181: lehr.v1.Control.StopPreviewPolicyExperiment:output_type -> google.longrunning.Operation
-	116, // 182: lehr.v1.Control.CommitPolicyExperiment:output_type -> google.longrunning.Operation
-	116, // 183: lehr.v1.Control.DeletePolicy:output_type -> google.longrunning.Operation
-	119, // 184: lehr.v1.Control.GetPolicyExperimentCounts:output_type -> lehr.v1.PolicyExperimentCounts
-	4,   // 185: lehr.v1.Control.ListAuditRecords:output_type -> lehr.v1.ListAuditRecordsResponse
-	135, // [135:186] is the sub-list for method output_type
-	84,  // [84:135] is the sub-list for method input_type
-	84,  // [84:84] is the sub-list for extension type_name
-	84,  // [84:84] is the sub-list for extension extendee
-	0,   // [0:84] is the sub-list for field type_name
+	84,  // 56: lehr.v1.CacheQuarantine.quarantine_time:type_name -> google.protobuf.Timestamp
+	100, // 57: lehr.v1.NamespacePreviewCounts.counts:type_name -> lehr.v1.HostPreviewCounts
+	101, // 58: lehr.v1.HostSignals.signals:type_name -> lehr.v1.NamespaceSignals
+	102, // 59: lehr.v1.HostReport.report:type_name -> lehr.v1.NamespaceReport
+	84,  // 60: lehr.v1.StoreStatus.read_time:type_name -> google.protobuf.Timestamp
+	81,  // 61: lehr.v1.StoreStatus.domains:type_name -> lehr.v1.DomainStoredBytes
+	72,  // 62: lehr.v1.PropagationStatus.classes:type_name -> lehr.v1.PropagationClass
+	73,  // 63: lehr.v1.PropagationStatus.groups:type_name -> lehr.v1.PropagationGroup
+	74,  // 64: lehr.v1.PropagationStatus.updates:type_name -> lehr.v1.PropagationUpdate
+	84,  // 65: lehr.v1.PropagationStatus.update_time:type_name -> google.protobuf.Timestamp
+	103, // 66: lehr.v1.PropagationClass.objective:type_name -> google.protobuf.Duration
+	103, // 67: lehr.v1.PropagationGroup.p50:type_name -> google.protobuf.Duration
+	103, // 68: lehr.v1.PropagationGroup.p90:type_name -> google.protobuf.Duration
+	103, // 69: lehr.v1.PropagationGroup.p99:type_name -> google.protobuf.Duration
+	103, // 70: lehr.v1.PropagationGroup.max:type_name -> google.protobuf.Duration
+	104, // 71: lehr.v1.PropagationUpdate.source:type_name -> lehr.v1.VersionSource
+	84,  // 72: lehr.v1.PropagationUpdate.publish_time:type_name -> google.protobuf.Timestamp
+	84,  // 73: lehr.v1.PropagationUpdate.complete_time:type_name -> google.protobuf.Timestamp
+	103, // 74: lehr.v1.PropagationUpdate.propagation:type_name -> google.protobuf.Duration
+	84,  // 75: lehr.v1.BackupStoreResponse.backup_time:type_name -> google.protobuf.Timestamp
+	84,  // 76: lehr.v1.StoreIdentity.create_time:type_name -> google.protobuf.Timestamp
+	77,  // 77: lehr.v1.ControlStatus.store:type_name -> lehr.v1.StoreIdentity
+	79,  // 78: lehr.v1.ControlStatus.etcd:type_name -> lehr.v1.EtcdClusterStatus
+	80,  // 79: lehr.v1.ControlStatus.replicas:type_name -> lehr.v1.ControlReplica
+	84,  // 80: lehr.v1.ControlReplica.start_time:type_name -> google.protobuf.Timestamp
+	84,  // 81: lehr.v1.ControlReplica.last_seen_time:type_name -> google.protobuf.Timestamp
+	56,  // 82: lehr.v1.DistributorStatus.versions:type_name -> lehr.v1.VersionCount
+	63,  // 83: lehr.v1.DistributorStatus.health:type_name -> lehr.v1.NamespaceHealth
+	64,  // 84: lehr.v1.DistributorStatus.hosts:type_name -> lehr.v1.HostReport
+	62,  // 85: lehr.v1.DistributorStatus.samples:type_name -> lehr.v1.CohortSample
+	61,  // 86: lehr.v1.DistributorStatus.signals:type_name -> lehr.v1.HostSignals
+	60,  // 87: lehr.v1.DistributorStatus.preview:type_name -> lehr.v1.NamespacePreviewCounts
+	59,  // 88: lehr.v1.DistributorStatus.agent_builds:type_name -> lehr.v1.BuildCount
+	58,  // 89: lehr.v1.DistributorStatus.cache_quarantines:type_name -> lehr.v1.CacheQuarantine
+	82,  // 90: lehr.v1.GetZoneStatusResponse.distributors:type_name -> lehr.v1.DistributorStatus
+	56,  // 91: lehr.v1.GetZoneStatusResponse.versions:type_name -> lehr.v1.VersionCount
+	63,  // 92: lehr.v1.GetZoneStatusResponse.health:type_name -> lehr.v1.NamespaceHealth
+	64,  // 93: lehr.v1.GetZoneStatusResponse.hosts:type_name -> lehr.v1.HostReport
+	59,  // 94: lehr.v1.GetZoneStatusResponse.distributor_builds:type_name -> lehr.v1.BuildCount
+	59,  // 95: lehr.v1.GetZoneStatusResponse.agent_builds:type_name -> lehr.v1.BuildCount
+	58,  // 96: lehr.v1.GetZoneStatusResponse.cache_quarantines:type_name -> lehr.v1.CacheQuarantine
+	17,  // 97: lehr.v1.Control.CreateDomain:input_type -> lehr.v1.CreateDomainRequest
+	19,  // 98: lehr.v1.Control.GetDomain:input_type -> lehr.v1.GetDomainRequest
+	20,  // 99: lehr.v1.Control.ListDomains:input_type -> lehr.v1.ListDomainsRequest
+	18,  // 100: lehr.v1.Control.UpdateDomain:input_type -> lehr.v1.UpdateDomainRequest
+	22,  // 101: lehr.v1.Control.CreateNamespace:input_type -> lehr.v1.CreateNamespaceRequest
+	23,  // 102: lehr.v1.Control.GetNamespace:input_type -> lehr.v1.GetNamespaceRequest
+	24,  // 103: lehr.v1.Control.ListNamespaces:input_type -> lehr.v1.ListNamespacesRequest
+	26,  // 104: lehr.v1.Control.Publish:input_type -> lehr.v1.PublishRequest
+	28,  // 105: lehr.v1.Control.Patch:input_type -> lehr.v1.PatchRequest
+	30,  // 106: lehr.v1.Control.Get:input_type -> lehr.v1.GetRequest
+	32,  // 107: lehr.v1.Control.History:input_type -> lehr.v1.HistoryRequest
+	34,  // 108: lehr.v1.Control.Diff:input_type -> lehr.v1.DiffRequest
+	37,  // 109: lehr.v1.Control.Rollback:input_type -> lehr.v1.RollbackRequest
+	39,  // 110: lehr.v1.Control.CompactNamespace:input_type -> lehr.v1.CompactNamespaceRequest
+	41,  // 111: lehr.v1.Control.DeleteNamespace:input_type -> lehr.v1.DeleteNamespaceRequest
+	42,  // 112: lehr.v1.Control.DeleteDomain:input_type -> lehr.v1.DeleteDomainRequest
+	43,  // 113: lehr.v1.Control.CreateZone:input_type -> lehr.v1.CreateZoneRequest
+	44,  // 114: lehr.v1.Control.DeleteZone:input_type -> lehr.v1.DeleteZoneRequest
+	45,  // 115: lehr.v1.Control.ListZones:input_type -> lehr.v1.ListZonesRequest
+	47,  // 116: lehr.v1.Control.GetGoals:input_type -> lehr.v1.GetGoalsRequest
+	49,  // 117: lehr.v1.Control.WatchGoals:input_type -> lehr.v1.WatchGoalsRequest
+	52,  // 118: lehr.v1.Control.FetchVersion:input_type -> lehr.v1.FetchVersionRequest
+	54,  // 119: lehr.v1.Control.FetchDelta:input_type -> lehr.v1.FetchDeltaRequest
+	57,  // 120: lehr.v1.Control.ReportZoneStatus:input_type -> lehr.v1.ReportZoneStatusRequest
+	66,  // 121: lehr.v1.Control.GetZoneStatus:input_type -> lehr.v1.GetZoneStatusRequest
+	67,  // 122: lehr.v1.Control.GetStoreStatus:input_type -> lehr.v1.GetStoreStatusRequest
+	69,  // 123: lehr.v1.Control.GetControlStatus:input_type -> lehr.v1.GetControlStatusRequest
+	70,  // 124: lehr.v1.Control.GetPropagationStatus:input_type -> lehr.v1.GetPropagationStatusRequest
+	75,  // 125: lehr.v1.Control.BackupStore:input_type -> lehr.v1.BackupStoreRequest
+	11,  // 126: lehr.v1.Control.SetRolloutPolicy:input_type -> lehr.v1.SetRolloutPolicyRequest
+	12,  // 127: lehr.v1.Control.DeleteRolloutPolicy:input_type -> lehr.v1.DeleteRolloutPolicyRequest
+	13,  // 128: lehr.v1.Control.GetRolloutPolicy:input_type -> lehr.v1.GetRolloutPolicyRequest
+	15,  // 129: lehr.v1.Control.RolloutPolicyHistory:input_type -> lehr.v1.RolloutPolicyHistoryRequest
+	6,   // 130: lehr.v1.Control.GetRollout:input_type -> lehr.v1.GetRolloutRequest
+	7,   // 131: lehr.v1.Control.ListRollouts:input_type -> lehr.v1.ListRolloutsRequest
+	9,   // 132: lehr.v1.Control.ListRolloutEvents:input_type -> lehr.v1.ListRolloutEventsRequest
+	5,   // 133: lehr.v1.Control.UpdateRollout:input_type -> lehr.v1.UpdateRolloutRequest
+	105, // 134: lehr.v1.Control.Evaluate:input_type -> lehr.v1.EvaluateRequest
+	106, // 135: lehr.v1.Control.GetCanaryEvaluation:input_type -> lehr.v1.GetCanaryEvaluationRequest
+	107, // 136: lehr.v1.Control.ListCanaryEvaluations:input_type -> lehr.v1.ListCanaryEvaluationsRequest
+	108, // 137: lehr.v1.Control.GetPolicy:input_type -> lehr.v1.GetPolicyRequest
+	109, // 138: lehr.v1.Control.CreatePolicyExperiment:input_type -> lehr.v1.CreatePolicyExperimentRequest
+	110, // 139: lehr.v1.Control.UpdatePolicyExperiment:input_type -> lehr.v1.UpdatePolicyExperimentRequest
+	111, // 140: lehr.v1.Control.GetPolicyExperiment:input_type -> lehr.v1.GetPolicyExperimentRequest
+	112, // 141: lehr.v1.Control.ListPolicyExperiments:input_type -> lehr.v1.ListPolicyExperimentsRequest
+	113, // 142: lehr.v1.Control.DeletePolicyExperiment:input_type -> lehr.v1.DeletePolicyExperimentRequest
+	114, // 143: lehr.v1.Control.StartPreviewPolicyExperiment:input_type -> lehr.v1.StartPreviewPolicyExperimentRequest
+	115, // 144: lehr.v1.Control.StopPreviewPolicyExperiment:input_type -> lehr.v1.StopPreviewPolicyExperimentRequest
+	116, // 145: lehr.v1.Control.CommitPolicyExperiment:input_type -> lehr.v1.CommitPolicyExperimentRequest
+	117, // 146: lehr.v1.Control.DeletePolicy:input_type -> lehr.v1.DeletePolicyRequest
+	118, // 147: lehr.v1.Control.GetPolicyExperimentCounts:input_type -> lehr.v1.GetPolicyExperimentCountsRequest
+	3,   // 148: lehr.v1.Control.ListAuditRecords:input_type -> lehr.v1.ListAuditRecordsRequest
+	91,  // 149: lehr.v1.Control.CreateDomain:output_type -> lehr.v1.Domain
+	91,  // 150: lehr.v1.Control.GetDomain:output_type -> lehr.v1.Domain
+	21,  // 151: lehr.v1.Control.ListDomains:output_type -> lehr.v1.ListDomainsResponse
+	91,  // 152: lehr.v1.Control.UpdateDomain:output_type -> lehr.v1.Domain
+	93,  // 153: lehr.v1.Control.CreateNamespace:output_type -> lehr.v1.Namespace
+	93,  // 154: lehr.v1.Control.GetNamespace:output_type -> lehr.v1.Namespace
+	25,  // 155: lehr.v1.Control.ListNamespaces:output_type -> lehr.v1.ListNamespacesResponse
+	27,  // 156: lehr.v1.Control.Publish:output_type -> lehr.v1.PublishResponse
+	29,  // 157: lehr.v1.Control.Patch:output_type -> lehr.v1.PatchResponse
+	31,  // 158: lehr.v1.Control.Get:output_type -> lehr.v1.GetResponse
+	33,  // 159: lehr.v1.Control.History:output_type -> lehr.v1.HistoryResponse
+	36,  // 160: lehr.v1.Control.Diff:output_type -> lehr.v1.DiffResponse
+	38,  // 161: lehr.v1.Control.Rollback:output_type -> lehr.v1.RollbackResponse
+	40,  // 162: lehr.v1.Control.CompactNamespace:output_type -> lehr.v1.CompactNamespaceResponse
+	119, // 163: lehr.v1.Control.DeleteNamespace:output_type -> google.protobuf.Empty
+	119, // 164: lehr.v1.Control.DeleteDomain:output_type -> google.protobuf.Empty
+	97,  // 165: lehr.v1.Control.CreateZone:output_type -> lehr.v1.Zone
+	119, // 166: lehr.v1.Control.DeleteZone:output_type -> google.protobuf.Empty
+	46,  // 167: lehr.v1.Control.ListZones:output_type -> lehr.v1.ListZonesResponse
+	48,  // 168: lehr.v1.Control.GetGoals:output_type -> lehr.v1.GetGoalsResponse
+	51,  // 169: lehr.v1.Control.WatchGoals:output_type -> lehr.v1.WatchGoalsResponse
+	53,  // 170: lehr.v1.Control.FetchVersion:output_type -> lehr.v1.FetchVersionResponse
+	55,  // 171: lehr.v1.Control.FetchDelta:output_type -> lehr.v1.FetchDeltaResponse
+	65,  // 172: lehr.v1.Control.ReportZoneStatus:output_type -> lehr.v1.ReportZoneStatusResponse
+	83,  // 173: lehr.v1.Control.GetZoneStatus:output_type -> lehr.v1.GetZoneStatusResponse
+	68,  // 174: lehr.v1.Control.GetStoreStatus:output_type -> lehr.v1.StoreStatus
+	78,  // 175: lehr.v1.Control.GetControlStatus:output_type -> lehr.v1.ControlStatus
+	71,  // 176: lehr.v1.Control.GetPropagationStatus:output_type -> lehr.v1.PropagationStatus
+	76,  // 177: lehr.v1.Control.BackupStore:output_type -> lehr.v1.BackupStoreResponse
+	89,  // 178: lehr.v1.Control.SetRolloutPolicy:output_type -> lehr.v1.RolloutPolicyRecord
+	89,  // 179: lehr.v1.Control.DeleteRolloutPolicy:output_type -> lehr.v1.RolloutPolicyRecord
+	14,  // 180: lehr.v1.Control.GetRolloutPolicy:output_type -> lehr.v1.GetRolloutPolicyResponse
+	16,  // 181: lehr.v1.Control.RolloutPolicyHistory:output_type -> lehr.v1.RolloutPolicyHistoryResponse
+	86,  // 182: lehr.v1.Control.GetRollout:output_type -> lehr.v1.Rollout
+	8,   // 183: lehr.v1.Control.ListRollouts:output_type -> lehr.v1.ListRolloutsResponse
+	10,  // 184: lehr.v1.Control.ListRolloutEvents:output_type -> lehr.v1.ListRolloutEventsResponse
+	86,  // 185: lehr.v1.Control.UpdateRollout:output_type -> lehr.v1.Rollout
+	120, // 186: lehr.v1.Control.Evaluate:output_type -> lehr.v1.CanaryEvaluation
+	120, // 187: lehr.v1.Control.GetCanaryEvaluation:output_type -> lehr.v1.CanaryEvaluation
+	121, // 188: lehr.v1.Control.ListCanaryEvaluations:output_type -> lehr.v1.ListCanaryEvaluationsResponse
+	122, // 189: lehr.v1.Control.GetPolicy:output_type -> lehr.v1.Policy
+	123, // 190: lehr.v1.Control.CreatePolicyExperiment:output_type -> google.longrunning.Operation
+	123, // 191: lehr.v1.Control.UpdatePolicyExperiment:output_type -> google.longrunning.Operation
+	124, // 192: lehr.v1.Control.GetPolicyExperiment:output_type -> lehr.v1.PolicyExperiment
+	125, // 193: lehr.v1.Control.ListPolicyExperiments:output_type -> lehr.v1.ListPolicyExperimentsResponse
+	123, // 194: lehr.v1.Control.DeletePolicyExperiment:output_type -> google.longrunning.Operation
+	123, // 195: lehr.v1.Control.StartPreviewPolicyExperiment:output_type -> google.longrunning.Operation
+	123, // 196: lehr.v1.Control.StopPreviewPolicyExperiment:output_type -> google.longrunning.Operation
+	123, // 197: lehr.v1.Control.CommitPolicyExperiment:output_type -> google.longrunning.Operation
+	123, // 198: lehr.v1.Control.DeletePolicy:output_type -> google.longrunning.Operation
+	126, // 199: lehr.v1.Control.GetPolicyExperimentCounts:output_type -> lehr.v1.PolicyExperimentCounts
+	4,   // 200: lehr.v1.Control.ListAuditRecords:output_type -> lehr.v1.ListAuditRecordsResponse
+	149, // [149:201] is the sub-list for method output_type
+	97,  // [97:149] is the sub-list for method input_type
+	97,  // [97:97] is the sub-list for extension type_name
+	97,  // [97:97] is the sub-list for extension extendee
+	0,   // [0:97] is the sub-list for field type_name
 }
 
 func init() { file_lehr_v1_control_proto_init() }
@@ -6139,7 +6632,7 @@ func file_lehr_v1_control_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lehr_v1_control_proto_rawDesc), len(file_lehr_v1_control_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   77,
+			NumMessages:   82,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -1011,6 +1011,27 @@ func local_request_Control_GetControlStatus_0(ctx context.Context, marshaler run
 	return msg, metadata, err
 }
 
+func request_Control_GetPropagationStatus_0(ctx context.Context, marshaler runtime.Marshaler, client ControlClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+	var (
+		protoReq GetPropagationStatusRequest
+		metadata runtime.ServerMetadata
+	)
+	if req.Body != nil {
+		_, _ = io.Copy(io.Discard, req.Body)
+	}
+	msg, err := client.GetPropagationStatus(ctx, &protoReq, grpc.Header(&metadata.HeaderMD), grpc.Trailer(&metadata.TrailerMD))
+	return msg, metadata, err
+}
+
+func local_request_Control_GetPropagationStatus_0(ctx context.Context, marshaler runtime.Marshaler, server ControlServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+	var (
+		protoReq GetPropagationStatusRequest
+		metadata runtime.ServerMetadata
+	)
+	msg, err := server.GetPropagationStatus(ctx, &protoReq)
+	return msg, metadata, err
+}
+
 func request_Control_SetRolloutPolicy_0(ctx context.Context, marshaler runtime.Marshaler, client ControlClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
 		protoReq SetRolloutPolicyRequest
@@ -2801,6 +2822,26 @@ func RegisterControlHandlerServer(ctx context.Context, mux *runtime.ServeMux, se
 		}
 		forward_Control_GetControlStatus_0(annotatedContext, mux, outboundMarshaler, w, req, resp, mux.GetForwardResponseOptions()...)
 	})
+	mux.Handle(http.MethodGet, pattern_Control_GetPropagationStatus_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
+		ctx, cancel := context.WithCancel(req.Context())
+		defer cancel()
+		var stream runtime.ServerTransportStream
+		ctx = grpc.NewContextWithServerTransportStream(ctx, &stream)
+		inboundMarshaler, outboundMarshaler := runtime.MarshalerForRequest(mux, req)
+		annotatedContext, err := runtime.AnnotateIncomingContext(ctx, mux, req, "/lehr.v1.Control/GetPropagationStatus", runtime.WithHTTPPathPattern("/v1/propagationStatus"))
+		if err != nil {
+			runtime.HTTPError(ctx, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		resp, md, err := local_request_Control_GetPropagationStatus_0(annotatedContext, inboundMarshaler, server, req, pathParams)
+		md.HeaderMD, md.TrailerMD = metadata.Join(md.HeaderMD, stream.Header()), metadata.Join(md.TrailerMD, stream.Trailer())
+		annotatedContext = runtime.NewServerMetadataContext(annotatedContext, md)
+		if err != nil {
+			runtime.HTTPError(annotatedContext, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		forward_Control_GetPropagationStatus_0(annotatedContext, mux, outboundMarshaler, w, req, resp, mux.GetForwardResponseOptions()...)
+	})
 	mux.Handle(http.MethodPost, pattern_Control_SetRolloutPolicy_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
 		ctx, cancel := context.WithCancel(req.Context())
 		defer cancel()
@@ -3792,6 +3833,23 @@ func RegisterControlHandlerClient(ctx context.Context, mux *runtime.ServeMux, cl
 		}
 		forward_Control_GetControlStatus_0(annotatedContext, mux, outboundMarshaler, w, req, resp, mux.GetForwardResponseOptions()...)
 	})
+	mux.Handle(http.MethodGet, pattern_Control_GetPropagationStatus_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
+		ctx, cancel := context.WithCancel(req.Context())
+		defer cancel()
+		inboundMarshaler, outboundMarshaler := runtime.MarshalerForRequest(mux, req)
+		annotatedContext, err := runtime.AnnotateContext(ctx, mux, req, "/lehr.v1.Control/GetPropagationStatus", runtime.WithHTTPPathPattern("/v1/propagationStatus"))
+		if err != nil {
+			runtime.HTTPError(ctx, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		resp, md, err := request_Control_GetPropagationStatus_0(annotatedContext, inboundMarshaler, client, req, pathParams)
+		annotatedContext = runtime.NewServerMetadataContext(annotatedContext, md)
+		if err != nil {
+			runtime.HTTPError(annotatedContext, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		forward_Control_GetPropagationStatus_0(annotatedContext, mux, outboundMarshaler, w, req, resp, mux.GetForwardResponseOptions()...)
+	})
 	mux.Handle(http.MethodPost, pattern_Control_SetRolloutPolicy_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
 		ctx, cancel := context.WithCancel(req.Context())
 		defer cancel()
@@ -4295,6 +4353,7 @@ var (
 	pattern_Control_GetZoneStatus_0                = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2, 2, 3}, []string{"v1", "zones", "zone", "status"}, ""))
 	pattern_Control_GetStoreStatus_0               = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "storeStatus"}, ""))
 	pattern_Control_GetControlStatus_0             = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "controlStatus"}, ""))
+	pattern_Control_GetPropagationStatus_0         = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "propagationStatus"}, ""))
 	pattern_Control_SetRolloutPolicy_0             = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 1, 0, 4, 2, 5, 2}, []string{"v1", "namespaces", "scope"}, "setRolloutPolicy"))
 	pattern_Control_SetRolloutPolicy_1             = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2}, []string{"v1", "domains", "scope"}, "setRolloutPolicy"))
 	pattern_Control_DeleteRolloutPolicy_0          = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 1, 0, 4, 2, 5, 2}, []string{"v1", "namespaces", "scope"}, "deleteRolloutPolicy"))
@@ -4349,6 +4408,7 @@ var (
 	forward_Control_GetZoneStatus_0                = runtime.ForwardResponseMessage
 	forward_Control_GetStoreStatus_0               = runtime.ForwardResponseMessage
 	forward_Control_GetControlStatus_0             = runtime.ForwardResponseMessage
+	forward_Control_GetPropagationStatus_0         = runtime.ForwardResponseMessage
 	forward_Control_SetRolloutPolicy_0             = runtime.ForwardResponseMessage
 	forward_Control_SetRolloutPolicy_1             = runtime.ForwardResponseMessage
 	forward_Control_DeleteRolloutPolicy_0          = runtime.ForwardResponseMessage

@@ -57,6 +57,7 @@ const (
 	Control_GetZoneStatus_FullMethodName                = "/lehr.v1.Control/GetZoneStatus"
 	Control_GetStoreStatus_FullMethodName               = "/lehr.v1.Control/GetStoreStatus"
 	Control_GetControlStatus_FullMethodName             = "/lehr.v1.Control/GetControlStatus"
+	Control_GetPropagationStatus_FullMethodName         = "/lehr.v1.Control/GetPropagationStatus"
 	Control_BackupStore_FullMethodName                  = "/lehr.v1.Control/BackupStore"
 	Control_SetRolloutPolicy_FullMethodName             = "/lehr.v1.Control/SetRolloutPolicy"
 	Control_DeleteRolloutPolicy_FullMethodName          = "/lehr.v1.Control/DeleteRolloutPolicy"
@@ -256,6 +257,19 @@ type ControlClient interface {
 	//	aip.dev/not-precedent: the answering replica and its store are
 	//	singletons; there is nothing to name. --)
 	GetControlStatus(ctx context.Context, in *GetControlStatusRequest, opts ...grpc.CallOption) (*ControlStatus, error)
+	// GetPropagationStatus says how long updates took to reach every
+	// subscribed host — from the publish (the version's create_time) to the
+	// distributors' reports showing every host that subscribes to the
+	// namespace at that version or a later one — per update size class and
+	// number of subscribed hosts, over the most recent updates the leader
+	// of the rollout strategist measured, and the updates themselves
+	// (the console's Propagation page, lehr_control_propagation_seconds). Every
+	// user may read it.
+	// (-- api-linter: core::0131::method-signature=disabled
+	//
+	//	aip.dev/not-precedent: control's propagation measurement is a
+	//	singleton; there is nothing to name. --)
+	GetPropagationStatus(ctx context.Context, in *GetPropagationStatusRequest, opts ...grpc.CallOption) (*PropagationStatus, error)
 	// BackupStore streams a consistent snapshot of control's store — etcd's
 	// maintenance snapshot, of the whole etcd the store is in — to a fleet
 	// admin (lehr control backup). The first message names the revision
@@ -657,6 +671,16 @@ func (c *controlClient) GetControlStatus(ctx context.Context, in *GetControlStat
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(ControlStatus)
 	err := c.cc.Invoke(ctx, Control_GetControlStatus_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *controlClient) GetPropagationStatus(ctx context.Context, in *GetPropagationStatusRequest, opts ...grpc.CallOption) (*PropagationStatus, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(PropagationStatus)
+	err := c.cc.Invoke(ctx, Control_GetPropagationStatus_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -1085,6 +1109,19 @@ type ControlServer interface {
 	//	aip.dev/not-precedent: the answering replica and its store are
 	//	singletons; there is nothing to name. --)
 	GetControlStatus(context.Context, *GetControlStatusRequest) (*ControlStatus, error)
+	// GetPropagationStatus says how long updates took to reach every
+	// subscribed host — from the publish (the version's create_time) to the
+	// distributors' reports showing every host that subscribes to the
+	// namespace at that version or a later one — per update size class and
+	// number of subscribed hosts, over the most recent updates the leader
+	// of the rollout strategist measured, and the updates themselves
+	// (the console's Propagation page, lehr_control_propagation_seconds). Every
+	// user may read it.
+	// (-- api-linter: core::0131::method-signature=disabled
+	//
+	//	aip.dev/not-precedent: control's propagation measurement is a
+	//	singleton; there is nothing to name. --)
+	GetPropagationStatus(context.Context, *GetPropagationStatusRequest) (*PropagationStatus, error)
 	// BackupStore streams a consistent snapshot of control's store — etcd's
 	// maintenance snapshot, of the whole etcd the store is in — to a fleet
 	// admin (lehr control backup). The first message names the revision
@@ -1293,6 +1330,9 @@ func (UnimplementedControlServer) GetStoreStatus(context.Context, *GetStoreStatu
 }
 func (UnimplementedControlServer) GetControlStatus(context.Context, *GetControlStatusRequest) (*ControlStatus, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetControlStatus not implemented")
+}
+func (UnimplementedControlServer) GetPropagationStatus(context.Context, *GetPropagationStatusRequest) (*PropagationStatus, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetPropagationStatus not implemented")
 }
 func (UnimplementedControlServer) BackupStore(*BackupStoreRequest, grpc.ServerStreamingServer[BackupStoreResponse]) error {
 	return status.Error(codes.Unimplemented, "method BackupStore not implemented")
@@ -1866,6 +1906,24 @@ func _Control_GetControlStatus_Handler(srv interface{}, ctx context.Context, dec
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Control_GetPropagationStatus_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetPropagationStatusRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ControlServer).GetPropagationStatus(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Control_GetPropagationStatus_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ControlServer).GetPropagationStatus(ctx, req.(*GetPropagationStatusRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _Control_BackupStore_Handler(srv interface{}, stream grpc.ServerStream) error {
 	m := new(BackupStoreRequest)
 	if err := stream.RecvMsg(m); err != nil {
@@ -2401,6 +2459,10 @@ var Control_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "GetControlStatus",
 			Handler:    _Control_GetControlStatus_Handler,
+		},
+		{
+			MethodName: "GetPropagationStatus",
+			Handler:    _Control_GetPropagationStatus_Handler,
 		},
 		{
 			MethodName: "SetRolloutPolicy",

@@ -597,11 +597,76 @@ func (x *RestoreRecord) GetResyncTime() *timestamppb.Timestamp {
 	return nil
 }
 
+// PropagationRecord is what the leader of the rollout strategist measured
+// of the most recent updates' propagation (control/propagation), at
+// propagation, rewritten (guarded by its leadership) when an update
+// completes.
+type PropagationRecord struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Newest first, at most propagation.KeepUpdates.
+	Updates       []*PropagationUpdate   `protobuf:"bytes,1,rep,name=updates,proto3" json:"updates,omitempty"`
+	InFlight      int32                  `protobuf:"varint,2,opt,name=in_flight,json=inFlight,proto3" json:"in_flight,omitempty"`
+	UpdateTime    *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=update_time,json=updateTime,proto3" json:"update_time,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PropagationRecord) Reset() {
+	*x = PropagationRecord{}
+	mi := &file_lehr_v1_storage_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PropagationRecord) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PropagationRecord) ProtoMessage() {}
+
+func (x *PropagationRecord) ProtoReflect() protoreflect.Message {
+	mi := &file_lehr_v1_storage_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PropagationRecord.ProtoReflect.Descriptor instead.
+func (*PropagationRecord) Descriptor() ([]byte, []int) {
+	return file_lehr_v1_storage_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *PropagationRecord) GetUpdates() []*PropagationUpdate {
+	if x != nil {
+		return x.Updates
+	}
+	return nil
+}
+
+func (x *PropagationRecord) GetInFlight() int32 {
+	if x != nil {
+		return x.InFlight
+	}
+	return 0
+}
+
+func (x *PropagationRecord) GetUpdateTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.UpdateTime
+	}
+	return nil
+}
+
 var File_lehr_v1_storage_proto protoreflect.FileDescriptor
 
 const file_lehr_v1_storage_proto_rawDesc = "" +
 	"\n" +
-	"\x15lehr/v1/storage.proto\x12\alehr.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x14lehr/v1/canary.proto\x1a\x13lehr/v1/types.proto\"\xc0\x01\n" +
+	"\x15lehr/v1/storage.proto\x12\alehr.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x14lehr/v1/canary.proto\x1a\x15lehr/v1/control.proto\x1a\x13lehr/v1/types.proto\"\xc0\x01\n" +
 	"\rVersionRecord\x12(\n" +
 	"\x04info\x18\x01 \x01(\v2\x14.lehr.v1.VersionInfoR\x04info\x12'\n" +
 	"\x0fmanifest_chunks\x18\x02 \x03(\tR\x0emanifestChunks\x12\x1d\n" +
@@ -644,7 +709,12 @@ const file_lehr_v1_storage_proto_rawDesc = "" +
 	"\rversion_floor\x18\a \x01(\x04R\fversionFloor\x12#\n" +
 	"\rrevision_bump\x18\b \x01(\x04R\frevisionBump\x12;\n" +
 	"\vresync_time\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"resyncTimeB9\n" +
+	"resyncTime\"\xa3\x01\n" +
+	"\x11PropagationRecord\x124\n" +
+	"\aupdates\x18\x01 \x03(\v2\x1a.lehr.v1.PropagationUpdateR\aupdates\x12\x1b\n" +
+	"\tin_flight\x18\x02 \x01(\x05R\binFlight\x12;\n" +
+	"\vupdate_time\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"updateTimeB9\n" +
 	"\vdev.lehr.v1B\fStorageProtoP\x01Z\x1alehr.dev/lehr/proto/lehrpbb\x06proto3"
 
 var (
@@ -659,7 +729,7 @@ func file_lehr_v1_storage_proto_rawDescGZIP() []byte {
 	return file_lehr_v1_storage_proto_rawDescData
 }
 
-var file_lehr_v1_storage_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
+var file_lehr_v1_storage_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
 var file_lehr_v1_storage_proto_goTypes = []any{
 	(*VersionRecord)(nil),         // 0: lehr.v1.VersionRecord
 	(*RequestRecord)(nil),         // 1: lehr.v1.RequestRecord
@@ -669,26 +739,30 @@ var file_lehr_v1_storage_proto_goTypes = []any{
 	(*Tombstone)(nil),             // 5: lehr.v1.Tombstone
 	(*BackupRecord)(nil),          // 6: lehr.v1.BackupRecord
 	(*RestoreRecord)(nil),         // 7: lehr.v1.RestoreRecord
-	(*VersionInfo)(nil),           // 8: lehr.v1.VersionInfo
-	(*CanaryCheck)(nil),           // 9: lehr.v1.CanaryCheck
-	(*timestamppb.Timestamp)(nil), // 10: google.protobuf.Timestamp
+	(*PropagationRecord)(nil),     // 8: lehr.v1.PropagationRecord
+	(*VersionInfo)(nil),           // 9: lehr.v1.VersionInfo
+	(*CanaryCheck)(nil),           // 10: lehr.v1.CanaryCheck
+	(*timestamppb.Timestamp)(nil), // 11: google.protobuf.Timestamp
+	(*PropagationUpdate)(nil),     // 12: lehr.v1.PropagationUpdate
 }
 var file_lehr_v1_storage_proto_depIdxs = []int32{
-	8,  // 0: lehr.v1.VersionRecord.info:type_name -> lehr.v1.VersionInfo
-	9,  // 1: lehr.v1.VersionRecord.expected_checks:type_name -> lehr.v1.CanaryCheck
-	8,  // 2: lehr.v1.RequestRecord.info:type_name -> lehr.v1.VersionInfo
+	9,  // 0: lehr.v1.VersionRecord.info:type_name -> lehr.v1.VersionInfo
+	10, // 1: lehr.v1.VersionRecord.expected_checks:type_name -> lehr.v1.CanaryCheck
+	9,  // 2: lehr.v1.RequestRecord.info:type_name -> lehr.v1.VersionInfo
 	3,  // 3: lehr.v1.ManifestChunk.entries:type_name -> lehr.v1.ManifestEntry
-	10, // 4: lehr.v1.DomainUsageRecord.publish_time:type_name -> google.protobuf.Timestamp
-	10, // 5: lehr.v1.Tombstone.delete_time:type_name -> google.protobuf.Timestamp
-	10, // 6: lehr.v1.BackupRecord.backup_time:type_name -> google.protobuf.Timestamp
-	10, // 7: lehr.v1.RestoreRecord.restore_time:type_name -> google.protobuf.Timestamp
-	10, // 8: lehr.v1.RestoreRecord.backup_time:type_name -> google.protobuf.Timestamp
-	10, // 9: lehr.v1.RestoreRecord.resync_time:type_name -> google.protobuf.Timestamp
-	10, // [10:10] is the sub-list for method output_type
-	10, // [10:10] is the sub-list for method input_type
-	10, // [10:10] is the sub-list for extension type_name
-	10, // [10:10] is the sub-list for extension extendee
-	0,  // [0:10] is the sub-list for field type_name
+	11, // 4: lehr.v1.DomainUsageRecord.publish_time:type_name -> google.protobuf.Timestamp
+	11, // 5: lehr.v1.Tombstone.delete_time:type_name -> google.protobuf.Timestamp
+	11, // 6: lehr.v1.BackupRecord.backup_time:type_name -> google.protobuf.Timestamp
+	11, // 7: lehr.v1.RestoreRecord.restore_time:type_name -> google.protobuf.Timestamp
+	11, // 8: lehr.v1.RestoreRecord.backup_time:type_name -> google.protobuf.Timestamp
+	11, // 9: lehr.v1.RestoreRecord.resync_time:type_name -> google.protobuf.Timestamp
+	12, // 10: lehr.v1.PropagationRecord.updates:type_name -> lehr.v1.PropagationUpdate
+	11, // 11: lehr.v1.PropagationRecord.update_time:type_name -> google.protobuf.Timestamp
+	12, // [12:12] is the sub-list for method output_type
+	12, // [12:12] is the sub-list for method input_type
+	12, // [12:12] is the sub-list for extension type_name
+	12, // [12:12] is the sub-list for extension extendee
+	0,  // [0:12] is the sub-list for field type_name
 }
 
 func init() { file_lehr_v1_storage_proto_init() }
@@ -697,6 +771,7 @@ func file_lehr_v1_storage_proto_init() {
 		return
 	}
 	file_lehr_v1_canary_proto_init()
+	file_lehr_v1_control_proto_init()
 	file_lehr_v1_types_proto_init()
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -704,7 +779,7 @@ func file_lehr_v1_storage_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lehr_v1_storage_proto_rawDesc), len(file_lehr_v1_storage_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   8,
+			NumMessages:   9,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -109,6 +109,11 @@ func TestMetricsArePrometheusNative(t *testing.T) {
 			`lehr_control_rejections_total{reason="INVALID_NAME"} 1`,
 			`lehr_control_publishes_total{kind="patch"} 1`,
 			`lehr_control_domain_max_stored_bytes{domain="app"} `,
+			"# TYPE lehr_control_propagation_seconds histogram",
+			`lehr_control_propagation_seconds_bucket{size_class="small",subscribers="1",le="15"} `,
+			`lehr_control_propagation_objective_total{size_class="small",result="met"} `,
+			`lehr_control_propagation_incomplete_total{reason="superseded"} `,
+			`lehr_control_propagation_in_flight `,
 			"# TYPE lehr_build_info gauge\n" + build,
 		}},
 		{"distributor", c.Distributors(zone)[0].MetricsAddr(), []string{
