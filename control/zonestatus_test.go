@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -361,5 +362,71 @@ func TestZoneRecordsWhenItLastReported(t *testing.T) {
 	}
 	if lr := got["zone-b"].GetLastReportTime(); lr != nil {
 		t.Errorf("zone-b's last report time %v; want none: nobody reported in it", lr)
+	}
+}
+
+// GetZoneStatus answers one namespace's part of the reports when asked
+// (the console's namespace page), and the basic view without each
+// distributor's own counts (the fleet page), the sums unchanged.
+func TestZoneStatusNamespaceAndView(t *testing.T) {
+	srv := controltest.StartControl(t, control.Options{})
+	cl := srv.Client
+	if _, err := cl.CreateZone(testCtx(t), &lehrpb.CreateZoneRequest{Name: "zone-a"}); err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range []string{"d1", "d2"} {
+		if _, err := cl.ReportZoneStatus(testCtx(t), &lehrpb.ReportZoneStatusRequest{Zone: "zone-a", DistributorId: d, Agents: 2,
+			Versions: []*lehrpb.VersionCount{vc("x/app", 1, 1), vc("x/db", 3, 1)},
+			Health:   []*lehrpb.NamespaceHealth{{Namespace: "x/app", Version: 1, Agents: 1}, {Namespace: "x/db", Version: 3, Agents: 1}},
+			Hosts:    []*lehrpb.HostReport{{HostId: d + "-h", Report: &lehrpb.NamespaceReport{Namespace: "x/db", Version: 3}}}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	nsOf := func(st *lehrpb.GetZoneStatusResponse) (out []string) {
+		for _, v := range st.GetVersions() {
+			out = append(out, fmt.Sprintf("%s@%d×%d", v.GetNamespace(), v.GetVersion(), v.GetAgents()))
+		}
+		for _, h := range st.GetHealth() {
+			out = append(out, "health "+h.GetNamespace())
+		}
+		for _, h := range st.GetHosts() {
+			out = append(out, "host "+h.GetHostId())
+		}
+		for _, d := range st.GetDistributors() {
+			out = append(out, fmt.Sprintf("%s: %d counts, %d health", d.GetDistributorId(), len(d.GetVersions()), len(d.GetHealth())))
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		name string
+		req  *lehrpb.GetZoneStatusRequest
+		want []string
+	}{
+		{"full", &lehrpb.GetZoneStatusRequest{Zone: "zone-a"},
+			[]string{"x/app@1×2", "x/db@3×2", "health x/app", "health x/db", "host d1-h", "host d2-h", "d1: 2 counts, 2 health", "d2: 2 counts, 2 health"}},
+		{"one namespace", &lehrpb.GetZoneStatusRequest{Zone: "zone-a", Namespace: "x/db"},
+			[]string{"x/db@3×2", "health x/db", "host d1-h", "host d2-h", "d1: 1 counts, 1 health", "d2: 1 counts, 1 health"}},
+		{"basic", &lehrpb.GetZoneStatusRequest{Zone: "zone-a", View: lehrpb.ZoneStatusView_ZONE_STATUS_VIEW_BASIC},
+			[]string{"x/app@1×2", "x/db@3×2", "health x/app", "health x/db", "host d1-h", "host d2-h", "d1: 0 counts, 2 health", "d2: 0 counts, 2 health"}},
+	} {
+		st, err := cl.GetZoneStatus(testCtx(t), tc.req)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		if got := nsOf(st); !slices.Equal(got, tc.want) {
+			t.Errorf("%s: %q\nwant %q", tc.name, got, tc.want)
+		}
+	}
+	for _, tc := range []struct {
+		req   *lehrpb.GetZoneStatusRequest
+		field string
+	}{
+		{&lehrpb.GetZoneStatusRequest{Zone: "zone-a", Namespace: "nodomain"}, "namespace"},
+		{&lehrpb.GetZoneStatusRequest{Zone: "zone-a", View: 7}, "view"},
+	} {
+		_, err := cl.GetZoneStatus(testCtx(t), tc.req)
+		if e := apierror.FromError(err); err == nil || e.Code != codes.InvalidArgument || e.Field != tc.field {
+			t.Errorf("GetZoneStatus(%v) = %v; want INVALID_ARGUMENT on %s", tc.req, err, tc.field)
+		}
 	}
 }

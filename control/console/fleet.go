@@ -69,7 +69,7 @@ func (c *Console) zoneViews(r *http.Request) ([]zoneView, []problem, error) {
 			sem <- struct{}{}
 			defer func() { <-sem }()
 			v := zoneView{Zone: z}
-			st, err := c.opts.Client.GetZoneStatus(ctx, &lehrpb.GetZoneStatusRequest{Zone: z.GetName()})
+			st, err := c.opts.Client.GetZoneStatus(ctx, &lehrpb.GetZoneStatusRequest{Zone: z.GetName(), View: lehrpb.ZoneStatusView_ZONE_STATUS_VIEW_BASIC})
 			if err != nil {
 				v.Err = err.Error()
 				zprobs[i] = append(zprobs[i], problem{Zone: z.GetName(), Kind: "unreadable", What: "its status could not be read: " + err.Error()})

@@ -165,7 +165,7 @@ func (c *Console) namespace(w http.ResponseWriter, r *http.Request) {
 		} else if len(g.GetGoals()) > 0 {
 			zn.Goal = g.GetGoals()[0]
 		}
-		if st, err := c.opts.Client.GetZoneStatus(ctx, &lehrpb.GetZoneStatusRequest{Zone: z.GetName()}); err != nil {
+		if st, err := c.opts.Client.GetZoneStatus(ctx, &lehrpb.GetZoneStatusRequest{Zone: z.GetName(), Namespace: name}); err != nil {
 			zn.StateErr = err.Error()
 		} else {
 			svcs := map[string]int{}

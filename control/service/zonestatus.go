@@ -371,13 +371,28 @@ func (s *Service) GetZoneStatus(ctx context.Context, req *lehrpb.GetZoneStatusRe
 	if err := names.Zone(req.GetZone()); err != nil {
 		return nil, nameError("zone", err)
 	}
+	ns := req.GetNamespace()
+	if ns != "" {
+		if _, _, err := names.Namespace(ns); err != nil {
+			return nil, nameError("namespace", err)
+		}
+	}
+	view := req.GetView()
+	if _, ok := lehrpb.ZoneStatusView_name[int32(view)]; !ok {
+		return nil, invalid(apierror.ReasonInvalidArgument, "view", "view %d is not a ZoneStatusView: want ZONE_STATUS_VIEW_BASIC or ZONE_STATUS_VIEW_FULL", view)
+	}
 	sts, err := s.st.ZoneStatus(ctx, req.GetZone())
 	if err != nil {
 		return nil, withField(s.apiError(ctx, err), "zone")
 	}
+	if ns != "" {
+		for _, st := range sts {
+			onlyNamespace(st, ns)
+		}
+	}
 	health, hosts := sumHealth(sts)
 	dists, agents := sumBuilds(sts)
-	return &lehrpb.GetZoneStatusResponse{
+	resp := &lehrpb.GetZoneStatusResponse{
 		Zone:              req.GetZone(),
 		Distributors:      sts,
 		Versions:          sumVersions(sts),
@@ -386,7 +401,23 @@ func (s *Service) GetZoneStatus(ctx context.Context, req *lehrpb.GetZoneStatusRe
 		DistributorBuilds: dists,
 		AgentBuilds:       agents,
 		CacheQuarantines:  allQuarantines(sts),
-	}, nil
+	}
+	if view == lehrpb.ZoneStatusView_ZONE_STATUS_VIEW_BASIC {
+		for _, st := range sts {
+			st.Versions, st.Samples, st.Signals, st.Preview = nil, nil, nil, nil
+		}
+	}
+	return resp, nil
+}
+
+// onlyNamespace keeps, of st, what concerns namespace ns.
+func onlyNamespace(st *lehrpb.DistributorStatus, ns string) {
+	st.Versions = slices.DeleteFunc(st.Versions, func(v *lehrpb.VersionCount) bool { return v.GetNamespace() != ns })
+	st.Health = slices.DeleteFunc(st.Health, func(h *lehrpb.NamespaceHealth) bool { return h.GetNamespace() != ns })
+	st.Hosts = slices.DeleteFunc(st.Hosts, func(h *lehrpb.HostReport) bool { return h.GetReport().GetNamespace() != ns })
+	st.Samples = slices.DeleteFunc(st.Samples, func(s *lehrpb.CohortSample) bool { return s.GetNamespace() != ns })
+	st.Signals = slices.DeleteFunc(st.Signals, func(s *lehrpb.HostSignals) bool { return s.GetSignals().GetNamespace() != ns })
+	st.Preview = slices.DeleteFunc(st.Preview, func(p *lehrpb.NamespacePreviewCounts) bool { return p.GetNamespace() != ns })
 }
 
 // allQuarantines lists the cache quarantines of several reports, the most
@@ -510,9 +541,14 @@ func sumVersions(sts []*lehrpb.DistributorStatus) []*lehrpb.VersionCount {
 		ns string
 		v  uint64
 	}
+	// A zone is mostly served by one distributor, or its namespaces
+	// counted by one of them: a count reported once is answered as it is,
+	// and only counts several distributors report are added up (their
+	// services merged).
 	type sum struct {
+		first             *lehrpb.VersionCount
 		agents, consumers int64
-		services          map[string]int
+		services          map[string]int // nil while first is the only count
 	}
 	sums := make(map[nsVersion]*sum)
 	for _, st := range sts {
@@ -520,21 +556,28 @@ func sumVersions(sts []*lehrpb.DistributorStatus) []*lehrpb.VersionCount {
 			k := nsVersion{vc.GetNamespace(), vc.GetVersion()}
 			s := sums[k]
 			if s == nil {
-				s = &sum{}
-				sums[k] = s
+				sums[k] = &sum{first: vc, agents: int64(vc.GetAgents()), consumers: int64(vc.GetConsumers())}
+				continue
+			}
+			if s.services == nil {
+				s.services = map[string]int{}
+				for _, sv := range s.first.GetServices() {
+					s.services[sv.GetService()] += int(sv.GetConsumers())
+				}
 			}
 			s.agents += int64(vc.GetAgents())
 			s.consumers += int64(vc.GetConsumers())
 			for _, sv := range vc.GetServices() {
-				if s.services == nil {
-					s.services = map[string]int{}
-				}
 				s.services[sv.GetService()] += int(sv.GetConsumers())
 			}
 		}
 	}
 	out := make([]*lehrpb.VersionCount, 0, len(sums))
 	for k, s := range sums {
+		if s.services == nil { // one count: as reported (services.Max at most, checked)
+			out = append(out, s.first)
+			continue
+		}
 		out = append(out, &lehrpb.VersionCount{Namespace: k.ns, Version: k.v, Agents: int32(min(s.agents, math.MaxInt32)),
 			Consumers: uint32(min(s.consumers, math.MaxUint32)), Services: services.Top(s.services)})
 	}

@@ -36,6 +36,63 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// ZoneStatusView selects how much of a zone's status GetZoneStatus
+// answers (AIP-157).
+type ZoneStatusView int32
+
+const (
+	// The default: ZONE_STATUS_VIEW_FULL.
+	ZoneStatusView_ZONE_STATUS_VIEW_UNSPECIFIED ZoneStatusView = 0
+	// The sums over distributors, and of each distributor its id, agents,
+	// builds, cache quarantines, consumer health and host reports — not its
+	// own version counts, samples, signals and preview counts, which grow
+	// with the catalog and the fleet (the fleet page).
+	ZoneStatusView_ZONE_STATUS_VIEW_BASIC ZoneStatusView = 1
+	// Everything each distributor reported.
+	ZoneStatusView_ZONE_STATUS_VIEW_FULL ZoneStatusView = 2
+)
+
+// Enum value maps for ZoneStatusView.
+var (
+	ZoneStatusView_name = map[int32]string{
+		0: "ZONE_STATUS_VIEW_UNSPECIFIED",
+		1: "ZONE_STATUS_VIEW_BASIC",
+		2: "ZONE_STATUS_VIEW_FULL",
+	}
+	ZoneStatusView_value = map[string]int32{
+		"ZONE_STATUS_VIEW_UNSPECIFIED": 0,
+		"ZONE_STATUS_VIEW_BASIC":       1,
+		"ZONE_STATUS_VIEW_FULL":        2,
+	}
+)
+
+func (x ZoneStatusView) Enum() *ZoneStatusView {
+	p := new(ZoneStatusView)
+	*p = x
+	return p
+}
+
+func (x ZoneStatusView) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (ZoneStatusView) Descriptor() protoreflect.EnumDescriptor {
+	return file_lehr_v1_control_proto_enumTypes[0].Descriptor()
+}
+
+func (ZoneStatusView) Type() protoreflect.EnumType {
+	return &file_lehr_v1_control_proto_enumTypes[0]
+}
+
+func (x ZoneStatusView) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use ZoneStatusView.Descriptor instead.
+func (ZoneStatusView) EnumDescriptor() ([]byte, []int) {
+	return file_lehr_v1_control_proto_rawDescGZIP(), []int{0}
+}
+
 type PropertyChange_Kind int32
 
 const (
@@ -72,11 +129,11 @@ func (x PropertyChange_Kind) String() string {
 }
 
 func (PropertyChange_Kind) Descriptor() protoreflect.EnumDescriptor {
-	return file_lehr_v1_control_proto_enumTypes[0].Descriptor()
+	return file_lehr_v1_control_proto_enumTypes[1].Descriptor()
 }
 
 func (PropertyChange_Kind) Type() protoreflect.EnumType {
-	return &file_lehr_v1_control_proto_enumTypes[0]
+	return &file_lehr_v1_control_proto_enumTypes[1]
 }
 
 func (x PropertyChange_Kind) Number() protoreflect.EnumNumber {
@@ -121,11 +178,11 @@ func (x GoalEvent_Type) String() string {
 }
 
 func (GoalEvent_Type) Descriptor() protoreflect.EnumDescriptor {
-	return file_lehr_v1_control_proto_enumTypes[1].Descriptor()
+	return file_lehr_v1_control_proto_enumTypes[2].Descriptor()
 }
 
 func (GoalEvent_Type) Type() protoreflect.EnumType {
-	return &file_lehr_v1_control_proto_enumTypes[1]
+	return &file_lehr_v1_control_proto_enumTypes[2]
 }
 
 func (x GoalEvent_Type) Number() protoreflect.EnumNumber {
@@ -4321,8 +4378,15 @@ func (x *ReportZoneStatusResponse) GetDistributors() int32 {
 //	api-linter: core::0131::request-unknown-fields=disabled
 //	aip.dev/not-precedent: read by the zone's name. --)
 type GetZoneStatusRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Zone          string                 `protobuf:"bytes,1,opt,name=zone,proto3" json:"zone,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Zone  string                 `protobuf:"bytes,1,opt,name=zone,proto3" json:"zone,omitempty"`
+	// If set, only this namespace's version counts, consumer health, host
+	// reports, samples, signals and preview counts are answered, every
+	// distributor's and summed (a page about one namespace).
+	Namespace string `protobuf:"bytes,2,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	// How much of each distributor's report to answer; the default is
+	// ZONE_STATUS_VIEW_FULL.
+	View          ZoneStatusView `protobuf:"varint,3,opt,name=view,proto3,enum=lehr.v1.ZoneStatusView" json:"view,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4362,6 +4426,20 @@ func (x *GetZoneStatusRequest) GetZone() string {
 		return x.Zone
 	}
 	return ""
+}
+
+func (x *GetZoneStatusRequest) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *GetZoneStatusRequest) GetView() ZoneStatusView {
+	if x != nil {
+		return x.View
+	}
+	return ZoneStatusView_ZONE_STATUS_VIEW_UNSPECIFIED
 }
 
 // (-- api-linter: core::0131::request-name-required=disabled
@@ -6076,10 +6154,13 @@ const file_lehr_v1_control_proto_rawDesc = "" +
 	"\x06cohort\x18\x02 \x01(\bB\x03\xe0A\x01R\x06cohort\x125\n" +
 	"\x06report\x18\x03 \x01(\v2\x18.lehr.v1.NamespaceReportB\x03\xe0A\x02R\x06report\">\n" +
 	"\x18ReportZoneStatusResponse\x12\"\n" +
-	"\fdistributors\x18\x01 \x01(\x05R\fdistributors\"A\n" +
+	"\fdistributors\x18\x01 \x01(\x05R\fdistributors\"\xad\x01\n" +
 	"\x14GetZoneStatusRequest\x12)\n" +
 	"\x04zone\x18\x01 \x01(\tB\x15\xe0A\x02\xfaA\x0f\n" +
-	"\rlehr.dev/ZoneR\x04zone\"\x17\n" +
+	"\rlehr.dev/ZoneR\x04zone\x128\n" +
+	"\tnamespace\x18\x02 \x01(\tB\x1a\xe0A\x01\xfaA\x14\n" +
+	"\x12lehr.dev/NamespaceR\tnamespace\x120\n" +
+	"\x04view\x18\x03 \x01(\x0e2\x17.lehr.v1.ZoneStatusViewB\x03\xe0A\x01R\x04view\"\x17\n" +
 	"\x15GetStoreStatusRequest\"\x98\x03\n" +
 	"\vStoreStatus\x12\x1d\n" +
 	"\n" +
@@ -6195,7 +6276,11 @@ const file_lehr_v1_control_proto_rawDesc = "" +
 	"\x05hosts\x18\x05 \x03(\v2\x13.lehr.v1.HostReportR\x05hosts\x12B\n" +
 	"\x12distributor_builds\x18\x06 \x03(\v2\x13.lehr.v1.BuildCountR\x11distributorBuilds\x126\n" +
 	"\fagent_builds\x18\a \x03(\v2\x13.lehr.v1.BuildCountR\vagentBuilds\x12E\n" +
-	"\x11cache_quarantines\x18\b \x03(\v2\x18.lehr.v1.CacheQuarantineR\x10cacheQuarantines2\xec6\n" +
+	"\x11cache_quarantines\x18\b \x03(\v2\x18.lehr.v1.CacheQuarantineR\x10cacheQuarantines*i\n" +
+	"\x0eZoneStatusView\x12 \n" +
+	"\x1cZONE_STATUS_VIEW_UNSPECIFIED\x10\x00\x12\x1a\n" +
+	"\x16ZONE_STATUS_VIEW_BASIC\x10\x01\x12\x19\n" +
+	"\x15ZONE_STATUS_VIEW_FULL\x10\x022\xec6\n" +
 	"\aControl\x12c\n" +
 	"\fCreateDomain\x12\x1c.lehr.v1.CreateDomainRequest\x1a\x0f.lehr.v1.Domain\"$\xdaA\x06domain\x82\xd3\xe4\x93\x02\x15:\x06domain\"\v/v1/domains\x12Z\n" +
 	"\tGetDomain\x12\x19.lehr.v1.GetDomainRequest\x1a\x0f.lehr.v1.Domain\"!\xdaA\x04name\x82\xd3\xe4\x93\x02\x14\x12\x12/v1/domains/{name}\x12]\n" +
@@ -6276,344 +6361,346 @@ func file_lehr_v1_control_proto_rawDescGZIP() []byte {
 	return file_lehr_v1_control_proto_rawDescData
 }
 
-var file_lehr_v1_control_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
+var file_lehr_v1_control_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
 var file_lehr_v1_control_proto_msgTypes = make([]protoimpl.MessageInfo, 82)
 var file_lehr_v1_control_proto_goTypes = []any{
-	(PropertyChange_Kind)(0),                    // 0: lehr.v1.PropertyChange.Kind
-	(GoalEvent_Type)(0),                         // 1: lehr.v1.GoalEvent.Type
-	(*AuditRecord)(nil),                         // 2: lehr.v1.AuditRecord
-	(*ListAuditRecordsRequest)(nil),             // 3: lehr.v1.ListAuditRecordsRequest
-	(*ListAuditRecordsResponse)(nil),            // 4: lehr.v1.ListAuditRecordsResponse
-	(*UpdateRolloutRequest)(nil),                // 5: lehr.v1.UpdateRolloutRequest
-	(*GetRolloutRequest)(nil),                   // 6: lehr.v1.GetRolloutRequest
-	(*ListRolloutsRequest)(nil),                 // 7: lehr.v1.ListRolloutsRequest
-	(*ListRolloutsResponse)(nil),                // 8: lehr.v1.ListRolloutsResponse
-	(*ListRolloutEventsRequest)(nil),            // 9: lehr.v1.ListRolloutEventsRequest
-	(*ListRolloutEventsResponse)(nil),           // 10: lehr.v1.ListRolloutEventsResponse
-	(*SetRolloutPolicyRequest)(nil),             // 11: lehr.v1.SetRolloutPolicyRequest
-	(*DeleteRolloutPolicyRequest)(nil),          // 12: lehr.v1.DeleteRolloutPolicyRequest
-	(*GetRolloutPolicyRequest)(nil),             // 13: lehr.v1.GetRolloutPolicyRequest
-	(*GetRolloutPolicyResponse)(nil),            // 14: lehr.v1.GetRolloutPolicyResponse
-	(*RolloutPolicyHistoryRequest)(nil),         // 15: lehr.v1.RolloutPolicyHistoryRequest
-	(*RolloutPolicyHistoryResponse)(nil),        // 16: lehr.v1.RolloutPolicyHistoryResponse
-	(*CreateDomainRequest)(nil),                 // 17: lehr.v1.CreateDomainRequest
-	(*UpdateDomainRequest)(nil),                 // 18: lehr.v1.UpdateDomainRequest
-	(*GetDomainRequest)(nil),                    // 19: lehr.v1.GetDomainRequest
-	(*ListDomainsRequest)(nil),                  // 20: lehr.v1.ListDomainsRequest
-	(*ListDomainsResponse)(nil),                 // 21: lehr.v1.ListDomainsResponse
-	(*CreateNamespaceRequest)(nil),              // 22: lehr.v1.CreateNamespaceRequest
-	(*GetNamespaceRequest)(nil),                 // 23: lehr.v1.GetNamespaceRequest
-	(*ListNamespacesRequest)(nil),               // 24: lehr.v1.ListNamespacesRequest
-	(*ListNamespacesResponse)(nil),              // 25: lehr.v1.ListNamespacesResponse
-	(*PublishRequest)(nil),                      // 26: lehr.v1.PublishRequest
-	(*PublishResponse)(nil),                     // 27: lehr.v1.PublishResponse
-	(*PatchRequest)(nil),                        // 28: lehr.v1.PatchRequest
-	(*PatchResponse)(nil),                       // 29: lehr.v1.PatchResponse
-	(*GetRequest)(nil),                          // 30: lehr.v1.GetRequest
-	(*GetResponse)(nil),                         // 31: lehr.v1.GetResponse
-	(*HistoryRequest)(nil),                      // 32: lehr.v1.HistoryRequest
-	(*HistoryResponse)(nil),                     // 33: lehr.v1.HistoryResponse
-	(*DiffRequest)(nil),                         // 34: lehr.v1.DiffRequest
-	(*PropertyChange)(nil),                      // 35: lehr.v1.PropertyChange
-	(*DiffResponse)(nil),                        // 36: lehr.v1.DiffResponse
-	(*RollbackRequest)(nil),                     // 37: lehr.v1.RollbackRequest
-	(*RollbackResponse)(nil),                    // 38: lehr.v1.RollbackResponse
-	(*CompactNamespaceRequest)(nil),             // 39: lehr.v1.CompactNamespaceRequest
-	(*CompactNamespaceResponse)(nil),            // 40: lehr.v1.CompactNamespaceResponse
-	(*DeleteNamespaceRequest)(nil),              // 41: lehr.v1.DeleteNamespaceRequest
-	(*DeleteDomainRequest)(nil),                 // 42: lehr.v1.DeleteDomainRequest
-	(*CreateZoneRequest)(nil),                   // 43: lehr.v1.CreateZoneRequest
-	(*DeleteZoneRequest)(nil),                   // 44: lehr.v1.DeleteZoneRequest
-	(*ListZonesRequest)(nil),                    // 45: lehr.v1.ListZonesRequest
-	(*ListZonesResponse)(nil),                   // 46: lehr.v1.ListZonesResponse
-	(*GetGoalsRequest)(nil),                     // 47: lehr.v1.GetGoalsRequest
-	(*GetGoalsResponse)(nil),                    // 48: lehr.v1.GetGoalsResponse
-	(*WatchGoalsRequest)(nil),                   // 49: lehr.v1.WatchGoalsRequest
-	(*GoalEvent)(nil),                           // 50: lehr.v1.GoalEvent
-	(*WatchGoalsResponse)(nil),                  // 51: lehr.v1.WatchGoalsResponse
-	(*FetchVersionRequest)(nil),                 // 52: lehr.v1.FetchVersionRequest
-	(*FetchVersionResponse)(nil),                // 53: lehr.v1.FetchVersionResponse
-	(*FetchDeltaRequest)(nil),                   // 54: lehr.v1.FetchDeltaRequest
-	(*FetchDeltaResponse)(nil),                  // 55: lehr.v1.FetchDeltaResponse
-	(*VersionCount)(nil),                        // 56: lehr.v1.VersionCount
-	(*ReportZoneStatusRequest)(nil),             // 57: lehr.v1.ReportZoneStatusRequest
-	(*CacheQuarantine)(nil),                     // 58: lehr.v1.CacheQuarantine
-	(*BuildCount)(nil),                          // 59: lehr.v1.BuildCount
-	(*NamespacePreviewCounts)(nil),              // 60: lehr.v1.NamespacePreviewCounts
-	(*HostSignals)(nil),                         // 61: lehr.v1.HostSignals
-	(*CohortSample)(nil),                        // 62: lehr.v1.CohortSample
-	(*NamespaceHealth)(nil),                     // 63: lehr.v1.NamespaceHealth
-	(*HostReport)(nil),                          // 64: lehr.v1.HostReport
-	(*ReportZoneStatusResponse)(nil),            // 65: lehr.v1.ReportZoneStatusResponse
-	(*GetZoneStatusRequest)(nil),                // 66: lehr.v1.GetZoneStatusRequest
-	(*GetStoreStatusRequest)(nil),               // 67: lehr.v1.GetStoreStatusRequest
-	(*StoreStatus)(nil),                         // 68: lehr.v1.StoreStatus
-	(*GetControlStatusRequest)(nil),             // 69: lehr.v1.GetControlStatusRequest
-	(*GetPropagationStatusRequest)(nil),         // 70: lehr.v1.GetPropagationStatusRequest
-	(*PropagationStatus)(nil),                   // 71: lehr.v1.PropagationStatus
-	(*PropagationClass)(nil),                    // 72: lehr.v1.PropagationClass
-	(*PropagationGroup)(nil),                    // 73: lehr.v1.PropagationGroup
-	(*PropagationUpdate)(nil),                   // 74: lehr.v1.PropagationUpdate
-	(*BackupStoreRequest)(nil),                  // 75: lehr.v1.BackupStoreRequest
-	(*BackupStoreResponse)(nil),                 // 76: lehr.v1.BackupStoreResponse
-	(*StoreIdentity)(nil),                       // 77: lehr.v1.StoreIdentity
-	(*ControlStatus)(nil),                       // 78: lehr.v1.ControlStatus
-	(*EtcdClusterStatus)(nil),                   // 79: lehr.v1.EtcdClusterStatus
-	(*ControlReplica)(nil),                      // 80: lehr.v1.ControlReplica
-	(*DomainStoredBytes)(nil),                   // 81: lehr.v1.DomainStoredBytes
-	(*DistributorStatus)(nil),                   // 82: lehr.v1.DistributorStatus
-	(*GetZoneStatusResponse)(nil),               // 83: lehr.v1.GetZoneStatusResponse
-	(*timestamppb.Timestamp)(nil),               // 84: google.protobuf.Timestamp
-	(RolloutAction)(0),                          // 85: lehr.v1.RolloutAction
-	(*Rollout)(nil),                             // 86: lehr.v1.Rollout
-	(*RolloutEvent)(nil),                        // 87: lehr.v1.RolloutEvent
-	(*RolloutPolicy)(nil),                       // 88: lehr.v1.RolloutPolicy
-	(*RolloutPolicyRecord)(nil),                 // 89: lehr.v1.RolloutPolicyRecord
-	(RolloutPolicySource)(0),                    // 90: lehr.v1.RolloutPolicySource
-	(*Domain)(nil),                              // 91: lehr.v1.Domain
-	(*fieldmaskpb.FieldMask)(nil),               // 92: google.protobuf.FieldMask
-	(*Namespace)(nil),                           // 93: lehr.v1.Namespace
-	(NamespaceKind)(0),                          // 94: lehr.v1.NamespaceKind
-	(*Property)(nil),                            // 95: lehr.v1.Property
-	(*VersionInfo)(nil),                         // 96: lehr.v1.VersionInfo
-	(*Zone)(nil),                                // 97: lehr.v1.Zone
-	(*GoalState)(nil),                           // 98: lehr.v1.GoalState
-	(*ServiceConsumers)(nil),                    // 99: lehr.v1.ServiceConsumers
-	(*HostPreviewCounts)(nil),                   // 100: lehr.v1.HostPreviewCounts
-	(*NamespaceSignals)(nil),                    // 101: lehr.v1.NamespaceSignals
-	(*NamespaceReport)(nil),                     // 102: lehr.v1.NamespaceReport
-	(*durationpb.Duration)(nil),                 // 103: google.protobuf.Duration
-	(VersionSource)(0),                          // 104: lehr.v1.VersionSource
-	(*EvaluateRequest)(nil),                     // 105: lehr.v1.EvaluateRequest
-	(*GetCanaryEvaluationRequest)(nil),          // 106: lehr.v1.GetCanaryEvaluationRequest
-	(*ListCanaryEvaluationsRequest)(nil),        // 107: lehr.v1.ListCanaryEvaluationsRequest
-	(*GetPolicyRequest)(nil),                    // 108: lehr.v1.GetPolicyRequest
-	(*CreatePolicyExperimentRequest)(nil),       // 109: lehr.v1.CreatePolicyExperimentRequest
-	(*UpdatePolicyExperimentRequest)(nil),       // 110: lehr.v1.UpdatePolicyExperimentRequest
-	(*GetPolicyExperimentRequest)(nil),          // 111: lehr.v1.GetPolicyExperimentRequest
-	(*ListPolicyExperimentsRequest)(nil),        // 112: lehr.v1.ListPolicyExperimentsRequest
-	(*DeletePolicyExperimentRequest)(nil),       // 113: lehr.v1.DeletePolicyExperimentRequest
-	(*StartPreviewPolicyExperimentRequest)(nil), // 114: lehr.v1.StartPreviewPolicyExperimentRequest
-	(*StopPreviewPolicyExperimentRequest)(nil),  // 115: lehr.v1.StopPreviewPolicyExperimentRequest
-	(*CommitPolicyExperimentRequest)(nil),       // 116: lehr.v1.CommitPolicyExperimentRequest
-	(*DeletePolicyRequest)(nil),                 // 117: lehr.v1.DeletePolicyRequest
-	(*GetPolicyExperimentCountsRequest)(nil),    // 118: lehr.v1.GetPolicyExperimentCountsRequest
-	(*emptypb.Empty)(nil),                       // 119: google.protobuf.Empty
-	(*CanaryEvaluation)(nil),                    // 120: lehr.v1.CanaryEvaluation
-	(*ListCanaryEvaluationsResponse)(nil),       // 121: lehr.v1.ListCanaryEvaluationsResponse
-	(*Policy)(nil),                              // 122: lehr.v1.Policy
-	(*longrunningpb.Operation)(nil),             // 123: google.longrunning.Operation
-	(*PolicyExperiment)(nil),                    // 124: lehr.v1.PolicyExperiment
-	(*ListPolicyExperimentsResponse)(nil),       // 125: lehr.v1.ListPolicyExperimentsResponse
-	(*PolicyExperimentCounts)(nil),              // 126: lehr.v1.PolicyExperimentCounts
+	(ZoneStatusView)(0),                         // 0: lehr.v1.ZoneStatusView
+	(PropertyChange_Kind)(0),                    // 1: lehr.v1.PropertyChange.Kind
+	(GoalEvent_Type)(0),                         // 2: lehr.v1.GoalEvent.Type
+	(*AuditRecord)(nil),                         // 3: lehr.v1.AuditRecord
+	(*ListAuditRecordsRequest)(nil),             // 4: lehr.v1.ListAuditRecordsRequest
+	(*ListAuditRecordsResponse)(nil),            // 5: lehr.v1.ListAuditRecordsResponse
+	(*UpdateRolloutRequest)(nil),                // 6: lehr.v1.UpdateRolloutRequest
+	(*GetRolloutRequest)(nil),                   // 7: lehr.v1.GetRolloutRequest
+	(*ListRolloutsRequest)(nil),                 // 8: lehr.v1.ListRolloutsRequest
+	(*ListRolloutsResponse)(nil),                // 9: lehr.v1.ListRolloutsResponse
+	(*ListRolloutEventsRequest)(nil),            // 10: lehr.v1.ListRolloutEventsRequest
+	(*ListRolloutEventsResponse)(nil),           // 11: lehr.v1.ListRolloutEventsResponse
+	(*SetRolloutPolicyRequest)(nil),             // 12: lehr.v1.SetRolloutPolicyRequest
+	(*DeleteRolloutPolicyRequest)(nil),          // 13: lehr.v1.DeleteRolloutPolicyRequest
+	(*GetRolloutPolicyRequest)(nil),             // 14: lehr.v1.GetRolloutPolicyRequest
+	(*GetRolloutPolicyResponse)(nil),            // 15: lehr.v1.GetRolloutPolicyResponse
+	(*RolloutPolicyHistoryRequest)(nil),         // 16: lehr.v1.RolloutPolicyHistoryRequest
+	(*RolloutPolicyHistoryResponse)(nil),        // 17: lehr.v1.RolloutPolicyHistoryResponse
+	(*CreateDomainRequest)(nil),                 // 18: lehr.v1.CreateDomainRequest
+	(*UpdateDomainRequest)(nil),                 // 19: lehr.v1.UpdateDomainRequest
+	(*GetDomainRequest)(nil),                    // 20: lehr.v1.GetDomainRequest
+	(*ListDomainsRequest)(nil),                  // 21: lehr.v1.ListDomainsRequest
+	(*ListDomainsResponse)(nil),                 // 22: lehr.v1.ListDomainsResponse
+	(*CreateNamespaceRequest)(nil),              // 23: lehr.v1.CreateNamespaceRequest
+	(*GetNamespaceRequest)(nil),                 // 24: lehr.v1.GetNamespaceRequest
+	(*ListNamespacesRequest)(nil),               // 25: lehr.v1.ListNamespacesRequest
+	(*ListNamespacesResponse)(nil),              // 26: lehr.v1.ListNamespacesResponse
+	(*PublishRequest)(nil),                      // 27: lehr.v1.PublishRequest
+	(*PublishResponse)(nil),                     // 28: lehr.v1.PublishResponse
+	(*PatchRequest)(nil),                        // 29: lehr.v1.PatchRequest
+	(*PatchResponse)(nil),                       // 30: lehr.v1.PatchResponse
+	(*GetRequest)(nil),                          // 31: lehr.v1.GetRequest
+	(*GetResponse)(nil),                         // 32: lehr.v1.GetResponse
+	(*HistoryRequest)(nil),                      // 33: lehr.v1.HistoryRequest
+	(*HistoryResponse)(nil),                     // 34: lehr.v1.HistoryResponse
+	(*DiffRequest)(nil),                         // 35: lehr.v1.DiffRequest
+	(*PropertyChange)(nil),                      // 36: lehr.v1.PropertyChange
+	(*DiffResponse)(nil),                        // 37: lehr.v1.DiffResponse
+	(*RollbackRequest)(nil),                     // 38: lehr.v1.RollbackRequest
+	(*RollbackResponse)(nil),                    // 39: lehr.v1.RollbackResponse
+	(*CompactNamespaceRequest)(nil),             // 40: lehr.v1.CompactNamespaceRequest
+	(*CompactNamespaceResponse)(nil),            // 41: lehr.v1.CompactNamespaceResponse
+	(*DeleteNamespaceRequest)(nil),              // 42: lehr.v1.DeleteNamespaceRequest
+	(*DeleteDomainRequest)(nil),                 // 43: lehr.v1.DeleteDomainRequest
+	(*CreateZoneRequest)(nil),                   // 44: lehr.v1.CreateZoneRequest
+	(*DeleteZoneRequest)(nil),                   // 45: lehr.v1.DeleteZoneRequest
+	(*ListZonesRequest)(nil),                    // 46: lehr.v1.ListZonesRequest
+	(*ListZonesResponse)(nil),                   // 47: lehr.v1.ListZonesResponse
+	(*GetGoalsRequest)(nil),                     // 48: lehr.v1.GetGoalsRequest
+	(*GetGoalsResponse)(nil),                    // 49: lehr.v1.GetGoalsResponse
+	(*WatchGoalsRequest)(nil),                   // 50: lehr.v1.WatchGoalsRequest
+	(*GoalEvent)(nil),                           // 51: lehr.v1.GoalEvent
+	(*WatchGoalsResponse)(nil),                  // 52: lehr.v1.WatchGoalsResponse
+	(*FetchVersionRequest)(nil),                 // 53: lehr.v1.FetchVersionRequest
+	(*FetchVersionResponse)(nil),                // 54: lehr.v1.FetchVersionResponse
+	(*FetchDeltaRequest)(nil),                   // 55: lehr.v1.FetchDeltaRequest
+	(*FetchDeltaResponse)(nil),                  // 56: lehr.v1.FetchDeltaResponse
+	(*VersionCount)(nil),                        // 57: lehr.v1.VersionCount
+	(*ReportZoneStatusRequest)(nil),             // 58: lehr.v1.ReportZoneStatusRequest
+	(*CacheQuarantine)(nil),                     // 59: lehr.v1.CacheQuarantine
+	(*BuildCount)(nil),                          // 60: lehr.v1.BuildCount
+	(*NamespacePreviewCounts)(nil),              // 61: lehr.v1.NamespacePreviewCounts
+	(*HostSignals)(nil),                         // 62: lehr.v1.HostSignals
+	(*CohortSample)(nil),                        // 63: lehr.v1.CohortSample
+	(*NamespaceHealth)(nil),                     // 64: lehr.v1.NamespaceHealth
+	(*HostReport)(nil),                          // 65: lehr.v1.HostReport
+	(*ReportZoneStatusResponse)(nil),            // 66: lehr.v1.ReportZoneStatusResponse
+	(*GetZoneStatusRequest)(nil),                // 67: lehr.v1.GetZoneStatusRequest
+	(*GetStoreStatusRequest)(nil),               // 68: lehr.v1.GetStoreStatusRequest
+	(*StoreStatus)(nil),                         // 69: lehr.v1.StoreStatus
+	(*GetControlStatusRequest)(nil),             // 70: lehr.v1.GetControlStatusRequest
+	(*GetPropagationStatusRequest)(nil),         // 71: lehr.v1.GetPropagationStatusRequest
+	(*PropagationStatus)(nil),                   // 72: lehr.v1.PropagationStatus
+	(*PropagationClass)(nil),                    // 73: lehr.v1.PropagationClass
+	(*PropagationGroup)(nil),                    // 74: lehr.v1.PropagationGroup
+	(*PropagationUpdate)(nil),                   // 75: lehr.v1.PropagationUpdate
+	(*BackupStoreRequest)(nil),                  // 76: lehr.v1.BackupStoreRequest
+	(*BackupStoreResponse)(nil),                 // 77: lehr.v1.BackupStoreResponse
+	(*StoreIdentity)(nil),                       // 78: lehr.v1.StoreIdentity
+	(*ControlStatus)(nil),                       // 79: lehr.v1.ControlStatus
+	(*EtcdClusterStatus)(nil),                   // 80: lehr.v1.EtcdClusterStatus
+	(*ControlReplica)(nil),                      // 81: lehr.v1.ControlReplica
+	(*DomainStoredBytes)(nil),                   // 82: lehr.v1.DomainStoredBytes
+	(*DistributorStatus)(nil),                   // 83: lehr.v1.DistributorStatus
+	(*GetZoneStatusResponse)(nil),               // 84: lehr.v1.GetZoneStatusResponse
+	(*timestamppb.Timestamp)(nil),               // 85: google.protobuf.Timestamp
+	(RolloutAction)(0),                          // 86: lehr.v1.RolloutAction
+	(*Rollout)(nil),                             // 87: lehr.v1.Rollout
+	(*RolloutEvent)(nil),                        // 88: lehr.v1.RolloutEvent
+	(*RolloutPolicy)(nil),                       // 89: lehr.v1.RolloutPolicy
+	(*RolloutPolicyRecord)(nil),                 // 90: lehr.v1.RolloutPolicyRecord
+	(RolloutPolicySource)(0),                    // 91: lehr.v1.RolloutPolicySource
+	(*Domain)(nil),                              // 92: lehr.v1.Domain
+	(*fieldmaskpb.FieldMask)(nil),               // 93: google.protobuf.FieldMask
+	(*Namespace)(nil),                           // 94: lehr.v1.Namespace
+	(NamespaceKind)(0),                          // 95: lehr.v1.NamespaceKind
+	(*Property)(nil),                            // 96: lehr.v1.Property
+	(*VersionInfo)(nil),                         // 97: lehr.v1.VersionInfo
+	(*Zone)(nil),                                // 98: lehr.v1.Zone
+	(*GoalState)(nil),                           // 99: lehr.v1.GoalState
+	(*ServiceConsumers)(nil),                    // 100: lehr.v1.ServiceConsumers
+	(*HostPreviewCounts)(nil),                   // 101: lehr.v1.HostPreviewCounts
+	(*NamespaceSignals)(nil),                    // 102: lehr.v1.NamespaceSignals
+	(*NamespaceReport)(nil),                     // 103: lehr.v1.NamespaceReport
+	(*durationpb.Duration)(nil),                 // 104: google.protobuf.Duration
+	(VersionSource)(0),                          // 105: lehr.v1.VersionSource
+	(*EvaluateRequest)(nil),                     // 106: lehr.v1.EvaluateRequest
+	(*GetCanaryEvaluationRequest)(nil),          // 107: lehr.v1.GetCanaryEvaluationRequest
+	(*ListCanaryEvaluationsRequest)(nil),        // 108: lehr.v1.ListCanaryEvaluationsRequest
+	(*GetPolicyRequest)(nil),                    // 109: lehr.v1.GetPolicyRequest
+	(*CreatePolicyExperimentRequest)(nil),       // 110: lehr.v1.CreatePolicyExperimentRequest
+	(*UpdatePolicyExperimentRequest)(nil),       // 111: lehr.v1.UpdatePolicyExperimentRequest
+	(*GetPolicyExperimentRequest)(nil),          // 112: lehr.v1.GetPolicyExperimentRequest
+	(*ListPolicyExperimentsRequest)(nil),        // 113: lehr.v1.ListPolicyExperimentsRequest
+	(*DeletePolicyExperimentRequest)(nil),       // 114: lehr.v1.DeletePolicyExperimentRequest
+	(*StartPreviewPolicyExperimentRequest)(nil), // 115: lehr.v1.StartPreviewPolicyExperimentRequest
+	(*StopPreviewPolicyExperimentRequest)(nil),  // 116: lehr.v1.StopPreviewPolicyExperimentRequest
+	(*CommitPolicyExperimentRequest)(nil),       // 117: lehr.v1.CommitPolicyExperimentRequest
+	(*DeletePolicyRequest)(nil),                 // 118: lehr.v1.DeletePolicyRequest
+	(*GetPolicyExperimentCountsRequest)(nil),    // 119: lehr.v1.GetPolicyExperimentCountsRequest
+	(*emptypb.Empty)(nil),                       // 120: google.protobuf.Empty
+	(*CanaryEvaluation)(nil),                    // 121: lehr.v1.CanaryEvaluation
+	(*ListCanaryEvaluationsResponse)(nil),       // 122: lehr.v1.ListCanaryEvaluationsResponse
+	(*Policy)(nil),                              // 123: lehr.v1.Policy
+	(*longrunningpb.Operation)(nil),             // 124: google.longrunning.Operation
+	(*PolicyExperiment)(nil),                    // 125: lehr.v1.PolicyExperiment
+	(*ListPolicyExperimentsResponse)(nil),       // 126: lehr.v1.ListPolicyExperimentsResponse
+	(*PolicyExperimentCounts)(nil),              // 127: lehr.v1.PolicyExperimentCounts
 }
 var file_lehr_v1_control_proto_depIdxs = []int32{
-	84,  // 0: lehr.v1.AuditRecord.time:type_name -> google.protobuf.Timestamp
-	84,  // 1: lehr.v1.ListAuditRecordsRequest.since:type_name -> google.protobuf.Timestamp
-	2,   // 2: lehr.v1.ListAuditRecordsResponse.records:type_name -> lehr.v1.AuditRecord
-	85,  // 3: lehr.v1.UpdateRolloutRequest.action:type_name -> lehr.v1.RolloutAction
-	86,  // 4: lehr.v1.ListRolloutsResponse.rollouts:type_name -> lehr.v1.Rollout
-	87,  // 5: lehr.v1.ListRolloutEventsResponse.events:type_name -> lehr.v1.RolloutEvent
-	88,  // 6: lehr.v1.SetRolloutPolicyRequest.policy:type_name -> lehr.v1.RolloutPolicy
-	89,  // 7: lehr.v1.GetRolloutPolicyResponse.stored:type_name -> lehr.v1.RolloutPolicyRecord
-	88,  // 8: lehr.v1.GetRolloutPolicyResponse.effective:type_name -> lehr.v1.RolloutPolicy
-	90,  // 9: lehr.v1.GetRolloutPolicyResponse.source:type_name -> lehr.v1.RolloutPolicySource
-	89,  // 10: lehr.v1.RolloutPolicyHistoryResponse.records:type_name -> lehr.v1.RolloutPolicyRecord
-	91,  // 11: lehr.v1.CreateDomainRequest.domain:type_name -> lehr.v1.Domain
-	91,  // 12: lehr.v1.UpdateDomainRequest.domain:type_name -> lehr.v1.Domain
-	92,  // 13: lehr.v1.UpdateDomainRequest.update_mask:type_name -> google.protobuf.FieldMask
-	91,  // 14: lehr.v1.ListDomainsResponse.domains:type_name -> lehr.v1.Domain
-	93,  // 15: lehr.v1.CreateNamespaceRequest.namespace:type_name -> lehr.v1.Namespace
-	93,  // 16: lehr.v1.ListNamespacesResponse.namespaces:type_name -> lehr.v1.Namespace
-	94,  // 17: lehr.v1.PublishRequest.kind:type_name -> lehr.v1.NamespaceKind
-	95,  // 18: lehr.v1.PublishRequest.properties:type_name -> lehr.v1.Property
-	96,  // 19: lehr.v1.PublishResponse.version:type_name -> lehr.v1.VersionInfo
-	95,  // 20: lehr.v1.PatchRequest.set:type_name -> lehr.v1.Property
-	96,  // 21: lehr.v1.PatchResponse.version:type_name -> lehr.v1.VersionInfo
-	96,  // 22: lehr.v1.GetResponse.version:type_name -> lehr.v1.VersionInfo
-	95,  // 23: lehr.v1.GetResponse.properties:type_name -> lehr.v1.Property
-	94,  // 24: lehr.v1.GetResponse.kind:type_name -> lehr.v1.NamespaceKind
-	96,  // 25: lehr.v1.HistoryResponse.versions:type_name -> lehr.v1.VersionInfo
-	0,   // 26: lehr.v1.PropertyChange.kind:type_name -> lehr.v1.PropertyChange.Kind
-	95,  // 27: lehr.v1.PropertyChange.old:type_name -> lehr.v1.Property
-	95,  // 28: lehr.v1.PropertyChange.new:type_name -> lehr.v1.Property
-	96,  // 29: lehr.v1.DiffResponse.from:type_name -> lehr.v1.VersionInfo
-	96,  // 30: lehr.v1.DiffResponse.to:type_name -> lehr.v1.VersionInfo
-	35,  // 31: lehr.v1.DiffResponse.changes:type_name -> lehr.v1.PropertyChange
-	96,  // 32: lehr.v1.RollbackResponse.version:type_name -> lehr.v1.VersionInfo
-	93,  // 33: lehr.v1.CompactNamespaceResponse.namespace:type_name -> lehr.v1.Namespace
-	97,  // 34: lehr.v1.ListZonesResponse.zones:type_name -> lehr.v1.Zone
-	98,  // 35: lehr.v1.GetGoalsResponse.goals:type_name -> lehr.v1.GoalState
-	1,   // 36: lehr.v1.GoalEvent.type:type_name -> lehr.v1.GoalEvent.Type
-	98,  // 37: lehr.v1.GoalEvent.goal:type_name -> lehr.v1.GoalState
-	55,  // 38: lehr.v1.GoalEvent.delta:type_name -> lehr.v1.FetchDeltaResponse
-	50,  // 39: lehr.v1.WatchGoalsResponse.events:type_name -> lehr.v1.GoalEvent
-	96,  // 40: lehr.v1.FetchVersionResponse.version:type_name -> lehr.v1.VersionInfo
-	94,  // 41: lehr.v1.FetchVersionResponse.kind:type_name -> lehr.v1.NamespaceKind
-	95,  // 42: lehr.v1.FetchVersionResponse.properties:type_name -> lehr.v1.Property
-	96,  // 43: lehr.v1.FetchDeltaResponse.from:type_name -> lehr.v1.VersionInfo
-	96,  // 44: lehr.v1.FetchDeltaResponse.to:type_name -> lehr.v1.VersionInfo
-	94,  // 45: lehr.v1.FetchDeltaResponse.kind:type_name -> lehr.v1.NamespaceKind
-	95,  // 46: lehr.v1.FetchDeltaResponse.set:type_name -> lehr.v1.Property
-	99,  // 47: lehr.v1.VersionCount.services:type_name -> lehr.v1.ServiceConsumers
-	56,  // 48: lehr.v1.ReportZoneStatusRequest.versions:type_name -> lehr.v1.VersionCount
-	63,  // 49: lehr.v1.ReportZoneStatusRequest.health:type_name -> lehr.v1.NamespaceHealth
-	64,  // 50: lehr.v1.ReportZoneStatusRequest.hosts:type_name -> lehr.v1.HostReport
-	62,  // 51: lehr.v1.ReportZoneStatusRequest.samples:type_name -> lehr.v1.CohortSample
-	61,  // 52: lehr.v1.ReportZoneStatusRequest.signals:type_name -> lehr.v1.HostSignals
-	60,  // 53: lehr.v1.ReportZoneStatusRequest.preview:type_name -> lehr.v1.NamespacePreviewCounts
-	59,  // 54: lehr.v1.ReportZoneStatusRequest.agent_builds:type_name -> lehr.v1.BuildCount
-	58,  // 55: lehr.v1.ReportZoneStatusRequest.cache_quarantines:type_name -> lehr.v1.CacheQuarantine
-	84,  // 56: lehr.v1.CacheQuarantine.quarantine_time:type_name -> google.protobuf.Timestamp
-	100, // 57: lehr.v1.NamespacePreviewCounts.counts:type_name -> lehr.v1.HostPreviewCounts
-	101, // 58: lehr.v1.HostSignals.signals:type_name -> lehr.v1.NamespaceSignals
-	102, // 59: lehr.v1.HostReport.report:type_name -> lehr.v1.NamespaceReport
-	84,  // 60: lehr.v1.StoreStatus.read_time:type_name -> google.protobuf.Timestamp
-	81,  // 61: lehr.v1.StoreStatus.domains:type_name -> lehr.v1.DomainStoredBytes
-	72,  // 62: lehr.v1.PropagationStatus.classes:type_name -> lehr.v1.PropagationClass
-	73,  // 63: lehr.v1.PropagationStatus.groups:type_name -> lehr.v1.PropagationGroup
-	74,  // 64: lehr.v1.PropagationStatus.updates:type_name -> lehr.v1.PropagationUpdate
-	84,  // 65: lehr.v1.PropagationStatus.update_time:type_name -> google.protobuf.Timestamp
-	103, // 66: lehr.v1.PropagationClass.objective:type_name -> google.protobuf.Duration
-	103, // 67: lehr.v1.PropagationGroup.p50:type_name -> google.protobuf.Duration
-	103, // 68: lehr.v1.PropagationGroup.p90:type_name -> google.protobuf.Duration
-	103, // 69: lehr.v1.PropagationGroup.p99:type_name -> google.protobuf.Duration
-	103, // 70: lehr.v1.PropagationGroup.max:type_name -> google.protobuf.Duration
-	104, // 71: lehr.v1.PropagationUpdate.source:type_name -> lehr.v1.VersionSource
-	84,  // 72: lehr.v1.PropagationUpdate.publish_time:type_name -> google.protobuf.Timestamp
-	84,  // 73: lehr.v1.PropagationUpdate.complete_time:type_name -> google.protobuf.Timestamp
-	103, // 74: lehr.v1.PropagationUpdate.propagation:type_name -> google.protobuf.Duration
-	84,  // 75: lehr.v1.BackupStoreResponse.backup_time:type_name -> google.protobuf.Timestamp
-	84,  // 76: lehr.v1.StoreIdentity.create_time:type_name -> google.protobuf.Timestamp
-	77,  // 77: lehr.v1.ControlStatus.store:type_name -> lehr.v1.StoreIdentity
-	79,  // 78: lehr.v1.ControlStatus.etcd:type_name -> lehr.v1.EtcdClusterStatus
-	80,  // 79: lehr.v1.ControlStatus.replicas:type_name -> lehr.v1.ControlReplica
-	84,  // 80: lehr.v1.ControlReplica.start_time:type_name -> google.protobuf.Timestamp
-	84,  // 81: lehr.v1.ControlReplica.last_seen_time:type_name -> google.protobuf.Timestamp
-	56,  // 82: lehr.v1.DistributorStatus.versions:type_name -> lehr.v1.VersionCount
-	63,  // 83: lehr.v1.DistributorStatus.health:type_name -> lehr.v1.NamespaceHealth
-	64,  // 84: lehr.v1.DistributorStatus.hosts:type_name -> lehr.v1.HostReport
-	62,  // 85: lehr.v1.DistributorStatus.samples:type_name -> lehr.v1.CohortSample
-	61,  // 86: lehr.v1.DistributorStatus.signals:type_name -> lehr.v1.HostSignals
-	60,  // 87: lehr.v1.DistributorStatus.preview:type_name -> lehr.v1.NamespacePreviewCounts
-	59,  // 88: lehr.v1.DistributorStatus.agent_builds:type_name -> lehr.v1.BuildCount
-	58,  // 89: lehr.v1.DistributorStatus.cache_quarantines:type_name -> lehr.v1.CacheQuarantine
-	82,  // 90: lehr.v1.GetZoneStatusResponse.distributors:type_name -> lehr.v1.DistributorStatus
-	56,  // 91: lehr.v1.GetZoneStatusResponse.versions:type_name -> lehr.v1.VersionCount
-	63,  // 92: lehr.v1.GetZoneStatusResponse.health:type_name -> lehr.v1.NamespaceHealth
-	64,  // 93: lehr.v1.GetZoneStatusResponse.hosts:type_name -> lehr.v1.HostReport
-	59,  // 94: lehr.v1.GetZoneStatusResponse.distributor_builds:type_name -> lehr.v1.BuildCount
-	59,  // 95: lehr.v1.GetZoneStatusResponse.agent_builds:type_name -> lehr.v1.BuildCount
-	58,  // 96: lehr.v1.GetZoneStatusResponse.cache_quarantines:type_name -> lehr.v1.CacheQuarantine
-	17,  // 97: lehr.v1.Control.CreateDomain:input_type -> lehr.v1.CreateDomainRequest
-	19,  // 98: lehr.v1.Control.GetDomain:input_type -> lehr.v1.GetDomainRequest
-	20,  // 99: lehr.v1.Control.ListDomains:input_type -> lehr.v1.ListDomainsRequest
-	18,  // 100: lehr.v1.Control.UpdateDomain:input_type -> lehr.v1.UpdateDomainRequest
-	22,  // 101: lehr.v1.Control.CreateNamespace:input_type -> lehr.v1.CreateNamespaceRequest
-	23,  // 102: lehr.v1.Control.GetNamespace:input_type -> lehr.v1.GetNamespaceRequest
-	24,  // 103: lehr.v1.Control.ListNamespaces:input_type -> lehr.v1.ListNamespacesRequest
-	26,  // 104: lehr.v1.Control.Publish:input_type -> lehr.v1.PublishRequest
-	28,  // 105: lehr.v1.Control.Patch:input_type -> lehr.v1.PatchRequest
-	30,  // 106: lehr.v1.Control.Get:input_type -> lehr.v1.GetRequest
-	32,  // 107: lehr.v1.Control.History:input_type -> lehr.v1.HistoryRequest
-	34,  // 108: lehr.v1.Control.Diff:input_type -> lehr.v1.DiffRequest
-	37,  // 109: lehr.v1.Control.Rollback:input_type -> lehr.v1.RollbackRequest
-	39,  // 110: lehr.v1.Control.CompactNamespace:input_type -> lehr.v1.CompactNamespaceRequest
-	41,  // 111: lehr.v1.Control.DeleteNamespace:input_type -> lehr.v1.DeleteNamespaceRequest
-	42,  // 112: lehr.v1.Control.DeleteDomain:input_type -> lehr.v1.DeleteDomainRequest
-	43,  // 113: lehr.v1.Control.CreateZone:input_type -> lehr.v1.CreateZoneRequest
-	44,  // 114: lehr.v1.Control.DeleteZone:input_type -> lehr.v1.DeleteZoneRequest
-	45,  // 115: lehr.v1.Control.ListZones:input_type -> lehr.v1.ListZonesRequest
-	47,  // 116: lehr.v1.Control.GetGoals:input_type -> lehr.v1.GetGoalsRequest
-	49,  // 117: lehr.v1.Control.WatchGoals:input_type -> lehr.v1.WatchGoalsRequest
-	52,  // 118: lehr.v1.Control.FetchVersion:input_type -> lehr.v1.FetchVersionRequest
-	54,  // 119: lehr.v1.Control.FetchDelta:input_type -> lehr.v1.FetchDeltaRequest
-	57,  // 120: lehr.v1.Control.ReportZoneStatus:input_type -> lehr.v1.ReportZoneStatusRequest
-	66,  // 121: lehr.v1.Control.GetZoneStatus:input_type -> lehr.v1.GetZoneStatusRequest
-	67,  // 122: lehr.v1.Control.GetStoreStatus:input_type -> lehr.v1.GetStoreStatusRequest
-	69,  // 123: lehr.v1.Control.GetControlStatus:input_type -> lehr.v1.GetControlStatusRequest
-	70,  // 124: lehr.v1.Control.GetPropagationStatus:input_type -> lehr.v1.GetPropagationStatusRequest
-	75,  // 125: lehr.v1.Control.BackupStore:input_type -> lehr.v1.BackupStoreRequest
-	11,  // 126: lehr.v1.Control.SetRolloutPolicy:input_type -> lehr.v1.SetRolloutPolicyRequest
-	12,  // 127: lehr.v1.Control.DeleteRolloutPolicy:input_type -> lehr.v1.DeleteRolloutPolicyRequest
-	13,  // 128: lehr.v1.Control.GetRolloutPolicy:input_type -> lehr.v1.GetRolloutPolicyRequest
-	15,  // 129: lehr.v1.Control.RolloutPolicyHistory:input_type -> lehr.v1.RolloutPolicyHistoryRequest
-	6,   // 130: lehr.v1.Control.GetRollout:input_type -> lehr.v1.GetRolloutRequest
-	7,   // 131: lehr.v1.Control.ListRollouts:input_type -> lehr.v1.ListRolloutsRequest
-	9,   // 132: lehr.v1.Control.ListRolloutEvents:input_type -> lehr.v1.ListRolloutEventsRequest
-	5,   // 133: lehr.v1.Control.UpdateRollout:input_type -> lehr.v1.UpdateRolloutRequest
-	105, // 134: lehr.v1.Control.Evaluate:input_type -> lehr.v1.EvaluateRequest
-	106, // 135: lehr.v1.Control.GetCanaryEvaluation:input_type -> lehr.v1.GetCanaryEvaluationRequest
-	107, // 136: lehr.v1.Control.ListCanaryEvaluations:input_type -> lehr.v1.ListCanaryEvaluationsRequest
-	108, // 137: lehr.v1.Control.GetPolicy:input_type -> lehr.v1.GetPolicyRequest
-	109, // 138: lehr.v1.Control.CreatePolicyExperiment:input_type -> lehr.v1.CreatePolicyExperimentRequest
-	110, // 139: lehr.v1.Control.UpdatePolicyExperiment:input_type -> lehr.v1.UpdatePolicyExperimentRequest
-	111, // 140: lehr.v1.Control.GetPolicyExperiment:input_type -> lehr.v1.GetPolicyExperimentRequest
-	112, // 141: lehr.v1.Control.ListPolicyExperiments:input_type -> lehr.v1.ListPolicyExperimentsRequest
-	113, // 142: lehr.v1.Control.DeletePolicyExperiment:input_type -> lehr.v1.DeletePolicyExperimentRequest
-	114, // 143: lehr.v1.Control.StartPreviewPolicyExperiment:input_type -> lehr.v1.StartPreviewPolicyExperimentRequest
-	115, // 144: lehr.v1.Control.StopPreviewPolicyExperiment:input_type -> lehr.v1.StopPreviewPolicyExperimentRequest
-	116, // 145: lehr.v1.Control.CommitPolicyExperiment:input_type -> lehr.v1.CommitPolicyExperimentRequest
-	117, // 146: lehr.v1.Control.DeletePolicy:input_type -> lehr.v1.DeletePolicyRequest
-	118, // 147: lehr.v1.Control.GetPolicyExperimentCounts:input_type -> lehr.v1.GetPolicyExperimentCountsRequest
-	3,   // 148: lehr.v1.Control.ListAuditRecords:input_type -> lehr.v1.ListAuditRecordsRequest
-	91,  // 149: lehr.v1.Control.CreateDomain:output_type -> lehr.v1.Domain
-	91,  // 150: lehr.v1.Control.GetDomain:output_type -> lehr.v1.Domain
-	21,  // 151: lehr.v1.Control.ListDomains:output_type -> lehr.v1.ListDomainsResponse
-	91,  // 152: lehr.v1.Control.UpdateDomain:output_type -> lehr.v1.Domain
-	93,  // 153: lehr.v1.Control.CreateNamespace:output_type -> lehr.v1.Namespace
-	93,  // 154: lehr.v1.Control.GetNamespace:output_type -> lehr.v1.Namespace
-	25,  // 155: lehr.v1.Control.ListNamespaces:output_type -> lehr.v1.ListNamespacesResponse
-	27,  // 156: lehr.v1.Control.Publish:output_type -> lehr.v1.PublishResponse
-	29,  // 157: lehr.v1.Control.Patch:output_type -> lehr.v1.PatchResponse
-	31,  // 158: lehr.v1.Control.Get:output_type -> lehr.v1.GetResponse
-	33,  // 159: lehr.v1.Control.History:output_type -> lehr.v1.HistoryResponse
-	36,  // 160: lehr.v1.Control.Diff:output_type -> lehr.v1.DiffResponse
-	38,  // 161: lehr.v1.Control.Rollback:output_type -> lehr.v1.RollbackResponse
-	40,  // 162: lehr.v1.Control.CompactNamespace:output_type -> lehr.v1.CompactNamespaceResponse
-	119, // 163: lehr.v1.Control.DeleteNamespace:output_type -> google.protobuf.Empty
-	119, // 164: lehr.v1.Control.DeleteDomain:output_type -> google.protobuf.Empty
-	97,  // 165: lehr.v1.Control.CreateZone:output_type -> lehr.v1.Zone
-	119, // 166: lehr.v1.Control.DeleteZone:output_type -> google.protobuf.Empty
-	46,  // 167: lehr.v1.Control.ListZones:output_type -> lehr.v1.ListZonesResponse
-	48,  // 168: lehr.v1.Control.GetGoals:output_type -> lehr.v1.GetGoalsResponse
-	51,  // 169: lehr.v1.Control.WatchGoals:output_type -> lehr.v1.WatchGoalsResponse
-	53,  // 170: lehr.v1.Control.FetchVersion:output_type -> lehr.v1.FetchVersionResponse
-	55,  // 171: lehr.v1.Control.FetchDelta:output_type -> lehr.v1.FetchDeltaResponse
-	65,  // 172: lehr.v1.Control.ReportZoneStatus:output_type -> lehr.v1.ReportZoneStatusResponse
-	83,  // 173: lehr.v1.Control.GetZoneStatus:output_type -> lehr.v1.GetZoneStatusResponse
-	68,  // 174: lehr.v1.Control.GetStoreStatus:output_type -> lehr.v1.StoreStatus
-	78,  // 175: lehr.v1.Control.GetControlStatus:output_type -> lehr.v1.ControlStatus
-	71,  // 176: lehr.v1.Control.GetPropagationStatus:output_type -> lehr.v1.PropagationStatus
-	76,  // 177: lehr.v1.Control.BackupStore:output_type -> lehr.v1.BackupStoreResponse
-	89,  // 178: lehr.v1.Control.SetRolloutPolicy:output_type -> lehr.v1.RolloutPolicyRecord
-	89,  // 179: lehr.v1.Control.DeleteRolloutPolicy:output_type -> lehr.v1.RolloutPolicyRecord
-	14,  // 180: lehr.v1.Control.GetRolloutPolicy:output_type -> lehr.v1.GetRolloutPolicyResponse
-	16,  // 181: lehr.v1.Control.RolloutPolicyHistory:output_type -> lehr.v1.RolloutPolicyHistoryResponse
-	86,  // 182: lehr.v1.Control.GetRollout:output_type -> lehr.v1.Rollout
-	8,   // 183: lehr.v1.Control.ListRollouts:output_type -> lehr.v1.ListRolloutsResponse
-	10,  // 184: lehr.v1.Control.ListRolloutEvents:output_type -> lehr.v1.ListRolloutEventsResponse
-	86,  // 185: lehr.v1.Control.UpdateRollout:output_type -> lehr.v1.Rollout
-	120, // 186: lehr.v1.Control.Evaluate:output_type -> lehr.v1.CanaryEvaluation
-	120, // 187: lehr.v1.Control.GetCanaryEvaluation:output_type -> lehr.v1.CanaryEvaluation
-	121, // 188: lehr.v1.Control.ListCanaryEvaluations:output_type -> lehr.v1.ListCanaryEvaluationsResponse
-	122, // 189: lehr.v1.Control.GetPolicy:output_type -> lehr.v1.Policy
-	123, // 190: lehr.v1.Control.CreatePolicyExperiment:output_type -> google.longrunning.Operation
-	123, // 191: lehr.v1.Control.UpdatePolicyExperiment:output_type -> google.longrunning.Operation
-	124, // 192: lehr.v1.Control.GetPolicyExperiment:output_type -> lehr.v1.PolicyExperiment
-	125, // 193: lehr.v1.Control.ListPolicyExperiments:output_type -> lehr.v1.ListPolicyExperimentsResponse
-	123, // 194: lehr.v1.Control.DeletePolicyExperiment:output_type -> google.longrunning.Operation
-	123, // 195: lehr.v1.Control.StartPreviewPolicyExperiment:output_type -> google.longrunning.Operation
-	123, // 196: lehr.v1.Control.StopPreviewPolicyExperiment:output_type -> google.longrunning.Operation
-	123, // 197: lehr.v1.Control.CommitPolicyExperiment:output_type -> google.longrunning.Operation
-	123, // 198: lehr.v1.Control.DeletePolicy:output_type -> google.longrunning.Operation
-	126, // 199: lehr.v1.Control.GetPolicyExperimentCounts:output_type -> lehr.v1.PolicyExperimentCounts
-	4,   // 200: lehr.v1.Control.ListAuditRecords:output_type -> lehr.v1.ListAuditRecordsResponse
-	149, // [149:201] is the sub-list for method output_type
-	97,  // [97:149] is the sub-list for method input_type
-	97,  // [97:97] is the sub-list for extension type_name
-	97,  // [97:97] is the sub-list for extension extendee
-	0,   // [0:97] is the sub-list for field type_name
+	85,  // 0: lehr.v1.AuditRecord.time:type_name -> google.protobuf.Timestamp
+	85,  // 1: lehr.v1.ListAuditRecordsRequest.since:type_name -> google.protobuf.Timestamp
+	3,   // 2: lehr.v1.ListAuditRecordsResponse.records:type_name -> lehr.v1.AuditRecord
+	86,  // 3: lehr.v1.UpdateRolloutRequest.action:type_name -> lehr.v1.RolloutAction
+	87,  // 4: lehr.v1.ListRolloutsResponse.rollouts:type_name -> lehr.v1.Rollout
+	88,  // 5: lehr.v1.ListRolloutEventsResponse.events:type_name -> lehr.v1.RolloutEvent
+	89,  // 6: lehr.v1.SetRolloutPolicyRequest.policy:type_name -> lehr.v1.RolloutPolicy
+	90,  // 7: lehr.v1.GetRolloutPolicyResponse.stored:type_name -> lehr.v1.RolloutPolicyRecord
+	89,  // 8: lehr.v1.GetRolloutPolicyResponse.effective:type_name -> lehr.v1.RolloutPolicy
+	91,  // 9: lehr.v1.GetRolloutPolicyResponse.source:type_name -> lehr.v1.RolloutPolicySource
+	90,  // 10: lehr.v1.RolloutPolicyHistoryResponse.records:type_name -> lehr.v1.RolloutPolicyRecord
+	92,  // 11: lehr.v1.CreateDomainRequest.domain:type_name -> lehr.v1.Domain
+	92,  // 12: lehr.v1.UpdateDomainRequest.domain:type_name -> lehr.v1.Domain
+	93,  // 13: lehr.v1.UpdateDomainRequest.update_mask:type_name -> google.protobuf.FieldMask
+	92,  // 14: lehr.v1.ListDomainsResponse.domains:type_name -> lehr.v1.Domain
+	94,  // 15: lehr.v1.CreateNamespaceRequest.namespace:type_name -> lehr.v1.Namespace
+	94,  // 16: lehr.v1.ListNamespacesResponse.namespaces:type_name -> lehr.v1.Namespace
+	95,  // 17: lehr.v1.PublishRequest.kind:type_name -> lehr.v1.NamespaceKind
+	96,  // 18: lehr.v1.PublishRequest.properties:type_name -> lehr.v1.Property
+	97,  // 19: lehr.v1.PublishResponse.version:type_name -> lehr.v1.VersionInfo
+	96,  // 20: lehr.v1.PatchRequest.set:type_name -> lehr.v1.Property
+	97,  // 21: lehr.v1.PatchResponse.version:type_name -> lehr.v1.VersionInfo
+	97,  // 22: lehr.v1.GetResponse.version:type_name -> lehr.v1.VersionInfo
+	96,  // 23: lehr.v1.GetResponse.properties:type_name -> lehr.v1.Property
+	95,  // 24: lehr.v1.GetResponse.kind:type_name -> lehr.v1.NamespaceKind
+	97,  // 25: lehr.v1.HistoryResponse.versions:type_name -> lehr.v1.VersionInfo
+	1,   // 26: lehr.v1.PropertyChange.kind:type_name -> lehr.v1.PropertyChange.Kind
+	96,  // 27: lehr.v1.PropertyChange.old:type_name -> lehr.v1.Property
+	96,  // 28: lehr.v1.PropertyChange.new:type_name -> lehr.v1.Property
+	97,  // 29: lehr.v1.DiffResponse.from:type_name -> lehr.v1.VersionInfo
+	97,  // 30: lehr.v1.DiffResponse.to:type_name -> lehr.v1.VersionInfo
+	36,  // 31: lehr.v1.DiffResponse.changes:type_name -> lehr.v1.PropertyChange
+	97,  // 32: lehr.v1.RollbackResponse.version:type_name -> lehr.v1.VersionInfo
+	94,  // 33: lehr.v1.CompactNamespaceResponse.namespace:type_name -> lehr.v1.Namespace
+	98,  // 34: lehr.v1.ListZonesResponse.zones:type_name -> lehr.v1.Zone
+	99,  // 35: lehr.v1.GetGoalsResponse.goals:type_name -> lehr.v1.GoalState
+	2,   // 36: lehr.v1.GoalEvent.type:type_name -> lehr.v1.GoalEvent.Type
+	99,  // 37: lehr.v1.GoalEvent.goal:type_name -> lehr.v1.GoalState
+	56,  // 38: lehr.v1.GoalEvent.delta:type_name -> lehr.v1.FetchDeltaResponse
+	51,  // 39: lehr.v1.WatchGoalsResponse.events:type_name -> lehr.v1.GoalEvent
+	97,  // 40: lehr.v1.FetchVersionResponse.version:type_name -> lehr.v1.VersionInfo
+	95,  // 41: lehr.v1.FetchVersionResponse.kind:type_name -> lehr.v1.NamespaceKind
+	96,  // 42: lehr.v1.FetchVersionResponse.properties:type_name -> lehr.v1.Property
+	97,  // 43: lehr.v1.FetchDeltaResponse.from:type_name -> lehr.v1.VersionInfo
+	97,  // 44: lehr.v1.FetchDeltaResponse.to:type_name -> lehr.v1.VersionInfo
+	95,  // 45: lehr.v1.FetchDeltaResponse.kind:type_name -> lehr.v1.NamespaceKind
+	96,  // 46: lehr.v1.FetchDeltaResponse.set:type_name -> lehr.v1.Property
+	100, // 47: lehr.v1.VersionCount.services:type_name -> lehr.v1.ServiceConsumers
+	57,  // 48: lehr.v1.ReportZoneStatusRequest.versions:type_name -> lehr.v1.VersionCount
+	64,  // 49: lehr.v1.ReportZoneStatusRequest.health:type_name -> lehr.v1.NamespaceHealth
+	65,  // 50: lehr.v1.ReportZoneStatusRequest.hosts:type_name -> lehr.v1.HostReport
+	63,  // 51: lehr.v1.ReportZoneStatusRequest.samples:type_name -> lehr.v1.CohortSample
+	62,  // 52: lehr.v1.ReportZoneStatusRequest.signals:type_name -> lehr.v1.HostSignals
+	61,  // 53: lehr.v1.ReportZoneStatusRequest.preview:type_name -> lehr.v1.NamespacePreviewCounts
+	60,  // 54: lehr.v1.ReportZoneStatusRequest.agent_builds:type_name -> lehr.v1.BuildCount
+	59,  // 55: lehr.v1.ReportZoneStatusRequest.cache_quarantines:type_name -> lehr.v1.CacheQuarantine
+	85,  // 56: lehr.v1.CacheQuarantine.quarantine_time:type_name -> google.protobuf.Timestamp
+	101, // 57: lehr.v1.NamespacePreviewCounts.counts:type_name -> lehr.v1.HostPreviewCounts
+	102, // 58: lehr.v1.HostSignals.signals:type_name -> lehr.v1.NamespaceSignals
+	103, // 59: lehr.v1.HostReport.report:type_name -> lehr.v1.NamespaceReport
+	0,   // 60: lehr.v1.GetZoneStatusRequest.view:type_name -> lehr.v1.ZoneStatusView
+	85,  // 61: lehr.v1.StoreStatus.read_time:type_name -> google.protobuf.Timestamp
+	82,  // 62: lehr.v1.StoreStatus.domains:type_name -> lehr.v1.DomainStoredBytes
+	73,  // 63: lehr.v1.PropagationStatus.classes:type_name -> lehr.v1.PropagationClass
+	74,  // 64: lehr.v1.PropagationStatus.groups:type_name -> lehr.v1.PropagationGroup
+	75,  // 65: lehr.v1.PropagationStatus.updates:type_name -> lehr.v1.PropagationUpdate
+	85,  // 66: lehr.v1.PropagationStatus.update_time:type_name -> google.protobuf.Timestamp
+	104, // 67: lehr.v1.PropagationClass.objective:type_name -> google.protobuf.Duration
+	104, // 68: lehr.v1.PropagationGroup.p50:type_name -> google.protobuf.Duration
+	104, // 69: lehr.v1.PropagationGroup.p90:type_name -> google.protobuf.Duration
+	104, // 70: lehr.v1.PropagationGroup.p99:type_name -> google.protobuf.Duration
+	104, // 71: lehr.v1.PropagationGroup.max:type_name -> google.protobuf.Duration
+	105, // 72: lehr.v1.PropagationUpdate.source:type_name -> lehr.v1.VersionSource
+	85,  // 73: lehr.v1.PropagationUpdate.publish_time:type_name -> google.protobuf.Timestamp
+	85,  // 74: lehr.v1.PropagationUpdate.complete_time:type_name -> google.protobuf.Timestamp
+	104, // 75: lehr.v1.PropagationUpdate.propagation:type_name -> google.protobuf.Duration
+	85,  // 76: lehr.v1.BackupStoreResponse.backup_time:type_name -> google.protobuf.Timestamp
+	85,  // 77: lehr.v1.StoreIdentity.create_time:type_name -> google.protobuf.Timestamp
+	78,  // 78: lehr.v1.ControlStatus.store:type_name -> lehr.v1.StoreIdentity
+	80,  // 79: lehr.v1.ControlStatus.etcd:type_name -> lehr.v1.EtcdClusterStatus
+	81,  // 80: lehr.v1.ControlStatus.replicas:type_name -> lehr.v1.ControlReplica
+	85,  // 81: lehr.v1.ControlReplica.start_time:type_name -> google.protobuf.Timestamp
+	85,  // 82: lehr.v1.ControlReplica.last_seen_time:type_name -> google.protobuf.Timestamp
+	57,  // 83: lehr.v1.DistributorStatus.versions:type_name -> lehr.v1.VersionCount
+	64,  // 84: lehr.v1.DistributorStatus.health:type_name -> lehr.v1.NamespaceHealth
+	65,  // 85: lehr.v1.DistributorStatus.hosts:type_name -> lehr.v1.HostReport
+	63,  // 86: lehr.v1.DistributorStatus.samples:type_name -> lehr.v1.CohortSample
+	62,  // 87: lehr.v1.DistributorStatus.signals:type_name -> lehr.v1.HostSignals
+	61,  // 88: lehr.v1.DistributorStatus.preview:type_name -> lehr.v1.NamespacePreviewCounts
+	60,  // 89: lehr.v1.DistributorStatus.agent_builds:type_name -> lehr.v1.BuildCount
+	59,  // 90: lehr.v1.DistributorStatus.cache_quarantines:type_name -> lehr.v1.CacheQuarantine
+	83,  // 91: lehr.v1.GetZoneStatusResponse.distributors:type_name -> lehr.v1.DistributorStatus
+	57,  // 92: lehr.v1.GetZoneStatusResponse.versions:type_name -> lehr.v1.VersionCount
+	64,  // 93: lehr.v1.GetZoneStatusResponse.health:type_name -> lehr.v1.NamespaceHealth
+	65,  // 94: lehr.v1.GetZoneStatusResponse.hosts:type_name -> lehr.v1.HostReport
+	60,  // 95: lehr.v1.GetZoneStatusResponse.distributor_builds:type_name -> lehr.v1.BuildCount
+	60,  // 96: lehr.v1.GetZoneStatusResponse.agent_builds:type_name -> lehr.v1.BuildCount
+	59,  // 97: lehr.v1.GetZoneStatusResponse.cache_quarantines:type_name -> lehr.v1.CacheQuarantine
+	18,  // 98: lehr.v1.Control.CreateDomain:input_type -> lehr.v1.CreateDomainRequest
+	20,  // 99: lehr.v1.Control.GetDomain:input_type -> lehr.v1.GetDomainRequest
+	21,  // 100: lehr.v1.Control.ListDomains:input_type -> lehr.v1.ListDomainsRequest
+	19,  // 101: lehr.v1.Control.UpdateDomain:input_type -> lehr.v1.UpdateDomainRequest
+	23,  // 102: lehr.v1.Control.CreateNamespace:input_type -> lehr.v1.CreateNamespaceRequest
+	24,  // 103: lehr.v1.Control.GetNamespace:input_type -> lehr.v1.GetNamespaceRequest
+	25,  // 104: lehr.v1.Control.ListNamespaces:input_type -> lehr.v1.ListNamespacesRequest
+	27,  // 105: lehr.v1.Control.Publish:input_type -> lehr.v1.PublishRequest
+	29,  // 106: lehr.v1.Control.Patch:input_type -> lehr.v1.PatchRequest
+	31,  // 107: lehr.v1.Control.Get:input_type -> lehr.v1.GetRequest
+	33,  // 108: lehr.v1.Control.History:input_type -> lehr.v1.HistoryRequest
+	35,  // 109: lehr.v1.Control.Diff:input_type -> lehr.v1.DiffRequest
+	38,  // 110: lehr.v1.Control.Rollback:input_type -> lehr.v1.RollbackRequest
+	40,  // 111: lehr.v1.Control.CompactNamespace:input_type -> lehr.v1.CompactNamespaceRequest
+	42,  // 112: lehr.v1.Control.DeleteNamespace:input_type -> lehr.v1.DeleteNamespaceRequest
+	43,  // 113: lehr.v1.Control.DeleteDomain:input_type -> lehr.v1.DeleteDomainRequest
+	44,  // 114: lehr.v1.Control.CreateZone:input_type -> lehr.v1.CreateZoneRequest
+	45,  // 115: lehr.v1.Control.DeleteZone:input_type -> lehr.v1.DeleteZoneRequest
+	46,  // 116: lehr.v1.Control.ListZones:input_type -> lehr.v1.ListZonesRequest
+	48,  // 117: lehr.v1.Control.GetGoals:input_type -> lehr.v1.GetGoalsRequest
+	50,  // 118: lehr.v1.Control.WatchGoals:input_type -> lehr.v1.WatchGoalsRequest
+	53,  // 119: lehr.v1.Control.FetchVersion:input_type -> lehr.v1.FetchVersionRequest
+	55,  // 120: lehr.v1.Control.FetchDelta:input_type -> lehr.v1.FetchDeltaRequest
+	58,  // 121: lehr.v1.Control.ReportZoneStatus:input_type -> lehr.v1.ReportZoneStatusRequest
+	67,  // 122: lehr.v1.Control.GetZoneStatus:input_type -> lehr.v1.GetZoneStatusRequest
+	68,  // 123: lehr.v1.Control.GetStoreStatus:input_type -> lehr.v1.GetStoreStatusRequest
+	70,  // 124: lehr.v1.Control.GetControlStatus:input_type -> lehr.v1.GetControlStatusRequest
+	71,  // 125: lehr.v1.Control.GetPropagationStatus:input_type -> lehr.v1.GetPropagationStatusRequest
+	76,  // 126: lehr.v1.Control.BackupStore:input_type -> lehr.v1.BackupStoreRequest
+	12,  // 127: lehr.v1.Control.SetRolloutPolicy:input_type -> lehr.v1.SetRolloutPolicyRequest
+	13,  // 128: lehr.v1.Control.DeleteRolloutPolicy:input_type -> lehr.v1.DeleteRolloutPolicyRequest
+	14,  // 129: lehr.v1.Control.GetRolloutPolicy:input_type -> lehr.v1.GetRolloutPolicyRequest
+	16,  // 130: lehr.v1.Control.RolloutPolicyHistory:input_type -> lehr.v1.RolloutPolicyHistoryRequest
+	7,   // 131: lehr.v1.Control.GetRollout:input_type -> lehr.v1.GetRolloutRequest
+	8,   // 132: lehr.v1.Control.ListRollouts:input_type -> lehr.v1.ListRolloutsRequest
+	10,  // 133: lehr.v1.Control.ListRolloutEvents:input_type -> lehr.v1.ListRolloutEventsRequest
+	6,   // 134: lehr.v1.Control.UpdateRollout:input_type -> lehr.v1.UpdateRolloutRequest
+	106, // 135: lehr.v1.Control.Evaluate:input_type -> lehr.v1.EvaluateRequest
+	107, // 136: lehr.v1.Control.GetCanaryEvaluation:input_type -> lehr.v1.GetCanaryEvaluationRequest
+	108, // 137: lehr.v1.Control.ListCanaryEvaluations:input_type -> lehr.v1.ListCanaryEvaluationsRequest
+	109, // 138: lehr.v1.Control.GetPolicy:input_type -> lehr.v1.GetPolicyRequest
+	110, // 139: lehr.v1.Control.CreatePolicyExperiment:input_type -> lehr.v1.CreatePolicyExperimentRequest
+	111, // 140: lehr.v1.Control.UpdatePolicyExperiment:input_type -> lehr.v1.UpdatePolicyExperimentRequest
+	112, // 141: lehr.v1.Control.GetPolicyExperiment:input_type -> lehr.v1.GetPolicyExperimentRequest
+	113, // 142: lehr.v1.Control.ListPolicyExperiments:input_type -> lehr.v1.ListPolicyExperimentsRequest
+	114, // 143: lehr.v1.Control.DeletePolicyExperiment:input_type -> lehr.v1.DeletePolicyExperimentRequest
+	115, // 144: lehr.v1.Control.StartPreviewPolicyExperiment:input_type -> lehr.v1.StartPreviewPolicyExperimentRequest
+	116, // 145: lehr.v1.Control.StopPreviewPolicyExperiment:input_type -> lehr.v1.StopPreviewPolicyExperimentRequest
+	117, // 146: lehr.v1.Control.CommitPolicyExperiment:input_type -> lehr.v1.CommitPolicyExperimentRequest
+	118, // 147: lehr.v1.Control.DeletePolicy:input_type -> lehr.v1.DeletePolicyRequest
+	119, // 148: lehr.v1.Control.GetPolicyExperimentCounts:input_type -> lehr.v1.GetPolicyExperimentCountsRequest
+	4,   // 149: lehr.v1.Control.ListAuditRecords:input_type -> lehr.v1.ListAuditRecordsRequest
+	92,  // 150: lehr.v1.Control.CreateDomain:output_type -> lehr.v1.Domain
+	92,  // 151: lehr.v1.Control.GetDomain:output_type -> lehr.v1.Domain
+	22,  // 152: lehr.v1.Control.ListDomains:output_type -> lehr.v1.ListDomainsResponse
+	92,  // 153: lehr.v1.Control.UpdateDomain:output_type -> lehr.v1.Domain
+	94,  // 154: lehr.v1.Control.CreateNamespace:output_type -> lehr.v1.Namespace
+	94,  // 155: lehr.v1.Control.GetNamespace:output_type -> lehr.v1.Namespace
+	26,  // 156: lehr.v1.Control.ListNamespaces:output_type -> lehr.v1.ListNamespacesResponse
+	28,  // 157: lehr.v1.Control.Publish:output_type -> lehr.v1.PublishResponse
+	30,  // 158: lehr.v1.Control.Patch:output_type -> lehr.v1.PatchResponse
+	32,  // 159: lehr.v1.Control.Get:output_type -> lehr.v1.GetResponse
+	34,  // 160: lehr.v1.Control.History:output_type -> lehr.v1.HistoryResponse
+	37,  // 161: lehr.v1.Control.Diff:output_type -> lehr.v1.DiffResponse
+	39,  // 162: lehr.v1.Control.Rollback:output_type -> lehr.v1.RollbackResponse
+	41,  // 163: lehr.v1.Control.CompactNamespace:output_type -> lehr.v1.CompactNamespaceResponse
+	120, // 164: lehr.v1.Control.DeleteNamespace:output_type -> google.protobuf.Empty
+	120, // 165: lehr.v1.Control.DeleteDomain:output_type -> google.protobuf.Empty
+	98,  // 166: lehr.v1.Control.CreateZone:output_type -> lehr.v1.Zone
+	120, // 167: lehr.v1.Control.DeleteZone:output_type -> google.protobuf.Empty
+	47,  // 168: lehr.v1.Control.ListZones:output_type -> lehr.v1.ListZonesResponse
+	49,  // 169: lehr.v1.Control.GetGoals:output_type -> lehr.v1.GetGoalsResponse
+	52,  // 170: lehr.v1.Control.WatchGoals:output_type -> lehr.v1.WatchGoalsResponse
+	54,  // 171: lehr.v1.Control.FetchVersion:output_type -> lehr.v1.FetchVersionResponse
+	56,  // 172: lehr.v1.Control.FetchDelta:output_type -> lehr.v1.FetchDeltaResponse
+	66,  // 173: lehr.v1.Control.ReportZoneStatus:output_type -> lehr.v1.ReportZoneStatusResponse
+	84,  // 174: lehr.v1.Control.GetZoneStatus:output_type -> lehr.v1.GetZoneStatusResponse
+	69,  // 175: lehr.v1.Control.GetStoreStatus:output_type -> lehr.v1.StoreStatus
+	79,  // 176: lehr.v1.Control.GetControlStatus:output_type -> lehr.v1.ControlStatus
+	72,  // 177: lehr.v1.Control.GetPropagationStatus:output_type -> lehr.v1.PropagationStatus
+	77,  // 178: lehr.v1.Control.BackupStore:output_type -> lehr.v1.BackupStoreResponse
+	90,  // 179: lehr.v1.Control.SetRolloutPolicy:output_type -> lehr.v1.RolloutPolicyRecord
+	90,  // 180: lehr.v1.Control.DeleteRolloutPolicy:output_type -> lehr.v1.RolloutPolicyRecord
+	15,  // 181: lehr.v1.Control.GetRolloutPolicy:output_type -> lehr.v1.GetRolloutPolicyResponse
+	17,  // 182: lehr.v1.Control.RolloutPolicyHistory:output_type -> lehr.v1.RolloutPolicyHistoryResponse
+	87,  // 183: lehr.v1.Control.GetRollout:output_type -> lehr.v1.Rollout
+	9,   // 184: lehr.v1.Control.ListRollouts:output_type -> lehr.v1.ListRolloutsResponse
+	11,  // 185: lehr.v1.Control.ListRolloutEvents:output_type -> lehr.v1.ListRolloutEventsResponse
+	87,  // 186: lehr.v1.Control.UpdateRollout:output_type -> lehr.v1.Rollout
+	121, // 187: lehr.v1.Control.Evaluate:output_type -> lehr.v1.CanaryEvaluation
+	121, // 188: lehr.v1.Control.GetCanaryEvaluation:output_type -> lehr.v1.CanaryEvaluation
+	122, // 189: lehr.v1.Control.ListCanaryEvaluations:output_type -> lehr.v1.ListCanaryEvaluationsResponse
+	123, // 190: lehr.v1.Control.GetPolicy:output_type -> lehr.v1.Policy
+	124, // 191: lehr.v1.Control.CreatePolicyExperiment:output_type -> google.longrunning.Operation
+	124, // 192: lehr.v1.Control.UpdatePolicyExperiment:output_type -> google.longrunning.Operation
+	125, // 193: lehr.v1.Control.GetPolicyExperiment:output_type -> lehr.v1.PolicyExperiment
+	126, // 194: lehr.v1.Control.ListPolicyExperiments:output_type -> lehr.v1.ListPolicyExperimentsResponse
+	124, // 195: lehr.v1.Control.DeletePolicyExperiment:output_type -> google.longrunning.Operation
+	124, // 196: lehr.v1.Control.StartPreviewPolicyExperiment:output_type -> google.longrunning.Operation
+	124, // 197: lehr.v1.Control.StopPreviewPolicyExperiment:output_type -> google.longrunning.Operation
+	124, // 198: lehr.v1.Control.CommitPolicyExperiment:output_type -> google.longrunning.Operation
+	124, // 199: lehr.v1.Control.DeletePolicy:output_type -> google.longrunning.Operation
+	127, // 200: lehr.v1.Control.GetPolicyExperimentCounts:output_type -> lehr.v1.PolicyExperimentCounts
+	5,   // 201: lehr.v1.Control.ListAuditRecords:output_type -> lehr.v1.ListAuditRecordsResponse
+	150, // [150:202] is the sub-list for method output_type
+	98,  // [98:150] is the sub-list for method input_type
+	98,  // [98:98] is the sub-list for extension type_name
+	98,  // [98:98] is the sub-list for extension extendee
+	0,   // [0:98] is the sub-list for field type_name
 }
 
 func init() { file_lehr_v1_control_proto_init() }
@@ -6631,7 +6718,7 @@ func file_lehr_v1_control_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lehr_v1_control_proto_rawDesc), len(file_lehr_v1_control_proto_rawDesc)),
-			NumEnums:      2,
+			NumEnums:      3,
 			NumMessages:   82,
 			NumExtensions: 0,
 			NumServices:   1,

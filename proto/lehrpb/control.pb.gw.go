@@ -930,6 +930,8 @@ func local_request_Control_GetGoals_0(ctx context.Context, marshaler runtime.Mar
 	return msg, metadata, err
 }
 
+var filter_Control_GetZoneStatus_0 = &utilities.DoubleArray{Encoding: map[string]int{"zone": 0}, Base: []int{1, 1, 0}, Check: []int{0, 1, 2}}
+
 func request_Control_GetZoneStatus_0(ctx context.Context, marshaler runtime.Marshaler, client ControlClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
 		protoReq GetZoneStatusRequest
@@ -943,6 +945,12 @@ func request_Control_GetZoneStatus_0(ctx context.Context, marshaler runtime.Mars
 	protoReq.Zone, err = runtime.String(val)
 	if err != nil {
 		return nil, metadata, status.Errorf(codes.InvalidArgument, "type mismatch, parameter: %s, error: %v", "zone", err)
+	}
+	if err := req.ParseForm(); err != nil {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "%v", err)
+	}
+	if err := runtime.PopulateQueryParameters(&protoReq, req.Form, filter_Control_GetZoneStatus_0); err != nil {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "%v", err)
 	}
 	if req.Body != nil {
 		_, _ = io.Copy(io.Discard, req.Body)
@@ -964,6 +972,12 @@ func local_request_Control_GetZoneStatus_0(ctx context.Context, marshaler runtim
 	protoReq.Zone, err = runtime.String(val)
 	if err != nil {
 		return nil, metadata, status.Errorf(codes.InvalidArgument, "type mismatch, parameter: %s, error: %v", "zone", err)
+	}
+	if err := req.ParseForm(); err != nil {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "%v", err)
+	}
+	if err := runtime.PopulateQueryParameters(&protoReq, req.Form, filter_Control_GetZoneStatus_0); err != nil {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "%v", err)
 	}
 	msg, err := server.GetZoneStatus(ctx, &protoReq)
 	return msg, metadata, err
