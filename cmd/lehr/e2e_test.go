@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"os/user"
@@ -284,6 +286,10 @@ func TestDev(t *testing.T) {
 		`ACTIVE since`,
 		"$ lehr policy experiment counts demo/access no-contractors",
 		"(all)   v1",
+		"==> the good change in the console: its rollout http://",
+		"/console/rollouts/demo/app/2, its canary evaluation with a plot per check http://",
+		"==> the bad change in the console: its rollout http://",
+		"/console/canary/demo/app@3/stage-1",
 		"==> the same counts, with the gate of the commit below, in the console: http://",
 		"/console/experiments/demo/access?min_evaluations=",
 		"committed experiment no-contractors: demo/access is now at version 2",
@@ -295,6 +301,30 @@ func TestDev(t *testing.T) {
 		"lehr push demo/app --control "+addr+" --file my.json",
 		"lehr patch demo/app --control "+addr+" --base 4 --set greeting=hi",
 		"export LEHR_CONTROL="+addr)
+
+	// Every console page it points to loads, and the bad change's
+	// evaluation says why it failed (issue 32: a newcomer follows the
+	// demo in the browser).
+	pages := 0
+	for _, u := range regexp.MustCompile(`http://[0-9.:]+/console/[^ ,\n]*`).FindAllString(out, -1) {
+		pages++
+		resp, err := http.Get(u)
+		if err != nil {
+			t.Errorf("GET %s: %v", u, err)
+			continue
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Errorf("GET %s: %s", u, resp.Status)
+		}
+		if strings.Contains(u, "/canary/demo/app@3/") && !strings.Contains(string(body), "FAIL") {
+			t.Errorf("the bad change's evaluation page %s does not say FAIL:\n%.2000s", u, body)
+		}
+	}
+	if pages < 6 {
+		t.Errorf("lehr dev printed %d console URLs; want the console's, two per change and the experiments'", pages)
+	}
 
 	// Every command it printed reaches this control as printed (issue 31:
 	// they talked to whatever listened on 127.0.0.1:7400): lehr accepts

@@ -148,6 +148,7 @@ func (t *tour) walk(ctx context.Context) error {
 	if err := t.step(ctx, "canary show", "canary", "show", fmt.Sprintf("%s@%d/stage-1", appNamespace, base+1)); err != nil {
 		return err
 	}
+	t.consoleLinks("the good change", base+1)
 
 	t.say("a bad change: demo.error_ratio 0.2 — the services accept it, then fail a fifth of their requests; the canary analysis catches it")
 	bad := base + 2
@@ -180,6 +181,7 @@ func (t *tour) walk(ctx context.Context) error {
 	if err := t.step(ctx, "canary show", "canary", "show", fmt.Sprintf("%s@%d/stage-1", appNamespace, bad)); err != nil {
 		return err
 	}
+	t.consoleLinks("the bad change", bad)
 	if err := t.previewPolicy(ctx); err != nil {
 		return err
 	}
@@ -362,4 +364,16 @@ func joinArgs(args []string) string {
 		quoted[i] = a
 	}
 	return strings.Join(quoted, " ")
+}
+
+// consoleLinks prints where the console shows version v's rollout and its
+// first stage's canary evaluation (with the plot of every check), when
+// control serves the console.
+func (t *tour) consoleLinks(what string, v uint64) {
+	u := ConsoleURL(t.cl.ControlHTTPAddr())
+	if u == "" {
+		return
+	}
+	t.say("%s in the console: its rollout %srollouts/%s/%d, its canary evaluation with a plot per check %scanary/%s@%d/stage-1",
+		what, u, appNamespace, v, u, appNamespace, v)
 }
