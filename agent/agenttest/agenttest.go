@@ -365,6 +365,12 @@ func (a *Agent) SendRaw(b []byte) error {
 	return err
 }
 
+// StopReadingControl is a fault for tests of the distributor's defenses:
+// the agent stops reading its control stream (STOP_SENDING), so the
+// distributor's next control frame fails to send, while the connection —
+// its updates, the agent's own frames and keepalives — stays up.
+func (a *Agent) StopReadingControl() { a.ctrl.CancelRead(wire.StreamCodeCancelled) }
+
 // Subscribe subscribes to namespaces, announcing what the agent holds of
 // each.
 func (a *Agent) Subscribe(nss ...string) error {

@@ -87,6 +87,31 @@ func TestStalledPushEndsTheConnection(t *testing.T) {
 	}
 }
 
+// A control frame the distributor cannot send ends the session and closes
+// the connection. Before, the push loop alone ended: the read loop went on
+// reading the agent's frames, so the session stayed registered — counted
+// connected, its namespaces lagging — and pushed nothing again, while the
+// agent, hearing its keepalives answered, never failed over (a zombie).
+func TestUnsendableControlFrameEndsTheSession(t *testing.T) {
+	e := newEnv(t)
+	ns := "d/app"
+	v1 := e.publish(ns, props(10, "v1"))
+	a := e.dial("host-1", agenttest.Options{Subscriptions: []string{ns}})
+	waitVersion(t, a, ns, v1)
+	a.StopReadingControl()
+	// A namespace without a goal: the distributor answers Unavailable on
+	// the control stream, which the agent no longer reads.
+	if err := a.Subscribe("d/nothing"); err != nil {
+		t.Fatal(err)
+	}
+	wait.For(t, "the distributor to close the connection it cannot send on", func() bool { return e.srv.Stats().Agents == 0 })
+	select {
+	case <-a.Done(): // the connection ended: the agent reconnects
+	case <-time.After(30 * time.Second):
+		t.Fatal("the distributor dropped the session but the agent's connection is still up")
+	}
+}
+
 // An agent that acknowledges a repair snapshot with the checksum it
 // already had (as agents before the repair rule did: "stale, I hold that
 // version") is not sent the same snapshot again and again: the fanout

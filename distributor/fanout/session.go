@@ -617,7 +617,11 @@ type job struct {
 }
 
 // pushLoop starts pushes whenever kicked, and when the earliest refusal
-// backoff or Ack deadline ends, until the session ends.
+// backoff or Ack deadline ends, until the session ends. A frame it cannot
+// send ends the session through fail, which closes the connection: ending
+// only the loop would leave the read loop — and with it the session,
+// registered and counted connected — up, pushing nothing while the agent's
+// keepalives keep the connection alive.
 func (ss *session) pushLoop() {
 	timer := time.NewTimer(time.Hour)
 	timer.Stop() // armed by plan's wake time only
@@ -636,8 +640,7 @@ func (ss *session) pushLoop() {
 		}
 		for _, u := range unavailable {
 			if err := ss.send(u); err != nil {
-				ss.log.Info("send Unavailable", "err", err)
-				ss.cancel()
+				ss.fail("send Unavailable", err)
 				return
 			}
 			ss.srv.met.unavailable.Inc()
@@ -647,8 +650,7 @@ func (ss *session) pushLoop() {
 		}
 		if a := ss.takeAdvice(); a != nil {
 			if err := ss.send(a); err != nil {
-				ss.log.Info("send Advice", "err", err)
-				ss.cancel()
+				ss.fail("send Advice", err)
 				return
 			}
 			ss.srv.met.advice.Inc()
