@@ -891,8 +891,73 @@ func (c *catalogRun) agents(ctx context.Context) (float64, error) {
 		Add("cache", dm.sum("lehr_distributor_cache_bytes")/(1<<20), "MiB").
 		Add("go memory limit", dm.sum("go_memlimit_bytes")/(1<<20), "MiB").Add("oom kills", float64(c.oomKills()), "").
 		Add("scrape", ms(scrape), "ms").
-		Add("agents' rss", float64(swp.rss)/(1<<20), "MiB"))
+		Add("agents' rss", float64(swp.rss)/(1<<20), "MiB").
+		Add("behind after", c.behindAfter(ctx, dm), "").
+		Add("reconnects", dm.sum("lehr_distributor_handshakes_total")-float64(p.agents), ""))
 	return float64(d1.hwm), nil
+}
+
+// behindBound is how long behindAfter waits for the distributor's own
+// view to agree with the agents'.
+const behindBound = 2 * time.Minute
+
+// behindAfter returns how many namespaces the distributor still counts
+// agents behind on (lehr_distributor_namespace_lag) once every agent has
+// applied every namespace, waiting up to behindBound for it to reach 0;
+// dm is its first reading. A session the distributor counts behind with
+// nothing in flight is one that stopped pushing (issue 27's tail): when
+// some remain, the distributor dumps its goroutines (SIGQUIT) and the
+// fan-out's are kept in OutDir.
+func (c *catalogRun) behindAfter(ctx context.Context, dm promSamples) float64 {
+	behind := func(m promSamples) (n int) {
+		for series, v := range m {
+			if v > 0 && strings.HasPrefix(series, "lehr_distributor_namespace_lag{") {
+				n++
+			}
+		}
+		return n
+	}
+	n := behind(dm)
+	for end := time.Now().Add(behindBound); n > 0 && time.Now().Before(end); {
+		if sleep(ctx, 5*time.Second) != nil {
+			break
+		}
+		if m, err := c.dist.metrics(ctx); err == nil {
+			n = behind(m)
+		}
+	}
+	if n > 0 {
+		c.res.Notes = append(c.res.Notes, fmt.Sprintf("%d namespace(s) still counted behind by the distributor %v after every agent applied every namespace; %s", n, behindBound, c.stallReport(ctx)))
+		c.keepFanoutGoroutines()
+	}
+	return float64(n)
+}
+
+// keepFanoutGoroutines waits for the distributor's SIGQUIT dump and keeps
+// its goroutines that run the fan-out's code in OutDir.
+func (c *catalogRun) keepFanoutGoroutines() {
+	if c.e.OutDir == "" {
+		return
+	}
+	select {
+	case <-c.dist.done:
+	case <-time.After(time.Minute):
+		return
+	}
+	b, err := os.ReadFile(c.dist.logPath)
+	if err != nil {
+		return
+	}
+	var out strings.Builder
+	for _, g := range strings.Split(string(b), "\n\ngoroutine ") {
+		if strings.Contains(g, "distributor/fanout.") {
+			out.WriteString("goroutine " + g + "\n\n")
+		}
+	}
+	path := filepath.Join(c.e.OutDir, fmt.Sprintf("catalog-%s-fanout-goroutines.txt", c.e.Profile))
+	if os.WriteFile(path, []byte(out.String()), 0o644) == nil {
+		c.res.Notes = append(c.res.Notes, "the fan-out's goroutines at the end: "+path)
+	}
 }
 
 // agentsTarget is issue 27's target for the distributor with its agents,
