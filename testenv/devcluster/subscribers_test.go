@@ -27,18 +27,7 @@ import (
 func TestZoneStatusCountsSubscribersByService(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	c, err := devcluster.Start(ctx, devcluster.Options{
-		NoSync: true, Dir: t.TempDir(), Zones: []string{zoneA}, AgentsPerZone: 2, Domains: []string{domain},
-		ReportInterval: 200 * time.Millisecond, Logger: controltest.Logger(t, slog.LevelError),
-	})
-	if err != nil {
-		t.Fatalf("Start: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := c.Close(); err != nil {
-			t.Errorf("Close: %v", err)
-		}
-	})
+	c := twoHostCluster(t, ctx)
 	ns := domain + "/flags"
 	v1, err := c.Producer().Publish(ctx, ns, props("on", "true"))
 	if err != nil {
@@ -97,18 +86,7 @@ func TestZoneStatusCountsSubscribersByService(t *testing.T) {
 func TestZoneStatusListsCacheQuarantines(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	c, err := devcluster.Start(ctx, devcluster.Options{
-		NoSync: true, Dir: t.TempDir(), Zones: []string{zoneA}, AgentsPerZone: 2, Domains: []string{domain},
-		ReportInterval: 200 * time.Millisecond, Logger: controltest.Logger(t, slog.LevelError),
-	})
-	if err != nil {
-		t.Fatalf("Start: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := c.Close(); err != nil {
-			t.Errorf("Close: %v", err)
-		}
-	})
+	c := twoHostCluster(t, ctx)
 	ns := domain + "/flags"
 	if _, err := c.Producer().Publish(ctx, ns, props("on", "true")); err != nil {
 		t.Fatal(err)
@@ -149,4 +127,22 @@ func TestZoneStatusListsCacheQuarantines(t *testing.T) {
 	if len(got) != 1 || got[0].GetHostId() != h.HostID || got[0].GetQuarantineTime().AsTime().Before(before.Add(-time.Second)) {
 		t.Errorf("cache quarantines %v; want %s's alone, after %v", got, h.HostID, before)
 	}
+}
+
+// twoHostCluster starts zone-a with two agents, reporting every 200 ms.
+func twoHostCluster(t *testing.T, ctx context.Context) *devcluster.Cluster {
+	t.Helper()
+	c, err := devcluster.Start(ctx, devcluster.Options{
+		NoSync: true, Dir: t.TempDir(), Zones: []string{zoneA}, AgentsPerZone: 2, Domains: []string{domain},
+		ReportInterval: 200 * time.Millisecond, Logger: controltest.Logger(t, slog.LevelError),
+	})
+	if err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := c.Close(); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	})
+	return c
 }
