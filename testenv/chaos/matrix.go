@@ -106,25 +106,14 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	rep := &Report{Topology: cfg.Topology, Seed: cfg.Seed, Events: map[string]int{}}
 	run, stop := context.WithCancel(ctx)
 	defer stop()
-	cl, err := StartCluster(ctx, run, ClusterOptions{Binary: cfg.Binary, Dir: cfg.Dir, Topology: cfg.Topology, Logger: log,
-		// The matrix tests the raw delivery path: every publish moves
-		// every zone at once, so convergence is the path's alone.
-		ControlArgs: []string{"--rollouts=false"}})
+	// The matrix tests the raw delivery path: every publish moves every
+	// zone at once, so convergence is the path's alone.
+	cl, namespaces, obs, err := startObserved(ctx, run, ClusterOptions{Binary: cfg.Binary, Dir: cfg.Dir, Topology: cfg.Topology, Logger: log},
+		cfg.Namespaces)
 	if err != nil {
 		return nil, err
 	}
 	defer cl.Close()
-
-	var namespaces []string
-	for i := range cfg.Namespaces {
-		namespaces = append(namespaces, fmt.Sprintf("%s/ns%d", Domain, i))
-	}
-	// The consumers log every lease they re-acquire after an agent kill;
-	// only their warnings are worth reading here.
-	obs, err := Observe(ctx, cl.Agents, namespaces, Quiet(log))
-	if err != nil {
-		return nil, err
-	}
 	defer obs.Close()
 
 	chaosDone := make(chan struct{})
@@ -593,4 +582,28 @@ func (h minLevel) WithAttrs(as []slog.Attr) slog.Handler {
 
 func (h minLevel) WithGroup(name string) slog.Handler {
 	return minLevel{h.Handler.WithGroup(name), h.min}
+}
+
+// startObserved starts a cluster as opts say with the rollout strategist
+// off (every publish moves every zone at once), names n namespaces of
+// Domain and puts an observing consumer of each on every agent. The
+// caller closes the observer, then the cluster.
+func startObserved(ctx, run context.Context, opts ClusterOptions, n int) (*Cluster, []string, *Observer, error) {
+	opts.ControlArgs = append(opts.ControlArgs, "--rollouts=false")
+	cl, err := StartCluster(ctx, run, opts)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	var namespaces []string
+	for i := range n {
+		namespaces = append(namespaces, fmt.Sprintf("%s/ns%d", Domain, i))
+	}
+	// The consumers log every lease they re-acquire after a kill; only
+	// their warnings are worth reading here.
+	obs, err := Observe(ctx, cl.Agents, namespaces, Quiet(opts.Logger))
+	if err != nil {
+		cl.Close()
+		return nil, nil, nil, err
+	}
+	return cl, namespaces, obs, nil
 }

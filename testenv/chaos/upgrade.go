@@ -113,23 +113,14 @@ func RunUpgrade(ctx context.Context, cfg UpgradeConfig) (*UpgradeReport, error) 
 	rep.FromBuild, rep.ToBuild = buildOf(ctx, cfg.Old), buildOf(ctx, cfg.New)
 	run, stop := context.WithCancel(ctx)
 	defer stop()
-	cl, err := StartCluster(ctx, run, ClusterOptions{Binary: cfg.Old, Dir: cfg.Dir, Topology: cfg.Topology, Logger: log,
-		// Every publish moves every zone at once: an update reaches every
-		// agent through whatever runs, not a rollout's stages.
-		ControlArgs: []string{"--rollouts=false"}})
+	// Every publish moves every zone at once: an update reaches every
+	// agent through whatever runs, not a rollout's stages.
+	cl, namespaces, obs, err := startObserved(ctx, run, ClusterOptions{Binary: cfg.Old, Dir: cfg.Dir, Topology: cfg.Topology, Logger: log},
+		cfg.Namespaces)
 	if err != nil {
 		return nil, err
 	}
 	defer cl.Close()
-
-	var namespaces []string
-	for i := range cfg.Namespaces {
-		namespaces = append(namespaces, fmt.Sprintf("%s/ns%d", Domain, i))
-	}
-	obs, err := Observe(ctx, cl.Agents, namespaces, Quiet(log))
-	if err != nil {
-		return nil, err
-	}
 	defer obs.Close()
 
 	stepsDone := make(chan struct{})
