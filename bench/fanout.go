@@ -14,7 +14,7 @@ import (
 func fanoutScenario() Scenario {
 	return Scenario{
 		Name:  "fanout",
-		Title: "publish → applied at N agents on one distributor, its cost, vs etcd watch and NATS KV watch (issue 4 §2, §3, §7)",
+		Title: "publish → applied at N agents on one distributor, its cost, vs etcd watch and NATS KV watch, whole machine: servers and subscribers share both cores, peers embedded (issue 4 §2, §3, §7; the fair race is fairrace)",
 		Run:   runFanout,
 	}
 }
