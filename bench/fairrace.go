@@ -85,7 +85,8 @@ func runFairRace(ctx context.Context, e *Env) (*Result, error) {
 			"'server cpu/delivery' is the CPU time (utime + stime of /proc/<pid>/stat, every thread, in 10 ms ticks: ±10 ms over the measured updates) of the server processes over the measured updates, per delivery: for Lehr control + distributor (control's share is one etcd write with fsync and one watch event per update; 'distributor cpu/delivery' is the distributor alone), for etcd and NATS their server process. 'server busy' is the same CPU over the measured time, in cores (1 is the whole core); 'server idle' is their CPU with every subscriber connected and nothing written (keepalives), sampled before.",
 			"'subscribers cpu/delivery' is the subscribers' process's CPU per delivery: Lehr's simulated agents decode, verify (checksum) and apply every update; the peers' watchers only receive it. Both report every delivery to the bench process as a JSON line, at the same cost.",
 			"'all cpu/delivery' adds the bench process (writer, collector) to server and subscribers: the analogue of the fanout scenario's whole-machine 'system cpu/delivery', but pinned and with the servers out of process.",
-			"'server rss/sub' is (the server processes' RSS with N subscribers connected, after the warm-up − before they connected) / N, noise-dominated at N=100; 'server rss' is their RSS then.",
+			"'server rss/sub' is (the server processes' RSS with N subscribers connected, after the warm-up − before they connected) / N, noise-dominated at N=100; 'server rss' is their RSS then; 'distributor rss/sub' is Lehr's distributor's alone.",
+			"every server and subscriber process is a Go program started on one CPU, so its runtime runs with GOMAXPROCS=1 (runtime.NumCPU follows the affinity mask), alike for every system.",
 		},
 	}
 	allowed, err := cpupin.Allowed(os.Getpid())
@@ -381,10 +382,12 @@ func connsPerSubscriber(n int) int {
 func (r *race) measure(ctx context.Context, side raceSide, n int) (Row, []time.Duration, error) {
 	p := r.p
 	self := procGroup{os.Getpid()}
+	dist := procGroup{side.dist}
 	before, err := side.servers.sample()
 	if err != nil {
 		return Row{}, nil, err
 	}
+	distBefore, _ := dist.sample()
 	col := newCollector(n)
 	cfg := side.sub
 	cfg.N, cfg.CPUs = n, r.clientCPU
@@ -421,6 +424,7 @@ func (r *race) measure(ctx context.Context, side raceSide, n int) (Row, []time.D
 	if err != nil {
 		return Row{}, nil, err
 	}
+	distConnected, _ := dist.sample()
 	idle0, _ := side.servers.sample()
 	idleStart := time.Now()
 	if err := sleep(ctx, p.idle); err != nil { // a sampling window, not a wait for an event
@@ -430,7 +434,6 @@ func (r *race) measure(ctx context.Context, side raceSide, n int) (Row, []time.D
 	idleCores := (idle1.cpu - idle0.cpu).Seconds() / time.Since(idleStart).Seconds()
 
 	var stats roundStats
-	dist := procGroup{side.dist}
 	s0, _ := side.servers.sample()
 	c0, _ := subs.sample()
 	b0, _ := self.sample()
@@ -472,6 +475,9 @@ func (r *race) measure(ctx context.Context, side raceSide, n int) (Row, []time.D
 	row.Add("all cpu/delivery", perDelivery(all0, all1, deliveries), "µs")
 	row.Add("server rss/sub", float64(connected.rss-before.rss)/1024/float64(n), "KiB")
 	row.Add("server rss", float64(connected.rss)/(1<<20), "MiB")
+	if side.dist != 0 {
+		row.Add("distributor rss/sub", float64(distConnected.rss-distBefore.rss)/1024/float64(n), "KiB")
+	}
 	row.Add("lost", float64(st.Lost), "")
 	return row, stats.all, nil
 }
