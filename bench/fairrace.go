@@ -83,7 +83,7 @@ func runFairRace(ctx context.Context, e *Env) (*Result, error) {
 		Notes: []string{
 			"the fanout scenario's rows are the whole-machine figures of the same change (servers and subscribers unpinned on both cores, the peers embedded in the bench process); these are the fair race's.",
 			"'server cpu/delivery' is the CPU time (utime + stime of /proc/<pid>/stat, every thread, in 10 ms ticks: ±10 ms over the measured updates) of the server processes over the measured updates, per delivery: for Lehr control + distributor (control's share is one etcd write with fsync and one watch event per update; 'distributor cpu/delivery' is the distributor alone), for etcd and NATS their server process. 'server busy' is the same CPU over the measured time, in cores (1 is the whole core); 'server idle' is their CPU with every subscriber connected and nothing written (keepalives), sampled before.",
-			"'subscribers cpu/delivery' is the subscribers' process's CPU per delivery: Lehr's simulated agents decode, verify (checksum) and apply every update; the peers' watchers only receive it. Both report every delivery to the bench process as a JSON line, at the same cost.",
+			"'subscribers cpu/delivery' is the subscribers' process's CPU per delivery: Lehr's simulated agents decode, verify (checksum) and apply every update; the peers' watchers only receive it. Both report every delivery to the bench process as a JSON line, at the same cost. 'subscribers busy' is their CPU over the measured time, in cores: near 1, the subscribers' core, not the server's, bounds the latency (on one core, N simulated agents take N times one agent's work per update, which a fleet spreads over N hosts).",
 			"'all cpu/delivery' adds the bench process (writer, collector) to server and subscribers: the analogue of the fanout scenario's whole-machine 'system cpu/delivery', but pinned and with the servers out of process.",
 			"'server rss/sub' is (the server processes' RSS with N subscribers connected, after the warm-up − before they connected) / N, noise-dominated at N=100; 'server rss' is their RSS then; 'distributor rss/sub' is Lehr's distributor's alone.",
 			"every server and subscriber process is a Go program started on one CPU, so its runtime runs with GOMAXPROCS=1 (runtime.NumCPU follows the affinity mask), alike for every system.",
@@ -470,6 +470,7 @@ func (r *race) measure(ctx context.Context, side raceSide, n int) (Row, []time.D
 	row.Add("server busy", (s1.cpu-s0.cpu).Seconds()/elapsed.Seconds(), "cores")
 	row.Add("server idle", idleCores, "cores")
 	row.Add("subscribers cpu/delivery", perDelivery(c0, c1, deliveries), "µs")
+	row.Add("subscribers busy", (c1.cpu-c0.cpu).Seconds()/elapsed.Seconds(), "cores")
 	all0 := procSample{cpu: s0.cpu + c0.cpu + b0.cpu}
 	all1 := procSample{cpu: s1.cpu + c1.cpu + b1.cpu}
 	row.Add("all cpu/delivery", perDelivery(all0, all1, deliveries), "µs")
