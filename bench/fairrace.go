@@ -43,6 +43,10 @@ type race struct {
 	natsBin              string
 }
 
+// warmupTimeout bounds the fair race's warm-up: until an update reaches
+// every subscriber.
+const warmupTimeout = 5 * time.Minute
+
 // raceSide is one system at one N, its servers started (on serverCPU)
 // and its namespace written; its subscribers not yet.
 type raceSide struct {
@@ -72,7 +76,7 @@ func runFairRace(ctx context.Context, e *Env) (*Result, error) {
 		fanoutParams{ns: []int{100, 1000, 10000}, warmup: 2, reps: 5, perRp: 5, idle: 5 * time.Second},
 	)
 	res := &Result{
-		Setup: fmt.Sprintf("the fanout scenario's change — one key (a %s value) of a 10-key namespace, %d warm-up updates then %d×%d measured, one at a time — with every system split in two: "+
+		Setup: fmt.Sprintf("the fanout scenario's change — one key (a %s value) of a 10-key namespace, at least %d warm-up updates (until one reaches every subscriber) then %d×%d measured, one at a time — with every system split in two: "+
 			"its server in processes of its own, pinned to one CPU (taskset), its N subscribers in one process pinned to the other CPU, with the bench process (writer and collector). "+
 			"Lehr: control (embedded etcd, fsync on, --rollouts=false as the fanout's cluster) and one distributor, both processes of the lehr binary; simulated agents (distributor/agenttest: real QUIC, mutual TLS, the wire protocol, decode, verify and apply in memory) in a child of the bench. "+
 			"etcd: a real etcd server process (go build %s, the etcd of go.mod: 3.7), one member, fsync on; N client/v3 prefix watches. "+
@@ -409,15 +413,25 @@ func (r *race) measure(ctx context.Context, side raceSide, n int) (Row, []time.D
 			return Row{}, nil, fmt.Errorf("initial version not at every subscriber (err %v)", err)
 		}
 	}
-	for range p.warmup {
+	// At least p.warmup updates, and until one reaches every subscriber:
+	// a watch registered late (etcd's register after the client
+	// returned) misses, or gets late, a warm-up update, not a measured one.
+	warmDeadline := time.Now().Add(warmupTimeout)
+	for i := 1; ; i++ {
 		seq, _, err := side.update(ctx)
 		if err != nil {
 			return Row{}, nil, err
 		}
-		// A watch registered late misses a warm-up update, not a
-		// measured one.
-		if _, err := col.wait(ctx, seq, 60*time.Second); err != nil {
+		all, err := col.wait(ctx, seq, 60*time.Second)
+		if err != nil {
 			return Row{}, nil, err
+		}
+		if all && i >= p.warmup {
+			break
+		}
+		if time.Now().After(warmDeadline) {
+			_, missed, _ := col.result(seq, time.Now())
+			return Row{}, nil, fmt.Errorf("after %d warm-up updates in %v, %d of %d subscribers missed the last", i, warmupTimeout, missed, n)
 		}
 	}
 	connected, err := side.servers.sample()
