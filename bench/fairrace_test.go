@@ -1,8 +1,17 @@
 package bench
 
 import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
+	"time"
+
+	"lehr.dev/lehr/testenv/cpupin"
+	"lehr.dev/lehr/testenv/wait"
 )
 
 func TestFairRaceTargets(t *testing.T) {
@@ -41,4 +50,108 @@ func TestFairRaceTargets(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestPeerProcessesPinned starts each peer as a real server process on one
+// CPU and three watchers in a subscriber process on another, checks each
+// runs where it was put, and that every watcher sees a change once.
+func TestPeerProcessesPinned(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and starts etcd and nats-server")
+	}
+	allowed, err := cpupin.Allowed(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	serverCPU, subCPU := allowed[:1], allowed[len(allowed)-1:]
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	dir, binDir := t.TempDir(), t.TempDir()
+	for _, sys := range []string{"etcd", "nats"} {
+		t.Run(sys, func(t *testing.T) {
+			var pr peer
+			var proc *daemon
+			switch sys {
+			case "etcd":
+				bin, err := buildMain(ctx, binDir, "etcd", etcdMainPackage)
+				if err != nil {
+					t.Fatal(err)
+				}
+				p, err := startEtcdProc(ctx, filepath.Join(dir, sys), bin, serverCPU)
+				if err != nil {
+					t.Fatal(err)
+				}
+				pr, proc = p, p.proc
+			case "nats":
+				bin, err := buildMain(ctx, binDir, "nats-server", natsMainPackage)
+				if err != nil {
+					t.Fatal(err)
+				}
+				p, err := startNATSProc(ctx, filepath.Join(dir, sys), bin, serverCPU)
+				if err != nil {
+					t.Fatal(err)
+				}
+				pr, proc = p, p.proc
+			}
+			defer pr.close()
+			if got := pinnedTo(t, proc.pid()); !slices.Equal(got, serverCPU) {
+				t.Errorf("%s server runs on %v, want %v", sys, got, serverCPU)
+			}
+			const n = 3
+			col := newCollector(n)
+			wc := watchConfigOf(pr, "/bench/pinned/", 1)
+			sw, conn, err := startSwarm(ctx, swarmConfig{N: n, Watch: &wc, CPUs: subCPU}, func(ev swarmEvent) {
+				col.record(ev.I, ev.Version, ev.T)
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer sw.quit()
+			if conn.Connected != n || conn.Failed != 0 {
+				t.Fatalf("subscribers: %d connected, %d failed (%s), want %d connected", conn.Connected, conn.Failed, conn.Err, n)
+			}
+			if got := pinnedTo(t, sw.pid); !slices.Equal(got, subCPU) {
+				t.Errorf("%s subscribers run on %v, want %v", sys, got, subCPU)
+			}
+			vals := newValueSource(64)
+			// Until one change reaches all three (etcd registers a watch
+			// after its client returns), then one more, seen once by each.
+			var seq uint64
+			wait.For(t, "a change at every watcher", func() bool {
+				val := vals.next()
+				if err := pr.put(ctx, "/bench/pinned/k", val); err != nil {
+					t.Fatal(err)
+				}
+				ok, _ := col.wait(ctx, seqOf(val), 2*time.Second)
+				return ok
+			})
+			val := vals.next()
+			seq = seqOf(val)
+			t0 := time.Now()
+			if err := pr.put(ctx, "/bench/pinned/k", val); err != nil {
+				t.Fatal(err)
+			}
+			if ok, err := col.wait(ctx, seq, time.Minute); !ok || err != nil {
+				t.Fatalf("change %d not at every watcher (err %v)", seq, err)
+			}
+			if lat, missed, dups := col.result(seq, t0); len(lat) != n || missed != 0 || dups != 0 {
+				t.Errorf("change %d: %d latencies, %d missed, %d duplicated; want %d, 0, 0", seq, len(lat), missed, dups, n)
+			}
+		})
+	}
+}
+
+// pinnedTo is the CPUs process pid may run on, read once it has exec'd
+// past taskset.
+func pinnedTo(t *testing.T, pid int) cpupin.Set {
+	t.Helper()
+	wait.For(t, "the process to exec past taskset", func() bool {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
+		return err == nil && strings.TrimSpace(string(b)) != "taskset"
+	})
+	got, err := cpupin.Allowed(pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return got
 }
