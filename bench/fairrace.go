@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -215,12 +216,40 @@ func (r *race) run(ctx context.Context, sys string, n int) (Row, []time.Duration
 		if stop != nil {
 			stop()
 		}
-		return Row{}, nil, err
+		return Row{}, nil, r.keepLogs(dir, sys, n, err)
 	}
-	defer stop()
 	row, lat, err := r.measure(ctx, side, n)
+	stop()
 	row.Transport = transport
-	return row, lat, err
+	if err != nil {
+		return row, lat, r.keepLogs(dir, sys, n, err)
+	}
+	return row, lat, nil
+}
+
+// keepLogs copies the server processes' logs of a failed run from dir
+// (removed after the scenario) to the run's artefacts, and names them in
+// the error it returns.
+func (r *race) keepLogs(dir, sys string, n int, err error) error {
+	logs, _ := filepath.Glob(filepath.Join(dir, "*.log"))
+	if r.e.OutDir == "" || len(logs) == 0 || os.MkdirAll(r.e.OutDir, 0o755) != nil {
+		return err
+	}
+	var kept []string
+	for _, l := range logs {
+		b, rerr := os.ReadFile(l)
+		if rerr != nil {
+			continue
+		}
+		path := filepath.Join(r.e.OutDir, fmt.Sprintf("fairrace-%s-%s-N%d-%s", r.e.Profile, sys, n, filepath.Base(l)))
+		if os.WriteFile(path, b, 0o644) == nil {
+			kept = append(kept, path)
+		}
+	}
+	if len(kept) == 0 {
+		return err
+	}
+	return fmt.Errorf("%w (server logs kept: %s)", err, strings.Join(kept, ", "))
 }
 
 // startLehr starts control and a distributor on the server CPU, creates

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -154,4 +155,29 @@ func pinnedTo(t *testing.T, pid int) cpupin.Set {
 		t.Fatal(err)
 	}
 	return got
+}
+
+func TestRaceKeepLogs(t *testing.T) {
+	dir, out := t.TempDir(), t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "etcd.log"), []byte("etcd said"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cause := errors.New("no quorum")
+	r := &race{e: &Env{Profile: Full, OutDir: out}}
+	err := r.keepLogs(dir, "etcd", 10000, cause)
+	if !errors.Is(err, cause) {
+		t.Errorf("keepLogs error %v does not wrap %v", err, cause)
+	}
+	kept := filepath.Join(out, "fairrace-full-etcd-N10000-etcd.log")
+	if b, rerr := os.ReadFile(kept); rerr != nil || string(b) != "etcd said" {
+		t.Errorf("kept log %s: %q, %v; want %q", kept, b, rerr, "etcd said")
+	}
+	if !strings.Contains(err.Error(), kept) {
+		t.Errorf("error %q does not name %s", err, kept)
+	}
+	// Without an artefact directory the error is the cause.
+	r.e.OutDir = ""
+	if err := r.keepLogs(dir, "etcd", 1, cause); err != cause {
+		t.Errorf("keepLogs without OutDir = %v, want %v", err, cause)
+	}
 }
