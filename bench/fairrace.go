@@ -349,6 +349,10 @@ func (r *race) startLehr(ctx context.Context, dir string, n int) (raceSide, func
 		sub: swarmConfig{
 			Addr: distAddr, CADir: pkiDir, Prefix: fmt.Sprintf("fair%d", n), Zone: benchZone, Subs: []string{ns},
 			Parallel: 32, Keep: true, SilenceTimeout: r.e.AgentSilenceTimeout,
+			// A distributor on one core refuses handshakes beyond its
+			// admission bound sooner than on two: agents retry, as the
+			// real agent does (the catalog's 7,500 needed as many).
+			DialAttempts: 20, ConnectTimeout: 30 * time.Minute,
 		},
 		match: func(ev swarmEvent) bool { return ev.NS == ns && !ev.Refused },
 		update: func(ctx context.Context) (uint64, time.Time, error) {
