@@ -488,22 +488,7 @@ func (c *catalogRun) startDistributor(ctx context.Context) error {
 
 // waitDist polls the distributor's metrics until cond holds.
 func (c *catalogRun) waitDist(ctx context.Context, what string, timeout time.Duration, cond func(promSamples) bool) error {
-	deadline := time.Now().Add(timeout)
-	for {
-		m, err := c.dist.metrics(ctx)
-		if err == nil && cond(m) {
-			return nil
-		}
-		if err := c.dist.alive(); err != nil {
-			return err
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("distributor: not %s within %v (%v)", what, timeout, err)
-		}
-		if err := sleep(ctx, 50*time.Millisecond); err != nil {
-			return err
-		}
-	}
+	return waitMetrics(ctx, c.dist, what, timeout, cond)
 }
 
 // waitDistGoals waits until the distributor knows n goals.
