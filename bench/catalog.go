@@ -33,7 +33,7 @@ func catalogScenario() Scenario {
 	return Scenario{
 		Name: "catalog",
 		Title: "UCDP's catalog held: 277 domains and up to 71,000 namespaces of the realistic size mix in control (real processes): etcd against its quota, " +
-			"control's RSS and idle cost, publish latency at 1/10/50 per second, history compaction, restart, a distributor with 0 and with thousands of agents (issue 27 §6)",
+			"control's RSS and idle cost, publish latency at 1/10/50 per second, history compaction, restart, a distributor with 0 and with thousands of agents (issue 27 §6), backup and restore (issue 33)",
 		Run: runCatalog,
 	}
 }
@@ -419,6 +419,10 @@ func (c *catalogRun) run(ctx context.Context) error {
 	}
 	fill, err := c.fill(ctx)
 	if err != nil {
+		return err
+	}
+	// Last: the restore renumbers every namespace.
+	if err := c.restore(ctx); err != nil {
 		return err
 	}
 
