@@ -112,6 +112,11 @@ func TestHA(t *testing.T) {
 			})
 		}
 	}
+	// Last, as it rolls the store back: docs/operations.md's restore of
+	// an external cluster, run as it is written.
+	t.Run("restore", func(t *testing.T) {
+		restoreExternal(t, ctx, s, bin, dir, cfg.Logger)
+	})
 	if len(results) == 0 {
 		return
 	}
