@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -68,6 +69,10 @@ func docsRestoreBlock(t *testing.T) []string {
 	}
 	return cmds
 }
+
+// resyncLine is control's log line once it committed a restored store's
+// namespaces again, with their number.
+var resyncLine = regexp.MustCompile(`finished the restore of the store.* namespaces=([0-9]+)`)
 
 // docsEtcdHost is how the docs name a member in names and URLs: etcd-0,
 // https://etcd-0:2380 (peer), https://etcd-0:2379 (client).
@@ -168,7 +173,12 @@ func (r *restoreRun) exec(ctx context.Context, bin string, args ...string) strin
 // or went backwards, and no process failed. It measures how long the
 // replicas took from start to serving (they commit every namespace again
 // before they serve) and to every agent holding the restored content.
-func restoreExternal(t *testing.T, ctx context.Context, s *ha.Suite, lehr, dir string, log *slog.Logger) {
+//
+// Besides the two namespaces the agents subscribe to, extra namespaces
+// nobody subscribes to are published before the backup, for the replicas'
+// start to have a store's worth of namespaces to commit again.
+// It returns the figures as Markdown for the suite's report.
+func restoreExternal(t *testing.T, ctx context.Context, s *ha.Suite, lehr, dir string, extra int, log *slog.Logger) string {
 	steps := docsRestoreBlock(t)
 	if len(steps) == 0 {
 		t.Fatal("docs/operations.md's restore of an external cluster has no commands")
@@ -250,6 +260,28 @@ func restoreExternal(t *testing.T, ctx context.Context, s *ha.Suite, lehr, dir s
 		v = append(v, publish(live, "k", fmt.Sprintf("before the backup %d", i)))
 	}
 	q := publish(quiet, "k", "never changes")
+	// The extra namespaces, in a domain of their own (a domain holds 1,000
+	// by default), four publishers at a time.
+	t0 := time.Now()
+	quotas := &lehrpb.Quotas{PublishesPerSecond: 1e6, PublishBurst: 1 << 20, PublishBytesPerSecond: 1 << 40, MaxStoredBytes: 1 << 40, MaxNamespaces: int32(extra)}
+	if _, err := prod.CreateDomain(ctx, &lehrpb.Domain{Name: "restore", Description: "namespaces of the restored store", Quotas: quotas}); err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	errs := make([]error, 4)
+	for w := range errs {
+		wg.Go(func() {
+			for i := w; i < extra && errs[w] == nil; i += len(errs) {
+				ns := fmt.Sprintf("restore/extra-%04d", i)
+				_, errs[w] = prod.Publish(ctx, ns, []producer.Property{{Key: "k", Value: []byte(ns)}}, producer.WithMessage("restore test"))
+			}
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("published %d more namespaces, nobody subscribed, in %v", extra, time.Since(t0).Round(time.Millisecond))
 	converged("before the backup", live, v[2])
 	converged("before the backup", quiet, q)
 
@@ -267,7 +299,20 @@ func restoreExternal(t *testing.T, ctx context.Context, s *ha.Suite, lehr, dir s
 	if err := (protojson.UnmarshalOptions{DiscardUnknown: true}).Unmarshal(out, bk); err != nil || bk.GetRevision() == 0 || len(bk.GetSha256()) != 64 {
 		t.Fatalf("lehr control backup -o json: %v; printed %s", err, out)
 	}
-	t.Logf("backup: revision %d, %d bytes, sha256 %s", bk.GetRevision(), bk.GetSizeBytes(), bk.GetSha256())
+	// etcdutl reads it (docs/operations.md: "etcdutl snapshot status FILE
+	// reads it"), and says which revision the file holds: lehr control
+	// backup prints the revision of etcd's answer, which writes that came
+	// between the snapshot and the answer (replicas and distributors write
+	// all the time) can have moved past the file's.
+	var status struct {
+		Revision int64 `json:"revision"`
+	}
+	if out, err := exec.CommandContext(ctx, etcdutl, "snapshot", "status", file, "-w", "json").Output(); err != nil {
+		t.Fatalf("etcdutl snapshot status %s: %v %s", file, err, errOutput(err))
+	} else if err := json.Unmarshal(out, &status); err != nil || status.Revision == 0 || status.Revision > bk.GetRevision() {
+		t.Fatalf("etcdutl snapshot status %s -w json: %v, %s; want a revision, at most the %d lehr control backup printed", file, err, out, bk.GetRevision())
+	}
+	t.Logf("backup: revision %d (etcdutl snapshot status: %d), %d bytes, sha256 %s", bk.GetRevision(), status.Revision, bk.GetSizeBytes(), bk.GetSha256())
 
 	// Newer content under v4 and v5, which the backup does not hold.
 	for i := 4; i <= 5; i++ {
@@ -349,9 +394,19 @@ func restoreExternal(t *testing.T, ctx context.Context, s *ha.Suite, lehr, dir s
 			t.Fatalf("docs/operations.md's restore of an external cluster: %d %q steps; want 1 (ran %v)", ran[want], want, ran)
 		}
 	}
+	var md strings.Builder
+	fmt.Fprintf(&md, "| replica | start → serving (READY=1) | namespaces it committed again (of %d) |\n|---|---|---|\n", extra+2)
 	for i, p := range s.Cluster.Controls {
-		resynced := strings.Contains(p.Tail(1<<20), "finished the restore of the store")
-		t.Logf("MEASURED: %s: start → serving (READY=1) %v after the restore (committed the restored namespaces again: %v)", p.Name, serve[i].Round(time.Millisecond), resynced)
+		// Each replica commits what the other has not yet (a namespace
+		// committed already is its request's answer again) and says how
+		// many it went through.
+		resynced := "none"
+		if m := resyncLine.FindStringSubmatch(p.Tail(1 << 20)); m != nil {
+			resynced = m[1]
+		}
+		t.Logf("MEASURED: %s: start → serving (READY=1) %v after the restore; namespaces it committed again: %s (the store holds %d)",
+			p.Name, serve[i].Round(time.Millisecond), resynced, extra+2)
+		fmt.Fprintf(&md, "| %s | %v | %s |\n", p.Name, serve[i].Round(time.Millisecond), resynced)
 	}
 
 	// etcd: the revision raised as the docs' --bump-revision says, and
@@ -367,11 +422,13 @@ func restoreExternal(t *testing.T, ctx context.Context, s *ha.Suite, lehr, dir s
 	if err != nil {
 		t.Fatal(err)
 	}
-	if floor := bk.GetRevision() + 1_000_000_000_000; resp.Header.GetRevision() < floor {
-		t.Errorf("etcd revision %d after the restore; want at least the backup's %d plus the docs' bump", resp.Header.GetRevision(), bk.GetRevision())
+	if floor := status.Revision + 1_000_000_000_000; resp.Header.GetRevision() < floor {
+		t.Errorf("etcd revision %d after the restore; want at least the backup's %d plus the docs' bump", resp.Header.GetRevision(), status.Revision)
 	}
-	if _, err := cli.Get(ctx, "ha-health", clientv3.WithRev(bk.GetRevision()+1)); !errors.Is(err, rpctypes.ErrCompacted) {
-		t.Errorf("a read at revision %d (after the backup's) after the restore: %v; want %v", bk.GetRevision()+1, err, rpctypes.ErrCompacted)
+	// Any revision the lost store had (it went on from the backup's) is
+	// compacted.
+	if _, err := cli.Get(ctx, "ha-health", clientv3.WithRev(status.Revision+1)); !errors.Is(err, rpctypes.ErrCompacted) {
+		t.Errorf("a read at revision %d (after the backup's) after the restore: %v; want %v", status.Revision+1, err, rpctypes.ErrCompacted)
 	}
 
 	// The restore record: what lehr control restore --record-only wrote.
@@ -379,10 +436,10 @@ func restoreExternal(t *testing.T, ctx context.Context, s *ha.Suite, lehr, dir s
 	if err != nil || rec == nil {
 		t.Fatalf("restore record: %v, %v", rec, err)
 	}
-	if rec.GetVersionFloor() < 3+store.RestoreMargin || rec.GetBackupRevision() < bk.GetRevision() || rec.GetBackupSha256() != bk.GetSha256() ||
+	if rec.GetVersionFloor() < 3+store.RestoreMargin || rec.GetBackupRevision() != status.Revision || rec.GetBackupSha256() != bk.GetSha256() ||
 		rec.GetRevisionBump() < 1_000_000_000_000 || !strings.Contains(restoreOut, fmt.Sprint(rec.GetVersionFloor())) {
-		t.Errorf("restore record %v; want a floor above 3+%d, the backup's revision %d and SHA-256, etcdutl's revision bump, the floor lehr control restore printed",
-			rec, store.RestoreMargin, bk.GetRevision())
+		t.Errorf("restore record %v; want a floor above 3+%d, the backup's revision %d (etcdutl's) and SHA-256, etcdutl's revision bump, the floor lehr control restore printed",
+			rec, store.RestoreMargin, status.Revision)
 	}
 	floor := rec.GetVersionFloor()
 
@@ -408,6 +465,7 @@ func restoreExternal(t *testing.T, ctx context.Context, s *ha.Suite, lehr, dir s
 	converged("after the restore", quiet, rq)
 	t.Logf("MEASURED: replicas started → every agent and consumer at the restored content: %v (lehr control restore → that: %v)",
 		time.Since(replicasUp).Round(time.Millisecond), time.Since(restoredAt).Round(time.Millisecond))
+	fmt.Fprintf(&md, "\nreplicas started → every agent and consumer at the restored content: %v\n", time.Since(replicasUp).Round(time.Millisecond))
 	wait.For(t, "the restore record's re-commit done (resync time)", func() bool {
 		rec, err := store.New(cli, store.Options{}).Restored(ctx)
 		return err == nil && rec.GetResyncTime() != nil
@@ -435,14 +493,19 @@ func restoreExternal(t *testing.T, ctx context.Context, s *ha.Suite, lehr, dir s
 	converged("published after the restore", live, next)
 
 	// The audit log says what happened.
-	audit, err := prod.RPC().ListAuditRecords(ctx, &lehrpb.ListAuditRecordsRequest{Since: timestamppb.New(start), PageSize: 1000})
-	if err != nil {
-		t.Fatal(err)
-	}
 	restores := 0
-	for _, a := range audit.GetRecords() {
-		if a.GetMethod() == "RestoreStore" {
-			restores++
+	for page := ""; ; {
+		audit, err := prod.RPC().ListAuditRecords(ctx, &lehrpb.ListAuditRecordsRequest{Since: timestamppb.New(start), PageSize: 1000, PageToken: page})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, a := range audit.GetRecords() {
+			if a.GetMethod() == "RestoreStore" {
+				restores++
+			}
+		}
+		if page = audit.GetNextPageToken(); page == "" {
+			break
 		}
 	}
 	t.Logf("audit: %d RestoreStore records", restores)
@@ -468,6 +531,7 @@ func restoreExternal(t *testing.T, ctx context.Context, s *ha.Suite, lehr, dir s
 		}
 	}
 	t.Logf("restored: floor %d; %s v%d → v%d (v3's content), %s → v%d; next publish v%d", floor, live, v[4].GetSeq(), rl.GetSeq(), quiet, rq.GetSeq(), next.GetSeq())
+	return md.String()
 }
 
 // errOutput is an exec error's stderr, if it has one.
