@@ -136,7 +136,7 @@ func TestHA(t *testing.T) {
 		defer f.Close()
 		if _, err := fmt.Fprintf(f, "\n## Restore of the external etcd cluster (%s, race=%v)\n\n"+
 			"docs/operations.md's commands (etcdutl snapshot restore on each of the 3 members, lehr control restore --record-only), "+
-			"the store holding %d namespaces; both replicas started at once.\n\n%s",
+			"the store holding %d namespaces of its own besides the scenarios'; both replicas started at once.\n\n%s",
 			time.Now().UTC().Format(time.RFC3339), raceEnabled, n+2, body); err != nil {
 			t.Fatal(err)
 		}
