@@ -104,8 +104,11 @@ is raised (by a million per second since the backup, plus a billion) and
 marked compacted, so distributors that watched the lost store start their
 watch over.
 
-For an external etcd cluster, restore with etcdutl and then record the
-restore with --etcd-endpoints (docs/operations.md, "Backup and restore").`,
+For an external etcd cluster, restore every member with etcdutl (raising
+the revision: --bump-revision, --mark-compacted), start it, then record the
+restore with --etcd-endpoints and --record-only, before any control replica
+starts; it refuses a cluster whose revision was not raised enough, naming
+the bump it needs (docs/operations.md, "Backup and restore").`,
 		examples: []string{
 			"lehr control restore --data-dir /var/lib/lehr-control /var/backups/lehr/control.db",
 			"lehr control restore --etcd-endpoints https://etcd-0:2379 --etcd-ca ca.crt --etcd-cert c.crt --etcd-key c.key --record-only control.db",

@@ -122,7 +122,9 @@ type RestoreOptions struct {
 	// EtcdDir is the embedded etcd's data directory to restore into
 	// (control's DATA-DIR/etcd); it must not exist. Empty: etcd was
 	// restored already (an external cluster, with etcdutl), and
-	// EtcdEndpoints names it: only the restore record is written.
+	// EtcdEndpoints names it: only the restore record is written, once
+	// the cluster's revision is found raised above the backup's at least
+	// by RevisionBump (etcdutl's --bump-revision).
 	EtcdDir string
 	// EtcdEndpoints, EtcdCA, EtcdCert and EtcdKey reach an external
 	// cluster (without EtcdDir).
@@ -221,6 +223,25 @@ func Restore(ctx context.Context, o RestoreOptions) (*lehrpb.RestoreRecord, erro
 		}
 	}
 	defer cli.Close()
+	if o.EtcdDir == "" {
+		// etcdutl restored the cluster: it must have raised the revision
+		// at least as a restore here would (and so marked it compacted:
+		// etcdutl does with any bump), or a distributor that watched the
+		// lost store could resume its watch among the lost store's
+		// revisions. What it raised it by goes into the record.
+		resp, err := cli.Get(ctx, store.BackupKey(o.Prefix))
+		if err != nil {
+			return nil, errorf("etcd: %v", err)
+		}
+		need := RevisionBump(rec.GetBackupTime().AsTime(), o.Now())
+		raised := resp.Header.GetRevision() - info.Revision
+		if raised < 0 || uint64(raised) < need {
+			return nil, errorf("etcd's revision is %d, %d above the backup's %d: the cluster was not restored from %s with a revision bump large enough for a backup taken %s ago — "+
+				"restore every member again with etcdutl snapshot restore --bump-revision %d --mark-compacted (or more: a revision per microsecond since the backup, plus a billion), so no distributor resumes a watch of the lost store",
+				resp.Header.GetRevision(), raised, info.Revision, o.File, o.Now().Sub(rec.GetBackupTime().AsTime()).Round(time.Second), need)
+		}
+		rec.RevisionBump = uint64(raised)
+	}
 	st := store.New(cli, store.Options{Prefix: o.Prefix, Now: o.Now, Logger: o.Logger})
 	out, err := st.RecordRestore(ctx, rec)
 	if err != nil {

@@ -7,9 +7,11 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
+	"go.uber.org/zap"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"lehr.dev/lehr/control/embedetcd"
@@ -119,7 +121,9 @@ func TestRestoreRefuses(t *testing.T) {
 
 // TestRestoreRecordOnly: for an external cluster restored with etcdutl,
 // Restore only records the restore, with the backup's time and revision
-// read from the file.
+// read from the file and what the cluster's revision was raised by — and
+// refuses a cluster whose revision was not raised enough (not restored
+// with --bump-revision, or not at all), naming the bump it needs.
 func TestRestoreRecordOnly(t *testing.T) {
 	ctx := t.Context()
 	srv, err := embedetcd.Start(ctx, embedetcd.Options{Dir: filepath.Join(t.TempDir(), "etcd"), NoSync: true})
@@ -151,13 +155,45 @@ func TestRestoreRecordOnly(t *testing.T) {
 	if err != nil || info.Revision < snap.Revision || !info.Time.Equal(snap.Time) {
 		t.Fatalf("Inspect = %+v, %v; want revision %d or later and time %v", info, err, snap.Revision, snap.Time)
 	}
-	rec, err := Restore(ctx, RestoreOptions{File: file, EtcdEndpoints: srv.Endpoints(), Author: "unix:ops"})
+
+	// The cluster the backup was taken of, not restored.
+	var be *Error
+	_, err = Restore(ctx, RestoreOptions{File: file, EtcdEndpoints: srv.Endpoints(), Author: "unix:ops"})
+	if !errors.As(err, &be) || !strings.Contains(err.Error(), "--bump-revision") {
+		t.Errorf("Restore --record-only into a cluster not restored = %v; want a *backup.Error naming --bump-revision", err)
+	}
+	t.Logf("refused: %v", err)
+	if rec, err := st.Restored(ctx); err != nil || rec != nil {
+		t.Errorf("after the refusal: restore record %v, %v; want none", rec, err)
+	}
+
+	// Restored as etcdutl does, with the bump the docs give.
+	const bump = 1_000_000_000_000
+	dir := filepath.Join(t.TempDir(), "etcd")
+	if err := (&etcdRestorer{lg: zap.NewNop()}).Restore(etcdRestoreConfig{
+		SnapshotPath: file, Name: "lehr", OutputDataDir: dir,
+		PeerURLs: []string{"https://127.0.0.1:2380"}, InitialCluster: "lehr=https://127.0.0.1:2380", InitialClusterToken: "etcd-cluster",
+		RevisionBump: bump, MarkCompacted: true,
+	}); err != nil {
+		t.Fatal(err)
+	}
+	restored, err := embedetcd.Start(ctx, embedetcd.Options{Dir: dir, Name: "lehr", NoSync: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := st.Restored(ctx)
+	defer restored.Close()
+	rec, err := Restore(ctx, RestoreOptions{File: file, EtcdEndpoints: restored.Endpoints(), Author: "unix:ops"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rcli, err := restored.Client(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rcli.Close()
+	got, err := store.New(rcli, store.Options{}).Restored(ctx)
 	if err != nil || got.GetId() != rec.GetId() || got.GetVersionFloor() < store.RestoreMargin || !got.GetBackupTime().AsTime().Equal(snap.Time) ||
-		got.GetBackupRevision() != info.Revision || got.GetRevisionBump() != 0 {
-		t.Errorf("restore record %v, %v; want %v with the backup's time and revision, no revision bump (etcdutl's)", got, err, rec)
+		got.GetBackupRevision() != info.Revision || got.GetRevisionBump() < bump {
+		t.Errorf("restore record %v, %v; want %v with the backup's time and revision, etcdutl's revision bump (%d or more)", got, err, rec, bump)
 	}
 }

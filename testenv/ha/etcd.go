@@ -39,6 +39,47 @@ func BuildEtcd(ctx context.Context, dir string, log io.Writer) (string, error) {
 	return bin, nil
 }
 
+// BuildEtcdutl builds etcd's offline tool, etcdutl, into dir and returns
+// the binary's path: the etcdutl an operator restores an external cluster
+// with (docs/operations.md, "Backup and restore"), at the etcd version
+// Lehr embeds. It cannot be a dependency of Lehr's module (see
+// control/backup/etcdrestore.go), so it is built from a module of its own,
+// testenv/ha/etcdutl, which pins it as a tool at go.mod's etcd version;
+// its dependencies come from the module cache, or the module proxy the
+// first time.
+func BuildEtcdutl(ctx context.Context, dir string, log io.Writer) (string, error) {
+	if log == nil {
+		log = io.Discard
+	}
+	root, err := etcdutlModule(ctx)
+	if err != nil {
+		return "", err
+	}
+	bin := filepath.Join(dir, "etcdutl")
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, "go.etcd.io/etcd/etcdutl/v3")
+	cmd.Dir = root
+	cmd.Stdout, cmd.Stderr = log, log
+	cmd.Env = append(os.Environ(), "GOFLAGS=-mod=readonly -buildvcs=false")
+	if err := cmd.Run(); err != nil {
+		return "", fmt.Errorf("ha: build etcdutl (module %s): %w", root, err)
+	}
+	return bin, nil
+}
+
+// etcdutlModule is the directory of the module BuildEtcdutl builds from:
+// testenv/ha/etcdutl under the main module's root.
+func etcdutlModule(ctx context.Context) (string, error) {
+	out, err := exec.CommandContext(ctx, "go", "env", "GOMOD").Output()
+	if err != nil {
+		return "", fmt.Errorf("ha: go env GOMOD: %w", err)
+	}
+	gomod := strings.TrimSpace(string(out))
+	if gomod == "" || gomod == os.DevNull {
+		return "", errors.New("ha: not inside a Go module")
+	}
+	return filepath.Join(filepath.Dir(gomod), "testenv", "ha", "etcdutl"), nil
+}
+
 // Etcd is an etcd cluster of member processes on loopback, each
 // supervised as systemd would (chaos.Proc): a member that exits without
 // being killed is restarted. Clients reach it over mutual TLS: each member
@@ -60,6 +101,11 @@ type Etcd struct {
 type Member struct {
 	*chaos.Proc
 	Name, ClientURL, PeerURL string
+	// DataDir is the member's --data-dir. A member started on a data
+	// directory that already holds a member (its WAL) ignores its
+	// --initial-cluster flags: one restored by etcdutl starts as the
+	// restore made it.
+	DataDir string
 }
 
 // EtcdOptions configure StartEtcd.
@@ -94,7 +140,6 @@ func StartEtcd(ctx, run context.Context, opts EtcdOptions) (_ *Etcd, err error) 
 	if e.TLS.Cert, e.TLS.Key, err = e.ca.IssueFiles(e.dir, "lehr-control", pki.Client, nil, 24*time.Hour); err != nil {
 		return nil, fmt.Errorf("ha: etcd client certificate: %w", err)
 	}
-	var initial []string
 	for i := range n {
 		m := &Member{Name: fmt.Sprintf("m%d", i)}
 		for _, url := range []*string{&m.ClientURL, &m.PeerURL} {
@@ -105,20 +150,20 @@ func StartEtcd(ctx, run context.Context, opts EtcdOptions) (_ *Etcd, err error) 
 			*url = fmt.Sprintf("http://127.0.0.1:%d", port)
 		}
 		m.ClientURL = "https" + strings.TrimPrefix(m.ClientURL, "http")
-		initial = append(initial, m.Name+"="+m.PeerURL)
 		e.Members = append(e.Members, m)
 	}
 	for _, m := range e.Members {
 		dir := filepath.Join(opts.Dir, "etcd-"+m.Name)
+		m.DataDir = filepath.Join(dir, "data")
 		cert, key, err := e.ca.IssueFiles(e.dir, "etcd-"+m.Name, pki.Server, []string{"127.0.0.1"}, 24*time.Hour)
 		if err != nil {
 			return nil, fmt.Errorf("ha: etcd %s certificate: %w", m.Name, err)
 		}
 		if m.Proc, err = chaos.NewProc(run, "etcd "+m.Name, opts.Binary, dir, []string{
-			"--name", m.Name, "--data-dir", filepath.Join(dir, "data"),
+			"--name", m.Name, "--data-dir", m.DataDir,
 			"--listen-client-urls", m.ClientURL, "--advertise-client-urls", m.ClientURL,
 			"--listen-peer-urls", m.PeerURL, "--initial-advertise-peer-urls", m.PeerURL,
-			"--initial-cluster", strings.Join(initial, ","), "--initial-cluster-state", "new",
+			"--initial-cluster", e.InitialCluster(), "--initial-cluster-state", "new",
 			"--initial-cluster-token", "lehr-ha",
 			"--cert-file", cert, "--key-file", key, "--client-cert-auth", "--trusted-ca-file", e.TLS.CA,
 		}, opts.Logger); err != nil {
@@ -175,6 +220,28 @@ func (e *Etcd) Start(ctx context.Context, ms ...*Member) error {
 	}
 	wg.Wait()
 	return errors.Join(errs...)
+}
+
+// Stop stops ms at once, as "systemctl stop" does (SIGTERM, then SIGKILL
+// after 10 s), and waits until each has exited; they stay down until
+// Start.
+func (e *Etcd) Stop(ms ...*Member) error {
+	errs := make([]error, len(ms))
+	var wg sync.WaitGroup
+	for i, m := range ms {
+		wg.Go(func() { _, errs[i] = m.Stop(10 * time.Second) })
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// InitialCluster is the members' --initial-cluster: name=peer URL, each.
+func (e *Etcd) InitialCluster() string {
+	var s []string
+	for _, m := range e.Members {
+		s = append(s, m.Name+"="+m.PeerURL)
+	}
+	return strings.Join(s, ",")
 }
 
 // statuses asks every running member for its status at once (served

@@ -13,6 +13,12 @@
 // consumer converged, and measures how long the fault held delivery up
 // (Result, Markdown). Figures are reported, never asserted.
 //
+// Last, TestHA restores the cluster from a backup as docs/operations.md
+// says to restore an external etcd cluster, running its commands — etcdutl
+// built from testenv/ha/etcdutl (BuildEtcdutl) on each member, then lehr
+// control restore --record-only — and checks that every agent converges
+// to the backup's content.
+//
 // TestHA runs a short version in "make test" and the long one under
 // "make ha" (-ha.long), whose figures go to bench/results/<time>-ha.md
 // and docs/operations.md.

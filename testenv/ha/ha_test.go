@@ -20,6 +20,7 @@ var (
 	long   = flag.Bool("ha.long", false, "run the long HA suite (make ha) instead of the short one")
 	report = flag.String("ha.report", "", "append the suite's report (markdown) to this file")
 	keep   = flag.Bool("ha.keep", false, "keep the run's directory (processes' data and logs) even when it passes")
+	extra  = flag.Int("ha.restore-namespaces", 0, "namespaces nobody subscribes to in the restored store, besides the two the agents hold; 0: 100 (1000 with -ha.long)")
 )
 
 // Issue 29's HA scenarios against a real 3-member etcd cluster of
@@ -112,6 +113,34 @@ func TestHA(t *testing.T) {
 			})
 		}
 	}
+	// Last, as it rolls the store back: docs/operations.md's restore of
+	// an external cluster, run as it is written.
+	t.Run("restore", func(t *testing.T) {
+		n := *extra
+		switch {
+		case n > 0:
+		case *long:
+			n = 1000
+		default:
+			n = 100
+		}
+		body := restoreExternal(t, ctx, s, bin, dir, n, cfg.Logger)
+		t.Logf("report:\n%s", body)
+		if *report == "" {
+			return
+		}
+		f, err := os.OpenFile(*report, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		if _, err := fmt.Fprintf(f, "\n## Restore of the external etcd cluster (%s, race=%v)\n\n"+
+			"docs/operations.md's commands (etcdutl snapshot restore on each of the 3 members, lehr control restore --record-only), "+
+			"the store holding %d namespaces of its own besides the scenarios'; both replicas started at once.\n\n%s",
+			time.Now().UTC().Format(time.RFC3339), raceEnabled, n+2, body); err != nil {
+			t.Fatal(err)
+		}
+	})
 	if len(results) == 0 {
 		return
 	}

@@ -519,6 +519,10 @@ func firstAck(ops []chaos.Op, t time.Time) (time.Time, bool) {
 	return first, !first.IsZero()
 }
 
+// WaitHealthy waits until the cluster is whole, as each scenario does
+// before it starts (waitHealthy).
+func (s *Suite) WaitHealthy(ctx context.Context) error { return s.waitHealthy(ctx) }
+
 // waitHealthy waits until every process is ready, etcd answers, a
 // strategist leads, every agent is connected and the distributor reports
 // them.
