@@ -57,6 +57,7 @@ type previewStore interface {
 	Experiments(ctx context.Context, ns, preview string) (store.PreviewState, error)
 	PutExperiment(ctx context.Context, ns, id string, e *lehrpb.PolicyExperiment, modRevision int64) (*store.StoredExperiment, error)
 	DeleteExperiment(ctx context.Context, ns, id string, modRevision int64) error
+	ExperimentHistory(ctx context.Context, ns, id string) (store.StoredHistory, error)
 
 	ListZones(ctx context.Context) ([]*lehrpb.Zone, error)
 	ZoneStatus(ctx context.Context, zone string) ([]*lehrpb.DistributorStatus, error)
@@ -881,7 +882,7 @@ func (s *Service) GetPolicyExperimentCounts(ctx context.Context, req *lehrpb.Get
 }
 
 // previewCounts sums the distributors' latest reports, per zone and
-// configuration pair, for experiment e of ns.
+// configuration pair, for experiment e of ns, with its sampled history.
 func (s *Service) previewCounts(ctx context.Context, ns string, e *store.StoredExperiment) (*lehrpb.PolicyExperimentCounts, error) {
 	zones, err := s.previews.ListZones(ctx)
 	if err != nil {
@@ -913,6 +914,15 @@ func (s *Service) previewCounts(ctx context.Context, ns string, e *store.StoredE
 		}
 	}
 	out := &lehrpb.PolicyExperimentCounts{Name: e.GetName(), Etag: e.GetEtag()}
+	h, err := s.previews.ExperimentHistory(ctx, ns, e.ID)
+	if err != nil {
+		return nil, s.apiError(ctx, err)
+	}
+	// A history of another revision is an earlier experiment's of the
+	// same id, not yet deleted (store.PruneExperimentHistories).
+	if e.CreateRevision != 0 && h.Record.GetExperimentRevision() == e.CreateRevision {
+		out.History = h.Record.GetSamples()
+	}
 	sums.Each(func(k preview.Key, c *lehrpb.PreviewCounts) {
 		c = proto.CloneOf(c)
 		c.Zone = k.Namespace
