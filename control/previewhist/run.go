@@ -209,15 +209,40 @@ func (r *Runner) Lead(ctx context.Context, g store.Guard) {
 // Append returns old's samples with smp after them, as the history of
 // the experiment created at revision rev (a record of another revision
 // is an earlier experiment's: its samples are dropped), trimmed from the
-// oldest to MaxSamples and MaxBytes encoded. old is not changed.
+// oldest to MaxSamples and MaxBytes encoded. The record names a sample's
+// experiment etag only where it changes (Expand restores every one);
+// smp names its own. old and smp are not changed.
 func Append(old *lehrpb.PolicyExperimentHistoryRecord, rev int64, smp *lehrpb.PolicyExperimentSample) *lehrpb.PolicyExperimentHistoryRecord {
 	rec := &lehrpb.PolicyExperimentHistoryRecord{ExperimentRevision: rev}
 	if old.GetExperimentRevision() == rev {
 		rec.Samples = append(rec.Samples, old.GetSamples()...)
 	}
+	// etags[i] is the etag in effect at sample i.
+	etags := make([]string, 0, len(rec.Samples)+1)
+	cur := ""
+	for _, s := range rec.Samples {
+		if e := s.GetExperimentEtag(); e != "" {
+			cur = e
+		}
+		etags = append(etags, cur)
+	}
+	smp = proto.CloneOf(smp)
+	etags = append(etags, smp.GetExperimentEtag())
+	if len(rec.Samples) > 0 && smp.GetExperimentEtag() == cur {
+		smp.ExperimentEtag = ""
+	}
 	rec.Samples = append(rec.Samples, smp)
+	// trim drops the n oldest samples, naming the new first one's etag.
+	trim := func(n int) {
+		rec.Samples, etags = rec.Samples[n:], etags[n:]
+		if first := rec.Samples[0]; first.GetExperimentEtag() != etags[0] {
+			first = proto.CloneOf(first)
+			first.ExperimentEtag = etags[0]
+			rec.Samples[0] = first
+		}
+	}
 	if n := len(rec.Samples) - MaxSamples; n > 0 {
-		rec.Samples = rec.Samples[n:]
+		trim(n)
 	}
 	for size := proto.Size(rec); size > MaxBytes && len(rec.Samples) > 1; size = proto.Size(rec) {
 		// Drop as many of the oldest as the excess takes at their size,
@@ -227,7 +252,24 @@ func Append(old *lehrpb.PolicyExperimentHistoryRecord, rev int64, smp *lehrpb.Po
 			over -= proto.Size(rec.Samples[drop]) + 2
 			drop++
 		}
-		rec.Samples = rec.Samples[max(1, drop):]
+		trim(max(1, drop))
 	}
 	return rec
+}
+
+// Expand returns the samples of a stored record each naming its
+// experiment etag (the record names it only where it changes). The
+// samples are copies.
+func Expand(rec *lehrpb.PolicyExperimentHistoryRecord) []*lehrpb.PolicyExperimentSample {
+	out := make([]*lehrpb.PolicyExperimentSample, 0, len(rec.GetSamples()))
+	cur := ""
+	for _, s := range rec.GetSamples() {
+		s = proto.CloneOf(s)
+		if e := s.GetExperimentEtag(); e != "" {
+			cur = e
+		}
+		s.ExperimentEtag = cur
+		out = append(out, s)
+	}
+	return out
 }

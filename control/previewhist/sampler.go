@@ -14,7 +14,7 @@
 // run by the strategist's leader (strategist.Options.Leading), as
 // control/propagation is: one replica samples at a time.
 //
-// Imported by control.
+// Imported by control and control/service.
 package previewhist
 
 import (
@@ -182,7 +182,7 @@ func (s *Sampler) Sample(exps []Experiment, zones map[string][]*lehrpb.Distribut
 				disagree += d
 			}
 			out[ref] = &lehrpb.PolicyExperimentSample{SampleTime: timestamppb.New(now), Interval: durationpb.New(max(0, now.Sub(prev.at))),
-				Evaluations: total, Disagreements: disagree}
+				Evaluations: total, Disagreements: disagree, ExperimentEtag: e.Etag}
 		}
 		s.exps[ref] = &state{at: now, etag: e.Etag, series: seen}
 	}

@@ -135,6 +135,9 @@ func TestSampler(t *testing.T) {
 				if !ok {
 					t.Fatalf("step %d: no sample; want %s", i, st.want)
 				}
+				if smp.GetExperimentEtag() != st.etag {
+					t.Errorf("step %d: sample of etag %q; want %q", i, smp.GetExperimentEtag(), st.etag)
+				}
 				if g := fmt.Sprintf("%d/%d", smp.GetEvaluations(), smp.GetDisagreements()); g != st.want {
 					t.Errorf("step %d: sample %s; want %s", i, g, st.want)
 				}
@@ -212,4 +215,38 @@ func TestAppend(t *testing.T) {
 		t.Errorf("Append changed the record it was given")
 	}
 	t.Logf("a day of minute samples of small counts: %d bytes; %d samples of 10-byte counts fit in %d", proto.Size(Append(nil, 1, smp(0, false)))*MaxSamples, n, MaxBytes)
+}
+
+// A record names a sample's etag only where it changes, the first
+// sample's always, also after the oldest are trimmed; Expand names every
+// one.
+func TestAppendEtags(t *testing.T) {
+	etags := []string{"e1", "e1", "e2", "e2", "e2", "e1"}
+	var rec *lehrpb.PolicyExperimentHistoryRecord
+	for i, e := range etags {
+		rec = Append(rec, 1, &lehrpb.PolicyExperimentSample{Evaluations: uint64(i), ExperimentEtag: e})
+	}
+	var stored, expanded []string
+	for _, s := range rec.GetSamples() {
+		stored = append(stored, s.GetExperimentEtag())
+	}
+	for _, s := range Expand(rec) {
+		expanded = append(expanded, s.GetExperimentEtag())
+	}
+	if got, want := fmt.Sprint(stored), "[e1  e2   e1]"; got != want {
+		t.Errorf("stored etags %s; want %s", got, want)
+	}
+	if got, want := fmt.Sprint(expanded), fmt.Sprint(etags); got != want {
+		t.Errorf("expanded etags %s; want %s", got, want)
+	}
+	// Trimmed to MaxSamples: the first kept names its etag.
+	for i := range MaxSamples - 2 {
+		rec = Append(rec, 1, &lehrpb.PolicyExperimentSample{Evaluations: uint64(100 + i), ExperimentEtag: "e1"})
+	}
+	if first := rec.GetSamples()[0]; len(rec.GetSamples()) != MaxSamples || first.GetEvaluations() != 4 || first.GetExperimentEtag() != "e2" {
+		t.Errorf("after trimming: %d samples, the first %v; want %d, the first of evaluations 4 naming e2", len(rec.GetSamples()), first, MaxSamples)
+	}
+	if e := Expand(rec); e[1].GetExperimentEtag() != "e1" || e[len(e)-1].GetExperimentEtag() != "e1" {
+		t.Errorf("expanded after trimming: %v, …, %v", e[1], e[len(e)-1])
+	}
 }

@@ -28,6 +28,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"lehr.dev/lehr/canary"
+	"lehr.dev/lehr/control/previewhist"
 	"lehr.dev/lehr/control/store"
 	"lehr.dev/lehr/control/validate"
 	"lehr.dev/lehr/internal/apierror"
@@ -921,7 +922,7 @@ func (s *Service) previewCounts(ctx context.Context, ns string, e *store.StoredE
 	// A history of another revision is an earlier experiment's of the
 	// same id, not yet deleted (store.PruneExperimentHistories).
 	if e.CreateRevision != 0 && h.Record.GetExperimentRevision() == e.CreateRevision {
-		out.History = h.Record.GetSamples()
+		out.History = previewhist.Expand(h.Record)
 	}
 	sums.Each(func(k preview.Key, c *lehrpb.PreviewCounts) {
 		c = proto.CloneOf(c)

@@ -1745,7 +1745,7 @@ func (x *PolicyExperimentCounts) GetHistory() []*PolicyExperimentSample {
 // PolicyExperimentSample is what hosts counted of an experiment over one
 // sampling interval: the increase of their running totals, summed over
 // every zone and live etag, for the experiment etag current when it was
-// taken. A host whose agent restarted (its totals fell) counts its new
+// taken (experiment_etag). A host whose agent restarted (its totals fell) counts its new
 // totals whole, as Prometheus's rate() treats a counter reset.
 // (-- api-linter: core::0123::resource-annotation=disabled
 //
@@ -1762,8 +1762,12 @@ type PolicyExperimentSample struct {
 	// experiment disagreed with the live policy (allow→deny, deny→allow).
 	Evaluations   uint64 `protobuf:"varint,3,opt,name=evaluations,proto3" json:"evaluations,omitempty"`
 	Disagreements uint64 `protobuf:"varint,4,opt,name=disagreements,proto3" json:"disagreements,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// The experiment etag whose decisions the sample counts: the
+	// experiment's etag when it was taken. (The record control stores
+	// names it only where it changes; the API names it in every sample.)
+	ExperimentEtag string `protobuf:"bytes,5,opt,name=experiment_etag,json=experimentEtag,proto3" json:"experiment_etag,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *PolicyExperimentSample) Reset() {
@@ -1822,6 +1826,13 @@ func (x *PolicyExperimentSample) GetDisagreements() uint64 {
 		return x.Disagreements
 	}
 	return 0
+}
+
+func (x *PolicyExperimentSample) GetExperimentEtag() string {
+	if x != nil {
+		return x.ExperimentEtag
+	}
+	return ""
 }
 
 // PreviewExperiment is what hosts receive of an active experiment: one
@@ -2104,13 +2115,14 @@ const file_lehr_v1_preview_proto_rawDesc = "" +
 	"\x04etag\x18\x02 \x01(\tR\x04etag\x12,\n" +
 	"\x05zones\x18\x03 \x03(\v2\x16.lehr.v1.PreviewCountsR\x05zones\x12.\n" +
 	"\x06totals\x18\x04 \x03(\v2\x16.lehr.v1.PreviewCountsR\x06totals\x129\n" +
-	"\ahistory\x18\x05 \x03(\v2\x1f.lehr.v1.PolicyExperimentSampleR\ahistory\"\xd4\x01\n" +
+	"\ahistory\x18\x05 \x03(\v2\x1f.lehr.v1.PolicyExperimentSampleR\ahistory\"\xfd\x01\n" +
 	"\x16PolicyExperimentSample\x12;\n" +
 	"\vsample_time\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"sampleTime\x125\n" +
 	"\binterval\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\binterval\x12 \n" +
 	"\vevaluations\x18\x03 \x01(\x04R\vevaluations\x12$\n" +
-	"\rdisagreements\x18\x04 \x01(\x04R\rdisagreements\"\x83\x01\n" +
+	"\rdisagreements\x18\x04 \x01(\x04R\rdisagreements\x12'\n" +
+	"\x0fexperiment_etag\x18\x05 \x01(\tR\x0eexperimentEtag\"\x83\x01\n" +
 	"\x11PreviewExperiment\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
 	"\x04etag\x18\x02 \x01(\tR\x04etag\x12\x1d\n" +

@@ -673,7 +673,9 @@ type PolicyExperimentHistoryRecord struct {
 	// of: an experiment deleted and created again under its id starts a
 	// new history.
 	ExperimentRevision int64 `protobuf:"varint,1,opt,name=experiment_revision,json=experimentRevision,proto3" json:"experiment_revision,omitempty"`
-	// Oldest first.
+	// Oldest first. A sample's experiment_etag is set only where it
+	// differs from the sample before it (and on the first): the etag
+	// changes only when the experiment is updated.
 	Samples       []*PolicyExperimentSample `protobuf:"bytes,2,rep,name=samples,proto3" json:"samples,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
