@@ -868,7 +868,8 @@ func (s *Service) DeletePolicy(ctx context.Context, req *lehrpb.DeletePolicyRequ
 	}, &emptypb.Empty{})
 }
 
-// GetPolicyExperimentCounts sums the hosts' counts for an experiment.
+// GetPolicyExperimentCounts sums the hosts' counts for an experiment, and
+// answers its sampled history (control/previewhist).
 func (s *Service) GetPolicyExperimentCounts(ctx context.Context, req *lehrpb.GetPolicyExperimentCountsRequest) (_ *lehrpb.PolicyExperimentCounts, err error) {
 	defer s.track(ctx, "GetPolicyExperimentCounts", time.Now(), &err)
 	ns, id, err := parseExperimentName("name", req.GetName())
@@ -879,11 +880,24 @@ func (s *Service) GetPolicyExperimentCounts(ctx context.Context, req *lehrpb.Get
 	if err != nil {
 		return nil, withField(s.apiError(ctx, err), "name")
 	}
-	return s.previewCounts(ctx, ns, e)
+	counts, err := s.previewCounts(ctx, ns, e)
+	if err != nil {
+		return nil, err
+	}
+	h, err := s.previews.ExperimentHistory(ctx, ns, e.ID)
+	if err != nil {
+		return nil, s.apiError(ctx, err)
+	}
+	// A history of another revision is an earlier experiment's of the
+	// same id, not yet deleted (store.PruneExperimentHistories).
+	if e.CreateRevision != 0 && h.Record.GetExperimentRevision() == e.CreateRevision {
+		counts.History = previewhist.Expand(h.Record)
+	}
+	return counts, nil
 }
 
 // previewCounts sums the distributors' latest reports, per zone and
-// configuration pair, for experiment e of ns, with its sampled history.
+// configuration pair, for experiment e of ns.
 func (s *Service) previewCounts(ctx context.Context, ns string, e *store.StoredExperiment) (*lehrpb.PolicyExperimentCounts, error) {
 	zones, err := s.previews.ListZones(ctx)
 	if err != nil {
@@ -915,15 +929,6 @@ func (s *Service) previewCounts(ctx context.Context, ns string, e *store.StoredE
 		}
 	}
 	out := &lehrpb.PolicyExperimentCounts{Name: e.GetName(), Etag: e.GetEtag()}
-	h, err := s.previews.ExperimentHistory(ctx, ns, e.ID)
-	if err != nil {
-		return nil, s.apiError(ctx, err)
-	}
-	// A history of another revision is an earlier experiment's of the
-	// same id, not yet deleted (store.PruneExperimentHistories).
-	if e.CreateRevision != 0 && h.Record.GetExperimentRevision() == e.CreateRevision {
-		out.History = previewhist.Expand(h.Record)
-	}
 	sums.Each(func(k preview.Key, c *lehrpb.PreviewCounts) {
 		c = proto.CloneOf(c)
 		c.Zone = k.Namespace
