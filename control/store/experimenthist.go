@@ -8,10 +8,13 @@ package store
 //
 // Every byte of it — key and value — is charged to the experiment's
 // domain (usage/<domain>, stored_bytes), in the write's own transaction,
-// and credited back when the record goes. It is charged, never refused:
-// it is bounded (previewhist.MaxBytes per experiment, at most
-// MaxExperimentsPerPolicy experiments per policy), and refusing it would
-// only lose the record of an experiment the domain already runs.
+// and credited back when the record goes. It is charged, not held to the
+// domain's quota: it is bounded (previewhist.MaxBytes per experiment, at
+// most five experiments per policy), and refusing it would only lose the
+// record of an experiment the domain already runs. What a write adds is
+// admitted against the store's space as a version's content is
+// (space.go): above the high-water mark a domain beyond its fair share
+// loses its samples, above the hard mark everyone does.
 //
 // A record goes when its experiment does, by PruneExperimentHistories,
 // which the sampler runs on every pass: an experiment is committed or
@@ -114,7 +117,7 @@ func (s *Store) PutExperimentHistory(ctx context.Context, g Guard, ns, id string
 	}
 	size := putSize(key, b)
 	var out StoredHistory
-	err = optimistic(ctx, "put the history of experiment "+ns+"/"+id, func(int) (bool, error) {
+	err = optimistic(ctx, "put the history of experiment "+ns+"/"+id, func(attempt int) (bool, error) {
 		resp, err := s.get(ctx, ukey)
 		if err != nil {
 			return false, err
@@ -122,6 +125,15 @@ func (s *Store) PutExperimentHistory(ctx context.Context, g Guard, ns, id string
 		u, err := decodeUsage(resp)
 		if err != nil {
 			return false, err
+		}
+		// What the record grows by is new content, admitted as a
+		// version's is (space.go): refused above the high-water mark
+		// from a domain beyond its fair share, and from everyone above
+		// the hard mark.
+		if grow := size - old.Bytes; attempt == 0 && grow > 0 {
+			if err := s.admitSpace(grow, false, u.rec.GetStoredBytes()); err != nil {
+				return false, err
+			}
 		}
 		cmps := []clientv3.Cmp{
 			clientv3.Compare(clientv3.CreateRevision(ekey), "=", rec.GetExperimentRevision()),
