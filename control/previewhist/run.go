@@ -42,7 +42,7 @@ const (
 	// day of samples at DefaultInterval, and 48 KiB encoded; beyond
 	// either, the oldest samples go. A sample takes 23 to 45 bytes, by
 	// the size of its counts: a day of samples of a few thousand
-	// decisions each takes 33 KB; of billions, the byte bound keeps
+	// decisions each takes about 39 KB; of billions, the byte bound keeps
 	// about 1,100 of them (TestAppend). A policy
 	// has at most 5 experiments (service.MaxExperimentsPerPolicy), so its
 	// histories hold at most 240 KiB.

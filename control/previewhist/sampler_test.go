@@ -186,35 +186,48 @@ func TestAppend(t *testing.T) {
 		return &lehrpb.PolicyExperimentSample{SampleTime: timestamppb.New(time.Unix(1_800_000_000+int64(i)*60, 123456789)),
 			Interval: durationpb.New(time.Minute + 7*time.Nanosecond), Evaluations: n, Disagreements: n}
 	}
-	var rec *lehrpb.PolicyExperimentHistoryRecord
-	for i := range MaxSamples + 10 {
+	// filled is a record of samples from..to-1, as Append leaves it
+	// (built at once: appending them one by one costs a copy each).
+	filled := func(from, to int, big bool) *lehrpb.PolicyExperimentHistoryRecord {
+		rec := &lehrpb.PolicyExperimentHistoryRecord{ExperimentRevision: 3}
+		for i := from; i < to; i++ {
+			rec.Samples = append(rec.Samples, smp(i, big))
+		}
+		return rec
+	}
+	rec := filled(0, MaxSamples, false)
+	for i := MaxSamples; i < MaxSamples+10; i++ {
 		rec = Append(rec, 3, smp(i, false))
 	}
 	if n := len(rec.GetSamples()); n != MaxSamples || rec.GetSamples()[0].GetEvaluations() != 10 {
 		t.Errorf("after %d samples: %d kept, the oldest %d; want %d from 10", MaxSamples+10, n, rec.GetSamples()[0].GetEvaluations(), MaxSamples)
 	}
-	if size := proto.Size(rec); size > MaxBytes {
-		t.Errorf("%d samples of small counts take %d bytes; the bound is %d", MaxSamples, size, MaxBytes)
+	small := proto.Size(rec)
+	if small > MaxBytes {
+		t.Errorf("%d samples of small counts take %d bytes; the bound is %d", MaxSamples, small, MaxBytes)
 	}
-	rec = nil
-	for i := range MaxSamples {
-		rec = Append(rec, 3, smp(i, true))
-		if size := proto.Size(rec); size > MaxBytes {
-			t.Fatalf("after %d samples: %d bytes; want at most %d", i+1, size, MaxBytes)
-		}
+	// Samples of 10-byte counts: the byte bound binds, dropping no more
+	// of the oldest than it must.
+	big := filled(0, MaxSamples-1, true)
+	if proto.Size(big) <= MaxBytes {
+		t.Fatalf("%d big samples take %d bytes: not beyond the bound", MaxSamples-1, proto.Size(big))
 	}
+	rec = Append(big, 3, smp(MaxSamples, true))
 	n := len(rec.GetSamples())
-	if n >= MaxSamples || proto.Size(Append(rec, 3, smp(MaxSamples, true))) > MaxBytes {
-		t.Errorf("big samples: %d kept; want fewer than %d, within %d bytes", n, MaxSamples, MaxBytes)
+	if size := proto.Size(rec); size > MaxBytes || n >= MaxSamples {
+		t.Fatalf("big samples: %d kept in %d bytes; want fewer than %d, within %d bytes", n, size, MaxSamples, MaxBytes)
 	}
-	last := rec.GetSamples()[n-1].GetEvaluations()
+	first := int(rec.GetSamples()[0].GetEvaluations() - 1<<63)
+	if one := (&lehrpb.PolicyExperimentHistoryRecord{ExperimentRevision: 3, Samples: append([]*lehrpb.PolicyExperimentSample{smp(first-1, true)}, rec.GetSamples()...)}); proto.Size(one) <= MaxBytes {
+		t.Errorf("big samples: %d kept from sample %d, but one more (%d bytes) fits in %d", n, first, proto.Size(one), MaxBytes)
+	}
+	if len(big.GetSamples()) != MaxSamples-1 || big.GetSamples()[0].GetEvaluations() != 1<<63 {
+		t.Errorf("Append changed the record it was given")
+	}
 	if got := Append(rec, 4, smp(1, false)); len(got.GetSamples()) != 1 || got.GetExperimentRevision() != 4 {
 		t.Errorf("another revision: %d samples of revision %d; want 1 of 4", len(got.GetSamples()), got.GetExperimentRevision())
 	}
-	if len(rec.GetSamples()) != n || rec.GetSamples()[n-1].GetEvaluations() != last {
-		t.Errorf("Append changed the record it was given")
-	}
-	t.Logf("a day of minute samples of small counts: %d bytes; %d samples of 10-byte counts fit in %d", proto.Size(Append(nil, 1, smp(0, false)))*MaxSamples, n, MaxBytes)
+	t.Logf("a day of minute samples of small counts: %d bytes; %d samples of 10-byte counts fit in %d", small, n, MaxBytes)
 }
 
 // A record names a sample's etag only where it changes, the first
@@ -239,10 +252,13 @@ func TestAppendEtags(t *testing.T) {
 	if got, want := fmt.Sprint(expanded), fmt.Sprint(etags); got != want {
 		t.Errorf("expanded etags %s; want %s", got, want)
 	}
-	// Trimmed to MaxSamples: the first kept names its etag.
-	for i := range MaxSamples - 2 {
-		rec = Append(rec, 1, &lehrpb.PolicyExperimentSample{Evaluations: uint64(100 + i), ExperimentEtag: "e1"})
+	// Trimmed to MaxSamples: the first kept names its etag. (The
+	// samples after the sixth are put in at once, as Append would leave
+	// them: none names e1, the etag already in effect.)
+	for i := range MaxSamples - 3 {
+		rec.Samples = append(rec.Samples, &lehrpb.PolicyExperimentSample{Evaluations: uint64(100 + i)})
 	}
+	rec = Append(rec, 1, &lehrpb.PolicyExperimentSample{Evaluations: 99, ExperimentEtag: "e1"})
 	if first := rec.GetSamples()[0]; len(rec.GetSamples()) != MaxSamples || first.GetEvaluations() != 4 || first.GetExperimentEtag() != "e2" {
 		t.Errorf("after trimming: %d samples, the first %v; want %d, the first of evaluations 4 naming e2", len(rec.GetSamples()), first, MaxSamples)
 	}
