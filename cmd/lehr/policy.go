@@ -550,7 +550,13 @@ func writeSamples(w io.Writer, h []*lehrpb.PolicyExperimentSample) {
 		if s.GetEvaluations() > 0 {
 			share = fmt.Sprintf("%.2f%%", 100*float64(s.GetDisagreements())/float64(s.GetEvaluations()))
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%s\n", s.GetSampleTime().AsTime().UTC().Format(time.RFC3339), s.GetInterval().AsDuration().Round(time.Millisecond),
+		iv := s.GetInterval().AsDuration()
+		if iv >= time.Minute {
+			iv = iv.Round(time.Second)
+		} else {
+			iv = iv.Round(time.Millisecond)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%s\n", s.GetSampleTime().AsTime().UTC().Format(time.RFC3339), iv,
 			s.GetEvaluations(), s.GetDisagreements(), share, clean(s.GetExperimentEtag()))
 	}
 	tw.Flush()
