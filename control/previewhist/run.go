@@ -61,10 +61,6 @@ type Options struct {
 	// Metrics receives the Runner's metrics (MetricsHelp); nil means a
 	// private set.
 	Metrics *metrics.Set
-	// Sampled, if set, is called after every pass with the samples it
-	// stored, by experiment (tests wait on it). Called from Lead's
-	// goroutine; it must not block.
-	Sampled func(map[Ref]*lehrpb.PolicyExperimentSample)
 }
 
 // Runner samples the counts of the active experiments while its replica
@@ -146,23 +142,23 @@ func (r *Runner) Lead(ctx context.Context, g store.Guard) {
 				}
 				continue
 			}
-			failed := false
+			var failed error
 			for _, z := range zl {
 				sts, err := st.ZoneStatus(ctx, z.GetName())
 				var nf *store.NotFoundError
 				switch {
 				case errors.As(err, &nf):
 				case err != nil:
-					failed = true
+					failed = err
 				default:
 					zones[z.GetName()] = sts
 				}
 			}
-			if failed {
+			if failed != nil {
 				// A zone missing would read as every one of its series
 				// gone; the next pass has a whole picture.
 				if ctx.Err() == nil {
-					r.log.Warn("previewhist: reading the zones' reports; this interval is not sampled")
+					r.log.Warn("previewhist: reading the zones' reports; this interval is not sampled", "err", failed)
 				}
 				continue
 			}
@@ -173,7 +169,6 @@ func (r *Runner) Lead(ctx context.Context, g store.Guard) {
 				delete(hist, ref) // read again when it is sampled again
 			}
 		}
-		stored := map[Ref]*lehrpb.PolicyExperimentSample{}
 		for ref, smp := range samples {
 			old, ok := hist[ref]
 			if !ok {
@@ -196,12 +191,8 @@ func (r *Runner) Lead(ctx context.Context, g store.Guard) {
 				}
 			default:
 				hist[ref] = h
-				stored[ref] = smp
 				r.samples.Inc()
 			}
-		}
-		if r.opts.Sampled != nil {
-			r.opts.Sampled(stored)
 		}
 	}
 }
