@@ -96,6 +96,7 @@ func Scenarios() []Scenario {
 		e2eScenario(),
 		wireBytesScenario(),
 		fanoutScenario(),
+		fairRaceScenario(),
 		stormScenario(),
 		footprintScenario(),
 		bighostScenario(),

@@ -33,7 +33,7 @@ func catalogScenario() Scenario {
 	return Scenario{
 		Name: "catalog",
 		Title: "UCDP's catalog held: 277 domains and up to 71,000 namespaces of the realistic size mix in control (real processes): etcd against its quota, " +
-			"control's RSS and idle cost, publish latency at 1/10/50 per second, history compaction, restart, a distributor with 0 and with thousands of agents (issue 27 §6)",
+			"control's RSS and idle cost, publish latency at 1/10/50 per second, history compaction, restart, a distributor with 0 and with thousands of agents (issue 27 §6), backup and restore (issue 33)",
 		Run: runCatalog,
 	}
 }
@@ -421,6 +421,10 @@ func (c *catalogRun) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	// Last: the restore renumbers every namespace.
+	if err := c.restore(ctx); err != nil {
+		return err
+	}
 
 	// Targets.
 	n := p.namespaces
@@ -488,22 +492,7 @@ func (c *catalogRun) startDistributor(ctx context.Context) error {
 
 // waitDist polls the distributor's metrics until cond holds.
 func (c *catalogRun) waitDist(ctx context.Context, what string, timeout time.Duration, cond func(promSamples) bool) error {
-	deadline := time.Now().Add(timeout)
-	for {
-		m, err := c.dist.metrics(ctx)
-		if err == nil && cond(m) {
-			return nil
-		}
-		if err := c.dist.alive(); err != nil {
-			return err
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("distributor: not %s within %v (%v)", what, timeout, err)
-		}
-		if err := sleep(ctx, 50*time.Millisecond); err != nil {
-			return err
-		}
-	}
+	return waitMetrics(ctx, c.dist, what, timeout, cond)
 }
 
 // waitDistGoals waits until the distributor knows n goals.
@@ -893,8 +882,44 @@ func (c *catalogRun) agents(ctx context.Context) (float64, error) {
 		Add("scrape", ms(scrape), "ms").
 		Add("agents' rss", float64(swp.rss)/(1<<20), "MiB").
 		Add("behind after", c.behindAfter(ctx, dm), "").
-		Add("reconnects", dm.sum("lehr_distributor_handshakes_total")-float64(p.agents), ""))
+		Add("reconnects", dm.sum("lehr_distributor_handshakes_total")-float64(p.agents), "").
+		Add("zone report counts", c.zoneReportCounts(ctx, len(want)), "").
+		Add("report errors", dm.sum("lehr_distributor_report_errors_total"), ""))
 	return float64(d1.hwm), nil
+}
+
+// zoneReportBound is how long zoneReportCounts waits for control's view of
+// the zone to count every namespace subscribed: a few report intervals.
+const zoneReportBound = time.Minute
+
+// zoneReportCounts returns how many namespaces control's status of the
+// zone counts agents of (GetZoneStatus, BASIC view), waiting up to
+// zoneReportBound for it to be every one of the distinct namespaces
+// subscribed: the distributor's report, larger than one etcd request at
+// this size, stored and read back whole (issue 27).
+func (c *catalogRun) zoneReportCounts(ctx context.Context, subscribed int) float64 {
+	cl := c.prods[0].RPC()
+	n := 0
+	var lastErr error
+	for end := time.Now().Add(zoneReportBound); ; {
+		st, err := cl.GetZoneStatus(ctx, &lehrpb.GetZoneStatusRequest{Zone: benchZone, View: lehrpb.ZoneStatusView_ZONE_STATUS_VIEW_BASIC})
+		if err == nil {
+			seen := map[string]bool{}
+			for _, v := range st.GetVersions() {
+				seen[v.GetNamespace()] = true
+			}
+			n, lastErr = len(seen), nil
+		} else {
+			lastErr = err
+		}
+		if n == subscribed || time.Now().After(end) || sleep(ctx, 5*time.Second) != nil {
+			break
+		}
+	}
+	if n != subscribed {
+		c.res.Notes = append(c.res.Notes, fmt.Sprintf("control's status of the zone counts %d of the %d namespaces subscribed after %v (last error: %v)", n, subscribed, zoneReportBound, lastErr))
+	}
+	return float64(n)
 }
 
 // behindBound is how long behindAfter waits for the distributor's own

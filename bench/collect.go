@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"runtime"
@@ -168,35 +169,91 @@ func readProc(pid int) (procSample, error) {
 	if err != nil {
 		return s, err
 	}
-	// Fields after the command name, which is parenthesised and may hold spaces.
-	rest := string(b[strings.LastIndexByte(string(b), ')')+2:])
-	f := strings.Fields(rest)
-	if len(f) < 13 {
-		return s, fmt.Errorf("short /proc/%d/stat", pid)
+	if s.cpu, err = parseStatCPU(b); err != nil {
+		return s, fmt.Errorf("/proc/%d/stat: %w", pid, err)
 	}
-	ut, _ := strconv.ParseInt(f[11], 10, 64)
-	st, _ := strconv.ParseInt(f[12], 10, 64)
-	const ticks = 100 // USER_HZ on Linux
-	s.cpu = time.Duration(ut+st) * time.Second / ticks
 	st2, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
 		return s, err
 	}
-	for _, line := range strings.Split(string(st2), "\n") {
-		if strings.HasPrefix(line, "VmRSS:") {
-			kb, _ := strconv.ParseInt(strings.Fields(line)[1], 10, 64)
-			s.rss = kb << 10
+	s.rss, s.anon, s.hwm = parseStatusMemory(st2)
+	return s, nil
+}
+
+// clockTicks is USER_HZ, the unit of /proc/<pid>/stat's CPU times: 100 on
+// every Linux architecture Lehr builds for.
+const clockTicks = 100
+
+// parseStatCPU returns the CPU time, user + system (utime + stime, fields
+// 14 and 15), of a /proc/<pid>/stat line: every thread's of the process,
+// the exited ones' included; not its waited-for children's (cutime,
+// cstime).
+func parseStatCPU(b []byte) (time.Duration, error) {
+	// Fields after the command name, which is parenthesised and may hold
+	// spaces and parentheses: it ends at the last ')'.
+	end := strings.LastIndexByte(string(b), ')')
+	if end < 0 || end+2 > len(b) {
+		return 0, fmt.Errorf("no command name in %q", b)
+	}
+	f := strings.Fields(string(b[end+2:]))
+	if len(f) < 13 {
+		return 0, fmt.Errorf("short stat line %q", b)
+	}
+	ut, err1 := strconv.ParseInt(f[11], 10, 64)
+	st, err2 := strconv.ParseInt(f[12], 10, 64)
+	if err := errors.Join(err1, err2); err != nil {
+		return 0, fmt.Errorf("utime, stime: %w", err)
+	}
+	return time.Duration(ut+st) * time.Second / clockTicks, nil
+}
+
+// parseStatusMemory returns VmRSS, RssAnon and VmHWM of a
+// /proc/<pid>/status file, in bytes (0 where absent).
+func parseStatusMemory(b []byte) (rss, anon, hwm int64) {
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 2 {
+			continue
 		}
-		if strings.HasPrefix(line, "RssAnon:") {
-			kb, _ := strconv.ParseInt(strings.Fields(line)[1], 10, 64)
-			s.anon = kb << 10
-		}
-		if strings.HasPrefix(line, "VmHWM:") {
-			kb, _ := strconv.ParseInt(strings.Fields(line)[1], 10, 64)
-			s.hwm = kb << 10
+		kb, _ := strconv.ParseInt(f[1], 10, 64)
+		switch f[0] {
+		case "VmRSS:":
+			rss = kb << 10
+		case "RssAnon:":
+			anon = kb << 10
+		case "VmHWM:":
+			hwm = kb << 10
 		}
 	}
-	return s, nil
+	return rss, anon, hwm
+}
+
+// procGroup is the processes of one side of a race (a system's servers,
+// its subscribers), sampled together.
+type procGroup []int
+
+// sample returns the group's summed CPU time and RSS.
+func (g procGroup) sample() (procSample, error) {
+	var sum procSample
+	for _, pid := range g {
+		s, err := readProc(pid)
+		if err != nil {
+			return sum, err
+		}
+		sum.cpu += s.cpu
+		sum.rss += s.rss
+		sum.anon += s.anon
+		sum.hwm += s.hwm
+	}
+	return sum, nil
+}
+
+// perDelivery is the CPU spent between two samples per delivery, in µs.
+func perDelivery(before, after procSample, deliveries int) float64 {
+	if deliveries <= 0 {
+		return 0
+	}
+	return float64((after.cpu - before.cpu).Nanoseconds()) / 1e3 / float64(deliveries)
 }
 
 // heapInuse returns the Go heap in use after a full collection.

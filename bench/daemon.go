@@ -181,6 +181,27 @@ func (d *daemon) metrics(ctx context.Context) (promSamples, error) {
 	return parseProm(resp.Body)
 }
 
+// waitMetrics polls d's metrics until cond holds, d exits, timeout
+// passes or ctx ends; what names the condition in the error.
+func waitMetrics(ctx context.Context, d *daemon, what string, timeout time.Duration, cond func(promSamples) bool) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		m, err := d.metrics(ctx)
+		if err == nil && cond(m) {
+			return nil
+		}
+		if err := d.alive(); err != nil {
+			return err
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s: not %s within %v (%v)", d.name, what, timeout, err)
+		}
+		if err := sleep(ctx, 50*time.Millisecond); err != nil {
+			return err
+		}
+	}
+}
+
 // promSamples are the samples of a Prometheus text exposition, by series.
 type promSamples map[string]float64
 

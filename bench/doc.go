@@ -2,7 +2,10 @@
 // system (control on embedded etcd, distributors on QUIC, agents with Badger
 // and files, consumers with fsnotify) and its peers (etcd watch, NATS
 // JetStream KV watch) on one machine, and the results model, statistics and
-// table printing they share.
+// table printing they share. The peers run embedded in the bench process,
+// except in the fair race (fairrace.go), where every system's server is a
+// process of its own pinned to one core and its subscribers are a process
+// pinned to the other.
 //
 // Each scenario lives in its own file and is listed by Scenarios. A Runner
 // runs a selection of them at a Profile's sizes (Smoke for the package's own

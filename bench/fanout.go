@@ -14,7 +14,7 @@ import (
 func fanoutScenario() Scenario {
 	return Scenario{
 		Name:  "fanout",
-		Title: "publish → applied at N agents on one distributor, its cost, vs etcd watch and NATS KV watch (issue 4 §2, §3, §7)",
+		Title: "publish → applied at N agents on one distributor, its cost, vs etcd watch and NATS KV watch, whole machine: servers and subscribers share both cores, peers embedded (issue 4 §2, §3, §7; the fair race is fairrace)",
 		Run:   runFanout,
 	}
 }
@@ -43,6 +43,7 @@ func runFanout(ctx context.Context, e *Env) (*Result, error) {
 			"Peers run TLS 1.3 with client certificates required and verified (each row's transport says; -peer-tls=false runs them plaintext). "+
 			"Latency is from the write call to the subscriber seeing the change; p50/p90/p99 are over subscribers per update, 'last' is the slowest subscriber; figures are medians over updates.", sizeLabel(fanoutValue), p.warmup, p.reps, p.perRp),
 		Notes: []string{
+			"these are whole-machine figures: the servers and the subscribers share both cores, and the peers run embedded in the bench process; the fairrace scenario gives each system's server processes one core and its subscribers the other.",
 			"distributor CPU and RSS are of the bench process, which holds control + embedded etcd + the distributor (the agents are in the child): control's share is one watch event per update, with the change in it; RSS/heap per agent is (after − before connecting N agents) / N, which is noise-dominated (can be negative) at N=100: read it at N >= 1000.",
 			"etcd and NATS subscribers have a connection each up to N=2000; at N=10000 five subscribers share each connection (2,000 connections), because both ends of every peer connection are in the bench process and 20,000 sockets exceed its file descriptor limit.",
 			"simulated agents report an update when their waiting goroutine observes it applied (in the child process, same clock).",

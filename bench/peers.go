@@ -17,6 +17,10 @@ package bench
 // the harness did before; each row records which (Row.Transport). The
 // setting travels in the scenario's context (withPeerTLS), so every
 // scenario that starts a peer follows the run's choice.
+//
+// The fair race runs the same peers as server processes instead
+// (peerproc.go: startEtcdProc, startNATSProc), with their watchers in a
+// subscriber process (watchClient, run by the swarm child).
 
 import (
 	"context"
@@ -87,7 +91,10 @@ func peerTransport(tlsOn bool) string {
 // certificate every subscriber and the writer present.
 type peerPKI struct {
 	certFile, keyFile, caFile string
-	server, client            *tls.Config
+	// clientCert and clientKey are the client certificate's files (a
+	// subscriber process loads them: clientFiles).
+	clientCert, clientKey string
+	server, client        *tls.Config
 }
 
 func newPeerPKI(dir, name string) (*peerPKI, error) {
@@ -110,7 +117,18 @@ func newPeerPKI(dir, name string) (*peerPKI, error) {
 	if p.client, err = tlsconfig.Client(cliCert, cliKey, p.caFile, "127.0.0.1"); err != nil {
 		return nil, fmt.Errorf("%s: %w", name, err)
 	}
+	p.clientCert, p.clientKey = cliCert, cliKey
 	return p, nil
+}
+
+// clientPKI loads the client side of a peer's PKI from its files, in a
+// subscriber process.
+func clientPKI(certFile, keyFile, caFile string) (*peerPKI, error) {
+	c, err := tlsconfig.Client(certFile, keyFile, caFile, "127.0.0.1")
+	if err != nil {
+		return nil, err
+	}
+	return &peerPKI{caFile: caFile, clientCert: certFile, clientKey: keyFile, client: c}, nil
 }
 
 // peerEvent is called by a subscriber for every change it is notified of:
@@ -148,8 +166,16 @@ func seqOf(val []byte) uint64 {
 type etcdPeer struct {
 	e       *embed.Etcd
 	closing *atomic.Bool // drops etcd's expected shutdown errors
-	scheme  string       // "https" or "http"
-	pki     *peerPKI     // nil in plaintext
+	// proc is the etcd server process, when the server is not embedded
+	// (e is nil; the fair race); serverAddr is then its client address.
+	// Without either, the peer is a subscriber process's client side.
+	proc       *daemon
+	serverAddr string
+	scheme     string   // "https" or "http"
+	pki        *peerPKI // nil in plaintext
+	// perConn is how many subscribers share a client connection; 0:
+	// watchersPerConn.
+	perConn int
 	writer  *clientv3.Client
 	mu      sync.Mutex
 	subs    []*clientv3.Client
@@ -244,6 +270,12 @@ func (p *etcdPeer) client(addr string) (*clientv3.Client, error) {
 
 func (p *etcdPeer) stopServer() {
 	p.closing.Store(true)
+	if p.proc != nil {
+		p.proc.stop(time.Minute)
+	}
+	if p.e == nil {
+		return
+	}
 	p.e.Close()
 	for range p.e.Err() {
 	}
@@ -253,7 +285,12 @@ func (p *etcdPeer) name() string { return "etcd" }
 
 func (p *etcdPeer) transport() string { return peerTransport(p.pki != nil) }
 
-func (p *etcdPeer) addr() string { return p.e.Clients[0].Addr().String() }
+func (p *etcdPeer) addr() string {
+	if p.e == nil {
+		return p.serverAddr
+	}
+	return p.e.Clients[0].Addr().String()
+}
 
 func (p *etcdPeer) put(ctx context.Context, key string, val []byte) error {
 	_, err := p.writer.Put(ctx, key, string(val))
@@ -274,7 +311,10 @@ func (p *etcdPeer) subscribe(ctx context.Context, n int, proxyAddr, prefix strin
 	if r, err := p.writer.Get(ctx, prefix, clientv3.WithPrefix(), clientv3.WithCountOnly()); err == nil {
 		rev = r.Header.Revision + 1
 	}
-	per := watchersPerConn(n)
+	per := p.perConn
+	if per <= 0 {
+		per = watchersPerConn(n)
+	}
 	var c *clientv3.Client
 	for i := range n {
 		if i%per != 0 {
@@ -328,7 +368,9 @@ func (p *etcdPeer) close() {
 		c.Close()
 	}
 	p.wg.Wait()
-	p.writer.Close()
+	if p.writer != nil {
+		p.writer.Close()
+	}
 	p.stopServer()
 }
 
@@ -356,11 +398,19 @@ const natsTLSTimeout = 30 * time.Second
 // every write (SyncAlways: as durable as etcd and Lehr), and one KV bucket;
 // clients use TLS 1.3 with a client certificate unless ctx says plaintext.
 type natsPeer struct {
-	srv    *server.Server
-	pki    *peerPKI // nil in plaintext
-	wconn  *nats.Conn
-	kv     jetstream.KeyValue
-	bucket string
+	srv *server.Server
+	// proc is the nats-server process, when the server is not embedded
+	// (srv is nil; the fair race); serverAddr is then its client address.
+	// Without either, the peer is a subscriber process's client side.
+	proc       *daemon
+	serverAddr string
+	// perConn is how many subscribers share a client connection; 0:
+	// watchersPerConn.
+	perConn int
+	pki     *peerPKI // nil in plaintext
+	wconn   *nats.Conn
+	kv      jetstream.KeyValue
+	bucket  string
 
 	// watching is the watchers' context, ended by close: nats.go waits
 	// on it in a goroutine per watcher, which would otherwise keep each
@@ -449,7 +499,12 @@ func (p *natsPeer) name() string { return "nats" }
 
 func (p *natsPeer) transport() string { return peerTransport(p.pki != nil) }
 
-func (p *natsPeer) addr() string { return p.srv.Addr().String() }
+func (p *natsPeer) addr() string {
+	if p.srv == nil {
+		return p.serverAddr
+	}
+	return p.srv.Addr().String()
+}
 
 // natsKey maps a path-like key to a NATS KV key: no leading "/", "/" → ".".
 func natsKey(key string) string {
@@ -468,7 +523,10 @@ func (p *natsPeer) put(ctx context.Context, key string, val []byte) error {
 }
 
 func (p *natsPeer) subscribe(ctx context.Context, n int, proxyAddr, prefix string, ev peerEvent) error {
-	per := watchersPerConn(n)
+	per := p.perConn
+	if per <= 0 {
+		per = watchersPerConn(n)
+	}
 	var kv jetstream.KeyValue
 	for i := range n {
 		if i%per == 0 {
@@ -517,7 +575,14 @@ func (p *natsPeer) close() {
 	}
 	p.wg.Wait()
 	p.stopWatches() // after the connections closed, so no watcher waits on the server
-	p.wconn.Close()
-	p.srv.Shutdown()
-	p.srv.WaitForShutdown()
+	if p.wconn != nil {
+		p.wconn.Close()
+	}
+	if p.proc != nil {
+		p.proc.stop(time.Minute)
+	}
+	if p.srv != nil {
+		p.srv.Shutdown()
+		p.srv.WaitForShutdown()
+	}
 }

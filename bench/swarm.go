@@ -33,6 +33,7 @@ import (
 	"lehr.dev/lehr/internal/pki"
 	"lehr.dev/lehr/internal/tlsconfig"
 	"lehr.dev/lehr/internal/wire"
+	"lehr.dev/lehr/testenv/cpupin"
 )
 
 // SwarmEnv is the environment variable that turns a lehr-bench (or bench
@@ -85,6 +86,15 @@ type swarmConfig struct {
 	// DropContent makes the agents keep the versions they apply but not
 	// their content (agenttest.Options.DropContent).
 	DropContent bool `json:"drop_content,omitempty"`
+	// Watch, if set, makes the child run N watchers of a peer (etcd or
+	// NATS) instead of agents (the fair race): each change a watcher
+	// sees is an "applied" event with I its index, NS the key and Version
+	// the value's sequence (seqOf). Only "stats" (Alive: N) and "quit"
+	// are answered then.
+	Watch *watchConfig `json:"watch,omitempty"`
+	// CPUs, if not empty, are the only CPUs the child runs on (the
+	// parent's; cpupin.Wrap).
+	CPUs cpupin.Set `json:"-"`
 }
 
 // swarmEvent is one line the child writes.
@@ -183,6 +193,9 @@ func runSwarm(in io.Reader, out io.Writer) error {
 	var cfg swarmConfig
 	if err := json.Unmarshal(line, &cfg); err != nil {
 		return fmt.Errorf("decode config: %w", err)
+	}
+	if cfg.Watch != nil {
+		return runWatchers(cfg, rd, out)
 	}
 	ca, err := pki.LoadCA(cfg.CADir)
 	if err != nil {
@@ -628,6 +641,71 @@ func (s *swarmChild) closeAll() {
 	s.wg.Wait()
 }
 
+// runWatchers runs cfg.N watchers of the peer cfg.Watch names, reporting
+// what they see, until "quit" or the end of in.
+func runWatchers(cfg swarmConfig, rd *bufio.Reader, out io.Writer) error {
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	pr, err := watchClient(ctx, *cfg.Watch)
+	if err != nil {
+		return err
+	}
+	events := make(chan swarmEvent, 4096)
+	writerDone := make(chan struct{})
+	go func() {
+		defer close(writerDone)
+		bw := bufio.NewWriterSize(out, 64<<10)
+		enc := json.NewEncoder(bw)
+		for ev := range events {
+			enc.Encode(ev)
+			if len(events) == 0 {
+				bw.Flush()
+			}
+		}
+		bw.Flush()
+	}()
+	var closed atomic.Bool
+	var mu sync.RWMutex // held to send; taken for writing once to close events
+	send := func(ev swarmEvent) {
+		mu.RLock()
+		defer mu.RUnlock()
+		if !closed.Load() {
+			events <- ev
+		}
+	}
+	defer func() {
+		mu.Lock()
+		closed.Store(true)
+		close(events)
+		mu.Unlock()
+		<-writerDone
+	}()
+	start := time.Now()
+	ev := swarmEvent{Ev: "connected", Connected: cfg.N}
+	if err := pr.subscribe(ctx, cfg.N, cfg.Watch.Addr, cfg.Watch.Prefix, func(i int, key string, seq uint64, at time.Time) {
+		send(swarmEvent{Ev: "applied", I: i, NS: key, Version: seq, T: at.UnixNano()})
+	}); err != nil {
+		ev = swarmEvent{Ev: "connected", Failed: cfg.N, Err: err.Error()}
+	}
+	ev.ElapsedNS = time.Since(start).Nanoseconds()
+	send(ev)
+	defer pr.close()
+	for {
+		line, err := rd.ReadString('\n')
+		if err != nil {
+			return nil
+		}
+		switch cmd := line[:len(line)-1]; cmd {
+		case "stats":
+			send(swarmEvent{Ev: "stats", Alive: cfg.N, Stats: &agenttest.Stats{}})
+		case "quit":
+			return nil
+		default:
+			send(swarmEvent{Ev: "error", Err: "unknown command " + cmd})
+		}
+	}
+}
+
 // swarm is the parent's handle on a swarm child process.
 type swarm struct {
 	cmd    *exec.Cmd
@@ -645,6 +723,13 @@ func startSwarm(ctx context.Context, cfg swarmConfig, onApplied func(swarmEvent)
 		return nil, swarmEvent{}, fmt.Errorf("find own executable: %w", err)
 	}
 	cmd := exec.Command(exe)
+	if len(cfg.CPUs) > 0 {
+		bin, args, err := cpupin.Wrap(cfg.CPUs, exe, nil)
+		if err != nil {
+			return nil, swarmEvent{}, err
+		}
+		cmd = exec.Command(bin, args...)
+	}
 	cmd.Env = append(os.Environ(), SwarmEnv+"=1")
 	cmd.Stderr = os.Stderr
 	stdin, err := cmd.StdinPipe()

@@ -122,3 +122,54 @@ func TestRolloutPolicyAPI(t *testing.T) {
 		t.Errorf("after the bad requests the domain's policy is %v; want generation 1 unchanged", r)
 	}
 }
+
+// Dependency order through the API: a namespace's policy may name others
+// in after; a domain's may not, nor a namespace itself, nor a cycle
+// through the others' policies (named in the error); a refusal stores
+// nothing.
+func TestRolloutPolicyAfter(t *testing.T) {
+	srv := controltest.StartControl(t, control.Options{})
+	cl := srv.Client
+	ctx := testCtx(t)
+	createDomain(t, cl, "pay", nil)
+	for _, ns := range []string{"pay/limits", "pay/flags", "pay/keys", "pay/other"} {
+		publish(t, cl, ns, prop("a", "", "1"))
+	}
+	after := func(ns ...string) *lehrpb.RolloutPolicy { return &lehrpb.RolloutPolicy{GlobalBlast: true, After: ns} }
+	set := func(scope string, p *lehrpb.RolloutPolicy) error {
+		_, err := cl.SetRolloutPolicy(ctx, &lehrpb.SetRolloutPolicyRequest{Scope: scope, Policy: p, Message: "order"})
+		return err
+	}
+	for scope, p := range map[string]*lehrpb.RolloutPolicy{"pay/limits": after("pay/flags"), "pay/flags": after("pay/keys", "search/ranking")} {
+		if err := set(scope, p); err != nil {
+			t.Fatalf("SetRolloutPolicy(%s after %v): %v", scope, p.GetAfter(), err)
+		}
+	}
+	for _, tc := range []struct {
+		scope string
+		p     *lehrpb.RolloutPolicy
+		field string
+		want  string
+	}{
+		{"pay/keys", after("pay/limits"), "policy.after[0]", "a cycle: pay/keys → pay/limits → pay/flags → pay/keys"},
+		{"pay/keys", after("pay/other", "pay/flags"), "policy.after[1]", "a cycle: pay/keys → pay/flags → pay/keys"},
+		{"pay/keys", after("pay/keys"), "policy.after[0]", "cannot roll out after itself"},
+		{"pay", after("pay/flags"), "policy.after", "only a namespace's own policy"},
+		{"pay/keys", after("nodomain"), "policy.after[0]", "domain/name"},
+	} {
+		err := set(tc.scope, tc.p)
+		if e := apierror.FromError(err); err == nil || e.Code != codes.InvalidArgument || e.Field != tc.field || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("SetRolloutPolicy(%s after %v) = %v; want INVALID_ARGUMENT on %s saying %q", tc.scope, tc.p.GetAfter(), err, tc.field, tc.want)
+		}
+	}
+	if r, err := cl.GetRolloutPolicy(ctx, &lehrpb.GetRolloutPolicyRequest{Scope: "pay/keys"}); err != nil || r.GetStored() != nil {
+		t.Errorf("pay/keys after the refusals: %v, %v; want no policy of its own", r, err)
+	}
+	// Breaking the chain makes the same policy acceptable.
+	if _, err := cl.DeleteRolloutPolicy(ctx, &lehrpb.DeleteRolloutPolicyRequest{Scope: "pay/flags"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := set("pay/keys", after("pay/limits")); err != nil {
+		t.Errorf("pay/keys after pay/limits once pay/flags names nothing: %v", err)
+	}
+}

@@ -430,3 +430,44 @@ func TestZoneStatusNamespaceAndView(t *testing.T) {
 		}
 	}
 }
+
+// A distributor whose agents subscribe to the catalog's namespaces reports
+// more version counts than one etcd request holds; the report is stored
+// (in parts) and read back whole, and the strategist's view of the zone is
+// the same as with a small report.
+func TestZoneStatusOfACatalogSizedReport(t *testing.T) {
+	srv := controltest.StartControl(t, control.Options{})
+	cl := srv.Client
+	if _, err := cl.CreateZone(testCtx(t), &lehrpb.CreateZoneRequest{Name: "zone-a"}); err != nil {
+		t.Fatal(err)
+	}
+	// 50,000 namespaces of 277 domains with a consumer service each:
+	// about 2.2 MB encoded, twice etcd's default request limit.
+	req := &lehrpb.ReportZoneStatusRequest{Zone: "zone-a", DistributorId: "d1", Agents: 7500}
+	for i := range 50_000 {
+		req.Versions = append(req.Versions, &lehrpb.VersionCount{
+			Namespace: fmt.Sprintf("domain-%03d/namespace-%05d", i%277, i), Version: uint64(1 + i%7), Agents: int32(1 + i%3),
+			Consumers: 2, Services: []*lehrpb.ServiceConsumers{{Service: "checkout", Consumers: 2}},
+		})
+	}
+	for round := range 2 { // the second stores only what changed
+		reportStatus(t, cl, req)
+		st, err := cl.GetZoneStatus(testCtx(t), &lehrpb.GetZoneStatusRequest{Zone: "zone-a"})
+		if err != nil {
+			t.Fatalf("round %d: GetZoneStatus: %v", round, err)
+		}
+		if got, want := len(st.GetVersions()), len(req.GetVersions()); got != want {
+			t.Fatalf("round %d: GetZoneStatus has %d version counts, want %d", round, got, want)
+		}
+		one, err := cl.GetZoneStatus(testCtx(t), &lehrpb.GetZoneStatusRequest{Zone: "zone-a", Namespace: req.Versions[40100].GetNamespace()})
+		if err != nil {
+			t.Fatalf("round %d: GetZoneStatus of one namespace: %v", round, err)
+		}
+		want := []*lehrpb.VersionCount{req.Versions[40100]}
+		if diff := cmp.Diff(want, one.GetVersions(), protocmp.Transform()); diff != "" {
+			t.Errorf("round %d: one namespace's counts (-want +got):\n%s", round, diff)
+		}
+		req.Versions[40100].Agents++
+		req.Versions = req.Versions[:len(req.Versions)-1]
+	}
+}

@@ -9,6 +9,7 @@
 // Usage:
 //
 //	lehr-bench [-quick|-full] [-scenario REGEXP] [-storm-agents N] [-out DIR] [-workdir DIR] [-cpuprofile FILE]
+//	lehr-bench -targets [-out DIR]
 //	lehr-bench -version
 package main
 
@@ -45,6 +46,7 @@ func run() error {
 	smoke := flag.Bool("smoke", false, "minimal sizes, seconds per scenario (what the package test runs)")
 	filter := flag.String("scenario", "", "run only scenarios whose name matches this regular expression (see -list)")
 	list := flag.Bool("list", false, "list the scenarios and exit")
+	targets := flag.Bool("targets", false, "print every target the scenarios check with the figure of the newest quick or full run in -out that checked it, as a Markdown table (bench/RESULTS.md's first screen), and exit")
 	out := flag.String("out", "bench/results", "directory for the run's JSON file and profile summaries; empty writes none")
 	workdir := flag.String("workdir", "", "directory for scratch data (etcd, Badger, files); its file system sets fsync cost; default the system temp dir")
 	agentBin := flag.String("agent-binary", "", "lehr-agent binary for the agent-process scenarios; default: build cmd/lehr-agent")
@@ -59,6 +61,13 @@ func run() error {
 
 	if *version {
 		return buildinfo.Get().WriteText(os.Stdout, "lehr-bench")
+	}
+	if *targets {
+		ts, err := bench.CurrentTargets(*out)
+		if err != nil {
+			return err
+		}
+		return bench.WriteTargetTable(os.Stdout, ts)
 	}
 	if *list {
 		for _, s := range bench.Scenarios() {

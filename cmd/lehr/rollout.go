@@ -139,6 +139,9 @@ input); durations as 90s, 10m, 1h30m:
     - name: rest
       zones: {}                     # every zone not yet reached
   max_concurrent: 2                 # rollouts of the domain in a stage at once
+  after: [payments/flags]           # a namespace's own policy only: each stage
+                                    # waits until payments/flags holds, where the
+                                    # stage goes, the content it had at the publish
   freeze_windows:                   # no stage is entered meanwhile
     - {start: "2026-12-23T00:00:00Z", end: "2027-01-02T00:00:00Z", reason: holidays}
     - reason: weekend               # every week, local time, DST-aware
@@ -405,6 +408,9 @@ func writeFreezeWindows(w io.Writer, p *lehrpb.RolloutPolicy) {
 	for _, fw := range p.GetFreezeWindows() {
 		fmt.Fprintf(w, "  frozen %s: %s\n", clean(rollout.DescribeFreeze(fw)), orDash(fw.GetReason()))
 	}
+	if after := p.GetAfter(); len(after) > 0 {
+		fmt.Fprintf(w, "  after %s: each stage waits until they hold, where it goes, the content they had at the publish\n", clean(strings.Join(after, ", ")))
+	}
 }
 
 func fmtTarget(st *lehrpb.RolloutStage) string {
@@ -646,6 +652,10 @@ func writeRollout(w io.Writer, r *lehrpb.Rollout) {
 	}
 	for _, zh := range r.GetCanaryHosts() {
 		fmt.Fprintf(w, "  canary hosts of %s: %s\n", clean(zh.GetZone()), orDash(strings.Join(zh.GetHosts(), ", ")))
+	}
+	for _, req := range r.GetRequires() {
+		fmt.Fprintf(w, "  after     %s: each stage waits until its goal holds version %d's content or newer where the stage goes\n",
+			clean(req.GetNamespace()), req.GetVersion())
 	}
 	for _, c := range r.GetExpectedChecks() {
 		fmt.Fprintf(w, "  expects   %s: canary hosts to move by %+.3g against the control hosts (tolerance %g)\n",

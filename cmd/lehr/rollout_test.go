@@ -311,3 +311,62 @@ func TestWriteRolloutExpectedChecks(t *testing.T) {
 		"expects   policy deny ratio: canary hosts to move by +0.05 against the control hosts (tolerance 0.25)",
 		"expects   policy disagreement: canary hosts to move by +0.5")
 }
+
+// Dependency order from the command line: pay/limits' policy names
+// pay/flags in after, set from YAML; published together, pay/limits waits
+// (a "waiting" event naming pay/flags) and enters the zone only once
+// pay/flags' goal holds the new content there, past its canary's bake.
+func TestRolloutAfterFromTheCLI(t *testing.T) {
+	srv := controltest.StartControl(t, control.Options{Rollouts: true, RolloutInterval: 50 * time.Millisecond})
+	c := cli{t: t, addr: srv.Addr}
+	c.ok("domain", "create", "pay")
+	c.ok("zones", "create", "zone-a")
+	for _, ns := range []string{"pay/flags", "pay/limits"} {
+		if code, out, errOut := c.run("k: 1\n", "push", ns, "--file", "-"); code != exitOK {
+			t.Fatalf("push %s: exit %d\n%s%s", ns, code, out, errOut)
+		}
+	}
+	for scope, policy := range map[string]string{
+		"pay/flags":  "stages: [{name: canary, canary: {hosts: 1}, bake: 3s, apply_deadline: 2s}, {name: all, zones: {}}]\n",
+		"pay/limits": "after: [pay/flags]\nstages: [{name: all, zones: {}}]\n",
+	} {
+		if code, out, errOut := c.run(policy, "rollout", "policy", "set", scope, "-f", "-"); code != exitOK {
+			t.Fatalf("policy set %s: exit %d\n%s%s", scope, code, out, errOut)
+		}
+	}
+	if out := c.ok("rollout", "policy", "get", "pay/limits"); !strings.Contains(out, "after pay/flags: each stage waits") {
+		t.Errorf("policy get pay/limits does not show after:\n%s", out)
+	}
+	for _, ns := range []string{"pay/flags", "pay/limits"} {
+		if code, out, errOut := c.run("k: 2\n", "push", ns, "--file", "-"); code != exitOK {
+			t.Fatalf("push %s: exit %d\n%s%s", ns, code, out, errOut)
+		}
+	}
+	if code, out, errOut := c.run("", "rollout", "wait", "pay/limits"); code != exitOK {
+		t.Fatalf("rollout wait pay/limits: exit %d\n%s%s", code, out, errOut)
+	}
+	if out := c.ok("rollout", "status", "pay/limits"); !strings.Contains(out, "after     pay/flags: each stage waits until its goal holds version 2's content") {
+		t.Errorf("rollout status pay/limits does not show what it requires:\n%s", out)
+	}
+	stageAt := func(ns, name string) (time.Time, []string) {
+		evs := new(lehrpb.ListRolloutEventsResponse)
+		_ = parseJSON(c.ok("rollout", "events", ns, "-o", "json"), evs)
+		var at time.Time
+		var kinds []string
+		for _, ev := range evs.GetEvents() {
+			kinds = append(kinds, ev.GetKind())
+			if ev.GetKind() == "stage" && strings.Contains(ev.GetMessage(), `"`+name+`"`) {
+				at = ev.GetTime().AsTime()
+			}
+		}
+		return at, kinds
+	}
+	flagsAll, _ := stageAt("pay/flags", "all")
+	limitsAll, kinds := stageAt("pay/limits", "all")
+	if flagsAll.IsZero() || limitsAll.Before(flagsAll) {
+		t.Errorf("pay/limits entered its stage at %v, pay/flags its stage \"all\" at %v; want limits after flags", limitsAll, flagsAll)
+	}
+	if !slices.Contains(kinds, "waiting") {
+		t.Errorf("pay/limits' events %v; want it to have waited for pay/flags", kinds)
+	}
+}

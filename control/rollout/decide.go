@@ -39,6 +39,10 @@ type StartInput struct {
 	// with (a committed policy experiment's).
 	Policy         func() (*lehrpb.RolloutPolicy, lehrpb.RolloutPolicySource, uint64, error)
 	ExpectedChecks func() ([]*lehrpb.CanaryCheck, error)
+	// Requires reads what the rollout requires of the namespaces its
+	// policy names in after: the content of each one's latest version
+	// (ContentOf), leaving out those without a version.
+	Requires func(after []string) ([]*lehrpb.RolloutRequirement, error)
 }
 
 // StartDecision is what Start decided, applied in its order.
@@ -111,6 +115,11 @@ func Start(in StartInput) (StartDecision, error) {
 		State: lehrpb.RolloutState_ROLLOUT_STATE_RUNNING, Salt: store.RolloutID(ns, seq),
 		CreateTime: timestamppb.New(now), ExpectedChecks: expected,
 	}
+	if after := policy.GetAfter(); len(after) > 0 {
+		if r.Requires, err = in.Requires(after); err != nil {
+			return out, err
+		}
+	}
 	for _, stg := range stages {
 		r.Stages = append(r.Stages, stg.Name)
 	}
@@ -122,9 +131,10 @@ func Start(in StartInput) (StartDecision, error) {
 		what += ", a GLOBAL BLAST: every zone at once"
 	}
 	started := newEvent(r, now, "started", fmt.Sprintf("version %d from base %d under %s: %s", seq, base, what, strings.Join(r.Stages, " → ")), "")
-	if _, _, isFrozen := Frozen(policy, now); isFrozen || policy.GetMaxConcurrent() > 0 {
+	if _, _, isFrozen := Frozen(policy, now); isFrozen || policy.GetMaxConcurrent() > 0 || len(r.GetRequires()) > 0 {
 		// Recorded, not entered: Admit enters the first stage once no
-		// freeze window is open and the domain has room.
+		// freeze window is open, the namespaces it requires are where
+		// the stage goes and the domain has room.
 		r.Reason = fmt.Sprintf("stage %q waits to be entered", stages[0].Name)
 		r.UpdateTime = timestamppb.New(now)
 		out.Started = &Decision{Rollout: r, Events: []*lehrpb.RolloutEvent{started}}
@@ -137,11 +147,14 @@ func Start(in StartInput) (StartDecision, error) {
 
 // Admit decides, for the rollouts in flight of one domain, those that wait
 // to enter their first stage (started during a freeze, or queued behind
-// their domain's limit), oldest first: each enters while the domain has
-// fewer than its policy's max_concurrent rollouts in a stage, or records
-// why it waits. goals reads a namespace's goal in each of zones, for
-// those that enter.
-func Admit(active []*lehrpb.Rollout, zones []string, now time.Time, goals func(ns string) (map[string]*lehrpb.GoalState, error)) ([]Decision, error) {
+// their domain's limit, or for the namespaces they require), oldest
+// first: each enters once the namespaces it requires are where its first
+// stage goes (Unmet) and while the domain has fewer than its policy's
+// max_concurrent rollouts in a stage, or records why it waits. goals reads
+// a namespace's goal in each of zones, for those that enter; reached what
+// a rollout requires (Rollout.requires), for those that do.
+func Admit(active []*lehrpb.Rollout, zones []string, now time.Time, goals func(ns string) (map[string]*lehrpb.GoalState, error),
+	reached func(r *lehrpb.Rollout) ([]Reached, error)) ([]Decision, error) {
 	inflight := map[string][]string{}
 	var waiting []*lehrpb.Rollout
 	for _, r := range active {
@@ -164,10 +177,23 @@ func Admit(active []*lehrpb.Rollout, zones []string, now time.Time, goals func(n
 			continue
 		}
 		w, until, isFrozen := Frozen(r.GetPolicy(), now)
+		paused := r.GetState() == lehrpb.RolloutState_ROLLOUT_STATE_PAUSED
+		var unmet string
+		if len(r.GetRequires()) > 0 && !paused && !isFrozen {
+			rc, err := reached(r)
+			if err != nil {
+				return out, fmt.Errorf("admit %s: %w", r.GetId(), err)
+			}
+			unmet = Unmet(r, stages[0], rc)
+		}
 		switch k := int(r.GetPolicy().GetMaxConcurrent()); {
-		case r.GetState() == lehrpb.RolloutState_ROLLOUT_STATE_PAUSED:
+		case paused:
 		case isFrozen:
 			out = append(out, frozen(r, now, w, until, fmt.Sprintf("stage %q waits", stages[0].Name)))
+		case unmet != "":
+			if d := dependencyWait(r, now, fmt.Sprintf("stage %q %s", stages[0].Name, unmet)); d.Rollout != nil {
+				out = append(out, d)
+			}
 		case k > 0 && len(inflight[d]) >= k:
 			reason := fmt.Sprintf("queued: %d rollout(s) of domain %s are in a stage (%s), the most its policy allows; starts when one ends",
 				len(inflight[d]), d, strings.Join(inflight[d], ", "))

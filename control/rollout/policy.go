@@ -54,6 +54,9 @@ func Validate(prefix string, p *lehrpb.RolloutPolicy, fleet Fleet) error {
 	if err := checkFreezeWindows(prefix+".freeze_windows", p.GetFreezeWindows()); err != nil {
 		return err
 	}
+	if err := checkAfter(prefix+".after", p.GetAfter()); err != nil {
+		return err
+	}
 	if n := p.GetMaxConcurrent(); n > MaxConcurrentLimit {
 		return fieldErr(prefix+".max_concurrent", "%d; at most %d allowed (0 means no limit)", n, MaxConcurrentLimit)
 	}

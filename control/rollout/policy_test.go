@@ -2,6 +2,7 @@ package rollout_test
 
 import (
 	"errors"
+	"fmt"
 	"math"
 	"strings"
 	"testing"
@@ -145,6 +146,15 @@ func TestValidate(t *testing.T) {
 		{"a zone by percent then whole", policy(zones(&lehrpb.ZonesTarget{Zones: []string{"zone-a"}, Percent: 10}), zones(&lehrpb.ZonesTarget{Zones: []string{"zone-a"}})), "", ""},
 		{"unknown host count is not checked", policy(canary(&lehrpb.CanaryTarget{Zones: []string{"zone-c"}, Hosts: 50})), "", ""},
 
+		{"after two namespaces", &lehrpb.RolloutPolicy{GlobalBlast: true, After: []string{"pay/flags", "search/ranking"}}, "", ""},
+		{"after a domain", &lehrpb.RolloutPolicy{GlobalBlast: true, After: []string{"pay"}}, "policy.after[0]", "domain/name"},
+		{"after one twice", &lehrpb.RolloutPolicy{GlobalBlast: true, After: []string{"pay/flags", "pay/keys", "pay/flags"}}, "policy.after[2]", "also after[0]"},
+		{"after too many", &lehrpb.RolloutPolicy{GlobalBlast: true, After: func() (out []string) {
+			for i := range rollout.MaxAfter + 1 {
+				out = append(out, fmt.Sprintf("pay/n%d", i))
+			}
+			return out
+		}()}, "policy.after", "at most 16"},
 		{"nil", nil, "policy", "required"},
 		{"no stages", policy(), "policy.stages", "at least one stage"},
 		{"global blast with stages", &lehrpb.RolloutPolicy{GlobalBlast: true, Stages: rollout.Default().Stages}, "policy.global_blast", "takes no stages"},

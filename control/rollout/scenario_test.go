@@ -39,6 +39,10 @@ type world struct {
 	policy   *lehrpb.RolloutPolicy
 	analysis map[string]*lehrpb.CanaryEvaluation // by id
 	log      strings.Builder
+	// The namespaces the policy names in after: the content of each
+	// one's latest version, and its goal in each zone.
+	depLatest map[string]uint64
+	depGoals  map[string]map[string]ZoneContent
 }
 
 const ns = "pay/limits"
@@ -108,6 +112,15 @@ func (w *world) publish() {
 			return w.policy, lehrpb.RolloutPolicySource_ROLLOUT_POLICY_SOURCE_DOMAIN, 1, nil
 		},
 		ExpectedChecks: func() ([]*lehrpb.CanaryCheck, error) { return nil, nil },
+		Requires: func(after []string) ([]*lehrpb.RolloutRequirement, error) {
+			var out []*lehrpb.RolloutRequirement
+			for _, a := range after {
+				if v := w.depLatest[a]; v > 0 {
+					out = append(out, &lehrpb.RolloutRequirement{Namespace: a, Version: v})
+				}
+			}
+			return out, nil
+		},
 	})
 	if err != nil {
 		w.t.Fatal(err)
@@ -131,7 +144,8 @@ func (w *world) step(e Evidence) {
 	}
 	in := StepInput{Rollout: r, Stages: Resolve(r.GetPolicy(), w.zones), Zones: w.zones, Evidence: e, Now: w.now,
 		Analysis: w.analysis[r.GetEvaluationId()],
-		Goals:    func() (map[string]*lehrpb.GoalState, error) { return w.goals, nil }}
+		Goals:    func() (map[string]*lehrpb.GoalState, error) { return w.goals, nil },
+		Reached:  func() ([]Reached, error) { return w.reached(r), nil }}
 	d, err := Step(in)
 	if err != nil {
 		w.t.Fatal(err)
@@ -147,6 +161,43 @@ func (w *world) step(e Evidence) {
 		}
 	}
 	w.apply(d)
+}
+
+// reached is how far the namespaces r requires have gone.
+func (w *world) reached(r *lehrpb.Rollout) []Reached {
+	var out []Reached
+	for _, req := range r.GetRequires() {
+		out = append(out, Reached{Namespace: req.GetNamespace(), Zones: w.depGoals[req.GetNamespace()]})
+	}
+	return out
+}
+
+// admit runs Admit on the latest rollout.
+func (w *world) admit() {
+	w.t.Helper()
+	ds, err := Admit([]*lehrpb.Rollout{w.rollouts[w.latest]}, w.zones, w.now,
+		func(string) (map[string]*lehrpb.GoalState, error) { return w.goals, nil },
+		func(r *lehrpb.Rollout) ([]Reached, error) { return w.reached(r), nil })
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	for _, d := range ds {
+		w.apply(d)
+	}
+}
+
+// depAt sets the goal of dependency ns in every zone: goal, holding
+// content's content.
+func (w *world) depAt(ns string, goal, content uint64) {
+	w.note("%s: goal %d (content of %d) in every zone", ns, goal, content)
+	zs := map[string]ZoneContent{}
+	for _, z := range w.zones {
+		zs[z] = ZoneContent{Goal: goal, Content: content}
+	}
+	if w.depGoals == nil {
+		w.depGoals = map[string]map[string]ZoneContent{}
+	}
+	w.depGoals[ns] = zs
 }
 
 // judge sets the latest rollout's canary evaluation's result.
@@ -530,6 +581,9 @@ func TestScenarioQueueUnderMaxConcurrent(t *testing.T) {
 	}
 	first, second := mk("pay/a", now), mk("pay/b", now.Add(time.Second))
 	goalsOf := func(string) (map[string]*lehrpb.GoalState, error) { return goals, nil }
+	Admit := func(rs []*lehrpb.Rollout, zones []string, now time.Time, goals func(string) (map[string]*lehrpb.GoalState, error)) ([]Decision, error) {
+		return Admit(rs, zones, now, goals, func(*lehrpb.Rollout) ([]Reached, error) { return nil, nil })
+	}
 	ds, err := Admit([]*lehrpb.Rollout{second, first}, zones, now.Add(2*time.Second), goalsOf)
 	if err != nil {
 		t.Fatal(err)
@@ -711,4 +765,49 @@ func TestScenarioSilenceNeverSucceeds(t *testing.T) {
 			}
 		})
 	}
+}
+
+// Dependency order: a rollout of a namespace whose policy names another in
+// after enters each stage only once that namespace's goal holds the
+// content it had at the publish, in every zone the stage moves; a
+// rollback of it holds the next stage until it rolls forward.
+func TestScenarioAfter(t *testing.T) {
+	p := canaryThenAll(nil)
+	p.After = []string{"pay/flags"}
+	w := newWorld(t, p, "a", "b")
+	w.depLatest = map[string]uint64{"pay/flags": 6}
+	w.depAt("pay/flags", 5, 5)
+	w.publish()
+	w.state()
+	w.advance(time.Second)
+	w.admit()
+	w.state()
+	w.advance(time.Second)
+	w.admit() // still waiting: nothing new
+	w.depAt("pay/flags", 6, 6)
+	w.advance(time.Second)
+	w.admit()
+	r := w.rollouts[w.latest]
+	w.advance(time.Second)
+	w.step(evidenceOf(zoneHosts{zone: "a", agents: 3}, zoneHosts{zone: "b", agents: 3}).sampled(r, "a", "a-h1").sampled(r, "b", "b-h1"))
+	ok := evidenceOf(zoneHosts{zone: "a", applied: 1, agents: 3}, zoneHosts{zone: "b", applied: 1, agents: 3}).withConsumers(2, 0, 0)
+	w.advance(5 * time.Second)
+	w.step(ok)
+	// pay/flags fails somewhere and rolls back: version 7 republishes 5.
+	w.depAt("pay/flags", 7, 5)
+	w.advance(10 * time.Minute)
+	w.step(ok) // baked: the next stage waits
+	w.state()
+	w.advance(time.Minute)
+	w.step(ok) // nothing new
+	w.depAt("pay/flags", 8, 8)
+	w.advance(time.Minute)
+	w.step(ok)
+	w.advance(30 * time.Second)
+	all := evidenceOf(zoneHosts{zone: "a", applied: 3}, zoneHosts{zone: "b", applied: 3}).withConsumers(6, 0, 0)
+	w.step(all)
+	w.advance(5 * time.Minute)
+	w.step(all)
+	w.state()
+	w.check("after")
 }

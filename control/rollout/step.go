@@ -42,7 +42,10 @@ type StepInput struct {
 	// Goals returns the namespace's goal in each zone: read only when the
 	// decision moves goals.
 	Goals func() (map[string]*lehrpb.GoalState, error)
-	Now   time.Time
+	// Reached returns how far the namespaces the rollout requires
+	// (Rollout.requires) have gone: read only before entering a stage.
+	Reached func() ([]Reached, error)
+	Now     time.Time
 }
 
 // Decision is what a step decided. The zero Decision changes nothing.
@@ -256,6 +259,15 @@ func Step(in StepInput) (Decision, error) {
 	}
 	if w, until, ok := Frozen(r.GetPolicy(), now); ok && i+1 < len(stages) {
 		return frozen(r, now, w, until, fmt.Sprintf("stage %q passed; stage %q waits", stg.Name, stages[i+1].Name)), nil
+	}
+	if len(r.GetRequires()) > 0 && i+1 < len(stages) {
+		rc, err := in.Reached()
+		if err != nil {
+			return Decision{}, err
+		}
+		if why := Unmet(r, stages[i+1], rc); why != "" {
+			return dependencyWait(r, now, fmt.Sprintf("stage %q passed; stage %q %s", stg.Name, stages[i+1].Name, why)), nil
+		}
 	}
 	passed := now.Sub(started)
 	if i+1 < len(stages) {

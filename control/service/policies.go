@@ -3,6 +3,8 @@ package service
 import (
 	"context"
 	"errors"
+	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -81,12 +83,85 @@ func (s *Service) SetRolloutPolicy(ctx context.Context, req *lehrpb.SetRolloutPo
 		}
 		return nil, s.apiError(ctx, err)
 	}
+	if err := s.checkAfter(ctx, req.GetScope(), req.GetPolicy().GetAfter()); err != nil {
+		return nil, err
+	}
 	rec, err := s.putPolicy(ctx, req.GetScope(), &lehrpb.RolloutPolicyRecord{Policy: req.GetPolicy()}, req.GetAuthor(), req.GetMessage(), req.GetExpectedGeneration())
 	if err != nil {
 		return nil, err
 	}
 	s.log.Info("rollout policy set", "scope", req.GetScope(), "generation", rec.GetGeneration(), "author", rec.GetAuthor())
 	return rec, nil
+}
+
+// maxAfterWalk bounds the namespaces checkAfter visits looking for a cycle.
+const maxAfterWalk = 10_000
+
+// checkAfter checks a policy's after (dependency order) against its scope
+// and the other namespaces' policies: only a namespace's own policy may
+// name namespaces, never itself, and no cycle may form through the
+// policies of the namespaces it names (the error names the cycle). Two
+// policies closing a cycle set at the same moment are not caught here:
+// each rollout then waits for the other, saying so.
+func (s *Service) checkAfter(ctx context.Context, scope string, after []string) error {
+	if len(after) == 0 {
+		return nil
+	}
+	if !strings.Contains(scope, "/") {
+		return invalid(apierror.ReasonInvalidArgument, "policy.after",
+			"only a namespace's own policy may name namespaces to roll out after: as domain %s's default it would make each of its namespaces wait, some for themselves; set it on the namespaces that need it (lehr policy set %s/NAME …)", scope, scope)
+	}
+	for i, ns := range after {
+		if ns == scope {
+			return invalid(apierror.ReasonInvalidArgument, fmt.Sprintf("policy.after[%d]", i), "%s is the policy's own namespace; a namespace cannot roll out after itself", ns)
+		}
+	}
+	// Depth first through the namespaces' own policies (a domain's
+	// default names none), from each one named, looking for scope.
+	visited := map[string]bool{}
+	var path []string
+	var walk func(ns string) ([]string, error)
+	walk = func(ns string) ([]string, error) {
+		if ns == scope {
+			return append(slices.Clone(path), ns), nil
+		}
+		if visited[ns] {
+			return nil, nil
+		}
+		visited[ns] = true
+		if len(visited) > maxAfterWalk {
+			return nil, invalid(apierror.ReasonInvalidArgument, "policy.after",
+				"the namespaces it names and theirs, transitively, are more than %d; name fewer", maxAfterWalk).WithLimit("%d namespaces", maxAfterWalk)
+		}
+		rec, err := s.st.RolloutPolicy(ctx, ns)
+		if err != nil {
+			return nil, s.apiError(ctx, err)
+		}
+		if rec.GetDeleted() {
+			return nil, nil
+		}
+		path = append(path, ns)
+		defer func() { path = path[:len(path)-1] }()
+		for _, next := range rec.GetPolicy().GetAfter() {
+			if cycle, err := walk(next); cycle != nil || err != nil {
+				return cycle, err
+			}
+		}
+		return nil, nil
+	}
+	for i, ns := range after {
+		path = []string{scope}
+		cycle, err := walk(ns)
+		if err != nil {
+			return err
+		}
+		if cycle != nil {
+			return invalid(apierror.ReasonInvalidArgument, fmt.Sprintf("policy.after[%d]", i),
+				"a cycle: %s; each would wait for the other forever. Remove %s from this policy, or %s from %s's",
+				strings.Join(cycle, " → "), ns, cycle[len(cycle)-1], cycle[len(cycle)-2])
+		}
+	}
+	return nil
 }
 
 // putPolicy stores rec (a policy or a deletion) with who asked and why,

@@ -53,7 +53,6 @@ package store
 import (
 	"context"
 	"fmt"
-	"strings"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/protobuf/proto"
@@ -202,18 +201,12 @@ func (s *Store) reportsAbout(ctx context.Context, zones []string, heads []*lehrp
 	}
 	out := map[string][]*lehrpb.DistributorStatus{}
 	for _, z := range zones {
-		prefix := s.lay.zoneStatusPrefix(z)
-		resp, err := s.get(ctx, prefix, clientv3.WithPrefix())
+		reports, err := s.zoneReports(ctx, z)
 		if err != nil {
 			return nil, fmt.Errorf("zone status %s: %w", z, err)
 		}
-		for _, kv := range resp.Kvs {
-			d := new(lehrpb.DistributorStatus)
-			if err := decode(string(kv.Key), kv.Value, d); err != nil {
-				s.log.Error("store: skipping a zone status report", "zone", z, "err", err)
-				continue // it expires with its lease
-			}
-			kept := &lehrpb.DistributorStatus{DistributorId: strings.TrimPrefix(string(kv.Key), prefix), Agents: d.GetAgents()}
+		for _, d := range reports {
+			kept := &lehrpb.DistributorStatus{DistributorId: d.GetDistributorId(), Agents: d.GetAgents()}
 			for _, v := range d.GetVersions() {
 				if of[v.GetNamespace()] {
 					kept.Versions = append(kept.Versions, v)

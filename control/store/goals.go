@@ -583,6 +583,7 @@ func (s *Store) DeleteZone(ctx context.Context, zone string, force bool) error {
 		clientv3.OpDelete(zkey),
 		clientv3.OpDelete(s.lay.goalsZone(zone), clientv3.WithPrefix()),
 		clientv3.OpDelete(s.lay.zoneStatusPrefix(zone), clientv3.WithPrefix()),
+		clientv3.OpDelete(s.lay.zoneReportsZone(zone), clientv3.WithPrefix()),
 		clientv3.OpDelete(s.lay.zoneReported(zone)),
 	}, []clientv3.Op{
 		clientv3.OpGet(zkey, clientv3.WithCountOnly()),

@@ -16,6 +16,8 @@ import (
 //	zones/<zone>                              lehrpb.Zone
 //	goals/<zone>/<domain>/<name>              lehrpb.GoalState
 //	zonestatus/<zone>/<distributor_id>        lehrpb.DistributorStatus, under a lease
+//	zonereports/<zone>/<id hash>/index        lehrpb.ZoneReportIndex, a large report's parts, under its lease
+//	zonereports/<zone>/<id hash>/p/<sha256>   lehrpb.ZoneReportPart, under the report's lease
 //	zonereported/<zone>                       google.protobuf.Timestamp, when a distributor last reported (to a minute)
 //	requests/<domain>/<name>/<request_id>     lehrpb.RequestRecord, under a lease
 //	policies/domain/<domain>                  lehrpb.RolloutPolicyRecord, a domain's default
@@ -135,6 +137,16 @@ func (l layout) zoneReportedPrefix() string       { return l.prefix + "zonerepor
 func (l layout) zoneReported(z string) string     { return l.zoneReportedPrefix() + z }
 func (l layout) zoneStatusPrefix(z string) string { return l.zoneStatusesPrefix() + z + "/" }
 func (l layout) zoneStatus(z, id string) string   { return l.zoneStatusPrefix(z) + id }
+func (l layout) zoneReportsZone(z string) string  { return l.prefix + "zonereports/" + z + "/" }
+func (l layout) zoneReportDist(z, id string) string {
+	return l.zoneReportsZone(z) + reportIDHash(id) + "/"
+}
+func (l layout) zoneReportIndex(z, id string) string {
+	return l.zoneReportDist(z, id) + "index"
+}
+func (l layout) zoneReportPart(z, id, name string) string {
+	return l.zoneReportDist(z, id) + "p/" + name
+}
 func (l layout) distributorFromZoneStatus(z, key string) string {
 	return strings.TrimPrefix(key, l.zoneStatusPrefix(z))
 }

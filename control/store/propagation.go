@@ -41,8 +41,8 @@ func (s *Store) PutPropagation(ctx context.Context, g Guard, rec *lehrpb.Propaga
 	if err != nil {
 		return fmt.Errorf("store: put propagation: %w", err)
 	}
-	if len(b) > MaxZoneReportBytes {
-		return fmt.Errorf("store: put propagation: %w", invalidf("the record is %d bytes encoded; at most %d", len(b), MaxZoneReportBytes))
+	if len(b) > MaxZoneReportPartBytes {
+		return fmt.Errorf("store: put propagation: %w", invalidf("the record is %d bytes encoded; at most %d", len(b), MaxZoneReportPartBytes))
 	}
 	var cmps []clientv3.Cmp
 	if g.Key != "" {

@@ -469,6 +469,67 @@ func (s *Strategist) zoneGoals(ctx context.Context, ns string, zones []string) (
 	return out, nil
 }
 
+// contentOf is rollout.ContentOf of version v of ns, read from the store.
+func (s *Strategist) contentOf(ctx context.Context, ns string, v uint64) (uint64, error) {
+	return rollout.ContentOf(v, func(v uint64) (*lehrpb.VersionInfo, error) {
+		vi, err := s.opts.Store.Version(ctx, ns, v)
+		if errors.Is(err, store.ErrNotFound) {
+			return nil, nil // compacted away: the lineage stops here
+		}
+		return vi, err
+	})
+}
+
+// requires returns what a rollout under a policy naming after requires:
+// the content of each namespace's latest version. A namespace without a
+// version (not published yet, or deleted) requires nothing.
+func (s *Strategist) requires(ctx context.Context, after []string) ([]*lehrpb.RolloutRequirement, error) {
+	var out []*lehrpb.RolloutRequirement
+	for _, ns := range after {
+		h, _, err := s.opts.Store.Head(ctx, ns)
+		if errors.Is(err, store.ErrNotFound) || (err == nil && h.GetLatestVersion() == 0) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("what %s requires: %w", ns, err)
+		}
+		c, err := s.contentOf(ctx, ns, h.GetLatestVersion())
+		if err != nil {
+			return nil, fmt.Errorf("what %s requires: %w", ns, err)
+		}
+		out = append(out, &lehrpb.RolloutRequirement{Namespace: ns, Version: c})
+	}
+	return out, nil
+}
+
+// reached reads how far the namespaces r requires have gone in zones:
+// each one's goal there and the content it holds.
+func (s *Strategist) reached(ctx context.Context, r *lehrpb.Rollout, zones []string) ([]rollout.Reached, error) {
+	var out []rollout.Reached
+	for _, req := range r.GetRequires() {
+		ns := req.GetNamespace()
+		goals, err := s.zoneGoals(ctx, ns, zones)
+		if err != nil {
+			return nil, fmt.Errorf("how far %s went: %w", ns, err)
+		}
+		rc := rollout.Reached{Namespace: ns, Zones: map[string]rollout.ZoneContent{}}
+		content := map[uint64]uint64{}
+		for z, g := range goals {
+			v := g.GetVersion()
+			c, ok := content[v]
+			if !ok {
+				if c, err = s.contentOf(ctx, ns, v); err != nil {
+					return nil, fmt.Errorf("how far %s went: %w", ns, err)
+				}
+				content[v] = c
+			}
+			rc.Zones[z] = rollout.ZoneContent{Goal: v, Content: c}
+		}
+		out = append(out, rc)
+	}
+	return out, nil
+}
+
 // start begins the rollout of h's latest version, superseding prev if it
 // still runs (Start), and returns the namespace's latest rollout as it
 // now stands: the new one, prev finished (the head is its own rollback)
@@ -488,6 +549,7 @@ func (s *Strategist) start(ctx context.Context, rd round, h *lehrpb.Namespace, p
 			return s.opts.Policy(ctx, ns)
 		},
 		ExpectedChecks: func() ([]*lehrpb.CanaryCheck, error) { return s.opts.Store.ExpectedChecks(ctx, ns, seq) },
+		Requires:       func(after []string) ([]*lehrpb.RolloutRequirement, error) { return s.requires(ctx, after) },
 	})
 	if err != nil {
 		return nil, err
@@ -513,7 +575,8 @@ func (s *Strategist) start(ctx context.Context, rd round, h *lehrpb.Namespace, p
 // admit enters the first stage of the rollouts waiting for it (Admit).
 func (s *Strategist) admit(ctx context.Context, rd round, active []*lehrpb.Rollout) error {
 	zones := rd.zones
-	ds, err := rollout.Admit(active, zones, s.opts.Now(), func(ns string) (map[string]*lehrpb.GoalState, error) { return s.zoneGoals(ctx, ns, zones) })
+	ds, err := rollout.Admit(active, zones, s.opts.Now(), func(ns string) (map[string]*lehrpb.GoalState, error) { return s.zoneGoals(ctx, ns, zones) },
+		func(r *lehrpb.Rollout) ([]rollout.Reached, error) { return s.reached(ctx, r, zones) })
 	errs := []error{err}
 	for _, d := range ds {
 		if err := s.apply(ctx, rd, d, nil); err != nil {
@@ -537,7 +600,8 @@ func (s *Strategist) step(ctx context.Context, rd round, r *lehrpb.Rollout) erro
 		return err
 	}
 	in := rollout.StepInput{Rollout: r, Stages: stages, Zones: zones, Evidence: ev, Now: s.opts.Now(),
-		Goals: func() (map[string]*lehrpb.GoalState, error) { return s.zoneGoals(ctx, r.GetNamespace(), zones) }}
+		Goals:   func() (map[string]*lehrpb.GoalState, error) { return s.zoneGoals(ctx, r.GetNamespace(), zones) },
+		Reached: func() ([]rollout.Reached, error) { return s.reached(ctx, r, zones) }}
 	if id := r.GetEvaluationId(); id != "" && id == rollout.AnalysisID(r, min(int(r.GetStage()), len(stages)-1)) {
 		if in.Analysis, err = s.opts.Evaluations.Get(ctx, id, false); err != nil {
 			return err

@@ -235,6 +235,18 @@ type RolloutPolicy struct {
 	// counting the one under this policy (0: no limit, at most 1000); the
 	// others wait, oldest publish first.
 	MaxConcurrent uint32 `protobuf:"varint,4,opt,name=max_concurrent,json=maxConcurrent,proto3" json:"max_concurrent,omitempty"`
+	// Namespaces ("domain/name") this one rolls out after — Annealing's
+	// dependency order: a rollout of this namespace records, for each, the
+	// content its latest version holds when the rollout starts
+	// (Rollout.requires), and enters a stage only once that namespace's
+	// goal holds that content or newer in every zone the stage moves. A
+	// rollback of the named namespace (a new version republishing older
+	// content) holds the stages not yet entered until it rolls forward
+	// again. Only a namespace's own policy may name them (a domain default
+	// would name the namespace itself); at most 16; a cycle through other
+	// namespaces' policies is refused, naming it. docs/design.md,
+	// "Dependency order".
+	After         []string `protobuf:"bytes,10,rep,name=after,proto3" json:"after,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -295,6 +307,13 @@ func (x *RolloutPolicy) GetMaxConcurrent() uint32 {
 		return x.MaxConcurrent
 	}
 	return 0
+}
+
+func (x *RolloutPolicy) GetAfter() []string {
+	if x != nil {
+		return x.After
+	}
+	return nil
 }
 
 // FreezeWindow is a period without rollouts, e.g. a holiday or a launch.
@@ -892,7 +911,10 @@ type Rollout struct {
 	// for its last look, or of a freeze window — so that a client derives
 	// the time left instead of the strategist rewriting it every second.
 	// Absent when the rollout waits for nothing timed (paused, ended).
-	WaitUntil     *timestamppb.Timestamp `protobuf:"bytes,24,opt,name=wait_until,json=waitUntil,proto3" json:"wait_until,omitempty"`
+	WaitUntil *timestamppb.Timestamp `protobuf:"bytes,24,opt,name=wait_until,json=waitUntil,proto3" json:"wait_until,omitempty"`
+	// What it requires of the namespaces its policy names in after, as
+	// they stood when it started.
+	Requires      []*RolloutRequirement `protobuf:"bytes,30,rep,name=requires,proto3" json:"requires,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1095,6 +1117,72 @@ func (x *Rollout) GetWaitUntil() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *Rollout) GetRequires() []*RolloutRequirement {
+	if x != nil {
+		return x.Requires
+	}
+	return nil
+}
+
+// RolloutRequirement is a rollout's requirement on another namespace
+// (RolloutPolicy.after): in every zone a stage moves, that namespace's
+// goal must hold content at or after version.
+type RolloutRequirement struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Namespace string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	// A version of namespace whose content is required, or newer content: a
+	// goal's content is its version's, or for a rollback (source
+	// ROLLBACK) that of the version it republished, followed back. The
+	// content of the namespace's latest version when the rollout started.
+	Version       uint64 `protobuf:"varint,2,opt,name=version,proto3" json:"version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RolloutRequirement) Reset() {
+	*x = RolloutRequirement{}
+	mi := &file_lehr_v1_rollout_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RolloutRequirement) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RolloutRequirement) ProtoMessage() {}
+
+func (x *RolloutRequirement) ProtoReflect() protoreflect.Message {
+	mi := &file_lehr_v1_rollout_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RolloutRequirement.ProtoReflect.Descriptor instead.
+func (*RolloutRequirement) Descriptor() ([]byte, []int) {
+	return file_lehr_v1_rollout_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *RolloutRequirement) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *RolloutRequirement) GetVersion() uint64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
 // RolloutCommand is an operator's request, waiting for the strategist.
 type RolloutCommand struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -1109,7 +1197,7 @@ type RolloutCommand struct {
 
 func (x *RolloutCommand) Reset() {
 	*x = RolloutCommand{}
-	mi := &file_lehr_v1_rollout_proto_msgTypes[8]
+	mi := &file_lehr_v1_rollout_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1121,7 +1209,7 @@ func (x *RolloutCommand) String() string {
 func (*RolloutCommand) ProtoMessage() {}
 
 func (x *RolloutCommand) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_rollout_proto_msgTypes[8]
+	mi := &file_lehr_v1_rollout_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1134,7 +1222,7 @@ func (x *RolloutCommand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RolloutCommand.ProtoReflect.Descriptor instead.
 func (*RolloutCommand) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_rollout_proto_rawDescGZIP(), []int{8}
+	return file_lehr_v1_rollout_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *RolloutCommand) GetRolloutId() string {
@@ -1183,7 +1271,7 @@ type ZoneHosts struct {
 
 func (x *ZoneHosts) Reset() {
 	*x = ZoneHosts{}
-	mi := &file_lehr_v1_rollout_proto_msgTypes[9]
+	mi := &file_lehr_v1_rollout_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1195,7 +1283,7 @@ func (x *ZoneHosts) String() string {
 func (*ZoneHosts) ProtoMessage() {}
 
 func (x *ZoneHosts) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_rollout_proto_msgTypes[9]
+	mi := &file_lehr_v1_rollout_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1208,7 +1296,7 @@ func (x *ZoneHosts) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ZoneHosts.ProtoReflect.Descriptor instead.
 func (*ZoneHosts) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_rollout_proto_rawDescGZIP(), []int{9}
+	return file_lehr_v1_rollout_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ZoneHosts) GetZone() string {
@@ -1247,7 +1335,7 @@ type RolloutEvent struct {
 
 func (x *RolloutEvent) Reset() {
 	*x = RolloutEvent{}
-	mi := &file_lehr_v1_rollout_proto_msgTypes[10]
+	mi := &file_lehr_v1_rollout_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1259,7 +1347,7 @@ func (x *RolloutEvent) String() string {
 func (*RolloutEvent) ProtoMessage() {}
 
 func (x *RolloutEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_rollout_proto_msgTypes[10]
+	mi := &file_lehr_v1_rollout_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1272,7 +1360,7 @@ func (x *RolloutEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RolloutEvent.ProtoReflect.Descriptor instead.
 func (*RolloutEvent) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_rollout_proto_rawDescGZIP(), []int{10}
+	return file_lehr_v1_rollout_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *RolloutEvent) GetRolloutId() string {
@@ -1328,12 +1416,15 @@ var File_lehr_v1_rollout_proto protoreflect.FileDescriptor
 
 const file_lehr_v1_rollout_proto_rawDesc = "" +
 	"\n" +
-	"\x15lehr/v1/rollout.proto\x12\alehr.v1\x1a\x1fgoogle/api/field_behavior.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x14lehr/v1/canary.proto\"\xda\x01\n" +
+	"\x15lehr/v1/rollout.proto\x12\alehr.v1\x1a\x1fgoogle/api/field_behavior.proto\x1a\x19google/api/resource.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x14lehr/v1/canary.proto\"\x8c\x02\n" +
 	"\rRolloutPolicy\x122\n" +
 	"\x06stages\x18\x01 \x03(\v2\x15.lehr.v1.RolloutStageB\x03\xe0A\x01R\x06stages\x12&\n" +
 	"\fglobal_blast\x18\x02 \x01(\bB\x03\xe0A\x01R\vglobalBlast\x12A\n" +
 	"\x0efreeze_windows\x18\x03 \x03(\v2\x15.lehr.v1.FreezeWindowB\x03\xe0A\x01R\rfreezeWindows\x12*\n" +
-	"\x0emax_concurrent\x18\x04 \x01(\rB\x03\xe0A\x01R\rmaxConcurrent\"\xc9\x01\n" +
+	"\x0emax_concurrent\x18\x04 \x01(\rB\x03\xe0A\x01R\rmaxConcurrent\x120\n" +
+	"\x05after\x18\n" +
+	" \x03(\tB\x1a\xe0A\x01\xfaA\x14\n" +
+	"\x12lehr.dev/NamespaceR\x05after\"\xc9\x01\n" +
 	"\fFreezeWindow\x125\n" +
 	"\x05start\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampB\x03\xe0A\x01R\x05start\x121\n" +
 	"\x03end\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampB\x03\xe0A\x01R\x03end\x12\x1b\n" +
@@ -1373,7 +1464,7 @@ const file_lehr_v1_rollout_proto_rawDesc = "" +
 	"\x06author\x18\x05 \x01(\tR\x06author\x12-\n" +
 	"\x12transport_identity\x18\x06 \x01(\tR\x11transportIdentity\x12\x18\n" +
 	"\amessage\x18\a \x01(\tR\amessage\x12\x18\n" +
-	"\adeleted\x18\b \x01(\bR\adeleted\"\x82\b\n" +
+	"\adeleted\x18\b \x01(\bR\adeleted\"\xbb\b\n" +
 	"\aRollout\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1c\n" +
 	"\tnamespace\x18\x02 \x01(\tR\tnamespace\x12\x18\n" +
@@ -1403,7 +1494,12 @@ const file_lehr_v1_rollout_proto_rawDesc = "" +
 	"\revaluation_id\x18\x16 \x01(\tR\fevaluationId\x12=\n" +
 	"\x0fexpected_checks\x18\x17 \x03(\v2\x14.lehr.v1.CanaryCheckR\x0eexpectedChecks\x129\n" +
 	"\n" +
-	"wait_until\x18\x18 \x01(\v2\x1a.google.protobuf.TimestampR\twaitUntil\"\xc1\x01\n" +
+	"wait_until\x18\x18 \x01(\v2\x1a.google.protobuf.TimestampR\twaitUntil\x127\n" +
+	"\brequires\x18\x1e \x03(\v2\x1b.lehr.v1.RolloutRequirementR\brequires\"e\n" +
+	"\x12RolloutRequirement\x125\n" +
+	"\tnamespace\x18\x01 \x01(\tB\x17\xfaA\x14\n" +
+	"\x12lehr.dev/NamespaceR\tnamespace\x12\x18\n" +
+	"\aversion\x18\x02 \x01(\x04R\aversion\"\xc1\x01\n" +
 	"\x0eRolloutCommand\x12\x1d\n" +
 	"\n" +
 	"rollout_id\x18\x01 \x01(\tR\trolloutId\x12.\n" +
@@ -1457,7 +1553,7 @@ func file_lehr_v1_rollout_proto_rawDescGZIP() []byte {
 }
 
 var file_lehr_v1_rollout_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_lehr_v1_rollout_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
+var file_lehr_v1_rollout_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
 var file_lehr_v1_rollout_proto_goTypes = []any{
 	(RolloutPolicySource)(0),      // 0: lehr.v1.RolloutPolicySource
 	(RolloutState)(0),             // 1: lehr.v1.RolloutState
@@ -1470,46 +1566,48 @@ var file_lehr_v1_rollout_proto_goTypes = []any{
 	(*ZonesTarget)(nil),           // 8: lehr.v1.ZonesTarget
 	(*RolloutPolicyRecord)(nil),   // 9: lehr.v1.RolloutPolicyRecord
 	(*Rollout)(nil),               // 10: lehr.v1.Rollout
-	(*RolloutCommand)(nil),        // 11: lehr.v1.RolloutCommand
-	(*ZoneHosts)(nil),             // 12: lehr.v1.ZoneHosts
-	(*RolloutEvent)(nil),          // 13: lehr.v1.RolloutEvent
-	(*timestamppb.Timestamp)(nil), // 14: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),   // 15: google.protobuf.Duration
-	(*CanaryAnalysis)(nil),        // 16: lehr.v1.CanaryAnalysis
-	(*CanaryCheck)(nil),           // 17: lehr.v1.CanaryCheck
+	(*RolloutRequirement)(nil),    // 11: lehr.v1.RolloutRequirement
+	(*RolloutCommand)(nil),        // 12: lehr.v1.RolloutCommand
+	(*ZoneHosts)(nil),             // 13: lehr.v1.ZoneHosts
+	(*RolloutEvent)(nil),          // 14: lehr.v1.RolloutEvent
+	(*timestamppb.Timestamp)(nil), // 15: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),   // 16: google.protobuf.Duration
+	(*CanaryAnalysis)(nil),        // 17: lehr.v1.CanaryAnalysis
+	(*CanaryCheck)(nil),           // 18: lehr.v1.CanaryCheck
 }
 var file_lehr_v1_rollout_proto_depIdxs = []int32{
 	6,  // 0: lehr.v1.RolloutPolicy.stages:type_name -> lehr.v1.RolloutStage
 	4,  // 1: lehr.v1.RolloutPolicy.freeze_windows:type_name -> lehr.v1.FreezeWindow
-	14, // 2: lehr.v1.FreezeWindow.start:type_name -> google.protobuf.Timestamp
-	14, // 3: lehr.v1.FreezeWindow.end:type_name -> google.protobuf.Timestamp
+	15, // 2: lehr.v1.FreezeWindow.start:type_name -> google.protobuf.Timestamp
+	15, // 3: lehr.v1.FreezeWindow.end:type_name -> google.protobuf.Timestamp
 	5,  // 4: lehr.v1.FreezeWindow.weekly:type_name -> lehr.v1.WeeklyWindow
-	15, // 5: lehr.v1.WeeklyWindow.length:type_name -> google.protobuf.Duration
+	16, // 5: lehr.v1.WeeklyWindow.length:type_name -> google.protobuf.Duration
 	7,  // 6: lehr.v1.RolloutStage.canary:type_name -> lehr.v1.CanaryTarget
 	8,  // 7: lehr.v1.RolloutStage.zones:type_name -> lehr.v1.ZonesTarget
-	15, // 8: lehr.v1.RolloutStage.bake:type_name -> google.protobuf.Duration
-	15, // 9: lehr.v1.RolloutStage.apply_deadline:type_name -> google.protobuf.Duration
-	16, // 10: lehr.v1.RolloutStage.analysis:type_name -> lehr.v1.CanaryAnalysis
+	16, // 8: lehr.v1.RolloutStage.bake:type_name -> google.protobuf.Duration
+	16, // 9: lehr.v1.RolloutStage.apply_deadline:type_name -> google.protobuf.Duration
+	17, // 10: lehr.v1.RolloutStage.analysis:type_name -> lehr.v1.CanaryAnalysis
 	3,  // 11: lehr.v1.RolloutPolicyRecord.policy:type_name -> lehr.v1.RolloutPolicy
-	14, // 12: lehr.v1.RolloutPolicyRecord.update_time:type_name -> google.protobuf.Timestamp
+	15, // 12: lehr.v1.RolloutPolicyRecord.update_time:type_name -> google.protobuf.Timestamp
 	3,  // 13: lehr.v1.Rollout.policy:type_name -> lehr.v1.RolloutPolicy
 	0,  // 14: lehr.v1.Rollout.policy_source:type_name -> lehr.v1.RolloutPolicySource
 	1,  // 15: lehr.v1.Rollout.state:type_name -> lehr.v1.RolloutState
-	14, // 16: lehr.v1.Rollout.stage_start_time:type_name -> google.protobuf.Timestamp
-	14, // 17: lehr.v1.Rollout.stage_applied_time:type_name -> google.protobuf.Timestamp
-	12, // 18: lehr.v1.Rollout.canary_hosts:type_name -> lehr.v1.ZoneHosts
-	14, // 19: lehr.v1.Rollout.create_time:type_name -> google.protobuf.Timestamp
-	14, // 20: lehr.v1.Rollout.update_time:type_name -> google.protobuf.Timestamp
-	17, // 21: lehr.v1.Rollout.expected_checks:type_name -> lehr.v1.CanaryCheck
-	14, // 22: lehr.v1.Rollout.wait_until:type_name -> google.protobuf.Timestamp
-	2,  // 23: lehr.v1.RolloutCommand.action:type_name -> lehr.v1.RolloutAction
-	14, // 24: lehr.v1.RolloutCommand.time:type_name -> google.protobuf.Timestamp
-	14, // 25: lehr.v1.RolloutEvent.time:type_name -> google.protobuf.Timestamp
-	26, // [26:26] is the sub-list for method output_type
-	26, // [26:26] is the sub-list for method input_type
-	26, // [26:26] is the sub-list for extension type_name
-	26, // [26:26] is the sub-list for extension extendee
-	0,  // [0:26] is the sub-list for field type_name
+	15, // 16: lehr.v1.Rollout.stage_start_time:type_name -> google.protobuf.Timestamp
+	15, // 17: lehr.v1.Rollout.stage_applied_time:type_name -> google.protobuf.Timestamp
+	13, // 18: lehr.v1.Rollout.canary_hosts:type_name -> lehr.v1.ZoneHosts
+	15, // 19: lehr.v1.Rollout.create_time:type_name -> google.protobuf.Timestamp
+	15, // 20: lehr.v1.Rollout.update_time:type_name -> google.protobuf.Timestamp
+	18, // 21: lehr.v1.Rollout.expected_checks:type_name -> lehr.v1.CanaryCheck
+	15, // 22: lehr.v1.Rollout.wait_until:type_name -> google.protobuf.Timestamp
+	11, // 23: lehr.v1.Rollout.requires:type_name -> lehr.v1.RolloutRequirement
+	2,  // 24: lehr.v1.RolloutCommand.action:type_name -> lehr.v1.RolloutAction
+	15, // 25: lehr.v1.RolloutCommand.time:type_name -> google.protobuf.Timestamp
+	15, // 26: lehr.v1.RolloutEvent.time:type_name -> google.protobuf.Timestamp
+	27, // [27:27] is the sub-list for method output_type
+	27, // [27:27] is the sub-list for method input_type
+	27, // [27:27] is the sub-list for extension type_name
+	27, // [27:27] is the sub-list for extension extendee
+	0,  // [0:27] is the sub-list for field type_name
 }
 
 func init() { file_lehr_v1_rollout_proto_init() }
@@ -1528,7 +1626,7 @@ func file_lehr_v1_rollout_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lehr_v1_rollout_proto_rawDesc), len(file_lehr_v1_rollout_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   11,
+			NumMessages:   12,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

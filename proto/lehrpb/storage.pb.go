@@ -662,6 +662,122 @@ func (x *PropagationRecord) GetUpdateTime() *timestamppb.Timestamp {
 	return nil
 }
 
+// ZoneReportIndex says which parts hold the version counts of a
+// distributor's report too large for one etcd request, under
+// zonereports/<zone>/<id hash>/index beside the report's own key, on the
+// report's lease (control/store/zonestatus.go).
+type ZoneReportIndex struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The distributor whose report it completes (the key has only a hash).
+	DistributorId string `protobuf:"bytes,1,opt,name=distributor_id,json=distributorId,proto3" json:"distributor_id,omitempty"`
+	// The etcd lease the parts were written on: a report on another lease
+	// rewrites them instead of reusing them.
+	Lease int64 `protobuf:"varint,2,opt,name=lease,proto3" json:"lease,omitempty"`
+	// The parts' names (sha256 hex of the encoded ZoneReportPart), in the
+	// order their counts are read.
+	Parts         []string `protobuf:"bytes,3,rep,name=parts,proto3" json:"parts,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ZoneReportIndex) Reset() {
+	*x = ZoneReportIndex{}
+	mi := &file_lehr_v1_storage_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ZoneReportIndex) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ZoneReportIndex) ProtoMessage() {}
+
+func (x *ZoneReportIndex) ProtoReflect() protoreflect.Message {
+	mi := &file_lehr_v1_storage_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ZoneReportIndex.ProtoReflect.Descriptor instead.
+func (*ZoneReportIndex) Descriptor() ([]byte, []int) {
+	return file_lehr_v1_storage_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *ZoneReportIndex) GetDistributorId() string {
+	if x != nil {
+		return x.DistributorId
+	}
+	return ""
+}
+
+func (x *ZoneReportIndex) GetLease() int64 {
+	if x != nil {
+		return x.Lease
+	}
+	return 0
+}
+
+func (x *ZoneReportIndex) GetParts() []string {
+	if x != nil {
+		return x.Parts
+	}
+	return nil
+}
+
+// ZoneReportPart is a run of a report's version counts, under
+// zonereports/<zone>/<id hash>/p/<name>, its name the sha256 hex of its
+// encoding: a part whose counts did not change is not written again.
+type ZoneReportPart struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Versions      []*VersionCount        `protobuf:"bytes,1,rep,name=versions,proto3" json:"versions,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ZoneReportPart) Reset() {
+	*x = ZoneReportPart{}
+	mi := &file_lehr_v1_storage_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ZoneReportPart) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ZoneReportPart) ProtoMessage() {}
+
+func (x *ZoneReportPart) ProtoReflect() protoreflect.Message {
+	mi := &file_lehr_v1_storage_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ZoneReportPart.ProtoReflect.Descriptor instead.
+func (*ZoneReportPart) Descriptor() ([]byte, []int) {
+	return file_lehr_v1_storage_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *ZoneReportPart) GetVersions() []*VersionCount {
+	if x != nil {
+		return x.Versions
+	}
+	return nil
+}
+
 // PolicyExperimentHistoryRecord is the sampled history of one policy
 // experiment (control/previewhist), at
 // experimenthist/<domain>/<name>/<experiment id>, rewritten by the leader
@@ -683,7 +799,7 @@ type PolicyExperimentHistoryRecord struct {
 
 func (x *PolicyExperimentHistoryRecord) Reset() {
 	*x = PolicyExperimentHistoryRecord{}
-	mi := &file_lehr_v1_storage_proto_msgTypes[9]
+	mi := &file_lehr_v1_storage_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -695,7 +811,7 @@ func (x *PolicyExperimentHistoryRecord) String() string {
 func (*PolicyExperimentHistoryRecord) ProtoMessage() {}
 
 func (x *PolicyExperimentHistoryRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_storage_proto_msgTypes[9]
+	mi := &file_lehr_v1_storage_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -708,7 +824,7 @@ func (x *PolicyExperimentHistoryRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PolicyExperimentHistoryRecord.ProtoReflect.Descriptor instead.
 func (*PolicyExperimentHistoryRecord) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_storage_proto_rawDescGZIP(), []int{9}
+	return file_lehr_v1_storage_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *PolicyExperimentHistoryRecord) GetExperimentRevision() int64 {
@@ -777,7 +893,13 @@ const file_lehr_v1_storage_proto_rawDesc = "" +
 	"\aupdates\x18\x01 \x03(\v2\x1a.lehr.v1.PropagationUpdateR\aupdates\x12\x1b\n" +
 	"\tin_flight\x18\x02 \x01(\x05R\binFlight\x12;\n" +
 	"\vupdate_time\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"updateTime\"\x8b\x01\n" +
+	"updateTime\"d\n" +
+	"\x0fZoneReportIndex\x12%\n" +
+	"\x0edistributor_id\x18\x01 \x01(\tR\rdistributorId\x12\x14\n" +
+	"\x05lease\x18\x02 \x01(\x03R\x05lease\x12\x14\n" +
+	"\x05parts\x18\x03 \x03(\tR\x05parts\"C\n" +
+	"\x0eZoneReportPart\x121\n" +
+	"\bversions\x18\x01 \x03(\v2\x15.lehr.v1.VersionCountR\bversions\"\x8b\x01\n" +
 	"\x1dPolicyExperimentHistoryRecord\x12/\n" +
 	"\x13experiment_revision\x18\x01 \x01(\x03R\x12experimentRevision\x129\n" +
 	"\asamples\x18\x02 \x03(\v2\x1f.lehr.v1.PolicyExperimentSampleR\asamplesB9\n" +
@@ -795,7 +917,7 @@ func file_lehr_v1_storage_proto_rawDescGZIP() []byte {
 	return file_lehr_v1_storage_proto_rawDescData
 }
 
-var file_lehr_v1_storage_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
+var file_lehr_v1_storage_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
 var file_lehr_v1_storage_proto_goTypes = []any{
 	(*VersionRecord)(nil),                 // 0: lehr.v1.VersionRecord
 	(*RequestRecord)(nil),                 // 1: lehr.v1.RequestRecord
@@ -806,32 +928,36 @@ var file_lehr_v1_storage_proto_goTypes = []any{
 	(*BackupRecord)(nil),                  // 6: lehr.v1.BackupRecord
 	(*RestoreRecord)(nil),                 // 7: lehr.v1.RestoreRecord
 	(*PropagationRecord)(nil),             // 8: lehr.v1.PropagationRecord
-	(*PolicyExperimentHistoryRecord)(nil), // 9: lehr.v1.PolicyExperimentHistoryRecord
-	(*VersionInfo)(nil),                   // 10: lehr.v1.VersionInfo
-	(*CanaryCheck)(nil),                   // 11: lehr.v1.CanaryCheck
-	(*timestamppb.Timestamp)(nil),         // 12: google.protobuf.Timestamp
-	(*PropagationUpdate)(nil),             // 13: lehr.v1.PropagationUpdate
-	(*PolicyExperimentSample)(nil),        // 14: lehr.v1.PolicyExperimentSample
+	(*ZoneReportIndex)(nil),               // 9: lehr.v1.ZoneReportIndex
+	(*ZoneReportPart)(nil),                // 10: lehr.v1.ZoneReportPart
+	(*PolicyExperimentHistoryRecord)(nil), // 11: lehr.v1.PolicyExperimentHistoryRecord
+	(*VersionInfo)(nil),                   // 12: lehr.v1.VersionInfo
+	(*CanaryCheck)(nil),                   // 13: lehr.v1.CanaryCheck
+	(*timestamppb.Timestamp)(nil),         // 14: google.protobuf.Timestamp
+	(*PropagationUpdate)(nil),             // 15: lehr.v1.PropagationUpdate
+	(*VersionCount)(nil),                  // 16: lehr.v1.VersionCount
+	(*PolicyExperimentSample)(nil),        // 17: lehr.v1.PolicyExperimentSample
 }
 var file_lehr_v1_storage_proto_depIdxs = []int32{
-	10, // 0: lehr.v1.VersionRecord.info:type_name -> lehr.v1.VersionInfo
-	11, // 1: lehr.v1.VersionRecord.expected_checks:type_name -> lehr.v1.CanaryCheck
-	10, // 2: lehr.v1.RequestRecord.info:type_name -> lehr.v1.VersionInfo
+	12, // 0: lehr.v1.VersionRecord.info:type_name -> lehr.v1.VersionInfo
+	13, // 1: lehr.v1.VersionRecord.expected_checks:type_name -> lehr.v1.CanaryCheck
+	12, // 2: lehr.v1.RequestRecord.info:type_name -> lehr.v1.VersionInfo
 	3,  // 3: lehr.v1.ManifestChunk.entries:type_name -> lehr.v1.ManifestEntry
-	12, // 4: lehr.v1.DomainUsageRecord.publish_time:type_name -> google.protobuf.Timestamp
-	12, // 5: lehr.v1.Tombstone.delete_time:type_name -> google.protobuf.Timestamp
-	12, // 6: lehr.v1.BackupRecord.backup_time:type_name -> google.protobuf.Timestamp
-	12, // 7: lehr.v1.RestoreRecord.restore_time:type_name -> google.protobuf.Timestamp
-	12, // 8: lehr.v1.RestoreRecord.backup_time:type_name -> google.protobuf.Timestamp
-	12, // 9: lehr.v1.RestoreRecord.resync_time:type_name -> google.protobuf.Timestamp
-	13, // 10: lehr.v1.PropagationRecord.updates:type_name -> lehr.v1.PropagationUpdate
-	12, // 11: lehr.v1.PropagationRecord.update_time:type_name -> google.protobuf.Timestamp
-	14, // 12: lehr.v1.PolicyExperimentHistoryRecord.samples:type_name -> lehr.v1.PolicyExperimentSample
-	13, // [13:13] is the sub-list for method output_type
-	13, // [13:13] is the sub-list for method input_type
-	13, // [13:13] is the sub-list for extension type_name
-	13, // [13:13] is the sub-list for extension extendee
-	0,  // [0:13] is the sub-list for field type_name
+	14, // 4: lehr.v1.DomainUsageRecord.publish_time:type_name -> google.protobuf.Timestamp
+	14, // 5: lehr.v1.Tombstone.delete_time:type_name -> google.protobuf.Timestamp
+	14, // 6: lehr.v1.BackupRecord.backup_time:type_name -> google.protobuf.Timestamp
+	14, // 7: lehr.v1.RestoreRecord.restore_time:type_name -> google.protobuf.Timestamp
+	14, // 8: lehr.v1.RestoreRecord.backup_time:type_name -> google.protobuf.Timestamp
+	14, // 9: lehr.v1.RestoreRecord.resync_time:type_name -> google.protobuf.Timestamp
+	15, // 10: lehr.v1.PropagationRecord.updates:type_name -> lehr.v1.PropagationUpdate
+	14, // 11: lehr.v1.PropagationRecord.update_time:type_name -> google.protobuf.Timestamp
+	16, // 12: lehr.v1.ZoneReportPart.versions:type_name -> lehr.v1.VersionCount
+	17, // 13: lehr.v1.PolicyExperimentHistoryRecord.samples:type_name -> lehr.v1.PolicyExperimentSample
+	14, // [14:14] is the sub-list for method output_type
+	14, // [14:14] is the sub-list for method input_type
+	14, // [14:14] is the sub-list for extension type_name
+	14, // [14:14] is the sub-list for extension extendee
+	0,  // [0:14] is the sub-list for field type_name
 }
 
 func init() { file_lehr_v1_storage_proto_init() }
@@ -849,7 +975,7 @@ func file_lehr_v1_storage_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lehr_v1_storage_proto_rawDesc), len(file_lehr_v1_storage_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   10,
+			NumMessages:   12,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
