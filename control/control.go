@@ -47,6 +47,7 @@ import (
 	"lehr.dev/lehr/control/console"
 	"lehr.dev/lehr/control/embedetcd"
 	"lehr.dev/lehr/control/httpapi"
+	"lehr.dev/lehr/control/previewhist"
 	"lehr.dev/lehr/control/propagation"
 	"lehr.dev/lehr/control/service"
 	"lehr.dev/lehr/control/store"
@@ -212,6 +213,11 @@ type Options struct {
 	// RolloutInterval is how often the strategist looks at every rollout;
 	// default strategist.DefaultInterval.
 	RolloutInterval time.Duration
+	// ExperimentSampleInterval is how often the strategist's leader
+	// samples the counts of every active policy experiment into its
+	// history (control/previewhist); default previewhist.DefaultInterval
+	// (a minute). Tests use a short one. Sampled only with Rollouts.
+	ExperimentSampleInterval time.Duration
 	// NoSync runs the embedded etcd without fsync: data survives a process
 	// restart but not a machine crash. The zero value is durable; tests
 	// only.
@@ -688,13 +694,28 @@ func (c *Control) Run(ctx context.Context) (err error) {
 	if err != nil {
 		return fmt.Errorf("control: %w", err)
 	}
+	// So is the history of policy experiments' counts.
+	hist, err := previewhist.NewRunner(previewhist.Options{Store: st, Interval: c.opts.ExperimentSampleInterval,
+		Metrics: c.metrics, Logger: c.log.With("component", "previewhist")})
+	if err != nil {
+		return fmt.Errorf("control: %w", err)
+	}
+	// Both run while this replica leads, each in a goroutine of its own
+	// that leading waits for: the strategist waits for leading to return
+	// before campaigning again.
+	leading := func(ctx context.Context, g store.Guard) {
+		var wg sync.WaitGroup
+		wg.Go(func() { prop.Lead(ctx, g) })
+		wg.Go(func() { hist.Lead(ctx, g) })
+		wg.Wait()
+	}
 	var strat *strategist.Strategist
 	if c.opts.Rollouts {
 		strat, err = strategist.New(strategist.Options{
 			Store: st, Client: cli, ElectionKey: electionKey, ID: address,
 			Interval: c.opts.RolloutInterval, Policy: svc.EffectiveRolloutPolicy,
 			Metrics: c.metrics, Logger: c.log.With("component", "rollout"), Audit: svc.Audit,
-			Ended: svc.RolloutEnded, Leading: prop.Lead,
+			Ended: svc.RolloutEnded, Leading: leading,
 		})
 		if err != nil {
 			return fmt.Errorf("control: %w", err)

@@ -256,6 +256,7 @@ func TestJSONOfMessagesGolden(t *testing.T) {
 		{"lehr goals ZONE --watch -o json (one per message)", &lehrpb.WatchGoalsResponse{}},
 		{"lehr store -o json", &lehrpb.StoreStatus{}},
 		{"lehr control status -o json", &lehrpb.ControlStatus{}},
+		{"lehr policy experiment counts NS ID -o json", &lehrpb.PolicyExperimentCounts{}},
 	} {
 		sample(c.m.ProtoReflect(), 0)
 		out, err := marshalJSON(c.m)

@@ -507,9 +507,11 @@ func writeCommit(w io.Writer, id, ns string, md *lehrpb.CommitPolicyExperimentMe
 	fmt.Fprintf(w, "follow its rollout: lehr rollout status %s\n", clean(ns))
 }
 
-// writeCounts prints an experiment's counts: per zone, then in all.
+// writeCounts prints an experiment's counts: per zone, then in all, then
+// its most recent samples over time.
 func writeCounts(w io.Writer, c *lehrpb.PolicyExperimentCounts) {
 	fmt.Fprintln(w, clean(preview.CountsHeading(c)))
+	defer writeSamples(w, c.GetHistory())
 	if len(c.GetTotals()) == 0 {
 		fmt.Fprintln(w, preview.NoCounts)
 		return
@@ -525,6 +527,37 @@ func writeCounts(w io.Writer, c *lehrpb.PolicyExperimentCounts) {
 	}
 	for _, t := range c.GetTotals() {
 		row("(all)", t)
+	}
+	tw.Flush()
+}
+
+// historyRows is how many of an experiment's most recent samples "lehr
+// policy experiment counts" prints (-o json has every one).
+const historyRows = 10
+
+// writeSamples prints the most recent samples of an experiment's history.
+func writeSamples(w io.Writer, h []*lehrpb.PolicyExperimentSample) {
+	if len(h) == 0 {
+		fmt.Fprintln(w, "over time: no samples yet (control samples an ACTIVE experiment's counts once a minute; the first is a baseline)")
+		return
+	}
+	shown := h[max(0, len(h)-historyRows):]
+	fmt.Fprintf(w, "over time: the latest %d of %d samples since %s (-o json has them all):\n", len(shown), len(h), h[0].GetSampleTime().AsTime().UTC().Format(time.RFC3339))
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "SAMPLED\tINTERVAL\tDECISIONS\tDISAGREED\tDISAGREE\tEXPERIMENT")
+	for _, s := range shown {
+		share := "-"
+		if s.GetEvaluations() > 0 {
+			share = fmt.Sprintf("%.2f%%", 100*float64(s.GetDisagreements())/float64(s.GetEvaluations()))
+		}
+		iv := s.GetInterval().AsDuration()
+		if iv >= time.Minute {
+			iv = iv.Round(time.Second)
+		} else {
+			iv = iv.Round(time.Millisecond)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%s\n", s.GetSampleTime().AsTime().UTC().Format(time.RFC3339), iv,
+			s.GetEvaluations(), s.GetDisagreements(), share, clean(s.GetExperimentEtag()))
 	}
 	tw.Flush()
 }

@@ -33,14 +33,17 @@ import (
 // etag pair as GetPolicyExperimentCounts answers them, the experiment's
 // state in lehr's words, and the commit gate's answer for the bounds asked
 // (refused below them, passing above), and its JSON is the API's answer
-// (screenshot experiments.png).
+// (screenshot experiments.png). Control samples the counts every 200 ms
+// here: the traffic of the new etag comes in four batches of different
+// disagreement, each sampled before the next, and the page plots the
+// samples the API answers, point for point.
 func TestBrowserExperiments(t *testing.T) {
 	b := newBrowser(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	c, err := devcluster.Start(ctx, devcluster.Options{Zones: []string{"zone-a", "zone-b"}, AgentsPerZone: 2, Domains: []string{"shop"},
 		ControlHTTPListen: "127.0.0.1:0", ReportInterval: 200 * time.Millisecond, Rollouts: true, RolloutInterval: 100 * time.Millisecond,
-		NoSync: true, Dir: t.TempDir(),
+		ExperimentSampleInterval: 200 * time.Millisecond, NoSync: true, Dir: t.TempDir(),
 		Logger: controltest.Logger(t, slog.LevelWarn)})
 	if err != nil {
 		t.Fatal(err)
@@ -91,14 +94,18 @@ func TestBrowserExperiments(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// Traffic: each round, each host decides for four users; the counts
-	// at control are complete once they sum to every decision made.
+	// Traffic: each round, each host decides for the users (by default
+	// four: eve's decision is the one the experiment disagrees on); the
+	// counts at control are complete once they sum to every decision made.
 	decided := uint64(0)
-	decide := func(rounds int) {
+	decide := func(rounds int, users ...string) {
 		t.Helper()
+		if len(users) == 0 {
+			users = []string{"alice", "bob", "eve", "mallory"}
+		}
 		for _, s := range subs {
 			for range rounds {
-				for _, u := range []string{"alice", "bob", "eve", "mallory"} {
+				for _, u := range users {
 					if _, err := s.Evaluate(ctx, policy.Input{Principal: map[string]any{"user": u}}); err != nil {
 						t.Fatal(err)
 					}
@@ -145,12 +152,50 @@ func TestBrowserExperiments(t *testing.T) {
 	for i, s := range subs {
 		wait.For(t, fmt.Sprintf("host %d to stop previewing %s", i, exp.GetName()), func() bool { return !slices.Contains(s.Previewing(), exp.GetName()) })
 	}
+	// The history so far is the first etag's; a pass that read the
+	// experiment ACTIVE before the update may still add to it.
+	history := func() []*lehrpb.PolicyExperimentSample {
+		t.Helper()
+		counts, err := api.GetPolicyExperimentCounts(ctx, &lehrpb.GetPolicyExperimentCountsRequest{Name: exp.GetName()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return counts.GetHistory()
+	}
+	n0 := len(history())
 	startPreview()
-	decide(15)
+	// A sample of the new etag: its baseline was taken before any of its
+	// decisions.
+	wait.For(t, "a sample of the new etag", func() bool { return len(history()) > n0+1 })
+	n0 = len(history())
+	since := uint64(0)
+	ends := []int{n0} // where each batch's samples end
+	for i, users := range [][]string{
+		{"alice", "bob", "eve", "mallory"}, // 1 of 4 disagrees
+		{"alice", "eve"},                   // 1 of 2
+		{"alice", "bob", "mallory"},        // none
+		{"alice", "bob", "eve", "mallory", "alice", "bob", "alice", "bob"}, // 1 of 8
+	} {
+		before := decided
+		decide(4, users...)
+		since += decided - before
+		wait.For(t, fmt.Sprintf("batch %d sampled", i+1), func() bool {
+			sum := uint64(0)
+			for _, s := range history()[n0:] {
+				sum += s.GetEvaluations()
+			}
+			return sum == since
+		})
+		ends = append(ends, len(history()))
+	}
 
 	// The namespace page links the experiments.
 	b.open(base+"/console/namespaces/shop/fw", "experiments-namespace")
 	b.run("follow the experiments' link", chromedp.Click(chromedp.CSS("a#experiments")), chromedp.WaitVisible(chromedp.CSS("#history")))
+	// Every decision was in a sample before the page was read, so the
+	// samples since add none: the page's dots are the API's samples with
+	// decisions, now.
+	hist := history()
 	b.noErrors("the experiments page")
 	b.shot("experiments")
 	b.shotOf("experiments-deny-eve", "article#experiment-deny-eve")
@@ -204,8 +249,54 @@ func TestBrowserExperiments(t *testing.T) {
 	if got := b.text(`article#experiment-no-policy [data-field="nocounts"]`); got != preview.NoCounts {
 		t.Errorf("no-policy's counts: %q, want %q", got, preview.NoCounts)
 	}
-	if got := b.text("#history"); !strings.Contains(got, "keeps no history") {
-		t.Errorf("the page does not say what is not kept: %q", got)
+	if got := b.text("#history"); !strings.Contains(got, "samples its counts once a minute") || strings.Contains(got, "no history") {
+		t.Errorf("the page does not say what is kept over time: %q", got)
+	}
+	// The plot: a dot per sample with decisions, at the API's figures,
+	// higher for a higher share; and the batches' shares are there.
+	plot := art + `svg[data-field="history-plot"]`
+	dots := get(b, "the history plot's dots", chromedp.Nodes(chromedp.CSSAll(plot+" circle.point"), chromedp.AtLeast(0)))
+	var want []*lehrpb.PolicyExperimentSample
+	for _, s := range hist {
+		if s.GetEvaluations() > 0 {
+			want = append(want, s)
+		}
+	}
+	if len(dots) != len(want) {
+		t.Fatalf("the history plot has %d dots; the API's history has %d samples with decisions", len(dots), len(want))
+	}
+	for i, s := range want {
+		d := dots[i]
+		to := s.GetSampleTime().AsTime().UTC().Format(time.RFC3339Nano)
+		if g := [4]string{d.AttributeValue("data-to"), d.AttributeValue("data-evaluations"), d.AttributeValue("data-disagreements"), d.AttributeValue("data-etag")}; g != [4]string{
+			to, strconv.FormatUint(s.GetEvaluations(), 10), strconv.FormatUint(s.GetDisagreements(), 10), s.GetExperimentEtag()} {
+			t.Errorf("dot %d: to, evaluations, disagreements, etag %q; the API's sample %v", i, g, s)
+		}
+		if stale := strings.Contains(d.AttributeValue("class"), "stale"); stale != (s.GetExperimentEtag() != exp.GetEtag()) {
+			t.Errorf("dot %d of etag %s: drawn as of an earlier etag %v; the experiment's etag is %s", i, s.GetExperimentEtag(), stale, exp.GetEtag())
+		}
+		for j := range i {
+			si, sj := float64(s.GetDisagreements())/float64(s.GetEvaluations()), float64(want[j].GetDisagreements())/float64(want[j].GetEvaluations())
+			yi, _ := strconv.ParseFloat(d.AttributeValue("cy"), 64)
+			yj, _ := strconv.ParseFloat(dots[j].AttributeValue("cy"), 64)
+			if (si > sj) != (yi < yj) && si != sj {
+				t.Errorf("dots %d and %d: shares %.3f and %.3f drawn at y %v and %v", i, j, si, sj, yi, yj)
+			}
+		}
+	}
+	// Each batch's samples add up to its decisions, at its share.
+	for i, want := range []float64{1.0 / 4, 1.0 / 2, 0, 1.0 / 8} {
+		var ev, dis uint64
+		for _, s := range hist[ends[i]:ends[i+1]] {
+			ev += s.GetEvaluations()
+			dis += s.GetDisagreements()
+		}
+		if ev == 0 || float64(dis)/float64(ev) != want {
+			t.Errorf("batch %d: its samples count %d of %d decisions disagreeing; want a share of %g", i+1, dis, ev, want)
+		}
+	}
+	if got := b.text(`article#experiment-no-policy [data-field="nohistory"]`); !strings.HasPrefix(got, "No samples yet") {
+		t.Errorf("no-policy's history: %q; want no samples yet", got)
 	}
 
 	// The gate: refused below the counts, passing above them, in the
@@ -250,12 +341,35 @@ func TestBrowserExperiments(t *testing.T) {
 			Gate       struct {
 				Pass bool `json:"pass"`
 			} `json:"gate"`
+			Series []struct {
+				To            string   `json:"to"`
+				Samples       int      `json:"samples"`
+				Evaluations   uint64   `json:"evaluations"`
+				Disagreements uint64   `json:"disagreements"`
+				Share         *float64 `json:"share"`
+				Etag          string   `json:"experimentEtag"`
+			} `json:"disagreementOverTime"`
 		} `json:"experiments"`
-		NotKept string `json:"notKept"`
+		HistoryNote string `json:"historyNote"`
 	}
-	getJSON(t, httpClient(t, nil), base+"/console/experiments/shop/fw?format=json", &doc)
-	if len(doc.Experiments) != 2 || doc.NotKept == "" {
-		t.Fatalf("the page's JSON: %+v; want two experiments and what is not kept", doc)
+	// Samples keep coming: the JSON is read between two answers of the
+	// API that agree.
+	wait.For(t, "the page's JSON read between two equal answers of GetPolicyExperimentCounts", func() bool {
+		c1, err := api.GetPolicyExperimentCounts(ctx, &lehrpb.GetPolicyExperimentCountsRequest{Name: exp.GetName()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		doc.Experiments = nil
+		getJSON(t, httpClient(t, nil), base+"/console/experiments/shop/fw?format=json", &doc)
+		c2, err := api.GetPolicyExperimentCounts(ctx, &lehrpb.GetPolicyExperimentCountsRequest{Name: exp.GetName()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		counts = c1
+		return proto.Equal(c1, c2)
+	})
+	if len(doc.Experiments) != 2 || doc.HistoryNote == "" {
+		t.Fatalf("the page's JSON: %+v; want two experiments and what the figures are", doc)
 	}
 	for _, je := range doc.Experiments {
 		e := new(lehrpb.PolicyExperiment)
@@ -271,6 +385,19 @@ func TestBrowserExperiments(t *testing.T) {
 		}
 		if !proto.Equal(got, counts) {
 			t.Errorf("the page's JSON counts differ from GetPolicyExperimentCounts':\n%v\n%v", got, counts)
+		}
+		if len(je.Series) != len(counts.GetHistory()) {
+			t.Errorf("the page's JSON has %d points over time; the API's history %d samples", len(je.Series), len(counts.GetHistory()))
+		}
+		for i, p := range je.Series {
+			if i >= len(counts.GetHistory()) {
+				break
+			}
+			s := counts.GetHistory()[i]
+			if p.To != s.GetSampleTime().AsTime().UTC().Format(time.RFC3339Nano) || p.Samples != 1 || p.Evaluations != s.GetEvaluations() || p.Disagreements != s.GetDisagreements() || p.Etag != s.GetExperimentEtag() ||
+				(p.Share == nil) != (s.GetEvaluations() == 0) || p.Share != nil && *p.Share != float64(s.GetDisagreements())/float64(s.GetEvaluations()) {
+				t.Errorf("the page's JSON point %d %+v; the API's sample %v", i, p, s)
+			}
 		}
 		if !je.Gate.Pass {
 			t.Errorf("the page's JSON: the gate without bounds refuses")

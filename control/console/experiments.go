@@ -19,12 +19,18 @@ import (
 // experiment list" and "counts" make, in their words (preview's
 // describe.go).
 
-// notKept says what the counts are, and what is not kept of them: the
-// page and its JSON say it, so nobody reads a trend into one figure.
-const notKept = "Control keeps no history of the counts: each figure is the sum of what the hosts counted since their agents started, " +
+// historyNote says what the counts are and what control keeps of them
+// over time: the page and its JSON say it, so nobody reads more into a
+// figure than it holds.
+const historyNote = "Each figure in the tables is the sum of what the hosts counted since their agents started, " +
 	"as the zones' distributors last reported it (an agent that restarts counts from zero again, so a figure can fall). " +
-	"How the disagreement moved over time is not kept; the services' decision log lines (the experiment's log prefix, " +
-	"with the time of each decision) are the record of every disagreement."
+	"Over time: while an experiment is ACTIVE, the leader of control's rollout strategist samples its counts once a minute " +
+	"and keeps, per experiment, the decisions each interval added and how many of them the experiment disagreed on — " +
+	"the last day of samples (at most 1,440, 48 KiB, charged to the domain's stored bytes), deleted with the experiment. " +
+	"An interval in which an agent restarted or moved to another distributor counts its distributor's totals whole " +
+	"(Prometheus's rule for a counter reset), so its decisions are overstated; the first sample after a preview starts, " +
+	"or after another control replica takes over, is a baseline, and leaves a gap. " +
+	"The services' decision log lines (the experiment's log prefix, with the time of each decision) are the record of every disagreement."
 
 // experimentsURL is the page of policy namespace ns's experiments.
 func experimentsURL(ns string) string {
@@ -62,6 +68,10 @@ type experimentView struct {
 	// bounds.
 	GatePass bool
 	Gate     string
+	// History is the plot of the sampled history (nil without a sample
+	// with decisions), Samples the number of samples.
+	History *histPlot
+	Samples int
 	// Command is the lehr command line of the commit the page describes.
 	Command string
 	// Refused is control's refusal of the caller committing, if any.
@@ -76,7 +86,7 @@ type experimentsPage struct {
 	// was asked for (?min_evaluations, ?max_disagreement).
 	MinEvaluations  uint64
 	MaxDisagreement float64
-	NotKept         string
+	HistoryNote     string
 }
 
 // maxExperimentPages bounds the pages of ListPolicyExperiments the page
@@ -124,7 +134,7 @@ func (c *Console) experiments(w http.ResponseWriter, r *http.Request) {
 			break
 		}
 	}
-	ep := experimentsPage{Namespace: ns, Policy: pol, MinEvaluations: gate.GetMinEvaluations(), MaxDisagreement: gate.GetMaxDisagreement(), NotKept: notKept}
+	ep := experimentsPage{Namespace: ns, Policy: pol, MinEvaluations: gate.GetMinEvaluations(), MaxDisagreement: gate.GetMaxDisagreement(), HistoryNote: historyNote}
 	refresh := 0
 	jexps := []map[string]any{}
 	for _, e := range exps {
@@ -156,12 +166,14 @@ func (c *Console) experiments(w http.ResponseWriter, r *http.Request) {
 				}
 			}
 			jgate["pass"], jgate["why"] = v.GatePass, v.Gate
+			v.Samples = len(counts.GetHistory())
+			v.History = plotHistory(counts.GetHistory(), counts.GetEtag(), gate.GetMaxDisagreement())
 		}
 		ep.Exps = append(ep.Exps, v)
 		jexps = append(jexps, map[string]any{"experiment": pj(e), "state": v.State, "counts": pj(v.Counts), "countsError": v.CountsErr,
-			"gate": jgate, "commitRefused": v.Refused})
+			"gate": jgate, "commitRefused": v.Refused, "disagreementOverTime": historyJSON(v.Counts.GetHistory())})
 	}
-	doc := map[string]any{"page": "experiments", "namespace": ns, "policy": pj(pol), "experiments": jexps, "notKept": notKept}
+	doc := map[string]any{"page": "experiments", "namespace": ns, "policy": pj(pol), "experiments": jexps, "historyNote": historyNote}
 	c.render(w, r, "experiments", page{Title: "Policy experiments of " + ns, Refresh: refresh,
 		Crumbs: []crumb{{"Fleet", Prefix}, {"Domain " + d, domainURL(d)}, {"Namespace " + ns, nsURL(ns)}}, Body: ep}, doc)
 }
@@ -190,4 +202,21 @@ func commitCommand(ns, id string, req *lehrpb.CommitPolicyExperimentRequest) str
 		s += " --max-disagreement " + strconv.FormatFloat(req.GetMaxDisagreement(), 'g', -1, 64)
 	}
 	return s
+}
+
+// historyJSON is the series the page plots, as its JSON gives it: each
+// point's time span (from its first sample's interval start to its last
+// sample), samples, decisions, disagreements and their share (null for
+// no decisions), and the experiment etag they counted.
+func historyJSON(h []*lehrpb.PolicyExperimentSample) []map[string]any {
+	out := []map[string]any{}
+	for _, p := range histBuckets(h) {
+		var share any
+		if p.Evaluations > 0 {
+			share = p.Share()
+		}
+		out = append(out, map[string]any{"from": p.From.UTC().Format(time.RFC3339Nano), "to": p.To.UTC().Format(time.RFC3339Nano),
+			"samples": p.Samples, "evaluations": p.Evaluations, "disagreements": p.Disagreements, "share": share, "experimentEtag": p.Etag})
+	}
+	return out
 }

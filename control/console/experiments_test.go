@@ -35,7 +35,7 @@ func TestExperimentsPage(t *testing.T) {
 	if want := `note=&lt;script&gt;alert(1)&lt;/script&gt;\x1b[31mred\u202eevil\nsecond line`; !strings.Contains(body, want) {
 		t.Errorf("GET %s: want the annotation shown escaped, %q; page:\n%s", p, want, excerpt(body, "alert"))
 	}
-	for _, want := range []string{"never previewed", "no decisions counted yet", "keeps no history"} {
+	for _, want := range []string{"never previewed", "no decisions counted yet", "No samples yet", "samples its counts once a minute"} {
 		if !strings.Contains(body, want) {
 			t.Errorf("GET %s: no %q on the page", p, want)
 		}

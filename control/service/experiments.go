@@ -28,6 +28,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"lehr.dev/lehr/canary"
+	"lehr.dev/lehr/control/previewhist"
 	"lehr.dev/lehr/control/store"
 	"lehr.dev/lehr/control/validate"
 	"lehr.dev/lehr/internal/apierror"
@@ -57,6 +58,7 @@ type previewStore interface {
 	Experiments(ctx context.Context, ns, preview string) (store.PreviewState, error)
 	PutExperiment(ctx context.Context, ns, id string, e *lehrpb.PolicyExperiment, modRevision int64) (*store.StoredExperiment, error)
 	DeleteExperiment(ctx context.Context, ns, id string, modRevision int64) error
+	ExperimentHistory(ctx context.Context, ns, id string) (store.StoredHistory, error)
 
 	ListZones(ctx context.Context) ([]*lehrpb.Zone, error)
 	ZoneStatus(ctx context.Context, zone string) ([]*lehrpb.DistributorStatus, error)
@@ -866,7 +868,8 @@ func (s *Service) DeletePolicy(ctx context.Context, req *lehrpb.DeletePolicyRequ
 	}, &emptypb.Empty{})
 }
 
-// GetPolicyExperimentCounts sums the hosts' counts for an experiment.
+// GetPolicyExperimentCounts sums the hosts' counts for an experiment, and
+// answers its sampled history (control/previewhist).
 func (s *Service) GetPolicyExperimentCounts(ctx context.Context, req *lehrpb.GetPolicyExperimentCountsRequest) (_ *lehrpb.PolicyExperimentCounts, err error) {
 	defer s.track(ctx, "GetPolicyExperimentCounts", time.Now(), &err)
 	ns, id, err := parseExperimentName("name", req.GetName())
@@ -877,7 +880,20 @@ func (s *Service) GetPolicyExperimentCounts(ctx context.Context, req *lehrpb.Get
 	if err != nil {
 		return nil, withField(s.apiError(ctx, err), "name")
 	}
-	return s.previewCounts(ctx, ns, e)
+	counts, err := s.previewCounts(ctx, ns, e)
+	if err != nil {
+		return nil, err
+	}
+	h, err := s.previews.ExperimentHistory(ctx, ns, e.ID)
+	if err != nil {
+		return nil, s.apiError(ctx, err)
+	}
+	// A history of another revision is an earlier experiment's of the
+	// same id, not yet deleted (store.PruneExperimentHistories).
+	if e.CreateRevision != 0 && h.Record.GetExperimentRevision() == e.CreateRevision {
+		counts.History = previewhist.Expand(h.Record)
+	}
+	return counts, nil
 }
 
 // previewCounts sums the distributors' latest reports, per zone and

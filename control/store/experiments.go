@@ -20,6 +20,10 @@ type StoredExperiment struct {
 	*lehrpb.PolicyExperiment
 	ID          string
 	ModRevision int64
+	// CreateRevision is the etcd create revision of its record, which
+	// tells it from an experiment deleted and created again under its id;
+	// 0 where not read (PutExperiment's answer).
+	CreateRevision int64
 }
 
 // ExperimentCapError refuses an experiment beyond a policy's cap. It wraps
@@ -85,7 +89,7 @@ func (s *Store) CreateExperiment(ctx context.Context, ns, id string, e *lehrpb.P
 			return false, fmt.Errorf("store: create experiment %s/%s: %w", ns, id, err)
 		}
 		if resp.Succeeded {
-			created = &StoredExperiment{PolicyExperiment: e, ID: id, ModRevision: resp.Header.Revision}
+			created = &StoredExperiment{PolicyExperiment: e, ID: id, ModRevision: resp.Header.Revision, CreateRevision: resp.Header.Revision}
 		}
 		return resp.Succeeded, nil
 	})
@@ -109,7 +113,7 @@ func (s *Store) Experiment(ctx context.Context, ns, id string) (*StoredExperimen
 	if err := decode(key, resp.Kvs[0].Value, e); err != nil {
 		return nil, err
 	}
-	return &StoredExperiment{PolicyExperiment: e, ID: id, ModRevision: resp.Kvs[0].ModRevision}, nil
+	return &StoredExperiment{PolicyExperiment: e, ID: id, ModRevision: resp.Kvs[0].ModRevision, CreateRevision: resp.Kvs[0].CreateRevision}, nil
 }
 
 // PreviewState is what a policy's preview namespace is built from, read at
@@ -138,7 +142,7 @@ func (s *Store) Experiments(ctx context.Context, ns, preview string) (PreviewSta
 			return PreviewState{}, err
 		}
 		st.Experiments = append(st.Experiments, &StoredExperiment{
-			PolicyExperiment: e, ID: string(kv.Key[len(prefix):]), ModRevision: kv.ModRevision,
+			PolicyExperiment: e, ID: string(kv.Key[len(prefix):]), ModRevision: kv.ModRevision, CreateRevision: kv.CreateRevision,
 		})
 	}
 	if len(rs[1].Kvs) > 0 {

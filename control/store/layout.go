@@ -29,6 +29,7 @@ import (
 //	rolloutcmds/<domain>/<name>/<version %020d>  lehrpb.RolloutCommand, until carried out
 //	evaluations/<domain>/<name>/<version %020d>/<evaluation name>  lehrpb.CanaryEvaluation
 //	experiments/<domain>/<name>/<experiment id>  lehrpb.PolicyExperiment
+//	experimenthist/<domain>/<name>/<experiment id>  lehrpb.PolicyExperimentHistoryRecord, its sampled counts (experimenthist.go)
 //	usage/<domain>                            lehrpb.DomainUsageRecord, stored bytes and the publish token bucket
 //	audit/<unix nanoseconds %020d>-<random>   lehrpb.AuditRecord, under a lease of the audit retention
 //	identity                                  lehrpb.StoreIdentity, made once (identity.go)
@@ -102,7 +103,12 @@ func (l layout) usagePrefix() string             { return l.prefix + "usage/" }
 func (l layout) auditPrefix() string             { return l.prefix + "audit/" }
 func (l layout) experimentsOf(ns string) string  { return l.prefix + "experiments/" + ns + "/" }
 func (l layout) experiment(ns, id string) string { return l.experimentsOf(ns) + id }
-func (l layout) rolloutCommandsPrefix() string   { return l.prefix + "rolloutcmds/" }
+func (l layout) experimentsPrefix() string       { return l.prefix + "experiments/" }
+func (l layout) experimentHistPrefix() string    { return l.prefix + "experimenthist/" }
+func (l layout) experimentHist(ns, id string) string {
+	return l.experimentHistPrefix() + ns + "/" + id
+}
+func (l layout) rolloutCommandsPrefix() string { return l.prefix + "rolloutcmds/" }
 func (l layout) rolloutCommand(ns string, seq uint64) string {
 	return fmt.Sprintf("%s%s/%020d", l.rolloutCommandsPrefix(), ns, seq)
 }

@@ -27,6 +27,7 @@ import (
 	_ "google.golang.org/genproto/googleapis/api/annotations"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
+	durationpb "google.golang.org/protobuf/types/known/durationpb"
 	fieldmaskpb "google.golang.org/protobuf/types/known/fieldmaskpb"
 	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	reflect "reflect"
@@ -1664,8 +1665,14 @@ type PolicyExperimentCounts struct {
 	// The experiment's etag now.
 	Etag string `protobuf:"bytes,2,opt,name=etag,proto3" json:"etag,omitempty"`
 	// Per zone and configuration pair, then the sums over zones per pair.
-	Zones         []*PreviewCounts `protobuf:"bytes,3,rep,name=zones,proto3" json:"zones,omitempty"`
-	Totals        []*PreviewCounts `protobuf:"bytes,4,rep,name=totals,proto3" json:"totals,omitempty"`
+	Zones  []*PreviewCounts `protobuf:"bytes,3,rep,name=zones,proto3" json:"zones,omitempty"`
+	Totals []*PreviewCounts `protobuf:"bytes,4,rep,name=totals,proto3" json:"totals,omitempty"`
+	// The decisions hosts counted over time, oldest first: what the leader
+	// of the rollout strategist sampled of this experiment, once a minute
+	// while it was ACTIVE (docs/preview.md, "Disagreement over time"). At
+	// most 1440 samples and 48 KiB encoded: the oldest go first. Empty
+	// until the first two samples of a preview.
+	History       []*PolicyExperimentSample `protobuf:"bytes,5,rep,name=history,proto3" json:"history,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1728,6 +1735,106 @@ func (x *PolicyExperimentCounts) GetTotals() []*PreviewCounts {
 	return nil
 }
 
+func (x *PolicyExperimentCounts) GetHistory() []*PolicyExperimentSample {
+	if x != nil {
+		return x.History
+	}
+	return nil
+}
+
+// PolicyExperimentSample is what hosts counted of an experiment over one
+// sampling interval: the increase of their running totals, summed over
+// every zone and live etag, for the experiment etag current when it was
+// taken (experiment_etag). A host whose agent restarted (its totals fell) counts its new
+// totals whole, as Prometheus's rate() treats a counter reset.
+// (-- api-linter: core::0123::resource-annotation=disabled
+//
+//	aip.dev/not-precedent: a figure of an experiment's history, not a
+//	resource. --)
+type PolicyExperimentSample struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// When control took the sample: the interval's end.
+	SampleTime *timestamppb.Timestamp `protobuf:"bytes,1,opt,name=sample_time,json=sampleTime,proto3" json:"sample_time,omitempty"`
+	// The interval's length: since the previous sample of the same
+	// preview and leader.
+	Interval *durationpb.Duration `protobuf:"bytes,2,opt,name=interval,proto3" json:"interval,omitempty"`
+	// Decisions counted in the interval, and those of them where the
+	// experiment disagreed with the live policy (allow→deny, deny→allow).
+	Evaluations   uint64 `protobuf:"varint,3,opt,name=evaluations,proto3" json:"evaluations,omitempty"`
+	Disagreements uint64 `protobuf:"varint,4,opt,name=disagreements,proto3" json:"disagreements,omitempty"`
+	// The experiment etag whose decisions the sample counts: the
+	// experiment's etag when it was taken. (The record control stores
+	// names it only where it changes; the API names it in every sample.)
+	ExperimentEtag string `protobuf:"bytes,5,opt,name=experiment_etag,json=experimentEtag,proto3" json:"experiment_etag,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *PolicyExperimentSample) Reset() {
+	*x = PolicyExperimentSample{}
+	mi := &file_lehr_v1_preview_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PolicyExperimentSample) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PolicyExperimentSample) ProtoMessage() {}
+
+func (x *PolicyExperimentSample) ProtoReflect() protoreflect.Message {
+	mi := &file_lehr_v1_preview_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PolicyExperimentSample.ProtoReflect.Descriptor instead.
+func (*PolicyExperimentSample) Descriptor() ([]byte, []int) {
+	return file_lehr_v1_preview_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *PolicyExperimentSample) GetSampleTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.SampleTime
+	}
+	return nil
+}
+
+func (x *PolicyExperimentSample) GetInterval() *durationpb.Duration {
+	if x != nil {
+		return x.Interval
+	}
+	return nil
+}
+
+func (x *PolicyExperimentSample) GetEvaluations() uint64 {
+	if x != nil {
+		return x.Evaluations
+	}
+	return 0
+}
+
+func (x *PolicyExperimentSample) GetDisagreements() uint64 {
+	if x != nil {
+		return x.Disagreements
+	}
+	return 0
+}
+
+func (x *PolicyExperimentSample) GetExperimentEtag() string {
+	if x != nil {
+		return x.ExperimentEtag
+	}
+	return ""
+}
+
 // PreviewExperiment is what hosts receive of an active experiment: one
 // property of the policy's preview namespace "{domain}/{policy}--preview",
 // keyed by the experiment id, its value this message as JSON
@@ -1748,7 +1855,7 @@ type PreviewExperiment struct {
 
 func (x *PreviewExperiment) Reset() {
 	*x = PreviewExperiment{}
-	mi := &file_lehr_v1_preview_proto_msgTypes[24]
+	mi := &file_lehr_v1_preview_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1760,7 +1867,7 @@ func (x *PreviewExperiment) String() string {
 func (*PreviewExperiment) ProtoMessage() {}
 
 func (x *PreviewExperiment) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_preview_proto_msgTypes[24]
+	mi := &file_lehr_v1_preview_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1773,7 +1880,7 @@ func (x *PreviewExperiment) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PreviewExperiment.ProtoReflect.Descriptor instead.
 func (*PreviewExperiment) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_preview_proto_rawDescGZIP(), []int{24}
+	return file_lehr_v1_preview_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *PreviewExperiment) GetName() string {
@@ -1818,7 +1925,7 @@ type HostPreviewCounts struct {
 
 func (x *HostPreviewCounts) Reset() {
 	*x = HostPreviewCounts{}
-	mi := &file_lehr_v1_preview_proto_msgTypes[25]
+	mi := &file_lehr_v1_preview_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1830,7 +1937,7 @@ func (x *HostPreviewCounts) String() string {
 func (*HostPreviewCounts) ProtoMessage() {}
 
 func (x *HostPreviewCounts) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_preview_proto_msgTypes[25]
+	mi := &file_lehr_v1_preview_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1843,7 +1950,7 @@ func (x *HostPreviewCounts) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HostPreviewCounts.ProtoReflect.Descriptor instead.
 func (*HostPreviewCounts) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_preview_proto_rawDescGZIP(), []int{25}
+	return file_lehr_v1_preview_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *HostPreviewCounts) GetExperiment() string {
@@ -1864,7 +1971,7 @@ var File_lehr_v1_preview_proto protoreflect.FileDescriptor
 
 const file_lehr_v1_preview_proto_rawDesc = "" +
 	"\n" +
-	"\x15lehr/v1/preview.proto\x12\alehr.v1\x1a\x1fgoogle/api/field_behavior.proto\x1a\x19google/api/resource.proto\x1a google/protobuf/field_mask.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x13lehr/v1/types.proto\"\xb4\x01\n" +
+	"\x15lehr/v1/preview.proto\x12\alehr.v1\x1a\x1fgoogle/api/field_behavior.proto\x1a\x19google/api/resource.proto\x1a\x1egoogle/protobuf/duration.proto\x1a google/protobuf/field_mask.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x13lehr/v1/types.proto\"\xb4\x01\n" +
 	"\x06Policy\x12\x17\n" +
 	"\x04name\x18\x01 \x01(\tB\x03\xe0A\bR\x04name\x12,\n" +
 	"\x05rules\x18\x02 \x03(\v2\x11.lehr.v1.PropertyB\x03\xe0A\x01R\x05rules\x12\x17\n" +
@@ -2002,12 +2109,20 @@ const file_lehr_v1_preview_proto_rawDesc = "" +
 	"allow_deny\x18\x06 \x01(\x04B\x03\xe0A\x01R\tallowDeny\x12\"\n" +
 	"\n" +
 	"deny_allow\x18\a \x01(\x04B\x03\xe0A\x01R\tdenyAllow\x120\n" +
-	"\x11experiment_errors\x18\b \x01(\x04B\x03\xe0A\x01R\x10experimentErrors\"\x9e\x01\n" +
+	"\x11experiment_errors\x18\b \x01(\x04B\x03\xe0A\x01R\x10experimentErrors\"\xd9\x01\n" +
 	"\x16PolicyExperimentCounts\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
 	"\x04etag\x18\x02 \x01(\tR\x04etag\x12,\n" +
 	"\x05zones\x18\x03 \x03(\v2\x16.lehr.v1.PreviewCountsR\x05zones\x12.\n" +
-	"\x06totals\x18\x04 \x03(\v2\x16.lehr.v1.PreviewCountsR\x06totals\"\x83\x01\n" +
+	"\x06totals\x18\x04 \x03(\v2\x16.lehr.v1.PreviewCountsR\x06totals\x129\n" +
+	"\ahistory\x18\x05 \x03(\v2\x1f.lehr.v1.PolicyExperimentSampleR\ahistory\"\xfd\x01\n" +
+	"\x16PolicyExperimentSample\x12;\n" +
+	"\vsample_time\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"sampleTime\x125\n" +
+	"\binterval\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\binterval\x12 \n" +
+	"\vevaluations\x18\x03 \x01(\x04R\vevaluations\x12$\n" +
+	"\rdisagreements\x18\x04 \x01(\x04R\rdisagreements\x12'\n" +
+	"\x0fexperiment_etag\x18\x05 \x01(\tR\x0eexperimentEtag\"\x83\x01\n" +
 	"\x11PreviewExperiment\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
 	"\x04etag\x18\x02 \x01(\tR\x04etag\x12\x1d\n" +
@@ -2034,7 +2149,7 @@ func file_lehr_v1_preview_proto_rawDescGZIP() []byte {
 }
 
 var file_lehr_v1_preview_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_lehr_v1_preview_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
+var file_lehr_v1_preview_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
 var file_lehr_v1_preview_proto_goTypes = []any{
 	(PolicyPreviewMetadata_State)(0),             // 0: lehr.v1.PolicyPreviewMetadata.State
 	(*Policy)(nil),                               // 1: lehr.v1.Policy
@@ -2061,53 +2176,58 @@ var file_lehr_v1_preview_proto_goTypes = []any{
 	(*GetPolicyExperimentCountsRequest)(nil),     // 22: lehr.v1.GetPolicyExperimentCountsRequest
 	(*PreviewCounts)(nil),                        // 23: lehr.v1.PreviewCounts
 	(*PolicyExperimentCounts)(nil),               // 24: lehr.v1.PolicyExperimentCounts
-	(*PreviewExperiment)(nil),                    // 25: lehr.v1.PreviewExperiment
-	(*HostPreviewCounts)(nil),                    // 26: lehr.v1.HostPreviewCounts
-	nil,                                          // 27: lehr.v1.PolicyExperiment.AnnotationsEntry
-	(*Property)(nil),                             // 28: lehr.v1.Property
-	(*timestamppb.Timestamp)(nil),                // 29: google.protobuf.Timestamp
-	(*fieldmaskpb.FieldMask)(nil),                // 30: google.protobuf.FieldMask
-	(*VersionInfo)(nil),                          // 31: lehr.v1.VersionInfo
+	(*PolicyExperimentSample)(nil),               // 25: lehr.v1.PolicyExperimentSample
+	(*PreviewExperiment)(nil),                    // 26: lehr.v1.PreviewExperiment
+	(*HostPreviewCounts)(nil),                    // 27: lehr.v1.HostPreviewCounts
+	nil,                                          // 28: lehr.v1.PolicyExperiment.AnnotationsEntry
+	(*Property)(nil),                             // 29: lehr.v1.Property
+	(*timestamppb.Timestamp)(nil),                // 30: google.protobuf.Timestamp
+	(*fieldmaskpb.FieldMask)(nil),                // 31: google.protobuf.FieldMask
+	(*VersionInfo)(nil),                          // 32: lehr.v1.VersionInfo
+	(*durationpb.Duration)(nil),                  // 33: google.protobuf.Duration
 }
 var file_lehr_v1_preview_proto_depIdxs = []int32{
-	28, // 0: lehr.v1.Policy.rules:type_name -> lehr.v1.Property
+	29, // 0: lehr.v1.Policy.rules:type_name -> lehr.v1.Property
 	1,  // 1: lehr.v1.PolicyExperiment.policy:type_name -> lehr.v1.Policy
 	3,  // 2: lehr.v1.PolicyExperiment.preview_metadata:type_name -> lehr.v1.PolicyPreviewMetadata
-	27, // 3: lehr.v1.PolicyExperiment.annotations:type_name -> lehr.v1.PolicyExperiment.AnnotationsEntry
-	29, // 4: lehr.v1.PolicyExperiment.create_time:type_name -> google.protobuf.Timestamp
-	29, // 5: lehr.v1.PolicyExperiment.update_time:type_name -> google.protobuf.Timestamp
+	28, // 3: lehr.v1.PolicyExperiment.annotations:type_name -> lehr.v1.PolicyExperiment.AnnotationsEntry
+	30, // 4: lehr.v1.PolicyExperiment.create_time:type_name -> google.protobuf.Timestamp
+	30, // 5: lehr.v1.PolicyExperiment.update_time:type_name -> google.protobuf.Timestamp
 	0,  // 6: lehr.v1.PolicyPreviewMetadata.state:type_name -> lehr.v1.PolicyPreviewMetadata.State
-	29, // 7: lehr.v1.PolicyPreviewMetadata.start_time:type_name -> google.protobuf.Timestamp
-	29, // 8: lehr.v1.PolicyPreviewMetadata.stop_time:type_name -> google.protobuf.Timestamp
+	30, // 7: lehr.v1.PolicyPreviewMetadata.start_time:type_name -> google.protobuf.Timestamp
+	30, // 8: lehr.v1.PolicyPreviewMetadata.stop_time:type_name -> google.protobuf.Timestamp
 	2,  // 9: lehr.v1.CreatePolicyExperimentRequest.policy_experiment:type_name -> lehr.v1.PolicyExperiment
 	2,  // 10: lehr.v1.UpdatePolicyExperimentRequest.policy_experiment:type_name -> lehr.v1.PolicyExperiment
-	30, // 11: lehr.v1.UpdatePolicyExperimentRequest.update_mask:type_name -> google.protobuf.FieldMask
+	31, // 11: lehr.v1.UpdatePolicyExperimentRequest.update_mask:type_name -> google.protobuf.FieldMask
 	2,  // 12: lehr.v1.ListPolicyExperimentsResponse.policy_experiments:type_name -> lehr.v1.PolicyExperiment
-	29, // 13: lehr.v1.CreatePolicyExperimentMetadata.create_time:type_name -> google.protobuf.Timestamp
-	29, // 14: lehr.v1.CreatePolicyExperimentMetadata.end_time:type_name -> google.protobuf.Timestamp
-	29, // 15: lehr.v1.UpdatePolicyExperimentMetadata.create_time:type_name -> google.protobuf.Timestamp
-	29, // 16: lehr.v1.UpdatePolicyExperimentMetadata.end_time:type_name -> google.protobuf.Timestamp
-	29, // 17: lehr.v1.DeletePolicyExperimentMetadata.create_time:type_name -> google.protobuf.Timestamp
-	29, // 18: lehr.v1.DeletePolicyExperimentMetadata.end_time:type_name -> google.protobuf.Timestamp
-	29, // 19: lehr.v1.StartPreviewPolicyExperimentMetadata.create_time:type_name -> google.protobuf.Timestamp
-	29, // 20: lehr.v1.StartPreviewPolicyExperimentMetadata.end_time:type_name -> google.protobuf.Timestamp
-	29, // 21: lehr.v1.StopPreviewPolicyExperimentMetadata.create_time:type_name -> google.protobuf.Timestamp
-	29, // 22: lehr.v1.StopPreviewPolicyExperimentMetadata.end_time:type_name -> google.protobuf.Timestamp
-	29, // 23: lehr.v1.CommitPolicyExperimentMetadata.create_time:type_name -> google.protobuf.Timestamp
-	29, // 24: lehr.v1.CommitPolicyExperimentMetadata.end_time:type_name -> google.protobuf.Timestamp
-	31, // 25: lehr.v1.CommitPolicyExperimentMetadata.version:type_name -> lehr.v1.VersionInfo
-	29, // 26: lehr.v1.DeletePolicyMetadata.create_time:type_name -> google.protobuf.Timestamp
-	29, // 27: lehr.v1.DeletePolicyMetadata.end_time:type_name -> google.protobuf.Timestamp
-	31, // 28: lehr.v1.DeletePolicyMetadata.version:type_name -> lehr.v1.VersionInfo
+	30, // 13: lehr.v1.CreatePolicyExperimentMetadata.create_time:type_name -> google.protobuf.Timestamp
+	30, // 14: lehr.v1.CreatePolicyExperimentMetadata.end_time:type_name -> google.protobuf.Timestamp
+	30, // 15: lehr.v1.UpdatePolicyExperimentMetadata.create_time:type_name -> google.protobuf.Timestamp
+	30, // 16: lehr.v1.UpdatePolicyExperimentMetadata.end_time:type_name -> google.protobuf.Timestamp
+	30, // 17: lehr.v1.DeletePolicyExperimentMetadata.create_time:type_name -> google.protobuf.Timestamp
+	30, // 18: lehr.v1.DeletePolicyExperimentMetadata.end_time:type_name -> google.protobuf.Timestamp
+	30, // 19: lehr.v1.StartPreviewPolicyExperimentMetadata.create_time:type_name -> google.protobuf.Timestamp
+	30, // 20: lehr.v1.StartPreviewPolicyExperimentMetadata.end_time:type_name -> google.protobuf.Timestamp
+	30, // 21: lehr.v1.StopPreviewPolicyExperimentMetadata.create_time:type_name -> google.protobuf.Timestamp
+	30, // 22: lehr.v1.StopPreviewPolicyExperimentMetadata.end_time:type_name -> google.protobuf.Timestamp
+	30, // 23: lehr.v1.CommitPolicyExperimentMetadata.create_time:type_name -> google.protobuf.Timestamp
+	30, // 24: lehr.v1.CommitPolicyExperimentMetadata.end_time:type_name -> google.protobuf.Timestamp
+	32, // 25: lehr.v1.CommitPolicyExperimentMetadata.version:type_name -> lehr.v1.VersionInfo
+	30, // 26: lehr.v1.DeletePolicyMetadata.create_time:type_name -> google.protobuf.Timestamp
+	30, // 27: lehr.v1.DeletePolicyMetadata.end_time:type_name -> google.protobuf.Timestamp
+	32, // 28: lehr.v1.DeletePolicyMetadata.version:type_name -> lehr.v1.VersionInfo
 	23, // 29: lehr.v1.PolicyExperimentCounts.zones:type_name -> lehr.v1.PreviewCounts
 	23, // 30: lehr.v1.PolicyExperimentCounts.totals:type_name -> lehr.v1.PreviewCounts
-	28, // 31: lehr.v1.PreviewExperiment.rules:type_name -> lehr.v1.Property
-	23, // 32: lehr.v1.HostPreviewCounts.counts:type_name -> lehr.v1.PreviewCounts
-	33, // [33:33] is the sub-list for method output_type
-	33, // [33:33] is the sub-list for method input_type
-	33, // [33:33] is the sub-list for extension type_name
-	33, // [33:33] is the sub-list for extension extendee
-	0,  // [0:33] is the sub-list for field type_name
+	25, // 31: lehr.v1.PolicyExperimentCounts.history:type_name -> lehr.v1.PolicyExperimentSample
+	30, // 32: lehr.v1.PolicyExperimentSample.sample_time:type_name -> google.protobuf.Timestamp
+	33, // 33: lehr.v1.PolicyExperimentSample.interval:type_name -> google.protobuf.Duration
+	29, // 34: lehr.v1.PreviewExperiment.rules:type_name -> lehr.v1.Property
+	23, // 35: lehr.v1.HostPreviewCounts.counts:type_name -> lehr.v1.PreviewCounts
+	36, // [36:36] is the sub-list for method output_type
+	36, // [36:36] is the sub-list for method input_type
+	36, // [36:36] is the sub-list for extension type_name
+	36, // [36:36] is the sub-list for extension extendee
+	0,  // [0:36] is the sub-list for field type_name
 }
 
 func init() { file_lehr_v1_preview_proto_init() }
@@ -2123,7 +2243,7 @@ func file_lehr_v1_preview_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lehr_v1_preview_proto_rawDesc), len(file_lehr_v1_preview_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   27,
+			NumMessages:   28,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -778,11 +778,74 @@ func (x *ZoneReportPart) GetVersions() []*VersionCount {
 	return nil
 }
 
+// PolicyExperimentHistoryRecord is the sampled history of one policy
+// experiment (control/previewhist), at
+// experimenthist/<domain>/<name>/<experiment id>, rewritten by the leader
+// of the rollout strategist (guarded by its leadership and by the
+// experiment's record) and charged to the domain's stored bytes.
+type PolicyExperimentHistoryRecord struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The etcd create revision of the experiment's record the history is
+	// of: an experiment deleted and created again under its id starts a
+	// new history.
+	ExperimentRevision int64 `protobuf:"varint,1,opt,name=experiment_revision,json=experimentRevision,proto3" json:"experiment_revision,omitempty"`
+	// Oldest first. A sample's experiment_etag is set only where it
+	// differs from the sample before it (and on the first): the etag
+	// changes only when the experiment is updated.
+	Samples       []*PolicyExperimentSample `protobuf:"bytes,2,rep,name=samples,proto3" json:"samples,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PolicyExperimentHistoryRecord) Reset() {
+	*x = PolicyExperimentHistoryRecord{}
+	mi := &file_lehr_v1_storage_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PolicyExperimentHistoryRecord) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PolicyExperimentHistoryRecord) ProtoMessage() {}
+
+func (x *PolicyExperimentHistoryRecord) ProtoReflect() protoreflect.Message {
+	mi := &file_lehr_v1_storage_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PolicyExperimentHistoryRecord.ProtoReflect.Descriptor instead.
+func (*PolicyExperimentHistoryRecord) Descriptor() ([]byte, []int) {
+	return file_lehr_v1_storage_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *PolicyExperimentHistoryRecord) GetExperimentRevision() int64 {
+	if x != nil {
+		return x.ExperimentRevision
+	}
+	return 0
+}
+
+func (x *PolicyExperimentHistoryRecord) GetSamples() []*PolicyExperimentSample {
+	if x != nil {
+		return x.Samples
+	}
+	return nil
+}
+
 var File_lehr_v1_storage_proto protoreflect.FileDescriptor
 
 const file_lehr_v1_storage_proto_rawDesc = "" +
 	"\n" +
-	"\x15lehr/v1/storage.proto\x12\alehr.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x14lehr/v1/canary.proto\x1a\x15lehr/v1/control.proto\x1a\x13lehr/v1/types.proto\"\xc0\x01\n" +
+	"\x15lehr/v1/storage.proto\x12\alehr.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x14lehr/v1/canary.proto\x1a\x15lehr/v1/control.proto\x1a\x15lehr/v1/preview.proto\x1a\x13lehr/v1/types.proto\"\xc0\x01\n" +
 	"\rVersionRecord\x12(\n" +
 	"\x04info\x18\x01 \x01(\v2\x14.lehr.v1.VersionInfoR\x04info\x12'\n" +
 	"\x0fmanifest_chunks\x18\x02 \x03(\tR\x0emanifestChunks\x12\x1d\n" +
@@ -836,7 +899,10 @@ const file_lehr_v1_storage_proto_rawDesc = "" +
 	"\x05lease\x18\x02 \x01(\x03R\x05lease\x12\x14\n" +
 	"\x05parts\x18\x03 \x03(\tR\x05parts\"C\n" +
 	"\x0eZoneReportPart\x121\n" +
-	"\bversions\x18\x01 \x03(\v2\x15.lehr.v1.VersionCountR\bversionsB9\n" +
+	"\bversions\x18\x01 \x03(\v2\x15.lehr.v1.VersionCountR\bversions\"\x8b\x01\n" +
+	"\x1dPolicyExperimentHistoryRecord\x12/\n" +
+	"\x13experiment_revision\x18\x01 \x01(\x03R\x12experimentRevision\x129\n" +
+	"\asamples\x18\x02 \x03(\v2\x1f.lehr.v1.PolicyExperimentSampleR\asamplesB9\n" +
 	"\vdev.lehr.v1B\fStorageProtoP\x01Z\x1alehr.dev/lehr/proto/lehrpbb\x06proto3"
 
 var (
@@ -851,44 +917,47 @@ func file_lehr_v1_storage_proto_rawDescGZIP() []byte {
 	return file_lehr_v1_storage_proto_rawDescData
 }
 
-var file_lehr_v1_storage_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
+var file_lehr_v1_storage_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
 var file_lehr_v1_storage_proto_goTypes = []any{
-	(*VersionRecord)(nil),         // 0: lehr.v1.VersionRecord
-	(*RequestRecord)(nil),         // 1: lehr.v1.RequestRecord
-	(*ManifestChunk)(nil),         // 2: lehr.v1.ManifestChunk
-	(*ManifestEntry)(nil),         // 3: lehr.v1.ManifestEntry
-	(*DomainUsageRecord)(nil),     // 4: lehr.v1.DomainUsageRecord
-	(*Tombstone)(nil),             // 5: lehr.v1.Tombstone
-	(*BackupRecord)(nil),          // 6: lehr.v1.BackupRecord
-	(*RestoreRecord)(nil),         // 7: lehr.v1.RestoreRecord
-	(*PropagationRecord)(nil),     // 8: lehr.v1.PropagationRecord
-	(*ZoneReportIndex)(nil),       // 9: lehr.v1.ZoneReportIndex
-	(*ZoneReportPart)(nil),        // 10: lehr.v1.ZoneReportPart
-	(*VersionInfo)(nil),           // 11: lehr.v1.VersionInfo
-	(*CanaryCheck)(nil),           // 12: lehr.v1.CanaryCheck
-	(*timestamppb.Timestamp)(nil), // 13: google.protobuf.Timestamp
-	(*PropagationUpdate)(nil),     // 14: lehr.v1.PropagationUpdate
-	(*VersionCount)(nil),          // 15: lehr.v1.VersionCount
+	(*VersionRecord)(nil),                 // 0: lehr.v1.VersionRecord
+	(*RequestRecord)(nil),                 // 1: lehr.v1.RequestRecord
+	(*ManifestChunk)(nil),                 // 2: lehr.v1.ManifestChunk
+	(*ManifestEntry)(nil),                 // 3: lehr.v1.ManifestEntry
+	(*DomainUsageRecord)(nil),             // 4: lehr.v1.DomainUsageRecord
+	(*Tombstone)(nil),                     // 5: lehr.v1.Tombstone
+	(*BackupRecord)(nil),                  // 6: lehr.v1.BackupRecord
+	(*RestoreRecord)(nil),                 // 7: lehr.v1.RestoreRecord
+	(*PropagationRecord)(nil),             // 8: lehr.v1.PropagationRecord
+	(*ZoneReportIndex)(nil),               // 9: lehr.v1.ZoneReportIndex
+	(*ZoneReportPart)(nil),                // 10: lehr.v1.ZoneReportPart
+	(*PolicyExperimentHistoryRecord)(nil), // 11: lehr.v1.PolicyExperimentHistoryRecord
+	(*VersionInfo)(nil),                   // 12: lehr.v1.VersionInfo
+	(*CanaryCheck)(nil),                   // 13: lehr.v1.CanaryCheck
+	(*timestamppb.Timestamp)(nil),         // 14: google.protobuf.Timestamp
+	(*PropagationUpdate)(nil),             // 15: lehr.v1.PropagationUpdate
+	(*VersionCount)(nil),                  // 16: lehr.v1.VersionCount
+	(*PolicyExperimentSample)(nil),        // 17: lehr.v1.PolicyExperimentSample
 }
 var file_lehr_v1_storage_proto_depIdxs = []int32{
-	11, // 0: lehr.v1.VersionRecord.info:type_name -> lehr.v1.VersionInfo
-	12, // 1: lehr.v1.VersionRecord.expected_checks:type_name -> lehr.v1.CanaryCheck
-	11, // 2: lehr.v1.RequestRecord.info:type_name -> lehr.v1.VersionInfo
+	12, // 0: lehr.v1.VersionRecord.info:type_name -> lehr.v1.VersionInfo
+	13, // 1: lehr.v1.VersionRecord.expected_checks:type_name -> lehr.v1.CanaryCheck
+	12, // 2: lehr.v1.RequestRecord.info:type_name -> lehr.v1.VersionInfo
 	3,  // 3: lehr.v1.ManifestChunk.entries:type_name -> lehr.v1.ManifestEntry
-	13, // 4: lehr.v1.DomainUsageRecord.publish_time:type_name -> google.protobuf.Timestamp
-	13, // 5: lehr.v1.Tombstone.delete_time:type_name -> google.protobuf.Timestamp
-	13, // 6: lehr.v1.BackupRecord.backup_time:type_name -> google.protobuf.Timestamp
-	13, // 7: lehr.v1.RestoreRecord.restore_time:type_name -> google.protobuf.Timestamp
-	13, // 8: lehr.v1.RestoreRecord.backup_time:type_name -> google.protobuf.Timestamp
-	13, // 9: lehr.v1.RestoreRecord.resync_time:type_name -> google.protobuf.Timestamp
-	14, // 10: lehr.v1.PropagationRecord.updates:type_name -> lehr.v1.PropagationUpdate
-	13, // 11: lehr.v1.PropagationRecord.update_time:type_name -> google.protobuf.Timestamp
-	15, // 12: lehr.v1.ZoneReportPart.versions:type_name -> lehr.v1.VersionCount
-	13, // [13:13] is the sub-list for method output_type
-	13, // [13:13] is the sub-list for method input_type
-	13, // [13:13] is the sub-list for extension type_name
-	13, // [13:13] is the sub-list for extension extendee
-	0,  // [0:13] is the sub-list for field type_name
+	14, // 4: lehr.v1.DomainUsageRecord.publish_time:type_name -> google.protobuf.Timestamp
+	14, // 5: lehr.v1.Tombstone.delete_time:type_name -> google.protobuf.Timestamp
+	14, // 6: lehr.v1.BackupRecord.backup_time:type_name -> google.protobuf.Timestamp
+	14, // 7: lehr.v1.RestoreRecord.restore_time:type_name -> google.protobuf.Timestamp
+	14, // 8: lehr.v1.RestoreRecord.backup_time:type_name -> google.protobuf.Timestamp
+	14, // 9: lehr.v1.RestoreRecord.resync_time:type_name -> google.protobuf.Timestamp
+	15, // 10: lehr.v1.PropagationRecord.updates:type_name -> lehr.v1.PropagationUpdate
+	14, // 11: lehr.v1.PropagationRecord.update_time:type_name -> google.protobuf.Timestamp
+	16, // 12: lehr.v1.ZoneReportPart.versions:type_name -> lehr.v1.VersionCount
+	17, // 13: lehr.v1.PolicyExperimentHistoryRecord.samples:type_name -> lehr.v1.PolicyExperimentSample
+	14, // [14:14] is the sub-list for method output_type
+	14, // [14:14] is the sub-list for method input_type
+	14, // [14:14] is the sub-list for extension type_name
+	14, // [14:14] is the sub-list for extension extendee
+	0,  // [0:14] is the sub-list for field type_name
 }
 
 func init() { file_lehr_v1_storage_proto_init() }
@@ -898,6 +967,7 @@ func file_lehr_v1_storage_proto_init() {
 	}
 	file_lehr_v1_canary_proto_init()
 	file_lehr_v1_control_proto_init()
+	file_lehr_v1_preview_proto_init()
 	file_lehr_v1_types_proto_init()
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -905,7 +975,7 @@ func file_lehr_v1_storage_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lehr_v1_storage_proto_rawDesc), len(file_lehr_v1_storage_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   11,
+			NumMessages:   12,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

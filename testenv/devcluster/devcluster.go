@@ -164,6 +164,10 @@ type Options struct {
 	// every RolloutInterval (zero: the strategist's default).
 	Rollouts        bool
 	RolloutInterval time.Duration
+	// ExperimentSampleInterval is how often control's strategist leader
+	// samples policy experiments' counts into their histories
+	// (control.Options.ExperimentSampleInterval; zero: a minute).
+	ExperimentSampleInterval time.Duration
 }
 
 // Cluster is a running system. Create it with Start, stop it with Close.
@@ -270,6 +274,8 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 			Rollouts:             opts.Rollouts,
 			RolloutInterval:      opts.RolloutInterval,
 			StoreQuota:           opts.StoreQuota,
+
+			ExperimentSampleInterval: opts.ExperimentSampleInterval,
 		},
 	}
 	if c.ctl.opts.MetricsListen == "" {
