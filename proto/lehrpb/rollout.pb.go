@@ -235,6 +235,13 @@ type RolloutPolicy struct {
 	// counting the one under this policy (0: no limit, at most 1000); the
 	// others wait, oldest publish first.
 	MaxConcurrent uint32 `protobuf:"varint,4,opt,name=max_concurrent,json=maxConcurrent,proto3" json:"max_concurrent,omitempty"`
+	// The monitoring check: while an alert it names fires, no rollout under
+	// this policy enters a stage that moves the alert's zone (it waits,
+	// naming the alert; checks and rollbacks go on), and it proceeds by
+	// itself once none fires. Read from the alerts source control was
+	// started with (lehr control --alerts-url); a policy naming alerts is
+	// refused by a control without one.
+	Monitoring    *MonitoringCheck `protobuf:"bytes,5,opt,name=monitoring,proto3" json:"monitoring,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -297,6 +304,146 @@ func (x *RolloutPolicy) GetMaxConcurrent() uint32 {
 	return 0
 }
 
+func (x *RolloutPolicy) GetMonitoring() *MonitoringCheck {
+	if x != nil {
+		return x.Monitoring
+	}
+	return nil
+}
+
+// MonitoringCheck names the alerts that hold a rollout's stages while they
+// fire, as an alerts API (Prometheus's or vmalert's /api/v1/alerts)
+// reports them. See docs/design.md, "The monitoring check".
+type MonitoringCheck struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// At least one, at most 20: an alert firing that any of them matches
+	// holds the stages that move its zone.
+	Alerts []*AlertSelector `protobuf:"bytes,1,rep,name=alerts,proto3" json:"alerts,omitempty"`
+	// What a stage does when control cannot read its alerts source (it does
+	// not answer, answers with an error or with what is not an alerts
+	// list): "wait" (the default: no stage is entered blind) or "proceed"
+	// (the check is skipped). Either is said in the rollout's reason and
+	// events.
+	OnSourceError string `protobuf:"bytes,2,opt,name=on_source_error,json=onSourceError,proto3" json:"on_source_error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MonitoringCheck) Reset() {
+	*x = MonitoringCheck{}
+	mi := &file_lehr_v1_rollout_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MonitoringCheck) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MonitoringCheck) ProtoMessage() {}
+
+func (x *MonitoringCheck) ProtoReflect() protoreflect.Message {
+	mi := &file_lehr_v1_rollout_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MonitoringCheck.ProtoReflect.Descriptor instead.
+func (*MonitoringCheck) Descriptor() ([]byte, []int) {
+	return file_lehr_v1_rollout_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *MonitoringCheck) GetAlerts() []*AlertSelector {
+	if x != nil {
+		return x.Alerts
+	}
+	return nil
+}
+
+func (x *MonitoringCheck) GetOnSourceError() string {
+	if x != nil {
+		return x.OnSourceError
+	}
+	return ""
+}
+
+// AlertSelector matches firing alerts by name and labels.
+type AlertSelector struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The alert's name (its alertname label, as a rule file's "alert:"
+	// names it), e.g. "HighErrorRate".
+	Alert string `protobuf:"bytes,1,opt,name=alert,proto3" json:"alert,omitempty"`
+	// Label matchers the alert must also satisfy, in Prometheus's syntax:
+	// label="value", label!="value", label=~"regex", label!~"regex" (the
+	// value may be left unquoted; a regex matches the whole value). At most
+	// 20.
+	Matchers []string `protobuf:"bytes,2,rep,name=matchers,proto3" json:"matchers,omitempty"`
+	// The label whose value names the zone the alert is about, e.g. "zone":
+	// such an alert holds only stages that move that zone (a canary stage
+	// moves every zone it takes canaries from). "" — or an alert without
+	// the label — holds every stage.
+	ZoneLabel     string `protobuf:"bytes,3,opt,name=zone_label,json=zoneLabel,proto3" json:"zone_label,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AlertSelector) Reset() {
+	*x = AlertSelector{}
+	mi := &file_lehr_v1_rollout_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AlertSelector) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AlertSelector) ProtoMessage() {}
+
+func (x *AlertSelector) ProtoReflect() protoreflect.Message {
+	mi := &file_lehr_v1_rollout_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AlertSelector.ProtoReflect.Descriptor instead.
+func (*AlertSelector) Descriptor() ([]byte, []int) {
+	return file_lehr_v1_rollout_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *AlertSelector) GetAlert() string {
+	if x != nil {
+		return x.Alert
+	}
+	return ""
+}
+
+func (x *AlertSelector) GetMatchers() []string {
+	if x != nil {
+		return x.Matchers
+	}
+	return nil
+}
+
+func (x *AlertSelector) GetZoneLabel() string {
+	if x != nil {
+		return x.ZoneLabel
+	}
+	return ""
+}
+
 // FreezeWindow is a period without rollouts, e.g. a holiday or a launch.
 // Either a single period (start and end) or one that recurs every week
 // (weekly), never both.
@@ -316,7 +463,7 @@ type FreezeWindow struct {
 
 func (x *FreezeWindow) Reset() {
 	*x = FreezeWindow{}
-	mi := &file_lehr_v1_rollout_proto_msgTypes[1]
+	mi := &file_lehr_v1_rollout_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -328,7 +475,7 @@ func (x *FreezeWindow) String() string {
 func (*FreezeWindow) ProtoMessage() {}
 
 func (x *FreezeWindow) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_rollout_proto_msgTypes[1]
+	mi := &file_lehr_v1_rollout_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -341,7 +488,7 @@ func (x *FreezeWindow) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FreezeWindow.ProtoReflect.Descriptor instead.
 func (*FreezeWindow) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_rollout_proto_rawDescGZIP(), []int{1}
+	return file_lehr_v1_rollout_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *FreezeWindow) GetStart() *timestamppb.Timestamp {
@@ -393,7 +540,7 @@ type WeeklyWindow struct {
 
 func (x *WeeklyWindow) Reset() {
 	*x = WeeklyWindow{}
-	mi := &file_lehr_v1_rollout_proto_msgTypes[2]
+	mi := &file_lehr_v1_rollout_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -405,7 +552,7 @@ func (x *WeeklyWindow) String() string {
 func (*WeeklyWindow) ProtoMessage() {}
 
 func (x *WeeklyWindow) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_rollout_proto_msgTypes[2]
+	mi := &file_lehr_v1_rollout_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -418,7 +565,7 @@ func (x *WeeklyWindow) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WeeklyWindow.ProtoReflect.Descriptor instead.
 func (*WeeklyWindow) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_rollout_proto_rawDescGZIP(), []int{2}
+	return file_lehr_v1_rollout_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *WeeklyWindow) GetDays() []string {
@@ -492,7 +639,7 @@ type RolloutStage struct {
 
 func (x *RolloutStage) Reset() {
 	*x = RolloutStage{}
-	mi := &file_lehr_v1_rollout_proto_msgTypes[3]
+	mi := &file_lehr_v1_rollout_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -504,7 +651,7 @@ func (x *RolloutStage) String() string {
 func (*RolloutStage) ProtoMessage() {}
 
 func (x *RolloutStage) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_rollout_proto_msgTypes[3]
+	mi := &file_lehr_v1_rollout_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -517,7 +664,7 @@ func (x *RolloutStage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RolloutStage.ProtoReflect.Descriptor instead.
 func (*RolloutStage) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_rollout_proto_rawDescGZIP(), []int{3}
+	return file_lehr_v1_rollout_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *RolloutStage) GetName() string {
@@ -622,7 +769,7 @@ type CanaryTarget struct {
 
 func (x *CanaryTarget) Reset() {
 	*x = CanaryTarget{}
-	mi := &file_lehr_v1_rollout_proto_msgTypes[4]
+	mi := &file_lehr_v1_rollout_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -634,7 +781,7 @@ func (x *CanaryTarget) String() string {
 func (*CanaryTarget) ProtoMessage() {}
 
 func (x *CanaryTarget) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_rollout_proto_msgTypes[4]
+	mi := &file_lehr_v1_rollout_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -647,7 +794,7 @@ func (x *CanaryTarget) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CanaryTarget.ProtoReflect.Descriptor instead.
 func (*CanaryTarget) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_rollout_proto_rawDescGZIP(), []int{4}
+	return file_lehr_v1_rollout_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *CanaryTarget) GetZones() []string {
@@ -688,7 +835,7 @@ type ZonesTarget struct {
 
 func (x *ZonesTarget) Reset() {
 	*x = ZonesTarget{}
-	mi := &file_lehr_v1_rollout_proto_msgTypes[5]
+	mi := &file_lehr_v1_rollout_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -700,7 +847,7 @@ func (x *ZonesTarget) String() string {
 func (*ZonesTarget) ProtoMessage() {}
 
 func (x *ZonesTarget) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_rollout_proto_msgTypes[5]
+	mi := &file_lehr_v1_rollout_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -713,7 +860,7 @@ func (x *ZonesTarget) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ZonesTarget.ProtoReflect.Descriptor instead.
 func (*ZonesTarget) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_rollout_proto_rawDescGZIP(), []int{5}
+	return file_lehr_v1_rollout_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ZonesTarget) GetZones() []string {
@@ -759,7 +906,7 @@ type RolloutPolicyRecord struct {
 
 func (x *RolloutPolicyRecord) Reset() {
 	*x = RolloutPolicyRecord{}
-	mi := &file_lehr_v1_rollout_proto_msgTypes[6]
+	mi := &file_lehr_v1_rollout_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -771,7 +918,7 @@ func (x *RolloutPolicyRecord) String() string {
 func (*RolloutPolicyRecord) ProtoMessage() {}
 
 func (x *RolloutPolicyRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_rollout_proto_msgTypes[6]
+	mi := &file_lehr_v1_rollout_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -784,7 +931,7 @@ func (x *RolloutPolicyRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RolloutPolicyRecord.ProtoReflect.Descriptor instead.
 func (*RolloutPolicyRecord) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_rollout_proto_rawDescGZIP(), []int{6}
+	return file_lehr_v1_rollout_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *RolloutPolicyRecord) GetScope() string {
@@ -892,14 +1039,20 @@ type Rollout struct {
 	// for its last look, or of a freeze window — so that a client derives
 	// the time left instead of the strategist rewriting it every second.
 	// Absent when the rollout waits for nothing timed (paused, ended).
-	WaitUntil     *timestamppb.Timestamp `protobuf:"bytes,24,opt,name=wait_until,json=waitUntil,proto3" json:"wait_until,omitempty"`
+	WaitUntil *timestamppb.Timestamp `protobuf:"bytes,24,opt,name=wait_until,json=waitUntil,proto3" json:"wait_until,omitempty"`
+	// Set while the next stage waits on the policy's monitoring check (an
+	// alert fires, or the alerts source cannot be read and the policy says
+	// wait); cleared, with an event, when the stage may go. Control derives
+	// it again from its alerts source every round, so a replica that takes
+	// over compares what it reads with it and writes only what changed.
+	AlertHold     *AlertHold `protobuf:"bytes,25,opt,name=alert_hold,json=alertHold,proto3" json:"alert_hold,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Rollout) Reset() {
 	*x = Rollout{}
-	mi := &file_lehr_v1_rollout_proto_msgTypes[7]
+	mi := &file_lehr_v1_rollout_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -911,7 +1064,7 @@ func (x *Rollout) String() string {
 func (*Rollout) ProtoMessage() {}
 
 func (x *Rollout) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_rollout_proto_msgTypes[7]
+	mi := &file_lehr_v1_rollout_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -924,7 +1077,7 @@ func (x *Rollout) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Rollout.ProtoReflect.Descriptor instead.
 func (*Rollout) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_rollout_proto_rawDescGZIP(), []int{7}
+	return file_lehr_v1_rollout_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Rollout) GetId() string {
@@ -1095,6 +1248,152 @@ func (x *Rollout) GetWaitUntil() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *Rollout) GetAlertHold() *AlertHold {
+	if x != nil {
+		return x.AlertHold
+	}
+	return nil
+}
+
+// AlertHold is why a rollout's stage waits on its policy's monitoring
+// check.
+type AlertHold struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Index of the stage that waits to be entered.
+	Stage int32 `protobuf:"varint,1,opt,name=stage,proto3" json:"stage,omitempty"`
+	// The matching alerts firing where the stage moves, as last read: at
+	// most 10, oldest first; alert_count counts them all.
+	Alerts     []*FiringAlert `protobuf:"bytes,2,rep,name=alerts,proto3" json:"alerts,omitempty"`
+	AlertCount uint32         `protobuf:"varint,3,opt,name=alert_count,json=alertCount,proto3" json:"alert_count,omitempty"`
+	// Why the alerts source could not be read, when the stage waits on
+	// that; "" otherwise.
+	SourceError string `protobuf:"bytes,4,opt,name=source_error,json=sourceError,proto3" json:"source_error,omitempty"`
+	// When the stage began to wait.
+	StartTime     *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=start_time,json=startTime,proto3" json:"start_time,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AlertHold) Reset() {
+	*x = AlertHold{}
+	mi := &file_lehr_v1_rollout_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AlertHold) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AlertHold) ProtoMessage() {}
+
+func (x *AlertHold) ProtoReflect() protoreflect.Message {
+	mi := &file_lehr_v1_rollout_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AlertHold.ProtoReflect.Descriptor instead.
+func (*AlertHold) Descriptor() ([]byte, []int) {
+	return file_lehr_v1_rollout_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *AlertHold) GetStage() int32 {
+	if x != nil {
+		return x.Stage
+	}
+	return 0
+}
+
+func (x *AlertHold) GetAlerts() []*FiringAlert {
+	if x != nil {
+		return x.Alerts
+	}
+	return nil
+}
+
+func (x *AlertHold) GetAlertCount() uint32 {
+	if x != nil {
+		return x.AlertCount
+	}
+	return 0
+}
+
+func (x *AlertHold) GetSourceError() string {
+	if x != nil {
+		return x.SourceError
+	}
+	return ""
+}
+
+func (x *AlertHold) GetStartTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.StartTime
+	}
+	return nil
+}
+
+// FiringAlert is an alert as the alerts source reported it.
+type FiringAlert struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Its labels, alertname among them.
+	Labels map[string]string `protobuf:"bytes,1,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// When it became active (the source's activeAt).
+	ActiveTime    *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=active_time,json=activeTime,proto3" json:"active_time,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FiringAlert) Reset() {
+	*x = FiringAlert{}
+	mi := &file_lehr_v1_rollout_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FiringAlert) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FiringAlert) ProtoMessage() {}
+
+func (x *FiringAlert) ProtoReflect() protoreflect.Message {
+	mi := &file_lehr_v1_rollout_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FiringAlert.ProtoReflect.Descriptor instead.
+func (*FiringAlert) Descriptor() ([]byte, []int) {
+	return file_lehr_v1_rollout_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *FiringAlert) GetLabels() map[string]string {
+	if x != nil {
+		return x.Labels
+	}
+	return nil
+}
+
+func (x *FiringAlert) GetActiveTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ActiveTime
+	}
+	return nil
+}
+
 // RolloutCommand is an operator's request, waiting for the strategist.
 type RolloutCommand struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -1109,7 +1408,7 @@ type RolloutCommand struct {
 
 func (x *RolloutCommand) Reset() {
 	*x = RolloutCommand{}
-	mi := &file_lehr_v1_rollout_proto_msgTypes[8]
+	mi := &file_lehr_v1_rollout_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1121,7 +1420,7 @@ func (x *RolloutCommand) String() string {
 func (*RolloutCommand) ProtoMessage() {}
 
 func (x *RolloutCommand) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_rollout_proto_msgTypes[8]
+	mi := &file_lehr_v1_rollout_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1134,7 +1433,7 @@ func (x *RolloutCommand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RolloutCommand.ProtoReflect.Descriptor instead.
 func (*RolloutCommand) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_rollout_proto_rawDescGZIP(), []int{8}
+	return file_lehr_v1_rollout_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *RolloutCommand) GetRolloutId() string {
@@ -1183,7 +1482,7 @@ type ZoneHosts struct {
 
 func (x *ZoneHosts) Reset() {
 	*x = ZoneHosts{}
-	mi := &file_lehr_v1_rollout_proto_msgTypes[9]
+	mi := &file_lehr_v1_rollout_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1195,7 +1494,7 @@ func (x *ZoneHosts) String() string {
 func (*ZoneHosts) ProtoMessage() {}
 
 func (x *ZoneHosts) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_rollout_proto_msgTypes[9]
+	mi := &file_lehr_v1_rollout_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1208,7 +1507,7 @@ func (x *ZoneHosts) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ZoneHosts.ProtoReflect.Descriptor instead.
 func (*ZoneHosts) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_rollout_proto_rawDescGZIP(), []int{9}
+	return file_lehr_v1_rollout_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ZoneHosts) GetZone() string {
@@ -1234,8 +1533,9 @@ type RolloutEvent struct {
 	Seq  uint64                 `protobuf:"varint,2,opt,name=seq,proto3" json:"seq,omitempty"`
 	Time *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=time,proto3" json:"time,omitempty"`
 	// "started", "stage", "selected", "skipped", "waiting", "applied",
-	// "advanced", "paused", "resumed", "promoted", "superseded", "failed",
-	// "rolled back", "aborted", "succeeded".
+	// "held" (the monitoring check holds a stage), "cleared" (it no longer
+	// does), "advanced", "paused", "resumed", "promoted", "superseded",
+	// "failed", "rolled back", "aborted", "succeeded".
 	Kind    string `protobuf:"bytes,4,opt,name=kind,proto3" json:"kind,omitempty"`
 	Stage   int32  `protobuf:"varint,5,opt,name=stage,proto3" json:"stage,omitempty"`
 	Message string `protobuf:"bytes,6,opt,name=message,proto3" json:"message,omitempty"`
@@ -1247,7 +1547,7 @@ type RolloutEvent struct {
 
 func (x *RolloutEvent) Reset() {
 	*x = RolloutEvent{}
-	mi := &file_lehr_v1_rollout_proto_msgTypes[10]
+	mi := &file_lehr_v1_rollout_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1259,7 +1559,7 @@ func (x *RolloutEvent) String() string {
 func (*RolloutEvent) ProtoMessage() {}
 
 func (x *RolloutEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_rollout_proto_msgTypes[10]
+	mi := &file_lehr_v1_rollout_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1272,7 +1572,7 @@ func (x *RolloutEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RolloutEvent.ProtoReflect.Descriptor instead.
 func (*RolloutEvent) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_rollout_proto_rawDescGZIP(), []int{10}
+	return file_lehr_v1_rollout_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *RolloutEvent) GetRolloutId() string {
@@ -1328,12 +1628,23 @@ var File_lehr_v1_rollout_proto protoreflect.FileDescriptor
 
 const file_lehr_v1_rollout_proto_rawDesc = "" +
 	"\n" +
-	"\x15lehr/v1/rollout.proto\x12\alehr.v1\x1a\x1fgoogle/api/field_behavior.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x14lehr/v1/canary.proto\"\xda\x01\n" +
+	"\x15lehr/v1/rollout.proto\x12\alehr.v1\x1a\x1fgoogle/api/field_behavior.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x14lehr/v1/canary.proto\"\x99\x02\n" +
 	"\rRolloutPolicy\x122\n" +
 	"\x06stages\x18\x01 \x03(\v2\x15.lehr.v1.RolloutStageB\x03\xe0A\x01R\x06stages\x12&\n" +
 	"\fglobal_blast\x18\x02 \x01(\bB\x03\xe0A\x01R\vglobalBlast\x12A\n" +
 	"\x0efreeze_windows\x18\x03 \x03(\v2\x15.lehr.v1.FreezeWindowB\x03\xe0A\x01R\rfreezeWindows\x12*\n" +
-	"\x0emax_concurrent\x18\x04 \x01(\rB\x03\xe0A\x01R\rmaxConcurrent\"\xc9\x01\n" +
+	"\x0emax_concurrent\x18\x04 \x01(\rB\x03\xe0A\x01R\rmaxConcurrent\x12=\n" +
+	"\n" +
+	"monitoring\x18\x05 \x01(\v2\x18.lehr.v1.MonitoringCheckB\x03\xe0A\x01R\n" +
+	"monitoring\"s\n" +
+	"\x0fMonitoringCheck\x123\n" +
+	"\x06alerts\x18\x01 \x03(\v2\x16.lehr.v1.AlertSelectorB\x03\xe0A\x02R\x06alerts\x12+\n" +
+	"\x0fon_source_error\x18\x02 \x01(\tB\x03\xe0A\x01R\ronSourceError\"o\n" +
+	"\rAlertSelector\x12\x19\n" +
+	"\x05alert\x18\x01 \x01(\tB\x03\xe0A\x02R\x05alert\x12\x1f\n" +
+	"\bmatchers\x18\x02 \x03(\tB\x03\xe0A\x01R\bmatchers\x12\"\n" +
+	"\n" +
+	"zone_label\x18\x03 \x01(\tB\x03\xe0A\x01R\tzoneLabel\"\xc9\x01\n" +
 	"\fFreezeWindow\x125\n" +
 	"\x05start\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampB\x03\xe0A\x01R\x05start\x121\n" +
 	"\x03end\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampB\x03\xe0A\x01R\x03end\x12\x1b\n" +
@@ -1373,7 +1684,7 @@ const file_lehr_v1_rollout_proto_rawDesc = "" +
 	"\x06author\x18\x05 \x01(\tR\x06author\x12-\n" +
 	"\x12transport_identity\x18\x06 \x01(\tR\x11transportIdentity\x12\x18\n" +
 	"\amessage\x18\a \x01(\tR\amessage\x12\x18\n" +
-	"\adeleted\x18\b \x01(\bR\adeleted\"\x82\b\n" +
+	"\adeleted\x18\b \x01(\bR\adeleted\"\xb5\b\n" +
 	"\aRollout\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1c\n" +
 	"\tnamespace\x18\x02 \x01(\tR\tnamespace\x12\x18\n" +
@@ -1403,7 +1714,24 @@ const file_lehr_v1_rollout_proto_rawDesc = "" +
 	"\revaluation_id\x18\x16 \x01(\tR\fevaluationId\x12=\n" +
 	"\x0fexpected_checks\x18\x17 \x03(\v2\x14.lehr.v1.CanaryCheckR\x0eexpectedChecks\x129\n" +
 	"\n" +
-	"wait_until\x18\x18 \x01(\v2\x1a.google.protobuf.TimestampR\twaitUntil\"\xc1\x01\n" +
+	"wait_until\x18\x18 \x01(\v2\x1a.google.protobuf.TimestampR\twaitUntil\x121\n" +
+	"\n" +
+	"alert_hold\x18\x19 \x01(\v2\x12.lehr.v1.AlertHoldR\talertHold\"\xce\x01\n" +
+	"\tAlertHold\x12\x14\n" +
+	"\x05stage\x18\x01 \x01(\x05R\x05stage\x12,\n" +
+	"\x06alerts\x18\x02 \x03(\v2\x14.lehr.v1.FiringAlertR\x06alerts\x12\x1f\n" +
+	"\valert_count\x18\x03 \x01(\rR\n" +
+	"alertCount\x12!\n" +
+	"\fsource_error\x18\x04 \x01(\tR\vsourceError\x129\n" +
+	"\n" +
+	"start_time\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\tstartTime\"\xbf\x01\n" +
+	"\vFiringAlert\x128\n" +
+	"\x06labels\x18\x01 \x03(\v2 .lehr.v1.FiringAlert.LabelsEntryR\x06labels\x12;\n" +
+	"\vactive_time\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"activeTime\x1a9\n" +
+	"\vLabelsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xc1\x01\n" +
 	"\x0eRolloutCommand\x12\x1d\n" +
 	"\n" +
 	"rollout_id\x18\x01 \x01(\tR\trolloutId\x12.\n" +
@@ -1457,59 +1785,71 @@ func file_lehr_v1_rollout_proto_rawDescGZIP() []byte {
 }
 
 var file_lehr_v1_rollout_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_lehr_v1_rollout_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
+var file_lehr_v1_rollout_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
 var file_lehr_v1_rollout_proto_goTypes = []any{
 	(RolloutPolicySource)(0),      // 0: lehr.v1.RolloutPolicySource
 	(RolloutState)(0),             // 1: lehr.v1.RolloutState
 	(RolloutAction)(0),            // 2: lehr.v1.RolloutAction
 	(*RolloutPolicy)(nil),         // 3: lehr.v1.RolloutPolicy
-	(*FreezeWindow)(nil),          // 4: lehr.v1.FreezeWindow
-	(*WeeklyWindow)(nil),          // 5: lehr.v1.WeeklyWindow
-	(*RolloutStage)(nil),          // 6: lehr.v1.RolloutStage
-	(*CanaryTarget)(nil),          // 7: lehr.v1.CanaryTarget
-	(*ZonesTarget)(nil),           // 8: lehr.v1.ZonesTarget
-	(*RolloutPolicyRecord)(nil),   // 9: lehr.v1.RolloutPolicyRecord
-	(*Rollout)(nil),               // 10: lehr.v1.Rollout
-	(*RolloutCommand)(nil),        // 11: lehr.v1.RolloutCommand
-	(*ZoneHosts)(nil),             // 12: lehr.v1.ZoneHosts
-	(*RolloutEvent)(nil),          // 13: lehr.v1.RolloutEvent
-	(*timestamppb.Timestamp)(nil), // 14: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),   // 15: google.protobuf.Duration
-	(*CanaryAnalysis)(nil),        // 16: lehr.v1.CanaryAnalysis
-	(*CanaryCheck)(nil),           // 17: lehr.v1.CanaryCheck
+	(*MonitoringCheck)(nil),       // 4: lehr.v1.MonitoringCheck
+	(*AlertSelector)(nil),         // 5: lehr.v1.AlertSelector
+	(*FreezeWindow)(nil),          // 6: lehr.v1.FreezeWindow
+	(*WeeklyWindow)(nil),          // 7: lehr.v1.WeeklyWindow
+	(*RolloutStage)(nil),          // 8: lehr.v1.RolloutStage
+	(*CanaryTarget)(nil),          // 9: lehr.v1.CanaryTarget
+	(*ZonesTarget)(nil),           // 10: lehr.v1.ZonesTarget
+	(*RolloutPolicyRecord)(nil),   // 11: lehr.v1.RolloutPolicyRecord
+	(*Rollout)(nil),               // 12: lehr.v1.Rollout
+	(*AlertHold)(nil),             // 13: lehr.v1.AlertHold
+	(*FiringAlert)(nil),           // 14: lehr.v1.FiringAlert
+	(*RolloutCommand)(nil),        // 15: lehr.v1.RolloutCommand
+	(*ZoneHosts)(nil),             // 16: lehr.v1.ZoneHosts
+	(*RolloutEvent)(nil),          // 17: lehr.v1.RolloutEvent
+	nil,                           // 18: lehr.v1.FiringAlert.LabelsEntry
+	(*timestamppb.Timestamp)(nil), // 19: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),   // 20: google.protobuf.Duration
+	(*CanaryAnalysis)(nil),        // 21: lehr.v1.CanaryAnalysis
+	(*CanaryCheck)(nil),           // 22: lehr.v1.CanaryCheck
 }
 var file_lehr_v1_rollout_proto_depIdxs = []int32{
-	6,  // 0: lehr.v1.RolloutPolicy.stages:type_name -> lehr.v1.RolloutStage
-	4,  // 1: lehr.v1.RolloutPolicy.freeze_windows:type_name -> lehr.v1.FreezeWindow
-	14, // 2: lehr.v1.FreezeWindow.start:type_name -> google.protobuf.Timestamp
-	14, // 3: lehr.v1.FreezeWindow.end:type_name -> google.protobuf.Timestamp
-	5,  // 4: lehr.v1.FreezeWindow.weekly:type_name -> lehr.v1.WeeklyWindow
-	15, // 5: lehr.v1.WeeklyWindow.length:type_name -> google.protobuf.Duration
-	7,  // 6: lehr.v1.RolloutStage.canary:type_name -> lehr.v1.CanaryTarget
-	8,  // 7: lehr.v1.RolloutStage.zones:type_name -> lehr.v1.ZonesTarget
-	15, // 8: lehr.v1.RolloutStage.bake:type_name -> google.protobuf.Duration
-	15, // 9: lehr.v1.RolloutStage.apply_deadline:type_name -> google.protobuf.Duration
-	16, // 10: lehr.v1.RolloutStage.analysis:type_name -> lehr.v1.CanaryAnalysis
-	3,  // 11: lehr.v1.RolloutPolicyRecord.policy:type_name -> lehr.v1.RolloutPolicy
-	14, // 12: lehr.v1.RolloutPolicyRecord.update_time:type_name -> google.protobuf.Timestamp
-	3,  // 13: lehr.v1.Rollout.policy:type_name -> lehr.v1.RolloutPolicy
-	0,  // 14: lehr.v1.Rollout.policy_source:type_name -> lehr.v1.RolloutPolicySource
-	1,  // 15: lehr.v1.Rollout.state:type_name -> lehr.v1.RolloutState
-	14, // 16: lehr.v1.Rollout.stage_start_time:type_name -> google.protobuf.Timestamp
-	14, // 17: lehr.v1.Rollout.stage_applied_time:type_name -> google.protobuf.Timestamp
-	12, // 18: lehr.v1.Rollout.canary_hosts:type_name -> lehr.v1.ZoneHosts
-	14, // 19: lehr.v1.Rollout.create_time:type_name -> google.protobuf.Timestamp
-	14, // 20: lehr.v1.Rollout.update_time:type_name -> google.protobuf.Timestamp
-	17, // 21: lehr.v1.Rollout.expected_checks:type_name -> lehr.v1.CanaryCheck
-	14, // 22: lehr.v1.Rollout.wait_until:type_name -> google.protobuf.Timestamp
-	2,  // 23: lehr.v1.RolloutCommand.action:type_name -> lehr.v1.RolloutAction
-	14, // 24: lehr.v1.RolloutCommand.time:type_name -> google.protobuf.Timestamp
-	14, // 25: lehr.v1.RolloutEvent.time:type_name -> google.protobuf.Timestamp
-	26, // [26:26] is the sub-list for method output_type
-	26, // [26:26] is the sub-list for method input_type
-	26, // [26:26] is the sub-list for extension type_name
-	26, // [26:26] is the sub-list for extension extendee
-	0,  // [0:26] is the sub-list for field type_name
+	8,  // 0: lehr.v1.RolloutPolicy.stages:type_name -> lehr.v1.RolloutStage
+	6,  // 1: lehr.v1.RolloutPolicy.freeze_windows:type_name -> lehr.v1.FreezeWindow
+	4,  // 2: lehr.v1.RolloutPolicy.monitoring:type_name -> lehr.v1.MonitoringCheck
+	5,  // 3: lehr.v1.MonitoringCheck.alerts:type_name -> lehr.v1.AlertSelector
+	19, // 4: lehr.v1.FreezeWindow.start:type_name -> google.protobuf.Timestamp
+	19, // 5: lehr.v1.FreezeWindow.end:type_name -> google.protobuf.Timestamp
+	7,  // 6: lehr.v1.FreezeWindow.weekly:type_name -> lehr.v1.WeeklyWindow
+	20, // 7: lehr.v1.WeeklyWindow.length:type_name -> google.protobuf.Duration
+	9,  // 8: lehr.v1.RolloutStage.canary:type_name -> lehr.v1.CanaryTarget
+	10, // 9: lehr.v1.RolloutStage.zones:type_name -> lehr.v1.ZonesTarget
+	20, // 10: lehr.v1.RolloutStage.bake:type_name -> google.protobuf.Duration
+	20, // 11: lehr.v1.RolloutStage.apply_deadline:type_name -> google.protobuf.Duration
+	21, // 12: lehr.v1.RolloutStage.analysis:type_name -> lehr.v1.CanaryAnalysis
+	3,  // 13: lehr.v1.RolloutPolicyRecord.policy:type_name -> lehr.v1.RolloutPolicy
+	19, // 14: lehr.v1.RolloutPolicyRecord.update_time:type_name -> google.protobuf.Timestamp
+	3,  // 15: lehr.v1.Rollout.policy:type_name -> lehr.v1.RolloutPolicy
+	0,  // 16: lehr.v1.Rollout.policy_source:type_name -> lehr.v1.RolloutPolicySource
+	1,  // 17: lehr.v1.Rollout.state:type_name -> lehr.v1.RolloutState
+	19, // 18: lehr.v1.Rollout.stage_start_time:type_name -> google.protobuf.Timestamp
+	19, // 19: lehr.v1.Rollout.stage_applied_time:type_name -> google.protobuf.Timestamp
+	16, // 20: lehr.v1.Rollout.canary_hosts:type_name -> lehr.v1.ZoneHosts
+	19, // 21: lehr.v1.Rollout.create_time:type_name -> google.protobuf.Timestamp
+	19, // 22: lehr.v1.Rollout.update_time:type_name -> google.protobuf.Timestamp
+	22, // 23: lehr.v1.Rollout.expected_checks:type_name -> lehr.v1.CanaryCheck
+	19, // 24: lehr.v1.Rollout.wait_until:type_name -> google.protobuf.Timestamp
+	13, // 25: lehr.v1.Rollout.alert_hold:type_name -> lehr.v1.AlertHold
+	14, // 26: lehr.v1.AlertHold.alerts:type_name -> lehr.v1.FiringAlert
+	19, // 27: lehr.v1.AlertHold.start_time:type_name -> google.protobuf.Timestamp
+	18, // 28: lehr.v1.FiringAlert.labels:type_name -> lehr.v1.FiringAlert.LabelsEntry
+	19, // 29: lehr.v1.FiringAlert.active_time:type_name -> google.protobuf.Timestamp
+	2,  // 30: lehr.v1.RolloutCommand.action:type_name -> lehr.v1.RolloutAction
+	19, // 31: lehr.v1.RolloutCommand.time:type_name -> google.protobuf.Timestamp
+	19, // 32: lehr.v1.RolloutEvent.time:type_name -> google.protobuf.Timestamp
+	33, // [33:33] is the sub-list for method output_type
+	33, // [33:33] is the sub-list for method input_type
+	33, // [33:33] is the sub-list for extension type_name
+	33, // [33:33] is the sub-list for extension extendee
+	0,  // [0:33] is the sub-list for field type_name
 }
 
 func init() { file_lehr_v1_rollout_proto_init() }
@@ -1518,7 +1858,7 @@ func file_lehr_v1_rollout_proto_init() {
 		return
 	}
 	file_lehr_v1_canary_proto_init()
-	file_lehr_v1_rollout_proto_msgTypes[3].OneofWrappers = []any{
+	file_lehr_v1_rollout_proto_msgTypes[5].OneofWrappers = []any{
 		(*RolloutStage_Canary)(nil),
 		(*RolloutStage_Zones)(nil),
 	}
@@ -1528,7 +1868,7 @@ func file_lehr_v1_rollout_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lehr_v1_rollout_proto_rawDesc), len(file_lehr_v1_rollout_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   11,
+			NumMessages:   16,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
