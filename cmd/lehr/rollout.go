@@ -143,6 +143,12 @@ input); durations as 90s, 10m, 1h30m:
     - {start: "2026-12-23T00:00:00Z", end: "2027-01-02T00:00:00Z", reason: holidays}
     - reason: weekend               # every week, local time, DST-aware
       weekly: {days: [fri], at: "16:00", length: 64h, time_zone: Europe/Berlin}
+  monitoring:                       # no stage is entered while one fires
+    alerts:                         # (lehr control --alerts-url: Prometheus, vmalert)
+      - alert: HighErrorRate        # the rule's alertname
+        matchers: ['service="checkout"', 'severity=~"page|critical"']
+        zone_label: zone            # holds only stages that move that zone
+    on_source_error: wait           # or proceed, when the source cannot be read
 
 For an emergency, "global_blast: true" (and no stages) moves every zone at
 once: the publish itself writes every zone's goal, without waiting for the
@@ -404,6 +410,30 @@ func writePolicy(w io.Writer, p *lehrpb.RolloutPolicy) {
 func writeFreezeWindows(w io.Writer, p *lehrpb.RolloutPolicy) {
 	for _, fw := range p.GetFreezeWindows() {
 		fmt.Fprintf(w, "  frozen %s: %s\n", clean(rollout.DescribeFreeze(fw)), orDash(fw.GetReason()))
+	}
+	writeMonitoring(w, p.GetMonitoring())
+}
+
+// writeMonitoring prints a policy's monitoring check, one line per alert.
+func writeMonitoring(w io.Writer, m *lehrpb.MonitoringCheck) {
+	if m == nil {
+		return
+	}
+	onErr := m.GetOnSourceError()
+	if onErr == "" {
+		onErr = rollout.OnSourceErrorWait
+	}
+	fmt.Fprintf(w, "  monitoring check: no stage is entered while one of these alerts fires where it moves; if the alerts source cannot be read: %s\n", clean(onErr))
+	for _, sel := range m.GetAlerts() {
+		where := "every stage"
+		if zl := sel.GetZoneLabel(); zl != "" {
+			where = "the stages that move the zone its " + clean(zl) + " label names"
+		}
+		match := ""
+		if ms := sel.GetMatchers(); len(ms) > 0 {
+			match = "{" + strings.Join(ms, ",") + "}"
+		}
+		fmt.Fprintf(w, "    alert %s%s holds %s\n", clean(sel.GetAlert()), clean(match), where)
 	}
 }
 

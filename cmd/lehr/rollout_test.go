@@ -311,3 +311,40 @@ func TestWriteRolloutExpectedChecks(t *testing.T) {
 		"expects   policy deny ratio: canary hosts to move by +0.05 against the control hosts (tolerance 0.25)",
 		"expects   policy disagreement: canary hosts to move by +0.5")
 }
+
+// A policy file's monitoring check, as 'lehr rollout policy set --help'
+// writes it, parses, and 'policy get' shows it.
+func TestPolicyMonitoringCheck(t *testing.T) {
+	p, err := parsePolicy([]byte(`
+stages:
+  - {name: canary, canary: {hosts: 1}, bake: 10m}
+monitoring:
+  alerts:
+    - alert: HighErrorRate
+      matchers: ['service="checkout"', 'severity=~"page|critical"']
+      zone_label: zone
+    - {alert: Overloaded}
+  on_source_error: proceed
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := p.GetMonitoring()
+	if len(m.GetAlerts()) != 2 || m.GetAlerts()[0].GetZoneLabel() != "zone" || len(m.GetAlerts()[0].GetMatchers()) != 2 || m.GetOnSourceError() != "proceed" {
+		t.Fatalf("parsed monitoring check: %v", m)
+	}
+	var b strings.Builder
+	writePolicy(&b, p)
+	for _, want := range []string{
+		"monitoring check: no stage is entered while one of these alerts fires where it moves; if the alerts source cannot be read: proceed",
+		`alert HighErrorRate{service="checkout",severity=~"page|critical"} holds the stages that move the zone its zone label names`,
+		"alert Overloaded holds every stage",
+	} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("policy get lacks %q:\n%s", want, b.String())
+		}
+	}
+	if _, err := parsePolicy([]byte("monitoring: {alerts: [{alertname: X}]}")); err == nil || !strings.Contains(err.Error(), "alertname") {
+		t.Errorf("an unknown field of an alert: %v; want an error naming it", err)
+	}
+}
