@@ -14,8 +14,9 @@
 // global JSON codecs, for one GET of a documented JSON document.
 //
 // Imported by control (which makes the Source), control/strategist
-// (which reads it when a stage is due) and cmd/lehr (whose lehr control
-// --alerts-url checks it).
+// (which reads it when a stage is due), cmd/lehr (whose lehr control
+// --alerts-url checks it) and testenv/devcluster (which passes a test's
+// source to control).
 package alerts
 
 import (
@@ -221,27 +222,27 @@ func (s *Source) read(ctx context.Context, now time.Time) Result {
 	defer resp.Body.Close()
 	body, err := io.ReadAll(io.LimitReader(resp.Body, MaxResponseBytes+1))
 	if err != nil {
-		res.Err = fmt.Errorf("GET %s: reading the answer: %w", s.name+APIPath, s.describe(err))
+		res.Err = fmt.Errorf("reading the answer: %w", s.describe(err))
 		return res
 	}
 	if len(body) > MaxResponseBytes {
-		res.Err = fmt.Errorf("GET %s: the answer is over %d MiB", s.name+APIPath, MaxResponseBytes>>20)
+		res.Err = fmt.Errorf("GET %s: the answer is over %d MiB", APIPath, MaxResponseBytes>>20)
 		return res
 	}
 	var r response
 	jerr := json.Unmarshal(body, &r)
 	switch {
 	case resp.StatusCode != http.StatusOK && jerr == nil && r.Error != "":
-		res.Err = fmt.Errorf("GET %s: %s: %s (%s)", s.name+APIPath, resp.Status, r.Error, r.ErrorType)
+		res.Err = fmt.Errorf("GET %s: %s: %s (%s)", APIPath, resp.Status, r.Error, r.ErrorType)
 		return res
 	case resp.StatusCode != http.StatusOK:
-		res.Err = fmt.Errorf("GET %s: %s", s.name+APIPath, resp.Status)
+		res.Err = fmt.Errorf("GET %s: %s", APIPath, resp.Status)
 		return res
 	case jerr != nil:
-		res.Err = fmt.Errorf("GET %s: not an alerts list (Prometheus's or vmalert's %s): %v", s.name+APIPath, APIPath, jerr)
+		res.Err = fmt.Errorf("GET %s: not an alerts list (Prometheus's or vmalert's): %v", APIPath, jerr)
 		return res
 	case r.Status != "success" || r.Data == nil:
-		res.Err = fmt.Errorf("GET %s: status %q, want \"success\" with data.alerts: not Prometheus's or vmalert's %s", s.name+APIPath, r.Status, APIPath)
+		res.Err = fmt.Errorf("GET %s: status %q, want \"success\" with data.alerts: not Prometheus's or vmalert's alerts list", APIPath, r.Status)
 		return res
 	}
 	res.Firing = []Alert{}
@@ -267,14 +268,15 @@ func (s *Source) read(ctx context.Context, now time.Time) Result {
 
 // describe makes a transport error say what happened without what varies
 // from one read to the next, so that a rollout waiting on it is not
-// rewritten for every read.
+// rewritten for every read, nor the source's URL (Name), which the
+// caller shows once.
 func (s *Source) describe(err error) error {
 	var ue *url.Error
 	if errors.As(err, &ue) {
 		if ue.Timeout() {
-			return fmt.Errorf("GET %s: no answer within %v", s.name+APIPath, s.opts.Timeout)
+			return fmt.Errorf("GET %s: no answer within %v", APIPath, s.opts.Timeout)
 		}
-		return fmt.Errorf("GET %s: %w", s.name+APIPath, ue.Err)
+		return fmt.Errorf("GET %s: %w", APIPath, ue.Err)
 	}
 	return err
 }
