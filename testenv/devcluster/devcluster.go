@@ -59,6 +59,7 @@ import (
 	"lehr.dev/lehr/client/consumer"
 	"lehr.dev/lehr/client/producer"
 	"lehr.dev/lehr/control"
+	"lehr.dev/lehr/control/alerts"
 	"lehr.dev/lehr/control/rollout"
 	"lehr.dev/lehr/internal/names"
 	"lehr.dev/lehr/internal/pki"
@@ -164,6 +165,11 @@ type Options struct {
 	// every RolloutInterval (zero: the strategist's default).
 	Rollouts        bool
 	RolloutInterval time.Duration
+	// AlertsURL is control's alerts source (control.Options.Alerts.URL,
+	// lehr control --alerts-url), read at most once per AlertsInterval
+	// (zero: its default); "" (the default): none.
+	AlertsURL      string
+	AlertsInterval time.Duration
 }
 
 // Cluster is a running system. Create it with Start, stop it with Close.
@@ -270,6 +276,7 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 			Rollouts:             opts.Rollouts,
 			RolloutInterval:      opts.RolloutInterval,
 			StoreQuota:           opts.StoreQuota,
+			Alerts:               alerts.Options{URL: opts.AlertsURL, Interval: opts.AlertsInterval},
 		},
 	}
 	if c.ctl.opts.MetricsListen == "" {
