@@ -328,6 +328,23 @@ func describeHold(p *lehrpb.RolloutPolicy, h *lehrpb.AlertHold) string {
 	return what
 }
 
+// DescribeHold lists what h waits on, one line each, for operators (the
+// console): every alert it recorded, with since when, and how many more
+// fire; or the source that could not be read.
+func DescribeHold(h *lehrpb.AlertHold) []string {
+	if h.GetSourceError() != "" {
+		return []string{h.GetSourceError()}
+	}
+	var out []string
+	for _, a := range h.GetAlerts() {
+		out = append(out, fmt.Sprintf("%s firing since %s", DescribeAlert(a), fmtSince(a.GetActiveTime())))
+	}
+	if more := int(h.GetAlertCount()) - len(out); more > 0 {
+		out = append(out, fmt.Sprintf("and %d more alert(s)", more))
+	}
+	return out
+}
+
 // sameHold reports whether a and b hold the same stage for the same
 // alerts or source error, whenever each began.
 func sameHold(a, b *lehrpb.AlertHold) bool {
