@@ -684,6 +684,11 @@ func writeRollout(w io.Writer, r *lehrpb.Rollout) {
 	if r.GetRollbackVersion() != 0 {
 		fmt.Fprintf(w, "  rolled back by version %d\n", r.GetRollbackVersion())
 	}
+	if h := r.GetAlertHold(); h != nil && rollout.Active(r) {
+		for _, line := range rollout.DescribeHold(h) {
+			fmt.Fprintf(w, "  held by   %s\n", clean(line))
+		}
+	}
 	fmt.Fprintf(w, "  %s\n", reasonOf(r, time.Now()))
 }
 

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/protobuf/types/known/timestamppb"
+
 	"lehr.dev/lehr/control"
 	"lehr.dev/lehr/control/controltest"
 	"lehr.dev/lehr/proto/lehrpb"
@@ -347,4 +349,25 @@ monitoring:
 	if _, err := parsePolicy([]byte("monitoring: {alerts: [{alertname: X}]}")); err == nil || !strings.Contains(err.Error(), "alertname") {
 		t.Errorf("an unknown field of an alert: %v; want an error naming it", err)
 	}
+}
+
+// lehr rollout status says what holds a rollout under its monitoring
+// check, beside the reason; -o json carries the hold as stored.
+func TestWriteRolloutAlertHold(t *testing.T) {
+	since := timestamppb.New(time.Date(2030, 1, 1, 21, 40, 3, 0, time.UTC))
+	r := &lehrpb.Rollout{Id: "shop/fw@2", Namespace: "shop/fw", Version: 2, BaseVersion: 1, State: lehrpb.RolloutState_ROLLOUT_STATE_RUNNING,
+		Stages: []string{"canary", "rest"}, Stage: 0,
+		Reason: `stage "canary" passed; stage "rest" waits: alert HighErrorRate{service="checkout",zone="zone-b"} firing since 2030-01-01 21:40:03 UTC in zone-b; it goes on by itself once it clears`,
+		AlertHold: &lehrpb.AlertHold{Stage: 1, AlertCount: 1, StartTime: since,
+			Alerts: []*lehrpb.FiringAlert{{Labels: map[string]string{"alertname": "HighErrorRate", "service": "checkout", "zone": "zone-b"}, ActiveTime: since}}}}
+	var b strings.Builder
+	writeRollout(&b, r)
+	mustContain(t, "rollout status", b.String(),
+		`held by   HighErrorRate{service="checkout",zone="zone-b"} firing since 2030-01-01 21:40:03 UTC`,
+		`stage "rest" waits: alert HighErrorRate{service="checkout",zone="zone-b"} firing since 2030-01-01 21:40:03 UTC in zone-b`)
+	js, err := marshalJSON(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustContain(t, "rollout status -o json", string(js), `"alert_hold": {`, `"active_time": "2030-01-01T21:40:03Z"`, `"alertname": "HighErrorRate"`)
 }
