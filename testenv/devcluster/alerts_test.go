@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -21,6 +22,8 @@ import (
 
 	"lehr.dev/lehr/client/consumer"
 	"lehr.dev/lehr/control/controltest"
+	"lehr.dev/lehr/internal/metricshttp"
+	"lehr.dev/lehr/internal/metricshttp/metricstest"
 	"lehr.dev/lehr/proto/lehrpb"
 	"lehr.dev/lehr/testenv/devcluster"
 	"lehr.dev/lehr/testenv/wait"
@@ -238,6 +241,7 @@ func eventsOfKind(evs []*lehrpb.RolloutEvent, kind string) []*lehrpb.RolloutEven
 // alert clears. With Prometheus gone, a policy that says wait waits,
 // saying so, and one that says proceed proceeds, saying so.
 func TestRolloutWaitsWhileAlertFires(t *testing.T) {
+	metricshttp.ExposeMetadata() // as every daemon binary's main does
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	var g gauges
@@ -350,6 +354,22 @@ func TestRolloutWaitsWhileAlertFires(t *testing.T) {
 		t.Errorf("a held rollout was rewritten while the alert kept firing: update time %v → %v, events %d → %d",
 			held.GetUpdateTime().AsTime(), again.GetUpdateTime().AsTime(), held.GetEventCount(), again.GetEventCount())
 	}
+
+	// control's /metrics, with the alerts source's families, is a valid
+	// exposition (promtool check metrics).
+	resp, err := http.Get("http://" + c.ControlMetricsAddr() + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	exp, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(exp), "# HELP lehr_control_alerts_firing ") || !strings.Contains(string(exp), "lehr_control_alerts_firing 1") {
+		t.Errorf("control's /metrics lacks lehr_control_alerts_firing 1 with its HELP")
+	}
+	metricstest.Check(t, exp)
 
 	// A control restart (the next leader) finds the same hold from the
 	// rollout and its own read: no second event.
