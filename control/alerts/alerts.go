@@ -177,14 +177,21 @@ func (s *Source) Read(ctx context.Context) Result {
 	if !s.last.Time.IsZero() && now.Sub(s.last.Time) < s.opts.Interval && now.Sub(s.last.Time) >= 0 {
 		return s.last
 	}
-	s.last = s.read(ctx, now)
-	if s.last.Err != nil {
+	res := s.read(ctx, now)
+	if ctx.Err() != nil {
+		// The caller gave up (its leadership or control ended): what
+		// the source would have said is unknown, and no later caller
+		// may take the caller's cancellation for the source's.
+		return res
+	}
+	s.last = res
+	if res.Err != nil {
 		s.reads["error"].Inc()
 	} else {
 		s.reads["ok"].Inc()
-		s.firing.Store(int64(len(s.last.Firing)))
+		s.firing.Store(int64(len(res.Firing)))
 	}
-	return s.last
+	return res
 }
 
 // response is the alerts list as Prometheus and vmalert serve it; fields

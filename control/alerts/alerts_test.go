@@ -128,3 +128,20 @@ func TestNewRefuses(t *testing.T) {
 		}
 	}
 }
+
+// A read its caller cancelled is not kept: the next caller reads anew.
+func TestReadCancelledNotKept(t *testing.T) {
+	srv, n := serve(t, 200, `{"status":"success","data":{"alerts":[]}}`)
+	s, err := New(Options{URL: srv.URL, Interval: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if res := s.Read(ctx); res.Err == nil {
+		t.Fatalf("a cancelled read: %+v, want an error", res)
+	}
+	if res := s.Read(context.Background()); res.Err != nil || n.Load() != 1 {
+		t.Errorf("the read after a cancelled one: %v, %d requests; want it read, once", res.Err, n.Load())
+	}
+}
