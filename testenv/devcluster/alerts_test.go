@@ -241,6 +241,7 @@ func eventsOfKind(evs []*lehrpb.RolloutEvent, kind string) []*lehrpb.RolloutEven
 // alert clears. With Prometheus gone, a policy that says wait waits,
 // saying so, and one that says proceed proceeds, saying so.
 func TestRolloutWaitsWhileAlertFires(t *testing.T) {
+	const alertsInterval = 200 * time.Millisecond
 	metricshttp.ExposeMetadata() // as every daemon binary's main does
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
@@ -256,8 +257,13 @@ func TestRolloutWaitsWhileAlertFires(t *testing.T) {
 
 	c, err := devcluster.Start(ctx, devcluster.Options{
 		NoSync: true, Dir: t.TempDir(), Zones: []string{zoneA, zoneB}, AgentsPerZone: 1, Domains: []string{domain},
-		ReportInterval: 200 * time.Millisecond, Rollouts: true, RolloutInterval: 100 * time.Millisecond,
-		AlertsURL: prom.url, AlertsInterval: 200 * time.Millisecond, ControlMetricsListen: "127.0.0.1:0",
+		// Reports every 500 ms (their lease: 1.5 s), so that a loaded
+		// machine does not make a zone look silent while the rollout
+		// waits: a silent zone rewrites its reason (it waits for
+		// evidence first), which the test would take for a rewrite of a
+		// hold.
+		ReportInterval: 500 * time.Millisecond, Rollouts: true, RolloutInterval: 100 * time.Millisecond,
+		AlertsURL: prom.url, AlertsInterval: alertsInterval, ControlMetricsListen: "127.0.0.1:0",
 		Logger: controltest.Logger(t, slog.LevelError),
 	})
 	if err != nil {
@@ -351,8 +357,8 @@ func TestRolloutWaitsWhileAlertFires(t *testing.T) {
 		t.Fatal(err)
 	}
 	if !again.GetUpdateTime().AsTime().Equal(held.GetUpdateTime().AsTime()) || again.GetEventCount() != held.GetEventCount() {
-		t.Errorf("a held rollout was rewritten while the alert kept firing: update time %v → %v, events %d → %d",
-			held.GetUpdateTime().AsTime(), again.GetUpdateTime().AsTime(), held.GetEventCount(), again.GetEventCount())
+		t.Errorf("a held rollout was rewritten while the alert kept firing: update time %v → %v, events %d → %d, reason now %q",
+			held.GetUpdateTime().AsTime(), again.GetUpdateTime().AsTime(), held.GetEventCount(), again.GetEventCount(), again.GetReason())
 	}
 
 	// control's /metrics, with the alerts source's families, is a valid
@@ -410,6 +416,9 @@ func TestRolloutWaitsWhileAlertFires(t *testing.T) {
 	// Prometheus gone, the policy says wait: the first stage waits,
 	// saying why.
 	prom.stop()
+	// Control keeps a read for AlertsInterval: past it, every read is
+	// fresh (a bound, not a guess: alerts.Source.Read).
+	time.Sleep(alertsInterval)
 	v3, err := prod.Publish(ctx, ns, props("new_cart", "false"))
 	if err != nil {
 		t.Fatal(err)
