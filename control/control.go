@@ -44,6 +44,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"lehr.dev/lehr/control/alerts"
 	"lehr.dev/lehr/control/console"
 	"lehr.dev/lehr/control/embedetcd"
 	"lehr.dev/lehr/control/httpapi"
@@ -218,6 +219,13 @@ type Options struct {
 	// history (control/previewhist); default previewhist.DefaultInterval
 	// (a minute). Tests use a short one. Sampled only with Rollouts.
 	ExperimentSampleInterval time.Duration
+	// Alerts is the alerts source of the rollouts' monitoring check
+	// (control/alerts): Prometheus's or vmalert's /api/v1/alerts under
+	// Alerts.URL, read by the strategist's leader at most once per
+	// Alerts.Interval (never more often than RolloutInterval). A zero URL
+	// (the default) means none: a rollout policy with a monitoring check
+	// is refused. Metrics and Now are control's.
+	Alerts alerts.Options
 	// NoSync runs the embedded etcd without fsync: data survives a process
 	// restart but not a machine crash. The zero value is durable; tests
 	// only.
@@ -586,6 +594,7 @@ func (c *Control) Run(ctx context.Context) (err error) {
 		LocalUsers:           c.opts.LocalUsers,
 		DomainDefaults:       c.opts.DomainDefaults,
 		DevMode:              c.opts.DevMode,
+		Alerts:               c.opts.Alerts.URL != "",
 		Replica: service.Replica{Address: address, Store: ident.Store, EmbeddedEtcd: dir != "",
 			EtcdEndpoints: c.opts.EtcdEndpoints, ElectionKey: electionKey},
 	})
@@ -711,11 +720,23 @@ func (c *Control) Run(ctx context.Context) (err error) {
 	}
 	var strat *strategist.Strategist
 	if c.opts.Rollouts {
+		var src *alerts.Source
+		if c.opts.Alerts.URL != "" {
+			ao := c.opts.Alerts
+			ao.Metrics, ao.Now = c.metrics, nil
+			if ao.Interval <= 0 {
+				ao.Interval = alerts.DefaultInterval
+			}
+			ao.Interval = max(ao.Interval, c.opts.RolloutInterval) // once per round at most
+			if src, err = alerts.New(ao); err != nil {
+				return fmt.Errorf("control: %w", err)
+			}
+		}
 		strat, err = strategist.New(strategist.Options{
 			Store: st, Client: cli, ElectionKey: electionKey, ID: address,
 			Interval: c.opts.RolloutInterval, Policy: svc.EffectiveRolloutPolicy,
 			Metrics: c.metrics, Logger: c.log.With("component", "rollout"), Audit: svc.Audit,
-			Ended: svc.RolloutEnded, Leading: leading,
+			Ended: svc.RolloutEnded, Leading: leading, Alerts: src,
 		})
 		if err != nil {
 			return fmt.Errorf("control: %w", err)

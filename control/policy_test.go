@@ -106,6 +106,11 @@ func TestRolloutPolicyAPI(t *testing.T) {
 		{"unknown domain", set("nodomain", staged, 0), codes.NotFound, "scope", "lehr domain create nodomain"},
 		{"unknown namespace", set("pay/nons", staged, 0), codes.NotFound, "scope", "does not exist"},
 		{"stale generation", set("pay", rollout.GlobalBlast(), 9), codes.FailedPrecondition, "expected_generation", "generation 1, not 9"},
+		// This control has no --alerts-url: a monitoring check could never
+		// be checked.
+		{"alerts without a source", set("pay", &lehrpb.RolloutPolicy{Stages: staged.GetStages(),
+			Monitoring: &lehrpb.MonitoringCheck{Alerts: []*lehrpb.AlertSelector{{Alert: "HighErrorRate"}}}}, 0),
+			codes.InvalidArgument, "policy.monitoring", "start it with --alerts-url"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -16,6 +16,15 @@
 # cloud client) into go.mod. Skipped when bin/promtool exists or a
 # promtool is on $PATH (the tests find either).
 #
+# prometheus — the Prometheus server itself, from the same .deb, extracted
+# the same way (usr/bin/prometheus, static) and never installed: the
+# package would start a server as a service. The rollouts' monitoring
+# check is tested against it (testenv/devcluster, alerts_test.go): the
+# test starts it with a rule that fires on a metric the test serves.
+# Skipped when bin/prometheus exists or a prometheus is on $PATH. The test
+# fails under CI without it and is skipped on a machine without it
+# otherwise.
+#
 # grpcurl — pinned in go.mod as a tool (`go tool grpcurl`); built here into
 # Go's build cache ahead of the tests, so that TestGrpcurlLinesInDocsWork
 # (cmd/lehr) does not spend its package's time limit compiling it (about a
@@ -34,9 +43,17 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-if [ -x bin/promtool ] || command -v promtool >/dev/null; then
-	echo "promtool: $(command -v promtool || echo bin/promtool), present"
-else
+# Both promtool and prometheus come from Debian's prometheus .deb,
+# downloaded once (if either is missing) and extracted into bin/.
+need=()
+for tool in promtool prometheus; do
+	if [ -x "bin/$tool" ] || command -v "$tool" >/dev/null; then
+		echo "$tool: $(command -v "$tool" || echo "bin/$tool"), present"
+	else
+		need+=("$tool")
+	fi
+done
+if [ ${#need[@]} -gt 0 ]; then
 	tmp=$(mktemp -d)
 	trap 'rm -rf "$tmp"' EXIT
 	# apt-get download fetches the .deb checked against the signed package
@@ -45,10 +62,12 @@ else
 		apt-get update -qq
 		(cd "$tmp" && apt-get download -qq prometheus)
 	fi
-	dpkg-deb --fsys-tarfile "$tmp"/prometheus_*.deb | tar -x -C "$tmp" ./usr/bin/promtool
 	mkdir -p bin
-	mv "$tmp/usr/bin/promtool" bin/promtool
-	echo "promtool: bin/promtool, from $(basename "$tmp"/prometheus_*.deb)"
+	for tool in "${need[@]}"; do
+		dpkg-deb --fsys-tarfile "$tmp"/prometheus_*.deb | tar -x -C "$tmp" "./usr/bin/$tool"
+		mv "$tmp/usr/bin/$tool" "bin/$tool"
+		echo "$tool: bin/$tool, from $(basename "$tmp"/prometheus_*.deb)"
+	done
 fi
 
 ${GO:-go} tool -n grpcurl >/dev/null

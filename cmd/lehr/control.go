@@ -3,15 +3,18 @@ package main
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"lehr.dev/lehr/internal/gomemlimit"
 	"log/slog"
+	"os"
 	"slices"
 	"strings"
 	"time"
 
 	"lehr.dev/lehr/control"
+	"lehr.dev/lehr/control/alerts"
 	"lehr.dev/lehr/control/store"
 	"lehr.dev/lehr/internal/logflags"
 	"lehr.dev/lehr/internal/sdnotify"
@@ -96,6 +99,20 @@ saying the store has no leader or did not answer, and /healthz reports
 unhealthy; distributors and agents keep serving what they hold. Calls
 succeed again once a majority of the etcd members is back.
 
+A rollout policy may name alerts (its monitoring check: 'lehr rollout policy
+set --help'): while one fires where the next stage moves, that stage waits,
+saying which alert, since when and where, and goes on by itself once it
+clears. The alerts are read from --alerts-url: Prometheus's GET
+/api/v1/alerts, or VictoriaMetrics' vmalert (the same API; also a
+VictoriaMetrics single node or vmselect with -vmalert.proxyURL), not
+Alertmanager. The strategist's leader reads it at most once per
+--alerts-interval, one read for every rollout, each bounded by
+--alerts-timeout; an https URL is verified against --alerts-ca (or the
+system's roots), with --alerts-cert and --alerts-key for mutual TLS. When
+the source cannot be read, a stage waits or proceeds as its policy's
+on_source_error says, and says so. Without --alerts-url a policy that names
+alerts is refused.
+
 Stop it with Ctrl-C or SIGTERM: in-flight calls finish, then it exits.
 
 Subcommands:
@@ -110,6 +127,7 @@ Subcommands:
 			"lehr control --data-dir /var/lib/lehr-control --socket /run/lehr-control/control.sock --keep-last 500 --keep-for 720h --log-format json",
 			"lehr control --etcd-endpoints https://etcd-0:2379,https://etcd-1:2379 --etcd-ca etcd-ca.crt --etcd-cert etcd-client.crt --etcd-key etcd-client.key --listen 0.0.0.0:7400 --tls-cert control.crt --tls-key control.key --client-ca clients.crt --fleet-admins alice,bob",
 			"lehr control --socket /run/lehr-control/control.sock --local-users alice=alice,deploy=ci-bot --fleet-admins alice,unix:oncall",
+			"lehr control --alerts-url https://prometheus.example:9090 --alerts-ca prometheus-ca.crt --alerts-interval 15s",
 		},
 	})
 	var opts control.Options
@@ -141,6 +159,12 @@ Subcommands:
 	var quota, reserve byteSize
 	fs.Var(&quota, "store-quota", "the store's `size` quota, e.g. 8GiB: the embedded etcd's backend quota (default 8GiB), or what an external etcd before 3.6 was started with (--quota-backend-bytes; later ones report theirs)")
 	fs.Var(&reserve, "store-reserve", "`size` of the store quota kept for rollbacks, goal moves and the audit log: new content is refused above quota minus it (default a fifth of the quota)")
+	fs.StringVar(&opts.Alerts.URL, "alerts-url", "", "base `URL` of the alerts source of the rollouts' monitoring check: Prometheus or VictoriaMetrics' vmalert, e.g. http://prometheus:9090, whose /api/v1/alerts is read (user:password@ in it is sent as basic authentication); empty (the default): none, and a rollout policy that names alerts is refused")
+	alertsCA := fs.String("alerts-ca", "", "CA `file` (PEM) an https --alerts-url's certificate must chain to; default the system's roots")
+	alertsCert := fs.String("alerts-cert", "", "client certificate `file` (PEM) to present to an https --alerts-url (mutual TLS), with --alerts-key")
+	alertsKey := fs.String("alerts-key", "", "key `file` (PEM) of --alerts-cert")
+	fs.DurationVar(&opts.Alerts.Timeout, "alerts-timeout", alerts.DefaultTimeout, "give up one read of --alerts-url after this `duration`: the source counts as unreachable, and a stage waits or proceeds as its policy's on_source_error says")
+	fs.DurationVar(&opts.Alerts.Interval, "alerts-interval", alerts.DefaultInterval, "read --alerts-url at most once per this `duration`, one read shared by every rollout (never more often than the strategist's rounds): how soon a stage sees an alert fire or clear")
 	lf := addLogFlags(fs)
 	pos, code, ok := parse(e, fs, args)
 	if !ok {
@@ -216,6 +240,9 @@ Subcommands:
 			fmt.Fprintf(e.stderr, "lehr control: %v\n", err)
 			return exitError
 		}
+	}
+	if code, ok := alertsOptions(e, fs, &opts, *alertsCA, *alertsCert, *alertsKey); !ok {
+		return code
 	}
 	opts.Logger = logger
 	gomemlimit.Apply(logger)
@@ -306,4 +333,50 @@ func countSet(ss ...string) int {
 		}
 	}
 	return n
+}
+
+// alertsOptions checks the --alerts-* flags and completes opts.Alerts:
+// its TLS from caFile (the system's roots if empty) and, for mutual TLS,
+// certFile and keyFile.
+func alertsOptions(e *env, fs *flags, opts *control.Options, caFile, certFile, keyFile string) (int, bool) {
+	a := &opts.Alerts
+	switch {
+	case a.URL == "" && countSet(caFile, certFile, keyFile) > 0:
+		return usageError(e, fs, "--alerts-ca, --alerts-cert and --alerts-key are for an https --alerts-url: give it too"), false
+	case (certFile == "") != (keyFile == ""):
+		return usageError(e, fs, "pass both --alerts-cert and --alerts-key (mutual TLS to the alerts source), or neither"), false
+	case a.Timeout <= 0:
+		return usageError(e, fs, "--alerts-timeout %v: want a positive duration, e.g. 5s", a.Timeout), false
+	case a.Interval <= 0:
+		return usageError(e, fs, "--alerts-interval %v: want a positive duration, e.g. 10s", a.Interval), false
+	case a.URL == "":
+		return 0, true
+	}
+	if caFile != "" || certFile != "" {
+		if !strings.HasPrefix(a.URL, "https://") {
+			return usageError(e, fs, "--alerts-ca, --alerts-cert and --alerts-key are for an https --alerts-url, not %s", a.URL), false
+		}
+		a.TLS = &tls.Config{MinVersion: tls.VersionTLS12} // Prometheus's own default minimum
+		if caFile != "" {
+			pem, err := os.ReadFile(caFile)
+			if err != nil {
+				return usageError(e, fs, "--alerts-ca: %v", err), false
+			}
+			a.TLS.RootCAs = x509.NewCertPool()
+			if !a.TLS.RootCAs.AppendCertsFromPEM(pem) {
+				return usageError(e, fs, "--alerts-ca %s: no PEM certificate in it", caFile), false
+			}
+		}
+		if certFile != "" {
+			cert, err := tls.LoadX509KeyPair(certFile, keyFile)
+			if err != nil {
+				return usageError(e, fs, "--alerts-cert, --alerts-key: %v", err), false
+			}
+			a.TLS.Certificates = []tls.Certificate{cert}
+		}
+	}
+	if _, err := alerts.New(*a); err != nil {
+		return usageError(e, fs, "--alerts-url: %v", strings.TrimPrefix(err.Error(), "alerts: ")), false
+	}
+	return 0, true
 }

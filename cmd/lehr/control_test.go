@@ -34,3 +34,35 @@ func TestControlIdentityFlags(t *testing.T) {
 		}
 	}
 }
+
+// lehr control's --alerts-* flags (issue 35): --help teaches the source
+// and what it supports, and bad values are usage errors naming the flag.
+func TestControlAlertsFlags(t *testing.T) {
+	code, stdout, stderr := runCLI(t, nil, "control", "--help")
+	if code != exitOK || stderr != "" {
+		t.Fatalf("lehr control --help: exit %d, stderr %q", code, stderr)
+	}
+	for _, want := range []string{"\n  --alerts-url URL", "\n  --alerts-interval duration", "\n  --alerts-timeout duration", "\n  --alerts-ca file", "vmalert", "/api/v1/alerts", "not\nAlertmanager"} {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("lehr control --help lacks %q", want)
+		}
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--alerts-url", "prometheus:9090"}, "--alerts-url: URL \"prometheus:9090\": want http://HOST:PORT"},
+		{[]string{"--alerts-url", "http://p:9090/api/v1/alerts?x=1"}, "want no query"},
+		{[]string{"--alerts-ca", "ca.crt"}, "give it too"},
+		{[]string{"--alerts-url", "http://p:9090", "--alerts-ca", "ca.crt"}, "for an https --alerts-url"},
+		{[]string{"--alerts-url", "https://p:9090", "--alerts-cert", "c.crt"}, "pass both --alerts-cert and --alerts-key"},
+		{[]string{"--alerts-url", "https://p:9090", "--alerts-ca", "/nonexistent/ca.crt"}, "--alerts-ca: open /nonexistent/ca.crt"},
+		{[]string{"--alerts-url", "http://p:9090", "--alerts-timeout", "0s"}, "--alerts-timeout 0s: want a positive duration"},
+		{[]string{"--alerts-url", "http://p:9090", "--alerts-interval", "-1s"}, "--alerts-interval -1s: want a positive duration"},
+	} {
+		code, _, stderr := runCLI(t, nil, append([]string{"control", "--data-dir", t.TempDir()}, tc.args...)...)
+		if code != exitUsage || !strings.Contains(stderr, tc.want) {
+			t.Errorf("lehr control %s: exit %d, stderr %q; want a usage error saying %q", strings.Join(tc.args, " "), code, stderr, tc.want)
+		}
+	}
+}

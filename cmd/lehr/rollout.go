@@ -146,6 +146,12 @@ input); durations as 90s, 10m, 1h30m:
     - {start: "2026-12-23T00:00:00Z", end: "2027-01-02T00:00:00Z", reason: holidays}
     - reason: weekend               # every week, local time, DST-aware
       weekly: {days: [fri], at: "16:00", length: 64h, time_zone: Europe/Berlin}
+  monitoring:                       # no stage is entered while one fires
+    alerts:                         # (lehr control --alerts-url: Prometheus, vmalert)
+      - alert: HighErrorRate        # the rule's alertname
+        matchers: ['service="checkout"', 'severity=~"page|critical"']
+        zone_label: zone            # holds only stages that move that zone
+    on_source_error: wait           # or proceed, when the source cannot be read
 
 For an emergency, "global_blast: true" (and no stages) moves every zone at
 once: the publish itself writes every zone's goal, without waiting for the
@@ -411,6 +417,30 @@ func writeFreezeWindows(w io.Writer, p *lehrpb.RolloutPolicy) {
 	if after := p.GetAfter(); len(after) > 0 {
 		fmt.Fprintf(w, "  after %s: each stage waits until they hold, where it goes, the content they had at the publish\n", clean(strings.Join(after, ", ")))
 	}
+	writeMonitoring(w, p.GetMonitoring())
+}
+
+// writeMonitoring prints a policy's monitoring check, one line per alert.
+func writeMonitoring(w io.Writer, m *lehrpb.MonitoringCheck) {
+	if m == nil {
+		return
+	}
+	onErr := m.GetOnSourceError()
+	if onErr == "" {
+		onErr = rollout.OnSourceErrorWait
+	}
+	fmt.Fprintf(w, "  monitoring check: no stage is entered while one of these alerts fires where it moves; if the alerts source cannot be read: %s\n", clean(onErr))
+	for _, sel := range m.GetAlerts() {
+		where := "every stage"
+		if zl := sel.GetZoneLabel(); zl != "" {
+			where = "the stages that move the zone its " + clean(zl) + " label names"
+		}
+		match := ""
+		if ms := sel.GetMatchers(); len(ms) > 0 {
+			match = "{" + strings.Join(ms, ",") + "}"
+		}
+		fmt.Fprintf(w, "    alert %s%s holds %s\n", clean(sel.GetAlert()), clean(match), where)
+	}
 }
 
 func fmtTarget(st *lehrpb.RolloutStage) string {
@@ -663,6 +693,11 @@ func writeRollout(w io.Writer, r *lehrpb.Rollout) {
 	}
 	if r.GetRollbackVersion() != 0 {
 		fmt.Fprintf(w, "  rolled back by version %d\n", r.GetRollbackVersion())
+	}
+	if h := r.GetAlertHold(); h != nil && rollout.Active(r) {
+		for _, line := range rollout.DescribeHold(h) {
+			fmt.Fprintf(w, "  held by   %s\n", clean(line))
+		}
 	}
 	fmt.Fprintf(w, "  %s\n", reasonOf(r, time.Now()))
 }

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/protobuf/types/known/timestamppb"
+
 	"lehr.dev/lehr/control"
 	"lehr.dev/lehr/control/controltest"
 	"lehr.dev/lehr/proto/lehrpb"
@@ -369,4 +371,62 @@ func TestRolloutAfterFromTheCLI(t *testing.T) {
 	if !slices.Contains(kinds, "waiting") {
 		t.Errorf("pay/limits' events %v; want it to have waited for pay/flags", kinds)
 	}
+}
+
+// A policy file's monitoring check, as 'lehr rollout policy set --help'
+// writes it, parses, and 'policy get' shows it.
+func TestPolicyMonitoringCheck(t *testing.T) {
+	p, err := parsePolicy([]byte(`
+stages:
+  - {name: canary, canary: {hosts: 1}, bake: 10m}
+monitoring:
+  alerts:
+    - alert: HighErrorRate
+      matchers: ['service="checkout"', 'severity=~"page|critical"']
+      zone_label: zone
+    - {alert: Overloaded}
+  on_source_error: proceed
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := p.GetMonitoring()
+	if len(m.GetAlerts()) != 2 || m.GetAlerts()[0].GetZoneLabel() != "zone" || len(m.GetAlerts()[0].GetMatchers()) != 2 || m.GetOnSourceError() != "proceed" {
+		t.Fatalf("parsed monitoring check: %v", m)
+	}
+	var b strings.Builder
+	writePolicy(&b, p)
+	for _, want := range []string{
+		"monitoring check: no stage is entered while one of these alerts fires where it moves; if the alerts source cannot be read: proceed",
+		`alert HighErrorRate{service="checkout",severity=~"page|critical"} holds the stages that move the zone its zone label names`,
+		"alert Overloaded holds every stage",
+	} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("policy get lacks %q:\n%s", want, b.String())
+		}
+	}
+	if _, err := parsePolicy([]byte("monitoring: {alerts: [{alertname: X}]}")); err == nil || !strings.Contains(err.Error(), "alertname") {
+		t.Errorf("an unknown field of an alert: %v; want an error naming it", err)
+	}
+}
+
+// lehr rollout status says what holds a rollout under its monitoring
+// check, beside the reason; -o json carries the hold as stored.
+func TestWriteRolloutAlertHold(t *testing.T) {
+	since := timestamppb.New(time.Date(2030, 1, 1, 21, 40, 3, 0, time.UTC))
+	r := &lehrpb.Rollout{Id: "shop/fw@2", Namespace: "shop/fw", Version: 2, BaseVersion: 1, State: lehrpb.RolloutState_ROLLOUT_STATE_RUNNING,
+		Stages: []string{"canary", "rest"}, Stage: 0,
+		Reason: `stage "canary" passed; stage "rest" waits: alert HighErrorRate{service="checkout",zone="zone-b"} firing since 2030-01-01 21:40:03 UTC in zone-b; it goes on by itself once it clears`,
+		AlertHold: &lehrpb.AlertHold{Stage: 1, AlertCount: 1, StartTime: since,
+			Alerts: []*lehrpb.FiringAlert{{Labels: map[string]string{"alertname": "HighErrorRate", "service": "checkout", "zone": "zone-b"}, ActiveTime: since}}}}
+	var b strings.Builder
+	writeRollout(&b, r)
+	mustContain(t, "rollout status", b.String(),
+		`held by   HighErrorRate{service="checkout",zone="zone-b"} firing since 2030-01-01 21:40:03 UTC`,
+		`stage "rest" waits: alert HighErrorRate{service="checkout",zone="zone-b"} firing since 2030-01-01 21:40:03 UTC in zone-b`)
+	js, err := marshalJSON(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustContain(t, "rollout status -o json", string(js), `"alert_hold": {`, `"active_time": "2030-01-01T21:40:03Z"`, `"alertname": "HighErrorRate"`)
 }

@@ -1,11 +1,18 @@
 package console_test
 
 import (
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
+	"lehr.dev/lehr/control"
+	"lehr.dev/lehr/control/alerts"
+	"lehr.dev/lehr/control/controltest"
 	"lehr.dev/lehr/proto/lehrpb"
 	"lehr.dev/lehr/testenv/wait"
 )
@@ -273,5 +280,59 @@ func TestCSRF(t *testing.T) {
 	last := recs.GetRecords()[len(recs.GetRecords())-1]
 	if last.GetMethod() != "UpdateRollout" || last.GetMessage() != "hold on" || last.GetCode() != "OK" {
 		t.Errorf("the audit log's last record %v; want the pause with its message", last)
+	}
+}
+
+// The rollout page says what holds a rollout under its policy's
+// monitoring check: its reason names the alert, and the facts list every
+// alert firing with since when (issue 35).
+func TestRolloutPageShowsAlertHold(t *testing.T) {
+	ctx := testCtx(t)
+	alertsSrv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		io.WriteString(w, `{"status":"success","data":{"alerts":[{"labels":{"alertname":"HighErrorRate","service":"web","zone":"zone-b"},"state":"firing","activeAt":"2030-01-01T21:40:03Z"}]}}`)
+	}))
+	t.Cleanup(alertsSrv.Close)
+	srv := controltest.StartControl(t, control.Options{HTTPListen: "127.0.0.1:0", Rollouts: true, RolloutInterval: 50 * time.Millisecond,
+		Alerts: alerts.Options{URL: alertsSrv.URL, Interval: 50 * time.Millisecond}})
+	base := "http://" + srv.Control.HTTPAddr().String()
+	cl := srv.Client
+	for _, z := range []string{"zone-a", "zone-b"} {
+		if _, err := cl.CreateZone(ctx, &lehrpb.CreateZoneRequest{Name: z}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := cl.CreateDomain(ctx, &lehrpb.CreateDomainRequest{Domain: &lehrpb.Domain{Name: "shop"}}); err != nil {
+		t.Fatal(err)
+	}
+	p := bakingPolicy()
+	p.Monitoring = &lehrpb.MonitoringCheck{Alerts: []*lehrpb.AlertSelector{{Alert: "HighErrorRate", Matchers: []string{`service="web"`}, ZoneLabel: "zone"}}}
+	if _, err := cl.SetRolloutPolicy(ctx, &lehrpb.SetRolloutPolicyRequest{Scope: "shop", Policy: p}); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 2 {
+		if _, err := cl.Publish(ctx, &lehrpb.PublishRequest{Namespace: "shop/web", Properties: []*lehrpb.Property{{Key: "k", Value: []byte{byte('0' + i)}}}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	wait.For(t, "version 2's rollout to be held", func() bool {
+		r, err := cl.GetRollout(ctx, &lehrpb.GetRolloutRequest{Namespace: "shop/web", Version: 2})
+		return err == nil && r.GetAlertHold() != nil
+	})
+	var rPage struct {
+		Reason string   `json:"reason"`
+		Held   []string `json:"held"`
+	}
+	hc := httpClient(t, nil)
+	getJSON(t, hc, base+"/console/rollouts/shop/web/2?format=json", &rPage)
+	alert := `HighErrorRate{service="web",zone="zone-b"} firing since 2030-01-01 21:40:03 UTC`
+	if !strings.Contains(rPage.Reason, `stage "all zones" waits: alert `+alert+" in zone-b") {
+		t.Errorf("rollout page's reason %q: want it to name the alert, since when and where", rPage.Reason)
+	}
+	if len(rPage.Held) != 1 || rPage.Held[0] != alert {
+		t.Errorf("rollout page's held %q; want [%q]", rPage.Held, alert)
+	}
+	_, body := fetch(t, hc, "GET", base+"/console/rollouts/shop/web/2", nil)
+	if !strings.Contains(body, `id="held"`) || !strings.Contains(body, "HighErrorRate{service=&#34;web&#34;,zone=&#34;zone-b&#34;} firing since") {
+		t.Errorf("rollout page lacks the held alert:\n%s", body)
 	}
 }

@@ -86,6 +86,11 @@ type rolloutPage struct {
 	Reason string
 	// WaitUntil, when it waits for something timed.
 	WaitUntil *time.Time
+	// Held lists what holds its next stage under the policy's monitoring
+	// check (Rollout.alert_hold): each alert firing, with since when, or
+	// the alerts source that could not be read; HeldStage names the stage.
+	Held      []string
+	HeldStage string
 	// Actions the caller may take now; Refused, why control would refuse
 	// the caller the ones that apply (the first refusal).
 	Actions []action
@@ -123,6 +128,12 @@ func (c *Console) rollout(w http.ResponseWriter, r *http.Request) {
 	if ro.GetWaitUntil() != nil && rollout.WaitLeft(ro, now) != "" {
 		t := ro.GetWaitUntil().AsTime()
 		rp.WaitUntil = &t
+	}
+	if h := ro.GetAlertHold(); h != nil && rollout.Active(ro) {
+		rp.Held = rollout.DescribeHold(h)
+		if i := int(h.GetStage()); i < len(ro.GetStages()) {
+			rp.HeldStage = ro.GetStages()[i]
+		}
 	}
 	for i, name := range ro.GetStages() {
 		sv := stageView{N: i + 1, Name: name}
@@ -165,7 +176,7 @@ func (c *Console) rollout(w http.ResponseWriter, r *http.Request) {
 		refresh = int(c.opts.Refresh / time.Second)
 	}
 	doc := map[string]any{"page": "rollout", "rollout": pj(ro), "events": pjs(rp.Events), "reason": rp.Reason,
-		"stages": nonNil(rp.Stages), "actions": actionNames(rp.Actions)}
+		"stages": nonNil(rp.Stages), "actions": actionNames(rp.Actions), "held": nonNil(rp.Held)}
 	d, _, _ := cutNS(ns)
 	c.render(w, r, "rollout", page{Title: "Rollout " + ro.GetId(), Refresh: refresh,
 		Crumbs: []crumb{{"Fleet", Prefix}, {"Domain " + d, domainURL(d)}, {"Namespace " + ns, nsURL(ns)}}, Body: rp}, doc)

@@ -94,7 +94,7 @@ func Start(in StartInput) (StartDecision, error) {
 		old := proto.CloneOf(prev)
 		old.State = lehrpb.RolloutState_ROLLOUT_STATE_SUPERSEDED
 		old.Reason = fmt.Sprintf("version %d supersedes it (the latest intent wins); hosts that took %d move on with %d's rollout", seq, prev.GetVersion(), seq)
-		old.UpdateTime, old.WaitUntil = timestamppb.New(now), nil
+		old.UpdateTime, old.WaitUntil, old.AlertHold = timestamppb.New(now), nil, nil
 		out.Superseded = &Decision{Rollout: old, Events: []*lehrpb.RolloutEvent{newEvent(old, now, "superseded", old.GetReason(), "")}}
 	}
 	if !behind || len(in.Zones) == 0 {
@@ -131,10 +131,11 @@ func Start(in StartInput) (StartDecision, error) {
 		what += ", a GLOBAL BLAST: every zone at once"
 	}
 	started := newEvent(r, now, "started", fmt.Sprintf("version %d from base %d under %s: %s", seq, base, what, strings.Join(r.Stages, " → ")), "")
-	if _, _, isFrozen := Frozen(policy, now); isFrozen || policy.GetMaxConcurrent() > 0 || len(r.GetRequires()) > 0 {
+	if _, _, isFrozen := Frozen(policy, now); isFrozen || policy.GetMaxConcurrent() > 0 || policy.GetMonitoring() != nil || len(r.GetRequires()) > 0 {
 		// Recorded, not entered: Admit enters the first stage once no
 		// freeze window is open, the namespaces it requires are where
-		// the stage goes and the domain has room.
+		// the stage goes, the domain has room and no alert the policy
+		// names fires.
 		r.Reason = fmt.Sprintf("stage %q waits to be entered", stages[0].Name)
 		r.UpdateTime = timestamppb.New(now)
 		out.Started = &Decision{Rollout: r, Events: []*lehrpb.RolloutEvent{started}}
@@ -146,15 +147,18 @@ func Start(in StartInput) (StartDecision, error) {
 }
 
 // Admit decides, for the rollouts in flight of one domain, those that wait
-// to enter their first stage (started during a freeze, or queued behind
-// their domain's limit, or for the namespaces they require), oldest
-// first: each enters once the namespaces it requires are where its first
-// stage goes (Unmet) and while the domain has fewer than its policy's
-// max_concurrent rollouts in a stage, or records why it waits. goals reads
-// a namespace's goal in each of zones, for those that enter; reached what
-// a rollout requires (Rollout.requires), for those that do.
+// to enter their first stage (started during a freeze, queued behind
+// their domain's limit, waiting for the namespaces they require, or under a
+// policy with a monitoring check), oldest first: each enters once the
+// namespaces it requires are where its first stage goes (Unmet), while the
+// domain has fewer than its policy's max_concurrent rollouts in a stage and
+// no alert its policy names fires where the stage moves, or records why it
+// waits. goals reads a namespace's goal in each of zones, for those that
+// enter; reached what a rollout requires (Rollout.requires), for those
+// that do; alerts what control's alerts source says (nil: it has none),
+// read only for a rollout about to enter under a monitoring check.
 func Admit(active []*lehrpb.Rollout, zones []string, now time.Time, goals func(ns string) (map[string]*lehrpb.GoalState, error),
-	reached func(r *lehrpb.Rollout) ([]Reached, error)) ([]Decision, error) {
+	reached func(r *lehrpb.Rollout) ([]Reached, error), alerts func() Alerts) ([]Decision, error) {
 	inflight := map[string][]string{}
 	var waiting []*lehrpb.Rollout
 	for _, r := range active {
@@ -206,11 +210,19 @@ func Admit(active []*lehrpb.Rollout, zones []string, now time.Time, goals func(n
 				out = append(out, Decision{Rollout: r, Events: evs})
 			}
 		default:
+			m := checkStage(r.GetPolicy(), stages[0], 0, alerts)
+			if m.hold != nil {
+				if hd := held(r, now, m.hold, stages[0], ""); hd.Rollout != nil {
+					out = append(out, hd)
+				}
+				continue
+			}
+			evs := released(r, now, m, stages[0])
 			cur, err := goals(r.GetNamespace())
 			if err != nil {
 				return out, fmt.Errorf("admit %s: %w", r.GetId(), err)
 			}
-			out = append(out, enter(r, 0, stages, cur, now))
+			out = append(out, enter(r, 0, stages, cur, now, evs...))
 			inflight[d] = append(inflight[d], r.GetId())
 		}
 	}
@@ -263,7 +275,7 @@ func Command(r *lehrpb.Rollout, c *lehrpb.RolloutCommand, now time.Time) Decisio
 // strategist commits the rollback — and returns its event.
 func Ended(r *lehrpb.Rollout, e *Ending, now time.Time) *lehrpb.RolloutEvent {
 	r.State = e.State
-	r.UpdateTime, r.WaitUntil = timestamppb.New(now), nil
+	r.UpdateTime, r.WaitUntil, r.AlertHold = timestamppb.New(now), nil, nil
 	kind := "failed"
 	if e.State == lehrpb.RolloutState_ROLLOUT_STATE_ABORTED {
 		kind = "aborted"

@@ -7,7 +7,7 @@
 //     windows, and how a policy resolves against the registered zones into
 //     concrete stages (Resolve).
 //   - Decisions, pure (step.go, decide.go, zones.go, witness.go,
-//     analysis.go): from a rollout as stored, its stages, the evidence its
+//     analysis.go, alerts.go): from a rollout as stored, its stages, the evidence its
 //     zones' distributors reported and the time, Start, Admit, Step and
 //     Command return a Decision — the rollout as it should be, the goals to
 //     move, the events that say why, an ending to roll back, a canary
@@ -15,6 +15,10 @@
 //     (Rollout.state, stage, stage_applied_time, wait_until); Active is the
 //     one "in flight" predicate. Their table and golden tests
 //     (scenario_test.go, testdata/scenarios) need no etcd.
+//   - The monitoring check (alerts.go): a policy's alerts, matched
+//     against what control's alerts source reports (Alerts, an input
+//     like the evidence), hold the stages that move their zones; what
+//     holds a rollout is recorded in it (Rollout.alert_hold).
 //   - At publish (publish.go): AtPublish decides which rollouts start in
 //     their version's own commit rather than at the strategist's next
 //     round — a global blast Start would enter at once — and starts them

@@ -43,6 +43,9 @@ type Fleet struct {
 	// Hosts maps a zone to the hosts its distributors report connected;
 	// a zone absent, or reporting none, is not checked.
 	Hosts map[string]int
+	// Alerts says control has an alerts source (lehr control
+	// --alerts-url): without one a policy's monitoring check is refused.
+	Alerts bool
 }
 
 // Validate checks p against the fleet. The error is a *FieldError naming
@@ -55,6 +58,9 @@ func Validate(prefix string, p *lehrpb.RolloutPolicy, fleet Fleet) error {
 		return err
 	}
 	if err := checkAfter(prefix+".after", p.GetAfter()); err != nil {
+		return err
+	}
+	if err := checkMonitoring(prefix+".monitoring", p.GetMonitoring(), fleet.Alerts); err != nil {
 		return err
 	}
 	if n := p.GetMaxConcurrent(); n > MaxConcurrentLimit {

@@ -15,7 +15,17 @@ import (
 	"lehr.dev/lehr/proto/lehrpb"
 )
 
-var fleet = rollout.Fleet{Zones: []string{"zone-a", "zone-b", "zone-c"}, Hosts: map[string]int{"zone-a": 3, "zone-b": 2}}
+var fleet = rollout.Fleet{Zones: []string{"zone-a", "zone-b", "zone-c"}, Hosts: map[string]int{"zone-a": 3, "zone-b": 2}, Alerts: true}
+
+func withMonitoring(m *lehrpb.MonitoringCheck) *lehrpb.RolloutPolicy {
+	p := rollout.Default()
+	p.Monitoring = m
+	return p
+}
+
+func alertsNamed(sels ...*lehrpb.AlertSelector) *lehrpb.MonitoringCheck {
+	return &lehrpb.MonitoringCheck{Alerts: sels}
+}
 
 func canary(c *lehrpb.CanaryTarget) *lehrpb.RolloutStage {
 	return &lehrpb.RolloutStage{Target: &lehrpb.RolloutStage_Canary{Canary: c}}
@@ -195,6 +205,26 @@ func TestValidate(t *testing.T) {
 		{"weekly unknown zone", withFreeze(&lehrpb.FreezeWindow{Weekly: weeklyWith(func(w *lehrpb.WeeklyWindow) { w.TimeZone = "Mars/Olympus" })}), "policy.freeze_windows[0].weekly.time_zone", "not an IANA time zone"},
 		{"a valid weekly freeze", withFreeze(&lehrpb.FreezeWindow{Weekly: weekend(), Reason: "weekend"}), "", ""},
 		{"a valid freeze", withFreeze(&lehrpb.FreezeWindow{Start: timestamppb.New(t0), End: timestamppb.New(t0.Add(time.Hour)), Reason: "launch"}), "", ""},
+		{"a valid monitoring check", withMonitoring(&lehrpb.MonitoringCheck{OnSourceError: "proceed", Alerts: []*lehrpb.AlertSelector{
+			{Alert: "HighErrorRate", Matchers: []string{`service="checkout"`, `severity=~"page|critical"`, `team!=db`, `env!~"dev.*"`}, ZoneLabel: "zone"},
+			{Alert: "Overloaded"},
+		}}), "", ""},
+		{"a global blast with a monitoring check", &lehrpb.RolloutPolicy{GlobalBlast: true, Monitoring: alertsNamed(&lehrpb.AlertSelector{Alert: "A"})}, "", ""},
+		{"monitoring without alerts", withMonitoring(&lehrpb.MonitoringCheck{}), "policy.monitoring.alerts", "at least one alert"},
+		{"monitoring unknown on_source_error", withMonitoring(&lehrpb.MonitoringCheck{OnSourceError: "WAIT", Alerts: []*lehrpb.AlertSelector{{Alert: "A"}}}), "policy.monitoring.on_source_error", `"WAIT"; want wait`},
+		{"alert without a name", withMonitoring(alertsNamed(&lehrpb.AlertSelector{Alert: "A"}, &lehrpb.AlertSelector{Matchers: []string{"a=b"}})), "policy.monitoring.alerts[1].alert", "an alert name is required"},
+		{"matcher without operator", withMonitoring(alertsNamed(&lehrpb.AlertSelector{Alert: "A", Matchers: []string{`service="x"`, "service"}})), "policy.monitoring.alerts[0].matchers[1]", "no operator"},
+		{"matcher bad label", withMonitoring(alertsNamed(&lehrpb.AlertSelector{Alert: "A", Matchers: []string{`1x="y"`}})), "policy.monitoring.alerts[0].matchers[0]", "not a label name"},
+		{"matcher bad regex", withMonitoring(alertsNamed(&lehrpb.AlertSelector{Alert: "A", Matchers: []string{`x=~"(("`}})), "policy.monitoring.alerts[0].matchers[0]", "not a regular expression"},
+		{"matcher bad quote", withMonitoring(alertsNamed(&lehrpb.AlertSelector{Alert: "A", Matchers: []string{`x="y`}})), "policy.monitoring.alerts[0].matchers[0]", "not a quoted string"},
+		{"bad zone label", withMonitoring(alertsNamed(&lehrpb.AlertSelector{Alert: "A", ZoneLabel: "zone-name"})), "policy.monitoring.alerts[0].zone_label", "not a label name"},
+		{"too many alerts", withMonitoring(alertsNamed(func() []*lehrpb.AlertSelector {
+			var out []*lehrpb.AlertSelector
+			for range rollout.MaxAlertSelectors + 1 {
+				out = append(out, &lehrpb.AlertSelector{Alert: "A"})
+			}
+			return out
+		}()...)), "policy.monitoring.alerts", "at most 20"},
 		{"too many stages", policy(func() []*lehrpb.RolloutStage {
 			var out []*lehrpb.RolloutStage
 			for range rollout.MaxStages + 1 {
@@ -220,5 +250,20 @@ func TestValidate(t *testing.T) {
 				t.Errorf("Validate: field %q message %q; want field %q and a message containing %q", fe.Field, fe.Message, tc.wantField, tc.wantMsg)
 			}
 		})
+	}
+}
+
+// A control without an alerts source refuses a monitoring check: it could
+// never be checked.
+func TestValidateMonitoringNeedsASource(t *testing.T) {
+	noSource := fleet
+	noSource.Alerts = false
+	err := rollout.Validate("policy", withMonitoring(alertsNamed(&lehrpb.AlertSelector{Alert: "A"})), noSource)
+	var fe *rollout.FieldError
+	if !errors.As(err, &fe) || fe.Field != "policy.monitoring" || !strings.Contains(fe.Message, "--alerts-url") {
+		t.Errorf("Validate without an alerts source: %v; want a *FieldError on policy.monitoring naming --alerts-url", err)
+	}
+	if err := rollout.Validate("policy", rollout.Default(), noSource); err != nil {
+		t.Errorf("Validate of a policy without a monitoring check, without an alerts source: %v", err)
 	}
 }

@@ -35,8 +35,8 @@ const PublishedEventKind = "published"
 // AtPublish decides whether a new version's rollout starts in its
 // publish's own transaction instead of at the strategist's next round: it
 // does for a global blast that Start would enter at once — no freeze
-// window open, no max_concurrent to queue behind (waiting for either is
-// Admit's, the strategist's). Then d is Start's decision on what the
+// window open, no max_concurrent to queue behind, no monitoring check to
+// read alerts for (waiting for any is Admit's, the strategist's). Then d is Start's decision on what the
 // commit read — the version's rollout entered in its only stage, with
 // every zone's goal, and the rollout in flight it supersedes — with one
 // more event saying that the goals were written at publish. The rollout
@@ -45,7 +45,7 @@ const PublishedEventKind = "published"
 // rollout is the strategist's to start; an error is Read's.
 func AtPublish(in PublishInput) (d StartDecision, ok bool, err error) {
 	p := in.Policy
-	if !p.GetGlobalBlast() || p.GetMaxConcurrent() > 0 || in.Info.GetSeq() < 2 || len(in.Zones) == 0 {
+	if !p.GetGlobalBlast() || p.GetMaxConcurrent() > 0 || p.GetMonitoring() != nil || in.Info.GetSeq() < 2 || len(in.Zones) == 0 {
 		return StartDecision{}, false, nil
 	}
 	if _, _, frozen := Frozen(p, in.Now); frozen {

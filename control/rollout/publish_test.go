@@ -59,6 +59,9 @@ func TestAtPublish(t *testing.T) {
 		{name: "global blast, every zone there already", policy: rollout.GlobalBlast(), seq: 2, zones: zones, goals: at(2), read: true},
 		{name: "global blast, a freeze window open", policy: &lehrpb.RolloutPolicy{GlobalBlast: true, FreezeWindows: open}, seq: 2, zones: zones},
 		{name: "global blast under max_concurrent", policy: &lehrpb.RolloutPolicy{GlobalBlast: true, MaxConcurrent: 3}, seq: 2, zones: zones},
+		// Its alerts are read by the strategist (Admit), never by a publish.
+		{name: "global blast with a monitoring check", policy: &lehrpb.RolloutPolicy{GlobalBlast: true,
+			Monitoring: &lehrpb.MonitoringCheck{Alerts: []*lehrpb.AlertSelector{{Alert: "Overloaded"}}}}, seq: 2, zones: zones},
 		{name: "global blast, first version", policy: rollout.GlobalBlast(), seq: 1, zones: zones},
 		{name: "global blast, no zone", policy: rollout.GlobalBlast(), seq: 2},
 		{name: "staged", policy: staged, seq: 2, zones: zones},

@@ -38,11 +38,21 @@ type world struct {
 	head     uint64 // the namespace's latest version
 	policy   *lehrpb.RolloutPolicy
 	analysis map[string]*lehrpb.CanaryEvaluation // by id
-	log      strings.Builder
+	// alerts is what the alerts source says; reads counts its reads.
+	alerts Alerts
+	reads  int
+	writes int // decisions that stored the rollout
+	log    strings.Builder
 	// The namespaces the policy names in after: the content of each
 	// one's latest version, and its goal in each zone.
 	depLatest map[string]uint64
 	depGoals  map[string]map[string]ZoneContent
+}
+
+// readAlerts is the world's alerts source, as the strategist reads it.
+func (w *world) readAlerts() Alerts {
+	w.reads++
+	return w.alerts
 }
 
 const ns = "pay/limits"
@@ -82,6 +92,7 @@ func (w *world) apply(d Decision) {
 		return
 	}
 	r := d.Rollout
+	w.writes++
 	w.rollouts[r.GetVersion()] = r
 	for _, e := range d.Events {
 		fmt.Fprintf(&w.log, "%8s  %s@%d stage %d  %-11s %s\n", w.now.Sub(w.start), "v", r.GetVersion(), e.GetStage(), e.GetKind(), e.GetMessage())
@@ -143,9 +154,9 @@ func (w *world) step(e Evidence) {
 		w.t.Fatalf("step at %v: the rollout of version %d is %v", w.now.Sub(w.start), w.latest, r.GetState())
 	}
 	in := StepInput{Rollout: r, Stages: Resolve(r.GetPolicy(), w.zones), Zones: w.zones, Evidence: e, Now: w.now,
-		Analysis: w.analysis[r.GetEvaluationId()],
-		Goals:    func() (map[string]*lehrpb.GoalState, error) { return w.goals, nil },
-		Reached:  func() ([]Reached, error) { return w.reached(r), nil }}
+		Analysis: w.analysis[r.GetEvaluationId()], Alerts: w.readAlerts,
+		Goals:   func() (map[string]*lehrpb.GoalState, error) { return w.goals, nil },
+		Reached: func() ([]Reached, error) { return w.reached(r), nil }}
 	d, err := Step(in)
 	if err != nil {
 		w.t.Fatal(err)
@@ -172,12 +183,13 @@ func (w *world) reached(r *lehrpb.Rollout) []Reached {
 	return out
 }
 
-// admit runs Admit on the latest rollout.
+// admit runs Admit on the latest rollout, as the strategist's round does
+// after its steps.
 func (w *world) admit() {
 	w.t.Helper()
 	ds, err := Admit([]*lehrpb.Rollout{w.rollouts[w.latest]}, w.zones, w.now,
 		func(string) (map[string]*lehrpb.GoalState, error) { return w.goals, nil },
-		func(r *lehrpb.Rollout) ([]Reached, error) { return w.reached(r), nil })
+		func(r *lehrpb.Rollout) ([]Reached, error) { return w.reached(r), nil }, w.readAlerts)
 	if err != nil {
 		w.t.Fatal(err)
 	}
@@ -581,10 +593,7 @@ func TestScenarioQueueUnderMaxConcurrent(t *testing.T) {
 	}
 	first, second := mk("pay/a", now), mk("pay/b", now.Add(time.Second))
 	goalsOf := func(string) (map[string]*lehrpb.GoalState, error) { return goals, nil }
-	Admit := func(rs []*lehrpb.Rollout, zones []string, now time.Time, goals func(string) (map[string]*lehrpb.GoalState, error)) ([]Decision, error) {
-		return Admit(rs, zones, now, goals, func(*lehrpb.Rollout) ([]Reached, error) { return nil, nil })
-	}
-	ds, err := Admit([]*lehrpb.Rollout{second, first}, zones, now.Add(2*time.Second), goalsOf)
+	ds, err := Admit([]*lehrpb.Rollout{second, first}, zones, now.Add(2*time.Second), goalsOf, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -598,12 +607,12 @@ func TestScenarioQueueUnderMaxConcurrent(t *testing.T) {
 	// The queue is recorded once: a second pass that finds it still
 	// queued writes nothing.
 	entered, queued := ds[0].Rollout, ds[1].Rollout
-	again, err := Admit([]*lehrpb.Rollout{entered, queued}, zones, now.Add(3*time.Second), goalsOf)
+	again, err := Admit([]*lehrpb.Rollout{entered, queued}, zones, now.Add(3*time.Second), goalsOf, nil, nil)
 	if err != nil || len(again) != 0 {
 		t.Errorf("admit again while the first is in a stage: %v, %v; want nothing", again, err)
 	}
 	// When the first ends, the second enters.
-	again, err = Admit([]*lehrpb.Rollout{queued}, zones, now.Add(time.Minute), goalsOf)
+	again, err = Admit([]*lehrpb.Rollout{queued}, zones, now.Add(time.Minute), goalsOf, nil, nil)
 	if err != nil || len(again) != 1 || again[0].Rollout.GetStageStartTime() == nil || again[0].Events[0].GetKind() != "stage" {
 		t.Errorf("admit once the first ended: %v, %v; want the second entered", again, err)
 	}

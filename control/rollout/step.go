@@ -45,7 +45,11 @@ type StepInput struct {
 	// Reached returns how far the namespaces the rollout requires
 	// (Rollout.requires) have gone: read only before entering a stage.
 	Reached func() ([]Reached, error)
-	Now     time.Time
+	// Alerts returns what control's alerts source says: read only when
+	// the next stage is due and the policy has a monitoring check. Nil
+	// means control has no alerts source.
+	Alerts func() Alerts
+	Now    time.Time
 }
 
 // Decision is what a step decided. The zero Decision changes nothing.
@@ -271,13 +275,20 @@ func Step(in StepInput) (Decision, error) {
 	}
 	passed := now.Sub(started)
 	if i+1 < len(stages) {
-		adv := newEvent(r, now, "advanced", fmt.Sprintf("stage %q passed: %d host(s) held version %d, %d of %d consumers rejected it%s%s",
-			stg.Name, ev.applied, r.GetVersion(), ev.rejected, ev.consumers, verdictNote, ev.reporters.note()), "")
+		// The monitoring check: no stage is entered while an alert the
+		// policy names fires where it moves.
+		m := checkStage(r.GetPolicy(), stages[i+1], i+1, in.Alerts)
+		if m.hold != nil {
+			return held(r, now, m.hold, stages[i+1], fmt.Sprintf("stage %q passed", stg.Name)), nil
+		}
+		evs := released(r, now, m, stages[i+1])
+		evs = append(evs, newEvent(r, now, "advanced", fmt.Sprintf("stage %q passed: %d host(s) held version %d, %d of %d consumers rejected it%s%s",
+			stg.Name, ev.applied, r.GetVersion(), ev.rejected, ev.consumers, verdictNote, ev.reporters.note()), ""))
 		cur, err := in.Goals()
 		if err != nil {
 			return Decision{}, err
 		}
-		d := enter(r, i+1, stages, cur, now, adv)
+		d := enter(r, i+1, stages, cur, now, evs...)
 		d.StagePassed = passed
 		return d, nil
 	}

@@ -98,6 +98,10 @@ type Options struct {
 	// Replica is this control replica as GetControlStatus describes it;
 	// the zero value says nothing of it.
 	Replica Replica
+	// Alerts says control has an alerts source (lehr control
+	// --alerts-url): without one, a rollout policy with a monitoring
+	// check is refused (rollout.Fleet.Alerts).
+	Alerts bool
 }
 
 // Service implements lehrpb.ControlServer. Create it with New; it is safe
@@ -113,6 +117,8 @@ type Service struct {
 	goals   GoalPolicy
 	// defPolicy is Options.DefaultRolloutPolicy.
 	defPolicy *lehrpb.RolloutPolicy
+	// alerts is Options.Alerts.
+	alerts bool
 	// fleetAdmins, localUsers and devMode are Options.FleetAdmins,
 	// LocalUsers and DevMode.
 	fleetAdmins []string
@@ -154,6 +160,7 @@ func New(opts Options) (*Service, error) {
 		goals:   opts.GoalPolicy,
 
 		defPolicy:   opts.DefaultRolloutPolicy,
+		alerts:      opts.Alerts,
 		fleetAdmins: opts.FleetAdmins,
 		localUsers:  maps.Clone(opts.LocalUsers),
 		devMode:     opts.DevMode,

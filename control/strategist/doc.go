@@ -12,7 +12,9 @@
 // past it. It commits rollbacks, steps the canary evaluations, prunes old
 // rollouts and audits every goal move and rollback as rollout.Author.
 //
-// It reaches etcd only through Store, the part of *store.Store it uses.
+// It reaches etcd only through Store, the part of *store.Store it uses,
+// and reads alerts for the monitoring check from control's alerts source
+// (control/alerts), one read shared by every rollout.
 //
 // Imported by control.
 package strategist

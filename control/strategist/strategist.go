@@ -15,6 +15,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 
+	"lehr.dev/lehr/control/alerts"
 	"lehr.dev/lehr/control/evaluation"
 	"lehr.dev/lehr/control/rollout"
 	"lehr.dev/lehr/control/store"
@@ -72,6 +73,12 @@ type Options struct {
 	// (service.Service.RolloutEnded). Called from the round, never
 	// concurrently; it must not wait on the strategist.
 	Ended func(ctx context.Context, r *lehrpb.Rollout)
+	// Alerts, if set, is control's alerts source: the monitoring check
+	// of a policy that names alerts reads it when a stage is due (one
+	// read per Source interval, shared by every rollout). Nil: control
+	// has none, and such a stage follows its policy's on_source_error,
+	// saying so.
+	Alerts *alerts.Source
 	// Leading, if set, runs in its own goroutine while this replica
 	// leads, with g the leadership's guard; its ctx ends when the
 	// leadership does, and the strategist waits for it to return before
@@ -576,7 +583,7 @@ func (s *Strategist) start(ctx context.Context, rd round, h *lehrpb.Namespace, p
 func (s *Strategist) admit(ctx context.Context, rd round, active []*lehrpb.Rollout) error {
 	zones := rd.zones
 	ds, err := rollout.Admit(active, zones, s.opts.Now(), func(ns string) (map[string]*lehrpb.GoalState, error) { return s.zoneGoals(ctx, ns, zones) },
-		func(r *lehrpb.Rollout) ([]rollout.Reached, error) { return s.reached(ctx, r, zones) })
+		func(r *lehrpb.Rollout) ([]rollout.Reached, error) { return s.reached(ctx, r, zones) }, s.alerts(ctx))
 	errs := []error{err}
 	for _, d := range ds {
 		if err := s.apply(ctx, rd, d, nil); err != nil {
@@ -599,7 +606,7 @@ func (s *Strategist) step(ctx context.Context, rd round, r *lehrpb.Rollout) erro
 	if err != nil {
 		return err
 	}
-	in := rollout.StepInput{Rollout: r, Stages: stages, Zones: zones, Evidence: ev, Now: s.opts.Now(),
+	in := rollout.StepInput{Rollout: r, Stages: stages, Zones: zones, Evidence: ev, Now: s.opts.Now(), Alerts: s.alerts(ctx),
 		Goals:   func() (map[string]*lehrpb.GoalState, error) { return s.zoneGoals(ctx, r.GetNamespace(), zones) },
 		Reached: func() ([]rollout.Reached, error) { return s.reached(ctx, r, zones) }}
 	if id := r.GetEvaluationId(); id != "" && id == rollout.AnalysisID(r, min(int(r.GetStage()), len(stages)-1)) {
@@ -630,6 +637,24 @@ func (s *Strategist) step(ctx context.Context, rd round, r *lehrpb.Rollout) erro
 		}
 	}
 	return s.apply(ctx, rd, d, nil)
+}
+
+// alerts returns the reader of control's alerts source the monitoring
+// check calls when a stage is due (nil: control has none). The Source
+// reads at most once per its interval, whichever rollout asks.
+func (s *Strategist) alerts(ctx context.Context) func() rollout.Alerts {
+	src := s.opts.Alerts
+	if src == nil {
+		return nil
+	}
+	return func() rollout.Alerts {
+		res := src.Read(ctx)
+		out := rollout.Alerts{Source: src.Name(), Err: res.Err}
+		for _, a := range res.Firing {
+			out.Firing = append(out.Firing, rollout.Alert{Labels: a.Labels, ActiveAt: a.ActiveAt})
+		}
+		return out
+	}
 }
 
 // apply carries out decision d (and the operator command done, if any,

@@ -246,7 +246,14 @@ type RolloutPolicy struct {
 	// would name the namespace itself); at most 16; a cycle through other
 	// namespaces' policies is refused, naming it. docs/design.md,
 	// "Dependency order".
-	After         []string `protobuf:"bytes,10,rep,name=after,proto3" json:"after,omitempty"`
+	After []string `protobuf:"bytes,10,rep,name=after,proto3" json:"after,omitempty"`
+	// The monitoring check: while an alert it names fires, no rollout under
+	// this policy enters a stage that moves the alert's zone (it waits,
+	// naming the alert; checks and rollbacks go on), and it proceeds by
+	// itself once none fires. Read from the alerts source control was
+	// started with (lehr control --alerts-url); a policy naming alerts is
+	// refused by a control without one.
+	Monitoring    *MonitoringCheck `protobuf:"bytes,5,opt,name=monitoring,proto3" json:"monitoring,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -316,6 +323,146 @@ func (x *RolloutPolicy) GetAfter() []string {
 	return nil
 }
 
+func (x *RolloutPolicy) GetMonitoring() *MonitoringCheck {
+	if x != nil {
+		return x.Monitoring
+	}
+	return nil
+}
+
+// MonitoringCheck names the alerts that hold a rollout's stages while they
+// fire, as an alerts API (Prometheus's or vmalert's /api/v1/alerts)
+// reports them. See docs/design.md, "The monitoring check".
+type MonitoringCheck struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// At least one, at most 20: an alert firing that any of them matches
+	// holds the stages that move its zone.
+	Alerts []*AlertSelector `protobuf:"bytes,1,rep,name=alerts,proto3" json:"alerts,omitempty"`
+	// What a stage does when control cannot read its alerts source (it does
+	// not answer, answers with an error or with what is not an alerts
+	// list): "wait" (the default: no stage is entered blind) or "proceed"
+	// (the check is skipped). Either is said in the rollout's reason and
+	// events.
+	OnSourceError string `protobuf:"bytes,2,opt,name=on_source_error,json=onSourceError,proto3" json:"on_source_error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MonitoringCheck) Reset() {
+	*x = MonitoringCheck{}
+	mi := &file_lehr_v1_rollout_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MonitoringCheck) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MonitoringCheck) ProtoMessage() {}
+
+func (x *MonitoringCheck) ProtoReflect() protoreflect.Message {
+	mi := &file_lehr_v1_rollout_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MonitoringCheck.ProtoReflect.Descriptor instead.
+func (*MonitoringCheck) Descriptor() ([]byte, []int) {
+	return file_lehr_v1_rollout_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *MonitoringCheck) GetAlerts() []*AlertSelector {
+	if x != nil {
+		return x.Alerts
+	}
+	return nil
+}
+
+func (x *MonitoringCheck) GetOnSourceError() string {
+	if x != nil {
+		return x.OnSourceError
+	}
+	return ""
+}
+
+// AlertSelector matches firing alerts by name and labels.
+type AlertSelector struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The alert's name (its alertname label, as a rule file's "alert:"
+	// names it), e.g. "HighErrorRate".
+	Alert string `protobuf:"bytes,1,opt,name=alert,proto3" json:"alert,omitempty"`
+	// Label matchers the alert must also satisfy, in Prometheus's syntax:
+	// label="value", label!="value", label=~"regex", label!~"regex" (the
+	// value may be left unquoted; a regex matches the whole value). At most
+	// 20.
+	Matchers []string `protobuf:"bytes,2,rep,name=matchers,proto3" json:"matchers,omitempty"`
+	// The label whose value names the zone the alert is about, e.g. "zone":
+	// such an alert holds only stages that move that zone (a canary stage
+	// moves every zone it takes canaries from). "" — or an alert without
+	// the label — holds every stage.
+	ZoneLabel     string `protobuf:"bytes,3,opt,name=zone_label,json=zoneLabel,proto3" json:"zone_label,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AlertSelector) Reset() {
+	*x = AlertSelector{}
+	mi := &file_lehr_v1_rollout_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AlertSelector) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AlertSelector) ProtoMessage() {}
+
+func (x *AlertSelector) ProtoReflect() protoreflect.Message {
+	mi := &file_lehr_v1_rollout_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AlertSelector.ProtoReflect.Descriptor instead.
+func (*AlertSelector) Descriptor() ([]byte, []int) {
+	return file_lehr_v1_rollout_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *AlertSelector) GetAlert() string {
+	if x != nil {
+		return x.Alert
+	}
+	return ""
+}
+
+func (x *AlertSelector) GetMatchers() []string {
+	if x != nil {
+		return x.Matchers
+	}
+	return nil
+}
+
+func (x *AlertSelector) GetZoneLabel() string {
+	if x != nil {
+		return x.ZoneLabel
+	}
+	return ""
+}
+
 // FreezeWindow is a period without rollouts, e.g. a holiday or a launch.
 // Either a single period (start and end) or one that recurs every week
 // (weekly), never both.
@@ -335,7 +482,7 @@ type FreezeWindow struct {
 
 func (x *FreezeWindow) Reset() {
 	*x = FreezeWindow{}
-	mi := &file_lehr_v1_rollout_proto_msgTypes[1]
+	mi := &file_lehr_v1_rollout_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -347,7 +494,7 @@ func (x *FreezeWindow) String() string {
 func (*FreezeWindow) ProtoMessage() {}
 
 func (x *FreezeWindow) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_rollout_proto_msgTypes[1]
+	mi := &file_lehr_v1_rollout_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -360,7 +507,7 @@ func (x *FreezeWindow) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FreezeWindow.ProtoReflect.Descriptor instead.
 func (*FreezeWindow) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_rollout_proto_rawDescGZIP(), []int{1}
+	return file_lehr_v1_rollout_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *FreezeWindow) GetStart() *timestamppb.Timestamp {
@@ -412,7 +559,7 @@ type WeeklyWindow struct {
 
 func (x *WeeklyWindow) Reset() {
 	*x = WeeklyWindow{}
-	mi := &file_lehr_v1_rollout_proto_msgTypes[2]
+	mi := &file_lehr_v1_rollout_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -424,7 +571,7 @@ func (x *WeeklyWindow) String() string {
 func (*WeeklyWindow) ProtoMessage() {}
 
 func (x *WeeklyWindow) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_rollout_proto_msgTypes[2]
+	mi := &file_lehr_v1_rollout_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -437,7 +584,7 @@ func (x *WeeklyWindow) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WeeklyWindow.ProtoReflect.Descriptor instead.
 func (*WeeklyWindow) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_rollout_proto_rawDescGZIP(), []int{2}
+	return file_lehr_v1_rollout_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *WeeklyWindow) GetDays() []string {
@@ -511,7 +658,7 @@ type RolloutStage struct {
 
 func (x *RolloutStage) Reset() {
 	*x = RolloutStage{}
-	mi := &file_lehr_v1_rollout_proto_msgTypes[3]
+	mi := &file_lehr_v1_rollout_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -523,7 +670,7 @@ func (x *RolloutStage) String() string {
 func (*RolloutStage) ProtoMessage() {}
 
 func (x *RolloutStage) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_rollout_proto_msgTypes[3]
+	mi := &file_lehr_v1_rollout_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -536,7 +683,7 @@ func (x *RolloutStage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RolloutStage.ProtoReflect.Descriptor instead.
 func (*RolloutStage) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_rollout_proto_rawDescGZIP(), []int{3}
+	return file_lehr_v1_rollout_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *RolloutStage) GetName() string {
@@ -641,7 +788,7 @@ type CanaryTarget struct {
 
 func (x *CanaryTarget) Reset() {
 	*x = CanaryTarget{}
-	mi := &file_lehr_v1_rollout_proto_msgTypes[4]
+	mi := &file_lehr_v1_rollout_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -653,7 +800,7 @@ func (x *CanaryTarget) String() string {
 func (*CanaryTarget) ProtoMessage() {}
 
 func (x *CanaryTarget) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_rollout_proto_msgTypes[4]
+	mi := &file_lehr_v1_rollout_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -666,7 +813,7 @@ func (x *CanaryTarget) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CanaryTarget.ProtoReflect.Descriptor instead.
 func (*CanaryTarget) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_rollout_proto_rawDescGZIP(), []int{4}
+	return file_lehr_v1_rollout_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *CanaryTarget) GetZones() []string {
@@ -707,7 +854,7 @@ type ZonesTarget struct {
 
 func (x *ZonesTarget) Reset() {
 	*x = ZonesTarget{}
-	mi := &file_lehr_v1_rollout_proto_msgTypes[5]
+	mi := &file_lehr_v1_rollout_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -719,7 +866,7 @@ func (x *ZonesTarget) String() string {
 func (*ZonesTarget) ProtoMessage() {}
 
 func (x *ZonesTarget) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_rollout_proto_msgTypes[5]
+	mi := &file_lehr_v1_rollout_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -732,7 +879,7 @@ func (x *ZonesTarget) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ZonesTarget.ProtoReflect.Descriptor instead.
 func (*ZonesTarget) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_rollout_proto_rawDescGZIP(), []int{5}
+	return file_lehr_v1_rollout_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ZonesTarget) GetZones() []string {
@@ -778,7 +925,7 @@ type RolloutPolicyRecord struct {
 
 func (x *RolloutPolicyRecord) Reset() {
 	*x = RolloutPolicyRecord{}
-	mi := &file_lehr_v1_rollout_proto_msgTypes[6]
+	mi := &file_lehr_v1_rollout_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -790,7 +937,7 @@ func (x *RolloutPolicyRecord) String() string {
 func (*RolloutPolicyRecord) ProtoMessage() {}
 
 func (x *RolloutPolicyRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_rollout_proto_msgTypes[6]
+	mi := &file_lehr_v1_rollout_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -803,7 +950,7 @@ func (x *RolloutPolicyRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RolloutPolicyRecord.ProtoReflect.Descriptor instead.
 func (*RolloutPolicyRecord) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_rollout_proto_rawDescGZIP(), []int{6}
+	return file_lehr_v1_rollout_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *RolloutPolicyRecord) GetScope() string {
@@ -912,6 +1059,12 @@ type Rollout struct {
 	// the time left instead of the strategist rewriting it every second.
 	// Absent when the rollout waits for nothing timed (paused, ended).
 	WaitUntil *timestamppb.Timestamp `protobuf:"bytes,24,opt,name=wait_until,json=waitUntil,proto3" json:"wait_until,omitempty"`
+	// Set while the next stage waits on the policy's monitoring check (an
+	// alert fires, or the alerts source cannot be read and the policy says
+	// wait); cleared, with an event, when the stage may go. Control derives
+	// it again from its alerts source every round, so a replica that takes
+	// over compares what it reads with it and writes only what changed.
+	AlertHold *AlertHold `protobuf:"bytes,25,opt,name=alert_hold,json=alertHold,proto3" json:"alert_hold,omitempty"`
 	// What it requires of the namespaces its policy names in after, as
 	// they stood when it started.
 	Requires      []*RolloutRequirement `protobuf:"bytes,30,rep,name=requires,proto3" json:"requires,omitempty"`
@@ -921,7 +1074,7 @@ type Rollout struct {
 
 func (x *Rollout) Reset() {
 	*x = Rollout{}
-	mi := &file_lehr_v1_rollout_proto_msgTypes[7]
+	mi := &file_lehr_v1_rollout_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -933,7 +1086,7 @@ func (x *Rollout) String() string {
 func (*Rollout) ProtoMessage() {}
 
 func (x *Rollout) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_rollout_proto_msgTypes[7]
+	mi := &file_lehr_v1_rollout_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -946,7 +1099,7 @@ func (x *Rollout) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Rollout.ProtoReflect.Descriptor instead.
 func (*Rollout) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_rollout_proto_rawDescGZIP(), []int{7}
+	return file_lehr_v1_rollout_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Rollout) GetId() string {
@@ -1117,6 +1270,13 @@ func (x *Rollout) GetWaitUntil() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *Rollout) GetAlertHold() *AlertHold {
+	if x != nil {
+		return x.AlertHold
+	}
+	return nil
+}
+
 func (x *Rollout) GetRequires() []*RolloutRequirement {
 	if x != nil {
 		return x.Requires
@@ -1141,7 +1301,7 @@ type RolloutRequirement struct {
 
 func (x *RolloutRequirement) Reset() {
 	*x = RolloutRequirement{}
-	mi := &file_lehr_v1_rollout_proto_msgTypes[8]
+	mi := &file_lehr_v1_rollout_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1153,7 +1313,7 @@ func (x *RolloutRequirement) String() string {
 func (*RolloutRequirement) ProtoMessage() {}
 
 func (x *RolloutRequirement) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_rollout_proto_msgTypes[8]
+	mi := &file_lehr_v1_rollout_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1166,7 +1326,7 @@ func (x *RolloutRequirement) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RolloutRequirement.ProtoReflect.Descriptor instead.
 func (*RolloutRequirement) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_rollout_proto_rawDescGZIP(), []int{8}
+	return file_lehr_v1_rollout_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *RolloutRequirement) GetNamespace() string {
@@ -1183,6 +1343,145 @@ func (x *RolloutRequirement) GetVersion() uint64 {
 	return 0
 }
 
+// AlertHold is why a rollout's stage waits on its policy's monitoring
+// check.
+type AlertHold struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Index of the stage that waits to be entered.
+	Stage int32 `protobuf:"varint,1,opt,name=stage,proto3" json:"stage,omitempty"`
+	// The matching alerts firing where the stage moves, as last read: at
+	// most 10, oldest first; alert_count counts them all.
+	Alerts     []*FiringAlert `protobuf:"bytes,2,rep,name=alerts,proto3" json:"alerts,omitempty"`
+	AlertCount uint32         `protobuf:"varint,3,opt,name=alert_count,json=alertCount,proto3" json:"alert_count,omitempty"`
+	// Why the alerts source could not be read, when the stage waits on
+	// that; "" otherwise.
+	SourceError string `protobuf:"bytes,4,opt,name=source_error,json=sourceError,proto3" json:"source_error,omitempty"`
+	// When the stage began to wait.
+	StartTime     *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=start_time,json=startTime,proto3" json:"start_time,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AlertHold) Reset() {
+	*x = AlertHold{}
+	mi := &file_lehr_v1_rollout_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AlertHold) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AlertHold) ProtoMessage() {}
+
+func (x *AlertHold) ProtoReflect() protoreflect.Message {
+	mi := &file_lehr_v1_rollout_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AlertHold.ProtoReflect.Descriptor instead.
+func (*AlertHold) Descriptor() ([]byte, []int) {
+	return file_lehr_v1_rollout_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *AlertHold) GetStage() int32 {
+	if x != nil {
+		return x.Stage
+	}
+	return 0
+}
+
+func (x *AlertHold) GetAlerts() []*FiringAlert {
+	if x != nil {
+		return x.Alerts
+	}
+	return nil
+}
+
+func (x *AlertHold) GetAlertCount() uint32 {
+	if x != nil {
+		return x.AlertCount
+	}
+	return 0
+}
+
+func (x *AlertHold) GetSourceError() string {
+	if x != nil {
+		return x.SourceError
+	}
+	return ""
+}
+
+func (x *AlertHold) GetStartTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.StartTime
+	}
+	return nil
+}
+
+// FiringAlert is an alert as the alerts source reported it.
+type FiringAlert struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Its labels, alertname among them.
+	Labels map[string]string `protobuf:"bytes,1,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// When it became active (the source's activeAt).
+	ActiveTime    *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=active_time,json=activeTime,proto3" json:"active_time,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FiringAlert) Reset() {
+	*x = FiringAlert{}
+	mi := &file_lehr_v1_rollout_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FiringAlert) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FiringAlert) ProtoMessage() {}
+
+func (x *FiringAlert) ProtoReflect() protoreflect.Message {
+	mi := &file_lehr_v1_rollout_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FiringAlert.ProtoReflect.Descriptor instead.
+func (*FiringAlert) Descriptor() ([]byte, []int) {
+	return file_lehr_v1_rollout_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *FiringAlert) GetLabels() map[string]string {
+	if x != nil {
+		return x.Labels
+	}
+	return nil
+}
+
+func (x *FiringAlert) GetActiveTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ActiveTime
+	}
+	return nil
+}
+
 // RolloutCommand is an operator's request, waiting for the strategist.
 type RolloutCommand struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -1197,7 +1496,7 @@ type RolloutCommand struct {
 
 func (x *RolloutCommand) Reset() {
 	*x = RolloutCommand{}
-	mi := &file_lehr_v1_rollout_proto_msgTypes[9]
+	mi := &file_lehr_v1_rollout_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1209,7 +1508,7 @@ func (x *RolloutCommand) String() string {
 func (*RolloutCommand) ProtoMessage() {}
 
 func (x *RolloutCommand) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_rollout_proto_msgTypes[9]
+	mi := &file_lehr_v1_rollout_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1222,7 +1521,7 @@ func (x *RolloutCommand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RolloutCommand.ProtoReflect.Descriptor instead.
 func (*RolloutCommand) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_rollout_proto_rawDescGZIP(), []int{9}
+	return file_lehr_v1_rollout_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *RolloutCommand) GetRolloutId() string {
@@ -1271,7 +1570,7 @@ type ZoneHosts struct {
 
 func (x *ZoneHosts) Reset() {
 	*x = ZoneHosts{}
-	mi := &file_lehr_v1_rollout_proto_msgTypes[10]
+	mi := &file_lehr_v1_rollout_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1283,7 +1582,7 @@ func (x *ZoneHosts) String() string {
 func (*ZoneHosts) ProtoMessage() {}
 
 func (x *ZoneHosts) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_rollout_proto_msgTypes[10]
+	mi := &file_lehr_v1_rollout_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1296,7 +1595,7 @@ func (x *ZoneHosts) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ZoneHosts.ProtoReflect.Descriptor instead.
 func (*ZoneHosts) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_rollout_proto_rawDescGZIP(), []int{10}
+	return file_lehr_v1_rollout_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ZoneHosts) GetZone() string {
@@ -1322,8 +1621,9 @@ type RolloutEvent struct {
 	Seq  uint64                 `protobuf:"varint,2,opt,name=seq,proto3" json:"seq,omitempty"`
 	Time *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=time,proto3" json:"time,omitempty"`
 	// "started", "stage", "selected", "skipped", "waiting", "applied",
-	// "advanced", "paused", "resumed", "promoted", "superseded", "failed",
-	// "rolled back", "aborted", "succeeded".
+	// "held" (the monitoring check holds a stage), "cleared" (it no longer
+	// does), "advanced", "paused", "resumed", "promoted", "superseded",
+	// "failed", "rolled back", "aborted", "succeeded".
 	Kind    string `protobuf:"bytes,4,opt,name=kind,proto3" json:"kind,omitempty"`
 	Stage   int32  `protobuf:"varint,5,opt,name=stage,proto3" json:"stage,omitempty"`
 	Message string `protobuf:"bytes,6,opt,name=message,proto3" json:"message,omitempty"`
@@ -1335,7 +1635,7 @@ type RolloutEvent struct {
 
 func (x *RolloutEvent) Reset() {
 	*x = RolloutEvent{}
-	mi := &file_lehr_v1_rollout_proto_msgTypes[11]
+	mi := &file_lehr_v1_rollout_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1347,7 +1647,7 @@ func (x *RolloutEvent) String() string {
 func (*RolloutEvent) ProtoMessage() {}
 
 func (x *RolloutEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_rollout_proto_msgTypes[11]
+	mi := &file_lehr_v1_rollout_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1360,7 +1660,7 @@ func (x *RolloutEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RolloutEvent.ProtoReflect.Descriptor instead.
 func (*RolloutEvent) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_rollout_proto_rawDescGZIP(), []int{11}
+	return file_lehr_v1_rollout_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *RolloutEvent) GetRolloutId() string {
@@ -1416,7 +1716,7 @@ var File_lehr_v1_rollout_proto protoreflect.FileDescriptor
 
 const file_lehr_v1_rollout_proto_rawDesc = "" +
 	"\n" +
-	"\x15lehr/v1/rollout.proto\x12\alehr.v1\x1a\x1fgoogle/api/field_behavior.proto\x1a\x19google/api/resource.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x14lehr/v1/canary.proto\"\x8c\x02\n" +
+	"\x15lehr/v1/rollout.proto\x12\alehr.v1\x1a\x1fgoogle/api/field_behavior.proto\x1a\x19google/api/resource.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x14lehr/v1/canary.proto\"\xcb\x02\n" +
 	"\rRolloutPolicy\x122\n" +
 	"\x06stages\x18\x01 \x03(\v2\x15.lehr.v1.RolloutStageB\x03\xe0A\x01R\x06stages\x12&\n" +
 	"\fglobal_blast\x18\x02 \x01(\bB\x03\xe0A\x01R\vglobalBlast\x12A\n" +
@@ -1424,7 +1724,18 @@ const file_lehr_v1_rollout_proto_rawDesc = "" +
 	"\x0emax_concurrent\x18\x04 \x01(\rB\x03\xe0A\x01R\rmaxConcurrent\x120\n" +
 	"\x05after\x18\n" +
 	" \x03(\tB\x1a\xe0A\x01\xfaA\x14\n" +
-	"\x12lehr.dev/NamespaceR\x05after\"\xc9\x01\n" +
+	"\x12lehr.dev/NamespaceR\x05after\x12=\n" +
+	"\n" +
+	"monitoring\x18\x05 \x01(\v2\x18.lehr.v1.MonitoringCheckB\x03\xe0A\x01R\n" +
+	"monitoring\"s\n" +
+	"\x0fMonitoringCheck\x123\n" +
+	"\x06alerts\x18\x01 \x03(\v2\x16.lehr.v1.AlertSelectorB\x03\xe0A\x02R\x06alerts\x12+\n" +
+	"\x0fon_source_error\x18\x02 \x01(\tB\x03\xe0A\x01R\ronSourceError\"o\n" +
+	"\rAlertSelector\x12\x19\n" +
+	"\x05alert\x18\x01 \x01(\tB\x03\xe0A\x02R\x05alert\x12\x1f\n" +
+	"\bmatchers\x18\x02 \x03(\tB\x03\xe0A\x01R\bmatchers\x12\"\n" +
+	"\n" +
+	"zone_label\x18\x03 \x01(\tB\x03\xe0A\x01R\tzoneLabel\"\xc9\x01\n" +
 	"\fFreezeWindow\x125\n" +
 	"\x05start\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampB\x03\xe0A\x01R\x05start\x121\n" +
 	"\x03end\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampB\x03\xe0A\x01R\x03end\x12\x1b\n" +
@@ -1464,7 +1775,7 @@ const file_lehr_v1_rollout_proto_rawDesc = "" +
 	"\x06author\x18\x05 \x01(\tR\x06author\x12-\n" +
 	"\x12transport_identity\x18\x06 \x01(\tR\x11transportIdentity\x12\x18\n" +
 	"\amessage\x18\a \x01(\tR\amessage\x12\x18\n" +
-	"\adeleted\x18\b \x01(\bR\adeleted\"\xbb\b\n" +
+	"\adeleted\x18\b \x01(\bR\adeleted\"\xee\b\n" +
 	"\aRollout\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1c\n" +
 	"\tnamespace\x18\x02 \x01(\tR\tnamespace\x12\x18\n" +
@@ -1494,12 +1805,29 @@ const file_lehr_v1_rollout_proto_rawDesc = "" +
 	"\revaluation_id\x18\x16 \x01(\tR\fevaluationId\x12=\n" +
 	"\x0fexpected_checks\x18\x17 \x03(\v2\x14.lehr.v1.CanaryCheckR\x0eexpectedChecks\x129\n" +
 	"\n" +
-	"wait_until\x18\x18 \x01(\v2\x1a.google.protobuf.TimestampR\twaitUntil\x127\n" +
+	"wait_until\x18\x18 \x01(\v2\x1a.google.protobuf.TimestampR\twaitUntil\x121\n" +
+	"\n" +
+	"alert_hold\x18\x19 \x01(\v2\x12.lehr.v1.AlertHoldR\talertHold\x127\n" +
 	"\brequires\x18\x1e \x03(\v2\x1b.lehr.v1.RolloutRequirementR\brequires\"e\n" +
 	"\x12RolloutRequirement\x125\n" +
 	"\tnamespace\x18\x01 \x01(\tB\x17\xfaA\x14\n" +
 	"\x12lehr.dev/NamespaceR\tnamespace\x12\x18\n" +
-	"\aversion\x18\x02 \x01(\x04R\aversion\"\xc1\x01\n" +
+	"\aversion\x18\x02 \x01(\x04R\aversion\"\xce\x01\n" +
+	"\tAlertHold\x12\x14\n" +
+	"\x05stage\x18\x01 \x01(\x05R\x05stage\x12,\n" +
+	"\x06alerts\x18\x02 \x03(\v2\x14.lehr.v1.FiringAlertR\x06alerts\x12\x1f\n" +
+	"\valert_count\x18\x03 \x01(\rR\n" +
+	"alertCount\x12!\n" +
+	"\fsource_error\x18\x04 \x01(\tR\vsourceError\x129\n" +
+	"\n" +
+	"start_time\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\tstartTime\"\xbf\x01\n" +
+	"\vFiringAlert\x128\n" +
+	"\x06labels\x18\x01 \x03(\v2 .lehr.v1.FiringAlert.LabelsEntryR\x06labels\x12;\n" +
+	"\vactive_time\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"activeTime\x1a9\n" +
+	"\vLabelsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xc1\x01\n" +
 	"\x0eRolloutCommand\x12\x1d\n" +
 	"\n" +
 	"rollout_id\x18\x01 \x01(\tR\trolloutId\x12.\n" +
@@ -1553,61 +1881,73 @@ func file_lehr_v1_rollout_proto_rawDescGZIP() []byte {
 }
 
 var file_lehr_v1_rollout_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_lehr_v1_rollout_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
+var file_lehr_v1_rollout_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
 var file_lehr_v1_rollout_proto_goTypes = []any{
 	(RolloutPolicySource)(0),      // 0: lehr.v1.RolloutPolicySource
 	(RolloutState)(0),             // 1: lehr.v1.RolloutState
 	(RolloutAction)(0),            // 2: lehr.v1.RolloutAction
 	(*RolloutPolicy)(nil),         // 3: lehr.v1.RolloutPolicy
-	(*FreezeWindow)(nil),          // 4: lehr.v1.FreezeWindow
-	(*WeeklyWindow)(nil),          // 5: lehr.v1.WeeklyWindow
-	(*RolloutStage)(nil),          // 6: lehr.v1.RolloutStage
-	(*CanaryTarget)(nil),          // 7: lehr.v1.CanaryTarget
-	(*ZonesTarget)(nil),           // 8: lehr.v1.ZonesTarget
-	(*RolloutPolicyRecord)(nil),   // 9: lehr.v1.RolloutPolicyRecord
-	(*Rollout)(nil),               // 10: lehr.v1.Rollout
-	(*RolloutRequirement)(nil),    // 11: lehr.v1.RolloutRequirement
-	(*RolloutCommand)(nil),        // 12: lehr.v1.RolloutCommand
-	(*ZoneHosts)(nil),             // 13: lehr.v1.ZoneHosts
-	(*RolloutEvent)(nil),          // 14: lehr.v1.RolloutEvent
-	(*timestamppb.Timestamp)(nil), // 15: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),   // 16: google.protobuf.Duration
-	(*CanaryAnalysis)(nil),        // 17: lehr.v1.CanaryAnalysis
-	(*CanaryCheck)(nil),           // 18: lehr.v1.CanaryCheck
+	(*MonitoringCheck)(nil),       // 4: lehr.v1.MonitoringCheck
+	(*AlertSelector)(nil),         // 5: lehr.v1.AlertSelector
+	(*FreezeWindow)(nil),          // 6: lehr.v1.FreezeWindow
+	(*WeeklyWindow)(nil),          // 7: lehr.v1.WeeklyWindow
+	(*RolloutStage)(nil),          // 8: lehr.v1.RolloutStage
+	(*CanaryTarget)(nil),          // 9: lehr.v1.CanaryTarget
+	(*ZonesTarget)(nil),           // 10: lehr.v1.ZonesTarget
+	(*RolloutPolicyRecord)(nil),   // 11: lehr.v1.RolloutPolicyRecord
+	(*Rollout)(nil),               // 12: lehr.v1.Rollout
+	(*RolloutRequirement)(nil),    // 13: lehr.v1.RolloutRequirement
+	(*AlertHold)(nil),             // 14: lehr.v1.AlertHold
+	(*FiringAlert)(nil),           // 15: lehr.v1.FiringAlert
+	(*RolloutCommand)(nil),        // 16: lehr.v1.RolloutCommand
+	(*ZoneHosts)(nil),             // 17: lehr.v1.ZoneHosts
+	(*RolloutEvent)(nil),          // 18: lehr.v1.RolloutEvent
+	nil,                           // 19: lehr.v1.FiringAlert.LabelsEntry
+	(*timestamppb.Timestamp)(nil), // 20: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),   // 21: google.protobuf.Duration
+	(*CanaryAnalysis)(nil),        // 22: lehr.v1.CanaryAnalysis
+	(*CanaryCheck)(nil),           // 23: lehr.v1.CanaryCheck
 }
 var file_lehr_v1_rollout_proto_depIdxs = []int32{
-	6,  // 0: lehr.v1.RolloutPolicy.stages:type_name -> lehr.v1.RolloutStage
-	4,  // 1: lehr.v1.RolloutPolicy.freeze_windows:type_name -> lehr.v1.FreezeWindow
-	15, // 2: lehr.v1.FreezeWindow.start:type_name -> google.protobuf.Timestamp
-	15, // 3: lehr.v1.FreezeWindow.end:type_name -> google.protobuf.Timestamp
-	5,  // 4: lehr.v1.FreezeWindow.weekly:type_name -> lehr.v1.WeeklyWindow
-	16, // 5: lehr.v1.WeeklyWindow.length:type_name -> google.protobuf.Duration
-	7,  // 6: lehr.v1.RolloutStage.canary:type_name -> lehr.v1.CanaryTarget
-	8,  // 7: lehr.v1.RolloutStage.zones:type_name -> lehr.v1.ZonesTarget
-	16, // 8: lehr.v1.RolloutStage.bake:type_name -> google.protobuf.Duration
-	16, // 9: lehr.v1.RolloutStage.apply_deadline:type_name -> google.protobuf.Duration
-	17, // 10: lehr.v1.RolloutStage.analysis:type_name -> lehr.v1.CanaryAnalysis
-	3,  // 11: lehr.v1.RolloutPolicyRecord.policy:type_name -> lehr.v1.RolloutPolicy
-	15, // 12: lehr.v1.RolloutPolicyRecord.update_time:type_name -> google.protobuf.Timestamp
-	3,  // 13: lehr.v1.Rollout.policy:type_name -> lehr.v1.RolloutPolicy
-	0,  // 14: lehr.v1.Rollout.policy_source:type_name -> lehr.v1.RolloutPolicySource
-	1,  // 15: lehr.v1.Rollout.state:type_name -> lehr.v1.RolloutState
-	15, // 16: lehr.v1.Rollout.stage_start_time:type_name -> google.protobuf.Timestamp
-	15, // 17: lehr.v1.Rollout.stage_applied_time:type_name -> google.protobuf.Timestamp
-	13, // 18: lehr.v1.Rollout.canary_hosts:type_name -> lehr.v1.ZoneHosts
-	15, // 19: lehr.v1.Rollout.create_time:type_name -> google.protobuf.Timestamp
-	15, // 20: lehr.v1.Rollout.update_time:type_name -> google.protobuf.Timestamp
-	18, // 21: lehr.v1.Rollout.expected_checks:type_name -> lehr.v1.CanaryCheck
-	15, // 22: lehr.v1.Rollout.wait_until:type_name -> google.protobuf.Timestamp
-	11, // 23: lehr.v1.Rollout.requires:type_name -> lehr.v1.RolloutRequirement
-	2,  // 24: lehr.v1.RolloutCommand.action:type_name -> lehr.v1.RolloutAction
-	15, // 25: lehr.v1.RolloutCommand.time:type_name -> google.protobuf.Timestamp
-	15, // 26: lehr.v1.RolloutEvent.time:type_name -> google.protobuf.Timestamp
-	27, // [27:27] is the sub-list for method output_type
-	27, // [27:27] is the sub-list for method input_type
-	27, // [27:27] is the sub-list for extension type_name
-	27, // [27:27] is the sub-list for extension extendee
-	0,  // [0:27] is the sub-list for field type_name
+	8,  // 0: lehr.v1.RolloutPolicy.stages:type_name -> lehr.v1.RolloutStage
+	6,  // 1: lehr.v1.RolloutPolicy.freeze_windows:type_name -> lehr.v1.FreezeWindow
+	4,  // 2: lehr.v1.RolloutPolicy.monitoring:type_name -> lehr.v1.MonitoringCheck
+	5,  // 3: lehr.v1.MonitoringCheck.alerts:type_name -> lehr.v1.AlertSelector
+	20, // 4: lehr.v1.FreezeWindow.start:type_name -> google.protobuf.Timestamp
+	20, // 5: lehr.v1.FreezeWindow.end:type_name -> google.protobuf.Timestamp
+	7,  // 6: lehr.v1.FreezeWindow.weekly:type_name -> lehr.v1.WeeklyWindow
+	21, // 7: lehr.v1.WeeklyWindow.length:type_name -> google.protobuf.Duration
+	9,  // 8: lehr.v1.RolloutStage.canary:type_name -> lehr.v1.CanaryTarget
+	10, // 9: lehr.v1.RolloutStage.zones:type_name -> lehr.v1.ZonesTarget
+	21, // 10: lehr.v1.RolloutStage.bake:type_name -> google.protobuf.Duration
+	21, // 11: lehr.v1.RolloutStage.apply_deadline:type_name -> google.protobuf.Duration
+	22, // 12: lehr.v1.RolloutStage.analysis:type_name -> lehr.v1.CanaryAnalysis
+	3,  // 13: lehr.v1.RolloutPolicyRecord.policy:type_name -> lehr.v1.RolloutPolicy
+	20, // 14: lehr.v1.RolloutPolicyRecord.update_time:type_name -> google.protobuf.Timestamp
+	3,  // 15: lehr.v1.Rollout.policy:type_name -> lehr.v1.RolloutPolicy
+	0,  // 16: lehr.v1.Rollout.policy_source:type_name -> lehr.v1.RolloutPolicySource
+	1,  // 17: lehr.v1.Rollout.state:type_name -> lehr.v1.RolloutState
+	20, // 18: lehr.v1.Rollout.stage_start_time:type_name -> google.protobuf.Timestamp
+	20, // 19: lehr.v1.Rollout.stage_applied_time:type_name -> google.protobuf.Timestamp
+	17, // 20: lehr.v1.Rollout.canary_hosts:type_name -> lehr.v1.ZoneHosts
+	20, // 21: lehr.v1.Rollout.create_time:type_name -> google.protobuf.Timestamp
+	20, // 22: lehr.v1.Rollout.update_time:type_name -> google.protobuf.Timestamp
+	23, // 23: lehr.v1.Rollout.expected_checks:type_name -> lehr.v1.CanaryCheck
+	20, // 24: lehr.v1.Rollout.wait_until:type_name -> google.protobuf.Timestamp
+	14, // 25: lehr.v1.Rollout.alert_hold:type_name -> lehr.v1.AlertHold
+	13, // 26: lehr.v1.Rollout.requires:type_name -> lehr.v1.RolloutRequirement
+	15, // 27: lehr.v1.AlertHold.alerts:type_name -> lehr.v1.FiringAlert
+	20, // 28: lehr.v1.AlertHold.start_time:type_name -> google.protobuf.Timestamp
+	19, // 29: lehr.v1.FiringAlert.labels:type_name -> lehr.v1.FiringAlert.LabelsEntry
+	20, // 30: lehr.v1.FiringAlert.active_time:type_name -> google.protobuf.Timestamp
+	2,  // 31: lehr.v1.RolloutCommand.action:type_name -> lehr.v1.RolloutAction
+	20, // 32: lehr.v1.RolloutCommand.time:type_name -> google.protobuf.Timestamp
+	20, // 33: lehr.v1.RolloutEvent.time:type_name -> google.protobuf.Timestamp
+	34, // [34:34] is the sub-list for method output_type
+	34, // [34:34] is the sub-list for method input_type
+	34, // [34:34] is the sub-list for extension type_name
+	34, // [34:34] is the sub-list for extension extendee
+	0,  // [0:34] is the sub-list for field type_name
 }
 
 func init() { file_lehr_v1_rollout_proto_init() }
@@ -1616,7 +1956,7 @@ func file_lehr_v1_rollout_proto_init() {
 		return
 	}
 	file_lehr_v1_canary_proto_init()
-	file_lehr_v1_rollout_proto_msgTypes[3].OneofWrappers = []any{
+	file_lehr_v1_rollout_proto_msgTypes[5].OneofWrappers = []any{
 		(*RolloutStage_Canary)(nil),
 		(*RolloutStage_Zones)(nil),
 	}
@@ -1626,7 +1966,7 @@ func file_lehr_v1_rollout_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lehr_v1_rollout_proto_rawDesc), len(file_lehr_v1_rollout_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   12,
+			NumMessages:   17,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

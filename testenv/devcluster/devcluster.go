@@ -59,6 +59,7 @@ import (
 	"lehr.dev/lehr/client/consumer"
 	"lehr.dev/lehr/client/producer"
 	"lehr.dev/lehr/control"
+	"lehr.dev/lehr/control/alerts"
 	"lehr.dev/lehr/control/rollout"
 	"lehr.dev/lehr/internal/names"
 	"lehr.dev/lehr/internal/pki"
@@ -168,6 +169,11 @@ type Options struct {
 	// samples policy experiments' counts into their histories
 	// (control.Options.ExperimentSampleInterval; zero: a minute).
 	ExperimentSampleInterval time.Duration
+	// AlertsURL is control's alerts source (control.Options.Alerts.URL,
+	// lehr control --alerts-url), read at most once per AlertsInterval
+	// (zero: its default); "" (the default): none.
+	AlertsURL      string
+	AlertsInterval time.Duration
 }
 
 // Cluster is a running system. Create it with Start, stop it with Close.
@@ -276,6 +282,7 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 			StoreQuota:           opts.StoreQuota,
 
 			ExperimentSampleInterval: opts.ExperimentSampleInterval,
+			Alerts:                   alerts.Options{URL: opts.AlertsURL, Interval: opts.AlertsInterval},
 		},
 	}
 	if c.ctl.opts.MetricsListen == "" {
