@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/protobuf/types/known/durationpb"
+
 	"lehr.dev/lehr/control"
 	"lehr.dev/lehr/control/alerts"
 	"lehr.dev/lehr/control/controltest"
@@ -334,5 +336,68 @@ func TestRolloutPageShowsAlertHold(t *testing.T) {
 	_, body := fetch(t, hc, "GET", base+"/console/rollouts/shop/web/2", nil)
 	if !strings.Contains(body, `id="held"`) || !strings.Contains(body, "HighErrorRate{service=&#34;web&#34;,zone=&#34;zone-b&#34;} firing since") {
 		t.Errorf("rollout page lacks the held alert:\n%s", body)
+	}
+}
+
+// The rollout page of a namespace that rolls out after another says so:
+// what it requires, linked, and the reason naming where it waits.
+func TestRolloutPageShowsRequires(t *testing.T) {
+	ctx := testCtx(t)
+	srv := controltest.StartControl(t, control.Options{HTTPListen: "127.0.0.1:0", Rollouts: true, RolloutInterval: 50 * time.Millisecond})
+	base := "http://" + srv.Control.HTTPAddr().String()
+	cl := srv.Client
+	for _, z := range []string{"zone-a", "zone-b"} {
+		if _, err := cl.CreateZone(ctx, &lehrpb.CreateZoneRequest{Name: z}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := cl.CreateDomain(ctx, &lehrpb.CreateDomainRequest{Domain: &lehrpb.Domain{Name: "shop"}}); err != nil {
+		t.Fatal(err)
+	}
+	publish := func(ns string, v byte) {
+		t.Helper()
+		if _, err := cl.Publish(ctx, &lehrpb.PublishRequest{Namespace: ns, Properties: []*lehrpb.Property{{Key: "k", Value: []byte{v}}}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	publish("shop/flags", '1')
+	publish("shop/web", '1')
+	// flags reaches zone-a and bakes there for an hour; web, after it,
+	// waits for it in zone-b.
+	slow := &lehrpb.RolloutPolicy{Stages: []*lehrpb.RolloutStage{{Name: "zone-a", Bake: durationpb.New(time.Hour),
+		Target: &lehrpb.RolloutStage_Zones{Zones: &lehrpb.ZonesTarget{Zones: []string{"zone-a"}}}}}}
+	after := bakingPolicy()
+	after.After = []string{"shop/flags"}
+	for scope, p := range map[string]*lehrpb.RolloutPolicy{"shop/flags": slow, "shop/web": after} {
+		if _, err := cl.SetRolloutPolicy(ctx, &lehrpb.SetRolloutPolicyRequest{Scope: scope, Policy: p}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	publish("shop/flags", '2')
+	publish("shop/web", '2')
+	wait.For(t, "shop/web's rollout to wait for shop/flags", func() bool {
+		r, err := cl.GetRollout(ctx, &lehrpb.GetRolloutRequest{Namespace: "shop/web", Version: 2})
+		return err == nil && strings.Contains(r.GetReason(), "waits for shop/flags to reach zone-b")
+	})
+	var rPage struct {
+		Reason  string `json:"reason"`
+		Rollout struct {
+			Requires []struct {
+				Namespace string `json:"namespace"`
+				Version   string `json:"version"`
+			} `json:"requires"`
+		} `json:"rollout"`
+	}
+	hc := httpClient(t, nil)
+	getJSON(t, hc, base+"/console/rollouts/shop/web/2?format=json", &rPage)
+	if !strings.Contains(rPage.Reason, `stage "all zones" waits for shop/flags to reach zone-b with version 2's content or newer`) {
+		t.Errorf("rollout page's reason %q: want it to say where it waits for shop/flags", rPage.Reason)
+	}
+	if r := rPage.Rollout.Requires; len(r) != 1 || r[0].Namespace != "shop/flags" || r[0].Version != "2" {
+		t.Errorf("rollout page's requires %+v; want shop/flags at 2", r)
+	}
+	_, body := fetch(t, hc, "GET", base+"/console/rollouts/shop/web/2", nil)
+	if !strings.Contains(body, `<dt>Rolls out after</dt><dd class="requires"><a href="/console/namespaces/shop/flags">shop/flags</a>: each stage waits until its goal holds version 2's content`) {
+		t.Errorf("rollout page lacks what it requires:\n%s", body)
 	}
 }
