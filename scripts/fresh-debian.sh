@@ -138,8 +138,13 @@ boot() {
 		sleep 0.2
 	done
 	[ -n "$leader" ] || return 1
+	# systemctl answers once systemd listens on its private socket: until
+	# then "Failed to connect to bus"
 	local state
-	state=$(in_machine timeout 120 systemctl is-system-running --wait 2>&1) || true
+	for _ in $(seq 120); do
+		state=$(in_machine timeout 120 systemctl is-system-running --wait 2>&1) || true
+		case $state in *"connect to bus"*) sleep 0.5 ;; *) break ;; esac
+	done
 	echo "fresh-debian: booted ($state), systemd PID $leader"
 	[ "$state" = running ] || [ "$state" = degraded ]
 }
