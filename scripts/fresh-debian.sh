@@ -250,6 +250,15 @@ check "lehr zones status zone-a: 1 distributor, 1 agent, this build" sh_in '
 		echo "$out" | grep -q "1 distributor reporting, 1 agent connected" && echo "$out" | grep -q "'"${commit:0:12}"'" && { echo "$out"; exit 0; }
 		sleep 1
 	done; echo "$out"; exit 1'
+check "the agent's socket: /run/lehr lehr:lehr 0750, agent.sock lehr:lehr 0660 (consumers join group lehr)" sh_in '
+	[ "$(stat -c "%U:%G %a" /run/lehr)" = "lehr:lehr 750" ] && [ "$(stat -c "%U:%G %a" /run/lehr/agent.sock)" = "lehr:lehr 660" ]'
+# /metrics of each daemon (the units' LEHR_METRICS_LISTEN defaults), with
+# bash's /dev/tcp: a minimal Debian has no curl
+for m in lehr-control:7401 lehr-distributor:7411 lehr-agent:7421; do
+	check "${m%%:*} /metrics (127.0.0.1:${m#*:}): lehr_build_info names the commit" in_machine bash -c '
+		exec 3<>/dev/tcp/127.0.0.1/'"${m#*:}"'; printf "GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n" >&3
+		out=$(cat <&3); grep "^lehr_build_info" <<<"$out" | grep -q "commit=\"'"$commit"'\"" || { grep "^lehr_build_info" <<<"$out"; exit 1; }'
+done
 for u in $units; do
 	out=$(in_machine systemd-analyze security --no-pager "$u.service" 2>&1 | grep 'Overall exposure level') || true
 	score=$(sed -n 's/.*: \([0-9.]*\) .*/\1/p' <<<"$out")
@@ -319,6 +328,11 @@ check "after purge: env files gone; the operator's certificates and signing.pub 
 check "after purge: no enablement or mask of the units left in /etc/systemd" sh_in '
 	out=$(find /etc/systemd /var/lib/systemd/deb-systemd-helper-enabled /var/lib/systemd/deb-systemd-helper-masked -name "lehr*" 2>/dev/null || true); [ -z "$out" ] || { echo "$out"; exit 1; }'
 check "after purge: the lehr user stays (Debian leaves system users)" sh_in 'getent passwd lehr >/dev/null'
+# README's and operations.md's install line: apt install of the files
+check "apt install ./lehr-agent_*.deb ./lehr_*.deb (README's line), then purge again" sh_in '
+	cd /root/lehr-debs && DEBIAN_FRONTEND=noninteractive apt-get install -y -q ./lehr-agent_*.deb ./lehr_*.deb
+	dpkg-query -W -f="\${Status}\n" lehr-agent lehr | grep -vx "install ok installed" && exit 1
+	DEBIAN_FRONTEND=noninteractive apt-get purge -y -q lehr-agent lehr'
 
 echo "fresh-debian: $fails failed; log: $log; the daemons' journal: $cache/journal.txt"
 [ "$fails" = 0 ]
