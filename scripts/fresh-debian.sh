@@ -49,6 +49,9 @@ machine=$cache/machine
 pkgdir=$cache/package
 log=$cache/run.log
 mkdir -p "$cache"
+# one run at a time: the machine's name and tree are fixed
+exec 9>"$cache/lock"
+flock -n 9 || { echo "fresh-debian: another run holds $cache/lock" >&2; exit 2; }
 : >"$log"
 
 apt_install() {
@@ -177,6 +180,7 @@ cleanup() {
 	done
 }
 trap cleanup EXIT
+trap 'exit 130' INT TERM HUP # cleanup runs on these too
 
 : >"$cache/nspawn.log"
 if ! boot; then
@@ -269,10 +273,16 @@ for u in $units; do
 	fi
 done
 for u in $units; do
-	check "journal of $u: lines from the daemon, none at error or worse" sh_in "
+	# The daemons log JSON on stdout (--log-format json), which journald
+	# files at priority info whatever the line's level: both are looked at.
+	check "journal of $u: JSON lines from the daemon, none at level ERROR, nothing at priority err" sh_in "
 		journalctl -q --no-pager -u $u -o cat | grep -q '^{\"time\":'
+		out=\$(journalctl -q --no-pager -u $u -o cat | grep '\"level\":\"ERROR\"' || true); [ -z \"\$out\" ] || { echo \"\$out\"; exit 1; }
 		out=\$(journalctl -q --no-pager -u $u -p err); [ -z \"\$out\" ] || { echo \"\$out\"; exit 1; }"
 done
+check "journalctl -p warning -u lehr-control: control's WARN on its new store, at priority warning" sh_in '
+	journalctl -q --no-pager -u lehr-control -p warning -o cat | grep -q "\"level\":\"WARN\".*created a new, empty store"
+	! journalctl -q --no-pager -u lehr-control -p warning -o cat | grep -q "\"level\":\"INFO\""'
 
 # --- reboot: the enabled daemons come back -----------------------------------
 echo "fresh-debian: rebooting the container"
