@@ -84,6 +84,8 @@ check() {
 # --- the packages ----------------------------------------------------------
 commit=$(git rev-parse HEAD)
 echo "fresh-debian: make package (commit $commit)"
+[ -z "$(git status --porcelain)" ] ||
+	echo "fresh-debian: the tree has uncommitted changes: the binaries will say so (\"with uncommitted changes\", commit=\"…-dirty\")"
 rm -rf "$pkgdir"
 if ! make package PKGDIR="$pkgdir" >>"$log" 2>&1; then
 	fail "make package" "$(tail -n 20 "$log")"
@@ -261,7 +263,7 @@ check "the agent's socket: /run/lehr lehr:lehr 0750, agent.sock lehr:lehr 0660 (
 for m in lehr-control:7401 lehr-distributor:7411 lehr-agent:7421; do
 	check "${m%%:*} /metrics (127.0.0.1:${m#*:}): lehr_build_info names the commit" in_machine bash -c '
 		exec 3<>/dev/tcp/127.0.0.1/'"${m#*:}"'; printf "GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n" >&3
-		out=$(cat <&3); grep "^lehr_build_info" <<<"$out" | grep -q "commit=\"'"$commit"'\"" || { grep "^lehr_build_info" <<<"$out"; exit 1; }'
+		out=$(cat <&3); grep "^lehr_build_info" <<<"$out" | grep -q "commit=\"'"$commit"'" || { grep "^lehr_build_info" <<<"$out"; exit 1; }'
 done
 for u in $units; do
 	out=$(in_machine systemd-analyze security --no-pager "$u.service" 2>&1 | grep 'Overall exposure level') || true
@@ -338,6 +340,18 @@ check "after purge: env files gone; the operator's certificates and signing.pub 
 check "after purge: no enablement or mask of the units left in /etc/systemd" sh_in '
 	out=$(find /etc/systemd /var/lib/systemd/deb-systemd-helper-enabled /var/lib/systemd/deb-systemd-helper-masked -name "lehr*" 2>/dev/null || true); [ -z "$out" ] || { echo "$out"; exit 1; }'
 check "after purge: the lehr user stays (Debian leaves system users)" sh_in 'getent passwd lehr >/dev/null'
+check "over every start and stop of both boots: no lehr unit failed, each stop clean" sh_in '
+	out=$(journalctl -q --no-pager -u lehr-agent -u lehr-control -u lehr-distributor -o cat |
+		grep -E "Failed with result|Main process exited|code=(exited|killed|dumped)|Killing process|timed out" || true)
+	[ -z "$out" ] || { echo "$out"; exit 1; }
+	[ "$(journalctl -q --no-pager -u lehr-agent -u lehr-control -u lehr-distributor -o cat | grep -c "Deactivated successfully")" -gt 0 ]'
+# A host: the agent's package alone
+check "lehr-agent alone (a host): dpkg -i; enabled, not started; --version; purge" sh_in '
+	cd /root/lehr-debs && dpkg -i lehr-agent_*.deb
+	[ "$(systemctl is-enabled lehr-agent)" = enabled ] && ! systemctl is-active --quiet lehr-agent
+	lehr-agent --version | grep -q '"$commit"'
+	[ ! -e /usr/bin/lehr ] && [ ! -e /lib/systemd/system/lehr-control.service ]
+	dpkg -P lehr-agent && [ ! -e /var/lib/lehr-agent ] && [ ! -e /etc/lehr/agent.env ]'
 # README's and operations.md's install line: apt install of the files
 check "apt install ./lehr-agent_*.deb ./lehr_*.deb (README's line), then purge again" sh_in '
 	cd /root/lehr-debs && DEBIAN_FRONTEND=noninteractive apt-get install -y -q ./lehr-agent_*.deb ./lehr_*.deb
