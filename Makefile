@@ -56,7 +56,7 @@ package:
 # (debootstrap, cached in .cache/fresh-debian, ignored by git) booted with
 # systemd-nspawn, dpkg -i of both packages, the daemons configured and
 # started with systemctl, a reboot, an upgrade, remove and purge. As root;
-# not in make test (the first run downloads about 80 MB; a run takes
+# not in make test (the first run downloads about 50 MB; a run takes
 # about 3 minutes). go test ./deploy runs it under LEHR_FRESH_DEBIAN=1.
 fresh-debian:
 	./scripts/fresh-debian.sh

@@ -18,7 +18,7 @@ import (
 // to the agent, systemd-analyze security, a reboot, an upgrade in place,
 // remove, install again, purge. Each of the script's FAIL lines fails the
 // test. Only with LEHR_FRESH_DEBIAN=1, as root (not in make test: the first
-// run downloads about 80 MB, and a run takes minutes):
+// run downloads about 50 MB, and a run takes minutes):
 //
 //	LEHR_FRESH_DEBIAN=1 go test ./deploy -run TestFreshDebian -timeout 30m -v
 func TestFreshDebian(t *testing.T) {

@@ -5,7 +5,8 @@
 # enabled-on-configure daemons whose --version names the commit").
 # `make fresh-debian` runs it; deploy/freshdebian_test.go runs it under
 # LEHR_FRESH_DEBIAN=1. Not part of make test: the first run downloads about
-# 80 MB from the Debian archive and the whole run takes minutes.
+# 50 MB from the Debian archive (40 MB of packages and the archive's index)
+# and a run takes about 3 minutes.
 #
 # The fresh Debian is a minimal Debian 12 (debootstrap --variant=minbase,
 # plus systemd, systemd-sysv and dbus) cached in .cache/fresh-debian/
@@ -22,10 +23,13 @@
 # configure control, a distributor and the agent as docs/operations.md
 # says (certificates from lehr certs, env files, signing.pub) and start
 # them with systemctl; publish a namespace and watch it reach the agent;
-# systemd-analyze security; the journal; a reboot (enabled daemons come
-# back); an upgrade in place (running daemons restarted, a stopped one kept
-# stopped); remove (data and settings kept); installing again after a
-# remove; purge (data and settings gone). Exits 1 if any check failed.
+# the socket's modes; lehr_build_info on each /metrics; systemd-analyze
+# security; the journal (log levels as priorities); a reboot (enabled
+# daemons come back); an upgrade in place (running daemons restarted, a
+# stopped one kept stopped); remove (data and settings kept); installing
+# again after a remove; purge (data and settings gone); no unit failed or
+# stopped uncleanly; the agent's package alone, as on a host; README's
+# apt install line. Exits 1 if any check failed.
 # The container's tree is kept in .cache/fresh-debian/machine for a look
 # afterwards (deleted by the next run), the daemons' journal in
 # .cache/fresh-debian/journal.txt.
@@ -96,7 +100,7 @@ pass "make package: $(cd "$pkgdir" && echo *.deb)"
 
 # --- the fresh Debian ------------------------------------------------------
 if [ ! -e "$base/.fresh-debian-complete" ]; then
-	echo "fresh-debian: debootstrap $suite into $base (once; about 80 MB from $mirror)"
+	echo "fresh-debian: debootstrap $suite into $base (once; about 50 MB from $mirror)"
 	rm -rf "$base.tmp"
 	debootstrap --variant=minbase --include=systemd,systemd-sysv,dbus "$suite" "$base.tmp" "$mirror" >"$cache/debootstrap.log" 2>&1 ||
 		{ fail "debootstrap $suite" "$(tail -n 20 "$cache/debootstrap.log")"; exit 1; }
