@@ -4,7 +4,7 @@ GO ?= go
 BIN := $(CURDIR)/bin
 PROTOC_VERSION := 3.21.12
 
-.PHONY: all build package run test lint proto chaos upgrade ha bench bench-full bench-canary clean
+.PHONY: all build package fresh-debian run test lint proto chaos upgrade ha bench bench-full bench-canary clean
 
 all: build
 
@@ -49,6 +49,17 @@ package:
 		VERSION=$(VERSION) DEB_ARCH=$(DEB_ARCH) LEHR_PKG_BIN=$(PKGDIR)/bin \
 			$(GO) tool nfpm package --packager deb --config deploy/package/$$p.yaml --target $(PKGDIR)/ || exit 1; \
 	done
+
+# fresh-debian installs the packages on a fresh Debian and checks what
+# docs/operations.md, "Install", promises, printing PASS or FAIL for each
+# check (scripts/fresh-debian.sh): make package, then a minimal Debian 12
+# (debootstrap, cached in .cache/fresh-debian, ignored by git) booted with
+# systemd-nspawn, dpkg -i of both packages, the daemons configured and
+# started with systemctl, a reboot, an upgrade, remove and purge. As root;
+# not in make test (the first run downloads about 50 MB; a run takes
+# about 3 minutes). go test ./deploy runs it under LEHR_FRESH_DEBIAN=1.
+fresh-debian:
+	./scripts/fresh-debian.sh
 
 # run starts the whole system locally on embedded etcd and shows it working.
 run: build

@@ -125,6 +125,15 @@ func TestAgentMaintainerScripts(t *testing.T) {
 	if !b.exists("var/lib/lehr-agent/cache") {
 		t.Error("postrm remove deleted the agent's data; want it kept until purge")
 	}
+	// Installed again after the remove: dpkg passes the last configured
+	// version, as to an upgrade, but the daemon was stopped by the remove;
+	// deb-systemd-helper's record of the mask postrm made tells them apart.
+	b.mkdir("var/lib/systemd/deb-systemd-helper-masked")
+	b.write("var/lib/systemd/deb-systemd-helper-masked/"+unit, "")
+	calls = b.run("lehr-agent.postinst", "configure", "0.1.0-1")
+	mustHave(t, "install after remove, configured", calls, "deb-systemd-helper unmask "+unit, "deb-systemd-invoke start "+unit)
+	mustNotHave(t, "install after remove, configured", calls, "try-restart")
+	os.Remove(filepath.Join(b.root, "var/lib/systemd/deb-systemd-helper-masked", unit))
 	calls = b.run("lehr-agent.postrm", "purge")
 	mustHave(t, "postrm purge", calls, "deb-systemd-helper purge "+unit, "deb-systemd-helper unmask "+unit)
 	if b.exists("var/lib/lehr-agent") {
@@ -163,6 +172,13 @@ func TestLehrMaintainerScripts(t *testing.T) {
 	if !b.exists("var/lib/lehr-control/signing.key") {
 		t.Error("postrm remove deleted control's data; want it kept until purge")
 	}
+	// Installed again after the remove (see TestAgentMaintainerScripts).
+	b.mkdir("var/lib/systemd/deb-systemd-helper-masked")
+	b.write("var/lib/systemd/deb-systemd-helper-masked/lehr-control.service", "")
+	b.write("var/lib/systemd/deb-systemd-helper-masked/lehr-distributor.service", "")
+	calls = b.run("lehr.postinst", "configure", "0.1.0-1")
+	mustHave(t, "install after remove, configured", calls, "deb-systemd-invoke start lehr-control.service", "deb-systemd-invoke start lehr-distributor.service")
+	mustNotHave(t, "install after remove, configured", calls, "try-restart")
 	mustHave(t, "postrm purge", b.run("lehr.postrm", "purge"), "deb-systemd-helper purge lehr-control.service", "deb-systemd-helper purge lehr-distributor.service")
 	if b.exists("var/lib/lehr-control") {
 		t.Error("postrm purge kept /var/lib/lehr-control")

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"flag"
+	"os"
 	"strings"
 	"testing"
 )
@@ -50,6 +51,61 @@ func TestFlags(t *testing.T) {
 			line, _, _ := strings.Cut(out, "\n")
 			if !json.Valid([]byte(line)) {
 				t.Errorf("%v: not JSON: %q", tt.args, line)
+			}
+		}
+	}
+}
+
+// TestJournalPriorities: on the journal's stream of a systemd service
+// (JOURNAL_STREAM names the file written to), each line starts with its
+// level's syslog priority, which journald files it under; on any other
+// file, or with another JOURNAL_STREAM, lines are as they were.
+func TestJournalPriorities(t *testing.T) {
+	for _, format := range []string{"json", "text"} {
+		for _, journal := range []bool{true, false} {
+			f, err := os.CreateTemp(t.TempDir(), "stderr")
+			if err != nil {
+				t.Fatal(err)
+			}
+			id, ok := fileID(f)
+			if !ok {
+				t.Skip("no device and inode here")
+			}
+			if !journal {
+				id = "1:2"
+			}
+			t.Setenv("JOURNAL_STREAM", id)
+			fl := &Flags{Level: "debug", Format: format}
+			log, err := fl.Logger(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			log = log.With("component", "x").WithGroup("g")
+			log.Debug("d", "k", 1)
+			log.Info("i", "k", 1)
+			log.Warn("w", "k", 1)
+			log.Error("e", "k", 1)
+			f.Close()
+			b, err := os.ReadFile(f.Name())
+			if err != nil {
+				t.Fatal(err)
+			}
+			lines := strings.Split(strings.TrimSuffix(string(b), "\n"), "\n")
+			want := []string{"<7>", "<6>", "<4>", "<3>"}
+			if len(lines) != len(want) {
+				t.Fatalf("%s, journal %v: %d lines, want %d:\n%s", format, journal, len(lines), len(want), b)
+			}
+			for i, line := range lines {
+				rest, prefixed := strings.CutPrefix(line, want[i])
+				if prefixed != journal {
+					t.Errorf("%s, journal %v: line %q, want the prefix %s: %v", format, journal, line, want[i], journal)
+				}
+				if format == "json" && !json.Valid([]byte(rest)) {
+					t.Errorf("%s, journal %v: not JSON after the prefix: %q", format, journal, line)
+				}
+				if !strings.Contains(rest, "component") || !strings.Contains(rest, "g.k") && !strings.Contains(rest, `"g":{"k":1}`) {
+					t.Errorf("%s, journal %v: attributes or group lost: %q", format, journal, line)
+				}
 			}
 		}
 	}
