@@ -592,7 +592,12 @@ loop:
 	dcpu, _ := row.Get("distributor cpu/delivery")
 	hdr := fmt.Sprintf("CPU profile of Lehr's distributor (pinned to CPU %s, GOMAXPROCS=1) over %d s of the fair race at N=%d, profile %s: %d updates made one at a time, each awaited at every subscriber (%d deliveries), after the measured ones (distributor cpu/delivery measured %.0f µs).",
 		r.serverCPU, secs, n, r.e.Profile, updates, updates*n, dcpu)
-	_, err := topSummary(path, r.e.OutDir, name+"-top10", hdr)
+	total, parts, err := breakdown(path)
+	if err != nil {
+		return err
+	}
+	hdr += "\n\nWhere it went (bench/profile.go breakdown):\n\n" + formatBreakdown(total, parts, updates*n)
+	_, err = topSummary(path, r.e.OutDir, name+"-top10", hdr)
 	return err
 }
 
