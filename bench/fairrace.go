@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -124,6 +125,16 @@ func runFairRace(ctx context.Context, e *Env) (*Result, error) {
 	}
 	defer restore()
 
+	systems := []string{"lehr", "etcd", "nats"}
+	if len(e.FairRaceSystems) > 0 {
+		for _, sys := range e.FairRaceSystems {
+			if !slices.Contains(systems, sys) {
+				return res, fmt.Errorf("fair race: unknown system %q (want lehr, etcd or nats)", sys)
+			}
+		}
+		systems = e.FairRaceSystems
+		res.Notes = append(res.Notes, fmt.Sprintf("only %s ran (-fairrace-systems).", strings.Join(systems, ", ")))
+	}
 	for _, n := range p.ns {
 		plot := CDFPlot{
 			Name:  fmt.Sprintf("N%d", n),
@@ -131,7 +142,7 @@ func runFairRace(ctx context.Context, e *Env) (*Result, error) {
 		}
 		var lehrRow Row
 		var peerRows []Row
-		for _, sys := range []string{"lehr", "etcd", "nats"} {
+		for _, sys := range systems {
 			row, lat, err := r.run(ctx, sys, n)
 			if err != nil {
 				res.CDFs = append(res.CDFs, plot)
@@ -148,6 +159,9 @@ func runFairRace(ctx context.Context, e *Env) (*Result, error) {
 			plot.Series = append(plot.Series, Series{Label: label, Samples: lat})
 		}
 		res.CDFs = append(res.CDFs, plot)
+		if lehrRow.System == "" {
+			continue
+		}
 		for _, pr := range peerRows {
 			res.Rows = append(res.Rows, ratioRow(lehrRow, pr, []string{"p50", "p99", "last", "server cpu/delivery", "subscribers cpu/delivery", "server rss/sub"}))
 		}
