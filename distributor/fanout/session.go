@@ -881,7 +881,9 @@ func (ss *session) push(j job) {
 	if arm {
 		ss.kick()
 	}
-	ss.log.Debug("pushed update", "namespace", j.ns, "version", j.goal.Seq, "snapshot", snapshot, "bytes", len(frame))
+	if ss.log.Enabled(ss.ctx, slog.LevelDebug) { // not boxing the arguments of every delivery for nothing
+		ss.log.Debug("pushed update", "namespace", j.ns, "version", j.goal.Seq, "snapshot", snapshot, "bytes", len(frame))
+	}
 }
 
 // fail ends the session because doing what failed: it closes the
