@@ -133,6 +133,7 @@ func runFairRace(ctx context.Context, e *Env) (*Result, error) {
 			}
 		}
 		systems = e.FairRaceSystems
+		res.Partial = len(systems) < 3
 		res.Notes = append(res.Notes, fmt.Sprintf("only %s ran (-fairrace-systems).", strings.Join(systems, ", ")))
 	}
 	for _, n := range p.ns {
