@@ -75,6 +75,10 @@ type Env struct {
 	// timeout (agenttest.Options.SilenceTimeout; their keepalives go every
 	// third of it) instead of the agent's default.
 	AgentSilenceTimeout time.Duration
+	// FairRaceSystems, if not empty, are the systems the fairrace scenario
+	// runs, of "lehr", "etcd" and "nats" (a lever's before and after need
+	// only Lehr's); empty runs all three.
+	FairRaceSystems []string
 }
 
 // Scenario is one benchmark.
@@ -128,6 +132,8 @@ type Options struct {
 	CatalogAgentsOnly bool
 	// AgentSilenceTimeout: see Env.AgentSilenceTimeout.
 	AgentSilenceTimeout time.Duration
+	// FairRaceSystems: see Env.FairRaceSystems.
+	FairRaceSystems []string
 	// Logger; default a logger that writes warnings to stderr.
 	Logger *slog.Logger
 	// Progress, if not nil, receives each scenario's table as soon as it
@@ -199,6 +205,7 @@ func RunScenarios(ctx context.Context, opts Options) (*Run, error) {
 			StormAgents:         opts.StormAgents,
 			CatalogAgentsOnly:   opts.CatalogAgentsOnly,
 			AgentSilenceTimeout: opts.AgentSilenceTimeout,
+			FairRaceSystems:     opts.FairRaceSystems,
 		}
 		start := time.Now()
 		res, err := s.Run(ctx, env)

@@ -10,8 +10,11 @@ package bench
 import (
 	"context"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -57,6 +60,9 @@ type raceSide struct {
 	servers procGroup
 	// dist is Lehr's distributor alone; 0 for a peer.
 	dist int
+	// pprof is the host:port serving the distributor's /debug/pprof/;
+	// empty for a peer.
+	pprof string
 	// initial, if not 0, is the sequence every subscriber receives on
 	// connecting (a Lehr agent gets the namespace's current version).
 	initial uint64
@@ -119,6 +125,17 @@ func runFairRace(ctx context.Context, e *Env) (*Result, error) {
 	}
 	defer restore()
 
+	systems := []string{"lehr", "etcd", "nats"}
+	if len(e.FairRaceSystems) > 0 {
+		for _, sys := range e.FairRaceSystems {
+			if !slices.Contains(systems, sys) {
+				return res, fmt.Errorf("fair race: unknown system %q (want lehr, etcd or nats)", sys)
+			}
+		}
+		systems = e.FairRaceSystems
+		res.Partial = len(systems) < 3
+		res.Notes = append(res.Notes, fmt.Sprintf("only %s ran (-fairrace-systems).", strings.Join(systems, ", ")))
+	}
 	for _, n := range p.ns {
 		plot := CDFPlot{
 			Name:  fmt.Sprintf("N%d", n),
@@ -126,7 +143,7 @@ func runFairRace(ctx context.Context, e *Env) (*Result, error) {
 		}
 		var lehrRow Row
 		var peerRows []Row
-		for _, sys := range []string{"lehr", "etcd", "nats"} {
+		for _, sys := range systems {
 			row, lat, err := r.run(ctx, sys, n)
 			if err != nil {
 				res.CDFs = append(res.CDFs, plot)
@@ -143,6 +160,9 @@ func runFairRace(ctx context.Context, e *Env) (*Result, error) {
 			plot.Series = append(plot.Series, Series{Label: label, Samples: lat})
 		}
 		res.CDFs = append(res.CDFs, plot)
+		if lehrRow.System == "" {
+			continue
+		}
 		for _, pr := range peerRows {
 			res.Rows = append(res.Rows, ratioRow(lehrRow, pr, []string{"p50", "p99", "last", "server cpu/delivery", "subscribers cpu/delivery", "server rss/sub"}))
 		}
@@ -317,7 +337,7 @@ func (r *race) startLehr(ctx context.Context, dir string, n int) (raceSide, func
 	dist, err := startPinned("distributor", r.lehrBin, filepath.Join(dir, "distributor.log"), distMetrics, r.serverCPU,
 		[]string{"distributor", "--zone", benchZone, "--id", id, "--control", ctlAddr, "--control-plaintext",
 			"--listen", distAddr, "--tls-cert", cert, "--tls-key", key, "--tls-ca", filepath.Join(pkiDir, pki.CACertFile),
-			"--metrics-listen", distMetrics, "--log-level", "warn"})
+			"--metrics-listen", distMetrics, "--pprof", "--log-level", "warn"})
 	if err != nil {
 		return fail(err)
 	}
@@ -345,6 +365,7 @@ func (r *race) startLehr(ctx context.Context, dir string, n int) (raceSide, func
 		system:  "lehr",
 		servers: procGroup{ctl.pid(), dist.pid()},
 		dist:    dist.pid(),
+		pprof:   distMetrics,
 		initial: v.GetSeq(),
 		sub: swarmConfig{
 			Addr: distAddr, CADir: pkiDir, Prefix: fmt.Sprintf("fair%d", n), Zone: benchZone, Subs: []string{ns},
@@ -527,7 +548,98 @@ func (r *race) measure(ctx context.Context, side raceSide, n int) (Row, []time.D
 		row.Add("distributor rss/sub", float64(distConnected.rss-distBefore.rss)/1024/float64(n), "KiB")
 	}
 	row.Add("lost", float64(st.Lost), "")
+	if side.pprof != "" && r.e.OutDir != "" {
+		if err := r.profileDistributor(ctx, side, col, n, row); err != nil {
+			return row, stats.all, fmt.Errorf("profile the distributor: %w", err)
+		}
+	}
 	return row, stats.all, nil
+}
+
+// profileTime is how long the fair race profiles Lehr's distributor, after
+// the measured updates, while it keeps making them.
+func (r *race) profileTime() time.Duration {
+	return pick(r.e.Profile, time.Second, 5*time.Second, 5*time.Second)
+}
+
+// profileDistributor takes a CPU profile of Lehr's distributor (from its
+// /debug/pprof/profile) while making updates as the measured ones, one at
+// a time, each awaited at every subscriber, after the measured updates so
+// that profiling does not weigh on their figures; it keeps the profile and
+// its top 10 in OutDir as fairrace-PROFILE-NN-distributor-cpu.
+func (r *race) profileDistributor(ctx context.Context, side raceSide, col *collector, n int, row Row) error {
+	name := fmt.Sprintf("fairrace-%s-N%d-distributor-cpu", r.e.Profile, n)
+	path := filepath.Join(r.e.OutDir, name+".pprof")
+	if err := os.MkdirAll(r.e.OutDir, 0o755); err != nil {
+		return err
+	}
+	secs := int(r.profileTime() / time.Second)
+	if secs < 1 {
+		secs = 1
+	}
+	done := make(chan error, 1)
+	go func() {
+		done <- fetchTo(ctx, fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", side.pprof, secs), path)
+	}()
+	updates := 0
+	var ferr error
+loop:
+	for {
+		select {
+		case ferr = <-done:
+			break loop
+		default:
+		}
+		seq, _, err := side.update(ctx)
+		if err != nil {
+			<-done
+			return err
+		}
+		if _, err := col.wait(ctx, seq, 60*time.Second); err != nil {
+			<-done
+			return err
+		}
+		updates++
+	}
+	if ferr != nil {
+		return ferr
+	}
+	dcpu, _ := row.Get("distributor cpu/delivery")
+	hdr := fmt.Sprintf("CPU profile of Lehr's distributor (pinned to CPU %s, GOMAXPROCS=1) over %d s of the fair race at N=%d, profile %s: %d updates made one at a time, each awaited at every subscriber (%d deliveries), after the measured ones (distributor cpu/delivery measured %.0f µs).",
+		r.serverCPU, secs, n, r.e.Profile, updates, updates*n, dcpu)
+	total, parts, err := breakdown(path)
+	if err != nil {
+		return err
+	}
+	hdr += "\n\nWhere it went (bench/profile.go breakdown):\n\n" + formatBreakdown(total, parts, updates*n)
+	_, err = topSummary(path, r.e.OutDir, name+"-top10", hdr)
+	return err
+}
+
+// fetchTo writes the body of a GET of url to the file at path.
+func fetchTo(ctx context.Context, url, path string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+		return fmt.Errorf("GET %s: %s: %s", url, resp.Status, strings.TrimSpace(string(b)))
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(f, resp.Body); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }
 
 // firstErr returns the first error that is not nil.

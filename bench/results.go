@@ -55,6 +55,11 @@ type Result struct {
 	// CDFs are the latency samples to plot; not kept in the JSON (the
 	// plots and the rows' percentiles are).
 	CDFs []CDFPlot `json:"-"`
+	// Partial says the scenario ran only some of its cases (the fair race
+	// with -fairrace-systems): its rows and targets are for comparing
+	// builds, and do not stand for the scenario's current figures
+	// (CurrentTargets skips them).
+	Partial bool `json:"partial,omitempty"`
 	// Error is set when the scenario failed; Rows then holds what was
 	// measured before the failure.
 	Error string `json:"error,omitempty"`

@@ -25,7 +25,8 @@ type CurrentTarget struct {
 
 // CurrentTargets reads the runs in dir (the files WriteJSON writes; smoke
 // runs are skipped) and returns every target of the newest quick run and
-// of the newest full run of each scenario: a goal both checked is the
+// of the newest full run of each scenario (a partial run, Result.Partial,
+// does not count): a goal both checked is the
 // newer run's. The scenarios come in Scenarios' order (those no longer
 // listed after them, by name); each scenario's targets in the order its
 // newest run gave them, the older run's others after. A scenario's
@@ -58,6 +59,9 @@ func CurrentTargets(dir string) ([]CurrentTarget, error) {
 			continue
 		}
 		for _, res := range r.Results {
+			if res.Partial {
+				continue
+			}
 			k := [2]string{res.Scenario, r.Profile}
 			// Names sort as their start times.
 			if p, ok := newest[k]; !ok || e.Name() > p.run {

@@ -23,13 +23,15 @@ func TestCurrentTargets(t *testing.T) {
 	tg := func(goal, got string, met bool) Target { return Target{Goal: goal, Got: got, Met: met} }
 	// A full run, then a quick run that checks one of its goals again and
 	// one of its own; a later smoke run and a later full run of another
-	// scenario; an old quick run of fanout, superseded.
+	// scenario; an old quick run of fanout, superseded; a later partial
+	// quick run of storm, which does not count.
 	write(1, "quick", "0000000000", Result{Scenario: "fanout", Targets: []Target{tg("N=1000: p99 <= 250 ms", "p99 = 999 ms", false)}})
 	write(2, "full", "1111111111aaaa", Result{Scenario: "fanout", Targets: []Target{
 		tg("N=1000: p99 <= 250 ms", "p99 = 120 ms", true), tg("N=10000: p99 <= 3 s", "p99 = 4000 ms", false)}})
 	write(3, "quick", "2222222222bbbb-dirty",
 		Result{Scenario: "storm", Targets: []Target{tg("storm | 1000", "1.9 s", true)}},
 		Result{Scenario: "fanout", Targets: []Target{tg("N=1000: p99 <= 250 ms", "p99 = 130 ms", true), tg("N=100: none missed", "0", true)}})
+	write(6, "quick", "5555555", Result{Scenario: "storm", Partial: true, Targets: []Target{tg("storm | 1000", "partial", false)}})
 	write(4, "smoke", "3333333", Result{Scenario: "fanout", Targets: []Target{tg("N=5: x", "y", true)}})
 	write(5, "full", "4444444444", Result{Scenario: "publish", Targets: []Target{tg("p50 <= commit + 0.5 ms", "0.49 ms", true)}},
 		Result{Scenario: "retired", Targets: []Target{tg("old goal", "old figure", true)}})

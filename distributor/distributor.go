@@ -107,6 +107,12 @@ type Options struct {
 	// MetricsListen is the TCP address serving /metrics; "" (the default)
 	// serves none. Metrics are always available from Metrics().
 	MetricsListen string
+	// Pprof serves the runtime profiles of net/http/pprof under
+	// /debug/pprof/ on MetricsListen (e.g. a CPU profile of 5 s:
+	// /debug/pprof/profile?seconds=5); false (the default) serves none.
+	// For diagnosis on a trusted network: the listener has no
+	// authentication.
+	Pprof bool
 	// CacheBytes bounds the in-memory version content; default
 	// DefaultCacheBytes. Goal versions are pinned and never evicted (see
 	// package versions).
@@ -539,7 +545,11 @@ func (d *Distributor) Run(ctx context.Context) (err error) {
 			srv.Close()
 			return fmt.Errorf("distributor: metrics listen %s: %w", d.opts.MetricsListen, err)
 		}
-		hs = metricshttp.Server(d.set, metricsHelp, nil)
+		var extra map[string]http.Handler
+		if d.opts.Pprof {
+			extra = pprofHandlers()
+		}
+		hs = metricshttp.Server(d.set, metricsHelp, extra)
 	}
 	d.mu.Lock()
 	d.srv = srv

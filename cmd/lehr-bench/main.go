@@ -22,6 +22,7 @@ import (
 	"os/signal"
 	"regexp"
 	"runtime/pprof"
+	"strings"
 	"syscall"
 
 	"lehr.dev/lehr/agent"
@@ -53,6 +54,7 @@ func run() error {
 	stormAgents := flag.Int("storm-agents", 0, "run the storm scenario at this one number of agents instead of the profile's")
 	catalogAgents := flag.Bool("catalog-agents-only", false, "catalog scenario: load the catalog, then measure only the distributor with its simulated agents (skips the idle, publish, history and refusal rows)")
 	silence := flag.Duration("agent-silence-timeout", 0, "the simulated agents' silence timeout (fanout, storm): they send a keepalive every third of it and give up on a distributor silent for it; 0 keeps the agent's default (lehr agent --silence-timeout)")
+	fairSystems := flag.String("fairrace-systems", "", "fairrace scenario: run only these systems, a comma-separated list of lehr, etcd and nats (e.g. lehr, to measure a change to Lehr); empty runs all three")
 	verbose := flag.Bool("v", false, "log the components' info messages to stderr")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file, and one of each swarm child (the simulated agents) to FILE.swarm-PID; read them with go tool pprof (not with the fanout scenario, which profiles its busiest case itself)")
 	version := flag.Bool("version", false, "print lehr-bench's build (release version, commit, Go version) and exit")
@@ -132,6 +134,7 @@ func run() error {
 		StormAgents:         *stormAgents,
 		CatalogAgentsOnly:   *catalogAgents,
 		AgentSilenceTimeout: *silence,
+		FairRaceSystems:     splitList(*fairSystems),
 		Logger:              slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level})),
 		Progress:            os.Stdout,
 		PeerPlaintext:       !*peerTLS,
@@ -169,4 +172,15 @@ func run() error {
 		}
 	}
 	return err
+}
+
+// splitList splits a comma-separated list, dropping empty entries.
+func splitList(s string) []string {
+	var out []string
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(f); f != "" {
+			out = append(out, f)
+		}
+	}
+	return out
 }

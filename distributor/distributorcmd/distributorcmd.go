@@ -136,6 +136,7 @@ func parse(args []string, out io.Writer) (distributor.Options, *logflags.Flags, 
 	fs.StringVar(&opts.ControlAddr, "control", "", "control's gRPC `address`: host:port, or a comma-separated list of them, one per control replica, to fail over between (required)")
 	fs.StringVar(&opts.Listen, "listen", distributor.DefaultListen, "UDP address (host:port) agents dial over QUIC")
 	fs.StringVar(&opts.MetricsListen, "metrics-listen", "", "TCP address serving /metrics, e.g. 127.0.0.1:7411; empty serves none")
+	fs.BoolVar(&opts.Pprof, "pprof", false, "also serve Go's runtime profiles (net/http/pprof) under /debug/pprof/ on --metrics-listen, e.g. go tool pprof http://ADDR/debug/pprof/profile?seconds=10; unauthenticated, for a trusted network")
 	fs.Int64Var(&opts.CacheBytes, "cache-bytes", distributor.DefaultCacheBytes, "bound in bytes on the version content kept in memory (goal versions go last; one evicted is fetched again from control when an agent needs it)")
 	fs.DurationVar(&opts.ReportInterval, "report-interval", distributor.DefaultReportInterval, "how often to report convergence to control and ask agents for reports (at most 1m: a report stays valid at control for three intervals, at most 2m)")
 	fs.Float64Var(&opts.RedialRate, "redial-rate", fanout.DefaultRedialRate, "agents per second this distributor can admit after a restart: agents spread their redials over (connected agents / this rate) seconds instead of all coming back at once; measure it on your hardware (docs/operations.md); negative: no spread")
@@ -160,6 +161,9 @@ func parse(args []string, out io.Writer) (distributor.Options, *logflags.Flags, 
 	}
 	if _, _, err := net.SplitHostPort(opts.Listen); err != nil {
 		return opts, lo, fmt.Errorf("--listen %q: want host:port", opts.Listen)
+	}
+	if opts.Pprof && opts.MetricsListen == "" {
+		return opts, lo, errors.New("--pprof serves on --metrics-listen: set it too")
 	}
 	if opts.CacheBytes <= 0 {
 		return opts, lo, fmt.Errorf("--cache-bytes %d: want a positive number of bytes", opts.CacheBytes)

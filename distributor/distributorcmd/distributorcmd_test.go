@@ -105,6 +105,10 @@ func TestParse(t *testing.T) {
 	if err != nil || o.ControlAddr != "control-a.example:7400,control-b.example:7400" {
 		t.Errorf("--control with two replicas: err %v, address %q", err, o.ControlAddr)
 	}
+	o, _, err = parse(append(base, "--metrics-listen", "127.0.0.1:0", "--pprof"), &bytes.Buffer{})
+	if err != nil || !o.Pprof {
+		t.Errorf("--pprof with --metrics-listen: Pprof %v, err %v; want true, nil", o.Pprof, err)
+	}
 	o, _, err = parse(append(base, "--control-plaintext"), &bytes.Buffer{})
 	if err != nil || o.ControlTLS != nil {
 		t.Errorf("--control-plaintext: ControlTLS %v, err %v; want nil, nil", o.ControlTLS, err)
@@ -126,6 +130,7 @@ func TestParse(t *testing.T) {
 		{"bad listen", append(base, "--listen", "7410"), `--listen "7410"`},
 		{"no certs", []string{"--zone", "z", "--control", "127.0.0.1:1"}, "--tls-cert, --tls-key and --tls-ca are required"},
 		{"missing cert file", append(base[:4:4], "--tls-cert", "/nonexistent.crt", "--tls-key", p.distKey, "--tls-ca", p.caFile), "/nonexistent.crt"},
+		{"pprof without metrics", append(base, "--pprof"), "--pprof serves on --metrics-listen"},
 		{"bad cache", append(base, "--cache-bytes", "0"), "--cache-bytes 0"},
 		{"bad interval", append(base, "--report-interval", "-1s"), "--report-interval -1s"},
 		{"interval control would not keep", append(base, "--report-interval", "90s"), "at most 1m0s"},

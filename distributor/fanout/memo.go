@@ -3,6 +3,7 @@ package fanout
 import (
 	"container/list"
 	"sync"
+	"sync/atomic"
 
 	"lehr.dev/lehr/internal/content"
 )
@@ -24,11 +25,13 @@ type memoKey struct {
 type memoEntry struct {
 	key  memoKey
 	once sync.Once
-	data []byte
-	snap bool // the frame is a snapshot (a patch may fall back to one)
-	err  error
-	elem *list.Element
-	size int64
+	// built is set once data holds the frame (build succeeded).
+	built atomic.Bool
+	data  []byte
+	snap  bool // the frame is a snapshot (a patch may fall back to one)
+	err   error
+	elem  *list.Element
+	size  int64
 }
 
 // memo keeps recently encoded update frames so that many agents needing the
@@ -70,6 +73,7 @@ func (m *memo) get(k memoKey, build func() ([]byte, bool, error)) ([]byte, bool,
 			m.removeLocked(e)
 			return
 		}
+		e.built.Store(true)
 		if m.entries[k] == e {
 			e.size = int64(len(e.data))
 			m.bytes += e.size
@@ -77,6 +81,21 @@ func (m *memo) get(k memoKey, build func() ([]byte, bool, error)) ([]byte, bool,
 		}
 	})
 	return e.data, e.snap, e.err
+}
+
+// peek returns the frame for k and whether it is a snapshot, if it is
+// memoised and built; it builds nothing.
+func (m *memo) peek(k memoKey) (data []byte, snap, ok bool) {
+	m.mu.Lock()
+	e := m.entries[k]
+	if e != nil {
+		m.lru.MoveToFront(e.elem)
+	}
+	m.mu.Unlock()
+	if e == nil || !e.built.Load() {
+		return nil, false, false
+	}
+	return e.data, e.snap, true
 }
 
 func (m *memo) removeLocked(e *memoEntry) {

@@ -105,6 +105,10 @@ type session struct {
 
 	mu sync.Mutex
 	ns map[string]*nsState
+	// armed is when pushLoop's timer fires next (zero: it is not armed).
+	// pushLoop only ever moves it earlier, so a deadline at or after it
+	// needs no kick: plan runs by then and arms the timer for it.
+	armed time.Time
 	// advised is the redial spread the agent was last told; advise says
 	// an Advice with it is due (redial.go).
 	advised time.Duration
@@ -541,6 +545,10 @@ func (ss *session) onAck(m *lehrpb.Ack) error {
 		st.refusals++
 		st.notBefore = ss.srv.now().Add(refusalBackoff.Ceiling(st.refusals - 1))
 	}
+	// pushLoop has something to do only if the namespace moved on while
+	// the update was in flight (plan skips a namespace in flight), or the
+	// update was refused: an Ack of the goal wakes nobody.
+	replan := !ok || ss.pendingLocked(ns, st)
 	ss.forgetIfIdleLocked(ns, st)
 	ss.mu.Unlock()
 	if ok {
@@ -549,8 +557,29 @@ func (ss *session) onAck(m *lehrpb.Ack) error {
 		ss.srv.met.refusals.Inc()
 		ss.log.Warn("agent refused an update", "namespace", ns, "version", sent.Seq, "err", why)
 	}
-	ss.kick()
+	if replan {
+		ss.kick()
+	}
 	return nil
+}
+
+// pendingLocked says whether plan may have an update of ns to send the
+// agent now that none is in flight: it subscribes, and it needs a snapshot
+// or holds another version than its goal (or there is no goal, of which
+// plan tells it). A goal set after this reads the goals kicks the session
+// itself (SetGoal).
+func (ss *session) pendingLocked(ns string, st *nsState) bool {
+	if !st.subscribed {
+		return false
+	}
+	if st.needSnapshot {
+		return true
+	}
+	goal := (*ss.srv.goals.Load())[ns]
+	if goal == nil {
+		return true
+	}
+	return update.Plan(st.have, goal.For(ss.host).Ref(), true) != update.SendNothing
 }
 
 // onResync notes that the agent wants a snapshot. A Resync for a namespace
@@ -632,12 +661,20 @@ func (ss *session) pushLoop() {
 			return
 		case <-ss.kickc:
 		case <-timer.C:
+			ss.mu.Lock()
+			ss.armed = time.Time{}
+			ss.mu.Unlock()
 		}
 		jobs, unavailable, wake := ss.plan()
-		timer.Stop()
-		if !wake.IsZero() {
+		// The timer only moves earlier: one armed for a deadline since
+		// answered fires once, for nothing, rather than every push waking
+		// this loop to arm it (push kicks only for a deadline before it).
+		ss.mu.Lock()
+		if !wake.IsZero() && (ss.armed.IsZero() || wake.Before(ss.armed)) {
+			ss.armed = wake
 			timer.Reset(max(wake.Sub(ss.srv.now()), 0))
 		}
+		ss.mu.Unlock()
 		for _, u := range unavailable {
 			if err := ss.send(u); err != nil {
 				ss.fail("send Unavailable", err)
@@ -833,12 +870,20 @@ func (ss *session) push(j job) {
 		return
 	}
 	ss.mu.Lock()
+	var arm bool
 	if st := ss.ns[j.ns]; st != nil && st.sending.Seq == j.goal.Seq && st.deadline.IsZero() {
 		st.deadline = ss.srv.now().Add(ss.srv.opts.AckTimeout)
+		// pushLoop arms its timer for the deadline, unless it fires
+		// before it anyway.
+		arm = ss.armed.IsZero() || st.deadline.Before(ss.armed)
 	}
 	ss.mu.Unlock()
-	ss.kick() // pushLoop arms its timer for the deadline
-	ss.log.Debug("pushed update", "namespace", j.ns, "version", j.goal.Seq, "snapshot", snapshot, "bytes", len(frame))
+	if arm {
+		ss.kick()
+	}
+	if ss.log.Enabled(ss.ctx, slog.LevelDebug) { // not boxing the arguments of every delivery for nothing
+		ss.log.Debug("pushed update", "namespace", j.ns, "version", j.goal.Seq, "snapshot", snapshot, "bytes", len(frame))
+	}
 }
 
 // fail ends the session because doing what failed: it closes the
@@ -877,6 +922,13 @@ func (s *Server) build(ctx context.Context, j job, compact bool) (frame []byte, 
 		return v, nil
 	}
 	if !j.snapshot {
+		// Most agents of a fan-out need the patch another agent's push
+		// built already, from the same base: it is a patch from the
+		// version the agent holds, its checksum checked when it was built.
+		k := memoKey{ns: j.ns, base: j.base, goal: g.Ref(), compact: compact, proof: string(j.proof.GetSignature())}
+		if frame, snap, ok := s.memo.peek(k); ok {
+			return frame, snap, nil
+		}
 		fctx, cancel := context.WithTimeout(ctx, s.opts.FetchTimeout)
 		base, err := s.opts.Versions.Get(fctx, j.ns, j.base)
 		cancel()

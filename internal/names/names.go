@@ -19,7 +19,6 @@ package names
 
 import (
 	"fmt"
-	"regexp"
 	"strings"
 
 	"lehr.dev/lehr/internal/excerpt"
@@ -32,12 +31,49 @@ const (
 	MaxKeyLen   = 256
 )
 
+// The grammar's rules as byte loops rather than regular expressions: a
+// distributor checks the namespace of every Ack, one per delivery, and a
+// regexp match cost more than the rest of the Ack's validation
+// (names_test.go checks these against the regular expressions of the
+// grammar above, kept there as the reference).
 var (
-	labelRE   = regexp.MustCompile(`^[a-z]([a-z0-9-]{0,61}[a-z0-9])?$`)
-	nameRE    = regexp.MustCompile(`^[a-z0-9]([a-z0-9._-]{0,126}[a-z0-9])?$`)
-	segmentRE = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_.-]*$`)
-	serviceRE = regexp.MustCompile(`^[a-z0-9]([a-z0-9._-]{0,61}[a-z0-9])?$`)
+	labelRE   = matcher(func(s string) bool { return ruled(s, MaxLabelLen, isLower, isLowerDigitDash, isLowerDigit) })
+	nameRE    = matcher(func(s string) bool { return ruled(s, MaxNameLen, isLowerDigit, isNameByte, isLowerDigit) })
+	segmentRE = matcher(func(s string) bool { return ruled(s, -1, isSegmentFirst, isSegmentByte, isSegmentByte) })
+	serviceRE = matcher(func(s string) bool { return ruled(s, MaxLabelLen, isLowerDigit, isNameByte, isLowerDigit) })
 )
+
+// matcher is a rule with a regexp's MatchString.
+type matcher func(string) bool
+
+// MatchString reports whether s follows the rule.
+func (m matcher) MatchString(s string) bool { return m(s) }
+
+// ruled reports whether s is 1 to max bytes (max < 0: no bound) whose
+// first byte satisfies first, last byte (when there are two or more)
+// last, and every byte between mid.
+func ruled(s string, max int, first, mid, last func(byte) bool) bool {
+	n := len(s)
+	if n == 0 || max >= 0 && n > max || !first(s[0]) {
+		return false
+	}
+	if n == 1 {
+		return true
+	}
+	for i := 1; i < n-1; i++ {
+		if !mid(s[i]) {
+			return false
+		}
+	}
+	return last(s[n-1])
+}
+
+func isLower(c byte) bool          { return 'a' <= c && c <= 'z' }
+func isLowerDigit(c byte) bool     { return isLower(c) || '0' <= c && c <= '9' }
+func isLowerDigitDash(c byte) bool { return isLowerDigit(c) || c == '-' }
+func isNameByte(c byte) bool       { return isLowerDigit(c) || c == '.' || c == '_' || c == '-' }
+func isSegmentFirst(c byte) bool   { return isLowerDigit(c) || 'A' <= c && c <= 'Z' || c == '_' }
+func isSegmentByte(c byte) bool    { return isSegmentFirst(c) || c == '.' || c == '-' }
 
 // Error describes why a name is invalid. Field is filled in by callers that
 // know which request field held the name.

@@ -332,6 +332,14 @@ func CloseConn(conn *quic.Conn, err error) error {
 // smallUpdate is the largest update frame SendUpdate sends first.
 const smallUpdate = 64 << 10
 
+// queuedUpdate is the largest update frame SendUpdate queues whole without
+// waiting (quic-go's SendStream.TryWriteAll), when the stream's flow
+// control allows: one that fits in the packet-sized buffer of quic-go's
+// pooled STREAM frames (its protocol.MaxPacketBufferSize, 1452 bytes in
+// v0.65), so that queuing it copies it once and allocates nothing, as
+// quic-go's Write does with a frame of that size.
+const queuedUpdate = 1452
+
 // sendChunk is how much of a frame SendUpdate hands to the stream at a
 // time: the unit in which it sees progress (SendUpdate's stall bound).
 const sendChunk = 64 << 10
@@ -359,21 +367,40 @@ var ErrStalled = errors.New("the agent took no update bytes")
 // sending on conn (QUIC stream urgency 2 against the default 3): a
 // one-key patch waits for no other namespace's snapshot — another
 // domain's flood, say — only for the bandwidth of the small updates.
+//
+// A fan-out's common case — stream credit at hand and a frame that fits
+// one packet, which the stream's flow control takes whole — neither
+// waits nor arms a timer: the frame is queued and the stream closed at
+// once (quic-go's OpenUniStream and TryWriteAll), as many times a second
+// as there are agents.
 func SendUpdate(ctx context.Context, conn *quic.Conn, frame []byte, stall time.Duration) error {
-	octx, cancel := ctx, context.CancelFunc(func() {})
-	if stall > 0 {
-		octx, cancel = context.WithTimeoutCause(ctx, stall, ErrStalled)
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("wire: open update stream: %w", context.Cause(ctx))
 	}
-	s, err := conn.OpenUniStreamSync(octx)
-	cancel()
+	s, err := conn.OpenUniStream()
 	if err != nil {
-		if ctx.Err() == nil && errors.Is(context.Cause(octx), ErrStalled) {
-			return fmt.Errorf("wire: open update stream: no stream credit for %v: %w", stall, ErrStalled)
+		if _, limited := errors.AsType[*quic.StreamLimitReachedError](err); !limited {
+			return fmt.Errorf("wire: open update stream: %w", err)
 		}
-		return fmt.Errorf("wire: open update stream: %w", err)
+		if s, err = openUniStreamSync(ctx, conn, stall); err != nil {
+			return err
+		}
 	}
 	if len(frame) <= smallUpdate {
 		s.SetPriority(2, true)
+	}
+	if len(frame) <= queuedUpdate {
+		switch err := s.TryWriteAll(frame); {
+		case err == nil:
+			if err := s.Close(); err != nil {
+				return fmt.Errorf("wire: close update stream %d: %w", s.StreamID(), err)
+			}
+			return nil
+		case !errors.Is(err, quic.ErrWouldBlock):
+			s.CancelWrite(StreamCodeCancelled)
+			return fmt.Errorf("wire: write update stream %d: %w", s.StreamID(), err)
+		}
+		// No flow-control credit for it now: written as a larger one.
 	}
 	stop := context.AfterFunc(ctx, func() { s.CancelWrite(StreamCodeCancelled) })
 	defer stop()
@@ -399,6 +426,24 @@ func SendUpdate(ctx context.Context, conn *quic.Conn, frame []byte, stall time.D
 		return fmt.Errorf("wire: close update stream %d: %w", s.StreamID(), err)
 	}
 	return nil
+}
+
+// openUniStreamSync waits for the agent's stream credit for at most stall
+// (no bound if stall is not positive) and opens a unidirectional stream.
+func openUniStreamSync(ctx context.Context, conn *quic.Conn, stall time.Duration) (*quic.SendStream, error) {
+	octx, cancel := ctx, context.CancelFunc(func() {})
+	if stall > 0 {
+		octx, cancel = context.WithTimeoutCause(ctx, stall, ErrStalled)
+	}
+	defer cancel()
+	s, err := conn.OpenUniStreamSync(octx)
+	if err != nil {
+		if ctx.Err() == nil && errors.Is(context.Cause(octx), ErrStalled) {
+			return nil, fmt.Errorf("wire: open update stream: no stream credit for %v: %w", stall, ErrStalled)
+		}
+		return nil, fmt.Errorf("wire: open update stream: %w", err)
+	}
+	return s, nil
 }
 
 // ReadUpdateStream reads the one Update of an update stream and checks the
