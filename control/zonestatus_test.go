@@ -225,9 +225,12 @@ func TestZoneStatusRejections(t *testing.T) {
 	}
 	// 30,000 distinct long namespaces: within the count limit, beyond what
 	// one etcd request holds.
-	long := make([]*lehrpb.VersionCount, 30_000)
+	// Over the 6 MiB a report may take in store, with fewer counts than
+	// the 100,000 allowed: long namespace names (a report over 1 MiB is
+	// stored in parts; TestZoneStatusOfACatalogSizedReport).
+	long := make([]*lehrpb.VersionCount, 60_000)
 	for i := range long {
-		long[i] = vc(fmt.Sprintf("x/%s-%05d", strings.Repeat("n", 40), i), 1, 1)
+		long[i] = vc(fmt.Sprintf("x/%s-%05d", strings.Repeat("n", 110), i), 1, 1)
 	}
 	tests := []struct {
 		name   string
@@ -269,7 +272,7 @@ func TestZoneStatusRejections(t *testing.T) {
 		{"too many counts", with(func(r *lehrpb.ReportZoneStatusRequest) { r.Versions = many }),
 			codes.InvalidArgument, apierror.ReasonInvalidArgument, "versions", "100000 entries"},
 		{"too many bytes", with(func(r *lehrpb.ReportZoneStatusRequest) { r.Versions = long }),
-			codes.InvalidArgument, apierror.ReasonInvalidArgument, "versions", "1048576 bytes encoded"},
+			codes.InvalidArgument, apierror.ReasonInvalidArgument, "versions", "6291456 bytes encoded"},
 		{"ttl too long", with(func(r *lehrpb.ReportZoneStatusRequest) { r.TtlSeconds = 121 }),
 			codes.InvalidArgument, apierror.ReasonInvalidArgument, "ttl_seconds", "120 seconds"},
 		{"long distributor build", with(func(r *lehrpb.ReportZoneStatusRequest) { r.DistributorBuild = strings.Repeat("b", 129) }),
