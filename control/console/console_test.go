@@ -298,14 +298,7 @@ func TestRolloutPageShowsAlertHold(t *testing.T) {
 		Alerts: alerts.Options{URL: alertsSrv.URL, Interval: 50 * time.Millisecond}})
 	base := "http://" + srv.Control.HTTPAddr().String()
 	cl := srv.Client
-	for _, z := range []string{"zone-a", "zone-b"} {
-		if _, err := cl.CreateZone(ctx, &lehrpb.CreateZoneRequest{Name: z}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if _, err := cl.CreateDomain(ctx, &lehrpb.CreateDomainRequest{Domain: &lehrpb.Domain{Name: "shop"}}); err != nil {
-		t.Fatal(err)
-	}
+	zonesAndShop(t, cl)
 	p := bakingPolicy()
 	p.Monitoring = &lehrpb.MonitoringCheck{Alerts: []*lehrpb.AlertSelector{{Alert: "HighErrorRate", Matchers: []string{`service="web"`}, ZoneLabel: "zone"}}}
 	if _, err := cl.SetRolloutPolicy(ctx, &lehrpb.SetRolloutPolicyRequest{Scope: "shop", Policy: p}); err != nil {
@@ -346,14 +339,7 @@ func TestRolloutPageShowsRequires(t *testing.T) {
 	srv := controltest.StartControl(t, control.Options{HTTPListen: "127.0.0.1:0", Rollouts: true, RolloutInterval: 50 * time.Millisecond})
 	base := "http://" + srv.Control.HTTPAddr().String()
 	cl := srv.Client
-	for _, z := range []string{"zone-a", "zone-b"} {
-		if _, err := cl.CreateZone(ctx, &lehrpb.CreateZoneRequest{Name: z}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if _, err := cl.CreateDomain(ctx, &lehrpb.CreateDomainRequest{Domain: &lehrpb.Domain{Name: "shop"}}); err != nil {
-		t.Fatal(err)
-	}
+	zonesAndShop(t, cl)
 	publish := func(ns string, v byte) {
 		t.Helper()
 		if _, err := cl.Publish(ctx, &lehrpb.PublishRequest{Namespace: ns, Properties: []*lehrpb.Property{{Key: "k", Value: []byte{v}}}}); err != nil {
@@ -399,5 +385,19 @@ func TestRolloutPageShowsRequires(t *testing.T) {
 	_, body := fetch(t, hc, "GET", base+"/console/rollouts/shop/web/2", nil)
 	if !strings.Contains(body, `<dt>Rolls out after</dt><dd class="requires"><a href="/console/namespaces/shop/flags">shop/flags</a>: each stage waits until its goal holds version 2's content`) {
 		t.Errorf("rollout page lacks what it requires:\n%s", body)
+	}
+}
+
+// zonesAndShop registers zones zone-a and zone-b and creates domain shop.
+func zonesAndShop(t *testing.T, cl lehrpb.ControlClient) {
+	t.Helper()
+	ctx := testCtx(t)
+	for _, z := range []string{"zone-a", "zone-b"} {
+		if _, err := cl.CreateZone(ctx, &lehrpb.CreateZoneRequest{Name: z}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := cl.CreateDomain(ctx, &lehrpb.CreateDomainRequest{Domain: &lehrpb.Domain{Name: "shop"}}); err != nil {
+		t.Fatal(err)
 	}
 }
