@@ -94,8 +94,10 @@ func (s *Service) SetRolloutPolicy(ctx context.Context, req *lehrpb.SetRolloutPo
 	return rec, nil
 }
 
-// maxAfterWalk bounds the namespaces checkAfter visits looking for a cycle.
-const maxAfterWalk = 10_000
+// maxAfterWalk bounds the namespaces checkAfter visits looking for a cycle
+// (one etcd read each): a real chain of dependencies is a few long; a
+// tenant cannot make a policy write read the store thousands of times.
+const maxAfterWalk = 1000
 
 // checkAfter checks a policy's after (dependency order) against its scope
 // and the other namespaces' policies: only a namespace's own policy may
