@@ -77,11 +77,7 @@ type raceSide struct {
 }
 
 func runFairRace(ctx context.Context, e *Env) (*Result, error) {
-	p := pick(e.Profile,
-		fanoutParams{ns: []int{5}, warmup: 1, reps: 1, perRp: 2, idle: 200 * time.Millisecond},
-		fanoutParams{ns: []int{100, 1000}, warmup: 2, reps: 3, perRp: 5, idle: 3 * time.Second},
-		fanoutParams{ns: []int{100, 1000, 10000}, warmup: 2, reps: 5, perRp: 5, idle: 5 * time.Second},
-	)
+	p := fanoutSizes(e.Profile)
 	res := &Result{
 		Setup: fmt.Sprintf("the fanout scenario's change — one key (a %s value) of a 10-key namespace, at least %d warm-up updates (until one reaches every subscriber) then %d×%d measured, one at a time — with every system split in two: "+
 			"its server in processes of its own, pinned to one CPU (taskset), its N subscribers in one process pinned to the other CPU, with the bench process (writer and collector). "+

@@ -30,12 +30,18 @@ type fanoutParams struct {
 // fanoutValue is the size of the changed value in every system.
 const fanoutValue = 1 << 10
 
-func runFanout(ctx context.Context, e *Env) (*Result, error) {
-	p := pick(e.Profile,
+// fanoutSizes are the sizes of a fan-out race for profile: the fanout
+// scenario's and the fair race's, so that their rows compare.
+func fanoutSizes(profile Profile) fanoutParams {
+	return pick(profile,
 		fanoutParams{ns: []int{5}, warmup: 1, reps: 1, perRp: 2, idle: 200 * time.Millisecond},
 		fanoutParams{ns: []int{100, 1000}, warmup: 2, reps: 3, perRp: 5, idle: 3 * time.Second},
 		fanoutParams{ns: []int{100, 1000, 10000}, warmup: 2, reps: 5, perRp: 5, idle: 5 * time.Second},
 	)
+}
+
+func runFanout(ctx context.Context, e *Env) (*Result, error) {
+	p := fanoutSizes(e.Profile)
 	res := &Result{
 		Setup: fmt.Sprintf("one-key change (a %s value) in a 10-key namespace, %d warm-up updates then %d×%d measured, one at a time (the next starts when every subscriber has it or 60 s passed). "+
 			"Lehr: control + embedded etcd (fsync on) + one distributor in this process; N simulated agents (distributor/agenttest: real QUIC + mutual TLS + wire protocol, content in memory, no Badger, no files) in a child process, each its own connection. "+
