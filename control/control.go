@@ -461,6 +461,9 @@ func (c *Control) Run(ctx context.Context) (err error) {
 			NoSync: c.opts.NoSync,
 			// The quota control's space watch keeps writes under.
 			QuotaBackendBytes: cmp.Or(c.opts.StoreQuota, DefaultStoreQuota),
+			// Free pages are given back here, before anyone waits on
+			// the member, rather than online (store.SpaceOptions.DefragAtStart).
+			CompactAtStart: store.DefragFree,
 			// Unix sockets in a 0700 directory: no other local user can
 			// reach /lehr/* (docs/operations.md, "Security model").
 			Private: true,
@@ -472,6 +475,10 @@ func (c *Control) Run(ctx context.Context) (err error) {
 		endpoints = srv.Endpoints()
 		etcdErr = srv.Err()
 		c.log.Info("control: embedded etcd started", "dir", dir, "endpoints", endpoints)
+		if r := srv.Compacted(); r.Compacted {
+			c.metrics.GetOrCreateCounter(`lehr_control_store_space_events_total{event="compact_at_start"}`).Inc()
+			service.RoundTripObserver(c.metrics)("compact_at_start", r.Took, nil)
+		}
 		// The member is in this process: call it directly — but for
 		// maintenance, which etcd's in-process client cannot do all of
 		// (defragmentation), over its socket.
@@ -508,7 +515,8 @@ func (c *Control) Run(ctx context.Context) (err error) {
 		OnRoundTrip:    service.RoundTripObserver(c.metrics),
 		Signer:         signer,
 		Space: store.SpaceOptions{Quota: c.opts.StoreQuota, Reserve: c.opts.StoreReserve,
-			Quiet: func() bool { return calls.quietFor(defragQuiet) }},
+			Quiet:         func() bool { return calls.quietFor(defragQuiet) },
+			DefragAtStart: len(c.opts.EtcdEndpoints) == 0},
 		Maintenance: maint,
 		OnDomainUsage: func(domain string, stored int64) {
 			c.metrics.GetOrCreateGauge(fmt.Sprintf(`lehr_control_domain_stored_bytes{domain=%q}`, domain), nil).Set(float64(stored))

@@ -25,7 +25,8 @@ stored-bytes quota, most first.
 
 To give space back: 'lehr history compact NS --keep N' removes old versions of
 a namespace, and control compacts and defragments etcd by itself above the
-high-water mark. To change the marks: 'lehr control --store-quota 16GiB
+high-water mark; below it, control's embedded etcd gives its free pages back
+at control's next start, before it serves. To change the marks: 'lehr control --store-quota 16GiB
 --store-reserve 2GiB'; a domain's own quota: 'lehr domain update D
 --max-stored-bytes SIZE' (docs/operations.md, "Quotas and the store's
 space").`,
@@ -80,6 +81,9 @@ func writeStoreStatus(w io.Writer, st *lehrpb.StoreStatus, now time.Time) {
 			fmt.Fprintln(w, "etcd's NOSPACE alarm is raised: every write but the safety path fails until control has compacted and defragmented; it disarms the alarm itself")
 		case st.GetSizeBytes() > st.GetHighWaterBytes():
 			fmt.Fprintln(w, "above the high-water mark: domains over their fair share are refused new content; control is compacting and defragmenting")
+		case st.GetDefragmentAtStart():
+			fmt.Fprintf(w, "%s of free pages are given back when control next starts, before it serves (an online defragmentation of its embedded etcd would stall every call meanwhile), or online once space demands it\n",
+				fmtBytes(st.GetSizeBytes()-st.GetInUseBytes()))
 		}
 	}
 	if len(st.GetDomains()) == 0 {

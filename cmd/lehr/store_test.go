@@ -28,6 +28,9 @@ func TestWriteStoreStatusGolden(t *testing.T) {
 	}
 	var b bytes.Buffer
 	writeStoreStatus(&b, st, now)
+	b.WriteString("--- free pages left to control's next start\n")
+	st.DefragmentAtStart, st.SizeBytes = true, 800<<20
+	writeStoreStatus(&b, st, now)
 	b.WriteString("--- under the NOSPACE alarm\n")
 	st.NospaceAlarm = true
 	writeStoreStatus(&b, st, now)

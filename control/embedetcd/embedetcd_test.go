@@ -321,3 +321,90 @@ func TestInProcessClientSharesTheMember(t *testing.T) {
 		t.Errorf("key of a revoked lease: %v, %v; want gone", resp, err)
 	}
 }
+
+// TestCompactAtStart: a member whose database is mostly free pages (its
+// keys deleted and compacted away) is rewritten without them before etcd
+// opens it; the data, the revision and the cluster survive; a database
+// with little free is left alone; a copy a crash left is removed.
+func TestCompactAtStart(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	start := func(frac float64) *Server {
+		t.Helper()
+		s, err := Start(ctx, Options{Dir: dir, Logger: testLogger(t), NoSync: true, CompactAtStart: frac})
+		if err != nil {
+			t.Fatalf("Start: %v", err)
+		}
+		return s
+	}
+	s := start(0.1)
+	if got := s.Compacted(); got.Compacted || got.Before.Size != 0 {
+		t.Errorf("first start of an empty dir: Compacted() = %+v, want nothing done", got)
+	}
+	cli, err := s.Client(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	big := strings.Repeat("x", 64<<10)
+	for i := range 200 {
+		if _, err := cli.Put(ctx, fmt.Sprintf("big/%03d", i), big); err != nil {
+			t.Fatalf("Put: %v", err)
+		}
+	}
+	if _, err := cli.Put(ctx, "keep", "v1"); err != nil {
+		t.Fatal(err)
+	}
+	del, err := cli.Delete(ctx, "big/", clientv3.WithPrefix())
+	if err != nil || del.Deleted != 200 {
+		t.Fatalf("Delete: %v (%d deleted)", err, del.Deleted)
+	}
+	rev := del.Header.Revision
+	if _, err := cli.Compact(ctx, rev, clientv3.WithCompactPhysical()); err != nil {
+		t.Fatalf("Compact: %v", err)
+	}
+	cli.Close()
+	s.Close()
+	// A copy an interrupted compaction left behind.
+	if err := os.WriteFile(DBPath(dir)+compactSuffix, []byte("torn"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	s = start(0.1)
+	got := s.Compacted()
+	if !got.Compacted || got.Before.Free() < 12<<20 || got.After.Size > 2<<20 {
+		t.Errorf("restart after deleting 12.5 MiB: Compacted() = %+v, want the database rewritten without its 12.5 MiB of free pages", got)
+	}
+	if _, err := os.Stat(DBPath(dir) + compactSuffix); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("the leftover copy: Stat = %v, want it removed", err)
+	}
+	cli, err = s.Client(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v := mustGet(t, ctx, cli, "keep"); v != "v1" {
+		t.Errorf("keep = %q after the compaction, want v1", v)
+	}
+	resp, err := cli.Put(ctx, "after", "x")
+	if err != nil {
+		t.Fatalf("Put after the compaction: %v", err)
+	}
+	if resp.Header.Revision != rev+1 {
+		t.Errorf("revision after the compaction = %d, want %d (the next one)", resp.Header.Revision, rev+1)
+	}
+	st, err := cli.Status(ctx, s.Endpoints()[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.DbSize > 2<<20 {
+		t.Errorf("etcd's DbSize = %d after the compaction, want under 2 MiB (it was %d)", st.DbSize, got.Before.Size)
+	}
+	cli.Close()
+	s.Close()
+
+	s = start(0.1)
+	defer s.Close()
+	if got := s.Compacted(); got.Compacted {
+		t.Errorf("restart of a compacted database: Compacted() = %+v, want left alone", got)
+	}
+}

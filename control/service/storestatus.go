@@ -24,6 +24,7 @@ func (s *Service) GetStoreStatus(ctx context.Context, _ *lehrpb.GetStoreStatusRe
 	out := &lehrpb.StoreStatus{
 		SizeBytes: sp.DBSize, InUseBytes: sp.DBSizeInUse, QuotaBytes: sp.Quota, ReserveBytes: sp.Reserve,
 		HighWaterBytes: sp.HighWater, FairShareBytes: sp.FairShare(), NospaceAlarm: sp.Alarm, Revision: sp.Revision,
+		DefragmentAtStart: sp.DefragAtStart,
 	}
 	if sp.Known {
 		out.ReadTime = timestamppb.New(sp.ReadAt)

@@ -68,6 +68,11 @@ const (
 	minReserve = 40 << 20
 )
 
+// DefragFree is the fraction of a member's file that must be free pages
+// for a defragmentation to be worth the stall it causes (and for an
+// embedded member's rewrite at start, embedetcd.Options.CompactAtStart).
+const DefragFree = 0.1
+
 // spaceReclaimEvery bounds how often the monitor compacts and defragments
 // etcd (a sixth of it under the NOSPACE alarm): each defragmentation
 // stalls the member it runs on.
@@ -93,6 +98,12 @@ type SpaceOptions struct {
 	// member stalls every request while it is defragmented (about a second
 	// per GiB: 19 s at 4.7 GiB). nil: always idle.
 	Quiet func() bool
+	// DefragAtStart says the member gives its free pages back at its next
+	// start, before serving (an embedded etcd:
+	// embedetcd.Options.CompactAtStart): a defragmentation space does not
+	// demand is then not run online — where it stalls every request that
+	// arrives while it runs, quiet moment or not — but left to then.
+	DefragAtStart bool
 }
 
 // MaxDefragDelay bounds how long a defragmentation space does not demand
@@ -141,6 +152,9 @@ type SpaceStatus struct {
 	DBSize, DBSizeInUse, Pending int64
 	// Alarm is set while etcd's NOSPACE alarm is raised.
 	Alarm bool
+	// DefragAtStart is set while a defragmentation is left to the
+	// member's next start (SpaceOptions.DefragAtStart).
+	DefragAtStart bool
 	// Revision is etcd's revision when the status was read: every write
 	// to the cluster (Lehr's or anyone's) adds one, so its rate is the
 	// write rate.
@@ -411,11 +425,24 @@ func (s *Store) defragment(ctx context.Context, urgent bool) error {
 	}
 	// Defragmenting stalls the member; it is worth it when a tenth of its
 	// pages or more are free.
-	ms = slices.DeleteFunc(ms, func(m memberStatus) bool { free := m.dbSize - m.inUse; return free < m.dbSize/10 || free <= 0 })
+	ms = slices.DeleteFunc(ms, func(m memberStatus) bool {
+		free := m.dbSize - m.inUse
+		return float64(free) < DefragFree*float64(m.dbSize) || free <= 0
+	})
 	sp := s.space
 	sp.mu.Lock()
 	if len(ms) == 0 {
 		sp.deferredSince = time.Time{}
+		sp.st.DefragAtStart = false
+		sp.mu.Unlock()
+		return nil
+	}
+	if !urgent && sp.opts.DefragAtStart {
+		if !sp.st.DefragAtStart {
+			sp.st.DefragAtStart = true
+			s.log.Info("store: etcd's free pages are given back at control's next start (an online defragmentation would stall every call meanwhile), or online once space demands it",
+				"db_size", ms[0].dbSize, "in_use", ms[0].inUse)
+		}
 		sp.mu.Unlock()
 		return nil
 	}

@@ -4505,9 +4505,14 @@ type StoreStatus struct {
 	Revision int64                  `protobuf:"varint,8,opt,name=revision,proto3" json:"revision,omitempty"`
 	ReadTime *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=read_time,json=readTime,proto3" json:"read_time,omitempty"`
 	// Every domain with what it stores, most first (then by name).
-	Domains       []*DomainStoredBytes `protobuf:"bytes,10,rep,name=domains,proto3" json:"domains,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Domains []*DomainStoredBytes `protobuf:"bytes,10,rep,name=domains,proto3" json:"domains,omitempty"`
+	// True when a tenth or more of the file is free pages that control
+	// gives back at its next start, before serving (its embedded etcd): an
+	// online defragmentation would stall every call while it runs, so it is
+	// done online only once space demands it (above the high-water mark).
+	DefragmentAtStart bool `protobuf:"varint,11,opt,name=defragment_at_start,json=defragmentAtStart,proto3" json:"defragment_at_start,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *StoreStatus) Reset() {
@@ -4608,6 +4613,13 @@ func (x *StoreStatus) GetDomains() []*DomainStoredBytes {
 		return x.Domains
 	}
 	return nil
+}
+
+func (x *StoreStatus) GetDefragmentAtStart() bool {
+	if x != nil {
+		return x.DefragmentAtStart
+	}
+	return false
 }
 
 // (-- api-linter: core::0131::request-name-required=disabled
@@ -6161,7 +6173,7 @@ const file_lehr_v1_control_proto_rawDesc = "" +
 	"\tnamespace\x18\x02 \x01(\tB\x1a\xe0A\x01\xfaA\x14\n" +
 	"\x12lehr.dev/NamespaceR\tnamespace\x120\n" +
 	"\x04view\x18\x03 \x01(\x0e2\x17.lehr.v1.ZoneStatusViewB\x03\xe0A\x01R\x04view\"\x17\n" +
-	"\x15GetStoreStatusRequest\"\x98\x03\n" +
+	"\x15GetStoreStatusRequest\"\xc8\x03\n" +
 	"\vStoreStatus\x12\x1d\n" +
 	"\n" +
 	"size_bytes\x18\x01 \x01(\x03R\tsizeBytes\x12 \n" +
@@ -6176,7 +6188,8 @@ const file_lehr_v1_control_proto_rawDesc = "" +
 	"\brevision\x18\b \x01(\x03R\brevision\x127\n" +
 	"\tread_time\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\breadTime\x124\n" +
 	"\adomains\x18\n" +
-	" \x03(\v2\x1a.lehr.v1.DomainStoredBytesR\adomains\"\x19\n" +
+	" \x03(\v2\x1a.lehr.v1.DomainStoredBytesR\adomains\x12.\n" +
+	"\x13defragment_at_start\x18\v \x01(\bR\x11defragmentAtStart\"\x19\n" +
 	"\x17GetControlStatusRequest\"\x1d\n" +
 	"\x1bGetPropagationStatusRequest\"\xa4\x02\n" +
 	"\x11PropagationStatus\x128\n" +
