@@ -47,6 +47,7 @@ import (
 	"lehr.dev/lehr/control/alerts"
 	"lehr.dev/lehr/control/console"
 	"lehr.dev/lehr/control/embedetcd"
+	"lehr.dev/lehr/control/evaluation"
 	"lehr.dev/lehr/control/httpapi"
 	"lehr.dev/lehr/control/previewhist"
 	"lehr.dev/lehr/control/propagation"
@@ -165,6 +166,11 @@ type Options struct {
 	// reading and acting as its caller in the same way. Empty (the
 	// default): off, so an upgrade opens no new port; lehr dev turns it on.
 	HTTPListen string
+	// ConsoleURL is the base URL people reach the console at, e.g.
+	// https://lehr.example.com:8443 (behind a proxy, with its prefix): a
+	// canary evaluation's uri is it followed by the evaluation's console
+	// path, so every tool can link to it. Empty: the path alone.
+	ConsoleURL string
 	// MetricsListen is the HTTP address of /metrics (Prometheus text) and
 	// /healthz. Default DefaultMetricsListen ("127.0.0.1:7401"); "off"
 	// disables the listener. It is plaintext even when gRPC uses TLS.
@@ -337,6 +343,11 @@ func New(opts Options) (*Control, error) {
 	}
 	if err := service.CheckLocalUsers(opts.LocalUsers); err != nil {
 		return nil, fmt.Errorf("%w: local users: %v", ErrIdentityOptions, err)
+	}
+	if opts.ConsoleURL != "" {
+		if err := evaluation.CheckConsoleURL(opts.ConsoleURL); err != nil {
+			return nil, fmt.Errorf("control: Options.ConsoleURL: %w", err)
+		}
 	}
 	if opts.HTTPListen != "" {
 		if _, _, err := net.SplitHostPort(opts.HTTPListen); err != nil {
@@ -603,6 +614,7 @@ func (c *Control) Run(ctx context.Context) (err error) {
 		DomainDefaults:       c.opts.DomainDefaults,
 		DevMode:              c.opts.DevMode,
 		Alerts:               c.opts.Alerts.URL != "",
+		ConsoleURL:           c.opts.ConsoleURL,
 		Replica: service.Replica{Address: address, Store: ident.Store, EmbeddedEtcd: dir != "",
 			EtcdEndpoints: c.opts.EtcdEndpoints, ElectionKey: electionKey},
 	})

@@ -10,6 +10,7 @@ import (
 
 	"lehr.dev/lehr/canary"
 	"lehr.dev/lehr/canary/scenario"
+	"lehr.dev/lehr/control/evaluation"
 	"lehr.dev/lehr/proto/lehrpb"
 )
 
@@ -33,13 +34,16 @@ rollout; docs/canary.md explains the statistics.`,
 		},
 		subs: []subDoc{
 			{path: "show", flags: []string{"wait"}, doc: doc{
-				usage:   "lehr canary show ID [--wait] [flags]",
+				usage:   "lehr canary show ID|URI [--wait] [flags]",
 				summary: "one evaluation, with every check's explanation and numbers",
 				about: `Shows canary evaluation ID (NS@VERSION/NAME, as 'lehr canary list' and 'lehr
-rollout status' name it): its verdict, and every check with its explanation
-and the numbers behind it. --wait blocks until the evaluation is done.`,
+rollout status' name it), or the evaluation whose console page URI is (its
+uri: control's --console-url followed by /console/canary/ID): its verdict,
+and every check with its explanation and the numbers behind it. --wait
+blocks until the evaluation is done.`,
 				examples: []string{
 					"lehr canary show payments/limits@42/stage-1",
+					"lehr canary show https://lehr.example.com:8443/console/canary/payments/limits@42/stage-1",
 					"lehr canary show payments/limits@42/stage-1 --wait -o json",
 				},
 			}},
@@ -139,7 +143,11 @@ output. SCENARIO is the change the canary hosts took: ` + strings.Join(scenarioN
 		}
 		defer done()
 		if sub == "show" {
-			ev, err := c.CanaryEvaluation(ctx, pos[1], *wait)
+			id, err := evaluation.IDOfURI(pos[1])
+			if err != nil {
+				return usageError(e, fs, "%v", err)
+			}
+			ev, err := c.CanaryEvaluation(ctx, id, *wait)
 			if err != nil {
 				return reportError(e, fs.Name(), err, cf.errCtx(""))
 			}

@@ -6,6 +6,14 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"lehr.dev/lehr/control"
+	"lehr.dev/lehr/control/controltest"
+	"lehr.dev/lehr/proto/lehrpb"
 )
 
 // lehr canary generate writes a fleet that lehr canary judge reads; the
@@ -59,5 +67,41 @@ func TestCanaryJudgeCommand(t *testing.T) {
 	}
 	if code, _, stderr := runCLI(t, nil, "canary", "generate", "sunny"); code != exitUsage || !strings.Contains(stderr, "want one of good, error-ratio-x5") {
 		t.Errorf("generate sunny: exit %d, %s", code, stderr)
+	}
+}
+
+// An evaluation's id resolves to its console page: its uri is control's
+// --console-url and the page's path, and lehr canary show takes it in
+// place of the id.
+func TestCanaryEvaluationURI(t *testing.T) {
+	srv := controltest.StartControl(t, control.Options{ConsoleURL: "https://lehr.example.com:8443/ops/"})
+	c := cli{t: t, addr: srv.Addr}
+	c.ok("domain", "create", "pay")
+	if code, _, errOut := c.run(`{"rps": 100}`, "push", "pay/limits", "--file", "-"); code != exitOK {
+		t.Fatalf("push: exit %d\n%s", code, errOut)
+	}
+	ctx := t.Context()
+	ev, err := srv.Client.Evaluate(ctx, &lehrpb.EvaluateRequest{Name: "manual", Namespace: "pay/limits", Version: 1,
+		Trials: []*lehrpb.CanaryTrial{{Zone: "zone-a", CanaryHosts: []string{"h1"}}}, ChangeTime: timestamppb.Now(), Bake: durationpb.New(time.Minute)})
+	if err != nil {
+		t.Fatalf("Evaluate: %v", err)
+	}
+	const want = "https://lehr.example.com:8443/ops/console/canary/pay/limits@1/manual"
+	if ev.GetUri() != want {
+		t.Errorf("Evaluate's uri = %q, want %q", ev.GetUri(), want)
+	}
+	out := c.ok("canary", "show", want)
+	mustContain(t, "lehr canary show URI", out, "evaluation pay/limits@1/manual", "console "+want)
+	var got struct{ ID, URI string }
+	if err := json.Unmarshal([]byte(c.ok("canary", "list", "pay/limits", "-o", "json")), &struct {
+		Evaluations []*struct{ ID, URI string } `json:"evaluations"`
+	}{Evaluations: []*struct{ ID, URI string }{&got}}); err != nil || got.URI != want {
+		t.Errorf("lehr canary list -o json: %+v, %v; want uri %q", got, err, want)
+	}
+	if code, _, stderr := c.run("", "canary", "show", "https://lehr.example.com/console/canary/"); code != exitUsage || !strings.Contains(stderr, "names no evaluation") {
+		t.Errorf("lehr canary show of a URI naming nothing: exit %d, %s; want usage saying it names no evaluation", code, stderr)
+	}
+	if code, _, stderr := runCLI(t, nil, "control", "--console-url", "lehr.example.com", "--data-dir", t.TempDir()); code == exitOK || !strings.Contains(stderr, "want http(s)://HOST[:PORT]") {
+		t.Errorf("lehr control --console-url lehr.example.com: exit %d, %s; want it refused saying what is wanted", code, stderr)
 	}
 }

@@ -25,6 +25,9 @@ func writeEvaluation(w io.Writer, ev *lehrpb.CanaryEvaluation) {
 	if ev.GetRolloutId() != "" {
 		fmt.Fprintf(w, "  validates rollout %s\n", clean(ev.GetRolloutId()))
 	}
+	if ev.GetUri() != "" {
+		fmt.Fprintf(w, "  console %s\n", clean(ev.GetUri()))
+	}
 	fmt.Fprintf(w, "  change at %s, bake %v\n", fmtTime(ev.GetChangeTime()), ev.GetBake().AsDuration())
 	for _, t := range ev.GetTrials() {
 		fmt.Fprintf(w, "  %s\n", clean(evaluation.TrialLine(t)))

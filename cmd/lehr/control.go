@@ -159,6 +159,7 @@ Subcommands:
 	var quota, reserve byteSize
 	fs.Var(&quota, "store-quota", "the store's `size` quota, e.g. 8GiB: the embedded etcd's backend quota (default 8GiB), or what an external etcd before 3.6 was started with (--quota-backend-bytes; later ones report theirs)")
 	fs.Var(&reserve, "store-reserve", "`size` of the store quota kept for rollbacks, goal moves and the audit log: new content is refused above quota minus it (default a fifth of the quota)")
+	fs.StringVar(&opts.ConsoleURL, "console-url", "", "base `URL` people reach the console at (--http's address, or the proxy in front of it), e.g. https://lehr.example.com:8443: a canary evaluation's uri is it followed by /console/canary/ID, so every tool can link to the evaluation; empty (the default): the path alone")
 	fs.StringVar(&opts.Alerts.URL, "alerts-url", "", "base `URL` of the alerts source of the rollouts' monitoring check: Prometheus or VictoriaMetrics' vmalert, e.g. http://prometheus:9090, whose /api/v1/alerts is read (user:password@ in it is sent as basic authentication); empty (the default): none, and a rollout policy that names alerts is refused")
 	alertsCA := fs.String("alerts-ca", "", "CA `file` (PEM) an https --alerts-url's certificate must chain to; default the system's roots")
 	alertsCert := fs.String("alerts-cert", "", "client certificate `file` (PEM) to present to an https --alerts-url (mutual TLS), with --alerts-key")

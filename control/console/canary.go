@@ -2,9 +2,7 @@ package console
 
 import (
 	"net/http"
-	"net/url"
 	"slices"
-	"strings"
 	"time"
 
 	"lehr.dev/lehr/control/evaluation"
@@ -18,15 +16,8 @@ import (
 // the looks marked (plot.go), and the canary hosts' host-level checks
 // beside them.
 
-// evaluationURL is the page of evaluation id ("ns@v/name"): each of its
-// segments escaped.
-func evaluationURL(id string) string {
-	parts := strings.Split(id, "/")
-	for i, p := range parts {
-		parts[i] = url.PathEscape(p)
-	}
-	return Prefix + "canary/" + strings.Join(parts, "/")
-}
+// evaluationURL is the page of evaluation id ("ns@v/name").
+func evaluationURL(id string) string { return evaluation.ConsolePath(id) }
 
 type evaluationsPage struct {
 	Namespace   string

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"time"
 
+	"google.golang.org/protobuf/proto"
+
 	"lehr.dev/lehr/control/evaluation"
 	"lehr.dev/lehr/control/store"
 	"lehr.dev/lehr/internal/apierror"
@@ -41,7 +43,15 @@ func (s *Service) Evaluate(ctx context.Context, req *lehrpb.EvaluateRequest) (_ 
 		}
 		return nil, s.apiError(ctx, err)
 	}
-	return ev, nil
+	return s.withURI(ev), nil
+}
+
+// withURI returns ev with its console URI (CanaryEvaluation.uri) set: a
+// copy, since ev may be the store's.
+func (s *Service) withURI(ev *lehrpb.CanaryEvaluation) *lehrpb.CanaryEvaluation {
+	out := proto.CloneOf(ev)
+	out.Uri = s.consoleURL + evaluation.ConsolePath(ev.GetId())
+	return out
 }
 
 // checkTrials checks the trials a caller names: at most
@@ -94,7 +104,7 @@ func (s *Service) GetCanaryEvaluation(ctx context.Context, req *lehrpb.GetCanary
 	if err != nil {
 		return nil, withField(s.apiError(ctx, err), "id")
 	}
-	return ev, nil
+	return s.withURI(ev), nil
 }
 
 // ListCanaryEvaluations lists the evaluations of a namespace, or of all.
@@ -108,6 +118,9 @@ func (s *Service) ListCanaryEvaluations(ctx context.Context, req *lehrpb.ListCan
 	evs, err := s.evals.List(ctx, req.GetNamespace())
 	if err != nil {
 		return nil, s.apiError(ctx, err)
+	}
+	for i, ev := range evs {
+		evs[i] = s.withURI(ev)
 	}
 	return &lehrpb.ListCanaryEvaluationsResponse{Evaluations: evs}, nil
 }

@@ -13,6 +13,7 @@ import (
 	"errors"
 	"log/slog"
 	"maps"
+	"strings"
 	"time"
 
 	"github.com/VictoriaMetrics/metrics"
@@ -102,6 +103,10 @@ type Options struct {
 	// --alerts-url): without one, a rollout policy with a monitoring
 	// check is refused (rollout.Fleet.Alerts).
 	Alerts bool
+	// ConsoleURL is the base URL people reach control's console at
+	// (lehr control --console-url): an evaluation's uri is it followed by
+	// its console path. Empty: the path alone.
+	ConsoleURL string
 }
 
 // Service implements lehrpb.ControlServer. Create it with New; it is safe
@@ -119,6 +124,8 @@ type Service struct {
 	defPolicy *lehrpb.RolloutPolicy
 	// alerts is Options.Alerts.
 	alerts bool
+	// consoleURL is Options.ConsoleURL without a trailing slash.
+	consoleURL string
 	// fleetAdmins, localUsers and devMode are Options.FleetAdmins,
 	// LocalUsers and DevMode.
 	fleetAdmins []string
@@ -161,6 +168,7 @@ func New(opts Options) (*Service, error) {
 
 		defPolicy:   opts.DefaultRolloutPolicy,
 		alerts:      opts.Alerts,
+		consoleURL:  strings.TrimSuffix(opts.ConsoleURL, "/"),
 		fleetAdmins: opts.FleetAdmins,
 		localUsers:  maps.Clone(opts.LocalUsers),
 		devMode:     opts.DevMode,

@@ -489,8 +489,14 @@ type CanaryEvaluation struct {
 	// Checks run beside config's checks (or the defaults): what the
 	// version is meant to change (Rollout.expected_checks).
 	ExpectedChecks []*CanaryCheck `protobuf:"bytes,13,rep,name=expected_checks,json=expectedChecks,proto3" json:"expected_checks,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// The evaluation's page in control's operator console: control's
+	// console URL (lehr control --console-url) followed by
+	// /console/canary/<id>, or that path alone when control has none. Any
+	// tool linking to an evaluation links here; lehr canary show takes it
+	// in place of the id.
+	Uri           string `protobuf:"bytes,14,opt,name=uri,proto3" json:"uri,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *CanaryEvaluation) Reset() {
@@ -612,6 +618,13 @@ func (x *CanaryEvaluation) GetExpectedChecks() []*CanaryCheck {
 		return x.ExpectedChecks
 	}
 	return nil
+}
+
+func (x *CanaryEvaluation) GetUri() string {
+	if x != nil {
+		return x.Uri
+	}
+	return ""
 }
 
 // CanaryResult is a judgement of an evaluation's data at one look.
@@ -1461,7 +1474,7 @@ const file_lehr_v1_canary_proto_rawDesc = "" +
 	"\x04zone\x18\x01 \x01(\tB\x15\xe0A\x02\xfaA\x0f\n" +
 	"\rlehr.dev/ZoneR\x04zone\x12&\n" +
 	"\fcanary_hosts\x18\x02 \x03(\tB\x03\xe0A\x01R\vcanaryHosts\x12(\n" +
-	"\rcontrol_hosts\x18\x03 \x03(\tB\x03\xe0A\x01R\fcontrolHosts\"\xe7\x04\n" +
+	"\rcontrol_hosts\x18\x03 \x03(\tB\x03\xe0A\x01R\fcontrolHosts\"\xfe\x04\n" +
 	"\x10CanaryEvaluation\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1c\n" +
 	"\tnamespace\x18\x02 \x01(\tR\tnamespace\x12\x18\n" +
@@ -1480,7 +1493,8 @@ const file_lehr_v1_canary_proto_rawDesc = "" +
 	"createTime\x12;\n" +
 	"\vupdate_time\x18\f \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"updateTime\x12=\n" +
-	"\x0fexpected_checks\x18\r \x03(\v2\x14.lehr.v1.CanaryCheckR\x0eexpectedChecks\"\xf3\x04\n" +
+	"\x0fexpected_checks\x18\r \x03(\v2\x14.lehr.v1.CanaryCheckR\x0eexpectedChecks\x12\x15\n" +
+	"\x03uri\x18\x0e \x01(\tB\x03\xe0A\x03R\x03uri\"\xf3\x04\n" +
 	"\fCanaryResult\x120\n" +
 	"\averdict\x18\x01 \x01(\x0e2\x16.lehr.v1.CanaryVerdictR\averdict\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\x12\x12\n" +

@@ -46,6 +46,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -268,6 +269,7 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 			Listen:          opts.ControlListen,
 			MetricsListen:   opts.ControlMetricsListen,
 			HTTPListen:      opts.ControlHTTPListen,
+			ConsoleURL:      consoleURL(opts.ControlHTTPListen),
 			Logger:          c.log.With("component", "control"),
 			NoSync:          opts.NoSync,
 			ShutdownTimeout: 5 * time.Second,
@@ -684,6 +686,17 @@ func (d *controlDaemon) start(ctx context.Context) error {
 	}
 	d.ctl, d.run = ctl, r
 	return nil
+}
+
+// consoleURL is the console's base URL on a loopback HTTP listener whose
+// port is known before it binds; "" otherwise (evaluations then carry
+// their console path alone).
+func consoleURL(listen string) string {
+	host, port, err := net.SplitHostPort(listen)
+	if err != nil || port == "0" || !tlsconfig.IsLoopback(listen) {
+		return ""
+	}
+	return "http://" + net.JoinHostPort(host, port)
 }
 
 func (d *controlDaemon) stop() error {
