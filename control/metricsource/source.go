@@ -11,10 +11,10 @@
 // would bring json-iterator and its reflection packages into the build for
 // one POST of a documented JSON document.
 //
-// Imported by control (which makes the Source), control/evaluation (which
-// queries it for the evaluations' query checks), control/strategist and
-// control/service (which hand it to their evaluation services) and
-// cmd/lehr (whose lehr control --metrics-url checks it).
+// Imported by control (which makes the Source and hands it to the service
+// and the strategist as an evaluation.MetricSource), control/evaluation
+// (which checks the templates and queries the source for the evaluations'
+// query checks) and cmd/lehr (whose lehr control --metrics-url checks it).
 package metricsource
 
 import (

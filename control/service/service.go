@@ -102,6 +102,10 @@ type Options struct {
 	// --alerts-url): without one, a rollout policy with a monitoring
 	// check is refused (rollout.Fleet.Alerts).
 	Alerts bool
+	// MetricsSource, if set, is control's metrics source (lehr control
+	// --metrics-url), which canary checks written as queries read;
+	// without one such checks are refused (rollout.Fleet.Metrics).
+	MetricsSource evaluation.MetricSource
 }
 
 // Service implements lehrpb.ControlServer. Create it with New; it is safe
@@ -119,6 +123,8 @@ type Service struct {
 	defPolicy *lehrpb.RolloutPolicy
 	// alerts is Options.Alerts.
 	alerts bool
+	// metricsSource is Options.MetricsSource.
+	metricsSource evaluation.MetricSource
 	// fleetAdmins, localUsers and devMode are Options.FleetAdmins,
 	// LocalUsers and DevMode.
 	fleetAdmins []string
@@ -159,12 +165,13 @@ func New(opts Options) (*Service, error) {
 		kind:    opts.DefaultKind,
 		goals:   opts.GoalPolicy,
 
-		defPolicy:   opts.DefaultRolloutPolicy,
-		alerts:      opts.Alerts,
-		fleetAdmins: opts.FleetAdmins,
-		localUsers:  maps.Clone(opts.LocalUsers),
-		devMode:     opts.DevMode,
-		replica:     opts.Replica,
+		defPolicy:     opts.DefaultRolloutPolicy,
+		alerts:        opts.Alerts,
+		metricsSource: opts.MetricsSource,
+		fleetAdmins:   opts.FleetAdmins,
+		localUsers:    maps.Clone(opts.LocalUsers),
+		devMode:       opts.DevMode,
+		replica:       opts.Replica,
 
 		previews: opts.Store,
 	}
@@ -189,7 +196,7 @@ func New(opts Options) (*Service, error) {
 	s.defQuotas = DefaultQuotas()
 	s.defQuotas = s.effectiveQuotas(opts.DomainDefaults)
 	s.registry = validate.NewRegistry(validate.Options{})
-	evals, err := evaluation.New(evaluation.Options{Store: s.st, Now: s.now, Logger: s.log})
+	evals, err := evaluation.New(evaluation.Options{Store: s.st, Now: s.now, Logger: s.log, Source: s.metricsSource})
 	if err != nil {
 		return nil, err
 	}
