@@ -118,7 +118,8 @@ A canary analysis may check a query instead of a metric the agents report
 (docs/canary.md, "Sources: agent-scraped and time-series"): control fills in
 each population's hosts and the interval, and runs it against --metrics-url,
 a Prometheus-compatible POST /api/v1/query_range (Prometheus, VictoriaMetrics),
-each request bounded by --metrics-timeout; an https URL is verified against
+each request bounded by --metrics-timeout, at the agents' interval or, when
+every check of an analysis is a query, at --metrics-step; an https URL is verified against
 --metrics-ca, with --metrics-cert and --metrics-key for mutual TLS. A check
 whose source cannot be read is NONE, saying why, never PASS. Without
 --metrics-url an analysis with such a check is refused.
@@ -180,6 +181,7 @@ Subcommands:
 	metricsCert := fs.String("metrics-cert", "", "client certificate `file` (PEM) to present to an https --metrics-url (mutual TLS), with --metrics-key")
 	metricsKey := fs.String("metrics-key", "", "key `file` (PEM) of --metrics-cert")
 	fs.DurationVar(&opts.MetricsSource.Timeout, "metrics-timeout", metricsource.DefaultTimeout, "give up one query of --metrics-url after this `duration`: the check is NONE, saying so")
+	fs.DurationVar(&opts.MetricsSource.Step, "metrics-step", metricsource.DefaultStep, "the interval (whole seconds) of a canary analysis whose checks are all queries, and so their $interval; one that also reads the agents' metrics takes the agents' interval")
 	fs.DurationVar(&opts.Alerts.Interval, "alerts-interval", alerts.DefaultInterval, "read --alerts-url at most once per this `duration`, one read shared by every rollout (never more often than the strategist's rounds): how soon a stage sees an alert fire or clear")
 	lf := addLogFlags(fs)
 	pos, code, ok := parse(e, fs, args)
@@ -411,6 +413,8 @@ func metricsOptions(e *env, fs *flags, opts *control.Options, caFile, certFile, 
 		return usageError(e, fs, "pass both --metrics-cert and --metrics-key (mutual TLS to the metrics source), or neither"), false
 	case m.Timeout <= 0:
 		return usageError(e, fs, "--metrics-timeout %v: want a positive duration, e.g. 10s", m.Timeout), false
+	case m.Step < time.Second || m.Step%time.Second != 0:
+		return usageError(e, fs, "--metrics-step %v: want whole seconds, at least 1s, e.g. 10s", m.Step), false
 	case m.URL == "":
 		return 0, true
 	}

@@ -67,6 +67,7 @@ func TestControlAlertsFlags(t *testing.T) {
 		{[]string{"--metrics-url", "https://p:9090", "--metrics-key", "c.key"}, "pass both --metrics-cert and --metrics-key"},
 		{[]string{"--metrics-url", "https://p:9090", "--metrics-ca", "/nonexistent/ca.crt"}, "--metrics-ca: open /nonexistent/ca.crt"},
 		{[]string{"--metrics-url", "http://p:9090", "--metrics-timeout", "0s"}, "--metrics-timeout 0s: want a positive duration"},
+		{[]string{"--metrics-url", "http://p:9090", "--metrics-step", "1500ms"}, "--metrics-step 1.5s: want whole seconds"},
 	} {
 		code, _, stderr := runCLI(t, nil, append([]string{"control", "--data-dir", t.TempDir()}, tc.args...)...)
 		if code != exitUsage || !strings.Contains(stderr, tc.want) {

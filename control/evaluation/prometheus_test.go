@@ -38,14 +38,16 @@ import (
 // counters being functions of the time of the scrape also makes the data,
 // and so the verdicts, the same on every run.
 
-// memStore is an evaluation.Store in memory, with no zone status.
+// memStore is an evaluation.Store in memory, with the zone status of
+// zones (none if nil).
 type memStore struct {
-	mu  sync.Mutex
-	evs map[string]*lehrpb.CanaryEvaluation
+	mu    sync.Mutex
+	evs   map[string]*lehrpb.CanaryEvaluation
+	zones map[string][]*lehrpb.DistributorStatus
 }
 
-func (m *memStore) ZoneStatus(context.Context, string) ([]*lehrpb.DistributorStatus, error) {
-	return nil, nil
+func (m *memStore) ZoneStatus(_ context.Context, zone string) ([]*lehrpb.DistributorStatus, error) {
+	return m.zones[zone], nil
 }
 
 func (m *memStore) CreateEvaluation(_ context.Context, ev *lehrpb.CanaryEvaluation) (*lehrpb.CanaryEvaluation, bool, error) {

@@ -128,8 +128,14 @@ func (s *Service) query(ctx context.Context, ev *lehrpb.CanaryEvaluation, data D
 		return failed
 	}
 	pops := populations(ev, data)
+	// The interval: the source's step when every check is a query, else
+	// the agents' (the judge compares one interval across checks).
 	step := s.src.Step()
+	onlyQueries := len(ev.GetConfig().GetChecks()) > 0 && len(checks) == len(ev.GetConfig().GetChecks())+len(ev.GetExpectedChecks())
 	for _, p := range pops {
+		if onlyQueries {
+			break
+		}
 		for _, h := range data[p.zone] {
 			if iv := h.GetSignals().GetIntervalSeconds(); iv > 0 && (slices.Contains(p.canary, h.GetHostId()) || slices.Contains(p.control, h.GetHostId())) {
 				step = time.Duration(iv) * time.Second
@@ -156,6 +162,19 @@ func (s *Service) query(ctx context.Context, ev *lehrpb.CanaryEvaluation, data D
 		s.cache.mu.Lock()
 		s.cache.byEv[ev.GetId()] = q
 		s.cache.mu.Unlock()
+	}
+	if onlyQueries {
+		// What the agents report is read by no check: their intervals
+		// must not set the evaluation's.
+		for z, hs := range data {
+			for i, h := range hs {
+				if h.GetSignals().GetIntervalSeconds() != uint32(iv) {
+					hs[i] = &lehrpb.HostSignals{HostId: h.GetHostId(), Cohort: h.GetCohort(),
+						Signals: &lehrpb.NamespaceSignals{Namespace: ev.GetNamespace(), IntervalSeconds: uint32(iv), First: first}}
+				}
+			}
+			data[z] = hs
+		}
 	}
 	merge(ev, data, pops, q.series, first, n, iv)
 	return q.failed

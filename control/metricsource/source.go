@@ -14,7 +14,9 @@
 // Imported by control (which makes the Source and hands it to the service
 // and the strategist as an evaluation.MetricSource), control/evaluation
 // (which checks the templates and queries the source for the evaluations'
-// query checks) and cmd/lehr (whose lehr control --metrics-url checks it).
+// query checks), cmd/lehr (whose lehr control --metrics-url and lehr dev
+// --metrics-url check it) and testenv/devcluster (which passes a URL to
+// control).
 package metricsource
 
 import (
