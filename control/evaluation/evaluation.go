@@ -252,6 +252,7 @@ func (s *Service) Step(ctx context.Context, g store.Guard, ev *lehrpb.CanaryEval
 	failed := s.query(ctx, ev, data)
 	now := s.now()
 	res := JudgeSourced(ev, data, failed, now)
+	s.noteSource(ev, res, failed)
 	res.HostChecks = HostChecks(ev, reports)
 	final := res.GetVerdict() == lehrpb.CanaryVerdict_CANARY_VERDICT_FAIL || res.GetLooks() > 0 && res.GetLook() >= res.GetLooks()
 	late := !final && now.After(GiveUpTime(ev))

@@ -279,7 +279,7 @@ func TestQueryChecksOnPrometheus(t *testing.T) {
 		t.Fatalf("bad canary: %s; want FAIL on the one check", evaluation.Explain(got))
 	}
 	c := res.GetChecks()[0]
-	for _, want := range []string{"errors.numerator/errors.denominator went from", "on 1 canary host(s)", "on 7 control host(s)", "rose more on the canary hosts than on the control hosts"} {
+	for _, want := range []string{"errors.numerator/errors.denominator went from", "on 1 canary host(s)", "on 7 control host(s)", "rose more on the canary hosts than on the control hosts", "(Data: metrics source http://" + addr + ".)"} {
 		if !strings.Contains(c.GetExplanation(), want) {
 			t.Errorf("bad canary's explanation %q; want it to say %q", c.GetExplanation(), want)
 		}

@@ -353,6 +353,26 @@ func merge(ev *lehrpb.CanaryEvaluation, data Data, pops []population, series map
 	}
 }
 
+// noteSource says, in the explanation of every check of res written as a
+// query that had its data, where the data came from: evidence that
+// decides a rollout names its source (docs/operations.md, "Security
+// model").
+func (s *Service) noteSource(ev *lehrpb.CanaryEvaluation, res *lehrpb.CanaryResult, failed Failed) {
+	if s.src == nil {
+		return
+	}
+	for _, c := range append(slices.Clone(ev.GetConfig().GetChecks()), ev.GetExpectedChecks()...) {
+		if c.GetQuery() == nil || failed[c.GetName()] != "" {
+			continue
+		}
+		for _, r := range res.GetChecks() {
+			if r.GetName() == c.GetName() && r.GetExplanation() != "" {
+				r.Explanation += " (Data: metrics source " + s.src.Name() + ".)"
+			}
+		}
+	}
+}
+
 // applyFailed makes every check of res that failed at the source NONE,
 // with the source's reason, and the verdict NONE if it was PASS: a check
 // whose data could not be read never passes.
