@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/VictoriaMetrics/metrics"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -205,7 +206,8 @@ func TestQueryChecksOnPrometheus(t *testing.T) {
 		}
 	})
 
-	src, err := metricsource.New(metricsource.Options{URL: "http://lehr:secret@" + addr, Step: iv, Timeout: 5 * time.Second})
+	set := metrics.NewSet()
+	src, err := metricsource.New(metricsource.Options{URL: "http://lehr:secret@" + addr, Step: iv, Timeout: 5 * time.Second, Metrics: set})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -301,9 +303,13 @@ func TestQueryChecksOnPrometheus(t *testing.T) {
 	}
 
 	// The source down: NONE, with the reason, never PASS; its URL shown
-	// without the credentials.
+	// without the credentials. The first query that gets no answer is the
+	// last: the other check fails with it.
 	stop()
-	down := evaluate("source-down", []string{"a-2"}, nil)
+	requests := &lehrpb.CanaryCheck{Name: "requests", Kind: "count", Direction: "decrease", Query: &lehrpb.CanaryQuery{
+		Value: `sum by (host) (increase(shop_requests_total{$population}[$interval]))`}}
+	down := evaluate("source-down", []string{"a-2"}, &lehrpb.CanaryAnalysis{Checks: []*lehrpb.CanaryCheck{errorsCheck, requests}})
+	failedBefore := set.GetOrCreateCounter(`lehr_control_metrics_queries_total{result="error"}`).Get()
 	ev, err := svc.Step(context.Background(), store.Guard{}, down)
 	if err != nil {
 		t.Fatal(err)
@@ -314,7 +320,11 @@ func TestQueryChecksOnPrometheus(t *testing.T) {
 		!strings.Contains(r.GetReason(), "connection refused") || strings.Contains(r.GetReason(), "secret") {
 		t.Errorf("source down: %s; want NONE saying the source is unreachable, without its credentials", evaluation.Explain(ev))
 	}
-	if cs := r.GetChecks(); len(cs) != 1 || cs[0].GetVerdict() != lehrpb.CanaryVerdict_CANARY_VERDICT_NONE || !strings.Contains(cs[0].GetExplanation(), "connection refused") {
-		t.Errorf("source down: checks %v; want the check NONE with the source's error", cs)
+	if cs := r.GetChecks(); len(cs) != 2 || cs[0].GetVerdict() != lehrpb.CanaryVerdict_CANARY_VERDICT_NONE || !strings.Contains(cs[0].GetExplanation(), "connection refused") ||
+		cs[1].GetVerdict() != lehrpb.CanaryVerdict_CANARY_VERDICT_NONE || !strings.Contains(cs[1].GetExplanation(), "connection refused") {
+		t.Errorf("source down: checks %v; want both checks NONE with the source's error", cs)
+	}
+	if n := set.GetOrCreateCounter(`lehr_control_metrics_queries_total{result="error"}`).Get() - failedBefore; n != 1 {
+		t.Errorf("%d failed queries of a source down; want 1", n)
 	}
 }

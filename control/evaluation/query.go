@@ -207,10 +207,14 @@ func (s *Service) read(ctx context.Context, ev *lehrpb.CanaryEvaluation, checks 
 	q := &queried{series: map[string]map[string]map[string][]float64{}, failed: Failed{}}
 	cfg := ev.GetConfig()
 	start, end, step := time.Unix(first+iv, 0), time.Unix(first+int64(n)*iv, 0), time.Duration(iv)*time.Second
+	var down error // the source got no answer: no more queries now
 	for _, c := range checks {
 		got := map[string]map[string]map[string][]float64{} // zone → host → series
 		var missing []string
 		err := func() error {
+			if down != nil {
+				return down
+			}
 			for _, p := range pops {
 				for _, side := range []struct {
 					name  string
@@ -224,6 +228,9 @@ func (s *Service) read(ctx context.Context, ev *lehrpb.CanaryEvaluation, checks 
 					for _, part := range queryParts(c) {
 						res, err := s.src.QueryRange(ctx, metricsource.Expand(part.tmpl, sel, step), start, end, step)
 						if err != nil {
+							if metricsource.Unreachable(err) {
+								down = err
+							}
 							return err
 						}
 						label := sel.HostLabelName()

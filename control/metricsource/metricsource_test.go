@@ -178,7 +178,7 @@ func TestNameAndUnreachable(t *testing.T) {
 		t.Errorf("Name() = %q; want the URL without credentials", s.Name())
 	}
 	_, err = s.QueryRange(context.Background(), "q", time.Unix(0, 0), time.Unix(10, 0), time.Second)
-	if err == nil || strings.Contains(err.Error(), "secret") || !strings.Contains(err.Error(), "connection refused") {
+	if err == nil || strings.Contains(err.Error(), "secret") || !strings.Contains(err.Error(), "connection refused") || !Unreachable(err) {
 		t.Errorf("QueryRange of a closed port: %v; want connection refused, no credentials", err)
 	}
 	for _, bad := range []string{"prometheus:9090", "ftp://x", "http://x/?q=1"} {

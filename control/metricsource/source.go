@@ -311,9 +311,23 @@ func (s *Source) describe(err error) error {
 	var ue *url.Error
 	if errors.As(err, &ue) {
 		if ue.Timeout() {
-			return fmt.Errorf("POST %s: no answer within %v", APIPath, s.opts.Timeout)
+			return unreachable{fmt.Errorf("POST %s: no answer within %v", APIPath, s.opts.Timeout)}
 		}
-		return fmt.Errorf("POST %s: %w", APIPath, ue.Err)
+		return unreachable{fmt.Errorf("POST %s: %w", APIPath, ue.Err)}
 	}
 	return err
+}
+
+// unreachable is an error of a request that got no answer.
+type unreachable struct{ error }
+
+func (u unreachable) Unwrap() error { return u.error }
+
+// Unreachable reports whether err is of a request that got no answer (the
+// source is down, unreachable or too slow), rather than an answer that
+// refused or did not fit the query: the caller need not send the source
+// more queries now.
+func Unreachable(err error) bool {
+	var u unreachable
+	return errors.As(err, &u)
 }
