@@ -49,6 +49,7 @@ import (
 	"lehr.dev/lehr/control/embedetcd"
 	"lehr.dev/lehr/control/evaluation"
 	"lehr.dev/lehr/control/httpapi"
+	"lehr.dev/lehr/control/metricsource"
 	"lehr.dev/lehr/control/previewhist"
 	"lehr.dev/lehr/control/propagation"
 	"lehr.dev/lehr/control/service"
@@ -232,6 +233,12 @@ type Options struct {
 	// (the default) means none: a rollout policy with a monitoring check
 	// is refused. Metrics and Now are control's.
 	Alerts alerts.Options
+	// MetricsSource is the metrics source of the canary checks written as
+	// queries (control/metricsource): a Prometheus-compatible
+	// /api/v1/query_range under MetricsSource.URL. A zero URL (the default)
+	// means none: an analysis with such a check is refused.
+	// MetricsSource.Metrics is control's.
+	MetricsSource metricsource.Options
 	// NoSync runs the embedded etcd without fsync: data survives a process
 	// restart but not a machine crash. The zero value is durable; tests
 	// only.
@@ -602,6 +609,16 @@ func (c *Control) Run(ctx context.Context) (err error) {
 	if goals == nil && c.opts.Rollouts {
 		goals = service.Progressive
 	}
+	var msrc evaluation.MetricSource
+	if c.opts.MetricsSource.URL != "" {
+		mo := c.opts.MetricsSource
+		mo.Metrics = c.metrics
+		src, err := metricsource.New(mo)
+		if err != nil {
+			return fmt.Errorf("control: %w", err)
+		}
+		msrc = src
+	}
 	svc, err := service.New(service.Options{
 		Store:      st,
 		Logger:     c.log,
@@ -615,6 +632,7 @@ func (c *Control) Run(ctx context.Context) (err error) {
 		DevMode:              c.opts.DevMode,
 		Alerts:               c.opts.Alerts.URL != "",
 		ConsoleURL:           c.opts.ConsoleURL,
+		MetricsSource:        msrc,
 		Replica: service.Replica{Address: address, Store: ident.Store, EmbeddedEtcd: dir != "",
 			EtcdEndpoints: c.opts.EtcdEndpoints, ElectionKey: electionKey},
 	})
@@ -756,7 +774,7 @@ func (c *Control) Run(ctx context.Context) (err error) {
 			Store: st, Client: cli, ElectionKey: electionKey, ID: address,
 			Interval: c.opts.RolloutInterval, Policy: svc.EffectiveRolloutPolicy,
 			Metrics: c.metrics, Logger: c.log.With("component", "rollout"), Audit: svc.Audit,
-			Ended: svc.RolloutEnded, Leading: leading, Alerts: src,
+			Ended: svc.RolloutEnded, Leading: leading, Alerts: src, MetricsSource: msrc,
 		})
 		if err != nil {
 			return fmt.Errorf("control: %w", err)

@@ -15,6 +15,7 @@ import (
 
 	"lehr.dev/lehr/control"
 	"lehr.dev/lehr/control/alerts"
+	"lehr.dev/lehr/control/metricsource"
 	"lehr.dev/lehr/control/store"
 	"lehr.dev/lehr/internal/logflags"
 	"lehr.dev/lehr/internal/sdnotify"
@@ -113,6 +114,16 @@ the source cannot be read, a stage waits or proceeds as its policy's
 on_source_error says, and says so. Without --alerts-url a policy that names
 alerts is refused.
 
+A canary analysis may check a query instead of a metric the agents report
+(docs/canary.md, "Sources: agent-scraped and time-series"): control fills in
+each population's hosts and the interval, and runs it against --metrics-url,
+a Prometheus-compatible POST /api/v1/query_range (Prometheus, VictoriaMetrics),
+each request bounded by --metrics-timeout, at the agents' interval or, when
+every check of an analysis is a query, at --metrics-step; an https URL is verified against
+--metrics-ca, with --metrics-cert and --metrics-key for mutual TLS. A check
+whose source cannot be read is NONE, saying why, never PASS. Without
+--metrics-url an analysis with such a check is refused.
+
 Stop it with Ctrl-C or SIGTERM: in-flight calls finish, then it exits.
 
 Subcommands:
@@ -128,6 +139,7 @@ Subcommands:
 			"lehr control --etcd-endpoints https://etcd-0:2379,https://etcd-1:2379 --etcd-ca etcd-ca.crt --etcd-cert etcd-client.crt --etcd-key etcd-client.key --listen 0.0.0.0:7400 --tls-cert control.crt --tls-key control.key --client-ca clients.crt --fleet-admins alice,bob",
 			"lehr control --socket /run/lehr-control/control.sock --local-users alice=alice,deploy=ci-bot --fleet-admins alice,unix:oncall",
 			"lehr control --alerts-url https://prometheus.example:9090 --alerts-ca prometheus-ca.crt --alerts-interval 15s",
+			"lehr control --metrics-url http://prometheus:9090",
 		},
 	})
 	var opts control.Options
@@ -165,6 +177,12 @@ Subcommands:
 	alertsCert := fs.String("alerts-cert", "", "client certificate `file` (PEM) to present to an https --alerts-url (mutual TLS), with --alerts-key")
 	alertsKey := fs.String("alerts-key", "", "key `file` (PEM) of --alerts-cert")
 	fs.DurationVar(&opts.Alerts.Timeout, "alerts-timeout", alerts.DefaultTimeout, "give up one read of --alerts-url after this `duration`: the source counts as unreachable, and a stage waits or proceeds as its policy's on_source_error says")
+	fs.StringVar(&opts.MetricsSource.URL, "metrics-url", "", "base `URL` of the metrics source of canary checks written as queries: Prometheus or VictoriaMetrics, e.g. http://prometheus:9090, whose /api/v1/query_range is queried (user:password@ in it is sent as basic authentication); empty (the default): none, and an analysis with such a check is refused")
+	metricsCA := fs.String("metrics-ca", "", "CA `file` (PEM) an https --metrics-url's certificate must chain to; default the system's roots")
+	metricsCert := fs.String("metrics-cert", "", "client certificate `file` (PEM) to present to an https --metrics-url (mutual TLS), with --metrics-key")
+	metricsKey := fs.String("metrics-key", "", "key `file` (PEM) of --metrics-cert")
+	fs.DurationVar(&opts.MetricsSource.Timeout, "metrics-timeout", metricsource.DefaultTimeout, "give up one query of --metrics-url after this `duration`: the check is NONE, saying so")
+	fs.DurationVar(&opts.MetricsSource.Step, "metrics-step", metricsource.DefaultStep, "the interval (whole seconds) of a canary analysis whose checks are all queries, and so their $interval; one that also reads the agents' metrics takes the agents' interval")
 	fs.DurationVar(&opts.Alerts.Interval, "alerts-interval", alerts.DefaultInterval, "read --alerts-url at most once per this `duration`, one read shared by every rollout (never more often than the strategist's rounds): how soon a stage sees an alert fire or clear")
 	lf := addLogFlags(fs)
 	pos, code, ok := parse(e, fs, args)
@@ -243,6 +261,9 @@ Subcommands:
 		}
 	}
 	if code, ok := alertsOptions(e, fs, &opts, *alertsCA, *alertsCert, *alertsKey); !ok {
+		return code
+	}
+	if code, ok := metricsOptions(e, fs, &opts, *metricsCA, *metricsCert, *metricsKey); !ok {
 		return code
 	}
 	opts.Logger = logger
@@ -378,6 +399,51 @@ func alertsOptions(e *env, fs *flags, opts *control.Options, caFile, certFile, k
 	}
 	if _, err := alerts.New(*a); err != nil {
 		return usageError(e, fs, "--alerts-url: %v", strings.TrimPrefix(err.Error(), "alerts: ")), false
+	}
+	return 0, true
+}
+
+// metricsOptions checks the --metrics-* flags and completes
+// opts.MetricsSource as alertsOptions does opts.Alerts.
+func metricsOptions(e *env, fs *flags, opts *control.Options, caFile, certFile, keyFile string) (int, bool) {
+	m := &opts.MetricsSource
+	switch {
+	case m.URL == "" && countSet(caFile, certFile, keyFile) > 0:
+		return usageError(e, fs, "--metrics-ca, --metrics-cert and --metrics-key are for an https --metrics-url: give it too"), false
+	case (certFile == "") != (keyFile == ""):
+		return usageError(e, fs, "pass both --metrics-cert and --metrics-key (mutual TLS to the metrics source), or neither"), false
+	case m.Timeout <= 0:
+		return usageError(e, fs, "--metrics-timeout %v: want a positive duration, e.g. 10s", m.Timeout), false
+	case m.Step < time.Second || m.Step%time.Second != 0:
+		return usageError(e, fs, "--metrics-step %v: want whole seconds, at least 1s, e.g. 10s", m.Step), false
+	case m.URL == "":
+		return 0, true
+	}
+	if caFile != "" || certFile != "" {
+		if !strings.HasPrefix(m.URL, "https://") {
+			return usageError(e, fs, "--metrics-ca, --metrics-cert and --metrics-key are for an https --metrics-url, not %s", m.URL), false
+		}
+		m.TLS = &tls.Config{MinVersion: tls.VersionTLS12}
+		if caFile != "" {
+			pem, err := os.ReadFile(caFile)
+			if err != nil {
+				return usageError(e, fs, "--metrics-ca: %v", err), false
+			}
+			m.TLS.RootCAs = x509.NewCertPool()
+			if !m.TLS.RootCAs.AppendCertsFromPEM(pem) {
+				return usageError(e, fs, "--metrics-ca %s: no PEM certificate in it", caFile), false
+			}
+		}
+		if certFile != "" {
+			cert, err := tls.LoadX509KeyPair(certFile, keyFile)
+			if err != nil {
+				return usageError(e, fs, "--metrics-cert, --metrics-key: %v", err), false
+			}
+			m.TLS.Certificates = []tls.Certificate{cert}
+		}
+	}
+	if _, err := metricsource.New(*m); err != nil {
+		return usageError(e, fs, "--metrics-url: %v", strings.TrimPrefix(err.Error(), "metrics source: ")), false
 	}
 	return 0, true
 }

@@ -42,7 +42,7 @@ func TestControlAlertsFlags(t *testing.T) {
 	if code != exitOK || stderr != "" {
 		t.Fatalf("lehr control --help: exit %d, stderr %q", code, stderr)
 	}
-	for _, want := range []string{"\n  --alerts-url URL", "\n  --alerts-interval duration", "\n  --alerts-timeout duration", "\n  --alerts-ca file", "vmalert", "/api/v1/alerts", "not\nAlertmanager"} {
+	for _, want := range []string{"\n  --alerts-url URL", "\n  --alerts-interval duration", "\n  --alerts-timeout duration", "\n  --alerts-ca file", "vmalert", "/api/v1/alerts", "not\nAlertmanager", "\n  --metrics-url URL", "/api/v1/query_range"} {
 		if !strings.Contains(stdout, want) {
 			t.Errorf("lehr control --help lacks %q", want)
 		}
@@ -59,6 +59,15 @@ func TestControlAlertsFlags(t *testing.T) {
 		{[]string{"--alerts-url", "https://p:9090", "--alerts-ca", "/nonexistent/ca.crt"}, "--alerts-ca: open /nonexistent/ca.crt"},
 		{[]string{"--alerts-url", "http://p:9090", "--alerts-timeout", "0s"}, "--alerts-timeout 0s: want a positive duration"},
 		{[]string{"--alerts-url", "http://p:9090", "--alerts-interval", "-1s"}, "--alerts-interval -1s: want a positive duration"},
+		// The metrics source of checks written as queries (issue 36).
+		{[]string{"--metrics-url", "prometheus:9090"}, "--metrics-url: URL \"prometheus:9090\": want http://HOST:PORT"},
+		{[]string{"--metrics-url", "http://p:9090/api/v1/query_range?x=1"}, "want no query"},
+		{[]string{"--metrics-ca", "ca.crt"}, "give it too"},
+		{[]string{"--metrics-url", "http://p:9090", "--metrics-ca", "ca.crt"}, "for an https --metrics-url"},
+		{[]string{"--metrics-url", "https://p:9090", "--metrics-key", "c.key"}, "pass both --metrics-cert and --metrics-key"},
+		{[]string{"--metrics-url", "https://p:9090", "--metrics-ca", "/nonexistent/ca.crt"}, "--metrics-ca: open /nonexistent/ca.crt"},
+		{[]string{"--metrics-url", "http://p:9090", "--metrics-timeout", "0s"}, "--metrics-timeout 0s: want a positive duration"},
+		{[]string{"--metrics-url", "http://p:9090", "--metrics-step", "1500ms"}, "--metrics-step 1.5s: want whole seconds"},
 	} {
 		code, _, stderr := runCLI(t, nil, append([]string{"control", "--data-dir", t.TempDir()}, tc.args...)...)
 		if code != exitUsage || !strings.Contains(stderr, tc.want) {

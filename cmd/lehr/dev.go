@@ -2,9 +2,13 @@ package main
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"io"
+	"os"
+	"strings"
 
+	"lehr.dev/lehr/control/metricsource"
 	"lehr.dev/lehr/testenv/devtour"
 )
 
@@ -23,7 +27,12 @@ prints every callback it gets, serves 100 synthetic requests a second whose
 error ratio and latency follow demo.error_ratio and demo.latency_ms (counted
 on its own /metrics, which its agent scrapes every second for canary
 analysis), and refuses a configuration whose demo.error_ratio is above 0.5
-(it would fail most requests).
+(it would fail most requests). With a Prometheus server at hand
+(bin/prometheus, which scripts/deps.sh extracts, or prometheus on $PATH;
+--prometheus), it also starts one scraping every demo service each second,
+labelled host and zone, as control's --metrics-url, so canary checks written
+as queries run against it (docs/canary.md, "Sources: agent-scraped and
+time-series"); --metrics-url names one of your own instead.
 
 Then it walks through the lehr commands: it creates the domain "demo",
 pushes demo/app (a first version goes everywhere at once) and waits until
@@ -49,6 +58,7 @@ export LEHR_CONTROL=… that makes README's commands reach it too).`,
 			"lehr dev --listen 127.0.0.1:7500     # then: lehr get demo/app --control 127.0.0.1:7500",
 			"lehr dev --data-dir ./dev-data        # keep the data between runs",
 			"lehr dev --log-level info             # see what the daemons do",
+			"lehr dev --prometheus off             # no Prometheus, even if one is installed",
 		},
 	})
 	listen := fs.String("listen", "", "control's gRPC `address` (default 127.0.0.1:7400, or a free port if it is busy)")
@@ -57,6 +67,8 @@ export LEHR_CONTROL=… that makes README's commands reach it too).`,
 	dataDir := fs.String("data-dir", "", "keep the data in this `directory` instead of a temporary one")
 	nZones := fs.Int("zones", 2, "number of `zones` (1 to 26)")
 	hostsPerZone := fs.Int("hosts-per-zone", 4, "agents per zone, each with a demo service (1 to 20)")
+	prom := fs.String("prometheus", "auto", "Prometheus server `binary` to start, scraping every demo service (labels host and zone), as control's --metrics-url for canary checks written as queries: \"auto\" starts bin/prometheus or prometheus on $PATH if there is one (scripts/deps.sh extracts it), \"off\" none")
+	metricsURL := fs.String("metrics-url", "", "control's metrics source instead of a Prometheus it starts: the base `URL` of a Prometheus-compatible API you run (implies --prometheus off)")
 	lf := addLogFlags(fs)
 	lf.Level = "warn"
 	fs.Lookup("log-level").DefValue = "warn"
@@ -77,6 +89,24 @@ export LEHR_CONTROL=… that makes README's commands reach it too).`,
 	if err != nil {
 		return usageError(e, fs, "%v", err)
 	}
+	promSet := false
+	fs.Visit(func(f *flag.Flag) { promSet = promSet || f.Name == "prometheus" })
+	promBin := ""
+	switch {
+	case *metricsURL != "" && promSet && *prom != "off":
+		return usageError(e, fs, "--metrics-url and --prometheus %s: control has one metrics source; give one", *prom)
+	case *metricsURL != "":
+		if _, err := metricsource.New(metricsource.Options{URL: *metricsURL}); err != nil {
+			return usageError(e, fs, "--metrics-url: %v", strings.TrimPrefix(err.Error(), "metrics source: "))
+		}
+	case *prom == "auto":
+		promBin = devtour.FindPrometheus()
+	case *prom != "off":
+		if _, err := os.Stat(*prom); err != nil {
+			return usageError(e, fs, "--prometheus: %v", err)
+		}
+		promBin = *prom
+	}
 	if e.checkOnly {
 		return exitOK
 	}
@@ -94,7 +124,9 @@ export LEHR_CONTROL=… that makes README's commands reach it too).`,
 			ce.stdout, ce.ready = stdout, nil
 			return run(ctx, args, &ce)
 		},
-		Ready: e.ready,
+		Ready:      e.ready,
+		Prometheus: promBin,
+		MetricsURL: *metricsURL,
 	})
 	if err != nil {
 		fmt.Fprintf(e.stderr, "lehr dev: %v\n", err)

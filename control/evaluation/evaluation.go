@@ -4,12 +4,15 @@
 // canary judge (package canary), judges each evaluation at the looks of
 // its bake, and keeps the result in etcd, so a control restart resumes an
 // evaluation where it stood. The rollout strategist runs it: Step is
-// called by the leading replica only, with its leadership guard.
+// called by the leading replica only, with its leadership guard. Checks
+// written as queries read control's metrics source instead (query.go,
+// control/metricsource), and feed the same judge.
 //
 // Imported by control/strategist (which runs it), control/rollout (whose
 // decisions start evaluations and read their verdicts), control/service
-// (which serves them), and control/console and cmd/lehr (which show them
-// in the words of describe.go).
+// (which serves them), control (which hands both its metrics source), and
+// control/console and cmd/lehr (which show them in the words of
+// describe.go).
 package evaluation
 
 import (
@@ -83,14 +86,20 @@ type Options struct {
 	Now func() time.Time
 	// Logger; nil means slog.Default().
 	Logger *slog.Logger
+	// Source, if set, is control's metrics source, which the checks
+	// written as queries read (query.go); nil: control has none, and an
+	// evaluation with such a check is refused.
+	Source MetricSource
 }
 
 // Service runs canary evaluations. Its methods are safe for concurrent
 // use.
 type Service struct {
-	st  Store
-	now func() time.Time
-	log *slog.Logger
+	st    Store
+	now   func() time.Time
+	log   *slog.Logger
+	src   MetricSource
+	cache queryCache
 }
 
 // New returns a service. It starts nothing.
@@ -104,7 +113,7 @@ func New(opts Options) (*Service, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	return &Service{st: opts.Store, now: opts.Now, log: opts.Logger}, nil
+	return &Service{st: opts.Store, now: opts.Now, log: opts.Logger, src: opts.Source, cache: queryCache{byEv: map[string]*queried{}}}, nil
 }
 
 // FieldError says which field of a request or analysis is wrong and why.
@@ -143,7 +152,7 @@ func CheckAnalysis(prefix string, a *lehrpb.CanaryAnalysis) error {
 		}
 		return err
 	}
-	return nil
+	return checkQueries(prefix, a)
 }
 
 // Create starts ev (validated, RUNNING) unless an evaluation with its id
@@ -151,6 +160,9 @@ func CheckAnalysis(prefix string, a *lehrpb.CanaryAnalysis) error {
 func (s *Service) Create(ctx context.Context, ev *lehrpb.CanaryEvaluation) (*lehrpb.CanaryEvaluation, error) {
 	if err := CheckAnalysis("config", ev.GetConfig()); err != nil {
 		return nil, err
+	}
+	if f := QueryField(ev.GetConfig()); f != "" && s.src == nil {
+		return nil, fieldErr("config."+f, "%s", NoSourceMessage)
 	}
 	if _, err := signals.Checks(ev.GetExpectedChecks()); err != nil {
 		var fe *FieldError
@@ -209,10 +221,13 @@ func (s *Service) StepAll(ctx context.Context, g store.Guard) error {
 		return err
 	}
 	var errs []error
+	running := map[string]bool{}
+	defer s.forget(running)
 	for _, ev := range evs {
 		if ev.GetState() != lehrpb.CanaryEvaluationState_CANARY_EVALUATION_STATE_RUNNING {
 			continue
 		}
+		running[ev.GetId()] = true
 		if _, err := s.Step(ctx, g, ev); err != nil {
 			if errors.Is(err, store.ErrNotLeader) {
 				return err
@@ -234,8 +249,10 @@ func (s *Service) Step(ctx context.Context, g store.Guard, ev *lehrpb.CanaryEval
 	if err != nil {
 		return ev, fmt.Errorf("evaluation %s: %w", ev.GetId(), err)
 	}
+	failed := s.query(ctx, ev, data)
 	now := s.now()
-	res := Judge(ev, data, now)
+	res := JudgeSourced(ev, data, failed, now)
+	s.noteSource(ev, res, failed)
 	res.HostChecks = HostChecks(ev, reports)
 	final := res.GetVerdict() == lehrpb.CanaryVerdict_CANARY_VERDICT_FAIL || res.GetLooks() > 0 && res.GetLook() >= res.GetLooks()
 	late := !final && now.After(GiveUpTime(ev))
@@ -366,6 +383,19 @@ func HostChecks(ev *lehrpb.CanaryEvaluation, reports Reports) []*lehrpb.CanaryHo
 // look now reaches. Pure: the same evaluation and data give the same
 // result.
 func Judge(ev *lehrpb.CanaryEvaluation, data Data, now time.Time) *lehrpb.CanaryResult {
+	return JudgeSourced(ev, data, nil, now)
+}
+
+// JudgeSourced is Judge with the checks written as queries whose source
+// failed: each is NONE with its reason, and so is a verdict that would
+// have been PASS.
+func JudgeSourced(ev *lehrpb.CanaryEvaluation, data Data, failed Failed, now time.Time) *lehrpb.CanaryResult {
+	res := judge(ev, data, now)
+	applyFailed(res, failed)
+	return res
+}
+
+func judge(ev *lehrpb.CanaryEvaluation, data Data, now time.Time) *lehrpb.CanaryResult {
 	res := &lehrpb.CanaryResult{Time: timestamppb.New(now), Looks: Looks}
 	in, opts, err := Input(ev, data)
 	if err != nil {
@@ -451,10 +481,6 @@ func Input(ev *lehrpb.CanaryEvaluation, data Data) (canary.Input, canary.Options
 	if err != nil {
 		return canary.Input{}, canary.Options{}, fmt.Errorf("expected_checks: %w", err)
 	}
-	nControl := int(ev.GetConfig().GetControlHosts())
-	if nControl == 0 {
-		nControl = DefaultControlHosts
-	}
 	type host struct {
 		key    string
 		canary bool
@@ -462,36 +488,19 @@ func Input(ev *lehrpb.CanaryEvaluation, data Data) (canary.Input, canary.Options
 	}
 	var hosts []host
 	iv := int64(0)
-	for _, t := range ev.GetTrials() {
-		z := t.GetZone()
+	for _, p := range populations(ev, data) {
 		byHost := map[string]*lehrpb.HostSignals{}
-		for _, h := range data[z] {
+		for _, h := range data[p.zone] {
 			byHost[h.GetHostId()] = h
 		}
-		canaries := t.GetCanaryHosts()
-		if len(canaries) == 0 {
-			for _, h := range data[z] {
-				if h.GetCohort() {
-					canaries = append(canaries, h.GetHostId())
-				}
-			}
-		}
-		for _, c := range canaries {
+		for _, c := range p.canary {
 			if h := byHost[c]; h != nil {
-				hosts = append(hosts, host{z + "/" + c, true, h.GetSignals()})
+				hosts = append(hosts, host{p.zone + "/" + c, true, h.GetSignals()})
 			}
 		}
-		controls := t.GetControlHosts()
-		if len(controls) == 0 {
-			for _, h := range data[z] {
-				if !h.GetCohort() && !slices.Contains(canaries, h.GetHostId()) && len(controls) < nControl {
-					controls = append(controls, h.GetHostId())
-				}
-			}
-		}
-		for _, c := range controls {
+		for _, c := range p.control {
 			if h := byHost[c]; h != nil {
-				hosts = append(hosts, host{z + "/" + c, false, h.GetSignals()})
+				hosts = append(hosts, host{p.zone + "/" + c, false, h.GetSignals()})
 			}
 		}
 	}
@@ -557,6 +566,45 @@ func Input(ev *lehrpb.CanaryEvaluation, data Data) (canary.Input, canary.Options
 	bake := int((ev.GetBake().AsDuration().Milliseconds()/1000 + iv - 1) / iv)
 	opts := canary.Options{Alpha: ev.GetConfig().GetAlpha(), BakeIntervals: max(1, bake), Looks: Looks}
 	return in, opts, nil
+}
+
+// population is one trial's canary and control hosts.
+type population struct {
+	zone            string
+	canary, control []string
+}
+
+// populations returns ev's trials' populations in data: the trials'
+// named hosts or, if a trial names none, the watched hosts in the
+// candidate's cohort (canary) and at most control_hosts of the others
+// (control). A named host may have no data.
+func populations(ev *lehrpb.CanaryEvaluation, data Data) []population {
+	nControl := int(ev.GetConfig().GetControlHosts())
+	if nControl == 0 {
+		nControl = DefaultControlHosts
+	}
+	var out []population
+	for _, t := range ev.GetTrials() {
+		z := t.GetZone()
+		canaries := t.GetCanaryHosts()
+		if len(canaries) == 0 {
+			for _, h := range data[z] {
+				if h.GetCohort() {
+					canaries = append(canaries, h.GetHostId())
+				}
+			}
+		}
+		controls := t.GetControlHosts()
+		if len(controls) == 0 {
+			for _, h := range data[z] {
+				if !h.GetCohort() && !slices.Contains(canaries, h.GetHostId()) && len(controls) < nControl {
+					controls = append(controls, h.GetHostId())
+				}
+			}
+		}
+		out = append(out, population{zone: z, canary: canaries, control: controls})
+	}
+	return out
 }
 
 func verdictName(v lehrpb.CanaryVerdict) string {

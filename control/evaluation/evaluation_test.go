@@ -1,6 +1,7 @@
 package evaluation_test
 
 import (
+	"context"
 	"errors"
 	"maps"
 	"math"
@@ -135,6 +136,11 @@ func TestInputDropsIntervalsOnTheWrongSide(t *testing.T) {
 	}
 }
 
+const (
+	qErrors   = `sum by (host) (increase(errors_total{$population}[$interval]))`
+	qRequests = `sum by (host) (increase(requests_total{$population}[$interval]))`
+)
+
 func TestCheckAnalysis(t *testing.T) {
 	bound := 0.05
 	nan := math.NaN()
@@ -162,6 +168,21 @@ func TestCheckAnalysis(t *testing.T) {
 		{"unknown kind", check(func(c *lehrpb.CanaryCheck) { c.Kind = "ratio" }), "analysis.checks[0].kind"},
 		{"negative tolerance", check(func(c *lehrpb.CanaryCheck) { c.Tolerance = -1 }), "analysis.checks[0].tolerance"},
 		{"bound not a number", check(func(c *lehrpb.CanaryCheck) { c.Max = &nan }), "analysis.checks[0].max"},
+		{"a query ratio", check(func(c *lehrpb.CanaryCheck) {
+			c.Ratio, c.Query = nil, &lehrpb.CanaryQuery{Numerator: qErrors, Denominator: qRequests}
+		}), ""},
+		{"a query value", check(func(c *lehrpb.CanaryCheck) { c.Ratio, c.Query = nil, &lehrpb.CanaryQuery{Value: qRequests} }), ""},
+		{"ratio and query", check(func(c *lehrpb.CanaryCheck) { c.Query = &lehrpb.CanaryQuery{Value: qRequests} }), "analysis.checks[0]"},
+		{"value and numerator", check(func(c *lehrpb.CanaryCheck) {
+			c.Ratio, c.Query = nil, &lehrpb.CanaryQuery{Value: qRequests, Numerator: qErrors, Denominator: qRequests}
+		}), "analysis.checks[0].query"},
+		{"half a query ratio", check(func(c *lehrpb.CanaryCheck) { c.Ratio, c.Query = nil, &lehrpb.CanaryQuery{Numerator: qErrors} }), "analysis.checks[0].query"},
+		{"a template without $population", check(func(c *lehrpb.CanaryCheck) {
+			c.Ratio, c.Query = nil, &lehrpb.CanaryQuery{Numerator: qErrors, Denominator: `sum by (host) (rate(requests_total[1m]))`}
+		}), "analysis.checks[0].query.denominator"},
+		{"a misspelt placeholder", check(func(c *lehrpb.CanaryCheck) { c.Ratio, c.Query = nil, &lehrpb.CanaryQuery{Value: `x{$hosts}`} }), "analysis.checks[0].query.value"},
+		{"a host label that is none", &lehrpb.CanaryAnalysis{HostLabel: "host name"}, "analysis.host_label"},
+		{"no zone label", &lehrpb.CanaryAnalysis{ZoneLabel: "-"}, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := evaluation.CheckAnalysis("analysis", tc.a)
@@ -234,5 +255,23 @@ func TestHostChecks(t *testing.T) {
 	ev.Result = &lehrpb.CanaryResult{Verdict: pass, Looks: 4, Look: 4, HostChecks: got}
 	if s := evaluation.Explain(ev); !strings.Contains(s, "host-level error ratio failed on 2 of the 3 canary host(s)") {
 		t.Errorf("Explain: %s; want the host-level failure named", s)
+	}
+}
+
+// An evaluation with a check written as a query is refused by a control
+// without a metrics source, saying to give it one.
+func TestCreateWithoutSource(t *testing.T) {
+	svc, err := evaluation.New(evaluation.Options{Store: &memStore{evs: map[string]*lehrpb.CanaryEvaluation{}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = svc.Create(context.Background(), &lehrpb.CanaryEvaluation{
+		Id: "d/ns@7/x", Namespace: "d/ns", Version: 7, Trials: []*lehrpb.CanaryTrial{{Zone: "zone-a"}},
+		Config:     &lehrpb.CanaryAnalysis{Checks: []*lehrpb.CanaryCheck{{Name: "q", Query: &lehrpb.CanaryQuery{Value: qRequests}}}},
+		ChangeTime: timestamppb.Now(), Bake: durationpb.New(time.Minute),
+	})
+	var fe *evaluation.FieldError
+	if !errors.As(err, &fe) || fe.Field != "config.checks[0].query" || !strings.Contains(fe.Message, "--metrics-url") {
+		t.Fatalf("Create: %v; want config.checks[0].query refused, naming --metrics-url", err)
 	}
 }

@@ -46,6 +46,10 @@ type Fleet struct {
 	// Alerts says control has an alerts source (lehr control
 	// --alerts-url): without one a policy's monitoring check is refused.
 	Alerts bool
+	// Metrics says control has a metrics source (lehr control
+	// --metrics-url): without one an analysis's checks written as
+	// queries are refused.
+	Metrics bool
 }
 
 // Validate checks p against the fleet. The error is a *FieldError naming
@@ -107,6 +111,9 @@ func Validate(prefix string, p *lehrpb.RolloutPolicy, fleet Fleet) error {
 				return fieldErr(fe.Field, "%s", fe.Message)
 			}
 			return err
+		}
+		if q := evaluation.QueryField(st.GetAnalysis()); q != "" && !fleet.Metrics {
+			return fieldErr(f+".analysis."+q, "%s", evaluation.NoSourceMessage)
 		}
 		if r := st.GetMaxErrorRatio(); math.IsNaN(r) || r < 0 || r > 1 {
 			return fieldErr(f+".max_error_ratio", "%v is not a ratio; want 0 to 1 (0.01 allows one error per hundred consumers)", r)

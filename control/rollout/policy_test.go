@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -265,5 +266,29 @@ func TestValidateMonitoringNeedsASource(t *testing.T) {
 	}
 	if err := rollout.Validate("policy", rollout.Default(), noSource); err != nil {
 		t.Errorf("Validate of a policy without a monitoring check, without an alerts source: %v", err)
+	}
+}
+
+// A control without a metrics source refuses an analysis with a check
+// written as a query, saying to give it one; with one, it is accepted.
+func TestValidateQueryCheckNeedsASource(t *testing.T) {
+	p := rollout.Default()
+	i := slices.IndexFunc(p.GetStages(), func(st *lehrpb.RolloutStage) bool { return st.GetCanary() != nil })
+	if i < 0 {
+		t.Fatal("rollout.Default() has no canary stage")
+	}
+	p.Stages[i].Analysis = &lehrpb.CanaryAnalysis{Checks: []*lehrpb.CanaryCheck{{Name: "errors", Kind: "proportion", Query: &lehrpb.CanaryQuery{
+		Numerator:   `sum by (host) (increase(errors_total{$population}[$interval]))`,
+		Denominator: `sum by (host) (increase(requests_total{$population}[$interval]))`}}}}
+	err := rollout.Validate("policy", p, fleet)
+	var fe *rollout.FieldError
+	want := fmt.Sprintf("policy.stages[%d].analysis.checks[0].query", i)
+	if !errors.As(err, &fe) || fe.Field != want || !strings.Contains(fe.Message, "--metrics-url") {
+		t.Errorf("Validate without a metrics source: %v; want a *FieldError on %s naming --metrics-url", err, want)
+	}
+	withSource := fleet
+	withSource.Metrics = true
+	if err := rollout.Validate("policy", p, withSource); err != nil {
+		t.Errorf("Validate with a metrics source: %v", err)
 	}
 }

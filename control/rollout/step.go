@@ -15,6 +15,7 @@ import (
 	"lehr.dev/lehr/control/evaluation"
 	"lehr.dev/lehr/control/store"
 	"lehr.dev/lehr/internal/cohort"
+	"lehr.dev/lehr/internal/signals"
 	"lehr.dev/lehr/proto/lehrpb"
 )
 
@@ -517,7 +518,9 @@ func goalsFor(r *lehrpb.Rollout, stages []Stage, i int, cur map[string]*lehrpb.G
 		}
 		if a := stages[i].Analysis; a != nil && stages[i].Bake > 0 {
 			cand.Analysis = uint32(cmp.Or(int(a.GetControlHosts()), evaluation.DefaultControlHosts))
-			cand.Checks = a.GetChecks()
+			// The agents judge their host-level checks on what they
+			// scrape: checks written as queries are control's alone.
+			cand.Checks = signals.AgentChecks(a.GetChecks())
 		}
 		g.Candidate = cand
 		out = append(out, g)

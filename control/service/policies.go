@@ -43,7 +43,7 @@ func (s *Service) fleet(ctx context.Context) (rollout.Fleet, error) {
 	if err != nil {
 		return rollout.Fleet{}, err
 	}
-	f := rollout.Fleet{Hosts: map[string]int{}, Alerts: s.alerts}
+	f := rollout.Fleet{Hosts: map[string]int{}, Alerts: s.alerts, Metrics: s.metricsSource != nil}
 	for _, z := range zones {
 		f.Zones = append(f.Zones, z.GetName())
 		sts, err := s.st.ZoneStatus(ctx, z.GetName())

@@ -107,6 +107,10 @@ type Options struct {
 	// (lehr control --console-url): an evaluation's uri is it followed by
 	// its console path. Empty: the path alone.
 	ConsoleURL string
+	// MetricsSource, if set, is control's metrics source (lehr control
+	// --metrics-url), which canary checks written as queries read;
+	// without one such checks are refused (rollout.Fleet.Metrics).
+	MetricsSource evaluation.MetricSource
 }
 
 // Service implements lehrpb.ControlServer. Create it with New; it is safe
@@ -126,6 +130,8 @@ type Service struct {
 	alerts bool
 	// consoleURL is Options.ConsoleURL without a trailing slash.
 	consoleURL string
+	// metricsSource is Options.MetricsSource.
+	metricsSource evaluation.MetricSource
 	// fleetAdmins, localUsers and devMode are Options.FleetAdmins,
 	// LocalUsers and DevMode.
 	fleetAdmins []string
@@ -166,13 +172,14 @@ func New(opts Options) (*Service, error) {
 		kind:    opts.DefaultKind,
 		goals:   opts.GoalPolicy,
 
-		defPolicy:   opts.DefaultRolloutPolicy,
-		alerts:      opts.Alerts,
-		consoleURL:  strings.TrimSuffix(opts.ConsoleURL, "/"),
-		fleetAdmins: opts.FleetAdmins,
-		localUsers:  maps.Clone(opts.LocalUsers),
-		devMode:     opts.DevMode,
-		replica:     opts.Replica,
+		defPolicy:     opts.DefaultRolloutPolicy,
+		alerts:        opts.Alerts,
+		metricsSource: opts.MetricsSource,
+		consoleURL:    strings.TrimSuffix(opts.ConsoleURL, "/"),
+		fleetAdmins:   opts.FleetAdmins,
+		localUsers:    maps.Clone(opts.LocalUsers),
+		devMode:       opts.DevMode,
+		replica:       opts.Replica,
 
 		previews: opts.Store,
 	}
@@ -197,7 +204,7 @@ func New(opts Options) (*Service, error) {
 	s.defQuotas = DefaultQuotas()
 	s.defQuotas = s.effectiveQuotas(opts.DomainDefaults)
 	s.registry = validate.NewRegistry(validate.Options{})
-	evals, err := evaluation.New(evaluation.Options{Store: s.st, Now: s.now, Logger: s.log})
+	evals, err := evaluation.New(evaluation.Options{Store: s.st, Now: s.now, Logger: s.log, Source: s.metricsSource})
 	if err != nil {
 		return nil, err
 	}

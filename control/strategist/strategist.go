@@ -79,6 +79,10 @@ type Options struct {
 	// has none, and such a stage follows its policy's on_source_error,
 	// saying so.
 	Alerts *alerts.Source
+	// MetricsSource, if set, is control's metrics source, which the
+	// canary checks written as queries read (evaluation.Options.Source);
+	// used when Evaluations is nil.
+	MetricsSource evaluation.MetricSource
 	// Leading, if set, runs in its own goroutine while this replica
 	// leads, with g the leadership's guard; its ctx ends when the
 	// leadership does, and the strategist waits for it to return before
@@ -131,7 +135,7 @@ func New(opts Options) (*Strategist, error) {
 		s.log = slog.Default()
 	}
 	if s.opts.Evaluations == nil {
-		evs, err := evaluation.New(evaluation.Options{Store: opts.Store, Now: opts.Now, Logger: s.log})
+		evs, err := evaluation.New(evaluation.Options{Store: opts.Store, Now: opts.Now, Logger: s.log, Source: opts.MetricsSource})
 		if err != nil {
 			return nil, err
 		}

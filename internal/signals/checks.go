@@ -42,8 +42,23 @@ func Checks(cs []*lehrpb.CanaryCheck) ([]canary.Check, error) {
 		if r := c.GetRatio(); r != nil {
 			k.Ratio = &canary.Ratio{Numerator: r.GetNumerator(), Denominator: r.GetDenominator()}
 		}
+		if q := c.GetQuery(); q != nil {
+			if k.Metric != "" || k.Ratio != nil {
+				return nil, fieldErr(f, "set exactly one of metric, ratio and query")
+			}
+			switch {
+			case q.GetValue() != "" && (q.GetNumerator() != "" || q.GetDenominator() != ""):
+				return nil, fieldErr(f+".query", "set value (one query for a metric) or numerator and denominator (a ratio), not both")
+			case q.GetValue() != "":
+				k.Metric = QuerySeries(c.GetName(), "value")
+			case q.GetNumerator() == "" || q.GetDenominator() == "":
+				return nil, fieldErr(f+".query", "set value (one query for a metric) or both numerator and denominator (a ratio)")
+			default:
+				k.Ratio = &canary.Ratio{Numerator: QuerySeries(c.GetName(), "numerator"), Denominator: QuerySeries(c.GetName(), "denominator")}
+			}
+		}
 		if (k.Metric == "") == (k.Ratio == nil) {
-			return nil, fieldErr(f, "set exactly one of metric and ratio")
+			return nil, fieldErr(f, "set exactly one of metric, ratio and query")
 		}
 		if k.Ratio != nil && (k.Ratio.Numerator == "" || k.Ratio.Denominator == "") {
 			return nil, fieldErr(f+".ratio", "both numerator and denominator are required")
@@ -75,6 +90,26 @@ func Checks(cs []*lehrpb.CanaryCheck) ([]canary.Check, error) {
 		out = append(out, k)
 	}
 	return out, nil
+}
+
+// QuerySeries names the series a check written as a query
+// (lehrpb.CanaryQuery) reads for part ("value", "numerator" or
+// "denominator"): control fills them from its metrics source, and the
+// judge's explanations show them ("errors.numerator/errors.denominator").
+func QuerySeries(check, part string) string { return check + "." + part }
+
+// AgentChecks returns the checks of cs an agent can judge on its own
+// data: those not written as queries (which only control can read). Nil
+// when none is left, so a host whose analysis only queries runs the
+// defaults.
+func AgentChecks(cs []*lehrpb.CanaryCheck) []*lehrpb.CanaryCheck {
+	var out []*lehrpb.CanaryCheck
+	for _, c := range cs {
+		if c.GetQuery() == nil {
+			out = append(out, c)
+		}
+	}
+	return out
 }
 
 // Verdict returns the wire's form of a judge's verdict.

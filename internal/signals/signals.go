@@ -6,6 +6,7 @@
 // merges them, control judges them.
 //
 // A leaf. Imported by internal/wire, distributor/fanout, control/service,
+// control/rollout (which passes the agents the checks they can judge),
 // control/evaluation, agent, agent/upstream and agent/agenttest.
 package signals
 

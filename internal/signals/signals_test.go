@@ -145,3 +145,25 @@ func TestCheckProtoRoundTrip(t *testing.T) {
 		t.Errorf("NaN expected: %v; want an error naming expected", err)
 	}
 }
+
+// Checks written as queries are control's alone: the agents get the
+// others, and nil when none is left (they then run the defaults); to the
+// judge they read the series control fills in.
+func TestQueryChecks(t *testing.T) {
+	q := &lehrpb.CanaryCheck{Name: "errors", Query: &lehrpb.CanaryQuery{Numerator: "n{$population}", Denominator: "d{$population}"}}
+	v := &lehrpb.CanaryCheck{Name: "p99", Query: &lehrpb.CanaryQuery{Value: "v{$population}"}}
+	m := &lehrpb.CanaryCheck{Name: "throughput", Metric: "requests"}
+	if got := AgentChecks([]*lehrpb.CanaryCheck{q, m, v}); len(got) != 1 || got[0] != m {
+		t.Errorf("AgentChecks = %v; want the metric check alone", got)
+	}
+	if got := AgentChecks([]*lehrpb.CanaryCheck{q, v}); got != nil {
+		t.Errorf("AgentChecks of queries only = %v; want nil", got)
+	}
+	cs, err := Checks([]*lehrpb.CanaryCheck{q, v})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cs[0].Ratio == nil || cs[0].Ratio.Numerator != "errors.numerator" || cs[0].Ratio.Denominator != "errors.denominator" || cs[1].Metric != "p99.value" {
+		t.Errorf("Checks = %+v; want the query series' names", cs)
+	}
+}

@@ -157,7 +157,15 @@ type CanaryAnalysis struct {
 	// What the stage does when its bake ends without a verdict (NONE, not
 	// enough data): "proceed" (the default: the built-in gates passed),
 	// "fail" (roll back) or "wait" (until an operator promotes or aborts).
-	OnNoVerdict   string `protobuf:"bytes,5,opt,name=on_no_verdict,json=onNoVerdict,proto3" json:"on_no_verdict,omitempty"`
+	OnNoVerdict string `protobuf:"bytes,5,opt,name=on_no_verdict,json=onNoVerdict,proto3" json:"on_no_verdict,omitempty"`
+	// The label of a time series that names its host, for the checks that
+	// query control's metrics source (CanaryCheck.query, lehr control
+	// --metrics-url): "" means "host". Its values are the host ids the
+	// agents report.
+	HostLabel string `protobuf:"bytes,6,opt,name=host_label,json=hostLabel,proto3" json:"host_label,omitempty"`
+	// The label that names a series' zone: "" means "zone"; "-" means the
+	// series carry none, and hosts are matched by host_label alone.
+	ZoneLabel     string `protobuf:"bytes,7,opt,name=zone_label,json=zoneLabel,proto3" json:"zone_label,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -227,6 +235,20 @@ func (x *CanaryAnalysis) GetOnNoVerdict() string {
 	return ""
 }
 
+func (x *CanaryAnalysis) GetHostLabel() string {
+	if x != nil {
+		return x.HostLabel
+	}
+	return ""
+}
+
+func (x *CanaryAnalysis) GetZoneLabel() string {
+	if x != nil {
+		return x.ZoneLabel
+	}
+	return ""
+}
+
 // CanaryCheck is one check: a metric or a ratio of two metrics, and which
 // move is bad.
 // (-- api-linter: core::0123::resource-annotation=disabled
@@ -251,7 +273,12 @@ type CanaryCheck struct {
 	// The change the canary hosts are expected to show against the control
 	// hosts, in the check's unit (a ratio as a ratio); 0: none. The check
 	// fails on a move other than this (canary.Check.Expected).
-	Expected      float64 `protobuf:"fixed64,8,opt,name=expected,proto3" json:"expected,omitempty"`
+	Expected float64 `protobuf:"fixed64,8,opt,name=expected,proto3" json:"expected,omitempty"`
+	// Instead of metric or ratio: a query of control's metrics source
+	// (a Prometheus-compatible query_range API, lehr control
+	// --metrics-url), whose population and interval Lehr fills in
+	// (docs/canary.md, "Sources: agent-scraped and time-series").
+	Query         *CanaryQuery `protobuf:"bytes,9,opt,name=query,proto3" json:"query,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -342,6 +369,80 @@ func (x *CanaryCheck) GetExpected() float64 {
 	return 0
 }
 
+func (x *CanaryCheck) GetQuery() *CanaryQuery {
+	if x != nil {
+		return x.Query
+	}
+	return nil
+}
+
+// CanaryQuery is a check's data as PromQL (or MetricsQL) templates: value
+// alone (a metric), or numerator and denominator (a ratio). Each must
+// contain $population, which control replaces by the label matchers of
+// one population of one trial (host=~"h1|h2",zone="zone-a"), and may
+// contain $interval, replaced by the evaluation's interval ("10s"); each
+// must return one series per host, with the host label (e.g. sum by
+// (host) (increase(http_errors_total{job="shop",$population}[$interval]))).
+type CanaryQuery struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Value         string                 `protobuf:"bytes,1,opt,name=value,proto3" json:"value,omitempty"`
+	Numerator     string                 `protobuf:"bytes,2,opt,name=numerator,proto3" json:"numerator,omitempty"`
+	Denominator   string                 `protobuf:"bytes,3,opt,name=denominator,proto3" json:"denominator,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CanaryQuery) Reset() {
+	*x = CanaryQuery{}
+	mi := &file_lehr_v1_canary_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CanaryQuery) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CanaryQuery) ProtoMessage() {}
+
+func (x *CanaryQuery) ProtoReflect() protoreflect.Message {
+	mi := &file_lehr_v1_canary_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CanaryQuery.ProtoReflect.Descriptor instead.
+func (*CanaryQuery) Descriptor() ([]byte, []int) {
+	return file_lehr_v1_canary_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *CanaryQuery) GetValue() string {
+	if x != nil {
+		return x.Value
+	}
+	return ""
+}
+
+func (x *CanaryQuery) GetNumerator() string {
+	if x != nil {
+		return x.Numerator
+	}
+	return ""
+}
+
+func (x *CanaryQuery) GetDenominator() string {
+	if x != nil {
+		return x.Denominator
+	}
+	return ""
+}
+
 // CanaryRatio is the ratio of two metrics, summed per interval.
 type CanaryRatio struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -353,7 +454,7 @@ type CanaryRatio struct {
 
 func (x *CanaryRatio) Reset() {
 	*x = CanaryRatio{}
-	mi := &file_lehr_v1_canary_proto_msgTypes[2]
+	mi := &file_lehr_v1_canary_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -365,7 +466,7 @@ func (x *CanaryRatio) String() string {
 func (*CanaryRatio) ProtoMessage() {}
 
 func (x *CanaryRatio) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_canary_proto_msgTypes[2]
+	mi := &file_lehr_v1_canary_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -378,7 +479,7 @@ func (x *CanaryRatio) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CanaryRatio.ProtoReflect.Descriptor instead.
 func (*CanaryRatio) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_canary_proto_rawDescGZIP(), []int{2}
+	return file_lehr_v1_canary_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *CanaryRatio) GetNumerator() string {
@@ -412,7 +513,7 @@ type CanaryTrial struct {
 
 func (x *CanaryTrial) Reset() {
 	*x = CanaryTrial{}
-	mi := &file_lehr_v1_canary_proto_msgTypes[3]
+	mi := &file_lehr_v1_canary_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -424,7 +525,7 @@ func (x *CanaryTrial) String() string {
 func (*CanaryTrial) ProtoMessage() {}
 
 func (x *CanaryTrial) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_canary_proto_msgTypes[3]
+	mi := &file_lehr_v1_canary_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -437,7 +538,7 @@ func (x *CanaryTrial) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CanaryTrial.ProtoReflect.Descriptor instead.
 func (*CanaryTrial) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_canary_proto_rawDescGZIP(), []int{3}
+	return file_lehr_v1_canary_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *CanaryTrial) GetZone() string {
@@ -501,7 +602,7 @@ type CanaryEvaluation struct {
 
 func (x *CanaryEvaluation) Reset() {
 	*x = CanaryEvaluation{}
-	mi := &file_lehr_v1_canary_proto_msgTypes[4]
+	mi := &file_lehr_v1_canary_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -513,7 +614,7 @@ func (x *CanaryEvaluation) String() string {
 func (*CanaryEvaluation) ProtoMessage() {}
 
 func (x *CanaryEvaluation) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_canary_proto_msgTypes[4]
+	mi := &file_lehr_v1_canary_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -526,7 +627,7 @@ func (x *CanaryEvaluation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CanaryEvaluation.ProtoReflect.Descriptor instead.
 func (*CanaryEvaluation) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_canary_proto_rawDescGZIP(), []int{4}
+	return file_lehr_v1_canary_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *CanaryEvaluation) GetId() string {
@@ -663,7 +764,7 @@ type CanaryResult struct {
 
 func (x *CanaryResult) Reset() {
 	*x = CanaryResult{}
-	mi := &file_lehr_v1_canary_proto_msgTypes[5]
+	mi := &file_lehr_v1_canary_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -675,7 +776,7 @@ func (x *CanaryResult) String() string {
 func (*CanaryResult) ProtoMessage() {}
 
 func (x *CanaryResult) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_canary_proto_msgTypes[5]
+	mi := &file_lehr_v1_canary_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -688,7 +789,7 @@ func (x *CanaryResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CanaryResult.ProtoReflect.Descriptor instead.
 func (*CanaryResult) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_canary_proto_rawDescGZIP(), []int{5}
+	return file_lehr_v1_canary_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *CanaryResult) GetVerdict() CanaryVerdict {
@@ -817,7 +918,7 @@ type CanaryHostCheck struct {
 
 func (x *CanaryHostCheck) Reset() {
 	*x = CanaryHostCheck{}
-	mi := &file_lehr_v1_canary_proto_msgTypes[6]
+	mi := &file_lehr_v1_canary_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -829,7 +930,7 @@ func (x *CanaryHostCheck) String() string {
 func (*CanaryHostCheck) ProtoMessage() {}
 
 func (x *CanaryHostCheck) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_canary_proto_msgTypes[6]
+	mi := &file_lehr_v1_canary_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -842,7 +943,7 @@ func (x *CanaryHostCheck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CanaryHostCheck.ProtoReflect.Descriptor instead.
 func (*CanaryHostCheck) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_canary_proto_rawDescGZIP(), []int{6}
+	return file_lehr_v1_canary_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *CanaryHostCheck) GetName() string {
@@ -931,7 +1032,7 @@ type CanaryCheckResult struct {
 
 func (x *CanaryCheckResult) Reset() {
 	*x = CanaryCheckResult{}
-	mi := &file_lehr_v1_canary_proto_msgTypes[7]
+	mi := &file_lehr_v1_canary_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -943,7 +1044,7 @@ func (x *CanaryCheckResult) String() string {
 func (*CanaryCheckResult) ProtoMessage() {}
 
 func (x *CanaryCheckResult) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_canary_proto_msgTypes[7]
+	mi := &file_lehr_v1_canary_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -956,7 +1057,7 @@ func (x *CanaryCheckResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CanaryCheckResult.ProtoReflect.Descriptor instead.
 func (*CanaryCheckResult) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_canary_proto_rawDescGZIP(), []int{7}
+	return file_lehr_v1_canary_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *CanaryCheckResult) GetName() string {
@@ -1131,7 +1232,7 @@ type CanaryLook struct {
 
 func (x *CanaryLook) Reset() {
 	*x = CanaryLook{}
-	mi := &file_lehr_v1_canary_proto_msgTypes[8]
+	mi := &file_lehr_v1_canary_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1143,7 +1244,7 @@ func (x *CanaryLook) String() string {
 func (*CanaryLook) ProtoMessage() {}
 
 func (x *CanaryLook) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_canary_proto_msgTypes[8]
+	mi := &file_lehr_v1_canary_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1156,7 +1257,7 @@ func (x *CanaryLook) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CanaryLook.ProtoReflect.Descriptor instead.
 func (*CanaryLook) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_canary_proto_rawDescGZIP(), []int{8}
+	return file_lehr_v1_canary_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *CanaryLook) GetLook() int32 {
@@ -1211,7 +1312,7 @@ type EvaluateRequest struct {
 
 func (x *EvaluateRequest) Reset() {
 	*x = EvaluateRequest{}
-	mi := &file_lehr_v1_canary_proto_msgTypes[9]
+	mi := &file_lehr_v1_canary_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1223,7 +1324,7 @@ func (x *EvaluateRequest) String() string {
 func (*EvaluateRequest) ProtoMessage() {}
 
 func (x *EvaluateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_canary_proto_msgTypes[9]
+	mi := &file_lehr_v1_canary_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1236,7 +1337,7 @@ func (x *EvaluateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EvaluateRequest.ProtoReflect.Descriptor instead.
 func (*EvaluateRequest) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_canary_proto_rawDescGZIP(), []int{9}
+	return file_lehr_v1_canary_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *EvaluateRequest) GetName() string {
@@ -1305,7 +1406,7 @@ type GetCanaryEvaluationRequest struct {
 
 func (x *GetCanaryEvaluationRequest) Reset() {
 	*x = GetCanaryEvaluationRequest{}
-	mi := &file_lehr_v1_canary_proto_msgTypes[10]
+	mi := &file_lehr_v1_canary_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1317,7 +1418,7 @@ func (x *GetCanaryEvaluationRequest) String() string {
 func (*GetCanaryEvaluationRequest) ProtoMessage() {}
 
 func (x *GetCanaryEvaluationRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_canary_proto_msgTypes[10]
+	mi := &file_lehr_v1_canary_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1330,7 +1431,7 @@ func (x *GetCanaryEvaluationRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetCanaryEvaluationRequest.ProtoReflect.Descriptor instead.
 func (*GetCanaryEvaluationRequest) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_canary_proto_rawDescGZIP(), []int{10}
+	return file_lehr_v1_canary_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *GetCanaryEvaluationRequest) GetId() string {
@@ -1363,7 +1464,7 @@ type ListCanaryEvaluationsRequest struct {
 
 func (x *ListCanaryEvaluationsRequest) Reset() {
 	*x = ListCanaryEvaluationsRequest{}
-	mi := &file_lehr_v1_canary_proto_msgTypes[11]
+	mi := &file_lehr_v1_canary_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1375,7 +1476,7 @@ func (x *ListCanaryEvaluationsRequest) String() string {
 func (*ListCanaryEvaluationsRequest) ProtoMessage() {}
 
 func (x *ListCanaryEvaluationsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_canary_proto_msgTypes[11]
+	mi := &file_lehr_v1_canary_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1388,7 +1489,7 @@ func (x *ListCanaryEvaluationsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCanaryEvaluationsRequest.ProtoReflect.Descriptor instead.
 func (*ListCanaryEvaluationsRequest) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_canary_proto_rawDescGZIP(), []int{11}
+	return file_lehr_v1_canary_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ListCanaryEvaluationsRequest) GetNamespace() string {
@@ -1411,7 +1512,7 @@ type ListCanaryEvaluationsResponse struct {
 
 func (x *ListCanaryEvaluationsResponse) Reset() {
 	*x = ListCanaryEvaluationsResponse{}
-	mi := &file_lehr_v1_canary_proto_msgTypes[12]
+	mi := &file_lehr_v1_canary_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1423,7 +1524,7 @@ func (x *ListCanaryEvaluationsResponse) String() string {
 func (*ListCanaryEvaluationsResponse) ProtoMessage() {}
 
 func (x *ListCanaryEvaluationsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_canary_proto_msgTypes[12]
+	mi := &file_lehr_v1_canary_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1436,7 +1537,7 @@ func (x *ListCanaryEvaluationsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCanaryEvaluationsResponse.ProtoReflect.Descriptor instead.
 func (*ListCanaryEvaluationsResponse) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_canary_proto_rawDescGZIP(), []int{12}
+	return file_lehr_v1_canary_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ListCanaryEvaluationsResponse) GetEvaluations() []*CanaryEvaluation {
@@ -1450,13 +1551,17 @@ var File_lehr_v1_canary_proto protoreflect.FileDescriptor
 
 const file_lehr_v1_canary_proto_rawDesc = "" +
 	"\n" +
-	"\x14lehr/v1/canary.proto\x12\alehr.v1\x1a\x1fgoogle/api/field_behavior.proto\x1a\x19google/api/resource.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xd2\x01\n" +
+	"\x14lehr/v1/canary.proto\x12\alehr.v1\x1a\x1fgoogle/api/field_behavior.proto\x1a\x19google/api/resource.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x9a\x02\n" +
 	"\x0eCanaryAnalysis\x12\x1f\n" +
 	"\bdisabled\x18\x01 \x01(\bB\x03\xe0A\x01R\bdisabled\x12(\n" +
 	"\rcontrol_hosts\x18\x02 \x01(\rB\x03\xe0A\x01R\fcontrolHosts\x121\n" +
 	"\x06checks\x18\x03 \x03(\v2\x14.lehr.v1.CanaryCheckB\x03\xe0A\x01R\x06checks\x12\x19\n" +
 	"\x05alpha\x18\x04 \x01(\x01B\x03\xe0A\x01R\x05alpha\x12'\n" +
-	"\ron_no_verdict\x18\x05 \x01(\tB\x03\xe0A\x01R\vonNoVerdict\"\x98\x02\n" +
+	"\ron_no_verdict\x18\x05 \x01(\tB\x03\xe0A\x01R\vonNoVerdict\x12\"\n" +
+	"\n" +
+	"host_label\x18\x06 \x01(\tB\x03\xe0A\x01R\thostLabel\x12\"\n" +
+	"\n" +
+	"zone_label\x18\a \x01(\tB\x03\xe0A\x01R\tzoneLabel\"\xc9\x02\n" +
 	"\vCanaryCheck\x12\x17\n" +
 	"\x04name\x18\x01 \x01(\tB\x03\xe0A\x02R\x04name\x12\x1b\n" +
 	"\x06metric\x18\x02 \x01(\tB\x03\xe0A\x01R\x06metric\x12/\n" +
@@ -1465,8 +1570,13 @@ const file_lehr_v1_canary_proto_rawDesc = "" +
 	"\x04kind\x18\x05 \x01(\tB\x03\xe0A\x01R\x04kind\x12!\n" +
 	"\ttolerance\x18\x06 \x01(\x01B\x03\xe0A\x01R\ttolerance\x12\x1a\n" +
 	"\x03max\x18\a \x01(\x01B\x03\xe0A\x01H\x00R\x03max\x88\x01\x01\x12\x1f\n" +
-	"\bexpected\x18\b \x01(\x01B\x03\xe0A\x01R\bexpectedB\x06\n" +
-	"\x04_max\"W\n" +
+	"\bexpected\x18\b \x01(\x01B\x03\xe0A\x01R\bexpected\x12/\n" +
+	"\x05query\x18\t \x01(\v2\x14.lehr.v1.CanaryQueryB\x03\xe0A\x01R\x05queryB\x06\n" +
+	"\x04_max\"r\n" +
+	"\vCanaryQuery\x12\x19\n" +
+	"\x05value\x18\x01 \x01(\tB\x03\xe0A\x01R\x05value\x12!\n" +
+	"\tnumerator\x18\x02 \x01(\tB\x03\xe0A\x01R\tnumerator\x12%\n" +
+	"\vdenominator\x18\x03 \x01(\tB\x03\xe0A\x01R\vdenominator\"W\n" +
 	"\vCanaryRatio\x12!\n" +
 	"\tnumerator\x18\x01 \x01(\tB\x03\xe0A\x02R\tnumerator\x12%\n" +
 	"\vdenominator\x18\x02 \x01(\tB\x03\xe0A\x02R\vdenominator\"\x8a\x01\n" +
@@ -1593,57 +1703,59 @@ func file_lehr_v1_canary_proto_rawDescGZIP() []byte {
 }
 
 var file_lehr_v1_canary_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_lehr_v1_canary_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
+var file_lehr_v1_canary_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
 var file_lehr_v1_canary_proto_goTypes = []any{
 	(CanaryVerdict)(0),                    // 0: lehr.v1.CanaryVerdict
 	(CanaryEvaluationState)(0),            // 1: lehr.v1.CanaryEvaluationState
 	(*CanaryAnalysis)(nil),                // 2: lehr.v1.CanaryAnalysis
 	(*CanaryCheck)(nil),                   // 3: lehr.v1.CanaryCheck
-	(*CanaryRatio)(nil),                   // 4: lehr.v1.CanaryRatio
-	(*CanaryTrial)(nil),                   // 5: lehr.v1.CanaryTrial
-	(*CanaryEvaluation)(nil),              // 6: lehr.v1.CanaryEvaluation
-	(*CanaryResult)(nil),                  // 7: lehr.v1.CanaryResult
-	(*CanaryHostCheck)(nil),               // 8: lehr.v1.CanaryHostCheck
-	(*CanaryCheckResult)(nil),             // 9: lehr.v1.CanaryCheckResult
-	(*CanaryLook)(nil),                    // 10: lehr.v1.CanaryLook
-	(*EvaluateRequest)(nil),               // 11: lehr.v1.EvaluateRequest
-	(*GetCanaryEvaluationRequest)(nil),    // 12: lehr.v1.GetCanaryEvaluationRequest
-	(*ListCanaryEvaluationsRequest)(nil),  // 13: lehr.v1.ListCanaryEvaluationsRequest
-	(*ListCanaryEvaluationsResponse)(nil), // 14: lehr.v1.ListCanaryEvaluationsResponse
-	(*timestamppb.Timestamp)(nil),         // 15: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),           // 16: google.protobuf.Duration
+	(*CanaryQuery)(nil),                   // 4: lehr.v1.CanaryQuery
+	(*CanaryRatio)(nil),                   // 5: lehr.v1.CanaryRatio
+	(*CanaryTrial)(nil),                   // 6: lehr.v1.CanaryTrial
+	(*CanaryEvaluation)(nil),              // 7: lehr.v1.CanaryEvaluation
+	(*CanaryResult)(nil),                  // 8: lehr.v1.CanaryResult
+	(*CanaryHostCheck)(nil),               // 9: lehr.v1.CanaryHostCheck
+	(*CanaryCheckResult)(nil),             // 10: lehr.v1.CanaryCheckResult
+	(*CanaryLook)(nil),                    // 11: lehr.v1.CanaryLook
+	(*EvaluateRequest)(nil),               // 12: lehr.v1.EvaluateRequest
+	(*GetCanaryEvaluationRequest)(nil),    // 13: lehr.v1.GetCanaryEvaluationRequest
+	(*ListCanaryEvaluationsRequest)(nil),  // 14: lehr.v1.ListCanaryEvaluationsRequest
+	(*ListCanaryEvaluationsResponse)(nil), // 15: lehr.v1.ListCanaryEvaluationsResponse
+	(*timestamppb.Timestamp)(nil),         // 16: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),           // 17: google.protobuf.Duration
 }
 var file_lehr_v1_canary_proto_depIdxs = []int32{
 	3,  // 0: lehr.v1.CanaryAnalysis.checks:type_name -> lehr.v1.CanaryCheck
-	4,  // 1: lehr.v1.CanaryCheck.ratio:type_name -> lehr.v1.CanaryRatio
-	5,  // 2: lehr.v1.CanaryEvaluation.trials:type_name -> lehr.v1.CanaryTrial
-	2,  // 3: lehr.v1.CanaryEvaluation.config:type_name -> lehr.v1.CanaryAnalysis
-	15, // 4: lehr.v1.CanaryEvaluation.change_time:type_name -> google.protobuf.Timestamp
-	16, // 5: lehr.v1.CanaryEvaluation.bake:type_name -> google.protobuf.Duration
-	1,  // 6: lehr.v1.CanaryEvaluation.state:type_name -> lehr.v1.CanaryEvaluationState
-	7,  // 7: lehr.v1.CanaryEvaluation.result:type_name -> lehr.v1.CanaryResult
-	15, // 8: lehr.v1.CanaryEvaluation.create_time:type_name -> google.protobuf.Timestamp
-	15, // 9: lehr.v1.CanaryEvaluation.update_time:type_name -> google.protobuf.Timestamp
-	3,  // 10: lehr.v1.CanaryEvaluation.expected_checks:type_name -> lehr.v1.CanaryCheck
-	0,  // 11: lehr.v1.CanaryResult.verdict:type_name -> lehr.v1.CanaryVerdict
-	9,  // 12: lehr.v1.CanaryResult.checks:type_name -> lehr.v1.CanaryCheckResult
-	15, // 13: lehr.v1.CanaryResult.time:type_name -> google.protobuf.Timestamp
-	8,  // 14: lehr.v1.CanaryResult.host_checks:type_name -> lehr.v1.CanaryHostCheck
-	15, // 15: lehr.v1.CanaryResult.series_start_time:type_name -> google.protobuf.Timestamp
-	0,  // 16: lehr.v1.CanaryCheckResult.verdict:type_name -> lehr.v1.CanaryVerdict
-	9,  // 17: lehr.v1.CanaryCheckResult.aa:type_name -> lehr.v1.CanaryCheckResult
-	10, // 18: lehr.v1.CanaryCheckResult.look_history:type_name -> lehr.v1.CanaryLook
-	0,  // 19: lehr.v1.CanaryLook.verdict:type_name -> lehr.v1.CanaryVerdict
-	5,  // 20: lehr.v1.EvaluateRequest.trials:type_name -> lehr.v1.CanaryTrial
-	2,  // 21: lehr.v1.EvaluateRequest.config:type_name -> lehr.v1.CanaryAnalysis
-	15, // 22: lehr.v1.EvaluateRequest.change_time:type_name -> google.protobuf.Timestamp
-	16, // 23: lehr.v1.EvaluateRequest.bake:type_name -> google.protobuf.Duration
-	6,  // 24: lehr.v1.ListCanaryEvaluationsResponse.evaluations:type_name -> lehr.v1.CanaryEvaluation
-	25, // [25:25] is the sub-list for method output_type
-	25, // [25:25] is the sub-list for method input_type
-	25, // [25:25] is the sub-list for extension type_name
-	25, // [25:25] is the sub-list for extension extendee
-	0,  // [0:25] is the sub-list for field type_name
+	5,  // 1: lehr.v1.CanaryCheck.ratio:type_name -> lehr.v1.CanaryRatio
+	4,  // 2: lehr.v1.CanaryCheck.query:type_name -> lehr.v1.CanaryQuery
+	6,  // 3: lehr.v1.CanaryEvaluation.trials:type_name -> lehr.v1.CanaryTrial
+	2,  // 4: lehr.v1.CanaryEvaluation.config:type_name -> lehr.v1.CanaryAnalysis
+	16, // 5: lehr.v1.CanaryEvaluation.change_time:type_name -> google.protobuf.Timestamp
+	17, // 6: lehr.v1.CanaryEvaluation.bake:type_name -> google.protobuf.Duration
+	1,  // 7: lehr.v1.CanaryEvaluation.state:type_name -> lehr.v1.CanaryEvaluationState
+	8,  // 8: lehr.v1.CanaryEvaluation.result:type_name -> lehr.v1.CanaryResult
+	16, // 9: lehr.v1.CanaryEvaluation.create_time:type_name -> google.protobuf.Timestamp
+	16, // 10: lehr.v1.CanaryEvaluation.update_time:type_name -> google.protobuf.Timestamp
+	3,  // 11: lehr.v1.CanaryEvaluation.expected_checks:type_name -> lehr.v1.CanaryCheck
+	0,  // 12: lehr.v1.CanaryResult.verdict:type_name -> lehr.v1.CanaryVerdict
+	10, // 13: lehr.v1.CanaryResult.checks:type_name -> lehr.v1.CanaryCheckResult
+	16, // 14: lehr.v1.CanaryResult.time:type_name -> google.protobuf.Timestamp
+	9,  // 15: lehr.v1.CanaryResult.host_checks:type_name -> lehr.v1.CanaryHostCheck
+	16, // 16: lehr.v1.CanaryResult.series_start_time:type_name -> google.protobuf.Timestamp
+	0,  // 17: lehr.v1.CanaryCheckResult.verdict:type_name -> lehr.v1.CanaryVerdict
+	10, // 18: lehr.v1.CanaryCheckResult.aa:type_name -> lehr.v1.CanaryCheckResult
+	11, // 19: lehr.v1.CanaryCheckResult.look_history:type_name -> lehr.v1.CanaryLook
+	0,  // 20: lehr.v1.CanaryLook.verdict:type_name -> lehr.v1.CanaryVerdict
+	6,  // 21: lehr.v1.EvaluateRequest.trials:type_name -> lehr.v1.CanaryTrial
+	2,  // 22: lehr.v1.EvaluateRequest.config:type_name -> lehr.v1.CanaryAnalysis
+	16, // 23: lehr.v1.EvaluateRequest.change_time:type_name -> google.protobuf.Timestamp
+	17, // 24: lehr.v1.EvaluateRequest.bake:type_name -> google.protobuf.Duration
+	7,  // 25: lehr.v1.ListCanaryEvaluationsResponse.evaluations:type_name -> lehr.v1.CanaryEvaluation
+	26, // [26:26] is the sub-list for method output_type
+	26, // [26:26] is the sub-list for method input_type
+	26, // [26:26] is the sub-list for extension type_name
+	26, // [26:26] is the sub-list for extension extendee
+	0,  // [0:26] is the sub-list for field type_name
 }
 
 func init() { file_lehr_v1_canary_proto_init() }
@@ -1658,7 +1770,7 @@ func file_lehr_v1_canary_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lehr_v1_canary_proto_rawDesc), len(file_lehr_v1_canary_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   13,
+			NumMessages:   14,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -61,6 +61,7 @@ import (
 	"lehr.dev/lehr/client/producer"
 	"lehr.dev/lehr/control"
 	"lehr.dev/lehr/control/alerts"
+	"lehr.dev/lehr/control/metricsource"
 	"lehr.dev/lehr/control/rollout"
 	"lehr.dev/lehr/internal/names"
 	"lehr.dev/lehr/internal/pki"
@@ -175,6 +176,12 @@ type Options struct {
 	// (zero: its default); "" (the default): none.
 	AlertsURL      string
 	AlertsInterval time.Duration
+	// MetricsURL is control's metrics source, which canary checks
+	// written as queries read (control.Options.MetricsSource.URL, lehr
+	// control --metrics-url); "" (the default): none. MetricsStep is its
+	// step (zero: metricsource.DefaultStep).
+	MetricsURL  string
+	MetricsStep time.Duration
 }
 
 // Cluster is a running system. Create it with Start, stop it with Close.
@@ -285,6 +292,7 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 
 			ExperimentSampleInterval: opts.ExperimentSampleInterval,
 			Alerts:                   alerts.Options{URL: opts.AlertsURL, Interval: opts.AlertsInterval},
+			MetricsSource:            metricsource.Options{URL: opts.MetricsURL, Step: opts.MetricsStep},
 		},
 	}
 	if c.ctl.opts.MetricsListen == "" {

@@ -83,6 +83,15 @@ type Options struct {
 	// Ready, if set, is called once, with control's address, when the tour
 	// is over and the system keeps running for the user.
 	Ready func(controlAddr string)
+	// Prometheus, if set, is the path of a Prometheus server to start
+	// (FindPrometheus finds one): it scrapes every demo service each
+	// second, labelled host and zone, and is control's metrics source
+	// (lehr control --metrics-url), so canary checks written as queries
+	// run against it. Its data is under Dir/prometheus.
+	Prometheus string
+	// MetricsURL, if set, is control's metrics source instead: a
+	// Prometheus-compatible API the user runs. Not with Prometheus.
+	MetricsURL string
 }
 
 // Run runs "lehr dev": it starts the system, walks the tour, and keeps the
@@ -121,6 +130,25 @@ func Run(ctx context.Context, opts Options) error {
 		}()
 	}
 	t.dir = dir
+	metricsURL := opts.MetricsURL
+	if opts.Prometheus != "" {
+		if opts.MetricsURL != "" {
+			return errors.New("devtour: Options.Prometheus and Options.MetricsURL both set: control has one metrics source")
+		}
+		prom, err := startPrometheus(ctx, opts.Prometheus, filepath.Join(dir, "prometheus"))
+		if err != nil {
+			if ctx.Err() != nil {
+				t.say("interrupted while starting")
+				return nil
+			}
+			return err
+		}
+		defer prom.stop()
+		t.prom, metricsURL = prom, prom.url
+		t.say("started %s on %s: it will scrape every demo service each second (labels host and zone), and is control's --metrics-url", opts.Prometheus, prom.url)
+	} else if metricsURL != "" {
+		t.say("control's metrics source (--metrics-url) is %s", metricsURL)
+	}
 	t.say("starting control with embedded etcd in %s", dir)
 	t.say("starting zones %s: a distributor (QUIC, mutual TLS) and %d %s each", strings.Join(t.zones, ", "), opts.HostsPerZone, plural(opts.HostsPerZone, "agent", "agents"))
 	started := time.Now()
@@ -132,6 +160,10 @@ func Run(ctx context.Context, opts Options) error {
 		Rollouts:            true,
 		RolloutInterval:     200 * time.Millisecond,
 		Logger:              opts.Logger,
+		MetricsURL:          metricsURL,
+		// The interval of analyses that only query: two of Prometheus's
+		// 1 s scrapes per window, and the fast bakes' seconds.
+		MetricsStep: 2 * time.Second,
 		// A throwaway directory need not survive a machine crash.
 		NoSync: temp,
 	}, listenChoice(opts.ControlListen, defaultListen, "gRPC"), listenChoice(opts.ControlMetricsListen, defaultMetricsListen, "metrics"),
@@ -157,6 +189,9 @@ func Run(ctx context.Context, opts Options) error {
 
 	demoCtx, stopDemo := context.WithCancel(ctx)
 	services, demoErr := t.startServices(demoCtx, decisions)
+	if demoErr == nil && t.prom != nil {
+		demoErr = t.prom.writeTargets(services)
+	}
 	if demoErr == nil {
 		t.services = services
 		demoErr = t.walk(demoCtx)
@@ -194,6 +229,7 @@ type tour struct {
 	zones    []string
 	dir      string
 	cl       *devcluster.Cluster // set once started
+	prom     *prometheus         // the Prometheus it started, if any
 	services []*hostService      // set once every demo service has started
 }
 
@@ -273,6 +309,18 @@ func (t *tour) sayReady(ctx context.Context) {
   and every lehr command, README.md's too, reaches this control.
 
 `, addr, control.DefaultListen)
+	}
+	if t.prom != nil {
+		fmt.Fprintf(t.out, `  Prometheus on %[1]s scrapes every demo service (http_requests_total{code},
+  labels host and zone) and is control's --metrics-url: a canary check may
+  query it instead of what the agents scrape (docs/canary.md, "Sources:
+  agent-scraped and time-series"), e.g. in a rollout policy's analysis:
+
+    {name: errors, kind: proportion, query: {
+      numerator:   'sum by (host) (increase(http_requests_total{code="500",$population}[$interval]))',
+      denominator: 'sum by (host) (increase(http_requests_total{$population}[$interval]))'}}
+
+`, t.prom.url)
 	}
 }
 
