@@ -133,6 +133,13 @@ input); durations as 90s, 10m, 1h30m:
       canary: {hosts: 1}            # or {percent: 5}, optionally zones: [...]
       bake: 10m
       max_error_ratio: 0.01         # consumer errors per consumer, 0 to 1
+      analysis:                     # canary against control hosts (docs/canary.md)
+        checks:                     # none: the defaults the hosts report
+          - {name: errors, ratio: {numerator: request_errors, denominator: requests}}
+          - name: lb-errors         # a query of lehr control --metrics-url
+            query: {value: 'sum by (host) (increase(lb_5xx_total{$population}[$interval]))'}
+            kind: count
+        host_label: instance        # the query's labels naming hosts (default host)
     - name: first zone
       zones: {count: 1}             # or zones: [a, b], or percent: 50
       bake: 30m

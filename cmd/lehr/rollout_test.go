@@ -373,6 +373,33 @@ func TestRolloutAfterFromTheCLI(t *testing.T) {
 	}
 }
 
+// The policy file 'lehr rollout policy set --help' shows parses, every
+// part of it.
+func TestPolicySetHelpParses(t *testing.T) {
+	code, help, stderr := runCLI(t, nil, "rollout", "policy", "set", "--help")
+	if code != exitOK {
+		t.Fatalf("--help: exit %d: %s", code, stderr)
+	}
+	_, file, ok := strings.Cut(help, "1h30m:\n\n")
+	if file, _, ok2 := strings.Cut(file, "\n\nFor an emergency"); ok && ok2 {
+		var b strings.Builder
+		for l := range strings.Lines(file) {
+			b.WriteString(strings.TrimPrefix(l, "  "))
+		}
+		p, err := parsePolicy([]byte(b.String()))
+		if err != nil {
+			t.Fatalf("the help's policy: %v\n%s", err, b.String())
+		}
+		a := p.GetStages()[0].GetAnalysis()
+		if len(p.GetStages()) != 3 || len(a.GetChecks()) != 2 || a.GetChecks()[1].GetQuery().GetValue() == "" || a.GetHostLabel() != "instance" ||
+			len(p.GetAfter()) != 1 || len(p.GetFreezeWindows()) != 2 || len(p.GetMonitoring().GetAlerts()) != 1 {
+			t.Errorf("the help's policy parsed as %v; want every part of it", p)
+		}
+		return
+	}
+	t.Fatalf("no policy file in the help:\n%s", help)
+}
+
 // A policy file's monitoring check, as 'lehr rollout policy set --help'
 // writes it, parses, and 'policy get' shows it.
 func TestPolicyMonitoringCheck(t *testing.T) {
