@@ -173,8 +173,9 @@ func (e *evaluation) learnLevel(t test, xc, xk, fc, fk []float64, sc scale, at f
 		}
 		slices.Sort(abs)
 		u.Mean, u.Typical = mean, abs[min(len(abs)-1, int(math.Ceil(0.9*float64(len(abs))))-1)]
-		// The systematic move of kept changes in the bad direction, at its
-		// upper 95 % confidence bound: what a harmless change here does.
+		// The systematic move of kept changes in the bad direction, when
+		// they do move it (its 95 % confidence interval excludes 0), at the
+		// interval's upper bound: what a harmless change here does.
 		bad := mean
 		switch c.Direction {
 		case Decrease:
@@ -182,8 +183,8 @@ func (e *evaluation) learnLevel(t test, xc, xk, fc, fk []float64, sc scale, at f
 		case Either:
 			bad = math.Abs(mean)
 		}
-		learned := bad + 1.645*math.Sqrt(variance/float64(len(eff)))
-		if learned > tol {
+		half := 1.96 * math.Sqrt(variance/float64(len(eff)))
+		if learned := bad + half; bad-half > 0 && learned > tol {
 			u.Tolerance = min(learned, max(2*c.Tolerance, MaxLearnedTolerance))
 			tol = max(tol, u.Tolerance)
 			if u.Tolerance <= c.Tolerance {
@@ -356,7 +357,7 @@ func (e *evaluation) noteLearned(r *CheckResult, thr float64) {
 		b = append(b, fmt.Sprintf("the control hosts' spread (%.3g× the learned one) is pooled with history's", u.NoiseRatio))
 	}
 	if u.Tolerance > 0 {
-		b = append(b, fmt.Sprintf("kept changes move it, so the judge allowed %.3g %% instead of the configured %.3g %%", 100*u.Tolerance, 100*e.check.Tolerance))
+		b = append(b, fmt.Sprintf("kept changes move it by %+.3g %% on average, so the judge allowed %.3g %% instead of the configured %.3g %%", 100*u.Mean, 100*u.Tolerance, 100*e.check.Tolerance))
 	}
 	if u.Tolerance > 0 {
 		switch {

@@ -129,3 +129,46 @@ func TestLearnedNoiseGrowth(t *testing.T) {
 		t.Errorf("a good change failed when the noise grew: %s", c.Explanation)
 	}
 }
+
+// Kept changes that all raise latency by about 3 %: the judge learns that
+// as normal (a capped tolerance) and, where that turns a failure into a
+// pass, says so.
+func TestLearnedToleranceChangesAVerdictAndSaysSo(t *testing.T) {
+	spec := scenario.DefaultSpec(scenario.Good, 10, 0)
+	spec.Incidents = false
+	hist := learn(t, spec, 30, 1<<33)
+	h := hist["latency"]
+	for i := range h.Samples {
+		h.Samples[i].Effect = 0.03 + 0.002*float64(i%5-2)
+	}
+	hist["latency"] = h
+	changed := 0
+	for seed := range uint64(20) {
+		in := scenario.Generate(spec, 100+seed)
+		for host, ms := range in.Canary {
+			for i := in.ChangeIndex; i < len(ms[canary.MetricRequestSeconds]); i++ {
+				ms[canary.MetricRequestSeconds][i] *= 1.035
+			}
+			in.Canary[host] = ms
+		}
+		in.History = hist
+		r, err := canary.Judge(in, canary.Options{BakeIntervals: spec.After, Looks: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := check(r, "latency")
+		if c.Learned == nil || c.Learned.Tolerance <= 0.03 || c.Learned.Tolerance > canary.MaxLearnedTolerance {
+			t.Fatalf("learned = %+v; want a tolerance above 3 %%, at most the cap", c.Learned)
+		}
+		if c.Learned.ChangedVerdict {
+			changed++
+			if c.Verdict != canary.Pass || !strings.Contains(c.Explanation, "the learned tolerance changed the verdict") {
+				t.Errorf("verdict %v, explanation %q; want PASS saying the learned tolerance changed it", c.Verdict, c.Explanation)
+			}
+		}
+	}
+	t.Logf("the learned tolerance changed %d of 20 verdicts", changed)
+	if changed == 0 {
+		t.Errorf("the learned tolerance changed no verdict of a +3.5 %% latency move learned as normal")
+	}
+}
