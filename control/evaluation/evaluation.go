@@ -22,6 +22,7 @@ import (
 	"math"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/protobuf/proto"
@@ -73,6 +74,7 @@ type Store interface {
 	PutEvaluation(ctx context.Context, g store.Guard, ev *lehrpb.CanaryEvaluation) error
 	Evaluation(ctx context.Context, id string) (*lehrpb.CanaryEvaluation, error)
 	Evaluations(ctx context.Context, ns string) ([]*lehrpb.CanaryEvaluation, error)
+	HistoryStore // learn.go
 }
 
 // Options configure a Service.
@@ -88,9 +90,10 @@ type Options struct {
 // Service runs canary evaluations. Its methods are safe for concurrent
 // use.
 type Service struct {
-	st  Store
-	now func() time.Time
-	log *slog.Logger
+	st     Store
+	now    func() time.Time
+	log    *slog.Logger
+	rounds atomic.Int64 // StepAll calls, for pruning histories (learn.go)
 }
 
 // New returns a service. It starts nothing.
@@ -204,6 +207,14 @@ func (s *Service) List(ctx context.Context, ns string) ([]*lehrpb.CanaryEvaluati
 // StepAll judges every RUNNING evaluation whose look is due; the leader
 // calls it each round. It stops at the first lost-leadership error.
 func (s *Service) StepAll(ctx context.Context, g store.Guard) error {
+	if s.rounds.Add(1)%pruneEvery == 1 {
+		if _, err := s.st.PruneCanaryHistories(ctx, g); err != nil {
+			if errors.Is(err, store.ErrNotLeader) {
+				return err
+			}
+			s.log.Warn("canary history: pruning the histories of deleted namespaces failed", "err", err)
+		}
+	}
 	evs, err := s.st.Evaluations(ctx, "")
 	if err != nil {
 		return err
@@ -235,7 +246,12 @@ func (s *Service) Step(ctx context.Context, g store.Guard, ev *lehrpb.CanaryEval
 		return ev, fmt.Errorf("evaluation %s: %w", ev.GetId(), err)
 	}
 	now := s.now()
-	res := Judge(ev, data, now)
+	hist, err := s.st.CanaryHistory(ctx, ev.GetNamespace())
+	if err != nil {
+		// Judged without history, as a namespace that has none: saying so.
+		s.log.Warn("canary history: unreadable; judging without it", "id", ev.GetId(), "err", err)
+	}
+	res := JudgeLearned(ev, data, now, hist.Record)
 	res.HostChecks = HostChecks(ev, reports)
 	final := res.GetVerdict() == lehrpb.CanaryVerdict_CANARY_VERDICT_FAIL || res.GetLooks() > 0 && res.GetLook() >= res.GetLooks()
 	late := !final && now.After(GiveUpTime(ev))
@@ -366,12 +382,19 @@ func HostChecks(ev *lehrpb.CanaryEvaluation, reports Reports) []*lehrpb.CanaryHo
 // look now reaches. Pure: the same evaluation and data give the same
 // result.
 func Judge(ev *lehrpb.CanaryEvaluation, data Data, now time.Time) *lehrpb.CanaryResult {
+	return JudgeLearned(ev, data, now, nil)
+}
+
+// JudgeLearned is Judge with what the namespace's kept evaluations taught
+// (learn.go; nil: nothing). Pure.
+func JudgeLearned(ev *lehrpb.CanaryEvaluation, data Data, now time.Time, hist *lehrpb.CanaryHistory) *lehrpb.CanaryResult {
 	res := &lehrpb.CanaryResult{Time: timestamppb.New(now), Looks: Looks}
 	in, opts, err := Input(ev, data)
 	if err != nil {
 		res.Verdict, res.Reason = lehrpb.CanaryVerdict_CANARY_VERDICT_NONE, err.Error()
 		return res
 	}
+	in.History = JudgeHistory(hist, opts.BakeIntervals)
 	res.IntervalSeconds = uint32(in.Interval / time.Second)
 	res.CanaryHosts, res.ControlHosts = int32(len(in.Canary)), int32(len(in.Control))
 	out, err := canary.Judge(in, opts)
@@ -571,6 +594,11 @@ func checkResult(c canary.CheckResult) *lehrpb.CanaryCheckResult {
 		CanaryHosts: int32(c.CanaryHosts), ControlHosts: int32(c.ControlHosts), CanaryWorse: int32(c.CanaryWorse),
 		Effect: signals.Finite(c.Effect), Statistic: signals.Finite(c.Statistic), Df: signals.Finite(c.DF), P: signals.Finite(c.P), Threshold: signals.Finite(c.Threshold),
 		AaSplits: int32(c.AASplits), AaDiffer: int32(c.AADiffer),
+		Sample: sample(c.Sample),
+	}
+	if u := c.Learned; u != nil {
+		out.LearnedEvaluations, out.LearnedUsed, out.LearnedTypical, out.LearnedTolerance = int32(u.Evaluations), u.Used, signals.Finite(u.Typical), u.Tolerance
+		out.NoiseRatio, out.NoiseGrown, out.LearnedChangedVerdict = signals.Finite(u.NoiseRatio), u.NoiseGrown, u.ChangedVerdict
 	}
 	for _, l := range c.History {
 		out.LookHistory = append(out.LookHistory, &lehrpb.CanaryLook{Look: int32(l.Look), AfterIntervals: int32(l.AfterIntervals),
