@@ -1,6 +1,7 @@
 package evaluation_test
 
 import (
+	"context"
 	"fmt"
 	"math"
 	"strings"
@@ -10,6 +11,7 @@ import (
 
 	"lehr.dev/lehr/canary"
 	"lehr.dev/lehr/control/evaluation"
+	"lehr.dev/lehr/control/store"
 	"lehr.dev/lehr/proto/lehrpb"
 )
 
@@ -67,5 +69,96 @@ func TestLearnIsBounded(t *testing.T) {
 	early.Result.Look = 3
 	if evaluation.Kept(fail) || evaluation.Kept(early) {
 		t.Error("a FAIL, or a PASS before the last look, is kept")
+	}
+}
+
+// fakeStore keeps evaluations and one history per namespace in memory.
+type fakeStore struct {
+	evs  []*lehrpb.CanaryEvaluation
+	hist map[string]store.StoredCanaryHistory
+	rev  int64
+}
+
+func (f *fakeStore) ZoneStatus(context.Context, string) ([]*lehrpb.DistributorStatus, error) {
+	return nil, nil
+}
+func (f *fakeStore) CreateEvaluation(_ context.Context, ev *lehrpb.CanaryEvaluation) (*lehrpb.CanaryEvaluation, bool, error) {
+	f.evs = append(f.evs, ev)
+	return ev, true, nil
+}
+func (f *fakeStore) PutEvaluation(context.Context, store.Guard, *lehrpb.CanaryEvaluation) error {
+	return nil
+}
+func (f *fakeStore) Evaluation(context.Context, string) (*lehrpb.CanaryEvaluation, error) {
+	return nil, nil
+}
+func (f *fakeStore) Evaluations(_ context.Context, ns string) ([]*lehrpb.CanaryEvaluation, error) {
+	var out []*lehrpb.CanaryEvaluation
+	for _, ev := range f.evs {
+		if ev.GetNamespace() == ns {
+			out = append(out, ev)
+		}
+	}
+	return out, nil
+}
+func (f *fakeStore) CanaryHistory(_ context.Context, ns string) (store.StoredCanaryHistory, error) {
+	if h, ok := f.hist[ns]; ok {
+		return h, nil
+	}
+	return store.StoredCanaryHistory{Record: &lehrpb.CanaryHistory{Namespace: ns}}, nil
+}
+func (f *fakeStore) PutCanaryHistory(_ context.Context, _ store.Guard, ns string, rec *lehrpb.CanaryHistory, old store.StoredCanaryHistory) (store.StoredCanaryHistory, error) {
+	if f.hist[ns].ModRevision != old.ModRevision {
+		return store.StoredCanaryHistory{}, store.ErrConflict
+	}
+	if rec == nil {
+		delete(f.hist, ns)
+		return store.StoredCanaryHistory{Record: &lehrpb.CanaryHistory{Namespace: ns}}, nil
+	}
+	f.rev++
+	h := store.StoredCanaryHistory{Record: proto.CloneOf(rec), ModRevision: f.rev, Bytes: int64(proto.Size(rec))}
+	f.hist[ns] = h
+	return h, nil
+}
+func (f *fakeStore) PruneCanaryHistories(context.Context, store.Guard) (int, error) { return 0, nil }
+
+// A succeeded rollout's kept evaluations are learned once; forgetting a
+// check drops its samples, forgetting all the record.
+func TestLearnVersionAndForget(t *testing.T) {
+	ctx := context.Background()
+	f := &fakeStore{hist: map[string]store.StoredCanaryHistory{}}
+	s, err := evaluation.New(evaluation.Options{Store: f})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for v := uint64(1); v <= 3; v++ {
+		ev := keptEvaluation([]string{"latency", "error ratio"}, 30)
+		ev.Namespace, ev.Version = "shop/web", v
+		f.evs = append(f.evs, ev)
+	}
+	failed := keptEvaluation([]string{"latency"}, 30)
+	failed.Namespace, failed.Version, failed.Result.Verdict = "shop/web", 2, lehrpb.CanaryVerdict_CANARY_VERDICT_FAIL
+	f.evs = append(f.evs, failed)
+	for _, v := range []uint64{1, 2, 2, 3} {
+		if _, err := s.LearnVersion(ctx, store.Guard{}, "shop/web", v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h, _ := s.History(ctx, "shop/web")
+	if len(h.GetChecks()) != 2 || len(h.GetChecks()[0].GetSamples()) != 3 || h.GetLearnedVersion() != 3 {
+		t.Fatalf("history = %v; want 2 checks of 3 samples (each version once, the FAIL not), learned through 3", h)
+	}
+	if n, _, err := s.Forget(ctx, store.Guard{}, "shop/web", "latency"); err != nil || n != 3 {
+		t.Fatalf("Forget latency = %d, %v; want 3 samples", n, err)
+	}
+	h, _ = s.History(ctx, "shop/web")
+	if len(h.GetChecks()) != 1 || h.GetChecks()[0].GetCheck() != "error ratio" {
+		t.Fatalf("after forgetting latency: %v; want error ratio alone", h)
+	}
+	if n, freed, err := s.Forget(ctx, store.Guard{}, "shop/web", ""); err != nil || n != 3 || freed <= 0 {
+		t.Fatalf("Forget all = %d, %d bytes, %v; want 3 samples and some bytes", n, freed, err)
+	}
+	if h, _ = s.History(ctx, "shop/web"); len(h.GetChecks()) != 0 {
+		t.Fatalf("after forgetting all: %v", h)
 	}
 }
