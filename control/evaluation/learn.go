@@ -75,6 +75,9 @@ func (s *Service) LearnVersion(ctx context.Context, g store.Guard, ns string, ve
 			kept = append(kept, ev)
 		}
 	}
+	if len(kept) == 0 {
+		return 0, nil // nothing to learn: no write, no record
+	}
 	for attempt := 0; ; attempt++ {
 		old, err := s.st.CanaryHistory(ctx, ns)
 		if err != nil {
@@ -95,9 +98,7 @@ func (s *Service) LearnVersion(ctx context.Context, g store.Guard, ns string, ve
 		if err != nil {
 			return 0, err
 		}
-		if len(kept) > 0 {
-			s.log.Info("canary history: learned from a kept change", "namespace", ns, "version", version, "evaluations", len(kept))
-		}
+		s.log.Info("canary history: learned from a kept change", "namespace", ns, "version", version, "evaluations", len(kept))
 		return len(kept), nil
 	}
 }
