@@ -66,6 +66,7 @@ func runCanaryBench(ctx context.Context, e *Env) (*Result, error) {
 		}
 	}
 	tallies := make([]canaryTally, len(cells))
+	memo := &histories{m: map[histKey]*histEntry{}}
 	work := make(chan int)
 	var wg sync.WaitGroup
 	var firstErr error
@@ -75,7 +76,7 @@ func runCanaryBench(ctx context.Context, e *Env) (*Result, error) {
 		go func() {
 			defer wg.Done()
 			for i := range work {
-				t, err := judgeCell(cells[i], seeds)
+				t, err := judgeCell(cells[i], seeds, memo)
 				if err != nil {
 					errOnce.Do(func() { firstErr = err })
 				}
@@ -188,9 +189,9 @@ func runCanaryBench(ctx context.Context, e *Env) (*Result, error) {
 	return res, nil
 }
 
-func judgeCell(c canaryCell, seeds int) (canaryTally, error) {
+func judgeCell(c canaryCell, seeds int, memo *histories) (canaryTally, error) {
 	t := canaryTally{fleets: seeds}
-	hist, err := learnCell(c)
+	hist, err := memo.get(c)
 	if err != nil {
 		return t, err
 	}
@@ -229,6 +230,39 @@ func judgeCell(c canaryCell, seeds int) (canaryTally, error) {
 		}
 	}
 	return t, nil
+}
+
+// histories learns each fleet spec's history once (learnCell): the cells
+// of every change share their spec's good changes. Safe for concurrent
+// use; the histories are read, never written, by the judge.
+type histories struct {
+	mu sync.Mutex
+	m  map[histKey]*histEntry
+}
+
+type histKey struct {
+	canaries    int
+	phi, spread float64
+	zeroErrors  bool
+}
+
+type histEntry struct {
+	once sync.Once
+	h    map[string]canary.History
+	err  error
+}
+
+func (m *histories) get(c canaryCell) (map[string]canary.History, error) {
+	k := histKey{c.canaries, c.phi, c.spread, c.zero || c.change == scenario.NewErrors}
+	m.mu.Lock()
+	e := m.m[k]
+	if e == nil {
+		e = &histEntry{}
+		m.m[k] = e
+	}
+	m.mu.Unlock()
+	e.once.Do(func() { e.h, e.err = learnCell(c) })
+	return e.h, e.err
 }
 
 // learnCell is what control would have learned of c's fleets before
