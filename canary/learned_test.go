@@ -172,3 +172,39 @@ func TestLearnedToleranceChangesAVerdictAndSaysSo(t *testing.T) {
 		t.Errorf("the learned tolerance changed no verdict of a +3.5 %% latency move learned as normal")
 	}
 }
+
+// The file format carries a history ("history"), NaN as null, so "lehr
+// canary judge" replays a judgement with what was learned.
+func TestHistoryFileRoundTrip(t *testing.T) {
+	spec := scenario.DefaultSpec(scenario.Good, 3, 0.5)
+	in := scenario.Generate(spec, 5)
+	in.History = learn(t, spec, 25, 1<<34)
+	var b strings.Builder
+	if err := canary.EncodeInput(&b, in); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(b.String(), `"spread_variance":null`) {
+		t.Errorf("a sample without a spread variance is not written as null")
+	}
+	back, err := canary.DecodeInput(strings.NewReader(b.String()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, h := range in.History {
+		g := back.History[name]
+		if g.After != h.After || len(g.Samples) != len(h.Samples) {
+			t.Fatalf("%s: read back %d samples at %d; wrote %d at %d", name, len(g.Samples), g.After, len(h.Samples), h.After)
+		}
+		for i, s := range h.Samples {
+			same := func(a, b float64) bool { return a == b || math.IsNaN(a) && math.IsNaN(b) }
+			if x := g.Samples[i]; !same(x.Effect, s.Effect) || !same(x.LevelVar, s.LevelVar) || !same(x.SpreadVar, s.SpreadVar) || x.DF != s.DF {
+				t.Errorf("%s[%d]: read back %+v; wrote %+v", name, i, x, s)
+			}
+		}
+	}
+	r1, _ := canary.Judge(in, canary.Options{BakeIntervals: spec.After})
+	r2, _ := canary.Judge(back, canary.Options{BakeIntervals: spec.After})
+	if r1.Reason != r2.Reason || check(r1, "latency").Explanation != check(r2, "latency").Explanation {
+		t.Errorf("judged from the file: %q; from memory: %q", check(r2, "latency").Explanation, check(r1, "latency").Explanation)
+	}
+}
