@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strings"
 
 	"gonum.org/v1/gonum/stat/distuv"
 )
@@ -375,17 +376,6 @@ func (e *evaluation) noteLearned(r *CheckResult, thr float64) {
 		b = append(b, fmt.Sprintf("history changed the verdict: this evaluation's control hosts alone give p = %.3g, not below %.3g", u.PAlone, thr))
 	}
 	if len(b) > 0 {
-		r.Explanation += " History: " + join(b) + "."
+		r.Explanation += " History: " + strings.Join(b, "; ") + "."
 	}
-}
-
-func join(parts []string) string {
-	s := ""
-	for i, p := range parts {
-		if i > 0 {
-			s += "; "
-		}
-		s += p
-	}
-	return s
 }
