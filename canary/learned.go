@@ -250,7 +250,8 @@ func (e *evaluation) learnSpread(t test, xc, xk, fc, fk []float64, in Input, end
 
 // pool returns the variance of one host's change to test with: the
 // learned one pooled with the control hosts' vk (on dk degrees of
-// freedom), and its degrees of freedom; df 0 when history is not used
+// freedom), never below vk, and its degrees of freedom; df 0 when history
+// is not used
 // (too few samples, or the control hosts vary well beyond what was
 // learned, which u records).
 func (e *evaluation) pool(u *Learned, vs []float64, dfs []int, vk float64, dk int) (v, df float64) {
@@ -264,8 +265,11 @@ func (e *evaluation) pool(u *Learned, vs []float64, dfs []int, vk float64, dk in
 		u.NoiseGrown = true
 		return 0, 0
 	}
+	// Never below the control hosts' own variance: history lends degrees
+	// of freedom and lifts a variance that is low by chance, but never
+	// says the hosts vary less than they do now.
 	u.PooledDF = d0
-	return (d0*v0 + float64(dk)*vk) / (d0 + float64(dk)), d0 + float64(dk)
+	return max(vk, (d0*v0+float64(dk)*vk)/(d0+float64(dk))), d0 + float64(dk)
 }
 
 // learnedSE is compare's standard error with variance v for one host's
