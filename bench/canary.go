@@ -42,7 +42,13 @@ type canaryCell struct {
 // host's own check fails) and the Kayenta-style judge.
 type canaryTally struct {
 	fleets, lehr, host, kayenta int
+	learned                     int // Lehr's judge with the cell's learned history
 }
+
+// canaryHistory is how many good changes of a cell's fleet spec (other
+// seeds) the "learned" judge learns from before judging: between
+// canary.MinHistory and canary.MaxHistory.
+const canaryHistory = 40
 
 func runCanaryBench(ctx context.Context, e *Env) (*Result, error) {
 	seeds := pick(e.Profile, 5, 100, 1000)
@@ -60,6 +66,7 @@ func runCanaryBench(ctx context.Context, e *Env) (*Result, error) {
 		}
 	}
 	tallies := make([]canaryTally, len(cells))
+	memo := &histories{m: map[histKey]*histEntry{}}
 	work := make(chan int)
 	var wg sync.WaitGroup
 	var firstErr error
@@ -69,7 +76,7 @@ func runCanaryBench(ctx context.Context, e *Env) (*Result, error) {
 		go func() {
 			defer wg.Done()
 			for i := range work {
-				t, err := judgeCell(cells[i], seeds)
+				t, err := judgeCell(cells[i], seeds, memo)
 				if err != nil {
 					errOnce.Do(func() { firstErr = err })
 				}
@@ -96,11 +103,12 @@ func runCanaryBench(ctx context.Context, e *Env) (*Result, error) {
 		Setup: fmt.Sprintf("%d seeded fleets per cell (canary/scenario): 20 control hosts, 60 intervals before the change and a 30-interval bake, "+
 			"host-to-host differences of log-sd 0.1 or 0.3 (error ratios twice that), AR(1) noise per host at φ ∈ {0, 0.5, 0.8, 0.95}, a shared traffic trend and (half the fleets) a fleet-wide incident, "+
 			"1, 3 or 10 canary hosts; good changes also on zero-error fleets. Lehr: canary.Judge with the default checks, 4 looks over the bake, α = 0.01 per judgement "+
-			"(the verdict a rollout polling every interval would get). Lehr host-level: what the agents judge locally, canary.JudgeHost on each canary host alone "+
+			"(the verdict a rollout polling every interval would get). Lehr learned: the same judge with the history control would have learned of the cell's fleets "+
+			"(docs/canary.md, \"Learning from history\"): %d good changes of the same fleet spec, other seeds, judged first, the samples of those that passed kept. Lehr host-level: what the agents judge locally, canary.JudgeHost on each canary host alone "+
 			"(its own 60 intervals before against the bake, no control hosts, one look per interval, α = 0.001 per host), the fleet failing if any canary host fails: "+
 			"evidence shown beside the verdict, never deciding it. Kayenta-style: per metric (error ratio, latency, requests, restarts), the canary hosts' and the "+
 			"control hosts' aggregate series over the bake compared by a two-sided Mann-Whitney U test at 95 %% confidence (Kayenta's default), failing in the bad "+
-			"direction; a fleet fails if any metric fails; judged once at the end of the bake.", seeds),
+			"direction; a fleet fails if any metric fails; judged once at the end of the bake.", seeds, canaryHistory),
 	}
 	sum := func(judge string, keep func(canaryCell) bool) (fails, fleets int) {
 		for i, c := range cells {
@@ -111,6 +119,8 @@ func runCanaryBench(ctx context.Context, e *Env) (*Result, error) {
 					fails += tallies[i].lehr
 				case "lehr host-level":
 					fails += tallies[i].host
+				case "lehr learned":
+					fails += tallies[i].learned
 				default:
 					fails += tallies[i].kayenta
 				}
@@ -124,7 +134,7 @@ func runCanaryBench(ctx context.Context, e *Env) (*Result, error) {
 		}
 		return 100 * float64(f) / float64(n)
 	}
-	for _, judge := range []string{"lehr", "lehr host-level", "kayenta-style"} {
+	for _, judge := range []string{"lehr", "lehr learned", "lehr host-level", "kayenta-style"} {
 		for _, ch := range scenario.Changes {
 			for _, zero := range []bool{false, true} {
 				if zero && ch != scenario.Good {
@@ -165,6 +175,12 @@ func runCanaryBench(ctx context.Context, e *Env) (*Result, error) {
 				Target{Goal: "bad changes caught ≥ 95 %", Got: fmt.Sprintf("%.1f %% of %d", pct(bf, bn), bn), Met: pct(bf, bn) >= 95},
 				Target{Goal: "good changes failed ≤ 1 %", Got: fmt.Sprintf("%.2f %% of %d", pct(gf, gn), gn), Met: pct(gf, gn) <= 1})
 		}
+		if judge == "lehr learned" {
+			base, _ := sum("lehr", func(c canaryCell) bool { return c.change != scenario.Good })
+			res.Targets = append(res.Targets,
+				Target{Goal: "learned from history: good changes failed ≤ 0.5 %", Got: fmt.Sprintf("%.2f %% of %d", pct(gf, gn), gn), Met: pct(gf, gn) <= 0.5},
+				Target{Goal: "learned from history: bad changes caught ≥ without", Got: fmt.Sprintf("%.1f %% (without: %.1f %%) of %d", pct(bf, bn), pct(base, bn), bn), Met: bf >= base})
+		}
 	}
 	res.Notes = append(res.Notes,
 		"The fleets come from our own generator (canary/scenario); the numbers say how the judges behave on it, not on every fleet. `lehr canary generate` writes any of them for inspection.",
@@ -173,8 +189,12 @@ func runCanaryBench(ctx context.Context, e *Env) (*Result, error) {
 	return res, nil
 }
 
-func judgeCell(c canaryCell, seeds int) (canaryTally, error) {
+func judgeCell(c canaryCell, seeds int, memo *histories) (canaryTally, error) {
 	t := canaryTally{fleets: seeds}
+	hist, err := memo.get(c)
+	if err != nil {
+		return t, err
+	}
 	for seed := range seeds {
 		s := scenario.DefaultSpec(c.change, c.canaries, c.phi)
 		s.ZeroErrors, s.HostSpread = c.zero, c.spread
@@ -186,6 +206,15 @@ func judgeCell(c canaryCell, seeds int) (canaryTally, error) {
 		if r.Verdict == canary.Fail {
 			t.lehr++
 		}
+		in.History = hist
+		r, err = canary.Judge(in, canary.Options{BakeIntervals: s.After})
+		if err != nil {
+			return t, fmt.Errorf("canary bench, learned: %v: %w", c.change, err)
+		}
+		if r.Verdict == canary.Fail {
+			t.learned++
+		}
+		in.History = nil
 		for _, ms := range in.Canary {
 			h, err := canary.JudgeHost(canary.HostInput{Interval: in.Interval, ChangeIndex: in.ChangeIndex, Metrics: ms}, canary.HostOptions{BakeIntervals: s.After})
 			if err != nil {
@@ -201,6 +230,68 @@ func judgeCell(c canaryCell, seeds int) (canaryTally, error) {
 		}
 	}
 	return t, nil
+}
+
+// histories learns each fleet spec's history once (learnCell): the cells
+// of every change share their spec's good changes. Safe for concurrent
+// use; the histories are read, never written, by the judge.
+type histories struct {
+	mu sync.Mutex
+	m  map[histKey]*histEntry
+}
+
+type histKey struct {
+	canaries    int
+	phi, spread float64
+	zeroErrors  bool
+}
+
+type histEntry struct {
+	once sync.Once
+	h    map[string]canary.History
+	err  error
+}
+
+func (m *histories) get(c canaryCell) (map[string]canary.History, error) {
+	k := histKey{c.canaries, c.phi, c.spread, c.zero || c.change == scenario.NewErrors}
+	m.mu.Lock()
+	e := m.m[k]
+	if e == nil {
+		e = &histEntry{}
+		m.m[k] = e
+	}
+	m.mu.Unlock()
+	e.once.Do(func() { e.h, e.err = learnCell(c) })
+	return e.h, e.err
+}
+
+// learnCell is what control would have learned of c's fleets before
+// its change: canaryHistory good changes of the same fleet spec (other
+// seeds, the fleet without errors when c's is) judged, the samples of those
+// that passed kept, as control keeps those of completed rollouts.
+func learnCell(c canaryCell) (map[string]canary.History, error) {
+	s := scenario.DefaultSpec(scenario.Good, c.canaries, c.phi)
+	s.ZeroErrors, s.HostSpread = c.zero || c.change == scenario.NewErrors, c.spread
+	hist := map[string]canary.History{}
+	for k := range canaryHistory {
+		in := scenario.Generate(s, 1<<40+uint64(k)+uint64(1000*c.canaries)+uint64(1e7*c.phi)+uint64(1e9*c.spread))
+		r, err := canary.Judge(in, canary.Options{BakeIntervals: s.After})
+		if err != nil {
+			return nil, fmt.Errorf("canary bench, history: %w", err)
+		}
+		if r.Verdict != canary.Pass {
+			continue
+		}
+		for _, cr := range r.Checks {
+			if cr.Sample != nil {
+				h := hist[cr.Name]
+				h.After = cr.Sample.After
+				h.Samples = append(h.Samples, *cr.Sample)
+				hist[cr.Name] = h
+			}
+		}
+	}
+	return hist, nil
 }
 
 // kayentaStyleFails judges in as Kayenta's Mann-Whitney classifier would

@@ -148,6 +148,9 @@ type Input struct {
 	// are: what one change adds, such as PolicyCheck for a committed
 	// policy experiment.
 	Extra []Check
+	// History maps a check's name to what the namespace's kept
+	// evaluations say about it (learned.go); nil learns nothing.
+	History map[string]History
 }
 
 // Options tunes a judgement. The zero value is valid.
@@ -223,6 +226,11 @@ type CheckResult struct {
 	// History is the check at every look judged so far, first to this one:
 	// the sequential analysis.
 	History []LookResult
+	// Sample is what this judgement adds to the check's learned history
+	// if its change is kept (nil without a test); Learned how the
+	// history in Input.History was used (nil without one).
+	Sample  *Sample
+	Learned *Learned
 }
 
 // LookResult is one check at one look.

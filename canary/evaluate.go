@@ -170,6 +170,7 @@ func evaluate(p prepared, in Input, end int) *evaluation {
 	}
 	off := sc.tolerance(c.Tolerance, c.Direction, at)
 	if lt, ok := compare(name, sC, sK, fC, fK, c.Direction, off); ok {
+		lt = e.learnLevel(lt, sC, sK, fC, fK, sc, at, in, end, canary, control) // learned.go
 		if e.kind != KindValue && c.Expected == 0 {
 			// Few events make the normal approximation overconfident: the
 			// level test is no stronger than an exact test of the canary
@@ -197,6 +198,7 @@ func evaluate(p prepared, in Input, end int) *evaluation {
 		vK, gK := spread(rk)
 		name := fmt.Sprintf("spread: log ratio of the AR(1) innovations' size after vs before (%s scale, φ = %.2f), canary vs control hosts, t on control hosts' spread", sc.name, phi)
 		if st, ok := compare(name, vC, vK, gC, gK, Increase, 0); ok {
+			st = e.learnSpread(st, vC, vK, gC, gK, in, end) // learned.go
 			st.calibrate(vK, gK, Increase, 0)
 			e.tests = append(e.tests, st)
 		}
@@ -407,6 +409,7 @@ func (e *evaluation) finish(thr float64) CheckResult {
 		r.Explanation += fmt.Sprintf(" Control against control, %d of %d random halvings of the control hosts differ at p < 0.05 (about %d expected).",
 			a.AADiffer, a.AASplits, (a.AASplits+10)/20)
 	}
+	e.noteLearned(&r, thr) // learned.go
 	return r
 }
 

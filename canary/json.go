@@ -30,6 +30,7 @@ type fileInput struct {
 	Canary          map[string]map[string][]*float64 `json:"canary"`
 	Control         map[string]map[string][]*float64 `json:"control"`
 	Checks          []fileCheck                      `json:"checks,omitempty"`
+	History         map[string]fileHistory           `json:"history,omitempty"` // learnedjson.go
 }
 
 type fileCheck struct {
@@ -62,6 +63,7 @@ func DecodeInput(r io.Reader) (Input, error) {
 	}
 	in := Input{ChangeIndex: f.ChangeIndex, Interval: time.Duration(f.IntervalSeconds) * time.Second}
 	in.Canary, in.Control = fromFile(f.Canary), fromFile(f.Control)
+	in.History = historyFromFile(f.History)
 	for _, c := range f.Checks {
 		k := Check{Name: c.Name, Metric: c.Metric, Direction: c.Direction, Kind: c.Kind, Tolerance: c.Tolerance, Max: c.Max, Expected: c.Expected}
 		if c.Ratio != nil {
@@ -76,6 +78,7 @@ func DecodeInput(r io.Reader) (Input, error) {
 func EncodeInput(w io.Writer, in Input) error {
 	f := fileInput{ChangeIndex: in.ChangeIndex, Canary: toFile(in.Canary), Control: toFile(in.Control)}
 	f.IntervalSeconds = int(in.Interval / time.Second)
+	f.History = historyToFile(in.History)
 	for _, c := range in.Checks {
 		fc := fileCheck{Name: c.Name, Metric: c.Metric, Direction: c.Direction, Kind: c.Kind, Tolerance: c.Tolerance, Max: c.Max, Expected: c.Expected}
 		if c.Ratio != nil {
@@ -152,6 +155,10 @@ type jsonCheck struct {
 	AA            *jsonCheck `json:"aa,omitempty"`
 	AASplits      int        `json:"aa_splits,omitempty"`
 	AADiffer      int        `json:"aa_differ,omitempty"`
+	// What this judgement adds to a learned history, and what history did
+	// (learnedjson.go).
+	Sample  *fileSample  `json:"sample,omitempty"`
+	Learned *jsonLearned `json:"learned,omitempty"`
 }
 
 func toJSONCheck(c CheckResult) *jsonCheck {
@@ -160,7 +167,7 @@ func toJSONCheck(c CheckResult) *jsonCheck {
 		ControlBefore: number(c.ControlBefore), ControlAfter: number(c.ControlAfter),
 		CanaryHosts: c.CanaryHosts, ControlHosts: c.ControlHosts, CanaryWorse: c.CanaryWorse,
 		Effect: number(c.Effect), Statistic: number(c.Statistic), DF: number(c.DF), P: number(c.P), Threshold: number(c.Threshold),
-		AASplits: c.AASplits, AADiffer: c.AADiffer}
+		AASplits: c.AASplits, AADiffer: c.AADiffer, Sample: toJSONSample(c.Sample), Learned: toJSONLearned(c.Learned)}
 	if c.AA != nil {
 		j.AA = toJSONCheck(*c.AA)
 	}

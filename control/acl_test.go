@@ -69,6 +69,10 @@ func TestDomainACL(t *testing.T) {
 			_, err := cl.CreatePolicyExperiment(testCtx(t), &lehrpb.CreatePolicyExperimentRequest{Parent: "domains/pay/policies/authz", PolicyExperimentId: "e1"})
 			return err
 		}},
+		{"forget canary history", "acl.operators", func(cl lehrpb.ControlClient) error {
+			_, err := cl.ForgetCanaryHistory(testCtx(t), &lehrpb.ForgetCanaryHistoryRequest{Namespace: "pay/limits", Check: "latency"})
+			return err
+		}},
 		{"delete policy", "acl.publishers", func(cl lehrpb.ControlClient) error {
 			_, err := cl.DeletePolicy(testCtx(t), &lehrpb.DeletePolicyRequest{Name: "domains/pay/policies/authz"})
 			return err
@@ -84,9 +88,9 @@ func TestDomainACL(t *testing.T) {
 		}},
 	}
 	allowed := map[string][]string{
-		"alice": {"publish", "patch", "rollback", "create namespace", "delete policy", "delete rollout policy", "create experiment", "update domain", "get domain"},
+		"alice": {"publish", "patch", "rollback", "create namespace", "delete policy", "delete rollout policy", "create experiment", "forget canary history", "update domain", "get domain"},
 		"pat":   {"publish", "patch", "rollback", "create namespace", "delete policy", "get domain"},
-		"oscar": {"delete rollout policy", "create experiment", "get domain"},
+		"oscar": {"delete rollout policy", "create experiment", "forget canary history", "get domain"},
 		"eve":   {"get domain"},
 	}
 	for _, who := range []string{"alice", "pat", "oscar", "eve"} {

@@ -38,3 +38,26 @@ func (c *Client) CanaryEvaluations(ctx context.Context, ns string) ([]*lehrpb.Ca
 	})
 	return out.GetEvaluations(), err
 }
+
+// CanaryHistory returns what the canary judge learned of ns's checks from
+// its kept evaluations (docs/canary.md, "Learning from history").
+func (c *Client) CanaryHistory(ctx context.Context, ns string) (*lehrpb.CanaryHistory, error) {
+	var out *lehrpb.CanaryHistory
+	err := c.call(ctx, "get the canary history of "+ns, func(ctx context.Context) (err error) {
+		out, err = c.rpc.GetCanaryHistory(ctx, &lehrpb.GetCanaryHistoryRequest{Namespace: ns})
+		return err
+	})
+	return out, err
+}
+
+// ForgetCanaryHistory deletes what the canary judge learned of ns's
+// checks, or of check alone when it is not empty; message says why, for
+// the audit log.
+func (c *Client) ForgetCanaryHistory(ctx context.Context, ns, check, message string) (*lehrpb.ForgetCanaryHistoryResponse, error) {
+	var out *lehrpb.ForgetCanaryHistoryResponse
+	err := c.call(ctx, "forget the canary history of "+ns, func(ctx context.Context) (err error) {
+		out, err = c.rpc.ForgetCanaryHistory(ctx, &lehrpb.ForgetCanaryHistoryRequest{Namespace: ns, Check: check, Message: message})
+		return err
+	})
+	return out, err
+}

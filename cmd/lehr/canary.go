@@ -22,7 +22,7 @@ const (
 
 func runCanary(ctx context.Context, e *env, args []string) int {
 	fs := newFlags("lehr canary", doc{
-		usage:   "lehr canary show|list|judge|generate [ARGS] [flags]",
+		usage:   "lehr canary show|list|history|forget|judge|generate [ARGS] [flags]",
 		summary: "judge canary data, and show the canary evaluations of rollouts",
 		about: `A canary evaluation compares hosts that took a change (canary) with hosts that
 did not (control), check by check, and says PASS, FAIL or NONE (not enough data)
@@ -54,6 +54,29 @@ blocks until the evaluation is done.`,
 				examples: []string{
 					"lehr canary list",
 					"lehr canary list payments/limits -o json",
+				},
+			}},
+			{path: "history", doc: doc{
+				usage:   "lehr canary history NS [flags]",
+				summary: "what the judge learned of a namespace's checks from kept changes",
+				about: `Shows what the canary judge learned of namespace NS's checks from the
+evaluations of kept changes (a rollout that succeeded, the evaluation passing
+at its last look): per check and bake, how many samples and how far 90 % of
+kept changes moved. docs/canary.md, "Learning from history".`,
+				examples: []string{
+					"lehr canary history payments/limits",
+				},
+			}},
+			{path: "forget", flags: []string{"check", "message"}, doc: doc{
+				usage:   "lehr canary forget NS [--check NAME] [--message TEXT] [flags]",
+				summary: "forget what the judge learned of a namespace (or of one check)",
+				about: `Deletes what the canary judge learned of namespace NS's checks, or of check
+NAME alone: later evaluations are judged as without history until 20 kept
+ones are learned again. For a service whose normal behaviour changed (a new
+traffic mix, new hardware). The domain's operators; audited.`,
+				examples: []string{
+					"lehr canary forget payments/limits",
+					"lehr canary forget payments/limits --check latency --message 'new cache tier'",
 				},
 			}},
 			{path: "judge", flags: []string{"input", "bake", "looks", "alpha"}, doc: doc{
@@ -92,12 +115,14 @@ output. SCENARIO is the change the canary hosts took: ` + strings.Join(scenarioN
 	canaries := fs.Int("canaries", 1, "canary hosts")
 	controls := fs.Int("controls", 20, "control hosts")
 	phi := fs.Float64("phi", 0.5, "autocorrelation of each host's noise, 0 to 0.95")
+	check := fs.String("check", "", "forget only this check's history")
+	message := fs.String("message", "", "why, for the audit log")
 	pos, code, ok := parse(e, fs, args)
 	if !ok {
 		return code
 	}
 	if len(pos) == 0 {
-		return usageError(e, fs, "missing subcommand: show, list, judge or generate")
+		return usageError(e, fs, "missing subcommand: show, list, history, forget, judge or generate")
 	}
 	if m := cf.check(); m != "" {
 		return usageError(e, fs, "%s", m)
@@ -128,6 +153,35 @@ output. SCENARIO is the change the canary hosts took: ` + strings.Join(scenarioN
 			fmt.Fprintf(e.stderr, "%s: %v\n", fs.Name(), err)
 			return exitError
 		}
+		return exitOK
+	case "history", "forget":
+		if code, ok := wantArgs(e, fs, pos[1:], 1, "a namespace"); !ok {
+			return code
+		}
+		c, ctx, done, err := cf.connect(ctx)
+		if err != nil {
+			return reportError(e, fs.Name(), err, cf.errCtx(pos[1]))
+		}
+		defer done()
+		if sub == "history" {
+			h, err := c.CanaryHistory(ctx, pos[1])
+			if err != nil {
+				return reportError(e, fs.Name(), err, cf.errCtx(pos[1]))
+			}
+			if cf.json() {
+				return printOrFail(e, h)
+			}
+			writeCanaryHistory(e.stdout, h)
+			return exitOK
+		}
+		r, err := c.ForgetCanaryHistory(ctx, pos[1], *check, *message)
+		if err != nil {
+			return reportError(e, fs.Name(), err, cf.errCtx(pos[1]))
+		}
+		if cf.json() {
+			return printOrFail(e, r)
+		}
+		fmt.Fprintf(e.stdout, "forgot %d learned sample(s) of %s, %d bytes freed\n", r.GetSamplesForgotten(), clean(pos[1]), r.GetBytesFreed())
 		return exitOK
 	case "show", "list":
 		if sub == "show" {
@@ -171,7 +225,7 @@ output. SCENARIO is the change the canary hosts took: ` + strings.Join(scenarioN
 		writeEvaluations(e.stdout, evs)
 		return exitOK
 	default:
-		return usageError(e, fs, "unknown subcommand %q: want show, list, judge or generate", sub)
+		return usageError(e, fs, "unknown subcommand %q: want show, list, history, forget, judge or generate", sub)
 	}
 }
 

@@ -45,6 +45,9 @@ func writeEvaluation(w io.Writer, ev *lehrpb.CanaryEvaluation) {
 		if l := evaluation.AALine(c); l != "" {
 			fmt.Fprintf(w, "        %s\n", clean(l))
 		}
+		if l := evaluation.LearnedLine(c); l != "" {
+			fmt.Fprintf(w, "        %s\n", clean(l))
+		}
 	}
 	if hcs := res.GetHostChecks(); len(hcs) > 0 {
 		fmt.Fprintf(w, "  %s:\n", evaluation.HostChecksHeading)
@@ -72,4 +75,17 @@ func writeEvaluations(w io.Writer, evs []*lehrpb.CanaryEvaluation) {
 			fmtTime(ev.GetUpdateTime()), oneLine(res.GetReason()))
 	}
 	tw.Flush()
+}
+
+// writeCanaryHistory prints what the judge learned of a namespace.
+func writeCanaryHistory(w io.Writer, h *lehrpb.CanaryHistory) {
+	lines := evaluation.HistoryLines(h)
+	if len(lines) == 0 {
+		fmt.Fprintf(w, "nothing learned of %s yet (kept changes teach the judge: docs/canary.md, \"Learning from history\")\n", clean(h.GetNamespace()))
+		return
+	}
+	fmt.Fprintf(w, "canary history of %s (learned through version %d; %d bytes stored)\n", clean(h.GetNamespace()), h.GetLearnedVersion(), h.GetStoredBytes())
+	for _, l := range lines {
+		fmt.Fprintf(w, "  %s\n", clean(l))
+	}
 }

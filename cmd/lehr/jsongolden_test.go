@@ -252,6 +252,8 @@ func TestJSONOfMessagesGolden(t *testing.T) {
 	}{
 		{"lehr canary show ID -o json", &lehrpb.CanaryEvaluation{}},
 		{"lehr canary list -o json", &lehrpb.ListCanaryEvaluationsResponse{}},
+		{"lehr canary history NS -o json", &lehrpb.CanaryHistory{}},
+		{"lehr canary forget NS -o json", &lehrpb.ForgetCanaryHistoryResponse{}},
 		{"lehr zones status ZONE -o json", &lehrpb.GetZoneStatusResponse{}},
 		{"lehr goals ZONE --watch -o json (one per message)", &lehrpb.WatchGoalsResponse{}},
 		{"lehr store -o json", &lehrpb.StoreStatus{}},

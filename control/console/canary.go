@@ -56,9 +56,10 @@ func newestFirst(evs []*lehrpb.CanaryEvaluation) []*lehrpb.CanaryEvaluation {
 // checkView is one check of an evaluation's page.
 type checkView struct {
 	C *lehrpb.CanaryCheckResult
-	// Test and AA are describe.go's lines ("" when there is none).
-	Test, AA string
-	Plot     *plot
+	// Test and AA are describe.go's lines, Learned learn.go's ("" when
+	// there is none).
+	Test, AA, Learned string
+	Plot              *plot
 }
 
 type evaluationPage struct {
@@ -89,7 +90,7 @@ func (c *Console) evaluation(w http.ResponseWriter, r *http.Request) {
 	if res := ev.GetResult(); res != nil {
 		ep.Look = evaluation.LookLine(res)
 		for _, ch := range res.GetChecks() {
-			ep.Checks = append(ep.Checks, checkView{C: ch, Test: evaluation.TestLine(ch), AA: evaluation.AALine(ch), Plot: plotCheck(res, ch)})
+			ep.Checks = append(ep.Checks, checkView{C: ch, Test: evaluation.TestLine(ch), AA: evaluation.AALine(ch), Learned: evaluation.LearnedLine(ch), Plot: plotCheck(res, ch)})
 		}
 		for _, h := range res.GetHostChecks() {
 			ep.HostChecks = append(ep.HostChecks, evaluation.HostCheckLine(h))

@@ -64,6 +64,7 @@ func failedEvaluation() *lehrpb.CanaryEvaluation {
 				Name: "error ratio", Verdict: lehrpb.CanaryVerdict_CANARY_VERDICT_FAIL, Explanation: "it rose " + hostile,
 				Test: "level shift", CanaryBefore: 0.01, CanaryAfter: 0.2, ControlBefore: 0.011, ControlAfter: 0.011, CanaryHosts: 1, ControlHosts: 2,
 				P: 1e-9, Threshold: 6e-4, CanarySeries: canary[:14], ControlSeries: control[:14],
+				LearnedEvaluations: 42, LearnedUsed: true, LearnedTypical: 0.003, NoiseRatio: 1.1,
 				LookHistory: []*lehrpb.CanaryLook{
 					{Look: 1, AfterIntervals: 2, Verdict: lehrpb.CanaryVerdict_CANARY_VERDICT_NONE, P: 0.002, Threshold: 1e-6},
 					{Look: 2, AfterIntervals: 4, Verdict: lehrpb.CanaryVerdict_CANARY_VERDICT_FAIL, P: 1e-9, Threshold: 6e-4}},
@@ -132,6 +133,7 @@ func TestEvaluationPage(t *testing.T) {
 		`look 1<title>look 1: p 0.002 ≥ 1e-06 NONE</title>`,
 		`class="look look-ahead"`,
 		`zone-a/host-1`,
+		`data-field="learned">history: learned from 42 kept evaluations: normally ±0.3 %; control spread 1.1× the learned<`,
 	} {
 		if !strings.Contains(html, want) {
 			t.Errorf("the evaluation page lacks %q", want)

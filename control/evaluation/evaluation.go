@@ -25,6 +25,7 @@ import (
 	"math"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/protobuf/proto"
@@ -76,6 +77,7 @@ type Store interface {
 	PutEvaluation(ctx context.Context, g store.Guard, ev *lehrpb.CanaryEvaluation) error
 	Evaluation(ctx context.Context, id string) (*lehrpb.CanaryEvaluation, error)
 	Evaluations(ctx context.Context, ns string) ([]*lehrpb.CanaryEvaluation, error)
+	HistoryStore // learn.go
 }
 
 // Options configure a Service.
@@ -95,11 +97,12 @@ type Options struct {
 // Service runs canary evaluations. Its methods are safe for concurrent
 // use.
 type Service struct {
-	st    Store
-	now   func() time.Time
-	log   *slog.Logger
-	src   MetricSource
-	cache queryCache
+	st     Store
+	now    func() time.Time
+	log    *slog.Logger
+	src    MetricSource
+	cache  queryCache
+	rounds atomic.Int64 // StepAll calls, for pruning histories (learn.go)
 }
 
 // New returns a service. It starts nothing.
@@ -216,6 +219,14 @@ func (s *Service) List(ctx context.Context, ns string) ([]*lehrpb.CanaryEvaluati
 // StepAll judges every RUNNING evaluation whose look is due; the leader
 // calls it each round. It stops at the first lost-leadership error.
 func (s *Service) StepAll(ctx context.Context, g store.Guard) error {
+	if s.rounds.Add(1)%pruneEvery == 1 {
+		if _, err := s.st.PruneCanaryHistories(ctx, g); err != nil {
+			if errors.Is(err, store.ErrNotLeader) {
+				return err
+			}
+			s.log.Warn("canary history: pruning the histories of deleted namespaces failed", "err", err)
+		}
+	}
 	evs, err := s.st.Evaluations(ctx, "")
 	if err != nil {
 		return err
@@ -251,7 +262,13 @@ func (s *Service) Step(ctx context.Context, g store.Guard, ev *lehrpb.CanaryEval
 	}
 	failed := s.query(ctx, ev, data)
 	now := s.now()
-	res := JudgeSourced(ev, data, failed, now)
+	hist, err := s.st.CanaryHistory(ctx, ev.GetNamespace())
+	if err != nil {
+		// Judged without history, as a namespace that has none: saying so.
+		s.log.Warn("canary history: unreadable; judging without it", "id", ev.GetId(), "err", err)
+	}
+	res := judge(ev, data, now, hist.Record)
+	applyFailed(res, failed)
 	s.noteSource(ev, res, failed)
 	res.HostChecks = HostChecks(ev, reports)
 	final := res.GetVerdict() == lehrpb.CanaryVerdict_CANARY_VERDICT_FAIL || res.GetLooks() > 0 && res.GetLook() >= res.GetLooks()
@@ -383,25 +400,33 @@ func HostChecks(ev *lehrpb.CanaryEvaluation, reports Reports) []*lehrpb.CanaryHo
 // look now reaches. Pure: the same evaluation and data give the same
 // result.
 func Judge(ev *lehrpb.CanaryEvaluation, data Data, now time.Time) *lehrpb.CanaryResult {
-	return JudgeSourced(ev, data, nil, now)
+	return judge(ev, data, now, nil)
 }
 
 // JudgeSourced is Judge with the checks written as queries whose source
 // failed: each is NONE with its reason, and so is a verdict that would
 // have been PASS.
 func JudgeSourced(ev *lehrpb.CanaryEvaluation, data Data, failed Failed, now time.Time) *lehrpb.CanaryResult {
-	res := judge(ev, data, now)
+	res := judge(ev, data, now, nil)
 	applyFailed(res, failed)
 	return res
 }
 
-func judge(ev *lehrpb.CanaryEvaluation, data Data, now time.Time) *lehrpb.CanaryResult {
+// JudgeLearned is Judge with what the namespace's kept evaluations taught
+// (learn.go; nil: nothing). Pure.
+func JudgeLearned(ev *lehrpb.CanaryEvaluation, data Data, now time.Time, hist *lehrpb.CanaryHistory) *lehrpb.CanaryResult {
+	return judge(ev, data, now, hist)
+}
+
+// judge is Judge with history (nil: none).
+func judge(ev *lehrpb.CanaryEvaluation, data Data, now time.Time, hist *lehrpb.CanaryHistory) *lehrpb.CanaryResult {
 	res := &lehrpb.CanaryResult{Time: timestamppb.New(now), Looks: Looks}
 	in, opts, err := Input(ev, data)
 	if err != nil {
 		res.Verdict, res.Reason = lehrpb.CanaryVerdict_CANARY_VERDICT_NONE, err.Error()
 		return res
 	}
+	in.History = JudgeHistory(hist, opts.BakeIntervals)
 	res.IntervalSeconds = uint32(in.Interval / time.Second)
 	res.CanaryHosts, res.ControlHosts = int32(len(in.Canary)), int32(len(in.Control))
 	out, err := canary.Judge(in, opts)
@@ -619,6 +644,11 @@ func checkResult(c canary.CheckResult) *lehrpb.CanaryCheckResult {
 		CanaryHosts: int32(c.CanaryHosts), ControlHosts: int32(c.ControlHosts), CanaryWorse: int32(c.CanaryWorse),
 		Effect: signals.Finite(c.Effect), Statistic: signals.Finite(c.Statistic), Df: signals.Finite(c.DF), P: signals.Finite(c.P), Threshold: signals.Finite(c.Threshold),
 		AaSplits: int32(c.AASplits), AaDiffer: int32(c.AADiffer),
+		Sample: sample(c.Sample),
+	}
+	if u := c.Learned; u != nil {
+		out.LearnedEvaluations, out.LearnedUsed, out.LearnedTypical, out.LearnedTolerance = int32(u.Evaluations), u.Used, signals.Finite(u.Typical), u.Tolerance
+		out.NoiseRatio, out.NoiseGrown, out.LearnedChangedVerdict = signals.Finite(u.NoiseRatio), u.NoiseGrown, u.ChangedVerdict
 	}
 	for _, l := range c.History {
 		out.LookHistory = append(out.LookHistory, &lehrpb.CanaryLook{Look: int32(l.Look), AfterIntervals: int32(l.AfterIntervals),

@@ -261,7 +261,7 @@ func TestHostChecks(t *testing.T) {
 // An evaluation with a check written as a query is refused by a control
 // without a metrics source, saying to give it one.
 func TestCreateWithoutSource(t *testing.T) {
-	svc, err := evaluation.New(evaluation.Options{Store: &memStore{evs: map[string]*lehrpb.CanaryEvaluation{}}})
+	svc, err := evaluation.New(evaluation.Options{Store: newFakeStore()})
 	if err != nil {
 		t.Fatal(err)
 	}

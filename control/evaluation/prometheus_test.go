@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/VictoriaMetrics/metrics"
-	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -38,51 +37,6 @@ import (
 // a shared machine without exercising anything more of them; the
 // counters being functions of the time of the scrape also makes the data,
 // and so the verdicts, the same on every run.
-
-// memStore is an evaluation.Store in memory, with the zone status of
-// zones (none if nil).
-type memStore struct {
-	mu    sync.Mutex
-	evs   map[string]*lehrpb.CanaryEvaluation
-	zones map[string][]*lehrpb.DistributorStatus
-}
-
-func (m *memStore) ZoneStatus(_ context.Context, zone string) ([]*lehrpb.DistributorStatus, error) {
-	return m.zones[zone], nil
-}
-
-func (m *memStore) CreateEvaluation(_ context.Context, ev *lehrpb.CanaryEvaluation) (*lehrpb.CanaryEvaluation, bool, error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if old := m.evs[ev.GetId()]; old != nil {
-		return proto.CloneOf(old), false, nil
-	}
-	m.evs[ev.GetId()] = proto.CloneOf(ev)
-	return proto.CloneOf(ev), true, nil
-}
-
-func (m *memStore) PutEvaluation(_ context.Context, _ store.Guard, ev *lehrpb.CanaryEvaluation) error {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.evs[ev.GetId()] = proto.CloneOf(ev)
-	return nil
-}
-
-func (m *memStore) Evaluation(_ context.Context, id string) (*lehrpb.CanaryEvaluation, error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return proto.CloneOf(m.evs[id]), nil
-}
-
-func (m *memStore) Evaluations(context.Context, string) ([]*lehrpb.CanaryEvaluation, error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	var out []*lehrpb.CanaryEvaluation
-	for _, ev := range m.evs {
-		out = append(out, proto.CloneOf(ev))
-	}
-	return out, nil
-}
 
 // host is one host's endpoint: 100 requests a second since start, of
 // which ratio fail — after from change on, when set.
@@ -224,7 +178,7 @@ func TestQueryChecksOnPrometheus(t *testing.T) {
 		return nil
 	})
 
-	st := &memStore{evs: map[string]*lehrpb.CanaryEvaluation{}}
+	st := newFakeStore()
 	svc, err := evaluation.New(evaluation.Options{Store: st, Source: src})
 	if err != nil {
 		t.Fatal(err)

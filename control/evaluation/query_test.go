@@ -97,7 +97,8 @@ func TestQueryChecksBesideAgentSignals(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			src := &fakeSource{step: 5 * time.Second, change: change}
-			st := &memStore{evs: map[string]*lehrpb.CanaryEvaluation{}, zones: map[string][]*lehrpb.DistributorStatus{"zone-a": {{Signals: hs}}}}
+			st := newFakeStore()
+			st.zones["zone-a"] = []*lehrpb.DistributorStatus{{Signals: hs}}
 			svc, err := evaluation.New(evaluation.Options{Store: st, Source: src, Now: func() time.Time { return now }})
 			if err != nil {
 				t.Fatal(err)

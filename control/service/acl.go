@@ -43,6 +43,7 @@ const (
 var aclActions = map[string]aclAction{
 	"CreateNamespace": actPublish, "Publish": actPublish, "Patch": actPublish, "Rollback": actPublish, "DeletePolicy": actPublish,
 	"SetRolloutPolicy": actOperate, "DeleteRolloutPolicy": actOperate, "UpdateRollout": actOperate, "Evaluate": actOperate,
+	"ForgetCanaryHistory":    actOperate,
 	"CreatePolicyExperiment": actOperate, "UpdatePolicyExperiment": actOperate, "DeletePolicyExperiment": actOperate,
 	"StartPreviewPolicyExperiment": actOperate, "StopPreviewPolicyExperiment": actOperate, "CommitPolicyExperiment": actOperate,
 	"UpdateDomain": actAdminister, "CompactNamespace": actAdminister,

@@ -26,7 +26,7 @@ var auditedMethods = map[string]bool{
 	"CreateDomain": true, "UpdateDomain": true, "CreateNamespace": true, "CreateZone": true, "DeleteZone": true,
 	"Publish": true, "Patch": true, "Rollback": true, "CompactNamespace": true,
 	"SetRolloutPolicy": true, "DeleteRolloutPolicy": true, "UpdateRollout": true,
-	"Evaluate":               true,
+	"Evaluate": true, "ForgetCanaryHistory": true,
 	"CreatePolicyExperiment": true, "UpdatePolicyExperiment": true, "DeletePolicyExperiment": true,
 	"StartPreviewPolicyExperiment": true, "StopPreviewPolicyExperiment": true, "CommitPolicyExperiment": true,
 	"DeletePolicy":    true,

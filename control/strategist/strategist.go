@@ -681,6 +681,16 @@ func (s *Strategist) apply(ctx context.Context, rd round, d rollout.Decision, do
 		if err := s.opts.Store.PutRollout(ctx, rd.g, store.RolloutStep{Rollout: r, Goals: d.Goals, HeadRev: rd.headRev, Events: d.Events, Done: done}); err != nil {
 			return err
 		}
+		if r.GetState() == lehrpb.RolloutState_ROLLOUT_STATE_SUCCEEDED {
+			// The version is kept: its evaluations that passed teach the
+			// judge (docs/canary.md, "Learning from history").
+			if _, err := s.opts.Evaluations.LearnVersion(ctx, rd.g, r.GetNamespace(), r.GetVersion()); err != nil {
+				if errors.Is(err, store.ErrNotLeader) {
+					return err
+				}
+				s.log.Warn("canary history: learning from a succeeded rollout failed", "rollout", r.GetId(), "err", err)
+			}
+		}
 		rd.wrote(r)
 		if len(d.Goals) > 0 {
 			s.audit("MoveGoals", r, r.GetVersion(), d.Events, d.Goals)

@@ -1025,9 +1025,31 @@ type CanaryCheckResult struct {
 	CanarySeries  []float64 `protobuf:"fixed64,20,rep,packed,name=canary_series,json=canarySeries,proto3" json:"canary_series,omitempty"`
 	ControlSeries []float64 `protobuf:"fixed64,21,rep,packed,name=control_series,json=controlSeries,proto3" json:"control_series,omitempty"`
 	// The check at every look judged so far: the sequential analysis.
-	LookHistory   []*CanaryLook `protobuf:"bytes,22,rep,name=look_history,json=lookHistory,proto3" json:"look_history,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	LookHistory []*CanaryLook `protobuf:"bytes,22,rep,name=look_history,json=lookHistory,proto3" json:"look_history,omitempty"`
+	// What this check adds to its namespace's learned history if the
+	// change is kept (docs/canary.md, "Learning from history"); absent
+	// without a test.
+	Sample *CanaryCheckSample `protobuf:"bytes,23,opt,name=sample,proto3" json:"sample,omitempty"`
+	// How many kept evaluations the check's learned history held; 0 without
+	// one. learned_used says whether the judge used it (at least 20, at this
+	// look's bake).
+	LearnedEvaluations int32 `protobuf:"varint,24,opt,name=learned_evaluations,json=learnedEvaluations,proto3" json:"learned_evaluations,omitempty"`
+	LearnedUsed        bool  `protobuf:"varint,25,opt,name=learned_used,json=learnedUsed,proto3" json:"learned_used,omitempty"`
+	// The move of the canary hosts against the control hosts that 90 % of
+	// the kept changes stayed within, relative (0.003: ±0.3 %).
+	LearnedTypical float64 `protobuf:"fixed64,26,opt,name=learned_typical,json=learnedTypical,proto3" json:"learned_typical,omitempty"`
+	// The relative tolerance the judge used because history raised it
+	// above the configured one (capped); 0 when it did not.
+	LearnedTolerance float64 `protobuf:"fixed64,27,opt,name=learned_tolerance,json=learnedTolerance,proto3" json:"learned_tolerance,omitempty"`
+	// The control hosts' variance of their changes now over the learned
+	// one; noise_grown when well above it (the judge then did not pool).
+	NoiseRatio float64 `protobuf:"fixed64,28,opt,name=noise_ratio,json=noiseRatio,proto3" json:"noise_ratio,omitempty"`
+	NoiseGrown bool    `protobuf:"varint,29,opt,name=noise_grown,json=noiseGrown,proto3" json:"noise_grown,omitempty"`
+	// Whether the verdict differs from the one without history (the
+	// explanation says how).
+	LearnedChangedVerdict bool `protobuf:"varint,30,opt,name=learned_changed_verdict,json=learnedChangedVerdict,proto3" json:"learned_changed_verdict,omitempty"`
+	unknownFields         protoimpl.UnknownFields
+	sizeCache             protoimpl.SizeCache
 }
 
 func (x *CanaryCheckResult) Reset() {
@@ -1214,6 +1236,448 @@ func (x *CanaryCheckResult) GetLookHistory() []*CanaryLook {
 	return nil
 }
 
+func (x *CanaryCheckResult) GetSample() *CanaryCheckSample {
+	if x != nil {
+		return x.Sample
+	}
+	return nil
+}
+
+func (x *CanaryCheckResult) GetLearnedEvaluations() int32 {
+	if x != nil {
+		return x.LearnedEvaluations
+	}
+	return 0
+}
+
+func (x *CanaryCheckResult) GetLearnedUsed() bool {
+	if x != nil {
+		return x.LearnedUsed
+	}
+	return false
+}
+
+func (x *CanaryCheckResult) GetLearnedTypical() float64 {
+	if x != nil {
+		return x.LearnedTypical
+	}
+	return 0
+}
+
+func (x *CanaryCheckResult) GetLearnedTolerance() float64 {
+	if x != nil {
+		return x.LearnedTolerance
+	}
+	return 0
+}
+
+func (x *CanaryCheckResult) GetNoiseRatio() float64 {
+	if x != nil {
+		return x.NoiseRatio
+	}
+	return 0
+}
+
+func (x *CanaryCheckResult) GetNoiseGrown() bool {
+	if x != nil {
+		return x.NoiseGrown
+	}
+	return false
+}
+
+func (x *CanaryCheckResult) GetLearnedChangedVerdict() bool {
+	if x != nil {
+		return x.LearnedChangedVerdict
+	}
+	return false
+}
+
+// CanaryCheckSample is what one evaluation's check contributes to its
+// namespace's learned history (package canary, Sample), taken at the look
+// that judged after_intervals after the change.
+type CanaryCheckSample struct {
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	AfterIntervals int32                  `protobuf:"varint,1,opt,name=after_intervals,json=afterIntervals,proto3" json:"after_intervals,omitempty"`
+	// The canary hosts' move against the control hosts, relative to the
+	// control hosts' level; NaN when none.
+	Effect float32 `protobuf:"fixed32,2,opt,name=effect,proto3" json:"effect,omitempty"`
+	// The control hosts' sample variance of their level shifts, and of
+	// their log spread ratios (NaN but for values), on the check's scale.
+	LevelVariance  float32 `protobuf:"fixed32,3,opt,name=level_variance,json=levelVariance,proto3" json:"level_variance,omitempty"`
+	SpreadVariance float32 `protobuf:"fixed32,4,opt,name=spread_variance,json=spreadVariance,proto3" json:"spread_variance,omitempty"`
+	// Their degrees of freedom: control hosts − 1.
+	Df            int32 `protobuf:"varint,5,opt,name=df,proto3" json:"df,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CanaryCheckSample) Reset() {
+	*x = CanaryCheckSample{}
+	mi := &file_lehr_v1_canary_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CanaryCheckSample) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CanaryCheckSample) ProtoMessage() {}
+
+func (x *CanaryCheckSample) ProtoReflect() protoreflect.Message {
+	mi := &file_lehr_v1_canary_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CanaryCheckSample.ProtoReflect.Descriptor instead.
+func (*CanaryCheckSample) Descriptor() ([]byte, []int) {
+	return file_lehr_v1_canary_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *CanaryCheckSample) GetAfterIntervals() int32 {
+	if x != nil {
+		return x.AfterIntervals
+	}
+	return 0
+}
+
+func (x *CanaryCheckSample) GetEffect() float32 {
+	if x != nil {
+		return x.Effect
+	}
+	return 0
+}
+
+func (x *CanaryCheckSample) GetLevelVariance() float32 {
+	if x != nil {
+		return x.LevelVariance
+	}
+	return 0
+}
+
+func (x *CanaryCheckSample) GetSpreadVariance() float32 {
+	if x != nil {
+		return x.SpreadVariance
+	}
+	return 0
+}
+
+func (x *CanaryCheckSample) GetDf() int32 {
+	if x != nil {
+		return x.Df
+	}
+	return 0
+}
+
+// CanaryHistory is what control learned of a namespace's checks from its
+// kept evaluations: those of a rollout that succeeded that passed at
+// their last look (docs/canary.md, "Learning from history"). Stored in
+// etcd, charged to the namespace's domain.
+type CanaryHistory struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Namespace string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	// The newest version whose evaluations were learned from: a version is
+	// learned from once.
+	LearnedVersion uint64 `protobuf:"varint,2,opt,name=learned_version,json=learnedVersion,proto3" json:"learned_version,omitempty"`
+	// Per check and bake, the newest samples (at most 64), oldest first.
+	Checks []*CanaryCheckHistory `protobuf:"bytes,3,rep,name=checks,proto3" json:"checks,omitempty"`
+	// What the record takes in the store, key and value.
+	StoredBytes   int64 `protobuf:"varint,4,opt,name=stored_bytes,json=storedBytes,proto3" json:"stored_bytes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CanaryHistory) Reset() {
+	*x = CanaryHistory{}
+	mi := &file_lehr_v1_canary_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CanaryHistory) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CanaryHistory) ProtoMessage() {}
+
+func (x *CanaryHistory) ProtoReflect() protoreflect.Message {
+	mi := &file_lehr_v1_canary_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CanaryHistory.ProtoReflect.Descriptor instead.
+func (*CanaryHistory) Descriptor() ([]byte, []int) {
+	return file_lehr_v1_canary_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *CanaryHistory) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *CanaryHistory) GetLearnedVersion() uint64 {
+	if x != nil {
+		return x.LearnedVersion
+	}
+	return 0
+}
+
+func (x *CanaryHistory) GetChecks() []*CanaryCheckHistory {
+	if x != nil {
+		return x.Checks
+	}
+	return nil
+}
+
+func (x *CanaryHistory) GetStoredBytes() int64 {
+	if x != nil {
+		return x.StoredBytes
+	}
+	return 0
+}
+
+// CanaryCheckHistory is one check's learned history at one bake.
+type CanaryCheckHistory struct {
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	Check          string                 `protobuf:"bytes,1,opt,name=check,proto3" json:"check,omitempty"`
+	AfterIntervals int32                  `protobuf:"varint,2,opt,name=after_intervals,json=afterIntervals,proto3" json:"after_intervals,omitempty"`
+	Samples        []*CanaryCheckSample   `protobuf:"bytes,3,rep,name=samples,proto3" json:"samples,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *CanaryCheckHistory) Reset() {
+	*x = CanaryCheckHistory{}
+	mi := &file_lehr_v1_canary_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CanaryCheckHistory) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CanaryCheckHistory) ProtoMessage() {}
+
+func (x *CanaryCheckHistory) ProtoReflect() protoreflect.Message {
+	mi := &file_lehr_v1_canary_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CanaryCheckHistory.ProtoReflect.Descriptor instead.
+func (*CanaryCheckHistory) Descriptor() ([]byte, []int) {
+	return file_lehr_v1_canary_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *CanaryCheckHistory) GetCheck() string {
+	if x != nil {
+		return x.Check
+	}
+	return ""
+}
+
+func (x *CanaryCheckHistory) GetAfterIntervals() int32 {
+	if x != nil {
+		return x.AfterIntervals
+	}
+	return 0
+}
+
+func (x *CanaryCheckHistory) GetSamples() []*CanaryCheckSample {
+	if x != nil {
+		return x.Samples
+	}
+	return nil
+}
+
+// (-- api-linter: core::0131::request-name-required=disabled
+//
+//	api-linter: core::0131::request-unknown-fields=disabled
+//	api-linter: core::0131::request-required-fields=disabled
+//	aip.dev/not-precedent: a namespace's learned history is named by its
+//	namespace. --)
+type GetCanaryHistoryRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Namespace     string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetCanaryHistoryRequest) Reset() {
+	*x = GetCanaryHistoryRequest{}
+	mi := &file_lehr_v1_canary_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetCanaryHistoryRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetCanaryHistoryRequest) ProtoMessage() {}
+
+func (x *GetCanaryHistoryRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_lehr_v1_canary_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetCanaryHistoryRequest.ProtoReflect.Descriptor instead.
+func (*GetCanaryHistoryRequest) Descriptor() ([]byte, []int) {
+	return file_lehr_v1_canary_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *GetCanaryHistoryRequest) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+type ForgetCanaryHistoryRequest struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Namespace string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	// Forget only this check's history; empty forgets every check's.
+	Check string `protobuf:"bytes,2,opt,name=check,proto3" json:"check,omitempty"`
+	// Why, for the audit log; at most 1 KiB.
+	Message       string `protobuf:"bytes,3,opt,name=message,proto3" json:"message,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ForgetCanaryHistoryRequest) Reset() {
+	*x = ForgetCanaryHistoryRequest{}
+	mi := &file_lehr_v1_canary_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ForgetCanaryHistoryRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ForgetCanaryHistoryRequest) ProtoMessage() {}
+
+func (x *ForgetCanaryHistoryRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_lehr_v1_canary_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ForgetCanaryHistoryRequest.ProtoReflect.Descriptor instead.
+func (*ForgetCanaryHistoryRequest) Descriptor() ([]byte, []int) {
+	return file_lehr_v1_canary_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *ForgetCanaryHistoryRequest) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *ForgetCanaryHistoryRequest) GetCheck() string {
+	if x != nil {
+		return x.Check
+	}
+	return ""
+}
+
+func (x *ForgetCanaryHistoryRequest) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+type ForgetCanaryHistoryResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Samples forgotten, and the bytes freed in the domain's usage.
+	SamplesForgotten int32 `protobuf:"varint,1,opt,name=samples_forgotten,json=samplesForgotten,proto3" json:"samples_forgotten,omitempty"`
+	BytesFreed       int64 `protobuf:"varint,2,opt,name=bytes_freed,json=bytesFreed,proto3" json:"bytes_freed,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *ForgetCanaryHistoryResponse) Reset() {
+	*x = ForgetCanaryHistoryResponse{}
+	mi := &file_lehr_v1_canary_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ForgetCanaryHistoryResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ForgetCanaryHistoryResponse) ProtoMessage() {}
+
+func (x *ForgetCanaryHistoryResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_lehr_v1_canary_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ForgetCanaryHistoryResponse.ProtoReflect.Descriptor instead.
+func (*ForgetCanaryHistoryResponse) Descriptor() ([]byte, []int) {
+	return file_lehr_v1_canary_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *ForgetCanaryHistoryResponse) GetSamplesForgotten() int32 {
+	if x != nil {
+		return x.SamplesForgotten
+	}
+	return 0
+}
+
+func (x *ForgetCanaryHistoryResponse) GetBytesFreed() int64 {
+	if x != nil {
+		return x.BytesFreed
+	}
+	return 0
+}
+
 // CanaryLook is one check at one look of an evaluation's bake.
 type CanaryLook struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1232,7 +1696,7 @@ type CanaryLook struct {
 
 func (x *CanaryLook) Reset() {
 	*x = CanaryLook{}
-	mi := &file_lehr_v1_canary_proto_msgTypes[9]
+	mi := &file_lehr_v1_canary_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1244,7 +1708,7 @@ func (x *CanaryLook) String() string {
 func (*CanaryLook) ProtoMessage() {}
 
 func (x *CanaryLook) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_canary_proto_msgTypes[9]
+	mi := &file_lehr_v1_canary_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1257,7 +1721,7 @@ func (x *CanaryLook) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CanaryLook.ProtoReflect.Descriptor instead.
 func (*CanaryLook) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_canary_proto_rawDescGZIP(), []int{9}
+	return file_lehr_v1_canary_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *CanaryLook) GetLook() int32 {
@@ -1312,7 +1776,7 @@ type EvaluateRequest struct {
 
 func (x *EvaluateRequest) Reset() {
 	*x = EvaluateRequest{}
-	mi := &file_lehr_v1_canary_proto_msgTypes[10]
+	mi := &file_lehr_v1_canary_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1324,7 +1788,7 @@ func (x *EvaluateRequest) String() string {
 func (*EvaluateRequest) ProtoMessage() {}
 
 func (x *EvaluateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_canary_proto_msgTypes[10]
+	mi := &file_lehr_v1_canary_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1337,7 +1801,7 @@ func (x *EvaluateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EvaluateRequest.ProtoReflect.Descriptor instead.
 func (*EvaluateRequest) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_canary_proto_rawDescGZIP(), []int{10}
+	return file_lehr_v1_canary_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *EvaluateRequest) GetName() string {
@@ -1406,7 +1870,7 @@ type GetCanaryEvaluationRequest struct {
 
 func (x *GetCanaryEvaluationRequest) Reset() {
 	*x = GetCanaryEvaluationRequest{}
-	mi := &file_lehr_v1_canary_proto_msgTypes[11]
+	mi := &file_lehr_v1_canary_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1418,7 +1882,7 @@ func (x *GetCanaryEvaluationRequest) String() string {
 func (*GetCanaryEvaluationRequest) ProtoMessage() {}
 
 func (x *GetCanaryEvaluationRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_canary_proto_msgTypes[11]
+	mi := &file_lehr_v1_canary_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1431,7 +1895,7 @@ func (x *GetCanaryEvaluationRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetCanaryEvaluationRequest.ProtoReflect.Descriptor instead.
 func (*GetCanaryEvaluationRequest) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_canary_proto_rawDescGZIP(), []int{11}
+	return file_lehr_v1_canary_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *GetCanaryEvaluationRequest) GetId() string {
@@ -1464,7 +1928,7 @@ type ListCanaryEvaluationsRequest struct {
 
 func (x *ListCanaryEvaluationsRequest) Reset() {
 	*x = ListCanaryEvaluationsRequest{}
-	mi := &file_lehr_v1_canary_proto_msgTypes[12]
+	mi := &file_lehr_v1_canary_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1476,7 +1940,7 @@ func (x *ListCanaryEvaluationsRequest) String() string {
 func (*ListCanaryEvaluationsRequest) ProtoMessage() {}
 
 func (x *ListCanaryEvaluationsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_canary_proto_msgTypes[12]
+	mi := &file_lehr_v1_canary_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1489,7 +1953,7 @@ func (x *ListCanaryEvaluationsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCanaryEvaluationsRequest.ProtoReflect.Descriptor instead.
 func (*ListCanaryEvaluationsRequest) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_canary_proto_rawDescGZIP(), []int{12}
+	return file_lehr_v1_canary_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ListCanaryEvaluationsRequest) GetNamespace() string {
@@ -1512,7 +1976,7 @@ type ListCanaryEvaluationsResponse struct {
 
 func (x *ListCanaryEvaluationsResponse) Reset() {
 	*x = ListCanaryEvaluationsResponse{}
-	mi := &file_lehr_v1_canary_proto_msgTypes[13]
+	mi := &file_lehr_v1_canary_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1524,7 +1988,7 @@ func (x *ListCanaryEvaluationsResponse) String() string {
 func (*ListCanaryEvaluationsResponse) ProtoMessage() {}
 
 func (x *ListCanaryEvaluationsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lehr_v1_canary_proto_msgTypes[13]
+	mi := &file_lehr_v1_canary_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1537,7 +2001,7 @@ func (x *ListCanaryEvaluationsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCanaryEvaluationsResponse.ProtoReflect.Descriptor instead.
 func (*ListCanaryEvaluationsResponse) Descriptor() ([]byte, []int) {
-	return file_lehr_v1_canary_proto_rawDescGZIP(), []int{13}
+	return file_lehr_v1_canary_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ListCanaryEvaluationsResponse) GetEvaluations() []*CanaryEvaluation {
@@ -1629,7 +2093,7 @@ const file_lehr_v1_canary_proto_rawDesc = "" +
 	"\x05hosts\x18\x02 \x01(\x05R\x05hosts\x12\x16\n" +
 	"\x06failed\x18\x03 \x01(\x05R\x06failed\x12!\n" +
 	"\ffailed_hosts\x18\x04 \x03(\tR\vfailedHosts\x12 \n" +
-	"\vexplanation\x18\x05 \x01(\tR\vexplanation\"\xea\x05\n" +
+	"\vexplanation\x18\x05 \x01(\tR\vexplanation\"\xc2\b\n" +
 	"\x11CanaryCheckResult\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x120\n" +
 	"\averdict\x18\x02 \x01(\x0e2\x16.lehr.v1.CanaryVerdictR\averdict\x12 \n" +
@@ -1653,7 +2117,44 @@ const file_lehr_v1_canary_proto_rawDesc = "" +
 	"\taa_differ\x18\x13 \x01(\x05R\baaDiffer\x12#\n" +
 	"\rcanary_series\x18\x14 \x03(\x01R\fcanarySeries\x12%\n" +
 	"\x0econtrol_series\x18\x15 \x03(\x01R\rcontrolSeries\x126\n" +
-	"\flook_history\x18\x16 \x03(\v2\x13.lehr.v1.CanaryLookR\vlookHistory\"\xa7\x01\n" +
+	"\flook_history\x18\x16 \x03(\v2\x13.lehr.v1.CanaryLookR\vlookHistory\x122\n" +
+	"\x06sample\x18\x17 \x01(\v2\x1a.lehr.v1.CanaryCheckSampleR\x06sample\x12/\n" +
+	"\x13learned_evaluations\x18\x18 \x01(\x05R\x12learnedEvaluations\x12!\n" +
+	"\flearned_used\x18\x19 \x01(\bR\vlearnedUsed\x12'\n" +
+	"\x0flearned_typical\x18\x1a \x01(\x01R\x0elearnedTypical\x12+\n" +
+	"\x11learned_tolerance\x18\x1b \x01(\x01R\x10learnedTolerance\x12\x1f\n" +
+	"\vnoise_ratio\x18\x1c \x01(\x01R\n" +
+	"noiseRatio\x12\x1f\n" +
+	"\vnoise_grown\x18\x1d \x01(\bR\n" +
+	"noiseGrown\x126\n" +
+	"\x17learned_changed_verdict\x18\x1e \x01(\bR\x15learnedChangedVerdict\"\xb4\x01\n" +
+	"\x11CanaryCheckSample\x12'\n" +
+	"\x0fafter_intervals\x18\x01 \x01(\x05R\x0eafterIntervals\x12\x16\n" +
+	"\x06effect\x18\x02 \x01(\x02R\x06effect\x12%\n" +
+	"\x0elevel_variance\x18\x03 \x01(\x02R\rlevelVariance\x12'\n" +
+	"\x0fspread_variance\x18\x04 \x01(\x02R\x0espreadVariance\x12\x0e\n" +
+	"\x02df\x18\x05 \x01(\x05R\x02df\"\xae\x01\n" +
+	"\rCanaryHistory\x12\x1c\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12'\n" +
+	"\x0flearned_version\x18\x02 \x01(\x04R\x0elearnedVersion\x123\n" +
+	"\x06checks\x18\x03 \x03(\v2\x1b.lehr.v1.CanaryCheckHistoryR\x06checks\x12!\n" +
+	"\fstored_bytes\x18\x04 \x01(\x03R\vstoredBytes\"\x89\x01\n" +
+	"\x12CanaryCheckHistory\x12\x14\n" +
+	"\x05check\x18\x01 \x01(\tR\x05check\x12'\n" +
+	"\x0fafter_intervals\x18\x02 \x01(\x05R\x0eafterIntervals\x124\n" +
+	"\asamples\x18\x03 \x03(\v2\x1a.lehr.v1.CanaryCheckSampleR\asamples\"S\n" +
+	"\x17GetCanaryHistoryRequest\x128\n" +
+	"\tnamespace\x18\x01 \x01(\tB\x1a\xe0A\x02\xfaA\x14\n" +
+	"\x12lehr.dev/NamespaceR\tnamespace\"\x90\x01\n" +
+	"\x1aForgetCanaryHistoryRequest\x128\n" +
+	"\tnamespace\x18\x01 \x01(\tB\x1a\xe0A\x02\xfaA\x14\n" +
+	"\x12lehr.dev/NamespaceR\tnamespace\x12\x19\n" +
+	"\x05check\x18\x02 \x01(\tB\x03\xe0A\x01R\x05check\x12\x1d\n" +
+	"\amessage\x18\x03 \x01(\tB\x03\xe0A\x01R\amessage\"k\n" +
+	"\x1bForgetCanaryHistoryResponse\x12+\n" +
+	"\x11samples_forgotten\x18\x01 \x01(\x05R\x10samplesForgotten\x12\x1f\n" +
+	"\vbytes_freed\x18\x02 \x01(\x03R\n" +
+	"bytesFreed\"\xa7\x01\n" +
 	"\n" +
 	"CanaryLook\x12\x12\n" +
 	"\x04look\x18\x01 \x01(\x05R\x04look\x12'\n" +
@@ -1703,7 +2204,7 @@ func file_lehr_v1_canary_proto_rawDescGZIP() []byte {
 }
 
 var file_lehr_v1_canary_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_lehr_v1_canary_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
+var file_lehr_v1_canary_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
 var file_lehr_v1_canary_proto_goTypes = []any{
 	(CanaryVerdict)(0),                    // 0: lehr.v1.CanaryVerdict
 	(CanaryEvaluationState)(0),            // 1: lehr.v1.CanaryEvaluationState
@@ -1716,13 +2217,19 @@ var file_lehr_v1_canary_proto_goTypes = []any{
 	(*CanaryResult)(nil),                  // 8: lehr.v1.CanaryResult
 	(*CanaryHostCheck)(nil),               // 9: lehr.v1.CanaryHostCheck
 	(*CanaryCheckResult)(nil),             // 10: lehr.v1.CanaryCheckResult
-	(*CanaryLook)(nil),                    // 11: lehr.v1.CanaryLook
-	(*EvaluateRequest)(nil),               // 12: lehr.v1.EvaluateRequest
-	(*GetCanaryEvaluationRequest)(nil),    // 13: lehr.v1.GetCanaryEvaluationRequest
-	(*ListCanaryEvaluationsRequest)(nil),  // 14: lehr.v1.ListCanaryEvaluationsRequest
-	(*ListCanaryEvaluationsResponse)(nil), // 15: lehr.v1.ListCanaryEvaluationsResponse
-	(*timestamppb.Timestamp)(nil),         // 16: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),           // 17: google.protobuf.Duration
+	(*CanaryCheckSample)(nil),             // 11: lehr.v1.CanaryCheckSample
+	(*CanaryHistory)(nil),                 // 12: lehr.v1.CanaryHistory
+	(*CanaryCheckHistory)(nil),            // 13: lehr.v1.CanaryCheckHistory
+	(*GetCanaryHistoryRequest)(nil),       // 14: lehr.v1.GetCanaryHistoryRequest
+	(*ForgetCanaryHistoryRequest)(nil),    // 15: lehr.v1.ForgetCanaryHistoryRequest
+	(*ForgetCanaryHistoryResponse)(nil),   // 16: lehr.v1.ForgetCanaryHistoryResponse
+	(*CanaryLook)(nil),                    // 17: lehr.v1.CanaryLook
+	(*EvaluateRequest)(nil),               // 18: lehr.v1.EvaluateRequest
+	(*GetCanaryEvaluationRequest)(nil),    // 19: lehr.v1.GetCanaryEvaluationRequest
+	(*ListCanaryEvaluationsRequest)(nil),  // 20: lehr.v1.ListCanaryEvaluationsRequest
+	(*ListCanaryEvaluationsResponse)(nil), // 21: lehr.v1.ListCanaryEvaluationsResponse
+	(*timestamppb.Timestamp)(nil),         // 22: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),           // 23: google.protobuf.Duration
 }
 var file_lehr_v1_canary_proto_depIdxs = []int32{
 	3,  // 0: lehr.v1.CanaryAnalysis.checks:type_name -> lehr.v1.CanaryCheck
@@ -1730,32 +2237,35 @@ var file_lehr_v1_canary_proto_depIdxs = []int32{
 	4,  // 2: lehr.v1.CanaryCheck.query:type_name -> lehr.v1.CanaryQuery
 	6,  // 3: lehr.v1.CanaryEvaluation.trials:type_name -> lehr.v1.CanaryTrial
 	2,  // 4: lehr.v1.CanaryEvaluation.config:type_name -> lehr.v1.CanaryAnalysis
-	16, // 5: lehr.v1.CanaryEvaluation.change_time:type_name -> google.protobuf.Timestamp
-	17, // 6: lehr.v1.CanaryEvaluation.bake:type_name -> google.protobuf.Duration
+	22, // 5: lehr.v1.CanaryEvaluation.change_time:type_name -> google.protobuf.Timestamp
+	23, // 6: lehr.v1.CanaryEvaluation.bake:type_name -> google.protobuf.Duration
 	1,  // 7: lehr.v1.CanaryEvaluation.state:type_name -> lehr.v1.CanaryEvaluationState
 	8,  // 8: lehr.v1.CanaryEvaluation.result:type_name -> lehr.v1.CanaryResult
-	16, // 9: lehr.v1.CanaryEvaluation.create_time:type_name -> google.protobuf.Timestamp
-	16, // 10: lehr.v1.CanaryEvaluation.update_time:type_name -> google.protobuf.Timestamp
+	22, // 9: lehr.v1.CanaryEvaluation.create_time:type_name -> google.protobuf.Timestamp
+	22, // 10: lehr.v1.CanaryEvaluation.update_time:type_name -> google.protobuf.Timestamp
 	3,  // 11: lehr.v1.CanaryEvaluation.expected_checks:type_name -> lehr.v1.CanaryCheck
 	0,  // 12: lehr.v1.CanaryResult.verdict:type_name -> lehr.v1.CanaryVerdict
 	10, // 13: lehr.v1.CanaryResult.checks:type_name -> lehr.v1.CanaryCheckResult
-	16, // 14: lehr.v1.CanaryResult.time:type_name -> google.protobuf.Timestamp
+	22, // 14: lehr.v1.CanaryResult.time:type_name -> google.protobuf.Timestamp
 	9,  // 15: lehr.v1.CanaryResult.host_checks:type_name -> lehr.v1.CanaryHostCheck
-	16, // 16: lehr.v1.CanaryResult.series_start_time:type_name -> google.protobuf.Timestamp
+	22, // 16: lehr.v1.CanaryResult.series_start_time:type_name -> google.protobuf.Timestamp
 	0,  // 17: lehr.v1.CanaryCheckResult.verdict:type_name -> lehr.v1.CanaryVerdict
 	10, // 18: lehr.v1.CanaryCheckResult.aa:type_name -> lehr.v1.CanaryCheckResult
-	11, // 19: lehr.v1.CanaryCheckResult.look_history:type_name -> lehr.v1.CanaryLook
-	0,  // 20: lehr.v1.CanaryLook.verdict:type_name -> lehr.v1.CanaryVerdict
-	6,  // 21: lehr.v1.EvaluateRequest.trials:type_name -> lehr.v1.CanaryTrial
-	2,  // 22: lehr.v1.EvaluateRequest.config:type_name -> lehr.v1.CanaryAnalysis
-	16, // 23: lehr.v1.EvaluateRequest.change_time:type_name -> google.protobuf.Timestamp
-	17, // 24: lehr.v1.EvaluateRequest.bake:type_name -> google.protobuf.Duration
-	7,  // 25: lehr.v1.ListCanaryEvaluationsResponse.evaluations:type_name -> lehr.v1.CanaryEvaluation
-	26, // [26:26] is the sub-list for method output_type
-	26, // [26:26] is the sub-list for method input_type
-	26, // [26:26] is the sub-list for extension type_name
-	26, // [26:26] is the sub-list for extension extendee
-	0,  // [0:26] is the sub-list for field type_name
+	17, // 19: lehr.v1.CanaryCheckResult.look_history:type_name -> lehr.v1.CanaryLook
+	11, // 20: lehr.v1.CanaryCheckResult.sample:type_name -> lehr.v1.CanaryCheckSample
+	13, // 21: lehr.v1.CanaryHistory.checks:type_name -> lehr.v1.CanaryCheckHistory
+	11, // 22: lehr.v1.CanaryCheckHistory.samples:type_name -> lehr.v1.CanaryCheckSample
+	0,  // 23: lehr.v1.CanaryLook.verdict:type_name -> lehr.v1.CanaryVerdict
+	6,  // 24: lehr.v1.EvaluateRequest.trials:type_name -> lehr.v1.CanaryTrial
+	2,  // 25: lehr.v1.EvaluateRequest.config:type_name -> lehr.v1.CanaryAnalysis
+	22, // 26: lehr.v1.EvaluateRequest.change_time:type_name -> google.protobuf.Timestamp
+	23, // 27: lehr.v1.EvaluateRequest.bake:type_name -> google.protobuf.Duration
+	7,  // 28: lehr.v1.ListCanaryEvaluationsResponse.evaluations:type_name -> lehr.v1.CanaryEvaluation
+	29, // [29:29] is the sub-list for method output_type
+	29, // [29:29] is the sub-list for method input_type
+	29, // [29:29] is the sub-list for extension type_name
+	29, // [29:29] is the sub-list for extension extendee
+	0,  // [0:29] is the sub-list for field type_name
 }
 
 func init() { file_lehr_v1_canary_proto_init() }
@@ -1770,7 +2280,7 @@ func file_lehr_v1_canary_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lehr_v1_canary_proto_rawDesc), len(file_lehr_v1_canary_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   14,
+			NumMessages:   20,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -6293,7 +6293,7 @@ const file_lehr_v1_control_proto_rawDesc = "" +
 	"\x0eZoneStatusView\x12 \n" +
 	"\x1cZONE_STATUS_VIEW_UNSPECIFIED\x10\x00\x12\x1a\n" +
 	"\x16ZONE_STATUS_VIEW_BASIC\x10\x01\x12\x19\n" +
-	"\x15ZONE_STATUS_VIEW_FULL\x10\x022\xec6\n" +
+	"\x15ZONE_STATUS_VIEW_FULL\x10\x022\x949\n" +
 	"\aControl\x12c\n" +
 	"\fCreateDomain\x12\x1c.lehr.v1.CreateDomainRequest\x1a\x0f.lehr.v1.Domain\"$\xdaA\x06domain\x82\xd3\xe4\x93\x02\x15:\x06domain\"\v/v1/domains\x12Z\n" +
 	"\tGetDomain\x12\x19.lehr.v1.GetDomainRequest\x1a\x0f.lehr.v1.Domain\"!\xdaA\x04name\x82\xd3\xe4\x93\x02\x14\x12\x12/v1/domains/{name}\x12]\n" +
@@ -6340,7 +6340,9 @@ const file_lehr_v1_control_proto_rawDesc = "" +
 	"\rUpdateRollout\x12\x1d.lehr.v1.UpdateRolloutRequest\x1a\x10.lehr.v1.Rollout\"C\x82\xd3\xe4\x93\x02=:\x01*\"8/v1/namespaces/{namespace=*/*}/rollouts/{version}:update\x12a\n" +
 	"\bEvaluate\x12\x18.lehr.v1.EvaluateRequest\x1a\x19.lehr.v1.CanaryEvaluation\" \x82\xd3\xe4\x93\x02\x1a:\x01*\"\x15/v1/canaryEvaluations\x12\x7f\n" +
 	"\x13GetCanaryEvaluation\x12#.lehr.v1.GetCanaryEvaluationRequest\x1a\x19.lehr.v1.CanaryEvaluation\"(\x82\xd3\xe4\x93\x02\"\x12 /v1/canaryEvaluations/{id=*/*/*}\x12\x85\x01\n" +
-	"\x15ListCanaryEvaluations\x12%.lehr.v1.ListCanaryEvaluationsRequest\x1a&.lehr.v1.ListCanaryEvaluationsResponse\"\x1d\x82\xd3\xe4\x93\x02\x17\x12\x15/v1/canaryEvaluations\x12g\n" +
+	"\x15ListCanaryEvaluations\x12%.lehr.v1.ListCanaryEvaluationsRequest\x1a&.lehr.v1.ListCanaryEvaluationsResponse\"\x1d\x82\xd3\xe4\x93\x02\x17\x12\x15/v1/canaryEvaluations\x12\x82\x01\n" +
+	"\x10GetCanaryHistory\x12 .lehr.v1.GetCanaryHistoryRequest\x1a\x16.lehr.v1.CanaryHistory\"4\x82\xd3\xe4\x93\x02.\x12,/v1/namespaces/{namespace=*/*}/canaryHistory\x12\xa0\x01\n" +
+	"\x13ForgetCanaryHistory\x12#.lehr.v1.ForgetCanaryHistoryRequest\x1a$.lehr.v1.ForgetCanaryHistoryResponse\">\x82\xd3\xe4\x93\x028:\x01*\"3/v1/namespaces/{namespace=*/*}/canaryHistory:forget\x12g\n" +
 	"\tGetPolicy\x12\x19.lehr.v1.GetPolicyRequest\x1a\x0f.lehr.v1.Policy\".\xdaA\x04name\x82\xd3\xe4\x93\x02!\x12\x1f/v1/{name=domains/*/policies/*}\x12\x8f\x02\n" +
 	"\x16CreatePolicyExperiment\x12&.lehr.v1.CreatePolicyExperimentRequest\x1a\x1d.google.longrunning.Operation\"\xad\x01\xcaA2\n" +
 	"\x10PolicyExperiment\x12\x1eCreatePolicyExperimentMetadata\xdaA-parent,policy_experiment,policy_experiment_id\x82\xd3\xe4\x93\x02B:\x11policy_experiment\"-/v1/{parent=domains/*/policies/*}/experiments\x12\x91\x02\n" +
@@ -6486,25 +6488,29 @@ var file_lehr_v1_control_proto_goTypes = []any{
 	(*EvaluateRequest)(nil),                     // 106: lehr.v1.EvaluateRequest
 	(*GetCanaryEvaluationRequest)(nil),          // 107: lehr.v1.GetCanaryEvaluationRequest
 	(*ListCanaryEvaluationsRequest)(nil),        // 108: lehr.v1.ListCanaryEvaluationsRequest
-	(*GetPolicyRequest)(nil),                    // 109: lehr.v1.GetPolicyRequest
-	(*CreatePolicyExperimentRequest)(nil),       // 110: lehr.v1.CreatePolicyExperimentRequest
-	(*UpdatePolicyExperimentRequest)(nil),       // 111: lehr.v1.UpdatePolicyExperimentRequest
-	(*GetPolicyExperimentRequest)(nil),          // 112: lehr.v1.GetPolicyExperimentRequest
-	(*ListPolicyExperimentsRequest)(nil),        // 113: lehr.v1.ListPolicyExperimentsRequest
-	(*DeletePolicyExperimentRequest)(nil),       // 114: lehr.v1.DeletePolicyExperimentRequest
-	(*StartPreviewPolicyExperimentRequest)(nil), // 115: lehr.v1.StartPreviewPolicyExperimentRequest
-	(*StopPreviewPolicyExperimentRequest)(nil),  // 116: lehr.v1.StopPreviewPolicyExperimentRequest
-	(*CommitPolicyExperimentRequest)(nil),       // 117: lehr.v1.CommitPolicyExperimentRequest
-	(*DeletePolicyRequest)(nil),                 // 118: lehr.v1.DeletePolicyRequest
-	(*GetPolicyExperimentCountsRequest)(nil),    // 119: lehr.v1.GetPolicyExperimentCountsRequest
-	(*emptypb.Empty)(nil),                       // 120: google.protobuf.Empty
-	(*CanaryEvaluation)(nil),                    // 121: lehr.v1.CanaryEvaluation
-	(*ListCanaryEvaluationsResponse)(nil),       // 122: lehr.v1.ListCanaryEvaluationsResponse
-	(*Policy)(nil),                              // 123: lehr.v1.Policy
-	(*longrunningpb.Operation)(nil),             // 124: google.longrunning.Operation
-	(*PolicyExperiment)(nil),                    // 125: lehr.v1.PolicyExperiment
-	(*ListPolicyExperimentsResponse)(nil),       // 126: lehr.v1.ListPolicyExperimentsResponse
-	(*PolicyExperimentCounts)(nil),              // 127: lehr.v1.PolicyExperimentCounts
+	(*GetCanaryHistoryRequest)(nil),             // 109: lehr.v1.GetCanaryHistoryRequest
+	(*ForgetCanaryHistoryRequest)(nil),          // 110: lehr.v1.ForgetCanaryHistoryRequest
+	(*GetPolicyRequest)(nil),                    // 111: lehr.v1.GetPolicyRequest
+	(*CreatePolicyExperimentRequest)(nil),       // 112: lehr.v1.CreatePolicyExperimentRequest
+	(*UpdatePolicyExperimentRequest)(nil),       // 113: lehr.v1.UpdatePolicyExperimentRequest
+	(*GetPolicyExperimentRequest)(nil),          // 114: lehr.v1.GetPolicyExperimentRequest
+	(*ListPolicyExperimentsRequest)(nil),        // 115: lehr.v1.ListPolicyExperimentsRequest
+	(*DeletePolicyExperimentRequest)(nil),       // 116: lehr.v1.DeletePolicyExperimentRequest
+	(*StartPreviewPolicyExperimentRequest)(nil), // 117: lehr.v1.StartPreviewPolicyExperimentRequest
+	(*StopPreviewPolicyExperimentRequest)(nil),  // 118: lehr.v1.StopPreviewPolicyExperimentRequest
+	(*CommitPolicyExperimentRequest)(nil),       // 119: lehr.v1.CommitPolicyExperimentRequest
+	(*DeletePolicyRequest)(nil),                 // 120: lehr.v1.DeletePolicyRequest
+	(*GetPolicyExperimentCountsRequest)(nil),    // 121: lehr.v1.GetPolicyExperimentCountsRequest
+	(*emptypb.Empty)(nil),                       // 122: google.protobuf.Empty
+	(*CanaryEvaluation)(nil),                    // 123: lehr.v1.CanaryEvaluation
+	(*ListCanaryEvaluationsResponse)(nil),       // 124: lehr.v1.ListCanaryEvaluationsResponse
+	(*CanaryHistory)(nil),                       // 125: lehr.v1.CanaryHistory
+	(*ForgetCanaryHistoryResponse)(nil),         // 126: lehr.v1.ForgetCanaryHistoryResponse
+	(*Policy)(nil),                              // 127: lehr.v1.Policy
+	(*longrunningpb.Operation)(nil),             // 128: google.longrunning.Operation
+	(*PolicyExperiment)(nil),                    // 129: lehr.v1.PolicyExperiment
+	(*ListPolicyExperimentsResponse)(nil),       // 130: lehr.v1.ListPolicyExperimentsResponse
+	(*PolicyExperimentCounts)(nil),              // 131: lehr.v1.PolicyExperimentCounts
 }
 var file_lehr_v1_control_proto_depIdxs = []int32{
 	85,  // 0: lehr.v1.AuditRecord.time:type_name -> google.protobuf.Timestamp
@@ -6645,72 +6651,76 @@ var file_lehr_v1_control_proto_depIdxs = []int32{
 	106, // 135: lehr.v1.Control.Evaluate:input_type -> lehr.v1.EvaluateRequest
 	107, // 136: lehr.v1.Control.GetCanaryEvaluation:input_type -> lehr.v1.GetCanaryEvaluationRequest
 	108, // 137: lehr.v1.Control.ListCanaryEvaluations:input_type -> lehr.v1.ListCanaryEvaluationsRequest
-	109, // 138: lehr.v1.Control.GetPolicy:input_type -> lehr.v1.GetPolicyRequest
-	110, // 139: lehr.v1.Control.CreatePolicyExperiment:input_type -> lehr.v1.CreatePolicyExperimentRequest
-	111, // 140: lehr.v1.Control.UpdatePolicyExperiment:input_type -> lehr.v1.UpdatePolicyExperimentRequest
-	112, // 141: lehr.v1.Control.GetPolicyExperiment:input_type -> lehr.v1.GetPolicyExperimentRequest
-	113, // 142: lehr.v1.Control.ListPolicyExperiments:input_type -> lehr.v1.ListPolicyExperimentsRequest
-	114, // 143: lehr.v1.Control.DeletePolicyExperiment:input_type -> lehr.v1.DeletePolicyExperimentRequest
-	115, // 144: lehr.v1.Control.StartPreviewPolicyExperiment:input_type -> lehr.v1.StartPreviewPolicyExperimentRequest
-	116, // 145: lehr.v1.Control.StopPreviewPolicyExperiment:input_type -> lehr.v1.StopPreviewPolicyExperimentRequest
-	117, // 146: lehr.v1.Control.CommitPolicyExperiment:input_type -> lehr.v1.CommitPolicyExperimentRequest
-	118, // 147: lehr.v1.Control.DeletePolicy:input_type -> lehr.v1.DeletePolicyRequest
-	119, // 148: lehr.v1.Control.GetPolicyExperimentCounts:input_type -> lehr.v1.GetPolicyExperimentCountsRequest
-	4,   // 149: lehr.v1.Control.ListAuditRecords:input_type -> lehr.v1.ListAuditRecordsRequest
-	92,  // 150: lehr.v1.Control.CreateDomain:output_type -> lehr.v1.Domain
-	92,  // 151: lehr.v1.Control.GetDomain:output_type -> lehr.v1.Domain
-	22,  // 152: lehr.v1.Control.ListDomains:output_type -> lehr.v1.ListDomainsResponse
-	92,  // 153: lehr.v1.Control.UpdateDomain:output_type -> lehr.v1.Domain
-	94,  // 154: lehr.v1.Control.CreateNamespace:output_type -> lehr.v1.Namespace
-	94,  // 155: lehr.v1.Control.GetNamespace:output_type -> lehr.v1.Namespace
-	26,  // 156: lehr.v1.Control.ListNamespaces:output_type -> lehr.v1.ListNamespacesResponse
-	28,  // 157: lehr.v1.Control.Publish:output_type -> lehr.v1.PublishResponse
-	30,  // 158: lehr.v1.Control.Patch:output_type -> lehr.v1.PatchResponse
-	32,  // 159: lehr.v1.Control.Get:output_type -> lehr.v1.GetResponse
-	34,  // 160: lehr.v1.Control.History:output_type -> lehr.v1.HistoryResponse
-	37,  // 161: lehr.v1.Control.Diff:output_type -> lehr.v1.DiffResponse
-	39,  // 162: lehr.v1.Control.Rollback:output_type -> lehr.v1.RollbackResponse
-	41,  // 163: lehr.v1.Control.CompactNamespace:output_type -> lehr.v1.CompactNamespaceResponse
-	120, // 164: lehr.v1.Control.DeleteNamespace:output_type -> google.protobuf.Empty
-	120, // 165: lehr.v1.Control.DeleteDomain:output_type -> google.protobuf.Empty
-	98,  // 166: lehr.v1.Control.CreateZone:output_type -> lehr.v1.Zone
-	120, // 167: lehr.v1.Control.DeleteZone:output_type -> google.protobuf.Empty
-	47,  // 168: lehr.v1.Control.ListZones:output_type -> lehr.v1.ListZonesResponse
-	49,  // 169: lehr.v1.Control.GetGoals:output_type -> lehr.v1.GetGoalsResponse
-	52,  // 170: lehr.v1.Control.WatchGoals:output_type -> lehr.v1.WatchGoalsResponse
-	54,  // 171: lehr.v1.Control.FetchVersion:output_type -> lehr.v1.FetchVersionResponse
-	56,  // 172: lehr.v1.Control.FetchDelta:output_type -> lehr.v1.FetchDeltaResponse
-	66,  // 173: lehr.v1.Control.ReportZoneStatus:output_type -> lehr.v1.ReportZoneStatusResponse
-	84,  // 174: lehr.v1.Control.GetZoneStatus:output_type -> lehr.v1.GetZoneStatusResponse
-	69,  // 175: lehr.v1.Control.GetStoreStatus:output_type -> lehr.v1.StoreStatus
-	79,  // 176: lehr.v1.Control.GetControlStatus:output_type -> lehr.v1.ControlStatus
-	72,  // 177: lehr.v1.Control.GetPropagationStatus:output_type -> lehr.v1.PropagationStatus
-	77,  // 178: lehr.v1.Control.BackupStore:output_type -> lehr.v1.BackupStoreResponse
-	90,  // 179: lehr.v1.Control.SetRolloutPolicy:output_type -> lehr.v1.RolloutPolicyRecord
-	90,  // 180: lehr.v1.Control.DeleteRolloutPolicy:output_type -> lehr.v1.RolloutPolicyRecord
-	15,  // 181: lehr.v1.Control.GetRolloutPolicy:output_type -> lehr.v1.GetRolloutPolicyResponse
-	17,  // 182: lehr.v1.Control.RolloutPolicyHistory:output_type -> lehr.v1.RolloutPolicyHistoryResponse
-	87,  // 183: lehr.v1.Control.GetRollout:output_type -> lehr.v1.Rollout
-	9,   // 184: lehr.v1.Control.ListRollouts:output_type -> lehr.v1.ListRolloutsResponse
-	11,  // 185: lehr.v1.Control.ListRolloutEvents:output_type -> lehr.v1.ListRolloutEventsResponse
-	87,  // 186: lehr.v1.Control.UpdateRollout:output_type -> lehr.v1.Rollout
-	121, // 187: lehr.v1.Control.Evaluate:output_type -> lehr.v1.CanaryEvaluation
-	121, // 188: lehr.v1.Control.GetCanaryEvaluation:output_type -> lehr.v1.CanaryEvaluation
-	122, // 189: lehr.v1.Control.ListCanaryEvaluations:output_type -> lehr.v1.ListCanaryEvaluationsResponse
-	123, // 190: lehr.v1.Control.GetPolicy:output_type -> lehr.v1.Policy
-	124, // 191: lehr.v1.Control.CreatePolicyExperiment:output_type -> google.longrunning.Operation
-	124, // 192: lehr.v1.Control.UpdatePolicyExperiment:output_type -> google.longrunning.Operation
-	125, // 193: lehr.v1.Control.GetPolicyExperiment:output_type -> lehr.v1.PolicyExperiment
-	126, // 194: lehr.v1.Control.ListPolicyExperiments:output_type -> lehr.v1.ListPolicyExperimentsResponse
-	124, // 195: lehr.v1.Control.DeletePolicyExperiment:output_type -> google.longrunning.Operation
-	124, // 196: lehr.v1.Control.StartPreviewPolicyExperiment:output_type -> google.longrunning.Operation
-	124, // 197: lehr.v1.Control.StopPreviewPolicyExperiment:output_type -> google.longrunning.Operation
-	124, // 198: lehr.v1.Control.CommitPolicyExperiment:output_type -> google.longrunning.Operation
-	124, // 199: lehr.v1.Control.DeletePolicy:output_type -> google.longrunning.Operation
-	127, // 200: lehr.v1.Control.GetPolicyExperimentCounts:output_type -> lehr.v1.PolicyExperimentCounts
-	5,   // 201: lehr.v1.Control.ListAuditRecords:output_type -> lehr.v1.ListAuditRecordsResponse
-	150, // [150:202] is the sub-list for method output_type
-	98,  // [98:150] is the sub-list for method input_type
+	109, // 138: lehr.v1.Control.GetCanaryHistory:input_type -> lehr.v1.GetCanaryHistoryRequest
+	110, // 139: lehr.v1.Control.ForgetCanaryHistory:input_type -> lehr.v1.ForgetCanaryHistoryRequest
+	111, // 140: lehr.v1.Control.GetPolicy:input_type -> lehr.v1.GetPolicyRequest
+	112, // 141: lehr.v1.Control.CreatePolicyExperiment:input_type -> lehr.v1.CreatePolicyExperimentRequest
+	113, // 142: lehr.v1.Control.UpdatePolicyExperiment:input_type -> lehr.v1.UpdatePolicyExperimentRequest
+	114, // 143: lehr.v1.Control.GetPolicyExperiment:input_type -> lehr.v1.GetPolicyExperimentRequest
+	115, // 144: lehr.v1.Control.ListPolicyExperiments:input_type -> lehr.v1.ListPolicyExperimentsRequest
+	116, // 145: lehr.v1.Control.DeletePolicyExperiment:input_type -> lehr.v1.DeletePolicyExperimentRequest
+	117, // 146: lehr.v1.Control.StartPreviewPolicyExperiment:input_type -> lehr.v1.StartPreviewPolicyExperimentRequest
+	118, // 147: lehr.v1.Control.StopPreviewPolicyExperiment:input_type -> lehr.v1.StopPreviewPolicyExperimentRequest
+	119, // 148: lehr.v1.Control.CommitPolicyExperiment:input_type -> lehr.v1.CommitPolicyExperimentRequest
+	120, // 149: lehr.v1.Control.DeletePolicy:input_type -> lehr.v1.DeletePolicyRequest
+	121, // 150: lehr.v1.Control.GetPolicyExperimentCounts:input_type -> lehr.v1.GetPolicyExperimentCountsRequest
+	4,   // 151: lehr.v1.Control.ListAuditRecords:input_type -> lehr.v1.ListAuditRecordsRequest
+	92,  // 152: lehr.v1.Control.CreateDomain:output_type -> lehr.v1.Domain
+	92,  // 153: lehr.v1.Control.GetDomain:output_type -> lehr.v1.Domain
+	22,  // 154: lehr.v1.Control.ListDomains:output_type -> lehr.v1.ListDomainsResponse
+	92,  // 155: lehr.v1.Control.UpdateDomain:output_type -> lehr.v1.Domain
+	94,  // 156: lehr.v1.Control.CreateNamespace:output_type -> lehr.v1.Namespace
+	94,  // 157: lehr.v1.Control.GetNamespace:output_type -> lehr.v1.Namespace
+	26,  // 158: lehr.v1.Control.ListNamespaces:output_type -> lehr.v1.ListNamespacesResponse
+	28,  // 159: lehr.v1.Control.Publish:output_type -> lehr.v1.PublishResponse
+	30,  // 160: lehr.v1.Control.Patch:output_type -> lehr.v1.PatchResponse
+	32,  // 161: lehr.v1.Control.Get:output_type -> lehr.v1.GetResponse
+	34,  // 162: lehr.v1.Control.History:output_type -> lehr.v1.HistoryResponse
+	37,  // 163: lehr.v1.Control.Diff:output_type -> lehr.v1.DiffResponse
+	39,  // 164: lehr.v1.Control.Rollback:output_type -> lehr.v1.RollbackResponse
+	41,  // 165: lehr.v1.Control.CompactNamespace:output_type -> lehr.v1.CompactNamespaceResponse
+	122, // 166: lehr.v1.Control.DeleteNamespace:output_type -> google.protobuf.Empty
+	122, // 167: lehr.v1.Control.DeleteDomain:output_type -> google.protobuf.Empty
+	98,  // 168: lehr.v1.Control.CreateZone:output_type -> lehr.v1.Zone
+	122, // 169: lehr.v1.Control.DeleteZone:output_type -> google.protobuf.Empty
+	47,  // 170: lehr.v1.Control.ListZones:output_type -> lehr.v1.ListZonesResponse
+	49,  // 171: lehr.v1.Control.GetGoals:output_type -> lehr.v1.GetGoalsResponse
+	52,  // 172: lehr.v1.Control.WatchGoals:output_type -> lehr.v1.WatchGoalsResponse
+	54,  // 173: lehr.v1.Control.FetchVersion:output_type -> lehr.v1.FetchVersionResponse
+	56,  // 174: lehr.v1.Control.FetchDelta:output_type -> lehr.v1.FetchDeltaResponse
+	66,  // 175: lehr.v1.Control.ReportZoneStatus:output_type -> lehr.v1.ReportZoneStatusResponse
+	84,  // 176: lehr.v1.Control.GetZoneStatus:output_type -> lehr.v1.GetZoneStatusResponse
+	69,  // 177: lehr.v1.Control.GetStoreStatus:output_type -> lehr.v1.StoreStatus
+	79,  // 178: lehr.v1.Control.GetControlStatus:output_type -> lehr.v1.ControlStatus
+	72,  // 179: lehr.v1.Control.GetPropagationStatus:output_type -> lehr.v1.PropagationStatus
+	77,  // 180: lehr.v1.Control.BackupStore:output_type -> lehr.v1.BackupStoreResponse
+	90,  // 181: lehr.v1.Control.SetRolloutPolicy:output_type -> lehr.v1.RolloutPolicyRecord
+	90,  // 182: lehr.v1.Control.DeleteRolloutPolicy:output_type -> lehr.v1.RolloutPolicyRecord
+	15,  // 183: lehr.v1.Control.GetRolloutPolicy:output_type -> lehr.v1.GetRolloutPolicyResponse
+	17,  // 184: lehr.v1.Control.RolloutPolicyHistory:output_type -> lehr.v1.RolloutPolicyHistoryResponse
+	87,  // 185: lehr.v1.Control.GetRollout:output_type -> lehr.v1.Rollout
+	9,   // 186: lehr.v1.Control.ListRollouts:output_type -> lehr.v1.ListRolloutsResponse
+	11,  // 187: lehr.v1.Control.ListRolloutEvents:output_type -> lehr.v1.ListRolloutEventsResponse
+	87,  // 188: lehr.v1.Control.UpdateRollout:output_type -> lehr.v1.Rollout
+	123, // 189: lehr.v1.Control.Evaluate:output_type -> lehr.v1.CanaryEvaluation
+	123, // 190: lehr.v1.Control.GetCanaryEvaluation:output_type -> lehr.v1.CanaryEvaluation
+	124, // 191: lehr.v1.Control.ListCanaryEvaluations:output_type -> lehr.v1.ListCanaryEvaluationsResponse
+	125, // 192: lehr.v1.Control.GetCanaryHistory:output_type -> lehr.v1.CanaryHistory
+	126, // 193: lehr.v1.Control.ForgetCanaryHistory:output_type -> lehr.v1.ForgetCanaryHistoryResponse
+	127, // 194: lehr.v1.Control.GetPolicy:output_type -> lehr.v1.Policy
+	128, // 195: lehr.v1.Control.CreatePolicyExperiment:output_type -> google.longrunning.Operation
+	128, // 196: lehr.v1.Control.UpdatePolicyExperiment:output_type -> google.longrunning.Operation
+	129, // 197: lehr.v1.Control.GetPolicyExperiment:output_type -> lehr.v1.PolicyExperiment
+	130, // 198: lehr.v1.Control.ListPolicyExperiments:output_type -> lehr.v1.ListPolicyExperimentsResponse
+	128, // 199: lehr.v1.Control.DeletePolicyExperiment:output_type -> google.longrunning.Operation
+	128, // 200: lehr.v1.Control.StartPreviewPolicyExperiment:output_type -> google.longrunning.Operation
+	128, // 201: lehr.v1.Control.StopPreviewPolicyExperiment:output_type -> google.longrunning.Operation
+	128, // 202: lehr.v1.Control.CommitPolicyExperiment:output_type -> google.longrunning.Operation
+	128, // 203: lehr.v1.Control.DeletePolicy:output_type -> google.longrunning.Operation
+	131, // 204: lehr.v1.Control.GetPolicyExperimentCounts:output_type -> lehr.v1.PolicyExperimentCounts
+	5,   // 205: lehr.v1.Control.ListAuditRecords:output_type -> lehr.v1.ListAuditRecordsResponse
+	152, // [152:206] is the sub-list for method output_type
+	98,  // [98:152] is the sub-list for method input_type
 	98,  // [98:98] is the sub-list for extension type_name
 	98,  // [98:98] is the sub-list for extension extendee
 	0,   // [0:98] is the sub-list for field type_name

@@ -70,6 +70,8 @@ const (
 	Control_Evaluate_FullMethodName                     = "/lehr.v1.Control/Evaluate"
 	Control_GetCanaryEvaluation_FullMethodName          = "/lehr.v1.Control/GetCanaryEvaluation"
 	Control_ListCanaryEvaluations_FullMethodName        = "/lehr.v1.Control/ListCanaryEvaluations"
+	Control_GetCanaryHistory_FullMethodName             = "/lehr.v1.Control/GetCanaryHistory"
+	Control_ForgetCanaryHistory_FullMethodName          = "/lehr.v1.Control/ForgetCanaryHistory"
 	Control_GetPolicy_FullMethodName                    = "/lehr.v1.Control/GetPolicy"
 	Control_CreatePolicyExperiment_FullMethodName       = "/lehr.v1.Control/CreatePolicyExperiment"
 	Control_UpdatePolicyExperiment_FullMethodName       = "/lehr.v1.Control/UpdatePolicyExperiment"
@@ -347,6 +349,22 @@ type ControlClient interface {
 	GetCanaryEvaluation(ctx context.Context, in *GetCanaryEvaluationRequest, opts ...grpc.CallOption) (*CanaryEvaluation, error)
 	// ListCanaryEvaluations lists evaluations, of one namespace or of all.
 	ListCanaryEvaluations(ctx context.Context, in *ListCanaryEvaluationsRequest, opts ...grpc.CallOption) (*ListCanaryEvaluationsResponse, error)
+	// GetCanaryHistory returns what control learned of a namespace's checks
+	// from its kept evaluations (docs/canary.md, "Learning from history");
+	// empty when nothing was learned.
+	// (-- api-linter: core::0131::method-signature=disabled
+	//
+	//	api-linter: core::0131::http-uri-name=disabled
+	//	aip.dev/not-precedent: named by its namespace. --)
+	GetCanaryHistory(ctx context.Context, in *GetCanaryHistoryRequest, opts ...grpc.CallOption) (*CanaryHistory, error)
+	// ForgetCanaryHistory deletes what control learned of a namespace's
+	// checks, or of one, from its kept evaluations: the judge then learns
+	// again from the next kept ones. The domain's operators; audited.
+	// (-- api-linter: core::0136::http-name-variable=disabled
+	//
+	//	api-linter: core::0136::http-uri-suffix=disabled
+	//	aip.dev/not-precedent: acts on a namespace's learned history. --)
+	ForgetCanaryHistory(ctx context.Context, in *ForgetCanaryHistoryRequest, opts ...grpc.CallOption) (*ForgetCanaryHistoryResponse, error)
 	// Policy preview (AIP-236; preview.proto, docs/preview.md). GetPolicy
 	// returns a policy namespace's live rules and etag.
 	GetPolicy(ctx context.Context, in *GetPolicyRequest, opts ...grpc.CallOption) (*Policy, error)
@@ -816,6 +834,26 @@ func (c *controlClient) ListCanaryEvaluations(ctx context.Context, in *ListCanar
 	return out, nil
 }
 
+func (c *controlClient) GetCanaryHistory(ctx context.Context, in *GetCanaryHistoryRequest, opts ...grpc.CallOption) (*CanaryHistory, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CanaryHistory)
+	err := c.cc.Invoke(ctx, Control_GetCanaryHistory_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *controlClient) ForgetCanaryHistory(ctx context.Context, in *ForgetCanaryHistoryRequest, opts ...grpc.CallOption) (*ForgetCanaryHistoryResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ForgetCanaryHistoryResponse)
+	err := c.cc.Invoke(ctx, Control_ForgetCanaryHistory_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *controlClient) GetPolicy(ctx context.Context, in *GetPolicyRequest, opts ...grpc.CallOption) (*Policy, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(Policy)
@@ -1199,6 +1237,22 @@ type ControlServer interface {
 	GetCanaryEvaluation(context.Context, *GetCanaryEvaluationRequest) (*CanaryEvaluation, error)
 	// ListCanaryEvaluations lists evaluations, of one namespace or of all.
 	ListCanaryEvaluations(context.Context, *ListCanaryEvaluationsRequest) (*ListCanaryEvaluationsResponse, error)
+	// GetCanaryHistory returns what control learned of a namespace's checks
+	// from its kept evaluations (docs/canary.md, "Learning from history");
+	// empty when nothing was learned.
+	// (-- api-linter: core::0131::method-signature=disabled
+	//
+	//	api-linter: core::0131::http-uri-name=disabled
+	//	aip.dev/not-precedent: named by its namespace. --)
+	GetCanaryHistory(context.Context, *GetCanaryHistoryRequest) (*CanaryHistory, error)
+	// ForgetCanaryHistory deletes what control learned of a namespace's
+	// checks, or of one, from its kept evaluations: the judge then learns
+	// again from the next kept ones. The domain's operators; audited.
+	// (-- api-linter: core::0136::http-name-variable=disabled
+	//
+	//	api-linter: core::0136::http-uri-suffix=disabled
+	//	aip.dev/not-precedent: acts on a namespace's learned history. --)
+	ForgetCanaryHistory(context.Context, *ForgetCanaryHistoryRequest) (*ForgetCanaryHistoryResponse, error)
 	// Policy preview (AIP-236; preview.proto, docs/preview.md). GetPolicy
 	// returns a policy namespace's live rules and etag.
 	GetPolicy(context.Context, *GetPolicyRequest) (*Policy, error)
@@ -1369,6 +1423,12 @@ func (UnimplementedControlServer) GetCanaryEvaluation(context.Context, *GetCanar
 }
 func (UnimplementedControlServer) ListCanaryEvaluations(context.Context, *ListCanaryEvaluationsRequest) (*ListCanaryEvaluationsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListCanaryEvaluations not implemented")
+}
+func (UnimplementedControlServer) GetCanaryHistory(context.Context, *GetCanaryHistoryRequest) (*CanaryHistory, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetCanaryHistory not implemented")
+}
+func (UnimplementedControlServer) ForgetCanaryHistory(context.Context, *ForgetCanaryHistoryRequest) (*ForgetCanaryHistoryResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ForgetCanaryHistory not implemented")
 }
 func (UnimplementedControlServer) GetPolicy(context.Context, *GetPolicyRequest) (*Policy, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetPolicy not implemented")
@@ -2133,6 +2193,42 @@ func _Control_ListCanaryEvaluations_Handler(srv interface{}, ctx context.Context
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Control_GetCanaryHistory_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetCanaryHistoryRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ControlServer).GetCanaryHistory(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Control_GetCanaryHistory_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ControlServer).GetCanaryHistory(ctx, req.(*GetCanaryHistoryRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Control_ForgetCanaryHistory_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ForgetCanaryHistoryRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ControlServer).ForgetCanaryHistory(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Control_ForgetCanaryHistory_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ControlServer).ForgetCanaryHistory(ctx, req.(*ForgetCanaryHistoryRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _Control_GetPolicy_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(GetPolicyRequest)
 	if err := dec(in); err != nil {
@@ -2507,6 +2603,14 @@ var Control_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListCanaryEvaluations",
 			Handler:    _Control_ListCanaryEvaluations_Handler,
+		},
+		{
+			MethodName: "GetCanaryHistory",
+			Handler:    _Control_GetCanaryHistory_Handler,
+		},
+		{
+			MethodName: "ForgetCanaryHistory",
+			Handler:    _Control_ForgetCanaryHistory_Handler,
 		},
 		{
 			MethodName: "GetPolicy",

@@ -101,6 +101,16 @@ func TestCanaryAnalysis(t *testing.T) {
 	if ev.GetResult().GetVerdict() != lehrpb.CanaryVerdict_CANARY_VERDICT_PASS {
 		t.Errorf("the harmless change's analysis: %s", dump(ev))
 	}
+	// A kept change: its evaluation's samples join the namespace's history
+	// (docs/canary.md, "Learning from history").
+	var hist *lehrpb.CanaryHistory
+	wait.For(t, "the kept change learned", func() bool {
+		hist, err = prod.CanaryHistory(ctx, ns)
+		return err == nil && hist.GetLearnedVersion() == good.GetSeq()
+	})
+	if len(hist.GetChecks()) == 0 || len(hist.GetChecks()[0].GetSamples()) != 1 || hist.GetStoredBytes() <= 0 {
+		t.Errorf("the history after one kept change: %v; want one sample per check, its bytes", hist)
+	}
 
 	bad, err := prod.Publish(ctx, ns, props(demoservice.KeyErrorRatio, "0.2", demoservice.KeyLatencyMS, "20", "limit", "2"))
 	if err != nil {
@@ -133,6 +143,13 @@ func TestCanaryAnalysis(t *testing.T) {
 	}
 	if r.GetRollbackVersion() == 0 {
 		t.Errorf("the failed rollout rolled nothing back: %v", r)
+	}
+	// A failed change is not learned; forgetting frees every byte.
+	if h, err := prod.CanaryHistory(ctx, ns); err != nil || h.GetLearnedVersion() != good.GetSeq() || len(h.GetChecks()[0].GetSamples()) != 1 {
+		t.Errorf("the history after a failed change: %v, %v; want the kept change's alone", h, err)
+	}
+	if f, err := prod.ForgetCanaryHistory(ctx, ns, "", "test"); err != nil || int(f.GetSamplesForgotten()) != len(hist.GetChecks()) || f.GetBytesFreed() != hist.GetStoredBytes() {
+		t.Errorf("forget: %v, %v; want %d samples and %d bytes", f, err, len(hist.GetChecks()), hist.GetStoredBytes())
 	}
 
 	// The evaluation is data: read again (waiting, it is done) it is the
