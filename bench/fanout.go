@@ -189,6 +189,17 @@ func fanoutLehr(ctx context.Context, e *Env, p fanoutParams, n int, profile bool
 	}
 	heap1 := heapInuse()
 	after, _ := readProc(self)
+	if profile && e.OutDir != "" {
+		// The heap as of the collection heapInuse just ran — the moment
+		// "heap/agent" and "rss/agent" are taken — not after the updates
+		// (the profile below), whose bursts leave other buffers behind.
+		if hp, err := writeHeapProfileNoGC(e.Dir, "connected-heap"); err == nil {
+			hdr := fmt.Sprintf("In-use heap of the bench process once N=%d agents connected and got the first version (where heap/agent and rss/agent are measured), profile %s.", n, e.Profile)
+			if _, err := topSummary(hp, e.OutDir, fmt.Sprintf("fanout-%s-N%d-connected-heap-top10", e.Profile, n), hdr, "-sample_index=inuse_space"); err != nil {
+				res.Notes = append(res.Notes, "connected heap profile summary unavailable: "+err.Error())
+			}
+		}
+	}
 	cost.Add("connect", float64(conn.ElapsedNS)/1e9, "s")
 	cost.Add("heap/agent", float64(heap1-heap0)/1024/float64(n), "KiB")
 	cost.Add("rss/agent", float64(after.rss-before.rss)/1024/float64(n), "KiB")
