@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"time"
 
 	"lehr.dev/lehr/client/producer"
@@ -42,6 +44,10 @@ func fanoutSizes(profile Profile) fanoutParams {
 
 func runFanout(ctx context.Context, e *Env) (*Result, error) {
 	p := fanoutSizes(e.Profile)
+	if e.FanoutAgents > 0 {
+		p.ns = []int{e.FanoutAgents}
+	}
+	runs := func(system string) bool { return len(e.FanoutSystems) == 0 || slices.Contains(e.FanoutSystems, system) }
 	res := &Result{
 		Setup: fmt.Sprintf("one-key change (a %s value) in a 10-key namespace, %d warm-up updates then %d×%d measured, one at a time (the next starts when every subscriber has it or 60 s passed). "+
 			"Lehr: control + embedded etcd (fsync on) + one distributor in this process; N simulated agents (distributor/agenttest: real QUIC + mutual TLS + wire protocol, content in memory, no Badger, no files) in a child process, each its own connection. "+
@@ -57,25 +63,43 @@ func runFanout(ctx context.Context, e *Env) (*Result, error) {
 		},
 	}
 	maxN := p.ns[len(p.ns)-1]
+	if len(e.FanoutSystems) > 0 {
+		res.Notes = append(res.Notes, fmt.Sprintf("systems run: %s only (-fanout-systems).", strings.Join(e.FanoutSystems, ", ")))
+	}
 	for _, n := range p.ns {
-		lehrRow, extra, lehrLat, err := fanoutLehr(ctx, e, p, n, n == maxN, res)
-		if err != nil {
-			return res, fmt.Errorf("lehr N=%d: %w", n, err)
-		}
-		res.Rows = append(res.Rows, lehrRow, extra)
+		var lehrRow Row
 		plot := CDFPlot{
-			Name:   fmt.Sprintf("N%d", n),
-			Title:  fmt.Sprintf("fanout, N=%d: write → subscriber has the change (every subscriber, every measured update)", n),
-			Series: []Series{{Label: "lehr (" + TransportLehr + ")", Samples: lehrLat}},
+			Name:  fmt.Sprintf("N%d", n),
+			Title: fmt.Sprintf("fanout, N=%d: write → subscriber has the change (every subscriber, every measured update)", n),
+		}
+		if runs("lehr") {
+			row, extra, lehrLat, err := fanoutLehr(ctx, e, p, n, n == maxN, res)
+			if err != nil {
+				return res, fmt.Errorf("lehr N=%d: %w", n, err)
+			}
+			lehrRow = row
+			res.Rows = append(res.Rows, lehrRow, extra)
+			plot.Series = append(plot.Series, Series{Label: "lehr (" + TransportLehr + ")", Samples: lehrLat})
 		}
 		var peerRows []Row
 		for _, mk := range []func() (peer, error){
 			func() (peer, error) {
+				if !runs("etcd") {
+					return nil, nil
+				}
 				return startEtcdPeer(ctx, filepath.Join(e.Dir, fmt.Sprintf("etcd-%d", n)), e.Log)
 			},
-			func() (peer, error) { return startNATSPeer(ctx, filepath.Join(e.Dir, fmt.Sprintf("nats-%d", n))) },
+			func() (peer, error) {
+				if !runs("nats") {
+					return nil, nil
+				}
+				return startNATSPeer(ctx, filepath.Join(e.Dir, fmt.Sprintf("nats-%d", n)))
+			},
 		} {
 			pr, err := mk()
+			if err == nil && pr == nil {
+				continue // not run (-fanout-systems)
+			}
 			if err != nil {
 				return res, err
 			}
@@ -91,6 +115,9 @@ func runFanout(ctx context.Context, e *Env) (*Result, error) {
 			plot.Series = append(plot.Series, Series{Label: pr.name() + " (" + pr.transport() + ")", Samples: lat})
 		}
 		res.CDFs = append(res.CDFs, plot)
+		if !runs("lehr") {
+			continue
+		}
 		for _, pr := range peerRows {
 			res.Rows = append(res.Rows, ratioRow(lehrRow, pr, []string{"p50", "p99", "last", "system cpu/delivery"}))
 		}
