@@ -97,6 +97,7 @@ func stormLehr(ctx context.Context, e *Env, n int) (Row, error) {
 	sw, conn, err := startSwarm(ctx, swarmConfig{
 		Addr: dist.Addr(), CADir: filepath.Join(cl.Dir(), "pki", "ca"), N: n, Prefix: fmt.Sprintf("storm%d", n),
 		Zone: benchZone, Subs: []string{nsName}, Parallel: 32, RedialTimeout: stormTimeout, CountBytes: true, SilenceTimeout: e.AgentSilenceTimeout,
+		DialAttempts: 20, // the first connections are not the storm; see fanout
 	}, func(ev swarmEvent) {
 		if ev.NS == nsName && !ev.Refused {
 			col.record(ev.I, ev.Version, ev.T)
