@@ -234,6 +234,10 @@ func fanoutLehr(ctx context.Context, e *Env, p fanoutParams, n int, profile bool
 	cost.Add("heap/agent", float64(heap1-heap0)/1024/float64(n), "KiB")
 	cost.Add("rss/agent", float64(after.rss-before.rss)/1024/float64(n), "KiB")
 	cost.Add("rss", float64(after.rss)/(1<<20), "MiB")
+	// Logged as soon as known (-v): on a loaded machine the updates after
+	// it can take many minutes.
+	e.Log.Info("fanout: every agent connected", "n", n, "connect", time.Duration(conn.ElapsedNS).Round(time.Millisecond),
+		"heap/agent KiB", float64(heap1-heap0)/1024/float64(n), "rss/agent KiB", float64(after.rss-before.rss)/1024/float64(n))
 
 	base := v.GetSeq()
 	var stats roundStats
