@@ -67,6 +67,14 @@ type Env struct {
 	// StormAgents, if positive, replaces the profile's agent counts of the
 	// storm scenario with this one N.
 	StormAgents int
+	// FanoutAgents, if positive, replaces the profile's agent counts of
+	// the fanout scenario with this one N (profiled as its busiest case).
+	FanoutAgents int
+	// FanoutSystems, if not empty, are the only systems the fanout
+	// scenario runs ("lehr", "etcd", "nats"): Lehr alone measures a change
+	// to Lehr without the peers' minutes (and their failures on a loaded
+	// machine).
+	FanoutSystems []string
 	// CatalogAgentsOnly makes the catalog scenario load its catalog and
 	// measure only the distributor with its agents (issue 27's row),
 	// skipping the idle, publish, history and refusal rows.
@@ -128,6 +136,10 @@ type Options struct {
 	AgentBinary string
 	// StormAgents: see Env.StormAgents.
 	StormAgents int
+	// FanoutAgents: see Env.FanoutAgents.
+	FanoutAgents int
+	// FanoutSystems: see Env.FanoutSystems.
+	FanoutSystems []string
 	// CatalogAgentsOnly: see Env.CatalogAgentsOnly.
 	CatalogAgentsOnly bool
 	// AgentSilenceTimeout: see Env.AgentSilenceTimeout.
@@ -203,6 +215,8 @@ func RunScenarios(ctx context.Context, opts Options) (*Run, error) {
 			Log:                 opts.Logger.With("scenario", s.Name),
 			AgentBinary:         opts.AgentBinary,
 			StormAgents:         opts.StormAgents,
+			FanoutAgents:        opts.FanoutAgents,
+			FanoutSystems:       opts.FanoutSystems,
 			CatalogAgentsOnly:   opts.CatalogAgentsOnly,
 			AgentSilenceTimeout: opts.AgentSilenceTimeout,
 			FairRaceSystems:     opts.FairRaceSystems,

@@ -264,6 +264,20 @@ func heapInuse() int64 {
 	return int64(m.HeapInuse)
 }
 
+// loadAvg1 is the machine's 1-minute load average (/proc/loadavg), -1
+// when unreadable.
+func loadAvg1() float64 {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return -1
+	}
+	var l float64
+	if _, err := fmt.Sscan(string(b), &l); err != nil {
+		return -1
+	}
+	return l
+}
+
 // udpReceiveDrops returns the machine's count of UDP datagrams dropped
 // because a socket's receive buffer was full (RcvbufErrors in
 // /proc/net/snmp): every process's, so a difference over a window with

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"time"
 
 	"lehr.dev/lehr/client/producer"
@@ -42,6 +44,10 @@ func fanoutSizes(profile Profile) fanoutParams {
 
 func runFanout(ctx context.Context, e *Env) (*Result, error) {
 	p := fanoutSizes(e.Profile)
+	if e.FanoutAgents > 0 {
+		p.ns = []int{e.FanoutAgents}
+	}
+	runs := func(system string) bool { return len(e.FanoutSystems) == 0 || slices.Contains(e.FanoutSystems, system) }
 	res := &Result{
 		Setup: fmt.Sprintf("one-key change (a %s value) in a 10-key namespace, %d warm-up updates then %d×%d measured, one at a time (the next starts when every subscriber has it or 60 s passed). "+
 			"Lehr: control + embedded etcd (fsync on) + one distributor in this process; N simulated agents (distributor/agenttest: real QUIC + mutual TLS + wire protocol, content in memory, no Badger, no files) in a child process, each its own connection. "+
@@ -57,25 +63,43 @@ func runFanout(ctx context.Context, e *Env) (*Result, error) {
 		},
 	}
 	maxN := p.ns[len(p.ns)-1]
+	if len(e.FanoutSystems) > 0 {
+		res.Notes = append(res.Notes, fmt.Sprintf("systems run: %s only (-fanout-systems).", strings.Join(e.FanoutSystems, ", ")))
+	}
 	for _, n := range p.ns {
-		lehrRow, extra, lehrLat, err := fanoutLehr(ctx, e, p, n, n == maxN, res)
-		if err != nil {
-			return res, fmt.Errorf("lehr N=%d: %w", n, err)
-		}
-		res.Rows = append(res.Rows, lehrRow, extra)
+		var lehrRow Row
 		plot := CDFPlot{
-			Name:   fmt.Sprintf("N%d", n),
-			Title:  fmt.Sprintf("fanout, N=%d: write → subscriber has the change (every subscriber, every measured update)", n),
-			Series: []Series{{Label: "lehr (" + TransportLehr + ")", Samples: lehrLat}},
+			Name:  fmt.Sprintf("N%d", n),
+			Title: fmt.Sprintf("fanout, N=%d: write → subscriber has the change (every subscriber, every measured update)", n),
+		}
+		if runs("lehr") {
+			row, extra, lehrLat, err := fanoutLehr(ctx, e, p, n, n == maxN, res)
+			if err != nil {
+				return res, fmt.Errorf("lehr N=%d: %w", n, err)
+			}
+			lehrRow = row
+			res.Rows = append(res.Rows, lehrRow, extra)
+			plot.Series = append(plot.Series, Series{Label: "lehr (" + TransportLehr + ")", Samples: lehrLat})
 		}
 		var peerRows []Row
 		for _, mk := range []func() (peer, error){
 			func() (peer, error) {
+				if !runs("etcd") {
+					return nil, nil
+				}
 				return startEtcdPeer(ctx, filepath.Join(e.Dir, fmt.Sprintf("etcd-%d", n)), e.Log)
 			},
-			func() (peer, error) { return startNATSPeer(ctx, filepath.Join(e.Dir, fmt.Sprintf("nats-%d", n))) },
+			func() (peer, error) {
+				if !runs("nats") {
+					return nil, nil
+				}
+				return startNATSPeer(ctx, filepath.Join(e.Dir, fmt.Sprintf("nats-%d", n)))
+			},
 		} {
 			pr, err := mk()
+			if err == nil && pr == nil {
+				continue // not run (-fanout-systems)
+			}
 			if err != nil {
 				return res, err
 			}
@@ -91,6 +115,9 @@ func runFanout(ctx context.Context, e *Env) (*Result, error) {
 			plot.Series = append(plot.Series, Series{Label: pr.name() + " (" + pr.transport() + ")", Samples: lat})
 		}
 		res.CDFs = append(res.CDFs, plot)
+		if !runs("lehr") {
+			continue
+		}
 		for _, pr := range peerRows {
 			res.Rows = append(res.Rows, ratioRow(lehrRow, pr, []string{"p50", "p99", "last", "system cpu/delivery"}))
 		}
@@ -172,6 +199,9 @@ func fanoutLehr(ctx context.Context, e *Env, p fanoutParams, n int, profile bool
 	sw, conn, err := startSwarm(ctx, swarmConfig{
 		Addr: dist.Addr(), CADir: filepath.Join(cl.Dir(), "pki", "ca"), N: n, Prefix: fmt.Sprintf("sim%d", n),
 		Zone: benchZone, Subs: []string{ns}, Parallel: 32, Keep: true, SilenceTimeout: e.AgentSilenceTimeout,
+		// As the catalog and the fair race: on a loaded machine three
+		// refused first attempts failed 276 of 10,000 agents, and the run.
+		DialAttempts: 20,
 	}, func(ev swarmEvent) {
 		if ev.NS == ns && !ev.Refused {
 			col.record(ev.I, ev.Version, ev.T)
@@ -189,10 +219,25 @@ func fanoutLehr(ctx context.Context, e *Env, p fanoutParams, n int, profile bool
 	}
 	heap1 := heapInuse()
 	after, _ := readProc(self)
+	if profile && e.OutDir != "" {
+		// The heap as of the collection heapInuse just ran — the moment
+		// "heap/agent" and "rss/agent" are taken — not after the updates
+		// (the profile below), whose bursts leave other buffers behind.
+		if hp, err := writeHeapProfileNoGC(e.Dir, "connected-heap"); err == nil {
+			hdr := fmt.Sprintf("In-use heap of the bench process once N=%d agents connected and got the first version (where heap/agent and rss/agent are measured), profile %s.", n, e.Profile)
+			if _, err := topSummary(hp, e.OutDir, fmt.Sprintf("fanout-%s-N%d-connected-heap-top10", e.Profile, n), hdr, "-sample_index=inuse_space"); err != nil {
+				res.Notes = append(res.Notes, "connected heap profile summary unavailable: "+err.Error())
+			}
+		}
+	}
 	cost.Add("connect", float64(conn.ElapsedNS)/1e9, "s")
 	cost.Add("heap/agent", float64(heap1-heap0)/1024/float64(n), "KiB")
 	cost.Add("rss/agent", float64(after.rss-before.rss)/1024/float64(n), "KiB")
 	cost.Add("rss", float64(after.rss)/(1<<20), "MiB")
+	// Logged as soon as known (-v): on a loaded machine the updates after
+	// it can take many minutes.
+	e.Log.Info("fanout: every agent connected", "n", n, "connect", time.Duration(conn.ElapsedNS).Round(time.Millisecond),
+		"heap/agent KiB", float64(heap1-heap0)/1024/float64(n), "rss/agent KiB", float64(after.rss-before.rss)/1024/float64(n))
 
 	base := v.GetSeq()
 	var stats roundStats

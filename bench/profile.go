@@ -47,6 +47,13 @@ func (p *cpuProfile) stop() string {
 // after a collection.
 func writeHeapProfile(dir, name string) (string, error) {
 	runtime.GC()
+	return writeHeapProfileNoGC(dir, name)
+}
+
+// writeHeapProfileNoGC writes the in-use heap as of the last collection
+// (one the caller just ran), without another: a second collection would
+// empty sync.Pools (quic-go's packet buffers) that the first kept.
+func writeHeapProfileNoGC(dir, name string) (string, error) {
 	path := filepath.Join(dir, name+".pprof")
 	f, err := os.Create(path)
 	if err != nil {

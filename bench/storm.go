@@ -30,7 +30,7 @@ func runStorm(ctx context.Context, e *Env) (*Result, error) {
 	}
 	res := &Result{
 		Setup: "Lehr: control + embedded etcd (fsync on) + one distributor in this process, N simulated agents in a child process (each on its own socket, which counts its bytes), all holding the goal version of a 10-key namespace (1 KiB values). " +
-			"The distributor is stopped and restarted on the same address; then every agent loses its connection at once and behaves like a real agent (agent/upstream): it redials after a random time within the redial spread its distributor advised (connected agents / fanout.DefaultRedialRate), announcing its intact cache; a failed or refused attempt is retried after a fully jittered exponential backoff (100 ms to 10 s), a lost connection is redialed. 'converge' is from the redial to the restarted distributor counting all N agents at the goal version; 'retries' counts failed attempts, 'refused' the Initial packets the distributor refused with CONNECTION_REFUSED because its handshake admission bound (fanout.Options.MaxHandshakes) was reached (or from an address it had just refused), 'abandoned' connections admitted whose handshake never completed, each holding a place at that bound until its handshake timed out, 'lost' connections lost after their Welcome; " +
+			"The distributor is stopped and restarted on the same address; then every agent loses its connection at once and behaves like a real agent (agent/upstream): it redials after a random time within the redial spread its distributor advised (connected agents / fanout.DefaultRedialRate), announcing its intact cache; a failed or refused attempt is retried after a fully jittered exponential backoff (100 ms to 10 s), a lost connection is redialed. 'converge' is from the redial to the restarted distributor counting all N agents at the goal version; 'retries' counts failed attempts, 'refused' the Initial packets the distributor refused with CONNECTION_REFUSED because its handshake admission bound (fanout.Options.MaxHandshakes) was reached (or from an address it had just refused), 'abandoned' connections admitted whose handshake never completed, each holding a place at that bound until its handshake timed out, 'lost' connections lost after their Welcome; 'cpu/agent' and 'agents cpu/agent' are the CPU the bench process (distributor, control, etcd) and the agents' child spent from the redial to convergence per agent, 'loadavg' the machine's 1-minute load average at convergence (other work takes cores from both sides); " +
 			"'payload' is update bytes the distributor sent (snapshots + patches; target 0) and 'updates recv' the updates the agents received on their new connections; 'wire' is UDP bytes per agent both ways during the storm (QUIC + TLS handshake, Hello/Welcome), counted at the agents' sockets. " +
 			"etcd / NATS: N subscribers (own connections) through a counting TCP relay, watching the same 10 keys; every relayed connection is cut and one 1 KiB value is written at once; 'converge' is from the cut to every subscriber having that value (reconnect with the client's own backoff + resumed watch), 'wire' both ways per subscriber includes that one change.",
 	}
@@ -97,6 +97,7 @@ func stormLehr(ctx context.Context, e *Env, n int) (Row, error) {
 	sw, conn, err := startSwarm(ctx, swarmConfig{
 		Addr: dist.Addr(), CADir: filepath.Join(cl.Dir(), "pki", "ca"), N: n, Prefix: fmt.Sprintf("storm%d", n),
 		Zone: benchZone, Subs: []string{nsName}, Parallel: 32, RedialTimeout: stormTimeout, CountBytes: true, SilenceTimeout: e.AgentSilenceTimeout,
+		DialAttempts: 20, // the first connections are not the storm; see fanout
 	}, func(ev swarmEvent) {
 		if ev.NS == nsName && !ev.Refused {
 			col.record(ev.I, ev.Version, ev.T)
@@ -225,6 +226,15 @@ func stormLehr(ctx context.Context, e *Env, n int) (Row, error) {
 	// The agents' side of the same window: with both near the machine's
 	// cores, the storm is bound by CPU, not by the distributor alone.
 	row.Add("agents cpu util", (agents1.cpu-agents0.cpu).Seconds()/conv.Seconds(), "cores")
+	// Per reconnected agent, each side: what admitting one costs (its
+	// handshake, Hello and Welcome, and the keepalives of those already
+	// back), from which the rate a distributor on cores of its own could
+	// admit follows — the agents' share is their own hosts' in a fleet.
+	row.Add("cpu/agent", float64((cpu1.cpu-cpu0.cpu).Microseconds())/1000/float64(n), "ms")
+	row.Add("agents cpu/agent", float64((agents1.cpu-agents0.cpu).Microseconds())/1000/float64(n), "ms")
+	// Other work on the machine takes cores from both sides: the 1-minute
+	// load average when the storm ended (the run's JSON has it at the start).
+	row.Add("loadavg", loadAvg1(), "")
 	row.Add("full", float64(st.Handshakes), "")
 	row.Add("lost", float64(after.Lost), "")
 	return row, nil

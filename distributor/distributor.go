@@ -127,6 +127,9 @@ type Options struct {
 	// its agents are told; zero means fanout.DefaultRedialRate, negative
 	// no spread.
 	RedialRate float64
+	// GSO is fanout.Options.GSO: UDP segmentation offload for the agents'
+	// connections, off by default (memory per agent).
+	GSO bool
 	// DomainRefresh is how often the policies of the domains the zone's
 	// goals name (acl.readers, quotas.outbound_bytes_per_second) are read
 	// again from control; default DefaultDomainRefresh. A domain is read
@@ -526,6 +529,7 @@ func (d *Distributor) Run(ctx context.Context) (err error) {
 		Logger:         d.log,
 		ReportInterval: d.opts.ReportInterval,
 		RedialRate:     d.opts.RedialRate,
+		GSO:            d.opts.GSO,
 		DomainWanted:   d.wantDomain,
 		// Location-aware: a namespace's content is loaded when the first
 		// agent here subscribes to it and released when the last one

@@ -52,6 +52,8 @@ func run() error {
 	workdir := flag.String("workdir", "", "directory for scratch data (etcd, Badger, files); its file system sets fsync cost; default the system temp dir")
 	agentBin := flag.String("agent-binary", "", "lehr-agent binary for the agent-process scenarios; default: build cmd/lehr-agent")
 	stormAgents := flag.Int("storm-agents", 0, "run the storm scenario at this one number of agents instead of the profile's")
+	fanoutAgents := flag.Int("fanout-agents", 0, "run the fanout scenario at this one number of agents instead of the profile's (profiled as its busiest case)")
+	fanoutSystems := flag.String("fanout-systems", "", "fanout scenario: run only these systems, a comma-separated list of lehr, etcd and nats (e.g. lehr, to measure a change to Lehr); empty runs all three")
 	catalogAgents := flag.Bool("catalog-agents-only", false, "catalog scenario: load the catalog, then measure only the distributor with its simulated agents (skips the idle, publish, history and refusal rows)")
 	silence := flag.Duration("agent-silence-timeout", 0, "the simulated agents' silence timeout (fanout, storm): they send a keepalive every third of it and give up on a distributor silent for it; 0 keeps the agent's default (lehr agent --silence-timeout)")
 	fairSystems := flag.String("fairrace-systems", "", "fairrace scenario: run only these systems, a comma-separated list of lehr, etcd and nats (e.g. lehr, to measure a change to Lehr); empty runs all three")
@@ -132,6 +134,8 @@ func run() error {
 		OutDir:              *out,
 		AgentBinary:         *agentBin,
 		StormAgents:         *stormAgents,
+		FanoutAgents:        *fanoutAgents,
+		FanoutSystems:       splitList(*fanoutSystems),
 		CatalogAgentsOnly:   *catalogAgents,
 		AgentSilenceTimeout: *silence,
 		FairRaceSystems:     splitList(*fairSystems),

@@ -139,6 +139,7 @@ func parse(args []string, out io.Writer) (distributor.Options, *logflags.Flags, 
 	fs.BoolVar(&opts.Pprof, "pprof", false, "also serve Go's runtime profiles (net/http/pprof) under /debug/pprof/ on --metrics-listen, e.g. go tool pprof http://ADDR/debug/pprof/profile?seconds=10; unauthenticated, for a trusted network")
 	fs.Int64Var(&opts.CacheBytes, "cache-bytes", distributor.DefaultCacheBytes, "bound in bytes on the version content kept in memory (goal versions go last; one evicted is fetched again from control when an agent needs it)")
 	fs.DurationVar(&opts.ReportInterval, "report-interval", distributor.DefaultReportInterval, "how often to report convergence to control and ask agents for reports (at most 1m: a report stays valid at control for three intervals, at most 2m)")
+	fs.BoolVar(&opts.GSO, "quic-gso", false, "let quic-go batch a connection's packets into one system call (UDP GSO): fewer system calls for large snapshots, but a pooled 20 KiB send buffer per connection with something to send, about 9 KiB more per agent at 10,000 agents (docs/operations.md); QUIC_GO_DISABLE_GSO in the environment, when set, decides instead")
 	fs.Float64Var(&opts.RedialRate, "redial-rate", fanout.DefaultRedialRate, "agents per second this distributor can admit after a restart: agents spread their redials over (connected agents / this rate) seconds instead of all coming back at once; measure it on your hardware (docs/operations.md); negative: no spread")
 	lo := logflags.Register(fs)
 	if err := fs.Parse(args); err != nil {

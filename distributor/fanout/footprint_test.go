@@ -137,7 +137,20 @@ func TestConnectionFootprint(t *testing.T) {
 	if per > footprintBound {
 		t.Errorf("distributor heap per connected agent = %d B, want ≤ %d B", per, footprintBound)
 	}
+	// An idle agent's connection holds quic-go's two goroutines (its
+	// connection loop and send queue) and the session's read loop; push
+	// rounds run only while there is something to push (session.kick).
+	// With a push goroutine per session for its lifetime it was 4.0, and
+	// its stack cost each agent ~5 KiB (bench/RESULTS.md).
+	if g := float64(m1.goroutines-m0.goroutines) / float64(n); g > footprintGoroutines {
+		t.Errorf("distributor goroutines per idle connected agent = %.2f, want ≤ %.1f", g, footprintGoroutines)
+	}
 }
+
+// footprintGoroutines bounds the distributor's goroutines per idle
+// connected agent (3.0 measured; a few in flight at the moment of the
+// count are allowed for).
+const footprintGoroutines = 3.2
 
 // memSample is the process's memory after two full collections (the
 // second empties sync.Pool victim caches, so pooled packet buffers do not

@@ -62,7 +62,7 @@ func (s *Server) adviseLoop() {
 		spread := s.redialSpread(len(sessions))
 		for _, ss := range sessions {
 			if ss.redialCap && ss.adviseIfStale(spread) {
-				ss.kick() // pushLoop sends it
+				ss.kick() // a push round sends it
 			}
 		}
 	}

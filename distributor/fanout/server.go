@@ -29,6 +29,7 @@ import (
 	"log/slog"
 	"maps"
 	"net"
+	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -141,6 +142,17 @@ type Options struct {
 	// instead of all at once. Default DefaultRedialRate; negative: no
 	// spread (agents redial after their own minimum backoff).
 	RedialRate float64
+	// GSO lets quic-go hand a connection's packets to the kernel in one
+	// system call (UDP generic segmentation offload). Off by default:
+	// with it quic-go packs every send into a pooled 20 KiB buffer instead
+	// of a packet's 1.5, and a fan-out or a reconnect storm leaves one
+	// pooled per connection that had something to send — 89 MB of the
+	// heap of a distributor whose 10,000 agents had just connected
+	// (bench/RESULTS.md, "The storm and the memory per agent at 10,000") —
+	// while it saves system calls only for multi-packet sends (snapshots;
+	// a fan-out sends one packet per connection). QUIC_GO_DISABLE_GSO in
+	// the environment, when set, decides instead (quic-go's own switch).
+	GSO bool
 	// DomainWanted, if set, is called with a namespace an agent subscribes
 	// to that has no goal in the zone, of a domain without a policy
 	// (SetDomains). Control gives a distributor no goal of a domain whose
@@ -347,7 +359,7 @@ func Listen(opts Options) (*Server, error) {
 		key = resetKey(opts.TLS)
 	}
 	s.tr = &quic.Transport{Conn: udp, ConnContext: s.admit, StatelessResetKey: key}
-	ln, err := s.tr.Listen(tc, qc)
+	ln, err := listenQUIC(s.tr, tc, qc, opts.GSO)
 	if err != nil {
 		cancel()
 		s.tr.Close()
@@ -862,4 +874,26 @@ func (s *Server) unregister(ss *session) {
 		delete(s.sessions, ss.host)
 	}
 	s.mu.Unlock()
+}
+
+// gsoEnv is quic-go's only switch for GSO, read when a transport starts
+// (its first Listen or Dial); gsoEnvMu serialises listenQUIC's use of it.
+const gsoEnv = "QUIC_GO_DISABLE_GSO"
+
+var gsoEnvMu sync.Mutex
+
+// listenQUIC starts tr listening, with GSO (Options.GSO) unless gso: it sets
+// QUIC_GO_DISABLE_GSO for the start and unsets it after, unless the
+// environment already had it, which then decides.
+func listenQUIC(tr *quic.Transport, tc *tls.Config, qc *quic.Config, gso bool) (*quic.Listener, error) {
+	gsoEnvMu.Lock()
+	defer gsoEnvMu.Unlock()
+	if _, set := os.LookupEnv(gsoEnv); set || gso {
+		return tr.Listen(tc, qc)
+	}
+	if err := os.Setenv(gsoEnv, "true"); err != nil {
+		return nil, fmt.Errorf("fanout: turn GSO off: %w", err)
+	}
+	defer os.Unsetenv(gsoEnv)
+	return tr.Listen(tc, qc)
 }

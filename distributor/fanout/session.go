@@ -101,14 +101,23 @@ type session struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
-	kickc chan struct{}
+	// timer wakes the push rounds (wakeUp) for the earliest refusal
+	// backoff or Ack deadline, at armed.
+	timer *time.Timer
 
 	mu sync.Mutex
 	ns map[string]*nsState
-	// armed is when pushLoop's timer fires next (zero: it is not armed).
-	// pushLoop only ever moves it earlier, so a deadline at or after it
-	// needs no kick: plan runs by then and arms the timer for it.
+	// armed is when timer fires next (zero: it is not armed). A push
+	// round only ever moves it earlier, so a deadline at or after it
+	// needs no kick: a round runs by then and arms the timer for it.
 	armed time.Time
+	// pushing: a goroutine runs push rounds (pushRounds), started by kick
+	// and ending once a round leaves nothing asked of it — not one per
+	// session for its lifetime, whose stack every idle agent's connection
+	// would hold (bench/RESULTS.md, "Memory per agent"). again: a kick
+	// came while it ran, so it runs one more round. stopped: the session
+	// is ending; no round starts any more.
+	pushing, again, stopped bool
 	// advised is the redial spread the agent was last told; advise says
 	// an Advice with it is due (redial.go).
 	advised time.Duration
@@ -178,9 +187,13 @@ func (s *Server) handle(conn *quic.Conn) {
 		signalsCap:  wire.HasCapability(caps, wire.CapSignals),
 		signedGoals: wire.HasCapability(caps, wire.CapSignedGoals),
 		redialCap:   wire.HasCapability(caps, wire.CapRedialSpread),
-		kickc:       make(chan struct{}, 1),
 		ns:          map[string]*nsState{},
+		// No push round before the session is set up: kicks until then
+		// are taken by its first round, started below.
+		pushing: true,
 	}
+	ss.timer = time.AfterFunc(time.Hour, ss.wakeUp)
+	ss.timer.Stop() // armed by a push round's wake time only
 	if s.opts.MaxInflightBytes > 0 {
 		ss.inflight = semaphore.NewWeighted(s.opts.MaxInflightBytes)
 	}
@@ -220,13 +233,19 @@ func (s *Server) handle(conn *quic.Conn) {
 	log.Info("agent connected", "protocol_version", version, "cached", len(hello.GetCached()), "subscriptions", len(hello.GetSubscriptions()),
 		"build", ss.build, "capabilities", caps)
 
-	ss.wg.Go(ss.pushLoop)
 	if s.refuseStreams {
 		ss.wg.Go(ss.refuseStreams)
 	}
+	ss.mu.Lock()
+	ss.pushing = false
+	ss.mu.Unlock()
 	ss.kick()
 	err = ss.readLoop()
 	ss.cancel()
+	ss.mu.Lock()
+	ss.stopped = true // no push round starts after this: wg.Wait below
+	ss.mu.Unlock()
+	ss.timer.Stop()
 	ss.wg.Wait()
 	ss.releaseAll()
 	s.unwant(ss.subscriptions())
@@ -288,11 +307,27 @@ func (ss *session) goodbye(code quic.ApplicationErrorCode, reason string) {
 	ss.conn.CloseWithError(code, reason)
 }
 
+// kick asks for a push round: it starts a goroutine running rounds
+// (pushRounds) unless one runs, which then runs one more. Not called with
+// ss.mu held.
 func (ss *session) kick() {
-	select {
-	case ss.kickc <- struct{}{}:
-	default:
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	switch {
+	case ss.pushing:
+		ss.again = true
+	case !ss.stopped:
+		ss.pushing = true
+		ss.wg.Go(ss.pushRounds)
 	}
+}
+
+// wakeUp is the timer's: the earliest backoff or deadline is due.
+func (ss *session) wakeUp() {
+	ss.mu.Lock()
+	ss.armed = time.Time{}
+	ss.mu.Unlock()
+	ss.kick()
 }
 
 func (ss *session) subscribed(ns string) bool {
@@ -540,12 +575,12 @@ func (ss *session) onAck(m *lehrpb.Ack) error {
 		st.notBefore = time.Time{}
 	} else {
 		// Refused: the next attempt is a snapshot, after a backoff that
-		// grows while the agent keeps refusing (pushLoop wakes for it).
+		// grows while the agent keeps refusing (a push round wakes for it).
 		st.needSnapshot = true
 		st.refusals++
 		st.notBefore = ss.srv.now().Add(refusalBackoff.Ceiling(st.refusals - 1))
 	}
-	// pushLoop has something to do only if the namespace moved on while
+	// a push round has something to do only if the namespace moved on while
 	// the update was in flight (plan skips a namespace in flight), or the
 	// update was refused: an Ack of the goal wakes nobody.
 	replan := !ok || ss.pendingLocked(ns, st)
@@ -645,57 +680,60 @@ type job struct {
 	proof *lehrpb.GoalState
 }
 
-// pushLoop starts pushes whenever kicked, and when the earliest refusal
-// backoff or Ack deadline ends, until the session ends. A frame it cannot
-// send ends the session through fail, which closes the connection: ending
-// only the loop would leave the read loop — and with it the session,
-// registered and counted connected — up, pushing nothing while the agent's
-// keepalives keep the connection alive.
-func (ss *session) pushLoop() {
-	timer := time.NewTimer(time.Hour)
-	timer.Stop() // armed by plan's wake time only
-	defer timer.Stop()
-	for {
-		select {
-		case <-ss.ctx.Done():
-			return
-		case <-ss.kickc:
-		case <-timer.C:
-			ss.mu.Lock()
-			ss.armed = time.Time{}
-			ss.mu.Unlock()
-		}
-		jobs, unavailable, wake := ss.plan()
-		// The timer only moves earlier: one armed for a deadline since
-		// answered fires once, for nothing, rather than every push waking
-		// this loop to arm it (push kicks only for a deadline before it).
+// pushRounds runs push rounds until one ends with no kick since it began,
+// or the session ends. A frame it cannot send ends the session through
+// fail, which closes the connection: ending only the rounds would leave
+// the read loop — and with it the session, registered and counted
+// connected — up, pushing nothing while the agent's keepalives keep the
+// connection alive.
+func (ss *session) pushRounds() {
+	for ss.ctx.Err() == nil && ss.pushRound() {
 		ss.mu.Lock()
-		if !wake.IsZero() && (ss.armed.IsZero() || wake.Before(ss.armed)) {
-			ss.armed = wake
-			timer.Reset(max(wake.Sub(ss.srv.now()), 0))
+		if !ss.again {
+			ss.pushing = false
+			ss.mu.Unlock()
+			return
 		}
+		ss.again = false
 		ss.mu.Unlock()
-		for _, u := range unavailable {
-			if err := ss.send(u); err != nil {
-				ss.fail("send Unavailable", err)
-				return
-			}
-			ss.srv.met.unavailable.Inc()
-			if u.GetReason() == lehrpb.UnavailableReason_UNAVAILABLE_REASON_NOT_FOUND && ss.srv.opts.DomainWanted != nil && !ss.srv.knowsDomain(u.GetNamespace()) {
-				ss.srv.opts.DomainWanted(u.GetNamespace())
-			}
+	}
+}
+
+// pushRound starts the pushes due now, sends the Unavailable and Advice
+// frames due, and arms the timer for the next moment something is due. It
+// reports false when a frame could not be sent (the session is ending).
+func (ss *session) pushRound() bool {
+	jobs, unavailable, wake := ss.plan()
+	// The timer only moves earlier: one armed for a deadline since
+	// answered fires once, for nothing, rather than every push waking
+	// a round to arm it (push kicks only for a deadline before it).
+	ss.mu.Lock()
+	if !wake.IsZero() && (ss.armed.IsZero() || wake.Before(ss.armed)) {
+		ss.armed = wake
+		ss.timer.Reset(max(wake.Sub(ss.srv.now()), 0))
+	}
+	ss.mu.Unlock()
+	for _, u := range unavailable {
+		if err := ss.send(u); err != nil {
+			ss.fail("send Unavailable", err)
+			return false
 		}
-		if a := ss.takeAdvice(); a != nil {
-			if err := ss.send(a); err != nil {
-				ss.fail("send Advice", err)
-				return
-			}
-			ss.srv.met.advice.Inc()
-		}
-		for _, j := range jobs {
-			ss.wg.Go(func() { ss.push(j) })
+		ss.srv.met.unavailable.Inc()
+		if u.GetReason() == lehrpb.UnavailableReason_UNAVAILABLE_REASON_NOT_FOUND && ss.srv.opts.DomainWanted != nil && !ss.srv.knowsDomain(u.GetNamespace()) {
+			ss.srv.opts.DomainWanted(u.GetNamespace())
 		}
 	}
+	if a := ss.takeAdvice(); a != nil {
+		if err := ss.send(a); err != nil {
+			ss.fail("send Advice", err)
+			return false
+		}
+		ss.srv.met.advice.Inc()
+	}
+	for _, j := range jobs {
+		ss.wg.Go(func() { ss.push(j) })
+	}
+	return true
 }
 
 // plan decides, under the session lock, which namespaces need an update now
@@ -873,7 +911,7 @@ func (ss *session) push(j job) {
 	var arm bool
 	if st := ss.ns[j.ns]; st != nil && st.sending.Seq == j.goal.Seq && st.deadline.IsZero() {
 		st.deadline = ss.srv.now().Add(ss.srv.opts.AckTimeout)
-		// pushLoop arms its timer for the deadline, unless it fires
+		// a push round arms the timer for the deadline, unless it fires
 		// before it anyway.
 		arm = ss.armed.IsZero() || st.deadline.Before(ss.armed)
 	}

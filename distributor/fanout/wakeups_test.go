@@ -42,13 +42,14 @@ func TestAckWakesPushLoopOnlyWhenNeeded(t *testing.T) {
 				goals["d/a"] = &Goal{Stable: tc.goal}
 			}
 			s.goals.Store(&goals)
-			ss := &session{srv: s, host: "h", log: s.log, kickc: make(chan struct{}, 1), ns: map[string]*nsState{
+			// A round runs (pushing), so a kick asks it for another (again).
+			ss := &session{srv: s, host: "h", log: s.log, pushing: true, ns: map[string]*nsState{
 				"d/a": {subscribed: tc.subscribed, have: v1.Ref(), sending: v2.Ref()},
 			}}
 			if err := ss.onAck(tc.ack); err != nil {
 				t.Fatal(err)
 			}
-			if got := len(ss.kickc) == 1; got != tc.wantKick {
+			if got := ss.again; got != tc.wantKick {
 				t.Errorf("push loop kicked = %v; want %v", got, tc.wantKick)
 			}
 		})
