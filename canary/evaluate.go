@@ -1,9 +1,11 @@
 package canary
 
 import (
+	"cmp"
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"strings"
 
 	"gonum.org/v1/gonum/stat/distuv"
@@ -115,24 +117,32 @@ func evaluate(p prepared, in Input, end int) *evaluation {
 	zc, zk := z(canary), z(control)
 	// Residuals against the control hosts' median interval by interval take
 	// out what every host shares (traffic, incidents) before estimating
-	// autocorrelation and spread.
-	ref := make([]float64, end)
-	col := make([]float64, len(zk))
-	for t := range ref {
+	// autocorrelation and spread. A control host's median leaves the host
+	// out: a median the host is part of follows its own noise, which would
+	// make control hosts look steadier than canary hosts, which are not
+	// part of it.
+	rc, rk := zc, zk
+	col := make([]float64, 0, len(zk))
+	idx := make([]int, 0, len(zk))
+	for t := 0; t < end; t++ {
+		col, idx = col[:0], idx[:0]
 		for i := range zk {
-			col[i] = zk[i][t]
-		}
-		ref[t] = median(col)
-	}
-	resid := func(zs [][]float64) [][]float64 {
-		for _, r := range zs {
-			for t := range r {
-				r[t] -= ref[t]
+			if x := zk[i][t]; !math.IsNaN(x) {
+				idx = append(idx, i)
 			}
 		}
-		return zs
+		slices.SortFunc(idx, func(a, b int) int { return cmp.Compare(zk[a][t], zk[b][t]) })
+		for _, i := range idx {
+			col = append(col, zk[i][t])
+		}
+		all := sortedMedian(col, -1)
+		for i := range zc {
+			zc[i][t] -= all
+		}
+		for rank, i := range idx {
+			zk[i][t] -= sortedMedian(col, rank)
+		}
 	}
-	rc, rk := resid(zc), resid(zk)
 	phi := lag1(rk, c0)
 	level := func(rs [][]float64) (shifts, floors []float64) {
 		for _, r := range rs {
@@ -181,21 +191,48 @@ func evaluate(p prepared, in Input, end int) *evaluation {
 		e.result.CanaryWorse = worse(sC, sK, c.Direction)
 	}
 	if e.kind == KindValue {
-		spread := func(rs [][]float64) (ratios, floors []float64) {
+		// Each host's innovations' log size before (b) and after (a) the
+		// change. A host's after is compared with its own before only as
+		// far as hosts differ in size before: a − β·b, β the share of the
+		// control hosts' spread of b that is real host-to-host difference
+		// rather than the noise of estimating it (empirical Bayes). Alike
+		// hosts (β ≈ 0) spare the comparison the before window's noise;
+		// different ones (β ≈ 1) get each host against itself.
+		type sizes struct{ a, b, va, vb float64 }
+		spread := func(rs [][]float64) (out []sizes) {
 			for _, r := range rs {
 				sb, nb := innovationSpread(r, 0, c0, phi)
 				sa, na := innovationSpread(r, c0, end, phi)
 				if math.IsNaN(sb) || math.IsNaN(sa) {
 					continue
 				}
-				ratios = append(ratios, math.Log((sa+1e-9)/(sb+1e-9)))
-				floors = append(floors, 1/(2*float64(nb-1))+1/(2*float64(na-1)))
+				out = append(out, sizes{math.Log(sa + 1e-9), math.Log(sb + 1e-9), 1 / (2 * float64(na-1)), 1 / (2 * float64(nb-1))})
+			}
+			return out
+		}
+		sC, sK := spread(rc), spread(rk)
+		beta := 1.0
+		if len(sK) >= 2 {
+			bs, vbs := make([]float64, len(sK)), make([]float64, len(sK))
+			for i, x := range sK {
+				bs[i], vbs[i] = x.b, x.vb
+			}
+			_, vb := meanVar(bs)
+			noise, _ := meanVar(vbs)
+			if vb > 0 {
+				beta = max(0, vb-noise) / vb
+			}
+		}
+		diffs := func(ss []sizes) (ratios, floors []float64) {
+			for _, x := range ss {
+				ratios = append(ratios, x.a-beta*x.b)
+				floors = append(floors, x.va+beta*beta*x.vb)
 			}
 			return ratios, floors
 		}
-		vC, gC := spread(rc)
-		vK, gK := spread(rk)
-		name := fmt.Sprintf("spread: log ratio of the AR(1) innovations' size after vs before (%s scale, φ = %.2f), canary vs control hosts, t on control hosts' spread", sc.name, phi)
+		vC, gC := diffs(sC)
+		vK, gK := diffs(sK)
+		name := fmt.Sprintf("spread: log size of the AR(1) innovations after less %.2f × before (%s scale, φ = %.2f), canary vs control hosts, t on control hosts' spread", beta, sc.name, phi)
 		if st, ok := compare(name, vC, vK, gC, gK, Increase, 0); ok {
 			st.calibrate(vK, gK, Increase, 0)
 			e.tests = append(e.tests, st)
