@@ -182,9 +182,14 @@ func evaluate(p prepared, in Input, end int) *evaluation {
 	if lt, ok := compare(name, sC, sK, fC, fK, c.Direction, off); ok {
 		if e.kind != KindValue && c.Expected == 0 {
 			// Few events make the normal approximation overconfident: the
-			// level test is no stronger than an exact test of the canary
-			// hosts' share of every event.
-			lt.p = max(lt.p, exactShare(canary, control, c0, end, e.kind, c.Direction, c.Tolerance))
+			// level test is no stronger than an exact test — of the canary
+			// hosts' share of every event, or of the share of their own
+			// events that fell after the change (given how the control
+			// hosts' rate moved), whichever is stronger. The first sees
+			// errors against a zero baseline; the second is not fooled by
+			// canary hosts whose own rate was below the fleet's before.
+			lt.p = max(lt.p, min(exactShare(canary, control, c0, end, e.kind, c.Direction, c.Tolerance),
+				exactSelf(canary, control, c0, end, e.kind, c.Direction, c.Tolerance)))
 		}
 		lt.calibrate(sK, fK, c.Direction, off)
 		e.tests = append(e.tests, lt)
@@ -321,7 +326,49 @@ func exactShare(canary, control []hostSeries, c, end int, k Kind, d Direction, t
 	if exposure == 0 || total == 0 {
 		return 1
 	}
-	p0 := exposed / exposure
+	return binomialP(x, total, exposed/exposure, d, tol)
+}
+
+// exactSelf returns the p-value of the canary hosts' events after the
+// change among all their own events, under the hypothesis that their rate
+// moved at the change as the control hosts' did (their pooled rate after
+// over before, with half an event added to each so a quiet side has one):
+// binomial, exact, one- or two-sided by d, the canary's rate after raised
+// by tol. Each canary host is compared with itself, so a host whose rate
+// differs from the fleet's before the change is judged fairly.
+func exactSelf(canary, control []hostSeries, c, end int, k Kind, d Direction, tol float64) float64 {
+	sums := func(hs []hostSeries) (before, after, eb, ea float64) {
+		for _, h := range hs {
+			for t := 0; t < end; t++ {
+				if math.IsNaN(h.num[t]) {
+					continue
+				}
+				e := 1.0
+				if k == KindProportion {
+					e = h.den[t]
+				}
+				if t < c {
+					before, eb = before+h.num[t], eb+e
+				} else {
+					after, ea = after+h.num[t], ea+e
+				}
+			}
+		}
+		return before, after, eb, ea
+	}
+	b, a, eb, ea := sums(canary)
+	kb, ka, keb, kea := sums(control)
+	if a+b == 0 || eb == 0 || ea == 0 || keb == 0 || kea == 0 {
+		return 1
+	}
+	rho := ((ka + 0.5) / kea) / ((kb + 0.5) / keb)
+	return binomialP(a, a+b, ea*rho/(eb+ea*rho), d, tol)
+}
+
+// binomialP returns the p-value of x of total events falling on a share
+// p0 of the exposure, that share's odds raised by tol (lowered for
+// Decrease): upper tail, lower for Decrease, both for Either.
+func binomialP(x, total, p0 float64, d Direction, tol float64) float64 {
 	if d == Decrease {
 		p0 *= max(0, 1-tol)
 	} else {
