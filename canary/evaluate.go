@@ -49,7 +49,7 @@ func (t *test) calibrate(xk, fk []float64, d Direction, off float64) {
 		return
 	}
 	a, b, fa, fb := halves(xk, fk)
-	aa, _ := compare(t.name, a, b, fa, fb, d, off)
+	aa, _ := compare(t.name, a, b, fa, fb, d, off, pooled{})
 	t.aa = &aa
 	rng := rand.New(rand.NewPCG(uint64(len(xk)), 0xaa))
 	idx := make([]int, len(xk))
@@ -63,7 +63,7 @@ func (t *test) calibrate(xk, fk []float64, d Direction, off float64) {
 			x[i], f[i] = xk[k], fk[k]
 		}
 		h := len(x) / 2
-		r, _ := compare(t.name, x[:h], x[h:], f[:h], f[h:], d, off)
+		r, _ := compare(t.name, x[:h], x[h:], f[:h], f[h:], d, off, pooled{})
 		t.aaSplits++
 		if r.p < 0.05 {
 			t.aaDiffer++
@@ -186,7 +186,7 @@ func evaluate(p prepared, in Input, end int) *evaluation {
 		name += fmt.Sprintf(", less the expected change of %+.4g (%+.4g on the scale)", c.Expected, want)
 	}
 	off := sc.tolerance(c.Tolerance, c.Direction, at)
-	if lt, ok := compare(name, sC, sK, fC, fK, c.Direction, off); ok {
+	if lt, ok := compare(name, sC, sK, fC, fK, c.Direction, off, pooled{}); ok {
 		if e.kind != KindValue && c.Expected == 0 {
 			// Few events make the normal approximation overconfident: the
 			// level test is no stronger than an exact test — of the canary
@@ -244,8 +244,32 @@ func evaluate(p prepared, in Input, end int) *evaluation {
 		}
 		vC, gC := diffs(sC)
 		vK, gK := diffs(sK)
+		// More replicates of a harmless change: every host's intervals
+		// before the change, cut as if the change had come the bake so far
+		// earlier (its innovations after that cut against those before it,
+		// as above). Their spread joins the control hosts' in the variance
+		// of a host's statistic. The cut's before window is shorter than
+		// the real one, so a replicate varies at least as much as the real
+		// statistic: the pooled variance errs on the side of passing.
+		var extra pooled
+		if after := end - c0; c0-after >= after {
+			var xs []float64
+			for _, rs := range [][][]float64{rc, rk} {
+				for _, r := range rs {
+					sb, _ := innovationSpread(r, 0, c0-after, phi)
+					sa, _ := innovationSpread(r, c0-after, c0, phi)
+					if !math.IsNaN(sb) && !math.IsNaN(sa) {
+						xs = append(xs, math.Log(sa+1e-9)-beta*math.Log(sb+1e-9))
+					}
+				}
+			}
+			if len(xs) >= 2 {
+				_, v := meanVar(xs)
+				extra = pooled{ss: v * float64(len(xs)-1), df: float64(len(xs) - 1)}
+			}
+		}
 		name := fmt.Sprintf("spread: log size of the AR(1) innovations after less %.2f × before (%s scale, φ = %.2f), canary vs control hosts, t on control hosts' spread", beta, sc.name, phi)
-		if st, ok := compare(name, vC, vK, gC, gK, Increase, 0); ok {
+		if st, ok := compare(name, vC, vK, gC, gK, Increase, 0, extra); ok {
 			st.calibrate(vK, gK, Increase, 0)
 			e.tests = append(e.tests, st)
 		}
@@ -261,17 +285,29 @@ func evaluate(p prepared, in Input, end int) *evaluation {
 // variance of one host's change is the control hosts' sample variance,
 // floored by the mean of each host's floor (what independent events alone
 // would give) so a control population without any variation cannot make
-// any canary move significant. t on len(xk) − 1 degrees of freedom.
-func compare(name string, xc, xk, fc, fk []float64, d Direction, off float64) (test, bool) {
+// any canary move significant. t on len(xk) − 1 degrees of freedom, more
+// with extra replicates pooled in.
+func compare(name string, xc, xk, fc, fk []float64, d Direction, off float64, extra pooled) (test, bool) {
 	if len(xc) == 0 || len(xk) < 2 {
 		return test{}, false
 	}
 	mc, _ := meanVar(xc)
 	mk, vk := meanVar(xk)
+	df := float64(len(xk) - 1)
+	if extra.df > 0 && extra.ss > 0 {
+		// Pooled unless the control hosts' changes vary significantly more
+		// than the replicates (F test, 5 %): then something at the change
+		// moved hosts apart that the replicates do not have, and the
+		// control hosts' variance stands on its own.
+		f := distuv.F{D1: df, D2: extra.df}
+		if vk/(extra.ss/extra.df) <= f.Quantile(0.95) {
+			vk, df = (vk*df+extra.ss)/(df+extra.df), df+extra.df
+		}
+	}
 	mfc, _ := meanVar(fc)
 	mfk, _ := meanVar(fk)
 	se := math.Sqrt(max(vk*(1/float64(len(xc))+1/float64(len(xk))), mfc/float64(len(xc))+mfk/float64(len(xk))))
-	t := test{name: name, canaryChange: mc, controlChange: mk, df: float64(len(xk) - 1)}
+	t := test{name: name, canaryChange: mc, controlChange: mk, df: df}
 	t.effect = mc - mk
 	switch d {
 	case Decrease:
@@ -301,6 +337,11 @@ func compare(name string, xc, xk, fc, fk []float64, d Direction, off float64) (t
 	}
 	return t, true
 }
+
+// pooled is more replicates of a host's statistic under a harmless change
+// than the control hosts' (their sum of squares about their mean, and its
+// degrees of freedom), pooled with the control hosts' in its variance.
+type pooled struct{ ss, df float64 }
 
 // exactShare returns the p-value of the canary hosts' events after the
 // change under the hypothesis that every event of every host, before and
