@@ -168,6 +168,28 @@ func evaluate(p prepared, in Input, end int) *evaluation {
 	}
 	sC, fC := level(rc)
 	sK, fK := level(rk)
+	// Replicates of a harmless change, as for the spread below: every
+	// host's intervals before the change, cut the bake so far before it.
+	after := end - c0
+	var levelExtra pooled
+	if c0-after >= after {
+		var xs []float64
+		for _, rs := range [][][]float64{rc, rk} {
+			for _, r := range rs {
+				valid := make([]bool, c0)
+				for t, x := range r[:c0] {
+					valid[t] = !math.IsNaN(x)
+				}
+				if w, ok := shiftWeights(valid, c0-after, phi); ok {
+					xs = append(xs, dot(w, r[:c0]))
+				}
+			}
+		}
+		if len(xs) >= 2 {
+			_, v := meanVar(xs)
+			levelExtra = pooled{ss: v * float64(len(xs)-1), df: float64(len(xs) - 1)}
+		}
+	}
 	at := e.result.ControlAfter
 	name := fmt.Sprintf("level shift on the %s scale, AR(1)-adjusted (φ = %.2f), canary vs control hosts' changes, t on control hosts' spread", sc.name, phi)
 	if c.Expected != 0 {
@@ -186,7 +208,7 @@ func evaluate(p prepared, in Input, end int) *evaluation {
 		name += fmt.Sprintf(", less the expected change of %+.4g (%+.4g on the scale)", c.Expected, want)
 	}
 	off := sc.tolerance(c.Tolerance, c.Direction, at)
-	if lt, ok := compare(name, sC, sK, fC, fK, c.Direction, off, pooled{}); ok {
+	if lt, ok := compare(name, sC, sK, fC, fK, c.Direction, off, levelExtra); ok {
 		if e.kind != KindValue && c.Expected == 0 {
 			// Few events make the normal approximation overconfident: the
 			// level test is no stronger than an exact test — of the canary
@@ -252,7 +274,7 @@ func evaluate(p prepared, in Input, end int) *evaluation {
 		// the real one, so a replicate varies at least as much as the real
 		// statistic: the pooled variance errs on the side of passing.
 		var extra pooled
-		if after := end - c0; c0-after >= after {
+		if c0-after >= after {
 			var xs []float64
 			for _, rs := range [][][]float64{rc, rk} {
 				for _, r := range rs {
