@@ -102,7 +102,7 @@ func runCanaryBench(ctx context.Context, e *Env) (*Result, error) {
 	res := &Result{
 		Setup: fmt.Sprintf("%d seeded fleets per cell (canary/scenario): 20 control hosts, 60 intervals before the change and a 30-interval bake, "+
 			"host-to-host differences of log-sd 0.1 or 0.3 (error ratios twice that), AR(1) noise per host at φ ∈ {0, 0.5, 0.8, 0.95}, a shared traffic trend and (half the fleets) a fleet-wide incident, "+
-			"1, 3 or 10 canary hosts; good changes also on zero-error fleets. Lehr: canary.Judge with the default checks, 4 looks over the bake, α = 0.01 per judgement "+
+			"1, 3 or 10 canary hosts; good changes also on zero-error fleets; bad changes are the six of canary/scenario, mild ones (error ratio ×2, latency +20 %%) are reported apart. Lehr: canary.Judge with the default checks, 4 looks over the bake, α = 0.01 per judgement "+
 			"(the verdict a rollout polling every interval would get). Lehr learned: the same judge with the history control would have learned of the cell's fleets "+
 			"(docs/canary.md, \"Learning from history\"): %d good changes of the same fleet spec, other seeds, judged first, the samples of those that passed kept. Lehr host-level: what the agents judge locally, canary.JudgeHost on each canary host alone "+
 			"(its own 60 intervals before against the bake, no control hosts, one look per interval, α = 0.001 per host), the fleet failing if any canary host fails: "+
@@ -158,25 +158,31 @@ func runCanaryBench(ctx context.Context, e *Env) (*Result, error) {
 				res.Rows = append(res.Rows, row)
 			}
 		}
+		bad := func(c canaryCell) bool { return c.change != scenario.Good && !c.change.Mild() }
+		mild := func(c canaryCell) bool { return c.change.Mild() }
+		good := func(c canaryCell) bool { return c.change == scenario.Good }
 		for _, sp := range canarySpreads {
-			bf, bn := sum(judge, func(c canaryCell) bool { return c.change != scenario.Good && c.spread == sp })
-			gf, gn := sum(judge, func(c canaryCell) bool { return c.change == scenario.Good && c.spread == sp })
+			bf, bn := sum(judge, func(c canaryCell) bool { return bad(c) && c.spread == sp })
+			mf, mn := sum(judge, func(c canaryCell) bool { return mild(c) && c.spread == sp })
+			gf, gn := sum(judge, func(c canaryCell) bool { return good(c) && c.spread == sp })
 			row := Row{System: judge, Case: fmt.Sprintf("overall, host spread %.1f", sp)}
-			row.Add("bad caught", pct(bf, bn), "%").Add("good failed", pct(gf, gn), "%").Add("fleets", float64(bn+gn), "")
+			row.Add("bad caught", pct(bf, bn), "%").Add("mild caught", pct(mf, mn), "%").Add("good failed", pct(gf, gn), "%").Add("fleets", float64(bn+mn+gn), "")
 			res.Rows = append(res.Rows, row)
 		}
-		bf, bn := sum(judge, func(c canaryCell) bool { return c.change != scenario.Good })
-		gf, gn := sum(judge, func(c canaryCell) bool { return c.change == scenario.Good })
+		bf, bn := sum(judge, bad)
+		mf, mn := sum(judge, mild)
+		gf, gn := sum(judge, good)
 		row := Row{System: judge, Case: "overall"}
-		row.Add("bad caught", pct(bf, bn), "%").Add("good failed", pct(gf, gn), "%").Add("fleets", float64(bn+gn), "")
+		row.Add("bad caught", pct(bf, bn), "%").Add("mild caught", pct(mf, mn), "%").Add("good failed", pct(gf, gn), "%").Add("fleets", float64(bn+mn+gn), "")
 		res.Rows = append(res.Rows, row)
 		if judge == "lehr" {
 			res.Targets = append(res.Targets,
-				Target{Goal: "bad changes caught ≥ 95 %", Got: fmt.Sprintf("%.1f %% of %d", pct(bf, bn), bn), Met: pct(bf, bn) >= 95},
-				Target{Goal: "good changes failed ≤ 1 %", Got: fmt.Sprintf("%.2f %% of %d", pct(gf, gn), gn), Met: pct(gf, gn) <= 1})
+				Target{Goal: "bad changes caught ≥ 98 %", Got: fmt.Sprintf("%.1f %% of %d", pct(bf, bn), bn), Met: pct(bf, bn) >= 98},
+				Target{Goal: "good changes failed ≤ 0.5 %", Got: fmt.Sprintf("%.2f %% of %d", pct(gf, gn), gn), Met: pct(gf, gn) <= 0.5},
+				Target{Goal: "mild bad changes caught ≥ 80 %", Got: fmt.Sprintf("%.1f %% of %d", pct(mf, mn), mn), Met: pct(mf, mn) >= 80})
 		}
 		if judge == "lehr learned" {
-			base, _ := sum("lehr", func(c canaryCell) bool { return c.change != scenario.Good })
+			base, _ := sum("lehr", bad)
 			res.Targets = append(res.Targets,
 				Target{Goal: "learned from history: good changes failed ≤ 0.5 %", Got: fmt.Sprintf("%.2f %% of %d", pct(gf, gn), gn), Met: pct(gf, gn) <= 0.5},
 				Target{Goal: "learned from history: bad changes caught ≥ without", Got: fmt.Sprintf("%.1f %% (without: %.1f %%) of %d", pct(bf, bn), pct(base, bn), bn), Met: bf >= base})

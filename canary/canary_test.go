@@ -248,6 +248,11 @@ func TestJudgeRates(t *testing.T) {
 		{scenario.CrashLoop, 1, 0.5, n * 95 / 100, n},
 		{scenario.SlowMode30, 3, 0.8, n * 95 / 100, n},
 		{scenario.LatencyVarX4, 10, 0.5, n * 95 / 100, n},
+		// The hard ones: a variance increase on a single canary host, and
+		// the mild changes.
+		{scenario.LatencyVarX4, 1, 0.5, n * 65 / 100, n},
+		{scenario.ErrorRatioX2, 3, 0.5, n * 90 / 100, n},
+		{scenario.LatencyUp20, 1, 0.5, n * 80 / 100, n},
 	} {
 		fails := 0
 		for seed := range n {
@@ -261,6 +266,9 @@ func TestJudgeRates(t *testing.T) {
 		}
 		if fails < tc.min || fails > tc.max {
 			t.Errorf("%v, %d canary host(s), φ = %.2f: %d of %d failed; want %d to %d", tc.change, tc.canaries, tc.phi, fails, n, tc.min, tc.max)
+		}
+		if testing.Verbose() {
+			t.Logf("%v, %d canary host(s), φ = %.2f: %d of %d failed", tc.change, tc.canaries, tc.phi, fails, n)
 		}
 	}
 }

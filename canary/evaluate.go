@@ -1,9 +1,11 @@
 package canary
 
 import (
+	"cmp"
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"strings"
 
 	"gonum.org/v1/gonum/stat/distuv"
@@ -47,7 +49,7 @@ func (t *test) calibrate(xk, fk []float64, d Direction, off float64) {
 		return
 	}
 	a, b, fa, fb := halves(xk, fk)
-	aa, _ := compare(t.name, a, b, fa, fb, d, off)
+	aa, _ := compare(t.name, a, b, fa, fb, d, off, pooled{})
 	t.aa = &aa
 	rng := rand.New(rand.NewPCG(uint64(len(xk)), 0xaa))
 	idx := make([]int, len(xk))
@@ -61,7 +63,7 @@ func (t *test) calibrate(xk, fk []float64, d Direction, off float64) {
 			x[i], f[i] = xk[k], fk[k]
 		}
 		h := len(x) / 2
-		r, _ := compare(t.name, x[:h], x[h:], f[:h], f[h:], d, off)
+		r, _ := compare(t.name, x[:h], x[h:], f[:h], f[h:], d, off, pooled{})
 		t.aaSplits++
 		if r.p < 0.05 {
 			t.aaDiffer++
@@ -115,25 +117,40 @@ func evaluate(p prepared, in Input, end int) *evaluation {
 	zc, zk := z(canary), z(control)
 	// Residuals against the control hosts' median interval by interval take
 	// out what every host shares (traffic, incidents) before estimating
-	// autocorrelation and spread.
-	ref := make([]float64, end)
-	col := make([]float64, len(zk))
-	for t := range ref {
+	// autocorrelation and spread. A control host's median leaves the host
+	// out: a median the host is part of follows its own noise, which would
+	// make control hosts look steadier than canary hosts, which are not
+	// part of it.
+	rc, rk := zc, zk
+	col := make([]float64, 0, len(zk))
+	idx := make([]int, 0, len(zk))
+	for t := 0; t < end; t++ {
+		col, idx = col[:0], idx[:0]
 		for i := range zk {
-			col[i] = zk[i][t]
-		}
-		ref[t] = median(col)
-	}
-	resid := func(zs [][]float64) [][]float64 {
-		for _, r := range zs {
-			for t := range r {
-				r[t] -= ref[t]
+			if x := zk[i][t]; !math.IsNaN(x) {
+				idx = append(idx, i)
 			}
 		}
-		return zs
+		slices.SortFunc(idx, func(a, b int) int { return cmp.Compare(zk[a][t], zk[b][t]) })
+		for _, i := range idx {
+			col = append(col, zk[i][t])
+		}
+		all := sortedMedian(col, -1)
+		for i := range zc {
+			zc[i][t] -= all
+		}
+		for rank, i := range idx {
+			zk[i][t] -= sortedMedian(col, rank)
+		}
 	}
-	rc, rk := resid(zc), resid(zk)
+	// The lag-1 autocorrelation of a short series, each demeaned on its
+	// own, is biased low by about (1 + 3φ)/n (Kendall); taken back, so a
+	// strongly autocorrelated metric's innovations and level shifts are
+	// not blurred by the part of its slow wander φ missed.
 	phi := lag1(rk, c0)
+	if n := float64(c0); phi > 0 && n > 3 {
+		phi = min(0.98, phi+(1+3*phi)/n)
+	}
 	level := func(rs [][]float64) (shifts, floors []float64) {
 		for _, r := range rs {
 			valid := make([]bool, len(r))
@@ -151,6 +168,28 @@ func evaluate(p prepared, in Input, end int) *evaluation {
 	}
 	sC, fC := level(rc)
 	sK, fK := level(rk)
+	// Replicates of a harmless change, as for the spread below: every
+	// host's intervals before the change, cut the bake so far before it.
+	after := end - c0
+	var levelExtra pooled
+	if c0-after >= after {
+		var xs []float64
+		for _, rs := range [][][]float64{rc, rk} {
+			for _, r := range rs {
+				valid := make([]bool, c0)
+				for t, x := range r[:c0] {
+					valid[t] = !math.IsNaN(x)
+				}
+				if w, ok := shiftWeights(valid, c0-after, phi); ok {
+					xs = append(xs, dot(w, r[:c0]))
+				}
+			}
+		}
+		if len(xs) >= 2 {
+			_, v := meanVar(xs)
+			levelExtra = pooled{ss: v * float64(len(xs)-1), df: float64(len(xs) - 1)}
+		}
+	}
 	at := e.result.ControlAfter
 	name := fmt.Sprintf("level shift on the %s scale, AR(1)-adjusted (φ = %.2f), canary vs control hosts' changes, t on control hosts' spread", sc.name, phi)
 	if c.Expected != 0 {
@@ -169,35 +208,91 @@ func evaluate(p prepared, in Input, end int) *evaluation {
 		name += fmt.Sprintf(", less the expected change of %+.4g (%+.4g on the scale)", c.Expected, want)
 	}
 	off := sc.tolerance(c.Tolerance, c.Direction, at)
-	if lt, ok := compare(name, sC, sK, fC, fK, c.Direction, off); ok {
+	if lt, ok := compare(name, sC, sK, fC, fK, c.Direction, off, levelExtra); ok {
 		lt = e.learnLevel(lt, sC, sK, fC, fK, sc, at, in, end, canary, control) // learned.go
 		if e.kind != KindValue && c.Expected == 0 {
 			// Few events make the normal approximation overconfident: the
-			// level test is no stronger than an exact test of the canary
-			// hosts' share of every event.
-			lt.p = max(lt.p, exactShare(canary, control, c0, end, e.kind, c.Direction, c.Tolerance))
+			// level test is no stronger than an exact test — of the canary
+			// hosts' share of every event, or of the share of their own
+			// events that fell after the change (given how the control
+			// hosts' rate moved), whichever is stronger. The first sees
+			// errors against a zero baseline; the second is not fooled by
+			// canary hosts whose own rate was below the fleet's before.
+			lt.p = max(lt.p, min(exactShare(canary, control, c0, end, e.kind, c.Direction, c.Tolerance),
+				exactSelf(canary, control, c0, end, e.kind, c.Direction, c.Tolerance)))
 		}
 		lt.calibrate(sK, fK, c.Direction, off)
 		e.tests = append(e.tests, lt)
 		e.result.CanaryWorse = worse(sC, sK, c.Direction)
 	}
 	if e.kind == KindValue {
-		spread := func(rs [][]float64) (ratios, floors []float64) {
+		// Each host's innovations' log size before (b) and after (a) the
+		// change. A host's after is compared with its own before only as
+		// far as hosts differ in size before: a − β·b, β the share of the
+		// control hosts' spread of b that is real host-to-host difference
+		// rather than the noise of estimating it (empirical Bayes). Alike
+		// hosts (β ≈ 0) spare the comparison the before window's noise;
+		// different ones (β ≈ 1) get each host against itself.
+		type sizes struct{ a, b, va, vb float64 }
+		spread := func(rs [][]float64) (out []sizes) {
 			for _, r := range rs {
 				sb, nb := innovationSpread(r, 0, c0, phi)
 				sa, na := innovationSpread(r, c0, end, phi)
 				if math.IsNaN(sb) || math.IsNaN(sa) {
 					continue
 				}
-				ratios = append(ratios, math.Log((sa+1e-9)/(sb+1e-9)))
-				floors = append(floors, 1/(2*float64(nb-1))+1/(2*float64(na-1)))
+				out = append(out, sizes{math.Log(sa + 1e-9), math.Log(sb + 1e-9), 1 / (2 * float64(na-1)), 1 / (2 * float64(nb-1))})
+			}
+			return out
+		}
+		sC, sK := spread(rc), spread(rk)
+		beta := 1.0
+		if len(sK) >= 2 {
+			bs, vbs := make([]float64, len(sK)), make([]float64, len(sK))
+			for i, x := range sK {
+				bs[i], vbs[i] = x.b, x.vb
+			}
+			_, vb := meanVar(bs)
+			noise, _ := meanVar(vbs)
+			if vb > 0 {
+				beta = max(0, vb-noise) / vb
+			}
+		}
+		diffs := func(ss []sizes) (ratios, floors []float64) {
+			for _, x := range ss {
+				ratios = append(ratios, x.a-beta*x.b)
+				floors = append(floors, x.va+beta*beta*x.vb)
 			}
 			return ratios, floors
 		}
-		vC, gC := spread(rc)
-		vK, gK := spread(rk)
-		name := fmt.Sprintf("spread: log ratio of the AR(1) innovations' size after vs before (%s scale, φ = %.2f), canary vs control hosts, t on control hosts' spread", sc.name, phi)
-		if st, ok := compare(name, vC, vK, gC, gK, Increase, 0); ok {
+		vC, gC := diffs(sC)
+		vK, gK := diffs(sK)
+		// More replicates of a harmless change: every host's intervals
+		// before the change, cut as if the change had come the bake so far
+		// earlier (its innovations after that cut against those before it,
+		// as above). Their spread joins the control hosts' in the variance
+		// of a host's statistic. The cut's before window is shorter than
+		// the real one, so a replicate varies at least as much as the real
+		// statistic: the pooled variance errs on the side of passing.
+		var extra pooled
+		if c0-after >= after {
+			var xs []float64
+			for _, rs := range [][][]float64{rc, rk} {
+				for _, r := range rs {
+					sb, _ := innovationSpread(r, 0, c0-after, phi)
+					sa, _ := innovationSpread(r, c0-after, c0, phi)
+					if !math.IsNaN(sb) && !math.IsNaN(sa) {
+						xs = append(xs, math.Log(sa+1e-9)-beta*math.Log(sb+1e-9))
+					}
+				}
+			}
+			if len(xs) >= 2 {
+				_, v := meanVar(xs)
+				extra = pooled{ss: v * float64(len(xs)-1), df: float64(len(xs) - 1)}
+			}
+		}
+		name := fmt.Sprintf("spread: log size of the AR(1) innovations after less %.2f × before (%s scale, φ = %.2f), canary vs control hosts, t on control hosts' spread", beta, sc.name, phi)
+		if st, ok := compare(name, vC, vK, gC, gK, Increase, 0, extra); ok {
 			st = e.learnSpread(st, vC, vK, gC, gK, in, end) // learned.go
 			st.calibrate(vK, gK, Increase, 0)
 			e.tests = append(e.tests, st)
@@ -214,17 +309,29 @@ func evaluate(p prepared, in Input, end int) *evaluation {
 // variance of one host's change is the control hosts' sample variance,
 // floored by the mean of each host's floor (what independent events alone
 // would give) so a control population without any variation cannot make
-// any canary move significant. t on len(xk) − 1 degrees of freedom.
-func compare(name string, xc, xk, fc, fk []float64, d Direction, off float64) (test, bool) {
+// any canary move significant. t on len(xk) − 1 degrees of freedom, more
+// with extra replicates pooled in.
+func compare(name string, xc, xk, fc, fk []float64, d Direction, off float64, extra pooled) (test, bool) {
 	if len(xc) == 0 || len(xk) < 2 {
 		return test{}, false
 	}
 	mc, _ := meanVar(xc)
 	mk, vk := meanVar(xk)
+	df := float64(len(xk) - 1)
+	if extra.df > 0 && extra.ss > 0 {
+		// Pooled unless the control hosts' changes vary significantly more
+		// than the replicates (F test, 5 %): then something at the change
+		// moved hosts apart that the replicates do not have, and the
+		// control hosts' variance stands on its own.
+		f := distuv.F{D1: df, D2: extra.df}
+		if vk/(extra.ss/extra.df) <= f.Quantile(0.95) {
+			vk, df = (vk*df+extra.ss)/(df+extra.df), df+extra.df
+		}
+	}
 	mfc, _ := meanVar(fc)
 	mfk, _ := meanVar(fk)
 	se := math.Sqrt(max(vk*(1/float64(len(xc))+1/float64(len(xk))), mfc/float64(len(xc))+mfk/float64(len(xk))))
-	t := test{name: name, canaryChange: mc, controlChange: mk, df: float64(len(xk) - 1)}
+	t := test{name: name, canaryChange: mc, controlChange: mk, df: df}
 	t.effect = mc - mk
 	switch d {
 	case Decrease:
@@ -254,6 +361,11 @@ func compare(name string, xc, xk, fc, fk []float64, d Direction, off float64) (t
 	}
 	return t, true
 }
+
+// pooled is more replicates of a host's statistic under a harmless change
+// than the control hosts' (their sum of squares about their mean, and its
+// degrees of freedom), pooled with the control hosts' in its variance.
+type pooled struct{ ss, df float64 }
 
 // exactShare returns the p-value of the canary hosts' events after the
 // change under the hypothesis that every event of every host, before and
@@ -286,7 +398,49 @@ func exactShare(canary, control []hostSeries, c, end int, k Kind, d Direction, t
 	if exposure == 0 || total == 0 {
 		return 1
 	}
-	p0 := exposed / exposure
+	return binomialP(x, total, exposed/exposure, d, tol)
+}
+
+// exactSelf returns the p-value of the canary hosts' events after the
+// change among all their own events, under the hypothesis that their rate
+// moved at the change as the control hosts' did (their pooled rate after
+// over before, with half an event added to each so a quiet side has one):
+// binomial, exact, one- or two-sided by d, the canary's rate after raised
+// by tol. Each canary host is compared with itself, so a host whose rate
+// differs from the fleet's before the change is judged fairly.
+func exactSelf(canary, control []hostSeries, c, end int, k Kind, d Direction, tol float64) float64 {
+	sums := func(hs []hostSeries) (before, after, eb, ea float64) {
+		for _, h := range hs {
+			for t := 0; t < end; t++ {
+				if math.IsNaN(h.num[t]) {
+					continue
+				}
+				e := 1.0
+				if k == KindProportion {
+					e = h.den[t]
+				}
+				if t < c {
+					before, eb = before+h.num[t], eb+e
+				} else {
+					after, ea = after+h.num[t], ea+e
+				}
+			}
+		}
+		return before, after, eb, ea
+	}
+	b, a, eb, ea := sums(canary)
+	kb, ka, keb, kea := sums(control)
+	if a+b == 0 || eb == 0 || ea == 0 || keb == 0 || kea == 0 {
+		return 1
+	}
+	rho := ((ka + 0.5) / kea) / ((kb + 0.5) / keb)
+	return binomialP(a, a+b, ea*rho/(eb+ea*rho), d, tol)
+}
+
+// binomialP returns the p-value of x of total events falling on a share
+// p0 of the exposure, that share's odds raised by tol (lowered for
+// Decrease): upper tail, lower for Decrease, both for Either.
+func binomialP(x, total, p0 float64, d Direction, tol float64) float64 {
 	if d == Decrease {
 		p0 *= max(0, 1-tol)
 	} else {

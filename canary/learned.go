@@ -89,13 +89,13 @@ type Learned struct {
 	ChangedVerdict bool
 }
 
-// pooled is a learned variance: the mean of the samples' variances
+// learnedPool is a learned variance: the mean of the samples' variances
 // weighted by their degrees of freedom, and the degrees of freedom it is
 // worth, estimated from how much the samples' variances differ beyond
 // their sampling noise (an empirical-Bayes prior, as limma's moderated t):
 // evaluations whose control hosts varied alike give many, evaluations
 // that differ (incidents, traffic) few; at most the samples' total.
-func pooled(vs []float64, dfs []int) (v, df float64) {
+func learnedPool(vs []float64, dfs []int) (v, df float64) {
 	var sw, swv, sdf float64
 	var k float64
 	for i, x := range vs {
@@ -255,7 +255,7 @@ func (e *evaluation) learnSpread(t test, xc, xk, fc, fk []float64, in Input, end
 // (too few samples, or the control hosts vary well beyond what was
 // learned, which u records).
 func (e *evaluation) pool(u *Learned, vs []float64, dfs []int, vk float64, dk int) (v, df float64) {
-	v0, d0 := pooled(vs, dfs)
+	v0, d0 := learnedPool(vs, dfs)
 	if d0 == 0 || dk < 1 {
 		return 0, 0
 	}

@@ -74,6 +74,28 @@ func median(xs []float64) float64 {
 	return (v[len(v)/2-1] + v[len(v)/2]) / 2
 }
 
+// sortedMedian returns the median of the sorted values v without the one
+// at index skip (none if skip < 0); NaN if none is left.
+func sortedMedian(v []float64, skip int) float64 {
+	n := len(v)
+	at := func(p int) float64 { // the p-th value once skip is out
+		if skip >= 0 && p >= skip {
+			p++
+		}
+		return v[p]
+	}
+	if skip >= 0 {
+		n--
+	}
+	if n <= 0 {
+		return math.NaN()
+	}
+	if n%2 == 1 {
+		return at(n / 2)
+	}
+	return (at(n/2-1) + at(n/2)) / 2
+}
+
 // meanVar returns the mean and sample variance of xs.
 func meanVar(xs []float64) (mean, variance float64) {
 	for _, x := range xs {

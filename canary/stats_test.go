@@ -96,3 +96,36 @@ func TestShiftWeightsAgainstLeastSquares(t *testing.T) {
 	w, _ = shiftWeights(valid, 6, 0)
 	near(t, "difference of means", dot(w, r), (1.1+0.9+1.3+1.0+0.8)/5-(0.1+0.3-0.2+0.05+0.4+0.2)/6, 1e-12)
 }
+
+func TestExactSelf(t *testing.T) {
+	// One canary host: 10 events in 60 intervals before, 15 in 30 after;
+	// the control host's rate moved from 60/60 to 30/30, so with half an
+	// event on each side ρ = (30.5/30)/(60.5/60) and the share after is
+	// 30ρ/(60 + 30ρ): sum(comb(25, k)·p^k·(1−p)^(25−k) for k ≥ 15), by
+	// Python's exact integers.
+	num := make([]float64, 90)
+	for i := range 10 {
+		num[i*6] = 1
+	}
+	for i := range 15 {
+		num[60+i*2] = 1
+	}
+	canary := []hostSeries{{host: "c", series: series{num: num, den: ones(90)}}}
+	control := []hostSeries{{host: "k", series: series{num: ones(90), den: ones(90)}}}
+	near(t, "exactSelf", exactSelf(canary, control, 60, 90, KindCount, Increase, 0), 0.005933825648706598, 1e-7)
+}
+
+func TestSortedMedian(t *testing.T) {
+	v := []float64{1, 2, 4, 8, 16}
+	for _, tc := range []struct {
+		skip int
+		want float64
+	}{{-1, 4}, {0, 6}, {2, 5}, {4, 3}} {
+		if got := sortedMedian(v, tc.skip); got != tc.want {
+			t.Errorf("sortedMedian(%v, %d) = %v; want %v", v, tc.skip, got, tc.want)
+		}
+	}
+	if !math.IsNaN(sortedMedian([]float64{3}, 0)) {
+		t.Error("the median of nothing is not NaN")
+	}
+}

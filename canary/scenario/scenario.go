@@ -19,7 +19,8 @@ import (
 type Change int
 
 // The changes. Good leaves canary hosts as they were; every other one is
-// a bad change a judge should catch.
+// a bad change a judge should catch. The mild ones (Mild) come last, so a
+// seed gives the same fleet for the others as before they were added.
 const (
 	Good         Change = iota
 	ErrorRatioX5        // error ratio ×5
@@ -28,14 +29,21 @@ const (
 	CrashLoop           // the process restarts every few intervals and serves less
 	LatencyVarX4        // latency variance ×4 (its swings ×2), mean unchanged
 	SlowMode30          // latency ×2 in 30 % of intervals
+	ErrorRatioX2        // error ratio ×2 (mild)
+	LatencyUp20         // latency +20 % (mild)
 )
 
 // Changes lists every change, Good first.
-var Changes = []Change{Good, ErrorRatioX5, NewErrors, LatencyUp50, CrashLoop, LatencyVarX4, SlowMode30}
+var Changes = []Change{Good, ErrorRatioX5, NewErrors, LatencyUp50, CrashLoop, LatencyVarX4, SlowMode30, ErrorRatioX2, LatencyUp20}
 
 func (c Change) String() string {
-	return [...]string{"good", "error ratio ×5", "new errors", "latency +50 %", "crash loop", "latency variance ×4", "slow mode 30 %"}[c]
+	return [...]string{"good", "error ratio ×5", "new errors", "latency +50 %", "crash loop", "latency variance ×4", "slow mode 30 %",
+		"error ratio ×2", "latency +20 %"}[c]
 }
+
+// Mild reports whether c is one of the mild bad changes (error ratio ×2,
+// latency +20 %), harder to catch than the others and reported apart.
+func (c Change) Mild() bool { return c == ErrorRatioX2 || c == LatencyUp20 }
 
 // Spec describes one fleet.
 type Spec struct {
@@ -149,6 +157,10 @@ func (h host) generate(isCanary bool) map[string][]float64 {
 			lat *= 1.5
 		case changed(SlowMode30, t) && rng.Float64() < 0.3:
 			lat *= 2
+		case changed(ErrorRatioX2, t):
+			p *= 2
+		case changed(LatencyUp20, t):
+			lat *= 1.2
 		}
 		switch {
 		case changed(NewErrors, t):

@@ -284,7 +284,8 @@ func canaryJudge(e *env, cmd, file string, opts canary.Options, asJSON bool) int
 
 // scenarioName is a change's name on the command line.
 func scenarioName(c scenario.Change) string {
-	return [...]string{"good", "error-ratio-x5", "new-errors", "latency-up-50", "crash-loop", "latency-variance-x4", "slow-mode-30"}[c]
+	return [...]string{"good", "error-ratio-x5", "new-errors", "latency-up-50", "crash-loop", "latency-variance-x4", "slow-mode-30",
+		"error-ratio-x2", "latency-up-20"}[c]
 }
 
 func scenarioNames() []string {
