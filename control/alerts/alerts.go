@@ -28,7 +28,6 @@ import (
 	"io"
 	"net/http"
 	"net/url"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -36,6 +35,7 @@ import (
 	"github.com/VictoriaMetrics/metrics"
 
 	"lehr.dev/lehr/internal/metricshttp"
+	"lehr.dev/lehr/internal/promapi"
 )
 
 // Defaults of Options.
@@ -119,18 +119,9 @@ var MetricsHelp = metricshttp.Help{
 
 // New checks opts; it reads nothing.
 func New(opts Options) (*Source, error) {
-	u, err := url.Parse(opts.URL)
+	ep, err := promapi.Parse("alerts", "Prometheus or vmalert", "reads", opts.URL, APIPath, opts.TLS != nil)
 	if err != nil {
-		return nil, fmt.Errorf("alerts: URL %q: %w", opts.URL, err)
-	}
-	if u.Scheme != "http" && u.Scheme != "https" || u.Host == "" {
-		return nil, fmt.Errorf("alerts: URL %q: want http://HOST:PORT or https://HOST:PORT, e.g. http://prometheus:9090 (Prometheus or vmalert)", opts.URL)
-	}
-	if u.RawQuery != "" || u.Fragment != "" {
-		return nil, fmt.Errorf("alerts: URL %q: want no query or fragment, only the base URL (the source reads its %s)", opts.URL, APIPath)
-	}
-	if opts.TLS != nil && u.Scheme != "https" {
-		return nil, fmt.Errorf("alerts: URL %q: TLS options are for an https URL", opts.URL)
+		return nil, err
 	}
 	if opts.Timeout <= 0 {
 		opts.Timeout = DefaultTimeout
@@ -144,18 +135,9 @@ func New(opts Options) (*Source, error) {
 	if opts.Metrics == nil {
 		opts.Metrics = metrics.NewSet()
 	}
-	full := *u
-	full.Path = strings.TrimSuffix(u.Path, "/")
-	if !strings.HasSuffix(full.Path, APIPath) {
-		full.Path += APIPath
-	}
-	shown := full
-	shown.User = nil
-	s := &Source{opts: opts, url: full.String(), name: strings.TrimSuffix(shown.String(), APIPath), client: opts.Client, reads: map[string]*metrics.Counter{}}
+	s := &Source{opts: opts, url: ep.URL, name: ep.Name, client: opts.Client, reads: map[string]*metrics.Counter{}}
 	if s.client == nil {
-		tr := http.DefaultTransport.(*http.Transport).Clone()
-		tr.TLSClientConfig = opts.TLS
-		s.client = &http.Client{Transport: tr, Timeout: opts.Timeout}
+		s.client = promapi.Client(opts.TLS, opts.Timeout)
 	}
 	for _, r := range []string{"ok", "error"} {
 		s.reads[r] = opts.Metrics.GetOrCreateCounter(fmt.Sprintf(`lehr_control_alerts_reads_total{result=%q}`, r))

@@ -37,6 +37,7 @@ import (
 	"github.com/VictoriaMetrics/metrics"
 
 	"lehr.dev/lehr/internal/metricshttp"
+	"lehr.dev/lehr/internal/promapi"
 )
 
 // Defaults and bounds of Options and of a query.
@@ -108,18 +109,9 @@ var MetricsHelp = metricshttp.Help{
 
 // New checks opts; it queries nothing.
 func New(opts Options) (*Source, error) {
-	u, err := url.Parse(opts.URL)
+	ep, err := promapi.Parse("metrics source", "Prometheus or VictoriaMetrics", "posts to", opts.URL, APIPath, opts.TLS != nil)
 	if err != nil {
-		return nil, fmt.Errorf("metrics source: URL %q: %w", opts.URL, err)
-	}
-	if u.Scheme != "http" && u.Scheme != "https" || u.Host == "" {
-		return nil, fmt.Errorf("metrics source: URL %q: want http://HOST:PORT or https://HOST:PORT, e.g. http://prometheus:9090 (Prometheus or VictoriaMetrics)", opts.URL)
-	}
-	if u.RawQuery != "" || u.Fragment != "" {
-		return nil, fmt.Errorf("metrics source: URL %q: want no query or fragment, only the base URL (the source posts to its %s)", opts.URL, APIPath)
-	}
-	if opts.TLS != nil && u.Scheme != "https" {
-		return nil, fmt.Errorf("metrics source: URL %q: TLS options are for an https URL", opts.URL)
+		return nil, err
 	}
 	if opts.Timeout <= 0 {
 		opts.Timeout = DefaultTimeout
@@ -133,20 +125,11 @@ func New(opts Options) (*Source, error) {
 	if opts.Metrics == nil {
 		opts.Metrics = metrics.NewSet()
 	}
-	full := *u
-	full.Path = strings.TrimSuffix(u.Path, "/")
-	if !strings.HasSuffix(full.Path, APIPath) {
-		full.Path += APIPath
-	}
-	shown := full
-	shown.User = nil
-	s := &Source{opts: opts, url: full.String(), name: strings.TrimSuffix(shown.String(), APIPath), client: opts.Client,
+	s := &Source{opts: opts, url: ep.URL, name: ep.Name, client: opts.Client,
 		ok:     opts.Metrics.GetOrCreateCounter(`lehr_control_metrics_queries_total{result="ok"}`),
 		failed: opts.Metrics.GetOrCreateCounter(`lehr_control_metrics_queries_total{result="error"}`)}
 	if s.client == nil {
-		tr := http.DefaultTransport.(*http.Transport).Clone()
-		tr.TLSClientConfig = opts.TLS
-		s.client = &http.Client{Transport: tr, Timeout: opts.Timeout}
+		s.client = promapi.Client(opts.TLS, opts.Timeout)
 	}
 	return s, nil
 }
