@@ -22,6 +22,7 @@ import (
 	"lehr.dev/lehr/control/metricsource"
 	"lehr.dev/lehr/control/store"
 	"lehr.dev/lehr/proto/lehrpb"
+	"lehr.dev/lehr/testenv/prombin"
 )
 
 // Checks written as queries, judged on a real Prometheus's data alone
@@ -61,30 +62,6 @@ func (h *host) ServeHTTP(w http.ResponseWriter, _ *http.Request) {
 	fmt.Fprintf(w, "# TYPE shop_request_errors_total counter\nshop_request_errors_total %d\n", int64(errs))
 }
 
-// prometheusBinary returns Prometheus's path ($LEHR_PROMETHEUS,
-// bin/prometheus from scripts/deps.sh, or prometheus on $PATH), failing
-// under CI without one and skipping elsewhere.
-func prometheusBinary(t *testing.T) string {
-	t.Helper()
-	if p := os.Getenv("LEHR_PROMETHEUS"); p != "" {
-		return p
-	}
-	if p, err := filepath.Abs(filepath.Join("..", "..", "bin", "prometheus")); err == nil {
-		if _, err := os.Stat(p); err == nil {
-			return p
-		}
-	}
-	if p, err := exec.LookPath("prometheus"); err == nil {
-		return p
-	}
-	msg := "no prometheus in bin/ or on $PATH (nor $LEHR_PROMETHEUS): run scripts/deps.sh, which extracts it from Debian's prometheus package"
-	if os.Getenv("CI") == "true" {
-		t.Fatal(msg)
-	}
-	t.Skip(msg)
-	return ""
-}
-
 // until calls f every 200 ms until it returns nil, failing the test with
 // its last error after timeout.
 func until(t *testing.T, what string, timeout time.Duration, f func() error) {
@@ -103,7 +80,7 @@ func until(t *testing.T, what string, timeout time.Duration, f func() error) {
 }
 
 func TestQueryChecksOnPrometheus(t *testing.T) {
-	bin := prometheusBinary(t)
+	bin := prombin.Path(t)
 	const zone = "zone-a"
 	const iv = 2 * time.Second
 	start := time.Now()

@@ -26,6 +26,7 @@ import (
 	"lehr.dev/lehr/internal/metricshttp/metricstest"
 	"lehr.dev/lehr/proto/lehrpb"
 	"lehr.dev/lehr/testenv/devcluster"
+	"lehr.dev/lehr/testenv/prombin"
 	"lehr.dev/lehr/testenv/wait"
 )
 
@@ -33,32 +34,6 @@ import (
 // test serves a gauge, Prometheus scrapes it every second and evaluates a
 // rule that fires while it is above 0, and control reads Prometheus's
 // /api/v1/alerts.
-
-// prometheusBinary returns Prometheus's path: $LEHR_PROMETHEUS,
-// bin/prometheus (scripts/deps.sh extracts it there from Debian's
-// package), or prometheus on $PATH. Without one the test fails under CI
-// (CI=true), which must have it from scripts/deps.sh, and is skipped
-// elsewhere.
-func prometheusBinary(t *testing.T) string {
-	t.Helper()
-	if p := os.Getenv("LEHR_PROMETHEUS"); p != "" {
-		return p
-	}
-	if p, err := filepath.Abs(filepath.Join("..", "..", "bin", "prometheus")); err == nil {
-		if _, err := os.Stat(p); err == nil {
-			return p
-		}
-	}
-	if p, err := exec.LookPath("prometheus"); err == nil {
-		return p
-	}
-	msg := "no prometheus in bin/ or on $PATH (nor $LEHR_PROMETHEUS): run scripts/deps.sh, which extracts it from Debian's prometheus package"
-	if os.Getenv("CI") == "true" {
-		t.Fatal(msg)
-	}
-	t.Skip(msg)
-	return ""
-}
 
 // freeAddr returns a loopback address nobody listens on now.
 func freeAddr(t *testing.T) string {
@@ -92,7 +67,7 @@ type prometheus struct {
 // above 0.
 func startPrometheus(t *testing.T, target string) *prometheus {
 	t.Helper()
-	bin := prometheusBinary(t)
+	bin := prombin.Path(t)
 	dir := t.TempDir()
 	rules := `groups:
   - name: checkout
