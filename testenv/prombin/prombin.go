@@ -3,8 +3,8 @@
 // extracts it there from Debian's prometheus package), or prometheus on
 // $PATH.
 //
-// Imported by control/evaluation (its tests of canary checks written as
-// queries) and testenv/devcluster (its tests of the monitoring check).
+// Only tests use it: control/evaluation's of canary checks written as
+// queries, testenv/devcluster's of the monitoring check.
 package prombin
 
 import (
