@@ -127,6 +127,11 @@ type Options struct {
 	// its agents are told; zero means fanout.DefaultRedialRate, negative
 	// no spread.
 	RedialRate float64
+	// KeepaliveRate is fanout.Options.KeepaliveRate: the keepalives per
+	// second this distributor budgets for its idle agents, which sizes the
+	// keepalive interval they are told; zero means
+	// fanout.DefaultKeepaliveRate, negative no advice.
+	KeepaliveRate float64
 	// GSO is fanout.Options.GSO: UDP segmentation offload for the agents'
 	// connections, off by default (memory per agent).
 	GSO bool
@@ -529,6 +534,7 @@ func (d *Distributor) Run(ctx context.Context) (err error) {
 		Logger:         d.log,
 		ReportInterval: d.opts.ReportInterval,
 		RedialRate:     d.opts.RedialRate,
+		KeepaliveRate:  d.opts.KeepaliveRate,
 		GSO:            d.opts.GSO,
 		DomainWanted:   d.wantDomain,
 		// Location-aware: a namespace's content is loaded when the first

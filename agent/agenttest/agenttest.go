@@ -37,6 +37,7 @@ import (
 	"net"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/quic-go/quic-go"
@@ -89,7 +90,8 @@ type Options struct {
 	QUIC *quic.Config
 	// SilenceTimeout is how long the agent hears nothing from the
 	// distributor before it closes the connection with wire.CodeSilent, as
-	// the real agent does (wire.WatchSilence); zero means
+	// the real agent does (wire.Liveness, which also sends its keepalives
+	// at the interval the distributor advises); zero means
 	// wire.DefaultSilenceTimeout. Err then returns the *wire.SilenceError.
 	SilenceTimeout time.Duration
 	// PacketConn, if set, is the socket the agent dials over instead of
@@ -184,6 +186,7 @@ type Agent struct {
 	conn    *quic.Conn
 	ctrl    *quic.Stream
 	welcome *lehrpb.Welcome
+	live    *wire.Liveness // keepalives and the silence timeout
 
 	writeMu sync.Mutex
 	enc     *wire.Encoder
@@ -312,10 +315,15 @@ func Dial(ctx context.Context, opts Options) (*Agent, error) {
 		a.welcome = m
 		a.redialSpread = m.GetRedialSpread().AsDuration()
 	}
+	var nonce atomic.Uint64
+	a.live = wire.NewLiveness(conn, opts.SilenceTimeout, qc.MaxIdleTimeout, func() error {
+		return a.send(&lehrpb.Ping{Nonce: nonce.Add(1)})
+	})
+	a.live.Advise(a.welcome.GetKeepaliveInterval().AsDuration())
 	a.wg.Go(func() { a.readControl(dec) })
 	a.wg.Go(a.acceptUpdates)
 	a.wg.Go(func() {
-		if err := wire.WatchSilence(conn.Context(), conn, opts.SilenceTimeout); err != nil {
+		if err := a.live.Run(conn.Context()); err != nil {
 			a.fail(err)
 			wire.CloseConn(conn, err)
 		}
@@ -346,6 +354,14 @@ func (a *Agent) RedialSpread() (time.Duration, int) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return a.redialSpread, a.adviceCount
+}
+
+// Keepalive returns the keepalive interval and silence timeout in force
+// (wire.Liveness: the agent's own, or the distributor's advice), the
+// keepalives sent, and the packets the connection has sent in all.
+func (a *Agent) Keepalive() (interval, silence time.Duration, sent int, packets uint64) {
+	interval, silence = a.live.Timeouts()
+	return interval, silence, a.live.Keepalives(), a.conn.ConnectionStats().PacketsSent
 }
 
 // HostID is the announced host id.
@@ -581,6 +597,7 @@ func (a *Agent) readControl(dec *wire.Decoder) {
 		case *lehrpb.Ping:
 			_ = a.send(&lehrpb.Pong{Nonce: m.GetNonce()})
 		case *lehrpb.Advice:
+			a.live.Advise(m.GetKeepaliveInterval().AsDuration())
 			a.mu.Lock()
 			a.redialSpread = m.GetRedialSpread().AsDuration()
 			a.adviceCount++

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/quic-go/quic-go"
@@ -33,8 +34,10 @@ type session struct {
 	ctx  context.Context // ends when the session does
 	stop context.CancelCauseFunc
 	wg   sync.WaitGroup
+	live *wire.Liveness // keepalives and the silence timeout
 
 	closeOnce   sync.Once
+	pingNonce   atomic.Uint64
 	subsChanged chan struct{}   // buffered 1: Client.subs changed
 	sent        map[string]bool // subscriptions the distributor knows; syncSubs only
 
@@ -120,6 +123,10 @@ func (c *Client) runSession(ctx context.Context, addr, lastConnected string) (es
 		unavailable: map[string]*lehrpb.Unavailable{},
 		queues:      map[string]*nsQueue{},
 	}
+	s.live = wire.NewLiveness(conn, c.opts.SilenceTimeout, c.quic.MaxIdleTimeout, func() error {
+		return s.ctl.Send(&lehrpb.Ping{Nonce: s.pingNonce.Add(1)})
+	})
+	s.live.Advise(welcome.GetKeepaliveInterval().AsDuration())
 	for _, ns := range subs {
 		s.sent[ns] = true
 	}
@@ -148,7 +155,7 @@ func (c *Client) runSession(ctx context.Context, addr, lastConnected string) (es
 	s.wg.Go(func() { s.fail(s.report(interval)) })
 	s.wg.Go(func() { s.fail(s.syncSubs()) })
 	s.wg.Go(func() {
-		if err := wire.WatchSilence(sctx, conn, c.opts.SilenceTimeout); err != nil {
+		if err := s.live.Run(sctx); err != nil {
 			s.fail(err)
 		}
 	})
@@ -316,6 +323,7 @@ func (s *session) readControl() error {
 			s.send(signals.Answer(m, s.c.opts.Handler.Signals, frameBudget))
 		case *lehrpb.Advice:
 			s.c.setRedialSpread(m.GetRedialSpread())
+			s.live.Advise(m.GetKeepaliveInterval().AsDuration())
 		case *lehrpb.Goodbye:
 			return goodbyeErr(m)
 		}

@@ -194,8 +194,10 @@ type Options struct {
 	QUIC *quic.Config
 	// SilenceTimeout is how long the client hears nothing from its
 	// distributor before it closes the connection (wire.CodeSilent) and
-	// fails over (wire.WatchSilence); zero means
-	// wire.DefaultSilenceTimeout (3 s).
+	// fails over (wire.Liveness); zero means wire.DefaultSilenceTimeout
+	// (3 s). Keepalives are sent every third of it, or at the longer
+	// interval the distributor advises, with which the timeout grows to
+	// three intervals.
 	SilenceTimeout time.Duration
 	// HostID and Zone are announced in Hello. Required.
 	HostID, Zone string

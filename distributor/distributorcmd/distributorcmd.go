@@ -141,6 +141,7 @@ func parse(args []string, out io.Writer) (distributor.Options, *logflags.Flags, 
 	fs.DurationVar(&opts.ReportInterval, "report-interval", distributor.DefaultReportInterval, "how often to report convergence to control and ask agents for reports (at most 1m: a report stays valid at control for three intervals, at most 2m)")
 	fs.BoolVar(&opts.GSO, "quic-gso", false, "let quic-go batch a connection's packets into one system call (UDP GSO): fewer system calls for large snapshots, but a pooled 20 KiB send buffer per connection with something to send, about 9 KiB more per agent at 10,000 agents (docs/operations.md); QUIC_GO_DISABLE_GSO in the environment, when set, decides instead")
 	fs.Float64Var(&opts.RedialRate, "redial-rate", fanout.DefaultRedialRate, "agents per second this distributor can admit after a restart: agents spread their redials over (connected agents / this rate) seconds instead of all coming back at once; measure it on your hardware (docs/operations.md); negative: no spread")
+	fs.Float64Var(&opts.KeepaliveRate, "keepalive-rate", fanout.DefaultKeepaliveRate, "keepalives per second this distributor budgets for its idle agents: each agent is told to send one every (connected agents / this rate) seconds, from its own interval (a third of its --silence-timeout) up to 10s, and its silence timeout grows to three of them, so a crash of a large distributor is noticed later (docs/operations.md, \"Keepalives\"); negative: agents keep their own")
 	lo := logflags.Register(fs)
 	if err := fs.Parse(args); err != nil {
 		return opts, lo, err

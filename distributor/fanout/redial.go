@@ -27,6 +27,28 @@ const (
 	minAdviceChange = time.Second
 )
 
+// DefaultKeepaliveRate is the default Options.KeepaliveRate: up to 1,000
+// agents keep their own interval (1 s with the default silence timeout),
+// 10,000 are told 10 s, wire.MaxKeepaliveInterval. At 10,000 idle agents
+// their keepalives at 1 s took 0.32–0.41 of the distributor's core
+// (bench/RESULTS.md, "Keepalives").
+const DefaultKeepaliveRate = 1000
+
+// advice is what a distributor tells its agents about reconnecting and
+// keeping alive, sized to the agents connected.
+type advice struct {
+	// spread: Welcome.redial_spread.
+	spread time.Duration
+	// keepalive: Welcome.keepalive_interval, zero when the agents' own
+	// interval is short enough.
+	keepalive time.Duration
+}
+
+// advice returns the advice for n connected agents.
+func (s *Server) advice(n int) advice {
+	return advice{spread: s.redialSpread(n), keepalive: s.keepaliveInterval(n)}
+}
+
 // redialSpread is the spread for n connected agents: the time the
 // distributor needs to admit them all again at Options.RedialRate.
 func (s *Server) redialSpread(n int) time.Duration {
@@ -37,18 +59,37 @@ func (s *Server) redialSpread(n int) time.Duration {
 	return min(d.Round(time.Millisecond), wire.MaxRedialSpread)
 }
 
-// staleAdvice reports whether an agent told advised should be told spread
-// instead: one is more than 1.5 times the other, and they differ by
+// keepaliveInterval is the interval at which n connected agents send
+// Options.KeepaliveRate keepalives a second in all, whole seconds up to
+// wire.MaxKeepaliveInterval; zero below wire.DefaultKeepAlivePeriod, the
+// agents' own.
+func (s *Server) keepaliveInterval(n int) time.Duration {
+	if s.opts.KeepaliveRate <= 0 || n <= 0 {
+		return 0
+	}
+	d := time.Duration(float64(n) / s.opts.KeepaliveRate * float64(time.Second))
+	if d < wire.DefaultKeepAlivePeriod {
+		return 0
+	}
+	return min(d.Round(time.Second), wire.MaxKeepaliveInterval)
+}
+
+// stale reports whether an agent told a should be told b instead: either
+// value is more than 1.5 times the other, and they differ by
 // minAdviceChange. The hysteresis bounds the frames: an agent count
 // growing from 500 (a spread of a second at the default rate) to 10,000
 // sends each agent about 8.
-func staleAdvice(advised, spread time.Duration) bool {
-	lo, hi := min(advised, spread), max(advised, spread)
+func (a advice) stale(b advice) bool {
+	return staleDuration(a.spread, b.spread) || staleDuration(a.keepalive, b.keepalive)
+}
+
+func staleDuration(advised, now time.Duration) bool {
+	lo, hi := min(advised, now), max(advised, now)
 	return hi-lo >= minAdviceChange && 2*hi > 3*lo
 }
 
-// adviseLoop updates the agents' redial spreads as their number changes,
-// until the server closes.
+// adviseLoop updates the agents' advice as their number changes, until
+// the server closes.
 func (s *Server) adviseLoop() {
 	t := time.NewTicker(adviceInterval)
 	defer t.Stop()
@@ -59,24 +100,24 @@ func (s *Server) adviseLoop() {
 		case <-t.C:
 		}
 		sessions := s.sessionList()
-		spread := s.redialSpread(len(sessions))
+		a := s.advice(len(sessions))
 		for _, ss := range sessions {
-			if ss.redialCap && ss.adviseIfStale(spread) {
+			if ss.redialCap && ss.adviseIfStale(a) {
 				ss.kick() // a push round sends it
 			}
 		}
 	}
 }
 
-// adviseIfStale notes that the agent should be told spread, if what it was
-// told is stale; it reports whether it is.
-func (ss *session) adviseIfStale(spread time.Duration) bool {
+// adviseIfStale notes that the agent should be told a, if what it was told
+// is stale; it reports whether it is.
+func (ss *session) adviseIfStale(a advice) bool {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
-	if !staleAdvice(ss.advised, spread) {
+	if !ss.advised.stale(a) {
 		return false
 	}
-	ss.advised, ss.advise = spread, true
+	ss.advised, ss.advise = a, true
 	return true
 }
 
@@ -88,5 +129,9 @@ func (ss *session) takeAdvice() *lehrpb.Advice {
 		return nil
 	}
 	ss.advise = false
-	return &lehrpb.Advice{RedialSpread: durationpb.New(ss.advised)}
+	m := &lehrpb.Advice{RedialSpread: durationpb.New(ss.advised.spread)}
+	if ss.advised.keepalive > 0 {
+		m.KeepaliveInterval = durationpb.New(ss.advised.keepalive)
+	}
+	return m
 }

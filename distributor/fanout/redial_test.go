@@ -8,6 +8,7 @@ import (
 
 	"lehr.dev/lehr/agent/agenttest"
 	"lehr.dev/lehr/distributor/fanout"
+	"lehr.dev/lehr/testenv/wait"
 )
 
 // Agents are told the redial spread for the agents connected — in
@@ -48,5 +49,56 @@ func TestRedialSpreadFollowsTheAgents(t *testing.T) {
 	none := newEnv(t, func(o *fanout.Options) { o.RedialRate = -1 })
 	if got, _ := none.dial("host-x", agenttest.Options{}).RedialSpread(); got != 0 {
 		t.Errorf("RedialRate -1: spread %v, want 0", got)
+	}
+}
+
+// Agents are told a keepalive interval for the agents connected, so that
+// their keepalives cost the distributor a bounded rate (Options.KeepaliveRate,
+// docs/wire.md, "Keepalives"), and follow it: a keepalive of their own at
+// that interval, no QUIC keepalive beside it, and a silence timeout of
+// three intervals.
+func TestKeepaliveIntervalFollowsTheAgents(t *testing.T) {
+	// One keepalive a second: the interval in seconds is the agent count.
+	e := newEnv(t, func(o *fanout.Options) { o.KeepaliveRate = 1 })
+	first := e.dial("host-0", agenttest.Options{})
+	if got := first.Welcome().GetKeepaliveInterval().AsDuration(); got != time.Second {
+		t.Fatalf("first agent: Welcome keepalive %v, want 1s", got)
+	}
+	second := e.dial("host-1", agenttest.Options{})
+	if got := second.Welcome().GetKeepaliveInterval().AsDuration(); got != 2*time.Second {
+		t.Fatalf("second agent: Welcome keepalive %v, want 2s", got)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if err := first.Wait(ctx, func(a *agenttest.Agent) bool { k, _, _, _ := a.Keepalive(); return k == 2*time.Second }); err != nil {
+		k, s, _, _ := first.Keepalive()
+		t.Fatalf("first agent keeps %v (silence %v), not advised 2s: %v", k, s, err)
+	}
+	if _, silence, _, _ := first.Keepalive(); silence != 6*time.Second {
+		t.Errorf("first agent's silence timeout %v, want three intervals, 6s", silence)
+	}
+
+	// Idle now: from its next keepalive, three more, and what the
+	// connection sent meanwhile.
+	_, _, n0, _ := first.Keepalive()
+	wait.For(t, "a keepalive of the idle agent", func() bool { _, _, n, _ := first.Keepalive(); return n > n0 })
+	_, _, sent0, packets0 := first.Keepalive()
+	start := time.Now()
+	wait.For(t, "three keepalives of the idle agent", func() bool { _, _, n, _ := first.Keepalive(); return n >= sent0+3 })
+	_, _, sent, packets := first.Keepalive()
+	elapsed := time.Since(start)
+	// A keepalive is due at most every 3/4 of the interval (the checks
+	// fall every quarter), never sooner; a loaded machine only delays it.
+	if most := int(elapsed/(3*time.Second/2)) + 1; sent-sent0 > most {
+		t.Errorf("%d keepalives in %v at a 2s interval; want at most %d", sent-sent0, elapsed.Round(time.Millisecond), most)
+	}
+	// Each keepalive is one packet, and one acknowledging the Pong; QUIC's
+	// own keepalives (every second before the interval could be advised)
+	// would be more.
+	if got, most := packets-packets0, uint64(2*(sent-sent0)+2); got > most {
+		t.Errorf("the idle agent sent %d packets with %d keepalives in %v; want at most %d", got, sent-sent0, elapsed.Round(time.Millisecond), most)
+	}
+	if first.Err() != nil || second.Err() != nil {
+		t.Errorf("agents ended: %v, %v", first.Err(), second.Err())
 	}
 }

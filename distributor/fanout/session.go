@@ -118,9 +118,9 @@ type session struct {
 	// came while it ran, so it runs one more round. stopped: the session
 	// is ending; no round starts any more.
 	pushing, again, stopped bool
-	// advised is the redial spread the agent was last told; advise says
-	// an Advice with it is due (redial.go).
-	advised time.Duration
+	// advised is the redial spread and keepalive interval the agent was
+	// last told; advise says an Advice with them is due (redial.go).
+	advised advice
 	advise  bool
 }
 
@@ -216,8 +216,11 @@ func (s *Server) handle(conn *quic.Conn) {
 	}
 	// The spread for the agents connected with this one; adviseLoop
 	// updates it as their number changes.
-	ss.advised = s.redialSpread(s.connected() + 1)
-	welcome.RedialSpread = durationpb.New(ss.advised)
+	ss.advised = s.advice(s.connected() + 1)
+	welcome.RedialSpread = durationpb.New(ss.advised.spread)
+	if ss.advised.keepalive > 0 {
+		welcome.KeepaliveInterval = durationpb.New(ss.advised.keepalive)
+	}
 	if err := ss.send(welcome); err != nil {
 		log.Info("send Welcome", "err", err)
 		conn.CloseWithError(wire.CodeInternalError, "send Welcome failed")

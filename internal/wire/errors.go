@@ -128,7 +128,7 @@ const (
 	// not verify against the agent's trusted keys; the agent fails over.
 	CodeUntrusted quic.ApplicationErrorCode = 0xb
 	// CodeSilent: (agent) nothing arrived from the distributor for the
-	// agent's silence timeout (WatchSilence); the agent fails over.
+	// agent's silence timeout (Liveness); the agent fails over.
 	CodeSilent quic.ApplicationErrorCode = 0xc
 )
 

@@ -23,30 +23,37 @@ import (
 // QUIC transport defaults of ServerQUICConfig and ClientQUICConfig.
 const (
 	// DefaultKeepAlivePeriod is how often an agent's idle connection sends
-	// a keepalive packet. The distributor sends none of its own: it
-	// acknowledges the agent's, which keeps both idle timers (and any NAT
-	// binding on the way) fresh. A distributor restarted on the same
-	// address answers the first keepalive after its restart with a
-	// stateless reset, so the agent reconnects within this period.
+	// a keepalive with the default silence timeout (a third of it), unless
+	// its distributor advises a longer interval (MaxKeepaliveInterval,
+	// Liveness). The keepalive is a Ping on the control stream, answered
+	// by a Pong, which keeps both sides' idle timers (and any NAT binding
+	// on the way) fresh. A distributor restarted on the same address
+	// answers the first keepalive after its restart with a stateless
+	// reset, so the agent reconnects within one interval.
 	DefaultKeepAlivePeriod = time.Second
 	// DefaultSilenceTimeout is how long an agent hears nothing from its
 	// distributor before it closes the connection and fails over
-	// (WatchSilence): how quickly it notices a silent distributor (a
-	// crashed host, a partition). Three keepalive periods, so a lost
-	// keepalive or acknowledgement or two is not a failover.
+	// (Liveness): how quickly it notices a silent distributor (a crashed
+	// host, a partition). Three keepalive periods, so a lost keepalive or
+	// acknowledgement or two is not a failover.
 	DefaultSilenceTimeout = 3 * time.Second
-	// idleTimeoutFactor sizes the agent's QUIC idle timeout, which both
-	// sides apply (the smaller side's wins), from its silence timeout.
-	// Silence is the agent's to judge: it watches for it itself and closes
-	// with CodeSilent. The distributor forgets a connection only after
-	// three times as long, so that a distributor too busy to read its
-	// agents' keepalives for a few seconds does not drop connections their
-	// agents still hold — whose next packet it would answer with a
-	// stateless reset, which agents take for its restart.
+	// MaxKeepaliveInterval bounds the keepalive interval a distributor may
+	// advise (Welcome.keepalive_interval): with it, the silence timeout of
+	// an agent of a very large distributor is at most 30 s.
+	MaxKeepaliveInterval = 10 * time.Second
+	// serverMaxIdleTimeout is the distributor's QUIC idle timeout, after
+	// which it forgets a connection it no longer hears: three of the
+	// longest keepalive intervals it may advise, so a lost keepalive or
+	// two, or a distributor too busy to read its agents' keepalives for a
+	// few seconds, does not drop connections their agents still hold —
+	// whose next packet it would answer with a stateless reset, which
+	// agents take for its restart. The connection's idle timeout is the
+	// smaller of the two sides', and the agent offers more (SetSilenceTimeout),
+	// so this one applies.
+	serverMaxIdleTimeout = 3 * MaxKeepaliveInterval
+	// idleTimeoutFactor sizes the agent's QUIC idle timeout from the
+	// longest silence timeout it may come to use (SetSilenceTimeout).
 	idleTimeoutFactor = 3
-	// serverMaxIdleTimeout is the distributor's own idle timeout; the
-	// connection's is the smaller of the two sides', so agents choose.
-	serverMaxIdleTimeout = 20 * time.Second
 	// DefaultHandshakeTimeout bounds the QUIC/TLS handshake.
 	DefaultHandshakeTimeout = 10 * time.Second
 	// DefaultMaxUpdateStreams is how many update streams may be open at
@@ -98,19 +105,17 @@ func ServerQUICConfig() *quic.Config {
 	}
 }
 
-// ClientQUICConfig returns the agent's transport configuration:
-// keepalives every 1 s, a 9 s idle timeout (SetSilenceTimeout with
-// DefaultSilenceTimeout; the agent watches for 3 s of silence itself,
-// WatchSilence), a 10 s handshake timeout, no
-// bidirectional stream opened by the distributor, up to 1024 concurrent
-// unidirectional update streams, and receive windows large enough for
-// multi-megabyte snapshots (1 MiB growing to 16 MiB per stream, 64 MiB per
-// connection). The caller may change the returned value.
+// ClientQUICConfig returns the agent's transport configuration: no QUIC
+// keepalives (the agent sends its own, Liveness), a 90 s idle timeout
+// (SetSilenceTimeout with DefaultSilenceTimeout; the distributor's 30 s
+// applies), a 10 s handshake timeout, no bidirectional stream opened by
+// the distributor, up to 1024 concurrent unidirectional update streams,
+// and receive windows large enough for multi-megabyte snapshots (1 MiB
+// growing to 16 MiB per stream, 64 MiB per connection). The caller may
+// change the returned value.
 func ClientQUICConfig() *quic.Config {
-	return &quic.Config{
+	c := &quic.Config{
 		HandshakeIdleTimeout:           DefaultHandshakeTimeout,
-		MaxIdleTimeout:                 idleTimeoutFactor * DefaultSilenceTimeout,
-		KeepAlivePeriod:                DefaultKeepAlivePeriod,
 		MaxIncomingStreams:             -1, // distributors open only update streams
 		MaxIncomingUniStreams:          DefaultMaxUpdateStreams,
 		InitialStreamReceiveWindow:     clientStreamWindow,
@@ -118,67 +123,20 @@ func ClientQUICConfig() *quic.Config {
 		InitialConnectionReceiveWindow: clientConnectionWindow,
 		MaxConnectionReceiveWindow:     clientMaxConnectionWindow,
 	}
+	SetSilenceTimeout(c, DefaultSilenceTimeout)
+	return c
 }
 
-// SetSilenceTimeout configures c for an agent whose silence timeout is d
-// (WatchSilence): keepalives every third of d, the ratio of the defaults,
-// so one or two lost packets are not taken for a dead peer, and a QUIC
-// idle timeout of three times d, after which the distributor forgets the
+// SetSilenceTimeout configures c for an agent whose own silence timeout is
+// d (Liveness): a QUIC idle timeout of three times the longest silence
+// timeout the agent may come to use (d, or three of the longest keepalive
+// intervals a distributor may advise), so that QUIC's idle timer never
+// ends a connection the agent still judges alive; and no QUIC keepalives,
+// as the agent sends its own at an interval that may change during the
 // connection.
 func SetSilenceTimeout(c *quic.Config, d time.Duration) {
-	c.MaxIdleTimeout = idleTimeoutFactor * d
-	c.KeepAlivePeriod = d / 3
-}
-
-// SilenceError ends a connection on which nothing arrived for the
-// silence timeout (WatchSilence); the agent closes it with CodeSilent.
-type SilenceError struct {
-	// After is how long nothing had arrived.
-	After time.Duration
-}
-
-func (e *SilenceError) Error() string {
-	return fmt.Sprintf("wire: nothing received from the distributor for %v (silence timeout)", e.After.Round(time.Millisecond))
-}
-
-// WatchSilence returns a *SilenceError once conn has been silent for d —
-// the agent's silence timeout — by the rules of QUIC's idle timeout
-// (RFC 9000 §10.1), which it takes over from the transport: the silence
-// starts when a packet arrives and starts again with the first packet
-// sent after it (so an idle connection's keepalive, a third of d later,
-// starts it), and it is at least three probe timeouts, so a path whose
-// round trips have grown long is not taken for a dead one (quic-go's own
-// rule). Checked every eighth of d. It returns nil when ctx ends.
-func WatchSilence(ctx context.Context, conn *quic.Conn, d time.Duration) error {
-	t := time.NewTicker(d / 8)
-	defer t.Stop()
-	st := conn.ConnectionStats()
-	recv, sent := st.PacketsReceived, st.PacketsSent
-	heard := time.Now() // when a packet was last seen to have arrived
-	since, restarted := heard, false
-	checked := heard // the previous check
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case now := <-t.C:
-			st := conn.ConnectionStats()
-			switch {
-			case st.PacketsReceived != recv:
-				recv, sent = st.PacketsReceived, st.PacketsSent
-				heard, since, restarted = now, now, false
-			case !restarted && st.PacketsSent != sent:
-				// Sent since the previous check: counted from then, so
-				// that checking only every eighth of d does not add to
-				// the timeout.
-				since, restarted = checked, true
-			}
-			checked = now
-			if now.Sub(since) >= max(d, 3*probeTimeout(st)) {
-				return &SilenceError{After: now.Sub(heard)}
-			}
-		}
-	}
+	c.MaxIdleTimeout = idleTimeoutFactor * max(d, 3*MaxKeepaliveInterval)
+	c.KeepAlivePeriod = 0
 }
 
 // probeTimeout is QUIC's probe timeout (RFC 9002 §6.2.1) from conn's

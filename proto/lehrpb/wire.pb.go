@@ -382,9 +382,18 @@ type Welcome struct {
 	// the distributor admits them; updated by Advice under the
 	// "redial-spread" capability. Zero: redial after the agent's own
 	// minimum backoff. Older agents ignore it.
-	RedialSpread  *durationpb.Duration `protobuf:"bytes,8,opt,name=redial_spread,json=redialSpread,proto3" json:"redial_spread,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	RedialSpread *durationpb.Duration `protobuf:"bytes,8,opt,name=redial_spread,json=redialSpread,proto3" json:"redial_spread,omitempty"`
+	// How often the agent should make sure its distributor hears from it
+	// when nothing else is sent: its keepalive interval (a Ping on the
+	// control stream, answered by a Pong), and three of them its silence
+	// timeout. Sized to the agents connected, so that their keepalives cost
+	// the distributor a bounded rate however many there are; updated by
+	// Advice under the "redial-spread" capability. Zero, or less than the
+	// agent's own (a third of its silence timeout): the agent's own. At
+	// most 10 s (docs/wire.md, "Keepalives"). Older agents ignore it.
+	KeepaliveInterval *durationpb.Duration `protobuf:"bytes,9,opt,name=keepalive_interval,json=keepaliveInterval,proto3" json:"keepalive_interval,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *Welcome) Reset() {
@@ -469,6 +478,13 @@ func (x *Welcome) GetMaxUpdateBytes() uint64 {
 func (x *Welcome) GetRedialSpread() *durationpb.Duration {
 	if x != nil {
 		return x.RedialSpread
+	}
+	return nil
+}
+
+func (x *Welcome) GetKeepaliveInterval() *durationpb.Duration {
+	if x != nil {
+		return x.KeepaliveInterval
 	}
 	return nil
 }
@@ -1375,9 +1391,12 @@ func (x *Report) GetCacheQuarantineTime() *timestamppb.Timestamp {
 type Advice struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// As Welcome.redial_spread; replaces the last value the agent was given.
-	RedialSpread  *durationpb.Duration `protobuf:"bytes,1,opt,name=redial_spread,json=redialSpread,proto3" json:"redial_spread,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	RedialSpread *durationpb.Duration `protobuf:"bytes,1,opt,name=redial_spread,json=redialSpread,proto3" json:"redial_spread,omitempty"`
+	// As Welcome.keepalive_interval; replaces the last value the agent was
+	// given.
+	KeepaliveInterval *durationpb.Duration `protobuf:"bytes,2,opt,name=keepalive_interval,json=keepaliveInterval,proto3" json:"keepalive_interval,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *Advice) Reset() {
@@ -1413,6 +1432,13 @@ func (*Advice) Descriptor() ([]byte, []int) {
 func (x *Advice) GetRedialSpread() *durationpb.Duration {
 	if x != nil {
 		return x.RedialSpread
+	}
+	return nil
+}
+
+func (x *Advice) GetKeepaliveInterval() *durationpb.Duration {
+	if x != nil {
+		return x.KeepaliveInterval
 	}
 	return nil
 }
@@ -1546,8 +1572,9 @@ func (x *Goodbye) GetRetryAfter() *durationpb.Duration {
 	return nil
 }
 
-// Ping asks for a Pong on the control stream, either way. QUIC keepalives
-// keep the connection up; Ping measures the application round trip.
+// Ping asks for a Pong on the control stream, either way. It is also the
+// agent's keepalive (Welcome.keepalive_interval): QUIC's own are off, so
+// the interval can follow the distributor's advice.
 type Ping struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Nonce         uint64                 `protobuf:"varint,1,opt,name=nonce,proto3" json:"nonce,omitempty"`
@@ -1963,7 +1990,7 @@ const file_lehr_v1_wire_proto_rawDesc = "" +
 	"\fcapabilities\x18\t \x03(\tR\fcapabilities\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xf2\x02\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xbc\x03\n" +
 	"\aWelcome\x12)\n" +
 	"\x10protocol_version\x18\x01 \x01(\rR\x0fprotocolVersion\x12%\n" +
 	"\x0edistributor_id\x18\x02 \x01(\tR\rdistributorId\x12\x12\n" +
@@ -1972,7 +1999,8 @@ const file_lehr_v1_wire_proto_rawDesc = "" +
 	"\x13distributor_version\x18\x05 \x01(\tR\x12distributorVersion\x12B\n" +
 	"\x0freport_interval\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\x0ereportInterval\x12(\n" +
 	"\x10max_update_bytes\x18\a \x01(\x04R\x0emaxUpdateBytes\x12>\n" +
-	"\rredial_spread\x18\b \x01(\v2\x19.google.protobuf.DurationR\fredialSpread\"E\n" +
+	"\rredial_spread\x18\b \x01(\v2\x19.google.protobuf.DurationR\fredialSpread\x12H\n" +
+	"\x12keepalive_interval\x18\t \x01(\v2\x19.google.protobuf.DurationR\x11keepaliveInterval\"E\n" +
 	"\tSubscribe\x128\n" +
 	"\n" +
 	"namespaces\x18\x01 \x03(\v2\x18.lehr.v1.CachedNamespaceR\n" +
@@ -2051,9 +2079,10 @@ const file_lehr_v1_wire_proto_rawDesc = "" +
 	"\n" +
 	"namespaces\x18\x02 \x03(\v2\x18.lehr.v1.NamespaceReportR\n" +
 	"namespaces\x12N\n" +
-	"\x15cache_quarantine_time\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x13cacheQuarantineTime\"H\n" +
+	"\x15cache_quarantine_time\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x13cacheQuarantineTime\"\x92\x01\n" +
 	"\x06Advice\x12>\n" +
-	"\rredial_spread\x18\x01 \x01(\v2\x19.google.protobuf.DurationR\fredialSpread\"w\n" +
+	"\rredial_spread\x18\x01 \x01(\v2\x19.google.protobuf.DurationR\fredialSpread\x12H\n" +
+	"\x12keepalive_interval\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\x11keepaliveInterval\"w\n" +
 	"\vUnavailable\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x122\n" +
 	"\x06reason\x18\x02 \x01(\x0e2\x1a.lehr.v1.UnavailableReasonR\x06reason\x12\x16\n" +
@@ -2158,35 +2187,37 @@ var file_lehr_v1_wire_proto_depIdxs = []int32{
 	2,  // 1: lehr.v1.Hello.cached:type_name -> lehr.v1.CachedNamespace
 	25, // 2: lehr.v1.Welcome.report_interval:type_name -> google.protobuf.Duration
 	25, // 3: lehr.v1.Welcome.redial_spread:type_name -> google.protobuf.Duration
-	2,  // 4: lehr.v1.Subscribe.namespaces:type_name -> lehr.v1.CachedNamespace
-	26, // 5: lehr.v1.Update.kind:type_name -> lehr.v1.NamespaceKind
-	27, // 6: lehr.v1.Update.info:type_name -> lehr.v1.VersionInfo
-	28, // 7: lehr.v1.Update.set:type_name -> lehr.v1.Property
-	29, // 8: lehr.v1.Update.goal:type_name -> lehr.v1.GoalState
-	0,  // 9: lehr.v1.Resync.reason:type_name -> lehr.v1.ResyncReason
-	30, // 10: lehr.v1.NamespaceReport.applied_time:type_name -> google.protobuf.Timestamp
-	31, // 11: lehr.v1.NamespaceReport.preview:type_name -> lehr.v1.HostPreviewCounts
-	11, // 12: lehr.v1.NamespaceReport.host_checks:type_name -> lehr.v1.HostChecks
-	32, // 13: lehr.v1.NamespaceReport.services:type_name -> lehr.v1.ServiceConsumers
-	30, // 14: lehr.v1.HostChecks.change_time:type_name -> google.protobuf.Timestamp
-	33, // 15: lehr.v1.HostChecks.verdict:type_name -> lehr.v1.CanaryVerdict
-	12, // 16: lehr.v1.HostChecks.checks:type_name -> lehr.v1.HostCheckResult
-	33, // 17: lehr.v1.HostCheckResult.verdict:type_name -> lehr.v1.CanaryVerdict
-	30, // 18: lehr.v1.Report.time:type_name -> google.protobuf.Timestamp
-	10, // 19: lehr.v1.Report.namespaces:type_name -> lehr.v1.NamespaceReport
-	30, // 20: lehr.v1.Report.cache_quarantine_time:type_name -> google.protobuf.Timestamp
-	25, // 21: lehr.v1.Advice.redial_spread:type_name -> google.protobuf.Duration
-	1,  // 22: lehr.v1.Unavailable.reason:type_name -> lehr.v1.UnavailableReason
-	25, // 23: lehr.v1.Goodbye.retry_after:type_name -> google.protobuf.Duration
-	20, // 24: lehr.v1.SignalsRequest.namespaces:type_name -> lehr.v1.SignalsWanted
-	34, // 25: lehr.v1.SignalsWanted.checks:type_name -> lehr.v1.CanaryCheck
-	22, // 26: lehr.v1.Signals.namespaces:type_name -> lehr.v1.NamespaceSignals
-	23, // 27: lehr.v1.NamespaceSignals.series:type_name -> lehr.v1.SignalSeries
-	28, // [28:28] is the sub-list for method output_type
-	28, // [28:28] is the sub-list for method input_type
-	28, // [28:28] is the sub-list for extension type_name
-	28, // [28:28] is the sub-list for extension extendee
-	0,  // [0:28] is the sub-list for field type_name
+	25, // 4: lehr.v1.Welcome.keepalive_interval:type_name -> google.protobuf.Duration
+	2,  // 5: lehr.v1.Subscribe.namespaces:type_name -> lehr.v1.CachedNamespace
+	26, // 6: lehr.v1.Update.kind:type_name -> lehr.v1.NamespaceKind
+	27, // 7: lehr.v1.Update.info:type_name -> lehr.v1.VersionInfo
+	28, // 8: lehr.v1.Update.set:type_name -> lehr.v1.Property
+	29, // 9: lehr.v1.Update.goal:type_name -> lehr.v1.GoalState
+	0,  // 10: lehr.v1.Resync.reason:type_name -> lehr.v1.ResyncReason
+	30, // 11: lehr.v1.NamespaceReport.applied_time:type_name -> google.protobuf.Timestamp
+	31, // 12: lehr.v1.NamespaceReport.preview:type_name -> lehr.v1.HostPreviewCounts
+	11, // 13: lehr.v1.NamespaceReport.host_checks:type_name -> lehr.v1.HostChecks
+	32, // 14: lehr.v1.NamespaceReport.services:type_name -> lehr.v1.ServiceConsumers
+	30, // 15: lehr.v1.HostChecks.change_time:type_name -> google.protobuf.Timestamp
+	33, // 16: lehr.v1.HostChecks.verdict:type_name -> lehr.v1.CanaryVerdict
+	12, // 17: lehr.v1.HostChecks.checks:type_name -> lehr.v1.HostCheckResult
+	33, // 18: lehr.v1.HostCheckResult.verdict:type_name -> lehr.v1.CanaryVerdict
+	30, // 19: lehr.v1.Report.time:type_name -> google.protobuf.Timestamp
+	10, // 20: lehr.v1.Report.namespaces:type_name -> lehr.v1.NamespaceReport
+	30, // 21: lehr.v1.Report.cache_quarantine_time:type_name -> google.protobuf.Timestamp
+	25, // 22: lehr.v1.Advice.redial_spread:type_name -> google.protobuf.Duration
+	25, // 23: lehr.v1.Advice.keepalive_interval:type_name -> google.protobuf.Duration
+	1,  // 24: lehr.v1.Unavailable.reason:type_name -> lehr.v1.UnavailableReason
+	25, // 25: lehr.v1.Goodbye.retry_after:type_name -> google.protobuf.Duration
+	20, // 26: lehr.v1.SignalsRequest.namespaces:type_name -> lehr.v1.SignalsWanted
+	34, // 27: lehr.v1.SignalsWanted.checks:type_name -> lehr.v1.CanaryCheck
+	22, // 28: lehr.v1.Signals.namespaces:type_name -> lehr.v1.NamespaceSignals
+	23, // 29: lehr.v1.NamespaceSignals.series:type_name -> lehr.v1.SignalSeries
+	30, // [30:30] is the sub-list for method output_type
+	30, // [30:30] is the sub-list for method input_type
+	30, // [30:30] is the sub-list for extension type_name
+	30, // [30:30] is the sub-list for extension extendee
+	0,  // [0:30] is the sub-list for field type_name
 }
 
 func init() { file_lehr_v1_wire_proto_init() }
