@@ -305,3 +305,49 @@ func udpReceiveDrops() (int64, error) {
 	}
 	return 0, fmt.Errorf("no Udp RcvbufErrors in /proc/net/snmp")
 }
+
+// fileRSS returns the resident memory of pid's mappings of its own
+// executable and of every other file (/proc/<pid>/smaps): the file-backed
+// part of VmRSS, which the kernel can reclaim and, for the executable,
+// shares between processes of one binary.
+func fileRSS(pid int) (exe, other int64, err error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/smaps", pid))
+	if err != nil {
+		return 0, 0, err
+	}
+	self, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid))
+	if err != nil {
+		return 0, 0, err
+	}
+	exe, other = parseSmapsFileRSS(b, self)
+	return exe, other, nil
+}
+
+// parseSmapsFileRSS sums the Rss of the mappings of smaps b backed by the
+// file exePath and by any other file (a path starting with '/').
+func parseSmapsFileRSS(b []byte, exePath string) (exe, other int64) {
+	path := ""
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) == 0 {
+			continue
+		}
+		if strings.Contains(f[0], "-") && len(f) >= 5 { // a mapping's header line
+			path = ""
+			if len(f) >= 6 {
+				path = strings.Join(f[5:], " ")
+			}
+			continue
+		}
+		if f[0] != "Rss:" || len(f) < 2 || !strings.HasPrefix(path, "/") {
+			continue
+		}
+		kb, _ := strconv.ParseInt(f[1], 10, 64)
+		if path == exePath {
+			exe += kb << 10
+		} else {
+			other += kb << 10
+		}
+	}
+	return exe, other
+}

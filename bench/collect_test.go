@@ -85,3 +85,22 @@ func TestProcGroupSample(t *testing.T) {
 		t.Error("a group with no such process: no error")
 	}
 }
+
+func TestParseSmapsFileRSS(t *testing.T) {
+	smaps := `00400000-00c00000 r-xp 00000000 08:01 123 /usr/bin/lehr-agent
+Size:               8192 kB
+Rss:                6000 kB
+00c00000-01000000 r--p 00800000 08:01 123 /usr/bin/lehr-agent
+Rss:                1000 kB
+7f0000000000-7f0000400000 rw-s 00000000 08:01 456 /var/lib/lehr-agent/cache/00001.vlog
+Rss:                 300 kB
+7f0000400000-7f0000800000 rw-p 00000000 00:00 0 
+Rss:                9000 kB
+7ffd00000000-7ffd00021000 rw-p 00000000 00:00 0                          [stack]
+Rss:                  16 kB
+`
+	exe, other := parseSmapsFileRSS([]byte(smaps), "/usr/bin/lehr-agent")
+	if exe != 7000<<10 || other != 300<<10 {
+		t.Errorf("exe %d, other %d; want %d, %d (anonymous and [stack] mappings not counted)", exe, other, 7000<<10, 300<<10)
+	}
+}

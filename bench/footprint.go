@@ -212,7 +212,7 @@ func runFootprint(ctx context.Context, e *Env) (*Result, error) {
 	p := pick(e.Profile, footprintParams{10, time.Second}, footprintParams{100, 5 * time.Second}, footprintParams{100, 20 * time.Second})
 	res := &Result{
 		Setup: fmt.Sprintf("a real lehr-agent process (cmd/lehr-agent, durable writes) against a distributor and control (embedded etcd, fsync on) in the bench process; %d namespaces of 10 × 1 KiB keys; "+
-			"RSS is VmRSS of /proc/<pid>/status; Go heap is the live heap after the agent's last GC as GODEBUG=gctrace=1 prints it (1 MB resolution). "+
+			"RSS is VmRSS of /proc/<pid>/status, anon its RssAnon (heap, stacks and Go's runtime: what the kernel cannot reclaim; the rest is file-backed: 'executable' the agent binary's own resident pages, clean and shared by every process of the binary, 'other files' Badger's mapped tables and logs and shared libraries, /proc/<pid>/smaps); Go heap is the live heap after the agent's last GC as GODEBUG=gctrace=1 prints it (1 MB resolution). "+
 			"Load: one producer patching one key of the namespaces round-robin, back to back, for %v; RSS sampled every 20 ms. Cold start: SIGTERM, then a new process on the same data directory, timed until its local API returns the cached version of every namespace (Get).",
 			p.namespaces, p.load),
 		Notes: []string{"the Go heap comes from gctrace (1 MB resolution); the agent's /metrics also serves go_memstats_* (metrics.WriteProcessMetrics) when --metrics-listen is set, which a later harness version could read instead."},
@@ -264,7 +264,7 @@ func runFootprint(ctx context.Context, e *Env) (*Result, error) {
 	idle, _ := readProc(ap.cmd.Process.Pid)
 	idleHeap, _ := ap.heap()
 	res.Rows = append(res.Rows, *(&Row{System: "lehr-agent", Case: "idle, no namespaces"}).
-		Add("rss", float64(idle.rss)/(1<<20), "MiB").Add("go heap", float64(idleHeap), "MiB"))
+		Add("rss", float64(idle.rss)/(1<<20), "MiB").Add("anon", float64(idle.anon)/(1<<20), "MiB").Add("go heap", float64(idleHeap), "MiB"))
 
 	// Subscribe to every namespace and wait for all of them.
 	for _, ns := range names {
@@ -280,7 +280,11 @@ func runFootprint(ctx context.Context, e *Env) (*Result, error) {
 	held, _ := readProc(ap.cmd.Process.Pid)
 	heldHeap, _ := ap.heap()
 	res.Rows = append(res.Rows, *(&Row{System: "lehr-agent", Case: fmt.Sprintf("idle, %d namespaces", p.namespaces)}).
-		Add("rss", float64(held.rss)/(1<<20), "MiB").Add("go heap", float64(heldHeap), "MiB"))
+		Add("rss", float64(held.rss)/(1<<20), "MiB").Add("anon", float64(held.anon)/(1<<20), "MiB").Add("go heap", float64(heldHeap), "MiB"))
+	if exe, other, err := fileRSS(ap.cmd.Process.Pid); err == nil {
+		r := &res.Rows[len(res.Rows)-1]
+		r.Add("executable", float64(exe)/(1<<20), "MiB").Add("other files", float64(other)/(1<<20), "MiB")
+	}
 
 	// Load.
 	var peak int64
