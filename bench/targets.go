@@ -131,17 +131,18 @@ func shortCommit(c string) string {
 }
 
 // WriteTargetTable writes targets as a Markdown table: scenario, goal,
-// the figure, met or not, and the run.
+// the figure, met or not, the run, and for a missed target what it would
+// take (its MissedNotes note, "–" when it has none).
 func WriteTargetTable(w io.Writer, targets []CurrentTarget) error {
 	cell := func(s string) string { return strings.ReplaceAll(s, "|", `\|`) }
 	var b strings.Builder
-	b.WriteString("| scenario | target | current figure | met? | run |\n|---|---|---|---|---|\n")
+	b.WriteString("| scenario | target | current figure | met? | run | what it would take |\n|---|---|---|---|---|---|\n")
 	for _, t := range targets {
-		met := "no"
+		met, take := "no", orDash(missedNote(t))
 		if t.Met {
-			met = "**yes**"
+			met, take = "**yes**", ""
 		}
-		fmt.Fprintf(&b, "| `%s` | %s | %s | %s | `%s` %s, %s |\n", t.Scenario, cell(t.Goal), cell(t.Got), met, t.Run, t.Profile, orDash(t.Commit))
+		fmt.Fprintf(&b, "| `%s` | %s | %s | %s | `%s` %s, %s | %s |\n", t.Scenario, cell(t.Goal), cell(t.Got), met, t.Run, t.Profile, orDash(t.Commit), cell(take))
 	}
 	_, err := io.WriteString(w, b.String())
 	return err

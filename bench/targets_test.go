@@ -3,9 +3,11 @@ package bench
 import (
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
+	"unicode"
 
 	"github.com/google/go-cmp/cmp"
 )
@@ -57,9 +59,91 @@ func TestCurrentTargets(t *testing.T) {
 	if err := WriteTargetTable(&b, got[4:5]); err != nil {
 		t.Fatal(err)
 	}
-	wantTable := "| scenario | target | current figure | met? | run |\n|---|---|---|---|---|\n" +
-		"| `storm` | storm \\| 1000 | 1.9 s | **yes** | `20261127T030000Z` quick, 2222222-dirty |\n"
+	wantTable := "| scenario | target | current figure | met? | run | what it would take |\n|---|---|---|---|---|---|\n" +
+		"| `storm` | storm \\| 1000 | 1.9 s | **yes** | `20261127T030000Z` quick, 2222222-dirty |  |\n"
 	if b.String() != wantTable {
 		t.Errorf("WriteTargetTable:\n%s\nwant:\n%s", b.String(), wantTable)
 	}
+}
+
+// TestMissedNotes checks that every note of MissedNotes links to a section
+// RESULTS.md has, and that the table prints a missed row's note, "–" for a
+// missed row without one and nothing for a met row.
+func TestMissedNotes(t *testing.T) {
+	page, err := os.ReadFile("RESULTS.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	anchors := map[string]bool{}
+	for _, m := range regexp.MustCompile(`(?m)^#{1,6} +(.+?) *$`).FindAllStringSubmatch(string(page), -1) {
+		anchors[headingAnchor(m[1])] = true
+	}
+	link := regexp.MustCompile(`\]\(#([^)]+)\)`)
+	for _, n := range MissedNotes {
+		links := link.FindAllStringSubmatch(n.Note, -1)
+		if len(links) == 0 {
+			t.Errorf("note of %s %q links to no section of RESULTS.md", n.Scenario, n.Goal)
+		}
+		for _, l := range links {
+			if !anchors[l[1]] {
+				t.Errorf("note of %s %q links to #%s, which is not a heading of RESULTS.md", n.Scenario, n.Goal, l[1])
+			}
+		}
+		if words := len(strings.Fields(n.Note)); words > 35 {
+			t.Errorf("note of %s %q has %d words; a note is a sentence, the section holds the rest", n.Scenario, n.Goal, words)
+		}
+	}
+	// Every note still names a goal the runs check, met or not.
+	current, err := CurrentTargets("results")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range MissedNotes {
+		found := false
+		for _, c := range current {
+			found = found || (c.Scenario == n.Scenario && strings.Contains(c.Goal, n.Goal))
+		}
+		if !found {
+			t.Errorf("note of %s %q matches no target of the runs in results/", n.Scenario, n.Goal)
+		}
+	}
+
+	tg := func(scenario, goal string, met bool) CurrentTarget {
+		return CurrentTarget{Scenario: scenario, Target: Target{Goal: goal, Got: "x", Met: met}, Run: "20261128T000000Z", Profile: "full", Commit: "abcdef0"}
+	}
+	var b strings.Builder
+	if err := WriteTargetTable(&b, []CurrentTarget{
+		tg("storm", "N=10000: storm converged within 15 s", false),
+		tg("storm", "N=1000: storm converged within 15 s", true),
+		tg("storm", "N=10000: a goal nobody wrote a note for", false),
+	}); err != nil {
+		t.Fatal(err)
+	}
+	want := "| scenario | target | current figure | met? | run | what it would take |\n|---|---|---|---|---|---|\n" +
+		"| `storm` | N=10000: storm converged within 15 s | x | no | `20261128T000000Z` full, abcdef0 | " +
+		missedNote(tg("storm", "converged within 15 s", false)) + " |\n" +
+		"| `storm` | N=1000: storm converged within 15 s | x | **yes** | `20261128T000000Z` full, abcdef0 |  |\n" +
+		"| `storm` | N=10000: a goal nobody wrote a note for | x | no | `20261128T000000Z` full, abcdef0 | – |\n"
+	if b.String() != want {
+		t.Errorf("WriteTargetTable:\n%s\nwant:\n%s", b.String(), want)
+	}
+	if missedNote(tg("storm", "converged within 15 s", false)) == "" {
+		t.Error("the storm's 15 s row has no note")
+	}
+}
+
+// headingAnchor is the anchor GitHub gives a Markdown heading: lower case,
+// spaces as hyphens, every other character but letters, digits, hyphens
+// and underscores dropped.
+func headingAnchor(h string) string {
+	var b strings.Builder
+	for _, r := range strings.ToLower(h) {
+		switch {
+		case r == ' ':
+			b.WriteRune('-')
+		case r == '-' || r == '_' || unicode.IsLetter(r) || unicode.IsDigit(r):
+			b.WriteRune(r)
+		}
+	}
+	return b.String()
 }

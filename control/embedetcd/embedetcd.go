@@ -399,7 +399,7 @@ func (s *Server) Client(ctx context.Context) (*clientv3.Client, error) {
 // this process, through etcd's own server interfaces (v3client): no
 // socket, no HTTP/2 framing, no encoding of requests. It reads and writes
 // exactly as a client of Client does, only with less latency: control's
-// publishes make several etcd requests in a row (bench/RESULTS.md,
+// publishes make several etcd requests in a row (bench/results/HISTORY.md,
 // "Publish: fewer etcd requests, and etcd in process"). The caller must
 // Close it before the member.
 func (s *Server) InProcessClient() *clientv3.Client { return v3client.New(s.etcd.Server) }

@@ -201,7 +201,7 @@ const (
 	// of a batch: a burst of calls costs one etcd commit for its records,
 	// and a producer publishing back to back does not find the audit
 	// write of its previous publish syncing etcd's log in front of its
-	// next commit (bench/RESULTS.md, "Publish: fewer etcd requests"). A reader of the
+	// next commit (bench/results/HISTORY.md, "Publish: fewer etcd requests"). A reader of the
 	// log (ListAuditRecords) and Close do not wait for it.
 	auditLinger = 20 * time.Millisecond
 )

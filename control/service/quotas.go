@@ -30,7 +30,7 @@ import (
 // that one domain publishing large versions at its limits costs another
 // domain's one-key patch little: at 2 MiB/s of new content an 8 MiB
 // snapshot flood took the patch from 8 to 15 ms p50 on the isolation
-// bench's 2 cores, at 8 MiB/s to 108 ms p90 (bench/RESULTS.md,
+// bench's 2 cores, at 8 MiB/s to 108 ms p90 (bench/results/HISTORY.md,
 // "Isolation"; docs/operations.md, "Quotas").
 func DefaultQuotas() *lehrpb.Quotas {
 	return &lehrpb.Quotas{

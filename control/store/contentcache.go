@@ -14,8 +14,9 @@ const DefaultContentCacheBytes = 32 << 20
 
 // maxCachedContent is the largest content the cache keeps: holding large
 // values in memory costs a busy control more than reading them again
-// (bench/RESULTS.md, "Publish → callback, issue 13": with 512 KiB versions
-// kept, 8 concurrent publishers lost a fifth of their throughput).
+// (bench/results/HISTORY.md, "Publish → callback, first steps of issue
+// 13": with 512 KiB versions kept, 8 concurrent publishers lost a fifth of
+// their throughput).
 const maxCachedContent = 256 << 10
 
 // contentCache keeps the content of recently committed or read versions,

@@ -307,8 +307,8 @@ func (c *countingStore) ZoneStatus(ctx context.Context, zone string) ([]*lehrpb.
 // TestARoundReadsEachZonesStatusOnce: every rollout of a round decides on
 // the same reports, so a round with many rollouts in flight reads each
 // zone's status once, not once per rollout (1,000 baking rollouts made
-// 1,000 etcd reads a second: bench/RESULTS.md, "Control's cost against the
-// catalog").
+// 1,000 etcd reads a second: bench/results/HISTORY.md, "Control's cost against
+// the catalog").
 func TestARoundReadsEachZonesStatusOnce(t *testing.T) {
 	policy := &lehrpb.RolloutPolicy{Stages: []*lehrpb.RolloutStage{
 		{Name: "all", Target: &lehrpb.RolloutStage_Zones{Zones: &lehrpb.ZonesTarget{}}, Bake: durationpb.New(time.Hour)},

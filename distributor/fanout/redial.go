@@ -11,7 +11,7 @@ import (
 
 // DefaultRedialRate is the default Options.RedialRate: the agents a
 // distributor on two cores, shared with the agents it serves, admits per
-// second in a reconnect storm of intact caches (bench/RESULTS.md,
+// second in a reconnect storm of intact caches (bench/results/HISTORY.md,
 // "Reconnect storm: the redial spread": 10,000 agents spread over 20 s converge in
 // 21 s with almost no refused attempts; spread over 10 s, they flood it
 // and take 48 s).

@@ -159,10 +159,11 @@ type Options struct {
 	// of a packet's 1.5, and a fan-out or a reconnect storm leaves one
 	// pooled per connection that had something to send — 89 MB of the
 	// heap of a distributor whose 10,000 agents had just connected
-	// (bench/RESULTS.md, "The storm and the memory per agent at 10,000") —
-	// while it saves system calls only for multi-packet sends (snapshots;
-	// a fan-out sends one packet per connection). QUIC_GO_DISABLE_GSO in
-	// the environment, when set, decides instead (quic-go's own switch).
+	// (bench/results/HISTORY.md, "The storm and the memory per agent at
+	// 10,000") — while it saves system calls only for multi-packet sends
+	// (snapshots; a fan-out sends one packet per connection).
+	// QUIC_GO_DISABLE_GSO in the environment, when set, decides instead
+	// (quic-go's own switch).
 	GSO bool
 	// DomainWanted, if set, is called with a namespace an agent subscribes
 	// to that has no goal in the zone, of a domain without a policy
