@@ -25,7 +25,8 @@ var MetricsHelp = metricshttp.Help{
 	"lehr_distributor_namespace_lag":              "Connected agents subscribed to the namespace that do not hold their goal version of it, by namespace.",
 	"lehr_distributor_protocol_errors_total":      "Agent connections closed for protocol violations (a malformed Hello included).",
 	"lehr_distributor_pushes_total":               "Updates sent to agents, by kind: snapshot or patch.",
-	"lehr_distributor_redial_advice_total":        "Advice frames sent to agents with a new redial spread.",
+	"lehr_distributor_keepalive_interval_seconds": "The keepalive interval agents are told: agents connected divided by the keepalive rate, whole seconds up to 10; 0 while agents keep their own.",
+	"lehr_distributor_redial_advice_total":        "Advice frames sent to agents with a new redial spread or keepalive interval.",
 	"lehr_distributor_redial_spread_seconds":      "The redial spread agents are told: agents connected divided by the redial rate, in seconds.",
 	"lehr_distributor_refused_handshakes_total":   "First packets refused at the handshake admission bound.",
 	"lehr_distributor_refused_updates_total":      "Updates agents refused (the next attempt is a snapshot, after a backoff).",
@@ -94,6 +95,9 @@ func newServerMetrics(set *metrics.Set, srv *Server) *serverMetrics {
 	})
 	set.NewGauge(`lehr_distributor_redial_spread_seconds`, func() float64 {
 		return srv.redialSpread(srv.connected()).Seconds()
+	})
+	set.NewGauge(`lehr_distributor_keepalive_interval_seconds`, func() float64 {
+		return srv.keepaliveInterval(srv.connected()).Seconds()
 	})
 	return m
 }
