@@ -37,7 +37,6 @@ import (
 	"net"
 	"slices"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/quic-go/quic-go"
@@ -315,9 +314,8 @@ func Dial(ctx context.Context, opts Options) (*Agent, error) {
 		a.welcome = m
 		a.redialSpread = m.GetRedialSpread().AsDuration()
 	}
-	var nonce atomic.Uint64
-	a.live = wire.NewLiveness(conn, opts.SilenceTimeout, qc.MaxIdleTimeout, func() error {
-		return a.send(&lehrpb.Ping{Nonce: nonce.Add(1)})
+	a.live = wire.NewLiveness(conn, opts.SilenceTimeout, qc.MaxIdleTimeout, func(nonce uint64) error {
+		return a.send(&lehrpb.Ping{Nonce: nonce})
 	})
 	a.live.Advise(a.welcome.GetKeepaliveInterval().AsDuration())
 	a.wg.Go(func() { a.readControl(dec) })

@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/quic-go/quic-go"
@@ -37,7 +36,6 @@ type session struct {
 	live *wire.Liveness // keepalives and the silence timeout
 
 	closeOnce   sync.Once
-	pingNonce   atomic.Uint64
 	subsChanged chan struct{}   // buffered 1: Client.subs changed
 	sent        map[string]bool // subscriptions the distributor knows; syncSubs only
 
@@ -123,8 +121,8 @@ func (c *Client) runSession(ctx context.Context, addr, lastConnected string) (es
 		unavailable: map[string]*lehrpb.Unavailable{},
 		queues:      map[string]*nsQueue{},
 	}
-	s.live = wire.NewLiveness(conn, c.opts.SilenceTimeout, c.quic.MaxIdleTimeout, func() error {
-		return s.ctl.Send(&lehrpb.Ping{Nonce: s.pingNonce.Add(1)})
+	s.live = wire.NewLiveness(conn, c.opts.SilenceTimeout, c.quic.MaxIdleTimeout, func(nonce uint64) error {
+		return s.ctl.Send(&lehrpb.Ping{Nonce: nonce})
 	})
 	s.live.Advise(welcome.GetKeepaliveInterval().AsDuration())
 	for _, ns := range subs {

@@ -38,7 +38,7 @@ func (e *SilenceError) Error() string {
 // keepalive interval.
 type Liveness struct {
 	conn  *quic.Conn
-	ping  func() error
+	ping  func(nonce uint64) error
 	floor time.Duration // the agent's own silence timeout
 	limit time.Duration // the longest keepalive interval the idle timeout allows
 
@@ -51,8 +51,9 @@ type Liveness struct {
 // NewLiveness returns the liveness of conn for an agent whose silence
 // timeout is silence and whose QUIC configuration had idleTimeout (its
 // MaxIdleTimeout: an advised interval is followed only up to a third of
-// the smaller of it and the distributor's). ping sends a keepalive.
-func NewLiveness(conn *quic.Conn, silence, idleTimeout time.Duration, ping func() error) *Liveness {
+// the smaller of it and the distributor's). ping sends a keepalive, a Ping
+// with the given nonce (1, 2, …).
+func NewLiveness(conn *quic.Conn, silence, idleTimeout time.Duration, ping func(nonce uint64) error) *Liveness {
 	return &Liveness{
 		conn:    conn,
 		ping:    ping,
@@ -138,13 +139,14 @@ func (l *Liveness) Run(ctx context.Context) error {
 			// distributor hears from the agent at least every interval
 			// however the checks fall.
 			if !pinged && now.Sub(heard) >= keepalive-keepalive/4 {
-				if err := l.ping(); err != nil {
+				l.mu.Lock()
+				l.pings++
+				nonce := uint64(l.pings)
+				l.mu.Unlock()
+				if err := l.ping(nonce); err != nil {
 					return fmt.Errorf("wire: send keepalive: %w", err)
 				}
 				pinged = true
-				l.mu.Lock()
-				l.pings++
-				l.mu.Unlock()
 			}
 		}
 	}
