@@ -41,6 +41,7 @@ import (
 
 	"github.com/quic-go/quic-go"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	"lehr.dev/lehr/agent/upstream"
 	"lehr.dev/lehr/internal/content"
@@ -267,10 +268,11 @@ func Dial(ctx context.Context, opts Options) (*Agent, error) {
 		// wire implements (compact updates included), like the real agent;
 		// like a real agent that does not verify, it does not ask for
 		// signed goals.
-		Capabilities: slices.DeleteFunc(wire.Capabilities(), func(c string) bool { return c == wire.CapSignedGoals }),
+		Capabilities:   slices.DeleteFunc(wire.Capabilities(), func(c string) bool { return c == wire.CapSignedGoals }),
+		SilenceTimeout: durationpb.New(opts.SilenceTimeout),
 	}
 	if opts.Legacy {
-		hello.AgentVersion, hello.Capabilities = "", nil
+		hello.AgentVersion, hello.Capabilities, hello.SilenceTimeout = "", nil, nil
 	}
 	for _, c := range opts.Cached {
 		sum := c.Checksum

@@ -12,6 +12,7 @@ import (
 
 	"github.com/quic-go/quic-go"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"lehr.dev/lehr/internal/content"
@@ -79,6 +80,9 @@ func (c *Client) runSession(ctx context.Context, addr, lastConnected string) (es
 		// each form wire implements (compact updates included); signed
 		// goals are asked for only when they are checked.
 		Capabilities: c.capabilities(),
+		// So the distributor forgets this connection when it stops
+		// hearing it about when this agent gives the connection up.
+		SilenceTimeout: durationpb.New(c.opts.SilenceTimeout),
 	}
 
 	dctx, cancel := context.WithTimeout(ctx, c.opts.HandshakeTimeout)

@@ -34,6 +34,7 @@ var MetricsHelp = metricshttp.Help{
 	"lehr_distributor_stray_acks_total":           "Acknowledgements for no update in flight (late answers).",
 	"lehr_distributor_throttled_pushes_total":     "Pushes that waited for the domain's outbound byte rate, by domain.",
 	"lehr_distributor_throttled_seconds_total":    "Time pushes waited for the domain's outbound byte rate, in seconds, by domain.",
+	"lehr_distributor_unheard_agents_total":       "Connections closed because nothing arrived from the agent for three of its silence timeouts.",
 	"lehr_distributor_unavailable_total":          "Unavailable answers sent to agents (a namespace with no goal in the zone, or not fetched yet).",
 }
 
@@ -54,6 +55,7 @@ type serverMetrics struct {
 	ackTimeouts, strayAcks    *metrics.Counter
 	stalledPushes             *metrics.Counter
 	advice                    *metrics.Counter
+	unheard                   *metrics.Counter
 
 	lagMu sync.Mutex
 	lag   map[string]bool
@@ -85,6 +87,7 @@ func newServerMetrics(set *metrics.Set, srv *Server) *serverMetrics {
 		strayAcks:           set.NewCounter(`lehr_distributor_stray_acks_total`),
 		stalledPushes:       set.NewCounter(`lehr_distributor_stalled_pushes_total`),
 		advice:              set.NewCounter(`lehr_distributor_redial_advice_total`),
+		unheard:             set.NewCounter(`lehr_distributor_unheard_agents_total`),
 		lag:                 map[string]bool{},
 	}
 	set.NewGauge(`lehr_distributor_connected_agents`, func() float64 {

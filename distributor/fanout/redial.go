@@ -101,12 +101,44 @@ func (s *Server) adviseLoop() {
 		}
 		sessions := s.sessionList()
 		a := s.advice(len(sessions))
+		now := s.now()
 		for _, ss := range sessions {
 			if ss.redialCap && ss.adviseIfStale(a) {
 				ss.kick() // a push round sends it
 			}
+			if silent := ss.unheard(now, a.keepalive); silent > 0 {
+				ss.log.Info("forgetting an agent not heard from", "for", silent.Round(time.Millisecond))
+				s.met.unheard.Inc()
+				ss.conn.CloseWithError(wire.CodeSilent, "distributor heard nothing from the agent for three of its silence timeouts")
+			}
 		}
 	}
+}
+
+// unheard returns how long nothing has arrived from the agent, once that
+// is three of its silence timeouts — grown to three keepalive intervals
+// with the one it was advised, or is advised now, whichever is longer —
+// and zero before. A connection its agent has given up as silent is so
+// forgotten about when the agent gave it up (which it cannot always say:
+// the path may be one-way), instead of on the QUIC idle timeout, 30 s,
+// which stays the rule for agents that do not send their silence timeout.
+// Only adviseLoop calls it, once a second: arrivals are seen that often.
+func (ss *session) unheard(now time.Time, keepalive time.Duration) time.Duration {
+	if ss.silence <= 0 {
+		return 0
+	}
+	if n := ss.conn.ConnectionStats().PacketsReceived; n != ss.heardPackets || ss.heardAt.IsZero() {
+		ss.heardPackets, ss.heardAt = n, now
+		return 0
+	}
+	ss.mu.Lock()
+	keepalive = max(keepalive, ss.advised.keepalive)
+	ss.mu.Unlock()
+	silent := now.Sub(ss.heardAt)
+	if silent < 3*max(ss.silence, 3*keepalive) {
+		return 0
+	}
+	return silent
 }
 
 // adviseIfStale notes that the agent should be told a, if what it was told

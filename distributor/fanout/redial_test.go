@@ -8,6 +8,7 @@ import (
 
 	"lehr.dev/lehr/agent/agenttest"
 	"lehr.dev/lehr/distributor/fanout"
+	"lehr.dev/lehr/testenv/faultnet"
 	"lehr.dev/lehr/testenv/wait"
 )
 
@@ -100,5 +101,35 @@ func TestKeepaliveIntervalFollowsTheAgents(t *testing.T) {
 	}
 	if first.Err() != nil || second.Err() != nil {
 		t.Errorf("agents ended: %v, %v", first.Err(), second.Err())
+	}
+}
+
+// A distributor forgets an agent it has heard nothing from for three of the
+// agent's silence timeouts (Hello.silence_timeout), as the agent gives the
+// connection up after one — not only on its QUIC idle timeout, 30 s, which
+// the advised keepalives need.
+func TestUnheardAgentIsForgotten(t *testing.T) {
+	e := newEnv(t)
+	relay, err := faultnet.Listen(e.srv.Addr().String(), faultnet.Options{Seed: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { relay.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	a, err := agenttest.Dial(ctx, agenttest.Options{
+		Addr: relay.Addr(), TLS: e.pki.client("host-0"), HostID: "host-0", Zone: zone,
+		Logger: quietLogger(), SilenceTimeout: time.Second,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Close() })
+	wait.For(t, "the distributor counts the agent", func() bool { return e.srv.Stats().Agents == 1 })
+
+	relay.Cut(faultnet.Up, true) // the distributor hears nothing from now on
+	wait.For(t, "the distributor forgets the agent", func() bool { return e.srv.Stats().Agents == 0 })
+	if got := e.srv.Stats().Unheard; got != 1 {
+		t.Errorf("%d connections forgotten as unheard; want 1 (the QUIC idle timeout, 30 s, would have been the rule)", got)
 	}
 }

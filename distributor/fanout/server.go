@@ -225,6 +225,9 @@ type Stats struct {
 	// Handshakes and ResumedHandshakes count completed QUIC handshakes,
 	// full and resuming a TLS session (wire.ServerTLSConfig).
 	Handshakes, ResumedHandshakes uint64
+	// Unheard counts connections closed because nothing arrived from the
+	// agent for three of its silence timeouts.
+	Unheard uint64
 }
 
 // VersionCount is how many connected agents hold one version of a
@@ -586,6 +589,7 @@ func (s *Server) Stats() Stats {
 		Admitting:           int(s.handshakes.Load()),
 		Handshakes:          s.met.fullHandshakes.Get(),
 		ResumedHandshakes:   s.met.resumedHandshakes.Get(),
+		Unheard:             s.met.unheard.Get(),
 	}
 }
 

@@ -96,6 +96,13 @@ type session struct {
 	signedGoals bool
 	// redialCap: the agent takes Advice (wire.CapRedialSpread).
 	redialCap bool
+	// silence is the agent's own silence timeout (Hello.silence_timeout;
+	// zero: it did not say). heardPackets and heardAt are the packets
+	// received when adviseLoop last saw them change, and when: adviseLoop's
+	// only (forgetUnheard).
+	silence      time.Duration
+	heardPackets uint64
+	heardAt      time.Time
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -187,6 +194,7 @@ func (s *Server) handle(conn *quic.Conn) {
 		signalsCap:  wire.HasCapability(caps, wire.CapSignals),
 		signedGoals: wire.HasCapability(caps, wire.CapSignedGoals),
 		redialCap:   wire.HasCapability(caps, wire.CapRedialSpread),
+		silence:     max(hello.GetSilenceTimeout().AsDuration(), 0),
 		ns:          map[string]*nsState{},
 		// No push round before the session is set up: kicks until then
 		// are taken by its first round, started below.

@@ -256,9 +256,15 @@ type Hello struct {
 	AgentVersion string `protobuf:"bytes,8,opt,name=agent_version,json=agentVersion,proto3" json:"agent_version,omitempty"`
 	// Optional features the agent supports within the protocol version
 	// (docs/wire.md, "Capabilities"). Unknown names are ignored.
-	Capabilities  []string `protobuf:"bytes,9,rep,name=capabilities,proto3" json:"capabilities,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Capabilities []string `protobuf:"bytes,9,rep,name=capabilities,proto3" json:"capabilities,omitempty"`
+	// The agent's own silence timeout (its --silence-timeout; a third of it
+	// its keepalive interval unless the distributor advises a longer one).
+	// The distributor forgets a connection it has heard nothing on for three
+	// of the agent's silence timeouts (grown with the interval it advised);
+	// zero or absent: only on its QUIC idle timeout (30 s).
+	SilenceTimeout *durationpb.Duration `protobuf:"bytes,10,opt,name=silence_timeout,json=silenceTimeout,proto3" json:"silence_timeout,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *Hello) Reset() {
@@ -350,6 +356,13 @@ func (x *Hello) GetAgentVersion() string {
 func (x *Hello) GetCapabilities() []string {
 	if x != nil {
 		return x.Capabilities
+	}
+	return nil
+}
+
+func (x *Hello) GetSilenceTimeout() *durationpb.Duration {
+	if x != nil {
+		return x.SilenceTimeout
 	}
 	return nil
 }
@@ -1977,7 +1990,7 @@ const file_lehr_v1_wire_proto_rawDesc = "" +
 	"\x0fCachedNamespace\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\x04R\aversion\x12\x1a\n" +
-	"\bchecksum\x18\x03 \x01(\tR\bchecksum\"\xa1\x03\n" +
+	"\bchecksum\x18\x03 \x01(\tR\bchecksum\"\xe5\x03\n" +
 	"\x05Hello\x12)\n" +
 	"\x10protocol_version\x18\x01 \x01(\rR\x0fprotocolVersion\x120\n" +
 	"\x14min_protocol_version\x18\x02 \x01(\rR\x12minProtocolVersion\x12\x17\n" +
@@ -1987,7 +2000,9 @@ const file_lehr_v1_wire_proto_rawDesc = "" +
 	"\x06cached\x18\x06 \x03(\v2\x18.lehr.v1.CachedNamespaceR\x06cached\x12$\n" +
 	"\rsubscriptions\x18\a \x03(\tR\rsubscriptions\x12#\n" +
 	"\ragent_version\x18\b \x01(\tR\fagentVersion\x12\"\n" +
-	"\fcapabilities\x18\t \x03(\tR\fcapabilities\x1a9\n" +
+	"\fcapabilities\x18\t \x03(\tR\fcapabilities\x12B\n" +
+	"\x0fsilence_timeout\x18\n" +
+	" \x01(\v2\x19.google.protobuf.DurationR\x0esilenceTimeout\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xbc\x03\n" +
@@ -2185,39 +2200,40 @@ var file_lehr_v1_wire_proto_goTypes = []any{
 var file_lehr_v1_wire_proto_depIdxs = []int32{
 	24, // 0: lehr.v1.Hello.labels:type_name -> lehr.v1.Hello.LabelsEntry
 	2,  // 1: lehr.v1.Hello.cached:type_name -> lehr.v1.CachedNamespace
-	25, // 2: lehr.v1.Welcome.report_interval:type_name -> google.protobuf.Duration
-	25, // 3: lehr.v1.Welcome.redial_spread:type_name -> google.protobuf.Duration
-	25, // 4: lehr.v1.Welcome.keepalive_interval:type_name -> google.protobuf.Duration
-	2,  // 5: lehr.v1.Subscribe.namespaces:type_name -> lehr.v1.CachedNamespace
-	26, // 6: lehr.v1.Update.kind:type_name -> lehr.v1.NamespaceKind
-	27, // 7: lehr.v1.Update.info:type_name -> lehr.v1.VersionInfo
-	28, // 8: lehr.v1.Update.set:type_name -> lehr.v1.Property
-	29, // 9: lehr.v1.Update.goal:type_name -> lehr.v1.GoalState
-	0,  // 10: lehr.v1.Resync.reason:type_name -> lehr.v1.ResyncReason
-	30, // 11: lehr.v1.NamespaceReport.applied_time:type_name -> google.protobuf.Timestamp
-	31, // 12: lehr.v1.NamespaceReport.preview:type_name -> lehr.v1.HostPreviewCounts
-	11, // 13: lehr.v1.NamespaceReport.host_checks:type_name -> lehr.v1.HostChecks
-	32, // 14: lehr.v1.NamespaceReport.services:type_name -> lehr.v1.ServiceConsumers
-	30, // 15: lehr.v1.HostChecks.change_time:type_name -> google.protobuf.Timestamp
-	33, // 16: lehr.v1.HostChecks.verdict:type_name -> lehr.v1.CanaryVerdict
-	12, // 17: lehr.v1.HostChecks.checks:type_name -> lehr.v1.HostCheckResult
-	33, // 18: lehr.v1.HostCheckResult.verdict:type_name -> lehr.v1.CanaryVerdict
-	30, // 19: lehr.v1.Report.time:type_name -> google.protobuf.Timestamp
-	10, // 20: lehr.v1.Report.namespaces:type_name -> lehr.v1.NamespaceReport
-	30, // 21: lehr.v1.Report.cache_quarantine_time:type_name -> google.protobuf.Timestamp
-	25, // 22: lehr.v1.Advice.redial_spread:type_name -> google.protobuf.Duration
-	25, // 23: lehr.v1.Advice.keepalive_interval:type_name -> google.protobuf.Duration
-	1,  // 24: lehr.v1.Unavailable.reason:type_name -> lehr.v1.UnavailableReason
-	25, // 25: lehr.v1.Goodbye.retry_after:type_name -> google.protobuf.Duration
-	20, // 26: lehr.v1.SignalsRequest.namespaces:type_name -> lehr.v1.SignalsWanted
-	34, // 27: lehr.v1.SignalsWanted.checks:type_name -> lehr.v1.CanaryCheck
-	22, // 28: lehr.v1.Signals.namespaces:type_name -> lehr.v1.NamespaceSignals
-	23, // 29: lehr.v1.NamespaceSignals.series:type_name -> lehr.v1.SignalSeries
-	30, // [30:30] is the sub-list for method output_type
-	30, // [30:30] is the sub-list for method input_type
-	30, // [30:30] is the sub-list for extension type_name
-	30, // [30:30] is the sub-list for extension extendee
-	0,  // [0:30] is the sub-list for field type_name
+	25, // 2: lehr.v1.Hello.silence_timeout:type_name -> google.protobuf.Duration
+	25, // 3: lehr.v1.Welcome.report_interval:type_name -> google.protobuf.Duration
+	25, // 4: lehr.v1.Welcome.redial_spread:type_name -> google.protobuf.Duration
+	25, // 5: lehr.v1.Welcome.keepalive_interval:type_name -> google.protobuf.Duration
+	2,  // 6: lehr.v1.Subscribe.namespaces:type_name -> lehr.v1.CachedNamespace
+	26, // 7: lehr.v1.Update.kind:type_name -> lehr.v1.NamespaceKind
+	27, // 8: lehr.v1.Update.info:type_name -> lehr.v1.VersionInfo
+	28, // 9: lehr.v1.Update.set:type_name -> lehr.v1.Property
+	29, // 10: lehr.v1.Update.goal:type_name -> lehr.v1.GoalState
+	0,  // 11: lehr.v1.Resync.reason:type_name -> lehr.v1.ResyncReason
+	30, // 12: lehr.v1.NamespaceReport.applied_time:type_name -> google.protobuf.Timestamp
+	31, // 13: lehr.v1.NamespaceReport.preview:type_name -> lehr.v1.HostPreviewCounts
+	11, // 14: lehr.v1.NamespaceReport.host_checks:type_name -> lehr.v1.HostChecks
+	32, // 15: lehr.v1.NamespaceReport.services:type_name -> lehr.v1.ServiceConsumers
+	30, // 16: lehr.v1.HostChecks.change_time:type_name -> google.protobuf.Timestamp
+	33, // 17: lehr.v1.HostChecks.verdict:type_name -> lehr.v1.CanaryVerdict
+	12, // 18: lehr.v1.HostChecks.checks:type_name -> lehr.v1.HostCheckResult
+	33, // 19: lehr.v1.HostCheckResult.verdict:type_name -> lehr.v1.CanaryVerdict
+	30, // 20: lehr.v1.Report.time:type_name -> google.protobuf.Timestamp
+	10, // 21: lehr.v1.Report.namespaces:type_name -> lehr.v1.NamespaceReport
+	30, // 22: lehr.v1.Report.cache_quarantine_time:type_name -> google.protobuf.Timestamp
+	25, // 23: lehr.v1.Advice.redial_spread:type_name -> google.protobuf.Duration
+	25, // 24: lehr.v1.Advice.keepalive_interval:type_name -> google.protobuf.Duration
+	1,  // 25: lehr.v1.Unavailable.reason:type_name -> lehr.v1.UnavailableReason
+	25, // 26: lehr.v1.Goodbye.retry_after:type_name -> google.protobuf.Duration
+	20, // 27: lehr.v1.SignalsRequest.namespaces:type_name -> lehr.v1.SignalsWanted
+	34, // 28: lehr.v1.SignalsWanted.checks:type_name -> lehr.v1.CanaryCheck
+	22, // 29: lehr.v1.Signals.namespaces:type_name -> lehr.v1.NamespaceSignals
+	23, // 30: lehr.v1.NamespaceSignals.series:type_name -> lehr.v1.SignalSeries
+	31, // [31:31] is the sub-list for method output_type
+	31, // [31:31] is the sub-list for method input_type
+	31, // [31:31] is the sub-list for extension type_name
+	31, // [31:31] is the sub-list for extension extendee
+	0,  // [0:31] is the sub-list for field type_name
 }
 
 func init() { file_lehr_v1_wire_proto_init() }
