@@ -375,23 +375,14 @@ type pooled struct{ ss, df float64 }
 func exactShare(canary, control []hostSeries, c, end int, k Kind, d Direction, tol float64) float64 {
 	var x, total, exposed, exposure float64
 	add := func(hs []hostSeries, isCanary bool) {
-		for _, h := range hs {
-			for t := 0; t < end; t++ {
-				if math.IsNaN(h.num[t]) {
-					continue
-				}
-				e := 1.0
-				if k == KindProportion {
-					e = h.den[t]
-				}
-				total += h.num[t]
-				exposure += e
-				if isCanary && t >= c {
-					x += h.num[t]
-					exposed += e
-				}
+		eachExposure(hs, end, k, func(t int, n, e float64) {
+			total += n
+			exposure += e
+			if isCanary && t >= c {
+				x += n
+				exposed += e
 			}
-		}
+		})
 	}
 	add(canary, true)
 	add(control, false)
@@ -410,22 +401,13 @@ func exactShare(canary, control []hostSeries, c, end int, k Kind, d Direction, t
 // differs from the fleet's before the change is judged fairly.
 func exactSelf(canary, control []hostSeries, c, end int, k Kind, d Direction, tol float64) float64 {
 	sums := func(hs []hostSeries) (before, after, eb, ea float64) {
-		for _, h := range hs {
-			for t := 0; t < end; t++ {
-				if math.IsNaN(h.num[t]) {
-					continue
-				}
-				e := 1.0
-				if k == KindProportion {
-					e = h.den[t]
-				}
-				if t < c {
-					before, eb = before+h.num[t], eb+e
-				} else {
-					after, ea = after+h.num[t], ea+e
-				}
+		eachExposure(hs, end, k, func(t int, n, e float64) {
+			if t < c {
+				before, eb = before+n, eb+e
+			} else {
+				after, ea = after+n, ea+e
 			}
-		}
+		})
 		return before, after, eb, ea
 	}
 	b, a, eb, ea := sums(canary)
@@ -435,6 +417,24 @@ func exactSelf(canary, control []hostSeries, c, end int, k Kind, d Direction, to
 	}
 	rho := ((ka + 0.5) / kea) / ((kb + 0.5) / keb)
 	return binomialP(a, a+b, ea*rho/(eb+ea*rho), d, tol)
+}
+
+// eachExposure calls f with every reported interval t < end of every host
+// of hs: its events n and its exposure e (1 for a count, the denominator
+// for a proportion).
+func eachExposure(hs []hostSeries, end int, k Kind, f func(t int, n, e float64)) {
+	for _, h := range hs {
+		for t := 0; t < end; t++ {
+			if math.IsNaN(h.num[t]) {
+				continue
+			}
+			e := 1.0
+			if k == KindProportion {
+				e = h.den[t]
+			}
+			f(t, h.num[t], e)
+		}
+	}
 }
 
 // binomialP returns the p-value of x of total events falling on a share
